@@ -1,0 +1,1 @@
+"""attnrank: retrieval and reranking with a language model's own attention."""

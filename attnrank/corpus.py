@@ -1,0 +1,232 @@
+"""Load and validate corpora and query sets.
+
+Formats (chosen by :func:`load_corpus` from the path):
+
+- BEIR folder: ``corpus.jsonl[.gz]`` (``_id``, ``title``, ``text``), ``queries.jsonl``,
+  ``qrels/<split>.tsv``.
+- JSONL file (``.jsonl`` / ``.jsonl.gz``): one object a line with ``id`` or ``_id``, ``text``,
+  optional ``title``; other keys go to ``metadata``.
+- CSV/TSV file with a header that names ``id`` and ``text`` columns (``title`` optional).
+- A directory of ``.txt`` / ``.md`` files: the relative path is the id, the first Markdown
+  heading (if any) the title.
+
+Every problem is reported with file and line. With ``skip_invalid=True`` bad records are
+skipped instead, and :class:`LoadReport` says which and why.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from .errors import InputError
+from .types import Document
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadReport:
+    """What a load kept and what it skipped (``(location, reason)`` pairs)."""
+
+    source: str
+    loaded: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+class _Problems:
+    """Raise on the first problem, or collect them all when skipping is allowed."""
+
+    def __init__(self, report: LoadReport, skip: bool):
+        self.report, self.skip = report, skip
+
+    def __call__(self, where: str, reason: str, fix: str = "") -> None:
+        if not self.skip:
+            hint = f"; {fix}" if fix else "; pass skip_invalid=True (CLI: --skip-invalid) to skip such records"
+            raise InputError(f"{where}: {reason}{hint}")
+        self.report.skipped.append((where, reason))
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    # strict decoding: undecodable bytes must be reported, not silently replaced
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    with _open_text(path) as f:
+        lineno = 0
+        while True:
+            lineno += 1
+            try:
+                line = f.readline()
+            except UnicodeDecodeError as e:
+                raise InputError(
+                    f"{path}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at byte {e.start}); "
+                    "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                ) from None
+            if not line:
+                return
+            yield lineno, line
+
+
+def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problems) -> None:
+    if not doc.id:
+        problem(where, "empty document id")
+    elif doc.id in docs:
+        problem(where, f"duplicate document id {doc.id!r}", "document ids must be unique")
+    elif not doc.text.strip() and not doc.title.strip():
+        problem(where, f"document {doc.id!r} has empty text")
+    else:
+        docs[doc.id] = doc
+
+
+def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
+    report = LoadReport(str(path))
+    problem, docs = _Problems(report, skip_invalid), {}
+    for lineno, line in _lines(path):
+        where = f"{path}:{lineno}"
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            problem(where, f"invalid JSON ({e.msg})")
+            continue
+        if not isinstance(obj, dict):
+            problem(where, "expected a JSON object with 'id' and 'text'")
+            continue
+        did = obj.get("_id", obj.get("id"))
+        if did is None or "text" not in obj:
+            problem(where, f"missing 'id'/'_id' or 'text' (keys: {sorted(obj)[:6]})")
+            continue
+        meta = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
+        doc = Document(str(did), str(obj["text"] or ""), str(obj.get("title") or ""), meta)
+        _add(docs, doc, where, problem)
+    return _finish(docs, report)
+
+
+def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
+    report = LoadReport(str(path))
+    problem, docs = _Problems(report, skip_invalid), {}
+    delim = "\t" if path.name.endswith((".tsv", ".tsv.gz")) else ","
+    try:
+        with _open_text(path) as f:
+            reader = csv.DictReader(f, delimiter=delim)
+            cols = {c.lower().strip(): c for c in reader.fieldnames or []}
+            id_col = cols.get("id") or cols.get("_id") or cols.get("doc_id") or cols.get("docid")
+            if id_col is None or "text" not in cols:
+                raise InputError(
+                    f"{path}:1: header {reader.fieldnames} lacks an 'id' and a 'text' column; "
+                    "the first row must name them (title is optional)"
+                )
+            for row in reader:
+                where = f"{path}:{reader.line_num}"
+                title = row.get(cols["title"], "") if "title" in cols else ""
+                _add(docs, Document(str(row[id_col] or "").strip(), row[cols["text"]] or "", title or ""), where, problem)
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: bytes that are not valid UTF-8 ({e.reason}); re-encode the file as UTF-8") from None
+    return _finish(docs, report)
+
+
+def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
+    report = LoadReport(str(path))
+    problem, docs = _Problems(report, skip_invalid), {}
+    for f in sorted(p for p in path.rglob("*") if p.suffix.lower() in (".txt", ".md") and p.is_file()):
+        try:
+            text = f.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            problem(f"{f}", f"bytes that are not valid UTF-8 at byte {e.start}", "re-encode the file as UTF-8")
+            continue
+        title = ""
+        if f.suffix.lower() == ".md":
+            first = text.lstrip().splitlines()[0] if text.strip() else ""
+            if first.startswith("#"):
+                title = first.lstrip("#").strip()
+        _add(docs, Document(str(f.relative_to(path)), text.strip(), title), str(f), problem)
+    return _finish(docs, report)
+
+
+def _finish(docs: dict[str, Document], report: LoadReport) -> tuple[list[Document], LoadReport]:
+    report.loaded = len(docs)
+    if report.skipped:
+        logger.warning("%s: skipped %d invalid record(s), e.g. %s", report.source, len(report.skipped), report.skipped[0])
+    if not docs:
+        raise InputError(f"{report.source}: no documents to index (0 valid records); check the path and format")
+    return list(docs.values()), report
+
+
+def _beir_corpus_file(path: Path) -> Path | None:
+    for name in ("corpus.jsonl", "corpus.jsonl.gz"):
+        if (path / name).exists():
+            return path / name
+    return None
+
+
+def load_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
+    """Load a corpus from a BEIR folder, JSONL, CSV/TSV, or a directory of .txt/.md files."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"corpus path {str(p)!r} does not exist; give a BEIR folder, .jsonl, .csv/.tsv, or a folder of .txt/.md")
+    if p.is_dir():
+        beir = _beir_corpus_file(p)
+        return read_jsonl_corpus(beir, skip_invalid=skip_invalid) if beir else read_text_dir(p, skip_invalid=skip_invalid)
+    name = p.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz", ".json", ".ndjson")):
+        return read_jsonl_corpus(p, skip_invalid=skip_invalid)
+    if name.endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
+        return read_csv_corpus(p, skip_invalid=skip_invalid)
+    if name.endswith((".txt", ".md")):
+        return _single_text(p)
+    raise InputError(f"{p}: unknown corpus format {p.suffix!r}; use .jsonl, .csv, .tsv, a BEIR folder or a folder of .txt/.md")
+
+
+def _single_text(p: Path) -> tuple[list[Document], LoadReport]:
+    docs, report = {}, LoadReport(str(p))
+    problem = _Problems(report, False)
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p}: bytes that are not valid UTF-8 at byte {e.start}; re-encode the file as UTF-8") from None
+    _add(docs, Document(p.name, text.strip()), str(p), problem)
+    return _finish(docs, report)
+
+
+def load_queries(path: str | Path) -> dict[str, str]:
+    """Read queries from BEIR ``queries.jsonl`` (``_id``, ``text``) or TSV ``id<TAB>text``."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "queries.jsonl"
+    if not p.exists():
+        raise InputError(f"queries file {str(p)!r} does not exist; give a BEIR queries.jsonl or a TSV of id<TAB>text")
+    queries: dict[str, str] = {}
+    is_jsonl = p.name.endswith((".jsonl", ".jsonl.gz"))
+    for lineno, line in _lines(p):
+        if not line.strip():
+            continue
+        where = f"{p}:{lineno}"
+        if is_jsonl:
+            try:
+                obj = json.loads(line)
+                qid, text = str(obj.get("_id", obj.get("id"))), str(obj["text"])
+            except (json.JSONDecodeError, KeyError, AttributeError):
+                raise InputError(f"{where}: expected a JSON object with '_id' and 'text'") from None
+        else:
+            parts = line.rstrip("\r\n").split("\t", 1)
+            if len(parts) != 2:
+                raise InputError(f"{where}: expected 'id<TAB>text', got {line.strip()[:60]!r}")
+            qid, text = parts
+        if qid in queries:
+            raise InputError(f"{where}: duplicate query id {qid!r}; query ids must be unique")
+        if not text.strip():
+            raise InputError(f"{where}: query {qid!r} is empty")
+        queries[qid] = text.strip()
+    if not queries:
+        raise InputError(f"{p}: no queries found")
+    return queries

@@ -1,0 +1,117 @@
+"""Dense index: sentence-transformers embeddings in FAISS, cosine similarity.
+
+Embeddings are L2-normalised, so inner product equals cosine. Index types (FAISS factory
+strings): ``flat`` (exact, the default), ``hnsw`` (``HNSW32,Flat``; approximate, no training),
+``ivf`` (``IVF{nlist},Flat``, trained on the corpus; ``nprobe`` settable). Saved as
+``index.faiss`` and loaded memory-mapped where FAISS allows it (``IO_FLAG_MMAP_IFC`` for flat
+codes, ``IO_FLAG_MMAP`` for IVF lists).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import IndexFormatError, InputError
+from .embed import encode, load_embedder
+
+logger = logging.getLogger(__name__)
+
+INDEX_TYPES = ("flat", "hnsw", "ivf")
+
+
+def _build_faiss(emb: np.ndarray, kind: str, nprobe: int):
+    import faiss
+
+    n, dim = emb.shape
+    if kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif kind == "hnsw":
+        index = faiss.index_factory(dim, "HNSW32,Flat", faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efSearch = 128
+    elif kind == "ivf":
+        # ~sqrt(N) lists, and at least 39 training points per list as FAISS recommends
+        nlist = max(1, min(int(math.sqrt(n)), n // 39))
+        index = faiss.index_factory(dim, f"IVF{nlist},Flat", faiss.METRIC_INNER_PRODUCT)
+        index.train(emb)
+        index.nprobe = min(nprobe, nlist)
+    else:
+        raise InputError(f"dense index type {kind!r} is not one of {INDEX_TYPES}")
+    index.add(emb)
+    return index
+
+
+class DenseIndex:
+    """Embeddings of a list of texts in FAISS. Verbs: :meth:`index`, :meth:`retrieve`, :meth:`save`, :meth:`load`."""
+
+    def __init__(self, model: str | None = None, kind: str = "flat", *, nprobe: int = 16,
+                 batch_size: int = 64, device: str = "cpu"):
+        if kind not in INDEX_TYPES:
+            raise InputError(f"dense index type {kind!r} is not one of {INDEX_TYPES}")
+        self.model_name, self.kind, self.nprobe = model, kind, nprobe
+        self.batch_size, self.device = batch_size, device
+        self.faiss_index = None
+        self.dim = 0
+
+    @property
+    def encoder(self):
+        return load_embedder(self.model_name, self.device)
+
+    def index(self, texts: Sequence[str], show_progress: bool = False) -> DenseIndex:
+        if len(texts) == 0:
+            raise InputError("cannot build a dense index over 0 documents; give a non-empty corpus")
+        emb = encode(self.encoder, list(texts), batch_size=self.batch_size, show_progress=show_progress)
+        self.dim = emb.shape[1]
+        self.faiss_index = _build_faiss(emb, self.kind, self.nprobe)
+        return self
+
+    @property
+    def num_docs(self) -> int:
+        return 0 if self.faiss_index is None else int(self.faiss_index.ntotal)
+
+    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        return encode(self.encoder, list(queries), batch_size=self.batch_size)
+
+    def retrieve(self, queries: Sequence[str], k: int = 10, *, query_embeddings: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` positions and cosine scores per query, shape (n_queries, min(k, N))."""
+        if self.faiss_index is None:
+            raise InputError("the dense index is empty; call index(texts) or DenseIndex.load(path) first")
+        q = self.encode_queries(queries) if query_embeddings is None else query_embeddings
+        k = min(k, self.num_docs)
+        scores, idx = self.faiss_index.search(q, k)
+        # approximate indexes may return fewer than k hits (-1); keep arrays rectangular
+        idx = np.where(idx < 0, -1, idx).astype(np.int64)
+        return idx, scores.astype(np.float32)
+
+    def save(self, path: str | Path) -> None:
+        import faiss
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(self.faiss_index, str(path / "index.faiss"))
+
+    @classmethod
+    def load(cls, path: str | Path, *, model: str | None, kind: str, nprobe: int = 16, mmap: bool = True) -> DenseIndex:
+        import faiss
+
+        self = cls(model, kind, nprobe=nprobe)
+        file = Path(path) / "index.faiss"
+        flags = 0
+        if mmap:
+            flags = faiss.IO_FLAG_MMAP_IFC if kind in ("flat", "hnsw") and hasattr(faiss, "IO_FLAG_MMAP_IFC") \
+                else faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY
+        try:
+            self.faiss_index = faiss.read_index(str(file), flags)
+        except RuntimeError as e:
+            raise IndexFormatError(f"dense index {file} cannot be read ({str(e).splitlines()[0]}); rebuild it") from None
+        if kind == "ivf":
+            faiss.extract_index_ivf(self.faiss_index).nprobe = nprobe
+        elif kind == "hnsw":
+            self.faiss_index.hnsw.efSearch = 128
+        self.dim = self.faiss_index.d
+        return self

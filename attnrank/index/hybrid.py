@@ -1,0 +1,72 @@
+"""Fusion of sparse and dense ranked lists.
+
+- :func:`rrf`: reciprocal rank fusion, score(d) = Σ_i w_i / (k + rank_i(d)) with 1-based ranks
+  and k = 60 (Cormack, Clarke & Büttcher, SIGIR 2009).
+- :func:`convex`: α·norm(dense) + (1 − α)·norm(sparse) (Bruch, Gai & Ingber, TOIS 2023), with
+  ``minmax``, ``zscore`` or no normalisation. A document missing from one list gets that list's
+  lowest normalised score (Pyserini's hybrid-search policy).
+
+Lists are arrays of document positions (``-1`` = no hit) and scores, best first.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..config import RRF_K
+from ..errors import InputError
+
+NORMS = ("minmax", "zscore", "none")
+
+
+def normalize(scores: np.ndarray, method: str) -> np.ndarray:
+    """Normalise one list's scores: ``minmax`` → [0, 1], ``zscore`` → mean 0 / std 1, ``none``."""
+    s = np.asarray(scores, dtype=np.float64)
+    if method == "none" or s.size == 0:
+        return s
+    if method == "minmax":
+        lo, hi = s.min(), s.max()
+        return np.zeros_like(s) if hi - lo < 1e-12 else (s - lo) / (hi - lo)
+    if method == "zscore":
+        sd = s.std()
+        return np.zeros_like(s) if sd < 1e-12 else (s - s.mean()) / sd
+    raise InputError(f"normalisation {method!r} is not one of {NORMS}")
+
+
+def _sorted(fused: dict[int, float], k: int) -> tuple[np.ndarray, np.ndarray]:
+    # ties broken by document position so results are deterministic
+    items = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+    return np.array([i for i, _ in items], dtype=np.int64), np.array([s for _, s in items], dtype=np.float64)
+
+
+def rrf(rankings: Sequence[np.ndarray], k: int, *, rrf_k: int = RRF_K,
+        weights: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Reciprocal rank fusion of several lists of document positions (best first)."""
+    if rrf_k <= 0:
+        raise InputError(f"rrf_k must be positive, got {rrf_k}")
+    weights = [1.0] * len(rankings) if weights is None else list(weights)
+    if len(weights) != len(rankings):
+        raise InputError(f"{len(weights)} fusion weights given for {len(rankings)} lists")
+    fused: dict[int, float] = {}
+    for w, ranking in zip(weights, rankings):
+        for r, doc in enumerate(ranking, start=1):
+            if doc >= 0:
+                fused[int(doc)] = fused.get(int(doc), 0.0) + w / (rrf_k + r)
+    return _sorted(fused, k)
+
+
+def convex(sparse: tuple[np.ndarray, np.ndarray], dense: tuple[np.ndarray, np.ndarray], k: int, *,
+           alpha: float = 0.5, norm: str = "minmax") -> tuple[np.ndarray, np.ndarray]:
+    """Convex combination α·dense + (1 − α)·sparse of normalised scores (α = weight on dense)."""
+    if not 0.0 <= alpha <= 1.0:
+        raise InputError(f"alpha={alpha} is outside [0, 1]; it is the weight of the dense scores")
+    parts = []
+    for ids, scores in (sparse, dense):
+        keep = ids >= 0
+        ids, s = ids[keep], normalize(scores[keep], norm)
+        parts.append((dict(zip(ids.tolist(), s.tolist())), float(s.min()) if s.size else 0.0))
+    (sp, sp_min), (de, de_min) = parts
+    fused = {d: (1 - alpha) * sp.get(d, sp_min) + alpha * de.get(d, de_min) for d in set(sp) | set(de)}
+    return _sorted(fused, k)

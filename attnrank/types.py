@@ -1,0 +1,114 @@
+"""Result and input types shared by every stage (first stage, reranking, pruning, answering)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+
+@dataclass(frozen=True)
+class Document:
+    """One passage of a corpus.
+
+    ``id`` is the stable key used everywhere (runs, qrels, fusion); ``title`` may be empty.
+    """
+
+    id: str
+    text: str
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def full_text(self) -> str:
+        """Title and text joined the way the indexes see them (BEIR convention)."""
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+@dataclass
+class ScoredDocument:
+    """A document with the score and 1-based rank given by the last stage that ranked it.
+
+    ``stage_scores`` keeps every stage's score by name (``bm25``, ``dense``, ``hybrid``,
+    ``attention``, ...) so that a result explains how it got where it is; ``evidence`` holds
+    optional bulkier per-stage data (e.g. per-token attention scores).
+    """
+
+    id: str
+    score: float
+    rank: int
+    text: str = ""
+    title: str = ""
+    stage_scores: dict[str, float] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def document(self) -> Document:
+        return Document(id=self.id, text=self.text, title=self.title)
+
+
+@dataclass
+class RankedResults:
+    """The ranked list for one query, best first (``results[0].rank == 1``)."""
+
+    query: str
+    results: list[ScoredDocument]
+    query_id: str | None = None
+    stage: str = ""
+
+    def __post_init__(self) -> None:
+        # Sorting here keeps the invariant in one place: every stage returns sorted lists.
+        self.results.sort(key=lambda r: (-r.score, r.rank))
+        for i, r in enumerate(self.results, start=1):
+            r.rank = i
+
+    def __iter__(self) -> Iterator[ScoredDocument]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, i: int) -> ScoredDocument:
+        return self.results[i]
+
+    @property
+    def ids(self) -> list[str]:
+        return [r.id for r in self.results]
+
+    @property
+    def scores(self) -> list[float]:
+        return [r.score for r in self.results]
+
+    def top_k(self, k: int) -> RankedResults:
+        return RankedResults(self.query, self.results[:k], self.query_id, self.stage)
+
+    def documents(self) -> list[Document]:
+        return [r.document for r in self.results]
+
+
+def rank_documents(
+    query: str,
+    docs: Sequence[Document],
+    scores: Sequence[float],
+    *,
+    stage: str,
+    query_id: str | None = None,
+    previous: Sequence[ScoredDocument] | None = None,
+    evidence: Sequence[dict[str, Any]] | None = None,
+) -> RankedResults:
+    """Build sorted results from parallel ``docs``/``scores``; keeps earlier stages' scores.
+
+    Ties keep the input order (stable sort on the previous rank).
+    """
+    out = []
+    for i, (d, s) in enumerate(zip(docs, scores)):
+        prev = previous[i].stage_scores if previous is not None else {}
+        ev = dict(previous[i].evidence) if previous is not None else {}
+        if evidence is not None:
+            ev.update(evidence[i])
+        out.append(
+            ScoredDocument(
+                id=d.id, score=float(s), rank=i + 1, text=d.text, title=d.title,
+                stage_scores={**prev, stage: float(s)}, evidence=ev,
+            )
+        )
+    return RankedResults(query=query, results=out, query_id=query_id, stage=stage)
