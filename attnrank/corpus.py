@@ -60,20 +60,16 @@ def _open_text(path: Path) -> io.TextIOBase:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with _open_text(path) as f:
-        lineno = 0
-        while True:
-            lineno += 1
+    # decode line by line (not through a buffered text wrapper) so errors name the right line
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+        for lineno, raw in enumerate(f, start=1):
             try:
-                line = f.readline()
+                yield lineno, raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise InputError(
-                    f"{path}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at byte {e.start}); "
+                    f"{path}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
                     "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
                 ) from None
-            if not line:
-                return
-            yield lineno, line
 
 
 def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problems) -> None:

@@ -1,0 +1,1 @@
+"""Language-model loading, prompt construction and attention capture for reranking."""

@@ -1,0 +1,302 @@
+"""Fast, selective attention capture from a causal LM.
+
+Attention-based rerankers read a few attention heads of an LLM: ICR ("Attention in Large Language
+Models Yields Efficient Zero-Shot Re-Rankers", Chen et al., ICLR 2025) averages the attention of
+all heads from the query tokens to each passage and calibrates it with a content-free ("N/A")
+query; QRHead ("Query-focused retrieval heads", Zhang et al., EMNLP 2025) uses a small set of
+selected heads. Both only need, for chosen (layer, head) pairs, the softmax rows of the query
+tokens averaged over those tokens.
+
+:class:`AttentionCapturer` gets them without ``output_attentions=True``: it registers an
+attention function with transformers' ``AttentionInterface`` that computes the layer output with
+SDPA and, only for the chosen heads and query rows, the float32 rows
+``softmax(q k^T * scaling + mask)``. The forward pass stops after the deepest layer that has a
+chosen head, and a shared prefix can be prefilled once into a KV cache and reused by several
+suffixes (ICR's calibration). :func:`naive_attention_rows` is the slow eager reference.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AttentionInterface, DynamicCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from attnrank.errors import AttnrankError, InputError
+
+ATTN_IMPLEMENTATION = "attnrank_capture"
+HeadSpec = list[tuple[int, int]] | None  # None = all heads of all layers (up to max_layer)
+
+
+class NonFiniteAttentionError(AttnrankError, ValueError):
+    """A captured attention row holds NaN or inf (bad weights, overflow, or a fully masked row)."""
+
+
+class _StopForward(Exception):
+    """Raised by the hook on the deepest needed decoder layer to end the forward pass early."""
+
+
+@dataclass
+class _Session:
+    """What one capture pass records: chosen heads per layer, query rows, and the captured rows."""
+
+    layer_heads: dict[int, torch.Tensor]
+    query_start: int
+    n_keys: int
+    rows: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def record(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+               mask: torch.Tensor | None, scaling: float, softcap: float | None) -> None:
+        heads = self.layer_heads.get(getattr(module, "layer_idx", -1))
+        if heads is None:
+            return
+        heads = heads.to(query.device)
+        groups = query.shape[1] // key.shape[1]  # GQA: query head h reads KV head h // groups
+        q = query[:1, heads, self.query_start:]
+        k = key[:1, heads // groups]
+        scores = _masked_scores(q, k, mask, scaling, softcap, self.query_start, query.shape[2])
+        mean = torch.softmax(scores, dim=-1)[0].mean(dim=1)  # [n_heads, n_keys_seen]
+        # Keys seen are the last ones of the sequence (a sliding-window layer sees fewer).
+        out = mean.new_zeros(len(heads), self.n_keys)
+        out[:, self.n_keys - mean.shape[-1]:] = mean
+        self.rows[module.layer_idx] = out
+
+
+_ACTIVE: ContextVar[_Session | None] = ContextVar("attnrank_capture_session", default=None)
+
+
+def _masked_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scaling: float,
+                   softcap: float | None, first_row: int, total_rows: int) -> torch.Tensor:
+    """Float32 masked logits [b, h, rows, n_keys] for query rows ``first_row:`` of a pass of
+    ``total_rows`` queries whose keys end with those queries (causal, lower-right aligned)."""
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    n_keys = k.shape[-2]
+    if mask is None:
+        rows = torch.arange(first_row, total_rows, device=q.device)[:, None] + (n_keys - total_rows)
+        mask = torch.arange(n_keys, device=q.device)[None, :] <= rows
+    else:
+        mask = mask[:, :, first_row:, :n_keys]
+    if mask.dtype == torch.bool:
+        return scores.masked_fill(~mask, float("-inf"))
+    return scores + mask.float()
+
+
+def _eager_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   mask: torch.Tensor | None, scaling: float, softcap: float) -> torch.Tensor:
+    """Layer output for soft-capped logits (Gemma 2), which SDPA cannot compute."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    probs = torch.softmax(_masked_scores(query, key, mask, scaling, softcap, 0, query.shape[2]), -1)
+    return torch.matmul(probs.to(value.dtype), value).transpose(1, 2).contiguous()
+
+
+def _capture_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                       value: torch.Tensor, attention_mask: torch.Tensor | None,
+                       scaling: float | None = None, softcap: float | None = None,
+                       **kwargs: object) -> tuple[torch.Tensor, None]:
+    """The registered attention function: plain SDPA, plus the rows of the active capture."""
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    if softcap is None:
+        out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    else:
+        out = _eager_forward(query, key, value, attention_mask, scaling, softcap)
+    session = _ACTIVE.get()
+    if session is not None:
+        session.record(module, query, key, attention_mask, scaling, softcap)
+    return out, None
+
+
+def _ensure_registered() -> None:
+    # The mask function must be registered too: for an unknown name transformers builds no mask
+    # at all, and SDPA with is_causal=True over a KV cache would align the mask upper-left.
+    if ATTN_IMPLEMENTATION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTN_IMPLEMENTATION, _capture_attention)
+        AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+
+
+@contextmanager
+def _attn_implementation(config: object, name: str) -> Iterator[None]:
+    """Switch the decoder config's attention implementation for one pass, then restore it."""
+    previous = config._attn_implementation_internal
+    config._attn_implementation_internal = name
+    try:
+        yield
+    finally:
+        config._attn_implementation_internal = previous
+
+
+@contextmanager
+def _stop_after(layer: torch.nn.Module) -> Iterator[None]:
+    def hook(*_: object) -> None:
+        raise _StopForward
+
+    handle = layer.register_forward_hook(hook)
+    try:
+        yield
+    except _StopForward:
+        pass
+    finally:
+        handle.remove()
+
+
+def _find_decoder(model: torch.nn.Module) -> torch.nn.Module:
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    if not isinstance(getattr(decoder, "layers", None), torch.nn.ModuleList):
+        raise InputError(
+            f"{type(model).__name__} has no decoder with a `layers` list (found {type(decoder).__name__}); "
+            "pass a decoder-only causal LM such as a Llama, Qwen2, Mistral or Gemma model"
+        )
+    return decoder
+
+
+def _validate_heads(heads: HeadSpec, n_layers: int, n_heads: int, max_layer: int | None) -> list[tuple[int, int]]:
+    if max_layer is not None and not 0 <= max_layer < n_layers:
+        raise InputError(f"max_layer={max_layer} is out of range: the model has {n_layers} layers; "
+                         f"pass 0 <= max_layer <= {n_layers - 1} or None")
+    if heads is None:
+        last = n_layers - 1 if max_layer is None else max_layer
+        return [(layer, head) for layer in range(last + 1) for head in range(n_heads)]
+    pairs = sorted({(int(layer), int(head)) for layer, head in heads})
+    if not pairs:
+        raise InputError("the head list is empty; pass at least one (layer, head) pair, or None for all heads")
+    limit = n_layers if max_layer is None else max_layer + 1
+    bad = [(layer, head) for layer, head in pairs if not (0 <= layer < limit and 0 <= head < n_heads)]
+    if bad:
+        raise InputError(
+            f"head pairs {bad} are out of range: this model has {n_layers} layers and {n_heads} heads per "
+            f"layer (max_layer={max_layer}); pass (layer, head) pairs with 0 <= layer <= {limit - 1} "
+            f"and 0 <= head <= {n_heads - 1}"
+        )
+    return pairs
+
+
+def _as_ids(input_ids: torch.Tensor | list[int], device: torch.device) -> torch.Tensor:
+    ids = torch.as_tensor(input_ids, dtype=torch.long, device=device)
+    ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
+    if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
+        raise InputError(f"input_ids must hold one non-empty sequence (shape [n] or [1, n]); got {tuple(ids.shape)}")
+    return ids
+
+
+@dataclass(frozen=True)
+class PrefixCache:
+    """A prefilled shared prefix: its KV cache for layers 0..``deepest_layer``. Never mutated;
+    each suffix pass runs on a :meth:`fork`."""
+
+    cache: DynamicCache
+    length: int
+    deepest_layer: int
+    decoder_id: int
+
+    def fork(self) -> DynamicCache:
+        """A cache sharing the prefix tensors (updates concatenate into new ones, so the prefix
+        is never polluted), without copying them."""
+        forked = copy.copy(self.cache)
+        forked.layers = [copy.copy(layer) for layer in self.cache.layers]
+        return forked
+
+
+class AttentionCapturer:
+    """Captures the attention rows of chosen (layer, head) pairs of a causal LM (batch of one).
+
+    ``heads`` lists (layer, head) pairs (None: all heads of layers 0..``max_layer``). The forward
+    runs up to ``deepest_layer`` only: the deepest chosen layer, or ``max_layer`` if given (a
+    prefix prefilled to ``max_layer`` can then serve capturers of shallower heads). Dropout is not
+    disabled here: put the model in ``eval()`` mode.
+    """
+
+    def __init__(self, model: torch.nn.Module, heads: HeadSpec = None, max_layer: int | None = None):
+        _ensure_registered()
+        self.model = model
+        self.decoder = _find_decoder(model)
+        self.num_layers = int(self.decoder.config.num_hidden_layers)
+        self.num_heads = int(self.decoder.config.num_attention_heads)
+        self.heads = _validate_heads(heads, self.num_layers, self.num_heads, max_layer)
+        self.deepest_layer = max(layer for layer, _ in self.heads) if max_layer is None else max_layer
+        # transformers 5.x renamed the decoder's `past_key_values` argument to `cache`.
+        params = inspect.signature(self.decoder.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._layer_heads = {
+            layer: torch.tensor([h for l2, h in self.heads if l2 == layer], dtype=torch.long)
+            for layer in sorted({layer for layer, _ in self.heads})
+        }
+
+    def prefill(self, input_ids: torch.Tensor | list[int]) -> PrefixCache:
+        """Run a shared prefix once (layers 0..deepest_layer, nothing captured) and keep its cache."""
+        ids = _as_ids(input_ids, self.model.device)
+        cache = DynamicCache(config=self.decoder.config)
+        self._forward(ids, cache, None)
+        return PrefixCache(cache, ids.shape[1], self.deepest_layer, id(self.decoder))
+
+    def capture(self, input_ids: torch.Tensor | list[int], *, prefix: PrefixCache | None = None,
+                query_start: int = 0) -> torch.Tensor:
+        """Attention rows of the chosen heads, averaged over the query rows ``query_start:`` of
+        this pass: float32 ``[len(self.heads), prefix length + len(input_ids)]``, rows in the order
+        of ``self.heads``, columns the absolute key positions (prefix first)."""
+        ids = _as_ids(input_ids, self.model.device)
+        if not 0 <= query_start < ids.shape[1]:
+            raise InputError(f"query_start={query_start} is out of range for a pass of {ids.shape[1]} tokens; "
+                             f"pass 0 <= query_start <= {ids.shape[1] - 1}")
+        cache = None
+        if prefix is not None:
+            self._check_prefix(prefix)
+            cache = prefix.fork()
+        n_keys = ids.shape[1] + (prefix.length if prefix is not None else 0)
+        session = _Session(self._layer_heads, query_start, n_keys)
+        self._forward(ids, cache, session)
+        return self._collect(session)
+
+    def _check_prefix(self, prefix: PrefixCache) -> None:
+        if prefix.decoder_id != id(self.decoder) or prefix.deepest_layer < self.deepest_layer:
+            raise InputError(
+                f"this prefix cache holds layers 0..{prefix.deepest_layer} of another or shallower run, but "
+                f"this capturer needs layers 0..{self.deepest_layer} of this model; prefill it with this "
+                "capturer (or one built with max_layer >= the deepest layer of every capturer sharing it)"
+            )
+
+    def _forward(self, ids: torch.Tensor, cache: DynamicCache | None, session: _Session | None) -> None:
+        token = _ACTIVE.set(session)
+        try:
+            with (torch.inference_mode(),
+                  _attn_implementation(self.decoder.config, ATTN_IMPLEMENTATION),
+                  _stop_after(self.decoder.layers[self.deepest_layer])):
+                self.decoder(input_ids=ids, use_cache=cache is not None, **{self._cache_kwarg: cache})
+        finally:
+            _ACTIVE.reset(token)
+
+    def _collect(self, session: _Session) -> torch.Tensor:
+        for layer, heads in self._layer_heads.items():
+            rows = session.rows.get(layer)
+            if rows is None:
+                raise RuntimeError(f"layer {layer} did not call the registered attention function; "
+                                   f"{type(self.decoder).__name__} does not use transformers' AttentionInterface")
+            finite = torch.isfinite(rows).all(dim=-1)
+            if not bool(finite.all()):
+                head = int(heads[int((~finite).nonzero()[0, 0])])
+                raise NonFiniteAttentionError(
+                    f"attention of layer {layer}, head {head} is not finite (NaN/inf); check the model "
+                    "weights and dtype (float16 overflow: load it in bfloat16 or float32)")
+        return torch.cat([session.rows[layer] for layer in self._layer_heads])
+
+
+def naive_attention_rows(model: torch.nn.Module, input_ids: torch.Tensor | list[int], query_start: int,
+                         heads: HeadSpec = None) -> torch.Tensor:
+    """Slow reference for tests and benchmarks: a full eager forward with ``output_attentions=True``
+    (all layers, all heads, full attention matrices), then the rows ``query_start:`` averaged.
+    Same output layout as :meth:`AttentionCapturer.capture` without a prefix."""
+    decoder = _find_decoder(model)
+    pairs = _validate_heads(heads, int(decoder.config.num_hidden_layers),
+                            int(decoder.config.num_attention_heads), None)
+    ids = _as_ids(input_ids, model.device)
+    with torch.inference_mode(), _attn_implementation(decoder.config, "eager"):
+        attentions = model(input_ids=ids, output_attentions=True, use_cache=False).attentions
+    return torch.stack([attentions[layer][0, head, query_start:].float().mean(dim=0) for layer, head in pairs])

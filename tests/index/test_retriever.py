@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attnrank.errors import IndexFormatError, InputError
+from attnrank.index.retriever import HybridRetriever
+from attnrank.index.store import read_manifest
+from attnrank.types import Document, RankedResults
+
+QUERY = "Vitamin D supplementation and fracture risk"
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
+def test_search_typed_sorted(built_retriever, mode):
+    res = built_retriever.search(QUERY, k=5, mode=mode)
+    assert isinstance(res, RankedResults) and len(res) == 5 and res.stage == mode
+    assert [r.rank for r in res] == [1, 2, 3, 4, 5]
+    assert res.scores == sorted(res.scores, reverse=True)
+    assert all(r.text for r in res)
+    if mode == "hybrid":
+        assert "hybrid" in res[0].stage_scores and ({"bm25", "dense"} & set(res[0].stage_scores))
+
+
+def test_hybrid_convex_and_batch(built_retriever):
+    r = built_retriever
+    r.set_fusion("convex", alpha=0.3, norm="zscore")
+    try:
+        batch = r.search_batch({"a": QUERY, "b": "gene expression"}, k=3)
+        assert [x.query_id for x in batch] == ["a", "b"]
+        single = r.search(QUERY, k=3)
+        assert single.ids == batch[0].ids
+    finally:
+        r.set_fusion("rrf")
+
+
+def test_k_larger_than_corpus_returns_everything(built_retriever):
+    for mode in ("bm25", "dense", "hybrid"):
+        res = built_retriever.search(QUERY, k=10_000, mode=mode)
+        assert len(res) == built_retriever.num_docs == len(set(res.ids))
+
+
+@pytest.mark.parametrize("bad,msg", [("", "query #0 is empty"), ("   ", "query #0 is empty")])
+def test_empty_query(built_retriever, bad, msg):
+    with pytest.raises(InputError, match=msg):
+        built_retriever.search(bad)
+
+
+@pytest.mark.parametrize("k", [0, -3, 2.5])
+def test_bad_k(built_retriever, k):
+    with pytest.raises(InputError, match="must be a positive integer"):
+        built_retriever.search(QUERY, k=k)
+
+
+def test_empty_corpus_and_duplicates():
+    with pytest.raises(InputError, match="empty corpus"):
+        HybridRetriever().index([])
+    with pytest.raises(InputError, match="duplicate document id 'x'"):
+        HybridRetriever().index([Document("x", "a"), Document("x", "b")])
+    with pytest.raises(InputError, match="no documents"):
+        HybridRetriever().search("q")
+
+
+def test_save_load_round_trip(tmp_path, built_retriever):
+    built_retriever.save(tmp_path / "ix")
+    m = read_manifest(tmp_path / "ix", verify=True)
+    assert m["num_docs"] == built_retriever.num_docs and m["format_version"] == 1
+    loaded = HybridRetriever.load(tmp_path / "ix")
+    for mode in ("bm25", "dense", "hybrid"):
+        a, b = built_retriever.search(QUERY, 10, mode=mode), loaded.search(QUERY, 10, mode=mode)
+        assert a.ids == b.ids
+        np.testing.assert_allclose(a.scores, b.scores, rtol=1e-6)
+
+
+@pytest.fixture()
+def saved(tmp_path, built_retriever):
+    built_retriever.save(tmp_path / "ix")
+    return tmp_path / "ix"
+
+
+def test_corrupted_manifest(saved):
+    (saved / "manifest.json").write_text("{not json")
+    with pytest.raises(IndexFormatError, match="manifest.json is corrupted.*rebuild"):
+        HybridRetriever.load(saved)
+
+
+def test_old_format_version(saved):
+    m = json.loads((saved / "manifest.json").read_text())
+    m["format_version"] = 0
+    (saved / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(IndexFormatError, match="format version 0, this attnrank reads version 1"):
+        HybridRetriever.load(saved)
+
+
+def test_truncated_component_detected(saved):
+    f = saved / "bm25" / "data.npy"
+    f.write_bytes(f.read_bytes()[:-8])
+    with pytest.raises(IndexFormatError, match="data.npy is missing or has the wrong size"):
+        HybridRetriever.load(saved)
+
+
+def test_checksum_verification(saved):
+    f = saved / "docs.jsonl"
+    raw = bytearray(f.read_bytes())
+    raw[10] ^= 1  # same size, different content
+    f.write_bytes(bytes(raw))
+    HybridRetriever.load(saved)  # size check alone passes
+    with pytest.raises(IndexFormatError, match="fails its SHA-256 check"):
+        HybridRetriever.load(saved, verify=True)
+
+
+def test_interrupted_save_keeps_previous_index(saved, built_retriever, monkeypatch):
+    before = HybridRetriever.load(saved).search(QUERY, 5).ids
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt("simulated crash mid-save")
+
+    monkeypatch.setattr("attnrank.index.dense.DenseIndex.save", boom)
+    with pytest.raises(KeyboardInterrupt):
+        built_retriever.save(saved)
+    assert HybridRetriever.load(saved, verify=True).search(QUERY, 5).ids == before
+    assert [p.name for p in saved.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_missing_index_message(tmp_path):
+    with pytest.raises(IndexFormatError, match="no index at .*attnrank index"):
+        HybridRetriever.load(tmp_path / "nothing")
+    (tmp_path / "half").mkdir()
+    with pytest.raises(IndexFormatError, match="has no manifest.json"):
+        HybridRetriever.load(tmp_path / "half")

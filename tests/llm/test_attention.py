@@ -1,0 +1,188 @@
+"""Selective attention capture vs. the eager ``output_attentions=True`` reference, on tiny random models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from attnrank.errors import InputError
+from attnrank.llm.attention import (
+    ATTN_IMPLEMENTATION,
+    AttentionCapturer,
+    NonFiniteAttentionError,
+    naive_attention_rows,
+)
+
+torch.set_num_threads(2)
+ATOL = 1e-5
+SUBSET = [(2, 7), (1, 3), (2, 0)]  # unsorted on purpose; heads 3, 0, 7 read KV heads 0, 0, 1
+
+
+def _tiny(model_cls, config_cls, attn: str = "sdpa", **extra):
+    config = config_cls(vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
+                        attn_implementation=attn, **extra)
+    torch.manual_seed(0)
+    return model_cls(config).float().eval()
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return _tiny(LlamaForCausalLM, LlamaConfig)
+
+
+@pytest.fixture(scope="module")
+def llama_eager(llama):
+    """The same weights with eager attention: the reference with output_attentions=True."""
+    ref = _tiny(LlamaForCausalLM, LlamaConfig, attn="eager")
+    ref.load_state_dict(llama.state_dict())
+    return ref
+
+
+def _ids(n: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, 101, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def _reference(eager_model, ids: torch.Tensor, query_start: int, heads) -> torch.Tensor:
+    with torch.no_grad():
+        attentions = eager_model(input_ids=ids, output_attentions=True).attentions
+    return torch.stack([attentions[layer][0, head, query_start:].mean(0) for layer, head in heads])
+
+
+def _all_heads(n_layers: int = 4, n_heads: int = 8):
+    return [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+
+
+def test_all_heads_single_pass(llama, llama_eager):
+    ids = _ids(40)
+    capturer = AttentionCapturer(llama)
+    assert capturer.heads == _all_heads() and capturer.deepest_layer == 3
+    rows = capturer.capture(ids, query_start=25)
+    assert rows.shape == (32, 40) and rows.dtype == torch.float32
+    expected = _reference(llama_eager, ids, 25, _all_heads())
+    torch.testing.assert_close(rows, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(rows.sum(-1), torch.ones(32), atol=ATOL, rtol=0)
+    torch.testing.assert_close(naive_attention_rows(llama, ids, 25), expected, atol=ATOL, rtol=0)
+
+
+def test_subset_with_gqa_stops_early(llama, llama_eager):
+    ids = _ids(30)
+    capturer = AttentionCapturer(llama, heads=SUBSET)
+    assert capturer.heads == sorted(SUBSET) and capturer.deepest_layer == 2
+    fired: list[int] = []
+    handle = llama.model.layers[3].register_forward_hook(lambda *_: fired.append(3))
+    norm_handle = llama.model.norm.register_forward_hook(lambda *_: fired.append(-1))
+    try:
+        rows = capturer.capture(ids, query_start=10)
+        prefix = capturer.prefill(ids[:, :12])
+    finally:
+        handle.remove()
+        norm_handle.remove()
+    assert fired == []
+    torch.testing.assert_close(rows, _reference(llama_eager, ids, 10, sorted(SUBSET)), atol=ATOL, rtol=0)
+    filled = [layer.is_initialized and layer.get_seq_length() == 12 for layer in prefix.cache.layers]
+    assert filled == [True, True, True, False]
+
+
+def test_prefix_reuse_two_suffixes(llama, llama_eager):
+    prefix_ids, suffix_a, suffix_b = _ids(20, seed=2), _ids(9, seed=3), _ids(5, seed=4)
+    for heads in (None, SUBSET):
+        capturer = AttentionCapturer(llama, heads=heads)
+        prefix = capturer.prefill(prefix_ids)
+        for suffix in (suffix_a, suffix_b, suffix_a):  # A again: the prefix cache was not polluted by B
+            rows = capturer.capture(suffix, prefix=prefix, query_start=1)
+            full = torch.cat([prefix_ids, suffix], dim=1)
+            assert rows.shape == (len(capturer.heads), full.shape[1])
+            expected = _reference(llama_eager, full, 20 + 1, capturer.heads)
+            torch.testing.assert_close(rows, expected, atol=ATOL, rtol=0)
+        assert prefix.cache.get_seq_length() == 20
+
+
+def test_shallower_capturer_reuses_deeper_prefix(llama, llama_eager):
+    prefix = AttentionCapturer(llama, heads=[(0, 0)], max_layer=3).prefill(_ids(12, seed=5))
+    shallow = AttentionCapturer(llama, heads=[(1, 1)])
+    rows = shallow.capture(_ids(4, seed=6), prefix=prefix)
+    full = torch.cat([_ids(12, seed=5), _ids(4, seed=6)], dim=1)
+    torch.testing.assert_close(rows, _reference(llama_eager, full, 12, [(1, 1)]), atol=ATOL, rtol=0)
+    deep = AttentionCapturer(llama, heads=[(3, 1)])
+    with pytest.raises(InputError, match="layers 0..2"):
+        deep.capture(_ids(4), prefix=AttentionCapturer(llama, heads=[(2, 0)]).prefill(_ids(6)))
+
+
+def test_no_leak_after_capture(llama):
+    ids = _ids(25)
+    with torch.no_grad():
+        before = llama(input_ids=ids).logits
+    AttentionCapturer(llama, heads=SUBSET).capture(ids, query_start=5)
+    AttentionCapturer(llama).prefill(ids)
+    assert llama.config._attn_implementation == "sdpa"
+    with torch.no_grad():
+        after = llama(input_ids=ids).logits
+        # Left switched on by mistake, the registered function is still plain SDPA outside a capture.
+        llama.config._attn_implementation_internal = ATTN_IMPLEMENTATION
+        try:
+            switched = llama(input_ids=ids).logits
+        finally:
+            llama.config._attn_implementation_internal = "sdpa"
+    assert torch.equal(before, after)
+    torch.testing.assert_close(switched, before, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("heads", "max_layer", "fragment"),
+    [([(4, 0)], None, r"\[\(4, 0\)\]"), ([(0, 8), (1, 1)], None, r"\[\(0, 8\)\]"),
+     ([(-1, 0)], None, r"\(-1, 0\)"), ([(2, 0)], 1, r"\(2, 0\)"), ([], None, "empty"),
+     (None, 4, "max_layer=4")],
+)
+def test_bad_heads_raise(llama, heads, max_layer, fragment):
+    with pytest.raises(InputError, match=fragment) as err:
+        AttentionCapturer(llama, heads=heads, max_layer=max_layer)
+    assert isinstance(err.value, ValueError)
+    if heads:
+        assert "4 layers and 8 heads" in str(err.value)
+
+
+def test_bad_inputs_raise(llama):
+    capturer = AttentionCapturer(llama, heads=[(0, 0)])
+    with pytest.raises(InputError, match="query_start=10"):
+        capturer.capture(_ids(10), query_start=10)
+    with pytest.raises(InputError, match="one non-empty sequence"):
+        capturer.capture(torch.zeros(2, 5, dtype=torch.long))
+
+
+def test_non_finite_raises(llama):
+    broken = _tiny(LlamaForCausalLM, LlamaConfig)
+    broken.load_state_dict(llama.state_dict())
+    with torch.no_grad():
+        broken.model.layers[1].self_attn.q_proj.weight[3 * 8] = float("nan")  # head 3 of layer 1
+    with pytest.raises(NonFiniteAttentionError, match="layer 1, head 3"):
+        AttentionCapturer(broken, heads=[(0, 0), (1, 3)]).capture(_ids(10))
+
+
+@pytest.mark.parametrize(
+    ("model_cls", "config_cls", "attn", "extra"),
+    [(Qwen2ForCausalLM, Qwen2Config, "sdpa", {}),
+     # Gemma 2 (eager only): logit soft-capping, custom query scaling, sliding-window layers.
+     (Gemma2ForCausalLM, Gemma2Config, "eager",
+      {"head_dim": 8, "sliding_window": 16, "query_pre_attn_scalar": 12})],
+)
+def test_other_families(model_cls, config_cls, attn, extra):
+    model = _tiny(model_cls, config_cls, attn=attn, **extra)
+    eager = _tiny(model_cls, config_cls, attn="eager", **extra)
+    eager.load_state_dict(model.state_dict())
+    heads = [(0, 5), (1, 1), (3, 6)]
+    ids = _ids(32, seed=7)
+    capturer = AttentionCapturer(model, heads=heads)
+    torch.testing.assert_close(capturer.capture(ids, query_start=20),
+                               _reference(eager, ids, 20, heads), atol=ATOL, rtol=0)
+    prefix = capturer.prefill(ids[:, :24])
+    torch.testing.assert_close(capturer.capture(ids[:, 24:], prefix=prefix, query_start=0),
+                               _reference(eager, ids, 24, heads), atol=ATOL, rtol=0)

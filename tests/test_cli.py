@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from attnrank.cli import app
+
+runner = CliRunner()
+
+
+def test_index_search_eval(tmp_path, scifact_mini):
+    ix = tmp_path / "ix"
+    r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(ix), "-q"])
+    assert r.exit_code == 0, r.output
+    assert "indexed 55 documents" in r.output
+    run = tmp_path / "run.trec"
+    r = runner.invoke(app, ["search", "--index-dir", str(ix), "--queries", str(scifact_mini / "queries.jsonl"),
+                            "-k", "20", "--mode", "bm25", "-o", str(run), "-q"])
+    assert r.exit_code == 0, r.output
+    assert len(run.read_text().splitlines()) == 12 * 20
+    r = runner.invoke(app, ["eval", str(run), str(scifact_mini / "qrels" / "train.tsv"), "--metrics", "nDCG@10,R@20"])
+    assert r.exit_code == 0 and r.output.startswith("nDCG@10\t")
+    r = runner.invoke(app, ["search", "vitamin D", "--index-dir", str(ix), "-k", "2", "-q"])
+    assert r.exit_code == 0 and "  1. " in r.output
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "attnrank.cli", *args], capture_output=True, text=True)
+
+
+def test_bad_input_is_one_line_and_nonzero(tmp_path):
+    p = tmp_path / "c.jsonl"
+    p.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
+    r = _cli("index", str(p), "--index-dir", str(tmp_path / "ix"), "-q")
+    assert r.returncode == 1
+    assert r.stderr.strip().count("\n") == 0 and "c.jsonl:2: duplicate document id 'a'" in r.stderr
+    assert not (tmp_path / "ix").exists()
+    r = _cli("search", "x", "--index-dir", str(tmp_path / "missing"))
+    assert r.returncode == 1 and "no index at" in r.stderr
