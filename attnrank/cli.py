@@ -87,6 +87,9 @@ def search(
     alpha: Optional[float] = typer.Option(None, help="Convex fusion weight of the dense scores, in [0, 1]."),
     norm: Optional[str] = typer.Option(None, help="Convex fusion normalisation: minmax | zscore | none."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TREC run file."),
+    rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits with the attention reranker (0 = off)."),
+    model: Optional[str] = typer.Option(None, help="LLM for --rerank: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    heads: Optional[str] = typer.Option(None, help="Heads for --rerank: 'all', 'l-h,l-h', or a JSON file."),
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Search an index with one query (printed) or a queries file (TREC run file)."""
@@ -101,7 +104,12 @@ def search(
     if fusion or alpha is not None or norm:
         r.set_fusion(fusion or r.fusion, alpha=alpha, norm=norm)
     qs = {"q1": query} if query is not None else load_queries(queries)
-    results = r.search_batch(qs, k, mode=mode, show_progress=progress and len(qs) > 1)
+    results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
+    if rerank > 0:
+        from .rerank.attention import AttentionReranker
+
+        reranker = AttentionReranker(model, heads, show_progress=progress and len(qs) > 1)
+        results = [_rerank_head(reranker, res, rerank).top_k(k) for res in results]
     if output is not None:
         write_run(results, output, tag=f"attnrank-{mode or r.mode}")
         typer.echo(f"wrote {sum(len(x) for x in results)} results for {len(results)} queries to {output}")
@@ -111,6 +119,71 @@ def search(
         for res in results:
             typer.echo(f"# {res.query_id}: {res.query}")
             _print_results(res)
+
+
+def _rerank_head(reranker, res, depth: int):
+    """Rerank the top ``depth`` of ``res``; the rest keeps its order below them."""
+    from .types import RankedResults
+
+    head = reranker.rank(res.query, res.results[:depth], query_id=res.query_id)
+    from dataclasses import replace
+
+    floor = min(head.scores, default=0.0)
+    # keep the tail below the reranked head, in its first-stage order
+    tail = [replace(d, score=floor - i) for i, d in enumerate(res.results[depth:], start=1)]
+    return RankedResults(res.query, head.results + tail, res.query_id, stage="attention")
+
+
+@app.command()
+def rerank(
+    run: Path = typer.Option(..., "--run", help="First-stage TREC run file to rerank."),
+    queries: Path = typer.Option(..., "--queries", help="BEIR queries.jsonl or TSV id<TAB>text."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus with the run's documents (any supported format)."),
+    name: Optional[str] = typer.Option(None, "--index", "-n", help="Or an index name whose documents to use."),
+    index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
+    depth: int = typer.Option(20, "--depth", "-k", help="Rerank the top K of each query (the rest keeps its order below)."),
+    model: Optional[str] = typer.Option(None, help="HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    heads: Optional[str] = typer.Option(None, help="'all' (ICR), 'l-h,l-h' or a JSON head file (QRHead)."),
+    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate", help="Content-free N/A calibration."),
+    instruction: str = typer.Option("ie", help="Late instruction: ie | qa | custom text."),
+    output: Path = typer.Option(..., "--output", "-o", help="Reranked TREC run file."),
+    quiet: bool = Quiet, verbose: bool = Verbose,
+) -> None:
+    """Rerank a TREC run with the attention reranker and write a TREC run file."""
+    from .corpus import load_corpus, load_queries
+    from .eval import read_run, write_run
+    from .rerank.attention import AttentionReranker
+    from .types import RankedResults, ScoredDocument
+
+    progress = _setup(quiet, verbose)
+    if depth < 1:
+        raise typer.BadParameter(f"--depth {depth} must be at least 1")
+    if corpus is not None:
+        docs = {d.id: d for d in load_corpus(corpus)[0]}
+    else:
+        from .index.retriever import HybridRetriever
+
+        docs = {d.id: d for d in HybridRetriever.load(_index_path(name, index_dir)).docs}
+    qs, first = load_queries(queries), read_run(run)
+    reranker = AttentionReranker(model, heads, calibrate=calibrate, instruction=instruction)
+    out = []
+    items = list(first.items())
+    if progress:
+        from tqdm.auto import tqdm
+
+        items = tqdm(items, desc="rerank", unit="q")
+    for qid, ranking in items:
+        if qid not in qs:
+            raise AttnrankError(f"query {qid!r} of the run is not in {queries}; give the matching queries file")
+        missing = [d for d in ranking if d not in docs]
+        if missing:
+            raise AttnrankError(f"document {missing[0]!r} of the run is not in the corpus/index; give the matching one")
+        ordered = sorted(ranking.items(), key=lambda kv: (-kv[1], kv[0]))
+        res = RankedResults(qs[qid], [ScoredDocument(d, s, r, docs[d].text, docs[d].title, {"first_stage": s})
+                                      for r, (d, s) in enumerate(ordered, start=1)], qid)
+        out.append(_rerank_head(reranker, res, depth))
+    write_run(out, output, tag="attnrank-attention")
+    typer.echo(f"reranked the top {depth} of {len(out)} queries into {output}")
 
 
 def _print_results(res) -> None:

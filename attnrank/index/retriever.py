@@ -116,14 +116,30 @@ class HybridRetriever:
         self._check_search(queries, k)
         mode = self._check_mode(mode or self.mode)
         k_eff = min(k, self.num_docs)
-        depth = max(k_eff, min(self.depth, self.num_docs)) if mode == "hybrid" else k_eff
-        sparse = self.bm25.retrieve(queries, depth) if mode in ("bm25", "hybrid") else None
-        dense = self.dense.retrieve(queries, depth) if mode in ("dense", "hybrid") else None
+        sparse, dense = self.candidates(queries, k_eff, mode)
         out = []
         for qi, q in enumerate(self._progress(queries, show_progress)):
             qid = query_ids[qi] if query_ids is not None else None
             out.append(self._fuse_one(q, qid, qi, sparse, dense, mode, k_eff))
         return out
+
+    def candidates(self, queries: Sequence[str], k: int, mode: str = "hybrid"):
+        """Raw per-side top lists ``(positions, scores)`` (or None), as fused by :meth:`fuse`.
+
+        Hybrid mode fetches ``max(k, depth)`` from each side. Exposed so that tuning can fuse
+        the same candidates many times without searching again.
+        """
+        depth = max(k, min(self.depth, self.num_docs)) if mode == "hybrid" else k
+        sparse = self.bm25.retrieve(queries, depth) if mode in ("bm25", "hybrid") else None
+        dense = self.dense.retrieve(queries, depth) if mode in ("dense", "hybrid") else None
+        return sparse, dense
+
+    def fuse(self, queries: Sequence[str], candidates, k: int, mode: str = "hybrid",
+             query_ids: Sequence[str] | None = None) -> list[RankedResults]:
+        """Turn :meth:`candidates` output into results with the current fusion settings."""
+        sparse, dense = candidates
+        return [self._fuse_one(q, None if query_ids is None else query_ids[i], i, sparse, dense, mode, k)
+                for i, q in enumerate(queries)]
 
     def _fuse_one(self, query, qid, qi, sparse, dense, mode, k) -> RankedResults:
         stage: dict[str, dict[int, float]] = {}

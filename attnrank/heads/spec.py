@@ -1,0 +1,54 @@
+"""Head lists: ``(layer, head)`` pairs, 0-indexed, written ``"layer-head"`` as in QRHead's configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Sequence, Union
+
+from ..errors import InputError
+
+HeadList = list[tuple[int, int]]
+HeadsArg = Union[None, str, Path, Sequence[Union[tuple[int, int], Sequence[int], str]]]
+
+
+def _pair(item) -> tuple[int, int]:
+    try:
+        if isinstance(item, str):
+            layer, head = item.replace(":", "-").replace(",", "-").split("-")
+        else:
+            layer, head = item
+        return int(layer), int(head)
+    except (ValueError, TypeError):
+        raise InputError(f"head {item!r} is not a (layer, head) pair; write it as 'layer-head', e.g. '13-18'") from None
+
+
+def parse_heads(spec: HeadsArg) -> HeadList | None:
+    """Normalise a head spec. ``None``/``"all"`` → None (every head); a list of pairs or
+    ``"l-h"`` strings; a comma-separated string ``"13-18,14-2"``; or a JSON file holding such a
+    list or ``{"heads": [...]}``. Returns sorted, de-duplicated pairs."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "all"):
+        return None
+    if isinstance(spec, Path) or (isinstance(spec, str) and spec.endswith(".json")):
+        path = Path(spec)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"head file {str(path)!r} does not exist") from None
+        except json.JSONDecodeError as e:
+            raise InputError(f"head file {path} is not valid JSON ({e.msg})") from None
+        spec = data.get("heads") if isinstance(data, dict) else data
+        if not isinstance(spec, list):
+            raise InputError(f"head file {path} must hold a list of 'layer-head' or {{\"heads\": [...]}}")
+    elif isinstance(spec, str):
+        spec = [s for s in spec.replace(" ", "").split(",") if s]
+    heads = sorted({_pair(x) for x in spec})
+    if not heads:
+        raise InputError("the head list is empty; give at least one 'layer-head' pair, or 'all'")
+    if any(l < 0 or h < 0 for l, h in heads):
+        raise InputError(f"negative layer/head index in {format_heads(heads)}; indices are 0-based")
+    return heads
+
+
+def format_heads(heads: Iterable[tuple[int, int]]) -> str:
+    return ",".join(f"{l}-{h}" for l, h in heads)

@@ -1,0 +1,55 @@
+"""Tune the convex-fusion weight on labelled queries (grid search, as ranx's optimize_fusion)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..eval import evaluate, results_to_run
+from .retriever import HybridRetriever
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TuneResult:
+    alpha: float
+    norm: str
+    score: float
+    metric: str
+    table: list[dict] = field(default_factory=list)  # one row per (norm, alpha) tried
+
+
+def tune_alpha(retriever: HybridRetriever, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
+               alphas: Sequence[float] = tuple(np.round(np.linspace(0, 1, 21), 2)),
+               norms: Sequence[str] = ("minmax", "zscore"), metric: str = "nDCG@10", k: int = 100,
+               rel: int = 1, apply: bool = True) -> TuneResult:
+    """Grid-search ``alpha`` (weight of dense) and the normalisation for convex fusion.
+
+    Candidates are retrieved once and re-fused per setting. Ties go to the smaller alpha.
+    With ``apply=True`` the retriever is switched to the best convex setting.
+    """
+    labelled = {q: t for q, t in queries.items() if q in qrels}
+    if not labelled:
+        raise InputError("none of the given queries has relevance judgments; tuning needs labelled queries")
+    qids, texts = list(labelled), list(labelled.values())
+    cands = retriever.candidates(texts, min(k, retriever.num_docs), "hybrid")
+    judged = {q: qrels[q] for q in qids}
+    table, best = [], None
+    for norm in norms:
+        for a in alphas:
+            retriever.set_fusion("convex", alpha=float(a), norm=norm)
+            res = retriever.fuse(texts, cands, min(k, retriever.num_docs), query_ids=qids)
+            value = evaluate(results_to_run(res), judged, [metric], rel=rel)[metric]
+            table.append({"norm": norm, "alpha": float(a), metric: value})
+            if best is None or value > best.score + 1e-12:
+                best = TuneResult(float(a), norm, value, metric)
+    best.table = table
+    logger.info("best convex fusion: alpha=%.2f norm=%s %s=%.4f", best.alpha, best.norm, metric, best.score)
+    if apply:
+        retriever.set_fusion("convex", alpha=best.alpha, norm=best.norm)
+    return best

@@ -1,0 +1,1 @@
+"""Attention reranking (ICR / QRHead scoring)."""

@@ -1,0 +1,132 @@
+"""Generative LLM rerankers, the baselines attention reranking is measured against.
+
+- :class:`PointwiseReranker`: one prompt per passage, score = logit("Yes") − logit("No") of the
+  first answer token (the yes/no relevance scoring used by monoT5-style and LLM pointwise
+  rerankers).
+- :class:`ListwiseReranker`: RankGPT (Sun et al., EMNLP 2023): the model writes a permutation
+  "[3] > [1] > ..." for a window of passages; windows of 20 slide from the bottom of the list
+  to the top in steps of 10. Unparseable or missing identifiers keep their input order
+  after the ones the model named, as RankGPT does.
+
+Both return the same :class:`~attnrank.types.RankedResults` as the attention reranker.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..llm.models import LLM, load_llm
+from ..types import Document, RankedResults, rank_documents
+from .attention import _as_documents
+
+logger = logging.getLogger(__name__)
+
+
+def _words(text: str, n: int | None) -> str:
+    w = text.split()
+    return text if n is None or len(w) <= n else " ".join(w[:n])
+
+
+def _chat(tokenizer, messages: list[dict]) -> str:
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return "\n\n".join(m["content"] for m in messages) + "\n"
+
+
+class PointwiseReranker:
+    """Yes/no relevance per passage; score = logit(Yes) − logit(No) at the first answer token."""
+
+    def __init__(self, model: str | LLM | None = None, *, max_doc_words: int | None = 300, batch_size: int = 8,
+                 dtype: str = "auto", device: str = "cpu"):
+        self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
+        self.max_doc_words, self.batch_size = max_doc_words, batch_size
+        tok = self.llm.tokenizer
+        self.yes, self.no = (tok.encode(w, add_special_tokens=False)[0] for w in ("Yes", "No"))
+
+    def _prompt(self, query: str, d: Document) -> str:
+        passage = (d.title + "\n" if d.title else "") + _words(d.text, self.max_doc_words)
+        msg = (f"Passage: {passage}\n\nQuery: {query}\n\n"
+               "Is the passage relevant to the query? Answer Yes or No.")
+        return _chat(self.llm.tokenizer, [{"role": "user", "content": msg}])
+
+    @torch.inference_mode()
+    def score(self, query: str, docs: Sequence[Document]) -> np.ndarray:
+        tok, model = self.llm.tokenizer, self.llm.model
+        tok.padding_side = "left"  # the answer token is the last position of every row
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        out = []
+        for i in range(0, len(docs), self.batch_size):
+            texts = [self._prompt(query, d) for d in docs[i:i + self.batch_size]]
+            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.llm.device)
+            logits = model(**enc, logits_to_keep=1).logits[:, -1].float()
+            out.append((logits[:, self.yes] - logits[:, self.no]).cpu().numpy())
+        return np.concatenate(out)
+
+    def rank(self, query: str, docs, k: int | None = None, *, query_id: str | None = None) -> RankedResults:
+        documents, previous = _as_documents(docs)
+        res = rank_documents(query, documents, self.score(query, documents), stage="pointwise",
+                             query_id=query_id, previous=previous)
+        return res if k is None else res.top_k(k)
+
+
+class ListwiseReranker:
+    """RankGPT sliding-window permutation generation (window 20, step 10 by default)."""
+
+    SYSTEM = "You are RankGPT, an intelligent assistant that can rank passages based on their relevancy to the query."
+
+    def __init__(self, model: str | LLM | None = None, *, window: int = 20, step: int = 10,
+                 max_doc_words: int | None = 300, dtype: str = "auto", device: str = "cpu"):
+        if not 0 < step <= window:
+            raise InputError(f"need 0 < step <= window, got window={window}, step={step}")
+        self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
+        self.window, self.step, self.max_doc_words = window, step, max_doc_words
+
+    def _messages(self, query: str, docs: list[Document]) -> list[dict]:
+        n = len(docs)
+        body = "\n".join(f"[{i}] {_words(d.full_text, self.max_doc_words)}" for i, d in enumerate(docs, start=1))
+        user = (f"I will provide you with {n} passages, each indicated by number identifier []. "
+                f"Rank the passages based on their relevance to query: {query}.\n\n{body}\n\n"
+                f"Search Query: {query}. Rank the {n} passages above based on their relevance to the search "
+                "query. The passages should be listed in descending order using identifiers. The most relevant "
+                "passages should be listed first. The output format should be [] > [], e.g., [1] > [2]. "
+                "Only respond with the ranking results, do not say any word or explain.")
+        return [{"role": "system", "content": self.SYSTEM}, {"role": "user", "content": user}]
+
+    @torch.inference_mode()
+    def permutation(self, query: str, docs: list[Document]) -> list[int]:
+        """The model's order of ``docs`` (0-based indices), completed with the unnamed ones."""
+        tok = self.llm.tokenizer
+        enc = tok(_chat(tok, self._messages(query, docs)), return_tensors="pt", add_special_tokens=False)
+        gen = self.llm.model.generate(**enc.to(self.llm.device), max_new_tokens=6 * len(docs), do_sample=False,
+                                      pad_token_id=tok.pad_token_id or tok.eos_token_id)
+        text = tok.decode(gen[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        named = []
+        for m in re.findall(r"\d+", text):
+            i = int(m) - 1
+            if 0 <= i < len(docs) and i not in named:
+                named.append(i)
+        return named + [i for i in range(len(docs)) if i not in named]
+
+    def rank(self, query: str, docs, k: int | None = None, *, query_id: str | None = None) -> RankedResults:
+        documents, previous = _as_documents(docs)
+        order = list(range(len(documents)))
+        end = len(order)
+        while True:  # slide from the bottom of the list to the top, as RankGPT does
+            start = max(0, end - self.window)
+            win = order[start:end]
+            perm = self.permutation(query, [documents[i] for i in win])
+            order[start:end] = [win[p] for p in perm]
+            if start == 0:
+                break
+            end -= self.step
+        scores = np.empty(len(documents))
+        scores[order] = -np.arange(len(order), dtype=float)  # rank position as score
+        res = rank_documents(query, documents, scores, stage="listwise", query_id=query_id, previous=previous)
+        return res if k is None else res.top_k(k)

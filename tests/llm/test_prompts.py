@@ -1,0 +1,249 @@
+"""Tests of attnrank.llm.prompts: the ICR reranking prompt, its spans and KV-reuse split."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from attnrank.errors import InputError, ModelError
+from attnrank.llm import prompts
+from attnrank.llm.prompts import (
+    INSTRUCTIONS,
+    build_answer_prompt,
+    build_rerank_prompt,
+    build_rerank_prompts,
+    chat_frame,
+    encode_text,
+)
+from attnrank.types import Document
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    "Here are some paragraphs:\n\n[1] Paris\nParis is the capital and largest city of France.",
+    "Please find information that are relevant to the following query in the paragraphs above.",
+    "\n\nQuery: what is the capital of France?\n\n[2] Berlin\nBerlin is the capital of Germany.",
+    "Please answer the following question based on the information in the paragraphs above.",
+] * 3 + ["A paragraph that ends with a blank line.\n\n"] * 20
+
+
+def make_tokenizer(*, chat: bool = True, bos: bool = False, use_regex: bool = True,
+                   merges: list[tuple[str, str]] | None = None):
+    """A small byte-level BPE trained in memory (learns merges such as "\\n\\n" -> "ĊĊ")."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors, trainers
+    from tokenizers import models as tok_models
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>"]
+    if merges is None:
+        tok = Tokenizer(tok_models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=use_regex)
+        trainer = trainers.BpeTrainer(vocab_size=420, special_tokens=specials, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(CORPUS, trainer)
+    else:  # hand-made merges, e.g. one that crosses the context/query boundary
+        alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+        vocab = {c: i for i, c in enumerate(alphabet + ["".join(m) for m in merges])}
+        tok = Tokenizer(tok_models.BPE(vocab=vocab, merges=merges))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=use_regex)
+        tok.add_special_tokens(specials)
+    tok.decoder = decoders.ByteLevel()
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   bos_token="<s>" if bos else None, unk_token="<|endoftext|>")
+    if chat:
+        fast.chat_template = ("{{ bos_token }}" if bos else "") + CHAT_TEMPLATE
+    return fast
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tokenizer()
+
+
+DOCS = [
+    Document("d1", "Paris is the capital and largest city of France.", "Paris"),
+    Document("d2", "Berlin is the capital of Germany.", "Berlin"),
+    Document("d3", "Madrid é a capital de Espanha — 日本語 too.\n\nSecond paragraph."),
+]
+QUERY = "what is the capital of France?"
+
+
+def block_text(position: int, doc: Document) -> str:
+    return f"[{position}] {doc.title}\n{doc.text}" if doc.title else f"[{position}] {doc.text}"
+
+
+def check_spans(tokenizer, prompt, docs):
+    """Every doc span decodes to its block; the query span to instruction..chat suffix."""
+    for i, (s, e) in enumerate(prompt.doc_spans):
+        position = prompt.order.index(i) + 1
+        assert tokenizer.decode(prompt.input_ids[s:e]) == block_text(position, docs[i])
+    tail = tokenizer.decode(prompt.input_ids[prompt.query_start:])
+    assert tail.startswith(INSTRUCTIONS["ie"]) or tail.startswith(INSTRUCTIONS["qa"])
+    assert tail.endswith(chat_frame(tokenizer).suffix)
+
+
+def test_spans_decode_to_blocks_and_query(tok):
+    p = build_rerank_prompt(tok, QUERY, DOCS)
+    check_spans(tok, p, DOCS)
+    assert p.text.startswith("<|im_start|>user\nHere are some paragraphs:\n\n[1] ")
+    assert p.text.endswith(f"\n\nQuery: {QUERY}<|im_end|>\n<|im_start|>assistant\n")
+    assert p.query_end == len(p.input_ids) and p.tensor().shape == (1, len(p.input_ids))
+
+
+def test_split_tokenization_equals_whole(tok):
+    """Concatenating context and query ids changes neither ids, offsets nor spans."""
+    assert tok("x\n\n", add_special_tokens=False).input_ids[-1] == tok.convert_tokens_to_ids("ĊĊ")
+    p = build_rerank_prompt(tok, QUERY, DOCS)
+    whole = tok(p.text, add_special_tokens=False, return_offsets_mapping=True)
+    assert p.input_ids == whole["input_ids"]
+    assert p.offsets == [tuple(o) for o in whole["offset_mapping"]]
+    # Spans recomputed from the whole text's offsets are the same.
+    for i, (s, e) in enumerate(p.doc_spans):
+        start = p.text.index(block_text(p.order.index(i) + 1, DOCS[i]))
+        end = start + len(block_text(p.order.index(i) + 1, DOCS[i]))
+        toks = [t for t, (a, b) in enumerate(whole["offset_mapping"]) if a < end and b > start]
+        assert (s, e) == (toks[0], toks[-1] + 1)
+    assert whole["offset_mapping"][p.query_start][0] == p.text.index(INSTRUCTIONS["ie"])
+
+
+def test_calibration_shares_prefix(tok):
+    real = build_rerank_prompt(tok, QUERY, DOCS)
+    na = build_rerank_prompt(tok, "N/A", DOCS)
+    assert real.prefix_ids == na.prefix_ids and real.query_start == na.query_start
+    assert real.doc_spans == na.doc_spans
+    assert tok.decode(na.suffix_ids).endswith("Query: N/A<|im_end|>\n<|im_start|>assistant\n")
+    pair = build_rerank_prompts(tok, QUERY, DOCS)
+    assert pair.prefix_ids == real.prefix_ids
+    assert pair.real_suffix_ids == real.suffix_ids
+    assert pair.calibration_suffix_ids == na.suffix_ids
+    assert pair.doc_spans == real.doc_spans and pair.query_start == real.query_start
+
+
+def test_order_reverse_and_forward(tok):
+    rev = build_rerank_prompt(tok, QUERY, DOCS)
+    assert rev.order == [2, 1, 0]
+    assert rev.doc_spans[0][0] > rev.doc_spans[1][0] > rev.doc_spans[2][0]
+    assert "[3] Paris\n" in rev.text and "[1] Madrid" in rev.text  # rank 1 nearest the query
+    fwd = build_rerank_prompt(tok, QUERY, DOCS, order="forward")
+    assert fwd.order == [0, 1, 2] and "[1] Paris\n" in fwd.text
+    assert fwd.doc_spans[0][0] < fwd.doc_spans[1][0] < fwd.doc_spans[2][0]
+    check_spans(tok, fwd, DOCS)
+
+
+def test_instructions(tok):
+    qa = build_rerank_prompt(tok, QUERY, DOCS, instruction="qa")
+    assert INSTRUCTIONS["qa"] in qa.text and INSTRUCTIONS["ie"] not in qa.text
+    custom = build_rerank_prompt(tok, QUERY, DOCS, instruction="Which paragraph answers this?")
+    assert tok.decode(custom.suffix_ids).startswith("Which paragraph answers this?\n\nQuery: ")
+
+
+def test_truncation_is_reported(tok, caplog):
+    long_doc = Document("long", " ".join(f"w{i}" for i in range(50)), "Long")
+    docs = [long_doc, DOCS[1]]
+    with caplog.at_level(logging.INFO, logger="attnrank.llm.prompts"):
+        p = build_rerank_prompt(tok, QUERY, docs, max_doc_words=10)
+    assert [(t.doc_index, t.doc_id, t.unit, t.original, t.kept) for t in p.truncated] == [
+        (0, "long", "words", 50, 10)]
+    assert "long 50->10 words" in caplog.text
+    assert "[2] Long\nw0 w1 w2 w3 w4 w5 w6 w7 w8 w9\n\n" in p.text
+    p = build_rerank_prompt(tok, QUERY, docs, max_doc_words=None, max_doc_tokens=5)
+    assert {t.doc_id: t.unit for t in p.truncated} == {"long": "tokens", "d2": "tokens"}
+    cut = p.truncated[0]
+    assert cut.kept == 5 and cut.original == len(tok(long_doc.text).input_ids)
+    check_spans(tok, p, [Document("long", tok.decode(tok(long_doc.text).input_ids[:5]), "Long"),
+                         Document("d2", tok.decode(tok(DOCS[1].text).input_ids[:5]), "Berlin")])
+    assert build_rerank_prompt(tok, QUERY, docs, max_doc_words=None).truncated == []
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"query": ""}, "query is empty"),
+    ({"query": "   "}, "query is empty"),
+    ({"docs": []}, "no documents"),
+    ({"order": "random"}, "order='random'"),
+    ({"instruction": ""}, "instruction=''"),
+    ({"max_doc_words": 0}, "max_doc_words=0"),
+])
+def test_bad_input(tok, kwargs, pattern):
+    args = {"query": QUERY, "docs": DOCS, **kwargs}
+    with pytest.raises(InputError, match=pattern):
+        build_rerank_prompt(tok, args.pop("query"), args.pop("docs"), **args)
+
+
+def test_plain_strings_and_no_chat_template():
+    tok = make_tokenizer(chat=False)
+    p = build_rerank_prompt(tok, QUERY, ["first doc", "second doc"], order="forward")
+    assert p.text.startswith("Here are some paragraphs:\n\n[1] first doc\n\n[2] second doc\n\n")
+    assert p.text.endswith(f"Query: {QUERY}\n")
+    assert tok.decode(p.input_ids[slice(*p.doc_spans[1])]) == "[2] second doc"
+
+
+def test_bos_is_added_once():
+    tok = make_tokenizer(chat=False, bos=True)
+    bos = tok.convert_tokens_to_ids("<s>")
+    p = build_rerank_prompt(tok, QUERY, DOCS)
+    assert p.input_ids[0] == bos and p.input_ids.count(bos) == 1 and p.offsets[0] == (0, 0)
+    check_spans(tok, p, DOCS)
+    assert encode_text(tok, "hi") == [bos] + tok("hi", add_special_tokens=False).input_ids
+    templated = make_tokenizer(chat=True, bos=True)  # the template writes "<s>" itself
+    p = build_rerank_prompt(templated, QUERY, DOCS)
+    assert p.input_ids[0] == bos and p.input_ids.count(bos) == 1
+    assert encode_text(templated, "<s>hi").count(bos) == 1
+    check_spans(templated, p, DOCS)
+
+
+def test_token_merging_across_the_boundary_is_refused():
+    tok = make_tokenizer(use_regex=False, merges=[("Ċ", "P")])  # "\nP" is one token
+    with pytest.raises(ModelError, match="boundary"):
+        build_rerank_prompt(tok, QUERY, DOCS)
+
+
+def test_answer_prompt(tok):
+    text = build_answer_prompt(tok, " Capital of France? ", DOCS[:2])
+    assert text.startswith("<|im_start|>user\nAnswer the question based on the context")
+    assert "Context:\n[1] Paris\nParis is" in text and "\n\n[2] Berlin\n" in text
+    assert text.endswith("Question: Capital of France?<|im_end|>\n<|im_start|>assistant\n")
+    closed = build_answer_prompt(tok, "Capital of France?")
+    assert "Context:" not in closed
+    plain = build_answer_prompt(make_tokenizer(chat=False), "Q?", ["some passage"])
+    assert plain.endswith("Question: Q?\nAnswer:")
+    with pytest.raises(InputError, match="question is empty"):
+        build_answer_prompt(tok, "  ", DOCS)
+
+
+def test_template_failure_falls_back(caplog):
+    tok = make_tokenizer(chat=False)
+    tok.chat_template = "{{ raise_exception('no user role') }}"
+    with caplog.at_level(logging.WARNING, logger="attnrank.llm.prompts"):
+        frame = chat_frame(tok)
+    assert (frame.prefix, frame.suffix) == ("", "\n") and "failed" in caplog.text
+
+
+# --------------------------------------------------------------------------- real tokenizer
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from attnrank.llm.models import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.mark.slow
+def test_smollm2_prompt(smol):
+    filler = "Passage {} about café, naïve “quotes” and 1,234.5 numbers.\n- list item {}"
+    docs = DOCS + [Document(f"x{i}", filler.format(i, i), f"Title {i}") for i in range(20)]
+    pair = build_rerank_prompts(smol, QUERY, docs)
+    for p in (pair.real, pair.calibration):
+        check_spans(smol, p, docs)
+        assert p.input_ids == smol(p.text, add_special_tokens=False).input_ids
+    assert pair.real.prefix_ids == pair.calibration.prefix_ids
+    assert smol.decode(pair.prefix_ids).startswith("<|im_start|>system\n")
+    answer = build_answer_prompt(smol, QUERY, docs[:2])
+    assert answer.endswith("<|im_start|>assistant\n")
+    assert encode_text(smol, answer) == smol(answer).input_ids

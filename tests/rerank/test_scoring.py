@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.rerank.scoring import document_scores, per_head_document_scores, token_scores
+
+
+def test_token_scores_sum_and_weights():
+    rows = np.array([[0.1, 0.2, 0.3], [0.5, 0.0, 0.1]])
+    np.testing.assert_allclose(token_scores(rows), [0.6, 0.2, 0.4])
+    np.testing.assert_allclose(token_scores(rows, np.array([2.0, -1.0])), [-0.3, 0.4, 0.5])
+
+
+def test_filter_drops_tokens_below_mean_minus_two_std():
+    # one strongly negative token among ten: mean - 2*std (unbiased) excludes it
+    tokens = np.array([0.1] * 9 + [-5.0])
+    vals = tokens[:10]
+    thr = vals.mean() - 2 * vals.std(ddof=1)
+    assert -5.0 < thr  # the outlier is below the threshold
+    s = document_scores(tokens, [(0, 10)])
+    assert s[0] == pytest.approx(0.9)
+    assert document_scores(tokens, [(0, 10)], use_filter=False)[0] == pytest.approx(-4.1)
+
+
+def test_scores_per_span_and_no_length_normalisation():
+    tokens = np.array([1.0, 1.0, 1.0, 2.0, 0.5])
+    np.testing.assert_allclose(document_scores(tokens, [(0, 3), (3, 5)]), [3.0, 2.5])
+
+
+def test_single_token_span_and_bad_spans():
+    assert document_scores(np.array([0.3]), [(0, 1)])[0] == pytest.approx(0.3)
+    with pytest.raises(InputError, match=r"span \(2, 9\) is outside the 3 context tokens"):
+        document_scores(np.zeros(3), [(2, 9)])
+
+
+def test_non_finite_is_an_error():
+    with pytest.raises(InputError, match="non-finite attention score at context token 1"):
+        document_scores(np.array([0.1, np.nan, 0.2]), [(0, 3)])
+
+
+def test_per_head_scores_use_their_own_mask():
+    rows = np.array([[0.1] * 9 + [-5.0], [1.0] * 10])
+    out = per_head_document_scores(rows, [(0, 10), (0, 5)])
+    np.testing.assert_allclose(out, [[0.9, 0.5], [10.0, 5.0]])
+    # summing per-head scores differs from filtering the head-summed tokens (QRHead vs ICR order)
+    assert document_scores(token_scores(rows), [(0, 10)])[0] != pytest.approx(out[:, 0].sum())
