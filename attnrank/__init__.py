@@ -1,1 +1,47 @@
-"""attnrank: retrieval and reranking with a language model's own attention."""
+"""attnrank: retrieval and reranking with a language model's own attention.
+
+Public API (re-exports only):
+
+- first stage: :class:`HybridRetriever`, :func:`load_corpus`, :func:`load_queries`
+- reranking: :class:`AttentionReranker` (ICR / QRHead), :class:`PointwiseReranker`,
+  :class:`ListwiseReranker` (baselines)
+- types: :class:`Document`, :class:`ScoredDocument`, :class:`RankedResults`
+- models: :func:`load_llm`
+
+Heavy modules (torch, transformers) load on first use of the names that need them.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+from .corpus import load_corpus, load_queries
+from .errors import AttnrankError, IndexFormatError, InputError, MissingExtraError, ModelError
+from .types import Document, RankedResults, ScoredDocument
+
+_LAZY = {
+    "HybridRetriever": "attnrank.index.retriever",
+    "tune_alpha": "attnrank.index.tuning",
+    "AttentionReranker": "attnrank.rerank.attention",
+    "PointwiseReranker": "attnrank.rerank.generative",
+    "ListwiseReranker": "attnrank.rerank.generative",
+    "load_llm": "attnrank.llm.models",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .index.retriever import HybridRetriever
+    from .index.tuning import tune_alpha
+    from .llm.models import load_llm
+    from .rerank.attention import AttentionReranker
+    from .rerank.generative import ListwiseReranker, PointwiseReranker
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'attnrank' has no attribute {name!r}")
+
+
+__all__ = ["Document", "ScoredDocument", "RankedResults", "load_corpus", "load_queries", "AttnrankError",
+           "InputError", "IndexFormatError", "ModelError", "MissingExtraError", *_LAZY]

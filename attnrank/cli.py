@@ -212,9 +212,12 @@ def eval_cmd(
 @app.command()
 def demo(
     k: int = typer.Option(3, "--k", "-k", help="Results shown per question."),
+    depth: int = typer.Option(10, "--depth", help="First-stage hits reranked by attention."),
+    model: Optional[str] = typer.Option(None, help="LLM (default: packaged SmolLM2-135M)."),
+    no_rerank: bool = typer.Option(False, "--no-rerank", help="Stop after the first stage."),
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
-    """Index the embedded demo corpus (80 Wikipedia paragraphs) and answer its questions' retrieval."""
+    """Run the pipeline on the embedded demo corpus (80 Wikipedia paragraphs, 8 questions)."""
     from .config import index_root
     from .demo import demo_corpus_path, demo_queries
     from .index.retriever import HybridRetriever
@@ -224,10 +227,26 @@ def demo(
     r = HybridRetriever().index(demo_corpus_path(), show_progress=progress)
     r.save(target)
     typer.echo(f"[index] {r.num_docs} passages -> {target}")
-    for q in demo_queries():
-        res = r.search(q["text"], k, query_id=q["_id"])
+    reranker = None
+    if not no_rerank:
+        from .rerank.attention import AttentionReranker
+
+        reranker = AttentionReranker(model)
+        typer.echo(f"[rerank] {reranker!r}")
+    hits = {"first stage": 0, "attention rerank": 0}
+    questions = demo_queries()
+    for q in questions:
+        res = r.search(q["text"], depth, query_id=q["_id"])
+        gold = set(q["supporting"])
+        hits["first stage"] += len(gold & set(res.ids[:2]))
         typer.echo(f"\nQ: {q['text']}\n   gold passages: {', '.join(q['supporting'])}")
-        _print_results(res)
+        if reranker is not None:
+            res = reranker.rank(q["text"], res)
+            hits["attention rerank"] += len(gold & set(res.ids[:2]))
+        _print_results(res.top_k(k))
+    total = 2 * len(questions)
+    typer.echo("\n[summary] gold passages in the top 2: " + ", ".join(
+        f"{name} {n}/{total}" for name, n in hits.items() if name == "first stage" or reranker is not None))
 
 
 def main() -> None:

@@ -118,6 +118,9 @@ def md_table(rows: list[dict], cols: list[str], fmt: dict[str, str] | None = Non
         cells = []
         for c in cols:
             v = r.get(c, "")
-            cells.append(format(v, fmt.get(c, ".4f")) if isinstance(v, float) else str(v))
+            if isinstance(v, float):
+                cells.append("—" if v != v else format(v, fmt.get(c, ".4f")))  # NaN: not measured
+            else:
+                cells.append(str(v))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

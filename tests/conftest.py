@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # shared test helpers (tests/_tiny.py)
 
 DATA = Path(__file__).parent / "data"
 

@@ -17,48 +17,7 @@ from attnrank.llm import models
 from attnrank.llm.models import LLM, clear_llm_cache, load_llm
 
 _USER_HOME = os.environ.get("ATTNRANK_HOME")
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-def tiny_tokenizer():
-    """A byte-level BPE tokenizer without merges (one token per byte) plus 3 special tokens."""
-    from tokenizers import Tokenizer, decoders, pre_tokenizers
-    from tokenizers import models as tok_models
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    tok = Tokenizer(tok_models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   bos_token="<|im_start|>", unk_token="<|endoftext|>")
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
-
-
-def tiny_model(family: str = "llama", vocab_size: int = 259):
-    """A 2-layer random causal LM of ``family`` (4 query heads, 2 KV heads)."""
-    import transformers
-
-    torch.manual_seed(0)
-    names = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gemma": "Gemma"}
-    cfg_cls = getattr(transformers, f"{names[family]}Config")
-    model_cls = getattr(transformers, f"{names[family]}ForCausalLM")
-    cfg = cfg_cls(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
-                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  head_dim=8, max_position_embeddings=256, tie_word_embeddings=True)
-    return model_cls(cfg).eval()
-
-
-def save_tiny(path: Path, family: str = "llama") -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    tiny_tokenizer().save_pretrained(path)
-    tiny_model(family).save_pretrained(path)
-    return path
+from _tiny import save_tiny, tiny_model, tiny_tokenizer  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

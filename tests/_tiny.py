@@ -1,0 +1,51 @@
+"""Tiny models and tokenizers built in memory for tests (no downloads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def tiny_tokenizer():
+    """A byte-level BPE tokenizer without merges (one token per byte) plus 3 special tokens."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers import models as tok_models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    tok = Tokenizer(tok_models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   bos_token="<|im_start|>", unk_token="<|endoftext|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def tiny_model(family: str = "llama", vocab_size: int = 259, layers: int = 2, heads: int = 4,
+               kv_heads: int = 2, max_positions: int = 256):
+    """A random causal LM of ``family`` (GQA: ``heads`` query heads over ``kv_heads``)."""
+    import transformers
+
+    torch.manual_seed(0)
+    names = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gemma": "Gemma"}
+    cfg_cls = getattr(transformers, f"{names[family]}Config")
+    model_cls = getattr(transformers, f"{names[family]}ForCausalLM")
+    cfg = cfg_cls(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                  head_dim=8, max_position_embeddings=max_positions, tie_word_embeddings=True)
+    return model_cls(cfg).eval()
+
+
+def save_tiny(path: Path, family: str = "llama", **kw) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    tiny_tokenizer().save_pretrained(path)
+    tiny_model(family, **kw).save_pretrained(path)
+    return path

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnrank.corpus import load_queries
+from attnrank.errors import InputError
+from attnrank.eval import read_qrels
+from attnrank.index.dense import DenseIndex
+from attnrank.index.tuning import tune_alpha
+
+
+def test_tune_alpha_on_labelled_queries(built_retriever, scifact_mini):
+    qrels = read_qrels(scifact_mini)
+    queries = load_queries(scifact_mini / "queries.jsonl")
+    try:
+        best = tune_alpha(built_retriever, queries, qrels, alphas=[0.0, 0.5, 1.0], norms=["minmax"])
+        assert len(best.table) == 3 and best.score == max(r["nDCG@10"] for r in best.table)
+        assert built_retriever.fusion == "convex" and built_retriever.alpha == best.alpha
+    finally:
+        built_retriever.set_fusion("rrf")
+    with pytest.raises(InputError, match="none of the given queries has relevance judgments"):
+        tune_alpha(built_retriever, {"x": "unlabelled"}, qrels)
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivf"])
+def test_approximate_indexes_round_trip(tmp_path, scifact_docs, kind):
+    texts = [d.full_text for d in scifact_docs]
+    exact = DenseIndex(kind="flat").index(texts)
+    approx = DenseIndex(kind=kind).index(texts)
+    approx.save(tmp_path / kind)
+    loaded = DenseIndex.load(tmp_path / kind, model=None, kind=kind)
+    q = ["vitamin D", "gene expression"]
+    np.testing.assert_array_equal(approx.retrieve(q, 5)[0], loaded.retrieve(q, 5)[0])
+    # on 55 documents the approximate indexes find the exact top-1
+    np.testing.assert_array_equal(exact.retrieve(q, 1)[0], loaded.retrieve(q, 1)[0])
+
+
+def test_unknown_dense_kind():
+    with pytest.raises(InputError, match="'pq' is not one of"):
+        DenseIndex(kind="pq")

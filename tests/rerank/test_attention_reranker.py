@@ -1,0 +1,122 @@
+"""The attention reranker on a tiny random Llama (GQA), checked against a brute-force reference:
+eager attention with output_attentions=True over the full real and N/A prompts."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from _tiny import tiny_model, tiny_tokenizer
+from attnrank.errors import InputError
+from attnrank.llm.attention import naive_attention_rows
+from attnrank.llm.models import LLM
+from attnrank.llm.prompts import build_rerank_prompts
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.scoring import document_scores, token_scores
+from attnrank.types import Document, RankedResults, ScoredDocument
+
+DOCS = [
+    Document("paris", "Paris is the capital of France.", "Paris"),
+    Document("berlin", "Berlin is the capital of Germany.", "Berlin"),
+    Document("banana", "Bananas are yellow.", "Fruit"),
+    Document("rome", "Rome is in Italy.", ""),
+]
+QUERY = "capital of France?"
+
+
+@pytest.fixture(scope="module")
+def llm():
+    model = tiny_model("llama", layers=4, heads=4, kv_heads=2, max_positions=2048)
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="test")
+
+
+def reference_scores(llm, query, docs, heads=None, calibrate=True, last=False, use_filter=True):
+    pair = build_rerank_prompts(llm.tokenizer, query, docs)
+    rows = []
+    for p in (pair.real, pair.calibration) if calibrate else (pair.real,):
+        start = len(p.input_ids) - 1 if last else p.query_start
+        r = naive_attention_rows(llm.model, torch.tensor([p.input_ids]), start, heads)
+        rows.append(r[:, : p.query_start].double().numpy())
+    delta = rows[0] - rows[1] if calibrate else rows[0]
+    return document_scores(token_scores(delta), pair.doc_spans, use_filter=use_filter)
+
+
+@pytest.mark.parametrize("kw,ref_kw", [
+    ({}, {}),
+    ({"calibrate": False}, {"calibrate": False}),
+    ({"query_span": "last"}, {"last": True}),
+    ({"token_filter": False}, {"use_filter": False}),
+    ({"heads": [(1, 3), (2, 0), (2, 1)]}, {"heads": [(1, 3), (2, 0), (2, 1)]}),
+])
+def test_scores_equal_brute_force_reference(llm, kw, ref_kw):
+    ours = AttentionReranker(llm, **kw).score(QUERY, DOCS)
+    ref = reference_scores(llm, QUERY, DOCS, **ref_kw)
+    np.testing.assert_allclose(ours, ref, atol=1e-6)
+    assert np.isfinite(ours).all()
+
+
+def test_rank_returns_sorted_typed_results_with_previous_stage(llm):
+    first = RankedResults(QUERY, [ScoredDocument(d.id, 10.0 - i, i + 1, d.text, d.title, {"bm25": 10.0 - i})
+                                  for i, d in enumerate(DOCS)], query_id="q7")
+    res = AttentionReranker(llm).rank(QUERY, first, k=3, return_evidence=True)
+    assert isinstance(res, RankedResults) and res.stage == "attention" and res.query_id == "q7"
+    assert len(res) == 3 and [r.rank for r in res] == [1, 2, 3]
+    assert res.scores == sorted(res.scores, reverse=True)
+    top = res[0]
+    assert set(top.stage_scores) == {"bm25", "attention"} and top.stage_scores["attention"] == top.score
+    tokens = top.evidence["attention_tokens"]
+    assert tokens and all(isinstance(t, int) and np.isfinite(s) for t, s in tokens)
+
+
+def test_head_subset_stops_early(llm):
+    calls = []
+    hook = llm.model.model.layers[3].register_forward_hook(lambda *a: calls.append(1))
+    try:
+        AttentionReranker(llm, heads="0-1,1-2").score(QUERY, DOCS)
+    finally:
+        hook.remove()
+    assert calls == []  # layers after the deepest selected one never run
+
+
+def test_windows_when_prompt_is_too_long(llm, caplog):
+    def n_tokens(docs):
+        return len(build_rerank_prompts(llm.tokenizer, QUERY, docs).real.input_ids)
+
+    limit = max(n_tokens(DOCS[0::2]), n_tokens(DOCS[1::2]))
+    assert limit < n_tokens(DOCS)
+    rr = AttentionReranker(llm, max_prompt_tokens=limit)
+    with caplog.at_level(logging.INFO, logger="attnrank.rerank.attention"):
+        wins = rr.windows(QUERY, DOCS)
+    assert len(wins) == 2 and "round-robin windows" in caplog.text
+    assert sorted(i for w in wins for i in w.doc_index) == [0, 1, 2, 3]
+    assert [w.doc_index for w in wins] == [[0, 2], [1, 3]]  # dealt by first-stage rank
+    scores = rr.score(QUERY, DOCS)
+    # each window is scored exactly as its documents alone
+    np.testing.assert_allclose(scores[[0, 2]], reference_scores(llm, QUERY, [DOCS[0], DOCS[2]]), atol=1e-6)
+
+
+def test_a_document_that_cannot_fit(llm):
+    with pytest.raises(InputError, match="does not fit max_prompt_tokens=40"):
+        AttentionReranker(llm, max_prompt_tokens=40).score(QUERY, DOCS)
+
+
+def test_bad_input(llm):
+    rr = AttentionReranker(llm)
+    with pytest.raises(InputError, match="query '  ' is empty"):
+        rr.rank("  ", DOCS)
+    assert len(rr.rank(QUERY, [])) == 0
+    with pytest.raises(InputError, match=r"\(9, 0\)"):
+        AttentionReranker(llm, heads="9-0")
+    with pytest.raises(InputError, match="query_span='middle'"):
+        AttentionReranker(llm, query_span="middle")
+    with pytest.raises(InputError, match="2 queries but 1 document lists"):
+        rr.rank_batch(["a", "b"], [DOCS])
+
+
+def test_plain_strings_and_batch(llm):
+    rr = AttentionReranker(llm)
+    out = rr.rank_batch([QUERY, "Italy"], [[d.text for d in DOCS], DOCS[:2]], query_ids=["a", "b"])
+    assert [r.query_id for r in out] == ["a", "b"] and sorted(out[0].ids) == ["0", "1", "2", "3"]
