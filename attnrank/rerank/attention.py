@@ -13,6 +13,10 @@ the fewest windows that fit, so every window holds a similar mix of strong and w
 candidates and a similar number of documents; each window is scored on its own and the raw
 calibrated scores (shares of the same query-attention budget) are merged as they are. ICR
 reports that windowing loses quality, so it is a fallback, logged when used.
+
+Optional re-weighting (``reweight=``: sink filtering, cross-document IDF, entropy
+regularization, slot correction) replaces the plain aggregation; see
+:mod:`attnrank.rerank.reweight` and :mod:`attnrank.rerank.position`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,6 +36,8 @@ from ..llm.attention import AttentionCapturer
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS, RerankPromptPair, build_rerank_prompts
 from ..types import Document, RankedResults, ScoredDocument, rank_documents
+from .position import SlotProfile, load_profile
+from .reweight import Reweighting, check_setup, reweighted_document_scores, tokenized_query_terms
 from .scoring import document_scores, token_scores
 
 logger = logging.getLogger(__name__)
@@ -85,16 +92,32 @@ class AttentionReranker:
     JSON file (QRHead). ``calibrate``: subtract the content-free "N/A" query's attention.
     ``query_span``: "full" (instruction through chat suffix, as ICR/QRHead) or "last" (only the
     last token: ICR's attention-sorting ablation). ``token_filter``: ICR's μ − 2σ filter.
+    ``reweight``: re-weighting steps (:class:`~attnrank.rerank.reweight.Reweighting`; None =
+    plain ICR aggregation); ``slot_profile``: the profile (or its JSON path) that
+    ``reweight.slot_correction`` needs. Evidence tokens always hold the plain calibrated scores.
+    ``heads="auto"`` / ``"auto:METHOD"``: the model's registered set (:mod:`attnrank.heads.registry`).
+    ``scorer``: "sum" (default), "learned" (the model's registered linear head weights,
+    :mod:`attnrank.rerank.learned`; they fix heads, calibration and filter) or a
+    :class:`~attnrank.rerank.learned.LearnedHeadWeights`.
     """
 
     def __init__(self, model: str | LLM | None = None, heads: HeadsArg = None, *, calibrate: bool = True,
                  query_span: str = "full", token_filter: bool = True, instruction: str = "ie",
                  order: str = "reverse", max_doc_words: int | None = DEFAULT_MAX_DOC_WORDS,
                  max_doc_tokens: int | None = None, max_prompt_tokens: int | None = None,
-                 dtype: str = "auto", device: str = "cpu", show_progress: bool = False):
+                 dtype: str = "auto", device: str = "cpu", show_progress: bool = False,
+                 reweight: Reweighting | None = None, slot_profile: SlotProfile | str | Path | None = None,
+                 scorer: Any = "sum"):
         if query_span not in QUERY_SPANS:
             raise InputError(f"query_span={query_span!r} is not one of {QUERY_SPANS}")
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
+        self.learned = self._learned_weights(scorer, heads)
+        if self.learned is not None:  # the weights fix the heads, calibration and filter
+            heads, calibrate, token_filter = self.learned.heads, self.learned.config.calibrate, self.learned.config.use_filter
+        elif isinstance(heads, str) and heads.strip().lower().startswith("auto"):
+            from ..heads.registry import resolve_heads
+
+            heads = resolve_heads(heads, self.llm)
         self.heads = parse_heads(heads)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
         self.calibrate, self.query_span, self.token_filter = calibrate, query_span, token_filter
@@ -103,6 +126,24 @@ class AttentionReranker:
         context = int(getattr(self.llm.model.config.get_text_config(), "max_position_embeddings", 0) or 4096)
         self.max_prompt_tokens = max_prompt_tokens or context - 64
         self.show_progress = show_progress
+        self.reweight = reweight
+        self.slot_profile = None if slot_profile is None else load_profile(slot_profile)
+        check_setup(reweight, self.slot_profile, self.llm.model_id, self.llm.fingerprint)
+
+    def _learned_weights(self, scorer: Any, heads: HeadsArg):
+        """``scorer``: "sum" (ICR/QRHead head sum), "learned" (the model's registered
+        :class:`~attnrank.rerank.learned.LearnedHeadWeights`) or such an object."""
+        from .learned import LearnedHeadWeights
+
+        if isinstance(scorer, str) and scorer == "sum":
+            return None
+        if heads is not None:
+            raise InputError(f"scorer={scorer!r} reads the heads its weights were trained on; drop heads={heads!r}")
+        if isinstance(scorer, LearnedHeadWeights):
+            return scorer
+        if scorer == "learned":
+            return LearnedHeadWeights.load(self.llm.model_id, self.llm.fingerprint)
+        raise InputError(f"scorer={scorer!r} is not 'sum', 'learned' or a LearnedHeadWeights")
 
     @property
     def head_list(self) -> list[tuple[int, int]]:
@@ -121,7 +162,8 @@ class AttentionReranker:
             query_id = docs.query_id
         if not documents:
             return RankedResults(query, [], query_id, stage="attention")
-        scores, evidence = self._score(query, documents, return_evidence)
+        first_stage = None if previous is None else [d.score for d in previous]
+        scores, evidence = self._score(query, documents, return_evidence, first_stage)
         res = rank_documents(query, documents, scores, stage="attention", query_id=query_id,
                              previous=previous, evidence=evidence)
         return res if k is None else res.top_k(k)
@@ -144,17 +186,30 @@ class AttentionReranker:
         return self._score(query, documents, False)[0]
 
     # -- internals ---------------------------------------------------------------------------
-    def _score(self, query: str, docs: list[Document], evidence: bool):
+    def _score(self, query: str, docs: list[Document], evidence: bool, first_stage=None):
+        if self.learned is not None:  # linear head weighting (attnrank.rerank.learned)
+            wins = self.windows(query, docs)
+            return self.learned.score_windows(wins, len(docs), self.head_list, first_stage), None
         scores = np.zeros(len(docs))
         ev: list[dict] | None = [{} for _ in docs] if evidence else None
         for w in self.windows(query, docs):
             tok = token_scores(w.rows)
-            doc_s = document_scores(tok, w.spans, use_filter=self.token_filter)
+            if self.reweight is None:
+                doc_s = document_scores(tok, w.spans, use_filter=self.token_filter)
+            else:
+                doc_s = self._reweighted_scores(query, w)
             for j, (i, (s, e)) in enumerate(zip(w.doc_index, w.spans)):
                 scores[i] = doc_s[j]
                 if ev is not None:
                     ev[i]["attention_tokens"] = list(zip(w.input_ids[s:e], tok[s:e].round(6).tolist()))
         return scores, ev
+
+    def _reweighted_scores(self, query: str, w: WindowRows) -> np.ndarray:
+        assert self.reweight is not None
+        tokens = self.llm.tokenizer.convert_ids_to_tokens(w.input_ids)
+        terms = tokenized_query_terms(self.llm.tokenizer, query, self.reweight.idf_unit)
+        return reweighted_document_scores(w, tokens, terms, self.reweight, use_filter=self.token_filter,
+                                          slot_profile=self.slot_profile)
 
     def windows(self, query: str, docs: list[Document]) -> list[WindowRows]:
         """Score ``docs`` window by window; returns the per-head rows (features for learned scorers)."""

@@ -1,0 +1,230 @@
+"""Positional calibration of attention scores: the model's per-slot attention profile.
+
+Attention Basin / AttnRank (Yi et al., arXiv 2508.05128): an LLM reading a list of items gives
+more attention to those near the start and end of the list (the "basin"), whatever their
+content. AttnRank profiles this once per model on a calibration set and then places the most
+relevant documents at the highest-attention slots before generation. No code or exact
+aggregation of that paper is public; what follows is our reconstruction:
+
+- :func:`measure_slot_profile`: prompts of ``n_slots`` documents drawn at random from a pool,
+  with a content-free query; per prompt slot (position ``0..n_slots−1``, 0 = first document in
+  the prompt), the mean and std over trials of the reranker's calibrated document score. With
+  random documents in random slots, content averages out and what remains is the attention a
+  slot gets for being that slot.
+- :func:`slot_correct`: subtract each slot's bias (profile value at the slot minus the mean over
+  slots) from the scores of a window (found-in-the-middle style calibration).
+- :func:`reorder_for_generation`: AttnRank's basin permutation of a best-first list.
+
+A profile measured at ``n_slots`` is applied to a prompt of ``K`` documents by linear
+interpolation: slot ``k`` of ``K`` reads the profile at fractional slot ``k·(n_slots−1)/(K−1)``
+(first and last slots map onto each other). This is an approximation: score magnitudes shrink
+as ``K`` grows (the query's attention is shared by more documents), so measure the profile at
+the ``K`` actually used where possible. Profiles are JSON files, stored per model under
+``config.cache_dir()/profiles/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from .. import config
+from ..errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..types import Document
+    from .attention import AttentionReranker
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+# Generic questions about no particular content. Not the calibration query "N/A": its
+# calibrated scores (real − null) would be exactly 0.
+PROFILE_QUERIES = (
+    "What is this about?",
+    "Which paragraph is relevant?",
+    "Tell me more.",
+    "What does the text say?",
+)
+
+
+@dataclass(frozen=True)
+class SlotProfile:
+    """Mean (and std) calibrated document score per prompt slot, for one model.
+
+    ``mean_score[k]``/``std[k]``: over ``n_trials`` random prompts, of the score of the document
+    at prompt position ``k`` (0 = first in the prompt). ``date``: ISO-8601 UTC time of measuring.
+    """
+
+    n_slots: int
+    mean_score: tuple[float, ...]
+    std: tuple[float, ...]
+    model_id: str
+    fingerprint: str
+    n_trials: int
+    date: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mean_score", tuple(float(x) for x in self.mean_score))
+        object.__setattr__(self, "std", tuple(float(x) for x in self.std))
+        if self.n_slots < 1 or len(self.mean_score) != self.n_slots or len(self.std) != self.n_slots:
+            raise InputError(f"slot profile has n_slots={self.n_slots} but {len(self.mean_score)} means and "
+                             f"{len(self.std)} stds; all three must agree (n_slots >= 1)")
+        if not all(math.isfinite(x) for x in self.mean_score + self.std):
+            raise InputError("slot profile holds non-finite values; measure it again")
+
+    def curve(self, k: int) -> np.ndarray:
+        """The mean score per slot resampled to ``k`` slots (linear interpolation)."""
+        return resample_profile(self.mean_score, k)
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT_VERSION, **asdict(self)}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> SlotProfile:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(f"slot profile is not valid JSON ({e}); measure and save it again") from e
+        if not isinstance(data, dict) or data.pop("format", None) != FORMAT_VERSION:
+            raise InputError(f"slot profile is not of format version {FORMAT_VERSION}; measure and save it again")
+        try:
+            return cls(**data)
+        except TypeError as e:
+            raise InputError(f"slot profile fields are wrong ({e}); measure and save it again") from e
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(self.to_json(), encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> SlotProfile:
+        path = Path(path)
+        if not path.is_file():
+            raise InputError(f"slot profile file {str(path)!r} does not exist; measure one with measure_slot_profile")
+        return cls.from_json(path.read_text(encoding="utf-8"))
+
+
+def load_profile(profile: SlotProfile | str | Path) -> SlotProfile:
+    """A profile given as an object or as the path of its JSON file."""
+    return profile if isinstance(profile, SlotProfile) else SlotProfile.load(profile)
+
+
+def profile_path(model_id: str, fingerprint: str) -> Path:
+    """``cache_dir()/profiles/<safe model id>-<fingerprint[:12]>.json``."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id).strip("._") or "model"
+    return config.cache_dir() / "profiles" / f"{safe}-{fingerprint[:12]}.json"
+
+
+def store_profile(profile: SlotProfile) -> Path:
+    """Save ``profile`` at its :func:`profile_path`; returns the path."""
+    return profile.save(profile_path(profile.model_id, profile.fingerprint))
+
+
+def load_stored_profile(model_id: str, fingerprint: str) -> SlotProfile:
+    """The profile stored by :func:`store_profile` for this model."""
+    return SlotProfile.load(profile_path(model_id, fingerprint))
+
+
+def resample_profile(values: Sequence[float], k: int) -> np.ndarray:
+    """``values`` (one per slot) linearly interpolated to ``k`` slots, end slots aligned."""
+    values = np.asarray(values, dtype=np.float64)
+    if k < 1:
+        raise InputError(f"cannot resample a slot profile to k={k} slots; k must be >= 1")
+    n = values.shape[0]
+    if n == k:
+        return values.copy()
+    if k == 1 or n == 1:  # one slot: nothing to interpolate (a single slot has no bias)
+        return np.full(k, values[0])
+    return np.interp(np.arange(k) * (n - 1) / (k - 1), np.arange(n), values)
+
+
+def prompt_slots(spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Prompt position (0-based) of each document: the rank of its span start among ``spans``."""
+    starts = np.asarray([s for s, _ in spans])
+    return np.argsort(np.argsort(starts, kind="stable"), kind="stable")
+
+
+def slot_correct(scores: np.ndarray, slots: Sequence[int], profile: SlotProfile) -> np.ndarray:
+    """``scores[i] − (c[slots[i]] − mean(c))`` with ``c`` the profile resampled to ``len(scores)``.
+
+    Removes the score each prompt slot gets regardless of content (units: calibrated
+    attention score, as measured). ``slots``: prompt position 0..K−1 of each score.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    slots = np.asarray(slots, dtype=np.int64)
+    k = scores.shape[0]
+    if slots.shape != (k,) or (k and (slots.min() < 0 or slots.max() >= k)):
+        raise InputError(f"slots {slots.tolist()} must give one prompt position in 0..{k - 1} per score")
+    curve = profile.curve(k) if k else np.zeros(0)
+    return scores - (curve - curve.mean())[slots] if k else scores.copy()
+
+
+def reorder_for_generation(docs_best_first: Sequence[Any], profile: SlotProfile) -> list:
+    """AttnRank's basin permutation: the best document at the highest-attention slot, the
+    second best at the next highest, and so on; returns the documents in prompt order.
+
+    Ties between slots go to the earlier slot.
+    """
+    docs = list(docs_best_first)
+    if not docs:
+        return []
+    slot_order = np.argsort(-profile.curve(len(docs)), kind="stable")
+    out: list[Any] = [None] * len(docs)
+    for doc, slot in zip(docs, slot_order):
+        out[int(slot)] = doc
+    return out
+
+
+def measure_slot_profile(reranker: AttentionReranker, docs_pool: Sequence[Document], *, n_slots: int,
+                         n_trials: int, seed: int = 0,
+                         queries: str | Sequence[str] = PROFILE_QUERIES) -> SlotProfile:
+    """Measure the model's per-slot score profile with ``reranker`` (its heads, calibration and
+    re-weighting, minus slot correction).
+
+    Each trial puts ``n_slots`` distinct documents drawn at random (``seed``) from ``docs_pool``
+    into one prompt with a content-free query (cycled from ``queries``) and records the score of
+    the document at each slot.
+    """
+    from .reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
+
+    queries = [queries] if isinstance(queries, str) else list(queries)
+    if not 1 <= n_slots <= len(docs_pool):
+        raise InputError(f"n_slots={n_slots} must be in 1..{len(docs_pool)} (the pool size); "
+                         "lower n_slots or give more documents")
+    if n_trials < 1:
+        raise InputError(f"n_trials={n_trials} must be >= 1")
+    if not queries or (reranker.calibrate and any(q.strip() == "N/A" for q in queries)):
+        raise InputError(f"queries={queries!r} must be non-empty and not the calibration query 'N/A' "
+                         "(its calibrated scores are all 0); use generic questions")
+    cfg = replace(reranker.reweight or Reweighting(), slot_correction=False)
+    rng = np.random.default_rng(seed)
+    table = np.empty((n_trials, n_slots))
+    for t in range(n_trials):
+        docs = [docs_pool[i] for i in rng.choice(len(docs_pool), n_slots, replace=False)]
+        query = queries[t % len(queries)]
+        windows = reranker.windows(query, docs)
+        if len(windows) != 1:
+            raise InputError(f"{n_slots} documents do not fit one prompt of max_prompt_tokens="
+                             f"{reranker.max_prompt_tokens}; lower n_slots or max_doc_words")
+        w = windows[0]
+        tokens = reranker.llm.tokenizer.convert_ids_to_tokens(w.input_ids)
+        terms = tokenized_query_terms(reranker.llm.tokenizer, query, cfg.idf_unit)
+        scores = reweighted_document_scores(w, tokens, terms, cfg, use_filter=reranker.token_filter)
+        table[t, prompt_slots(w.spans)] = scores
+        logger.debug("slot profile trial %d/%d: %s", t + 1, n_trials, np.round(table[t], 6).tolist())
+    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return SlotProfile(n_slots, tuple(table.mean(0)), tuple(table.std(0)), reranker.llm.model_id,
+                       reranker.llm.fingerprint, n_trials, date)

@@ -1,0 +1,372 @@
+"""Re-weighting calibrated attention before document aggregation: sink filtering, cross-document
+IDF, entropy regularization and positional (slot) calibration, each switchable.
+
+Works on one scored window (:class:`~attnrank.rerank.attention.WindowRows`: per-head rows
+``real``/``null`` ``[H, P]`` over the ``P`` context tokens, document ``spans``) plus the
+context's token strings (``tokenizer.convert_ids_to_tokens``), so it runs offline on cached rows.
+Steps, in order (notation: ``Δ_j`` = calibrated score of context token ``j``, summed over heads;
+``J_d`` = the tokens of document ``d``):
+
+1. **Sink filtering** (``sink``; our design, motivated by attention sinks and by ICR's own
+   calibration): tokens that absorb attention without content (special/template tokens, the
+   ``[i]`` labels, ``\\n``/``\\n\\n`` delimiters, pure punctuation/whitespace tokens and
+   everything outside the document spans) are zeroed in each head's ``real`` and ``null`` row;
+   each row is renormalized to sum to 1 over the remaining content tokens (separately for real
+   and null), then ``Δ = Σ_h (real' − null')``. ``J_d`` becomes the content tokens of ``d``.
+2. **Cross-document IDF** (``idf``; ReAttn-style, our reconstruction: ReAttn, Tian et al.,
+   arXiv 2602.19969, states the idea but no formula). Terms are normalized token texts
+   (space markers ``Ġ``/``▁`` decoded, lower-cased, punctuation dropped), per token
+   (``"piece"``) or per whole word (``"word"``). Over the window's ``K`` documents,
+   ``df(v)`` = #documents containing ``v``, ``idf(v) = log((K+1)/(df(v)+1)) + ε`` and the token
+   weight ``w_j = idf(v_j) / (log((K+1)/2) + ε)``: a term in one document keeps weight 1, a
+   term in all ``K`` gets ``ε / (log((K+1)/2) + ε)``. With ``idf_query_only`` only tokens whose
+   term is a query term are re-weighted (the abstract's "query-overlapping tokens"); all others
+   keep 1. ``Δ'_j = w_j · Δ_j``.
+3. **Aggregation** per document: ICR's μ − 2σ filter over ``J_d`` (Chen et al., ICLR 2025), sum.
+4. **Entropy regularization** (``entropy``; ReAttn-style, our formula, no public one exists).
+   ``"blend"``: ``p_j = max(Δ'_j, 0) / Σ_{J_d} max(Δ', 0)``,
+   ``H_d = −Σ p_j log p_j / log|J_d| ∈ [0, 1]`` and ``S'(d) = S(d) · H_d^β`` (β ≥ 0, β = 0 is
+   the identity; ``H_d = 1`` when ``|J_d| < 2`` or no Δ' is positive). It shrinks documents
+   whose score comes from a few tokens; note that for a negative ``S(d)`` it moves the score
+   *up* toward 0. ``"temper"``: ``S(d) = Σ_{kept j} sign(Δ'_j) |Δ'_j|^γ``, γ ∈ (0, 1] (γ = 1 is
+   the identity; the μ − 2σ mask is computed on the untempered Δ'). β and γ are
+   hyper-parameters to tune on dev data only.
+5. **Slot correction** (``slot_correction``; Attention Basin, Yi et al. arXiv 2508.05128, our
+   reconstruction): :func:`attnrank.rerank.position.slot_correct` with a measured profile.
+
+With every step off the result equals ``document_scores(token_scores(window.rows))`` exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Collection, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from .position import SlotProfile, prompt_slots, slot_correct
+from .scoring import document_scores, token_scores
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .attention import WindowRows
+
+logger = logging.getLogger(__name__)
+
+Span = tuple[int, int]
+IDF_UNITS = ("piece", "word")
+ENTROPY_MODES = ("blend", "temper")
+
+
+@dataclass(frozen=True)
+class Reweighting:
+    """Which re-weighting steps to apply (see the module docstring), and their parameters.
+
+    ``idf_eps`` (ε > 0), ``entropy_beta`` (β ≥ 0) and ``temper_gamma`` (γ ∈ (0, 1]) are untuned
+    defaults; tune them on dev data only.
+    """
+
+    sink: bool = False
+    idf: bool = False
+    idf_unit: str = "piece"
+    idf_query_only: bool = True
+    idf_eps: float = 0.5
+    entropy: bool = False
+    entropy_mode: str = "blend"
+    entropy_beta: float = 1.0
+    temper_gamma: float = 0.5
+    slot_correction: bool = False
+
+    def __post_init__(self) -> None:
+        if self.idf_unit not in IDF_UNITS:
+            raise InputError(f"idf_unit={self.idf_unit!r} is not one of {IDF_UNITS}")
+        if self.entropy_mode not in ENTROPY_MODES:
+            raise InputError(f"entropy_mode={self.entropy_mode!r} is not one of {ENTROPY_MODES}")
+        if not self.idf_eps > 0:
+            raise InputError(f"idf_eps={self.idf_eps} must be > 0 (it keeps a term found in every document "
+                             "above weight 0 and the K=1 case finite); try 0.5")
+        if not self.entropy_beta >= 0:
+            raise InputError(f"entropy_beta={self.entropy_beta} must be >= 0 (0 = no regularization)")
+        if not 0 < self.temper_gamma <= 1:
+            raise InputError(f"temper_gamma={self.temper_gamma} must be in (0, 1] (1 = no tempering)")
+
+    @property
+    def changes_tokens(self) -> bool:
+        """True if any token- or document-level step (all but slot correction) is on."""
+        return self.sink or self.idf or self.entropy
+
+
+# --------------------------------------------------------------------------- token texts
+
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of the GPT-2 byte-level alphabet: printable bytes map to themselves, the other
+    bytes to ``chr(256 + n)`` in byte order (``Ġ`` = space, ``Ċ`` = newline)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {b: chr(b) for b in printable}
+    extra = (b for b in range(256) if b not in table)
+    table.update({b: chr(256 + n) for n, b in enumerate(extra)})
+    return {c: b for b, c in table.items()}
+
+
+_BYTE_DECODER = _byte_decoder()
+_SPECIAL = re.compile(r"<\|[^<>]*\|>|</?[A-Za-z_]+>")  # <|im_start|>, <s>, </s>, <start_of_turn>, ...
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece byte pieces
+_LABEL_FULL = re.compile(r"\s*\[\d+\]\s*")
+_LABEL_PREFIX = re.compile(r"\s*(\[\d*)?")
+
+
+def token_bytes(token_strings: Sequence[str | None]) -> list[bytes]:
+    """The surface bytes of each token; special tokens give ``b""``.
+
+    The vocabulary style is read off the window: SentencePiece if any token holds ``▁``
+    (``▁`` → space, ``<0xNN>`` → that byte), else GPT-2 byte-level if every token is in the
+    byte-level alphabet, else the strings as they are.
+    """
+    toks = ["" if t is None or _SPECIAL.fullmatch(t) else t for t in token_strings]
+    if any("▁" in t for t in toks):
+        return [bytes([int(m.group(1), 16)]) if (m := _BYTE_FALLBACK.fullmatch(t))
+                else t.replace("▁", " ").encode("utf-8") for t in toks]
+    if all(c in _BYTE_DECODER for t in toks for c in t):
+        return [bytes(_BYTE_DECODER[c] for c in t) for t in toks]
+    return [t.encode("utf-8") for t in toks]
+
+
+def token_texts(token_strings: Sequence[str | None]) -> list[str]:
+    """Surface text of each token (see :func:`token_bytes`); a split multi-byte character
+    shows as U+FFFD."""
+    return [b.decode("utf-8", "replace") for b in token_bytes(token_strings)]
+
+
+def normalize_text(text: str) -> str:
+    """Lower-cased letters and digits of ``text`` (whitespace and punctuation dropped)."""
+    return "".join(c for c in text.lower() if c.isalnum())
+
+
+def _has_content(text: str) -> bool:
+    return any(c.isalnum() or c == "\ufffd" for c in text)
+
+
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c == "\ufffd"
+
+
+def token_terms(token_strings: Sequence[str | None], unit: str = "piece") -> list[str]:
+    """The normalized term of each token (``""`` for none: punctuation, whitespace, special).
+
+    ``"piece"``: the token's own normalized text. ``"word"``: the normalized text of the whole
+    word the token belongs to; a word starts at a token beginning with whitespace or
+    punctuation, or after a token ending with one, and punctuation-only tokens belong to none.
+    """
+    if unit not in IDF_UNITS:
+        raise InputError(f"unit={unit!r} is not one of {IDF_UNITS}")
+    raw = token_bytes(token_strings)
+    texts = [b.decode("utf-8", "replace") for b in raw]
+    if unit == "piece":
+        return [normalize_text(t) for t in texts]
+    terms = [""] * len(texts)
+    word: list[int] = []
+
+    def close() -> None:
+        term = normalize_text(b"".join(raw[i] for i in word).decode("utf-8", "replace"))
+        for i in word:
+            terms[i] = term
+        word.clear()
+
+    for i, text in enumerate(texts):
+        if not _has_content(text):
+            close()
+            continue
+        if word and (not _word_char(text[0]) or not _word_char(texts[i - 1][-1])):
+            close()
+        word.append(i)
+    close()
+    return terms
+
+
+def query_terms(token_strings: Sequence[str | None], unit: str = "piece") -> set[str]:
+    """The set of non-empty terms (:func:`token_terms`) of a tokenized query."""
+    return {t for t in token_terms(token_strings, unit) if t}
+
+
+def tokenized_query_terms(tokenizer: Any, query: str, unit: str = "piece") -> set[str]:
+    """Query terms as the documents' tokens would show them: the union over the query
+    tokenized alone and after a space (word-initial pieces differ in byte-level BPE)."""
+    terms: set[str] = set()
+    for text in (query.strip(), " " + query.strip()):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        terms |= query_terms(tokenizer.convert_ids_to_tokens(ids), unit)
+    return terms
+
+
+# --------------------------------------------------------------------------- steps
+
+def _label_length(texts: Sequence[str], s: int, e: int) -> int:
+    """Number of tokens at the start of span ``[s, e)`` that spell the ``[i]`` label."""
+    acc = ""
+    for j in range(s, e):
+        acc += texts[j]
+        if _LABEL_FULL.fullmatch(acc):
+            return j - s + 1
+        if not _LABEL_PREFIX.fullmatch(acc):
+            return j - s
+    return e - s
+
+
+def _check_spans(spans: Sequence[Span], n: int) -> None:
+    for s, e in spans:
+        if not 0 <= s < e <= n:
+            raise InputError(f"document span {(s, e)} is outside the {n} context tokens")
+
+
+def content_mask(token_strings: Sequence[str | None], spans: Sequence[Span]) -> np.ndarray:
+    """``[P]`` bool: tokens inside a document span that are neither its ``[i]`` label, nor a
+    special token, nor pure punctuation/whitespace."""
+    _check_spans(spans, len(token_strings))
+    texts = token_texts(token_strings)
+    mask = np.zeros(len(texts), dtype=bool)
+    for s, e in spans:
+        for j in range(s + _label_length(texts, s, e), e):
+            mask[j] = _has_content(texts[j])
+    return mask
+
+
+def _renormalized(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    kept = np.where(mask[None, :], np.asarray(rows, dtype=np.float64), 0.0)
+    total = kept.sum(1, keepdims=True)
+    return np.divide(kept, total, out=np.zeros_like(kept), where=total > 0)
+
+
+def sink_filtered_rows(real: np.ndarray, null: np.ndarray | None, mask: np.ndarray) -> np.ndarray:
+    """``[H, P]`` calibrated rows after sink filtering: each head's real (and null) row zeroed
+    outside ``mask`` and renormalized to sum 1 over it, then ``real' − null'`` (``real'``
+    without calibration). A head with no attention on the content gives a zero row."""
+    real_c = _renormalized(real, mask)
+    return real_c if null is None else real_c - _renormalized(null, mask)
+
+
+def idf_weights(terms: Sequence[str], doc_tokens: Sequence[Sequence[int]], *, eps: float,
+                query_terms: Collection[str] | None = None) -> np.ndarray:
+    """``[P]`` token weights ``(log((K+1)/(df+1)) + ε) / (log((K+1)/2) + ε)`` (1 elsewhere).
+
+    ``doc_tokens[d]``: the context positions of document ``d``'s tokens (``K = len``);
+    ``df(v)``: number of documents with a token of term ``v``. Only tokens of those documents
+    with a term in ``query_terms`` (all terms if None) are re-weighted.
+    """
+    k = len(doc_tokens)
+    df: Counter[str] = Counter()
+    for toks in doc_tokens:
+        df.update({terms[j] for j in toks if terms[j]})
+    norm = math.log((k + 1) / 2) + eps
+    w = np.ones(len(terms))
+    for toks in doc_tokens:
+        for j in toks:
+            v = terms[j]
+            if v and (query_terms is None or v in query_terms):
+                w[j] = (math.log((k + 1) / (df[v] + 1)) + eps) / norm
+    return w
+
+
+def normalized_entropy(values: np.ndarray) -> float:
+    """``−Σ p log p / log n`` of ``p = max(values, 0) / Σ max(values, 0)``; 1 if ``n < 2`` or
+    nothing is positive."""
+    pos = np.clip(np.asarray(values, dtype=np.float64), 0.0, None)
+    total = pos.sum()
+    if pos.size < 2 or total <= 0:
+        return 1.0
+    p = pos[pos > 0] / total
+    return float(min(1.0, max(0.0, -(p * np.log(p)).sum() / math.log(pos.size))))
+
+
+def _keep(values: np.ndarray, use_filter: bool) -> np.ndarray:
+    """ICR's μ − 2σ mask (unbiased σ); all kept if off, < 2 values or σ = 0."""
+    if not use_filter or values.size < 2:
+        return np.ones(values.shape, dtype=bool)
+    sd = values.std(ddof=1)
+    return np.ones(values.shape, dtype=bool) if sd == 0.0 else values > values.mean() - 2.0 * sd
+
+
+def aggregate(delta: np.ndarray, doc_tokens: Sequence[np.ndarray], cfg: Reweighting, *,
+              use_filter: bool = True) -> np.ndarray:
+    """Per document: μ − 2σ filter and sum, with the entropy step of ``cfg`` if on."""
+    out = np.zeros(len(doc_tokens))
+    for d, toks in enumerate(doc_tokens):
+        v = delta[toks]
+        if v.size == 0:
+            continue
+        keep = _keep(v, use_filter)
+        if cfg.entropy and cfg.entropy_mode == "temper":
+            out[d] = float((np.sign(v) * np.abs(v) ** cfg.temper_gamma)[keep].sum())
+        else:
+            out[d] = float(v[keep].sum())
+        if cfg.entropy and cfg.entropy_mode == "blend":
+            out[d] *= normalized_entropy(v) ** cfg.entropy_beta
+    return out
+
+
+# --------------------------------------------------------------------------- entry
+
+def reweighted_document_scores(window: WindowRows, token_strings: Sequence[str | None], query_terms: Collection[str],
+                               cfg: Reweighting, *, use_filter: bool = True,
+                               slot_profile: SlotProfile | None = None) -> np.ndarray:
+    """Document scores of one window (in ``window.doc_index`` order) with ``cfg``'s steps.
+
+    ``token_strings``: the ``P`` context tokens' strings; ``query_terms``: normalized query
+    terms in ``cfg.idf_unit`` (:func:`tokenized_query_terms`); ``use_filter``: ICR's μ − 2σ
+    filter; ``slot_profile``: needed when ``cfg.slot_correction``.
+    """
+    n = window.real.shape[1]
+    if len(token_strings) != n:
+        raise InputError(f"{len(token_strings)} token strings for {n} context tokens; "
+                         "pass convert_ids_to_tokens(window.input_ids)")
+    if cfg.slot_correction and slot_profile is None:
+        raise InputError("slot_correction=True needs a slot_profile; measure one with measure_slot_profile")
+    if cfg.changes_tokens:
+        scores = _reweighted(window, token_strings, query_terms, cfg, use_filter)
+    else:
+        scores = document_scores(token_scores(window.rows), window.spans, use_filter=use_filter)
+    if cfg.slot_correction:
+        assert slot_profile is not None
+        scores = slot_correct(scores, prompt_slots(window.spans), slot_profile)
+    return scores
+
+
+def _reweighted(window: WindowRows, token_strings: Sequence[str | None], terms_q: Collection[str],
+                cfg: Reweighting, use_filter: bool) -> np.ndarray:
+    spans = window.spans
+    _check_spans(spans, len(token_strings))
+    if cfg.sink:
+        mask = content_mask(token_strings, spans)
+        delta = token_scores(sink_filtered_rows(window.real, window.null, mask))
+        doc_tokens = [s + np.flatnonzero(mask[s:e]) for s, e in spans]
+    else:
+        delta = token_scores(window.rows)
+        doc_tokens = [np.arange(s, e) for s, e in spans]
+    if not np.isfinite(delta).all():
+        bad = int(np.flatnonzero(~np.isfinite(delta))[0])
+        raise InputError(f"non-finite attention score at context token {bad}; "
+                         "check the model dtype (use float32/bfloat16)")
+    if cfg.idf:
+        texts = token_texts(token_strings)
+        terms = token_terms(token_strings, cfg.idf_unit)
+        idf_docs = [range(s + _label_length(texts, s, e), e) for s, e in spans]
+        wanted = {normalize_text(t) for t in terms_q} - {""} if cfg.idf_query_only else None
+        delta = delta * idf_weights(terms, idf_docs, eps=cfg.idf_eps, query_terms=wanted)
+    return aggregate(delta, doc_tokens, cfg, use_filter=use_filter)
+
+
+def check_setup(cfg: Reweighting | None, profile: SlotProfile | None, model_id: str, fingerprint: str) -> None:
+    """Refuse slot correction without a profile; warn about a profile that is unused or from
+    another model."""
+    wants = cfg is not None and cfg.slot_correction
+    if wants and profile is None:
+        raise InputError("reweight.slot_correction=True needs slot_profile= (a SlotProfile or its JSON path); "
+                         "measure one with attnrank.rerank.position.measure_slot_profile")
+    if profile is not None and not wants:
+        logger.warning("slot_profile given but reweight.slot_correction is off: the profile is not used")
+    if profile is not None and (profile.model_id, profile.fingerprint) != (model_id, fingerprint):
+        logger.warning("slot profile of %s (%s) used with model %s (%s)", profile.model_id,
+                       profile.fingerprint[:12], model_id, fingerprint[:12])

@@ -1,0 +1,114 @@
+"""Positional calibration (attnrank.rerank.position): slot correction arithmetic, profile
+resampling, the basin permutation, JSON storage, and measuring a profile on a tiny Llama."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _tiny import tiny_model, tiny_tokenizer
+from attnrank.errors import InputError
+from attnrank.llm.models import LLM
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.position import (SlotProfile, load_stored_profile, measure_slot_profile, profile_path,
+                                      prompt_slots, reorder_for_generation, resample_profile, slot_correct,
+                                      store_profile)
+from attnrank.rerank.reweight import Reweighting
+from attnrank.types import Document
+
+DATE = "2026-01-01T00:00:00+00:00"
+
+
+def profile(means, model_id="org/model", fingerprint="abcdef0123456789"):
+    return SlotProfile(len(means), tuple(means), (0.1,) * len(means), model_id, fingerprint, 5, DATE)
+
+
+def test_slot_correct_subtracts_per_slot_bias():
+    p = profile([3.0, 1.0, 2.0])  # mean 2: bias +1, -1, 0
+    np.testing.assert_allclose(slot_correct(np.array([10.0, 10.0, 10.0]), [0, 1, 2], p), [9.0, 11.0, 10.0])
+    np.testing.assert_allclose(slot_correct(np.array([5.0, 6.0, 7.0]), [2, 0, 1], p), [5.0, 5.0, 8.0])
+    with pytest.raises(InputError, match="one prompt position in 0..2"):
+        slot_correct(np.zeros(3), [0, 1, 3], p)
+
+
+def test_profile_resampling_is_linear_with_aligned_ends():
+    np.testing.assert_allclose(resample_profile([0.0, 2.0, 4.0], 5), [0, 1, 2, 3, 4])
+    np.testing.assert_allclose(resample_profile([0.0, 1.0, 2.0, 3.0, 4.0], 3), [0, 2, 4])
+    np.testing.assert_allclose(resample_profile([7.0], 3), [7, 7, 7])
+    # correction on K=5 with a 3-slot profile: bias = [0,1,2,3,4] - 2
+    got = slot_correct(np.zeros(5), [0, 1, 2, 3, 4], profile([0.0, 2.0, 4.0]))
+    np.testing.assert_allclose(got, [2, 1, 0, -1, -2])
+
+
+def test_prompt_slots_rank_span_starts():
+    assert prompt_slots([(50, 60), (10, 20), (30, 40)]).tolist() == [2, 0, 1]
+
+
+def test_reorder_for_generation_puts_best_at_highest_attention_slots():
+    p = profile([5.0, 1.0, 3.0, 4.0])  # slots by attention: 0, 3, 2, 1
+    assert reorder_for_generation(["a", "b", "c", "d"], p) == ["a", "d", "c", "b"]
+    assert reorder_for_generation([], p) == []
+    # K differs from n_slots: a U-shaped basin over 3 slots read at 5
+    assert reorder_for_generation(list("abcde"), profile([3.0, 0.0, 2.0])) == ["a", "c", "e", "d", "b"]
+
+
+def test_json_round_trip_and_storage(tmp_path, monkeypatch):
+    p = profile([0.5, -0.25, 0.125])
+    assert SlotProfile.from_json(p.to_json()) == p
+    assert SlotProfile.load(p.save(tmp_path / "p.json")) == p
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    path = store_profile(p)
+    assert path == tmp_path / "home" / "profiles" / "org_model-abcdef012345.json" == profile_path("org/model",
+                                                                                                  p.fingerprint)
+    assert load_stored_profile("org/model", p.fingerprint) == p
+    with pytest.raises(InputError, match="does not exist"):
+        load_stored_profile("other", "x")
+    with pytest.raises(InputError, match="not valid JSON"):
+        SlotProfile.from_json("{")
+    with pytest.raises(InputError, match="n_slots=2 but 3 means"):
+        SlotProfile(2, (1.0, 2.0, 3.0), (0.0, 0.0), "m", "f", 1, DATE)
+
+
+# -- measuring on the tiny model ------------------------------------------------------------------
+
+POOL = [
+    Document("paris", "Paris is the capital of France.", "Paris"),
+    Document("berlin", "Berlin is the capital of Germany.", "Berlin"),
+    Document("banana", "Bananas are yellow.", "Fruit"),
+    Document("rome", "Rome is in Italy.", ""),
+    Document("tea", "Tea is a drink.", "Tea"),
+]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    model = tiny_model("llama", layers=2, heads=4, kv_heads=2, max_positions=2048)
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="test")
+
+
+def test_measure_slot_profile_end_to_end(llm, tmp_path):
+    rr = AttentionReranker(llm)
+    prof = measure_slot_profile(rr, POOL, n_slots=3, n_trials=2, seed=0)
+    assert prof.n_slots == 3 and prof.n_trials == 2 and prof.model_id == "tiny-llama"
+    assert np.isfinite(prof.mean_score).all() and np.isfinite(prof.std).all()
+    assert SlotProfile.from_json(prof.to_json()) == prof
+    assert measure_slot_profile(rr, POOL, n_slots=3, n_trials=2, seed=0).mean_score == prof.mean_score
+
+    # the reranker applies it (given as a path): plain scores minus the bias of each doc's slot
+    query, docs = "capital of France?", POOL[:4]
+    corrected = AttentionReranker(llm, reweight=Reweighting(slot_correction=True),
+                                  slot_profile=str(prof.save(tmp_path / "p.json"))).score(query, docs)
+    plain = rr.score(query, docs)
+    slots = [3, 2, 1, 0]  # order="reverse": input 0 (first-stage rank 1) is the last block
+    curve = prof.curve(4)
+    np.testing.assert_allclose(corrected, plain - (curve - curve.mean())[slots], atol=1e-12)
+
+
+def test_measure_slot_profile_bad_input(llm):
+    rr = AttentionReranker(llm)
+    with pytest.raises(InputError, match="n_slots=9 must be in 1..5"):
+        measure_slot_profile(rr, POOL, n_slots=9, n_trials=1)
+    with pytest.raises(InputError, match="not the calibration query 'N/A'"):
+        measure_slot_profile(rr, POOL, n_slots=2, n_trials=1, queries="N/A")
+    with pytest.raises(InputError, match="n_trials=0"):
+        measure_slot_profile(rr, POOL, n_slots=2, n_trials=0)

@@ -1,0 +1,224 @@
+"""Attention re-weighting (attnrank.rerank.reweight) on hand-made windows with known outputs, and
+inside the AttentionReranker on a tiny random Llama."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from _tiny import tiny_model, tiny_tokenizer
+from attnrank.errors import InputError
+from attnrank.llm.models import LLM
+from attnrank.rerank.attention import AttentionReranker, WindowRows
+from attnrank.rerank.position import SlotProfile
+from attnrank.rerank.reweight import (Reweighting, content_mask, idf_weights, normalized_entropy,
+                                      reweighted_document_scores, sink_filtered_rows, token_terms,
+                                      token_texts, tokenized_query_terms)
+from attnrank.rerank.scoring import document_scores, token_scores
+from attnrank.types import Document
+
+# -- sink filtering ---------------------------------------------------------------------------
+SINK_TOKENS = ["<|im_start|>", "Here", ":", "ĊĊ",  # 0-3: template, outside the spans
+               "[", "1", "]", "Ġcat", "Ġdog", ".", "ĊĊ",  # 4-10: doc 0 is 4..9
+               "[", "2", "]", "Ġcow", "ĊĊ"]  # 11-15: doc 1 is 11..14
+SINK_SPANS = [(4, 10), (11, 15)]
+CONTENT = [7, 8, 14]
+
+
+def _sink_rows():
+    real = np.full((2, 16), 0.02)
+    null = np.full((2, 16), 0.03)
+    real[:, 0] = null[:, 0] = 0.5  # the BOS sink
+    real[0, CONTENT], null[0, CONTENT] = [0.10, 0.05, 0.05], [0.05, 0.05, 0.10]
+    real[1, CONTENT], null[1, CONTENT] = [0.30, 0.10, 0.00], [0.10, 0.10, 0.20]
+    return real, null
+
+
+def test_content_mask_drops_special_labels_delimiters_punctuation_and_outside_spans():
+    mask = content_mask(SINK_TOKENS, SINK_SPANS)
+    assert np.flatnonzero(mask).tolist() == CONTENT
+
+
+def test_sink_removal_renormalizes_each_head_separately_for_real_and_null():
+    real, null = _sink_rows()
+    mask = content_mask(SINK_TOKENS, SINK_SPANS)
+    rows = sink_filtered_rows(real, null, mask)
+    expected = np.zeros((2, 16))
+    expected[0, CONTENT] = np.array([0.50, 0.25, 0.25]) - [0.25, 0.25, 0.50]
+    expected[1, CONTENT] = np.array([0.75, 0.25, 0.00]) - [0.25, 0.25, 0.50]
+    np.testing.assert_allclose(rows, expected, atol=1e-12)
+    np.testing.assert_allclose(sink_filtered_rows(real, None, mask)[:, CONTENT].sum(1), [1.0, 1.0])
+    zero = sink_filtered_rows(np.where(mask, 0.0, real), None, mask)  # no attention on content
+    assert not zero.any()
+
+
+def test_sink_scores_through_the_entry():
+    real, null = _sink_rows()
+    w = WindowRows([0, 1], SINK_SPANS, list(range(16)), real, null)
+    scores = reweighted_document_scores(w, SINK_TOKENS, set(), Reweighting(sink=True), use_filter=False)
+    np.testing.assert_allclose(scores, [0.75 + 0.0, -0.75], atol=1e-12)  # doc 0: cat .25+.5, dog 0
+
+
+# -- token texts and terms ---------------------------------------------------------------------
+
+def test_piece_vs_word_terms():
+    toks = ["Ġca", "t", "Ġdo", "g", ".", "ĠCat"]
+    assert token_terms(toks, "piece") == ["ca", "t", "do", "g", "", "cat"]
+    assert token_terms(toks, "word") == ["cat", "cat", "dog", "dog", "", "cat"]
+    # a new word after punctuation inside a token run, and bytes of one character split in two
+    assert token_terms(["Ġco", "-", "op", "Ġcaf", "Ã", "©"], "word") == ["co", "", "op", "café", "café", "café"]
+    assert token_texts(["Ġcaf", "Ã", "©"])[0] == " caf"
+
+
+def test_sentencepiece_terms_and_byte_fallback():
+    toks = ["<s>", "▁Par", "is", "▁is", "<0x0A>", "▁big"]
+    assert token_texts(toks) == ["", " Par", "is", " is", "\n", " big"]
+    assert token_terms(toks, "word") == ["", "paris", "paris", "is", "", "big"]
+
+
+def test_tokenized_query_terms_matches_document_pieces():
+    tok = tiny_tokenizer()
+    assert tokenized_query_terms(tok, "Capital of France?", "word") == {"capital", "of", "france"}
+    assert "c" in tokenized_query_terms(tok, "Capital of France?", "piece")
+
+
+# -- IDF ----------------------------------------------------------------------------------------
+IDF_TOKENS = ["ĊĊ", "[", "1", "]", "Ġcat", "Ġsat",  # 0-5: doc 0 is 1..5
+              "ĊĊ", "[", "2", "]", "Ġcat", "Ġran",  # 6-11: doc 1 is 7..11
+              "ĊĊ", "[", "3", "]", "Ġcat", "Ġdog", "ĊĊ"]  # 12-18: doc 2 is 13..17
+IDF_SPANS = [(1, 6), (7, 12), (13, 18)]
+EPS = 0.5
+
+
+def test_idf_weights_of_a_three_document_window():
+    terms = token_terms(IDF_TOKENS, "piece")
+    docs = [range(s + 3, e) for s, e in IDF_SPANS]  # without the "[i]" labels
+    w = idf_weights(terms, docs, eps=EPS, query_terms={"cat", "dog"})
+    everywhere = (math.log(4 / 4) + EPS) / (math.log(4 / 2) + EPS)
+    np.testing.assert_allclose(w[[4, 10, 16]], everywhere)
+    assert w[17] == 1.0  # "dog": one document keeps weight 1
+    assert w[5] == w[11] == 1.0  # not query terms
+    w_all = idf_weights(terms, docs, eps=EPS)
+    np.testing.assert_allclose(w_all[[5, 11, 17]], 1.0)
+    np.testing.assert_allclose(w_all[4], everywhere)
+
+
+def test_idf_through_the_entry_in_both_units():
+    real = np.full((1, 19), 0.1)
+    w = WindowRows([0, 1, 2], IDF_SPANS, list(range(19)), real)
+    everywhere = (math.log(4 / 4) + EPS) / (math.log(4 / 2) + EPS)
+    for unit in ("piece", "word"):
+        cfg = Reweighting(idf=True, idf_unit=unit, idf_eps=EPS)
+        scores = reweighted_document_scores(w, IDF_TOKENS, {"cat", "dog"}, cfg, use_filter=False)
+        np.testing.assert_allclose(scores, [0.4 + 0.1 * everywhere] * 2 + [0.3 + 0.1 * everywhere + 0.1])
+
+
+# -- entropy --------------------------------------------------------------------------------------
+
+def test_normalized_entropy():
+    assert normalized_entropy(np.array([0.1, 0.1, 0.1, 0.1])) == pytest.approx(1.0)
+    assert normalized_entropy(np.array([0.0, 0.0, 0.4, -0.1])) == 0.0
+    assert normalized_entropy(np.array([-1.0, -2.0])) == 1.0  # nothing positive
+    assert normalized_entropy(np.array([0.3])) == 1.0
+
+
+@pytest.fixture()
+def entropy_window():
+    real = np.array([[0.1, 0.1, 0.1, 0.1, 0.0, 0.0, 0.4, 0.0]])
+    return WindowRows([0, 1], [(0, 4), (4, 8)], list(range(8)), real)
+
+
+ENTROPY_TOKENS = ["Ġa", "Ġb", "Ġc", "Ġd", "Ġe", "Ġf", "Ġg", "Ġh"]
+
+
+def score(window, cfg, terms=frozenset()):
+    return reweighted_document_scores(window, ENTROPY_TOKENS, set(terms), cfg, use_filter=False)
+
+
+def test_entropy_blend_uniform_unchanged_one_hot_zero(entropy_window):
+    np.testing.assert_allclose(score(entropy_window, Reweighting(entropy=True, entropy_beta=1.0)), [0.4, 0.0])
+    np.testing.assert_allclose(score(entropy_window, Reweighting(entropy=True, entropy_beta=0.0)), [0.4, 0.4])
+
+
+def test_entropy_temper(entropy_window):
+    plain = score(entropy_window, Reweighting())
+    np.testing.assert_array_equal(score(entropy_window, Reweighting(entropy=True, entropy_mode="temper",
+                                                                    temper_gamma=1.0)), plain)
+    tempered = score(entropy_window, Reweighting(entropy=True, entropy_mode="temper", temper_gamma=0.5))
+    np.testing.assert_allclose(tempered, [4 * math.sqrt(0.1), math.sqrt(0.4)])
+
+
+# -- all off, slot correction, validation -------------------------------------------------------------
+
+def test_all_off_equals_plain_icr_aggregation():
+    rng = np.random.default_rng(0)
+    real, null = rng.random((3, 19)), rng.random((3, 19))
+    w = WindowRows([0, 1, 2], IDF_SPANS, list(range(19)), real, null)
+    for flt in (True, False):
+        expected = document_scores(token_scores(w.rows), IDF_SPANS, use_filter=flt)
+        got = reweighted_document_scores(w, IDF_TOKENS, {"cat"}, Reweighting(), use_filter=flt)
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_slot_correction_through_the_entry(entropy_window):
+    profile = SlotProfile(2, (3.0, 1.0), (0.0, 0.0), "m", "f", 1, "2026-01-01T00:00:00+00:00")
+    got = reweighted_document_scores(entropy_window, ENTROPY_TOKENS, set(), Reweighting(slot_correction=True),
+                                     use_filter=False, slot_profile=profile)
+    np.testing.assert_allclose(got, [0.4 - 1.0, 0.4 + 1.0])
+    with pytest.raises(InputError, match="needs a slot_profile"):
+        reweighted_document_scores(entropy_window, ENTROPY_TOKENS, set(), Reweighting(slot_correction=True))
+
+
+def test_bad_settings_and_inputs(entropy_window):
+    with pytest.raises(InputError, match="idf_unit='char'"):
+        Reweighting(idf_unit="char")
+    with pytest.raises(InputError, match="idf_eps=0"):
+        Reweighting(idf_eps=0)
+    with pytest.raises(InputError, match="temper_gamma=1.5"):
+        Reweighting(temper_gamma=1.5)
+    with pytest.raises(InputError, match="entropy_mode='x'"):
+        Reweighting(entropy_mode="x")
+    with pytest.raises(InputError, match="3 token strings for 8"):
+        reweighted_document_scores(entropy_window, ["a", "b", "c"], set(), Reweighting(sink=True))
+
+
+# -- inside the reranker -------------------------------------------------------------------------
+
+DOCS = [
+    Document("paris", "Paris is the capital of France.", "Paris"),
+    Document("berlin", "Berlin is the capital of Germany.", "Berlin"),
+    Document("banana", "Bananas are yellow.", "Fruit"),
+    Document("rome", "Rome is in Italy.", ""),
+]
+QUERY = "capital of France?"
+
+
+@pytest.fixture(scope="module")
+def llm():
+    model = tiny_model("llama", layers=4, heads=4, kv_heads=2, max_positions=2048)
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="test")
+
+
+def test_reranker_all_off_is_identical_to_no_reweight(llm):
+    plain = AttentionReranker(llm).score(QUERY, DOCS)
+    np.testing.assert_array_equal(AttentionReranker(llm, reweight=Reweighting()).score(QUERY, DOCS), plain)
+
+
+@pytest.mark.parametrize("cfg", [
+    Reweighting(sink=True),
+    Reweighting(sink=True, idf=True, idf_unit="word", entropy=True),
+    Reweighting(idf=True, idf_query_only=False, entropy=True, entropy_mode="temper"),
+])
+def test_reranker_with_reweighting_gives_finite_scores(llm, cfg):
+    rr = AttentionReranker(llm, reweight=cfg)
+    scores = rr.score(QUERY, DOCS)
+    assert scores.shape == (4,) and np.isfinite(scores).all()
+    res = rr.rank(QUERY, DOCS, return_evidence=True)
+    assert len(res) == 4 and res[0].evidence["attention_tokens"]
+
+
+def test_reranker_refuses_slot_correction_without_profile(llm):
+    with pytest.raises(InputError, match="needs slot_profile="):
+        AttentionReranker(llm, reweight=Reweighting(slot_correction=True))
