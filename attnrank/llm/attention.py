@@ -33,6 +33,7 @@ from attnrank.errors import AttnrankError, InputError
 
 ATTN_IMPLEMENTATION = "attnrank_capture"
 HeadSpec = list[tuple[int, int]] | None  # None = all heads of all layers (up to max_layer)
+REDUCTIONS = ("mean", "argmax")  # AttentionCapturer.capture(reduce=...)
 
 
 class NonFiniteAttentionError(AttnrankError, ValueError):
@@ -51,6 +52,7 @@ class _Session:
     query_start: int
     n_keys: int
     rows: dict[int, torch.Tensor] = field(default_factory=dict)
+    reduce: str = "mean"  # "mean": rows averaged over the query rows; "argmax": top-1 key per row
 
     def record(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                mask: torch.Tensor | None, scaling: float, softcap: float | None) -> None:
@@ -62,6 +64,10 @@ class _Session:
         q = query[:1, heads, self.query_start:]
         k = key[:1, heads // groups]
         scores = _masked_scores(q, k, mask, scaling, softcap, self.query_start, query.shape[2])
+        if self.reduce == "argmax":  # softmax is monotone: the top-1 key is the logits' argmax
+            offset = self.n_keys - scores.shape[-1]  # a sliding-window layer sees the last keys
+            self.rows[module.layer_idx] = scores[0].argmax(dim=-1) + offset  # [n_heads, n_rows]
+            return
         mean = torch.softmax(scores, dim=-1)[0].mean(dim=1)  # [n_heads, n_keys_seen]
         # Keys seen are the last ones of the sequence (a sliding-window layer sees fewer).
         out = mean.new_zeros(len(heads), self.n_keys)
@@ -238,10 +244,17 @@ class AttentionCapturer:
         return PrefixCache(cache, ids.shape[1], self.deepest_layer, id(self.decoder))
 
     def capture(self, input_ids: torch.Tensor | list[int], *, prefix: PrefixCache | None = None,
-                query_start: int = 0) -> torch.Tensor:
+                query_start: int = 0, reduce: str = "mean") -> torch.Tensor:
         """Attention rows of the chosen heads, averaged over the query rows ``query_start:`` of
         this pass: float32 ``[len(self.heads), prefix length + len(input_ids)]``, rows in the order
-        of ``self.heads``, columns the absolute key positions (prefix first)."""
+        of ``self.heads``, columns the absolute key positions (prefix first).
+
+        ``reduce="argmax"`` instead returns, for every query row, each head's top-1 attended key
+        (absolute position): int64 ``[len(self.heads), len(input_ids) - query_start]``. This is
+        what Wu et al.'s copy-paste retrieval score reads at each decoding step; it is computed
+        per layer from ``[heads, rows, keys]`` logits, never from full attention matrices."""
+        if reduce not in REDUCTIONS:
+            raise InputError(f"reduce={reduce!r} is not one of {REDUCTIONS}")
         ids = _as_ids(input_ids, self.model.device)
         if not 0 <= query_start < ids.shape[1]:
             raise InputError(f"query_start={query_start} is out of range for a pass of {ids.shape[1]} tokens; "
@@ -251,7 +264,7 @@ class AttentionCapturer:
             self._check_prefix(prefix)
             cache = prefix.fork()
         n_keys = ids.shape[1] + (prefix.length if prefix is not None else 0)
-        session = _Session(self._layer_heads, query_start, n_keys)
+        session = _Session(self._layer_heads, query_start, n_keys, reduce=reduce)
         self._forward(ids, cache, session)
         return self._collect(session)
 
@@ -279,6 +292,8 @@ class AttentionCapturer:
             if rows is None:
                 raise RuntimeError(f"layer {layer} did not call the registered attention function; "
                                    f"{type(self.decoder).__name__} does not use transformers' AttentionInterface")
+            if session.reduce == "argmax":  # key indices, not probabilities
+                continue
             finite = torch.isfinite(rows).all(dim=-1)
             if not bool(finite.all()):
                 head = int(heads[int((~finite).nonzero()[0, 0])])

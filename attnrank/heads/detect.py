@@ -1,0 +1,359 @@
+"""Retrieval-head detection: copy-paste (Wu et al., ICLR 2025) and query-focused (QRHead, CoRe).
+
+**Copy-paste retrieval score** (Wu, Wang, Xiao, Peng & Fu, "Retrieval Head Mechanistically
+Explains Long-Context Factuality", arXiv 2404.15574). Needle-in-a-haystack trials over a grid of
+context lengths (tokens) × needle depths (% of the haystack); the answer is decoded greedily.
+Head h *copies* at decoding step t when its top-1 attended position i lies in the needle span
+(the ``real_needle`` tokens) and ``prompt[i]`` equals the generated token ``y_t``; the trial
+score is ``RS_h = #copy steps / |needle span|``. Only trials whose answer reaches ROUGE-1
+recall > 0.5 against ``real_needle`` count, and RS_h is averaged over them (heads with
+RS_h > 0.1 are retrieval heads). Implementation: the answer is generated once with plain
+``model.generate``; then one teacher-forced pass over ``prompt + answer[:-1]`` reads every
+head's argmax key for rows ``len(prompt) − 1 + t`` (the causal row that produced ``y_t``).
+
+**Query-focused** (QRHead, Zhang et al., EMNLP 2025; CoRe, Tran et al., arXiv 2510.02219), from
+the reranker's per-head window rows and labelled candidates. With ``S_h(d)`` the head's
+calibrated, per-head μ−2σ-filtered document score (:func:`per_head_document_scores`):
+
+- ``qr-score``:    mean over queries of Σ_{d∈D⁺} S_h(d)            (QRHead's QRScore)
+- ``qr-ndcg``:     mean nDCG@10 of S_h used alone as the reranker   (QRHead's BEIR selection)
+- ``contrastive``: mean over queries of mean_{D⁺} S_h − mean_{D⁻} S_h (CoRe)
+
+Every detector returns :class:`HeadScores` (an ``L×H`` matrix, NaN = not measured).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gzip
+import json
+import logging
+import os
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from .registry import save_head_set
+from .spec import HeadList
+
+logger = logging.getLogger(__name__)
+
+QUESTION_TEMPLATE = "\nBased on the content of the book, Question: {question}\nAnswer:"
+ROUGE_ACCEPT = 0.5  # Wu et al.: ROUGE-1 recall > 50 (of 100)
+RETRIEVAL_THRESHOLD = 0.1  # Wu et al.: heads with RS_h > 0.1 are retrieval heads
+QR_METHODS = ("qr-score", "qr-ndcg", "contrastive")
+
+
+@dataclass
+class HeadScores:
+    """Per-head detection scores: ``scores[layer, head]`` (NaN = not measured), with how they
+    were obtained. ``n_used`` counts accepted trials (copy) or usable queries (qr)."""
+
+    scores: np.ndarray
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+    data: str = ""
+    seconds: float = 0.0
+    n_total: int = 0
+    n_used: int = 0
+    note: str = ""
+    model_id: str = ""
+    fingerprint: str = ""
+    trials: list[dict[str, Any]] = field(default_factory=list)
+
+    def ranked(self) -> list[tuple[tuple[int, int], float]]:
+        """Measured heads, best first (ties: lower layer, then head)."""
+        s = np.asarray(self.scores, dtype=np.float64)
+        items = [((int(l), int(h)), float(s[l, h])) for l, h in zip(*np.nonzero(np.isfinite(s)))]
+        return sorted(items, key=lambda kv: (-kv[1], kv[0]))
+
+    def top(self, n: int = 16) -> HeadList:
+        """The ``n`` best heads (empty when nothing could be measured, see :attr:`note`)."""
+        return [pair for pair, _ in self.ranked()[:n]]
+
+    def above(self, threshold: float = RETRIEVAL_THRESHOLD) -> HeadList:
+        """Heads scoring strictly above ``threshold``, best first."""
+        return [pair for pair, v in self.ranked() if v > threshold]
+
+    def save(self, n: int = 16, *, heads: HeadList | None = None, name: str | None = None,
+             root: Path | None = None) -> Path:
+        """Register ``heads`` (default: the top ``n``) with the full score matrix."""
+        heads = self.top(n) if heads is None else heads
+        if not heads:
+            raise InputError(f"no {self.method} heads to save for {self.model_id!r}: "
+                             f"{self.note or 'no head has a finite score'}")
+        return save_head_set(self.model_id, self.fingerprint, self.method, heads, name=name,
+                             scores=self.scores, data=self.data, root=root,
+                             params={**self.params, "top": len(heads), "n_total": self.n_total,
+                                     "n_used": self.n_used, "seconds": round(self.seconds, 2)})
+
+
+# ----------------------------------------------------------------- copy-paste (Wu et al.)
+@dataclass(frozen=True)
+class Needle:
+    needle: str
+    question: str
+    real_needle: str
+
+
+def niah_folder(data: str | Path | None = None) -> Path:
+    """The NIAH folder (``PaulGrahamEssays/``, ``retrieval_head/``): ``data`` itself, or its
+    ``niah/`` subfolder; default ``$ATTNRANK_DATA``."""
+    root = data or os.environ.get("ATTNRANK_DATA")
+    if not root:
+        raise InputError("no NIAH data folder given; pass --data DIR (the shared data folder or "
+                         "its niah/ subfolder) or set ATTNRANK_DATA")
+    root = Path(root)
+    for cand in (root, root / "niah"):
+        if (cand / "retrieval_head" / "needles.jsonl").is_file():
+            return cand
+    raise InputError(f"{root} holds no retrieval_head/needles.jsonl (nor niah/...); pass the "
+                     "shared data folder or its niah/ subfolder")
+
+
+def load_needles(folder: Path) -> list[Needle]:
+    lines = (folder / "retrieval_head" / "needles.jsonl").read_text(encoding="utf-8").splitlines()
+    return [Needle(r["needle"], r["question"], r["real_needle"]) for r in map(json.loads, filter(None, lines))]
+
+
+_TEXT_FIELD = re.compile(r'"text":"((?:[^"\\]|\\.)*)"')
+
+
+def load_haystack(folder: Path, part: int | None) -> str:
+    """Haystack text: book part ``part`` (1-3, Retrieval_Head's ``haystack_for_detect``; its
+    ``"text"`` strings read from the truncated JSON dump) or, for None, the PG essays by name."""
+    if part is None:
+        files = sorted((folder / "PaulGrahamEssays").glob("*.txt"))
+        return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
+    with gzip.open(folder / "retrieval_head" / f"haystack_part{part}_p1.txt.gz", "rt", encoding="utf-8") as f:
+        raw = f.read()
+    return "\n\n".join(json.loads(f'"{m}"') for m in _TEXT_FIELD.findall(raw))
+
+
+def rouge1_recall(prediction: str, reference: str) -> float:
+    """ROUGE-1 recall on lowercase alphanumeric words: clipped unigram overlap / |reference|."""
+    pred, ref = (Counter(re.findall(r"[a-z0-9]+", t.lower())) for t in (prediction, reference))
+    total = sum(ref.values())
+    return sum(min(c, pred[w]) for w, c in ref.items()) / total if total else 0.0
+
+
+def copy_paste_counts(argmax: np.ndarray, answer: Sequence[int], prompt: Sequence[int],
+                      span: tuple[int, int]) -> np.ndarray:
+    """Copy events per head: ``argmax[h, t]`` = head h's top-1 key when generating ``answer[t]``;
+    an event is ``span[0] <= argmax[h, t] < span[1]`` and ``prompt[argmax[h, t]] == answer[t]``."""
+    argmax = np.asarray(argmax, dtype=np.int64)
+    prompt_arr, answer_arr = np.asarray(prompt), np.asarray(answer)[: argmax.shape[1]]
+    inside = (argmax >= span[0]) & (argmax < span[1])
+    same = prompt_arr[np.clip(argmax, 0, len(prompt_arr) - 1)] == answer_arr[None, :]
+    return (inside & same).sum(axis=1)
+
+
+def copy_paste_score(argmax: np.ndarray, answer: Sequence[int], prompt: Sequence[int],
+                     span: tuple[int, int]) -> np.ndarray:
+    """Wu et al.'s per-trial retrieval score RS_h = copy events / needle span length."""
+    return copy_paste_counts(argmax, answer, prompt, span) / max(1, span[1] - span[0])
+
+
+@dataclass
+class NiahPrompt:
+    ids: list[int]
+    needle_span: tuple[int, int]  # tokens of real_needle (the scored span)
+    text: str
+
+
+def build_niah_prompt(tokenizer: Any, haystack: str, needle: Needle, context_length: int,
+                      depth: float) -> NiahPrompt:
+    """Haystack cut to about ``context_length`` prompt tokens, the needle inserted at the last
+    sentence end before ``depth`` % of it, then the question; inside the chat template."""
+    from ..llm.prompts import chat_frame
+
+    frame = chat_frame(tokenizer)
+    tail = QUESTION_TEMPLATE.format(question=needle.question)
+
+    def wrap(body: str) -> str:
+        return f"{frame.prefix}{body}{frame.suffix}" if frame.prefix else body
+
+    overhead = len(frame.lead_ids) + len(tokenizer(wrap(needle.needle + " " + tail), add_special_tokens=False)["input_ids"])
+    budget = context_length - overhead
+    enc = tokenizer(haystack[: 16 * max(budget, 1) + 1000], add_special_tokens=False, return_offsets_mapping=True)
+    if budget < 1 or len(enc["input_ids"]) < budget:
+        raise InputError(f"context length {context_length} does not fit: the needle and question take "
+                         f"{overhead} tokens and the haystack has {len(enc['input_ids'])}; use lengths in "
+                         f"{overhead + 1}..{overhead + len(enc['input_ids'])}")
+    offsets = enc["offset_mapping"]
+    cut = haystack[: offsets[budget - 1][1]]
+    at = len(cut) if depth >= 100 else offsets[int(budget * depth / 100)][0]
+    ends = [m.end() for m in re.finditer(r"[.!?][\"')\]]*\s+", cut[:at])]
+    at = len(cut) if depth >= 100 else (ends[-1] if ends else 0)
+    before, after = cut[:at].rstrip(), cut[at:].lstrip()
+    context = " ".join(p for p in (before, needle.needle, after) if p)
+    text = wrap(context + tail)
+    start = len(frame.prefix) + (len(before) + 1 if before else 0)
+    inner = needle.needle.lower().find(needle.real_needle.lower())
+    lo, hi = (start, start + len(needle.needle)) if inner < 0 else (start + inner, start + inner + len(needle.real_needle))
+    full = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    lead = len(frame.lead_ids)
+    inside = [i + lead for i, (a, b) in enumerate(full["offset_mapping"]) if a < hi and b > lo]
+    return NiahPrompt(list(frame.lead_ids) + full["input_ids"], (inside[0], inside[-1] + 1), text)
+
+
+def generate_answer(llm: Any, ids: list[int], max_new_tokens: int) -> list[int]:
+    """Greedy answer ids, cut after EOS or after a newline once some text was produced."""
+    model, tok = llm.model, llm.tokenizer
+    x = torch.tensor([ids], device=llm.device)
+    with torch.inference_mode():
+        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
+                             do_sample=False, pad_token_id=tok.eos_token_id if tok.pad_token_id is None else tok.pad_token_id)
+    answer: list[int] = []
+    for t in out[0, len(ids):].tolist():
+        answer.append(t)
+        text = tok.decode(answer, skip_special_tokens=True)
+        if t == tok.eos_token_id or ("\n" in text and text.strip()):
+            break
+    return answer
+
+
+def copy_trial(llm: Any, capturer: Any, prompt: NiahPrompt, needle: Needle,
+               max_new_tokens: int) -> tuple[np.ndarray, str, float]:
+    """One NIAH trial: (RS_h over ``capturer.heads``, answer text, ROUGE-1 recall)."""
+    answer = generate_answer(llm, prompt.ids, max_new_tokens)
+    text = llm.tokenizer.decode(answer, skip_special_tokens=True)
+    if not answer:
+        return np.zeros(len(capturer.heads)), text, 0.0
+    ids = prompt.ids + answer[:-1]
+    argmax = capturer.capture(torch.tensor([ids], device=llm.device), query_start=len(prompt.ids) - 1,
+                              reduce="argmax").cpu().numpy()
+    return copy_paste_score(argmax, answer, prompt.ids, prompt.needle_span), text, rouge1_recall(text, needle.real_needle)
+
+
+def detect_copy_heads(llm: Any, *, data: str | Path | None = None, lengths: Sequence[int] = (1000, 2000, 4000),
+                      depths: Sequence[float] = (0, 25, 50, 75, 100), needles: Sequence[int] | None = None,
+                      haystack: str = "book", max_new_tokens: int = 50) -> HeadScores:
+    """Wu et al.'s copy-paste retrieval score of every head over the trial grid.
+
+    ``needles``: indices into ``needles.jsonl`` (default all 3); ``haystack``: ``"book"`` (each
+    needle with its own book part, as Retrieval_Head) or ``"essays"`` (Paul Graham essays)."""
+    from ..llm.attention import AttentionCapturer
+
+    if haystack not in ("book", "essays"):
+        raise InputError(f"haystack={haystack!r} is not 'book' or 'essays'")
+    folder = niah_folder(data)
+    all_needles = load_needles(folder)
+    chosen = list(range(len(all_needles))) if needles is None else list(needles)
+    capturer = AttentionCapturer(llm.model)
+    L, H = llm.num_layers, llm.num_heads
+    start, total, trials = time.perf_counter(), np.zeros(L * H), []
+    for n in chosen:
+        text = load_haystack(folder, n % 3 + 1 if haystack == "book" else None)
+        for length in lengths:
+            for depth in depths:
+                prompt = build_niah_prompt(llm.tokenizer, text, all_needles[n], int(length), float(depth))
+                rs, answer, recall = copy_trial(llm, capturer, prompt, all_needles[n], max_new_tokens)
+                accepted = recall > ROUGE_ACCEPT
+                total += rs if accepted else 0.0
+                trials.append({"needle": n, "length": len(prompt.ids), "depth": depth, "answer": answer,
+                               "rouge1_recall": round(recall, 4), "accepted": accepted})
+                logger.info("needle %d, %d tokens, depth %g%%: recall %.2f %s", n, len(prompt.ids), depth,
+                            recall, "accepted" if accepted else "rejected")
+    used = sum(t["accepted"] for t in trials)
+    note = "" if used else (f"no trial was accepted: in all {len(trials)} trials the answer's ROUGE-1 "
+                            f"recall against real_needle was <= {ROUGE_ACCEPT} (the model did not retrieve "
+                            "the needle), so no copy-paste score is defined; try shorter lengths or a "
+                            "stronger model")
+    scores = (total / used if used else np.full(L * H, np.nan)).reshape(L, H)
+    params = {"lengths": list(lengths), "depths": list(depths), "needles": chosen, "haystack": haystack,
+              "max_new_tokens": max_new_tokens, "rouge1_recall_accept": ROUGE_ACCEPT}
+    data_desc = (f"NIAH ({'Retrieval_Head book haystacks' if haystack == 'book' else 'Paul Graham essays'}), "
+                 f"needles {chosen}, {used}/{len(trials)} trials accepted")
+    if note:
+        logger.warning(note)
+    return HeadScores(scores, "copy", params, data_desc, time.perf_counter() - start, len(trials), used,
+                      note, llm.model_id, llm.fingerprint, trials)
+
+
+# ----------------------------------------------------------------- query-focused (QRHead, CoRe)
+def query_focused_scores(items: Iterable[tuple[str, Sequence[Any], Sequence[str]]],
+                         qrels: Mapping[str, Mapping[str, int]], head_list: Sequence[tuple[int, int]],
+                         n_layers: int, n_heads: int, *, rel: int = 1, k: int = 10, calibrate: bool = True,
+                         use_filter: bool = True, data: str = "", model_id: str = "",
+                         fingerprint: str = "") -> dict[str, HeadScores]:
+    """QR scores from precomputed window rows: ``items`` yields ``(qid, windows, candidate ids)``
+    (``windows`` from :meth:`AttentionReranker.windows` over the candidates in that order, rows in
+    ``head_list`` order). Returns ``{"qr-score", "qr-ndcg", "contrastive"}`` → :class:`HeadScores`."""
+    from ..eval.metrics import evaluate_per_query
+    from ..rerank.learned import window_features
+
+    start = time.perf_counter()
+    n = len(head_list)
+    sums = {"qr-score": np.zeros(n), "contrastive": np.zeros(n)}
+    used = {"qr-score": 0, "contrastive": 0}
+    feats: dict[str, tuple[list[str], np.ndarray]] = {}
+    for qid, windows, cand in items:
+        cand = [str(c) for c in cand]
+        if len(set(cand)) != len(cand):
+            raise InputError(f"query {qid!r} has duplicate candidate ids; give each candidate once")
+        f = window_features(windows, len(cand), calibrate=calibrate, use_filter=use_filter)
+        labels = np.array([qrels.get(qid, {}).get(d, 0) for d in cand])
+        gold = labels >= rel
+        feats[qid] = (cand, f)
+        if gold.any():
+            sums["qr-score"] += f[:, gold].sum(1)
+            used["qr-score"] += 1
+        if gold.any() and (~gold).any():
+            sums["contrastive"] += f[:, gold].mean(1) - f[:, ~gold].mean(1)
+            used["contrastive"] += 1
+    judged = {q: dict(qrels[q]) for q in feats if q in qrels}
+    ndcg = np.zeros(n)
+    for lo in range(0, n, 64):  # heads in chunks: one ir-measures call per chunk
+        run = {f"{q}::{h}": dict(zip(c, f[h].tolist())) for q, (c, f) in feats.items() if q in judged
+               for h in range(lo, min(n, lo + 64))}
+        per = evaluate_per_query(run, {key: judged[key.rsplit("::", 1)[0]] for key in run}, [f"nDCG@{k}"], rel=rel)
+        for key, v in per.items():
+            ndcg[int(key.rsplit("::", 1)[1])] += v[f"nDCG@{k}"]
+    seconds = time.perf_counter() - start
+    out = {}
+    for method, vec, m in (("qr-score", sums["qr-score"], used["qr-score"]),
+                           ("qr-ndcg", ndcg, len(judged)), ("contrastive", sums["contrastive"], used["contrastive"])):
+        matrix = np.full((n_layers, n_heads), np.nan)
+        note = "" if m else f"no usable query among {len(feats)} (none has gold and, for contrastive, non-gold candidates)"
+        if m:
+            for (l, h), v in zip(head_list, vec / m):
+                matrix[l, h] = v
+        params = {"rel": rel, "k": k, "calibrate": calibrate, "use_filter": use_filter}
+        out[method] = HeadScores(matrix, method, params, f"{data}; {m}/{len(feats)} queries used".lstrip("; "),
+                                 seconds, len(feats), m, note, model_id, fingerprint)
+    return out
+
+
+def detect_query_focused(reranker: Any, queries: Mapping[str, str], candidates: Mapping[str, Sequence[Any]],
+                         qrels: Mapping[str, Mapping[str, int]], *, rel: int = 1, data: str = "",
+                         show_progress: bool = False) -> dict[str, HeadScores]:
+    """Run ``reranker.windows`` (build it with ``heads=None`` to score every head) for each
+    labelled query over its candidate documents, then :func:`query_focused_scores`."""
+    qids = [q for q in queries if q in candidates]
+    if not qids:
+        raise InputError("no query has candidates; give candidates for the labelled queries")
+
+    def items():
+        it = qids
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            it = tqdm(qids, desc="detect", unit="q")
+        for q in it:
+            docs = list(candidates[q])
+            yield q, reranker.windows(queries[q], docs), [getattr(d, "id", str(i)) for i, d in enumerate(docs)]
+
+    llm = reranker.llm
+    stamp = _dt.date.today().isoformat()
+    return query_focused_scores(items(), qrels, reranker.head_list, llm.num_layers, llm.num_heads, rel=rel,
+                                calibrate=reranker.calibrate, use_filter=reranker.token_filter,
+                                data=data or f"{len(qids)} labelled queries ({stamp})",
+                                model_id=llm.model_id, fingerprint=llm.fingerprint)

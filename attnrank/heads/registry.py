@@ -1,0 +1,275 @@
+"""Per-model registry of retrieval-head sets and other per-model artifacts.
+
+A head set is only valid for the weights it was detected on, so every entry is keyed by the
+model id and :attr:`attnrank.llm.models.LLM.fingerprint` (hub commit or weights sha256). A
+registry document (JSON) holds one model's entries::
+
+    {"format": "attnrank-heads/1", "model_id": "...", "fingerprint": "...",
+     "sets": [{"name", "method", "heads": ["l-h", ...], "scores": [[...L x H...]] | null,
+               "data", "date", "params", "n_layers", "n_heads"}, ...],
+     "artifacts": {"<kind>": {"date": "...", "payload": {...}}}}
+
+Two sources: *shipped* sets inside the package (``attnrank/heads/data/*.json``, each a document
+or ``{"models": [document, ...]}``) and *user* detections under
+``config.cache_dir()/heads/`` (one file per model and fingerprint, written atomically). A
+shipped document may use ``"fingerprint": "*"`` (any weights of that model, e.g. the sets
+QRHead released for Llama-3.1-8B-Instruct); it then matches by the model id's last path
+component, case-insensitively.
+
+``resolve_heads("auto", llm)`` picks one set, in this preference order:
+
+1. user registry before shipped sets (a user detection overrides what ships);
+2. an exact fingerprint before a ``"*"`` match;
+3. by method: ``qr-ndcg`` (QRHead's BEIR selection), ``qr-score`` (QRHead LME), ``contrastive``
+   (CoRe), then any other method, ``copy`` (Wu et al. NIAH copy-paste) last: QRHead reports
+   that query-focused detection suits reranking better than NIAH copy-paste;
+4. the newest date.
+
+``"auto:METHOD"`` restricts the choice to one method. Artifacts (learned head weights, the
+positional slot profile, ...) are stored by :func:`save_artifact` / :func:`load_artifact` with
+the same precedence.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import config
+from ..errors import InputError
+from .spec import HeadList, format_heads, parse_heads
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "attnrank-heads/1"
+ANY_FINGERPRINT = "*"
+METHOD_PREFERENCE = ("qr-ndcg", "qr-score", "contrastive")  # then others, then "copy"
+SHIPPED_DIR = Path(__file__).parent / "data"
+
+
+@dataclass
+class HeadSet:
+    """One registered head set. ``scores`` is the optional full ``[L][H]`` score matrix
+    (None entries = not measured); ``source`` is ``"user"`` or ``"shipped"`` (not stored)."""
+
+    method: str
+    heads: list[str]
+    model_id: str
+    fingerprint: str
+    name: str = ""
+    scores: list[list[float | None]] | None = None
+    data: str = ""
+    date: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    n_layers: int | None = None
+    n_heads: int | None = None
+    source: str = "user"
+    path: str = ""
+
+    @property
+    def pairs(self) -> HeadList:
+        return parse_heads(self.heads) or []
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("model_id", "fingerprint", "source", "path"):
+            out.pop(key)
+        return out
+
+
+def user_dir() -> Path:
+    """Where user detections live: ``config.cache_dir()/heads``."""
+    return config.cache_dir() / "heads"
+
+
+def _slug(model_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", model_id.strip("/")).strip("_")[-80:] or "model"
+
+
+def _base(model_id: str) -> str:
+    return model_id.rstrip("/").split("/")[-1].lower()
+
+
+def _user_file(model_id: str, fingerprint: str, root: Path | None) -> Path:
+    return (root or user_dir()) / f"{_slug(model_id)}-{fingerprint[:12]}.json"
+
+
+def _read_docs(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        logger.warning("skipping head registry file %s: %s", path, e)
+        return []
+    docs = data.get("models", [data]) if isinstance(data, dict) else []
+    return [d for d in docs if isinstance(d, dict) and d.get("format") == FORMAT]
+
+
+def _matches(doc: dict[str, Any], model_id: str, fingerprint: str) -> int:
+    """2: same weights; 1: a ``"*"`` entry for a model of the same name; 0: no match."""
+    fp = doc.get("fingerprint", "")
+    if fp == fingerprint and fp != ANY_FINGERPRINT:
+        return 2
+    return int(fp == ANY_FINGERPRINT and _base(doc.get("model_id", "")) == _base(model_id))
+
+
+def _documents(model_id: str, fingerprint: str, root: Path | None):
+    """(source, match level, path, doc) for every matching document, user files first."""
+    roots = [("user", root or user_dir()), ("shipped", SHIPPED_DIR)]
+    for source, folder in roots:
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            for doc in _read_docs(path):
+                level = _matches(doc, model_id, fingerprint)
+                if level:
+                    yield source, level, path, doc
+
+
+def load_head_sets(model_id: str, fingerprint: str, *, root: Path | None = None) -> list[HeadSet]:
+    """Every head set registered for this model and fingerprint, best first (see module doc)."""
+    found = []
+    for source, level, path, doc in _documents(model_id, fingerprint, root):
+        for entry in doc.get("sets", []):
+            try:
+                hs = HeadSet(model_id=doc["model_id"], fingerprint=doc["fingerprint"], source=source,
+                             path=str(path), **{k: v for k, v in entry.items() if k in _ENTRY_KEYS})
+                hs.pairs  # noqa: B018 - validates the head strings
+            except (TypeError, KeyError, InputError) as e:
+                logger.warning("skipping a malformed head set in %s: %s", path, e)
+                continue
+            found.append((source != "user", -level, _method_rank(hs.method), hs))
+    found.sort(key=lambda t: t[-1].date, reverse=True)  # newest first, then (stable) the ranks
+    found.sort(key=lambda t: t[:3])
+    return [t[-1] for t in found]
+
+
+_ENTRY_KEYS = {"name", "method", "heads", "scores", "data", "date", "params", "n_layers", "n_heads"}
+
+
+def _method_rank(method: str) -> int:
+    if method in METHOD_PREFERENCE:
+        return METHOD_PREFERENCE.index(method)
+    return len(METHOD_PREFERENCE) + (1 if method == "copy" else 0)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _load_user_doc(path: Path, model_id: str, fingerprint: str) -> dict[str, Any]:
+    docs = _read_docs(path) if path.is_file() else []
+    doc = docs[0] if docs else {}
+    return {"format": FORMAT, "model_id": model_id, "fingerprint": fingerprint,
+            "sets": doc.get("sets", []), "artifacts": doc.get("artifacts", {})}
+
+
+def save_head_set(model_id: str, fingerprint: str, method: str, heads: Any, *,
+                  name: str | None = None, scores: Any = None, data: str = "",
+                  params: dict[str, Any] | None = None, date: str | None = None,
+                  n_layers: int | None = None, n_heads: int | None = None,
+                  root: Path | None = None) -> Path:
+    """Add (or replace, by ``name``, default = ``method``) a head set in the user registry.
+
+    ``heads``: anything :func:`parse_heads` accepts; ``scores``: optional ``L×H`` array (NaN =
+    not measured). Returns the registry file written."""
+    if not fingerprint:
+        raise InputError(f"model {model_id!r} has an empty fingerprint; a head set must be keyed "
+                         "by the weights it was detected on (use LLM.fingerprint)")
+    pairs = parse_heads(heads)
+    if not pairs:
+        raise InputError(f"no heads to save for {model_id!r} ({method}); pass at least one 'layer-head'")
+    matrix = None
+    if scores is not None:
+        matrix = [[None if v != v else float(v) for v in row] for row in scores]  # NaN -> null
+        n_layers, n_heads = len(matrix), len(matrix[0]) if matrix else 0
+    entry = HeadSet(method=method, heads=format_heads(pairs).split(","), model_id=model_id,
+                    fingerprint=fingerprint, name=name or method, scores=matrix, data=data,
+                    date=date or _dt.datetime.now().isoformat(timespec="seconds"),
+                    params=dict(params or {}), n_layers=n_layers, n_heads=n_heads)
+    path = _user_file(model_id, fingerprint, root)
+    doc = _load_user_doc(path, model_id, fingerprint)
+    doc["sets"] = [s for s in doc["sets"] if s.get("name") != entry.name] + [entry.to_json()]
+    _write_json(path, doc)
+    logger.info("saved %d %s heads of %s to %s", len(pairs), method, model_id, path)
+    return path
+
+
+def _detect_hint(model_id: str) -> str:
+    return (f"detect them with `attnrank heads detect --method qr --model {model_id} "
+            "--dataset scifact --data DIR` (query-focused, QRHead) or `--method copy` "
+            "(Wu et al. copy-paste), or pass explicit heads ('all', 'l-h,l-h' or a JSON file)")
+
+
+def resolve_heads(spec: str, llm: Any, *, root: Path | None = None) -> HeadList:
+    """``"auto"`` or ``"auto:METHOD"`` → the preferred registered head set of ``llm`` (an
+    :class:`~attnrank.llm.models.LLM` or anything with ``model_id`` and ``fingerprint``)."""
+    kind, _, method = spec.strip().partition(":")
+    if kind.lower() != "auto":
+        raise InputError(f"head spec {spec!r} is not 'auto' or 'auto:METHOD'")
+    sets = load_head_sets(llm.model_id, llm.fingerprint, root=root)
+    if method:
+        sets = [s for s in sets if s.method == method.strip()]
+    if not sets:
+        what = f"{method.strip()!r} head set" if method else "head set"
+        raise InputError(f"heads='{spec}': no {what} is registered for model {llm.model_id!r} "
+                         f"(fingerprint {llm.fingerprint[:12]}) in {root or user_dir()} or the "
+                         f"shipped sets; {_detect_hint(llm.model_id)}")
+    best = sets[0]
+    logger.info("heads='%s' -> %s set %r of %s (%s, %d heads)", spec, best.source, best.name,
+                llm.model_id, best.method, len(best.heads))
+    return best.pairs
+
+
+def save_artifact(kind: str, model_id: str, fingerprint: str, payload: dict[str, Any], *,
+                  root: Path | None = None) -> Path:
+    """Store a per-model JSON ``payload`` under ``kind`` (e.g. ``"head-weights"``,
+    ``"slot-profile"``) in the user registry, replacing the previous one of that kind."""
+    if not kind or not fingerprint:
+        raise InputError(f"artifact kind {kind!r} and fingerprint {fingerprint!r} must be non-empty")
+    path = _user_file(model_id, fingerprint, root)
+    doc = _load_user_doc(path, model_id, fingerprint)
+    doc["artifacts"][kind] = {"date": _dt.datetime.now().isoformat(timespec="seconds"),
+                              "payload": payload}
+    _write_json(path, doc)
+    return path
+
+
+def load_artifact(kind: str, model_id: str, fingerprint: str, *,
+                  root: Path | None = None) -> dict[str, Any] | None:
+    """The ``kind`` payload registered for this model (user before shipped, exact fingerprint
+    before ``"*"``), or None."""
+    best = None
+    for source, level, _, doc in _documents(model_id, fingerprint, root):
+        item = doc.get("artifacts", {}).get(kind)
+        if isinstance(item, dict) and "payload" in item:
+            key = (source != "user", -level)
+            if best is None or key < best[0]:
+                best = (key, item["payload"])
+    return None if best is None else best[1]
+
+
+def model_fingerprint(model_id: str | None) -> tuple[str, str]:
+    """(model id, fingerprint) as :func:`~attnrank.llm.models.load_llm` would give them, without
+    loading the weights (hashing a local weights file the first time)."""
+    from ..llm import models
+
+    model_id = (model_id or config.DEFAULT_LLM).strip()
+    gguf = models._gguf_source(model_id)
+    if gguf is not None:
+        return model_id, models.file_sha256(gguf)
+    if Path(model_id).expanduser().exists():
+        model_id = str(Path(model_id).expanduser())
+    return model_id, models._pretrained_fingerprint(model_id)

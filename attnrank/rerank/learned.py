@@ -1,0 +1,304 @@
+"""Learned head weighting: a linear reranker over per-head attention scores.
+
+Features of a (query, passage) pair: each selected head's calibrated passage score ``S_h(d)``
+(:func:`~attnrank.rerank.scoring.per_head_document_scores`: ICR's Δ = a(q) − a(N/A) rows,
+QRHead's per-head μ−2σ token filter, summed over the passage's tokens; units: shares of the query
+span's attention), for heads of layers ≤ ``max_layer`` (so the forward pass can stop early);
+optionally the first-stage score as one more feature.
+
+**Per-query standardisation.** Attention scores are shares of one prompt's attention budget, so
+their scale changes with the number and length of candidates; only their order within a query
+matters for ranking. Every feature column is therefore z-scored *within each query* over its
+candidates: ``z = (x − mean_q(x)) / std_q(x)`` (population std; a constant column becomes 0).
+The score is ``s(d) = w · z(d) + b``.
+
+Models (scikit-learn's L2-regularised logistic regression, minimising
+``Σ log-loss + (λ/2)·||w||²``, i.e. ``C = 1/λ``):
+
+- ``pointwise``: label ``1[rel(d) ≥ rel]`` from ``z(d)``, with intercept ``b``;
+- ``pairwise`` (RankNet with a linear scorer = logistic regression on differences): for pairs
+  ``rel(i) > rel(j)`` of one query, ``P(i ≻ j) = σ(w · (z_i − z_j))``, no intercept (``b = 0``).
+
+:class:`LearnedHeadWeights` is stored per model in the head registry (artifact
+``"head-weights"``); ``AttentionReranker(scorer="learned")`` loads it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..heads.spec import format_heads, parse_heads
+from .scoring import per_head_document_scores
+
+logger = logging.getLogger(__name__)
+
+ARTIFACT = "head-weights"
+MODELS = ("pointwise", "pairwise")
+
+
+def window_features(windows: Sequence[Any], n_docs: int, *, calibrate: bool = True,
+                    use_filter: bool = True) -> np.ndarray:
+    """``[H, D]`` per-head passage scores over a query's windows (:class:`WindowRows`), in the
+    input order of the candidates (``w.doc_index``) and the rows' head order."""
+    out = None
+    for w in windows:
+        rows = w.rows if calibrate else w.real
+        if out is None:
+            out = np.zeros((rows.shape[0], n_docs))
+        out[:, w.doc_index] = per_head_document_scores(rows, w.spans, use_filter=use_filter)
+    if out is None:
+        raise InputError("no windows given; pass the output of AttentionReranker.windows(query, docs)")
+    return out
+
+
+@dataclass
+class QueryFeatures:
+    """One query's training/evaluation material: ``features[d, f]`` raw per-head scores of its
+    candidates, graded ``labels[d]`` (0 = unjudged), optional first-stage scores, ``group``
+    (e.g. the dataset name, for leave-one-dataset-out)."""
+
+    qid: str
+    doc_ids: list[str]
+    features: np.ndarray
+    labels: np.ndarray
+    heads: list[tuple[int, int]]
+    first_stage: np.ndarray | None = None
+    group: str = ""
+    rel: int | None = None  # this query's minimum relevant label (overrides the helpers' ``rel``)
+
+
+def query_features(qid: str, windows: Sequence[Any], doc_ids: Sequence[str], head_list: Sequence[tuple[int, int]],
+                   qrels: dict[str, dict[str, int]] | None = None, *, max_layer: int | None = None,
+                   first_stage: Sequence[float] | None = None, group: str = "", rel: int | None = None,
+                   calibrate: bool = True, use_filter: bool = True) -> QueryFeatures:
+    """:class:`QueryFeatures` from a query's window rows (heads limited to layers ≤ ``max_layer``)."""
+    keep = [i for i, (l, _) in enumerate(head_list) if max_layer is None or l <= max_layer]
+    if not keep:
+        raise InputError(f"no head of layer <= max_layer={max_layer}; raise max_layer")
+    f = window_features(windows, len(doc_ids), calibrate=calibrate, use_filter=use_filter)[keep].T
+    labels = np.array([(qrels or {}).get(qid, {}).get(d, 0) for d in doc_ids], dtype=np.int64)
+    fs = None if first_stage is None else np.asarray(first_stage, dtype=np.float64)
+    return QueryFeatures(qid, [str(d) for d in doc_ids], f, labels, [tuple(head_list[i]) for i in keep], fs, group, rel)
+
+
+def standardise(x: np.ndarray) -> np.ndarray:
+    """Per-query z-score of each column of ``x [D, F]`` (population std; constant → 0)."""
+    x = np.asarray(x, dtype=np.float64)
+    sd = x.std(axis=0)
+    return np.where(sd > 0, (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0), 0.0)
+
+
+def design(q: QueryFeatures, first_stage: bool) -> np.ndarray:
+    """The standardised design matrix ``[D, F(+1)]`` of one query."""
+    x = q.features
+    if first_stage:
+        if q.first_stage is None:
+            raise InputError(f"query {q.qid!r} has no first-stage scores but the model uses them; "
+                             "pass first_stage= or train with first_stage=False")
+        x = np.column_stack([x, q.first_stage])
+    return standardise(x)
+
+
+@dataclass
+class FeatureConfig:
+    """How features were built: the heads (``"l-h"``, feature order), calibration, filter,
+    layer limit, whether the first-stage score is a feature, and the standardisation."""
+
+    heads: list[str]
+    calibrate: bool = True
+    use_filter: bool = True
+    max_layer: int | None = None
+    first_stage: bool = False
+    standardise: str = "per-query z-score"
+
+
+@dataclass
+class LearnedHeadWeights:
+    """A linear head weighting: ``score(d) = Σ_h w_h z_h(d) (+ w_fs z_fs(d)) + bias``."""
+
+    weights: np.ndarray
+    bias: float
+    config: FeatureConfig
+    model: str = "pointwise"
+    first_stage_weight: float = 0.0
+    l2: float = 1.0
+    trained_on: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    date: str = ""
+
+    @property
+    def heads(self) -> list[tuple[int, int]]:
+        return [tuple(p) for p in (parse_heads(self.config.heads) or [])] if self.config.heads else []
+
+    def score_features(self, features: np.ndarray, first_stage: Sequence[float] | None = None) -> np.ndarray:
+        """Scores of one query's candidates from raw ``features [D, H]`` (config head order)."""
+        x = np.asarray(features, dtype=np.float64)
+        if self.config.first_stage:
+            if first_stage is None:
+                raise InputError("these head weights use the first-stage score; pass ScoredDocument/"
+                                 "RankedResults candidates (or first_stage=) so it is available")
+            x = np.column_stack([x, np.asarray(first_stage, dtype=np.float64)])
+        w = np.append(self.weights, self.first_stage_weight) if self.config.first_stage else self.weights
+        return standardise(x) @ w + self.bias
+
+    def score_windows(self, windows: Sequence[Any], n_docs: int, head_list: Sequence[tuple[int, int]],
+                      first_stage: Sequence[float] | None = None) -> np.ndarray:
+        """Scores from a reranker's windows (rows in ``head_list`` order)."""
+        order = [tuple(h) for h in head_list]
+        missing = [h for h in self.heads if h not in order]
+        if missing:
+            raise InputError(f"the windows lack heads {format_heads(missing)} of the learned weights; "
+                             "capture them (AttentionReranker(scorer='learned') does)")
+        f = window_features(windows, n_docs, calibrate=self.config.calibrate, use_filter=self.config.use_filter)
+        return self.score_features(f[[order.index(h) for h in self.heads]].T, first_stage)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["weights"] = [float(v) for v in self.weights]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LearnedHeadWeights:
+        try:
+            kw = dict(data)
+            kw["weights"] = np.asarray(kw["weights"], dtype=np.float64)
+            kw["config"] = FeatureConfig(**kw["config"])
+            return cls(**kw)
+        except (KeyError, TypeError) as e:
+            raise InputError(f"stored head weights are malformed ({e}); retrain and save them") from None
+
+    def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
+        from ..heads.registry import save_artifact
+
+        return save_artifact(ARTIFACT, model_id, fingerprint, self.to_json(), root=root)
+
+    @classmethod
+    def load(cls, model_id: str, fingerprint: str, *, root: Path | None = None) -> LearnedHeadWeights:
+        from ..heads.registry import load_artifact
+
+        data = load_artifact(ARTIFACT, model_id, fingerprint, root=root)
+        if data is None:
+            raise InputError(f"no learned head weights are registered for model {model_id!r} (fingerprint "
+                             f"{fingerprint[:12]}); train them with train_head_weights(...) and .save(model_id, "
+                             "fingerprint), or use scorer='sum'")
+        return cls.from_json(data)
+
+
+def _check(examples: Sequence[QueryFeatures]) -> list[tuple[int, int]]:
+    if not examples:
+        raise InputError("no training queries; pass at least one QueryFeatures")
+    heads = examples[0].heads
+    for q in examples:
+        if q.heads != heads or q.features.shape != (len(q.doc_ids), len(heads)):
+            raise InputError(f"query {q.qid!r}: features {q.features.shape} over heads {format_heads(q.heads)[:60]} "
+                             f"do not match the first query's {len(heads)} heads; build all with the same heads")
+    return heads
+
+
+def _pairs(q: QueryFeatures, x: np.ndarray, cap: int, rng: random.Random) -> np.ndarray:
+    pairs = [(i, j) for i in range(len(q.labels)) for j in range(len(q.labels)) if q.labels[i] > q.labels[j]]
+    if len(pairs) > cap:
+        pairs = rng.sample(pairs, cap)
+    return np.array([x[i] - x[j] for i, j in pairs]).reshape(len(pairs), x.shape[1])
+
+
+def train_head_weights(examples: Sequence[QueryFeatures], *, model: str = "pointwise", l2: float = 1.0, rel: int = 1,
+                       first_stage: bool = False, max_pairs_per_query: int = 500, seed: int = 0,
+                       calibrate: bool = True, use_filter: bool = True, max_layer: int | None = None,
+                       trained_on: str = "") -> LearnedHeadWeights:
+    """Fit head weights on standardised per-query features (see the module doc for the models)."""
+    from sklearn.linear_model import LogisticRegression
+
+    if model not in MODELS:
+        raise InputError(f"model={model!r} is not one of {MODELS}")
+    if l2 <= 0:
+        raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
+    heads = _check(examples)
+    if max_layer is not None and max(l for l, _ in heads) > max_layer:
+        raise InputError(f"the features include heads above max_layer={max_layer}; build them with "
+                         f"query_features(..., max_layer={max_layer})")
+    xs = [design(q, first_stage) for q in examples]
+    if model == "pointwise":
+        x = np.vstack(xs)
+        y = np.concatenate([q.labels >= (rel if q.rel is None else q.rel) for q in examples]).astype(int)
+        if y.min() == y.max():
+            raise InputError(f"all {len(y)} training candidates have the same label (rel >= {rel}: {bool(y[0])}); "
+                             "pointwise training needs relevant and non-relevant candidates")
+        clf = LogisticRegression(C=1.0 / l2, max_iter=2000).fit(x, y)
+        w, b = clf.coef_[0], float(clf.intercept_[0])
+    else:
+        rng = random.Random(seed)
+        d = np.vstack([_pairs(q, x, max_pairs_per_query, rng) for q, x in zip(examples, xs)])
+        if len(d) == 0:
+            raise InputError("no query has candidates with different labels; pairwise training needs them")
+        clf = LogisticRegression(C=1.0 / l2, fit_intercept=False, max_iter=2000)
+        clf.fit(np.vstack([d, -d]), np.r_[np.ones(len(d)), np.zeros(len(d))])
+        w, b = clf.coef_[0], 0.0
+    cfg = FeatureConfig(format_heads(heads).split(","), calibrate, use_filter, max_layer, first_stage)
+    return LearnedHeadWeights(w[: len(heads)].copy(), b, cfg, model, float(w[len(heads)]) if first_stage else 0.0,
+                              l2, trained_on or f"{len(examples)} queries", {},
+                              _dt.datetime.now().isoformat(timespec="seconds"))
+
+
+# ----------------------------------------------------------------- evaluation helpers
+def evaluate_scores(examples: Sequence[QueryFeatures], scorer: Callable[[QueryFeatures], np.ndarray],
+                    metrics: Sequence[str] = ("nDCG@10",), rel: int = 1) -> dict[str, float]:
+    """ir-measures metrics of ``scorer(query) -> scores [D]`` over ``examples`` (their labels)."""
+    from ..eval.metrics import evaluate
+
+    run = {q.qid: dict(zip(q.doc_ids, np.asarray(scorer(q), dtype=float).tolist())) for q in examples}
+    qrels = {q.qid: {d: int(l) for d, l in zip(q.doc_ids, q.labels)} for q in examples}
+    return evaluate(run, qrels, metrics, rel=rel)
+
+
+def _baselines(first_stage: bool) -> dict[str, Callable[[QueryFeatures], np.ndarray]]:
+    out = {"sum-of-heads": lambda q: q.features.sum(axis=1)}
+    if first_stage:
+        out["first-stage"] = lambda q: q.first_stage
+    return out
+
+
+def _fold(name: str, train: list[QueryFeatures], test: list[QueryFeatures], metrics: Sequence[str], rel: int,
+          train_kw: dict[str, Any]) -> dict[str, Any]:
+    model = train_head_weights(train, rel=rel, **train_kw)
+    rel = (test[0].rel or rel) if len({q.rel for q in test}) == 1 else rel
+    row: dict[str, Any] = {"fold": name, "n_train": len(train), "n_test": len(test)}
+    row["learned"] = evaluate_scores(test, lambda q: model.score_features(q.features, q.first_stage), metrics, rel)
+    for base, fn in _baselines(train_kw.get("first_stage", False)).items():
+        row[base] = evaluate_scores(test, fn, metrics, rel)
+    return row
+
+
+def kfold_evaluate(examples: Sequence[QueryFeatures], k: int = 5, *, seed: int = 0,
+                   metrics: Sequence[str] = ("nDCG@10",), rel: int = 1, **train_kw: Any) -> list[dict[str, Any]]:
+    """k-fold cross-validation over queries (shuffled with ``seed``): per fold, the test metrics
+    of the learned weights and of the baselines (``sum-of-heads``, ``first-stage``)."""
+    if not 2 <= k <= len(examples):
+        raise InputError(f"k={k} folds need 2 <= k <= {len(examples)} (the number of queries)")
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    folds = [order[i::k] for i in range(k)]
+    out = []
+    for i, test_idx in enumerate(folds):
+        test = set(test_idx)
+        out.append(_fold(str(i), [examples[j] for j in order if j not in test],
+                         [examples[j] for j in test_idx], metrics, rel, train_kw))
+    return out
+
+
+def leave_one_group_out(examples: Sequence[QueryFeatures], *, metrics: Sequence[str] = ("nDCG@10",),
+                        rel: int = 1, **train_kw: Any) -> list[dict[str, Any]]:
+    """Train on all groups (datasets) but one, test on it; one row per held-out group."""
+    groups = sorted({q.group for q in examples})
+    if len(groups) < 2:
+        raise InputError(f"leave-one-group-out needs at least 2 groups, got {groups}; set QueryFeatures.group")
+    return [_fold(g, [q for q in examples if q.group != g], [q for q in examples if q.group == g],
+                  metrics, rel, train_kw) for g in groups]

@@ -1,0 +1,215 @@
+"""Retrieval-head detection on tiny random models: the copy-paste rule (Wu et al.), ROUGE-1
+recall, the argmax capture against eager attention, and the QR / copy detectors end to end."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from _tiny import tiny_model, tiny_tokenizer
+from attnrank.errors import InputError
+from attnrank.heads import detect
+from attnrank.heads.detect import (
+    HeadScores,
+    Needle,
+    build_niah_prompt,
+    copy_paste_counts,
+    copy_paste_score,
+    detect_copy_heads,
+    detect_query_focused,
+    load_haystack,
+    rouge1_recall,
+)
+from attnrank.llm.attention import AttentionCapturer
+from attnrank.llm.models import LLM
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.types import Document
+
+
+@pytest.fixture(scope="module")
+def llm():
+    model = tiny_model("llama", layers=3, heads=4, kv_heads=2, max_positions=4096)
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="f" * 64)
+
+
+@pytest.fixture(scope="module")
+def eager(llm):
+    """The same weights with eager attention (output_attentions=True): the reference."""
+    model = tiny_model("llama", layers=3, heads=4, kv_heads=2, max_positions=4096)
+    model.config._attn_implementation = "eager"
+    model.load_state_dict(llm.model.state_dict())
+    return model
+
+
+def test_copy_paste_rule_on_a_hand_made_argmax():
+    prompt = [5, 6, 7, 8, 9, 10, 11, 12]  # needle span = positions 2..5 (tokens 7, 8, 9, 10)
+    answer = [7, 8, 9, 99]
+    argmax = np.array([
+        [2, 3, 4, 0],  # copies 7, 8, 9 from the needle: 3 events
+        [2, 2, 4, 5],  # 7 yes, 8 no (points at 7), 9 yes, 99 no: 2 events
+        [0, 1, 6, 7],  # never inside the span
+        [3, 3, 3, 3],  # inside, token 8 matches only at t=1: 1 event
+    ])
+    np.testing.assert_array_equal(copy_paste_counts(argmax, answer, prompt, (2, 6)), [3, 2, 0, 1])
+    np.testing.assert_allclose(copy_paste_score(argmax, answer, prompt, (2, 6)), [0.75, 0.5, 0.0, 0.25])
+
+
+def test_rouge1_recall():
+    ref = "take a walk in Chaoyang Park"
+    assert rouge1_recall("Take a WALK in Chaoyang park!", ref) == 1.0
+    assert rouge1_recall("a walk", ref) == pytest.approx(2 / 6)
+    assert rouge1_recall("", ref) == 0.0 and rouge1_recall("anything", "") == 0.0
+    assert rouge1_recall("a a a", "a b") == 0.5  # clipped counts
+
+
+def test_argmax_capture_equals_eager_argmax(llm, eager):
+    ids = torch.randint(0, 250, (1, 40), generator=torch.Generator().manual_seed(3))
+    heads = [(0, 1), (1, 3), (2, 0), (2, 2)]
+    capturer = AttentionCapturer(llm.model, heads)
+    top = capturer.capture(ids, query_start=25, reduce="argmax")
+    assert top.dtype == torch.int64 and top.shape == (4, 15)
+    with torch.no_grad():
+        att = eager(input_ids=ids, output_attentions=True).attentions
+    expected = torch.stack([att[l][0, h, 25:].argmax(-1) for l, h in heads])
+    torch.testing.assert_close(top, expected)
+    # with a prefilled prefix the indices are absolute positions
+    prefix = capturer.prefill(ids[:, :30])
+    torch.testing.assert_close(capturer.capture(ids[:, 30:], prefix=prefix, reduce="argmax"), expected[:, 5:])
+    with pytest.raises(InputError, match="reduce='max'"):
+        capturer.capture(ids, reduce="max")
+
+
+# --------------------------------------------------------------------------- NIAH data
+@pytest.fixture(scope="module")
+def niah(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    folder = root / "niah" / "retrieval_head"
+    folder.mkdir(parents=True)
+    needles = [{"needle": "The best thing to do in Beijing is to take a walk in Chaoyang Park.",
+                "question": "What is the best thing to do in Beijing?", "real_needle": "take a walk in Chaoyang Park"},
+               {"needle": "Mr Green is disliked because he is mean.", "question": "Why is Mr Green disliked?",
+                "real_needle": "Because he is mean."}]
+    (folder / "needles.jsonl").write_text("\n".join(json.dumps(n) for n in needles) + "\n")
+    sentences = " ".join(f"Sentence number {i} of the book is here." for i in range(80))
+    for part in (1, 2, 3):
+        dump = json.dumps({"rows": [{"row_idx": 0, "row": {"text": f"Chapter {part}: \"Hi\"\n{sentences}",
+                                                           "prompt": "p"}}]}, separators=(",", ":"))
+        dump += ',{"row_idx":1,"row":{"text":"truncated mid-str'  # as the shared dumps end
+        with gzip.open(folder / f"haystack_part{part}_p1.txt.gz", "wt", encoding="utf-8") as f:
+            f.write(dump)
+    (root / "niah" / "PaulGrahamEssays").mkdir()
+    (root / "niah" / "PaulGrahamEssays" / "a.txt").write_text(sentences)
+    return root
+
+
+def test_haystack_reads_the_truncated_dump(niah):
+    text = load_haystack(niah / "niah", 2)
+    assert text.startswith('Chapter 2: "Hi"\nSentence number 0') and "truncated" not in text
+    assert load_haystack(niah / "niah", None).startswith("Sentence number 0")
+
+
+@pytest.mark.parametrize("depth", [0, 50, 100])
+def test_needle_prompt(llm, niah, depth):
+    text = load_haystack(niah / "niah", 1)
+    needle = Needle("Mr Green is disliked because he is mean.", "Why?", "Because he is mean.")
+    p = build_niah_prompt(llm.tokenizer, text, needle, 300, depth)
+    assert abs(len(p.ids) - 300) <= 3
+    s, e = p.needle_span
+    assert llm.tokenizer.decode(p.ids[s:e]) == "because he is mean."  # case-insensitive match
+    body = p.text.split("<|im_start|>user\n")[1]
+    if depth == 0:
+        assert body.startswith(needle.needle)
+    elif depth == 100:
+        assert needle.needle + "\nBased on the content of the book" in body
+    else:
+        assert ". " + needle.needle in body  # at a sentence boundary
+    with pytest.raises(InputError, match="context length 20 does not fit"):
+        build_niah_prompt(llm.tokenizer, text, needle, 20, 50)
+
+
+def test_copy_detector_without_accepted_trials(llm, niah):
+    res = detect_copy_heads(llm, data=niah, lengths=[200], depths=[0, 100], needles=[0], max_new_tokens=4)
+    assert res.n_total == 2 and res.n_used == 0 and res.scores.shape == (3, 4)
+    assert np.isnan(res.scores).all() and res.top() == [] and res.above() == []
+    assert "no trial was accepted" in res.note and "2 trials" in res.note
+    with pytest.raises(InputError, match="no copy heads to save"):
+        res.save(root=niah / "reg")
+
+
+def test_copy_detector_with_an_accepted_trial(llm, eager, niah, monkeypatch):
+    """Force the answer to be the needle itself; the scores must equal the copy-paste rule on
+    the eager model's argmax over the teacher-forced prompt + answer."""
+    seen = {}
+
+    def fake_answer(_llm, ids, _n):
+        s, e = seen["span"]
+        return list(ids[s:e])
+
+    real_build = detect.build_niah_prompt
+
+    def build(*a, **kw):
+        p = real_build(*a, **kw)
+        seen.update(span=p.needle_span, ids=p.ids)
+        return p
+
+    monkeypatch.setattr(detect, "generate_answer", fake_answer)
+    monkeypatch.setattr(detect, "build_niah_prompt", build)
+    res = detect_copy_heads(llm, data=niah, lengths=[200], depths=[50], needles=[0], max_new_tokens=4)
+    assert res.n_used == 1 and res.trials[0]["accepted"] and res.note == ""
+    s, e = seen["span"]
+    ids = seen["ids"] + seen["ids"][s:e - 1]
+    with torch.no_grad():
+        att = eager(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    q0 = len(seen["ids"]) - 1
+    argmax = np.stack([att[l][0, h, q0:].argmax(-1).numpy() for l in range(3) for h in range(4)])
+    expected = copy_paste_score(argmax, seen["ids"][s:e], seen["ids"], (s, e)).reshape(3, 4)
+    np.testing.assert_allclose(res.scores, expected)
+    assert np.isfinite(res.scores).all() and len(res.top(5)) == 5
+
+
+# --------------------------------------------------------------------------- query-focused
+DOCS = [Document("paris", "Paris is the capital of France."), Document("berlin", "Berlin is the capital of Germany."),
+        Document("banana", "Bananas are yellow fruit."), Document("rome", "Rome is the capital of Italy.")]
+QUERIES = {"q1": "capital of France?", "q2": "yellow fruit?", "q3": "capital of Italy?"}
+QRELS = {"q1": {"paris": 1}, "q2": {"banana": 2, "rome": 0}, "q3": {"rome": 1}}
+
+
+def test_query_focused_detection_end_to_end(llm, tmp_path):
+    reranker = AttentionReranker(llm, None)
+    cands = {q: DOCS for q in QUERIES}
+    res = detect_query_focused(reranker, QUERIES, cands, QRELS)
+    assert set(res) == {"qr-score", "qr-ndcg", "contrastive"}
+    for name, hs in res.items():
+        assert isinstance(hs, HeadScores) and hs.method == name and hs.scores.shape == (3, 4)
+        assert np.isfinite(hs.scores).all() and hs.n_used == 3 and len(hs.top(16)) == 12
+    # reference for one head: its per-head document scores, by hand
+    from attnrank.rerank.scoring import per_head_document_scores
+
+    h = 5  # layer 1, head 1
+    qr, con, nd = [], [], []
+    for q, text in QUERIES.items():
+        wins = reranker.windows(text, DOCS)
+        s = np.zeros(4)
+        s[wins[0].doc_index] = per_head_document_scores(wins[0].rows, wins[0].spans)[h]
+        gold = np.array([QRELS[q].get(d.id, 0) >= 1 for d in DOCS])
+        qr.append(s[gold].sum())
+        con.append(s[gold].mean() - s[~gold].mean())
+    assert res["qr-score"].scores[1, 1] == pytest.approx(np.mean(qr))
+    assert res["contrastive"].scores[1, 1] == pytest.approx(np.mean(con))
+    assert 0.0 <= res["qr-ndcg"].scores.min() and res["qr-ndcg"].scores.max() <= 1.0
+    path = res["qr-ndcg"].save(4, root=tmp_path)
+    stored = json.loads(path.read_text())["sets"][0]
+    assert stored["method"] == "qr-ndcg" and len(stored["heads"]) == 4 and len(stored["scores"]) == 3
+
+
+def test_query_focused_with_a_head_subset_and_no_gold(llm):
+    reranker = AttentionReranker(llm, "1-2,2-0")
+    res = detect_query_focused(reranker, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
+    assert res["qr-score"].n_used == 0 and "no usable query" in res["qr-score"].note
+    assert res["qr-score"].top() == []
+    nd = res["qr-ndcg"].scores  # judged but nothing relevant among the candidates: nDCG 0
+    assert np.isnan(nd[0]).all() and nd[1, 2] == 0.0 and nd[2, 0] == 0.0

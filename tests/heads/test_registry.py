@@ -1,0 +1,164 @@
+"""The per-model head registry: round trip, precedence (user over shipped, exact fingerprint over
+"*", method order, date), "auto" resolution and its error, artifacts, and the `heads` CLI."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from _tiny import save_tiny, tiny_model, tiny_tokenizer
+from attnrank.cli import app
+from attnrank.errors import InputError, MissingExtraError
+from attnrank.heads import registry
+from attnrank.heads.registry import (
+    load_artifact,
+    load_head_sets,
+    model_fingerprint,
+    resolve_heads,
+    save_artifact,
+    save_head_set,
+)
+from attnrank.llm.models import LLM
+from attnrank.rerank.attention import AttentionReranker
+
+FP = "a" * 64
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """An empty user registry (ATTNRANK_HOME) and an empty shipped folder."""
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    monkeypatch.setattr(registry, "SHIPPED_DIR", shipped)
+    return tmp_path
+
+
+def _ship(home, model_id, fingerprint, sets, artifacts=None, name="x.json"):
+    doc = {"format": registry.FORMAT, "model_id": model_id, "fingerprint": fingerprint, "sets": sets,
+           "artifacts": artifacts or {}}
+    (home / "shipped" / name).write_text(json.dumps({"models": [doc]}))
+
+
+def test_round_trip(home):
+    scores = np.arange(6, dtype=float).reshape(2, 3)
+    scores[0, 0] = np.nan
+    path = save_head_set("org/m", FP, "qr-score", "1-2,0-1", scores=scores, data="3 queries",
+                         params={"top": 2})
+    assert path.parent == home / "home" / "heads"
+    (hs,) = load_head_sets("org/m", FP)
+    assert hs.pairs == [(0, 1), (1, 2)] and hs.method == "qr-score" and hs.name == "qr-score"
+    assert hs.scores == [[None, 1.0, 2.0], [3.0, 4.0, 5.0]] and (hs.n_layers, hs.n_heads) == (2, 3)
+    assert hs.data == "3 queries" and hs.params == {"top": 2} and hs.source == "user" and hs.date
+    save_head_set("org/m", FP, "qr-score", ["0-0"])  # same name: replaced
+    save_head_set("org/m", FP, "copy", ["1-1"])
+    assert [s.heads for s in load_head_sets("org/m", FP)] == [["0-0"], ["1-1"]]
+    assert load_head_sets("org/m", "b" * 64) == []  # other weights
+    with pytest.raises(InputError, match="empty fingerprint"):
+        save_head_set("org/m", "", "copy", ["1-1"])
+
+
+def test_precedence(home):
+    llm = SimpleNamespace(model_id="Org/Model-7B", fingerprint=FP)
+    set_ = {"method": "copy", "heads": ["3-3"], "date": "2025-01-01"}
+    _ship(home, "other/model-7b", "*", [set_, {"method": "qr-ndcg", "heads": ["1-1"], "date": "2024-01-01"}])
+    # "*" matches by the model name: qr-ndcg before copy
+    assert resolve_heads("auto", llm) == [(1, 1)]
+    assert resolve_heads("auto:copy", llm) == [(3, 3)]
+    _ship(home, "Org/Model-7B", FP, [{"method": "contrastive", "heads": ["2-2"], "date": "2024-01-01"}], name="y.json")
+    assert resolve_heads("auto", llm) == [(2, 2)]  # exact fingerprint beats "*"
+    save_head_set("Org/Model-7B", FP, "copy", ["0-5"], date="2023-01-01")
+    assert resolve_heads("auto", llm) == [(0, 5)]  # the user registry overrides shipped sets
+    save_head_set("Org/Model-7B", FP, "copy", ["0-6"], name="newer", date="2026-01-01")
+    assert resolve_heads("auto", llm) == [(0, 6)]  # same source and method: newest first
+    sources = [s.source for s in load_head_sets("Org/Model-7B", FP)]
+    assert sources == ["user", "user", "shipped", "shipped", "shipped"]
+
+
+def test_auto_error_says_how_to_detect(home):
+    llm = SimpleNamespace(model_id="tiny-llama", fingerprint=FP)
+    with pytest.raises(InputError) as err:
+        resolve_heads("auto", llm)
+    msg = str(err.value)
+    assert "no head set is registered for model 'tiny-llama'" in msg and "attnrank heads detect" in msg
+    save_head_set("tiny-llama", FP, "copy", ["0-1"])
+    with pytest.raises(InputError, match="no 'qr-ndcg' head set"):
+        resolve_heads("auto:qr-ndcg", llm)
+    with pytest.raises(InputError, match="not 'auto'"):
+        resolve_heads("13-1", llm)
+
+
+def test_shipped_qrhead_sets():
+    sets = load_head_sets("meta-llama/Llama-3.1-8B-Instruct", "0123456789abcdef", root=registry.SHIPPED_DIR / "none")
+    assert [(s.method, s.source) for s in sets] == [("qr-ndcg", "shipped"), ("qr-score", "shipped")]
+    assert (14, 22) in sets[0].pairs and len(sets[0].pairs) == 16
+    local = load_head_sets("/models/llama-3.1-8b-instruct", "f" * 64, root=registry.SHIPPED_DIR / "none")
+    assert len(local) == 2
+    assert load_head_sets("Qwen/Qwen2.5-7B-Instruct", "c" * 40)[0].n_layers == 28
+
+
+def test_artifacts(home):
+    assert load_artifact("slot-profile", "org/m", FP) is None
+    _ship(home, "org/m", "*", [], {"slot-profile": {"date": "x", "payload": {"v": 1}}})
+    assert load_artifact("slot-profile", "org/m", FP) == {"v": 1}
+    save_artifact("slot-profile", "org/m", FP, {"v": 2})
+    save_head_set("org/m", FP, "copy", ["0-1"])  # sets and artifacts share the file
+    assert load_artifact("slot-profile", "org/m", FP) == {"v": 2}
+    assert len(load_head_sets("org/m", FP)) == 1
+
+
+def test_reranker_auto_heads(home):
+    llm = LLM(tiny_model("llama", layers=3, max_positions=2048), tiny_tokenizer(), "tiny-llama", FP)
+    with pytest.raises(InputError, match="attnrank heads detect"):
+        AttentionReranker(llm, "auto")
+    save_head_set("tiny-llama", FP, "qr-score", ["1-2", "0-3"])
+    rr = AttentionReranker(llm, "auto")
+    assert rr.heads == [(0, 3), (1, 2)] and rr.capturer.deepest_layer == 1
+
+
+# --------------------------------------------------------------------------- CLI
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("m") / "tiny", layers=2, max_positions=8192)
+
+
+def test_cli_detect_qr_and_show(home, tiny_dir, scifact_mini):
+    args = ["heads", "detect", "--method", "qr", "--model", str(tiny_dir), "--queries",
+            str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv"),
+            "--corpus", str(scifact_mini / "corpus.jsonl"), "--max-queries", "2", "--depth", "6", "--top", "3", "-q"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "qr-ndcg:" in r.output and r.output.count("saved top 3") == 3
+    model_id, fp = model_fingerprint(str(tiny_dir))
+    sets = load_head_sets(model_id, fp)
+    assert [s.method for s in sets] == ["qr-ndcg", "qr-score", "contrastive"]
+    assert all(len(s.heads) == 3 and len(s.scores) == 2 for s in sets)
+    shown = runner.invoke(app, ["heads", "show", "--model", str(tiny_dir)])
+    assert shown.exit_code == 0 and "3 head set(s)" in shown.output and "qr-ndcg [qr-ndcg, user]" in shown.output
+    png = home / "heat.png"
+    plotted = runner.invoke(app, ["heads", "show", "--model", str(tiny_dir), "--png", str(png)])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert isinstance(plotted.exception, MissingExtraError) and "attnrank[plot]" in str(plotted.exception)
+    else:
+        assert plotted.exit_code == 0 and png.stat().st_size > 0
+
+
+def test_cli_detect_copy_reports_no_accepted_trial(home, tiny_dir, tmp_path):
+    folder = tmp_path / "niah" / "retrieval_head"
+    folder.mkdir(parents=True)
+    (folder / "needles.jsonl").write_text(json.dumps({"needle": "The code is 42.", "question": "Code?",
+                                                      "real_needle": "42"}) + "\n")
+    (tmp_path / "niah" / "PaulGrahamEssays").mkdir()
+    (tmp_path / "niah" / "PaulGrahamEssays" / "a.txt").write_text("Some text here. " * 40)
+    r = runner.invoke(app, ["heads", "detect", "--method", "copy", "--model", str(tiny_dir), "--data", str(tmp_path),
+                            "--haystack", "essays", "--lengths", "150", "--depths", "50", "--max-new-tokens", "3", "-q"])
+    assert r.exit_code != 0 and "no trial was accepted" in str(r.exception)

@@ -1,0 +1,153 @@
+"""Learned head weighting: planted-weight recovery (pointwise and pairwise), per-query
+standardisation, evaluation helpers, registry round trip and AttentionReranker(scorer="learned")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _tiny import tiny_model, tiny_tokenizer
+from attnrank.errors import InputError
+from attnrank.llm.models import LLM
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.learned import (
+    LearnedHeadWeights,
+    QueryFeatures,
+    kfold_evaluate,
+    leave_one_group_out,
+    query_features,
+    standardise,
+    train_head_weights,
+    window_features,
+)
+from attnrank.types import Document, ScoredDocument
+
+HEADS = [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+W_TRUE = np.array([2.0, -1.0, 0.0, 1.5, 0.0, 0.5])
+
+
+def synthetic(n_queries=80, n_docs=25, seed=0, groups=("a",)) -> list[QueryFeatures]:
+    """Raw features with a per-query scale and offset (standardisation removes them); labels
+    drawn from a logistic model of the standardised features with the planted weights."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for q in range(n_queries):
+        x = rng.normal(size=(n_docs, len(HEADS)))
+        raw = x * rng.uniform(0.01, 3.0) + rng.normal(0, 5)
+        p = 1 / (1 + np.exp(-(standardise(raw) @ W_TRUE - 2.0)))
+        labels = (rng.uniform(size=n_docs) < p).astype(int)
+        out.append(QueryFeatures(f"q{q}", [f"d{i}" for i in range(n_docs)], raw, labels, list(HEADS),
+                                 first_stage=rng.normal(size=n_docs), group=groups[q % len(groups)]))
+    return out
+
+
+def _cos(a, b):
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("model", ["pointwise", "pairwise"])
+def test_recovers_planted_weights(model):
+    w = train_head_weights(synthetic(), model=model, l2=0.1)
+    assert _cos(w.weights, W_TRUE) > 0.97
+    assert w.model == model and w.config.heads == ["0-0", "0-1", "1-0", "1-1", "2-0", "2-1"]
+    if model == "pointwise":
+        assert w.weights[0] == pytest.approx(2.0, rel=0.25) and w.bias == pytest.approx(-2.0, abs=0.5)
+    else:
+        assert w.bias == 0.0
+    assert w.heads == HEADS
+
+
+def test_standardise_per_query():
+    x = np.array([[1.0, 5.0], [3.0, 5.0], [5.0, 5.0]])
+    z = standardise(x)
+    np.testing.assert_allclose(z[:, 0], [-1.2247449, 0.0, 1.2247449], atol=1e-6)
+    np.testing.assert_array_equal(z[:, 1], 0.0)  # a constant column carries no order
+
+
+def test_kfold_and_leave_one_group_out():
+    ex = synthetic(n_queries=40, groups=("scifact", "dl19"))
+    folds = kfold_evaluate(ex, k=4, l2=0.1)
+    assert [f["fold"] for f in folds] == ["0", "1", "2", "3"]
+    assert sum(f["n_test"] for f in folds) == 40 and all(f["n_train"] == 30 for f in folds)
+    for f in folds:
+        assert 0.0 <= f["learned"]["nDCG@10"] <= 1.0 and set(f) >= {"sum-of-heads", "learned"}
+    mean = lambda name: np.mean([f[name]["nDCG@10"] for f in folds])  # noqa: E731
+    assert mean("learned") > mean("sum-of-heads")  # a negative planted weight hurts the plain sum
+    groups = leave_one_group_out(ex, model="pairwise", first_stage=True, metrics=("nDCG@10", "RR@10"))
+    assert [g["fold"] for g in groups] == ["dl19", "scifact"] and "first-stage" in groups[0]
+    assert set(groups[0]["learned"]) == {"nDCG@10", "RR@10"}
+    with pytest.raises(InputError, match="k=1 folds"):
+        kfold_evaluate(ex, k=1)
+    with pytest.raises(InputError, match="at least 2 groups"):
+        leave_one_group_out(synthetic(n_queries=4))
+
+
+def test_bad_training_input():
+    ex = synthetic(n_queries=3)
+    for q in ex:
+        q.labels[:] = 0
+    with pytest.raises(InputError, match="same label"):
+        train_head_weights(ex)
+    with pytest.raises(InputError, match="no query has candidates with different labels"):
+        train_head_weights(ex, model="pairwise")
+    with pytest.raises(InputError, match="model='listwise'"):
+        train_head_weights(ex, model="listwise")
+    ex[1].heads = HEADS[:2]
+    with pytest.raises(InputError, match="query 'q1'"):
+        train_head_weights(ex)
+
+
+def test_json_round_trip_and_first_stage(tmp_path):
+    w = train_head_weights(synthetic(n_queries=20), first_stage=True, trained_on="synthetic")
+    path = w.save("org/m", "f" * 64, root=tmp_path)
+    back = LearnedHeadWeights.load("org/m", "f" * 64, root=tmp_path)
+    assert path.is_file() and back.trained_on == "synthetic" and back.config.first_stage
+    np.testing.assert_allclose(back.weights, w.weights)
+    x, fs = synthetic(n_queries=1, seed=3)[0].features, np.arange(25.0)
+    np.testing.assert_allclose(back.score_features(x, fs), w.score_features(x, fs))
+    with pytest.raises(InputError, match="first-stage score"):
+        back.score_features(x)
+    with pytest.raises(InputError, match="no learned head weights are registered"):
+        LearnedHeadWeights.load("org/m", "0" * 64, root=tmp_path)
+
+
+# --------------------------------------------------------------------------- with the reranker
+DOCS = [Document("paris", "Paris is the capital of France."), Document("berlin", "Berlin is in Germany."),
+        Document("banana", "Bananas are yellow.")]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM(tiny_model("llama", layers=3, max_positions=2048), tiny_tokenizer(), "tiny-llama", "e" * 64)
+
+
+def test_features_from_windows(llm):
+    rr = AttentionReranker(llm, None)
+    wins = rr.windows("capital of France?", DOCS)
+    qf = query_features("q", wins, [d.id for d in DOCS], rr.head_list, {"q": {"paris": 1}}, max_layer=1)
+    assert qf.heads == [h for h in rr.head_list if h[0] <= 1] and qf.features.shape == (3, 8)
+    np.testing.assert_array_equal(qf.labels, [1, 0, 0])
+    np.testing.assert_allclose(qf.features, window_features(wins, 3)[:8].T)
+
+
+def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
+    with pytest.raises(InputError, match="no learned head weights are registered for model 'tiny-llama'"):
+        AttentionReranker(llm, scorer="learned")
+    heads = [(0, 2), (1, 1), (1, 3)]
+    ex = [QueryFeatures(f"q{i}", ["a", "b", "c"], np.random.default_rng(i).normal(size=(3, 3)), np.array([1, 0, 0]),
+                        heads) for i in range(6)]
+    w = train_head_weights(ex, calibrate=True, use_filter=True)
+    w.save(llm.model_id, llm.fingerprint)
+    rr = AttentionReranker(llm, scorer="learned")
+    assert rr.heads == heads and rr.capturer.deepest_layer == 1
+    scores = rr.score("capital of France?", DOCS)
+    ref = w.score_features(window_features(AttentionReranker(llm, heads).windows("capital of France?", DOCS), 3).T)
+    np.testing.assert_allclose(scores, ref, atol=1e-9)
+    res = AttentionReranker(llm, scorer=w).rank("capital of France?", [
+        ScoredDocument(d.id, 3.0 - i, i + 1, d.text) for i, d in enumerate(DOCS)])
+    assert sorted(res.scores, reverse=True) == res.scores and set(res.ids) == {"paris", "berlin", "banana"}
+    with pytest.raises(InputError, match="drop heads="):
+        AttentionReranker(llm, "0-1", scorer="learned")
+    with pytest.raises(InputError, match="scorer='best'"):
+        AttentionReranker(llm, scorer="best")
