@@ -1,0 +1,127 @@
+"""Answer generation from (pruned) passages with a causal LM: greedy decoding, optional streaming.
+
+The prompt is :func:`attnrank.llm.prompts.build_answer_prompt` (chat template, short-answer
+instruction, ``[i] title\\ntext`` passages, then the question). Decoding is greedy (no
+sampling, one beam) and stops at the tokenizer's or the generation config's end-of-sequence
+tokens or after ``max_new_tokens``. The generator may be another (bigger) Hugging Face model than
+the reranker's; pass the same :class:`~attnrank.llm.models.LLM` object to share one load.
+Streaming hands each decoded piece (whole words, as transformers' ``TextStreamer`` flushes
+them) to a callback as soon as it is generated.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .errors import InputError
+from .llm.models import LLM, load_llm
+from .llm.prompts import build_answer_prompt, encode_text
+
+logger = logging.getLogger(__name__)
+
+StreamCallback = Callable[[str], Any]
+
+
+@dataclass
+class Answer:
+    """A generated answer: its text, how many tokens were generated, and the wall time (s)."""
+
+    text: str
+    tokens: int
+    seconds: float
+    prompt_tokens: int = 0
+    model_id: str = ""
+
+
+def _streamer(tokenizer: Any, callback: StreamCallback) -> Any:
+    """A transformers streamer that passes each finalized text piece to ``callback``."""
+    from transformers import TextStreamer
+
+    class _CallbackStreamer(TextStreamer):
+        def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+            if text:
+                callback(text)
+
+    return _CallbackStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+
+
+class Generator:
+    """Greedy short-answer generation: ``answer(question, context_docs)`` -> :class:`Answer`.
+
+    ``model``: an :class:`LLM` (e.g. the reranker's), a model name/path, or None (default LLM).
+    """
+
+    def __init__(self, model: str | LLM | None = None, max_new_tokens: int = 64, *,
+                 dtype: str = "auto", device: str = "cpu"):
+        _check_max_new(max_new_tokens)
+        self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
+        self.max_new_tokens = max_new_tokens
+        cfg = self.llm.model.config.get_text_config()
+        self.context_length = int(getattr(cfg, "max_position_embeddings", 0) or 4096)
+
+    def __repr__(self) -> str:
+        return f"Generator(model={self.llm.model_id!r}, max_new_tokens={self.max_new_tokens})"
+
+    def prompt(self, question: str, context_docs: Sequence[Any] = ()) -> str:
+        """The chat prompt text the model reads (see :func:`build_answer_prompt`)."""
+        return build_answer_prompt(self.llm.tokenizer, question, list(context_docs))
+
+    def answer(self, question: str, context_docs: Sequence[Any] = (), stream: StreamCallback | None = None,
+               *, max_new_tokens: int | None = None) -> Answer:
+        """Answer ``question`` from ``context_docs`` (Document, ScoredDocument or str), greedily.
+
+        ``stream``: called with each decoded text piece while generating.
+        """
+        n_new = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        _check_max_new(n_new)
+        tok = self.llm.tokenizer
+        ids = encode_text(tok, self.prompt(question, context_docs))
+        if len(ids) + n_new > self.context_length:
+            raise InputError(f"the answer prompt has {len(ids)} tokens; with max_new_tokens={n_new} it "
+                             f"exceeds the model's {self.context_length}-token context; prune the "
+                             "context harder (smaller budget_tokens) or pass fewer passages")
+        input_ids = torch.tensor([ids], device=self.llm.device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = self.llm.model.generate(
+                input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                generation_config=self._config(n_new),
+                streamer=_streamer(tok, stream) if stream is not None else None)
+        seconds = time.perf_counter() - start
+        new = out[0, len(ids):].tolist()
+        stops = set(self._stop_ids()) | ({tok.pad_token_id} if tok.pad_token_id is not None else set())
+        while new and new[-1] in stops:
+            new.pop()
+        text = tok.decode(new, skip_special_tokens=True).strip()
+        logger.info("generated %d tokens in %.2f s (prompt %d tokens)", len(new), seconds, len(ids))
+        return Answer(text, len(new), seconds, len(ids), self.llm.model_id)
+
+    def _stop_ids(self) -> list[int]:
+        ids: list[int] = []
+        gen_eos = getattr(getattr(self.llm.model, "generation_config", None), "eos_token_id", None)
+        for value in (self.llm.tokenizer.eos_token_id, gen_eos):
+            if value is None:
+                continue
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                if v not in ids:
+                    ids.append(int(v))
+        return ids
+
+    def _config(self, max_new_tokens: int) -> Any:
+        from transformers import GenerationConfig
+
+        stops = self._stop_ids()
+        pad = self.llm.tokenizer.pad_token_id
+        return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                eos_token_id=stops or None,
+                                pad_token_id=pad if pad is not None else (stops[0] if stops else None))
+
+
+def _check_max_new(n: int) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InputError(f"max_new_tokens={n!r} must be an integer >= 1 (tokens generated at most), e.g. 64")

@@ -1,0 +1,144 @@
+"""Pruning results and budget selection (no model needed): :class:`PrunedContext`,
+:class:`ScoredSentence`, budget checks and the greedy sentence selection of
+:class:`attnrank.prune.pruner.ContextPruner` (budget semantics are described there).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError
+from ..types import Document
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ScoredSentence:
+    """One context sentence: where it is, its size in prompt tokens, its score, whether kept.
+
+    ``doc_index`` is the passage's input position; ``start``/``end`` its character range in
+    that passage's text. ``score`` is NaN when everything was kept without scoring; ``chunk``
+    numbers the prompt that scored it (0 unless the context was chunked).
+    """
+
+    doc_index: int
+    doc_id: str
+    sentence_index: int
+    text: str
+    start: int
+    end: int
+    tokens: int
+    score: float = math.nan
+    kept: bool = False
+    chunk: int = 0
+
+
+@dataclass
+class PrunedContext:
+    """The result of :meth:`ContextPruner.prune`: every sentence (reading order) and the budget.
+
+    ``budget_tokens`` is the budget in sentence tokens actually applied (from ``budget_tokens``
+    or ``keep_ratio``, named by ``budget_source``); ``kept_tokens`` what was achieved.
+    """
+
+    query: str
+    method: str
+    docs: list[Document]
+    sentences: list[ScoredSentence]
+    budget_tokens: int
+    budget_source: str  # "budget_tokens" or "keep_ratio"
+    keep_ratio: float | None = None
+    keep_titles: bool = True
+    chunks: int = 1
+    kept_all: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kept(self) -> list[ScoredSentence]:
+        """Kept sentences in reading order (passage input order, then sentence order)."""
+        return [s for s in self.sentences if s.kept]
+
+    @property
+    def original_tokens(self) -> int:
+        return sum(s.tokens for s in self.sentences)
+
+    @property
+    def kept_tokens(self) -> int:
+        return sum(s.tokens for s in self.sentences if s.kept)
+
+    @property
+    def compression(self) -> float:
+        """original_tokens / kept_tokens (inf when nothing was kept)."""
+        kept = self.kept_tokens
+        return self.original_tokens / kept if kept else math.inf
+
+    @property
+    def achieved_ratio(self) -> float:
+        return self.kept_tokens / self.original_tokens if self.original_tokens else 0.0
+
+    def documents(self) -> list[Document]:
+        """Pruned passages in input order, those with no kept sentence left out. Adjacent kept
+        sentences are copied with the original text between them; gaps become one space (or a
+        newline where the omitted text held one). Titles stay if ``keep_titles``."""
+        out = []
+        for i, doc in enumerate(self.docs):
+            kept = [s for s in self.sentences if s.doc_index == i and s.kept]
+            if not kept:
+                continue
+            parts = [kept[0].text]
+            for prev, cur in zip(kept, kept[1:]):
+                gap = doc.text[prev.end:cur.start]
+                if cur.sentence_index == prev.sentence_index + 1:
+                    parts.append(gap + cur.text)
+                else:
+                    parts.append(("\n" if "\n" in gap else " ") + cur.text)
+            meta = {**doc.metadata, "pruned": True,
+                    "kept_sentences": [s.sentence_index for s in kept]}
+            out.append(Document(doc.id, "".join(parts), doc.title if self.keep_titles else "", meta))
+        return out
+
+
+
+def check_budget(budget_tokens: int | None, keep_ratio: float | None) -> None:
+    if budget_tokens is None and keep_ratio is None:
+        raise InputError("no budget given; pass budget_tokens=N (sentence tokens to keep, e.g. 300) "
+                         "or keep_ratio=R (fraction of the context, 0 < R <= 1)")
+    if budget_tokens is not None and (isinstance(budget_tokens, bool) or not isinstance(budget_tokens, (int, np.integer))
+                                      or budget_tokens < 1):
+        raise InputError(f"budget_tokens={budget_tokens!r} must be a whole number of tokens >= 1; "
+                         "pass e.g. budget_tokens=300, or keep_ratio=R")
+    if keep_ratio is not None and not (isinstance(keep_ratio, (int, float)) and 0 < keep_ratio <= 1):
+        raise InputError(f"keep_ratio={keep_ratio!r} is outside (0, 1]; pass the fraction of the "
+                         "context's sentence tokens to keep, e.g. keep_ratio=0.3")
+
+
+def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original: int) -> tuple[int, str]:
+    if budget_tokens is not None:
+        if keep_ratio is not None:
+            logger.info("both budget_tokens=%d and keep_ratio=%s given: budget_tokens wins",
+                        budget_tokens, keep_ratio)
+        return int(budget_tokens), "budget_tokens"
+    return int(math.floor(keep_ratio * original + 1e-9)), "keep_ratio"
+
+
+def select(scored: list[ScoredSentence], target: int, neighbours: int) -> None:
+    """Greedy by score (ties: reading order); a misfit is skipped; neighbours come if they fit."""
+    used = 0
+    for g in sorted(range(len(scored)), key=lambda j: (-scored[j].score, j)):
+        if scored[g].kept:
+            continue
+        doc = scored[g].doc_index
+        group = [j for j in range(g - neighbours, g + neighbours + 1)
+                 if 0 <= j < len(scored) and scored[j].doc_index == doc and not scored[j].kept]
+        for candidate in (group, [g]):
+            cost = sum(scored[j].tokens for j in candidate)
+            if used + cost <= target:
+                for j in candidate:
+                    scored[j].kept = True
+                used += cost
+                break

