@@ -4,7 +4,10 @@ Public API (re-exports only):
 
 - first stage: :class:`HybridRetriever`, :func:`load_corpus`, :func:`load_queries`
 - reranking: :class:`AttentionReranker` (ICR / QRHead), :class:`PointwiseReranker`,
-  :class:`ListwiseReranker` (baselines)
+  :class:`ListwiseReranker` (baselines), :class:`Reweighting`, :class:`LearnedHeadWeights`,
+  :class:`SlotProfile` and :func:`reorder_for_generation` (position bias)
+- pruning and generation: :class:`ContextPruner`, :class:`PrunedContext`, :class:`Generator`,
+  :class:`Pipeline`
 - types: :class:`Document`, :class:`ScoredDocument`, :class:`RankedResults`
 - models: :func:`load_llm`
 
@@ -26,15 +29,30 @@ _LAZY = {
     "AttentionReranker": "attnrank.rerank.attention",
     "PointwiseReranker": "attnrank.rerank.generative",
     "ListwiseReranker": "attnrank.rerank.generative",
+    "Reweighting": "attnrank.rerank.reweight",
+    "SlotProfile": "attnrank.rerank.position",
+    "reorder_for_generation": "attnrank.rerank.position",
+    "LearnedHeadWeights": "attnrank.rerank.learned",
+    "ContextPruner": "attnrank.prune.pruner",
+    "PrunedContext": "attnrank.prune.context",
+    "Generator": "attnrank.generate",
+    "Pipeline": "attnrank.pipeline",
     "load_llm": "attnrank.llm.models",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .generate import Generator
     from .index.retriever import HybridRetriever
     from .index.tuning import tune_alpha
     from .llm.models import load_llm
+    from .pipeline import Pipeline
+    from .prune.context import PrunedContext
+    from .prune.pruner import ContextPruner
     from .rerank.attention import AttentionReranker
     from .rerank.generative import ListwiseReranker, PointwiseReranker
+    from .rerank.learned import LearnedHeadWeights
+    from .rerank.position import SlotProfile, reorder_for_generation
+    from .rerank.reweight import Reweighting
 
 
 def __getattr__(name: str):

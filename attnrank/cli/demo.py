@@ -1,0 +1,72 @@
+"""``attnrank demo``: the whole pipeline on the embedded demo corpus."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from . import Quiet, Verbose, _print_results, _setup, app
+
+
+@app.command()
+def demo(
+    k: int = typer.Option(3, "--k", "-k", help="Results shown per question."),
+    depth: int = typer.Option(10, "--depth", help="First-stage hits reranked by attention."),
+    model: Optional[str] = typer.Option(None, help="LLM (default: packaged SmolLM2-135M)."),
+    no_rerank: bool = typer.Option(False, "--no-rerank", help="Stop after the first stage."),
+    answers: int = typer.Option(2, "--answers", help="Questions pruned and answered at the end (0 = none)."),
+    quiet: bool = Quiet, verbose: bool = Verbose,
+) -> None:
+    """Run the pipeline on the embedded demo corpus (80 Wikipedia paragraphs, 8 questions)."""
+    from ..config import index_root
+    from ..demo import demo_corpus_path, demo_queries
+    from ..index.retriever import HybridRetriever
+
+    progress = _setup(quiet, verbose)
+    target = index_root() / "demo"
+    r = HybridRetriever().index(demo_corpus_path(), show_progress=progress)
+    r.save(target)
+    typer.echo(f"[index] {r.num_docs} passages -> {target}")
+    reranker = None
+    if not no_rerank:
+        from ..rerank.attention import AttentionReranker
+
+        reranker = AttentionReranker(model)
+        typer.echo(f"[rerank] {reranker!r}")
+    hits = {"first stage": 0, "attention rerank": 0}
+    reranked = []
+    questions = demo_queries()
+    for q in questions:
+        res = r.search(q["text"], depth, query_id=q["_id"])
+        gold = set(q["supporting"])
+        hits["first stage"] += len(gold & set(res.ids[:2]))
+        typer.echo(f"\nQ: {q['text']}\n   gold passages: {', '.join(q['supporting'])}")
+        if reranker is not None:
+            res = reranker.rank(q["text"], res)
+            hits["attention rerank"] += len(gold & set(res.ids[:2]))
+            reranked.append((q, res))
+        _print_results(res.top_k(k))
+    total = 2 * len(questions)
+    typer.echo("\n[summary] gold passages in the top 2: " + ", ".join(
+        f"{name} {n}/{total}" for name, n in hits.items() if name == "first stage" or reranker is not None))
+    if reranker is not None and answers > 0:
+        _demo_answers(reranker.llm, reranked[:answers], k)
+
+
+def _demo_answers(llm, pairs, k: int, budget_tokens: int = 120) -> None:
+    """The demo's last step: prune the top ``k`` reranked passages and answer (streamed)."""
+    from ..generate import Generator
+    from ..prune.pruner import ContextPruner
+
+    pruner, generator = ContextPruner(llm), Generator(llm, max_new_tokens=24)
+    typer.echo(f"\n[answer] top {k} reranked passages pruned to {budget_tokens} sentence tokens, "
+               f"answered by {llm.model_id}")
+    for q, res in pairs:
+        pruned = pruner.prune(q["text"], res.top_k(k), budget_tokens=budget_tokens)
+        docs = pruned.documents()
+        typer.echo(f"\nQ: {q['text']}\n   kept {pruned.kept_tokens}/{pruned.original_tokens} tokens "
+                   f"({pruned.compression:.1f}x) from {', '.join(d.id for d in docs) or 'no passage'}")
+        typer.echo("   A: ", nl=False)
+        ans = generator.answer(q["text"], docs, stream=lambda s: typer.echo(s, nl=False))
+        typer.echo(f"\n   gold: {' | '.join(q.get('answers', []))}  ({ans.tokens} tokens, {ans.seconds:.1f} s)")

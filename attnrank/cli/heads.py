@@ -1,0 +1,170 @@
+"""``attnrank heads``: detect, register and inspect retrieval heads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import AttnrankError
+from . import Quiet, Verbose, _setup, app
+
+heads_app = typer.Typer(help="Detect, register and inspect retrieval heads (per model and weights).",
+                        no_args_is_help=True)
+app.add_typer(heads_app, name="heads")
+
+
+def _int_list(text: str, what: str) -> list:
+    try:
+        return [float(x) if "." in x else int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{what} {text!r} must be comma-separated numbers, e.g. 1000,2000") from None
+
+
+def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries: int, rel):
+    """(queries, candidate Documents per query, qrels, rel, description) for QR detection."""
+    import gzip
+    import json
+    import random
+
+    from ..corpus import load_corpus, load_queries
+    from ..eval import read_qrels, read_run
+    from ..types import Document
+
+    cands: dict = {}
+    if dataset is not None:
+        import os
+
+        if not (data or os.environ.get("ATTNRANK_DATA")):
+            raise typer.BadParameter(f"--dataset {dataset} needs --data DIR (the shared data folder) or ATTNRANK_DATA")
+        root = Path(data or os.environ["ATTNRANK_DATA"])
+        if dataset == "scifact":
+            docs = load_corpus(root / "scifact" / "corpus.jsonl.gz")[0]
+            qs, qr, rel = load_queries(root / "scifact" / "queries.jsonl"), read_qrels(root / "scifact" / "qrels" / "train.tsv"), rel or 1
+        elif dataset == "dl19":
+            d = root / "trec_dl"
+            with gzip.open(d / "dl19_bm25_top100_passages.jsonl.gz", "rt", encoding="utf-8") as f:
+                docs = [Document(p["_id"], p["text"], p.get("title", "")) for p in map(json.loads, f)]
+            with gzip.open(d / "dl19_bm25_top100.jsonl.gz", "rt", encoding="utf-8") as f:
+                rows = [json.loads(line) for line in f]
+            qs, qr, rel = {r["qid"]: r["query"] for r in rows}, read_qrels(d / "qrels.dl19-passage.txt"), rel or 2
+            cands = {r["qid"]: [c["docid"] for c in sorted(r["candidates"], key=lambda c: c["rank"])] for r in rows}
+        else:
+            raise typer.BadParameter(f"--dataset {dataset!r} is not scifact or dl19")
+    else:
+        if queries is None or qrels is None or corpus is None:
+            raise typer.BadParameter("give --dataset scifact|dl19 (with --data DIR), or --queries, --qrels and --corpus")
+        docs, qs, qr, rel = load_corpus(corpus)[0], load_queries(queries), read_qrels(qrels), rel or 1
+    if run is not None:
+        cands = {q: sorted(r, key=lambda d: -r[d]) for q, r in read_run(run).items()}
+    qids = sorted(q for q in qs if any(v >= rel for v in qr.get(q, {}).values()))
+    random.Random(42).shuffle(qids)  # QRHead samples its detection queries with seed 42
+    qids = sorted(qids[:max_queries])
+    by_id = {d.id: d for d in docs}
+    if not cands:
+        from ..index.bm25 import BM25Index
+
+        bm25 = BM25Index().index([d.full_text for d in docs])
+        idx, _ = bm25.retrieve([qs[q] for q in qids], depth)
+        cands = {q: [docs[i].id for i in row] for q, row in zip(qids, idx)}
+    out = {q: [by_id[d] for d in cands.get(q, [])[:depth] if d in by_id] for q in qids}
+    desc = f"{dataset or Path(queries).name}: {len(qids)} queries with relevant labels >= {rel}, top-{depth} candidates"
+    return {q: qs[q] for q in qids if out[q]}, out, qr, rel, desc
+
+
+@heads_app.command("detect")
+def heads_detect(
+    method: str = typer.Option("qr", "--method", help="qr (QRHead QRScore + per-head nDCG@10 + CoRe contrastive) | copy (Wu et al. NIAH copy-paste)."),
+    model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Shared data folder (niah/, scifact/, trec_dl/); default $ATTNRANK_DATA."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="qr: scifact (train qrels) | dl19 (NIST qrels, BM25 top-100)."),
+    queries: Optional[Path] = typer.Option(None, "--queries", help="qr: queries file (instead of --dataset)."),
+    qrels: Optional[Path] = typer.Option(None, "--qrels", help="qr: qrels file (instead of --dataset)."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="qr: corpus (instead of --dataset)."),
+    run: Optional[Path] = typer.Option(None, "--run", help="qr: TREC run giving the candidates (default: BM25 over the corpus)."),
+    depth: int = typer.Option(20, "--depth", help="qr: candidates per query."),
+    max_queries: int = typer.Option(128, "--max-queries", help="qr: labelled queries used (QRHead: 128)."),
+    rel: Optional[int] = typer.Option(None, "--rel", help="qr: minimum relevant label (default 1; 2 for dl19)."),
+    top: int = typer.Option(16, "--top", help="Heads registered per method."),
+    lengths: str = typer.Option("1000,2000,4000", "--lengths", help="copy: context lengths in tokens."),
+    depths: str = typer.Option("0,25,50,75,100", "--depths", help="copy: needle depths in % of the haystack."),
+    haystack: str = typer.Option("book", "--haystack", help="copy: book (Retrieval_Head haystacks) | essays (Paul Graham)."),
+    max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="copy: greedy answer length limit."),
+    device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
+    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Register the result in the user registry."),
+    quiet: bool = Quiet, verbose: bool = Verbose,
+) -> None:
+    """Detect retrieval heads of a model and register them (used by --heads auto)."""
+    from ..heads.detect import RETRIEVAL_THRESHOLD, detect_copy_heads, detect_query_focused
+    from ..heads.spec import format_heads
+    from ..llm.models import load_llm
+
+    progress = _setup(quiet, verbose)
+    if method not in ("qr", "copy"):
+        raise typer.BadParameter(f"--method {method!r} is not qr or copy")
+    llm = load_llm(model, dtype=dtype, device=device)
+    if method == "copy":
+        result = detect_copy_heads(llm, data=data, lengths=_int_list(lengths, "--lengths"),
+                                   depths=_int_list(depths, "--depths"), haystack=haystack, max_new_tokens=max_new_tokens)
+        typer.echo(f"copy-paste detection: {result.data} ({result.seconds:.1f} s)")
+        if result.note:
+            raise AttnrankError(result.note)
+        typer.echo(f"heads with score > {RETRIEVAL_THRESHOLD}: {format_heads(result.above()) or 'none'}")
+        results = {"copy": result}
+    else:
+        from ..rerank.attention import AttentionReranker
+
+        qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
+        reranker = AttentionReranker(llm, None)
+        results = detect_query_focused(reranker, qs, cands, qr, rel=rel, data=desc, show_progress=progress)
+    for name, res in results.items():
+        ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])
+        typer.echo(f"{name}: {ranked or res.note}")
+        if save and res.n_used:
+            typer.echo(f"  saved top {top} to {res.save(top)}")
+
+
+@heads_app.command("show")
+def heads_show(
+    model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    png: Optional[Path] = typer.Option(None, "--png", help="Write a layer x head heat map of the best scored set (needs attnrank[plot])."),
+) -> None:
+    """List the head sets registered for a model (user registry first, then shipped sets)."""
+    from ..heads.registry import load_head_sets, model_fingerprint
+
+    _setup(True)
+    model_id, fingerprint = model_fingerprint(model)
+    sets = load_head_sets(model_id, fingerprint)
+    typer.echo(f"{model_id} (fingerprint {fingerprint[:12]}): {len(sets)} head set(s), preferred first")
+    for i, s in enumerate(sets, start=1):
+        typer.echo(f"{i:>2}. {s.name} [{s.method}, {s.source}] {len(s.heads)} heads, {s.date}: {','.join(s.heads)}\n"
+                   f"    data: {s.data}")
+    if png is not None:
+        scored = next((s for s in sets if s.scores), None)
+        if scored is None:
+            raise AttnrankError(f"no registered head set of {model_id} has a score matrix to plot; "
+                                "detect one with `attnrank heads detect`")
+        _heat_map(scored, png)
+        typer.echo(f"wrote {png}")
+
+
+def _heat_map(head_set, path: Path) -> None:
+    from ..errors import require
+
+    require("matplotlib", "plot", "The head heat map")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    m = np.array([[np.nan if v is None else v for v in row] for row in head_set.scores], dtype=float)
+    fig, ax = plt.subplots(figsize=(max(4, m.shape[1] * 0.3), max(3, m.shape[0] * 0.25)))
+    im = ax.imshow(m, aspect="auto", cmap="viridis", origin="lower")
+    ax.set(xlabel="head", ylabel="layer", title=f"{head_set.model_id}: {head_set.method} ({head_set.name})")
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,112 @@
+"""``attnrank prune`` and ``ask``: attention-guided context pruning and answering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import Quiet, Verbose, _index_path, _setup, app
+
+
+def _budget(budget_tokens: Optional[int], keep_ratio: Optional[float], default: Optional[int]):
+    """(budget_tokens, keep_ratio) from the two exclusive CLI options."""
+    if budget_tokens is not None and keep_ratio is not None:
+        raise typer.BadParameter("give --budget-tokens or --keep-ratio, not both")
+    if budget_tokens is None and keep_ratio is None:
+        if default is None:
+            raise typer.BadParameter("give --budget-tokens N (sentence tokens to keep) or --keep-ratio R (0 < R <= 1)")
+        budget_tokens = default
+    return budget_tokens, keep_ratio
+
+
+def _print_pruned(pruned) -> None:
+    kept = pruned.kept
+    typer.echo(f"kept {len(kept)} of {len(pruned.sentences)} sentences, {pruned.kept_tokens} of "
+               f"{pruned.original_tokens} tokens ({pruned.compression:.1f}x compression; budget "
+               f"{pruned.budget_tokens} tokens from {pruned.budget_source}, {pruned.chunks} prompt(s))")
+    for note in pruned.notes:
+        typer.echo(f"note: {note}")
+    last = None
+    for s in kept:
+        if s.doc_index != last:
+            doc = pruned.docs[s.doc_index]
+            typer.echo(f"\n[{s.doc_id}] {doc.title}".rstrip())
+            last = s.doc_index
+        typer.echo(f"  {s.score:+.4f} ({s.tokens:>3} tok) #{s.sentence_index}: {s.text}")
+
+
+@app.command()
+def prune(
+    query: str = typer.Argument(..., help="The question the context is pruned for."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Passages to prune (any corpus format); all of them, in file order, form the context."),
+    name: Optional[str] = typer.Option(None, "--index", "-n", help="Or an index name: its top --k hits form the context."),
+    index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
+    k: int = typer.Option(5, "--k", "-k", help="Hits taken from --index."),
+    budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens", help="Sentence tokens to keep (hard cap; titles not counted)."),
+    keep_ratio: Optional[float] = typer.Option(None, "--keep-ratio", help="Or the fraction of the context's sentence tokens to keep, in (0, 1]."),
+    method: str = typer.Option("query", help="query (ICR: query-span attention, N/A-calibrated) | focus (AttentionRAG: answer-hint token)."),
+    neighbours: int = typer.Option(0, "--neighbours", help="Sentences kept on each side of a chosen one (within the budget)."),
+    model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    heads: Optional[str] = typer.Option(None, help="'all' (default), 'l-h,l-h' or a JSON head file."),
+    quiet: bool = Quiet, verbose: bool = Verbose,
+) -> None:
+    """Keep the sentences of passages that the LLM's attention marks as relevant to a question."""
+    from ..prune.pruner import ContextPruner
+
+    _setup(quiet, verbose)
+    budget, ratio = _budget(budget_tokens, keep_ratio, None)
+    if (corpus is None) == (name is None and index_dir is None):
+        raise typer.BadParameter("give either --corpus PATH or --index NAME / --index-dir DIR")
+    if corpus is not None:
+        from ..corpus import load_corpus
+
+        docs = load_corpus(corpus)[0]
+    else:
+        from ..index.retriever import HybridRetriever
+
+        docs = HybridRetriever.load(_index_path(name, index_dir)).search(query, k).documents()
+    pruner = ContextPruner(model, heads, method=method)
+    pruned = pruner.prune(query, docs, budget_tokens=budget, keep_ratio=ratio, neighbours=neighbours)
+    _print_pruned(pruned)
+
+
+@app.command()
+def ask(
+    question: str = typer.Argument(..., help="The question to answer."),
+    name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
+    index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder."),
+    k: int = typer.Option(20, "--k", "-k", help="First-stage hits."),
+    rerank_k: int = typer.Option(5, "--rerank-k", help="Passages kept after attention reranking."),
+    budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens", help="Sentence tokens kept by pruning (default 300)."),
+    keep_ratio: Optional[float] = typer.Option(None, "--keep-ratio", help="Or the fraction of sentence tokens kept, in (0, 1]."),
+    method: str = typer.Option("query", help="Pruning method: query | focus."),
+    no_rerank: bool = typer.Option(False, "--no-rerank", help="Keep the first-stage order."),
+    no_prune: bool = typer.Option(False, "--no-prune", help="Give the whole passages to the generator."),
+    model: Optional[str] = typer.Option(None, help="LLM for reranking and pruning (default: packaged SmolLM2-135M)."),
+    generator_model: Optional[str] = typer.Option(None, "--generator-model", help="Another LLM for the answer (default: --model)."),
+    heads: Optional[str] = typer.Option(None, help="'all' (default), 'l-h,l-h' or a JSON head file."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Answer length limit in tokens."),
+    quiet: bool = Quiet, verbose: bool = Verbose,
+) -> None:
+    """Answer a question: retrieve, rerank by attention, prune sentences, generate (streamed)."""
+    from ..index.retriever import HybridRetriever
+    from ..pipeline import DEFAULT_BUDGET_TOKENS, Pipeline
+
+    _setup(quiet, verbose)
+    budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
+    retriever = HybridRetriever.load(_index_path(name, index_dir))
+    pipe = Pipeline.from_model(retriever, model, heads=heads, generator_model=generator_model,
+                               rerank=not no_rerank, prune=not no_prune, method=method,
+                               max_new_tokens=max_new_tokens, first_stage_k=k, rerank_k=rerank_k)
+    typer.echo(f"Q: {question}\nA: ", nl=False)
+    res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=lambda s: typer.echo(s, nl=False))
+    typer.echo("")
+    if res.pruned is not None:
+        p = res.pruned
+        typer.echo(f"[context] {p.kept_tokens} of {p.original_tokens} sentence tokens kept ({p.compression:.1f}x)")
+    typer.echo("[sources]")
+    for i, d in enumerate(res.context, start=1):
+        typer.echo(f"  {i}. {d.id}" + (f" ({d.title})" if d.title else "") + f": {d.text[:100]}")
+    typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in res.timings.items()))

@@ -1,0 +1,63 @@
+"""``attnrank rerank``: rerank a first-stage TREC run with the attention reranker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import AttnrankError
+from . import Quiet, Verbose, _index_path, _rerank_head, _setup, app
+
+
+@app.command()
+def rerank(
+    run: Path = typer.Option(..., "--run", help="First-stage TREC run file to rerank."),
+    queries: Path = typer.Option(..., "--queries", help="BEIR queries.jsonl or TSV id<TAB>text."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus with the run's documents (any supported format)."),
+    name: Optional[str] = typer.Option(None, "--index", "-n", help="Or an index name whose documents to use."),
+    index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
+    depth: int = typer.Option(20, "--depth", "-k", help="Rerank the top K of each query (the rest keeps its order below)."),
+    model: Optional[str] = typer.Option(None, help="HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    heads: Optional[str] = typer.Option(None, help="'all' (ICR), 'l-h,l-h' or a JSON head file (QRHead)."),
+    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate", help="Content-free N/A calibration."),
+    instruction: str = typer.Option("ie", help="Late instruction: ie | qa | custom text."),
+    output: Path = typer.Option(..., "--output", "-o", help="Reranked TREC run file."),
+    quiet: bool = Quiet, verbose: bool = Verbose,
+) -> None:
+    """Rerank a TREC run with the attention reranker and write a TREC run file."""
+    from ..corpus import load_corpus, load_queries
+    from ..eval import read_run, write_run
+    from ..rerank.attention import AttentionReranker
+    from ..types import RankedResults, ScoredDocument
+
+    progress = _setup(quiet, verbose)
+    if depth < 1:
+        raise typer.BadParameter(f"--depth {depth} must be at least 1")
+    if corpus is not None:
+        docs = {d.id: d for d in load_corpus(corpus)[0]}
+    else:
+        from ..index.retriever import HybridRetriever
+
+        docs = {d.id: d for d in HybridRetriever.load(_index_path(name, index_dir)).docs}
+    qs, first = load_queries(queries), read_run(run)
+    reranker = AttentionReranker(model, heads, calibrate=calibrate, instruction=instruction)
+    out = []
+    items = list(first.items())
+    if progress:
+        from tqdm.auto import tqdm
+
+        items = tqdm(items, desc="rerank", unit="q")
+    for qid, ranking in items:
+        if qid not in qs:
+            raise AttnrankError(f"query {qid!r} of the run is not in {queries}; give the matching queries file")
+        missing = [d for d in ranking if d not in docs]
+        if missing:
+            raise AttnrankError(f"document {missing[0]!r} of the run is not in the corpus/index; give the matching one")
+        ordered = sorted(ranking.items(), key=lambda kv: (-kv[1], kv[0]))
+        res = RankedResults(qs[qid], [ScoredDocument(d, s, r, docs[d].text, docs[d].title, {"first_stage": s})
+                                      for r, (d, s) in enumerate(ordered, start=1)], qid)
+        out.append(_rerank_head(reranker, res, depth))
+    write_run(out, output, tag="attnrank-attention")
+    typer.echo(f"reranked the top {depth} of {len(out)} queries into {output}")
