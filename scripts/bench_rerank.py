@@ -20,7 +20,6 @@ import argparse
 import json
 import logging
 import random
-import re
 import resource
 import subprocess
 import sys
@@ -31,92 +30,11 @@ import numpy as np
 
 from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate, evaluate_per_query
-from attnrank.index.store import corpus_checksum
 from attnrank.rerank.scoring import document_scores, per_head_document_scores, token_scores
-from benchdata import REPO, data_root, dl19, environment, md_table, scifact, write_outputs
+from benchdata import REPO, data_root, environment, md_table, scifact, write_outputs
+from benchrows import capture_all, dl19_sets, first_stage_run, run_of, scifact_set
 
 log = logging.getLogger("bench_rerank")
-
-
-# -- candidate sets ----------------------------------------------------------------------------
-def dl19_sets(root: Path, depths: list[int], max_queries: int | None = None):
-    ds = dl19(root)
-    if max_queries:
-        ds.queries = dict(list(ds.queries.items())[:max_queries])
-        ds.qrels = {q: ds.qrels[q] for q in ds.queries}
-    docs = {d.id: d for d in ds.docs}
-    return [(f"DL19 BM25 top-{k}", ds, {q: [docs[i] for i in ds.candidates[q][:k]] for q in ds.queries}) for k in depths]
-
-
-def scifact_set(root: Path, n_queries: int, k: int = 20):
-    from attnrank.index.retriever import HybridRetriever
-
-    ds = scifact(root)
-    path = REPO / "indexes" / "bench-scifact"
-    try:
-        r = HybridRetriever.load(path)
-        assert corpus_checksum(r.docs) == corpus_checksum(ds.docs)
-    except Exception:  # noqa: BLE001 - (re)build the cached benchmark index
-        r = HybridRetriever().index(ds.docs, show_progress=False)
-        r.save(path)
-    qids = sorted(ds.queries)
-    random.Random(0).shuffle(qids)
-    qids = sorted(qids[:n_queries])
-    ds.queries = {q: ds.queries[q] for q in qids}
-    ds.qrels = {q: ds.qrels[q] for q in qids}
-    res = r.search_batch(ds.queries, k, mode="hybrid")
-    return (f"SciFact train hybrid top-{k} ({len(qids)} queries)", ds, {q: x.documents() for q, x in zip(qids, res)})
-
-
-# -- attention rows, once per query; every ICR variant is derived from them --------------------
-def _cache_file(cache: Path | None, setting: str, qid: str, reranker) -> Path | None:
-    if cache is None:
-        return None
-    key = re.sub(r"[^A-Za-z0-9]+", "_", f"{setting}_{reranker.llm.fingerprint[:12]}")
-    return cache / key / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.npz"
-
-
-def save_windows(path: Path, wins, seconds: float) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = {"seconds": np.array(seconds)}
-    for i, w in enumerate(wins):
-        arrays.update({f"w{i}_doc_index": np.array(w.doc_index), f"w{i}_spans": np.array(w.spans),
-                       f"w{i}_input_ids": np.array(w.input_ids), f"w{i}_real": w.real.astype(np.float32),
-                       f"w{i}_null": w.null.astype(np.float32)})
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)
-
-
-def load_windows(path: Path):
-    from attnrank.rerank.attention import WindowRows
-
-    z = np.load(path)
-    wins, i = [], 0
-    while f"w{i}_real" in z:
-        wins.append(WindowRows(z[f"w{i}_doc_index"].tolist(), [tuple(s) for s in z[f"w{i}_spans"].tolist()],
-                               z[f"w{i}_input_ids"].tolist(), z[f"w{i}_real"].astype(np.float64),
-                               z[f"w{i}_null"].astype(np.float64)))
-        i += 1
-    return wins, float(z["seconds"])
-
-
-def capture_all(reranker, setting: str, queries: dict, cands: dict, cache: Path | None) -> dict:
-    """All-head real and N/A rows per query (cached as .npz so later benchmarks can reuse them)."""
-    out = {}
-    for qid, q in queries.items():
-        f = _cache_file(cache, setting, qid, reranker)
-        if f is not None and f.exists():
-            wins, secs = load_windows(f)
-        else:
-            t = time.perf_counter()
-            wins = reranker.windows(q, cands[qid])
-            secs = time.perf_counter() - t
-            if f is not None:
-                save_windows(f, wins, secs)
-        out[qid] = {"windows": wins, "seconds": secs}
-    log.info("%s: captured %d queries", setting, len(out))
-    return out
 
 
 def icr_scores(w_list, n_docs: int, head_idx=None, calibrate=True, use_filter=True) -> np.ndarray:
@@ -140,14 +58,6 @@ def head_quality(captured: dict, cands: dict, qrels: dict, rel: int) -> np.ndarr
         for h in range(feats.shape[0]):
             per_head_runs[h][qid] = {d.id: float(v) for d, v in zip(cands[qid], feats[h])}
     return np.array([evaluate(run, qrels, ["nDCG@10"], rel=rel)["nDCG@10"] for run in per_head_runs])
-
-
-def run_of(cands: dict, scores: dict) -> dict:
-    return {q: {d.id: float(s) for d, s in zip(cands[q], scores[q])} for q in cands}
-
-
-def first_stage_run(cands: dict) -> dict:
-    return {q: {d.id: float(len(c) - i) for i, d in enumerate(c)} for q, c in cands.items()}
 
 
 def cosine_scores(queries: dict, cands: dict) -> tuple[dict, float]:
@@ -200,7 +110,8 @@ def quality(setups, reranker, args) -> tuple[list[dict], dict]:
         if not args.skip_baselines:
             pw, pw_s = generative_scores(pointwise, qs, cands)
             entries.append(("pointwise yes/no logits (same LLM)", run_of(cands, pw), pw_s))
-            if len(next(iter(cands.values()))) <= args.listwise_max_k:
+            # RankGPT needs the whole window in one prompt: skipped where that exceeds the model context
+            if len(next(iter(cands.values()))) <= args.listwise_max_k and name.split()[0] in args.listwise_on.split(","):
                 lw, lw_s = generative_scores(listwise, qs, cands)
                 entries.append(("RankGPT listwise w=20 s=10 (same LLM)", run_of(cands, lw), lw_s))
         base_pq = evaluate_per_query(entries[0][1], ds.qrels, ["nDCG@10"], rel=ds.rel)
@@ -352,6 +263,7 @@ def main() -> None:
     ap.add_argument("--dl19-queries", type=int, default=0, help="limit DL19 queries (0 = all 43; for smoke runs)")
     ap.add_argument("--scifact-queries", type=int, default=50)
     ap.add_argument("--listwise-max-k", type=int, default=20, help="RankGPT only on candidate lists up to this size")
+    ap.add_argument("--listwise-on", default="DL19", help="datasets (first word of the setting) to run RankGPT on")
     ap.add_argument("--skip-baselines", action="store_true")
     ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"),
                     help="where per-query attention rows are cached for reuse ('' = no cache)")

@@ -1,0 +1,224 @@
+"""Retrieval heads of the default model: detection (copy-paste NIAH and query-focused), held-out
+quality of selected / all / random heads and of the learned head weighting, and latency.
+
+    python scripts/bench_heads.py [--data DIR] [--hotpot-questions 400] [--ship]
+
+Data: DL19 BM25 top-20 (43 queries, graded qrels, rel ≥ 2), SciFact train hybrid top-20 (the
+bench_rerank sample), HotpotQA distractor (each question's 10 paragraphs, 2 supporting). Rows
+come from the shared cache (scripts/benchrows.py). Held-out: k-fold over queries within each
+dataset (heads are selected and weights trained on the training folds only) and
+leave-one-dataset-out for the learned weights. ``--ship`` writes the head sets and the learned
+weights trained on all the dev data into attnrank/heads/data/.
+Writes docs/results/heads.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnrank.config import set_torch_threads
+from attnrank.eval import evaluate
+from attnrank.heads.detect import detect_copy_heads, query_focused_scores
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.learned import query_features, train_head_weights
+from attnrank.rerank.scoring import document_scores, token_scores
+from benchdata import REPO, data_root, environment, md_table, write_outputs
+from benchrows import capture_all, dl19_sets, first_stage_run, hotpot_set, scifact_set
+
+log = logging.getLogger("bench_heads")
+SHIP = REPO / "attnrank" / "heads" / "data"
+
+
+def sum_scores(windows, n_docs, idx=None) -> np.ndarray:
+    s = np.zeros(n_docs)
+    for w in windows:
+        rows = w.rows if idx is None else w.rows[idx]
+        s[w.doc_index] = document_scores(token_scores(rows), w.spans)
+    return s
+
+
+def metrics_for(ds) -> list[str]:
+    return ["nDCG@10", "R@2"] if ds.name.startswith("hotpot") else ["nDCG@10"]
+
+
+def evaluate_scores(cands, qids, scorer, ds) -> dict:
+    run = {q: {d.id: float(s) for d, s in zip(cands[q], scorer(q))} for q in qids}
+    return evaluate(run, {q: ds.qrels[q] for q in qids}, metrics_for(ds), rel=ds.rel)
+
+
+def qr_detect(cap, cands, ds, qids, rr):
+    items = [(q, cap[q]["windows"], [d.id for d in cands[q]]) for q in qids]
+    return query_focused_scores(items, ds.qrels, rr.head_list, rr.llm.num_layers, rr.llm.num_heads, rel=ds.rel,
+                                data=ds.name, model_id=rr.llm.model_id, fingerprint=rr.llm.fingerprint)
+
+
+def heldout(name, ds, cands, cap, rr, args) -> list[dict]:
+    """k-fold: select heads (qr-ndcg, qr-score) and train weights on k−1 folds, test on the rest."""
+    qids = sorted(cands)
+    random.Random(0).shuffle(qids)
+    folds = [qids[i::args.folds] for i in range(args.folds)]
+    index = {h: i for i, h in enumerate(rr.head_list)}
+    rows: dict[str, list[dict]] = {}
+
+    def add(label, vals, n):
+        rows.setdefault(label, []).append({"n": n, **vals})
+
+    for f, test in enumerate(folds):
+        train = [q for q in qids if q not in set(test)]
+        det = qr_detect(cap, cands, ds, train, rr)
+        add("first stage", evaluate_scores(cands, test, lambda q: first_stage_run({q: cands[q]})[q].values(), ds), len(test))
+        add("all heads (ICR)", evaluate_scores(cands, test, lambda q: sum_scores(cap[q]["windows"], len(cands[q])), ds), len(test))
+        for method in ("qr-ndcg", "qr-score"):
+            for n in (8, 16, 32):
+                idx = [index[h] for h in det[method].top(n)]
+                add(f"top-{n} {method}", evaluate_scores(
+                    cands, test, lambda q: sum_scores(cap[q]["windows"], len(cands[q]), idx), ds), len(test))
+        for n in (8, 16, 32):
+            draws = []
+            for seed in range(args.random_draws):
+                idx = random.Random(seed).sample(range(len(rr.head_list)), n)
+                draws.append(evaluate_scores(cands, test, lambda q: sum_scores(cap[q]["windows"], len(cands[q]), idx), ds))
+            add(f"random {n} heads (mean of {args.random_draws})",
+                {m: float(np.mean([d[m] for d in draws])) for m in draws[0]}, len(test))
+        feats = {q: query_features(q, cap[q]["windows"], [d.id for d in cands[q]], rr.head_list, ds.qrels, rel=ds.rel,
+                                   group=name) for q in qids}
+        try:
+            model = train_head_weights([feats[q] for q in train], model="pointwise", l2=args.l2, rel=ds.rel)
+            add("learned weighting (logistic, all heads)", evaluate_scores(
+                cands, test, lambda q: model.score_features(feats[q].features), ds), len(test))
+        except Exception as e:  # noqa: BLE001 - e.g. a fold without relevant candidates
+            log.warning("%s fold %d: learned weighting not trained (%s)", name, f, e)
+    out = []
+    for label, fold_rows in rows.items():
+        n = sum(r["n"] for r in fold_rows)
+        out.append({"setting": name, "method": label, **{m: sum(r[m] * r["n"] for r in fold_rows) / n
+                                                         for m in fold_rows[0] if m != "n"}})
+    return out
+
+
+def cross_dataset(setups, caps, rr, args) -> list[dict]:
+    """Learned weights trained on the other datasets, tested on one (all its queries)."""
+    feats = {}
+    for name, ds, cands in setups:
+        feats[name] = [query_features(q, caps[name][q]["windows"], [d.id for d in cands[q]], rr.head_list, ds.qrels,
+                                      rel=ds.rel, group=name) for q in sorted(cands)]
+    out = []
+    for name, ds, cands in setups:
+        train = [f for n, fs in feats.items() if n != name for f in fs]
+        model = train_head_weights(train, model="pointwise", l2=args.l2)
+        by_q = {f.qid: f for f in feats[name]}
+        out.append({"setting": name, "method": "learned weighting, trained on the other datasets",
+                    **evaluate_scores(cands, sorted(cands), lambda q: model.score_features(by_q[q].features), ds)})
+    return out
+
+
+def latency(rr_all, heads, setups, n=5) -> list[dict]:
+    name, ds, cands = setups[0]
+    sel = AttentionReranker(rr_all.llm, heads)
+    rows = []
+    for label, r in (("all heads", rr_all), (f"{len(heads)} selected heads (deepest layer {max(l for l, _ in heads)})", sel)):
+        qs = list(cands)[:n]
+        r.score(ds.queries[qs[0]], cands[qs[0]][:2])  # warm-up
+        t = time.perf_counter()
+        for q in qs:
+            r.score(ds.queries[q], cands[q])
+        rows.append({"heads": label, "setting": name, "s/query": (time.perf_counter() - t) / len(qs)})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--hotpot-questions", type=int, default=400)
+    ap.add_argument("--scifact-queries", type=int, default=50)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--random-draws", type=int, default=5)
+    ap.add_argument("--l2", type=float, default=10.0)
+    ap.add_argument("--copy-lengths", default="500,1000,2000")
+    ap.add_argument("--copy-depths", default="0,50,100")
+    ap.add_argument("--skip-copy", action="store_true")
+    ap.add_argument("--ship", action="store_true")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    set_torch_threads()
+    root = data_root(args.data)
+    rr = AttentionReranker()
+    setups = dl19_sets(root, [20]) + [scifact_set(root, args.scifact_queries), hotpot_set(root, args.hotpot_questions)]
+    caps = {name: capture_all(rr, name, ds.queries, cands) for name, ds, cands in setups}
+    L, H = rr.llm.num_layers, rr.llm.num_heads
+
+    # detection on all the dev data of each dataset, and pooled
+    full = {name: qr_detect(caps[name], cands, ds, sorted(cands), rr) for name, ds, cands in setups}
+    copy = None if args.skip_copy else detect_copy_heads(
+        rr.llm, data=root / "niah", lengths=[int(x) for x in args.copy_lengths.split(",")],
+        depths=[float(x) for x in args.copy_depths.split(",")])
+    pooled = np.nanmean([full[n]["qr-ndcg"].scores for n in full], axis=0)
+    pooled_top = [(int(i // H), int(i % H)) for i in np.argsort(-pooled, axis=None)[:16]]
+    det_rows = []
+    for name in full:
+        for method, hs in full[name].items():
+            det_rows.append({"data": name, "method": method, "top-16": ",".join(f"{l}-{h}" for l, h in hs.top(16)),
+                             "seconds": hs.seconds})
+    copy_info = {}
+    if copy is not None:
+        above = copy.above(0.1)
+        qr16 = set(pooled_top)
+        copy_info = {"accepted trials": f"{copy.n_used}/{copy.n_total}", "seconds": copy.seconds, "note": copy.note,
+                     "heads > 0.1": len(above), "share > 0.1": len(above) / (L * H),
+                     "top-16": ",".join(f"{l}-{h}" for l, h in copy.top(16)),
+                     "overlap of copy top-16 with pooled qr-ndcg top-16": len(set(copy.top(16)) & qr16),
+                     "trials": copy.trials}
+    held = [r for name, ds, cands in setups for r in heldout(name, ds, cands, caps[name], rr, args)]
+    cross = cross_dataset(setups, caps, rr, args)
+    lat = latency(rr, pooled_top, setups)
+    if args.ship:
+        ship(rr, full, pooled, pooled_top, copy, setups, caps, args)
+    env = environment()
+    payload = {"environment": env, "detection": det_rows, "copy": copy_info, "heldout": held, "cross_dataset": cross,
+               "latency": lat, "pooled_qr_ndcg_top16": [list(h) for h in pooled_top],
+               "qr_ndcg_matrix_pooled": np.round(pooled, 4).tolist()}
+    write_outputs("heads", payload, markdown(payload, args))
+
+
+def ship(rr, full, pooled, pooled_top, copy, setups, caps, args) -> None:
+    from attnrank.heads.registry import save_head_set
+
+    data = " + ".join(n for n, _, _ in setups)
+    save_head_set(rr.llm.model_id, rr.llm.fingerprint, "qr-ndcg", pooled_top, name="qr-ndcg", scores=pooled,
+                  data=f"mean per-head nDCG@10 over {data}", params={"top": 16}, root=SHIP)
+    if copy is not None and copy.n_used:
+        copy.save(16, root=SHIP)
+    feats = [query_features(q, caps[name][q]["windows"], [d.id for d in cands[q]], rr.head_list, ds.qrels,
+                            rel=ds.rel, group=name) for name, ds, cands in setups for q in sorted(cands)]
+    model = train_head_weights(feats, model="pointwise", l2=args.l2, trained_on=data)
+    model.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
+
+
+def markdown(p, args) -> str:
+    env = p["environment"]
+    out = [f"# Retrieval heads of SmolLM2-135M-Instruct ({env['date']}, {env['cpus']} CPUs)", "",
+           "Command: `python scripts/bench_heads.py" + (" --ship" if args.ship else "") + "`", "",
+           "## Held-out quality (k-fold over queries; heads selected / weights trained on the training folds)", "",
+           md_table(p["heldout"], ["setting", "method", "nDCG@10", "R@2"]), "",
+           "## Learned weighting across datasets (trained on the other two, tested on all of one)", "",
+           md_table(p["cross_dataset"], ["setting", "method", "nDCG@10", "R@2"]), "",
+           "## Detection on all dev data (query-focused)", "",
+           md_table(p["detection"], ["data", "method", "top-16", "seconds"], {"seconds": ".1f"}), "",
+           "Pooled qr-ndcg top-16 (mean over datasets): " + ",".join(f"{l}-{h}" for l, h in p["pooled_qr_ndcg_top16"]), ""]
+    if p["copy"]:
+        c = {k: v for k, v in p["copy"].items() if k != "trials"}
+        out += ["## Copy-paste retrieval heads (Wu et al., NIAH)", "",
+                "\n".join(f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in c.items()), ""]
+    out += ["## Latency (early exit after the deepest selected layer)", "",
+            md_table(p["latency"], ["heads", "setting", "s/query"], {"s/query": ".2f"}), ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()

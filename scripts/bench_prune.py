@@ -1,0 +1,387 @@
+"""Context-pruning benchmark (issue: attention-guided context pruning): supporting-fact recall
+vs compression on HotpotQA distractor dev, attention pruning against baselines in the same run.
+
+Per question the context is its own (up to 10) paragraphs, split into the dataset's ``sentences``
+(official split for the 83 questions with sentence-level supporting facts, the documented
+double-space heuristic for the other 317) and passed to the pruner verbatim, so sentence ids
+line up with the labels. Every sentence is scored ONCE per method:
+
+- ``query``: :meth:`ContextPruner.score_sentences`, method="query" (ICR query span, calibrated);
+- ``focus``: the same, method="focus" (AttentionRAG-style answer-hint token);
+- ``bm25``: BM25 (attnrank's :class:`BM25Index`, k1=0.9, b=0.4) of the question against each
+  sentence's text, statistics over that question's sentences only;
+- ``embed``: cosine of MiniLM (all-MiniLM-L6-v2, packaged) embeddings of question and sentence;
+- ``lead``: position in the paragraph (first sentences first) — a cheap HotpotQA prior;
+- ``random``: seeded uniform scores, metrics averaged over ``--seeds`` draws.
+
+Then, for each keep ratio, the library's own selection (:func:`attnrank.prune.context.select`
+on copies of the pruner's :class:`ScoredSentence` list with the method's scores, budget
+``floor(ratio × sentence tokens)`` from :func:`resolve_budget`) — exactly what
+``ContextPruner.prune(keep_ratio=r)`` does: greedy by score, a misfit skipped, no neighbours.
+Token counts are the default model's prompt tokens of each sentence (sentence tokens only, the
+``[i] title`` lines are not counted), identical for every method.
+
+Metrics: sentence-level supporting-fact recall (83 labelled questions: fraction of gold
+sentences kept, macro-averaged; and the share of questions with every gold sentence kept);
+paragraph-level recall (the other questions: fraction of the 2 supporting paragraphs with >= 1
+kept sentence); compression = sentence tokens / kept tokens, pooled over questions (Σ/Σ), and
+the smallest per-question value. LLMLingua-2 is only checked for availability (its model is a
+hub download).
+
+    python scripts/bench_prune.py [--data DIR] [--questions N] [--ratios 0.1,0.15,...]
+                                  [--methods query,focus,bm25,embed,lead,random] [--seeds 5]
+
+Writes docs/results/prune.{json,md} and prune_recall.png (``--out-dir`` to put them elsewhere);
+per-question scores are cached under indexes/bench-cache/prune_* (``--cache-dir ''`` disables).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnrank.config import set_torch_threads
+from attnrank.prune.context import resolve_budget, select
+from attnrank.types import Document
+from benchdata import OUT, REPO, data_root, environment, hotpotqa_rows, md_table, write_outputs
+
+log = logging.getLogger("bench_prune")
+
+ALL_METHODS = ("query", "focus", "bm25", "embed", "lead", "random")
+ATTENTION = ("query", "focus")
+DEFAULT_RATIOS = "0.1,0.15,0.2,0.25,0.33,0.5"
+TARGET_COMPRESSION, TARGET_RECALL = 4.0, 0.90
+LLMLINGUA2_MODELS = ("microsoft/llmlingua-2-xlm-roberta-large-meetingbank",
+                     "microsoft/llmlingua-2-bert-base-multilingual-cased-meetingbank")
+
+
+# -- questions --------------------------------------------------------------------------------------
+def load_questions(root: Path, n: int | None) -> list[dict]:
+    """Sentence-labelled questions first (file order), then the rest; the first ``n``.
+
+    Empty sentences are dropped (the pruner skips them too); ``orig_ids`` maps each kept
+    sentence back to its index in the dataset so the labels stay aligned.
+    """
+    rows = hotpotqa_rows(root)
+    rows = [r for r in rows if r.get("has_sentence_level_sf")] + [r for r in rows if not r.get("has_sentence_level_sf")]
+    out = []
+    for r in rows[:n] if n else rows:
+        docs, sents, gold_sent, gold_para = [], [], set(), set()
+        dropped = 0
+        for d, p in enumerate(r["paragraphs"]):
+            keep = [(i, s.strip()) for i, s in enumerate(p["sentences"]) if s.strip()]
+            ids = [i for i, _ in keep]
+            sents.append([s for _, s in keep])
+            docs.append(Document(f"{r['id']}_{p['pid']}", " ".join(s for _, s in keep) or p["text"], p["title"]))
+            if p["is_supporting"]:
+                gold_para.add(d)
+            for i in p.get("supporting_sentence_ids") or []:
+                if i in ids:
+                    gold_sent.add((d, ids.index(i)))
+                else:
+                    dropped += 1
+        if dropped:
+            log.warning("question %s: %d gold sentence(s) empty or out of range, ignored", r["id"], dropped)
+        out.append({"id": r["id"], "question": r["question"], "labelled": bool(r.get("has_sentence_level_sf")),
+                    "docs": docs, "sentences": sents, "gold_sent": gold_sent, "gold_para": gold_para})
+    return out
+
+
+# -- scoring, once per question and method ----------------------------------------------------------
+class Scorers:
+    def __init__(self, methods: list[str], heads):
+        from attnrank.llm.models import load_llm
+        from attnrank.prune.pruner import ContextPruner
+
+        self.llm = load_llm(None)
+        self.pruners = {m: ContextPruner(self.llm, heads, method=m) for m in ATTENTION}
+        self.methods = methods
+        self.embedder = None
+        if "embed" in methods:
+            from attnrank.index.embed import load_embedder
+
+            self.embedder = load_embedder(None)
+
+    def base(self, q: dict):
+        """The pruner's sentence list (reading order, prompt token counts), without a model call."""
+        return self.pruners["query"]._prepare(q["question"], q["docs"], q["sentences"])[2]
+
+    def score(self, q: dict, method: str, base) -> list[float]:
+        texts = [s.text for s in base]
+        if method in ATTENTION:
+            scored = self.pruners[method].score_sentences(q["question"], q["docs"], sentences=q["sentences"])
+            if [s.tokens for s in scored] != [s.tokens for s in base]:
+                raise RuntimeError(f"{q['id']}: token counts differ between the {method} prompt and the base plan")
+            return [s.score for s in scored]
+        if method == "bm25":
+            from attnrank.errors import InputError
+            from attnrank.index.bm25 import BM25Index
+
+            try:
+                return BM25Index().index(texts).get_scores(q["question"]).astype(float).tolist()
+            except InputError:  # every sentence empty after tokenization
+                return [0.0] * len(texts)
+        if method == "embed":
+            from attnrank.index.embed import encode
+
+            emb = encode(self.embedder, [q["question"]] + texts)
+            return (emb[1:] @ emb[0]).astype(float).tolist()
+        if method == "lead":
+            return [-float(s.sentence_index) for s in base]
+        raise ValueError(method)
+
+
+def cache_path(cache_dir: str, llm, heads, qid: str) -> Path | None:
+    if not cache_dir:
+        return None
+    tag = re.sub(r"[^A-Za-z0-9]+", "_", f"prune_{llm.model_id}_{llm.fingerprint[:12]}_{heads or 'all'}")
+    return Path(cache_dir) / tag / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
+
+
+def score_question(scorers: Scorers, q: dict, methods: list[str], cache_dir: str, heads) -> dict:
+    """``{"tokens": [...], "scores": {method: [...]}, "seconds": {method: s}}`` (cached per question)."""
+    path = cache_path(cache_dir, scorers.llm, heads, q["id"])
+    rec = json.loads(path.read_text()) if path is not None and path.exists() else {"scores": {}, "seconds": {}}
+    t = time.perf_counter()
+    base = scorers.base(q)
+    plan_s = time.perf_counter() - t
+    tokens = [s.tokens for s in base]
+    if rec.get("tokens") not in (None, tokens):
+        rec = {"scores": {}, "seconds": {}}  # stale cache (other sentences or tokenizer)
+    rec["tokens"] = tokens
+    rec["seconds"].setdefault("plan", plan_s)
+    changed = False
+    for m in methods:
+        if m == "random" or m in rec["scores"]:
+            continue
+        t = time.perf_counter()
+        rec["scores"][m] = scorers.score(q, m, base)
+        rec["seconds"][m] = time.perf_counter() - t
+        changed = True
+    if path is not None and changed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec))
+        tmp.replace(path)
+    rec["base"] = base
+    return rec
+
+
+# -- selection and metrics --------------------------------------------------------------------------
+def keep_mask(base, scores, ratio: float) -> tuple[np.ndarray, int]:
+    """The library's greedy selection (``select``) with these scores at ``floor(ratio × tokens)``."""
+    original = sum(s.tokens for s in base)
+    target, _ = resolve_budget(None, ratio, original)
+    items = [dataclasses.replace(s, score=float(x), kept=False) for s, x in zip(base, scores)]
+    if target >= original:
+        return np.ones(len(items), bool), target
+    select(items, target, 0)
+    return np.array([s.kept for s in items]), target
+
+
+def question_metrics(q: dict, base, kept: np.ndarray) -> dict:
+    tokens = np.array([s.tokens for s in base])
+    keys = [(s.doc_index, s.sentence_index) for s in base]
+    kept_keys = {k for k, on in zip(keys, kept) if on}
+    kept_docs = {d for d, _ in kept_keys}
+    out = {"orig": int(tokens.sum()), "kept": int(tokens[kept].sum())}
+    if q["labelled"] and q["gold_sent"]:
+        hit = len(q["gold_sent"] & kept_keys)
+        out["sent_recall"] = hit / len(q["gold_sent"])
+        out["sent_all"] = float(hit == len(q["gold_sent"]))
+    if q["gold_para"]:
+        out["para_recall"] = len(q["gold_para"] & kept_docs) / len(q["gold_para"])
+    return out
+
+
+def evaluate(questions: list[dict], recs: list[dict], methods: list[str], ratios: list[float],
+             seeds: int) -> tuple[list[dict], list[dict]]:
+    rows, per_q = [], []
+    for m in methods:
+        for r in ratios:
+            qm = []
+            for qi, (q, rec) in enumerate(zip(questions, recs)):
+                base = rec["base"]
+                if m == "random":
+                    draws = []
+                    for s in range(seeds):
+                        rng = np.random.default_rng([s, qi])
+                        draws.append(question_metrics(q, base, keep_mask(base, rng.random(len(base)), r)[0]))
+                    mq = {k: float(np.mean([d[k] for d in draws])) for k in draws[0]}
+                else:
+                    mq = question_metrics(q, base, keep_mask(base, rec["scores"][m], r)[0])
+                mq.update(id=q["id"], labelled=q["labelled"])
+                qm.append(mq)
+                per_q.append({"method": m, "ratio": r, **mq})
+            rows.append(aggregate(m, r, qm))
+    return rows, per_q
+
+
+def aggregate(method: str, ratio: float, qm: list[dict]) -> dict:
+    lab = [x for x in qm if x["labelled"] and "sent_recall" in x]
+    oth = [x for x in qm if not x["labelled"] and "para_recall" in x]
+    orig, kept = sum(x["orig"] for x in qm), sum(x["kept"] for x in qm)
+    per_q = [x["orig"] / x["kept"] if x["kept"] else math.inf for x in qm]
+    nan = float("nan")
+    return {"method": method, "keep ratio": ratio,
+            "compression": orig / kept if kept else math.inf,
+            "min compression": float(min(per_q)) if per_q else nan,
+            "sent recall (labelled)": float(np.mean([x["sent_recall"] for x in lab])) if lab else nan,
+            "all gold sents kept": float(np.mean([x["sent_all"] for x in lab])) if lab else nan,
+            "para recall (labelled)": float(np.mean([x["para_recall"] for x in lab])) if lab else nan,
+            "para recall (others)": float(np.mean([x["para_recall"] for x in oth])) if oth else nan,
+            "n labelled": len(lab), "n others": len(oth), "empty selections": sum(1 for x in qm if not x["kept"])}
+
+
+def at_target(rows: list[dict], methods: list[str]) -> list[dict]:
+    """Per method: the largest keep ratio whose every question is compressed >= 4x."""
+    out = []
+    for m in methods:
+        ok = [r for r in rows if r["method"] == m and r["min compression"] >= TARGET_COMPRESSION - 1e-9]
+        if not ok:
+            out.append({"method": m, "keep ratio": "none >= 4x"})
+            continue
+        best = max(ok, key=lambda r: r["keep ratio"])
+        s, p = best["sent recall (labelled)"], best["para recall (others)"]
+        out.append({"method": m, "keep ratio": best["keep ratio"], "compression": best["compression"],
+                    "sent recall (labelled)": s, "para recall (others)": p,
+                    ">= 90% sentence recall": "—" if s != s else ("yes" if s >= TARGET_RECALL else "no"),
+                    ">= 90% paragraph recall": "—" if p != p else ("yes" if p >= TARGET_RECALL else "no")})
+    return out
+
+
+# -- LLMLingua-2 ------------------------------------------------------------------------------------
+def llmlingua2_status() -> str:
+    import importlib.util
+    import os
+
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    hub = Path(os.environ.get("HF_HUB_CACHE") or home / "hub")
+    local = [m for m in LLMLINGUA2_MODELS if (hub / ("models--" + m.replace("/", "--"))).is_dir()]
+    pkg = importlib.util.find_spec("llmlingua") is not None
+    if not local:
+        return ("not run: LLMLingua-2 needs a hub model (" + " or ".join(LLMLINGUA2_MODELS) + "), not in the "
+                f"local Hugging Face cache and not downloadable offline; package llmlingua "
+                f"{'installed' if pkg else 'not installed (it is on PyPI, 0.2.2)'}")
+    return f"not run: model {local[0]} is cached locally but this script does not wire LLMLingua-2 in yet"
+
+
+# -- output -----------------------------------------------------------------------------------------
+def plot(rows: list[dict], methods: list[str], path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    panels = [(c, t) for c, t in (("sent recall (labelled)", "sentence-level recall (labelled questions)"),
+                                  ("para recall (others)", "paragraph-level recall (other questions)"))
+              if any(r[c] == r[c] for r in rows)]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for ax, (col, title) in zip(axes[0], panels):
+        for m in methods:
+            pts = sorted((r["compression"], r[col]) for r in rows if r["method"] == m and r[col] == r[col])
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=m, linestyle="--" if m not in ATTENTION else "-")
+        ax.axvline(TARGET_COMPRESSION, color="grey", lw=0.8)
+        ax.axhline(TARGET_RECALL, color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([2, 3, 4, 5, 6, 8, 10, 15, 20]))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("compression (sentence tokens / kept tokens)")
+        ax.set_ylabel("supporting-fact recall")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def markdown(rows, target, timing, questions, args, env, lingua, png) -> str:
+    n_lab = sum(q["labelled"] for q in questions)
+    fmt = {"keep ratio": ".2f", "compression": ".2f", "min compression": ".2f"}
+    cols = ["method", "keep ratio", "compression", "min compression", "sent recall (labelled)",
+            "all gold sents kept", "para recall (labelled)", "para recall (others)", "empty selections"]
+    out = ["# Context pruning: supporting-fact recall vs compression (HotpotQA distractor dev)", "",
+           f"{len(questions)} questions ({n_lab} with official sentence-level supporting facts, "
+           f"{len(questions) - n_lab} paragraph-level only), each question's own paragraphs as the context; "
+           f"model {args.model_id} ({args.model_fp[:12]}), heads {args.heads or 'all'}; random averaged over "
+           f"{args.seeds} seeds. Selection = attnrank.prune.context.select (greedy by score, misfits skipped) at "
+           "budget floor(ratio × sentence tokens); tokens are the default model's, sentence tokens only. "
+           "Compression is pooled (Σ sentence tokens / Σ kept); min compression is the smallest per question.", "",
+           md_table(rows, cols, fmt), "",
+           f"## At >= {TARGET_COMPRESSION:.0f}x compression (largest keep ratio with every question >= 4x)", "",
+           md_table(target, ["method", "keep ratio", "compression", "sent recall (labelled)", "para recall (others)",
+                             ">= 90% sentence recall", ">= 90% paragraph recall"], fmt), "",
+           "## Scoring time per question (s, mean)", "",
+           md_table([timing], list(timing), {k: ".3f" for k in timing}), "",
+           f"LLMLingua-2: {lingua}.", ""]
+    if png:
+        out += [f"![recall vs compression]({png.name})", ""]
+    out += [f"Environment: {json.dumps(env)}; wall time {args.wall:.0f} s.", ""]
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--questions", type=int, default=0, help="first N questions, sentence-labelled first (0 = all 400)")
+    ap.add_argument("--ratios", default=DEFAULT_RATIOS)
+    ap.add_argument("--methods", default=",".join(ALL_METHODS))
+    ap.add_argument("--seeds", type=int, default=5, help="random-baseline draws averaged (>= 3)")
+    ap.add_argument("--heads", default=None, help="pruner heads: 'all' (default), 'l-h,...' or a JSON file")
+    ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"), help="'' = no score cache")
+    ap.add_argument("--out-dir", default=str(OUT))
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("attnrank").setLevel(logging.WARNING)
+    set_torch_threads()
+    start = time.perf_counter()
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = set(methods) - set(ALL_METHODS)
+    if bad:
+        raise SystemExit(f"unknown methods {sorted(bad)}; choose from {ALL_METHODS}")
+    if "random" in methods and args.seeds < 1:
+        raise SystemExit("--seeds must be >= 1")
+    ratios = [float(x) for x in args.ratios.split(",")]
+    questions = load_questions(data_root(args.data), args.questions or None)
+    scorers = Scorers(methods, args.heads)
+    args.model_id, args.model_fp = scorers.llm.model_id, scorers.llm.fingerprint
+    recs = []
+    for i, q in enumerate(questions, 1):
+        recs.append(score_question(scorers, q, methods, args.cache_dir, args.heads))
+        if i % 10 == 0 or i == len(questions):
+            log.info("scored %d/%d questions (%.0f s)", i, len(questions), time.perf_counter() - start)
+    rows, per_q = evaluate(questions, recs, methods, ratios, args.seeds)
+    target = at_target(rows, methods)
+    timing = {m: float(np.mean([r["seconds"][m] for r in recs])) for m in ["plan"] + methods
+              if m != "random" and all(m in r["seconds"] for r in recs)}
+    lingua = llmlingua2_status()
+    out_dir = Path(args.out_dir)
+    png = out_dir / "prune_recall.png"
+    png = png if plot(rows, methods, png) else None
+    args.wall = time.perf_counter() - start
+    env = environment()
+    payload = {"environment": env, "model": args.model_id, "fingerprint": args.model_fp, "heads": args.heads or "all",
+               "questions": len(questions), "labelled": sum(q["labelled"] for q in questions),
+               "ratios": ratios, "methods": methods, "seeds": args.seeds, "rows": rows, "at_4x": target,
+               "scoring_seconds": timing, "llmlingua2": lingua, "wall_s": args.wall, "per_question": per_q}
+    write_outputs("prune", payload, markdown(rows, target, timing, questions, args, env, lingua, png), out_dir)
+
+
+if __name__ == "__main__":
+    main()

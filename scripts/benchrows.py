@@ -1,0 +1,137 @@
+"""Candidate sets and the per-query attention-row cache shared by the reranking benchmarks.
+
+Every attention-reranking benchmark needs, per query, all heads' attention rows (real query and
+"N/A") over the same candidate prompt; capturing them is the expensive part, so they are cached as
+``.npz`` under ``indexes/bench-cache/<setting>_<model fingerprint>/<qid>.npz`` and reused by
+bench_rerank, bench_heads and bench_reweight.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnrank.index.store import corpus_checksum
+from attnrank.types import Document
+from benchdata import REPO, dl19, hotpotqa, scifact
+
+log = logging.getLogger("benchrows")
+CACHE = REPO / "indexes" / "bench-cache"
+
+
+# -- candidate sets: (setting name, Dataset, {qid: [Document, ...] in first-stage order}) --------
+def dl19_sets(root: Path, depths: list[int], max_queries: int | None = None):
+    ds = dl19(root)
+    if max_queries:
+        ds.queries = dict(list(ds.queries.items())[:max_queries])
+        ds.qrels = {q: ds.qrels[q] for q in ds.queries}
+    docs = {d.id: d for d in ds.docs}
+    return [(f"DL19 BM25 top-{k}", ds, {q: [docs[i] for i in ds.candidates[q][:k]] for q in ds.queries}) for k in depths]
+
+
+def scifact_retriever(ds):
+    from attnrank.index.retriever import HybridRetriever
+
+    path = REPO / "indexes" / "bench-scifact"
+    try:
+        r = HybridRetriever.load(path)
+        assert corpus_checksum(r.docs) == corpus_checksum(ds.docs)
+    except Exception:  # noqa: BLE001 - (re)build the cached benchmark index
+        r = HybridRetriever().index(ds.docs, show_progress=False)
+        r.save(path)
+    return r
+
+
+def scifact_set(root: Path, n_queries: int, k: int = 20):
+    """SciFact train: a seeded sample of ``n_queries`` labelled queries, hybrid RRF top-``k``."""
+    ds = scifact(root)
+    qids = sorted(ds.queries)
+    random.Random(0).shuffle(qids)
+    qids = sorted(qids[:n_queries])
+    ds.queries = {q: ds.queries[q] for q in qids}
+    ds.qrels = {q: ds.qrels[q] for q in qids}
+    res = scifact_retriever(ds).search_batch(ds.queries, k, mode="hybrid")
+    return (f"SciFact train hybrid top-{k} ({len(qids)} queries)", ds, {q: x.documents() for q, x in zip(qids, res)})
+
+
+def hotpot_set(root: Path, n_queries: int | None = None):
+    """HotpotQA distractor: each question's own (up to) 10 paragraphs, ordered by BM25 (statistics
+    of the pooled 400-question corpus) — the first stage; the 2 supporting paragraphs are relevant."""
+    from attnrank.index.bm25 import BM25Index
+
+    ds = hotpotqa(root)
+    qids = list(ds.queries)[:n_queries] if n_queries else list(ds.queries)
+    ds.queries = {q: ds.queries[q] for q in qids}
+    ds.qrels = {q: ds.qrels[q] for q in qids}
+    bm25 = BM25Index().index([d.full_text for d in ds.docs])
+    pos = {d.id: i for i, d in enumerate(ds.docs)}
+    cands = {}
+    for q in qids:
+        scores = bm25.get_scores(ds.queries[q])
+        ids = sorted(dict.fromkeys(ds.candidates[q]), key=lambda d: -scores[pos[d]])
+        cands[q] = [ds.docs[pos[d]] for d in ids]
+    return (f"HotpotQA distractor BM25-ordered ({len(qids)} questions)", ds, cands)
+
+
+# -- the row cache ------------------------------------------------------------------------------
+def _cache_file(cache: Path | None, setting: str, qid: str, reranker) -> Path | None:
+    if cache is None:
+        return None
+    key = re.sub(r"[^A-Za-z0-9]+", "_", f"{setting}_{reranker.llm.fingerprint[:12]}")
+    return cache / key / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.npz"
+
+
+def save_windows(path: Path, wins, seconds: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {"seconds": np.array(seconds)}
+    for i, w in enumerate(wins):
+        arrays.update({f"w{i}_doc_index": np.array(w.doc_index), f"w{i}_spans": np.array(w.spans),
+                       f"w{i}_input_ids": np.array(w.input_ids), f"w{i}_real": w.real.astype(np.float32),
+                       f"w{i}_null": w.null.astype(np.float32)})
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)
+
+
+def load_windows(path: Path):
+    from attnrank.rerank.attention import WindowRows
+
+    z = np.load(path)
+    wins, i = [], 0
+    while f"w{i}_real" in z:
+        wins.append(WindowRows(z[f"w{i}_doc_index"].tolist(), [tuple(s) for s in z[f"w{i}_spans"].tolist()],
+                               z[f"w{i}_input_ids"].tolist(), z[f"w{i}_real"].astype(np.float64),
+                               z[f"w{i}_null"].astype(np.float64)))
+        i += 1
+    return wins, float(z["seconds"])
+
+
+def capture_all(reranker, setting: str, queries: dict, cands: dict, cache: Path | None = CACHE) -> dict:
+    """All-head real and N/A rows per query: ``{qid: {"windows": [...], "seconds": s}}`` (cached)."""
+    out = {}
+    for qid, q in queries.items():
+        f = _cache_file(cache, setting, qid, reranker)
+        if f is not None and f.exists():
+            wins, secs = load_windows(f)
+        else:
+            t = time.perf_counter()
+            wins = reranker.windows(q, cands[qid])
+            secs = time.perf_counter() - t
+            if f is not None:
+                save_windows(f, wins, secs)
+        out[qid] = {"windows": wins, "seconds": secs}
+    log.info("%s: %d queries captured", setting, len(out))
+    return out
+
+
+def run_of(cands: dict, scores: dict) -> dict:
+    return {q: {d.id: float(s) for d, s in zip(cands[q], scores[q])} for q in cands}
+
+
+def first_stage_run(cands: dict) -> dict:
+    return {q: {d.id: float(len(c) - i) for i, d in enumerate(c)} for q, c in cands.items()}

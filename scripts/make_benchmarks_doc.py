@@ -1,0 +1,49 @@
+"""Assemble docs/benchmarks.md from the benchmark outputs in docs/results/*.md.
+
+    python scripts/make_benchmarks_doc.py
+"""
+
+from __future__ import annotations
+
+from benchdata import OUT, REPO
+
+ORDER = ["first_stage", "rerank", "heads", "reweight", "prune", "ask"]
+COMMANDS = {
+    "first_stage": "python scripts/bench_first_stage.py",
+    "rerank": "python scripts/bench_rerank.py",
+    "heads": "python scripts/bench_heads.py --ship",
+    "reweight": "python scripts/bench_reweight.py",
+    "prune": "python scripts/bench_prune.py",
+    "ask": "python scripts/bench_ask.py",
+}
+INTRO = """# Benchmarks
+
+Every table below is written by a script in `scripts/` (JSON beside it in `docs/results/`), run on
+this project's 2-core CPU machines with the data in `../shared/data` (see its README for
+provenance; `--data DIR` or `ATTNRANK_DATA` to point elsewhere). Baselines are measured in the
+same run as our figures. Wall-clock numbers come from a shared machine: compare ratios within a
+table, not absolute times across tables. Datasets and splits: SciFact **train** qrels (test qrels are
+held out of the shared data), TREC DL19 passage (43 topics, NIST qrels, Pyserini BM25 top-100),
+HotpotQA distractor **dev** (400 questions).
+
+Regenerate this page with `python scripts/make_benchmarks_doc.py` after running the benchmarks.
+"""
+
+
+def main() -> None:
+    parts = [INTRO]
+    for name in ORDER:
+        f = OUT / f"{name}.md"
+        if not f.exists():
+            parts.append(f"\n---\n\n## {name}\n\nNot run yet (`{COMMANDS[name]}`).\n")
+            continue
+        body = f.read_text(encoding="utf-8").strip()
+        # demote headings one level so each benchmark is a section of this page
+        lines = [("#" + l if l.startswith("#") else l) for l in body.splitlines()]
+        parts.append(f"\n---\n\nCommand: `{COMMANDS[name]}`\n\n" + "\n".join(lines) + "\n")
+    (REPO / "docs" / "benchmarks.md").write_text("".join(parts), encoding="utf-8")
+    print(f"wrote {REPO / 'docs' / 'benchmarks.md'}")
+
+
+if __name__ == "__main__":
+    main()
