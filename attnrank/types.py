@@ -40,10 +40,11 @@ class ScoredDocument:
     title: str = ""
     stage_scores: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)  # carried over from the Document
 
     @property
     def document(self) -> Document:
-        return Document(id=self.id, text=self.text, title=self.title)
+        return Document(id=self.id, text=self.text, title=self.title, metadata=self.metadata)
 
 
 @dataclass
@@ -108,7 +109,7 @@ def rank_documents(
         out.append(
             ScoredDocument(
                 id=d.id, score=float(s), rank=i + 1, text=d.text, title=d.title,
-                stage_scores={**prev, stage: float(s)}, evidence=ev,
+                stage_scores={**prev, stage: float(s)}, evidence=ev, metadata=d.metadata,
             )
         )
     return RankedResults(query=query, results=out, query_id=query_id, stage=stage)

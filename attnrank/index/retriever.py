@@ -163,7 +163,7 @@ class HybridRetriever:
             per_stage = {name: vals[i] for name, vals in stage.items() if i in vals}
             if mode == "hybrid":
                 per_stage["hybrid"] = float(s)
-            results.append(ScoredDocument(d.id, float(s), r, d.text, d.title, per_stage))
+            results.append(ScoredDocument(d.id, float(s), r, d.text, d.title, per_stage, metadata=d.metadata))
         return RankedResults(query, results, qid, stage=mode)
 
     def _check_search(self, queries: list[str], k: int) -> None:
