@@ -49,3 +49,27 @@ def save_tiny(path: Path, family: str = "llama", **kw) -> Path:
     tiny_tokenizer().save_pretrained(path)
     tiny_model(family, **kw).save_pretrained(path)
     return path
+
+
+def tiny_llm(layers: int = 4, heads: int = 4, kv_heads: int = 2, max_positions: int = 2048):
+    """An :class:`attnrank.llm.models.LLM` around a tiny random Llama and the byte tokenizer."""
+    from attnrank.llm.models import LLM
+
+    model = tiny_model("llama", layers=layers, heads=heads, kv_heads=kv_heads, max_positions=max_positions)
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="test")
+
+
+# A small candidate list for reranking tests: one relevant passage, near misses and noise.
+RERANK_DOCS_SPEC = [
+    ("paris", "Paris is the capital of France.", "Paris"),
+    ("berlin", "Berlin is the capital of Germany.", "Berlin"),
+    ("banana", "Bananas are yellow.", "Fruit"),
+    ("rome", "Rome is in Italy.", ""),
+]
+RERANK_QUERY = "capital of France?"
+
+
+def rerank_docs():
+    from attnrank.types import Document
+
+    return [Document(i, t, h) for i, t, h in RERANK_DOCS_SPEC]

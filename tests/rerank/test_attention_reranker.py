@@ -9,28 +9,21 @@ import numpy as np
 import pytest
 import torch
 
-from _tiny import tiny_model, tiny_tokenizer
+from _tiny import RERANK_QUERY, rerank_docs, tiny_llm
 from attnrank.errors import InputError
 from attnrank.llm.attention import naive_attention_rows
-from attnrank.llm.models import LLM
 from attnrank.llm.prompts import build_rerank_prompts
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.scoring import document_scores, token_scores
 from attnrank.types import Document, RankedResults, ScoredDocument
 
-DOCS = [
-    Document("paris", "Paris is the capital of France.", "Paris"),
-    Document("berlin", "Berlin is the capital of Germany.", "Berlin"),
-    Document("banana", "Bananas are yellow.", "Fruit"),
-    Document("rome", "Rome is in Italy.", ""),
-]
-QUERY = "capital of France?"
+DOCS = rerank_docs()
+QUERY = RERANK_QUERY
 
 
 @pytest.fixture(scope="module")
 def llm():
-    model = tiny_model("llama", layers=4, heads=4, kv_heads=2, max_positions=2048)
-    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="test")
+    return tiny_llm()
 
 
 def reference_scores(llm, query, docs, heads=None, calibrate=True, last=False, use_filter=True):

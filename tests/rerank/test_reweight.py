@@ -8,9 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from _tiny import tiny_model, tiny_tokenizer
+from _tiny import RERANK_QUERY, rerank_docs, tiny_llm, tiny_tokenizer
 from attnrank.errors import InputError
-from attnrank.llm.models import LLM
 from attnrank.rerank.attention import AttentionReranker, WindowRows
 from attnrank.rerank.position import SlotProfile
 from attnrank.rerank.reweight import (Reweighting, content_mask, idf_weights, normalized_entropy,
@@ -186,19 +185,13 @@ def test_bad_settings_and_inputs(entropy_window):
 
 # -- inside the reranker -------------------------------------------------------------------------
 
-DOCS = [
-    Document("paris", "Paris is the capital of France.", "Paris"),
-    Document("berlin", "Berlin is the capital of Germany.", "Berlin"),
-    Document("banana", "Bananas are yellow.", "Fruit"),
-    Document("rome", "Rome is in Italy.", ""),
-]
-QUERY = "capital of France?"
+DOCS = rerank_docs()
+QUERY = RERANK_QUERY
 
 
 @pytest.fixture(scope="module")
 def llm():
-    model = tiny_model("llama", layers=4, heads=4, kv_heads=2, max_positions=2048)
-    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="test")
+    return tiny_llm()
 
 
 def test_reranker_all_off_is_identical_to_no_reweight(llm):
