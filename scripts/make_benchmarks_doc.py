@@ -17,7 +17,7 @@ COMMANDS = {
     "prune_selected_heads": ("python scripts/bench_prune.py --questions 40 --methods query,focus --heads "
                              "23-8,15-6,21-1,23-2,14-3,22-7,23-5,22-4,24-2,23-7,21-8,15-1,23-1,21-5,24-5,22-2 "
                              "(SciFact qr-ndcg top-16, no HotpotQA data used to pick them)"),
-    "ask": "python scripts/bench_ask.py --questions 10",
+    "ask": "python scripts/bench_ask.py --questions 40",
 }
 INTRO = """# Benchmarks
 
