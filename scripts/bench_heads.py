@@ -27,20 +27,11 @@ from attnrank.eval import evaluate
 from attnrank.heads.detect import detect_copy_heads, query_focused_scores
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.learned import query_features, train_head_weights
-from attnrank.rerank.scoring import document_scores, token_scores
 from benchdata import REPO, data_root, environment, md_table, write_outputs
-from benchrows import capture_all, dl19_sets, first_stage_run, hotpot_set, scifact_set
+from benchrows import capture_all, dl19_sets, first_stage_run, hotpot_set, icr_scores, scifact_set
 
 log = logging.getLogger("bench_heads")
 SHIP = REPO / "attnrank" / "heads" / "data"
-
-
-def sum_scores(windows, n_docs, idx=None) -> np.ndarray:
-    s = np.zeros(n_docs)
-    for w in windows:
-        rows = w.rows if idx is None else w.rows[idx]
-        s[w.doc_index] = document_scores(token_scores(rows), w.spans)
-    return s
 
 
 def metrics_for(ds) -> list[str]:
@@ -73,17 +64,17 @@ def heldout(name, ds, cands, cap, rr, args) -> list[dict]:
         train = [q for q in qids if q not in set(test)]
         det = qr_detect(cap, cands, ds, train, rr)
         add("first stage", evaluate_scores(cands, test, lambda q: first_stage_run({q: cands[q]})[q].values(), ds), len(test))
-        add("all heads (ICR)", evaluate_scores(cands, test, lambda q: sum_scores(cap[q]["windows"], len(cands[q])), ds), len(test))
+        add("all heads (ICR)", evaluate_scores(cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q])), ds), len(test))
         for method in ("qr-ndcg", "qr-score"):
             for n in (8, 16, 32):
                 idx = [index[h] for h in det[method].top(n)]
                 add(f"top-{n} {method}", evaluate_scores(
-                    cands, test, lambda q: sum_scores(cap[q]["windows"], len(cands[q]), idx), ds), len(test))
+                    cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q]), idx), ds), len(test))
         for n in (8, 16, 32):
             draws = []
             for seed in range(args.random_draws):
                 idx = random.Random(seed).sample(range(len(rr.head_list)), n)
-                draws.append(evaluate_scores(cands, test, lambda q: sum_scores(cap[q]["windows"], len(cands[q]), idx), ds))
+                draws.append(evaluate_scores(cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q]), idx), ds))
             add(f"random {n} heads (mean of {args.random_draws})",
                 {m: float(np.mean([d[m] for d in draws])) for m in draws[0]}, len(test))
         feats = {q: query_features(q, cap[q]["windows"], [d.id for d in cands[q]], rr.head_list, ds.qrels, rel=ds.rel,

@@ -32,18 +32,9 @@ from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate, evaluate_per_query
 from attnrank.rerank.scoring import document_scores, per_head_document_scores, token_scores
 from benchdata import REPO, data_root, environment, md_table, scifact, write_outputs
-from benchrows import capture_all, dl19_sets, first_stage_run, run_of, scifact_set
+from benchrows import capture_all, dl19_sets, first_stage_run, icr_scores, run_of, scifact_set
 
 log = logging.getLogger("bench_rerank")
-
-
-def icr_scores(w_list, n_docs: int, head_idx=None, calibrate=True, use_filter=True) -> np.ndarray:
-    s = np.zeros(n_docs)
-    for w in w_list:
-        rows = w.rows if calibrate else w.real
-        rows = rows if head_idx is None else rows[head_idx]
-        s[w.doc_index] = document_scores(token_scores(rows), w.spans, use_filter=use_filter)
-    return s
 
 
 def head_quality(captured: dict, cands: dict, qrels: dict, rel: int) -> np.ndarray:

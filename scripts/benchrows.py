@@ -129,6 +129,18 @@ def capture_all(reranker, setting: str, queries: dict, cands: dict, cache: Path 
     return out
 
 
+def icr_scores(windows, n_docs: int, head_idx=None, calibrate=True, use_filter=True) -> np.ndarray:
+    """ICR document scores (input order) from cached windows, optionally for a subset of heads."""
+    from attnrank.rerank.scoring import document_scores, token_scores
+
+    s = np.zeros(n_docs)
+    for w in windows:
+        rows = w.rows if calibrate else w.real
+        rows = rows if head_idx is None else rows[head_idx]
+        s[w.doc_index] = document_scores(token_scores(rows), w.spans, use_filter=use_filter)
+    return s
+
+
 def run_of(cands: dict, scores: dict) -> dict:
     return {q: {d.id: float(s) for d, s in zip(cands[q], scores[q])} for q in cands}
 
