@@ -5,7 +5,10 @@ or anything with ``search(query, k, query_id=)``), an optional reranker (``rank(
 e.g. :class:`~attnrank.rerank.attention.AttentionReranker`), an optional
 :class:`~attnrank.prune.pruner.ContextPruner` and an optional :class:`~attnrank.generate.Generator`.
 When stages use the same LLM object it is loaded once (:meth:`Pipeline.from_model` does that;
-:func:`~attnrank.llm.models.load_llm` also caches per process).
+:func:`~attnrank.llm.models.load_llm` also caches per process). With ``reorder`` (a
+:class:`~attnrank.rerank.position.SlotProfile`) the kept passages are placed for generation by
+:func:`~attnrank.rerank.position.reorder_for_generation` (Attention Basin: the best passage at
+the slot the model attends to most) instead of best-first.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ class Pipeline:
 
     def __init__(self, retriever: Any, reranker: Any | None = None, pruner: Any | None = None,
                  generator: Generator | None = None, *, first_stage_k: int = 20, rerank_k: int = 5,
-                 budget_tokens: int | None = DEFAULT_BUDGET_TOKENS, neighbours: int = 0):
+                 budget_tokens: int | None = DEFAULT_BUDGET_TOKENS, neighbours: int = 0,
+                 reorder: Any | None = None):
         for name, value in (("first_stage_k", first_stage_k), ("rerank_k", rerank_k)):
             if not isinstance(value, int) or value < 1:
                 raise InputError(f"{name}={value!r} must be an integer >= 1")
@@ -59,15 +63,16 @@ class Pipeline:
                              "can only keep passages the first stage found: lower rerank_k or raise first_stage_k")
         self.retriever, self.reranker, self.pruner, self.generator = retriever, reranker, pruner, generator
         self.first_stage_k, self.rerank_k = first_stage_k, rerank_k
-        self.budget_tokens, self.neighbours = budget_tokens, neighbours
+        self.budget_tokens, self.neighbours, self.reorder = budget_tokens, neighbours, reorder
 
     @classmethod
     def from_model(cls, retriever: Any, model: Any = None, *, heads: Any = None,
                    generator_model: Any = None, rerank: bool = True, prune: bool = True,
                    generate: bool = True, method: str = "query", max_new_tokens: int = 64,
-                   dtype: str = "auto", device: str = "cpu", **kw: Any) -> Pipeline:
+                   reorder: bool = False, dtype: str = "auto", device: str = "cpu", **kw: Any) -> Pipeline:
         """A pipeline whose reranker, pruner and generator share one loaded LLM (``model``);
-        ``generator_model`` gives the generator another model. ``kw`` go to the constructor."""
+        ``generator_model`` gives the generator another model. ``reorder=True`` places the
+        passages by the generator model's registered slot profile. ``kw`` go to the constructor."""
         from .llm.models import LLM, load_llm
 
         llm = model if isinstance(model, LLM) else None
@@ -85,6 +90,11 @@ class Pipeline:
         if generate:
             gen_llm = llm if generator_model is None else generator_model
             generator = Generator(gen_llm, max_new_tokens, dtype=dtype, device=device)
+        if reorder:
+            from .rerank.position import load_profile
+
+            target = generator.llm if generator is not None else llm
+            kw["reorder"] = load_profile("auto", target.model_id, target.fingerprint, n_slots=kw.get("rerank_k", 5))
         return cls(retriever, reranker, pruner, generator, **kw)
 
     def run(self, question: str, *, budget_tokens: int | None = None, keep_ratio: float | None = None,
@@ -115,6 +125,10 @@ class Pipeline:
                                        keep_ratio=keep_ratio, neighbours=self.neighbours)
             context = pruned.documents()
             timings["prune"] = time.perf_counter() - t
+        if self.reorder is not None:  # after pruning, which reads the passages best-first
+            from .rerank.position import reorder_for_generation
+
+            context = reorder_for_generation(context, self.reorder)
         answer = None
         if self.generator is not None:
             t = time.perf_counter()

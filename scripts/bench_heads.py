@@ -135,6 +135,7 @@ def main() -> None:
     ap.add_argument("--copy-depths", default="0,50,100")
     ap.add_argument("--skip-copy", action="store_true")
     ap.add_argument("--ship", action="store_true")
+    ap.add_argument("--capture-only", action="store_true", help="fill the row cache and stop")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
@@ -142,6 +143,8 @@ def main() -> None:
     rr = AttentionReranker()
     setups = dl19_sets(root, [20]) + [scifact_set(root, args.scifact_queries), hotpot_set(root, args.hotpot_questions)]
     caps = {name: capture_all(rr, name, ds.queries, cands) for name, ds, cands in setups}
+    if args.capture_only:
+        return
     L, H = rr.llm.num_layers, rr.llm.num_heads
 
     # detection on all the dev data of each dataset, and pooled

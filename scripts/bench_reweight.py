@@ -44,9 +44,9 @@ import numpy as np
 from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate, evaluate_per_query
 from attnrank.rerank.attention import WindowRows
-from attnrank.rerank.position import SlotProfile, measure_slot_profile, prompt_slots
+from attnrank.rerank.position import SlotProfile, measure_slot_profile, prompt_slots, store_profile
 from attnrank.rerank.reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
-from benchdata import OUT, data_root, dl19, environment, md_table, write_outputs
+from benchdata import OUT, REPO, data_root, dl19, environment, md_table, write_outputs
 from benchrows import CACHE, capture_all, dl19_sets, load_windows, run_of, save_windows, scifact_set
 
 try:  # head selection exactly as bench_rerank does it
@@ -419,6 +419,7 @@ def main() -> None:
     ap.add_argument("--profile-trials", type=int, default=24)
     ap.add_argument("--profile-slots", default="20,50", help="K values to profile (each setting's K is added)")
     ap.add_argument("--skip-profile", action="store_true")
+    ap.add_argument("--ship", action="store_true", help="register the measured profiles in attnrank/heads/data/")
     ap.add_argument("--out", default=str(OUT), help="output folder (default docs/results)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -448,6 +449,8 @@ def main() -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         for k in ks:
             bank.measure(k).save(out_dir / f"slot_profile_{k}.json")
+            if args.ship:  # the package's registry entry for the default model
+                store_profile(bank.base[k], root=REPO / "attnrank" / "heads" / "data")
         plot_profiles(bank.base, out_dir / "slot_profile.png")
         extra["profile"] = {"n_trials": args.profile_trials, "seed": bank.seed, "pool": len(bank.pool),
                             "png": "slot_profile.png", "files": [f"slot_profile_{k}.json" for k in ks],

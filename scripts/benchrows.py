@@ -82,6 +82,9 @@ def hotpot_set(root: Path, n_queries: int | None = None):
 def _cache_file(cache: Path | None, setting: str, qid: str, reranker) -> Path | None:
     if cache is None:
         return None
+    # the sample size is not part of the key: larger samples are supersets of smaller ones
+    # (seeded shuffle / file order), so rows captured for 50 queries serve a run over 200
+    setting = re.sub(r"\s*\(\d+ (queries|questions)\)", "", setting)
     key = re.sub(r"[^A-Za-z0-9]+", "_", f"{setting}_{reranker.llm.fingerprint[:12]}")
     return cache / key / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.npz"
 
@@ -124,6 +127,7 @@ def capture_all(reranker, setting: str, queries: dict, cands: dict, cache: Path 
             secs = time.perf_counter() - t
             if f is not None:
                 save_windows(f, wins, secs)
+            log.info("%s: captured %s in %.1f s (%d/%d)", setting, qid, secs, len(out) + 1, len(queries))
         out[qid] = {"windows": wins, "seconds": secs}
     log.info("%s: %d queries captured", setting, len(out))
     return out

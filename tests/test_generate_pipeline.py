@@ -82,6 +82,24 @@ def test_pipeline_without_optional_stages(built_retriever):
         Pipeline(built_retriever).run("")
 
 
+def test_pipeline_reorders_passages_by_slot_profile(llm, built_retriever, tmp_path, monkeypatch):
+    from attnrank.rerank.position import SlotProfile, store_profile
+
+    # a profile that attends most to the last slot: the best passage goes last
+    profile = SlotProfile(3, (0.0, 0.1, 0.5), (0.0,) * 3, llm.model_id, llm.fingerprint, 1, "2026-01-01")
+    plain = Pipeline(built_retriever, first_stage_k=4, rerank_k=3).run(QUESTION)
+    res = Pipeline(built_retriever, first_stage_k=4, rerank_k=3, reorder=profile).run(QUESTION)
+    best = plain.sources
+    assert res.sources == [best[2], best[1], best[0]]
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
+    with pytest.raises(InputError, match="no slot profile is registered"):
+        Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, reorder=True)
+    store_profile(profile)
+    pipe = Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, generate=True, reorder=True,
+                               max_new_tokens=1, first_stage_k=4, rerank_k=3)
+    assert pipe.reorder == profile and pipe.run(QUESTION).sources == res.sources
+
+
 def test_from_model_shares_one_llm(llm, built_retriever):
     pipe = Pipeline.from_model(built_retriever, llm, method="focus", max_new_tokens=2, first_stage_k=3, rerank_k=1)
     assert pipe.reranker.llm is llm and pipe.pruner.llm is llm and pipe.generator.llm is llm

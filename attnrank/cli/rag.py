@@ -84,6 +84,7 @@ def ask(
     method: str = typer.Option("query", help="Pruning method: query | focus."),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Keep the first-stage order."),
     no_prune: bool = typer.Option(False, "--no-prune", help="Give the whole passages to the generator."),
+    reorder: bool = typer.Option(False, "--reorder", help="Place passages at the model's highest-attention slots (registered slot profile)."),
     model: Optional[str] = typer.Option(None, help="LLM for reranking and pruning (default: packaged SmolLM2-135M)."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="Another LLM for the answer (default: --model)."),
     heads: Optional[str] = typer.Option(None, help="'all' (default), 'l-h,l-h' or a JSON head file."),
@@ -98,7 +99,7 @@ def ask(
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     pipe = Pipeline.from_model(retriever, model, heads=heads, generator_model=generator_model,
-                               rerank=not no_rerank, prune=not no_prune, method=method,
+                               rerank=not no_rerank, prune=not no_prune, method=method, reorder=reorder,
                                max_new_tokens=max_new_tokens, first_stage_k=k, rerank_k=rerank_k)
     typer.echo(f"Q: {question}\nA: ", nl=False)
     res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=lambda s: typer.echo(s, nl=False))

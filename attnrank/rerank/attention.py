@@ -93,8 +93,8 @@ class AttentionReranker:
     ``query_span``: "full" (instruction through chat suffix, as ICR/QRHead) or "last" (only the
     last token: ICR's attention-sorting ablation). ``token_filter``: ICR's μ − 2σ filter.
     ``reweight``: re-weighting steps (:class:`~attnrank.rerank.reweight.Reweighting`; None =
-    plain ICR aggregation); ``slot_profile``: the profile (or its JSON path) that
-    ``reweight.slot_correction`` needs. Evidence tokens always hold the plain calibrated scores.
+    plain ICR aggregation); ``slot_profile``: the profile (or its JSON path, or ``"auto"``: the
+    model's registered profile with the most slots) that ``reweight.slot_correction`` needs. Evidence tokens always hold the plain calibrated scores.
     ``heads="auto"`` / ``"auto:METHOD"``: the model's registered set (:mod:`attnrank.heads.registry`).
     ``scorer``: "sum" (default), "learned" (the model's registered linear head weights,
     :mod:`attnrank.rerank.learned`; they fix heads, calibration and filter) or a
@@ -127,7 +127,8 @@ class AttentionReranker:
         self.max_prompt_tokens = max_prompt_tokens or context - 64
         self.show_progress = show_progress
         self.reweight = reweight
-        self.slot_profile = None if slot_profile is None else load_profile(slot_profile)
+        self.slot_profile = None if slot_profile is None else load_profile(
+            slot_profile, self.llm.model_id, self.llm.fingerprint)
         check_setup(reweight, self.slot_profile, self.llm.model_id, self.llm.fingerprint)
 
     def _learned_weights(self, scorer: Any, heads: HeadsArg):

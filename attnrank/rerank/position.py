@@ -19,8 +19,11 @@ A profile measured at ``n_slots`` is applied to a prompt of ``K`` documents by l
 interpolation: slot ``k`` of ``K`` reads the profile at fractional slot ``k·(n_slots−1)/(K−1)``
 (first and last slots map onto each other). This is an approximation: score magnitudes shrink
 as ``K`` grows (the query's attention is shared by more documents), so measure the profile at
-the ``K`` actually used where possible. Profiles are JSON files, stored per model under
-``config.cache_dir()/profiles/``.
+the ``K`` actually used where possible. Profiles are stored with the head registry
+(:mod:`attnrank.heads.registry`, artifact ``"slot-profiles"``, one entry per ``n_slots``): the
+default model's ship inside the package, :func:`store_profile` writes user ones, and
+``load_profile("auto", model_id, fingerprint, n_slots=K)`` picks the registered profile whose
+``n_slots`` is closest to ``K``. A profile can also be saved to / loaded from its own JSON file.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,7 +38,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from .. import config
 from ..errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -117,25 +118,45 @@ class SlotProfile:
         return cls.from_json(path.read_text(encoding="utf-8"))
 
 
-def load_profile(profile: SlotProfile | str | Path) -> SlotProfile:
-    """A profile given as an object or as the path of its JSON file."""
-    return profile if isinstance(profile, SlotProfile) else SlotProfile.load(profile)
+ARTIFACT = "slot-profiles"
 
 
-def profile_path(model_id: str, fingerprint: str) -> Path:
-    """``cache_dir()/profiles/<safe model id>-<fingerprint[:12]>.json``."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id).strip("._") or "model"
-    return config.cache_dir() / "profiles" / f"{safe}-{fingerprint[:12]}.json"
+def load_profile(profile: SlotProfile | str | Path, model_id: str = "", fingerprint: str = "", *,
+                 n_slots: int | None = None, root: Path | None = None) -> SlotProfile:
+    """A profile given as an object, the path of its JSON file, or ``"auto"``: the one registered
+    for ``model_id``/``fingerprint`` with ``n_slots`` closest to ``n_slots`` (the largest when
+    None)."""
+    if isinstance(profile, SlotProfile):
+        return profile
+    if str(profile) == "auto":
+        return load_stored_profile(model_id, fingerprint, n_slots=n_slots, root=root)
+    return SlotProfile.load(profile)
 
 
-def store_profile(profile: SlotProfile) -> Path:
-    """Save ``profile`` at its :func:`profile_path`; returns the path."""
-    return profile.save(profile_path(profile.model_id, profile.fingerprint))
+def store_profile(profile: SlotProfile, *, root: Path | None = None) -> Path:
+    """Register ``profile`` with its model's head-registry entry (replacing one of the same
+    ``n_slots``); ``root``: the registry folder (default: the user registry). Returns the file."""
+    from ..heads.registry import load_artifact, save_artifact
+
+    stored = load_artifact(ARTIFACT, profile.model_id, profile.fingerprint, root=root) or {}
+    profiles = {k: v for k, v in stored.get("profiles", {}).items() if k != str(profile.n_slots)}
+    profiles[str(profile.n_slots)] = json.loads(profile.to_json())
+    return save_artifact(ARTIFACT, profile.model_id, profile.fingerprint, {"profiles": profiles}, root=root)
 
 
-def load_stored_profile(model_id: str, fingerprint: str) -> SlotProfile:
-    """The profile stored by :func:`store_profile` for this model."""
-    return SlotProfile.load(profile_path(model_id, fingerprint))
+def load_stored_profile(model_id: str, fingerprint: str, *, n_slots: int | None = None,
+                        root: Path | None = None) -> SlotProfile:
+    """The registered profile of this model closest to ``n_slots`` slots (user registry before
+    the shipped one; ties go to the larger profile)."""
+    from ..heads.registry import load_artifact
+
+    stored = (load_artifact(ARTIFACT, model_id, fingerprint, root=root) or {}).get("profiles", {})
+    if not stored:
+        raise InputError(f"no slot profile is registered for model {model_id!r} (fingerprint {fingerprint[:12]}); "
+                         "measure one with measure_slot_profile(...) and store_profile(profile)")
+    target = max(int(k) for k in stored) if n_slots is None else n_slots
+    best = min(stored, key=lambda k: (abs(int(k) - target), -int(k)))
+    return SlotProfile.from_json(json.dumps(stored[best]))
 
 
 def resample_profile(values: Sequence[float], k: int) -> np.ndarray:

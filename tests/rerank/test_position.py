@@ -10,7 +10,7 @@ from _tiny import tiny_model, tiny_tokenizer
 from attnrank.errors import InputError
 from attnrank.llm.models import LLM
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.rerank.position import (SlotProfile, load_stored_profile, measure_slot_profile, profile_path,
+from attnrank.rerank.position import (SlotProfile, load_profile, load_stored_profile, measure_slot_profile,
                                       prompt_slots, reorder_for_generation, resample_profile, slot_correct,
                                       store_profile)
 from attnrank.rerank.reweight import Reweighting
@@ -57,11 +57,22 @@ def test_json_round_trip_and_storage(tmp_path, monkeypatch):
     assert SlotProfile.from_json(p.to_json()) == p
     assert SlotProfile.load(p.save(tmp_path / "p.json")) == p
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    with pytest.raises(InputError, match="no slot profile is registered"):
+        load_stored_profile("org/model", p.fingerprint)
     path = store_profile(p)
-    assert path == tmp_path / "home" / "profiles" / "org_model-abcdef012345.json" == profile_path("org/model",
-                                                                                                  p.fingerprint)
-    assert load_stored_profile("org/model", p.fingerprint) == p
-    with pytest.raises(InputError, match="does not exist"):
+    assert path.parent == tmp_path / "home" / "heads"
+    p5 = SlotProfile(5, (1.0, 0.0, 0.0, 0.0, 1.0), (0.0,) * 5, p.model_id, p.fingerprint, 4, DATE)
+    assert store_profile(p5) == path  # one registry file per model, one entry per n_slots
+    assert load_stored_profile("org/model", p.fingerprint, n_slots=3) == p
+    assert load_stored_profile("org/model", p.fingerprint, n_slots=20) == p5
+    assert load_stored_profile("org/model", p.fingerprint) == p5  # the largest
+    assert load_profile("auto", "org/model", p.fingerprint, n_slots=2) == p
+    # root= reads and writes another registry folder instead of the user one
+    other = SlotProfile(3, (9.0, 9.0, 9.0), (0.0,) * 3, p.model_id, p.fingerprint, 1, DATE)
+    store_profile(other, root=tmp_path / "ship")
+    assert load_stored_profile("org/model", p.fingerprint, n_slots=3, root=tmp_path / "ship") == other
+    assert load_stored_profile("org/model", p.fingerprint, n_slots=3) == p
+    with pytest.raises(InputError, match="no slot profile is registered"):
         load_stored_profile("other", "x")
     with pytest.raises(InputError, match="not valid JSON"):
         SlotProfile.from_json("{")
