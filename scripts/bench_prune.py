@@ -12,7 +12,13 @@ line up with the labels. Every sentence is scored ONCE per method:
   sentence's text, statistics over that question's sentences only;
 - ``embed``: cosine of MiniLM (all-MiniLM-L6-v2, packaged) embeddings of question and sentence;
 - ``lead``: position in the paragraph (first sentences first) — a cheap HotpotQA prior;
-- ``random``: seeded uniform scores, metrics averaged over ``--seeds`` draws.
+- ``random``: seeded uniform scores, metrics averaged over ``--seeds`` draws;
+- ``probe`` / ``probe-heads``: the Sentinel-style :class:`SentenceProbe` over the ``query``
+  method's per-head sentence scores (same forward pass), with the passage/position extras or
+  heads only. Held out: on the sentence-labelled questions, k-fold cross-fitting over questions
+  (``--folds``, a probe trained on the other folds scores each question); the other questions
+  are scored by a probe trained on all labelled questions (disjoint questions). ``--ship``
+  registers the probe trained on all labelled questions for the default model.
 
 Then, for each keep ratio, the library's own selection (:func:`attnrank.prune.context.select`
 on copies of the pruner's :class:`ScoredSentence` list with the method's scores, budget
@@ -52,10 +58,12 @@ from attnrank.config import set_torch_threads
 from attnrank.prune.context import resolve_budget, select
 from attnrank.types import Document
 from benchdata import OUT, REPO, data_root, environment, hotpotqa_rows, md_table, write_outputs
+from benchplot import recall_curves
 
 log = logging.getLogger("bench_prune")
 
-ALL_METHODS = ("query", "focus", "bm25", "embed", "lead", "random")
+ALL_METHODS = ("query", "focus", "bm25", "embed", "lead", "random", "probe", "probe-heads")
+PROBES = {"probe": ("passage", "first", "position"), "probe-heads": ()}
 ATTENTION = ("query", "focus")
 DEFAULT_RATIOS = "0.1,0.15,0.2,0.25,0.33,0.5"
 TARGET_COMPRESSION, TARGET_RECALL = 4.0, 0.90
@@ -114,6 +122,13 @@ class Scorers:
         """The pruner's sentence list (reading order, prompt token counts), without a model call."""
         return self.pruners["query"]._prepare(q["question"], q["docs"], q["sentences"])[2]
 
+    def features(self, q: dict, base) -> np.ndarray:
+        """Per-head ``query`` sentence scores ``[S, H]`` (rows sum to the ``query`` score)."""
+        scored, feats = self.pruners["query"].sentence_features(q["question"], q["docs"], sentences=q["sentences"])
+        if [s.tokens for s in scored] != [s.tokens for s in base]:
+            raise RuntimeError(f"{q['id']}: token counts differ between the query prompt and the base plan")
+        return feats
+
     def score(self, q: dict, method: str, base) -> list[float]:
         texts = [s.text for s in base]
         if method in ATTENTION:
@@ -159,8 +174,21 @@ def score_question(scorers: Scorers, q: dict, methods: list[str], cache_dir: str
     rec["tokens"] = tokens
     rec["seconds"].setdefault("plan", plan_s)
     changed = False
+    feat_path = path.with_suffix(".npz") if path is not None else None
+    if any(m in methods for m in ("query", *PROBES)):
+        if feat_path is not None and feat_path.exists() and "query" in rec["scores"]:
+            rec["features"] = np.load(feat_path)["features"]
+        else:  # one forward pass gives the query score and the probe's features
+            t = time.perf_counter()
+            rec["features"] = scorers.features(q, base)
+            rec["scores"]["query"] = rec["features"].sum(1).tolist()
+            rec["seconds"]["query"] = time.perf_counter() - t
+            changed = True
+            if feat_path is not None:
+                feat_path.parent.mkdir(parents=True, exist_ok=True)
+                np.savez(feat_path, features=rec["features"].astype(np.float32))
     for m in methods:
-        if m == "random" or m in rec["scores"]:
+        if m == "random" or m in PROBES or m in rec["scores"]:
             continue
         t = time.perf_counter()
         rec["scores"][m] = scorers.score(q, m, base)
@@ -169,10 +197,34 @@ def score_question(scorers: Scorers, q: dict, methods: list[str], cache_dir: str
     if path is not None and changed:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec))
+        tmp.write_text(json.dumps({k: v for k, v in rec.items() if k != "features"}))
         tmp.replace(path)
     rec["base"] = base
     return rec
+
+
+def probe_scores(questions: list[dict], recs: list[dict], methods: list[str], heads, args) -> dict:
+    """Held-out probe scores into ``rec["scores"]`` (see the module doc); returns the probes
+    trained on all labelled questions, by method."""
+    from attnrank.prune.probe import ProbeExample, crossfit_scores, train_probe
+
+    examples, trained = {}, {}
+    for q, rec in zip(questions, recs):
+        pos = [(s.doc_index, s.sentence_index) for s in rec["base"]]
+        labels = np.array([p in q["gold_sent"] for p in pos])
+        if q["labelled"] and labels.any():
+            examples[q["id"]] = ProbeExample(q["id"], rec["features"].astype(np.float64), pos, labels)
+    for m in [m for m in methods if m in PROBES]:
+        kw = dict(extras=PROBES[m], l2=args.l2)
+        held = crossfit_scores(list(examples.values()), heads, k=args.folds, **kw)
+        trained[m] = train_probe(list(examples.values()), heads, trained_on=f"{len(examples)} HotpotQA distractor dev "
+                                 "questions with sentence-level supporting facts", **kw)
+        for q, rec in zip(questions, recs):
+            pos = [(s.doc_index, s.sentence_index) for s in rec["base"]]
+            rec["scores"][m] = (held[q["id"]] if q["id"] in held else
+                                trained[m].score(rec["features"].astype(np.float64), pos)).tolist()
+        log.info("%s: %d labelled questions cross-fitted in %d folds", m, len(held), args.folds)
+    return trained
 
 
 # -- selection and metrics --------------------------------------------------------------------------
@@ -275,42 +327,6 @@ def llmlingua2_status() -> str:
 
 
 # -- output -----------------------------------------------------------------------------------------
-def plot(rows: list[dict], methods: list[str], path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    panels = [(c, t) for c, t in (("sent recall (labelled)", "sentence-level recall (labelled questions)"),
-                                  ("para recall (others)", "paragraph-level recall (other questions)"))
-              if any(r[c] == r[c] for r in rows)]
-    if not panels:
-        return False
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
-    for ax, (col, title) in zip(axes[0], panels):
-        for m in methods:
-            pts = sorted((r["compression"], r[col]) for r in rows if r["method"] == m and r[col] == r[col])
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=m, linestyle="--" if m not in ATTENTION else "-")
-        ax.axvline(TARGET_COMPRESSION, color="grey", lw=0.8)
-        ax.axhline(TARGET_RECALL, color="grey", lw=0.8)
-        ax.set_xscale("log")
-        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([2, 3, 4, 5, 6, 8, 10, 15, 20]))
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
-        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.set_xlabel("compression (sentence tokens / kept tokens)")
-        ax.set_ylabel("supporting-fact recall")
-        ax.set_ylim(0, 1.02)
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
 def markdown(rows, target, timing, questions, args, env, lingua, png) -> str:
     n_lab = sum(q["labelled"] for q in questions)
     fmt = {"keep ratio": ".2f", "compression": ".2f", "min compression": ".2f"}
@@ -346,6 +362,9 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="pruner heads: 'all' (default), 'l-h,...' or a JSON file")
     ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"), help="'' = no score cache")
     ap.add_argument("--out-dir", default=str(OUT))
+    ap.add_argument("--folds", type=int, default=5, help="probe cross-fitting folds over labelled questions")
+    ap.add_argument("--l2", type=float, default=10.0, help="probe L2 penalty")
+    ap.add_argument("--ship", action="store_true", help="register the probe trained on all labelled questions")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("attnrank").setLevel(logging.WARNING)
@@ -366,14 +385,21 @@ def main() -> None:
         recs.append(score_question(scorers, q, methods, args.cache_dir, args.heads))
         if i % 10 == 0 or i == len(questions):
             log.info("scored %d/%d questions (%.0f s)", i, len(questions), time.perf_counter() - start)
+    pruner = scorers.pruners["query"]
+    heads = pruner.heads or [(l, h) for l in range(pruner.llm.num_layers) for h in range(pruner.llm.num_heads)]
+    probes = probe_scores(questions, recs, methods, heads, args)
+    if args.ship and "probe" in probes:
+        probes["probe"].save(args.model_id, args.model_fp, root=REPO / "attnrank" / "heads" / "data")
     rows, per_q = evaluate(questions, recs, methods, ratios, args.seeds)
     target = at_target(rows, methods)
     timing = {m: float(np.mean([r["seconds"][m] for r in recs])) for m in ["plan"] + methods
               if m != "random" and all(m in r["seconds"] for r in recs)}
+    if "query" in timing:  # the probes read the query method's forward pass
+        timing.update({m: timing["query"] for m in probes})
     lingua = llmlingua2_status()
     out_dir = Path(args.out_dir)
     png = out_dir / "prune_recall.png"
-    png = png if plot(rows, methods, png) else None
+    png = png if recall_curves(rows, methods, png, solid=ATTENTION + tuple(PROBES), target=(TARGET_COMPRESSION, TARGET_RECALL)) else None
     args.wall = time.perf_counter() - start
     env = environment()
     payload = {"environment": env, "model": args.model_id, "fingerprint": args.model_fp, "heads": args.heads or "all",

@@ -18,6 +18,9 @@ layer, the context prefilled once and shared by the real and "N/A" suffixes):
 - ``method="focus"`` (AttentionRAG variant): the assistant turn is started with the answer hint
   ``focus_hint`` (default ``"The answer is"``) after the same query suffix; only the row of the
   hint's last token, the one that predicts the answer, is used (calibrated the same way).
+- ``method="probe"`` (Sentinel-style): the query-span rows of the probe's heads, per head and
+  sentence, fed to a trained :class:`~attnrank.prune.probe.SentenceProbe` (``probe=``, default:
+  the model's registered probe); see :mod:`attnrank.prune.probe`.
 
 Sentence score = Σ of the calibrated token scores of its tokens (optionally ICR's μ − 2σ filter
 within the sentence, off by default: sentences are short) divided by ``sqrt(n_tokens)``
@@ -58,14 +61,15 @@ from ..llm.attention import AttentionCapturer
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair, _block, build_rerank_prompts
 from ..rerank.attention import _as_documents
-from ..rerank.scoring import document_scores, token_scores
+from ..rerank.scoring import document_scores, per_head_document_scores, token_scores
 from ..types import Document
 from .context import PrunedContext, ScoredSentence, check_budget, resolve_budget, select
+from .probe import SentenceProbe
 from .segment import DEFAULT_MAX_WORDS, Sentence, locate_sentences, segment
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("query", "focus")
+METHODS = ("query", "focus", "probe")
 LENGTH_NORMS = ("sqrt", "none")
 FOCUS_HINT = "The answer is"
 
@@ -96,8 +100,10 @@ class ContextPruner:
     """Keep the sentences of retrieved passages that an LLM's attention marks as relevant.
 
     ``model``: an :class:`LLM` (share the reranker's), a model name, or None (default LLM).
-    ``heads``: None/"all", pairs, "l-h,l-h" or a JSON file (see :func:`parse_heads`).
-    ``method``: "query" or "focus"; ``calibrate``: subtract the "N/A" query's attention;
+    ``heads``: None/"all", pairs, "l-h,l-h", a JSON file (see :func:`parse_heads`) or "auto"
+    (the model's registered set, :mod:`attnrank.heads.registry`).
+    ``method``: "query", "focus" or "probe" (``probe``: a :class:`SentenceProbe`, default the
+    model's registered one; it fixes the heads); ``calibrate``: subtract the "N/A" query's attention;
     ``length_norm``: "sqrt" or "none"; ``token_filter``: ICR's μ − 2σ filter per sentence.
     See the module docstring for the prompt, the scores, the budget and chunking.
     """
@@ -106,7 +112,7 @@ class ContextPruner:
                  calibrate: bool = True, length_norm: str = "sqrt", token_filter: bool = False,
                  instruction: str = "qa", order: str = "reverse", focus_hint: str = FOCUS_HINT,
                  max_sentence_words: int = DEFAULT_MAX_WORDS, max_prompt_tokens: int | None = None,
-                 dtype: str = "auto", device: str = "cpu"):
+                 probe: SentenceProbe | None = None, dtype: str = "auto", device: str = "cpu"):
         if method not in METHODS:
             raise InputError(f"method={method!r} is not one of {METHODS}")
         if length_norm not in LENGTH_NORMS:
@@ -115,6 +121,14 @@ class ContextPruner:
             raise InputError("focus_hint is empty; method='focus' needs an answer hint such as "
                              f"{FOCUS_HINT!r}")
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
+        self.probe = None
+        if method == "probe":  # the probe fixes heads and length normalisation
+            self.probe = probe or SentenceProbe.load(self.llm.model_id, self.llm.fingerprint)
+            heads, length_norm = self.probe.head_pairs, self.probe.length_norm
+        elif isinstance(heads, str) and heads.strip().lower().startswith("auto"):
+            from ..heads.registry import resolve_heads
+
+            heads = resolve_heads(heads, self.llm)
         self.heads = parse_heads(heads)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
         self.method, self.calibrate, self.length_norm = method, calibrate, length_norm
@@ -176,6 +190,16 @@ class ContextPruner:
         _, chunks, scored = self._prepare(query, docs, sentences)
         self._score(chunks, scored)
         return scored
+
+    def sentence_features(self, query: str, docs: Sequence[Any], *,
+                          sentences: Sequence[Sequence[str] | None] | None = None
+                          ) -> tuple[list[ScoredSentence], np.ndarray]:
+        """Scored sentences and their per-head scores ``[S, H]`` (heads in capture order; the
+        calibrated, length-normalised sum of each head's attention to the sentence): the features
+        of :mod:`attnrank.prune.probe`. With ``token_filter=False`` a row sums to the
+        ``method="query"`` score."""
+        _, chunks, scored = self._prepare(query, docs, sentences)
+        return scored, self._score(chunks, scored, features=True)
 
     def _prepare(self, query: str, docs: Sequence[Any], sentences) -> tuple[list[Document], list[_Chunk],
                                                                           list[ScoredSentence]]:
@@ -267,17 +291,27 @@ class ContextPruner:
         return _Chunk(pieces, pair, spans, length)
 
     # -- scoring -----------------------------------------------------------------------------
-    def _score(self, chunks: list[_Chunk], scored: list[ScoredSentence]) -> None:
-        """Fill in the ``score`` of every sentence, one forward pass pair per chunk."""
-        where = {(s.doc_index, s.sentence_index): s for s in scored}
+    def _score(self, chunks: list[_Chunk], scored: list[ScoredSentence], features: bool = False) -> np.ndarray | None:
+        """Fill in the ``score`` of every sentence, one forward pass pair per chunk; return the
+        per-head sentence scores ``[S, H]`` when asked for (or needed by the probe)."""
+        index = {(s.doc_index, s.sentence_index): i for i, s in enumerate(scored)}
+        feats = None
         for chunk in chunks:
-            tokens = token_scores(self._rows(chunk.pair))
+            rows = self._rows(chunk.pair)
             flat = [span for spans in chunk.spans for span in spans]
-            sums = document_scores(tokens, flat, use_filter=self.token_filter)
-            keys = [(p.doc_index, k) for p in chunk.pieces for k in p.sent_ids]
-            for key, (s, e), value in zip(keys, flat, sums):
-                norm = math.sqrt(e - s) if self.length_norm == "sqrt" else 1.0
-                where[key].score = float(value / norm)
+            at = [index[(p.doc_index, k)] for p in chunk.pieces for k in p.sent_ids]
+            norms = np.array([math.sqrt(e - s) if self.length_norm == "sqrt" else 1.0 for s, e in flat])
+            sums = document_scores(token_scores(rows), flat, use_filter=self.token_filter)
+            for i, value, norm in zip(at, sums, norms):
+                scored[i].score = float(value / norm)
+            if features or self.probe is not None:
+                feats = np.zeros((len(scored), rows.shape[0])) if feats is None else feats
+                feats[at] = (per_head_document_scores(rows, flat, use_filter=False) / norms).T
+        if self.probe is not None:
+            values = self.probe.score(feats, [(s.doc_index, s.sentence_index) for s in scored])
+            for s, value in zip(scored, values):
+                s.score = float(value)
+        return feats
 
     def _rows(self, pair: RerankPromptPair) -> np.ndarray:
         """``[heads, context tokens]`` rows of the query span or focus token, calibrated."""

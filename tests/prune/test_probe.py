@@ -1,0 +1,111 @@
+"""The Sentinel-style sentence probe: feature construction on hand-made numbers, training on
+data with a known informative head, registry round trip, and the pruner's per-head features
+and ``method="probe"`` on a tiny random Llama (checked against the eager reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.prune.probe import EXTRAS, ProbeExample, SentenceProbe, crossfit_scores, design, train_probe
+from attnrank.prune.pruner import ContextPruner
+from test_pruner import DOCS, QUERY, llm, reference  # noqa: F401 - the module-scoped tiny model fixture
+
+
+def test_design_extras_exact():
+    heads = np.array([[1.0, 2.0], [3.0, 0.0], [0.5, 0.5], [2.0, 2.0]])
+    positions = [(0, 0), (0, 1), (1, 0), (1, 2)]
+    x = design(heads, positions, EXTRAS)
+    np.testing.assert_allclose(x[:, :2], heads)
+    # passage: mean head-summed score of the passage's sentences: (3 + 3) / 2, (1 + 4) / 2
+    np.testing.assert_allclose(x[:, 2], [3.0, 3.0, 2.5, 2.5])
+    np.testing.assert_allclose(x[:, 3], [1, 0, 1, 0])
+    np.testing.assert_allclose(x[:, 4], [1, 1 / 2, 1, 1 / 3])
+    assert design(heads, positions, []).shape == (4, 2)
+    with pytest.raises(InputError, match="unknown probe extras"):
+        design(heads, positions, ["nope"])
+    with pytest.raises(InputError, match="do not match 3 sentence positions"):
+        design(heads, positions[:3], EXTRAS)
+
+
+def synthetic(n_questions=30, n_sent=12, seed=0):
+    """Head 1 carries the label (plus noise); heads 0 and 2 are noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for q in range(n_questions):
+        labels = np.zeros(n_sent, bool)
+        labels[rng.choice(n_sent, 2, replace=False)] = True
+        x = rng.normal(size=(n_sent, 3))
+        x[:, 1] += 3.0 * labels
+        out.append(ProbeExample(f"q{q}", x, [(k // 4, k % 4) for k in range(n_sent)], labels))
+    return out
+
+
+def test_train_probe_finds_the_informative_head_and_round_trips(tmp_path):
+    heads = [(0, 0), (0, 1), (1, 0)]
+    probe = train_probe(synthetic(), heads, extras=["first"], l2=1.0)
+    assert probe.heads == ["0-0", "0-1", "1-0"] and probe.extras == ["first"]
+    assert int(np.argmax(np.abs(probe.weights))) == 1 and probe.weights[1] > 0
+    test = synthetic(10, seed=1)
+    top2 = [set(np.argsort(-probe.score(ex.head_scores, ex.positions))[:2]) for ex in test]
+    hits = np.mean([len(t & set(np.flatnonzero(ex.labels))) / 2 for t, ex in zip(top2, test)])
+    assert hits > 0.8
+    probe.save("org/model", "abc", root=tmp_path)
+    back = SentenceProbe.load("org/model", "abc", root=tmp_path)
+    np.testing.assert_allclose(back.weights, probe.weights)
+    assert back.head_pairs == heads and back.bias == probe.bias
+    with pytest.raises(InputError, match="no sentence probe is registered"):
+        SentenceProbe.load("org/model", "other-weights", root=tmp_path)
+    held = crossfit_scores(synthetic(), heads, k=3, extras=["first"], l2=1.0)
+    assert sorted(held) == sorted(ex.qid for ex in synthetic()) and all(len(v) == 12 for v in held.values())
+
+
+def test_train_probe_bad_input():
+    ex = synthetic(2)
+    with pytest.raises(InputError, match="no training questions"):
+        train_probe([], [(0, 0)])
+    with pytest.raises(InputError, match="build every example with the same heads"):
+        train_probe(ex, [(0, 0)])
+    for e in ex:
+        e.labels[:] = False
+    with pytest.raises(InputError, match="same label"):
+        train_probe(ex, [(0, 0), (0, 1), (1, 0)])
+    with pytest.raises(InputError, match="k=5 folds"):
+        crossfit_scores(ex, [(0, 0), (0, 1), (1, 0)], k=5)
+
+
+def test_pruner_features_equal_the_per_head_reference(llm):  # noqa: F811
+    heads = [(0, 1), (2, 3)]
+    scored, feats = ContextPruner(llm, heads).sentence_features(QUERY, DOCS)
+    assert feats.shape == (len(scored), 2)
+    np.testing.assert_allclose(feats.sum(1), [s.score for s in scored], atol=1e-9)
+    for h, head in enumerate(heads):
+        ref = reference(llm, QUERY, DOCS, heads=[head])
+        np.testing.assert_allclose(feats[:, h], list(ref.values()), atol=1e-6)
+
+
+def test_probe_method_scores_with_the_probe(llm, tmp_path, monkeypatch):  # noqa: F811
+    heads = [(0, 1), (2, 3)]
+    scored, feats = ContextPruner(llm, heads).sentence_features(QUERY, DOCS)
+    positions = [(s.doc_index, s.sentence_index) for s in scored]
+    probe = SentenceProbe(np.array([1.0, -0.5, 0.3, 0.2, 0.1]), 0.0, ["0-1", "2-3"], list(EXTRAS))
+    pruner = ContextPruner(llm, "all", method="probe", probe=probe)  # the probe's heads win
+    assert pruner.heads == heads
+    got = pruner.score_sentences(QUERY, DOCS)
+    np.testing.assert_allclose([s.score for s in got], probe.score(feats, positions), atol=1e-9)
+    pruned = pruner.prune(QUERY, DOCS, keep_ratio=0.4)
+    assert pruned.method == "probe" and 0 < pruned.kept_tokens <= pruned.budget_tokens
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
+    with pytest.raises(InputError, match="no sentence probe is registered"):
+        ContextPruner(llm, method="probe")
+    probe.save(llm.model_id, llm.fingerprint)
+    assert ContextPruner(llm, method="probe").probe.heads == probe.heads
+
+
+def test_pruner_auto_heads_from_the_registry(llm, tmp_path, monkeypatch):  # noqa: F811
+    from attnrank.heads.registry import save_head_set
+
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
+    save_head_set(llm.model_id, llm.fingerprint, "qr-ndcg", [(1, 2), (0, 3)])
+    assert ContextPruner(llm, "auto").heads == [(0, 3), (1, 2)]  # capture order
