@@ -9,7 +9,8 @@ over those paragraphs (title + text). One model (the default LLM) reranks, prune
 
 - ``none``: the question alone;
 - ``full``: every paragraph in first-stage (BM25) order;
-- ``pruned``: the full context pruned by :class:`ContextPruner` (method "query", all heads) to
+- ``pruned``: the full context pruned by :class:`ContextPruner` (``--prune-method``, default
+  "query"; all heads unless ``--heads``) to
   ``--prune-ratio`` (default 0.25, i.e. budget = full sentence tokens / 4), the dataset's
   sentence split passed in, kept sentences in reading order;
 - ``pipeline``: :class:`attnrank.pipeline.Pipeline` end to end — BM25 → attention rerank
@@ -18,9 +19,11 @@ over those paragraphs (title + text). One model (the default LLM) reranks, prune
   dataset's sentences, so the pruner segments automatically) → generate; its stage timings give
   the end-to-end latency and stage shares;
 - ``topk-first-stage``: the pipeline's reranked top-k passages (unpruned) in first-stage order;
-- ``topk-reordered``: the same passages placed by :func:`reorder_for_generation` with a slot
-  profile (``docs/results/slot_profile_k*.json`` of this model if present, else measured here
-  with :func:`measure_slot_profile` on paragraphs of questions not evaluated, and said so).
+- ``topk-reordered``: the same passages placed by :func:`reorder_for_generation` with the
+  model's registered slot profile of ``--rerank-k`` slots (head registry, artifact
+  ``slot-profiles``); if none is registered it is measured here with
+  :func:`measure_slot_profile` on paragraphs of questions not evaluated (said so in the
+  output), and ``--ship`` registers it in the package.
 
 Metrics: HotpotQA's official answer EM/F1 (lowercase, punctuation and articles removed,
 whitespace collapsed; yes/no/noanswer F1 only on exact match), max over gold answers; also
@@ -30,13 +33,16 @@ the context; per-stage wall time.
 
     python scripts/bench_ask.py [--data DIR] [--questions N] [--rerank-k 5] [--max-new-tokens 32]
 
-Writes docs/results/ask.{json,md} (``--out-dir`` to put them elsewhere).
+Writes docs/results/ask.{json,md} (``--out-dir`` to put them elsewhere). Per-question results
+are cached under ``indexes/bench-cache/ask_*`` keyed by everything that changes them, so a
+larger ``--questions`` only runs the new questions (``--cache-dir ''`` disables).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import logging
 import re
@@ -48,7 +54,7 @@ import numpy as np
 
 from attnrank.config import set_torch_threads
 from attnrank.types import Document, RankedResults, ScoredDocument
-from benchdata import OUT, data_root, environment, hotpotqa_rows, md_table, write_outputs
+from benchdata import OUT, REPO, data_root, environment, hotpotqa_rows, md_table, write_outputs
 
 log = logging.getLogger("bench_ask")
 
@@ -126,27 +132,34 @@ class QuestionBM25:
 
 
 # -- slot profile ---------------------------------------------------------------------------------
-def slot_profile(reranker, pool: list[Document], k: int, trials: int, profile_glob: str) -> tuple[object, str]:
-    from attnrank.rerank.position import SlotProfile, measure_slot_profile
+def slot_profile(reranker, pool: list[Document], k: int, trials: int, ship: bool) -> tuple[object, str]:
+    from attnrank.rerank.position import load_stored_profile, measure_slot_profile, store_profile
 
     llm = reranker.llm
-    found = []
-    for path in sorted(OUT.glob(profile_glob)):
-        try:
-            p = SlotProfile.load(path)
-        except Exception as e:  # noqa: BLE001 - report and fall back to measuring
-            log.warning("slot profile %s unusable: %s", path, e)
-            continue
-        if p.model_id == llm.model_id and p.fingerprint == llm.fingerprint:
-            found.append((abs(p.n_slots - k), path, p))
-    if found:
-        _, path, p = min(found, key=lambda x: x[0])
-        return p, f"loaded {path.relative_to(OUT.parents[1])} (n_slots={p.n_slots}, {p.n_trials} trials)"
+    try:
+        p = load_stored_profile(llm.model_id, llm.fingerprint, n_slots=k)
+        if p.n_slots == k:
+            return p, f"registered profile (n_slots={p.n_slots}, {p.n_trials} trials, measured {p.date})"
+    except Exception as e:  # noqa: BLE001 - none registered: measure it
+        log.info("no registered slot profile: %s", e)
     t = time.perf_counter()
     p = measure_slot_profile(reranker, pool, n_slots=k, n_trials=trials, seed=0)
-    return p, (f"no docs/results/{profile_glob} for this model: measured here with measure_slot_profile "
-               f"(n_slots={k}, {trials} trials, paragraphs of non-evaluated questions, "
-               f"{time.perf_counter() - t:.0f} s)")
+    note = (f"no registered {k}-slot profile for this model: measured here with measure_slot_profile "
+            f"(n_slots={k}, {trials} trials, paragraphs of non-evaluated questions, {time.perf_counter() - t:.0f} s)")
+    if ship:
+        store_profile(p, root=REPO / "attnrank" / "heads" / "data")
+        note += "; registered in attnrank/heads/data"
+    return p, note
+
+
+def cache_file(args, llm, profile, qid: str) -> Path | None:
+    """Per-question result file, keyed by the model and every argument that changes answers."""
+    if not args.cache_dir:
+        return None
+    key = json.dumps([llm.fingerprint, args.heads, args.rerank_k, args.prune_ratio, args.pipeline_budget,
+                      args.max_new_tokens, args.prune_method, profile.mean_score], sort_keys=True)
+    tag = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return Path(args.cache_dir) / f"ask_{llm.fingerprint[:12]}_{tag}" / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
 
 
 # -- one question ---------------------------------------------------------------------------------
@@ -250,7 +263,7 @@ def markdown(quality, latency, results, args, env, profile_note, model) -> str:
                      for r in results)
     out = ["# Answering: no / full / pruned / reranked / reordered context (HotpotQA distractor dev)", "",
            f"{len(results)} questions; model {model}, greedy, max_new_tokens={args.max_new_tokens}; first stage BM25 "
-           f"over each question's paragraphs; pruned = query-span attention at keep_ratio={args.prune_ratio} of the "
+           f"over each question's paragraphs; pruned = ContextPruner method '{args.prune_method}' at keep_ratio={args.prune_ratio} of the "
            f"full context (dataset sentences); pipeline = BM25 → attention rerank top-{args.rerank_k} → prune to "
            f"{args.pipeline_budget} tokens (automatic sentence split) → generate; top-k arms = the pipeline's "
            f"reranked top-{args.rerank_k}, unpruned. EM/F1: HotpotQA official normalisation. Context tokens = "
@@ -285,6 +298,9 @@ def main() -> None:
     ap.add_argument("--pipeline-budget", type=int, default=None, help="pipeline prune budget (default: Pipeline's 300)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--profile-trials", type=int, default=24, help="trials if the slot profile has to be measured")
+    ap.add_argument("--prune-method", default="query", help="pruner of the pruned/pipeline arms: query | focus | probe")
+    ap.add_argument("--ship", action="store_true", help="register a slot profile measured here in the package")
+    ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"), help="'' = no per-question cache")
     ap.add_argument("--out-dir", default=str(OUT))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -302,16 +318,24 @@ def main() -> None:
     questions, pool = load_questions(data_root(args.data), args.questions or None, args.include_unlabelled)
     llm = load_llm(None)
     reranker = AttentionReranker(llm, args.heads)
-    pruner = ContextPruner(llm, args.heads, method="query")
+    pruner = ContextPruner(llm, args.heads, method=args.prune_method)
     gen = Generator(llm, args.max_new_tokens)
     pipe = Pipeline(None, reranker, pruner, gen, first_stage_k=10, rerank_k=args.rerank_k,
                     budget_tokens=args.pipeline_budget)
-    profile, profile_note = slot_profile(reranker, pool, args.rerank_k, args.profile_trials, "slot_profile_k*.json")
+    profile, profile_note = slot_profile(reranker, pool, args.rerank_k, args.profile_trials, args.ship)
     args.profile_curve = profile.curve(args.rerank_k).tolist()
     log.info("slot profile: %s; curve %s", profile_note, np.round(args.profile_curve, 5).tolist())
     results = []
     for i, q in enumerate(questions, 1):
-        results.append(run_question(q, pipe, gen, pruner, profile, args))
+        path = cache_file(args, llm, profile, q["id"])
+        if path is not None and path.exists():
+            results.append(json.loads(path.read_text()))
+        else:
+            results.append(run_question(q, pipe, gen, pruner, profile, args))
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.with_suffix(".tmp").write_text(json.dumps(results[-1]))
+                path.with_suffix(".tmp").replace(path)
         if i % 5 == 0 or i == len(questions):
             log.info("%d/%d questions (%.0f s)", i, len(questions), time.perf_counter() - start)
     quality, latency = summarise(results)

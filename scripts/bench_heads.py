@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -49,8 +50,16 @@ def qr_detect(cap, cands, ds, qids, rr):
                                 data=ds.name, model_id=rr.llm.model_id, fingerprint=rr.llm.fingerprint)
 
 
-def heldout(name, ds, cands, cap, rr, args) -> list[dict]:
-    """k-fold: select heads (qr-ndcg, qr-score) and train weights on k−1 folds, test on the rest."""
+def features(setups, caps, rr) -> dict:
+    """``{setting: {qid: QueryFeatures}}``: all heads' passage scores, first-stage rank, labels."""
+    return {name: {q: query_features(q, caps[name][q]["windows"], [d.id for d in cands[q]], rr.head_list, ds.qrels,
+                                     rel=ds.rel, group=name, first_stage=list(first_stage_run({q: cands[q]})[q].values()))
+                   for q in sorted(cands)} for name, ds, cands in setups}
+
+
+def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
+    """k-fold: select heads (qr-ndcg, qr-score) and train weights on k−1 folds, test on the rest
+    (``others``: the other datasets' features, added to the training folds in one variant)."""
     qids = sorted(cands)
     random.Random(0).shuffle(qids)
     folds = [qids[i::args.folds] for i in range(args.folds)]
@@ -77,14 +86,17 @@ def heldout(name, ds, cands, cap, rr, args) -> list[dict]:
                 draws.append(evaluate_scores(cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q]), idx), ds))
             add(f"random {n} heads (mean of {args.random_draws})",
                 {m: float(np.mean([d[m] for d in draws])) for m in draws[0]}, len(test))
-        feats = {q: query_features(q, cap[q]["windows"], [d.id for d in cands[q]], rr.head_list, ds.qrels, rel=ds.rel,
-                                   group=name) for q in qids}
-        try:
-            model = train_head_weights([feats[q] for q in train], model="pointwise", l2=args.l2, rel=ds.rel)
-            add("learned weighting (logistic, all heads)", evaluate_scores(
-                cands, test, lambda q: model.score_features(feats[q].features), ds), len(test))
-        except Exception as e:  # noqa: BLE001 - e.g. a fold without relevant candidates
-            log.warning("%s fold %d: learned weighting not trained (%s)", name, f, e)
+        variants = (("learned weighting (logistic, all heads)", [], False),
+                    ("learned + first-stage rank", [], True),
+                    ("learned + first-stage rank, also trained on the other datasets", others, True))
+        for label, extra, fs in variants:
+            try:
+                model = train_head_weights([feats[q] for q in train] + extra, model="pointwise", l2=args.l2,
+                                           rel=ds.rel, first_stage=fs)
+                add(label, evaluate_scores(cands, test, lambda q: model.score_features(
+                    feats[q].features, feats[q].first_stage), ds), len(test))
+            except Exception as e:  # noqa: BLE001 - e.g. a fold without relevant candidates
+                log.warning("%s fold %d: %s not trained (%s)", name, f, label, e)
     out = []
     for label, fold_rows in rows.items():
         n = sum(r["n"] for r in fold_rows)
@@ -93,19 +105,17 @@ def heldout(name, ds, cands, cap, rr, args) -> list[dict]:
     return out
 
 
-def cross_dataset(setups, caps, rr, args) -> list[dict]:
+def cross_dataset(setups, feats, args) -> list[dict]:
     """Learned weights trained on the other datasets, tested on one (all its queries)."""
-    feats = {}
-    for name, ds, cands in setups:
-        feats[name] = [query_features(q, caps[name][q]["windows"], [d.id for d in cands[q]], rr.head_list, ds.qrels,
-                                      rel=ds.rel, group=name) for q in sorted(cands)]
     out = []
     for name, ds, cands in setups:
-        train = [f for n, fs in feats.items() if n != name for f in fs]
-        model = train_head_weights(train, model="pointwise", l2=args.l2)
-        by_q = {f.qid: f for f in feats[name]}
-        out.append({"setting": name, "method": "learned weighting, trained on the other datasets",
-                    **evaluate_scores(cands, sorted(cands), lambda q: model.score_features(by_q[q].features), ds)})
+        for fs in (False, True):
+            train = [f for n, fq in feats.items() if n != name for f in fq.values()]
+            model = train_head_weights(train, model="pointwise", l2=args.l2, first_stage=fs)
+            by_q = feats[name]
+            out.append({"setting": name, "method": "learned weighting, trained on the other datasets"
+                        + (" (+ first-stage rank)" if fs else ""), **evaluate_scores(
+                            cands, sorted(cands), lambda q: model.score_features(by_q[q].features, by_q[q].first_stage), ds)})
     return out
 
 
@@ -136,6 +146,8 @@ def main() -> None:
     ap.add_argument("--skip-copy", action="store_true")
     ap.add_argument("--ship", action="store_true")
     ap.add_argument("--capture-only", action="store_true", help="fill the row cache and stop")
+    ap.add_argument("--ship-first-stage", action="store_true", help="shipped weights use the first-stage rank too")
+    ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
@@ -168,19 +180,22 @@ def main() -> None:
                      "top-16": ",".join(f"{l}-{h}" for l, h in copy.top(16)),
                      "overlap of copy top-16 with pooled qr-ndcg top-16": len(set(copy.top(16)) & qr16),
                      "trials": copy.trials}
-    held = [r for name, ds, cands in setups for r in heldout(name, ds, cands, caps[name], rr, args)]
-    cross = cross_dataset(setups, caps, rr, args)
+    feats = features(setups, caps, rr)
+    held = [r for name, ds, cands in setups for r in heldout(
+        name, ds, cands, caps[name], rr, args, feats[name],
+        [f for n, fq in feats.items() if n != name for f in fq.values()])]
+    cross = cross_dataset(setups, feats, args)
     lat = latency(rr, pooled_top, setups)
     if args.ship:
-        ship(rr, full, pooled, pooled_top, copy, setups, caps, args)
+        ship(rr, full, pooled, pooled_top, copy, setups, feats, args)
     env = environment()
     payload = {"environment": env, "detection": det_rows, "copy": copy_info, "heldout": held, "cross_dataset": cross,
                "latency": lat, "pooled_qr_ndcg_top16": [list(h) for h in pooled_top],
                "qr_ndcg_matrix_pooled": np.round(pooled, 4).tolist()}
-    write_outputs("heads", payload, markdown(payload, args))
+    write_outputs("heads", payload, markdown(payload, args), *([Path(args.out)] if args.out else []))
 
 
-def ship(rr, full, pooled, pooled_top, copy, setups, caps, args) -> None:
+def ship(rr, full, pooled, pooled_top, copy, setups, feats, args) -> None:
     from attnrank.heads.registry import save_head_set
 
     data = " + ".join(n for n, _, _ in setups)
@@ -188,16 +203,16 @@ def ship(rr, full, pooled, pooled_top, copy, setups, caps, args) -> None:
                   data=f"mean per-head nDCG@10 over {data}", params={"top": 16}, root=SHIP)
     if copy is not None and copy.n_used:
         copy.save(16, root=SHIP)
-    feats = [query_features(q, caps[name][q]["windows"], [d.id for d in cands[q]], rr.head_list, ds.qrels,
-                            rel=ds.rel, group=name) for name, ds, cands in setups for q in sorted(cands)]
-    model = train_head_weights(feats, model="pointwise", l2=args.l2, trained_on=data)
+    every = [f for fq in feats.values() for f in fq.values()]
+    model = train_head_weights(every, model="pointwise", l2=args.l2, first_stage=args.ship_first_stage,
+                               trained_on=f"{data} ({len(every)} queries)")
     model.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
 
 
 def markdown(p, args) -> str:
     env = p["environment"]
     out = [f"# Retrieval heads of SmolLM2-135M-Instruct ({env['date']}, {env['cpus']} CPUs)", "",
-           "Command: `python scripts/bench_heads.py" + (" --ship" if args.ship else "") + "`", "",
+           "Command: `" + " ".join(["python scripts/bench_heads.py", *sys.argv[1:]]) + "`", "",
            "## Held-out quality (k-fold over queries; heads selected / weights trained on the training folds)", "",
            md_table(p["heldout"], ["setting", "method", "nDCG@10", "R@2"]), "",
            "## Learned weighting across datasets (trained on the other two, tested on all of one)", "",

@@ -52,7 +52,7 @@ def scifact_set(root: Path, n_queries: int, k: int = 20):
     ds = scifact(root)
     qids = sorted(ds.queries)
     random.Random(0).shuffle(qids)
-    qids = sorted(qids[:n_queries])
+    qids = qids[:n_queries]  # shuffled order: any prefix of a capture run is itself a sample
     ds.queries = {q: ds.queries[q] for q in qids}
     ds.qrels = {q: ds.qrels[q] for q in qids}
     res = scifact_retriever(ds).search_batch(ds.queries, k, mode="hybrid")

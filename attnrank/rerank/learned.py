@@ -4,7 +4,9 @@ Features of a (query, passage) pair: each selected head's calibrated passage sco
 (:func:`~attnrank.rerank.scoring.per_head_document_scores`: ICR's Δ = a(q) − a(N/A) rows,
 QRHead's per-head μ−2σ token filter, summed over the passage's tokens; units: shares of the query
 span's attention), for heads of layers ≤ ``max_layer`` (so the forward pass can stop early);
-optionally the first-stage score as one more feature.
+optionally the first-stage *rank* as one more feature (:func:`first_stage_feature`: ``−rank``
+by first-stage score, so weights transfer between retrievers whose scores have different
+shapes — BM25, RRF, cosine).
 
 **Per-query standardisation.** Attention scores are shares of one prompt's attention budget, so
 their scale changes with the number and length of candidates; only their order within a query
@@ -89,6 +91,14 @@ def query_features(qid: str, windows: Sequence[Any], doc_ids: Sequence[str], hea
     return QueryFeatures(qid, [str(d) for d in doc_ids], f, labels, [tuple(head_list[i]) for i in keep], fs, group, rel)
 
 
+def first_stage_feature(scores: Sequence[float]) -> np.ndarray:
+    """``−rank`` of each candidate by first-stage score (0 = best; ties keep input order)."""
+    s = np.asarray(scores, dtype=np.float64)
+    rank = np.empty(s.shape[0])
+    rank[np.argsort(-s, kind="stable")] = np.arange(s.shape[0])
+    return -rank
+
+
 def standardise(x: np.ndarray) -> np.ndarray:
     """Per-query z-score of each column of ``x [D, F]`` (population std; constant → 0)."""
     x = np.asarray(x, dtype=np.float64)
@@ -103,7 +113,7 @@ def design(q: QueryFeatures, first_stage: bool) -> np.ndarray:
         if q.first_stage is None:
             raise InputError(f"query {q.qid!r} has no first-stage scores but the model uses them; "
                              "pass first_stage= or train with first_stage=False")
-        x = np.column_stack([x, q.first_stage])
+        x = np.column_stack([x, first_stage_feature(q.first_stage)])
     return standardise(x)
 
 
@@ -145,7 +155,7 @@ class LearnedHeadWeights:
             if first_stage is None:
                 raise InputError("these head weights use the first-stage score; pass ScoredDocument/"
                                  "RankedResults candidates (or first_stage=) so it is available")
-            x = np.column_stack([x, np.asarray(first_stage, dtype=np.float64)])
+            x = np.column_stack([x, first_stage_feature(first_stage)])
         w = np.append(self.weights, self.first_stage_weight) if self.config.first_stage else self.weights
         return standardise(x) @ w + self.bias
 

@@ -107,8 +107,16 @@ def test_json_round_trip_and_first_stage(tmp_path):
     np.testing.assert_allclose(back.score_features(x, fs), w.score_features(x, fs))
     with pytest.raises(InputError, match="first-stage score"):
         back.score_features(x)
+    # the first-stage feature is the rank: any monotone transform of the scores scores the same
+    np.testing.assert_allclose(back.score_features(x, np.exp(fs) * 7 - 3), back.score_features(x, fs))
     with pytest.raises(InputError, match="no learned head weights are registered"):
         LearnedHeadWeights.load("org/m", "0" * 64, root=tmp_path)
+
+
+def test_first_stage_feature_is_minus_rank():
+    from attnrank.rerank.learned import first_stage_feature
+
+    np.testing.assert_array_equal(first_stage_feature([0.2, 3.0, 0.2, -1.0]), [-1, 0, -2, -3])
 
 
 # --------------------------------------------------------------------------- with the reranker
