@@ -46,10 +46,10 @@ def prune(
     k: int = typer.Option(5, "--k", "-k", help="Hits taken from --index."),
     budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens", help="Sentence tokens to keep (hard cap; titles not counted)."),
     keep_ratio: Optional[float] = typer.Option(None, "--keep-ratio", help="Or the fraction of the context's sentence tokens to keep, in (0, 1]."),
-    method: str = typer.Option("query", help="query (ICR: query-span attention, N/A-calibrated) | focus (AttentionRAG: answer-hint token)."),
+    method: str = typer.Option("query", help="query (ICR: query-span attention, N/A-calibrated) | focus (AttentionRAG: answer-hint token) | probe (learned sentence probe)."),
     neighbours: int = typer.Option(0, "--neighbours", help="Sentences kept on each side of a chosen one (within the budget)."),
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: Optional[str] = typer.Option(None, help="'all' (default), 'l-h,l-h' or a JSON head file."),
+    heads: Optional[str] = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Keep the sentences of passages that the LLM's attention marks as relevant to a question."""
@@ -81,13 +81,13 @@ def ask(
     rerank_k: int = typer.Option(5, "--rerank-k", help="Passages kept after attention reranking."),
     budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens", help="Sentence tokens kept by pruning (default 300)."),
     keep_ratio: Optional[float] = typer.Option(None, "--keep-ratio", help="Or the fraction of sentence tokens kept, in (0, 1]."),
-    method: str = typer.Option("query", help="Pruning method: query | focus."),
+    method: str = typer.Option("query", help="Pruning method: query | focus | probe."),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Keep the first-stage order."),
     no_prune: bool = typer.Option(False, "--no-prune", help="Give the whole passages to the generator."),
     reorder: bool = typer.Option(False, "--reorder", help="Place passages at the model's highest-attention slots (registered slot profile)."),
     model: Optional[str] = typer.Option(None, help="LLM for reranking and pruning (default: packaged SmolLM2-135M)."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="Another LLM for the answer (default: --model)."),
-    heads: Optional[str] = typer.Option(None, help="'all' (default), 'l-h,l-h' or a JSON head file."),
+    heads: Optional[str] = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Answer length limit in tokens."),
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
