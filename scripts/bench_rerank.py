@@ -30,25 +30,11 @@ import numpy as np
 
 from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate, evaluate_per_query
-from attnrank.rerank.scoring import document_scores, per_head_document_scores, token_scores
+from attnrank.rerank.scoring import document_scores, token_scores
 from benchdata import REPO, data_root, environment, md_table, scifact, write_outputs
-from benchrows import capture_all, dl19_sets, first_stage_run, icr_scores, run_of, scifact_set
+from benchrows import capture_all, dl19_sets, first_stage_run, head_quality, icr_scores, run_of, scifact_set
 
 log = logging.getLogger("bench_rerank")
-
-
-def head_quality(captured: dict, cands: dict, qrels: dict, rel: int) -> np.ndarray:
-    """nDCG@10 of every head used alone (QRHead's BEIR head selection), averaged over queries."""
-    per_head_runs = None
-    for qid, c in captured.items():
-        feats = np.zeros((c["windows"][0].real.shape[0], len(cands[qid])))
-        for w in c["windows"]:
-            feats[:, w.doc_index] = per_head_document_scores(w.rows, w.spans)
-        if per_head_runs is None:
-            per_head_runs = [dict() for _ in range(feats.shape[0])]
-        for h in range(feats.shape[0]):
-            per_head_runs[h][qid] = {d.id: float(v) for d, v in zip(cands[qid], feats[h])}
-    return np.array([evaluate(run, qrels, ["nDCG@10"], rel=rel)["nDCG@10"] for run in per_head_runs])
 
 
 def cosine_scores(queries: dict, cands: dict) -> tuple[dict, float]:
@@ -79,7 +65,7 @@ def quality(setups, reranker, args) -> tuple[list[dict], dict]:
 
     cache = Path(args.cache_dir) if args.cache_dir else None
     captured = {name: capture_all(reranker, name, ds.queries, cands, cache) for name, ds, cands in setups}
-    head_nd = {name: head_quality(captured[name], cands, ds.qrels, ds.rel) for name, ds, cands in setups}
+    head_nd = {name: head_quality(captured[name], cands, ds.qrels, ds.rel, reranker) for name, ds, cands in setups}
     heads = reranker.head_list
     rows, selections = [], {}
     pointwise, listwise = PointwiseReranker(reranker.llm), ListwiseReranker(reranker.llm)

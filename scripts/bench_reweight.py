@@ -47,12 +47,7 @@ from attnrank.rerank.attention import WindowRows
 from attnrank.rerank.position import SlotProfile, measure_slot_profile, prompt_slots, store_profile
 from attnrank.rerank.reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
 from benchdata import OUT, REPO, data_root, dl19, environment, md_table, write_outputs
-from benchrows import CACHE, capture_all, dl19_sets, load_windows, run_of, save_windows, scifact_set
-
-try:  # head selection exactly as bench_rerank does it
-    from benchrows import head_quality  # type: ignore[attr-defined]
-except ImportError:
-    from bench_rerank import head_quality
+from benchrows import CACHE, capture_all, dl19_sets, head_quality, load_windows, run_of, save_windows, scifact_set
 
 log = logging.getLogger("bench_reweight")
 
@@ -463,7 +458,7 @@ def main() -> None:
     if not args.no_selected:
         for src in dict.fromkeys(HEAD_SOURCE[a] for a in aliases):
             name, ds, cands = sets.get(src)
-            head_nd[src] = head_quality(capture_all(rr, name, ds.queries, cands), cands, ds.qrels, ds.rel)
+            head_nd[src] = head_quality(capture_all(rr, name, ds.queries, cands), cands, ds.qrels, ds.rel, rr)
 
     rows = []
     for a in aliases:

@@ -145,6 +145,17 @@ def icr_scores(windows, n_docs: int, head_idx=None, calibrate=True, use_filter=T
     return s
 
 
+def head_quality(captured: dict, cands: dict, qrels: dict, rel: int, reranker) -> np.ndarray:
+    """nDCG@10 of every captured head used alone (QRHead's BEIR selection, :func:`query_focused_scores`),
+    averaged over the queries, in ``reranker.head_list`` order."""
+    from attnrank.heads.detect import query_focused_scores
+
+    items = [(q, c["windows"], [d.id for d in cands[q]]) for q, c in captured.items()]
+    llm = reranker.llm
+    hs = query_focused_scores(items, qrels, reranker.head_list, llm.num_layers, llm.num_heads, rel=rel)["qr-ndcg"]
+    return np.array([hs.scores[l, h] for l, h in reranker.head_list])
+
+
 def run_of(cands: dict, scores: dict) -> dict:
     return {q: {d.id: float(s) for d, s in zip(cands[q], scores[q])} for q in cands}
 
