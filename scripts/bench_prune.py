@@ -13,9 +13,9 @@ line up with the labels. Every sentence is scored ONCE per method:
 - ``embed``: cosine of MiniLM (all-MiniLM-L6-v2, packaged) embeddings of question and sentence;
 - ``lead``: position in the paragraph (first sentences first) — a cheap HotpotQA prior;
 - ``random``: seeded uniform scores, metrics averaged over ``--seeds`` draws;
-- ``probe`` / ``probe-heads``: the Sentinel-style :class:`SentenceProbe` over the ``query``
-  method's per-head sentence scores (same forward pass), with the passage/position extras or
-  heads only. Held out: on the sentence-labelled questions, k-fold cross-fitting over questions
+- ``probe`` / ``probe-heads`` / ``probe-bm25``: the Sentinel-style :class:`SentenceProbe` over
+  the ``query`` method's per-head sentence scores (same forward pass), with the passage/position
+  extras, heads only, or the extras plus the sentence's BM25 score. Held out: on the sentence-labelled questions, k-fold cross-fitting over questions
   (``--folds``, a probe trained on the other folds scores each question); the other questions
   are scored by a probe trained on all labelled questions (disjoint questions). ``--ship``
   registers the probe trained on all labelled questions for the default model.
@@ -62,8 +62,9 @@ from benchplot import recall_curves
 
 log = logging.getLogger("bench_prune")
 
-ALL_METHODS = ("query", "focus", "bm25", "embed", "lead", "random", "probe", "probe-heads")
-PROBES = {"probe": ("passage", "first", "position"), "probe-heads": ()}
+ALL_METHODS = ("query", "focus", "bm25", "embed", "lead", "random", "probe", "probe-heads", "probe-bm25")
+PROBES = {"probe": ("passage", "first", "position"), "probe-heads": (),
+          "probe-bm25": ("passage", "first", "position", "bm25")}
 ATTENTION = ("query", "focus")
 DEFAULT_RATIOS = "0.1,0.15,0.2,0.25,0.33,0.5"
 TARGET_COMPRESSION, TARGET_RECALL = 4.0, 0.90
@@ -136,14 +137,10 @@ class Scorers:
             if [s.tokens for s in scored] != [s.tokens for s in base]:
                 raise RuntimeError(f"{q['id']}: token counts differ between the {method} prompt and the base plan")
             return [s.score for s in scored]
-        if method == "bm25":
-            from attnrank.errors import InputError
-            from attnrank.index.bm25 import BM25Index
+        if method == "bm25":  # the probe's lexical feature, exactly
+            from attnrank.prune.probe import lexical_scores
 
-            try:
-                return BM25Index().index(texts).get_scores(q["question"]).astype(float).tolist()
-            except InputError:  # every sentence empty after tokenization
-                return [0.0] * len(texts)
+            return lexical_scores(q["question"], texts).tolist()
         if method == "embed":
             from attnrank.index.embed import encode
 
@@ -206,24 +203,30 @@ def score_question(scorers: Scorers, q: dict, methods: list[str], cache_dir: str
 def probe_scores(questions: list[dict], recs: list[dict], methods: list[str], heads, args) -> dict:
     """Held-out probe scores into ``rec["scores"]`` (see the module doc); returns the probes
     trained on all labelled questions, by method."""
-    from attnrank.prune.probe import ProbeExample, crossfit_scores, train_probe
+    from attnrank.prune.probe import ProbeExample, crossfit_scores, select_l2, train_probe
 
     examples, trained = {}, {}
     for q, rec in zip(questions, recs):
         pos = [(s.doc_index, s.sentence_index) for s in rec["base"]]
         labels = np.array([p in q["gold_sent"] for p in pos])
+        lexical = np.array(rec["scores"]["bm25"]) if "bm25" in rec["scores"] else None
+        rec["lexical"] = lexical
         if q["labelled"] and labels.any():
-            examples[q["id"]] = ProbeExample(q["id"], rec["features"].astype(np.float64), pos, labels)
+            examples[q["id"]] = ProbeExample(q["id"], rec["features"].astype(np.float64), pos, labels, lexical)
+    if "probe-bm25" in methods and "bm25" not in methods:
+        raise SystemExit("method probe-bm25 needs method bm25 (its lexical feature)")
     for m in [m for m in methods if m in PROBES]:
-        kw = dict(extras=PROBES[m], l2=args.l2)
-        held = crossfit_scores(list(examples.values()), heads, k=args.folds, **kw)
-        trained[m] = train_probe(list(examples.values()), heads, trained_on=f"{len(examples)} HotpotQA distractor dev "
-                                 "questions with sentence-level supporting facts", **kw)
+        grid, ex = [float(x) for x in args.l2.split(",")], list(examples.values())
+        held = crossfit_scores(ex, heads, k=args.folds, l2=grid, extras=PROBES[m])
+        l2 = select_l2(ex, heads, grid, extras=PROBES[m])
+        trained[m] = train_probe(ex, heads, extras=PROBES[m], l2=l2, trained_on=f"{len(ex)} HotpotQA distractor "
+                                 "dev questions with sentence-level supporting facts")
         for q, rec in zip(questions, recs):
             pos = [(s.doc_index, s.sentence_index) for s in rec["base"]]
             rec["scores"][m] = (held[q["id"]] if q["id"] in held else
-                                trained[m].score(rec["features"].astype(np.float64), pos)).tolist()
-        log.info("%s: %d labelled questions cross-fitted in %d folds", m, len(held), args.folds)
+                                trained[m].score(rec["features"].astype(np.float64), pos, rec["lexical"])).tolist()
+        log.info("%s: %d labelled questions cross-fitted in %d folds; all-data probe l2=%g", m, len(held),
+                 args.folds, l2)
     return trained
 
 
@@ -363,7 +366,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"), help="'' = no score cache")
     ap.add_argument("--out-dir", default=str(OUT))
     ap.add_argument("--folds", type=int, default=5, help="probe cross-fitting folds over labelled questions")
-    ap.add_argument("--l2", type=float, default=10.0, help="probe L2 penalty")
+    ap.add_argument("--l2", default="1,10,100,1000", help="probe L2 penalties, chosen by inner CV on training questions")
     ap.add_argument("--ship", action="store_true", help="register the probe trained on all labelled questions")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

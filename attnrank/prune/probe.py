@@ -13,6 +13,9 @@ made to fit :class:`~attnrank.prune.pruner.ContextPruner`:
   sentence sits in, which a sentence-only feature cannot see); ``"first"`` — 1 for a passage's
   first sentence; ``"position"`` — ``1 / (1 + index in passage)``. Multi-hop QA evidence often
   sits in a passage's opening sentence; these let the probe learn how much that matters.
+  ``"bm25"`` — the sentence's BM25 score for the question (:class:`~attnrank.index.bm25.BM25Index`,
+  statistics over the context's sentences): a lexical signal fused with attention (not part of
+  Sentinel; off unless named).
 - Every column is z-scored **within one question** (the candidates of one prompt are what is
   compared; scales differ between prompts), as in :mod:`attnrank.rerank.learned`.
 - Model: scikit-learn's L2-regularised logistic regression (``C = 1/λ``), pointwise, label =
@@ -40,13 +43,26 @@ from ..rerank.learned import standardise
 logger = logging.getLogger(__name__)
 
 ARTIFACT = "sentence-probe"
-EXTRAS = ("passage", "first", "position")
+EXTRAS = ("passage", "first", "position", "bm25")
+DEFAULT_EXTRAS = ("passage", "first", "position")
 
 Position = tuple[int, int]  # (passage index, sentence index within the passage)
 
 
-def design(head_scores: np.ndarray, positions: Sequence[Position], extras: Sequence[str]) -> np.ndarray:
-    """Raw feature matrix ``[S, H + len(extras)]`` of one question's sentences."""
+def lexical_scores(query: str, texts: Sequence[str]) -> np.ndarray:
+    """BM25 of ``query`` against each sentence (statistics over these sentences; 0 if none has a term)."""
+    from ..index.bm25 import BM25Index
+
+    try:
+        return BM25Index().index(list(texts)).get_scores(query).astype(np.float64)
+    except InputError:  # every sentence empty after tokenization
+        return np.zeros(len(texts))
+
+
+def design(head_scores: np.ndarray, positions: Sequence[Position], extras: Sequence[str],
+           lexical: Sequence[float] | None = None) -> np.ndarray:
+    """Raw feature matrix ``[S, H + len(extras)]`` of one question's sentences (``lexical``:
+    the sentences' :func:`lexical_scores`, needed for the ``"bm25"`` extra)."""
     x = np.asarray(head_scores, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] != len(positions):
         raise InputError(f"head scores of shape {x.shape} do not match {len(positions)} sentence positions")
@@ -61,6 +77,10 @@ def design(head_scores: np.ndarray, positions: Sequence[Position], extras: Seque
             total = x.sum(1)
             means = {d: total[doc == d].mean() for d in set(doc.tolist())}
             cols.append(np.array([means[d] for d in doc])[:, None])
+        elif name == "bm25":
+            if lexical is None or len(lexical) != len(positions):
+                raise InputError("the 'bm25' probe extra needs lexical= scores, one per sentence")
+            cols.append(np.asarray(lexical, dtype=np.float64)[:, None])
         elif name == "first":
             cols.append((idx == 0).astype(np.float64)[:, None])
         else:
@@ -77,6 +97,7 @@ class ProbeExample:
     head_scores: np.ndarray
     positions: list[Position]
     labels: np.ndarray
+    lexical: np.ndarray | None = None
 
 
 @dataclass
@@ -97,9 +118,10 @@ class SentenceProbe:
     def head_pairs(self) -> list[tuple[int, int]]:
         return [tuple(p) for p in (parse_heads(self.heads) or [])]
 
-    def score(self, head_scores: np.ndarray, positions: Sequence[Position]) -> np.ndarray:
+    def score(self, head_scores: np.ndarray, positions: Sequence[Position],
+              lexical: Sequence[float] | None = None) -> np.ndarray:
         """Scores of one question's sentences from raw ``head_scores [S, H]`` (probe head order)."""
-        x = design(head_scores, positions, self.extras)
+        x = design(head_scores, positions, self.extras, lexical)
         if x.shape[1] != self.weights.shape[0]:
             raise InputError(f"{x.shape[1]} features for a probe of {self.weights.shape[0]} weights; capture the "
                              f"probe's {len(self.heads)} heads")
@@ -135,7 +157,7 @@ class SentenceProbe:
 
 
 def train_probe(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]], *,
-                extras: Sequence[str] = EXTRAS, l2: float = 10.0, length_norm: str = "sqrt",
+                extras: Sequence[str] = DEFAULT_EXTRAS, l2: float = 10.0, length_norm: str = "sqrt",
                 trained_on: str = "") -> SentenceProbe:
     """Fit the probe on labelled questions (features built as :func:`design`, z-scored per question)."""
     from sklearn.linear_model import LogisticRegression
@@ -148,7 +170,7 @@ def train_probe(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int
         if ex.head_scores.shape != (len(ex.positions), len(heads)):
             raise InputError(f"question {ex.qid!r}: head scores {ex.head_scores.shape} but {len(ex.positions)} "
                              f"sentences and {len(heads)} heads; build every example with the same heads")
-    x = np.vstack([standardise(design(ex.head_scores, ex.positions, extras)) for ex in examples])
+    x = np.vstack([standardise(design(ex.head_scores, ex.positions, extras, ex.lexical)) for ex in examples])
     y = np.concatenate([np.asarray(ex.labels, dtype=bool) for ex in examples]).astype(int)
     if y.min() == y.max():
         raise InputError(f"all {len(y)} training sentences have the same label; the probe needs supporting "
@@ -159,18 +181,50 @@ def train_probe(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int
                          _dt.datetime.now().isoformat(timespec="seconds"))
 
 
+def _folds(n: int, k: int, seed: int) -> list[list[int]]:
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return [order[f::k] for f in range(k)]
+
+
+def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Mean precision at each supporting sentence's rank (scores descending); 0 without any."""
+    hits = np.asarray(labels, dtype=bool)[np.argsort(-np.asarray(scores), kind="stable")]
+    if not hits.any():
+        return 0.0
+    return float((np.cumsum(hits)[hits] / (np.flatnonzero(hits) + 1)).mean())
+
+
+def select_l2(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]], grid: Sequence[float], *,
+              k: int = 3, seed: int = 0, **train_kw: Any) -> float:
+    """The L2 penalty of ``grid`` with the best mean average precision of the supporting
+    sentences under ``k``-fold cross-validation over ``examples`` (ties: the larger penalty)."""
+    folds = _folds(len(examples), k, seed)
+    best = None
+    for l2 in sorted(grid, reverse=True):
+        ap = []
+        for test in folds:
+            probe = train_probe([examples[i] for i in range(len(examples)) if i not in set(test)], heads, l2=l2,
+                                **train_kw)
+            ap += [average_precision(probe.score(examples[i].head_scores, examples[i].positions, examples[i].lexical),
+                                     examples[i].labels) for i in test]
+        if best is None or np.mean(ap) > best[0] + 1e-12:
+            best = (float(np.mean(ap)), l2)
+    return best[1]
+
+
 def crossfit_scores(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]], *, k: int = 5,
-                    seed: int = 0, **train_kw: Any) -> dict[str, np.ndarray]:
+                    seed: int = 0, l2: float | Sequence[float] = 10.0, **train_kw: Any) -> dict[str, np.ndarray]:
     """Held-out probe scores for every question: k folds over questions (shuffled with ``seed``),
-    each fold scored by a probe trained on the other folds only."""
+    each fold scored by a probe trained on the other folds only. With a grid of ``l2`` values the
+    penalty is chosen inside each training part (:func:`select_l2`), never on the scored fold."""
     if not 2 <= k <= len(examples):
         raise InputError(f"k={k} folds need 2 <= k <= {len(examples)} (the number of questions)")
-    order = list(range(len(examples)))
-    random.Random(seed).shuffle(order)
     out: dict[str, np.ndarray] = {}
-    for f in range(k):
-        test = set(order[f::k])
-        probe = train_probe([examples[i] for i in order if i not in test], heads, **train_kw)
+    for test in _folds(len(examples), k, seed):
+        train = [examples[i] for i in range(len(examples)) if i not in set(test)]
+        penalty = select_l2(train, heads, l2, seed=seed, **train_kw) if isinstance(l2, (list, tuple)) else l2
+        probe = train_probe(train, heads, l2=penalty, **train_kw)
         for i in test:
-            out[examples[i].qid] = probe.score(examples[i].head_scores, examples[i].positions)
+            out[examples[i].qid] = probe.score(examples[i].head_scores, examples[i].positions, examples[i].lexical)
     return out

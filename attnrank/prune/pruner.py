@@ -64,7 +64,7 @@ from ..rerank.attention import _as_documents
 from ..rerank.scoring import document_scores, per_head_document_scores, token_scores
 from ..types import Document
 from .context import PrunedContext, ScoredSentence, check_budget, resolve_budget, select
-from .probe import SentenceProbe
+from .probe import SentenceProbe, lexical_scores
 from .segment import DEFAULT_MAX_WORDS, Sentence, locate_sentences, segment
 
 logger = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ class ContextPruner:
             for s in scored:
                 s.kept = True
             return result
-        self._score(chunks, scored)
+        self._score(query, chunks, scored)
         select(scored, target, neighbours)
         if not result.kept:
             note = f"no sentence fits the budget of {target} tokens: nothing kept"
@@ -188,7 +188,7 @@ class ContextPruner:
                         sentences: Sequence[Sequence[str] | None] | None = None) -> list[ScoredSentence]:
         """Every sentence of ``docs`` (reading order) with its token count and attention score."""
         _, chunks, scored = self._prepare(query, docs, sentences)
-        self._score(chunks, scored)
+        self._score(query, chunks, scored)
         return scored
 
     def sentence_features(self, query: str, docs: Sequence[Any], *,
@@ -199,7 +199,7 @@ class ContextPruner:
         of :mod:`attnrank.prune.probe`. With ``token_filter=False`` a row sums to the
         ``method="query"`` score."""
         _, chunks, scored = self._prepare(query, docs, sentences)
-        return scored, self._score(chunks, scored, features=True)
+        return scored, self._score(query, chunks, scored, features=True)
 
     def _prepare(self, query: str, docs: Sequence[Any], sentences) -> tuple[list[Document], list[_Chunk],
                                                                           list[ScoredSentence]]:
@@ -291,7 +291,8 @@ class ContextPruner:
         return _Chunk(pieces, pair, spans, length)
 
     # -- scoring -----------------------------------------------------------------------------
-    def _score(self, chunks: list[_Chunk], scored: list[ScoredSentence], features: bool = False) -> np.ndarray | None:
+    def _score(self, query: str, chunks: list[_Chunk], scored: list[ScoredSentence],
+               features: bool = False) -> np.ndarray | None:
         """Fill in the ``score`` of every sentence, one forward pass pair per chunk; return the
         per-head sentence scores ``[S, H]`` when asked for (or needed by the probe)."""
         index = {(s.doc_index, s.sentence_index): i for i, s in enumerate(scored)}
@@ -308,7 +309,8 @@ class ContextPruner:
                 feats = np.zeros((len(scored), rows.shape[0])) if feats is None else feats
                 feats[at] = (per_head_document_scores(rows, flat, use_filter=False) / norms).T
         if self.probe is not None:
-            values = self.probe.score(feats, [(s.doc_index, s.sentence_index) for s in scored])
+            lexical = lexical_scores(query, [s.text for s in scored]) if "bm25" in self.probe.extras else None
+            values = self.probe.score(feats, [(s.doc_index, s.sentence_index) for s in scored], lexical)
             for s, value in zip(scored, values):
                 s.score = float(value)
         return feats

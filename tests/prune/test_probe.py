@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.prune.probe import EXTRAS, ProbeExample, SentenceProbe, crossfit_scores, design, train_probe
+from attnrank.prune.probe import (EXTRAS, ProbeExample, SentenceProbe, average_precision, crossfit_scores, design,
+                                  lexical_scores, select_l2, train_probe)
 from attnrank.prune.pruner import ContextPruner
 from test_pruner import DOCS, QUERY, llm, reference  # noqa: F401 - the module-scoped tiny model fixture
 
@@ -16,17 +17,22 @@ from test_pruner import DOCS, QUERY, llm, reference  # noqa: F401 - the module-s
 def test_design_extras_exact():
     heads = np.array([[1.0, 2.0], [3.0, 0.0], [0.5, 0.5], [2.0, 2.0]])
     positions = [(0, 0), (0, 1), (1, 0), (1, 2)]
-    x = design(heads, positions, EXTRAS)
+    x = design(heads, positions, ["passage", "first", "position", "bm25"], lexical=[0.0, 1.5, 0.0, 2.0])
     np.testing.assert_allclose(x[:, :2], heads)
     # passage: mean head-summed score of the passage's sentences: (3 + 3) / 2, (1 + 4) / 2
     np.testing.assert_allclose(x[:, 2], [3.0, 3.0, 2.5, 2.5])
     np.testing.assert_allclose(x[:, 3], [1, 0, 1, 0])
     np.testing.assert_allclose(x[:, 4], [1, 1 / 2, 1, 1 / 3])
+    np.testing.assert_allclose(x[:, 5], [0.0, 1.5, 0.0, 2.0])
     assert design(heads, positions, []).shape == (4, 2)
+    with pytest.raises(InputError, match="needs lexical= scores"):
+        design(heads, positions, ["bm25"])
+    lex = lexical_scores("capital of France", ["Paris is the capital of France.", "Bananas are yellow.", "."])
+    assert lex[0] > 0 and lex[1] == lex[2] == 0
     with pytest.raises(InputError, match="unknown probe extras"):
         design(heads, positions, ["nope"])
     with pytest.raises(InputError, match="do not match 3 sentence positions"):
-        design(heads, positions[:3], EXTRAS)
+        design(heads, positions[:3], ["first"])
 
 
 def synthetic(n_questions=30, n_sent=12, seed=0):
@@ -59,6 +65,16 @@ def test_train_probe_finds_the_informative_head_and_round_trips(tmp_path):
         SentenceProbe.load("org/model", "other-weights", root=tmp_path)
     held = crossfit_scores(synthetic(), heads, k=3, extras=["first"], l2=1.0)
     assert sorted(held) == sorted(ex.qid for ex in synthetic()) and all(len(v) == 12 for v in held.values())
+    # a grid: the penalty is chosen inside each training part; an absurd penalty loses
+    assert select_l2(synthetic(), heads, [1.0, 1e6], extras=["first"]) == 1.0
+    grid = crossfit_scores(synthetic(), heads, k=3, extras=["first"], l2=[1.0, 1e6])
+    np.testing.assert_allclose(grid["q0"], held["q0"])
+
+
+def test_average_precision():
+    assert average_precision(np.array([0.9, 0.1, 0.5]), np.array([1, 0, 1])) == 1.0
+    assert average_precision(np.array([0.1, 0.9, 0.5]), np.array([1, 0, 0])) == pytest.approx(1 / 3)
+    assert average_precision(np.array([0.1, 0.9]), np.array([0, 0])) == 0.0
 
 
 def test_train_probe_bad_input():
@@ -89,11 +105,12 @@ def test_probe_method_scores_with_the_probe(llm, tmp_path, monkeypatch):  # noqa
     heads = [(0, 1), (2, 3)]
     scored, feats = ContextPruner(llm, heads).sentence_features(QUERY, DOCS)
     positions = [(s.doc_index, s.sentence_index) for s in scored]
-    probe = SentenceProbe(np.array([1.0, -0.5, 0.3, 0.2, 0.1]), 0.0, ["0-1", "2-3"], list(EXTRAS))
+    probe = SentenceProbe(np.array([1.0, -0.5, 0.3, 0.2, 0.1, 0.4]), 0.0, ["0-1", "2-3"], list(EXTRAS))
     pruner = ContextPruner(llm, "all", method="probe", probe=probe)  # the probe's heads win
     assert pruner.heads == heads
     got = pruner.score_sentences(QUERY, DOCS)
-    np.testing.assert_allclose([s.score for s in got], probe.score(feats, positions), atol=1e-9)
+    lexical = lexical_scores(QUERY, [s.text for s in scored])
+    np.testing.assert_allclose([s.score for s in got], probe.score(feats, positions, lexical), atol=1e-9)
     pruned = pruner.prune(QUERY, DOCS, keep_ratio=0.4)
     assert pruned.method == "probe" and 0 < pruned.kept_tokens <= pruned.budget_tokens
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
