@@ -27,7 +27,7 @@ from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate
 from attnrank.heads.detect import detect_copy_heads, query_focused_scores
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.rerank.learned import query_features, train_head_weights
+from attnrank.rerank.learned import query_features, restrict_heads, train_head_weights
 from benchdata import REPO, data_root, environment, md_table, write_outputs
 from benchrows import capture_all, dl19_sets, first_stage_run, hotpot_set, icr_scores, scifact_set
 
@@ -86,15 +86,20 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
                 draws.append(evaluate_scores(cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q]), idx), ds))
             add(f"random {n} heads (mean of {args.random_draws})",
                 {m: float(np.mean([d[m] for d in draws])) for m in draws[0]}, len(test))
-        variants = (("learned weighting (logistic, all heads)", [], False),
-                    ("learned + first-stage rank", [], True),
-                    ("learned + first-stage rank, also trained on the other datasets", others, True))
-        for label, extra, fs in variants:
+        top32 = det["qr-ndcg"].top(32)
+        sub = {q: restrict_heads(feats[q], top32) for q in qids}
+        variants = (("learned weighting (logistic, all heads)", feats, [], False, args.l2),
+                    ("learned + first-stage rank", feats, [], True, args.l2),
+                    ("learned + first-stage rank, also trained on the other datasets", feats, others, True, args.l2),
+                    ("learned, top-32 qr-ndcg heads of the training folds, l2=1", sub, [], False, 1.0),
+                    ("learned, top-32 qr-ndcg heads of the training folds, l2=10", sub, [], False, 10.0))
+        for label, fq, extra, fs, l2 in variants:
             try:
-                model = train_head_weights([feats[q] for q in train] + extra, model="pointwise", l2=args.l2,
-                                           rel=ds.rel, first_stage=fs)
+                extra = [restrict_heads(x, fq[train[0]].heads) for x in extra]
+                model = train_head_weights([fq[q] for q in train] + extra, model="pointwise", l2=l2, rel=ds.rel,
+                                           first_stage=fs)
                 add(label, evaluate_scores(cands, test, lambda q: model.score_features(
-                    feats[q].features, feats[q].first_stage), ds), len(test))
+                    fq[q].features, fq[q].first_stage), ds), len(test))
             except Exception as e:  # noqa: BLE001 - e.g. a fold without relevant candidates
                 log.warning("%s fold %d: %s not trained (%s)", name, f, label, e)
     out = []
@@ -203,9 +208,10 @@ def ship(rr, full, pooled, pooled_top, copy, setups, feats, args) -> None:
                   data=f"mean per-head nDCG@10 over {data}", params={"top": 16}, root=SHIP)
     if copy is not None and copy.n_used:
         copy.save(16, root=SHIP)
-    every = [f for fq in feats.values() for f in fq.values()]
-    model = train_head_weights(every, model="pointwise", l2=args.l2, first_stage=args.ship_first_stage,
-                               trained_on=f"{data} ({len(every)} queries)")
+    top32 = [(int(i // rr.llm.num_heads), int(i % rr.llm.num_heads)) for i in np.argsort(-pooled, axis=None)[:32]]
+    every = [restrict_heads(f, top32) for fq in feats.values() for f in fq.values()]
+    model = train_head_weights(every, model="pointwise", l2=10.0, first_stage=args.ship_first_stage,
+                               trained_on=f"{data} ({len(every)} queries); heads: pooled qr-ndcg top-32")
     model.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -89,6 +89,18 @@ def query_features(qid: str, windows: Sequence[Any], doc_ids: Sequence[str], hea
     labels = np.array([(qrels or {}).get(qid, {}).get(d, 0) for d in doc_ids], dtype=np.int64)
     fs = None if first_stage is None else np.asarray(first_stage, dtype=np.float64)
     return QueryFeatures(qid, [str(d) for d in doc_ids], f, labels, [tuple(head_list[i]) for i in keep], fs, group, rel)
+
+
+def restrict_heads(q: QueryFeatures, heads: Sequence[tuple[int, int]]) -> QueryFeatures:
+    """``q`` with only the feature columns of ``heads`` (in that order): to train weights over a
+    selected head set (e.g. the top-N of :func:`~attnrank.heads.detect.query_focused_scores`),
+    which needs fewer training queries than all heads and lets the pass stop earlier."""
+    col = {tuple(h): i for i, h in enumerate(q.heads)}
+    missing = [h for h in heads if tuple(h) not in col]
+    if missing:
+        raise InputError(f"query {q.qid!r} has no features for heads {format_heads(missing)}")
+    idx = [col[tuple(h)] for h in heads]
+    return replace(q, features=q.features[:, idx], heads=[tuple(h) for h in heads])
 
 
 def first_stage_feature(scores: Sequence[float]) -> np.ndarray:

@@ -16,6 +16,7 @@ from attnrank.rerank.learned import (
     kfold_evaluate,
     leave_one_group_out,
     query_features,
+    restrict_heads,
     standardise,
     train_head_weights,
     window_features,
@@ -111,6 +112,17 @@ def test_json_round_trip_and_first_stage(tmp_path):
     np.testing.assert_allclose(back.score_features(x, np.exp(fs) * 7 - 3), back.score_features(x, fs))
     with pytest.raises(InputError, match="no learned head weights are registered"):
         LearnedHeadWeights.load("org/m", "0" * 64, root=tmp_path)
+
+
+def test_restrict_heads_selects_columns_in_order():
+    q = synthetic(n_queries=1)[0]
+    sub = restrict_heads(q, [(1, 1), (0, 0)])
+    np.testing.assert_array_equal(sub.features, q.features[:, [3, 0]])
+    assert sub.heads == [(1, 1), (0, 0)] and sub.labels is q.labels and q.features.shape[1] == 6
+    w = train_head_weights([restrict_heads(x, [(0, 0), (1, 1)]) for x in synthetic()])
+    assert w.heads == [(0, 0), (1, 1)] and (w.weights > 0).all()  # the planted 2.0 and 1.5
+    with pytest.raises(InputError, match="no features for heads 5-0"):
+        restrict_heads(q, [(5, 0)])
 
 
 def test_first_stage_feature_is_minus_rank():
