@@ -90,12 +90,13 @@ def answer_metrics(prediction: str, golds: list[str]) -> dict:
 
 
 # -- data and first stage ---------------------------------------------------------------------------
-def load_questions(root: Path, n: int | None, include_unlabelled: bool) -> tuple[list[dict], list[Document]]:
-    """Evaluated questions (sentence-labelled first) and a pool of paragraphs from the others."""
+def load_questions(root: Path, n: int | None, include_unlabelled: bool, skip: int = 0) -> tuple[list[dict], list[Document]]:
+    """Evaluated questions (sentence-labelled first, the first ``skip`` left out) and a pool of
+    paragraphs from the others."""
     rows = hotpotqa_rows(root)
     lab = [r for r in rows if r.get("has_sentence_level_sf")]
     rest = [r for r in rows if not r.get("has_sentence_level_sf")]
-    chosen = lab + rest if include_unlabelled else lab
+    chosen = (lab + rest if include_unlabelled else lab)[skip:]
     chosen = chosen[:n] if n else chosen
     ids = {r["id"] for r in chosen}
     out = []
@@ -262,7 +263,7 @@ def markdown(quality, latency, results, args, env, profile_note, model) -> str:
     same_first = sum(r["arms"]["topk-reordered"]["context_ids"] == r["arms"]["topk-first-stage"]["context_ids"]
                      for r in results)
     out = ["# Answering: no / full / pruned / reranked / reordered context (HotpotQA distractor dev)", "",
-           f"{len(results)} questions; model {model}, greedy, max_new_tokens={args.max_new_tokens}; first stage BM25 "
+           f"{len(results)} questions (dev file order, sentence-labelled first, first {args.skip} skipped); model {model}, greedy, max_new_tokens={args.max_new_tokens}; first stage BM25 "
            f"over each question's paragraphs; pruned = ContextPruner method '{args.prune_method}' at keep_ratio={args.prune_ratio} of the "
            f"full context (dataset sentences); pipeline = BM25 → attention rerank top-{args.rerank_k} → prune to "
            f"{args.pipeline_budget} tokens (automatic sentence split) → generate; top-k arms = the pipeline's "
@@ -292,6 +293,8 @@ def main() -> None:
     ap.add_argument("--data", default=None)
     ap.add_argument("--questions", type=int, default=0, help="first N sentence-labelled questions (0 = all 83)")
     ap.add_argument("--include-unlabelled", action="store_true", help="continue with the 317 paragraph-level questions")
+    ap.add_argument("--skip", type=int, default=0, help="leave out the first N questions (e.g. 83: the probe's training "
+                    "questions, with --include-unlabelled)")
     ap.add_argument("--heads", default=None, help="reranker/pruner heads: 'all' (default), 'l-h,...' or a JSON file")
     ap.add_argument("--rerank-k", type=int, default=5)
     ap.add_argument("--prune-ratio", type=float, default=0.25)
@@ -315,7 +318,7 @@ def main() -> None:
     from attnrank.rerank.attention import AttentionReranker
 
     args.pipeline_budget = args.pipeline_budget or DEFAULT_BUDGET_TOKENS
-    questions, pool = load_questions(data_root(args.data), args.questions or None, args.include_unlabelled)
+    questions, pool = load_questions(data_root(args.data), args.questions or None, args.include_unlabelled, args.skip)
     llm = load_llm(None)
     reranker = AttentionReranker(llm, args.heads)
     pruner = ContextPruner(llm, args.heads, method=args.prune_method)

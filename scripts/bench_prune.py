@@ -62,9 +62,11 @@ from benchplot import recall_curves
 
 log = logging.getLogger("bench_prune")
 
-ALL_METHODS = ("query", "focus", "bm25", "embed", "lead", "random", "probe", "probe-heads", "probe-bm25")
+ALL_METHODS = ("query", "focus", "bm25", "embed", "lead", "random", "probe", "probe-heads", "probe-bm25",
+               "probe-passage-heads")
 PROBES = {"probe": ("passage", "first", "position"), "probe-heads": (),
-          "probe-bm25": ("passage", "first", "position", "bm25")}
+          "probe-bm25": ("passage", "first", "position", "bm25"),
+          "probe-passage-heads": ("passage", "passage-heads", "first", "position")}
 ATTENTION = ("query", "focus")
 DEFAULT_RATIOS = "0.1,0.15,0.2,0.25,0.33,0.5"
 TARGET_COMPRESSION, TARGET_RECALL = 4.0, 0.90

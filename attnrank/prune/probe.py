@@ -13,6 +13,8 @@ made to fit :class:`~attnrank.prune.pruner.ContextPruner`:
   sentence sits in, which a sentence-only feature cannot see); ``"first"`` — 1 for a passage's
   first sentence; ``"position"`` — ``1 / (1 + index in passage)``. Multi-hop QA evidence often
   sits in a passage's opening sentence; these let the probe learn how much that matters.
+  ``"passage-heads"`` — the same passage mean, per head (H more columns: the per-head passage
+  evidence that the learned head weighting of :mod:`attnrank.rerank.learned` ranks passages by).
   ``"bm25"`` — the sentence's BM25 score for the question (:class:`~attnrank.index.bm25.BM25Index`,
   statistics over the context's sentences): a lexical signal fused with attention (not part of
   Sentinel; off unless named).
@@ -43,7 +45,7 @@ from ..rerank.learned import standardise
 logger = logging.getLogger(__name__)
 
 ARTIFACT = "sentence-probe"
-EXTRAS = ("passage", "first", "position", "bm25")
+EXTRAS = ("passage", "passage-heads", "first", "position", "bm25")
 DEFAULT_EXTRAS = ("passage", "first", "position")
 
 Position = tuple[int, int]  # (passage index, sentence index within the passage)
@@ -73,10 +75,10 @@ def design(head_scores: np.ndarray, positions: Sequence[Position], extras: Seque
     doc = np.array([d for d, _ in positions], dtype=np.int64)
     idx = np.array([k for _, k in positions], dtype=np.float64)
     for name in extras:
-        if name == "passage":
-            total = x.sum(1)
-            means = {d: total[doc == d].mean() for d in set(doc.tolist())}
-            cols.append(np.array([means[d] for d in doc])[:, None])
+        if name in ("passage", "passage-heads"):
+            per = x if name == "passage-heads" else x.sum(1, keepdims=True)
+            means = {d: per[doc == d].mean(0) for d in set(doc.tolist())}
+            cols.append(np.array([means[d] for d in doc]))
         elif name == "bm25":
             if lexical is None or len(lexical) != len(positions):
                 raise InputError("the 'bm25' probe extra needs lexical= scores, one per sentence")

@@ -18,6 +18,7 @@ def test_design_extras_exact():
     heads = np.array([[1.0, 2.0], [3.0, 0.0], [0.5, 0.5], [2.0, 2.0]])
     positions = [(0, 0), (0, 1), (1, 0), (1, 2)]
     x = design(heads, positions, ["passage", "first", "position", "bm25"], lexical=[0.0, 1.5, 0.0, 2.0])
+    np.testing.assert_allclose(design(heads, positions, ["passage-heads"])[:, 2:], [[2, 1], [2, 1], [1.25, 1.25], [1.25, 1.25]])
     np.testing.assert_allclose(x[:, :2], heads)
     # passage: mean head-summed score of the passage's sentences: (3 + 3) / 2, (1 + 4) / 2
     np.testing.assert_allclose(x[:, 2], [3.0, 3.0, 2.5, 2.5])
@@ -105,7 +106,7 @@ def test_probe_method_scores_with_the_probe(llm, tmp_path, monkeypatch):  # noqa
     heads = [(0, 1), (2, 3)]
     scored, feats = ContextPruner(llm, heads).sentence_features(QUERY, DOCS)
     positions = [(s.doc_index, s.sentence_index) for s in scored]
-    probe = SentenceProbe(np.array([1.0, -0.5, 0.3, 0.2, 0.1, 0.4]), 0.0, ["0-1", "2-3"], list(EXTRAS))
+    probe = SentenceProbe(np.array([1.0, -0.5, 0.3, 0.2, -0.2, 0.2, 0.1, 0.4]), 0.0, ["0-1", "2-3"], list(EXTRAS))
     pruner = ContextPruner(llm, "all", method="probe", probe=probe)  # the probe's heads win
     assert pruner.heads == heads
     got = pruner.score_sentences(QUERY, DOCS)
