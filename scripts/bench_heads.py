@@ -124,11 +124,13 @@ def cross_dataset(setups, feats, args) -> list[dict]:
     return out
 
 
-def latency(rr_all, heads, setups, n=5) -> list[dict]:
+def latency(rr_all, head_sets, setups, n=5) -> list[dict]:
+    """Seconds per query (first ``n`` DL19 queries, same run) with all heads and each head set."""
     name, ds, cands = setups[0]
-    sel = AttentionReranker(rr_all.llm, heads)
+    runs = [("all heads", rr_all)] + [(f"{len(h)} {label} (deepest layer {max(l for l, _ in h)})",
+                                       AttentionReranker(rr_all.llm, h)) for label, h in head_sets]
     rows = []
-    for label, r in (("all heads", rr_all), (f"{len(heads)} selected heads (deepest layer {max(l for l, _ in heads)})", sel)):
+    for label, r in runs:
         qs = list(cands)[:n]
         r.score(ds.queries[qs[0]], cands[qs[0]][:2])  # warm-up
         t = time.perf_counter()
@@ -190,9 +192,11 @@ def main() -> None:
         name, ds, cands, caps[name], rr, args, feats[name],
         [f for n, fq in feats.items() if n != name for f in fq.values()])]
     cross = cross_dataset(setups, feats, args)
-    lat = latency(rr, pooled_top, setups)
+    pooled32 = [(int(i // H), int(i % H)) for i in np.argsort(-pooled, axis=None)[:32]]
+    lat = latency(rr, [("selected heads (pooled qr-ndcg)", pooled_top),
+                       ("heads of the shipped learned weighting (pooled qr-ndcg top-32)", pooled32)], setups)
     if args.ship:
-        ship(rr, full, pooled, pooled_top, copy, setups, feats, args)
+        ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args)
     env = environment()
     payload = {"environment": env, "detection": det_rows, "copy": copy_info, "heldout": held, "cross_dataset": cross,
                "latency": lat, "pooled_qr_ndcg_top16": [list(h) for h in pooled_top],
@@ -200,7 +204,7 @@ def main() -> None:
     write_outputs("heads", payload, markdown(payload, args), *([Path(args.out)] if args.out else []))
 
 
-def ship(rr, full, pooled, pooled_top, copy, setups, feats, args) -> None:
+def ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args) -> None:
     from attnrank.heads.registry import save_head_set
 
     data = " + ".join(n for n, _, _ in setups)
@@ -208,8 +212,7 @@ def ship(rr, full, pooled, pooled_top, copy, setups, feats, args) -> None:
                   data=f"mean per-head nDCG@10 over {data}", params={"top": 16}, root=SHIP)
     if copy is not None and copy.n_used:
         copy.save(16, root=SHIP)
-    top32 = [(int(i // rr.llm.num_heads), int(i % rr.llm.num_heads)) for i in np.argsort(-pooled, axis=None)[:32]]
-    every = [restrict_heads(f, top32) for fq in feats.values() for f in fq.values()]
+    every = [restrict_heads(f, pooled32) for fq in feats.values() for f in fq.values()]
     model = train_head_weights(every, model="pointwise", l2=10.0, first_stage=args.ship_first_stage,
                                trained_on=f"{data} ({len(every)} queries); heads: pooled qr-ndcg top-32")
     model.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
