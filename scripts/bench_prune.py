@@ -8,6 +8,7 @@ line up with the labels. Every sentence is scored ONCE per method:
 
 - ``query``: :meth:`ContextPruner.score_sentences`, method="query" (ICR query span, calibrated);
 - ``focus``: the same, method="focus" (AttentionRAG-style answer-hint token);
+- ``query-sink`` (not in the default list): ``query`` with the reranker's sink filtering (``sink=True``);
 - ``bm25``: BM25 (attnrank's :class:`BM25Index`, k1=0.9, b=0.4) of the question against each
   sentence's text, statistics over that question's sentences only;
 - ``embed``: cosine of MiniLM (all-MiniLM-L6-v2, packaged) embeddings of question and sentence;
@@ -63,11 +64,12 @@ from benchplot import recall_curves
 log = logging.getLogger("bench_prune")
 
 ALL_METHODS = ("query", "focus", "bm25", "embed", "lead", "random", "probe", "probe-heads", "probe-bm25",
-               "probe-passage-heads")
+               "probe-passage-heads", "query-sink")
 PROBES = {"probe": ("passage", "first", "position"), "probe-heads": (),
           "probe-bm25": ("passage", "first", "position", "bm25"),
           "probe-passage-heads": ("passage", "passage-heads", "first", "position")}
-ATTENTION = ("query", "focus")
+ATTENTION = ("query", "focus", "query-sink")
+DEFAULT_METHODS = [m for m in ALL_METHODS if m != "query-sink"]  # query-sink: an extra forward pass
 DEFAULT_RATIOS = "0.1,0.15,0.2,0.25,0.33,0.5"
 TARGET_COMPRESSION, TARGET_RECALL = 4.0, 0.90
 LLMLINGUA2_MODELS = ("microsoft/llmlingua-2-xlm-roberta-large-meetingbank",
@@ -113,7 +115,8 @@ class Scorers:
         from attnrank.prune.pruner import ContextPruner
 
         self.llm = load_llm(None)
-        self.pruners = {m: ContextPruner(self.llm, heads, method=m) for m in ATTENTION}
+        self.pruners = {m: ContextPruner(self.llm, heads, method=m.split("-")[0], sink=m.endswith("-sink"))
+                        for m in ATTENTION}
         self.methods = methods
         self.embedder = None
         if "embed" in methods:
@@ -362,7 +365,7 @@ def main() -> None:
     ap.add_argument("--data", default=None)
     ap.add_argument("--questions", type=int, default=0, help="first N questions, sentence-labelled first (0 = all 400)")
     ap.add_argument("--ratios", default=DEFAULT_RATIOS)
-    ap.add_argument("--methods", default=",".join(ALL_METHODS))
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"from {','.join(ALL_METHODS)}")
     ap.add_argument("--seeds", type=int, default=5, help="random-baseline draws averaged (>= 3)")
     ap.add_argument("--heads", default=None, help="pruner heads: 'all' (default), 'l-h,...' or a JSON file")
     ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"), help="'' = no score cache")

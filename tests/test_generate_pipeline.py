@@ -138,3 +138,31 @@ def test_ask_with_the_default_model_on_a_demo_question(tmp_path):
     sources = r.output.split("[sources]\n", 1)[1].split("[timings]", 1)[0].strip().splitlines()
     assert answer and sources
     print(r.output)
+
+
+@pytest.mark.slow
+def test_shipped_artifacts_of_the_default_model(tmp_path):
+    """The registry entries that ship for SmolLM2-135M: learned head weights, the sentence probe
+    and the slot profile, used end to end on the demo corpus (`ask --method probe --reorder`)."""
+    from attnrank.demo import demo_corpus_path, demo_queries
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.llm.models import load_llm
+    from attnrank.rerank.position import load_profile
+
+    llm = load_llm()
+    learned = AttentionReranker(llm, scorer="learned")
+    assert 0 < len(learned.head_list) < llm.num_layers * llm.num_heads
+    ix = HybridRetriever().index(demo_corpus_path(), show_progress=False)
+    q = demo_queries()[0]
+    hits = ix.search(q["text"], 10)
+    ranked = learned.rank(q["text"], hits, k=5)
+    assert len(ranked) == 5 and set(ranked.ids) <= set(hits.ids) and ranked.stage == "attention"
+    pruner = ContextPruner(llm, method="probe")
+    pruned = pruner.prune(q["text"], ranked, keep_ratio=0.25)
+    assert pruned.method == "probe" and 0 < pruned.kept_tokens <= pruned.budget_tokens
+    assert load_profile("auto", llm.model_id, llm.fingerprint, n_slots=5).n_slots >= 5
+    path = ix.save(tmp_path / "demo")
+    r = runner.invoke(app, ["ask", q["text"], "--index-dir", str(path), "--method", "probe", "--reorder",
+                            "--max-new-tokens", "8", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "[sources]" in r.output

@@ -104,13 +104,16 @@ class ContextPruner:
     (the model's registered set, :mod:`attnrank.heads.registry`).
     ``method``: "query", "focus" or "probe" (``probe``: a :class:`SentenceProbe`, default the
     model's registered one; it fixes the heads); ``calibrate``: subtract the "N/A" query's attention;
-    ``length_norm``: "sqrt" or "none"; ``token_filter``: ICR's μ − 2σ filter per sentence.
+    ``length_norm``: "sqrt" or "none"; ``token_filter``: ICR's μ − 2σ filter per sentence;
+    ``sink``: the reranker's sink filtering (:mod:`attnrank.rerank.reweight` step 1: each head's
+    real and "N/A" rows zeroed outside the sentences' content tokens and renormalized over them
+    before calibration; the other re-weighting steps are passage-level and do not apply).
     See the module docstring for the prompt, the scores, the budget and chunking.
     """
 
     def __init__(self, model: str | LLM | None = None, heads: HeadsArg = None, *, method: str = "query",
                  calibrate: bool = True, length_norm: str = "sqrt", token_filter: bool = False,
-                 instruction: str = "qa", order: str = "reverse", focus_hint: str = FOCUS_HINT,
+                 sink: bool = False, instruction: str = "qa", order: str = "reverse", focus_hint: str = FOCUS_HINT,
                  max_sentence_words: int = DEFAULT_MAX_WORDS, max_prompt_tokens: int | None = None,
                  probe: SentenceProbe | None = None, dtype: str = "auto", device: str = "cpu"):
         if method not in METHODS:
@@ -131,7 +134,7 @@ class ContextPruner:
             heads = resolve_heads(heads, self.llm)
         self.heads = parse_heads(heads)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
-        self.method, self.calibrate, self.length_norm = method, calibrate, length_norm
+        self.method, self.calibrate, self.length_norm, self.sink = method, calibrate, length_norm, sink
         self.token_filter, self.max_sentence_words = token_filter, max_sentence_words
         self.prompt_kw = dict(instruction=instruction, order=order, max_doc_words=None, max_doc_tokens=None)
         self.focus_hint = focus_hint.strip()
@@ -298,8 +301,8 @@ class ContextPruner:
         index = {(s.doc_index, s.sentence_index): i for i, s in enumerate(scored)}
         feats = None
         for chunk in chunks:
-            rows = self._rows(chunk.pair)
             flat = [span for spans in chunk.spans for span in spans]
+            rows = self._rows(chunk.pair, flat)
             at = [index[(p.doc_index, k)] for p in chunk.pieces for k in p.sent_ids]
             norms = np.array([math.sqrt(e - s) if self.length_norm == "sqrt" else 1.0 for s, e in flat])
             sums = document_scores(token_scores(rows), flat, use_filter=self.token_filter)
@@ -315,15 +318,21 @@ class ContextPruner:
                 s.score = float(value)
         return feats
 
-    def _rows(self, pair: RerankPromptPair) -> np.ndarray:
-        """``[heads, context tokens]`` rows of the query span or focus token, calibrated."""
+    def _rows(self, pair: RerankPromptPair, spans: list[Span]) -> np.ndarray:
+        """``[heads, context tokens]`` rows of the query span or focus token, calibrated (and
+        sink-filtered over the content tokens of ``spans`` when ``sink``)."""
         dev = self.llm.device
         prefix = self.capturer.prefill(torch.tensor([pair.prefix_ids], device=dev))
         n_ctx = len(pair.prefix_ids)
-        rows = self._capture(pair.real_suffix_ids, prefix)[:, :n_ctx].double().cpu().numpy()
-        if self.calibrate:
-            rows = rows - self._capture(pair.calibration_suffix_ids, prefix)[:, :n_ctx].double().cpu().numpy()
-        return rows
+        real = self._capture(pair.real_suffix_ids, prefix)[:, :n_ctx].double().cpu().numpy()
+        null = (self._capture(pair.calibration_suffix_ids, prefix)[:, :n_ctx].double().cpu().numpy()
+                if self.calibrate else None)
+        if self.sink:
+            from ..rerank.reweight import content_mask, sink_filtered_rows
+
+            mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(pair.prefix_ids), spans)
+            return sink_filtered_rows(real, null, mask)
+        return real if null is None else real - null
 
     def _capture(self, suffix: list[int], prefix) -> torch.Tensor:
         ids = suffix + self.hint_ids
