@@ -40,7 +40,7 @@ import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import config
 from ..errors import InputError
@@ -259,6 +259,32 @@ def load_artifact(kind: str, model_id: str, fingerprint: str, *,
             if best is None or key < best[0]:
                 best = (key, item["payload"])
     return None if best is None else best[1]
+
+
+class RegistryArtifact:
+    """Mixin for a per-model object stored as one registry artifact: a subclass sets ``KIND``
+    (the artifact key), ``LABEL`` and ``HINT`` (for the error when none is registered) and
+    implements ``to_json()`` / ``from_json(data)``."""
+
+    KIND: ClassVar[str] = ""
+    LABEL: ClassVar[str] = ""
+    HINT: ClassVar[str] = ""
+
+    def to_json(self) -> dict[str, Any]:  # pragma: no cover - implemented by subclasses
+        raise NotImplementedError
+
+    def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
+        """Register this object for the model (user registry, or ``root``); returns the file."""
+        return save_artifact(self.KIND, model_id, fingerprint, self.to_json(), root=root)
+
+    @classmethod
+    def load(cls, model_id: str, fingerprint: str, *, root: Path | None = None) -> Any:
+        """The object registered for this model (user before shipped, exact fingerprint first)."""
+        data = load_artifact(cls.KIND, model_id, fingerprint, root=root)
+        if data is None:
+            raise InputError(f"no {cls.LABEL} in the head registry for model {model_id!r} (fingerprint "
+                             f"{fingerprint[:12]}); {cls.HINT}")
+        return cls.from_json(data)  # type: ignore[attr-defined]
 
 
 def model_fingerprint(model_id: str | None) -> tuple[str, str]:

@@ -33,12 +33,12 @@ import datetime as _dt
 import logging
 import random
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from ..errors import InputError
+from ..heads.registry import RegistryArtifact
 from ..heads.spec import format_heads, parse_heads
 from ..rerank.learned import standardise
 
@@ -103,8 +103,13 @@ class ProbeExample:
 
 
 @dataclass
-class SentenceProbe:
-    """``score(s) = w · z(features(s)) + b`` over one question's sentences (see module doc)."""
+class SentenceProbe(RegistryArtifact):
+    """``score(s) = w · z(features(s)) + b`` over one question's sentences (see module doc);
+    stored with :meth:`save` / :meth:`load` in the head registry."""
+
+    KIND: ClassVar[str] = ARTIFACT
+    LABEL: ClassVar[str] = "sentence probe"
+    HINT: ClassVar[str] = "train one with train_probe(...) and .save(model_id, fingerprint), or use method='query'"
 
     weights: np.ndarray
     bias: float
@@ -140,22 +145,6 @@ class SentenceProbe:
             return cls(**{**data, "weights": np.asarray(data["weights"], dtype=np.float64)})
         except (KeyError, TypeError) as e:
             raise InputError(f"stored sentence probe is malformed ({e}); train and save it again") from None
-
-    def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
-        from ..heads.registry import save_artifact
-
-        return save_artifact(ARTIFACT, model_id, fingerprint, self.to_json(), root=root)
-
-    @classmethod
-    def load(cls, model_id: str, fingerprint: str, *, root: Path | None = None) -> SentenceProbe:
-        from ..heads.registry import load_artifact
-
-        data = load_artifact(ARTIFACT, model_id, fingerprint, root=root)
-        if data is None:
-            raise InputError(f"no sentence probe is registered for model {model_id!r} (fingerprint "
-                             f"{fingerprint[:12]}); train one with train_probe(...) and .save(model_id, fingerprint), "
-                             "or use method='query'")
-        return cls.from_json(data)
 
 
 def train_probe(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]], *,

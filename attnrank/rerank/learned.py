@@ -31,12 +31,12 @@ import datetime as _dt
 import logging
 import random
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
 from ..errors import InputError
+from ..heads.registry import RegistryArtifact
 from ..heads.spec import format_heads, parse_heads
 from .scoring import per_head_document_scores
 
@@ -143,8 +143,14 @@ class FeatureConfig:
 
 
 @dataclass
-class LearnedHeadWeights:
-    """A linear head weighting: ``score(d) = Σ_h w_h z_h(d) (+ w_fs z_fs(d)) + bias``."""
+class LearnedHeadWeights(RegistryArtifact):
+    """A linear head weighting: ``score(d) = Σ_h w_h z_h(d) (+ w_fs z_fs(d)) + bias``; stored
+    with :meth:`save` / :meth:`load` in the head registry."""
+
+    KIND: ClassVar[str] = ARTIFACT
+    LABEL: ClassVar[str] = "learned head weights"
+    HINT: ClassVar[str] = ("train them with train_head_weights(...) and .save(model_id, fingerprint), "
+                           "or use scorer='sum'")
 
     weights: np.ndarray
     bias: float
@@ -196,22 +202,6 @@ class LearnedHeadWeights:
             return cls(**kw)
         except (KeyError, TypeError) as e:
             raise InputError(f"stored head weights are malformed ({e}); retrain and save them") from None
-
-    def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
-        from ..heads.registry import save_artifact
-
-        return save_artifact(ARTIFACT, model_id, fingerprint, self.to_json(), root=root)
-
-    @classmethod
-    def load(cls, model_id: str, fingerprint: str, *, root: Path | None = None) -> LearnedHeadWeights:
-        from ..heads.registry import load_artifact
-
-        data = load_artifact(ARTIFACT, model_id, fingerprint, root=root)
-        if data is None:
-            raise InputError(f"no learned head weights are registered for model {model_id!r} (fingerprint "
-                             f"{fingerprint[:12]}); train them with train_head_weights(...) and .save(model_id, "
-                             "fingerprint), or use scorer='sum'")
-        return cls.from_json(data)
 
 
 def _check(examples: Sequence[QueryFeatures]) -> list[tuple[int, int]]:

@@ -62,7 +62,7 @@ def test_train_probe_finds_the_informative_head_and_round_trips(tmp_path):
     back = SentenceProbe.load("org/model", "abc", root=tmp_path)
     np.testing.assert_allclose(back.weights, probe.weights)
     assert back.head_pairs == heads and back.bias == probe.bias
-    with pytest.raises(InputError, match="no sentence probe is registered"):
+    with pytest.raises(InputError, match="no sentence probe in the head registry"):
         SentenceProbe.load("org/model", "other-weights", root=tmp_path)
     held = crossfit_scores(synthetic(), heads, k=3, extras=["first"], l2=1.0)
     assert sorted(held) == sorted(ex.qid for ex in synthetic()) and all(len(v) == 12 for v in held.values())
@@ -115,7 +115,7 @@ def test_probe_method_scores_with_the_probe(llm, tmp_path, monkeypatch):  # noqa
     pruned = pruner.prune(QUERY, DOCS, keep_ratio=0.4)
     assert pruned.method == "probe" and 0 < pruned.kept_tokens <= pruned.budget_tokens
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
-    with pytest.raises(InputError, match="no sentence probe is registered"):
+    with pytest.raises(InputError, match="no sentence probe in the head registry"):
         ContextPruner(llm, method="probe")
     probe.save(llm.model_id, llm.fingerprint)
     assert ContextPruner(llm, method="probe").probe.heads == probe.heads

@@ -110,7 +110,7 @@ def test_json_round_trip_and_first_stage(tmp_path):
         back.score_features(x)
     # the first-stage feature is the rank: any monotone transform of the scores scores the same
     np.testing.assert_allclose(back.score_features(x, np.exp(fs) * 7 - 3), back.score_features(x, fs))
-    with pytest.raises(InputError, match="no learned head weights are registered"):
+    with pytest.raises(InputError, match="no learned head weights in the head registry"):
         LearnedHeadWeights.load("org/m", "0" * 64, root=tmp_path)
 
 
@@ -152,7 +152,7 @@ def test_features_from_windows(llm):
 
 def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
-    with pytest.raises(InputError, match="no learned head weights are registered for model 'tiny-llama'"):
+    with pytest.raises(InputError, match="no learned head weights in the head registry for model 'tiny-llama'"):
         AttentionReranker(llm, scorer="learned")
     heads = [(0, 2), (1, 1), (1, 3)]
     ex = [QueryFeatures(f"q{i}", ["a", "b", "c"], np.random.default_rng(i).normal(size=(3, 3)), np.array([1, 0, 0]),
