@@ -25,9 +25,11 @@ component, case-insensitively.
    that query-focused detection suits reranking better than NIAH copy-paste;
 4. the newest date.
 
-``"auto:METHOD"`` restricts the choice to one method. Artifacts (learned head weights, the
-positional slot profile, ...) are stored by :func:`save_artifact` / :func:`load_artifact` with
-the same precedence.
+``"auto:METHOD"`` restricts the choice to one method. Artifacts — ``"head-weights"``
+(:class:`~attnrank.rerank.learned.LearnedHeadWeights`), ``"slot-profiles"``
+(:mod:`attnrank.rerank.position`), ``"sentence-probe"`` (:class:`~attnrank.prune.probe.SentenceProbe`) —
+are stored by :func:`save_artifact` / :func:`load_artifact` (or a :class:`RegistryArtifact`'s
+``save``/``load``) with the same precedence.
 """
 
 from __future__ import annotations
