@@ -248,7 +248,7 @@ def test_chunked_selection_equals_unchunked_for_chunk_independent_scores(llm):
     long_doc = Document("long", " ".join(f"Sentence number {i} is here." for i in range(30)), "Long")
     docs = DOCS + [long_doc]
 
-    def by_token(pair):  # a score that depends on each token only, not on its chunk
+    def by_token(pair, spans):  # a score that depends on each token only, not on its chunk
         return (np.asarray(pair.prefix_ids, dtype=np.float64) % 7 / 100.0)[None, :]
 
     results = []
