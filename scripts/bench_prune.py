@@ -39,7 +39,8 @@ hub download).
                                   [--methods query,focus,bm25,embed,lead,random] [--seeds 5]
 
 Writes docs/results/prune.{json,md} and prune_recall.png (``--out-dir`` to put them elsewhere);
-per-question scores are cached under indexes/bench-cache/prune_* (``--cache-dir ''`` disables).
+per-question scores are cached under indexes/bench-cache/prune_* (``--cache-dir ''`` disables), and
+the per-question metrics go to indexes/bench-cache/prune_per_question*.json (too large for docs/).
 """
 
 from __future__ import annotations
@@ -413,7 +414,12 @@ def main() -> None:
     payload = {"environment": env, "model": args.model_id, "fingerprint": args.model_fp, "heads": args.heads or "all",
                "questions": len(questions), "labelled": sum(q["labelled"] for q in questions),
                "ratios": ratios, "methods": methods, "seeds": args.seeds, "rows": rows, "at_4x": target,
-               "scoring_seconds": timing, "llmlingua2": lingua, "wall_s": args.wall, "per_question": per_q}
+               "scoring_seconds": timing, "llmlingua2": lingua, "wall_s": args.wall}
+    if args.cache_dir:  # per-question rows are MBs: kept beside the score cache, not in docs/results
+        tag = "" if out_dir.resolve() == OUT.resolve() else f"_{out_dir.name}"
+        side = Path(args.cache_dir) / f"prune_per_question{tag}.json"
+        side.parent.mkdir(parents=True, exist_ok=True)
+        side.write_text(json.dumps(per_q))
     write_outputs("prune", payload, markdown(rows, target, timing, questions, args, env, lingua, png), out_dir)
 
 
