@@ -90,12 +90,13 @@ class Pipeline:
         if generate:
             gen_llm = llm if generator_model is None else generator_model
             generator = Generator(gen_llm, max_new_tokens, dtype=dtype, device=device)
+        pipe = cls(retriever, reranker, pruner, generator, **kw)
         if reorder:
             from .rerank.position import load_profile
 
             target = generator.llm if generator is not None else llm
-            kw["reorder"] = load_profile("auto", target.model_id, target.fingerprint, n_slots=kw.get("rerank_k", 5))
-        return cls(retriever, reranker, pruner, generator, **kw)
+            pipe.reorder = load_profile("auto", target.model_id, target.fingerprint, n_slots=pipe.rerank_k)
+        return pipe
 
     def run(self, question: str, *, budget_tokens: int | None = None, keep_ratio: float | None = None,
             stream: StreamCallback | None = None, query_id: str | None = None) -> PipelineResult:

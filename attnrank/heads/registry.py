@@ -265,15 +265,16 @@ def load_artifact(kind: str, model_id: str, fingerprint: str, *,
 
 class RegistryArtifact:
     """Mixin for a per-model object stored as one registry artifact: a subclass sets ``KIND``
-    (the artifact key), ``LABEL`` and ``HINT`` (for the error when none is registered) and
-    implements ``to_json()`` / ``from_json(data)``."""
+    (the artifact key), ``LABEL`` and ``HINT`` (for the error when none is registered), is a
+    dataclass, and implements ``from_json(data)``."""
 
     KIND: ClassVar[str] = ""
     LABEL: ClassVar[str] = ""
     HINT: ClassVar[str] = ""
 
-    def to_json(self) -> dict[str, Any]:  # pragma: no cover - implemented by subclasses
-        raise NotImplementedError
+    def to_json(self) -> dict[str, Any]:
+        """The dataclass fields as JSON-ready values (numpy arrays become lists)."""
+        return {k: v.tolist() if hasattr(v, "tolist") else v for k, v in asdict(self).items()}  # type: ignore[call-overload]
 
     def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
         """Register this object for the model (user registry, or ``root``); returns the file."""

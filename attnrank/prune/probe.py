@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -133,11 +133,6 @@ class SentenceProbe(RegistryArtifact):
             raise InputError(f"{x.shape[1]} features for a probe of {self.weights.shape[0]} weights; capture the "
                              f"probe's {len(self.heads)} heads")
         return standardise(x) @ self.weights + self.bias
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["weights"] = [float(v) for v in self.weights]
-        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SentenceProbe:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import random
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
@@ -187,11 +187,6 @@ class LearnedHeadWeights(RegistryArtifact):
                              "capture them (AttentionReranker(scorer='learned') does)")
         f = window_features(windows, n_docs, calibrate=self.config.calibrate, use_filter=self.config.use_filter)
         return self.score_features(f[[order.index(h) for h in self.heads]].T, first_stage)
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["weights"] = [float(v) for v in self.weights]
-        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LearnedHeadWeights:
