@@ -29,7 +29,7 @@ from attnrank.heads.detect import detect_copy_heads, query_focused_scores
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.learned import query_features, restrict_heads, train_head_weights
 from benchdata import REPO, data_root, environment, md_table, write_outputs
-from benchrows import capture_all, dl19_sets, first_stage_run, hotpot_set, icr_scores, scifact_set
+from benchrows import capture_all, dl19_sets, first_stage_run, hotpot_set, icr_scores, rrf_order, scifact_set, stage_signals
 
 log = logging.getLogger("bench_heads")
 SHIP = REPO / "attnrank" / "heads" / "data"
@@ -50,11 +50,17 @@ def qr_detect(cap, cands, ds, qids, rr):
                                 data=ds.name, model_id=rr.llm.model_id, fingerprint=rr.llm.fingerprint)
 
 
-def features(setups, caps, rr) -> dict:
-    """``{setting: {qid: QueryFeatures}}``: all heads' passage scores, first-stage rank, labels."""
+def features(setups, caps, rr, signals) -> dict:
+    """``{setting: {qid: QueryFeatures}}``: all heads' passage scores, first-stage rank, the BM25
+    and dense stage scores, labels."""
     return {name: {q: query_features(q, caps[name][q]["windows"], [d.id for d in cands[q]], rr.head_list, ds.qrels,
-                                     rel=ds.rel, group=name, first_stage=list(first_stage_run({q: cands[q]})[q].values()))
+                                     rel=ds.rel, group=name, first_stage=list(first_stage_run({q: cands[q]})[q].values()),
+                                     stages=signals[name][q])
                    for q in sorted(cands)} for name, ds, cands in setups}
+
+
+FIRST_STAGES = {"BM25 scores": lambda f: f.stages["bm25"], "dense (MiniLM) scores": lambda f: f.stages["dense"],
+                "RRF of BM25 and dense": lambda f: rrf_order(f.stages["bm25"], f.stages["dense"])}
 
 
 def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
@@ -73,6 +79,9 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
         train = [q for q in qids if q not in set(test)]
         det = qr_detect(cap, cands, ds, train, rr)
         add("first stage", evaluate_scores(cands, test, lambda q: first_stage_run({q: cands[q]})[q].values(), ds), len(test))
+        for label, fn in FIRST_STAGES.items():  # every first-stage signal over the same candidates
+            add(f"first stage: {label}", evaluate_scores(cands, test, lambda q: np.nan_to_num(fn(feats[q]), nan=-1e9), ds),
+                len(test))
         add("all heads (ICR)", evaluate_scores(cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q])), ds), len(test))
         for method in ("qr-ndcg", "qr-score"):
             for n in (8, 16, 32):
@@ -88,18 +97,21 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
                 {m: float(np.mean([d[m] for d in draws])) for m in draws[0]}, len(test))
         top32 = det["qr-ndcg"].top(32)
         sub = {q: restrict_heads(feats[q], top32) for q in qids}
-        variants = (("learned weighting (logistic, all heads)", feats, [], False, args.l2),
-                    ("learned + first-stage rank", feats, [], True, args.l2),
-                    ("learned + first-stage rank, also trained on the other datasets", feats, others, True, args.l2),
-                    ("learned, top-32 qr-ndcg heads of the training folds, l2=1", sub, [], False, 1.0),
-                    ("learned, top-32 qr-ndcg heads of the training folds, l2=10", sub, [], False, 10.0))
-        for label, fq, extra, fs, l2 in variants:
+        variants = (("learned weighting (logistic, all heads)", feats, [], False, args.l2, ()),
+                    ("learned + first-stage rank", feats, [], True, args.l2, ()),
+                    ("learned + first-stage rank, also trained on the other datasets", feats, others, True, args.l2, ()),
+                    ("learned, top-32 qr-ndcg heads of the training folds, l2=1", sub, [], False, 1.0, ()),
+                    ("learned, top-32 qr-ndcg heads of the training folds, l2=10", sub, [], False, 10.0, ()),
+                    ("learned + dense score (stages=['dense'])", feats, [], False, args.l2, ("dense",)),
+                    ("learned + dense and BM25 scores", feats, [], False, args.l2, ("dense", "bm25")),
+                    ("learned, top-32 of the training folds + dense score", sub, [], False, args.l2, ("dense",)))
+        for label, fq, extra, fs, l2, stages in variants:
             try:
                 extra = [restrict_heads(x, fq[train[0]].heads) for x in extra]
                 model = train_head_weights([fq[q] for q in train] + extra, model="pointwise", l2=l2, rel=ds.rel,
-                                           first_stage=fs)
+                                           first_stage=fs, stages=stages)
                 add(label, evaluate_scores(cands, test, lambda q: model.score_features(
-                    fq[q].features, fq[q].first_stage), ds), len(test))
+                    fq[q].features, fq[q].first_stage, fq[q].stages), ds), len(test))
             except Exception as e:  # noqa: BLE001 - e.g. a fold without relevant candidates
                 log.warning("%s fold %d: %s not trained (%s)", name, f, label, e)
     out = []
@@ -107,6 +119,20 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
         n = sum(r["n"] for r in fold_rows)
         out.append({"setting": name, "method": label, **{m: sum(r[m] * r["n"] for r in fold_rows) / n
                                                          for m in fold_rows[0] if m != "n"}})
+    return out
+
+
+def targets(held: list[dict]) -> list[dict]:
+    """Per setting: the best of the first-stage signals (its test-fold score, which flatters the
+    baseline) against the learned weightings, in nDCG@10 points."""
+    out = []
+    for name in dict.fromkeys(r["setting"] for r in held):
+        rows = {r["method"]: r["nDCG@10"] for r in held if r["setting"] == name}
+        best = max((m for m in rows if m.startswith("first stage")), key=rows.get)
+        att, dense = rows["learned weighting (logistic, all heads)"], rows["learned + dense score (stages=['dense'])"]
+        out.append({"setting": name, "best first stage": best, "first stage nDCG@10": rows[best],
+                    "learned (attention only)": att, "learned + dense score": dense,
+                    "Δ attention only": 100 * (att - rows[best]), "Δ + dense": 100 * (dense - rows[best])})
     return out
 
 
@@ -154,6 +180,9 @@ def main() -> None:
     ap.add_argument("--ship", action="store_true")
     ap.add_argument("--capture-only", action="store_true", help="fill the row cache and stop")
     ap.add_argument("--ship-first-stage", action="store_true", help="shipped weights use the first-stage rank too")
+    ap.add_argument("--ship-heads", choices=["all", "top32"], default="all",
+                    help="heads of the shipped learned weights: all, or the pooled qr-ndcg top-32 (faster)")
+    ap.add_argument("--latency-queries", type=int, default=5, help="DL19 queries timed per head set (0: skip)")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -187,18 +216,20 @@ def main() -> None:
                      "top-16": ",".join(f"{l}-{h}" for l, h in copy.top(16)),
                      "overlap of copy top-16 with pooled qr-ndcg top-16": len(set(copy.top(16)) & qr16),
                      "trials": copy.trials}
-    feats = features(setups, caps, rr)
+    signals = {name: stage_signals(root, name, ds, cands) for name, ds, cands in setups}
+    feats = features(setups, caps, rr, signals)
     held = [r for name, ds, cands in setups for r in heldout(
         name, ds, cands, caps[name], rr, args, feats[name],
         [f for n, fq in feats.items() if n != name for f in fq.values()])]
     cross = cross_dataset(setups, feats, args)
     pooled32 = [(int(i // H), int(i % H)) for i in np.argsort(-pooled, axis=None)[:32]]
     lat = latency(rr, [("selected heads (pooled qr-ndcg)", pooled_top),
-                       ("heads of the shipped learned weighting (pooled qr-ndcg top-32)", pooled32)], setups)
+                       ("pooled qr-ndcg top-32 heads (--ship-heads top32)", pooled32)], setups,
+                  args.latency_queries) if args.latency_queries else []
     if args.ship:
         ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args)
     env = environment()
-    payload = {"environment": env, "detection": det_rows, "copy": copy_info, "heldout": held, "cross_dataset": cross,
+    payload = {"environment": env, "targets": targets(held), "detection": det_rows, "copy": copy_info, "heldout": held, "cross_dataset": cross,
                "latency": lat, "pooled_qr_ndcg_top16": [list(h) for h in pooled_top],
                "qr_ndcg_matrix_pooled": np.round(pooled, 4).tolist()}
     write_outputs("heads", payload, markdown(payload, args), *([Path(args.out)] if args.out else []))
@@ -212,9 +243,13 @@ def ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args) -> N
                   data=f"mean per-head nDCG@10 over {data}", params={"top": 16}, root=SHIP)
     if copy is not None and copy.n_used:
         copy.save(16, root=SHIP)
-    every = [restrict_heads(f, pooled32) for fq in feats.values() for f in fq.values()]
-    model = train_head_weights(every, model="pointwise", l2=10.0, first_stage=args.ship_first_stage,
-                               trained_on=f"{data} ({len(every)} queries); heads: pooled qr-ndcg top-32")
+    # attention-only features, so the shipped weights rerank any candidates (plain Documents too)
+    every = [f for fq in feats.values() for f in fq.values()]
+    heads = "all heads"
+    if args.ship_heads == "top32":
+        every, heads = [restrict_heads(f, pooled32) for f in every], "pooled qr-ndcg top-32"
+    model = train_head_weights(every, model="pointwise", l2=args.l2, first_stage=args.ship_first_stage,
+                               trained_on=f"{data} ({len(every)} queries); heads: {heads}")
     model.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
 
 
@@ -222,6 +257,10 @@ def markdown(p, args) -> str:
     env = p["environment"]
     out = [f"# Retrieval heads of SmolLM2-135M-Instruct ({env['date']}, {env['cpus']} CPUs)", "",
            "Command: `" + " ".join(["python scripts/bench_heads.py", *sys.argv[1:]]) + "`", "",
+           "## Targets: learned weighting against the best first-stage signal (held-out)", "",
+           md_table(p["targets"], ["setting", "best first stage", "first stage nDCG@10", "learned (attention only)",
+                                   "learned + dense score", "Δ attention only", "Δ + dense"],
+                    {"Δ attention only": "+.1f", "Δ + dense": "+.1f"}), "",
            "## Held-out quality (k-fold over queries; heads selected / weights trained on the training folds)", "",
            md_table(p["heldout"], ["setting", "method", "nDCG@10", "R@2"]), "",
            "## Learned weighting across datasets (trained on the other two, tested on all of one)", "",

@@ -78,6 +78,69 @@ def hotpot_set(root: Path, n_queries: int | None = None):
     return (f"HotpotQA distractor BM25-ordered ({len(qids)} questions)", ds, cands)
 
 
+# -- first-stage signals of the candidates ------------------------------------------------------
+def stage_signals(root: Path, setting: str, ds, cands: dict, cache: Path | None = CACHE) -> dict:
+    """``{qid: {"bm25": [...], "dense": [...]}}`` over each query's candidates (input order), the
+    scores a :class:`HybridRetriever` leaves in ``ScoredDocument.stage_scores``: for SciFact its
+    own results (NaN where a side did not return the passage), for DL19 the run's Pyserini BM25
+    scores, for HotpotQA BM25 over the pooled paragraphs; ``dense`` = MiniLM cosine. Cached as JSON."""
+    import json
+
+    key = re.sub(r"[^A-Za-z0-9]+", "_", re.sub(r"\s*\(\d+ (queries|questions)\)", "", setting))
+    path = None if cache is None else cache / f"signals_{key}.json"
+    known = json.loads(path.read_text()) if path is not None and path.exists() else {}
+    todo = [q for q in cands if q not in known]
+    if todo:
+        known.update(_signals(root, setting, ds, {q: cands[q] for q in todo}))
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(known))
+            tmp.replace(path)
+    return {q: {k: np.array(v, dtype=np.float64) for k, v in known[q].items()} for q in cands}
+
+
+def _signals(root: Path, setting: str, ds, cands: dict) -> dict:
+    import gzip
+    import json
+
+    from attnrank.index.bm25 import BM25Index
+    from attnrank.index.embed import encode, load_embedder
+
+    qids = list(cands)
+    if setting.startswith("SciFact"):  # the hybrid retriever's own stage scores
+        res = scifact_retriever(ds).search_batch({q: ds.queries[q] for q in qids}, len(cands[qids[0]]), mode="hybrid")
+        out = {}
+        for q, r in zip(qids, res):
+            by_id = {d.id: d.stage_scores for d in r.results}
+            out[q] = {s: [by_id.get(d.id, {}).get(s, float("nan")) for d in cands[q]] for s in ("bm25", "dense")}
+        return out
+    if setting.startswith("DL19"):
+        with gzip.open(root / "trec_dl" / "dl19_bm25_top100.jsonl.gz", "rt", encoding="utf-8") as f:
+            runs = {r["qid"]: {c["docid"]: c["score"] for c in r["candidates"]} for r in map(json.loads, f)}
+        bm25 = {q: [runs[q][d.id] for d in cands[q]] for q in qids}
+    else:
+        index = BM25Index().index([d.full_text for d in ds.docs])
+        pos = {d.id: i for i, d in enumerate(ds.docs)}
+        bm25 = {q: index.get_scores(ds.queries[q])[[pos[d.id] for d in cands[q]]].tolist() for q in qids}
+    model = load_embedder()
+    docs = {d.id: d for q in qids for d in cands[q]}
+    emb = dict(zip(docs, encode(model, [d.full_text for d in docs.values()])))
+    qemb = encode(model, [ds.queries[q] for q in qids])
+    return {q: {"bm25": bm25[q], "dense": [float(emb[d.id] @ v) for d in cands[q]]} for q, v in zip(qids, qemb)}
+
+
+def rrf_order(*scores, k: int = 60) -> np.ndarray:
+    """Reciprocal-rank fusion (Cormack et al., k=60) of score lists over the same candidates."""
+    out = np.zeros(len(scores[0]))
+    for s in scores:
+        s = np.nan_to_num(np.asarray(s, dtype=np.float64), nan=-np.inf)
+        rank = np.empty(len(s))
+        rank[np.argsort(-s, kind="stable")] = np.arange(len(s))
+        out += 1.0 / (k + rank + 1)
+    return out
+
+
 # -- the row cache ------------------------------------------------------------------------------
 def _cache_file(cache: Path | None, setting: str, qid: str, reranker) -> Path | None:
     if cache is None:

@@ -85,6 +85,15 @@ def _as_documents(docs) -> tuple[list[Document], list[ScoredDocument] | None]:
     return out, None
 
 
+def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, list[float]] | None:
+    """Each earlier stage's scores over the candidates (NaN where a candidate has none); a stage
+    that scored none of them is left out, so weights that need it fail with a clear error."""
+    if previous is None:
+        return None
+    names = dict.fromkeys(n for d in previous for n in d.stage_scores)
+    return {n: [d.stage_scores.get(n, float("nan")) for d in previous] for n in names}
+
+
 class AttentionReranker:
     """Rerank passages by the attention a query pays them, read from selected heads.
 
@@ -164,7 +173,7 @@ class AttentionReranker:
         if not documents:
             return RankedResults(query, [], query_id, stage="attention")
         first_stage = None if previous is None else [d.score for d in previous]
-        scores, evidence = self._score(query, documents, return_evidence, first_stage)
+        scores, evidence = self._score(query, documents, return_evidence, first_stage, _stage_scores(previous))
         res = rank_documents(query, documents, scores, stage="attention", query_id=query_id,
                              previous=previous, evidence=evidence)
         return res if k is None else res.top_k(k)
@@ -187,10 +196,10 @@ class AttentionReranker:
         return self._score(query, documents, False)[0]
 
     # -- internals ---------------------------------------------------------------------------
-    def _score(self, query: str, docs: list[Document], evidence: bool, first_stage=None):
+    def _score(self, query: str, docs: list[Document], evidence: bool, first_stage=None, stages=None):
         if self.learned is not None:  # linear head weighting (attnrank.rerank.learned)
             wins = self.windows(query, docs)
-            return self.learned.score_windows(wins, len(docs), self.head_list, first_stage), None
+            return self.learned.score_windows(wins, len(docs), self.head_list, first_stage, stages), None
         scores = np.zeros(len(docs))
         ev: list[dict] | None = [{} for _ in docs] if evidence else None
         for w in self.windows(query, docs):

@@ -6,7 +6,9 @@ QRHead's per-head μ−2σ token filter, summed over the passage's tokens; units
 span's attention), for heads of layers ≤ ``max_layer`` (so the forward pass can stop early);
 optionally the first-stage *rank* as one more feature (:func:`first_stage_feature`: ``−rank``
 by first-stage score, so weights transfer between retrievers whose scores have different
-shapes — BM25, RRF, cosine).
+shapes — BM25, RRF, cosine), and optionally named earlier-stage scores (``stages``, e.g.
+``["dense"]``: the ``ScoredDocument.stage_scores`` a :class:`~attnrank.index.HybridRetriever`
+leaves, :func:`stage_feature`) — a learned fusion of the attention heads with the retrievers.
 
 **Per-query standardisation.** Attention scores are shares of one prompt's attention budget, so
 their scale changes with the number and length of candidates; only their order within a query
@@ -75,12 +77,14 @@ class QueryFeatures:
     first_stage: np.ndarray | None = None
     group: str = ""
     rel: int | None = None  # this query's minimum relevant label (overrides the helpers' ``rel``)
+    stages: dict[str, np.ndarray] = field(default_factory=dict)  # earlier stages' scores by name (NaN: none)
 
 
 def query_features(qid: str, windows: Sequence[Any], doc_ids: Sequence[str], head_list: Sequence[tuple[int, int]],
                    qrels: dict[str, dict[str, int]] | None = None, *, max_layer: int | None = None,
                    first_stage: Sequence[float] | None = None, group: str = "", rel: int | None = None,
-                   calibrate: bool = True, use_filter: bool = True) -> QueryFeatures:
+                   calibrate: bool = True, use_filter: bool = True,
+                   stages: dict[str, Sequence[float]] | None = None) -> QueryFeatures:
     """:class:`QueryFeatures` from a query's window rows (heads limited to layers ≤ ``max_layer``)."""
     keep = [i for i, (l, _) in enumerate(head_list) if max_layer is None or l <= max_layer]
     if not keep:
@@ -88,7 +92,9 @@ def query_features(qid: str, windows: Sequence[Any], doc_ids: Sequence[str], hea
     f = window_features(windows, len(doc_ids), calibrate=calibrate, use_filter=use_filter)[keep].T
     labels = np.array([(qrels or {}).get(qid, {}).get(d, 0) for d in doc_ids], dtype=np.int64)
     fs = None if first_stage is None else np.asarray(first_stage, dtype=np.float64)
-    return QueryFeatures(qid, [str(d) for d in doc_ids], f, labels, [tuple(head_list[i]) for i in keep], fs, group, rel)
+    st = {k: np.asarray(v, dtype=np.float64) for k, v in (stages or {}).items()}
+    return QueryFeatures(qid, [str(d) for d in doc_ids], f, labels, [tuple(head_list[i]) for i in keep], fs, group,
+                         rel, st)
 
 
 def restrict_heads(q: QueryFeatures, heads: Sequence[tuple[int, int]]) -> QueryFeatures:
@@ -111,6 +117,23 @@ def first_stage_feature(scores: Sequence[float]) -> np.ndarray:
     return -rank
 
 
+def stage_feature(scores: Sequence[float]) -> np.ndarray:
+    """An earlier stage's scores as a feature; a candidate without one (NaN: that retriever did not
+    return it) gets the query's lowest score, since it ranked below everything that retriever returned."""
+    s = np.asarray(scores, dtype=np.float64)
+    ok = np.isfinite(s)
+    return np.where(ok, s, s[ok].min() if ok.any() else 0.0)
+
+
+def stage_columns(names: Sequence[str], stages: dict[str, Any] | None, qid: str = "") -> list[np.ndarray]:
+    """The feature columns of the named earlier-stage scores (:func:`stage_feature`)."""
+    missing = [n for n in names if n not in (stages or {})]
+    if missing:
+        raise InputError(f"query {qid!r} has no {missing} stage scores but the model uses them; rerank the "
+                         "HybridRetriever's results (they carry bm25/dense stage_scores) or use weights without stages")
+    return [stage_feature(stages[n]) for n in names]  # type: ignore[index]
+
+
 def standardise(x: np.ndarray) -> np.ndarray:
     """Per-query z-score of each column of ``x [D, F]`` (population std; constant → 0)."""
     x = np.asarray(x, dtype=np.float64)
@@ -118,14 +141,16 @@ def standardise(x: np.ndarray) -> np.ndarray:
     return np.where(sd > 0, (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0), 0.0)
 
 
-def design(q: QueryFeatures, first_stage: bool) -> np.ndarray:
-    """The standardised design matrix ``[D, F(+1)]`` of one query."""
+def design(q: QueryFeatures, first_stage: bool, stages: Sequence[str] = ()) -> np.ndarray:
+    """The standardised design matrix ``[D, F (+1 rank) (+ stages)]`` of one query."""
     x = q.features
     if first_stage:
         if q.first_stage is None:
             raise InputError(f"query {q.qid!r} has no first-stage scores but the model uses them; "
                              "pass first_stage= or train with first_stage=False")
         x = np.column_stack([x, first_stage_feature(q.first_stage)])
+    if stages:
+        x = np.column_stack([x, *stage_columns(stages, q.stages, q.qid)])
     return standardise(x)
 
 
@@ -140,11 +165,13 @@ class FeatureConfig:
     max_layer: int | None = None
     first_stage: bool = False
     standardise: str = "per-query z-score"
+    stages: list[str] = field(default_factory=list)
 
 
 @dataclass
 class LearnedHeadWeights(RegistryArtifact):
-    """A linear head weighting: ``score(d) = Σ_h w_h z_h(d) (+ w_fs z_fs(d)) + bias``; stored
+    """A linear head weighting: ``score(d) = Σ_h w_h z_h(d) (+ w_fs z_fs(d)) (+ Σ_s w_s z_s(d)) + bias``
+    (``s``: the ``config.stages`` scores, weights ``stage_weights``); stored
     with :meth:`save` / :meth:`load` in the head registry."""
 
     KIND: ClassVar[str] = ARTIFACT
@@ -161,24 +188,31 @@ class LearnedHeadWeights(RegistryArtifact):
     trained_on: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
     date: str = ""
+    stage_weights: list[float] = field(default_factory=list)
 
     @property
     def heads(self) -> list[tuple[int, int]]:
         return [tuple(p) for p in (parse_heads(self.config.heads) or [])] if self.config.heads else []
 
-    def score_features(self, features: np.ndarray, first_stage: Sequence[float] | None = None) -> np.ndarray:
-        """Scores of one query's candidates from raw ``features [D, H]`` (config head order)."""
+    def score_features(self, features: np.ndarray, first_stage: Sequence[float] | None = None,
+                       stages: dict[str, Sequence[float]] | None = None) -> np.ndarray:
+        """Scores of one query's candidates from raw ``features [D, H]`` (config head order),
+        the first-stage scores and the earlier stages' scores by name (if the config uses them)."""
         x = np.asarray(features, dtype=np.float64)
+        w = self.weights
         if self.config.first_stage:
             if first_stage is None:
                 raise InputError("these head weights use the first-stage score; pass ScoredDocument/"
                                  "RankedResults candidates (or first_stage=) so it is available")
-            x = np.column_stack([x, first_stage_feature(first_stage)])
-        w = np.append(self.weights, self.first_stage_weight) if self.config.first_stage else self.weights
+            x, w = np.column_stack([x, first_stage_feature(first_stage)]), np.append(w, self.first_stage_weight)
+        if self.config.stages:
+            x = np.column_stack([x, *stage_columns(self.config.stages, stages)])
+            w = np.append(w, self.stage_weights)
         return standardise(x) @ w + self.bias
 
     def score_windows(self, windows: Sequence[Any], n_docs: int, head_list: Sequence[tuple[int, int]],
-                      first_stage: Sequence[float] | None = None) -> np.ndarray:
+                      first_stage: Sequence[float] | None = None,
+                      stages: dict[str, Sequence[float]] | None = None) -> np.ndarray:
         """Scores from a reranker's windows (rows in ``head_list`` order)."""
         order = [tuple(h) for h in head_list]
         missing = [h for h in self.heads if h not in order]
@@ -186,7 +220,7 @@ class LearnedHeadWeights(RegistryArtifact):
             raise InputError(f"the windows lack heads {format_heads(missing)} of the learned weights; "
                              "capture them (AttentionReranker(scorer='learned') does)")
         f = window_features(windows, n_docs, calibrate=self.config.calibrate, use_filter=self.config.use_filter)
-        return self.score_features(f[[order.index(h) for h in self.heads]].T, first_stage)
+        return self.score_features(f[[order.index(h) for h in self.heads]].T, first_stage, stages)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LearnedHeadWeights:
@@ -218,10 +252,11 @@ def _pairs(q: QueryFeatures, x: np.ndarray, cap: int, rng: random.Random) -> np.
 
 
 def train_head_weights(examples: Sequence[QueryFeatures], *, model: str = "pointwise", l2: float = 1.0, rel: int = 1,
-                       first_stage: bool = False, max_pairs_per_query: int = 500, seed: int = 0,
-                       calibrate: bool = True, use_filter: bool = True, max_layer: int | None = None,
+                       first_stage: bool = False, stages: Sequence[str] = (), max_pairs_per_query: int = 500,
+                       seed: int = 0, calibrate: bool = True, use_filter: bool = True, max_layer: int | None = None,
                        trained_on: str = "") -> LearnedHeadWeights:
-    """Fit head weights on standardised per-query features (see the module doc for the models)."""
+    """Fit head weights on standardised per-query features (see the module doc for the models);
+    ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores."""
     from sklearn.linear_model import LogisticRegression
 
     if model not in MODELS:
@@ -232,7 +267,7 @@ def train_head_weights(examples: Sequence[QueryFeatures], *, model: str = "point
     if max_layer is not None and max(l for l, _ in heads) > max_layer:
         raise InputError(f"the features include heads above max_layer={max_layer}; build them with "
                          f"query_features(..., max_layer={max_layer})")
-    xs = [design(q, first_stage) for q in examples]
+    xs = [design(q, first_stage, stages) for q in examples]
     if model == "pointwise":
         x = np.vstack(xs)
         y = np.concatenate([q.labels >= (rel if q.rel is None else q.rel) for q in examples]).astype(int)
@@ -249,10 +284,12 @@ def train_head_weights(examples: Sequence[QueryFeatures], *, model: str = "point
         clf = LogisticRegression(C=1.0 / l2, fit_intercept=False, max_iter=2000)
         clf.fit(np.vstack([d, -d]), np.r_[np.ones(len(d)), np.zeros(len(d))])
         w, b = clf.coef_[0], 0.0
-    cfg = FeatureConfig(format_heads(heads).split(","), calibrate, use_filter, max_layer, first_stage)
+    cfg = FeatureConfig(format_heads(heads).split(","), calibrate, use_filter, max_layer, first_stage,
+                        stages=list(stages))
+    n = len(heads) + int(first_stage)
     return LearnedHeadWeights(w[: len(heads)].copy(), b, cfg, model, float(w[len(heads)]) if first_stage else 0.0,
                               l2, trained_on or f"{len(examples)} queries", {},
-                              _dt.datetime.now().isoformat(timespec="seconds"))
+                              _dt.datetime.now().isoformat(timespec="seconds"), w[n:].tolist())
 
 
 # ----------------------------------------------------------------- evaluation helpers
@@ -278,7 +315,8 @@ def _fold(name: str, train: list[QueryFeatures], test: list[QueryFeatures], metr
     model = train_head_weights(train, rel=rel, **train_kw)
     rel = (test[0].rel or rel) if len({q.rel for q in test}) == 1 else rel
     row: dict[str, Any] = {"fold": name, "n_train": len(train), "n_test": len(test)}
-    row["learned"] = evaluate_scores(test, lambda q: model.score_features(q.features, q.first_stage), metrics, rel)
+    row["learned"] = evaluate_scores(test, lambda q: model.score_features(q.features, q.first_stage, q.stages),
+                                     metrics, rel)
     for base, fn in _baselines(train_kw.get("first_stage", False)).items():
         row[base] = evaluate_scores(test, fn, metrics, rel)
     return row

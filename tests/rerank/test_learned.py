@@ -131,6 +131,33 @@ def test_first_stage_feature_is_minus_rank():
     np.testing.assert_array_equal(first_stage_feature([0.2, 3.0, 0.2, -1.0]), [-1, 0, -2, -3])
 
 
+def test_stage_features_learned_and_missing_values():
+    from attnrank.rerank.learned import stage_feature
+
+    # a candidate the retriever did not return ranks below all it returned
+    np.testing.assert_array_equal(stage_feature([0.5, np.nan, 0.2]), [0.5, 0.2, 0.2])
+    np.testing.assert_array_equal(stage_feature([np.nan, np.nan]), [0.0, 0.0])
+    # a planted "dense" signal the heads lack: its weight is learned and it improves the ranking
+    ex = synthetic(n_queries=60, seed=1)
+    rng = np.random.default_rng(7)
+    for q in ex:
+        q.stages = {"dense": q.labels * 2.0 + rng.normal(size=len(q.labels)), "bm25": rng.normal(size=len(q.labels))}
+    w = train_head_weights(ex, stages=["dense", "bm25"], l2=0.1)
+    assert w.config.stages == ["dense", "bm25"] and len(w.stage_weights) == 2
+    assert w.stage_weights[0] > 1.0 and abs(w.stage_weights[1]) < 0.5 * w.stage_weights[0]
+    plain = train_head_weights(ex, l2=0.1)
+    ap = lambda m: kfold_evaluate(ex, k=3, l2=0.1, **m)  # noqa: E731
+    assert np.mean([f["learned"]["nDCG@10"] for f in ap({"stages": ["dense"]})]) > \
+        np.mean([f["learned"]["nDCG@10"] for f in ap({})])
+    q = ex[0]
+    np.testing.assert_allclose(w.score_features(q.features, stages=q.stages),
+                               np.column_stack([standardise(q.features), standardise(np.column_stack(
+                                   [q.stages["dense"], q.stages["bm25"]]))]) @ np.r_[w.weights, w.stage_weights] + w.bias)
+    assert plain.stage_weights == [] and LearnedHeadWeights.from_json(w.to_json()).stage_weights == w.stage_weights
+    with pytest.raises(InputError, match=r"no \['bm25'\] stage scores"):
+        w.score_features(q.features, stages={"dense": q.stages["dense"]})
+
+
 # --------------------------------------------------------------------------- with the reranker
 DOCS = [Document("paris", "Paris is the capital of France."), Document("berlin", "Berlin is in Germany."),
         Document("banana", "Bananas are yellow.")]
@@ -167,6 +194,18 @@ def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
     res = AttentionReranker(llm, scorer=w).rank("capital of France?", [
         ScoredDocument(d.id, 3.0 - i, i + 1, d.text) for i, d in enumerate(DOCS)])
     assert sorted(res.scores, reverse=True) == res.scores and set(res.ids) == {"paris", "berlin", "banana"}
+    # weights over the heads and the retrievers' dense score read ScoredDocument.stage_scores
+    for q in ex:
+        q.stages = {"dense": np.array([0.9, 0.1, 0.5])}
+    ws = train_head_weights(ex, stages=["dense"])
+    cands = [ScoredDocument(d.id, 3.0 - i, i + 1, d.text, stage_scores=s)
+             for i, (d, s) in enumerate(zip(DOCS, [{"dense": 0.9, "bm25": 2.0}, {"bm25": 1.0}, {"dense": 0.5}]))]
+    got = AttentionReranker(llm, scorer=ws).rank("capital of France?", cands)
+    feats = window_features(AttentionReranker(llm, heads).windows("capital of France?", DOCS), 3).T
+    want = ws.score_features(feats, stages={"dense": [0.9, 0.5, 0.5]})  # berlin: not dense-retrieved
+    assert got.ids == [DOCS[i].id for i in np.argsort(-want, kind="stable")]
+    with pytest.raises(InputError, match="no \\['dense'\\] stage scores"):
+        AttentionReranker(llm, scorer=ws).rank("capital of France?", DOCS)
     with pytest.raises(InputError, match="drop heads="):
         AttentionReranker(llm, "0-1", scorer="learned")
     with pytest.raises(InputError, match="scorer='best'"):
