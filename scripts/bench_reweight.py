@@ -88,8 +88,8 @@ class Settings:
 def sliced(w: WindowRows, head_idx) -> WindowRows:
     if head_idx is None:
         return w
-    return WindowRows(w.doc_index, w.spans, w.input_ids, w.real[head_idx],
-                      None if w.null is None else w.null[head_idx])
+    return WindowRows(w.doc_index, w.spans, w.input_ids, w.real[head_idx].astype(np.float64),
+                      None if w.null is None else w.null[head_idx].astype(np.float64))
 
 
 class Scorer:
