@@ -130,14 +130,19 @@ def _signals(root: Path, setting: str, ds, cands: dict) -> dict:
     return {q: {"bm25": bm25[q], "dense": [float(emb[d.id] @ v) for d in cands[q]]} for q, v in zip(qids, qemb)}
 
 
-def rrf_order(*scores, k: int = 60) -> np.ndarray:
-    """Reciprocal-rank fusion (Cormack et al., k=60) of score lists over the same candidates."""
-    out = np.zeros(len(scores[0]))
+def rrf_order(*scores) -> np.ndarray:
+    """Reciprocal-rank fusion (the retriever's :func:`attnrank.index.hybrid.rrf`) of score lists
+    over the same candidates, as scores in candidate order; NaN = not returned by that list."""
+    from attnrank.index.hybrid import rrf
+
+    rankings = []
     for s in scores:
-        s = np.nan_to_num(np.asarray(s, dtype=np.float64), nan=-np.inf)
-        rank = np.empty(len(s))
-        rank[np.argsort(-s, kind="stable")] = np.arange(len(s))
-        out += 1.0 / (k + rank + 1)
+        s = np.asarray(s, dtype=np.float64)
+        rankings.append(np.array([i for i in np.argsort(-np.nan_to_num(s, nan=-np.inf), kind="stable")
+                                  if np.isfinite(s[i])], dtype=np.int64))
+    ids, fused = rrf(rankings, len(scores[0]))
+    out = np.zeros(len(scores[0]))
+    out[ids] = fused
     return out
 
 
