@@ -86,8 +86,7 @@ def stage_signals(root: Path, setting: str, ds, cands: dict, cache: Path | None 
     scores, for HotpotQA BM25 over the pooled paragraphs; ``dense`` = MiniLM cosine. Cached as JSON."""
     import json
 
-    key = re.sub(r"[^A-Za-z0-9]+", "_", re.sub(r"\s*\(\d+ (queries|questions)\)", "", setting))
-    path = None if cache is None else cache / f"signals_{key}.json"
+    path = None if cache is None else cache / f"signals_{setting_key(setting)}.json"
     known = json.loads(path.read_text()) if path is not None and path.exists() else {}
     todo = [q for q in cands if q not in known]
     if todo:
@@ -147,13 +146,16 @@ def rrf_order(*scores) -> np.ndarray:
 
 
 # -- the row cache ------------------------------------------------------------------------------
+def setting_key(setting: str) -> str:
+    """A file-name key for a setting without its sample size: larger samples are supersets of
+    smaller ones (seeded shuffle / file order), so rows captured for 50 queries serve a run over 200."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", re.sub(r"\s*\(\d+ (queries|questions)\)", "", setting))
+
+
 def _cache_file(cache: Path | None, setting: str, qid: str, reranker) -> Path | None:
     if cache is None:
         return None
-    # the sample size is not part of the key: larger samples are supersets of smaller ones
-    # (seeded shuffle / file order), so rows captured for 50 queries serve a run over 200
-    setting = re.sub(r"\s*\(\d+ (queries|questions)\)", "", setting)
-    key = re.sub(r"[^A-Za-z0-9]+", "_", f"{setting}_{reranker.llm.fingerprint[:12]}")
+    key = f"{setting_key(setting)}_{reranker.llm.fingerprint[:12]}"
     return cache / key / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.npz"
 
 

@@ -172,8 +172,7 @@ class AttentionReranker:
             query_id = docs.query_id
         if not documents:
             return RankedResults(query, [], query_id, stage="attention")
-        first_stage = None if previous is None else [d.score for d in previous]
-        scores, evidence = self._score(query, documents, return_evidence, first_stage, _stage_scores(previous))
+        scores, evidence = self._score(query, documents, return_evidence, previous)
         res = rank_documents(query, documents, scores, stage="attention", query_id=query_id,
                              previous=previous, evidence=evidence)
         return res if k is None else res.top_k(k)
@@ -196,10 +195,12 @@ class AttentionReranker:
         return self._score(query, documents, False)[0]
 
     # -- internals ---------------------------------------------------------------------------
-    def _score(self, query: str, docs: list[Document], evidence: bool, first_stage=None, stages=None):
+    def _score(self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None = None):
         if self.learned is not None:  # linear head weighting (attnrank.rerank.learned)
             wins = self.windows(query, docs)
-            return self.learned.score_windows(wins, len(docs), self.head_list, first_stage, stages), None
+            first_stage = None if previous is None else [d.score for d in previous]
+            return self.learned.score_windows(wins, len(docs), self.head_list, first_stage,
+                                              _stage_scores(previous)), None
         scores = np.zeros(len(docs))
         ev: list[dict] | None = [{} for _ in docs] if evidence else None
         for w in self.windows(query, docs):

@@ -125,15 +125,6 @@ def stage_feature(scores: Sequence[float]) -> np.ndarray:
     return np.where(ok, s, s[ok].min() if ok.any() else 0.0)
 
 
-def stage_columns(names: Sequence[str], stages: dict[str, Any] | None, qid: str = "") -> list[np.ndarray]:
-    """The feature columns of the named earlier-stage scores (:func:`stage_feature`)."""
-    missing = [n for n in names if n not in (stages or {})]
-    if missing:
-        raise InputError(f"query {qid!r} has no {missing} stage scores but the model uses them; rerank the "
-                         "HybridRetriever's results (they carry bm25/dense stage_scores) or use weights without stages")
-    return [stage_feature(stages[n]) for n in names]  # type: ignore[index]
-
-
 def standardise(x: np.ndarray) -> np.ndarray:
     """Per-query z-score of each column of ``x [D, F]`` (population std; constant → 0)."""
     x = np.asarray(x, dtype=np.float64)
@@ -141,17 +132,29 @@ def standardise(x: np.ndarray) -> np.ndarray:
     return np.where(sd > 0, (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0), 0.0)
 
 
+def feature_matrix(features: np.ndarray, first_stage: Sequence[float] | None = None,
+                   stages: dict[str, Any] | None = None, *, use_first_stage: bool = False,
+                   use_stages: Sequence[str] = (), who: str = "the candidates") -> np.ndarray:
+    """The standardised design matrix ``[D, F (+1 rank) (+ stages)]`` of one query: the raw head
+    scores, the first-stage rank if ``use_first_stage``, and the ``use_stages`` scores by name."""
+    cols = [np.asarray(features, dtype=np.float64)]
+    if use_first_stage:
+        if first_stage is None:
+            raise InputError(f"{who} have no first-stage scores but the weights use them; pass ScoredDocument/"
+                             "RankedResults candidates (or first_stage=), or train with first_stage=False")
+        cols.append(first_stage_feature(first_stage)[:, None])
+    missing = [n for n in use_stages if n not in (stages or {})]
+    if missing:
+        raise InputError(f"{who} have no {missing} stage scores but the weights use them; rerank the "
+                         "HybridRetriever's results (they carry bm25/dense stage_scores) or use weights without stages")
+    cols += [stage_feature(stages[n])[:, None] for n in use_stages]  # type: ignore[index]
+    return standardise(np.hstack(cols))
+
+
 def design(q: QueryFeatures, first_stage: bool, stages: Sequence[str] = ()) -> np.ndarray:
-    """The standardised design matrix ``[D, F (+1 rank) (+ stages)]`` of one query."""
-    x = q.features
-    if first_stage:
-        if q.first_stage is None:
-            raise InputError(f"query {q.qid!r} has no first-stage scores but the model uses them; "
-                             "pass first_stage= or train with first_stage=False")
-        x = np.column_stack([x, first_stage_feature(q.first_stage)])
-    if stages:
-        x = np.column_stack([x, *stage_columns(stages, q.stages, q.qid)])
-    return standardise(x)
+    """:func:`feature_matrix` of a training/evaluation query."""
+    return feature_matrix(q.features, q.first_stage, q.stages, use_first_stage=first_stage, use_stages=stages,
+                          who=f"query {q.qid!r}'s candidates")
 
 
 @dataclass
@@ -198,17 +201,11 @@ class LearnedHeadWeights(RegistryArtifact):
                        stages: dict[str, Sequence[float]] | None = None) -> np.ndarray:
         """Scores of one query's candidates from raw ``features [D, H]`` (config head order),
         the first-stage scores and the earlier stages' scores by name (if the config uses them)."""
-        x = np.asarray(features, dtype=np.float64)
-        w = self.weights
-        if self.config.first_stage:
-            if first_stage is None:
-                raise InputError("these head weights use the first-stage score; pass ScoredDocument/"
-                                 "RankedResults candidates (or first_stage=) so it is available")
-            x, w = np.column_stack([x, first_stage_feature(first_stage)]), np.append(w, self.first_stage_weight)
-        if self.config.stages:
-            x = np.column_stack([x, *stage_columns(self.config.stages, stages)])
-            w = np.append(w, self.stage_weights)
-        return standardise(x) @ w + self.bias
+        x = feature_matrix(features, first_stage, stages, use_first_stage=self.config.first_stage,
+                           use_stages=self.config.stages)
+        w = np.concatenate([self.weights, [self.first_stage_weight] if self.config.first_stage else [],
+                            self.stage_weights])
+        return x @ w + self.bias
 
     def score_windows(self, windows: Sequence[Any], n_docs: int, head_list: Sequence[tuple[int, int]],
                       first_stage: Sequence[float] | None = None,
