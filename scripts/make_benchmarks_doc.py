@@ -12,7 +12,7 @@ ORDER = ["first_stage", "rerank", "heads", "reweight", "prune", "prune_sink", "p
 COMMANDS = {
     "first_stage": "python scripts/bench_first_stage.py",
     "rerank": "python scripts/bench_rerank.py",
-    "heads": "python scripts/bench_heads.py --scifact-queries 447 --hotpot-questions 400 --ship --ship-heads top32",
+    "heads": "python scripts/bench_heads.py --scifact-queries 809 --hotpot-questions 400 --ship --ship-heads top32",
     "reweight": "python scripts/bench_reweight.py --profile-trials 8",
     "prune": "python scripts/bench_prune.py --ship",
     "prune_sink": ("python scripts/bench_prune.py --questions 83 --methods query,query-sink,bm25,random "
