@@ -33,7 +33,6 @@ from benchrows import capture_all, dl19_sets, first_stage_run, hotpot_set, icr_s
 
 log = logging.getLogger("bench_heads")
 SHIP = REPO / "attnrank" / "heads" / "data"
-N_VARIANTS = 11  # learned variants in heldout()
 
 
 def metrics_for(ds) -> list[str]:
@@ -98,24 +97,23 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
                 {m: float(np.mean([d[m] for d in draws])) for m in draws[0]}, len(test))
         top32 = det["qr-ndcg"].top(32)
         sub = {q: restrict_heads(feats[q], top32) for q in qids}
-        # (label, features, extra training queries, first-stage rank, l2, stages, model)
-        variants = (("learned weighting (logistic, all heads)", feats, [], False, args.l2, (), "pointwise"),
-                    ("learned + first-stage rank", feats, [], True, args.l2, (), "pointwise"),
-                    ("learned + first-stage rank, also trained on the other datasets", feats, others, True, args.l2, (),
-                     "pointwise"),
-                    ("learned, top-32 qr-ndcg heads of the training folds, l2=1", sub, [], False, 1.0, (), "pointwise"),
-                    ("learned, top-32 qr-ndcg heads of the training folds, l2=10", sub, [], False, 10.0, (), "pointwise"),
-                    ("learned + dense score (stages=['dense'])", feats, [], False, args.l2, ("dense",), "pointwise"),
-                    ("learned + dense and BM25 scores", feats, [], False, args.l2, ("dense", "bm25"), "pointwise"),
-                    ("learned, top-32 of the training folds + dense score", sub, [], False, args.l2, ("dense",),
-                     "pointwise"),
-                    ("learned, top-32 of the training folds + dense score, l2=1", sub, [], False, 1.0, ("dense",),
-                     "pointwise"),
-                    ("learned pairwise (RankNet), top-32 of the training folds + dense score", sub, [], False, args.l2,
-                     ("dense",), "pairwise"),
-                    ("learned pairwise (RankNet), all heads + dense score", feats, [], False, args.l2, ("dense",),
-                     "pairwise"))
-        assert len(variants) == N_VARIANTS
+
+        def variant(label, fq, stages=(), *, extra=(), first_stage=False, l2=args.l2, kind="pointwise"):
+            return label, fq, list(extra), first_stage, l2, stages, kind
+
+        variants = (variant("learned weighting (logistic, all heads)", feats),
+                    variant("learned + first-stage rank", feats, first_stage=True),
+                    variant("learned + first-stage rank, also trained on the other datasets", feats, extra=others,
+                            first_stage=True),
+                    variant("learned, top-32 qr-ndcg heads of the training folds, l2=1", sub, l2=1.0),
+                    variant("learned, top-32 qr-ndcg heads of the training folds, l2=10", sub, l2=10.0),
+                    variant("learned + dense score (stages=['dense'])", feats, ("dense",)),
+                    variant("learned + dense and BM25 scores", feats, ("dense", "bm25")),
+                    variant("learned, top-32 of the training folds + dense score", sub, ("dense",)),
+                    variant("learned, top-32 of the training folds + dense score, l2=1", sub, ("dense",), l2=1.0),
+                    variant("learned pairwise (RankNet), top-32 of the training folds + dense score", sub, ("dense",),
+                            kind="pairwise"),
+                    variant("learned pairwise (RankNet), all heads + dense score", feats, ("dense",), kind="pairwise"))
         for label, fq, extra, fs, l2, stages, kind in variants:
             try:
                 extra = [restrict_heads(x, fq[train[0]].heads) for x in extra]
@@ -268,11 +266,12 @@ def ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args) -> N
 
 def markdown(p, args) -> str:
     env = p["environment"]
+    n_variants = len({r["method"] for r in p["heldout"] if r["method"].startswith("learned")})  # as targets() picks
     out = [f"# Retrieval heads of SmolLM2-135M-Instruct ({env['date']}, {env['cpus']} CPUs)", "",
            "Command: `" + " ".join(["python scripts/bench_heads.py", *sys.argv[1:]]) + "`", "",
            "## Targets: learned weighting against the best first-stage signal (held-out)", "",
            "Both sides are picked on the test folds: the best first-stage signal and the best of "
-           f"the {N_VARIANTS} learned variants, so Δ best variant is optimistic by the choice among variants "
+           f"the {n_variants} learned variants, so Δ best variant is optimistic by the choice among variants "
            "(the all-heads column is one pre-set model).", "",
            md_table(p["targets"], ["setting", "best first stage", "first stage nDCG@10", "learned, all heads",
                                    "best learned variant", "its nDCG@10", "Δ all heads", "Δ best variant"],
