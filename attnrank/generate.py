@@ -61,8 +61,6 @@ class Generator:
         _check_max_new(max_new_tokens)
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
         self.max_new_tokens = max_new_tokens
-        cfg = self.llm.model.config.get_text_config()
-        self.context_length = int(getattr(cfg, "max_position_embeddings", 0) or 4096)
 
     def __repr__(self) -> str:
         return f"Generator(model={self.llm.model_id!r}, max_new_tokens={self.max_new_tokens})"
@@ -81,9 +79,9 @@ class Generator:
         _check_max_new(n_new)
         tok = self.llm.tokenizer
         ids = encode_text(tok, self.prompt(question, context_docs))
-        if len(ids) + n_new > self.context_length:
+        if len(ids) + n_new > self.llm.context_length:
             raise InputError(f"the answer prompt has {len(ids)} tokens; with max_new_tokens={n_new} it "
-                             f"exceeds the model's {self.context_length}-token context; prune the "
+                             f"exceeds the model's {self.llm.context_length}-token context; prune the "
                              "context harder (smaller budget_tokens) or pass fewer passages")
         input_ids = torch.tensor([ids], device=self.llm.device)
         start = time.perf_counter()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
+
+from .errors import InputError
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,10 @@ class RankedResults:
     stage: str = ""
 
     def __post_init__(self) -> None:
-        # Sorting here keeps the invariant in one place: every stage returns sorted lists.
-        self.results.sort(key=lambda r: (-r.score, r.rank))
-        for i, r in enumerate(self.results, start=1):
-            r.rank = i
+        # Sorting here keeps the invariant in one place: every stage returns sorted lists. The
+        # caller's list and entries are left as they were: the results are new, re-ranked copies.
+        ordered = sorted(self.results, key=lambda r: (-r.score, r.rank))
+        self.results = [r if r.rank == i else replace(r, rank=i) for i, r in enumerate(ordered, start=1)]
 
     def __iter__(self) -> Iterator[ScoredDocument]:
         return iter(self.results)
@@ -84,6 +86,31 @@ class RankedResults:
 
     def documents(self) -> list[Document]:
         return [r.document for r in self.results]
+
+
+def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None]:
+    """Candidates as :class:`Document` objects, plus the earlier stage's :class:`ScoredDocument`
+    entries when every candidate is one (their scores feed learned and fused scorers).
+
+    ``docs``: a :class:`RankedResults`, or a sequence of ``Document``, ``ScoredDocument`` or ``str``
+    (a string becomes a document whose id is its position).
+    """
+    if isinstance(docs, RankedResults):
+        docs = docs.results
+    docs = list(docs)
+    if docs and all(isinstance(d, ScoredDocument) for d in docs):
+        return [d.document for d in docs], docs
+    out = []
+    for i, d in enumerate(docs):
+        if isinstance(d, Document):
+            out.append(d)
+        elif isinstance(d, str):
+            out.append(Document(str(i), d))
+        elif isinstance(d, ScoredDocument):
+            out.append(d.document)
+        else:
+            raise InputError(f"document #{i} is a {type(d).__name__}; pass Document, ScoredDocument or str")
+    return out, None
 
 
 def rank_documents(

@@ -134,7 +134,8 @@ class QuestionBM25:
 
 # -- slot profile ---------------------------------------------------------------------------------
 def slot_profile(reranker, pool: list[Document], k: int, trials: int, ship: bool) -> tuple[object, str]:
-    from attnrank.rerank.position import load_stored_profile, measure_slot_profile, store_profile
+    from attnrank.rerank.position import load_stored_profile, store_profile
+    from attnrank.rerank.profile import measure_slot_profile
 
     llm = reranker.llm
     try:

@@ -247,7 +247,7 @@ def main() -> None:
 
 
 def ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args) -> None:
-    from attnrank.heads.registry import save_head_set
+    from attnrank.registry import save_head_set
 
     data = " + ".join(n for n, _, _ in setups)
     save_head_set(rr.llm.model_id, rr.llm.fingerprint, "qr-ndcg", pooled_top, name="qr-ndcg", scores=pooled,

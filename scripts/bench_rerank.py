@@ -30,7 +30,7 @@ import numpy as np
 
 from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate, evaluate_per_query
-from attnrank.rerank.scoring import document_scores, token_scores
+from attnrank.llm.rows import document_scores, token_scores
 from benchdata import REPO, data_root, environment, md_table, scifact, write_outputs
 from benchrows import capture_all, dl19_sets, first_stage_run, head_quality, icr_scores, run_of, scifact_set
 

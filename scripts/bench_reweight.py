@@ -43,8 +43,9 @@ import numpy as np
 
 from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate, evaluate_per_query
-from attnrank.rerank.attention import WindowRows
-from attnrank.rerank.position import SlotProfile, measure_slot_profile, prompt_slots, store_profile
+from attnrank.llm.rows import WindowRows
+from attnrank.rerank.position import SlotProfile, prompt_slots, store_profile
+from attnrank.rerank.profile import measure_slot_profile
 from attnrank.rerank.reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
 from benchdata import OUT, REPO, data_root, dl19, environment, md_table, write_outputs
 from benchrows import CACHE, capture_all, dl19_sets, head_quality, load_windows, run_of, save_windows, scifact_set

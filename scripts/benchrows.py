@@ -172,7 +172,7 @@ def save_windows(path: Path, wins, seconds: float) -> None:
 
 
 def load_windows(path: Path):
-    from attnrank.rerank.attention import WindowRows
+    from attnrank.llm.rows import WindowRows
 
     class StoredRows(WindowRows):
         """Rows kept as the float32 the model produced (half the memory of float64: 800 SciFact
@@ -212,7 +212,7 @@ def capture_all(reranker, setting: str, queries: dict, cands: dict, cache: Path 
 
 def icr_scores(windows, n_docs: int, head_idx=None, calibrate=True, use_filter=True) -> np.ndarray:
     """ICR document scores (input order) from cached windows, optionally for a subset of heads."""
-    from attnrank.rerank.scoring import document_scores, token_scores
+    from attnrank.llm.rows import document_scores, token_scores
 
     s = np.zeros(n_docs)
     for w in windows:

@@ -98,7 +98,7 @@ def heads_detect(
 ) -> None:
     """Detect retrieval heads of a model and register them (used by --heads auto)."""
     from ..heads.detect import RETRIEVAL_THRESHOLD, detect_copy_heads, detect_query_focused
-    from ..heads.spec import format_heads
+    from ..llm.headspec import format_heads
     from ..llm.models import load_llm
 
     progress = _setup(quiet, verbose)
@@ -132,7 +132,8 @@ def heads_show(
     png: Optional[Path] = typer.Option(None, "--png", help="Write a layer x head heat map of the best scored set (needs attnrank[plot])."),
 ) -> None:
     """List the head sets registered for a model (user registry first, then shipped sets)."""
-    from ..heads.registry import load_head_sets, model_fingerprint
+    from ..llm.fingerprint import model_fingerprint
+    from ..registry import load_head_sets
 
     _setup(True)
     model_id, fingerprint = model_fingerprint(model)

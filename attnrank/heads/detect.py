@@ -40,8 +40,12 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .registry import save_head_set
-from .spec import HeadList
+from ..eval.metrics import evaluate_per_query
+from ..llm.attention import AttentionCapturer
+from ..llm.prompts import chat_frame
+from ..llm.rows import window_features
+from ..llm.headspec import HeadList
+from ..registry import save_head_set
 
 logger = logging.getLogger(__name__)
 
@@ -172,8 +176,6 @@ def build_niah_prompt(tokenizer: Any, haystack: str, needle: Needle, context_len
                       depth: float) -> NiahPrompt:
     """Haystack cut to about ``context_length`` prompt tokens, the needle inserted at the last
     sentence end before ``depth`` % of it, then the question; inside the chat template."""
-    from ..llm.prompts import chat_frame
-
     frame = chat_frame(tokenizer)
     tail = QUESTION_TEMPLATE.format(question=needle.question)
 
@@ -240,8 +242,6 @@ def detect_copy_heads(llm: Any, *, data: str | Path | None = None, lengths: Sequ
 
     ``needles``: indices into ``needles.jsonl`` (default all 3); ``haystack``: ``"book"`` (each
     needle with its own book part, as Retrieval_Head) or ``"essays"`` (Paul Graham essays)."""
-    from ..llm.attention import AttentionCapturer
-
     if haystack not in ("book", "essays"):
         raise InputError(f"haystack={haystack!r} is not 'book' or 'essays'")
     folder = niah_folder(data)
@@ -287,9 +287,6 @@ def query_focused_scores(items: Iterable[tuple[str, Sequence[Any], Sequence[str]
     """QR scores from precomputed window rows: ``items`` yields ``(qid, windows, candidate ids)``
     (``windows`` from :meth:`AttentionReranker.windows` over the candidates in that order, rows in
     ``head_list`` order). Returns ``{"qr-score", "qr-ndcg", "contrastive"}`` → :class:`HeadScores`."""
-    from ..eval.metrics import evaluate_per_query
-    from ..rerank.learned import window_features
-
     start = time.perf_counter()
     n = len(head_list)
     sums = {"qr-score": np.zeros(n), "contrastive": np.zeros(n)}

@@ -38,8 +38,8 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..heads.registry import RegistryArtifact
-from ..heads.spec import format_heads, parse_heads
+from ..registry import RegistryArtifact
+from ..llm.headspec import format_heads, parse_heads
 from ..rerank.learned import standardise
 
 logger = logging.getLogger(__name__)

@@ -53,16 +53,17 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
 from ..errors import InputError, ModelError
-from ..heads.spec import HeadsArg, format_heads, parse_heads
+from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.attention import AttentionCapturer
+from ..llm.capture import capture_window
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair, _block, build_rerank_prompts
-from ..rerank.attention import _as_documents
-from ..rerank.scoring import document_scores, per_head_document_scores, token_scores
-from ..types import Document
+from ..llm.rows import document_scores, per_head_document_scores, token_scores
+from ..registry import resolve_heads
+from ..rerank.reweight import content_mask, sink_filtered_rows
+from ..types import Document, as_documents
 from .context import PrunedContext, ScoredSentence, check_budget, resolve_budget, select
 from .probe import SentenceProbe, lexical_scores
 from .segment import DEFAULT_MAX_WORDS, Sentence, locate_sentences, segment
@@ -101,7 +102,7 @@ class ContextPruner:
 
     ``model``: an :class:`LLM` (share the reranker's), a model name, or None (default LLM).
     ``heads``: None/"all", pairs, "l-h,l-h", a JSON file (see :func:`parse_heads`) or "auto"
-    (the model's registered set, :mod:`attnrank.heads.registry`).
+    (the model's registered set, :mod:`attnrank.registry`).
     ``method``: "query", "focus" or "probe" (``probe``: a :class:`SentenceProbe`, default the
     model's registered one; it fixes the heads); ``calibrate``: subtract the "N/A" query's attention;
     ``length_norm``: "sqrt" or "none"; ``token_filter``: ICR's μ − 2σ filter per sentence;
@@ -129,8 +130,6 @@ class ContextPruner:
             self.probe = probe or SentenceProbe.load(self.llm.model_id, self.llm.fingerprint)
             heads, length_norm = self.probe.head_pairs, self.probe.length_norm
         elif isinstance(heads, str) and heads.strip().lower().startswith("auto"):
-            from ..heads.registry import resolve_heads
-
             heads = resolve_heads(heads, self.llm)
         self.heads = parse_heads(heads)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
@@ -141,8 +140,7 @@ class ContextPruner:
         self.hint_ids: list[int] = []
         if method == "focus":
             self.hint_ids = self.llm.tokenizer(self.focus_hint, add_special_tokens=False)["input_ids"]
-        context = int(getattr(self.llm.model.config.get_text_config(), "max_position_embeddings", 0) or 4096)
-        self.max_prompt_tokens = max_prompt_tokens or context - 64
+        self.max_prompt_tokens = max_prompt_tokens or self.llm.context_length - 64
 
     def __repr__(self) -> str:
         heads = "all" if self.heads is None else format_heads(self.heads)
@@ -209,7 +207,7 @@ class ContextPruner:
         """Check the input, segment, and plan the prompts (no model call)."""
         if not isinstance(query, str) or not query.strip():
             raise InputError(f"query {query!r} is empty; give the question the context is pruned for")
-        documents = _as_documents(docs)[0]
+        documents = as_documents(docs)[0]
         if not documents:
             raise InputError("no documents to prune; pass at least one passage")
         if sentences is not None and len(sentences) != len(documents):
@@ -321,24 +319,12 @@ class ContextPruner:
     def _rows(self, pair: RerankPromptPair, spans: list[Span]) -> np.ndarray:
         """``[heads, context tokens]`` rows of the query span or focus token, calibrated (and
         sink-filtered over the content tokens of ``spans`` when ``sink``)."""
-        dev = self.llm.device
-        prefix = self.capturer.prefill(torch.tensor([pair.prefix_ids], device=dev))
-        n_ctx = len(pair.prefix_ids)
-        real = self._capture(pair.real_suffix_ids, prefix)[:, :n_ctx].double().cpu().numpy()
-        null = (self._capture(pair.calibration_suffix_ids, prefix)[:, :n_ctx].double().cpu().numpy()
-                if self.calibrate else None)
+        w = capture_window(self.capturer, pair, calibrate=self.calibrate, extra_ids=self.hint_ids,
+                           query_span="last" if self.method == "focus" else "full", spans=spans)
         if self.sink:
-            from ..rerank.reweight import content_mask, sink_filtered_rows
-
-            mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(pair.prefix_ids), spans)
-            return sink_filtered_rows(real, null, mask)
-        return real if null is None else real - null
-
-    def _capture(self, suffix: list[int], prefix) -> torch.Tensor:
-        ids = suffix + self.hint_ids
-        start = len(ids) - 1 if self.method == "focus" else 0
-        return self.capturer.capture(torch.tensor([ids], device=self.llm.device), prefix=prefix,
-                                     query_start=start)
+            mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans)
+            return sink_filtered_rows(w.real, w.null, mask)
+        return w.rows
 
 
 # --------------------------------------------------------------------------- helpers

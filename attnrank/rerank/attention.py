@@ -5,7 +5,7 @@ All candidates and the query go into one prompt (see :mod:`attnrank.llm.prompts`
 content-free "N/A" suffix then each run over that cached context, capturing only the chosen
 heads' attention rows for the query span, and only up to the deepest chosen layer (see
 :mod:`attnrank.llm.attention`). Calibrated token scores ``Δ = a(q) − a(N/A)`` are summed over
-heads and aggregated per document with ICR's μ − 2σ filter (:mod:`attnrank.rerank.scoring`).
+heads and aggregated per document with ICR's μ − 2σ filter (:mod:`attnrank.llm.rows`).
 
 Long candidate lists: if the prompt would exceed ``max_prompt_tokens`` (default: the model's
 context length minus a margin), the candidates are dealt round-robin by first-stage rank into
@@ -23,67 +23,25 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
 from ..errors import InputError
-from ..heads.spec import HeadsArg, format_heads, parse_heads
 from ..llm.attention import AttentionCapturer
+from ..llm.capture import capture_window, check_query_span
+from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS, RerankPromptPair, build_rerank_prompts
-from ..types import Document, RankedResults, ScoredDocument, rank_documents
+from ..llm.rows import WindowRows, document_scores, token_scores
+from ..registry import resolve_heads
+from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
+from .learned import LearnedHeadWeights
 from .position import SlotProfile, load_profile
 from .reweight import Reweighting, check_setup, reweighted_document_scores, tokenized_query_terms
-from .scoring import document_scores, token_scores
 
 logger = logging.getLogger(__name__)
-
-QUERY_SPANS = ("full", "last")
-
-
-@dataclass
-class WindowRows:
-    """Raw material of one scored window: per-head attention rows over its context tokens.
-
-    ``real[h, j]`` / ``null[h, j]``: attention of the query span (real query / "N/A") from head
-    ``h`` (in :attr:`AttentionReranker.head_list` order) to context token ``j``, averaged over
-    the span's tokens. ``null`` is None without calibration.
-    """
-
-    doc_index: list[int]  # input indices of the window's documents
-    spans: list[tuple[int, int]]  # their token spans in the context (same order as doc_index)
-    input_ids: list[int]  # the context tokens
-    real: np.ndarray
-    null: np.ndarray | None = None
-
-    @property
-    def rows(self) -> np.ndarray:
-        """Calibrated rows ``real − null`` (ICR's Δ per head), or ``real`` without calibration."""
-        return self.real if self.null is None else self.real - self.null
-
-
-def _as_documents(docs) -> tuple[list[Document], list[ScoredDocument] | None]:
-    if isinstance(docs, RankedResults):
-        docs = docs.results
-    docs = list(docs)
-    if docs and all(isinstance(d, ScoredDocument) for d in docs):
-        return [d.document for d in docs], docs
-    out = []
-    for i, d in enumerate(docs):
-        if isinstance(d, Document):
-            out.append(d)
-        elif isinstance(d, str):
-            out.append(Document(str(i), d))
-        elif isinstance(d, ScoredDocument):
-            out.append(d.document)
-        else:
-            raise InputError(f"document #{i} is a {type(d).__name__}; pass Document, ScoredDocument or str")
-    return out, None
-
 
 def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, list[float]] | None:
     """Each earlier stage's scores over the candidates (NaN where a candidate has none); a stage
@@ -104,7 +62,7 @@ class AttentionReranker:
     ``reweight``: re-weighting steps (:class:`~attnrank.rerank.reweight.Reweighting`; None =
     plain ICR aggregation); ``slot_profile``: the profile (or its JSON path, or ``"auto"``: the
     model's registered profile with the most slots) that ``reweight.slot_correction`` needs. Evidence tokens always hold the plain calibrated scores.
-    ``heads="auto"`` / ``"auto:METHOD"``: the model's registered set (:mod:`attnrank.heads.registry`).
+    ``heads="auto"`` / ``"auto:METHOD"``: the model's registered set (:mod:`attnrank.registry`).
     ``scorer``: "sum" (default), "learned" (the model's registered linear head weights,
     :mod:`attnrank.rerank.learned`; they fix heads, calibration and filter) or a
     :class:`~attnrank.rerank.learned.LearnedHeadWeights`.
@@ -117,23 +75,19 @@ class AttentionReranker:
                  dtype: str = "auto", device: str = "cpu", show_progress: bool = False,
                  reweight: Reweighting | None = None, slot_profile: SlotProfile | str | Path | None = None,
                  scorer: Any = "sum"):
-        if query_span not in QUERY_SPANS:
-            raise InputError(f"query_span={query_span!r} is not one of {QUERY_SPANS}")
+        check_query_span(query_span)
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
         self.learned = self._learned_weights(scorer, heads)
         if self.learned is not None:  # the weights fix the heads, calibration and filter
             heads, calibrate, token_filter = self.learned.heads, self.learned.config.calibrate, self.learned.config.use_filter
         elif isinstance(heads, str) and heads.strip().lower().startswith("auto"):
-            from ..heads.registry import resolve_heads
-
             heads = resolve_heads(heads, self.llm)
         self.heads = parse_heads(heads)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
         self.calibrate, self.query_span, self.token_filter = calibrate, query_span, token_filter
         self.prompt_kw = dict(instruction=instruction, order=order, max_doc_words=max_doc_words,
                               max_doc_tokens=max_doc_tokens)
-        context = int(getattr(self.llm.model.config.get_text_config(), "max_position_embeddings", 0) or 4096)
-        self.max_prompt_tokens = max_prompt_tokens or context - 64
+        self.max_prompt_tokens = max_prompt_tokens or self.llm.context_length - 64
         self.show_progress = show_progress
         self.reweight = reweight
         self.slot_profile = None if slot_profile is None else load_profile(
@@ -143,8 +97,6 @@ class AttentionReranker:
     def _learned_weights(self, scorer: Any, heads: HeadsArg):
         """``scorer``: "sum" (ICR/QRHead head sum), "learned" (the model's registered
         :class:`~attnrank.rerank.learned.LearnedHeadWeights`) or such an object."""
-        from .learned import LearnedHeadWeights
-
         if isinstance(scorer, str) and scorer == "sum":
             return None
         if heads is not None:
@@ -167,7 +119,7 @@ class AttentionReranker:
     def rank(self, query: str, docs: Sequence[Document | ScoredDocument | str] | RankedResults, k: int | None = None,
              *, query_id: str | None = None, return_evidence: bool = False) -> RankedResults:
         """Rerank ``docs`` (first-stage order) for ``query``; the best ``k`` (all if None)."""
-        documents, previous = _as_documents(docs)
+        documents, previous = as_documents(docs)
         if query_id is None and isinstance(docs, RankedResults):
             query_id = docs.query_id
         if not documents:
@@ -191,7 +143,7 @@ class AttentionReranker:
 
     def score(self, query: str, docs: Sequence[Document | str]) -> np.ndarray:
         """Calibrated attention score of each document, in input order."""
-        documents, _ = _as_documents(docs)
+        documents, _ = as_documents(docs)
         return self._score(query, documents, False)[0]
 
     # -- internals ---------------------------------------------------------------------------
@@ -244,17 +196,5 @@ class AttentionReranker:
         return [self._window(pair, list(range(len(docs))))]
 
     def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:
-        dev = self.llm.device
-        prefix_ids = torch.tensor([pair.prefix_ids], device=dev)
-        P = prefix_ids.shape[1]
-        prefix = self.capturer.prefill(prefix_ids)
-        real = self._capture(pair.real_suffix_ids, prefix)[:, :P].double().cpu().numpy()
-        null = None
-        if self.calibrate:
-            null = self._capture(pair.calibration_suffix_ids, prefix)[:, :P].double().cpu().numpy()
-        return WindowRows(doc_index, pair.doc_spans, pair.prefix_ids, real, null)
-
-    def _capture(self, suffix: list[int], prefix) -> torch.Tensor:
-        start = len(suffix) - 1 if self.query_span == "last" else 0
-        ids = torch.tensor([suffix], device=self.llm.device)
-        return self.capturer.capture(ids, prefix=prefix, query_start=start)
+        return capture_window(self.capturer, pair, calibrate=self.calibrate, query_span=self.query_span,
+                              doc_index=doc_index)

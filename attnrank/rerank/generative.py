@@ -22,8 +22,7 @@ import torch
 
 from ..errors import InputError
 from ..llm.models import LLM, load_llm
-from ..types import Document, RankedResults, rank_documents
-from .attention import _as_documents
+from ..types import Document, RankedResults, as_documents, rank_documents
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +69,7 @@ class PointwiseReranker:
         return np.concatenate(out)
 
     def rank(self, query: str, docs, k: int | None = None, *, query_id: str | None = None) -> RankedResults:
-        documents, previous = _as_documents(docs)
+        documents, previous = as_documents(docs)
         res = rank_documents(query, documents, self.score(query, documents), stage="pointwise",
                              query_id=query_id, previous=previous)
         return res if k is None else res.top_k(k)
@@ -115,7 +114,7 @@ class ListwiseReranker:
         return named + [i for i in range(len(docs)) if i not in named]
 
     def rank(self, query: str, docs, k: int | None = None, *, query_id: str | None = None) -> RankedResults:
-        documents, previous = _as_documents(docs)
+        documents, previous = as_documents(docs)
         order = list(range(len(documents)))
         end = len(order)
         while True:  # slide from the bottom of the list to the top, as RankGPT does

@@ -1,7 +1,7 @@
 """Learned head weighting: a linear reranker over per-head attention scores.
 
 Features of a (query, passage) pair: each selected head's calibrated passage score ``S_h(d)``
-(:func:`~attnrank.rerank.scoring.per_head_document_scores`: ICR's Δ = a(q) − a(N/A) rows,
+(:func:`~attnrank.llm.rows.per_head_document_scores`: ICR's Δ = a(q) − a(N/A) rows,
 QRHead's per-head μ−2σ token filter, summed over the passage's tokens; units: shares of the query
 span's attention), for heads of layers ≤ ``max_layer`` (so the forward pass can stop early);
 optionally the first-stage *rank* as one more feature (:func:`first_stage_feature`: ``−rank``
@@ -38,29 +38,15 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..heads.registry import RegistryArtifact
-from ..heads.spec import format_heads, parse_heads
-from .scoring import per_head_document_scores
+from ..eval.metrics import evaluate
+from ..llm.headspec import format_heads, parse_heads
+from ..llm.rows import window_features
+from ..registry import RegistryArtifact
 
 logger = logging.getLogger(__name__)
 
 ARTIFACT = "head-weights"
 MODELS = ("pointwise", "pairwise")
-
-
-def window_features(windows: Sequence[Any], n_docs: int, *, calibrate: bool = True,
-                    use_filter: bool = True) -> np.ndarray:
-    """``[H, D]`` per-head passage scores over a query's windows (:class:`WindowRows`), in the
-    input order of the candidates (``w.doc_index``) and the rows' head order."""
-    out = None
-    for w in windows:
-        rows = w.rows if calibrate else w.real
-        if out is None:
-            out = np.zeros((rows.shape[0], n_docs))
-        out[:, w.doc_index] = per_head_document_scores(rows, w.spans, use_filter=use_filter)
-    if out is None:
-        raise InputError("no windows given; pass the output of AttentionReranker.windows(query, docs)")
-    return out
 
 
 @dataclass
@@ -293,8 +279,6 @@ def train_head_weights(examples: Sequence[QueryFeatures], *, model: str = "point
 def evaluate_scores(examples: Sequence[QueryFeatures], scorer: Callable[[QueryFeatures], np.ndarray],
                     metrics: Sequence[str] = ("nDCG@10",), rel: int = 1) -> dict[str, float]:
     """ir-measures metrics of ``scorer(query) -> scores [D]`` over ``examples`` (their labels)."""
-    from ..eval.metrics import evaluate
-
     run = {q.qid: dict(zip(q.doc_ids, np.asarray(scorer(q), dtype=float).tolist())) for q in examples}
     qrels = {q.qid: {d: int(l) for d, l in zip(q.doc_ids, q.labels)} for q in examples}
     return evaluate(run, qrels, metrics, rel=rel)

@@ -6,7 +6,7 @@ content. AttnRank profiles this once per model on a calibration set and then pla
 relevant documents at the highest-attention slots before generation. No code or exact
 aggregation of that paper is public; what follows is our reconstruction:
 
-- :func:`measure_slot_profile`: prompts of ``n_slots`` documents drawn at random from a pool,
+- :func:`~attnrank.rerank.profile.measure_slot_profile`: prompts of ``n_slots`` documents drawn at random from a pool,
   with a content-free query; per prompt slot (position ``0..n_slots−1``, 0 = first document in
   the prompt), the mean and std over trials of the reranker's calibrated document score. With
   random documents in random slots, content averages out and what remains is the attention a
@@ -20,7 +20,7 @@ interpolation: slot ``k`` of ``K`` reads the profile at fractional slot ``k·(n_
 (first and last slots map onto each other). This is an approximation: score magnitudes shrink
 as ``K`` grows (the query's attention is shared by more documents), so measure the profile at
 the ``K`` actually used where possible. Profiles are stored with the head registry
-(:mod:`attnrank.heads.registry`, artifact ``"slot-profiles"``, one entry per ``n_slots``): the
+(:mod:`attnrank.registry`, artifact ``"slot-profiles"``, one entry per ``n_slots``): the
 default model's ship inside the package, :func:`store_profile` writes user ones, and
 ``load_profile("auto", model_id, fingerprint, n_slots=K)`` picks the registered profile whose
 ``n_slots`` is closest to ``K``. A profile can also be saved to / loaded from its own JSON file.
@@ -31,30 +31,18 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import InputError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..types import Document
-    from .attention import AttentionReranker
+from ..registry import load_artifact, save_artifact
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-# Generic questions about no particular content. Not the calibration query "N/A": its
-# calibrated scores (real − null) would be exactly 0.
-PROFILE_QUERIES = (
-    "What is this about?",
-    "Which paragraph is relevant?",
-    "Tell me more.",
-    "What does the text say?",
-)
 
 
 @dataclass(frozen=True)
@@ -136,8 +124,6 @@ def load_profile(profile: SlotProfile | str | Path, model_id: str = "", fingerpr
 def store_profile(profile: SlotProfile, *, root: Path | None = None) -> Path:
     """Register ``profile`` with its model's head-registry entry (replacing one of the same
     ``n_slots``); ``root``: the registry folder (default: the user registry). Returns the file."""
-    from ..heads.registry import load_artifact, save_artifact
-
     stored = load_artifact(ARTIFACT, profile.model_id, profile.fingerprint, root=root) or {}
     profiles = {k: v for k, v in stored.get("profiles", {}).items() if k != str(profile.n_slots)}
     profiles[str(profile.n_slots)] = json.loads(profile.to_json())
@@ -148,8 +134,6 @@ def load_stored_profile(model_id: str, fingerprint: str, *, n_slots: int | None 
                         root: Path | None = None) -> SlotProfile:
     """The registered profile of this model closest to ``n_slots`` slots (user registry before
     the shipped one; ties go to the larger profile)."""
-    from ..heads.registry import load_artifact
-
     stored = (load_artifact(ARTIFACT, model_id, fingerprint, root=root) or {}).get("profiles", {})
     if not stored:
         raise InputError(f"no slot profile is registered for model {model_id!r} (fingerprint {fingerprint[:12]}); "
@@ -207,45 +191,3 @@ def reorder_for_generation(docs_best_first: Sequence[Any], profile: SlotProfile)
     for doc, slot in zip(docs, slot_order):
         out[int(slot)] = doc
     return out
-
-
-def measure_slot_profile(reranker: AttentionReranker, docs_pool: Sequence[Document], *, n_slots: int,
-                         n_trials: int, seed: int = 0,
-                         queries: str | Sequence[str] = PROFILE_QUERIES) -> SlotProfile:
-    """Measure the model's per-slot score profile with ``reranker`` (its heads, calibration and
-    re-weighting, minus slot correction).
-
-    Each trial puts ``n_slots`` distinct documents drawn at random (``seed``) from ``docs_pool``
-    into one prompt with a content-free query (cycled from ``queries``) and records the score of
-    the document at each slot.
-    """
-    from .reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
-
-    queries = [queries] if isinstance(queries, str) else list(queries)
-    if not 1 <= n_slots <= len(docs_pool):
-        raise InputError(f"n_slots={n_slots} must be in 1..{len(docs_pool)} (the pool size); "
-                         "lower n_slots or give more documents")
-    if n_trials < 1:
-        raise InputError(f"n_trials={n_trials} must be >= 1")
-    if not queries or (reranker.calibrate and any(q.strip() == "N/A" for q in queries)):
-        raise InputError(f"queries={queries!r} must be non-empty and not the calibration query 'N/A' "
-                         "(its calibrated scores are all 0); use generic questions")
-    cfg = replace(reranker.reweight or Reweighting(), slot_correction=False)
-    rng = np.random.default_rng(seed)
-    table = np.empty((n_trials, n_slots))
-    for t in range(n_trials):
-        docs = [docs_pool[i] for i in rng.choice(len(docs_pool), n_slots, replace=False)]
-        query = queries[t % len(queries)]
-        windows = reranker.windows(query, docs)
-        if len(windows) != 1:
-            raise InputError(f"{n_slots} documents do not fit one prompt of max_prompt_tokens="
-                             f"{reranker.max_prompt_tokens}; lower n_slots or max_doc_words")
-        w = windows[0]
-        tokens = reranker.llm.tokenizer.convert_ids_to_tokens(w.input_ids)
-        terms = tokenized_query_terms(reranker.llm.tokenizer, query, cfg.idf_unit)
-        scores = reweighted_document_scores(w, tokens, terms, cfg, use_filter=reranker.token_filter)
-        table[t, prompt_slots(w.spans)] = scores
-        logger.debug("slot profile trial %d/%d: %s", t + 1, n_trials, np.round(table[t], 6).tolist())
-    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return SlotProfile(n_slots, tuple(table.mean(0)), tuple(table.std(0)), reranker.llm.model_id,
-                       reranker.llm.fingerprint, n_trials, date)

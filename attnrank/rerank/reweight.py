@@ -1,7 +1,7 @@
 """Re-weighting calibrated attention before document aggregation: sink filtering, cross-document
 IDF, entropy regularization and positional (slot) calibration, each switchable.
 
-Works on one scored window (:class:`~attnrank.rerank.attention.WindowRows`: per-head rows
+Works on one scored window (:class:`~attnrank.llm.rows.WindowRows`: per-head rows
 ``real``/``null`` ``[H, P]`` over the ``P`` context tokens, document ``spans``) plus the
 context's token strings (``tokenizer.convert_ids_to_tokens``), so it runs offline on cached rows.
 Steps, in order (notation: ``Δ_j`` = calibrated score of context token ``j``, summed over heads;
@@ -44,16 +44,13 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
 from ..errors import InputError
+from ..llm.rows import WindowRows, check_finite, check_spans, document_scores, keep_mask, token_scores
 from .position import SlotProfile, prompt_slots, slot_correct
-from .scoring import document_scores, token_scores
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .attention import WindowRows
 
 logger = logging.getLogger(__name__)
 
@@ -216,16 +213,10 @@ def _label_length(texts: Sequence[str], s: int, e: int) -> int:
     return e - s
 
 
-def _check_spans(spans: Sequence[Span], n: int) -> None:
-    for s, e in spans:
-        if not 0 <= s < e <= n:
-            raise InputError(f"document span {(s, e)} is outside the {n} context tokens")
-
-
 def content_mask(token_strings: Sequence[str | None], spans: Sequence[Span]) -> np.ndarray:
     """``[P]`` bool: tokens inside a document span that are neither its ``[i]`` label, nor a
     special token, nor pure punctuation/whitespace."""
-    _check_spans(spans, len(token_strings))
+    check_spans(spans, len(token_strings))
     texts = token_texts(token_strings)
     mask = np.zeros(len(texts), dtype=bool)
     for s, e in spans:
@@ -281,14 +272,6 @@ def normalized_entropy(values: np.ndarray) -> float:
     return float(min(1.0, max(0.0, -(p * np.log(p)).sum() / math.log(pos.size))))
 
 
-def _keep(values: np.ndarray, use_filter: bool) -> np.ndarray:
-    """ICR's μ − 2σ mask (unbiased σ); all kept if off, < 2 values or σ = 0."""
-    if not use_filter or values.size < 2:
-        return np.ones(values.shape, dtype=bool)
-    sd = values.std(ddof=1)
-    return np.ones(values.shape, dtype=bool) if sd == 0.0 else values > values.mean() - 2.0 * sd
-
-
 def aggregate(delta: np.ndarray, doc_tokens: Sequence[np.ndarray], cfg: Reweighting, *,
               use_filter: bool = True) -> np.ndarray:
     """Per document: μ − 2σ filter and sum, with the entropy step of ``cfg`` if on."""
@@ -297,7 +280,7 @@ def aggregate(delta: np.ndarray, doc_tokens: Sequence[np.ndarray], cfg: Reweight
         v = delta[toks]
         if v.size == 0:
             continue
-        keep = _keep(v, use_filter)
+        keep = keep_mask(v, use_filter)
         if cfg.entropy and cfg.entropy_mode == "temper":
             out[d] = float((np.sign(v) * np.abs(v) ** cfg.temper_gamma)[keep].sum())
         else:
@@ -337,7 +320,7 @@ def reweighted_document_scores(window: WindowRows, token_strings: Sequence[str |
 def _reweighted(window: WindowRows, token_strings: Sequence[str | None], terms_q: Collection[str],
                 cfg: Reweighting, use_filter: bool) -> np.ndarray:
     spans = window.spans
-    _check_spans(spans, len(token_strings))
+    check_spans(spans, len(token_strings))
     if cfg.sink:
         mask = content_mask(token_strings, spans)
         delta = token_scores(sink_filtered_rows(window.real, window.null, mask))
@@ -345,10 +328,7 @@ def _reweighted(window: WindowRows, token_strings: Sequence[str | None], terms_q
     else:
         delta = token_scores(window.rows)
         doc_tokens = [np.arange(s, e) for s, e in spans]
-    if not np.isfinite(delta).all():
-        bad = int(np.flatnonzero(~np.isfinite(delta))[0])
-        raise InputError(f"non-finite attention score at context token {bad}; "
-                         "check the model dtype (use float32/bfloat16)")
+    check_finite(delta)
     if cfg.idf:
         texts = token_texts(token_strings)
         terms = token_terms(token_strings, cfg.idf_unit)
@@ -364,7 +344,7 @@ def check_setup(cfg: Reweighting | None, profile: SlotProfile | None, model_id: 
     wants = cfg is not None and cfg.slot_correction
     if wants and profile is None:
         raise InputError("reweight.slot_correction=True needs slot_profile= (a SlotProfile or its JSON path); "
-                         "measure one with attnrank.rerank.position.measure_slot_profile")
+                         "measure one with attnrank.rerank.profile.measure_slot_profile")
     if profile is not None and not wants:
         logger.warning("slot_profile given but reweight.slot_correction is off: the profile is not used")
     if profile is not None and (profile.model_id, profile.fingerprint) != (model_id, fingerprint):

@@ -187,7 +187,7 @@ def test_query_focused_detection_end_to_end(llm, tmp_path):
         assert isinstance(hs, HeadScores) and hs.method == name and hs.scores.shape == (3, 4)
         assert np.isfinite(hs.scores).all() and hs.n_used == 3 and len(hs.top(16)) == 12
     # reference for one head: its per-head document scores, by hand
-    from attnrank.rerank.scoring import per_head_document_scores
+    from attnrank.llm.rows import per_head_document_scores
 
     h = 5  # layer 1, head 1
     qr, con, nd = [], [], []

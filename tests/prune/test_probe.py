@@ -122,7 +122,7 @@ def test_probe_method_scores_with_the_probe(llm, tmp_path, monkeypatch):  # noqa
 
 
 def test_pruner_auto_heads_from_the_registry(llm, tmp_path, monkeypatch):  # noqa: F811
-    from attnrank.heads.registry import save_head_set
+    from attnrank.registry import save_head_set
 
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
     save_head_set(llm.model_id, llm.fingerprint, "qr-ndcg", [(1, 2), (0, 3)])

@@ -14,7 +14,7 @@ from attnrank.errors import InputError
 from attnrank.llm.attention import naive_attention_rows
 from attnrank.llm.prompts import build_rerank_prompts
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.rerank.scoring import document_scores, token_scores
+from attnrank.llm.rows import document_scores, token_scores
 from attnrank.types import Document, RankedResults, ScoredDocument
 
 DOCS = rerank_docs()

@@ -19,8 +19,8 @@ from attnrank.rerank.learned import (
     restrict_heads,
     standardise,
     train_head_weights,
-    window_features,
 )
+from attnrank.llm.rows import window_features
 from attnrank.types import Document, ScoredDocument
 
 HEADS = [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]

@@ -10,7 +10,8 @@ from _tiny import tiny_model, tiny_tokenizer
 from attnrank.errors import InputError
 from attnrank.llm.models import LLM
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.rerank.position import (SlotProfile, load_profile, load_stored_profile, measure_slot_profile,
+from attnrank.rerank.profile import measure_slot_profile
+from attnrank.rerank.position import (SlotProfile, load_profile, load_stored_profile, 
                                       prompt_slots, reorder_for_generation, resample_profile, slot_correct,
                                       store_profile)
 from attnrank.rerank.reweight import Reweighting

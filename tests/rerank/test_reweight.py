@@ -10,12 +10,13 @@ import pytest
 
 from _tiny import RERANK_QUERY, rerank_docs, tiny_llm, tiny_tokenizer
 from attnrank.errors import InputError
-from attnrank.rerank.attention import AttentionReranker, WindowRows
+from attnrank.llm.rows import WindowRows
+from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.position import SlotProfile
 from attnrank.rerank.reweight import (Reweighting, content_mask, idf_weights, normalized_entropy,
                                       reweighted_document_scores, sink_filtered_rows, token_terms,
                                       token_texts, tokenized_query_terms)
-from attnrank.rerank.scoring import document_scores, token_scores
+from attnrank.llm.rows import document_scores, token_scores
 from attnrank.types import Document
 
 # -- sink filtering ---------------------------------------------------------------------------

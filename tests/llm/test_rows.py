@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.rerank.scoring import document_scores, per_head_document_scores, token_scores
+from attnrank.llm.rows import document_scores, per_head_document_scores, token_scores
 
 
 def test_token_scores_sum_and_weights():

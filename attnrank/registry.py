@@ -1,4 +1,5 @@
-"""Per-model registry of retrieval-head sets and other per-model artifacts.
+"""The per-model artifact store: retrieval-head sets and everything else learned per model
+(head weights, the sentence probe, slot profiles), with one save/load protocol.
 
 A head set is only valid for the weights it was detected on, so every entry is keyed by the
 model id and :attr:`attnrank.llm.models.LLM.fingerprint` (hub commit or weights sha256). A
@@ -44,16 +45,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .. import config
-from ..errors import InputError
-from .spec import HeadList, format_heads, parse_heads
+from . import config
+from .errors import InputError
+from .llm.headspec import HeadList, format_heads, parse_heads
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "attnrank-heads/1"
 ANY_FINGERPRINT = "*"
 METHOD_PREFERENCE = ("qr-ndcg", "qr-score", "contrastive")  # then others, then "copy"
-SHIPPED_DIR = Path(__file__).parent / "data"
+SHIPPED_DIR = Path(__file__).parent / "heads" / "data"
 
 
 @dataclass
@@ -238,7 +239,7 @@ def resolve_heads(spec: str, llm: Any, *, root: Path | None = None) -> HeadList:
 def save_artifact(kind: str, model_id: str, fingerprint: str, payload: dict[str, Any], *,
                   root: Path | None = None) -> Path:
     """Store a per-model JSON ``payload`` under ``kind`` (e.g. ``"head-weights"``,
-    ``"slot-profile"``) in the user registry, replacing the previous one of that kind."""
+    ``"slot-profiles"``) in the user registry, replacing the previous one of that kind."""
     if not kind or not fingerprint:
         raise InputError(f"artifact kind {kind!r} and fingerprint {fingerprint!r} must be non-empty")
     path = _user_file(model_id, fingerprint, root)
@@ -288,17 +289,3 @@ class RegistryArtifact:
             raise InputError(f"no {cls.LABEL} in the head registry for model {model_id!r} (fingerprint "
                              f"{fingerprint[:12]}); {cls.HINT}")
         return cls.from_json(data)  # type: ignore[attr-defined]
-
-
-def model_fingerprint(model_id: str | None) -> tuple[str, str]:
-    """(model id, fingerprint) as :func:`~attnrank.llm.models.load_llm` would give them, without
-    loading the weights (hashing a local weights file the first time)."""
-    from ..llm import models
-
-    model_id = (model_id or config.DEFAULT_LLM).strip()
-    gguf = models._gguf_source(model_id)
-    if gguf is not None:
-        return model_id, models.file_sha256(gguf)
-    if Path(model_id).expanduser().exists():
-        model_id = str(Path(model_id).expanduser())
-    return model_id, models._pretrained_fingerprint(model_id)

@@ -13,15 +13,15 @@ from typer.testing import CliRunner
 from _tiny import save_tiny, tiny_model, tiny_tokenizer
 from attnrank.cli import app
 from attnrank.errors import InputError, MissingExtraError
-from attnrank.heads import registry
-from attnrank.heads.registry import (
+from attnrank import registry
+from attnrank.registry import (
     load_artifact,
     load_head_sets,
-    model_fingerprint,
     resolve_heads,
     save_artifact,
     save_head_set,
 )
+from attnrank.llm.fingerprint import model_fingerprint
 from attnrank.llm.models import LLM
 from attnrank.rerank.attention import AttentionReranker
 

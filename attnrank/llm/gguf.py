@@ -1,0 +1,108 @@
+"""The packaged GGUF default, de-quantized once into a cached float32 folder.
+
+transformers de-quantizes a GGUF on every load (~20-30 s on CPU), so the float32 weights, config
+and tokenizer are written once to ``config.cache_dir()/models/<name>-<hash12>/`` (atomically,
+verified bit for bit against the in-memory model) and later loads read that folder.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnrank import config
+from attnrank.errors import ModelError
+
+from .fingerprint import file_sha256
+
+logger = logging.getLogger(__name__)
+
+
+def load_gguf_uncached(gguf: Path) -> tuple[Any, Any]:
+    """(model, tokenizer) de-quantized straight from a GGUF by transformers (slow, float32)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 attn_implementation="sdpa", dtype=torch.float32)
+    logger.info("de-quantized %s in %.1f s", gguf.name, time.perf_counter() - start)
+    return model.eval(), tokenizer
+
+
+def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
+    """De-quantize ``gguf`` and write config, weights and tokenizer to ``folder`` atomically."""
+    from safetensors.torch import save_file
+
+    logger.info("de-quantizing %s once into %s (later loads read the cache)", gguf.name, folder)
+    model, tokenizer = load_gguf_uncached(gguf)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary folder
+    try:
+        save_file(_dedup_state_dict(model), str(tmp / "model.safetensors"), {"format": "pt"})
+        cfg = copy.deepcopy(model.config)
+        for attr in {"quantization_config", "_name_or_path"} & set(vars(cfg)):
+            delattr(cfg, attr)  # a plain float32 checkpoint now, loadable offline
+        cfg.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        _verify_cache(model, tmp)
+        (tmp / "attnrank.json").write_text(json.dumps({"source": str(gguf), "sha256": digest}))
+        if folder.exists() and not cache_complete(folder):  # a damaged copy: replace it
+            shutil.rmtree(folder)
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process finished first: keep its copy
+            if not cache_complete(folder):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _dedup_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """The state dict without tied copies (safetensors refuses shared tensors); the first name
+    of a storage is kept (``embed_tokens`` before ``lm_head``) and the config re-ties them."""
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        if key not in seen:  # a later name sharing the storage is a tied copy
+            seen.add(key)
+            out[name] = tensor.detach().contiguous().cpu()
+    return out
+
+
+def _verify_cache(model: Any, folder: Path) -> None:
+    """Reload ``folder`` and check it gives the in-memory model's logits, bit for bit."""
+    from transformers import AutoModelForCausalLM
+
+    reloaded, info = AutoModelForCausalLM.from_pretrained(
+        folder, local_files_only=True, dtype=torch.float32, attn_implementation="sdpa",
+        output_loading_info=True)
+    missing = sorted(info.get("missing_keys", []))
+    ids = torch.arange(1, 9).unsqueeze(0) % model.config.get_text_config().vocab_size
+    with torch.no_grad():
+        same = torch.equal(model(ids).logits, reloaded.eval()(ids).logits)
+    if missing or not same:
+        raise ModelError(f"the de-quantized cache written to {folder} does not reproduce the "
+                         f"GGUF model (missing weights: {missing or 'none'}, logits equal: {same})")
+
+
+def gguf_cache_dir(gguf: Path, digest: str | None = None) -> Path:
+    digest = digest or file_sha256(gguf)
+    return config.cache_dir() / "models" / f"{gguf.stem}-{digest[:12]}"
+
+
+def cache_complete(folder: Path) -> bool:
+    return all((folder / f).is_file() for f in ("config.json", "model.safetensors",
+                                                "tokenizer_config.json", "attnrank.json"))
+
