@@ -1,9 +1,10 @@
 """Retrieve → rerank → prune → answer, with the typed result and the wall time of every stage.
 
-:class:`Pipeline` chains a first-stage retriever (:class:`~attnrank.index.retriever.HybridRetriever`
-or anything with ``search(query, k, query_id=)``), an optional reranker (``rank(query, docs, k)``,
-e.g. :class:`~attnrank.rerank.attention.AttentionReranker`), an optional
-:class:`~attnrank.prune.pruner.ContextPruner` and an optional :class:`~attnrank.generate.Generator`.
+:class:`Pipeline` chains a first-stage :class:`Retriever` (e.g.
+:class:`~attnrank.index.retriever.HybridRetriever`), an optional :class:`Reranker` (e.g.
+:class:`~attnrank.rerank.attention.AttentionReranker`), an optional :class:`Pruner` (e.g.
+:class:`~attnrank.prune.pruner.ContextPruner`) and an optional :class:`~attnrank.generate.Generator`;
+each stage has its own configuration (:class:`RerankConfig`, :class:`PruneConfig`).
 When stages use the same LLM object it is loaded once (:meth:`Pipeline.from_model` does that;
 :func:`~attnrank.llm.models.load_llm` also caches per process). With ``reorder`` (a
 :class:`~attnrank.rerank.position.SlotProfile`) the kept passages are placed for generation by
@@ -16,10 +17,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import InputError
 from .generate import Answer, Generator, StreamCallback
+from .llm.models import LLM, load_llm
+from .prune.config import PruneConfig
+from .prune.context import PrunedContext
+from .prune.pruner import ContextPruner
+from .rerank.attention import AttentionReranker
+from .rerank.config import RerankConfig
+from .rerank.position import SlotProfile, load_profile, reorder_for_generation
 from .types import Document, RankedResults
 
 logger = logging.getLogger(__name__)
@@ -36,7 +44,7 @@ class PipelineResult:
     question: str
     first_stage: RankedResults
     reranked: RankedResults | None
-    pruned: Any | None  # attnrank.prune.PrunedContext
+    pruned: PrunedContext | None
     answer: Answer | None
     context: list[Document]
     timings: dict[str, float] = field(default_factory=dict)
@@ -47,73 +55,108 @@ class PipelineResult:
         return [d.id for d in self.context]
 
 
-class Pipeline:
-    """Retrieve ``first_stage_k`` passages, rerank them and keep ``rerank_k`` (the first-stage
-    top ``rerank_k`` without a reranker), prune them to a budget, answer from what is left."""
+class Retriever(Protocol):
+    """First stage: anything with ``search(query, k, *, query_id=None) -> RankedResults``."""
 
-    def __init__(self, retriever: Any, reranker: Any | None = None, pruner: Any | None = None,
-                 generator: Generator | None = None, *, first_stage_k: int = 20, rerank_k: int = 5,
+    def search(self, query: str, k: int = ..., *, query_id: str | None = ...) -> RankedResults: ...
+
+
+class Reranker(Protocol):
+    """Second stage: ``rank(query, candidates, k) -> RankedResults`` (best first)."""
+
+    def rank(self, query: str, docs: Any, k: int | None = ..., *, query_id: str | None = ...) -> RankedResults: ...
+
+
+class Pruner(Protocol):
+    """Third stage: keeps the useful sentences of the passages within a budget."""
+
+    def prune(self, query: str, docs: Any, *, budget_tokens: int | None = ..., keep_ratio: float | None = ...,
+              neighbours: int = ...) -> PrunedContext: ...
+
+
+class Pipeline:
+    """Retrieve ``depth`` passages, rerank them and keep ``top_k`` (the first-stage top ``top_k``
+    without a reranker), prune them to a budget, answer from what is left.
+
+    ``reorder``: a :class:`~attnrank.rerank.position.SlotProfile`, or True for the generator
+    model's registered profile (Attention Basin placement), or False."""
+
+    def __init__(self, retriever: Retriever | None, reranker: Reranker | None = None, pruner: Pruner | None = None,
+                 generator: Generator | None = None, *, depth: int = 20, top_k: int = 5,
                  budget_tokens: int | None = DEFAULT_BUDGET_TOKENS, neighbours: int = 0,
-                 reorder: Any | None = None):
-        for name, value in (("first_stage_k", first_stage_k), ("rerank_k", rerank_k)):
-            if not isinstance(value, int) or value < 1:
+                 reorder: SlotProfile | bool = False):
+        for name, value in (("depth", depth), ("top_k", top_k)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InputError(f"{name}={value!r} must be an integer >= 1")
-        if rerank_k > first_stage_k:
-            raise InputError(f"rerank_k={rerank_k} exceeds first_stage_k={first_stage_k}; the reranker "
-                             "can only keep passages the first stage found: lower rerank_k or raise first_stage_k")
+        if top_k > depth:
+            raise InputError(f"top_k={top_k} exceeds depth={depth}; the reranker can only keep passages the "
+                             "first stage found: lower top_k or raise depth")
         self.retriever, self.reranker, self.pruner, self.generator = retriever, reranker, pruner, generator
-        self.first_stage_k, self.rerank_k = first_stage_k, rerank_k
-        self.budget_tokens, self.neighbours, self.reorder = budget_tokens, neighbours, reorder
+        self.depth, self.top_k = depth, top_k
+        self.budget_tokens, self.neighbours = budget_tokens, neighbours
+        self.reorder = self._profile(reorder)
+
+    def _profile(self, reorder: SlotProfile | bool) -> SlotProfile | None:
+        if not isinstance(reorder, bool):
+            return reorder
+        if not reorder:
+            return None
+        llm = next((stage.llm for stage in (self.generator, self.reranker, self.pruner)
+                    if isinstance(getattr(stage, "llm", None), LLM)), None)
+        if llm is None:
+            raise InputError("reorder=True reads the generator model's registered slot profile, but no stage "
+                             "has a model; pass a SlotProfile or build the pipeline with Pipeline.from_model")
+        return load_profile("auto", llm.model_id, llm.fingerprint, n_slots=self.top_k)
 
     @classmethod
-    def from_model(cls, retriever: Any, model: Any = None, *, heads: Any = None,
-                   generator_model: Any = None, rerank: bool = True, prune: bool = True,
-                   generate: bool = True, method: str = "query", max_new_tokens: int = 64,
-                   reorder: bool = False, dtype: str = "auto", device: str = "cpu", **kw: Any) -> Pipeline:
-        """A pipeline whose reranker, pruner and generator share one loaded LLM (``model``);
-        ``generator_model`` gives the generator another model. ``reorder=True`` places the
-        passages by the generator model's registered slot profile. ``kw`` go to the constructor."""
-        from .llm.models import LLM, load_llm
+    def from_model(cls, retriever: Retriever | None, model: str | LLM | None = None, *,
+                   rerank: RerankConfig | str | bool = True, prune: PruneConfig | bool = True,
+                   generate: bool = True, generator_model: str | LLM | None = None, max_new_tokens: int = 64,
+                   dtype: str = "auto", device: str = "cpu", **kw: Any) -> Pipeline:
+        """A pipeline whose reranker, pruner and generator share one loaded LLM (``model``).
 
+        ``rerank``: a :class:`RerankConfig`, a preset name, True (the default preset) or False;
+        ``prune``: a :class:`PruneConfig`, True (its defaults) or False; ``generator_model`` gives
+        the generator another model. ``kw`` go to the constructor (``depth``, ``top_k``,
+        ``budget_tokens``, ``neighbours``, ``reorder``)."""
         llm = model if isinstance(model, LLM) else None
-        if llm is None and (rerank or prune or (generate and generator_model is None)):
+        if llm is None and (rerank is not False or prune is not False or (generate and generator_model is None)):
             llm = load_llm(model, dtype=dtype, device=device)
         reranker = pruner = generator = None
-        if rerank:
-            from .rerank.attention import AttentionReranker
-
-            reranker = AttentionReranker(llm, heads)
-        if prune:
-            from .prune.pruner import ContextPruner
-
-            pruner = ContextPruner(llm, heads, method=method)
+        if rerank is not False:
+            config = rerank if isinstance(rerank, RerankConfig) else RerankConfig.preset("" if rerank is True else rerank)
+            reranker = AttentionReranker(llm, config=config)
+        if prune is not False:
+            pruner = ContextPruner(llm, config=prune if isinstance(prune, PruneConfig) else None)
         if generate:
             gen_llm = llm if generator_model is None else generator_model
             generator = Generator(gen_llm, max_new_tokens, dtype=dtype, device=device)
-        pipe = cls(retriever, reranker, pruner, generator, **kw)
-        if reorder:
-            from .rerank.position import load_profile
+        return cls(retriever, reranker, pruner, generator, **kw)
 
-            target = generator.llm if generator is not None else llm
-            pipe.reorder = load_profile("auto", target.model_id, target.fingerprint, n_slots=pipe.rerank_k)
-        return pipe
-
-    def run(self, question: str, *, budget_tokens: int | None = None, keep_ratio: float | None = None,
-            stream: StreamCallback | None = None, query_id: str | None = None) -> PipelineResult:
-        """Run every configured stage for ``question``. The pruning budget is ``budget_tokens``,
-        else ``keep_ratio``, else the pipeline's ``budget_tokens``; ``stream`` receives the answer's
-        text pieces as they are generated."""
+    def run(self, question: str, candidates: RankedResults | None = None, *, budget_tokens: int | None = None,
+            keep_ratio: float | None = None, stream: StreamCallback | None = None,
+            query_id: str | None = None) -> PipelineResult:
+        """Run every configured stage for ``question``. ``candidates``: a first-stage list to use
+        instead of searching (e.g. a benchmark's fixed candidates). The pruning budget is
+        ``budget_tokens``, else ``keep_ratio``, else the pipeline's ``budget_tokens``; ``stream``
+        receives the answer's text pieces as they are generated."""
         if not isinstance(question, str) or not question.strip():
             raise InputError(f"question {question!r} is empty; pass the question to answer")
         timings: dict[str, float] = {}
         start = time.perf_counter()
-        first = self.retriever.search(question, self.first_stage_k, query_id=query_id)
+        if candidates is None:
+            if self.retriever is None:
+                raise InputError("this pipeline has no retriever; pass candidates= to run()")
+            first = self.retriever.search(question, self.depth, query_id=query_id)
+        else:
+            first = candidates if isinstance(candidates, RankedResults) else RankedResults(
+                question, list(candidates), query_id, stage="given")
         timings["retrieve"] = time.perf_counter() - start
         reranked = None
-        top = first.top_k(self.rerank_k)
+        top = first.top_k(self.top_k)
         if self.reranker is not None:
             t = time.perf_counter()
-            reranked = self.reranker.rank(question, first, k=self.rerank_k)
+            reranked = self.reranker.rank(question, first, k=self.top_k)
             top = reranked
             timings["rerank"] = time.perf_counter() - t
         context = top.documents()
@@ -127,8 +170,6 @@ class Pipeline:
             context = pruned.documents()
             timings["prune"] = time.perf_counter() - t
         if self.reorder is not None:  # after pruning, which reads the passages best-first
-            from .rerank.position import reorder_for_generation
-
             context = reorder_for_generation(context, self.reorder)
         answer = None
         if self.generator is not None:

@@ -169,7 +169,7 @@ def run_question(q: dict, pipe, gen, pruner, profile, args) -> dict:
     from attnrank.rerank.position import reorder_for_generation
 
     question, golds = q["question"], q["answers"]
-    pipe.retriever = QuestionBM25(q["docs"])
+    retriever = QuestionBM25(q["docs"])
     arms: dict[str, dict] = {}
 
     def record(arm: str, answer, context: list, timings: dict) -> None:
@@ -180,7 +180,7 @@ def run_question(q: dict, pipe, gen, pruner, profile, args) -> dict:
                      "context_ids": ids, "timings": timings}
 
     t = time.perf_counter()
-    first = pipe.retriever.search(question, len(q["docs"]))
+    first = retriever.search(question, len(q["docs"]))
     t_retrieve = time.perf_counter() - t
     full = first.documents()
 
@@ -202,7 +202,7 @@ def run_question(q: dict, pipe, gen, pruner, profile, args) -> dict:
     arms["pruned"].update(sentence_tokens=pruned.original_tokens, kept_tokens=pruned.kept_tokens,
                           compression=pruned.compression)
 
-    res = pipe.run(question)
+    res = pipe.run(question, retriever.search(question, pipe.depth))
     record("pipeline", res.answer, res.context, {k: v for k, v in res.timings.items() if k != "total"})
     arms["pipeline"].update(sentence_tokens=res.pruned.original_tokens, kept_tokens=res.pruned.kept_tokens,
                             compression=res.pruned.compression)
@@ -324,7 +324,7 @@ def main() -> None:
     reranker = AttentionReranker(llm, args.heads)
     pruner = ContextPruner(llm, args.heads, method=args.prune_method)
     gen = Generator(llm, args.max_new_tokens)
-    pipe = Pipeline(None, reranker, pruner, gen, first_stage_k=10, rerank_k=args.rerank_k,
+    pipe = Pipeline(None, reranker, pruner, gen, depth=10, top_k=args.rerank_k,
                     budget_tokens=args.pipeline_budget)
     profile, profile_note = slot_profile(reranker, pool, args.rerank_k, args.profile_trials, args.ship)
     args.profile_curve = profile.curve(args.rerank_k).tolist()

@@ -199,7 +199,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
     root = data_root(args.data)
-    rr = AttentionReranker()
+    rr = AttentionReranker(config="icr")  # every head: the captured rows serve all variants
     setups = dl19_sets(root, [20]) + [scifact_set(root, args.scifact_queries), hotpot_set(root, args.hotpot_questions)]
     caps = {name: capture_all(rr, name, ds.queries, cands) for name, ds, cands in setups}
     if args.capture_only:

@@ -267,7 +267,7 @@ def main() -> None:
         setups = dl19_sets(root, [int(x) for x in args.dl19_depths.split(",")], args.dl19_queries)
         if args.scifact_queries:
             setups.append(scifact_set(root, args.scifact_queries))
-        q_rows, extra = quality(setups, AttentionReranker(), args)
+        q_rows, extra = quality(setups, AttentionReranker(config="icr"), args)
         if not args.speed_heads and extra.get("top16_by_dataset"):
             args.speed_heads = ",".join(f"{l}-{h}" for l, h in next(iter(extra["top16_by_dataset"].values())))
     s_rows = [] if args.skip_speed else speed(args)

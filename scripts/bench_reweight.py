@@ -429,7 +429,7 @@ def main() -> None:
     root, out_dir = data_root(args.data), Path(args.out)
     from attnrank.rerank.attention import AttentionReranker
 
-    rr = AttentionReranker()  # the default model, all heads, plain ICR
+    rr = AttentionReranker(config="icr")  # the default model, all heads, plain ICR
     tok, heads = rr.llm.tokenizer, rr.head_list
     sets = Settings(root, args.max_queries or None)
     model = {"id": rr.llm.model_id, "fingerprint": rr.llm.fingerprint, "layers": rr.llm.num_layers,

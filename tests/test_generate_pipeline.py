@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from _tiny import save_tiny, tiny_model, tiny_tokenizer
+from attnrank.prune.config import PruneConfig
 from attnrank.cli import app
 from attnrank.errors import InputError
 from attnrank.generate import Answer, Generator
@@ -55,7 +56,7 @@ def test_generator_bad_input(llm):
 
 def test_pipeline_end_to_end(llm, built_retriever):
     pipe = Pipeline(built_retriever, AttentionReranker(llm), ContextPruner(llm), Generator(llm, max_new_tokens=4),
-                    first_stage_k=4, rerank_k=2)
+                    depth=4, top_k=2)
     pieces: list[str] = []
     res = pipe.run(QUESTION, budget_tokens=120, stream=pieces.append)
     assert isinstance(res, PipelineResult) and res.question == QUESTION
@@ -73,11 +74,11 @@ def test_pipeline_end_to_end(llm, built_retriever):
 
 
 def test_pipeline_without_optional_stages(built_retriever):
-    res = Pipeline(built_retriever, first_stage_k=5, rerank_k=3).run(QUESTION)
+    res = Pipeline(built_retriever, depth=5, top_k=3).run(QUESTION)
     assert res.reranked is None and res.pruned is None and res.answer is None
     assert res.sources == res.first_stage.ids[:3] and list(res.timings) == ["retrieve", "total"]
-    with pytest.raises(InputError, match="rerank_k=6 exceeds first_stage_k=5"):
-        Pipeline(built_retriever, first_stage_k=5, rerank_k=6)
+    with pytest.raises(InputError, match="top_k=6 exceeds depth=5"):
+        Pipeline(built_retriever, depth=5, top_k=6)
     with pytest.raises(InputError, match="question '' is empty"):
         Pipeline(built_retriever).run("")
 
@@ -87,8 +88,8 @@ def test_pipeline_reorders_passages_by_slot_profile(llm, built_retriever, tmp_pa
 
     # a profile that attends most to the last slot: the best passage goes last
     profile = SlotProfile(3, (0.0, 0.1, 0.5), (0.0,) * 3, llm.model_id, llm.fingerprint, 1, "2026-01-01")
-    plain = Pipeline(built_retriever, first_stage_k=4, rerank_k=3).run(QUESTION)
-    res = Pipeline(built_retriever, first_stage_k=4, rerank_k=3, reorder=profile).run(QUESTION)
+    plain = Pipeline(built_retriever, depth=4, top_k=3).run(QUESTION)
+    res = Pipeline(built_retriever, depth=4, top_k=3, reorder=profile).run(QUESTION)
     best = plain.sources
     assert res.sources == [best[2], best[1], best[0]]
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
@@ -96,12 +97,12 @@ def test_pipeline_reorders_passages_by_slot_profile(llm, built_retriever, tmp_pa
         Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, reorder=True)
     store_profile(profile)
     pipe = Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, generate=True, reorder=True,
-                               max_new_tokens=1, first_stage_k=4, rerank_k=3)
+                               max_new_tokens=1, depth=4, top_k=3)
     assert pipe.reorder == profile and pipe.run(QUESTION).sources == res.sources
 
 
 def test_from_model_shares_one_llm(llm, built_retriever):
-    pipe = Pipeline.from_model(built_retriever, llm, method="focus", max_new_tokens=2, first_stage_k=3, rerank_k=1)
+    pipe = Pipeline.from_model(built_retriever, llm, prune=PruneConfig(method="focus"), max_new_tokens=2, depth=3, top_k=1)
     assert pipe.reranker.llm is llm and pipe.pruner.llm is llm and pipe.generator.llm is llm
     res = pipe.run(QUESTION, keep_ratio=0.5)
     assert res.pruned.method == "focus" and res.pruned.budget_source == "keep_ratio"

@@ -98,9 +98,15 @@ def ask(
     _setup(quiet, verbose)
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
     retriever = HybridRetriever.load(_index_path(name, index_dir))
-    pipe = Pipeline.from_model(retriever, model, heads=heads, generator_model=generator_model,
-                               rerank=not no_rerank, prune=not no_prune, method=method, reorder=reorder,
-                               max_new_tokens=max_new_tokens, first_stage_k=k, rerank_k=rerank_k)
+    from ..prune.config import PruneConfig
+    from ..rerank.config import RerankConfig
+
+    rerank_cfg = RerankConfig.preset(heads=heads) if heads else RerankConfig.preset()
+    prune_cfg = PruneConfig(method=method, **({"heads": heads} if heads else {}))
+    pipe = Pipeline.from_model(retriever, model, generator_model=generator_model,
+                               rerank=False if no_rerank else rerank_cfg, prune=False if no_prune else prune_cfg,
+                               reorder=reorder,
+                               max_new_tokens=max_new_tokens, depth=k, top_k=rerank_k)
     typer.echo(f"Q: {question}\nA: ", nl=False)
     res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=lambda s: typer.echo(s, nl=False))
     typer.echo("")

@@ -64,15 +64,14 @@ from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..registry import resolve_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents
+from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, check_budget, resolve_budget, select
 from .probe import SentenceProbe, lexical_scores
-from .segment import DEFAULT_MAX_WORDS, Sentence, locate_sentences, segment
+from .segment import Sentence, locate_sentences, segment
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("query", "focus", "probe")
-LENGTH_NORMS = ("sqrt", "none")
-FOCUS_HINT = "The answer is"
+_UNSET: Any = object()  # ``heads`` not given: the configuration's heads
 
 Span = tuple[int, int]
 
@@ -100,7 +99,8 @@ class _Chunk:
 class ContextPruner:
     """Keep the sentences of retrieved passages that an LLM's attention marks as relevant.
 
-    ``model``: an :class:`LLM` (share the reranker's), a model name, or None (default LLM).
+    Configured by a :class:`~attnrank.prune.config.PruneConfig` (``config``), whose fields keyword
+    ``options`` override. ``model``: an :class:`LLM` (share the reranker's), a model name, or None (default LLM).
     ``heads``: None/"all", pairs, "l-h,l-h", a JSON file (see :func:`parse_heads`) or "auto"
     (the model's registered set, :mod:`attnrank.registry`).
     ``method``: "query", "focus" or "probe" (``probe``: a :class:`SentenceProbe`, default the
@@ -112,35 +112,31 @@ class ContextPruner:
     See the module docstring for the prompt, the scores, the budget and chunking.
     """
 
-    def __init__(self, model: str | LLM | None = None, heads: HeadsArg = None, *, method: str = "query",
-                 calibrate: bool = True, length_norm: str = "sqrt", token_filter: bool = False,
-                 sink: bool = False, instruction: str = "qa", order: str = "reverse", focus_hint: str = FOCUS_HINT,
-                 max_sentence_words: int = DEFAULT_MAX_WORDS, max_prompt_tokens: int | None = None,
-                 probe: SentenceProbe | None = None, dtype: str = "auto", device: str = "cpu"):
-        if method not in METHODS:
-            raise InputError(f"method={method!r} is not one of {METHODS}")
-        if length_norm not in LENGTH_NORMS:
-            raise InputError(f"length_norm={length_norm!r} is not one of {LENGTH_NORMS}")
-        if method == "focus" and not focus_hint.strip():
-            raise InputError("focus_hint is empty; method='focus' needs an answer hint such as "
-                             f"{FOCUS_HINT!r}")
-        self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
+    def __init__(self, model: str | LLM | None = None, heads: HeadsArg | object = _UNSET, *,
+                 config: PruneConfig | None = None, probe: SentenceProbe | None = None, **options: Any):
+        if heads is not _UNSET:
+            options["heads"] = heads
+        if isinstance(model, str):
+            options["model"] = model
+        self.config = cfg = (config or PruneConfig()).with_options(**options)
+        self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None
-        if method == "probe":  # the probe fixes heads and length normalisation
+        heads, length_norm = cfg.heads, cfg.length_norm
+        if cfg.method == "probe":  # the probe fixes heads and length normalisation
             self.probe = probe or SentenceProbe.load(self.llm.model_id, self.llm.fingerprint)
             heads, length_norm = self.probe.head_pairs, self.probe.length_norm
         elif isinstance(heads, str) and heads.strip().lower().startswith("auto"):
             heads = resolve_heads(heads, self.llm)
         self.heads = parse_heads(heads)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
-        self.method, self.calibrate, self.length_norm, self.sink = method, calibrate, length_norm, sink
-        self.token_filter, self.max_sentence_words = token_filter, max_sentence_words
-        self.prompt_kw = dict(instruction=instruction, order=order, max_doc_words=None, max_doc_tokens=None)
-        self.focus_hint = focus_hint.strip()
+        self.method, self.calibrate, self.length_norm, self.sink = cfg.method, cfg.calibrate, length_norm, cfg.sink
+        self.token_filter, self.max_sentence_words = cfg.token_filter, cfg.max_sentence_words
+        self.prompt_kw = dict(instruction=cfg.instruction, order=cfg.order, max_doc_words=None, max_doc_tokens=None)
+        self.focus_hint = cfg.focus_hint.strip()
         self.hint_ids: list[int] = []
-        if method == "focus":
+        if cfg.method == "focus":
             self.hint_ids = self.llm.tokenizer(self.focus_hint, add_special_tokens=False)["input_ids"]
-        self.max_prompt_tokens = max_prompt_tokens or self.llm.context_length - 64
+        self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
 
     def __repr__(self) -> str:
         heads = "all" if self.heads is None else format_heads(self.heads)

@@ -23,25 +23,27 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import InputError
 from ..llm.attention import AttentionCapturer
-from ..llm.capture import capture_window, check_query_span
+from ..llm.capture import capture_window
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
-from ..llm.prompts import DEFAULT_MAX_DOC_WORDS, RerankPromptPair, build_rerank_prompts
+from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows, document_scores, token_scores
 from ..registry import resolve_heads
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
+from .config import AUTO_OR_ALL, RerankConfig
 from .learned import LearnedHeadWeights
-from .position import SlotProfile, load_profile
-from .reweight import Reweighting, check_setup, reweighted_document_scores, tokenized_query_terms
+from .position import load_profile
+from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
 
 logger = logging.getLogger(__name__)
+
+_UNSET: Any = object()  # ``heads`` not given: the configuration's heads
 
 def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, list[float]] | None:
     """Each earlier stage's scores over the candidates (NaN where a candidate has none); a stage
@@ -54,6 +56,11 @@ def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, list[float
 
 class AttentionReranker:
     """Rerank passages by the attention a query pays them, read from selected heads.
+
+    Configured by a :class:`~attnrank.rerank.config.RerankConfig`: ``config`` is a preset name
+    (default ``"qrhead"``: the model's registered retrieval heads, else all heads) or a config
+    object, and keyword ``options`` override its fields (``model`` may also be a loaded
+    :class:`LLM`). The fields, as the reranker reads them:
 
     ``heads``: None/"all" (ICR: every head), a list of (layer, head) pairs, "l-h,l-h" text, or a
     JSON file (QRHead). ``calibrate``: subtract the content-free "N/A" query's attention.
@@ -68,39 +75,53 @@ class AttentionReranker:
     :class:`~attnrank.rerank.learned.LearnedHeadWeights`.
     """
 
-    def __init__(self, model: str | LLM | None = None, heads: HeadsArg = None, *, calibrate: bool = True,
-                 query_span: str = "full", token_filter: bool = True, instruction: str = "ie",
-                 order: str = "reverse", max_doc_words: int | None = DEFAULT_MAX_DOC_WORDS,
-                 max_doc_tokens: int | None = None, max_prompt_tokens: int | None = None,
-                 dtype: str = "auto", device: str = "cpu", show_progress: bool = False,
-                 reweight: Reweighting | None = None, slot_profile: SlotProfile | str | Path | None = None,
-                 scorer: Any = "sum"):
-        check_query_span(query_span)
-        self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
-        self.learned = self._learned_weights(scorer, heads)
+    def __init__(self, model: str | LLM | None = None, heads: HeadsArg | object = _UNSET, *,
+                 config: RerankConfig | str | None = None, show_progress: bool = False, **options: Any):
+        cfg = config if isinstance(config, RerankConfig) else RerankConfig.preset(config or "")
+        if heads is not _UNSET:
+            options["heads"] = heads
+        if isinstance(model, str):
+            options["model"] = model
+        self.config = cfg = cfg.with_options(**options)
+        self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
+        self.learned = self._learned_weights(cfg.scorer)
+        calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
             heads, calibrate, token_filter = self.learned.heads, self.learned.config.calibrate, self.learned.config.use_filter
-        elif isinstance(heads, str) and heads.strip().lower().startswith("auto"):
-            heads = resolve_heads(heads, self.llm)
+        else:
+            heads = self._resolve_heads(cfg.heads)
         self.heads = parse_heads(heads)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
-        self.calibrate, self.query_span, self.token_filter = calibrate, query_span, token_filter
-        self.prompt_kw = dict(instruction=instruction, order=order, max_doc_words=max_doc_words,
-                              max_doc_tokens=max_doc_tokens)
-        self.max_prompt_tokens = max_prompt_tokens or self.llm.context_length - 64
+        self.calibrate, self.query_span, self.token_filter = calibrate, cfg.query_span, token_filter
+        self.prompt_kw = dict(instruction=cfg.instruction, order=cfg.order, max_doc_words=cfg.max_doc_words,
+                              max_doc_tokens=cfg.max_doc_tokens)
+        self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.show_progress = show_progress
-        self.reweight = reweight
-        self.slot_profile = None if slot_profile is None else load_profile(
-            slot_profile, self.llm.model_id, self.llm.fingerprint)
-        check_setup(reweight, self.slot_profile, self.llm.model_id, self.llm.fingerprint)
+        self.reweight = cfg.reweight
+        self.slot_profile = None if cfg.slot_profile is None else load_profile(
+            cfg.slot_profile, self.llm.model_id, self.llm.fingerprint)
+        check_setup(self.reweight, self.slot_profile, self.llm.model_id, self.llm.fingerprint)
 
-    def _learned_weights(self, scorer: Any, heads: HeadsArg):
+    def _resolve_heads(self, heads: HeadsArg) -> HeadsArg:
+        """Registered sets for ``"auto"``/``"auto:METHOD"``; ``"auto-or-all"`` falls back to all
+        heads (with a warning) for a model that has none registered."""
+        if not isinstance(heads, str):
+            return heads
+        spec = heads.strip().lower()
+        if spec == AUTO_OR_ALL:
+            try:
+                return resolve_heads("auto", self.llm)
+            except InputError:
+                logger.warning("no retrieval-head set is registered for %s: reranking with all heads (ICR); "
+                               "detect one with `attnrank heads detect`", self.llm.model_id)
+                return None
+        return resolve_heads(heads, self.llm) if spec.startswith("auto") else heads
+
+    def _learned_weights(self, scorer: Any) -> LearnedHeadWeights | None:
         """``scorer``: "sum" (ICR/QRHead head sum), "learned" (the model's registered
         :class:`~attnrank.rerank.learned.LearnedHeadWeights`) or such an object."""
         if isinstance(scorer, str) and scorer == "sum":
             return None
-        if heads is not None:
-            raise InputError(f"scorer={scorer!r} reads the heads its weights were trained on; drop heads={heads!r}")
         if isinstance(scorer, LearnedHeadWeights):
             return scorer
         if scorer == "learned":
@@ -113,7 +134,8 @@ class AttentionReranker:
 
     def __repr__(self) -> str:
         heads = "all" if self.heads is None else format_heads(self.heads)
-        return f"AttentionReranker(model={self.llm.model_id!r}, heads={heads}, calibrate={self.calibrate})"
+        return (f"AttentionReranker(model={self.llm.model_id!r}, preset={self.config.name!r}, heads={heads}, "
+                f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate})")
 
     # -- public API --------------------------------------------------------------------------
     def rank(self, query: str, docs: Sequence[Document | ScoredDocument | str] | RankedResults, k: int | None = None,

@@ -16,7 +16,8 @@ from attnrank.llm.attention import naive_attention_rows
 from attnrank.llm.models import LLM
 from attnrank.llm.prompts import build_rerank_prompts
 from attnrank.prune.context import PrunedContext, ScoredSentence, select
-from attnrank.prune.pruner import FOCUS_HINT, ContextPruner
+from attnrank.prune.config import FOCUS_HINT
+from attnrank.prune.pruner import ContextPruner
 from attnrank.types import Document
 
 DOCS = [

@@ -1,0 +1,58 @@
+"""The context pruner's one configuration object (see :mod:`attnrank.rerank.config` for the
+reranker's): the Python API, :class:`~attnrank.pipeline.Pipeline` and the CLI build a
+:class:`~attnrank.prune.pruner.ContextPruner` from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import InputError
+from ..rerank.config import check_fields
+from .segment import DEFAULT_MAX_WORDS
+
+PRUNE_METHODS = ("query", "focus", "probe")
+LENGTH_NORMS = ("sqrt", "none")
+FOCUS_HINT = "The answer is"
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """Every option of attention-guided context pruning (:class:`~attnrank.prune.pruner.ContextPruner`).
+
+    ``method``: ``"query"`` (ICR query-span attention), ``"focus"`` (AttentionRAG answer-hint token)
+    or ``"probe"`` (the learned sentence probe; it fixes heads and length normalisation).
+    ``heads``, ``calibrate``, ``token_filter``, ``instruction``, ``order``, ``max_prompt_tokens``,
+    ``model``, ``device``, ``dtype``: as in :class:`RerankConfig`. ``length_norm``: sentence
+    score divided by ``sqrt(tokens)`` or not; ``sink``: sink filtering of the sentence rows;
+    ``focus_hint``: the answer hint of ``focus``; ``max_sentence_words``: longer sentences split.
+    """
+
+    model: str | None = None
+    heads: Any = "all"  # as RerankConfig.heads
+    method: str = "query"
+    calibrate: bool = True
+    token_filter: bool = False
+    sink: bool = False
+    length_norm: str = "sqrt"
+    instruction: str = "qa"
+    order: str = "reverse"
+    focus_hint: str = FOCUS_HINT
+    max_sentence_words: int = DEFAULT_MAX_WORDS
+    max_prompt_tokens: int | None = None
+    device: str = "cpu"
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.method not in PRUNE_METHODS:
+            raise InputError(f"method={self.method!r} is not one of {PRUNE_METHODS}")
+        if self.length_norm not in LENGTH_NORMS:
+            raise InputError(f"length_norm={self.length_norm!r} is not one of {LENGTH_NORMS}")
+        if self.method == "focus" and not self.focus_hint.strip():
+            raise InputError(f"focus_hint is empty; method='focus' needs an answer hint such as {FOCUS_HINT!r}")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise InputError(f"max_prompt_tokens={self.max_prompt_tokens} must be a positive integer or None")
+
+    def with_options(self, **overrides: Any) -> PruneConfig:
+        check_fields(type(self), overrides)
+        return replace(self, **overrides) if overrides else self

@@ -1,0 +1,118 @@
+"""The attention reranker's one configuration object, with named presets.
+
+:class:`RerankConfig` holds every option of :class:`~attnrank.rerank.attention.AttentionReranker`
+(:class:`~attnrank.prune.config.PruneConfig` does the same for the pruner); the Python API, :class:`~attnrank.pipeline.Pipeline`, the CLI's shared option group and any server or adapter
+build their stage from one of these objects, so a setting has one name everywhere.
+
+Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
+
+- ``qrhead`` (**the default**): the model's registered retrieval-head set (QRHead's query-focused
+  detection, Zhang et al. EMNLP 2025; ``heads="auto"``), calibrated ICR scoring. It measured best
+  of the attention presets on held-out data across datasets (docs/benchmarks.md; README). A model
+  with no registered set falls back to all heads (``heads="auto-or-all"``), logged as a warning.
+- ``icr``: every head of the model (ICR, Chen et al. ICLR 2025) — works for any model.
+- ``learned``: the model's registered linear head weights (:mod:`attnrank.rerank.learned`).
+- ``qrhead-sink``: ``qrhead`` plus sink filtering (:mod:`attnrank.rerank.reweight` step 1).
+
+Overrides go after the preset: ``RerankConfig.preset("icr", max_doc_words=150)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from ..errors import InputError
+from ..llm.capture import QUERY_SPANS
+from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
+from .reweight import Reweighting
+
+SCORERS = ("sum", "learned")
+INSTRUCTIONS = ("ie", "qa")  # or any custom text
+ORDERS = ("reverse", "forward")
+AUTO_OR_ALL = "auto-or-all"
+
+
+@dataclass(frozen=True)
+class RerankConfig:
+    """Every option of attention reranking.
+
+    ``model``: HF id, local folder or ``.gguf`` (None: the packaged SmolLM2-135M-Instruct).
+    ``heads``: ``"all"`` (ICR), ``"auto"`` / ``"auto:METHOD"`` (registered set; error if none),
+    ``"auto-or-all"`` (registered set, else all heads), ``"l-h,l-h"`` or a JSON head file.
+    ``scorer``: ``"sum"`` (sum over heads) or ``"learned"`` (registered weights; they fix heads,
+    calibration and filter). ``calibrate``: subtract the content-free "N/A" query's attention.
+    ``token_filter``: ICR's μ − 2σ token filter. ``query_span``: ``"full"`` or ``"last"``.
+    ``reweight``: re-weighting steps (sink, IDF, entropy, slot correction) or None;
+    ``slot_profile``: a profile JSON path or ``"auto"`` (needed by slot correction).
+    ``instruction``: ``"ie"``, ``"qa"`` or custom text; ``order``: document order in the prompt.
+    ``max_doc_words`` / ``max_doc_tokens``: per-passage truncation; ``max_prompt_tokens``: window
+    size (None: the model's context minus 64). ``device``/``dtype``: where and how the LLM runs.
+    """
+
+    model: str | None = None
+    heads: Any = AUTO_OR_ALL  # str, (layer, head) pairs or None
+    scorer: Any = "sum"  # "sum", "learned" or a LearnedHeadWeights
+    calibrate: bool = True
+    token_filter: bool = True
+    query_span: str = "full"
+    reweight: Reweighting | None = None
+    slot_profile: Any = None  # None, "auto", a JSON path or a SlotProfile
+    instruction: str = "ie"
+    order: str = "reverse"
+    max_doc_words: int | None = DEFAULT_MAX_DOC_WORDS
+    max_doc_tokens: int | None = None
+    max_prompt_tokens: int | None = None
+    device: str = "cpu"
+    dtype: str = "auto"
+    name: str = field(default="custom", compare=False)  # the preset it came from
+
+    def __post_init__(self) -> None:
+        if isinstance(self.scorer, str) and self.scorer not in SCORERS:
+            raise InputError(f"scorer={self.scorer!r} is not one of {SCORERS}")
+        if self.query_span not in QUERY_SPANS:
+            raise InputError(f"query_span={self.query_span!r} is not one of {QUERY_SPANS}")
+        if self.order not in ORDERS:
+            raise InputError(f"order={self.order!r} is not one of {ORDERS}")
+        if not str(self.instruction).strip():
+            raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
+        for key in ("max_doc_words", "max_doc_tokens", "max_prompt_tokens"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise InputError(f"{key}={value!r} must be a positive integer or None (no limit)")
+        if self.scorer != "sum" and self.heads not in (None, AUTO_OR_ALL):
+            raise InputError(f"scorer='learned' reads the heads its weights were trained on; drop heads={self.heads!r}")
+
+    @classmethod
+    def preset(cls, name: str = "", **overrides: Any) -> RerankConfig:
+        """The named preset (default: :data:`DEFAULT_PRESET`) with ``overrides`` applied."""
+        name = (name or DEFAULT_PRESET).strip().lower()
+        if name not in RERANK_PRESETS:
+            raise InputError(f"preset {name!r} is not one of {sorted(RERANK_PRESETS)}")
+        return RERANK_PRESETS[name].with_options(**overrides)
+
+    def with_options(self, **overrides: Any) -> RerankConfig:
+        """A copy with ``overrides`` (field names; an unknown name is an error naming the fields)."""
+        check_fields(type(self), overrides)
+        return replace(self, **overrides) if overrides else self
+
+    @property
+    def heads_for_reranker(self) -> str | None:
+        """``heads`` as the reranker reads it (learned weights bring their own heads)."""
+        return None if self.scorer != "sum" else self.heads
+
+
+def check_fields(cls: type, values: dict[str, Any]) -> None:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise InputError(f"unknown {cls.__name__} option(s) {unknown}; known: {sorted(known - {'name'})}")
+
+
+RERANK_PRESETS: dict[str, RerankConfig] = {
+    "qrhead": RerankConfig(heads=AUTO_OR_ALL, name="qrhead"),
+    "icr": RerankConfig(heads="all", name="icr"),
+    "learned": RerankConfig(heads=None, scorer="learned", name="learned"),
+    "qrhead-sink": RerankConfig(heads=AUTO_OR_ALL, reweight=Reweighting(sink=True), name="qrhead-sink"),
+}
+DEFAULT_PRESET = "qrhead"
