@@ -33,3 +33,22 @@ def built_retriever(scifact_docs):
     from attnrank.index.retriever import HybridRetriever
 
     return HybridRetriever().index(scifact_docs, show_progress=False)
+
+
+@pytest.fixture(scope="session")
+def llm():
+    """One tiny random Llama (4 layers x 4 heads, GQA over 2 kv heads) shared by the model-level tests."""
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+
+    model = tiny_model("llama", layers=4, heads=4, kv_heads=2, max_positions=16384)
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="f" * 64)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    """The same kind of tiny model saved as a local model folder (for ``--model PATH`` and load_llm)."""
+    from _tiny import save_tiny
+
+    return save_tiny(tmp_path_factory.mktemp("m") / "tiny", layers=3, max_positions=16384)

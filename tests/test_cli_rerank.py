@@ -1,18 +1,11 @@
 from __future__ import annotations
 
-import pytest
 from typer.testing import CliRunner
 
-from _tiny import save_tiny
 from attnrank.cli import app
 from attnrank.eval import read_run
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("m") / "tiny", layers=3, max_positions=8192)
 
 
 def test_rerank_run_file(tmp_path, dl19_mini, tiny_dir):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from _tiny import save_tiny, tiny_model, tiny_tokenizer
+from _tiny import tiny_model, tiny_tokenizer
 from attnrank.cli import app
 from attnrank.errors import InputError, MissingExtraError
 from attnrank import registry
@@ -124,11 +124,6 @@ def test_reranker_auto_heads(home):
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("m") / "tiny", layers=2, max_positions=8192)
-
-
 def test_cli_detect_qr_and_show(home, tiny_dir, scifact_mini):
     args = ["heads", "detect", "--method", "qr", "--model", str(tiny_dir), "--queries",
             str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv"),
@@ -139,7 +134,7 @@ def test_cli_detect_qr_and_show(home, tiny_dir, scifact_mini):
     model_id, fp = model_fingerprint(str(tiny_dir))
     sets = load_head_sets(model_id, fp)
     assert [s.method for s in sets] == ["qr-ndcg", "qr-score", "contrastive"]
-    assert all(len(s.heads) == 3 and len(s.scores) == 2 for s in sets)
+    assert all(len(s.heads) == 3 and len(s.scores) == 3 for s in sets)  # scores: one row per layer
     shown = runner.invoke(app, ["heads", "show", "--model", str(tiny_dir)])
     assert shown.exit_code == 0 and "3 head set(s)" in shown.output and "qr-ndcg [qr-ndcg, user]" in shown.output
     png = home / "heat.png"

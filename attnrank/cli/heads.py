@@ -15,11 +15,13 @@ heads_app = typer.Typer(help="Detect, register and inspect retrieval heads (per 
 app.add_typer(heads_app, name="heads")
 
 
-def _int_list(text: str, what: str) -> list:
+def _numbers(text: str, what: str, kind: type = int) -> list:
+    """Comma-separated ``kind`` values (``int`` token lengths, ``float`` depth percentages)."""
     try:
-        return [float(x) if "." in x else int(x) for x in text.split(",") if x.strip()]
+        return [kind(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise typer.BadParameter(f"{what} {text!r} must be comma-separated numbers, e.g. 1000,2000") from None
+        example = "1000,2000" if kind is int else "0,50,100"
+        raise typer.BadParameter(f"{what} {text!r} must be comma-separated {kind.__name__}s, e.g. {example}") from None
 
 
 def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries: int, rel):
@@ -106,8 +108,8 @@ def heads_detect(
         raise typer.BadParameter(f"--method {method!r} is not qr or copy")
     llm = load_llm(model, dtype=dtype, device=device)
     if method == "copy":
-        result = detect_copy_heads(llm, data=data, lengths=_int_list(lengths, "--lengths"),
-                                   depths=_int_list(depths, "--depths"), haystack=haystack, max_new_tokens=max_new_tokens)
+        result = detect_copy_heads(llm, data=data, lengths=_numbers(lengths, "--lengths"),
+                                   depths=_numbers(depths, "--depths", float), haystack=haystack, max_new_tokens=max_new_tokens)
         typer.echo(f"copy-paste detection: {result.data} ({result.seconds:.1f} s)")
         if result.note:
             raise AttnrankError(result.note)

@@ -101,9 +101,6 @@ class RerankPrompt:
     def suffix_ids(self) -> list[int]:
         return self.input_ids[self.query_start:]
 
-    def tensor(self) -> Any:
-        """``input_ids`` as a ``[1, L]`` long tensor."""
-        import torch
 
         return torch.tensor([self.input_ids], dtype=torch.long)
 
@@ -161,28 +158,6 @@ def chat_frame(tokenizer: Any) -> ChatFrame:
     return ChatFrame("", "\n", lead)
 
 
-def build_rerank_prompt(
-    tokenizer: Any,
-    query: str,
-    docs: Sequence[Document | str],
-    *,
-    instruction: str = "ie",
-    order: str = "reverse",
-    max_doc_words: int | None = DEFAULT_MAX_DOC_WORDS,
-    max_doc_tokens: int | None = None,
-) -> RerankPrompt:
-    """The ICR in-context reranking prompt of ``docs`` (first-stage order) for ``query``.
-
-    ``instruction``: ``"ie"`` (default), ``"qa"`` or a custom late-instruction string.
-    ``order``: ``"reverse"`` (rank 1 nearest the query) or ``"forward"``. Documents' text is
-    cut to ``max_doc_words`` words, then ``max_doc_tokens`` tokens (None = no limit); every cut
-    is reported in ``truncated`` and logged. ``query="N/A"`` gives the calibration prompt, with
-    the same ``prefix_ids``.
-    """
-    context = _Context.build(tokenizer, docs, instruction, order, max_doc_words, max_doc_tokens)
-    return context.with_query(query)
-
-
 def build_rerank_prompts(
     tokenizer: Any,
     query: str,
@@ -197,7 +172,12 @@ def build_rerank_prompts(
     """The real and calibration prompts, built on one shared context (for two-suffix KV reuse).
 
     ``pair.prefix_ids`` is prefilled once; ``pair.real_suffix_ids`` and
-    ``pair.calibration_suffix_ids`` continue it. See :func:`build_rerank_prompt`.
+    ``pair.calibration_suffix_ids`` continue it.
+
+    ``instruction``: ``"ie"`` (default), ``"qa"`` or a custom late-instruction string.
+    ``order``: ``"reverse"`` (rank 1 nearest the query) or ``"forward"``. Documents' text is
+    cut to ``max_doc_words`` words, then ``max_doc_tokens`` tokens (None = no limit); every cut
+    is reported in ``truncated`` and logged.
     """
     context = _Context.build(tokenizer, docs, instruction, order, max_doc_words, max_doc_tokens)
     return RerankPromptPair(context.with_query(query), context.with_query(calibration_query))

@@ -1,6 +1,6 @@
 """Attention-guided sentence pruning of retrieved passages before generation.
 
-Seeds (see REFERENCES.md §7): AttentionRAG (Fang et al., arXiv 2503.10720: the question recast
+Methods followed: AttentionRAG (Fang et al., arXiv 2503.10720: the question recast
 as next-token prediction with an answer hint, the attention of that one *focus* token to the
 context, processed in chunks, sentences kept), Sentinel (Zhang et al., arXiv 2505.23277:
 sentence-level attention features of a small proxy LLM, greedy selection under a token budget,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from _tiny import tiny_model, tiny_tokenizer
+from _tiny import tiny_model
 from attnrank.errors import InputError
 from attnrank.heads import detect
 from attnrank.heads.detect import (
@@ -25,21 +25,14 @@ from attnrank.heads.detect import (
     rouge1_recall,
 )
 from attnrank.llm.attention import AttentionCapturer
-from attnrank.llm.models import LLM
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.types import Document
 
 
 @pytest.fixture(scope="module")
-def llm():
-    model = tiny_model("llama", layers=3, heads=4, kv_heads=2, max_positions=4096)
-    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="f" * 64)
-
-
-@pytest.fixture(scope="module")
 def eager(llm):
     """The same weights with eager attention (output_attentions=True): the reference."""
-    model = tiny_model("llama", layers=3, heads=4, kv_heads=2, max_positions=4096)
+    model = tiny_model("llama", layers=4, heads=4, kv_heads=2, max_positions=16384)
     model.config._attn_implementation = "eager"
     model.load_state_dict(llm.model.state_dict())
     return model
@@ -133,7 +126,7 @@ def test_needle_prompt(llm, niah, depth):
 
 def test_copy_detector_without_accepted_trials(llm, niah):
     res = detect_copy_heads(llm, data=niah, lengths=[200], depths=[0, 100], needles=[0], max_new_tokens=4)
-    assert res.n_total == 2 and res.n_used == 0 and res.scores.shape == (3, 4)
+    assert res.n_total == 2 and res.n_used == 0 and res.scores.shape == (4, 4)
     assert np.isnan(res.scores).all() and res.top() == [] and res.above() == []
     assert "no trial was accepted" in res.note and "2 trials" in res.note
     with pytest.raises(InputError, match="no copy heads to save"):
@@ -165,8 +158,8 @@ def test_copy_detector_with_an_accepted_trial(llm, eager, niah, monkeypatch):
     with torch.no_grad():
         att = eager(input_ids=torch.tensor([ids]), output_attentions=True).attentions
     q0 = len(seen["ids"]) - 1
-    argmax = np.stack([att[l][0, h, q0:].argmax(-1).numpy() for l in range(3) for h in range(4)])
-    expected = copy_paste_score(argmax, seen["ids"][s:e], seen["ids"], (s, e)).reshape(3, 4)
+    argmax = np.stack([att[l][0, h, q0:].argmax(-1).numpy() for l in range(4) for h in range(4)])
+    expected = copy_paste_score(argmax, seen["ids"][s:e], seen["ids"], (s, e)).reshape(4, 4)
     np.testing.assert_allclose(res.scores, expected)
     assert np.isfinite(res.scores).all() and len(res.top(5)) == 5
 
@@ -184,8 +177,8 @@ def test_query_focused_detection_end_to_end(llm, tmp_path):
     res = detect_query_focused(reranker, QUERIES, cands, QRELS)
     assert set(res) == {"qr-score", "qr-ndcg", "contrastive"}
     for name, hs in res.items():
-        assert isinstance(hs, HeadScores) and hs.method == name and hs.scores.shape == (3, 4)
-        assert np.isfinite(hs.scores).all() and hs.n_used == 3 and len(hs.top(16)) == 12
+        assert isinstance(hs, HeadScores) and hs.method == name and hs.scores.shape == (4, 4)
+        assert np.isfinite(hs.scores).all() and hs.n_used == 3 and len(hs.top(16)) == 16
     # reference for one head: its per-head document scores, by hand
     from attnrank.llm.rows import per_head_document_scores
 
@@ -198,12 +191,16 @@ def test_query_focused_detection_end_to_end(llm, tmp_path):
         gold = np.array([QRELS[q].get(d.id, 0) >= 1 for d in DOCS])
         qr.append(s[gold].sum())
         con.append(s[gold].mean() - s[~gold].mean())
+        gains = np.array([QRELS[q].get(d.id, 0) for d in DOCS], dtype=float)  # trec_eval nDCG: gain = label
+        discount = 1.0 / np.log2(np.arange(2, len(DOCS) + 2))
+        nd.append((gains[np.argsort(-s)] * discount).sum() / (np.sort(gains)[::-1] * discount).sum())
     assert res["qr-score"].scores[1, 1] == pytest.approx(np.mean(qr))
     assert res["contrastive"].scores[1, 1] == pytest.approx(np.mean(con))
+    assert res["qr-ndcg"].scores[1, 1] == pytest.approx(np.mean(nd))
     assert 0.0 <= res["qr-ndcg"].scores.min() and res["qr-ndcg"].scores.max() <= 1.0
     path = res["qr-ndcg"].save(4, root=tmp_path)
     stored = json.loads(path.read_text())["sets"][0]
-    assert stored["method"] == "qr-ndcg" and len(stored["heads"]) == 4 and len(stored["scores"]) == 3
+    assert stored["method"] == "qr-ndcg" and len(stored["heads"]) == 4 and len(stored["scores"]) == 4
 
 
 def test_query_focused_with_a_head_subset_and_no_gold(llm):

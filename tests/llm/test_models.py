@@ -31,18 +31,13 @@ def _isolated(tmp_path, monkeypatch):
     clear_llm_cache()
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    return save_tiny(tmp_path_factory.mktemp("tiny") / "llama")
-
-
 def test_load_local_path(tiny_dir):
     llm = load_llm(str(tiny_dir))
     assert isinstance(llm, LLM) and llm.model_id == str(tiny_dir)
     assert not llm.model.training
     assert llm.dtype == torch.float32 and llm.device == torch.device("cpu")
-    assert (llm.num_layers, llm.num_heads, llm.num_kv_heads) == (2, 4, 2)
-    assert llm.context_length == 256  # tiny_model's max_position_embeddings
+    assert (llm.num_layers, llm.num_heads, llm.num_kv_heads) == (3, 4, 2)
+    assert llm.context_length == 16384  # the fixture model's max_position_embeddings
     assert llm.model.config._attn_implementation == "sdpa"
     weights = (tiny_dir / "model.safetensors").read_bytes()
     assert llm.fingerprint == hashlib.sha256(weights).hexdigest()
@@ -234,4 +229,4 @@ def test_default_generates_text(real_cache):
         out = llm.model.generate(ids, max_new_tokens=12, do_sample=False,
                                  pad_token_id=llm.tokenizer.pad_token_id)
     answer = llm.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
-    assert any(c.isalpha() for c in answer), answer
+    assert "paris" in answer.lower(), answer  # greedy SmolLM2-135M-Instruct: "The capital of France is Paris."

@@ -7,11 +7,9 @@ import logging
 import pytest
 
 from attnrank.errors import InputError, ModelError
-from attnrank.llm import prompts
 from attnrank.llm.prompts import (
     INSTRUCTIONS,
     build_answer_prompt,
-    build_rerank_prompt,
     build_rerank_prompts,
     chat_frame,
     encode_text,
@@ -89,17 +87,17 @@ def check_spans(tokenizer, prompt, docs):
 
 
 def test_spans_decode_to_blocks_and_query(tok):
-    p = build_rerank_prompt(tok, QUERY, DOCS)
+    p = build_rerank_prompts(tok, QUERY, DOCS).real
     check_spans(tok, p, DOCS)
     assert p.text.startswith("<|im_start|>user\nHere are some paragraphs:\n\n[1] ")
     assert p.text.endswith(f"\n\nQuery: {QUERY}<|im_end|>\n<|im_start|>assistant\n")
-    assert p.query_end == len(p.input_ids) and p.tensor().shape == (1, len(p.input_ids))
+    assert p.query_end == len(p.input_ids)
 
 
 def test_split_tokenization_equals_whole(tok):
     """Concatenating context and query ids changes neither ids, offsets nor spans."""
     assert tok("x\n\n", add_special_tokens=False).input_ids[-1] == tok.convert_tokens_to_ids("ĊĊ")
-    p = build_rerank_prompt(tok, QUERY, DOCS)
+    p = build_rerank_prompts(tok, QUERY, DOCS).real
     whole = tok(p.text, add_special_tokens=False, return_offsets_mapping=True)
     assert p.input_ids == whole["input_ids"]
     assert p.offsets == [tuple(o) for o in whole["offset_mapping"]]
@@ -113,8 +111,8 @@ def test_split_tokenization_equals_whole(tok):
 
 
 def test_calibration_shares_prefix(tok):
-    real = build_rerank_prompt(tok, QUERY, DOCS)
-    na = build_rerank_prompt(tok, "N/A", DOCS)
+    real = build_rerank_prompts(tok, QUERY, DOCS).real
+    na = build_rerank_prompts(tok, "N/A", DOCS).real
     assert real.prefix_ids == na.prefix_ids and real.query_start == na.query_start
     assert real.doc_spans == na.doc_spans
     assert tok.decode(na.suffix_ids).endswith("Query: N/A<|im_end|>\n<|im_start|>assistant\n")
@@ -126,20 +124,20 @@ def test_calibration_shares_prefix(tok):
 
 
 def test_order_reverse_and_forward(tok):
-    rev = build_rerank_prompt(tok, QUERY, DOCS)
+    rev = build_rerank_prompts(tok, QUERY, DOCS).real
     assert rev.order == [2, 1, 0]
     assert rev.doc_spans[0][0] > rev.doc_spans[1][0] > rev.doc_spans[2][0]
     assert "[3] Paris\n" in rev.text and "[1] Madrid" in rev.text  # rank 1 nearest the query
-    fwd = build_rerank_prompt(tok, QUERY, DOCS, order="forward")
+    fwd = build_rerank_prompts(tok, QUERY, DOCS, order="forward").real
     assert fwd.order == [0, 1, 2] and "[1] Paris\n" in fwd.text
     assert fwd.doc_spans[0][0] < fwd.doc_spans[1][0] < fwd.doc_spans[2][0]
     check_spans(tok, fwd, DOCS)
 
 
 def test_instructions(tok):
-    qa = build_rerank_prompt(tok, QUERY, DOCS, instruction="qa")
+    qa = build_rerank_prompts(tok, QUERY, DOCS, instruction="qa").real
     assert INSTRUCTIONS["qa"] in qa.text and INSTRUCTIONS["ie"] not in qa.text
-    custom = build_rerank_prompt(tok, QUERY, DOCS, instruction="Which paragraph answers this?")
+    custom = build_rerank_prompts(tok, QUERY, DOCS, instruction="Which paragraph answers this?").real
     assert tok.decode(custom.suffix_ids).startswith("Which paragraph answers this?\n\nQuery: ")
 
 
@@ -147,18 +145,18 @@ def test_truncation_is_reported(tok, caplog):
     long_doc = Document("long", " ".join(f"w{i}" for i in range(50)), "Long")
     docs = [long_doc, DOCS[1]]
     with caplog.at_level(logging.INFO, logger="attnrank.llm.prompts"):
-        p = build_rerank_prompt(tok, QUERY, docs, max_doc_words=10)
+        p = build_rerank_prompts(tok, QUERY, docs, max_doc_words=10).real
     assert [(t.doc_index, t.doc_id, t.unit, t.original, t.kept) for t in p.truncated] == [
         (0, "long", "words", 50, 10)]
     assert "long 50->10 words" in caplog.text
     assert "[2] Long\nw0 w1 w2 w3 w4 w5 w6 w7 w8 w9\n\n" in p.text
-    p = build_rerank_prompt(tok, QUERY, docs, max_doc_words=None, max_doc_tokens=5)
+    p = build_rerank_prompts(tok, QUERY, docs, max_doc_words=None, max_doc_tokens=5).real
     assert {t.doc_id: t.unit for t in p.truncated} == {"long": "tokens", "d2": "tokens"}
     cut = p.truncated[0]
     assert cut.kept == 5 and cut.original == len(tok(long_doc.text).input_ids)
     check_spans(tok, p, [Document("long", tok.decode(tok(long_doc.text).input_ids[:5]), "Long"),
                          Document("d2", tok.decode(tok(DOCS[1].text).input_ids[:5]), "Berlin")])
-    assert build_rerank_prompt(tok, QUERY, docs, max_doc_words=None).truncated == []
+    assert build_rerank_prompts(tok, QUERY, docs, max_doc_words=None).real.truncated == []
 
 
 @pytest.mark.parametrize("kwargs, pattern", [
@@ -172,12 +170,12 @@ def test_truncation_is_reported(tok, caplog):
 def test_bad_input(tok, kwargs, pattern):
     args = {"query": QUERY, "docs": DOCS, **kwargs}
     with pytest.raises(InputError, match=pattern):
-        build_rerank_prompt(tok, args.pop("query"), args.pop("docs"), **args)
+        build_rerank_prompts(tok, args.pop("query"), args.pop("docs"), **args).real
 
 
 def test_plain_strings_and_no_chat_template():
     tok = make_tokenizer(chat=False)
-    p = build_rerank_prompt(tok, QUERY, ["first doc", "second doc"], order="forward")
+    p = build_rerank_prompts(tok, QUERY, ["first doc", "second doc"], order="forward").real
     assert p.text.startswith("Here are some paragraphs:\n\n[1] first doc\n\n[2] second doc\n\n")
     assert p.text.endswith(f"Query: {QUERY}\n")
     assert tok.decode(p.input_ids[slice(*p.doc_spans[1])]) == "[2] second doc"
@@ -186,12 +184,12 @@ def test_plain_strings_and_no_chat_template():
 def test_bos_is_added_once():
     tok = make_tokenizer(chat=False, bos=True)
     bos = tok.convert_tokens_to_ids("<s>")
-    p = build_rerank_prompt(tok, QUERY, DOCS)
+    p = build_rerank_prompts(tok, QUERY, DOCS).real
     assert p.input_ids[0] == bos and p.input_ids.count(bos) == 1 and p.offsets[0] == (0, 0)
     check_spans(tok, p, DOCS)
     assert encode_text(tok, "hi") == [bos] + tok("hi", add_special_tokens=False).input_ids
     templated = make_tokenizer(chat=True, bos=True)  # the template writes "<s>" itself
-    p = build_rerank_prompt(templated, QUERY, DOCS)
+    p = build_rerank_prompts(templated, QUERY, DOCS).real
     assert p.input_ids[0] == bos and p.input_ids.count(bos) == 1
     assert encode_text(templated, "<s>hi").count(bos) == 1
     check_spans(templated, p, DOCS)
@@ -200,7 +198,7 @@ def test_bos_is_added_once():
 def test_token_merging_across_the_boundary_is_refused():
     tok = make_tokenizer(use_regex=False, merges=[("Ċ", "P")])  # "\nP" is one token
     with pytest.raises(ModelError, match="boundary"):
-        build_rerank_prompt(tok, QUERY, DOCS)
+        build_rerank_prompts(tok, QUERY, DOCS).real
 
 
 def test_answer_prompt(tok):

@@ -11,7 +11,7 @@ from attnrank.errors import InputError
 from attnrank.prune.probe import (EXTRAS, ProbeExample, SentenceProbe, average_precision, crossfit_scores, design,
                                   lexical_scores, select_l2, train_probe)
 from attnrank.prune.pruner import ContextPruner
-from test_pruner import DOCS, QUERY, llm, reference  # noqa: F401 - the module-scoped tiny model fixture
+from test_pruner import DOCS, QUERY, reference
 
 
 def test_design_extras_exact():

@@ -33,12 +33,6 @@ SENTENCES = [["Paris is the capital of France.", "It has 2.1 million people.", "
 
 
 @pytest.fixture(scope="module")
-def llm():
-    model = tiny_model("llama", layers=3, heads=4, kv_heads=2, max_positions=2048)
-    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="test")
-
-
-@pytest.fixture(scope="module")
 def small_window():
     """A tiny model whose 512-position window is shorter than the test prompt."""
     model = tiny_model("llama", layers=2, heads=4, kv_heads=2, max_positions=512)

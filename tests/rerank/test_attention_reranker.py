@@ -9,21 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from _tiny import RERANK_QUERY, rerank_docs, tiny_llm
+from _tiny import RERANK_QUERY, rerank_docs
 from attnrank.errors import InputError
 from attnrank.llm.attention import naive_attention_rows
 from attnrank.llm.prompts import build_rerank_prompts
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.llm.rows import document_scores, token_scores
-from attnrank.types import Document, RankedResults, ScoredDocument
+from attnrank.types import RankedResults, ScoredDocument
 
 DOCS = rerank_docs()
 QUERY = RERANK_QUERY
-
-
-@pytest.fixture(scope="module")
-def llm():
-    return tiny_llm()
 
 
 def reference_scores(llm, query, docs, heads=None, calibrate=True, last=False, use_filter=True):

@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _tiny import tiny_model, tiny_tokenizer
 from attnrank.errors import InputError
-from attnrank.llm.models import LLM
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.learned import (
     LearnedHeadWeights,
@@ -161,11 +159,6 @@ def test_stage_features_learned_and_missing_values():
 # --------------------------------------------------------------------------- with the reranker
 DOCS = [Document("paris", "Paris is the capital of France."), Document("berlin", "Berlin is in Germany."),
         Document("banana", "Bananas are yellow.")]
-
-
-@pytest.fixture(scope="module")
-def llm():
-    return LLM(tiny_model("llama", layers=3, max_positions=2048), tiny_tokenizer(), "tiny-llama", "e" * 64)
 
 
 def test_features_from_windows(llm):

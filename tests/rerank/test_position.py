@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _tiny import tiny_model, tiny_tokenizer
 from attnrank.errors import InputError
-from attnrank.llm.models import LLM
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.profile import measure_slot_profile
 from attnrank.rerank.position import (SlotProfile, load_profile, load_stored_profile, 
@@ -90,12 +88,6 @@ POOL = [
     Document("rome", "Rome is in Italy.", ""),
     Document("tea", "Tea is a drink.", "Tea"),
 ]
-
-
-@pytest.fixture(scope="module")
-def llm():
-    model = tiny_model("llama", layers=2, heads=4, kv_heads=2, max_positions=2048)
-    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-llama", fingerprint="test")
 
 
 def test_measure_slot_profile_end_to_end(llm, tmp_path):

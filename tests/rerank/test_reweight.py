@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from _tiny import RERANK_QUERY, rerank_docs, tiny_llm, tiny_tokenizer
+from _tiny import RERANK_QUERY, rerank_docs, tiny_tokenizer
 from attnrank.errors import InputError
 from attnrank.llm.rows import WindowRows
 from attnrank.rerank.attention import AttentionReranker
@@ -17,7 +17,6 @@ from attnrank.rerank.reweight import (Reweighting, content_mask, idf_weights, no
                                       reweighted_document_scores, sink_filtered_rows, token_terms,
                                       token_texts, tokenized_query_terms)
 from attnrank.llm.rows import document_scores, token_scores
-from attnrank.types import Document
 
 # -- sink filtering ---------------------------------------------------------------------------
 SINK_TOKENS = ["<|im_start|>", "Here", ":", "ĊĊ",  # 0-3: template, outside the spans
@@ -190,11 +189,6 @@ DOCS = rerank_docs()
 QUERY = RERANK_QUERY
 
 
-@pytest.fixture(scope="module")
-def llm():
-    return tiny_llm()
-
-
 def test_reranker_all_off_is_identical_to_no_reweight(llm):
     plain = AttentionReranker(llm).score(QUERY, DOCS)
     np.testing.assert_array_equal(AttentionReranker(llm, reweight=Reweighting()).score(QUERY, DOCS), plain)
@@ -205,10 +199,18 @@ def test_reranker_all_off_is_identical_to_no_reweight(llm):
     Reweighting(sink=True, idf=True, idf_unit="word", entropy=True),
     Reweighting(idf=True, idf_query_only=False, entropy=True, entropy_mode="temper"),
 ])
-def test_reranker_with_reweighting_gives_finite_scores(llm, cfg):
+def test_reranker_applies_reweighting(llm, cfg):
     rr = AttentionReranker(llm, reweight=cfg)
     scores = rr.score(QUERY, DOCS)
     assert scores.shape == (4,) and np.isfinite(scores).all()
+    # the reranker's scores are the re-weighted ones of its own window, not the plain ICR sums
+    (w,) = rr.windows(QUERY, DOCS)
+    tokens = llm.tokenizer.convert_ids_to_tokens(w.input_ids)
+    terms = tokenized_query_terms(llm.tokenizer, QUERY, cfg.idf_unit)
+    expected = np.zeros(4)
+    expected[w.doc_index] = reweighted_document_scores(w, tokens, terms, cfg)
+    np.testing.assert_allclose(scores, expected)
+    assert not np.allclose(scores, AttentionReranker(llm).score(QUERY, DOCS))
     res = rr.rank(QUERY, DOCS, return_evidence=True)
     assert len(res) == 4 and res[0].evidence["attention_tokens"]
 
