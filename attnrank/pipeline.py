@@ -101,8 +101,8 @@ class Pipeline:
             return reorder
         if not reorder:
             return None
-        llm = next((stage.llm for stage in (self.generator, self.reranker, self.pruner)
-                    if isinstance(getattr(stage, "llm", None), LLM)), None)
+        models = (getattr(stage, "llm", None) for stage in (self.generator, self.reranker, self.pruner))
+        llm = next((m for m in models if isinstance(m, LLM)), None)
         if llm is None:
             raise InputError("reorder=True reads the generator model's registered slot profile, but no stage "
                              "has a model; pass a SlotProfile or build the pipeline with Pipeline.from_model")
@@ -121,7 +121,7 @@ class Pipeline:
         ``budget_tokens``, ``neighbours``, ``reorder``)."""
         llm = model if isinstance(model, LLM) else None
         if llm is None and (rerank is not False or prune is not False or (generate and generator_model is None)):
-            llm = load_llm(model, dtype=dtype, device=device)
+            llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
         reranker = pruner = generator = None
         if rerank is not False:
             config = rerank if isinstance(rerank, RerankConfig) else RerankConfig.preset("" if rerank is True else rerank)

@@ -116,7 +116,7 @@ def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None
 def rank_documents(
     query: str,
     docs: Sequence[Document],
-    scores: Sequence[float],
+    scores: Sequence[float] | Any,  # a sequence or a 1-d numpy array
     *,
     stage: str,
     query_id: str | None = None,

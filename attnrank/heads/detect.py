@@ -262,7 +262,7 @@ def detect_copy_heads(llm: Any, *, data: str | Path | None = None, lengths: Sequ
                                "rouge1_recall": round(recall, 4), "accepted": accepted})
                 logger.info("needle %d, %d tokens, depth %g%%: recall %.2f %s", n, len(prompt.ids), depth,
                             recall, "accepted" if accepted else "rejected")
-    used = sum(t["accepted"] for t in trials)
+    used = sum(bool(t["accepted"]) for t in trials)
     note = "" if used else (f"no trial was accepted: in all {len(trials)} trials the answer's ROUGE-1 "
                             f"recall against real_needle was <= {ROUGE_ACCEPT} (the model did not retrieve "
                             "the needle), so no copy-paste score is defined; try shorter lengths or a "

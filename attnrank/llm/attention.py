@@ -22,6 +22,7 @@ import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 from dataclasses import dataclass, field
 
 import torch
@@ -54,7 +55,7 @@ class _Session:
     rows: dict[int, torch.Tensor] = field(default_factory=dict)
     reduce: str = "mean"  # "mean": rows averaged over the query rows; "argmax": top-1 key per row
 
-    def record(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+    def record(self, module: Any, query: torch.Tensor, key: torch.Tensor,
                mask: torch.Tensor | None, scaling: float, softcap: float | None) -> None:
         heads = self.layer_heads.get(getattr(module, "layer_idx", -1))
         if heads is None:
@@ -105,10 +106,10 @@ def _eager_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return torch.matmul(probs.to(value.dtype), value).transpose(1, 2).contiguous()
 
 
-def _capture_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+def _capture_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
                        value: torch.Tensor, attention_mask: torch.Tensor | None,
                        scaling: float | None = None, softcap: float | None = None,
-                       **kwargs: object) -> tuple[torch.Tensor, None]:
+                       **kwargs: Any) -> tuple[torch.Tensor, None]:
     """The registered attention function: plain SDPA, plus the rows of the active capture."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     if softcap is None:
@@ -130,7 +131,7 @@ def _ensure_registered() -> None:
 
 
 @contextmanager
-def _attn_implementation(config: object, name: str) -> Iterator[None]:
+def _attn_implementation(config: Any, name: str) -> Iterator[None]:
     """Switch the decoder config's attention implementation for one pass, then restore it."""
     previous = config._attn_implementation_internal
     config._attn_implementation_internal = name
@@ -154,7 +155,7 @@ def _stop_after(layer: torch.nn.Module) -> Iterator[None]:
         handle.remove()
 
 
-def _find_decoder(model: torch.nn.Module) -> torch.nn.Module:
+def _find_decoder(model: Any) -> Any:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
     if not isinstance(getattr(decoder, "layers", None), torch.nn.ModuleList):
         raise InputError(
@@ -220,7 +221,7 @@ class AttentionCapturer:
     disabled here: put the model in ``eval()`` mode.
     """
 
-    def __init__(self, model: torch.nn.Module, heads: HeadSpec = None, max_layer: int | None = None):
+    def __init__(self, model: Any, heads: HeadSpec = None, max_layer: int | None = None):
         _ensure_registered()
         self.model = model
         self.decoder = _find_decoder(model)
@@ -303,7 +304,7 @@ class AttentionCapturer:
         return torch.cat([session.rows[layer] for layer in self._layer_heads])
 
 
-def naive_attention_rows(model: torch.nn.Module, input_ids: torch.Tensor | list[int], query_start: int,
+def naive_attention_rows(model: Any, input_ids: torch.Tensor | list[int], query_start: int,
                          heads: HeadSpec = None) -> torch.Tensor:
     """Slow reference for tests and benchmarks: a full eager forward with ``output_attentions=True``
     (all layers, all heads, full attention matrices), then the rows ``query_start:`` averaged.

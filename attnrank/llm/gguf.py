@@ -85,9 +85,10 @@ def _verify_cache(model: Any, folder: Path) -> None:
     """Reload ``folder`` and check it gives the in-memory model's logits, bit for bit."""
     from transformers import AutoModelForCausalLM
 
-    reloaded, info = AutoModelForCausalLM.from_pretrained(
+    loaded: Any = AutoModelForCausalLM.from_pretrained(
         folder, local_files_only=True, dtype=torch.float32, attn_implementation="sdpa",
         output_loading_info=True)
+    reloaded, info = loaded
     missing = sorted(info.get("missing_keys", []))
     ids = torch.arange(1, 9).unsqueeze(0) % model.config.get_text_config().vocab_size
     with torch.no_grad():

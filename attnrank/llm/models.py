@@ -156,7 +156,7 @@ def _load_folder(source: str | Path, model_id: str, torch_dtype: torch.dtype, de
             local_files_only=local_files_only, device_map=device_map)
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load {model_id!r} as a causal LM with SDPA attention: {e}") from e
-    model = (model if device_map else model.to(dev)).eval()
+    model = (model if device_map else model.to(dev)).eval()  # type: ignore[arg-type]
     check_attention_modules(model, model_id)
     return LLM(model, tokenizer, model_id, fingerprint="")
 

@@ -102,9 +102,6 @@ class RerankPrompt:
         return self.input_ids[self.query_start:]
 
 
-        return torch.tensor([self.input_ids], dtype=torch.long)
-
-
 @dataclass
 class RerankPromptPair:
     """The real-query and calibration prompts of one document list; they share the context."""
@@ -244,29 +241,29 @@ class _Context:
     @classmethod
     def build(cls, tokenizer: Any, docs: Sequence[Document | str], instruction: str, order: str,
               max_words: int | None, max_tokens: int | None) -> _Context:
-        docs = [d if isinstance(d, Document) else Document(id=str(i), text=str(d))
-                for i, d in enumerate(docs)]
-        if not docs:
+        documents = [d if isinstance(d, Document) else Document(id=str(i), text=str(d))
+                     for i, d in enumerate(docs)]
+        if not documents:
             raise InputError("no documents to rerank; pass at least one document")
         late = INSTRUCTIONS.get(instruction.lower(), instruction).strip() if instruction else ""
         if not late:
             raise InputError(f"instruction={instruction!r} is empty; use 'ie', 'qa' or a text")
         if order not in ("reverse", "forward"):
             raise InputError(f"order={order!r} is not 'reverse' or 'forward'")
-        positions = list(range(len(docs)))[:: -1 if order == "reverse" else 1]
-        texts, truncated = _truncate(tokenizer, docs, max_words, max_tokens)
+        positions = list(range(len(documents)))[:: -1 if order == "reverse" else 1]
+        texts, truncated = _truncate(tokenizer, documents, max_words, max_tokens)
         frame = chat_frame(tokenizer)
         joiner = "" if not frame.prefix or frame.prefix[-1].isspace() else " "
         text = frame.prefix + joiner + OPENING + SEPARATOR
         char_spans: dict[int, Span] = {}
         for p, i in enumerate(positions, start=1):
-            block = _block(p, docs[i].title, texts[i])
+            block = _block(p, documents[i].title, texts[i])
             char_spans[i] = (len(text), len(text) + len(block))
             text += block + SEPARATOR
         ids, offsets = _encode_cut(tokenizer, text + late, 0, len(text))
         lead = list(frame.lead_ids)
         ids, offsets = lead + ids, [(0, 0)] * len(lead) + offsets
-        spans = _token_spans(offsets, len(lead), [char_spans[i] for i in range(len(docs))])
+        spans = _token_spans(offsets, len(lead), [char_spans[i] for i in range(len(documents))])
         return cls(tokenizer, frame, late, text, ids, offsets, spans, positions, truncated)
 
     def with_query(self, query: str) -> RerankPrompt:

@@ -123,6 +123,8 @@ def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original
             logger.info("both budget_tokens=%d and keep_ratio=%s given: budget_tokens wins",
                         budget_tokens, keep_ratio)
         return int(budget_tokens), "budget_tokens"
+    if keep_ratio is None:
+        raise InputError("give budget_tokens or keep_ratio")
     return int(math.floor(keep_ratio * original + 1e-9)), "keep_ratio"
 
 

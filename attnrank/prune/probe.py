@@ -62,7 +62,7 @@ def lexical_scores(query: str, texts: Sequence[str]) -> np.ndarray:
 
 
 def design(head_scores: np.ndarray, positions: Sequence[Position], extras: Sequence[str],
-           lexical: Sequence[float] | None = None) -> np.ndarray:
+           lexical: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
     """Raw feature matrix ``[S, H + len(extras)]`` of one question's sentences (``lexical``:
     the sentences' :func:`lexical_scores`, needed for the ``"bm25"`` extra)."""
     x = np.asarray(head_scores, dtype=np.float64)
@@ -123,10 +123,10 @@ class SentenceProbe(RegistryArtifact):
 
     @property
     def head_pairs(self) -> list[tuple[int, int]]:
-        return [tuple(p) for p in (parse_heads(self.heads) or [])]
+        return [(int(p[0]), int(p[1])) for p in (parse_heads(self.heads) or [])]
 
     def score(self, head_scores: np.ndarray, positions: Sequence[Position],
-              lexical: Sequence[float] | None = None) -> np.ndarray:
+              lexical: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
         """Scores of one question's sentences from raw ``head_scores [S, H]`` (probe head order)."""
         x = design(head_scores, positions, self.extras, lexical)
         if x.shape[1] != self.weights.shape[0]:
@@ -186,7 +186,7 @@ def select_l2(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]]
     """The L2 penalty of ``grid`` with the best mean average precision of the supporting
     sentences under ``k``-fold cross-validation over ``examples`` (ties: the larger penalty)."""
     folds = _folds(len(examples), k, seed)
-    best = None
+    best: tuple[float, float] | None = None
     for l2 in sorted(grid, reverse=True):
         ap = []
         for test in folds:
@@ -196,6 +196,8 @@ def select_l2(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]]
                                      examples[i].labels) for i in test]
         if best is None or np.mean(ap) > best[0] + 1e-12:
             best = (float(np.mean(ap)), l2)
+    if best is None:
+        raise InputError("select_l2 needs a non-empty grid of L2 penalties")
     return best[1]
 
 
@@ -209,7 +211,7 @@ def crossfit_scores(examples: Sequence[ProbeExample], heads: Sequence[tuple[int,
     out: dict[str, np.ndarray] = {}
     for test in _folds(len(examples), k, seed):
         train = [examples[i] for i in range(len(examples)) if i not in set(test)]
-        penalty = select_l2(train, heads, l2, seed=seed, **train_kw) if isinstance(l2, (list, tuple)) else l2
+        penalty = select_l2(train, heads, l2, seed=seed, **train_kw) if not isinstance(l2, (int, float)) else float(l2)
         probe = train_probe(train, heads, l2=penalty, **train_kw)
         for i in test:
             out[examples[i].qid] = probe.score(examples[i].head_scores, examples[i].positions, examples[i].lexical)

@@ -121,17 +121,18 @@ class ContextPruner:
         self.config = cfg = (config or PruneConfig()).with_options(**options)
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None
-        heads, length_norm = cfg.heads, cfg.length_norm
+        spec: Any = cfg.heads
+        length_norm = cfg.length_norm
         if cfg.method == "probe":  # the probe fixes heads and length normalisation
             self.probe = probe or SentenceProbe.load(self.llm.model_id, self.llm.fingerprint)
-            heads, length_norm = self.probe.head_pairs, self.probe.length_norm
-        elif isinstance(heads, str) and heads.strip().lower().startswith("auto"):
-            heads = resolve_heads(heads, self.llm)
-        self.heads = parse_heads(heads)
+            spec, length_norm = self.probe.head_pairs, self.probe.length_norm
+        elif isinstance(spec, str) and spec.strip().lower().startswith("auto"):
+            spec = resolve_heads(spec, self.llm)
+        self.heads = parse_heads(spec)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
         self.method, self.calibrate, self.length_norm, self.sink = cfg.method, cfg.calibrate, length_norm, cfg.sink
         self.token_filter, self.max_sentence_words = cfg.token_filter, cfg.max_sentence_words
-        self.prompt_kw = dict(instruction=cfg.instruction, order=cfg.order, max_doc_words=None, max_doc_tokens=None)
+        self.prompt_kw: dict[str, Any] = dict(instruction=cfg.instruction, order=cfg.order, max_doc_words=None, max_doc_tokens=None)
         self.focus_hint = cfg.focus_hint.strip()
         self.hint_ids: list[int] = []
         if cfg.method == "focus":
@@ -196,7 +197,9 @@ class ContextPruner:
         of :mod:`attnrank.prune.probe`. With ``token_filter=False`` a row sums to the
         ``method="query"`` score."""
         _, chunks, scored = self._prepare(query, docs, sentences)
-        return scored, self._score(query, chunks, scored, features=True)
+        feats = self._score(query, chunks, scored, features=True)
+        assert feats is not None  # features=True always fills them
+        return scored, feats
 
     def _prepare(self, query: str, docs: Sequence[Any], sentences) -> tuple[list[Document], list[_Chunk],
                                                                           list[ScoredSentence]]:
@@ -250,9 +253,11 @@ class ContextPruner:
             if trial.length <= self.max_prompt_tokens:
                 cur = trial
             else:
-                chunks.append(cur)
+                if cur is not None:
+                    chunks.append(cur)
                 cur = self._build(query, docs, sents, [u])
-        chunks.append(cur)
+        if cur is not None:
+            chunks.append(cur)
         logger.info("pruning prompt of %d tokens > max_prompt_tokens=%d: scored in %d chunks",
                     whole.length, self.max_prompt_tokens, len(chunks))
         return chunks
@@ -305,7 +310,7 @@ class ContextPruner:
             if features or self.probe is not None:
                 feats = np.zeros((len(scored), rows.shape[0])) if feats is None else feats
                 feats[at] = (per_head_document_scores(rows, flat, use_filter=False) / norms).T
-        if self.probe is not None:
+        if self.probe is not None and feats is not None:
             lexical = lexical_scores(query, [s.text for s in scored]) if "bm25" in self.probe.extras else None
             values = self.probe.score(feats, [(s.doc_index, s.sentence_index) for s in scored], lexical)
             for s, value in zip(scored, values):

@@ -213,8 +213,8 @@ def _is_boundary(text: str, start: int, m: re.Match, b: int) -> bool:
         return True
     if _LIST_MARKER.fullmatch(text[start:m.end()]):
         return False
-    word = text[start:m.start()].rsplit(None, 1)[-1:] or [""]
-    word = word[0].lstrip(_OPENERS).lower()
+    last = text[start:m.start()].rsplit(None, 1)[-1:] or [""]
+    word = last[0].lstrip(_OPENERS).lower()
     if word in _NEVER:
         return False
     if word in _AMBIGUOUS or len(word) == 1 and word.isalpha() or _ACRONYM.fullmatch(word):

@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 _UNSET: Any = object()  # ``heads`` not given: the configuration's heads
 
-def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, list[float]] | None:
+def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, Sequence[float]] | None:
     """Each earlier stage's scores over the candidates (NaN where a candidate has none); a stage
     that scored none of them is left out, so weights that need it fail with a clear error."""
     if previous is None:
@@ -93,7 +93,7 @@ class AttentionReranker:
         self.heads = parse_heads(heads)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
         self.calibrate, self.query_span, self.token_filter = calibrate, cfg.query_span, token_filter
-        self.prompt_kw = dict(instruction=cfg.instruction, order=cfg.order, max_doc_words=cfg.max_doc_words,
+        self.prompt_kw: dict[str, Any] = dict(instruction=cfg.instruction, order=cfg.order, max_doc_words=cfg.max_doc_words,
                               max_doc_tokens=cfg.max_doc_tokens)
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.show_progress = show_progress

@@ -33,7 +33,7 @@ import datetime as _dt
 import logging
 import random
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from ..registry import RegistryArtifact
 
 logger = logging.getLogger(__name__)
 
+Scores = Sequence[float] | np.ndarray  # one value per candidate
 ARTIFACT = "head-weights"
 MODELS = ("pointwise", "pairwise")
 
@@ -68,9 +69,9 @@ class QueryFeatures:
 
 def query_features(qid: str, windows: Sequence[Any], doc_ids: Sequence[str], head_list: Sequence[tuple[int, int]],
                    qrels: dict[str, dict[str, int]] | None = None, *, max_layer: int | None = None,
-                   first_stage: Sequence[float] | None = None, group: str = "", rel: int | None = None,
+                   first_stage: Scores | None = None, group: str = "", rel: int | None = None,
                    calibrate: bool = True, use_filter: bool = True,
-                   stages: dict[str, Sequence[float]] | None = None) -> QueryFeatures:
+                   stages: Mapping[str, Scores] | None = None) -> QueryFeatures:
     """:class:`QueryFeatures` from a query's window rows (heads limited to layers ≤ ``max_layer``)."""
     keep = [i for i, (l, _) in enumerate(head_list) if max_layer is None or l <= max_layer]
     if not keep:
@@ -79,7 +80,7 @@ def query_features(qid: str, windows: Sequence[Any], doc_ids: Sequence[str], hea
     labels = np.array([(qrels or {}).get(qid, {}).get(d, 0) for d in doc_ids], dtype=np.int64)
     fs = None if first_stage is None else np.asarray(first_stage, dtype=np.float64)
     st = {k: np.asarray(v, dtype=np.float64) for k, v in (stages or {}).items()}
-    return QueryFeatures(qid, [str(d) for d in doc_ids], f, labels, [tuple(head_list[i]) for i in keep], fs, group,
+    return QueryFeatures(qid, [str(d) for d in doc_ids], f, labels, [(int(head_list[i][0]), int(head_list[i][1])) for i in keep], fs, group,
                          rel, st)
 
 
@@ -92,10 +93,10 @@ def restrict_heads(q: QueryFeatures, heads: Sequence[tuple[int, int]]) -> QueryF
     if missing:
         raise InputError(f"query {q.qid!r} has no features for heads {format_heads(missing)}")
     idx = [col[tuple(h)] for h in heads]
-    return replace(q, features=q.features[:, idx], heads=[tuple(h) for h in heads])
+    return replace(q, features=q.features[:, idx], heads=[(int(h[0]), int(h[1])) for h in heads])
 
 
-def first_stage_feature(scores: Sequence[float]) -> np.ndarray:
+def first_stage_feature(scores: Scores) -> np.ndarray:
     """``−rank`` of each candidate by first-stage score (0 = best; ties keep input order)."""
     s = np.asarray(scores, dtype=np.float64)
     rank = np.empty(s.shape[0])
@@ -103,7 +104,7 @@ def first_stage_feature(scores: Sequence[float]) -> np.ndarray:
     return -rank
 
 
-def stage_feature(scores: Sequence[float]) -> np.ndarray:
+def stage_feature(scores: Scores) -> np.ndarray:
     """An earlier stage's scores as a feature; a candidate without one (NaN: that retriever did not
     return it) gets the query's lowest score, since it ranked below everything that retriever returned."""
     s = np.asarray(scores, dtype=np.float64)
@@ -118,8 +119,8 @@ def standardise(x: np.ndarray) -> np.ndarray:
     return np.where(sd > 0, (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0), 0.0)
 
 
-def feature_matrix(features: np.ndarray, first_stage: Sequence[float] | None = None,
-                   stages: dict[str, Any] | None = None, *, use_first_stage: bool = False,
+def feature_matrix(features: np.ndarray, first_stage: Scores | None = None,
+                   stages: Mapping[str, Any] | None = None, *, use_first_stage: bool = False,
                    use_stages: Sequence[str] = (), who: str = "the candidates") -> np.ndarray:
     """The standardised design matrix ``[D, F (+1 rank) (+ stages)]`` of one query: the raw head
     scores, the first-stage rank if ``use_first_stage``, and the ``use_stages`` scores by name."""
@@ -181,10 +182,10 @@ class LearnedHeadWeights(RegistryArtifact):
 
     @property
     def heads(self) -> list[tuple[int, int]]:
-        return [tuple(p) for p in (parse_heads(self.config.heads) or [])] if self.config.heads else []
+        return [(int(p[0]), int(p[1])) for p in (parse_heads(self.config.heads) or [])] if self.config.heads else []
 
-    def score_features(self, features: np.ndarray, first_stage: Sequence[float] | None = None,
-                       stages: dict[str, Sequence[float]] | None = None) -> np.ndarray:
+    def score_features(self, features: np.ndarray, first_stage: Scores | None = None,
+                       stages: Mapping[str, Scores] | None = None) -> np.ndarray:
         """Scores of one query's candidates from raw ``features [D, H]`` (config head order),
         the first-stage scores and the earlier stages' scores by name (if the config uses them)."""
         x = feature_matrix(features, first_stage, stages, use_first_stage=self.config.first_stage,
@@ -194,8 +195,8 @@ class LearnedHeadWeights(RegistryArtifact):
         return x @ w + self.bias
 
     def score_windows(self, windows: Sequence[Any], n_docs: int, head_list: Sequence[tuple[int, int]],
-                      first_stage: Sequence[float] | None = None,
-                      stages: dict[str, Sequence[float]] | None = None) -> np.ndarray:
+                      first_stage: Scores | None = None,
+                      stages: Mapping[str, Scores] | None = None) -> np.ndarray:
         """Scores from a reranker's windows (rows in ``head_list`` order)."""
         order = [tuple(h) for h in head_list]
         missing = [h for h in self.heads if h not in order]

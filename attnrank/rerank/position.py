@@ -145,15 +145,15 @@ def load_stored_profile(model_id: str, fingerprint: str, *, n_slots: int | None 
 
 def resample_profile(values: Sequence[float], k: int) -> np.ndarray:
     """``values`` (one per slot) linearly interpolated to ``k`` slots, end slots aligned."""
-    values = np.asarray(values, dtype=np.float64)
+    arr = np.asarray(values, dtype=np.float64)
     if k < 1:
         raise InputError(f"cannot resample a slot profile to k={k} slots; k must be >= 1")
-    n = values.shape[0]
+    n = arr.shape[0]
     if n == k:
-        return values.copy()
+        return arr.copy()
     if k == 1 or n == 1:  # one slot: nothing to interpolate (a single slot has no bias)
-        return np.full(k, values[0])
-    return np.interp(np.arange(k) * (n - 1) / (k - 1), np.arange(n), values)
+        return np.full(k, arr[0])
+    return np.interp(np.arange(k) * (n - 1) / (k - 1), np.arange(n), arr)
 
 
 def prompt_slots(spans: Sequence[tuple[int, int]]) -> np.ndarray:
@@ -162,19 +162,19 @@ def prompt_slots(spans: Sequence[tuple[int, int]]) -> np.ndarray:
     return np.argsort(np.argsort(starts, kind="stable"), kind="stable")
 
 
-def slot_correct(scores: np.ndarray, slots: Sequence[int], profile: SlotProfile) -> np.ndarray:
+def slot_correct(scores: np.ndarray, slots: Sequence[int] | np.ndarray, profile: SlotProfile) -> np.ndarray:
     """``scores[i] − (c[slots[i]] − mean(c))`` with ``c`` the profile resampled to ``len(scores)``.
 
     Removes the score each prompt slot gets regardless of content (units: calibrated
     attention score, as measured). ``slots``: prompt position 0..K−1 of each score.
     """
     scores = np.asarray(scores, dtype=np.float64)
-    slots = np.asarray(slots, dtype=np.int64)
+    where = np.asarray(slots, dtype=np.int64)
     k = scores.shape[0]
-    if slots.shape != (k,) or (k and (slots.min() < 0 or slots.max() >= k)):
-        raise InputError(f"slots {slots.tolist()} must give one prompt position in 0..{k - 1} per score")
+    if where.shape != (k,) or (k and (where.min() < 0 or where.max() >= k)):
+        raise InputError(f"slots {where.tolist()} must give one prompt position in 0..{k - 1} per score")
     curve = profile.curve(k) if k else np.zeros(0)
-    return scores - (curve - curve.mean())[slots] if k else scores.copy()
+    return scores - (curve - curve.mean())[where] if k else scores.copy()
 
 
 def reorder_for_generation(docs_best_first: Sequence[Any], profile: SlotProfile) -> list:
