@@ -152,9 +152,10 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
 def _finish(docs: dict[str, Document], report: LoadReport) -> tuple[list[Document], LoadReport]:
     report.loaded = len(docs)
     if report.skipped:
-        logger.warning("%s: skipped %d invalid record(s), e.g. %s", report.source, len(report.skipped), report.skipped[0])
+        # the report carries them (the CLI prints it); a warning here would say it twice
+        logger.info("%s: skipped %d invalid record(s), e.g. %s", report.source, len(report.skipped), report.skipped[0])
     if not docs:
-        raise InputError(f"{report.source}: no documents to index (0 valid records); check the path and format")
+        raise InputError(f"{report.source}: no documents found (0 valid records); check the path and format")
     return list(docs.values()), report
 
 

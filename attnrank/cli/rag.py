@@ -7,7 +7,9 @@ from typing import Optional
 
 import typer
 
-from . import Quiet, Verbose, _index_path, _setup, app
+from . import Quiet, Verbose, Verify, _load_index, _positive, _setup, app
+
+METHODS = ("query", "focus", "probe")
 
 
 def _budget(budget_tokens: Optional[int], keep_ratio: Optional[float], default: Optional[int]):
@@ -18,7 +20,17 @@ def _budget(budget_tokens: Optional[int], keep_ratio: Optional[float], default: 
         if default is None:
             raise typer.BadParameter("give --budget-tokens N (sentence tokens to keep) or --keep-ratio R (0 < R <= 1)")
         budget_tokens = default
+    if budget_tokens is not None:
+        _positive(budget_tokens, "--budget-tokens", "sentence tokens kept")
+    if keep_ratio is not None and not 0 < keep_ratio <= 1:
+        raise typer.BadParameter(f"--keep-ratio {keep_ratio} must be in (0, 1] (the fraction of tokens kept)")
     return budget_tokens, keep_ratio
+
+
+def _method(method: str) -> str:
+    if method not in METHODS:
+        raise typer.BadParameter(f"--method {method!r} is not one of {', '.join(METHODS)}")
+    return method
 
 
 def _print_pruned(pruned) -> None:
@@ -50,6 +62,7 @@ def prune(
     neighbours: int = typer.Option(0, "--neighbours", help="Sentences kept on each side of a chosen one (within the budget)."),
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
     heads: Optional[str] = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    verify: bool = Verify,
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Keep the sentences of passages that the LLM's attention marks as relevant to a question."""
@@ -57,6 +70,11 @@ def prune(
 
     _setup(quiet, verbose)
     budget, ratio = _budget(budget_tokens, keep_ratio, None)
+    _positive(k, "-k", "hits taken from the index")
+    _positive(neighbours, "--neighbours", "sentences kept on each side", minimum=0)
+    _method(method)
+    if not query.strip():
+        raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
     if (corpus is None) == (name is None and index_dir is None):
         raise typer.BadParameter("give either --corpus PATH or --index NAME / --index-dir DIR")
     if corpus is not None:
@@ -64,9 +82,7 @@ def prune(
 
         docs = load_corpus(corpus)[0]
     else:
-        from ..index.retriever import HybridRetriever
-
-        docs = HybridRetriever.load(_index_path(name, index_dir)).search(query, k).documents()
+        docs = _load_index(name, index_dir, verify).search(query, k).documents()
     pruner = ContextPruner(model, heads, method=method)
     pruned = pruner.prune(query, docs, budget_tokens=budget, keep_ratio=ratio, neighbours=neighbours)
     _print_pruned(pruned)
@@ -89,15 +105,21 @@ def ask(
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="Another LLM for the answer (default: --model)."),
     heads: Optional[str] = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Answer length limit in tokens."),
+    verify: bool = Verify,
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Answer a question: retrieve, rerank by attention, prune sentences, generate (streamed)."""
-    from ..index.retriever import HybridRetriever
     from ..pipeline import DEFAULT_BUDGET_TOKENS, Pipeline
 
     _setup(quiet, verbose)
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
-    retriever = HybridRetriever.load(_index_path(name, index_dir))
+    _positive(k, "-k", "first-stage hits")
+    _positive(rerank_k, "--rerank-k", "passages kept after reranking")
+    _positive(max_new_tokens, "--max-new-tokens", "answer length in tokens")
+    _method(method)
+    if not question.strip():
+        raise typer.BadParameter("the QUESTION is empty; give a question")
+    retriever = _load_index(name, index_dir, verify)
     pipe = Pipeline.from_model(retriever, model, heads=heads, generator_model=generator_model,
                                rerank=not no_rerank, prune=not no_prune, method=method, reorder=reorder,
                                max_new_tokens=max_new_tokens, first_stage_k=k, rerank_k=rerank_k)
