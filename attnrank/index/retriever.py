@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 MODES = ("bm25", "dense", "hybrid")
 FUSIONS = ("rrf", "convex")
+LOAD_ATTEMPTS = 40  # loads restarted because a save swapped the folder meanwhile (about 15 s in all)
 INDEX_FILES = ("docs.jsonl", "bm25/data.npy", "bm25/indices.npy", "bm25/indptr.npy", "bm25/vocab.json",
                "bm25/params.json", "dense/index.faiss")
 
@@ -236,7 +237,9 @@ class HybridRetriever:
         gets the old or the new index, never a mix.
         """
         path = Path(path)
-        for _attempt in range(5):
+        for attempt in range(LOAD_ATTEMPTS):
+            if attempt:
+                time.sleep(min(0.02 * attempt, 0.5))  # let a writer that swaps repeatedly finish
             tag = manifest_tag(path)
             try:
                 self = cls._load_once(path, mmap=mmap, verify=verify, device=device)
