@@ -170,6 +170,9 @@ def load_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[D
     """Load a corpus from a BEIR folder, JSONL, CSV/TSV, or a directory of .txt/.md files."""
     p = Path(path)
     if not p.exists():
+        if p.is_symlink():
+            raise InputError(f"corpus path {str(p)!r} is a symbolic link that leads nowhere (broken, or a loop); "
+                             "give the real file or folder")
         raise InputError(f"corpus path {str(p)!r} does not exist; give a BEIR folder, .jsonl, .csv/.tsv, or a folder of .txt/.md")
     if p.is_dir():
         beir = _beir_corpus_file(p)

@@ -46,6 +46,11 @@ def is_index_folder(path: Path) -> bool:
     return isinstance(m, dict) and m.get("format") == "attnrank-index"
 
 
+def _real(p: Path) -> Path:
+    """The path with every symbolic link resolved (never raises, even on a link loop)."""
+    return Path(os.path.realpath(p))
+
+
 def _contains(outer: Path, inner: Path) -> bool:
     return outer == inner or outer in inner.parents
 
@@ -55,9 +60,9 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
     target = Path(target)
     if target.is_symlink():
         raise InputError(f"index folder {target} is a symbolic link; give the folder it points to, or another path")
-    resolved = target.resolve()
+    resolved = _real(target)
     for what, p in [("the working directory", Path.cwd()), *(("the corpus", Path(x)) for x in protect)]:
-        if _contains(resolved, p.resolve()):
+        if _contains(resolved, _real(p)):
             raise InputError(f"refusing to write an index at {target}: it is or contains {what} ({p}); "
                              "choose a new folder (--force does not override this)")
     if not target.exists():

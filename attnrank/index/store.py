@@ -157,7 +157,7 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
     if not isinstance(files, dict) or not set(required) <= set(files):
         missing = sorted(set(required) - set(files)) if isinstance(files, dict) else ["files"]
         raise IndexFormatError(f"{path} does not list {missing}; the manifest is damaged, rebuild the index")
-    inside = root.resolve()
+    inside = Path(os.path.realpath(root))
     for name, meta in files.items():
         f = _confined(root, inside, name, path)
         if not isinstance(meta, dict) or not isinstance(meta.get("bytes"), int) or not isinstance(meta.get("sha256"), str):
@@ -185,7 +185,7 @@ def _confined(root: Path, inside: Path, name: object, manifest: Path) -> Path:
         bad = ".." in parts or Path(name).is_absolute()
     if not bad:
         f = root / name
-        real = f.resolve()
+        real = Path(os.path.realpath(f))
         bad = not (real == inside or inside in real.parents)
     if bad:
         raise IndexFormatError(f"{manifest} lists the file {str(name)[:80]!r}, which is outside the index folder; "

@@ -156,16 +156,19 @@ print(json.dumps(seen))
 SWAPPER = """
 import sys
 from attnrank.index.retriever import HybridRetriever
+import time
 a, b = HybridRetriever.load(sys.argv[1]), HybridRetriever.load(sys.argv[2])
+print("ready", flush=True)
 for i in range(int(sys.argv[4])):
     (b if i % 2 == 0 else a).save(sys.argv[3])
+    time.sleep(0.05)
 print("swaps done")
 """
 
 
 def test_concurrent_readers_see_old_or_new(work: Path, index_a: Path, prebuilt) -> None:
     """Readers (the CLI and the library, paused between manifest and files to widen the race)
-    while a writer swaps index A and index B into place 16 times."""
+    while a writer swaps index A and index B into place 40 times."""
     from attnrank.index.retriever import HybridRetriever
 
     ids_a = json.dumps([d.id for d in HybridRetriever.load(prebuilt[0]).docs])
@@ -176,8 +179,9 @@ def test_concurrent_readers_see_old_or_new(work: Path, index_a: Path, prebuilt) 
         shutil.copytree(src, index_a)
         outs[side] = cli("search", "the cancer glaciers", "--name", "a", "--mode", "bm25", "-k", "3", "-q", cwd=work).stdout
     slow = env(ATTNRANK_FAULT="load-after-manifest:sleep0.05")
-    writer = subprocess.Popen([sys.executable, "-c", SWAPPER, str(prebuilt[0]), str(prebuilt[1]), str(index_a), "16"],
+    writer = subprocess.Popen([sys.executable, "-c", SWAPPER, str(prebuilt[0]), str(prebuilt[1]), str(index_a), "40"],
                               cwd=work, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "ready"  # readers start once the swaps do
     api = subprocess.Popen([sys.executable, "-c", READER, str(index_a), ids_a, ids_b, "25"], cwd=work, env=slow,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     readers = [subprocess.Popen([sys.executable, "-m", "attnrank.cli", "search", "the cancer glaciers", "--name", "a",
@@ -191,11 +195,11 @@ def test_concurrent_readers_see_old_or_new(work: Path, index_a: Path, prebuilt) 
                     kept="each reader printed exactly index A's or index B's results")
         assert out.passed, (out.problems, se[-600:])
     so, se = api.communicate(timeout=180)
-    wo, we = writer.communicate(timeout=180)
+    _, we = writer.communicate(timeout=180)
     assert writer.returncode == 0, we[-500:]
     seen = json.loads(so) if api.returncode == 0 else {}
     run = Run(api.returncode if seen.get("mix", 1) == 0 else 1, so, se, 0)
-    out = judge("concurrent-api-reader", "concurrency", "25 library loads while a writer swaps A/B 16 times", run,
+    out = judge("concurrent-api-reader", "concurrency", "25 library loads while a writer swaps A/B 40 times", run,
                 exit=0, sees=f"{seen.get('A')} loads saw A, {seen.get('B')} saw B, {seen.get('mix')} a mix",
                 kept="every load consistent (documents, BM25, FAISS and results of one index)")
     assert out.passed, (out.problems, se[-800:])
