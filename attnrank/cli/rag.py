@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..config import DEFAULT_BUDGET_TOKENS
 from . import Quiet, Verbose, Verify, _load_index, _positive, _setup, app
 
 METHODS = ("query", "focus", "probe")
@@ -66,8 +67,6 @@ def prune(
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Keep the sentences of passages that the LLM's attention marks as relevant to a question."""
-    from ..prune.pruner import ContextPruner
-
     _setup(quiet, verbose)
     budget, ratio = _budget(budget_tokens, keep_ratio, None)
     _positive(k, "-k", "hits taken from the index")
@@ -83,6 +82,8 @@ def prune(
         docs = load_corpus(corpus)[0]
     else:
         docs = _load_index(name, index_dir, verify).search(query, k).documents()
+    from ..prune.pruner import ContextPruner  # heavy (torch): only once the input is known good
+
     pruner = ContextPruner(model, heads, method=method)
     pruned = pruner.prune(query, docs, budget_tokens=budget, keep_ratio=ratio, neighbours=neighbours)
     _print_pruned(pruned)
@@ -109,8 +110,6 @@ def ask(
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Answer a question: retrieve, rerank by attention, prune sentences, generate (streamed)."""
-    from ..pipeline import DEFAULT_BUDGET_TOKENS, Pipeline
-
     _setup(quiet, verbose)
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
     _positive(k, "-k", "first-stage hits")
@@ -120,6 +119,8 @@ def ask(
     if not question.strip():
         raise typer.BadParameter("the QUESTION is empty; give a question")
     retriever = _load_index(name, index_dir, verify)
+    from ..pipeline import Pipeline  # heavy (torch): only once the input is known good
+
     pipe = Pipeline.from_model(retriever, model, heads=heads, generator_model=generator_model,
                                rerank=not no_rerank, prune=not no_prune, method=method, reorder=reorder,
                                max_new_tokens=max_new_tokens, first_stage_k=k, rerank_k=rerank_k)

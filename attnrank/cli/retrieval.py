@@ -7,8 +7,19 @@ from typing import Optional
 
 import typer
 
-from . import (Quiet, Verbose, Verify, _check_output, _index_path, _load_index, _positive, _print_results,
-               _rerank_head, _setup, app)
+from . import (
+    Quiet,
+    Verbose,
+    Verify,
+    _check_output,
+    _index_path,
+    _load_index,
+    _positive,
+    _print_results,
+    _rerank_head,
+    _setup,
+    app,
+)
 
 
 @app.command()

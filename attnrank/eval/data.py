@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
 from ..config import fault_point
-
 from ..errors import InputError
 from ..types import RankedResults
 

@@ -100,6 +100,11 @@ def remove_stale(target: Path) -> list[Path]:
         m = _SIBLING.match(p.name)
         if not m or m["name"] != target.name or _alive(int(m["pid"])):
             continue
+        if m["kind"] == "old" and not target.exists() and is_index_folder(p):
+            # killed between the two renames of the fallback swap: this is the only copy
+            os.rename(p, target)
+            logger.warning("restored %s from %s, left by an index build killed mid-swap", target, p)
+            continue
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)
         logger.warning("removed %s, left by an index build that was killed (process %s is gone)", p, m["pid"])
