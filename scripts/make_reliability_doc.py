@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -66,8 +67,12 @@ def render(data: dict) -> str:
     return "\n".join(lines)
 
 
+_TMP = re.compile(r"/tmp/pytest-of-[^/\s]+/pytest-\d+/[^/\s]+")
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:220]
+    """Table-safe text; pytest's temporary folders become $TMP so that reruns render the same."""
+    return _TMP.sub("$TMP", text).replace("|", "\\|").replace("\n", " ")[:260]
 
 
 def main() -> None:

@@ -110,7 +110,7 @@ class Outcome:
 
 def first_line(text: str) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[0][:160] if lines else ""
+    return lines[0][:260] if lines else ""
 
 
 def judge(case_id: str, group: str, given: str, run: Run, *, exit: int, err: str | Iterable[str] = (),
