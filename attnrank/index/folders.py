@@ -93,7 +93,7 @@ def _alive(pid: int) -> bool:
 def remove_stale(target: Path) -> list[Path]:
     """Remove ``.NAME.tmp-*`` / ``.NAME.old-*`` siblings of ``target`` whose writing process is gone."""
     target = Path(target)
-    removed = []
+    removed: list[Path] = []
     if not target.parent.is_dir():
         return removed
     for p in target.parent.iterdir():

@@ -179,12 +179,12 @@ def manifest_tag(root: Path) -> str | None:
 
 def _confined(root: Path, inside: Path, name: object, manifest: Path) -> Path:
     """``root / name`` if ``name`` is a relative path that stays inside the index folder."""
-    bad = not isinstance(name, str) or not name or "\\" in name or name.startswith("/")
+    rel = name if isinstance(name, str) else ""
+    bad = not rel or "\\" in rel or rel.startswith("/")
     if not bad:
-        parts = PurePosixPath(name).parts
-        bad = ".." in parts or Path(name).is_absolute()
+        bad = ".." in PurePosixPath(rel).parts or Path(rel).is_absolute()
+    f = root / rel
     if not bad:
-        f = root / name
         real = Path(os.path.realpath(f))
         bad = not (real == inside or inside in real.parents)
     if bad:
