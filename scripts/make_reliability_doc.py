@@ -46,7 +46,7 @@ def render(data: dict) -> str:
     counts = Counter(c["category"] for c in cases)
     failed = [c for c in cases if not c["passed"]]
     lines = [HEAD, "## Summary", "",
-             f"Last run: {len(cases)} cases in {data['seconds']:.0f} s (Python {data['python']}); "
+             f"Last run: {len(cases)} cases in {data['seconds']:.0f} s wall{_machine(data)} (Python {data['python']}); "
              f"{len(cases) - len(failed)} met their expected outcome.", "",
              "| cases tried | clear errors | correct results | tracebacks | silent wrong results | data lost |",
              "|---:|---:|---:|---:|---:|---:|",
@@ -68,6 +68,13 @@ def render(data: dict) -> str:
 
 
 _TMP = re.compile(r"/tmp/pytest-of-[^/\s]+/pytest-\d+/[^/\s]+")
+
+
+def _machine(data: dict) -> str:
+    if "cpu_seconds" not in data:
+        return ""
+    return (f", {data['cpu_seconds']:.0f} s of CPU, on {data['cpus']} CPUs with a load average of "
+            f"{data['load_average']} at the end")
 
 
 def _cell(text: str) -> str:

@@ -155,5 +155,11 @@ def judge(case_id: str, group: str, given: str, run: Run, *, exit: int, err: str
 
 def write_results(path: Path, seconds: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"seconds": round(seconds, 1), "python": sys.version.split()[0],
-                                "cases": RESULTS}, indent=1, ensure_ascii=False), encoding="utf-8")
+    import resource
+
+    cpu = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+              for f in ("ru_utime", "ru_stime"))
+    path.write_text(json.dumps({"seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
+                                "cpus": len(os.sched_getaffinity(0)), "load_average": round(os.getloadavg()[0], 1),
+                                "python": sys.version.split()[0], "cases": RESULTS}, indent=1, ensure_ascii=False),
+                    encoding="utf-8")
