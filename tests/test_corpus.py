@@ -75,7 +75,7 @@ def test_undecodable_bytes(tmp_path):
 def test_empty_corpus(tmp_path):
     p = tmp_path / "c.jsonl"
     p.write_text("\n")
-    with pytest.raises(InputError, match="no documents to index"):
+    with pytest.raises(InputError, match="no documents found"):
         load_corpus(p)
 
 

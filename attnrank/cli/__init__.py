@@ -16,6 +16,7 @@ stays fast.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -35,16 +36,20 @@ logger = logging.getLogger("attnrank")
 
 Quiet = typer.Option(False, "--quiet", "-q", help="No progress bars or info logs.")
 Verbose = typer.Option(False, "--verbose", "-v", help="Log at INFO level.")
+Verify = typer.Option(False, "--verify", help="Recompute the SHA-256 of every index file before use (slower; "
+                      "catches any changed byte, not only structural damage).")
 
 
 def _setup(quiet: bool = False, verbose: bool = False) -> bool:
     level = logging.INFO if verbose and not quiet else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("attnrank").setLevel(level)
-    if quiet:  # transformers draws its own weight-loading bars
-        from transformers.utils import logging as hf_logging
+    if quiet:  # transformers draws its own weight-loading bars; it reads this when imported (lazily)
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
+            hf_logging.disable_progress_bar()
     return not quiet
 
 
@@ -58,6 +63,32 @@ def _index_path(name: Optional[str], index_dir: Optional[Path]) -> Path:
     if "/" in name or name.startswith("."):
         raise typer.BadParameter(f"index name {name!r} must be a plain name; use --index-dir for a path")
     return index_root() / name
+
+
+def _positive(value: int, option: str, what: str, minimum: int = 1) -> int:
+    """``value`` if it is at least ``minimum``, else an option error (exit 2) naming the user's value."""
+    if value < minimum:
+        raise typer.BadParameter(f"{option} {value} must be at least {minimum} ({what})")
+    return value
+
+
+def _check_output(path: Optional[Path]) -> None:
+    """Fail before any work if ``-o PATH`` cannot be a file: it is a folder, or a parent is a file."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise typer.BadParameter(f"--output {path} is a folder; give a file path")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise typer.BadParameter(f"--output {path}: {parent} is a file, not a folder; choose another path")
+            break
+
+
+def _load_index(name: Optional[str], index_dir: Optional[Path], verify: bool = False):
+    from ..index.retriever import HybridRetriever
+
+    return HybridRetriever.load(_index_path(name, index_dir), verify=verify)
 
 
 def _rerank_head(reranker, res, depth: int):
@@ -80,16 +111,42 @@ def _print_results(res) -> None:
         typer.echo(f"{d.rank:>3}. {d.id}  {d.score:.4f}  [{stages}]\n     {head[:110]}")
 
 
+def _os_message(e: OSError) -> str:
+    """One line for an operating-system error: what failed, on which path, and what to do."""
+    import errno
+
+    where = f" {e.filename!s}" if e.filename else ""
+    if e.filename2:
+        where += f" -> {e.filename2!s}"
+    hint = {errno.ENOSPC: "free some disk space and run again (existing indexes and files were kept)",
+            errno.EDQUOT: "free some disk quota and run again (existing indexes and files were kept)",
+            errno.EACCES: "check the permissions of that path", errno.EPERM: "check the permissions of that path",
+            errno.EROFS: "write somewhere writable", errno.ENOTDIR: "a part of that path is a file, not a folder",
+            errno.EISDIR: "give a file, not a folder", errno.ENOENT: "check the path",
+            errno.EEXIST: "a file is in the way; choose another path",
+            errno.ELOOP: "the path has a symbolic link loop; fix or remove the link"}.get(e.errno or 0, "")
+    return f"{e.strerror or e}:{where}" + (f"; {hint}" if hint else "")
+
+
 def main() -> None:
-    """Console entry point: attnrank's own errors become one readable line and exit code 1."""
+    """Console entry point. Exit codes: 0 success; 1 an attnrank error (bad input file, damaged
+    index, a file system error), printed as one line ``error: ...``; 2 an option error (missing or
+    invalid option values, reported by the command-line parser with a usage hint); 130 interrupted."""
     try:
         app()
     except AttnrankError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(1)
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
-        typer.echo(f"error: {e}", err=True)
+    except UnicodeDecodeError as e:
+        typer.echo(f"error: an input file has bytes that are not valid UTF-8 ({e.reason} at byte {e.start}); "
+                   "re-encode it as UTF-8", err=True)
         sys.exit(1)
+    except OSError as e:
+        typer.echo(f"error: {_os_message(e)}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
 
 
 # Register the commands (after the shared names above exist: the modules import them from here).

@@ -7,7 +7,12 @@ from typing import Optional
 
 import typer
 
-from . import Quiet, Verbose, _index_path, _setup, app
+from ..config import DEFAULT_BUDGET_TOKENS
+from ..rerank.config import RerankConfig
+from . import Quiet, Verbose, Verify, _load_index, _positive, _setup, app
+from .options import rerank_options
+
+METHODS = ("query", "focus", "probe")
 
 
 def _budget(budget_tokens: Optional[int], keep_ratio: Optional[float], default: Optional[int]):
@@ -18,7 +23,17 @@ def _budget(budget_tokens: Optional[int], keep_ratio: Optional[float], default: 
         if default is None:
             raise typer.BadParameter("give --budget-tokens N (sentence tokens to keep) or --keep-ratio R (0 < R <= 1)")
         budget_tokens = default
+    if budget_tokens is not None:
+        _positive(budget_tokens, "--budget-tokens", "sentence tokens kept")
+    if keep_ratio is not None and not 0 < keep_ratio <= 1:
+        raise typer.BadParameter(f"--keep-ratio {keep_ratio} must be in (0, 1] (the fraction of tokens kept)")
     return budget_tokens, keep_ratio
+
+
+def _method(method: str) -> str:
+    if method not in METHODS:
+        raise typer.BadParameter(f"--method {method!r} is not one of {', '.join(METHODS)}")
+    return method
 
 
 def _print_pruned(pruned) -> None:
@@ -50,13 +65,17 @@ def prune(
     neighbours: int = typer.Option(0, "--neighbours", help="Sentences kept on each side of a chosen one (within the budget)."),
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
     heads: Optional[str] = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    verify: bool = Verify,
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Keep the sentences of passages that the LLM's attention marks as relevant to a question."""
-    from ..prune.pruner import ContextPruner
-
     _setup(quiet, verbose)
     budget, ratio = _budget(budget_tokens, keep_ratio, None)
+    _positive(k, "-k", "hits taken from the index")
+    _positive(neighbours, "--neighbours", "sentences kept on each side", minimum=0)
+    _method(method)
+    if not query.strip():
+        raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
     if (corpus is None) == (name is None and index_dir is None):
         raise typer.BadParameter("give either --corpus PATH or --index NAME / --index-dir DIR")
     if corpus is not None:
@@ -64,15 +83,16 @@ def prune(
 
         docs = load_corpus(corpus)[0]
     else:
-        from ..index.retriever import HybridRetriever
+        docs = _load_index(name, index_dir, verify).search(query, k).documents()
+    from ..prune.pruner import ContextPruner  # heavy (torch): only once the input is known good
 
-        docs = HybridRetriever.load(_index_path(name, index_dir)).search(query, k).documents()
     pruner = ContextPruner(model, heads, method=method)
     pruned = pruner.prune(query, docs, budget_tokens=budget, keep_ratio=ratio, neighbours=neighbours)
     _print_pruned(pruned)
 
 
 @app.command()
+@rerank_options
 def ask(
     question: str = typer.Argument(..., help="The question to answer."),
     name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
@@ -85,28 +105,33 @@ def ask(
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Keep the first-stage order."),
     no_prune: bool = typer.Option(False, "--no-prune", help="Give the whole passages to the generator."),
     reorder: bool = typer.Option(False, "--reorder", help="Place passages at the model's highest-attention slots (registered slot profile)."),
-    model: Optional[str] = typer.Option(None, help="LLM for reranking and pruning (default: packaged SmolLM2-135M)."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="Another LLM for the answer (default: --model)."),
-    heads: Optional[str] = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    prune_heads: Optional[str] = typer.Option(None, "--prune-heads", help="Heads that score sentences: 'all' (default), 'auto', 'l-h,l-h' or a JSON file."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Answer length limit in tokens."),
+    verify: bool = Verify,
     quiet: bool = Quiet, verbose: bool = Verbose,
+    rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Answer a question: retrieve, rerank by attention, prune sentences, generate (streamed)."""
-    from ..index.retriever import HybridRetriever
-    from ..pipeline import DEFAULT_BUDGET_TOKENS, Pipeline
-
     _setup(quiet, verbose)
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
-    retriever = HybridRetriever.load(_index_path(name, index_dir))
+    _positive(k, "-k", "first-stage hits")
+    _positive(rerank_k, "--rerank-k", "passages kept after reranking")
+    _positive(max_new_tokens, "--max-new-tokens", "answer length in tokens")
+    _method(method)
+    if not question.strip():
+        raise typer.BadParameter("the QUESTION is empty; give a question")
+    retriever = _load_index(name, index_dir, verify)
+    from ..pipeline import Pipeline  # heavy (torch): only once the input is known good
     from ..prune.config import PruneConfig
-    from ..rerank.config import RerankConfig
 
-    rerank_cfg = RerankConfig.preset(heads=heads) if heads else RerankConfig.preset()
-    prune_cfg = PruneConfig(method=method, **({"heads": heads} if heads else {}))
-    pipe = Pipeline.from_model(retriever, model, generator_model=generator_model,
-                               rerank=False if no_rerank else rerank_cfg, prune=False if no_prune else prune_cfg,
-                               reorder=reorder,
-                               max_new_tokens=max_new_tokens, depth=k, top_k=rerank_k)
+    cfg = rerank_config
+    prune_cfg = PruneConfig(method=method, model=cfg.model, device=cfg.device, dtype=cfg.dtype,
+                            **({"heads": prune_heads} if prune_heads else {}))
+    pipe = Pipeline.from_model(retriever, cfg.model, generator_model=generator_model,
+                               rerank=False if no_rerank else cfg, prune=False if no_prune else prune_cfg,
+                               reorder=reorder, max_new_tokens=max_new_tokens, depth=k, top_k=rerank_k,
+                               dtype=cfg.dtype, device=cfg.device)
     typer.echo(f"Q: {question}\nA: ", nl=False)
     res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=lambda s: typer.echo(s, nl=False))
     typer.echo("")

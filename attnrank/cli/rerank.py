@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import AttnrankError
-from . import Quiet, Verbose, _index_path, _rerank_head, _setup, app
+from . import Quiet, Verbose, Verify, _check_output, _load_index, _positive, _rerank_head, _setup, app
 
 
 @app.command()
@@ -24,24 +24,27 @@ def rerank(
     calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate", help="Content-free N/A calibration."),
     instruction: str = typer.Option("ie", help="Late instruction: ie | qa | custom text."),
     output: Path = typer.Option(..., "--output", "-o", help="Reranked TREC run file."),
+    verify: bool = Verify,
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Rerank a TREC run with the attention reranker and write a TREC run file."""
     from ..corpus import load_corpus, load_queries
     from ..eval import read_run, write_run
-    from ..rerank.attention import AttentionReranker
     from ..types import RankedResults, ScoredDocument
 
     progress = _setup(quiet, verbose)
-    if depth < 1:
-        raise typer.BadParameter(f"--depth {depth} must be at least 1")
+    _positive(depth, "--depth", "passages reranked per query")
+    _check_output(output)
+    if corpus is not None and (name is not None or index_dir is not None):
+        raise typer.BadParameter("give --corpus PATH or --index NAME / --index-dir DIR, not both")
+    qs, first = load_queries(queries), read_run(run)
     if corpus is not None:
         docs = {d.id: d for d in load_corpus(corpus)[0]}
     else:
-        from ..index.retriever import HybridRetriever
+        docs = {d.id: d for d in _load_index(name, index_dir, verify).docs}
+    _check_run(first, qs, docs, queries)  # every query and document, before the model loads
+    from ..rerank.attention import AttentionReranker
 
-        docs = {d.id: d for d in HybridRetriever.load(_index_path(name, index_dir)).docs}
-    qs, first = load_queries(queries), read_run(run)
     reranker = AttentionReranker(model, heads, calibrate=calibrate, instruction=instruction)
     out = []
     items = list(first.items())
@@ -50,14 +53,20 @@ def rerank(
 
         items = tqdm(items, desc="rerank", unit="q")
     for qid, ranking in items:
-        if qid not in qs:
-            raise AttnrankError(f"query {qid!r} of the run is not in {queries}; give the matching queries file")
-        missing = [d for d in ranking if d not in docs]
-        if missing:
-            raise AttnrankError(f"document {missing[0]!r} of the run is not in the corpus/index; give the matching one")
         ordered = sorted(ranking.items(), key=lambda kv: (-kv[1], kv[0]))
         res = RankedResults(qs[qid], [ScoredDocument(d, s, r, docs[d].text, docs[d].title, {"first_stage": s})
                                       for r, (d, s) in enumerate(ordered, start=1)], qid)
         out.append(_rerank_head(reranker, res, depth))
     write_run(out, output, tag="attnrank-attention")
     typer.echo(f"reranked the top {depth} of {len(out)} queries into {output}")
+
+
+def _check_run(first: dict, qs: dict, docs: dict, queries: Path) -> None:
+    """Every query of the run must be in the queries file and every document in the corpus/index."""
+    for qid, ranking in first.items():
+        if qid not in qs:
+            raise AttnrankError(f"query {qid!r} of the run is not in {queries}; give the matching queries file")
+        missing = [d for d in ranking if d not in docs]
+        if missing:
+            raise AttnrankError(f"document {missing[0]!r} (query {qid!r}) of the run is not in the corpus/index; "
+                                "give the matching one")

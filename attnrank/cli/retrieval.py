@@ -7,7 +7,19 @@ from typing import Optional
 
 import typer
 
-from . import Quiet, Verbose, _index_path, _print_results, _rerank_head, _setup, app
+from . import (
+    Quiet,
+    Verbose,
+    Verify,
+    _check_output,
+    _index_path,
+    _load_index,
+    _positive,
+    _print_results,
+    _rerank_head,
+    _setup,
+    app,
+)
 
 
 @app.command()
@@ -20,21 +32,28 @@ def index(
     stemmer: str = typer.Option("auto", help="BM25 stemming: porter | none | auto (porter if PyStemmer is installed)."),
     stopwords: str = typer.Option("lucene", help="BM25 stopwords: lucene | sklearn | none."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad records (reported) instead of failing."),
+    force: bool = typer.Option(False, "--force", help="Also replace an existing non-empty folder that is not an "
+                               "attnrank index (never one holding the corpus or the working directory)."),
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
-    """Build a BM25 + dense index over a corpus (written atomically)."""
+    """Build a BM25 + dense index over a corpus (written atomically).
+
+    Replaces only an existing attnrank index or an empty folder (``--force``: any other folder,
+    except one holding the corpus or the working directory)."""
     from ..corpus import load_corpus
+    from ..index.folders import check_target
     from ..index.retriever import HybridRetriever
 
     progress = _setup(quiet, verbose)
     target = _index_path(name, index_dir)
+    check_target(target, force=force, protect=[corpus])  # before any work
     docs, report = load_corpus(corpus, skip_invalid=skip_invalid)
     if report.skipped:
         typer.echo(f"skipped {len(report.skipped)} invalid record(s):", err=True)
         for where, why in report.skipped[:20]:
             typer.echo(f"  {where}: {why}", err=True)
     r = HybridRetriever(embedder=embedder, dense_index=dense_index, stemmer=stemmer, stopwords=stopwords)
-    r.index(docs, show_progress=progress).save(target)
+    r.index(docs, show_progress=progress).save(target, force=force, protect=[corpus])
     typer.echo(f"indexed {r.num_docs} documents into {target}")
 
 
@@ -53,20 +72,22 @@ def search(
     rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits with the attention reranker (0 = off)."),
     model: Optional[str] = typer.Option(None, help="LLM for --rerank: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
     heads: Optional[str] = typer.Option(None, help="Heads for --rerank: 'all', 'l-h,l-h', or a JSON file."),
+    verify: bool = Verify,
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Search an index with one query (printed) or a queries file (TREC run file)."""
     from ..corpus import load_queries
     from ..eval import write_run
-    from ..index.retriever import HybridRetriever
 
     progress = _setup(quiet, verbose)
     if (query is None) == (queries is None):
         raise typer.BadParameter("give either one QUERY or --queries FILE")
-    r = HybridRetriever.load(_index_path(name, index_dir))
-    if fusion or alpha is not None or norm:
-        r.set_fusion(fusion or r.fusion, alpha=alpha, norm=norm)
+    _positive(k, "-k", "results per query")
+    _positive(rerank, "--rerank", "hits reranked; 0 turns reranking off", minimum=0)
+    _check_output(output)
     qs = {"q1": query} if query is not None else load_queries(queries)
+    r = _load_index(name, index_dir, verify)
+    _set_fusion(r, mode, fusion, alpha, norm)
     results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
     if rerank > 0:
         from ..rerank.attention import AttentionReranker
@@ -82,6 +103,25 @@ def search(
         for res in results:
             typer.echo(f"# {res.query_id}: {res.query}")
             _print_results(res)
+
+
+def _set_fusion(r, mode, fusion, alpha, norm) -> None:
+    """Apply --fusion/--alpha/--norm; an option that the search would ignore is an error."""
+    from ..index.retriever import FUSIONS, MODES
+
+    if mode is not None and mode not in MODES:
+        raise typer.BadParameter(f"--mode {mode!r} is not one of {', '.join(MODES)}")
+    if fusion is not None and fusion not in FUSIONS:
+        raise typer.BadParameter(f"--fusion {fusion!r} is not one of {', '.join(FUSIONS)}")
+    if not (fusion or alpha is not None or norm):
+        return
+    if (mode or r.mode) != "hybrid":
+        raise typer.BadParameter(f"--fusion/--alpha/--norm apply to hybrid search only, not --mode {mode or r.mode}")
+    if (fusion or r.fusion) == "rrf" and (alpha is not None or norm):
+        given = f"--alpha {alpha}" if alpha is not None else f"--norm {norm}"
+        raise typer.BadParameter(f"{given} applies to convex fusion only, and this search fuses with rrf; "
+                                 "add --fusion convex")
+    r.set_fusion(fusion or r.fusion, alpha=alpha, norm=norm)
 
 
 @app.command("eval")

@@ -3,15 +3,30 @@ and BEIR's ``qrels/*.tsv`` (``query-id<TAB>corpus-id<TAB>score`` with a header l
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
+from ..config import fault_point
 from ..errors import InputError
 from ..types import RankedResults
 
 Qrels = dict[str, dict[str, int]]
 Run = dict[str, dict[str, float]]
+
+logger = logging.getLogger(__name__)
+
+
+def _lines(p: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines of a text file; bytes that are not UTF-8 are an error naming file and line."""
+    with open(p, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{p}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
+                                 "re-encode the file as UTF-8") from None
 
 
 def read_qrels(path: str | Path) -> Qrels:
@@ -22,47 +37,62 @@ def read_qrels(path: str | Path) -> Qrels:
     if not p.is_file():
         raise InputError(f"qrels file {str(p)!r} does not exist; give a TREC qrels file or a BEIR qrels/*.tsv")
     qrels: Qrels = {}
-    with open(p, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            parts = line.split()
-            if not parts:
+    for lineno, line in _lines(p):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) == 4:
+            qid, _, did, rel = parts
+        elif len(parts) == 3:
+            qid, did, rel = parts
+        else:
+            raise InputError(f"{p}:{lineno}: expected 'qid Q0 docid rel' or 'qid<TAB>docid<TAB>rel', got {line.strip()[:60]!r}")
+        try:
+            label = int(float(rel))
+        except ValueError:
+            if lineno == 1:  # BEIR header "query-id corpus-id score"
                 continue
-            if len(parts) == 4:
-                qid, _, did, rel = parts
-            elif len(parts) == 3:
-                qid, did, rel = parts
-            else:
-                raise InputError(f"{p}:{lineno}: expected 'qid Q0 docid rel' or 'qid<TAB>docid<TAB>rel', got {line.strip()[:60]!r}")
-            try:
-                qrels.setdefault(qid, {})[did] = int(float(rel))
-            except ValueError:
-                if lineno == 1:  # BEIR header "query-id corpus-id score"
-                    continue
-                raise InputError(f"{p}:{lineno}: relevance {rel!r} is not a number") from None
+            raise InputError(f"{p}:{lineno}: relevance {rel!r} is not a number") from None
+        qrels.setdefault(qid, {})[did] = label
     if not qrels:
         raise InputError(f"{p}: no judgments found")
     return qrels
 
 
 def read_run(path: str | Path) -> Run:
-    """Read a TREC run file (``qid Q0 docid rank score tag``)."""
+    """Read a TREC run file (``qid Q0 docid rank score tag``).
+
+    A (query, document) pair listed more than once keeps its FIRST line (the one a reader of the
+    file meets first, as trec_eval's input order suggests); the later lines are dropped and a
+    warning says how many and where the first one is.
+    """
     p = Path(path)
     if not p.is_file():
         raise InputError(f"run file {str(p)!r} does not exist")
     run: Run = {}
-    with open(p, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 6:
-                raise InputError(f"{p}:{lineno}: expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
-            try:
-                run.setdefault(parts[0], {})[parts[2]] = float(parts[4])
-            except ValueError:
-                raise InputError(f"{p}:{lineno}: score {parts[4]!r} is not a number") from None
+    dups: list[str] = []
+    for lineno, line in _lines(p):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 6:
+            raise InputError(f"{p}:{lineno}: expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
+        try:
+            score = float(parts[4])
+        except ValueError:
+            raise InputError(f"{p}:{lineno}: score {parts[4]!r} is not a number") from None
+        if score != score or score in (float("inf"), float("-inf")):
+            raise InputError(f"{p}:{lineno}: score {parts[4]!r} is not a finite number")
+        docs = run.setdefault(parts[0], {})
+        if parts[2] in docs:
+            dups.append(f"{p}:{lineno}")
+            continue
+        docs[parts[2]] = score
     if not run:
         raise InputError(f"{p}: empty run file")
+    if dups:
+        logger.warning("%s: %d duplicate (query, document) line(s), first at %s; kept the first line of each pair",
+                       p, len(dups), dups[0])
     return run
 
 
@@ -79,11 +109,25 @@ def write_run(run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults], 
     if not isinstance(run, Mapping):
         run = results_to_run(run)
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"cannot write the run file {p}: it is a folder; give a file path")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"cannot write the run file {p}: {parent} is a file, not a folder; choose another path")
+            break
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for qid, docs in run.items():
-            ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
-            for rank, (did, score) in enumerate(ranked, start=1):
-                f.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
-    os.replace(tmp, p)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for qid, docs in run.items():
+                ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
+                for rank, (did, score) in enumerate(ranked, start=1):
+                    f.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
+            fault_point("run-write", p)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

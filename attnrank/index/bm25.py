@@ -160,13 +160,46 @@ class BM25Index:
             self.data = np.load(path / "data.npy", mmap_mode=mode)
             self.indices = np.load(path / "indices.npy", mmap_mode=mode)
             self.indptr = np.load(path / "indptr.npy", mmap_mode=mode)
-            self.vocab = {t: i for i, t in enumerate(json.loads((path / "vocab.json").read_text(encoding="utf-8")))}
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            terms = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
+            if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+                raise ValueError("vocab.json is not a list of terms")
+            self.vocab = {t: i for i, t in enumerate(terms)}
+            if len(self.vocab) != len(terms):
+                raise ValueError("vocab.json repeats a term")
+            self.num_docs = params["num_docs"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise IndexFormatError(f"BM25 index at {path} cannot be read ({e}); rebuild it with `attnrank index`") from None
-        self.num_docs = int(params["num_docs"])
-        if len(self.indptr) != len(self.vocab) + 1 or self.indptr[-1] != len(self.data):
-            raise IndexFormatError(f"BM25 index at {path} is inconsistent (vocabulary vs. arrays); rebuild it")
+        self._check_structure(path)
         return self
+
+    def _check_structure(self, path: Path) -> None:
+        """Cheap checks run on every load: a flipped byte must not give garbage scores.
+
+        CSC layout (``indptr`` starts at 0, never decreases, ends at ``len(data)``), document
+        positions inside ``[0, num_docs)``, weights finite and within the BM25 bound
+        ``(k1 + 1) * max |idf|`` with ``|idf| <= log(2N + 2)``, vocabulary sorted and unique.
+        """
+        def bad(what: str) -> IndexFormatError:
+            return IndexFormatError(f"BM25 index at {path} is corrupted ({what}); rebuild it with `attnrank index`")
+
+        n, data, ind, ptr = self.num_docs, self.data, self.indices, self.indptr
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise bad(f"num_docs={n!r}")
+        if (data.dtype != np.float32 or ind.dtype != np.int32 or ptr.dtype != np.int64
+                or data.ndim != 1 or ind.ndim != 1 or ptr.ndim != 1):
+            raise bad("array types or shapes")
+        if len(ind) != len(data) or len(ptr) != len(self.vocab) + 1 or ptr[0] != 0 or ptr[-1] != len(data):
+            raise bad("array lengths disagree with the vocabulary")
+        if np.any(ptr[1:] < ptr[:-1]):
+            raise bad("indptr is not monotone")
+        if len(ind) and (int(ind.min()) < 0 or int(ind.max()) >= n):
+            raise bad(f"document positions outside [0, {n})")
+        bound = (self.params.k1 + 1) * math.log(2 * n + 2) + 1e-3
+        if len(data) and not (np.isfinite(data).all() and float(np.abs(data).max()) <= bound):
+            raise bad(f"weights not finite or beyond the BM25 bound {bound:.2f}")
+        terms = list(self.vocab)
+        if len(terms) != len(self.vocab) or any(a >= b for a, b in zip(terms, terms[1:])):
+            raise bad("vocabulary not sorted and unique")
 
 
 def _doc_freq(stats) -> dict[str, int]:

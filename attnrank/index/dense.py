@@ -82,8 +82,15 @@ class DenseIndex:
         if self.faiss_index is None:
             raise InputError("the dense index is empty; call index(texts) or DenseIndex.load(path) first")
         q = self.encode_queries(queries) if query_embeddings is None else query_embeddings
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise IndexFormatError(f"the embedder gives {q.shape[-1]}-dimensional vectors, the dense index holds "
+                                   f"{self.dim}-dimensional ones; use the embedder the index was built with")
         k = min(k, self.num_docs)
         scores, idx = self.faiss_index.search(q, k)
+        # unit vectors: a cosine outside [-1, 1] (or NaN) means damaged vectors, never a result
+        if not np.all(np.abs(np.nan_to_num(scores[idx >= 0], nan=np.inf)) <= 1.001):
+            raise IndexFormatError("the dense index returned cosine scores outside [-1, 1]: its vectors are "
+                                   "corrupted; rebuild the index with `attnrank index`")
         # approximate indexes may return fewer than k hits (-1); keep arrays rectangular
         idx = np.where(idx < 0, -1, idx).astype(np.int64)
         return idx, scores.astype(np.float32)
@@ -115,3 +122,13 @@ class DenseIndex:
             self.faiss_index.hnsw.efSearch = 128
         self.dim = self.faiss_index.d
         return self
+
+    def check(self, path: str | Path, *, num_docs: int, dim: int) -> None:
+        """Cheap structural checks on load: vector count, dimension and metric as recorded at build."""
+        import faiss
+
+        ix = self.faiss_index
+        if ix.ntotal != num_docs or ix.d != dim or ix.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise IndexFormatError(f"dense index {Path(path) / 'index.faiss'} holds {ix.ntotal} vectors of dimension "
+                                   f"{ix.d}, the manifest says {num_docs} of dimension {dim} (inner product); "
+                                   "the index is corrupted, rebuild it")

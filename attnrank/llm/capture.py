@@ -22,9 +22,7 @@ import numpy as np
 from ..errors import InputError
 from .attention import AttentionCapturer, PrefixCache
 from .prompts import RerankPromptPair
-from .rows import Span, WindowRows
-
-QUERY_SPANS = ("full", "last")
+from .rows import QUERY_SPANS, Span, WindowRows
 
 
 def check_query_span(query_span: str) -> str:

@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import InputError
 
 Span = tuple[int, int]
+QUERY_SPANS = ("full", "last")  # the query rows averaged: the whole suffix, or its last token
 
 
 @dataclass

@@ -45,6 +45,19 @@ logger = logging.getLogger(__name__)
 
 _UNSET: Any = object()  # ``heads`` not given: the configuration's heads
 
+def _check_k(k: Any) -> None:
+    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+        raise InputError(f"k={k!r} must be None (all documents) or a positive integer (documents returned)")
+
+
+def _check_unique(documents: list[Document]) -> None:
+    seen: set[str] = set()
+    for i, d in enumerate(documents):
+        if d.id in seen:
+            raise InputError(f"document #{i} repeats the id {d.id!r}; document ids must be unique within a ranking")
+        seen.add(d.id)
+
+
 def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, Sequence[float]] | None:
     """Each earlier stage's scores over the candidates (NaN where a candidate has none); a stage
     that scored none of them is left out, so weights that need it fail with a clear error."""
@@ -140,8 +153,12 @@ class AttentionReranker:
     # -- public API --------------------------------------------------------------------------
     def rank(self, query: str, docs: Sequence[Document | ScoredDocument | str] | RankedResults, k: int | None = None,
              *, query_id: str | None = None, return_evidence: bool = False) -> RankedResults:
-        """Rerank ``docs`` (first-stage order) for ``query``; the best ``k`` (all if None)."""
+        """Rerank ``docs`` (first-stage order) for ``query``; the best ``k`` (all if None).
+
+        ``k`` must be None or a positive integer; document ids must be unique."""
+        _check_k(k)
         documents, previous = as_documents(docs)
+        _check_unique(documents)
         if query_id is None and isinstance(docs, RankedResults):
             query_id = docs.query_id
         if not documents:
@@ -155,6 +172,9 @@ class AttentionReranker:
                    *, query_ids: Sequence[str] | None = None) -> list[RankedResults]:
         if len(queries) != len(docs_per_query):
             raise InputError(f"{len(queries)} queries but {len(docs_per_query)} document lists; give one list per query")
+        if query_ids is not None and len(query_ids) != len(queries):
+            raise InputError(f"{len(queries)} queries but {len(query_ids)} query_ids; give one id per query")
+        _check_k(k)
         it = range(len(queries))
         if self.show_progress:
             from tqdm.auto import tqdm

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import InputError
-from ..llm.capture import QUERY_SPANS
+from ..llm.rows import QUERY_SPANS
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from .reweight import Reweighting
 

@@ -102,13 +102,22 @@ def test_truncated_component_detected(saved):
 
 
 def test_checksum_verification(saved):
-    f = saved / "docs.jsonl"
+    f = saved / "dense" / "index.faiss"
     raw = bytearray(f.read_bytes())
-    raw[10] ^= 1  # same size, different content
+    raw[-7] ^= 1  # same size, lowest mantissa bit of a vector component: structurally plausible
     f.write_bytes(bytes(raw))
-    HybridRetriever.load(saved)  # size check alone passes
+    HybridRetriever.load(saved)  # the cheap structural checks cannot see it
     with pytest.raises(IndexFormatError, match="fails its SHA-256 check"):
         HybridRetriever.load(saved, verify=True)
+
+
+def test_same_size_docs_edit_is_caught_on_every_load(saved):
+    f = saved / "docs.jsonl"
+    raw = bytearray(f.read_bytes())
+    raw[raw.index(b'"text": "') + 9] ^= 1  # same size, different text
+    f.write_bytes(bytes(raw))
+    with pytest.raises(IndexFormatError, match="does not match the corpus checksum"):
+        HybridRetriever.load(saved)
 
 
 def test_interrupted_save_keeps_previous_index(saved, built_retriever, monkeypatch):

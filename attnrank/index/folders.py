@@ -1,0 +1,160 @@
+"""What an index save may replace, stale temporary folders, and the atomic swap.
+
+Rules (issue 12, "nothing lost"):
+
+- A save replaces only a folder that holds an attnrank ``manifest.json`` (``"format":
+  "attnrank-index"``), or an empty folder. Anything else (a file, a symbolic link, a folder of
+  other files) is refused; ``force=True`` (CLI ``--force``) overrides that for a non-empty
+  folder that is not an index.
+- Never, not even with ``force``: a folder that is, or contains, the working directory or a
+  path the caller protects (the corpus being indexed).
+- Temporary and previous-index folders are siblings named ``.NAME.tmp-PID-HEX`` and
+  ``.NAME.old-PID-HEX``, where PID is the writing process. A later save of the same NAME
+  removes those whose process is gone (a build killed by ``kill -9`` or a power cut) and logs
+  a warning naming each.
+- The new folder is swapped in with one ``renameat2(RENAME_EXCHANGE)`` on Linux, so the index
+  path always holds a complete index; elsewhere (or on file systems without it) two renames.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import InputError
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+_SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})$")
+
+
+def is_index_folder(path: Path) -> bool:
+    """True when ``path`` is a folder with a readable attnrank manifest (any format version)."""
+    try:
+        m = json.loads((Path(path) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and m.get("format") == "attnrank-index"
+
+
+def _real(p: Path) -> Path:
+    """The path with every symbolic link resolved (never raises, even on a link loop)."""
+    return Path(os.path.realpath(p))
+
+
+def _contains(outer: Path, inner: Path) -> bool:
+    return outer == inner or outer in inner.parents
+
+
+def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] = ()) -> None:
+    """Raise :class:`InputError` unless a save may replace ``target`` (see the module rules)."""
+    target = Path(target)
+    if target.is_symlink():
+        raise InputError(f"index folder {target} is a symbolic link; give the folder it points to, or another path")
+    resolved = _real(target)
+    for what, p in [("the working directory", Path.cwd()), *(("the corpus", Path(x)) for x in protect)]:
+        if _contains(resolved, _real(p)):
+            raise InputError(f"refusing to write an index at {target}: it is or contains {what} ({p}); "
+                             "choose a new folder (--force does not override this)")
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--name")
+    if is_index_folder(target) or not any(target.iterdir()):
+        return
+    if force:
+        logger.warning("replacing %s, which is not an attnrank index, because of --force", target)
+        return
+    raise InputError(f"{target} exists and is not an attnrank index (no valid {MANIFEST}); refusing to replace "
+                     "it and lose its files; choose another folder, or pass --force to replace it")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def remove_stale(target: Path) -> list[Path]:
+    """Remove ``.NAME.tmp-*`` / ``.NAME.old-*`` siblings of ``target`` whose writing process is gone."""
+    target = Path(target)
+    removed: list[Path] = []
+    if not target.parent.is_dir():
+        return removed
+    for p in target.parent.iterdir():
+        m = _SIBLING.match(p.name)
+        if not m or m["name"] != target.name or _alive(int(m["pid"])):
+            continue
+        if m["kind"] == "old" and not target.exists() and is_index_folder(p):
+            # killed between the two renames of the fallback swap: this is the only copy
+            os.rename(p, target)
+            logger.warning("restored %s from %s, left by an index build killed mid-swap", target, p)
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+        logger.warning("removed %s, left by an index build that was killed (process %s is gone)", p, m["pid"])
+    return removed
+
+
+def sibling(target: Path, kind: str) -> Path:
+    """A fresh ``.NAME.<kind>-PID-HEX`` path next to ``target``."""
+    return target.parent / f".{target.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically exchange two paths (Linux ``renameat2``); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def swap_in(tmp: Path, target: Path) -> Path | None:
+    """Put the complete folder ``tmp`` at ``target``; return where the previous folder now is (or None)."""
+    if not target.exists():
+        os.rename(tmp, target)
+        return None
+    if _exchange(tmp, target):
+        return tmp
+    old = sibling(target, "old")
+    os.replace(target, old)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        os.replace(old, target)  # put the previous index back
+        raise
+    return old
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
