@@ -109,7 +109,7 @@ def test_cli_prune_and_ask(tmp_path, tiny_dir, built_retriever):
     r = runner.invoke(app, ["prune", "x", "--corpus", str(corpus), "--budget-tokens", "5", "--keep-ratio", "0.5"])
     assert r.exit_code != 0 and "not both" in r.output
     ix = built_retriever.save(tmp_path / "ix")
-    r = runner.invoke(app, ["ask", QUESTION, "--index-dir", str(ix), "--k", "3", "--rerank-k", "2",
+    r = runner.invoke(app, ["ask", QUESTION, "--index-dir", str(ix), "--depth", "3", "-k", "2",
                             "--budget-tokens", "80", "--max-new-tokens", "3", "--model", str(tiny_dir), "-q"])
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"Q: {QUESTION}\nA: ") and "[sources]" in r.output and "[timings]" in r.output

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Optional
 
 import typer
 
+from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, _print_results, _setup, app
+from .options import rerank_options
 
 
 @app.command()
+@rerank_options
 def demo(
-    k: int = typer.Option(3, "--k", "-k", help="Results shown per question."),
+    k: int = typer.Option(3, "--top-k", "-k", help="Results shown per question."),
     depth: int = typer.Option(10, "--depth", help="First-stage hits reranked by attention."),
-    model: Optional[str] = typer.Option(None, help="LLM (default: packaged SmolLM2-135M)."),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Stop after the first stage."),
     answers: int = typer.Option(2, "--answers", help="Questions pruned and answered at the end (0 = none)."),
     quiet: bool = Quiet, verbose: bool = Verbose,
+    rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Run the pipeline on the embedded demo corpus (80 Wikipedia paragraphs, 8 questions)."""
     from ..config import index_root
@@ -32,7 +34,7 @@ def demo(
     if not no_rerank:
         from ..rerank.attention import AttentionReranker
 
-        reranker = AttentionReranker(model)
+        reranker = AttentionReranker(config=rerank_config)
         typer.echo(f"[rerank] {reranker!r}")
     hits = {"first stage": 0, "attention rerank": 0}
     reranked = []

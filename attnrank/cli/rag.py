@@ -56,9 +56,9 @@ def _print_pruned(pruned) -> None:
 def prune(
     query: str = typer.Argument(..., help="The question the context is pruned for."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Passages to prune (any corpus format); all of them, in file order, form the context."),
-    name: Optional[str] = typer.Option(None, "--index", "-n", help="Or an index name: its top --k hits form the context."),
+    name: Optional[str] = typer.Option(None, "--index", "-n", help="Or an index name: its top -k hits form the context."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
-    k: int = typer.Option(5, "--k", "-k", help="Hits taken from --index."),
+    k: int = typer.Option(5, "--top-k", "-k", help="Hits taken from --index."),
     budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens", help="Sentence tokens to keep (hard cap; titles not counted)."),
     keep_ratio: Optional[float] = typer.Option(None, "--keep-ratio", help="Or the fraction of the context's sentence tokens to keep, in (0, 1]."),
     method: str = typer.Option("query", help="query (ICR: query-span attention, N/A-calibrated) | focus (AttentionRAG: answer-hint token) | probe (learned sentence probe)."),
@@ -97,8 +97,8 @@ def ask(
     question: str = typer.Argument(..., help="The question to answer."),
     name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder."),
-    k: int = typer.Option(20, "--k", "-k", help="First-stage hits."),
-    rerank_k: int = typer.Option(5, "--rerank-k", help="Passages kept after attention reranking."),
+    depth: int = typer.Option(20, "--depth", help="First-stage hits reranked by attention."),
+    k: int = typer.Option(5, "--top-k", "-k", help="Passages kept after attention reranking."),
     budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens", help="Sentence tokens kept by pruning (default 300)."),
     keep_ratio: Optional[float] = typer.Option(None, "--keep-ratio", help="Or the fraction of sentence tokens kept, in (0, 1]."),
     method: str = typer.Option("query", help="Pruning method: query | focus | probe."),
@@ -115,8 +115,8 @@ def ask(
     """Answer a question: retrieve, rerank by attention, prune sentences, generate (streamed)."""
     _setup(quiet, verbose)
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
-    _positive(k, "-k", "first-stage hits")
-    _positive(rerank_k, "--rerank-k", "passages kept after reranking")
+    _positive(depth, "--depth", "first-stage hits")
+    _positive(k, "-k", "passages kept after reranking")
     _positive(max_new_tokens, "--max-new-tokens", "answer length in tokens")
     _method(method)
     if not question.strip():
@@ -130,7 +130,7 @@ def ask(
                             **({"heads": prune_heads} if prune_heads else {}))
     pipe = Pipeline.from_model(retriever, cfg.model, generator_model=generator_model,
                                rerank=False if no_rerank else cfg, prune=False if no_prune else prune_cfg,
-                               reorder=reorder, max_new_tokens=max_new_tokens, depth=k, top_k=rerank_k,
+                               reorder=reorder, max_new_tokens=max_new_tokens, depth=depth, top_k=k,
                                dtype=cfg.dtype, device=cfg.device)
     typer.echo(f"Q: {question}\nA: ", nl=False)
     res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=lambda s: typer.echo(s, nl=False))

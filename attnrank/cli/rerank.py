@@ -8,24 +8,24 @@ from typing import Optional
 import typer
 
 from ..errors import AttnrankError
+from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, Verify, _check_output, _load_index, _positive, _rerank_head, _setup, app
+from .options import rerank_options
 
 
 @app.command()
+@rerank_options
 def rerank(
     run: Path = typer.Option(..., "--run", help="First-stage TREC run file to rerank."),
     queries: Path = typer.Option(..., "--queries", help="BEIR queries.jsonl or TSV id<TAB>text."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus with the run's documents (any supported format)."),
     name: Optional[str] = typer.Option(None, "--index", "-n", help="Or an index name whose documents to use."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
-    depth: int = typer.Option(20, "--depth", "-k", help="Rerank the top K of each query (the rest keeps its order below)."),
-    model: Optional[str] = typer.Option(None, help="HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: Optional[str] = typer.Option(None, help="'all' (ICR), 'l-h,l-h' or a JSON head file (QRHead)."),
-    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate", help="Content-free N/A calibration."),
-    instruction: str = typer.Option("ie", help="Late instruction: ie | qa | custom text."),
+    depth: int = typer.Option(20, "--depth", help="Rerank the top K of each query (the rest keeps its order below)."),
     output: Path = typer.Option(..., "--output", "-o", help="Reranked TREC run file."),
     verify: bool = Verify,
     quiet: bool = Quiet, verbose: bool = Verbose,
+    rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Rerank a TREC run with the attention reranker and write a TREC run file."""
     from ..corpus import load_corpus, load_queries
@@ -45,7 +45,7 @@ def rerank(
     _check_run(first, qs, docs, queries)  # every query and document, before the model loads
     from ..rerank.attention import AttentionReranker
 
-    reranker = AttentionReranker(model, heads, calibrate=calibrate, instruction=instruction)
+    reranker = AttentionReranker(config=rerank_config)
     out = []
     items = list(first.items())
     if progress:

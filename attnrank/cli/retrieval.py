@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..rerank.config import RerankConfig
 from . import (
     Quiet,
     Verbose,
@@ -20,6 +21,7 @@ from . import (
     _setup,
     app,
 )
+from .options import rerank_options
 
 
 @app.command()
@@ -58,22 +60,22 @@ def index(
 
 
 @app.command()
+@rerank_options
 def search(
     query: Optional[str] = typer.Argument(None, help="One query (or use --queries FILE)."),
     name: Optional[str] = typer.Option(None, "--index", "--name", "-n", help="Index name under ./indexes."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder."),
     queries: Optional[Path] = typer.Option(None, "--queries", help="BEIR queries.jsonl or TSV id<TAB>text."),
-    k: int = typer.Option(10, "--k", "-k", help="Results per query."),
+    k: int = typer.Option(10, "--top-k", "-k", help="Results per query."),
     mode: Optional[str] = typer.Option(None, help="bm25 | dense | hybrid (default: the index's setting, hybrid)."),
     fusion: Optional[str] = typer.Option(None, help="rrf | convex."),
     alpha: Optional[float] = typer.Option(None, help="Convex fusion weight of the dense scores, in [0, 1]."),
     norm: Optional[str] = typer.Option(None, help="Convex fusion normalisation: minmax | zscore | none."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TREC run file."),
     rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits with the attention reranker (0 = off)."),
-    model: Optional[str] = typer.Option(None, help="LLM for --rerank: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: Optional[str] = typer.Option(None, help="Heads for --rerank: 'all', 'l-h,l-h', or a JSON file."),
     verify: bool = Verify,
     quiet: bool = Quiet, verbose: bool = Verbose,
+    rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Search an index with one query (printed) or a queries file (TREC run file)."""
     from ..corpus import load_queries
@@ -92,8 +94,13 @@ def search(
     if rerank > 0:
         from ..rerank.attention import AttentionReranker
 
-        reranker = AttentionReranker(model, heads, show_progress=progress and len(qs) > 1)
-        results = [_rerank_head(reranker, res, rerank).top_k(k) for res in results]
+        reranker = AttentionReranker(config=rerank_config)
+        todo = results
+        if progress and len(qs) > 1:  # rank() scores one query; the bar counts queries
+            from tqdm.auto import tqdm
+
+            todo = tqdm(results, desc="rerank", unit="q")
+        results = [_rerank_head(reranker, res, rerank).top_k(k) for res in todo]
     if output is not None:
         write_run(results, output, tag=f"attnrank-{mode or r.mode}")
         typer.echo(f"wrote {sum(len(x) for x in results)} results for {len(results)} queries to {output}")

@@ -231,8 +231,8 @@ CASES = [
          ["prune", "q", "--index", "a", "-k", "0", "--budget-tokens", "5", "--model", NOMODEL], 2, ["-k 0 must be at least 1"]),
     Case("ask-k-zero", "prune/ask", "`ask -k 0`", ["ask", "q", "--index", "a", "-k", "0", "--model", NOMODEL], 2,
          ["-k 0 must be at least 1"]),
-    Case("ask-rerank-k-zero", "prune/ask", "`ask --rerank-k 0`",
-         ["ask", "q", "--index", "a", "--rerank-k", "0", "--model", NOMODEL], 2, ["--rerank-k 0 must be at least 1"]),
+    Case("ask-depth-zero", "prune/ask", "`ask --depth 0`",
+         ["ask", "q", "--index", "a", "--depth", "0", "--model", NOMODEL], 2, ["--depth 0 must be at least 1"]),
     Case("ask-no-index", "prune/ask", "`ask` with an index that does not exist",
          ["ask", "q", "--index", "nope", "--model", NOMODEL], 1, ["no index at indexes/nope"]),
     # -- eval (defects 4, 5) ----------------------------------------------------------------
