@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 from pathlib import Path
@@ -49,7 +50,7 @@ def md_table(rows: Sequence[Mapping[str, Any]], cols: Sequence[str], fmt: Mappin
         for c in cols:
             v = r.get(c, "")
             if isinstance(v, float):
-                cells.append("—" if v != v else format(v, fmt.get(c, ".4f")))
+                cells.append("—" if math.isnan(v) else format(v, fmt.get(c, ".4f")))
             else:
                 cells.append(str(v))
         lines.append("| " + " | ".join(cells) + " |")
