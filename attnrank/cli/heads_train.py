@@ -83,9 +83,11 @@ def heads_train(
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Train learned head weights on labelled queries; print a held-out report, then register them."""
+    from ..errors import require
     from ..rerank.learned import MODELS
 
     progress = _setup(quiet, verbose)
+    require("sklearn", "train", "attnrank heads train")  # before any model is loaded
     top = _parse_heads(heads)
     if kind not in MODELS:
         raise typer.BadParameter(f"--kind {kind!r} is not one of {', '.join(MODELS)}")
