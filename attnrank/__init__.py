@@ -20,13 +20,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 from .corpus import load_corpus, load_queries
-from .errors import (
-    AttnrankError,
-    IndexFormatError,
-    InputError,
-    MissingExtraError,
-    ModelError,
-)
+from .errors import AttnrankError, IndexFormatError, InputError, MissingExtraError, ModelError
 from .types import Document, RankedResults, ScoredDocument
 
 _LAZY = {

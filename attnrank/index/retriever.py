@@ -17,14 +17,7 @@ from ..types import Document, RankedResults, ScoredDocument
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
 from .dense import DenseIndex
-from .store import (
-    atomic_dir,
-    corpus_checksum,
-    read_docs,
-    read_manifest,
-    write_docs,
-    write_manifest,
-)
+from .store import atomic_dir, corpus_checksum, read_docs, read_manifest, write_docs, write_manifest
 from .tokenize import resolve_config
 
 logger = logging.getLogger(__name__)

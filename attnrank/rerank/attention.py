@@ -37,12 +37,7 @@ from ..llm.models import LLM, load_llm
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS, RerankPromptPair, build_rerank_prompts
 from ..types import Document, RankedResults, ScoredDocument, rank_documents
 from .position import SlotProfile, load_profile
-from .reweight import (
-    Reweighting,
-    check_setup,
-    reweighted_document_scores,
-    tokenized_query_terms,
-)
+from .reweight import Reweighting, check_setup, reweighted_document_scores, tokenized_query_terms
 from .scoring import document_scores, token_scores
 
 logger = logging.getLogger(__name__)
