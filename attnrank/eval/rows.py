@@ -81,7 +81,7 @@ def cache_file(cache: Path | None, setting: str, qid: str, fingerprint: str) -> 
 def save_windows(path: Path, wins: Sequence[Any], seconds: float) -> None:
     """Store a query's windows and capture time (float32 rows; written atomically)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = {"seconds": np.array(seconds)}
+    arrays: dict[str, Any] = {"seconds": np.array(seconds)}
     for i, w in enumerate(wins):
         if w.null is None:
             raise InputError("the row cache stores calibrated windows (real and N/A rows); capture with calibration")
