@@ -34,13 +34,13 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
     if dataset is not None:
         import os
 
-        from ..eval.datasets import data_root, dl19, scifact
+        from ..eval.datasets import data_root, load_dataset
 
         if not (data or os.environ.get("ATTNRANK_DATA")):
             raise typer.BadParameter(f"--dataset {dataset} needs --data DIR (the shared data folder) or ATTNRANK_DATA")
         if dataset not in ("scifact", "dl19"):
             raise typer.BadParameter(f"--dataset {dataset!r} is not scifact or dl19")
-        ds = (scifact if dataset == "scifact" else dl19)(data_root(data))
+        ds = load_dataset(dataset, data_root(data))
         docs, qs, qr, rel, cands = ds.docs, ds.queries, ds.qrels, rel or ds.rel, ds.candidates
     else:
         if queries is None or qrels is None or corpus is None:

@@ -25,7 +25,6 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from ..config import index_root
 from ..errors import InputError
 from ..types import Document
 
@@ -38,11 +37,6 @@ class RowCapturer(Protocol):
     llm: Any
 
     def windows(self, query: str, docs: list[Document]) -> list[Any]: ...
-
-
-def default_cache() -> Path:
-    """``<index root>/bench-cache`` (``./indexes/bench-cache`` unless ``$ATTNRANK_INDEX_DIR``)."""
-    return index_root() / "bench-cache"
 
 
 @dataclass
