@@ -41,52 +41,27 @@ larger ``--questions`` only runs the new questions (``--cache-dir ''`` disables)
 from __future__ import annotations
 
 import argparse
-import collections
 import hashlib
 import json
 import logging
 import re
-import string
 import time
 from pathlib import Path
 
 import numpy as np
 
 from attnrank.config import set_torch_threads
+from attnrank.eval.datasets import data_root, hotpotqa_rows
+from attnrank.eval.qa import answer_metrics
+from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.types import Document, RankedResults, ScoredDocument
-from benchdata import OUT, REPO, data_root, environment, hotpotqa_rows, md_table, write_outputs
 
 log = logging.getLogger("bench_ask")
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "results"
 
 ARMS = ("none", "full", "pruned", "pipeline", "topk-first-stage", "topk-reordered")
 STAGES = ("retrieve", "rerank", "prune", "generate")
-
-
-# -- HotpotQA answer metrics (hotpot_evaluate_v1.py) ----------------------------------------------
-def normalize_answer(s: str) -> str:
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in set(string.punctuation))
-    s = re.sub(r"\b(a|an|the)\b", " ", s)
-    return " ".join(s.split())
-
-
-def f1_score(prediction: str, gold: str) -> float:
-    p, g = normalize_answer(prediction), normalize_answer(gold)
-    if (p in ("yes", "no", "noanswer") or g in ("yes", "no", "noanswer")) and p != g:
-        return 0.0
-    common = collections.Counter(p.split()) & collections.Counter(g.split())
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(p.split()), same / len(g.split())
-    return 2 * precision * recall / (precision + recall)
-
-
-def answer_metrics(prediction: str, golds: list[str]) -> dict:
-    p = normalize_answer(prediction)
-    return {"em": max(float(p == normalize_answer(g)) for g in golds),
-            "f1": max(f1_score(prediction, g) for g in golds),
-            "contains": max(float(bool(normalize_answer(g)) and f" {normalize_answer(g)} " in f" {p} ") for g in golds)}
 
 
 # -- data and first stage ---------------------------------------------------------------------------
@@ -319,7 +294,7 @@ def main() -> None:
     from attnrank.rerank.attention import AttentionReranker
 
     args.pipeline_budget = args.pipeline_budget or DEFAULT_BUDGET_TOKENS
-    questions, pool = load_questions(data_root(args.data), args.questions or None, args.include_unlabelled, args.skip)
+    questions, pool = load_questions(data_root(args.data, default=REPO.parent / "shared" / "data"), args.questions or None, args.include_unlabelled, args.skip)
     llm = load_llm(None)
     reranker = AttentionReranker(llm, args.heads)
     pruner = ContextPruner(llm, args.heads, method=args.prune_method)
@@ -352,6 +327,7 @@ def main() -> None:
                "quality": quality, "latency": latency, "per_question": results}
     md = markdown(quality, latency, results, args, env, profile_note, model)
     write_outputs("ask", payload, md, Path(args.out_dir))
+    print(md)
 
 
 if __name__ == "__main__":

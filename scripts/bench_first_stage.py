@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import logging
 import random
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -21,11 +20,14 @@ import numpy as np
 
 from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate, results_to_run
+from attnrank.eval.datasets import data_root, hotpotqa, scifact
+from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.index.retriever import HybridRetriever
 from attnrank.index.tokenize import make_tokenizer
 from attnrank.index.tuning import tune_alpha
-from benchdata import data_root, environment, hotpotqa, md_table, scifact, write_outputs
 
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "results"
 METRICS = ["nDCG@10", "R@2", "R@20", "R@100"]
 
 
@@ -164,12 +166,14 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     set_torch_threads()
-    root = data_root(args.data)
+    root = data_root(args.data, default=REPO.parent / "shared" / "data")
     loaders = {"scifact": scifact, "hotpotqa": hotpotqa}
     with tempfile.TemporaryDirectory() as tmp:
         res = [run_dataset(loaders[n](root), Path(tmp)) for n in args.datasets.split(",")]
     env = environment()
-    write_outputs("first_stage", {"environment": env, "results": res}, markdown(res, env))
+    md = markdown(res, env)
+    write_outputs("first_stage", {"environment": env, "results": res}, md, OUT)
+    print(md)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ quality of selected / all / random heads and of the learned head weighting, and 
 
 Data: DL19 BM25 top-20 (43 queries, graded qrels, rel ≥ 2), SciFact train hybrid top-20 (the
 bench_rerank sample), HotpotQA distractor (each question's 10 paragraphs, 2 supporting). Rows
-come from the shared cache (scripts/benchrows.py). Held-out: k-fold over queries within each
+come from the shared row cache (attnrank.eval.rows). Held-out: k-fold over queries within each
 dataset (heads are selected and weights trained on the training folds only) and
 leave-one-dataset-out for the learned weights. ``--ship`` writes the head sets and the learned
 weights trained on all the dev data into attnrank/heads/data/.
@@ -23,15 +23,29 @@ from pathlib import Path
 
 import numpy as np
 
+from attnrank.benchmarks import (
+    dl19_sets,
+    hotpot_set,
+    icr_scores,
+    rrf_order,
+    scifact_set,
+    stage_signals,
+)
 from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate
+from attnrank.eval.crossval import group_splits, kfold_splits, pool
+from attnrank.eval.datasets import data_root
+from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.rows import capture_all, first_stage_run
 from attnrank.heads.detect import detect_copy_heads, query_focused_scores
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.learned import query_features, restrict_heads, train_head_weights
-from benchdata import REPO, data_root, environment, md_table, write_outputs
-from benchrows import capture_all, dl19_sets, first_stage_run, hotpot_set, icr_scores, rrf_order, scifact_set, stage_signals
 
 log = logging.getLogger("bench_heads")
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "results"
+CACHE = REPO / "indexes" / "bench-cache"  # the row cache (git-ignored)
+SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"
 SHIP = REPO / "attnrank" / "heads" / "data"
 
 
@@ -67,16 +81,14 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
     """k-fold: select heads (qr-ndcg, qr-score) and train weights on k−1 folds, test on the rest
     (``others``: the other datasets' features, added to the training folds in one variant)."""
     qids = sorted(cands)
-    random.Random(0).shuffle(qids)
-    folds = [qids[i::args.folds] for i in range(args.folds)]
     index = {h: i for i, h in enumerate(rr.head_list)}
     rows: dict[str, list[dict]] = {}
 
     def add(label, vals, n):
         rows.setdefault(label, []).append({"n": n, **vals})
 
-    for f, test in enumerate(folds):
-        train = [q for q in qids if q not in set(test)]
+    for f, split in enumerate(kfold_splits(qids, args.folds, seed=0)):  # the package's k-fold split
+        train, test = split.train, split.test
         det = qr_detect(cap, cands, ds, train, rr)
         add("first stage", evaluate_scores(cands, test, lambda q: first_stage_run({q: cands[q]})[q].values(), ds), len(test))
         for label, fn in FIRST_STAGES.items():  # every first-stage signal over the same candidates
@@ -123,12 +135,7 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
                     fq[q].features, fq[q].first_stage, fq[q].stages), ds), len(test))
             except Exception as e:  # noqa: BLE001 - e.g. a fold without relevant candidates
                 log.warning("%s fold %d: %s not trained (%s)", name, f, label, e)
-    out = []
-    for label, fold_rows in rows.items():
-        n = sum(r["n"] for r in fold_rows)
-        out.append({"setting": name, "method": label, **{m: sum(r[m] * r["n"] for r in fold_rows) / n
-                                                         for m in fold_rows[0] if m != "n"}})
-    return out
+    return [{"setting": name, "method": label, **pool(fold_rows, n="n")} for label, fold_rows in rows.items()]
 
 
 def targets(held: list[dict]) -> list[dict]:
@@ -147,16 +154,18 @@ def targets(held: list[dict]) -> list[dict]:
 
 
 def cross_dataset(setups, feats, args) -> list[dict]:
-    """Learned weights trained on the other datasets, tested on one (all its queries)."""
+    """Learned weights trained on the other datasets, tested on one (all its queries): the
+    package's leave-one-group-out split over the features' groups (= settings, in setup order)."""
     out = []
-    for name, ds, cands in setups:
+    every = [f for fq in feats.values() for f in fq.values()]
+    splits = group_splits(every, lambda f: f.group, groups=[name for name, _, _ in setups])
+    for (name, ds, cands), split in zip(setups, splits):
+        test = {f.qid: f for f in split.test}
         for fs in (False, True):
-            train = [f for n, fq in feats.items() if n != name for f in fq.values()]
-            model = train_head_weights(train, model="pointwise", l2=args.l2, first_stage=fs)
-            by_q = feats[name]
+            model = train_head_weights(split.train, model="pointwise", l2=args.l2, first_stage=fs)
             out.append({"setting": name, "method": "learned weighting, trained on the other datasets"
                         + (" (+ first-stage rank)" if fs else ""), **evaluate_scores(
-                            cands, sorted(cands), lambda q: model.score_features(by_q[q].features, by_q[q].first_stage), ds)})
+                            cands, list(test), lambda q: model.score_features(test[q].features, test[q].first_stage), ds)})
     return out
 
 
@@ -198,10 +207,10 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
-    root = data_root(args.data)
+    root = data_root(args.data, default=REPO.parent / "shared" / "data")
     rr = AttentionReranker(config="icr")  # every head: the captured rows serve all variants
-    setups = dl19_sets(root, [20]) + [scifact_set(root, args.scifact_queries), hotpot_set(root, args.hotpot_questions)]
-    caps = {name: capture_all(rr, name, ds.queries, cands) for name, ds, cands in setups}
+    setups = dl19_sets(root, [20]) + [scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX), hotpot_set(root, args.hotpot_questions)]
+    caps = {name: capture_all(rr, name, ds.queries, cands, CACHE) for name, ds, cands in setups}
     if args.capture_only:
         return
     L, H = rr.llm.num_layers, rr.llm.num_heads
@@ -227,7 +236,7 @@ def main() -> None:
                      "top-16": ",".join(f"{l}-{h}" for l, h in copy.top(16)),
                      "overlap of copy top-16 with pooled qr-ndcg top-16": len(set(copy.top(16)) & qr16),
                      "trials": copy.trials}
-    signals = {name: stage_signals(root, name, ds, cands) for name, ds, cands in setups}
+    signals = {name: stage_signals(root, name, ds, cands, CACHE, SCIFACT_INDEX) for name, ds, cands in setups}
     feats = features(setups, caps, rr, signals)
     held = [r for name, ds, cands in setups for r in heldout(
         name, ds, cands, caps[name], rr, args, feats[name],
@@ -243,7 +252,9 @@ def main() -> None:
     payload = {"environment": env, "targets": targets(held), "detection": det_rows, "copy": copy_info, "heldout": held, "cross_dataset": cross,
                "latency": lat, "pooled_qr_ndcg_top16": [list(h) for h in pooled_top],
                "qr_ndcg_matrix_pooled": np.round(pooled, 4).tolist()}
-    write_outputs("heads", payload, markdown(payload, args), *([Path(args.out)] if args.out else []))
+    md = markdown(payload, args)
+    write_outputs("heads", payload, md, Path(args.out) if args.out else OUT)
+    print(md)
 
 
 def ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args) -> None:

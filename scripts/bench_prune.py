@@ -57,12 +57,15 @@ from pathlib import Path
 import numpy as np
 
 from attnrank.config import set_torch_threads
+from attnrank.eval.datasets import data_root, hotpotqa_rows
+from attnrank.eval.plot import recall_curves
+from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.prune.context import resolve_budget, select
 from attnrank.types import Document
-from benchdata import OUT, REPO, data_root, environment, hotpotqa_rows, md_table, write_outputs
-from benchplot import recall_curves
 
 log = logging.getLogger("bench_prune")
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "results"
 
 ALL_METHODS = ("query", "focus", "bm25", "embed", "lead", "random", "probe", "probe-heads", "probe-bm25",
                "probe-passage-heads", "query-sink")
@@ -209,7 +212,12 @@ def score_question(scorers: Scorers, q: dict, methods: list[str], cache_dir: str
 def probe_scores(questions: list[dict], recs: list[dict], methods: list[str], heads, args) -> dict:
     """Held-out probe scores into ``rec["scores"]`` (see the module doc); returns the probes
     trained on all labelled questions, by method."""
-    from attnrank.prune.probe import ProbeExample, crossfit_scores, select_l2, train_probe
+    from attnrank.prune.probe import (
+        ProbeExample,
+        crossfit_scores,
+        select_l2,
+        train_probe,
+    )
 
     examples, trained = {}, {}
     for q, rec in zip(questions, recs):
@@ -386,7 +394,7 @@ def main() -> None:
     if "random" in methods and args.seeds < 1:
         raise SystemExit("--seeds must be >= 1")
     ratios = [float(x) for x in args.ratios.split(",")]
-    questions = load_questions(data_root(args.data), args.questions or None)
+    questions = load_questions(data_root(args.data, default=REPO.parent / "shared" / "data"), args.questions or None)
     scorers = Scorers(methods, args.heads)
     args.model_id, args.model_fp = scorers.llm.model_id, scorers.llm.fingerprint
     recs = []
@@ -420,7 +428,9 @@ def main() -> None:
         side = Path(args.cache_dir) / f"prune_per_question{tag}.json"
         side.parent.mkdir(parents=True, exist_ok=True)
         side.write_text(json.dumps(per_q))
-    write_outputs("prune", payload, markdown(rows, target, timing, questions, args, env, lingua, png), out_dir)
+    md = markdown(rows, target, timing, questions, args, env, lingua, png)
+    write_outputs("prune", payload, md, out_dir)
+    print(md)
 
 
 if __name__ == "__main__":

@@ -28,13 +28,19 @@ from pathlib import Path
 
 import numpy as np
 
+from attnrank.benchmarks import dl19_sets, head_quality, icr_scores, scifact_set
 from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate, evaluate_per_query
+from attnrank.eval.datasets import data_root, scifact
+from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.rows import capture_all, first_stage_run, run_of
 from attnrank.llm.rows import document_scores, token_scores
-from benchdata import REPO, data_root, environment, md_table, scifact, write_outputs
-from benchrows import capture_all, dl19_sets, first_stage_run, head_quality, icr_scores, run_of, scifact_set
 
 log = logging.getLogger("bench_rerank")
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "results"
+CACHE = REPO / "indexes" / "bench-cache"  # the row cache (git-ignored)
+SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"
 
 
 def cosine_scores(queries: dict, cands: dict) -> tuple[dict, float]:
@@ -143,7 +149,7 @@ def speed_worker(impl: str, k: int, n_queries: int, heads: str | None) -> dict:
     from attnrank.rerank.attention import AttentionReranker
 
     set_torch_threads()
-    root = data_root(None)
+    root = data_root(None, default=REPO.parent / "shared" / "data")
     ds = scifact(root)
     rr = AttentionReranker(None, heads, max_doc_words=100)
     qids = sorted(ds.queries)[:n_queries]
@@ -242,7 +248,7 @@ def main() -> None:
     ap.add_argument("--listwise-max-k", type=int, default=20, help="RankGPT only on candidate lists up to this size")
     ap.add_argument("--listwise-on", default="DL19", help="datasets (first word of the setting) to run RankGPT on")
     ap.add_argument("--skip-baselines", action="store_true")
-    ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"),
+    ap.add_argument("--cache-dir", default=str(CACHE),
                     help="where per-query attention rows are cached for reuse ('' = no cache)")
     ap.add_argument("--skip-quality", action="store_true")
     ap.add_argument("--skip-speed", action="store_true")
@@ -259,21 +265,22 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
     args.speed_ks = [int(x) for x in args.speed_ks.split(",")]
-    root = data_root(args.data)
+    root = data_root(args.data, default=REPO.parent / "shared" / "data")
     q_rows, extra = [], {}
     if not args.skip_quality:
         from attnrank.rerank.attention import AttentionReranker
 
         setups = dl19_sets(root, [int(x) for x in args.dl19_depths.split(",")], args.dl19_queries)
         if args.scifact_queries:
-            setups.append(scifact_set(root, args.scifact_queries))
+            setups.append(scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX))
         q_rows, extra = quality(setups, AttentionReranker(config="icr"), args)
         if not args.speed_heads and extra.get("top16_by_dataset"):
             args.speed_heads = ",".join(f"{l}-{h}" for l, h in next(iter(extra["top16_by_dataset"].values())))
     s_rows = [] if args.skip_speed else speed(args)
     env = environment()
-    write_outputs("rerank", {"environment": env, "quality": q_rows, "speed": s_rows, **extra},
-                  markdown(q_rows, s_rows, extra, env, args))
+    md = markdown(q_rows, s_rows, extra, env, args)
+    write_outputs("rerank", {"environment": env, "quality": q_rows, "speed": s_rows, **extra}, md, OUT)
+    print(md)
 
 
 if __name__ == "__main__":

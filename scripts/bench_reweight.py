@@ -41,16 +41,31 @@ from pathlib import Path
 
 import numpy as np
 
+from attnrank.benchmarks import dl19_sets, head_quality, scifact_set
 from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate, evaluate_per_query
+from attnrank.eval.datasets import data_root, dl19
+from attnrank.eval.plot import slot_profiles
+from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.rows import capture_all, load_windows, run_of, save_windows
 from attnrank.llm.rows import WindowRows
-from attnrank.rerank.position import SlotProfile, prompt_slots, store_profile
+from attnrank.rerank.position import (
+    SlotProfile,
+    prompt_slots,
+    store_profile,
+)
 from attnrank.rerank.profile import measure_slot_profile
-from attnrank.rerank.reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
-from benchdata import OUT, REPO, data_root, dl19, environment, md_table, write_outputs
-from benchrows import CACHE, capture_all, dl19_sets, head_quality, load_windows, run_of, save_windows, scifact_set
+from attnrank.rerank.reweight import (
+    Reweighting,
+    reweighted_document_scores,
+    tokenized_query_terms,
+)
 
 log = logging.getLogger("bench_reweight")
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "results"
+CACHE = REPO / "indexes" / "bench-cache"  # the row cache (git-ignored)
+SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"
 
 SETTINGS = {"dl19-20": "DL19 BM25 top-20", "dl19-50": "DL19 BM25 top-50",
             "scifact": "SciFact train hybrid top-20 (50 queries)"}
@@ -76,7 +91,7 @@ class Settings:
                 for name, ds, cands in dl19_sets(self.root, [20, 50], self.max_queries):
                     self._sets["dl19-" + name.rsplit("-", 1)[1]] = (name, ds, cands)
             else:  # the 50-query sample bench_rerank caches under this name, cut for smoke runs
-                name, ds, cands = scifact_set(self.root, SCIFACT_QUERIES)
+                name, ds, cands = scifact_set(self.root, SCIFACT_QUERIES, index_dir=SCIFACT_INDEX)
                 if self.max_queries:
                     ds.queries = dict(list(ds.queries.items())[: self.max_queries])
                     ds.qrels = {q: ds.qrels[q] for q in ds.queries}
@@ -307,30 +322,6 @@ class ProfileBank:
         return self.derived[key]
 
 
-def plot_profiles(profiles: dict[int, SlotProfile], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    fig, axes = plt.subplots(1, len(profiles), figsize=(max(8, 6 * len(profiles)), 4.5), squeeze=False)
-    for ax, (k, p) in zip(axes[0], sorted(profiles.items())):
-        x = np.arange(1, k + 1)
-        m, s = np.array(p.mean_score), np.array(p.std)
-        ax.plot(x, m, "o-", ms=3, label="mean")
-        ax.fill_between(x, m - s, m + s, alpha=0.25, label="± std over trials")
-        ax.axhline(m.mean(), color="grey", lw=0.8, ls="--", label="mean over slots")
-        ax.set(title=f"{k} slots, {p.n_trials} trials", xlabel="prompt slot (1 = first in prompt, last = next to the query)",
-               ylabel="calibrated document score")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Slot profile of {p.model_id} (all heads, plain ICR, random DL19 passages)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def profile_table(profiles: dict[int, SlotProfile]) -> str:
     ks = sorted(profiles)
     rows = []
@@ -426,7 +417,7 @@ def main() -> None:
     bad = [a for a in aliases if a not in SETTINGS]
     if bad:
         raise SystemExit(f"unknown settings {bad}; choose from {list(SETTINGS)}")
-    root, out_dir = data_root(args.data), Path(args.out)
+    root, out_dir = data_root(args.data, default=REPO.parent / "shared" / "data"), Path(args.out)
     from attnrank.rerank.attention import AttentionReranker
 
     rr = AttentionReranker(config="icr")  # the default model, all heads, plain ICR
@@ -447,7 +438,7 @@ def main() -> None:
             bank.measure(k).save(out_dir / f"slot_profile_{k}.json")
             if args.ship:  # the package's registry entry for the default model
                 store_profile(bank.base[k], root=REPO / "attnrank" / "heads" / "data")
-        plot_profiles(bank.base, out_dir / "slot_profile.png")
+        slot_profiles(bank.base, out_dir / "slot_profile.png")
         extra["profile"] = {"n_trials": args.profile_trials, "seed": bank.seed, "pool": len(bank.pool),
                             "png": "slot_profile.png", "files": [f"slot_profile_{k}.json" for k in ks],
                             "profiles": {str(k): json.loads(p.to_json()) for k, p in bank.base.items()},
@@ -459,12 +450,12 @@ def main() -> None:
     if not args.no_selected:
         for src in dict.fromkeys(HEAD_SOURCE[a] for a in aliases):
             name, ds, cands = sets.get(src)
-            head_nd[src] = head_quality(capture_all(rr, name, ds.queries, cands), cands, ds.qrels, ds.rel, rr)
+            head_nd[src] = head_quality(capture_all(rr, name, ds.queries, cands, CACHE), cands, ds.qrels, ds.rel, rr)
 
     rows = []
     for a in aliases:
         name, ds, cands = sets.get(a)
-        captured = capture_all(rr, name, ds.queries, cands)
+        captured = capture_all(rr, name, ds.queries, cands, CACHE)
         k = max(len(c) for c in cands.values())
         folds = folds_of(ds.queries, args.seed)
         info = {"n_queries": len(ds.queries), "K": k, "fold_sizes": f"{len(folds['A'])}/{len(folds['B'])}",
@@ -493,8 +484,9 @@ def main() -> None:
         del captured
     extra["seconds"] = time.perf_counter() - tic
     env = environment()
-    write_outputs("reweight", {"environment": env, "command": cmd, "rows": rows, **extra},
-                  markdown(rows, extra, env, args, cmd), out_dir)
+    md = markdown(rows, extra, env, args, cmd)
+    write_outputs("reweight", {"environment": env, "command": cmd, "rows": rows, **extra}, md, out_dir)
+    print(md)
 
 
 if __name__ == "__main__":

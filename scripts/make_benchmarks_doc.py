@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
-from benchdata import OUT, REPO
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "results"
 
 ORDER = ["first_stage", "rerank", "heads", "reweight", "prune", "prune_sink", "prune_selected_heads", "ask",
          "ask_40q_query"]

@@ -6,7 +6,7 @@ One module per concern; each registers its commands on :data:`app` when imported
 - :mod:`attnrank.cli.rerank`: ``rerank``
 - :mod:`attnrank.cli.demo`: ``demo``
 - :mod:`attnrank.cli.rag`: ``prune``, ``ask``
-- :mod:`attnrank.cli.heads`: the ``heads`` sub-app (``detect``, ``show``)
+- :mod:`attnrank.cli.heads`: the ``heads`` sub-app (``detect``, ``show``); ``train`` in :mod:`attnrank.cli.heads_train`
 
 This module holds the app, the console entry point :func:`main` and the helpers the commands share.
 Heavy modules (torch, transformers, FAISS) are imported inside the commands, so ``attnrank --help``
@@ -150,7 +150,7 @@ def main() -> None:
 
 
 # Register the commands (after the shared names above exist: the modules import them from here).
-from . import demo, heads, rag, rerank, retrieval  # noqa: E402,F401
+from . import demo, heads, heads_train, rag, rerank, retrieval  # noqa: E402,F401
 
 # `attnrank --help` lists the commands in workflow order, whatever the import order above (others last)
 _ORDER = ("index", "search", "rerank", "eval", "demo", "prune", "ask")

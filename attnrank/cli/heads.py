@@ -25,35 +25,25 @@ def _numbers(text: str, what: str, kind: type = int) -> list:
 
 
 def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries: int, rel):
-    """(queries, candidate Documents per query, qrels, rel, description) for QR detection."""
-    import gzip
-    import json
+    """(queries, candidate Documents per query, qrels, rel, description) for QR detection and
+    head-weight training (``max_queries`` 0: all labelled queries)."""
     import random
 
     from ..corpus import load_corpus, load_queries
     from ..eval import read_qrels, read_run
-    from ..types import Document
 
     cands: dict = {}
     if dataset is not None:
         import os
 
+        from ..eval.datasets import data_root, load_dataset
+
         if not (data or os.environ.get("ATTNRANK_DATA")):
             raise typer.BadParameter(f"--dataset {dataset} needs --data DIR (the shared data folder) or ATTNRANK_DATA")
-        root = Path(data or os.environ["ATTNRANK_DATA"])
-        if dataset == "scifact":
-            docs = load_corpus(root / "scifact" / "corpus.jsonl.gz")[0]
-            qs, qr, rel = load_queries(root / "scifact" / "queries.jsonl"), read_qrels(root / "scifact" / "qrels" / "train.tsv"), rel or 1
-        elif dataset == "dl19":
-            d = root / "trec_dl"
-            with gzip.open(d / "dl19_bm25_top100_passages.jsonl.gz", "rt", encoding="utf-8") as f:
-                docs = [Document(p["_id"], p["text"], p.get("title", "")) for p in map(json.loads, f)]
-            with gzip.open(d / "dl19_bm25_top100.jsonl.gz", "rt", encoding="utf-8") as f:
-                rows = [json.loads(line) for line in f]
-            qs, qr, rel = {r["qid"]: r["query"] for r in rows}, read_qrels(d / "qrels.dl19-passage.txt"), rel or 2
-            cands = {r["qid"]: [c["docid"] for c in sorted(r["candidates"], key=lambda c: c["rank"])] for r in rows}
-        else:
+        if dataset not in ("scifact", "dl19"):
             raise typer.BadParameter(f"--dataset {dataset!r} is not scifact or dl19")
+        ds = load_dataset(dataset, data_root(data))
+        docs, qs, qr, rel, cands = ds.docs, ds.queries, ds.qrels, rel or ds.rel, ds.candidates
     else:
         if queries is None or qrels is None or corpus is None:
             raise typer.BadParameter("give --dataset scifact|dl19 (with --data DIR), or --queries, --qrels and --corpus")
@@ -62,7 +52,7 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
         cands = {q: sorted(r, key=lambda d: -r[d]) for q, r in read_run(run).items()}
     qids = sorted(q for q in qs if any(v >= rel for v in qr.get(q, {}).values()))
     random.Random(42).shuffle(qids)  # QRHead samples its detection queries with seed 42
-    qids = sorted(qids[:max_queries])
+    qids = sorted(qids[:max_queries or None])
     by_id = {d.id: d for d in docs}
     if not cands:
         from ..index.bm25 import BM25Index

@@ -1,4 +1,9 @@
-"""Evaluation: TREC/BEIR readers and writers, and metrics through ir-measures."""
+"""Evaluation: TREC/BEIR readers and writers, and metrics through ir-measures.
+
+Submodules (imported on use): :mod:`.datasets` (benchmark data loaders), :mod:`.qa` (answer
+EM/F1), :mod:`.crossval` (k-fold and leave-one-group-out), :mod:`.rows` (the attention-row cache),
+:mod:`.report` (JSON + markdown reports), :mod:`.plot` (matplotlib, the ``plot`` extra).
+"""
 
 from .data import read_qrels, read_run, results_to_run, write_run
 from .metrics import DEFAULT_METRICS, evaluate, evaluate_per_query

@@ -32,7 +32,6 @@ def _name(m) -> str:
 def evaluate(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
              metrics: Sequence[str] = DEFAULT_METRICS, *, rel: int = 1) -> dict[str, float]:
     """Mean of each metric over the queries that have judgments (missing runs count as 0)."""
-    irm = require("ir_measures", "eval", "Evaluation metrics")
     measures = _parse(metrics, rel)
     judged = {q: dict(v) for q, v in qrels.items()}
     # queries with judgments but no run score 0, as trec_eval -c does

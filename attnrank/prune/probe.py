@@ -37,9 +37,9 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from ..registry import RegistryArtifact
+from ..errors import InputError, require
 from ..llm.headspec import format_heads, parse_heads
+from ..registry import RegistryArtifact
 from ..rerank.learned import standardise
 
 logger = logging.getLogger(__name__)
@@ -146,6 +146,7 @@ def train_probe(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int
                 extras: Sequence[str] = DEFAULT_EXTRAS, l2: float = 10.0, length_norm: str = "sqrt",
                 trained_on: str = "") -> SentenceProbe:
     """Fit the probe on labelled questions (features built as :func:`design`, z-scored per question)."""
+    require("sklearn", "train", "Training the sentence probe")
     from sklearn.linear_model import LogisticRegression
 
     if not examples:

@@ -37,7 +37,8 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, require
+from ..eval.crossval import group_splits, kfold_splits
 from ..eval.metrics import evaluate
 from ..llm.headspec import format_heads, parse_heads
 from ..llm.rows import window_features
@@ -241,6 +242,7 @@ def train_head_weights(examples: Sequence[QueryFeatures], *, model: str = "point
                        trained_on: str = "") -> LearnedHeadWeights:
     """Fit head weights on standardised per-query features (see the module doc for the models);
     ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores."""
+    require("sklearn", "train", "Training learned head weights")
     from sklearn.linear_model import LogisticRegression
 
     if model not in MODELS:
@@ -306,26 +308,14 @@ def _fold(name: str, train: list[QueryFeatures], test: list[QueryFeatures], metr
 
 def kfold_evaluate(examples: Sequence[QueryFeatures], k: int = 5, *, seed: int = 0,
                    metrics: Sequence[str] = ("nDCG@10",), rel: int = 1, **train_kw: Any) -> list[dict[str, Any]]:
-    """k-fold cross-validation over queries (shuffled with ``seed``): per fold, the test metrics
-    of the learned weights and of the baselines (``sum-of-heads``, ``first-stage``)."""
-    if not 2 <= k <= len(examples):
-        raise InputError(f"k={k} folds need 2 <= k <= {len(examples)} (the number of queries)")
-    order = list(range(len(examples)))
-    random.Random(seed).shuffle(order)
-    folds = [order[i::k] for i in range(k)]
-    out = []
-    for i, test_idx in enumerate(folds):
-        test = set(test_idx)
-        out.append(_fold(str(i), [examples[j] for j in order if j not in test],
-                         [examples[j] for j in test_idx], metrics, rel, train_kw))
-    return out
+    """k-fold cross-validation over queries (:func:`attnrank.eval.crossval.kfold_splits`, shuffled
+    with ``seed``): per fold, the test metrics of the learned weights and of the baselines
+    (``sum-of-heads``, ``first-stage``)."""
+    return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in kfold_splits(examples, k, seed=seed)]
 
 
 def leave_one_group_out(examples: Sequence[QueryFeatures], *, metrics: Sequence[str] = ("nDCG@10",),
                         rel: int = 1, **train_kw: Any) -> list[dict[str, Any]]:
-    """Train on all groups (datasets) but one, test on it; one row per held-out group."""
-    groups = sorted({q.group for q in examples})
-    if len(groups) < 2:
-        raise InputError(f"leave-one-group-out needs at least 2 groups, got {groups}; set QueryFeatures.group")
-    return [_fold(g, [q for q in examples if q.group != g], [q for q in examples if q.group == g],
-                  metrics, rel, train_kw) for g in groups]
+    """Train on all groups (datasets) but one, test on it; one row per held-out group
+    (:func:`attnrank.eval.crossval.group_splits` over ``QueryFeatures.group``)."""
+    return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in group_splits(examples, lambda q: q.group)]

@@ -1,0 +1,198 @@
+"""The benchmarks' candidate sets and scorers over cached rows (used by ``scripts/bench_*.py``).
+
+This module sits with the entry points: it drives the first stage (:mod:`attnrank.index`), the
+reranker's scoring and head detection over data and rows that :mod:`attnrank.eval` loads and caches.
+A candidate set is ``(setting name, Dataset, {qid: [Document, ...] in first-stage order})``:
+
+- DL19: Pyserini's BM25 top-``k`` of each of the 43 topics (NIST qrels, rel ≥ 2);
+- SciFact train: a seeded query sample (:func:`attnrank.eval.datasets.sample_queries`), the hybrid
+  retriever's RRF top-``k`` over the whole corpus (index cached in ``index_dir``);
+- HotpotQA distractor: each question's own (up to) 10 paragraphs ordered by BM25 (statistics of
+  the pooled 400-question corpus); the 2 supporting paragraphs are relevant;
+- LoCoMo: each question's conversation turns ordered by BM25 over that conversation, top-``k``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .config import index_root
+from .errors import AttnrankError
+from .eval.datasets import (
+    Dataset,
+    dl19,
+    dl19_run_rows,
+    hotpotqa,
+    locomo,
+    sample_queries,
+    scifact,
+)
+from .eval.rows import Signals, cached_signals
+from .types import Document
+
+logger = logging.getLogger(__name__)
+
+CandidateSet = tuple[str, Dataset, dict[str, list[Document]]]
+
+
+def dl19_sets(root: Path, depths: Sequence[int], max_queries: int | None = None) -> list[CandidateSet]:
+    """DL19 BM25 top-``k`` for each ``k`` in ``depths`` (the first ``max_queries`` topics if set)."""
+    ds = dl19(root)
+    if max_queries:
+        ds = ds.subset(list(ds.queries)[:max_queries])
+    docs = {d.id: d for d in ds.docs}
+    return [(f"DL19 BM25 top-{k}", ds, {q: [docs[i] for i in ds.candidates[q][:k]] for q in ds.queries})
+            for k in depths]
+
+
+def scifact_retriever(ds: Dataset, index_dir: Path | None = None):
+    """The hybrid retriever over ``ds.docs``, loaded from ``index_dir`` (default
+    ``<index root>/bench-scifact``) if it holds this corpus, else built and saved there."""
+    from .index.retriever import HybridRetriever
+    from .index.store import corpus_checksum
+
+    path = Path(index_dir) if index_dir is not None else index_root() / "bench-scifact"
+    try:
+        r = HybridRetriever.load(path)
+    except (AttnrankError, OSError) as e:  # none yet, or unreadable: rebuild below
+        logger.info("building the SciFact benchmark index (%s)", e)
+        r = None
+    if r is None or corpus_checksum(r.docs) != corpus_checksum(ds.docs):
+        r = HybridRetriever().index(ds.docs, show_progress=False)
+        r.save(path)
+    return r
+
+
+def scifact_set(root: Path, n_queries: int, k: int = 20, index_dir: Path | None = None) -> CandidateSet:
+    """SciFact train: a seeded sample of ``n_queries`` labelled queries, hybrid RRF top-``k``."""
+    ds = scifact(root)
+    ds = ds.subset(sample_queries(ds.queries, n_queries))  # shuffled order: any prefix is a sample
+    res = scifact_retriever(ds, index_dir).search_batch(ds.queries, k, mode="hybrid")
+    return (f"SciFact train hybrid top-{k} ({len(ds.queries)} queries)", ds,
+            {q: x.documents() for q, x in zip(ds.queries, res)})
+
+
+def _bm25_ordered(ds: Dataset, qids: Sequence[str], k: int | None = None) -> dict[str, list[Document]]:
+    """Each query's candidates (deduplicated) by BM25 over the pooled ``ds.docs``, top ``k``."""
+    from .index.bm25 import BM25Index
+
+    bm25 = BM25Index().index([d.full_text for d in ds.docs])
+    pos = {d.id: i for i, d in enumerate(ds.docs)}
+    out = {}
+    for q in qids:
+        scores = bm25.get_scores(ds.queries[q])
+        ids = sorted(dict.fromkeys(ds.candidates[q]), key=lambda d: -scores[pos[d]])
+        out[q] = [ds.docs[pos[d]] for d in ids[:k]]
+    return out
+
+
+def hotpot_set(root: Path, n_queries: int | None = None) -> CandidateSet:
+    """HotpotQA distractor: the first ``n_queries`` questions, their paragraphs in BM25 order."""
+    ds = hotpotqa(root)
+    ds = ds.subset(list(ds.queries)[:n_queries] if n_queries else list(ds.queries))
+    return (f"HotpotQA distractor BM25-ordered ({len(ds.queries)} questions)", ds, _bm25_ordered(ds, list(ds.queries)))
+
+
+def locomo_set(root: Path, n_queries: int | None = None, k: int = 20) -> CandidateSet:
+    """LoCoMo: a seeded sample of ``n_queries`` questions; per question its conversation's turns
+    ordered by BM25 (statistics of that conversation's turns), top ``k``."""
+    from .index.bm25 import BM25Index
+
+    ds = locomo(root)
+    ds = ds.subset(sample_queries(ds.queries, n_queries))
+    docs = {d.id: d for d in ds.docs}
+    cands: dict[str, list[Document]] = {}
+    by_conv: dict[str, list[str]] = {}
+    for q in ds.queries:
+        by_conv.setdefault(q.split(":")[0], []).append(q)
+    for conv, qids in by_conv.items():
+        turns = [docs[i] for i in ds.candidates[qids[0]]]
+        bm25 = BM25Index().index([d.full_text for d in turns])
+        for q in qids:
+            order = np.argsort(-bm25.get_scores(ds.queries[q]), kind="stable")[:k]
+            cands[q] = [turns[i] for i in order]
+    return (f"LoCoMo turns BM25 top-{k} ({len(ds.queries)} queries)", ds, cands)
+
+
+# -- first-stage signals of the candidates ------------------------------------------------------
+def stage_signals(root: Path, setting: str, ds: Dataset, cands: dict[str, list[Document]],
+                  cache: Path | None, index_dir: Path | None = None) -> Signals:
+    """``{qid: {"bm25": [...], "dense": [...]}}`` over each query's candidates (input order), the
+    scores a :class:`HybridRetriever` leaves in ``ScoredDocument.stage_scores``: for SciFact its
+    own results (NaN where a side did not return the passage), for DL19 the run's Pyserini BM25
+    scores, otherwise BM25 over the pooled documents; ``dense`` = MiniLM cosine. Cached as JSON
+    (:func:`attnrank.eval.rows.cached_signals`)."""
+    return cached_signals(setting, list(cands), lambda qids: _signals(root, setting, ds, cands, qids, index_dir), cache)
+
+
+def _signals(root: Path, setting: str, ds: Dataset, cands: dict[str, list[Document]], qids: list[str],
+             index_dir: Path | None) -> dict[str, dict[str, list[float]]]:
+    from .index.bm25 import BM25Index
+    from .index.embed import encode, load_embedder
+
+    if setting.startswith("SciFact"):  # the hybrid retriever's own stage scores
+        res = scifact_retriever(ds, index_dir).search_batch({q: ds.queries[q] for q in qids}, len(cands[qids[0]]),
+                                                            mode="hybrid")
+        out = {}
+        for q, r in zip(qids, res):
+            by_id = {d.id: d.stage_scores for d in r.results}
+            out[q] = {s: [by_id.get(d.id, {}).get(s, float("nan")) for d in cands[q]] for s in ("bm25", "dense")}
+        return out
+    if setting.startswith("DL19"):
+        runs = {r["qid"]: {c["docid"]: c["score"] for c in r["candidates"]} for r in dl19_run_rows(root)}
+        bm25 = {q: [runs[q][d.id] for d in cands[q]] for q in qids}
+    else:
+        index = BM25Index().index([d.full_text for d in ds.docs])
+        pos = {d.id: i for i, d in enumerate(ds.docs)}
+        bm25 = {q: index.get_scores(ds.queries[q])[[pos[d.id] for d in cands[q]]].tolist() for q in qids}
+    model = load_embedder()
+    docs = {d.id: d for q in qids for d in cands[q]}
+    emb = dict(zip(docs, encode(model, [d.full_text for d in docs.values()])))
+    qemb = encode(model, [ds.queries[q] for q in qids])
+    return {q: {"bm25": bm25[q], "dense": [float(emb[d.id] @ v) for d in cands[q]]} for q, v in zip(qids, qemb)}
+
+
+def rrf_order(*scores: Sequence[float]) -> np.ndarray:
+    """Reciprocal-rank fusion (the retriever's :func:`attnrank.index.hybrid.rrf`) of score lists
+    over the same candidates, as scores in candidate order; NaN = not returned by that list."""
+    from .index.hybrid import rrf
+
+    rankings = []
+    for s in scores:
+        a = np.asarray(s, dtype=np.float64)
+        rankings.append(np.array([i for i in np.argsort(-np.nan_to_num(a, nan=-np.inf), kind="stable")
+                                  if np.isfinite(a[i])], dtype=np.int64))
+    ids, fused = rrf(rankings, len(scores[0]))
+    out = np.zeros(len(scores[0]))
+    out[ids] = fused
+    return out
+
+
+# -- scores from cached rows --------------------------------------------------------------------
+def icr_scores(windows: Sequence[Any], n_docs: int, head_idx: Any = None, calibrate: bool = True,
+               use_filter: bool = True) -> np.ndarray:
+    """ICR document scores (input order) from cached windows, optionally for a subset of heads."""
+    from .llm.rows import document_scores, token_scores
+
+    s = np.zeros(n_docs)
+    for w in windows:
+        rows = w.rows if calibrate else w.real.astype(np.float64)
+        rows = rows if head_idx is None else rows[head_idx]
+        s[w.doc_index] = document_scores(token_scores(rows), w.spans, use_filter=use_filter)
+    return s
+
+
+def head_quality(captured: dict[str, dict[str, Any]], cands: dict[str, list[Document]],
+                 qrels: dict[str, dict[str, int]], rel: int, reranker: Any) -> np.ndarray:
+    """nDCG@10 of every captured head used alone (QRHead's BEIR selection, :func:`query_focused_scores`),
+    averaged over the queries, in ``reranker.head_list`` order."""
+    from .heads.detect import query_focused_scores
+
+    items = [(q, c["windows"], [d.id for d in cands[q]]) for q, c in captured.items()]
+    llm = reranker.llm
+    hs = query_focused_scores(items, qrels, reranker.head_list, llm.num_layers, llm.num_heads, rel=rel)["qr-ndcg"]
+    return np.array([hs.scores[l, h] for l, h in reranker.head_list])

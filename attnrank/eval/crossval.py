@@ -1,0 +1,86 @@
+"""Held-out evaluation: k-fold over queries and leave-one-group-out (e.g. leave one dataset out).
+
+The splits are plain lists of items (query ids, feature records, ...), so any model can be
+evaluated: :func:`cross_validate` calls ``fit(train)`` on each split's training items and
+``evaluate(model, test)`` on its test items. Fold means are pooled weighted by the number of
+test items (:func:`pool`), which equals the mean over all held-out items of a per-item mean metric.
+
+k-fold: the items (in the given order) are shuffled with ``random.Random(seed)`` and dealt round
+robin into ``k`` folds (``order[i::k]``); a fold's training items keep the shuffled order.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import (
+    Any,
+    Callable,
+    Generic,
+    Hashable,
+    Iterable,
+    Mapping,
+    Sequence,
+    TypeVar,
+)
+
+from ..errors import InputError
+
+T = TypeVar("T")
+M = TypeVar("M")
+
+
+@dataclass
+class Split(Generic[T]):
+    """One held-out split: its name (fold number or held-out group), training and test items."""
+
+    name: str
+    train: list[T]
+    test: list[T]
+
+
+def kfold_splits(items: Sequence[T], k: int, *, seed: int = 0) -> list[Split[T]]:
+    """``k`` folds of ``items``: each fold is the test set once, the rest its training set."""
+    if not 2 <= k <= len(items):
+        raise InputError(f"k={k} folds need 2 <= k <= {len(items)} (the number of items)")
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    out = []
+    for i in range(k):
+        test = order[i::k]
+        held = set(test)
+        out.append(Split(str(i), [items[j] for j in order if j not in held], [items[j] for j in test]))
+    return out
+
+
+def group_splits(items: Sequence[T], group: Callable[[T], Hashable], *,
+                 groups: Sequence[str] | None = None) -> list[Split[T]]:
+    """Leave-one-group-out: per group (``groups`` in that order, default all groups sorted by
+    name), train on the other groups' items (input order), test on that group's."""
+    present = {str(group(x)) for x in items}
+    names = sorted(present) if groups is None else [str(g) for g in groups]
+    missing = [g for g in names if g not in present]
+    if missing:
+        raise InputError(f"groups {missing} have no items; the items' groups are {sorted(present)}")
+    if len(names) < 2:
+        raise InputError(f"leave-one-group-out needs at least 2 groups, got {names}")
+    return [Split(g, [x for x in items if str(group(x)) != g], [x for x in items if str(group(x)) == g])
+            for g in names]
+
+
+def cross_validate(splits: Iterable[Split[T]], fit: Callable[[list[T]], M],
+                   evaluate: Callable[[M, list[T]], Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per split: ``{"fold", "n_train", "n_test", **evaluate(fit(train), test)}``."""
+    return [{"fold": s.name, "n_train": len(s.train), "n_test": len(s.test), **evaluate(fit(s.train), s.test)}
+            for s in splits]
+
+
+def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, float]:
+    """Numeric columns of per-fold rows averaged with weights ``row[n]`` (test items per fold);
+    columns that are not numbers in every row are left out."""
+    if not rows:
+        raise InputError("no fold rows to pool")
+    total = sum(r[n] for r in rows)
+    keys = [c for c in rows[0] if c not in (n, "n_train", "fold")
+            and all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows)]
+    return {c: sum(r[c] * r[n] for r in rows) / total for c in keys}

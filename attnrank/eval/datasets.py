@@ -1,0 +1,213 @@
+"""Readers for the benchmark data sets, in the layout of the shared data folder.
+
+The folder is ``data_root()``: an explicit path, else ``$ATTNRANK_DATA``, else
+:data:`DEFAULT_DATA_ROOT` (``../shared/data``, relative to the working directory; callers may pass
+their own ``default``). Only labels that ship with the data are used:
+
+- ``scifact/``: BEIR SciFact, the train qrels (809 queries, binary);
+- ``hotpotqa/``: HotpotQA dev distractor (400 questions), the supporting-paragraph flags;
+- ``trec_dl/``: TREC DL19 passage, NIST qrels (graded 0–3, rel ≥ 2) and Pyserini's BM25 top-100;
+- ``locomo/``: LoCoMo conversational memory (Maharana et al., 2024): the candidates of a question
+  are its conversation's turns, the relevant ones the QA's evidence turns.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..corpus import load_corpus, load_queries
+from ..errors import InputError
+from ..types import Document
+from .data import read_qrels
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DATA_ROOT = Path("..") / "shared" / "data"
+HOTPOTQA_FILE = "hotpotqa_dev_distractor_400.jsonl.gz"
+LOCOMO_FILE = "locomo10.json.gz"
+
+
+def data_root(arg: str | Path | None = None, *, default: str | Path | None = None) -> Path:
+    """The benchmark data folder: ``arg``, else ``$ATTNRANK_DATA``, else ``default``
+    (:data:`DEFAULT_DATA_ROOT` if None); raises :class:`InputError` if it is not a folder."""
+    root = Path(arg or os.environ.get("ATTNRANK_DATA") or (default if default is not None else DEFAULT_DATA_ROOT))
+    if not root.is_dir():
+        raise InputError(f"benchmark data folder {str(root)!r} not found; pass --data DIR or set ATTNRANK_DATA")
+    return root
+
+
+@dataclass
+class Dataset:
+    """A labelled retrieval set: documents, queries, graded qrels, the minimum label that counts as
+    relevant for binary metrics (``rel``), optional per-query candidate ids (reranking sets, in
+    first-stage or source order) and reference answers (QA sets)."""
+
+    name: str
+    docs: list[Document]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    rel: int = 1
+    candidates: dict[str, list[str]] = field(default_factory=dict)
+    answers: dict[str, list[str]] = field(default_factory=dict)
+
+    def subset(self, qids: Iterable[str]) -> Dataset:
+        """The same data restricted to ``qids`` (in that order); documents are shared."""
+        qids = list(qids)
+        return Dataset(self.name, self.docs, {q: self.queries[q] for q in qids},
+                       {q: self.qrels[q] for q in qids if q in self.qrels}, self.rel,
+                       {q: self.candidates[q] for q in qids if q in self.candidates},
+                       {q: self.answers[q] for q in qids if q in self.answers})
+
+
+def sample_queries(qids: Iterable[str], n: int | None, seed: int = 0) -> list[str]:
+    """A seeded sample: the sorted ids shuffled with ``random.Random(seed)``, first ``n`` (all if
+    None). Any prefix of the shuffled order is itself a sample, so smaller runs are subsets of larger."""
+    out = sorted(qids)
+    random.Random(seed).shuffle(out)
+    return out[:n] if n else out
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        raise InputError(f"benchmark file {str(path)!r} not found; check the data folder (see its README)")
+    return path
+
+
+def scifact(root: Path) -> Dataset:
+    """BEIR SciFact: the corpus (``corpus.jsonl[.gz]``) and the queries that have train qrels."""
+    d = Path(root) / "scifact"
+    docs, _ = load_corpus(_need(d))
+    qrels = read_qrels(_need(d / "qrels" / "train.tsv"))
+    queries = {q: t for q, t in load_queries(d / "queries.jsonl").items() if q in qrels}
+    return Dataset("scifact-train", docs, queries, qrels)
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", title).strip("_")
+
+
+def hotpotqa_rows(root: Path) -> list[dict[str, Any]]:
+    """The raw HotpotQA rows (``id``, ``question``, ``answers``, ``paragraphs``, ...)."""
+    with gzip.open(_need(Path(root) / "hotpotqa" / HOTPOTQA_FILE), "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def hotpotqa(root: Path) -> Dataset:
+    """All questions' paragraphs pooled into one corpus (deduplicated by title and text); a
+    question's two supporting paragraphs are its relevant documents; ``candidates`` holds each
+    question's own 10 paragraphs (the distractor setting)."""
+    docs: dict[tuple[str, str], Document] = {}
+    ids: set[str] = set()
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    cands: dict[str, list[str]] = {}
+    answers: dict[str, list[str]] = {}
+    for r in hotpotqa_rows(root):
+        queries[r["id"]] = r["question"]
+        answers[r["id"]] = list(r.get("answers", []))
+        cands[r["id"]] = []
+        for p in r["paragraphs"]:
+            key = (p["title"], p["text"])
+            if key not in docs:
+                base = _slug(p["title"]) or "p"
+                did, n = base, 1
+                while did in ids:
+                    n += 1
+                    did = f"{base}__{n}"
+                ids.add(did)
+                docs[key] = Document(did, " ".join(p["sentences"]) or p["text"], p["title"])
+            did = docs[key].id
+            cands[r["id"]].append(did)
+            if p["is_supporting"]:
+                qrels.setdefault(r["id"], {})[did] = 1
+    return Dataset("hotpotqa-dev400", list(docs.values()), queries, qrels, candidates=cands, answers=answers)
+
+
+def dl19(root: Path) -> Dataset:
+    """TREC DL19 passage: 43 topics, NIST qrels (graded, rel ≥ 2 binary), Pyserini BM25 top-100
+    as the candidates (rank order)."""
+    d = Path(root) / "trec_dl"
+    with gzip.open(_need(d / "dl19_bm25_top100_passages.jsonl.gz"), "rt", encoding="utf-8") as f:
+        docs = [Document(p["_id"], p["text"], p.get("title", "")) for p in map(json.loads, f)]
+    run = dl19_run_rows(root)
+    queries = {r["qid"]: r["query"] for r in run}
+    cands = {r["qid"]: [c["docid"] for c in sorted(r["candidates"], key=lambda c: c["rank"])] for r in run}
+    return Dataset("dl19-passage", docs, queries, read_qrels(_need(d / "qrels.dl19-passage.txt")), rel=2,
+                   candidates=cands)
+
+
+def dl19_run_rows(root: Path) -> list[dict[str, Any]]:
+    """The BM25 run as stored: ``{"qid", "query", "candidates": [{"docid", "rank", "score"}]}`` a query."""
+    with gzip.open(_need(Path(root) / "trec_dl" / "dl19_bm25_top100.jsonl.gz"), "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _turn_text(turn: dict[str, Any]) -> str:
+    text = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):  # the shared photo, as LoCoMo's own RAG baselines render it
+        text += f" [shares a photo of {turn['blip_caption']}]"
+    return text
+
+
+def _evidence_ids(evidence: Iterable[str]) -> list[str]:
+    """Turn ids of a QA's evidence; a few source strings hold several ids (``"D8:6; D9:17"``)."""
+    return [t for e in evidence for t in re.split(r"[;,\s]+", str(e)) if t]
+
+
+def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Dataset:
+    """LoCoMo (10 conversations): every turn is a document (``"<sample_id>:<dia_id>"``, text
+    ``"speaker: text"``, the session's date in ``metadata``); a question (``"<sample_id>:q<i>"``)
+    of the given ``categories`` (5 = adversarial) has its conversation's turns as candidates (in
+    conversation order) and its evidence turns as relevant (label 1). Evidence ids that name no
+    turn are skipped (9 of 2,815 in the source); questions left without evidence are dropped."""
+    with gzip.open(_need(Path(root) / "locomo" / LOCOMO_FILE), "rt", encoding="utf-8") as f:
+        samples = json.load(f)
+    keep = set(categories)
+    docs: list[Document] = []
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    cands: dict[str, list[str]] = {}
+    answers: dict[str, list[str]] = {}
+    missed = 0
+    for s in samples:
+        conv, sid = s["conversation"], s["sample_id"]
+        sessions = sorted((int(k.split("_")[1]), k) for k in conv if re.fullmatch(r"session_\d+", k))
+        turns = []
+        for n, key in sessions:
+            for t in conv[key]:
+                turns.append(f"{sid}:{t['dia_id']}")
+                docs.append(Document(turns[-1], _turn_text(t), metadata={
+                    "conversation": sid, "session": n, "date_time": conv.get(f"{key}_date_time", "")}))
+        known = set(turns)
+        for i, qa in enumerate(s["qa"]):
+            if qa.get("category") not in keep:
+                continue
+            ev = [f"{sid}:{t}" for t in _evidence_ids(qa.get("evidence", []))]
+            rel = {t: 1 for t in ev if t in known}
+            missed += len(ev) - len(rel)
+            if not rel:
+                continue
+            qid = f"{sid}:q{i}"
+            queries[qid], qrels[qid], cands[qid] = qa["question"], rel, turns
+            answers[qid] = [str(qa["answer"])] if "answer" in qa else []
+    if missed:
+        logger.info("LoCoMo: %d evidence ids name no turn and were skipped", missed)
+    return Dataset("locomo10", docs, queries, qrels, candidates=cands, answers=answers)
+
+
+LOADERS = {"scifact": scifact, "hotpotqa": hotpotqa, "dl19": dl19, "locomo": locomo}
+
+
+def load_dataset(name: str, root: Path) -> Dataset:
+    """One of :data:`LOADERS` by name."""
+    if name not in LOADERS:
+        raise InputError(f"dataset {name!r} is not one of {sorted(LOADERS)}")
+    return LOADERS[name](root)

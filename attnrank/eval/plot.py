@@ -1,0 +1,79 @@
+"""Benchmark plots (matplotlib: ``pip install 'attnrank[plot]'``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..errors import require
+
+
+def recall_curves(rows: Sequence[dict[str, Any]], methods: Sequence[str], path: Path, *, solid: Iterable[str] = (),
+                  target: tuple[float, float] | None = None) -> bool:
+    """Supporting-fact recall vs compression, one panel per recall column present; ``solid``:
+    methods drawn with solid lines (the rest dashed); ``target``: (compression, recall) guides.
+    Writes ``path`` (PNG); False (nothing written) when no recall column has a value."""
+    matplotlib = require("matplotlib", "plot", "Benchmark plots")
+    solid = set(solid)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    panels = [(c, t) for c, t in (("sent recall (labelled)", "sentence-level recall (labelled questions)"),
+                                  ("para recall (others)", "paragraph-level recall (other questions)"))
+              if any(r[c] == r[c] for r in rows)]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for ax, (col, title) in zip(axes[0], panels):
+        for m in methods:
+            pts = sorted((r["compression"], r[col]) for r in rows if r["method"] == m and r[col] == r[col])
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=m, linestyle="-" if m in solid else "--")
+        if target:
+            ax.axvline(target[0], color="grey", lw=0.8)
+            ax.axhline(target[1], color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([2, 3, 4, 5, 6, 8, 10, 15, 20]))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("compression (sentence tokens / kept tokens)")
+        ax.set_ylabel("supporting-fact recall")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def slot_profiles(profiles: dict[int, Any], path: Path) -> None:
+    """One panel per slot count ``k``: a slot profile's mean calibrated document score per prompt
+    slot ± its std over trials (``profiles``: ``{k: SlotProfile}``, read through ``mean_score``,
+    ``std``, ``n_trials``, ``model_id``); writes ``path`` (PNG)."""
+    matplotlib = require("matplotlib", "plot", "Benchmark plots")
+    import numpy as np
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, len(profiles), figsize=(max(8, 6 * len(profiles)), 4.5), squeeze=False)
+    for ax, (k, p) in zip(axes[0], sorted(profiles.items())):
+        x = np.arange(1, k + 1)
+        m, s = np.array(p.mean_score), np.array(p.std)
+        ax.plot(x, m, "o-", ms=3, label="mean")
+        ax.fill_between(x, m - s, m + s, alpha=0.25, label="± std over trials")
+        ax.axhline(m.mean(), color="grey", lw=0.8, ls="--", label="mean over slots")
+        ax.set(title=f"{k} slots, {p.n_trials} trials", xlabel="prompt slot (1 = first in prompt, last = next to the query)",
+               ylabel="calibrated document score")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Slot profile of {p.model_id} (all heads, plain ICR, random DL19 passages)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,151 @@
+"""The benchmarks' row cache: every head's attention rows per query, captured once and reused.
+
+Attention-reranking benchmarks need, per query, all heads' rows (real query and "N/A") over the
+same candidate prompt; capturing them is the expensive part (seconds per query on CPU), so they
+are stored as ``.npz`` under ``<cache>/<setting key>_<model fingerprint[:12]>/<qid>.npz``
+(arrays ``seconds`` and per window ``w<i>_doc_index``, ``w<i>_spans``, ``w<i>_input_ids``,
+``w<i>_real``, ``w<i>_null`` as float32). First-stage signals of the candidates are cached as
+JSON (``<cache>/signals_<setting key>.json``). The cache is derived data (the benchmarks keep it
+in the git-ignored ``indexes/bench-cache``); a file is written atomically, so an interrupted run
+leaves no half file.
+
+The capturer is anything with ``windows(query, docs)`` (e.g. an ``AttentionReranker``) and an
+``llm.fingerprint``; this module does not import the reranker (``attnrank.eval`` sits below it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..types import Document
+
+logger = logging.getLogger(__name__)
+
+
+class RowCapturer(Protocol):
+    """What :func:`capture_all` needs: the rows of one query over its candidates, and the model."""
+
+    llm: Any
+
+    def windows(self, query: str, docs: list[Document]) -> list[Any]: ...
+
+
+@dataclass
+class StoredRows:
+    """One window's rows as cached: the fields of the reranker's ``WindowRows`` (``doc_index``,
+    ``spans``, ``input_ids``, ``real``, ``null``), kept as the float32 the model produced (half
+    the memory of float64: 800 SciFact queries would not fit otherwise); :attr:`rows` is computed
+    in float64 as the reranker computes it."""
+
+    doc_index: list[int]
+    spans: list[tuple[int, int]]
+    input_ids: list[int]
+    real: np.ndarray
+    null: np.ndarray | None = None
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Calibrated rows ``real − null`` in float64 (``real`` without calibration)."""
+        real = self.real.astype(np.float64)
+        return real if self.null is None else real - self.null.astype(np.float64)
+
+
+def setting_key(setting: str) -> str:
+    """A file-name key for a setting without its sample size: larger samples are supersets of
+    smaller ones (seeded shuffle / file order), so rows captured for 50 queries serve a run over 200."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", re.sub(r"\s*\(\d+ (queries|questions)\)", "", setting))
+
+
+def cache_file(cache: Path | None, setting: str, qid: str, fingerprint: str) -> Path | None:
+    """Where the rows of ``qid`` in ``setting`` for the model ``fingerprint`` live (None: no cache)."""
+    if cache is None:
+        return None
+    return Path(cache) / f"{setting_key(setting)}_{fingerprint[:12]}" / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.npz"
+
+
+def save_windows(path: Path, wins: Sequence[Any], seconds: float) -> None:
+    """Store a query's windows and capture time (float32 rows; written atomically)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, Any] = {"seconds": np.array(seconds)}
+    for i, w in enumerate(wins):
+        if w.null is None:
+            raise InputError("the row cache stores calibrated windows (real and N/A rows); capture with calibration")
+        arrays.update({f"w{i}_doc_index": np.array(w.doc_index), f"w{i}_spans": np.array(w.spans),
+                       f"w{i}_input_ids": np.array(w.input_ids), f"w{i}_real": w.real.astype(np.float32),
+                       f"w{i}_null": w.null.astype(np.float32)})
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)
+
+
+def load_windows(path: Path) -> tuple[list[StoredRows], float]:
+    """A query's cached windows and the seconds their capture took."""
+    with np.load(path) as z:
+        wins, i = [], 0
+        while f"w{i}_real" in z:
+            wins.append(StoredRows(z[f"w{i}_doc_index"].tolist(), [tuple(s) for s in z[f"w{i}_spans"].tolist()],
+                                   z[f"w{i}_input_ids"].tolist(), z[f"w{i}_real"], z[f"w{i}_null"]))
+            i += 1
+        return wins, float(z["seconds"])
+
+
+def capture_all(capturer: RowCapturer, setting: str, queries: Mapping[str, str],
+                cands: Mapping[str, list[Document]], cache: Path | None) -> dict[str, dict[str, Any]]:
+    """All-head real and N/A rows per query, ``{qid: {"windows": [...], "seconds": s}}``: read
+    from ``cache`` where present, else captured (and stored unless ``cache`` is None)."""
+    out: dict[str, dict[str, Any]] = {}
+    for qid, q in queries.items():
+        f = cache_file(cache, setting, qid, capturer.llm.fingerprint)
+        if f is not None and f.exists():
+            wins, secs = load_windows(f)
+        else:
+            t = time.perf_counter()
+            wins = capturer.windows(q, cands[qid])
+            secs = time.perf_counter() - t
+            if f is not None:
+                save_windows(f, wins, secs)
+            logger.info("%s: captured %s in %.1f s (%d/%d)", setting, qid, secs, len(out) + 1, len(queries))
+        out[qid] = {"windows": wins, "seconds": secs}
+    logger.info("%s: %d queries captured", setting, len(out))
+    return out
+
+
+Signals = dict[str, dict[str, np.ndarray]]
+
+
+def cached_signals(setting: str, qids: Sequence[str], compute: Callable[[list[str]], Mapping[str, Any]],
+                   cache: Path | None) -> Signals:
+    """Per-query first-stage signals ``{qid: {name: scores over its candidates}}``: those in
+    ``<cache>/signals_<setting key>.json`` are read, the others computed with ``compute(qids)``
+    (``{qid: {name: [float, ...]}}``, NaN allowed) and added to the file."""
+    path = None if cache is None else Path(cache) / f"signals_{setting_key(setting)}.json"
+    known = json.loads(path.read_text()) if path is not None and path.exists() else {}
+    todo = [q for q in qids if q not in known]
+    if todo:
+        known.update(compute(todo))
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(known))
+            tmp.replace(path)
+    return {q: {k: np.array(v, dtype=np.float64) for k, v in known[q].items()} for q in qids}
+
+
+# -- runs over candidate lists ----------------------------------------------------------------
+def run_of(cands: Mapping[str, Sequence[Document]], scores: Mapping[str, Sequence[float]]) -> dict[str, dict[str, float]]:
+    """A run ``{qid: {doc id: score}}`` from per-query scores in candidate order."""
+    return {q: {d.id: float(s) for d, s in zip(cands[q], scores[q])} for q in cands}
+
+
+def first_stage_run(cands: Mapping[str, Sequence[Document]]) -> dict[str, dict[str, float]]:
+    """The candidates' own order as a run (score ``len − position``)."""
+    return {q: {d.id: float(len(c) - i) for i, d in enumerate(c)} for q, c in cands.items()}

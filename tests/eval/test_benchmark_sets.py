@@ -1,0 +1,67 @@
+"""attnrank.benchmarks (the benchmark scripts' candidate sets and cached-row scorers); here
+because its fixtures (the shared-data slice) live in tests/eval."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _tiny import rerank_docs, tiny_llm
+
+from attnrank.benchmarks import (
+    dl19_sets,
+    head_quality,
+    hotpot_set,
+    icr_scores,
+    locomo_set,
+    rrf_order,
+)
+from attnrank.eval.rows import capture_all
+from attnrank.index.bm25 import BM25Index
+from attnrank.rerank.attention import AttentionReranker
+
+
+def test_dl19_sets_cut_the_run_at_each_depth(shared_mini, dl19_mini):
+    sets = dl19_sets(shared_mini, [3, 5], max_queries=2)
+    assert [s[0] for s in sets] == ["DL19 BM25 top-3", "DL19 BM25 top-5"]
+    run = [line.split() for line in (dl19_mini / "run.bm25.trec").read_text().splitlines()]
+    for _, ds, cands in sets:
+        assert list(cands) == ["264014", "104861"] and set(ds.qrels) == set(cands)
+    top5 = [r[2] for r in run if r[0] == "264014"][:5]
+    assert [d.id for d in sets[1][2]["264014"]] == top5 and [d.id for d in sets[0][2]["264014"]] == top5[:3]
+
+
+def test_hotpot_and_locomo_sets_are_bm25_ordered(shared_mini):
+    name, ds, cands = hotpot_set(shared_mini, 2)
+    assert name == "HotpotQA distractor BM25-ordered (2 questions)" and list(cands) == list(ds.queries)
+    bm25 = BM25Index().index([d.full_text for d in ds.docs])
+    pos = {d.id: i for i, d in enumerate(ds.docs)}
+    for q, docs in cands.items():
+        s = bm25.get_scores(ds.queries[q])[[pos[d.id] for d in docs]]
+        assert len(docs) == 10 and all(np.diff(s) <= 0)
+    name, ds, cands = locomo_set(shared_mini, None, k=5)
+    assert name == "LoCoMo turns BM25 top-5 (6 queries)" and all(len(c) == 5 for c in cands.values())
+    turns = list(ds.docs)
+    bm25 = BM25Index().index([d.full_text for d in turns])
+    for q, docs in cands.items():
+        s = bm25.get_scores(ds.queries[q])
+        assert [d.id for d in docs] == [turns[i].id for i in np.argsort(-s, kind="stable")[:5]]
+
+
+def test_rrf_order_gives_nothing_for_a_missing_side():
+    fused = rrf_order([3.0, 1.0, float("nan")], [0.1, 0.9, 0.5])
+    assert fused[0] == pytest.approx(1 / 61 + 1 / 63) and fused[1] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused[2] == pytest.approx(1 / 62)  # the first list did not return it
+
+
+def test_icr_scores_from_cached_rows_equal_the_reranker(tmp_path):
+    rr = AttentionReranker(tiny_llm(), None)
+    docs = rerank_docs()
+    cap = capture_all(rr, "toy", {"q": "capital of France?"}, {"q": docs}, tmp_path)
+    cached = capture_all(rr, "toy", {"q": "capital of France?"}, {"q": docs}, tmp_path)  # read back (float32)
+    want = rr.score("capital of France?", docs)
+    np.testing.assert_allclose(icr_scores(cap["q"]["windows"], len(docs)), want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(icr_scores(cached["q"]["windows"], len(docs)), want, rtol=1e-3, atol=1e-5)
+    one = icr_scores(cap["q"]["windows"], len(docs), head_idx=[0])
+    assert not np.allclose(one, want)  # a head subset scores differently
+    quality = head_quality(cap, {"q": docs}, {"q": {"paris": 1}}, 1, rr)
+    assert quality.shape == (len(rr.head_list),) and ((quality >= 0) & (quality <= 1)).all()

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.eval.crossval import cross_validate, group_splits, kfold_splits, pool
+
+
+def test_kfold_partitions_items():
+    items = [f"q{i}" for i in range(23)]
+    splits = kfold_splits(items, 5, seed=3)
+    assert [s.name for s in splits] == ["0", "1", "2", "3", "4"]
+    tested = [x for s in splits for x in s.test]
+    assert sorted(tested) == sorted(items)  # every item held out exactly once
+    for s in splits:
+        assert not set(s.train) & set(s.test) and len(s.train) + len(s.test) == len(items)
+    assert {len(s.test) for s in splits} == {4, 5}
+    assert kfold_splits(items, 5, seed=3)[0].test == splits[0].test  # seeded
+    assert kfold_splits(items, 5, seed=4)[0].test != splits[0].test
+
+
+def test_kfold_matches_the_benchmarks_round_robin_of_a_shuffled_list():
+    """The split the published bench_heads figures used: shuffle the sorted ids with
+    random.Random(0), folds = ids[i::k], training ids in shuffled order."""
+    ids = sorted(f"{i:03d}" for i in range(43))
+    shuffled = list(ids)
+    random.Random(0).shuffle(shuffled)
+    for i, s in enumerate(kfold_splits(ids, 5, seed=0)):
+        test = shuffled[i::5]
+        assert s.test == test and s.train == [q for q in shuffled if q not in set(test)]
+
+
+def test_group_splits_order_and_errors():
+    items = [("b", 1), ("a", 2), ("b", 3), ("c", 4)]
+    splits = group_splits(items, lambda x: x[0])
+    assert [s.name for s in splits] == ["a", "b", "c"]
+    assert splits[1].test == [("b", 1), ("b", 3)] and splits[1].train == [("a", 2), ("c", 4)]
+    assert [s.name for s in group_splits(items, lambda x: x[0], groups=["c", "a", "b"])] == ["c", "a", "b"]
+    with pytest.raises(InputError, match="no items"):
+        group_splits(items, lambda x: x[0], groups=["a", "z"])
+    with pytest.raises(InputError, match="at least 2 groups"):
+        group_splits([("a", 1)], lambda x: x[0])
+    with pytest.raises(InputError, match="k=1"):
+        kfold_splits(items, 1)
+    with pytest.raises(InputError, match="k=5"):
+        kfold_splits(items, 5)
+
+
+def test_cross_validate_fits_on_train_only_and_pools_by_test_size():
+    items = list(range(10))
+    seen = []
+
+    def fit(train):
+        seen.append(sorted(train))
+        return sum(train) / len(train)  # a "model": the training mean
+
+    rows = cross_validate(kfold_splits(items, 3), fit, lambda m, test: {"err": sum(abs(x - m) for x in test) / len(test),
+                                                                         "label": "x"})
+    assert [r["n_test"] for r in rows] == [4, 3, 3] and all(r["n_train"] + r["n_test"] == 10 for r in rows)
+    assert all(len(s) == 10 - r["n_test"] for s, r in zip(seen, rows))
+    pooled = pool(rows)
+    assert set(pooled) == {"err"}  # non-numeric columns are left out
+    assert pooled["err"] == pytest.approx(sum(r["err"] * r["n_test"] for r in rows) / 10)
+    assert pool([{"n": 1, "m": 1.0}, {"n": 3, "m": 0.0}], n="n") == {"m": 0.25}
+    with pytest.raises(InputError):
+        pool([])

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.eval.datasets import (
+    _evidence_ids,
+    data_root,
+    dl19,
+    hotpotqa,
+    load_dataset,
+    locomo,
+    sample_queries,
+    scifact,
+)
+
+
+def test_data_root_order(tmp_path, monkeypatch, shared_mini):
+    monkeypatch.delenv("ATTNRANK_DATA", raising=False)
+    assert data_root(shared_mini) == shared_mini
+    assert data_root(None, default=shared_mini) == shared_mini
+    monkeypatch.setenv("ATTNRANK_DATA", str(shared_mini))
+    assert data_root(None, default=tmp_path / "nope") == shared_mini  # the environment beats the default
+    monkeypatch.delenv("ATTNRANK_DATA")
+    with pytest.raises(InputError, match="ATTNRANK_DATA"):
+        data_root(None, default=tmp_path / "nope")
+
+
+def test_scifact_keeps_labelled_queries(shared_mini):
+    ds = scifact(shared_mini)
+    assert ds.name == "scifact-train" and ds.rel == 1
+    assert set(ds.queries) == set(ds.qrels) and len(ds.queries) == 12
+    ids = {d.id for d in ds.docs}
+    assert all(d in ids for rel in ds.qrels.values() for d in rel)
+
+
+def test_dl19_candidates_in_rank_order(shared_mini, dl19_mini):
+    ds = dl19(shared_mini)
+    assert ds.rel == 2 and len(ds.queries) == 3
+    first = (dl19_mini / "run.bm25.trec").read_text().split("\n")[0].split()
+    assert ds.candidates[first[0]][0] == first[2]  # rank 1, although stored last
+    assert ds.queries["264014"] == "how long is life cycle of flea"
+    assert max(v for rel in ds.qrels.values() for v in rel.values()) == 3  # graded labels kept
+
+
+def test_hotpotqa_pools_and_labels_supporting_paragraphs(shared_mini):
+    ds = hotpotqa(shared_mini)
+    assert len(ds.queries) == 3
+    by_id = {d.id: d for d in ds.docs}
+    for q, cands in ds.candidates.items():
+        assert len(cands) == 10 and len(ds.qrels[q]) == 2
+        assert set(ds.qrels[q]) <= set(cands)
+        assert ds.answers[q]
+    assert len(by_id) == len(ds.docs)  # unique ids
+    assert by_id["Shirley_Temple"].title == "Shirley Temple"
+
+
+def test_locomo_turns_and_evidence(shared_mini):
+    ds = locomo(shared_mini)
+    assert ds.name == "locomo10" and len(ds.docs) == 35  # the 2 sessions' turns
+    assert len(ds.queries) == 6  # the 7th QA's evidence (D3:1) names no turn of the slice: dropped
+    assert ds.qrels["conv-26:q2"] == {"conv-26:D1:9": 1, "conv-26:D1:11": 1}
+    turn = next(d for d in ds.docs if d.id == "conv-26:D1:3")
+    assert turn.text.startswith("Caroline: ") and turn.metadata["session"] == 1
+    assert ds.candidates["conv-26:q0"] == [d.id for d in ds.docs]  # the conversation, in order
+    assert ds.answers["conv-26:q0"] == ["7 May 2023"]
+    only_temporal = locomo(shared_mini, categories=[2])
+    assert set(only_temporal.queries) == {"conv-26:q0", "conv-26:q1", "conv-26:q5"}
+
+
+def test_evidence_ids_split_malformed_strings():
+    assert _evidence_ids(["D8:6; D9:17", "D9:1 D4:4", "D2:3"]) == ["D8:6", "D9:17", "D9:1", "D4:4", "D2:3"]
+
+
+def test_sample_queries_prefixes_are_samples():
+    ids = [str(i) for i in range(50)]
+    assert sample_queries(ids, 10) == sample_queries(ids, 30)[:10]
+    assert sorted(sample_queries(ids, None)) == sorted(ids) and sample_queries(ids, None) != sorted(ids)
+
+
+def test_subset_and_unknown_names(shared_mini, tmp_path):
+    ds = load_dataset("dl19", shared_mini)
+    sub = ds.subset(["104861"])
+    assert list(sub.queries) == ["104861"] and set(sub.qrels) == {"104861"} and sub.docs is ds.docs
+    with pytest.raises(InputError, match="not one of"):
+        load_dataset("msmarco", shared_mini)
+    with pytest.raises(InputError, match="not found"):
+        hotpotqa(tmp_path)

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from attnrank.errors import MissingExtraError
+from attnrank.eval.plot import recall_curves
+
+ROWS = [{"method": m, "compression": c, "sent recall (labelled)": r, "para recall (others)": float("nan")}
+        for m, pts in {"query": [(2, 0.9), (4, 0.8)], "random": [(2, 0.5), (4, 0.25)]}.items() for c, r in pts]
+
+
+def test_recall_curves_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(MissingExtraError, match=r"attnrank\[plot\]"):
+        recall_curves(ROWS, ["query", "random"], tmp_path / "r.png")
+
+
+def test_recall_curves_draws_only_measured_columns(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "sub" / "r.png"
+    assert recall_curves(ROWS, ["query", "random"], png, solid=["query"], target=(4, 0.8))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = [dict(r, **{"sent recall (labelled)": float("nan")}) for r in ROWS]
+    assert not recall_curves(empty, ["query"], tmp_path / "none.png") and not (tmp_path / "none.png").exists()

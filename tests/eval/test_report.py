@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import json
+
+from attnrank.eval.report import environment, md_table, write_outputs
+
+
+def test_md_table_formats_and_marks_unmeasured():
+    rows = [{"method": "a", "nDCG@10": 0.123456, "Δ": 1.25}, {"method": "b", "nDCG@10": float("nan"), "n": 3}]
+    out = md_table(rows, ["method", "nDCG@10", "Δ", "n"], {"Δ": "+.1f"})
+    assert out.splitlines() == ["| method | nDCG@10 | Δ | n |", "|---|---|---|---|",
+                                "| a | 0.1235 | +1.2 |  |", "| b | — |  | 3 |"]
+
+
+def test_write_outputs(tmp_path):
+    js, md = write_outputs("x", {"a": [1, 2]}, "# X\n", tmp_path / "out")
+    assert json.loads(js.read_text()) == {"a": [1, 2]} and md.read_text() == "# X\n"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x.json", "x.md"]  # no temporary left
+
+
+def test_environment_fields():
+    env = environment()
+    assert {"date", "python", "torch", "cpus", "threads", "machine"} <= set(env) and env["cpus"] >= 1

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from _tiny import rerank_docs, tiny_llm
+
+from attnrank.eval.rows import (
+    cache_file,
+    cached_signals,
+    capture_all,
+    first_stage_run,
+    load_windows,
+    run_of,
+    save_windows,
+    setting_key,
+)
+from attnrank.rerank.attention import AttentionReranker
+
+
+class Counting:
+    """The real reranker, counting its captures."""
+
+    def __init__(self, rr):
+        self.rr, self.llm, self.calls = rr, rr.llm, 0
+
+    def windows(self, query, docs):
+        self.calls += 1
+        return self.rr.windows(query, docs)
+
+
+@pytest.fixture(scope="module")
+def reranker():
+    return AttentionReranker(tiny_llm(), None)
+
+
+def test_setting_key_drops_the_sample_size():
+    assert setting_key("SciFact train hybrid top-20 (50 queries)") == setting_key("SciFact train hybrid top-20 (809 queries)")
+    assert setting_key("HotpotQA distractor BM25-ordered (400 questions)") == "HotpotQA_distractor_BM25_ordered"
+    assert cache_file(None, "x", "q", "abc") is None
+    assert cache_file(__import__("pathlib").Path("c"), "DL19 BM25 top-20", "q/1", "0123456789abcdef").as_posix() \
+        == "c/DL19_BM25_top_20_0123456789ab/q_1.npz"
+
+
+def test_windows_round_trip_as_float32(tmp_path, reranker):
+    docs = rerank_docs()
+    wins = reranker.windows("capital of France?", docs)
+    save_windows(tmp_path / "q.npz", wins, 1.5)
+    back, secs = load_windows(tmp_path / "q.npz")
+    assert secs == 1.5 and len(back) == len(wins)
+    for w, b in zip(wins, back):
+        assert b.doc_index == list(w.doc_index) and b.spans == [tuple(s) for s in w.spans]
+        assert b.input_ids == list(w.input_ids) and b.real.dtype == np.float32
+        want = w.real.astype(np.float32).astype(np.float64) - w.null.astype(np.float32).astype(np.float64)
+        np.testing.assert_array_equal(b.rows, want)
+        np.testing.assert_allclose(b.rows, w.rows, atol=1e-6)
+    assert [p.name for p in tmp_path.iterdir()] == ["q.npz"]  # the temporary file was renamed
+
+
+def test_capture_all_reads_the_cache_the_second_time(tmp_path, reranker):
+    docs = rerank_docs()
+    cands = {"a": docs, "b": docs[:2]}
+    queries = {"a": "capital of France?", "b": "yellow fruit"}
+    cap = Counting(reranker)
+    first = capture_all(cap, "toy (2 queries)", queries, cands, tmp_path)
+    assert cap.calls == 2
+    again = capture_all(cap, "toy (5 queries)", queries, cands, tmp_path)  # same key without the sample size
+    assert cap.calls == 2
+    for q in queries:
+        np.testing.assert_allclose(again[q]["windows"][0].rows, first[q]["windows"][0].rows, atol=1e-6)
+        assert again[q]["seconds"] == pytest.approx(first[q]["seconds"])
+    capture_all(cap, "toy", {"a": queries["a"]}, cands, None)  # no cache: captured again
+    assert cap.calls == 3
+
+
+def test_cached_signals_computes_only_missing_queries(tmp_path):
+    asked = []
+
+    def compute(qids):
+        asked.append(list(qids))
+        return {q: {"bm25": [1.0, float("nan")], "dense": [0.5, 0.25]} for q in qids}
+
+    s = cached_signals("set (3 queries)", ["a", "b"], compute, tmp_path)
+    assert asked == [["a", "b"]] and np.isnan(s["a"]["bm25"][1]) and s["b"]["dense"].tolist() == [0.5, 0.25]
+    cached_signals("set (9 queries)", ["b", "c"], compute, tmp_path)
+    assert asked[1] == ["c"]
+    assert set(json.loads((tmp_path / "signals_set.json").read_text())) == {"a", "b", "c"}
+
+
+def test_runs_from_candidates():
+    docs = rerank_docs()
+    assert first_stage_run({"q": docs[:3]}) == {"q": {"paris": 3.0, "berlin": 2.0, "banana": 1.0}}
+    assert run_of({"q": docs[:2]}, {"q": np.array([0.5, 2])}) == {"q": {"paris": 0.5, "berlin": 2.0}}

@@ -1,0 +1,72 @@
+"""``attnrank heads train`` on a tiny random model and the DL19 slice (3 topics, BM25 top-20 run)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from _tiny import save_tiny
+from typer.testing import CliRunner
+
+from attnrank.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("m") / "tiny", layers=3, max_positions=8192)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _args(dl, tiny_dir, *extra):
+    return ["heads", "train", "--queries", str(dl / "topics.tsv"), "--qrels", str(dl / "qrels.txt"),
+            "--corpus", str(dl / "passages.jsonl"), "--run", str(dl / "run.bm25.trec"), "--depth", "5",
+            "--model", str(tiny_dir), "-q", *extra]
+
+
+def _text(r) -> str:
+    return re.sub(r"[\s│╭╮╰╯─]+", " ", r.output + str(r.exception))
+
+
+def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny_dir):
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.rerank.attention import AttentionReranker
+    from attnrank.rerank.learned import LearnedHeadWeights
+
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "top4", "--l2", "1", "--rel", "2"))
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "held-out 3-fold over 3 queries" in r.output
+    scores = {who: float(v) for who, v in re.findall(r"^\s+(first stage|sum of all heads|learned)\b.*?nDCG@10 ([0-9.]+)",
+                                                        r.output, re.MULTILINE)}
+    assert set(scores) == {"first stage", "sum of all heads", "learned"} and all(0 <= v <= 1 for v in scores.values())
+    assert "saved to" in r.output and str(home) in r.output
+    w = LearnedHeadWeights.load(*model_fingerprint(str(tiny_dir)))
+    assert w is not None and len(w.heads) == 4 and w.weights.shape == (4,)
+    assert w.metrics["n_queries"] == 3 and w.metrics["heldout"]["learned nDCG@10"] == pytest.approx(scores["learned"], abs=1e-4)
+    # the registered weights are what scorer="learned" reranks with
+    rr = AttentionReranker(str(tiny_dir), scorer="learned")
+    assert rr.heads == w.heads
+
+
+def test_heads_train_no_save_writes_nothing(home, dl19_mini, tiny_dir):
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "all", "--kind", "pairwise",
+                                 "--no-save"))
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "held-out 3-fold over 3 queries" in r.output and "saved to" not in r.output
+    assert not (home / "heads").exists()  # nothing registered
+
+
+@pytest.mark.parametrize("extra, message", [(["--heads", "best"], "--heads 'best'"), (["--kind", "listwise"], "--kind"),
+                                            (["--l2", "0"], "--l2"), (["--folds", "1"], "--folds"),
+                                            (["--folds", "4"], "fewer than --folds 4"),
+                                            (["--max-queries", "2", "--folds", "3"], "2 labelled queries with candidates are fewer")])
+def test_heads_train_rejects_bad_options_before_loading_a_model(home, dl19_mini, tmp_path, extra, message):
+    r = runner.invoke(app, _args(dl19_mini, tmp_path / "no-such-model", *extra))
+    assert r.exit_code != 0
+    assert message in _text(r)
