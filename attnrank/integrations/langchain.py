@@ -29,7 +29,7 @@ from langchain_core.retrievers import BaseRetriever  # noqa: E402
 from pydantic import ConfigDict, PrivateAttr  # noqa: E402
 
 from ..types import Document, ScoredDocument  # noqa: E402
-from .shared import check_top_n, model_lock, score_fields, shared_index, shared_pruner, shared_reranker  # noqa: E402
+from .shared import check_top_n, keep_stages, model_lock, score_fields, shared_index, shared_pruner, shared_reranker  # noqa: E402
 
 __all__ = ["AttnrankRetriever", "AttnrankReranker", "AttnrankPruner", "to_attnrank", "to_langchain"]
 
@@ -40,16 +40,11 @@ def _source_id(doc: LCDocument, position: int) -> str:
 
 def to_attnrank(docs: Sequence[LCDocument]) -> list[Document] | list[ScoredDocument]:
     """LangChain documents -> attnrank documents, keyed by their input position (``"0"``, ``"1"``,
-    ...; the source id stays in the metadata). ``metadata["title"]`` becomes the title. When every
-    document carries ``stage_scores`` (it came from :class:`AttnrankRetriever`), scored documents
-    are returned so that the reranker keeps the earlier stages' scores."""
+    ...; the source id stays in the metadata). ``metadata["title"]`` becomes the title; documents
+    from :class:`AttnrankRetriever` keep their earlier stages' scores (:func:`keep_stages`)."""
     plain = [Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""), dict(d.metadata))
              for i, d in enumerate(docs)]
-    if plain and all(isinstance(d.metadata.get("stage_scores"), dict) for d in docs):
-        return [ScoredDocument(p.id, float(d.metadata.get("relevance_score", 0.0)), i + 1, p.text, p.title,
-                               dict(d.metadata["stage_scores"]), metadata=p.metadata)
-                for i, (p, d) in enumerate(zip(plain, docs))]
-    return plain
+    return keep_stages(plain, [d.metadata for d in docs])
 
 
 def to_langchain(d: ScoredDocument, source: LCDocument | None = None) -> LCDocument:

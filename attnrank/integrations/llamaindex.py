@@ -33,7 +33,7 @@ from llama_index.core.retrievers import BaseRetriever  # noqa: E402
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode  # noqa: E402
 
 from ..types import Document, ScoredDocument  # noqa: E402
-from .shared import check_top_n, model_lock, score_fields, shared_index, shared_pruner, shared_reranker  # noqa: E402
+from .shared import check_top_n, keep_stages, model_lock, score_fields, shared_index, shared_pruner, shared_reranker  # noqa: E402
 
 __all__ = ["AttnrankRetriever", "AttnrankRerank", "AttnrankPruner"]
 
@@ -44,9 +44,11 @@ def _text(n: NodeWithScore) -> str:
     return n.node.get_content(metadata_mode=MetadataMode.NONE)
 
 
-def _documents(nodes: list[NodeWithScore]) -> list[Document]:
-    """Nodes -> attnrank documents keyed by input position; ``metadata["title"]`` is the title."""
-    return [Document(str(i), _text(n), str(n.node.metadata.get("title", "") or "")) for i, n in enumerate(nodes)]
+def _documents(nodes: list[NodeWithScore]) -> list[Document] | list[ScoredDocument]:
+    """Nodes -> attnrank documents keyed by input position; ``metadata["title"]`` is the title;
+    nodes from :class:`AttnrankRetriever` keep their earlier stages' scores."""
+    docs = [Document(str(i), _text(n), str(n.node.metadata.get("title", "") or "")) for i, n in enumerate(nodes)]
+    return keep_stages(docs, [n.node.metadata for n in nodes])
 
 
 def _hide_scores(node: Any) -> None:

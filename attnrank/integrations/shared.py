@@ -10,6 +10,7 @@ built with the same settings use the same object and one loaded model
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 import weakref
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InputError
-from ..types import ScoredDocument
+from ..types import Document, ScoredDocument
 
 _LOCK = threading.Lock()
 _CACHE: dict[tuple[str, str], Any] = {}
@@ -40,6 +41,18 @@ def _unhashable(value: Any) -> Any:
     return f"<{type(value).__name__} at {id(value):#x}>"
 
 
+def _without_defaults(cls: type, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``kwargs`` less the arguments equal to the constructor's defaults (``heads=None`` given or
+    not is the same configuration, so it must share the same object)."""
+    params = inspect.signature(cls.__init__).parameters
+    out = {}
+    for k, v in kwargs.items():
+        default = params[k].default if k in params else inspect.Parameter.empty
+        if default is inspect.Parameter.empty or type(default) is not type(v) or default != v:
+            out[k] = v
+    return out
+
+
 def _cached(kind: str, kwargs: Mapping[str, Any], build):
     key = _key(kind, kwargs)
     with _LOCK:  # one build per configuration even when adapters are created concurrently
@@ -58,7 +71,8 @@ def shared_reranker(reranker: Any = None, **kwargs: Any):
         return reranker
     from ..rerank.attention import AttentionReranker
 
-    return _cached("AttentionReranker", kwargs, lambda: AttentionReranker(**kwargs))
+    return _cached("AttentionReranker", _without_defaults(AttentionReranker, kwargs),
+                   lambda: AttentionReranker(**kwargs))
 
 
 def shared_pruner(pruner: Any = None, **kwargs: Any):
@@ -69,7 +83,7 @@ def shared_pruner(pruner: Any = None, **kwargs: Any):
         return pruner
     from ..prune.pruner import ContextPruner
 
-    return _cached("ContextPruner", kwargs, lambda: ContextPruner(**kwargs))
+    return _cached("ContextPruner", _without_defaults(ContextPruner, kwargs), lambda: ContextPruner(**kwargs))
 
 
 def shared_index(index: Any) -> Any:
@@ -96,6 +110,17 @@ def check_top_n(top_n: Any, name: str = "top_n") -> None:
     """``top_n``: None (keep all) or an integer >= 1."""
     if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
         raise InputError(f"{name}={top_n!r} must be None (keep all) or an integer >= 1")
+
+
+def keep_stages(docs: list[Document], metadata: list[Mapping[str, Any]]) -> list[Document] | list[ScoredDocument]:
+    """``docs`` as scored documents when every one carries ``stage_scores`` in its framework
+    metadata (it came from an attnrank retriever), so that the reranker keeps the earlier
+    stages' scores (and a learned scorer can read them); else ``docs`` unchanged."""
+    if not docs or not all(isinstance(m.get("stage_scores"), dict) for m in metadata):
+        return docs
+    return [ScoredDocument(d.id, float(m.get("relevance_score", 0.0)), i + 1, d.text, d.title,
+                           dict(m["stage_scores"]), metadata=d.metadata)
+            for i, (d, m) in enumerate(zip(docs, metadata))]
 
 
 def score_fields(d: ScoredDocument) -> dict[str, Any]:
