@@ -93,7 +93,7 @@ def main() -> None:
 
 
 # Register the commands (after the shared names above exist: the modules import them from here).
-from . import demo, heads, rag, rerank, retrieval  # noqa: E402,F401
+from . import demo, explain, heads, rag, rerank, retrieval, serve  # noqa: E402,F401
 
 # `attnrank --help` lists the commands in workflow order, whatever the import order above (others last)
 _ORDER = ("index", "search", "rerank", "eval", "demo", "prune", "ask")

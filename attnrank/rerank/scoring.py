@@ -31,13 +31,20 @@ def token_scores(rows: np.ndarray, weights: np.ndarray | None = None) -> np.ndar
     return rows.sum(0) if weights is None else np.asarray(weights, dtype=np.float64) @ rows
 
 
-def _filtered_sum(values: np.ndarray, use_filter: bool) -> float:
+def filter_mask(values: np.ndarray, use_filter: bool = True) -> np.ndarray:
+    """Which of one document's token scores count in its score: ICR's ``Δ_j > μ − 2σ`` (all of
+    them without the filter, with fewer than 2 tokens, or when all are equal)."""
+    values = np.asarray(values, dtype=np.float64)
     if not use_filter or values.size < 2:
-        return float(values.sum())
+        return np.ones(values.shape, dtype=bool)
     sd = values.std(ddof=1)
     if sd == 0.0:  # all tokens equal: none is an outlier (a strict '>' would drop them all)
-        return float(values.sum())
-    return float(values[values > values.mean() - 2.0 * sd].sum())
+        return np.ones(values.shape, dtype=bool)
+    return values > values.mean() - 2.0 * sd
+
+
+def _filtered_sum(values: np.ndarray, use_filter: bool) -> float:
+    return float(values[filter_mask(values, use_filter)].sum())
 
 
 def document_scores(tokens: np.ndarray, spans: Sequence[Span], *, use_filter: bool = True) -> np.ndarray:
