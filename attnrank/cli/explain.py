@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,11 +12,11 @@ from . import Quiet, Verbose, _index_path, _setup, app
 @app.command()
 def explain(
     query: str = typer.Argument(..., help="The query to retrieve, rerank and explain."),
-    name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
-    index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
+    name: str | None = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
+    index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
     k: int = typer.Option(5, "--k", "-k", help="First-stage hits reranked and explained."),
-    model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: Optional[str] = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    heads: str | None = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
     output: Path = typer.Option(Path("explain"), "--output", "-o", help="Folder for explain.html and explain.png."),
     png: bool = typer.Option(True, "--png/--no-png", help="Also write the PNG (needs the 'plot' extra)."),
     quiet: bool = Quiet, verbose: bool = Verbose,

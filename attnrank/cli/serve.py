@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,10 +12,10 @@ from . import Verbose, _index_path, _setup, app
 
 @app.command()
 def serve(
-    name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name under ./indexes (enables /v1/search, /v1/prune over it, /v1/ask)."),
-    index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
-    model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: Optional[str] = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    name: str | None = typer.Option(None, "--index", "-n", help="Index name under ./indexes (enables /v1/search, /v1/prune over it, /v1/ask)."),
+    index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
+    model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    heads: str | None = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
     scorer: str = typer.Option("sum", help="sum (ICR/QRHead head sum) | learned (registered head weights)."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
     port: int = typer.Option(8000, help="TCP port."),

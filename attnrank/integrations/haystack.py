@@ -20,12 +20,12 @@ from ..errors import InputError, require
 
 require("haystack", "haystack", "the attnrank Haystack components")
 
-from haystack import Document as HSDocument  # noqa: E402
+from haystack import Document as HSDocument
 
-from ..types import Document, RankedResults, ScoredDocument  # noqa: E402
-from .shared import keep_stages, score_fields  # noqa: E402
+from ..types import Document, RankedResults, ScoredDocument
+from .shared import keep_stages, score_fields
 
-__all__ = ["reranker_settings", "to_attnrank", "to_haystack", "from_index"]
+__all__ = ["from_index", "reranker_settings", "to_attnrank", "to_haystack"]
 
 _BASIC = (str, int, float, bool, type(None))
 

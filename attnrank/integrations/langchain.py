@@ -16,22 +16,31 @@ arguments share one object and one loaded model (:mod:`attnrank.integrations.sha
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import InputError, require
 
 require("langchain_core", "langchain", "attnrank.integrations.langchain")
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun, Callbacks  # noqa: E402
-from langchain_core.documents import BaseDocumentCompressor  # noqa: E402
-from langchain_core.documents import Document as LCDocument  # noqa: E402
-from langchain_core.retrievers import BaseRetriever  # noqa: E402
-from pydantic import ConfigDict, PrivateAttr  # noqa: E402
+from langchain_core.callbacks import CallbackManagerForRetrieverRun, Callbacks
+from langchain_core.documents import BaseDocumentCompressor
+from langchain_core.documents import Document as LCDocument
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict, PrivateAttr
 
-from ..types import Document, ScoredDocument  # noqa: E402
-from .shared import check_top_n, keep_stages, model_lock, score_fields, shared_index, shared_pruner, shared_reranker  # noqa: E402
+from ..types import Document, ScoredDocument
+from .shared import (
+    check_top_n,
+    keep_stages,
+    model_lock,
+    score_fields,
+    shared_index,
+    shared_pruner,
+    shared_reranker,
+)
 
-__all__ = ["AttnrankRetriever", "AttnrankReranker", "AttnrankPruner", "to_attnrank", "to_langchain"]
+__all__ = ["AttnrankPruner", "AttnrankReranker", "AttnrankRetriever", "to_attnrank", "to_langchain"]
 
 
 def _source_id(doc: LCDocument, position: int) -> str:

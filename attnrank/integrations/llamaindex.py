@@ -26,16 +26,24 @@ from ..errors import InputError, require
 
 require("llama_index.core", "llamaindex", "attnrank.integrations.llamaindex")
 
-from llama_index.core.bridge.pydantic import Field, PrivateAttr  # noqa: E402
-from llama_index.core.callbacks import CBEventType, EventPayload  # noqa: E402
-from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
-from llama_index.core.retrievers import BaseRetriever  # noqa: E402
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode  # noqa: E402
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.callbacks import CBEventType, EventPayload
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.retrievers import BaseRetriever
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-from ..types import Document, ScoredDocument  # noqa: E402
-from .shared import check_top_n, keep_stages, model_lock, score_fields, shared_index, shared_pruner, shared_reranker  # noqa: E402
+from ..types import Document, ScoredDocument
+from .shared import (
+    check_top_n,
+    keep_stages,
+    model_lock,
+    score_fields,
+    shared_index,
+    shared_pruner,
+    shared_reranker,
+)
 
-__all__ = ["AttnrankRetriever", "AttnrankRerank", "AttnrankPruner"]
+__all__ = ["AttnrankPruner", "AttnrankRerank", "AttnrankRetriever"]
 
 _SCORE_KEYS = ["relevance_score", "rank", "stage_scores", "retrieval_score"]
 

@@ -14,8 +14,9 @@ import inspect
 import json
 import threading
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import InputError
 from ..types import Document, ScoredDocument

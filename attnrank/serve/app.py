@@ -13,22 +13,30 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from ..errors import AttnrankError, InputError, require
 
 require("fastapi", "serve", "attnrank serve")
 
-from fastapi import FastAPI, Request  # noqa: E402
-from fastapi.exceptions import RequestValidationError  # noqa: E402
-from fastapi.responses import JSONResponse, Response, StreamingResponse  # noqa: E402
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from ..types import Document, RankedResults  # noqa: E402
-from .accesslog import AccessLogMiddleware  # noqa: E402
-from .engine import Engine  # noqa: E402
-from .jobs import Cancelled, Job, JobQueue, QueueFull  # noqa: E402
-from .schemas import (AskRequest, CohereRerankRequest, Limits, PruneRequest, SearchRequest,  # noqa: E402
-                      TEIRerankRequest, texts_of)
+from ..types import Document, RankedResults
+from .accesslog import AccessLogMiddleware
+from .engine import Engine
+from .jobs import Cancelled, Job, JobQueue, QueueFull
+from .schemas import (
+    AskRequest,
+    CohereRerankRequest,
+    Limits,
+    PruneRequest,
+    SearchRequest,
+    TEIRerankRequest,
+    texts_of,
+)
 
 CLIENT_CLOSED = 499  # nginx's "client closed request": never seen by the client, shown in the log
 

@@ -10,7 +10,7 @@ queries.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,7 +25,7 @@ class CohereRerankRequest(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
     model: str | None = Field(None, description="Ignored beyond a check: the server has one model.")
     query: str
-    documents: list[Union[str, TextDocument]]
+    documents: list[str | TextDocument]
     top_n: int | None = Field(None, ge=1)
     return_documents: bool = False
     max_tokens_per_doc: int | None = Field(None, ge=1, description="Truncate each document to this many tokens.")
@@ -49,7 +49,7 @@ class SearchRequest(BaseModel):
 
 class PruneRequest(BaseModel):
     query: str
-    documents: list[Union[str, TextDocument]] | None = Field(None, description="Passages to prune; default: the index's top k.")
+    documents: list[str | TextDocument] | None = Field(None, description="Passages to prune; default: the index's top k.")
     k: int = Field(5, ge=1, description="Index hits pruned when no documents are given.")
     budget_tokens: int | None = Field(None, ge=1)
     keep_ratio: float | None = Field(None, gt=0, le=1)

@@ -4,7 +4,6 @@ path, like a real model id) and a hybrid index over the packaged demo corpus."""
 from __future__ import annotations
 
 import pytest
-
 from _tiny import save_tiny
 
 QUERY = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"

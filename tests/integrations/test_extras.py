@@ -22,8 +22,7 @@ CASES = [
 @pytest.mark.parametrize("module, dependency, extra", CASES)
 def test_missing_extra_is_named(monkeypatch, module, dependency, extra):
     monkeypatch.setitem(sys.modules, dependency, None)  # makes `import dependency` fail
-    for name in [m for m in sys.modules if m == module or m.startswith(module + ".")
-                 or m.startswith("haystack_integrations")]:
+    for name in [m for m in sys.modules if m == module or m.startswith((module + ".", "haystack_integrations"))]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.delitem(sys.modules, "attnrank.integrations.haystack", raising=False)
     with pytest.raises(MissingExtraError, match=rf"pip install 'attnrank\[{extra}\]'"):

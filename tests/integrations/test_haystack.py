@@ -6,14 +6,14 @@ import pytest
 
 pytest.importorskip("haystack", reason="needs the 'haystack' extra")
 
-import yaml  # noqa: E402
-from haystack import Document, Pipeline  # noqa: E402
+import yaml
+from haystack import Document, Pipeline
 
-from attnrank.errors import InputError  # noqa: E402
-from attnrank.integrations.shared import shared_reranker  # noqa: E402
-from attnrank.types import Document as ADocument  # noqa: E402
-from haystack_integrations.components.rankers.attnrank import AttnrankRanker  # noqa: E402
-from haystack_integrations.components.retrievers.attnrank import AttnrankRetriever  # noqa: E402
+from attnrank.errors import InputError
+from attnrank.integrations.shared import shared_reranker
+from attnrank.types import Document as ADocument
+from haystack_integrations.components.rankers.attnrank import AttnrankRanker
+from haystack_integrations.components.retrievers.attnrank import AttnrankRetriever
 
 
 def test_pipeline_yaml_round_trip_and_run(settings, demo_index, query):

@@ -7,12 +7,16 @@ import pytest
 pytest.importorskip("langchain_core", reason="needs the 'langchain' extra")
 classic = pytest.importorskip("langchain_classic.retrievers", reason="needs langchain-classic (test of the 'langchain' extra)")
 
-from langchain_core.documents import Document as LCDocument  # noqa: E402
+from langchain_core.documents import Document as LCDocument
 
-from attnrank.errors import InputError  # noqa: E402
-from attnrank.integrations.langchain import AttnrankPruner, AttnrankReranker, AttnrankRetriever  # noqa: E402
-from attnrank.integrations.shared import shared_reranker  # noqa: E402
-from attnrank.types import Document  # noqa: E402
+from attnrank.errors import InputError
+from attnrank.integrations.langchain import (
+    AttnrankPruner,
+    AttnrankReranker,
+    AttnrankRetriever,
+)
+from attnrank.integrations.shared import shared_reranker
+from attnrank.types import Document
 
 
 def _lc_docs(demo_docs, n=6):
@@ -65,7 +69,9 @@ def test_pruner_keeps_sentences_and_source(settings, demo_docs, query):
 
 
 def test_pruner_in_pipeline_after_reranker(settings, demo_index, query):
-    from langchain_classic.retrievers.document_compressors import DocumentCompressorPipeline
+    from langchain_classic.retrievers.document_compressors import (
+        DocumentCompressorPipeline,
+    )
 
     chain = DocumentCompressorPipeline(transformers=[AttnrankReranker(top_n=2, **settings),
                                                      AttnrankPruner(keep_ratio=0.5, model=settings["model"])])

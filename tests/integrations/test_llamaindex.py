@@ -6,15 +6,19 @@ import pytest
 
 pytest.importorskip("llama_index.core", reason="needs the 'llamaindex' extra")
 
-from llama_index.core import Settings  # noqa: E402
-from llama_index.core.llms import MockLLM  # noqa: E402
-from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: E402
-from llama_index.core.schema import NodeWithScore, TextNode  # noqa: E402
+from llama_index.core import Settings
+from llama_index.core.llms import MockLLM
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import NodeWithScore, TextNode
 
-from attnrank.errors import InputError  # noqa: E402
-from attnrank.integrations.llamaindex import AttnrankPruner, AttnrankRerank, AttnrankRetriever  # noqa: E402
-from attnrank.integrations.shared import shared_reranker  # noqa: E402
-from attnrank.types import Document  # noqa: E402
+from attnrank.errors import InputError
+from attnrank.integrations.llamaindex import (
+    AttnrankPruner,
+    AttnrankRerank,
+    AttnrankRetriever,
+)
+from attnrank.integrations.shared import shared_reranker
+from attnrank.types import Document
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from attnrank.generate import Generator
 from attnrank.prune.pruner import ContextPruner
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.serve.app import create_app
+from attnrank.serve.background import background_server as live_server
 from attnrank.serve.engine import Engine
 from attnrank.serve.schemas import Limits
-from conftest import live_server
 
 QUERY = "capital of France?"
 DOCS = ["Berlin is the capital of Germany.", "Paris is the capital of France.", "Bananas are yellow.",
@@ -98,12 +98,10 @@ def test_search_prune_ask(url):
     p = r.json()
     assert 0 < p["kept_tokens"] <= 40 < p["original_tokens"]
     assert {s["text"] for s in p["sentences"] if s["kept"]} <= set(DOCS)
-    events = []
     with httpx.stream("POST", f"{url}/v1/ask", json={"query": "Does vitamin D help bones?", "k": 4, "rerank_k": 2,
                                                      "budget_tokens": 400, "max_new_tokens": 6}, timeout=60) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        for block in r.iter_text():
-            events.append(block)
+        events = list(r.iter_text())
     parsed = [(e.split("\n")[0][7:], json.loads(e.split("\n")[1][6:]))
               for e in "".join(events).strip().split("\n\n")]
     assert parsed[-1][0] == "done" and 1 <= len(parsed[-1][1]["sources"]) <= 2

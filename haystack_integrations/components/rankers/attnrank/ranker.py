@@ -5,9 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnrank.integrations.haystack import check_top_k, reranker_settings, to_attnrank, to_haystack
-from attnrank.integrations.shared import model_lock, shared_reranker
+from attnrank.errors import require
+
+require("haystack", "haystack", "the attnrank Haystack ranker")  # before haystack: name the extra
+
 from haystack import Document, component, default_from_dict, default_to_dict
+
+from attnrank.integrations.haystack import (
+    check_top_k,
+    reranker_settings,
+    to_attnrank,
+    to_haystack,
+)
+from attnrank.integrations.shared import model_lock, shared_reranker
 
 
 @component

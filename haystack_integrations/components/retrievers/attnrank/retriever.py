@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnrank.errors import require
+
+require("haystack", "haystack", "the attnrank Haystack retriever")  # before haystack: name the extra
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
 from attnrank.errors import InputError
 from attnrank.integrations.haystack import check_top_k, from_index, reranker_settings
 from attnrank.integrations.shared import model_lock, shared_index, shared_reranker
-from haystack import Document, component, default_from_dict, default_to_dict
 
 
 @component
