@@ -140,10 +140,10 @@ class AttnrankPruner(BaseNodePostprocessor):
     neighbours: int = Field(default=0, description="Sentences kept on each side of a chosen one.")
     _pruner: Any = PrivateAttr()
 
-    def __init__(self, *, pruner: Any = None, budget_tokens: int | None = 300, keep_ratio: float | None = None,
+    def __init__(self, *, pruner: Any = None, budget_tokens: int | None = None, keep_ratio: float | None = None,
                  neighbours: int = 0, **settings: Any):
-        if keep_ratio is not None and budget_tokens == 300:
-            budget_tokens = None  # a ratio alone replaces the default token budget
+        if budget_tokens is None and keep_ratio is None:
+            budget_tokens = 300  # the default budget; a ratio alone replaces it
         super().__init__(budget_tokens=budget_tokens, keep_ratio=keep_ratio, neighbours=neighbours)
         self._pruner = shared_pruner(pruner, **settings)
 

@@ -4,5 +4,5 @@
 - :mod:`attnrank.serve.schemas`: request/response bodies (Cohere v2 and text-embeddings-inference
   rerank shapes, search/prune/ask) and the request limits.
 - :mod:`attnrank.serve.jobs`: the bounded queue in front of the one loaded model.
-- :mod:`attnrank.serve.accesslog`: one log line per request.
+- :mod:`attnrank.serve.middleware`: the body-size limit and one log line per request.
 """

@@ -11,6 +11,7 @@ index routes without an index, 503 with ``Retry-After`` when the queue is full
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -25,7 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..types import Document, RankedResults
-from .accesslog import AccessLogMiddleware
+from .middleware import AccessLogMiddleware, BodyLimitMiddleware
 from .engine import Engine
 from .jobs import Cancelled, Job, JobQueue, QueueFull
 from .schemas import (
@@ -172,10 +173,17 @@ def _explanations(server: Server, res: RankedResults) -> list[dict[str, Any]]:
 def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int = 16) -> FastAPI:
     """The app over ``engine`` with ``limits`` and at most ``max_queued`` waiting model jobs."""
     server = Server(engine, limits or Limits(), max_queued)
-    app = FastAPI(title="attnrank", description="Attention reranking, retrieval, pruning and answering.")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(server.jobs.close)  # stop the worker after its running job
+
+    app = FastAPI(title="attnrank", description="Attention reranking, retrieval, pruning and answering.",
+                  lifespan=lifespan, max_body_size=server.limits.max_body_bytes)
     app.state.server = server
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=server.limits.max_body_bytes)
     app.add_middleware(AccessLogMiddleware)
-    app.router.add_event_handler("shutdown", server.jobs.close)
     _install_errors(app)
 
     @app.get("/health")

@@ -79,9 +79,16 @@ class Limits:
     max_query_chars: int = 2_000
     max_total_tokens: int = 65_536
 
+    @property
+    def max_body_bytes(self) -> int:
+        """Request body size implied by the other limits (4 bytes per character covers UTF-8 and
+        JSON escapes) plus 64 KiB for the rest of the request."""
+        return 4 * (self.max_documents * self.max_document_chars + self.max_query_chars) + 65_536
+
     def as_dict(self) -> dict[str, Any]:
         return {"max_documents": self.max_documents, "max_document_chars": self.max_document_chars,
-                "max_query_chars": self.max_query_chars, "max_total_tokens": self.max_total_tokens}
+                "max_query_chars": self.max_query_chars, "max_total_tokens": self.max_total_tokens,
+                "max_body_bytes": self.max_body_bytes}
 
 
 def texts_of(documents: list[Any]) -> list[str]:

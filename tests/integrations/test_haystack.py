@@ -28,6 +28,7 @@ def test_pipeline_yaml_round_trip_and_run(settings, demo_index, query):
     loaded = Pipeline.loads(text)  # no allowlist configuration needed
     assert loaded.dumps() == text
     loaded.warm_up()
+    assert loaded.get_component("ranker")._reranker is shared_reranker(**settings)  # one model for all adapters
     out = loaded.run({"retriever": {"query": query}, "ranker": {"query": query}},
                      include_outputs_from={"retriever"})
     first, ranked = out["retriever"]["documents"], out["ranker"]["documents"]

@@ -75,6 +75,8 @@ def test_error_statuses_name_the_limit(url):
     assert r.status_code == 413 and "max_document_chars=400" in r.json()["message"]
     r = post("/rerank", {"query": QUERY, "texts": ["z " * 199] * 5})  # ~2000 byte tokens
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
+    r = post("/rerank", {"query": QUERY, "texts": DOCS, "padding": "y" * 80_000})  # body over the implied size
+    assert r.status_code == 413 and "max_body_bytes=75536" in r.json()["message"]
     r = post("/rerank", {"query": "q" * 101, "texts": ["a"]})
     assert r.status_code == 413 and "max_query_chars=100" in r.json()["message"]
     r = post("/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 0})

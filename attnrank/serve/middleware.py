@@ -1,4 +1,9 @@
-"""One log line per request, written when its last byte is sent (streams included).
+"""ASGI middleware of the server: a body-size limit that names itself, and the access log.
+
+:class:`BodyLimitMiddleware` answers 413 (JSON message naming ``max_body_bytes``) before reading
+a body whose ``Content-Length`` is too large; FastAPI's own ``max_body_size`` stays behind it as
+the backstop for bodies without a length. :class:`AccessLogMiddleware` writes one log line per
+request, when its last byte is sent (streams included).
 
 Fields: method, path, status, latency (s, submission to last byte), queue wait (s, time the
 request's model job waited for the worker) and candidates (documents scored), taken from
@@ -7,6 +12,7 @@ request's model job waited for the worker) and candidates (documents scored), ta
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -53,3 +59,23 @@ class AccessLogMiddleware:
             raise
         finally:
             log()
+
+
+class BodyLimitMiddleware:
+    """413 for a declared ``Content-Length`` above ``max_body_bytes``, before the body is read."""
+
+    def __init__(self, app: Any, max_body_bytes: int):
+        self.app, self.max_body_bytes = app, max_body_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            length = dict(scope.get("headers") or []).get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+                body = json.dumps({"message": f"request body of {int(length)} bytes > max_body_bytes="
+                                              f"{self.max_body_bytes}; send fewer or shorter documents"}).encode()
+                await send({"type": "http.response.start", "status": 413,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
