@@ -4,21 +4,23 @@ Starts the real server (attnrank.serve.create_app under uvicorn, 127.0.0.1, a fr
 the given model, then for each concurrency level sends a fixed number of TEI-shaped rerank
 requests (POST /rerank) from that many client threads (httpx), each request the same kind of
 query and candidate list drawn from the packaged demo corpus (passages cut to --doc-chars).
-Every level stops after --requests requests or --max-seconds, whichever comes first.
+Every level stops sending after --requests requests or --max-seconds, whichever comes first
+(requests in flight then finish).
 Baseline, same run and inputs: AttentionReranker.rank called in-process, sequentially on one
-worker thread (as the server runs it), before and after the load (the cost of the model alone, without HTTP, queueing or JSON; twice because
-a shared machine's load drifts).
+worker thread (as the server runs it), before and after the load: the cost of the model alone,
+without HTTP, queueing or JSON (measured twice because a shared machine's load drifts).
 
-    python scripts/bench_serve.py                       # default model, 30 requests per level
-    python scripts/bench_serve.py --requests 300 --levels 1,4,16
+    python scripts/bench_serve.py                       # default model, 16 requests per level
+    python scripts/bench_serve.py --model DIR --requests 300 --name serve_tiny   # a tiny model: server overhead
 
-Writes docs/results/serve.json and docs/results/serve.md.
+Writes docs/results/NAME.json and NAME.md (NAME: --name, default serve).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -69,7 +71,9 @@ def run_level(url: str, bodies: list[dict], clients: int, requests: int, max_sec
     start = time.perf_counter()
 
     def client() -> None:
-        with httpx.Client(timeout=max(60.0, max_seconds)) as http:
+        # a request sent just before the cap may wait behind every other client's: no client timeout
+        # short of that (the server itself never hangs: it answers 503 when its queue is full)
+        with httpx.Client(timeout=httpx.Timeout(10.0, read=max(600.0, 4 * max_seconds))) as http:
             while True:
                 with lock:
                     if issued[0] >= requests or time.perf_counter() - start > max_seconds:
@@ -123,7 +127,9 @@ def markdown(result: dict) -> str:
              f"Command: `{result['command']}`", "",
              (f"Model `{s['model']}` on {s['cpus']} CPU thread(s) ({s['machine']}); POST /rerank (TEI shape) with "
               f"{s['docs']} demo passages of at most {s['doc_chars']} characters per request; queue of "
-              f"{s['max_queued']}; at most {s['requests']} requests or {s['max_seconds']} s per level."), "",
+              f"{s['max_queued']}; at most {s['requests']} requests or {s['max_seconds']} s per level. "
+              f"Machine: {s['cores']} cores, 1-minute load average {s['loadavg_1m_before_after'][0]} before and "
+              f"{s['loadavg_1m_before_after'][1]} after the run (other jobs share it)."), "",
              "| clients | sent | ok | 503 | other errors | throughput (req/s) | p50 (s) | p95 (s) | p99 (s) |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for when, b in result["baseline"].items():
@@ -147,13 +153,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="LLM (default: packaged SmolLM2-135M)")
     ap.add_argument("--levels", default="1,4,16", help="concurrent clients per level")
-    ap.add_argument("--requests", type=int, default=30, help="requests per level")
-    ap.add_argument("--max-seconds", type=float, default=150.0, help="time cap per level")
-    ap.add_argument("--docs", type=int, default=8, help="candidates per request")
-    ap.add_argument("--doc-chars", type=int, default=200, help="characters kept of each passage")
+    ap.add_argument("--requests", type=int, default=16, help="requests per level")
+    ap.add_argument("--max-seconds", type=float, default=120.0, help="time cap per level (requests in flight finish)")
+    ap.add_argument("--docs", type=int, default=4, help="candidates per request")
+    ap.add_argument("--doc-chars", type=int, default=150, help="characters kept of each passage")
     ap.add_argument("--max-queued", type=int, default=16)
-    ap.add_argument("--baseline-calls", type=int, default=8)
+    ap.add_argument("--baseline-calls", type=int, default=4)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--name", default="serve", help="result file stem (NAME.json, NAME.md)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     if args.requests < 1 or args.requests > 2000 or max(levels) > 64 or args.max_seconds > 1200:
@@ -163,6 +170,7 @@ def main() -> None:
     llm = load_llm(args.model)
     reranker = AttentionReranker(llm)
     bodies = workload(args.docs, args.doc_chars)
+    load_before = os.getloadavg()
     baseline(reranker, bodies, 1)  # warm-up
     half = max(1, args.baseline_calls // 2)  # before and after the load: the machine's load may drift
     before = baseline(reranker, bodies, half)
@@ -172,18 +180,21 @@ def main() -> None:
             out_levels.append(run_level(url, bodies, c, args.requests, args.max_seconds))
             print(json.dumps(out_levels[-1]), flush=True)
     after = baseline(reranker, bodies, half)
+    load_after = os.getloadavg()
     base = {"before": before, "after": after}
     result = {"command": "python scripts/bench_serve.py " + " ".join(sys.argv[1:]),
               "settings": {"model": llm.model_id, "levels": levels, "requests": args.requests,
                            "max_seconds": args.max_seconds, "docs": args.docs, "doc_chars": args.doc_chars,
                            "max_queued": args.max_queued, "cpus": torch.get_num_threads(),
-                           "machine": platform.machine() + ", " + platform.python_version()},
+                           "machine": platform.machine() + ", " + platform.python_version(),
+                           "loadavg_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
+                           "cores": os.cpu_count()},
               "baseline": base, "levels": out_levels,
               "prompt_tokens_mean": statistics.mean(
                   len(llm.tokenizer(b["query"] + " ".join(b["texts"]))["input_ids"]) for b in bodies)}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "serve.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "serve.md").write_text(markdown(result))
+    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / f"{args.name}.md").write_text(markdown(result))
     print(markdown(result))
 
 

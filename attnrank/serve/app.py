@@ -26,9 +26,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..types import Document, RankedResults
-from .middleware import AccessLogMiddleware, BodyLimitMiddleware
 from .engine import Engine
 from .jobs import Cancelled, Job, JobQueue, QueueFull
+from .middleware import AccessLogMiddleware, BodyLimitMiddleware
 from .schemas import (
     AskRequest,
     CohereRerankRequest,

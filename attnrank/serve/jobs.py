@@ -67,13 +67,16 @@ class Job:
         return (self.started or time.perf_counter()) - self.enqueued
 
 
-def _resolve(fut: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
+def _resolve(job: Job, result: Any = None, error: BaseException | None = None) -> None:
+    fut = job.future
     if fut.done():
         return
-    if error is not None:
-        fut.set_exception(error)
-    else:
+    if error is None:
         fut.set_result(result)
+        return
+    fut.set_exception(error)
+    if job.cancelled:  # nobody waits for a cancelled job: mark its exception as seen
+        fut.exception()
 
 
 class JobQueue:
@@ -122,7 +125,7 @@ class JobQueue:
                 break
             if job is not None:
                 job.cancel()
-                job.loop.call_soon_threadsafe(_resolve, job.future, None, Cancelled())
+                job.loop.call_soon_threadsafe(_resolve, job, None, Cancelled())
         self._queue.put(None)
         self._thread.join(timeout)
 
@@ -139,7 +142,7 @@ class JobQueue:
                 return
             if job.cancelled:
                 self._count("cancelled")
-                job.loop.call_soon_threadsafe(_resolve, job.future, None, Cancelled())
+                job.loop.call_soon_threadsafe(_resolve, job, None, Cancelled())
                 continue
             job.started = time.perf_counter()
             with self._lock:
@@ -148,14 +151,14 @@ class JobQueue:
                 result = job.fn(job)
             except Cancelled as e:
                 self._count("cancelled")
-                job.loop.call_soon_threadsafe(_resolve, job.future, None, e)
+                job.loop.call_soon_threadsafe(_resolve, job, None, e)
             except BaseException as e:  # noqa: BLE001 - handed to the request that owns the job
                 self._count("failed")
-                job.loop.call_soon_threadsafe(_resolve, job.future, None, e)
+                job.loop.call_soon_threadsafe(_resolve, job, None, e)
             else:
                 job.finished = time.perf_counter()
                 self._count("done", job.finished - job.started)
-                job.loop.call_soon_threadsafe(_resolve, job.future, result)
+                job.loop.call_soon_threadsafe(_resolve, job, result)
             finally:
                 with self._lock:
                     self.running = 0
