@@ -115,12 +115,12 @@ class Server:
             while not job.future.done():
                 done, _ = await asyncio.wait({job.future}, timeout=0.05)
                 if not done and await request.is_disconnected():
-                    job.cancel()
+                    self.jobs.cancel(job)
                     info["cancelled"] = True
                     raise ClientGone()
             return job.future.result()
         except asyncio.CancelledError:
-            job.cancel()
+            self.jobs.cancel(job)
             info["cancelled"] = True
             raise
         finally:
@@ -180,7 +180,7 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
         await asyncio.to_thread(server.jobs.close)  # stop the worker after its running job
 
     app = FastAPI(title="attnrank", description="Attention reranking, retrieval, pruning and answering.",
-                  lifespan=lifespan, max_body_size=server.limits.max_body_bytes)
+                  lifespan=lifespan, max_body_size=2 * server.limits.max_body_bytes)  # backstop (no Content-Length)
     app.state.server = server
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=server.limits.max_body_bytes)
     app.add_middleware(AccessLogMiddleware)
@@ -328,7 +328,7 @@ async def _ask(server: Server, body: AskRequest, request: Request) -> StreamingR
                                 "timings": {k: round(v, 4) for k, v in res.timings.items()}})
         finally:
             if not job.future.done():  # the client went away mid-stream
-                job.cancel()
+                server.jobs.cancel(job)
                 info["cancelled"] = True
                 info["queue_wait"] = job.queue_wait
 

@@ -88,7 +88,9 @@ class JobQueue:
         self.max_queued = max_queued
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queued)
         self._lock = threading.Lock()
-        self.counts = {"done": 0, "failed": 0, "cancelled": 0, "rejected": 0}
+        # done/failed/cancelled: jobs finished so; rejected: refused (queue full);
+        # disconnected: cancellations requested because the client went away
+        self.counts = {"done": 0, "failed": 0, "cancelled": 0, "rejected": 0, "disconnected": 0}
         self.running = 0
         self._mean_seconds = 1.0  # running mean of job durations, for Retry-After
         self._thread = threading.Thread(target=self._work, name="attnrank-model", daemon=True)
@@ -115,6 +117,13 @@ class JobQueue:
             wait = max(1, math.ceil((self.max_queued + 1) * self._mean_seconds))
             raise QueueFull(self.max_queued, wait) from None
         return job
+
+    def cancel(self, job: Job) -> None:
+        """Cancel ``job`` because its client has gone (skipped if queued, stopped at its next check if running)."""
+        if not job.cancelled:
+            job.cancel()
+            with self._lock:
+                self.counts["disconnected"] += 1
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker after the running job (queued jobs are cancelled)."""

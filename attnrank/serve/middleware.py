@@ -2,7 +2,7 @@
 
 :class:`BodyLimitMiddleware` answers 413 (JSON message naming ``max_body_bytes``) before reading
 a body whose ``Content-Length`` is too large; FastAPI's own ``max_body_size`` stays behind it as
-the backstop for bodies without a length. :class:`AccessLogMiddleware` writes one log line per
+the backstop (at twice the limit) for bodies without a length. :class:`AccessLogMiddleware` writes one log line per
 request, when its last byte is sent (streams included).
 
 Fields: method, path, status, latency (s, submission to last byte), queue wait (s, time the
