@@ -94,7 +94,7 @@ class AttnrankRerank(BaseNodePostprocessor):
     def __init__(self, *, reranker: Any = None, top_n: int | None = 2, keep_retrieval_score: bool = False,
                  **settings: Any):
         check_top_n(top_n)
-        super().__init__(top_n=top_n, keep_retrieval_score=keep_retrieval_score)
+        super().__init__(top_n=top_n, keep_retrieval_score=keep_retrieval_score)  # type: ignore[call-arg]  # pydantic fields
         self._reranker = shared_reranker(reranker, **settings)
 
     @classmethod
@@ -112,7 +112,7 @@ class AttnrankRerank(BaseNodePostprocessor):
             return []
         payload = {EventPayload.NODES: nodes, EventPayload.MODEL_NAME: repr(self._reranker),
                    EventPayload.QUERY_STR: query, EventPayload.TOP_K: self.top_n}
-        with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:
+        with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:  # type: ignore[arg-type]
             with model_lock(self._reranker):
                 res = self._reranker.rank(query, _documents(nodes), k=self.top_n)
             out = []
@@ -144,7 +144,8 @@ class AttnrankPruner(BaseNodePostprocessor):
                  neighbours: int = 0, **settings: Any):
         if budget_tokens is None and keep_ratio is None:
             budget_tokens = 300  # the default budget; a ratio alone replaces it
-        super().__init__(budget_tokens=budget_tokens, keep_ratio=keep_ratio, neighbours=neighbours)
+        super().__init__(budget_tokens=budget_tokens, keep_ratio=keep_ratio,  # type: ignore[call-arg]  # pydantic fields
+                         neighbours=neighbours)
         self._pruner = shared_pruner(pruner, **settings)
 
     @classmethod

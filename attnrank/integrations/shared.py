@@ -45,7 +45,7 @@ def _unhashable(value: Any) -> Any:
 def _without_defaults(cls: type, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """``kwargs`` less the arguments equal to the constructor's defaults (``heads=None`` given or
     not is the same configuration, so it must share the same object)."""
-    params = inspect.signature(cls.__init__).parameters
+    params = inspect.signature(cls).parameters
     out = {}
     for k, v in kwargs.items():
         default = params[k].default if k in params else inspect.Parameter.empty

@@ -253,8 +253,11 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
         budget = body.budget_tokens if body.budget_tokens is not None or body.keep_ratio is not None else 300
 
         def work(job: Job):
-            docs = index.search(body.query, body.k).documents() if texts is None else \
-                [Document(str(i), t) for i, t in enumerate(texts)]
+            if texts is None:
+                assert index is not None  # need("index") raised otherwise
+                docs = index.search(body.query, body.k).documents()
+            else:
+                docs = [Document(str(i), t) for i, t in enumerate(texts)]
             job.check()
             return pruner.prune(body.query, docs, budget_tokens=budget, keep_ratio=body.keep_ratio,
                                 neighbours=body.neighbours)
