@@ -150,7 +150,7 @@ def main() -> None:
 
 
 # Register the commands (after the shared names above exist: the modules import them from here).
-from . import demo, heads, heads_train, rag, rerank, retrieval  # noqa: E402,F401
+from . import demo, explain, heads, heads_train, rag, rerank, retrieval, serve  # noqa: E402,F401
 
 # `attnrank --help` lists the commands in workflow order, whatever the import order above (others last)
 _ORDER = ("index", "search", "rerank", "eval", "demo", "prune", "ask")

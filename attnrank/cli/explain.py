@@ -1,0 +1,54 @@
+"""``attnrank explain``: why each passage ranked where it did (HTML heat-map page + PNG)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from . import Quiet, Verbose, _index_path, _setup, app
+
+
+@app.command()
+def explain(
+    query: str = typer.Argument(..., help="The query to retrieve, rerank and explain."),
+    name: str | None = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
+    index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
+    k: int = typer.Option(5, "--k", "-k", help="First-stage hits reranked and explained."),
+    model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    heads: str | None = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    output: Path = typer.Option(Path("explain"), "--output", "-o", help="Folder for explain.html and explain.png."),
+    png: bool = typer.Option(True, "--png/--no-png", help="Also write the PNG (needs the 'plot' extra)."),
+    quiet: bool = Quiet, verbose: bool = Verbose,
+) -> None:
+    """Rerank the top K hits and show the per-token attention behind each score (HTML + PNG).
+
+    Writes explain.html (a self-contained heat map over each passage) and explain.png; the
+    counted token scores of a passage add up to its score."""
+    from ..explain import explain_results
+    from ..explain.render import write_html, write_png
+    from ..index.retriever import HybridRetriever
+    from ..rerank.attention import AttentionReranker
+
+    _setup(quiet, verbose)
+    if k < 1:
+        raise typer.BadParameter(f"--k {k} must be at least 1")
+    if not query.strip():
+        raise typer.BadParameter("the query is empty; give the query text")
+    if png:
+        from ..errors import require
+
+        require("matplotlib", "plot", "explain --png")
+    retriever = HybridRetriever.load(_index_path(name, index_dir))
+    first = retriever.search(query, k)
+    reranker = AttentionReranker(model, heads)
+    res = reranker.rank(query, first, return_evidence=True)
+    explanations = explain_results(reranker, res)
+    page = write_html(output / "explain.html", query, explanations, model=reranker.llm.model_id)
+    for e in explanations:
+        top = ", ".join(repr(t.text.strip()) for t in e.top_tokens(3))
+        typer.echo(f"{e.rank:>3}. {e.id}  {e.score:+.5f} = sum of {len(e.tokens) - e.filtered} token scores "
+                   f"({e.filtered} filtered); top: {top}")
+    typer.echo(f"wrote {page}")
+    if png:
+        typer.echo(f"wrote {write_png(output / 'explain.png', query, explanations)}")

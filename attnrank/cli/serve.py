@@ -1,0 +1,52 @@
+"""``attnrank serve``: the HTTP server (extra ``serve``; see :mod:`attnrank.serve`)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+from . import Verbose, _index_path, _setup, app
+
+
+@app.command()
+def serve(
+    name: str | None = typer.Option(None, "--index", "-n", help="Index name under ./indexes (enables /v1/search, /v1/prune over it, /v1/ask)."),
+    index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
+    model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    heads: str | None = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    scorer: str = typer.Option("sum", help="sum (ICR/QRHead head sum) | learned (registered head weights)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
+    port: int = typer.Option(8000, help="TCP port."),
+    max_queued: int = typer.Option(16, "--max-queued", help="Requests waiting for the model before 503."),
+    max_documents: int = typer.Option(256, "--max-documents", help="Documents per request (413 above)."),
+    max_document_chars: int = typer.Option(20_000, "--max-document-chars", help="Characters per document (413 above)."),
+    max_total_tokens: int = typer.Option(65_536, "--max-total-tokens", help="Tokens of query + documents (413 above)."),
+    verbose: bool = Verbose,
+) -> None:
+    """Serve reranking (Cohere v2 and TEI shapes), search, pruning and streamed answers over HTTP."""
+    from ..errors import require
+
+    for opt, value, low in (("--port", port, 0), ("--max-queued", max_queued, 1), ("--max-documents", max_documents, 1),
+                            ("--max-document-chars", max_document_chars, 1), ("--max-total-tokens", max_total_tokens, 1)):
+        if value < low or (opt == "--port" and value > 65535):
+            raise typer.BadParameter(f"{opt} {value} is out of range (at least {low})")
+    if scorer not in ("sum", "learned"):
+        raise typer.BadParameter(f"--scorer {scorer!r} is not 'sum' or 'learned'")
+    uvicorn = require("uvicorn", "serve", "attnrank serve")
+    from ..serve.app import create_app
+    from ..serve.engine import build_engine
+    from ..serve.schemas import Limits
+
+    _setup(quiet=False, verbose=True)  # the server logs one line per request at INFO
+    if not verbose:
+        logging.getLogger("attnrank").setLevel(logging.INFO)
+    index = _index_path(name, index_dir) if (name or index_dir) else None
+    if index is not None and not index.is_dir():
+        raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")
+    engine = build_engine(model, heads=heads, scorer=scorer, index=index)
+    limits = Limits(max_documents=max_documents, max_document_chars=max_document_chars,
+                    max_total_tokens=max_total_tokens)
+    uvicorn.run(create_app(engine, limits=limits, max_queued=max_queued), host=host, port=port,
+                log_level="info" if verbose else "warning", access_log=False)

@@ -1,0 +1,80 @@
+"""Helpers of the Haystack 3 components (extra ``haystack``).
+
+The components themselves live in the PEP 420 namespace package ``haystack_integrations``, as
+official integrations do, because Haystack 3 only deserializes pipeline YAML whose component
+types come from allowlisted modules (``haystack``, ``haystack_integrations``, ...):
+
+- ``haystack_integrations.components.rankers.attnrank.AttnrankRanker``
+- ``haystack_integrations.components.retrievers.attnrank.AttnrankRetriever``
+
+This module converts documents and collects the reranker settings, which are kept as basic types
+(str, int, float, bool, None, lists and dicts of them) so that ``to_dict``/``from_dict`` round-trip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..errors import InputError, require
+
+require("haystack", "haystack", "the attnrank Haystack components")
+
+from haystack import Document as HSDocument
+
+from ..types import Document, RankedResults, ScoredDocument
+from .shared import keep_stages, score_fields
+
+__all__ = ["from_index", "reranker_settings", "to_attnrank", "to_haystack"]
+
+_BASIC = (str, int, float, bool, type(None))
+
+
+def _check_basic(name: str, value: Any) -> None:
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            _check_basic(name, v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_basic(f"{name}.{k}", v)
+    elif not isinstance(value, _BASIC):
+        raise InputError(f"{name}={value!r} is a {type(value).__name__}; Haystack components take basic types "
+                         "(str, int, float, bool, None, lists/dicts of them) so that pipelines serialize")
+
+
+def reranker_settings(model: str | None, heads: Any, scorer: str, extra: dict[str, Any] | None) -> dict[str, Any]:
+    """AttentionReranker keyword arguments from a component's basic-typed init parameters."""
+    settings = {"model": model, "heads": heads, "scorer": scorer, **(extra or {})}
+    if isinstance(heads, list):  # YAML gives [[layer, head], ...]; the reranker takes pairs
+        settings["heads"] = [tuple(p) for p in heads]
+    for k, v in settings.items():
+        _check_basic(k, v)
+    return settings
+
+
+def check_top_k(top_k: Any) -> None:
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise InputError(f"top_k={top_k!r} must be None (keep all) or an integer >= 1")
+
+
+def to_attnrank(documents: list[HSDocument]) -> list[Document] | list[ScoredDocument]:
+    """Haystack documents -> attnrank documents keyed by input position (``meta["title"]`` = title;
+    documents from the attnrank retriever keep their earlier stages' scores)."""
+    out = []
+    for i, d in enumerate(documents):
+        if d.content is None:
+            raise InputError(f"document #{i} (id {d.id!r}) has no text content; the attention reranker reads text")
+        out.append(Document(str(i), d.content, str(d.meta.get("title", "") or "")))
+    return keep_stages(out, [d.meta for d in documents])
+
+
+def to_haystack(res: RankedResults, documents: list[HSDocument]) -> list[HSDocument]:
+    """Reranked results as copies of the input documents with ``score`` and the score fields in ``meta``."""
+    return [replace(documents[int(r.id)], score=r.score, meta={**documents[int(r.id)].meta, **score_fields(r)})
+            for r in res]
+
+
+def from_index(res: RankedResults) -> list[HSDocument]:
+    """Index hits as Haystack documents (id, text, title and score fields in ``meta``)."""
+    return [HSDocument(id=r.id, content=r.text, score=r.score,
+                       meta={**r.metadata, "title": r.title, **score_fields(r)}) for r in res]

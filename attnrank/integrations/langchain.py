@@ -1,0 +1,187 @@
+"""LangChain (``langchain-core`` >= 1.0) adapters: a retriever over an attnrank index, a reranking
+compressor and a pruning compressor. Extra: ``pip install 'attnrank[langchain]'``.
+
+Only ``langchain_core`` is imported (``BaseRetriever``, ``BaseDocumentCompressor``,
+``Document``); the compressors plug into ``langchain_classic``'s
+``ContextualCompressionRetriever`` / ``DocumentCompressorPipeline`` (LangChain 1.x moved them
+there) or into any runnable chain. Reranked documents carry ``metadata["relevance_score"]`` (the
+calibrated attention score of ICR, Chen et al. ICLR 2025; higher is better), ``metadata["rank"]``
+(1-based) and ``metadata["stage_scores"]`` (every stage's score by name).
+
+Settings: pass a built :class:`~attnrank.rerank.attention.AttentionReranker` /
+:class:`~attnrank.prune.pruner.ContextPruner` (``reranker=`` / ``pruner=``) or its constructor's
+keyword arguments (``model=``, ``heads=``, ``scorer=``, ...); adapters built with the same
+arguments share one object and one loaded model (:mod:`attnrank.integrations.shared`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import InputError, require
+
+require("langchain_core", "langchain", "attnrank.integrations.langchain")
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun, Callbacks
+from langchain_core.documents import BaseDocumentCompressor
+from langchain_core.documents import Document as LCDocument
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict, PrivateAttr
+
+from ..types import Document, ScoredDocument
+from .shared import (
+    check_top_n,
+    keep_stages,
+    model_lock,
+    score_fields,
+    shared_index,
+    shared_pruner,
+    shared_reranker,
+)
+
+__all__ = ["AttnrankPruner", "AttnrankReranker", "AttnrankRetriever", "to_attnrank", "to_langchain"]
+
+
+def _source_id(doc: LCDocument, position: int) -> str:
+    return str(doc.id or doc.metadata.get("id") or position)
+
+
+def to_attnrank(docs: Sequence[LCDocument]) -> list[Document] | list[ScoredDocument]:
+    """LangChain documents -> attnrank documents, keyed by their input position (``"0"``, ``"1"``,
+    ...; the source id stays in the metadata). ``metadata["title"]`` becomes the title; documents
+    from :class:`AttnrankRetriever` keep their earlier stages' scores (:func:`keep_stages`)."""
+    plain = [Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""), dict(d.metadata))
+             for i, d in enumerate(docs)]
+    return keep_stages(plain, [d.metadata for d in docs])
+
+
+def to_langchain(d: ScoredDocument, source: LCDocument | None = None) -> LCDocument:
+    """A ranked attnrank document as a LangChain document (the source's id and metadata kept)."""
+    if source is None:
+        meta = {**d.metadata, "id": d.id, "title": d.title}
+        return LCDocument(page_content=d.text, id=d.id, metadata={**meta, **score_fields(d)})
+    return LCDocument(page_content=source.page_content, id=source.id,
+                      metadata={**source.metadata, **score_fields(d)})
+
+
+def _split_settings(cls: type, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pydantic fields, the rest: the reranker's/pruner's constructor arguments)."""
+    fields = {k: v for k, v in kwargs.items() if k in cls.model_fields}  # type: ignore[attr-defined]
+    return fields, {k: v for k, v in kwargs.items() if k not in fields}
+
+
+class AttnrankReranker(BaseDocumentCompressor):
+    """Rerank documents by attention and keep the best ``top_n`` (None: all), best first.
+
+    ``AttnrankReranker(top_n=3, model="smollm2-135m", heads="auto")`` or
+    ``AttnrankReranker(reranker=my_attention_reranker, top_n=3)``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    top_n: int | None = 3
+    _reranker: Any = PrivateAttr()
+
+    def __init__(self, *, reranker: Any = None, **kwargs: Any):
+        fields, settings = _split_settings(type(self), kwargs)
+        check_top_n(fields.get("top_n", 3))
+        super().__init__(**fields)
+        self._reranker = shared_reranker(reranker, **settings)
+
+    @property
+    def reranker(self) -> Any:
+        return self._reranker
+
+    def compress_documents(self, documents: Sequence[LCDocument], query: str,
+                           callbacks: Callbacks | None = None) -> Sequence[LCDocument]:
+        if not documents:
+            return []
+        with model_lock(self._reranker):
+            res = self._reranker.rank(query, to_attnrank(documents), k=self.top_n)
+        return [to_langchain(r, documents[int(r.id)]) for r in res]
+
+
+class AttnrankPruner(BaseDocumentCompressor):
+    """Keep the sentences the LLM's attention marks as relevant (:class:`ContextPruner`).
+
+    Returns new documents holding only the kept sentences (reading order, the source's id and
+    metadata kept, plus ``kept_sentences``, ``pruned`` and ``sentence_scores``); a document with
+    no kept sentence is left out. Budget: ``budget_tokens`` (sentence tokens kept over all
+    documents, hard cap) or ``keep_ratio`` (fraction of them).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    budget_tokens: int | None = 300
+    keep_ratio: float | None = None
+    neighbours: int = 0
+    _pruner: Any = PrivateAttr()
+
+    def __init__(self, *, pruner: Any = None, **kwargs: Any):
+        fields, settings = _split_settings(type(self), kwargs)
+        if fields.get("keep_ratio") is not None and "budget_tokens" not in fields:
+            fields["budget_tokens"] = None  # a ratio alone replaces the default token budget
+        super().__init__(**fields)
+        self._pruner = shared_pruner(pruner, **settings)
+
+    @property
+    def pruner(self) -> Any:
+        return self._pruner
+
+    def compress_documents(self, documents: Sequence[LCDocument], query: str,
+                           callbacks: Callbacks | None = None) -> Sequence[LCDocument]:
+        if not documents:
+            return []
+        docs = [Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""))
+                for i, d in enumerate(documents)]
+        with model_lock(self._pruner):
+            pruned = self._pruner.prune(query, docs, budget_tokens=self.budget_tokens,
+                                        keep_ratio=self.keep_ratio, neighbours=self.neighbours)
+        out = []
+        for d in pruned.documents():
+            i = int(d.id)
+            src = documents[i]
+            scores = [s.score for s in pruned.kept if s.doc_index == i]
+            meta = {**src.metadata, "pruned": True, "kept_sentences": d.metadata["kept_sentences"],
+                    "sentence_scores": scores, "source_id": _source_id(src, i)}
+            out.append(LCDocument(page_content=d.text, id=src.id, metadata=meta))
+        return out
+
+
+class AttnrankRetriever(BaseRetriever):
+    """Retrieve from an attnrank index (hybrid BM25 + dense), then rerank by attention.
+
+    ``index``: an index folder (as written by ``attnrank index``) or a
+    :class:`~attnrank.index.retriever.HybridRetriever`. The first stage returns
+    ``first_stage_k`` passages; with ``rerank=True`` the attention reranker keeps the best ``k``
+    (else the first-stage top ``k``). Other keyword arguments configure the reranker.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    k: int = 4
+    first_stage_k: int = 20
+    rerank: bool = True
+    _index: Any = PrivateAttr()
+    _reranker: Any = PrivateAttr(default=None)
+
+    def __init__(self, *, index: Any, reranker: Any = None, **kwargs: Any):
+        fields, settings = _split_settings(type(self), kwargs)
+        k, first = fields.get("k", 4), fields.get("first_stage_k", 20)
+        check_top_n(k, "k")
+        check_top_n(first, "first_stage_k")
+        if k > first:
+            raise InputError(f"k={k} exceeds first_stage_k={first}; the reranker can only keep what the "
+                             "first stage found: lower k or raise first_stage_k")
+        super().__init__(**fields)
+        self._index = shared_index(index)
+        if self.rerank:
+            self._reranker = shared_reranker(reranker, **settings)
+        elif reranker is not None or settings:
+            raise InputError(f"rerank=False but reranker settings were given ({sorted(settings) or 'reranker'})")
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[LCDocument]:
+        first = self._index.search(query, self.first_stage_k)
+        if self._reranker is None:
+            return [to_langchain(r) for r in first.top_k(self.k)]
+        with model_lock(self._reranker):
+            res = self._reranker.rank(query, first, k=self.k)
+        return [to_langchain(r) for r in res]

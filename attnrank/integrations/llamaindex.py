@@ -1,0 +1,204 @@
+"""LlamaIndex (``llama-index-core`` 0.13/0.14) adapters: a retriever over an attnrank index, a
+reranking node postprocessor and a pruning node postprocessor. Extra:
+``pip install 'attnrank[llamaindex]'``.
+
+- :class:`AttnrankRetriever`: ``BaseRetriever._retrieve(query_bundle)``: hybrid first stage,
+  then the attention reranker (ICR, Chen et al. ICLR 2025); ``NodeWithScore.score`` is the
+  attention score.
+- :class:`AttnrankRerank`: like LlamaIndex's ``SentenceTransformerRerank`` (``top_n``,
+  ``keep_retrieval_score``): the new score goes to ``node.score``, the old one optionally to
+  ``metadata["retrieval_score"]``; ``metadata["relevance_score"]``, ``["rank"]`` and
+  ``["stage_scores"]`` are set too (kept out of the LLM/embedding text).
+- :class:`AttnrankPruner`: the analogue of ``SentenceEmbeddingOptimizer`` / LongLLMLingua's
+  postprocessor: each node's text is replaced by its kept sentences
+  (:class:`~attnrank.prune.pruner.ContextPruner`; new nodes, same ids and metadata); nodes with
+  no kept sentence are dropped.
+
+The reranker/pruner (and so the model) sits in a private attribute; adapters built with the
+same settings share it (:mod:`attnrank.integrations.shared`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InputError, require
+
+require("llama_index.core", "llamaindex", "attnrank.integrations.llamaindex")
+
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.callbacks import CBEventType, EventPayload
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.retrievers import BaseRetriever
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+
+from ..types import Document, ScoredDocument
+from .shared import (
+    check_top_n,
+    keep_stages,
+    model_lock,
+    score_fields,
+    shared_index,
+    shared_pruner,
+    shared_reranker,
+)
+
+__all__ = ["AttnrankPruner", "AttnrankRerank", "AttnrankRetriever"]
+
+_SCORE_KEYS = ["relevance_score", "rank", "stage_scores", "retrieval_score"]
+
+
+def _text(n: NodeWithScore) -> str:
+    return n.node.get_content(metadata_mode=MetadataMode.NONE)
+
+
+def _documents(nodes: list[NodeWithScore]) -> list[Document] | list[ScoredDocument]:
+    """Nodes -> attnrank documents keyed by input position; ``metadata["title"]`` is the title;
+    nodes from :class:`AttnrankRetriever` keep their earlier stages' scores."""
+    docs = [Document(str(i), _text(n), str(n.node.metadata.get("title", "") or "")) for i, n in enumerate(nodes)]
+    return keep_stages(docs, [n.node.metadata for n in nodes])
+
+
+def _hide_scores(node: Any) -> None:
+    """Keep attnrank's score fields out of the text the LLM and the embedder read."""
+    for key in _SCORE_KEYS:
+        for excluded in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
+            if key not in excluded:
+                excluded.append(key)
+
+
+def _query(query_bundle: QueryBundle | None) -> str:
+    if query_bundle is None:
+        raise InputError("no query given to the attnrank postprocessor; call postprocess_nodes(nodes, "
+                         "query_str=...) or use it in a query engine")
+    return query_bundle.query_str
+
+
+def _to_node(d: ScoredDocument) -> NodeWithScore:
+    node = TextNode(id_=d.id, text=d.text, metadata={**d.metadata, "title": d.title, **score_fields(d)})
+    _hide_scores(node)
+    return NodeWithScore(node=node, score=d.score)
+
+
+class AttnrankRerank(BaseNodePostprocessor):
+    """Rerank nodes by attention and keep the best ``top_n`` (None: all).
+
+    ``AttnrankRerank(top_n=3, model="smollm2-135m", heads="auto")`` or
+    ``AttnrankRerank(reranker=my_attention_reranker, top_n=3)``.
+    """
+
+    top_n: int | None = Field(default=2, description="Nodes kept, best first (None: all).")
+    keep_retrieval_score: bool = Field(default=False, description="Keep the old score in metadata['retrieval_score'].")
+    _reranker: Any = PrivateAttr()
+
+    def __init__(self, *, reranker: Any = None, top_n: int | None = 2, keep_retrieval_score: bool = False,
+                 **settings: Any):
+        check_top_n(top_n)
+        super().__init__(top_n=top_n, keep_retrieval_score=keep_retrieval_score)  # type: ignore[call-arg]  # pydantic fields
+        self._reranker = shared_reranker(reranker, **settings)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "AttnrankRerank"
+
+    @property
+    def reranker(self) -> Any:
+        return self._reranker
+
+    def _postprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+                           ) -> list[NodeWithScore]:
+        query = _query(query_bundle)
+        if not nodes:
+            return []
+        payload = {EventPayload.NODES: nodes, EventPayload.MODEL_NAME: repr(self._reranker),
+                   EventPayload.QUERY_STR: query, EventPayload.TOP_K: self.top_n}
+        with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:  # type: ignore[arg-type]
+            with model_lock(self._reranker):
+                res = self._reranker.rank(query, _documents(nodes), k=self.top_n)
+            out = []
+            for r in res:
+                src = nodes[int(r.id)]
+                node = src.node.model_copy(deep=True)
+                if self.keep_retrieval_score:
+                    node.metadata["retrieval_score"] = src.score
+                node.metadata.update(score_fields(r))
+                _hide_scores(node)
+                out.append(NodeWithScore(node=node, score=r.score))
+            event.on_end(payload={EventPayload.NODES: out})
+        return out
+
+
+class AttnrankPruner(BaseNodePostprocessor):
+    """Replace each node's text by the sentences the LLM's attention marks as relevant.
+
+    Budget over all nodes: ``budget_tokens`` (sentence tokens, hard cap) or ``keep_ratio``.
+    Metadata gains ``kept_sentences`` and ``pruned``; scores are left as they were.
+    """
+
+    budget_tokens: int | None = Field(default=300, description="Sentence tokens kept over all nodes.")
+    keep_ratio: float | None = Field(default=None, description="Or the fraction of sentence tokens kept.")
+    neighbours: int = Field(default=0, description="Sentences kept on each side of a chosen one.")
+    _pruner: Any = PrivateAttr()
+
+    def __init__(self, *, pruner: Any = None, budget_tokens: int | None = None, keep_ratio: float | None = None,
+                 neighbours: int = 0, **settings: Any):
+        if budget_tokens is None and keep_ratio is None:
+            budget_tokens = 300  # the default budget; a ratio alone replaces it
+        super().__init__(budget_tokens=budget_tokens, keep_ratio=keep_ratio,  # type: ignore[call-arg]  # pydantic fields
+                         neighbours=neighbours)
+        self._pruner = shared_pruner(pruner, **settings)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "AttnrankPruner"
+
+    def _postprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+                           ) -> list[NodeWithScore]:
+        query = _query(query_bundle)
+        if not nodes:
+            return []
+        with model_lock(self._pruner):
+            pruned = self._pruner.prune(query, _documents(nodes), budget_tokens=self.budget_tokens,
+                                        keep_ratio=self.keep_ratio, neighbours=self.neighbours)
+        out = []
+        for d in pruned.documents():
+            src = nodes[int(d.id)]
+            node = src.node.model_copy(deep=True)
+            node.set_content(d.text)
+            node.metadata.update(pruned=True, kept_sentences=d.metadata["kept_sentences"])
+            for key in ("pruned", "kept_sentences"):
+                if key not in node.excluded_llm_metadata_keys:
+                    node.excluded_llm_metadata_keys.append(key)
+                    node.excluded_embed_metadata_keys.append(key)
+            out.append(NodeWithScore(node=node, score=src.score))
+        return out
+
+
+class AttnrankRetriever(BaseRetriever):
+    """Retrieve ``first_stage_k`` passages from an attnrank index, rerank them by attention and
+    return the best ``k`` as nodes (``rerank=False``: the first-stage top ``k``).
+
+    ``index``: an index folder or a :class:`~attnrank.index.retriever.HybridRetriever`; other
+    keyword arguments configure the reranker (or pass ``reranker=``).
+    """
+
+    def __init__(self, index: Any, *, k: int = 4, first_stage_k: int = 20, rerank: bool = True,
+                 reranker: Any = None, callback_manager: Any = None, **settings: Any):
+        check_top_n(k, "k")
+        check_top_n(first_stage_k, "first_stage_k")
+        if k > first_stage_k:
+            raise InputError(f"k={k} exceeds first_stage_k={first_stage_k}; the reranker can only keep what "
+                             "the first stage found: lower k or raise first_stage_k")
+        super().__init__(callback_manager=callback_manager)
+        self.k, self.first_stage_k = k, first_stage_k
+        self._index = shared_index(index)
+        self._reranker = shared_reranker(reranker, **settings) if rerank else None
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = query_bundle.query_str
+        first = self._index.search(query, self.first_stage_k)
+        if self._reranker is None:
+            return [_to_node(r) for r in first.top_k(self.k)]
+        with model_lock(self._reranker):
+            res = self._reranker.rank(query, first, k=self.k)
+        return [_to_node(r) for r in res]

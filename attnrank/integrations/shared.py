@@ -1,0 +1,151 @@
+"""What every framework adapter shares: one reranker/pruner/index per configuration, and the
+conversion of attnrank results into the score fields the frameworks expect.
+
+:func:`shared_reranker` / :func:`shared_pruner` return the object passed in, or build one from
+the constructor's keyword arguments and keep it in a process-wide cache keyed by those
+arguments, so that a LangChain compressor, a LlamaIndex postprocessor and a Haystack ranker
+built with the same settings use the same object and one loaded model
+(:func:`attnrank.llm.models.load_llm` additionally caches the model per name/dtype/device).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..types import Document, ScoredDocument
+
+_LOCK = threading.Lock()
+_CACHE: dict[tuple[str, str], Any] = {}
+
+
+def _key(kind: str, kwargs: Mapping[str, Any]) -> tuple[str, str]:
+    try:
+        return kind, json.dumps(kwargs, sort_keys=True, default=_unhashable)
+    except TypeError as e:
+        raise InputError(f"{kind} settings {dict(kwargs)!r} cannot be shared: {e}; pass a built "
+                         f"{kind} object instead of its settings") from e
+
+
+def _unhashable(value: Any) -> Any:
+    if isinstance(value, (tuple, set, frozenset)):
+        return sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+    if isinstance(value, Path):
+        return str(value)
+    # objects (an LLM, LearnedHeadWeights, ...) are keyed by identity: same object, same reranker
+    return f"<{type(value).__name__} at {id(value):#x}>"
+
+
+def _without_defaults(cls: type, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``kwargs`` less the arguments equal to the constructor's defaults (``heads=None`` given or
+    not is the same configuration, so it must share the same object)."""
+    params = inspect.signature(cls).parameters
+    out = {}
+    for k, v in kwargs.items():
+        default = params[k].default if k in params else inspect.Parameter.empty
+        if default is inspect.Parameter.empty or type(default) is not type(v) or default != v:
+            out[k] = v
+    return out
+
+
+def _cached(kind: str, kwargs: Mapping[str, Any], build):
+    key = _key(kind, kwargs)
+    with _LOCK:  # one build per configuration even when adapters are created concurrently
+        if key not in _CACHE:
+            _CACHE[key] = build()
+        return _CACHE[key]
+
+
+def shared_reranker(reranker: Any = None, **kwargs: Any):
+    """``reranker`` if given (any object with ``rank(query, docs, k)``), else the process-wide
+    :class:`~attnrank.rerank.attention.AttentionReranker` built from ``kwargs`` (its constructor's
+    keyword arguments: ``model``, ``heads``, ``scorer``, ``calibrate``, ...)."""
+    if reranker is not None:
+        if kwargs:
+            raise InputError(f"got a reranker object and settings {sorted(kwargs)}; give one or the other")
+        return reranker
+    from ..rerank.attention import AttentionReranker
+
+    return _cached("AttentionReranker", _without_defaults(AttentionReranker, kwargs),
+                   lambda: AttentionReranker(**kwargs))
+
+
+def shared_pruner(pruner: Any = None, **kwargs: Any):
+    """Like :func:`shared_reranker`, for :class:`~attnrank.prune.pruner.ContextPruner`."""
+    if pruner is not None:
+        if kwargs:
+            raise InputError(f"got a pruner object and settings {sorted(kwargs)}; give one or the other")
+        return pruner
+    from ..prune.pruner import ContextPruner
+
+    return _cached("ContextPruner", _without_defaults(ContextPruner, kwargs), lambda: ContextPruner(**kwargs))
+
+
+def shared_index(index: Any) -> Any:
+    """A loaded :class:`~attnrank.index.retriever.HybridRetriever`: the object itself, or the
+    index folder ``index`` (str/Path) loaded once per process."""
+    if not isinstance(index, (str, Path)):
+        if not hasattr(index, "search"):
+            raise InputError(f"index {index!r} is neither an index folder nor a retriever with search(); "
+                             "pass a path or a HybridRetriever")
+        return index
+    from ..index.retriever import HybridRetriever
+
+    path = str(Path(index).expanduser().resolve())
+    return _cached("HybridRetriever", {"path": path}, lambda: HybridRetriever.load(path))
+
+
+def clear_shared() -> None:
+    """Forget the shared rerankers, pruners and indexes built so far (for tests and reloads)."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+def check_top_n(top_n: Any, name: str = "top_n") -> None:
+    """``top_n``: None (keep all) or an integer >= 1."""
+    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
+        raise InputError(f"{name}={top_n!r} must be None (keep all) or an integer >= 1")
+
+
+def keep_stages(docs: list[Document], metadata: list[Mapping[str, Any]]) -> list[Document] | list[ScoredDocument]:
+    """``docs`` as scored documents when every one carries ``stage_scores`` in its framework
+    metadata (it came from an attnrank retriever), so that the reranker keeps the earlier
+    stages' scores (and a learned scorer can read them); else ``docs`` unchanged."""
+    if not docs or not all(isinstance(m.get("stage_scores"), dict) for m in metadata):
+        return docs
+    return [ScoredDocument(d.id, float(m.get("relevance_score", 0.0)), i + 1, d.text, d.title,
+                           dict(m["stage_scores"]), metadata=d.metadata)
+            for i, (d, m) in enumerate(zip(docs, metadata))]
+
+
+def score_fields(d: ScoredDocument) -> dict[str, Any]:
+    """The metadata an adapter attaches to a reranked document: ``relevance_score`` (the
+    attention score, higher is better), ``rank`` (1-based) and ``stage_scores`` (every stage's
+    score by name, e.g. ``bm25``, ``dense``, ``hybrid``, ``attention``)."""
+    return {"relevance_score": d.score, "rank": d.rank, "stage_scores": dict(d.stage_scores)}
+
+
+_MODEL_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+
+
+def model_lock(stage: Any) -> threading.Lock:
+    """The lock that serializes calls into ``stage``'s model (a reranker/pruner with ``.llm``).
+
+    Attention capture installs per-call hooks on the model's layers, so two threads must not run
+    the same model at once; frameworks that call adapters from thread pools (LangChain
+    ``.batch()``, Haystack's executor, the server's workers) go through this lock.
+    """
+    llm = getattr(stage, "llm", None)
+    target = getattr(llm, "model", None) if llm is not None else None
+    target = target if target is not None else stage
+    with _LOCK:
+        lock = _MODEL_LOCKS.get(target)
+        if lock is None:
+            lock = _MODEL_LOCKS[target] = threading.Lock()
+        return lock

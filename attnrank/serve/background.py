@@ -1,0 +1,41 @@
+"""Run the app under uvicorn in a background thread (benchmarks, tests, notebooks).
+
+:func:`background_server` binds 127.0.0.1 on a free port (or the one given), waits until
+uvicorn accepts connections, yields the base URL, and stops the server on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import require
+
+
+@contextlib.contextmanager
+def background_server(app: Any, *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 30.0,
+                      log_level: str = "warning") -> Iterator[str]:
+    """Serve ``app`` on ``host``:``port`` (0 = a free port) while the ``with`` block runs."""
+    uvicorn = require("uvicorn", "serve", "attnrank serve")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="attnrank-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_timeout
+    try:
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError(f"uvicorn did not start on {host}:{bound} within {start_timeout} s")
+            time.sleep(0.02)
+        yield f"http://{host}:{bound}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

@@ -1,0 +1,42 @@
+"""What the server runs: one loaded LLM shared by the reranker, the pruner and the generator,
+and optionally an index (:class:`Engine`, :func:`build_engine`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Engine:
+    """A reranker (``rank(query, docs, k, return_evidence=)``) and, optionally, a pruner, a
+    generator and an index (``search(query, k)``); ``model_name`` is reported by the routes."""
+
+    reranker: Any
+    pruner: Any | None = None
+    generator: Any | None = None
+    index: Any | None = None
+    model_name: str = ""
+
+
+def build_engine(model: str | None = None, *, heads: Any = None, scorer: str = "sum",
+                 index: str | Path | None = None, prune: bool = True, generate: bool = True,
+                 max_new_tokens: int = 64, dtype: str = "auto", device: str = "cpu") -> Engine:
+    """Load the model once and build every part on it; the index (a folder) if given. The
+    generator is only built with an index (``/v1/ask`` answers over it)."""
+    from ..generate import Generator
+    from ..llm.models import load_llm
+    from ..prune.pruner import ContextPruner
+    from ..rerank.attention import AttentionReranker
+
+    retriever = None
+    if index is not None:  # load (and validate) the index before the model
+        from ..index.retriever import HybridRetriever
+
+        retriever = HybridRetriever.load(index)
+    llm = load_llm(model, dtype=dtype, device=device)
+    reranker = AttentionReranker(llm, heads, scorer=scorer)
+    pruner = ContextPruner(llm, None if scorer != "sum" else heads) if prune else None
+    generator = Generator(llm, max_new_tokens) if generate and retriever is not None else None
+    return Engine(reranker, pruner, generator, retriever, llm.model_id)

@@ -1,0 +1,173 @@
+"""The bounded job queue in front of the one loaded model.
+
+Model work runs on one worker thread, one job at a time (the attention capture and generation
+use the model's own intra-op threads; two jobs at once would only contend for the same cores).
+At most ``max_queued`` jobs wait behind the running one; a job submitted beyond that is refused
+at once (:class:`QueueFull`, answered 503 with ``Retry-After``), so a request never hangs on a
+full queue. A job whose client went away is cancelled: skipped if it has not started, and told
+to stop (:meth:`Job.check`, called between its steps and while streaming) if it has.
+No micro-batching: attention reranking puts one query and its candidates in one prompt, so
+requests do not share a forward pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queued`` jobs already; ``retry_after`` is a wait estimate in seconds."""
+
+    def __init__(self, queued: int, retry_after: int):
+        super().__init__(f"the model queue is full ({queued} requests waiting); retry in {retry_after} s")
+        self.queued, self.retry_after = queued, retry_after
+
+
+class Cancelled(Exception):
+    """Raised inside a job whose client disconnected, to stop its work early."""
+
+
+@dataclass
+class Job:
+    """One unit of model work: ``fn(job)`` runs on the worker thread; ``future`` gets its result."""
+
+    fn: Callable[[Job], Any]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    enqueued: float = field(default_factory=time.perf_counter)
+    started: float | None = None
+    finished: float | None = None
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def check(self) -> None:
+        """Stop here (raise :class:`Cancelled`) if the client has gone."""
+        if self._cancelled.is_set():
+            raise Cancelled()
+
+    @property
+    def queue_wait(self) -> float:
+        """Seconds between submission and start (so far, if not started)."""
+        return (self.started or time.perf_counter()) - self.enqueued
+
+
+def _resolve(job: Job, result: Any = None, error: BaseException | None = None) -> None:
+    fut = job.future
+    if fut.done():
+        return
+    if error is None:
+        fut.set_result(result)
+        return
+    fut.set_exception(error)
+    if job.cancelled:  # nobody waits for a cancelled job: mark its exception as seen
+        fut.exception()
+
+
+class JobQueue:
+    """A single worker thread and a queue of at most ``max_queued`` waiting jobs."""
+
+    def __init__(self, max_queued: int = 16):
+        if max_queued < 1:
+            raise ValueError(f"max_queued={max_queued} must be >= 1")
+        self.max_queued = max_queued
+        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queued)
+        self._lock = threading.Lock()
+        # done/failed/cancelled: jobs finished so; rejected: refused (queue full);
+        # disconnected: cancellations requested because the client went away
+        self.counts = {"done": 0, "failed": 0, "cancelled": 0, "rejected": 0, "disconnected": 0}
+        self.running = 0
+        self._mean_seconds = 1.0  # running mean of job durations, for Retry-After
+        self._thread = threading.Thread(target=self._work, name="attnrank-model", daemon=True)
+        self._thread.start()
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"queued": self.queued, "running": self.running, "max_queued": self.max_queued,
+                    "mean_job_seconds": round(self._mean_seconds, 3), **self.counts}
+
+    def submit(self, fn: Callable[[Job], Any]) -> Job:
+        """Queue ``fn`` (call from the event loop); raises :class:`QueueFull` when full."""
+        loop = asyncio.get_running_loop()
+        job = Job(fn, loop.create_future(), loop)
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            with self._lock:
+                self.counts["rejected"] += 1
+            wait = max(1, math.ceil((self.max_queued + 1) * self._mean_seconds))
+            raise QueueFull(self.max_queued, wait) from None
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Cancel ``job`` because its client has gone (skipped if queued, stopped at its next check if running)."""
+        if not job.cancelled:
+            job.cancel()
+            with self._lock:
+                self.counts["disconnected"] += 1
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker after the running job (queued jobs are cancelled)."""
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancel()
+                job.loop.call_soon_threadsafe(_resolve, job, None, Cancelled())
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _count(self, key: str, seconds: float | None = None) -> None:
+        with self._lock:
+            self.counts[key] += 1
+            if seconds is not None:
+                self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            if job.cancelled:
+                self._count("cancelled")
+                job.loop.call_soon_threadsafe(_resolve, job, None, Cancelled())
+                continue
+            job.started = time.perf_counter()
+            with self._lock:
+                self.running = 1
+            try:
+                result = job.fn(job)
+            except Cancelled as e:
+                self._count("cancelled")
+                job.loop.call_soon_threadsafe(_resolve, job, None, e)
+            except BaseException as e:  # noqa: BLE001 - handed to the request that owns the job
+                self._count("failed")
+                job.loop.call_soon_threadsafe(_resolve, job, None, e)
+            else:
+                job.finished = time.perf_counter()
+                self._count("done", job.finished - job.started)
+                job.loop.call_soon_threadsafe(_resolve, job, result)
+            finally:
+                with self._lock:
+                    self.running = 0

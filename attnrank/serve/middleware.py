@@ -1,0 +1,81 @@
+"""ASGI middleware of the server: a body-size limit that names itself, and the access log.
+
+:class:`BodyLimitMiddleware` answers 413 (JSON message naming ``max_body_bytes``) before reading
+a body whose ``Content-Length`` is too large; FastAPI's own ``max_body_size`` stays behind it as
+the backstop (at twice the limit) for bodies without a length. :class:`AccessLogMiddleware` writes one log line per
+request, when its last byte is sent (streams included).
+
+Fields: method, path, status, latency (s, submission to last byte), queue wait (s, time the
+request's model job waited for the worker) and candidates (documents scored), taken from
+``scope["state"]["attnrank"]`` where the routes record them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+logger = logging.getLogger("attnrank.serve.access")
+
+
+class AccessLogMiddleware:
+    """Pure ASGI middleware (it sees the end of streaming responses, unlike ``@app.middleware``)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        info: dict[str, Any] = {}
+        scope.setdefault("state", {})["attnrank"] = info
+        status = {"code": 0, "logged": False}
+
+        def log() -> None:
+            if status["logged"]:
+                return
+            status["logged"] = True
+            wait = info.get("queue_wait")
+            logger.info("%s %s %s latency=%.3fs queue_wait=%s candidates=%s%s", scope["method"], scope["path"],
+                        status["code"] or 499, time.perf_counter() - start,
+                        "-" if wait is None else f"{wait:.3f}s", info.get("candidates", "-"),
+                        " cancelled" if info.get("cancelled") else "")
+
+        async def send_logged(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                log()
+
+        try:
+            await self.app(scope, receive, send_logged)
+        except Exception:
+            status["code"] = status["code"] or 500
+            raise
+        finally:
+            log()
+
+
+class BodyLimitMiddleware:
+    """413 for a declared ``Content-Length`` above ``max_body_bytes``, before the body is read."""
+
+    def __init__(self, app: Any, max_body_bytes: int):
+        self.app, self.max_body_bytes = app, max_body_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            length = dict(scope.get("headers") or []).get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+                body = json.dumps({"message": f"request body of {int(length)} bytes > max_body_bytes="
+                                              f"{self.max_body_bytes}; send fewer or shorter documents"}).encode()
+                await send({"type": "http.response.start", "status": 413,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

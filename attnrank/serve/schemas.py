@@ -1,0 +1,95 @@
+"""Request and response bodies of the server, and its request limits.
+
+Rerank shapes follow the de-facto standards (read from their documentation, see
+ECOSYSTEM.md): Cohere v2 ``POST /v2/rerank`` (served here at ``/v1/rerank``, the path vLLM
+uses too) and Hugging Face text-embeddings-inference ``POST /rerank``. Scores are attnrank's
+calibrated attention scores: higher is better, not probabilities, and not comparable across
+queries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TextDocument(BaseModel):
+    """Cohere v1 also accepts documents as ``{"text": ...}`` objects."""
+
+    text: str
+
+
+class CohereRerankRequest(BaseModel):
+    model_config = ConfigDict(protected_namespaces=())
+    model: str | None = Field(None, description="Ignored beyond a check: the server has one model.")
+    query: str
+    documents: list[str | TextDocument]
+    top_n: int | None = Field(None, ge=1)
+    return_documents: bool = False
+    max_tokens_per_doc: int | None = Field(None, ge=1, description="Truncate each document to this many tokens.")
+    explain: bool = Field(False, description="Add per-token attention evidence to each result.")
+
+
+class TEIRerankRequest(BaseModel):
+    query: str
+    texts: list[str]
+    truncate: bool = False
+    raw_scores: bool = Field(False, description="Accepted for compatibility: attention scores are always raw.")
+    return_text: bool = False
+
+
+class SearchRequest(BaseModel):
+    query: str
+    k: int = Field(10, ge=1, description="Results returned.")
+    first_stage_k: int = Field(20, ge=1, description="First-stage candidates reranked.")
+    rerank: bool = True
+
+
+class PruneRequest(BaseModel):
+    query: str
+    documents: list[str | TextDocument] | None = Field(None, description="Passages to prune; default: the index's top k.")
+    k: int = Field(5, ge=1, description="Index hits pruned when no documents are given.")
+    budget_tokens: int | None = Field(None, ge=1)
+    keep_ratio: float | None = Field(None, gt=0, le=1)
+    neighbours: int = Field(0, ge=0)
+
+
+class AskRequest(BaseModel):
+    query: str
+    k: int = Field(20, ge=1, description="First-stage hits.")
+    rerank_k: int = Field(5, ge=1, description="Passages kept after reranking.")
+    budget_tokens: int | None = Field(None, ge=1, description="Sentence tokens kept by pruning (default 300).")
+    keep_ratio: float | None = Field(None, gt=0, le=1)
+    max_new_tokens: int = Field(64, ge=1, le=1024)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-request limits, checked before any model work (413 when exceeded, naming the limit).
+
+    ``max_documents``: documents (texts) per request; ``max_document_chars``: characters per
+    document; ``max_query_chars``: characters of the query; ``max_total_tokens``: model tokens of
+    the query plus all documents (the prompt the model reads).
+    """
+
+    max_documents: int = 256
+    max_document_chars: int = 20_000
+    max_query_chars: int = 2_000
+    max_total_tokens: int = 65_536
+
+    @property
+    def max_body_bytes(self) -> int:
+        """Request body size implied by the other limits (4 bytes per character covers UTF-8 and
+        JSON escapes) plus 64 KiB for the rest of the request."""
+        return 4 * (self.max_documents * self.max_document_chars + self.max_query_chars) + 65_536
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"max_documents": self.max_documents, "max_document_chars": self.max_document_chars,
+                "max_query_chars": self.max_query_chars, "max_total_tokens": self.max_total_tokens,
+                "max_body_bytes": self.max_body_bytes}
+
+
+def texts_of(documents: list[Any]) -> list[str]:
+    return [d if isinstance(d, str) else d.text for d in documents]

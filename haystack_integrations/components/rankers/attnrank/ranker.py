@@ -1,0 +1,66 @@
+"""``AttnrankRanker``: rerank Haystack documents by the attention an LLM pays them (ICR, Chen et
+al. ICLR 2025; QRHead, Zhang et al. EMNLP 2025), via :class:`attnrank.AttentionReranker`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnrank.errors import require
+
+require("haystack", "haystack", "the attnrank Haystack ranker")  # before haystack: name the extra
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from attnrank.integrations.haystack import (
+    check_top_k,
+    reranker_settings,
+    to_attnrank,
+    to_haystack,
+)
+from attnrank.integrations.shared import model_lock, shared_reranker
+
+
+@component
+class AttnrankRanker:
+    """Rerank ``documents`` for ``query``; the best ``top_k`` come back, best first, with
+    ``Document.score`` = the calibrated attention score (higher is better) and ``meta`` gaining
+    ``relevance_score``, ``rank`` and ``stage_scores``.
+
+    ``model``: an HF id, a local folder or .gguf, or None (the packaged SmolLM2-135M); ``heads``:
+    None/"all", "auto", "l-h,l-h" or ``[[layer, head], ...]``; ``scorer``: "sum" or "learned";
+    ``reranker_kwargs``: further :class:`attnrank.AttentionReranker` keyword arguments (basic
+    types). The model loads in :meth:`warm_up` (shared by components with the same settings).
+    """
+
+    def __init__(self, model: str | None = None, heads: str | list | None = None, scorer: str = "sum",
+                 top_k: int | None = 10, reranker_kwargs: dict[str, Any] | None = None):
+        check_top_k(top_k)
+        self.model, self.heads, self.scorer, self.top_k = model, heads, scorer, top_k
+        self.reranker_kwargs = dict(reranker_kwargs or {})
+        self._settings = reranker_settings(model, heads, scorer, self.reranker_kwargs)
+        self._reranker: Any = None
+
+    def warm_up(self) -> None:
+        """Load the model (once per process for the same settings)."""
+        if self._reranker is None:
+            self._reranker = shared_reranker(**self._settings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, model=self.model, heads=self.heads, scorer=self.scorer, top_k=self.top_k,
+                               reranker_kwargs=self.reranker_kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AttnrankRanker:
+        return default_from_dict(cls, data)
+
+    @component.output_types(documents=list[Document])
+    def run(self, query: str, documents: list[Document], top_k: int | None = None) -> dict[str, list[Document]]:
+        """Rerank ``documents``; ``top_k`` overrides the init value for this call."""
+        check_top_k(top_k)
+        k = self.top_k if top_k is None else top_k
+        if not documents:
+            return {"documents": []}
+        self.warm_up()
+        with model_lock(self._reranker):
+            res = self._reranker.rank(query, to_attnrank(documents), k=k)
+        return {"documents": to_haystack(res, documents)}

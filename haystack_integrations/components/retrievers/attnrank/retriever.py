@@ -1,0 +1,70 @@
+"""``AttnrankRetriever``: hybrid BM25 + dense retrieval from an attnrank index folder, reranked
+by attention (:class:`attnrank.HybridRetriever` + :class:`attnrank.AttentionReranker`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnrank.errors import require
+
+require("haystack", "haystack", "the attnrank Haystack retriever")  # before haystack: name the extra
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from attnrank.errors import InputError
+from attnrank.integrations.haystack import check_top_k, from_index, reranker_settings
+from attnrank.integrations.shared import model_lock, shared_index, shared_reranker
+
+
+@component
+class AttnrankRetriever:
+    """Retrieve ``first_stage_k`` passages from the index at ``index_path`` and return the best
+    ``top_k`` (attention reranked with ``rerank=True``, else first-stage order) as Documents with
+    ``score`` and ``meta`` (``title``, ``relevance_score``, ``rank``, ``stage_scores``).
+
+    Reranker settings as in :class:`~haystack_integrations.components.rankers.attnrank.AttnrankRanker`.
+    The index and the model load in :meth:`warm_up`.
+    """
+
+    def __init__(self, index_path: str, top_k: int = 10, first_stage_k: int = 20, rerank: bool = True,
+                 model: str | None = None, heads: str | list | None = None, scorer: str = "sum",
+                 reranker_kwargs: dict[str, Any] | None = None):
+        check_top_k(top_k)
+        check_top_k(first_stage_k)
+        if top_k > first_stage_k:
+            raise InputError(f"top_k={top_k} exceeds first_stage_k={first_stage_k}; lower top_k or raise first_stage_k")
+        self.index_path, self.top_k, self.first_stage_k, self.rerank = str(index_path), top_k, first_stage_k, rerank
+        self.model, self.heads, self.scorer = model, heads, scorer
+        self.reranker_kwargs = dict(reranker_kwargs or {})
+        self._settings = reranker_settings(model, heads, scorer, self.reranker_kwargs)
+        self._index: Any = None
+        self._reranker: Any = None
+
+    def warm_up(self) -> None:
+        """Load the index and (with ``rerank``) the model, once per process for the same settings."""
+        if self._index is None:
+            self._index = shared_index(self.index_path)
+        if self.rerank and self._reranker is None:
+            self._reranker = shared_reranker(**self._settings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, index_path=self.index_path, top_k=self.top_k, first_stage_k=self.first_stage_k,
+                               rerank=self.rerank, model=self.model, heads=self.heads, scorer=self.scorer,
+                               reranker_kwargs=self.reranker_kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AttnrankRetriever:
+        return default_from_dict(cls, data)
+
+    @component.output_types(documents=list[Document])
+    def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
+        """The best ``top_k`` passages for ``query`` (``top_k`` overrides the init value)."""
+        check_top_k(top_k)
+        k = self.top_k if top_k is None else top_k
+        self.warm_up()
+        first = self._index.search(query, max(self.first_stage_k, k))
+        if self._reranker is None:
+            return {"documents": from_index(first.top_k(k))}
+        with model_lock(self._reranker):
+            res = self._reranker.rank(query, first, k=k)
+        return {"documents": from_index(res)}

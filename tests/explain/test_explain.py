@@ -1,0 +1,96 @@
+"""Explanations: per-token evidence of the attention reranker -> HTML heat map, PNG, CLI, and a
+headless-Chromium screenshot of the page (skipped where Chromium is not installed)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from _tiny import RERANK_QUERY, rerank_docs, save_tiny, tiny_llm
+from typer.testing import CliRunner
+
+from attnrank.cli import app
+from attnrank.errors import InputError
+from attnrank.explain import explain_results
+from attnrank.explain.render import to_html, write_html
+from attnrank.rerank.attention import AttentionReranker
+
+
+@pytest.fixture(scope="module")
+def reranker():
+    return AttentionReranker(tiny_llm(layers=2))
+
+
+@pytest.fixture(scope="module")
+def explained(reranker):
+    res = reranker.rank(RERANK_QUERY, rerank_docs(), return_evidence=True)
+    return res, explain_results(reranker, res)
+
+
+def test_token_scores_add_up_to_the_passage_score(explained):
+    res, ex = explained
+    assert [e.id for e in ex] == res.ids and [e.rank for e in ex] == [1, 2, 3, 4]
+    for r, e in zip(res, ex):
+        assert e.score == r.score
+        assert e.token_sum == pytest.approx(r.score, abs=5e-7 * len(e.tokens) + 1e-12)
+        # the tokens spell the passage's prompt block ("[k] title\ntext") and end with its text
+        assert "".join(t.text for t in e.tokens).endswith(r.text)
+    # the μ − 2σ filter leaves out some tokens somewhere, and those do not count
+    assert any(e.filtered for e in ex)
+    e = next(e for e in ex if e.filtered)
+    all_sum = sum(t.score for t in e.tokens)
+    assert all_sum != pytest.approx(e.score, abs=1e-9)
+
+
+def test_needs_evidence_and_plain_scorer(reranker):
+    res = reranker.rank(RERANK_QUERY, rerank_docs())  # no evidence
+    with pytest.raises(InputError, match="return_evidence=True"):
+        explain_results(reranker, res)
+
+
+def test_html_is_self_contained(explained):
+    ex = explained[1]
+    page = to_html("capital <of> France?", ex, model="tiny")
+    assert "<script" not in page and "http" not in page and "src=" not in page
+    assert "capital &lt;of&gt; France?" in page
+    for e in ex:
+        assert f"{e.rank}. {e.id}" in page and f"{e.score:+.6f}" in page
+    assert page.count("class='x' style=") == sum(e.filtered for e in ex)
+
+
+def test_png(explained, tmp_path):
+    pytest.importorskip("matplotlib", reason="needs the 'plot' extra")
+    from attnrank.explain.render import write_png
+
+    path = write_png(tmp_path / "e.png", RERANK_QUERY, explained[1])
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_explain(tmp_path, built_retriever):
+    pytest.importorskip("matplotlib", reason="needs the 'plot' extra")
+    model = save_tiny(tmp_path / "tiny", layers=2, max_positions=16384)
+    index = built_retriever.save(tmp_path / "index")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["explain", "vitamin D and fractures", "--index-dir", str(index), "--k", "3",
+                                 "--model", str(model), "--output", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count(" = sum of ") == 3 and (out / "explain.png").exists()
+    assert "vitamin D and fractures" in (out / "explain.html").read_text()
+    r = CliRunner().invoke(app, ["explain", "q", "--index-dir", str(index), "--k", "0"])
+    assert r.exit_code != 0 and "--k 0 must be at least 1" in r.output
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no headless Chromium (Debian: apt-get install -y chromium)")
+def test_screenshot_in_headless_chromium(explained, tmp_path):
+    page = write_html(tmp_path / "explain.html", RERANK_QUERY, explained[1], model="tiny")
+    shot = tmp_path / "shot.png"
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+           f"--screenshot={shot}", "--window-size=1000,700", page.as_uri()]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000  # a rendered page, not an empty image

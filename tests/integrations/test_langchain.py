@@ -1,0 +1,89 @@
+"""The LangChain adapters inside LangChain's own objects (langchain-core 1.x, langchain-classic)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("langchain_core", reason="needs the 'langchain' extra")
+classic = pytest.importorskip("langchain_classic.retrievers", reason="needs langchain-classic (test of the 'langchain' extra)")
+
+from langchain_core.documents import Document as LCDocument
+
+from attnrank.errors import InputError
+from attnrank.integrations.langchain import (
+    AttnrankPruner,
+    AttnrankReranker,
+    AttnrankRetriever,
+)
+from attnrank.integrations.shared import shared_reranker
+from attnrank.types import Document
+
+
+def _lc_docs(demo_docs, n=6):
+    return [LCDocument(page_content=d.text, id=d.id, metadata={"title": d.title, "source": "demo"})
+            for d in demo_docs[:n]]
+
+
+def test_reranker_agrees_with_attention_reranker(settings, demo_docs, query):
+    comp = AttnrankReranker(top_n=4, **settings)
+    out = comp.compress_documents(_lc_docs(demo_docs), query)
+    ref = shared_reranker(**settings).rank(query, [Document(d.id, d.text, d.title) for d in demo_docs[:6]])
+    assert [d.id for d in out] == ref.ids[:4]
+    assert [d.metadata["relevance_score"] for d in out] == pytest.approx(ref.scores[:4], abs=0)
+    assert [d.metadata["rank"] for d in out] == [1, 2, 3, 4]
+    assert all(d.metadata["source"] == "demo" and "attention" in d.metadata["stage_scores"] for d in out)
+    # same settings -> the same reranker object (one loaded model)
+    assert AttnrankReranker(top_n=2, **settings).reranker is comp.reranker
+
+
+def test_retriever_in_contextual_compression_retriever_and_batch(settings, demo_index, query):
+    base = AttnrankRetriever(index=demo_index, k=5, first_stage_k=5, rerank=False)
+    first = base.invoke(query)
+    assert len(first) == 5 and all({"bm25", "dense", "hybrid"} <= set(d.metadata["stage_scores"]) for d in first)
+    pipe = classic.ContextualCompressionRetriever(base_compressor=AttnrankReranker(top_n=3, **settings),
+                                                  base_retriever=base)
+    docs = pipe.invoke(query)
+    assert len(docs) == 3 and {d.id for d in docs} <= {d.id for d in first}
+    scores = [d.metadata["relevance_score"] for d in docs]
+    assert scores == sorted(scores, reverse=True)
+    assert all({"hybrid", "attention"} <= set(d.metadata["stage_scores"]) for d in docs)  # stages kept
+    # the retriever's own reranking gives the same result as the compression pipeline
+    direct = AttnrankRetriever(index=demo_index, k=3, first_stage_k=5, **settings).invoke(query)
+    assert [d.id for d in direct] == [d.id for d in docs]
+    # .batch() runs the queries on LangChain's thread pool: results equal one-by-one invocation
+    other = "Which network first aired Meet Corliss Archer?"
+    batched = pipe.batch([query, other])
+    assert [[d.id for d in r] for r in batched] == [[d.id for d in docs], [d.id for d in pipe.invoke(other)]]
+
+
+def test_pruner_keeps_sentences_and_source(settings, demo_docs, query):
+    lc = _lc_docs(demo_docs, 3)
+    out = AttnrankPruner(budget_tokens=150, model=settings["model"]).compress_documents(lc, query)
+    assert out, "a 150-token budget keeps some sentences"
+    by_id = {d.id: d for d in lc}
+    for d in out:
+        src = by_id[d.id]
+        assert d.metadata["source"] == "demo" and d.metadata["source_id"] == d.id and d.metadata["pruned"]
+        assert d.metadata["kept_sentences"] and set(d.page_content.split()) <= set(src.page_content.split())
+    assert sum(len(d.page_content) for d in out) < sum(len(d.page_content) for d in lc)
+
+
+def test_pruner_in_pipeline_after_reranker(settings, demo_index, query):
+    from langchain_classic.retrievers.document_compressors import (
+        DocumentCompressorPipeline,
+    )
+
+    chain = DocumentCompressorPipeline(transformers=[AttnrankReranker(top_n=2, **settings),
+                                                     AttnrankPruner(keep_ratio=0.5, model=settings["model"])])
+    base = AttnrankRetriever(index=demo_index, k=4, first_stage_k=4, rerank=False)
+    docs = classic.ContextualCompressionRetriever(base_compressor=chain, base_retriever=base).invoke(query)
+    assert 1 <= len(docs) <= 2 and all(d.metadata["pruned"] and "relevance_score" in d.metadata for d in docs)
+
+
+def test_bad_settings(settings, demo_index):
+    with pytest.raises(InputError, match="top_n=0"):
+        AttnrankReranker(top_n=0, **settings)
+    with pytest.raises(InputError, match="k=9 exceeds first_stage_k=5"):
+        AttnrankRetriever(index=demo_index, k=9, first_stage_k=5, **settings)
+    with pytest.raises(TypeError, match="no_such_option"):
+        AttnrankReranker(no_such_option=1, **settings)

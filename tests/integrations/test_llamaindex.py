@@ -1,0 +1,80 @@
+"""The LlamaIndex adapters inside LlamaIndex's own query engine (llama-index-core 0.13/0.14)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("llama_index.core", reason="needs the 'llamaindex' extra")
+
+from llama_index.core import Settings
+from llama_index.core.llms import MockLLM
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from attnrank.errors import InputError
+from attnrank.integrations.llamaindex import (
+    AttnrankPruner,
+    AttnrankRerank,
+    AttnrankRetriever,
+)
+from attnrank.integrations.shared import shared_reranker
+from attnrank.types import Document
+
+
+@pytest.fixture
+def offline_tokenizer(monkeypatch):
+    """LlamaIndex's default prompt tokenizer is tiktoken (downloads its tables): count words instead."""
+    monkeypatch.setattr(Settings, "_tokenizer", str.split)
+
+
+def _nodes(demo_docs, n=6):
+    return [NodeWithScore(node=TextNode(id_=d.id, text=d.text, metadata={"title": d.title, "source": "demo"}),
+                          score=float(n - i)) for i, d in enumerate(demo_docs[:n])]
+
+
+def test_rerank_agrees_with_attention_reranker(settings, demo_docs, query):
+    post = AttnrankRerank(top_n=4, keep_retrieval_score=True, **settings)
+    nodes = _nodes(demo_docs)
+    out = post.postprocess_nodes(nodes, query_str=query)
+    ref = shared_reranker(**settings).rank(query, [Document(d.id, d.text, d.title) for d in demo_docs[:6]])
+    assert [n.node.node_id for n in out] == ref.ids[:4]
+    assert [n.score for n in out] == pytest.approx(ref.scores[:4], abs=0)
+    first = {n.node.node_id: n.score for n in nodes}
+    for n in out:
+        assert n.node.metadata["retrieval_score"] == first[n.node.node_id]
+        assert n.node.metadata["relevance_score"] == n.score and n.node.metadata["source"] == "demo"
+        assert "relevance_score" not in n.node.get_content(metadata_mode="llm")  # scores not shown to the LLM
+    assert [n.node.metadata["rank"] for n in out] == [1, 2, 3, 4]
+    assert nodes[0].node.metadata.keys() == {"title", "source"}  # the input nodes are not modified
+    assert AttnrankRerank(top_n=1, **settings).reranker is post.reranker  # one shared model
+    with pytest.raises(InputError, match="no query given"):
+        post.postprocess_nodes(nodes)
+
+
+def test_query_engine_with_echo_llm(settings, demo_index, query, offline_tokenizer):
+    """Retriever -> rerank -> prune in a RetrieverQueryEngine whose mock LLM echoes its prompt: the
+    answer holds exactly the context the postprocessors let through."""
+    retriever = AttnrankRetriever(demo_index, k=5, first_stage_k=5, rerank=False)
+    first = retriever.retrieve(query)
+    assert len(first) == 5 and all("hybrid" in n.node.metadata["stage_scores"] for n in first)
+    engine = RetrieverQueryEngine.from_args(
+        retriever, llm=MockLLM(), response_mode="compact",
+        node_postprocessors=[AttnrankRerank(top_n=2, **settings),
+                             AttnrankPruner(keep_ratio=0.5, model=settings["model"])])
+    response = engine.query(query)
+    kept = response.source_nodes
+    assert 1 <= len(kept) <= 2 and {n.node.node_id for n in kept} <= {n.node.node_id for n in first}
+    for n in kept:
+        assert n.node.metadata["pruned"] and n.node.get_content() in str(response)
+    dropped = [n for n in first if n.node.node_id not in {k.node.node_id for k in kept}]
+    assert all(n.node.get_content()[:60] not in str(response) for n in dropped)
+    # the retriever's own reranking agrees with the postprocessor on the same candidates
+    own = AttnrankRetriever(demo_index, k=2, first_stage_k=5, **settings).retrieve(query)
+    assert [n.node.node_id for n in own] == [n.node.node_id for n in kept]
+
+
+def test_bad_settings(settings, demo_index):
+    with pytest.raises(InputError, match="top_n=0"):
+        AttnrankRerank(top_n=0, **settings)
+    with pytest.raises(InputError, match="k=6 exceeds first_stage_k=3"):
+        AttnrankRetriever(demo_index, k=6, first_stage_k=3)

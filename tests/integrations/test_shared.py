@@ -1,0 +1,26 @@
+"""One reranker/pruner (and one loaded model) per configuration, shared by every adapter."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.integrations.shared import model_lock, shared_pruner, shared_reranker
+
+
+def test_same_settings_share_one_object(settings):
+    a = shared_reranker(**settings)
+    assert shared_reranker(**settings) is a
+    assert shared_reranker(**settings, heads=None, scorer="sum") is a  # defaults spelled out: same configuration
+    b = shared_reranker(**{**settings, "max_doc_words": 20})
+    assert b is not a and b.llm is a.llm  # another configuration, the same loaded model (load_llm cache)
+    assert shared_reranker(a) is a  # a built reranker passes through
+    with pytest.raises(InputError, match="give one or the other"):
+        shared_reranker(a, heads="all")
+
+
+def test_reranker_and_pruner_on_one_model_share_its_lock(settings):
+    reranker = shared_reranker(**settings)
+    pruner = shared_pruner(model=settings["model"])
+    assert pruner.llm is reranker.llm
+    assert model_lock(reranker) is model_lock(pruner)

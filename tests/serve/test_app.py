@@ -1,0 +1,194 @@
+"""The HTTP server, live on 127.0.0.1 with a real HTTP client (httpx), on a tiny random LLM."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from attnrank.generate import Generator
+from attnrank.prune.pruner import ContextPruner
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.serve.app import create_app
+from attnrank.serve.background import background_server as live_server
+from attnrank.serve.engine import Engine
+from attnrank.serve.schemas import Limits
+
+QUERY = "capital of France?"
+DOCS = ["Berlin is the capital of Germany.", "Paris is the capital of France.", "Bananas are yellow.",
+        "Rome is in Italy."]
+
+
+@pytest.fixture(scope="module")
+def engine(llm, built_retriever):
+    return Engine(AttentionReranker(llm, max_doc_words=40), ContextPruner(llm), Generator(llm, 8),
+                  built_retriever, "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def url(engine):
+    limits = Limits(max_documents=6, max_document_chars=400, max_query_chars=100, max_total_tokens=1500)
+    with live_server(create_app(engine, limits=limits)) as base:
+        yield base
+
+
+def test_rerank_cohere_and_tei_shapes(url, engine):
+    ref = engine.reranker.rank(QUERY, DOCS)
+    order = [int(i) for i in ref.ids]
+    body = {"model": "tiny-llama", "query": QUERY, "documents": [DOCS[0], {"text": DOCS[1]}, *DOCS[2:]],
+            "top_n": 3, "return_documents": True}
+    r = httpx.post(f"{url}/v1/rerank", json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["id"] and out["meta"]["api_version"]["version"] == "2"
+    assert [x["index"] for x in out["results"]] == order[:3]
+    assert [x["relevance_score"] for x in out["results"]] == pytest.approx(ref.scores[:3], abs=1e-12)
+    assert [x["document"]["text"] for x in out["results"]] == [DOCS[i] for i in order[:3]]
+    r = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": DOCS, "return_text": True})
+    assert r.status_code == 200
+    tei = r.json()
+    assert [x["index"] for x in tei] == order and [x["score"] for x in tei] == pytest.approx(ref.scores, abs=1e-12)
+    assert tei[0]["text"] == DOCS[order[0]]
+
+
+def test_rerank_explain_tokens_add_up(url):
+    r = httpx.post(f"{url}/v1/rerank", json={"query": QUERY, "documents": DOCS, "explain": True})
+    assert r.status_code == 200
+    for res in r.json()["results"]:
+        ex = res["explanation"]
+        counted = [t["score"] for t in ex["tokens"] if t["counted"]]
+        assert sum(counted) == pytest.approx(res["relevance_score"], abs=5e-7 * len(ex["tokens"]) + 1e-12)
+        assert "".join(t["text"] for t in ex["tokens"]).endswith(DOCS[res["index"]])
+
+
+def test_error_statuses_name_the_limit(url):
+    def post(path, body):
+        return httpx.post(f"{url}{path}", json=body)
+
+    r = post("/rerank", {"query": QUERY, "texts": ["x"] * 7})
+    assert r.status_code == 413 and "max_documents=6" in r.json()["message"]
+    r = post("/v1/rerank", {"query": QUERY, "documents": ["y" * 401]})
+    assert r.status_code == 413 and "max_document_chars=400" in r.json()["message"]
+    r = post("/rerank", {"query": QUERY, "texts": ["z " * 199] * 5})  # ~2000 byte tokens
+    assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
+    r = post("/rerank", {"query": QUERY, "texts": DOCS, "padding": "y" * 80_000})  # body over the implied size
+    assert r.status_code == 413 and "max_body_bytes=75536" in r.json()["message"]
+    r = post("/rerank", {"query": "q" * 101, "texts": ["a"]})
+    assert r.status_code == 413 and "max_query_chars=100" in r.json()["message"]
+    r = post("/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 0})
+    assert r.status_code == 422 and r.json()["message"].startswith("top_n:")
+    r = post("/rerank", {"query": "  ", "texts": DOCS})
+    assert r.status_code == 422 and "query is empty" in r.json()["message"]
+    r = post("/rerank", {"texts": DOCS})
+    assert r.status_code == 422 and r.json()["message"].startswith("query:")
+    r = post("/v1/search", {"query": QUERY, "k": 30, "first_stage_k": 20})
+    assert r.status_code == 422 and "k=30 exceeds first_stage_k=20" in r.json()["message"]
+
+
+def test_search_prune_ask(url):
+    r = httpx.post(f"{url}/v1/search", json={"query": "vitamin D and bone fractures", "k": 3, "first_stage_k": 5})
+    assert r.status_code == 200
+    res = r.json()["results"]
+    assert len(res) == 3 and [x["rank"] for x in res] == [1, 2, 3]
+    assert all({"bm25", "dense", "hybrid", "attention"} <= set(x["stage_scores"]) for x in res)
+    r = httpx.post(f"{url}/v1/prune", json={"query": QUERY, "documents": DOCS, "budget_tokens": 40})
+    assert r.status_code == 200
+    p = r.json()
+    assert 0 < p["kept_tokens"] <= 40 < p["original_tokens"]
+    assert {s["text"] for s in p["sentences"] if s["kept"]} <= set(DOCS)
+    with httpx.stream("POST", f"{url}/v1/ask", json={"query": "Does vitamin D help bones?", "k": 4, "rerank_k": 2,
+                                                     "budget_tokens": 400, "max_new_tokens": 6}, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = list(r.iter_text())
+    parsed = [(e.split("\n")[0][7:], json.loads(e.split("\n")[1][6:]))
+              for e in "".join(events).strip().split("\n\n")]
+    assert parsed[-1][0] == "done" and 1 <= len(parsed[-1][1]["sources"]) <= 2
+    tokens = "".join(d["text"] for kind, d in parsed if kind == "token")
+    assert tokens.strip() == parsed[-1][1]["answer"]
+
+
+def test_index_routes_need_an_index(llm):
+    app = create_app(Engine(AttentionReranker(llm), model_name="tiny"))
+    with live_server(app) as base:
+        r = httpx.post(f"{base}/v1/search", json={"query": QUERY})
+        assert r.status_code == 404 and "--index" in r.json()["message"]
+        r = httpx.post(f"{base}/v1/ask", json={"query": QUERY})
+        assert r.status_code == 404
+        assert httpx.get(f"{base}/health").json()["index_documents"] is None
+
+
+class GatedReranker:
+    """The real reranker behind a gate: each call waits until the test opens it, so that the
+    test controls when the worker is busy (the server and the model are the real ones)."""
+
+    def __init__(self, inner):
+        self.inner, self.llm = inner, inner.llm
+        self.gate, self.entered = threading.Event(), threading.Event()
+        self.calls = 0
+
+    def rank(self, *args, **kwargs):
+        self.calls += 1
+        self.entered.set()
+        assert self.gate.wait(30)
+        return self.inner.rank(*args, **kwargs)
+
+
+def _wait_for(base, pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        q = httpx.get(f"{base}/health").json()["queue"]
+        if pred(q):
+            return q
+        time.sleep(0.02)
+    raise AssertionError(f"queue never reached the state: {q}")
+
+
+def test_queue_full_answers_503_with_retry_after(llm):
+    gated = GatedReranker(AttentionReranker(llm))
+    with live_server(create_app(Engine(gated), max_queued=1)) as base, ThreadPoolExecutor(2) as pool:
+        body = {"query": QUERY, "texts": DOCS}
+        running = pool.submit(httpx.post, f"{base}/rerank", json=body, timeout=30)
+        assert gated.entered.wait(10)
+        queued = pool.submit(httpx.post, f"{base}/rerank", json=body, timeout=30)
+        _wait_for(base, lambda q: q["queued"] == 1)
+        t = time.monotonic()
+        r = httpx.post(f"{base}/rerank", json=body, timeout=5)
+        assert r.status_code == 503 and time.monotonic() - t < 5  # refused at once, not after a wait
+        assert int(r.headers["Retry-After"]) >= 1 and "queue is full" in r.json()["message"]
+        gated.gate.set()
+        assert running.result().status_code == 200 and queued.result().status_code == 200
+        q = httpx.get(f"{base}/health").json()["queue"]
+        assert q["rejected"] == 1 and q["done"] == 2
+
+
+def test_client_disconnect_cancels_work(llm):
+    gated = GatedReranker(AttentionReranker(llm))
+    with live_server(create_app(Engine(gated), max_queued=4)) as base:
+        body = {"query": QUERY, "texts": DOCS}
+        with pytest.raises(httpx.ReadTimeout):  # client gives up while its job runs
+            httpx.post(f"{base}/rerank", json=body, timeout=1.5)
+        assert gated.entered.wait(10)
+        with pytest.raises(httpx.ReadTimeout):  # ... and while its job waits in the queue
+            httpx.post(f"{base}/rerank", json=body, timeout=1.5)
+        # the server notices both closed connections (it polls every 50 ms) while the model is busy
+        _wait_for(base, lambda q: q["queued"] == 1 and q["disconnected"] == 2)
+        gated.gate.set()
+        q = _wait_for(base, lambda q: q["queued"] == 0 and q["running"] == 0 and q["cancelled"] == 2)
+        assert q["done"] == 0 and gated.calls == 1  # the queued job never reached the model
+        r = httpx.post(f"{base}/rerank", json=body, timeout=30)  # the server still serves
+        assert r.status_code == 200 and gated.calls == 2
+
+
+def test_one_log_line_per_request(url, caplog):
+    with caplog.at_level("INFO", logger="attnrank.serve.access"):
+        assert httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": DOCS}).status_code == 200
+        assert httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": ["x"] * 7}).status_code == 413
+        time.sleep(0.1)
+    lines = [r.getMessage() for r in caplog.records if r.name == "attnrank.serve.access"]
+    assert len(lines) == 2
+    assert lines[0].startswith("POST /rerank 200 latency=") and "queue_wait=0." in lines[0] and "candidates=4" in lines[0]
+    assert lines[1].startswith("POST /rerank 413 ") and "queue_wait=-" in lines[1]
