@@ -134,7 +134,7 @@ def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resourc
                         batch_size=res.retrieval_batch, batch_format="pyarrow", concurrency=res.retrieval_actors,
                         num_cpus=res.retrieval_cpus)
     if config.rerank > 0:
-        threads = max(1, int(res.rerank_cpus))
+        threads = max(1, round(res.rerank_cpus))
         ds = ds.map_batches(RerankStage, fn_constructor_args=(config.rerank, config.k),
                             fn_constructor_kwargs={"model": config.model, "heads": config.heads,
                                                    "device": config.device, "threads": threads},
