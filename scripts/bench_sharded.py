@@ -162,9 +162,8 @@ def batch_section(single_dir: Path, sharded_dir: Path, sample: dict[str, str], d
 
 def synthetic_vocab(root: Path, limit: int = 200_000) -> list[str]:
     """Words of the shared corpora (SciFact abstracts + HotpotQA paragraphs), most frequent first."""
-    from collections import Counter
-
     import gzip
+    from collections import Counter
 
     words: Counter = Counter()
     docs, _ = load_corpus(root / "scifact" / "corpus.jsonl.gz")
@@ -287,7 +286,12 @@ def main() -> None:
     ap.add_argument("--sections", default="build,overhead,batch,scale,realbuild",
                     help="Comma-separated; realbuild = a sharded build that embeds again (the second embedding pass).")
     ap.add_argument("--work", default=str(Path(__file__).parent / "out" / "sharded"), help="Work folder (indexes).")
+    ap.add_argument("--render-only", action="store_true", help="Write sharded.{json,md} from sharded.partial.json.")
     args = ap.parse_args()
+    if args.render_only:  # e.g. after a run stopped before its last section
+        RESULTS.update(json.loads((OUT / "sharded.partial.json").read_text(encoding="utf-8")))
+        write_outputs("sharded", RESULTS, markdown())
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     root = data_root(args.data)
     RESULTS["environment"] = environment()

@@ -55,7 +55,7 @@ def ivf_template(sample: np.ndarray, num_docs: int, nprobe: int = 16):
     import faiss
 
     nlist = max(1, min(int(math.sqrt(num_docs)), len(sample) // 39))
-    index = faiss.index_factory(sample.shape[1], f"IVF{nlist},Flat", faiss.METRIC_INNER_PRODUCT)
+    index: Any = faiss.index_factory(sample.shape[1], f"IVF{nlist},Flat", faiss.METRIC_INNER_PRODUCT)
     index.train(sample)
     index.nprobe = min(nprobe, nlist)
     return faiss.serialize_index(index)
@@ -65,9 +65,12 @@ def dense_shard_index(emb: np.ndarray, ids: np.ndarray, kind: str, template: np.
     """FAISS index of one shard's vectors under their global ids."""
     import faiss
 
+    index: Any
     if kind == "flat":
         index = faiss.IndexIDMap(faiss.IndexFlatIP(emb.shape[1]))
     else:
+        if template is None:
+            raise InputError("an IVF shard needs the trained (empty) IVF index shared by all shards")
         index = faiss.deserialize_index(template)  # an empty trained IVF, the same for every shard
     index.add_with_ids(emb, ids.astype(np.int64))
     return index

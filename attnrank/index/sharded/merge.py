@@ -50,7 +50,7 @@ def merge_bm25(shards: list[BM25Index], starts: list[int]) -> BM25Index:
         data[dest] = s.data
         indices[dest] = np.asarray(s.indices) + start
         filled[m] += lengths
-    out = BM25Index(shards[0].params, shards[0].tokenizer_config)
+    out: Any = BM25Index(shards[0].params, shards[0].tokenizer_config)  # arrays set below
     out.vocab, out.data, out.indices, out.indptr = gpos, data, indices, indptr
     out.num_docs = sum(s.num_docs for s in shards)
     return out
@@ -91,9 +91,9 @@ def merge_shards(src: str | Path, target: str | Path) -> Path:
     if any(b.tokenizer_config != tok for b in bm25):
         raise IndexFormatError(f"{src}: the shards were tokenized differently; rebuild the sharded index")
     r.bm25 = merge_bm25(bm25, [s["start"] for s in m["shards"]])
-    r.dense = DenseIndex(model, dense["index"])
-    r.dense.faiss_index = merge_dense([_read_faiss(src / n / "dense" / "index.faiss") for n in names], dense["index"])
-    r.dense.dim = r.dense.faiss_index.d
+    r.dense = dense_index = DenseIndex(model, dense["index"])
+    dense_index.faiss_index = faiss_index = merge_dense([_read_faiss(src / n / "dense" / "index.faiss") for n in names], dense["index"])
+    dense_index.dim = faiss_index.d
     r.docs = [d for n in names for d in read_docs(src / n / "docs.jsonl")]
     r.build_info = {"merged_from": str(src), "shards": len(names), "sharded_build": m.get("build", {}),
                     "merge_seconds": round(time.perf_counter() - t0, 3)}

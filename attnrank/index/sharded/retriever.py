@@ -72,6 +72,10 @@ def merge_topk(lists: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.n
 class ShardedRetriever(HybridRetriever):
     """A :class:`HybridRetriever` over a sharded index (build it with :class:`ShardedIndexer`)."""
 
+    manifest: dict
+    shard_bm25: list[BM25Index]
+    shard_dense: list[DenseIndex]
+
     def index(self, docs, *, show_progress: bool = True):  # type: ignore[override]
         raise InputError("a ShardedRetriever is built with ShardedIndexer(...).build(docs, path) "
                          "(or `attnrank index --shards N`), then loaded with ShardedRetriever.load(path)")
