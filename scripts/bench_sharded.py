@@ -22,6 +22,7 @@ import json
 import logging
 import random
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from benchdata import OUT, data_root, environment, md_table, write_outputs
 
 log = logging.getLogger("bench_sharded")
 RESULTS: dict = {}
+ALL_SECTIONS = ("build", "denseties", "overhead", "batch", "scale", "realbuild")
 
 
 def save_partial() -> None:
@@ -115,6 +117,33 @@ def build_section(docs, queries, tmp: Path) -> tuple[HybridRetriever, Path]:
     return single, tmp / "sharded-ray"
 
 
+def dense_ties_section(queries: dict[str, str], tmp: Path) -> None:
+    """Where 4-shard and single dense top-100 lists differ: score agreement rank by rank, with FAISS's
+    BLAS path (default for >= 20 queries at once) and with its per-pair path (BLAS threshold raised)."""
+    import faiss
+
+    from attnrank.index.sharded.retriever import merge_topk
+
+    single, sharded = HybridRetriever.load(tmp / "single"), ShardedRetriever.load(tmp / "sharded-ray")
+    texts = list(queries.values())
+    q = single.dense.encode_queries(texts)
+    default = faiss.cvar.distance_compute_blas_threshold
+    out = {}
+    for label, threshold in (("blas (default)", default), ("per-pair inner products", 10**9)):
+        faiss.cvar.distance_compute_blas_threshold = threshold
+        a_i, a_s = single.dense.retrieve(texts, 100, query_embeddings=q)
+        b_i, b_s = merge_topk([d.retrieve(texts, 100, query_embeddings=q) for d in sharded.shard_dense], 100)
+        differ = [r for r in range(len(texts)) if not np.array_equal(a_i[r], b_i[r])]
+        out[label] = {"queries": len(texts), "same_top100": len(texts) - len(differ),
+                      "max_abs_score_diff": float(np.max(np.abs(a_s - b_s))),
+                      "differing_queries": [{"query": list(queries)[r], "ranks_differing": int(np.sum(a_i[r] != b_i[r])),
+                                             "max_score_diff_at_same_rank": float(np.max(np.abs(a_s[r] - b_s[r])))}
+                                            for r in differ]}
+    faiss.cvar.distance_compute_blas_threshold = default
+    RESULTS["dense_ties"] = out
+    save_partial()
+
+
 def real_build_section(docs, queries, tmp: Path) -> None:
     """A 4-shard Ray build that embeds in its tasks (the second embedding pass), vs the single index."""
     single = HybridRetriever.load(tmp / "single")
@@ -137,7 +166,7 @@ def batch_section(single_dir: Path, sharded_dir: Path, sample: dict[str, str], d
     r = HybridRetriever.load(single_dir)
     reranker = AttentionReranker()
     t1 = time.perf_counter()
-    results = [rerank_head(reranker, res, depth).top_k(10) for res in r.search_batch(sample, depth)]
+    results = [rerank_head(reranker, res, depth).top_k(10) for res in r.search_batch(sample, max(10, depth))]
     t2 = time.perf_counter()
     write_run(results, tmp / "loop.trec", tag="attnrank-hybrid")
     rows = [{"runner": "single process (search --rerank loop)", "actors": 1, "startup_s": round(t1 - t0, 1),
@@ -147,6 +176,7 @@ def batch_section(single_dir: Path, sharded_dir: Path, sample: dict[str, str], d
         res = Resources(retrieval_actors=1, rerank_actors=actors, retrieval_cpus=0.5, rerank_cpus=1.5 / actors,
                         retrieval_batch=4, rerank_batch=1)
         out = tmp / f"ray{actors}.trec"
+        shutil.rmtree(tmp / f"ray{actors}.trec.parts", ignore_errors=True)  # a fresh run, not a resume
         t = time.perf_counter()
         stats = run_batch(sample, BatchConfig(str(sharded_dir), k=10, rerank=depth), output=out, resources=res,
                           num_cpus=2, object_store_mb=512, progress=False)
@@ -251,6 +281,14 @@ def markdown() -> str:
                   f"{eq.get('bm25_all_docs_max_abs_diff', float('nan')):.2e}. Merge: {R.get('merge', {}).get('seconds')} s; "
                   f"BM25 arrays identical: {R.get('merge', {}).get('bm25_arrays_identical')}; dense vectors identical: "
                   f"{R.get('merge', {}).get('dense_vectors_identical')}.", ""]
+    if "dense_ties" in R:
+        rows = [{"FAISS inner products": k, "queries": v["queries"], "same top-100": v["same_top100"],
+                 "max |score diff|": v["max_abs_score_diff"],
+                 "differing queries (ranks differing, max diff at the same rank)": "; ".join(
+                     f"{d['query']} ({d['ranks_differing']}, {d['max_score_diff_at_same_rank']:.1e})"
+                     for d in v["differing_queries"]) or "none"} for k, v in R["dense_ties"].items()]
+        lines += ["Dense top-100, 4 shards vs single, the same query vectors, two FAISS code paths:", "",
+                  md_table(rows, list(rows[0]), {"max |score diff|": ".2e"}), ""]
     if "batch" in R:
         b = R["batch"]
         lines += [f"## Batch search + rerank ({b['queries']} queries, hybrid top-{b['rerank_depth']} reranked by "
@@ -283,7 +321,7 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=10)
     ap.add_argument("--rerank", type=int, default=10)
     ap.add_argument("--synthetic", type=int, default=1_000_000)
-    ap.add_argument("--sections", default="build,overhead,batch,scale,realbuild",
+    ap.add_argument("--sections", default=",".join(ALL_SECTIONS),
                     help="Comma-separated; realbuild = a sharded build that embeds again (the second embedding pass).")
     ap.add_argument("--work", default=str(Path(__file__).parent / "out" / "sharded"), help="Work folder (indexes).")
     ap.add_argument("--render-only", action="store_true", help="Write sharded.{json,md} from sharded.partial.json.")
@@ -294,10 +332,15 @@ def main() -> None:
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     root = data_root(args.data)
-    RESULTS["environment"] = environment()
-    RESULTS["command"] = "python scripts/bench_sharded.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v not in (None, False))
     sections = args.sections.split(",")
+    partial = OUT / "sharded.partial.json"
+    if partial.exists() and set(sections) != set(ALL_SECTIONS):  # rerunning some sections: keep the others
+        RESULTS.update(json.loads(partial.read_text(encoding="utf-8")))
+    RESULTS["environment"] = environment()
+    command = "python scripts/bench_sharded.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v not in (None, False))
+    RESULTS["commands"] = [*RESULTS.get("commands", []), *([RESULTS.pop("command")] if "command" in RESULTS else []),
+                           command]
     tmp = Path(args.work)  # kept between runs, so that a section can be rerun on the same indexes
     tmp.mkdir(parents=True, exist_ok=True)
     if True:
@@ -305,6 +348,8 @@ def main() -> None:
         queries = load_queries(root / "scifact" / "queries.jsonl")
         if "build" in sections:
             build_section(docs, queries, tmp)
+        if "denseties" in sections:
+            dense_ties_section(queries, tmp)
         if "overhead" in sections:
             RESULTS["ray_overhead"] = ray_overhead()
             save_partial()
@@ -315,10 +360,7 @@ def main() -> None:
             scale_section(root, args.synthetic, 4, tmp)
         if "realbuild" in sections:
             real_build_section(docs, queries, tmp)
-    if (OUT / "sharded.json").exists() and set(sections) != {"build", "overhead", "batch", "scale", "realbuild"}:
-        RESULTS.update({k: v for k, v in json.loads((OUT / "sharded.json").read_text()).items() if k not in RESULTS})
     write_outputs("sharded", RESULTS, markdown())
-    (OUT / "sharded.partial.json").unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
