@@ -39,16 +39,17 @@ from attnrank.index.sharded.build import global_stats, peak_rss_mb
 from attnrank.index.sharded.layout import shard_bounds
 from attnrank.index.sharded.merge import merge_bm25
 from attnrank.index.tokenize import resolve_config, tokenize_all
-from benchdata import OUT, data_root, environment, md_table, write_outputs
+from benchdata import data_root, environment, md_table, write_outputs
 
 log = logging.getLogger("bench_sharded")
 RESULTS: dict = {}
+PARTIAL = Path(__file__).parent / "out" / "sharded.partial.json"  # sections done so far (git-ignored)
 ALL_SECTIONS = ("build", "denseties", "overhead", "batch", "scale", "realbuild")
 
 
 def save_partial() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "sharded.partial.json").write_text(json.dumps(RESULTS, indent=1), encoding="utf-8")
+    PARTIAL.parent.mkdir(parents=True, exist_ok=True)
+    PARTIAL.write_text(json.dumps(RESULTS, indent=1), encoding="utf-8")
 
 
 def compare(single: HybridRetriever, sharded: HybridRetriever, queries: dict[str, str], k: int = 100) -> dict:
@@ -186,8 +187,8 @@ def batch_section(single_dir: Path, sharded_dir: Path, sample: dict[str, str], d
                      "total_s": round(total, 1), "q_per_s_total": len(sample) / total,
                      "q_per_s_work": stats["queries_per_second"],
                      "run_equals_loop": out.read_text() == (tmp / "loop.trec").read_text()})
+        RESULTS["batch"] = {"queries": len(sample), "rerank_depth": depth, "rows": rows}
         save_partial()
-    RESULTS["batch"] = {"queries": len(sample), "rerank_depth": depth, "rows": rows}
 
 
 def synthetic_vocab(root: Path, limit: int = 200_000) -> list[str]:
@@ -269,7 +270,8 @@ def markdown() -> str:
             rows.append({"build": "4 shards, ray, embedding in the tasks", "pass 1 (stats) s": v["pass1_seconds"],
                          "pass 2 (shards) s": v["pass2_seconds"], "total s": v["total_seconds"], "Ray start s": "—"})
         lines += ["Sharded builds from the single build's vectors (BM25 + FAISS + writing; no embedding):", "",
-                  md_table(rows, list(rows[0]), {"pass 1 (stats) s": ".2f"}), ""]
+                  md_table(rows, list(rows[0]), {"pass 1 (stats) s": ".2f", "pass 2 (shards) s": ".2f", "total s": ".2f",
+                                                "Ray start s": ".2f"}), ""]
         eq = R.get("equality_4_shards", {})
         erows = [{"check": f"4 shards, {m}", **v} for m, v in eq.get("top100", {}).items()]
         erows += [{"check": f"merged index, {m}", **v} for m, v in R.get("merge", {}).get("top100", {}).items()]
@@ -281,6 +283,9 @@ def markdown() -> str:
                   f"{eq.get('bm25_all_docs_max_abs_diff', float('nan')):.2e}. Merge: {R.get('merge', {}).get('seconds')} s; "
                   f"BM25 arrays identical: {R.get('merge', {}).get('bm25_arrays_identical')}; dense vectors identical: "
                   f"{R.get('merge', {}).get('dense_vectors_identical')}.", ""]
+    if "single_build" in R and "sharded_build_real" not in R:
+        lines += ["Not run in this record: the `realbuild` section (a sharded build that embeds again; the single "
+                  f"build's embedding took {R['single_build']['dense_seconds']:.0f} s at this machine's load).", ""]
     if "dense_ties" in R:
         rows = [{"FAISS inner products": k, "queries": v["queries"], "same top-100": v["same_top100"],
                  "max |score diff|": v["max_abs_score_diff"],
@@ -294,7 +299,8 @@ def markdown() -> str:
         lines += [f"## Batch search + rerank ({b['queries']} queries, hybrid top-{b['rerank_depth']} reranked by "
                   "SmolLM2-135M, top-10 written)", "",
                   md_table(b["rows"], ["runner", "startup_s", "work_s", "total_s", "q_per_s_work", "q_per_s_total",
-                                       "run_equals_loop"], {"q_per_s_work": ".3f", "q_per_s_total": ".3f"}), "",
+                                       "run_equals_loop"], {"q_per_s_work": ".3f", "q_per_s_total": ".3f",
+                                                            "startup_s": ".1f", "work_s": ".1f", "total_s": ".1f"}), "",
                   "startup = loading the index and model (single process) or starting Ray (Ray rows; actor start-up "
                   "and model loading fall inside work_s).", ""]
     if "ray_overhead" in R:
@@ -327,15 +333,14 @@ def main() -> None:
     ap.add_argument("--render-only", action="store_true", help="Write sharded.{json,md} from sharded.partial.json.")
     args = ap.parse_args()
     if args.render_only:  # e.g. after a run stopped before its last section
-        RESULTS.update(json.loads((OUT / "sharded.partial.json").read_text(encoding="utf-8")))
+        RESULTS.update(json.loads(PARTIAL.read_text(encoding="utf-8")))
         write_outputs("sharded", RESULTS, markdown())
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     root = data_root(args.data)
     sections = args.sections.split(",")
-    partial = OUT / "sharded.partial.json"
-    if partial.exists() and set(sections) != set(ALL_SECTIONS):  # rerunning some sections: keep the others
-        RESULTS.update(json.loads(partial.read_text(encoding="utf-8")))
+    if PARTIAL.exists() and set(sections) != set(ALL_SECTIONS):  # rerunning some sections: keep the others
+        RESULTS.update(json.loads(PARTIAL.read_text(encoding="utf-8")))
     RESULTS["environment"] = environment()
     command = "python scripts/bench_sharded.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v not in (None, False))
