@@ -3,8 +3,8 @@
 The pipeline (Ray Data streaming execution, Moritz et al., OSDI 2018 for Ray)::
 
     queries (JSONL/TSV/Parquet, minus those already committed)
-      → map_batches(RetrievalStage, concurrency=R actors, num_cpus=…)   one index per actor
-      → map_batches(RerankStage,   concurrency=M actors, num_cpus/num_gpus=…)  one model per actor
+      → map_batches(RetrievalStage, R actors, num_cpus=…)            one index per actor
+      → map_batches(RerankStage,   M actors, num_cpus/num_gpus=…)  one model per actor
       → the driver commits rows to checkpoint parts (:class:`CheckpointSink`)
       → TREC run and/or Parquet with per-stage scores, in input order
 
@@ -99,7 +99,7 @@ def run_batch(queries: str | Path | dict[str, str], config: BatchConfig, *, outp
     stats: dict[str, Any] = {"queries": len(qs), "resumed_skipped": len(qs) - len(todo)}
     t0 = time.perf_counter()
     if todo:
-        ex = RayExecutor(ray_address, num_cpus=num_cpus, object_store_mb=object_store_mb)
+        ex = RayExecutor(ray_address, num_cpus=num_cpus, object_store_mb=object_store_mb, quiet=not progress)
         stats["ray_startup_seconds"] = round(ex.startup_seconds, 3)
         try:
             t1 = time.perf_counter()
@@ -125,20 +125,24 @@ def run_batch(queries: str | Path | dict[str, str], config: BatchConfig, *, outp
 def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resources, progress: bool):
     """The Ray Data dataset: retrieval actors, then (if ``rerank``) reranking actors."""
     require("ray.data", "ray", "batch search and reranking")
+    if not progress:  # Ray Data logs each dataset's plan and progress at INFO (set up when it is imported)
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = progress
     ds = ray.data.from_items(rows, override_num_blocks=max(1, len(rows) // res.retrieval_batch))
     depth = max(config.k, config.rerank)
     ds = ds.map_batches(RetrievalStage, fn_constructor_args=(config.index, depth),
                         fn_constructor_kwargs={"mode": config.mode, "keep_text": config.rerank > 0},
-                        batch_size=res.retrieval_batch, batch_format="pyarrow", concurrency=res.retrieval_actors,
+                        batch_size=res.retrieval_batch, batch_format="pyarrow",
+                        compute=ray.data.ActorPoolStrategy(size=res.retrieval_actors),
                         num_cpus=res.retrieval_cpus)
     if config.rerank > 0:
         threads = max(1, round(res.rerank_cpus))
         ds = ds.map_batches(RerankStage, fn_constructor_args=(config.rerank, config.k),
                             fn_constructor_kwargs={"model": config.model, "heads": config.heads,
                                                    "device": config.device, "threads": threads},
-                            batch_size=res.rerank_batch, batch_format="pyarrow", concurrency=res.rerank_actors,
+                            batch_size=res.rerank_batch, batch_format="pyarrow",
+                            compute=ray.data.ActorPoolStrategy(size=res.rerank_actors),
                             num_cpus=res.rerank_cpus, num_gpus=res.rerank_gpus or None)
     return ds
 

@@ -42,17 +42,19 @@ class RayExecutor:
 
     ``address=None`` starts a local Ray with ``num_cpus`` and an object store of
     ``object_store_mb`` (shut down by :meth:`close`); ``"auto"`` or ``"ray://host:10001"``
-    connects to an existing cluster (left running).
+    connects to an existing cluster (left running). ``quiet`` keeps Ray's INFO logs off.
     """
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, object_store_mb: int | None = None):
+    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, object_store_mb: int | None = None,
+                 quiet: bool = False):
         self.ray = require("ray", "ray", "distributed indexing and batch reranking")
         t0 = time.perf_counter()
         self.owned = False
         if not self.ray.is_initialized():
-            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                  "logging_level": logging.WARNING if quiet else logging.INFO}
             if address is None:
                 kw.update(num_cpus=num_cpus, object_store_memory=None if object_store_mb is None else object_store_mb << 20)
             self.ray.init(address=address, **kw)
