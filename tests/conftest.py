@@ -28,6 +28,13 @@ def scifact_docs(scifact_mini):
 
 
 @pytest.fixture(scope="session")
+def scifact_queries(scifact_mini):
+    from attnrank.corpus import load_queries
+
+    return load_queries(scifact_mini / "queries.jsonl")
+
+
+@pytest.fixture(scope="session")
 def built_retriever(scifact_docs):
     """One hybrid index over the SciFact slice, shared by the read-only tests."""
     from attnrank.index.retriever import HybridRetriever
@@ -52,3 +59,13 @@ def tiny_dir(tmp_path_factory) -> Path:
     from _tiny import save_tiny
 
     return save_tiny(tmp_path_factory.mktemp("m") / "tiny", layers=3, max_positions=16384)
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A local Ray (2 logical CPUs, 200 MiB object store, no dashboard), shut down after the session."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, object_store_memory=200 << 20, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING")
+    yield ray
+    ray.shutdown()

@@ -7,6 +7,7 @@ One module per concern; each registers its commands on :data:`app` when imported
 - :mod:`attnrank.cli.demo`: ``demo``
 - :mod:`attnrank.cli.rag`: ``prune``, ``ask``
 - :mod:`attnrank.cli.heads`: the ``heads`` sub-app (``detect``, ``show``); ``train`` in :mod:`attnrank.cli.heads_train`
+- :mod:`attnrank.cli.batch`: ``batch`` (Ray Data) and ``merge-shards``
 
 This module holds the app, the console entry point :func:`main` and the helpers the commands share.
 Heavy modules (torch, transformers, FAISS) are imported inside the commands, so ``attnrank --help``
@@ -150,7 +151,7 @@ def main() -> None:
 
 
 # Register the commands (after the shared names above exist: the modules import them from here).
-from . import demo, explain, heads, heads_train, rag, rerank, retrieval, serve  # noqa: E402,F401
+from . import batch, demo, explain, heads, heads_train, rag, rerank, retrieval, serve  # noqa: E402,F401
 
 # `attnrank --help` lists the commands in workflow order, whatever the import order above (others last)
 _ORDER = ("index", "search", "rerank", "eval", "demo", "prune", "ask")

@@ -36,6 +36,8 @@ def index(
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad records (reported) instead of failing."),
     force: bool = typer.Option(False, "--force", help="Also replace an existing non-empty folder that is not an "
                                "attnrank index (never one holding the corpus or the working directory)."),
+    shards: int = typer.Option(0, "--shards", help="Build N shards with global BM25 statistics (0 = one ordinary index)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --shards: Ray cluster address, or 'local'."),
     quiet: bool = Quiet, verbose: bool = Verbose,
 ) -> None:
     """Build a BM25 + dense index over a corpus (written atomically).
@@ -55,6 +57,11 @@ def index(
         for where, why in report.skipped[:20]:
             typer.echo(f"  {where}: {why}", err=True)
     r = HybridRetriever(embedder=embedder, dense_index=dense_index, stemmer=stemmer, stopwords=stopwords)
+    if shards:  # issue 17: sharded build (attnrank.cli.batch)
+        from .batch import build_sharded
+
+        typer.echo(build_sharded(docs, target, shards, r, ray_address))
+        return
     r.index(docs, show_progress=progress).save(target, force=force, protect=[corpus])
     typer.echo(f"indexed {r.num_docs} documents into {target}")
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -53,8 +54,15 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices and scores of the ``k`` highest scores, best first; ties by lower index."""
     n = scores.shape[0]
     k = min(k, n)
-    cand = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
-    # the partition boundary may split ties arbitrarily; order the candidates deterministically
+    if k < n:
+        # the partition boundary may split ties arbitrarily: keep every score above the k-th
+        # and, of those equal to it, the lowest indexes (so any split of the corpus agrees)
+        neg = -scores
+        kth = np.partition(neg, k - 1)[k - 1]
+        above = np.flatnonzero(neg < kth)
+        cand = np.concatenate([above, np.flatnonzero(neg == kth)[: k - len(above)]])
+    else:
+        cand = np.arange(n)
     order = np.lexsort((cand, -scores[cand]))
     idx = cand[order]
     return idx, scores[idx]
@@ -89,6 +97,26 @@ class BM25Index:
         self.vocab = {t: i for i, t in enumerate(sorted(idf))}
         self._build_matrix(stats.doc_freqs, np.asarray(stats.doc_len, dtype=np.float64), stats.avgdl, idf)
         self.num_docs = len(texts)
+        return self
+
+    def index_tokens(self, tokens: Sequence[Sequence[str]], idf: Mapping[str, float], avgdl: float) -> BM25Index:
+        """Build from tokenized documents with statistics given from outside (a sharded build).
+
+        ``idf`` (per term) and ``avgdl`` (average length in terms) describe the whole corpus, not
+        these documents, so a shard's weights equal the single index's; the vocabulary is the
+        terms these documents contain.
+        """
+        if len(tokens) == 0:
+            raise InputError("cannot build a BM25 index over 0 documents; give a non-empty shard")
+        doc_freqs = [Counter(t) for t in tokens]
+        terms = sorted(set().union(*doc_freqs))
+        missing = next((t for t in terms if t not in idf), None)
+        if missing is not None:
+            raise InputError(f"term {missing!r} has no global idf; the statistics do not cover these documents")
+        self.vocab = {t: i for i, t in enumerate(terms)}
+        doc_len = np.array([len(t) for t in tokens], dtype=np.float64)
+        self._build_matrix(doc_freqs, doc_len, avgdl, {t: idf[t] for t in terms})
+        self.num_docs = len(tokens)
         return self
 
     def _build_matrix(self, doc_freqs: list[dict], doc_len: np.ndarray, avgdl: float, idf: dict) -> None:

@@ -1,0 +1,72 @@
+"""Batch rows: one row per query, from queries to retrieval, reranking and the run file.
+
+Queries come from BEIR ``queries.jsonl``, ``id<TAB>text`` TSV (both through
+:func:`attnrank.corpus.load_queries`) or Parquet (columns ``id``/``_id``/``qid`` and ``text``/``query``).
+A row carries the query's whole candidate list, so one rerank call sees all its candidates:
+
+``qid``, ``query``, ``doc_ids`` (best first), ``scores`` (the row's current score per document),
+and per-stage score lists ``stage_<name>`` (``bm25``, ``dense``, ``hybrid``, ``attention``;
+NaN where a document has no score from that stage). Between retrieval and reranking a row also
+carries ``titles`` and ``texts``; they are dropped before writing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ..corpus import load_queries
+from ..errors import InputError
+from ..types import RankedResults, ScoredDocument
+
+STAGES = ("bm25", "dense", "hybrid", "attention")
+TEXT_COLUMNS = ("titles", "texts")
+
+
+def read_queries(path: str | Path) -> dict[str, str]:
+    """``{query id: text}`` from JSONL, TSV or Parquet; ids unique, texts non-empty (checked)."""
+    p = Path(path)
+    if p.suffix.lower() != ".parquet":
+        return load_queries(p)
+    if not p.is_file():
+        raise InputError(f"queries file {str(p)!r} does not exist; give JSONL, TSV or Parquet queries")
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(p)
+    idc = next((c for c in ("id", "_id", "qid") if c in table.column_names), None)
+    textc = next((c for c in ("text", "query") if c in table.column_names), None)
+    if idc is None or textc is None:
+        raise InputError(f"{p}: Parquet queries need an id column (id, _id or qid) and a text column (text or query); "
+                         f"found {table.column_names}")
+    out: dict[str, str] = {}
+    for qid, text in zip(table.column(idc).to_pylist(), table.column(textc).to_pylist()):
+        qid = str(qid)
+        if qid in out:
+            raise InputError(f"{p}: duplicate query id {qid!r}; query ids must be unique")
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"{p}: query {qid!r} is empty")
+        out[qid] = text.strip()
+    if not out:
+        raise InputError(f"{p}: no queries found")
+    return out
+
+
+def results_to_row(res: RankedResults, *, with_text: bool) -> dict[str, Any]:
+    """One query's results as a row (see the module docstring)."""
+    row: dict[str, Any] = {"qid": res.query_id, "query": res.query, "doc_ids": res.ids, "scores": res.scores}
+    for stage in STAGES:
+        row[f"stage_{stage}"] = [float(d.stage_scores.get(stage, math.nan)) for d in res]
+    if with_text:
+        row["titles"] = [d.title for d in res]
+        row["texts"] = [d.text for d in res]
+    return row
+
+
+def row_to_results(row: dict[str, Any], stage: str = "") -> RankedResults:
+    """A row (with ``titles``/``texts``) back into :class:`RankedResults` for a reranker."""
+    docs = []
+    for i, did in enumerate(row["doc_ids"]):
+        stages = {s: row[f"stage_{s}"][i] for s in STAGES if not math.isnan(row[f"stage_{s}"][i])}
+        docs.append(ScoredDocument(did, float(row["scores"][i]), i + 1, row["texts"][i], row["titles"][i], stages))
+    return RankedResults(row["query"], docs, row["qid"], stage=stage)

@@ -1,0 +1,84 @@
+"""The batch pipeline's stateful stages: one index or one model per Ray actor.
+
+Ray Data constructs each class once per actor (the index is memory-mapped, the model loaded
+once) and calls it on batches of rows (a ``pyarrow.Table``, one row per query). The classes are
+plain callables, so they run unchanged without Ray (the tests compare both ways).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..index.retriever import HybridRetriever
+from ..index.sharded import ShardedRetriever, is_sharded
+from ..types import RankedResults
+from .rows import results_to_row, row_to_results
+
+logger = logging.getLogger(__name__)
+
+
+def load_index(path: str | Path) -> HybridRetriever:
+    """An ordinary or a sharded index folder, memory-mapped."""
+    return ShardedRetriever.load(path) if is_sharded(Path(path)) else HybridRetriever.load(path)
+
+
+def rerank_head(reranker: Any, res: RankedResults, depth: int) -> RankedResults:
+    """Rerank the top ``depth`` of ``res``; the rest keeps its first-stage order below them.
+
+    The same policy as ``attnrank search --rerank`` (``attnrank.cli._rerank_head``), so a batch
+    run equals the single-process run.
+    """
+    head = reranker.rank(res.query, res.results[:depth], query_id=res.query_id)
+    floor = min(head.scores, default=0.0)
+    tail = [replace(d, score=floor - i) for i, d in enumerate(res.results[depth:], start=1)]
+    return RankedResults(res.query, head.results + tail, res.query_id, stage="attention")
+
+
+def _table(rows: list[dict[str, Any]]):
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows)
+
+
+class RetrievalStage:
+    """First stage per actor: ``search_batch`` over the batch's queries, ``k`` candidates each.
+
+    ``keep_text`` adds the candidates' titles and texts to the rows (the reranker needs them).
+    """
+
+    def __init__(self, index: str, k: int, *, mode: str | None = None, keep_text: bool = True):
+        self.retriever = load_index(index)
+        self.k, self.mode, self.keep_text = k, mode, keep_text
+
+    def __call__(self, batch):
+        qids, texts = batch.column("qid").to_pylist(), batch.column("query").to_pylist()
+        results = self.retriever.search_batch(texts, self.k, mode=self.mode, query_ids=qids)
+        return _table([results_to_row(r, with_text=self.keep_text) for r in results])
+
+
+class RerankStage:
+    """Attention reranking per actor: one model, each row's top ``depth`` reranked, ``k`` kept.
+
+    ``threads`` caps torch's intra-op threads to the CPUs the actor declared.
+    """
+
+    def __init__(self, depth: int, k: int, *, model: str | None = None, heads: str | None = None,
+                 device: str = "cpu", threads: int | None = None):
+        from ..config import set_torch_threads
+        from ..rerank.attention import AttentionReranker
+
+        self.reranker = AttentionReranker(model, heads, device=device)
+        if threads:
+            set_torch_threads(threads)
+        self.depth, self.k = depth, k
+
+    def __call__(self, batch):
+        out = []
+        for row in batch.to_pylist():
+            res = rerank_head(self.reranker, row_to_results(row), self.depth).top_k(self.k)
+            out.append(results_to_row(res, with_text=False))
+        return _table(out)
+

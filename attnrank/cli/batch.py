@@ -1,0 +1,73 @@
+"""``attnrank batch`` (search + rerank on Ray Data), ``attnrank merge-shards``, and the sharded build
+behind ``attnrank index --shards N``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import Quiet, Verbose, _setup, app
+
+
+def build_sharded(docs, target: Path, shards: int, retriever, ray_address: str | None) -> str:
+    """Build ``shards`` shards of ``docs`` into ``target`` (Ray tasks when ``ray_address`` is given)."""
+    from ..index.sharded import LocalExecutor, RayExecutor, ShardedIndexer
+
+    executor = LocalExecutor() if ray_address is None else RayExecutor(None if ray_address == "local" else ray_address)
+    try:
+        ShardedIndexer(retriever, shards=shards, executor=executor).build(docs, target)
+    finally:
+        executor.close()
+    return f"indexed {len(docs)} documents into {shards} shards at {target} ({executor.name})"
+
+
+@app.command("merge-shards")
+def merge_shards_cmd(
+    sharded: Path = typer.Argument(..., help="Sharded index folder (built with `attnrank index --shards N`)."),
+    output: Path = typer.Option(..., "--index-dir", "-o", help="Folder of the merged, ordinary index."),
+) -> None:
+    """Merge a sharded index into one ordinary index (same scores, one machine)."""
+    from ..index.sharded import merge_shards
+
+    _setup(True)
+    typer.echo(f"merged {sharded} into {merge_shards(sharded, output)}")
+
+
+@app.command()
+def batch(
+    queries: Path = typer.Argument(..., help="Queries: BEIR queries.jsonl, TSV id<TAB>text, or Parquet (id, text)."),
+    index: Path = typer.Option(..., "--index", help="Index folder, ordinary or sharded."),
+    k: int = typer.Option(10, "--k", "-k", help="Results per query."),
+    rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits with the attention reranker (0 = off)."),
+    mode: Optional[str] = typer.Option(None, help="bm25 | dense | hybrid (default: the index's setting)."),
+    model: Optional[str] = typer.Option(None, help="LLM for --rerank (default: packaged SmolLM2-135M)."),
+    heads: Optional[str] = typer.Option(None, help="Heads for --rerank: 'all', 'l-h,l-h', or a JSON file."),
+    device: str = typer.Option("cpu", help="Reranker device: cpu | cuda (cuda declares one GPU per rerank actor)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="TREC run file."),
+    parquet: Optional[Path] = typer.Option(None, "--parquet", help="Parquet file, one row per query with per-stage scores."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Checkpoint folder (default: OUTPUT.parts); reruns resume."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster ('auto', 'ray://host:10001'); default: a local Ray."),
+    num_cpus: Optional[int] = typer.Option(None, "--num-cpus", help="CPUs of the local Ray (default: all)."),
+    retrieval_actors: int = typer.Option(1, "--retrieval-actors", help="Retrieval actors (one index each)."),
+    rerank_actors: int = typer.Option(1, "--rerank-actors", help="Reranking actors (one model each)."),
+    actor_cpus: float = typer.Option(1.0, "--actor-cpus", help="CPUs each actor declares (fractions allowed)."),
+    quiet: bool = Quiet, verbose: bool = Verbose,
+) -> None:
+    """Search (and rerank) a queries file on Ray Data; resumable, one row per query."""
+    from ..batch import BatchConfig, Resources, run_batch
+
+    progress = _setup(quiet, verbose)
+    for name, value in (("--retrieval-actors", retrieval_actors), ("--rerank-actors", rerank_actors)):
+        if value < 1:
+            raise typer.BadParameter(f"{name} {value} must be at least 1")
+    if actor_cpus <= 0:
+        raise typer.BadParameter(f"--actor-cpus {actor_cpus} must be positive")
+    config = BatchConfig(str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device)
+    res = Resources(retrieval_actors, rerank_actors, actor_cpus, actor_cpus, 1.0 if device.startswith("cuda") else 0.0)
+    stats = run_batch(queries, config, output=output, parquet=parquet, checkpoint=checkpoint, resources=res,
+                      ray_address=ray_address, num_cpus=num_cpus, progress=progress)
+    qps = stats["queries_per_second"]
+    typer.echo(f"wrote {stats['rows']} queries ({stats['resumed_skipped']} resumed) to {output or parquet}"
+               + (f"; {qps:.2f} queries/s" if qps else ""))

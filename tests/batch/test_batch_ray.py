@@ -1,0 +1,130 @@
+"""Batch search + rerank on Ray Data: equals `search --rerank`, resumes, survives a killed actor (issue 17)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+
+import pytest
+from typer.testing import CliRunner
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+pytest.importorskip("ray")
+
+from _tiny import save_tiny
+
+from attnrank.batch import BatchConfig, Resources, run_batch
+from attnrank.batch.rows import read_queries
+from attnrank.batch.stages import RerankStage, RetrievalStage
+from attnrank.cli import app
+from attnrank.errors import InputError
+from attnrank.eval import read_run, write_run
+from attnrank.index.retriever import HybridRetriever
+from attnrank.index.sharded import ShardedIndexer
+
+runner = CliRunner()
+SMALL = Resources(retrieval_actors=1, rerank_actors=1, retrieval_cpus=0.5, rerank_cpus=1, rerank_batch=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("m") / "tiny", layers=3, max_positions=8192)
+
+
+@pytest.fixture(scope="module")
+def indexes(tmp_path_factory, built_retriever, scifact_docs):
+    root = tmp_path_factory.mktemp("idx")
+    built_retriever.save(root / "single")
+    vectors = built_retriever.dense.faiss_index.reconstruct_n(0, built_retriever.num_docs)
+    ShardedIndexer(HybridRetriever(), shards=3).build(scifact_docs, root / "sharded", embeddings=vectors)
+    return root
+
+
+def test_batch_run_equals_search_rerank(ray_local, tmp_path, indexes, tiny_dir, scifact_mini):
+    queries = scifact_mini / "queries.jsonl"
+    single = tmp_path / "search.trec"
+    r = runner.invoke(app, ["search", "--index-dir", str(indexes / "single"), "--queries", str(queries),
+                            "--rerank", "5", "--model", str(tiny_dir), "-o", str(single), "-q"])
+    assert r.exit_code == 0, r.output
+    out, pq_out = tmp_path / "batch.trec", tmp_path / "batch.parquet"
+    stats = run_batch(queries, BatchConfig(str(indexes / "sharded"), k=10, rerank=5, model=str(tiny_dir)),
+                      output=out, parquet=pq_out, resources=SMALL, progress=False)
+    assert stats["rows"] == 12 and stats["queries_per_second"] > 0
+    assert out.read_text() == single.read_text()  # byte for byte: same documents, ranks, scores, tag
+    rows = pq.read_table(pq_out).to_pylist()
+    assert [r["qid"] for r in rows] == list(read_queries(queries))
+    first = rows[0]
+    assert len(first["doc_ids"]) == 10 and "texts" not in first
+    assert not any(math.isnan(v) for v in first["stage_attention"][:5])  # the reranked head
+    assert all(math.isnan(v) for v in first["stage_attention"][5:])  # the tail keeps first-stage scores only
+    assert not any(math.isnan(v) for v in first["stage_hybrid"])
+
+
+def test_resume_skips_written_queries_and_refuses_other_settings(ray_local, tmp_path, indexes, scifact_mini):
+    qs = read_queries(scifact_mini / "queries.jsonl")
+    config = BatchConfig(str(indexes / "single"), k=5, mode="bm25")
+    out, ckpt = tmp_path / "run.trec", tmp_path / "ckpt"
+    half = dict(list(qs.items())[:5])
+    run_batch(half, config, output=out, checkpoint=ckpt, resources=SMALL, progress=False)
+    stats = run_batch(qs, config, output=out, checkpoint=ckpt, resources=SMALL, progress=False)
+    assert stats["resumed_skipped"] == 5 and stats["rows"] == 12
+    fresh = tmp_path / "fresh.trec"  # the same queries in one process, without Ray
+    write_run(HybridRetriever.load(indexes / "single").search_batch(qs, 5, mode="bm25"), fresh, tag="attnrank-bm25")
+    assert out.read_text() == fresh.read_text()
+    again = run_batch(qs, config, output=out, checkpoint=ckpt, resources=SMALL, progress=False)
+    assert again["resumed_skipped"] == 12 and again["queries_per_second"] is None
+    with pytest.raises(InputError, match="other settings"):
+        run_batch(qs, BatchConfig(str(indexes / "single"), k=7, mode="bm25"), output=out, checkpoint=ckpt)
+
+
+def _rerank_actor_pids(ray) -> list[int]:
+    from ray._private import (
+        state,  # the actor table with process ids (needs no dashboard)
+    )
+
+    return [a["Pid"] for a in state.actors().values()
+            if "RerankStage" in a["ActorClassName"] and a["State"] == "ALIVE" and a.get("Pid")]
+
+
+def test_killed_rerank_actor_neither_loses_nor_duplicates_rows(ray_local, tmp_path, indexes, tiny_dir, scifact_mini):
+    base = read_queries(scifact_mini / "queries.jsonl")
+    qs = {f"{qid}-{i}": text for i in range(2) for qid, text in base.items()}  # 24 queries
+    config = BatchConfig(str(indexes / "sharded"), k=5, rerank=3, mode="bm25", model=str(tiny_dir))
+    killed: list[int] = []
+
+    def kill_once(done: int, total: int) -> None:
+        if not killed and done < total:
+            pids = _rerank_actor_pids(ray_local)
+            assert pids, "no live rerank actor to kill"
+            os.kill(pids[0], signal.SIGKILL)
+            killed.append(pids[0])
+
+    res = Resources(retrieval_actors=1, rerank_actors=1, retrieval_cpus=0.5, rerank_cpus=1, rerank_batch=2,
+                    retrieval_batch=8)
+    out = tmp_path / "killed.trec"
+    stats = run_batch(qs, config, output=out, resources=res, on_commit=kill_once, progress=False)
+    assert killed and stats["rows"] == 24
+    run = read_run(out)
+    assert sorted(run) == sorted(qs) and all(len(v) == 5 for v in run.values())
+    parts = sorted((tmp_path / "killed.trec.parts").glob("part-*.parquet"))
+    written = [q for p in parts for q in pq.read_table(p, columns=["qid"]).column("qid").to_pylist()]
+    assert sorted(written) == sorted(qs)  # each query exactly once in the checkpoint
+    clean = tmp_path / "clean.trec"  # the same stages called in this process, without Ray
+    table = pa.Table.from_pylist([{"qid": q, "query": t} for q, t in qs.items()])
+    rows = RerankStage(3, 5, model=str(tiny_dir))(RetrievalStage(config.index, 5, mode="bm25")(table)).to_pylist()
+    write_run({r["qid"]: dict(zip(r["doc_ids"], r["scores"])) for r in rows}, clean, tag="attnrank-bm25")
+    assert out.read_text() == clean.read_text()
+
+
+def test_bad_input_is_refused_before_ray(tmp_path, indexes):
+    with pytest.raises(InputError, match="is not a folder"):
+        run_batch({"q": "x"}, BatchConfig(str(tmp_path / "none")), output=tmp_path / "o")
+    with pytest.raises(InputError, match="--rerank -1"):
+        run_batch({"q": "x"}, BatchConfig(str(indexes / "single"), rerank=-1), output=tmp_path / "o")
+    pq.write_table(pa.table({"name": ["a"], "text": ["b"]}), tmp_path / "q.parquet")
+    with pytest.raises(InputError, match="id column"):
+        read_queries(tmp_path / "q.parquet")
+    pq.write_table(pa.table({"qid": ["a", "b"], "query": ["first", "second"]}), tmp_path / "ok.parquet")
+    assert read_queries(tmp_path / "ok.parquet") == {"a": "first", "b": "second"}

@@ -1,0 +1,167 @@
+"""Sharded index: global BM25 statistics, shard build, ShardedRetriever, merge (issue 17)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attnrank.errors import IndexFormatError, InputError
+from attnrank.index.bm25 import BM25Params, top_k
+from attnrank.index.retriever import HybridRetriever
+from attnrank.index.sharded import (
+    CorpusStats,
+    LocalExecutor,
+    RayExecutor,
+    ShardedIndexer,
+    ShardedRetriever,
+    block_stats,
+    merge_shards,
+    merge_stats,
+)
+from attnrank.index.tokenize import TokenizerConfig, tokenize_all
+
+TOK = TokenizerConfig(stemmer="none")
+
+
+def _vectors(r: HybridRetriever) -> np.ndarray:
+    return r.dense.faiss_index.reconstruct_n(0, r.dense.num_docs)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory, built_retriever, scifact_docs):
+    """A 4-shard build over the slice from the single index's own vectors (no second embedding pass)."""
+    path = tmp_path_factory.mktemp("sh") / "idx"
+    ShardedIndexer(HybridRetriever(), shards=4, block_size=7).build(scifact_docs, path, embeddings=_vectors(built_retriever))
+    return path
+
+
+def test_stats_merge_is_associative_and_equals_whole_corpus(scifact_docs):
+    texts = [d.full_text for d in scifact_docs]
+    a, b, c = (block_stats(texts[i::3], TOK) for i in range(3))
+    whole = block_stats(texts, TOK)
+    for merged in (merge_stats(merge_stats(a, b), c), merge_stats(a, merge_stats(b, c)), merge_stats(c, merge_stats(b, a))):
+        assert (merged.num_docs, merged.total_len, merged.df) == (whole.num_docs, whole.total_len, whole.df)
+    assert a.num_docs + b.num_docs + c.num_docs == len(texts) and a.df != whole.df
+
+
+@pytest.mark.parametrize("method", ["okapi", "lucene"])
+def test_global_idf_equals_single_index(scifact_docs, method):
+    from rank_bm25 import BM25Okapi
+
+    texts = [d.full_text for d in scifact_docs]
+    stats = merge_stats(block_stats(texts[:20], TOK), block_stats(texts[20:], TOK))
+    tokens = tokenize_all(texts, TOK)
+    okapi = BM25Okapi(tokens)
+    assert stats.avgdl == okapi.avgdl
+    idf = stats.idf(BM25Params(method=method))
+    if method == "okapi":
+        assert idf.keys() == okapi.idf.keys()
+        assert max(abs(idf[t] - okapi.idf[t]) for t in idf) < 1e-12
+    else:
+        n = len(texts)
+        assert idf["cancer"] == pytest.approx(np.log(1 + (n - stats.df["cancer"] + 0.5) / (stats.df["cancer"] + 0.5)))
+
+
+def test_stats_save_load_roundtrip(tmp_path, scifact_docs):
+    s = block_stats([d.full_text for d in scifact_docs], TOK)
+    s.save(tmp_path / "st")
+    t = CorpusStats.load(tmp_path / "st")
+    assert (t.num_docs, t.total_len, t.df) == (s.num_docs, s.total_len, s.df)
+
+
+def test_shards_have_global_bm25_and_dense_scores(sharded, built_retriever, scifact_queries):
+    sr = ShardedRetriever.load(sharded, verify=True)
+    assert sr.num_shards == 4 and sr.num_docs == built_retriever.num_docs
+    for q in scifact_queries.values():
+        single = built_retriever.bm25.get_scores(q)
+        parts = [(s["start"], b.get_scores(q)) for s, b in zip(sr.manifest["shards"], sr.shard_bm25)]
+        joined = np.concatenate([p for _, p in sorted(parts, key=lambda x: x[0])])
+        assert np.max(np.abs(joined - single)) <= 1e-6
+    ids, scores = sr.candidates(list(scifact_queries.values()), 55, "dense")[1]
+    sids, sscores = built_retriever.dense.retrieve(list(scifact_queries.values()), 55)
+    for row in range(len(ids)):  # the same cosine for every (query, document)
+        assert np.max(np.abs(scores[row][np.argsort(ids[row])] - sscores[row][np.argsort(sids[row])])) <= 1e-6
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
+def test_sharded_topk_equals_single(sharded, built_retriever, scifact_queries, mode):
+    sr = ShardedRetriever.load(sharded)
+    a = built_retriever.search_batch(scifact_queries, 30, mode=mode)
+    b = sr.search_batch(scifact_queries, 30, mode=mode)
+    for x, y in zip(a, b):
+        assert x.ids == y.ids and x.query_id == y.query_id
+        assert np.allclose(x.scores, y.scores, atol=1e-6)
+        assert [d.stage_scores.keys() for d in x] == [d.stage_scores.keys() for d in y]
+
+
+def test_merge_gives_the_single_index(sharded, built_retriever, scifact_queries, tmp_path):
+    merged = HybridRetriever.load(merge_shards(sharded, tmp_path / "merged"), verify=True)
+    s, m = built_retriever.bm25, merged.bm25
+    assert m.vocab == s.vocab
+    for name in ("data", "indices", "indptr"):
+        assert np.array_equal(np.asarray(getattr(m, name)), np.asarray(getattr(s, name))), name
+    assert np.array_equal(_vectors(merged), _vectors(built_retriever))
+    assert [d.id for d in merged.docs] == [d.id for d in built_retriever.docs]
+    assert [r.ids for r in merged.search_batch(scifact_queries, 10)] == \
+        [r.ids for r in built_retriever.search_batch(scifact_queries, 10)]
+
+
+def test_ivf_shards_share_one_quantizer_and_merge(tmp_path, scifact_docs, built_retriever, scifact_queries):
+    import faiss
+
+    path = tmp_path / "ivf"
+    ShardedIndexer(HybridRetriever(dense_index="ivf"), shards=2).build(scifact_docs, path, embeddings=_vectors(built_retriever))
+    sr = ShardedRetriever.load(path)
+    cents = [faiss.extract_index_ivf(d.faiss_index).quantizer.reconstruct_n(0, 1) for d in sr.shard_dense]
+    assert np.array_equal(cents[0], cents[1])
+    merged = HybridRetriever.load(merge_shards(path, tmp_path / "m"))
+    assert merged.dense.num_docs == len(scifact_docs)
+    qs = list(scifact_queries.values())
+    assert [r.ids for r in sr.search_batch(qs, 5, mode="dense")] == [r.ids for r in merged.search_batch(qs, 5, mode="dense")]
+
+
+def test_ray_build_writes_the_same_shards(ray_local, tmp_path, sharded, scifact_docs, built_retriever):
+    ex = RayExecutor()  # joins the running local Ray
+    path = ShardedIndexer(HybridRetriever(), shards=4, executor=ex, block_size=7).build(
+        scifact_docs, tmp_path / "ray", embeddings=_vectors(built_retriever))
+    assert not ex.owned and json.loads((path / "manifest.json").read_text())["build"]["executor"] == "ray"
+    for i in range(4):
+        for f in ("bm25/data.npy", "bm25/indices.npy", "bm25/vocab.json", "dense/index.faiss", "docs.jsonl"):
+            assert (path / f"shard-{i:05d}" / f).read_bytes() == (sharded / f"shard-{i:05d}" / f).read_bytes()
+
+
+def test_tampered_shard_is_refused(tmp_path, sharded):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(sharded, copy)
+    m = copy / "shard-00002" / "manifest.json"
+    m.write_text(m.read_text().replace('"num_docs"', '"num_docs" ', 1))
+    with pytest.raises(IndexFormatError, match="replaced after"):
+        ShardedRetriever.load(copy)
+    (copy / "shard-00001" / "bm25" / "data.npy").write_bytes(b"x")
+    with pytest.raises(IndexFormatError, match="wrong size"):
+        ShardedRetriever.load(copy)
+
+
+def test_bad_settings_are_refused(scifact_docs, tmp_path):
+    with pytest.raises(InputError, match="HNSW"):
+        ShardedIndexer(HybridRetriever(dense_index="hnsw"))
+    with pytest.raises(InputError, match="exceeds the 55 documents"):
+        ShardedIndexer(shards=56).build(scifact_docs, tmp_path / "x")
+    dup = list(scifact_docs[:3]) + [scifact_docs[0]]
+    with pytest.raises(InputError, match="duplicate document id"):
+        ShardedIndexer(shards=2).build(dup, tmp_path / "y")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_top_k_keeps_lowest_indexes_among_ties():
+    scores = np.array([0, 1, 0, 0, 2, 0, 0, 0], dtype=np.float32)
+    idx, _ = top_k(scores, 4)
+    assert idx.tolist() == [4, 1, 0, 2]
+
+
+def test_local_executor_tree_reduce_is_a_fold():
+    assert LocalExecutor().tree_reduce(lambda a, b: a + b, [[1], [2], [3], [4], [5]]) == [1, 2, 3, 4, 5]
