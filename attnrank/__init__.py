@@ -61,5 +61,16 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'attnrank' has no attribute {name!r}")
 
 
-__all__ = ["Document", "ScoredDocument", "RankedResults", "load_corpus", "load_queries", "AttnrankError",
-           "InputError", "IndexFormatError", "ModelError", "MissingExtraError", *_LAZY]
+__all__ = [
+    "Document",
+    "ScoredDocument",
+    "RankedResults",
+    "load_corpus",
+    "load_queries",
+    "AttnrankError",
+    "InputError",
+    "IndexFormatError",
+    "ModelError",
+    "MissingExtraError",
+    *_LAZY,
+]

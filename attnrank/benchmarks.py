@@ -15,8 +15,9 @@ A candidate set is ``(setting name, Dataset, {qid: [Document, ...] in first-stag
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,8 +46,9 @@ def dl19_sets(root: Path, depths: Sequence[int], max_queries: int | None = None)
     if max_queries:
         ds = ds.subset(list(ds.queries)[:max_queries])
     docs = {d.id: d for d in ds.docs}
-    return [(f"DL19 BM25 top-{k}", ds, {q: [docs[i] for i in ds.candidates[q][:k]] for q in ds.queries})
-            for k in depths]
+    return [
+        (f"DL19 BM25 top-{k}", ds, {q: [docs[i] for i in ds.candidates[q][:k]] for q in ds.queries}) for k in depths
+    ]
 
 
 def scifact_retriever(ds: Dataset, index_dir: Path | None = None):
@@ -72,8 +74,11 @@ def scifact_set(root: Path, n_queries: int, k: int = 20, index_dir: Path | None 
     ds = scifact(root)
     ds = ds.subset(sample_queries(ds.queries, n_queries))  # shuffled order: any prefix is a sample
     res = scifact_retriever(ds, index_dir).search_batch(ds.queries, k, mode="hybrid")
-    return (f"SciFact train hybrid top-{k} ({len(ds.queries)} queries)", ds,
-            {q: x.documents() for q, x in zip(ds.queries, res)})
+    return (
+        f"SciFact train hybrid top-{k} ({len(ds.queries)} queries)",
+        ds,
+        {q: x.documents() for q, x in zip(ds.queries, res)},
+    )
 
 
 def _bm25_ordered(ds: Dataset, qids: Sequence[str], k: int | None = None) -> dict[str, list[Document]]:
@@ -109,7 +114,7 @@ def locomo_set(root: Path, n_queries: int | None = None, k: int = 20) -> Candida
     by_conv: dict[str, list[str]] = {}
     for q in ds.queries:
         by_conv.setdefault(q.split(":")[0], []).append(q)
-    for conv, qids in by_conv.items():
+    for qids in by_conv.values():
         turns = [docs[i] for i in ds.candidates[qids[0]]]
         bm25 = BM25Index().index([d.full_text for d in turns])
         for q in qids:
@@ -119,8 +124,14 @@ def locomo_set(root: Path, n_queries: int | None = None, k: int = 20) -> Candida
 
 
 # -- first-stage signals of the candidates ------------------------------------------------------
-def stage_signals(root: Path, setting: str, ds: Dataset, cands: dict[str, list[Document]],
-                  cache: Path | None, index_dir: Path | None = None) -> Signals:
+def stage_signals(
+    root: Path,
+    setting: str,
+    ds: Dataset,
+    cands: dict[str, list[Document]],
+    cache: Path | None,
+    index_dir: Path | None = None,
+) -> Signals:
     """``{qid: {"bm25": [...], "dense": [...]}}`` over each query's candidates (input order), the
     scores a :class:`HybridRetriever` leaves in ``ScoredDocument.stage_scores``: for SciFact its
     own results (NaN where a side did not return the passage), for DL19 the run's Pyserini BM25
@@ -129,14 +140,16 @@ def stage_signals(root: Path, setting: str, ds: Dataset, cands: dict[str, list[D
     return cached_signals(setting, list(cands), lambda qids: _signals(root, setting, ds, cands, qids, index_dir), cache)
 
 
-def _signals(root: Path, setting: str, ds: Dataset, cands: dict[str, list[Document]], qids: list[str],
-             index_dir: Path | None) -> dict[str, dict[str, list[float]]]:
+def _signals(
+    root: Path, setting: str, ds: Dataset, cands: dict[str, list[Document]], qids: list[str], index_dir: Path | None
+) -> dict[str, dict[str, list[float]]]:
     from .index.bm25 import BM25Index
     from .index.embed import encode, load_embedder
 
     if setting.startswith("SciFact"):  # the hybrid retriever's own stage scores
-        res = scifact_retriever(ds, index_dir).search_batch({q: ds.queries[q] for q in qids}, len(cands[qids[0]]),
-                                                            mode="hybrid")
+        res = scifact_retriever(ds, index_dir).search_batch(
+            {q: ds.queries[q] for q in qids}, len(cands[qids[0]]), mode="hybrid"
+        )
         out = {}
         for q, r in zip(qids, res):
             by_id = {d.id: d.stage_scores for d in r.results}
@@ -164,8 +177,12 @@ def rrf_order(*scores: Sequence[float]) -> np.ndarray:
     rankings = []
     for s in scores:
         a = np.asarray(s, dtype=np.float64)
-        rankings.append(np.array([i for i in np.argsort(-np.nan_to_num(a, nan=-np.inf), kind="stable")
-                                  if np.isfinite(a[i])], dtype=np.int64))
+        rankings.append(
+            np.array(
+                [i for i in np.argsort(-np.nan_to_num(a, nan=-np.inf), kind="stable") if np.isfinite(a[i])],
+                dtype=np.int64,
+            )
+        )
     ids, fused = rrf(rankings, len(scores[0]))
     out = np.zeros(len(scores[0]))
     out[ids] = fused
@@ -173,8 +190,9 @@ def rrf_order(*scores: Sequence[float]) -> np.ndarray:
 
 
 # -- scores from cached rows --------------------------------------------------------------------
-def icr_scores(windows: Sequence[Any], n_docs: int, head_idx: Any = None, calibrate: bool = True,
-               use_filter: bool = True) -> np.ndarray:
+def icr_scores(
+    windows: Sequence[Any], n_docs: int, head_idx: Any = None, calibrate: bool = True, use_filter: bool = True
+) -> np.ndarray:
     """ICR document scores (input order) from cached windows, optionally for a subset of heads."""
     from .llm.rows import document_scores, token_scores
 
@@ -186,8 +204,13 @@ def icr_scores(windows: Sequence[Any], n_docs: int, head_idx: Any = None, calibr
     return s
 
 
-def head_quality(captured: dict[str, dict[str, Any]], cands: dict[str, list[Document]],
-                 qrels: dict[str, dict[str, int]], rel: int, reranker: Any) -> np.ndarray:
+def head_quality(
+    captured: dict[str, dict[str, Any]],
+    cands: dict[str, list[Document]],
+    qrels: dict[str, dict[str, int]],
+    rel: int,
+    reranker: Any,
+) -> np.ndarray:
     """nDCG@10 of every captured head used alone (QRHead's BEIR selection, :func:`query_focused_scores`),
     averaged over the queries, in ``reranker.head_list`` order."""
     from .heads.detect import query_focused_scores

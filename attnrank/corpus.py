@@ -21,9 +21,9 @@ import gzip
 import io
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from .errors import InputError
 from .types import Document
@@ -54,14 +54,14 @@ class _Problems:
 
 
 def _open_text(path: Path) -> io.TextIOBase:
-    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115 - the wrapper owns and closes it
     # strict decoding: undecodable bytes must be reported, not silently replaced
     return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     # decode line by line (not through a buffered text wrapper) so errors name the right line
-    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             try:
                 yield lineno, raw.decode("utf-8")
@@ -85,7 +85,7 @@ def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problem
 
 def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
     report = LoadReport(str(path))
-    problem, docs = _Problems(report, skip_invalid), {}
+    problem, docs = _Problems(report, skip_invalid), dict[str, Document]()
     for lineno, line in _lines(path):
         where = f"{path}:{lineno}"
         if not line.strip():
@@ -110,7 +110,7 @@ def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[D
 
 def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
     report = LoadReport(str(path))
-    problem, docs = _Problems(report, skip_invalid), {}
+    problem, docs = _Problems(report, skip_invalid), dict[str, Document]()
     delim = "\t" if path.name.endswith((".tsv", ".tsv.gz")) else ","
     try:
         with _open_text(path) as f:
@@ -125,7 +125,9 @@ def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Doc
             for row in reader:
                 where = f"{path}:{reader.line_num}"
                 title = row.get(cols["title"], "") if "title" in cols else ""
-                _add(docs, Document(str(row[id_col] or "").strip(), row[cols["text"]] or "", title or ""), where, problem)
+                _add(
+                    docs, Document(str(row[id_col] or "").strip(), row[cols["text"]] or "", title or ""), where, problem
+                )
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: bytes that are not valid UTF-8 ({e.reason}); re-encode the file as UTF-8") from None
     return _finish(docs, report)
@@ -133,7 +135,7 @@ def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Doc
 
 def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
     report = LoadReport(str(path))
-    problem, docs = _Problems(report, skip_invalid), {}
+    problem, docs = _Problems(report, skip_invalid), dict[str, Document]()
     for f in sorted(p for p in path.rglob("*") if p.suffix.lower() in (".txt", ".md") and p.is_file()):
         try:
             text = f.read_bytes().decode("utf-8")
@@ -171,12 +173,18 @@ def load_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[D
     p = Path(path)
     if not p.exists():
         if p.is_symlink():
-            raise InputError(f"corpus path {str(p)!r} is a symbolic link that leads nowhere (broken, or a loop); "
-                             "give the real file or folder")
-        raise InputError(f"corpus path {str(p)!r} does not exist; give a BEIR folder, .jsonl, .csv/.tsv, or a folder of .txt/.md")
+            raise InputError(
+                f"corpus path {str(p)!r} is a symbolic link that leads nowhere (broken, or a loop); "
+                "give the real file or folder"
+            )
+        raise InputError(
+            f"corpus path {str(p)!r} does not exist; give a BEIR folder, .jsonl, .csv/.tsv, or a folder of .txt/.md"
+        )
     if p.is_dir():
         beir = _beir_corpus_file(p)
-        return read_jsonl_corpus(beir, skip_invalid=skip_invalid) if beir else read_text_dir(p, skip_invalid=skip_invalid)
+        return (
+            read_jsonl_corpus(beir, skip_invalid=skip_invalid) if beir else read_text_dir(p, skip_invalid=skip_invalid)
+        )
     name = p.name.lower()
     if name.endswith((".jsonl", ".jsonl.gz", ".json", ".ndjson")):
         return read_jsonl_corpus(p, skip_invalid=skip_invalid)
@@ -184,16 +192,20 @@ def load_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[D
         return read_csv_corpus(p, skip_invalid=skip_invalid)
     if name.endswith((".txt", ".md")):
         return _single_text(p)
-    raise InputError(f"{p}: unknown corpus format {p.suffix!r}; use .jsonl, .csv, .tsv, a BEIR folder or a folder of .txt/.md")
+    raise InputError(
+        f"{p}: unknown corpus format {p.suffix!r}; use .jsonl, .csv, .tsv, a BEIR folder or a folder of .txt/.md"
+    )
 
 
 def _single_text(p: Path) -> tuple[list[Document], LoadReport]:
-    docs, report = {}, LoadReport(str(p))
+    docs, report = dict[str, Document](), LoadReport(str(p))
     problem = _Problems(report, False)
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{p}: bytes that are not valid UTF-8 at byte {e.start}; re-encode the file as UTF-8") from None
+        raise InputError(
+            f"{p}: bytes that are not valid UTF-8 at byte {e.start}; re-encode the file as UTF-8"
+        ) from None
     _add(docs, Document(p.name, text.strip()), str(p), problem)
     return _finish(docs, report)
 

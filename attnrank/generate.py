@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -56,8 +57,9 @@ class Generator:
     ``model``: an :class:`LLM` (e.g. the reranker's), a model name/path, or None (default LLM).
     """
 
-    def __init__(self, model: str | LLM | None = None, max_new_tokens: int = 64, *,
-                 dtype: str = "auto", device: str = "cpu"):
+    def __init__(
+        self, model: str | LLM | None = None, max_new_tokens: int = 64, *, dtype: str = "auto", device: str = "cpu"
+    ):
         _check_max_new(max_new_tokens)
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
         self.max_new_tokens = max_new_tokens
@@ -69,8 +71,14 @@ class Generator:
         """The chat prompt text the model reads (see :func:`build_answer_prompt`)."""
         return build_answer_prompt(self.llm.tokenizer, question, list(context_docs))
 
-    def answer(self, question: str, context_docs: Sequence[Any] = (), stream: StreamCallback | None = None,
-               *, max_new_tokens: int | None = None) -> Answer:
+    def answer(
+        self,
+        question: str,
+        context_docs: Sequence[Any] = (),
+        stream: StreamCallback | None = None,
+        *,
+        max_new_tokens: int | None = None,
+    ) -> Answer:
         """Answer ``question`` from ``context_docs`` (Document, ScoredDocument or str), greedily.
 
         ``stream``: called with each decoded text piece while generating.
@@ -80,18 +88,22 @@ class Generator:
         tok = self.llm.tokenizer
         ids = encode_text(tok, self.prompt(question, context_docs))
         if len(ids) + n_new > self.llm.context_length:
-            raise InputError(f"the answer prompt has {len(ids)} tokens; with max_new_tokens={n_new} it "
-                             f"exceeds the model's {self.llm.context_length}-token context; prune the "
-                             "context harder (smaller budget_tokens) or pass fewer passages")
+            raise InputError(
+                f"the answer prompt has {len(ids)} tokens; with max_new_tokens={n_new} it "
+                f"exceeds the model's {self.llm.context_length}-token context; prune the "
+                "context harder (smaller budget_tokens) or pass fewer passages"
+            )
         input_ids = torch.tensor([ids], device=self.llm.device)
         start = time.perf_counter()
         with torch.inference_mode():
             out = self.llm.model.generate(
-                input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
                 generation_config=self._config(n_new),
-                streamer=_streamer(tok, stream) if stream is not None else None)
+                streamer=_streamer(tok, stream) if stream is not None else None,
+            )
         seconds = time.perf_counter() - start
-        new = out[0, len(ids):].tolist()
+        new = out[0, len(ids) :].tolist()
         stops = set(self._stop_ids()) | ({tok.pad_token_id} if tok.pad_token_id is not None else set())
         while new and new[-1] in stops:
             new.pop()
@@ -115,9 +127,13 @@ class Generator:
 
         stops = self._stop_ids()
         pad = self.llm.tokenizer.pad_token_id
-        return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                eos_token_id=stops or None,
-                                pad_token_id=pad if pad is not None else (stops[0] if stops else None))
+        return GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            eos_token_id=stops or None,
+            pad_token_id=pad if pad is not None else (stops[0] if stops else None),
+        )
 
 
 def _check_max_new(n: int) -> None:

@@ -69,8 +69,15 @@ class Reranker(Protocol):
 class Pruner(Protocol):
     """Third stage: keeps the useful sentences of the passages within a budget."""
 
-    def prune(self, query: str, docs: Any, *, budget_tokens: int | None = ..., keep_ratio: float | None = ...,
-              neighbours: int = ...) -> PrunedContext: ...
+    def prune(
+        self,
+        query: str,
+        docs: Any,
+        *,
+        budget_tokens: int | None = ...,
+        keep_ratio: float | None = ...,
+        neighbours: int = ...,
+    ) -> PrunedContext: ...
 
 
 class Pipeline:
@@ -80,16 +87,27 @@ class Pipeline:
     ``reorder``: a :class:`~attnrank.rerank.position.SlotProfile`, or True for the generator
     model's registered profile (Attention Basin placement), or False."""
 
-    def __init__(self, retriever: Retriever | None, reranker: Reranker | None = None, pruner: Pruner | None = None,
-                 generator: Generator | None = None, *, depth: int = 20, top_k: int = 5,
-                 budget_tokens: int | None = DEFAULT_BUDGET_TOKENS, neighbours: int = 0,
-                 reorder: SlotProfile | bool = False):
+    def __init__(
+        self,
+        retriever: Retriever | None,
+        reranker: Reranker | None = None,
+        pruner: Pruner | None = None,
+        generator: Generator | None = None,
+        *,
+        depth: int = 20,
+        top_k: int = 5,
+        budget_tokens: int | None = DEFAULT_BUDGET_TOKENS,
+        neighbours: int = 0,
+        reorder: SlotProfile | bool = False,
+    ):
         for name, value in (("depth", depth), ("top_k", top_k)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InputError(f"{name}={value!r} must be an integer >= 1")
         if top_k > depth:
-            raise InputError(f"top_k={top_k} exceeds depth={depth}; the reranker can only keep passages the "
-                             "first stage found: lower top_k or raise depth")
+            raise InputError(
+                f"top_k={top_k} exceeds depth={depth}; the reranker can only keep passages the "
+                "first stage found: lower top_k or raise depth"
+            )
         self.retriever, self.reranker, self.pruner, self.generator = retriever, reranker, pruner, generator
         self.depth, self.top_k = depth, top_k
         self.budget_tokens, self.neighbours = budget_tokens, neighbours
@@ -103,15 +121,27 @@ class Pipeline:
         models = (getattr(stage, "llm", None) for stage in (self.generator, self.reranker, self.pruner))
         llm = next((m for m in models if isinstance(m, LLM)), None)
         if llm is None:
-            raise InputError("reorder=True reads the generator model's registered slot profile, but no stage "
-                             "has a model; pass a SlotProfile or build the pipeline with Pipeline.from_model")
+            raise InputError(
+                "reorder=True reads the generator model's registered slot profile, but no stage "
+                "has a model; pass a SlotProfile or build the pipeline with Pipeline.from_model"
+            )
         return load_profile("auto", llm.model_id, llm.fingerprint, n_slots=self.top_k)
 
     @classmethod
-    def from_model(cls, retriever: Retriever | None, model: str | LLM | None = None, *,
-                   rerank: RerankConfig | str | bool = True, prune: PruneConfig | bool = True,
-                   generate: bool = True, generator_model: str | LLM | None = None, max_new_tokens: int = 64,
-                   dtype: str = "auto", device: str = "cpu", **kw: Any) -> Pipeline:
+    def from_model(
+        cls,
+        retriever: Retriever | None,
+        model: str | LLM | None = None,
+        *,
+        rerank: RerankConfig | str | bool = True,
+        prune: PruneConfig | bool = True,
+        generate: bool = True,
+        generator_model: str | LLM | None = None,
+        max_new_tokens: int = 64,
+        dtype: str = "auto",
+        device: str = "cpu",
+        **kw: Any,
+    ) -> Pipeline:
         """A pipeline whose reranker, pruner and generator share one loaded LLM (``model``).
 
         ``rerank``: a :class:`RerankConfig`, a preset name, True (the default preset) or False;
@@ -123,7 +153,9 @@ class Pipeline:
             llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
         reranker = pruner = generator = None
         if rerank is not False:
-            config = rerank if isinstance(rerank, RerankConfig) else RerankConfig.preset("" if rerank is True else rerank)
+            config = (
+                rerank if isinstance(rerank, RerankConfig) else RerankConfig.preset("" if rerank is True else rerank)
+            )
             reranker = AttentionReranker(llm, config=config)
         if prune is not False:
             pruner = ContextPruner(llm, config=prune if isinstance(prune, PruneConfig) else None)
@@ -132,9 +164,16 @@ class Pipeline:
             generator = Generator(gen_llm, max_new_tokens, dtype=dtype, device=device)
         return cls(retriever, reranker, pruner, generator, **kw)
 
-    def run(self, question: str, candidates: RankedResults | None = None, *, budget_tokens: int | None = None,
-            keep_ratio: float | None = None, stream: StreamCallback | None = None,
-            query_id: str | None = None) -> PipelineResult:
+    def run(
+        self,
+        question: str,
+        candidates: RankedResults | None = None,
+        *,
+        budget_tokens: int | None = None,
+        keep_ratio: float | None = None,
+        stream: StreamCallback | None = None,
+        query_id: str | None = None,
+    ) -> PipelineResult:
         """Run every configured stage for ``question``. ``candidates``: a first-stage list to use
         instead of searching (e.g. a benchmark's fixed candidates). The pruning budget is
         ``budget_tokens``, else ``keep_ratio``, else the pipeline's ``budget_tokens``; ``stream``
@@ -148,8 +187,11 @@ class Pipeline:
                 raise InputError("this pipeline has no retriever; pass candidates= to run()")
             first = self.retriever.search(question, self.depth, query_id=query_id)
         else:
-            first = candidates if isinstance(candidates, RankedResults) else RankedResults(
-                question, list(candidates), query_id, stage="given")
+            first = (
+                candidates
+                if isinstance(candidates, RankedResults)
+                else RankedResults(question, list(candidates), query_id, stage="given")
+            )
         timings["retrieve"] = time.perf_counter() - start
         reranked = None
         top = first.top_k(self.top_k)
@@ -164,8 +206,9 @@ class Pipeline:
             t = time.perf_counter()
             if budget_tokens is None and keep_ratio is None:
                 budget_tokens = self.budget_tokens
-            pruned = self.pruner.prune(question, context, budget_tokens=budget_tokens,
-                                       keep_ratio=keep_ratio, neighbours=self.neighbours)
+            pruned = self.pruner.prune(
+                question, context, budget_tokens=budget_tokens, keep_ratio=keep_ratio, neighbours=self.neighbours
+            )
             context = pruned.documents()
             timings["prune"] = time.perf_counter() - t
         if self.reorder is not None:  # after pruning, which reads the passages best-first

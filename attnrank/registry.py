@@ -139,8 +139,13 @@ def load_head_sets(model_id: str, fingerprint: str, *, root: Path | None = None)
     for source, level, path, doc in _documents(model_id, fingerprint, root):
         for entry in doc.get("sets", []):
             try:
-                hs = HeadSet(model_id=doc["model_id"], fingerprint=doc["fingerprint"], source=source,
-                             path=str(path), **{k: v for k, v in entry.items() if k in _ENTRY_KEYS})
+                hs = HeadSet(
+                    model_id=doc["model_id"],
+                    fingerprint=doc["fingerprint"],
+                    source=source,
+                    path=str(path),
+                    **{k: v for k, v in entry.items() if k in _ENTRY_KEYS},
+                )
                 hs.pairs  # noqa: B018 - validates the head strings
             except (TypeError, KeyError, InputError) as e:
                 logger.warning("skipping a malformed head set in %s: %s", path, e)
@@ -175,22 +180,39 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def _load_user_doc(path: Path, model_id: str, fingerprint: str) -> dict[str, Any]:
     docs = _read_docs(path) if path.is_file() else []
     doc = docs[0] if docs else {}
-    return {"format": FORMAT, "model_id": model_id, "fingerprint": fingerprint,
-            "sets": doc.get("sets", []), "artifacts": doc.get("artifacts", {})}
+    return {
+        "format": FORMAT,
+        "model_id": model_id,
+        "fingerprint": fingerprint,
+        "sets": doc.get("sets", []),
+        "artifacts": doc.get("artifacts", {}),
+    }
 
 
-def save_head_set(model_id: str, fingerprint: str, method: str, heads: Any, *,
-                  name: str | None = None, scores: Any = None, data: str = "",
-                  params: dict[str, Any] | None = None, date: str | None = None,
-                  n_layers: int | None = None, n_heads: int | None = None,
-                  root: Path | None = None) -> Path:
+def save_head_set(
+    model_id: str,
+    fingerprint: str,
+    method: str,
+    heads: Any,
+    *,
+    name: str | None = None,
+    scores: Any = None,
+    data: str = "",
+    params: dict[str, Any] | None = None,
+    date: str | None = None,
+    n_layers: int | None = None,
+    n_heads: int | None = None,
+    root: Path | None = None,
+) -> Path:
     """Add (or replace, by ``name``, default = ``method``) a head set in the user registry.
 
     ``heads``: anything :func:`parse_heads` accepts; ``scores``: optional ``L×H`` array (NaN =
     not measured). Returns the registry file written."""
     if not fingerprint:
-        raise InputError(f"model {model_id!r} has an empty fingerprint; a head set must be keyed "
-                         "by the weights it was detected on (use LLM.fingerprint)")
+        raise InputError(
+            f"model {model_id!r} has an empty fingerprint; a head set must be keyed "
+            "by the weights it was detected on (use LLM.fingerprint)"
+        )
     pairs = parse_heads(heads)
     if not pairs:
         raise InputError(f"no heads to save for {model_id!r} ({method}); pass at least one 'layer-head'")
@@ -198,10 +220,19 @@ def save_head_set(model_id: str, fingerprint: str, method: str, heads: Any, *,
     if scores is not None:
         matrix = [[None if v != v else float(v) for v in row] for row in scores]  # NaN -> null
         n_layers, n_heads = len(matrix), len(matrix[0]) if matrix else 0
-    entry = HeadSet(method=method, heads=format_heads(pairs).split(","), model_id=model_id,
-                    fingerprint=fingerprint, name=name or method, scores=matrix, data=data,
-                    date=date or _dt.datetime.now().isoformat(timespec="seconds"),
-                    params=dict(params or {}), n_layers=n_layers, n_heads=n_heads)
+    entry = HeadSet(
+        method=method,
+        heads=format_heads(pairs).split(","),
+        model_id=model_id,
+        fingerprint=fingerprint,
+        name=name or method,
+        scores=matrix,
+        data=data,
+        date=date or _dt.datetime.now().isoformat(timespec="seconds"),
+        params=dict(params or {}),
+        n_layers=n_layers,
+        n_heads=n_heads,
+    )
     path = _user_file(model_id, fingerprint, root)
     doc = _load_user_doc(path, model_id, fingerprint)
     doc["sets"] = [s for s in doc["sets"] if s.get("name") != entry.name] + [entry.to_json()]
@@ -211,9 +242,11 @@ def save_head_set(model_id: str, fingerprint: str, method: str, heads: Any, *,
 
 
 def _detect_hint(model_id: str) -> str:
-    return (f"detect them with `attnrank heads detect --method qr --model {model_id} "
-            "--dataset scifact --data DIR` (query-focused, QRHead) or `--method copy` "
-            "(Wu et al. copy-paste), or pass explicit heads ('all', 'l-h,l-h' or a JSON file)")
+    return (
+        f"detect them with `attnrank heads detect --method qr --model {model_id} "
+        "--dataset scifact --data DIR` (query-focused, QRHead) or `--method copy` "
+        "(Wu et al. copy-paste), or pass explicit heads ('all', 'l-h,l-h' or a JSON file)"
+    )
 
 
 def resolve_heads(spec: str, llm: Any, *, root: Path | None = None) -> HeadList:
@@ -227,31 +260,39 @@ def resolve_heads(spec: str, llm: Any, *, root: Path | None = None) -> HeadList:
         sets = [s for s in sets if s.method == method.strip()]
     if not sets:
         what = f"{method.strip()!r} head set" if method else "head set"
-        raise InputError(f"heads='{spec}': no {what} is registered for model {llm.model_id!r} "
-                         f"(fingerprint {llm.fingerprint[:12]}) in {root or user_dir()} or the "
-                         f"shipped sets; {_detect_hint(llm.model_id)}")
+        raise InputError(
+            f"heads='{spec}': no {what} is registered for model {llm.model_id!r} "
+            f"(fingerprint {llm.fingerprint[:12]}) in {root or user_dir()} or the "
+            f"shipped sets; {_detect_hint(llm.model_id)}"
+        )
     best = sets[0]
-    logger.info("heads='%s' -> %s set %r of %s (%s, %d heads)", spec, best.source, best.name,
-                llm.model_id, best.method, len(best.heads))
+    logger.info(
+        "heads='%s' -> %s set %r of %s (%s, %d heads)",
+        spec,
+        best.source,
+        best.name,
+        llm.model_id,
+        best.method,
+        len(best.heads),
+    )
     return best.pairs
 
 
-def save_artifact(kind: str, model_id: str, fingerprint: str, payload: dict[str, Any], *,
-                  root: Path | None = None) -> Path:
+def save_artifact(
+    kind: str, model_id: str, fingerprint: str, payload: dict[str, Any], *, root: Path | None = None
+) -> Path:
     """Store a per-model JSON ``payload`` under ``kind`` (e.g. ``"head-weights"``,
     ``"slot-profiles"``) in the user registry, replacing the previous one of that kind."""
     if not kind or not fingerprint:
         raise InputError(f"artifact kind {kind!r} and fingerprint {fingerprint!r} must be non-empty")
     path = _user_file(model_id, fingerprint, root)
     doc = _load_user_doc(path, model_id, fingerprint)
-    doc["artifacts"][kind] = {"date": _dt.datetime.now().isoformat(timespec="seconds"),
-                              "payload": payload}
+    doc["artifacts"][kind] = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "payload": payload}
     _write_json(path, doc)
     return path
 
 
-def load_artifact(kind: str, model_id: str, fingerprint: str, *,
-                  root: Path | None = None) -> dict[str, Any] | None:
+def load_artifact(kind: str, model_id: str, fingerprint: str, *, root: Path | None = None) -> dict[str, Any] | None:
     """The ``kind`` payload registered for this model (user before shipped, exact fingerprint
     before ``"*"``), or None."""
     best = None
@@ -286,6 +327,8 @@ class RegistryArtifact:
         """The object registered for this model (user before shipped, exact fingerprint first)."""
         data = load_artifact(cls.KIND, model_id, fingerprint, root=root)
         if data is None:
-            raise InputError(f"no {cls.LABEL} in the head registry for model {model_id!r} (fingerprint "
-                             f"{fingerprint[:12]}); {cls.HINT}")
+            raise InputError(
+                f"no {cls.LABEL} in the head registry for model {model_id!r} (fingerprint "
+                f"{fingerprint[:12]}); {cls.HINT}"
+            )
         return cls.from_json(data)  # type: ignore[attr-defined]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from .errors import InputError
 
@@ -135,8 +136,14 @@ def rank_documents(
             ev.update(evidence[i])
         out.append(
             ScoredDocument(
-                id=d.id, score=float(s), rank=i + 1, text=d.text, title=d.title,
-                stage_scores={**prev, stage: float(s)}, evidence=ev, metadata=d.metadata,
+                id=d.id,
+                score=float(s),
+                rank=i + 1,
+                text=d.text,
+                title=d.title,
+                stage_scores={**prev, stage: float(s)},
+                evidence=ev,
+                metadata=d.metadata,
             )
         )
     return RankedResults(query=query, results=out, query_id=query_id, stage=stage)

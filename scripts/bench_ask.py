@@ -65,7 +65,9 @@ STAGES = ("retrieve", "rerank", "prune", "generate")
 
 
 # -- data and first stage ---------------------------------------------------------------------------
-def load_questions(root: Path, n: int | None, include_unlabelled: bool, skip: int = 0) -> tuple[list[dict], list[Document]]:
+def load_questions(
+    root: Path, n: int | None, include_unlabelled: bool, skip: int = 0
+) -> tuple[list[dict], list[Document]]:
     """Evaluated questions (sentence-labelled first, the first ``skip`` left out) and a pool of
     paragraphs from the others."""
     rows = hotpotqa_rows(root)
@@ -84,10 +86,22 @@ def load_questions(root: Path, n: int | None, include_unlabelled: bool, skip: in
             sents[d.id] = s
             if p["is_supporting"]:
                 support.add(d.id)
-        out.append({"id": r["id"], "question": r["question"], "answers": r["answers"], "docs": docs,
-                    "sentences": sents, "support": support})
-    pool = [Document(f"{r['id']}_{p['pid']}", p["text"], p["title"]) for r in rows if r["id"] not in ids
-            for p in r["paragraphs"]]
+        out.append(
+            {
+                "id": r["id"],
+                "question": r["question"],
+                "answers": r["answers"],
+                "docs": docs,
+                "sentences": sents,
+                "support": support,
+            }
+        )
+    pool = [
+        Document(f"{r['id']}_{p['pid']}", p["text"], p["title"])
+        for r in rows
+        if r["id"] not in ids
+        for p in r["paragraphs"]
+    ]
     return out, pool
 
 
@@ -102,9 +116,15 @@ class QuestionBM25:
 
         scores = BM25Index().index([d.full_text for d in self.docs]).get_scores(query)
         idx, vals = top_k(scores, k)
-        return RankedResults(query, [ScoredDocument(self.docs[i].id, float(s), r, self.docs[i].text, self.docs[i].title,
-                                                    {"bm25": float(s)}) for r, (i, s) in enumerate(zip(idx, vals), 1)],
-                             query_id, stage="bm25")
+        return RankedResults(
+            query,
+            [
+                ScoredDocument(self.docs[i].id, float(s), r, self.docs[i].text, self.docs[i].title, {"bm25": float(s)})
+                for r, (i, s) in enumerate(zip(idx, vals), 1)
+            ],
+            query_id,
+            stage="bm25",
+        )
 
 
 # -- slot profile ---------------------------------------------------------------------------------
@@ -117,12 +137,14 @@ def slot_profile(reranker, pool: list[Document], k: int, trials: int, ship: bool
         p = load_stored_profile(llm.model_id, llm.fingerprint, n_slots=k)
         if p.n_slots == k:
             return p, f"registered profile (n_slots={p.n_slots}, {p.n_trials} trials, measured {p.date})"
-    except Exception as e:  # noqa: BLE001 - none registered: measure it
+    except Exception as e:
         log.info("no registered slot profile: %s", e)
     t = time.perf_counter()
     p = measure_slot_profile(reranker, pool, n_slots=k, n_trials=trials, seed=0)
-    note = (f"no registered {k}-slot profile for this model: measured here with measure_slot_profile "
-            f"(n_slots={k}, {trials} trials, paragraphs of non-evaluated questions, {time.perf_counter() - t:.0f} s)")
+    note = (
+        f"no registered {k}-slot profile for this model: measured here with measure_slot_profile "
+        f"(n_slots={k}, {trials} trials, paragraphs of non-evaluated questions, {time.perf_counter() - t:.0f} s)"
+    )
     if ship:
         store_profile(p, root=REPO / "attnrank" / "heads" / "data")
         note += "; registered in attnrank/heads/data"
@@ -133,8 +155,19 @@ def cache_file(args, llm, profile, qid: str) -> Path | None:
     """Per-question result file, keyed by the model and every argument that changes answers."""
     if not args.cache_dir:
         return None
-    key = json.dumps([llm.fingerprint, args.heads, args.rerank_k, args.prune_ratio, args.pipeline_budget,
-                      args.max_new_tokens, args.prune_method, profile.mean_score], sort_keys=True)
+    key = json.dumps(
+        [
+            llm.fingerprint,
+            args.heads,
+            args.rerank_k,
+            args.prune_ratio,
+            args.pipeline_budget,
+            args.max_new_tokens,
+            args.prune_method,
+            profile.mean_score,
+        ],
+        sort_keys=True,
+    )
     tag = hashlib.sha256(key.encode()).hexdigest()[:12]
     return Path(args.cache_dir) / f"ask_{llm.fingerprint[:12]}_{tag}" / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
 
@@ -149,10 +182,15 @@ def run_question(q: dict, pipe, gen, pruner, profile, args) -> dict:
 
     def record(arm: str, answer, context: list, timings: dict) -> None:
         ids = [d.id for d in context]
-        arms[arm] = {"answer": answer.text, **answer_metrics(answer.text, golds),
-                     "prompt_tokens": answer.prompt_tokens, "generated_tokens": answer.tokens,
-                     "support_in_context": len(q["support"] & set(ids)) / max(len(q["support"]), 1),
-                     "context_ids": ids, "timings": timings}
+        arms[arm] = {
+            "answer": answer.text,
+            **answer_metrics(answer.text, golds),
+            "prompt_tokens": answer.prompt_tokens,
+            "generated_tokens": answer.tokens,
+            "support_in_context": len(q["support"] & set(ids)) / max(len(q["support"]), 1),
+            "context_ids": ids,
+            "timings": timings,
+        }
 
     t = time.perf_counter()
     first = retriever.search(question, len(q["docs"]))
@@ -174,35 +212,57 @@ def run_question(q: dict, pipe, gen, pruner, profile, args) -> dict:
     t = time.perf_counter()
     a = gen.answer(question, ctx)
     record("pruned", a, ctx, {"retrieve": t_retrieve, "prune": t_prune, "generate": time.perf_counter() - t})
-    arms["pruned"].update(sentence_tokens=pruned.original_tokens, kept_tokens=pruned.kept_tokens,
-                          compression=pruned.compression)
+    arms["pruned"].update(
+        sentence_tokens=pruned.original_tokens, kept_tokens=pruned.kept_tokens, compression=pruned.compression
+    )
 
     res = pipe.run(question, retriever.search(question, pipe.depth))
     record("pipeline", res.answer, res.context, {k: v for k, v in res.timings.items() if k != "total"})
-    arms["pipeline"].update(sentence_tokens=res.pruned.original_tokens, kept_tokens=res.pruned.kept_tokens,
-                            compression=res.pruned.compression)
+    arms["pipeline"].update(
+        sentence_tokens=res.pruned.original_tokens,
+        kept_tokens=res.pruned.kept_tokens,
+        compression=res.pruned.compression,
+    )
 
     rank = {d.id: i for i, d in enumerate(first.results)}
     best_first = res.reranked.documents()  # the pipeline's reranked top-k, best first
     in_first = sorted(best_first, key=lambda d: rank[d.id])
     t = time.perf_counter()
     a = gen.answer(question, in_first)
-    record("topk-first-stage", a, in_first, {"retrieve": res.timings["retrieve"], "rerank": res.timings["rerank"],
-                                             "generate": time.perf_counter() - t})
+    record(
+        "topk-first-stage",
+        a,
+        in_first,
+        {"retrieve": res.timings["retrieve"], "rerank": res.timings["rerank"], "generate": time.perf_counter() - t},
+    )
     t = time.perf_counter()
     reordered = reorder_for_generation(best_first, profile)
     t_reorder = time.perf_counter() - t
     t = time.perf_counter()
     a = gen.answer(question, reordered)
-    record("topk-reordered", a, reordered, {"retrieve": res.timings["retrieve"],
-                                            "rerank": res.timings["rerank"] + t_reorder,
-                                            "generate": time.perf_counter() - t})
+    record(
+        "topk-reordered",
+        a,
+        reordered,
+        {
+            "retrieve": res.timings["retrieve"],
+            "rerank": res.timings["rerank"] + t_reorder,
+            "generate": time.perf_counter() - t,
+        },
+    )
     base = arms["none"]["prompt_tokens"]
     for arm in arms.values():
         arm["context_tokens"] = arm["prompt_tokens"] - base
         arm["timings"]["total"] = sum(arm["timings"].values())
-    return {"id": q["id"], "question": question, "answers": golds, "first_stage": [d.id for d in full],
-            "support": sorted(q["support"]), "reranked": [d.id for d in best_first], "arms": arms}
+    return {
+        "id": q["id"],
+        "question": question,
+        "answers": golds,
+        "first_stage": [d.id for d in full],
+        "support": sorted(q["support"]),
+        "reranked": [d.id for d in best_first],
+        "arms": arms,
+    }
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -210,11 +270,15 @@ def summarise(results: list[dict]) -> tuple[list[dict], list[dict]]:
     quality, latency = [], []
     for arm in ARMS:
         xs = [r["arms"][arm] for r in results]
-        row = {"context": arm, "EM": float(np.mean([x["em"] for x in xs])), "F1": float(np.mean([x["f1"] for x in xs])),
-               "contains gold": float(np.mean([x["contains"] for x in xs])),
-               "context tokens": float(np.mean([x["context_tokens"] for x in xs])),
-               "support in context": float(np.mean([x["support_in_context"] for x in xs])),
-               "answer tokens": float(np.mean([x["generated_tokens"] for x in xs]))}
+        row = {
+            "context": arm,
+            "EM": float(np.mean([x["em"] for x in xs])),
+            "F1": float(np.mean([x["f1"] for x in xs])),
+            "contains gold": float(np.mean([x["contains"] for x in xs])),
+            "context tokens": float(np.mean([x["context_tokens"] for x in xs])),
+            "support in context": float(np.mean([x["support_in_context"] for x in xs])),
+            "answer tokens": float(np.mean([x["generated_tokens"] for x in xs])),
+        }
         full = [r["arms"]["full"]["context_tokens"] for r in results]
         row["tokens saved vs full"] = float(1 - np.sum([x["context_tokens"] for x in xs]) / max(np.sum(full), 1))
         quality.append(row)
@@ -229,38 +293,69 @@ def summarise(results: list[dict]) -> tuple[list[dict], list[dict]]:
 
 
 def markdown(quality, latency, results, args, env, profile_note, model) -> str:
-    qfmt = {"EM": ".3f", "F1": ".3f", "contains gold": ".3f", "context tokens": ".0f", "support in context": ".3f",
-            "answer tokens": ".1f", "tokens saved vs full": ".1%"}
+    qfmt = {
+        "EM": ".3f",
+        "F1": ".3f",
+        "contains gold": ".3f",
+        "context tokens": ".0f",
+        "support in context": ".3f",
+        "answer tokens": ".1f",
+        "tokens saved vs full": ".1%",
+    }
     lcols = ["context", "total s"] + [f"{s} s" for s in STAGES] + [f"{s} %" for s in STAGES]
     lfmt = {c: ".2f" for c in lcols if c.endswith(" s")} | {c: ".0f" for c in lcols if c.endswith(" %")}
     f1 = {r["context"]: r["F1"] for r in quality}
     paired = [r["arms"]["topk-reordered"]["f1"] - r["arms"]["topk-first-stage"]["f1"] for r in results]
     same = sum(r["arms"]["topk-reordered"]["context_ids"] == r["reranked"] for r in results)
-    same_first = sum(r["arms"]["topk-reordered"]["context_ids"] == r["arms"]["topk-first-stage"]["context_ids"]
-                     for r in results)
-    out = ["# Answering: no / full / pruned / reranked / reordered context (HotpotQA distractor dev)", "",
-           f"{len(results)} questions (dev file order, sentence-labelled first, first {args.skip} skipped); model {model}, greedy, max_new_tokens={args.max_new_tokens}; first stage BM25 "
-           f"over each question's paragraphs; pruned = ContextPruner method '{args.prune_method}' at keep_ratio={args.prune_ratio} of the "
-           f"full context (dataset sentences); pipeline = BM25 → attention rerank top-{args.rerank_k} → prune to "
-           f"{args.pipeline_budget} tokens (automatic sentence split) → generate; top-k arms = the pipeline's "
-           f"reranked top-{args.rerank_k}, unpruned. EM/F1: HotpotQA official normalisation. Context tokens = "
-           "prompt tokens − the no-context prompt's. A 135M model answers poorly: read the relative changes.", "",
-           md_table(quality, ["context", "EM", "F1", "contains gold", "context tokens", "tokens saved vs full",
-                              "support in context", "answer tokens"], qfmt), "",
-           f"Pruned vs full F1: {f1['pruned'] - f1['full']:+.3f}; reordered vs first-stage order F1 (same passages): "
-           f"{np.mean(paired):+.3f} (changed on {sum(1 for p in paired if p)} of {len(paired)} questions).", "",
-           f"Slot profile: {profile_note}; curve at k={args.rerank_k} (slot 0 = first in the prompt): "
-           f"{[round(float(x), 4) for x in args.profile_curve]}. The reordered list equals the reranked best-first "
-           f"order on {same} of {len(results)} questions and the first-stage order of the same passages on "
-           f"{same_first} (they can coincide).", "",
-           "## Latency per question (s, mean) and stage shares", "",
-           "Each arm's end-to-end time is the sum of the stages it uses (retrieve = BM25 over the question's "
-           "paragraphs; the top-k arms reuse the pipeline's rerank); `pipeline` is attnrank.Pipeline's own timing. "
-           f"Threads: {env['threads']} of {env['cpus']} CPUs.", "",
-           md_table(latency, lcols, lfmt), "",
-           f"Environment: {json.dumps(env)}; wall time {args.wall:.0f} s "
-           f"({args.wall / max(len(results), 1):.1f} s/question "
-           "including model loads).", ""]
+    same_first = sum(
+        r["arms"]["topk-reordered"]["context_ids"] == r["arms"]["topk-first-stage"]["context_ids"] for r in results
+    )
+    out = [
+        "# Answering: no / full / pruned / reranked / reordered context (HotpotQA distractor dev)",
+        "",
+        f"{len(results)} questions (dev file order, sentence-labelled first, first {args.skip} skipped); model {model}, greedy, max_new_tokens={args.max_new_tokens}; first stage BM25 "
+        f"over each question's paragraphs; pruned = ContextPruner method '{args.prune_method}' at keep_ratio={args.prune_ratio} of the "
+        f"full context (dataset sentences); pipeline = BM25 → attention rerank top-{args.rerank_k} → prune to "
+        f"{args.pipeline_budget} tokens (automatic sentence split) → generate; top-k arms = the pipeline's "
+        f"reranked top-{args.rerank_k}, unpruned. EM/F1: HotpotQA official normalisation. Context tokens = "
+        "prompt tokens − the no-context prompt's. A 135M model answers poorly: read the relative changes.",
+        "",
+        md_table(
+            quality,
+            [
+                "context",
+                "EM",
+                "F1",
+                "contains gold",
+                "context tokens",
+                "tokens saved vs full",
+                "support in context",
+                "answer tokens",
+            ],
+            qfmt,
+        ),
+        "",
+        f"Pruned vs full F1: {f1['pruned'] - f1['full']:+.3f}; reordered vs first-stage order F1 (same passages): "
+        f"{np.mean(paired):+.3f} (changed on {sum(1 for p in paired if p)} of {len(paired)} questions).",
+        "",
+        f"Slot profile: {profile_note}; curve at k={args.rerank_k} (slot 0 = first in the prompt): "
+        f"{[round(float(x), 4) for x in args.profile_curve]}. The reordered list equals the reranked best-first "
+        f"order on {same} of {len(results)} questions and the first-stage order of the same passages on "
+        f"{same_first} (they can coincide).",
+        "",
+        "## Latency per question (s, mean) and stage shares",
+        "",
+        "Each arm's end-to-end time is the sum of the stages it uses (retrieve = BM25 over the question's "
+        "paragraphs; the top-k arms reuse the pipeline's rerank); `pipeline` is attnrank.Pipeline's own timing. "
+        f"Threads: {env['threads']} of {env['cpus']} CPUs.",
+        "",
+        md_table(latency, lcols, lfmt),
+        "",
+        f"Environment: {json.dumps(env)}; wall time {args.wall:.0f} s "
+        f"({args.wall / max(len(results), 1):.1f} s/question "
+        "including model loads).",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -269,8 +364,12 @@ def main() -> None:
     ap.add_argument("--data", default=None)
     ap.add_argument("--questions", type=int, default=0, help="first N sentence-labelled questions (0 = all 83)")
     ap.add_argument("--include-unlabelled", action="store_true", help="continue with the 317 paragraph-level questions")
-    ap.add_argument("--skip", type=int, default=0, help="leave out the first N questions (e.g. 83: the probe's training "
-                    "questions, with --include-unlabelled)")
+    ap.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        help="leave out the first N questions (e.g. 83: the probe's training questions, with --include-unlabelled)",
+    )
     ap.add_argument("--heads", default=None, help="reranker/pruner heads: 'all' (default), 'l-h,...' or a JSON file")
     ap.add_argument("--rerank-k", type=int, default=5)
     ap.add_argument("--prune-ratio", type=float, default=0.25)
@@ -294,13 +393,17 @@ def main() -> None:
     from attnrank.rerank.attention import AttentionReranker
 
     args.pipeline_budget = args.pipeline_budget or DEFAULT_BUDGET_TOKENS
-    questions, pool = load_questions(data_root(args.data, default=REPO.parent / "shared" / "data"), args.questions or None, args.include_unlabelled, args.skip)
+    questions, pool = load_questions(
+        data_root(args.data, default=REPO.parent / "shared" / "data"),
+        args.questions or None,
+        args.include_unlabelled,
+        args.skip,
+    )
     llm = load_llm(None)
     reranker = AttentionReranker(llm, args.heads)
     pruner = ContextPruner(llm, args.heads, method=args.prune_method)
     gen = Generator(llm, args.max_new_tokens)
-    pipe = Pipeline(None, reranker, pruner, gen, depth=10, top_k=args.rerank_k,
-                    budget_tokens=args.pipeline_budget)
+    pipe = Pipeline(None, reranker, pruner, gen, depth=10, top_k=args.rerank_k, budget_tokens=args.pipeline_budget)
     profile, profile_note = slot_profile(reranker, pool, args.rerank_k, args.profile_trials, args.ship)
     args.profile_curve = profile.curve(args.rerank_k).tolist()
     log.info("slot profile: %s; curve %s", profile_note, np.round(args.profile_curve, 5).tolist())
@@ -321,10 +424,22 @@ def main() -> None:
     args.wall = time.perf_counter() - start
     env = environment()
     model = f"{llm.model_id} ({llm.fingerprint[:12]})"
-    payload = {"environment": env, "model": model, "heads": args.heads or "all", "args": dict(vars(args)),
-               "slot_profile": {"note": profile_note, "n_slots": profile.n_slots, "mean_score": profile.mean_score,
-                                "std": profile.std, "n_trials": profile.n_trials},
-               "quality": quality, "latency": latency, "per_question": results}
+    payload = {
+        "environment": env,
+        "model": model,
+        "heads": args.heads or "all",
+        "args": dict(vars(args)),
+        "slot_profile": {
+            "note": profile_note,
+            "n_slots": profile.n_slots,
+            "mean_score": profile.mean_score,
+            "std": profile.std,
+            "n_trials": profile.n_trials,
+        },
+        "quality": quality,
+        "latency": latency,
+        "per_question": results,
+    }
     md = markdown(quality, latency, results, args, env, profile_note, model)
     write_outputs("ask", payload, md, Path(args.out_dir))
     print(md)

@@ -60,21 +60,46 @@ def evaluate_scores(cands, qids, scorer, ds) -> dict:
 
 def qr_detect(cap, cands, ds, qids, rr):
     items = [(q, cap[q]["windows"], [d.id for d in cands[q]]) for q in qids]
-    return query_focused_scores(items, ds.qrels, rr.head_list, rr.llm.num_layers, rr.llm.num_heads, rel=ds.rel,
-                                data=ds.name, model_id=rr.llm.model_id, fingerprint=rr.llm.fingerprint)
+    return query_focused_scores(
+        items,
+        ds.qrels,
+        rr.head_list,
+        rr.llm.num_layers,
+        rr.llm.num_heads,
+        rel=ds.rel,
+        data=ds.name,
+        model_id=rr.llm.model_id,
+        fingerprint=rr.llm.fingerprint,
+    )
 
 
 def features(setups, caps, rr, signals) -> dict:
     """``{setting: {qid: QueryFeatures}}``: all heads' passage scores, first-stage rank, the BM25
     and dense stage scores, labels."""
-    return {name: {q: query_features(q, caps[name][q]["windows"], [d.id for d in cands[q]], rr.head_list, ds.qrels,
-                                     rel=ds.rel, group=name, first_stage=list(first_stage_run({q: cands[q]})[q].values()),
-                                     stages=signals[name][q])
-                   for q in sorted(cands)} for name, ds, cands in setups}
+    return {
+        name: {
+            q: query_features(
+                q,
+                caps[name][q]["windows"],
+                [d.id for d in cands[q]],
+                rr.head_list,
+                ds.qrels,
+                rel=ds.rel,
+                group=name,
+                first_stage=list(first_stage_run({q: cands[q]})[q].values()),
+                stages=signals[name][q],
+            )
+            for q in sorted(cands)
+        }
+        for name, ds, cands in setups
+    }
 
 
-FIRST_STAGES = {"BM25 scores": lambda f: f.stages["bm25"], "dense (MiniLM) scores": lambda f: f.stages["dense"],
-                "RRF of BM25 and dense": lambda f: rrf_order(f.stages["bm25"], f.stages["dense"])}
+FIRST_STAGES = {
+    "BM25 scores": lambda f: f.stages["bm25"],
+    "dense (MiniLM) scores": lambda f: f.stages["dense"],
+    "RRF of BM25 and dense": lambda f: rrf_order(f.stages["bm25"], f.stages["dense"]),
+}
 
 
 def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
@@ -90,50 +115,82 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
     for f, split in enumerate(kfold_splits(qids, args.folds, seed=0)):  # the package's k-fold split
         train, test = split.train, split.test
         det = qr_detect(cap, cands, ds, train, rr)
-        add("first stage", evaluate_scores(cands, test, lambda q: first_stage_run({q: cands[q]})[q].values(), ds), len(test))
+        add(
+            "first stage",
+            evaluate_scores(cands, test, lambda q: first_stage_run({q: cands[q]})[q].values(), ds),
+            len(test),
+        )
         for label, fn in FIRST_STAGES.items():  # every first-stage signal over the same candidates
-            add(f"first stage: {label}", evaluate_scores(cands, test, lambda q: np.nan_to_num(fn(feats[q]), nan=-1e9), ds),
-                len(test))
-        add("all heads (ICR)", evaluate_scores(cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q])), ds), len(test))
+            add(
+                f"first stage: {label}",
+                evaluate_scores(cands, test, lambda q: np.nan_to_num(fn(feats[q]), nan=-1e9), ds),
+                len(test),
+            )
+        add(
+            "all heads (ICR)",
+            evaluate_scores(cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q])), ds),
+            len(test),
+        )
         for method in ("qr-ndcg", "qr-score"):
             for n in (8, 16, 32):
                 idx = [index[h] for h in det[method].top(n)]
-                add(f"top-{n} {method}", evaluate_scores(
-                    cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q]), idx), ds), len(test))
+                add(
+                    f"top-{n} {method}",
+                    evaluate_scores(cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q]), idx), ds),
+                    len(test),
+                )
         for n in (8, 16, 32):
             draws = []
             for seed in range(args.random_draws):
                 idx = random.Random(seed).sample(range(len(rr.head_list)), n)
-                draws.append(evaluate_scores(cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q]), idx), ds))
-            add(f"random {n} heads (mean of {args.random_draws})",
-                {m: float(np.mean([d[m] for d in draws])) for m in draws[0]}, len(test))
+                draws.append(
+                    evaluate_scores(cands, test, lambda q: icr_scores(cap[q]["windows"], len(cands[q]), idx), ds)
+                )
+            add(
+                f"random {n} heads (mean of {args.random_draws})",
+                {m: float(np.mean([d[m] for d in draws])) for m in draws[0]},
+                len(test),
+            )
         top32 = det["qr-ndcg"].top(32)
         sub = {q: restrict_heads(feats[q], top32) for q in qids}
 
         def variant(label, fq, stages=(), *, extra=(), first_stage=False, l2=args.l2, kind="pointwise"):
             return label, fq, list(extra), first_stage, l2, stages, kind
 
-        variants = (variant("learned weighting (logistic, all heads)", feats),
-                    variant("learned + first-stage rank", feats, first_stage=True),
-                    variant("learned + first-stage rank, also trained on the other datasets", feats, extra=others,
-                            first_stage=True),
-                    variant("learned, top-32 qr-ndcg heads of the training folds, l2=1", sub, l2=1.0),
-                    variant("learned, top-32 qr-ndcg heads of the training folds, l2=10", sub, l2=10.0),
-                    variant("learned + dense score (stages=['dense'])", feats, ("dense",)),
-                    variant("learned + dense and BM25 scores", feats, ("dense", "bm25")),
-                    variant("learned, top-32 of the training folds + dense score", sub, ("dense",)),
-                    variant("learned, top-32 of the training folds + dense score, l2=1", sub, ("dense",), l2=1.0),
-                    variant("learned pairwise (RankNet), top-32 of the training folds + dense score", sub, ("dense",),
-                            kind="pairwise"),
-                    variant("learned pairwise (RankNet), all heads + dense score", feats, ("dense",), kind="pairwise"))
+        variants = (
+            variant("learned weighting (logistic, all heads)", feats),
+            variant("learned + first-stage rank", feats, first_stage=True),
+            variant(
+                "learned + first-stage rank, also trained on the other datasets", feats, extra=others, first_stage=True
+            ),
+            variant("learned, top-32 qr-ndcg heads of the training folds, l2=1", sub, l2=1.0),
+            variant("learned, top-32 qr-ndcg heads of the training folds, l2=10", sub, l2=10.0),
+            variant("learned + dense score (stages=['dense'])", feats, ("dense",)),
+            variant("learned + dense and BM25 scores", feats, ("dense", "bm25")),
+            variant("learned, top-32 of the training folds + dense score", sub, ("dense",)),
+            variant("learned, top-32 of the training folds + dense score, l2=1", sub, ("dense",), l2=1.0),
+            variant(
+                "learned pairwise (RankNet), top-32 of the training folds + dense score",
+                sub,
+                ("dense",),
+                kind="pairwise",
+            ),
+            variant("learned pairwise (RankNet), all heads + dense score", feats, ("dense",), kind="pairwise"),
+        )
         for label, fq, extra, fs, l2, stages, kind in variants:
             try:
                 extra = [restrict_heads(x, fq[train[0]].heads) for x in extra]
-                model = train_head_weights([fq[q] for q in train] + extra, model=kind, l2=l2, rel=ds.rel,
-                                           first_stage=fs, stages=stages)
-                add(label, evaluate_scores(cands, test, lambda q: model.score_features(
-                    fq[q].features, fq[q].first_stage, fq[q].stages), ds), len(test))
-            except Exception as e:  # noqa: BLE001 - e.g. a fold without relevant candidates
+                model = train_head_weights(
+                    [fq[q] for q in train] + extra, model=kind, l2=l2, rel=ds.rel, first_stage=fs, stages=stages
+                )
+                add(
+                    label,
+                    evaluate_scores(
+                        cands, test, lambda q: model.score_features(fq[q].features, fq[q].first_stage, fq[q].stages), ds
+                    ),
+                    len(test),
+                )
+            except Exception as e:
                 log.warning("%s fold %d: %s not trained (%s)", name, f, label, e)
     return [{"setting": name, "method": label, **pool(fold_rows, n="n")} for label, fold_rows in rows.items()]
 
@@ -147,9 +204,18 @@ def targets(held: list[dict]) -> list[dict]:
         best = max((m for m in rows if m.startswith("first stage")), key=rows.get)
         att = rows["learned weighting (logistic, all heads)"]
         top = max((m for m in rows if m.startswith("learned")), key=rows.get)
-        out.append({"setting": name, "best first stage": best, "first stage nDCG@10": rows[best],
-                    "learned, all heads": att, "best learned variant": top, "its nDCG@10": rows[top],
-                    "Δ all heads": 100 * (att - rows[best]), "Δ best variant": 100 * (rows[top] - rows[best])})
+        out.append(
+            {
+                "setting": name,
+                "best first stage": best,
+                "first stage nDCG@10": rows[best],
+                "learned, all heads": att,
+                "best learned variant": top,
+                "its nDCG@10": rows[top],
+                "Δ all heads": 100 * (att - rows[best]),
+                "Δ best variant": 100 * (rows[top] - rows[best]),
+            }
+        )
     return out
 
 
@@ -163,17 +229,26 @@ def cross_dataset(setups, feats, args) -> list[dict]:
         test = {f.qid: f for f in split.test}
         for fs in (False, True):
             model = train_head_weights(split.train, model="pointwise", l2=args.l2, first_stage=fs)
-            out.append({"setting": name, "method": "learned weighting, trained on the other datasets"
-                        + (" (+ first-stage rank)" if fs else ""), **evaluate_scores(
-                            cands, list(test), lambda q: model.score_features(test[q].features, test[q].first_stage), ds)})
+            out.append(
+                {
+                    "setting": name,
+                    "method": "learned weighting, trained on the other datasets"
+                    + (" (+ first-stage rank)" if fs else ""),
+                    **evaluate_scores(
+                        cands, list(test), lambda q: model.score_features(test[q].features, test[q].first_stage), ds
+                    ),
+                }
+            )
     return out
 
 
 def latency(rr_all, head_sets, setups, n=5) -> list[dict]:
     """Seconds per query (first ``n`` DL19 queries, same run) with all heads and each head set."""
     name, ds, cands = setups[0]
-    runs = [("all heads", rr_all)] + [(f"{len(h)} {label} (deepest layer {max(l for l, _ in h)})",
-                                       AttentionReranker(rr_all.llm, h)) for label, h in head_sets]
+    runs = [("all heads", rr_all)] + [
+        (f"{len(h)} {label} (deepest layer {max(l for l, _ in h)})", AttentionReranker(rr_all.llm, h))
+        for label, h in head_sets
+    ]
     rows = []
     for label, r in runs:
         qs = list(cands)[:n]
@@ -199,9 +274,13 @@ def main() -> None:
     ap.add_argument("--ship", action="store_true")
     ap.add_argument("--capture-only", action="store_true", help="fill the row cache and stop")
     ap.add_argument("--ship-first-stage", action="store_true", help="shipped weights use the first-stage rank too")
-    ap.add_argument("--ship-heads", choices=["all", "top32"], default="top32",
-                    help="heads of the shipped learned weights: the pooled qr-ndcg top-32 (default; faster, "
-                         "better held-out on SciFact and DL19) or all")
+    ap.add_argument(
+        "--ship-heads",
+        choices=["all", "top32"],
+        default="top32",
+        help="heads of the shipped learned weights: the pooled qr-ndcg top-32 (default; faster, "
+        "better held-out on SciFact and DL19) or all",
+    )
     ap.add_argument("--latency-queries", type=int, default=5, help="DL19 queries timed per head set (0: skip)")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()
@@ -209,7 +288,10 @@ def main() -> None:
     set_torch_threads()
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
     rr = AttentionReranker(config="icr")  # every head: the captured rows serve all variants
-    setups = dl19_sets(root, [20]) + [scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX), hotpot_set(root, args.hotpot_questions)]
+    setups = dl19_sets(root, [20]) + [
+        scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX),
+        hotpot_set(root, args.hotpot_questions),
+    ]
     caps = {name: capture_all(rr, name, ds.queries, cands, CACHE) for name, ds, cands in setups}
     if args.capture_only:
         return
@@ -217,41 +299,88 @@ def main() -> None:
 
     # detection on all the dev data of each dataset, and pooled
     full = {name: qr_detect(caps[name], cands, ds, sorted(cands), rr) for name, ds, cands in setups}
-    copy = None if args.skip_copy else detect_copy_heads(
-        rr.llm, data=root / "niah", lengths=[int(x) for x in args.copy_lengths.split(",")],
-        depths=[float(x) for x in args.copy_depths.split(",")])
+    copy = (
+        None
+        if args.skip_copy
+        else detect_copy_heads(
+            rr.llm,
+            data=root / "niah",
+            lengths=[int(x) for x in args.copy_lengths.split(",")],
+            depths=[float(x) for x in args.copy_depths.split(",")],
+        )
+    )
     pooled = np.nanmean([full[n]["qr-ndcg"].scores for n in full], axis=0)
     pooled_top = [(int(i // H), int(i % H)) for i in np.argsort(-pooled, axis=None)[:16]]
     det_rows = []
     for name in full:
         for method, hs in full[name].items():
-            det_rows.append({"data": name, "method": method, "top-16": ",".join(f"{l}-{h}" for l, h in hs.top(16)),
-                             "seconds": hs.seconds})
+            det_rows.append(
+                {
+                    "data": name,
+                    "method": method,
+                    "top-16": ",".join(f"{l}-{h}" for l, h in hs.top(16)),
+                    "seconds": hs.seconds,
+                }
+            )
     copy_info = {}
     if copy is not None:
         above = copy.above(0.1)
         qr16 = set(pooled_top)
-        copy_info = {"accepted trials": f"{copy.n_used}/{copy.n_total}", "seconds": copy.seconds, "note": copy.note,
-                     "heads > 0.1": len(above), "share > 0.1": len(above) / (L * H),
-                     "top-16": ",".join(f"{l}-{h}" for l, h in copy.top(16)),
-                     "overlap of copy top-16 with pooled qr-ndcg top-16": len(set(copy.top(16)) & qr16),
-                     "trials": copy.trials}
+        copy_info = {
+            "accepted trials": f"{copy.n_used}/{copy.n_total}",
+            "seconds": copy.seconds,
+            "note": copy.note,
+            "heads > 0.1": len(above),
+            "share > 0.1": len(above) / (L * H),
+            "top-16": ",".join(f"{l}-{h}" for l, h in copy.top(16)),
+            "overlap of copy top-16 with pooled qr-ndcg top-16": len(set(copy.top(16)) & qr16),
+            "trials": copy.trials,
+        }
     signals = {name: stage_signals(root, name, ds, cands, CACHE, SCIFACT_INDEX) for name, ds, cands in setups}
     feats = features(setups, caps, rr, signals)
-    held = [r for name, ds, cands in setups for r in heldout(
-        name, ds, cands, caps[name], rr, args, feats[name],
-        [f for n, fq in feats.items() if n != name for f in fq.values()])]
+    held = [
+        r
+        for name, ds, cands in setups
+        for r in heldout(
+            name,
+            ds,
+            cands,
+            caps[name],
+            rr,
+            args,
+            feats[name],
+            [f for n, fq in feats.items() if n != name for f in fq.values()],
+        )
+    ]
     cross = cross_dataset(setups, feats, args)
     pooled32 = [(int(i // H), int(i % H)) for i in np.argsort(-pooled, axis=None)[:32]]
-    lat = latency(rr, [("selected heads (pooled qr-ndcg)", pooled_top),
-                       ("pooled qr-ndcg top-32 heads (--ship-heads top32)", pooled32)], setups,
-                  args.latency_queries) if args.latency_queries else []
+    lat = (
+        latency(
+            rr,
+            [
+                ("selected heads (pooled qr-ndcg)", pooled_top),
+                ("pooled qr-ndcg top-32 heads (--ship-heads top32)", pooled32),
+            ],
+            setups,
+            args.latency_queries,
+        )
+        if args.latency_queries
+        else []
+    )
     if args.ship:
         ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args)
     env = environment()
-    payload = {"environment": env, "targets": targets(held), "detection": det_rows, "copy": copy_info, "heldout": held, "cross_dataset": cross,
-               "latency": lat, "pooled_qr_ndcg_top16": [list(h) for h in pooled_top],
-               "qr_ndcg_matrix_pooled": np.round(pooled, 4).tolist()}
+    payload = {
+        "environment": env,
+        "targets": targets(held),
+        "detection": det_rows,
+        "copy": copy_info,
+        "heldout": held,
+        "cross_dataset": cross,
+        "latency": lat,
+        "pooled_qr_ndcg_top16": [list(h) for h in pooled_top],
+        "qr_ndcg_matrix_pooled": np.round(pooled, 4).tolist(),
+    }
     md = markdown(payload, args)
     write_outputs("heads", payload, md, Path(args.out) if args.out else OUT)
     print(md)
@@ -261,8 +390,17 @@ def ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args) -> N
     from attnrank.registry import save_head_set
 
     data = " + ".join(n for n, _, _ in setups)
-    save_head_set(rr.llm.model_id, rr.llm.fingerprint, "qr-ndcg", pooled_top, name="qr-ndcg", scores=pooled,
-                  data=f"mean per-head nDCG@10 over {data}", params={"top": 16}, root=SHIP)
+    save_head_set(
+        rr.llm.model_id,
+        rr.llm.fingerprint,
+        "qr-ndcg",
+        pooled_top,
+        name="qr-ndcg",
+        scores=pooled,
+        data=f"mean per-head nDCG@10 over {data}",
+        params={"top": 16},
+        root=SHIP,
+    )
     if copy is not None and copy.n_used:
         copy.save(16, root=SHIP)
     # attention-only features, so the shipped weights rerank any candidates (plain Documents too)
@@ -270,36 +408,74 @@ def ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args) -> N
     heads = "all heads"
     if args.ship_heads == "top32":
         every, heads = [restrict_heads(f, pooled32) for f in every], "pooled qr-ndcg top-32"
-    model = train_head_weights(every, model="pointwise", l2=args.l2, first_stage=args.ship_first_stage,
-                               trained_on=f"{data} ({len(every)} queries); heads: {heads}")
+    model = train_head_weights(
+        every,
+        model="pointwise",
+        l2=args.l2,
+        first_stage=args.ship_first_stage,
+        trained_on=f"{data} ({len(every)} queries); heads: {heads}",
+    )
     model.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
 
 
 def markdown(p, args) -> str:
     env = p["environment"]
     n_variants = len({r["method"] for r in p["heldout"] if r["method"].startswith("learned")})  # as targets() picks
-    out = [f"# Retrieval heads of SmolLM2-135M-Instruct ({env['date']}, {env['cpus']} CPUs)", "",
-           "Command: `" + " ".join(["python scripts/bench_heads.py", *sys.argv[1:]]) + "`", "",
-           "## Targets: learned weighting against the best first-stage signal (held-out)", "",
-           "Both sides are picked on the test folds: the best first-stage signal and the best of "
-           f"the {n_variants} learned variants, so Δ best variant is optimistic by the choice among variants "
-           "(the all-heads column is one pre-set model).", "",
-           md_table(p["targets"], ["setting", "best first stage", "first stage nDCG@10", "learned, all heads",
-                                   "best learned variant", "its nDCG@10", "Δ all heads", "Δ best variant"],
-                    {"Δ all heads": "+.1f", "Δ best variant": "+.1f"}), "",
-           "## Held-out quality (k-fold over queries; heads selected / weights trained on the training folds)", "",
-           md_table(p["heldout"], ["setting", "method", "nDCG@10", "R@2"]), "",
-           "## Learned weighting across datasets (trained on the other two, tested on all of one)", "",
-           md_table(p["cross_dataset"], ["setting", "method", "nDCG@10", "R@2"]), "",
-           "## Detection on all dev data (query-focused)", "",
-           md_table(p["detection"], ["data", "method", "top-16", "seconds"], {"seconds": ".1f"}), "",
-           "Pooled qr-ndcg top-16 (mean over datasets): " + ",".join(f"{l}-{h}" for l, h in p["pooled_qr_ndcg_top16"]), ""]
+    out = [
+        f"# Retrieval heads of SmolLM2-135M-Instruct ({env['date']}, {env['cpus']} CPUs)",
+        "",
+        "Command: `" + " ".join(["python scripts/bench_heads.py", *sys.argv[1:]]) + "`",
+        "",
+        "## Targets: learned weighting against the best first-stage signal (held-out)",
+        "",
+        "Both sides are picked on the test folds: the best first-stage signal and the best of "
+        f"the {n_variants} learned variants, so Δ best variant is optimistic by the choice among variants "
+        "(the all-heads column is one pre-set model).",
+        "",
+        md_table(
+            p["targets"],
+            [
+                "setting",
+                "best first stage",
+                "first stage nDCG@10",
+                "learned, all heads",
+                "best learned variant",
+                "its nDCG@10",
+                "Δ all heads",
+                "Δ best variant",
+            ],
+            {"Δ all heads": "+.1f", "Δ best variant": "+.1f"},
+        ),
+        "",
+        "## Held-out quality (k-fold over queries; heads selected / weights trained on the training folds)",
+        "",
+        md_table(p["heldout"], ["setting", "method", "nDCG@10", "R@2"]),
+        "",
+        "## Learned weighting across datasets (trained on the other two, tested on all of one)",
+        "",
+        md_table(p["cross_dataset"], ["setting", "method", "nDCG@10", "R@2"]),
+        "",
+        "## Detection on all dev data (query-focused)",
+        "",
+        md_table(p["detection"], ["data", "method", "top-16", "seconds"], {"seconds": ".1f"}),
+        "",
+        "Pooled qr-ndcg top-16 (mean over datasets): " + ",".join(f"{l}-{h}" for l, h in p["pooled_qr_ndcg_top16"]),
+        "",
+    ]
     if p["copy"]:
         c = {k: v for k, v in p["copy"].items() if k != "trials"}
-        out += ["## Copy-paste retrieval heads (Wu et al., NIAH)", "",
-                "\n".join(f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in c.items()), ""]
-    out += ["## Latency (early exit after the deepest selected layer)", "",
-            md_table(p["latency"], ["heads", "setting", "s/query"], {"s/query": ".2f"}), ""]
+        out += [
+            "## Copy-paste retrieval heads (Wu et al., NIAH)",
+            "",
+            "\n".join(f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in c.items()),
+            "",
+        ]
+    out += [
+        "## Latency (early exit after the deepest selected layer)",
+        "",
+        md_table(p["latency"], ["heads", "setting", "s/query"], {"s/query": ".2f"}),
+        "",
+    ]
     return "\n".join(out)
 
 

@@ -67,17 +67,33 @@ log = logging.getLogger("bench_prune")
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "results"
 
-ALL_METHODS = ("query", "focus", "bm25", "embed", "lead", "random", "probe", "probe-heads", "probe-bm25",
-               "probe-passage-heads", "query-sink")
-PROBES = {"probe": ("passage", "first", "position"), "probe-heads": (),
-          "probe-bm25": ("passage", "first", "position", "bm25"),
-          "probe-passage-heads": ("passage", "passage-heads", "first", "position")}
+ALL_METHODS = (
+    "query",
+    "focus",
+    "bm25",
+    "embed",
+    "lead",
+    "random",
+    "probe",
+    "probe-heads",
+    "probe-bm25",
+    "probe-passage-heads",
+    "query-sink",
+)
+PROBES = {
+    "probe": ("passage", "first", "position"),
+    "probe-heads": (),
+    "probe-bm25": ("passage", "first", "position", "bm25"),
+    "probe-passage-heads": ("passage", "passage-heads", "first", "position"),
+}
 ATTENTION = ("query", "focus", "query-sink")
 DEFAULT_METHODS = [m for m in ALL_METHODS if m != "query-sink"]  # query-sink: an extra forward pass
 DEFAULT_RATIOS = "0.1,0.15,0.2,0.25,0.33,0.5"
 TARGET_COMPRESSION, TARGET_RECALL = 4.0, 0.90
-LLMLINGUA2_MODELS = ("microsoft/llmlingua-2-xlm-roberta-large-meetingbank",
-                     "microsoft/llmlingua-2-bert-base-multilingual-cased-meetingbank")
+LLMLINGUA2_MODELS = (
+    "microsoft/llmlingua-2-xlm-roberta-large-meetingbank",
+    "microsoft/llmlingua-2-bert-base-multilingual-cased-meetingbank",
+)
 
 
 # -- questions --------------------------------------------------------------------------------------
@@ -107,8 +123,17 @@ def load_questions(root: Path, n: int | None) -> list[dict]:
                     dropped += 1
         if dropped:
             log.warning("question %s: %d gold sentence(s) empty or out of range, ignored", r["id"], dropped)
-        out.append({"id": r["id"], "question": r["question"], "labelled": bool(r.get("has_sentence_level_sf")),
-                    "docs": docs, "sentences": sents, "gold_sent": gold_sent, "gold_para": gold_para})
+        out.append(
+            {
+                "id": r["id"],
+                "question": r["question"],
+                "labelled": bool(r.get("has_sentence_level_sf")),
+                "docs": docs,
+                "sentences": sents,
+                "gold_sent": gold_sent,
+                "gold_para": gold_para,
+            }
+        )
     return out
 
 
@@ -119,8 +144,9 @@ class Scorers:
         from attnrank.prune.pruner import ContextPruner
 
         self.llm = load_llm(None)
-        self.pruners = {m: ContextPruner(self.llm, heads, method=m.split("-")[0], sink=m.endswith("-sink"))
-                        for m in ATTENTION}
+        self.pruners = {
+            m: ContextPruner(self.llm, heads, method=m.split("-")[0], sink=m.endswith("-sink")) for m in ATTENTION
+        }
         self.methods = methods
         self.embedder = None
         if "embed" in methods:
@@ -233,14 +259,23 @@ def probe_scores(questions: list[dict], recs: list[dict], methods: list[str], he
         grid, ex = [float(x) for x in args.l2.split(",")], list(examples.values())
         held = crossfit_scores(ex, heads, k=args.folds, l2=grid, extras=PROBES[m])
         l2 = select_l2(ex, heads, grid, extras=PROBES[m])
-        trained[m] = train_probe(ex, heads, extras=PROBES[m], l2=l2, trained_on=f"{len(ex)} HotpotQA distractor "
-                                 "dev questions with sentence-level supporting facts")
+        trained[m] = train_probe(
+            ex,
+            heads,
+            extras=PROBES[m],
+            l2=l2,
+            trained_on=f"{len(ex)} HotpotQA distractor dev questions with sentence-level supporting facts",
+        )
         for q, rec in zip(questions, recs):
             pos = [(s.doc_index, s.sentence_index) for s in rec["base"]]
-            rec["scores"][m] = (held[q["id"]] if q["id"] in held else
-                                trained[m].score(rec["features"].astype(np.float64), pos, rec["lexical"])).tolist()
-        log.info("%s: %d labelled questions cross-fitted in %d folds; all-data probe l2=%g", m, len(held),
-                 args.folds, l2)
+            rec["scores"][m] = (
+                held[q["id"]]
+                if q["id"] in held
+                else trained[m].score(rec["features"].astype(np.float64), pos, rec["lexical"])
+            ).tolist()
+        log.info(
+            "%s: %d labelled questions cross-fitted in %d folds; all-data probe l2=%g", m, len(held), args.folds, l2
+        )
     return trained
 
 
@@ -271,8 +306,9 @@ def question_metrics(q: dict, base, kept: np.ndarray) -> dict:
     return out
 
 
-def evaluate(questions: list[dict], recs: list[dict], methods: list[str], ratios: list[float],
-             seeds: int) -> tuple[list[dict], list[dict]]:
+def evaluate(
+    questions: list[dict], recs: list[dict], methods: list[str], ratios: list[float], seeds: int
+) -> tuple[list[dict], list[dict]]:
     rows, per_q = [], []
     for m in methods:
         for r in ratios:
@@ -300,14 +336,19 @@ def aggregate(method: str, ratio: float, qm: list[dict]) -> dict:
     orig, kept = sum(x["orig"] for x in qm), sum(x["kept"] for x in qm)
     per_q = [x["orig"] / x["kept"] if x["kept"] else math.inf for x in qm]
     nan = float("nan")
-    return {"method": method, "keep ratio": ratio,
-            "compression": orig / kept if kept else math.inf,
-            "min compression": float(min(per_q)) if per_q else nan,
-            "sent recall (labelled)": float(np.mean([x["sent_recall"] for x in lab])) if lab else nan,
-            "all gold sents kept": float(np.mean([x["sent_all"] for x in lab])) if lab else nan,
-            "para recall (labelled)": float(np.mean([x["para_recall"] for x in lab])) if lab else nan,
-            "para recall (others)": float(np.mean([x["para_recall"] for x in oth])) if oth else nan,
-            "n labelled": len(lab), "n others": len(oth), "empty selections": sum(1 for x in qm if not x["kept"])}
+    return {
+        "method": method,
+        "keep ratio": ratio,
+        "compression": orig / kept if kept else math.inf,
+        "min compression": float(min(per_q)) if per_q else nan,
+        "sent recall (labelled)": float(np.mean([x["sent_recall"] for x in lab])) if lab else nan,
+        "all gold sents kept": float(np.mean([x["sent_all"] for x in lab])) if lab else nan,
+        "para recall (labelled)": float(np.mean([x["para_recall"] for x in lab])) if lab else nan,
+        "para recall (others)": float(np.mean([x["para_recall"] for x in oth])) if oth else nan,
+        "n labelled": len(lab),
+        "n others": len(oth),
+        "empty selections": sum(1 for x in qm if not x["kept"]),
+    }
 
 
 def at_target(rows: list[dict], methods: list[str]) -> list[dict]:
@@ -320,10 +361,17 @@ def at_target(rows: list[dict], methods: list[str]) -> list[dict]:
             continue
         best = max(ok, key=lambda r: r["keep ratio"])
         s, p = best["sent recall (labelled)"], best["para recall (others)"]
-        out.append({"method": m, "keep ratio": best["keep ratio"], "compression": best["compression"],
-                    "sent recall (labelled)": s, "para recall (others)": p,
-                    ">= 90% sentence recall": "—" if s != s else ("yes" if s >= TARGET_RECALL else "no"),
-                    ">= 90% paragraph recall": "—" if p != p else ("yes" if p >= TARGET_RECALL else "no")})
+        out.append(
+            {
+                "method": m,
+                "keep ratio": best["keep ratio"],
+                "compression": best["compression"],
+                "sent recall (labelled)": s,
+                "para recall (others)": p,
+                ">= 90% sentence recall": "—" if s != s else ("yes" if s >= TARGET_RECALL else "no"),
+                ">= 90% paragraph recall": "—" if p != p else ("yes" if p >= TARGET_RECALL else "no"),
+            }
+        )
     return out
 
 
@@ -337,9 +385,11 @@ def llmlingua2_status() -> str:
     local = [m for m in LLMLINGUA2_MODELS if (hub / ("models--" + m.replace("/", "--"))).is_dir()]
     pkg = importlib.util.find_spec("llmlingua") is not None
     if not local:
-        return ("not run: LLMLingua-2 needs a hub model (" + " or ".join(LLMLINGUA2_MODELS) + "), not in the "
-                f"local Hugging Face cache and not downloadable offline; package llmlingua "
-                f"{'installed' if pkg else 'not installed (it is on PyPI, 0.2.2)'}")
+        return (
+            "not run: LLMLingua-2 needs a hub model (" + " or ".join(LLMLINGUA2_MODELS) + "), not in the "
+            f"local Hugging Face cache and not downloadable offline; package llmlingua "
+            f"{'installed' if pkg else 'not installed (it is on PyPI, 0.2.2)'}"
+        )
     return f"not run: model {local[0]} is cached locally but this script does not wire LLMLingua-2 in yet"
 
 
@@ -347,22 +397,52 @@ def llmlingua2_status() -> str:
 def markdown(rows, target, timing, questions, args, env, lingua, png) -> str:
     n_lab = sum(q["labelled"] for q in questions)
     fmt = {"keep ratio": ".2f", "compression": ".2f", "min compression": ".2f"}
-    cols = ["method", "keep ratio", "compression", "min compression", "sent recall (labelled)",
-            "all gold sents kept", "para recall (labelled)", "para recall (others)", "empty selections"]
-    out = ["# Context pruning: supporting-fact recall vs compression (HotpotQA distractor dev)", "",
-           f"{len(questions)} questions ({n_lab} with official sentence-level supporting facts, "
-           f"{len(questions) - n_lab} paragraph-level only), each question's own paragraphs as the context; "
-           f"model {args.model_id} ({args.model_fp[:12]}), heads {args.heads or 'all'}; random averaged over "
-           f"{args.seeds} seeds. Selection = attnrank.prune.context.select (greedy by score, misfits skipped) at "
-           "budget floor(ratio × sentence tokens); tokens are the default model's, sentence tokens only. "
-           "Compression is pooled (Σ sentence tokens / Σ kept); min compression is the smallest per question.", "",
-           md_table(rows, cols, fmt), "",
-           f"## At >= {TARGET_COMPRESSION:.0f}x compression (largest keep ratio with every question >= 4x)", "",
-           md_table(target, ["method", "keep ratio", "compression", "sent recall (labelled)", "para recall (others)",
-                             ">= 90% sentence recall", ">= 90% paragraph recall"], fmt), "",
-           "## Scoring time per question (s, mean)", "",
-           md_table([timing], list(timing), {k: ".3f" for k in timing}), "",
-           f"LLMLingua-2: {lingua}.", ""]
+    cols = [
+        "method",
+        "keep ratio",
+        "compression",
+        "min compression",
+        "sent recall (labelled)",
+        "all gold sents kept",
+        "para recall (labelled)",
+        "para recall (others)",
+        "empty selections",
+    ]
+    out = [
+        "# Context pruning: supporting-fact recall vs compression (HotpotQA distractor dev)",
+        "",
+        f"{len(questions)} questions ({n_lab} with official sentence-level supporting facts, "
+        f"{len(questions) - n_lab} paragraph-level only), each question's own paragraphs as the context; "
+        f"model {args.model_id} ({args.model_fp[:12]}), heads {args.heads or 'all'}; random averaged over "
+        f"{args.seeds} seeds. Selection = attnrank.prune.context.select (greedy by score, misfits skipped) at "
+        "budget floor(ratio × sentence tokens); tokens are the default model's, sentence tokens only. "
+        "Compression is pooled (Σ sentence tokens / Σ kept); min compression is the smallest per question.",
+        "",
+        md_table(rows, cols, fmt),
+        "",
+        f"## At >= {TARGET_COMPRESSION:.0f}x compression (largest keep ratio with every question >= 4x)",
+        "",
+        md_table(
+            target,
+            [
+                "method",
+                "keep ratio",
+                "compression",
+                "sent recall (labelled)",
+                "para recall (others)",
+                ">= 90% sentence recall",
+                ">= 90% paragraph recall",
+            ],
+            fmt,
+        ),
+        "",
+        "## Scoring time per question (s, mean)",
+        "",
+        md_table([timing], list(timing), {k: ".3f" for k in timing}),
+        "",
+        f"LLMLingua-2: {lingua}.",
+        "",
+    ]
     if png:
         out += [f"![recall vs compression]({png.name})", ""]
     out += [f"Environment: {json.dumps(env)}; wall time {args.wall:.0f} s.", ""]
@@ -380,7 +460,9 @@ def main() -> None:
     ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"), help="'' = no score cache")
     ap.add_argument("--out-dir", default=str(OUT))
     ap.add_argument("--folds", type=int, default=5, help="probe cross-fitting folds over labelled questions")
-    ap.add_argument("--l2", default="1,10,100,1000", help="probe L2 penalties, chosen by inner CV on training questions")
+    ap.add_argument(
+        "--l2", default="1,10,100,1000", help="probe L2 penalties, chosen by inner CV on training questions"
+    )
     ap.add_argument("--ship", action="store_true", help="register the probe trained on all labelled questions")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -409,20 +491,41 @@ def main() -> None:
         probes["probe"].save(args.model_id, args.model_fp, root=REPO / "attnrank" / "heads" / "data")
     rows, per_q = evaluate(questions, recs, methods, ratios, args.seeds)
     target = at_target(rows, methods)
-    timing = {m: float(np.mean([r["seconds"][m] for r in recs])) for m in ["plan"] + methods
-              if m != "random" and all(m in r["seconds"] for r in recs)}
+    timing = {
+        m: float(np.mean([r["seconds"][m] for r in recs]))
+        for m in ["plan"] + methods
+        if m != "random" and all(m in r["seconds"] for r in recs)
+    }
     if "query" in timing:  # the probes read the query method's forward pass
         timing.update({m: timing["query"] for m in probes})
     lingua = llmlingua2_status()
     out_dir = Path(args.out_dir)
     png = out_dir / "prune_recall.png"
-    png = png if recall_curves(rows, methods, png, solid=ATTENTION + tuple(PROBES), target=(TARGET_COMPRESSION, TARGET_RECALL)) else None
+    png = (
+        png
+        if recall_curves(
+            rows, methods, png, solid=ATTENTION + tuple(PROBES), target=(TARGET_COMPRESSION, TARGET_RECALL)
+        )
+        else None
+    )
     args.wall = time.perf_counter() - start
     env = environment()
-    payload = {"environment": env, "model": args.model_id, "fingerprint": args.model_fp, "heads": args.heads or "all",
-               "questions": len(questions), "labelled": sum(q["labelled"] for q in questions),
-               "ratios": ratios, "methods": methods, "seeds": args.seeds, "rows": rows, "at_4x": target,
-               "scoring_seconds": timing, "llmlingua2": lingua, "wall_s": args.wall}
+    payload = {
+        "environment": env,
+        "model": args.model_id,
+        "fingerprint": args.model_fp,
+        "heads": args.heads or "all",
+        "questions": len(questions),
+        "labelled": sum(q["labelled"] for q in questions),
+        "ratios": ratios,
+        "methods": methods,
+        "seeds": args.seeds,
+        "rows": rows,
+        "at_4x": target,
+        "scoring_seconds": timing,
+        "llmlingua2": lingua,
+        "wall_s": args.wall,
+    }
     if args.cache_dir:  # per-question rows are MBs: kept beside the score cache, not in docs/results
         tag = "" if out_dir.resolve() == OUT.resolve() else f"_{out_dir.name}"
         side = Path(args.cache_dir) / f"prune_per_question{tag}.json"

@@ -80,35 +80,55 @@ def quality(setups, reranker, args) -> tuple[list[dict], dict]:
         icr_s = float(np.mean([c["seconds"] for c in cap.values()]))
         other = [n for n in head_nd if n.split()[0] != name.split()[0]]
         entries = [("first stage", first_stage_run(cands), 0.0)]
-        for label, kw in [("ICR all heads, calibrated", {}), ("ICR all heads, uncalibrated", {"calibrate": False}),
-                          ("ICR all heads, calibrated, no μ−2σ filter", {"use_filter": False})]:
-            entries.append((label, run_of(cands, {q: icr_scores(cap[q]["windows"], len(cands[q]), **kw) for q in qs}), icr_s))
+        for label, kw in [
+            ("ICR all heads, calibrated", {}),
+            ("ICR all heads, uncalibrated", {"calibrate": False}),
+            ("ICR all heads, calibrated, no μ−2σ filter", {"use_filter": False}),
+        ]:
+            entries.append(
+                (label, run_of(cands, {q: icr_scores(cap[q]["windows"], len(cands[q]), **kw) for q in qs}), icr_s)
+            )
         if other:
             top = np.argsort(-head_nd[other[0]])[:16]
             selections[name] = {"chosen_on": other[0], "heads": [list(heads[i]) for i in top]}
-            entries.append((f"head list (top-16 by nDCG on {other[0].split()[0]})",
-                            run_of(cands, {q: icr_scores(cap[q]["windows"], len(cands[q]), head_idx=top) for q in qs}), float("nan")))
+            entries.append(
+                (
+                    f"head list (top-16 by nDCG on {other[0].split()[0]})",
+                    run_of(cands, {q: icr_scores(cap[q]["windows"], len(cands[q]), head_idx=top) for q in qs}),
+                    float("nan"),
+                )
+            )
         cos, cos_s = cosine_scores(qs, cands)
         entries.append(("MiniLM-L6 bi-encoder cosine", run_of(cands, cos), cos_s))
         if not args.skip_baselines:
             pw, pw_s = generative_scores(pointwise, qs, cands)
             entries.append(("pointwise yes/no logits (same LLM)", run_of(cands, pw), pw_s))
             # RankGPT needs the whole window in one prompt: skipped where that exceeds the model context
-            if len(next(iter(cands.values()))) <= args.listwise_max_k and name.split()[0] in args.listwise_on.split(","):
+            if len(next(iter(cands.values()))) <= args.listwise_max_k and name.split()[0] in args.listwise_on.split(
+                ","
+            ):
                 lw, lw_s = generative_scores(listwise, qs, cands)
                 entries.append(("RankGPT listwise w=20 s=10 (same LLM)", run_of(cands, lw), lw_s))
         base_pq = evaluate_per_query(entries[0][1], ds.qrels, ["nDCG@10"], rel=ds.rel)
         for label, run, secs in entries:
             pq = evaluate_per_query(run, ds.qrels, ["nDCG@10"], rel=ds.rel)
             diff = [pq[q]["nDCG@10"] - base_pq[q]["nDCG@10"] for q in pq]
-            rows.append({"setting": name, "method": label,
-                         "nDCG@10": evaluate(run, ds.qrels, ["nDCG@10"], rel=ds.rel)["nDCG@10"],
-                         "wins/losses vs first stage": f"{sum(d > 1e-9 for d in diff)}/{sum(d < -1e-9 for d in diff)}",
-                         "s/query": secs})
+            rows.append(
+                {
+                    "setting": name,
+                    "method": label,
+                    "nDCG@10": evaluate(run, ds.qrels, ["nDCG@10"], rel=ds.rel)["nDCG@10"],
+                    "wins/losses vs first stage": f"{sum(d > 1e-9 for d in diff)}/{sum(d < -1e-9 for d in diff)}",
+                    "s/query": secs,
+                }
+            )
         log.info("%s done", name)
     best_heads = {n: [list(heads[i]) for i in np.argsort(-v)[:16]] for n, v in head_nd.items()}
-    return rows, {"head_selections": selections, "top16_by_dataset": best_heads,
-                  "per_head_ndcg": {n: v.round(4).tolist() for n, v in head_nd.items()}}
+    return rows, {
+        "head_selections": selections,
+        "top16_by_dataset": best_heads,
+        "per_head_ndcg": {n: v.round(4).tolist() for n, v in head_nd.items()},
+    }
 
 
 # -- speed: ours vs naive, each in a fresh process for a clean peak-RSS reading -----------------
@@ -178,12 +198,20 @@ def speed_worker(impl: str, k: int, n_queries: int, heads: str | None) -> dict:
     times, peaks, tokens = [], [], []
     for q in qids:
         cand = rng.sample(docs, k)
-        tokens.append(len(build_rerank_prompts(rr.llm.tokenizer, ds.queries[q], cand, max_doc_words=100).real.input_ids))
+        tokens.append(
+            len(build_rerank_prompts(rr.llm.tokenizer, ds.queries[q], cand, max_doc_words=100).real.input_ids)
+        )
         secs, peak = peak_rss_during(fn, ds.queries[q], cand)
         times.append(secs)
         peaks.append(peak)
-    return {"impl": impl, "K": k, "heads": heads or "all", "prompt tokens": float(np.mean(tokens)),
-            "s/query": float(np.mean(times)), "peak extra MB": float(np.max(peaks))}
+    return {
+        "impl": impl,
+        "K": k,
+        "heads": heads or "all",
+        "prompt tokens": float(np.mean(tokens)),
+        "s/query": float(np.mean(times)),
+        "peak extra MB": float(np.max(peaks)),
+    }
 
 
 def speed(args) -> list[dict]:
@@ -194,8 +222,14 @@ def speed(args) -> list[dict]:
                 continue
             est_gb = 30 * 9 * (k * 140 + 150) ** 2 * 4 / 2**30  # SmolLM2: 30 layers x 9 heads x T^2 fp32
             if impl == "naive" and est_gb > args.naive_max_gb:
-                rows.append({"impl": impl, "K": k, "heads": "all",
-                             "error": f"not run: output_attentions would hold ~{est_gb:.0f} GB of attention maps"})
+                rows.append(
+                    {
+                        "impl": impl,
+                        "K": k,
+                        "heads": "all",
+                        "error": f"not run: output_attentions would hold ~{est_gb:.0f} GB of attention maps",
+                    }
+                )
                 continue
             cmd = [sys.executable, __file__, "--speed-worker", impl, str(k), "--speed-queries", str(args.speed_queries)]
             if heads:
@@ -211,31 +245,52 @@ def speed(args) -> list[dict]:
 
 
 def markdown(q_rows, s_rows, extra, env, args) -> str:
-    out = [f"# Attention reranking benchmark ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})", "",
-           "LLM: SmolLM2-135M-Instruct (packaged GGUF, de-quantized, float32) for every LLM method. "
-           "nDCG@10 with trec_eval linear gain (ir-measures); wins/losses = queries whose nDCG@10 rose/fell "
-           "against the first stage. s/query is wall time on this CPU.", "",
-           md_table(q_rows, ["setting", "method", "nDCG@10", "wins/losses vs first stage", "s/query"],
-                    {"s/query": ".2f"}), ""]
+    out = [
+        f"# Attention reranking benchmark ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
+        "",
+        "LLM: SmolLM2-135M-Instruct (packaged GGUF, de-quantized, float32) for every LLM method. "
+        "nDCG@10 with trec_eval linear gain (ir-measures); wins/losses = queries whose nDCG@10 rose/fell "
+        "against the first stage. s/query is wall time on this CPU.",
+        "",
+        md_table(q_rows, ["setting", "method", "nDCG@10", "wins/losses vs first stage", "s/query"], {"s/query": ".2f"}),
+        "",
+    ]
     for name, sel in extra.get("head_selections", {}).items():
-        out.append(f"- Head list for *{name}* (chosen on {sel['chosen_on']}): "
-                   + ", ".join(f"{l}-{h}" for l, h in sel["heads"]))
+        out.append(
+            f"- Head list for *{name}* (chosen on {sel['chosen_on']}): "
+            + ", ".join(f"{l}-{h}" for l, h in sel["heads"])
+        )
     if s_rows:
-        out += ["", "## Speed: our capture vs naive (eager attention, output_attentions=True, two full passes)", "",
-                f"SciFact abstracts cut to 100 words, {args.speed_queries} queries per cell, fresh process per cell; "
-                "peak extra MB = peak RSS growth over the loaded model.", "",
-                md_table(s_rows, ["impl", "heads", "K", "prompt tokens", "s/query", "peak extra MB", "error"],
-                         {"prompt tokens": ".0f", "s/query": ".2f", "peak extra MB": ".0f"})]
+        out += [
+            "",
+            "## Speed: our capture vs naive (eager attention, output_attentions=True, two full passes)",
+            "",
+            f"SciFact abstracts cut to 100 words, {args.speed_queries} queries per cell, fresh process per cell; "
+            "peak extra MB = peak RSS growth over the loaded model.",
+            "",
+            md_table(
+                s_rows,
+                ["impl", "heads", "K", "prompt tokens", "s/query", "peak extra MB", "error"],
+                {"prompt tokens": ".0f", "s/query": ".2f", "peak extra MB": ".0f"},
+            ),
+        ]
         for k in args.speed_ks:
-            o = next((r for r in s_rows if r["K"] == k and r["impl"] == "ours" and r["heads"] == "all" and "s/query" in r), None)
+            o = next(
+                (r for r in s_rows if r["K"] == k and r["impl"] == "ours" and r["heads"] == "all" and "s/query" in r),
+                None,
+            )
             n = next((r for r in s_rows if r["K"] == k and r["impl"] == "naive" and "s/query" in r), None)
             pf = next((r for r in s_rows if r["K"] == k and r["impl"] == "prefill" and "s/query" in r), None)
             if o and pf:
-                out.append(f"\nK={k}: ours (all heads, two query passes over one cached prefill) costs "
-                           f"{o['s/query'] / pf['s/query']:.2f}x a single plain prefill of the prompt.")
+                out.append(
+                    f"\nK={k}: ours (all heads, two query passes over one cached prefill) costs "
+                    f"{o['s/query'] / pf['s/query']:.2f}x a single plain prefill of the prompt."
+                )
             if o and n:
-                out.append(f"K={k}: ours is {n['s/query'] / o['s/query']:.1f}x faster and uses "
-                           f"{n['peak extra MB'] / max(o['peak extra MB'], 1):.1f}x less peak memory than naive.")
+                out.append(
+                    f"K={k}: ours is {n['s/query'] / o['s/query']:.1f}x faster and uses "
+                    f"{n['peak extra MB'] / max(o['peak extra MB'], 1):.1f}x less peak memory than naive."
+                )
     return "\n".join(out) + "\n"
 
 
@@ -248,8 +303,9 @@ def main() -> None:
     ap.add_argument("--listwise-max-k", type=int, default=20, help="RankGPT only on candidate lists up to this size")
     ap.add_argument("--listwise-on", default="DL19", help="datasets (first word of the setting) to run RankGPT on")
     ap.add_argument("--skip-baselines", action="store_true")
-    ap.add_argument("--cache-dir", default=str(CACHE),
-                    help="where per-query attention rows are cached for reuse ('' = no cache)")
+    ap.add_argument(
+        "--cache-dir", default=str(CACHE), help="where per-query attention rows are cached for reuse ('' = no cache)"
+    )
     ap.add_argument("--skip-quality", action="store_true")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--speed-ks", default="10,20,50")

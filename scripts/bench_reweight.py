@@ -67,14 +67,18 @@ OUT = REPO / "docs" / "results"
 CACHE = REPO / "indexes" / "bench-cache"  # the row cache (git-ignored)
 SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"
 
-SETTINGS = {"dl19-20": "DL19 BM25 top-20", "dl19-50": "DL19 BM25 top-50",
-            "scifact": "SciFact train hybrid top-20 (50 queries)"}
+SETTINGS = {
+    "dl19-20": "DL19 BM25 top-20",
+    "dl19-50": "DL19 BM25 top-50",
+    "scifact": "SciFact train hybrid top-20 (50 queries)",
+}
 HEAD_SOURCE = {"dl19-20": "scifact", "dl19-50": "scifact", "scifact": "dl19-20"}  # the other dataset
 N_SELECTED = 16
 SCIFACT_QUERIES = 50
 IDF_GRID = [{"idf_eps": e, "idf_unit": u} for u in ("piece", "word") for e in (0.1, 0.5, 1.0)]
-ENTROPY_GRID = ([{"entropy_mode": "blend", "entropy_beta": b} for b in (0.25, 0.5, 1.0, 2.0)]
-                + [{"entropy_mode": "temper", "temper_gamma": g} for g in (0.5, 0.75)])
+ENTROPY_GRID = [{"entropy_mode": "blend", "entropy_beta": b} for b in (0.25, 0.5, 1.0, 2.0)] + [
+    {"entropy_mode": "temper", "temper_gamma": g} for g in (0.5, 0.75)
+]
 METRIC = "nDCG@10"
 
 
@@ -104,8 +108,13 @@ class Settings:
 def sliced(w: WindowRows, head_idx) -> WindowRows:
     if head_idx is None:
         return w
-    return WindowRows(w.doc_index, w.spans, w.input_ids, w.real[head_idx].astype(np.float64),
-                      None if w.null is None else w.null[head_idx].astype(np.float64))
+    return WindowRows(
+        w.doc_index,
+        w.spans,
+        w.input_ids,
+        w.real[head_idx].astype(np.float64),
+        None if w.null is None else w.null[head_idx].astype(np.float64),
+    )
 
 
 class Scorer:
@@ -128,8 +137,9 @@ class Scorer:
         if key not in self._scores:
             s = np.zeros(len(self.cands[qid]))
             for w, toks in zip(self.windows[qid], self.strings[qid]):
-                s[w.doc_index] = reweighted_document_scores(w, toks, self.terms(qid, cfg.idf_unit), cfg,
-                                                            use_filter=True, slot_profile=profile)
+                s[w.doc_index] = reweighted_document_scores(
+                    w, toks, self.terms(qid, cfg.idf_unit), cfg, use_filter=True, slot_profile=profile
+                )
             self._scores[key] = s
         return self._scores[key]
 
@@ -170,7 +180,7 @@ def cfg_params(cfg: Reweighting, step: str) -> str:
     return ""
 
 
-def ablation(scorer: Scorer, folds: dict, k: int, profiles: "ProfileBank | None", head_key):
+def ablation(scorer: Scorer, folds: dict, k: int, profiles: ProfileBank | None, head_key):
     """The cumulative steps; per step the pooled held-out per-query nDCG@10 and the configs."""
     other = {"A": "B", "B": "A"}
     all_q = [q for f in folds.values() for q in f]
@@ -186,10 +196,16 @@ def ablation(scorer: Scorer, folds: dict, k: int, profiles: "ProfileBank | None"
         run = {}
         for t, qs in folds.items():
             run.update(scorer.run(cur[t], prof[t], qs))
-        steps.append({"step": label, "note": note, "per_query": pq,
-                      METRIC: evaluate(run, {q: scorer.ds.qrels[q] for q in all_q}, [METRIC], rel=scorer.ds.rel)[METRIC],
-                      "configs": {t: asdict(cur[t]) for t in folds},
-                      "params": {t: cfg_params(cur[t], label) for t in folds}})
+        steps.append(
+            {
+                "step": label,
+                "note": note,
+                "per_query": pq,
+                METRIC: evaluate(run, {q: scorer.ds.qrels[q] for q in all_q}, [METRIC], rel=scorer.ds.rel)[METRIC],
+                "configs": {t: asdict(cur[t]) for t in folds},
+                "params": {t: cfg_params(cur[t], label) for t in folds},
+            }
+        )
 
     def tune(label: str, grid: list[dict], **fixed) -> None:
         grids[label] = {}
@@ -204,7 +220,8 @@ def ablation(scorer: Scorer, folds: dict, k: int, profiles: "ProfileBank | None"
             best = int(np.nanargmax(means)) if train else 0  # ties: first in grid order
             new[t] = cands[best]
             grids[label][f"chosen on {other[t]} (applied to {t})"] = [
-                {**g, f"{METRIC} on {other[t]}": m} for g, m in zip(grid, means)]
+                {**g, f"{METRIC} on {other[t]}": m} for g, m in zip(grid, means)
+            ]
         cur.update(new)
         record(label)
 
@@ -215,8 +232,16 @@ def ablation(scorer: Scorer, folds: dict, k: int, profiles: "ProfileBank | None"
     tune("+entropy", ENTROPY_GRID, entropy=True)
     before_slot = dict(cur)
     if profiles is None:
-        steps.append({"step": "+slot correction", "note": "not run (--skip-profile)", "per_query": None,
-                      METRIC: float("nan"), "configs": {}, "params": {}})
+        steps.append(
+            {
+                "step": "+slot correction",
+                "note": "not run (--skip-profile)",
+                "per_query": None,
+                METRIC: float("nan"),
+                "configs": {},
+                "params": {},
+            }
+        )
     else:
         for t in folds:
             prof[t] = profiles.for_config(before_slot[t], head_key, k)
@@ -233,18 +258,34 @@ def step_rows(setting: str, heads_label: str, steps: list[dict]) -> list[dict]:
     prev = None
     for s in steps:
         ref = prev if not s["step"].startswith("(variant)") else next(x for x in steps if x["step"] == "+entropy")
-        row = {"setting": setting, "heads": heads_label, "step": s["step"], METRIC: s[METRIC],
-               "params (A / B)": " / ".join(s["params"][t] for t in ("A", "B")) if any(s["params"].values()) else "",
-               "note": s["note"]}
+        row = {
+            "setting": setting,
+            "heads": heads_label,
+            "step": s["step"],
+            METRIC: s[METRIC],
+            "params (A / B)": " / ".join(s["params"][t] for t in ("A", "B")) if any(s["params"].values()) else "",
+            "note": s["note"],
+        }
         if s["per_query"] is not None and ref is not None and ref["per_query"] is not None:
             d = [s["per_query"][q] - ref["per_query"][q] for q in s["per_query"]]
             w, l = sum(x > 1e-9 for x in d), sum(x < -1e-9 for x in d)
-            row.update({"Δ prev": s[METRIC] - ref[METRIC], "wins/losses": f"{w}/{l}", "sign p": sign_test(w, l),
-                        "Δ base": s[METRIC] - base[METRIC]})
+            row.update(
+                {
+                    "Δ prev": s[METRIC] - ref[METRIC],
+                    "wins/losses": f"{w}/{l}",
+                    "sign p": sign_test(w, l),
+                    "Δ base": s[METRIC] - base[METRIC],
+                }
+            )
         else:
-            row.update({"Δ prev": float("nan"), "wins/losses": "not run" if s["per_query"] is None else "",
-                        "sign p": float("nan"),
-                        "Δ base": float("nan") if s["per_query"] is None else 0.0})
+            row.update(
+                {
+                    "Δ prev": float("nan"),
+                    "wins/losses": "not run" if s["per_query"] is None else "",
+                    "sign p": float("nan"),
+                    "Δ base": float("nan") if s["per_query"] is None else 0.0,
+                }
+            )
         rows.append(row)
         if not s["step"].startswith("(variant)"):
             prev = s
@@ -294,13 +335,21 @@ class ProfileBank:
             rec = _Recorder(self.rr, CACHE / f"slot-trials_{fp}_K{k}_seed{self.seed}_pool{len(self.pool)}")
             tic = time.perf_counter()
             self.base[k] = measure_slot_profile(rec, self.pool, n_slots=k, n_trials=self.n_trials, seed=self.seed)
-            self.seconds[k] = {"wall": time.perf_counter() - tic, "trials computed": rec.computed,
-                               "trials from cache": self.n_trials - rec.computed}
+            self.seconds[k] = {
+                "wall": time.perf_counter() - tic,
+                "trials computed": rec.computed,
+                "trials from cache": self.n_trials - rec.computed,
+            }
             self.trials[k] = rec.trials
             check = self.for_config(Reweighting(), None, k)  # the offline re-scoring reproduces it
             assert np.allclose(check.mean_score, self.base[k].mean_score, rtol=1e-9, atol=1e-12), "re-scoring mismatch"
-            log.info("slot profile K=%d: %d trials (%d computed) in %.0f s", k, self.n_trials, rec.computed,
-                     self.seconds[k]["wall"])
+            log.info(
+                "slot profile K=%d: %d trials (%d computed) in %.0f s",
+                k,
+                self.n_trials,
+                rec.computed,
+                self.seconds[k]["wall"],
+            )
         return self.base[k]
 
     def for_config(self, cfg: Reweighting, head_idx, k: int) -> SlotProfile:
@@ -312,13 +361,24 @@ class ProfileBank:
             table = np.empty((len(self.trials[k]), k))
             for t, (query, wins) in enumerate(self.trials[k]):
                 w = sliced(wins[0], None if head_idx is None else list(key[1]))
-                scores = reweighted_document_scores(w, tok.convert_ids_to_tokens(w.input_ids),
-                                                    tokenized_query_terms(tok, query, cfg.idf_unit), cfg,
-                                                    use_filter=self.rr.token_filter)
+                scores = reweighted_document_scores(
+                    w,
+                    tok.convert_ids_to_tokens(w.input_ids),
+                    tokenized_query_terms(tok, query, cfg.idf_unit),
+                    cfg,
+                    use_filter=self.rr.token_filter,
+                )
                 table[t, prompt_slots(w.spans)] = scores
             b = self.base.get(k)
-            self.derived[key] = SlotProfile(k, tuple(table.mean(0)), tuple(table.std(0)), self.rr.llm.model_id,
-                                            self.rr.llm.fingerprint, len(table), b.date if b else "")
+            self.derived[key] = SlotProfile(
+                k,
+                tuple(table.mean(0)),
+                tuple(table.std(0)),
+                self.rr.llm.model_id,
+                self.rr.llm.fingerprint,
+                len(table),
+                b.date if b else "",
+            )
         return self.derived[key]
 
 
@@ -340,34 +400,47 @@ def profile_summary(p: SlotProfile) -> str:
     k = len(m)
     third = max(1, k // 3)
     se = np.array(p.std) / math.sqrt(p.n_trials)
-    return (f"K={k}: first slot {m[0]:.5f}, last slot {m[-1]:.5f}, mean of the middle third {m[third:k - third].mean():.5f}; "
-            f"max at slot {int(m.argmax()) + 1}, min at slot {int(m.argmin()) + 1}; range {m.max() - m.min():.5f} "
-            f"vs typical standard error of a slot mean {np.median(se):.5f}.")
+    return (
+        f"K={k}: first slot {m[0]:.5f}, last slot {m[-1]:.5f}, mean of the middle third {m[third : k - third].mean():.5f}; "
+        f"max at slot {int(m.argmax()) + 1}, min at slot {int(m.argmin()) + 1}; range {m.max() - m.min():.5f} "
+        f"vs typical standard error of a slot mean {np.median(se):.5f}."
+    )
 
 
 # -- report ----------------------------------------------------------------------------------------
 def markdown(rows, extra, env, args, cmd) -> str:
-    out = [f"# Attention re-weighting ablation ({env['date']})", "",
-           f"- Command: `{cmd}`",
-           f"- Model: {extra['model']['id']} (fingerprint {extra['model']['fingerprint'][:12]}, "
-           f"{extra['model']['layers']} layers × {extra['model']['heads']} heads), plain ICR prompt "
-           "(documents in reverse first-stage order, ≤ 300 words each), μ−2σ token filter on.",
-           f"- Machine: {env['cpus']} CPUs, torch {env['torch']}, Python {env['python']}.", "",
-           "nDCG@10: trec_eval linear gain (ir-measures), DL19 relevance ≥ 2. Steps are cumulative. "
-           f"**Held-out tuning:** each setting's queries are split into two folds (seed {args.seed}); "
-           "parameters applied to fold B were chosen on fold A by mean nDCG@10 (greedily, one step at a time) "
-           "and vice versa; every number pools the two folds' held-out per-query values. "
-           "Δ prev / wins/losses: against the previous step, per query (nDCG@10 up / down; ties not counted); "
-           "sign p: two-sided exact sign test. Params (A / B): chosen for fold A (on B) / for fold B (on A). "
-           "Head list: top-16 heads by their own nDCG@10 on the other dataset (DL19 settings: heads picked on "
-           "SciFact; SciFact: heads picked on DL19 top-20), as in bench_rerank; the base rows equal bench_rerank's "
-           "'ICR all heads, calibrated' and head-list rows.", ""]
+    out = [
+        f"# Attention re-weighting ablation ({env['date']})",
+        "",
+        f"- Command: `{cmd}`",
+        f"- Model: {extra['model']['id']} (fingerprint {extra['model']['fingerprint'][:12]}, "
+        f"{extra['model']['layers']} layers × {extra['model']['heads']} heads), plain ICR prompt "
+        "(documents in reverse first-stage order, ≤ 300 words each), μ−2σ token filter on.",
+        f"- Machine: {env['cpus']} CPUs, torch {env['torch']}, Python {env['python']}.",
+        "",
+        "nDCG@10: trec_eval linear gain (ir-measures), DL19 relevance ≥ 2. Steps are cumulative. "
+        f"**Held-out tuning:** each setting's queries are split into two folds (seed {args.seed}); "
+        "parameters applied to fold B were chosen on fold A by mean nDCG@10 (greedily, one step at a time) "
+        "and vice versa; every number pools the two folds' held-out per-query values. "
+        "Δ prev / wins/losses: against the previous step, per query (nDCG@10 up / down; ties not counted); "
+        "sign p: two-sided exact sign test. Params (A / B): chosen for fold A (on B) / for fold B (on A). "
+        "Head list: top-16 heads by their own nDCG@10 on the other dataset (DL19 settings: heads picked on "
+        "SciFact; SciFact: heads picked on DL19 top-20), as in bench_rerank; the base rows equal bench_rerank's "
+        "'ICR all heads, calibrated' and head-list rows.",
+        "",
+    ]
     for name in dict.fromkeys(r["setting"] for r in rows):
         n = extra["settings"][name]["n_queries"]
-        out += [f"## {name} ({n} queries; folds {extra['settings'][name]['fold_sizes']})", "",
-                md_table([r for r in rows if r["setting"] == name],
-                         ["heads", "step", METRIC, "Δ prev", "wins/losses", "sign p", "Δ base", "params (A / B)"],
-                         {"Δ prev": "+.4f", "Δ base": "+.4f", "sign p": ".3f"}), ""]
+        out += [
+            f"## {name} ({n} queries; folds {extra['settings'][name]['fold_sizes']})",
+            "",
+            md_table(
+                [r for r in rows if r["setting"] == name],
+                ["heads", "step", METRIC, "Δ prev", "wins/losses", "sign p", "Δ base", "params (A / B)"],
+                {"Δ prev": "+.4f", "Δ base": "+.4f", "sign p": ".3f"},
+            ),
+            "",
+        ]
         for hl, sel in extra["settings"][name].get("head_list", {}).items():
             out.append(f"- {hl} (chosen on {sel['chosen_on']}): " + ", ".join(f"{l}-{h}" for l, h in sel["heads"]))
         out.append("")
@@ -376,22 +449,33 @@ def markdown(rows, extra, env, args, cmd) -> str:
     if not prof:
         out += ["Not measured (--skip-profile); the +slot correction step was not run.", ""]
     else:
-        out += [f"`measure_slot_profile` with the default AttentionReranker (all heads, plain ICR config: no sink/IDF/"
-                f"entropy), {prof['n_trials']} trials, seed {prof['seed']}: each trial puts K passages drawn at random "
-                f"from the {prof['pool']} DL19 passages (top-100 pools of all 43 topics) into one prompt with a "
-                "content-free question and records each slot's calibrated document score. Slot 1 is the first document "
-                "in the prompt; the last slot is next to the query (where rank 1 goes in reranking, order='reverse'). "
-                "std is over trials (content variance); a slot mean's standard error is std/√trials.", "",
-                f"![slot profile]({prof['png']})", ""]
+        out += [
+            f"`measure_slot_profile` with the default AttentionReranker (all heads, plain ICR config: no sink/IDF/"
+            f"entropy), {prof['n_trials']} trials, seed {prof['seed']}: each trial puts K passages drawn at random "
+            f"from the {prof['pool']} DL19 passages (top-100 pools of all 43 topics) into one prompt with a "
+            "content-free question and records each slot's calibrated document score. Slot 1 is the first document "
+            "in the prompt; the last slot is next to the query (where rank 1 goes in reranking, order='reverse'). "
+            "std is over trials (content variance); a slot mean's standard error is std/√trials.",
+            "",
+            f"![slot profile]({prof['png']})",
+            "",
+        ]
         out += [f"- {s}" for s in prof["summary"]]
-        out += ["", "The +slot correction step subtracts (profile − its mean over slots) by slot, with the profile "
-                "re-scored from the same trials under that step's own config and head set (fold-specific; "
-                "stored in reweight.json under `slot_profiles_used`), at the setting's K (SciFact top-20 uses the "
-                "20-slot profile of DL19 passages). The variant row uses the plain-ICR all-head profile instead.", "",
-                profile_table({int(k): SlotProfile.from_json(json.dumps(v)) for k, v in prof["profiles"].items()}), ""]
+        out += [
+            "",
+            "The +slot correction step subtracts (profile − its mean over slots) by slot, with the profile "
+            "re-scored from the same trials under that step's own config and head set (fold-specific; "
+            "stored in reweight.json under `slot_profiles_used`), at the setting's K (SciFact top-20 uses the "
+            "20-slot profile of DL19 passages). The variant row uses the plain-ICR all-head profile instead.",
+            "",
+            profile_table({int(k): SlotProfile.from_json(json.dumps(v)) for k, v in prof["profiles"].items()}),
+            "",
+        ]
         for k, s in prof["seconds"].items():
-            out.append(f"- K={k}: {s['wall']:.0f} s ({s['trials computed']} trials computed, "
-                       f"{s['trials from cache']} from cache).")
+            out.append(
+                f"- K={k}: {s['wall']:.0f} s ({s['trials computed']} trials computed, "
+                f"{s['trials from cache']} from cache)."
+            )
     out.append(f"\nTotal wall time {extra['seconds']:.0f} s.")
     return "\n".join(out) + "\n"
 
@@ -423,15 +507,21 @@ def main() -> None:
     rr = AttentionReranker(config="icr")  # the default model, all heads, plain ICR
     tok, heads = rr.llm.tokenizer, rr.head_list
     sets = Settings(root, args.max_queries or None)
-    model = {"id": rr.llm.model_id, "fingerprint": rr.llm.fingerprint, "layers": rr.llm.num_layers,
-             "heads": rr.llm.num_heads}
+    model = {
+        "id": rr.llm.model_id,
+        "fingerprint": rr.llm.fingerprint,
+        "layers": rr.llm.num_layers,
+        "heads": rr.llm.num_heads,
+    }
     extra: dict = {"model": model, "settings": {}, "grids": {}, "slot_profiles_used": {}}
 
     # positional profiles first (model time; the ablation itself is offline)
     bank = None
     if not args.skip_profile:
-        ks = sorted({int(x) for x in args.profile_slots.split(",") if x.strip()}
-                    | {max(len(c) for c in sets.get(a)[2].values()) for a in aliases})
+        ks = sorted(
+            {int(x) for x in args.profile_slots.split(",") if x.strip()}
+            | {max(len(c) for c in sets.get(a)[2].values()) for a in aliases}
+        )
         bank = ProfileBank(rr, dl19(root).docs, args.profile_trials)
         out_dir.mkdir(parents=True, exist_ok=True)
         for k in ks:
@@ -439,11 +529,16 @@ def main() -> None:
             if args.ship:  # the package's registry entry for the default model
                 store_profile(bank.base[k], root=REPO / "attnrank" / "heads" / "data")
         slot_profiles(bank.base, out_dir / "slot_profile.png")
-        extra["profile"] = {"n_trials": args.profile_trials, "seed": bank.seed, "pool": len(bank.pool),
-                            "png": "slot_profile.png", "files": [f"slot_profile_{k}.json" for k in ks],
-                            "profiles": {str(k): json.loads(p.to_json()) for k, p in bank.base.items()},
-                            "summary": [profile_summary(bank.base[k]) for k in ks],
-                            "seconds": {str(k): v for k, v in bank.seconds.items()}}
+        extra["profile"] = {
+            "n_trials": args.profile_trials,
+            "seed": bank.seed,
+            "pool": len(bank.pool),
+            "png": "slot_profile.png",
+            "files": [f"slot_profile_{k}.json" for k in ks],
+            "profiles": {str(k): json.loads(p.to_json()) for k, p in bank.base.items()},
+            "summary": [profile_summary(bank.base[k]) for k in ks],
+            "seconds": {str(k): v for k, v in bank.seconds.items()},
+        }
 
     # head lists: per source setting, per-head nDCG@10 over its queries
     head_nd = {}
@@ -458,17 +553,27 @@ def main() -> None:
         captured = capture_all(rr, name, ds.queries, cands, CACHE)
         k = max(len(c) for c in cands.values())
         folds = folds_of(ds.queries, args.seed)
-        info = {"n_queries": len(ds.queries), "K": k, "fold_sizes": f"{len(folds['A'])}/{len(folds['B'])}",
-                "folds": folds, "capture s/query": float(np.mean([c["seconds"] for c in captured.values()])),
-                "steps": {}}
+        info = {
+            "n_queries": len(ds.queries),
+            "K": k,
+            "fold_sizes": f"{len(folds['A'])}/{len(folds['B'])}",
+            "folds": folds,
+            "capture s/query": float(np.mean([c["seconds"] for c in captured.values()])),
+            "steps": {},
+        }
         head_sets = [("all heads", None)]
         if HEAD_SOURCE[a] in head_nd:
             src = HEAD_SOURCE[a]
             top = [int(i) for i in np.argsort(-head_nd[src])[:N_SELECTED]]
             label = f"top-{N_SELECTED} by nDCG on {SETTINGS[src].split()[0]}"
             head_sets.append((label, top))
-            info["head_list"] = {label: {"chosen_on": SETTINGS[src], "heads": [list(heads[i]) for i in top],
-                                         "head_nDCG@10 on source": [float(head_nd[src][i]) for i in top]}}
+            info["head_list"] = {
+                label: {
+                    "chosen_on": SETTINGS[src],
+                    "heads": [list(heads[i]) for i in top],
+                    "head_nDCG@10 on source": [float(head_nd[src][i]) for i in top],
+                }
+            }
         for label, idx in head_sets:
             t0 = time.perf_counter()
             scorer = Scorer(tok, ds, cands, captured, idx)
@@ -478,7 +583,9 @@ def main() -> None:
             extra["grids"][f"{name} | {label}"] = grids
             if bank is not None:  # the profile each fold's +slot step subtracted (config of its +entropy step)
                 extra["slot_profiles_used"][f"{name} | {label}"] = {
-                    t: list(bank.for_config(Reweighting(**c), idx, k).mean_score) for t, c in steps[3]["configs"].items()}
+                    t: list(bank.for_config(Reweighting(**c), idx, k).mean_score)
+                    for t, c in steps[3]["configs"].items()
+                }
             log.info("%s, %s: %d configs scored in %.0f s", name, label, len(scorer._pq), time.perf_counter() - t0)
         extra["settings"][name] = info
         del captured

@@ -58,8 +58,12 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"p50": None, "p95": None, "p99": None, "mean": None}
     a = np.array(values)
-    return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)),
-            "p99": float(np.percentile(a, 99)), "mean": float(a.mean())}
+    return {
+        "p50": float(np.percentile(a, 50)),
+        "p95": float(np.percentile(a, 95)),
+        "p99": float(np.percentile(a, 99)),
+        "mean": float(a.mean()),
+    }
 
 
 def run_level(url: str, bodies: list[dict], clients: int, requests: int, max_seconds: float) -> dict:
@@ -98,15 +102,23 @@ def run_level(url: str, bodies: list[dict], clients: int, requests: int, max_sec
         th.join()
     wall = time.perf_counter() - start
     ok = statuses.get("200", 0)
-    return {"clients": clients, "requests_sent": sum(statuses.values()), "ok": ok,
-            "rejected_503": statuses.get("503", 0),
-            "errors": sum(v for k, v in statuses.items() if k not in ("200", "503")),
-            "statuses": dict(statuses), "wall_seconds": wall, "throughput_rps": ok / wall if wall else 0.0,
-            "stopped_by_time_cap": sum(statuses.values()) < requests, **percentiles(latencies)}
+    return {
+        "clients": clients,
+        "requests_sent": sum(statuses.values()),
+        "ok": ok,
+        "rejected_503": statuses.get("503", 0),
+        "errors": sum(v for k, v in statuses.items() if k not in ("200", "503")),
+        "statuses": dict(statuses),
+        "wall_seconds": wall,
+        "throughput_rps": ok / wall if wall else 0.0,
+        "stopped_by_time_cap": sum(statuses.values()) < requests,
+        **percentiles(latencies),
+    }
 
 
 def baseline(reranker: AttentionReranker, bodies: list[dict], n: int) -> dict:
     """``n`` sequential ``rank`` calls on one worker thread (where the server runs the model too)."""
+
     def calls() -> list[float]:
         lat = []
         for i in range(n):
@@ -123,26 +135,45 @@ def baseline(reranker: AttentionReranker, bodies: list[dict], n: int) -> dict:
 
 def markdown(result: dict) -> str:
     s = result["settings"]
-    lines = ["# attnrank serve: loopback load test", "",
-             f"Command: `{result['command']}`", "",
-             (f"Model `{s['model']}` on {s['cpus']} CPU thread(s) ({s['machine']}); POST /rerank (TEI shape) with "
-              f"{s['docs']} demo passages of at most {s['doc_chars']} characters per request; queue of "
-              f"{s['max_queued']}; at most {s['requests']} requests or {s['max_seconds']} s per level. "
-              f"Machine: {s['cores']} cores, 1-minute load average {s['loadavg_1m_before_after'][0]} before and "
-              f"{s['loadavg_1m_before_after'][1]} after the run (other jobs share it)."), "",
-             "| clients | sent | ok | 503 | other errors | throughput (req/s) | p50 (s) | p95 (s) | p99 (s) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "# attnrank serve: loopback load test",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        (
+            f"Model `{s['model']}` on {s['cpus']} CPU thread(s) ({s['machine']}); POST /rerank (TEI shape) with "
+            f"{s['docs']} demo passages of at most {s['doc_chars']} characters per request; queue of "
+            f"{s['max_queued']}; at most {s['requests']} requests or {s['max_seconds']} s per level. "
+            f"Machine: {s['cores']} cores, 1-minute load average {s['loadavg_1m_before_after'][0]} before and "
+            f"{s['loadavg_1m_before_after'][1]} after the run (other jobs share it)."
+        ),
+        "",
+        "| clients | sent | ok | 503 | other errors | throughput (req/s) | p50 (s) | p95 (s) | p99 (s) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for when, b in result["baseline"].items():
-        lines.append(f"| in-process `rank`, {when} the load (baseline) | {b['calls']} | {b['calls']} | – | – | "
-                     f"{b['throughput_rps']:.2f} | {b['p50']:.3f} | {b['p95']:.3f} | {b['p99']:.3f} |")
+        lines.append(
+            f"| in-process `rank`, {when} the load (baseline) | {b['calls']} | {b['calls']} | – | – | "
+            f"{b['throughput_rps']:.2f} | {b['p50']:.3f} | {b['p95']:.3f} | {b['p99']:.3f} |"
+        )
+
+    def f(v: float | None) -> str:
+        return "–" if v is None else f"{v:.3f}"
+
     for lv in result["levels"]:
-        f = (lambda v: "–" if v is None else f"{v:.3f}")
-        lines.append(f"| {lv['clients']} | {lv['requests_sent']} | {lv['ok']} | {lv['rejected_503']} | {lv['errors']} | "
-                     f"{lv['throughput_rps']:.2f} | {f(lv['p50'])} | {f(lv['p95'])} | {f(lv['p99'])} |")
-    lines += ["", ("Latency is per request as the client sees it (queue wait included), over the 200 answers. "
-                   "One model serves all requests one at a time, so throughput stays at the model's rate and latency "
-                   "grows with the number of clients waiting; 503s would only appear with more clients than "
-                   "queue places (+1 running).")]
+        lines.append(
+            f"| {lv['clients']} | {lv['requests_sent']} | {lv['ok']} | {lv['rejected_503']} | {lv['errors']} | "
+            f"{lv['throughput_rps']:.2f} | {f(lv['p50'])} | {f(lv['p95'])} | {f(lv['p99'])} |"
+        )
+    lines += [
+        "",
+        (
+            "Latency is per request as the client sees it (queue wait included), over the 200 answers. "
+            "One model serves all requests one at a time, so throughput stays at the model's rate and latency "
+            "grows with the number of clients waiting; 503s would only appear with more clients than "
+            "queue places (+1 running)."
+        ),
+    ]
     capped = [lv["clients"] for lv in result["levels"] if lv["stopped_by_time_cap"]]
     if capped:
         lines.append(f"\nStopped by the time cap before all requests were sent: {capped} clients.")
@@ -182,16 +213,27 @@ def main() -> None:
     after = baseline(reranker, bodies, half)
     load_after = os.getloadavg()
     base = {"before": before, "after": after}
-    result = {"command": "python scripts/bench_serve.py " + " ".join(sys.argv[1:]),
-              "settings": {"model": llm.model_id, "levels": levels, "requests": args.requests,
-                           "max_seconds": args.max_seconds, "docs": args.docs, "doc_chars": args.doc_chars,
-                           "max_queued": args.max_queued, "cpus": torch.get_num_threads(),
-                           "machine": platform.machine() + ", " + platform.python_version(),
-                           "loadavg_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
-                           "cores": os.cpu_count()},
-              "baseline": base, "levels": out_levels,
-              "prompt_tokens_mean": statistics.mean(
-                  len(llm.tokenizer(b["query"] + " ".join(b["texts"]))["input_ids"]) for b in bodies)}
+    result = {
+        "command": "python scripts/bench_serve.py " + " ".join(sys.argv[1:]),
+        "settings": {
+            "model": llm.model_id,
+            "levels": levels,
+            "requests": args.requests,
+            "max_seconds": args.max_seconds,
+            "docs": args.docs,
+            "doc_chars": args.doc_chars,
+            "max_queued": args.max_queued,
+            "cpus": torch.get_num_threads(),
+            "machine": platform.machine() + ", " + platform.python_version(),
+            "loadavg_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
+            "cores": os.cpu_count(),
+        },
+        "baseline": base,
+        "levels": out_levels,
+        "prompt_tokens_mean": statistics.mean(
+            len(llm.tokenizer(b["query"] + " ".join(b["texts"]))["input_ids"]) for b in bodies
+        ),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     (args.out / f"{args.name}.md").write_text(markdown(result))

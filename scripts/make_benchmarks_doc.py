@@ -1,6 +1,6 @@
 """Assemble docs/benchmarks.md from the benchmark outputs in docs/results/*.md.
 
-    python scripts/make_benchmarks_doc.py
+python scripts/make_benchmarks_doc.py
 """
 
 from __future__ import annotations
@@ -10,21 +10,33 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "results"
 
-ORDER = ["first_stage", "rerank", "heads", "reweight", "prune", "prune_sink", "prune_selected_heads", "ask",
-         "ask_40q_query"]
+ORDER = [
+    "first_stage",
+    "rerank",
+    "heads",
+    "reweight",
+    "prune",
+    "prune_sink",
+    "prune_selected_heads",
+    "ask",
+    "ask_40q_query",
+]
 COMMANDS = {
     "first_stage": "python scripts/bench_first_stage.py",
     "rerank": "python scripts/bench_rerank.py",
     "heads": "python scripts/bench_heads.py --scifact-queries 809 --hotpot-questions 400 --ship --ship-heads top32",
     "reweight": "python scripts/bench_reweight.py --profile-trials 8",
     "prune": "python scripts/bench_prune.py --ship",
-    "prune_sink": ("python scripts/bench_prune.py --questions 83 --methods query,query-sink,bm25,random "
-                   "--out-dir docs/results/prune_sink (files renamed to prune_sink.*)"),
-    "prune_selected_heads": ("python scripts/bench_prune.py --questions 40 --methods query,focus --heads "
-                             "23-8,15-6,21-1,23-2,14-3,22-7,23-5,22-4,24-2,23-7,21-8,15-1,23-1,21-5,24-5,22-2 "
-                             "(SciFact qr-ndcg top-16, no HotpotQA data used to pick them)"),
-    "ask": ("python scripts/bench_ask.py --include-unlabelled --skip 83 --questions 100 --prune-method probe "
-            "--ship"),
+    "prune_sink": (
+        "python scripts/bench_prune.py --questions 83 --methods query,query-sink,bm25,random "
+        "--out-dir docs/results/prune_sink (files renamed to prune_sink.*)"
+    ),
+    "prune_selected_heads": (
+        "python scripts/bench_prune.py --questions 40 --methods query,focus --heads "
+        "23-8,15-6,21-1,23-2,14-3,22-7,23-5,22-4,24-2,23-7,21-8,15-1,23-1,21-5,24-5,22-2 "
+        "(SciFact qr-ndcg top-16, no HotpotQA data used to pick them)"
+    ),
+    "ask": ("python scripts/bench_ask.py --include-unlabelled --skip 83 --questions 100 --prune-method probe --ship"),
     "ask_40q_query": "python scripts/bench_ask.py --questions 40 (earlier run, 2026-11-30: query-span pruning)",
 }
 INTRO = """# Benchmarks

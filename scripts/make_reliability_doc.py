@@ -17,8 +17,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES = ("clear error", "correct result", "traceback", "silent wrong result", "data lost")
-GROUPS = ("index target", "build faults", "concurrency", "damaged index", "manifest", "corpus", "search", "rerank",
-          "prune/ask", "eval", "python API", "unusual input")
+GROUPS = (
+    "index target",
+    "build faults",
+    "concurrency",
+    "damaged index",
+    "manifest",
+    "corpus",
+    "search",
+    "rerank",
+    "prune/ask",
+    "eval",
+    "python API",
+    "unusual input",
+)
 
 HEAD = """# Reliability: nothing lost, nothing silent
 
@@ -45,24 +57,35 @@ def render(data: dict) -> str:
     cases = data["cases"]
     counts = Counter(c["category"] for c in cases)
     failed = [c for c in cases if not c["passed"]]
-    lines = [HEAD, "## Summary", "",
-             f"Last run: {len(cases)} cases in {data['seconds']:.0f} s wall{_machine(data)} (Python {data['python']}); "
-             f"{len(cases) - len(failed)} met their expected outcome.", "",
-             "| cases tried | clear errors | correct results | tracebacks | silent wrong results | data lost |",
-             "|---:|---:|---:|---:|---:|---:|",
-             f"| {len(cases)} | {counts['clear error']} | {counts['correct result']} | {counts['traceback']} | "
-             f"{counts['silent wrong result']} | {counts['data lost']} |", ""]
+    lines = [
+        HEAD,
+        "## Summary",
+        "",
+        f"Last run: {len(cases)} cases in {data['seconds']:.0f} s wall{_machine(data)} (Python {data['python']}); "
+        f"{len(cases) - len(failed)} met their expected outcome.",
+        "",
+        "| cases tried | clear errors | correct results | tracebacks | silent wrong results | data lost |",
+        "|---:|---:|---:|---:|---:|---:|",
+        f"| {len(cases)} | {counts['clear error']} | {counts['correct result']} | {counts['traceback']} | "
+        f"{counts['silent wrong result']} | {counts['data lost']} |",
+        "",
+    ]
     if failed:
         lines += ["Cases that missed their expected outcome:", ""]
         lines += [f"- `{c['id']}`: {'; '.join(c['problems'])[:300]}" for c in failed] + [""]
     order = {g: i for i, g in enumerate(GROUPS)}
     for group in sorted({c["group"] for c in cases}, key=lambda g: order.get(g, len(order))):
-        lines += [f"## {group[0].upper()}{group[1:]}", "",
-                  "| case | input or fault | what the user sees | exit | what is kept | outcome |",
-                  "|---|---|---|---:|---|---|"]
+        lines += [
+            f"## {group[0].upper()}{group[1:]}",
+            "",
+            "| case | input or fault | what the user sees | exit | what is kept | outcome |",
+            "|---|---|---|---:|---|---|",
+        ]
         for c in (c for c in cases if c["group"] == group):
-            lines.append(f"| `{c['id']}` | {_cell(c['given'])} | {_cell(c['sees'])} | {c['exit']} | {_cell(c['kept'])} | "
-                         f"{c['category']}{'' if c['passed'] else ' (UNEXPECTED)'} |")
+            lines.append(
+                f"| `{c['id']}` | {_cell(c['given'])} | {_cell(c['sees'])} | {c['exit']} | {_cell(c['kept'])} | "
+                f"{c['category']}{'' if c['passed'] else ' (UNEXPECTED)'} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -73,8 +96,10 @@ _TMP = re.compile(r"/tmp/pytest-of-[^/\s]+/pytest-\d+/[^/\s]+")
 def _machine(data: dict) -> str:
     if "cpu_seconds" not in data:
         return ""
-    return (f", {data['cpu_seconds']:.0f} s of CPU, on {data['cpus']} CPUs with a load average of "
-            f"{data['load_average']} at the end")
+    return (
+        f", {data['cpu_seconds']:.0f} s of CPU, on {data['cpus']} CPUs with a load average of "
+        f"{data['load_average']} at the end"
+    )
 
 
 def _cell(text: str) -> str:

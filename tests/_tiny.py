@@ -23,14 +23,21 @@ def tiny_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   bos_token="<|im_start|>", unk_token="<|endoftext|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", bos_token="<|im_start|>", unk_token="<|endoftext|>"
+    )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
 
-def tiny_model(family: str = "llama", vocab_size: int = 259, layers: int = 2, heads: int = 4,
-               kv_heads: int = 2, max_positions: int = 256):
+def tiny_model(
+    family: str = "llama",
+    vocab_size: int = 259,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    max_positions: int = 256,
+):
     """A random causal LM of ``family`` (GQA: ``heads`` query heads over ``kv_heads``)."""
     import transformers
 
@@ -38,9 +45,17 @@ def tiny_model(family: str = "llama", vocab_size: int = 259, layers: int = 2, he
     names = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gemma": "Gemma"}
     cfg_cls = getattr(transformers, f"{names[family]}Config")
     model_cls = getattr(transformers, f"{names[family]}ForCausalLM")
-    cfg = cfg_cls(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
-                  num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                  head_dim=8, max_position_embeddings=max_positions, tie_word_embeddings=True)
+    cfg = cfg_cls(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=8,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+    )
     return model_cls(cfg).eval()
 
 

@@ -16,8 +16,23 @@ def test_index_search_eval(tmp_path, scifact_mini):
     assert r.exit_code == 0, r.output
     assert "indexed 55 documents" in r.output
     run = tmp_path / "run.trec"
-    r = runner.invoke(app, ["search", "--index-dir", str(ix), "--queries", str(scifact_mini / "queries.jsonl"),
-                            "-k", "20", "--mode", "bm25", "-o", str(run), "-q"])
+    r = runner.invoke(
+        app,
+        [
+            "search",
+            "--index-dir",
+            str(ix),
+            "--queries",
+            str(scifact_mini / "queries.jsonl"),
+            "-k",
+            "20",
+            "--mode",
+            "bm25",
+            "-o",
+            str(run),
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert len(run.read_text().splitlines()) == 12 * 20
     r = runner.invoke(app, ["eval", str(run), str(scifact_mini / "qrels" / "train.tsv"), "--metrics", "nDCG@10,R@20"])

@@ -25,9 +25,24 @@ def home(tmp_path, monkeypatch):
 
 
 def _args(dl, tiny_dir, *extra):
-    return ["heads", "train", "--queries", str(dl / "topics.tsv"), "--qrels", str(dl / "qrels.txt"),
-            "--corpus", str(dl / "passages.jsonl"), "--run", str(dl / "run.bm25.trec"), "--depth", "5",
-            "--model", str(tiny_dir), "-q", *extra]
+    return [
+        "heads",
+        "train",
+        "--queries",
+        str(dl / "topics.tsv"),
+        "--qrels",
+        str(dl / "qrels.txt"),
+        "--corpus",
+        str(dl / "passages.jsonl"),
+        "--run",
+        str(dl / "run.bm25.trec"),
+        "--depth",
+        "5",
+        "--model",
+        str(tiny_dir),
+        "-q",
+        *extra,
+    ]
 
 
 def _text(r) -> str:
@@ -42,30 +57,44 @@ def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "top4", "--l2", "1", "--rel", "2"))
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "held-out 3-fold over 3 queries" in r.output
-    scores = {who: float(v) for who, v in re.findall(r"^\s+(first stage|sum of all heads|learned)\b.*?nDCG@10 ([0-9.]+)",
-                                                        r.output, re.MULTILINE)}
+    scores = {
+        who: float(v)
+        for who, v in re.findall(
+            r"^\s+(first stage|sum of all heads|learned)\b.*?nDCG@10 ([0-9.]+)", r.output, re.MULTILINE
+        )
+    }
     assert set(scores) == {"first stage", "sum of all heads", "learned"} and all(0 <= v <= 1 for v in scores.values())
     assert "saved to" in r.output and str(home) in r.output
     w = LearnedHeadWeights.load(*model_fingerprint(str(tiny_dir)))
     assert w is not None and len(w.heads) == 4 and w.weights.shape == (4,)
-    assert w.metrics["n_queries"] == 3 and w.metrics["heldout"]["learned nDCG@10"] == pytest.approx(scores["learned"], abs=1e-4)
+    assert w.metrics["n_queries"] == 3 and w.metrics["heldout"]["learned nDCG@10"] == pytest.approx(
+        scores["learned"], abs=1e-4
+    )
     # the registered weights are what scorer="learned" reranks with
     rr = AttentionReranker(str(tiny_dir), scorer="learned")
     assert rr.heads == w.heads
 
 
 def test_heads_train_no_save_writes_nothing(home, dl19_mini, tiny_dir):
-    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "all", "--kind", "pairwise",
-                                 "--no-save"))
+    r = runner.invoke(
+        app, _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "all", "--kind", "pairwise", "--no-save")
+    )
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "held-out 3-fold over 3 queries" in r.output and "saved to" not in r.output
     assert not (home / "heads").exists()  # nothing registered
 
 
-@pytest.mark.parametrize("extra, message", [(["--heads", "best"], "--heads 'best'"), (["--kind", "listwise"], "--kind"),
-                                            (["--l2", "0"], "--l2"), (["--folds", "1"], "--folds"),
-                                            (["--folds", "4"], "fewer than --folds 4"),
-                                            (["--max-queries", "2", "--folds", "3"], "2 labelled queries with candidates are fewer")])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--heads", "best"], "--heads 'best'"),
+        (["--kind", "listwise"], "--kind"),
+        (["--l2", "0"], "--l2"),
+        (["--folds", "1"], "--folds"),
+        (["--folds", "4"], "fewer than --folds 4"),
+        (["--max-queries", "2", "--folds", "3"], "2 labelled queries with candidates are fewer"),
+    ],
+)
 def test_heads_train_rejects_bad_options_before_loading_a_model(home, dl19_mini, tmp_path, extra, message):
     r = runner.invoke(app, _args(dl19_mini, tmp_path / "no-such-model", *extra))
     assert r.exit_code != 0

@@ -8,11 +8,11 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from attnrank.prune.config import PruneConfig
 from attnrank.cli import app
 from attnrank.errors import InputError
 from attnrank.generate import Answer, Generator
 from attnrank.pipeline import Pipeline, PipelineResult
+from attnrank.prune.config import PruneConfig
 from attnrank.prune.context import PrunedContext
 from attnrank.prune.pruner import ContextPruner
 from attnrank.rerank.attention import AttentionReranker
@@ -44,8 +44,9 @@ def test_generator_bad_input(llm):
 
 
 def test_pipeline_end_to_end(llm, built_retriever):
-    pipe = Pipeline(built_retriever, AttentionReranker(llm), ContextPruner(llm), Generator(llm, max_new_tokens=4),
-                    depth=4, top_k=2)
+    pipe = Pipeline(
+        built_retriever, AttentionReranker(llm), ContextPruner(llm), Generator(llm, max_new_tokens=4), depth=4, top_k=2
+    )
     pieces: list[str] = []
     res = pipe.run(QUESTION, budget_tokens=120, stream=pieces.append)
     assert isinstance(res, PipelineResult) and res.question == QUESTION
@@ -85,13 +86,16 @@ def test_pipeline_reorders_passages_by_slot_profile(llm, built_retriever, tmp_pa
     with pytest.raises(InputError, match="no slot profile is registered"):
         Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, reorder=True)
     store_profile(profile)
-    pipe = Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, generate=True, reorder=True,
-                               max_new_tokens=1, depth=4, top_k=3)
+    pipe = Pipeline.from_model(
+        built_retriever, llm, rerank=False, prune=False, generate=True, reorder=True, max_new_tokens=1, depth=4, top_k=3
+    )
     assert pipe.reorder == profile and pipe.run(QUESTION).sources == res.sources
 
 
 def test_from_model_shares_one_llm(llm, built_retriever):
-    pipe = Pipeline.from_model(built_retriever, llm, prune=PruneConfig(method="focus"), max_new_tokens=2, depth=3, top_k=1)
+    pipe = Pipeline.from_model(
+        built_retriever, llm, prune=PruneConfig(method="focus"), max_new_tokens=2, depth=3, top_k=1
+    )
     assert pipe.reranker.llm is llm and pipe.pruner.llm is llm and pipe.generator.llm is llm
     res = pipe.run(QUESTION, keep_ratio=0.5)
     assert res.pruned.method == "focus" and res.pruned.budget_source == "keep_ratio"
@@ -100,17 +104,49 @@ def test_from_model_shares_one_llm(llm, built_retriever):
 
 def test_cli_prune_and_ask(tmp_path, tiny_dir, built_retriever):
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"id": "p", "title": "Paris", "text": "Paris is the capital of France. It is big. '
-                      'The Seine flows through it."}\n{"id": "b", "text": "Berlin is in Germany. It is cold."}\n')
-    r = runner.invoke(app, ["prune", "capital of France?", "--corpus", str(corpus), "--budget-tokens", "40",
-                            "--model", str(tiny_dir), "-q"])
+    corpus.write_text(
+        '{"id": "p", "title": "Paris", "text": "Paris is the capital of France. It is big. '
+        'The Seine flows through it."}\n{"id": "b", "text": "Berlin is in Germany. It is cold."}\n'
+    )
+    r = runner.invoke(
+        app,
+        [
+            "prune",
+            "capital of France?",
+            "--corpus",
+            str(corpus),
+            "--budget-tokens",
+            "40",
+            "--model",
+            str(tiny_dir),
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "compression" in r.output and "tok)" in r.output
     r = runner.invoke(app, ["prune", "x", "--corpus", str(corpus), "--budget-tokens", "5", "--keep-ratio", "0.5"])
     assert r.exit_code != 0 and "not both" in r.output
     ix = built_retriever.save(tmp_path / "ix")
-    r = runner.invoke(app, ["ask", QUESTION, "--index-dir", str(ix), "--depth", "3", "-k", "2",
-                            "--budget-tokens", "80", "--max-new-tokens", "3", "--model", str(tiny_dir), "-q"])
+    r = runner.invoke(
+        app,
+        [
+            "ask",
+            QUESTION,
+            "--index-dir",
+            str(ix),
+            "--depth",
+            "3",
+            "-k",
+            "2",
+            "--budget-tokens",
+            "80",
+            "--max-new-tokens",
+            "3",
+            "--model",
+            str(tiny_dir),
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"Q: {QUESTION}\nA: ") and "[sources]" in r.output and "[timings]" in r.output
 
@@ -153,7 +189,9 @@ def test_shipped_artifacts_of_the_default_model(tmp_path):
     assert pruned.method == "probe" and 0 < pruned.kept_tokens <= pruned.budget_tokens
     assert load_profile("auto", llm.model_id, llm.fingerprint, n_slots=5).n_slots >= 5
     path = ix.save(tmp_path / "demo")
-    r = runner.invoke(app, ["ask", q["text"], "--index-dir", str(path), "--method", "probe", "--reorder",
-                            "--max-new-tokens", "8", "-q"])
+    r = runner.invoke(
+        app,
+        ["ask", q["text"], "--index-dir", str(path), "--method", "probe", "--reorder", "--max-new-tokens", "8", "-q"],
+    )
     assert r.exit_code == 0, r.output
     assert "[sources]" in r.output

@@ -8,12 +8,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from _tiny import tiny_model, tiny_tokenizer
 from typer.testing import CliRunner
 
-from _tiny import tiny_model, tiny_tokenizer
+from attnrank import registry
 from attnrank.cli import app
 from attnrank.errors import InputError, MissingExtraError
-from attnrank import registry
+from attnrank.llm.fingerprint import model_fingerprint
+from attnrank.llm.models import LLM
 from attnrank.registry import (
     load_artifact,
     load_head_sets,
@@ -21,8 +23,6 @@ from attnrank.registry import (
     save_artifact,
     save_head_set,
 )
-from attnrank.llm.fingerprint import model_fingerprint
-from attnrank.llm.models import LLM
 from attnrank.rerank.attention import AttentionReranker
 
 FP = "a" * 64
@@ -39,16 +39,20 @@ def home(tmp_path, monkeypatch):
 
 
 def _ship(home, model_id, fingerprint, sets, artifacts=None, name="x.json"):
-    doc = {"format": registry.FORMAT, "model_id": model_id, "fingerprint": fingerprint, "sets": sets,
-           "artifacts": artifacts or {}}
+    doc = {
+        "format": registry.FORMAT,
+        "model_id": model_id,
+        "fingerprint": fingerprint,
+        "sets": sets,
+        "artifacts": artifacts or {},
+    }
     (home / "shipped" / name).write_text(json.dumps({"models": [doc]}))
 
 
 def test_round_trip(home):
     scores = np.arange(6, dtype=float).reshape(2, 3)
     scores[0, 0] = np.nan
-    path = save_head_set("org/m", FP, "qr-score", "1-2,0-1", scores=scores, data="3 queries",
-                         params={"top": 2})
+    path = save_head_set("org/m", FP, "qr-score", "1-2,0-1", scores=scores, data="3 queries", params={"top": 2})
     assert path.parent == home / "home" / "heads"
     (hs,) = load_head_sets("org/m", FP)
     assert hs.pairs == [(0, 1), (1, 2)] and hs.method == "qr-score" and hs.name == "qr-score"
@@ -125,9 +129,27 @@ runner = CliRunner()
 
 
 def test_cli_detect_qr_and_show(home, tiny_dir, scifact_mini):
-    args = ["heads", "detect", "--method", "qr", "--model", str(tiny_dir), "--queries",
-            str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv"),
-            "--corpus", str(scifact_mini / "corpus.jsonl"), "--max-queries", "2", "--depth", "6", "--top", "3", "-q"]
+    args = [
+        "heads",
+        "detect",
+        "--method",
+        "qr",
+        "--model",
+        str(tiny_dir),
+        "--queries",
+        str(scifact_mini / "queries.jsonl"),
+        "--qrels",
+        str(scifact_mini / "qrels" / "train.tsv"),
+        "--corpus",
+        str(scifact_mini / "corpus.jsonl"),
+        "--max-queries",
+        "2",
+        "--depth",
+        "6",
+        "--top",
+        "3",
+        "-q",
+    ]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     assert "qr-ndcg:" in r.output and r.output.count("saved top 3") == 3
@@ -150,10 +172,31 @@ def test_cli_detect_qr_and_show(home, tiny_dir, scifact_mini):
 def test_cli_detect_copy_reports_no_accepted_trial(home, tiny_dir, tmp_path):
     folder = tmp_path / "niah" / "retrieval_head"
     folder.mkdir(parents=True)
-    (folder / "needles.jsonl").write_text(json.dumps({"needle": "The code is 42.", "question": "Code?",
-                                                      "real_needle": "42"}) + "\n")
+    (folder / "needles.jsonl").write_text(
+        json.dumps({"needle": "The code is 42.", "question": "Code?", "real_needle": "42"}) + "\n"
+    )
     (tmp_path / "niah" / "PaulGrahamEssays").mkdir()
     (tmp_path / "niah" / "PaulGrahamEssays" / "a.txt").write_text("Some text here. " * 40)
-    r = runner.invoke(app, ["heads", "detect", "--method", "copy", "--model", str(tiny_dir), "--data", str(tmp_path),
-                            "--haystack", "essays", "--lengths", "150", "--depths", "50", "--max-new-tokens", "3", "-q"])
+    r = runner.invoke(
+        app,
+        [
+            "heads",
+            "detect",
+            "--method",
+            "copy",
+            "--model",
+            str(tiny_dir),
+            "--data",
+            str(tmp_path),
+            "--haystack",
+            "essays",
+            "--lengths",
+            "150",
+            "--depths",
+            "50",
+            "--max-new-tokens",
+            "3",
+            "-q",
+        ],
+    )
     assert r.exit_code != 0 and "no trial was accepted" in str(r.exception)

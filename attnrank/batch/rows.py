@@ -37,8 +37,10 @@ def read_queries(path: str | Path) -> dict[str, str]:
     idc = next((c for c in ("id", "_id", "qid") if c in table.column_names), None)
     textc = next((c for c in ("text", "query") if c in table.column_names), None)
     if idc is None or textc is None:
-        raise InputError(f"{p}: Parquet queries need an id column (id, _id or qid) and a text column (text or query); "
-                         f"found {table.column_names}")
+        raise InputError(
+            f"{p}: Parquet queries need an id column (id, _id or qid) and a text column (text or query); "
+            f"found {table.column_names}"
+        )
     out: dict[str, str] = {}
     for qid, text in zip(table.column(idc).to_pylist(), table.column(textc).to_pylist()):
         qid = str(qid)

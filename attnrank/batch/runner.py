@@ -76,16 +76,28 @@ def _check_checkpoint(parts_dir: Path, config: BatchConfig) -> None:
         theirs = json.loads(path.read_text(encoding="utf-8"))
         if theirs != mine:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
-            raise InputError(f"checkpoint {parts_dir} holds a run with other settings ({', '.join(diff)}); "
-                             "delete it or give another --checkpoint")
+            raise InputError(
+                f"checkpoint {parts_dir} holds a run with other settings ({', '.join(diff)}); "
+                "delete it or give another --checkpoint"
+            )
     else:
         path.write_text(json.dumps(mine, indent=1), encoding="utf-8")
 
 
-def run_batch(queries: str | Path | dict[str, str], config: BatchConfig, *, output: Path | None = None,
-              parquet: Path | None = None, checkpoint: Path | None = None, resources: Resources | None = None,
-              ray_address: str | None = None, num_cpus: int | None = None, object_store_mb: int | None = None,
-              on_commit: Callable[[int, int], None] | None = None, progress: bool = True) -> dict[str, Any]:
+def run_batch(
+    queries: str | Path | dict[str, str],
+    config: BatchConfig,
+    *,
+    output: Path | None = None,
+    parquet: Path | None = None,
+    checkpoint: Path | None = None,
+    resources: Resources | None = None,
+    ray_address: str | None = None,
+    num_cpus: int | None = None,
+    object_store_mb: int | None = None,
+    on_commit: Callable[[int, int], None] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Run the pipeline; returns counts, timings and throughput (queries/s)."""
     config.check()
     res = resources or Resources()
@@ -109,8 +121,12 @@ def run_batch(queries: str | Path | dict[str, str], config: BatchConfig, *, outp
                 done = len(sink.done) + len(sink.buffer)
                 if on_commit is not None:
                     on_commit(done, len(qs))
-                logger.info("batch: %d/%d queries, %.2f q/s", done, len(qs),
-                            (done - stats["resumed_skipped"]) / max(time.perf_counter() - t1, 1e-9))
+                logger.info(
+                    "batch: %d/%d queries, %.2f q/s",
+                    done,
+                    len(qs),
+                    (done - stats["resumed_skipped"]) / max(time.perf_counter() - t1, 1e-9),
+                )
             stats["pipeline_seconds"] = round(time.perf_counter() - t1, 3)
         finally:
             sink.commit()
@@ -131,19 +147,32 @@ def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resourc
     ctx.enable_progress_bars = progress
     ds = ray.data.from_items(rows, override_num_blocks=max(1, len(rows) // res.retrieval_batch))
     depth = max(config.k, config.rerank)
-    ds = ds.map_batches(RetrievalStage, fn_constructor_args=(config.index, depth),
-                        fn_constructor_kwargs={"mode": config.mode, "keep_text": config.rerank > 0},
-                        batch_size=res.retrieval_batch, batch_format="pyarrow",
-                        compute=ray.data.ActorPoolStrategy(size=res.retrieval_actors),
-                        num_cpus=res.retrieval_cpus)
+    ds = ds.map_batches(
+        RetrievalStage,
+        fn_constructor_args=(config.index, depth),
+        fn_constructor_kwargs={"mode": config.mode, "keep_text": config.rerank > 0},
+        batch_size=res.retrieval_batch,
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=res.retrieval_actors),
+        num_cpus=res.retrieval_cpus,
+    )
     if config.rerank > 0:
         threads = max(1, round(res.rerank_cpus))
-        ds = ds.map_batches(RerankStage, fn_constructor_args=(config.rerank, config.k),
-                            fn_constructor_kwargs={"model": config.model, "heads": config.heads,
-                                                   "device": config.device, "threads": threads},
-                            batch_size=res.rerank_batch, batch_format="pyarrow",
-                            compute=ray.data.ActorPoolStrategy(size=res.rerank_actors),
-                            num_cpus=res.rerank_cpus, num_gpus=res.rerank_gpus or None)
+        ds = ds.map_batches(
+            RerankStage,
+            fn_constructor_args=(config.rerank, config.k),
+            fn_constructor_kwargs={
+                "model": config.model,
+                "heads": config.heads,
+                "device": config.device,
+                "threads": threads,
+            },
+            batch_size=res.rerank_batch,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=res.rerank_actors),
+            num_cpus=res.rerank_cpus,
+            num_gpus=res.rerank_gpus or None,
+        )
     return ds
 
 

@@ -95,8 +95,10 @@ class CheckpointSink:
         rows = {r["qid"]: r for r in table.to_pylist()}
         missing = [q for q in qids if q not in rows]
         if missing or len(rows) != table.num_rows:
-            raise InputError(f"{len(missing)} queries have no row and {table.num_rows - len(rows)} have two in {self.dir} "
-                             "(a stage failed); rerun the same command to resume")
+            raise InputError(
+                f"{len(missing)} queries have no row and {table.num_rows - len(rows)} have two in {self.dir} "
+                "(a stage failed); rerun the same command to resume"
+            )
         if trec is not None:
             write_run({q: dict(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}, trec, tag=tag)
         if parquet is not None:

@@ -65,8 +65,16 @@ class RerankStage:
     ``threads`` caps torch's intra-op threads to the CPUs the actor declared.
     """
 
-    def __init__(self, depth: int, k: int, *, model: str | None = None, heads: str | None = None,
-                 device: str = "cpu", threads: int | None = None):
+    def __init__(
+        self,
+        depth: int,
+        k: int,
+        *,
+        model: str | None = None,
+        heads: str | None = None,
+        device: str = "cpu",
+        threads: int | None = None,
+    ):
         from ..config import set_torch_threads
         from ..rerank.attention import AttentionReranker
 
@@ -81,4 +89,3 @@ class RerankStage:
             res = rerank_head(self.reranker, row_to_results(row), self.depth).top_k(self.k)
             out.append(results_to_row(res, with_text=False))
         return _table(out)
-

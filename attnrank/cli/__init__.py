@@ -37,8 +37,12 @@ logger = logging.getLogger("attnrank")
 
 Quiet = typer.Option(False, "--quiet", "-q", help="No progress bars or info logs.")
 Verbose = typer.Option(False, "--verbose", "-v", help="Log at INFO level.")
-Verify = typer.Option(False, "--verify", help="Recompute the SHA-256 of every index file before use (slower; "
-                      "catches any changed byte, not only structural damage).")
+Verify = typer.Option(
+    False,
+    "--verify",
+    help="Recompute the SHA-256 of every index file before use (slower; "
+    "catches any changed byte, not only structural damage).",
+)
 
 
 def _setup(quiet: bool = False, verbose: bool = False) -> bool:
@@ -119,13 +123,18 @@ def _os_message(e: OSError) -> str:
     where = f" {e.filename!s}" if e.filename else ""
     if e.filename2:
         where += f" -> {e.filename2!s}"
-    hint = {errno.ENOSPC: "free some disk space and run again (existing indexes and files were kept)",
-            errno.EDQUOT: "free some disk quota and run again (existing indexes and files were kept)",
-            errno.EACCES: "check the permissions of that path", errno.EPERM: "check the permissions of that path",
-            errno.EROFS: "write somewhere writable", errno.ENOTDIR: "a part of that path is a file, not a folder",
-            errno.EISDIR: "give a file, not a folder", errno.ENOENT: "check the path",
-            errno.EEXIST: "a file is in the way; choose another path",
-            errno.ELOOP: "the path has a symbolic link loop; fix or remove the link"}.get(e.errno or 0, "")
+    hint = {
+        errno.ENOSPC: "free some disk space and run again (existing indexes and files were kept)",
+        errno.EDQUOT: "free some disk quota and run again (existing indexes and files were kept)",
+        errno.EACCES: "check the permissions of that path",
+        errno.EPERM: "check the permissions of that path",
+        errno.EROFS: "write somewhere writable",
+        errno.ENOTDIR: "a part of that path is a file, not a folder",
+        errno.EISDIR: "give a file, not a folder",
+        errno.ENOENT: "check the path",
+        errno.EEXIST: "a file is in the way; choose another path",
+        errno.ELOOP: "the path has a symbolic link loop; fix or remove the link",
+    }.get(e.errno or 0, "")
     return f"{e.strerror or e}:{where}" + (f"; {hint}" if hint else "")
 
 
@@ -139,8 +148,11 @@ def main() -> None:
         typer.echo(f"error: {e}", err=True)
         sys.exit(1)
     except UnicodeDecodeError as e:
-        typer.echo(f"error: an input file has bytes that are not valid UTF-8 ({e.reason} at byte {e.start}); "
-                   "re-encode it as UTF-8", err=True)
+        typer.echo(
+            f"error: an input file has bytes that are not valid UTF-8 ({e.reason} at byte {e.start}); "
+            "re-encode it as UTF-8",
+            err=True,
+        )
         sys.exit(1)
     except OSError as e:
         typer.echo(f"error: {_os_message(e)}", err=True)
@@ -151,7 +163,7 @@ def main() -> None:
 
 
 # Register the commands (after the shared names above exist: the modules import them from here).
-from . import batch, demo, explain, heads, heads_train, rag, rerank, retrieval, serve  # noqa: E402,F401
+from . import batch, demo, explain, heads, heads_train, rag, rerank, retrieval, serve  # noqa: F401
 
 # `attnrank --help` lists the commands in workflow order, whatever the import order above (others last)
 _ORDER = ("index", "search", "rerank", "eval", "demo", "prune", "ask")

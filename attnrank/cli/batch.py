@@ -46,14 +46,21 @@ def batch(
     heads: Optional[str] = typer.Option(None, help="Heads for --rerank: 'all', 'l-h,l-h', or a JSON file."),
     device: str = typer.Option("cpu", help="Reranker device: cpu | cuda (cuda declares one GPU per rerank actor)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="TREC run file."),
-    parquet: Optional[Path] = typer.Option(None, "--parquet", help="Parquet file, one row per query with per-stage scores."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Checkpoint folder (default: OUTPUT.parts); reruns resume."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster ('auto', 'ray://host:10001'); default: a local Ray."),
+    parquet: Optional[Path] = typer.Option(
+        None, "--parquet", help="Parquet file, one row per query with per-stage scores."
+    ),
+    checkpoint: Optional[Path] = typer.Option(
+        None, "--checkpoint", help="Checkpoint folder (default: OUTPUT.parts); reruns resume."
+    ),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="Ray cluster ('auto', 'ray://host:10001'); default: a local Ray."
+    ),
     num_cpus: Optional[int] = typer.Option(None, "--num-cpus", help="CPUs of the local Ray (default: all)."),
     retrieval_actors: int = typer.Option(1, "--retrieval-actors", help="Retrieval actors (one index each)."),
     rerank_actors: int = typer.Option(1, "--rerank-actors", help="Reranking actors (one model each)."),
     actor_cpus: float = typer.Option(1.0, "--actor-cpus", help="CPUs each actor declares (fractions allowed)."),
-    quiet: bool = Quiet, verbose: bool = Verbose,
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
 ) -> None:
     """Search (and rerank) a queries file on Ray Data; resumable, one row per query."""
     from ..batch import BatchConfig, Resources, run_batch
@@ -66,8 +73,19 @@ def batch(
         raise typer.BadParameter(f"--actor-cpus {actor_cpus} must be positive")
     config = BatchConfig(str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device)
     res = Resources(retrieval_actors, rerank_actors, actor_cpus, actor_cpus, 1.0 if device.startswith("cuda") else 0.0)
-    stats = run_batch(queries, config, output=output, parquet=parquet, checkpoint=checkpoint, resources=res,
-                      ray_address=ray_address, num_cpus=num_cpus, progress=progress)
+    stats = run_batch(
+        queries,
+        config,
+        output=output,
+        parquet=parquet,
+        checkpoint=checkpoint,
+        resources=res,
+        ray_address=ray_address,
+        num_cpus=num_cpus,
+        progress=progress,
+    )
     qps = stats["queries_per_second"]
-    typer.echo(f"wrote {stats['rows']} queries ({stats['resumed_skipped']} resumed) to {output or parquet}"
-               + (f"; {qps:.2f} queries/s" if qps else ""))
+    typer.echo(
+        f"wrote {stats['rows']} queries ({stats['resumed_skipped']} resumed) to {output or parquet}"
+        + (f"; {qps:.2f} queries/s" if qps else "")
+    )

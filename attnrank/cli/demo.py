@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import typer
 
 from ..rerank.config import RerankConfig
@@ -17,7 +16,8 @@ def demo(
     depth: int = typer.Option(10, "--depth", help="First-stage hits reranked by attention."),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Stop after the first stage."),
     answers: int = typer.Option(2, "--answers", help="Questions pruned and answered at the end (0 = none)."),
-    quiet: bool = Quiet, verbose: bool = Verbose,
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Run the pipeline on the embedded demo corpus (80 Wikipedia paragraphs, 8 questions)."""
@@ -50,8 +50,10 @@ def demo(
             reranked.append((q, res))
         _print_results(res.top_k(k))
     total = 2 * len(questions)
-    typer.echo("\n[summary] gold passages in the top 2: " + ", ".join(
-        f"{name} {n}/{total}" for name, n in hits.items() if name == "first stage" or reranker is not None))
+    typer.echo(
+        "\n[summary] gold passages in the top 2: "
+        + ", ".join(f"{name} {n}/{total}" for name, n in hits.items() if name == "first stage" or reranker is not None)
+    )
     if reranker is not None and answers > 0:
         _demo_answers(reranker.llm, reranked[:answers], k)
 
@@ -62,13 +64,16 @@ def _demo_answers(llm, pairs, k: int, budget_tokens: int = 120) -> None:
     from ..prune.pruner import ContextPruner
 
     pruner, generator = ContextPruner(llm), Generator(llm, max_new_tokens=24)
-    typer.echo(f"\n[answer] top {k} reranked passages pruned to {budget_tokens} sentence tokens, "
-               f"answered by {llm.model_id}")
+    typer.echo(
+        f"\n[answer] top {k} reranked passages pruned to {budget_tokens} sentence tokens, answered by {llm.model_id}"
+    )
     for q, res in pairs:
         pruned = pruner.prune(q["text"], res.top_k(k), budget_tokens=budget_tokens)
         docs = pruned.documents()
-        typer.echo(f"\nQ: {q['text']}\n   kept {pruned.kept_tokens}/{pruned.original_tokens} tokens "
-                   f"({pruned.compression:.1f}x) from {', '.join(d.id for d in docs) or 'no passage'}")
+        typer.echo(
+            f"\nQ: {q['text']}\n   kept {pruned.kept_tokens}/{pruned.original_tokens} tokens "
+            f"({pruned.compression:.1f}x) from {', '.join(d.id for d in docs) or 'no passage'}"
+        )
         typer.echo("   A: ", nl=False)
         ans = generator.answer(q["text"], docs, stream=lambda s: typer.echo(s, nl=False))
         typer.echo(f"\n   gold: {' | '.join(q.get('answers', []))}  ({ans.tokens} tokens, {ans.seconds:.1f} s)")

@@ -16,10 +16,13 @@ def explain(
     index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
     k: int = typer.Option(5, "--k", "-k", help="First-stage hits reranked and explained."),
     model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: str | None = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    heads: str | None = typer.Option(
+        None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."
+    ),
     output: Path = typer.Option(Path("explain"), "--output", "-o", help="Folder for explain.html and explain.png."),
     png: bool = typer.Option(True, "--png/--no-png", help="Also write the PNG (needs the 'plot' extra)."),
-    quiet: bool = Quiet, verbose: bool = Verbose,
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
 ) -> None:
     """Rerank the top K hits and show the per-token attention behind each score (HTML + PNG).
 
@@ -47,8 +50,10 @@ def explain(
     page = write_html(output / "explain.html", query, explanations, model=reranker.llm.model_id)
     for e in explanations:
         top = ", ".join(repr(t.text.strip()) for t in e.top_tokens(3))
-        typer.echo(f"{e.rank:>3}. {e.id}  {e.score:+.5f} = sum of {len(e.tokens) - e.filtered} token scores "
-                   f"({e.filtered} filtered); top: {top}")
+        typer.echo(
+            f"{e.rank:>3}. {e.id}  {e.score:+.5f} = sum of {len(e.tokens) - e.filtered} token scores "
+            f"({e.filtered} filtered); top: {top}"
+        )
     typer.echo(f"wrote {page}")
     if png:
         typer.echo(f"wrote {write_png(output / 'explain.png', query, explanations)}")

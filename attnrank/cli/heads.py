@@ -10,8 +10,9 @@ import typer
 from ..errors import AttnrankError
 from . import Quiet, Verbose, _setup, app
 
-heads_app = typer.Typer(help="Detect, register and inspect retrieval heads (per model and weights).",
-                        no_args_is_help=True)
+heads_app = typer.Typer(
+    help="Detect, register and inspect retrieval heads (per model and weights).", no_args_is_help=True
+)
 app.add_typer(heads_app, name="heads")
 
 
@@ -46,13 +47,15 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
         docs, qs, qr, rel, cands = ds.docs, ds.queries, ds.qrels, rel or ds.rel, ds.candidates
     else:
         if queries is None or qrels is None or corpus is None:
-            raise typer.BadParameter("give --dataset scifact|dl19 (with --data DIR), or --queries, --qrels and --corpus")
+            raise typer.BadParameter(
+                "give --dataset scifact|dl19 (with --data DIR), or --queries, --qrels and --corpus"
+            )
         docs, qs, qr, rel = load_corpus(corpus)[0], load_queries(queries), read_qrels(qrels), rel or 1
     if run is not None:
         cands = {q: sorted(r, key=lambda d: -r[d]) for q, r in read_run(run).items()}
     qids = sorted(q for q in qs if any(v >= rel for v in qr.get(q, {}).values()))
     random.Random(42).shuffle(qids)  # QRHead samples its detection queries with seed 42
-    qids = sorted(qids[:max_queries or None])
+    qids = sorted(qids[: max_queries or None])
     by_id = {d.id: d for d in docs}
     if not cands:
         from ..index.bm25 import BM25Index
@@ -67,26 +70,39 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
 
 @heads_app.command("detect")
 def heads_detect(
-    method: str = typer.Option("qr", "--method", help="qr (QRHead QRScore + per-head nDCG@10 + CoRe contrastive) | copy (Wu et al. NIAH copy-paste)."),
+    method: str = typer.Option(
+        "qr",
+        "--method",
+        help="qr (QRHead QRScore + per-head nDCG@10 + CoRe contrastive) | copy (Wu et al. NIAH copy-paste).",
+    ),
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Shared data folder (niah/, scifact/, trec_dl/); default $ATTNRANK_DATA."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="qr: scifact (train qrels) | dl19 (NIST qrels, BM25 top-100)."),
+    data: Optional[Path] = typer.Option(
+        None, "--data", help="Shared data folder (niah/, scifact/, trec_dl/); default $ATTNRANK_DATA."
+    ),
+    dataset: Optional[str] = typer.Option(
+        None, "--dataset", help="qr: scifact (train qrels) | dl19 (NIST qrels, BM25 top-100)."
+    ),
     queries: Optional[Path] = typer.Option(None, "--queries", help="qr: queries file (instead of --dataset)."),
     qrels: Optional[Path] = typer.Option(None, "--qrels", help="qr: qrels file (instead of --dataset)."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="qr: corpus (instead of --dataset)."),
-    run: Optional[Path] = typer.Option(None, "--run", help="qr: TREC run giving the candidates (default: BM25 over the corpus)."),
+    run: Optional[Path] = typer.Option(
+        None, "--run", help="qr: TREC run giving the candidates (default: BM25 over the corpus)."
+    ),
     depth: int = typer.Option(20, "--depth", help="qr: candidates per query."),
     max_queries: int = typer.Option(128, "--max-queries", help="qr: labelled queries used (QRHead: 128)."),
     rel: Optional[int] = typer.Option(None, "--rel", help="qr: minimum relevant label (default 1; 2 for dl19)."),
     top: int = typer.Option(16, "--top", help="Heads registered per method."),
     lengths: str = typer.Option("1000,2000,4000", "--lengths", help="copy: context lengths in tokens."),
     depths: str = typer.Option("0,25,50,75,100", "--depths", help="copy: needle depths in % of the haystack."),
-    haystack: str = typer.Option("book", "--haystack", help="copy: book (Retrieval_Head haystacks) | essays (Paul Graham)."),
+    haystack: str = typer.Option(
+        "book", "--haystack", help="copy: book (Retrieval_Head haystacks) | essays (Paul Graham)."
+    ),
     max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="copy: greedy answer length limit."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
     dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16."),
     save: bool = typer.Option(True, "--save/--no-save", help="Register the result in the user registry."),
-    quiet: bool = Quiet, verbose: bool = Verbose,
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
 ) -> None:
     """Detect retrieval heads of a model and register them (used by --heads auto)."""
     from ..heads.detect import RETRIEVAL_THRESHOLD, detect_copy_heads, detect_query_focused
@@ -98,8 +114,14 @@ def heads_detect(
         raise typer.BadParameter(f"--method {method!r} is not qr or copy")
     llm = load_llm(model, dtype=dtype, device=device)
     if method == "copy":
-        result = detect_copy_heads(llm, data=data, lengths=_numbers(lengths, "--lengths"),
-                                   depths=_numbers(depths, "--depths", float), haystack=haystack, max_new_tokens=max_new_tokens)
+        result = detect_copy_heads(
+            llm,
+            data=data,
+            lengths=_numbers(lengths, "--lengths"),
+            depths=_numbers(depths, "--depths", float),
+            haystack=haystack,
+            max_new_tokens=max_new_tokens,
+        )
         typer.echo(f"copy-paste detection: {result.data} ({result.seconds:.1f} s)")
         if result.note:
             raise AttnrankError(result.note)
@@ -121,7 +143,9 @@ def heads_detect(
 @heads_app.command("show")
 def heads_show(
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    png: Optional[Path] = typer.Option(None, "--png", help="Write a layer x head heat map of the best scored set (needs attnrank[plot])."),
+    png: Optional[Path] = typer.Option(
+        None, "--png", help="Write a layer x head heat map of the best scored set (needs attnrank[plot])."
+    ),
 ) -> None:
     """List the head sets registered for a model (user registry first, then shipped sets)."""
     from ..llm.fingerprint import model_fingerprint
@@ -132,13 +156,17 @@ def heads_show(
     sets = load_head_sets(model_id, fingerprint)
     typer.echo(f"{model_id} (fingerprint {fingerprint[:12]}): {len(sets)} head set(s), preferred first")
     for i, s in enumerate(sets, start=1):
-        typer.echo(f"{i:>2}. {s.name} [{s.method}, {s.source}] {len(s.heads)} heads, {s.date}: {','.join(s.heads)}\n"
-                   f"    data: {s.data}")
+        typer.echo(
+            f"{i:>2}. {s.name} [{s.method}, {s.source}] {len(s.heads)} heads, {s.date}: {','.join(s.heads)}\n"
+            f"    data: {s.data}"
+        )
     if png is not None:
         scored = next((s for s in sets if s.scores), None)
         if scored is None:
-            raise AttnrankError(f"no registered head set of {model_id} has a score matrix to plot; "
-                                "detect one with `attnrank heads detect`")
+            raise AttnrankError(
+                f"no registered head set of {model_id} has a score matrix to plot; "
+                "detect one with `attnrank heads detect`"
+            )
         _heat_map(scored, png)
         typer.echo(f"wrote {png}")
 

@@ -43,8 +43,11 @@ def _head_ndcg(feats: list[Any], qrels: dict, rel: int, k: int = 10) -> Any:
     n = feats[0].features.shape[1]
     total = np.zeros(n)
     for lo in range(0, n, 64):  # heads in chunks: one ir-measures call per chunk
-        run = {f"{q.qid}::{h}": dict(zip(q.doc_ids, q.features[:, h].tolist())) for q in feats
-               for h in range(lo, min(n, lo + 64))}
+        run = {
+            f"{q.qid}::{h}": dict(zip(q.doc_ids, q.features[:, h].tolist()))
+            for q in feats
+            for h in range(lo, min(n, lo + 64))
+        }
         per = evaluate_per_query(run, {key: qrels[key.rsplit("::", 1)[0]] for key in run}, [f"nDCG@{k}"], rel=rel)
         for key, v in per.items():
             total[int(key.rsplit("::", 1)[1])] += v[f"nDCG@{k}"]
@@ -61,26 +64,38 @@ def _scores_eval(feats: list[Any], scorer: Any, qrels: dict, rel: int) -> dict[s
 @heads_app.command("train")
 def heads_train(
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Shared data folder (scifact/, trec_dl/); default $ATTNRANK_DATA."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="scifact (train qrels) | dl19 (NIST qrels, BM25 top-100)."),
+    data: Optional[Path] = typer.Option(
+        None, "--data", help="Shared data folder (scifact/, trec_dl/); default $ATTNRANK_DATA."
+    ),
+    dataset: Optional[str] = typer.Option(
+        None, "--dataset", help="scifact (train qrels) | dl19 (NIST qrels, BM25 top-100)."
+    ),
     queries: Optional[Path] = typer.Option(None, "--queries", help="Queries file (instead of --dataset)."),
     qrels: Optional[Path] = typer.Option(None, "--qrels", help="Qrels file, TREC or BEIR (instead of --dataset)."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus (instead of --dataset)."),
-    run: Optional[Path] = typer.Option(None, "--run", help="TREC run giving the candidates (default: BM25 over the corpus)."),
+    run: Optional[Path] = typer.Option(
+        None, "--run", help="TREC run giving the candidates (default: BM25 over the corpus)."
+    ),
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth the weights are for)."),
     max_queries: int = typer.Option(0, "--max-queries", help="Labelled queries used (0: all)."),
     rel: Optional[int] = typer.Option(None, "--rel", help="Minimum relevant label (default 1; 2 for dl19)."),
-    heads: str = typer.Option("top32", "--heads", help="all | topN: the N heads with the best nDCG@10 alone on the training queries."),
+    heads: str = typer.Option(
+        "top32", "--heads", help="all | topN: the N heads with the best nDCG@10 alone on the training queries."
+    ),
     kind: str = typer.Option("pointwise", "--kind", help="pointwise (logistic regression) | pairwise (RankNet)."),
     l2: float = typer.Option(10.0, "--l2", help="L2 penalty λ (sklearn C = 1/λ)."),
-    first_stage: bool = typer.Option(False, "--first-stage/--no-first-stage",
-                                     help="Also weight the first-stage rank (then only candidates with a first-stage order can be scored)."),
+    first_stage: bool = typer.Option(
+        False,
+        "--first-stage/--no-first-stage",
+        help="Also weight the first-stage rank (then only candidates with a first-stage order can be scored).",
+    ),
     folds: int = typer.Option(5, "--folds", help="k of the held-out k-fold report (>= 2)."),
     seed: int = typer.Option(0, "--seed", help="Fold shuffle seed."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
     dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16."),
     save: bool = typer.Option(True, "--save/--no-save", help="Register the weights in the user registry."),
-    quiet: bool = Quiet, verbose: bool = Verbose,
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
 ) -> None:
     """Train learned head weights on labelled queries; print a held-out report, then register them."""
     from ..errors import require
@@ -97,8 +112,10 @@ def heads_train(
         raise typer.BadParameter(f"--folds {folds} and --depth {depth} must each be >= 2")
     qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
     if len(qs) < folds:
-        raise typer.BadParameter(f"{len(qs)} labelled queries with candidates are fewer than --folds {folds}; "
-                                 "give more labelled queries or lower --folds")
+        raise typer.BadParameter(
+            f"{len(qs)} labelled queries with candidates are fewer than --folds {folds}; "
+            "give more labelled queries or lower --folds"
+        )
     feats, llm = _capture(model, device, dtype, qs, cands, qr, rel, progress)
     report, weights = _train(feats, qr, rel, top, kind, l2, first_stage, folds, seed, desc)
     typer.echo(report)
@@ -119,8 +136,17 @@ def _capture(model, device, dtype, qs, cands, qr, rel, progress):
     feats = []
     for qid in tqdm(list(qs), desc="capturing attention rows", unit="query", disable=not progress):
         docs = cands[qid]
-        feats.append(query_features(qid, rr.windows(qs[qid], docs), [d.id for d in docs], rr.head_list, qr, rel=rel,
-                                    first_stage=[float(len(docs) - i) for i in range(len(docs))]))
+        feats.append(
+            query_features(
+                qid,
+                rr.windows(qs[qid], docs),
+                [d.id for d in docs],
+                rr.head_list,
+                qr,
+                rel=rel,
+                first_stage=[float(len(docs) - i) for i in range(len(docs))],
+            )
+        )
     return feats, llm
 
 
@@ -144,21 +170,37 @@ def _train(feats, qr, rel, top, kind, l2, first_stage, folds, seed, desc):
     def evaluate(fitted, test):
         chosen, w = fitted
         rows = {f"first stage {m}": v for m, v in _scores_eval(test, lambda q: q.first_stage, qr, rel).items()}
-        rows.update({f"sum of all heads {m}": v for m, v in
-                     _scores_eval(test, lambda q: q.features.sum(axis=1), qr, rel).items()})
+        rows.update(
+            {
+                f"sum of all heads {m}": v
+                for m, v in _scores_eval(test, lambda q: q.features.sum(axis=1), qr, rel).items()
+            }
+        )
         sub = {q.qid: restrict_heads(q, chosen) for q in test}
-        rows.update({f"learned {m}": v for m, v in _scores_eval(
-            test, lambda q: w.score_features(sub[q.qid].features, q.first_stage), qr, rel).items()})
+        rows.update(
+            {
+                f"learned {m}": v
+                for m, v in _scores_eval(
+                    test, lambda q: w.score_features(sub[q.qid].features, q.first_stage), qr, rel
+                ).items()
+            }
+        )
         return rows
 
     held = pool(cross_validate(kfold_splits(feats, folds, seed=seed), fit, evaluate))
     label = "all heads" if top is None else f"top-{top} heads by nDCG@10 alone"
-    lines = [(f"held-out {folds}-fold over {len(feats)} queries ({desc}); heads chosen and weights trained on "
-              "the training folds only:")]
+    lines = [
+        (
+            f"held-out {folds}-fold over {len(feats)} queries ({desc}); heads chosen and weights trained on "
+            "the training folds only:"
+        )
+    ]
     for who in ("first stage", "sum of all heads", "learned"):
         vals = "  ".join(f"{m} {held[f'{who} {m}']:.4f}" for m in METRICS)
         lines.append(f"  {who + (f' ({kind}, {label})' if who == 'learned' else ''):<58} {vals}")
-    lines.append(f"  learned - first stage: {100 * (held['learned nDCG@10'] - held['first stage nDCG@10']):+.1f} nDCG@10 points")
+    lines.append(
+        f"  learned - first stage: {100 * (held['learned nDCG@10'] - held['first stage nDCG@10']):+.1f} nDCG@10 points"
+    )
     chosen, weights = fit(feats)
     weights.trained_on = f"{desc}; heads: {label}" + (f" ({','.join(f'{l}-{h}' for l, h in chosen)})" if top else "")
     weights.metrics = {"heldout": held, "folds": folds, "seed": seed, "n_queries": len(feats)}

@@ -21,28 +21,66 @@ from ..rerank.reweight import Reweighting
 REWEIGHT_STEPS = ("sink", "idf", "entropy", "slot")
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
-    "preset": (Optional[str], typer.Option(
-        None, "--preset", help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the "
-                               "model's registered retrieval heads, else all heads). The options below override it.")),
-    "model": (Optional[str], typer.Option(
-        None, "--model", help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M-Instruct).")),
-    "heads": (Optional[str], typer.Option(
-        None, "--heads", help="'all' (ICR), 'auto' (registered set), 'auto:METHOD', 'l-h,l-h' or a JSON head file.")),
-    "scorer": (Optional[str], typer.Option(
-        None, "--scorer", help=f"{' | '.join(SCORERS)}: sum over heads, or the model's registered learned weights.")),
-    "calibrate": (Optional[bool], typer.Option(
-        None, "--calibrate/--no-calibrate", help="Subtract the content-free 'N/A' query's attention (ICR).")),
-    "token_filter": (Optional[bool], typer.Option(
-        None, "--token-filter/--no-token-filter", help="ICR's mean - 2 std token filter per passage.")),
-    "reweight": (Optional[str], typer.Option(
-        None, "--reweight", help=f"Re-weighting steps, comma-separated: {','.join(REWEIGHT_STEPS)} "
-                                 "(slot needs --slot-profile); 'none' for plain ICR.")),
-    "slot_profile": (Optional[str], typer.Option(
-        None, "--slot-profile", help="Slot profile for --reweight slot: 'auto' (registered) or a JSON file.")),
-    "instruction": (Optional[str], typer.Option(
-        None, "--instruction", help="Late instruction: ie | qa | custom text.")),
-    "max_doc_words": (Optional[int], typer.Option(
-        None, "--max-doc-words", min=1, help="Words kept per passage in the prompt (default 300).")),
+    "preset": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--preset",
+            help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the "
+            "model's registered retrieval heads, else all heads). The options below override it.",
+        ),
+    ),
+    "model": (
+        Optional[str],
+        typer.Option(
+            None, "--model", help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M-Instruct)."
+        ),
+    ),
+    "heads": (
+        Optional[str],
+        typer.Option(
+            None, "--heads", help="'all' (ICR), 'auto' (registered set), 'auto:METHOD', 'l-h,l-h' or a JSON head file."
+        ),
+    ),
+    "scorer": (
+        Optional[str],
+        typer.Option(
+            None, "--scorer", help=f"{' | '.join(SCORERS)}: sum over heads, or the model's registered learned weights."
+        ),
+    ),
+    "calibrate": (
+        Optional[bool],
+        typer.Option(
+            None, "--calibrate/--no-calibrate", help="Subtract the content-free 'N/A' query's attention (ICR)."
+        ),
+    ),
+    "token_filter": (
+        Optional[bool],
+        typer.Option(None, "--token-filter/--no-token-filter", help="ICR's mean - 2 std token filter per passage."),
+    ),
+    "reweight": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--reweight",
+            help=f"Re-weighting steps, comma-separated: {','.join(REWEIGHT_STEPS)} "
+            "(slot needs --slot-profile); 'none' for plain ICR.",
+        ),
+    ),
+    "slot_profile": (
+        Optional[str],
+        typer.Option(
+            None, "--slot-profile", help="Slot profile for --reweight slot: 'auto' (registered) or a JSON file."
+        ),
+    ),
+    "instruction": (
+        Optional[str],
+        typer.Option(None, "--instruction", help="Late instruction: ie | qa | custom text."),
+    ),
+    "max_doc_words": (
+        Optional[int],
+        typer.Option(None, "--max-doc-words", min=1, help="Words kept per passage in the prompt (default 300)."),
+    ),
     "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),
     "dtype": (Optional[str], typer.Option(None, "--dtype", help="auto | float32 | bfloat16 | float16 (GPU).")),
 }
@@ -55,10 +93,13 @@ def parse_reweight(text: str) -> Reweighting | None:
         return None
     bad = sorted(set(steps) - set(REWEIGHT_STEPS))
     if bad or not steps:
-        raise typer.BadParameter(f"--reweight {text!r}: unknown step(s) {bad}; use a comma-separated subset of "
-                                 f"{','.join(REWEIGHT_STEPS)} or 'none'")
-    return Reweighting(sink="sink" in steps, idf="idf" in steps, entropy="entropy" in steps,
-                       slot_correction="slot" in steps)
+        raise typer.BadParameter(
+            f"--reweight {text!r}: unknown step(s) {bad}; use a comma-separated subset of "
+            f"{','.join(REWEIGHT_STEPS)} or 'none'"
+        )
+    return Reweighting(
+        sink="sink" in steps, idf="idf" in steps, entropy="entropy" in steps, slot_correction="slot" in steps
+    )
 
 
 def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig:
@@ -75,8 +116,10 @@ def rerank_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give a Typer command the shared reranking options; it receives ``rerank_config``."""
     sig = inspect.signature(func)
     own = [p for p in sig.parameters.values() if p.name != "rerank_config"]
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
-             for name, (annotation, option) in _OPTIONS.items()]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+        for name, (annotation, option) in _OPTIONS.items()
+    ]
 
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> Any:

@@ -38,9 +38,11 @@ def _method(method: str) -> str:
 
 def _print_pruned(pruned) -> None:
     kept = pruned.kept
-    typer.echo(f"kept {len(kept)} of {len(pruned.sentences)} sentences, {pruned.kept_tokens} of "
-               f"{pruned.original_tokens} tokens ({pruned.compression:.1f}x compression; budget "
-               f"{pruned.budget_tokens} tokens from {pruned.budget_source}, {pruned.chunks} prompt(s))")
+    typer.echo(
+        f"kept {len(kept)} of {len(pruned.sentences)} sentences, {pruned.kept_tokens} of "
+        f"{pruned.original_tokens} tokens ({pruned.compression:.1f}x compression; budget "
+        f"{pruned.budget_tokens} tokens from {pruned.budget_source}, {pruned.chunks} prompt(s))"
+    )
     for note in pruned.notes:
         typer.echo(f"note: {note}")
     last = None
@@ -55,18 +57,34 @@ def _print_pruned(pruned) -> None:
 @app.command()
 def prune(
     query: str = typer.Argument(..., help="The question the context is pruned for."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Passages to prune (any corpus format); all of them, in file order, form the context."),
-    name: Optional[str] = typer.Option(None, "--index", "-n", help="Or an index name: its top -k hits form the context."),
+    corpus: Optional[Path] = typer.Option(
+        None, "--corpus", help="Passages to prune (any corpus format); all of them, in file order, form the context."
+    ),
+    name: Optional[str] = typer.Option(
+        None, "--index", "-n", help="Or an index name: its top -k hits form the context."
+    ),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
     k: int = typer.Option(5, "--top-k", "-k", help="Hits taken from --index."),
-    budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens", help="Sentence tokens to keep (hard cap; titles not counted)."),
-    keep_ratio: Optional[float] = typer.Option(None, "--keep-ratio", help="Or the fraction of the context's sentence tokens to keep, in (0, 1]."),
-    method: str = typer.Option("query", help="query (ICR: query-span attention, N/A-calibrated) | focus (AttentionRAG: answer-hint token) | probe (learned sentence probe)."),
-    neighbours: int = typer.Option(0, "--neighbours", help="Sentences kept on each side of a chosen one (within the budget)."),
+    budget_tokens: Optional[int] = typer.Option(
+        None, "--budget-tokens", help="Sentence tokens to keep (hard cap; titles not counted)."
+    ),
+    keep_ratio: Optional[float] = typer.Option(
+        None, "--keep-ratio", help="Or the fraction of the context's sentence tokens to keep, in (0, 1]."
+    ),
+    method: str = typer.Option(
+        "query",
+        help="query (ICR: query-span attention, N/A-calibrated) | focus (AttentionRAG: answer-hint token) | probe (learned sentence probe).",
+    ),
+    neighbours: int = typer.Option(
+        0, "--neighbours", help="Sentences kept on each side of a chosen one (within the budget)."
+    ),
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: Optional[str] = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    heads: Optional[str] = typer.Option(
+        None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."
+    ),
     verify: bool = Verify,
-    quiet: bool = Quiet, verbose: bool = Verbose,
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
 ) -> None:
     """Keep the sentences of passages that the LLM's attention marks as relevant to a question."""
     _setup(quiet, verbose)
@@ -99,17 +117,28 @@ def ask(
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder."),
     depth: int = typer.Option(20, "--depth", help="First-stage hits reranked by attention."),
     k: int = typer.Option(5, "--top-k", "-k", help="Passages kept after attention reranking."),
-    budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens", help="Sentence tokens kept by pruning (default 300)."),
-    keep_ratio: Optional[float] = typer.Option(None, "--keep-ratio", help="Or the fraction of sentence tokens kept, in (0, 1]."),
+    budget_tokens: Optional[int] = typer.Option(
+        None, "--budget-tokens", help="Sentence tokens kept by pruning (default 300)."
+    ),
+    keep_ratio: Optional[float] = typer.Option(
+        None, "--keep-ratio", help="Or the fraction of sentence tokens kept, in (0, 1]."
+    ),
     method: str = typer.Option("query", help="Pruning method: query | focus | probe."),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Keep the first-stage order."),
     no_prune: bool = typer.Option(False, "--no-prune", help="Give the whole passages to the generator."),
-    reorder: bool = typer.Option(False, "--reorder", help="Place passages at the model's highest-attention slots (registered slot profile)."),
-    generator_model: Optional[str] = typer.Option(None, "--generator-model", help="Another LLM for the answer (default: --model)."),
-    prune_heads: Optional[str] = typer.Option(None, "--prune-heads", help="Heads that score sentences: 'all' (default), 'auto', 'l-h,l-h' or a JSON file."),
+    reorder: bool = typer.Option(
+        False, "--reorder", help="Place passages at the model's highest-attention slots (registered slot profile)."
+    ),
+    generator_model: Optional[str] = typer.Option(
+        None, "--generator-model", help="Another LLM for the answer (default: --model)."
+    ),
+    prune_heads: Optional[str] = typer.Option(
+        None, "--prune-heads", help="Heads that score sentences: 'all' (default), 'auto', 'l-h,l-h' or a JSON file."
+    ),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Answer length limit in tokens."),
     verify: bool = Verify,
-    quiet: bool = Quiet, verbose: bool = Verbose,
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Answer a question: retrieve, rerank by attention, prune sentences, generate (streamed)."""
@@ -126,12 +155,26 @@ def ask(
     from ..prune.config import PruneConfig
 
     cfg = rerank_config
-    prune_cfg = PruneConfig(method=method, model=cfg.model, device=cfg.device, dtype=cfg.dtype,
-                            **({"heads": prune_heads} if prune_heads else {}))
-    pipe = Pipeline.from_model(retriever, cfg.model, generator_model=generator_model,
-                               rerank=False if no_rerank else cfg, prune=False if no_prune else prune_cfg,
-                               reorder=reorder, max_new_tokens=max_new_tokens, depth=depth, top_k=k,
-                               dtype=cfg.dtype, device=cfg.device)
+    prune_cfg = PruneConfig(
+        method=method,
+        model=cfg.model,
+        device=cfg.device,
+        dtype=cfg.dtype,
+        heads=prune_heads or "all",
+    )
+    pipe = Pipeline.from_model(
+        retriever,
+        cfg.model,
+        generator_model=generator_model,
+        rerank=False if no_rerank else cfg,
+        prune=False if no_prune else prune_cfg,
+        reorder=reorder,
+        max_new_tokens=max_new_tokens,
+        depth=depth,
+        top_k=k,
+        dtype=cfg.dtype,
+        device=cfg.device,
+    )
     typer.echo(f"Q: {question}\nA: ", nl=False)
     res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=lambda s: typer.echo(s, nl=False))
     typer.echo("")

@@ -18,13 +18,16 @@ from .options import rerank_options
 def rerank(
     run: Path = typer.Option(..., "--run", help="First-stage TREC run file to rerank."),
     queries: Path = typer.Option(..., "--queries", help="BEIR queries.jsonl or TSV id<TAB>text."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus with the run's documents (any supported format)."),
+    corpus: Optional[Path] = typer.Option(
+        None, "--corpus", help="Corpus with the run's documents (any supported format)."
+    ),
     name: Optional[str] = typer.Option(None, "--index", "-n", help="Or an index name whose documents to use."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
     depth: int = typer.Option(20, "--depth", help="Rerank the top K of each query (the rest keeps its order below)."),
     output: Path = typer.Option(..., "--output", "-o", help="Reranked TREC run file."),
     verify: bool = Verify,
-    quiet: bool = Quiet, verbose: bool = Verbose,
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Rerank a TREC run with the attention reranker and write a TREC run file."""
@@ -54,8 +57,14 @@ def rerank(
         items = tqdm(items, desc="rerank", unit="q")
     for qid, ranking in items:
         ordered = sorted(ranking.items(), key=lambda kv: (-kv[1], kv[0]))
-        res = RankedResults(qs[qid], [ScoredDocument(d, s, r, docs[d].text, docs[d].title, {"first_stage": s})
-                                      for r, (d, s) in enumerate(ordered, start=1)], qid)
+        res = RankedResults(
+            qs[qid],
+            [
+                ScoredDocument(d, s, r, docs[d].text, docs[d].title, {"first_stage": s})
+                for r, (d, s) in enumerate(ordered, start=1)
+            ],
+            qid,
+        )
         out.append(_rerank_head(reranker, res, depth))
     write_run(out, output, tag="attnrank-attention")
     typer.echo(f"reranked the top {depth} of {len(out)} queries into {output}")
@@ -68,5 +77,6 @@ def _check_run(first: dict, qs: dict, docs: dict, queries: Path) -> None:
             raise AttnrankError(f"query {qid!r} of the run is not in {queries}; give the matching queries file")
         missing = [d for d in ranking if d not in docs]
         if missing:
-            raise AttnrankError(f"document {missing[0]!r} (query {qid!r}) of the run is not in the corpus/index; "
-                                "give the matching one")
+            raise AttnrankError(
+                f"document {missing[0]!r} (query {qid!r}) of the run is not in the corpus/index; give the matching one"
+            )

@@ -30,15 +30,26 @@ def index(
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Index name (stored in ./indexes/NAME)."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder instead of --name."),
     dense_index: str = typer.Option("flat", help="FAISS index type: flat | hnsw | ivf."),
-    embedder: Optional[str] = typer.Option(None, help="sentence-transformers model id or path (default: packaged all-MiniLM-L6-v2)."),
+    embedder: Optional[str] = typer.Option(
+        None, help="sentence-transformers model id or path (default: packaged all-MiniLM-L6-v2)."
+    ),
     stemmer: str = typer.Option("auto", help="BM25 stemming: porter | none | auto (porter if PyStemmer is installed)."),
     stopwords: str = typer.Option("lucene", help="BM25 stopwords: lucene | sklearn | none."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad records (reported) instead of failing."),
-    force: bool = typer.Option(False, "--force", help="Also replace an existing non-empty folder that is not an "
-                               "attnrank index (never one holding the corpus or the working directory)."),
-    shards: int = typer.Option(0, "--shards", help="Build N shards with global BM25 statistics (0 = one ordinary index)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --shards: Ray cluster address, or 'local'."),
-    quiet: bool = Quiet, verbose: bool = Verbose,
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Also replace an existing non-empty folder that is not an "
+        "attnrank index (never one holding the corpus or the working directory).",
+    ),
+    shards: int = typer.Option(
+        0, "--shards", help="Build N shards with global BM25 statistics (0 = one ordinary index)."
+    ),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="With --shards: Ray cluster address, or 'local'."
+    ),
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
 ) -> None:
     """Build a BM25 + dense index over a corpus (written atomically).
 
@@ -81,7 +92,8 @@ def search(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TREC run file."),
     rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits with the attention reranker (0 = off)."),
     verify: bool = Verify,
-    quiet: bool = Quiet, verbose: bool = Verbose,
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Search an index with one query (printed) or a queries file (TREC run file)."""
@@ -94,7 +106,7 @@ def search(
     _positive(k, "-k", "results per query")
     _positive(rerank, "--rerank", "hits reranked; 0 turns reranking off", minimum=0)
     _check_output(output)
-    qs = {"q1": query} if query is not None else load_queries(queries)
+    qs = {"q1": query} if queries is None else load_queries(queries)
     r = _load_index(name, index_dir, verify)
     _set_fusion(r, mode, fusion, alpha, norm)
     results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
@@ -133,8 +145,9 @@ def _set_fusion(r, mode, fusion, alpha, norm) -> None:
         raise typer.BadParameter(f"--fusion/--alpha/--norm apply to hybrid search only, not --mode {mode or r.mode}")
     if (fusion or r.fusion) == "rrf" and (alpha is not None or norm):
         given = f"--alpha {alpha}" if alpha is not None else f"--norm {norm}"
-        raise typer.BadParameter(f"{given} applies to convex fusion only, and this search fuses with rrf; "
-                                 "add --fusion convex")
+        raise typer.BadParameter(
+            f"{given} applies to convex fusion only, and this search fuses with rrf; add --fusion convex"
+        )
     r.set_fusion(fusion or r.fusion, alpha=alpha, norm=norm)
 
 

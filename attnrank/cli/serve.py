@@ -12,10 +12,14 @@ from . import Verbose, _index_path, _setup, app
 
 @app.command()
 def serve(
-    name: str | None = typer.Option(None, "--index", "-n", help="Index name under ./indexes (enables /v1/search, /v1/prune over it, /v1/ask)."),
+    name: str | None = typer.Option(
+        None, "--index", "-n", help="Index name under ./indexes (enables /v1/search, /v1/prune over it, /v1/ask)."
+    ),
     index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
     model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: str | None = typer.Option(None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    heads: str | None = typer.Option(
+        None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."
+    ),
     scorer: str = typer.Option("sum", help="sum (ICR/QRHead head sum) | learned (registered head weights)."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
     port: int = typer.Option(8000, help="TCP port."),
@@ -28,8 +32,13 @@ def serve(
     """Serve reranking (Cohere v2 and TEI shapes), search, pruning and streamed answers over HTTP."""
     from ..errors import require
 
-    for opt, value, low in (("--port", port, 0), ("--max-queued", max_queued, 1), ("--max-documents", max_documents, 1),
-                            ("--max-document-chars", max_document_chars, 1), ("--max-total-tokens", max_total_tokens, 1)):
+    for opt, value, low in (
+        ("--port", port, 0),
+        ("--max-queued", max_queued, 1),
+        ("--max-documents", max_documents, 1),
+        ("--max-document-chars", max_document_chars, 1),
+        ("--max-total-tokens", max_total_tokens, 1),
+    ):
         if value < low or (opt == "--port" and value > 65535):
             raise typer.BadParameter(f"{opt} {value} is out of range (at least {low})")
     if scorer not in ("sum", "learned"):
@@ -46,7 +55,13 @@ def serve(
     if index is not None and not index.is_dir():
         raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")
     engine = build_engine(model, heads=heads, scorer=scorer, index=index)
-    limits = Limits(max_documents=max_documents, max_document_chars=max_document_chars,
-                    max_total_tokens=max_total_tokens)
-    uvicorn.run(create_app(engine, limits=limits, max_queued=max_queued), host=host, port=port,
-                log_level="info" if verbose else "warning", access_log=False)
+    limits = Limits(
+        max_documents=max_documents, max_document_chars=max_document_chars, max_total_tokens=max_total_tokens
+    )
+    uvicorn.run(
+        create_app(engine, limits=limits, max_queued=max_queued),
+        host=host,
+        port=port,
+        log_level="info" if verbose else "warning",
+        access_log=False,
+    )

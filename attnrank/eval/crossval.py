@@ -12,15 +12,11 @@ robin into ``k`` folds (``order[i::k]``); a fold's training items keep the shuff
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import (
     Any,
-    Callable,
     Generic,
-    Hashable,
-    Iterable,
-    Mapping,
-    Sequence,
     TypeVar,
 )
 
@@ -53,8 +49,9 @@ def kfold_splits(items: Sequence[T], k: int, *, seed: int = 0) -> list[Split[T]]
     return out
 
 
-def group_splits(items: Sequence[T], group: Callable[[T], Hashable], *,
-                 groups: Sequence[str] | None = None) -> list[Split[T]]:
+def group_splits(
+    items: Sequence[T], group: Callable[[T], Hashable], *, groups: Sequence[str] | None = None
+) -> list[Split[T]]:
     """Leave-one-group-out: per group (``groups`` in that order, default all groups sorted by
     name), train on the other groups' items (input order), test on that group's."""
     present = {str(group(x)) for x in items}
@@ -64,15 +61,17 @@ def group_splits(items: Sequence[T], group: Callable[[T], Hashable], *,
         raise InputError(f"groups {missing} have no items; the items' groups are {sorted(present)}")
     if len(names) < 2:
         raise InputError(f"leave-one-group-out needs at least 2 groups, got {names}")
-    return [Split(g, [x for x in items if str(group(x)) != g], [x for x in items if str(group(x)) == g])
-            for g in names]
+    return [Split(g, [x for x in items if str(group(x)) != g], [x for x in items if str(group(x)) == g]) for g in names]
 
 
-def cross_validate(splits: Iterable[Split[T]], fit: Callable[[list[T]], M],
-                   evaluate: Callable[[M, list[T]], Mapping[str, Any]]) -> list[dict[str, Any]]:
+def cross_validate(
+    splits: Iterable[Split[T]], fit: Callable[[list[T]], M], evaluate: Callable[[M, list[T]], Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """Per split: ``{"fold", "n_train", "n_test", **evaluate(fit(train), test)}``."""
-    return [{"fold": s.name, "n_train": len(s.train), "n_test": len(s.test), **evaluate(fit(s.train), s.test)}
-            for s in splits]
+    return [
+        {"fold": s.name, "n_train": len(s.train), "n_test": len(s.test), **evaluate(fit(s.train), s.test)}
+        for s in splits
+    ]
 
 
 def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, float]:
@@ -81,6 +80,10 @@ def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, floa
     if not rows:
         raise InputError("no fold rows to pool")
     total = sum(r[n] for r in rows)
-    keys = [c for c in rows[0] if c not in (n, "n_train", "fold")
-            and all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows)]
+    keys = [
+        c
+        for c in rows[0]
+        if c not in (n, "n_train", "fold")
+        and all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows)
+    ]
     return {c: sum(r[c] * r[n] for r in rows) / total for c in keys}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
 
 from ..config import fault_point
 from ..errors import InputError
@@ -25,8 +25,10 @@ def _lines(p: Path) -> Iterator[tuple[int, str]]:
             try:
                 yield lineno, raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(f"{p}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
-                                 "re-encode the file as UTF-8") from None
+                raise InputError(
+                    f"{p}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
+                    "re-encode the file as UTF-8"
+                ) from None
 
 
 def read_qrels(path: str | Path) -> Qrels:
@@ -46,7 +48,9 @@ def read_qrels(path: str | Path) -> Qrels:
         elif len(parts) == 3:
             qid, did, rel = parts
         else:
-            raise InputError(f"{p}:{lineno}: expected 'qid Q0 docid rel' or 'qid<TAB>docid<TAB>rel', got {line.strip()[:60]!r}")
+            raise InputError(
+                f"{p}:{lineno}: expected 'qid Q0 docid rel' or 'qid<TAB>docid<TAB>rel', got {line.strip()[:60]!r}"
+            )
         try:
             label = int(float(rel))
         except ValueError:
@@ -91,8 +95,12 @@ def read_run(path: str | Path) -> Run:
     if not run:
         raise InputError(f"{p}: empty run file")
     if dups:
-        logger.warning("%s: %d duplicate (query, document) line(s), first at %s; kept the first line of each pair",
-                       p, len(dups), dups[0])
+        logger.warning(
+            "%s: %d duplicate (query, document) line(s), first at %s; kept the first line of each pair",
+            p,
+            len(dups),
+            dups[0],
+        )
     return run
 
 
@@ -104,7 +112,9 @@ def results_to_run(results: Iterable[RankedResults]) -> Run:
     return run
 
 
-def write_run(run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults], path: str | Path, tag: str = "attnrank") -> None:
+def write_run(
+    run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults], path: str | Path, tag: str = "attnrank"
+) -> None:
     """Write a TREC run file atomically (ranks follow descending score, ties by doc id)."""
     if not isinstance(run, Mapping):
         run = results_to_run(run)
@@ -114,7 +124,9 @@ def write_run(run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults], 
     for parent in p.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise InputError(f"cannot write the run file {p}: {parent} is a file, not a folder; choose another path")
+                raise InputError(
+                    f"cannot write the run file {p}: {parent} is a file, not a folder; choose another path"
+                )
             break
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")

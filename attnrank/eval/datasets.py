@@ -19,9 +19,10 @@ import logging
 import os
 import random
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..corpus import load_corpus, load_queries
 from ..errors import InputError
@@ -61,10 +62,15 @@ class Dataset:
     def subset(self, qids: Iterable[str]) -> Dataset:
         """The same data restricted to ``qids`` (in that order); documents are shared."""
         qids = list(qids)
-        return Dataset(self.name, self.docs, {q: self.queries[q] for q in qids},
-                       {q: self.qrels[q] for q in qids if q in self.qrels}, self.rel,
-                       {q: self.candidates[q] for q in qids if q in self.candidates},
-                       {q: self.answers[q] for q in qids if q in self.answers})
+        return Dataset(
+            self.name,
+            self.docs,
+            {q: self.queries[q] for q in qids},
+            {q: self.qrels[q] for q in qids if q in self.qrels},
+            self.rel,
+            {q: self.candidates[q] for q in qids if q in self.candidates},
+            {q: self.answers[q] for q in qids if q in self.answers},
+        )
 
 
 def sample_queries(qids: Iterable[str], n: int | None, seed: int = 0) -> list[str]:
@@ -140,8 +146,9 @@ def dl19(root: Path) -> Dataset:
     run = dl19_run_rows(root)
     queries = {r["qid"]: r["query"] for r in run}
     cands = {r["qid"]: [c["docid"] for c in sorted(r["candidates"], key=lambda c: c["rank"])] for r in run}
-    return Dataset("dl19-passage", docs, queries, read_qrels(_need(d / "qrels.dl19-passage.txt")), rel=2,
-                   candidates=cands)
+    return Dataset(
+        "dl19-passage", docs, queries, read_qrels(_need(d / "qrels.dl19-passage.txt")), rel=2, candidates=cands
+    )
 
 
 def dl19_run_rows(root: Path) -> list[dict[str, Any]]:
@@ -184,8 +191,13 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
         for n, key in sessions:
             for t in conv[key]:
                 turns.append(f"{sid}:{t['dia_id']}")
-                docs.append(Document(turns[-1], _turn_text(t), metadata={
-                    "conversation": sid, "session": n, "date_time": conv.get(f"{key}_date_time", "")}))
+                docs.append(
+                    Document(
+                        turns[-1],
+                        _turn_text(t),
+                        metadata={"conversation": sid, "session": n, "date_time": conv.get(f"{key}_date_time", "")},
+                    )
+                )
         known = set(turns)
         for i, qa in enumerate(s["qa"]):
             if qa.get("category") not in keep:

@@ -7,7 +7,7 @@ the official evaluation).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..errors import require
 
@@ -29,8 +29,13 @@ def _name(m) -> str:
     return str(m).replace("(rel=2)", "").replace("(rel=3)", "")
 
 
-def evaluate(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
-             metrics: Sequence[str] = DEFAULT_METRICS, *, rel: int = 1) -> dict[str, float]:
+def evaluate(
+    run: Mapping[str, Mapping[str, float]],
+    qrels: Mapping[str, Mapping[str, int]],
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    rel: int = 1,
+) -> dict[str, float]:
     """Mean of each metric over the queries that have judgments (missing runs count as 0)."""
     measures = _parse(metrics, rel)
     judged = {q: dict(v) for q, v in qrels.items()}
@@ -40,8 +45,13 @@ def evaluate(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping
     return {_name(m): (sum(v[_name(m)] for v in per.values()) / len(per) if per else 0.0) for m in measures}
 
 
-def evaluate_per_query(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
-                       metrics: Sequence[str] = DEFAULT_METRICS, *, rel: int = 1) -> dict[str, dict[str, float]]:
+def evaluate_per_query(
+    run: Mapping[str, Mapping[str, float]],
+    qrels: Mapping[str, Mapping[str, int]],
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    rel: int = 1,
+) -> dict[str, dict[str, float]]:
     """``{query_id: {metric: value}}`` for every judged query (0 where the run has nothing)."""
     irm = require("ir_measures", "eval", "Evaluation metrics")
     measures = _parse(metrics, rel)

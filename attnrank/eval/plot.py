@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ..errors import require
 
 
-def recall_curves(rows: Sequence[dict[str, Any]], methods: Sequence[str], path: Path, *, solid: Iterable[str] = (),
-                  target: tuple[float, float] | None = None) -> bool:
+def recall_curves(
+    rows: Sequence[dict[str, Any]],
+    methods: Sequence[str],
+    path: Path,
+    *,
+    solid: Iterable[str] = (),
+    target: tuple[float, float] | None = None,
+) -> bool:
     """Supporting-fact recall vs compression, one panel per recall column present; ``solid``:
     methods drawn with solid lines (the rest dashed); ``target``: (compression, recall) guides.
     Writes ``path`` (PNG); False (nothing written) when no recall column has a value."""
@@ -20,9 +27,14 @@ def recall_curves(rows: Sequence[dict[str, Any]], methods: Sequence[str], path: 
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    panels = [(c, t) for c, t in (("sent recall (labelled)", "sentence-level recall (labelled questions)"),
-                                  ("para recall (others)", "paragraph-level recall (other questions)"))
-              if any(r[c] == r[c] for r in rows)]
+    panels = [
+        (c, t)
+        for c, t in (
+            ("sent recall (labelled)", "sentence-level recall (labelled questions)"),
+            ("para recall (others)", "paragraph-level recall (other questions)"),
+        )
+        if any(r[c] == r[c] for r in rows)
+    ]
     if not panels:
         return False
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
@@ -68,8 +80,11 @@ def slot_profiles(profiles: dict[int, Any], path: Path) -> None:
         ax.plot(x, m, "o-", ms=3, label="mean")
         ax.fill_between(x, m - s, m + s, alpha=0.25, label="± std over trials")
         ax.axhline(m.mean(), color="grey", lw=0.8, ls="--", label="mean over slots")
-        ax.set(title=f"{k} slots, {p.n_trials} trials", xlabel="prompt slot (1 = first in prompt, last = next to the query)",
-               ylabel="calibrated document score")
+        ax.set(
+            title=f"{k} slots, {p.n_trials} trials",
+            xlabel="prompt slot (1 = first in prompt, last = next to the query)",
+            ylabel="calibrated document score",
+        )
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=8)
     fig.suptitle(f"Slot profile of {p.model_id} (all heads, plain ICR, random DL19 passages)", fontsize=10)

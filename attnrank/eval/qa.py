@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import InputError
 
@@ -53,6 +53,8 @@ def answer_metrics(prediction: str, golds: Sequence[str]) -> dict[str, float]:
     """``{"em", "f1", "contains"}``: each the maximum over the gold answers."""
     if not golds:
         raise InputError("no gold answers given; answer metrics need at least one reference answer")
-    return {"em": max(exact_match(prediction, g) for g in golds),
-            "f1": max(f1_score(prediction, g) for g in golds),
-            "contains": max(contains(prediction, g) for g in golds)}
+    return {
+        "em": max(exact_match(prediction, g) for g in golds),
+        "f1": max(f1_score(prediction, g) for g in golds),
+        "contains": max(contains(prediction, g) for g in golds),
+    }

@@ -8,8 +8,9 @@ import json
 import math
 import os
 import platform
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..config import available_cpus
 
@@ -18,9 +19,14 @@ def environment() -> dict[str, Any]:
     """Date, Python and torch versions, CPUs this process may use, torch threads, machine."""
     import torch
 
-    return {"date": _dt.date.today().isoformat(), "python": platform.python_version(),
-            "torch": torch.__version__, "cpus": available_cpus(), "threads": torch.get_num_threads(),
-            "machine": platform.machine()}
+    return {
+        "date": _dt.date.today().isoformat(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpus": available_cpus(),
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+    }
 
 
 def _atomic_write(path: Path, text: str) -> None:

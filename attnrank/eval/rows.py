@@ -19,9 +19,10 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -79,9 +80,15 @@ def save_windows(path: Path, wins: Sequence[Any], seconds: float) -> None:
     for i, w in enumerate(wins):
         if w.null is None:
             raise InputError("the row cache stores calibrated windows (real and N/A rows); capture with calibration")
-        arrays.update({f"w{i}_doc_index": np.array(w.doc_index), f"w{i}_spans": np.array(w.spans),
-                       f"w{i}_input_ids": np.array(w.input_ids), f"w{i}_real": w.real.astype(np.float32),
-                       f"w{i}_null": w.null.astype(np.float32)})
+        arrays.update(
+            {
+                f"w{i}_doc_index": np.array(w.doc_index),
+                f"w{i}_spans": np.array(w.spans),
+                f"w{i}_input_ids": np.array(w.input_ids),
+                f"w{i}_real": w.real.astype(np.float32),
+                f"w{i}_null": w.null.astype(np.float32),
+            }
+        )
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, **arrays)
     tmp.replace(path)
@@ -92,14 +99,26 @@ def load_windows(path: Path) -> tuple[list[StoredRows], float]:
     with np.load(path) as z:
         wins, i = [], 0
         while f"w{i}_real" in z:
-            wins.append(StoredRows(z[f"w{i}_doc_index"].tolist(), [tuple(s) for s in z[f"w{i}_spans"].tolist()],
-                                   z[f"w{i}_input_ids"].tolist(), z[f"w{i}_real"], z[f"w{i}_null"]))
+            wins.append(
+                StoredRows(
+                    z[f"w{i}_doc_index"].tolist(),
+                    [tuple(s) for s in z[f"w{i}_spans"].tolist()],
+                    z[f"w{i}_input_ids"].tolist(),
+                    z[f"w{i}_real"],
+                    z[f"w{i}_null"],
+                )
+            )
             i += 1
         return wins, float(z["seconds"])
 
 
-def capture_all(capturer: RowCapturer, setting: str, queries: Mapping[str, str],
-                cands: Mapping[str, list[Document]], cache: Path | None) -> dict[str, dict[str, Any]]:
+def capture_all(
+    capturer: RowCapturer,
+    setting: str,
+    queries: Mapping[str, str],
+    cands: Mapping[str, list[Document]],
+    cache: Path | None,
+) -> dict[str, dict[str, Any]]:
     """All-head real and N/A rows per query, ``{qid: {"windows": [...], "seconds": s}}``: read
     from ``cache`` where present, else captured (and stored unless ``cache`` is None)."""
     out: dict[str, dict[str, Any]] = {}
@@ -122,8 +141,9 @@ def capture_all(capturer: RowCapturer, setting: str, queries: Mapping[str, str],
 Signals = dict[str, dict[str, np.ndarray]]
 
 
-def cached_signals(setting: str, qids: Sequence[str], compute: Callable[[list[str]], Mapping[str, Any]],
-                   cache: Path | None) -> Signals:
+def cached_signals(
+    setting: str, qids: Sequence[str], compute: Callable[[list[str]], Mapping[str, Any]], cache: Path | None
+) -> Signals:
     """Per-query first-stage signals ``{qid: {name: scores over its candidates}}``: those in
     ``<cache>/signals_<setting key>.json`` are read, the others computed with ``compute(qids)``
     (``{qid: {name: [float, ...]}}``, NaN allowed) and added to the file."""
@@ -141,7 +161,9 @@ def cached_signals(setting: str, qids: Sequence[str], compute: Callable[[list[st
 
 
 # -- runs over candidate lists ----------------------------------------------------------------
-def run_of(cands: Mapping[str, Sequence[Document]], scores: Mapping[str, Sequence[float]]) -> dict[str, dict[str, float]]:
+def run_of(
+    cands: Mapping[str, Sequence[Document]], scores: Mapping[str, Sequence[float]]
+) -> dict[str, dict[str, float]]:
     """A run ``{qid: {doc id: score}}`` from per-query scores in candidate order."""
     return {q: {d.id: float(s) for d, s in zip(cands[q], scores[q])} for q in cands}
 

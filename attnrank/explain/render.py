@@ -36,24 +36,34 @@ def _scale(explanations: Sequence[PassageExplanation]) -> float:
 def to_html(query: str, explanations: Sequence[PassageExplanation], *, model: str = "") -> str:
     """The page: one block per passage (rank, id, score = sum of its counted token scores)."""
     scale = _scale(explanations)
-    parts = [(f"<!doctype html><html><head><meta charset='utf-8'><title>attnrank explain</title>"
-              f"<style>{_CSS}</style></head><body>"),
-             f"<h1>Why these passages? <span class='s'>query: {html.escape(query)}</span></h1>",
-             ("<p class='legend s'>Calibrated attention per token (query minus content-free query, summed over "
-              f"the scoring heads{', ' + html.escape(model) if model else ''}): "
-              f"<span style='background:{_colour(scale, scale)}'>more</span>"
-              f"<span style='background:{_colour(-scale, scale)}'>less</span>"
-              "<span class='x'>left out by the μ−2σ filter</span>. A passage's score is the sum of its "
-              "counted token scores.</p>")]
+    parts = [
+        (
+            f"<!doctype html><html><head><meta charset='utf-8'><title>attnrank explain</title>"
+            f"<style>{_CSS}</style></head><body>"
+        ),
+        f"<h1>Why these passages? <span class='s'>query: {html.escape(query)}</span></h1>",
+        (
+            "<p class='legend s'>Calibrated attention per token (query minus content-free query, summed over "
+            f"the scoring heads{', ' + html.escape(model) if model else ''}): "
+            f"<span style='background:{_colour(scale, scale)}'>more</span>"
+            f"<span style='background:{_colour(-scale, scale)}'>less</span>"
+            "<span class='x'>left out by the μ−2σ filter</span>. A passage's score is the sum of its "
+            "counted token scores.</p>"
+        ),
+    ]
     for e in explanations:
-        parts.append(f"<div class='p' id='p{e.rank}'><div class='h'>{e.rank}. {html.escape(e.id)} "
-                     f"<span class='s'>score {e.score:+.6f} = Σ {len(e.tokens) - e.filtered} counted tokens "
-                     f"({e.token_sum:+.6f}); {e.filtered} filtered</span></div><div class='t'>")
+        parts.append(
+            f"<div class='p' id='p{e.rank}'><div class='h'>{e.rank}. {html.escape(e.id)} "
+            f"<span class='s'>score {e.score:+.6f} = Σ {len(e.tokens) - e.filtered} counted tokens "
+            f"({e.token_sum:+.6f}); {e.filtered} filtered</span></div><div class='t'>"
+        )
         for t in e.tokens:
             tip = f"{t.score:+.6f}" + ("" if t.counted else " (filtered)")
             cls = "" if t.counted else " class='x'"
-            parts.append(f"<span{cls} style='background:{_colour(t.score, scale) if t.counted else 'none'}' "
-                         f"title='{tip}'>{html.escape(t.text)}</span>")
+            parts.append(
+                f"<span{cls} style='background:{_colour(t.score, scale) if t.counted else 'none'}' "
+                f"title='{tip}'>{html.escape(t.text)}</span>"
+            )
         parts.append("</div></div>")
     parts.append("</body></html>")
     return "".join(parts)

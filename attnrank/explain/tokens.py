@@ -57,8 +57,13 @@ class PassageExplanation:
         return sorted((t for t in self.tokens if t.counted and t.text.strip()), key=lambda t: -t.score)[:n]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "rank": self.rank, "score": self.score, "token_sum": self.token_sum,
-                "tokens": [{"text": t.text, "score": t.score, "counted": t.counted} for t in self.tokens]}
+        return {
+            "id": self.id,
+            "rank": self.rank,
+            "score": self.score,
+            "token_sum": self.token_sum,
+            "tokens": [{"text": t.text, "score": t.score, "counted": t.counted} for t in self.tokens],
+        }
 
 
 def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
@@ -67,18 +72,22 @@ def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     out, prev = [], ""
     for i in range(len(ids)):
         cur = tokenizer.decode(list(ids[: i + 1]), skip_special_tokens=False)
-        out.append(cur[len(prev):] if cur.startswith(prev) else tokenizer.decode([ids[i]]))
+        out.append(cur[len(prev) :] if cur.startswith(prev) else tokenizer.decode([ids[i]]))
         prev = cur
     return out
 
 
 def _check_reranker(reranker: Any) -> None:
     if getattr(reranker, "learned", None) is not None:
-        raise InputError("explanations need scorer='sum': learned head weights score passages from per-head "
-                         "features, not from a token sum; rerank with the default scorer to explain")
+        raise InputError(
+            "explanations need scorer='sum': learned head weights score passages from per-head "
+            "features, not from a token sum; rerank with the default scorer to explain"
+        )
     if getattr(reranker, "reweight", None) is not None:
-        raise InputError("explanations need reweight=None: re-weighted scores are not the sum of the calibrated "
-                         "token scores shown; rerank without re-weighting to explain")
+        raise InputError(
+            "explanations need reweight=None: re-weighted scores are not the sum of the calibrated "
+            "token scores shown; rerank without re-weighting to explain"
+        )
 
 
 def explain_one(tokenizer: Any, d: ScoredDocument, use_filter: bool) -> PassageExplanation:
@@ -89,8 +98,9 @@ def explain_one(tokenizer: Any, d: ScoredDocument, use_filter: bool) -> PassageE
     scores = np.array([s for _, s in ev], dtype=np.float64)
     counted = keep_mask(scores, use_filter)
     texts = token_texts(tokenizer, ids)
-    return PassageExplanation(d.id, d.rank, d.score, d.title,
-                              [TokenScore(t, float(s), bool(c)) for t, s, c in zip(texts, scores, counted)])
+    return PassageExplanation(
+        d.id, d.rank, d.score, d.title, [TokenScore(t, float(s), bool(c)) for t, s, c in zip(texts, scores, counted)]
+    )
 
 
 def explain_results(reranker: Any, res: RankedResults | Sequence[ScoredDocument]) -> list[PassageExplanation]:

@@ -3,5 +3,12 @@
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import load_artifact, load_head_sets, resolve_heads, save_artifact, save_head_set
 
-__all__ = ["parse_heads", "format_heads", "load_head_sets", "save_head_set", "resolve_heads",
-           "save_artifact", "load_artifact"]
+__all__ = [
+    "parse_heads",
+    "format_heads",
+    "load_head_sets",
+    "save_head_set",
+    "resolve_heads",
+    "save_artifact",
+    "load_artifact",
+]

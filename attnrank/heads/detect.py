@@ -32,9 +32,10 @@ import os
 import re
 import time
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,9 +43,9 @@ import torch
 from ..errors import InputError
 from ..eval.metrics import evaluate_per_query
 from ..llm.attention import AttentionCapturer
+from ..llm.headspec import HeadList
 from ..llm.prompts import chat_frame
 from ..llm.rows import window_features
-from ..llm.headspec import HeadList
 from ..registry import save_head_set
 
 logger = logging.getLogger(__name__)
@@ -86,17 +87,32 @@ class HeadScores:
         """Heads scoring strictly above ``threshold``, best first."""
         return [pair for pair, v in self.ranked() if v > threshold]
 
-    def save(self, n: int = 16, *, heads: HeadList | None = None, name: str | None = None,
-             root: Path | None = None) -> Path:
+    def save(
+        self, n: int = 16, *, heads: HeadList | None = None, name: str | None = None, root: Path | None = None
+    ) -> Path:
         """Register ``heads`` (default: the top ``n``) with the full score matrix."""
         heads = self.top(n) if heads is None else heads
         if not heads:
-            raise InputError(f"no {self.method} heads to save for {self.model_id!r}: "
-                             f"{self.note or 'no head has a finite score'}")
-        return save_head_set(self.model_id, self.fingerprint, self.method, heads, name=name,
-                             scores=self.scores, data=self.data, root=root,
-                             params={**self.params, "top": len(heads), "n_total": self.n_total,
-                                     "n_used": self.n_used, "seconds": round(self.seconds, 2)})
+            raise InputError(
+                f"no {self.method} heads to save for {self.model_id!r}: {self.note or 'no head has a finite score'}"
+            )
+        return save_head_set(
+            self.model_id,
+            self.fingerprint,
+            self.method,
+            heads,
+            name=name,
+            scores=self.scores,
+            data=self.data,
+            root=root,
+            params={
+                **self.params,
+                "top": len(heads),
+                "n_total": self.n_total,
+                "n_used": self.n_used,
+                "seconds": round(self.seconds, 2),
+            },
+        )
 
 
 # ----------------------------------------------------------------- copy-paste (Wu et al.)
@@ -112,14 +128,18 @@ def niah_folder(data: str | Path | None = None) -> Path:
     ``niah/`` subfolder; default ``$ATTNRANK_DATA``."""
     root = data or os.environ.get("ATTNRANK_DATA")
     if not root:
-        raise InputError("no NIAH data folder given; pass --data DIR (the shared data folder or "
-                         "its niah/ subfolder) or set ATTNRANK_DATA")
+        raise InputError(
+            "no NIAH data folder given; pass --data DIR (the shared data folder or "
+            "its niah/ subfolder) or set ATTNRANK_DATA"
+        )
     root = Path(root)
     for cand in (root, root / "niah"):
         if (cand / "retrieval_head" / "needles.jsonl").is_file():
             return cand
-    raise InputError(f"{root} holds no retrieval_head/needles.jsonl (nor niah/...); pass the "
-                     "shared data folder or its niah/ subfolder")
+    raise InputError(
+        f"{root} holds no retrieval_head/needles.jsonl (nor niah/...); pass the "
+        "shared data folder or its niah/ subfolder"
+    )
 
 
 def load_needles(folder: Path) -> list[Needle]:
@@ -148,8 +168,9 @@ def rouge1_recall(prediction: str, reference: str) -> float:
     return sum(min(c, pred[w]) for w, c in ref.items()) / total if total else 0.0
 
 
-def copy_paste_counts(argmax: np.ndarray, answer: Sequence[int], prompt: Sequence[int],
-                      span: tuple[int, int]) -> np.ndarray:
+def copy_paste_counts(
+    argmax: np.ndarray, answer: Sequence[int], prompt: Sequence[int], span: tuple[int, int]
+) -> np.ndarray:
     """Copy events per head: ``argmax[h, t]`` = head h's top-1 key when generating ``answer[t]``;
     an event is ``span[0] <= argmax[h, t] < span[1]`` and ``prompt[argmax[h, t]] == answer[t]``."""
     argmax = np.asarray(argmax, dtype=np.int64)
@@ -159,8 +180,9 @@ def copy_paste_counts(argmax: np.ndarray, answer: Sequence[int], prompt: Sequenc
     return (inside & same).sum(axis=1)
 
 
-def copy_paste_score(argmax: np.ndarray, answer: Sequence[int], prompt: Sequence[int],
-                     span: tuple[int, int]) -> np.ndarray:
+def copy_paste_score(
+    argmax: np.ndarray, answer: Sequence[int], prompt: Sequence[int], span: tuple[int, int]
+) -> np.ndarray:
     """Wu et al.'s per-trial retrieval score RS_h = copy events / needle span length."""
     return copy_paste_counts(argmax, answer, prompt, span) / max(1, span[1] - span[0])
 
@@ -172,8 +194,7 @@ class NiahPrompt:
     text: str
 
 
-def build_niah_prompt(tokenizer: Any, haystack: str, needle: Needle, context_length: int,
-                      depth: float) -> NiahPrompt:
+def build_niah_prompt(tokenizer: Any, haystack: str, needle: Needle, context_length: int, depth: float) -> NiahPrompt:
     """Haystack cut to about ``context_length`` prompt tokens, the needle inserted at the last
     sentence end before ``depth`` % of it, then the question; inside the chat template."""
     frame = chat_frame(tokenizer)
@@ -182,13 +203,17 @@ def build_niah_prompt(tokenizer: Any, haystack: str, needle: Needle, context_len
     def wrap(body: str) -> str:
         return f"{frame.prefix}{body}{frame.suffix}" if frame.prefix else body
 
-    overhead = len(frame.lead_ids) + len(tokenizer(wrap(needle.needle + " " + tail), add_special_tokens=False)["input_ids"])
+    overhead = len(frame.lead_ids) + len(
+        tokenizer(wrap(needle.needle + " " + tail), add_special_tokens=False)["input_ids"]
+    )
     budget = context_length - overhead
     enc = tokenizer(haystack[: 16 * max(budget, 1) + 1000], add_special_tokens=False, return_offsets_mapping=True)
     if budget < 1 or len(enc["input_ids"]) < budget:
-        raise InputError(f"context length {context_length} does not fit: the needle and question take "
-                         f"{overhead} tokens and the haystack has {len(enc['input_ids'])}; use lengths in "
-                         f"{overhead + 1}..{overhead + len(enc['input_ids'])}")
+        raise InputError(
+            f"context length {context_length} does not fit: the needle and question take "
+            f"{overhead} tokens and the haystack has {len(enc['input_ids'])}; use lengths in "
+            f"{overhead + 1}..{overhead + len(enc['input_ids'])}"
+        )
     offsets = enc["offset_mapping"]
     cut = haystack[: offsets[budget - 1][1]]
     at = len(cut) if depth >= 100 else offsets[int(budget * depth / 100)][0]
@@ -199,7 +224,9 @@ def build_niah_prompt(tokenizer: Any, haystack: str, needle: Needle, context_len
     text = wrap(context + tail)
     start = len(frame.prefix) + (len(before) + 1 if before else 0)
     inner = needle.needle.lower().find(needle.real_needle.lower())
-    lo, hi = (start, start + len(needle.needle)) if inner < 0 else (start + inner, start + inner + len(needle.real_needle))
+    lo, hi = (
+        (start, start + len(needle.needle)) if inner < 0 else (start + inner, start + inner + len(needle.real_needle))
+    )
     full = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     lead = len(frame.lead_ids)
     inside = [i + lead for i, (a, b) in enumerate(full["offset_mapping"]) if a < hi and b > lo]
@@ -211,10 +238,15 @@ def generate_answer(llm: Any, ids: list[int], max_new_tokens: int) -> list[int]:
     model, tok = llm.model, llm.tokenizer
     x = torch.tensor([ids], device=llm.device)
     with torch.inference_mode():
-        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
-                             do_sample=False, pad_token_id=tok.eos_token_id if tok.pad_token_id is None else tok.pad_token_id)
+        out = model.generate(
+            x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tok.eos_token_id if tok.pad_token_id is None else tok.pad_token_id,
+        )
     answer: list[int] = []
-    for t in out[0, len(ids):].tolist():
+    for t in out[0, len(ids) :].tolist():
         answer.append(t)
         text = tok.decode(answer, skip_special_tokens=True)
         if t == tok.eos_token_id or ("\n" in text and text.strip()):
@@ -222,22 +254,37 @@ def generate_answer(llm: Any, ids: list[int], max_new_tokens: int) -> list[int]:
     return answer
 
 
-def copy_trial(llm: Any, capturer: Any, prompt: NiahPrompt, needle: Needle,
-               max_new_tokens: int) -> tuple[np.ndarray, str, float]:
+def copy_trial(
+    llm: Any, capturer: Any, prompt: NiahPrompt, needle: Needle, max_new_tokens: int
+) -> tuple[np.ndarray, str, float]:
     """One NIAH trial: (RS_h over ``capturer.heads``, answer text, ROUGE-1 recall)."""
     answer = generate_answer(llm, prompt.ids, max_new_tokens)
     text = llm.tokenizer.decode(answer, skip_special_tokens=True)
     if not answer:
         return np.zeros(len(capturer.heads)), text, 0.0
     ids = prompt.ids + answer[:-1]
-    argmax = capturer.capture(torch.tensor([ids], device=llm.device), query_start=len(prompt.ids) - 1,
-                              reduce="argmax").cpu().numpy()
-    return copy_paste_score(argmax, answer, prompt.ids, prompt.needle_span), text, rouge1_recall(text, needle.real_needle)
+    argmax = (
+        capturer.capture(torch.tensor([ids], device=llm.device), query_start=len(prompt.ids) - 1, reduce="argmax")
+        .cpu()
+        .numpy()
+    )
+    return (
+        copy_paste_score(argmax, answer, prompt.ids, prompt.needle_span),
+        text,
+        rouge1_recall(text, needle.real_needle),
+    )
 
 
-def detect_copy_heads(llm: Any, *, data: str | Path | None = None, lengths: Sequence[int] = (1000, 2000, 4000),
-                      depths: Sequence[float] = (0, 25, 50, 75, 100), needles: Sequence[int] | None = None,
-                      haystack: str = "book", max_new_tokens: int = 50) -> HeadScores:
+def detect_copy_heads(
+    llm: Any,
+    *,
+    data: str | Path | None = None,
+    lengths: Sequence[int] = (1000, 2000, 4000),
+    depths: Sequence[float] = (0, 25, 50, 75, 100),
+    needles: Sequence[int] | None = None,
+    haystack: str = "book",
+    max_new_tokens: int = 50,
+) -> HeadScores:
     """Wu et al.'s copy-paste retrieval score of every head over the trial grid.
 
     ``needles``: indices into ``needles.jsonl`` (default all 3); ``haystack``: ``"book"`` (each
@@ -258,32 +305,81 @@ def detect_copy_heads(llm: Any, *, data: str | Path | None = None, lengths: Sequ
                 rs, answer, recall = copy_trial(llm, capturer, prompt, all_needles[n], max_new_tokens)
                 accepted = recall > ROUGE_ACCEPT
                 total += rs if accepted else 0.0
-                trials.append({"needle": n, "length": len(prompt.ids), "depth": depth, "answer": answer,
-                               "rouge1_recall": round(recall, 4), "accepted": accepted})
-                logger.info("needle %d, %d tokens, depth %g%%: recall %.2f %s", n, len(prompt.ids), depth,
-                            recall, "accepted" if accepted else "rejected")
+                trials.append(
+                    {
+                        "needle": n,
+                        "length": len(prompt.ids),
+                        "depth": depth,
+                        "answer": answer,
+                        "rouge1_recall": round(recall, 4),
+                        "accepted": accepted,
+                    }
+                )
+                logger.info(
+                    "needle %d, %d tokens, depth %g%%: recall %.2f %s",
+                    n,
+                    len(prompt.ids),
+                    depth,
+                    recall,
+                    "accepted" if accepted else "rejected",
+                )
     used = sum(bool(t["accepted"]) for t in trials)
-    note = "" if used else (f"no trial was accepted: in all {len(trials)} trials the answer's ROUGE-1 "
-                            f"recall against real_needle was <= {ROUGE_ACCEPT} (the model did not retrieve "
-                            "the needle), so no copy-paste score is defined; try shorter lengths or a "
-                            "stronger model")
+    note = (
+        ""
+        if used
+        else (
+            f"no trial was accepted: in all {len(trials)} trials the answer's ROUGE-1 "
+            f"recall against real_needle was <= {ROUGE_ACCEPT} (the model did not retrieve "
+            "the needle), so no copy-paste score is defined; try shorter lengths or a "
+            "stronger model"
+        )
+    )
     scores = (total / used if used else np.full(L * H, np.nan)).reshape(L, H)
-    params = {"lengths": list(lengths), "depths": list(depths), "needles": chosen, "haystack": haystack,
-              "max_new_tokens": max_new_tokens, "rouge1_recall_accept": ROUGE_ACCEPT}
-    data_desc = (f"NIAH ({'Retrieval_Head book haystacks' if haystack == 'book' else 'Paul Graham essays'}), "
-                 f"needles {chosen}, {used}/{len(trials)} trials accepted")
+    params = {
+        "lengths": list(lengths),
+        "depths": list(depths),
+        "needles": chosen,
+        "haystack": haystack,
+        "max_new_tokens": max_new_tokens,
+        "rouge1_recall_accept": ROUGE_ACCEPT,
+    }
+    data_desc = (
+        f"NIAH ({'Retrieval_Head book haystacks' if haystack == 'book' else 'Paul Graham essays'}), "
+        f"needles {chosen}, {used}/{len(trials)} trials accepted"
+    )
     if note:
         logger.warning(note)
-    return HeadScores(scores, "copy", params, data_desc, time.perf_counter() - start, len(trials), used,
-                      note, llm.model_id, llm.fingerprint, trials)
+    return HeadScores(
+        scores,
+        "copy",
+        params,
+        data_desc,
+        time.perf_counter() - start,
+        len(trials),
+        used,
+        note,
+        llm.model_id,
+        llm.fingerprint,
+        trials,
+    )
 
 
 # ----------------------------------------------------------------- query-focused (QRHead, CoRe)
-def query_focused_scores(items: Iterable[tuple[str, Sequence[Any], Sequence[str]]],
-                         qrels: Mapping[str, Mapping[str, int]], head_list: Sequence[tuple[int, int]],
-                         n_layers: int, n_heads: int, *, rel: int = 1, k: int = 10, calibrate: bool = True,
-                         use_filter: bool = True, data: str = "", model_id: str = "",
-                         fingerprint: str = "") -> dict[str, HeadScores]:
+def query_focused_scores(
+    items: Iterable[tuple[str, Sequence[Any], Sequence[str]]],
+    qrels: Mapping[str, Mapping[str, int]],
+    head_list: Sequence[tuple[int, int]],
+    n_layers: int,
+    n_heads: int,
+    *,
+    rel: int = 1,
+    k: int = 10,
+    calibrate: bool = True,
+    use_filter: bool = True,
+    data: str = "",
+    model_id: str = "",
+    fingerprint: str = "",
+) -> dict[str, HeadScores]:
     """QR scores from precomputed window rows: ``items`` yields ``(qid, windows, candidate ids)``
     (``windows`` from :meth:`AttentionReranker.windows` over the candidates in that order, rows in
     ``head_list`` order). Returns ``{"qr-score", "qr-ndcg", "contrastive"}`` → :class:`HeadScores`."""
@@ -309,29 +405,55 @@ def query_focused_scores(items: Iterable[tuple[str, Sequence[Any], Sequence[str]
     judged = {q: dict(qrels[q]) for q in feats if q in qrels}
     ndcg = np.zeros(n)
     for lo in range(0, n, 64):  # heads in chunks: one ir-measures call per chunk
-        run = {f"{q}::{h}": dict(zip(c, f[h].tolist())) for q, (c, f) in feats.items() if q in judged
-               for h in range(lo, min(n, lo + 64))}
+        run = {
+            f"{q}::{h}": dict(zip(c, f[h].tolist()))
+            for q, (c, f) in feats.items()
+            if q in judged
+            for h in range(lo, min(n, lo + 64))
+        }
         per = evaluate_per_query(run, {key: judged[key.rsplit("::", 1)[0]] for key in run}, [f"nDCG@{k}"], rel=rel)
         for key, v in per.items():
             ndcg[int(key.rsplit("::", 1)[1])] += v[f"nDCG@{k}"]
     seconds = time.perf_counter() - start
     out = {}
-    for method, vec, m in (("qr-score", sums["qr-score"], used["qr-score"]),
-                           ("qr-ndcg", ndcg, len(judged)), ("contrastive", sums["contrastive"], used["contrastive"])):
+    for method, vec, m in (
+        ("qr-score", sums["qr-score"], used["qr-score"]),
+        ("qr-ndcg", ndcg, len(judged)),
+        ("contrastive", sums["contrastive"], used["contrastive"]),
+    ):
         matrix = np.full((n_layers, n_heads), np.nan)
-        note = "" if m else f"no usable query among {len(feats)} (none has gold and, for contrastive, non-gold candidates)"
+        note = (
+            "" if m else f"no usable query among {len(feats)} (none has gold and, for contrastive, non-gold candidates)"
+        )
         if m:
             for (l, h), v in zip(head_list, vec / m):
                 matrix[l, h] = v
         params = {"rel": rel, "k": k, "calibrate": calibrate, "use_filter": use_filter}
-        out[method] = HeadScores(matrix, method, params, f"{data}; {m}/{len(feats)} queries used".lstrip("; "),
-                                 seconds, len(feats), m, note, model_id, fingerprint)
+        out[method] = HeadScores(
+            matrix,
+            method,
+            params,
+            f"{data}; {m}/{len(feats)} queries used".lstrip("; "),
+            seconds,
+            len(feats),
+            m,
+            note,
+            model_id,
+            fingerprint,
+        )
     return out
 
 
-def detect_query_focused(reranker: Any, queries: Mapping[str, str], candidates: Mapping[str, Sequence[Any]],
-                         qrels: Mapping[str, Mapping[str, int]], *, rel: int = 1, data: str = "",
-                         show_progress: bool = False) -> dict[str, HeadScores]:
+def detect_query_focused(
+    reranker: Any,
+    queries: Mapping[str, str],
+    candidates: Mapping[str, Sequence[Any]],
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    rel: int = 1,
+    data: str = "",
+    show_progress: bool = False,
+) -> dict[str, HeadScores]:
     """Run ``reranker.windows`` (build it with ``heads=None`` to score every head) for each
     labelled query over its candidate documents, then :func:`query_focused_scores`."""
     qids = [q for q in queries if q in candidates]
@@ -350,7 +472,16 @@ def detect_query_focused(reranker: Any, queries: Mapping[str, str], candidates: 
 
     llm = reranker.llm
     stamp = _dt.date.today().isoformat()
-    return query_focused_scores(items(), qrels, reranker.head_list, llm.num_layers, llm.num_heads, rel=rel,
-                                calibrate=reranker.calibrate, use_filter=reranker.token_filter,
-                                data=data or f"{len(qids)} labelled queries ({stamp})",
-                                model_id=llm.model_id, fingerprint=llm.fingerprint)
+    return query_focused_scores(
+        items(),
+        qrels,
+        reranker.head_list,
+        llm.num_layers,
+        llm.num_heads,
+        rel=rel,
+        calibrate=reranker.calibrate,
+        use_filter=reranker.token_filter,
+        data=data or f"{len(qids)} labelled queries ({stamp})",
+        model_id=llm.model_id,
+        fingerprint=llm.fingerprint,
+    )

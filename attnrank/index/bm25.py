@@ -24,9 +24,10 @@ import json
 import logging
 import math
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -76,7 +77,9 @@ class BM25Index:
         self.tokenizer_config = tokenizer or TokenizerConfig()
         self._tokenize = make_tokenizer(self.tokenizer_config)
         self.vocab: dict[str, int] = {}
-        self.data = self.indices = self.indptr = None
+        self.data: Any = None
+        self.indices: Any = None
+        self.indptr: Any = None
         self.num_docs = 0
 
     # -- build -----------------------------------------------------------------------------
@@ -91,9 +94,11 @@ class BM25Index:
             raise InputError("every document is empty after tokenization (only stopwords/punctuation?)")
         p = self.params
         stats = BM25Okapi(tokens, k1=p.k1, b=p.b, epsilon=p.epsilon)
-        idf = stats.idf if p.method == "okapi" else {
-            t: math.log(1.0 + (stats.corpus_size - df + 0.5) / (df + 0.5)) for t, df in _doc_freq(stats).items()
-        }
+        idf = (
+            stats.idf
+            if p.method == "okapi"
+            else {t: math.log(1.0 + (stats.corpus_size - df + 0.5) / (df + 0.5)) for t, df in _doc_freq(stats).items()}
+        )
         self.vocab = {t: i for i, t in enumerate(sorted(idf))}
         self._build_matrix(stats.doc_freqs, np.asarray(stats.doc_len, dtype=np.float64), stats.avgdl, idf)
         self.num_docs = len(texts)
@@ -119,8 +124,12 @@ class BM25Index:
         self.num_docs = len(tokens)
         return self
 
-    def _build_matrix(self, doc_freqs: list[dict], doc_len: np.ndarray, avgdl: float, idf: dict) -> None:
-        rows, cols, tfs = [], [], []
+    def _build_matrix(
+        self, doc_freqs: Sequence[Mapping[str, int]], doc_len: np.ndarray, avgdl: float, idf: dict
+    ) -> None:
+        rows: list[Any] = []
+        cols: list[Any] = []
+        tfs: list[Any] = []
         for d, freqs in enumerate(doc_freqs):
             rows.extend([d] * len(freqs))
             cols.extend(self.vocab[t] for t in freqs)
@@ -184,7 +193,7 @@ class BM25Index:
         try:
             params = json.loads((path / "params.json").read_text(encoding="utf-8"))
             self = cls(BM25Params(**params["bm25"]), TokenizerConfig(**params["tokenizer"]))
-            mode = "r" if mmap else None
+            mode: Literal["r"] | None = "r" if mmap else None
             self.data = np.load(path / "data.npy", mmap_mode=mode)
             self.indices = np.load(path / "indices.npy", mmap_mode=mode)
             self.indptr = np.load(path / "indptr.npy", mmap_mode=mode)
@@ -196,7 +205,9 @@ class BM25Index:
                 raise ValueError("vocab.json repeats a term")
             self.num_docs = params["num_docs"]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise IndexFormatError(f"BM25 index at {path} cannot be read ({e}); rebuild it with `attnrank index`") from None
+            raise IndexFormatError(
+                f"BM25 index at {path} cannot be read ({e}); rebuild it with `attnrank index`"
+            ) from None
         self._check_structure(path)
         return self
 
@@ -207,14 +218,21 @@ class BM25Index:
         positions inside ``[0, num_docs)``, weights finite and within the BM25 bound
         ``(k1 + 1) * max |idf|`` with ``|idf| <= log(2N + 2)``, vocabulary sorted and unique.
         """
+
         def bad(what: str) -> IndexFormatError:
             return IndexFormatError(f"BM25 index at {path} is corrupted ({what}); rebuild it with `attnrank index`")
 
         n, data, ind, ptr = self.num_docs, self.data, self.indices, self.indptr
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise bad(f"num_docs={n!r}")
-        if (data.dtype != np.float32 or ind.dtype != np.int32 or ptr.dtype != np.int64
-                or data.ndim != 1 or ind.ndim != 1 or ptr.ndim != 1):
+        if (
+            data.dtype != np.float32
+            or ind.dtype != np.int32
+            or ptr.dtype != np.int64
+            or data.ndim != 1
+            or ind.ndim != 1
+            or ptr.ndim != 1
+        ):
             raise bad("array types or shapes")
         if len(ind) != len(data) or len(ptr) != len(self.vocab) + 1 or ptr[0] != 0 or ptr[-1] != len(data):
             raise bad("array lengths disagree with the vocabulary")

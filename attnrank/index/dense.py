@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,7 @@ def _build_faiss(emb: np.ndarray, kind: str, nprobe: int):
     import faiss
 
     n, dim = emb.shape
+    index: Any
     if kind == "flat":
         index = faiss.IndexFlatIP(dim)
     elif kind == "hnsw":
@@ -48,13 +50,20 @@ def _build_faiss(emb: np.ndarray, kind: str, nprobe: int):
 class DenseIndex:
     """Embeddings of a list of texts in FAISS. Verbs: :meth:`index`, :meth:`retrieve`, :meth:`save`, :meth:`load`."""
 
-    def __init__(self, model: str | None = None, kind: str = "flat", *, nprobe: int = 16,
-                 batch_size: int = 64, device: str = "cpu"):
+    def __init__(
+        self,
+        model: str | None = None,
+        kind: str = "flat",
+        *,
+        nprobe: int = 16,
+        batch_size: int = 64,
+        device: str = "cpu",
+    ):
         if kind not in INDEX_TYPES:
             raise InputError(f"dense index type {kind!r} is not one of {INDEX_TYPES}")
         self.model_name, self.kind, self.nprobe = model, kind, nprobe
         self.batch_size, self.device = batch_size, device
-        self.faiss_index = None
+        self.faiss_index: Any = None
         self.dim = 0
 
     @property
@@ -76,21 +85,26 @@ class DenseIndex:
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         return encode(self.encoder, list(queries), batch_size=self.batch_size)
 
-    def retrieve(self, queries: Sequence[str], k: int = 10, *, query_embeddings: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
+    def retrieve(
+        self, queries: Sequence[str], k: int = 10, *, query_embeddings: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` positions and cosine scores per query, shape (n_queries, min(k, N))."""
         if self.faiss_index is None:
             raise InputError("the dense index is empty; call index(texts) or DenseIndex.load(path) first")
         q = self.encode_queries(queries) if query_embeddings is None else query_embeddings
         if q.ndim != 2 or q.shape[1] != self.dim:
-            raise IndexFormatError(f"the embedder gives {q.shape[-1]}-dimensional vectors, the dense index holds "
-                                   f"{self.dim}-dimensional ones; use the embedder the index was built with")
+            raise IndexFormatError(
+                f"the embedder gives {q.shape[-1]}-dimensional vectors, the dense index holds "
+                f"{self.dim}-dimensional ones; use the embedder the index was built with"
+            )
         k = min(k, self.num_docs)
         scores, idx = self.faiss_index.search(q, k)
         # unit vectors: a cosine outside [-1, 1] (or NaN) means damaged vectors, never a result
         if not np.all(np.abs(np.nan_to_num(scores[idx >= 0], nan=np.inf)) <= 1.001):
-            raise IndexFormatError("the dense index returned cosine scores outside [-1, 1]: its vectors are "
-                                   "corrupted; rebuild the index with `attnrank index`")
+            raise IndexFormatError(
+                "the dense index returned cosine scores outside [-1, 1]: its vectors are "
+                "corrupted; rebuild the index with `attnrank index`"
+            )
         # approximate indexes may return fewer than k hits (-1); keep arrays rectangular
         idx = np.where(idx < 0, -1, idx).astype(np.int64)
         return idx, scores.astype(np.float32)
@@ -110,12 +124,17 @@ class DenseIndex:
         file = Path(path) / "index.faiss"
         flags = 0
         if mmap:
-            flags = faiss.IO_FLAG_MMAP_IFC if kind in ("flat", "hnsw") and hasattr(faiss, "IO_FLAG_MMAP_IFC") \
+            flags = (
+                faiss.IO_FLAG_MMAP_IFC
+                if kind in ("flat", "hnsw") and hasattr(faiss, "IO_FLAG_MMAP_IFC")
                 else faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY
+            )
         try:
             self.faiss_index = faiss.read_index(str(file), flags)
         except RuntimeError as e:
-            raise IndexFormatError(f"dense index {file} cannot be read ({str(e).splitlines()[0]}); rebuild it") from None
+            raise IndexFormatError(
+                f"dense index {file} cannot be read ({str(e).splitlines()[0]}); rebuild it"
+            ) from None
         if kind == "ivf":
             faiss.extract_index_ivf(self.faiss_index).nprobe = nprobe
         elif kind == "hnsw":
@@ -129,6 +148,8 @@ class DenseIndex:
 
         ix = self.faiss_index
         if ix.ntotal != num_docs or ix.d != dim or ix.metric_type != faiss.METRIC_INNER_PRODUCT:
-            raise IndexFormatError(f"dense index {Path(path) / 'index.faiss'} holds {ix.ntotal} vectors of dimension "
-                                   f"{ix.d}, the manifest says {num_docs} of dimension {dim} (inner product); "
-                                   "the index is corrupted, rebuild it")
+            raise IndexFormatError(
+                f"dense index {Path(path) / 'index.faiss'} holds {ix.ntotal} vectors of dimension "
+                f"{ix.d}, the manifest says {num_docs} of dimension {dim} (inner product); "
+                "the index is corrupted, rebuild it"
+            )

@@ -56,7 +56,10 @@ def _offline() -> bool:
 def encode(model, texts: list[str], *, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
     """Unit-norm float32 embeddings, shape (len(texts), dim): inner product = cosine."""
     emb = model.encode(
-        texts, batch_size=batch_size, show_progress_bar=show_progress,
-        convert_to_numpy=True, normalize_embeddings=True,
+        texts,
+        batch_size=batch_size,
+        show_progress_bar=show_progress,
+        convert_to_numpy=True,
+        normalize_embeddings=True,
     )
     return np.ascontiguousarray(emb, dtype=np.float32)

@@ -26,8 +26,8 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import InputError
 
@@ -63,8 +63,10 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
     resolved = _real(target)
     for what, p in [("the working directory", Path.cwd()), *(("the corpus", Path(x)) for x in protect)]:
         if _contains(resolved, _real(p)):
-            raise InputError(f"refusing to write an index at {target}: it is or contains {what} ({p}); "
-                             "choose a new folder (--force does not override this)")
+            raise InputError(
+                f"refusing to write an index at {target}: it is or contains {what} ({p}); "
+                "choose a new folder (--force does not override this)"
+            )
     if not target.exists():
         return
     if not target.is_dir():
@@ -74,8 +76,10 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
     if force:
         logger.warning("replacing %s, which is not an attnrank index, because of --force", target)
         return
-    raise InputError(f"{target} exists and is not an attnrank index (no valid {MANIFEST}); refusing to replace "
-                     "it and lose its files; choose another folder, or pass --force to replace it")
+    raise InputError(
+        f"{target} exists and is not an attnrank index (no valid {MANIFEST}); refusing to replace "
+        "it and lose its files; choose another folder, or pass --force to replace it"
+    )
 
 
 def _alive(pid: int) -> bool:

@@ -11,7 +11,7 @@ Lists are arrays of document positions (``-1`` = no hit) and scores, best first.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -41,8 +41,9 @@ def _sorted(fused: dict[int, float], k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array([i for i, _ in items], dtype=np.int64), np.array([s for _, s in items], dtype=np.float64)
 
 
-def rrf(rankings: Sequence[np.ndarray], k: int, *, rrf_k: int = RRF_K,
-        weights: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def rrf(
+    rankings: Sequence[np.ndarray], k: int, *, rrf_k: int = RRF_K, weights: Sequence[float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Reciprocal rank fusion of several lists of document positions (best first)."""
     if rrf_k <= 0:
         raise InputError(f"rrf_k must be positive, got {rrf_k}")
@@ -57,8 +58,14 @@ def rrf(rankings: Sequence[np.ndarray], k: int, *, rrf_k: int = RRF_K,
     return _sorted(fused, k)
 
 
-def convex(sparse: tuple[np.ndarray, np.ndarray], dense: tuple[np.ndarray, np.ndarray], k: int, *,
-           alpha: float = 0.5, norm: str = "minmax") -> tuple[np.ndarray, np.ndarray]:
+def convex(
+    sparse: tuple[np.ndarray, np.ndarray],
+    dense: tuple[np.ndarray, np.ndarray],
+    k: int,
+    *,
+    alpha: float = 0.5,
+    norm: str = "minmax",
+) -> tuple[np.ndarray, np.ndarray]:
     """Convex combination α·dense + (1 − α)·sparse of normalised scores (α = weight on dense)."""
     if not 0.0 <= alpha <= 1.0:
         raise InputError(f"alpha={alpha} is outside [0, 1]; it is the weight of the dense scores")

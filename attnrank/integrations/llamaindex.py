@@ -69,8 +69,10 @@ def _hide_scores(node: Any) -> None:
 
 def _query(query_bundle: QueryBundle | None) -> str:
     if query_bundle is None:
-        raise InputError("no query given to the attnrank postprocessor; call postprocess_nodes(nodes, "
-                         "query_str=...) or use it in a query engine")
+        raise InputError(
+            "no query given to the attnrank postprocessor; call postprocess_nodes(nodes, "
+            "query_str=...) or use it in a query engine"
+        )
     return query_bundle.query_str
 
 
@@ -91,8 +93,9 @@ class AttnrankRerank(BaseNodePostprocessor):
     keep_retrieval_score: bool = Field(default=False, description="Keep the old score in metadata['retrieval_score'].")
     _reranker: Any = PrivateAttr()
 
-    def __init__(self, *, reranker: Any = None, top_n: int | None = 2, keep_retrieval_score: bool = False,
-                 **settings: Any):
+    def __init__(
+        self, *, reranker: Any = None, top_n: int | None = 2, keep_retrieval_score: bool = False, **settings: Any
+    ):
         check_top_n(top_n)
         super().__init__(top_n=top_n, keep_retrieval_score=keep_retrieval_score)  # type: ignore[call-arg]  # pydantic fields
         self._reranker = shared_reranker(reranker, **settings)
@@ -105,13 +108,18 @@ class AttnrankRerank(BaseNodePostprocessor):
     def reranker(self) -> Any:
         return self._reranker
 
-    def _postprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
-                           ) -> list[NodeWithScore]:
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
         query = _query(query_bundle)
         if not nodes:
             return []
-        payload = {EventPayload.NODES: nodes, EventPayload.MODEL_NAME: repr(self._reranker),
-                   EventPayload.QUERY_STR: query, EventPayload.TOP_K: self.top_n}
+        payload = {
+            EventPayload.NODES: nodes,
+            EventPayload.MODEL_NAME: repr(self._reranker),
+            EventPayload.QUERY_STR: query,
+            EventPayload.TOP_K: self.top_n,
+        }
         with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:  # type: ignore[arg-type]
             with model_lock(self._reranker):
                 res = self._reranker.rank(query, _documents(nodes), k=self.top_n)
@@ -140,26 +148,42 @@ class AttnrankPruner(BaseNodePostprocessor):
     neighbours: int = Field(default=0, description="Sentences kept on each side of a chosen one.")
     _pruner: Any = PrivateAttr()
 
-    def __init__(self, *, pruner: Any = None, budget_tokens: int | None = None, keep_ratio: float | None = None,
-                 neighbours: int = 0, **settings: Any):
+    def __init__(
+        self,
+        *,
+        pruner: Any = None,
+        budget_tokens: int | None = None,
+        keep_ratio: float | None = None,
+        neighbours: int = 0,
+        **settings: Any,
+    ):
         if budget_tokens is None and keep_ratio is None:
             budget_tokens = 300  # the default budget; a ratio alone replaces it
-        super().__init__(budget_tokens=budget_tokens, keep_ratio=keep_ratio,  # type: ignore[call-arg]  # pydantic fields
-                         neighbours=neighbours)
+        super().__init__(
+            budget_tokens=budget_tokens,
+            keep_ratio=keep_ratio,  # type: ignore[call-arg]  # pydantic fields
+            neighbours=neighbours,
+        )
         self._pruner = shared_pruner(pruner, **settings)
 
     @classmethod
     def class_name(cls) -> str:
         return "AttnrankPruner"
 
-    def _postprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
-                           ) -> list[NodeWithScore]:
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
         query = _query(query_bundle)
         if not nodes:
             return []
         with model_lock(self._pruner):
-            pruned = self._pruner.prune(query, _documents(nodes), budget_tokens=self.budget_tokens,
-                                        keep_ratio=self.keep_ratio, neighbours=self.neighbours)
+            pruned = self._pruner.prune(
+                query,
+                _documents(nodes),
+                budget_tokens=self.budget_tokens,
+                keep_ratio=self.keep_ratio,
+                neighbours=self.neighbours,
+            )
         out = []
         for d in pruned.documents():
             src = nodes[int(d.id)]
@@ -182,13 +206,24 @@ class AttnrankRetriever(BaseRetriever):
     keyword arguments configure the reranker (or pass ``reranker=``).
     """
 
-    def __init__(self, index: Any, *, k: int = 4, first_stage_k: int = 20, rerank: bool = True,
-                 reranker: Any = None, callback_manager: Any = None, **settings: Any):
+    def __init__(
+        self,
+        index: Any,
+        *,
+        k: int = 4,
+        first_stage_k: int = 20,
+        rerank: bool = True,
+        reranker: Any = None,
+        callback_manager: Any = None,
+        **settings: Any,
+    ):
         check_top_n(k, "k")
         check_top_n(first_stage_k, "first_stage_k")
         if k > first_stage_k:
-            raise InputError(f"k={k} exceeds first_stage_k={first_stage_k}; the reranker can only keep what "
-                             "the first stage found: lower k or raise first_stage_k")
+            raise InputError(
+                f"k={k} exceeds first_stage_k={first_stage_k}; the reranker can only keep what "
+                "the first stage found: lower k or raise first_stage_k"
+            )
         super().__init__(callback_manager=callback_manager)
         self.k, self.first_stage_k = k, first_stage_k
         self._index = shared_index(index)

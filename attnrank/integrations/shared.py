@@ -29,8 +29,10 @@ def _key(kind: str, kwargs: Mapping[str, Any]) -> tuple[str, str]:
     try:
         return kind, json.dumps(kwargs, sort_keys=True, default=_unhashable)
     except TypeError as e:
-        raise InputError(f"{kind} settings {dict(kwargs)!r} cannot be shared: {e}; pass a built "
-                         f"{kind} object instead of its settings") from e
+        raise InputError(
+            f"{kind} settings {dict(kwargs)!r} cannot be shared: {e}; pass a built "
+            f"{kind} object instead of its settings"
+        ) from e
 
 
 def _unhashable(value: Any) -> Any:
@@ -72,8 +74,9 @@ def shared_reranker(reranker: Any = None, **kwargs: Any):
         return reranker
     from ..rerank.attention import AttentionReranker
 
-    return _cached("AttentionReranker", _without_defaults(AttentionReranker, kwargs),
-                   lambda: AttentionReranker(**kwargs))
+    return _cached(
+        "AttentionReranker", _without_defaults(AttentionReranker, kwargs), lambda: AttentionReranker(**kwargs)
+    )
 
 
 def shared_pruner(pruner: Any = None, **kwargs: Any):
@@ -92,8 +95,10 @@ def shared_index(index: Any) -> Any:
     index folder ``index`` (str/Path) loaded once per process."""
     if not isinstance(index, (str, Path)):
         if not hasattr(index, "search"):
-            raise InputError(f"index {index!r} is neither an index folder nor a retriever with search(); "
-                             "pass a path or a HybridRetriever")
+            raise InputError(
+                f"index {index!r} is neither an index folder nor a retriever with search(); "
+                "pass a path or a HybridRetriever"
+            )
         return index
     from ..index.retriever import HybridRetriever
 
@@ -119,9 +124,18 @@ def keep_stages(docs: list[Document], metadata: list[Mapping[str, Any]]) -> list
     stages' scores (and a learned scorer can read them); else ``docs`` unchanged."""
     if not docs or not all(isinstance(m.get("stage_scores"), dict) for m in metadata):
         return docs
-    return [ScoredDocument(d.id, float(m.get("relevance_score", 0.0)), i + 1, d.text, d.title,
-                           dict(m["stage_scores"]), metadata=d.metadata)
-            for i, (d, m) in enumerate(zip(docs, metadata))]
+    return [
+        ScoredDocument(
+            d.id,
+            float(m.get("relevance_score", 0.0)),
+            i + 1,
+            d.text,
+            d.title,
+            dict(m["stage_scores"]),
+            metadata=d.metadata,
+        )
+        for i, (d, m) in enumerate(zip(docs, metadata))
+    ]
 
 
 def score_fields(d: ScoredDocument) -> dict[str, Any]:

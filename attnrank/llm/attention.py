@@ -22,8 +22,8 @@ import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import AttentionInterface, DynamicCache
@@ -55,14 +55,21 @@ class _Session:
     rows: dict[int, torch.Tensor] = field(default_factory=dict)
     reduce: str = "mean"  # "mean": rows averaged over the query rows; "argmax": top-1 key per row
 
-    def record(self, module: Any, query: torch.Tensor, key: torch.Tensor,
-               mask: torch.Tensor | None, scaling: float, softcap: float | None) -> None:
+    def record(
+        self,
+        module: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        mask: torch.Tensor | None,
+        scaling: float,
+        softcap: float | None,
+    ) -> None:
         heads = self.layer_heads.get(getattr(module, "layer_idx", -1))
         if heads is None:
             return
         heads = heads.to(query.device)
         groups = query.shape[1] // key.shape[1]  # GQA: query head h reads KV head h // groups
-        q = query[:1, heads, self.query_start:]
+        q = query[:1, heads, self.query_start :]
         k = key[:1, heads // groups]
         scores = _masked_scores(q, k, mask, scaling, softcap, self.query_start, query.shape[2])
         if self.reduce == "argmax":  # softmax is monotone: the top-1 key is the logits' argmax
@@ -72,15 +79,22 @@ class _Session:
         mean = torch.softmax(scores, dim=-1)[0].mean(dim=1)  # [n_heads, n_keys_seen]
         # Keys seen are the last ones of the sequence (a sliding-window layer sees fewer).
         out = mean.new_zeros(len(heads), self.n_keys)
-        out[:, self.n_keys - mean.shape[-1]:] = mean
+        out[:, self.n_keys - mean.shape[-1] :] = mean
         self.rows[module.layer_idx] = out
 
 
 _ACTIVE: ContextVar[_Session | None] = ContextVar("attnrank_capture_session", default=None)
 
 
-def _masked_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scaling: float,
-                   softcap: float | None, first_row: int, total_rows: int) -> torch.Tensor:
+def _masked_scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+    softcap: float | None,
+    first_row: int,
+    total_rows: int,
+) -> torch.Tensor:
     """Float32 masked logits [b, h, rows, n_keys] for query rows ``first_row:`` of a pass of
     ``total_rows`` queries whose keys end with those queries (causal, lower-right aligned)."""
     scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scaling
@@ -97,8 +111,14 @@ def _masked_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, 
     return scores + mask.float()
 
 
-def _eager_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                   mask: torch.Tensor | None, scaling: float, softcap: float) -> torch.Tensor:
+def _eager_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+    softcap: float,
+) -> torch.Tensor:
     """Layer output for soft-capped logits (Gemma 2), which SDPA cannot compute."""
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
@@ -106,10 +126,16 @@ def _eager_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return torch.matmul(probs.to(value.dtype), value).transpose(1, 2).contiguous()
 
 
-def _capture_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
-                       value: torch.Tensor, attention_mask: torch.Tensor | None,
-                       scaling: float | None = None, softcap: float | None = None,
-                       **kwargs: Any) -> tuple[torch.Tensor, None]:
+def _capture_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    softcap: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """The registered attention function: plain SDPA, plus the rows of the active capture."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     if softcap is None:
@@ -167,8 +193,10 @@ def _find_decoder(model: Any) -> Any:
 
 def _validate_heads(heads: HeadSpec, n_layers: int, n_heads: int, max_layer: int | None) -> list[tuple[int, int]]:
     if max_layer is not None and not 0 <= max_layer < n_layers:
-        raise InputError(f"max_layer={max_layer} is out of range: the model has {n_layers} layers; "
-                         f"pass 0 <= max_layer <= {n_layers - 1} or None")
+        raise InputError(
+            f"max_layer={max_layer} is out of range: the model has {n_layers} layers; "
+            f"pass 0 <= max_layer <= {n_layers - 1} or None"
+        )
     if heads is None:
         last = n_layers - 1 if max_layer is None else max_layer
         return [(layer, head) for layer in range(last + 1) for head in range(n_heads)]
@@ -244,8 +272,14 @@ class AttentionCapturer:
         self._forward(ids, cache, None)
         return PrefixCache(cache, ids.shape[1], self.deepest_layer, id(self.decoder))
 
-    def capture(self, input_ids: torch.Tensor | list[int], *, prefix: PrefixCache | None = None,
-                query_start: int = 0, reduce: str = "mean") -> torch.Tensor:
+    def capture(
+        self,
+        input_ids: torch.Tensor | list[int],
+        *,
+        prefix: PrefixCache | None = None,
+        query_start: int = 0,
+        reduce: str = "mean",
+    ) -> torch.Tensor:
         """Attention rows of the chosen heads, averaged over the query rows ``query_start:`` of
         this pass: float32 ``[len(self.heads), prefix length + len(input_ids)]``, rows in the order
         of ``self.heads``, columns the absolute key positions (prefix first).
@@ -258,8 +292,10 @@ class AttentionCapturer:
             raise InputError(f"reduce={reduce!r} is not one of {REDUCTIONS}")
         ids = _as_ids(input_ids, self.model.device)
         if not 0 <= query_start < ids.shape[1]:
-            raise InputError(f"query_start={query_start} is out of range for a pass of {ids.shape[1]} tokens; "
-                             f"pass 0 <= query_start <= {ids.shape[1] - 1}")
+            raise InputError(
+                f"query_start={query_start} is out of range for a pass of {ids.shape[1]} tokens; "
+                f"pass 0 <= query_start <= {ids.shape[1] - 1}"
+            )
         cache = None
         if prefix is not None:
             self._check_prefix(prefix)
@@ -280,9 +316,11 @@ class AttentionCapturer:
     def _forward(self, ids: torch.Tensor, cache: DynamicCache | None, session: _Session | None) -> None:
         token = _ACTIVE.set(session)
         try:
-            with (torch.inference_mode(),
-                  _attn_implementation(self.decoder.config, ATTN_IMPLEMENTATION),
-                  _stop_after(self.decoder.layers[self.deepest_layer])):
+            with (
+                torch.inference_mode(),
+                _attn_implementation(self.decoder.config, ATTN_IMPLEMENTATION),
+                _stop_after(self.decoder.layers[self.deepest_layer]),
+            ):
                 self.decoder(input_ids=ids, use_cache=cache is not None, **{self._cache_kwarg: cache})
         finally:
             _ACTIVE.reset(token)
@@ -291,8 +329,10 @@ class AttentionCapturer:
         for layer, heads in self._layer_heads.items():
             rows = session.rows.get(layer)
             if rows is None:
-                raise RuntimeError(f"layer {layer} did not call the registered attention function; "
-                                   f"{type(self.decoder).__name__} does not use transformers' AttentionInterface")
+                raise RuntimeError(
+                    f"layer {layer} did not call the registered attention function; "
+                    f"{type(self.decoder).__name__} does not use transformers' AttentionInterface"
+                )
             if session.reduce == "argmax":  # key indices, not probabilities
                 continue
             finite = torch.isfinite(rows).all(dim=-1)
@@ -300,18 +340,19 @@ class AttentionCapturer:
                 head = int(heads[int((~finite).nonzero()[0, 0])])
                 raise NonFiniteAttentionError(
                     f"attention of layer {layer}, head {head} is not finite (NaN/inf); check the model "
-                    "weights and dtype (float16 overflow: load it in bfloat16 or float32)")
+                    "weights and dtype (float16 overflow: load it in bfloat16 or float32)"
+                )
         return torch.cat([session.rows[layer] for layer in self._layer_heads])
 
 
-def naive_attention_rows(model: Any, input_ids: torch.Tensor | list[int], query_start: int,
-                         heads: HeadSpec = None) -> torch.Tensor:
+def naive_attention_rows(
+    model: Any, input_ids: torch.Tensor | list[int], query_start: int, heads: HeadSpec = None
+) -> torch.Tensor:
     """Slow reference for tests and benchmarks: a full eager forward with ``output_attentions=True``
     (all layers, all heads, full attention matrices), then the rows ``query_start:`` averaged.
     Same output layout as :meth:`AttentionCapturer.capture` without a prefix."""
     decoder = _find_decoder(model)
-    pairs = _validate_heads(heads, int(decoder.config.num_hidden_layers),
-                            int(decoder.config.num_attention_heads), None)
+    pairs = _validate_heads(heads, int(decoder.config.num_hidden_layers), int(decoder.config.num_attention_heads), None)
     ids = _as_ids(input_ids, model.device)
     with torch.inference_mode(), _attn_implementation(decoder.config, "eager"):
         attentions = model(input_ids=ids, output_attentions=True, use_cache=False).attentions

@@ -31,9 +31,16 @@ def check_query_span(query_span: str) -> str:
     return query_span
 
 
-def capture_window(capturer: AttentionCapturer, pair: RerankPromptPair, *, calibrate: bool = True,
-                   query_span: str = "full", extra_ids: Sequence[int] = (),
-                   doc_index: list[int] | None = None, spans: list[Span] | None = None) -> WindowRows:
+def capture_window(
+    capturer: AttentionCapturer,
+    pair: RerankPromptPair,
+    *,
+    calibrate: bool = True,
+    query_span: str = "full",
+    extra_ids: Sequence[int] = (),
+    doc_index: list[int] | None = None,
+    spans: list[Span] | None = None,
+) -> WindowRows:
     """Prefill ``pair``'s context once and capture the real (and, with ``calibrate``, the "N/A")
     suffix's attention rows to it, in float64.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from attnrank.errors import InputError, ModelError
+from attnrank.errors import InputError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -18,12 +18,14 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cpu")
     if name == "cuda" or name.startswith("cuda:"):
         if not torch.cuda.is_available():
-            raise InputError(f"device={device!r} but CUDA is not available (torch "
-                             f"{torch.__version__}); use device='cpu' or 'auto'")
+            raise InputError(
+                f"device={device!r} but CUDA is not available (torch {torch.__version__}); use device='cpu' or 'auto'"
+            )
         idx = name.partition(":")[2] or "0"
         if not idx.isdigit() or int(idx) >= torch.cuda.device_count():
-            raise InputError(f"device={device!r}: this machine has "
-                             f"{torch.cuda.device_count()} CUDA device(s) (cuda:0..)")
+            raise InputError(
+                f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0..)"
+            )
         return torch.device(f"cuda:{idx}")
     raise InputError(f"device={device!r} is not one of 'cpu', 'cuda', 'cuda:N', 'auto'")
 
@@ -39,7 +41,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if name not in DTYPES:
         raise InputError(f"dtype={dtype!r} is not one of 'auto', {', '.join(map(repr, DTYPES))}")
     if name == "float16" and device.type == "cpu":
-        raise InputError("dtype='float16' is not supported on CPU (slow and overflow-prone); "
-                         "use dtype='bfloat16' or 'float32'")
+        raise InputError(
+            "dtype='float16' is not supported on CPU (slow and overflow-prone); use dtype='bfloat16' or 'float32'"
+        )
     return DTYPES[name]
-

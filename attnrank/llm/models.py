@@ -32,9 +32,25 @@ from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir
 logger = logging.getLogger(__name__)
 
 # Bidirectional encoders whose *LMHeadModel only becomes causal with is_decoder=True.
-_ENCODER_TYPES = set("bert roberta xlm-roberta xlm-roberta-xl camembert electra ernie rembert "
-                     "data2vec-text bert-generation big_bird megatron-bert roc_bert roformer "
-                     "xmod".split())
+_ENCODER_TYPES = set(
+    [
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "xlm-roberta-xl",
+        "camembert",
+        "electra",
+        "ernie",
+        "rembert",
+        "data2vec-text",
+        "bert-generation",
+        "big_bird",
+        "megatron-bert",
+        "roc_bert",
+        "roformer",
+        "xmod",
+    ]
+)
 
 
 @dataclass
@@ -97,10 +113,6 @@ def clear_llm_cache() -> None:
     _load_cached.cache_clear()
 
 
-
-
-
-
 def load_tokenizer(model: str | None = None) -> Any:
     """Only the tokenizer of ``model`` (fast; a GGUF's comes from its de-quantized cache if any)."""
     model_id = model or config.DEFAULT_LLM
@@ -111,8 +123,6 @@ def load_tokenizer(model: str | None = None) -> Any:
     if cache_complete(cached):
         return _tokenizer(cached, model_id, local_files_only=True)
     return _tokenizer(gguf.parent, model_id, gguf_file=gguf.name)
-
-
 
 
 @functools.lru_cache(maxsize=2)
@@ -133,13 +143,21 @@ def _load_cached(model_id: str, dtype_name: str, device: str) -> LLM:
         offline = _offline(model_id)
         llm = _load_folder(model_id, model_id, torch_dtype, dev, local_files_only=offline)
         llm.fingerprint = pretrained_fingerprint(model_id)
-    logger.info("loaded %s (%s, %s, %d layers x %d heads) in %.1f s", model_id, dtype_name,
-                device, llm.num_layers, llm.num_heads, time.perf_counter() - start)
+    logger.info(
+        "loaded %s (%s, %s, %d layers x %d heads) in %.1f s",
+        model_id,
+        dtype_name,
+        device,
+        llm.num_layers,
+        llm.num_heads,
+        time.perf_counter() - start,
+    )
     return llm
 
 
-def _load_folder(source: str | Path, model_id: str, torch_dtype: torch.dtype, dev: torch.device,
-                 *, local_files_only: bool) -> LLM:
+def _load_folder(
+    source: str | Path, model_id: str, torch_dtype: torch.dtype, dev: torch.device, *, local_files_only: bool
+) -> LLM:
     """Config check first (cheap, clear errors), then tokenizer and weights (SDPA, eval mode)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -152,27 +170,18 @@ def _load_folder(source: str | Path, model_id: str, torch_dtype: torch.dtype, de
     device_map = str(dev) if dev.type == "cuda" else None  # straight to the GPU, no CPU copy
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            source, config=cfg, dtype=torch_dtype, attn_implementation="sdpa",
-            local_files_only=local_files_only, device_map=device_map)
+            source,
+            config=cfg,
+            dtype=torch_dtype,
+            attn_implementation="sdpa",
+            local_files_only=local_files_only,
+            device_map=device_map,
+        )
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load {model_id!r} as a causal LM with SDPA attention: {e}") from e
     model = (model if device_map else model.to(dev)).eval()  # type: ignore[arg-type]
     check_attention_modules(model, model_id)
     return LLM(model, tokenizer, model_id, fingerprint="")
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def check_causal_lm_config(cfg: Any, model_id: str) -> None:
@@ -191,13 +200,17 @@ def check_causal_lm_config(cfg: Any, model_id: str) -> None:
         and (not archs or any(a in causal_names or a.endswith("ForCausalLM") for a in archs))
     )
     if not is_causal:
-        raise ModelError(f"{model_id!r} is a {model_type!r} model (architecture {arch}), not a "
-                         "decoder-only causal LM; attention reranking needs a decoder-only "
-                         "causal LM such as Llama, Qwen2, Mistral or Gemma")
+        raise ModelError(
+            f"{model_id!r} is a {model_type!r} model (architecture {arch}), not a "
+            "decoder-only causal LM; attention reranking needs a decoder-only "
+            "causal LM such as Llama, Qwen2, Mistral or Gemma"
+        )
     text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     if not getattr(text_cfg, "num_attention_heads", None):
-        raise ModelError(f"{model_id!r} ({arch}): its config has no num_attention_heads, so its "
-                         "attention heads cannot be addressed; this architecture is unsupported")
+        raise ModelError(
+            f"{model_id!r} ({arch}): its config has no num_attention_heads, so its "
+            "attention heads cannot be addressed; this architecture is unsupported"
+        )
 
 
 def check_attention_modules(model: Any, model_id: str) -> None:
@@ -206,8 +219,10 @@ def check_attention_modules(model: Any, model_id: str) -> None:
     bad = [n for n, m in mods if not isinstance(getattr(m, "layer_idx", None), int)]
     if not mods or bad:
         what = f"attention module {bad[0]} has no layer_idx" if bad else "no '*.self_attn' module"
-        raise ModelError(f"{model_id!r} ({type(model).__name__}): {what}, which attention "
-                         "capture needs; this architecture is unsupported")
+        raise ModelError(
+            f"{model_id!r} ({type(model).__name__}): {what}, which attention "
+            "capture needs; this architecture is unsupported"
+        )
 
 
 def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
@@ -219,8 +234,10 @@ def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load the tokenizer of {model_id!r}: {e}") from e
     if not getattr(tokenizer, "is_fast", False):
-        raise ModelError(f"the tokenizer of {model_id!r} ({type(tokenizer).__name__}) is not a "
-                         "fast tokenizer; token offsets (return_offsets_mapping) are required")
+        raise ModelError(
+            f"the tokenizer of {model_id!r} ({type(tokenizer).__name__}) is not a "
+            "fast tokenizer; token offsets (return_offsets_mapping) are required"
+        )
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -229,7 +246,3 @@ def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
 def _offline(model_id: str) -> bool:
     env = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
     return env in {"1", "true", "yes", "on"} or Path(model_id).exists()
-
-
-
-

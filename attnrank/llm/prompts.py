@@ -23,8 +23,9 @@ from __future__ import annotations
 import bisect
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from attnrank.errors import InputError, ModelError
 from attnrank.types import Document
@@ -34,15 +35,14 @@ logger = logging.getLogger(__name__)
 SEPARATOR = "\n\n"
 OPENING = "Here are some paragraphs:"
 INSTRUCTIONS = {
-    "ie": "Please find information that are relevant to the following query in the paragraphs "
-          "above.",
-    "qa": "Please answer the following question based on the information in the paragraphs "
-          "above.",
+    "ie": "Please find information that are relevant to the following query in the paragraphs above.",
+    "qa": "Please answer the following question based on the information in the paragraphs above.",
 }
 CALIBRATION_QUERY = "N/A"
 DEFAULT_MAX_DOC_WORDS = 300  # ICR's --truncate_by_space 300
-ANSWER_INSTRUCTION = ("Answer the question based on the context below. Give a short answer "
-                      "(a few words), without explanation.")
+ANSWER_INSTRUCTION = (
+    "Answer the question based on the context below. Give a short answer (a few words), without explanation."
+)
 _SENTINEL = "\u0000ATTNRANK-CONTENT\u0000"
 
 Span = tuple[int, int]
@@ -99,7 +99,7 @@ class RerankPrompt:
 
     @property
     def suffix_ids(self) -> list[int]:
-        return self.input_ids[self.query_start:]
+        return self.input_ids[self.query_start :]
 
 
 @dataclass
@@ -140,18 +140,16 @@ def chat_frame(tokenizer: Any) -> ChatFrame:
     if getattr(tokenizer, "chat_template", None):
         try:
             rendered = tokenizer.apply_chat_template(
-                [{"role": "user", "content": _SENTINEL}], tokenize=False,
-                add_generation_prompt=True)
-        except Exception as e:  # noqa: BLE001 - any template error means: no usable template
-            logger.warning("chat template of %s failed (%s); using a plain prompt",
-                           type(tokenizer).__name__, e)
+                [{"role": "user", "content": _SENTINEL}], tokenize=False, add_generation_prompt=True
+            )
+        except Exception as e:
+            logger.warning("chat template of %s failed (%s); using a plain prompt", type(tokenizer).__name__, e)
             rendered = ""
         if isinstance(rendered, str) and rendered.count(_SENTINEL) == 1:
             prefix, suffix = rendered.split(_SENTINEL)
             bos = tokenizer.decode(list(lead)) if lead else ""
             return ChatFrame(prefix, suffix, () if bos and prefix.startswith(bos) else lead)
-        logger.warning("the chat template does not render a user message verbatim; "
-                       "using a plain prompt")
+        logger.warning("the chat template does not render a user message verbatim; using a plain prompt")
     return ChatFrame("", "\n", lead)
 
 
@@ -180,8 +178,7 @@ def build_rerank_prompts(
     return RerankPromptPair(context.with_query(query), context.with_query(calibration_query))
 
 
-def build_answer_prompt(tokenizer: Any, question: str,
-                        context_passages: Sequence[Any] = ()) -> str:
+def build_answer_prompt(tokenizer: Any, question: str, context_passages: Sequence[Any] = ()) -> str:
     """A chat-formatted prompt asking for a short answer to ``question`` from the passages.
 
     Passages may be :class:`Document`, :class:`~attnrank.types.ScoredDocument` or ``str``.
@@ -189,8 +186,10 @@ def build_answer_prompt(tokenizer: Any, question: str,
     """
     if not question or not question.strip():
         raise InputError("question is empty; pass the question to answer")
-    blocks = [_block(i, "", p) if isinstance(p, str) else _block(i, p.title, p.text)
-              for i, p in enumerate(context_passages, start=1)]
+    blocks = [
+        _block(i, "", p) if isinstance(p, str) else _block(i, p.title, p.text)
+        for i, p in enumerate(context_passages, start=1)
+    ]
     parts = [ANSWER_INSTRUCTION]
     if blocks:
         parts.append("Context:\n" + SEPARATOR.join(blocks))
@@ -215,7 +214,7 @@ def _lead_ids(tokenizer: Any) -> tuple[int, ...]:
     """Ids the tokenizer puts before any text by itself (BOS for Llama/Gemma, none for Qwen)."""
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     full = tokenizer("a", add_special_tokens=True)["input_ids"]
-    at = next((i for i in range(len(full)) if full[i:i + len(plain)] == plain), 0)
+    at = next((i for i in range(len(full)) if full[i : i + len(plain)] == plain), 0)
     return tuple(full[:at])
 
 
@@ -239,10 +238,16 @@ class _Context:
     truncated: list[Truncation]
 
     @classmethod
-    def build(cls, tokenizer: Any, docs: Sequence[Document | str], instruction: str, order: str,
-              max_words: int | None, max_tokens: int | None) -> _Context:
-        documents = [d if isinstance(d, Document) else Document(id=str(i), text=str(d))
-                     for i, d in enumerate(docs)]
+    def build(
+        cls,
+        tokenizer: Any,
+        docs: Sequence[Document | str],
+        instruction: str,
+        order: str,
+        max_words: int | None,
+        max_tokens: int | None,
+    ) -> _Context:
+        documents = [d if isinstance(d, Document) else Document(id=str(i), text=str(d)) for i, d in enumerate(docs)]
         if not documents:
             raise InputError("no documents to rerank; pass at least one document")
         late = INSTRUCTIONS.get(instruction.lower(), instruction).strip() if instruction else ""
@@ -268,17 +273,24 @@ class _Context:
 
     def with_query(self, query: str) -> RerankPrompt:
         if not query or not query.strip():
-            raise InputError("query is empty; pass the query to rerank for (the calibration "
-                             f"query is {CALIBRATION_QUERY!r})")
+            raise InputError(
+                f"query is empty; pass the query to rerank for (the calibration query is {CALIBRATION_QUERY!r})"
+            )
         tail = f"{self.instruction}{SEPARATOR}Query: {query.strip()}{self.frame.suffix}"
         # Tokenize after the separator (as in the whole prompt), keep only the tail's tokens.
         ids, offsets = _encode_cut(self.tokenizer, SEPARATOR + tail, len(SEPARATOR), None)
         shift = len(self.text) - len(SEPARATOR)
         offsets = [(a + shift, b + shift) for a, b in offsets]
         return RerankPrompt(
-            input_ids=self.ids + ids, offsets=self.offsets + offsets, doc_spans=self.doc_spans,
-            query_start=len(self.ids), text=self.text + tail, query=query.strip(),
-            order=list(self.order), truncated=list(self.truncated))
+            input_ids=self.ids + ids,
+            offsets=self.offsets + offsets,
+            doc_spans=self.doc_spans,
+            query_start=len(self.ids),
+            text=self.text + tail,
+            query=query.strip(),
+            order=list(self.order),
+            truncated=list(self.truncated),
+        )
 
 
 def _encode_cut(tokenizer: Any, text: str, lo: int, hi: int | None) -> tuple[list[int], list[Span]]:
@@ -292,10 +304,12 @@ def _encode_cut(tokenizer: Any, text: str, lo: int, hi: int | None) -> tuple[lis
     offsets: list[Span] = []
     for tok, (a, b) in zip(enc["input_ids"], enc["offset_mapping"]):
         if a < lo < b or a < hi < b:
-            raise ModelError(f"the tokenizer merges text across the prompt boundary at "
-                             f"character {lo if a < lo < b else hi} ({text[a:b]!r}); the "
-                             "context/query split of the reranking prompt needs a token "
-                             "boundary there")
+            raise ModelError(
+                f"the tokenizer merges text across the prompt boundary at "
+                f"character {lo if a < lo < b else hi} ({text[a:b]!r}); the "
+                "context/query split of the reranking prompt needs a token "
+                "boundary there"
+            )
         if lo <= a < hi or (a == b == lo and lo < hi):
             ids.append(tok)
             offsets.append((a, b))
@@ -321,8 +335,9 @@ def _token_spans(offsets: list[Span], first: int, char_spans: list[Span]) -> lis
 _WORD = re.compile(r"\S+")
 
 
-def _truncate(tokenizer: Any, docs: Sequence[Document], max_words: int | None,
-              max_tokens: int | None) -> tuple[list[str], list[Truncation]]:
+def _truncate(
+    tokenizer: Any, docs: Sequence[Document], max_words: int | None, max_tokens: int | None
+) -> tuple[list[str], list[Truncation]]:
     """Each document's text cut to ``max_words`` words then ``max_tokens`` tokens (title kept)."""
     for name, value in (("max_doc_words", max_words), ("max_doc_tokens", max_tokens)):
         if value is not None and value < 1:
@@ -344,7 +359,11 @@ def _truncate(tokenizer: Any, docs: Sequence[Document], max_words: int | None,
                 cuts.append(Truncation(i, doc.id, "tokens", n, kept))
         texts.append(text)
     if cuts:
-        logger.info("truncated %d document text(s) of %d: %s", len(cuts), len(docs),
-                    ", ".join(f"{c.doc_id} {c.original}->{c.kept} {c.unit}" for c in cuts[:10])
-                    + (" ..." if len(cuts) > 10 else ""))
+        logger.info(
+            "truncated %d document text(s) of %d: %s",
+            len(cuts),
+            len(docs),
+            ", ".join(f"{c.doc_id} {c.original}->{c.kept} {c.unit}" for c in cuts[:10])
+            + (" ..." if len(cuts) > 10 else ""),
+        )
     return texts, cuts

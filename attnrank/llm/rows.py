@@ -16,8 +16,8 @@ shape ``[H, T]`` over the ``T`` context tokens,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -47,7 +47,6 @@ class WindowRows:
     def rows(self) -> np.ndarray:
         """Calibrated rows ``real − null`` (ICR's Δ per head), or ``real`` without calibration."""
         return self.real if self.null is None else self.real - self.null
-
 
 
 def token_scores(rows: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
@@ -82,8 +81,9 @@ def check_finite(tokens: np.ndarray) -> None:
     """Raise on the first non-finite token score (a float16 overflow, typically)."""
     if not np.isfinite(tokens).all():
         bad = int(np.flatnonzero(~np.isfinite(tokens))[0])
-        raise InputError(f"non-finite attention score at context token {bad}; "
-                         "check the model dtype (use float32/bfloat16)")
+        raise InputError(
+            f"non-finite attention score at context token {bad}; check the model dtype (use float32/bfloat16)"
+        )
 
 
 def document_scores(tokens: np.ndarray, spans: Sequence[Span], *, use_filter: bool = True) -> np.ndarray:
@@ -113,8 +113,9 @@ def per_head_document_scores(rows: np.ndarray, spans: Sequence[Span], *, use_fil
     return out
 
 
-def window_features(windows: Sequence[WindowRows], n_docs: int, *, calibrate: bool = True,
-                    use_filter: bool = True) -> np.ndarray:
+def window_features(
+    windows: Sequence[WindowRows], n_docs: int, *, calibrate: bool = True, use_filter: bool = True
+) -> np.ndarray:
     """``[H, D]`` per-head passage scores over a query's windows, in the input order of the
     candidates (``w.doc_index``) and the rows' head order."""
     out = None

@@ -19,5 +19,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'attnrank.prune' has no attribute {name!r}")
 
 
-__all__ = ["ContextPruner", "PrunedContext", "ScoredSentence", "Sentence", "segment", "split_sentences",
-           "locate_sentences"]
+__all__ = [
+    "ContextPruner",
+    "PrunedContext",
+    "ScoredSentence",
+    "Sentence",
+    "segment",
+    "split_sentences",
+    "locate_sentences",
+]

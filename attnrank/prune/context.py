@@ -92,36 +92,40 @@ class PrunedContext:
                 continue
             parts = [kept[0].text]
             for prev, cur in zip(kept, kept[1:]):
-                gap = doc.text[prev.end:cur.start]
+                gap = doc.text[prev.end : cur.start]
                 if cur.sentence_index == prev.sentence_index + 1:
                     parts.append(gap + cur.text)
                 else:
                     parts.append(("\n" if "\n" in gap else " ") + cur.text)
-            meta = {**doc.metadata, "pruned": True,
-                    "kept_sentences": [s.sentence_index for s in kept]}
+            meta = {**doc.metadata, "pruned": True, "kept_sentences": [s.sentence_index for s in kept]}
             out.append(Document(doc.id, "".join(parts), doc.title if self.keep_titles else "", meta))
         return out
 
 
-
 def check_budget(budget_tokens: int | None, keep_ratio: float | None) -> None:
     if budget_tokens is None and keep_ratio is None:
-        raise InputError("no budget given; pass budget_tokens=N (sentence tokens to keep, e.g. 300) "
-                         "or keep_ratio=R (fraction of the context, 0 < R <= 1)")
-    if budget_tokens is not None and (isinstance(budget_tokens, bool) or not isinstance(budget_tokens, (int, np.integer))
-                                      or budget_tokens < 1):
-        raise InputError(f"budget_tokens={budget_tokens!r} must be a whole number of tokens >= 1; "
-                         "pass e.g. budget_tokens=300, or keep_ratio=R")
+        raise InputError(
+            "no budget given; pass budget_tokens=N (sentence tokens to keep, e.g. 300) "
+            "or keep_ratio=R (fraction of the context, 0 < R <= 1)"
+        )
+    if budget_tokens is not None and (
+        isinstance(budget_tokens, bool) or not isinstance(budget_tokens, (int, np.integer)) or budget_tokens < 1
+    ):
+        raise InputError(
+            f"budget_tokens={budget_tokens!r} must be a whole number of tokens >= 1; "
+            "pass e.g. budget_tokens=300, or keep_ratio=R"
+        )
     if keep_ratio is not None and not (isinstance(keep_ratio, (int, float)) and 0 < keep_ratio <= 1):
-        raise InputError(f"keep_ratio={keep_ratio!r} is outside (0, 1]; pass the fraction of the "
-                         "context's sentence tokens to keep, e.g. keep_ratio=0.3")
+        raise InputError(
+            f"keep_ratio={keep_ratio!r} is outside (0, 1]; pass the fraction of the "
+            "context's sentence tokens to keep, e.g. keep_ratio=0.3"
+        )
 
 
 def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original: int) -> tuple[int, str]:
     if budget_tokens is not None:
         if keep_ratio is not None:
-            logger.info("both budget_tokens=%d and keep_ratio=%s given: budget_tokens wins",
-                        budget_tokens, keep_ratio)
+            logger.info("both budget_tokens=%d and keep_ratio=%s given: budget_tokens wins", budget_tokens, keep_ratio)
         return int(budget_tokens), "budget_tokens"
     if keep_ratio is None:
         raise InputError("give budget_tokens or keep_ratio")
@@ -135,8 +139,11 @@ def select(scored: list[ScoredSentence], target: int, neighbours: int) -> None:
         if scored[g].kept:
             continue
         doc = scored[g].doc_index
-        group = [j for j in range(g - neighbours, g + neighbours + 1)
-                 if 0 <= j < len(scored) and scored[j].doc_index == doc and not scored[j].kept]
+        group = [
+            j
+            for j in range(g - neighbours, g + neighbours + 1)
+            if 0 <= j < len(scored) and scored[j].doc_index == doc and not scored[j].kept
+        ]
         for candidate in (group, [g]):
             cost = sum(scored[j].tokens for j in candidate)
             if used + cost <= target:

@@ -32,8 +32,9 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -61,8 +62,12 @@ def lexical_scores(query: str, texts: Sequence[str]) -> np.ndarray:
         return np.zeros(len(texts))
 
 
-def design(head_scores: np.ndarray, positions: Sequence[Position], extras: Sequence[str],
-           lexical: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
+def design(
+    head_scores: np.ndarray,
+    positions: Sequence[Position],
+    extras: Sequence[str],
+    lexical: Sequence[float] | np.ndarray | None = None,
+) -> np.ndarray:
     """Raw feature matrix ``[S, H + len(extras)]`` of one question's sentences (``lexical``:
     the sentences' :func:`lexical_scores`, needed for the ``"bm25"`` extra)."""
     x = np.asarray(head_scores, dtype=np.float64)
@@ -125,13 +130,19 @@ class SentenceProbe(RegistryArtifact):
     def head_pairs(self) -> list[tuple[int, int]]:
         return [(int(p[0]), int(p[1])) for p in (parse_heads(self.heads) or [])]
 
-    def score(self, head_scores: np.ndarray, positions: Sequence[Position],
-              lexical: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
+    def score(
+        self,
+        head_scores: np.ndarray,
+        positions: Sequence[Position],
+        lexical: Sequence[float] | np.ndarray | None = None,
+    ) -> np.ndarray:
         """Scores of one question's sentences from raw ``head_scores [S, H]`` (probe head order)."""
         x = design(head_scores, positions, self.extras, lexical)
         if x.shape[1] != self.weights.shape[0]:
-            raise InputError(f"{x.shape[1]} features for a probe of {self.weights.shape[0]} weights; capture the "
-                             f"probe's {len(self.heads)} heads")
+            raise InputError(
+                f"{x.shape[1]} features for a probe of {self.weights.shape[0]} weights; capture the "
+                f"probe's {len(self.heads)} heads"
+            )
         return standardise(x) @ self.weights + self.bias
 
     @classmethod
@@ -142,9 +153,15 @@ class SentenceProbe(RegistryArtifact):
             raise InputError(f"stored sentence probe is malformed ({e}); train and save it again") from None
 
 
-def train_probe(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]], *,
-                extras: Sequence[str] = DEFAULT_EXTRAS, l2: float = 10.0, length_norm: str = "sqrt",
-                trained_on: str = "") -> SentenceProbe:
+def train_probe(
+    examples: Sequence[ProbeExample],
+    heads: Sequence[tuple[int, int]],
+    *,
+    extras: Sequence[str] = DEFAULT_EXTRAS,
+    l2: float = 10.0,
+    length_norm: str = "sqrt",
+    trained_on: str = "",
+) -> SentenceProbe:
     """Fit the probe on labelled questions (features built as :func:`design`, z-scored per question)."""
     require("sklearn", "train", "Training the sentence probe")
     from sklearn.linear_model import LogisticRegression
@@ -155,17 +172,28 @@ def train_probe(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int
         raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
     for ex in examples:
         if ex.head_scores.shape != (len(ex.positions), len(heads)):
-            raise InputError(f"question {ex.qid!r}: head scores {ex.head_scores.shape} but {len(ex.positions)} "
-                             f"sentences and {len(heads)} heads; build every example with the same heads")
+            raise InputError(
+                f"question {ex.qid!r}: head scores {ex.head_scores.shape} but {len(ex.positions)} "
+                f"sentences and {len(heads)} heads; build every example with the same heads"
+            )
     x = np.vstack([standardise(design(ex.head_scores, ex.positions, extras, ex.lexical)) for ex in examples])
     y = np.concatenate([np.asarray(ex.labels, dtype=bool) for ex in examples]).astype(int)
     if y.min() == y.max():
-        raise InputError(f"all {len(y)} training sentences have the same label; the probe needs supporting "
-                         "and other sentences")
+        raise InputError(
+            f"all {len(y)} training sentences have the same label; the probe needs supporting and other sentences"
+        )
     clf = LogisticRegression(C=1.0 / l2, max_iter=3000).fit(x, y)
-    return SentenceProbe(clf.coef_[0].copy(), float(clf.intercept_[0]), format_heads(list(heads)).split(","),
-                         list(extras), length_norm, l2, trained_on or f"{len(examples)} questions", {},
-                         _dt.datetime.now().isoformat(timespec="seconds"))
+    return SentenceProbe(
+        clf.coef_[0].copy(),
+        float(clf.intercept_[0]),
+        format_heads(list(heads)).split(","),
+        list(extras),
+        length_norm,
+        l2,
+        trained_on or f"{len(examples)} questions",
+        {},
+        _dt.datetime.now().isoformat(timespec="seconds"),
+    )
 
 
 def _folds(n: int, k: int, seed: int) -> list[list[int]]:
@@ -182,8 +210,15 @@ def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
     return float((np.cumsum(hits)[hits] / (np.flatnonzero(hits) + 1)).mean())
 
 
-def select_l2(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]], grid: Sequence[float], *,
-              k: int = 3, seed: int = 0, **train_kw: Any) -> float:
+def select_l2(
+    examples: Sequence[ProbeExample],
+    heads: Sequence[tuple[int, int]],
+    grid: Sequence[float],
+    *,
+    k: int = 3,
+    seed: int = 0,
+    **train_kw: Any,
+) -> float:
     """The L2 penalty of ``grid`` with the best mean average precision of the supporting
     sentences under ``k``-fold cross-validation over ``examples`` (ties: the larger penalty)."""
     folds = _folds(len(examples), k, seed)
@@ -191,10 +226,15 @@ def select_l2(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]]
     for l2 in sorted(grid, reverse=True):
         ap = []
         for test in folds:
-            probe = train_probe([examples[i] for i in range(len(examples)) if i not in set(test)], heads, l2=l2,
-                                **train_kw)
-            ap += [average_precision(probe.score(examples[i].head_scores, examples[i].positions, examples[i].lexical),
-                                     examples[i].labels) for i in test]
+            probe = train_probe(
+                [examples[i] for i in range(len(examples)) if i not in set(test)], heads, l2=l2, **train_kw
+            )
+            ap += [
+                average_precision(
+                    probe.score(examples[i].head_scores, examples[i].positions, examples[i].lexical), examples[i].labels
+                )
+                for i in test
+            ]
         if best is None or np.mean(ap) > best[0] + 1e-12:
             best = (float(np.mean(ap)), l2)
     if best is None:
@@ -202,8 +242,15 @@ def select_l2(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]]
     return best[1]
 
 
-def crossfit_scores(examples: Sequence[ProbeExample], heads: Sequence[tuple[int, int]], *, k: int = 5,
-                    seed: int = 0, l2: float | Sequence[float] = 10.0, **train_kw: Any) -> dict[str, np.ndarray]:
+def crossfit_scores(
+    examples: Sequence[ProbeExample],
+    heads: Sequence[tuple[int, int]],
+    *,
+    k: int = 5,
+    seed: int = 0,
+    l2: float | Sequence[float] = 10.0,
+    **train_kw: Any,
+) -> dict[str, np.ndarray]:
     """Held-out probe scores for every question: k folds over questions (shuffled with ``seed``),
     each fold scored by a probe trained on the other folds only. With a grid of ``l2`` values the
     penalty is chosen inside each training part (:func:`select_l2`), never on the scored fold."""

@@ -49,15 +49,16 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, ModelError
-from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.attention import AttentionCapturer
 from ..llm.capture import capture_window
+from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair, _block, build_rerank_prompts
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
@@ -112,8 +113,15 @@ class ContextPruner:
     See the module docstring for the prompt, the scores, the budget and chunking.
     """
 
-    def __init__(self, model: str | LLM | None = None, heads: HeadsArg | object = _UNSET, *,
-                 config: PruneConfig | None = None, probe: SentenceProbe | None = None, **options: Any):
+    def __init__(
+        self,
+        model: str | LLM | None = None,
+        heads: HeadsArg | object = _UNSET,
+        *,
+        config: PruneConfig | None = None,
+        probe: SentenceProbe | None = None,
+        **options: Any,
+    ):
         if heads is not _UNSET:
             options["heads"] = heads
         if isinstance(model, str):
@@ -132,7 +140,9 @@ class ContextPruner:
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
         self.method, self.calibrate, self.length_norm, self.sink = cfg.method, cfg.calibrate, length_norm, cfg.sink
         self.token_filter, self.max_sentence_words = cfg.token_filter, cfg.max_sentence_words
-        self.prompt_kw: dict[str, Any] = dict(instruction=cfg.instruction, order=cfg.order, max_doc_words=None, max_doc_tokens=None)
+        self.prompt_kw: dict[str, Any] = dict(
+            instruction=cfg.instruction, order=cfg.order, max_doc_words=None, max_doc_tokens=None
+        )
         self.focus_hint = cfg.focus_hint.strip()
         self.hint_ids: list[int] = []
         if cfg.method == "focus":
@@ -141,13 +151,23 @@ class ContextPruner:
 
     def __repr__(self) -> str:
         heads = "all" if self.heads is None else format_heads(self.heads)
-        return (f"ContextPruner(model={self.llm.model_id!r}, heads={heads}, method={self.method!r}, "
-                f"calibrate={self.calibrate})")
+        return (
+            f"ContextPruner(model={self.llm.model_id!r}, heads={heads}, method={self.method!r}, "
+            f"calibrate={self.calibrate})"
+        )
 
     # -- public API --------------------------------------------------------------------------
-    def prune(self, query: str, docs: Sequence[Any], *, budget_tokens: int | None = None,
-              keep_ratio: float | None = None, neighbours: int = 0, keep_titles: bool = True,
-              sentences: Sequence[Sequence[str] | None] | None = None) -> PrunedContext:
+    def prune(
+        self,
+        query: str,
+        docs: Sequence[Any],
+        *,
+        budget_tokens: int | None = None,
+        keep_ratio: float | None = None,
+        neighbours: int = 0,
+        keep_titles: bool = True,
+        sentences: Sequence[Sequence[str] | None] | None = None,
+    ) -> PrunedContext:
         """Prune ``docs`` (Document, ScoredDocument, str or RankedResults) for ``query``.
 
         Give ``budget_tokens`` (sentence tokens kept, hard cap) or ``keep_ratio`` (in (0, 1]).
@@ -156,16 +176,20 @@ class ContextPruner:
         """
         check_budget(budget_tokens, keep_ratio)
         if not isinstance(neighbours, int) or neighbours < 0:
-            raise InputError(f"neighbours={neighbours!r} must be an integer >= 0 (sentences of "
-                             "context kept on each side of a chosen one)")
+            raise InputError(
+                f"neighbours={neighbours!r} must be an integer >= 0 (sentences of "
+                "context kept on each side of a chosen one)"
+            )
         documents, chunks, scored = self._prepare(query, docs, sentences)
         original = sum(s.tokens for s in scored)
         target, source = resolve_budget(budget_tokens, keep_ratio, original)
-        result = PrunedContext(query.strip(), self.method, documents, scored, target, source,
-                               keep_ratio, keep_titles, chunks=len(chunks))
+        result = PrunedContext(
+            query.strip(), self.method, documents, scored, target, source, keep_ratio, keep_titles, chunks=len(chunks)
+        )
         if target >= original:
-            note = (f"budget of {target} tokens >= the context's {original} sentence tokens: "
-                    "kept everything (not scored)")
+            note = (
+                f"budget of {target} tokens >= the context's {original} sentence tokens: kept everything (not scored)"
+            )
             logger.info(note)
             result.notes.append(note)
             result.kept_all = True
@@ -178,20 +202,27 @@ class ContextPruner:
             note = f"no sentence fits the budget of {target} tokens: nothing kept"
             logger.warning(note)
             result.notes.append(note)
-        logger.info("pruned %d -> %d sentence tokens (%.1fx, budget %d, %d chunk(s))", original,
-                    result.kept_tokens, result.compression, target, len(chunks))
+        logger.info(
+            "pruned %d -> %d sentence tokens (%.1fx, budget %d, %d chunk(s))",
+            original,
+            result.kept_tokens,
+            result.compression,
+            target,
+            len(chunks),
+        )
         return result
 
-    def score_sentences(self, query: str, docs: Sequence[Any], *,
-                        sentences: Sequence[Sequence[str] | None] | None = None) -> list[ScoredSentence]:
+    def score_sentences(
+        self, query: str, docs: Sequence[Any], *, sentences: Sequence[Sequence[str] | None] | None = None
+    ) -> list[ScoredSentence]:
         """Every sentence of ``docs`` (reading order) with its token count and attention score."""
         _, chunks, scored = self._prepare(query, docs, sentences)
         self._score(query, chunks, scored)
         return scored
 
-    def sentence_features(self, query: str, docs: Sequence[Any], *,
-                          sentences: Sequence[Sequence[str] | None] | None = None
-                          ) -> tuple[list[ScoredSentence], np.ndarray]:
+    def sentence_features(
+        self, query: str, docs: Sequence[Any], *, sentences: Sequence[Sequence[str] | None] | None = None
+    ) -> tuple[list[ScoredSentence], np.ndarray]:
         """Scored sentences and their per-head scores ``[S, H]`` (heads in capture order; the
         calibrated, length-normalised sum of each head's attention to the sentence): the features
         of :mod:`attnrank.prune.probe`. With ``token_filter=False`` a row sums to the
@@ -201,8 +232,9 @@ class ContextPruner:
         assert feats is not None  # features=True always fills them
         return scored, feats
 
-    def _prepare(self, query: str, docs: Sequence[Any], sentences) -> tuple[list[Document], list[_Chunk],
-                                                                          list[ScoredSentence]]:
+    def _prepare(
+        self, query: str, docs: Sequence[Any], sentences
+    ) -> tuple[list[Document], list[_Chunk], list[ScoredSentence]]:
         """Check the input, segment, and plan the prompts (no model call)."""
         if not isinstance(query, str) or not query.strip():
             raise InputError(f"query {query!r} is empty; give the question the context is pruned for")
@@ -210,8 +242,10 @@ class ContextPruner:
         if not documents:
             raise InputError("no documents to prune; pass at least one passage")
         if sentences is not None and len(sentences) != len(documents):
-            raise InputError(f"sentences has {len(sentences)} entries for {len(documents)} documents; "
-                             "give one list (or None) per document")
+            raise InputError(
+                f"sentences has {len(sentences)} entries for {len(documents)} documents; "
+                "give one list (or None) per document"
+            )
         sents = self._sentences(documents, sentences)
         if not any(sents):
             raise InputError(f"the {len(documents)} document(s) hold no text to prune; pass non-empty passages")
@@ -258,8 +292,12 @@ class ContextPruner:
                 cur = self._build(query, docs, sents, [u])
         if cur is not None:
             chunks.append(cur)
-        logger.info("pruning prompt of %d tokens > max_prompt_tokens=%d: scored in %d chunks",
-                    whole.length, self.max_prompt_tokens, len(chunks))
+        logger.info(
+            "pruning prompt of %d tokens > max_prompt_tokens=%d: scored in %d chunks",
+            whole.length,
+            self.max_prompt_tokens,
+            len(chunks),
+        )
         return chunks
 
     def _split(self, query: str, docs, sents, piece: _Piece) -> list[_Piece]:
@@ -275,7 +313,8 @@ class ContextPruner:
                 raise InputError(
                     f"sentence {k} of document {docs[piece.doc_index].id!r} does not fit "
                     f"max_prompt_tokens={self.max_prompt_tokens} even alone; lower "
-                    f"max_sentence_words (now {self.max_sentence_words}) or raise max_prompt_tokens")
+                    f"max_sentence_words (now {self.max_sentence_words}) or raise max_prompt_tokens"
+                )
             out.append(_piece(piece.doc_index, doc_sents, run))
             run = [k]
         out.append(_piece(piece.doc_index, doc_sents, run))
@@ -285,16 +324,18 @@ class ContextPruner:
         return self._build(query, docs, sents, [piece]).length <= self.max_prompt_tokens
 
     def _build(self, query: str, docs: list[Document], sents, pieces: list[_Piece]) -> _Chunk:
-        texts = [Document(docs[p.doc_index].id, docs[p.doc_index].text[p.lo:p.hi], docs[p.doc_index].title)
-                 for p in pieces]
+        texts = [
+            Document(docs[p.doc_index].id, docs[p.doc_index].text[p.lo : p.hi], docs[p.doc_index].title) for p in pieces
+        ]
         pair = build_rerank_prompts(self.llm.tokenizer, query, texts, **self.prompt_kw)
         spans = _sentence_spans(pair, texts, pieces, sents)
         length = max(len(pair.real.input_ids), len(pair.calibration.input_ids)) + len(self.hint_ids)
         return _Chunk(pieces, pair, spans, length)
 
     # -- scoring -----------------------------------------------------------------------------
-    def _score(self, query: str, chunks: list[_Chunk], scored: list[ScoredSentence],
-               features: bool = False) -> np.ndarray | None:
+    def _score(
+        self, query: str, chunks: list[_Chunk], scored: list[ScoredSentence], features: bool = False
+    ) -> np.ndarray | None:
         """Fill in the ``score`` of every sentence, one forward pass pair per chunk; return the
         per-head sentence scores ``[S, H]`` when asked for (or needed by the probe)."""
         index = {(s.doc_index, s.sentence_index): i for i, s in enumerate(scored)}
@@ -320,8 +361,14 @@ class ContextPruner:
     def _rows(self, pair: RerankPromptPair, spans: list[Span]) -> np.ndarray:
         """``[heads, context tokens]`` rows of the query span or focus token, calibrated (and
         sink-filtered over the content tokens of ``spans`` when ``sink``)."""
-        w = capture_window(self.capturer, pair, calibrate=self.calibrate, extra_ids=self.hint_ids,
-                           query_span="last" if self.method == "focus" else "full", spans=spans)
+        w = capture_window(
+            self.capturer,
+            pair,
+            calibrate=self.calibrate,
+            extra_ids=self.hint_ids,
+            query_span="last" if self.method == "focus" else "full",
+            spans=spans,
+        )
         if self.sink:
             mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans)
             return sink_filtered_rows(w.real, w.null, mask)
@@ -336,8 +383,9 @@ def _piece(doc_index: int, sents: list[Sentence], ids) -> _Piece:
     return _Piece(doc_index, ids, sents[ids[0]].start, sents[ids[-1]].end)
 
 
-def _sentence_spans(pair: RerankPromptPair, texts: list[Document], pieces: list[_Piece],
-                    sents: list[list[Sentence]]) -> list[list[Span]]:
+def _sentence_spans(
+    pair: RerankPromptPair, texts: list[Document], pieces: list[_Piece], sents: list[list[Sentence]]
+) -> list[list[Span]]:
     """Token span ``[s, e)`` of every sentence of every piece in the context of ``pair``.
 
     Each block ``[p] title\\ntext`` is found verbatim in the prompt text (in prompt order), the
@@ -373,10 +421,16 @@ def _sentence_spans(pair: RerankPromptPair, texts: list[Document], pieces: list[
     return out
 
 
-def _scored_sentences(docs: list[Document], sents: list[list[Sentence]],
-                      chunks: list[_Chunk]) -> list[ScoredSentence]:
+def _scored_sentences(docs: list[Document], sents: list[list[Sentence]], chunks: list[_Chunk]) -> list[ScoredSentence]:
     """Every sentence in reading order, with its token count and the chunk that holds it."""
-    where = {(p.doc_index, k): (c, e - s) for c, chunk in enumerate(chunks)
-             for p, spans in zip(chunk.pieces, chunk.spans) for k, (s, e) in zip(p.sent_ids, spans)}
-    return [ScoredSentence(i, docs[i].id, k, s.text, s.start, s.end, where[(i, k)][1], chunk=where[(i, k)][0])
-            for i, doc_sents in enumerate(sents) for k, s in enumerate(doc_sents)]
+    where = {
+        (p.doc_index, k): (c, e - s)
+        for c, chunk in enumerate(chunks)
+        for p, spans in zip(chunk.pieces, chunk.spans)
+        for k, (s, e) in zip(p.sent_ids, spans)
+    }
+    return [
+        ScoredSentence(i, docs[i].id, k, s.text, s.start, s.end, where[(i, k)][1], chunk=where[(i, k)][0])
+        for i, doc_sents in enumerate(sents)
+        for k, s in enumerate(doc_sents)
+    ]

@@ -34,8 +34,8 @@ Pre-split sentences (HotpotQA ships ``sentences``) are located verbatim and in o
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..errors import InputError
 
@@ -54,17 +54,158 @@ _WORD = re.compile(r"\S+")
 _ACRONYM = re.compile(r"(?:[a-z]\.)+[a-z]")
 
 # Never a sentence end before a capitalised word: titles and reference/Latin abbreviations.
-_NEVER = set("mr mrs ms mx dr prof rev hon fr gen col lt sgt capt cmdr adm gov sen rep pres st mt ft "
-             "e.g i.e cf vs viz al approx ca fig figs eq eqs sec ch vol vols pp ed eds dept univ "
-             "assn ref refs".split())
+_NEVER = set(
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "mx",
+        "dr",
+        "prof",
+        "rev",
+        "hon",
+        "fr",
+        "gen",
+        "col",
+        "lt",
+        "sgt",
+        "capt",
+        "cmdr",
+        "adm",
+        "gov",
+        "sen",
+        "rep",
+        "pres",
+        "st",
+        "mt",
+        "ft",
+        "e.g",
+        "i.e",
+        "cf",
+        "vs",
+        "viz",
+        "al",
+        "approx",
+        "ca",
+        "fig",
+        "figs",
+        "eq",
+        "eqs",
+        "sec",
+        "ch",
+        "vol",
+        "vols",
+        "pp",
+        "ed",
+        "eds",
+        "dept",
+        "univ",
+        "assn",
+        "ref",
+        "refs",
+    ]
+)
 # A sentence end only if a common sentence opener follows.
-_AMBIGUOUS = set("etc inc ltd co corp jr sr bros llc plc no nos op ph.d jan feb mar apr jun jul aug "
-                 "sep sept oct nov dec".split())
-_OPENER_WORDS = set("the a an this that these those it its he she they we i you his her their our my "
-                    "there here in on at for but however yet so then also after before when while as "
-                    "if although though since during thus hence therefore moreover furthermore "
-                    "meanwhile some many most all one not each every both what which who how why "
-                    "where today later finally".split())
+_AMBIGUOUS = set(
+    [
+        "etc",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "jr",
+        "sr",
+        "bros",
+        "llc",
+        "plc",
+        "no",
+        "nos",
+        "op",
+        "ph.d",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+    ]
+)
+_OPENER_WORDS = set(
+    [
+        "the",
+        "a",
+        "an",
+        "this",
+        "that",
+        "these",
+        "those",
+        "it",
+        "its",
+        "he",
+        "she",
+        "they",
+        "we",
+        "i",
+        "you",
+        "his",
+        "her",
+        "their",
+        "our",
+        "my",
+        "there",
+        "here",
+        "in",
+        "on",
+        "at",
+        "for",
+        "but",
+        "however",
+        "yet",
+        "so",
+        "then",
+        "also",
+        "after",
+        "before",
+        "when",
+        "while",
+        "as",
+        "if",
+        "although",
+        "though",
+        "since",
+        "during",
+        "thus",
+        "hence",
+        "therefore",
+        "moreover",
+        "furthermore",
+        "meanwhile",
+        "some",
+        "many",
+        "most",
+        "all",
+        "one",
+        "not",
+        "each",
+        "every",
+        "both",
+        "what",
+        "which",
+        "who",
+        "how",
+        "why",
+        "where",
+        "today",
+        "later",
+        "finally",
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -76,8 +217,7 @@ class Sentence:
     end: int
 
 
-def segment(text: str, sentences: Sequence[str] | None = None, *,
-            max_words: int = DEFAULT_MAX_WORDS) -> list[Sentence]:
+def segment(text: str, sentences: Sequence[str] | None = None, *, max_words: int = DEFAULT_MAX_WORDS) -> list[Sentence]:
     """Sentences of ``text``: the given pre-split ``sentences`` located verbatim, else
     :func:`split_sentences`."""
     if sentences is not None:
@@ -96,9 +236,11 @@ def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
             continue
         at = text.find(sent, cursor)
         if at < 0:
-            raise InputError(f"pre-split sentence #{i} {sent[:40]!r} is not in the text after "
-                             f"character {cursor} (of {len(text)}); pass sentences copied verbatim "
-                             "from the text and in order, or none to segment automatically")
+            raise InputError(
+                f"pre-split sentence #{i} {sent[:40]!r} is not in the text after "
+                f"character {cursor} (of {len(text)}); pass sentences copied verbatim "
+                "from the text and in order, or none to segment automatically"
+            )
         out.append(Sentence(sent, at, at + len(sent)))
         cursor = at + len(sent)
     return out
@@ -107,8 +249,9 @@ def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
 def split_sentences(text: str, *, max_words: int = DEFAULT_MAX_WORDS) -> list[Sentence]:
     """Segment ``text`` into sentences with exact spans (rules in the module docstring)."""
     if max_words < 1:
-        raise InputError(f"max_words={max_words} must be >= 1 (words per fallback chunk); "
-                         f"the default is {DEFAULT_MAX_WORDS}")
+        raise InputError(
+            f"max_words={max_words} must be >= 1 (words per fallback chunk); the default is {DEFAULT_MAX_WORDS}"
+        )
     spans: list[tuple[int, int]] = []
     cursor = 0
     for fence in _FENCE.finditer(text):
@@ -182,8 +325,7 @@ def _hard_break(prev: str, line: str) -> bool:
     if _LIST_ITEM.match(prev) and not line[:1].isspace():
         return True
     p = prev.strip()
-    title_like = (p[:1].isupper() and len(p.split()) <= 8 and p[-1].isalnum()
-                  and line.lstrip()[:1].isupper())
+    title_like = p[:1].isupper() and len(p.split()) <= 8 and p[-1].isalnum() and line.lstrip()[:1].isupper()
     return title_like
 
 
@@ -211,9 +353,9 @@ def _is_boundary(text: str, start: int, m: re.Match, b: int) -> bool:
         return False
     if m.group() != ".":  # ! ? … runs, and periods followed by a closing quote/bracket
         return True
-    if _LIST_MARKER.fullmatch(text[start:m.end()]):
+    if _LIST_MARKER.fullmatch(text[start : m.end()]):
         return False
-    last = text[start:m.start()].rsplit(None, 1)[-1:] or [""]
+    last = text[start : m.start()].rsplit(None, 1)[-1:] or [""]
     word = last[0].lstrip(_OPENERS).lower()
     if word in _NEVER:
         return False
@@ -249,5 +391,6 @@ def _word_chunks(text: str, s: int, e: int, max_words: int) -> list[tuple[int, i
     words = list(_WORD.finditer(text, s, e))
     if len(words) <= max_words:
         return [(s, e)]
-    return [(words[i].start(), words[min(i + max_words, len(words)) - 1].end())
-            for i in range(0, len(words), max_words)]
+    return [
+        (words[i].start(), words[min(i + max_words, len(words)) - 1].end()) for i in range(0, len(words), max_words)
+    ]

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,7 @@ from .reweight import check_setup, reweighted_document_scores, tokenized_query_t
 logger = logging.getLogger(__name__)
 
 _UNSET: Any = object()  # ``heads`` not given: the configuration's heads
+
 
 def _check_k(k: Any) -> None:
     if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
@@ -88,8 +90,15 @@ class AttentionReranker:
     :class:`~attnrank.rerank.learned.LearnedHeadWeights`.
     """
 
-    def __init__(self, model: str | LLM | None = None, heads: HeadsArg | object = _UNSET, *,
-                 config: RerankConfig | str | None = None, show_progress: bool = False, **options: Any):
+    def __init__(
+        self,
+        model: str | LLM | None = None,
+        heads: HeadsArg | object = _UNSET,
+        *,
+        config: RerankConfig | str | None = None,
+        show_progress: bool = False,
+        **options: Any,
+    ):
         cfg = config if isinstance(config, RerankConfig) else RerankConfig.preset(config or "")
         if heads is not _UNSET:
             options["heads"] = heads
@@ -100,19 +109,30 @@ class AttentionReranker:
         self.learned = self._learned_weights(cfg.scorer)
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
-            heads, calibrate, token_filter = self.learned.heads, self.learned.config.calibrate, self.learned.config.use_filter
+            heads, calibrate, token_filter = (
+                self.learned.heads,
+                self.learned.config.calibrate,
+                self.learned.config.use_filter,
+            )
         else:
             heads = self._resolve_heads(cfg.heads)
         self.heads = parse_heads(heads)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
         self.calibrate, self.query_span, self.token_filter = calibrate, cfg.query_span, token_filter
-        self.prompt_kw: dict[str, Any] = dict(instruction=cfg.instruction, order=cfg.order, max_doc_words=cfg.max_doc_words,
-                              max_doc_tokens=cfg.max_doc_tokens)
+        self.prompt_kw: dict[str, Any] = dict(
+            instruction=cfg.instruction,
+            order=cfg.order,
+            max_doc_words=cfg.max_doc_words,
+            max_doc_tokens=cfg.max_doc_tokens,
+        )
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.show_progress = show_progress
         self.reweight = cfg.reweight
-        self.slot_profile = None if cfg.slot_profile is None else load_profile(
-            cfg.slot_profile, self.llm.model_id, self.llm.fingerprint)
+        self.slot_profile = (
+            None
+            if cfg.slot_profile is None
+            else load_profile(cfg.slot_profile, self.llm.model_id, self.llm.fingerprint)
+        )
         check_setup(self.reweight, self.slot_profile, self.llm.model_id, self.llm.fingerprint)
 
     def _resolve_heads(self, heads: HeadsArg) -> HeadsArg:
@@ -125,8 +145,11 @@ class AttentionReranker:
             try:
                 return resolve_heads("auto", self.llm)
             except InputError:
-                logger.warning("no retrieval-head set is registered for %s: reranking with all heads (ICR); "
-                               "detect one with `attnrank heads detect`", self.llm.model_id)
+                logger.warning(
+                    "no retrieval-head set is registered for %s: reranking with all heads (ICR); "
+                    "detect one with `attnrank heads detect`",
+                    self.llm.model_id,
+                )
                 return None
         return resolve_heads(heads, self.llm) if spec.startswith("auto") else heads
 
@@ -147,12 +170,21 @@ class AttentionReranker:
 
     def __repr__(self) -> str:
         heads = "all" if self.heads is None else format_heads(self.heads)
-        return (f"AttentionReranker(model={self.llm.model_id!r}, preset={self.config.name!r}, heads={heads}, "
-                f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate})")
+        return (
+            f"AttentionReranker(model={self.llm.model_id!r}, preset={self.config.name!r}, heads={heads}, "
+            f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate})"
+        )
 
     # -- public API --------------------------------------------------------------------------
-    def rank(self, query: str, docs: Sequence[Document | ScoredDocument | str] | RankedResults, k: int | None = None,
-             *, query_id: str | None = None, return_evidence: bool = False) -> RankedResults:
+    def rank(
+        self,
+        query: str,
+        docs: Sequence[Document | ScoredDocument | str] | RankedResults,
+        k: int | None = None,
+        *,
+        query_id: str | None = None,
+        return_evidence: bool = False,
+    ) -> RankedResults:
         """Rerank ``docs`` (first-stage order) for ``query``; the best ``k`` (all if None).
 
         ``k`` must be None or a positive integer; document ids must be unique."""
@@ -164,14 +196,23 @@ class AttentionReranker:
         if not documents:
             return RankedResults(query, [], query_id, stage="attention")
         scores, evidence = self._score(query, documents, return_evidence, previous)
-        res = rank_documents(query, documents, scores, stage="attention", query_id=query_id,
-                             previous=previous, evidence=evidence)
+        res = rank_documents(
+            query, documents, scores, stage="attention", query_id=query_id, previous=previous, evidence=evidence
+        )
         return res if k is None else res.top_k(k)
 
-    def rank_batch(self, queries: Sequence[str], docs_per_query: Sequence[Sequence[Any]], k: int | None = None,
-                   *, query_ids: Sequence[str] | None = None) -> list[RankedResults]:
+    def rank_batch(
+        self,
+        queries: Sequence[str],
+        docs_per_query: Sequence[Sequence[Any]],
+        k: int | None = None,
+        *,
+        query_ids: Sequence[str] | None = None,
+    ) -> list[RankedResults]:
         if len(queries) != len(docs_per_query):
-            raise InputError(f"{len(queries)} queries but {len(docs_per_query)} document lists; give one list per query")
+            raise InputError(
+                f"{len(queries)} queries but {len(docs_per_query)} document lists; give one list per query"
+            )
         if query_ids is not None and len(query_ids) != len(queries):
             raise InputError(f"{len(queries)} queries but {len(query_ids)} query_ids; give one id per query")
         _check_k(k)
@@ -180,8 +221,10 @@ class AttentionReranker:
             from tqdm.auto import tqdm
 
             it = tqdm(it, desc="rerank", unit="q")
-        return [self.rank(queries[i], docs_per_query[i], k, query_id=None if query_ids is None else query_ids[i])
-                for i in it]
+        return [
+            self.rank(queries[i], docs_per_query[i], k, query_id=None if query_ids is None else query_ids[i])
+            for i in it
+        ]
 
     def score(self, query: str, docs: Sequence[Document | str]) -> np.ndarray:
         """Calibrated attention score of each document, in input order."""
@@ -193,8 +236,9 @@ class AttentionReranker:
         if self.learned is not None:  # linear head weighting (attnrank.rerank.learned)
             wins = self.windows(query, docs)
             first_stage = None if previous is None else [d.score for d in previous]
-            return self.learned.score_windows(wins, len(docs), self.head_list, first_stage,
-                                              _stage_scores(previous)), None
+            return self.learned.score_windows(
+                wins, len(docs), self.head_list, first_stage, _stage_scores(previous)
+            ), None
         scores = np.zeros(len(docs))
         ev: list[dict] | None = [{} for _ in docs] if evidence else None
         for w in self.windows(query, docs):
@@ -213,8 +257,9 @@ class AttentionReranker:
         assert self.reweight is not None
         tokens = self.llm.tokenizer.convert_ids_to_tokens(w.input_ids)
         terms = tokenized_query_terms(self.llm.tokenizer, query, self.reweight.idf_unit)
-        return reweighted_document_scores(w, tokens, terms, self.reweight, use_filter=self.token_filter,
-                                          slot_profile=self.slot_profile)
+        return reweighted_document_scores(
+            w, tokens, terms, self.reweight, use_filter=self.token_filter, slot_profile=self.slot_profile
+        )
 
     def windows(self, query: str, docs: list[Document]) -> list[WindowRows]:
         """Score ``docs`` window by window; returns the per-head rows (features for learned scorers)."""
@@ -226,17 +271,26 @@ class AttentionReranker:
             n_windows = math.ceil(len(pair.real.input_ids) / self.max_prompt_tokens)
             while n_windows <= len(docs):
                 groups = [list(range(w, len(docs), n_windows)) for w in range(n_windows)]
-                pairs = [build_rerank_prompts(self.llm.tokenizer, query, [docs[i] for i in g], **self.prompt_kw)
-                         for g in groups]
+                pairs = [
+                    build_rerank_prompts(self.llm.tokenizer, query, [docs[i] for i in g], **self.prompt_kw)
+                    for g in groups
+                ]
                 if max(len(p.real.input_ids) for p in pairs) <= self.max_prompt_tokens:
-                    logger.info("prompt of %d tokens > %d: scored in %d round-robin windows",
-                                len(pair.real.input_ids), self.max_prompt_tokens, n_windows)
+                    logger.info(
+                        "prompt of %d tokens > %d: scored in %d round-robin windows",
+                        len(pair.real.input_ids),
+                        self.max_prompt_tokens,
+                        n_windows,
+                    )
                     return [self._window(p, g) for p, g in zip(pairs, groups)]
                 n_windows += 1
-            raise InputError(f"a single document does not fit max_prompt_tokens={self.max_prompt_tokens}; "
-                             "lower max_doc_words/max_doc_tokens or raise max_prompt_tokens")
+            raise InputError(
+                f"a single document does not fit max_prompt_tokens={self.max_prompt_tokens}; "
+                "lower max_doc_words/max_doc_tokens or raise max_prompt_tokens"
+            )
         return [self._window(pair, list(range(len(docs))))]
 
     def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:
-        return capture_window(self.capturer, pair, calibrate=self.calibrate, query_span=self.query_span,
-                              doc_index=doc_index)
+        return capture_window(
+            self.capturer, pair, calibrate=self.calibrate, query_span=self.query_span, doc_index=doc_index
+        )

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import InputError
-from ..llm.rows import QUERY_SPANS
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
+from ..llm.rows import QUERY_SPANS
 from .reweight import Reweighting
 
 SCORERS = ("sum", "learned")

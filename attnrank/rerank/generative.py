@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -41,8 +41,15 @@ def _chat(tokenizer, messages: list[dict]) -> str:
 class PointwiseReranker:
     """Yes/no relevance per passage; score = logit(Yes) − logit(No) at the first answer token."""
 
-    def __init__(self, model: str | LLM | None = None, *, max_doc_words: int | None = 300, batch_size: int = 8,
-                 dtype: str = "auto", device: str = "cpu"):
+    def __init__(
+        self,
+        model: str | LLM | None = None,
+        *,
+        max_doc_words: int | None = 300,
+        batch_size: int = 8,
+        dtype: str = "auto",
+        device: str = "cpu",
+    ):
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
         self.max_doc_words, self.batch_size = max_doc_words, batch_size
         tok = self.llm.tokenizer
@@ -50,8 +57,7 @@ class PointwiseReranker:
 
     def _prompt(self, query: str, d: Document) -> str:
         passage = (d.title + "\n" if d.title else "") + _words(d.text, self.max_doc_words)
-        msg = (f"Passage: {passage}\n\nQuery: {query}\n\n"
-               "Is the passage relevant to the query? Answer Yes or No.")
+        msg = f"Passage: {passage}\n\nQuery: {query}\n\nIs the passage relevant to the query? Answer Yes or No."
         return _chat(self.llm.tokenizer, [{"role": "user", "content": msg}])
 
     @torch.inference_mode()
@@ -62,7 +68,7 @@ class PointwiseReranker:
             tok.pad_token = tok.eos_token
         out = []
         for i in range(0, len(docs), self.batch_size):
-            texts = [self._prompt(query, d) for d in docs[i:i + self.batch_size]]
+            texts = [self._prompt(query, d) for d in docs[i : i + self.batch_size]]
             enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.llm.device)
             logits = model(**enc, logits_to_keep=1).logits[:, -1].float()
             out.append((logits[:, self.yes] - logits[:, self.no]).cpu().numpy())
@@ -70,8 +76,9 @@ class PointwiseReranker:
 
     def rank(self, query: str, docs, k: int | None = None, *, query_id: str | None = None) -> RankedResults:
         documents, previous = as_documents(docs)
-        res = rank_documents(query, documents, self.score(query, documents), stage="pointwise",
-                             query_id=query_id, previous=previous)
+        res = rank_documents(
+            query, documents, self.score(query, documents), stage="pointwise", query_id=query_id, previous=previous
+        )
         return res if k is None else res.top_k(k)
 
 
@@ -80,8 +87,16 @@ class ListwiseReranker:
 
     SYSTEM = "You are RankGPT, an intelligent assistant that can rank passages based on their relevancy to the query."
 
-    def __init__(self, model: str | LLM | None = None, *, window: int = 20, step: int = 10,
-                 max_doc_words: int | None = 300, dtype: str = "auto", device: str = "cpu"):
+    def __init__(
+        self,
+        model: str | LLM | None = None,
+        *,
+        window: int = 20,
+        step: int = 10,
+        max_doc_words: int | None = 300,
+        dtype: str = "auto",
+        device: str = "cpu",
+    ):
         if not 0 < step <= window:
             raise InputError(f"need 0 < step <= window, got window={window}, step={step}")
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
@@ -90,12 +105,14 @@ class ListwiseReranker:
     def _messages(self, query: str, docs: list[Document]) -> list[dict]:
         n = len(docs)
         body = "\n".join(f"[{i}] {_words(d.full_text, self.max_doc_words)}" for i, d in enumerate(docs, start=1))
-        user = (f"I will provide you with {n} passages, each indicated by number identifier []. "
-                f"Rank the passages based on their relevance to query: {query}.\n\n{body}\n\n"
-                f"Search Query: {query}. Rank the {n} passages above based on their relevance to the search "
-                "query. The passages should be listed in descending order using identifiers. The most relevant "
-                "passages should be listed first. The output format should be [] > [], e.g., [1] > [2]. "
-                "Only respond with the ranking results, do not say any word or explain.")
+        user = (
+            f"I will provide you with {n} passages, each indicated by number identifier []. "
+            f"Rank the passages based on their relevance to query: {query}.\n\n{body}\n\n"
+            f"Search Query: {query}. Rank the {n} passages above based on their relevance to the search "
+            "query. The passages should be listed in descending order using identifiers. The most relevant "
+            "passages should be listed first. The output format should be [] > [], e.g., [1] > [2]. "
+            "Only respond with the ranking results, do not say any word or explain."
+        )
         return [{"role": "system", "content": self.SYSTEM}, {"role": "user", "content": user}]
 
     @torch.inference_mode()
@@ -103,9 +120,13 @@ class ListwiseReranker:
         """The model's order of ``docs`` (0-based indices), completed with the unnamed ones."""
         tok = self.llm.tokenizer
         enc = tok(_chat(tok, self._messages(query, docs)), return_tensors="pt", add_special_tokens=False)
-        gen = self.llm.model.generate(**enc.to(self.llm.device), max_new_tokens=6 * len(docs), do_sample=False,
-                                      pad_token_id=tok.pad_token_id or tok.eos_token_id)
-        text = tok.decode(gen[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        gen = self.llm.model.generate(
+            **enc.to(self.llm.device),
+            max_new_tokens=6 * len(docs),
+            do_sample=False,
+            pad_token_id=tok.pad_token_id or tok.eos_token_id,
+        )
+        text = tok.decode(gen[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         named = []
         for m in re.findall(r"\d+", text):
             i = int(m) - 1

@@ -32,8 +32,9 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -68,11 +69,21 @@ class QueryFeatures:
     stages: dict[str, np.ndarray] = field(default_factory=dict)  # earlier stages' scores by name (NaN: none)
 
 
-def query_features(qid: str, windows: Sequence[Any], doc_ids: Sequence[str], head_list: Sequence[tuple[int, int]],
-                   qrels: dict[str, dict[str, int]] | None = None, *, max_layer: int | None = None,
-                   first_stage: Scores | None = None, group: str = "", rel: int | None = None,
-                   calibrate: bool = True, use_filter: bool = True,
-                   stages: Mapping[str, Scores] | None = None) -> QueryFeatures:
+def query_features(
+    qid: str,
+    windows: Sequence[Any],
+    doc_ids: Sequence[str],
+    head_list: Sequence[tuple[int, int]],
+    qrels: dict[str, dict[str, int]] | None = None,
+    *,
+    max_layer: int | None = None,
+    first_stage: Scores | None = None,
+    group: str = "",
+    rel: int | None = None,
+    calibrate: bool = True,
+    use_filter: bool = True,
+    stages: Mapping[str, Scores] | None = None,
+) -> QueryFeatures:
     """:class:`QueryFeatures` from a query's window rows (heads limited to layers ≤ ``max_layer``)."""
     keep = [i for i, (l, _) in enumerate(head_list) if max_layer is None or l <= max_layer]
     if not keep:
@@ -81,8 +92,17 @@ def query_features(qid: str, windows: Sequence[Any], doc_ids: Sequence[str], hea
     labels = np.array([(qrels or {}).get(qid, {}).get(d, 0) for d in doc_ids], dtype=np.int64)
     fs = None if first_stage is None else np.asarray(first_stage, dtype=np.float64)
     st = {k: np.asarray(v, dtype=np.float64) for k, v in (stages or {}).items()}
-    return QueryFeatures(qid, [str(d) for d in doc_ids], f, labels, [(int(head_list[i][0]), int(head_list[i][1])) for i in keep], fs, group,
-                         rel, st)
+    return QueryFeatures(
+        qid,
+        [str(d) for d in doc_ids],
+        f,
+        labels,
+        [(int(head_list[i][0]), int(head_list[i][1])) for i in keep],
+        fs,
+        group,
+        rel,
+        st,
+    )
 
 
 def restrict_heads(q: QueryFeatures, heads: Sequence[tuple[int, int]]) -> QueryFeatures:
@@ -120,29 +140,45 @@ def standardise(x: np.ndarray) -> np.ndarray:
     return np.where(sd > 0, (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0), 0.0)
 
 
-def feature_matrix(features: np.ndarray, first_stage: Scores | None = None,
-                   stages: Mapping[str, Any] | None = None, *, use_first_stage: bool = False,
-                   use_stages: Sequence[str] = (), who: str = "the candidates") -> np.ndarray:
+def feature_matrix(
+    features: np.ndarray,
+    first_stage: Scores | None = None,
+    stages: Mapping[str, Any] | None = None,
+    *,
+    use_first_stage: bool = False,
+    use_stages: Sequence[str] = (),
+    who: str = "the candidates",
+) -> np.ndarray:
     """The standardised design matrix ``[D, F (+1 rank) (+ stages)]`` of one query: the raw head
     scores, the first-stage rank if ``use_first_stage``, and the ``use_stages`` scores by name."""
     cols = [np.asarray(features, dtype=np.float64)]
     if use_first_stage:
         if first_stage is None:
-            raise InputError(f"{who} have no first-stage scores but the weights use them; pass ScoredDocument/"
-                             "RankedResults candidates (or first_stage=), or train with first_stage=False")
+            raise InputError(
+                f"{who} have no first-stage scores but the weights use them; pass ScoredDocument/"
+                "RankedResults candidates (or first_stage=), or train with first_stage=False"
+            )
         cols.append(first_stage_feature(first_stage)[:, None])
     missing = [n for n in use_stages if n not in (stages or {})]
     if missing:
-        raise InputError(f"{who} have no {missing} stage scores but the weights use them; rerank the "
-                         "HybridRetriever's results (they carry bm25/dense stage_scores) or use weights without stages")
+        raise InputError(
+            f"{who} have no {missing} stage scores but the weights use them; rerank the "
+            "HybridRetriever's results (they carry bm25/dense stage_scores) or use weights without stages"
+        )
     cols += [stage_feature(stages[n])[:, None] for n in use_stages]  # type: ignore[index]
     return standardise(np.hstack(cols))
 
 
 def design(q: QueryFeatures, first_stage: bool, stages: Sequence[str] = ()) -> np.ndarray:
     """:func:`feature_matrix` of a training/evaluation query."""
-    return feature_matrix(q.features, q.first_stage, q.stages, use_first_stage=first_stage, use_stages=stages,
-                          who=f"query {q.qid!r}'s candidates")
+    return feature_matrix(
+        q.features,
+        q.first_stage,
+        q.stages,
+        use_first_stage=first_stage,
+        use_stages=stages,
+        who=f"query {q.qid!r}'s candidates",
+    )
 
 
 @dataclass
@@ -167,8 +203,9 @@ class LearnedHeadWeights(RegistryArtifact):
 
     KIND: ClassVar[str] = ARTIFACT
     LABEL: ClassVar[str] = "learned head weights"
-    HINT: ClassVar[str] = ("train them with train_head_weights(...) and .save(model_id, fingerprint), "
-                           "or use scorer='sum'")
+    HINT: ClassVar[str] = (
+        "train them with train_head_weights(...) and .save(model_id, fingerprint), or use scorer='sum'"
+    )
 
     weights: np.ndarray
     bias: float
@@ -185,25 +222,35 @@ class LearnedHeadWeights(RegistryArtifact):
     def heads(self) -> list[tuple[int, int]]:
         return [(int(p[0]), int(p[1])) for p in (parse_heads(self.config.heads) or [])] if self.config.heads else []
 
-    def score_features(self, features: np.ndarray, first_stage: Scores | None = None,
-                       stages: Mapping[str, Scores] | None = None) -> np.ndarray:
+    def score_features(
+        self, features: np.ndarray, first_stage: Scores | None = None, stages: Mapping[str, Scores] | None = None
+    ) -> np.ndarray:
         """Scores of one query's candidates from raw ``features [D, H]`` (config head order),
         the first-stage scores and the earlier stages' scores by name (if the config uses them)."""
-        x = feature_matrix(features, first_stage, stages, use_first_stage=self.config.first_stage,
-                           use_stages=self.config.stages)
-        w = np.concatenate([self.weights, [self.first_stage_weight] if self.config.first_stage else [],
-                            self.stage_weights])
+        x = feature_matrix(
+            features, first_stage, stages, use_first_stage=self.config.first_stage, use_stages=self.config.stages
+        )
+        w = np.concatenate(
+            [self.weights, [self.first_stage_weight] if self.config.first_stage else [], self.stage_weights]
+        )
         return x @ w + self.bias
 
-    def score_windows(self, windows: Sequence[Any], n_docs: int, head_list: Sequence[tuple[int, int]],
-                      first_stage: Scores | None = None,
-                      stages: Mapping[str, Scores] | None = None) -> np.ndarray:
+    def score_windows(
+        self,
+        windows: Sequence[Any],
+        n_docs: int,
+        head_list: Sequence[tuple[int, int]],
+        first_stage: Scores | None = None,
+        stages: Mapping[str, Scores] | None = None,
+    ) -> np.ndarray:
         """Scores from a reranker's windows (rows in ``head_list`` order)."""
         order = [tuple(h) for h in head_list]
         missing = [h for h in self.heads if h not in order]
         if missing:
-            raise InputError(f"the windows lack heads {format_heads(missing)} of the learned weights; "
-                             "capture them (AttentionReranker(scorer='learned') does)")
+            raise InputError(
+                f"the windows lack heads {format_heads(missing)} of the learned weights; "
+                "capture them (AttentionReranker(scorer='learned') does)"
+            )
         f = window_features(windows, n_docs, calibrate=self.config.calibrate, use_filter=self.config.use_filter)
         return self.score_features(f[[order.index(h) for h in self.heads]].T, first_stage, stages)
 
@@ -224,8 +271,10 @@ def _check(examples: Sequence[QueryFeatures]) -> list[tuple[int, int]]:
     heads = examples[0].heads
     for q in examples:
         if q.heads != heads or q.features.shape != (len(q.doc_ids), len(heads)):
-            raise InputError(f"query {q.qid!r}: features {q.features.shape} over heads {format_heads(q.heads)[:60]} "
-                             f"do not match the first query's {len(heads)} heads; build all with the same heads")
+            raise InputError(
+                f"query {q.qid!r}: features {q.features.shape} over heads {format_heads(q.heads)[:60]} "
+                f"do not match the first query's {len(heads)} heads; build all with the same heads"
+            )
     return heads
 
 
@@ -236,10 +285,21 @@ def _pairs(q: QueryFeatures, x: np.ndarray, cap: int, rng: random.Random) -> np.
     return np.array([x[i] - x[j] for i, j in pairs]).reshape(len(pairs), x.shape[1])
 
 
-def train_head_weights(examples: Sequence[QueryFeatures], *, model: str = "pointwise", l2: float = 1.0, rel: int = 1,
-                       first_stage: bool = False, stages: Sequence[str] = (), max_pairs_per_query: int = 500,
-                       seed: int = 0, calibrate: bool = True, use_filter: bool = True, max_layer: int | None = None,
-                       trained_on: str = "") -> LearnedHeadWeights:
+def train_head_weights(
+    examples: Sequence[QueryFeatures],
+    *,
+    model: str = "pointwise",
+    l2: float = 1.0,
+    rel: int = 1,
+    first_stage: bool = False,
+    stages: Sequence[str] = (),
+    max_pairs_per_query: int = 500,
+    seed: int = 0,
+    calibrate: bool = True,
+    use_filter: bool = True,
+    max_layer: int | None = None,
+    trained_on: str = "",
+) -> LearnedHeadWeights:
     """Fit head weights on standardised per-query features (see the module doc for the models);
     ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores."""
     require("sklearn", "train", "Training learned head weights")
@@ -251,15 +311,19 @@ def train_head_weights(examples: Sequence[QueryFeatures], *, model: str = "point
         raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
     heads = _check(examples)
     if max_layer is not None and max(l for l, _ in heads) > max_layer:
-        raise InputError(f"the features include heads above max_layer={max_layer}; build them with "
-                         f"query_features(..., max_layer={max_layer})")
+        raise InputError(
+            f"the features include heads above max_layer={max_layer}; build them with "
+            f"query_features(..., max_layer={max_layer})"
+        )
     xs = [design(q, first_stage, stages) for q in examples]
     if model == "pointwise":
         x = np.vstack(xs)
         y = np.concatenate([q.labels >= (rel if q.rel is None else q.rel) for q in examples]).astype(int)
         if y.min() == y.max():
-            raise InputError(f"all {len(y)} training candidates have the same label (rel >= {rel}: {bool(y[0])}); "
-                             "pointwise training needs relevant and non-relevant candidates")
+            raise InputError(
+                f"all {len(y)} training candidates have the same label (rel >= {rel}: {bool(y[0])}); "
+                "pointwise training needs relevant and non-relevant candidates"
+            )
         clf = LogisticRegression(C=1.0 / l2, max_iter=2000).fit(x, y)
         w, b = clf.coef_[0], float(clf.intercept_[0])
     else:
@@ -270,17 +334,31 @@ def train_head_weights(examples: Sequence[QueryFeatures], *, model: str = "point
         clf = LogisticRegression(C=1.0 / l2, fit_intercept=False, max_iter=2000)
         clf.fit(np.vstack([d, -d]), np.r_[np.ones(len(d)), np.zeros(len(d))])
         w, b = clf.coef_[0], 0.0
-    cfg = FeatureConfig(format_heads(heads).split(","), calibrate, use_filter, max_layer, first_stage,
-                        stages=list(stages))
+    cfg = FeatureConfig(
+        format_heads(heads).split(","), calibrate, use_filter, max_layer, first_stage, stages=list(stages)
+    )
     n = len(heads) + int(first_stage)
-    return LearnedHeadWeights(w[: len(heads)].copy(), b, cfg, model, float(w[len(heads)]) if first_stage else 0.0,
-                              l2, trained_on or f"{len(examples)} queries", {},
-                              _dt.datetime.now().isoformat(timespec="seconds"), w[n:].tolist())
+    return LearnedHeadWeights(
+        w[: len(heads)].copy(),
+        b,
+        cfg,
+        model,
+        float(w[len(heads)]) if first_stage else 0.0,
+        l2,
+        trained_on or f"{len(examples)} queries",
+        {},
+        _dt.datetime.now().isoformat(timespec="seconds"),
+        w[n:].tolist(),
+    )
 
 
 # ----------------------------------------------------------------- evaluation helpers
-def evaluate_scores(examples: Sequence[QueryFeatures], scorer: Callable[[QueryFeatures], np.ndarray],
-                    metrics: Sequence[str] = ("nDCG@10",), rel: int = 1) -> dict[str, float]:
+def evaluate_scores(
+    examples: Sequence[QueryFeatures],
+    scorer: Callable[[QueryFeatures], np.ndarray],
+    metrics: Sequence[str] = ("nDCG@10",),
+    rel: int = 1,
+) -> dict[str, float]:
     """ir-measures metrics of ``scorer(query) -> scores [D]`` over ``examples`` (their labels)."""
     run = {q.qid: dict(zip(q.doc_ids, np.asarray(scorer(q), dtype=float).tolist())) for q in examples}
     qrels = {q.qid: {d: int(l) for d, l in zip(q.doc_ids, q.labels)} for q in examples}
@@ -294,28 +372,43 @@ def _baselines(first_stage: bool) -> dict[str, Callable[[QueryFeatures], np.ndar
     return out
 
 
-def _fold(name: str, train: list[QueryFeatures], test: list[QueryFeatures], metrics: Sequence[str], rel: int,
-          train_kw: dict[str, Any]) -> dict[str, Any]:
+def _fold(
+    name: str,
+    train: list[QueryFeatures],
+    test: list[QueryFeatures],
+    metrics: Sequence[str],
+    rel: int,
+    train_kw: dict[str, Any],
+) -> dict[str, Any]:
     model = train_head_weights(train, rel=rel, **train_kw)
     rel = (test[0].rel or rel) if len({q.rel for q in test}) == 1 else rel
     row: dict[str, Any] = {"fold": name, "n_train": len(train), "n_test": len(test)}
-    row["learned"] = evaluate_scores(test, lambda q: model.score_features(q.features, q.first_stage, q.stages),
-                                     metrics, rel)
+    row["learned"] = evaluate_scores(
+        test, lambda q: model.score_features(q.features, q.first_stage, q.stages), metrics, rel
+    )
     for base, fn in _baselines(train_kw.get("first_stage", False)).items():
         row[base] = evaluate_scores(test, fn, metrics, rel)
     return row
 
 
-def kfold_evaluate(examples: Sequence[QueryFeatures], k: int = 5, *, seed: int = 0,
-                   metrics: Sequence[str] = ("nDCG@10",), rel: int = 1, **train_kw: Any) -> list[dict[str, Any]]:
+def kfold_evaluate(
+    examples: Sequence[QueryFeatures],
+    k: int = 5,
+    *,
+    seed: int = 0,
+    metrics: Sequence[str] = ("nDCG@10",),
+    rel: int = 1,
+    **train_kw: Any,
+) -> list[dict[str, Any]]:
     """k-fold cross-validation over queries (:func:`attnrank.eval.crossval.kfold_splits`, shuffled
     with ``seed``): per fold, the test metrics of the learned weights and of the baselines
     (``sum-of-heads``, ``first-stage``)."""
     return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in kfold_splits(examples, k, seed=seed)]
 
 
-def leave_one_group_out(examples: Sequence[QueryFeatures], *, metrics: Sequence[str] = ("nDCG@10",),
-                        rel: int = 1, **train_kw: Any) -> list[dict[str, Any]]:
+def leave_one_group_out(
+    examples: Sequence[QueryFeatures], *, metrics: Sequence[str] = ("nDCG@10",), rel: int = 1, **train_kw: Any
+) -> list[dict[str, Any]]:
     """Train on all groups (datasets) but one, test on it; one row per held-out group
     (:func:`attnrank.eval.crossval.group_splits` over ``QueryFeatures.group``)."""
     return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in group_splits(examples, lambda q: q.group)]

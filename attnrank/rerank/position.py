@@ -31,9 +31,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -65,8 +66,10 @@ class SlotProfile:
         object.__setattr__(self, "mean_score", tuple(float(x) for x in self.mean_score))
         object.__setattr__(self, "std", tuple(float(x) for x in self.std))
         if self.n_slots < 1 or len(self.mean_score) != self.n_slots or len(self.std) != self.n_slots:
-            raise InputError(f"slot profile has n_slots={self.n_slots} but {len(self.mean_score)} means and "
-                             f"{len(self.std)} stds; all three must agree (n_slots >= 1)")
+            raise InputError(
+                f"slot profile has n_slots={self.n_slots} but {len(self.mean_score)} means and "
+                f"{len(self.std)} stds; all three must agree (n_slots >= 1)"
+            )
         if not all(math.isfinite(x) for x in self.mean_score + self.std):
             raise InputError("slot profile holds non-finite values; measure it again")
 
@@ -109,8 +112,14 @@ class SlotProfile:
 ARTIFACT = "slot-profiles"
 
 
-def load_profile(profile: SlotProfile | str | Path, model_id: str = "", fingerprint: str = "", *,
-                 n_slots: int | None = None, root: Path | None = None) -> SlotProfile:
+def load_profile(
+    profile: SlotProfile | str | Path,
+    model_id: str = "",
+    fingerprint: str = "",
+    *,
+    n_slots: int | None = None,
+    root: Path | None = None,
+) -> SlotProfile:
     """A profile given as an object, the path of its JSON file, or ``"auto"``: the one registered
     for ``model_id``/``fingerprint`` with ``n_slots`` closest to ``n_slots`` (the largest when
     None)."""
@@ -130,14 +139,17 @@ def store_profile(profile: SlotProfile, *, root: Path | None = None) -> Path:
     return save_artifact(ARTIFACT, profile.model_id, profile.fingerprint, {"profiles": profiles}, root=root)
 
 
-def load_stored_profile(model_id: str, fingerprint: str, *, n_slots: int | None = None,
-                        root: Path | None = None) -> SlotProfile:
+def load_stored_profile(
+    model_id: str, fingerprint: str, *, n_slots: int | None = None, root: Path | None = None
+) -> SlotProfile:
     """The registered profile of this model closest to ``n_slots`` slots (user registry before
     the shipped one; ties go to the larger profile)."""
     stored = (load_artifact(ARTIFACT, model_id, fingerprint, root=root) or {}).get("profiles", {})
     if not stored:
-        raise InputError(f"no slot profile is registered for model {model_id!r} (fingerprint {fingerprint[:12]}); "
-                         "measure one with measure_slot_profile(...) and store_profile(profile)")
+        raise InputError(
+            f"no slot profile is registered for model {model_id!r} (fingerprint {fingerprint[:12]}); "
+            "measure one with measure_slot_profile(...) and store_profile(profile)"
+        )
     target = max(int(k) for k in stored) if n_slots is None else n_slots
     best = min(stored, key=lambda k: (abs(int(k) - target), -int(k)))
     return SlotProfile.from_json(json.dumps(stored[best]))

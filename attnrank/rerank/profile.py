@@ -5,9 +5,9 @@ itself, how it is applied and stored)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Sequence
 
 import numpy as np
 
@@ -29,9 +29,15 @@ PROFILE_QUERIES = (
 )
 
 
-def measure_slot_profile(reranker: AttentionReranker, docs_pool: Sequence[Document], *, n_slots: int,
-                         n_trials: int, seed: int = 0,
-                         queries: str | Sequence[str] = PROFILE_QUERIES) -> SlotProfile:
+def measure_slot_profile(
+    reranker: AttentionReranker,
+    docs_pool: Sequence[Document],
+    *,
+    n_slots: int,
+    n_trials: int,
+    seed: int = 0,
+    queries: str | Sequence[str] = PROFILE_QUERIES,
+) -> SlotProfile:
     """Measure the model's per-slot score profile with ``reranker`` (its heads, calibration and
     re-weighting, minus slot correction).
 
@@ -41,13 +47,16 @@ def measure_slot_profile(reranker: AttentionReranker, docs_pool: Sequence[Docume
     """
     queries = [queries] if isinstance(queries, str) else list(queries)
     if not 1 <= n_slots <= len(docs_pool):
-        raise InputError(f"n_slots={n_slots} must be in 1..{len(docs_pool)} (the pool size); "
-                         "lower n_slots or give more documents")
+        raise InputError(
+            f"n_slots={n_slots} must be in 1..{len(docs_pool)} (the pool size); lower n_slots or give more documents"
+        )
     if n_trials < 1:
         raise InputError(f"n_trials={n_trials} must be >= 1")
     if not queries or (reranker.calibrate and any(q.strip() == "N/A" for q in queries)):
-        raise InputError(f"queries={queries!r} must be non-empty and not the calibration query 'N/A' "
-                         "(its calibrated scores are all 0); use generic questions")
+        raise InputError(
+            f"queries={queries!r} must be non-empty and not the calibration query 'N/A' "
+            "(its calibrated scores are all 0); use generic questions"
+        )
     cfg = replace(reranker.reweight or Reweighting(), slot_correction=False)
     rng = np.random.default_rng(seed)
     table = np.empty((n_trials, n_slots))
@@ -56,8 +65,10 @@ def measure_slot_profile(reranker: AttentionReranker, docs_pool: Sequence[Docume
         query = queries[t % len(queries)]
         windows = reranker.windows(query, docs)
         if len(windows) != 1:
-            raise InputError(f"{n_slots} documents do not fit one prompt of max_prompt_tokens="
-                             f"{reranker.max_prompt_tokens}; lower n_slots or max_doc_words")
+            raise InputError(
+                f"{n_slots} documents do not fit one prompt of max_prompt_tokens="
+                f"{reranker.max_prompt_tokens}; lower n_slots or max_doc_words"
+            )
         w = windows[0]
         tokens = reranker.llm.tokenizer.convert_ids_to_tokens(w.input_ids)
         terms = tokenized_query_terms(reranker.llm.tokenizer, query, cfg.idf_unit)
@@ -65,5 +76,12 @@ def measure_slot_profile(reranker: AttentionReranker, docs_pool: Sequence[Docume
         table[t, prompt_slots(w.spans)] = scores
         logger.debug("slot profile trial %d/%d: %s", t + 1, n_trials, np.round(table[t], 6).tolist())
     date = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return SlotProfile(n_slots, tuple(table.mean(0)), tuple(table.std(0)), reranker.llm.model_id,
-                       reranker.llm.fingerprint, n_trials, date)
+    return SlotProfile(
+        n_slots,
+        tuple(table.mean(0)),
+        tuple(table.std(0)),
+        reranker.llm.model_id,
+        reranker.llm.fingerprint,
+        n_trials,
+        date,
+    )

@@ -43,8 +43,9 @@ import logging
 import math
 import re
 from collections import Counter
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Collection, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -84,8 +85,10 @@ class Reweighting:
         if self.entropy_mode not in ENTROPY_MODES:
             raise InputError(f"entropy_mode={self.entropy_mode!r} is not one of {ENTROPY_MODES}")
         if not self.idf_eps > 0:
-            raise InputError(f"idf_eps={self.idf_eps} must be > 0 (it keeps a term found in every document "
-                             "above weight 0 and the K=1 case finite); try 0.5")
+            raise InputError(
+                f"idf_eps={self.idf_eps} must be > 0 (it keeps a term found in every document "
+                "above weight 0 and the K=1 case finite); try 0.5"
+            )
         if not self.entropy_beta >= 0:
             raise InputError(f"entropy_beta={self.entropy_beta} must be >= 0 (0 = no regularization)")
         if not 0 < self.temper_gamma <= 1:
@@ -98,6 +101,7 @@ class Reweighting:
 
 
 # --------------------------------------------------------------------------- token texts
+
 
 def _byte_decoder() -> dict[str, int]:
     """Inverse of the GPT-2 byte-level alphabet: printable bytes map to themselves, the other
@@ -125,8 +129,10 @@ def token_bytes(token_strings: Sequence[str | None]) -> list[bytes]:
     """
     toks = ["" if t is None or _SPECIAL.fullmatch(t) else t for t in token_strings]
     if any("▁" in t for t in toks):
-        return [bytes([int(m.group(1), 16)]) if (m := _BYTE_FALLBACK.fullmatch(t))
-                else t.replace("▁", " ").encode("utf-8") for t in toks]
+        return [
+            bytes([int(m.group(1), 16)]) if (m := _BYTE_FALLBACK.fullmatch(t)) else t.replace("▁", " ").encode("utf-8")
+            for t in toks
+        ]
     if all(c in _BYTE_DECODER for t in toks for c in t):
         return [bytes(_BYTE_DECODER[c] for c in t) for t in toks]
     return [t.encode("utf-8") for t in toks]
@@ -201,6 +207,7 @@ def tokenized_query_terms(tokenizer: Any, query: str, unit: str = "piece") -> se
 
 # --------------------------------------------------------------------------- steps
 
+
 def _label_length(texts: Sequence[str], s: int, e: int) -> int:
     """Number of tokens at the start of span ``[s, e)`` that spell the ``[i]`` label."""
     acc = ""
@@ -239,8 +246,9 @@ def sink_filtered_rows(real: np.ndarray, null: np.ndarray | None, mask: np.ndarr
     return real_c if null is None else real_c - _renormalized(null, mask)
 
 
-def idf_weights(terms: Sequence[str], doc_tokens: Sequence[Sequence[int]], *, eps: float,
-                query_terms: Collection[str] | None = None) -> np.ndarray:
+def idf_weights(
+    terms: Sequence[str], doc_tokens: Sequence[Sequence[int]], *, eps: float, query_terms: Collection[str] | None = None
+) -> np.ndarray:
     """``[P]`` token weights ``(log((K+1)/(df+1)) + ε) / (log((K+1)/2) + ε)`` (1 elsewhere).
 
     ``doc_tokens[d]``: the context positions of document ``d``'s tokens (``K = len``);
@@ -272,8 +280,9 @@ def normalized_entropy(values: np.ndarray) -> float:
     return float(min(1.0, max(0.0, -(p * np.log(p)).sum() / math.log(pos.size))))
 
 
-def aggregate(delta: np.ndarray, doc_tokens: Sequence[np.ndarray], cfg: Reweighting, *,
-              use_filter: bool = True) -> np.ndarray:
+def aggregate(
+    delta: np.ndarray, doc_tokens: Sequence[np.ndarray], cfg: Reweighting, *, use_filter: bool = True
+) -> np.ndarray:
     """Per document: μ − 2σ filter and sum, with the entropy step of ``cfg`` if on."""
     out = np.zeros(len(doc_tokens))
     for d, toks in enumerate(doc_tokens):
@@ -292,9 +301,16 @@ def aggregate(delta: np.ndarray, doc_tokens: Sequence[np.ndarray], cfg: Reweight
 
 # --------------------------------------------------------------------------- entry
 
-def reweighted_document_scores(window: WindowRows, token_strings: Sequence[str | None], query_terms: Collection[str],
-                               cfg: Reweighting, *, use_filter: bool = True,
-                               slot_profile: SlotProfile | None = None) -> np.ndarray:
+
+def reweighted_document_scores(
+    window: WindowRows,
+    token_strings: Sequence[str | None],
+    query_terms: Collection[str],
+    cfg: Reweighting,
+    *,
+    use_filter: bool = True,
+    slot_profile: SlotProfile | None = None,
+) -> np.ndarray:
     """Document scores of one window (in ``window.doc_index`` order) with ``cfg``'s steps.
 
     ``token_strings``: the ``P`` context tokens' strings; ``query_terms``: normalized query
@@ -303,8 +319,9 @@ def reweighted_document_scores(window: WindowRows, token_strings: Sequence[str |
     """
     n = window.real.shape[1]
     if len(token_strings) != n:
-        raise InputError(f"{len(token_strings)} token strings for {n} context tokens; "
-                         "pass convert_ids_to_tokens(window.input_ids)")
+        raise InputError(
+            f"{len(token_strings)} token strings for {n} context tokens; pass convert_ids_to_tokens(window.input_ids)"
+        )
     if cfg.slot_correction and slot_profile is None:
         raise InputError("slot_correction=True needs a slot_profile; measure one with measure_slot_profile")
     if cfg.changes_tokens:
@@ -317,8 +334,13 @@ def reweighted_document_scores(window: WindowRows, token_strings: Sequence[str |
     return scores
 
 
-def _reweighted(window: WindowRows, token_strings: Sequence[str | None], terms_q: Collection[str],
-                cfg: Reweighting, use_filter: bool) -> np.ndarray:
+def _reweighted(
+    window: WindowRows,
+    token_strings: Sequence[str | None],
+    terms_q: Collection[str],
+    cfg: Reweighting,
+    use_filter: bool,
+) -> np.ndarray:
     spans = window.spans
     check_spans(spans, len(token_strings))
     if cfg.sink:
@@ -343,10 +365,17 @@ def check_setup(cfg: Reweighting | None, profile: SlotProfile | None, model_id: 
     another model."""
     wants = cfg is not None and cfg.slot_correction
     if wants and profile is None:
-        raise InputError("reweight.slot_correction=True needs slot_profile= (a SlotProfile or its JSON path); "
-                         "measure one with attnrank.rerank.profile.measure_slot_profile")
+        raise InputError(
+            "reweight.slot_correction=True needs slot_profile= (a SlotProfile or its JSON path); "
+            "measure one with attnrank.rerank.profile.measure_slot_profile"
+        )
     if profile is not None and not wants:
         logger.warning("slot_profile given but reweight.slot_correction is off: the profile is not used")
     if profile is not None and (profile.model_id, profile.fingerprint) != (model_id, fingerprint):
-        logger.warning("slot profile of %s (%s) used with model %s (%s)", profile.model_id,
-                       profile.fingerprint[:12], model_id, fingerprint[:12])
+        logger.warning(
+            "slot profile of %s (%s) used with model %s (%s)",
+            profile.model_id,
+            profile.fingerprint[:12],
+            model_id,
+            fingerprint[:12],
+        )

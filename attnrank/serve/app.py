@@ -73,20 +73,27 @@ class Server:
         if not isinstance(query, str) or not query.strip():
             raise InputError("query is empty; send a non-empty query text")
         if len(query) > lim.max_query_chars:
-            raise LimitExceeded(f"query has {len(query)} characters > max_query_chars={lim.max_query_chars}; "
-                                "send a shorter query")
+            raise LimitExceeded(
+                f"query has {len(query)} characters > max_query_chars={lim.max_query_chars}; send a shorter query"
+            )
         if len(texts) > lim.max_documents:
-            raise LimitExceeded(f"{len(texts)} documents > max_documents={lim.max_documents}; send at most "
-                                f"{lim.max_documents} documents per request")
+            raise LimitExceeded(
+                f"{len(texts)} documents > max_documents={lim.max_documents}; send at most "
+                f"{lim.max_documents} documents per request"
+            )
         for i, t in enumerate(texts):
             if len(t) > lim.max_document_chars:
-                raise LimitExceeded(f"document {i} has {len(t)} characters > max_document_chars="
-                                    f"{lim.max_document_chars}; split or truncate it")
+                raise LimitExceeded(
+                    f"document {i} has {len(t)} characters > max_document_chars="
+                    f"{lim.max_document_chars}; split or truncate it"
+                )
         if self.tokenizer is not None and texts:
             n = sum(len(ids) for ids in self.tokenizer([query, *texts], add_special_tokens=False)["input_ids"])
             if n > lim.max_total_tokens:
-                raise LimitExceeded(f"query and documents have {n} tokens > max_total_tokens={lim.max_total_tokens}; "
-                                    "send fewer or shorter documents")
+                raise LimitExceeded(
+                    f"query and documents have {n} tokens > max_total_tokens={lim.max_total_tokens}; "
+                    "send fewer or shorter documents"
+                )
 
     def truncate(self, texts: list[str], max_tokens: int | None) -> list[str]:
         """Cut each text after ``max_tokens`` model tokens (at a token boundary)."""
@@ -95,7 +102,7 @@ class Server:
         out = []
         for t in texts:
             offsets = self.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-            out.append(t if len(offsets) <= max_tokens else t[:offsets[max_tokens - 1][1]])
+            out.append(t if len(offsets) <= max_tokens else t[: offsets[max_tokens - 1][1]])
         return out
 
     def need(self, what: str) -> Any:
@@ -148,8 +155,9 @@ def _install_errors(app: FastAPI) -> None:
     async def _invalid(request: Request, e: RequestValidationError) -> Response:
         first = e.errors()[0] if e.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return JSONResponse({"message": f"{where}: {first.get('msg', 'invalid')}", "detail": e.errors()},
-                            status_code=422)
+        return JSONResponse(
+            {"message": f"{where}: {first.get('msg', 'invalid')}", "detail": e.errors()}, status_code=422
+        )
 
     @app.exception_handler(NotAvailable)
     async def _missing(request: Request, e: NotAvailable) -> Response:
@@ -179,8 +187,12 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
         yield
         await asyncio.to_thread(server.jobs.close)  # stop the worker after its running job
 
-    app = FastAPI(title="attnrank", description="Attention reranking, retrieval, pruning and answering.",
-                  lifespan=lifespan, max_body_size=2 * server.limits.max_body_bytes)  # backstop (no Content-Length)
+    app = FastAPI(
+        title="attnrank",
+        description="Attention reranking, retrieval, pruning and answering.",
+        lifespan=lifespan,
+        max_body_size=2 * server.limits.max_body_bytes,
+    )  # backstop (no Content-Length)
     app.state.server = server
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=server.limits.max_body_bytes)
     app.add_middleware(AccessLogMiddleware)
@@ -189,8 +201,13 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         idx = engine.index
-        return {"status": "ok", "model": engine.model_name, "index_documents": None if idx is None else idx.num_docs,
-                "queue": server.jobs.stats(), "limits": server.limits.as_dict()}
+        return {
+            "status": "ok",
+            "model": engine.model_name,
+            "index_documents": None if idx is None else idx.num_docs,
+            "queue": server.jobs.stats(),
+            "limits": server.limits.as_dict(),
+        }
 
     async def rank(request: Request, query: str, texts: list[str], top_n: int | None, explain: bool):
         server.check(query, texts)
@@ -216,14 +233,16 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
             if expl is not None:
                 item["explanation"] = expl[j]
             results.append(item)
-        return {"id": str(uuid.uuid4()), "results": results,
-                "meta": {"api_version": {"version": "2"}, "model": engine.model_name}}
+        return {
+            "id": str(uuid.uuid4()),
+            "results": results,
+            "meta": {"api_version": {"version": "2"}, "model": engine.model_name},
+        }
 
     @app.post("/rerank")
     async def rerank_tei(body: TEIRerankRequest, request: Request) -> list[dict[str, Any]]:
         res, _ = await rank(request, body.query, body.texts, None, False)
-        return [{"index": int(r.id), "score": r.score, **({"text": r.text} if body.return_text else {})}
-                for r in res]
+        return [{"index": int(r.id), "score": r.score, **({"text": r.text} if body.return_text else {})} for r in res]
 
     @app.post("/v1/search")
     async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
@@ -240,9 +259,20 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
             return engine.reranker.rank(body.query, first, k=body.k)
 
         res = await server.run(request, work, body.first_stage_k if body.rerank else body.k)
-        return {"query": body.query, "results": [
-            {"id": r.id, "title": r.title, "text": r.text, "score": r.score, "rank": r.rank,
-             "stage_scores": r.stage_scores} for r in res]}
+        return {
+            "query": body.query,
+            "results": [
+                {
+                    "id": r.id,
+                    "title": r.title,
+                    "text": r.text,
+                    "score": r.score,
+                    "rank": r.rank,
+                    "stage_scores": r.stage_scores,
+                }
+                for r in res
+            ],
+        }
 
     @app.post("/v1/prune")
     async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
@@ -259,17 +289,33 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
             else:
                 docs = [Document(str(i), t) for i, t in enumerate(texts)]
             job.check()
-            return pruner.prune(body.query, docs, budget_tokens=budget, keep_ratio=body.keep_ratio,
-                                neighbours=body.neighbours)
+            return pruner.prune(
+                body.query, docs, budget_tokens=budget, keep_ratio=body.keep_ratio, neighbours=body.neighbours
+            )
 
         p = await server.run(request, work, len(texts) if texts is not None else body.k)
-        return {"query": body.query, "kept_tokens": p.kept_tokens, "original_tokens": p.original_tokens,
-                "budget_tokens": p.budget_tokens, "notes": p.notes,
-                "documents": [{"id": d.id, "title": d.title, "text": d.text,
-                               "kept_sentences": d.metadata["kept_sentences"]} for d in p.documents()],
-                "sentences": [{"doc_id": s.doc_id, "sentence_index": s.sentence_index, "text": s.text,
-                               "tokens": s.tokens, "score": None if s.score != s.score else s.score, "kept": s.kept}
-                              for s in p.sentences]}
+        return {
+            "query": body.query,
+            "kept_tokens": p.kept_tokens,
+            "original_tokens": p.original_tokens,
+            "budget_tokens": p.budget_tokens,
+            "notes": p.notes,
+            "documents": [
+                {"id": d.id, "title": d.title, "text": d.text, "kept_sentences": d.metadata["kept_sentences"]}
+                for d in p.documents()
+            ],
+            "sentences": [
+                {
+                    "doc_id": s.doc_id,
+                    "sentence_index": s.sentence_index,
+                    "text": s.text,
+                    "tokens": s.tokens,
+                    "score": None if s.score != s.score else s.score,
+                    "kept": s.kept,
+                }
+                for s in p.sentences
+            ],
+        }
 
     @app.post("/v1/ask")
     async def ask(body: AskRequest, request: Request) -> StreamingResponse:
@@ -293,8 +339,15 @@ async def _ask(server: Server, body: AskRequest, request: Request) -> StreamingR
     budget = body.budget_tokens
     if budget is None and body.keep_ratio is None:
         budget = DEFAULT_BUDGET_TOKENS
-    pipe = Pipeline(index, server.engine.reranker, server.engine.pruner, Generator(generator.llm, body.max_new_tokens),
-                    first_stage_k=body.k, rerank_k=body.rerank_k, budget_tokens=budget)
+    pipe = Pipeline(
+        index,
+        server.engine.reranker,
+        server.engine.pruner,
+        Generator(generator.llm, body.max_new_tokens),
+        depth=body.k,
+        top_k=body.rerank_k,
+        budget_tokens=budget,
+    )
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue[str] = asyncio.Queue()
     info = _info(request)
@@ -327,8 +380,14 @@ async def _ask(server: Server, body: AskRequest, request: Request) -> StreamingR
                 yield _sse("error", {"message": str(err) if isinstance(err, AttnrankError) else repr(err)})
                 return
             res = job.future.result()
-            yield _sse("done", {"answer": res.answer.text, "sources": res.sources,
-                                "timings": {k: round(v, 4) for k, v in res.timings.items()}})
+            yield _sse(
+                "done",
+                {
+                    "answer": res.answer.text,
+                    "sources": res.sources,
+                    "timings": {k: round(v, 4) for k, v in res.timings.items()},
+                },
+            )
         finally:
             if not job.future.done():  # the client went away mid-stream
                 server.jobs.cancel(job)

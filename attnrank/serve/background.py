@@ -17,8 +17,9 @@ from ..errors import require
 
 
 @contextlib.contextmanager
-def background_server(app: Any, *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 30.0,
-                      log_level: str = "warning") -> Iterator[str]:
+def background_server(
+    app: Any, *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 30.0, log_level: str = "warning"
+) -> Iterator[str]:
     """Serve ``app`` on ``host``:``port`` (0 = a free port) while the ``with`` block runs."""
     uvicorn = require("uvicorn", "serve", "attnrank serve")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

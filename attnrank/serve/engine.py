@@ -20,9 +20,18 @@ class Engine:
     model_name: str = ""
 
 
-def build_engine(model: str | None = None, *, heads: Any = None, scorer: str = "sum",
-                 index: str | Path | None = None, prune: bool = True, generate: bool = True,
-                 max_new_tokens: int = 64, dtype: str = "auto", device: str = "cpu") -> Engine:
+def build_engine(
+    model: str | None = None,
+    *,
+    heads: Any = None,
+    scorer: str = "sum",
+    index: str | Path | None = None,
+    prune: bool = True,
+    generate: bool = True,
+    max_new_tokens: int = 64,
+    dtype: str = "auto",
+    device: str = "cpu",
+) -> Engine:
     """Load the model once and build every part on it; the index (a folder) if given. The
     generator is only built with an index (``/v1/ask`` answers over it)."""
     from ..generate import Generator

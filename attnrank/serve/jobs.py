@@ -102,8 +102,13 @@ class JobQueue:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"queued": self.queued, "running": self.running, "max_queued": self.max_queued,
-                    "mean_job_seconds": round(self._mean_seconds, 3), **self.counts}
+            return {
+                "queued": self.queued,
+                "running": self.running,
+                "max_queued": self.max_queued,
+                "mean_job_seconds": round(self._mean_seconds, 3),
+                **self.counts,
+            }
 
     def submit(self, fn: Callable[[Job], Any]) -> Job:
         """Queue ``fn`` (call from the event loop); raises :class:`QueueFull` when full."""
@@ -161,7 +166,7 @@ class JobQueue:
             except Cancelled as e:
                 self._count("cancelled")
                 job.loop.call_soon_threadsafe(_resolve, job, None, e)
-            except BaseException as e:  # noqa: BLE001 - handed to the request that owns the job
+            except BaseException as e:
                 self._count("failed")
                 job.loop.call_soon_threadsafe(_resolve, job, None, e)
             else:

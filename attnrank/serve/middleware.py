@@ -40,10 +40,16 @@ class AccessLogMiddleware:
                 return
             status["logged"] = True
             wait = info.get("queue_wait")
-            logger.info("%s %s %s latency=%.3fs queue_wait=%s candidates=%s%s", scope["method"], scope["path"],
-                        status["code"] or 499, time.perf_counter() - start,
-                        "-" if wait is None else f"{wait:.3f}s", info.get("candidates", "-"),
-                        " cancelled" if info.get("cancelled") else "")
+            logger.info(
+                "%s %s %s latency=%.3fs queue_wait=%s candidates=%s%s",
+                scope["method"],
+                scope["path"],
+                status["code"] or 499,
+                time.perf_counter() - start,
+                "-" if wait is None else f"{wait:.3f}s",
+                info.get("candidates", "-"),
+                " cancelled" if info.get("cancelled") else "",
+            )
 
         async def send_logged(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -71,11 +77,22 @@ class BodyLimitMiddleware:
         if scope["type"] == "http":
             length = dict(scope.get("headers") or []).get(b"content-length")
             if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-                body = json.dumps({"message": f"request body of {int(length)} bytes > max_body_bytes="
-                                              f"{self.max_body_bytes}; send fewer or shorter documents"}).encode()
-                await send({"type": "http.response.start", "status": 413,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode())]})
+                body = json.dumps(
+                    {
+                        "message": f"request body of {int(length)} bytes > max_body_bytes="
+                        f"{self.max_body_bytes}; send fewer or shorter documents"
+                    }
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 413,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)

@@ -49,7 +49,9 @@ class SearchRequest(BaseModel):
 
 class PruneRequest(BaseModel):
     query: str
-    documents: list[str | TextDocument] | None = Field(None, description="Passages to prune; default: the index's top k.")
+    documents: list[str | TextDocument] | None = Field(
+        None, description="Passages to prune; default: the index's top k."
+    )
     k: int = Field(5, ge=1, description="Index hits pruned when no documents are given.")
     budget_tokens: int | None = Field(None, ge=1)
     keep_ratio: float | None = Field(None, gt=0, le=1)
@@ -86,9 +88,13 @@ class Limits:
         return 4 * (self.max_documents * self.max_document_chars + self.max_query_chars) + 65_536
 
     def as_dict(self) -> dict[str, Any]:
-        return {"max_documents": self.max_documents, "max_document_chars": self.max_document_chars,
-                "max_query_chars": self.max_query_chars, "max_total_tokens": self.max_total_tokens,
-                "max_body_bytes": self.max_body_bytes}
+        return {
+            "max_documents": self.max_documents,
+            "max_document_chars": self.max_document_chars,
+            "max_query_chars": self.max_query_chars,
+            "max_total_tokens": self.max_total_tokens,
+            "max_body_bytes": self.max_body_bytes,
+        }
 
 
 def texts_of(documents: list[Any]) -> list[str]:

@@ -45,12 +45,33 @@ def indexes(tmp_path_factory, built_retriever, scifact_docs):
 def test_batch_run_equals_search_rerank(ray_local, tmp_path, indexes, tiny_dir, scifact_mini):
     queries = scifact_mini / "queries.jsonl"
     single = tmp_path / "search.trec"
-    r = runner.invoke(app, ["search", "--index-dir", str(indexes / "single"), "--queries", str(queries),
-                            "--rerank", "5", "--model", str(tiny_dir), "-o", str(single), "-q"])
+    r = runner.invoke(
+        app,
+        [
+            "search",
+            "--index-dir",
+            str(indexes / "single"),
+            "--queries",
+            str(queries),
+            "--rerank",
+            "5",
+            "--model",
+            str(tiny_dir),
+            "-o",
+            str(single),
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     out, pq_out = tmp_path / "batch.trec", tmp_path / "batch.parquet"
-    stats = run_batch(queries, BatchConfig(str(indexes / "sharded"), k=10, rerank=5, model=str(tiny_dir)),
-                      output=out, parquet=pq_out, resources=SMALL, progress=False)
+    stats = run_batch(
+        queries,
+        BatchConfig(str(indexes / "sharded"), k=10, rerank=5, model=str(tiny_dir)),
+        output=out,
+        parquet=pq_out,
+        resources=SMALL,
+        progress=False,
+    )
     assert stats["rows"] == 12 and stats["queries_per_second"] > 0
     assert out.read_text() == single.read_text()  # byte for byte: same documents, ranks, scores, tag
     rows = pq.read_table(pq_out).to_pylist()
@@ -84,8 +105,11 @@ def _rerank_actor_pids(ray) -> list[int]:
         state,  # the actor table with process ids (needs no dashboard)
     )
 
-    return [a["Pid"] for a in state.actors().values()
-            if "RerankStage" in a["ActorClassName"] and a["State"] == "ALIVE" and a.get("Pid")]
+    return [
+        a["Pid"]
+        for a in state.actors().values()
+        if "RerankStage" in a["ActorClassName"] and a["State"] == "ALIVE" and a.get("Pid")
+    ]
 
 
 def test_killed_rerank_actor_neither_loses_nor_duplicates_rows(ray_local, tmp_path, indexes, tiny_dir, scifact_mini):
@@ -101,8 +125,9 @@ def test_killed_rerank_actor_neither_loses_nor_duplicates_rows(ray_local, tmp_pa
             os.kill(pids[0], signal.SIGKILL)
             killed.append(pids[0])
 
-    res = Resources(retrieval_actors=1, rerank_actors=1, retrieval_cpus=0.5, rerank_cpus=1, rerank_batch=2,
-                    retrieval_batch=8)
+    res = Resources(
+        retrieval_actors=1, rerank_actors=1, retrieval_cpus=0.5, rerank_cpus=1, rerank_batch=2, retrieval_batch=8
+    )
     out = tmp_path / "killed.trec"
     stats = run_batch(qs, config, output=out, resources=res, on_commit=kill_once, progress=False)
     assert killed and stats["rows"] == 24

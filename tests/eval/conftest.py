@@ -38,7 +38,9 @@ def shared_mini(tmp_path_factory) -> Path:
         run.setdefault(q, []).append({"docid": d, "rank": int(rank), "score": float(score)})
     with gzip.open(td / "dl19_bm25_top100.jsonl.gz", "wt", encoding="utf-8") as f:
         for q, c in run.items():
-            f.write(json.dumps({"qid": q, "query": topics[q], "candidates": c[::-1]}) + "\n")  # stored out of rank order
+            f.write(
+                json.dumps({"qid": q, "query": topics[q], "candidates": c[::-1]}) + "\n"
+            )  # stored out of rank order
     _gz(DATA / "hotpotqa_mini" / "hotpotqa.jsonl", root / "hotpotqa" / "hotpotqa_dev_distractor_400.jsonl.gz")
     _gz(DATA / "locomo_mini" / "locomo.json", root / "locomo" / "locomo10.json.gz")
     return root

@@ -56,8 +56,9 @@ def test_cross_validate_fits_on_train_only_and_pools_by_test_size():
         seen.append(sorted(train))
         return sum(train) / len(train)  # a "model": the training mean
 
-    rows = cross_validate(kfold_splits(items, 3), fit, lambda m, test: {"err": sum(abs(x - m) for x in test) / len(test),
-                                                                         "label": "x"})
+    rows = cross_validate(
+        kfold_splits(items, 3), fit, lambda m, test: {"err": sum(abs(x - m) for x in test) / len(test), "label": "x"}
+    )
     assert [r["n_test"] for r in rows] == [4, 3, 3] and all(r["n_train"] + r["n_test"] == 10 for r in rows)
     assert all(len(s) == 10 - r["n_test"] for s, r in zip(seen, rows))
     pooled = pool(rows)

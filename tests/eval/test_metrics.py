@@ -46,6 +46,7 @@ def test_missing_query_counts_zero():
 
 
 def test_dl19_bm25_slice(dl19_mini):
-    vals = evaluate(read_run(dl19_mini / "run.bm25.trec"), read_qrels(dl19_mini / "qrels.txt"),
-                    ["nDCG@10", "R@20"], rel=2)
+    vals = evaluate(
+        read_run(dl19_mini / "run.bm25.trec"), read_qrels(dl19_mini / "qrels.txt"), ["nDCG@10", "R@20"], rel=2
+    )
     assert 0 < vals["nDCG@10"] < 1 and 0 < vals["R@20"] <= 1

@@ -7,8 +7,11 @@ import pytest
 from attnrank.errors import MissingExtraError
 from attnrank.eval.plot import recall_curves
 
-ROWS = [{"method": m, "compression": c, "sent recall (labelled)": r, "para recall (others)": float("nan")}
-        for m, pts in {"query": [(2, 0.9), (4, 0.8)], "random": [(2, 0.5), (4, 0.25)]}.items() for c, r in pts]
+ROWS = [
+    {"method": m, "compression": c, "sent recall (labelled)": r, "para recall (others)": float("nan")}
+    for m, pts in {"query": [(2, 0.9), (4, 0.8)], "random": [(2, 0.5), (4, 0.25)]}.items()
+    for c, r in pts
+]
 
 
 def test_recall_curves_without_matplotlib_names_the_extra(monkeypatch, tmp_path):

@@ -8,8 +8,12 @@ from attnrank.eval.report import environment, md_table, write_outputs
 def test_md_table_formats_and_marks_unmeasured():
     rows = [{"method": "a", "nDCG@10": 0.123456, "Δ": 1.25}, {"method": "b", "nDCG@10": float("nan"), "n": 3}]
     out = md_table(rows, ["method", "nDCG@10", "Δ", "n"], {"Δ": "+.1f"})
-    assert out.splitlines() == ["| method | nDCG@10 | Δ | n |", "|---|---|---|---|",
-                                "| a | 0.1235 | +1.2 |  |", "| b | — |  | 3 |"]
+    assert out.splitlines() == [
+        "| method | nDCG@10 | Δ | n |",
+        "|---|---|---|---|",
+        "| a | 0.1235 | +1.2 |  |",
+        "| b | — |  | 3 |",
+    ]
 
 
 def test_write_outputs(tmp_path):

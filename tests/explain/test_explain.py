@@ -72,8 +72,22 @@ def test_cli_explain(tmp_path, built_retriever):
     model = save_tiny(tmp_path / "tiny", layers=2, max_positions=16384)
     index = built_retriever.save(tmp_path / "index")
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["explain", "vitamin D and fractures", "--index-dir", str(index), "--k", "3",
-                                 "--model", str(model), "--output", str(out), "-q"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "explain",
+            "vitamin D and fractures",
+            "--index-dir",
+            str(index),
+            "--k",
+            "3",
+            "--model",
+            str(model),
+            "--output",
+            str(out),
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert r.output.count(" = sum of ") == 3 and (out / "explain.png").exists()
     assert "vitamin D and fractures" in (out / "explain.html").read_text()
@@ -89,8 +103,16 @@ def _chromium() -> str | None:
 def test_screenshot_in_headless_chromium(explained, tmp_path):
     page = write_html(tmp_path / "explain.html", RERANK_QUERY, explained[1], model="tiny")
     shot = tmp_path / "shot.png"
-    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-           f"--screenshot={shot}", "--window-size=1000,700", page.as_uri()]
+    cmd = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--screenshot={shot}",
+        "--window-size=1000,700",
+        page.as_uri(),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000  # a rendered page, not an empty image

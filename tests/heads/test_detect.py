@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from _tiny import tiny_model
+
 from attnrank.errors import InputError
 from attnrank.heads import detect
 from attnrank.heads.detect import (
@@ -41,12 +41,14 @@ def eager(llm):
 def test_copy_paste_rule_on_a_hand_made_argmax():
     prompt = [5, 6, 7, 8, 9, 10, 11, 12]  # needle span = positions 2..5 (tokens 7, 8, 9, 10)
     answer = [7, 8, 9, 99]
-    argmax = np.array([
-        [2, 3, 4, 0],  # copies 7, 8, 9 from the needle: 3 events
-        [2, 2, 4, 5],  # 7 yes, 8 no (points at 7), 9 yes, 99 no: 2 events
-        [0, 1, 6, 7],  # never inside the span
-        [3, 3, 3, 3],  # inside, token 8 matches only at t=1: 1 event
-    ])
+    argmax = np.array(
+        [
+            [2, 3, 4, 0],  # copies 7, 8, 9 from the needle: 3 events
+            [2, 2, 4, 5],  # 7 yes, 8 no (points at 7), 9 yes, 99 no: 2 events
+            [0, 1, 6, 7],  # never inside the span
+            [3, 3, 3, 3],  # inside, token 8 matches only at t=1: 1 event
+        ]
+    )
     np.testing.assert_array_equal(copy_paste_counts(argmax, answer, prompt, (2, 6)), [3, 2, 0, 1])
     np.testing.assert_allclose(copy_paste_score(argmax, answer, prompt, (2, 6)), [0.75, 0.5, 0.0, 0.25])
 
@@ -82,15 +84,25 @@ def niah(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
     folder = root / "niah" / "retrieval_head"
     folder.mkdir(parents=True)
-    needles = [{"needle": "The best thing to do in Beijing is to take a walk in Chaoyang Park.",
-                "question": "What is the best thing to do in Beijing?", "real_needle": "take a walk in Chaoyang Park"},
-               {"needle": "Mr Green is disliked because he is mean.", "question": "Why is Mr Green disliked?",
-                "real_needle": "Because he is mean."}]
+    needles = [
+        {
+            "needle": "The best thing to do in Beijing is to take a walk in Chaoyang Park.",
+            "question": "What is the best thing to do in Beijing?",
+            "real_needle": "take a walk in Chaoyang Park",
+        },
+        {
+            "needle": "Mr Green is disliked because he is mean.",
+            "question": "Why is Mr Green disliked?",
+            "real_needle": "Because he is mean.",
+        },
+    ]
     (folder / "needles.jsonl").write_text("\n".join(json.dumps(n) for n in needles) + "\n")
     sentences = " ".join(f"Sentence number {i} of the book is here." for i in range(80))
     for part in (1, 2, 3):
-        dump = json.dumps({"rows": [{"row_idx": 0, "row": {"text": f"Chapter {part}: \"Hi\"\n{sentences}",
-                                                           "prompt": "p"}}]}, separators=(",", ":"))
+        dump = json.dumps(
+            {"rows": [{"row_idx": 0, "row": {"text": f'Chapter {part}: "Hi"\n{sentences}', "prompt": "p"}}]},
+            separators=(",", ":"),
+        )
         dump += ',{"row_idx":1,"row":{"text":"truncated mid-str'  # as the shared dumps end
         with gzip.open(folder / f"haystack_part{part}_p1.txt.gz", "wt", encoding="utf-8") as f:
             f.write(dump)
@@ -154,7 +166,7 @@ def test_copy_detector_with_an_accepted_trial(llm, eager, niah, monkeypatch):
     res = detect_copy_heads(llm, data=niah, lengths=[200], depths=[50], needles=[0], max_new_tokens=4)
     assert res.n_used == 1 and res.trials[0]["accepted"] and res.note == ""
     s, e = seen["span"]
-    ids = seen["ids"] + seen["ids"][s:e - 1]
+    ids = seen["ids"] + seen["ids"][s : e - 1]
     with torch.no_grad():
         att = eager(input_ids=torch.tensor([ids]), output_attentions=True).attentions
     q0 = len(seen["ids"]) - 1
@@ -165,8 +177,12 @@ def test_copy_detector_with_an_accepted_trial(llm, eager, niah, monkeypatch):
 
 
 # --------------------------------------------------------------------------- query-focused
-DOCS = [Document("paris", "Paris is the capital of France."), Document("berlin", "Berlin is the capital of Germany."),
-        Document("banana", "Bananas are yellow fruit."), Document("rome", "Rome is the capital of Italy.")]
+DOCS = [
+    Document("paris", "Paris is the capital of France."),
+    Document("berlin", "Berlin is the capital of Germany."),
+    Document("banana", "Bananas are yellow fruit."),
+    Document("rome", "Rome is the capital of Italy."),
+]
 QUERIES = {"q1": "capital of France?", "q2": "yellow fruit?", "q3": "capital of Italy?"}
 QRELS = {"q1": {"paris": 1}, "q2": {"banana": 2, "rome": 0}, "q3": {"rome": 1}}
 
@@ -197,7 +213,7 @@ def test_query_focused_detection_end_to_end(llm, tmp_path):
     assert res["qr-score"].scores[1, 1] == pytest.approx(np.mean(qr))
     assert res["contrastive"].scores[1, 1] == pytest.approx(np.mean(con))
     assert res["qr-ndcg"].scores[1, 1] == pytest.approx(np.mean(nd))
-    assert 0.0 <= res["qr-ndcg"].scores.min() and res["qr-ndcg"].scores.max() <= 1.0
+    assert res["qr-ndcg"].scores.min() >= 0.0 and res["qr-ndcg"].scores.max() <= 1.0
     path = res["qr-ndcg"].save(4, root=tmp_path)
     stored = json.loads(path.read_text())["sets"][0]
     assert stored["method"] == "qr-ndcg" and len(stored["heads"]) == 4 and len(stored["scores"]) == 4

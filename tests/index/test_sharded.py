@@ -33,7 +33,9 @@ def _vectors(r: HybridRetriever) -> np.ndarray:
 def sharded(tmp_path_factory, built_retriever, scifact_docs):
     """A 4-shard build over the slice from the single index's own vectors (no second embedding pass)."""
     path = tmp_path_factory.mktemp("sh") / "idx"
-    ShardedIndexer(HybridRetriever(), shards=4, block_size=7).build(scifact_docs, path, embeddings=_vectors(built_retriever))
+    ShardedIndexer(HybridRetriever(), shards=4, block_size=7).build(
+        scifact_docs, path, embeddings=_vectors(built_retriever)
+    )
     return path
 
 
@@ -41,7 +43,11 @@ def test_stats_merge_is_associative_and_equals_whole_corpus(scifact_docs):
     texts = [d.full_text for d in scifact_docs]
     a, b, c = (block_stats(texts[i::3], TOK) for i in range(3))
     whole = block_stats(texts, TOK)
-    for merged in (merge_stats(merge_stats(a, b), c), merge_stats(a, merge_stats(b, c)), merge_stats(c, merge_stats(b, a))):
+    for merged in (
+        merge_stats(merge_stats(a, b), c),
+        merge_stats(a, merge_stats(b, c)),
+        merge_stats(c, merge_stats(b, a)),
+    ):
         assert (merged.num_docs, merged.total_len, merged.df) == (whole.num_docs, whole.total_len, whole.df)
     assert a.num_docs + b.num_docs + c.num_docs == len(texts) and a.df != whole.df
 
@@ -104,28 +110,34 @@ def test_merge_gives_the_single_index(sharded, built_retriever, scifact_queries,
         assert np.array_equal(np.asarray(getattr(m, name)), np.asarray(getattr(s, name))), name
     assert np.array_equal(_vectors(merged), _vectors(built_retriever))
     assert [d.id for d in merged.docs] == [d.id for d in built_retriever.docs]
-    assert [r.ids for r in merged.search_batch(scifact_queries, 10)] == \
-        [r.ids for r in built_retriever.search_batch(scifact_queries, 10)]
+    assert [r.ids for r in merged.search_batch(scifact_queries, 10)] == [
+        r.ids for r in built_retriever.search_batch(scifact_queries, 10)
+    ]
 
 
 def test_ivf_shards_share_one_quantizer_and_merge(tmp_path, scifact_docs, built_retriever, scifact_queries):
     import faiss
 
     path = tmp_path / "ivf"
-    ShardedIndexer(HybridRetriever(dense_index="ivf"), shards=2).build(scifact_docs, path, embeddings=_vectors(built_retriever))
+    ShardedIndexer(HybridRetriever(dense_index="ivf"), shards=2).build(
+        scifact_docs, path, embeddings=_vectors(built_retriever)
+    )
     sr = ShardedRetriever.load(path)
     cents = [faiss.extract_index_ivf(d.faiss_index).quantizer.reconstruct_n(0, 1) for d in sr.shard_dense]
     assert np.array_equal(cents[0], cents[1])
     merged = HybridRetriever.load(merge_shards(path, tmp_path / "m"))
     assert merged.dense.num_docs == len(scifact_docs)
     qs = list(scifact_queries.values())
-    assert [r.ids for r in sr.search_batch(qs, 5, mode="dense")] == [r.ids for r in merged.search_batch(qs, 5, mode="dense")]
+    assert [r.ids for r in sr.search_batch(qs, 5, mode="dense")] == [
+        r.ids for r in merged.search_batch(qs, 5, mode="dense")
+    ]
 
 
 def test_ray_build_writes_the_same_shards(ray_local, tmp_path, sharded, scifact_docs, built_retriever):
     ex = RayExecutor()  # joins the running local Ray
     path = ShardedIndexer(HybridRetriever(), shards=4, executor=ex, block_size=7).build(
-        scifact_docs, tmp_path / "ray", embeddings=_vectors(built_retriever))
+        scifact_docs, tmp_path / "ray", embeddings=_vectors(built_retriever)
+    )
     assert not ex.owned and json.loads((path / "manifest.json").read_text())["build"]["executor"] == "ray"
     for i in range(4):
         for f in ("bm25/data.npy", "bm25/indices.npy", "bm25/vocab.json", "dense/index.faiss", "docs.jsonl"):

@@ -24,13 +24,15 @@ def test_pipeline_yaml_round_trip_and_run(settings, demo_index, query):
     pipe.connect("retriever.documents", "ranker.documents")
     text = pipe.dumps()
     data = yaml.safe_load(text)  # plain YAML: basic types only
-    assert data["components"]["ranker"]["type"] == "haystack_integrations.components.rankers.attnrank.ranker.AttnrankRanker"
+    assert (
+        data["components"]["ranker"]["type"]
+        == "haystack_integrations.components.rankers.attnrank.ranker.AttnrankRanker"
+    )
     loaded = Pipeline.loads(text)  # no allowlist configuration needed
     assert loaded.dumps() == text
     loaded.warm_up()
     assert loaded.get_component("ranker")._reranker is shared_reranker(**settings)  # one model for all adapters
-    out = loaded.run({"retriever": {"query": query}, "ranker": {"query": query}},
-                     include_outputs_from={"retriever"})
+    out = loaded.run({"retriever": {"query": query}, "ranker": {"query": query}}, include_outputs_from={"retriever"})
     first, ranked = out["retriever"]["documents"], out["ranker"]["documents"]
     assert len(first) == 5 and len(ranked) == 2
     ref = shared_reranker(**settings).rank(query, [ADocument(d.id, d.content, d.meta["title"]) for d in first])
@@ -38,15 +40,16 @@ def test_pipeline_yaml_round_trip_and_run(settings, demo_index, query):
     assert [d.score for d in ranked] == pytest.approx(ref.scores[:2], abs=0)
     assert all(d.meta["rank"] == i and "hybrid" in d.meta["stage_scores"] for i, d in enumerate(ranked, 1))
     # the retriever's own reranking (same settings -> same shared reranker) agrees
-    own = AttnrankRetriever(str(demo_index), top_k=2, first_stage_k=5, model=settings["model"],
-                            reranker_kwargs=kwargs)
+    own = AttnrankRetriever(str(demo_index), top_k=2, first_stage_k=5, model=settings["model"], reranker_kwargs=kwargs)
     assert [d.id for d in own.run(query)["documents"]] == [d.id for d in ranked]
 
 
 def test_ranker_run_top_k_and_errors(settings):
     ranker = AttnrankRanker(model=settings["model"], top_k=None, reranker_kwargs={"max_doc_words": 40})
-    docs = [Document(id="a", content="Paris is the capital of France.", meta={"title": "Paris"}),
-            Document(id="b", content="Bananas are yellow.")]
+    docs = [
+        Document(id="a", content="Paris is the capital of France.", meta={"title": "Paris"}),
+        Document(id="b", content="Bananas are yellow."),
+    ]
     assert [d.id for d in ranker.run("capital of France?", docs, top_k=1)["documents"]] in (["a"], ["b"])
     out = ranker.run("capital of France?", docs)["documents"]
     assert sorted(d.id for d in out) == ["a", "b"] and out[0].score >= out[1].score

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("langchain_core", reason="needs the 'langchain' extra")
-classic = pytest.importorskip("langchain_classic.retrievers", reason="needs langchain-classic (test of the 'langchain' extra)")
+classic = pytest.importorskip(
+    "langchain_classic.retrievers", reason="needs langchain-classic (test of the 'langchain' extra)"
+)
 
 from langchain_core.documents import Document as LCDocument
 
@@ -20,8 +22,9 @@ from attnrank.types import Document
 
 
 def _lc_docs(demo_docs, n=6):
-    return [LCDocument(page_content=d.text, id=d.id, metadata={"title": d.title, "source": "demo"})
-            for d in demo_docs[:n]]
+    return [
+        LCDocument(page_content=d.text, id=d.id, metadata={"title": d.title, "source": "demo"}) for d in demo_docs[:n]
+    ]
 
 
 def test_reranker_agrees_with_attention_reranker(settings, demo_docs, query):
@@ -40,8 +43,9 @@ def test_retriever_in_contextual_compression_retriever_and_batch(settings, demo_
     base = AttnrankRetriever(index=demo_index, k=5, first_stage_k=5, rerank=False)
     first = base.invoke(query)
     assert len(first) == 5 and all({"bm25", "dense", "hybrid"} <= set(d.metadata["stage_scores"]) for d in first)
-    pipe = classic.ContextualCompressionRetriever(base_compressor=AttnrankReranker(top_n=3, **settings),
-                                                  base_retriever=base)
+    pipe = classic.ContextualCompressionRetriever(
+        base_compressor=AttnrankReranker(top_n=3, **settings), base_retriever=base
+    )
     docs = pipe.invoke(query)
     assert len(docs) == 3 and {d.id for d in docs} <= {d.id for d in first}
     scores = [d.metadata["relevance_score"] for d in docs]
@@ -73,8 +77,9 @@ def test_pruner_in_pipeline_after_reranker(settings, demo_index, query):
         DocumentCompressorPipeline,
     )
 
-    chain = DocumentCompressorPipeline(transformers=[AttnrankReranker(top_n=2, **settings),
-                                                     AttnrankPruner(keep_ratio=0.5, model=settings["model"])])
+    chain = DocumentCompressorPipeline(
+        transformers=[AttnrankReranker(top_n=2, **settings), AttnrankPruner(keep_ratio=0.5, model=settings["model"])]
+    )
     base = AttnrankRetriever(index=demo_index, k=4, first_stage_k=4, rerank=False)
     docs = classic.ContextualCompressionRetriever(base_compressor=chain, base_retriever=base).invoke(query)
     assert 1 <= len(docs) <= 2 and all(d.metadata["pruned"] and "relevance_score" in d.metadata for d in docs)

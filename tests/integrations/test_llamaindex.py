@@ -28,8 +28,12 @@ def offline_tokenizer(monkeypatch):
 
 
 def _nodes(demo_docs, n=6):
-    return [NodeWithScore(node=TextNode(id_=d.id, text=d.text, metadata={"title": d.title, "source": "demo"}),
-                          score=float(n - i)) for i, d in enumerate(demo_docs[:n])]
+    return [
+        NodeWithScore(
+            node=TextNode(id_=d.id, text=d.text, metadata={"title": d.title, "source": "demo"}), score=float(n - i)
+        )
+        for i, d in enumerate(demo_docs[:n])
+    ]
 
 
 def test_rerank_agrees_with_attention_reranker(settings, demo_docs, query):
@@ -58,9 +62,14 @@ def test_query_engine_with_echo_llm(settings, demo_index, query, offline_tokeniz
     first = retriever.retrieve(query)
     assert len(first) == 5 and all("hybrid" in n.node.metadata["stage_scores"] for n in first)
     engine = RetrieverQueryEngine.from_args(
-        retriever, llm=MockLLM(), response_mode="compact",
-        node_postprocessors=[AttnrankRerank(top_n=2, **settings),
-                             AttnrankPruner(keep_ratio=0.5, model=settings["model"])])
+        retriever,
+        llm=MockLLM(),
+        response_mode="compact",
+        node_postprocessors=[
+            AttnrankRerank(top_n=2, **settings),
+            AttnrankPruner(keep_ratio=0.5, model=settings["model"]),
+        ],
+    )
     response = engine.query(query)
     kept = response.source_nodes
     assert 1 <= len(kept) <= 2 and {n.node.node_id for n in kept} <= {n.node.node_id for n in first}

@@ -27,9 +27,17 @@ SUBSET = [(2, 7), (1, 3), (2, 0)]  # unsorted on purpose; heads 3, 0, 7 read KV 
 
 
 def _tiny(model_cls, config_cls, attn: str = "sdpa", **extra):
-    config = config_cls(vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
-                        attn_implementation=attn, **extra)
+    config = config_cls(
+        vocab_size=101,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        attn_implementation=attn,
+        **extra,
+    )
     torch.manual_seed(0)
     return model_cls(config).float().eval()
 
@@ -138,9 +146,14 @@ def test_no_leak_after_capture(llama):
 
 @pytest.mark.parametrize(
     ("heads", "max_layer", "fragment"),
-    [([(4, 0)], None, r"\[\(4, 0\)\]"), ([(0, 8), (1, 1)], None, r"\[\(0, 8\)\]"),
-     ([(-1, 0)], None, r"\(-1, 0\)"), ([(2, 0)], 1, r"\(2, 0\)"), ([], None, "empty"),
-     (None, 4, "max_layer=4")],
+    [
+        ([(4, 0)], None, r"\[\(4, 0\)\]"),
+        ([(0, 8), (1, 1)], None, r"\[\(0, 8\)\]"),
+        ([(-1, 0)], None, r"\(-1, 0\)"),
+        ([(2, 0)], 1, r"\(2, 0\)"),
+        ([], None, "empty"),
+        (None, 4, "max_layer=4"),
+    ],
 )
 def test_bad_heads_raise(llama, heads, max_layer, fragment):
     with pytest.raises(InputError, match=fragment) as err:
@@ -169,10 +182,11 @@ def test_non_finite_raises(llama):
 
 @pytest.mark.parametrize(
     ("model_cls", "config_cls", "attn", "extra"),
-    [(Qwen2ForCausalLM, Qwen2Config, "sdpa", {}),
-     # Gemma 2 (eager only): logit soft-capping, custom query scaling, sliding-window layers.
-     (Gemma2ForCausalLM, Gemma2Config, "eager",
-      {"head_dim": 8, "sliding_window": 16, "query_pre_attn_scalar": 12})],
+    [
+        (Qwen2ForCausalLM, Qwen2Config, "sdpa", {}),
+        # Gemma 2 (eager only): logit soft-capping, custom query scaling, sliding-window layers.
+        (Gemma2ForCausalLM, Gemma2Config, "eager", {"head_dim": 8, "sliding_window": 16, "query_pre_attn_scalar": 12}),
+    ],
 )
 def test_other_families(model_cls, config_cls, attn, extra):
     model = _tiny(model_cls, config_cls, attn=attn, **extra)
@@ -181,8 +195,13 @@ def test_other_families(model_cls, config_cls, attn, extra):
     heads = [(0, 5), (1, 1), (3, 6)]
     ids = _ids(32, seed=7)
     capturer = AttentionCapturer(model, heads=heads)
-    torch.testing.assert_close(capturer.capture(ids, query_start=20),
-                               _reference(eager, ids, 20, heads), atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        capturer.capture(ids, query_start=20), _reference(eager, ids, 20, heads), atol=ATOL, rtol=0
+    )
     prefix = capturer.prefill(ids[:, :24])
-    torch.testing.assert_close(capturer.capture(ids[:, 24:], prefix=prefix, query_start=0),
-                               _reference(eager, ids, 24, heads), atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        capturer.capture(ids[:, 24:], prefix=prefix, query_start=0),
+        _reference(eager, ids, 24, heads),
+        atol=ATOL,
+        rtol=0,
+    )

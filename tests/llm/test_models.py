@@ -19,7 +19,7 @@ from attnrank.llm import gguf as llm_gguf
 from attnrank.llm.models import LLM, clear_llm_cache, load_llm
 
 _USER_HOME = os.environ.get("ATTNRANK_HOME")
-from _tiny import save_tiny, tiny_model, tiny_tokenizer  # noqa: E402
+from _tiny import save_tiny, tiny_model, tiny_tokenizer
 
 
 @pytest.fixture(autouse=True)
@@ -57,11 +57,14 @@ def test_float16_on_cpu_is_refused(tiny_dir):
         load_llm(str(tiny_dir), dtype="float16")
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    ({"dtype": "int8"}, "dtype='int8'"),
-    ({"device": "tpu"}, "device='tpu'"),
-    ({"device": "cuda:x"}, "cuda"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"dtype": "int8"}, "dtype='int8'"),
+        ({"device": "tpu"}, "device='tpu'"),
+        ({"device": "cuda:x"}, "cuda"),
+    ],
+)
 def test_bad_dtype_or_device(tiny_dir, kwargs, pattern):
     with pytest.raises(InputError, match=pattern):
         load_llm(str(tiny_dir), **kwargs)
@@ -88,8 +91,14 @@ def test_other_families(tmp_path, family):
 def test_bert_is_refused(tmp_path, archs):
     from transformers import BertConfig
 
-    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=32, architectures=archs)
+    cfg = BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        architectures=archs,
+    )
     cfg.save_pretrained(tmp_path / "bert")
     with pytest.raises(ModelError) as err:
         load_llm(str(tmp_path / "bert"))
@@ -152,8 +161,7 @@ def test_gguf_cache_round_trip(tmp_path, monkeypatch):
     llm = load_llm(str(gguf))
     folder = config.cache_dir() / "models" / f"tiny.Q4_0-{llm.fingerprint[:12]}"
     assert llm.fingerprint == hashlib.sha256(gguf.read_bytes()).hexdigest()
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
-        p.name for p in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
     lm_head, embed = llm.model.lm_head.weight, llm.model.model.embed_tokens.weight
     assert lm_head.data_ptr() == embed.data_ptr()  # tied again after the de-duplicated save
@@ -222,11 +230,10 @@ def test_default_cache_matches_gguf(real_cache):
 def test_default_generates_text(real_cache):
     llm = load_llm()
     prompt = llm.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What is the capital of France?"}],
-        tokenize=False, add_generation_prompt=True)
+        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False, add_generation_prompt=True
+    )
     ids = torch.tensor([llm.tokenizer(prompt, add_special_tokens=False).input_ids])
     with torch.no_grad():
-        out = llm.model.generate(ids, max_new_tokens=12, do_sample=False,
-                                 pad_token_id=llm.tokenizer.pad_token_id)
-    answer = llm.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        out = llm.model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=llm.tokenizer.pad_token_id)
+    answer = llm.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     assert "paris" in answer.lower(), answer  # greedy SmolLM2-135M-Instruct: "The capital of France is Paris."

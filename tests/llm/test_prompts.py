@@ -28,8 +28,9 @@ CORPUS = [
 ] * 3 + ["A paragraph that ends with a blank line.\n\n"] * 20
 
 
-def make_tokenizer(*, chat: bool = True, bos: bool = False, use_regex: bool = True,
-                   merges: list[tuple[str, str]] | None = None):
+def make_tokenizer(
+    *, chat: bool = True, bos: bool = False, use_regex: bool = True, merges: list[tuple[str, str]] | None = None
+):
     """A small byte-level BPE trained in memory (learns merges such as "\\n\\n" -> "ĊĊ")."""
     from tokenizers import Tokenizer, decoders, pre_tokenizers, processors, trainers
     from tokenizers import models as tok_models
@@ -39,8 +40,12 @@ def make_tokenizer(*, chat: bool = True, bos: bool = False, use_regex: bool = Tr
     if merges is None:
         tok = Tokenizer(tok_models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=use_regex)
-        trainer = trainers.BpeTrainer(vocab_size=420, special_tokens=specials, show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=420,
+            special_tokens=specials,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
         tok.train_from_iterator(CORPUS, trainer)
     else:  # hand-made merges, e.g. one that crosses the context/query boundary
         alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
@@ -51,9 +56,11 @@ def make_tokenizer(*, chat: bool = True, bos: bool = False, use_regex: bool = Tr
     tok.decoder = decoders.ByteLevel()
     if bos:
         tok.post_processor = processors.TemplateProcessing(
-            single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   bos_token="<s>" if bos else None, unk_token="<|endoftext|>")
+            single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+        )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", bos_token="<s>" if bos else None, unk_token="<|endoftext|>"
+    )
     if chat:
         fast.chat_template = ("{{ bos_token }}" if bos else "") + CHAT_TEMPLATE
     return fast
@@ -81,7 +88,7 @@ def check_spans(tokenizer, prompt, docs):
     for i, (s, e) in enumerate(prompt.doc_spans):
         position = prompt.order.index(i) + 1
         assert tokenizer.decode(prompt.input_ids[s:e]) == block_text(position, docs[i])
-    tail = tokenizer.decode(prompt.input_ids[prompt.query_start:])
+    tail = tokenizer.decode(prompt.input_ids[prompt.query_start :])
     assert tail.startswith(INSTRUCTIONS["ie"]) or tail.startswith(INSTRUCTIONS["qa"])
     assert tail.endswith(chat_frame(tokenizer).suffix)
 
@@ -146,31 +153,39 @@ def test_truncation_is_reported(tok, caplog):
     docs = [long_doc, DOCS[1]]
     with caplog.at_level(logging.INFO, logger="attnrank.llm.prompts"):
         p = build_rerank_prompts(tok, QUERY, docs, max_doc_words=10).real
-    assert [(t.doc_index, t.doc_id, t.unit, t.original, t.kept) for t in p.truncated] == [
-        (0, "long", "words", 50, 10)]
+    assert [(t.doc_index, t.doc_id, t.unit, t.original, t.kept) for t in p.truncated] == [(0, "long", "words", 50, 10)]
     assert "long 50->10 words" in caplog.text
     assert "[2] Long\nw0 w1 w2 w3 w4 w5 w6 w7 w8 w9\n\n" in p.text
     p = build_rerank_prompts(tok, QUERY, docs, max_doc_words=None, max_doc_tokens=5).real
     assert {t.doc_id: t.unit for t in p.truncated} == {"long": "tokens", "d2": "tokens"}
     cut = p.truncated[0]
     assert cut.kept == 5 and cut.original == len(tok(long_doc.text).input_ids)
-    check_spans(tok, p, [Document("long", tok.decode(tok(long_doc.text).input_ids[:5]), "Long"),
-                         Document("d2", tok.decode(tok(DOCS[1].text).input_ids[:5]), "Berlin")])
+    check_spans(
+        tok,
+        p,
+        [
+            Document("long", tok.decode(tok(long_doc.text).input_ids[:5]), "Long"),
+            Document("d2", tok.decode(tok(DOCS[1].text).input_ids[:5]), "Berlin"),
+        ],
+    )
     assert build_rerank_prompts(tok, QUERY, docs, max_doc_words=None).real.truncated == []
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    ({"query": ""}, "query is empty"),
-    ({"query": "   "}, "query is empty"),
-    ({"docs": []}, "no documents"),
-    ({"order": "random"}, "order='random'"),
-    ({"instruction": ""}, "instruction=''"),
-    ({"max_doc_words": 0}, "max_doc_words=0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"query": ""}, "query is empty"),
+        ({"query": "   "}, "query is empty"),
+        ({"docs": []}, "no documents"),
+        ({"order": "random"}, "order='random'"),
+        ({"instruction": ""}, "instruction=''"),
+        ({"max_doc_words": 0}, "max_doc_words=0"),
+    ],
+)
 def test_bad_input(tok, kwargs, pattern):
     args = {"query": QUERY, "docs": DOCS, **kwargs}
     with pytest.raises(InputError, match=pattern):
-        build_rerank_prompts(tok, args.pop("query"), args.pop("docs"), **args).real
+        build_rerank_prompts(tok, args.pop("query"), args.pop("docs"), **args)
 
 
 def test_plain_strings_and_no_chat_template():
@@ -198,7 +213,7 @@ def test_bos_is_added_once():
 def test_token_merging_across_the_boundary_is_refused():
     tok = make_tokenizer(use_regex=False, merges=[("Ċ", "P")])  # "\nP" is one token
     with pytest.raises(ModelError, match="boundary"):
-        build_rerank_prompts(tok, QUERY, DOCS).real
+        build_rerank_prompts(tok, QUERY, DOCS)
 
 
 def test_answer_prompt(tok):

@@ -6,19 +6,30 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_pruner import DOCS, QUERY, reference
 
 from attnrank.errors import InputError
-from attnrank.prune.probe import (EXTRAS, ProbeExample, SentenceProbe, average_precision, crossfit_scores, design,
-                                  lexical_scores, select_l2, train_probe)
+from attnrank.prune.probe import (
+    EXTRAS,
+    ProbeExample,
+    SentenceProbe,
+    average_precision,
+    crossfit_scores,
+    design,
+    lexical_scores,
+    select_l2,
+    train_probe,
+)
 from attnrank.prune.pruner import ContextPruner
-from test_pruner import DOCS, QUERY, reference
 
 
 def test_design_extras_exact():
     heads = np.array([[1.0, 2.0], [3.0, 0.0], [0.5, 0.5], [2.0, 2.0]])
     positions = [(0, 0), (0, 1), (1, 0), (1, 2)]
     x = design(heads, positions, ["passage", "first", "position", "bm25"], lexical=[0.0, 1.5, 0.0, 2.0])
-    np.testing.assert_allclose(design(heads, positions, ["passage-heads"])[:, 2:], [[2, 1], [2, 1], [1.25, 1.25], [1.25, 1.25]])
+    np.testing.assert_allclose(
+        design(heads, positions, ["passage-heads"])[:, 2:], [[2, 1], [2, 1], [1.25, 1.25], [1.25, 1.25]]
+    )
     np.testing.assert_allclose(x[:, :2], heads)
     # passage: mean head-summed score of the passage's sentences: (3 + 3) / 2, (1 + 4) / 2
     np.testing.assert_allclose(x[:, 2], [3.0, 3.0, 2.5, 2.5])
@@ -92,7 +103,7 @@ def test_train_probe_bad_input():
         crossfit_scores(ex, [(0, 0), (0, 1), (1, 0)], k=5)
 
 
-def test_pruner_features_equal_the_per_head_reference(llm):  # noqa: F811
+def test_pruner_features_equal_the_per_head_reference(llm):
     heads = [(0, 1), (2, 3)]
     scored, feats = ContextPruner(llm, heads).sentence_features(QUERY, DOCS)
     assert feats.shape == (len(scored), 2)
@@ -102,7 +113,7 @@ def test_pruner_features_equal_the_per_head_reference(llm):  # noqa: F811
         np.testing.assert_allclose(feats[:, h], list(ref.values()), atol=1e-6)
 
 
-def test_probe_method_scores_with_the_probe(llm, tmp_path, monkeypatch):  # noqa: F811
+def test_probe_method_scores_with_the_probe(llm, tmp_path, monkeypatch):
     heads = [(0, 1), (2, 3)]
     scored, feats = ContextPruner(llm, heads).sentence_features(QUERY, DOCS)
     positions = [(s.doc_index, s.sentence_index) for s in scored]
@@ -121,7 +132,7 @@ def test_probe_method_scores_with_the_probe(llm, tmp_path, monkeypatch):  # noqa
     assert ContextPruner(llm, method="probe").probe.heads == probe.heads
 
 
-def test_pruner_auto_heads_from_the_registry(llm, tmp_path, monkeypatch):  # noqa: F811
+def test_pruner_auto_heads_from_the_registry(llm, tmp_path, monkeypatch):
     from attnrank.registry import save_head_set
 
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))

@@ -9,27 +9,30 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from _tiny import tiny_model, tiny_tokenizer
+
 from attnrank.errors import InputError
 from attnrank.llm.attention import naive_attention_rows
 from attnrank.llm.models import LLM
 from attnrank.llm.prompts import build_rerank_prompts
-from attnrank.prune.context import PrunedContext, ScoredSentence, select
 from attnrank.prune.config import FOCUS_HINT
+from attnrank.prune.context import PrunedContext, ScoredSentence, select
 from attnrank.prune.pruner import ContextPruner
 from attnrank.types import Document
 
 DOCS = [
-    Document("paris", "Paris is the capital of France. It has 2.1 million people. The Seine flows through it.",
-             "Paris"),
+    Document(
+        "paris", "Paris is the capital of France. It has 2.1 million people. The Seine flows through it.", "Paris"
+    ),
     Document("berlin", "Berlin is the capital of Germany. It is large.", "Berlin"),
     Document("fruit", "Bananas are yellow. Apples are red or green. Dr. Who likes pears.", ""),
 ]
 QUERY = "capital of France?"
-SENTENCES = [["Paris is the capital of France.", "It has 2.1 million people.", "The Seine flows through it."],
-             ["Berlin is the capital of Germany.", "It is large."],
-             ["Bananas are yellow.", "Apples are red or green.", "Dr. Who likes pears."]]
+SENTENCES = [
+    ["Paris is the capital of France.", "It has 2.1 million people.", "The Seine flows through it."],
+    ["Berlin is the capital of Germany.", "It is large."],
+    ["Bananas are yellow.", "Apples are red or green.", "Dr. Who likes pears."],
+]
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +66,23 @@ def reference(llm, query, docs, *, method="query", calibrate=True, heads=None, n
     return out
 
 
-@pytest.mark.parametrize("kw", [
-    {},
-    {"method": "focus"},
-    {"calibrate": False},
-    {"method": "focus", "calibrate": False, "heads": [(0, 1), (2, 3)]},
-    {"heads": [(1, 0), (1, 3)], "length_norm": "none"},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"method": "focus"},
+        {"calibrate": False},
+        {"method": "focus", "calibrate": False, "heads": [(0, 1), (2, 3)]},
+        {"heads": [(1, 0), (1, 3)], "length_norm": "none"},
+    ],
+)
 def test_sentence_scores_equal_brute_force_reference(llm, kw):
-    ref_kw = {"method": kw.get("method", "query"), "calibrate": kw.get("calibrate", True),
-              "heads": kw.get("heads"), "norm": kw.get("length_norm", "sqrt")}
+    ref_kw = {
+        "method": kw.get("method", "query"),
+        "calibrate": kw.get("calibrate", True),
+        "heads": kw.get("heads"),
+        "norm": kw.get("length_norm", "sqrt"),
+    }
     scored = ContextPruner(llm, **kw).score_sentences(QUERY, DOCS)
     ref = reference(llm, QUERY, DOCS, **ref_kw)
     assert [(s.doc_id, s.sentence_index) for s in scored] == list(ref)
@@ -88,8 +98,10 @@ def test_sink_filtering_equals_reference(llm):
     tok = llm.tokenizer
     pair = build_rerank_prompts(tok, QUERY, DOCS, instruction="qa", max_doc_words=None)
     n_ctx = pair.real.query_start
-    rows = [naive_attention_rows(llm.model, torch.tensor([p.input_ids]), p.query_start, None)[:, :n_ctx].double().numpy()
-            for p in (pair.real, pair.calibration)]
+    rows = [
+        naive_attention_rows(llm.model, torch.tensor([p.input_ids]), p.query_start, None)[:, :n_ctx].double().numpy()
+        for p in (pair.real, pair.calibration)
+    ]
     offsets = pair.real.offsets
     spans = []
     for d, sents in zip(DOCS, SENTENCES):
@@ -100,8 +112,9 @@ def test_sink_filtering_equals_reference(llm):
             spans.append((idx[0], idx[-1] + 1))
     mask = content_mask(tok.convert_ids_to_tokens(pair.real.input_ids[:n_ctx]), spans)
     kept = [np.where(mask, r, 0.0) for r in rows]
-    delta = sum(k[h] / k[h].sum() for k in kept[:1] for h in range(k.shape[0])) - \
-        sum(k[h] / k[h].sum() for k in kept[1:] for h in range(k.shape[0]))
+    delta = sum(k[h] / k[h].sum() for k in kept[:1] for h in range(k.shape[0])) - sum(
+        k[h] / k[h].sum() for k in kept[1:] for h in range(k.shape[0])
+    )
     expected = [delta[s:e].sum() / math.sqrt(e - s) for s, e in spans]
     scored = ContextPruner(llm, sink=True).score_sentences(QUERY, DOCS)
     np.testing.assert_allclose([x.score for x in scored], expected, atol=1e-6)
@@ -176,9 +189,11 @@ def test_reading_order_titles_and_documents(llm):
 
 def test_adjacent_sentences_keep_the_original_text_between_them():
     doc = Document("d", "One here.\nTwo there.  Three.", "T")
-    sents = [ScoredSentence(0, "d", 0, "One here.", 0, 9, 9, 1.0, True),
-             ScoredSentence(0, "d", 1, "Two there.", 10, 20, 10, 1.0, True),
-             ScoredSentence(0, "d", 2, "Three.", 22, 28, 6, 0.0, False)]
+    sents = [
+        ScoredSentence(0, "d", 0, "One here.", 0, 9, 9, 1.0, True),
+        ScoredSentence(0, "d", 1, "Two there.", 10, 20, 10, 1.0, True),
+        ScoredSentence(0, "d", 2, "Three.", 22, 28, 6, 0.0, False),
+    ]
     ctx = PrunedContext("q", "query", [doc], sents, 19, "budget_tokens")
     assert ctx.documents()[0].text == "One here.\nTwo there."
     sents[1].kept, sents[2].kept = False, True
@@ -192,8 +207,10 @@ def test_adjacent_sentences_keep_the_original_text_between_them():
 
 
 def _sentences(tokens, scores, docs):
-    return [ScoredSentence(d, str(d), k, f"s{j}", 0, 1, t, s)
-            for j, (t, s, d, k) in enumerate(zip(tokens, scores, *zip(*docs)))]
+    return [
+        ScoredSentence(d, str(d), k, f"s{j}", 0, 1, t, s)
+        for j, (t, s, d, k) in enumerate(zip(tokens, scores, *zip(*docs)))
+    ]
 
 
 def test_selection_with_neighbours():
@@ -214,8 +231,9 @@ def test_neighbours_with_the_model(llm):
     pruner = ContextPruner(llm)
     scored = pruner.score_sentences(QUERY, DOCS)
     best = max(range(len(scored)), key=lambda j: scored[j].score)
-    group = [j for j in (best - 1, best, best + 1)
-             if 0 <= j < len(scored) and scored[j].doc_index == scored[best].doc_index]
+    group = [
+        j for j in (best - 1, best, best + 1) if 0 <= j < len(scored) and scored[j].doc_index == scored[best].doc_index
+    ]
     budget = sum(scored[j].tokens for j in group)
     res = pruner.prune(QUERY, DOCS, budget_tokens=budget, neighbours=1)
     assert [j for j, s in enumerate(res.sentences) if s.kept] == group

@@ -11,16 +11,18 @@ from attnrank.prune.segment import locate_sentences, segment, split_sentences
 def texts(text: str, **kw) -> list[str]:
     sents = split_sentences(text, **kw)
     for s in sents:
-        assert text[s.start:s.end] == s.text
+        assert text[s.start : s.end] == s.text
         assert s.text == s.text.strip() and s.text
     assert [s.start for s in sents] == sorted(s.start for s in sents)
     return [s.text for s in sents]
 
 
 def test_abbreviations_initials_and_decimals():
-    text = ("Dr. Smith met Mr. J. R. R. Tolkien in the U.S. in 1950. He paid $3.5 million, e.g. for "
-            "the rights, i.e. all of them. The U.S. Army agreed. They moved to the U.S. The next year "
-            "was hard. See Fig. 3 and No. 5 of Vol. 2. Apple Inc. is big.")
+    text = (
+        "Dr. Smith met Mr. J. R. R. Tolkien in the U.S. in 1950. He paid $3.5 million, e.g. for "
+        "the rights, i.e. all of them. The U.S. Army agreed. They moved to the U.S. The next year "
+        "was hard. See Fig. 3 and No. 5 of Vol. 2. Apple Inc. is big."
+    )
     assert texts(text) == [
         "Dr. Smith met Mr. J. R. R. Tolkien in the U.S. in 1950.",
         "He paid $3.5 million, e.g. for the rights, i.e. all of them.",
@@ -33,21 +35,37 @@ def test_abbreviations_initials_and_decimals():
 
 
 def test_ellipses_quotes_brackets_and_question_marks():
-    text = ('He said "Stop." Then he left... And then? Nothing! (It was late.) She asked "why?" and '
-            "went on... slowly. Wait... What happened?")
+    text = (
+        'He said "Stop." Then he left... And then? Nothing! (It was late.) She asked "why?" and '
+        "went on... slowly. Wait... What happened?"
+    )
     assert texts(text) == [
-        'He said "Stop."', "Then he left...", "And then?", "Nothing!", "(It was late.)",
-        'She asked "why?" and went on... slowly.', "Wait...", "What happened?",
+        'He said "Stop."',
+        "Then he left...",
+        "And then?",
+        "Nothing!",
+        "(It was late.)",
+        'She asked "why?" and went on... slowly.',
+        "Wait...",
+        "What happened?",
     ]
 
 
 def test_lists_headings_and_line_breaks():
-    text = ("# Recipe\nIngredients:\n- 2 cups flour\n- 1.5 eggs\n1. Mix well. Then bake\n   for an hour.\n"
-            "2) Serve.\n\nA hard-wrapped paragraph that goes on\nover two lines. Next sentence.")
+    text = (
+        "# Recipe\nIngredients:\n- 2 cups flour\n- 1.5 eggs\n1. Mix well. Then bake\n   for an hour.\n"
+        "2) Serve.\n\nA hard-wrapped paragraph that goes on\nover two lines. Next sentence."
+    )
     assert texts(text) == [
-        "# Recipe", "Ingredients:", "- 2 cups flour", "- 1.5 eggs", "1. Mix well.",
-        "Then bake\n   for an hour.", "2) Serve.",
-        "A hard-wrapped paragraph that goes on\nover two lines.", "Next sentence.",
+        "# Recipe",
+        "Ingredients:",
+        "- 2 cups flour",
+        "- 1.5 eggs",
+        "1. Mix well.",
+        "Then bake\n   for an hour.",
+        "2) Serve.",
+        "A hard-wrapped paragraph that goes on\nover two lines.",
+        "Next sentence.",
     ]
 
 
@@ -64,8 +82,7 @@ def test_long_code_block_becomes_line_chunks():
 
 
 def test_no_punctuation_falls_back_to_lines_and_word_chunks():
-    assert texts("first line of words\nsecond line here\nthird") == [
-        "first line of words", "second line here", "third"]
+    assert texts("first line of words\nsecond line here\nthird") == ["first line of words", "second line here", "third"]
     words = " ".join(f"w{i}" for i in range(150))
     out = texts(words, max_words=64)
     assert [len(t.split()) for t in out] == [64, 64, 22]
@@ -88,7 +105,7 @@ def test_pre_split_sentences_are_located_verbatim():
     hotpot = ["Paris is big.", " It is in France.", "  Lyon too.", ""]
     sents = segment(text, hotpot)
     assert [s.text for s in sents] == ["Paris is big.", "It is in France.", "Lyon too."]
-    assert all(text[s.start:s.end] == s.text for s in sents)
+    assert all(text[s.start : s.end] == s.text for s in sents)
     with pytest.raises(InputError, match=r"pre-split sentence #1 'Berlin' is not in the text"):
         locate_sentences(text, ["Paris is big.", "Berlin"])
     with pytest.raises(InputError, match="max_words=0 must be >= 1"):

@@ -22,9 +22,9 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS: list[dict] = []
@@ -33,8 +33,14 @@ _BOX = re.compile(r"[│╭╮╰╯─┃━]")
 
 def env(**extra: str) -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith("ATTNRANK_FAULT")}
-    e.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", COLUMNS="200",
-             TOKENIZERS_PARALLELISM="false", ATTNRANK_THREADS="1")
+    e.update(
+        PYTHONPATH=str(REPO),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        COLUMNS="200",
+        TOKENIZERS_PARALLELISM="false",
+        ATTNRANK_THREADS="1",
+    )
     e.update(extra)
     return e
 
@@ -55,16 +61,28 @@ class Run:
 def cli(*args: str, cwd: Path, extra_env: dict[str, str] | None = None, timeout: float = 120) -> Run:
     """``python -m attnrank.cli ARGS`` in ``cwd`` (PYTHONPATH = this checkout)."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "attnrank.cli", *args], cwd=cwd, env=env(**(extra_env or {})),
-                       capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "attnrank.cli", *args],
+        cwd=cwd,
+        env=env(**(extra_env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return Run(p.returncode, p.stdout, p.stderr, time.perf_counter() - t0)
 
 
 def py(code: str, *, cwd: Path, extra_env: dict[str, str] | None = None, timeout: float = 120) -> Run:
     """A Python snippet in its own process (for the library API and for writers/readers)."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env(**(extra_env or {})),
-                       capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env(**(extra_env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return Run(p.returncode, p.stdout, p.stderr, time.perf_counter() - t0)
 
 
@@ -113,9 +131,20 @@ def first_line(text: str) -> str:
     return lines[0][:260] if lines else ""
 
 
-def judge(case_id: str, group: str, given: str, run: Run, *, exit: int, err: str | Iterable[str] = (),
-          before: dict[str, str] | None = None, after: dict[str, str] | None = None, kept: str = "",
-          check: Callable[[Run], str | None] | None = None, sees: str | None = None) -> Outcome:
+def judge(
+    case_id: str,
+    group: str,
+    given: str,
+    run: Run,
+    *,
+    exit: int,
+    err: str | Iterable[str] = (),
+    before: dict[str, str] | None = None,
+    after: dict[str, str] | None = None,
+    kept: str = "",
+    check: Callable[[Run], str | None] | None = None,
+    sees: str | None = None,
+) -> Outcome:
     """Classify one case's outcome, record it, and return it (the test asserts ``passed``)."""
     frags = [err] if isinstance(err, str) else list(err)
     problems = []
@@ -147,8 +176,19 @@ def judge(case_id: str, group: str, given: str, run: Run, *, exit: int, err: str
         category = "clear error"
     shown = sees if sees is not None else (first_line(run.stderr) if run.rc else first_line(run.stdout))
     expected_cat = "correct result" if exit == 0 else "clear error"
-    out = Outcome(case_id, group, given, _BOX.sub("", shown).strip(), run.rc, kept or "-", category,
-                  expected_cat, not problems and category == expected_cat, round(run.seconds, 2), problems)
+    out = Outcome(
+        case_id,
+        group,
+        given,
+        _BOX.sub("", shown).strip(),
+        run.rc,
+        kept or "-",
+        category,
+        expected_cat,
+        not problems and category == expected_cat,
+        round(run.seconds, 2),
+        problems,
+    )
     RESULTS.append(asdict(out))
     return out
 
@@ -157,9 +197,23 @@ def write_results(path: Path, seconds: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     import resource
 
-    cpu = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-              for f in ("ru_utime", "ru_stime"))
-    path.write_text(json.dumps({"seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
-                                "cpus": len(os.sched_getaffinity(0)), "load_average": round(os.getloadavg()[0], 1),
-                                "python": sys.version.split()[0], "cases": RESULTS}, indent=1, ensure_ascii=False),
-                    encoding="utf-8")
+    cpu = sum(
+        getattr(resource.getrusage(who), f)
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        for f in ("ru_utime", "ru_stime")
+    )
+    path.write_text(
+        json.dumps(
+            {
+                "seconds": round(seconds, 1),
+                "cpu_seconds": round(cpu, 1),
+                "cpus": len(os.sched_getaffinity(0)),
+                "load_average": round(os.getloadavg()[0], 1),
+                "python": sys.version.split()[0],
+                "cases": RESULTS,
+            },
+            indent=1,
+            ensure_ascii=False,
+        ),
+        encoding="utf-8",
+    )

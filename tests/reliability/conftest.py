@@ -13,14 +13,21 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import _harness  # noqa: E402
+import _harness
 
 _T0 = time.perf_counter()
-RESULTS_JSON = Path(os.environ.get("ATTNRANK_RELIABILITY_JSON", _harness.REPO / "build" / "reliability" / "results.json"))
+RESULTS_JSON = Path(
+    os.environ.get("ATTNRANK_RELIABILITY_JSON", _harness.REPO / "build" / "reliability" / "results.json")
+)
 
-B_DOCS = [("b0", "Kyoto temples and gardens in autumn."), ("b1", "Sourdough bread needs a starter culture."),
-          ("b2", "Glaciers carve U-shaped valleys."), ("b3", "The violin has four strings."),
-          ("b4", "Octopuses have three hearts."), ("b5", "Saturn's rings are mostly ice.")]
+B_DOCS = [
+    ("b0", "Kyoto temples and gardens in autumn."),
+    ("b1", "Sourdough bread needs a starter culture."),
+    ("b2", "Glaciers carve U-shaped valleys."),
+    ("b3", "The violin has four strings."),
+    ("b4", "Octopuses have three hearts."),
+    ("b5", "Saturn's rings are mostly ice."),
+]
 
 
 @pytest.fixture(scope="session")

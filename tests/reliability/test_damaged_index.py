@@ -12,8 +12,16 @@ import pytest
 from _harness import cli, judge, snapshot
 
 SEARCH = ["search", "cancer", "--name", "a", "--mode", "bm25", "-k", "3"]
-FILES = ["manifest.json", "docs.jsonl", "bm25/data.npy", "bm25/indices.npy", "bm25/indptr.npy", "bm25/vocab.json",
-         "bm25/params.json", "dense/index.faiss"]
+FILES = [
+    "manifest.json",
+    "docs.jsonl",
+    "bm25/data.npy",
+    "bm25/indices.npy",
+    "bm25/indptr.npy",
+    "bm25/vocab.json",
+    "bm25/params.json",
+    "dense/index.faiss",
+]
 
 
 def _npy_offset(p: Path) -> int:
@@ -31,6 +39,7 @@ def _set_byte(rel: str, where, value: int):
         off = where(p, raw)
         raw[off] = value if value >= 0 else raw[off] ^ (-value)
         p.write_bytes(bytes(raw))
+
     return mutate
 
 
@@ -42,6 +51,7 @@ def _replace(rel: str, old: bytes, new: bytes):
         raw = p.read_bytes()
         assert old in raw, (rel, old)
         p.write_bytes(raw.replace(old, new, 1))
+
     return mutate
 
 
@@ -51,7 +61,7 @@ def _vocab_unsorted(ix: Path) -> None:
     i = next(i for i, t in enumerate(terms) if t.isascii() and t.isalpha() and len(t) > 3)
     raw = p.read_text()
     pos = raw.index(json.dumps(terms[i]))
-    p.write_text(raw[:pos + 1] + "~" + raw[pos + 2:])  # same size, now sorts after every later term
+    p.write_text(raw[: pos + 1] + "~" + raw[pos + 2 :])  # same size, now sorts after every later term
 
 
 def _weight(i: int):  # the byte holding sign + high exponent bits of float32 weight #i
@@ -63,42 +73,114 @@ def _mid(p: Path, raw: bytearray) -> int:
 
 
 FLIPS = [
-    ("bm25/data.npy", "exponent byte of a weight overwritten (0x7F: weight ~1e38)", _set_byte("bm25/data.npy", _weight(5), 0x7F),
-     "weights not finite or beyond the BM25 bound"),
-    ("bm25/data.npy", "a weight's sign and exponent set to NaN (0xFF)", _set_byte("bm25/data.npy", _weight(9), 0xFF),
-     "weights not finite or beyond the BM25 bound"),
-    ("bm25/indices.npy", "high byte of a document position flipped", _set_byte("bm25/indices.npy", _weight(7), 0x7F),
-     "document positions outside [0, 55)"),
-    ("bm25/indptr.npy", "a byte in the middle of the column pointers flipped",
-     _set_byte("bm25/indptr.npy", lambda p, raw: _npy_offset(p) + 8 * 40 + 2, 0x7F), "indptr is not monotone"),
-    ("bm25/indptr.npy", "the .npy header's dtype changed ('<i8' -> '<f8')", _replace("bm25/indptr.npy", b"<i8", b"<f8"),
-     "array types or shapes"),
-    ("bm25/vocab.json", "a term's first letter changed (same size)", _vocab_unsorted, "vocabulary not sorted and unique"),
-    ("bm25/vocab.json", "a quote removed (invalid JSON, same size)", _replace("bm25/vocab.json", b'", "', b'"  "'),
-     "cannot be read"),
-    ("bm25/params.json", "k1 0.9 -> 0.8 (same size)", _replace("bm25/params.json", b'"k1": 0.9', b'"k1": 0.8'),
-     "the BM25 settings in bm25/params.json disagree with the manifest"),
-    ("docs.jsonl", "a letter of a text changed (same size)", _replace("docs.jsonl", b"Nuclear receptors", b"Nuclear receptorz"),
-     "docs.jsonl does not match the corpus checksum"),
-    ("docs.jsonl", "a quote replaced (invalid JSON, same size)", _replace("docs.jsonl", b'{"id"', b'{ id"'),
-     "docs.jsonl:1: not a document record"),
-    ("dense/index.faiss", "the vector count (ntotal) in the header changed", _set_byte("dense/index.faiss", lambda p, r: 8, -1),
-     "index.faiss"),
-    ("dense/index.faiss", "the dimension in the header changed", _set_byte("dense/index.faiss", lambda p, r: 4, -2),
-     "index.faiss"),
-    ("manifest.json", "format_version 1 -> 7 (same size)", _replace("manifest.json", b'"format_version": 1', b'"format_version": 7'),
-     "has index format version 7, this attnrank reads version 1"),
-    ("manifest.json", "a recorded file size changed (same size)", _replace("manifest.json", b'"bytes": ', b'"bytes":1'),
-     "is missing or has the wrong size"),
-    ("manifest.json", "a brace replaced (invalid JSON)", _replace("manifest.json", b"{", b"["), "manifest.json is corrupted"),
+    (
+        "bm25/data.npy",
+        "exponent byte of a weight overwritten (0x7F: weight ~1e38)",
+        _set_byte("bm25/data.npy", _weight(5), 0x7F),
+        "weights not finite or beyond the BM25 bound",
+    ),
+    (
+        "bm25/data.npy",
+        "a weight's sign and exponent set to NaN (0xFF)",
+        _set_byte("bm25/data.npy", _weight(9), 0xFF),
+        "weights not finite or beyond the BM25 bound",
+    ),
+    (
+        "bm25/indices.npy",
+        "high byte of a document position flipped",
+        _set_byte("bm25/indices.npy", _weight(7), 0x7F),
+        "document positions outside [0, 55)",
+    ),
+    (
+        "bm25/indptr.npy",
+        "a byte in the middle of the column pointers flipped",
+        _set_byte("bm25/indptr.npy", lambda p, raw: _npy_offset(p) + 8 * 40 + 2, 0x7F),
+        "indptr is not monotone",
+    ),
+    (
+        "bm25/indptr.npy",
+        "the .npy header's dtype changed ('<i8' -> '<f8')",
+        _replace("bm25/indptr.npy", b"<i8", b"<f8"),
+        "array types or shapes",
+    ),
+    (
+        "bm25/vocab.json",
+        "a term's first letter changed (same size)",
+        _vocab_unsorted,
+        "vocabulary not sorted and unique",
+    ),
+    (
+        "bm25/vocab.json",
+        "a quote removed (invalid JSON, same size)",
+        _replace("bm25/vocab.json", b'", "', b'"  "'),
+        "cannot be read",
+    ),
+    (
+        "bm25/params.json",
+        "k1 0.9 -> 0.8 (same size)",
+        _replace("bm25/params.json", b'"k1": 0.9', b'"k1": 0.8'),
+        "the BM25 settings in bm25/params.json disagree with the manifest",
+    ),
+    (
+        "docs.jsonl",
+        "a letter of a text changed (same size)",
+        _replace("docs.jsonl", b"Nuclear receptors", b"Nuclear receptorz"),
+        "docs.jsonl does not match the corpus checksum",
+    ),
+    (
+        "docs.jsonl",
+        "a quote replaced (invalid JSON, same size)",
+        _replace("docs.jsonl", b'{"id"', b'{ id"'),
+        "docs.jsonl:1: not a document record",
+    ),
+    (
+        "dense/index.faiss",
+        "the vector count (ntotal) in the header changed",
+        _set_byte("dense/index.faiss", lambda p, r: 8, -1),
+        "index.faiss",
+    ),
+    (
+        "dense/index.faiss",
+        "the dimension in the header changed",
+        _set_byte("dense/index.faiss", lambda p, r: 4, -2),
+        "index.faiss",
+    ),
+    (
+        "manifest.json",
+        "format_version 1 -> 7 (same size)",
+        _replace("manifest.json", b'"format_version": 1', b'"format_version": 7'),
+        "has index format version 7, this attnrank reads version 1",
+    ),
+    (
+        "manifest.json",
+        "a recorded file size changed (same size)",
+        _replace("manifest.json", b'"bytes": ', b'"bytes":1'),
+        "is missing or has the wrong size",
+    ),
+    (
+        "manifest.json",
+        "a brace replaced (invalid JSON)",
+        _replace("manifest.json", b"{", b"["),
+        "manifest.json is corrupted",
+    ),
 ]
 
 
 def _case(case_id: str, given: str, work: Path, args: list[str], exit: int, err, check=None):
     before = snapshot(work)
     run = cli(*args, cwd=work)
-    out = judge(case_id, "damaged index", given, run, exit=exit, err=err, before=before, after=snapshot(work),
-                kept="the index files exactly as they were (nothing rewritten)", check=check)
+    out = judge(
+        case_id,
+        "damaged index",
+        given,
+        run,
+        exit=exit,
+        err=err,
+        before=before,
+        after=snapshot(work),
+        kept="the index files exactly as they were (nothing rewritten)",
+        check=check,
+    )
     assert out.passed, out.problems
     return run
 
@@ -124,8 +206,14 @@ def test_low_bit_flip_needs_verify(rel: str, work: Path, index_a: Path) -> None:
     raw = bytearray(p.read_bytes())
     raw[-12] ^= 1
     p.write_bytes(bytes(raw))
-    _case(f"verify-{rel}", f"{rel}: lowest bit of a value flipped, searched with --verify", work, [*SEARCH, "--verify"],
-          1, [f"{rel} fails its SHA-256 check"])
+    _case(
+        f"verify-{rel}",
+        f"{rel}: lowest bit of a value flipped, searched with --verify",
+        work,
+        [*SEARCH, "--verify"],
+        1,
+        [f"{rel} fails its SHA-256 check"],
+    )
 
 
 def test_verify_intact_index(work: Path, index_a: Path) -> None:
@@ -143,5 +231,11 @@ def test_damaged_vectors_never_printed(work: Path, index_a: Path) -> None:
     for i in range(1, 40):  # the high byte of 39 vector components spread over the vectors
         raw[len(raw) - 4 * 384 * i + 3 - 4 * i] = 0x7F
     p.write_bytes(bytes(raw))
-    _case("flip-dense-vectors", "dense/index.faiss: exponent bytes of vector components overwritten; hybrid search",
-          work, ["search", "cancer", "--name", "a", "-k", "3", "-q"], 1, ["cosine scores outside [-1, 1]"])
+    _case(
+        "flip-dense-vectors",
+        "dense/index.faiss: exponent bytes of vector components overwritten; hybrid search",
+        work,
+        ["search", "cancer", "--name", "a", "-k", "3", "-q"],
+        1,
+        ["cosine scores outside [-1, 1]"],
+    )

@@ -21,8 +21,10 @@ import pytest
 from _harness import Run, cli, env, judge, snapshot
 
 SEARCH = ["search", "cancer", "--name", "a", "--mode", "bm25", "-k", "3", "-q"]
-CORPUS_B = "".join(json.dumps({"id": f"n{i}", "text": t}) + "\n" for i, t in enumerate(
-    ["Volcanoes erupt lava.", "Cancer cells divide quickly.", "Rivers flow to the sea."]))
+CORPUS_B = "".join(
+    json.dumps({"id": f"n{i}", "text": t}) + "\n"
+    for i, t in enumerate(["Volcanoes erupt lava.", "Cancer cells divide quickly.", "Rivers flow to the sea."])
+)
 
 
 def _same_as(expected: str):
@@ -42,9 +44,17 @@ def test_cli_build_faults_keep_previous_index(work: Path, index_a: Path) -> None
     build = ["index", "new.jsonl", "--name", "a", "-q"]
 
     run = cli(*build, cwd=work, extra_env={"ATTNRANK_FAULT": "save-in-tmp:enospc"})
-    out = judge("build-enospc", "build faults", "disk full while `attnrank index` writes the new index", run, exit=1,
-                err=["No space left on device", "free some disk space", "existing indexes and files were kept"],
-                before=kept, after=snapshot(index_a), kept="the previous index, byte for byte; no temporary folder")
+    out = judge(
+        "build-enospc",
+        "build faults",
+        "disk full while `attnrank index` writes the new index",
+        run,
+        exit=1,
+        err=["No space left on device", "free some disk space", "existing indexes and files were kept"],
+        before=kept,
+        after=snapshot(index_a),
+        kept="the previous index, byte for byte; no temporary folder",
+    )
     assert out.passed and _leftovers(index_a.parent, "a") == [], (out.problems, _leftovers(index_a.parent, "a"))
 
     left = []
@@ -55,19 +65,33 @@ def test_cli_build_faults_keep_previous_index(work: Path, index_a: Path) -> None
         assert all(f"removed indexes/{s}," in killed.stderr for s in left), killed.stderr
         left = _leftovers(index_a.parent, "a")
         run = cli(*SEARCH, cwd=work)
-        out = judge(f"build-kill-{point}", "build faults", f"kill -9 of `attnrank index` at {point}, then search", run,
-                    exit=0, check=_same_as(reference.stdout), before=kept, after=snapshot(index_a),
-                    kept="the previous index, byte for byte (the temporary folder is left for the next build)")
+        out = judge(
+            f"build-kill-{point}",
+            "build faults",
+            f"kill -9 of `attnrank index` at {point}, then search",
+            run,
+            exit=0,
+            check=_same_as(reference.stdout),
+            before=kept,
+            after=snapshot(index_a),
+            kept="the previous index, byte for byte (the temporary folder is left for the next build)",
+        )
         assert out.passed, out.problems
     stale = _leftovers(index_a.parent, "a")
     assert len(stale) == 1 and all(re.fullmatch(r"\.a\.tmp-\d+-[0-9a-f]{8}", s) for s in stale), stale
 
     run = cli(*build, cwd=work)
-    out = judge("build-after-kills", "build faults", "the next `attnrank index` after a killed build", run, exit=0,
-                err=[f"removed indexes/{s}, left by an index build that was killed" for s in stale],
-                check=lambda r: None if "indexed 3 documents" in r.stdout else r.stdout,
-                sees="indexed 3 documents; a warning names each stale temporary folder removed",
-                kept="the new index; stale temporary folders removed")
+    out = judge(
+        "build-after-kills",
+        "build faults",
+        "the next `attnrank index` after a killed build",
+        run,
+        exit=0,
+        err=[f"removed indexes/{s}, left by an index build that was killed" for s in stale],
+        check=lambda r: None if "indexed 3 documents" in r.stdout else r.stdout,
+        sees="indexed 3 documents; a warning names each stale temporary folder removed",
+        kept="the new index; stale temporary folders removed",
+    )
     assert out.passed and _leftovers(index_a.parent, "a") == [], out.problems
     run = cli("search", "cancer", "--name", "a", "--mode", "bm25", "-k", "1", cwd=work)
     assert run.rc == 0 and " n1 " in run.stdout, run.stdout
@@ -82,8 +106,14 @@ HybridRetriever.load(sys.argv[1]).save(sys.argv[2])
 
 def _writer(src: Path, target: Path, cwd: Path, fault: str | None) -> Run:
     e = env(**({"ATTNRANK_FAULT": fault} if fault else {}))
-    p = subprocess.run([sys.executable, "-c", WRITER, str(src), str(target)], cwd=cwd, env=e,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", WRITER, str(src), str(target)],
+        cwd=cwd,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return Run(p.returncode, p.stdout, p.stderr, 0.0)
 
 
@@ -94,15 +124,30 @@ def test_writer_killed_at_each_point(work: Path, index_a: Path, prebuilt) -> Non
         w = _writer(prebuilt[1], index_a, work, point)
         assert w.rc == -9, w.stderr[-300:]
         run = cli(*SEARCH, cwd=work)
-        out = judge(f"writer-kill-{point}", "build faults", f"kill -9 of a save at {point}, then search", run, exit=0,
-                    check=_same_as(reference), before=kept, after=snapshot(index_a), kept="the previous index, byte for byte")
+        out = judge(
+            f"writer-kill-{point}",
+            "build faults",
+            f"kill -9 of a save at {point}, then search",
+            run,
+            exit=0,
+            check=_same_as(reference),
+            before=kept,
+            after=snapshot(index_a),
+            kept="the previous index, byte for byte",
+        )
         assert out.passed, out.problems
     w = _writer(prebuilt[1], index_a, work, "save-after-swap")
     assert w.rc == -9
     run = cli("search", "glaciers", "--name", "a", "--mode", "bm25", "-k", "1", "--verify", cwd=work)
-    out = judge("writer-kill-save-after-swap", "build faults", "kill -9 right after the swap, then search --verify",
-                run, exit=0, check=lambda r: None if " b2 " in r.stdout else r.stdout,
-                kept="the new index, complete (verified); the old one is a stale folder")
+    out = judge(
+        "writer-kill-save-after-swap",
+        "build faults",
+        "kill -9 right after the swap, then search --verify",
+        run,
+        exit=0,
+        check=lambda r: None if " b2 " in r.stdout else r.stdout,
+        kept="the new index, complete (verified); the old one is a stale folder",
+    )
     assert out.passed, out.problems
 
 
@@ -111,8 +156,15 @@ def test_first_build_killed_leaves_no_index(work: Path, prebuilt) -> None:
     w = _writer(prebuilt[0], target, work, "save-before-swap")
     assert w.rc == -9
     run = cli("search", "x", "--name", "fresh", cwd=work)
-    out = judge("first-build-killed", "build faults", "the first build of an index killed before its swap, then search",
-                run, exit=1, err=["no index at indexes/fresh"], kept="nothing half-written is loadable")
+    out = judge(
+        "first-build-killed",
+        "build faults",
+        "the first build of an index killed before its swap, then search",
+        run,
+        exit=1,
+        err=["no index at indexes/fresh"],
+        kept="nothing half-written is loadable",
+    )
     assert out.passed, out.problems
 
 
@@ -129,11 +181,21 @@ def test_stale_folders_of_live_builds_are_kept(work: Path, prebuilt) -> None:
     w = _writer(prebuilt[0], parent / "a", work, None)
     left = _leftovers(parent, "a")
     sees = w.stderr.strip().splitlines()[0] if w.stderr.strip() else ""
-    ok = (w.rc == 0 and left == [f".a.tmp-{live}-feedbeef"] and (parent / ".other.tmp-1-00000000").is_dir()
-          and f"process {gone} is gone" in sees)
-    out = judge("stale-live-kept", "build faults", "a save next to a dead build's and a live build's temporary folders",
-                Run(0 if ok else 1, "", w.stderr, 0), exit=0, sees=sees,
-                kept="the live build's folder and other indexes' folders")
+    ok = (
+        w.rc == 0
+        and left == [f".a.tmp-{live}-feedbeef"]
+        and (parent / ".other.tmp-1-00000000").is_dir()
+        and f"process {gone} is gone" in sees
+    )
+    out = judge(
+        "stale-live-kept",
+        "build faults",
+        "a save next to a dead build's and a live build's temporary folders",
+        Run(0 if ok else 1, "", w.stderr, 0),
+        exit=0,
+        sees=sees,
+        kept="the live build's folder and other indexes' folders",
+    )
     assert out.passed and ok, (left, w.stderr)
 
 
@@ -177,31 +239,78 @@ def test_concurrent_readers_see_old_or_new(work: Path, index_a: Path, prebuilt) 
     for side, src in (("A", prebuilt[0]), ("B", prebuilt[1])):
         shutil.rmtree(index_a)
         shutil.copytree(src, index_a)
-        outs[side] = cli("search", "the cancer glaciers", "--name", "a", "--mode", "bm25", "-k", "3", "-q", cwd=work).stdout
+        outs[side] = cli(
+            "search", "the cancer glaciers", "--name", "a", "--mode", "bm25", "-k", "3", "-q", cwd=work
+        ).stdout
     slow = env(ATTNRANK_FAULT="load-after-manifest:sleep0.05")
-    writer = subprocess.Popen([sys.executable, "-c", SWAPPER, str(prebuilt[0]), str(prebuilt[1]), str(index_a), "40"],
-                              cwd=work, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(prebuilt[0]), str(prebuilt[1]), str(index_a), "40"],
+        cwd=work,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert writer.stdout.readline().strip() == "ready"  # readers start once the swaps do
-    api = subprocess.Popen([sys.executable, "-c", READER, str(index_a), ids_a, ids_b, "25"], cwd=work, env=slow,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    readers = [subprocess.Popen([sys.executable, "-m", "attnrank.cli", "search", "the cancer glaciers", "--name", "a",
-                                 "--mode", "bm25", "-k", "3", "-q"], cwd=work, env=slow, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    api = subprocess.Popen(
+        [sys.executable, "-c", READER, str(index_a), ids_a, ids_b, "25"],
+        cwd=work,
+        env=slow,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    readers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "attnrank.cli",
+                "search",
+                "the cancer glaciers",
+                "--name",
+                "a",
+                "--mode",
+                "bm25",
+                "-k",
+                "3",
+                "-q",
+            ],
+            cwd=work,
+            env=slow,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     for i, p in enumerate(readers):
         so, se = p.communicate(timeout=120)
         run = Run(p.returncode, so, se, 0)
-        out = judge(f"concurrent-cli-reader-{i}", "concurrency", "`attnrank search` while a writer swaps A/B in place",
-                    run, exit=0, check=lambda r: None if r.stdout in outs.values() else f"mixed output {r.stdout!r}",
-                    kept="each reader printed exactly index A's or index B's results")
+        out = judge(
+            f"concurrent-cli-reader-{i}",
+            "concurrency",
+            "`attnrank search` while a writer swaps A/B in place",
+            run,
+            exit=0,
+            check=lambda r: None if r.stdout in outs.values() else f"mixed output {r.stdout!r}",
+            kept="each reader printed exactly index A's or index B's results",
+        )
         assert out.passed, (out.problems, se[-600:])
     so, se = api.communicate(timeout=180)
     _, we = writer.communicate(timeout=180)
     assert writer.returncode == 0, we[-500:]
     seen = json.loads(so) if api.returncode == 0 else {}
     run = Run(api.returncode if seen.get("mix", 1) == 0 else 1, so, se, 0)
-    out = judge("concurrent-api-reader", "concurrency", "25 library loads while a writer swaps A/B 40 times", run,
-                exit=0, sees=f"{seen.get('A')} loads saw A, {seen.get('B')} saw B, {seen.get('mix')} a mix",
-                kept="every load consistent (documents, BM25, FAISS and results of one index)")
+    out = judge(
+        "concurrent-api-reader",
+        "concurrency",
+        "25 library loads while a writer swaps A/B 40 times",
+        run,
+        exit=0,
+        sees=f"{seen.get('A')} loads saw A, {seen.get('B')} saw B, {seen.get('mix')} a mix",
+        kept="every load consistent (documents, BM25, FAISS and results of one index)",
+    )
     assert out.passed, (out.problems, se[-800:])
     assert _leftovers(index_a.parent, "a") == []
 
@@ -242,8 +351,14 @@ for name, fn in cases.items():
 API_EXPECT = {
     "api-search-batch-ids": ('search_batch(["a","b"], query_ids=["x"])', "2 queries but 1 query_ids"),
     "api-search-k-neg": ("search(q, k=-1)", "k=-1 must be a positive integer"),
-    "api-rank-k-neg": ("AttentionReranker.rank(q, docs, k=-1)", "k=-1 must be None (all documents) or a positive integer"),
-    "api-rank-k-zero": ("AttentionReranker.rank(q, docs, k=0)", "k=0 must be None (all documents) or a positive integer"),
+    "api-rank-k-neg": (
+        "AttentionReranker.rank(q, docs, k=-1)",
+        "k=-1 must be None (all documents) or a positive integer",
+    ),
+    "api-rank-k-zero": (
+        "AttentionReranker.rank(q, docs, k=0)",
+        "k=0 must be None (all documents) or a positive integer",
+    ),
     "api-rank-dup-ids": ("rank() with two documents of id 'a'", "document #3 repeats the id 'a'"),
     "api-rank-batch-ids": ("rank_batch(2 queries, query_ids=['x'])", "2 queries but 1 query_ids"),
 }
@@ -253,8 +368,14 @@ API_EXPECT = {
 def built_api_cases(prebuilt, tiny_model_path, work):
     """Run every library-API case in one process (the tiny LLM loads once); one row each."""
     index, model, cwd = prebuilt[0], tiny_model_path, work
-    p = subprocess.run([sys.executable, "-c", API_CASES, str(index), str(model)], cwd=cwd, env=env(),
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", API_CASES, str(index), str(model)],
+        cwd=cwd,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-1000:]
     out = []
     for line in p.stdout.splitlines():

@@ -45,12 +45,20 @@ def test_build_with_force_and_skip_invalid(mixed_index) -> None:
             return f"the skip report is not printed exactly once: {r.stderr!r}"
         return None
 
-    out = judge("unicode-5mb-loop-force-build", "unusual input",
-                "`index DIR --force --skip-invalid` over a user folder; DIR: CJK, emoji, RTL, a 5 MB file, a "
-                "non-UTF-8 file, a symlink loop", run, exit=0, check=check, before=before, after=after,
-                err=["replacing user, which is not an attnrank index, because of --force"],
-                sees="indexed 5 documents; the skipped file reported once; a warning names the replaced folder",
-                kept="the corpus folder unchanged (the user folder replaced, as --force asked)")
+    out = judge(
+        "unicode-5mb-loop-force-build",
+        "unusual input",
+        "`index DIR --force --skip-invalid` over a user folder; DIR: CJK, emoji, RTL, a 5 MB file, a "
+        "non-UTF-8 file, a symlink loop",
+        run,
+        exit=0,
+        check=check,
+        before=before,
+        after=after,
+        err=["replacing user, which is not an attnrank index, because of --force"],
+        sees="indexed 5 documents; the skipped file reported once; a warning names the replaced folder",
+        kept="the corpus folder unchanged (the user folder replaced, as --force asked)",
+    )
     assert out.passed, out.problems
 
 
@@ -74,14 +82,30 @@ def test_unusual_queries(case_id, given, query, top, mixed_index) -> None:
         lines = r.stdout.splitlines()
         return None if lines and lines[0].split()[1] == top else f"top hit is not {top}: {r.stdout[:200]!r}"
 
-    out = judge(case_id, "unusual input", given, run, exit=0, check=check, before=before, after=snapshot(w / "user"),
-                kept="the index unchanged")
+    out = judge(
+        case_id,
+        "unusual input",
+        given,
+        run,
+        exit=0,
+        check=check,
+        before=before,
+        after=snapshot(w / "user"),
+        kept="the index unchanged",
+    )
     assert out.passed, out.problems
 
 
 def test_symlink_loop_corpus_file(tmp_path: Path) -> None:
     (tmp_path / "c.jsonl").symlink_to("c.jsonl")
     run = cli("index", "c.jsonl", "--name", "n", "-q", cwd=tmp_path)
-    out = judge("corpus-file-symlink-loop", "unusual input", "a corpus file that is a symbolic link to itself", run,
-                exit=1, err=["corpus path 'c.jsonl' is a symbolic link that leads nowhere (broken, or a loop)"], kept="-")
+    out = judge(
+        "corpus-file-symlink-loop",
+        "unusual input",
+        "a corpus file that is a symbolic link to itself",
+        run,
+        exit=1,
+        err=["corpus path 'c.jsonl' is a symbolic link that leads nowhere (broken, or a loop)"],
+        kept="-",
+    )
     assert out.passed, out.problems

@@ -8,13 +8,13 @@ import logging
 import numpy as np
 import pytest
 import torch
-
 from _tiny import RERANK_QUERY, rerank_docs
+
 from attnrank.errors import InputError
 from attnrank.llm.attention import naive_attention_rows
 from attnrank.llm.prompts import build_rerank_prompts
-from attnrank.rerank.attention import AttentionReranker
 from attnrank.llm.rows import document_scores, token_scores
+from attnrank.rerank.attention import AttentionReranker
 from attnrank.types import RankedResults, ScoredDocument
 
 DOCS = rerank_docs()
@@ -32,13 +32,16 @@ def reference_scores(llm, query, docs, heads=None, calibrate=True, last=False, u
     return document_scores(token_scores(delta), pair.doc_spans, use_filter=use_filter)
 
 
-@pytest.mark.parametrize("kw,ref_kw", [
-    ({}, {}),
-    ({"calibrate": False}, {"calibrate": False}),
-    ({"query_span": "last"}, {"last": True}),
-    ({"token_filter": False}, {"use_filter": False}),
-    ({"heads": [(1, 3), (2, 0), (2, 1)]}, {"heads": [(1, 3), (2, 0), (2, 1)]}),
-])
+@pytest.mark.parametrize(
+    "kw,ref_kw",
+    [
+        ({}, {}),
+        ({"calibrate": False}, {"calibrate": False}),
+        ({"query_span": "last"}, {"last": True}),
+        ({"token_filter": False}, {"use_filter": False}),
+        ({"heads": [(1, 3), (2, 0), (2, 1)]}, {"heads": [(1, 3), (2, 0), (2, 1)]}),
+    ],
+)
 def test_scores_equal_brute_force_reference(llm, kw, ref_kw):
     ours = AttentionReranker(llm, **kw).score(QUERY, DOCS)
     ref = reference_scores(llm, QUERY, DOCS, **ref_kw)
@@ -47,8 +50,11 @@ def test_scores_equal_brute_force_reference(llm, kw, ref_kw):
 
 
 def test_rank_returns_sorted_typed_results_with_previous_stage(llm):
-    first = RankedResults(QUERY, [ScoredDocument(d.id, 10.0 - i, i + 1, d.text, d.title, {"bm25": 10.0 - i})
-                                  for i, d in enumerate(DOCS)], query_id="q7")
+    first = RankedResults(
+        QUERY,
+        [ScoredDocument(d.id, 10.0 - i, i + 1, d.text, d.title, {"bm25": 10.0 - i}) for i, d in enumerate(DOCS)],
+        query_id="q7",
+    )
     res = AttentionReranker(llm).rank(QUERY, first, k=3, return_evidence=True)
     assert isinstance(res, RankedResults) and res.stage == "attention" and res.query_id == "q7"
     assert len(res) == 3 and [r.rank for r in res] == [1, 2, 3]

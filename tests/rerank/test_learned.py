@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from attnrank.errors import InputError
+from attnrank.llm.rows import window_features
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.learned import (
     LearnedHeadWeights,
@@ -18,7 +19,6 @@ from attnrank.rerank.learned import (
     standardise,
     train_head_weights,
 )
-from attnrank.llm.rows import window_features
 from attnrank.types import Document, ScoredDocument
 
 HEADS = [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
@@ -35,8 +35,17 @@ def synthetic(n_queries=80, n_docs=25, seed=0, groups=("a",)) -> list[QueryFeatu
         raw = x * rng.uniform(0.01, 3.0) + rng.normal(0, 5)
         p = 1 / (1 + np.exp(-(standardise(raw) @ W_TRUE - 2.0)))
         labels = (rng.uniform(size=n_docs) < p).astype(int)
-        out.append(QueryFeatures(f"q{q}", [f"d{i}" for i in range(n_docs)], raw, labels, list(HEADS),
-                                 first_stage=rng.normal(size=n_docs), group=groups[q % len(groups)]))
+        out.append(
+            QueryFeatures(
+                f"q{q}",
+                [f"d{i}" for i in range(n_docs)],
+                raw,
+                labels,
+                list(HEADS),
+                first_stage=rng.normal(size=n_docs),
+                group=groups[q % len(groups)],
+            )
+        )
     return out
 
 
@@ -145,20 +154,27 @@ def test_stage_features_learned_and_missing_values():
     assert w.stage_weights[0] > 1.0 and abs(w.stage_weights[1]) < 0.5 * w.stage_weights[0]
     plain = train_head_weights(ex, l2=0.1)
     ap = lambda m: kfold_evaluate(ex, k=3, l2=0.1, **m)  # noqa: E731
-    assert np.mean([f["learned"]["nDCG@10"] for f in ap({"stages": ["dense"]})]) > \
-        np.mean([f["learned"]["nDCG@10"] for f in ap({})])
+    assert np.mean([f["learned"]["nDCG@10"] for f in ap({"stages": ["dense"]})]) > np.mean(
+        [f["learned"]["nDCG@10"] for f in ap({})]
+    )
     q = ex[0]
-    np.testing.assert_allclose(w.score_features(q.features, stages=q.stages),
-                               np.column_stack([standardise(q.features), standardise(np.column_stack(
-                                   [q.stages["dense"], q.stages["bm25"]]))]) @ np.r_[w.weights, w.stage_weights] + w.bias)
+    np.testing.assert_allclose(
+        w.score_features(q.features, stages=q.stages),
+        np.column_stack([standardise(q.features), standardise(np.column_stack([q.stages["dense"], q.stages["bm25"]]))])
+        @ np.r_[w.weights, w.stage_weights]
+        + w.bias,
+    )
     assert plain.stage_weights == [] and LearnedHeadWeights.from_json(w.to_json()).stage_weights == w.stage_weights
     with pytest.raises(InputError, match=r"no \['bm25'\] stage scores"):
         w.score_features(q.features, stages={"dense": q.stages["dense"]})
 
 
 # --------------------------------------------------------------------------- with the reranker
-DOCS = [Document("paris", "Paris is the capital of France."), Document("berlin", "Berlin is in Germany."),
-        Document("banana", "Bananas are yellow.")]
+DOCS = [
+    Document("paris", "Paris is the capital of France."),
+    Document("berlin", "Berlin is in Germany."),
+    Document("banana", "Bananas are yellow."),
+]
 
 
 def test_features_from_windows(llm):
@@ -175,8 +191,12 @@ def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
     with pytest.raises(InputError, match="no learned head weights in the head registry for model 'tiny-llama'"):
         AttentionReranker(llm, scorer="learned")
     heads = [(0, 2), (1, 1), (1, 3)]
-    ex = [QueryFeatures(f"q{i}", ["a", "b", "c"], np.random.default_rng(i).normal(size=(3, 3)), np.array([1, 0, 0]),
-                        heads) for i in range(6)]
+    ex = [
+        QueryFeatures(
+            f"q{i}", ["a", "b", "c"], np.random.default_rng(i).normal(size=(3, 3)), np.array([1, 0, 0]), heads
+        )
+        for i in range(6)
+    ]
     w = train_head_weights(ex, calibrate=True, use_filter=True)
     w.save(llm.model_id, llm.fingerprint)
     rr = AttentionReranker(llm, scorer="learned")
@@ -184,15 +204,18 @@ def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
     scores = rr.score("capital of France?", DOCS)
     ref = w.score_features(window_features(AttentionReranker(llm, heads).windows("capital of France?", DOCS), 3).T)
     np.testing.assert_allclose(scores, ref, atol=1e-9)
-    res = AttentionReranker(llm, scorer=w).rank("capital of France?", [
-        ScoredDocument(d.id, 3.0 - i, i + 1, d.text) for i, d in enumerate(DOCS)])
+    res = AttentionReranker(llm, scorer=w).rank(
+        "capital of France?", [ScoredDocument(d.id, 3.0 - i, i + 1, d.text) for i, d in enumerate(DOCS)]
+    )
     assert sorted(res.scores, reverse=True) == res.scores and set(res.ids) == {"paris", "berlin", "banana"}
     # weights over the heads and the retrievers' dense score read ScoredDocument.stage_scores
     for q in ex:
         q.stages = {"dense": np.array([0.9, 0.1, 0.5])}
     ws = train_head_weights(ex, stages=["dense"])
-    cands = [ScoredDocument(d.id, 3.0 - i, i + 1, d.text, stage_scores=s)
-             for i, (d, s) in enumerate(zip(DOCS, [{"dense": 0.9, "bm25": 2.0}, {"bm25": 1.0}, {"dense": 0.5}]))]
+    cands = [
+        ScoredDocument(d.id, 3.0 - i, i + 1, d.text, stage_scores=s)
+        for i, (d, s) in enumerate(zip(DOCS, [{"dense": 0.9, "bm25": 2.0}, {"bm25": 1.0}, {"dense": 0.5}]))
+    ]
     got = AttentionReranker(llm, scorer=ws).rank("capital of France?", cands)
     feats = window_features(AttentionReranker(llm, heads).windows("capital of France?", DOCS), 3).T
     want = ws.score_features(feats, stages={"dense": [0.9, 0.5, 0.5]})  # berlin: not dense-retrieved

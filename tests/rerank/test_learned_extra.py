@@ -24,7 +24,19 @@ def test_cli_without_scikit_learn_names_the_extra_before_loading_a_model(monkeyp
     from attnrank.cli import app
 
     monkeypatch.setitem(sys.modules, "sklearn", None)
-    r = CliRunner().invoke(app, ["heads", "train", "--queries", str(dl19_mini / "topics.tsv"), "--qrels",
-                                 str(dl19_mini / "qrels.txt"), "--corpus", str(dl19_mini / "passages.jsonl"),
-                                 "--model", str(tmp_path / "no-such-model")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "heads",
+            "train",
+            "--queries",
+            str(dl19_mini / "topics.tsv"),
+            "--qrels",
+            str(dl19_mini / "qrels.txt"),
+            "--corpus",
+            str(dl19_mini / "passages.jsonl"),
+            "--model",
+            str(tmp_path / "no-such-model"),
+        ],
+    )
     assert isinstance(r.exception, MissingExtraError) and "attnrank[train]" in str(r.exception)

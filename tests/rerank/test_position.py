@@ -8,10 +8,17 @@ import pytest
 
 from attnrank.errors import InputError
 from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.position import (
+    SlotProfile,
+    load_profile,
+    load_stored_profile,
+    prompt_slots,
+    reorder_for_generation,
+    resample_profile,
+    slot_correct,
+    store_profile,
+)
 from attnrank.rerank.profile import measure_slot_profile
-from attnrank.rerank.position import (SlotProfile, load_profile, load_stored_profile, 
-                                      prompt_slots, reorder_for_generation, resample_profile, slot_correct,
-                                      store_profile)
 from attnrank.rerank.reweight import Reweighting
 from attnrank.types import Document
 
@@ -100,8 +107,9 @@ def test_measure_slot_profile_end_to_end(llm, tmp_path):
 
     # the reranker applies it (given as a path): plain scores minus the bias of each doc's slot
     query, docs = "capital of France?", POOL[:4]
-    corrected = AttentionReranker(llm, reweight=Reweighting(slot_correction=True),
-                                  slot_profile=str(prof.save(tmp_path / "p.json"))).score(query, docs)
+    corrected = AttentionReranker(
+        llm, reweight=Reweighting(slot_correction=True), slot_profile=str(prof.save(tmp_path / "p.json"))
+    ).score(query, docs)
     plain = rr.score(query, docs)
     slots = [3, 2, 1, 0]  # order="reverse": input 0 (first-stage rank 1) is the last block
     curve = prof.curve(4)

@@ -7,21 +7,43 @@ import math
 
 import numpy as np
 import pytest
-
 from _tiny import RERANK_QUERY, rerank_docs, tiny_tokenizer
+
 from attnrank.errors import InputError
-from attnrank.llm.rows import WindowRows
+from attnrank.llm.rows import WindowRows, document_scores, token_scores
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.position import SlotProfile
-from attnrank.rerank.reweight import (Reweighting, content_mask, idf_weights, normalized_entropy,
-                                      reweighted_document_scores, sink_filtered_rows, token_terms,
-                                      token_texts, tokenized_query_terms)
-from attnrank.llm.rows import document_scores, token_scores
+from attnrank.rerank.reweight import (
+    Reweighting,
+    content_mask,
+    idf_weights,
+    normalized_entropy,
+    reweighted_document_scores,
+    sink_filtered_rows,
+    token_terms,
+    token_texts,
+    tokenized_query_terms,
+)
 
 # -- sink filtering ---------------------------------------------------------------------------
-SINK_TOKENS = ["<|im_start|>", "Here", ":", "ĊĊ",  # 0-3: template, outside the spans
-               "[", "1", "]", "Ġcat", "Ġdog", ".", "ĊĊ",  # 4-10: doc 0 is 4..9
-               "[", "2", "]", "Ġcow", "ĊĊ"]  # 11-15: doc 1 is 11..14
+SINK_TOKENS = [
+    "<|im_start|>",
+    "Here",
+    ":",
+    "ĊĊ",  # 0-3: template, outside the spans
+    "[",
+    "1",
+    "]",
+    "Ġcat",
+    "Ġdog",
+    ".",
+    "ĊĊ",  # 4-10: doc 0 is 4..9
+    "[",
+    "2",
+    "]",
+    "Ġcow",
+    "ĊĊ",
+]  # 11-15: doc 1 is 11..14
 SINK_SPANS = [(4, 10), (11, 15)]
 CONTENT = [7, 8, 14]
 
@@ -62,6 +84,7 @@ def test_sink_scores_through_the_entry():
 
 # -- token texts and terms ---------------------------------------------------------------------
 
+
 def test_piece_vs_word_terms():
     toks = ["Ġca", "t", "Ġdo", "g", ".", "ĠCat"]
     assert token_terms(toks, "piece") == ["ca", "t", "do", "g", "", "cat"]
@@ -84,9 +107,27 @@ def test_tokenized_query_terms_matches_document_pieces():
 
 
 # -- IDF ----------------------------------------------------------------------------------------
-IDF_TOKENS = ["ĊĊ", "[", "1", "]", "Ġcat", "Ġsat",  # 0-5: doc 0 is 1..5
-              "ĊĊ", "[", "2", "]", "Ġcat", "Ġran",  # 6-11: doc 1 is 7..11
-              "ĊĊ", "[", "3", "]", "Ġcat", "Ġdog", "ĊĊ"]  # 12-18: doc 2 is 13..17
+IDF_TOKENS = [
+    "ĊĊ",
+    "[",
+    "1",
+    "]",
+    "Ġcat",
+    "Ġsat",  # 0-5: doc 0 is 1..5
+    "ĊĊ",
+    "[",
+    "2",
+    "]",
+    "Ġcat",
+    "Ġran",  # 6-11: doc 1 is 7..11
+    "ĊĊ",
+    "[",
+    "3",
+    "]",
+    "Ġcat",
+    "Ġdog",
+    "ĊĊ",
+]  # 12-18: doc 2 is 13..17
 IDF_SPANS = [(1, 6), (7, 12), (13, 18)]
 EPS = 0.5
 
@@ -116,6 +157,7 @@ def test_idf_through_the_entry_in_both_units():
 
 # -- entropy --------------------------------------------------------------------------------------
 
+
 def test_normalized_entropy():
     assert normalized_entropy(np.array([0.1, 0.1, 0.1, 0.1])) == pytest.approx(1.0)
     assert normalized_entropy(np.array([0.0, 0.0, 0.4, -0.1])) == 0.0
@@ -143,13 +185,15 @@ def test_entropy_blend_uniform_unchanged_one_hot_zero(entropy_window):
 
 def test_entropy_temper(entropy_window):
     plain = score(entropy_window, Reweighting())
-    np.testing.assert_array_equal(score(entropy_window, Reweighting(entropy=True, entropy_mode="temper",
-                                                                    temper_gamma=1.0)), plain)
+    np.testing.assert_array_equal(
+        score(entropy_window, Reweighting(entropy=True, entropy_mode="temper", temper_gamma=1.0)), plain
+    )
     tempered = score(entropy_window, Reweighting(entropy=True, entropy_mode="temper", temper_gamma=0.5))
     np.testing.assert_allclose(tempered, [4 * math.sqrt(0.1), math.sqrt(0.4)])
 
 
 # -- all off, slot correction, validation -------------------------------------------------------------
+
 
 def test_all_off_equals_plain_icr_aggregation():
     rng = np.random.default_rng(0)
@@ -163,8 +207,9 @@ def test_all_off_equals_plain_icr_aggregation():
 
 def test_slot_correction_through_the_entry(entropy_window):
     profile = SlotProfile(2, (3.0, 1.0), (0.0, 0.0), "m", "f", 1, "2026-01-01T00:00:00+00:00")
-    got = reweighted_document_scores(entropy_window, ENTROPY_TOKENS, set(), Reweighting(slot_correction=True),
-                                     use_filter=False, slot_profile=profile)
+    got = reweighted_document_scores(
+        entropy_window, ENTROPY_TOKENS, set(), Reweighting(slot_correction=True), use_filter=False, slot_profile=profile
+    )
     np.testing.assert_allclose(got, [0.4 - 1.0, 0.4 + 1.0])
     with pytest.raises(InputError, match="needs a slot_profile"):
         reweighted_document_scores(entropy_window, ENTROPY_TOKENS, set(), Reweighting(slot_correction=True))
@@ -194,11 +239,14 @@ def test_reranker_all_off_is_identical_to_no_reweight(llm):
     np.testing.assert_array_equal(AttentionReranker(llm, reweight=Reweighting()).score(QUERY, DOCS), plain)
 
 
-@pytest.mark.parametrize("cfg", [
-    Reweighting(sink=True),
-    Reweighting(sink=True, idf=True, idf_unit="word", entropy=True),
-    Reweighting(idf=True, idf_query_only=False, entropy=True, entropy_mode="temper"),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        Reweighting(sink=True),
+        Reweighting(sink=True, idf=True, idf_unit="word", entropy=True),
+        Reweighting(idf=True, idf_query_only=False, entropy=True, entropy_mode="temper"),
+    ],
+)
 def test_reranker_applies_reweighting(llm, cfg):
     rr = AttentionReranker(llm, reweight=cfg)
     scores = rr.score(QUERY, DOCS)

@@ -19,14 +19,19 @@ from attnrank.serve.engine import Engine
 from attnrank.serve.schemas import Limits
 
 QUERY = "capital of France?"
-DOCS = ["Berlin is the capital of Germany.", "Paris is the capital of France.", "Bananas are yellow.",
-        "Rome is in Italy."]
+DOCS = [
+    "Berlin is the capital of Germany.",
+    "Paris is the capital of France.",
+    "Bananas are yellow.",
+    "Rome is in Italy.",
+]
 
 
 @pytest.fixture(scope="module")
 def engine(llm, built_retriever):
-    return Engine(AttentionReranker(llm, max_doc_words=40), ContextPruner(llm), Generator(llm, 8),
-                  built_retriever, "tiny-llama")
+    return Engine(
+        AttentionReranker(llm, max_doc_words=40), ContextPruner(llm), Generator(llm, 8), built_retriever, "tiny-llama"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +44,13 @@ def url(engine):
 def test_rerank_cohere_and_tei_shapes(url, engine):
     ref = engine.reranker.rank(QUERY, DOCS)
     order = [int(i) for i in ref.ids]
-    body = {"model": "tiny-llama", "query": QUERY, "documents": [DOCS[0], {"text": DOCS[1]}, *DOCS[2:]],
-            "top_n": 3, "return_documents": True}
+    body = {
+        "model": "tiny-llama",
+        "query": QUERY,
+        "documents": [DOCS[0], {"text": DOCS[1]}, *DOCS[2:]],
+        "top_n": 3,
+        "return_documents": True,
+    }
     r = httpx.post(f"{url}/v1/rerank", json=body)
     assert r.status_code == 200, r.text
     out = r.json()
@@ -100,12 +110,15 @@ def test_search_prune_ask(url):
     p = r.json()
     assert 0 < p["kept_tokens"] <= 40 < p["original_tokens"]
     assert {s["text"] for s in p["sentences"] if s["kept"]} <= set(DOCS)
-    with httpx.stream("POST", f"{url}/v1/ask", json={"query": "Does vitamin D help bones?", "k": 4, "rerank_k": 2,
-                                                     "budget_tokens": 400, "max_new_tokens": 6}, timeout=60) as r:
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/ask",
+        json={"query": "Does vitamin D help bones?", "k": 4, "rerank_k": 2, "budget_tokens": 400, "max_new_tokens": 6},
+        timeout=60,
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = list(r.iter_text())
-    parsed = [(e.split("\n")[0][7:], json.loads(e.split("\n")[1][6:]))
-              for e in "".join(events).strip().split("\n\n")]
+    parsed = [(e.split("\n")[0][7:], json.loads(e.split("\n")[1][6:])) for e in "".join(events).strip().split("\n\n")]
     assert parsed[-1][0] == "done" and 1 <= len(parsed[-1][1]["sources"]) <= 2
     tokens = "".join(d["text"] for kind, d in parsed if kind == "token")
     assert tokens.strip() == parsed[-1][1]["answer"]
@@ -190,5 +203,7 @@ def test_one_log_line_per_request(url, caplog):
         time.sleep(0.1)
     lines = [r.getMessage() for r in caplog.records if r.name == "attnrank.serve.access"]
     assert len(lines) == 2
-    assert lines[0].startswith("POST /rerank 200 latency=") and "queue_wait=0." in lines[0] and "candidates=4" in lines[0]
+    assert (
+        lines[0].startswith("POST /rerank 200 latency=") and "queue_wait=0." in lines[0] and "candidates=4" in lines[0]
+    )
     assert lines[1].startswith("POST /rerank 413 ") and "queue_wait=-" in lines[1]

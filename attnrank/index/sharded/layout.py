@@ -83,8 +83,10 @@ def read_top_manifest(root: Path, *, verify: bool = False) -> dict[str, Any]:
     if not isinstance(m, dict) or m.get("format") != SHARDED_FORMAT:
         raise IndexFormatError(f"{path} is not a sharded attnrank index manifest")
     if m.get("format_version") != SHARDED_VERSION:
-        raise IndexFormatError(f"{root} has sharded format version {m.get('format_version')}, this attnrank reads "
-                               f"version {SHARDED_VERSION}; rebuild it with `attnrank index --shards N`")
+        raise IndexFormatError(
+            f"{root} has sharded format version {m.get('format_version')}, this attnrank reads "
+            f"version {SHARDED_VERSION}; rebuild it with `attnrank index --shards N`"
+        )
     expected = 0
     for s in m["shards"]:
         folder = root / s["name"]

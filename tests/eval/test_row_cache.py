@@ -36,11 +36,15 @@ def reranker():
 
 
 def test_setting_key_drops_the_sample_size():
-    assert setting_key("SciFact train hybrid top-20 (50 queries)") == setting_key("SciFact train hybrid top-20 (809 queries)")
+    assert setting_key("SciFact train hybrid top-20 (50 queries)") == setting_key(
+        "SciFact train hybrid top-20 (809 queries)"
+    )
     assert setting_key("HotpotQA distractor BM25-ordered (400 questions)") == "HotpotQA_distractor_BM25_ordered"
     assert cache_file(None, "x", "q", "abc") is None
-    assert cache_file(__import__("pathlib").Path("c"), "DL19 BM25 top-20", "q/1", "0123456789abcdef").as_posix() \
+    assert (
+        cache_file(__import__("pathlib").Path("c"), "DL19 BM25 top-20", "q/1", "0123456789abcdef").as_posix()
         == "c/DL19_BM25_top_20_0123456789ab/q_1.npz"
+    )
 
 
 def test_windows_round_trip_as_float32(tmp_path, reranker):
