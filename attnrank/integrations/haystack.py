@@ -47,6 +47,8 @@ def _check_basic(name: str, value: Any) -> None:
 def reranker_settings(model: str | None, heads: Any, scorer: str, extra: dict[str, Any] | None) -> dict[str, Any]:
     """AttentionReranker keyword arguments from a component's basic-typed init parameters."""
     settings = {"model": model, "heads": heads, "scorer": scorer, **(extra or {})}
+    if heads is None:  # None: the default preset's heads (registered set, else all heads)
+        del settings["heads"]
     if isinstance(heads, list):  # YAML gives [[layer, head], ...]; the reranker takes pairs
         settings["heads"] = [tuple(p) for p in heads]
     for k, v in settings.items():

@@ -10,15 +10,17 @@ built with the same settings use the same object and one loaded model
 
 from __future__ import annotations
 
-import inspect
 import json
 import threading
 import weakref
 from collections.abc import Mapping
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..prune.config import PruneConfig
+from ..rerank.config import RerankConfig
 from ..types import Document, ScoredDocument
 
 _LOCK = threading.Lock()
@@ -44,16 +46,24 @@ def _unhashable(value: Any) -> Any:
     return f"<{type(value).__name__} at {id(value):#x}>"
 
 
-def _without_defaults(cls: type, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """``kwargs`` less the arguments equal to the constructor's defaults (``heads=None`` given or
-    not is the same configuration, so it must share the same object)."""
-    params = inspect.signature(cls).parameters
-    out = {}
-    for k, v in kwargs.items():
-        default = params[k].default if k in params else inspect.Parameter.empty
-        if default is inspect.Parameter.empty or type(default) is not type(v) or default != v:
-            out[k] = v
-    return out
+def _settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
+    """The constructor arguments resolved to the one configuration object they describe (a
+    preset plus overrides: ``heads=None`` given or not, spelled out or left to the preset, is the
+    same configuration and must share the same object). Unknown options raise naming them."""
+    opts = dict(kwargs)
+    model, config = opts.pop("model", None), opts.pop("config", None)
+    extra = {k: opts.pop(k) for k in ("show_progress", "probe") if k in opts}
+    if isinstance(model, str):
+        opts["model"] = model
+    if kind is RerankConfig:
+        base = config if isinstance(config, RerankConfig) else RerankConfig.preset(config or "")
+    else:
+        base = config if isinstance(config, PruneConfig) else PruneConfig()
+    cfg = base.with_options(**opts)
+    values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.compare}
+    if is_dataclass(values.get("reweight")):
+        values["reweight"] = asdict(values["reweight"])
+    return {**values, **extra, "llm": None if model is None or isinstance(model, str) else model}
 
 
 def _cached(kind: str, kwargs: Mapping[str, Any], build):
@@ -75,7 +85,7 @@ def shared_reranker(reranker: Any = None, **kwargs: Any):
     from ..rerank.attention import AttentionReranker
 
     return _cached(
-        "AttentionReranker", _without_defaults(AttentionReranker, kwargs), lambda: AttentionReranker(**kwargs)
+        "AttentionReranker", _settings(kwargs, RerankConfig), lambda: AttentionReranker(**kwargs)
     )
 
 
@@ -87,7 +97,7 @@ def shared_pruner(pruner: Any = None, **kwargs: Any):
         return pruner
     from ..prune.pruner import ContextPruner
 
-    return _cached("ContextPruner", _without_defaults(ContextPruner, kwargs), lambda: ContextPruner(**kwargs))
+    return _cached("ContextPruner", _settings(kwargs, PruneConfig), lambda: ContextPruner(**kwargs))
 
 
 def shared_index(index: Any) -> Any:

@@ -90,5 +90,5 @@ def test_bad_settings(settings, demo_index):
         AttnrankReranker(top_n=0, **settings)
     with pytest.raises(InputError, match="k=9 exceeds first_stage_k=5"):
         AttnrankRetriever(index=demo_index, k=9, first_stage_k=5, **settings)
-    with pytest.raises(TypeError, match="no_such_option"):
+    with pytest.raises(InputError, match="no_such_option"):
         AttnrankReranker(no_such_option=1, **settings)

@@ -27,7 +27,7 @@ class AttnrankRanker:
     ``relevance_score``, ``rank`` and ``stage_scores``.
 
     ``model``: an HF id, a local folder or .gguf, or None (the packaged SmolLM2-135M); ``heads``:
-    None/"all", "auto", "l-h,l-h" or ``[[layer, head], ...]``; ``scorer``: "sum" or "learned";
+    None (the default preset's: the registered set, else all heads), "all", "auto", "l-h,l-h" or ``[[layer, head], ...]``; ``scorer``: "sum" or "learned";
     ``reranker_kwargs``: further :class:`attnrank.AttentionReranker` keyword arguments (basic
     types). The model loads in :meth:`warm_up` (shared by components with the same settings).
     """
