@@ -84,9 +84,7 @@ def shared_reranker(reranker: Any = None, **kwargs: Any):
         return reranker
     from ..rerank.attention import AttentionReranker
 
-    return _cached(
-        "AttentionReranker", _settings(kwargs, RerankConfig), lambda: AttentionReranker(**kwargs)
-    )
+    return _cached("AttentionReranker", _settings(kwargs, RerankConfig), lambda: AttentionReranker(**kwargs))
 
 
 def shared_pruner(pruner: Any = None, **kwargs: Any):

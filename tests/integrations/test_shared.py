@@ -11,7 +11,9 @@ from attnrank.integrations.shared import model_lock, shared_pruner, shared_reran
 def test_same_settings_share_one_object(settings):
     a = shared_reranker(**settings)
     assert shared_reranker(**settings) is a
-    assert shared_reranker(**settings, heads="auto-or-all", scorer="sum") is a  # defaults spelled out: same configuration
+    assert (
+        shared_reranker(**settings, heads="auto-or-all", scorer="sum") is a
+    )  # defaults spelled out: same configuration
     b = shared_reranker(**{**settings, "max_doc_words": 20})
     assert b is not a and b.llm is a.llm  # another configuration, the same loaded model (load_llm cache)
     assert shared_reranker(a) is a  # a built reranker passes through
