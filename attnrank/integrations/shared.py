@@ -52,9 +52,10 @@ def _settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
     same configuration and must share the same object). Unknown options raise naming them."""
     opts = dict(kwargs)
     model, config = opts.pop("model", None), opts.pop("config", None)
-    extra = {k: opts.pop(k) for k in ("show_progress", "probe") if k in opts}
+    extra: dict[str, Any] = {k: opts.pop(k) for k in ("show_progress", "probe") if k in opts}
     if isinstance(model, str):
         opts["model"] = model
+    base: RerankConfig | PruneConfig
     if kind is RerankConfig:
         base = config if isinstance(config, RerankConfig) else RerankConfig.preset(config or "")
     else:
