@@ -20,6 +20,9 @@ ORDER = [
     "prune_selected_heads",
     "ask",
     "ask_40q_query",
+    "serve",
+    "serve_tiny",
+    "sharded",
 ]
 COMMANDS = {
     "first_stage": "python scripts/bench_first_stage.py",
@@ -38,6 +41,9 @@ COMMANDS = {
     ),
     "ask": ("python scripts/bench_ask.py --include-unlabelled --skip 83 --questions 100 --prune-method probe --ship"),
     "ask_40q_query": "python scripts/bench_ask.py --questions 40 (earlier run, 2026-11-30: query-span pruning)",
+    "serve": "python scripts/bench_serve.py",
+    "serve_tiny": "python scripts/bench_serve.py --model TINY_RANDOM_MODEL_DIR --requests 300 --name serve_tiny",
+    "sharded": "python scripts/bench_sharded.py",
 }
 INTRO = """# Benchmarks
 
