@@ -107,8 +107,6 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
     overrides = {k: v for k, v in given.items() if v is not None}
     if "reweight" in overrides:
         overrides["reweight"] = parse_reweight(overrides["reweight"])
-    if "heads" in overrides and overrides["heads"].strip().lower() == "all":
-        overrides["heads"] = "all"
     return RerankConfig.preset(preset or "", **overrides)
 
 

@@ -28,7 +28,6 @@ from ..llm.rows import QUERY_SPANS
 from .reweight import Reweighting
 
 SCORERS = ("sum", "learned")
-INSTRUCTIONS = ("ie", "qa")  # or any custom text
 ORDERS = ("reverse", "forward")
 AUTO_OR_ALL = "auto-or-all"
 
@@ -95,11 +94,6 @@ class RerankConfig:
         """A copy with ``overrides`` (field names; an unknown name is an error naming the fields)."""
         check_fields(type(self), overrides)
         return replace(self, **overrides) if overrides else self
-
-    @property
-    def heads_for_reranker(self) -> str | None:
-        """``heads`` as the reranker reads it (learned weights bring their own heads)."""
-        return None if self.scorer != "sum" else self.heads
 
 
 def check_fields(cls: type, values: dict[str, Any]) -> None:
