@@ -33,6 +33,12 @@ def index(
     embedder: Optional[str] = typer.Option(
         None, help="sentence-transformers model id or path (default: packaged all-MiniLM-L6-v2)."
     ),
+    embed_backend: str = typer.Option(
+        "torch",
+        "--embed-backend",
+        help="How the embedder runs: torch | onnx | onnx-int8 (extra 'onnx') | openvino (extra 'openvino'); "
+        "exported once and cached, recorded in the index so queries are embedded the same way.",
+    ),
     stemmer: str = typer.Option("auto", help="BM25 stemming: porter | none | auto (porter if PyStemmer is installed)."),
     stopwords: str = typer.Option("lucene", help="BM25 stopwords: lucene | sklearn | none."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad records (reported) instead of failing."),
@@ -67,7 +73,9 @@ def index(
         typer.echo(f"skipped {len(report.skipped)} invalid record(s):", err=True)
         for where, why in report.skipped[:20]:
             typer.echo(f"  {where}: {why}", err=True)
-    r = HybridRetriever(embedder=embedder, dense_index=dense_index, stemmer=stemmer, stopwords=stopwords)
+    r = HybridRetriever(
+        embedder=embedder, dense_index=dense_index, stemmer=stemmer, stopwords=stopwords, embed_backend=embed_backend
+    )
     if shards:  # issue 17: sharded build (attnrank.cli.batch)
         from .batch import build_sharded
 

@@ -2,7 +2,8 @@
 
 Embeddings are L2-normalised, so inner product equals cosine. Index types (FAISS factory
 strings): ``flat`` (exact, the default), ``hnsw`` (``HNSW32,Flat``; approximate, no training),
-``ivf`` (``IVF{nlist},Flat``, trained on the corpus; ``nprobe`` settable). Saved as
+``ivf`` (``IVF{nlist},Flat``, trained on the corpus; ``nprobe`` settable). ``backend``: how the
+embedder runs (``torch``, ``onnx``, ``onnx-int8``, ``openvino``; :mod:`attnrank.index.embed`). Saved as
 ``index.faiss`` and loaded memory-mapped where FAISS allows it (``IO_FLAG_MMAP_IFC`` for flat
 codes, ``IO_FLAG_MMAP`` for IVF lists).
 """
@@ -19,6 +20,7 @@ import numpy as np
 
 from ..errors import IndexFormatError, InputError
 from .embed import encode, load_embedder
+from .embed_export import check_backend
 
 logger = logging.getLogger(__name__)
 
@@ -58,17 +60,18 @@ class DenseIndex:
         nprobe: int = 16,
         batch_size: int = 64,
         device: str = "cpu",
+        backend: str = "torch",
     ):
         if kind not in INDEX_TYPES:
             raise InputError(f"dense index type {kind!r} is not one of {INDEX_TYPES}")
         self.model_name, self.kind, self.nprobe = model, kind, nprobe
-        self.batch_size, self.device = batch_size, device
+        self.batch_size, self.device, self.backend = batch_size, device, check_backend(backend)
         self.faiss_index: Any = None
         self.dim = 0
 
     @property
     def encoder(self):
-        return load_embedder(self.model_name, self.device)
+        return load_embedder(self.model_name, self.device, self.backend)
 
     def index(self, texts: Sequence[str], show_progress: bool = False) -> DenseIndex:
         if len(texts) == 0:
@@ -117,10 +120,20 @@ class DenseIndex:
         faiss.write_index(self.faiss_index, str(path / "index.faiss"))
 
     @classmethod
-    def load(cls, path: str | Path, *, model: str | None, kind: str, nprobe: int = 16, mmap: bool = True) -> DenseIndex:
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        model: str | None,
+        kind: str,
+        nprobe: int = 16,
+        mmap: bool = True,
+        device: str = "cpu",
+        backend: str = "torch",
+    ) -> DenseIndex:
         import faiss
 
-        self = cls(model, kind, nprobe=nprobe)
+        self = cls(model, kind, nprobe=nprobe, device=device, backend=backend)
         file = Path(path) / "index.faiss"
         flags = 0
         if mmap:

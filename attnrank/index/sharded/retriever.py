@@ -98,7 +98,11 @@ class ShardedRetriever(HybridRetriever):
         self.shard_bm25 = [BM25Index.load(path / s["name"] / "bm25", mmap=mmap) for s in m["shards"]]
         self.shard_dense = [
             DenseIndex.load(
-                path / s["name"] / "dense", model=settings["embedder"], kind=settings["dense_index"], mmap=mmap
+                path / s["name"] / "dense",
+                model=settings["embedder"],
+                kind=settings["dense_index"],
+                mmap=mmap,
+                backend=settings["embed_backend"],
             )
             for s in m["shards"]
         ]
@@ -119,7 +123,7 @@ class ShardedRetriever(HybridRetriever):
         if mode in ("bm25", "hybrid"):
             sparse = merge_topk([self._bm25_shard(i, queries, depth) for i in range(self.num_shards)], depth)
         if mode in ("dense", "hybrid"):
-            q = encode(load_embedder(self.embedder, self.device), list(queries))
+            q = encode(load_embedder(self.embedder, self.device, self.embed_backend), list(queries))
             dense = merge_topk([d.retrieve(queries, depth, query_embeddings=q) for d in self.shard_dense], depth)
         return sparse, dense
 
