@@ -62,9 +62,12 @@ def index(
     Replaces only an existing attnrank index or an empty folder (``--force``: any other folder,
     except one holding the corpus or the working directory)."""
     from ..corpus import load_corpus
+    from ..index.embed_export import BACKENDS
     from ..index.folders import check_target
     from ..index.retriever import HybridRetriever
 
+    if embed_backend not in BACKENDS:
+        raise typer.BadParameter(f"{embed_backend!r} is not one of {', '.join(BACKENDS)}", param_hint="--embed-backend")
     progress = _setup(quiet, verbose)
     target = _index_path(name, index_dir)
     check_target(target, force=force, protect=[corpus])  # before any work

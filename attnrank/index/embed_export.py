@@ -149,7 +149,7 @@ def _pooled_module(st: Any, mode: str) -> Any:
             super().__init__()
             self.transformer = st[0].auto_model
 
-        def forward(self, input_ids, attention_mask, token_type_ids=None):  # type: ignore[no-untyped-def]
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
             kw = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
             h = self.transformer(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
             if mode == "cls":
@@ -174,7 +174,8 @@ def build_export(model_path: str | Path, variant: str, folder: Path, key: str) -
     tokenizer = st.tokenizer
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tokenizer.model_input_names]
     enc = tokenizer(list(CHECK_TEXTS), padding=True, truncation=True, return_tensors="pt")
-    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max(int(st.max_seq_length), 2))
+    max_len = int(st.max_seq_length or tokenizer.model_max_length)
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max(max_len, 2))
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
     os.chmod(tmp, 0o755)
@@ -208,7 +209,7 @@ def build_export(model_path: str | Path, variant: str, folder: Path, key: str) -
             "variant": variant,
             "inputs": names,
             "pooling": mode,
-            "max_seq_length": int(st.max_seq_length),
+            "max_seq_length": max_len,
             "dim": int(_dimension(st)),
             "torch": torch.__version__,
             "export_version": EXPORT_VERSION,

@@ -87,12 +87,20 @@ class ShardedRetriever(HybridRetriever):
 
     @classmethod
     def load(
-        cls, path: str | Path, *, mmap: bool = True, verify: bool = False, device: str = "cpu"
+        cls,
+        path: str | Path,
+        *,
+        mmap: bool = True,
+        verify: bool = False,
+        device: str = "cpu",
+        embed_backend: str | None = None,
     ) -> ShardedRetriever:
-        """Load a sharded index folder (arrays memory-mapped, every shard checked)."""
+        """Load a sharded index folder (arrays memory-mapped, every shard checked); ``embed_backend``
+        overrides the recorded one as in :meth:`HybridRetriever.load`."""
         path = Path(path)
         m = read_top_manifest(path, verify=verify)
         settings = retriever_settings(m)
+        settings["embed_backend"] = embed_backend or settings["embed_backend"]
         self = cls(**settings, device=device)
         self.manifest = m
         self.shard_bm25 = [BM25Index.load(path / s["name"] / "bm25", mmap=mmap) for s in m["shards"]]

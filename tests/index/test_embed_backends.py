@@ -1,0 +1,191 @@
+"""Tests of the exported embed backends (attnrank.index.embed_export) on a tiny random sentence encoder."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+from typer.testing import CliRunner
+
+from attnrank.cli import app
+from attnrank.errors import InputError, MissingExtraError
+from attnrank.index import embed_export
+from attnrank.index.embed import encode, load_embedder
+from attnrank.index.retriever import HybridRetriever
+from attnrank.types import Document
+
+SENTENCES = [
+    "the cat sat on the mat",
+    "  vitamin d and bone fractures in older adults  ",
+    "a",
+    "paris is the capital of france and the seine flows through it " * 6,  # truncated at max_seq_length
+]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "mat",
+    "vitamin",
+    "d",
+    "and",
+    "bone",
+    "fractures",
+    "in",
+    "older",
+    "adults",
+    "a",
+    "paris",
+    "is",
+    "capital",
+    "of",
+    "france",
+    "seine",
+    "flows",
+    "through",
+    "it",
+]
+
+
+def save_tiny_encoder(path: Path) -> Path:
+    """A random 2-layer BERT with a WordPiece vocabulary, as a sentence-transformers folder (mean pooling)."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    raw = path.parent / f"{path.name}-hf"
+    raw.mkdir(parents=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(set(WORDS)), *"abcdefghijklmnopqrstuvwxyz"]
+    (raw / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    BertTokenizerFast(vocab_file=str(raw / "vocab.txt"), do_lower_case=True).save_pretrained(raw)
+    torch.manual_seed(0)
+    cfg = BertConfig(
+        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+    )
+    BertModel(cfg).save_pretrained(raw)
+    transformer = models.Transformer(str(raw), max_seq_length=24)
+    st = SentenceTransformer(modules=[transformer, models.Pooling(32, "mean"), models.Normalize()], device="cpu")
+    st.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory) -> Path:
+    return save_tiny_encoder(tmp_path_factory.mktemp("enc") / "tiny-encoder")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    load_embedder.cache_clear()
+    yield
+    load_embedder.cache_clear()
+
+
+def _export_folder(model: Path, variant: str = "onnx") -> Path:
+    key = embed_export.export_key(model, variant)
+    return embed_export.export_dir(model, variant, key)
+
+
+def test_onnx_embeddings_equal_torch(encoder_dir):
+    ref = encode(load_embedder(str(encoder_dir)), SENTENCES)
+    got = encode(load_embedder(str(encoder_dir), "cpu", "onnx"), SENTENCES, batch_size=3)
+    assert got.shape == ref.shape == (4, 32)
+    np.testing.assert_allclose(got, ref, atol=1e-4)
+    folder = _export_folder(encoder_dir)
+    meta = json.loads((folder / "attnrank.json").read_text())
+    assert meta["pooling"] == "mean" and meta["max_seq_length"] == 24 and "token_type_ids" in meta["inputs"]
+
+
+def test_openvino_embeddings_equal_torch(encoder_dir):
+    pytest.importorskip("openvino")
+    ref = encode(load_embedder(str(encoder_dir)), SENTENCES)
+    np.testing.assert_allclose(encode(load_embedder(str(encoder_dir), "cpu", "openvino"), SENTENCES), ref, atol=1e-4)
+    bf16 = encode(load_embedder(str(encoder_dir), "cpu", "openvino-bf16"), SENTENCES)
+    assert np.min(np.sum(bf16 * ref, axis=1)) > 0.99
+    np.testing.assert_allclose(np.linalg.norm(bf16, axis=1), 1.0, atol=1e-5)
+
+
+def test_int8_and_bf16_stay_close_and_unit_norm(encoder_dir):
+    ref = encode(load_embedder(str(encoder_dir)), SENTENCES)
+    for backend in ("onnx-int8", "torch-bf16"):
+        got = encode(load_embedder(str(encoder_dir), "cpu", backend), SENTENCES)
+        assert not np.array_equal(got, ref)
+        assert np.min(np.sum(got * ref, axis=1)) > 0.98
+        np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_foreign_or_damaged_export_is_not_reused(encoder_dir, caplog):
+    embed_export.load_exported(encoder_dir, "onnx")
+    folder = _export_folder(encoder_dir)
+    meta_file = folder / "attnrank.json"
+    meta = json.loads(meta_file.read_text())
+    meta_file.write_text(json.dumps({**meta, "key": "0" * 64}))  # exported for another model
+    assert "exported for key 000000000000" in embed_export.cached_export(folder, meta["key"])
+    with caplog.at_level(logging.WARNING):
+        embed_export.load_exported(encoder_dir, "onnx")
+    assert "not reusing" in caplog.text
+    assert json.loads(meta_file.read_text())["key"] == meta["key"]
+    graph = folder / "model.onnx"
+    graph.write_bytes(graph.read_bytes()[:-10] + b"0123456789")  # damaged
+    assert "SHA-256" in embed_export.cached_export(folder, meta["key"])
+    got = encode(embed_export.load_exported(encoder_dir, "onnx"), SENTENCES)
+    np.testing.assert_allclose(got, encode(load_embedder(str(encoder_dir)), SENTENCES), atol=1e-4)
+
+
+def test_a_changed_model_gets_a_new_export(encoder_dir, tmp_path):
+    copy = tmp_path / "tiny-encoder"
+    shutil.copytree(encoder_dir, copy)
+    before = embed_export.export_key(copy, "onnx")
+    assert embed_export.export_key(copy, "onnx-int8") != before
+    cfg = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**cfg, "layer_norm_eps": 1e-6}))  # a changed model file
+    assert embed_export.export_key(copy, "onnx") != before
+
+
+def test_the_manifest_records_the_backend(encoder_dir, tmp_path):
+    docs = [Document(f"d{i}", s) for i, s in enumerate(SENTENCES)]
+    r = HybridRetriever(embedder=str(encoder_dir), embed_backend="onnx").index(docs, show_progress=False)
+    path = r.save(tmp_path / "ix")
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["dense"]["backend"] == "onnx"
+    loaded = HybridRetriever.load(path)
+    assert loaded.embed_backend == loaded.dense.backend == "onnx"
+    assert loaded.search("cat on the mat", k=1, mode="dense")[0].id == "d0"
+    assert HybridRetriever.load(path, embed_backend="torch").dense.backend == "torch"
+    del manifest["dense"]["backend"]  # an index built before the setting existed: torch
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    assert HybridRetriever.load(path).embed_backend == "torch"
+
+
+def test_cli_index_embed_backend(encoder_dir, tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": s}) + "\n" for i, s in enumerate(SENTENCES)))
+    args = ["index", str(corpus), "--index-dir", str(tmp_path / "ix"), "--embedder", str(encoder_dir), "-q"]
+    r = CliRunner().invoke(app, [*args, "--embed-backend", "onnx"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "ix" / "manifest.json").read_text())["dense"]["backend"] == "onnx"
+    r = CliRunner().invoke(app, [*args, "--embed-backend", "tensorrt"])
+    assert r.exit_code == 2 and "'tensorrt' is not one of" in " ".join(r.output.split())
+
+
+def test_bad_backend_and_missing_extra(encoder_dir, monkeypatch):
+    with pytest.raises(InputError, match="embed backend 'onnx2'"):
+        load_embedder(str(encoder_dir), "cpu", "onnx2")
+    with pytest.raises(InputError, match="runs on CPU"):
+        load_embedder(str(encoder_dir), "cuda", "onnx")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if the extra were not installed
+    with pytest.raises(MissingExtraError, match=r"pip install 'attnrank\[onnx\]'"):
+        load_embedder(str(encoder_dir), "cpu", "onnx")
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    with pytest.raises(ImportError, match=r"pip install 'attnrank\[openvino\]'"):
+        load_embedder(str(encoder_dir), "cpu", "openvino")
