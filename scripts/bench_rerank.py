@@ -12,6 +12,15 @@ a fresh process.
     python scripts/bench_rerank.py [--data DIR] [--scifact-queries 50] [--skip-speed]
 
 Writes docs/results/rerank.{json,md}.
+
+Block attention (``--blocks``; issue 15): seconds per query and peak memory of the full-prompt
+capture, block mode cold and block mode warm at K = 10/20/50/100 on DL19 passages and SciFact
+abstracts (300-word cap), per dtype (``--blocks-dtypes auto,int8``), each cell in a fresh process
+and resumable (build/blocks/cells.json); and nDCG@10 of full vs block attention (shared and
+sequential positions) on DL19, HotpotQA and SciFact with the default preset. Writes
+docs/results/rerank_blocks.{json,md}.
+
+    python scripts/bench_rerank.py --blocks [--blocks-dtypes auto,int8] [--blocks-skip-quality]
 """
 
 from __future__ import annotations
@@ -294,6 +303,83 @@ def markdown(q_rows, s_rows, extra, env, args) -> str:
     return "\n".join(out) + "\n"
 
 
+def blocks_section(args, root: Path) -> None:
+    from attnrank.speed import MODES, compare_modes, quality_sets, run_cells
+
+    cells = [
+        (ds, k, mode, dtype, 3 if k <= 20 else 2)
+        for dtype in args.blocks_dtypes.split(",")
+        for ds in ("dl19", "scifact")
+        for k in (10, 20, 50, 100)
+        for mode in MODES
+    ]
+    speed_rows = run_cells(cells, root, REPO / "build" / "blocks" / "cells.json")
+    quality_path = REPO / "build" / "blocks" / "quality.json"
+    if args.blocks_skip_quality:
+        q_rows = json.loads(quality_path.read_text()) if quality_path.exists() else []
+    else:
+        from attnrank.rerank.attention import AttentionReranker
+
+        modes = {
+            "full": {},
+            "block (shared positions)": {"attention": "block"},
+            "block (sequential positions)": {"attention": "block", "block_positions": "sequential"},
+        }
+        sets = quality_sets(root, args.blocks_hotpot, args.blocks_scifact)
+        q_rows = compare_modes(sets, modes, AttentionReranker().llm)
+        quality_path.write_text(json.dumps(q_rows, indent=1))
+    env = environment()
+    md = blocks_markdown(speed_rows, q_rows, env)
+    write_outputs("rerank_blocks", {"environment": env, "speed": speed_rows, "quality": q_rows}, md, OUT)
+    print(md)
+
+
+def blocks_markdown(speed_rows, q_rows, env) -> str:
+    out = [
+        f"# Block attention: speed and quality ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
+        "",
+        "Default preset (qrhead: 16 registered heads, deepest layer 23), SmolLM2-135M-Instruct. "
+        "Speed: each cell in a fresh process; block-cold = no cached passage state; block-warm = every "
+        "candidate's state in memory (only the query's suffix runs); peak extra MB = peak RSS growth "
+        "during the query; SciFact candidates are random abstracts (300-word cap).",
+        "",
+        md_table(
+            speed_rows,
+            ["dataset", "dtype", "K", "mode", "queries", "s/query", "peak extra MB", "cached MB", "error"],
+            {"s/query": ".2f", "peak extra MB": ".0f", "cached MB": ".0f"},
+        ),
+        "",
+    ]
+    ratio_rows = []
+    for r in speed_rows:
+        base = next(
+            (
+                b
+                for b in speed_rows
+                if b.get("mode") == "full" and (b["dataset"], b["K"], b["dtype"]) == (r["dataset"], r["K"], r["dtype"])
+            ),
+            None,
+        )
+        if r.get("mode") != "full" and base and "s/query" in r and "s/query" in base:
+            ratio_rows.append({**r, "speed-up vs full": base["s/query"] / r["s/query"]})
+    out += ["Speed-up against the full-prompt capture of the same cell (same run):", ""]
+    out += [
+        md_table(ratio_rows, ["dataset", "dtype", "K", "mode", "speed-up vs full"], {"speed-up vs full": ".1f"}),
+        "",
+    ]
+    if q_rows:
+        out += [
+            "## Quality: full vs block attention (nDCG@10, each query cold)",
+            "",
+            md_table(
+                q_rows,
+                ["setting", "mode", "nDCG@10", "wins/losses vs full", "sign test p", "s/query"],
+                {"nDCG@10": ".4f", "sign test p": ".3f", "s/query": ".2f"},
+            ),
+        ]
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
@@ -313,7 +399,17 @@ def main() -> None:
     ap.add_argument("--speed-heads", default="")
     ap.add_argument("--speed-worker", nargs=2, default=None)
     ap.add_argument("--naive-max-gb", type=float, default=12.0, help="skip naive runs whose attention maps exceed this")
+    ap.add_argument("--blocks", action="store_true", help="only the block-attention section (issue 15)")
+    ap.add_argument("--blocks-dtypes", default="auto", help="LLM dtypes of the speed cells, e.g. auto,int8")
+    ap.add_argument("--blocks-skip-quality", action="store_true")
+    ap.add_argument("--blocks-hotpot", type=int, default=100, help="HotpotQA questions in the quality comparison")
+    ap.add_argument("--blocks-scifact", type=int, default=20, help="SciFact queries in the quality comparison")
     args = ap.parse_args()
+    if args.blocks:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        set_torch_threads()
+        blocks_section(args, data_root(args.data, default=REPO.parent / "shared" / "data"))
+        return
     if args.speed_worker:
         impl, k = args.speed_worker
         print(json.dumps(speed_worker(impl, int(k), args.speed_queries, args.speed_heads or None)))
