@@ -307,7 +307,7 @@ def blocks_section(args, root: Path) -> None:
     from attnrank.speed import MODES, compare_modes, quality_sets, run_cells
 
     cells = [
-        (ds, k, mode, dtype, 3 if k <= 20 else 2)
+        (ds, k, mode, dtype, {10: 3, 20: 3, 50: 2, 100: 1}[k])
         for dtype in args.blocks_dtypes.split(",")
         for ds in ("dl19", "scifact")
         for k in (10, 20, 50, 100)
@@ -402,8 +402,8 @@ def main() -> None:
     ap.add_argument("--blocks", action="store_true", help="only the block-attention section (issue 15)")
     ap.add_argument("--blocks-dtypes", default="auto", help="LLM dtypes of the speed cells, e.g. auto,int8")
     ap.add_argument("--blocks-skip-quality", action="store_true")
-    ap.add_argument("--blocks-hotpot", type=int, default=100, help="HotpotQA questions in the quality comparison")
-    ap.add_argument("--blocks-scifact", type=int, default=20, help="SciFact queries in the quality comparison")
+    ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
+    ap.add_argument("--blocks-scifact", type=int, default=12, help="SciFact queries in the quality comparison")
     args = ap.parse_args()
     if args.blocks:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
