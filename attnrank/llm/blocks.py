@@ -31,6 +31,7 @@ calibration and the learned weights read them unchanged.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -73,6 +74,7 @@ class BlockPrompt:
     calibration_suffix_ids: list[int]
     doc_ids: list[str] = field(default_factory=list)
     truncated: list[Truncation] = field(default_factory=list)
+    offsets: list[list[Span]] = field(default_factory=list)  # per block: each token's characters in its text
 
     def starts(self, positions: str) -> list[int]:
         """The first position id of each block (input order) under the position scheme."""
@@ -96,6 +98,14 @@ class BlockPrompt:
     def context_ids(self) -> list[int]:
         """The assembled context: prefix, then the blocks in prompt order."""
         return self.prefix_ids + [t for i in self.order for t in self.blocks[i]]
+
+    def text_token_span(self, i: int, lo: int, hi: int) -> Span:
+        """The :attr:`context_ids` tokens overlapping characters ``[lo, hi)`` of input document
+        ``i``'s (truncated) text: ``[first token ending after lo, first token starting at/after hi)``."""
+        starts = [a for a, _ in self.offsets[i]]
+        ends = [b for _, b in self.offsets[i]]
+        at = self.doc_spans[i][0]
+        return at + bisect.bisect_right(ends, lo), at + bisect.bisect_left(starts, hi)
 
     @property
     def doc_spans(self) -> list[Span]:
@@ -145,7 +155,7 @@ def build_block_prompts(
         raise InputError("no documents to rerank; pass at least one document")
     late = late_instruction(instruction)
     positions = prompt_positions(len(documents), order)
-    blocks, lengths, truncated = encode_blocks_text(tokenizer, documents, max_doc_words, max_doc_tokens)
+    blocks, lengths, truncated, offsets = encode_blocks_text(tokenizer, documents, max_doc_words, max_doc_tokens)
     frame = chat_frame(tokenizer)
 
     def suffix(q: str) -> list[int]:
@@ -161,6 +171,7 @@ def build_block_prompts(
         suffix(calibration_query),
         [d.id for d in documents],
         truncated,
+        offsets,
     )
 
 
@@ -174,14 +185,18 @@ def block_prefix_ids(tokenizer: object) -> list[int]:
 
 def encode_blocks_text(
     tokenizer: object, documents: Sequence[Document], max_doc_words: int | None, max_doc_tokens: int | None
-) -> tuple[list[list[int]], list[int], list[Truncation]]:
-    """Each document's block ids (text, then separator), its text length in tokens, and the cuts."""
+) -> tuple[list[list[int]], list[int], list[Truncation], list[list[Span]]]:
+    """Each document's block ids (title and text, then the separator), how many of them precede
+    the separator, the cuts, and each token's character range in the document's text (the
+    title's tokens get negative ones)."""
     texts, truncated = truncate_texts(tokenizer, documents, max_doc_words, max_doc_tokens)
-    blocks, lengths = [], []
+    blocks, lengths, char_offsets = [], [], []
     for doc, text in zip(documents, texts):
         body = block_text(doc.title, text)
         whole = SEPARATOR + body + SEPARATOR
         ids, offsets = encode_cut(tokenizer, whole + _NEXT, len(SEPARATOR), len(whole))
         blocks.append(ids)
         lengths.append(sum(a < len(SEPARATOR) + len(body) for a, _ in offsets))
-    return blocks, lengths, truncated
+        text_at = len(SEPARATOR) + len(body) - len(text.strip()) - (len(text) - len(text.lstrip()))
+        char_offsets.append([(a - text_at, b - text_at) for a, b in offsets])
+    return blocks, lengths, truncated, char_offsets

@@ -76,6 +76,7 @@ def capture_blocks(
     query_span: str = "full",
     states: StateCache | None = None,
     store: PassageStateStore | None = None,
+    extra_ids: Sequence[int] = (),
 ) -> WindowRows:
     """Block attention (:mod:`attnrank.llm.blocks`): each block's states from ``states`` or
     computed attending to ``prefix`` and itself; the suffixes then run over the assembled
@@ -83,7 +84,8 @@ def capture_blocks(
 
     ``prefix`` is the prefilled :attr:`BlockPrompt.prefix_ids` (it is the same for every query,
     so callers keep it). The rows cover ``prompt.context_ids``, in prompt order. ``store``:
-    states built at index time, read before encoding what neither cache holds."""
+    states built at index time, read before encoding what neither cache holds; ``extra_ids``
+    are appended to both suffixes (the pruner's answer hint)."""
     check_query_span(query_span)
     check_positions(positions)
     starts = prompt.starts(positions)
@@ -92,8 +94,9 @@ def capture_blocks(
     n_ctx, position = context.length, prompt.suffix_start(positions)
 
     def rows(suffix: list[int]) -> np.ndarray:
-        start = len(suffix) - 1 if query_span == "last" else 0
-        out = capturer.capture(suffix, prefix=context, query_start=start, position_start=position)
+        ids = list(suffix) + list(extra_ids)
+        start = len(ids) - 1 if query_span == "last" else 0
+        out = capturer.capture(ids, prefix=context, query_start=start, position_start=position)
         return out.double().cpu().numpy()[:, :n_ctx]
 
     real = rows(prompt.real_suffix_ids)

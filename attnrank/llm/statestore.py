@@ -89,7 +89,7 @@ def write_store(
     entries, offsets = [], [0]
     for lo in range(0, len(docs), batch_docs):
         part = list(docs[lo : lo + batch_docs])
-        blocks, _, _ = encode_blocks_text(tokenizer, part, max_doc_words, max_doc_tokens)
+        blocks, _, _, _ = encode_blocks_text(tokenizer, part, max_doc_words, max_doc_tokens)
         for doc, block, state in zip(part, blocks, encode_blocks(capturer, prefix, blocks, [start] * len(blocks))):
             for name, t in (("keys", state.keys), ("values", state.values)):
                 data, scales = _pack(t.permute(2, 0, 1, 3).float().cpu().numpy(), storage)
