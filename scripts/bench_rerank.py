@@ -313,7 +313,11 @@ def blocks_section(args, root: Path) -> None:
         for k in (10, 20, 50, 100)
         for mode in MODES
     ]
-    speed_rows = run_cells(cells, root, REPO / "build" / "blocks" / "cells.json")
+    results = REPO / "build" / "blocks" / "cells.json"
+    if args.blocks_skip_speed:
+        speed_rows = json.loads(results.read_text()) if results.exists() else []
+    else:
+        speed_rows = run_cells(cells, root, results)
     quality_path = REPO / "build" / "blocks" / "quality.json"
     if args.blocks_skip_quality:
         q_rows = json.loads(quality_path.read_text()) if quality_path.exists() else []
@@ -402,6 +406,7 @@ def main() -> None:
     ap.add_argument("--blocks", action="store_true", help="only the block-attention section (issue 15)")
     ap.add_argument("--blocks-dtypes", default="auto", help="LLM dtypes of the speed cells, e.g. auto,int8")
     ap.add_argument("--blocks-skip-quality", action="store_true")
+    ap.add_argument("--blocks-skip-speed", action="store_true")
     ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
     ap.add_argument("--blocks-scifact", type=int, default=12, help="SciFact queries in the quality comparison")
     args = ap.parse_args()
