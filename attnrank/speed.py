@@ -18,6 +18,7 @@ import functools
 import logging
 import random
 import resource
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,8 @@ import numpy as np
 from .benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
 from .eval import evaluate_per_query
 from .eval.datasets import dl19, sample_queries, scifact
+from .llm.blocks import encode_blocks_text
+from .llm.statestore import STORAGES, write_store
 from .rerank.attention import AttentionReranker
 from .types import Document
 
@@ -217,3 +220,66 @@ def compare_modes(
                 }
             )
     return rows
+
+
+def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
+    """Bytes per passage token and the size of a passage-state store for the SciFact corpus and
+    the DL19 BM25 top-20/top-100 candidates, from their block token counts (default preset: the
+    layers up to its deepest head; float32 in memory, float16 or int8 on disk)."""
+    reranker = AttentionReranker(attention="block")
+    cfg = reranker.capturer.decoder.config
+    layers = reranker.capturer.deepest_layer + 1
+    kv, dim = (
+        int(cfg.num_key_value_heads),
+        int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads),
+    )
+    per_token = {"float32 (memory)": 2 * layers * kv * dim * 4}
+    for storage in STORAGES:
+        values = 2 * layers * kv * dim * (2 if storage == "float16" else 1)
+        per_token[storage] = values + (2 * layers * kv * 2 if storage == "int8" else 0)  # + float16 scales
+    sets: dict[str, list[Document]] = {"SciFact corpus": scifact(root).docs}
+    ds = dl19(root)
+    docs = {d.id: d for d in ds.docs}
+    for depth in (20, 100):
+        ids = dict.fromkeys(i for q in ds.queries for i in ds.candidates[q][:depth])
+        sets[f"DL19 BM25 top-{depth} candidates"] = [docs[i] for i in ids]
+    rows = []
+    for name, passages in sets.items():
+        blocks = encode_blocks_text(reranker.llm.tokenizer, passages, max_doc_words, None)[0]
+        tokens = sum(len(b) for b in blocks)
+        row: dict[str, Any] = {"passages": name, "count": len(passages), "tokens": tokens}
+        row |= {f"{k} GiB": tokens * v / 2**30 for k, v in per_token.items()}
+        rows.append(row)
+    return [{"bytes/token": per_token}, *rows]
+
+
+def build_store(root: Path, folder: Path, storage: str = "float16", depth: int = 20) -> dict[str, Any]:
+    """Build a real passage-state store for the DL19 BM25 top-``depth`` candidates (default
+    preset); its seconds, bytes on disk and bytes per token."""
+    reranker = AttentionReranker(attention="block")
+    ds = dl19(root)
+    docs = {d.id: d for d in ds.docs}
+    passages = [docs[i] for i in dict.fromkeys(i for q in ds.queries for i in ds.candidates[q][:depth])]
+    shutil.rmtree(folder, ignore_errors=True)
+    t = time.perf_counter()
+    header = write_store(
+        folder,
+        reranker.capturer,
+        reranker.llm.tokenizer,
+        passages,
+        model_id=reranker.llm.model_id,
+        fingerprint=reranker.llm.fingerprint,
+        storage=storage,
+        max_doc_words=reranker.config.max_doc_words,
+    )
+    secs = time.perf_counter() - t
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    return {
+        "passages": f"DL19 BM25 top-{depth} candidates",
+        "storage": storage,
+        "count": len(passages),
+        "tokens": header["tokens"],
+        "build s": secs,
+        "MiB on disk": size / 2**20,
+        "bytes/token": size / header["tokens"],
+    }

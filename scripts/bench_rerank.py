@@ -318,6 +318,13 @@ def blocks_section(args, root: Path) -> None:
         speed_rows = json.loads(results.read_text()) if results.exists() else []
     else:
         speed_rows = run_cells(cells, root, results)
+    store_path = REPO / "build" / "blocks" / "stores.json"
+    if not args.blocks_skip_speed and not store_path.exists():
+        from attnrank.speed import build_store, store_sizes
+
+        built = [build_store(root, REPO / "build" / "blocks" / f"states-{s}", s) for s in ("float16", "int8")]
+        store_path.write_text(json.dumps({"sizes": store_sizes(root), "built": built}, indent=1))
+    stores = json.loads(store_path.read_text()) if store_path.exists() else {}
     quality_path = REPO / "build" / "blocks" / "quality.json"
     if args.blocks_skip_quality:
         q_rows = json.loads(quality_path.read_text()) if quality_path.exists() else []
@@ -333,12 +340,13 @@ def blocks_section(args, root: Path) -> None:
         q_rows = compare_modes(sets, modes, AttentionReranker().llm)
         quality_path.write_text(json.dumps(q_rows, indent=1))
     env = environment()
-    md = blocks_markdown(speed_rows, q_rows, env)
-    write_outputs("rerank_blocks", {"environment": env, "speed": speed_rows, "quality": q_rows}, md, OUT)
+    md = blocks_markdown(speed_rows, q_rows, stores, env)
+    payload = {"environment": env, "speed": speed_rows, "quality": q_rows, "stores": stores}
+    write_outputs("rerank_blocks", payload, md, OUT)
     print(md)
 
 
-def blocks_markdown(speed_rows, q_rows, env) -> str:
+def blocks_markdown(speed_rows, q_rows, stores, env) -> str:
     out = [
         f"# Block attention: speed and quality ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
         "",
@@ -371,6 +379,30 @@ def blocks_markdown(speed_rows, q_rows, env) -> str:
         md_table(ratio_rows, ["dataset", "dtype", "K", "mode", "speed-up vs full"], {"speed-up vs full": ".1f"}),
         "",
     ]
+    if stores:
+        per_token = stores["sizes"][0]["bytes/token"]
+        out += [
+            "## Passage-state stores",
+            "",
+            "Bytes per passage token (keys and values of layers 0..23): "
+            + ", ".join(f"{k} {v:,}" for k, v in per_token.items())
+            + ". Sizes from the block token counts (300-word cap):",
+            "",
+            md_table(
+                stores["sizes"][1:],
+                ["passages", "count", "tokens", *[f"{k} GiB" for k in per_token]],
+                {f"{k} GiB": ".2f" for k in per_token},
+            ),
+            "",
+            "Stores built for real (`attnrank.llm.statestore.write_store`, default preset):",
+            "",
+            md_table(
+                stores["built"],
+                ["passages", "storage", "count", "tokens", "build s", "MiB on disk", "bytes/token"],
+                {"build s": ".1f", "MiB on disk": ".0f", "bytes/token": ".0f"},
+            ),
+            "",
+        ]
     if q_rows:
         out += [
             "## Quality: full vs block attention (nDCG@10, each query cold)",
