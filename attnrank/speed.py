@@ -15,10 +15,13 @@ peak RSS; the script runs each cell in a fresh process so the peaks do not mix.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import random
 import resource
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
+from .config import set_torch_threads
 from .eval import evaluate_per_query
 from .eval.datasets import dl19, sample_queries, scifact
 from .llm.blocks import encode_blocks_text
@@ -135,10 +139,6 @@ def run_cells(
     """Measure each ``(dataset, K, mode, dtype, n_queries)`` cell in a fresh process
     (``python -m attnrank.speed``), skipping cells already in ``results`` (JSON list, rewritten
     after every cell, so an interrupted run resumes)."""
-    import json
-    import subprocess
-    import sys
-
     done: list[dict[str, Any]] = json.loads(results.read_text()) if results.exists() else []
     have = {(r["dataset"], r["K"], r["mode"], r["dtype"]) for r in done}
     for dataset, k, mode, dtype, n in cells:
@@ -159,11 +159,6 @@ def run_cells(
 
 
 if __name__ == "__main__":  # one cell: python -m attnrank.speed DATASET ROOT K MODE DTYPE N
-    import json
-    import sys
-
-    from .config import set_torch_threads
-
     set_torch_threads()
     ds_name, data, k_s, mode_s, dtype_s, n_s = sys.argv[1:7]
     print(json.dumps(measure(ds_name, Path(data), int(k_s), mode_s, dtype_s, int(n_s))))
