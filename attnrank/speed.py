@@ -263,7 +263,7 @@ def build_store(root: Path, folder: Path, storage: str = "float16", depth: int =
         reranker.llm.tokenizer,
         passages,
         model_id=reranker.llm.model_id,
-        fingerprint=reranker.llm.fingerprint,
+        fingerprint=reranker.llm.weights_key,
         storage=storage,
         max_doc_words=reranker.config.max_doc_words,
     )

@@ -21,6 +21,13 @@ sequential positions) on DL19, HotpotQA and SciFact with the default preset. Wri
 docs/results/rerank_blocks.{json,md}.
 
     python scripts/bench_rerank.py --blocks [--blocks-dtypes auto,int8] [--blocks-skip-quality]
+
+``--int8``: only the precision comparison (``dtype="int8"``, attnrank.llm.quantize): the default
+preset on DL19 BM25 top-K, every precision of ``--int8-dtypes`` scoring each query in turn (same
+process, interleaved, so load changes hit all alike): s/query, nDCG@10, and the Spearman rank
+correlation of each precision's scores with the first's. Writes docs/results/rerank_int8.{json,md}.
+
+    python scripts/bench_rerank.py --int8 [--int8-k 20] [--int8-dtypes float32,int8,bfloat16] [--dl19-queries N]
 """
 
 from __future__ import annotations
@@ -253,6 +260,74 @@ def speed(args) -> list[dict]:
     return rows
 
 
+# -- precision: float32 vs dynamic int8 (and others), same queries, interleaved ----------------
+def spearman(a, b) -> float:
+    """Spearman's rank correlation (ties broken by position; scores are continuous)."""
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def precision_compare(root: Path, args) -> tuple[list[dict], dict]:
+    from attnrank.rerank.attention import AttentionReranker
+
+    name, ds, cands = dl19_sets(root, [args.int8_k], args.dl19_queries)[0]
+    rerankers, loads = {}, {}
+    for dtype in args.int8_dtypes:
+        t = time.perf_counter()
+        rerankers[dtype] = AttentionReranker(config=args.int8_preset, dtype=dtype)
+        loads[dtype] = time.perf_counter() - t
+        rerankers[dtype].score("warm up", next(iter(cands.values()))[:2])
+    scores: dict[str, dict[str, list[float]]] = {d: {} for d in args.int8_dtypes}
+    secs: dict[str, list[float]] = {d: [] for d in args.int8_dtypes}
+    for i, (q, text) in enumerate(ds.queries.items(), 1):
+        for dtype, rr in rerankers.items():
+            t = time.perf_counter()
+            scores[dtype][q] = rr.score(text, cands[q]).tolist()
+            secs[dtype].append(time.perf_counter() - t)
+        log.info("precision %d/%d %s", i, len(ds.queries), {d: round(v[-1], 2) for d, v in secs.items()})
+    ref = args.int8_dtypes[0]
+    rows = []
+    for dtype in args.int8_dtypes:
+        rho = [spearman(scores[dtype][q], scores[ref][q]) for q in ds.queries]
+        rows.append(
+            {
+                "dtype": dtype,
+                "load s": loads[dtype],
+                "s/query": float(np.mean(secs[dtype])),
+                f"speed-up vs {ref}": float(np.mean(secs[ref]) / np.mean(secs[dtype])),
+                "nDCG@10": evaluate(run_of(cands, scores[dtype]), ds.qrels, ["nDCG@10"], rel=ds.rel)["nDCG@10"],
+                f"Spearman vs {ref} (mean)": float(np.mean(rho)),
+                f"Spearman vs {ref} (min)": float(np.min(rho)),
+            }
+        )
+        log.info("precision %s", rows[-1])
+    heads = rerankers[ref].head_list
+    return rows, {"setting": name, "queries": len(ds.queries), "preset": args.int8_preset, "heads": len(heads)}
+
+
+def precision_markdown(rows, info, env, args) -> str:
+    ref = args.int8_dtypes[0]
+    return "\n".join(
+        [
+            f"# Reranking precision: {' vs '.join(args.int8_dtypes)} ({env['date']}, {env['cpus']} CPUs, "
+            f"torch {env['torch']})",
+            "",
+            f"SmolLM2-135M-Instruct, preset `{info['preset']}` ({info['heads']} heads), {info['setting']}, "
+            f"{info['queries']} queries; each query scored by every precision in turn in one process. "
+            "int8 = the decoder's linear layers in dynamic int8 (attnrank.llm.quantize); Spearman = rank "
+            f"correlation of a query's {args.int8_k} candidate scores with the {ref} scores.",
+            "",
+            md_table(
+                rows,
+                list(rows[0]),
+                {k: ".4f" if "Spearman" in k or k == "nDCG@10" else ".2f" for k in rows[0] if k != "dtype"},
+            ),
+            "",
+            f"    python scripts/bench_rerank.py --int8 --int8-k {args.int8_k} --int8-dtypes {','.join(args.int8_dtypes)}",
+        ]
+    )
+
+
 def markdown(q_rows, s_rows, extra, env, args) -> str:
     out = [
         f"# Attention reranking benchmark ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
@@ -441,6 +516,10 @@ def main() -> None:
     ap.add_argument("--blocks-skip-speed", action="store_true")
     ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
     ap.add_argument("--blocks-scifact", type=int, default=12, help="SciFact queries in the quality comparison")
+    ap.add_argument("--int8", action="store_true", help="only the precision comparison (docs/results/rerank_int8.*)")
+    ap.add_argument("--int8-k", type=int, default=20, help="DL19 BM25 candidates per query for --int8")
+    ap.add_argument("--int8-dtypes", default="float32,int8", help="precisions for --int8; the first is the reference")
+    ap.add_argument("--int8-preset", default="qrhead")
     args = ap.parse_args()
     if args.blocks:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -455,6 +534,14 @@ def main() -> None:
     set_torch_threads()
     args.speed_ks = [int(x) for x in args.speed_ks.split(",")]
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
+    if args.int8:
+        args.int8_dtypes = [d.strip() for d in args.int8_dtypes.split(",") if d.strip()]
+        p_rows, info = precision_compare(root, args)
+        env = environment()
+        md = precision_markdown(p_rows, info, env, args)
+        write_outputs("rerank_int8", {"environment": env, **info, "rows": p_rows}, md, OUT)
+        print(md)
+        return
     q_rows, extra = [], {}
     if not args.skip_quality:
         from attnrank.rerank.attention import AttentionReranker

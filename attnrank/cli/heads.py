@@ -99,7 +99,7 @@ def heads_detect(
     ),
     max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="copy: greedy answer length limit."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
-    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16."),
+    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16 (GPU) | int8 (CPU)."),
     save: bool = typer.Option(True, "--save/--no-save", help="Register the result in the user registry."),
     quiet: bool = Quiet,
     verbose: bool = Verbose,

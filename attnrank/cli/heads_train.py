@@ -92,7 +92,7 @@ def heads_train(
     folds: int = typer.Option(5, "--folds", help="k of the held-out k-fold report (>= 2)."),
     seed: int = typer.Option(0, "--seed", help="Fold shuffle seed."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
-    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16."),
+    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16 (GPU) | int8 (CPU)."),
     save: bool = typer.Option(True, "--save/--no-save", help="Register the weights in the user registry."),
     quiet: bool = Quiet,
     verbose: bool = Verbose,

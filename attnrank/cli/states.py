@@ -65,7 +65,7 @@ def state_writer(
             reranker.llm.tokenizer,
             docs,
             model_id=reranker.llm.model_id,
-            fingerprint=reranker.llm.fingerprint,
+            fingerprint=reranker.llm.weights_key,
             storage=storage,
             max_doc_words=cfg.max_doc_words,
             max_doc_tokens=cfg.max_doc_tokens,

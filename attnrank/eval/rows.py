@@ -67,10 +67,15 @@ def setting_key(setting: str) -> str:
 
 
 def cache_file(cache: Path | None, setting: str, qid: str, fingerprint: str) -> Path | None:
-    """Where the rows of ``qid`` in ``setting`` for the model ``fingerprint`` live (None: no cache)."""
+    """Where the rows of ``qid`` in ``setting`` for the model ``fingerprint`` live (None: no cache).
+
+    ``fingerprint`` is the LLM's ``weights_key``: ``FINGERPRINT+int8`` for an int8 model, whose
+    rows go to their own folder (``..._<hash12>-int8``)."""
     if cache is None:
         return None
-    return Path(cache) / f"{setting_key(setting)}_{fingerprint[:12]}" / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.npz"
+    digest, _, quant = fingerprint.partition("+")
+    tag = digest[:12] + (f"-{quant}" if quant else "")
+    return Path(cache) / f"{setting_key(setting)}_{tag}" / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.npz"
 
 
 def save_windows(path: Path, wins: Sequence[Any], seconds: float) -> None:
@@ -123,7 +128,7 @@ def capture_all(
     from ``cache`` where present, else captured (and stored unless ``cache`` is None)."""
     out: dict[str, dict[str, Any]] = {}
     for qid, q in queries.items():
-        f = cache_file(cache, setting, qid, capturer.llm.fingerprint)
+        f = cache_file(cache, setting, qid, getattr(capturer.llm, "weights_key", capturer.llm.fingerprint))
         if f is not None and f.exists():
             wins, secs = load_windows(f)
         else:

@@ -7,6 +7,9 @@ import torch
 from attnrank.errors import InputError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Quantized precisions: name -> the dtype the weights are loaded in before quantization
+# (:mod:`attnrank.llm.quantize`).
+QUANTIZED = {"int8": torch.float32}
 
 
 def resolve_device(device: str) -> torch.device:
@@ -31,17 +34,34 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """Map a dtype name to a torch dtype usable on ``device``."""
+    """Map a dtype name to a torch dtype usable on ``device`` (a quantized name: the dtype its
+    weights are loaded in before quantization)."""
     name = (dtype or "").strip().lower()
     if name == "auto":
         if device.type != "cuda":
             return torch.float32
         with torch.cuda.device(device):
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if name in QUANTIZED:
+        if device.type != "cpu":
+            raise InputError(
+                f"dtype={dtype!r} (dynamic int8 linear layers) runs on CPU only, not on {device}; "
+                "use device='cpu', or dtype='bfloat16'/'float16' on a GPU"
+            )
+        return QUANTIZED[name]
     if name not in DTYPES:
-        raise InputError(f"dtype={dtype!r} is not one of 'auto', {', '.join(map(repr, DTYPES))}")
+        known = ", ".join(map(repr, [*DTYPES, *QUANTIZED]))
+        raise InputError(f"dtype={dtype!r} is not one of 'auto', {known}")
     if name == "float16" and device.type == "cpu":
         raise InputError(
             "dtype='float16' is not supported on CPU (slow and overflow-prone); use dtype='bfloat16' or 'float32'"
         )
     return DTYPES[name]
+
+
+def dtype_name(dtype: str, device: torch.device) -> str:
+    """The canonical precision name for ``dtype`` on ``device``: a key of :data:`DTYPES` or
+    :data:`QUANTIZED` (``"auto"`` resolved), checked as :func:`resolve_dtype` does."""
+    torch_dtype = resolve_dtype(dtype, device)
+    name = (dtype or "").strip().lower()
+    return name if name in QUANTIZED else next(k for k, v in DTYPES.items() if v == torch_dtype)

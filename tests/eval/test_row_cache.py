@@ -45,6 +45,8 @@ def test_setting_key_drops_the_sample_size():
         cache_file(__import__("pathlib").Path("c"), "DL19 BM25 top-20", "q/1", "0123456789abcdef").as_posix()
         == "c/DL19_BM25_top_20_0123456789ab/q_1.npz"
     )
+    int8 = cache_file(__import__("pathlib").Path("c"), "DL19 BM25 top-20", "q/1", "0123456789abcdef+int8")
+    assert int8.as_posix() == "c/DL19_BM25_top_20_0123456789ab-int8/q_1.npz"  # never the float32 rows
 
 
 def test_windows_round_trip_as_float32(tmp_path, reranker):

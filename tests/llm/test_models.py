@@ -60,7 +60,7 @@ def test_float16_on_cpu_is_refused(tiny_dir):
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        ({"dtype": "int8"}, "dtype='int8'"),
+        ({"dtype": "int4"}, "dtype='int4'"),
         ({"device": "tpu"}, "device='tpu'"),
         ({"device": "cuda:x"}, "cuda"),
     ],

@@ -1,0 +1,74 @@
+"""Dynamic int8 for the LLM's linear layers on CPU (``dtype="int8"``).
+
+Every ``nn.Linear`` inside the decoder layers (attention projections and MLP) becomes a dynamic
+int8 linear: weights quantized once per output channel, activations per batch at run time, the
+product computed by the CPU's int8 GEMM (fbgemm / oneDNN, using VNNI or AMX where the CPU has
+them). Embeddings, norms, the attention softmax and ``lm_head`` stay float32, so the captured
+attention rows are still float32 and generation keeps float32 logits.
+
+Which implementation, and why (torch 2.13, torchao 0.18, measured on this project's 2-core x86
+CPU, docs/benchmarks.md "int8"): torchao's ``Int8DynamicActivationInt8WeightConfig`` is the
+maintained API, but in eager mode on x86 it has no fused kernel (it quantizes activations with
+separate element-wise ops and calls ``torch._int_mm``) and was no faster than float32 on a
+1,500-token prefill of SmolLM2-135M (1.69 s vs 1.73 s); it needs ``torch.compile`` to pay off,
+which costs tens of seconds per shape. torch's own eager dynamic quantization
+(``torch.ao.quantization.quantize_dynamic``) ran the same prefill in 1.15 s. It is deprecated in
+favour of torchao but still shipped, so it is used here behind one function; a torch without it
+gets a :class:`~attnrank.errors.ModelError` naming the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import torch
+
+from attnrank.errors import ModelError
+
+logger = logging.getLogger(__name__)
+
+INT8 = "int8"
+
+
+def int8_available() -> bool:
+    """Whether this torch has eager dynamic int8 quantization with a CPU engine."""
+    ao = getattr(torch, "ao", None)
+    quantization = getattr(ao, "quantization", None)
+    engines = set(torch.backends.quantized.supported_engines)
+    return hasattr(quantization, "quantize_dynamic") and bool(engines & {"x86", "fbgemm", "onednn"})
+
+
+def quantize_int8(model: Any) -> int:
+    """Replace the ``nn.Linear`` modules of ``model``'s decoder layers, in place, by dynamic int8
+    linears (per-channel weights); returns how many were replaced. CPU only."""
+    if not int8_available():
+        raise ModelError(
+            f"dtype='int8' needs torch's dynamic int8 quantization (torch.ao.quantization.quantize_dynamic "
+            f"with an x86/fbgemm engine), which torch {torch.__version__} lacks; use dtype='float32' or 'bfloat16'"
+        )
+    layers = _decoder_layers(model)
+    names = [f"{i}.{n}" for i, layer in enumerate(layers) for n, m in layer.named_modules() if _is_linear(m)]
+    if not names:
+        raise ModelError(f"{type(model).__name__}: no nn.Linear in its decoder layers, nothing to quantize to int8")
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():  # torch warns on every call that the API moves to torchao (see above)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        quantize_dynamic(layers, {n: per_channel_dynamic_qconfig for n in names}, dtype=torch.qint8, inplace=True)
+    logger.info("int8: %d linear layers in %d decoder layers quantized (dynamic, per channel)", len(names), len(layers))
+    return len(names)
+
+
+def _is_linear(module: Any) -> bool:
+    return type(module) is torch.nn.Linear
+
+
+def _decoder_layers(model: Any) -> torch.nn.ModuleList:
+    """The ``ModuleList`` of decoder layers (``model.model.layers`` for Llama-like models)."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and name.endswith("layers") and len(module) > 0:
+            return module
+    raise ModelError(f"{type(model).__name__}: no decoder layer list ('*.layers') found; int8 cannot be applied")

@@ -1,0 +1,104 @@
+"""Tests of ``dtype="int8"`` (attnrank.llm.quantize): dynamic int8 linear layers on CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnrank.errors import InputError, ModelError
+from attnrank.llm import device as llm_device
+from attnrank.llm import quantize
+from attnrank.llm.models import clear_llm_cache, load_llm
+from attnrank.registry import save_head_set
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.types import Document
+
+pytestmark = pytest.mark.skipif(not quantize.int8_available(), reason="this torch has no dynamic int8 engine")
+
+WORDS = [
+    "the",
+    "capital",
+    "city",
+    "of",
+    "france",
+    "is",
+    "paris",
+    "river",
+    "seine",
+    "flows",
+    "germany",
+    "berlin",
+    "bananas",
+    "yellow",
+    "rome",
+    "italy",
+    "old",
+]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    clear_llm_cache()
+    yield
+    clear_llm_cache()
+
+
+def _docs(n: int = 12) -> list[Document]:
+    rng = np.random.default_rng(0)
+    return [Document(f"d{i}", " ".join(rng.choice(WORDS, size=int(rng.integers(6, 20))))) for i in range(n)]
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def test_int8_load_keeps_the_fingerprint(tiny_dir):
+    f32 = load_llm(str(tiny_dir))
+    q = load_llm(str(tiny_dir), dtype="int8")
+    assert q is not f32 and load_llm(str(tiny_dir), dtype="INT8") is q  # its own process-cache entry
+    assert q.quantization == "int8" and f32.quantization == ""
+    assert q.fingerprint == f32.fingerprint  # same model: registered artifacts apply
+    assert q.weights_key != f32.weights_key == f32.fingerprint  # computed states must not mix
+    assert q.dtype == torch.float32
+    modules = list(q.model.model.layers.modules())
+    assert not any(type(m) is torch.nn.Linear for m in modules)
+    assert sum(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in modules) == 3 * 7  # q k v o gate up down
+    assert type(q.model.lm_head) is torch.nn.Linear  # logits stay float32
+    assert type(f32.model.model.layers[0].mlp.up_proj) is torch.nn.Linear  # the float model is untouched
+
+
+def test_int8_scores_are_finite_and_close_to_float32(tiny_dir):
+    docs = _docs()
+    f32 = AttentionReranker(load_llm(str(tiny_dir)), heads="all").score("where is the capital of france", docs)
+    q = AttentionReranker(load_llm(str(tiny_dir), dtype="int8"), heads="all").score(
+        "where is the capital of france", docs
+    )
+    assert np.all(np.isfinite(q)) and q.shape == f32.shape
+    assert not np.array_equal(q, f32)  # int8 really ran
+    assert _spearman(q, f32) >= 0.9
+    assert np.max(np.abs(q - f32)) <= 0.05 * np.max(np.abs(f32))
+
+
+def test_registered_heads_resolve_for_the_int8_model(tiny_dir, tmp_path):
+    f32 = load_llm(str(tiny_dir))
+    save_head_set(f32.model_id, f32.fingerprint, "qr", "0-1,2-3")
+    q = load_llm(str(tiny_dir), dtype="int8")
+    rr = AttentionReranker(q, heads="auto")
+    assert rr.heads == [(0, 1), (2, 3)]
+    assert np.all(np.isfinite(rr.score("capital of france", _docs(4))))
+
+
+def test_int8_off_cpu_is_refused():
+    with pytest.raises(InputError, match=r"dtype='int8'.*CPU only.*device='cpu'"):
+        llm_device.resolve_dtype("int8", torch.device("cuda:0"))
+    assert llm_device.dtype_name("int8", torch.device("cpu")) == "int8"
+    assert llm_device.dtype_name("auto", torch.device("cpu")) == "float32"
+
+
+def test_int8_without_an_engine_names_the_fix(tiny_dir, monkeypatch):
+    monkeypatch.setattr(quantize, "int8_available", lambda: False)
+    with pytest.raises(ModelError, match=r"dtype='int8'.*use dtype='float32' or 'bfloat16'"):
+        load_llm(str(tiny_dir), dtype="int8")
