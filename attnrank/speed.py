@@ -35,6 +35,7 @@ from .benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
 from .config import set_torch_threads
 from .eval import evaluate_per_query
 from .eval.datasets import dl19, sample_queries, scifact
+from .eval.report import md_table
 from .llm.blocks import encode_blocks_text
 from .llm.statestore import STORAGES, write_store
 from .rerank.attention import AttentionReranker
@@ -278,3 +279,90 @@ def build_store(root: Path, folder: Path, storage: str = "float16", depth: int =
         "MiB on disk": size / 2**20,
         "bytes/token": size / header["tokens"],
     }
+
+
+def speed_cells(dtypes: list[str]) -> list[tuple[str, int, str, str, int]]:
+    """The speed grid: K = 10/20/50/100 x modes on DL19 and SciFact, every cell in the first
+    dtype; the others on all DL19 cells and SciFact K=20 only (SciFact's full prompts at K >= 50
+    cost minutes per query on a 2-core CPU). Queries per cell: 3, 3, 2, 1."""
+    return [
+        (ds, k, mode, dtype, {10: 3, 20: 3, 50: 2, 100: 1}[k])
+        for dtype in dtypes
+        for ds in SPEED_DATASETS
+        for k in (10, 20, 50, 100)
+        for mode in MODES
+        if dtype == dtypes[0] or ds == "dl19" or k == 20
+    ]
+
+
+def blocks_markdown(
+    speed_rows: list[dict[str, Any]], q_rows: list[dict[str, Any]], stores: dict[str, Any], env: dict[str, Any]
+) -> str:
+    """The block-attention section of the benchmarks page."""
+    out = [
+        f"# Block attention: speed and quality ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
+        "",
+        "Default preset (qrhead: 16 registered heads, deepest layer 23), SmolLM2-135M-Instruct. "
+        "Speed: each cell in a fresh process; block-cold = no cached passage state; block-warm = every "
+        "candidate's state in memory (only the query's suffix runs); peak extra MB = peak RSS growth "
+        "during the query; SciFact candidates are random abstracts (300-word cap).",
+        "",
+        md_table(
+            speed_rows,
+            ["dataset", "dtype", "K", "mode", "queries", "s/query", "peak extra MB", "cached MB", "error"],
+            {"s/query": ".2f", "peak extra MB": ".0f", "cached MB": ".0f"},
+        ),
+        "",
+    ]
+    ratio_rows = []
+    for r in speed_rows:
+        base = next(
+            (
+                b
+                for b in speed_rows
+                if b.get("mode") == "full" and (b["dataset"], b["K"], b["dtype"]) == (r["dataset"], r["K"], r["dtype"])
+            ),
+            None,
+        )
+        if r.get("mode") != "full" and base and "s/query" in r and "s/query" in base:
+            ratio_rows.append({**r, "speed-up vs full": base["s/query"] / r["s/query"]})
+    out += ["Speed-up against the full-prompt capture of the same cell (same run):", ""]
+    out += [
+        md_table(ratio_rows, ["dataset", "dtype", "K", "mode", "speed-up vs full"], {"speed-up vs full": ".1f"}),
+        "",
+    ]
+    if stores:
+        per_token = stores["sizes"][0]["bytes/token"]
+        out += [
+            "## Passage-state stores",
+            "",
+            "Bytes per passage token (keys and values of layers 0..23): "
+            + ", ".join(f"{k} {v:,}" for k, v in per_token.items())
+            + ". Sizes from the block token counts (300-word cap):",
+            "",
+            md_table(
+                stores["sizes"][1:],
+                ["passages", "count", "tokens", *[f"{k} GiB" for k in per_token]],
+                {f"{k} GiB": ".2f" for k in per_token},
+            ),
+            "",
+            "Stores built for real (`attnrank.llm.statestore.write_store`, default preset):",
+            "",
+            md_table(
+                stores["built"],
+                ["passages", "storage", "count", "tokens", "build s", "MiB on disk", "bytes/token"],
+                {"build s": ".1f", "MiB on disk": ".0f", "bytes/token": ".0f"},
+            ),
+            "",
+        ]
+    if q_rows:
+        out += [
+            "## Quality: full vs block attention (nDCG@10, each query cold)",
+            "",
+            md_table(
+                q_rows,
+                ["setting", "mode", "nDCG@10", "wins/losses vs full", "sign test p", "s/query"],
+                {"nDCG@10": ".4f", "sign test p": ".3f", "s/query": ".2f"},
+            ),
+        ]
+    return "\n".join(out) + "\n"

@@ -379,19 +379,9 @@ def markdown(q_rows, s_rows, extra, env, args) -> str:
 
 
 def blocks_section(args, root: Path) -> None:
-    from attnrank.speed import MODES, compare_modes, quality_sets, run_cells
+    from attnrank.speed import blocks_markdown, compare_modes, quality_sets, run_cells, speed_cells
 
-    # Every cell in float32; int8 on all DL19 cells and SciFact K=20 (the SciFact full prompts at
-    # K >= 50 cost minutes per query on this CPU).
-    dtypes = args.blocks_dtypes.split(",")
-    cells = [
-        (ds, k, mode, dtype, {10: 3, 20: 3, 50: 2, 100: 1}[k])
-        for dtype in dtypes
-        for ds in ("dl19", "scifact")
-        for k in (10, 20, 50, 100)
-        for mode in MODES
-        if dtype == dtypes[0] or ds == "dl19" or k == 20
-    ]
+    cells = speed_cells(args.blocks_dtypes.split(","))
     results = REPO / "build" / "blocks" / "cells.json"
     if args.blocks_skip_speed:
         speed_rows = json.loads(results.read_text()) if results.exists() else []
@@ -423,76 +413,6 @@ def blocks_section(args, root: Path) -> None:
     payload = {"environment": env, "speed": speed_rows, "quality": q_rows, "stores": stores}
     write_outputs("rerank_blocks", payload, md, OUT)
     print(md)
-
-
-def blocks_markdown(speed_rows, q_rows, stores, env) -> str:
-    out = [
-        f"# Block attention: speed and quality ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
-        "",
-        "Default preset (qrhead: 16 registered heads, deepest layer 23), SmolLM2-135M-Instruct. "
-        "Speed: each cell in a fresh process; block-cold = no cached passage state; block-warm = every "
-        "candidate's state in memory (only the query's suffix runs); peak extra MB = peak RSS growth "
-        "during the query; SciFact candidates are random abstracts (300-word cap).",
-        "",
-        md_table(
-            speed_rows,
-            ["dataset", "dtype", "K", "mode", "queries", "s/query", "peak extra MB", "cached MB", "error"],
-            {"s/query": ".2f", "peak extra MB": ".0f", "cached MB": ".0f"},
-        ),
-        "",
-    ]
-    ratio_rows = []
-    for r in speed_rows:
-        base = next(
-            (
-                b
-                for b in speed_rows
-                if b.get("mode") == "full" and (b["dataset"], b["K"], b["dtype"]) == (r["dataset"], r["K"], r["dtype"])
-            ),
-            None,
-        )
-        if r.get("mode") != "full" and base and "s/query" in r and "s/query" in base:
-            ratio_rows.append({**r, "speed-up vs full": base["s/query"] / r["s/query"]})
-    out += ["Speed-up against the full-prompt capture of the same cell (same run):", ""]
-    out += [
-        md_table(ratio_rows, ["dataset", "dtype", "K", "mode", "speed-up vs full"], {"speed-up vs full": ".1f"}),
-        "",
-    ]
-    if stores:
-        per_token = stores["sizes"][0]["bytes/token"]
-        out += [
-            "## Passage-state stores",
-            "",
-            "Bytes per passage token (keys and values of layers 0..23): "
-            + ", ".join(f"{k} {v:,}" for k, v in per_token.items())
-            + ". Sizes from the block token counts (300-word cap):",
-            "",
-            md_table(
-                stores["sizes"][1:],
-                ["passages", "count", "tokens", *[f"{k} GiB" for k in per_token]],
-                {f"{k} GiB": ".2f" for k in per_token},
-            ),
-            "",
-            "Stores built for real (`attnrank.llm.statestore.write_store`, default preset):",
-            "",
-            md_table(
-                stores["built"],
-                ["passages", "storage", "count", "tokens", "build s", "MiB on disk", "bytes/token"],
-                {"build s": ".1f", "MiB on disk": ".0f", "bytes/token": ".0f"},
-            ),
-            "",
-        ]
-    if q_rows:
-        out += [
-            "## Quality: full vs block attention (nDCG@10, each query cold)",
-            "",
-            md_table(
-                q_rows,
-                ["setting", "mode", "nDCG@10", "wins/losses vs full", "sign test p", "s/query"],
-                {"nDCG@10": ".4f", "sign test p": ".3f", "s/query": ".2f"},
-            ),
-        ]
-    return "\n".join(out) + "\n"
 
 
 def main() -> None:

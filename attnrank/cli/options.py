@@ -104,7 +104,12 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         ),
     ),
     "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),
-    "dtype": (Optional[str], typer.Option(None, "--dtype", help="auto | float32 | bfloat16 | float16 (GPU) | int8 (CPU: dynamic int8 linear layers).")),
+    "dtype": (
+        Optional[str],
+        typer.Option(
+            None, "--dtype", help="auto | float32 | bfloat16 | float16 (GPU) | int8 (CPU: dynamic int8 linear layers)."
+        ),
+    ),
 }
 
 
