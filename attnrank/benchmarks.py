@@ -81,6 +81,20 @@ def scifact_set(root: Path, n_queries: int, k: int = 20, index_dir: Path | None 
     )
 
 
+def scifact_bm25_set(root: Path, n_queries: int, k: int = 20) -> CandidateSet:
+    """SciFact train: a seeded sample of ``n_queries`` labelled queries, BM25 top-``k`` over the
+    whole corpus (no dense index needed)."""
+    from .index.bm25 import BM25Index
+
+    ds = scifact(root)
+    ds = ds.subset(sample_queries(ds.queries, n_queries))
+    bm25 = BM25Index().index([d.full_text for d in ds.docs])
+    cands = {
+        q: [ds.docs[i] for i in np.argsort(-bm25.get_scores(ds.queries[q]), kind="stable")[:k]] for q in ds.queries
+    }
+    return (f"SciFact train BM25 top-{k} ({len(ds.queries)} queries)", ds, cands)
+
+
 def _bm25_ordered(ds: Dataset, qids: Sequence[str], k: int | None = None) -> dict[str, list[Document]]:
     """Each query's candidates (deduplicated) by BM25 over the pooled ``ds.docs``, top ``k``."""
     from .index.bm25 import BM25Index

@@ -13,6 +13,15 @@ a fresh process.
 
 Writes docs/results/rerank.{json,md}.
 
+Block attention (``--blocks``; issue 15): seconds per query and peak memory of the full-prompt
+capture, block mode cold and block mode warm at K = 10/20/50/100 on DL19 passages and SciFact
+abstracts (300-word cap), per dtype (``--blocks-dtypes auto,int8``), each cell in a fresh process
+and resumable (build/blocks/cells.json); and nDCG@10 of full vs block attention (shared and
+sequential positions) on DL19, HotpotQA and SciFact with the default preset. Writes
+docs/results/rerank_blocks.{json,md}.
+
+    python scripts/bench_rerank.py --blocks [--blocks-dtypes auto,int8] [--blocks-skip-quality]
+
 ``--int8``: only the precision comparison (``dtype="int8"``, attnrank.llm.quantize): the default
 preset on DL19 BM25 top-K, every precision of ``--int8-dtypes`` scoring each query in turn (same
 process, interleaved, so load changes hit all alike): s/query, nDCG@10, and the Spearman rank
@@ -369,6 +378,43 @@ def markdown(q_rows, s_rows, extra, env, args) -> str:
     return "\n".join(out) + "\n"
 
 
+def blocks_section(args, root: Path) -> None:
+    from attnrank.speed import blocks_markdown, compare_modes, quality_sets, run_cells, speed_cells
+
+    cells = speed_cells(args.blocks_dtypes.split(","))
+    results = REPO / "build" / "blocks" / "cells.json"
+    if args.blocks_skip_speed:
+        speed_rows = json.loads(results.read_text()) if results.exists() else []
+    else:
+        speed_rows = run_cells(cells, root, results)
+    store_path = REPO / "build" / "blocks" / "stores.json"
+    if not args.blocks_skip_speed and not store_path.exists():
+        from attnrank.speed import build_store, store_sizes
+
+        built = [build_store(root, REPO / "build" / "blocks" / f"states-{s}", s) for s in ("float16", "int8")]
+        store_path.write_text(json.dumps({"sizes": store_sizes(root), "built": built}, indent=1))
+    stores = json.loads(store_path.read_text()) if store_path.exists() else {}
+    quality_path = REPO / "build" / "blocks" / "quality.json"
+    if args.blocks_skip_quality:
+        q_rows = json.loads(quality_path.read_text()) if quality_path.exists() else []
+    else:
+        from attnrank.rerank.attention import AttentionReranker
+
+        modes = {
+            "full": {},
+            "block (shared positions)": {"attention": "block"},
+            "block (sequential positions)": {"attention": "block", "block_positions": "sequential"},
+        }
+        sets = quality_sets(root, args.blocks_hotpot, args.blocks_scifact)
+        q_rows = compare_modes(sets, modes, AttentionReranker().llm)
+        quality_path.write_text(json.dumps(q_rows, indent=1))
+    env = environment()
+    md = blocks_markdown(speed_rows, q_rows, stores, env)
+    payload = {"environment": env, "speed": speed_rows, "quality": q_rows, "stores": stores}
+    write_outputs("rerank_blocks", payload, md, OUT)
+    print(md)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
@@ -388,11 +434,22 @@ def main() -> None:
     ap.add_argument("--speed-heads", default="")
     ap.add_argument("--speed-worker", nargs=2, default=None)
     ap.add_argument("--naive-max-gb", type=float, default=12.0, help="skip naive runs whose attention maps exceed this")
+    ap.add_argument("--blocks", action="store_true", help="only the block-attention section (issue 15)")
+    ap.add_argument("--blocks-dtypes", default="auto", help="LLM dtypes of the speed cells, e.g. auto,int8")
+    ap.add_argument("--blocks-skip-quality", action="store_true")
+    ap.add_argument("--blocks-skip-speed", action="store_true")
+    ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
+    ap.add_argument("--blocks-scifact", type=int, default=12, help="SciFact queries in the quality comparison")
     ap.add_argument("--int8", action="store_true", help="only the precision comparison (docs/results/rerank_int8.*)")
     ap.add_argument("--int8-k", type=int, default=20, help="DL19 BM25 candidates per query for --int8")
     ap.add_argument("--int8-dtypes", default="float32,int8", help="precisions for --int8; the first is the reference")
     ap.add_argument("--int8-preset", default="qrhead")
     args = ap.parse_args()
+    if args.blocks:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        set_torch_threads()
+        blocks_section(args, data_root(args.data, default=REPO.parent / "shared" / "data"))
+        return
     if args.speed_worker:
         impl, k = args.speed_worker
         print(json.dumps(speed_worker(impl, int(k), args.speed_queries, args.speed_heads or None)))

@@ -13,6 +13,7 @@ OUT = REPO / "docs" / "results"
 ORDER = [
     "first_stage",
     "rerank",
+    "rerank_blocks",
     "heads",
     "reweight",
     "prune",
@@ -27,6 +28,7 @@ ORDER = [
 COMMANDS = {
     "first_stage": "python scripts/bench_first_stage.py",
     "rerank": "python scripts/bench_rerank.py",
+    "rerank_blocks": "python scripts/bench_rerank.py --blocks",
     "heads": "python scripts/bench_heads.py --scifact-queries 809 --hotpot-questions 400 --ship --ship-heads top32",
     "reweight": "python scripts/bench_reweight.py --profile-trials 8",
     "prune": "python scripts/bench_prune.py --ship",

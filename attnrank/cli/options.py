@@ -81,6 +81,28 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         Optional[int],
         typer.Option(None, "--max-doc-words", min=1, help="Words kept per passage in the prompt (default 300)."),
     ),
+    "attention": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--attention",
+            help="full (one causal prompt) | block (passages encoded independently; their states are reused).",
+        ),
+    ),
+    "block_positions": (
+        Optional[str],
+        typer.Option(None, "--block-positions", help="Block positions: shared (reusable) | sequential."),
+    ),
+    "state_cache_mb": (
+        Optional[int],
+        typer.Option(None, "--state-cache-mb", min=0, help="Memory for reusable block states, MB (default 1024)."),
+    ),
+    "passage_states": (
+        Optional[str],
+        typer.Option(
+            None, "--passage-states", help="Index folder with passage states (attnrank index --passage-states)."
+        ),
+    ),
     "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),
     "dtype": (
         Optional[str],

@@ -82,6 +82,9 @@ def prune(
     heads: Optional[str] = typer.Option(
         None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."
     ),
+    attention: str = typer.Option(
+        "full", "--attention", help="full (one causal prompt) | block (each passage encoded on its own)."
+    ),
     verify: bool = Verify,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
@@ -104,7 +107,7 @@ def prune(
         docs = _load_index(name, index_dir, verify).search(query, k).documents()
     from ..prune.pruner import ContextPruner  # heavy (torch): only once the input is known good
 
-    pruner = ContextPruner(model, heads, method=method)
+    pruner = ContextPruner(model, heads, method=method, attention=attention)
     pruned = pruner.prune(query, docs, budget_tokens=budget, keep_ratio=ratio, neighbours=neighbours)
     _print_pruned(pruned)
 
@@ -161,6 +164,8 @@ def ask(
         device=cfg.device,
         dtype=cfg.dtype,
         heads=prune_heads or "all",
+        attention=cfg.attention,  # one --attention for both attention stages
+        block_positions=cfg.block_positions,
     )
     pipe = Pipeline.from_model(
         retriever,

@@ -22,6 +22,7 @@ from . import (
     app,
 )
 from .options import rerank_options
+from .states import PASSAGE_STATES, STATES_MODEL, STATES_PRESET, STATES_WORDS, check_storage, state_writer
 
 
 @app.command()
@@ -54,6 +55,10 @@ def index(
     ray_address: Optional[str] = typer.Option(
         None, "--ray-address", help="With --shards: Ray cluster address, or 'local'."
     ),
+    passage_states: Optional[str] = PASSAGE_STATES,
+    preset: Optional[str] = STATES_PRESET,
+    model: Optional[str] = STATES_MODEL,
+    max_doc_words: Optional[int] = STATES_WORDS,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
 ) -> None:
@@ -70,6 +75,11 @@ def index(
         raise typer.BadParameter(f"{embed_backend!r} is not one of {', '.join(BACKENDS)}", param_hint="--embed-backend")
     progress = _setup(quiet, verbose)
     target = _index_path(name, index_dir)
+    check_storage(passage_states)
+    if passage_states is None and (preset or model or max_doc_words):
+        raise typer.BadParameter("--preset/--model/--max-doc-words configure --passage-states; add --passage-states")
+    if passage_states is not None and shards:
+        raise typer.BadParameter("--passage-states is not supported with --shards yet; build one index")
     check_target(target, force=force, protect=[corpus])  # before any work
     docs, report = load_corpus(corpus, skip_invalid=skip_invalid)
     if report.skipped:
@@ -84,7 +94,10 @@ def index(
 
         typer.echo(build_sharded(docs, target, shards, r, ray_address))
         return
-    r.index(docs, show_progress=progress).save(target, force=force, protect=[corpus])
+    writer = None
+    if passage_states is not None:  # the model loads (and fails) before the index is built
+        writer = state_writer(docs, passage_states, preset, model, max_doc_words, progress)
+    r.index(docs, show_progress=progress).save(target, force=force, protect=[corpus], extra=writer)
     typer.echo(f"indexed {r.num_docs} documents into {target}")
 
 
@@ -124,6 +137,9 @@ def search(
     if rerank > 0:
         from ..rerank.attention import AttentionReranker
 
+        stored = _index_path(name, index_dir) / "passage_states"
+        if rerank_config.attention == "block" and rerank_config.passage_states is None and stored.is_dir():
+            rerank_config = rerank_config.with_options(passage_states=str(stored))
         reranker = AttentionReranker(config=rerank_config)
         todo = results
         if progress and len(qs) > 1:  # rank() scores one query; the bar counts queries

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -231,12 +231,20 @@ class HybridRetriever:
         return tqdm(items, desc="search", unit="q")
 
     # -- persistence -------------------------------------------------------------------------
-    def save(self, path: str | Path, *, force: bool = False, protect: Sequence[str | Path] = ()) -> Path:
+    def save(
+        self,
+        path: str | Path,
+        *,
+        force: bool = False,
+        protect: Sequence[str | Path] = (),
+        extra: Callable[[Path], object] | None = None,
+    ) -> Path:
         """Write the index folder atomically (see :mod:`attnrank.index.store`).
 
         Replaces only an existing index or an empty folder; ``force=True`` also replaces another
         non-empty folder, never one holding the working directory or a ``protect`` path
-        (:mod:`attnrank.index.folders`).
+        (:mod:`attnrank.index.folders`). ``extra(folder)`` may add files (e.g. passage states)
+        inside the same build: the manifest lists and checksums them with the rest.
         """
         if not self.docs:
             raise InputError("nothing to save: the retriever has no documents")
@@ -247,6 +255,8 @@ class HybridRetriever:
             fault_point("save-in-tmp", tmp / "bm25")
             self.bm25.save(tmp / "bm25")
             self.dense.save(tmp / "dense")
+            if extra is not None:
+                extra(tmp)
             write_manifest(tmp, self._manifest_info())
         logger.info("saved index with %d documents to %s", self.num_docs, path)
         return path

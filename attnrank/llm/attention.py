@@ -214,6 +214,12 @@ def _validate_heads(heads: HeadSpec, n_layers: int, n_heads: int, max_layer: int
     return pairs
 
 
+def _positions(start: int, n: int, device: torch.device) -> torch.Tensor:
+    if start < 0:
+        raise InputError(f"position_start={start} must be >= 0")
+    return torch.arange(start, start + n, device=device).unsqueeze(0)
+
+
 def _as_ids(input_ids: torch.Tensor | list[int], device: torch.device) -> torch.Tensor:
     ids = torch.as_tensor(input_ids, dtype=torch.long, device=device)
     ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
@@ -279,6 +285,7 @@ class AttentionCapturer:
         prefix: PrefixCache | None = None,
         query_start: int = 0,
         reduce: str = "mean",
+        position_start: int | None = None,
     ) -> torch.Tensor:
         """Attention rows of the chosen heads, averaged over the query rows ``query_start:`` of
         this pass: float32 ``[len(self.heads), prefix length + len(input_ids)]``, rows in the order
@@ -287,7 +294,11 @@ class AttentionCapturer:
         ``reduce="argmax"`` instead returns, for every query row, each head's top-1 attended key
         (absolute position): int64 ``[len(self.heads), len(input_ids) - query_start]``. This is
         what Wu et al.'s copy-paste retrieval score reads at each decoding step; it is computed
-        per layer from ``[heads, rows, keys]`` logits, never from full attention matrices."""
+        per layer from ``[heads, rows, keys]`` logits, never from full attention matrices.
+
+        ``position_start``: the position id of this pass's first token (default: right after the
+        prefix). Block attention sets it, because its assembled context holds more tokens than
+        its positions count (:mod:`attnrank.llm.blocks`)."""
         if reduce not in REDUCTIONS:
             raise InputError(f"reduce={reduce!r} is not one of {REDUCTIONS}")
         ids = _as_ids(input_ids, self.model.device)
@@ -302,8 +313,23 @@ class AttentionCapturer:
             cache = prefix.fork()
         n_keys = ids.shape[1] + (prefix.length if prefix is not None else 0)
         session = _Session(self._layer_heads, query_start, n_keys, reduce=reduce)
-        self._forward(ids, cache, session)
+        positions = None if position_start is None else _positions(position_start, ids.shape[1], ids.device)
+        self._forward(ids, cache, session, position_ids=positions)
         return self._collect(session)
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        cache: DynamicCache,
+        *,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> None:
+        """Run a batch ``[B, n]`` through layers 0..deepest_layer into ``cache`` (nothing captured).
+
+        ``attention_mask`` is the 2-D ``[B, cache length + n]`` padding mask (True = a real token);
+        ``position_ids`` ``[B, n]`` the rotary positions."""
+        self._forward(input_ids, cache, None, position_ids=position_ids, attention_mask=attention_mask)
 
     def _check_prefix(self, prefix: PrefixCache) -> None:
         if prefix.decoder_id != id(self.decoder) or prefix.deepest_layer < self.deepest_layer:
@@ -313,15 +339,28 @@ class AttentionCapturer:
                 "capturer (or one built with max_layer >= the deepest layer of every capturer sharing it)"
             )
 
-    def _forward(self, ids: torch.Tensor, cache: DynamicCache | None, session: _Session | None) -> None:
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        cache: DynamicCache | None,
+        session: _Session | None,
+        *,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> None:
         token = _ACTIVE.set(session)
+        extra: dict[str, Any] = {self._cache_kwarg: cache}
+        if position_ids is not None:
+            extra["position_ids"] = position_ids
+        if attention_mask is not None:
+            extra["attention_mask"] = attention_mask
         try:
             with (
                 torch.inference_mode(),
                 _attn_implementation(self.decoder.config, ATTN_IMPLEMENTATION),
                 _stop_after(self.decoder.layers[self.deepest_layer]),
             ):
-                self.decoder(input_ids=ids, use_cache=cache is not None, **{self._cache_kwarg: cache})
+                self.decoder(input_ids=ids, use_cache=cache is not None, **extra)
         finally:
             _ACTIVE.reset(token)
 

@@ -21,8 +21,11 @@ import numpy as np
 
 from ..errors import InputError
 from .attention import AttentionCapturer, PrefixCache
+from .blocks import BlockPrompt, check_positions
 from .prompts import RerankPromptPair
 from .rows import QUERY_SPANS, Span, WindowRows
+from .states import BlockState, StateCache, assemble, encode_blocks, state_key
+from .statestore import PassageStateStore
 
 
 def check_query_span(query_span: str) -> str:
@@ -60,6 +63,76 @@ def capture_window(
     null = rows(pair.calibration_suffix_ids) if calibrate else None
     index = list(range(len(pair.doc_spans))) if doc_index is None else doc_index
     return WindowRows(index, list(pair.doc_spans) if spans is None else spans, pair.prefix_ids, real, null)
+
+
+def capture_blocks(
+    capturer: AttentionCapturer,
+    prompt: BlockPrompt,
+    prefix: PrefixCache,
+    *,
+    fingerprint: str,
+    positions: str = "shared",
+    calibrate: bool = True,
+    query_span: str = "full",
+    states: StateCache | None = None,
+    store: PassageStateStore | None = None,
+    extra_ids: Sequence[int] = (),
+) -> WindowRows:
+    """Block attention (:mod:`attnrank.llm.blocks`): each block's states from ``states`` or
+    computed attending to ``prefix`` and itself; the suffixes then run over the assembled
+    context and their rows are captured as in :func:`capture_window`.
+
+    ``prefix`` is the prefilled :attr:`BlockPrompt.prefix_ids` (it is the same for every query,
+    so callers keep it). The rows cover ``prompt.context_ids``, in prompt order. ``store``:
+    states built at index time, read before encoding what neither cache holds; ``extra_ids``
+    are appended to both suffixes (the pruner's answer hint)."""
+    check_query_span(query_span)
+    check_positions(positions)
+    starts = prompt.starts(positions)
+    blocks = block_states(capturer, prompt, prefix, starts, fingerprint=fingerprint, states=states, store=store)
+    context = assemble(capturer, prefix, [blocks[i] for i in prompt.order])
+    n_ctx, position = context.length, prompt.suffix_start(positions)
+
+    def rows(suffix: list[int]) -> np.ndarray:
+        ids = list(suffix) + list(extra_ids)
+        start = len(ids) - 1 if query_span == "last" else 0
+        out = capturer.capture(ids, prefix=context, query_start=start, position_start=position)
+        return out.double().cpu().numpy()[:, :n_ctx]
+
+    real = rows(prompt.real_suffix_ids)
+    null = rows(prompt.calibration_suffix_ids) if calibrate else None
+    index = list(range(len(prompt.blocks)))
+    return WindowRows(index, prompt.doc_spans, prompt.context_ids, real, null)
+
+
+def block_states(
+    capturer: AttentionCapturer,
+    prompt: BlockPrompt,
+    prefix: PrefixCache,
+    starts: list[int],
+    *,
+    fingerprint: str,
+    states: StateCache | None = None,
+    store: PassageStateStore | None = None,
+) -> list[BlockState]:
+    """Every block's states (input order): from ``states``, else from ``store`` (then kept in
+    ``states``), else encoded in batches (and kept in ``states``)."""
+    keys = [state_key(capturer, fingerprint, prompt.prefix_ids, b, s) for b, s in zip(prompt.blocks, starts)]
+    found = [None if states is None else states.get(k) for k in keys]
+    if store is not None:
+        for i, key in enumerate(keys):
+            if found[i] is None and (stored := store.get(prompt.doc_ids[i], key)) is not None:
+                found[i] = stored
+                if states is not None:
+                    states.put(key, stored)
+    missing = [i for i, s in enumerate(found) if s is None]
+    if missing:
+        new = encode_blocks(capturer, prefix, [prompt.blocks[i] for i in missing], [starts[i] for i in missing])
+        for i, state in zip(missing, new):
+            found[i] = state
+            if states is not None:
+                states.put(keys[i], state)
+    return [s for s in found if s is not None]
 
 
 def _capture(capturer: AttentionCapturer, ids: list[int], prefix: PrefixCache, start: int) -> np.ndarray:

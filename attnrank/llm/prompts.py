@@ -207,6 +207,30 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     return ids if not lead or ids[: len(lead)] == lead else lead + ids
 
 
+def late_instruction(instruction: str) -> str:
+    """The late instruction text for ``"ie"``, ``"qa"`` or a custom text (error if empty)."""
+    late = INSTRUCTIONS.get(instruction.lower(), instruction).strip() if instruction else ""
+    if not late:
+        raise InputError(f"instruction={instruction!r} is empty; use 'ie', 'qa' or a text")
+    return late
+
+
+def prompt_positions(n: int, order: str) -> list[int]:
+    """``positions[p]`` = input index of the document at prompt position ``p``."""
+    if order not in ("reverse", "forward"):
+        raise InputError(f"order={order!r} is not 'reverse' or 'forward'")
+    return list(range(n))[:: -1 if order == "reverse" else 1]
+
+
+def query_tail(instruction: str, query: str, frame: ChatFrame) -> str:
+    """The query part of a reranking prompt: late instruction, query, chat suffix."""
+    if not query or not query.strip():
+        raise InputError(
+            f"query is empty; pass the query to rerank for (the calibration query is {CALIBRATION_QUERY!r})"
+        )
+    return f"{instruction}{SEPARATOR}Query: {query.strip()}{frame.suffix}"
+
+
 # --------------------------------------------------------------------------- internals
 
 
@@ -250,13 +274,9 @@ class _Context:
         documents = [d if isinstance(d, Document) else Document(id=str(i), text=str(d)) for i, d in enumerate(docs)]
         if not documents:
             raise InputError("no documents to rerank; pass at least one document")
-        late = INSTRUCTIONS.get(instruction.lower(), instruction).strip() if instruction else ""
-        if not late:
-            raise InputError(f"instruction={instruction!r} is empty; use 'ie', 'qa' or a text")
-        if order not in ("reverse", "forward"):
-            raise InputError(f"order={order!r} is not 'reverse' or 'forward'")
-        positions = list(range(len(documents)))[:: -1 if order == "reverse" else 1]
-        texts, truncated = _truncate(tokenizer, documents, max_words, max_tokens)
+        late = late_instruction(instruction)
+        positions = prompt_positions(len(documents), order)
+        texts, truncated = truncate_texts(tokenizer, documents, max_words, max_tokens)
         frame = chat_frame(tokenizer)
         joiner = "" if not frame.prefix or frame.prefix[-1].isspace() else " "
         text = frame.prefix + joiner + OPENING + SEPARATOR
@@ -265,20 +285,16 @@ class _Context:
             block = _block(p, documents[i].title, texts[i])
             char_spans[i] = (len(text), len(text) + len(block))
             text += block + SEPARATOR
-        ids, offsets = _encode_cut(tokenizer, text + late, 0, len(text))
+        ids, offsets = encode_cut(tokenizer, text + late, 0, len(text))
         lead = list(frame.lead_ids)
         ids, offsets = lead + ids, [(0, 0)] * len(lead) + offsets
         spans = _token_spans(offsets, len(lead), [char_spans[i] for i in range(len(documents))])
         return cls(tokenizer, frame, late, text, ids, offsets, spans, positions, truncated)
 
     def with_query(self, query: str) -> RerankPrompt:
-        if not query or not query.strip():
-            raise InputError(
-                f"query is empty; pass the query to rerank for (the calibration query is {CALIBRATION_QUERY!r})"
-            )
-        tail = f"{self.instruction}{SEPARATOR}Query: {query.strip()}{self.frame.suffix}"
+        tail = query_tail(self.instruction, query, self.frame)
         # Tokenize after the separator (as in the whole prompt), keep only the tail's tokens.
-        ids, offsets = _encode_cut(self.tokenizer, SEPARATOR + tail, len(SEPARATOR), None)
+        ids, offsets = encode_cut(self.tokenizer, SEPARATOR + tail, len(SEPARATOR), None)
         shift = len(self.text) - len(SEPARATOR)
         offsets = [(a + shift, b + shift) for a, b in offsets]
         return RerankPrompt(
@@ -293,7 +309,7 @@ class _Context:
         )
 
 
-def _encode_cut(tokenizer: Any, text: str, lo: int, hi: int | None) -> tuple[list[int], list[Span]]:
+def encode_cut(tokenizer: Any, text: str, lo: int, hi: int | None) -> tuple[list[int], list[Span]]:
     """Tokens of ``text[lo:hi]`` as tokenized within the whole ``text`` (no special tokens added).
 
     Raises :class:`ModelError` when a token crosses ``lo`` or ``hi``.
@@ -335,7 +351,7 @@ def _token_spans(offsets: list[Span], first: int, char_spans: list[Span]) -> lis
 _WORD = re.compile(r"\S+")
 
 
-def _truncate(
+def truncate_texts(
     tokenizer: Any, docs: Sequence[Document], max_words: int | None, max_tokens: int | None
 ) -> tuple[list[str], list[Truncation]]:
     """Each document's text cut to ``max_words`` words then ``max_tokens`` tokens (title kept)."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import InputError
+from ..llm.blocks import check_attention_mode, check_positions
 from ..rerank.config import check_fields
 from .segment import DEFAULT_MAX_WORDS
 
@@ -26,6 +27,8 @@ class PruneConfig:
     ``model``, ``device``, ``dtype``: as in :class:`RerankConfig`. ``length_norm``: sentence
     score divided by ``sqrt(tokens)`` or not; ``sink``: sink filtering of the sentence rows;
     ``focus_hint``: the answer hint of ``focus``; ``max_sentence_words``: longer sentences split.
+    ``attention``, ``block_positions``, ``state_cache_mb``: block attention, as in
+    :class:`RerankConfig` (in block mode every passage is one block and no chunking is needed).
     """
 
     model: str | None = None
@@ -42,8 +45,15 @@ class PruneConfig:
     max_prompt_tokens: int | None = None
     device: str = "cpu"
     dtype: str = "auto"
+    attention: str = "full"
+    block_positions: str = "shared"
+    state_cache_mb: int = 256
 
     def __post_init__(self) -> None:
+        check_attention_mode(self.attention)
+        check_positions(self.block_positions)
+        if isinstance(self.state_cache_mb, bool) or not isinstance(self.state_cache_mb, int) or self.state_cache_mb < 0:
+            raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
         if self.method not in PRUNE_METHODS:
             raise InputError(f"method={self.method!r} is not one of {PRUNE_METHODS}")
         if self.length_norm not in LENGTH_NORMS:

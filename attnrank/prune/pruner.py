@@ -46,7 +46,6 @@ they are for one global selection (AttentionRAG's chunked processing; logged whe
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 from collections.abc import Sequence
@@ -55,13 +54,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, ModelError
-from ..llm.attention import AttentionCapturer
-from ..llm.capture import capture_window
+from ..errors import InputError
+from ..llm.attention import AttentionCapturer, PrefixCache
+from ..llm.blocks import BlockPrompt, build_block_prompts
+from ..llm.capture import capture_blocks, capture_window
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
-from ..llm.prompts import RerankPromptPair, _block, build_rerank_prompts
+from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
+from ..llm.states import StateCache
 from ..registry import resolve_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents
@@ -69,6 +70,7 @@ from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, check_budget, resolve_budget, select
 from .probe import SentenceProbe, lexical_scores
 from .segment import Sentence, locate_sentences, segment
+from .spans import Piece, block_sentence_spans, make_piece, sentence_spans
 
 logger = logging.getLogger(__name__)
 
@@ -78,21 +80,11 @@ Span = tuple[int, int]
 
 
 @dataclass
-class _Piece:
-    """A passage, or a run of its sentences, placed in one prompt."""
-
-    doc_index: int
-    sent_ids: list[int]
-    lo: int  # character range in the passage text: first sentence start .. last sentence end
-    hi: int
-
-
-@dataclass
 class _Chunk:
     """One scoring prompt: its pieces, the real/"N/A" prompt pair, each sentence's token span."""
 
-    pieces: list[_Piece]
-    pair: RerankPromptPair
+    pieces: list[Piece]
+    pair: RerankPromptPair | BlockPrompt  # BlockPrompt in block-attention mode
     spans: list[list[Span]]
     length: int  # tokens of the longer of the two prompts, focus hint included
 
@@ -148,6 +140,8 @@ class ContextPruner:
         if cfg.method == "focus":
             self.hint_ids = self.llm.tokenizer(self.focus_hint, add_special_tokens=False)["input_ids"]
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
+        self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
+        self._block_prefix: PrefixCache | None = None
 
     def __repr__(self) -> str:
         heads = "all" if self.heads is None else format_heads(self.heads)
@@ -272,11 +266,13 @@ class ContextPruner:
 
     def _plan(self, query: str, docs: list[Document], sents: list[list[Sentence]]) -> list[_Chunk]:
         """Prompts covering every sentence, each within ``max_prompt_tokens``."""
-        pieces = [_piece(i, s, range(len(s))) for i, s in enumerate(sents) if s]
+        pieces = [make_piece(i, s, range(len(s))) for i, s in enumerate(sents) if s]
+        if self.config.attention == "block":  # blocks are independent: one prompt holds them all
+            return [self._build_blocks(query, docs, sents, pieces)]
         whole = self._build(query, docs, sents, pieces)
         if whole.length <= self.max_prompt_tokens:
             return [whole]
-        units: list[_Piece] = []
+        units: list[Piece] = []
         for p in pieces:
             alone = self._build(query, docs, sents, [p])
             units += [p] if alone.length <= self.max_prompt_tokens else self._split(query, docs, sents, p)
@@ -300,37 +296,43 @@ class ContextPruner:
         )
         return chunks
 
-    def _split(self, query: str, docs, sents, piece: _Piece) -> list[_Piece]:
+    def _split(self, query: str, docs, sents, piece: Piece) -> list[Piece]:
         """Cut one passage that cannot fit a prompt between sentences into runs that fit."""
         doc_sents = sents[piece.doc_index]
-        out: list[_Piece] = []
+        out: list[Piece] = []
         run: list[int] = []
         for k in piece.sent_ids:
-            if self._fits(query, docs, sents, _piece(piece.doc_index, doc_sents, run + [k])):
+            if self._fits(query, docs, sents, make_piece(piece.doc_index, doc_sents, run + [k])):
                 run.append(k)
                 continue
-            if not run or not self._fits(query, docs, sents, _piece(piece.doc_index, doc_sents, [k])):
+            if not run or not self._fits(query, docs, sents, make_piece(piece.doc_index, doc_sents, [k])):
                 raise InputError(
                     f"sentence {k} of document {docs[piece.doc_index].id!r} does not fit "
                     f"max_prompt_tokens={self.max_prompt_tokens} even alone; lower "
                     f"max_sentence_words (now {self.max_sentence_words}) or raise max_prompt_tokens"
                 )
-            out.append(_piece(piece.doc_index, doc_sents, run))
+            out.append(make_piece(piece.doc_index, doc_sents, run))
             run = [k]
-        out.append(_piece(piece.doc_index, doc_sents, run))
+        out.append(make_piece(piece.doc_index, doc_sents, run))
         return out
 
-    def _fits(self, query: str, docs, sents, piece: _Piece) -> bool:
+    def _fits(self, query: str, docs, sents, piece: Piece) -> bool:
         return self._build(query, docs, sents, [piece]).length <= self.max_prompt_tokens
 
-    def _build(self, query: str, docs: list[Document], sents, pieces: list[_Piece]) -> _Chunk:
+    def _build(self, query: str, docs: list[Document], sents, pieces: list[Piece]) -> _Chunk:
         texts = [
             Document(docs[p.doc_index].id, docs[p.doc_index].text[p.lo : p.hi], docs[p.doc_index].title) for p in pieces
         ]
         pair = build_rerank_prompts(self.llm.tokenizer, query, texts, **self.prompt_kw)
-        spans = _sentence_spans(pair, texts, pieces, sents)
+        spans = sentence_spans(pair, texts, pieces, sents)
         length = max(len(pair.real.input_ids), len(pair.calibration.input_ids)) + len(self.hint_ids)
         return _Chunk(pieces, pair, spans, length)
+
+    def _build_blocks(self, query: str, docs: list[Document], sents, pieces: list[Piece]) -> _Chunk:
+        texts = [Document(docs[p.doc_index].id, docs[p.doc_index].text, docs[p.doc_index].title) for p in pieces]
+        prompt = build_block_prompts(self.llm.tokenizer, query, texts, **self.prompt_kw)
+        spans = block_sentence_spans(prompt, texts, pieces, sents)
+        return _Chunk(pieces, prompt, spans, len(prompt.context_ids) + len(prompt.real_suffix_ids))
 
     # -- scoring -----------------------------------------------------------------------------
     def _score(
@@ -358,17 +360,28 @@ class ContextPruner:
                 s.score = float(value)
         return feats
 
-    def _rows(self, pair: RerankPromptPair, spans: list[Span]) -> np.ndarray:
+    def _rows(self, pair: RerankPromptPair | BlockPrompt, spans: list[Span]) -> np.ndarray:
         """``[heads, context tokens]`` rows of the query span or focus token, calibrated (and
         sink-filtered over the content tokens of ``spans`` when ``sink``)."""
-        w = capture_window(
-            self.capturer,
-            pair,
-            calibrate=self.calibrate,
-            extra_ids=self.hint_ids,
-            query_span="last" if self.method == "focus" else "full",
-            spans=spans,
-        )
+        span = "last" if self.method == "focus" else "full"
+        if isinstance(pair, BlockPrompt):
+            if self._block_prefix is None:  # the same for every query: prefilled once
+                self._block_prefix = self.capturer.prefill(pair.prefix_ids)
+            w = capture_blocks(
+                self.capturer,
+                pair,
+                self._block_prefix,
+                fingerprint=self.llm.weights_key,
+                positions=self.config.block_positions,
+                calibrate=self.calibrate,
+                query_span=span,
+                states=self.states,
+                extra_ids=self.hint_ids,
+            )
+        else:
+            w = capture_window(
+                self.capturer, pair, calibrate=self.calibrate, extra_ids=self.hint_ids, query_span=span, spans=spans
+            )
         if self.sink:
             mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans)
             return sink_filtered_rows(w.real, w.null, mask)
@@ -376,49 +389,6 @@ class ContextPruner:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _piece(doc_index: int, sents: list[Sentence], ids) -> _Piece:
-    ids = list(ids)
-    return _Piece(doc_index, ids, sents[ids[0]].start, sents[ids[-1]].end)
-
-
-def _sentence_spans(
-    pair: RerankPromptPair, texts: list[Document], pieces: list[_Piece], sents: list[list[Sentence]]
-) -> list[list[Span]]:
-    """Token span ``[s, e)`` of every sentence of every piece in the context of ``pair``.
-
-    Each block ``[p] title\\ntext`` is found verbatim in the prompt text (in prompt order), the
-    sentence's characters shifted into it, and mapped to the tokens that overlap them. A token
-    straddling two sentences counts for the first one only, so spans never overlap.
-    """
-    prompt = pair.real
-    starts = [a for a, _ in prompt.offsets[: prompt.query_start]]
-    ends = [b for _, b in prompt.offsets[: prompt.query_start]]
-    text_at: dict[int, int] = {}
-    cursor = 0
-    for position, i in enumerate(prompt.order, start=1):
-        block = _block(position, texts[i].title, texts[i].text)
-        at = prompt.text.find(block, cursor)
-        if at < 0:  # pragma: no cover - the prompt layout changed
-            raise ModelError(f"passage block [{position}] not found in the pruning prompt")
-        text_at[i] = at + len(block) - len(texts[i].text)
-        cursor = at + len(block)
-    out = []
-    for i, p in enumerate(pieces):
-        spans: list[Span] = []
-        for k in p.sent_ids:
-            sent = sents[p.doc_index][k]
-            lo, hi = text_at[i] + sent.start - p.lo, text_at[i] + sent.end - p.lo
-            s = bisect.bisect_right(ends, lo)  # first token ending after the sentence start
-            e = bisect.bisect_left(starts, hi)  # first token starting at/after its end
-            if spans and s < spans[-1][1] < e:
-                s = spans[-1][1]
-            if s >= e:  # pragma: no cover - a non-empty sentence always has a token
-                raise ModelError(f"no token covers sentence {k} of passage {texts[i].id!r}")
-            spans.append((s, e))
-        out.append(spans)
-    return out
 
 
 def _scored_sentences(docs: list[Document], sents: list[list[Sentence]], chunks: list[_Chunk]) -> list[ScoredSentence]:

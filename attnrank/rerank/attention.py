@@ -29,12 +29,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..llm.attention import AttentionCapturer
-from ..llm.capture import capture_window
+from ..llm.attention import AttentionCapturer, PrefixCache
+from ..llm.blocks import build_block_prompts
+from ..llm.capture import capture_blocks, capture_window
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows, document_scores, token_scores
+from ..llm.states import StateCache
+from ..llm.statestore import PassageStateStore
 from ..registry import resolve_heads
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
 from .config import AUTO_OR_ALL, RerankConfig
@@ -126,6 +129,20 @@ class AttentionReranker:
             max_doc_tokens=cfg.max_doc_tokens,
         )
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
+        self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
+        self._block_prefix: dict[tuple[int, ...], PrefixCache] = {}
+        self.store = (
+            None
+            if cfg.passage_states is None
+            else PassageStateStore.open(
+                cfg.passage_states,
+                self.capturer,
+                self.llm.tokenizer,
+                self.llm.weights_key,
+                max_doc_words=cfg.max_doc_words,
+                max_doc_tokens=cfg.max_doc_tokens,
+            )
+        )
         self.show_progress = show_progress
         self.reweight = cfg.reweight
         self.slot_profile = (
@@ -265,6 +282,8 @@ class AttentionReranker:
         """Score ``docs`` window by window; returns the per-head rows (features for learned scorers)."""
         if not isinstance(query, str) or not query.strip():
             raise InputError(f"query {query!r} is empty; give a non-empty query text")
+        if self.config.attention == "block":
+            return [self._block_window(query, docs)]
         pair = build_rerank_prompts(self.llm.tokenizer, query, docs, **self.prompt_kw)
         n_windows = 1
         if len(pair.real.input_ids) > self.max_prompt_tokens:
@@ -293,4 +312,23 @@ class AttentionReranker:
     def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:
         return capture_window(
             self.capturer, pair, calibrate=self.calibrate, query_span=self.query_span, doc_index=doc_index
+        )
+
+    def _block_window(self, query: str, docs: list[Document]) -> WindowRows:
+        """Block attention: one window whatever the number of passages (each block attends to the
+        prefix and itself; their states come from :attr:`states` when seen before)."""
+        prompt = build_block_prompts(self.llm.tokenizer, query, docs, **self.prompt_kw)
+        key = tuple(prompt.prefix_ids)
+        if key not in self._block_prefix:  # the same for every query: prefilled once
+            self._block_prefix[key] = self.capturer.prefill(prompt.prefix_ids)
+        return capture_blocks(
+            self.capturer,
+            prompt,
+            self._block_prefix[key],
+            fingerprint=self.llm.weights_key,
+            positions=self.config.block_positions,
+            calibrate=self.calibrate,
+            query_span=self.query_span,
+            states=self.states,
+            store=self.store if self.config.block_positions == "shared" else None,
         )

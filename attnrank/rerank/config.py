@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import InputError
+from ..llm.blocks import check_attention_mode, check_positions
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..llm.rows import QUERY_SPANS
 from .reweight import Reweighting
@@ -48,6 +49,11 @@ class RerankConfig:
     ``max_doc_words`` / ``max_doc_tokens``: per-passage truncation; ``max_prompt_tokens``: window
     size (None: the model's context minus 64). ``device``/``dtype``: where and how the LLM runs
     (``dtype="int8"``: CPU only, the decoder's linear layers in dynamic int8, :mod:`attnrank.llm.quantize`).
+    ``attention``: ``"full"`` (one causal prompt) or ``"block"`` (passages encoded independently,
+    :mod:`attnrank.llm.blocks`); ``block_positions``: ``"shared"`` or ``"sequential"``;
+    ``state_cache_mb``: in-memory budget of reusable block states (0: none);
+    ``passage_states``: an index folder (or its ``passage_states`` folder) with states built by
+    ``attnrank index --passage-states``.
     """
 
     model: str | None = None
@@ -65,6 +71,10 @@ class RerankConfig:
     max_prompt_tokens: int | None = None
     device: str = "cpu"
     dtype: str = "auto"
+    attention: str = "full"
+    block_positions: str = "shared"
+    state_cache_mb: int = 1024
+    passage_states: str | None = None
     name: str = field(default="custom", compare=False)  # the preset it came from
 
     def __post_init__(self) -> None:
@@ -74,6 +84,17 @@ class RerankConfig:
             raise InputError(f"query_span={self.query_span!r} is not one of {QUERY_SPANS}")
         if self.order not in ORDERS:
             raise InputError(f"order={self.order!r} is not one of {ORDERS}")
+        check_attention_mode(self.attention)
+        check_positions(self.block_positions)
+        if isinstance(self.state_cache_mb, bool) or not isinstance(self.state_cache_mb, int) or self.state_cache_mb < 0:
+            raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
+        if self.attention != "block" and self.passage_states is not None:
+            raise InputError("passage_states are block-attention states; add attention='block' (--attention block)")
+        if self.passage_states is not None and self.block_positions != "shared":
+            raise InputError(
+                "passage_states hold states at shared block positions; drop block_positions="
+                f"{self.block_positions!r} (--block-positions) or passage_states"
+            )
         if not str(self.instruction).strip():
             raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
         for key in ("max_doc_words", "max_doc_tokens", "max_prompt_tokens"):

@@ -1,0 +1,82 @@
+"""``attnrank index --passage-states``: block states of every passage, built with the index.
+
+The states are those the block-attention reranker of the same ``--preset``/``--model``/
+``--max-doc-words`` computes (:mod:`attnrank.llm.statestore`); ``search --rerank N --attention
+block`` then reads them from the index instead of encoding the passages.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..llm.statestore import FOLDER, STORAGES, write_store
+from ..rerank.attention import AttentionReranker
+from ..rerank.config import RerankConfig
+from ..types import Document
+
+PASSAGE_STATES = typer.Option(
+    None,
+    "--passage-states",
+    help=f"Also store every passage's block-attention states ({' | '.join(STORAGES)}) for "
+    "`search --rerank N --attention block`.",
+)
+STATES_PRESET = typer.Option(None, "--preset", help="With --passage-states: the reranking preset they serve.")
+STATES_MODEL = typer.Option(None, "--model", help="With --passage-states: the LLM (default: packaged SmolLM2).")
+STATES_WORDS = typer.Option(None, "--max-doc-words", min=1, help="With --passage-states: words kept per passage.")
+
+
+def check_storage(storage: Optional[str]) -> None:
+    if storage is not None and storage not in STORAGES:
+        raise typer.BadParameter(f"--passage-states {storage!r} is not one of {', '.join(STORAGES)}")
+
+
+def state_writer(
+    docs: Sequence[Document],
+    storage: str,
+    preset: Optional[str],
+    model: Optional[str],
+    max_doc_words: Optional[int],
+    progress: bool,
+) -> Callable[[Path], object]:
+    """A callback that writes the passage states into an index build folder."""
+    overrides: dict[str, object] = {"attention": "block"}
+    if model:
+        overrides["model"] = model
+    if max_doc_words is not None:
+        overrides["max_doc_words"] = max_doc_words
+    cfg = RerankConfig.preset(preset or "", **overrides)
+    reranker = AttentionReranker(config=cfg)
+
+    def write(folder: Path) -> None:
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(docs), desc="passage states", unit="doc")
+        t = time.perf_counter()
+        header = write_store(
+            folder / FOLDER,
+            reranker.capturer,
+            reranker.llm.tokenizer,
+            docs,
+            model_id=reranker.llm.model_id,
+            fingerprint=reranker.llm.weights_key,
+            storage=storage,
+            max_doc_words=cfg.max_doc_words,
+            max_doc_tokens=cfg.max_doc_tokens,
+            progress=None if bar is None else bar.update,
+        )
+        if bar is not None:
+            bar.close()
+        size = sum(p.stat().st_size for p in (folder / FOLDER).glob("*.npy"))
+        typer.echo(
+            f"passage states: {header['tokens']} tokens, {size / 2**20:.1f} MiB ({size / max(header['tokens'], 1):.0f} "
+            f"bytes/token, {storage}) in {time.perf_counter() - t:.1f} s"
+        )
+
+    return write

@@ -1,0 +1,202 @@
+"""Block attention: passages encoded independently, their key/value states reusable.
+
+In the full prompt every passage attends to every passage before it, so a prefill costs
+``O(n²)`` in the prompt length and nothing can be reused across queries. In *block attention*
+(BlockRank, Gupta et al. arXiv 2510.05396; Block-Attention, Sun et al. arXiv 2409.15355) each
+passage block attends only to the shared prefix (chat header and opening line) and to itself;
+only the query suffix attends to everything. Cost then grows linearly with the number of
+passages, and a block's key/value states depend on nothing but its own text: they can be
+computed once and reused by every later query that retrieves the passage
+(:mod:`attnrank.llm.states`).
+
+Prompt (the full prompt's text, without the ``[i]`` numbers, which would tie a block to its
+slot)::
+
+    {chat prefix}Here are some paragraphs:\\n\\n  |  {title}\\n{text}\\n\\n  | ... |  {late instruction}\\n\\nQuery: {query}{chat suffix}
+    prefix (shared)                                  one block per passage      suffix (real query / "N/A")
+
+Position scheme (``positions``):
+
+- ``"shared"`` (default; BlockRank's permutation-invariant positions, as in parallel context
+  windows): every block starts at the position right after the prefix; the suffix continues
+  after the longest block. A block's states are then the same in every prompt: reusable.
+- ``"sequential"``: blocks take the positions they would have in the full prompt (prefix, then
+  the blocks in prompt order) and the suffix continues after the last one. Closer to the full
+  prompt's geometry, but a block's states depend on where it lands, so they are recomputed.
+
+The suffix's attention rows are captured over the assembled context ``prefix + blocks`` exactly
+as in the full prompt (:func:`attnrank.llm.capture.capture_blocks`), so every scorer, the
+calibration and the learned weights read them unchanged.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from attnrank.errors import InputError
+from attnrank.types import Document
+
+from .prompts import (
+    CALIBRATION_QUERY,
+    OPENING,
+    SEPARATOR,
+    Span,
+    Truncation,
+    chat_frame,
+    encode_cut,
+    late_instruction,
+    prompt_positions,
+    query_tail,
+    truncate_texts,
+)
+
+ATTENTION_MODES = ("full", "block")
+BLOCK_POSITIONS = ("shared", "sequential")
+_NEXT = "x"  # a letter after the block's separator: what follows a block in every prompt
+
+
+@dataclass
+class BlockPrompt:
+    """A reranking prompt cut into a shared prefix, one block per passage and the suffixes.
+
+    ``blocks[i]`` are the ids of input document ``i`` (its text, then the separator);
+    ``text_lengths[i]`` how many of them are the passage text (the rest is the separator);
+    ``order[p]`` the input index of the block at prompt position ``p``.
+    """
+
+    prefix_ids: list[int]
+    blocks: list[list[int]]
+    text_lengths: list[int]
+    order: list[int]
+    real_suffix_ids: list[int]
+    calibration_suffix_ids: list[int]
+    doc_ids: list[str] = field(default_factory=list)
+    truncated: list[Truncation] = field(default_factory=list)
+    offsets: list[list[Span]] = field(default_factory=list)  # per block: each token's characters in its text
+
+    def starts(self, positions: str) -> list[int]:
+        """The first position id of each block (input order) under the position scheme."""
+        check_positions(positions)
+        base = len(self.prefix_ids)
+        if positions == "shared":
+            return [base] * len(self.blocks)
+        out = [0] * len(self.blocks)
+        for i in self.order:
+            out[i] = base
+            base += len(self.blocks[i])
+        return out
+
+    def suffix_start(self, positions: str) -> int:
+        """The position id of the suffix's first token."""
+        check_positions(positions)
+        lengths = [len(b) for b in self.blocks]
+        return len(self.prefix_ids) + (max(lengths) if positions == "shared" else sum(lengths))
+
+    @property
+    def context_ids(self) -> list[int]:
+        """The assembled context: prefix, then the blocks in prompt order."""
+        return self.prefix_ids + [t for i in self.order for t in self.blocks[i]]
+
+    def text_token_span(self, i: int, lo: int, hi: int) -> Span:
+        """The :attr:`context_ids` tokens overlapping characters ``[lo, hi)`` of input document
+        ``i``'s (truncated) text: ``[first token ending after lo, first token starting at/after hi)``."""
+        starts = [a for a, _ in self.offsets[i]]
+        ends = [b for _, b in self.offsets[i]]
+        at = self.doc_spans[i][0]
+        return at + bisect.bisect_right(ends, lo), at + bisect.bisect_left(starts, hi)
+
+    @property
+    def doc_spans(self) -> list[Span]:
+        """Each input document's text span in :attr:`context_ids` (separator excluded)."""
+        spans: list[Span] = [(0, 0)] * len(self.blocks)
+        at = len(self.prefix_ids)
+        for i in self.order:
+            spans[i] = (at, at + self.text_lengths[i])
+            at += len(self.blocks[i])
+        return spans
+
+
+def check_positions(positions: str) -> str:
+    if positions not in BLOCK_POSITIONS:
+        raise InputError(f"block_positions={positions!r} is not one of {BLOCK_POSITIONS}")
+    return positions
+
+
+def check_attention_mode(mode: str) -> str:
+    if mode not in ATTENTION_MODES:
+        raise InputError(f"attention={mode!r} is not one of {ATTENTION_MODES}")
+    return mode
+
+
+def block_text(title: str, text: str) -> str:
+    """One passage as a block's text (no slot number: a block must not depend on its slot)."""
+    title, text = (title or "").strip(), str(text).strip()
+    return f"{title}\n{text}" if title else text
+
+
+def build_block_prompts(
+    tokenizer: object,
+    query: str,
+    docs: Sequence[Document | str],
+    *,
+    calibration_query: str = CALIBRATION_QUERY,
+    instruction: str = "ie",
+    order: str = "reverse",
+    max_doc_words: int | None = None,
+    max_doc_tokens: int | None = None,
+) -> BlockPrompt:
+    """Tokenize the block-attention prompt of ``docs`` for ``query`` (same options as
+    :func:`~attnrank.llm.prompts.build_rerank_prompts`). Each block is tokenized as it stands
+    after a separator and before a letter, so its ids do not depend on its neighbours."""
+    documents = [d if isinstance(d, Document) else Document(id=str(i), text=str(d)) for i, d in enumerate(docs)]
+    if not documents:
+        raise InputError("no documents to rerank; pass at least one document")
+    late = late_instruction(instruction)
+    positions = prompt_positions(len(documents), order)
+    blocks, lengths, truncated, offsets = encode_blocks_text(tokenizer, documents, max_doc_words, max_doc_tokens)
+    frame = chat_frame(tokenizer)
+
+    def suffix(q: str) -> list[int]:
+        tail = query_tail(late, q, frame)
+        return encode_cut(tokenizer, SEPARATOR + tail, len(SEPARATOR), None)[0]
+
+    return BlockPrompt(
+        block_prefix_ids(tokenizer),
+        blocks,
+        lengths,
+        positions,
+        suffix(query),
+        suffix(calibration_query),
+        [d.id for d in documents],
+        truncated,
+        offsets,
+    )
+
+
+def block_prefix_ids(tokenizer: object) -> list[int]:
+    """The shared prefix every block attends to: lead ids, chat header, opening line, separator."""
+    frame = chat_frame(tokenizer)
+    joiner = "" if not frame.prefix or frame.prefix[-1].isspace() else " "
+    head = frame.prefix + joiner + OPENING + SEPARATOR
+    return list(frame.lead_ids) + encode_cut(tokenizer, head + _NEXT, 0, len(head))[0]
+
+
+def encode_blocks_text(
+    tokenizer: object, documents: Sequence[Document], max_doc_words: int | None, max_doc_tokens: int | None
+) -> tuple[list[list[int]], list[int], list[Truncation], list[list[Span]]]:
+    """Each document's block ids (title and text, then the separator), how many of them precede
+    the separator, the cuts, and each token's character range in the document's text (the
+    title's tokens get negative ones)."""
+    texts, truncated = truncate_texts(tokenizer, documents, max_doc_words, max_doc_tokens)
+    blocks, lengths, char_offsets = [], [], []
+    for doc, text in zip(documents, texts):
+        body = block_text(doc.title, text)
+        whole = SEPARATOR + body + SEPARATOR
+        ids, offsets = encode_cut(tokenizer, whole + _NEXT, len(SEPARATOR), len(whole))
+        blocks.append(ids)
+        lengths.append(sum(a < len(SEPARATOR) + len(body) for a, _ in offsets))
+        text_at = len(SEPARATOR) + len(body) - len(text.strip()) - (len(text) - len(text.lstrip()))
+        char_offsets.append([(a - text_at, b - text_at) for a, b in offsets])
+    return blocks, lengths, truncated, char_offsets

@@ -1,0 +1,199 @@
+"""Passage states for block attention: encode blocks, keep them in an LRU, assemble a context.
+
+A block's key/value states (:class:`BlockState`, decoder layers 0..deepest) are computed by
+:func:`encode_blocks` — blocks batched by similar length, each attending to the shared prefix
+and to itself (:mod:`attnrank.llm.blocks`) — and :func:`assemble` concatenates prefix and
+blocks into the cache the query suffix runs over. :class:`StateCache` keeps recently used
+states in memory under a byte budget, keyed by :func:`state_key` (model fingerprint, layers,
+dtype, prefix, block ids and start position), so a warm query computes only its own suffix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from attnrank.errors import InputError
+
+from .attention import AttentionCapturer, PrefixCache
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_TOKENS = 4096  # padded block tokens per encoding batch
+
+
+@dataclass(frozen=True)
+class BlockState:
+    """Keys and values of one block: ``[layers, kv_heads, tokens, head_dim]`` each."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.keys.shape[2])
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.values.nbytes
+
+
+def state_key(
+    capturer: AttentionCapturer, fingerprint: str, prefix_ids: Sequence[int], block: Sequence[int], start: int
+) -> str:
+    """What a block's states depend on: the model (fingerprint, dtype, layers kept), the prefix
+    it attends to, its own ids and its first position."""
+    h = hashlib.sha256()
+    dtype = next(capturer.model.parameters()).dtype
+    h.update(f"{fingerprint}|{dtype}|{capturer.deepest_layer}|{start}|".encode())
+    h.update(",".join(map(str, prefix_ids)).encode() + b"|")
+    h.update(",".join(map(str, block)).encode())
+    return h.hexdigest()
+
+
+def prefix_states(capturer: AttentionCapturer, prefix: PrefixCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The prefix's (keys, values) per layer 0..deepest, ``[1, kv_heads, P, head_dim]`` each."""
+    return [layer_kv(layer) for layer in prefix.cache.layers[: capturer.deepest_layer + 1]]
+
+
+def layer_kv(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A cache layer's (keys, values); an error for layers without them (linear attention)."""
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+        raise InputError(
+            f"block attention needs key/value caches, and this model's {type(layer).__name__} has none; "
+            "use attention='full'"
+        )
+    return keys, values
+
+
+def encode_blocks(
+    capturer: AttentionCapturer,
+    prefix: PrefixCache,
+    blocks: Sequence[Sequence[int]],
+    starts: Sequence[int],
+    *,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+) -> list[BlockState]:
+    """Each block's states, computed attending to ``prefix`` and itself only (block attention).
+
+    Blocks are sorted by length and batched (right-padded, masked) up to ``batch_tokens`` padded
+    tokens; ``starts[i]`` is block ``i``'s first position id."""
+    if len(blocks) != len(starts):
+        raise InputError(f"{len(blocks)} blocks but {len(starts)} start positions")
+    if any(len(b) == 0 for b in blocks):
+        raise InputError("a block is empty; every passage needs at least one token")
+    out: list[BlockState | None] = [None] * len(blocks)
+    order = sorted(range(len(blocks)), key=lambda i: len(blocks[i]))
+    batch: list[int] = []
+    for i in order:
+        if batch and len(blocks[i]) * (len(batch) + 1) > batch_tokens:
+            _encode_batch(capturer, prefix, blocks, starts, batch, out)
+            batch = []
+        batch.append(i)
+    if batch:
+        _encode_batch(capturer, prefix, blocks, starts, batch, out)
+    return [s for s in out if s is not None]
+
+
+def _encode_batch(
+    capturer: AttentionCapturer,
+    prefix: PrefixCache,
+    blocks: Sequence[Sequence[int]],
+    starts: Sequence[int],
+    batch: list[int],
+    out: list[BlockState | None],
+) -> None:
+    device = capturer.model.device
+    n_prefix, width = prefix.length, max(len(blocks[i]) for i in batch)
+    ids = torch.zeros((len(batch), width), dtype=torch.long, device=device)
+    mask = torch.zeros((len(batch), n_prefix + width), dtype=torch.bool, device=device)
+    mask[:, :n_prefix] = True
+    for r, i in enumerate(batch):
+        ids[r, : len(blocks[i])] = torch.as_tensor(list(blocks[i]), dtype=torch.long)
+        mask[r, n_prefix : n_prefix + len(blocks[i])] = True
+    positions = torch.tensor([starts[i] for i in batch], device=device)[:, None] + torch.arange(width, device=device)
+    cache = DynamicCache(config=capturer.decoder.config)
+    for layer, (k, v) in enumerate(prefix_states(capturer, prefix)):
+        cache.update(k.expand(len(batch), -1, -1, -1), v.expand(len(batch), -1, -1, -1), layer)
+    capturer.run(ids, cache, position_ids=positions, attention_mask=mask)
+    layers = [layer_kv(layer) for layer in cache.layers[: capturer.deepest_layer + 1]]
+    for r, i in enumerate(batch):
+        n = len(blocks[i])
+        keys = torch.stack([k[r, :, n_prefix : n_prefix + n] for k, _ in layers]).clone()
+        values = torch.stack([v[r, :, n_prefix : n_prefix + n] for _, v in layers]).clone()
+        out[i] = BlockState(keys, values)
+
+
+def assemble(capturer: AttentionCapturer, prefix: PrefixCache, states: Sequence[BlockState]) -> PrefixCache:
+    """The context cache ``prefix + states`` (in the given order) for the suffix passes."""
+    _check_window(capturer, prefix.length + sum(s.n_tokens for s in states))
+    cache = DynamicCache(config=capturer.decoder.config)
+    for layer, (k, v) in enumerate(prefix_states(capturer, prefix)):
+        keys = torch.cat([k] + [s.keys[layer].to(k.dtype).unsqueeze(0) for s in states], dim=2)
+        values = torch.cat([v] + [s.values[layer].to(v.dtype).unsqueeze(0) for s in states], dim=2)
+        cache.update(keys, values, layer)
+    length = prefix.length + sum(s.n_tokens for s in states)
+    return PrefixCache(cache, length, capturer.deepest_layer, prefix.decoder_id)
+
+
+def _check_window(capturer: AttentionCapturer, n_tokens: int) -> None:
+    window = getattr(capturer.decoder.config, "sliding_window", None)
+    sliding = any(getattr(layer, "is_sliding", False) for layer in DynamicCache(config=capturer.decoder.config).layers)
+    if sliding and window is not None and n_tokens >= int(window):
+        raise InputError(
+            f"the block-attention context holds {n_tokens} tokens, more than this model's sliding window of "
+            f"{window}; rerank fewer or shorter passages, or use attention='full'"
+        )
+
+
+class StateCache:
+    """Least-recently-used block states in memory, at most ``max_bytes`` in all (0 disables)."""
+
+    def __init__(self, max_bytes: int):
+        if max_bytes < 0:
+            raise InputError(f"state cache budget {max_bytes} bytes must be >= 0 (0 disables the cache)")
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, BlockState] = OrderedDict()
+        self.nbytes = 0
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: str) -> BlockState | None:
+        state = self._items.get(key)
+        if state is None:
+            self.misses += 1
+            return None
+        self._items.move_to_end(key)
+        self.hits += 1
+        return state
+
+    def put(self, key: str, state: BlockState) -> None:
+        if state.nbytes > self.max_bytes:
+            return
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.nbytes -= old.nbytes
+        self._items[key] = state
+        self.nbytes += state.nbytes
+        while self.nbytes > self.max_bytes:
+            _, dropped = self._items.popitem(last=False)
+            self.nbytes -= dropped.nbytes
+
+    @property
+    def n_tokens(self) -> int:
+        """Block tokens held (all layers of a token count once)."""
+        return sum(s.n_tokens for s in self._items.values())
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.nbytes = 0

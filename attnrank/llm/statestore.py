@@ -1,0 +1,205 @@
+"""On-disk passage states: every corpus passage's block states, built once at index time.
+
+``attnrank index CORPUS --passage-states float16|int8`` writes a ``passage_states/`` folder into
+the index (inside the same atomic build, so the index manifest lists and checksums its files):
+
+- ``states.json``: format, model id and weights key (fingerprint + quantization), model dtype, layers kept, KV geometry, the
+  prompt settings (truncation, position scheme), the prefix ids' hash, the storage, and per
+  passage its id and state key (:func:`attnrank.llm.states.state_key`, a hash of everything the
+  states depend on, the passage's block ids included);
+- ``keys.npy``, ``values.npy``: ``[tokens, layers, kv_heads, head_dim]``, float16, or int8 with
+  ``key_scales.npy``/``value_scales.npy`` (float16 absmax per token, layer and head);
+- ``offsets.npy``: passage ``i`` holds tokens ``offsets[i]:offsets[i+1]``.
+
+Arrays are memory-mapped on load. A store built for another model, dtype, head depth, prompt
+settings or chat template is refused with an error naming the difference; a passage whose text
+changed since the build has another state key, so its stored states are never used (it is
+encoded afresh, and the count is logged).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnrank.errors import InputError
+from attnrank.types import Document
+
+from .attention import AttentionCapturer
+from .blocks import block_prefix_ids, encode_blocks_text
+from .states import BlockState, encode_blocks, state_key
+
+logger = logging.getLogger(__name__)
+
+FOLDER = "passage_states"
+FORMAT = "attnrank-passage-states"
+STORAGES = ("float16", "int8")
+
+
+def _hash_ids(ids: Sequence[int]) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
+
+
+def store_settings(
+    capturer: AttentionCapturer, tokenizer: Any, fingerprint: str, max_doc_words: int | None, max_doc_tokens: int | None
+) -> dict[str, Any]:
+    """What a store must match to serve a reranker (compared field by field on load)."""
+    cfg = capturer.decoder.config
+    return {
+        "fingerprint": fingerprint,
+        "model_dtype": str(next(capturer.model.parameters()).dtype),
+        "deepest_layer": capturer.deepest_layer,
+        "kv_heads": int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
+        "max_doc_words": max_doc_words,
+        "max_doc_tokens": max_doc_tokens,
+        "positions": "shared",
+        "prefix_sha256": _hash_ids(block_prefix_ids(tokenizer)),
+    }
+
+
+def write_store(
+    folder: Path,
+    capturer: AttentionCapturer,
+    tokenizer: Any,
+    docs: Sequence[Document],
+    *,
+    model_id: str,
+    fingerprint: str,
+    storage: str = "float16",
+    max_doc_words: int | None = None,
+    max_doc_tokens: int | None = None,
+    batch_docs: int = 64,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Encode every passage's block states and write them to ``folder``; returns the header."""
+    if storage not in STORAGES:
+        raise InputError(f"passage state storage {storage!r} is not one of {STORAGES}")
+    prefix_ids = block_prefix_ids(tokenizer)
+    prefix = capturer.prefill(prefix_ids)
+    start = len(prefix_ids)
+    folder.mkdir(parents=True)
+    chunks: dict[str, list[np.ndarray]] = {"keys": [], "values": [], "key_scales": [], "value_scales": []}
+    entries, offsets = [], [0]
+    for lo in range(0, len(docs), batch_docs):
+        part = list(docs[lo : lo + batch_docs])
+        blocks, _, _, _ = encode_blocks_text(tokenizer, part, max_doc_words, max_doc_tokens)
+        for doc, block, state in zip(part, blocks, encode_blocks(capturer, prefix, blocks, [start] * len(blocks))):
+            for name, t in (("keys", state.keys), ("values", state.values)):
+                data, scales = _pack(t.permute(2, 0, 1, 3).float().cpu().numpy(), storage)
+                chunks[name].append(data)
+                if scales is not None:
+                    chunks[name[:-1] + "_scales"].append(scales)
+            entries.append([doc.id, state_key(capturer, fingerprint, prefix_ids, block, start)])
+            offsets.append(offsets[-1] + len(block))
+        if progress is not None:
+            progress(len(part))
+    for name, parts in chunks.items():
+        if parts:
+            np.save(folder / f"{name}.npy", np.concatenate(parts))
+    np.save(folder / "offsets.npy", np.asarray(offsets, dtype=np.int64))
+    header = {
+        "format": FORMAT,
+        "version": 1,
+        "model_id": model_id,
+        "storage": storage,
+        **store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens),
+        "tokens": offsets[-1],
+        "passages": entries,
+    }
+    (folder / "states.json").write_text(json.dumps(header), encoding="utf-8")
+    return header
+
+
+def _pack(x: np.ndarray, storage: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """``x`` ``[tokens, layers, kv, head_dim]`` as float16, or int8 with absmax scales."""
+    if storage == "float16":
+        return x.astype(np.float16), None
+    scale = np.abs(x).max(axis=-1, keepdims=True) / 127.0
+    scale = np.where(scale == 0, 1.0, scale).astype(np.float16)
+    q = np.clip(np.rint(x / scale.astype(np.float32)), -127, 127).astype(np.int8)
+    return q, scale[..., 0]
+
+
+class PassageStateStore:
+    """A memory-mapped store opened for one reranker (see the module docstring)."""
+
+    def __init__(self, folder: Path, header: dict[str, Any]):
+        self.folder = folder
+        self.header = header
+        self.offsets = np.load(folder / "offsets.npy")
+        self.keys = np.load(folder / "keys.npy", mmap_mode="r")
+        self.values = np.load(folder / "values.npy", mmap_mode="r")
+        int8 = header["storage"] == "int8"
+        self.key_scales = np.load(folder / "key_scales.npy", mmap_mode="r") if int8 else None
+        self.value_scales = np.load(folder / "value_scales.npy", mmap_mode="r") if int8 else None
+        self.by_key = {key: i for i, (_, key) in enumerate(header["passages"])}
+        self.key_of_id = {doc_id: key for doc_id, key in header["passages"]}
+        self.stale = 0  # lookups of a stored passage id whose text changed
+        n = len(header["passages"])
+        if len(self.offsets) != n + 1 or int(self.offsets[-1]) != self.keys.shape[0]:
+            raise InputError(f"{folder}: offsets do not match the stored states; rebuild with --passage-states")
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        capturer: AttentionCapturer,
+        tokenizer: Any,
+        fingerprint: str,
+        *,
+        max_doc_words: int | None,
+        max_doc_tokens: int | None,
+    ) -> PassageStateStore:
+        """Open ``path`` (an index folder or its ``passage_states``) if it fits this reranker."""
+        folder = Path(path)
+        if (folder / FOLDER).is_dir():
+            folder = folder / FOLDER
+        try:
+            header = json.loads((folder / "states.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise InputError(
+                f"no readable passage-state store at {path} ({e}); build one with "
+                "`attnrank index CORPUS --passage-states float16`"
+            ) from None
+        if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != 1:
+            raise InputError(f"{folder}/states.json is not an attnrank passage-state store (version 1)")
+        want = store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens)
+        diff = [f"{k}: store {header.get(k)!r}, reranker {v!r}" for k, v in want.items() if header.get(k) != v]
+        if diff:
+            raise InputError(
+                f"the passage states at {folder} were built for another setup ({'; '.join(diff)}); rebuild them "
+                "with `attnrank index --passage-states` and the same --model/--preset/--max-doc-words, or drop "
+                "--passage-states"
+            )
+        return cls(folder, header)
+
+    def get(self, doc_id: str, key: str) -> BlockState | None:
+        """The stored states of passage ``doc_id`` if its current ``key`` matches the stored one."""
+        row = self.by_key.get(key)
+        if row is None:
+            if doc_id in self.key_of_id:
+                self.stale += 1
+                logger.warning("passage %r changed since its states were stored; encoding it afresh", doc_id)
+            return None
+        a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+        return BlockState(
+            self._tensor(self.keys, self.key_scales, a, b), self._tensor(self.values, self.value_scales, a, b)
+        )
+
+    @staticmethod
+    def _tensor(data: np.ndarray, scales: np.ndarray | None, a: int, b: int) -> torch.Tensor:
+        x = np.asarray(data[a:b], dtype=np.float32)
+        if scales is not None:
+            x = x * np.asarray(scales[a:b], dtype=np.float32)[..., None]
+        return torch.from_numpy(np.ascontiguousarray(x.transpose(1, 2, 0, 3)))  # [layers, kv, tokens, head_dim]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.stat().st_size for p in self.folder.glob("*.npy"))

@@ -1,0 +1,85 @@
+"""Where each sentence of a pruning prompt lies, in tokens (full and block-attention prompts)."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from ..errors import ModelError
+from ..llm.blocks import BlockPrompt
+from ..llm.prompts import RerankPromptPair, _block
+from ..types import Document
+from .segment import Sentence
+
+Span = tuple[int, int]
+
+
+@dataclass
+class Piece:
+    """A passage, or a run of its sentences, placed in one prompt."""
+
+    doc_index: int
+    sent_ids: list[int]
+    lo: int  # character range in the passage text: first sentence start .. last sentence end
+    hi: int
+
+
+def make_piece(doc_index: int, sents: list[Sentence], ids) -> Piece:
+    ids = list(ids)
+    return Piece(doc_index, ids, sents[ids[0]].start, sents[ids[-1]].end)
+
+
+def sentence_spans(
+    pair: RerankPromptPair, texts: list[Document], pieces: list[Piece], sents: list[list[Sentence]]
+) -> list[list[Span]]:
+    """Token span ``[s, e)`` of every sentence of every piece in the context of ``pair``.
+
+    Each block ``[p] title\\ntext`` is found verbatim in the prompt text (in prompt order), the
+    sentence's characters shifted into it, and mapped to the tokens that overlap them. A token
+    straddling two sentences counts for the first one only, so spans never overlap.
+    """
+    prompt = pair.real
+    starts = [a for a, _ in prompt.offsets[: prompt.query_start]]
+    ends = [b for _, b in prompt.offsets[: prompt.query_start]]
+    text_at: dict[int, int] = {}
+    cursor = 0
+    for position, i in enumerate(prompt.order, start=1):
+        block = _block(position, texts[i].title, texts[i].text)
+        at = prompt.text.find(block, cursor)
+        if at < 0:  # pragma: no cover - the prompt layout changed
+            raise ModelError(f"passage block [{position}] not found in the pruning prompt")
+        text_at[i] = at + len(block) - len(texts[i].text)
+        cursor = at + len(block)
+    out = []
+    for i, p in enumerate(pieces):
+        spans: list[Span] = []
+        for k in p.sent_ids:
+            sent = sents[p.doc_index][k]
+            lo, hi = text_at[i] + sent.start - p.lo, text_at[i] + sent.end - p.lo
+            s = bisect.bisect_right(ends, lo)  # first token ending after the sentence start
+            e = bisect.bisect_left(starts, hi)  # first token starting at/after its end
+            if spans and s < spans[-1][1] < e:
+                s = spans[-1][1]
+            if s >= e:  # pragma: no cover - a non-empty sentence always has a token
+                raise ModelError(f"no token covers sentence {k} of passage {texts[i].id!r}")
+            spans.append((s, e))
+        out.append(spans)
+    return out
+
+
+def block_sentence_spans(
+    prompt: BlockPrompt, texts: list[Document], pieces: list[Piece], sents: list[list[Sentence]]
+) -> list[list[Span]]:
+    """The same as :func:`sentence_spans` for a block-attention prompt (one block per piece)."""
+    out = []
+    for i, p in enumerate(pieces):
+        spans: list[Span] = []
+        for k in p.sent_ids:
+            s, e = prompt.text_token_span(i, sents[p.doc_index][k].start, sents[p.doc_index][k].end)
+            if spans and s < spans[-1][1] < e:  # a straddling token counts for the first sentence
+                s = spans[-1][1]
+            if s >= e:  # pragma: no cover - a non-empty sentence always has a token
+                raise ModelError(f"no token covers sentence {k} of passage {texts[i].id!r}")
+            spans.append((s, e))
+        out.append(spans)
+    return out

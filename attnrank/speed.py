@@ -1,0 +1,368 @@
+"""Reranking speed and quality by attention mode (used by ``scripts/bench_rerank.py --blocks``).
+
+Modes, all with the same reranker configuration (default preset) and candidates:
+
+- ``full``: today's capture — the whole prompt prefilled causally, then the two suffixes;
+- ``block-cold``: block attention (:mod:`attnrank.llm.blocks`) with no cached passage state:
+  every block is encoded for this query;
+- ``block-warm``: block attention with every candidate's state already in memory (the query
+  was ranked once before): only the two suffixes run.
+
+:func:`measure` times one (dataset, K, mode, dtype) cell in the calling process and samples its
+peak RSS; the script runs each cell in a fresh process so the peaks do not mix.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from math import comb
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
+from .config import set_torch_threads
+from .eval import evaluate_per_query
+from .eval.datasets import dl19, sample_queries, scifact
+from .eval.report import md_table
+from .llm.blocks import encode_blocks_text
+from .llm.statestore import STORAGES, write_store
+from .rerank.attention import AttentionReranker
+from .types import Document
+
+logger = logging.getLogger(__name__)
+
+MODES = ("full", "block-cold", "block-warm")
+SPEED_DATASETS = ("dl19", "scifact")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def timed_peak(fn: Callable[[], Any]) -> tuple[float, float]:
+    """Run ``fn()``; (seconds, peak RSS in MB above the RSS at the start), sampled every ms.
+
+    torch releases the GIL in its kernels, so the sampler thread sees the intermediate peaks."""
+    start, peak, done = _rss_mb(), [0.0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_mb())
+            time.sleep(0.001)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    t = time.perf_counter()
+    fn()
+    secs = time.perf_counter() - t
+    done.set()
+    th.join()
+    return secs, max(peak[0], _rss_mb()) - start
+
+
+def speed_queries(dataset: str, root: Path, k: int, n_queries: int) -> list[tuple[str, list[Document]]]:
+    """(query, K candidates) pairs: DL19 topics with their BM25 top-K passages, or seeded SciFact
+    train queries with K abstracts drawn at random from the corpus (only lengths matter here)."""
+    if dataset == "dl19":
+        ds = dl19(root)
+        docs = {d.id: d for d in ds.docs}
+        return [(ds.queries[q], [docs[i] for i in ds.candidates[q][:k]]) for q in list(ds.queries)[:n_queries]]
+    if dataset == "scifact":
+        ds = scifact(root)
+        rng = random.Random(k)
+        return [(ds.queries[q], rng.sample(ds.docs, k)) for q in sample_queries(ds.queries, n_queries)]
+    raise ValueError(f"dataset {dataset!r} is not one of {SPEED_DATASETS}")
+
+
+def measure(
+    dataset: str, root: Path, k: int, mode: str, dtype: str = "auto", n_queries: int = 3, max_doc_words: int = 300
+) -> dict[str, Any]:
+    """Seconds per query and peak extra memory of one cell (see the module docstring)."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {MODES}")
+    options: dict[str, Any] = {"dtype": dtype, "max_doc_words": max_doc_words}
+    if mode != "full":  # room for every candidate's states: a warm cell must not evict
+        options.update(attention="block", state_cache_mb=1 << 16)
+    reranker = AttentionReranker(**options)
+    pairs = speed_queries(dataset, root, k, n_queries)
+    reranker.rank("warm up", pairs[0][1][:2])  # first-call overheads, and the shared prefix
+    times, peaks = [], []
+    for query, docs in pairs:
+        if mode == "block-warm":
+            reranker.rank(query, docs)  # fills the state cache
+        elif mode == "block-cold":
+            reranker.states.clear()
+        secs, peak = timed_peak(functools.partial(reranker.rank, query, docs))
+        times.append(secs)
+        peaks.append(peak)
+    return {
+        "dataset": dataset,
+        "K": k,
+        "mode": mode,
+        "dtype": dtype,
+        "queries": len(pairs),
+        "s/query": float(np.mean(times)),
+        "peak extra MB": float(np.max(peaks)),
+        "cached MB": reranker.states.nbytes / 2**20,
+        "state bytes/token": reranker.states.nbytes / max(reranker.states.n_tokens, 1),
+    }
+
+
+def mode_quality(
+    reranker: AttentionReranker, cands: dict[str, list[Document]], queries: dict[str, str]
+) -> tuple[dict[str, dict[str, float]], float]:
+    """One reranker's run over a candidate set (``{qid: {doc id: score}}``) and its s/query."""
+    run: dict[str, dict[str, float]] = {}
+    t = time.perf_counter()
+    for q, text in queries.items():
+        run[q] = {d.id: d.score for d in reranker.rank(text, cands[q])}
+        reranker.states.clear()  # each query cold, as a first visit
+    return run, (time.perf_counter() - t) / max(len(queries), 1)
+
+
+# -- the benchmark section: cells in fresh processes, resumable -----------------------------------
+def run_cells(
+    cells: list[tuple[str, int, str, str, int]], root: Path, results: Path, timeout: float = 3600
+) -> list[dict[str, Any]]:
+    """Measure each ``(dataset, K, mode, dtype, n_queries)`` cell in a fresh process
+    (``python -m attnrank.speed``), skipping cells already in ``results`` (JSON list, rewritten
+    after every cell, so an interrupted run resumes)."""
+    done: list[dict[str, Any]] = json.loads(results.read_text()) if results.exists() else []
+    have = {(r["dataset"], r["K"], r["mode"], r["dtype"]) for r in done}
+    for dataset, k, mode, dtype, n in cells:
+        if (dataset, k, mode, dtype) in have:
+            continue
+        cmd = [sys.executable, "-m", "attnrank.speed", dataset, str(root), str(k), mode, dtype, str(n)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            tail = (p.stderr.strip().splitlines() or ["?"])[-1]
+            row = {"dataset": dataset, "K": k, "mode": mode, "dtype": dtype, "error": tail[:200]}
+        else:
+            row = json.loads(p.stdout.strip().splitlines()[-1])
+        logger.info("speed cell %s", row)
+        done.append(row)
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text(json.dumps(done, indent=1))
+    return done
+
+
+if __name__ == "__main__":  # one cell: python -m attnrank.speed DATASET ROOT K MODE DTYPE N
+    set_torch_threads()
+    ds_name, data, k_s, mode_s, dtype_s, n_s = sys.argv[1:7]
+    print(json.dumps(measure(ds_name, Path(data), int(k_s), mode_s, dtype_s, int(n_s))))
+
+
+def quality_sets(
+    root: Path, hotpot_queries: int, scifact_queries: int
+) -> list[tuple[str, Any, dict[str, list[Document]]]]:
+    """The candidate sets the attention modes are compared on: DL19 BM25 top-20 (all 43 topics),
+    the first HotpotQA questions (their 10 paragraphs, BM25 order) and a seeded SciFact sample
+    (BM25 top-20 over the whole corpus)."""
+    return [
+        *dl19_sets(root, [20]),
+        hotpot_set(root, hotpot_queries),
+        scifact_bm25_set(root, scifact_queries, 20),
+    ]
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact sign test p-value of ``wins`` against ``losses`` (ties dropped)."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def compare_modes(
+    sets: list[tuple[str, Any, dict[str, list[Document]]]], modes: dict[str, dict[str, Any]], llm: Any
+) -> list[dict[str, Any]]:
+    """nDCG@10 of the first stage and of each reranker mode (``{label: RerankConfig options}``,
+    the first being the reference) on each set; wins/losses and a sign test against the reference."""
+    rows: list[dict[str, Any]] = []
+    for setting, ds, cands in sets:
+        first = {q: {d.id: float(len(c) - i) for i, d in enumerate(c)} for q, c in cands.items()}
+        per = {"first stage": evaluate_per_query(first, ds.qrels, ["nDCG@10"], rel=ds.rel)}
+        secs: dict[str, float] = {}
+        for label, options in modes.items():
+            run, secs[label] = mode_quality(AttentionReranker(llm, **options), cands, ds.queries)
+            per[label] = evaluate_per_query(run, ds.qrels, ["nDCG@10"], rel=ds.rel)
+            logger.info("%s %s nDCG@10 %.4f", setting, label, np.mean([v["nDCG@10"] for v in per[label].values()]))
+        ref = next(iter(modes))
+        for label, scores in per.items():
+            diff = [scores[q]["nDCG@10"] - per[ref][q]["nDCG@10"] for q in scores]
+            wins, losses = sum(d > 1e-9 for d in diff), sum(d < -1e-9 for d in diff)
+            rows.append(
+                {
+                    "setting": setting,
+                    "mode": label,
+                    "nDCG@10": float(np.mean([v["nDCG@10"] for v in scores.values()])),
+                    f"wins/losses vs {ref}": f"{wins}/{losses}",
+                    "sign test p": sign_test(wins, losses),
+                    "s/query": secs.get(label),
+                }
+            )
+    return rows
+
+
+def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
+    """Bytes per passage token and the size of a passage-state store for the SciFact corpus and
+    the DL19 BM25 top-20/top-100 candidates, from their block token counts (default preset: the
+    layers up to its deepest head; float32 in memory, float16 or int8 on disk)."""
+    reranker = AttentionReranker(attention="block")
+    cfg = reranker.capturer.decoder.config
+    layers = reranker.capturer.deepest_layer + 1
+    kv, dim = (
+        int(cfg.num_key_value_heads),
+        int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads),
+    )
+    per_token = {"float32 (memory)": 2 * layers * kv * dim * 4}
+    for storage in STORAGES:
+        values = 2 * layers * kv * dim * (2 if storage == "float16" else 1)
+        per_token[storage] = values + (2 * layers * kv * 2 if storage == "int8" else 0)  # + float16 scales
+    sets: dict[str, list[Document]] = {"SciFact corpus": scifact(root).docs}
+    ds = dl19(root)
+    docs = {d.id: d for d in ds.docs}
+    for depth in (20, 100):
+        ids = dict.fromkeys(i for q in ds.queries for i in ds.candidates[q][:depth])
+        sets[f"DL19 BM25 top-{depth} candidates"] = [docs[i] for i in ids]
+    rows = []
+    for name, passages in sets.items():
+        blocks = encode_blocks_text(reranker.llm.tokenizer, passages, max_doc_words, None)[0]
+        tokens = sum(len(b) for b in blocks)
+        row: dict[str, Any] = {"passages": name, "count": len(passages), "tokens": tokens}
+        row |= {f"{k} GiB": tokens * v / 2**30 for k, v in per_token.items()}
+        rows.append(row)
+    return [{"bytes/token": per_token}, *rows]
+
+
+def build_store(root: Path, folder: Path, storage: str = "float16", depth: int = 20) -> dict[str, Any]:
+    """Build a real passage-state store for the DL19 BM25 top-``depth`` candidates (default
+    preset); its seconds, bytes on disk and bytes per token."""
+    reranker = AttentionReranker(attention="block")
+    ds = dl19(root)
+    docs = {d.id: d for d in ds.docs}
+    passages = [docs[i] for i in dict.fromkeys(i for q in ds.queries for i in ds.candidates[q][:depth])]
+    shutil.rmtree(folder, ignore_errors=True)
+    t = time.perf_counter()
+    header = write_store(
+        folder,
+        reranker.capturer,
+        reranker.llm.tokenizer,
+        passages,
+        model_id=reranker.llm.model_id,
+        fingerprint=reranker.llm.weights_key,
+        storage=storage,
+        max_doc_words=reranker.config.max_doc_words,
+    )
+    secs = time.perf_counter() - t
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    return {
+        "passages": f"DL19 BM25 top-{depth} candidates",
+        "storage": storage,
+        "count": len(passages),
+        "tokens": header["tokens"],
+        "build s": secs,
+        "MiB on disk": size / 2**20,
+        "bytes/token": size / header["tokens"],
+    }
+
+
+def speed_cells(dtypes: list[str]) -> list[tuple[str, int, str, str, int]]:
+    """The speed grid: K = 10/20/50/100 x modes on DL19 and SciFact, every cell in the first
+    dtype; the others on all DL19 cells and SciFact K=20 only (SciFact's full prompts at K >= 50
+    cost minutes per query on a 2-core CPU). Queries per cell: 3, 3, 2, 1."""
+    return [
+        (ds, k, mode, dtype, {10: 3, 20: 3, 50: 2, 100: 1}[k])
+        for dtype in dtypes
+        for ds in SPEED_DATASETS
+        for k in (10, 20, 50, 100)
+        for mode in MODES
+        if dtype == dtypes[0] or ds == "dl19" or k == 20
+    ]
+
+
+def blocks_markdown(
+    speed_rows: list[dict[str, Any]], q_rows: list[dict[str, Any]], stores: dict[str, Any], env: dict[str, Any]
+) -> str:
+    """The block-attention section of the benchmarks page."""
+    out = [
+        f"# Block attention: speed and quality ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
+        "",
+        "Default preset (qrhead: 16 registered heads, deepest layer 23), SmolLM2-135M-Instruct. "
+        "Speed: each cell in a fresh process; block-cold = no cached passage state; block-warm = every "
+        "candidate's state in memory (only the query's suffix runs); peak extra MB = peak RSS growth "
+        "during the query; SciFact candidates are random abstracts (300-word cap).",
+        "",
+        md_table(
+            speed_rows,
+            ["dataset", "dtype", "K", "mode", "queries", "s/query", "peak extra MB", "cached MB", "error"],
+            {"s/query": ".2f", "peak extra MB": ".0f", "cached MB": ".0f"},
+        ),
+        "",
+    ]
+    ratio_rows = []
+    for r in speed_rows:
+        base = next(
+            (
+                b
+                for b in speed_rows
+                if b.get("mode") == "full" and (b["dataset"], b["K"], b["dtype"]) == (r["dataset"], r["K"], r["dtype"])
+            ),
+            None,
+        )
+        if r.get("mode") != "full" and base and "s/query" in r and "s/query" in base:
+            ratio_rows.append({**r, "speed-up vs full": base["s/query"] / r["s/query"]})
+    out += ["Speed-up against the full-prompt capture of the same cell (same run):", ""]
+    out += [
+        md_table(ratio_rows, ["dataset", "dtype", "K", "mode", "speed-up vs full"], {"speed-up vs full": ".1f"}),
+        "",
+    ]
+    if stores:
+        per_token = stores["sizes"][0]["bytes/token"]
+        out += [
+            "## Passage-state stores",
+            "",
+            "Bytes per passage token (keys and values of layers 0..23): "
+            + ", ".join(f"{k} {v:,}" for k, v in per_token.items())
+            + ". Sizes from the block token counts (300-word cap):",
+            "",
+            md_table(
+                stores["sizes"][1:],
+                ["passages", "count", "tokens", *[f"{k} GiB" for k in per_token]],
+                {f"{k} GiB": ".2f" for k in per_token},
+            ),
+            "",
+            "Stores built for real (`attnrank.llm.statestore.write_store`, default preset):",
+            "",
+            md_table(
+                stores["built"],
+                ["passages", "storage", "count", "tokens", "build s", "MiB on disk", "bytes/token"],
+                {"build s": ".1f", "MiB on disk": ".0f", "bytes/token": ".0f"},
+            ),
+            "",
+        ]
+    if q_rows:
+        out += [
+            "## Quality: full vs block attention (nDCG@10, each query cold)",
+            "",
+            md_table(
+                q_rows,
+                ["setting", "mode", "nDCG@10", "wins/losses vs full", "sign test p", "s/query"],
+                {"nDCG@10": ".4f", "sign test p": ".3f", "s/query": ".2f"},
+            ),
+        ]
+    return "\n".join(out) + "\n"

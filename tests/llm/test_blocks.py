@@ -1,0 +1,131 @@
+"""Block attention: rows equal an eager reference with an explicit block mask; cached states
+equal recomputed ones; the prompt's blocks do not depend on their neighbours."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _tiny import tiny_model, tiny_tokenizer
+
+from attnrank.errors import InputError
+from attnrank.llm.attention import AttentionCapturer, _attn_implementation
+from attnrank.llm.blocks import build_block_prompts
+from attnrank.llm.capture import capture_blocks
+from attnrank.llm.states import StateCache
+
+DOCS = [
+    "Paris is the capital of France.",
+    "Berlin is the capital of Germany and its largest city.",
+    "Bananas are rich in potassium.",
+]
+QUERY = "What is the capital of France?"
+
+
+def block_mask(prompt, positions: str, suffix: list[int]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Ids, position ids and a 4-D additive mask of the whole block-attention sequence, built by hand."""
+    n_prefix = len(prompt.prefix_ids)
+    ids = prompt.context_ids + suffix
+    owner = [-1] * n_prefix  # -1: prefix
+    for i in prompt.order:
+        owner += [i] * len(prompt.blocks[i])
+    starts = prompt.starts(positions)
+    pos = list(range(n_prefix))
+    for i in prompt.order:
+        pos += list(range(starts[i], starts[i] + len(prompt.blocks[i])))
+    s0 = prompt.suffix_start(positions)
+    pos += list(range(s0, s0 + len(suffix)))
+    owner += [-2] * len(suffix)  # -2: suffix
+    n = len(ids)
+    allowed = torch.zeros(n, n, dtype=torch.bool)
+    for q in range(n):
+        for k in range(q + 1):
+            oq, ok = owner[q], owner[k]
+            allowed[q, k] = oq == -2 or ok == -1 or oq == ok
+    mask = torch.zeros(1, 1, n, n).masked_fill(~allowed, float("-inf"))
+    return torch.tensor([ids]), torch.tensor([pos]), mask
+
+
+def eager_rows(model, ids, pos, mask, query_start: int, heads) -> torch.Tensor:
+    with torch.inference_mode(), _attn_implementation(model.get_decoder().config, "eager"):
+        att = model(input_ids=ids, position_ids=pos, attention_mask=mask, output_attentions=True).attentions
+    return torch.stack([att[layer][0, head, query_start:].float().mean(0) for layer, head in heads])
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gemma"])
+@pytest.mark.parametrize("positions", ["shared", "sequential"])
+def test_block_rows_equal_eager_block_mask(family, positions):
+    model = tiny_model(family, layers=3, heads=4, kv_heads=2, max_positions=4096)
+    tok = tiny_tokenizer()
+    heads = [(0, 1), (1, 3), (2, 0)]
+    capturer = AttentionCapturer(model, heads)
+    prompt = build_block_prompts(tok, QUERY, DOCS)
+    prefix = capturer.prefill(prompt.prefix_ids)
+    rows = capture_blocks(capturer, prompt, prefix, fingerprint="t", positions=positions, calibrate=False)
+    ids, pos, mask = block_mask(prompt, positions, prompt.real_suffix_ids)
+    n_ctx = len(prompt.context_ids)
+    ref = eager_rows(model, ids, pos, mask, n_ctx, heads)[:, :n_ctx].double().numpy()
+    assert rows.real.shape == ref.shape
+    err = abs(rows.real - ref).max()
+    assert err < 1e-5
+    # Block attention differs from the full prompt: a block does not see the blocks before it.
+    full_mask = torch.zeros_like(mask).masked_fill(torch.ones_like(mask, dtype=torch.bool).triu(1), float("-inf"))
+    full = eager_rows(model, ids, pos, full_mask, n_ctx, heads)[:, :n_ctx].double().numpy()
+    assert abs(rows.real - full).max() > 20 * max(err, 1e-9)
+
+
+def test_cached_states_equal_recomputed(llm):
+    capturer = AttentionCapturer(llm.model, [(1, 0), (3, 2)])
+    prompt = build_block_prompts(llm.tokenizer, QUERY, DOCS)
+    prefix = capturer.prefill(prompt.prefix_ids)
+    cache = StateCache(1 << 30)
+    cold = capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint, states=cache)
+    assert (cache.hits, cache.misses, len(cache)) == (0, 3, 3)
+    # Another query over two of the same passages and a new one: two hits, one miss.
+    other = build_block_prompts(llm.tokenizer, "Which city is in Germany?", [DOCS[1], "Rome is in Italy.", DOCS[0]])
+    capture_blocks(capturer, other, prefix, fingerprint=llm.fingerprint, states=cache)
+    assert (cache.hits, cache.misses) == (2, 4)
+    warm = capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint, states=cache)
+    fresh = capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint, states=None)
+    assert abs(warm.rows - fresh.rows).max() < 1e-5
+    assert abs(cold.rows - fresh.rows).max() < 1e-5
+
+
+def test_state_cache_budget_evicts_least_recent(llm):
+    capturer = AttentionCapturer(llm.model, [(1, 0)])
+    prompt = build_block_prompts(llm.tokenizer, QUERY, DOCS)
+    prefix = capturer.prefill(prompt.prefix_ids)
+    probe = StateCache(1 << 30)
+    capture_blocks(capturer, prompt, prefix, fingerprint="f", states=probe)
+    sizes = sorted(s.nbytes for s in probe._items.values())
+    small = StateCache(sizes[-1] + sizes[-2])  # room for two of the three blocks
+    capture_blocks(capturer, prompt, prefix, fingerprint="f", states=small)
+    assert len(small) == 2 and small.nbytes <= small.max_bytes
+    with pytest.raises(InputError, match="must be >= 0"):
+        StateCache(-1)
+
+
+def test_blocks_do_not_depend_on_neighbours(llm):
+    a = build_block_prompts(llm.tokenizer, QUERY, DOCS)
+    b = build_block_prompts(llm.tokenizer, "another query", [DOCS[2], DOCS[0]], order="forward")
+    assert a.prefix_ids == b.prefix_ids
+    assert a.blocks[0] == b.blocks[1] and a.blocks[2] == b.blocks[0]
+    text = llm.tokenizer.decode(a.blocks[0][: a.text_lengths[0]])
+    assert text == DOCS[0]
+    assert llm.tokenizer.decode(a.blocks[0][a.text_lengths[0] :]) == "\n\n"
+    # reverse order: rank 1 (input 0) is the last block, nearest the query
+    assert a.order == [2, 1, 0]
+    spans = a.doc_spans
+    assert llm.tokenizer.decode(a.context_ids[spans[1][0] : spans[1][1]]) == DOCS[1]
+
+
+def test_position_schemes():
+    tok = tiny_tokenizer()
+    p = build_block_prompts(tok, QUERY, DOCS, order="forward")
+    n = len(p.prefix_ids)
+    lengths = [len(b) for b in p.blocks]
+    assert p.starts("shared") == [n, n, n]
+    assert p.suffix_start("shared") == n + max(lengths)
+    assert p.starts("sequential") == [n, n + lengths[0], n + lengths[0] + lengths[1]]
+    assert p.suffix_start("sequential") == n + sum(lengths)
+    with pytest.raises(InputError, match="block_positions"):
+        p.starts("diagonal")

@@ -1,0 +1,114 @@
+"""The on-disk passage-state store: written once, read memory-mapped, refused when foreign."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.llm.attention import AttentionCapturer
+from attnrank.llm.blocks import block_prefix_ids, build_block_prompts
+from attnrank.llm.capture import capture_blocks
+from attnrank.llm.statestore import PassageStateStore, write_store
+from attnrank.types import Document
+
+DOCS = [
+    Document("paris", "Paris is the capital of France.", "Paris"),
+    Document("berlin", "Berlin is the capital of Germany and its largest city."),
+    Document("banana", "Bananas are rich in potassium and grow in the tropics."),
+]
+HEADS = [(1, 0), (3, 2)]
+
+
+@pytest.fixture(scope="module")
+def capturer(llm):
+    return AttentionCapturer(llm.model, HEADS)
+
+
+def build(tmp_path, llm, capturer, storage, docs=DOCS, **kw):
+    folder = tmp_path / storage
+    write_store(
+        folder, capturer, llm.tokenizer, docs, model_id="tiny", fingerprint=llm.fingerprint, storage=storage, **kw
+    )
+    return folder
+
+
+def open_store(folder, llm, capturer, **kw):
+    kw.setdefault("max_doc_words", None)
+    kw.setdefault("max_doc_tokens", None)
+    return PassageStateStore.open(folder, capturer, llm.tokenizer, llm.fingerprint, **kw)
+
+
+@pytest.mark.parametrize("storage, tol", [("float16", 2e-3), ("int8", 3e-2)])
+def test_stored_states_give_the_recomputed_rows(tmp_path, llm, capturer, storage, tol):
+    folder = build(tmp_path, llm, capturer, storage)
+    store = open_store(folder, llm, capturer)
+    prompt = build_block_prompts(llm.tokenizer, "capital of France?", DOCS)
+    prefix = capturer.prefill(block_prefix_ids(llm.tokenizer))
+    fresh = capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint)
+    stored = capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint, store=store)
+    # the stored states were used (not recomputed): a store's values are rounded, so rows
+    # differ by rounding only, and not at all where the rounding is exact
+    assert store.stale == 0
+    rel = abs(stored.rows - fresh.rows).max() / abs(fresh.rows).max()
+    assert rel < tol
+    header = json.loads((folder / "states.json").read_text())
+    assert header["tokens"] == sum(len(b) for b in prompt.blocks)
+    bytes_per_token = store.keys.nbytes * 2 / header["tokens"]
+    per_value = 2 if storage == "float16" else 1
+    assert bytes_per_token == 2 * 4 * 2 * 8 * per_value  # keys+values x 4 layers x 2 kv heads x head_dim 8
+
+
+def test_stored_states_are_really_read(tmp_path, llm, capturer):
+    """Zeroed stored keys change the rows: proof that the store, not a recomputation, served them."""
+    folder = build(tmp_path, llm, capturer, "float16")
+    keys = np.load(folder / "keys.npy")
+    np.save(folder / "keys.npy", np.zeros_like(keys))
+    store = open_store(folder, llm, capturer)
+    prompt = build_block_prompts(llm.tokenizer, "capital of France?", DOCS)
+    prefix = capturer.prefill(block_prefix_ids(llm.tokenizer))
+    fresh = capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint)
+    zeroed = capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint, store=store)
+    s, e = zeroed.spans[0]
+    # zero keys give every block token the same logit, hence the same attention: flat rows
+    assert np.ptp(zeroed.real[:, s:e], axis=1).max() < 1e-9
+    assert np.ptp(fresh.real[:, s:e], axis=1).min() > 1e-7
+
+
+def test_changed_text_is_not_served(tmp_path, llm, capturer, caplog):
+    folder = build(tmp_path, llm, capturer, "float16")
+    store = open_store(folder, llm, capturer)
+    changed = [DOCS[0], Document("berlin", "Berlin is the capital of Germany."), DOCS[2]]
+    prompt = build_block_prompts(llm.tokenizer, "capital?", changed)
+    prefix = capturer.prefill(block_prefix_ids(llm.tokenizer))
+    fresh = capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint)
+    with caplog.at_level("WARNING"):
+        got = capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint, store=store)
+    assert store.stale == 1 and "berlin" in caplog.text
+    s, e = got.spans[1]
+    assert abs(got.rows[:, s:e] - fresh.rows[:, s:e]).max() < 2e-3
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        (dict(max_doc_words=50), "max_doc_words"),
+        (dict(fingerprint="0" * 64), "fingerprint"),
+        (dict(heads=[(1, 0)]), "deepest_layer"),
+    ],
+)
+def test_foreign_store_is_refused(tmp_path, llm, capturer, change, fragment):
+    folder = build(tmp_path, llm, capturer, "float16")
+    other = AttentionCapturer(llm.model, change["heads"]) if "heads" in change else capturer
+    fp = change.get("fingerprint", llm.fingerprint)
+    with pytest.raises(InputError, match=fragment):
+        PassageStateStore.open(
+            folder, other, llm.tokenizer, fp, max_doc_words=change.get("max_doc_words"), max_doc_tokens=None
+        )
+
+
+def test_missing_store_names_the_fix(tmp_path, llm, capturer):
+    with pytest.raises(InputError, match="--passage-states"):
+        open_store(tmp_path / "nothing", llm, capturer)

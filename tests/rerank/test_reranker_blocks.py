@@ -1,0 +1,103 @@
+"""The reranker in block-attention mode: same scoring over block rows, reusable states, options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _tiny import rerank_docs
+from typer.testing import CliRunner
+
+from attnrank.cli import app
+from attnrank.errors import InputError
+from attnrank.llm.blocks import build_block_prompts
+from attnrank.llm.capture import capture_blocks
+from attnrank.llm.rows import document_scores, token_scores
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.config import RerankConfig
+
+HEADS = [(1, 0), (2, 3), (3, 1)]
+QUERY = "What is the capital of France?"
+
+
+def test_block_scores_are_the_icr_aggregation_of_block_rows(llm):
+    docs = rerank_docs()
+    rr = AttentionReranker(llm, HEADS, attention="block")
+    got = rr.score(QUERY, docs)
+    prompt = build_block_prompts(llm.tokenizer, QUERY, docs)
+    w = capture_blocks(rr.capturer, prompt, rr.capturer.prefill(prompt.prefix_ids), fingerprint=llm.fingerprint)
+    expected = document_scores(token_scores(w.rows), w.spans)
+    np.testing.assert_allclose(got, expected, atol=1e-9)
+    full = AttentionReranker(llm, HEADS).score(QUERY, docs)
+    assert not np.allclose(got, full, atol=1e-9)  # block mode is another attention pattern
+
+
+def test_warm_queries_reuse_states(llm):
+    docs = rerank_docs()
+    rr = AttentionReranker(llm, HEADS, attention="block")
+    cold = rr.rank(QUERY, docs)
+    assert rr.states.misses == len(docs) and rr.states.hits == 0
+    warm = rr.rank(QUERY, list(reversed(docs)))  # other order: shared positions keep the states valid
+    assert rr.states.hits == len(docs)
+    assert {d.id: d.score for d in warm} == pytest.approx({d.id: d.score for d in cold}, abs=1e-5)
+    off = AttentionReranker(llm, HEADS, attention="block", state_cache_mb=0)
+    off.rank(QUERY, docs)
+    assert len(off.states) == 0
+
+
+def test_sequential_positions_follow_the_prompt_order(llm):
+    docs = rerank_docs()
+    rr = AttentionReranker(llm, HEADS, attention="block", block_positions="sequential")
+    a = rr.score(QUERY, docs)
+    shared = AttentionReranker(llm, HEADS, attention="block").score(QUERY, docs)
+    assert np.isfinite(a).all() and not np.allclose(a, shared, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        (dict(attention="sparse"), "attention="),
+        (dict(attention="block", block_positions="zigzag"), "block_positions"),
+        (dict(passage_states="x"), "attention='block'"),
+        (dict(attention="block", block_positions="sequential", passage_states="x"), "shared block positions"),
+        (dict(state_cache_mb=-1), "state_cache_mb"),
+    ],
+)
+def test_bad_block_options(options, fragment):
+    with pytest.raises(InputError, match=fragment):
+        RerankConfig.preset("icr", **options)
+
+
+runner = CliRunner()
+
+
+def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_dir):
+    ix = tmp_path / "ix"
+    args = ["--model", str(tiny_dir), "--max-doc-words", "40"]
+    r = runner.invoke(
+        app, ["index", str(scifact_mini), "--index-dir", str(ix), "--passage-states", "int8", *args, "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    assert (ix / "passage_states" / "states.json").is_file() and "bytes/token" in r.output
+    search = [
+        "search",
+        "cell therapy",
+        "--index-dir",
+        str(ix),
+        "--rerank",
+        "3",
+        "--attention",
+        "block",
+        "--heads",
+        "all",
+    ]
+    r = runner.invoke(app, [*search, *args, "-q"])
+    assert r.exit_code == 0, r.output
+    assert "attention=" in r.output
+    # The same store read by a reranker with another truncation is refused, naming the setting.
+    r = runner.invoke(app, [*search, "--model", str(tiny_dir), "--max-doc-words", "80", "-q"])
+    assert isinstance(r.exception, InputError) and "max_doc_words" in str(r.exception)
+
+
+def test_index_rejects_state_options_without_states(tmp_path, scifact_mini):
+    r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(tmp_path / "ix"), "--preset", "icr", "-q"])
+    assert r.exit_code != 0 and "--passage-states" in r.output
