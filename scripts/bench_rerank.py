@@ -307,24 +307,28 @@ def precision_compare(root: Path, args) -> tuple[list[dict], dict]:
 
 def precision_markdown(rows, info, env, args) -> str:
     ref = args.int8_dtypes[0]
-    return "\n".join(
-        [
-            f"# Reranking precision: {' vs '.join(args.int8_dtypes)} ({env['date']}, {env['cpus']} CPUs, "
-            f"torch {env['torch']})",
-            "",
-            f"SmolLM2-135M-Instruct, preset `{info['preset']}` ({info['heads']} heads), {info['setting']}, "
-            f"{info['queries']} queries; each query scored by every precision in turn in one process. "
-            "int8 = the decoder's linear layers in dynamic int8 (attnrank.llm.quantize); Spearman = rank "
-            f"correlation of a query's {args.int8_k} candidate scores with the {ref} scores.",
-            "",
-            md_table(
-                rows,
-                list(rows[0]),
-                {k: ".4f" if "Spearman" in k or k == "nDCG@10" else ".2f" for k in rows[0] if k != "dtype"},
-            ),
-            "",
-            f"    python scripts/bench_rerank.py --int8 --int8-k {args.int8_k} --int8-dtypes {','.join(args.int8_dtypes)}",
-        ]
+    return (
+        "\n".join(
+            [
+                f"# Reranking precision: {' vs '.join(args.int8_dtypes)} ({env['date']}, {env['cpus']} CPUs, "
+                f"torch {env['torch']})",
+                "",
+                f"SmolLM2-135M-Instruct, preset `{info['preset']}` ({info['heads']} heads), {info['setting']}, "
+                f"{info['queries']} queries; each query scored by every precision in turn in one process. "
+                "int8 = the decoder's linear layers in dynamic int8 (attnrank.llm.quantize); Spearman = rank "
+                f"correlation of a query's {args.int8_k} candidate scores with the {ref} scores.",
+                "",
+                md_table(
+                    rows,
+                    list(rows[0]),
+                    {k: ".4f" if "Spearman" in k or k == "nDCG@10" else ".2f" for k in rows[0] if k != "dtype"},
+                ),
+                "",
+                f"    python scripts/bench_rerank.py --int8 --int8-k {args.int8_k} --int8-dtypes {','.join(args.int8_dtypes)}"
+                + (f" --dl19-queries {args.dl19_queries}" if args.dl19_queries else ""),
+            ]
+        )
+        + "\n"
     )
 
 

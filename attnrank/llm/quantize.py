@@ -6,12 +6,14 @@ product computed by the CPU's int8 GEMM (fbgemm / oneDNN, using VNNI or AMX wher
 them). Embeddings, norms, the attention softmax and ``lm_head`` stay float32, so the captured
 attention rows are still float32 and generation keeps float32 logits.
 
-Which implementation, and why (torch 2.13, torchao 0.18, measured on this project's 2-core x86
-CPU, docs/benchmarks.md "int8"): torchao's ``Int8DynamicActivationInt8WeightConfig`` is the
+Which implementation, and why (torch 2.13, torchao 0.18, on this project's 2-core x86 CPU; one
+forward of 1,500 random tokens through the whole SmolLM2-135M, best of 3; reranking figures in
+docs/results/rerank_int8.md): torchao's ``Int8DynamicActivationInt8WeightConfig`` is the
 maintained API, but in eager mode on x86 it has no fused kernel (it quantizes activations with
-separate element-wise ops and calls ``torch._int_mm``) and was no faster than float32 on a
-1,500-token prefill of SmolLM2-135M (1.69 s vs 1.73 s); it needs ``torch.compile`` to pay off,
-which costs tens of seconds per shape. torch's own eager dynamic quantization
+separate element-wise ops and calls ``torch._int_mm``) and was no faster than float32 (1.69 s vs
+1.73 s); it needs ``torch.compile`` to pay off (2x on one linear layer, after a 24 s compile of
+that one shape). Importing torchao also makes transformers load it (and its CUDA-only libraries)
+on every start. torch's own eager dynamic quantization
 (``torch.ao.quantization.quantize_dynamic``) ran the same prefill in 1.15 s. It is deprecated in
 favour of torchao but still shipped, so it is used here behind one function; a torch without it
 gets a :class:`~attnrank.errors.ModelError` naming the fix.
