@@ -44,6 +44,19 @@ def test_warm_queries_reuse_states(llm):
     assert len(off.states) == 0
 
 
+def test_rotated_positions_reuse_states_across_orders(llm):
+    docs = rerank_docs()
+    rr = AttentionReranker(llm, HEADS, attention="block", block_positions="rotated")
+    first = rr.score(QUERY, docs)
+    rr.score(QUERY, list(reversed(docs)))  # other slots: the same cached states, rotated elsewhere
+    assert rr.states.hits == len(docs) and rr.states.misses == len(docs)
+    again = rr.score(QUERY, docs)
+    np.testing.assert_allclose(again, first, atol=1e-6)
+    seq = AttentionReranker(llm, HEADS, attention="block", block_positions="sequential").score(QUERY, docs)
+    shared = AttentionReranker(llm, HEADS, attention="block").score(QUERY, docs)
+    assert not np.allclose(first, seq, atol=1e-9) and not np.allclose(first, shared, atol=1e-9)
+
+
 def test_sequential_positions_follow_the_prompt_order(llm):
     docs = rerank_docs()
     rr = AttentionReranker(llm, HEADS, attention="block", block_positions="sequential")
