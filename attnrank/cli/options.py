@@ -94,7 +94,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(
             None,
             "--block-positions",
-            help="Block positions: shared (reusable) | sequential (recomputed) | rotated (reusable, keys moved).",
+            help="Block positions: rotated (default; reusable, keys moved to their prompt positions) | shared | sequential.",
         ),
     ),
     "state_cache_mb": (

@@ -17,8 +17,7 @@ slot)::
 
 Position scheme (``positions``):
 
-- ``"shared"`` (default; BlockRank's permutation-invariant positions, as in parallel context
-  windows): every block starts at the position right after the prefix; the suffix continues
+- ``"shared"`` (BlockRank's permutation-invariant positions, as in parallel context windows): every block starts at the position right after the prefix; the suffix continues
   after the longest block. A block's states are then the same in every prompt: reusable.
 - ``"sequential"``: blocks take the positions they would have in the full prompt (prefix, then
   the blocks in prompt order) and the suffix continues after the last one. Closer to the full
@@ -27,7 +26,9 @@ Position scheme (``positions``):
   (and reused) at the shared positions, and at assembly each block's cached keys are rotated to
   its sequential positions (rotary embeddings compose: ``R(a)R(b) = R(a+b)``); the suffix sits
   where ``"sequential"`` puts it. Exact in the first layer; deeper layers keep what the block
-  computed at the shared positions (its distance to the prefix), an approximation.
+  computed at the shared positions (its distance to the prefix), an approximation. The
+  reranker's and pruner's default: it measured best of the reusable schemes (``shared`` drops
+  the first-stage order's position prior; docs/benchmarks.md, "Block attention").
 
 The suffix's attention rows are captured over the assembled context ``prefix + blocks`` exactly
 as in the full prompt (:func:`attnrank.llm.capture.capture_blocks`), so every scorer, the

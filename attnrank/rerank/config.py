@@ -72,7 +72,7 @@ class RerankConfig:
     device: str = "cpu"
     dtype: str = "auto"
     attention: str = "full"
-    block_positions: str = "shared"
+    block_positions: str = "rotated"
     state_cache_mb: int = 1024
     passage_states: str | None = None
     name: str = field(default="custom", compare=False)  # the preset it came from
