@@ -42,7 +42,9 @@ def index(
         help="Hybrid fusion the index searches with: convex (default: alpha 0.45, zscore; tuned on SciFact and "
         "HotpotQA, +2.8/+3.4 nDCG@10 over RRF) | rrf (k=60).",
     ),
-    alpha: Optional[float] = typer.Option(None, help="Convex fusion weight of the dense scores, in [0, 1] (default 0.45)."),
+    alpha: Optional[float] = typer.Option(
+        None, help="Convex fusion weight of the dense scores, in [0, 1] (default 0.45)."
+    ),
     norm: Optional[str] = typer.Option(None, help="Convex fusion normalisation: minmax | zscore (default) | none."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad records (reported) instead of failing."),
     force: bool = typer.Option(

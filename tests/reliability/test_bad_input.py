@@ -302,7 +302,7 @@ CASES = [
     Case(
         "search-alpha-rrf-index",
         "search",
-        "`--alpha 0.3` on an index built with `fusion=\"rrf\"`",
+        '`--alpha 0.3` on an index built with `fusion="rrf"`',
         ["search", "x", "--index", "a-rrf", "--alpha", "0.3"],
         2,
         ["--alpha 0.3 applies to convex fusion only", "this search fuses with rrf", "--fusion convex"],
@@ -319,7 +319,7 @@ CASES = [
     Case(
         "search-norm-rrf",
         "search",
-        "`--norm zscore` on an index built with `fusion=\"rrf\"`",
+        '`--norm zscore` on an index built with `fusion="rrf"`',
         ["search", "x", "--index", "a-rrf", "--norm", "zscore"],
         2,
         ["--norm zscore applies to convex fusion only"],
