@@ -24,6 +24,7 @@ ORDER = [
     "serve",
     "serve_tiny",
     "sharded",
+    "regeneration",
 ]
 COMMANDS = {
     "first_stage": "python scripts/bench_first_stage.py",
@@ -46,6 +47,7 @@ COMMANDS = {
     "serve": "python scripts/bench_serve.py",
     "serve_tiny": "python scripts/bench_serve.py --model TINY_RANDOM_MODEL_DIR --requests 300 --name serve_tiny",
     "sharded": "python scripts/bench_sharded.py",
+    "regeneration": "the commands in the table (outputs in build/regen/, compared with docs/results/)",
 }
 INTRO = """# Benchmarks
 
