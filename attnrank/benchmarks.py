@@ -6,7 +6,9 @@ A candidate set is ``(setting name, Dataset, {qid: [Document, ...] in first-stag
 
 - DL19: Pyserini's BM25 top-``k`` of each of the 43 topics (NIST qrels, rel ≥ 2);
 - SciFact train: a seeded query sample (:func:`attnrank.eval.datasets.sample_queries`), the hybrid
-  retriever's RRF top-``k`` over the whole corpus (index cached in ``index_dir``);
+  retriever's RRF top-``k`` over the whole corpus (index cached in ``index_dir``). RRF is pinned
+  here, not taken from the index default (convex since the published candidate sets were made), so
+  the published figures stay reproducible;
 - HotpotQA distractor: each question's own (up to) 10 paragraphs ordered by BM25 (statistics of
   the pooled 400-question corpus); the 2 supporting paragraphs are relevant;
 - LoCoMo: each question's conversation turns ordered by BM25 over that conversation, top-``k``.
@@ -53,7 +55,8 @@ def dl19_sets(root: Path, depths: Sequence[int], max_queries: int | None = None)
 
 def scifact_retriever(ds: Dataset, index_dir: Path | None = None):
     """The hybrid retriever over ``ds.docs``, loaded from ``index_dir`` (default
-    ``<index root>/bench-scifact``) if it holds this corpus, else built and saved there."""
+    ``<index root>/bench-scifact``) if it holds this corpus, else built and saved there; it fuses
+    with RRF (k = 60) whatever the index records, as the published candidate sets did."""
     from .index.retriever import HybridRetriever
     from .index.store import corpus_checksum
 
@@ -64,8 +67,9 @@ def scifact_retriever(ds: Dataset, index_dir: Path | None = None):
         logger.info("building the SciFact benchmark index (%s)", e)
         r = None
     if r is None or corpus_checksum(r.docs) != corpus_checksum(ds.docs):
-        r = HybridRetriever().index(ds.docs, show_progress=False)
+        r = HybridRetriever(fusion="rrf").index(ds.docs, show_progress=False)
         r.save(path)
+    r.set_fusion("rrf")
     return r
 
 

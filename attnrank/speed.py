@@ -188,17 +188,27 @@ def sign_test(wins: int, losses: int) -> float:
 
 
 def compare_modes(
-    sets: list[tuple[str, Any, dict[str, list[Document]]]], modes: dict[str, dict[str, Any]], llm: Any
+    sets: list[tuple[str, Any, dict[str, list[Document]]]],
+    modes: dict[str, dict[str, Any]],
+    llm: Any,
+    cache: Path | None = None,
 ) -> list[dict[str, Any]]:
     """nDCG@10 of the first stage and of each reranker mode (``{label: RerankConfig options}``,
-    the first being the reference) on each set; wins/losses and a sign test against the reference."""
+    the first being the reference) on each set; wins/losses and a sign test against the reference.
+    ``cache``: a JSON file of finished (setting, mode) runs, reused and extended (resumable)."""
+    done: dict[str, Any] = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
     rows: list[dict[str, Any]] = []
     for setting, ds, cands in sets:
         first = {q: {d.id: float(len(c) - i) for i, d in enumerate(c)} for q, c in cands.items()}
         per = {"first stage": evaluate_per_query(first, ds.qrels, ["nDCG@10"], rel=ds.rel)}
         secs: dict[str, float] = {}
         for label, options in modes.items():
-            run, secs[label] = mode_quality(AttentionReranker(llm, **options), cands, ds.queries)
+            key = f"{setting} | {label} | {json.dumps(options, sort_keys=True)}"
+            if key not in done:
+                done[key] = mode_quality(AttentionReranker(llm, **options), cands, ds.queries)
+                if cache is not None:
+                    cache.write_text(json.dumps(done))
+            run, secs[label] = done[key]
             per[label] = evaluate_per_query(run, ds.qrels, ["nDCG@10"], rel=ds.rel)
             logger.info("%s %s nDCG@10 %.4f", setting, label, np.mean([v["nDCG@10"] for v in per[label].values()]))
         ref = next(iter(modes))

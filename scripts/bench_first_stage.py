@@ -3,8 +3,11 @@ HotpotQA (400 dev questions' paragraphs pooled into one corpus), plus build cost
 latency, and a same-run comparison of our BM25 with bm25s and rank-bm25.
 
     python scripts/bench_first_stage.py [--data ../shared/data] [--datasets scifact,hotpotqa]
+                                        [--out-dir DIR] [--index-dir DIR]
 
-Writes docs/results/first_stage.{json,md}.
+Writes docs/results/first_stage.{json,md} (``--out-dir`` to put them elsewhere). The indexes are
+built in a temporary folder, or kept under ``--index-dir/<dataset>`` (e.g. to reuse the SciFact
+index as the benchmarks' ``indexes/bench-scifact``).
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ def bm25_vs_bm25s(r: HybridRetriever, ds, queries: list[str]) -> dict:
 
 def run_dataset(ds, tmp: Path) -> dict:
     logging.info("%s: %d docs, %d queries", ds.name, len(ds.docs), len(ds.queries))
-    r = HybridRetriever()
+    r = HybridRetriever(fusion="rrf")  # pinned: each quality row sets its fusion; latency is RRF's
     t = time.perf_counter()
     r.index(ds.docs, show_progress=False)
     build_s = time.perf_counter() - t
@@ -228,16 +231,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
     ap.add_argument("--datasets", default="scifact,hotpotqa")
+    ap.add_argument("--out-dir", default=str(OUT), help="folder for first_stage.{json,md}")
+    ap.add_argument("--index-dir", default=None, help="keep the built indexes here (default: a temporary folder)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     set_torch_threads()
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
     loaders = {"scifact": scifact, "hotpotqa": hotpotqa}
     with tempfile.TemporaryDirectory() as tmp:
-        res = [run_dataset(loaders[n](root), Path(tmp)) for n in args.datasets.split(",")]
+        where = Path(args.index_dir) if args.index_dir else Path(tmp)
+        res = [run_dataset(loaders[n](root), where) for n in args.datasets.split(",")]
     env = environment()
     md = markdown(res, env)
-    write_outputs("first_stage", {"environment": env, "results": res}, md, OUT)
+    write_outputs("first_stage", {"environment": env, "results": res}, md, Path(args.out_dir))
     print(md)
 
 

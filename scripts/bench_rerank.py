@@ -407,10 +407,12 @@ def blocks_section(args, root: Path) -> None:
         modes = {
             "full": {},
             "block (shared positions)": {"attention": "block"},
+            "block (rotated positions)": {"attention": "block", "block_positions": "rotated"},
             "block (sequential positions)": {"attention": "block", "block_positions": "sequential"},
         }
         sets = quality_sets(root, args.blocks_hotpot, args.blocks_scifact)
-        q_rows = compare_modes(sets, modes, AttentionReranker().llm)
+        runs = REPO / "build" / "blocks" / "quality_runs.json"
+        q_rows = compare_modes(sets, modes, AttentionReranker().llm, runs)
         quality_path.write_text(json.dumps(q_rows, indent=1))
     env = environment()
     md = blocks_markdown(speed_rows, q_rows, stores, env)

@@ -54,3 +54,31 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path):
     assert not (tmp_path / "ix").exists()
     r = _cli("search", "x", "--index-dir", str(tmp_path / "missing"))
     assert r.returncode == 1 and "no index at" in r.stderr
+
+
+def test_index_fusion_default_convex_and_rrf_on_request(tmp_path, scifact_mini, monkeypatch):
+    """`index` stores convex z-score fusion (alpha 0.45) unless `--fusion rrf` is given; `search
+    --fusion rrf` on the convex index gives what the RRF index gives by default. The old `--name`
+    still works, with a deprecation warning."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["index", str(scifact_mini), "--index", "conv", "-q"])
+    assert r.exit_code == 0, r.output
+    fusion = json.loads((tmp_path / "indexes" / "conv" / "manifest.json").read_text())["fusion"]
+    assert (fusion["method"], fusion["alpha"], fusion["norm"]) == ("convex", 0.45, "zscore")
+    r = _cli("index", str(scifact_mini), "--name", "rrf", "--fusion", "rrf", "-q")
+    assert r.returncode == 0, r.stderr
+    assert "--name is deprecated" in r.stderr and "use --index rrf" in r.stderr
+    fusion = json.loads((tmp_path / "indexes" / "rrf" / "manifest.json").read_text())["fusion"]
+    assert fusion["method"] == "rrf"
+
+    def top(*args):
+        out = runner.invoke(app, ["search", "vitamin D and bone fractures", "-k", "10", "-q", *args])
+        assert out.exit_code == 0, out.output
+        ids = [line.split()[1] for line in out.output.splitlines() if line[:4].strip().rstrip(".").isdigit()]
+        assert len(ids) == 10, out.output
+        return ids
+
+    assert top("--index", "conv", "--fusion", "rrf") == top("--index", "rrf")
+    assert top("--index", "conv") == top("--index", "rrf", "--fusion", "convex", "--alpha", "0.45", "--norm", "zscore")

@@ -58,13 +58,28 @@ def _setup(quiet: bool = False, verbose: bool = False) -> bool:
     return not quiet
 
 
+# ``--name`` was the index option of ``index`` (and an alias in ``search``); every command now says
+# ``--index``. The old spelling still works, hidden from --help, with a warning.
+OldName = typer.Option(None, "--name", hidden=True, help="Deprecated spelling of --index.")
+
+
+def _index_name(index: Optional[str], old_name: Optional[str]) -> Optional[str]:
+    """The index name from ``--index``, or from the deprecated ``--name`` (with a warning)."""
+    if old_name is None:
+        return index
+    if index is not None and index != old_name:
+        raise typer.BadParameter(f"--index {index!r} and --name {old_name!r} disagree; give --index only")
+    logger.warning("--name is deprecated and will be removed; use --index %s", old_name)
+    return old_name
+
+
 def _index_path(name: Optional[str], index_dir: Optional[Path]) -> Path:
     from ..config import index_root
 
     if index_dir is not None:
         return index_dir
     if not name:
-        raise typer.BadParameter("give --name NAME (stored under ./indexes) or --index-dir DIR")
+        raise typer.BadParameter("give --index NAME (stored under ./indexes) or --index-dir DIR")
     if "/" in name or name.startswith("."):
         raise typer.BadParameter(f"index name {name!r} must be a plain name; use --index-dir for a path")
     return index_root() / name

@@ -14,7 +14,7 @@ def explain(
     query: str = typer.Argument(..., help="The query to retrieve, rerank and explain."),
     name: str | None = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
     index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
-    k: int = typer.Option(5, "--k", "-k", help="First-stage hits reranked and explained."),
+    k: int = typer.Option(5, "--top-k", "-k", help="First-stage hits reranked and explained."),
     model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
     heads: str | None = typer.Option(
         None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."
@@ -35,7 +35,7 @@ def explain(
 
     _setup(quiet, verbose)
     if k < 1:
-        raise typer.BadParameter(f"--k {k} must be at least 1")
+        raise typer.BadParameter(f"-k {k} must be at least 1 (hits explained)")
     if not query.strip():
         raise typer.BadParameter("the query is empty; give the query text")
     if png:

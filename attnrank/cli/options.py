@@ -91,7 +91,11 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     ),
     "block_positions": (
         Optional[str],
-        typer.Option(None, "--block-positions", help="Block positions: shared (reusable) | sequential."),
+        typer.Option(
+            None,
+            "--block-positions",
+            help="Block positions: rotated (default; reusable, keys moved to their prompt positions) | shared | sequential.",
+        ),
     ),
     "state_cache_mb": (
         Optional[int],

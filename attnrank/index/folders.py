@@ -70,7 +70,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
     if not target.exists():
         return
     if not target.is_dir():
-        raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--name")
+        raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--index")
     if is_index_folder(target) or not any(target.iterdir()):
         return
     if force:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..config import RRF_K
+from ..config import DEFAULT_ALPHA, DEFAULT_NORM, RRF_K
 from ..errors import InputError
 
 NORMS = ("minmax", "zscore", "none")
@@ -63,8 +63,8 @@ def convex(
     dense: tuple[np.ndarray, np.ndarray],
     k: int,
     *,
-    alpha: float = 0.5,
-    norm: str = "minmax",
+    alpha: float = DEFAULT_ALPHA,
+    norm: str = DEFAULT_NORM,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Convex combination α·dense + (1 − α)·sparse of normalised scores (α = weight on dense)."""
     if not 0.0 <= alpha <= 1.0:

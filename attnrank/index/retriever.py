@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import RRF_K, fault_point
+from ..config import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORM, RRF_K, fault_point
 from ..corpus import load_corpus
 from ..errors import IndexFormatError, InputError
 from ..types import Document, RankedResults, ScoredDocument
@@ -48,10 +48,13 @@ class HybridRetriever:
     """BM25 (rank-bm25 statistics) and sentence-transformers/FAISS retrieval with fusion.
 
     ``mode`` picks ``bm25``, ``dense`` or ``hybrid``; hybrid fuses each side's top ``depth``
-    with ``fusion="rrf"`` (k = ``rrf_k``) or ``fusion="convex"`` (``alpha`` = weight on dense,
-    ``norm`` = ``minmax`` | ``zscore`` | ``none``). ``embed_backend``: how the embedder runs,
-    ``torch`` (default), ``onnx``, ``onnx-int8`` or ``openvino`` (:mod:`attnrank.index.embed_export`);
-    recorded in the manifest, and queries of a loaded index are embedded the same way.
+    with ``fusion="convex"`` (``alpha`` = weight on dense, ``norm`` = ``minmax`` | ``zscore`` |
+    ``none``) or ``fusion="rrf"`` (k = ``rrf_k``). The default, convex with alpha 0.45 and z-score
+    normalisation, is the setting tuned on SciFact and HotpotQA (:data:`attnrank.config.DEFAULT_FUSION`);
+    :meth:`load` restores the fusion an index was saved with. ``embed_backend``: how the embedder
+    runs, ``torch`` (default), ``torch-bf16``, ``onnx``, ``onnx-int8``, ``openvino`` or
+    ``openvino-bf16`` (:mod:`attnrank.index.embed_export`); recorded in the manifest, and queries of
+    a loaded index are embedded the same way.
     """
 
     def __init__(
@@ -62,9 +65,9 @@ class HybridRetriever:
         bm25: BM25Params | None = None,
         stopwords: str = "lucene",
         stemmer: str = "auto",
-        fusion: str = "rrf",
-        alpha: float = 0.5,
-        norm: str = "minmax",
+        fusion: str = DEFAULT_FUSION,
+        alpha: float = DEFAULT_ALPHA,
+        norm: str = DEFAULT_NORM,
         rrf_k: int = RRF_K,
         depth: int = 100,
         mode: str = "hybrid",

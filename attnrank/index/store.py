@@ -149,7 +149,7 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
     if not root.is_dir():
         backups = sorted(root.parent.glob(f".{glob.escape(root.name)}.old-*"))
         hint = f"; an earlier copy survives at {backups[-1]}" if backups else ""
-        raise IndexFormatError(f"no index at {root}{hint}; build one with `attnrank index CORPUS --name NAME`")
+        raise IndexFormatError(f"no index at {root}{hint}; build one with `attnrank index CORPUS --index NAME`")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

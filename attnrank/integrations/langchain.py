@@ -12,6 +12,14 @@ Settings: pass a built :class:`~attnrank.rerank.attention.AttentionReranker` /
 :class:`~attnrank.prune.pruner.ContextPruner` (``reranker=`` / ``pruner=``) or its constructor's
 keyword arguments (``model=``, ``heads=``, ``scorer=``, ...); adapters built with the same
 arguments share one object and one loaded model (:mod:`attnrank.integrations.shared`).
+
+Counts, in LangChain's own names where it has them:
+
+- ``AttnrankRetriever(k=4, depth=20)``: ``k`` results returned (LangChain retrievers' ``k``),
+  out of ``depth`` first-stage candidates (attnrank's ``depth``, as in ``Pipeline`` and the
+  CLI; the old name ``first_stage_k`` still works, with a DeprecationWarning);
+- ``AttnrankReranker(top_n=3)``: documents kept (``top_n``, as LangChain's reranking
+  compressors, e.g. ``CrossEncoderReranker``, name it); attnrank's ``top_k``.
 """
 
 from __future__ import annotations
@@ -31,9 +39,11 @@ from pydantic import ConfigDict, PrivateAttr
 
 from ..types import Document, ScoredDocument
 from .shared import (
+    check_depth,
     check_top_n,
     keep_stages,
     model_lock,
+    renamed,
     score_fields,
     shared_index,
     shared_pruner,
@@ -162,27 +172,23 @@ class AttnrankRetriever(BaseRetriever):
 
     ``index``: an index folder (as written by ``attnrank index``) or a
     :class:`~attnrank.index.retriever.HybridRetriever`. The first stage returns
-    ``first_stage_k`` passages; with ``rerank=True`` the attention reranker keeps the best ``k``
+    ``depth`` passages; with ``rerank=True`` the attention reranker keeps the best ``k``
     (else the first-stage top ``k``). Other keyword arguments configure the reranker.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     k: int = 4
-    first_stage_k: int = 20
+    depth: int = 20
     rerank: bool = True
     _index: Any = PrivateAttr()
     _reranker: Any = PrivateAttr(default=None)
 
     def __init__(self, *, index: Any, reranker: Any = None, **kwargs: Any):
+        old = renamed(kwargs, "first_stage_k", "depth", "AttnrankRetriever")
+        if old is not None:
+            kwargs.setdefault("depth", old)
         fields, settings = _split_settings(type(self), kwargs)
-        k, first = fields.get("k", 4), fields.get("first_stage_k", 20)
-        check_top_n(k, "k")
-        check_top_n(first, "first_stage_k")
-        if k > first:
-            raise InputError(
-                f"k={k} exceeds first_stage_k={first}; the reranker can only keep what the "
-                "first stage found: lower k or raise first_stage_k"
-            )
+        check_depth(fields.get("k", 4), fields.get("depth", 20), "k")
         super().__init__(**fields)
         self._index = shared_index(index)
         if self.rerank:
@@ -191,7 +197,7 @@ class AttnrankRetriever(BaseRetriever):
             raise InputError(f"rerank=False but reranker settings were given ({sorted(settings) or 'reranker'})")
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[LCDocument]:
-        first = self._index.search(query, self.first_stage_k)
+        first = self._index.search(query, self.depth)
         if self._reranker is None:
             return [to_langchain(r) for r in first.top_k(self.k)]
         with model_lock(self._reranker):

@@ -16,6 +16,15 @@ reranking node postprocessor and a pruning node postprocessor. Extra:
 
 The reranker/pruner (and so the model) sits in a private attribute; adapters built with the
 same settings share it (:mod:`attnrank.integrations.shared`).
+
+Counts, in LlamaIndex's own names where it has them:
+
+- ``AttnrankRetriever(similarity_top_k=4, depth=20)``: ``similarity_top_k`` nodes returned (as
+  LlamaIndex retrievers name it), out of ``depth`` first-stage candidates (attnrank's ``depth``,
+  as in ``Pipeline`` and the CLI). The old names ``k`` and ``first_stage_k`` still work, with a
+  DeprecationWarning;
+- ``AttnrankRerank(top_n=2)``: nodes kept (``top_n``, as LlamaIndex's postprocessors name it);
+  attnrank's ``top_k``.
 """
 
 from __future__ import annotations
@@ -34,9 +43,11 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 
 from ..types import Document, ScoredDocument
 from .shared import (
+    check_depth,
     check_top_n,
     keep_stages,
     model_lock,
+    renamed,
     score_fields,
     shared_index,
     shared_pruner,
@@ -199,8 +210,8 @@ class AttnrankPruner(BaseNodePostprocessor):
 
 
 class AttnrankRetriever(BaseRetriever):
-    """Retrieve ``first_stage_k`` passages from an attnrank index, rerank them by attention and
-    return the best ``k`` as nodes (``rerank=False``: the first-stage top ``k``).
+    """Retrieve ``depth`` passages from an attnrank index, rerank them by attention and return
+    the best ``similarity_top_k`` as nodes (``rerank=False``: the first-stage top ``similarity_top_k``).
 
     ``index``: an index folder or a :class:`~attnrank.index.retriever.HybridRetriever`; other
     keyword arguments configure the reranker (or pass ``reranker=``).
@@ -210,30 +221,28 @@ class AttnrankRetriever(BaseRetriever):
         self,
         index: Any,
         *,
-        k: int = 4,
-        first_stage_k: int = 20,
+        similarity_top_k: int = 4,
+        depth: int = 20,
         rerank: bool = True,
         reranker: Any = None,
         callback_manager: Any = None,
         **settings: Any,
     ):
-        check_top_n(k, "k")
-        check_top_n(first_stage_k, "first_stage_k")
-        if k > first_stage_k:
-            raise InputError(
-                f"k={k} exceeds first_stage_k={first_stage_k}; the reranker can only keep what "
-                "the first stage found: lower k or raise first_stage_k"
-            )
+        old_k = renamed(settings, "k", "similarity_top_k", "AttnrankRetriever")
+        old_depth = renamed(settings, "first_stage_k", "depth", "AttnrankRetriever")
+        similarity_top_k = similarity_top_k if old_k is None else old_k
+        depth = depth if old_depth is None else old_depth
+        check_depth(similarity_top_k, depth, "similarity_top_k")
         super().__init__(callback_manager=callback_manager)
-        self.k, self.first_stage_k = k, first_stage_k
+        self.similarity_top_k, self.depth = similarity_top_k, depth
         self._index = shared_index(index)
         self._reranker = shared_reranker(reranker, **settings) if rerank else None
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = query_bundle.query_str
-        first = self._index.search(query, self.first_stage_k)
+        first = self._index.search(query, self.depth)
         if self._reranker is None:
-            return [_to_node(r) for r in first.top_k(self.k)]
+            return [_to_node(r) for r in first.top_k(self.similarity_top_k)]
         with model_lock(self._reranker):
-            res = self._reranker.rank(query, first, k=self.k)
+            res = self._reranker.rank(query, first, k=self.similarity_top_k)
         return [_to_node(r) for r in res]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import warnings
 import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, fields, is_dataclass
@@ -119,6 +120,33 @@ def clear_shared() -> None:
     """Forget the shared rerankers, pruners and indexes built so far (for tests and reloads)."""
     with _LOCK:
         _CACHE.clear()
+
+
+def deprecated_name(old: str, new: str, where: str, stacklevel: int = 3) -> None:
+    """Warn that keyword ``old`` of ``where`` is deprecated in favour of ``new`` (the warning points
+    at the caller of the adapter's ``__init__``)."""
+    warnings.warn(f"{where}: {old}= is deprecated, use {new}=", DeprecationWarning, stacklevel=stacklevel)
+
+
+def renamed(kwargs: dict[str, Any], old: str, new: str, where: str) -> Any:
+    """Pop the deprecated keyword ``old`` from ``kwargs`` (warning that ``new`` replaces it) and
+    return its value, or None when it was not given."""
+    if old not in kwargs:
+        return None
+    deprecated_name(old, new, where, stacklevel=4)
+    return kwargs.pop(old)
+
+
+def check_depth(top: Any, depth: Any, top_name: str) -> None:
+    """``top`` results kept out of ``depth`` first-stage candidates: integers, 1 <= top <= depth."""
+    for name, value in ((top_name, top), ("depth", depth)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name}={value!r} must be an integer >= 1")
+    if top > depth:
+        raise InputError(
+            f"{top_name}={top} exceeds depth={depth}; the reranker can only keep what the first stage "
+            f"found: lower {top_name} or raise depth"
+        )
 
 
 def check_top_n(top_n: Any, name: str = "top_n") -> None:

@@ -17,12 +17,18 @@ slot)::
 
 Position scheme (``positions``):
 
-- ``"shared"`` (default; BlockRank's permutation-invariant positions, as in parallel context
-  windows): every block starts at the position right after the prefix; the suffix continues
+- ``"shared"`` (BlockRank's permutation-invariant positions, as in parallel context windows): every block starts at the position right after the prefix; the suffix continues
   after the longest block. A block's states are then the same in every prompt: reusable.
 - ``"sequential"``: blocks take the positions they would have in the full prompt (prefix, then
   the blocks in prompt order) and the suffix continues after the last one. Closer to the full
   prompt's geometry, but a block's states depend on where it lands, so they are recomputed.
+- ``"rotated"`` (Block-Attention's position re-encoding, training-free): states are computed
+  (and reused) at the shared positions, and at assembly each block's cached keys are rotated to
+  its sequential positions (rotary embeddings compose: ``R(a)R(b) = R(a+b)``); the suffix sits
+  where ``"sequential"`` puts it. Exact in the first layer; deeper layers keep what the block
+  computed at the shared positions (its distance to the prefix), an approximation. The
+  reranker's and pruner's default: it measured best of the reusable schemes (``shared`` drops
+  the first-stage order's position prior; docs/benchmarks.md, "Block attention").
 
 The suffix's attention rows are captured over the assembled context ``prefix + blocks`` exactly
 as in the full prompt (:func:`attnrank.llm.capture.capture_blocks`), so every scorer, the
@@ -53,7 +59,7 @@ from .prompts import (
 )
 
 ATTENTION_MODES = ("full", "block")
-BLOCK_POSITIONS = ("shared", "sequential")
+BLOCK_POSITIONS = ("shared", "sequential", "rotated")
 _NEXT = "x"  # a letter after the block's separator: what follows a block in every prompt
 
 
@@ -80,7 +86,7 @@ class BlockPrompt:
         """The first position id of each block (input order) under the position scheme."""
         check_positions(positions)
         base = len(self.prefix_ids)
-        if positions == "shared":
+        if positions == "shared":  # ("rotated" places the blocks where "sequential" does)
             return [base] * len(self.blocks)
         out = [0] * len(self.blocks)
         for i in self.order:

@@ -24,7 +24,7 @@ from .attention import AttentionCapturer, PrefixCache
 from .blocks import BlockPrompt, check_positions
 from .prompts import RerankPromptPair
 from .rows import QUERY_SPANS, Span, WindowRows
-from .states import BlockState, StateCache, assemble, encode_blocks, state_key
+from .states import BlockState, StateCache, assemble, check_rotation, encode_blocks, rotate_keys, state_key
 from .statestore import PassageStateStore
 
 
@@ -88,8 +88,13 @@ def capture_blocks(
     are appended to both suffixes (the pruner's answer hint)."""
     check_query_span(query_span)
     check_positions(positions)
-    starts = prompt.starts(positions)
+    if positions == "rotated":  # computed (and cached) at the shared positions, then moved
+        check_rotation(capturer, prefix)
+    starts = prompt.starts("shared" if positions == "rotated" else positions)
     blocks = block_states(capturer, prompt, prefix, starts, fingerprint=fingerprint, states=states, store=store)
+    if positions == "rotated":
+        target = prompt.starts("sequential")
+        blocks = [rotate_keys(capturer, b, t - s) for b, t, s in zip(blocks, target, starts)]
     context = assemble(capturer, prefix, [blocks[i] for i in prompt.order])
     n_ctx, position = context.length, prompt.suffix_start(positions)
 

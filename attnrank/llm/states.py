@@ -197,3 +197,46 @@ class StateCache:
     def clear(self) -> None:
         self._items.clear()
         self.nbytes = 0
+
+
+def rotate_keys(capturer: AttentionCapturer, state: BlockState, delta: int) -> BlockState:
+    """``state`` moved ``delta`` positions on: its keys rotated by the model's rotary embedding
+    (``R(p)R(δ) = R(p+δ)``), values unchanged. Exact for the first layer's keys of a model with
+    standard rotary embeddings (see :func:`check_rotation`)."""
+    if delta == 0:
+        return state
+    rotary = getattr(capturer.decoder, "rotary_emb", None)
+    if rotary is None:
+        raise InputError(
+            f"block_positions='rotated' needs rotary position embeddings; {type(capturer.decoder).__name__} "
+            "has none; use 'shared' or 'sequential'"
+        )
+    k = state.keys
+    pos = torch.tensor([[delta]], device=k.device)
+    cos, sin = rotary(torch.zeros(1, 1, k.shape[-1], device=k.device, dtype=torch.float32), position_ids=pos)
+    cos, sin = cos[0, 0].to(k.dtype), sin[0, 0].to(k.dtype)
+    half = k.shape[-1] // 2
+    turned = torch.cat([-k[..., half:], k[..., :half]], dim=-1)  # rotate_half, the rotary convention
+    return BlockState(k * cos + turned * sin, state.values)
+
+
+_ROTATION_OK: dict[int, bool] = {}
+
+
+def check_rotation(capturer: AttentionCapturer, prefix: PrefixCache) -> None:
+    """Refuse ``"rotated"`` positions for a model whose rotary embedding does not compose as
+    :func:`rotate_keys` assumes: a probe block's first-layer keys, rotated by 7 positions, must
+    equal the keys computed 7 positions on (checked once per model)."""
+    key = id(capturer.decoder)
+    if key not in _ROTATION_OK:
+        probe = [[1, 2, 3, 4]]
+        at = encode_blocks(capturer, prefix, probe, [prefix.length])[0]
+        moved = encode_blocks(capturer, prefix, probe, [prefix.length + 7])[0]
+        turned = rotate_keys(capturer, at, 7).keys[0]
+        scale = float(moved.keys[0].abs().max()) or 1.0
+        _ROTATION_OK[key] = float((turned - moved.keys[0]).abs().max()) <= 1e-4 * scale
+    if not _ROTATION_OK[key]:
+        raise InputError(
+            f"block_positions='rotated': the rotary embedding of {type(capturer.decoder).__name__} does not "
+            "compose as standard RoPE (partial or scaled rotary); use 'shared' or 'sequential'"
+        )

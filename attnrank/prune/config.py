@@ -46,7 +46,7 @@ class PruneConfig:
     device: str = "cpu"
     dtype: str = "auto"
     attention: str = "full"
-    block_positions: str = "shared"
+    block_positions: str = "rotated"
     state_cache_mb: int = 256
 
     def __post_init__(self) -> None:

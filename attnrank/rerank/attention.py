@@ -330,5 +330,5 @@ class AttentionReranker:
             calibrate=self.calibrate,
             query_span=self.query_span,
             states=self.states,
-            store=self.store if self.config.block_positions == "shared" else None,
+            store=None if self.config.block_positions == "sequential" else self.store,
         )

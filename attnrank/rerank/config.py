@@ -50,7 +50,7 @@ class RerankConfig:
     size (None: the model's context minus 64). ``device``/``dtype``: where and how the LLM runs
     (``dtype="int8"``: CPU only, the decoder's linear layers in dynamic int8, :mod:`attnrank.llm.quantize`).
     ``attention``: ``"full"`` (one causal prompt) or ``"block"`` (passages encoded independently,
-    :mod:`attnrank.llm.blocks`); ``block_positions``: ``"shared"`` or ``"sequential"``;
+    :mod:`attnrank.llm.blocks`); ``block_positions``: ``"shared"``, ``"sequential"`` or ``"rotated"``;
     ``state_cache_mb``: in-memory budget of reusable block states (0: none);
     ``passage_states``: an index folder (or its ``passage_states`` folder) with states built by
     ``attnrank index --passage-states``.
@@ -72,7 +72,7 @@ class RerankConfig:
     device: str = "cpu"
     dtype: str = "auto"
     attention: str = "full"
-    block_positions: str = "shared"
+    block_positions: str = "rotated"
     state_cache_mb: int = 1024
     passage_states: str | None = None
     name: str = field(default="custom", compare=False)  # the preset it came from
@@ -90,10 +90,10 @@ class RerankConfig:
             raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
         if self.attention != "block" and self.passage_states is not None:
             raise InputError("passage_states are block-attention states; add attention='block' (--attention block)")
-        if self.passage_states is not None and self.block_positions != "shared":
+        if self.passage_states is not None and self.block_positions == "sequential":
             raise InputError(
-                "passage_states hold states at shared block positions; drop block_positions="
-                f"{self.block_positions!r} (--block-positions) or passage_states"
+                "passage_states hold states at shared block positions ('shared' or 'rotated'); drop "
+                "block_positions='sequential' (--block-positions) or passage_states"
             )
         if not str(self.instruction).strip():
             raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")

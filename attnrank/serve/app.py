@@ -248,17 +248,17 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
     async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
         index = server.need("index")
         server.check(body.query, [])
-        if body.k > body.first_stage_k and body.rerank:
-            raise InputError(f"k={body.k} exceeds first_stage_k={body.first_stage_k}; lower k or raise first_stage_k")
+        if body.top_k > body.depth and body.rerank:
+            raise InputError(f"top_k={body.top_k} exceeds depth={body.depth}; lower top_k or raise depth")
 
         def work(job: Job) -> RankedResults:
-            first = index.search(body.query, max(body.k, body.first_stage_k) if body.rerank else body.k)
+            first = index.search(body.query, max(body.top_k, body.depth) if body.rerank else body.top_k)
             if not body.rerank:
                 return first
             job.check()
-            return engine.reranker.rank(body.query, first, k=body.k)
+            return engine.reranker.rank(body.query, first, k=body.top_k)
 
-        res = await server.run(request, work, body.first_stage_k if body.rerank else body.k)
+        res = await server.run(request, work, body.depth if body.rerank else body.top_k)
         return {
             "query": body.query,
             "results": [
@@ -285,7 +285,7 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
         def work(job: Job):
             if texts is None:
                 assert index is not None  # need("index") raised otherwise
-                docs = index.search(body.query, body.k).documents()
+                docs = index.search(body.query, body.top_k).documents()
             else:
                 docs = [Document(str(i), t) for i, t in enumerate(texts)]
             job.check()
@@ -293,7 +293,7 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
                 body.query, docs, budget_tokens=budget, keep_ratio=body.keep_ratio, neighbours=body.neighbours
             )
 
-        p = await server.run(request, work, len(texts) if texts is not None else body.k)
+        p = await server.run(request, work, len(texts) if texts is not None else body.top_k)
         return {
             "query": body.query,
             "kept_tokens": p.kept_tokens,
@@ -344,14 +344,14 @@ async def _ask(server: Server, body: AskRequest, request: Request) -> StreamingR
         server.engine.reranker,
         server.engine.pruner,
         Generator(generator.llm, body.max_new_tokens),
-        depth=body.k,
-        top_k=body.rerank_k,
+        depth=body.depth,
+        top_k=body.top_k,
         budget_tokens=budget,
     )
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue[str] = asyncio.Queue()
     info = _info(request)
-    info["candidates"] = body.k
+    info["candidates"] = body.depth
 
     def work(job: Job):
         def on_piece(text: str) -> None:

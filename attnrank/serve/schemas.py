@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 class TextDocument(BaseModel):
@@ -40,10 +40,17 @@ class TEIRerankRequest(BaseModel):
     return_text: bool = False
 
 
+# The CLI's and Pipeline's names: ``top_k`` results kept, ``depth`` first-stage candidates. The names
+# these bodies had before (``k``, ``first_stage_k``, ``rerank_k``) are still accepted.
 class SearchRequest(BaseModel):
     query: str
-    k: int = Field(10, ge=1, description="Results returned.")
-    first_stage_k: int = Field(20, ge=1, description="First-stage candidates reranked.")
+    top_k: int = Field(10, ge=1, description="Results returned.", validation_alias=AliasChoices("top_k", "k"))
+    depth: int = Field(
+        20,
+        ge=1,
+        description="First-stage candidates reranked.",
+        validation_alias=AliasChoices("depth", "first_stage_k"),
+    )
     rerank: bool = True
 
 
@@ -52,7 +59,12 @@ class PruneRequest(BaseModel):
     documents: list[str | TextDocument] | None = Field(
         None, description="Passages to prune; default: the index's top k."
     )
-    k: int = Field(5, ge=1, description="Index hits pruned when no documents are given.")
+    top_k: int = Field(
+        5,
+        ge=1,
+        description="Index hits pruned when no documents are given.",
+        validation_alias=AliasChoices("top_k", "k"),
+    )
     budget_tokens: int | None = Field(None, ge=1)
     keep_ratio: float | None = Field(None, gt=0, le=1)
     neighbours: int = Field(0, ge=0)
@@ -60,8 +72,10 @@ class PruneRequest(BaseModel):
 
 class AskRequest(BaseModel):
     query: str
-    k: int = Field(20, ge=1, description="First-stage hits.")
-    rerank_k: int = Field(5, ge=1, description="Passages kept after reranking.")
+    depth: int = Field(20, ge=1, description="First-stage hits.", validation_alias=AliasChoices("depth", "k"))
+    top_k: int = Field(
+        5, ge=1, description="Passages kept after reranking.", validation_alias=AliasChoices("top_k", "rerank_k")
+    )
     budget_tokens: int | None = Field(None, ge=1, description="Sentence tokens kept by pruning (default 300).")
     keep_ratio: float | None = Field(None, gt=0, le=1)
     max_new_tokens: int = Field(64, ge=1, le=1024)

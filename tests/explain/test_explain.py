@@ -79,7 +79,7 @@ def test_cli_explain(tmp_path, built_retriever):
             "vitamin D and fractures",
             "--index-dir",
             str(index),
-            "--k",
+            "--top-k",
             "3",
             "--model",
             str(model),
@@ -91,8 +91,8 @@ def test_cli_explain(tmp_path, built_retriever):
     assert r.exit_code == 0, r.output
     assert r.output.count(" = sum of ") == 3 and (out / "explain.png").exists()
     assert "vitamin D and fractures" in (out / "explain.html").read_text()
-    r = CliRunner().invoke(app, ["explain", "q", "--index-dir", str(index), "--k", "0"])
-    assert r.exit_code != 0 and "--k 0 must be at least 1" in r.output
+    r = CliRunner().invoke(app, ["explain", "q", "--index-dir", str(index), "-k", "0"])
+    assert r.exit_code != 0 and "-k 0 must be at least 1" in r.output
 
 
 def _chromium() -> str | None:

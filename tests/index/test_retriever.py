@@ -26,6 +26,7 @@ def test_search_typed_sorted(built_retriever, mode):
 
 def test_hybrid_convex_and_batch(built_retriever):
     r = built_retriever
+    before = (r.fusion, r.alpha, r.norm)
     r.set_fusion("convex", alpha=0.3, norm="zscore")
     try:
         batch = r.search_batch({"a": QUERY, "b": "gene expression"}, k=3)
@@ -33,7 +34,50 @@ def test_hybrid_convex_and_batch(built_retriever):
         single = r.search(QUERY, k=3)
         assert single.ids == batch[0].ids
     finally:
-        r.set_fusion("rrf")
+        r.set_fusion(before[0], alpha=before[1], norm=before[2])
+
+
+def _fused(r, fusion, alpha, norm, k=10):
+    """``r``'s hybrid results under one fusion setting (restored afterwards)."""
+    before = (r.fusion, r.alpha, r.norm)
+    r.set_fusion(fusion, alpha=alpha, norm=norm)
+    try:
+        return r.search(QUERY, k, mode="hybrid")
+    finally:
+        r.set_fusion(before[0], alpha=before[1], norm=before[2])
+
+
+def test_default_fusion_is_the_tuned_convex_zscore(built_retriever):
+    """The default is convex, alpha 0.45 on dense, z-score (tuned on SciFact and HotpotQA,
+    docs/results/first_stage.md), not RRF: same results as that setting asked for, other than RRF's."""
+    fresh = HybridRetriever()
+    assert (fresh.fusion, fresh.alpha, fresh.norm) == ("convex", 0.45, "zscore")
+    r = built_retriever  # built with the defaults
+    default = r.search(QUERY, 10, mode="hybrid")
+    tuned = _fused(r, "convex", 0.45, "zscore")
+    rrf = _fused(r, "rrf", None, None)
+    assert default.ids == tuned.ids and default.scores == tuned.scores
+    assert default.scores != rrf.scores  # RRF scores are sums of 1/(60 + rank): never z-score mixtures
+    m = HybridRetriever._manifest_info(r)["fusion"]
+    assert (m["method"], m["alpha"], m["norm"]) == ("convex", 0.45, "zscore")
+
+
+def test_fusion_recorded_in_the_manifest_is_kept(tmp_path, built_retriever):
+    """An index keeps the fusion it was saved with: one saved while RRF was the default (its
+    manifest says rrf, alpha 0.5, minmax) reloads as RRF and gives RRF's results."""
+    r = built_retriever
+    before = (r.fusion, r.alpha, r.norm)
+    r.set_fusion("rrf", alpha=0.5, norm="minmax")
+    try:
+        r.save(tmp_path / "old")
+    finally:
+        r.set_fusion(before[0], alpha=before[1], norm=before[2])
+    loaded = HybridRetriever.load(tmp_path / "old")
+    assert (loaded.fusion, loaded.alpha, loaded.norm) == ("rrf", 0.5, "minmax")
+    a, b = _fused(r, "rrf", None, None), loaded.search(QUERY, 10)
+    assert a.ids == b.ids
+    np.testing.assert_allclose(a.scores, b.scores, rtol=1e-6)
+    assert b.ids != r.search(QUERY, 10).ids or b.scores != r.search(QUERY, 10).scores
 
 
 def test_k_larger_than_corpus_returns_everything(built_retriever):

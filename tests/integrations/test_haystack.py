@@ -19,7 +19,7 @@ from haystack_integrations.components.retrievers.attnrank import AttnrankRetriev
 def test_pipeline_yaml_round_trip_and_run(settings, demo_index, query):
     kwargs = {"max_doc_words": settings["max_doc_words"]}
     pipe = Pipeline()
-    pipe.add_component("retriever", AttnrankRetriever(str(demo_index), top_k=5, first_stage_k=5, rerank=False))
+    pipe.add_component("retriever", AttnrankRetriever(str(demo_index), top_k=5, depth=5, rerank=False))
     pipe.add_component("ranker", AttnrankRanker(model=settings["model"], top_k=2, reranker_kwargs=kwargs))
     pipe.connect("retriever.documents", "ranker.documents")
     text = pipe.dumps()
@@ -40,8 +40,23 @@ def test_pipeline_yaml_round_trip_and_run(settings, demo_index, query):
     assert [d.score for d in ranked] == pytest.approx(ref.scores[:2], abs=0)
     assert all(d.meta["rank"] == i and "hybrid" in d.meta["stage_scores"] for i, d in enumerate(ranked, 1))
     # the retriever's own reranking (same settings -> same shared reranker) agrees
-    own = AttnrankRetriever(str(demo_index), top_k=2, first_stage_k=5, model=settings["model"], reranker_kwargs=kwargs)
+    own = AttnrankRetriever(str(demo_index), top_k=2, depth=5, model=settings["model"], reranker_kwargs=kwargs)
     assert [d.id for d in own.run(query)["documents"]] == [d.id for d in ranked]
+
+
+def test_retriever_depth_and_old_name(demo_index, query):
+    """``depth`` is stored in the YAML; a pipeline saved with ``first_stage_k`` (its old name)
+    still loads, with a DeprecationWarning, and returns the same documents."""
+    new = AttnrankRetriever(str(demo_index), top_k=3, depth=4, rerank=False)
+    assert new.to_dict()["init_parameters"]["depth"] == 4 and "first_stage_k" not in new.to_dict()["init_parameters"]
+    data = new.to_dict()
+    data["init_parameters"]["first_stage_k"] = data["init_parameters"].pop("depth")
+    with pytest.warns(DeprecationWarning, match="first_stage_k= is deprecated, use depth="):
+        old = AttnrankRetriever.from_dict(data)
+    assert old.depth == 4
+    assert [d.id for d in old.run(query)["documents"]] == [d.id for d in new.run(query)["documents"]]
+    with pytest.raises(InputError, match="top_k=5 exceeds depth=4"):
+        AttnrankRetriever(str(demo_index), top_k=5, depth=4, rerank=False)
 
 
 def test_ranker_run_top_k_and_errors(settings):

@@ -40,7 +40,7 @@ def test_reranker_agrees_with_attention_reranker(settings, demo_docs, query):
 
 
 def test_retriever_in_contextual_compression_retriever_and_batch(settings, demo_index, query):
-    base = AttnrankRetriever(index=demo_index, k=5, first_stage_k=5, rerank=False)
+    base = AttnrankRetriever(index=demo_index, k=5, depth=5, rerank=False)
     first = base.invoke(query)
     assert len(first) == 5 and all({"bm25", "dense", "hybrid"} <= set(d.metadata["stage_scores"]) for d in first)
     pipe = classic.ContextualCompressionRetriever(
@@ -52,7 +52,7 @@ def test_retriever_in_contextual_compression_retriever_and_batch(settings, demo_
     assert scores == sorted(scores, reverse=True)
     assert all({"hybrid", "attention"} <= set(d.metadata["stage_scores"]) for d in docs)  # stages kept
     # the retriever's own reranking gives the same result as the compression pipeline
-    direct = AttnrankRetriever(index=demo_index, k=3, first_stage_k=5, **settings).invoke(query)
+    direct = AttnrankRetriever(index=demo_index, k=3, depth=5, **settings).invoke(query)
     assert [d.id for d in direct] == [d.id for d in docs]
     # .batch() runs the queries on LangChain's thread pool: results equal one-by-one invocation
     other = "Which network first aired Meet Corliss Archer?"
@@ -80,7 +80,7 @@ def test_pruner_in_pipeline_after_reranker(settings, demo_index, query):
     chain = DocumentCompressorPipeline(
         transformers=[AttnrankReranker(top_n=2, **settings), AttnrankPruner(keep_ratio=0.5, model=settings["model"])]
     )
-    base = AttnrankRetriever(index=demo_index, k=4, first_stage_k=4, rerank=False)
+    base = AttnrankRetriever(index=demo_index, k=4, depth=4, rerank=False)
     docs = classic.ContextualCompressionRetriever(base_compressor=chain, base_retriever=base).invoke(query)
     assert 1 <= len(docs) <= 2 and all(d.metadata["pruned"] and "relevance_score" in d.metadata for d in docs)
 
@@ -88,7 +88,18 @@ def test_pruner_in_pipeline_after_reranker(settings, demo_index, query):
 def test_bad_settings(settings, demo_index):
     with pytest.raises(InputError, match="top_n=0"):
         AttnrankReranker(top_n=0, **settings)
-    with pytest.raises(InputError, match="k=9 exceeds first_stage_k=5"):
-        AttnrankRetriever(index=demo_index, k=9, first_stage_k=5, **settings)
+    with pytest.raises(InputError, match="k=9 exceeds depth=5"):
+        AttnrankRetriever(index=demo_index, k=9, depth=5, **settings)
+    with pytest.raises(InputError, match="depth=0 must be an integer >= 1"):
+        AttnrankRetriever(index=demo_index, k=1, depth=0, rerank=False)
     with pytest.raises(InputError, match="no_such_option"):
         AttnrankReranker(no_such_option=1, **settings)
+
+
+def test_retriever_old_first_stage_k_still_read(demo_index):
+    """``first_stage_k`` (the name before ``depth``) is read as ``depth``, with a DeprecationWarning."""
+    with pytest.warns(DeprecationWarning, match="first_stage_k= is deprecated, use depth="):
+        old = AttnrankRetriever(index=demo_index, k=2, first_stage_k=3, rerank=False)
+    assert old.depth == 3
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="k=4 exceeds depth=3"):
+        AttnrankRetriever(index=demo_index, k=4, first_stage_k=3, rerank=False)

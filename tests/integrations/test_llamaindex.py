@@ -58,7 +58,7 @@ def test_rerank_agrees_with_attention_reranker(settings, demo_docs, query):
 def test_query_engine_with_echo_llm(settings, demo_index, query, offline_tokenizer):
     """Retriever -> rerank -> prune in a RetrieverQueryEngine whose mock LLM echoes its prompt: the
     answer holds exactly the context the postprocessors let through."""
-    retriever = AttnrankRetriever(demo_index, k=5, first_stage_k=5, rerank=False)
+    retriever = AttnrankRetriever(demo_index, similarity_top_k=5, depth=5, rerank=False)
     first = retriever.retrieve(query)
     assert len(first) == 5 and all("hybrid" in n.node.metadata["stage_scores"] for n in first)
     engine = RetrieverQueryEngine.from_args(
@@ -78,12 +78,27 @@ def test_query_engine_with_echo_llm(settings, demo_index, query, offline_tokeniz
     dropped = [n for n in first if n.node.node_id not in {k.node.node_id for k in kept}]
     assert all(n.node.get_content()[:60] not in str(response) for n in dropped)
     # the retriever's own reranking agrees with the postprocessor on the same candidates
-    own = AttnrankRetriever(demo_index, k=2, first_stage_k=5, **settings).retrieve(query)
+    own = AttnrankRetriever(demo_index, similarity_top_k=2, depth=5, **settings).retrieve(query)
     assert [n.node.node_id for n in own] == [n.node.node_id for n in kept]
 
 
 def test_bad_settings(settings, demo_index):
     with pytest.raises(InputError, match="top_n=0"):
         AttnrankRerank(top_n=0, **settings)
-    with pytest.raises(InputError, match="k=6 exceeds first_stage_k=3"):
-        AttnrankRetriever(demo_index, k=6, first_stage_k=3)
+    with pytest.raises(InputError, match="similarity_top_k=6 exceeds depth=3"):
+        AttnrankRetriever(demo_index, similarity_top_k=6, depth=3)
+
+
+def test_retriever_old_names_still_read(demo_index, query):
+    """``k`` and ``first_stage_k`` (the names before ``similarity_top_k`` and ``depth``) still work,
+    with DeprecationWarnings, and mean the same."""
+    with pytest.warns(DeprecationWarning) as caught:
+        old = AttnrankRetriever(demo_index, k=2, first_stage_k=4, rerank=False)
+    assert sorted(str(w.message) for w in caught) == [
+        "AttnrankRetriever: first_stage_k= is deprecated, use depth=",
+        "AttnrankRetriever: k= is deprecated, use similarity_top_k=",
+    ]
+    assert all(w.filename == __file__ for w in caught)  # the warning points at the caller
+    assert (old.similarity_top_k, old.depth) == (2, 4)
+    new = AttnrankRetriever(demo_index, similarity_top_k=2, depth=4, rerank=False)
+    assert [n.node.node_id for n in old.retrieve(query)] == [n.node.node_id for n in new.retrieve(query)]

@@ -129,3 +129,35 @@ def test_position_schemes():
     assert p.suffix_start("sequential") == n + sum(lengths)
     with pytest.raises(InputError, match="block_positions"):
         p.starts("diagonal")
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gemma"])
+def test_rotated_keys_equal_keys_computed_there(family):
+    """Rotating a block's cached first-layer keys by δ gives the keys computed δ positions on."""
+    from attnrank.llm.states import check_rotation, encode_blocks, rotate_keys
+
+    model = tiny_model(family, layers=2, heads=4, kv_heads=2, max_positions=4096)
+    capturer = AttentionCapturer(model, [(1, 0)])
+    prefix = capturer.prefill([5, 6, 7])
+    block = [[10, 11, 12, 13, 14]]
+    at = encode_blocks(capturer, prefix, block, [3])[0]
+    there = encode_blocks(capturer, prefix, block, [3 + 40])[0]
+    moved = rotate_keys(capturer, at, 40)
+    assert torch.allclose(moved.keys[0], there.keys[0], atol=1e-5)
+    assert not torch.allclose(at.keys[0], there.keys[0], atol=1e-3)
+    assert torch.equal(moved.values, at.values)
+    check_rotation(capturer, prefix)  # passes: standard rotary
+
+
+def test_rotated_equals_sequential_in_the_first_layer():
+    """With heads of layer 0 only, rotated positions are exactly sequential positions."""
+    model = tiny_model("llama", layers=2, heads=4, kv_heads=2, max_positions=4096)
+    capturer = AttentionCapturer(model, [(0, 1), (0, 2)])
+    prompt = build_block_prompts(tiny_tokenizer(), QUERY, DOCS)
+    prefix = capturer.prefill(prompt.prefix_ids)
+    rows = {
+        p: capture_blocks(capturer, prompt, prefix, fingerprint="t", positions=p).rows
+        for p in ("rotated", "sequential", "shared")
+    }
+    assert abs(rows["rotated"] - rows["sequential"]).max() < 1e-6
+    assert abs(rows["rotated"] - rows["shared"]).max() > 1e-7

@@ -29,6 +29,7 @@ def reference(llm, method="query"):
         fingerprint=llm.fingerprint,
         query_span="last" if method == "focus" else "full",
         extra_ids=hint,
+        positions="rotated",  # the pruner's default
     )
     tokens = w.rows.sum(0)
     out = {}

@@ -43,6 +43,16 @@ def prebuilt(tmp_path_factory, scifact_mini):
     return a, b
 
 
+@pytest.fixture(scope="session")
+def prebuilt_rrf(tmp_path_factory, scifact_mini):
+    """Index A built with RRF fusion asked for explicitly (new indexes fuse convexly by default)."""
+    from attnrank.corpus import load_corpus
+    from attnrank.index.retriever import HybridRetriever
+
+    r = HybridRetriever(fusion="rrf").index(load_corpus(scifact_mini)[0], show_progress=False)
+    return r.save(tmp_path_factory.mktemp("prebuilt-rrf") / "A-rrf")
+
+
 @pytest.fixture
 def work(tmp_path):
     """A fresh working directory for one case."""
@@ -53,9 +63,17 @@ def work(tmp_path):
 
 @pytest.fixture
 def index_a(prebuilt, work):
-    """A private copy of index A at ``work/indexes/a`` (the CLI's ``--name a``)."""
+    """A private copy of index A at ``work/indexes/a`` (the CLI's ``--index a``)."""
     target = work / "indexes" / "a"
     shutil.copytree(prebuilt[0], target)
+    return target
+
+
+@pytest.fixture
+def index_a_rrf(prebuilt_rrf, work):
+    """A private copy of the RRF index A at ``work/indexes/a-rrf`` (``--index a-rrf``)."""
+    target = work / "indexes" / "a-rrf"
+    shutil.copytree(prebuilt_rrf, target)
     return target
 
 

@@ -2,7 +2,8 @@
 
 Table-driven: a case is (id, what is given, setup, arguments, exit code, stderr fragments). The
 setup writes the case's files into the working directory ``w`` (which holds a copy of index A at
-``indexes/a``) and the whole working directory must be unchanged afterwards. Options with a
+``indexes/a``, and for a case with ``rrf_index`` a copy of A built with RRF fusion at
+``indexes/a-rrf``) and the whole working directory must be unchanged afterwards. Options with a
 model use ``/nonexistent/model``: a case that reports its input error proves the input was
 checked before any model was loaded.
 """
@@ -70,6 +71,7 @@ class Case:
     setup: Callable[[Path], None] = _none
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = "."
+    rrf_index: bool = False  # also copy index A built with fusion="rrf" to indexes/a-rrf
 
 
 CASES = [
@@ -86,8 +88,8 @@ CASES = [
     Case(
         "name-user-folder",
         "index target",
-        "`index --name X`, indexes/X is a user folder",
-        ["index", "c.jsonl", "--name", "x", "-q"],
+        "`index --index X`, indexes/X is a user folder",
+        ["index", "c.jsonl", "--index", "x", "-q"],
         1,
         ["indexes/x exists and is not an attnrank index"],
         _all(_write("c.jsonl", CORPUS), _thesis("indexes/x")),
@@ -177,8 +179,8 @@ CASES = [
     Case(
         "name-with-slash",
         "index target",
-        "`--name a/b`",
-        ["index", "c.jsonl", "--name", "a/b", "-q"],
+        "`--index a/b`",
+        ["index", "c.jsonl", "--index", "a/b", "-q"],
         2,
         ["index name 'a/b' must be a plain name"],
         _write("c.jsonl", CORPUS),
@@ -186,8 +188,8 @@ CASES = [
     Case(
         "name-dotdot",
         "index target",
-        "`--name ..`",
-        ["index", "c.jsonl", "--name", "..", "-q"],
+        "`--index ..`",
+        ["index", "c.jsonl", "--index", "..", "-q"],
         2,
         ["index name '..' must be a plain name"],
         _write("c.jsonl", CORPUS),
@@ -197,7 +199,7 @@ CASES = [
         "corpus-invalid-json",
         "corpus",
         "a .jsonl line that is not JSON",
-        ["index", "c.jsonl", "--name", "n", "-q"],
+        ["index", "c.jsonl", "--index", "n", "-q"],
         1,
         ["c.jsonl:2: invalid JSON"],
         _write("c.jsonl", '{"id": "a", "text": "x"}\n{"id": "b", "text": \n'),
@@ -206,7 +208,7 @@ CASES = [
         "corpus-duplicate-id",
         "corpus",
         "two documents with the same id",
-        ["index", "c.jsonl", "--name", "n", "-q"],
+        ["index", "c.jsonl", "--index", "n", "-q"],
         1,
         ["c.jsonl:2: duplicate document id 'a'"],
         _write("c.jsonl", '{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n'),
@@ -215,7 +217,7 @@ CASES = [
         "corpus-not-utf8",
         "corpus",
         "a .jsonl with Latin-1 bytes",
-        ["index", "c.jsonl", "--name", "n", "-q"],
+        ["index", "c.jsonl", "--index", "n", "-q"],
         1,
         ["c.jsonl:2: bytes that are not valid UTF-8"],
         _write("c.jsonl", b'{"id": "a", "text": "x"}\n{"id": "b", "text": "caf\xe9"}\n'),
@@ -224,7 +226,7 @@ CASES = [
         "corpus-empty",
         "corpus",
         "an empty .jsonl",
-        ["index", "c.jsonl", "--name", "n", "-q"],
+        ["index", "c.jsonl", "--index", "n", "-q"],
         1,
         ["c.jsonl: no documents found (0 valid records)"],
         _write("c.jsonl", ""),
@@ -233,7 +235,7 @@ CASES = [
         "corpus-missing",
         "corpus",
         "a corpus path that does not exist",
-        ["index", "nope.jsonl", "--name", "n", "-q"],
+        ["index", "nope.jsonl", "--index", "n", "-q"],
         1,
         ["corpus path 'nope.jsonl' does not exist"],
     ),
@@ -241,7 +243,7 @@ CASES = [
         "corpus-unknown-format",
         "corpus",
         "a .pdf corpus",
-        ["index", "c.pdf", "--name", "n", "-q"],
+        ["index", "c.pdf", "--index", "n", "-q"],
         1,
         ["unknown corpus format '.pdf'"],
         _write("c.pdf", "x"),
@@ -250,7 +252,7 @@ CASES = [
         "corpus-only-symlink-loop",
         "corpus",
         "a folder holding only a symbolic link loop",
-        ["index", "docs", "--name", "n", "-q"],
+        ["index", "docs", "--index", "n", "-q"],
         1,
         ["no documents found"],
         _symlink("docs/loop", "."),
@@ -259,7 +261,7 @@ CASES = [
         "corpus-text-field-missing",
         "corpus",
         "a record without 'text'",
-        ["index", "c.jsonl", "--name", "n", "-q"],
+        ["index", "c.jsonl", "--index", "n", "-q"],
         1,
         ["c.jsonl:1: missing 'id'/'_id' or 'text'"],
         _write("c.jsonl", '{"id": "a", "body": "x"}\n'),
@@ -269,7 +271,7 @@ CASES = [
         "search-k-neg-rerank",
         "search",
         "`search -k -1 --rerank 3`",
-        ["search", "x", "--name", "a", "-k", "-1", "--rerank", "3", "--model", NOMODEL],
+        ["search", "x", "--index", "a", "-k", "-1", "--rerank", "3", "--model", NOMODEL],
         2,
         ["-k -1 must be at least 1"],
     ),
@@ -277,7 +279,7 @@ CASES = [
         "search-k-neg3",
         "search",
         "`search -k -3`",
-        ["search", "x", "--name", "a", "-k", "-3"],
+        ["search", "x", "--index", "a", "-k", "-3"],
         2,
         ["-k -3 must be at least 1"],
     ),
@@ -285,7 +287,7 @@ CASES = [
         "search-k-zero",
         "search",
         "`search -k 0`",
-        ["search", "x", "--name", "a", "-k", "0"],
+        ["search", "x", "--index", "a", "-k", "0"],
         2,
         ["-k 0 must be at least 1"],
     ),
@@ -293,39 +295,59 @@ CASES = [
         "search-rerank-neg",
         "search",
         "`search --rerank -2`",
-        ["search", "x", "--name", "a", "--rerank", "-2"],
+        ["search", "x", "--index", "a", "--rerank", "-2"],
         2,
         ["--rerank -2 must be at least 0"],
     ),
     Case(
         "search-alpha-rrf-index",
         "search",
-        "`--alpha 0.3` on an index that fuses with RRF",
-        ["search", "x", "--name", "a", "--alpha", "0.3"],
+        '`--alpha 0.3` on an index built with `fusion="rrf"`',
+        ["search", "x", "--index", "a-rrf", "--alpha", "0.3"],
         2,
-        ["--alpha 0.3 applies to convex fusion only", "--fusion convex"],
+        ["--alpha 0.3 applies to convex fusion only", "this search fuses with rrf", "--fusion convex"],
+        rrf_index=True,
     ),
     Case(
         "search-alpha-fusion-rrf",
         "search",
         "`--fusion rrf --alpha 0.3`",
-        ["search", "x", "--name", "a", "--fusion", "rrf", "--alpha", "0.3"],
+        ["search", "x", "--index", "a", "--fusion", "rrf", "--alpha", "0.3"],
         2,
         ["--alpha 0.3 applies to convex fusion only"],
     ),
     Case(
         "search-norm-rrf",
         "search",
-        "`--norm zscore` with RRF",
-        ["search", "x", "--name", "a", "--norm", "zscore"],
+        '`--norm zscore` on an index built with `fusion="rrf"`',
+        ["search", "x", "--index", "a-rrf", "--norm", "zscore"],
         2,
         ["--norm zscore applies to convex fusion only"],
+        rrf_index=True,
+    ),
+    Case(
+        "index-alpha-fusion-rrf",
+        "index target",
+        "`index --fusion rrf --alpha 0.3`",
+        ["index", "c.jsonl", "--index", "n", "--fusion", "rrf", "--alpha", "0.3", "-q"],
+        2,
+        ["--alpha 0.3 applies to convex fusion only, and this index fuses with rrf"],
+        _write("c.jsonl", CORPUS),
+    ),
+    Case(
+        "index-fusion-unknown",
+        "index target",
+        "`index --fusion max`",
+        ["index", "c.jsonl", "--index", "n", "--fusion", "max", "-q"],
+        2,
+        ["--fusion 'max' is not one of rrf, convex"],
+        _write("c.jsonl", CORPUS),
     ),
     Case(
         "search-alpha-range",
         "search",
         "`--fusion convex --alpha 1.5`",
-        ["search", "x", "--name", "a", "--fusion", "convex", "--alpha", "1.5"],
+        ["search", "x", "--index", "a", "--fusion", "convex", "--alpha", "1.5"],
         1,
         ["alpha=1.5 is outside [0, 1]"],
     ),
@@ -333,7 +355,7 @@ CASES = [
         "search-alpha-bm25",
         "search",
         "`--mode bm25 --fusion convex --alpha 0.5`",
-        ["search", "x", "--name", "a", "--mode", "bm25", "--fusion", "convex", "--alpha", "0.5"],
+        ["search", "x", "--index", "a", "--mode", "bm25", "--fusion", "convex", "--alpha", "0.5"],
         2,
         ["apply to hybrid search only, not --mode bm25"],
     ),
@@ -341,7 +363,7 @@ CASES = [
         "search-mode-bad",
         "search",
         "`--mode sparse`",
-        ["search", "x", "--name", "a", "--mode", "sparse"],
+        ["search", "x", "--index", "a", "--mode", "sparse"],
         2,
         ["--mode 'sparse' is not one of bm25, dense, hybrid"],
     ),
@@ -349,7 +371,7 @@ CASES = [
         "search-fusion-bad",
         "search",
         "`--fusion max`",
-        ["search", "x", "--name", "a", "--fusion", "max"],
+        ["search", "x", "--index", "a", "--fusion", "max"],
         2,
         ["--fusion 'max' is not one of rrf, convex"],
     ),
@@ -357,7 +379,7 @@ CASES = [
         "search-query-and-file",
         "search",
         "a QUERY and --queries together",
-        ["search", "x", "--name", "a", "--queries", "q.jsonl"],
+        ["search", "x", "--index", "a", "--queries", "q.jsonl"],
         2,
         ["give either one QUERY or --queries FILE"],
         _write("q.jsonl", QUERIES),
@@ -366,7 +388,7 @@ CASES = [
         "search-empty-query",
         "search",
         "an empty query `'   '`",
-        ["search", "   ", "--name", "a", "--mode", "bm25"],
+        ["search", "   ", "--index", "a", "--mode", "bm25"],
         1,
         ["query #0 is empty"],
     ),
@@ -374,7 +396,7 @@ CASES = [
         "search-out-under-file",
         "search",
         "`-o FILE/run.trec` where FILE is a file",
-        ["search", "--name", "a", "--queries", "q.jsonl", "-o", "notes.txt/run.trec"],
+        ["search", "--index", "a", "--queries", "q.jsonl", "-o", "notes.txt/run.trec"],
         2,
         ["notes.txt is a file, not a folder"],
         _all(_write("q.jsonl", QUERIES), _write("notes.txt", "keep me")),
@@ -383,7 +405,7 @@ CASES = [
         "search-out-deep-under-file",
         "search",
         "`-o FILE/sub/run.trec` (NotADirectoryError)",
-        ["search", "--name", "a", "--queries", "q.jsonl", "-o", "notes.txt/sub/run.trec"],
+        ["search", "--index", "a", "--queries", "q.jsonl", "-o", "notes.txt/sub/run.trec"],
         2,
         ["notes.txt is a file, not a folder"],
         _all(_write("q.jsonl", QUERIES), _write("notes.txt", "keep me")),
@@ -392,7 +414,7 @@ CASES = [
         "search-out-is-dir",
         "search",
         "`-o DIR` (an existing folder)",
-        ["search", "--name", "a", "--queries", "q.jsonl", "-o", "runs"],
+        ["search", "--index", "a", "--queries", "q.jsonl", "-o", "runs"],
         2,
         ["--output runs is a folder"],
         _all(_write("q.jsonl", QUERIES), _write("runs/old.trec", RUN)),
@@ -401,7 +423,7 @@ CASES = [
         "search-out-enospc",
         "search",
         "disk full while writing the run file (over an existing run)",
-        ["search", "--name", "a", "--queries", "q.jsonl", "--mode", "bm25", "-o", "run.trec", "-q"],
+        ["search", "--index", "a", "--queries", "q.jsonl", "--mode", "bm25", "-o", "run.trec", "-q"],
         1,
         ["No space left on device: run.trec", "free some disk space"],
         _all(_write("q.jsonl", QUERIES), _write("run.trec", RUN)),
@@ -411,7 +433,7 @@ CASES = [
         "search-queries-not-utf8",
         "search",
         "a queries file with Latin-1 bytes",
-        ["search", "--name", "a", "--queries", "q.tsv"],
+        ["search", "--index", "a", "--queries", "q.tsv"],
         1,
         ["q.tsv:2: bytes that are not valid UTF-8"],
         _write("q.tsv", b"q1\talpha\nq2\tcaf\xe9\n"),
@@ -420,7 +442,7 @@ CASES = [
         "search-queries-dup",
         "search",
         "a queries file with a repeated id",
-        ["search", "--name", "a", "--queries", "q.tsv"],
+        ["search", "--index", "a", "--queries", "q.tsv"],
         1,
         ["q.tsv:2: duplicate query id 'q1'"],
         _write("q.tsv", "q1\talpha\nq1\tbeta\n"),
@@ -429,17 +451,17 @@ CASES = [
         "search-queries-missing",
         "search",
         "`--queries` path that does not exist",
-        ["search", "--name", "a", "--queries", "nope.jsonl"],
+        ["search", "--index", "a", "--queries", "nope.jsonl"],
         1,
         ["queries file 'nope.jsonl' does not exist"],
     ),
     Case(
         "search-no-index",
         "search",
-        "`--name` of an index that does not exist",
-        ["search", "x", "--name", "nope"],
+        "`--index` of an index that does not exist",
+        ["search", "x", "--index", "nope"],
         1,
-        ["no index at indexes/nope", "attnrank index CORPUS --name NAME"],
+        ["no index at indexes/nope", "attnrank index CORPUS --index NAME"],
     ),
     Case(
         "search-index-dir-user-folder",
@@ -463,7 +485,7 @@ CASES = [
         "search-no-args",
         "search",
         "`search` with neither QUERY nor --queries",
-        ["search", "--name", "a"],
+        ["search", "--index", "a"],
         2,
         ["give either one QUERY or --queries FILE"],
     ),
@@ -711,7 +733,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, work: Path, index_a: Path) -> None:
+def test_bad_input(case: Case, work: Path, index_a: Path, request: pytest.FixtureRequest) -> None:
+    if case.rrf_index:
+        request.getfixturevalue("index_a_rrf")
     case.setup(work)
     before = snapshot(work)
     run = cli(*case.args, cwd=work / case.cwd, extra_env=case.env)
@@ -772,7 +796,7 @@ def test_manifest_paths_are_confined(work: Path, index_a: Path) -> None:
         mm["files"][name] = {"bytes": size, "sha256": "0" * 64}
         (index_a / "manifest.json").write_text(json.dumps(mm))
         before = snapshot(work)
-        run = cli("search", "x", "--name", "a", "--mode", "bm25", cwd=work)
+        run = cli("search", "x", "--index", "a", "--mode", "bm25", cwd=work)
         out = judge(
             f"manifest-outside-{i}",
             "manifest",
@@ -792,7 +816,7 @@ def test_manifest_paths_are_confined(work: Path, index_a: Path) -> None:
     link.unlink()
     link.symlink_to(real)
     before = snapshot(work)
-    run = cli("search", "x", "--name", "a", "--mode", "bm25", cwd=work)
+    run = cli("search", "x", "--index", "a", "--mode", "bm25", cwd=work)
     out = judge(
         "manifest-symlink-out",
         "manifest",
@@ -807,7 +831,7 @@ def test_manifest_paths_are_confined(work: Path, index_a: Path) -> None:
     assert out.passed, out.problems
     del m["files"]["dense/index.faiss"]
     (index_a / "manifest.json").write_text(json.dumps(m))
-    run = cli("search", "x", "--name", "a", "--mode", "bm25", cwd=work)
+    run = cli("search", "x", "--index", "a", "--mode", "bm25", cwd=work)
     out = judge(
         "manifest-unlisted-file",
         "manifest",

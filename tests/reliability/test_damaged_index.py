@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from _harness import cli, judge, snapshot
 
-SEARCH = ["search", "cancer", "--name", "a", "--mode", "bm25", "-k", "3"]
+SEARCH = ["search", "cancer", "--index", "a", "--mode", "bm25", "-k", "3"]
 FILES = [
     "manifest.json",
     "docs.jsonl",
@@ -235,7 +235,7 @@ def test_damaged_vectors_never_printed(work: Path, index_a: Path) -> None:
         "flip-dense-vectors",
         "dense/index.faiss: exponent bytes of vector components overwritten; hybrid search",
         work,
-        ["search", "cancer", "--name", "a", "-k", "3", "-q"],
+        ["search", "cancer", "--index", "a", "-k", "3", "-q"],
         1,
         ["cosine scores outside [-1, 1]"],
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from _harness import Run, cli, env, judge, snapshot
 
-SEARCH = ["search", "cancer", "--name", "a", "--mode", "bm25", "-k", "3", "-q"]
+SEARCH = ["search", "cancer", "--index", "a", "--mode", "bm25", "-k", "3", "-q"]
 CORPUS_B = "".join(
     json.dumps({"id": f"n{i}", "text": t}) + "\n"
     for i, t in enumerate(["Volcanoes erupt lava.", "Cancer cells divide quickly.", "Rivers flow to the sea."])
@@ -41,7 +41,7 @@ def test_cli_build_faults_keep_previous_index(work: Path, index_a: Path) -> None
     reference = cli(*SEARCH, cwd=work)
     assert reference.rc == 0 and reference.stdout.count("  1. ") == 1
     kept = snapshot(index_a)
-    build = ["index", "new.jsonl", "--name", "a", "-q"]
+    build = ["index", "new.jsonl", "--index", "a", "-q"]
 
     run = cli(*build, cwd=work, extra_env={"ATTNRANK_FAULT": "save-in-tmp:enospc"})
     out = judge(
@@ -93,7 +93,7 @@ def test_cli_build_faults_keep_previous_index(work: Path, index_a: Path) -> None
         kept="the new index; stale temporary folders removed",
     )
     assert out.passed and _leftovers(index_a.parent, "a") == [], out.problems
-    run = cli("search", "cancer", "--name", "a", "--mode", "bm25", "-k", "1", cwd=work)
+    run = cli("search", "cancer", "--index", "a", "--mode", "bm25", "-k", "1", cwd=work)
     assert run.rc == 0 and " n1 " in run.stdout, run.stdout
 
 
@@ -138,7 +138,7 @@ def test_writer_killed_at_each_point(work: Path, index_a: Path, prebuilt) -> Non
         assert out.passed, out.problems
     w = _writer(prebuilt[1], index_a, work, "save-after-swap")
     assert w.rc == -9
-    run = cli("search", "glaciers", "--name", "a", "--mode", "bm25", "-k", "1", "--verify", cwd=work)
+    run = cli("search", "glaciers", "--index", "a", "--mode", "bm25", "-k", "1", "--verify", cwd=work)
     out = judge(
         "writer-kill-save-after-swap",
         "build faults",
@@ -155,7 +155,7 @@ def test_first_build_killed_leaves_no_index(work: Path, prebuilt) -> None:
     target = work / "indexes" / "fresh"
     w = _writer(prebuilt[0], target, work, "save-before-swap")
     assert w.rc == -9
-    run = cli("search", "x", "--name", "fresh", cwd=work)
+    run = cli("search", "x", "--index", "fresh", cwd=work)
     out = judge(
         "first-build-killed",
         "build faults",
@@ -240,7 +240,7 @@ def test_concurrent_readers_see_old_or_new(work: Path, index_a: Path, prebuilt) 
         shutil.rmtree(index_a)
         shutil.copytree(src, index_a)
         outs[side] = cli(
-            "search", "the cancer glaciers", "--name", "a", "--mode", "bm25", "-k", "3", "-q", cwd=work
+            "search", "the cancer glaciers", "--index", "a", "--mode", "bm25", "-k", "3", "-q", cwd=work
         ).stdout
     slow = env(ATTNRANK_FAULT="load-after-manifest:sleep0.05")
     writer = subprocess.Popen(
@@ -268,7 +268,7 @@ def test_concurrent_readers_see_old_or_new(work: Path, index_a: Path, prebuilt) 
                 "attnrank.cli",
                 "search",
                 "the cancer glaciers",
-                "--name",
+                "--index",
                 "a",
                 "--mode",
                 "bm25",

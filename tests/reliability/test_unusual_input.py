@@ -98,7 +98,7 @@ def test_unusual_queries(case_id, given, query, top, mixed_index) -> None:
 
 def test_symlink_loop_corpus_file(tmp_path: Path) -> None:
     (tmp_path / "c.jsonl").symlink_to("c.jsonl")
-    run = cli("index", "c.jsonl", "--name", "n", "-q", cwd=tmp_path)
+    run = cli("index", "c.jsonl", "--index", "n", "-q", cwd=tmp_path)
     out = judge(
         "corpus-file-symlink-loop",
         "unusual input",

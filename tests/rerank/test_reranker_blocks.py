@@ -24,7 +24,8 @@ def test_block_scores_are_the_icr_aggregation_of_block_rows(llm):
     rr = AttentionReranker(llm, HEADS, attention="block")
     got = rr.score(QUERY, docs)
     prompt = build_block_prompts(llm.tokenizer, QUERY, docs)
-    w = capture_blocks(rr.capturer, prompt, rr.capturer.prefill(prompt.prefix_ids), fingerprint=llm.fingerprint)
+    prefix = rr.capturer.prefill(prompt.prefix_ids)
+    w = capture_blocks(rr.capturer, prompt, prefix, fingerprint=llm.fingerprint, positions="rotated")
     expected = document_scores(token_scores(w.rows), w.spans)
     np.testing.assert_allclose(got, expected, atol=1e-9)
     full = AttentionReranker(llm, HEADS).score(QUERY, docs)
@@ -33,7 +34,7 @@ def test_block_scores_are_the_icr_aggregation_of_block_rows(llm):
 
 def test_warm_queries_reuse_states(llm):
     docs = rerank_docs()
-    rr = AttentionReranker(llm, HEADS, attention="block")
+    rr = AttentionReranker(llm, HEADS, attention="block", block_positions="shared")
     cold = rr.rank(QUERY, docs)
     assert rr.states.misses == len(docs) and rr.states.hits == 0
     warm = rr.rank(QUERY, list(reversed(docs)))  # other order: shared positions keep the states valid
@@ -44,12 +45,25 @@ def test_warm_queries_reuse_states(llm):
     assert len(off.states) == 0
 
 
+def test_rotated_positions_reuse_states_across_orders(llm):
+    docs = rerank_docs()
+    rr = AttentionReranker(llm, HEADS, attention="block", block_positions="rotated")
+    first = rr.score(QUERY, docs)
+    rr.score(QUERY, list(reversed(docs)))  # other slots: the same cached states, rotated elsewhere
+    assert rr.states.hits == len(docs) and rr.states.misses == len(docs)
+    again = rr.score(QUERY, docs)
+    np.testing.assert_allclose(again, first, atol=1e-6)
+    seq = AttentionReranker(llm, HEADS, attention="block", block_positions="sequential").score(QUERY, docs)
+    shared = AttentionReranker(llm, HEADS, attention="block", block_positions="shared").score(QUERY, docs)
+    assert np.abs(first - seq).max() > 1e-9 and np.abs(first - shared).max() > 1e-9
+
+
 def test_sequential_positions_follow_the_prompt_order(llm):
     docs = rerank_docs()
     rr = AttentionReranker(llm, HEADS, attention="block", block_positions="sequential")
     a = rr.score(QUERY, docs)
-    shared = AttentionReranker(llm, HEADS, attention="block").score(QUERY, docs)
-    assert np.isfinite(a).all() and not np.allclose(a, shared, atol=1e-9)
+    shared = AttentionReranker(llm, HEADS, attention="block", block_positions="shared").score(QUERY, docs)
+    assert np.isfinite(a).all() and np.abs(a - shared).max() > 1e-9
 
 
 @pytest.mark.parametrize(

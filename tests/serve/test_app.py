@@ -95,12 +95,14 @@ def test_error_statuses_name_the_limit(url):
     assert r.status_code == 422 and "query is empty" in r.json()["message"]
     r = post("/rerank", {"texts": DOCS})
     assert r.status_code == 422 and r.json()["message"].startswith("query:")
-    r = post("/v1/search", {"query": QUERY, "k": 30, "first_stage_k": 20})
-    assert r.status_code == 422 and "k=30 exceeds first_stage_k=20" in r.json()["message"]
+    r = post("/v1/search", {"query": QUERY, "top_k": 30, "depth": 20})
+    assert r.status_code == 422 and "top_k=30 exceeds depth=20" in r.json()["message"]
+    r = post("/v1/search", {"query": QUERY, "k": 30, "first_stage_k": 20})  # the names before top_k/depth
+    assert r.status_code == 422 and "top_k=30 exceeds depth=20" in r.json()["message"]
 
 
 def test_search_prune_ask(url):
-    r = httpx.post(f"{url}/v1/search", json={"query": "vitamin D and bone fractures", "k": 3, "first_stage_k": 5})
+    r = httpx.post(f"{url}/v1/search", json={"query": "vitamin D and bone fractures", "top_k": 3, "depth": 5})
     assert r.status_code == 200
     res = r.json()["results"]
     assert len(res) == 3 and [x["rank"] for x in res] == [1, 2, 3]
@@ -113,7 +115,7 @@ def test_search_prune_ask(url):
     with httpx.stream(
         "POST",
         f"{url}/v1/ask",
-        json={"query": "Does vitamin D help bones?", "k": 4, "rerank_k": 2, "budget_tokens": 400, "max_new_tokens": 6},
+        json={"query": "Does vitamin D help bones?", "depth": 4, "top_k": 2, "budget_tokens": 400, "max_new_tokens": 6},
         timeout=60,
     ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")

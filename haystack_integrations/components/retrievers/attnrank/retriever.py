@@ -11,16 +11,19 @@ require("haystack", "haystack", "the attnrank Haystack retriever")  # before hay
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from attnrank.errors import InputError
 from attnrank.integrations.haystack import check_top_k, from_index, reranker_settings
-from attnrank.integrations.shared import model_lock, shared_index, shared_reranker
+from attnrank.integrations.shared import check_depth, deprecated_name, model_lock, shared_index, shared_reranker
 
 
 @component
 class AttnrankRetriever:
-    """Retrieve ``first_stage_k`` passages from the index at ``index_path`` and return the best
+    """Retrieve ``depth`` passages from the index at ``index_path`` and return the best
     ``top_k`` (attention reranked with ``rerank=True``, else first-stage order) as Documents with
     ``score`` and ``meta`` (``title``, ``relevance_score``, ``rank``, ``stage_scores``).
+
+    ``top_k`` is Haystack's name for results returned; ``depth`` is attnrank's (``Pipeline``, the
+    CLI) for first-stage candidates. ``first_stage_k``, its old name, is still read (a pipeline
+    saved before the rename loads), with a DeprecationWarning.
 
     Reranker settings as in :class:`~haystack_integrations.components.rankers.attnrank.AttnrankRanker`.
     The index and the model load in :meth:`warm_up`.
@@ -30,18 +33,19 @@ class AttnrankRetriever:
         self,
         index_path: str,
         top_k: int = 10,
-        first_stage_k: int = 20,
+        depth: int = 20,
         rerank: bool = True,
         model: str | None = None,
         heads: str | list | None = None,
         scorer: str = "sum",
         reranker_kwargs: dict[str, Any] | None = None,
+        first_stage_k: int | None = None,
     ):
-        check_top_k(top_k)
-        check_top_k(first_stage_k)
-        if top_k > first_stage_k:
-            raise InputError(f"top_k={top_k} exceeds first_stage_k={first_stage_k}; lower top_k or raise first_stage_k")
-        self.index_path, self.top_k, self.first_stage_k, self.rerank = str(index_path), top_k, first_stage_k, rerank
+        if first_stage_k is not None:
+            deprecated_name("first_stage_k", "depth", "AttnrankRetriever")
+            depth = first_stage_k
+        check_depth(top_k, depth, "top_k")
+        self.index_path, self.top_k, self.depth, self.rerank = str(index_path), top_k, depth, rerank
         self.model, self.heads, self.scorer = model, heads, scorer
         self.reranker_kwargs = dict(reranker_kwargs or {})
         self._settings = reranker_settings(model, heads, scorer, self.reranker_kwargs)
@@ -60,7 +64,7 @@ class AttnrankRetriever:
             self,
             index_path=self.index_path,
             top_k=self.top_k,
-            first_stage_k=self.first_stage_k,
+            depth=self.depth,
             rerank=self.rerank,
             model=self.model,
             heads=self.heads,
@@ -78,7 +82,7 @@ class AttnrankRetriever:
         check_top_k(top_k)
         k = self.top_k if top_k is None else top_k
         self.warm_up()
-        first = self._index.search(query, max(self.first_stage_k, k))
+        first = self._index.search(query, max(self.depth, k))
         if self._reranker is None:
             return {"documents": from_index(first.top_k(k))}
         with model_lock(self._reranker):
