@@ -369,6 +369,9 @@ def blocks_markdown(
         out += [
             "## Quality: full vs block attention (nDCG@10, each query cold)",
             "",
+            "Its s/query column comes from the comparison run (one thread, lowest priority, beside other "
+            "jobs): read speed from the table above.",
+            "",
             md_table(
                 q_rows,
                 ["setting", "mode", "nDCG@10", "wins/losses vs full", "sign test p", "s/query"],
