@@ -33,10 +33,10 @@ correlation of each precision's scores with the first's. Writes docs/results/rer
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import random
-import resource
 import subprocess
 import sys
 import time
@@ -51,6 +51,7 @@ from attnrank.eval.datasets import data_root, scifact
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all, first_stage_run, run_of
 from attnrank.llm.rows import document_scores, token_scores
+from attnrank.speed import timed_peak
 
 log = logging.getLogger("bench_rerank")
 REPO = Path(__file__).resolve().parents[1]
@@ -148,35 +149,6 @@ def quality(setups, reranker, args) -> tuple[list[dict], dict]:
 
 
 # -- speed: ours vs naive, each in a fresh process for a clean peak-RSS reading -----------------
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-
-
-def peak_rss_during(fn, *args) -> tuple[float, float]:
-    """Run ``fn(*args)``; return (seconds, peak RSS growth in MB) sampled every millisecond.
-
-    torch releases the GIL inside its kernels, so the sampler thread sees intermediate peaks.
-    """
-    import threading
-
-    start, peak, done = _rss_mb(), [0.0], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], _rss_mb())
-            time.sleep(0.001)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    t = time.perf_counter()
-    fn(*args)
-    secs = time.perf_counter() - t
-    done.set()
-    th.join()
-    return secs, max(peak[0], _rss_mb()) - start
-
-
 def speed_worker(impl: str, k: int, n_queries: int, heads: str | None) -> dict:
     import torch
 
@@ -217,7 +189,7 @@ def speed_worker(impl: str, k: int, n_queries: int, heads: str | None) -> dict:
         tokens.append(
             len(build_rerank_prompts(rr.llm.tokenizer, ds.queries[q], cand, max_doc_words=100).real.input_ids)
         )
-        secs, peak = peak_rss_during(fn, ds.queries[q], cand)
+        secs, peak = timed_peak(functools.partial(fn, ds.queries[q], cand))
         times.append(secs)
         peaks.append(peak)
     return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ModelError
@@ -50,33 +51,36 @@ def sentence_spans(
             raise ModelError(f"passage block [{position}] not found in the pruning prompt")
         text_at[i] = at + len(block) - len(texts[i].text)
         cursor = at + len(block)
-    out = []
-    for i, p in enumerate(pieces):
-        spans: list[Span] = []
-        for k in p.sent_ids:
-            sent = sents[p.doc_index][k]
-            lo, hi = text_at[i] + sent.start - p.lo, text_at[i] + sent.end - p.lo
-            s = bisect.bisect_right(ends, lo)  # first token ending after the sentence start
-            e = bisect.bisect_left(starts, hi)  # first token starting at/after its end
-            if spans and s < spans[-1][1] < e:
-                s = spans[-1][1]
-            if s >= e:  # pragma: no cover - a non-empty sentence always has a token
-                raise ModelError(f"no token covers sentence {k} of passage {texts[i].id!r}")
-            spans.append((s, e))
-        out.append(spans)
-    return out
+
+    def locate(i: int, p: Piece, sent: Sentence) -> Span:
+        lo, hi = text_at[i] + sent.start - p.lo, text_at[i] + sent.end - p.lo
+        # first token ending after the sentence start .. first token starting at/after its end
+        return bisect.bisect_right(ends, lo), bisect.bisect_left(starts, hi)
+
+    return _sentence_spans(locate, texts, pieces, sents)
 
 
 def block_sentence_spans(
     prompt: BlockPrompt, texts: list[Document], pieces: list[Piece], sents: list[list[Sentence]]
 ) -> list[list[Span]]:
     """The same as :func:`sentence_spans` for a block-attention prompt (one block per piece)."""
+    return _sentence_spans(lambda i, p, sent: prompt.text_token_span(i, sent.start, sent.end), texts, pieces, sents)
+
+
+def _sentence_spans(
+    locate: Callable[[int, Piece, Sentence], Span],
+    texts: list[Document],
+    pieces: list[Piece],
+    sents: list[list[Sentence]],
+) -> list[list[Span]]:
+    """Every piece's sentence spans from ``locate(piece index, piece, sentence)``; a token
+    straddling two sentences counts for the first one only, so spans never overlap."""
     out = []
     for i, p in enumerate(pieces):
         spans: list[Span] = []
         for k in p.sent_ids:
-            s, e = prompt.text_token_span(i, sents[p.doc_index][k].start, sents[p.doc_index][k].end)
-            if spans and s < spans[-1][1] < e:  # a straddling token counts for the first sentence
+            s, e = locate(i, p, sents[p.doc_index][k])
+            if spans and s < spans[-1][1] < e:
                 s = spans[-1][1]
             if s >= e:  # pragma: no cover - a non-empty sentence always has a token
                 raise ModelError(f"no token covers sentence {k} of passage {texts[i].id!r}")
