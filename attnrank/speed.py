@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from math import comb
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ import numpy as np
 
 from .benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
 from .config import set_torch_threads
-from .eval import evaluate_per_query
+from .eval import evaluate_per_query, sign_test, wins_losses
 from .eval.datasets import dl19, sample_queries, scifact
 from .eval.report import md_table
 from .llm.blocks import encode_blocks_text
@@ -178,15 +177,6 @@ def quality_sets(
     ]
 
 
-def sign_test(wins: int, losses: int) -> float:
-    """Two-sided exact sign test p-value of ``wins`` against ``losses`` (ties dropped)."""
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    tail = sum(comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
 def compare_modes(
     sets: list[tuple[str, Any, dict[str, list[Document]]]],
     modes: dict[str, dict[str, Any]],
@@ -214,7 +204,7 @@ def compare_modes(
         ref = next(iter(modes))
         for label, scores in per.items():
             diff = [scores[q]["nDCG@10"] - per[ref][q]["nDCG@10"] for q in scores]
-            wins, losses = sum(d > 1e-9 for d in diff), sum(d < -1e-9 for d in diff)
+            wins, losses = wins_losses(diff)
             rows.append(
                 {
                     "setting": setting,

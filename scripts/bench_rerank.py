@@ -46,7 +46,7 @@ import numpy as np
 
 from attnrank.benchmarks import dl19_sets, head_quality, icr_scores, scifact_set
 from attnrank.config import set_torch_threads
-from attnrank.eval import evaluate, evaluate_per_query
+from attnrank.eval import evaluate, evaluate_per_query, wins_losses
 from attnrank.eval.datasets import data_root, scifact
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all, first_stage_run, run_of
@@ -135,7 +135,7 @@ def quality(setups, reranker, args) -> tuple[list[dict], dict]:
                     "setting": name,
                     "method": label,
                     "nDCG@10": evaluate(run, ds.qrels, ["nDCG@10"], rel=ds.rel)["nDCG@10"],
-                    "wins/losses vs first stage": f"{sum(d > 1e-9 for d in diff)}/{sum(d < -1e-9 for d in diff)}",
+                    "wins/losses vs first stage": "{}/{}".format(*wins_losses(diff)),
                     "s/query": secs,
                 }
             )

@@ -43,7 +43,7 @@ import numpy as np
 
 from attnrank.benchmarks import dl19_sets, head_quality, scifact_set
 from attnrank.config import set_torch_threads
-from attnrank.eval import evaluate, evaluate_per_query
+from attnrank.eval import evaluate, evaluate_per_query, sign_test, wins_losses
 from attnrank.eval.datasets import data_root, dl19
 from attnrank.eval.plot import slot_profiles
 from attnrank.eval.report import environment, md_table, write_outputs
@@ -163,15 +163,6 @@ def folds_of(qids, seed: int) -> dict[str, list[str]]:
     return {"A": sorted(qids[:half]), "B": sorted(qids[half:])}
 
 
-def sign_test(wins: int, losses: int) -> float:
-    """Two-sided exact binomial sign test (ties dropped)."""
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    k = min(wins, losses)
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
-
-
 def cfg_params(cfg: Reweighting, step: str) -> str:
     if step == "+IDF":
         return f"ε={cfg.idf_eps:g}, {cfg.idf_unit}"
@@ -268,7 +259,7 @@ def step_rows(setting: str, heads_label: str, steps: list[dict]) -> list[dict]:
         }
         if s["per_query"] is not None and ref is not None and ref["per_query"] is not None:
             d = [s["per_query"][q] - ref["per_query"][q] for q in s["per_query"]]
-            w, l = sum(x > 1e-9 for x in d), sum(x < -1e-9 for x in d)
+            w, l = wins_losses(d)
             row.update(
                 {
                     "Δ prev": s[METRIC] - ref[METRIC],

@@ -28,7 +28,7 @@ import numpy as np
 
 from attnrank.benchmarks import dl19_sets, hotpot_set, scifact_set, stage_signals
 from attnrank.config import set_torch_threads
-from attnrank.eval import evaluate, evaluate_per_query
+from attnrank.eval import evaluate, evaluate_per_query, wins_losses
 from attnrank.eval.crossval import kfold_splits, pool
 from attnrank.eval.datasets import data_root
 from attnrank.eval.rows import first_stage_run, run_of
@@ -73,7 +73,7 @@ def rerank_rows(root: Path, index_dir: Path) -> list[dict]:
                     "setting": name,
                     "method": label,
                     "nDCG@10": evaluate(run, ds.qrels, ["nDCG@10"], rel=ds.rel)["nDCG@10"],
-                    "wins/losses vs first stage": f"{sum(d > 1e-9 for d in diff)}/{sum(d < -1e-9 for d in diff)}",
+                    "wins/losses vs first stage": "{}/{}".format(*wins_losses(diff)),
                 }
             )
     return rows

@@ -6,6 +6,16 @@ EM/F1), :mod:`.crossval` (k-fold and leave-one-group-out), :mod:`.rows` (the att
 """
 
 from .data import read_qrels, read_run, results_to_run, write_run
-from .metrics import DEFAULT_METRICS, evaluate, evaluate_per_query
+from .metrics import DEFAULT_METRICS, evaluate, evaluate_per_query, sign_test, wins_losses
 
-__all__ = ["read_qrels", "read_run", "write_run", "results_to_run", "evaluate", "evaluate_per_query", "DEFAULT_METRICS"]
+__all__ = [
+    "read_qrels",
+    "read_run",
+    "write_run",
+    "results_to_run",
+    "evaluate",
+    "evaluate_per_query",
+    "wins_losses",
+    "sign_test",
+    "DEFAULT_METRICS",
+]

@@ -7,7 +7,8 @@ the official evaluation).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from math import comb
 
 from ..errors import require
 
@@ -61,3 +62,17 @@ def evaluate_per_query(
         if metric.query_id in per:
             per[metric.query_id][_name(metric.measure)] = float(metric.value)
     return per
+
+
+def wins_losses(deltas: Iterable[float], eps: float = 1e-9) -> tuple[int, int]:
+    """How many per-query differences rose / fell by more than ``eps`` (ties not counted)."""
+    values = list(deltas)
+    return sum(d > eps for d in values), sum(d < -eps for d in values)
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact binomial sign test p-value of ``wins`` against ``losses`` (ties dropped)."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n)

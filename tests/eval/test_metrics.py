@@ -50,3 +50,13 @@ def test_dl19_bm25_slice(dl19_mini):
         read_run(dl19_mini / "run.bm25.trec"), read_qrels(dl19_mini / "qrels.txt"), ["nDCG@10", "R@20"], rel=2
     )
     assert 0 < vals["nDCG@10"] < 1 and 0 < vals["R@20"] <= 1
+
+
+def test_wins_losses_and_sign_test_match_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    from attnrank.eval import sign_test, wins_losses
+
+    assert wins_losses([0.1, -0.2, 0.0, 1e-12, -1e-12, 0.3]) == (2, 1)  # ties within 1e-9 not counted
+    for w, l in [(25, 14), (7, 21), (0, 3), (5, 5), (12, 0)]:
+        assert sign_test(w, l) == pytest.approx(scipy_stats.binomtest(w, w + l, 0.5).pvalue, rel=1e-12)
+    assert sign_test(0, 0) == 1.0
