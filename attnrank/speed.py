@@ -36,7 +36,7 @@ from .eval import evaluate_per_query, sign_test, wins_losses
 from .eval.datasets import dl19, sample_queries, scifact
 from .eval.report import md_table
 from .llm.blocks import encode_blocks_text
-from .llm.statestore import STORAGES, write_store
+from .llm.statestore import STORAGES
 from .rerank.attention import AttentionReranker
 from .types import Document
 
@@ -258,16 +258,7 @@ def build_store(root: Path, folder: Path, storage: str = "float16", depth: int =
     passages = [docs[i] for i in dict.fromkeys(i for q in ds.queries for i in ds.candidates[q][:depth])]
     shutil.rmtree(folder, ignore_errors=True)
     t = time.perf_counter()
-    header = write_store(
-        folder,
-        reranker.capturer,
-        reranker.llm.tokenizer,
-        passages,
-        model_id=reranker.llm.model_id,
-        fingerprint=reranker.llm.weights_key,
-        storage=storage,
-        max_doc_words=reranker.config.max_doc_words,
-    )
+    header = reranker.write_passage_states(folder, passages, storage=storage)
     secs = time.perf_counter() - t
     size = sum(p.stat().st_size for p in folder.iterdir())
     return {

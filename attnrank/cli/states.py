@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from ..llm.statestore import FOLDER, STORAGES, write_store
+from ..llm.statestore import FOLDER, STORAGES
 from ..rerank.attention import AttentionReranker
 from ..rerank.config import RerankConfig
 from ..types import Document
@@ -59,17 +59,8 @@ def state_writer(
 
             bar = tqdm(total=len(docs), desc="passage states", unit="doc")
         t = time.perf_counter()
-        header = write_store(
-            folder / FOLDER,
-            reranker.capturer,
-            reranker.llm.tokenizer,
-            docs,
-            model_id=reranker.llm.model_id,
-            fingerprint=reranker.llm.weights_key,
-            storage=storage,
-            max_doc_words=cfg.max_doc_words,
-            max_doc_tokens=cfg.max_doc_tokens,
-            progress=None if bar is None else bar.update,
+        header = reranker.write_passage_states(
+            folder / FOLDER, docs, storage=storage, progress=None if bar is None else bar.update
         )
         if bar is not None:
             bar.close()

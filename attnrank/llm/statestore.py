@@ -76,7 +76,7 @@ def write_store(
     max_doc_words: int | None = None,
     max_doc_tokens: int | None = None,
     batch_docs: int = 64,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], object] | None = None,
 ) -> dict[str, Any]:
     """Encode every passage's block states and write them to ``folder``; returns the header."""
     if storage not in STORAGES:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows, document_scores, token_scores
 from ..llm.states import StateCache
-from ..llm.statestore import PassageStateStore
+from ..llm.statestore import PassageStateStore, write_store
 from ..registry import resolve_heads
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
 from .config import AUTO_OR_ALL, RerankConfig
@@ -312,6 +313,29 @@ class AttentionReranker:
     def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:
         return capture_window(
             self.capturer, pair, calibrate=self.calibrate, query_span=self.query_span, doc_index=doc_index
+        )
+
+    def write_passage_states(
+        self,
+        folder: Path,
+        docs: Sequence[Document],
+        *,
+        storage: str = "float16",
+        progress: Callable[[int], object] | None = None,
+    ) -> dict[str, Any]:
+        """Store every passage's block states in ``folder`` for this reranker's model, heads and
+        truncation: what ``passage_states=`` then serves (:mod:`attnrank.llm.statestore`)."""
+        return write_store(
+            folder,
+            self.capturer,
+            self.llm.tokenizer,
+            docs,
+            model_id=self.llm.model_id,
+            fingerprint=self.llm.weights_key,
+            storage=storage,
+            max_doc_words=self.config.max_doc_words,
+            max_doc_tokens=self.config.max_doc_tokens,
+            progress=progress,
         )
 
     def _block_window(self, query: str, docs: list[Document]) -> WindowRows:
