@@ -24,7 +24,7 @@ from .attention import AttentionCapturer, PrefixCache
 from .blocks import BlockPrompt, check_positions
 from .prompts import RerankPromptPair
 from .rows import QUERY_SPANS, Span, WindowRows
-from .states import BlockState, StateCache, assemble, check_rotation, encode_blocks, rotate_keys, state_key
+from .states import BlockState, StateCache, assemble, check_rotation, encode_blocks, rotate_keys, state_keys
 from .statestore import PassageStateStore
 
 
@@ -122,7 +122,7 @@ def block_states(
 ) -> list[BlockState]:
     """Every block's states (input order): from ``states``, else from ``store`` (then kept in
     ``states``), else encoded in batches (and kept in ``states``)."""
-    keys = [state_key(capturer, fingerprint, prompt.prefix_ids, b, s) for b, s in zip(prompt.blocks, starts)]
+    keys = state_keys(capturer, fingerprint, prompt.prefix_ids, prompt.blocks, starts)
     found = [None if states is None else states.get(k) for k in keys]
     if store is not None:
         for i, key in enumerate(keys):

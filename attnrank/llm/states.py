@@ -4,7 +4,7 @@ A block's key/value states (:class:`BlockState`, decoder layers 0..deepest) are 
 :func:`encode_blocks` — blocks batched by similar length, each attending to the shared prefix
 and to itself (:mod:`attnrank.llm.blocks`) — and :func:`assemble` concatenates prefix and
 blocks into the cache the query suffix runs over. :class:`StateCache` keeps recently used
-states in memory under a byte budget, keyed by :func:`state_key` (model fingerprint, layers,
+states in memory under a byte budget, keyed by :func:`state_keys` (model fingerprint, layers,
 dtype, prefix, block ids and start position), so a warm query computes only its own suffix.
 """
 
@@ -45,17 +45,25 @@ class BlockState:
         return self.keys.nbytes + self.values.nbytes
 
 
-def state_key(
-    capturer: AttentionCapturer, fingerprint: str, prefix_ids: Sequence[int], block: Sequence[int], start: int
-) -> str:
-    """What a block's states depend on: the model (fingerprint, dtype, layers kept), the prefix
-    it attends to, its own ids and its first position."""
-    h = hashlib.sha256()
+def state_keys(
+    capturer: AttentionCapturer,
+    fingerprint: str,
+    prefix_ids: Sequence[int],
+    blocks: Sequence[Sequence[int]],
+    starts: Sequence[int],
+) -> list[str]:
+    """What each block's states depend on: the model (fingerprint, dtype, layers kept), the
+    prefix it attends to, its own ids and its first position (the shared part hashed once)."""
+    shared = hashlib.sha256()
     dtype = next(capturer.model.parameters()).dtype
-    h.update(f"{fingerprint}|{dtype}|{capturer.deepest_layer}|{start}|".encode())
-    h.update(",".join(map(str, prefix_ids)).encode() + b"|")
-    h.update(",".join(map(str, block)).encode())
-    return h.hexdigest()
+    shared.update(f"{fingerprint}|{dtype}|{capturer.deepest_layer}|".encode())
+    shared.update(",".join(map(str, prefix_ids)).encode() + b"|")
+    keys = []
+    for block, start in zip(blocks, starts):
+        h = shared.copy()
+        h.update(f"{start}|".encode() + ",".join(map(str, block)).encode())
+        keys.append(h.hexdigest())
+    return keys
 
 
 def prefix_states(capturer: AttentionCapturer, prefix: PrefixCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -134,24 +142,19 @@ def _encode_batch(
 
 def assemble(capturer: AttentionCapturer, prefix: PrefixCache, states: Sequence[BlockState]) -> PrefixCache:
     """The context cache ``prefix + states`` (in the given order) for the suffix passes."""
-    _check_window(capturer, prefix.length + sum(s.n_tokens for s in states))
+    length = prefix.length + sum(s.n_tokens for s in states)
     cache = DynamicCache(config=capturer.decoder.config)
+    window = getattr(capturer.decoder.config, "sliding_window", None)
+    if window is not None and length >= int(window) and any(getattr(x, "is_sliding", False) for x in cache.layers):
+        raise InputError(
+            f"the block-attention context holds {length} tokens, more than this model's sliding window of "
+            f"{window}; rerank fewer or shorter passages, or use attention='full'"
+        )
     for layer, (k, v) in enumerate(prefix_states(capturer, prefix)):
         keys = torch.cat([k] + [s.keys[layer].to(k.dtype).unsqueeze(0) for s in states], dim=2)
         values = torch.cat([v] + [s.values[layer].to(v.dtype).unsqueeze(0) for s in states], dim=2)
         cache.update(keys, values, layer)
-    length = prefix.length + sum(s.n_tokens for s in states)
     return PrefixCache(cache, length, capturer.deepest_layer, prefix.decoder_id)
-
-
-def _check_window(capturer: AttentionCapturer, n_tokens: int) -> None:
-    window = getattr(capturer.decoder.config, "sliding_window", None)
-    sliding = any(getattr(layer, "is_sliding", False) for layer in DynamicCache(config=capturer.decoder.config).layers)
-    if sliding and window is not None and n_tokens >= int(window):
-        raise InputError(
-            f"the block-attention context holds {n_tokens} tokens, more than this model's sliding window of "
-            f"{window}; rerank fewer or shorter passages, or use attention='full'"
-        )
 
 
 class StateCache:

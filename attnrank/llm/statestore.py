@@ -5,7 +5,7 @@ the index (inside the same atomic build, so the index manifest lists and checksu
 
 - ``states.json``: format, model id and weights key (fingerprint + quantization), model dtype, layers kept, KV geometry, the
   prompt settings (truncation, position scheme), the prefix ids' hash, the storage, and per
-  passage its id and state key (:func:`attnrank.llm.states.state_key`, a hash of everything the
+  passage its id and state key (:func:`attnrank.llm.states.state_keys`, a hash of everything the
   states depend on, the passage's block ids included);
 - ``keys.npy``, ``values.npy``: ``[tokens, layers, kv_heads, head_dim]``, float16, or int8 with
   ``key_scales.npy``/``value_scales.npy`` (float16 absmax per token, layer and head);
@@ -34,7 +34,7 @@ from attnrank.types import Document
 
 from .attention import AttentionCapturer
 from .blocks import block_prefix_ids, encode_blocks_text
-from .states import BlockState, encode_blocks, state_key
+from .states import BlockState, encode_blocks, state_keys
 
 logger = logging.getLogger(__name__)
 
@@ -90,13 +90,15 @@ def write_store(
     for lo in range(0, len(docs), batch_docs):
         part = list(docs[lo : lo + batch_docs])
         blocks, _, _, _ = encode_blocks_text(tokenizer, part, max_doc_words, max_doc_tokens)
-        for doc, block, state in zip(part, blocks, encode_blocks(capturer, prefix, blocks, [start] * len(blocks))):
+        starts = [start] * len(blocks)
+        keys = state_keys(capturer, fingerprint, prefix_ids, blocks, starts)
+        for doc, block, key, state in zip(part, blocks, keys, encode_blocks(capturer, prefix, blocks, starts)):
             for name, t in (("keys", state.keys), ("values", state.values)):
                 data, scales = _pack(t.permute(2, 0, 1, 3).float().cpu().numpy(), storage)
                 chunks[name].append(data)
                 if scales is not None:
                     chunks[name[:-1] + "_scales"].append(scales)
-            entries.append([doc.id, state_key(capturer, fingerprint, prefix_ids, block, start)])
+            entries.append([doc.id, key])
             offsets.append(offsets[-1] + len(block))
         if progress is not None:
             progress(len(part))
