@@ -40,6 +40,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from attnrank.errors import InputError
 from attnrank.types import Document
@@ -108,12 +109,16 @@ class BlockPrompt:
     def text_token_span(self, i: int, lo: int, hi: int) -> Span:
         """The :attr:`context_ids` tokens overlapping characters ``[lo, hi)`` of input document
         ``i``'s (truncated) text: ``[first token ending after lo, first token starting at/after hi)``."""
-        starts = [a for a, _ in self.offsets[i]]
-        ends = [b for _, b in self.offsets[i]]
+        starts, ends = self._token_bounds[i]
         at = self.doc_spans[i][0]
         return at + bisect.bisect_right(ends, lo), at + bisect.bisect_left(starts, hi)
 
-    @property
+    @cached_property
+    def _token_bounds(self) -> list[tuple[list[int], list[int]]]:
+        """Per block, its tokens' character starts and ends (for :meth:`text_token_span`)."""
+        return [([a for a, _ in offs], [b for _, b in offs]) for offs in self.offsets]
+
+    @cached_property
     def doc_spans(self) -> list[Span]:
         """Each input document's text span in :attr:`context_ids` (separator excluded)."""
         spans: list[Span] = [(0, 0)] * len(self.blocks)
