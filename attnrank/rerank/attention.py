@@ -131,7 +131,7 @@ class AttentionReranker:
         )
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
-        self._block_prefix: dict[tuple[int, ...], PrefixCache] = {}
+        self._block_prefix: PrefixCache | None = None  # block_prefix_ids depend on the tokenizer only
         self.store = (
             None
             if cfg.passage_states is None
@@ -342,13 +342,12 @@ class AttentionReranker:
         """Block attention: one window whatever the number of passages (each block attends to the
         prefix and itself; their states come from :attr:`states` when seen before)."""
         prompt = build_block_prompts(self.llm.tokenizer, query, docs, **self.prompt_kw)
-        key = tuple(prompt.prefix_ids)
-        if key not in self._block_prefix:  # the same for every query: prefilled once
-            self._block_prefix[key] = self.capturer.prefill(prompt.prefix_ids)
+        if self._block_prefix is None:  # the same for every query: prefilled once
+            self._block_prefix = self.capturer.prefill(prompt.prefix_ids)
         return capture_blocks(
             self.capturer,
             prompt,
-            self._block_prefix[key],
+            self._block_prefix,
             fingerprint=self.llm.weights_key,
             positions=self.config.block_positions,
             calibrate=self.calibrate,
