@@ -54,6 +54,7 @@ from .prompts import (
     chat_frame,
     encode_cut,
     late_instruction,
+    prompt_documents,
     prompt_positions,
     query_tail,
     truncate_texts,
@@ -161,9 +162,7 @@ def build_block_prompts(
     """Tokenize the block-attention prompt of ``docs`` for ``query`` (same options as
     :func:`~attnrank.llm.prompts.build_rerank_prompts`). Each block is tokenized as it stands
     after a separator and before a letter, so its ids do not depend on its neighbours."""
-    documents = [d if isinstance(d, Document) else Document(id=str(i), text=str(d)) for i, d in enumerate(docs)]
-    if not documents:
-        raise InputError("no documents to rerank; pass at least one document")
+    documents = prompt_documents(docs)
     late = late_instruction(instruction)
     positions = prompt_positions(len(documents), order)
     blocks, lengths, truncated, offsets = encode_blocks_text(tokenizer, documents, max_doc_words, max_doc_tokens)

@@ -207,6 +207,14 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     return ids if not lead or ids[: len(lead)] == lead else lead + ids
 
 
+def prompt_documents(docs: Sequence[Document | str]) -> list[Document]:
+    """The passages of a prompt as documents (a plain string gets its position as id); at least one."""
+    documents = [d if isinstance(d, Document) else Document(id=str(i), text=str(d)) for i, d in enumerate(docs)]
+    if not documents:
+        raise InputError("no documents to rerank; pass at least one document")
+    return documents
+
+
 def late_instruction(instruction: str) -> str:
     """The late instruction text for ``"ie"``, ``"qa"`` or a custom text (error if empty)."""
     late = INSTRUCTIONS.get(instruction.lower(), instruction).strip() if instruction else ""
@@ -271,9 +279,7 @@ class _Context:
         max_words: int | None,
         max_tokens: int | None,
     ) -> _Context:
-        documents = [d if isinstance(d, Document) else Document(id=str(i), text=str(d)) for i, d in enumerate(docs)]
-        if not documents:
-            raise InputError("no documents to rerank; pass at least one document")
+        documents = prompt_documents(docs)
         late = late_instruction(instruction)
         positions = prompt_positions(len(documents), order)
         texts, truncated = truncate_texts(tokenizer, documents, max_words, max_tokens)
