@@ -42,9 +42,11 @@ from ..llm.statestore import PassageStateStore, write_store
 from ..registry import resolve_heads
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
 from .config import AUTO_OR_ALL, RerankConfig
+from .fused import ATTENTION, resolve_fused
 from .learned import LearnedHeadWeights
 from .position import load_profile
 from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
+from .signals import SignalComputer
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +91,8 @@ class AttentionReranker:
     plain ICR aggregation); ``slot_profile``: the profile (or its JSON path, or ``"auto"``: the
     model's registered profile with the most slots) that ``reweight.slot_correction`` needs. Evidence tokens always hold the plain calibrated scores.
     ``heads="auto"`` / ``"auto:METHOD"``: the model's registered set (:mod:`attnrank.registry`).
+    ``signals``: fuse the attention score with the candidates' BM25, dense cosine and first-stage
+    rank (:mod:`attnrank.rerank.fused`; ``"auto"``: the registered fused weights).
     ``scorer``: "sum" (default), "learned" (the model's registered linear head weights,
     :mod:`attnrank.rerank.learned`; they fix heads, calibration and filter) or a
     :class:`~attnrank.rerank.learned.LearnedHeadWeights`.
@@ -111,6 +115,8 @@ class AttentionReranker:
         self.config = cfg = cfg.with_options(**options)
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.learned = self._learned_weights(cfg.scorer)
+        self.fused = resolve_fused(cfg.signals, self.llm.model_id, self.llm.fingerprint)
+        self.signals = SignalComputer(device=cfg.device if cfg.device != "auto" else "cpu")
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
             heads, calibrate, token_filter = (
@@ -190,7 +196,8 @@ class AttentionReranker:
         heads = "all" if self.heads is None else format_heads(self.heads)
         return (
             f"AttentionReranker(model={self.llm.model_id!r}, preset={self.config.name!r}, heads={heads}, "
-            f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate})"
+            f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate}, "
+            f"signals={'fused' if self.fused is not None else 'none'})"
         )
 
     # -- public API --------------------------------------------------------------------------
@@ -245,12 +252,22 @@ class AttentionReranker:
         ]
 
     def score(self, query: str, docs: Sequence[Document | str]) -> np.ndarray:
-        """Calibrated attention score of each document, in input order."""
+        """The reranker's score of each document, in input order: the calibrated attention score,
+        or with ``signals`` the fused score."""
         documents, _ = as_documents(docs)
         return self._score(query, documents, False)[0]
 
     # -- internals ---------------------------------------------------------------------------
     def _score(self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None = None):
+        scores, ev = self._attention_scores(query, docs, evidence, previous)
+        if self.fused is None:
+            return scores, ev
+        signals = self.signals(query, [d.full_text for d in docs], self.fused.base_features)
+        return self.fused.score({ATTENTION: scores, **signals}), ev
+
+    def _attention_scores(
+        self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None
+    ) -> tuple[np.ndarray, list[dict] | None]:
         if self.learned is not None:  # linear head weighting (attnrank.rerank.learned)
             wins = self.windows(query, docs)
             first_stage = None if previous is None else [d.score for d in previous]
