@@ -109,17 +109,22 @@ def examples(data: dict, g: str, heads: list[int] | None) -> list:
     return fusion_examples_from_rows(g, d["ds"], d["cands"], d["caps"], heads, d["signals"], d["extra"])
 
 
-def variants(args) -> dict:
-    """Ablations scored next to the headline (name -> (features, train options, head-set size))."""
+def variants() -> dict:
+    """Ablations scored next to the headline: name -> (features, train options, head-set size,
+    datasets left out of training)."""
     full = ["attention", "bm25", "dense", "rank"]
     return {
-        "fused with attention, no gate": (full, {"gate": False}, 16),
-        "fused with attention, pairwise (RankNet)": (full, {"model": "pairwise"}, 16),
-        "fused with attention, unbalanced datasets": (full, {"balance": False}, 16),
-        "fused with attention, top-8 heads": (full, {}, 8),
-        "fused with attention, top-32 heads": (full, {}, 32),
-        "fused with attention, all heads (ICR)": (full, {}, None),
-        "attention + dense": (["attention", "dense"], {}, 16),
+        "fused with attention, no gate": (full, {"gate": False}, 16, ()),
+        "fused with attention, pointwise (logistic)": (full, {"model": "pointwise"}, 16, ()),
+        "fused with attention, pairwise (RankNet)": (full, {"model": "pairwise"}, 16, ()),
+        "fused with attention, listwise (nDCG@10 grid)": (full, {"model": "listwise"}, 16, ()),
+        "fused with attention, datasets unbalanced": (full, {"balance": False}, 16, ()),
+        "fused with attention, top-8 heads": (full, {}, 8, ()),
+        "fused with attention, top-32 heads": (full, {}, 32, ()),
+        "fused with attention, all heads (ICR)": (full, {}, None, ()),
+        "fused with attention, trained without LoCoMo": (full, {}, 16, ("LoCoMo",)),
+        "attention + dense": (["attention", "dense"], {}, 16, ()),
+        "attention + dense + BM25": (["attention", "dense", "bm25"], {}, 16, ()),
     }
 
 
@@ -160,6 +165,7 @@ def in_domain(data: dict, args) -> list[dict]:
             ex = {e.qid: e for e in examples(data, g, idx)}
             part = heldout_scores(
                 [Split(split.name, [ex[q] for q in split.train], [ex[q] for q in split.test])],
+                model=args.model,
                 l2=args.l2,
                 extra_signals=[f.replace(" alone", "") for f in FIRST],
             )
@@ -199,7 +205,9 @@ def ship(data: dict, rr: AttentionReranker, args) -> dict:
     idx = [rr.head_list.index(h) for h in registered]
     every = [e for g in data for e in examples(data, g, idx)]
     desc = " + ".join(f"{g} ({len(data[g]['cands'])})" for g in data)
-    fused = train_fused(every, l2=args.l2, trained_on=f"{desc}; attention: the registered qrhead heads")
+    fused = train_fused(
+        every, model=args.model, l2=args.l2, trained_on=f"{desc}; attention: the registered qrhead heads"
+    )
     fused.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
     return {"features": fused.features, "weights": fused.weights, "gate": fused.gate, "trained_on": fused.trained_on}
 
@@ -212,6 +220,7 @@ def main() -> None:
     ap.add_argument("--locomo-questions", type=int, default=400)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--l2", type=float, default=1.0)
+    ap.add_argument("--model", default="pointwise", help="the headline's training: pointwise | pairwise | listwise")
     ap.add_argument("--ship", action="store_true")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()

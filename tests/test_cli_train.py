@@ -64,8 +64,8 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
 
 
 def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_dir):
-    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--kind", "listwise"))
-    assert r.exit_code != 0 and "--kind 'listwise'" in r.output
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--kind", "lambdamart"))
+    assert r.exit_code != 0 and "--kind 'lambdamart'" in r.output
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "9"))
     assert r.exit_code != 0 and "fewer than --folds 9" in r.output
     assert not home.exists()

@@ -131,7 +131,7 @@ def heads_detect(
         from ..rerank.attention import AttentionReranker
 
         qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
-        reranker = AttentionReranker(llm, None)
+        reranker = AttentionReranker(llm, None, signals=None)
         results = detect_query_focused(reranker, qs, cands, qr, rel=rel, data=desc, show_progress=progress)
     for name, res in results.items():
         ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])

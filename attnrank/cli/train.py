@@ -39,7 +39,11 @@ def train(
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth)."),
     max_queries: int = typer.Option(0, "--max-queries", help="Labelled queries used (0: all)."),
     rel: Optional[int] = typer.Option(None, "--rel", help="Minimum relevant label (default 1; 2 for dl19)."),
-    kind: str = typer.Option("pointwise", "--kind", help="pointwise (logistic regression) | pairwise (RankNet)."),
+    kind: str = typer.Option(
+        "pointwise",
+        "--kind",
+        help="pointwise (logistic regression) | pairwise (RankNet) | listwise (nDCG@10 over a weight grid).",
+    ),
     l2: float = typer.Option(1.0, "--l2", help="L2 penalty λ (sklearn C = 1/λ)."),
     gate: bool = typer.Option(
         True, "--gate/--no-gate", help="Fall back to the first-stage signals where attention is not confident."
@@ -74,7 +78,7 @@ def train(
     from ..rerank.attention import AttentionReranker
     from ..rerank.fused import fusion_examples
 
-    rr = AttentionReranker(model, heads, max_doc_words=max_doc_words, device=device, dtype=dtype)
+    rr = AttentionReranker(model, heads, max_doc_words=max_doc_words, device=device, dtype=dtype, signals=None)
     examples = fusion_examples(rr.score, qs, cands, qr, rel=rel, group=desc, progress=progress)
     report, weights = _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr)
     typer.echo(report)

@@ -42,7 +42,7 @@ from ..llm.statestore import PassageStateStore, write_store
 from ..registry import resolve_heads
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
 from .config import AUTO_OR_ALL, RerankConfig
-from .fused import ATTENTION, resolve_fused
+from .fused import ATTENTION, FUSED_STAGE, resolve_fused
 from .learned import LearnedHeadWeights
 from .position import load_profile
 from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
@@ -73,6 +73,28 @@ def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, Sequence[f
         return None
     names = dict.fromkeys(n for d in previous for n in d.stage_scores)
     return {n: [d.stage_scores.get(n, float("nan")) for d in previous] for n in names}
+
+
+def _with_stage(
+    docs: list[Document], previous: list[ScoredDocument] | None, stage: str, scores: np.ndarray
+) -> list[ScoredDocument]:
+    """``docs`` (input order) as scored documents carrying ``stage``'s score beside the earlier ones."""
+    out = []
+    for i, (d, s) in enumerate(zip(docs, scores)):
+        prev = previous[i] if previous is not None else None
+        out.append(
+            ScoredDocument(
+                d.id,
+                float(s),
+                i + 1,
+                d.text,
+                d.title,
+                {**(prev.stage_scores if prev else {}), stage: float(s)},
+                dict(prev.evidence) if prev else {},
+                d.metadata,
+            )
+        )
+    return out
 
 
 class AttentionReranker:
@@ -220,9 +242,13 @@ class AttentionReranker:
             query_id = docs.query_id
         if not documents:
             return RankedResults(query, [], query_id, stage="attention")
-        scores, evidence = self._score(query, documents, return_evidence, previous)
+        attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
+        stage, scores = "attention", attention
+        if self.fused is not None:  # keep the attention score beside the fused one
+            stage, scores = FUSED_STAGE, self._fuse(query, documents, attention)
+            previous = _with_stage(documents, previous, "attention", attention)
         res = rank_documents(
-            query, documents, scores, stage="attention", query_id=query_id, previous=previous, evidence=evidence
+            query, documents, scores, stage=stage, query_id=query_id, previous=previous, evidence=evidence
         )
         return res if k is None else res.top_k(k)
 
@@ -260,10 +286,13 @@ class AttentionReranker:
     # -- internals ---------------------------------------------------------------------------
     def _score(self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None = None):
         scores, ev = self._attention_scores(query, docs, evidence, previous)
-        if self.fused is None:
-            return scores, ev
+        return (scores if self.fused is None else self._fuse(query, docs, scores)), ev
+
+    def _fuse(self, query: str, docs: list[Document], attention: np.ndarray) -> np.ndarray:
+        """The fused score (:mod:`attnrank.rerank.fused`) of the candidates from their attention."""
+        assert self.fused is not None
         signals = self.signals(query, [d.full_text for d in docs], self.fused.base_features)
-        return self.fused.score({ATTENTION: scores, **signals}), ev
+        return self.fused.score({ATTENTION: attention, **signals})
 
     def _attention_scores(
         self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None

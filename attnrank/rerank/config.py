@@ -142,4 +142,4 @@ RERANK_PRESETS: dict[str, RerankConfig] = {
     "qrhead-sink": RerankConfig(heads=AUTO_OR_ALL, reweight=Reweighting(sink=True), name="qrhead-sink"),
     "fused": RerankConfig(heads=AUTO_OR_ALL, signals=SIGNALS_AUTO, name="fused"),
 }
-DEFAULT_PRESET = "qrhead"
+DEFAULT_PRESET = "fused"

@@ -9,9 +9,17 @@ candidates, the features
 - ``bm25``, ``dense``, ``rank``: the first-stage signals of :mod:`attnrank.rerank.signals`,
   computed over the candidate texts, so a bare TREC run or plain list gets them too;
 
-and scores ``s(d) = w · z(d)``. ``w`` is learned by L2-regularised logistic regression
-(``pointwise``: relevant vs not; ``pairwise``: RankNet on differences) on labelled queries of
-several datasets, and chosen by leave-one-dataset-out evaluation (``scripts/bench_fusion.py``).
+and scores ``s(d) = w · z(d)`` with ``w >= 0`` (every feature is a relevance estimate). ``w`` is
+learned on labelled queries of several datasets, each dataset given equal say:
+
+- ``listwise`` (default): the grid point of the simplex (steps of 1/10) with the best mean
+  nDCG@10, averaged per dataset and then over datasets — a direct, listwise optimisation of the
+  metric (coordinate search in the spirit of RankLib's; exhaustive here, as there are few features);
+- ``pointwise``: L2-regularised logistic regression, relevant vs not;
+- ``pairwise``: RankNet with a linear scorer (logistic regression on feature differences).
+
+Which one, and which features, was chosen by leave-one-dataset-out evaluation
+(``scripts/bench_fusion.py``, docs/benchmarks.md).
 
 **Fallback.** The same model is also trained without the attention feature (``base_weights``). A
 query whose attention is not confident — its ``confidence`` (:func:`attention_confidence`) below
@@ -40,8 +48,10 @@ from .signals import SIGNALS, SignalComputer
 logger = logging.getLogger(__name__)
 
 ATTENTION = "attention"
+FUSED_STAGE = "fused"  # the stage name of fused results (their attention score stays under ATTENTION)
 FEATURES = (ATTENTION, *SIGNALS)
-MODELS = ("pointwise", "pairwise")
+MODELS = ("pointwise", "pairwise", "listwise")
+GRID_STEPS = 10  # listwise: weights on the simplex in steps of 1/GRID_STEPS
 
 
 def attention_confidence(attention: np.ndarray) -> float:
@@ -158,6 +168,58 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
 
 # -- training -------------------------------------------------------------------------------------
 def _fit(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
+    if model == "listwise":
+        return _fit_listwise(examples, features)
+    return _fit_linear(examples, features, model, l2)
+
+
+def ndcg10(scores: np.ndarray, gains: np.ndarray, judged: Mapping[str, int]) -> np.ndarray:
+    """nDCG@10 of one query's candidates under each column of ``scores [D, G]`` (trec_eval's linear
+    gains; the ideal from all of ``judged``), for training (evaluation uses ir-measures)."""
+    ideal = np.sort(np.fromiter(judged.values(), dtype=np.float64))[::-1][:10]
+    idcg = float((ideal / np.log2(np.arange(2, ideal.size + 2))).sum())
+    if idcg <= 0:
+        return np.zeros(scores.shape[1])
+    top = np.argsort(-scores, axis=0, kind="stable")[:10]
+    return (gains[top] / np.log2(np.arange(2, top.shape[0] + 2))[:, None]).sum(axis=0) / idcg
+
+
+def simplex_grid(n: int, steps: int = GRID_STEPS) -> np.ndarray:
+    """Every weight vector of ``n`` non-negative multiples of 1/``steps`` that sum to 1."""
+    import itertools
+
+    pts = [c for c in itertools.product(range(steps + 1), repeat=n - 1) if sum(c) <= steps]
+    return np.array([[*c, steps - sum(c)] for c in pts], dtype=np.float64) / steps
+
+
+def _fit_listwise(examples: Sequence[FusionExample], features: Sequence[str]) -> np.ndarray:
+    """The simplex grid point with the best nDCG@10, mean per group then over groups."""
+    grid = simplex_grid(len(features))
+    by_group: dict[str, list[np.ndarray]] = {}
+    for e in examples:
+        x, judged = _design(e.signals, features), e.judged()
+        gains = np.array([judged.get(d, 0) for d in e.doc_ids], dtype=np.float64)
+        by_group.setdefault(e.group, []).append(ndcg10(x @ grid.T, gains, judged))
+    value = np.mean([np.mean(v, axis=0) for v in by_group.values()], axis=0)
+    return grid[int(np.argmax(value))]
+
+
+def _fit_linear(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
+    """Weights over ``features`` that are all >= 0: every signal is a relevance estimate (higher =
+    more relevant), so a negative weight only fits the training data's collinearity (e.g. one
+    BM25 against another) and does not transfer. A feature whose weight comes out negative is
+    dropped (weight 0) and the rest refitted."""
+    keep = list(range(len(features)))
+    while True:
+        w = _fit_logistic(examples, [features[i] for i in keep], model, l2)
+        if (w >= 0).all() or len(keep) == 1:
+            out = np.zeros(len(features))
+            out[keep] = np.maximum(w, 0.0)
+            return out
+        del keep[int(np.argmin(w))]
+
+
+def _fit_logistic(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
     from sklearn.linear_model import LogisticRegression
 
     xs = [_design(e.signals, features) for e in examples]

@@ -17,7 +17,7 @@ FUSED = FusedWeights(["attention", "bm25", "dense", "rank"], [0.8, 0.3, 1.2, 0.2
 
 def test_fused_scores_equal_the_weights_over_attention_and_signals(llm):
     docs = rerank_docs()
-    plain = AttentionReranker(llm, None)
+    plain = AttentionReranker(llm, None, signals=None)
     fused = AttentionReranker(llm, None, signals=FUSED)
     att = plain.score(RERANK_QUERY, docs)
     signals = SignalComputer()(RERANK_QUERY, [d.full_text for d in docs], ["bm25", "dense", "rank"])
