@@ -283,16 +283,20 @@ def fusion_examples_from_rows(
     head_idx: Sequence[int] | None,
     signals: Signals,
     extra: Signals | None = None,
+    *,
+    calibrate: bool = True,
+    use_filter: bool = True,
 ) -> list[Any]:
     """:class:`~attnrank.rerank.fused.FusionExample` per query from cached all-head rows: attention
     = the ICR score of the heads ``head_idx`` (None: all), the candidate ``signals``, and ``extra``
-    signals carried for comparison only (e.g. the first stage's own BM25 and dense scores)."""
+    signals carried for comparison only (e.g. the first stage's own BM25 and dense scores);
+    ``calibrate``/``use_filter``: ICR's N/A calibration and μ − 2σ token filter."""
     from .rerank.fused import ATTENTION, FusionExample
 
     out = []
     for q, docs in cands.items():
         sig = {k: np.asarray(v, dtype=np.float64) for k, v in signals[q].items()}
-        sig[ATTENTION] = icr_scores(captured[q]["windows"], len(docs), head_idx)
+        sig[ATTENTION] = icr_scores(captured[q]["windows"], len(docs), head_idx, calibrate, use_filter)
         for k, v in (extra or {}).get(q, {}).items():
             sig[k] = np.asarray(v, dtype=np.float64)
         labels = np.array([ds.qrels.get(q, {}).get(d.id, 0) for d in docs], dtype=np.int64)

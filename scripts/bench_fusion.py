@@ -104,27 +104,29 @@ def top_heads(data: dict, groups, qids=None, n: int | None = 16) -> list[int] | 
     return [int(i) for i in np.argsort(-np.mean(means, axis=0), kind="stable")[:n]]
 
 
-def examples(data: dict, g: str, heads: list[int] | None) -> list:
+def examples(data: dict, g: str, heads: list[int] | None, **kw) -> list:
     d = data[g]
-    return fusion_examples_from_rows(g, d["ds"], d["cands"], d["caps"], heads, d["signals"], d["extra"])
+    return fusion_examples_from_rows(g, d["ds"], d["cands"], d["caps"], heads, d["signals"], d["extra"], **kw)
 
 
 def variants() -> dict:
     """Ablations scored next to the headline: name -> (features, train options, head-set size,
-    datasets left out of training)."""
+    datasets left out of training, how attention is read)."""
     full = ["attention", "bm25", "dense", "rank"]
     return {
-        "fused with attention, no gate": (full, {"gate": False}, 16, ()),
-        "fused with attention, pointwise (logistic)": (full, {"model": "pointwise"}, 16, ()),
-        "fused with attention, pairwise (RankNet)": (full, {"model": "pairwise"}, 16, ()),
-        "fused with attention, listwise (nDCG@10 grid)": (full, {"model": "listwise"}, 16, ()),
-        "fused with attention, datasets unbalanced": (full, {"balance": False}, 16, ()),
-        "fused with attention, top-8 heads": (full, {}, 8, ()),
-        "fused with attention, top-32 heads": (full, {}, 32, ()),
-        "fused with attention, all heads (ICR)": (full, {}, None, ()),
-        "fused with attention, trained without LoCoMo": (full, {}, 16, ("LoCoMo",)),
-        "attention + dense": (["attention", "dense"], {}, 16, ()),
-        "attention + dense + BM25": (["attention", "dense", "bm25"], {}, 16, ()),
+        "fused with attention, no gate": (full, {"gate": False}, 16, (), {}),
+        "fused with attention, pointwise (logistic)": (full, {"model": "pointwise"}, 16, (), {}),
+        "fused with attention, pairwise (RankNet)": (full, {"model": "pairwise"}, 16, (), {}),
+        "fused with attention, listwise (nDCG@10 grid)": (full, {"model": "listwise"}, 16, (), {}),
+        "fused with attention, datasets unbalanced": (full, {"balance": False}, 16, (), {}),
+        "fused with attention, top-8 heads": (full, {}, 8, (), {}),
+        "fused with attention, top-32 heads": (full, {}, 32, (), {}),
+        "fused with attention, all heads (ICR)": (full, {}, None, (), {}),
+        "fused with attention, trained without LoCoMo": (full, {}, 16, ("LoCoMo",), {}),
+        "fused with attention, uncalibrated (no N/A query)": (full, {}, 16, (), {"calibrate": False}),
+        "fused with attention, no token filter": (full, {}, 16, (), {"use_filter": False}),
+        "attention + dense": (["attention", "dense"], {}, 16, (), {}),
+        "attention + dense + BM25": (["attention", "dense", "bm25"], {}, 16, (), {}),
     }
 
 
@@ -144,6 +146,9 @@ def lodo(data: dict, args) -> tuple[list[dict], dict]:
         scores = heldout_scores(split, l2=args.l2, extra_signals=[f.replace(" alone", "") for f in FIRST])
         scores[HEADLINE] = scores.pop(WITH_ATTENTION)
         scores["attention alone (top-16 heads of the training datasets)"] = scores.pop("attention alone")
+        for n in (8, 32, None):
+            label = "all heads (ICR)" if n is None else f"top-{n} heads"
+            scores[f"attention alone ({label})"] = {e.qid: e.signals["attention"] for e in ex[n][1]}
         for name, (feats, kw, n) in variants(args).items():
             fused = train_fused(ex[n][0], feats, l2=args.l2, **kw)
             scores[name] = {e.qid: fused.score(e.signals) for e in ex[n][1]}

@@ -42,3 +42,21 @@ def test_fused_preset_and_bad_signals_value():
     assert RerankConfig.preset("qrhead").signals is None
     with pytest.raises(InputError, match="signals='bm25'"):
         RerankConfig(signals="bm25")
+
+
+@pytest.mark.parametrize("family", ["qwen2", "mistral", "gemma"])
+def test_default_preset_fuses_with_any_causal_lm(family, caplog):
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+
+    llm = LLM(
+        model=tiny_model(family, max_positions=4096),
+        tokenizer=tiny_tokenizer(),
+        model_id=f"tiny-{family}",
+        fingerprint="t" * 64,
+    )
+    res = AttentionReranker(llm).rank(RERANK_QUERY, rerank_docs())  # default preset: fused, shipped weights
+    assert res.stage == "fused" and len(res) == 4
+    assert all(np.isfinite(d.score) and "attention" in d.stage_scores for d in res)
+    assert "no fused weights are registered" in caplog.text  # the fallback to the packaged weights is said
