@@ -177,7 +177,7 @@ def test_shipped_artifacts_of_the_default_model(tmp_path):
     from attnrank.rerank.position import load_profile
 
     llm = load_llm()
-    learned = AttentionReranker(llm, scorer="learned")
+    learned = AttentionReranker(llm, scorer="learned", signals=None)
     assert 0 < len(learned.head_list) <= llm.num_layers * llm.num_heads and not learned.learned.config.stages
     ix = HybridRetriever().index(demo_corpus_path(), show_progress=False)
     q = demo_queries()[0]
