@@ -25,6 +25,24 @@ def _numbers(text: str, what: str, kind: type = int) -> list:
         raise typer.BadParameter(f"{what} {text!r} must be comma-separated {kind.__name__}s, e.g. {example}") from None
 
 
+def check_training(kind: str, models: tuple[str, ...], l2: float, folds: int, depth: int) -> None:
+    """The options every ``train`` command shares, checked before any model is loaded."""
+    if kind not in models:
+        raise typer.BadParameter(f"--kind {kind!r} is not one of {', '.join(models)}")
+    if l2 <= 0:
+        raise typer.BadParameter(f"--l2 {l2} must be > 0 (the L2 penalty)")
+    if folds < 2 or depth < 2:
+        raise typer.BadParameter(f"--folds {folds} and --depth {depth} must each be >= 2")
+
+
+def check_folds(n_queries: int, folds: int) -> None:
+    if n_queries < folds:
+        raise typer.BadParameter(
+            f"{n_queries} labelled queries with candidates are fewer than --folds {folds}; "
+            "give more labelled queries or lower --folds"
+        )
+
+
 def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries: int, rel):
     """(queries, candidate Documents per query, qrels, rel, description) for QR detection and
     head-weight training (``max_queries`` 0: all labelled queries)."""

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import typer
 
 from . import Quiet, Verbose, _setup
-from .heads import _qr_set, heads_app
+from .heads import _qr_set, check_folds, check_training, heads_app
 
 METRICS = ("nDCG@10", "RR@10")
 
@@ -104,18 +104,9 @@ def heads_train(
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank heads train")  # before any model is loaded
     top = _parse_heads(heads)
-    if kind not in MODELS:
-        raise typer.BadParameter(f"--kind {kind!r} is not one of {', '.join(MODELS)}")
-    if l2 <= 0:
-        raise typer.BadParameter(f"--l2 {l2} must be > 0 (the L2 penalty)")
-    if folds < 2 or depth < 2:
-        raise typer.BadParameter(f"--folds {folds} and --depth {depth} must each be >= 2")
+    check_training(kind, MODELS, l2, folds, depth)
     qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
-    if len(qs) < folds:
-        raise typer.BadParameter(
-            f"{len(qs)} labelled queries with candidates are fewer than --folds {folds}; "
-            "give more labelled queries or lower --folds"
-        )
+    check_folds(len(qs), folds)
     feats, llm = _capture(model, device, dtype, qs, cands, qr, rel, progress)
     report, weights = _train(feats, qr, rel, top, kind, l2, first_stage, folds, seed, desc)
     typer.echo(report)

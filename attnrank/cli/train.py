@@ -17,7 +17,7 @@ from typing import Any, Optional
 import typer
 
 from . import Quiet, Verbose, _setup, app
-from .heads import _qr_set
+from .heads import _qr_set, check_folds, check_training
 
 METRICS = ("nDCG@10", "RR@10")
 
@@ -63,18 +63,9 @@ def train(
 
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank train")  # before any model is loaded
-    if kind not in MODELS:
-        raise typer.BadParameter(f"--kind {kind!r} is not one of {', '.join(MODELS)}")
-    if l2 <= 0:
-        raise typer.BadParameter(f"--l2 {l2} must be > 0 (the L2 penalty)")
-    if folds < 2 or depth < 2:
-        raise typer.BadParameter(f"--folds {folds} and --depth {depth} must each be >= 2")
+    check_training(kind, MODELS, l2, folds, depth)
     qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
-    if len(qs) < folds:
-        raise typer.BadParameter(
-            f"{len(qs)} labelled queries with candidates are fewer than --folds {folds}; "
-            "give more labelled queries or lower --folds"
-        )
+    check_folds(len(qs), folds)
     from ..rerank.attention import AttentionReranker
     from ..rerank.fused import fusion_examples
 
