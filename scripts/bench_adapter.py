@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--alpha", type=float, default=16.0)
     ap.add_argument("--temperature", type=float, default=0.1)
+    ap.add_argument("--max-train-seconds", type=float, default=840.0, help="training wall-time budget")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save-adapter", default=None, help="folder for adapter.safetensors + adapter.json")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
@@ -112,7 +113,7 @@ def main() -> None:
     _, dl, dl_cands = dl19_sets(root, [20], args.dl19_queries)[0]
     lists = lists_of(hp, hp_cands, hp_train) + lists_of(lo, lo_cands, list(lo_cands))
     cfg = AdapterConfig(rank=args.rank, alpha=args.alpha, steps=args.steps, lr=args.lr, temperature=args.temperature)
-    adapter = train_head_adapter(llm, heads, lists, config=cfg)
+    adapter = train_head_adapter(llm, heads, lists, config=cfg, max_seconds=args.max_train_seconds)
     info = adapter.info
     log.info("trained %d steps in %.0f s (%.2f s/step)", info["steps"], info["seconds"], info["seconds_per_step"])
     if args.save_adapter:
@@ -138,6 +139,7 @@ def main() -> None:
         "hotpot train questions": len(hp_train),
         "locomo questions sampled": len(lo_cands),
         "steps": info["steps"],
+        "steps planned": info["steps_planned"],
         "seconds": info["seconds"],
         "s/step": info["seconds_per_step"],
         "threads": info["threads"],
@@ -193,7 +195,8 @@ def main() -> None:
                 {"s/query heads": ".2f", "s/query heads + adapter": ".2f"},
             ),
             "Command: `flock /tmp/attnrank-heavy.lock python scripts/bench_adapter.py "
-            f"--steps {args.steps} --locomo-questions {args.locomo_questions} --lr {args.lr:g}`",
+            f"--steps {args.steps} --max-train-seconds {args.max_train_seconds:g} --locomo-questions {args.locomo_questions} "
+            f"--lr {args.lr:g}`",
         ]
     )
     write_outputs("adapter", payload, md + "\n", Path(args.out) if args.out else OUT)

@@ -228,6 +228,7 @@ def train_head_adapter(
     config: AdapterConfig | None = None,
     prompt: dict[str, Any] | None = None,
     progress: Callable[[int, float], object] | None = None,
+    max_seconds: float | None = None,
 ) -> HeadAdapter:
     """Train LoRA adapters on q/k of layers 0..max layer of ``heads`` so that the heads' passage
     scores (:func:`list_scores`) rank each list's positives first (:func:`listwise_loss`).
@@ -235,8 +236,9 @@ def train_head_adapter(
     One list per AdamW step, ``config.steps`` steps over the usable lists in a seeded shuffled
     order (repeated if there are fewer lists than steps). ``llm`` is not modified (a copy is
     trained). ``prompt``: :func:`prompt_options` (default: the reranker's defaults);
-    ``progress(step, loss)`` is called after every step. The returned adapter's ``info`` holds
-    the per-step losses, the wall time and s/step."""
+    ``progress(step, loss)`` is called after every step; ``max_seconds`` ends training after the
+    step that passes this wall time (a CPU budget). The returned adapter's ``info`` holds the
+    per-step losses, the steps done, the wall time and s/step."""
     cfg = config or AdapterConfig()
     usable = [x for x in lists if x.usable]
     if not usable:
@@ -272,6 +274,9 @@ def train_head_adapter(
             progress(step, losses[-1])
         if (step + 1) % 25 == 0:
             logger.info("adapter step %d/%d: mean loss of the last 25 %.4f", step + 1, cfg.steps, np.mean(losses[-25:]))
+        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+            logger.info("adapter training stopped at step %d/%d: %.0f s budget spent", step + 1, cfg.steps, max_seconds)
+            break
     seconds = time.perf_counter() - start
     peft = _peft()
     tensors = {k: v.detach().clone() for k, v in peft.get_peft_model_state_dict(wrapped).items()}
@@ -280,9 +285,10 @@ def train_head_adapter(
         "prompt": dict(prompt),
         "lists": len(usable),
         "lists_skipped": len(lists) - len(usable),
-        "steps": cfg.steps,
+        "steps": len(losses),
+        "steps_planned": cfg.steps,
         "seconds": round(seconds, 2),
-        "seconds_per_step": round(seconds / cfg.steps, 3),
+        "seconds_per_step": round(seconds / len(losses), 3),
         "threads": torch.get_num_threads(),
         "losses": [round(x, 5) for x in losses],
     }

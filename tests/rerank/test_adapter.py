@@ -149,3 +149,9 @@ def test_training_needs_a_contrastive_list():
         train_head_adapter(llm, HEADS, [ListInstance("q", rerank_docs()[:2], [1, 1])], config=AdapterConfig(steps=1))
     with pytest.raises(InputError):
         AdapterConfig(rank=0)
+
+
+def test_time_budget_ends_training_early():
+    llm = _llm()
+    ad = train_head_adapter(llm, HEADS, _lists(), config=AdapterConfig(rank=2, steps=50), max_seconds=0.0)
+    assert ad.info["steps"] == 1 and ad.info["steps_planned"] == 50 and len(ad.info["losses"]) == 1
