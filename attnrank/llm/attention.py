@@ -286,6 +286,7 @@ class AttentionCapturer:
         query_start: int = 0,
         reduce: str = "mean",
         position_start: int | None = None,
+        grad: bool = False,
     ) -> torch.Tensor:
         """Attention rows of the chosen heads, averaged over the query rows ``query_start:`` of
         this pass: float32 ``[len(self.heads), prefix length + len(input_ids)]``, rows in the order
@@ -298,7 +299,11 @@ class AttentionCapturer:
 
         ``position_start``: the position id of this pass's first token (default: right after the
         prefix). Block attention sets it, because its assembled context holds more tokens than
-        its positions count (:mod:`attnrank.llm.blocks`)."""
+        its positions count (:mod:`attnrank.llm.blocks`).
+
+        ``grad=True`` runs the pass with autograd on (not in inference mode), so the returned rows
+        keep their graph back to any trainable parameters (QRRanker-style head fine-tuning,
+        :mod:`attnrank.rerank.adapter`); the default captures under ``torch.inference_mode``."""
         if reduce not in REDUCTIONS:
             raise InputError(f"reduce={reduce!r} is not one of {REDUCTIONS}")
         ids = _as_ids(input_ids, self.model.device)
@@ -314,7 +319,7 @@ class AttentionCapturer:
         n_keys = ids.shape[1] + (prefix.length if prefix is not None else 0)
         session = _Session(self._layer_heads, query_start, n_keys, reduce=reduce)
         positions = None if position_start is None else _positions(position_start, ids.shape[1], ids.device)
-        self._forward(ids, cache, session, position_ids=positions)
+        self._forward(ids, cache, session, position_ids=positions, grad=grad)
         return self._collect(session)
 
     def run(
@@ -347,6 +352,7 @@ class AttentionCapturer:
         *,
         position_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        grad: bool = False,
     ) -> None:
         token = _ACTIVE.set(session)
         extra: dict[str, Any] = {self._cache_kwarg: cache}
@@ -356,7 +362,7 @@ class AttentionCapturer:
             extra["attention_mask"] = attention_mask
         try:
             with (
-                torch.inference_mode(),
+                torch.enable_grad() if grad else torch.inference_mode(),
                 _attn_implementation(self.decoder.config, ATTN_IMPLEMENTATION),
                 _stop_after(self.decoder.layers[self.deepest_layer]),
             ):

@@ -1,0 +1,157 @@
+"""Head adapters (QRRanker-style LoRA on q/k): the differentiable score equals the captured one at
+zero adapters, training lowers the listwise loss, only q/k of layers <= the deepest head change,
+and the saved adapter round-trips."""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+
+from _tiny import RERANK_QUERY, rerank_docs, tiny_model, tiny_tokenizer
+
+from attnrank.errors import InputError
+from attnrank.llm.attention import AttentionCapturer
+from attnrank.llm.capture import capture_window
+from attnrank.llm.models import LLM
+from attnrank.llm.prompts import build_rerank_prompts
+from attnrank.llm.rows import document_scores, token_scores
+from attnrank.rerank.adapter import (
+    AdapterConfig,
+    HeadAdapter,
+    ListInstance,
+    add_lora,
+    list_scores,
+    listwise_loss,
+    prompt_options,
+    train_head_adapter,
+)
+
+HEADS = [(1, 0), (2, 3), (2, 1)]  # deepest layer 2 of 4
+
+
+def _llm(family: str = "llama") -> LLM:
+    model = tiny_model(family, layers=4, heads=4, kv_heads=2, max_positions=2048)
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id=f"tiny-{family}", fingerprint="a" * 64)
+
+
+def _captured(llm: LLM, query: str, docs) -> torch.Tensor:
+    """The reranker's no-grad capture path (prefix cache + suffix), uncalibrated and unfiltered."""
+    pair = build_rerank_prompts(llm.tokenizer, query, docs, **prompt_options())
+    w = capture_window(AttentionCapturer(llm.model, HEADS), pair, calibrate=False)
+    return torch.as_tensor(document_scores(token_scores(w.real), w.spans, use_filter=False))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma"])
+def test_zero_adapter_score_equals_captured_score(family):
+    llm = _llm(family)
+    docs = rerank_docs()
+    model = copy.deepcopy(llm.model)
+    add_lora(model, 2, rank=4, alpha=8)
+    scores = list_scores(AttentionCapturer(model, HEADS), llm.tokenizer, RERANK_QUERY, docs, prompt_options())
+    assert scores.requires_grad and scores.shape == (len(docs),)
+    torch.testing.assert_close(scores.detach().double(), _captured(llm, RERANK_QUERY, docs), atol=1e-5, rtol=0)
+    # the adapters are in the graph: a non-zero B changes the scores
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    moved = list_scores(AttentionCapturer(model, HEADS), llm.tokenizer, RERANK_QUERY, docs, prompt_options())
+    assert (moved.detach() - scores.detach()).abs().max() > 1e-4
+
+
+def test_listwise_loss_values():
+    s = torch.tensor([1.0, 0.0, 0.5])
+    expected = -math.log(math.exp(10) / (math.exp(10) + 1 + math.exp(5)))
+    assert float(listwise_loss(s, [1, 0, 0], 0.1, True)) == pytest.approx(expected)
+    # two positives: the log of their summed probability; scale-free when normalised
+    two = float(listwise_loss(s * 7 + 3, [1, 0, 1], 0.1, True))
+    assert two == pytest.approx(-math.log((math.exp(10) + math.exp(5)) / (math.exp(10) + 1 + math.exp(5))))
+    assert float(listwise_loss(s, [1, 0, 0], 1.0, False)) == pytest.approx(
+        -math.log(math.e / (math.e + 1 + math.exp(0.5)))
+    )
+    with pytest.raises(InputError):
+        listwise_loss(s, [0, 0, 0], 0.1, True)
+
+
+def _lists() -> list[ListInstance]:
+    docs = rerank_docs()
+    return [
+        ListInstance(RERANK_QUERY, docs, [1, 0, 0, 0]),
+        ListInstance("capital of Germany?", docs[::-1], [0, 0, 1, 0]),
+        ListInstance("what fruit is yellow?", docs, [0, 0, 1, 0]),
+        ListInstance("no negatives", docs[:2], [1, 1]),  # skipped: no contrast
+    ]
+
+
+def _mean_loss(llm: LLM, lists: list[ListInstance]) -> float:
+    cap = AttentionCapturer(llm.model, HEADS)
+    return sum(
+        float(listwise_loss(list_scores(cap, llm.tokenizer, x.query, x.docs, prompt_options()), x.labels, 0.1, True))
+        for x in lists
+    ) / len(lists)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    llm = _llm()
+    cfg = AdapterConfig(rank=4, alpha=8.0, steps=24, lr=3e-3)
+    return llm, train_head_adapter(llm, HEADS, _lists(), config=cfg)
+
+
+def test_training_lowers_the_loss(trained):
+    llm, adapter = trained
+    usable = [x for x in _lists() if x.usable]
+    before = _mean_loss(llm, usable)
+    after = _mean_loss(adapter.apply(llm), usable)
+    assert after < before - 0.05, (before, after)
+    info = adapter.info
+    assert info["steps"] == 24 and info["lists"] == 3 and info["lists_skipped"] == 1 and len(info["losses"]) == 24
+
+
+def test_adapter_touches_only_qk_up_to_the_deepest_head(trained):
+    llm, adapter = trained
+    assert adapter.deepest_layer == 2
+    for key in adapter.tensors:
+        m = re.search(r"layers\.(\d+)\.self_attn\.(q_proj|k_proj)\.lora_[AB]", key)
+        assert m is not None and int(m.group(1)) <= 2, key
+    before = dict(llm.model.state_dict())
+    after = adapter.apply(llm).model.state_dict()
+    assert set(after) == set(before)
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    expected = {f"model.layers.{i}.self_attn.{p}.weight" for i in range(3) for p in ("q_proj", "k_proj")}
+    assert changed == expected
+    assert not any("lora" in n for n, _ in llm.model.named_parameters())  # the input model is untouched
+    assert not any(p.requires_grad for p in adapter.apply(llm).model.parameters())
+
+
+def test_save_load_apply_round_trip(trained, tmp_path):
+    llm, adapter = trained
+    loaded = HeadAdapter.load(adapter.save(tmp_path / "ad"))
+    assert loaded.heads == adapter.heads and loaded.rank == 4 and loaded.digest() == adapter.digest()
+    a, b = adapter.apply(llm), loaded.apply(llm)
+    for (k, v), w in zip(a.model.state_dict().items(), b.model.state_dict().values()):
+        assert torch.equal(v, w), k
+    assert a.weights_key != llm.weights_key and a.fingerprint == llm.fingerprint
+    other = LLM(model=llm.model, tokenizer=llm.tokenizer, model_id="x", fingerprint="b" * 64)
+    with pytest.raises(InputError, match="trained on"):
+        adapter.apply(other)
+
+
+def test_training_needs_a_contrastive_list():
+    llm = _llm()
+    with pytest.raises(InputError, match="positive and a negative"):
+        train_head_adapter(llm, HEADS, [ListInstance("q", rerank_docs()[:2], [1, 1])], config=AdapterConfig(steps=1))
+    with pytest.raises(InputError):
+        AdapterConfig(rank=0)
+
+
+def test_time_budget_ends_training_early():
+    llm = _llm()
+    ad = train_head_adapter(llm, HEADS, _lists(), config=AdapterConfig(rank=2, steps=50), max_seconds=0.0)
+    assert ad.info["steps"] == 1 and ad.info["steps_planned"] == 50 and len(ad.info["losses"]) == 1
