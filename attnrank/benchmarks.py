@@ -237,3 +237,68 @@ def head_quality(
     llm = reranker.llm
     hs = query_focused_scores(items, qrels, reranker.head_list, llm.num_layers, llm.num_heads, rel=rel)["qr-ndcg"]
     return np.array([hs.scores[l, h] for l, h in reranker.head_list])
+
+
+# -- the fused scorer's material ----------------------------------------------------------------
+def candidate_signals(setting: str, ds: Dataset, cands: dict[str, list[Document]], cache: Path | None) -> Signals:
+    """The fused scorer's first-stage signals of each query's candidates (BM25 over the candidate
+    texts, MiniLM cosine, rank: :class:`attnrank.rerank.signals.SignalComputer`), cached as JSON."""
+    from .rerank.signals import SignalComputer
+
+    sc = SignalComputer()
+
+    def compute(qids: list[str]) -> dict[str, dict[str, list[float]]]:
+        return {q: {k: v.tolist() for k, v in sc(ds.queries[q], [d.full_text for d in cands[q]]).items()} for q in qids}
+
+    return cached_signals("candidate signals " + setting, list(cands), compute, cache)
+
+
+def per_query_head_ndcg(
+    features: dict[str, np.ndarray], cands: dict[str, list[Document]], qrels: dict[str, dict[str, int]], rel: int
+) -> dict[str, np.ndarray]:
+    """``{qid: nDCG@10 of each head used alone [H]}`` from per-head passage scores
+    ``features[qid] [H, D]`` (:func:`attnrank.llm.rows.window_features`), judged by ``qrels``."""
+    from .eval.metrics import evaluate_per_query
+
+    out = {q: np.zeros(f.shape[0]) for q, f in features.items()}
+    n = next(iter(features.values())).shape[0]
+    for lo in range(0, n, 64):  # heads in chunks: one ir-measures call per chunk
+        run = {
+            f"{q}::{h}": {d.id: float(s) for d, s in zip(cands[q], f[h])}
+            for q, f in features.items()
+            for h in range(lo, min(n, lo + 64))
+        }
+        per = evaluate_per_query(run, {key: qrels[key.rsplit("::", 1)[0]] for key in run}, ["nDCG@10"], rel=rel)
+        for key, v in per.items():
+            q, h = key.rsplit("::", 1)
+            out[q][int(h)] = v["nDCG@10"]
+    return out
+
+
+def fusion_examples_from_rows(
+    group: str,
+    ds: Dataset,
+    cands: dict[str, list[Document]],
+    captured: dict[str, dict[str, Any]],
+    head_idx: Sequence[int] | None,
+    signals: Signals,
+    extra: Signals | None = None,
+    *,
+    calibrate: bool = True,
+    use_filter: bool = True,
+) -> list[Any]:
+    """:class:`~attnrank.rerank.fused.FusionExample` per query from cached all-head rows: attention
+    = the ICR score of the heads ``head_idx`` (None: all), the candidate ``signals``, and ``extra``
+    signals carried for comparison only (e.g. the first stage's own BM25 and dense scores);
+    ``calibrate``/``use_filter``: ICR's N/A calibration and μ − 2σ token filter."""
+    from .rerank.fused import ATTENTION, FusionExample
+
+    out = []
+    for q, docs in cands.items():
+        sig = {k: np.asarray(v, dtype=np.float64) for k, v in signals[q].items()}
+        sig[ATTENTION] = icr_scores(captured[q]["windows"], len(docs), head_idx, calibrate, use_filter)
+        for k, v in (extra or {}).get(q, {}).items():
+            sig[k] = np.asarray(v, dtype=np.float64)
+        labels = np.array([ds.qrels.get(q, {}).get(d.id, 0) for d in docs], dtype=np.int64)
+        out.append(FusionExample(q, [d.id for d in docs], sig, labels, ds.rel, group, dict(ds.qrels.get(q, {}))))
+    return out

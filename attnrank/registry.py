@@ -305,6 +305,17 @@ def load_artifact(kind: str, model_id: str, fingerprint: str, *, root: Path | No
     return None if best is None else best[1]
 
 
+def shipped_artifact(kind: str, model_id: str) -> dict[str, Any] | None:
+    """The ``kind`` payload shipped with attnrank for a model named ``model_id`` (any weights),
+    or None: a fallback for models that have none of their own."""
+    for path in sorted(SHIPPED_DIR.glob("*.json")) if SHIPPED_DIR.is_dir() else []:
+        for doc in _read_docs(path):
+            item = doc.get("artifacts", {}).get(kind)
+            if _base(doc.get("model_id", "")) == _base(model_id) and isinstance(item, dict) and "payload" in item:
+                return item["payload"]
+    return None
+
+
 class RegistryArtifact:
     """Mixin for a per-model object stored as one registry artifact: a subclass sets ``KIND``
     (the artifact key), ``LABEL`` and ``HINT`` (for the error when none is registered), is a

@@ -95,7 +95,7 @@ def measure(
     options: dict[str, Any] = {"dtype": dtype, "max_doc_words": max_doc_words}
     if mode != "full":  # room for every candidate's states: a warm cell must not evict
         options.update(attention="block", state_cache_mb=1 << 16)
-    reranker = AttentionReranker(**options)
+    reranker = AttentionReranker(**{"signals": None, **options})
     pairs = speed_queries(dataset, root, k, n_queries)
     reranker.rank("warm up", pairs[0][1][:2])  # first-call overheads, and the shared prefix
     times, peaks = [], []
@@ -195,7 +195,7 @@ def compare_modes(
         for label, options in modes.items():
             key = f"{setting} | {label} | {json.dumps(options, sort_keys=True)}"
             if key not in done:
-                done[key] = mode_quality(AttentionReranker(llm, **options), cands, ds.queries)
+                done[key] = mode_quality(AttentionReranker(llm, **{"signals": None, **options}), cands, ds.queries)
                 if cache is not None:
                     cache.write_text(json.dumps(done))
             run, secs[label] = done[key]
@@ -222,7 +222,7 @@ def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
     """Bytes per passage token and the size of a passage-state store for the SciFact corpus and
     the DL19 BM25 top-20/top-100 candidates, from their block token counts (default preset: the
     layers up to its deepest head; float32 in memory, float16 or int8 on disk)."""
-    reranker = AttentionReranker(attention="block")
+    reranker = AttentionReranker(attention="block", signals=None)
     cfg = reranker.capturer.decoder.config
     layers = reranker.capturer.deepest_layer + 1
     kv, dim = (
@@ -252,7 +252,7 @@ def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
 def build_store(root: Path, folder: Path, storage: str = "float16", depth: int = 20) -> dict[str, Any]:
     """Build a real passage-state store for the DL19 BM25 top-``depth`` candidates (default
     preset); its seconds, bytes on disk and bytes per token."""
-    reranker = AttentionReranker(attention="block")
+    reranker = AttentionReranker(attention="block", signals=None)
     ds = dl19(root)
     docs = {d.id: d for d in ds.docs}
     passages = [docs[i] for i in dict.fromkeys(i for q in ds.queries for i in ds.candidates[q][:depth])]

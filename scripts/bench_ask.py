@@ -400,7 +400,7 @@ def main() -> None:
         args.skip,
     )
     llm = load_llm(None)
-    reranker = AttentionReranker(llm, args.heads)
+    reranker = AttentionReranker(llm, args.heads, signals=None)
     pruner = ContextPruner(llm, args.heads, method=args.prune_method)
     gen = Generator(llm, args.max_new_tokens)
     pipe = Pipeline(None, reranker, pruner, gen, depth=10, top_k=args.rerank_k, budget_tokens=args.pipeline_budget)

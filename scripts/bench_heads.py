@@ -246,7 +246,7 @@ def latency(rr_all, head_sets, setups, n=5) -> list[dict]:
     """Seconds per query (first ``n`` DL19 queries, same run) with all heads and each head set."""
     name, ds, cands = setups[0]
     runs = [("all heads", rr_all)] + [
-        (f"{len(h)} {label} (deepest layer {max(l for l, _ in h)})", AttentionReranker(rr_all.llm, h))
+        (f"{len(h)} {label} (deepest layer {max(l for l, _ in h)})", AttentionReranker(rr_all.llm, h, signals=None))
         for label, h in head_sets
     ]
     rows = []

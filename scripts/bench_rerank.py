@@ -159,7 +159,7 @@ def speed_worker(impl: str, k: int, n_queries: int, heads: str | None) -> dict:
     set_torch_threads()
     root = data_root(None, default=REPO.parent / "shared" / "data")
     ds = scifact(root)
-    rr = AttentionReranker(None, heads, max_doc_words=100)
+    rr = AttentionReranker(None, heads, max_doc_words=100, signals=None)
     qids = sorted(ds.queries)[:n_queries]
     docs = ds.docs
     rng = random.Random(1)
@@ -246,7 +246,7 @@ def precision_compare(root: Path, args) -> tuple[list[dict], dict]:
     rerankers, loads = {}, {}
     for dtype in args.int8_dtypes:
         t = time.perf_counter()
-        rerankers[dtype] = AttentionReranker(config=args.int8_preset, dtype=dtype)
+        rerankers[dtype] = AttentionReranker(config=args.int8_preset, dtype=dtype, signals=None)
         loads[dtype] = time.perf_counter() - t
         rerankers[dtype].score("warm up", next(iter(cands.values()))[:2])
     scores: dict[str, dict[str, list[float]]] = {d: {} for d in args.int8_dtypes}
@@ -384,7 +384,7 @@ def blocks_section(args, root: Path) -> None:
         }
         sets = quality_sets(root, args.blocks_hotpot, args.blocks_scifact)
         runs = REPO / "build" / "blocks" / "quality_runs.json"
-        q_rows = compare_modes(sets, modes, AttentionReranker().llm, runs)
+        q_rows = compare_modes(sets, modes, AttentionReranker(signals=None).llm, runs)
         quality_path.write_text(json.dumps(q_rows, indent=1))
     env = environment()
     md = blocks_markdown(speed_rows, q_rows, stores, env)

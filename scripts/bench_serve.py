@@ -199,7 +199,7 @@ def main() -> None:
     import torch
 
     llm = load_llm(args.model)
-    reranker = AttentionReranker(llm)
+    reranker = AttentionReranker(llm, signals=None)
     bodies = workload(args.docs, args.doc_chars)
     load_before = os.getloadavg()
     baseline(reranker, bodies, 1)  # warm-up

@@ -194,7 +194,7 @@ def batch_section(single_dir: Path, sharded_dir: Path, sample: dict[str, str], d
 
     t0 = time.perf_counter()
     r = HybridRetriever.load(single_dir)
-    reranker = AttentionReranker()
+    reranker = AttentionReranker(signals=None)
     t1 = time.perf_counter()
     results = [rerank_head(reranker, res, depth).top_k(10) for res in r.search_batch(sample, max(10, depth))]
     t2 = time.perf_counter()

@@ -51,7 +51,7 @@ def test_pipeline_end_to_end(llm, built_retriever):
     res = pipe.run(QUESTION, budget_tokens=120, stream=pieces.append)
     assert isinstance(res, PipelineResult) and res.question == QUESTION
     assert isinstance(res.first_stage, RankedResults) and len(res.first_stage) == 4
-    assert isinstance(res.reranked, RankedResults) and res.reranked.stage == "attention" and len(res.reranked) == 2
+    assert isinstance(res.reranked, RankedResults) and res.reranked.stage == "fused" and len(res.reranked) == 2
     assert set(res.reranked.ids) <= set(res.first_stage.ids)
     assert isinstance(res.pruned, PrunedContext) and res.pruned.budget_tokens == 120
     assert 0 < res.pruned.kept_tokens <= 120 and res.pruned.compression > 1

@@ -118,9 +118,9 @@ def test_artifacts(home):
 def test_reranker_auto_heads(home):
     llm = LLM(tiny_model("llama", layers=3, max_positions=2048), tiny_tokenizer(), "tiny-llama", FP)
     with pytest.raises(InputError, match="attnrank heads detect"):
-        AttentionReranker(llm, "auto")
+        AttentionReranker(llm, "auto", signals=None)
     save_head_set("tiny-llama", FP, "qr-score", ["1-2", "0-3"])
-    rr = AttentionReranker(llm, "auto")
+    rr = AttentionReranker(llm, "auto", signals=None)
     assert rr.heads == [(0, 3), (1, 2)] and rr.capturer.deepest_layer == 1
 
 

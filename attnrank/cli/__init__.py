@@ -7,6 +7,7 @@ One module per concern; each registers its commands on :data:`app` when imported
 - :mod:`attnrank.cli.demo`: ``demo``
 - :mod:`attnrank.cli.rag`: ``prune``, ``ask``
 - :mod:`attnrank.cli.heads`: the ``heads`` sub-app (``detect``, ``show``); ``train`` in :mod:`attnrank.cli.heads_train`
+- :mod:`attnrank.cli.train`: ``train`` (the fused scorer)
 - :mod:`attnrank.cli.batch`: ``batch`` (Ray Data) and ``merge-shards``
 
 This module holds the app, the console entry point :func:`main` and the helpers the commands share.
@@ -178,10 +179,10 @@ def main() -> None:
 
 
 # Register the commands (after the shared names above exist: the modules import them from here).
-from . import batch, demo, explain, heads, heads_train, rag, rerank, retrieval, serve  # noqa: F401
+from . import batch, demo, explain, heads, heads_train, rag, rerank, retrieval, serve, train  # noqa: F401
 
 # `attnrank --help` lists the commands in workflow order, whatever the import order above (others last)
-_ORDER = ("index", "search", "rerank", "eval", "demo", "prune", "ask")
+_ORDER = ("index", "search", "rerank", "eval", "train", "demo", "prune", "ask")
 
 
 def _order(info) -> int:

@@ -37,12 +37,12 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
     if dataset is not None:
         import os
 
-        from ..eval.datasets import data_root, load_dataset
+        from ..eval.datasets import LOADERS, data_root, load_dataset
 
         if not (data or os.environ.get("ATTNRANK_DATA")):
             raise typer.BadParameter(f"--dataset {dataset} needs --data DIR (the shared data folder) or ATTNRANK_DATA")
-        if dataset not in ("scifact", "dl19"):
-            raise typer.BadParameter(f"--dataset {dataset!r} is not scifact or dl19")
+        if dataset not in LOADERS:
+            raise typer.BadParameter(f"--dataset {dataset!r} is not one of {', '.join(LOADERS)}")
         ds = load_dataset(dataset, data_root(data))
         docs, qs, qr, rel, cands = ds.docs, ds.queries, ds.qrels, rel or ds.rel, ds.candidates
     else:
@@ -131,7 +131,7 @@ def heads_detect(
         from ..rerank.attention import AttentionReranker
 
         qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
-        reranker = AttentionReranker(llm, None)
+        reranker = AttentionReranker(llm, None, signals=None)
         results = detect_query_focused(reranker, qs, cands, qr, rel=rel, data=desc, show_progress=progress)
     for name, res in results.items():
         ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])

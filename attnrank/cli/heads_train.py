@@ -132,7 +132,7 @@ def _capture(model, device, dtype, qs, cands, qr, rel, progress):
     from ..rerank.learned import query_features
 
     llm = load_llm(model, dtype=dtype, device=device)
-    rr = AttentionReranker(llm, None)  # all heads
+    rr = AttentionReranker(llm, None, signals=None)  # all heads, attention alone
     feats = []
     for qid in tqdm(list(qs), desc="capturing attention rows", unit="query", disable=not progress):
         docs = cands[qid]

@@ -107,6 +107,15 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None, "--passage-states", help="Index folder with passage states (attnrank index --passage-states)."
         ),
     ),
+    "signals": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--signals",
+            help="auto (fuse attention with the candidates' BM25, dense and rank scores: registered fused weights) "
+            "| none (attention alone).",
+        ),
+    ),
     "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),
     "dtype": (
         Optional[str],
@@ -138,6 +147,8 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
     overrides = {k: v for k, v in given.items() if v is not None}
     if "reweight" in overrides:
         overrides["reweight"] = parse_reweight(overrides["reweight"])
+    if str(overrides.get("signals", "")).strip().lower() == "none":
+        overrides["signals"] = None
     return RerankConfig.preset(preset or "", **overrides)
 
 

@@ -98,8 +98,10 @@ def explain_one(tokenizer: Any, d: ScoredDocument, use_filter: bool) -> PassageE
     scores = np.array([s for _, s in ev], dtype=np.float64)
     counted = keep_mask(scores, use_filter)
     texts = token_texts(tokenizer, ids)
+    # a fused result's score mixes in first-stage signals; the tokens explain its attention part
+    score = d.stage_scores.get("attention", d.score)
     return PassageExplanation(
-        d.id, d.rank, d.score, d.title, [TokenScore(t, float(s), bool(c)) for t, s, c in zip(texts, scores, counted)]
+        d.id, d.rank, score, d.title, [TokenScore(t, float(s), bool(c)) for t, s, c in zip(texts, scores, counted)]
     )
 
 

@@ -42,9 +42,11 @@ from ..llm.statestore import PassageStateStore, write_store
 from ..registry import resolve_heads
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
 from .config import AUTO_OR_ALL, RerankConfig
+from .fused import ATTENTION, FUSED_STAGE, resolve_fused
 from .learned import LearnedHeadWeights
 from .position import load_profile
 from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
+from .signals import SignalComputer
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,28 @@ def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, Sequence[f
     return {n: [d.stage_scores.get(n, float("nan")) for d in previous] for n in names}
 
 
+def _with_stage(
+    docs: list[Document], previous: list[ScoredDocument] | None, stage: str, scores: np.ndarray
+) -> list[ScoredDocument]:
+    """``docs`` (input order) as scored documents carrying ``stage``'s score beside the earlier ones."""
+    out = []
+    for i, (d, s) in enumerate(zip(docs, scores)):
+        prev = previous[i] if previous is not None else None
+        out.append(
+            ScoredDocument(
+                d.id,
+                float(s),
+                i + 1,
+                d.text,
+                d.title,
+                {**(prev.stage_scores if prev else {}), stage: float(s)},
+                dict(prev.evidence) if prev else {},
+                d.metadata,
+            )
+        )
+    return out
+
+
 class AttentionReranker:
     """Rerank passages by the attention a query pays them, read from selected heads.
 
@@ -89,6 +113,8 @@ class AttentionReranker:
     plain ICR aggregation); ``slot_profile``: the profile (or its JSON path, or ``"auto"``: the
     model's registered profile with the most slots) that ``reweight.slot_correction`` needs. Evidence tokens always hold the plain calibrated scores.
     ``heads="auto"`` / ``"auto:METHOD"``: the model's registered set (:mod:`attnrank.registry`).
+    ``signals``: fuse the attention score with the candidates' BM25, dense cosine and first-stage
+    rank (:mod:`attnrank.rerank.fused`; ``"auto"``: the registered fused weights).
     ``scorer``: "sum" (default), "learned" (the model's registered linear head weights,
     :mod:`attnrank.rerank.learned`; they fix heads, calibration and filter) or a
     :class:`~attnrank.rerank.learned.LearnedHeadWeights`.
@@ -111,6 +137,8 @@ class AttentionReranker:
         self.config = cfg = cfg.with_options(**options)
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.learned = self._learned_weights(cfg.scorer)
+        self.fused = resolve_fused(cfg.signals, self.llm.model_id, self.llm.fingerprint)
+        self.signals = SignalComputer(device=cfg.device if cfg.device != "auto" else "cpu")
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
             heads, calibrate, token_filter = (
@@ -190,7 +218,8 @@ class AttentionReranker:
         heads = "all" if self.heads is None else format_heads(self.heads)
         return (
             f"AttentionReranker(model={self.llm.model_id!r}, preset={self.config.name!r}, heads={heads}, "
-            f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate})"
+            f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate}, "
+            f"signals={'fused' if self.fused is not None else 'none'})"
         )
 
     # -- public API --------------------------------------------------------------------------
@@ -213,9 +242,13 @@ class AttentionReranker:
             query_id = docs.query_id
         if not documents:
             return RankedResults(query, [], query_id, stage="attention")
-        scores, evidence = self._score(query, documents, return_evidence, previous)
+        attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
+        stage, scores = "attention", attention
+        if self.fused is not None:  # keep the attention score beside the fused one
+            stage, scores = FUSED_STAGE, self._fuse(query, documents, attention)
+            previous = _with_stage(documents, previous, "attention", attention)
         res = rank_documents(
-            query, documents, scores, stage="attention", query_id=query_id, previous=previous, evidence=evidence
+            query, documents, scores, stage=stage, query_id=query_id, previous=previous, evidence=evidence
         )
         return res if k is None else res.top_k(k)
 
@@ -245,12 +278,25 @@ class AttentionReranker:
         ]
 
     def score(self, query: str, docs: Sequence[Document | str]) -> np.ndarray:
-        """Calibrated attention score of each document, in input order."""
+        """The reranker's score of each document, in input order: the calibrated attention score,
+        or with ``signals`` the fused score."""
         documents, _ = as_documents(docs)
         return self._score(query, documents, False)[0]
 
     # -- internals ---------------------------------------------------------------------------
     def _score(self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None = None):
+        scores, ev = self._attention_scores(query, docs, evidence, previous)
+        return (scores if self.fused is None else self._fuse(query, docs, scores)), ev
+
+    def _fuse(self, query: str, docs: list[Document], attention: np.ndarray) -> np.ndarray:
+        """The fused score (:mod:`attnrank.rerank.fused`) of the candidates from their attention."""
+        assert self.fused is not None
+        signals = self.signals(query, [d.full_text for d in docs], self.fused.base_features)
+        return self.fused.score({ATTENTION: attention, **signals})
+
+    def _attention_scores(
+        self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None
+    ) -> tuple[np.ndarray, list[dict] | None]:
         if self.learned is not None:  # linear head weighting (attnrank.rerank.learned)
             wins = self.windows(query, docs)
             first_stage = None if previous is None else [d.score for d in previous]

@@ -13,6 +13,9 @@ Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
 - ``icr``: every head of the model (ICR, Chen et al. ICLR 2025) — works for any model.
 - ``learned``: the model's registered linear head weights (:mod:`attnrank.rerank.learned`).
 - ``qrhead-sink``: ``qrhead`` plus sink filtering (:mod:`attnrank.rerank.reweight` step 1).
+- ``fused``: ``qrhead``'s attention score fused with BM25, dense cosine and the first-stage rank
+  of the candidates by the model's registered fused weights, falling back to the first-stage
+  signals alone where attention is not confident (:mod:`attnrank.rerank.fused`).
 
 Overrides go after the preset: ``RerankConfig.preset("icr", max_doc_words=150)``.
 """
@@ -31,6 +34,7 @@ from .reweight import Reweighting
 SCORERS = ("sum", "learned")
 ORDERS = ("reverse", "forward")
 AUTO_OR_ALL = "auto-or-all"
+SIGNALS_AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class RerankConfig:
     ``state_cache_mb``: in-memory budget of reusable block states (0: none);
     ``passage_states``: an index folder (or its ``passage_states`` folder) with states built by
     ``attnrank index --passage-states``.
+    ``signals``: None (attention alone), ``"auto"`` (fuse attention with the candidates' BM25,
+    dense and rank signals by the model's registered fused weights, else the packaged model's) or
+    a :class:`~attnrank.rerank.fused.FusedWeights`.
     """
 
     model: str | None = None
@@ -75,6 +82,7 @@ class RerankConfig:
     block_positions: str = "rotated"
     state_cache_mb: int = 1024
     passage_states: str | None = None
+    signals: Any = None  # None, "auto" or a FusedWeights
     name: str = field(default="custom", compare=False)  # the preset it came from
 
     def __post_init__(self) -> None:
@@ -95,6 +103,8 @@ class RerankConfig:
                 "passage_states hold states at shared block positions ('shared' or 'rotated'); drop "
                 "block_positions='sequential' (--block-positions) or passage_states"
             )
+        if isinstance(self.signals, str) and self.signals != SIGNALS_AUTO:
+            raise InputError(f"signals={self.signals!r} is not 'auto', None or FusedWeights (--signals auto|none)")
         if not str(self.instruction).strip():
             raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
         for key in ("max_doc_words", "max_doc_tokens", "max_prompt_tokens"):
@@ -130,5 +140,6 @@ RERANK_PRESETS: dict[str, RerankConfig] = {
     "icr": RerankConfig(heads="all", name="icr"),
     "learned": RerankConfig(heads=None, scorer="learned", name="learned"),
     "qrhead-sink": RerankConfig(heads=AUTO_OR_ALL, reweight=Reweighting(sink=True), name="qrhead-sink"),
+    "fused": RerankConfig(heads=AUTO_OR_ALL, signals=SIGNALS_AUTO, name="fused"),
 }
-DEFAULT_PRESET = "qrhead"
+DEFAULT_PRESET = "fused"

@@ -54,7 +54,7 @@ def test_rrf_order_gives_nothing_for_a_missing_side():
 
 
 def test_icr_scores_from_cached_rows_equal_the_reranker(tmp_path):
-    rr = AttentionReranker(tiny_llm(), None)
+    rr = AttentionReranker(tiny_llm(), None, signals=None)
     docs = rerank_docs()
     cap = capture_all(rr, "toy", {"q": "capital of France?"}, {"q": docs}, tmp_path)
     cached = capture_all(rr, "toy", {"q": "capital of France?"}, {"q": docs}, tmp_path)  # read back (float32)

@@ -31,9 +31,11 @@ def explained(reranker):
 def test_token_scores_add_up_to_the_passage_score(explained):
     res, ex = explained
     assert [e.id for e in ex] == res.ids and [e.rank for e in ex] == [1, 2, 3, 4]
+    # the default preset fuses attention with first-stage signals: the tokens explain the attention part
+    assert res.stage == "fused"
     for r, e in zip(res, ex):
-        assert e.score == r.score
-        assert e.token_sum == pytest.approx(r.score, abs=5e-7 * len(e.tokens) + 1e-12)
+        assert e.score == r.stage_scores["attention"] != r.score
+        assert e.token_sum == pytest.approx(e.score, abs=5e-7 * len(e.tokens) + 1e-12)
         # the tokens spell the passage's prompt block ("[k] title\ntext") and end with its text
         assert "".join(t.text for t in e.tokens).endswith(r.text)
     # the μ − 2σ filter leaves out some tokens somewhere, and those do not count

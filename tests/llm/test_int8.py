@@ -72,8 +72,10 @@ def test_int8_load_keeps_the_fingerprint(tiny_dir):
 
 def test_int8_scores_are_finite_and_close_to_float32(tiny_dir):
     docs = _docs()
-    f32 = AttentionReranker(load_llm(str(tiny_dir)), heads="all").score("where is the capital of france", docs)
-    q = AttentionReranker(load_llm(str(tiny_dir), dtype="int8"), heads="all").score(
+    f32 = AttentionReranker(load_llm(str(tiny_dir)), heads="all", signals=None).score(
+        "where is the capital of france", docs
+    )
+    q = AttentionReranker(load_llm(str(tiny_dir), dtype="int8"), heads="all", signals=None).score(
         "where is the capital of france", docs
     )
     assert np.all(np.isfinite(q)) and q.shape == f32.shape
@@ -86,7 +88,7 @@ def test_registered_heads_resolve_for_the_int8_model(tiny_dir, tmp_path):
     f32 = load_llm(str(tiny_dir))
     save_head_set(f32.model_id, f32.fingerprint, "qr", "0-1,2-3")
     q = load_llm(str(tiny_dir), dtype="int8")
-    rr = AttentionReranker(q, heads="auto")
+    rr = AttentionReranker(q, heads="auto", signals=None)
     assert rr.heads == [(0, 1), (2, 3)]
     assert np.all(np.isfinite(rr.score("capital of france", _docs(4))))
 

@@ -43,7 +43,7 @@ def reference_scores(llm, query, docs, heads=None, calibrate=True, last=False, u
     ],
 )
 def test_scores_equal_brute_force_reference(llm, kw, ref_kw):
-    ours = AttentionReranker(llm, **kw).score(QUERY, DOCS)
+    ours = AttentionReranker(llm, **kw, signals=None).score(QUERY, DOCS)
     ref = reference_scores(llm, QUERY, DOCS, **ref_kw)
     np.testing.assert_allclose(ours, ref, atol=1e-6)
     assert np.isfinite(ours).all()
@@ -55,7 +55,7 @@ def test_rank_returns_sorted_typed_results_with_previous_stage(llm):
         [ScoredDocument(d.id, 10.0 - i, i + 1, d.text, d.title, {"bm25": 10.0 - i}) for i, d in enumerate(DOCS)],
         query_id="q7",
     )
-    res = AttentionReranker(llm).rank(QUERY, first, k=3, return_evidence=True)
+    res = AttentionReranker(llm, signals=None).rank(QUERY, first, k=3, return_evidence=True)
     assert isinstance(res, RankedResults) and res.stage == "attention" and res.query_id == "q7"
     assert len(res) == 3 and [r.rank for r in res] == [1, 2, 3]
     assert res.scores == sorted(res.scores, reverse=True)
@@ -69,7 +69,7 @@ def test_head_subset_stops_early(llm):
     calls = []
     hook = llm.model.model.layers[3].register_forward_hook(lambda *a: calls.append(1))
     try:
-        AttentionReranker(llm, heads="0-1,1-2").score(QUERY, DOCS)
+        AttentionReranker(llm, heads="0-1,1-2", signals=None).score(QUERY, DOCS)
     finally:
         hook.remove()
     assert calls == []  # layers after the deepest selected one never run
@@ -81,7 +81,7 @@ def test_windows_when_prompt_is_too_long(llm, caplog):
 
     limit = max(n_tokens(DOCS[0::2]), n_tokens(DOCS[1::2]))
     assert limit < n_tokens(DOCS)
-    rr = AttentionReranker(llm, max_prompt_tokens=limit)
+    rr = AttentionReranker(llm, max_prompt_tokens=limit, signals=None)
     with caplog.at_level(logging.INFO, logger="attnrank.rerank.attention"):
         wins = rr.windows(QUERY, DOCS)
     assert len(wins) == 2 and "round-robin windows" in caplog.text
@@ -94,23 +94,23 @@ def test_windows_when_prompt_is_too_long(llm, caplog):
 
 def test_a_document_that_cannot_fit(llm):
     with pytest.raises(InputError, match="does not fit max_prompt_tokens=40"):
-        AttentionReranker(llm, max_prompt_tokens=40).score(QUERY, DOCS)
+        AttentionReranker(llm, max_prompt_tokens=40, signals=None).score(QUERY, DOCS)
 
 
 def test_bad_input(llm):
-    rr = AttentionReranker(llm)
+    rr = AttentionReranker(llm, signals=None)
     with pytest.raises(InputError, match="query '  ' is empty"):
         rr.rank("  ", DOCS)
     assert len(rr.rank(QUERY, [])) == 0
     with pytest.raises(InputError, match=r"\(9, 0\)"):
-        AttentionReranker(llm, heads="9-0")
+        AttentionReranker(llm, heads="9-0", signals=None)
     with pytest.raises(InputError, match="query_span='middle'"):
-        AttentionReranker(llm, query_span="middle")
+        AttentionReranker(llm, query_span="middle", signals=None)
     with pytest.raises(InputError, match="2 queries but 1 document lists"):
         rr.rank_batch(["a", "b"], [DOCS])
 
 
 def test_plain_strings_and_batch(llm):
-    rr = AttentionReranker(llm)
+    rr = AttentionReranker(llm, signals=None)
     out = rr.rank_batch([QUERY, "Italy"], [[d.text for d in DOCS], DOCS[:2]], query_ids=["a", "b"])
     assert [r.query_id for r in out] == ["a", "b"] and sorted(out[0].ids) == ["0", "1", "2", "3"]

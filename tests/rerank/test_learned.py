@@ -178,7 +178,7 @@ DOCS = [
 
 
 def test_features_from_windows(llm):
-    rr = AttentionReranker(llm, None)
+    rr = AttentionReranker(llm, None, signals=None)
     wins = rr.windows("capital of France?", DOCS)
     qf = query_features("q", wins, [d.id for d in DOCS], rr.head_list, {"q": {"paris": 1}}, max_layer=1)
     assert qf.heads == [h for h in rr.head_list if h[0] <= 1] and qf.features.shape == (3, 8)
@@ -189,7 +189,7 @@ def test_features_from_windows(llm):
 def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
     with pytest.raises(InputError, match="no learned head weights in the head registry for model 'tiny-llama'"):
-        AttentionReranker(llm, scorer="learned")
+        AttentionReranker(llm, scorer="learned", signals=None)
     heads = [(0, 2), (1, 1), (1, 3)]
     ex = [
         QueryFeatures(
@@ -199,12 +199,14 @@ def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
     ]
     w = train_head_weights(ex, calibrate=True, use_filter=True)
     w.save(llm.model_id, llm.fingerprint)
-    rr = AttentionReranker(llm, scorer="learned")
+    rr = AttentionReranker(llm, scorer="learned", signals=None)
     assert rr.heads == heads and rr.capturer.deepest_layer == 1
     scores = rr.score("capital of France?", DOCS)
-    ref = w.score_features(window_features(AttentionReranker(llm, heads).windows("capital of France?", DOCS), 3).T)
+    ref = w.score_features(
+        window_features(AttentionReranker(llm, heads, signals=None).windows("capital of France?", DOCS), 3).T
+    )
     np.testing.assert_allclose(scores, ref, atol=1e-9)
-    res = AttentionReranker(llm, scorer=w).rank(
+    res = AttentionReranker(llm, scorer=w, signals=None).rank(
         "capital of France?", [ScoredDocument(d.id, 3.0 - i, i + 1, d.text) for i, d in enumerate(DOCS)]
     )
     assert sorted(res.scores, reverse=True) == res.scores and set(res.ids) == {"paris", "berlin", "banana"}
@@ -216,13 +218,13 @@ def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
         ScoredDocument(d.id, 3.0 - i, i + 1, d.text, stage_scores=s)
         for i, (d, s) in enumerate(zip(DOCS, [{"dense": 0.9, "bm25": 2.0}, {"bm25": 1.0}, {"dense": 0.5}]))
     ]
-    got = AttentionReranker(llm, scorer=ws).rank("capital of France?", cands)
-    feats = window_features(AttentionReranker(llm, heads).windows("capital of France?", DOCS), 3).T
+    got = AttentionReranker(llm, scorer=ws, signals=None).rank("capital of France?", cands)
+    feats = window_features(AttentionReranker(llm, heads, signals=None).windows("capital of France?", DOCS), 3).T
     want = ws.score_features(feats, stages={"dense": [0.9, 0.5, 0.5]})  # berlin: not dense-retrieved
     assert got.ids == [DOCS[i].id for i in np.argsort(-want, kind="stable")]
     with pytest.raises(InputError, match="no \\['dense'\\] stage scores"):
-        AttentionReranker(llm, scorer=ws).rank("capital of France?", DOCS)
+        AttentionReranker(llm, scorer=ws, signals=None).rank("capital of France?", DOCS)
     with pytest.raises(InputError, match="drop heads="):
-        AttentionReranker(llm, "0-1", scorer="learned")
+        AttentionReranker(llm, "0-1", scorer="learned", signals=None)
     with pytest.raises(InputError, match="scorer='best'"):
-        AttentionReranker(llm, scorer="best")
+        AttentionReranker(llm, scorer="best", signals=None)

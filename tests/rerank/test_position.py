@@ -98,7 +98,7 @@ POOL = [
 
 
 def test_measure_slot_profile_end_to_end(llm, tmp_path):
-    rr = AttentionReranker(llm)
+    rr = AttentionReranker(llm, signals=None)
     prof = measure_slot_profile(rr, POOL, n_slots=3, n_trials=2, seed=0)
     assert prof.n_slots == 3 and prof.n_trials == 2 and prof.model_id == "tiny-llama"
     assert np.isfinite(prof.mean_score).all() and np.isfinite(prof.std).all()
@@ -108,7 +108,7 @@ def test_measure_slot_profile_end_to_end(llm, tmp_path):
     # the reranker applies it (given as a path): plain scores minus the bias of each doc's slot
     query, docs = "capital of France?", POOL[:4]
     corrected = AttentionReranker(
-        llm, reweight=Reweighting(slot_correction=True), slot_profile=str(prof.save(tmp_path / "p.json"))
+        llm, reweight=Reweighting(slot_correction=True), slot_profile=str(prof.save(tmp_path / "p.json")), signals=None
     ).score(query, docs)
     plain = rr.score(query, docs)
     slots = [3, 2, 1, 0]  # order="reverse": input 0 (first-stage rank 1) is the last block
@@ -117,7 +117,7 @@ def test_measure_slot_profile_end_to_end(llm, tmp_path):
 
 
 def test_measure_slot_profile_bad_input(llm):
-    rr = AttentionReranker(llm)
+    rr = AttentionReranker(llm, signals=None)
     with pytest.raises(InputError, match="n_slots=9 must be in 1..5"):
         measure_slot_profile(rr, POOL, n_slots=9, n_trials=1)
     with pytest.raises(InputError, match="not the calibration query 'N/A'"):

@@ -21,48 +21,50 @@ QUERY = "What is the capital of France?"
 
 def test_block_scores_are_the_icr_aggregation_of_block_rows(llm):
     docs = rerank_docs()
-    rr = AttentionReranker(llm, HEADS, attention="block")
+    rr = AttentionReranker(llm, HEADS, attention="block", signals=None)
     got = rr.score(QUERY, docs)
     prompt = build_block_prompts(llm.tokenizer, QUERY, docs)
     prefix = rr.capturer.prefill(prompt.prefix_ids)
     w = capture_blocks(rr.capturer, prompt, prefix, fingerprint=llm.fingerprint, positions="rotated")
     expected = document_scores(token_scores(w.rows), w.spans)
     np.testing.assert_allclose(got, expected, atol=1e-9)
-    full = AttentionReranker(llm, HEADS).score(QUERY, docs)
+    full = AttentionReranker(llm, HEADS, signals=None).score(QUERY, docs)
     assert not np.allclose(got, full, atol=1e-9)  # block mode is another attention pattern
 
 
 def test_warm_queries_reuse_states(llm):
     docs = rerank_docs()
-    rr = AttentionReranker(llm, HEADS, attention="block", block_positions="shared")
+    rr = AttentionReranker(llm, HEADS, attention="block", block_positions="shared", signals=None)
     cold = rr.rank(QUERY, docs)
     assert rr.states.misses == len(docs) and rr.states.hits == 0
     warm = rr.rank(QUERY, list(reversed(docs)))  # other order: shared positions keep the states valid
     assert rr.states.hits == len(docs)
     assert {d.id: d.score for d in warm} == pytest.approx({d.id: d.score for d in cold}, abs=1e-5)
-    off = AttentionReranker(llm, HEADS, attention="block", state_cache_mb=0)
+    off = AttentionReranker(llm, HEADS, attention="block", state_cache_mb=0, signals=None)
     off.rank(QUERY, docs)
     assert len(off.states) == 0
 
 
 def test_rotated_positions_reuse_states_across_orders(llm):
     docs = rerank_docs()
-    rr = AttentionReranker(llm, HEADS, attention="block", block_positions="rotated")
+    rr = AttentionReranker(llm, HEADS, attention="block", block_positions="rotated", signals=None)
     first = rr.score(QUERY, docs)
     rr.score(QUERY, list(reversed(docs)))  # other slots: the same cached states, rotated elsewhere
     assert rr.states.hits == len(docs) and rr.states.misses == len(docs)
     again = rr.score(QUERY, docs)
     np.testing.assert_allclose(again, first, atol=1e-6)
-    seq = AttentionReranker(llm, HEADS, attention="block", block_positions="sequential").score(QUERY, docs)
-    shared = AttentionReranker(llm, HEADS, attention="block", block_positions="shared").score(QUERY, docs)
+    seq = AttentionReranker(llm, HEADS, attention="block", block_positions="sequential", signals=None).score(
+        QUERY, docs
+    )
+    shared = AttentionReranker(llm, HEADS, attention="block", block_positions="shared", signals=None).score(QUERY, docs)
     assert np.abs(first - seq).max() > 1e-9 and np.abs(first - shared).max() > 1e-9
 
 
 def test_sequential_positions_follow_the_prompt_order(llm):
     docs = rerank_docs()
-    rr = AttentionReranker(llm, HEADS, attention="block", block_positions="sequential")
+    rr = AttentionReranker(llm, HEADS, attention="block", block_positions="sequential", signals=None)
     a = rr.score(QUERY, docs)
-    shared = AttentionReranker(llm, HEADS, attention="block", block_positions="shared").score(QUERY, docs)
+    shared = AttentionReranker(llm, HEADS, attention="block", block_positions="shared", signals=None).score(QUERY, docs)
     assert np.isfinite(a).all() and np.abs(a - shared).max() > 1e-9
 
 

@@ -235,8 +235,10 @@ QUERY = RERANK_QUERY
 
 
 def test_reranker_all_off_is_identical_to_no_reweight(llm):
-    plain = AttentionReranker(llm).score(QUERY, DOCS)
-    np.testing.assert_array_equal(AttentionReranker(llm, reweight=Reweighting()).score(QUERY, DOCS), plain)
+    plain = AttentionReranker(llm, signals=None).score(QUERY, DOCS)
+    np.testing.assert_array_equal(
+        AttentionReranker(llm, reweight=Reweighting(), signals=None).score(QUERY, DOCS), plain
+    )
 
 
 @pytest.mark.parametrize(
@@ -248,7 +250,7 @@ def test_reranker_all_off_is_identical_to_no_reweight(llm):
     ],
 )
 def test_reranker_applies_reweighting(llm, cfg):
-    rr = AttentionReranker(llm, reweight=cfg)
+    rr = AttentionReranker(llm, reweight=cfg, signals=None)
     scores = rr.score(QUERY, DOCS)
     assert scores.shape == (4,) and np.isfinite(scores).all()
     # the reranker's scores are the re-weighted ones of its own window, not the plain ICR sums
@@ -258,11 +260,11 @@ def test_reranker_applies_reweighting(llm, cfg):
     expected = np.zeros(4)
     expected[w.doc_index] = reweighted_document_scores(w, tokens, terms, cfg)
     np.testing.assert_allclose(scores, expected)
-    assert not np.allclose(scores, AttentionReranker(llm).score(QUERY, DOCS))
+    assert not np.allclose(scores, AttentionReranker(llm, signals=None).score(QUERY, DOCS))
     res = rr.rank(QUERY, DOCS, return_evidence=True)
     assert len(res) == 4 and res[0].evidence["attention_tokens"]
 
 
 def test_reranker_refuses_slot_correction_without_profile(llm):
     with pytest.raises(InputError, match="needs slot_profile="):
-        AttentionReranker(llm, reweight=Reweighting(slot_correction=True))
+        AttentionReranker(llm, reweight=Reweighting(slot_correction=True), signals=None)

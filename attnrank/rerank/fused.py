@@ -1,0 +1,351 @@
+"""The fused scorer: attention combined with the first stage's signals, trained across datasets.
+
+An attention score from a small model is a noisy relevance signal: on some data it adds to the
+first stage, on other data it ranks below plain BM25 (docs/benchmarks.md). The fused scorer
+therefore never scores with attention alone. For each query it z-scores, over that query's
+candidates, the features
+
+- ``attention``: the reranker's own attention score (the selected heads' calibrated ICR score);
+- ``bm25``, ``dense``, ``rank``: the first-stage signals of :mod:`attnrank.rerank.signals`,
+  computed over the candidate texts, so a bare TREC run or plain list gets them too;
+
+and scores ``s(d) = w · z(d)`` with ``w >= 0`` (every feature is a relevance estimate). ``w`` is
+learned on labelled queries of several datasets, each dataset given equal say:
+
+- ``listwise`` (default): the grid point of the simplex (steps of 1/10) with the best mean
+  nDCG@10, averaged per dataset and then over datasets — a direct, listwise optimisation of the
+  metric (coordinate search in the spirit of RankLib's; exhaustive here, as there are few features);
+- ``pointwise``: L2-regularised logistic regression, relevant vs not;
+- ``pairwise``: RankNet with a linear scorer (logistic regression on feature differences).
+
+Which one, and which features, was chosen by leave-one-dataset-out evaluation
+(``scripts/bench_fusion.py``, docs/benchmarks.md).
+
+**Fallback.** The same model is also trained without the attention feature (``base_weights``). A
+query whose attention is not confident — its ``confidence`` (:func:`attention_confidence`) below
+``gate`` — is scored by the base model alone, i.e. by the first-stage signals. ``gate`` is the
+threshold that scores best on the training queries (None: attention always used).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..config import DEFAULT_LLM
+from ..errors import InputError, require
+from ..eval.metrics import evaluate
+from ..registry import RegistryArtifact, shipped_artifact
+from ..types import Document
+from .learned import standardise
+from .signals import SIGNALS, SignalComputer
+
+logger = logging.getLogger(__name__)
+
+ATTENTION = "attention"
+FUSED_STAGE = "fused"  # the stage name of fused results (their attention score stays under ATTENTION)
+FEATURES = (ATTENTION, *SIGNALS)
+MODELS = ("pointwise", "pairwise", "listwise")
+GRID_STEPS = 10  # listwise: weights on the simplex in steps of 1/GRID_STEPS
+
+
+def attention_confidence(attention: np.ndarray) -> float:
+    """How sharply a query's attention singles out its best candidates: the z-score of the
+    highest attention score among the candidates (population std; 0 if all are equal)."""
+    a = np.asarray(attention, dtype=np.float64)
+    sd = a.std()
+    return float((a.max() - a.mean()) / sd) if sd > 0 else 0.0
+
+
+@dataclass
+class FusionExample:
+    """One labelled query for training or evaluating the fused scorer: ``signals[name]`` has one
+    value per candidate (input order), graded ``labels`` (0 = unjudged), ``rel`` the minimum
+    relevant label, ``group`` the dataset (for leave-one-dataset-out); ``qrels``: all of the query's
+    judgements (also of passages outside the candidates) for evaluation, None = ``labels``."""
+
+    qid: str
+    doc_ids: list[str]
+    signals: dict[str, np.ndarray]
+    labels: np.ndarray
+    rel: int = 1
+    group: str = ""
+    qrels: dict[str, int] | None = None
+
+    def judged(self) -> dict[str, int]:
+        """The judgements to evaluate against."""
+        return dict(self.qrels) if self.qrels is not None else dict(zip(self.doc_ids, map(int, self.labels)))
+
+
+def _design(signals: Mapping[str, Any], features: Sequence[str]) -> np.ndarray:
+    missing = [f for f in features if f not in signals]
+    if missing:
+        raise InputError(f"the candidates lack the feature(s) {missing}; the fused weights use {list(features)}")
+    cols = [np.nan_to_num(np.asarray(signals[f], dtype=np.float64), nan=0.0) for f in features]
+    return standardise(np.column_stack(cols))
+
+
+@dataclass
+class FusedWeights(RegistryArtifact):
+    """Linear weights over per-query z-scored ``features`` (and ``base_weights`` over the same
+    features without ``attention``, used when the attention confidence is below ``gate``)."""
+
+    KIND: ClassVar[str] = "fused-weights"
+    LABEL: ClassVar[str] = "fused scorer weights"
+    HINT: ClassVar[str] = "train them with `attnrank train`, or use signals=None (--signals none)"
+
+    features: list[str]
+    weights: list[float]
+    base_weights: list[float] = field(default_factory=list)
+    gate: float | None = None
+    model: str = "pointwise"
+    l2: float = 1.0
+    trained_on: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    date: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = [f for f in self.features if f not in FEATURES]
+        if unknown or len(self.weights) != len(self.features):
+            raise InputError(
+                f"fused weights over {self.features} with {len(self.weights)} weights; the features must be "
+                f"among {FEATURES}, one weight each; retrain them with `attnrank train`"
+            )
+
+    @property
+    def uses_attention(self) -> bool:
+        return ATTENTION in self.features
+
+    @property
+    def base_features(self) -> list[str]:
+        return [f for f in self.features if f != ATTENTION]
+
+    def confident(self, signals: Mapping[str, Any]) -> bool | None:
+        """Whether attention is used for this query (None: no gate, always)."""
+        if not (self.uses_attention and self.gate is not None and self.base_weights):
+            return None
+        return attention_confidence(signals[ATTENTION]) >= self.gate
+
+    def score(self, signals: Mapping[str, Any]) -> np.ndarray:
+        """Scores of one query's candidates from ``{feature: values}`` (input order)."""
+        if self.confident(signals) is False:
+            return _design(signals, self.base_features) @ np.asarray(self.base_weights)
+        return _design(signals, self.features) @ np.asarray(self.weights)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FusedWeights:
+        try:
+            return cls(**data)
+        except TypeError as e:
+            raise InputError(f"stored fused weights are malformed ({e}); retrain them with `attnrank train`") from None
+
+
+def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights | None:
+    """``signals``: None (attention alone), a :class:`FusedWeights`, or ``"auto"``: the weights registered
+    for this model, else the ones shipped for the packaged model (logged: features are z-scored
+    per query, so they transfer, but they were not trained on this model's attention)."""
+    if signals is None or isinstance(signals, FusedWeights):
+        return signals
+    try:
+        return FusedWeights.load(model_id, fingerprint)
+    except InputError:
+        payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
+        if payload is None:
+            raise
+        logger.warning(
+            "no fused weights are registered for %s: using those trained for the packaged %s; "
+            "train your own with `attnrank train`",
+            model_id,
+            DEFAULT_LLM,
+        )
+        return FusedWeights.from_json(payload)
+
+
+# -- training -------------------------------------------------------------------------------------
+def _fit(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
+    if model == "listwise":
+        return _fit_listwise(examples, features)
+    return _fit_linear(examples, features, model, l2)
+
+
+def ndcg10(scores: np.ndarray, gains: np.ndarray, judged: Mapping[str, int]) -> np.ndarray:
+    """nDCG@10 of one query's candidates under each column of ``scores [D, G]`` (trec_eval's linear
+    gains; the ideal from all of ``judged``), for training (evaluation uses ir-measures)."""
+    ideal = np.sort(np.fromiter(judged.values(), dtype=np.float64))[::-1][:10]
+    idcg = float((ideal / np.log2(np.arange(2, ideal.size + 2))).sum())
+    if idcg <= 0:
+        return np.zeros(scores.shape[1])
+    top = np.argsort(-scores, axis=0, kind="stable")[:10]
+    return (gains[top] / np.log2(np.arange(2, top.shape[0] + 2))[:, None]).sum(axis=0) / idcg
+
+
+def simplex_grid(n: int, steps: int = GRID_STEPS) -> np.ndarray:
+    """Every weight vector of ``n`` non-negative multiples of 1/``steps`` that sum to 1."""
+    import itertools
+
+    pts = [c for c in itertools.product(range(steps + 1), repeat=n - 1) if sum(c) <= steps]
+    return np.array([[*c, steps - sum(c)] for c in pts], dtype=np.float64) / steps
+
+
+def _fit_listwise(examples: Sequence[FusionExample], features: Sequence[str]) -> np.ndarray:
+    """The simplex grid point with the best nDCG@10, mean per group then over groups."""
+    grid = simplex_grid(len(features))
+    by_group: dict[str, list[np.ndarray]] = {}
+    for e in examples:
+        x, judged = _design(e.signals, features), e.judged()
+        gains = np.array([judged.get(d, 0) for d in e.doc_ids], dtype=np.float64)
+        by_group.setdefault(e.group, []).append(ndcg10(x @ grid.T, gains, judged))
+    value = np.mean([np.mean(v, axis=0) for v in by_group.values()], axis=0)
+    return grid[int(np.argmax(value))]
+
+
+def _fit_linear(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
+    """Weights over ``features`` that are all >= 0: every signal is a relevance estimate (higher =
+    more relevant), so a negative weight only fits the training data's collinearity (e.g. one
+    BM25 against another) and does not transfer. A feature whose weight comes out negative is
+    dropped (weight 0) and the rest refitted."""
+    keep = list(range(len(features)))
+    while True:
+        w = _fit_logistic(examples, [features[i] for i in keep], model, l2)
+        if (w >= 0).all() or len(keep) == 1:
+            out = np.zeros(len(features))
+            out[keep] = np.maximum(w, 0.0)
+            return out
+        del keep[int(np.argmin(w))]
+
+
+def _fit_logistic(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
+    from sklearn.linear_model import LogisticRegression
+
+    xs = [_design(e.signals, features) for e in examples]
+    if model == "pointwise":
+        y = np.concatenate([e.labels >= e.rel for e in examples]).astype(int)
+        if y.min() == y.max():
+            raise InputError(f"all {len(y)} training candidates have the same label; give relevant and other ones")
+        clf = LogisticRegression(C=1.0 / l2, max_iter=2000).fit(np.vstack(xs), y)
+        return clf.coef_[0]
+    diffs = [
+        x[i] - x[j]
+        for e, x in zip(examples, xs)
+        for i in np.flatnonzero(e.labels >= e.rel)
+        for j in np.flatnonzero(e.labels < e.rel)
+    ]
+    if not diffs:
+        raise InputError("no training query has both relevant and other candidates; pairwise training needs them")
+    d = np.vstack(diffs)
+    clf = LogisticRegression(C=1.0 / l2, fit_intercept=False, max_iter=2000)
+    return clf.fit(np.vstack([d, -d]), np.r_[np.ones(len(d)), np.zeros(len(d))]).coef_[0]
+
+
+def _balanced(examples: Sequence[FusionExample]) -> list[FusionExample]:
+    """Every group (dataset) equally represented: the larger groups' queries are subsampled
+    (seeded) to the smallest group's size times two, so no single dataset sets the weights."""
+    groups: dict[str, list[FusionExample]] = {}
+    for e in examples:
+        groups.setdefault(e.group, []).append(e)
+    if len(groups) < 2:
+        return list(examples)
+    cap = 2 * min(len(g) for g in groups.values())
+    rng = np.random.default_rng(0)
+    out: list[FusionExample] = []
+    for g in groups.values():
+        out += [g[i] for i in sorted(rng.choice(len(g), size=min(cap, len(g)), replace=False))]
+    return out
+
+
+def mean_ndcg(examples: Sequence[FusionExample], scorer: Any, k: int = 10) -> float:
+    """Mean nDCG@``k`` of ``scorer(example) -> scores`` over ``examples`` (ir-measures)."""
+    by_rel: dict[int, list[FusionExample]] = {}
+    for e in examples:
+        by_rel.setdefault(e.rel, []).append(e)
+    total = 0.0
+    for rel, exs in by_rel.items():
+        run = {e.qid: dict(zip(e.doc_ids, map(float, scorer(e)))) for e in exs}
+        qrels = {e.qid: e.judged() for e in exs}
+        total += evaluate(run, qrels, [f"nDCG@{k}"], rel=rel)[f"nDCG@{k}"] * len(exs)
+    return total / len(examples)
+
+
+def _choose_gate(examples: Sequence[FusionExample], fused: FusedWeights) -> float | None:
+    """The confidence threshold (a quantile of the training queries' confidences, or None =
+    always attention) with the best mean nDCG@10 on ``examples``."""
+    conf = np.array([attention_confidence(e.signals[ATTENTION]) for e in examples])
+
+    def score(e: FusionExample) -> np.ndarray:
+        return fused.score(e.signals)
+
+    best, best_gate = mean_ndcg(examples, score), None
+    for q in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+        fused.gate = float(np.quantile(conf, q))
+        value = mean_ndcg(examples, score)
+        if value > best + 1e-9:
+            best, best_gate = value, fused.gate
+    fused.gate = best_gate
+    return best_gate
+
+
+def train_fused(
+    examples: Sequence[FusionExample],
+    features: Sequence[str] = FEATURES,
+    *,
+    model: str = "pointwise",
+    l2: float = 1.0,
+    gate: bool = True,
+    balance: bool = True,
+    trained_on: str = "",
+) -> FusedWeights:
+    """Fit fused weights on labelled queries (see the module doc); ``gate``: also fit the base
+    model and choose the fallback threshold; ``balance``: equal say for every group (dataset)."""
+    require("sklearn", "train", "Training the fused scorer")
+    if model not in MODELS:
+        raise InputError(f"model={model!r} is not one of {MODELS}")
+    if l2 <= 0:
+        raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
+    if not examples:
+        raise InputError("no training queries; give labelled queries with candidates")
+    train = _balanced(examples) if balance else list(examples)
+    fused = FusedWeights(
+        list(features),
+        _fit(train, features, model, l2).tolist(),
+        model=model,
+        l2=l2,
+        trained_on=trained_on or f"{len(examples)} queries",
+        date=_dt.datetime.now().isoformat(timespec="seconds"),
+    )
+    if gate and fused.uses_attention and fused.base_features:
+        fused.base_weights = _fit(train, fused.base_features, model, l2).tolist()
+        _choose_gate(train, fused)
+    return fused
+
+
+# -- examples ------------------------------------------------------------------------------------
+def fusion_examples(
+    attention: Callable[[str, list[Document]], np.ndarray],
+    queries: Mapping[str, str],
+    candidates: Mapping[str, list[Document]],
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    rel: int = 1,
+    group: str = "",
+    signals: SignalComputer | None = None,
+    progress: bool = False,
+) -> list[FusionExample]:
+    """Labelled :class:`FusionExample` per query of ``queries``: ``attention(query, docs)`` (e.g. an
+    :class:`~attnrank.rerank.attention.AttentionReranker`'s ``score`` without fusion) and the
+    first-stage signals of its ``candidates`` (first-stage order)."""
+    from tqdm.auto import tqdm
+
+    compute = signals or SignalComputer()
+    out = []
+    for qid in tqdm(list(queries), desc="attention and signals", unit="query", disable=not progress):
+        docs = candidates[qid]
+        sig = compute(queries[qid], [d.full_text for d in docs])
+        sig[ATTENTION] = np.asarray(attention(queries[qid], docs), dtype=np.float64)
+        labels = np.array([qrels.get(qid, {}).get(d.id, 0) for d in docs], dtype=np.int64)
+        out.append(FusionExample(qid, [d.id for d in docs], sig, labels, rel, group, dict(qrels.get(qid, {}))))
+    return out

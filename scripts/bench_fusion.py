@@ -1,0 +1,303 @@
+"""The fused scorer judged as a user meets it: trained on the other datasets, tested on one it never
+saw (leave-one-dataset-out), and in-domain k-fold; with the ablations of issue 14.
+
+    python scripts/bench_fusion.py [--data DIR] [--scifact-queries 100] [--hotpot-questions 400]
+                                   [--locomo-questions 400] [--ship]
+
+Datasets (first-stage top-20 candidates; rows from the shared row cache, attnrank.eval.rows):
+DL19 BM25 top-20 (43 topics, rel >= 2), SciFact train hybrid RRF top-20 (seeded sample),
+HotpotQA distractor (10 paragraphs, 2 supporting), LoCoMo (BM25 top-20 turns of the question's
+conversation, evidence turns relevant). Heads of the attention feature are chosen on the training
+datasets only (top-N by mean per-head nDCG@10, QRHead's selection). ``--ship`` trains the fused
+weights on all four datasets (attention = the registered qrhead heads) and writes them to
+attnrank/heads/data/. Writes docs/results/fusion.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from attnrank.benchmarks import (
+    candidate_signals,
+    dl19_sets,
+    fusion_examples_from_rows,
+    hotpot_set,
+    locomo_set,
+    per_query_head_ndcg,
+    rrf_order,
+    scifact_set,
+    stage_signals,
+)
+from attnrank.config import set_torch_threads
+from attnrank.eval.crossval import Split, kfold_splits
+from attnrank.eval.datasets import data_root
+from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.rows import capture_all
+from attnrank.llm.rows import window_features
+from attnrank.registry import resolve_heads
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.fused import train_fused
+from attnrank.rerank.fusion_eval import NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
+
+log = logging.getLogger("bench_fusion")
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "results"
+CACHE = REPO / "indexes" / "bench-cache"
+SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"
+SHIP = REPO / "attnrank" / "heads" / "data"
+METRICS = {"DL19": ["nDCG@10"], "SciFact": ["nDCG@10"], "HotpotQA": ["nDCG@10", "R@2"], "LoCoMo": ["nDCG@10", "R@5"]}
+FIRST = ("first stage: rank alone", "first stage: BM25 alone", "first stage: dense alone", "first stage: RRF alone")
+CAND = ("rank alone", "bm25 alone", "dense alone")
+HEADLINE = "fused with attention (default preset)"
+
+
+def load(args, root: Path, rr: AttentionReranker) -> dict:
+    """Per dataset: the candidate set, its rows, signals, per-head features and per-head nDCG."""
+    sets = {
+        "DL19": dl19_sets(root, [20])[0],
+        "SciFact": scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX),
+        "HotpotQA": hotpot_set(root, args.hotpot_questions),
+        "LoCoMo": locomo_set(root, args.locomo_questions),
+    }
+    out = {}
+    for g, (setting, ds, cands) in sets.items():
+        caps = capture_all(rr, setting, ds.queries, cands, CACHE)
+        st = stage_signals(root, setting, ds, cands, CACHE, SCIFACT_INDEX)
+        extra = {
+            q: {
+                "first stage: BM25": np.nan_to_num(s["bm25"], nan=-1e9),
+                "first stage: dense": np.nan_to_num(s["dense"], nan=-1e9),
+                "first stage: RRF": rrf_order(s["bm25"], s["dense"]),
+                "first stage: rank": -np.arange(len(cands[q]), dtype=float),
+            }
+            for q, s in st.items()
+        }
+        feats = {q: window_features(caps[q]["windows"], len(cands[q])) for q in cands}
+        out[g] = {
+            "setting": setting,
+            "ds": ds,
+            "cands": cands,
+            "caps": caps,
+            "signals": candidate_signals(setting, ds, cands, CACHE),
+            "extra": extra,
+            "head_ndcg": per_query_head_ndcg(feats, cands, ds.qrels, ds.rel),
+        }
+        log.info("%s: %d queries", g, len(cands))
+    return out
+
+
+def top_heads(data: dict, groups, qids=None, n: int | None = 16) -> list[int] | None:
+    """The ``n`` heads (indexes into the capture's head list) with the best mean per-head nDCG@10,
+    averaged over the queries of each of ``groups`` (``qids``: only these) and then over groups."""
+    if n is None:
+        return None
+    means = []
+    for g in groups:
+        hn = data[g]["head_ndcg"]
+        keep = [q for q in hn if qids is None or q in qids]
+        means.append(np.mean([hn[q] for q in keep], axis=0))
+    return [int(i) for i in np.argsort(-np.mean(means, axis=0), kind="stable")[:n]]
+
+
+def examples(data: dict, g: str, heads: list[int] | None, **kw) -> list:
+    d = data[g]
+    return fusion_examples_from_rows(g, d["ds"], d["cands"], d["caps"], heads, d["signals"], d["extra"], **kw)
+
+
+def variants() -> dict:
+    """Ablations scored next to the headline: name -> (features, train options, head-set size,
+    datasets left out of training, how attention is read)."""
+    full = ["attention", "bm25", "dense", "rank"]
+    return {
+        "fused with attention, no gate": (full, {"gate": False}, 16, (), {}),
+        "fused with attention, pointwise (logistic)": (full, {"model": "pointwise"}, 16, (), {}),
+        "fused with attention, pairwise (RankNet)": (full, {"model": "pairwise"}, 16, (), {}),
+        "fused with attention, listwise (nDCG@10 grid)": (full, {"model": "listwise"}, 16, (), {}),
+        "fused with attention, datasets unbalanced": (full, {"balance": False}, 16, (), {}),
+        "fused with attention, top-8 heads": (full, {}, 8, (), {}),
+        "fused with attention, top-32 heads": (full, {}, 32, (), {}),
+        "fused with attention, all heads (ICR)": (full, {}, None, (), {}),
+        "fused with attention, trained without LoCoMo": (full, {}, 16, ("LoCoMo",), {}),
+        "fused with attention, uncalibrated (no N/A query)": (full, {}, 16, (), {"calibrate": False}),
+        "fused with attention, no token filter": (full, {}, 16, (), {"use_filter": False}),
+        "attention + dense": (["attention", "dense"], {}, 16, (), {}),
+        "attention + dense + BM25": (["attention", "dense", "bm25"], {}, 16, (), {}),
+    }
+
+
+def lodo(data: dict, args) -> tuple[list[dict], dict]:
+    """Leave-one-dataset-out: per held-out dataset, heads chosen and weights trained on the others."""
+    rows, scores_by = [], {}
+    groups = list(data)
+    for g in groups:
+        train_groups = [h for h in groups if h != g]
+        by_n = {n: top_heads(data, train_groups, n=n) for n in (8, 16, 32, None)}
+        ex = {
+            n: ([e for h in train_groups for e in examples(data, h, idx)], examples(data, g, idx))
+            for n, idx in by_n.items()
+        }
+        train16, test16 = ex[16]
+        split = [Split(g, train16, test16)]
+        scores = heldout_scores(split, l2=args.l2, extra_signals=[f.replace(" alone", "") for f in FIRST])
+        scores[HEADLINE] = scores.pop(WITH_ATTENTION)
+        scores["attention alone (top-16 heads of the training datasets)"] = scores.pop("attention alone")
+        for n in (8, 32, None):
+            label = "all heads (ICR)" if n is None else f"top-{n} heads"
+            scores[f"attention alone ({label})"] = {e.qid: e.signals["attention"] for e in ex[n][1]}
+        for name, (feats, kw, n) in variants(args).items():
+            fused = train_fused(ex[n][0], feats, l2=args.l2, **kw)
+            scores[name] = {e.qid: fused.score(e.signals) for e in ex[n][1]}
+        scores_by[g] = scores
+        for r in compare(test16, scores, METRICS[g], baselines=FIRST + CAND):
+            rows.append({"held out": g, **r})
+        log.info("LODO %s done", g)
+    return rows, scores_by
+
+
+def in_domain(data: dict, args) -> list[dict]:
+    """k-fold over each dataset's queries: heads chosen and weights trained on the training folds."""
+    rows = []
+    for g in data:
+        qids = list(data[g]["cands"])
+        scores: dict = {}
+        for split in kfold_splits(qids, args.folds, seed=0):
+            idx = top_heads(data, [g], set(split.train))
+            ex = {e.qid: e for e in examples(data, g, idx)}
+            part = heldout_scores(
+                [Split(split.name, [ex[q] for q in split.train], [ex[q] for q in split.test])],
+                model=args.model,
+                l2=args.l2,
+                extra_signals=[f.replace(" alone", "") for f in FIRST],
+            )
+            for m, s in part.items():
+                scores.setdefault(m, {}).update(s)
+        every = examples(data, g, None)
+        for r in compare(every, scores, METRICS[g], baselines=FIRST + CAND):
+            rows.append({"dataset": g, **r})
+    return rows
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """The issue's targets per held-out dataset: the default preset against the best first-stage
+    signal, and attention's own contribution (with − without attention), nDCG@10 points."""
+    out = []
+    for g in dict.fromkeys(r["held out"] for r in rows):
+        by = {r["method"]: r for r in rows if r["held out"] == g}
+        head, base = by[HEADLINE], by[NO_ATTENTION]
+        out.append(
+            {
+                "held out": g,
+                "best first stage": head["best first stage"],
+                "its nDCG@10": head["nDCG@10"] - head["Δ"] / 100,
+                "default preset nDCG@10": head["nDCG@10"],
+                "Δ vs best first stage": head["Δ"],
+                "attention's contribution": 100 * (head["nDCG@10"] - base["nDCG@10"]),
+                "wins/losses": f"{head['wins']}/{head['losses']}",
+                "p": head["p"],
+            }
+        )
+    return out
+
+
+def ship(data: dict, rr: AttentionReranker, args) -> dict:
+    """Fused weights trained on all four datasets, attention = the registered qrhead heads."""
+    registered = [tuple(h) for h in resolve_heads("auto", rr.llm)]
+    idx = [rr.head_list.index(h) for h in registered]
+    every = [e for g in data for e in examples(data, g, idx)]
+    desc = " + ".join(f"{g} ({len(data[g]['cands'])})" for g in data)
+    fused = train_fused(
+        every, model=args.model, l2=args.l2, trained_on=f"{desc}; attention: the registered qrhead heads"
+    )
+    fused.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
+    return {"features": fused.features, "weights": fused.weights, "gate": fused.gate, "trained_on": fused.trained_on}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--scifact-queries", type=int, default=100)
+    ap.add_argument("--hotpot-questions", type=int, default=400)
+    ap.add_argument("--locomo-questions", type=int, default=400)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--l2", type=float, default=1.0)
+    ap.add_argument("--model", default="pointwise", help="the headline's training: pointwise | pairwise | listwise")
+    ap.add_argument("--ship", action="store_true")
+    ap.add_argument("--out", default=None, help="output folder (default docs/results)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    set_torch_threads()
+    root = data_root(args.data, default=REPO.parent / "shared" / "data")
+    rr = AttentionReranker(config="icr")  # every head: the cached rows serve every head set
+    data = load(args, root, rr)
+    held, _ = lodo(data, args)
+    payload = {
+        "environment": environment(),
+        "sizes": {g: len(d["cands"]) for g, d in data.items()},
+        "targets": targets(held),
+        "lodo": held,
+        "in_domain": in_domain(data, args),
+        "shipped": ship(data, rr, args) if args.ship else None,
+    }
+    md = markdown(payload)
+    write_outputs("fusion", payload, md, Path(args.out) if args.out else OUT)
+    print(md)
+
+
+def markdown(p: dict) -> str:
+    env = p["environment"]
+    cols = ["method", "nDCG@10", "R@2", "R@5", "Δ", "wins", "losses", "p"]
+    fmt = {"Δ": "+.1f", "p": ".3f"}
+    out = [
+        f"# The fused scorer, held out ({env['date']}, {env['cpus']} CPUs)",
+        "",
+        "Command: `" + " ".join(["python scripts/bench_fusion.py", *sys.argv[1:]]) + "`",
+        "",
+        "Queries: " + ", ".join(f"{g} {n}" for g, n in p["sizes"].items()) + ". SmolLM2-135M-Instruct, float32.",
+        "",
+        "## Targets (leave-one-dataset-out, nDCG@10 points)",
+        "",
+        md_table(
+            p["targets"],
+            [
+                "held out",
+                "best first stage",
+                "its nDCG@10",
+                "default preset nDCG@10",
+                "Δ vs best first stage",
+                "attention's contribution",
+                "wins/losses",
+                "p",
+            ],
+            {"Δ vs best first stage": "+.1f", "attention's contribution": "+.1f", "p": ".3f"},
+        ),
+        "",
+        "Best first stage: the best single first-stage signal on the held-out dataset itself (flatters the "
+        "baseline). Wins/losses per query against it; p: two-sided sign test.",
+        "",
+        "## Leave-one-dataset-out (trained on the other three datasets)",
+        "",
+    ]
+    for g in p["sizes"]:
+        out += [f"### {g} held out", "", md_table([r for r in p["lodo"] if r["held out"] == g], cols, fmt), ""]
+    out += ["## In-domain k-fold (heads and weights from the training folds)", ""]
+    for g in p["sizes"]:
+        out += [f"### {g}", "", md_table([r for r in p["in_domain"] if r["dataset"] == g], cols, fmt), ""]
+    if p["shipped"]:
+        s = p["shipped"]
+        out += [
+            "## Shipped weights",
+            "",
+            f"Features {s['features']}, weights {np.round(s['weights'], 3).tolist()}, gate {s['gate']}; "
+            f"trained on {s['trained_on']}.",
+            "",
+        ]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()

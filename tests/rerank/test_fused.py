@@ -1,0 +1,101 @@
+"""The fused scorer (attnrank.rerank.fused) and its held-out evaluation (rerank.fusion_eval)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.eval.crossval import group_splits
+from attnrank.rerank.fused import (
+    FusedWeights,
+    FusionExample,
+    attention_confidence,
+    resolve_fused,
+    train_fused,
+)
+from attnrank.rerank.fusion_eval import NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
+
+
+def _examples(n: int, group: str, att_noise: float, seed: int) -> list[FusionExample]:
+    """Queries of 10 candidates, 2 relevant: ``dense`` is informative, ``bm25`` weakly, ``rank``
+    not at all; ``attention`` is informative with noise ``att_noise``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        y = np.zeros(10, dtype=np.int64)
+        y[rng.choice(10, 2, replace=False)] = 1
+        sig = {
+            "dense": y + rng.normal(0, 0.7, 10),
+            "bm25": y + rng.normal(0, 2.0, 10),
+            "rank": -np.arange(10.0),
+            "attention": y + rng.normal(0, att_noise, 10),
+        }
+        out.append(FusionExample(f"{group}{i}", [f"d{j}" for j in range(10)], sig, y, 1, group))
+    return out
+
+
+def test_training_weights_the_informative_signals():
+    fused = train_fused(_examples(60, "a", 0.5, 0) + _examples(60, "b", 0.5, 1), gate=False)
+    w = dict(zip(fused.features, fused.weights))
+    assert w["attention"] > w["bm25"] > 0 and w["dense"] > w["bm25"] and abs(w["rank"]) < w["bm25"]
+    test = _examples(40, "c", 0.5, 2)
+    scores = heldout_scores(group_splits(test + _examples(60, "a", 0.5, 0), lambda e: e.group, groups=["c", "a"])[:1])
+    rows = {r["method"]: r for r in compare(test, scores)}
+    # both signals together beat either alone
+    assert rows[WITH_ATTENTION]["nDCG@10"] > rows["dense alone"]["nDCG@10"] > rows["rank alone"]["nDCG@10"]
+    assert rows[WITH_ATTENTION]["nDCG@10"] > rows[NO_ATTENTION]["nDCG@10"]
+    assert rows[WITH_ATTENTION]["best first stage"] == "dense alone" and rows[WITH_ATTENTION]["wins"] > 0
+
+
+def test_gate_falls_back_to_the_base_model_when_attention_is_flat():
+    fused = FusedWeights(["attention", "dense"], [5.0, 1.0], base_weights=[1.0], gate=1.0)
+    dense = np.array([3.0, 2.0, 1.0, 0.0])
+    sharp = {"attention": np.array([0.0, 0.0, 0.0, 9.0]), "dense": dense}  # confidence 1.73
+    flat = {"attention": np.array([0.0, 0.0, 1.0, 1.0]), "dense": dense}  # confidence 1.0 ... >= gate
+    lowest = {"attention": np.array([0.0, 1.0, 2.0, 3.0]), "dense": dense}  # confidence 1.34
+    assert attention_confidence(sharp["attention"]) == pytest.approx(np.sqrt(3))
+    assert fused.confident(sharp) is True and int(np.argmax(fused.score(sharp))) == 3
+    fused.gate = 1.5
+    assert fused.confident(lowest) is False and fused.confident(flat) is False
+    assert int(np.argmax(fused.score(lowest))) == 0  # dense alone decides
+    assert fused.confident({"attention": np.zeros(4), "dense": dense}) is False
+
+
+def test_gate_is_chosen_on_training_data_and_keeps_first_stage_where_attention_is_noise():
+    # half the queries: attention is pure noise with a flat profile; the gate learns to skip it
+    rng = np.random.default_rng(3)
+    ex = _examples(80, "a", 0.3, 4)
+    for e in ex[:40]:
+        e.signals["attention"] = rng.normal(0, 1e-3, 10)
+    fused = train_fused(ex, balance=False)
+    assert fused.base_weights and fused.base_features == ["bm25", "dense", "rank"]
+    assert fused.gate is None or fused.gate > 0
+
+
+def test_weights_round_trip_the_registry(tmp_path):
+    fused = train_fused(_examples(30, "a", 0.5, 5), trained_on="synthetic")
+    fused.save("some/model", "f" * 64, root=tmp_path)
+    back = FusedWeights.load("some/model", "f" * 64, root=tmp_path)
+    assert back.features == fused.features and back.weights == pytest.approx(fused.weights)
+    assert back.gate == fused.gate and back.trained_on == "synthetic"
+
+
+def test_malformed_weights_and_missing_features_are_refused():
+    with pytest.raises(InputError, match="among"):
+        FusedWeights(["attention", "splade"], [1.0, 1.0])
+    with pytest.raises(InputError, match="one weight each"):
+        FusedWeights(["attention"], [1.0, 2.0])
+    with pytest.raises(InputError, match="lack the feature"):
+        FusedWeights(["attention", "dense"], [1.0, 1.0]).score({"attention": np.ones(3)})
+    with pytest.raises(InputError, match="same label"):
+        train_fused([FusionExample("q", ["a", "b"], {"dense": np.ones(2)}, np.zeros(2, dtype=int))], ["dense"])
+    with pytest.raises(InputError, match="l2"):
+        train_fused(_examples(5, "a", 0.5, 6), l2=0)
+
+
+def test_auto_falls_back_to_the_packaged_weights_for_another_model():
+    shipped = resolve_fused("auto", "smollm2-135m", "0" * 64)  # no exact fingerprint: the shipped entry by name
+    other = resolve_fused("auto", "some/other-model", "e" * 64)
+    assert other is not None and other.features == shipped.features and other.weights == shipped.weights
+    assert resolve_fused(None, "x", "y") is None

@@ -1,0 +1,71 @@
+"""``attnrank train`` on a tiny random model and the DL19 slice (3 topics, BM25 top-20 run)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from attnrank.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _args(dl, tiny_dir, *extra):
+    return [
+        "train",
+        "--queries",
+        str(dl / "topics.tsv"),
+        "--qrels",
+        str(dl / "qrels.txt"),
+        "--corpus",
+        str(dl / "passages.jsonl"),
+        "--run",
+        str(dl / "run.bm25.trec"),
+        "--depth",
+        "6",
+        "--model",
+        str(tiny_dir),
+        "--heads",
+        "all",
+        "-q",
+        *extra,
+    ]
+
+
+def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny_dir):
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.rerank.attention import AttentionReranker
+    from attnrank.rerank.fused import FusedWeights
+
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2"))
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "held-out 3-fold over 3 queries" in r.output
+    rows = dict(
+        re.findall(r"^\| (fused with attention|fused without attention|rank alone) \| ([0-9.]+) \|", r.output, re.M)
+    )
+    assert set(rows) == {"fused with attention", "fused without attention", "rank alone"}
+    assert all(0 <= float(v) <= 1 for v in rows.values())
+    assert "saved to" in r.output and str(home) in r.output
+    w = FusedWeights.load(*model_fingerprint(str(tiny_dir)))
+    assert w.features == ["attention", "bm25", "dense", "rank"] and len(w.weights) == 4
+    assert w.metrics["heldout"]["fused with attention"]["nDCG@10"] == pytest.approx(
+        float(rows["fused with attention"]), abs=1e-4
+    )
+    rr = AttentionReranker(str(tiny_dir), None, signals="auto")  # the registered weights are what it uses
+    assert rr.fused is not None and rr.fused.weights == pytest.approx(w.weights)
+
+
+def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_dir):
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--kind", "lambdamart"))
+    assert r.exit_code != 0 and "--kind 'lambdamart'" in r.output
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "9"))
+    assert r.exit_code != 0 and "fewer than --folds 9" in r.output
+    assert not home.exists()
