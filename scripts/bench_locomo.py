@@ -424,6 +424,13 @@ def main() -> None:
         try:
             rerankers[preset] = AttentionReranker(llm, config=RerankConfig.preset(preset))
             notes.append(f"rerank-{preset}: {rerankers[preset]!r}")
+            fused = getattr(rerankers[preset], "fused", None)
+            if fused is not None:
+                notes.append(
+                    f"rerank-{preset} fused weights: features {fused.features}, weights "
+                    f"{[round(w, 3) for w in fused.weights]}, gate {fused.gate}, trained on {fused.trained_on!r} "
+                    f"({fused.date})"
+                )
         except AttnrankError as e:
             notes.append(f"rerank-{preset} not run: {e}")
             log.warning("preset %s not run: %s", preset, e)
