@@ -293,7 +293,7 @@ def blocks_markdown(
     out = [
         f"# Block attention: speed and quality ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
         "",
-        "Default preset (qrhead: 16 registered heads, deepest layer 23), SmolLM2-135M-Instruct. "
+        "Preset qrhead (attention alone: 16 registered heads, deepest layer 23), SmolLM2-135M-Instruct. "
         "Speed: each cell in a fresh process; block-cold = no cached passage state; block-warm = every "
         "candidate's state in memory (only the query's suffix runs); peak extra MB = peak RSS growth "
         "during the query; SciFact candidates are random abstracts (300-word cap).",

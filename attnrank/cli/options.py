@@ -2,7 +2,7 @@
 
 :func:`rerank_options` adds the same options, with the same names, to every command that reranks,
 and hands the command one :class:`~attnrank.rerank.config.RerankConfig` (argument
-``rerank_config``): the preset (``--preset``, default ``qrhead``) with the options the user gave
+``rerank_config``): the preset (``--preset``, default ``fused``) with the options the user gave
 applied on top. Each option is named after the :class:`RerankConfig` field it sets.
 """
 
@@ -26,8 +26,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(
             None,
             "--preset",
-            help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the "
-            "model's registered retrieval heads, else all heads). The options below override it.",
+            help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the registered "
+            "retrieval heads' attention fused with BM25, dense and rank). The options below override it.",
         ),
     ),
     "model": (

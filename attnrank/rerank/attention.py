@@ -101,7 +101,7 @@ class AttentionReranker:
     """Rerank passages by the attention a query pays them, read from selected heads.
 
     Configured by a :class:`~attnrank.rerank.config.RerankConfig`: ``config`` is a preset name
-    (default ``"qrhead"``: the model's registered retrieval heads, else all heads) or a config
+    (default ``"fused"``: the registered heads' attention fused with first-stage signals) or a config
     object, and keyword ``options`` override its fields (``model`` may also be a loaded
     :class:`LLM`). The fields, as the reranker reads them:
 

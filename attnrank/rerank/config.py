@@ -6,16 +6,17 @@ build their stage from one of these objects, so a setting has one name everywher
 
 Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
 
-- ``qrhead`` (**the default**): the model's registered retrieval-head set (QRHead's query-focused
-  detection, Zhang et al. EMNLP 2025; ``heads="auto"``), calibrated ICR scoring. It measured best
-  of the attention presets on held-out data across datasets (docs/benchmarks.md; README). A model
-  with no registered set falls back to all heads (``heads="auto-or-all"``), logged as a warning.
+- ``fused`` (**the default**): ``qrhead``'s attention score fused with BM25, dense cosine and the
+  first-stage rank of the candidates by the model's registered fused weights
+  (:mod:`attnrank.rerank.fused`); the best measured configuration when trained on other datasets
+  and tested on one it never saw (docs/benchmarks.md, "fusion"; README).
+- ``qrhead``: the model's registered retrieval-head set (QRHead's query-focused detection, Zhang
+  et al. EMNLP 2025; ``heads="auto"``), calibrated ICR scoring, attention alone: the best of the
+  attention-only presets held out. A model with no registered set falls back to all heads
+  (``heads="auto-or-all"``), logged as a warning.
 - ``icr``: every head of the model (ICR, Chen et al. ICLR 2025) — works for any model.
 - ``learned``: the model's registered linear head weights (:mod:`attnrank.rerank.learned`).
 - ``qrhead-sink``: ``qrhead`` plus sink filtering (:mod:`attnrank.rerank.reweight` step 1).
-- ``fused``: ``qrhead``'s attention score fused with BM25, dense cosine and the first-stage rank
-  of the candidates by the model's registered fused weights, falling back to the first-stage
-  signals alone where attention is not confident (:mod:`attnrank.rerank.fused`).
 
 Overrides go after the preset: ``RerankConfig.preset("icr", max_doc_words=150)``.
 """

@@ -9,27 +9,28 @@ candidates, the features
 - ``bm25``, ``dense``, ``rank``: the first-stage signals of :mod:`attnrank.rerank.signals`,
   computed over the candidate texts, so a bare TREC run or plain list gets them too;
 
-and scores ``s(d) = w · z(d)`` with ``w >= 0`` (every feature is a relevance estimate). ``w`` is
-learned on labelled queries of several datasets, each dataset given equal say:
+and scores ``s(d) = w · z(d)`` with ``w >= 0`` (every feature is a relevance estimate; a negative
+weight only fits one training set's collinearity, e.g. one BM25 against another). ``w`` is learned
+on the labelled queries of several datasets, pooled (``balance``: each dataset given equal say):
 
-- ``listwise`` (default): the grid point of the simplex (steps of 1/10) with the best mean
-  nDCG@10, averaged per dataset and then over datasets — a direct, listwise optimisation of the
-  metric (coordinate search in the spirit of RankLib's; exhaustive here, as there are few features);
-- ``pointwise``: L2-regularised logistic regression, relevant vs not;
-- ``pairwise``: RankNet with a linear scorer (logistic regression on feature differences).
+- ``pointwise`` (default): L2-regularised logistic regression, relevant vs not;
+- ``pairwise``: RankNet with a linear scorer (logistic regression on feature differences);
+- ``listwise``: the grid point of the simplex (steps of 1/10) with the best mean nDCG@10, averaged
+  per dataset and then over datasets — a direct optimisation of the metric.
 
-Which one, and which features, was chosen by leave-one-dataset-out evaluation
-(``scripts/bench_fusion.py``, docs/benchmarks.md).
+**Fallback** (``gate``, off by default). The same model is also trained without the attention
+feature (``base_weights``); a query whose attention is not confident — its ``confidence``
+(:func:`attention_confidence`) below ``gate`` — is scored by the base model alone, i.e. by the
+first-stage signals. ``gate`` is the threshold that scores best on the training queries.
 
-**Fallback.** The same model is also trained without the attention feature (``base_weights``). A
-query whose attention is not confident — its ``confidence`` (:func:`attention_confidence`) below
-``gate`` — is scored by the base model alone, i.e. by the first-stage signals. ``gate`` is the
-threshold that scores best on the training queries (None: attention always used).
+Which model, features and fallback the default uses was chosen by leave-one-dataset-out
+evaluation (``scripts/bench_fusion.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -186,8 +187,6 @@ def ndcg10(scores: np.ndarray, gains: np.ndarray, judged: Mapping[str, int]) -> 
 
 def simplex_grid(n: int, steps: int = GRID_STEPS) -> np.ndarray:
     """Every weight vector of ``n`` non-negative multiples of 1/``steps`` that sum to 1."""
-    import itertools
-
     pts = [c for c in itertools.product(range(steps + 1), repeat=n - 1) if sum(c) <= steps]
     return np.array([[*c, steps - sum(c)] for c in pts], dtype=np.float64) / steps
 
@@ -295,12 +294,13 @@ def train_fused(
     *,
     model: str = "pointwise",
     l2: float = 1.0,
-    gate: bool = True,
-    balance: bool = True,
+    gate: bool = False,
+    balance: bool = False,
     trained_on: str = "",
 ) -> FusedWeights:
     """Fit fused weights on labelled queries (see the module doc); ``gate``: also fit the base
-    model and choose the fallback threshold; ``balance``: equal say for every group (dataset)."""
+    model and choose the fallback threshold; ``balance``: equal say for every group (dataset)
+    (off by default: pooling every query measured better held out, docs/benchmarks.md)."""
     require("sklearn", "train", "Training the fused scorer")
     if model not in MODELS:
         raise InputError(f"model={model!r} is not one of {MODELS}")

@@ -29,7 +29,8 @@ def heldout_scores(
     *,
     model: str = "pointwise",
     l2: float = 1.0,
-    gate: bool = True,
+    gate: bool = False,
+    balance: bool = False,
     variants: Mapping[str, Sequence[str]] | None = None,
     extra_signals: Sequence[str] = (),
 ) -> dict[str, Scores]:
@@ -44,7 +45,7 @@ def heldout_scores(
             for e in split.test:
                 out.setdefault(f"{name} alone", {})[e.qid] = np.asarray(e.signals[name], dtype=np.float64)
         for label, feats in methods.items():
-            fused = train_fused(split.train, feats, model=model, l2=l2, gate=gate)
+            fused = train_fused(split.train, feats, model=model, l2=l2, gate=gate, balance=balance)
             for e in split.test:
                 out.setdefault(label, {})[e.qid] = fused.score(e.signals)
     return out

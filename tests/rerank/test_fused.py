@@ -68,7 +68,7 @@ def test_gate_is_chosen_on_training_data_and_keeps_first_stage_where_attention_i
     ex = _examples(80, "a", 0.3, 4)
     for e in ex[:40]:
         e.signals["attention"] = rng.normal(0, 1e-3, 10)
-    fused = train_fused(ex, balance=False)
+    fused = train_fused(ex, balance=False, gate=True)
     assert fused.base_weights and fused.base_features == ["bm25", "dense", "rank"]
     assert fused.gate is None or fused.gate > 0
 
