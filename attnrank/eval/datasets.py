@@ -171,7 +171,7 @@ def _evidence_ids(evidence: Iterable[str]) -> list[str]:
 
 def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Dataset:
     """LoCoMo (10 conversations): every turn is a document (``"<sample_id>:<dia_id>"``, text
-    ``"speaker: text"``, the session's date in ``metadata``); a question (``"<sample_id>:q<i>"``)
+    ``"speaker: text"``, the speaker and the session's number and date in ``metadata``); a question (``"<sample_id>:q<i>"``)
     of the given ``categories`` (5 = adversarial) has its conversation's turns as candidates (in
     conversation order) and its evidence turns as relevant (label 1). Evidence ids that name no
     turn are skipped (9 of 2,815 in the source); questions left without evidence are dropped."""
@@ -195,7 +195,12 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
                     Document(
                         turns[-1],
                         _turn_text(t),
-                        metadata={"conversation": sid, "session": n, "date_time": conv.get(f"{key}_date_time", "")},
+                        metadata={
+                            "conversation": sid,
+                            "session": n,
+                            "date_time": conv.get(f"{key}_date_time", ""),
+                            "speaker": t["speaker"],
+                        },
                     )
                 )
         known = set(turns)

@@ -62,6 +62,7 @@ def test_locomo_turns_and_evidence(shared_mini):
     assert ds.qrels["conv-26:q2"] == {"conv-26:D1:9": 1, "conv-26:D1:11": 1}
     turn = next(d for d in ds.docs if d.id == "conv-26:D1:3")
     assert turn.text.startswith("Caroline: ") and turn.metadata["session"] == 1
+    assert turn.metadata["speaker"] == "Caroline" and turn.metadata["date_time"] == "1:56 pm on 8 May, 2023"
     assert ds.candidates["conv-26:q0"] == [d.id for d in ds.docs]  # the conversation, in order
     assert ds.answers["conv-26:q0"] == ["7 May 2023"]
     only_temporal = locomo(shared_mini, categories=[2])
