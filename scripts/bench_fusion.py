@@ -114,7 +114,7 @@ def variants() -> dict:
     datasets left out of training, how attention is read)."""
     full = ["attention", "bm25", "dense", "rank"]
     return {
-        "fused with attention, confidence gate (first-stage fallback)": (full, {"gate": True}, 16, (), {}),
+        "fused with attention, no confidence gate (no first-stage fallback)": (full, {"gate": False}, 16, (), {}),
         "fused with attention, pointwise (logistic)": (full, {"model": "pointwise"}, 16, (), {}),
         "fused with attention, pairwise (RankNet)": (full, {"model": "pairwise"}, 16, (), {}),
         "fused with attention, listwise (nDCG@10 grid)": (full, {"model": "listwise"}, 16, (), {}),

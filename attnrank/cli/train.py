@@ -46,7 +46,7 @@ def train(
     ),
     l2: float = typer.Option(1.0, "--l2", help="L2 penalty λ (sklearn C = 1/λ)."),
     gate: bool = typer.Option(
-        False, "--gate/--no-gate", help="Fall back to the first-stage signals where attention is not confident."
+        True, "--gate/--no-gate", help="Fall back to the first-stage signals where attention is not confident."
     ),
     folds: int = typer.Option(5, "--folds", help="k of the held-out k-fold report (>= 2)."),
     seed: int = typer.Option(0, "--seed", help="Fold shuffle seed."),

@@ -18,7 +18,7 @@ on the labelled queries of several datasets, pooled (``balance``: each dataset g
 - ``listwise``: the grid point of the simplex (steps of 1/10) with the best mean nDCG@10, averaged
   per dataset and then over datasets — a direct optimisation of the metric.
 
-**Fallback** (``gate``, off by default). The same model is also trained without the attention
+**Fallback** (``gate``, on by default: it measured best held out). The same model is also trained without the attention
 feature (``base_weights``); a query whose attention is not confident — its ``confidence``
 (:func:`attention_confidence`) below ``gate`` — is scored by the base model alone, i.e. by the
 first-stage signals. ``gate`` is the threshold that scores best on the training queries.
@@ -294,7 +294,7 @@ def train_fused(
     *,
     model: str = "pointwise",
     l2: float = 1.0,
-    gate: bool = False,
+    gate: bool = True,
     balance: bool = False,
     trained_on: str = "",
 ) -> FusedWeights:

@@ -29,7 +29,7 @@ def heldout_scores(
     *,
     model: str = "pointwise",
     l2: float = 1.0,
-    gate: bool = False,
+    gate: bool = True,
     balance: bool = False,
     variants: Mapping[str, Sequence[str]] | None = None,
     extra_signals: Sequence[str] = (),
