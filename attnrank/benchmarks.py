@@ -253,28 +253,6 @@ def candidate_signals(setting: str, ds: Dataset, cands: dict[str, list[Document]
     return cached_signals("candidate signals " + setting, list(cands), compute, cache)
 
 
-def per_query_head_ndcg(
-    features: dict[str, np.ndarray], cands: dict[str, list[Document]], qrels: dict[str, dict[str, int]], rel: int
-) -> dict[str, np.ndarray]:
-    """``{qid: nDCG@10 of each head used alone [H]}`` from per-head passage scores
-    ``features[qid] [H, D]`` (:func:`attnrank.llm.rows.window_features`), judged by ``qrels``."""
-    from .eval.metrics import evaluate_per_query
-
-    out = {q: np.zeros(f.shape[0]) for q, f in features.items()}
-    n = next(iter(features.values())).shape[0]
-    for lo in range(0, n, 64):  # heads in chunks: one ir-measures call per chunk
-        run = {
-            f"{q}::{h}": {d.id: float(s) for d, s in zip(cands[q], f[h])}
-            for q, f in features.items()
-            for h in range(lo, min(n, lo + 64))
-        }
-        per = evaluate_per_query(run, {key: qrels[key.rsplit("::", 1)[0]] for key in run}, ["nDCG@10"], rel=rel)
-        for key, v in per.items():
-            q, h = key.rsplit("::", 1)
-            out[q][int(h)] = v["nDCG@10"]
-    return out
-
-
 def fusion_examples_from_rows(
     group: str,
     ds: Dataset,

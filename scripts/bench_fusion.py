@@ -28,7 +28,6 @@ from attnrank.benchmarks import (
     fusion_examples_from_rows,
     hotpot_set,
     locomo_set,
-    per_query_head_ndcg,
     rrf_order,
     scifact_set,
     stage_signals,
@@ -36,6 +35,7 @@ from attnrank.benchmarks import (
 from attnrank.config import set_torch_threads
 from attnrank.eval.crossval import Split, kfold_splits
 from attnrank.eval.datasets import data_root
+from attnrank.eval.metrics import per_query_ndcg_of_each
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all
 from attnrank.llm.rows import window_features
@@ -85,7 +85,9 @@ def load(args, root: Path, rr: AttentionReranker) -> dict:
             "caps": caps,
             "signals": candidate_signals(setting, ds, cands, CACHE),
             "extra": extra,
-            "head_ndcg": per_query_head_ndcg(feats, cands, ds.qrels, ds.rel),
+            "head_ndcg": per_query_ndcg_of_each(
+                feats, {q: [d.id for d in c] for q, c in cands.items()}, ds.qrels, rel=ds.rel
+            ),
         }
         log.info("%s: %d queries", g, len(cands))
     return out

@@ -38,20 +38,12 @@ def _head_ndcg(feats: list[Any], qrels: dict, rel: int, k: int = 10) -> Any:
     from the rows these features were built from)."""
     import numpy as np
 
-    from ..eval.metrics import evaluate_per_query
+    from ..eval.metrics import per_query_ndcg_of_each
 
-    n = feats[0].features.shape[1]
-    total = np.zeros(n)
-    for lo in range(0, n, 64):  # heads in chunks: one ir-measures call per chunk
-        run = {
-            f"{q.qid}::{h}": dict(zip(q.doc_ids, q.features[:, h].tolist()))
-            for q in feats
-            for h in range(lo, min(n, lo + 64))
-        }
-        per = evaluate_per_query(run, {key: qrels[key.rsplit("::", 1)[0]] for key in run}, [f"nDCG@{k}"], rel=rel)
-        for key, v in per.items():
-            total[int(key.rsplit("::", 1)[1])] += v[f"nDCG@{k}"]
-    return total / len(feats)
+    per = per_query_ndcg_of_each(
+        {q.qid: q.features.T for q in feats}, {q.qid: q.doc_ids for q in feats}, qrels, rel=rel, k=k
+    )
+    return np.mean(list(per.values()), axis=0)
 
 
 def _scores_eval(feats: list[Any], scorer: Any, qrels: dict, rel: int) -> dict[str, float]:

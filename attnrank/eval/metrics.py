@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from math import comb
+from typing import Any
 
 from ..errors import require
 
@@ -76,3 +77,32 @@ def sign_test(wins: int, losses: int) -> float:
     if n == 0:
         return 1.0
     return min(1.0, 2 * sum(comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n)
+
+
+def per_query_ndcg_of_each(
+    scores: Mapping[str, Any],
+    doc_ids: Mapping[str, Sequence[str]],
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    rel: int = 1,
+    k: int = 10,
+    chunk: int = 64,
+) -> dict[str, Any]:
+    """``{qid: nDCG@k of each scorer used alone [S]}`` from ``scores[qid] [S, D]`` (e.g. every
+    head's passage scores) over the candidates ``doc_ids[qid]``: one ir-measures call per
+    ``chunk`` scorers."""
+    import numpy as np
+
+    out = {q: np.zeros(len(s)) for q, s in scores.items()}
+    n = len(next(iter(scores.values())))
+    for lo in range(0, n, chunk):
+        run = {
+            f"{q}::{h}": dict(zip(doc_ids[q], map(float, s[h])))
+            for q, s in scores.items()
+            for h in range(lo, min(n, lo + chunk))
+        }
+        per = evaluate_per_query(run, {key: qrels[key.rsplit("::", 1)[0]] for key in run}, [f"nDCG@{k}"], rel=rel)
+        for key, v in per.items():
+            q, h = key.rsplit("::", 1)
+            out[q][int(h)] = v[f"nDCG@{k}"]
+    return out
