@@ -24,7 +24,7 @@ from .attention import AttentionCapturer, PrefixCache
 from .blocks import BlockPrompt, check_positions
 from .prompts import RerankPromptPair
 from .rows import QUERY_SPANS, Span, WindowRows
-from .states import BlockState, StateCache, assemble, check_rotation, encode_blocks, rotate_keys, state_keys
+from .states import BlockState, StateCache, assemble, check_rotation, encode_blocks, state_keys
 from .statestore import PassageStateStore
 
 
@@ -92,10 +92,10 @@ def capture_blocks(
         check_rotation(capturer, prefix)
     starts = prompt.starts("shared" if positions == "rotated" else positions)
     blocks = block_states(capturer, prompt, prefix, starts, fingerprint=fingerprint, states=states, store=store)
-    if positions == "rotated":
-        target = prompt.starts("sequential")
-        blocks = [rotate_keys(capturer, b, t - s) for b, t, s in zip(blocks, target, starts)]
-    context = assemble(capturer, prefix, [blocks[i] for i in prompt.order])
+    target = prompt.starts("sequential") if positions == "rotated" else starts
+    room = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids)) + len(extra_ids)
+    order = prompt.order
+    context = assemble(capturer, prefix, [blocks[i] for i in order], [target[i] - starts[i] for i in order], room)
     n_ctx, position = context.length, prompt.suffix_start(positions)
 
     def rows(suffix: list[int]) -> np.ndarray:

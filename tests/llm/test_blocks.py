@@ -11,7 +11,7 @@ from attnrank.errors import InputError
 from attnrank.llm.attention import AttentionCapturer, _attn_implementation
 from attnrank.llm.blocks import build_block_prompts
 from attnrank.llm.capture import capture_blocks
-from attnrank.llm.states import StateCache
+from attnrank.llm.states import ContextLayer, StateCache, assemble, encode_blocks
 
 DOCS = [
     "Paris is the capital of France.",
@@ -161,3 +161,30 @@ def test_rotated_equals_sequential_in_the_first_layer():
     }
     assert abs(rows["rotated"] - rows["sequential"]).max() < 1e-6
     assert abs(rows["rotated"] - rows["shared"]).max() > 1e-7
+
+
+def test_suffix_passes_run_in_the_room_after_the_context(llm):
+    """A context assembled with room: each suffix pass writes after it (no copy of the context) and
+    sees exactly what a plainly concatenated cache gives, pass after pass; too long a suffix
+    falls back to concatenation."""
+    capturer = AttentionCapturer(llm.model, [(1, 0), (3, 2)])
+    prompt = build_block_prompts(llm.tokenizer, QUERY, DOCS)
+    prefix = capturer.prefill(prompt.prefix_ids)
+    states = encode_blocks(capturer, prefix, prompt.blocks, prompt.starts("shared"))
+    ordered, shifts = [states[i] for i in prompt.order], [0, 5, 9]
+    roomy = assemble(capturer, prefix, ordered, shifts, room=160)
+    plain = assemble(capturer, prefix, ordered, shifts)
+    layer = roomy.cache.layers[0]
+    assert isinstance(layer, ContextLayer) and not isinstance(plain.cache.layers[0], ContextLayer)
+    context = layer.keys.clone()
+    at = prompt.suffix_start("sequential")
+    long = prompt.real_suffix_ids * 4  # longer than the room
+    assert len(long) > 160 >= len(prompt.real_suffix_ids)
+    for ids in (prompt.real_suffix_ids, prompt.calibration_suffix_ids, prompt.real_suffix_ids, long):
+        got = capturer.capture(ids, prefix=roomy, position_start=at)
+        want = capturer.capture(ids, prefix=plain, position_start=at)
+        assert torch.equal(got, want)
+    assert torch.equal(layer.keys, context) and layer.keys.data_ptr() == layer.buffer_keys.data_ptr()
+    for k, v in zip(plain.cache.layers[: capturer.deepest_layer + 1], roomy.cache.layers):
+        assert torch.equal(k.keys, v.keys) and torch.equal(k.values, v.values)
+    assert plain.length == roomy.length == len(prompt.context_ids)
