@@ -16,6 +16,8 @@ attnrank/heads/data/. Writes docs/results/fusion.{json,md}.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import sys
 from pathlib import Path
@@ -27,6 +29,7 @@ from attnrank.benchmarks import (
     dl19_sets,
     fusion_examples_from_rows,
     hotpot_set,
+    icr_scores,
     locomo_set,
     rrf_order,
     scifact_set,
@@ -41,7 +44,7 @@ from attnrank.eval.rows import capture_all
 from attnrank.llm.rows import window_features
 from attnrank.registry import resolve_heads
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.rerank.fused import train_fused
+from attnrank.rerank.fused import resolve_fused, train_fused
 from attnrank.rerank.fusion_eval import NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
 
 log = logging.getLogger("bench_fusion")
@@ -66,7 +69,8 @@ def load(args, root: Path, rr: AttentionReranker) -> dict:
     }
     out = {}
     for g, (setting, ds, cands) in sets.items():
-        caps = capture_all(rr, setting, ds.queries, cands, CACHE)
+        mode = "" if rr.config.attention == "full" else f" {rr.config.attention} attention {rr.config.block_positions}"
+        caps = capture_all(rr, setting + mode, ds.queries, cands, CACHE)
         st = stage_signals(root, setting, ds, cands, CACHE, SCIFACT_INDEX)
         extra = {
             q: {
@@ -212,6 +216,75 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
+def precision(data32: dict, data: dict, rr: AttentionReranker) -> list[dict]:
+    """What ``dtype`` changes for a user of the default preset (the registered qrhead heads and the
+    shipped fused weights, both from float32): per dataset, nDCG@10 on rows captured in float32 and
+    in ``rr``'s dtype, wins/losses against float32, the mean per-query Spearman correlation of the
+    attention scores, and the mean capture seconds per query of every head's rows (from the row
+    cache: each precision's captures ran at their own time)."""
+    from scipy.stats import spearmanr
+
+    dtype = str(rr.llm.dtype).removeprefix("torch.")
+    idx = [rr.head_list.index(tuple(h)) for h in resolve_heads("auto", rr.llm)]
+    fused = resolve_fused("auto", rr.llm.model_id, rr.llm.fingerprint)
+    assert fused is not None
+    rows = []
+    for g in data:
+        ex32, ex = examples(data32, g, idx), examples(data, g, idx)
+        rho = [spearmanr(a.signals["attention"], b.signals["attention"])[0] for a, b in zip(ex32, ex)]
+        secs = {k: np.mean([c["seconds"] for c in d[g]["caps"].values()]) for k, d in (("f32", data32), ("x", data))}
+        for what, score in (
+            ("attention alone", lambda e: e.signals["attention"]),
+            ("default preset", lambda e: fused.score(e.signals)),
+        ):
+            base = f"{what}, float32"
+            scores = {base: {e.qid: score(e) for e in ex32}, f"{what}, {dtype}": {e.qid: score(e) for e in ex}}
+            for r in compare(ex32, scores, METRICS[g][:1], baselines=(base,)):
+                rows.append({"dataset": g, **r, "Δ vs float32": r["Δ"], "Spearman vs float32": float(np.nanmean(rho))})
+        rows[-1]["capture s/query"] = float(secs["x"])
+        rows[-2]["capture s/query"] = float(secs["f32"])
+    return rows
+
+
+def coarse_to_fine(data: dict, rr: AttentionReranker, args, keep: int = 10) -> list[dict]:
+    """CAFE-style coarse-to-fine, held out: the default preset (trained on the other datasets) ranks
+    all candidates; its top ``keep`` are re-scored in a second, shorter prompt of only them (in the
+    first pass's order) by the same fused weights (fresh attention, the other signals of those
+    candidates), and reordered above the rest. Rows: Δ against the one-pass default preset."""
+    rows = []
+    for g in data:
+        others = [h for h in data if h != g]
+        idx = top_heads(data, others, n=16)
+        train = [e for h in others for e in examples(data, h, idx)]
+        fused = train_fused(train, model=args.model, l2=args.l2)
+        ex = examples(data, g, idx)
+        first = {e.qid: fused.score(e.signals) for e in ex}
+        top = {q: np.argsort(-s, kind="stable")[:keep] for q, s in first.items()}
+        cands = data[g]["cands"]
+        sub = {q: [cands[q][i] for i in t] for q, t in top.items()}
+        digest = hashlib.sha256(json.dumps({q: [d.id for d in c] for q, c in sub.items()}).encode()).hexdigest()
+        setting = f"{data[g]['setting']} top-{keep} of the default preset {digest[:10]}"
+        queries = {q: data[g]["ds"].queries[q] for q in sub}
+        caps = capture_all(rr, setting, queries, sub, CACHE)
+        refined, attention_only = {}, {}
+        for e in ex:
+            t = top[e.qid]
+            signals = {k: np.asarray(v)[t] for k, v in e.signals.items()}
+            signals["attention"] = icr_scores(caps[e.qid]["windows"], len(t), idx)
+            for out, second in ((refined, fused.score(signals)), (attention_only, signals["attention"])):
+                s = first[e.qid].copy()
+                s[t] = s.max() + 1 + second - second.min()  # the top keep, reordered, stay on top
+                out[e.qid] = s
+        scores = {
+            HEADLINE: first,
+            f"coarse-to-fine: top-{keep} re-scored by the fused weights": refined,
+            f"coarse-to-fine: top-{keep} re-scored by attention alone": attention_only,
+        }
+        for r in compare(ex, scores, METRICS[g], baselines=(HEADLINE,)):
+            rows.append({"held out": g, **r})
+    return rows
+
+
 def ship(data: dict, rr: AttentionReranker, args) -> dict:
     """Fused weights trained on all four datasets, attention = the registered qrhead heads."""
     registered = [tuple(h) for h in resolve_heads("auto", rr.llm)]
@@ -236,23 +309,40 @@ def main() -> None:
     ap.add_argument("--model", default="pointwise", help="the headline's training: pointwise | pairwise | listwise")
     ap.add_argument("--ship", action="store_true")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
+    ap.add_argument("--coarse-to-fine", action="store_true", help="the CAFE ablation (captures top-10 prompts)")
+    ap.add_argument(
+        "--attention", default="full", help="full | block (rotated positions): heads and weights chosen on block rows"
+    )
+    ap.add_argument(
+        "--dtype", default="float32", help="the LLM's precision; other than float32 writes fusion_<dtype>.{json,md}"
+    )
     args = ap.parse_args()
+    if args.ship and (args.dtype != "float32" or args.attention != "full"):
+        ap.error("--ship trains the shipped weights on float32 full-attention rows; drop --dtype/--attention")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
-    rr = AttentionReranker(config="icr")  # every head: the cached rows serve every head set
+    # every head: the cached rows serve every head set
+    rr = AttentionReranker(config="icr", dtype=args.dtype, attention=args.attention)
     data = load(args, root, rr)
+    precise = args.dtype != "float32" and args.attention == "full"  # the precision section's float32 rows
+    icr32 = AttentionReranker(config="icr", dtype="float32") if precise else None
     held, _ = lodo(data, args)
     payload = {
         "environment": environment(),
+        "dtype": str(rr.llm.dtype).removeprefix("torch.") + ("-int8" if rr.llm.quantization else ""),
+        "attention": args.attention,
         "sizes": {g: len(d["cands"]) for g, d in data.items()},
         "targets": targets(held),
         "lodo": held,
         "in_domain": in_domain(data, args),
         "shipped": ship(data, rr, args) if args.ship else None,
+        "coarse_to_fine": coarse_to_fine(data, rr, args) if args.coarse_to_fine else None,
+        "precision": precision(load(args, root, icr32), data, rr) if icr32 is not None else None,
     }
     md = markdown(payload)
-    write_outputs("fusion", payload, md, Path(args.out) if args.out else OUT)
+    name = "_".join(["fusion"] + [args.dtype] * (args.dtype != "float32") + ["block"] * (args.attention == "block"))
+    write_outputs(name, payload, md, Path(args.out) if args.out else OUT)
     print(md)
 
 
@@ -265,7 +355,9 @@ def markdown(p: dict) -> str:
         "",
         "Command: `" + " ".join(["python scripts/bench_fusion.py", *sys.argv[1:]]) + "`",
         "",
-        "Queries: " + ", ".join(f"{g} {n}" for g, n in p["sizes"].items()) + ". SmolLM2-135M-Instruct, float32.",
+        "Queries: "
+        + ", ".join(f"{g} {n}" for g, n in p["sizes"].items())
+        + f". SmolLM2-135M-Instruct, {p.get('dtype', 'float32')}, {p.get('attention', 'full')} attention.",
         "",
         "## Targets (leave-one-dataset-out, nDCG@10 points)",
         "",
@@ -295,6 +387,45 @@ def markdown(p: dict) -> str:
     out += ["## In-domain k-fold (heads and weights from the training folds)", ""]
     for g in p["sizes"]:
         out += [f"### {g}", "", md_table([r for r in p["in_domain"] if r["dataset"] == g], cols, fmt), ""]
+    if p.get("coarse_to_fine"):
+        out += [
+            "## Coarse-to-fine (CAFE-style), held out",
+            "",
+            "The default preset trained on the other datasets ranks the candidates; its top 10 are re-scored in a "
+            "second prompt holding only them and reordered above the rest. Δ, wins/losses and sign test against "
+            "the one-pass default preset.",
+            "",
+        ]
+        for g in p["sizes"]:
+            part = [r for r in p["coarse_to_fine"] if r["held out"] == g]
+            out += [f"### {g} held out", "", md_table(part, cols, fmt), ""]
+    if p.get("precision"):
+        out += [
+            f"## Precision: the default preset on {p['dtype']} rows against float32 rows",
+            "",
+            "Registered qrhead heads and shipped fused weights (both from float32), applied to rows captured in "
+            "each precision; every query of each dataset (in-domain for the weights: this isolates the precision). "
+            "Wins/losses and sign test per query against the same method in float32; Spearman: mean per-query rank "
+            "correlation of the attention scores; capture s/query: mean seconds to capture every head's rows "
+            "(row cache; the two precisions were captured at different times).",
+            "",
+            md_table(
+                p["precision"],
+                [
+                    "dataset",
+                    "method",
+                    "nDCG@10",
+                    "Δ vs float32",
+                    "wins",
+                    "losses",
+                    "p",
+                    "Spearman vs float32",
+                    "capture s/query",
+                ],
+                {"Δ vs float32": "+.1f", "p": ".3f", "Spearman vs float32": ".4f", "capture s/query": ".2f"},
+            ),
+            "",
+        ]
     if p["shipped"]:
         s = p["shipped"]
         out += [

@@ -13,6 +13,7 @@ OUT = REPO / "docs" / "results"
 ORDER = [
     "first_stage",
     "fusion",
+    "fusion_bfloat16",
     "locomo",
     "adapter",
     "rerank",
@@ -32,6 +33,7 @@ ORDER = [
 COMMANDS = {
     "first_stage": "python scripts/bench_first_stage.py",
     "fusion": "python scripts/bench_fusion.py --ship",
+    "fusion_bfloat16": "python scripts/bench_fusion.py --dtype bfloat16 --coarse-to-fine",
     "locomo": "python scripts/bench_locomo.py",
     "adapter": "python scripts/bench_adapter.py",
     "rerank": "python scripts/bench_rerank.py",

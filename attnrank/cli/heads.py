@@ -9,6 +9,7 @@ import typer
 
 from ..errors import AttnrankError
 from . import Quiet, Verbose, _setup, app
+from .options import DTYPE_HELP
 
 heads_app = typer.Typer(
     help="Detect, register and inspect retrieval heads (per model and weights).", no_args_is_help=True
@@ -117,7 +118,7 @@ def heads_detect(
     ),
     max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="copy: greedy answer length limit."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
-    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16 (GPU) | int8 (CPU)."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
     save: bool = typer.Option(True, "--save/--no-save", help="Register the result in the user registry."),
     quiet: bool = Quiet,
     verbose: bool = Verbose,

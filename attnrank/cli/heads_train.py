@@ -18,6 +18,7 @@ import typer
 
 from . import Quiet, Verbose, _setup
 from .heads import _qr_set, check_folds, check_training, heads_app
+from .options import DTYPE_HELP
 
 METRICS = ("nDCG@10", "RR@10")
 
@@ -84,7 +85,7 @@ def heads_train(
     folds: int = typer.Option(5, "--folds", help="k of the held-out k-fold report (>= 2)."),
     seed: int = typer.Option(0, "--seed", help="Fold shuffle seed."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
-    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16 (GPU) | int8 (CPU)."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
     save: bool = typer.Option(True, "--save/--no-save", help="Register the weights in the user registry."),
     quiet: bool = Quiet,
     verbose: bool = Verbose,

@@ -18,6 +18,11 @@ import typer
 from ..rerank.config import DEFAULT_PRESET, RERANK_PRESETS, SCORERS, RerankConfig
 from ..rerank.reweight import Reweighting
 
+DTYPE_HELP = (
+    "auto (CPU: bfloat16 with AMX-BF16, else float32; ATTNRANK_CPU_DTYPE overrides) | float32 | bfloat16 | "
+    "float16 (GPU) | int8 (CPU: dynamic int8 linear layers)."
+)
+
 REWEIGHT_STEPS = ("sink", "idf", "entropy", "slot")
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
@@ -119,9 +124,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),
     "dtype": (
         Optional[str],
-        typer.Option(
-            None, "--dtype", help="auto | float32 | bfloat16 | float16 (GPU) | int8 (CPU: dynamic int8 linear layers)."
-        ),
+        typer.Option(None, "--dtype", help=DTYPE_HELP),
     ),
 }
 

@@ -18,6 +18,7 @@ import typer
 
 from . import Quiet, Verbose, _setup, app
 from .heads import _qr_set, check_folds, check_training
+from .options import DTYPE_HELP
 
 METRICS = ("nDCG@10", "RR@10")
 
@@ -52,7 +53,7 @@ def train(
     seed: int = typer.Option(0, "--seed", help="Fold shuffle seed."),
     max_doc_words: int = typer.Option(300, "--max-doc-words", min=1, help="Words kept per passage in the prompt."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
-    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16 (GPU) | int8 (CPU)."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
     save: bool = typer.Option(True, "--save/--no-save", help="Register the weights in the user registry."),
     quiet: bool = Quiet,
     verbose: bool = Verbose,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from attnrank import config
 from attnrank.errors import InputError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -35,11 +36,16 @@ def resolve_device(device: str) -> torch.device:
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """Map a dtype name to a torch dtype usable on ``device`` (a quantized name: the dtype its
-    weights are loaded in before quantization)."""
+    weights are loaded in before quantization). ``"auto"``: on a CPU,
+    :func:`attnrank.config.cpu_auto_dtype` (bfloat16 with AMX, else float32); on CUDA bfloat16
+    where supported, else float16."""
     name = (dtype or "").strip().lower()
     if name == "auto":
         if device.type != "cuda":
-            return torch.float32
+            try:
+                return DTYPES[config.cpu_auto_dtype()]
+            except ValueError as e:
+                raise InputError(str(e)) from e
         with torch.cuda.device(device):
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if name in QUANTIZED:

@@ -61,8 +61,8 @@ class LLM:
     ``fingerprint`` identifies the model (registered head sets, learned weights, probes and slot
     profiles are keyed by it, and hold for every precision it is loaded in); ``quantization``
     is ``"int8"`` when its linear layers run in dynamic int8, else ``""``. Anything computed
-    *from* the weights (cached key/value states, captured rows) depends on both: key it by
-    :attr:`weights_key`.
+    *from* the weights (cached key/value states, captured rows) depends on them and on the
+    precision: key it by :attr:`weights_key`.
     """
 
     model: Any  # transformers.PreTrainedModel (causal LM, eval mode)
@@ -73,8 +73,11 @@ class LLM:
 
     @property
     def weights_key(self) -> str:
-        """The fingerprint plus the quantization: what cached activations must be keyed by."""
-        return f"{self.fingerprint}+{self.quantization}" if self.quantization else self.fingerprint
+        """What cached activations must be keyed by: the fingerprint, plus the quantization
+        (``+int8``) or the dtype when it is not float32 (``+bfloat16``: its rows and states differ
+        from float32's in the last bits, so the two never share a cache)."""
+        tag = self.quantization or ("" if self.dtype == torch.float32 else str(self.dtype).removeprefix("torch."))
+        return f"{self.fingerprint}+{tag}" if tag else self.fingerprint
 
     @property
     def num_layers(self) -> int:
@@ -108,8 +111,8 @@ def load_llm(model: str | None = None, *, dtype: str = "auto", device: str = "cp
     """Load a causal LM for attention reranking (once per process per model/dtype/device).
 
     ``model``: ``None`` / ``"smollm2-135m"`` (offline default), a Hugging Face id, a local model
-    folder or a local ``.gguf`` file. ``dtype``: ``"auto"`` (float32 on CPU; bfloat16 on CUDA
-    when supported, else float16), ``"float32"``, ``"bfloat16"``, ``"float16"`` (GPU only),
+    folder or a local ``.gguf`` file. ``dtype``: ``"auto"`` (on CPU bfloat16 with AMX-BF16, else
+    float32, :func:`attnrank.config.cpu_auto_dtype`; on CUDA bfloat16 when supported, else float16), ``"float32"``, ``"bfloat16"``, ``"float16"`` (GPU only),
     ``"int8"`` (CPU only: float32 with the decoder's linear layers in dynamic int8,
     :mod:`attnrank.llm.quantize`; same fingerprint, so registered head sets still apply).
     ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"``.

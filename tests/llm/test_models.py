@@ -35,7 +35,7 @@ def test_load_local_path(tiny_dir):
     llm = load_llm(str(tiny_dir))
     assert isinstance(llm, LLM) and llm.model_id == str(tiny_dir)
     assert not llm.model.training
-    assert llm.dtype == torch.float32 and llm.device == torch.device("cpu")
+    assert llm.dtype == llm_device.resolve_dtype("auto", torch.device("cpu")) and llm.device == torch.device("cpu")
     assert (llm.num_layers, llm.num_heads, llm.num_kv_heads) == (3, 4, 2)
     assert llm.context_length == 16384  # the fixture model's max_position_embeddings
     assert llm.model.config._attn_implementation == "sdpa"
@@ -46,10 +46,33 @@ def test_load_local_path(tiny_dir):
 
 
 def test_process_cache(tiny_dir):
-    first = load_llm(str(tiny_dir))
-    assert load_llm(str(tiny_dir), dtype="float32", device="cpu") is first
+    first = load_llm(str(tiny_dir), dtype="float32")
+    assert load_llm(str(tiny_dir), dtype="FLOAT32", device="cpu") is first
     other = load_llm(str(tiny_dir), dtype="bfloat16")
     assert other is not first and other.dtype == torch.bfloat16
+    assert other.fingerprint == first.fingerprint  # registered artifacts hold for every precision
+    assert other.weights_key == f"{first.fingerprint}+bfloat16"  # cached activations never mix
+
+
+def test_auto_dtype_on_cpu_follows_amx(monkeypatch):
+    monkeypatch.delenv("ATTNRANK_CPU_DTYPE", raising=False)
+    amx = bool(torch.cpu.get_capabilities().get("amx_bf16"))
+    expected = torch.bfloat16 if amx else torch.float32
+    assert llm_device.resolve_dtype("auto", torch.device("cpu")) == expected
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "float32")
+    assert llm_device.resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "bfloat16")
+    assert llm_device.resolve_dtype("auto", torch.device("cpu")) == torch.bfloat16
+    assert llm_device.resolve_dtype("float32", torch.device("cpu")) == torch.float32  # an explicit dtype wins
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "int8")
+    with pytest.raises(InputError, match="ATTNRANK_CPU_DTYPE='int8'.*float32.*bfloat16.*unset"):
+        llm_device.resolve_dtype("auto", torch.device("cpu"))
+
+
+def test_auto_is_one_process_cache_entry_with_what_it_resolves_to(tiny_dir, monkeypatch):
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "bfloat16")
+    llm = load_llm(str(tiny_dir))
+    assert llm.dtype == torch.bfloat16 and load_llm(str(tiny_dir), dtype="bfloat16") is llm
 
 
 def test_float16_on_cpu_is_refused(tiny_dir):
@@ -158,7 +181,7 @@ def _fake_gguf(tmp_path: Path, monkeypatch) -> tuple[Path, torch.nn.Module]:
 
 def test_gguf_cache_round_trip(tmp_path, monkeypatch):
     gguf, model = _fake_gguf(tmp_path, monkeypatch)
-    llm = load_llm(str(gguf))
+    llm = load_llm(str(gguf), dtype="float32")  # compared bit for bit with the float32 source
     folder = config.cache_dir() / "models" / f"tiny.Q4_0-{llm.fingerprint[:12]}"
     assert llm.fingerprint == hashlib.sha256(gguf.read_bytes()).hexdigest()
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
@@ -217,7 +240,7 @@ def test_default_loads(real_cache):
 
 @pytest.mark.slow
 def test_default_cache_matches_gguf(real_cache):
-    llm = load_llm()
+    llm = load_llm(dtype="float32")  # compared bit for bit with the GGUF
     gguf_model, gguf_tok = llm_gguf.load_gguf_uncached(fingerprint.default_gguf_path())
     text = "The quick brown fox jumps over the lazy dog. Attention is all you need."
     ids = torch.tensor([llm.tokenizer(text).input_ids])
