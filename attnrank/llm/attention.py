@@ -27,10 +27,11 @@ from typing import Any
 
 import torch
 from transformers import AttentionInterface, DynamicCache
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from attnrank.errors import AttnrankError, InputError
+
+from .kernels import eager_forward, masked_scores, sdpa_forward
 
 ATTN_IMPLEMENTATION = "attnrank_capture"
 HeadSpec = list[tuple[int, int]] | None  # None = all heads of all layers (up to max_layer)
@@ -71,7 +72,7 @@ class _Session:
         groups = query.shape[1] // key.shape[1]  # GQA: query head h reads KV head h // groups
         q = query[:1, heads, self.query_start :]
         k = key[:1, heads // groups]
-        scores = _masked_scores(q, k, mask, scaling, softcap, self.query_start, query.shape[2])
+        scores = masked_scores(q, k, mask, scaling, softcap, self.query_start, query.shape[2])
         if self.reduce == "argmax":  # softmax is monotone: the top-1 key is the logits' argmax
             offset = self.n_keys - scores.shape[-1]  # a sliding-window layer sees the last keys
             self.rows[module.layer_idx] = scores[0].argmax(dim=-1) + offset  # [n_heads, n_rows]
@@ -84,46 +85,6 @@ class _Session:
 
 
 _ACTIVE: ContextVar[_Session | None] = ContextVar("attnrank_capture_session", default=None)
-
-
-def _masked_scores(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    mask: torch.Tensor | None,
-    scaling: float,
-    softcap: float | None,
-    first_row: int,
-    total_rows: int,
-) -> torch.Tensor:
-    """Float32 masked logits [b, h, rows, n_keys] for query rows ``first_row:`` of a pass of
-    ``total_rows`` queries whose keys end with those queries (causal, lower-right aligned)."""
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scaling
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    n_keys = k.shape[-2]
-    if mask is None:
-        rows = torch.arange(first_row, total_rows, device=q.device)[:, None] + (n_keys - total_rows)
-        mask = torch.arange(n_keys, device=q.device)[None, :] <= rows
-    else:
-        mask = mask[:, :, first_row:, :n_keys]
-    if mask.dtype == torch.bool:
-        return scores.masked_fill(~mask, float("-inf"))
-    return scores + mask.float()
-
-
-def _eager_forward(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    mask: torch.Tensor | None,
-    scaling: float,
-    softcap: float,
-) -> torch.Tensor:
-    """Layer output for soft-capped logits (Gemma 2), which SDPA cannot compute."""
-    groups = query.shape[1] // key.shape[1]
-    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
-    probs = torch.softmax(_masked_scores(query, key, mask, scaling, softcap, 0, query.shape[2]), -1)
-    return torch.matmul(probs.to(value.dtype), value).transpose(1, 2).contiguous()
 
 
 def _capture_attention(
@@ -139,9 +100,9 @@ def _capture_attention(
     """The registered attention function: plain SDPA, plus the rows of the active capture."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     if softcap is None:
-        out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+        out = sdpa_forward(module, query, key, value, attention_mask, scaling, **kwargs)
     else:
-        out = _eager_forward(query, key, value, attention_mask, scaling, softcap)
+        out = eager_forward(query, key, value, attention_mask, scaling, softcap)
     session = _ACTIVE.get()
     if session is not None:
         session.record(module, query, key, attention_mask, scaling, softcap)
