@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _tiny import tiny_model, tiny_tokenizer
+from transformers import DynamicCache
 
 from attnrank.errors import InputError
 from attnrank.llm.attention import AttentionCapturer, _attn_implementation
@@ -188,3 +189,21 @@ def test_suffix_passes_run_in_the_room_after_the_context(llm):
     for k, v in zip(plain.cache.layers[: capturer.deepest_layer + 1], roomy.cache.layers):
         assert torch.equal(k.keys, v.keys) and torch.equal(k.values, v.values)
     assert plain.length == roomy.length == len(prompt.context_ids)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_packed_blocks_equal_padded_batches(family):
+    """Blocks packed into sequences under a block-diagonal mask get the states that padded
+    batches give, whatever the pack size (one pack, several packs, never packed)."""
+    model = tiny_model(family, layers=3, heads=4, kv_heads=2, max_positions=4096)
+    assert not any(getattr(x, "is_sliding", False) for x in DynamicCache(config=model.config).layers)  # packs
+    capturer = AttentionCapturer(model, [(2, 1)])
+    prompt = build_block_prompts(tiny_tokenizer(), QUERY, DOCS)
+    prefix = capturer.prefill(prompt.prefix_ids)
+    starts = prompt.starts("sequential")  # distinct positions per block
+    padded = encode_blocks(capturer, prefix, prompt.blocks, starts, pack_tokens=0)
+    for pack in (10_000, len(prompt.blocks[0]) + 1):
+        packed = encode_blocks(capturer, prefix, prompt.blocks, starts, pack_tokens=pack)
+        for a, b in zip(padded, packed):
+            assert a.keys.shape == b.keys.shape
+            assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
