@@ -15,12 +15,12 @@ Writes docs/results/rerank.{json,md}.
 
 Block attention (``--blocks``; issue 15): seconds per query and peak memory of the full-prompt
 capture, block mode cold and block mode warm at K = 10/20/50/100 on DL19 passages and SciFact
-abstracts (300-word cap), per dtype (``--blocks-dtypes auto,int8``), each cell in a fresh process
+abstracts (300-word cap), per dtype (``--blocks-dtypes bfloat16,float32,int8``), each cell in a fresh process
 and resumable (build/blocks/cells.json); and nDCG@10 of full vs block attention (shared and
 sequential positions) on DL19, HotpotQA and SciFact with the default preset. Writes
 docs/results/rerank_blocks.{json,md}.
 
-    python scripts/bench_rerank.py --blocks [--blocks-dtypes auto,int8] [--blocks-skip-quality]
+    python scripts/bench_rerank.py --blocks [--blocks-dtypes bfloat16,float32,int8] [--blocks-skip-quality]
 
 ``--int8``: only the precision comparison (``dtype="int8"``, attnrank.llm.quantize): the default
 preset on DL19 BM25 top-K, every precision of ``--int8-dtypes`` scoring each query in turn (same
@@ -413,7 +413,9 @@ def main() -> None:
     ap.add_argument("--speed-worker", nargs=2, default=None)
     ap.add_argument("--naive-max-gb", type=float, default=12.0, help="skip naive runs whose attention maps exceed this")
     ap.add_argument("--blocks", action="store_true", help="only the block-attention section (issue 15)")
-    ap.add_argument("--blocks-dtypes", default="auto", help="LLM dtypes of the speed cells, e.g. auto,int8")
+    ap.add_argument(
+        "--blocks-dtypes", default="bfloat16,float32,int8", help="LLM dtypes of the speed cells (the first: every cell)"
+    )
     ap.add_argument("--blocks-skip-quality", action="store_true")
     ap.add_argument("--blocks-skip-speed", action="store_true")
     ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
