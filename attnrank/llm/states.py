@@ -173,10 +173,7 @@ def _encode_packed(
     capturer.run(ids, cache, position_ids=positions, attention_mask=mask)
     layers = [layer_kv(layer) for layer in cache.layers[: capturer.deepest_layer + 1]]
     for i, a, n in zip(batch, first.tolist(), lengths.tolist()):
-        at = prefix.length + a
-        keys = torch.stack([k[0, :, at : at + n] for k, _ in layers]).clone()
-        values = torch.stack([v[0, :, at : at + n] for _, v in layers]).clone()
-        out[i] = BlockState(keys, values)
+        out[i] = _block_state(layers, 0, prefix.length + a, n)
 
 
 def _encode_batch(
@@ -202,10 +199,15 @@ def _encode_batch(
     capturer.run(ids, cache, position_ids=positions, attention_mask=mask)
     layers = [layer_kv(layer) for layer in cache.layers[: capturer.deepest_layer + 1]]
     for r, i in enumerate(batch):
-        n = len(blocks[i])
-        keys = torch.stack([k[r, :, n_prefix : n_prefix + n] for k, _ in layers]).clone()
-        values = torch.stack([v[r, :, n_prefix : n_prefix + n] for _, v in layers]).clone()
-        out[i] = BlockState(keys, values)
+        out[i] = _block_state(layers, r, n_prefix, len(blocks[i]))
+
+
+def _block_state(layers: list[tuple[torch.Tensor, torch.Tensor]], row: int, at: int, n: int) -> BlockState:
+    """The states of the ``n`` tokens from ``at`` in batch row ``row`` of an encoding pass's cache
+    (copied, so the pass's cache can be freed)."""
+    keys = torch.stack([k[row, :, at : at + n] for k, _ in layers]).clone()
+    values = torch.stack([v[row, :, at : at + n] for _, v in layers]).clone()
+    return BlockState(keys, values)
 
 
 def assemble(
