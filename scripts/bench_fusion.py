@@ -70,6 +70,7 @@ def load(args, root: Path, rr: AttentionReranker) -> dict:
     out = {}
     for g, (setting, ds, cands) in sets.items():
         mode = "" if rr.config.attention == "full" else f" {rr.config.attention} attention {rr.config.block_positions}"
+        mode += "".join(f" {k} {v}" for k, v in prompt_options(args).items())
         caps = capture_all(rr, setting + mode, ds.queries, cands, CACHE)
         st = stage_signals(root, setting, ds, cands, CACHE, SCIFACT_INDEX)
         extra = {
@@ -95,6 +96,12 @@ def load(args, root: Path, rr: AttentionReranker) -> dict:
         }
         log.info("%s: %d queries", g, len(cands))
     return out
+
+
+def prompt_options(args) -> dict:
+    """``--prompt k=v,...`` as reranker options (ints where they parse)."""
+    pairs = [p.split("=", 1) for p in args.prompt.split(",") if p.strip()]
+    return {k.strip(): int(v) if v.strip().isdigit() else v.strip() for k, v in pairs}
 
 
 def top_heads(data: dict, groups, qids=None, n: int | None = 16) -> list[int] | None:
@@ -311,27 +318,31 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     ap.add_argument("--coarse-to-fine", action="store_true", help="the CAFE ablation (captures top-10 prompts)")
     ap.add_argument(
+        "--prompt", default="", help="prompt/truncation variant, e.g. instruction=qa or order=forward,max_doc_words=100"
+    )
+    ap.add_argument(
         "--attention", default="full", help="full | block (rotated positions): heads and weights chosen on block rows"
     )
     ap.add_argument(
         "--dtype", default="float32", help="the LLM's precision; other than float32 writes fusion_<dtype>.{json,md}"
     )
     args = ap.parse_args()
-    if args.ship and (args.dtype != "float32" or args.attention != "full"):
-        ap.error("--ship trains the shipped weights on float32 full-attention rows; drop --dtype/--attention")
+    if args.ship and (args.dtype != "float32" or args.attention != "full" or args.prompt):
+        ap.error("--ship trains the shipped weights on float32 full-attention rows; drop --dtype/--attention/--prompt")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
     # every head: the cached rows serve every head set
-    rr = AttentionReranker(config="icr", dtype=args.dtype, attention=args.attention)
+    rr = AttentionReranker(config="icr", dtype=args.dtype, attention=args.attention, **prompt_options(args))
     data = load(args, root, rr)
-    precise = args.dtype != "float32" and args.attention == "full"  # the precision section's float32 rows
+    precise = args.dtype != "float32" and args.attention == "full" and not args.prompt  # the precision section
     icr32 = AttentionReranker(config="icr", dtype="float32") if precise else None
     held, _ = lodo(data, args)
     payload = {
         "environment": environment(),
         "dtype": str(rr.llm.dtype).removeprefix("torch.") + ("-int8" if rr.llm.quantization else ""),
         "attention": args.attention,
+        "prompt": prompt_options(args),
         "sizes": {g: len(d["cands"]) for g, d in data.items()},
         "targets": targets(held),
         "lodo": held,
@@ -341,7 +352,10 @@ def main() -> None:
         "precision": precision(load(args, root, icr32), data, rr) if icr32 is not None else None,
     }
     md = markdown(payload)
-    name = "_".join(["fusion"] + [args.dtype] * (args.dtype != "float32") + ["block"] * (args.attention == "block"))
+    variant = [f"{k}-{v}" for k, v in prompt_options(args).items()]
+    name = "_".join(
+        ["fusion"] + [args.dtype] * (args.dtype != "float32") + ["block"] * (args.attention == "block") + variant
+    )
     write_outputs(name, payload, md, Path(args.out) if args.out else OUT)
     print(md)
 
@@ -357,7 +371,9 @@ def markdown(p: dict) -> str:
         "",
         "Queries: "
         + ", ".join(f"{g} {n}" for g, n in p["sizes"].items())
-        + f". SmolLM2-135M-Instruct, {p.get('dtype', 'float32')}, {p.get('attention', 'full')} attention.",
+        + f". SmolLM2-135M-Instruct, {p.get('dtype', 'float32')}, {p.get('attention', 'full')} attention"
+        + "".join(f", {k}={v}" for k, v in (p.get("prompt") or {}).items())
+        + ".",
         "",
         "## Targets (leave-one-dataset-out, nDCG@10 points)",
         "",
