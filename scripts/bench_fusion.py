@@ -360,12 +360,20 @@ def main() -> None:
     print(md)
 
 
+def variant_title(p: dict) -> str:
+    """What sets this run apart from the float32 full-attention headline, for its title."""
+    parts = [p.get("dtype", "float32"), f"{p.get('attention', 'full')} attention"]
+    parts += [f"{k}={v}" for k, v in (p.get("prompt") or {}).items()]
+    kept = [x for x in parts if x not in ("float32", "full attention")]
+    return f": {', '.join(kept)}" if kept else ""
+
+
 def markdown(p: dict) -> str:
     env = p["environment"]
     cols = ["method", "nDCG@10", "R@2", "R@5", "Δ", "wins", "losses", "p"]
     fmt = {"Δ": "+.1f", "p": ".3f"}
     out = [
-        f"# The fused scorer, held out ({env['date']}, {env['cpus']} CPUs)",
+        f"# The fused scorer, held out{variant_title(p)} ({env['date']}, {env['cpus']} CPUs)",
         "",
         "Command: `" + " ".join(["python scripts/bench_fusion.py", *sys.argv[1:]]) + "`",
         "",
