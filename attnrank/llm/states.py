@@ -116,7 +116,7 @@ def encode_blocks(
     pack = DEFAULT_PACK_TOKENS if pack_tokens is None else pack_tokens
     if pack_tokens is None and padded_tokens(lengths, batch_tokens) <= PACK_ABOVE_PADDING * sum(lengths):
         pack = 0  # little padding to save: padded batches keep attention block-sparse
-    if any(getattr(layer, "is_sliding", False) for layer in DynamicCache(config=capturer.decoder.config).layers):
+    if has_sliding_layers(DynamicCache(config=capturer.decoder.config)):
         pack = 0
     out: list[BlockState | None] = [None] * len(blocks)
     batch: list[int] = []
@@ -133,6 +133,11 @@ def encode_blocks(
     if batch:
         (_encode_packed if pack else _encode_batch)(capturer, prefix, blocks, starts, batch, out)
     return [s for s in out if s is not None]
+
+
+def has_sliding_layers(cache: DynamicCache) -> bool:
+    """Whether any layer of ``cache`` keeps only a sliding window of recent tokens."""
+    return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
 
 
 def padded_tokens(lengths: Sequence[int], batch_tokens: int) -> int:
@@ -227,7 +232,7 @@ def assemble(
     length = prefix.length + sum(s.n_tokens for s in states)
     cache = DynamicCache(config=capturer.decoder.config)
     window = getattr(capturer.decoder.config, "sliding_window", None)
-    if window is not None and length >= int(window) and any(getattr(x, "is_sliding", False) for x in cache.layers):
+    if window is not None and length >= int(window) and has_sliding_layers(cache):
         raise InputError(
             f"the block-attention context holds {length} tokens, more than this model's sliding window of "
             f"{window}; rerank fewer or shorter passages, or use attention='full'"
