@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 from transformers import AttentionInterface, DynamicCache
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface
 
 from attnrank.errors import AttnrankError, InputError
 
-from .kernels import eager_forward, masked_scores, sdpa_forward
+from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, to_additive
 
 ATTN_IMPLEMENTATION = "attnrank_capture"
 HeadSpec = list[tuple[int, int]] | None  # None = all heads of all layers (up to max_layer)
@@ -48,13 +48,17 @@ class _StopForward(Exception):
 
 @dataclass
 class _Session:
-    """What one capture pass records: chosen heads per layer, query rows, and the captured rows."""
+    """What one capture pass records: chosen heads per layer, query rows, and the captured rows.
+
+    ``spans`` are the pass's query-row ranges ``[a, b)``; "mean" keeps, per layer, each span's
+    rows averaged (``[spans, heads, n_keys]``), "argmax" (one span, running to the pass's end)
+    each row's top-1 key (``[heads, rows]``)."""
 
     layer_heads: dict[int, torch.Tensor]
-    query_start: int
+    spans: list[tuple[int, int]]
     n_keys: int
     rows: dict[int, torch.Tensor] = field(default_factory=dict)
-    reduce: str = "mean"  # "mean": rows averaged over the query rows; "argmax": top-1 key per row
+    reduce: str = "mean"
 
     def record(
         self,
@@ -70,17 +74,19 @@ class _Session:
             return
         heads = heads.to(query.device)
         groups = query.shape[1] // key.shape[1]  # GQA: query head h reads KV head h // groups
-        q = query[:1, heads, self.query_start :]
+        first = min(a for a, _ in self.spans)
+        q = query[:1, heads, first:]
         k = key[:1, heads // groups]
-        scores = masked_scores(q, k, mask, scaling, softcap, self.query_start, query.shape[2])
+        scores = masked_scores(q, k, mask, scaling, softcap, first, query.shape[2])
         if self.reduce == "argmax":  # softmax is monotone: the top-1 key is the logits' argmax
             offset = self.n_keys - scores.shape[-1]  # a sliding-window layer sees the last keys
             self.rows[module.layer_idx] = scores[0].argmax(dim=-1) + offset  # [n_heads, n_rows]
             return
-        mean = torch.softmax(scores, dim=-1)[0].mean(dim=1)  # [n_heads, n_keys_seen]
+        probs = torch.softmax(scores, dim=-1)[0]  # [n_heads, rows, n_keys_seen]
         # Keys seen are the last ones of the sequence (a sliding-window layer sees fewer).
-        out = mean.new_zeros(len(heads), self.n_keys)
-        out[:, self.n_keys - mean.shape[-1] :] = mean
+        out = probs.new_zeros(len(self.spans), len(heads), self.n_keys)
+        for i, (a, b) in enumerate(self.spans):
+            out[i, :, self.n_keys - probs.shape[-1] :] = probs[:, a - first : b - first].mean(dim=1)
         self.rows[module.layer_idx] = out
 
 
@@ -114,7 +120,7 @@ def _ensure_registered() -> None:
     # at all, and SDPA with is_causal=True over a KV cache would align the mask upper-left.
     if ATTN_IMPLEMENTATION not in AttentionInterface._global_mapping:
         AttentionInterface.register(ATTN_IMPLEMENTATION, _capture_attention)
-        AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+        AttentionMaskInterface.register(ATTN_IMPLEMENTATION, additive_mask)
 
 
 @contextmanager
@@ -278,10 +284,56 @@ class AttentionCapturer:
             self._check_prefix(prefix)
             cache = prefix.fork()
         n_keys = ids.shape[1] + (prefix.length if prefix is not None else 0)
-        session = _Session(self._layer_heads, query_start, n_keys, reduce=reduce)
+        session = _Session(self._layer_heads, [(query_start, ids.shape[1])], n_keys, reduce=reduce)
         positions = None if position_start is None else _positions(position_start, ids.shape[1], ids.device)
         self._forward(ids, cache, session, position_ids=positions, grad=grad)
-        return self._collect(session)
+        rows = self._collect(session)
+        return rows if reduce == "argmax" else rows[0]
+
+    def capture_suffixes(
+        self,
+        suffixes: Sequence[Sequence[int]],
+        query_starts: Sequence[int],
+        *,
+        prefix: PrefixCache,
+        position_start: int | None = None,
+    ) -> torch.Tensor:
+        """Several suffixes over one prefix in one pass: each attends to the prefix and to itself,
+        never to another, and each starts at ``position_start`` (default: right after the prefix).
+        Returns float32 ``[len(suffixes), len(self.heads), prefix.length]``: row ``i`` is what
+        :meth:`capture` gives for suffix ``i`` and ``query_starts[i]``, over the prefix's keys.
+
+        One pass reads the prefix's keys and values once for all suffixes, where a pass per
+        suffix reads them once each (ICR's real and calibration suffixes over a long context)."""
+        if len(suffixes) != len(query_starts) or not suffixes:
+            raise InputError(f"{len(suffixes)} suffixes need as many query starts (got {len(query_starts)})")
+        self._check_prefix(prefix)
+        n_prefix = prefix.length
+        if has_sliding_layers(prefix.cache):  # its layers keep a window: one pass per suffix
+            rows = [
+                self.capture(list(s), prefix=prefix, query_start=q, position_start=position_start)[:, :n_prefix]
+                for s, q in zip(suffixes, query_starts)
+            ]
+            return torch.stack(rows)
+        device = self.model.device
+        lengths = torch.tensor([len(s) for s in suffixes], device=device)
+        firsts = torch.cumsum(lengths, 0) - lengths  # each suffix's first row in the pass
+        spans = []
+        for n, first, start in zip(lengths.tolist(), firsts.tolist(), query_starts):
+            if not 0 <= start < n:
+                raise InputError(f"query_start={start} is out of range for a suffix of {n} tokens")
+            spans.append((first + start, first + n))
+        n = int(lengths.sum())
+        ids = torch.tensor([[t for s in suffixes for t in s]], dtype=torch.long, device=device)
+        owner = torch.repeat_interleave(torch.arange(len(suffixes), device=device), lengths)
+        index = torch.arange(n, device=device)
+        own = (owner[:, None] == owner[None, :]) & (index[None, :] <= index[:, None])
+        mask = torch.cat([own.new_ones(n, n_prefix), own], dim=1)[None, None]
+        mask = to_additive(mask, next(self.model.parameters()).dtype)  # made once, not per layer
+        positions = (n_prefix if position_start is None else position_start) + (index - firsts[owner])[None]
+        session = _Session(self._layer_heads, spans, n_prefix + n)
+        self._forward(ids, prefix.fork(), session, position_ids=positions, attention_mask=mask)
+        return self._collect(session)[:, :, :n_prefix]
 
     def run(
         self,
@@ -341,14 +393,21 @@ class AttentionCapturer:
                 )
             if session.reduce == "argmax":  # key indices, not probabilities
                 continue
-            finite = torch.isfinite(rows).all(dim=-1)
+            finite = torch.isfinite(rows).all(dim=-1)  # [spans, heads]
             if not bool(finite.all()):
-                head = int(heads[int((~finite).nonzero()[0, 0])])
+                head = int(heads[int((~finite).nonzero()[0, -1])])
                 raise NonFiniteAttentionError(
                     f"attention of layer {layer}, head {head} is not finite (NaN/inf); check the model "
                     "weights and dtype (float16 overflow: load it in bfloat16 or float32)"
                 )
-        return torch.cat([session.rows[layer] for layer in self._layer_heads])
+        return torch.cat(
+            [session.rows[layer] for layer in self._layer_heads], dim=0 if session.reduce == "argmax" else 1
+        )
+
+
+def has_sliding_layers(cache: DynamicCache) -> bool:
+    """Whether any layer of ``cache`` keeps only a sliding window of recent tokens."""
+    return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
 
 
 def naive_attention_rows(

@@ -2,9 +2,9 @@
 
 The reranker, the pruner, head detection and the benchmarks all score a *window* the same way
 (ICR, Chen et al. ICLR 2025): the shared context (instruction + candidates) is prefilled once;
-the real query suffix and the content-free "N/A" calibration suffix then each run over that
-cached context, capturing only the chosen heads' attention rows of the query span, only up to the
-deepest chosen layer (:class:`~attnrank.llm.attention.AttentionCapturer`). The result is a
+the real query suffix and the content-free "N/A" calibration suffix then run over that cached
+context (in one pass, neither seeing the other), capturing only the chosen heads' attention rows
+of the query span, only up to the deepest chosen layer (:class:`~attnrank.llm.attention.AttentionCapturer`). The result is a
 :class:`~attnrank.llm.rows.WindowRows` over the context tokens.
 
 ``query_span``: ``"full"`` averages the rows over the whole suffix (instruction through chat
@@ -52,17 +52,11 @@ def capture_window(
     """
     check_query_span(query_span)
     prefix = capturer.prefill(pair.prefix_ids)
-    n_ctx = len(pair.prefix_ids)
-
-    def rows(suffix: list[int]) -> np.ndarray:
-        ids = list(suffix) + list(extra_ids)
-        start = len(ids) - 1 if query_span == "last" else 0
-        return _capture(capturer, ids, prefix, start)[:, :n_ctx]
-
-    real = rows(pair.real_suffix_ids)
-    null = rows(pair.calibration_suffix_ids) if calibrate else None
+    suffixes = [pair.real_suffix_ids] + [pair.calibration_suffix_ids] * calibrate
+    rows = suffix_rows(capturer, prefix, suffixes, extra_ids, query_span)
     index = list(range(len(pair.doc_spans))) if doc_index is None else doc_index
-    return WindowRows(index, list(pair.doc_spans) if spans is None else spans, pair.prefix_ids, real, null)
+    spans = list(pair.doc_spans) if spans is None else spans
+    return WindowRows(index, spans, pair.prefix_ids, rows[0], rows[1] if calibrate else None)
 
 
 def capture_blocks(
@@ -93,21 +87,13 @@ def capture_blocks(
     starts = prompt.starts("shared" if positions == "rotated" else positions)
     blocks = block_states(capturer, prompt, prefix, starts, fingerprint=fingerprint, states=states, store=store)
     target = prompt.starts("sequential") if positions == "rotated" else starts
-    room = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids)) + len(extra_ids)
+    suffixes = [prompt.real_suffix_ids] + [prompt.calibration_suffix_ids] * calibrate
+    room = sum(len(s) + len(extra_ids) for s in suffixes)
     order = prompt.order
     context = assemble(capturer, prefix, [blocks[i] for i in order], [target[i] - starts[i] for i in order], room)
-    n_ctx, position = context.length, prompt.suffix_start(positions)
-
-    def rows(suffix: list[int]) -> np.ndarray:
-        ids = list(suffix) + list(extra_ids)
-        start = len(ids) - 1 if query_span == "last" else 0
-        out = capturer.capture(ids, prefix=context, query_start=start, position_start=position)
-        return out.double().cpu().numpy()[:, :n_ctx]
-
-    real = rows(prompt.real_suffix_ids)
-    null = rows(prompt.calibration_suffix_ids) if calibrate else None
+    rows = suffix_rows(capturer, context, suffixes, extra_ids, query_span, prompt.suffix_start(positions))
     index = list(range(len(prompt.blocks)))
-    return WindowRows(index, prompt.doc_spans, prompt.context_ids, real, null)
+    return WindowRows(index, prompt.doc_spans, prompt.context_ids, rows[0], rows[1] if calibrate else None)
 
 
 def block_states(
@@ -140,5 +126,17 @@ def block_states(
     return [s for s in found if s is not None]
 
 
-def _capture(capturer: AttentionCapturer, ids: list[int], prefix: PrefixCache, start: int) -> np.ndarray:
-    return capturer.capture(ids, prefix=prefix, query_start=start).double().cpu().numpy()
+def suffix_rows(
+    capturer: AttentionCapturer,
+    context: PrefixCache,
+    suffixes: Sequence[Sequence[int]],
+    extra_ids: Sequence[int],
+    query_span: str,
+    position: int | None = None,
+) -> list[np.ndarray]:
+    """Each suffix's (``extra_ids`` appended) attention rows over ``context``, in float64, all
+    from one pass (:meth:`~attnrank.llm.attention.AttentionCapturer.capture_suffixes`)."""
+    passes = [list(s) + list(extra_ids) for s in suffixes]
+    starts = [len(ids) - 1 if query_span == "last" else 0 for ids in passes]
+    rows = capturer.capture_suffixes(passes, starts, prefix=context, position_start=position)
+    return list(rows.double().cpu().numpy())

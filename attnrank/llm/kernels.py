@@ -1,8 +1,9 @@
-"""The layer outputs of attnrank's registered attention function (:mod:`attnrank.llm.attention`).
+"""The layer outputs and the mask of attnrank's registered attention (:mod:`attnrank.llm.attention`).
 
 :func:`sdpa_forward` is transformers' SDPA except where a faster exact path exists on CPU;
 :func:`eager_forward` serves soft-capped logits (Gemma 2), which SDPA cannot compute;
-:func:`masked_scores` gives the float32 masked logits both the capture and the eager path read.
+:func:`masked_scores` gives the float32 masked logits both the capture and the eager path read;
+:func:`additive_mask` is the registered mask function.
 """
 
 from __future__ import annotations
@@ -12,6 +13,25 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+
+def additive_mask(*args: Any, dtype: torch.dtype = torch.float32, **kwargs: Any) -> torch.Tensor | None:
+    """transformers' SDPA mask (None where SDPA's own causal flag serves), as an additive mask in
+    the attention's ``dtype`` (0 = attend, the dtype's minimum = masked) on CPU.
+
+    Why: CPU SDPA turns a boolean mask into an additive one at every call, that is at every layer
+    of a pass; made once per pass instead, a suffix of 30 tokens over 40k cached ones ran about
+    1.4x faster per layer (bfloat16, 2 cores)."""
+    mask = sdpa_mask(*args, **kwargs)
+    if mask is None or mask.dtype != torch.bool or mask.device.type != "cpu":
+        return mask
+    return to_additive(mask, dtype)
+
+
+def to_additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True = attend) as an additive one in ``dtype``."""
+    return torch.where(mask, torch.zeros((), dtype=dtype, device=mask.device), torch.finfo(dtype).min)
 
 
 def masked_scores(

@@ -23,7 +23,8 @@ from transformers.cache_utils import DynamicLayer
 
 from attnrank.errors import InputError
 
-from .attention import AttentionCapturer, PrefixCache
+from .attention import AttentionCapturer, PrefixCache, has_sliding_layers
+from .kernels import to_additive
 
 logger = logging.getLogger(__name__)
 
@@ -135,11 +136,6 @@ def encode_blocks(
     return [s for s in out if s is not None]
 
 
-def has_sliding_layers(cache: DynamicCache) -> bool:
-    """Whether any layer of ``cache`` keeps only a sliding window of recent tokens."""
-    return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
-
-
 def padded_tokens(lengths: Sequence[int], batch_tokens: int) -> int:
     """Tokens the padded batches of blocks of ``lengths`` (ascending) compute, padding included."""
     total, width, count = 0, 0, 0
@@ -172,6 +168,7 @@ def _encode_packed(
     index = torch.arange(len(owner), device=device)
     own = (owner[:, None] == owner[None, :]) & (index[None, :] <= index[:, None])
     mask = torch.cat([own.new_ones(len(owner), prefix.length), own], dim=1)[None, None]
+    mask = to_additive(mask, next(capturer.model.parameters()).dtype)  # made once, not per layer
     cache = DynamicCache(config=capturer.decoder.config)
     for layer, (k, v) in enumerate(prefix_states(capturer, prefix)):
         cache.update(k, v, layer)
@@ -225,7 +222,7 @@ def assemble(
     """The context cache ``prefix + states`` (in the given order) for the suffix passes.
 
     ``shifts[i]``: positions to move block ``i``'s keys on (:func:`rotate_keys`), rotated straight
-    into place. ``room``: free tokens after the context, so that each suffix pass of up to that many
+    into place. ``room``: free tokens after the context, so that a suffix pass of up to that many
     tokens writes its states there (:class:`ContextLayer`) instead of copying the whole context,
     as a plain cache's concatenation does: at 100 SciFact abstracts the context's states are over a
     gigabyte."""
@@ -238,23 +235,26 @@ def assemble(
             f"{window}; rerank fewer or shorter passages, or use attention='full'"
         )
     shifts = list(shifts) if shifts is not None else [0] * len(states)
-    turns: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    for layer, (k, v) in enumerate(prefix_states(capturer, prefix)):
+    context = prefix_states(capturer, prefix)
+    turn = None  # each block token's rotation (cos, sin), shared by all layers
+    if states and any(shifts):
+        per_token = torch.repeat_interleave(torch.tensor(shifts), torch.tensor([s.n_tokens for s in states]))
+        turn = rotations(capturer, per_token, context[0][0])
+    for layer, (k, v) in enumerate(context):
         plain = type(cache.layers[layer]) is DynamicLayer and room > 0
         shape = (1, k.shape[1], length + (room if plain else 0), k.shape[3])
         keys, values = k.new_empty(shape), v.new_empty(shape)
         keys[:, :, : prefix.length], values[:, :, : prefix.length] = k, v
         at = prefix.length
-        for state, shift in zip(states, shifts):
-            n, src = state.n_tokens, state.keys[layer].to(keys.dtype)
-            if shift:
-                if shift not in turns:
-                    turns[shift] = rotation(capturer, shift, keys)
-                rotate_into(keys[0, :, at : at + n], src, *turns[shift])
-            else:
-                keys[0, :, at : at + n] = src
+        for state in states:
+            n = state.n_tokens
+            if turn is None:
+                keys[0, :, at : at + n] = state.keys[layer]
             values[0, :, at : at + n] = state.values[layer]
             at += n
+        if turn is not None:  # one rotation over all blocks (one small call per block cost more)
+            src = torch.cat([state.keys[layer] for state in states], dim=1).to(keys.dtype)
+            rotate_into(keys[0, :, prefix.length : length], src, *turn)
         if plain:
             cache.layers[layer] = ContextLayer(keys, values, length)
         else:
@@ -263,12 +263,11 @@ def assemble(
 
 
 class ContextLayer(DynamicLayer):
-    """A cache layer holding an assembled context in a buffer with room for one suffix after it.
+    """A cache layer holding an assembled context in a buffer with room for a suffix pass after it.
 
     A suffix pass writes its keys/values after the context and attends over a view of the buffer:
     nothing is copied, and the context itself is never written. Passes over forks of one context
-    (:meth:`PrefixCache.fork`) share the room, so they must run one after the other, as the
-    capture's real and calibration passes do."""
+    (:meth:`PrefixCache.fork`) share the room, so they must run one after the other."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
         super().__init__()
@@ -349,23 +348,33 @@ def rotate_keys(capturer: AttentionCapturer, state: BlockState, delta: int) -> B
 def rotation(capturer: AttentionCapturer, delta: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotary embedding's (cos, sin) of position ``delta`` for keys like ``like``
     (``[..., head_dim]``; its device and dtype), ``[head_dim]`` each."""
+    cos, sin = rotations(capturer, torch.tensor([delta]), like)
+    return cos[0], sin[0]
+
+
+def rotations(
+    capturer: AttentionCapturer, deltas: torch.Tensor, like: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary embedding's (cos, sin) of each position in ``deltas`` (``[n]``) for keys like
+    ``like``, ``[n, head_dim]`` each."""
     rotary = getattr(capturer.decoder, "rotary_emb", None)
     if rotary is None:
         raise InputError(
             f"block_positions='rotated' needs rotary position embeddings; {type(capturer.decoder).__name__} "
             "has none; use 'shared' or 'sequential'"
         )
-    pos = torch.tensor([[delta]], device=like.device)
+    pos = deltas.to(like.device).reshape(1, -1)
     cos, sin = rotary(torch.zeros(1, 1, like.shape[-1], device=like.device, dtype=torch.float32), position_ids=pos)
-    return cos[0, 0].to(like.dtype), sin[0, 0].to(like.dtype)
+    return cos[0].to(like.dtype), sin[0].to(like.dtype)
 
 
 def rotate_into(out: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
-    """``out = k·cos + rotate_half(k)·sin`` (the rotary convention) without temporaries."""
+    """``out = k·cos + rotate_half(k)·sin`` (the rotary convention) without temporaries; ``cos``
+    and ``sin`` are ``[head_dim]`` or one row per token (``[tokens, head_dim]``)."""
     half = k.shape[-1] // 2
     torch.mul(k, cos, out=out)
-    out[..., :half].addcmul_(k[..., half:], sin[:half], value=-1)
-    out[..., half:].addcmul_(k[..., :half], sin[half:])
+    out[..., :half].addcmul_(k[..., half:], sin[..., :half], value=-1)
+    out[..., half:].addcmul_(k[..., :half], sin[..., half:])
 
 
 _ROTATION_OK: dict[int, bool] = {}

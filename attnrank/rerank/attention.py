@@ -2,10 +2,11 @@
 
 All candidates and the query go into one prompt (see :mod:`attnrank.llm.prompts`). The context
 (everything up to the late instruction) is prefilled once; the query suffix and the
-content-free "N/A" suffix then each run over that cached context, capturing only the chosen
-heads' attention rows for the query span, and only up to the deepest chosen layer (see
-:mod:`attnrank.llm.attention`). Calibrated token scores ``Δ = a(q) − a(N/A)`` are summed over
-heads and aggregated per document with ICR's μ − 2σ filter (:mod:`attnrank.llm.rows`).
+content-free "N/A" suffix then run over that cached context in one pass (neither attending to the
+other), capturing only the chosen heads' attention rows for the query span, and only up to the
+deepest chosen layer (see :mod:`attnrank.llm.attention`). Calibrated token scores
+``Δ = a(q) − a(N/A)`` are summed over heads and aggregated per document with ICR's μ − 2σ filter
+(:mod:`attnrank.llm.rows`).
 
 Long candidate lists: if the prompt would exceed ``max_prompt_tokens`` (default: the model's
 context length minus a margin), the candidates are dealt round-robin by first-stage rank into

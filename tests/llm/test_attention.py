@@ -114,6 +114,37 @@ def test_prefix_reuse_two_suffixes(llama, llama_eager):
         assert prefix.cache.get_seq_length() == 20
 
 
+FAMILIES = [
+    (LlamaForCausalLM, LlamaConfig, "sdpa", {}),
+    (Qwen2ForCausalLM, Qwen2Config, "sdpa", {}),
+    # Gemma 2: soft-capping and sliding-window layers (window 16 < the 20-token prefix).
+    (Gemma2ForCausalLM, Gemma2Config, "eager", {"head_dim": 8, "sliding_window": 16, "query_pre_attn_scalar": 12}),
+]
+
+
+@pytest.mark.parametrize(("model_cls", "config_cls", "attn", "extra"), FAMILIES)
+def test_suffixes_in_one_pass_equal_one_pass_each(model_cls, config_cls, attn, extra):
+    model = _tiny(model_cls, config_cls, attn=attn, **extra)
+    eager = _tiny(model_cls, config_cls, attn="eager", **extra)
+    eager.load_state_dict(model.state_dict())
+    prefix_ids, suffixes, starts = _ids(20, seed=2), [_ids(9, seed=3), _ids(5, seed=4)], [2, 4]
+    capturer = AttentionCapturer(model, heads=SUBSET)
+    prefix = capturer.prefill(prefix_ids)
+    rows = capturer.capture_suffixes([s[0].tolist() for s in suffixes], starts, prefix=prefix)
+    assert rows.shape == (2, len(SUBSET), 20)
+    for i, (suffix, start) in enumerate(zip(suffixes, starts)):  # neither suffix saw the other
+        expected = _reference(eager, torch.cat([prefix_ids, suffix], dim=1), 20 + start, capturer.heads)[:, :20]
+        torch.testing.assert_close(rows[i], expected, atol=ATOL, rtol=0)
+    moved = capturer.capture_suffixes([s[0].tolist() for s in suffixes], starts, prefix=prefix, position_start=33)
+    for i, (suffix, start) in enumerate(zip(suffixes, starts)):  # block attention's later positions
+        one = capturer.capture(suffix, prefix=prefix, query_start=start, position_start=33)[:, :20]
+        torch.testing.assert_close(moved[i], one, atol=ATOL, rtol=0)
+    assert not torch.allclose(moved, rows, atol=1e-3)  # the positions did matter
+    assert prefix.cache.get_seq_length() == 20
+    with pytest.raises(InputError, match="query_start=5"):
+        capturer.capture_suffixes([[1, 2, 3, 4, 5]], [5], prefix=prefix)
+
+
 def test_shallower_capturer_reuses_deeper_prefix(llama, llama_eager):
     prefix = AttentionCapturer(llama, heads=[(0, 0)], max_layer=3).prefill(_ids(12, seed=5))
     shallow = AttentionCapturer(llama, heads=[(1, 1)])
