@@ -169,7 +169,7 @@ def cache_file(args, llm, profile, qid: str) -> Path | None:
         sort_keys=True,
     )
     tag = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return Path(args.cache_dir) / f"ask_{llm.fingerprint[:12]}_{tag}" / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
+    return Path(args.cache_dir) / f"ask_{llm.short_key}_{tag}" / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
 
 
 # -- one question ---------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ class Runner:
             return None
         return (
             Path(self.args.cache_dir)
-            / f"locomo_{self.llm.fingerprint[:12]}"
+            / f"locomo_{self.llm.short_key}"
             / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
         )
 

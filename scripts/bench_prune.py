@@ -189,7 +189,7 @@ class Scorers:
 def cache_path(cache_dir: str, llm, heads, qid: str) -> Path | None:
     if not cache_dir:
         return None
-    tag = re.sub(r"[^A-Za-z0-9]+", "_", f"prune_{llm.model_id}_{llm.fingerprint[:12]}_{heads or 'all'}")
+    tag = re.sub(r"[^A-Za-z0-9]+", "_", f"prune_{llm.model_id}_{llm.short_key}_{heads or 'all'}")
     return Path(cache_dir) / tag / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
 
 

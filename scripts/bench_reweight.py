@@ -322,7 +322,7 @@ class ProfileBank:
 
     def measure(self, k: int) -> SlotProfile:
         if k not in self.base:
-            fp = self.rr.llm.fingerprint[:12]
+            fp = self.rr.llm.short_key
             rec = _Recorder(self.rr, CACHE / f"slot-trials_{fp}_K{k}_seed{self.seed}_pool{len(self.pool)}")
             tic = time.perf_counter()
             self.base[k] = measure_slot_profile(rec, self.pool, n_slots=k, n_trials=self.n_trials, seed=self.seed)

@@ -80,6 +80,11 @@ class LLM:
         return f"{self.fingerprint}+{tag}" if tag else self.fingerprint
 
     @property
+    def short_key(self) -> str:
+        """:attr:`weights_key` with the fingerprint cut to 12 characters (cache folder names)."""
+        return self.fingerprint[:12] + self.weights_key[len(self.fingerprint) :]
+
+    @property
     def num_layers(self) -> int:
         return int(self.model.config.get_text_config().num_hidden_layers)
 

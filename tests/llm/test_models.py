@@ -52,6 +52,7 @@ def test_process_cache(tiny_dir):
     assert other is not first and other.dtype == torch.bfloat16
     assert other.fingerprint == first.fingerprint  # registered artifacts hold for every precision
     assert other.weights_key == f"{first.fingerprint}+bfloat16"  # cached activations never mix
+    assert (first.short_key, other.short_key) == (first.fingerprint[:12], f"{first.fingerprint[:12]}+bfloat16")
 
 
 def test_auto_dtype_on_cpu_follows_amx(monkeypatch):
