@@ -134,11 +134,7 @@ class Runner:
     def cache_path(self, qid: str) -> Path | None:
         if not self.args.cache_dir:
             return None
-        return (
-            Path(self.args.cache_dir)
-            / f"locomo_{self.llm.short_key}"
-            / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
-        )
+        return Path(self.args.cache_dir) / f"locomo_{self.llm.short_key}" / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
 
     def run(self, q: dict) -> dict:
         path = self.cache_path(q["id"])

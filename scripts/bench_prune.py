@@ -38,7 +38,11 @@ hub download).
     python scripts/bench_prune.py [--data DIR] [--questions N] [--ratios 0.1,0.15,...]
                                   [--methods query,focus,bm25,embed,lead,random] [--seeds 5]
 
-Writes docs/results/prune.{json,md} and prune_recall.png (``--out-dir`` to put them elsewhere);
+``--dtype`` (default auto) and ``--attention block`` (the pruner in block attention, its probe
+retrained on block-attention features by the same cross-fitting) name what is measured.
+
+Writes docs/results/<name>.{json,md} and <name>_recall.png (``--name``, default ``prune``;
+``--out-dir`` to put them elsewhere);
 per-question scores are cached under indexes/bench-cache/prune_* (``--cache-dir ''`` disables), and
 the per-question metrics go to indexes/bench-cache/prune_per_question*.json (too large for docs/).
 """
@@ -139,13 +143,15 @@ def load_questions(root: Path, n: int | None) -> list[dict]:
 
 # -- scoring, once per question and method ----------------------------------------------------------
 class Scorers:
-    def __init__(self, methods: list[str], heads):
+    def __init__(self, methods: list[str], heads, dtype: str = "auto", attention: str = "full"):
         from attnrank.llm.models import load_llm
         from attnrank.prune.pruner import ContextPruner
 
-        self.llm = load_llm(None)
+        self.llm = load_llm(None, dtype=dtype)
+        self.attention = attention
         self.pruners = {
-            m: ContextPruner(self.llm, heads, method=m.split("-")[0], sink=m.endswith("-sink")) for m in ATTENTION
+            m: ContextPruner(self.llm, heads, method=m.split("-")[0], sink=m.endswith("-sink"), attention=attention)
+            for m in ATTENTION
         }
         self.methods = methods
         self.embedder = None
@@ -186,16 +192,17 @@ class Scorers:
         raise ValueError(method)
 
 
-def cache_path(cache_dir: str, llm, heads, qid: str) -> Path | None:
+def cache_path(cache_dir: str, llm, heads, qid: str, attention: str = "full") -> Path | None:
     if not cache_dir:
         return None
-    tag = re.sub(r"[^A-Za-z0-9]+", "_", f"prune_{llm.model_id}_{llm.short_key}_{heads or 'all'}")
+    mode = "" if attention == "full" else f"_{attention}"
+    tag = re.sub(r"[^A-Za-z0-9]+", "_", f"prune_{llm.model_id}_{llm.short_key}_{heads or 'all'}{mode}")
     return Path(cache_dir) / tag / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
 
 
 def score_question(scorers: Scorers, q: dict, methods: list[str], cache_dir: str, heads) -> dict:
     """``{"tokens": [...], "scores": {method: [...]}, "seconds": {method: s}}`` (cached per question)."""
-    path = cache_path(cache_dir, scorers.llm, heads, q["id"])
+    path = cache_path(cache_dir, scorers.llm, heads, q["id"], scorers.attention)
     rec = json.loads(path.read_text()) if path is not None and path.exists() else {"scores": {}, "seconds": {}}
     t = time.perf_counter()
     base = scorers.base(q)
@@ -413,7 +420,8 @@ def markdown(rows, target, timing, questions, args, env, lingua, png) -> str:
         "",
         f"{len(questions)} questions ({n_lab} with official sentence-level supporting facts, "
         f"{len(questions) - n_lab} paragraph-level only), each question's own paragraphs as the context; "
-        f"model {args.model_id} ({args.model_fp[:12]}), heads {args.heads or 'all'}; random averaged over "
+        f"model {args.model_id} ({args.model_fp[:12]}, {args.dtype_name}), heads {args.heads or 'all'}, "
+        f"{args.attention} attention; random averaged over "
         f"{args.seeds} seeds. Selection = attnrank.prune.context.select (greedy by score, misfits skipped) at "
         "budget floor(ratio × sentence tokens); tokens are the default model's, sentence tokens only. "
         "Compression is pooled (Σ sentence tokens / Σ kept); min compression is the smallest per question.",
@@ -464,7 +472,12 @@ def main() -> None:
         "--l2", default="1,10,100,1000", help="probe L2 penalties, chosen by inner CV on training questions"
     )
     ap.add_argument("--ship", action="store_true", help="register the probe trained on all labelled questions")
+    ap.add_argument("--dtype", default="auto", help="LLM dtype (auto: bfloat16 on AMX CPUs, else float32)")
+    ap.add_argument("--attention", default="full", choices=["full", "block"], help="the pruner's attention mode")
+    ap.add_argument("--name", default="prune", help="output name: docs/results/<name>.{json,md}")
     args = ap.parse_args()
+    if args.ship and args.attention != "full":
+        ap.error("--ship registers a full-attention probe; drop --attention")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("attnrank").setLevel(logging.WARNING)
     set_torch_threads()
@@ -477,8 +490,9 @@ def main() -> None:
         raise SystemExit("--seeds must be >= 1")
     ratios = [float(x) for x in args.ratios.split(",")]
     questions = load_questions(data_root(args.data, default=REPO.parent / "shared" / "data"), args.questions or None)
-    scorers = Scorers(methods, args.heads)
+    scorers = Scorers(methods, args.heads, args.dtype, args.attention)
     args.model_id, args.model_fp = scorers.llm.model_id, scorers.llm.fingerprint
+    args.dtype_name = str(scorers.llm.dtype).removeprefix("torch.")
     recs = []
     for i, q in enumerate(questions, 1):
         recs.append(score_question(scorers, q, methods, args.cache_dir, args.heads))
@@ -500,7 +514,7 @@ def main() -> None:
         timing.update({m: timing["query"] for m in probes})
     lingua = llmlingua2_status()
     out_dir = Path(args.out_dir)
-    png = out_dir / "prune_recall.png"
+    png = out_dir / f"{args.name}_recall.png"
     png = (
         png
         if recall_curves(
@@ -515,6 +529,8 @@ def main() -> None:
         "model": args.model_id,
         "fingerprint": args.model_fp,
         "heads": args.heads or "all",
+        "dtype": args.dtype_name,
+        "attention": args.attention,
         "questions": len(questions),
         "labelled": sum(q["labelled"] for q in questions),
         "ratios": ratios,
@@ -527,12 +543,12 @@ def main() -> None:
         "wall_s": args.wall,
     }
     if args.cache_dir:  # per-question rows are MBs: kept beside the score cache, not in docs/results
-        tag = "" if out_dir.resolve() == OUT.resolve() else f"_{out_dir.name}"
+        tag = "" if out_dir.resolve() == OUT.resolve() and args.name == "prune" else f"_{out_dir.name}_{args.name}"
         side = Path(args.cache_dir) / f"prune_per_question{tag}.json"
         side.parent.mkdir(parents=True, exist_ok=True)
         side.write_text(json.dumps(per_q))
     md = markdown(rows, target, timing, questions, args, env, lingua, png)
-    write_outputs("prune", payload, md, out_dir)
+    write_outputs(args.name, payload, md, out_dir)
     print(md)
 
 

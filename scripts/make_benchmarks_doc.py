@@ -16,6 +16,7 @@ ORDER = [
     "fusion_bfloat16",
     "fusion_bfloat16_block",
     "fusion_bfloat16_instruction-qa",
+    "fusion_bfloat16_order-forward",
     "locomo",
     "adapter",
     "rerank",
@@ -25,6 +26,8 @@ ORDER = [
     "prune",
     "prune_sink",
     "prune_selected_heads",
+    "prune_bfloat16",
+    "prune_bfloat16_block",
     "ask",
     "ask_40q_query",
     "serve",
@@ -38,6 +41,7 @@ COMMANDS = {
     "fusion_bfloat16": "python scripts/bench_fusion.py --dtype bfloat16 --coarse-to-fine",
     "fusion_bfloat16_block": "python scripts/bench_fusion.py --dtype bfloat16 --attention block",
     "fusion_bfloat16_instruction-qa": "python scripts/bench_fusion.py --dtype bfloat16 --prompt instruction=qa",
+    "fusion_bfloat16_order-forward": "python scripts/bench_fusion.py --dtype bfloat16 --prompt order=forward",
     "locomo": "python scripts/bench_locomo.py",
     "adapter": "python scripts/bench_adapter.py",
     "rerank": "python scripts/bench_rerank.py",
@@ -53,6 +57,14 @@ COMMANDS = {
         "python scripts/bench_prune.py --questions 40 --methods query,focus --heads "
         "23-8,15-6,21-1,23-2,14-3,22-7,23-5,22-4,24-2,23-7,21-8,15-1,23-1,21-5,24-5,22-2 "
         "(SciFact qr-ndcg top-16, no HotpotQA data used to pick them)"
+    ),
+    "prune_bfloat16": (
+        "python scripts/bench_prune.py --dtype bfloat16 --methods query,bm25,random,probe,probe-heads,probe-bm25 "
+        "--name prune_bfloat16"
+    ),
+    "prune_bfloat16_block": (
+        "python scripts/bench_prune.py --dtype bfloat16 --attention block "
+        "--methods query,bm25,random,probe,probe-heads,probe-bm25 --name prune_bfloat16_block"
     ),
     "ask": ("python scripts/bench_ask.py --include-unlabelled --skip 83 --questions 100 --prune-method probe --ship"),
     "ask_40q_query": "python scripts/bench_ask.py --questions 40 (earlier run, 2026-11-30: query-span pruning)",

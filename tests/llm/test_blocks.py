@@ -150,6 +150,25 @@ def test_rotated_keys_equal_keys_computed_there(family):
     check_rotation(capturer, prefix)  # passes: standard rotary
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_rotation_equals_float32(dtype):
+    """The half-precision path (one matmul with the rotation matrix) rotates as float32 does,
+    to the half type's rounding."""
+    from attnrank.llm.states import rotate_into
+
+    torch.manual_seed(0)
+    k = torch.randn(2, 3, 7, 16)
+    angles = torch.rand(8) * 6
+    cos, sin = torch.cat([angles.cos()] * 2), torch.cat([angles.sin()] * 2)
+    exact = torch.empty_like(k)
+    rotate_into(exact, k, cos, sin)
+    half = torch.empty(2, 3, 9, 16, dtype=dtype)[:, :, 1:8]  # a strided view, as in the context buffer
+    rotate_into(half, k.to(dtype), cos, sin)
+    eps = torch.finfo(dtype).eps
+    assert torch.allclose(half.float(), exact, rtol=4 * eps, atol=4 * eps)
+    assert not torch.allclose(exact, k, atol=1e-2)
+
+
 def test_rotated_equals_sequential_in_the_first_layer():
     """With heads of layer 0 only, rotated positions are exactly sequential positions."""
     model = tiny_model("llama", layers=2, heads=4, kv_heads=2, max_positions=4096)
