@@ -138,7 +138,7 @@ def run_cells(
 ) -> list[dict[str, Any]]:
     """Measure each ``(dataset, K, mode, dtype, n_queries)`` cell in a fresh process
     (``python -m attnrank.speed``), skipping cells already in ``results`` (JSON list, rewritten
-    after every cell, so an interrupted run resumes)."""
+    after every cell, so an interrupted run resumes). Rows come back in the order of ``cells``."""
     done: list[dict[str, Any]] = json.loads(results.read_text()) if results.exists() else []
     have = {(r["dataset"], r["K"], r["mode"], r["dtype"]) for r in done}
     for dataset, k, mode, dtype, n in cells:
@@ -155,7 +155,8 @@ def run_cells(
         done.append(row)
         results.parent.mkdir(parents=True, exist_ok=True)
         results.write_text(json.dumps(done, indent=1))
-    return done
+    place = {(d, k, m, t): i for i, (d, k, m, t, _) in enumerate(cells)}
+    return sorted(done, key=lambda r: place.get((r["dataset"], r["K"], r["mode"], r["dtype"]), len(place)))
 
 
 if __name__ == "__main__":  # one cell: python -m attnrank.speed DATASET ROOT K MODE DTYPE N
