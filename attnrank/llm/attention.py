@@ -31,7 +31,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from attnrank.errors import AttnrankError, InputError
 
-from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, to_additive
+from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, segment_mask
 
 ATTN_IMPLEMENTATION = "attnrank_capture"
 HeadSpec = list[tuple[int, int]] | None  # None = all heads of all layers (up to max_layer)
@@ -323,14 +323,10 @@ class AttentionCapturer:
             if not 0 <= start < n:
                 raise InputError(f"query_start={start} is out of range for a suffix of {n} tokens")
             spans.append((first + start, first + n))
-        n = int(lengths.sum())
         ids = torch.tensor([[t for s in suffixes for t in s]], dtype=torch.long, device=device)
-        owner = torch.repeat_interleave(torch.arange(len(suffixes), device=device), lengths)
-        index = torch.arange(n, device=device)
-        own = (owner[:, None] == owner[None, :]) & (index[None, :] <= index[:, None])
-        mask = torch.cat([own.new_ones(n, n_prefix), own], dim=1)[None, None]
-        mask = to_additive(mask, next(self.model.parameters()).dtype)  # made once, not per layer
-        positions = (n_prefix if position_start is None else position_start) + (index - firsts[owner])[None]
+        mask, offset = segment_mask(lengths, n_prefix, next(self.model.parameters()).dtype)
+        positions = (n_prefix if position_start is None else position_start) + offset[None]
+        n = ids.shape[1]
         session = _Session(self._layer_heads, spans, n_prefix + n)
         self._forward(ids, prefix.fork(), session, position_ids=positions, attention_mask=mask)
         return self._collect(session)[:, :, :n_prefix]

@@ -3,7 +3,8 @@
 :func:`sdpa_forward` is transformers' SDPA except where a faster exact path exists on CPU;
 :func:`eager_forward` serves soft-capped logits (Gemma 2), which SDPA cannot compute;
 :func:`masked_scores` gives the float32 masked logits both the capture and the eager path read;
-:func:`additive_mask` is the registered mask function.
+:func:`additive_mask` is the registered mask function and :func:`segment_mask` the mask of
+segments that must not see each other.
 """
 
 from __future__ import annotations
@@ -27,6 +28,19 @@ def additive_mask(*args: Any, dtype: torch.dtype = torch.float32, **kwargs: Any)
     if mask is None or mask.dtype != torch.bool or mask.device.type != "cpu":
         return mask
     return to_additive(mask, dtype)
+
+
+def segment_mask(lengths: torch.Tensor, n_prefix: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """For one sequence of segments of ``lengths`` after a cached prefix of ``n_prefix`` tokens:
+    the additive mask ``[1, 1, n, n_prefix + n]`` under which each token attends to the prefix and
+    to the tokens of its own segment up to itself (never to another segment), and each token's
+    place in its segment (``[n]``, for position ids). Packed blocks and the capture's suffixes."""
+    owner = torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
+    index = torch.arange(len(owner), device=lengths.device)
+    offset = index - (torch.cumsum(lengths, 0) - lengths)[owner]
+    own = (owner[:, None] == owner[None, :]) & (index[None, :] <= index[:, None])
+    mask = torch.cat([own.new_ones(len(owner), n_prefix), own], dim=1)[None, None]
+    return to_additive(mask, dtype), offset
 
 
 def to_additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -24,7 +24,7 @@ from transformers.cache_utils import DynamicLayer
 from attnrank.errors import InputError
 
 from .attention import AttentionCapturer, PrefixCache, has_sliding_layers
-from .kernels import to_additive
+from .kernels import segment_mask
 
 logger = logging.getLogger(__name__)
 
@@ -160,21 +160,16 @@ def _encode_packed(
     device = capturer.model.device
     lengths = torch.tensor([len(blocks[i]) for i in batch], device=device)
     ids = torch.tensor([[t for i in batch for t in blocks[i]]], dtype=torch.long, device=device)
-    owner = torch.repeat_interleave(torch.arange(len(batch), device=device), lengths)
-    first = torch.cumsum(lengths, 0) - lengths  # each block's first index in the sequence
-    offset = torch.arange(len(owner), device=device) - first[owner]
+    mask, offset = segment_mask(lengths, prefix.length, next(capturer.model.parameters()).dtype)
     begin = torch.tensor([starts[i] for i in batch], device=device)
-    positions = (begin[owner] + offset)[None]
-    index = torch.arange(len(owner), device=device)
-    own = (owner[:, None] == owner[None, :]) & (index[None, :] <= index[:, None])
-    mask = torch.cat([own.new_ones(len(owner), prefix.length), own], dim=1)[None, None]
-    mask = to_additive(mask, next(capturer.model.parameters()).dtype)  # made once, not per layer
+    positions = (torch.repeat_interleave(begin, lengths) + offset)[None]
     cache = DynamicCache(config=capturer.decoder.config)
     for layer, (k, v) in enumerate(prefix_states(capturer, prefix)):
         cache.update(k, v, layer)
     capturer.run(ids, cache, position_ids=positions, attention_mask=mask)
     layers = [layer_kv(layer) for layer in cache.layers[: capturer.deepest_layer + 1]]
-    for i, a, n in zip(batch, first.tolist(), lengths.tolist()):
+    firsts = (torch.cumsum(lengths, 0) - lengths).tolist()  # each block's first index in the sequence
+    for i, a, n in zip(batch, firsts, lengths.tolist()):
         out[i] = _block_state(layers, 0, prefix.length + a, n)
 
 
