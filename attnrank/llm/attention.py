@@ -11,7 +11,8 @@ tokens averaged over those tokens.
 attention function with transformers' ``AttentionInterface`` that computes the layer output with
 SDPA and, only for the chosen heads and query rows, the float32 rows
 ``softmax(q k^T * scaling + mask)``. The forward pass stops after the deepest layer that has a
-chosen head, and a shared prefix can be prefilled once into a KV cache and reused by several
+chosen head (inside that layer's attention, once its keys and values are cached and its rows
+recorded: its output projection and MLP are never computed), and a shared prefix can be prefilled once into a KV cache and reused by several
 suffixes (ICR's calibration). :func:`naive_attention_rows` is the slow eager reference.
 """
 
@@ -91,6 +92,10 @@ class _Session:
 
 
 _ACTIVE: ContextVar[_Session | None] = ContextVar("attnrank_capture_session", default=None)
+# The deepest layer of the running pass: its attention function ends the forward. Why there and
+# not after the layer: nothing reads that layer's output, only its cached keys/values and captured
+# rows, so its attention output, output projection and MLP (about 85% of a layer) are skipped.
+_STOP_LAYER: ContextVar[int | None] = ContextVar("attnrank_stop_layer", default=None)
 
 
 def _capture_attention(
@@ -105,13 +110,16 @@ def _capture_attention(
 ) -> tuple[torch.Tensor, None]:
     """The registered attention function: plain SDPA, plus the rows of the active capture."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    session = _ACTIVE.get()
+    if session is not None:
+        session.record(module, query, key, attention_mask, scaling, softcap)
+    stop = _STOP_LAYER.get()
+    if stop is not None and getattr(module, "layer_idx", None) == stop:
+        raise _StopForward  # the deepest layer: its output is never read
     if softcap is None:
         out = sdpa_forward(module, query, key, value, attention_mask, scaling, **kwargs)
     else:
         out = eager_forward(query, key, value, attention_mask, scaling, softcap)
-    session = _ACTIVE.get()
-    if session is not None:
-        session.record(module, query, key, attention_mask, scaling, softcap)
     return out, None
 
 
@@ -135,16 +143,21 @@ def _attn_implementation(config: Any, name: str) -> Iterator[None]:
 
 
 @contextmanager
-def _stop_after(layer: torch.nn.Module) -> Iterator[None]:
+def _stop_at(layer: torch.nn.Module, index: int) -> Iterator[None]:
+    """End the forward inside decoder layer ``index``'s attention function, or (for attention
+    modules without a ``layer_idx``) after the layer."""
+
     def hook(*_: object) -> None:
         raise _StopForward
 
     handle = layer.register_forward_hook(hook)
+    token = _STOP_LAYER.set(index)
     try:
         yield
     except _StopForward:
         pass
     finally:
+        _STOP_LAYER.reset(token)
         handle.remove()
 
 
@@ -373,7 +386,7 @@ class AttentionCapturer:
             with (
                 torch.enable_grad() if grad else torch.inference_mode(),
                 _attn_implementation(self.decoder.config, ATTN_IMPLEMENTATION),
-                _stop_after(self.decoder.layers[self.deepest_layer]),
+                _stop_at(self.decoder.layers[self.deepest_layer], self.deepest_layer),
             ):
                 self.decoder(input_ids=ids, use_cache=cache is not None, **extra)
         finally:

@@ -85,16 +85,23 @@ def test_subset_with_gqa_stops_early(llama, llama_eager):
     ids = _ids(30)
     capturer = AttentionCapturer(llama, heads=SUBSET)
     assert capturer.heads == sorted(SUBSET) and capturer.deepest_layer == 2
-    fired: list[int] = []
-    handle = llama.model.layers[3].register_forward_hook(lambda *_: fired.append(3))
-    norm_handle = llama.model.norm.register_forward_hook(lambda *_: fired.append(-1))
+    fired: list[str] = []
+    watched = {
+        "layer 3": llama.model.layers[3],
+        "norm": llama.model.norm,
+        # The deepest layer stops inside its attention: its output projection and MLP never run.
+        "o_proj 2": llama.model.layers[2].self_attn.o_proj,
+        "mlp 2": llama.model.layers[2].mlp,
+    }
+    handles = [m.register_forward_hook(lambda *_, name=name: fired.append(name)) for name, m in watched.items()]
+    shallower = llama.model.layers[1].mlp.register_forward_hook(lambda *_: fired.append("mlp 1"))
     try:
         rows = capturer.capture(ids, query_start=10)
         prefix = capturer.prefill(ids[:, :12])
     finally:
-        handle.remove()
-        norm_handle.remove()
-    assert fired == []
+        for handle in [*handles, shallower]:
+            handle.remove()
+    assert fired == ["mlp 1", "mlp 1"]
     torch.testing.assert_close(rows, _reference(llama_eager, ids, 10, sorted(SUBSET)), atol=ATOL, rtol=0)
     filled = [layer.is_initialized and layer.get_seq_length() == 12 for layer in prefix.cache.layers]
     assert filled == [True, True, True, False]
