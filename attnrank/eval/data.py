@@ -4,6 +4,7 @@ and BEIR's ``qrels/*.tsv`` (``query-id<TAB>corpus-id<TAB>score`` with a header l
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -19,11 +20,12 @@ logger = logging.getLogger(__name__)
 
 
 def _lines(p: Path) -> Iterator[tuple[int, str]]:
-    """Numbered lines of a text file; bytes that are not UTF-8 are an error naming file and line."""
+    """Numbered lines of a text file; bytes that are not UTF-8 are an error naming file and line.
+    A leading byte-order mark (Windows editors write one) is not data: it would join the first id."""
     with open(p, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             try:
-                yield lineno, raw.decode("utf-8")
+                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise InputError(
                     f"{p}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
@@ -112,12 +114,30 @@ def results_to_run(results: Iterable[RankedResults]) -> Run:
     return run
 
 
+def _check_run(run: Mapping[str, Mapping[str, float]]) -> None:
+    """Ids a TREC line can hold (one field each) and finite scores, or one line naming the first bad one."""
+    for qid, docs in run.items():
+        for did, score in docs.items():
+            for name, value in (("query id", qid), ("document id", did)):
+                if not str(value) or any(c.isspace() for c in str(value)):
+                    raise InputError(
+                        f"{name} {str(value)!r} is empty or holds whitespace, which a TREC run cannot hold "
+                        "(one field per column); give ids without spaces"
+                    )
+            if not math.isfinite(score):
+                raise InputError(
+                    f"query {qid!r}, document {did!r} has score {score}; a run needs finite scores "
+                    "(check the model's dtype and weights)"
+                )
+
+
 def write_run(
     run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults], path: str | Path, tag: str = "attnrank"
 ) -> None:
     """Write a TREC run file atomically (ranks follow descending score, ties by doc id)."""
     if not isinstance(run, Mapping):
         run = results_to_run(run)
+    _check_run(run)
     p = Path(path)
     if p.is_dir():
         raise InputError(f"cannot write the run file {p}: it is a folder; give a file path")

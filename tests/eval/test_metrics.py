@@ -27,6 +27,28 @@ def test_run_round_trip(tmp_path, dl19_mini):
         read_run(tmp_path / "bad")
 
 
+def test_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
+    (tmp_path / "q.txt").write_bytes("\ufeffq1 0 d1 1\nq2 0 d2 1\n".encode())
+    (tmp_path / "r.trec").write_bytes("\ufeffq1 Q0 d1 1 2.0 x\n".encode())
+    assert read_qrels(tmp_path / "q.txt") == {"q1": {"d1": 1}, "q2": {"d2": 1}}
+    assert read_run(tmp_path / "r.trec") == {"q1": {"d1": 2.0}}
+
+
+@pytest.mark.parametrize(
+    ("run", "fragment"),
+    [
+        ({"q 1": {"d": 1.0}}, "query id 'q 1'"),
+        ({"q": {"d\t2": 1.0}}, "holds whitespace"),
+        ({"": {"d": 1.0}}, "query id ''"),
+        ({"q": {"d": float("nan")}}, "score nan"),
+    ],
+)
+def test_runs_a_trec_file_cannot_hold_are_refused(tmp_path, run, fragment):
+    with pytest.raises(InputError, match=fragment):
+        write_run(run, tmp_path / "r.trec")
+    assert not (tmp_path / "r.trec").exists()
+
+
 def test_ndcg_by_hand():
     qrels = {"q": {"a": 2, "b": 1, "c": 0}}
     run = {"q": {"c": 3.0, "a": 2.0, "b": 1.0}}
