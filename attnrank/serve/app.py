@@ -87,13 +87,23 @@ class Server:
                     f"document {i} has {len(t)} characters > max_document_chars="
                     f"{lim.max_document_chars}; split or truncate it"
                 )
+        self.check_tokens(query, texts)
+
+    def check_tokens(self, query: str, texts: list[str], fix: str = "send fewer or shorter documents") -> None:
+        """Model tokens of ``query`` and ``texts`` within ``max_total_tokens``."""
+        lim = self.limits
         if self.tokenizer is not None and texts:
             n = sum(len(ids) for ids in self.tokenizer([query, *texts], add_special_tokens=False)["input_ids"])
             if n > lim.max_total_tokens:
                 raise LimitExceeded(
-                    f"query and documents have {n} tokens > max_total_tokens={lim.max_total_tokens}; "
-                    "send fewer or shorter documents"
+                    f"query and documents have {n} tokens > max_total_tokens={lim.max_total_tokens}; {fix}"
                 )
+
+    def check_count(self, name: str, n: int) -> None:
+        """``n`` index hits asked for (``top_k``/``depth``) within ``max_documents``."""
+        lim = self.limits.max_documents
+        if n > lim:
+            raise LimitExceeded(f"{name}={n} > max_documents={lim}; ask for at most {lim} documents")
 
     def truncate(self, texts: list[str], max_tokens: int | None) -> list[str]:
         """Cut each text after ``max_tokens`` model tokens (at a token boundary)."""
@@ -250,6 +260,9 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
         server.check(body.query, [])
         if body.top_k > body.depth and body.rerank:
             raise InputError(f"top_k={body.top_k} exceeds depth={body.depth}; lower top_k or raise depth")
+        server.check_count("top_k", body.top_k)
+        if body.rerank:
+            server.check_count("depth", body.depth)
 
         def work(job: Job) -> RankedResults:
             first = index.search(body.query, max(body.top_k, body.depth) if body.rerank else body.top_k)
@@ -280,12 +293,15 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
         texts = None if body.documents is None else texts_of(body.documents)
         index = server.need("index") if texts is None else None
         server.check(body.query, texts or [])
+        if texts is None:
+            server.check_count("top_k", body.top_k)
         budget = body.budget_tokens if body.budget_tokens is not None or body.keep_ratio is not None else 300
 
         def work(job: Job):
             if texts is None:
                 assert index is not None  # need("index") raised otherwise
                 docs = index.search(body.query, body.top_k).documents()
+                server.check_tokens(body.query, [d.text for d in docs], "ask for fewer (lower top_k)")
             else:
                 docs = [Document(str(i), t) for i, t in enumerate(texts)]
             job.check()
@@ -336,6 +352,8 @@ async def _ask(server: Server, body: AskRequest, request: Request) -> StreamingR
 
     index, generator = server.need("index"), server.need("generator")
     server.check(body.query, [])
+    server.check_count("depth", body.depth)
+    server.check_count("top_k", body.top_k)
     budget = body.budget_tokens
     if budget is None and body.keep_ratio is None:
         budget = DEFAULT_BUDGET_TOKENS

@@ -4,7 +4,8 @@ Model work runs on one worker thread, one job at a time (the attention capture a
 use the model's own intra-op threads; two jobs at once would only contend for the same cores).
 At most ``max_queued`` jobs wait behind the running one; a job submitted beyond that is refused
 at once (:class:`QueueFull`, answered 503 with ``Retry-After``), so a request never hangs on a
-full queue. A job whose client went away is cancelled: skipped if it has not started, and told
+full queue. A job whose client went away is cancelled: skipped if it has not started (and it
+gives its place back at once: abandoned jobs never make live requests wait or fail), and told
 to stop (:meth:`Job.check`, called between its steps and while streaming) if it has.
 No micro-batching: attention reranking puts one query and its candidates in one prompt, so
 requests do not share a forward pass.
@@ -47,6 +48,7 @@ class Job:
     enqueued: float = field(default_factory=time.perf_counter)
     started: float | None = None
     finished: float | None = None
+    waiting: bool = False  # holds one of the queue's ``max_queued`` places
     _cancelled: threading.Event = field(default_factory=threading.Event)
 
     def cancel(self) -> None:
@@ -86,8 +88,10 @@ class JobQueue:
         if max_queued < 1:
             raise ValueError(f"max_queued={max_queued} must be >= 1")
         self.max_queued = max_queued
-        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queued)
+        # unbounded: the bound is on ``waiting`` (live jobs), so cancelled ones never fill it
+        self._queue: queue.Queue[Job | None] = queue.Queue()
         self._lock = threading.Lock()
+        self.waiting = 0
         # done/failed/cancelled: jobs finished so; rejected: refused (queue full);
         # disconnected: cancellations requested because the client went away
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "rejected": 0, "disconnected": 0}
@@ -98,7 +102,8 @@ class JobQueue:
 
     @property
     def queued(self) -> int:
-        return self._queue.qsize()
+        """Jobs waiting for the worker, not counting those cancelled meanwhile."""
+        return self.waiting
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -114,21 +119,32 @@ class JobQueue:
         """Queue ``fn`` (call from the event loop); raises :class:`QueueFull` when full."""
         loop = asyncio.get_running_loop()
         job = Job(fn, loop.create_future(), loop)
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
-            with self._lock:
+        with self._lock:
+            full = self.waiting >= self.max_queued
+            if full:
                 self.counts["rejected"] += 1
-            wait = max(1, math.ceil((self.max_queued + 1) * self._mean_seconds))
-            raise QueueFull(self.max_queued, wait) from None
+            else:
+                self.waiting += 1
+                job.waiting = True
+        if full:
+            raise QueueFull(self.max_queued, max(1, math.ceil((self.max_queued + 1) * self._mean_seconds)))
+        self._queue.put_nowait(job)
         return job
+
+    def _leave(self, job: Job) -> None:
+        """Give back ``job``'s queue place (call with the lock held)."""
+        if job.waiting:
+            job.waiting = False
+            self.waiting -= 1
 
     def cancel(self, job: Job) -> None:
         """Cancel ``job`` because its client has gone (skipped if queued, stopped at its next check if running)."""
-        if not job.cancelled:
+        with self._lock:
+            if job.cancelled:
+                return
             job.cancel()
-            with self._lock:
-                self.counts["disconnected"] += 1
+            self.counts["disconnected"] += 1
+            self._leave(job)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker after the running job (queued jobs are cancelled)."""
@@ -139,6 +155,8 @@ class JobQueue:
                 break
             if job is not None:
                 job.cancel()
+                with self._lock:
+                    self._leave(job)
                 job.loop.call_soon_threadsafe(_resolve, job, None, Cancelled())
         self._queue.put(None)
         self._thread.join(timeout)
@@ -154,13 +172,14 @@ class JobQueue:
             job = self._queue.get()
             if job is None:
                 return
+            with self._lock:
+                self._leave(job)
+                self.running = int(not job.cancelled)
             if job.cancelled:
                 self._count("cancelled")
                 job.loop.call_soon_threadsafe(_resolve, job, None, Cancelled())
                 continue
             job.started = time.perf_counter()
-            with self._lock:
-                self.running = 1
             try:
                 result = job.fn(job)
             except Cancelled as e:

@@ -1,9 +1,10 @@
 """ASGI middleware of the server: a body-size limit that names itself, and the access log.
 
 :class:`BodyLimitMiddleware` answers 413 (JSON message naming ``max_body_bytes``) before reading
-a body whose ``Content-Length`` is too large; FastAPI's own ``max_body_size`` stays behind it as
-the backstop (at twice the limit) for bodies without a length. :class:`AccessLogMiddleware` writes one log line per
-request, when its last byte is sent (streams included).
+a body whose ``Content-Length`` is too large, and for a body without a length (chunked) as soon
+as the bytes read pass the limit; FastAPI's own ``max_body_size`` stays behind it as a backstop.
+:class:`AccessLogMiddleware` writes one log line per request, when its last byte is sent
+(streams included).
 
 Fields: method, path, status, latency (s, submission to last byte), queue wait (s, time the
 request's model job waited for the worker) and candidates (documents scored), taken from
@@ -68,31 +69,61 @@ class AccessLogMiddleware:
 
 
 class BodyLimitMiddleware:
-    """413 for a declared ``Content-Length`` above ``max_body_bytes``, before the body is read."""
+    """413 for a body above ``max_body_bytes``: at once for a declared ``Content-Length``, else
+    once the bytes read exceed it (the body read so far is then handed on to the app)."""
 
     def __init__(self, app: Any, max_body_bytes: int):
         self.app, self.max_body_bytes = app, max_body_bytes
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            length = dict(scope.get("headers") or []).get(b"content-length")
-            if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-                body = json.dumps(
-                    {
-                        "message": f"request body of {int(length)} bytes > max_body_bytes="
-                        f"{self.max_body_bytes}; send fewer or shorter documents"
-                    }
-                ).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 413,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit():  # the server never passes more than declared
+            if int(length) > self.max_body_bytes:
+                await self._refuse(send, f"request body of {int(length)} bytes")
                 return
-        await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
+        messages = await self._read(receive)
+        if messages is None:
+            await self._refuse(send, f"request body of more than {self.max_body_bytes} bytes")
+            return
+        await self.app(scope, _replay(messages, receive), send)
+
+    async def _read(self, receive: Any) -> list[dict] | None:
+        """The request's body messages, or None as soon as they exceed the limit."""
+        messages: list[dict] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > self.max_body_bytes:
+                return None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return messages
+
+    async def _refuse(self, send: Any, what: str) -> None:
+        body = json.dumps(
+            {"message": f"{what} > max_body_bytes={self.max_body_bytes}; send fewer or shorter documents"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def _replay(messages: list[dict], receive: Any) -> Any:
+    """A ``receive`` that returns ``messages`` first, then reads on (disconnects)."""
+    pending = list(messages)
+
+    async def replayed() -> dict:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed

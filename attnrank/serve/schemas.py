@@ -25,7 +25,7 @@ class CohereRerankRequest(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
     model: str | None = Field(None, description="Ignored beyond a check: the server has one model.")
     query: str
-    documents: list[str | TextDocument]
+    documents: list[str | TextDocument] = Field(min_length=1, description="At least one document.")
     top_n: int | None = Field(None, ge=1)
     return_documents: bool = False
     max_tokens_per_doc: int | None = Field(None, ge=1, description="Truncate each document to this many tokens.")
@@ -34,7 +34,7 @@ class CohereRerankRequest(BaseModel):
 
 class TEIRerankRequest(BaseModel):
     query: str
-    texts: list[str]
+    texts: list[str] = Field(min_length=1, description="At least one text.")
     truncate: bool = False
     raw_scores: bool = Field(False, description="Accepted for compatibility: attention scores are always raw.")
     return_text: bool = False
@@ -85,7 +85,8 @@ class AskRequest(BaseModel):
 class Limits:
     """Per-request limits, checked before any model work (413 when exceeded, naming the limit).
 
-    ``max_documents``: documents (texts) per request; ``max_document_chars``: characters per
+    ``max_documents``: documents (texts) per request, and index hits asked for (``top_k``,
+    ``depth``); ``max_document_chars``: characters per
     document; ``max_query_chars``: characters of the query; ``max_total_tokens``: model tokens of
     the query plus all documents (the prompt the model reads).
     """

@@ -190,13 +190,68 @@ def test_client_disconnect_cancels_work(llm):
         assert gated.entered.wait(10)
         with pytest.raises(httpx.ReadTimeout):  # ... and while its job waits in the queue
             httpx.post(f"{base}/rerank", json=body, timeout=1.5)
-        # the server notices both closed connections (it polls every 50 ms) while the model is busy
-        _wait_for(base, lambda q: q["queued"] == 1 and q["disconnected"] == 2)
+        # the server notices both closed connections (it polls every 50 ms) while the model is busy;
+        # the abandoned job no longer counts as queued
+        _wait_for(base, lambda q: q["queued"] == 0 and q["disconnected"] == 2)
         gated.gate.set()
         q = _wait_for(base, lambda q: q["queued"] == 0 and q["running"] == 0 and q["cancelled"] == 2)
         assert q["done"] == 0 and gated.calls == 1  # the queued job never reached the model
         r = httpx.post(f"{base}/rerank", json=body, timeout=30)  # the server still serves
         assert r.status_code == 200 and gated.calls == 2
+
+
+def test_abandoned_jobs_give_back_their_queue_place(llm):
+    gated = GatedReranker(AttentionReranker(llm))
+    with live_server(create_app(Engine(gated), max_queued=1)) as base, ThreadPoolExecutor(2) as pool:
+        body = {"query": QUERY, "texts": DOCS}
+        running = pool.submit(httpx.post, f"{base}/rerank", json=body, timeout=30)
+        assert gated.entered.wait(10)
+        with pytest.raises(httpx.ReadTimeout):  # waits in the only queue place, then gives up
+            httpx.post(f"{base}/rerank", json=body, timeout=1.5)
+        _wait_for(base, lambda q: q["disconnected"] == 1)
+        waiting = pool.submit(httpx.post, f"{base}/rerank", json=body, timeout=30)
+        _wait_for(base, lambda q: q["queued"] == 1 or q["rejected"] == 1)
+        gated.gate.set()
+        assert running.result().status_code == 200
+        assert waiting.result().status_code == 200  # not 503: nobody live was waiting
+        assert httpx.get(f"{base}/health").json()["queue"]["rejected"] == 0
+
+
+def test_index_routes_keep_to_the_limits(url):
+    def post(path, body):
+        return httpx.post(f"{url}{path}", json=body, timeout=30)
+
+    r = post("/v1/search", {"query": QUERY, "top_k": 3, "depth": 7})
+    assert r.status_code == 413 and r.json()["message"].startswith("depth=7 > max_documents=6;")
+    r = post("/v1/search", {"query": QUERY, "top_k": 7, "rerank": False})
+    assert r.status_code == 413 and "top_k=7 > max_documents=6" in r.json()["message"]
+    r = post("/v1/prune", {"query": QUERY, "top_k": 7})
+    assert r.status_code == 413 and "top_k=7 > max_documents=6" in r.json()["message"]
+    r = post("/v1/prune", {"query": QUERY, "top_k": 3})  # three abstracts: far over 1500 tokens
+    assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
+    r = post("/v1/ask", {"query": QUERY, "depth": 7, "top_k": 2})
+    assert r.status_code == 413 and "depth=7 > max_documents=6" in r.json()["message"]
+    r = post("/v1/search", {"query": QUERY, "top_k": 6, "depth": 6})
+    assert r.status_code == 200 and len(r.json()["results"]) == 6
+
+
+def test_empty_document_lists_are_refused(url):
+    r = httpx.post(f"{url}/v1/rerank", json={"query": QUERY, "documents": []})
+    assert r.status_code == 422 and r.json()["message"].startswith("documents:")
+    r = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": []})
+    assert r.status_code == 422 and r.json()["message"].startswith("texts:")
+
+
+def test_chunked_body_over_the_limit_names_it(url):
+    def chunked(pad: int):
+        data = json.dumps({"query": QUERY, "texts": DOCS, "padding": "y" * pad}).encode()
+        return (data[i : i + 4096] for i in range(0, len(data), 4096))  # no Content-Length
+
+    for pad in (80_000, 500_000):  # over the limit; over FastAPI's backstop too
+        r = httpx.post(f"{url}/rerank", content=chunked(pad), headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "max_body_bytes=75536" in r.json()["message"]
+    r = httpx.post(f"{url}/rerank", content=chunked(10), headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 200 and len(r.json()) == len(DOCS)
 
 
 def test_one_log_line_per_request(url, caplog):
