@@ -11,21 +11,26 @@ The pipeline (Ray Data streaming execution, Moritz et al., OSDI 2018 for Ray)::
 Ray Data restarts a dead actor and retries its batch (``max_restarts=-1``,
 ``max_task_retries=-1``); the sink drops rows of queries already committed, and the end check
 requires exactly one row per query, so a crash neither loses nor duplicates rows. A rerun with the
-same checkpoint folder and settings resumes where the last one stopped.
+same checkpoint folder and settings resumes where the last one stopped; a checkpoint is refused when
+its settings, its index (rebuilt since) or a query's text differ, when it is in use by another run,
+and when the folder is not an attnrank checkpoint (it is never written into).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, require
 from ..index.sharded.executor import RayExecutor
+from ..index.store import manifest_tag
 from .rows import read_queries
 from .sink import CheckpointSink
 from .stages import RerankStage, RetrievalStage
@@ -67,21 +72,97 @@ class Resources:
     rerank_batch: int = 4
 
 
+SETTINGS = "settings.json"
+
+
+def _check_outputs(output: Path | None, parquet: Path | None, queries: str | Path | dict[str, str]) -> None:
+    """Refuse outputs that could not be written or would replace an input, before any work."""
+    if output is None and parquet is None:
+        raise InputError("give an output: -o RUN.trec and/or --parquet FILE")
+    if output is not None and parquet is not None and Path(output).resolve() == Path(parquet).resolve():
+        raise InputError(f"-o and --parquet are both {output}; give two different files")
+    for flag, p in (("-o", output), ("--parquet", parquet)):
+        if p is None:
+            continue
+        if not isinstance(queries, dict) and Path(p).resolve() == Path(queries).resolve():
+            raise InputError(f"{flag} {p} is the queries file; give another output path")
+        if Path(p).is_dir():
+            raise InputError(f"{flag} {p} is a folder; give a file path")
+        blocker = next((q for q in Path(p).parents if q.exists() and not q.is_dir()), None)
+        if blocker is not None:
+            raise InputError(f"{flag} {p}: {blocker} is a file, not a folder; choose another path")
+
+
+def _settings(config: BatchConfig) -> dict[str, Any]:
+    return {**asdict(config), "index_tag": manifest_tag(Path(config.index))}
+
+
 def _check_checkpoint(parts_dir: Path, config: BatchConfig) -> None:
-    """Refuse to resume a checkpoint written with other settings."""
-    parts_dir.mkdir(parents=True, exist_ok=True)
-    path = parts_dir / "settings.json"
-    mine = asdict(config)
-    if path.exists():
-        theirs = json.loads(path.read_text(encoding="utf-8"))
-        if theirs != mine:
-            diff = sorted(k for k in mine if mine[k] != theirs.get(k))
+    """Start a checkpoint in a new or empty folder, or accept one written with the same settings;
+    refuse anything else (a folder attnrank did not write is never written into)."""
+    path, mine = parts_dir / SETTINGS, _settings(config)
+    if parts_dir.exists() and not parts_dir.is_dir():
+        raise InputError(f"checkpoint {parts_dir} is a file, not a folder; give another --checkpoint")
+    if not path.exists():
+        if parts_dir.exists() and any(not _ours(f.name) for f in parts_dir.iterdir()):
             raise InputError(
-                f"checkpoint {parts_dir} holds a run with other settings ({', '.join(diff)}); "
-                "delete it or give another --checkpoint"
+                f"checkpoint {parts_dir} exists and is not an attnrank batch checkpoint (no {SETTINGS}); "
+                "refusing to write into it; give another --checkpoint"
             )
-    else:
-        path.write_text(json.dumps(mine, indent=1), encoding="utf-8")
+        parts_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomic(path, json.dumps(mine, indent=1))
+        return
+    theirs = _read_settings(path)
+    legacy = "index_tag" not in theirs  # written before the index's manifest was recorded
+    diff = sorted(k for k in mine if mine[k] != theirs.get(k) and not (legacy and k == "index_tag"))
+    if diff:
+        raise InputError(
+            f"checkpoint {parts_dir} holds a run with other settings ({', '.join(diff)}); "
+            "delete it or give another --checkpoint"
+        )
+
+
+def _ours(name: str) -> bool:
+    """A file a run leaves in a checkpoint before its settings exist (lock, settings being written)."""
+    return name == ".lock" or name.startswith(f".{SETTINGS}.tmp-")
+
+
+def _read_settings(path: Path) -> dict[str, Any]:
+    try:
+        theirs = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        theirs = None
+    if not isinstance(theirs, dict) or "index" not in theirs:
+        raise InputError(
+            f"{path} is not an attnrank batch checkpoint's settings (unreadable); "
+            "delete the folder or give another --checkpoint"
+        )
+    return theirs
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _locked(parts_dir: Path) -> Iterator[None]:
+    """Hold ``parts_dir`` for one run: a second run on the same checkpoint is refused, not interleaved."""
+    import fcntl
+
+    with open(parts_dir / ".lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(
+                f"checkpoint {parts_dir} is in use by another attnrank batch run; "
+                "wait for it to finish or give another --checkpoint"
+            ) from None
+        yield  # closing the file releases the lock
 
 
 def run_batch(
@@ -101,41 +182,51 @@ def run_batch(
     """Run the pipeline; returns counts, timings and throughput (queries/s)."""
     config.check()
     res = resources or Resources()
-    if output is None and parquet is None:
-        raise InputError("give an output: -o RUN.trec and/or --parquet FILE")
+    _check_outputs(output, parquet, queries)
     qs = queries if isinstance(queries, dict) else read_queries(queries)
+    if not qs:
+        raise InputError("no queries given; give at least one query")
     parts_dir = checkpoint or Path(f"{output or parquet}.parts")
     _check_checkpoint(parts_dir, config)
-    sink = CheckpointSink(parts_dir)
-    todo = [q for q in qs if q not in sink.done]
-    stats: dict[str, Any] = {"queries": len(qs), "resumed_skipped": len(qs) - len(todo)}
-    t0 = time.perf_counter()
-    if todo:
-        ex = RayExecutor(ray_address, num_cpus=num_cpus, object_store_mb=object_store_mb, quiet=not progress)
-        stats["ray_startup_seconds"] = round(ex.startup_seconds, 3)
-        try:
-            t1 = time.perf_counter()
-            ds = _pipeline(ex.ray, [{"qid": q, "query": qs[q]} for q in todo], config, res, progress)
-            for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-                sink.add(batch.to_pylist())
-                done = len(sink.done) + len(sink.buffer)
-                if on_commit is not None:
-                    on_commit(done, len(qs))
-                logger.info(
-                    "batch: %d/%d queries, %.2f q/s",
-                    done,
-                    len(qs),
-                    (done - stats["resumed_skipped"]) / max(time.perf_counter() - t1, 1e-9),
-                )
-            stats["pipeline_seconds"] = round(time.perf_counter() - t1, 3)
-        finally:
-            sink.commit()
-            ex.close()
-    tag = f"attnrank-{config.mode or _index_mode(config.index)}"
-    stats.update(sink.finish(list(qs), trec=output, parquet=parquet, tag=tag))
+    with _locked(parts_dir):
+        sink = CheckpointSink(parts_dir)
+        sink.check_queries(qs)
+        todo = [q for q in qs if q not in sink.done]
+        stats: dict[str, Any] = {"queries": len(qs), "resumed_skipped": len(qs) - len(todo)}
+        t0 = time.perf_counter()
+        if todo:
+            ex = RayExecutor(ray_address, num_cpus=num_cpus, object_store_mb=object_store_mb, quiet=not progress)
+            stats["ray_startup_seconds"] = round(ex.startup_seconds, 3)
+            try:
+                rows = [{"qid": q, "query": qs[q]} for q in todo]
+                ds = _pipeline(ex.ray, rows, config, res, progress)
+                seconds = _drain(ds, sink, len(qs), len(qs) - len(todo), on_commit)
+                stats["pipeline_seconds"] = round(seconds, 3)
+                stats["queries_per_second"] = round(len(todo) / max(seconds, 1e-9), 4)
+            finally:
+                sink.commit()
+                ex.close()
+        tag = f"attnrank-{config.mode or _index_mode(config.index)}"
+        stats.update(sink.finish(list(qs), trec=output, parquet=parquet, tag=tag))
     stats["seconds"] = round(time.perf_counter() - t0, 3)
-    stats["queries_per_second"] = round(len(todo) / stats["pipeline_seconds"], 4) if todo else None
+    stats.setdefault("queries_per_second", None)  # None: everything was resumed
     return stats
+
+
+def _drain(
+    ds: Any, sink: CheckpointSink, total: int, resumed: int, on_commit: Callable[[int, int], None] | None
+) -> float:
+    """Commit the dataset's rows as they come; returns the seconds it took."""
+    t1 = time.perf_counter()
+    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        sink.add(batch.to_pylist())
+        done = len(sink.done) + len(sink.buffer)
+        if on_commit is not None:
+            on_commit(done, total)
+        logger.info(
+            "batch: %d/%d queries, %.2f q/s", done, total, (done - resumed) / max(time.perf_counter() - t1, 1e-9)
+        )
+    return time.perf_counter() - t1
 
 
 def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resources, progress: bool):

@@ -1,9 +1,10 @@
 """Checkpointed output of a batch run: Parquet parts committed atomically, one row per query.
 
 Rows are buffered and committed as ``part-NNNNN.parquet`` files (written to a temporary name,
-fsynced, renamed), so a part is either whole or absent. A rerun reads the committed query ids
-and skips them (resume). A query id already committed is never written again, so a Ray task
-retried after an actor died cannot duplicate rows; :meth:`finish` checks that every query has
+fsynced, renamed to a number no part has), so a part is either whole or absent and never replaces
+another. A rerun reads the committed query ids and skips them (resume), after checking that each
+still has the text it was run with. A query id already committed is never written again, so a Ray
+task retried after an actor died cannot duplicate rows; :meth:`finish` checks that every query has
 exactly one row before writing the TREC run and/or one consolidated Parquet file.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ from typing import Any
 from ..errors import InputError
 
 logger = logging.getLogger(__name__)
+
+_PART = re.compile(r"^part-(\d+)\.parquet$")
 
 
 class CheckpointSink:
@@ -29,22 +33,34 @@ class CheckpointSink:
         for stale in self.dir.glob(".part-*.tmp"):  # a part whose write was interrupted
             stale.unlink()
         self.commit_rows, self.commit_seconds = commit_rows, commit_seconds
-        self.done: set[str] = set(self._committed_ids())
+        self.done: dict[str, str] = self._committed()  # query id -> the query text it was run with
         self.buffer: list[dict[str, Any]] = []
         self.duplicates = 0
-        self._next = len(self._parts())
+        numbers = [int(m[1]) for p in self._parts() if (m := _PART.match(p.name))]
+        self._next = max(numbers, default=-1) + 1  # after the last part, even if one was removed
         self._last = time.monotonic()
 
     def _parts(self) -> list[Path]:
         return sorted(self.dir.glob("part-*.parquet"))
 
-    def _committed_ids(self) -> list[str]:
+    def _committed(self) -> dict[str, str]:
         import pyarrow.parquet as pq
 
-        ids: list[str] = []
+        done: dict[str, str] = {}
         for p in self._parts():
-            ids.extend(pq.read_table(p, columns=["qid"]).column("qid").to_pylist())
-        return ids
+            t = pq.read_table(p, columns=["qid", "query"])
+            done.update(zip(t.column("qid").to_pylist(), t.column("query").to_pylist()))
+        return done
+
+    def check_queries(self, queries: dict[str, str]) -> None:
+        """Refuse to resume when a committed query id now has another text (its rows would be stale)."""
+        for qid, text in queries.items():
+            old = self.done.get(qid, text)
+            if old != text:
+                raise InputError(
+                    f"checkpoint {self.dir} holds query {qid!r} as {old[:60]!r}, not {text[:60]!r}; "
+                    "delete the checkpoint or give another --checkpoint"
+                )
 
     def add(self, rows: list[dict[str, Any]]) -> int:
         """Buffer new rows (a query id seen before is dropped and counted); returns rows kept."""
@@ -75,7 +91,7 @@ class CheckpointSink:
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, final)
-        self.done.update(r["qid"] for r in self.buffer)
+        self.done.update((r["qid"], r["query"]) for r in self.buffer)
         self._next += 1
         self.buffer = []
 
@@ -84,7 +100,10 @@ class CheckpointSink:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pa.concat_tables([pq.read_table(p) for p in self._parts()])
+        tables = [pq.read_table(p) for p in self._parts()]
+        if not tables:
+            return pa.table({"qid": pa.array([], pa.string())})
+        return pa.concat_tables(tables, promote_options="default")  # a part of empty lists has null types
 
     def finish(self, qids: list[str], *, trec: Path | None, parquet: Path | None, tag: str) -> dict[str, Any]:
         """Commit, check one row per query, write the outputs (in ``qids`` order); returns counts."""
@@ -102,10 +121,22 @@ class CheckpointSink:
         if trec is not None:
             write_run({q: dict(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}, trec, tag=tag)
         if parquet is not None:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            tmp = parquet.with_name(f".{parquet.name}.tmp")
-            pq.write_table(pa.Table.from_pylist([rows[q] for q in qids]), tmp)
-            os.replace(tmp, parquet)
+            _write_parquet([rows[q] for q in qids], Path(parquet))
         return {"rows": len(qids), "duplicates_dropped": self.duplicates}
+
+
+def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    """``rows`` as one Parquet file at ``path``, atomically (temporary file, fsync, rename)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,172 @@
+"""The batch checkpoint without Ray: what a resume may reuse, and which folders it may write into.
+
+The Ray stages are replaced by a fake dataset (one row per query, its document named after the
+query text), so a stale row shows as a document of the old text.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+import attnrank.batch.runner as runner
+from attnrank.batch import BatchConfig, run_batch
+from attnrank.batch.rows import STAGES
+from attnrank.batch.sink import CheckpointSink
+from attnrank.errors import InputError
+
+
+def _row(qid: str, query: str, docs: int = 1) -> dict:
+    return {
+        "qid": qid,
+        "query": query,
+        "doc_ids": [f"d-{query}-{i}" for i in range(docs)],
+        "scores": [float(docs - i) for i in range(docs)],
+        **{f"stage_{s}": [math.nan] * docs for s in STAGES},
+    }
+
+
+class FakeDataset:
+    def __init__(self, rows, during=None):
+        self.rows, self.during = rows, during
+
+    def iter_batches(self, **_):
+        for r in self.rows:
+            if self.during is not None:
+                self.during()
+            yield pa.Table.from_pylist([_row(r["qid"], r["query"])])
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    """Stand-ins for the executor and the pipeline; ``calls`` counts pipelines started."""
+    state = {"calls": 0, "during": None}
+
+    class Executor:
+        ray, startup_seconds = None, 0.0
+
+        def __init__(self, *a, **k):
+            pass
+
+        def close(self):
+            pass
+
+    def pipeline(ray, rows, config, res, progress):
+        state["calls"] += 1
+        return FakeDataset(rows, state["during"])
+
+    monkeypatch.setattr(runner, "RayExecutor", Executor)
+    monkeypatch.setattr(runner, "_pipeline", pipeline)
+    return state
+
+
+@pytest.fixture
+def index(tmp_path):
+    idx = tmp_path / "idx"
+    idx.mkdir()
+    (idx / "manifest.json").write_text('{"format": "attnrank-index", "build_id": "a"}')
+    return idx
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_resume_refuses_a_query_whose_text_changed(fake_ray, tmp_path, index):
+    config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
+    run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+    before = out.read_text()
+    with pytest.raises(InputError, match="holds query 'q1' as 'apple', not 'banana'"):
+        run_batch({"q1": "banana", "q2": "pear"}, config, output=out, progress=False)
+    assert out.read_text() == before and "d-apple-0" in before
+    stats = run_batch({"q2": "pear", "q3": "fig"}, config, output=out, progress=False)  # same texts: resumes
+    assert stats["resumed_skipped"] == 1 and "d-fig-0" in out.read_text()
+
+
+def test_resume_refuses_an_index_rebuilt_since(fake_ray, tmp_path, index):
+    config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    (index / "manifest.json").write_text('{"format": "attnrank-index", "build_id": "b"}')
+    with pytest.raises(InputError, match=r"other settings \(index_tag\)"):
+        run_batch({"q1": "apple"}, config, output=out, progress=False)
+
+
+def test_a_folder_attnrank_did_not_write_is_never_a_checkpoint(fake_ray, tmp_path, index):
+    theirs = tmp_path / "spark-output"
+    theirs.mkdir()
+    pq.write_table(pa.table({"x": [1, 2]}), theirs / "part-00000.parquet")
+    (theirs / "notes.txt").write_text("mine")
+    before = _files(theirs)
+    with pytest.raises(InputError, match="is not an attnrank batch checkpoint"):
+        run_batch({"q1": "apple"}, BatchConfig(str(index)), output=tmp_path / "r.trec", checkpoint=theirs)
+    assert _files(theirs) == before and fake_ray["calls"] == 0
+
+
+def test_unreadable_settings_are_refused_in_one_line(fake_ray, tmp_path, index):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "settings.json").write_text('{"index": ')  # cut short
+    with pytest.raises(InputError, match="settings.json is not an attnrank batch checkpoint's settings"):
+        run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm25"), output=tmp_path / "r", checkpoint=ckpt)
+
+
+def test_outputs_and_queries_are_checked_before_any_work(fake_ray, tmp_path, index):
+    config = BatchConfig(str(index), mode="bm25")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(InputError, match="--parquet .*folder is a folder"):
+        run_batch({"q1": "apple"}, config, parquet=tmp_path / "folder", progress=False)
+    with pytest.raises(InputError, match="-o and --parquet are both"):
+        run_batch({"q1": "apple"}, config, output=tmp_path / "x", parquet=tmp_path / "x", progress=False)
+    queries = tmp_path / "queries.tsv"
+    queries.write_text("q1\tapple\n")
+    with pytest.raises(InputError, match="-o .*queries.tsv is the queries file"):
+        run_batch(queries, config, output=queries, progress=False)
+    assert queries.read_text() == "q1\tapple\n"
+    with pytest.raises(InputError, match="no queries"):
+        run_batch({}, config, output=tmp_path / "r.trec", progress=False)
+    assert fake_ray["calls"] == 0
+    nested = tmp_path / "new" / "dir" / "rows.parquet"  # a missing folder is made, as for -o
+    assert run_batch({"q1": "apple"}, config, parquet=nested, progress=False)["rows"] == 1
+    assert pq.read_table(nested).column("qid").to_pylist() == ["q1"]
+
+
+def test_a_checkpoint_in_use_is_refused(fake_ray, tmp_path, index):
+    config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
+    tried = []
+
+    def second_run():  # while the first run streams its rows
+        if not tried:
+            tried.append(True)
+            with pytest.raises(InputError, match="in use by another attnrank batch run"):
+                run_batch({"q1": "apple"}, config, output=out, progress=False)
+
+    fake_ray["during"] = second_run
+    assert run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)["rows"] == 2
+    assert tried and fake_ray["calls"] == 1
+
+
+def test_parts_are_never_replaced_after_one_was_removed(tmp_path):
+    sink = CheckpointSink(tmp_path)
+    for q in ("a", "b", "c"):
+        sink.add([_row(q, q)])
+        sink.commit()
+    (tmp_path / "part-00000.parquet").unlink()  # e.g. removed by hand to recompute its queries
+    sink = CheckpointSink(tmp_path)
+    sink.add([_row("a", "a")])
+    sink.commit()
+    assert sorted(CheckpointSink(tmp_path).done) == ["a", "b", "c"]
+
+
+def test_a_part_of_queries_without_hits_still_finishes(tmp_path):
+    sink = CheckpointSink(tmp_path / "ckpt")
+    sink.add([_row("q1", "apple")])
+    sink.commit()
+    sink.add([_row("q2", "pear", docs=0)])  # a part whose lists are all empty (null-typed)
+    out = tmp_path / "rows.parquet"
+    assert sink.finish(["q1", "q2"], trec=tmp_path / "r.trec", parquet=out, tag="t")["rows"] == 2
+    assert pq.read_table(out).column("doc_ids").to_pylist() == [["d-apple-0"], []]
