@@ -3,9 +3,10 @@
 Rules (issue 12, "nothing lost"):
 
 - A save replaces only a folder that holds an attnrank ``manifest.json`` (``"format":
-  "attnrank-index"``), or an empty folder. Anything else (a file, a symbolic link, a folder of
-  other files) is refused; ``force=True`` (CLI ``--force``) overrides that for a non-empty
-  folder that is not an index.
+  "attnrank-index"`` or ``"attnrank-sharded-index"``) and nothing its manifest does not list,
+  or an empty folder. Anything else (a file, a symbolic link, a folder of other files, an index
+  folder the user has put files of their own into, such as a run file) is refused;
+  ``force=True`` (CLI ``--force``) overrides that for a non-empty folder.
 - Never, not even with ``force``: a folder that is, or contains, the working directory or a
   path the caller protects (the corpus being indexed).
 - Temporary and previous-index folders are siblings named ``.NAME.tmp-PID-HEX`` and
@@ -28,22 +29,68 @@ import shutil
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, TypeGuard
 
 from ..errors import InputError
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+INDEX_FORMAT = "attnrank-index"
+SHARDED_FORMAT = "attnrank-sharded-index"
+_OS_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})  # file managers' own: nothing to lose
 _SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})$")
 
 
-def is_index_folder(path: Path) -> bool:
-    """True when ``path`` is a folder with a readable attnrank manifest (any format version)."""
+def _manifest(path: Path) -> dict[str, Any] | None:
+    """The attnrank manifest of folder ``path`` (ordinary or sharded, any version), else None."""
     try:
         m = json.loads((Path(path) / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(m, dict) and m.get("format") == "attnrank-index"
+        return None
+    return m if isinstance(m, dict) and m.get("format") in (INDEX_FORMAT, SHARDED_FORMAT) else None
+
+
+def is_index_folder(path: Path) -> bool:
+    """True when ``path`` is a folder with a readable attnrank manifest (ordinary or sharded, any version)."""
+    return _manifest(path) is not None
+
+
+def _listed(root: Path, m: dict[str, Any]) -> set[str]:
+    """The paths (relative, POSIX) that manifest ``m`` of folder ``root`` accounts for: itself,
+    its ``files`` and, for a sharded index, every shard folder's own listed files."""
+    files = m.get("files")
+    known = {MANIFEST, *(files if isinstance(files, dict) else ())}
+    shards = m.get("shards") if m.get("format") == SHARDED_FORMAT else None
+    for s in shards if isinstance(shards, list) else ():
+        name = s.get("name") if isinstance(s, dict) else None
+        if not _plain(name):
+            continue
+        sub = _manifest(root / name)
+        if sub is not None and sub.get("format") == INDEX_FORMAT:
+            known |= {f"{name}/{rel}" for rel in _listed(root / name, sub)}
+    return known
+
+
+def _plain(name: object) -> TypeGuard[str]:
+    """A folder name without separators (a shard's, as a sharded manifest names it)."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+
+
+def unlisted_files(path: Path) -> list[str]:
+    """Files (and links) inside the index folder ``path`` that its manifest does not list: not
+    written by the build, so replacing the folder would delete them."""
+    root = Path(path)
+    m = _manifest(root)
+    known = set() if m is None else _listed(root, m)
+    out = []
+    for p in sorted(root.rglob("*")):
+        if (p.is_dir() and not p.is_symlink()) or p.name in _OS_FILES:
+            continue  # a folder is judged by what it holds
+        rel = p.relative_to(root).as_posix()
+        if rel not in known:
+            out.append(rel)
+    return out
 
 
 def _real(p: Path) -> Path:
@@ -71,14 +118,21 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
         return
     if not target.is_dir():
         raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--index")
-    if is_index_folder(target) or not any(target.iterdir()):
+    if not any(target.iterdir()):
+        return
+    if not is_index_folder(target):
+        what = f"{target} exists and is not an attnrank index (no valid {MANIFEST})"
+    elif extra := unlisted_files(target):
+        shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
+        what = f"{target} is an attnrank index but holds files its manifest does not list ({shown})"
+    else:
         return
     if force:
-        logger.warning("replacing %s, which is not an attnrank index, because of --force", target)
+        logger.warning("replacing %s because of --force: %s", target, what)
         return
     raise InputError(
-        f"{target} exists and is not an attnrank index (no valid {MANIFEST}); refusing to replace "
-        "it and lose its files; choose another folder, or pass --force to replace it"
+        f"{what}; refusing to replace it and lose its files; move them away, choose another "
+        "folder, or pass --force to replace it"
     )
 
 

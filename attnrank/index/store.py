@@ -4,7 +4,7 @@ Layout of ``indexes/<name>/``::
 
     manifest.json   format version, attnrank version, corpus checksum, counts, settings,
                     and the size + SHA-256 of every other file
-    docs.jsonl      the documents in index order (id, title, text)
+    docs.jsonl      the documents in index order (id, title, text; metadata where there is any)
     bm25/           sparse index arrays (see :mod:`attnrank.index.bm25`)
     dense/          FAISS index (see :mod:`attnrank.index.dense`)
 
@@ -32,7 +32,7 @@ from typing import Any
 from ..config import fault_point
 from ..errors import IndexFormatError
 from ..types import Document
-from .folders import check_target, fsync_dir, remove_stale, sibling, swap_in
+from .folders import SHARDED_FORMAT, check_target, fsync_dir, remove_stale, sibling, swap_in
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +41,19 @@ MANIFEST = "manifest.json"
 
 
 def corpus_checksum(docs: Sequence[Document]) -> str:
+    """SHA-256 of the documents' ids, titles, texts and (where there is any) metadata; a document
+    without metadata hashes as before metadata was stored, so older indexes still verify."""
     h = hashlib.sha256()
     for d in docs:
         h.update(f"{d.id}\0{d.title}\0{d.text}\n".encode())
+        if d.metadata:
+            h.update(b"\x01" + json.dumps(_jsonable(d.metadata), sort_keys=True, ensure_ascii=False).encode() + b"\n")
     return h.hexdigest()
+
+
+def _jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` as it reads back from ``docs.jsonl`` (string keys; values without a JSON form as text)."""
+    return json.loads(json.dumps(metadata, ensure_ascii=False, default=str))
 
 
 def _sha256(path: Path) -> str:
@@ -97,9 +106,14 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Path] = (
 
 
 def write_docs(path: Path, docs: Sequence[Document]) -> None:
+    """One JSON record a document: id, title, text and, where it has any, its metadata (which
+    search results carry, and the pruner reads pre-split ``sentences`` from)."""
     with open(path, "w", encoding="utf-8") as f:
         for d in docs:
-            f.write(json.dumps({"id": d.id, "title": d.title, "text": d.text}, ensure_ascii=False) + "\n")
+            record: dict[str, Any] = {"id": d.id, "title": d.title, "text": d.text}
+            if d.metadata:
+                record["metadata"] = _jsonable(d.metadata)
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def read_docs(path: Path) -> list[Document]:
@@ -110,7 +124,10 @@ def read_docs(path: Path) -> list[Document]:
             for lineno, raw in enumerate(f, start=1):
                 try:
                     o = json.loads(raw.decode("utf-8"))
-                    docs.append(Document(o["id"], o["text"], o.get("title", "")))
+                    meta = o.get("metadata", {})
+                    if not isinstance(meta, dict):
+                        raise TypeError("metadata is not an object")
+                    docs.append(Document(o["id"], o["text"], o.get("title", ""), meta))
                 except (ValueError, KeyError, TypeError, AttributeError) as e:
                     raise IndexFormatError(
                         f"{path}:{lineno}: not a document record ({type(e).__name__}: "
@@ -121,12 +138,18 @@ def read_docs(path: Path) -> list[Document]:
     return docs
 
 
-def write_manifest(root: Path, info: dict[str, Any]) -> None:
-    files = {
-        str(p.relative_to(root)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+def file_entries(root: Path, skip: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of every file under ``root`` but its manifest and the top folders ``skip``."""
+    skip = set(skip)
+    return {
+        p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != MANIFEST
+        if p.is_file() and p.relative_to(root).parts[0] not in skip and p.relative_to(root).as_posix() != MANIFEST
     }
+
+
+def write_manifest(root: Path, info: dict[str, Any]) -> None:
+    files = file_entries(root)
     manifest = {
         "format": "attnrank-index",
         "format_version": FORMAT_VERSION,
@@ -156,6 +179,11 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
         raise IndexFormatError(f"{root} has no {MANIFEST}: not an index or an incomplete save; rebuild it") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise IndexFormatError(f"{path} is corrupted ({e}); rebuild the index with `attnrank index`") from None
+    if isinstance(manifest, dict) and manifest.get("format") == SHARDED_FORMAT:
+        raise IndexFormatError(
+            f"{root} is a sharded index: search it with `attnrank batch` (ShardedRetriever.load), or "
+            "merge it into one ordinary index with `attnrank merge-shards`"
+        )
     if not isinstance(manifest, dict) or manifest.get("format") != "attnrank-index":
         raise IndexFormatError(f"{path} is not an attnrank index manifest; rebuild the index")
     version = manifest.get("format_version")
@@ -168,22 +196,28 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
     if not isinstance(files, dict) or not set(required) <= set(files):
         missing = sorted(set(required) - set(files)) if isinstance(files, dict) else ["files"]
         raise IndexFormatError(f"{path} does not list {missing}; the manifest is damaged, rebuild the index")
+    check_files(root, files, path, verify=verify)
+    return manifest
+
+
+def check_files(root: Path, files: dict[str, Any], manifest: Path, *, verify: bool = False) -> None:
+    """Every file ``files`` lists (``{path: {"bytes", "sha256"}}``, as written by :func:`write_manifest`)
+    is inside ``root`` and has its recorded size; ``verify=True`` also checks its SHA-256."""
     inside = Path(os.path.realpath(root))
     for name, meta in files.items():
-        f = _confined(root, inside, name, path)
+        f = _confined(root, inside, name, manifest)
         if (
             not isinstance(meta, dict)
             or not isinstance(meta.get("bytes"), int)
             or not isinstance(meta.get("sha256"), str)
         ):
-            raise IndexFormatError(f"{path}: entry {name!r} lacks its size or checksum; rebuild the index")
+            raise IndexFormatError(f"{manifest}: entry {name!r} lacks its size or checksum; rebuild the index")
         if not f.is_file() or f.stat().st_size != meta["bytes"]:
             raise IndexFormatError(
                 f"{f} is missing or has the wrong size (expected {meta['bytes']} bytes); rebuild the index"
             )
         if verify and _sha256(f) != meta["sha256"]:
             raise IndexFormatError(f"{f} fails its SHA-256 check; the index is corrupted, rebuild it")
-    return manifest
 
 
 def manifest_tag(root: Path) -> str | None:

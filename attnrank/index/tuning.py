@@ -39,19 +39,42 @@ def tune_alpha(
     """Grid-search ``alpha`` (weight of dense) and the normalisation for convex fusion.
 
     Candidates are retrieved once and re-fused per setting. Ties go to the smaller alpha.
-    With ``apply=True`` the retriever is switched to the best convex setting.
+    With ``apply=True`` the retriever is switched to the best convex setting; otherwise (and
+    when the search fails) its fusion settings are left as they were.
     """
     labelled = {q: t for q, t in queries.items() if q in qrels}
     if not labelled:
         raise InputError("none of the given queries has relevance judgments; tuning needs labelled queries")
+    before = (retriever.fusion, retriever.alpha, retriever.norm)
+    try:
+        best = _grid(retriever, labelled, qrels, alphas, norms, metric, min(k, retriever.num_docs), rel)
+    finally:  # the grid switched the retriever through every setting it tried
+        retriever.set_fusion(before[0], alpha=before[1], norm=before[2])
+    logger.info("best convex fusion: alpha=%.2f norm=%s %s=%.4f", best.alpha, best.norm, metric, best.score)
+    if apply:
+        retriever.set_fusion("convex", alpha=best.alpha, norm=best.norm)
+    return best
+
+
+def _grid(
+    retriever: HybridRetriever,
+    labelled: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    alphas: Sequence[float],
+    norms: Sequence[str],
+    metric: str,
+    k: int,
+    rel: int,
+) -> TuneResult:
+    """The best (alpha, norm) of the grid, with the table of every setting tried."""
     qids, texts = list(labelled), list(labelled.values())
-    cands = retriever.candidates(texts, min(k, retriever.num_docs), "hybrid")
+    cands = retriever.candidates(texts, k, "hybrid")
     judged = {q: qrels[q] for q in qids}
     table, best = [], None
     for norm in norms:
         for a in alphas:
             retriever.set_fusion("convex", alpha=float(a), norm=norm)
-            res = retriever.fuse(texts, cands, min(k, retriever.num_docs), query_ids=qids)
+            res = retriever.fuse(texts, cands, k, query_ids=qids)
             value = evaluate(results_to_run(res), judged, [metric], rel=rel)[metric]
             table.append({"norm": norm, "alpha": float(a), metric: value})
             if best is None or value > best.score + 1e-12:
@@ -59,7 +82,4 @@ def tune_alpha(
     if best is None:
         raise InputError("tune_alpha needs at least one alpha and one norm to try")
     best.table = table
-    logger.info("best convex fusion: alpha=%.2f norm=%s %s=%.4f", best.alpha, best.norm, metric, best.score)
-    if apply:
-        retriever.set_fusion("convex", alpha=best.alpha, norm=best.norm)
     return best

@@ -54,3 +54,37 @@ def test_swap_without_exchange_and_restore_after_crash(tmp_path, monkeypatch):
     old.rename(orphan)
     remove_stale(target)
     assert json.loads((target / "manifest.json").read_text())["tag"] == "old" and not orphan.exists()
+
+
+def test_index_folder_holding_user_files_is_not_replaced(tmp_path, monkeypatch, built_retriever):
+    """A rebuild must not delete what the user put into an index folder (a run file, notes)."""
+    from attnrank.index.retriever import HybridRetriever
+
+    monkeypatch.chdir(tmp_path)
+    target = built_retriever.save(tmp_path / "idx")
+    (target / "run.trec").write_text("q1 Q0 d1 1 1.0 mine\n")
+    (target / ".DS_Store").write_bytes(b"finder")  # a file manager's own: not worth a refusal
+    (target / "notes").mkdir()
+    (target / "notes" / "todo.txt").write_text("mine")
+    with pytest.raises(InputError, match=r"does not list \(notes/todo\.txt, run\.trec\)"):
+        built_retriever.save(target)
+    assert (target / "run.trec").exists() and (target / "notes" / "todo.txt").read_text() == "mine"
+    assert HybridRetriever.load(target, verify=True).num_docs == built_retriever.num_docs
+    built_retriever.save(target, force=True)  # --force: the user asked for it
+    assert not (target / "run.trec").exists()
+    built_retriever.save(target)  # a clean index is replaced as before
+
+
+def test_sharded_index_counts_as_an_index(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shard = _index(tmp_path / "sh" / "shard-00000")
+    (shard / "docs.jsonl").write_text("{}\n")
+    top = {"format": "attnrank-sharded-index", "files": {"stats/df.npy": {}}, "shards": [{"name": "shard-00000"}]}
+    (tmp_path / "sh" / "manifest.json").write_text(json.dumps(top))
+    (tmp_path / "sh" / "stats").mkdir()
+    (tmp_path / "sh" / "stats" / "df.npy").write_bytes(b"x")
+    with pytest.raises(InputError, match=r"does not list \(shard-00000/docs\.jsonl\)"):
+        check_target(tmp_path / "sh")
+    manifest = json.loads((shard / "manifest.json").read_text())
+    (shard / "manifest.json").write_text(json.dumps({**manifest, "files": {"docs.jsonl": {}}}))
+    check_target(tmp_path / "sh")

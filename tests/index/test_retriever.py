@@ -183,3 +183,26 @@ def test_missing_index_message(tmp_path):
     (tmp_path / "half").mkdir()
     with pytest.raises(IndexFormatError, match="has no manifest.json"):
         HybridRetriever.load(tmp_path / "half")
+
+
+def test_metadata_survives_save_and_load_and_is_checksummed(tmp_path):
+    """Search results of a loaded index carry the corpus's metadata (a URL, the pruner's pre-split
+    sentences) as the in-memory index's do; an edit to it is caught like an edit to the text."""
+    import hashlib
+
+    from attnrank.index.store import corpus_checksum
+
+    docs = [
+        Document("a", "Paris is the capital of France.", "Paris", {"url": "http://x/a", "sentences": ["Paris."]}),
+        Document("b", "Bananas are yellow.", ""),
+    ]
+    r = HybridRetriever().index(docs, show_progress=False)
+    loaded = HybridRetriever.load(r.save(tmp_path / "idx"))
+    assert [d.metadata for d in loaded.docs] == [d.metadata for d in docs]
+    assert loaded.search("capital", 1, mode="bm25")[0].metadata["url"] == "http://x/a"
+    plain = Document("b", "Bananas are yellow.")  # no metadata: the checksum of older indexes
+    assert corpus_checksum([plain]) == hashlib.sha256(b"b\0\0Bananas are yellow.\n").hexdigest()
+    path = tmp_path / "idx" / "docs.jsonl"
+    path.write_text(path.read_text().replace("http://x/a", "http://y/a"))  # same size
+    with pytest.raises(IndexFormatError, match="corpus checksum"):
+        HybridRetriever.load(tmp_path / "idx")

@@ -177,3 +177,86 @@ def test_top_k_keeps_lowest_indexes_among_ties():
 
 def test_local_executor_tree_reduce_is_a_fold():
     assert LocalExecutor().tree_reduce(lambda a, b: a + b, [[1], [2], [3], [4], [5]]) == [1, 2, 3, 4, 5]
+
+
+def _copy(sharded, tmp_path):
+    import shutil
+
+    return shutil.copytree(sharded, tmp_path / "copy")
+
+
+def test_sharded_index_is_rebuilt_in_place(sharded, tmp_path, scifact_docs, built_retriever):
+    copy = _copy(sharded, tmp_path)
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "thesis.txt").write_text("mine")
+    vectors = _vectors(built_retriever)
+    ShardedIndexer(HybridRetriever(), shards=2).build(scifact_docs, copy, embeddings=vectors)
+    assert ShardedRetriever.load(copy).num_shards == 2
+    with pytest.raises(InputError, match="is not an attnrank index"):
+        ShardedIndexer(HybridRetriever(), shards=2).build(scifact_docs, tmp_path / "user", embeddings=vectors)
+    assert (tmp_path / "user" / "thesis.txt").read_text() == "mine"
+
+
+def test_edited_shard_documents_are_refused(sharded, tmp_path):
+    copy = _copy(sharded, tmp_path)
+    docs = copy / "shard-00001" / "docs.jsonl"
+    raw = docs.read_bytes()
+    i = raw.index(b'"text": "') + 9
+    docs.write_bytes(raw[:i] + (b"X" if raw[i : i + 1] != b"X" else b"Y") + raw[i + 1 :])  # same size
+    with pytest.raises(IndexFormatError, match="does not match the checksum"):
+        ShardedRetriever.load(copy)
+
+
+def test_shard_vector_ids_are_checked(sharded, tmp_path):
+    copy = _copy(sharded, tmp_path)
+    m = json.loads((copy / "manifest.json").read_text())
+    start, n = m["shards"][1]["start"], m["shards"][1]["num_docs"]
+    faiss_file = copy / "shard-00001" / "dense" / "index.faiss"
+    raw = bytearray(faiss_file.read_bytes())
+    at = raw.rfind(np.arange(start, start + n, dtype=np.int64).tobytes())
+    raw[at : at + 8] = np.array([0], dtype=np.int64).tobytes()  # the shard's first vector now says "document 0"
+    faiss_file.write_bytes(bytes(raw))
+    with pytest.raises(IndexFormatError, match="vector ids are not the global ids"):
+        ShardedRetriever.load(copy)
+
+
+def test_shard_tokenizer_is_checked(sharded, tmp_path):
+    copy = _copy(sharded, tmp_path)
+    params = copy / "shard-00000" / "bm25" / "params.json"
+    text = params.read_text()
+    assert '"stemmer": "porter"' in text
+    params.write_text(text.replace('"stemmer": "porter"', '"stemmer": "none"  '))  # same size
+    with pytest.raises(IndexFormatError, match="tokenizer differs"):
+        ShardedRetriever.load(copy)
+
+
+@pytest.mark.parametrize("damage", ["ranges", "no-shards", "fusion"])
+def test_damaged_top_manifest_is_refused(sharded, tmp_path, damage):
+    copy = _copy(sharded, tmp_path)
+    m = json.loads((copy / "manifest.json").read_text())
+    if damage == "ranges":  # the same total, other ranges: shard 0 would serve shard 1's documents
+        m["shards"][0]["num_docs"] -= 1
+        m["shards"][1]["start"] -= 1
+        m["shards"][1]["num_docs"] += 1
+    elif damage == "no-shards":
+        del m["shards"]
+    else:
+        m["fusion"] = 5
+    (copy / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(IndexFormatError, match="its own manifest says|list of shards|mangles a setting"):
+        ShardedRetriever.load(copy)
+
+
+def test_merge_never_writes_into_its_source(sharded, tmp_path):
+    copy = _copy(sharded, tmp_path)
+    before = (copy / "shard-00000" / "manifest.json").read_bytes()
+    for target in (copy, copy / "shard-00000", tmp_path):
+        with pytest.raises(InputError, match="merged from"):
+            merge_shards(copy, target)
+    assert (copy / "shard-00000" / "manifest.json").read_bytes() == before
+    assert ShardedRetriever.load(copy).num_docs == 55
+
+
+def test_ordinary_load_of_a_sharded_index_says_what_it_is(sharded):
+    with pytest.raises(IndexFormatError, match="is a sharded index: search it with `attnrank batch`"):
+        HybridRetriever.load(sharded)

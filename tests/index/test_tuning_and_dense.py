@@ -39,3 +39,16 @@ def test_approximate_indexes_round_trip(tmp_path, scifact_docs, kind):
 def test_unknown_dense_kind():
     with pytest.raises(InputError, match="'pq' is not one of"):
         DenseIndex(kind="pq")
+
+
+def test_tune_alpha_without_apply_leaves_the_fusion_alone(built_retriever, scifact_mini):
+    """apply=False must not leave the retriever on the grid's last setting (alpha 1.0: dense only)."""
+    qrels = read_qrels(scifact_mini)
+    queries = load_queries(scifact_mini / "queries.jsonl")
+    before = (built_retriever.fusion, built_retriever.alpha, built_retriever.norm)
+    try:
+        built_retriever.set_fusion("convex", alpha=0.45, norm="zscore")
+        tune_alpha(built_retriever, queries, qrels, alphas=[0.0, 1.0], norms=["minmax"], apply=False)
+        assert (built_retriever.fusion, built_retriever.alpha, built_retriever.norm) == ("convex", 0.45, "zscore")
+    finally:
+        built_retriever.set_fusion(before[0], alpha=before[1], norm=before[2])

@@ -28,6 +28,7 @@ from ...errors import InputError
 from ...types import Document
 from ..bm25 import BM25Index
 from ..embed import encode, load_embedder
+from ..folders import check_target
 from ..retriever import HybridRetriever
 from ..retriever import _attnrank_version as attnrank_version
 from ..store import atomic_dir, corpus_checksum, write_docs, write_manifest
@@ -178,9 +179,23 @@ class ShardedIndexer:
         self.build_info: dict[str, Any] = {}
 
     def build(
-        self, docs: Sequence[Document] | str | Path, target: str | Path, *, embeddings: np.ndarray | None = None
+        self,
+        docs: Sequence[Document] | str | Path,
+        target: str | Path,
+        *,
+        embeddings: np.ndarray | None = None,
+        force: bool = False,
+        protect: Sequence[str | Path] = (),
     ) -> Path:
-        """Index ``docs`` (or a corpus path) into ``target`` (written atomically); returns ``target``."""
+        """Index ``docs`` (or a corpus path) into ``target`` (written atomically); returns ``target``.
+
+        ``target`` follows the rules of :meth:`HybridRetriever.save` (checked before any work):
+        an existing index or an empty folder; ``force=True`` any other folder but one that holds
+        the working directory or a ``protect`` path (a corpus path given here is protected)."""
+        target, guard = Path(target), [Path(p) for p in protect]
+        if isinstance(docs, (str, Path)):
+            guard.append(Path(docs))
+        check_target(target, force=force, protect=guard)
         if isinstance(docs, (str, Path)):
             docs, _ = load_corpus(docs)
         docs = list(docs)
@@ -199,8 +214,7 @@ class ShardedIndexer:
             "embed_backend": self.r.embed_backend,
             "dense_index": self.r.dense_kind,
         }
-        target = Path(target)
-        with atomic_dir(target) as tmp:
+        with atomic_dir(target, force=force, protect=guard) as tmp:
             stats.save(tmp / "stats")
             shared = [self.executor.put(x) for x in (idf, settings, template)]
             tasks = [

