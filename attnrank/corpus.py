@@ -21,7 +21,7 @@ import gzip
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,8 +55,10 @@ class _Problems:
 
 def _open_text(path: Path) -> io.TextIOBase:
     raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115 - the wrapper owns and closes it
-    # strict decoding: undecodable bytes must be reported, not silently replaced
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="")
+    # strict decoding: undecodable bytes must be reported, not silently replaced; "utf-8-sig"
+    # drops the byte-order mark editors (Excel, Notepad) put first, which would else stick to
+    # the first column's name
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline="")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -64,12 +66,25 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             try:
-                yield lineno, raw.decode("utf-8")
+                # a byte-order mark starts the first line only; it is no part of the first id/record
+                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise InputError(
                     f"{path}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
                     "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
                 ) from None
+
+
+def _text(value: object) -> str | None:
+    """A JSON id, text or title as a string: strings and numbers as written, null as ''; None
+    for lists, objects and booleans, which have no faithful text form."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
 def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problems) -> None:
@@ -102,35 +117,82 @@ def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[D
         if did is None or "text" not in obj:
             problem(where, f"missing 'id'/'_id' or 'text' (keys: {sorted(obj)[:6]})")
             continue
+        raw = {"id": did, "text": obj["text"], "title": obj.get("title")}
+        fields = {k: _text(v) for k, v in raw.items()}
+        bad = next((k for k, v in fields.items() if v is None), None)
+        if bad is not None:
+            problem(where, f"{bad!r} is a JSON {type(raw[bad]).__name__}, not a string or number")
+            continue
         meta = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
-        doc = Document(str(did), str(obj["text"] or ""), str(obj.get("title") or ""), meta)
+        doc = Document(fields["id"] or "", fields["text"] or "", fields["title"] or "", meta)
         _add(docs, doc, where, problem)
     return _finish(docs, report)
 
 
 def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
+    """A CSV (RFC 4180 quoting) or TSV (no quoting: one record a line, fields without tabs) corpus."""
     report = LoadReport(str(path))
     problem, docs = _Problems(report, skip_invalid), dict[str, Document]()
-    delim = "\t" if path.name.endswith((".tsv", ".tsv.gz")) else ","
+    tsv = path.name.lower().endswith((".tsv", ".tsv.gz"))
+    line = 1  # the line the next record starts on
     try:
         with _open_text(path) as f:
-            reader = csv.DictReader(f, delimiter=delim)
-            cols = {c.lower().strip(): c for c in reader.fieldnames or []}
-            id_col = cols.get("id") or cols.get("_id") or cols.get("doc_id") or cols.get("docid")
-            if id_col is None or "text" not in cols:
-                raise InputError(
-                    f"{path}:1: header {reader.fieldnames} lacks an 'id' and a 'text' column; "
-                    "the first row must name them (title is optional)"
-                )
+            reader = _dict_reader(f, tsv)
+            cols = _csv_columns(path, reader.fieldnames)
+            line = reader.line_num + 1
             for row in reader:
-                where = f"{path}:{reader.line_num}"
-                title = row.get(cols["title"], "") if "title" in cols else ""
-                _add(
-                    docs, Document(str(row[id_col] or "").strip(), row[cols["text"]] or "", title or ""), where, problem
-                )
+                where, line = f"{path}:{line}", reader.line_num + 1
+                _add_row(docs, row, cols, where, problem, tsv)
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: bytes that are not valid UTF-8 ({e.reason}); re-encode the file as UTF-8") from None
+    except csv.Error as e:
+        raise InputError(
+            f"{path}:{line}: broken CSV quoting ({e}); a field that starts with a quote must end with one "
+            '(and double the quotes inside it: "say ""hi"""); fix the file'
+        ) from None
     return _finish(docs, report)
+
+
+_FIELD_LIMIT = 1 << 30  # documents can be far longer than the csv module's default 128 KiB field limit
+
+
+def _dict_reader(f: io.TextIOBase, tsv: bool) -> csv.DictReader:
+    """TSV has no quoting (a quote is text: quotes never join lines into one record); CSV quotes
+    strictly (an unclosed quote is an error, not a record that swallows the rest of the file)."""
+    csv.field_size_limit(max(csv.field_size_limit(), _FIELD_LIMIT))
+    if tsv:
+        return csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    return csv.DictReader(f, delimiter=",", strict=True)
+
+
+def _csv_columns(path: Path, fieldnames: Sequence[str] | None) -> dict[str, str]:
+    """The header's columns by lower-case name, ``id`` under its spelling (``_id``, ``doc_id``...)."""
+    cols = {c.lower().strip(): c for c in fieldnames or []}
+    if len(cols) != len(fieldnames or []):
+        raise InputError(f"{path}:1: header {fieldnames} names a column twice; give every column its own name")
+    id_col = cols.get("id") or cols.get("_id") or cols.get("doc_id") or cols.get("docid")
+    if id_col is None or "text" not in cols:
+        raise InputError(
+            f"{path}:1: header {fieldnames} lacks an 'id' and a 'text' column; "
+            "the first row must name them (title is optional)"
+        )
+    return {**cols, "id": id_col, "#fields": str(len(fieldnames or []))}
+
+
+def _add_row(
+    docs: dict[str, Document], row: dict, cols: dict[str, str], where: str, problem: _Problems, tsv: bool
+) -> None:
+    if None in row:  # more fields than the header names: a text would lose what follows its comma/tab
+        n = int(cols["#fields"])
+        fix = "a TSV field cannot hold a tab" if tsv else 'quote a field that holds a comma ("like, this")'
+        problem(
+            where,
+            f"{n + len(row[None])} fields, the header names {n}",
+            f"{fix}; or pass skip_invalid=True (CLI: --skip-invalid) to skip such records",
+        )
+        return
+    title = row.get(cols["title"], "") if "title" in cols else ""
+    _add(docs, Document(str(row[cols["id"]] or "").strip(), row[cols["text"]] or "", title or ""), where, problem)
 
 
 def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
@@ -138,7 +200,7 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
     problem, docs = _Problems(report, skip_invalid), dict[str, Document]()
     for f in sorted(p for p in path.rglob("*") if p.suffix.lower() in (".txt", ".md") and p.is_file()):
         try:
-            text = f.read_bytes().decode("utf-8")
+            text = f.read_bytes().decode("utf-8-sig")  # without a leading byte-order mark
         except UnicodeDecodeError as e:
             problem(f"{f}", f"bytes that are not valid UTF-8 at byte {e.start}", "re-encode the file as UTF-8")
             continue
@@ -201,7 +263,7 @@ def _single_text(p: Path) -> tuple[list[Document], LoadReport]:
     docs, report = dict[str, Document](), LoadReport(str(p))
     problem = _Problems(report, False)
     try:
-        text = p.read_bytes().decode("utf-8")
+        text = p.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise InputError(
             f"{p}: bytes that are not valid UTF-8 at byte {e.start}; re-encode the file as UTF-8"
@@ -224,11 +286,7 @@ def load_queries(path: str | Path) -> dict[str, str]:
             continue
         where = f"{p}:{lineno}"
         if is_jsonl:
-            try:
-                obj = json.loads(line)
-                qid, text = str(obj.get("_id", obj.get("id"))), str(obj["text"])
-            except (json.JSONDecodeError, KeyError, AttributeError):
-                raise InputError(f"{where}: expected a JSON object with '_id' and 'text'") from None
+            qid, text = _query_record(line, where)
         else:
             parts = line.rstrip("\r\n").split("\t", 1)
             if len(parts) != 2:
@@ -242,3 +300,16 @@ def load_queries(path: str | Path) -> dict[str, str]:
     if not queries:
         raise InputError(f"{p}: no queries found")
     return queries
+
+
+def _query_record(line: str, where: str) -> tuple[str, str]:
+    """``(id, text)`` of a queries.jsonl line; a missing id or a text that is not a string is an error."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        obj = None
+    qid = _text(obj.get("_id", obj.get("id"))) if isinstance(obj, dict) else None
+    text = obj.get("text") if isinstance(obj, dict) else None
+    if not qid or not isinstance(text, str):
+        raise InputError(f"{where}: expected a JSON object with '_id' (or 'id') and a string 'text'")
+    return qid, text

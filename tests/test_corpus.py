@@ -95,3 +95,59 @@ def test_queries_jsonl_and_tsv(scifact_mini, tmp_path):
     (tmp_path / "bad.tsv").write_text("1\tok\n2\t \n")
     with pytest.raises(InputError, match=r"bad\.tsv:2: query '2' is empty"):
         load_queries(tmp_path / "bad.tsv")
+
+
+def test_byte_order_mark_is_not_data(tmp_path):
+    """Excel and Notepad start UTF-8 files with a BOM: it must not rename a column or an id."""
+    bom = "\ufeff".encode()
+    (tmp_path / "c.csv").write_bytes(bom + b"title,id,text\nOne,1,first\n")
+    assert [(d.id, d.title) for d in load_corpus(tmp_path / "c.csv")[0]] == [("1", "One")]
+    (tmp_path / "c.jsonl").write_bytes(bom + b'{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n')
+    assert [d.id for d in load_corpus(tmp_path / "c.jsonl")[0]] == ["a", "b"]
+    (tmp_path / "q.tsv").write_bytes(bom + b"q1\tfirst\nq2\tsecond\n")
+    assert list(load_queries(tmp_path / "q.tsv")) == ["q1", "q2"]
+    (tmp_path / "md").mkdir()
+    (tmp_path / "md" / "a.md").write_bytes(bom + b"# Heading\n\nbody")
+    assert load_corpus(tmp_path / "md")[0][0].title == "Heading"
+
+
+def test_csv_row_with_extra_fields_is_reported_not_truncated(tmp_path):
+    (tmp_path / "c.csv").write_text("id,text\n1,hello, world\n2,ok\n")
+    with pytest.raises(InputError, match=r"c\.csv:2: 3 fields, the header names 2; quote a field"):
+        load_corpus(tmp_path / "c.csv")
+    docs, report = load_corpus(tmp_path / "c.csv", skip_invalid=True)
+    assert [d.text for d in docs] == ["ok"] and report.skipped[0][0].endswith("c.csv:2")
+
+
+def test_tsv_quotes_are_text_and_never_join_lines(tmp_path):
+    (tmp_path / "c.tsv").write_text('id\ttext\n1\t"Hamlet" is a play\n2\t"an open quote\n3\tthird\n')
+    docs, _ = load_corpus(tmp_path / "c.tsv")
+    assert [(d.id, d.text) for d in docs] == [("1", '"Hamlet" is a play'), ("2", '"an open quote'), ("3", "third")]
+
+
+def test_csv_quoting_errors_and_long_fields(tmp_path):
+    (tmp_path / "open.csv").write_text('id,text\n1,ok\n2,"never closed\n3,third\n')
+    with pytest.raises(InputError, match=r"open\.csv:3: broken CSV quoting"):
+        load_corpus(tmp_path / "open.csv")
+    (tmp_path / "dup.csv").write_text("id,text,text\n1,a,b\n")
+    with pytest.raises(InputError, match="names a column twice"):
+        load_corpus(tmp_path / "dup.csv")
+    long = "word " * 60_000  # 300 KB, beyond the csv module's default field limit
+    (tmp_path / "long.csv").write_text(f'id,text\n1,"{long}"\n2,"multi\nline"\n')
+    docs, _ = load_corpus(tmp_path / "long.csv")
+    assert [(d.id, len(d.text)) for d in docs] == [("1", len(long)), ("2", 10)]
+
+
+def test_json_values_that_are_not_text_are_reported(tmp_path):
+    p = tmp_path / "c.jsonl"
+    p.write_text('{"id": "a", "text": ["x", "y"]}\n{"id": 7, "text": 3.5}\n')
+    with pytest.raises(InputError, match=r"c\.jsonl:1: 'text' is a JSON list"):
+        load_corpus(p)
+    assert [(d.id, d.text) for d in load_corpus(p, skip_invalid=True)[0]] == [("7", "3.5")]
+
+
+def test_queries_jsonl_needs_an_id_and_a_text(tmp_path):
+    for i, line in enumerate(['{"qid": "1", "text": "x"}', '{"_id": "1", "text": null}']):
+        (tmp_path / f"q{i}.jsonl").write_text(line + "\n")
+        with pytest.raises(InputError, match=r":1: expected a JSON object with '_id'"):
+            load_queries(tmp_path / f"q{i}.jsonl")
