@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -374,14 +375,16 @@ def rotate_into(out: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torc
     out[..., half:].addcmul_(k[..., :half], sin[half:])
 
 
-_ROTATION_OK: dict[int, bool] = {}
+# per decoder object, held weakly: keyed by id() a freed model's verdict would pass to the next
+# model allocated at its address
+_ROTATION_OK: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def check_rotation(capturer: AttentionCapturer, prefix: PrefixCache) -> None:
     """Refuse ``"rotated"`` positions for a model whose rotary embedding does not compose as
     :func:`rotate_keys` assumes: a probe block's first-layer keys, rotated by 7 positions, must
     equal the keys computed 7 positions on (checked once per model)."""
-    key = id(capturer.decoder)
+    key = capturer.decoder
     if key not in _ROTATION_OK:
         probe = [[1, 2, 3, 4]]
         at = encode_blocks(capturer, prefix, probe, [prefix.length])[0]

@@ -130,23 +130,56 @@ def _pack(x: np.ndarray, storage: str) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 class PassageStateStore:
-    """A memory-mapped store opened for one reranker (see the module docstring)."""
+    """A memory-mapped store opened for one reranker (see the module docstring).
 
-    def __init__(self, folder: Path, header: dict[str, Any]):
+    Opening checks the arrays against the header (passages, token count, storage) and, when
+    given, the model's ``head_dim``: a damaged or mismatched store is an :class:`InputError`
+    naming it, never states served from the wrong rows."""
+
+    def __init__(self, folder: Path, header: dict[str, Any], head_dim: int | None = None):
         self.folder = folder
         self.header = header
-        self.offsets = np.load(folder / "offsets.npy")
-        self.keys = np.load(folder / "keys.npy", mmap_mode="r")
-        self.values = np.load(folder / "values.npy", mmap_mode="r")
-        int8 = header["storage"] == "int8"
-        self.key_scales = np.load(folder / "key_scales.npy", mmap_mode="r") if int8 else None
-        self.value_scales = np.load(folder / "value_scales.npy", mmap_mode="r") if int8 else None
-        self.by_key = {key: i for i, (_, key) in enumerate(header["passages"])}
-        self.key_of_id = {doc_id: key for doc_id, key in header["passages"]}
+        passages = _passages(folder, header)
+        int8 = header.get("storage") == "int8"
+        try:
+            self.offsets = np.load(folder / "offsets.npy")
+            self.keys = np.load(folder / "keys.npy", mmap_mode="r")
+            self.values = np.load(folder / "values.npy", mmap_mode="r")
+            self.key_scales = np.load(folder / "key_scales.npy", mmap_mode="r") if int8 else None
+            self.value_scales = np.load(folder / "value_scales.npy", mmap_mode="r") if int8 else None
+        except (OSError, ValueError) as e:
+            raise _damaged(folder, f"an array cannot be read: {e}") from None
+        self._check(head_dim, len(passages))
+        self.by_key = {key: i for i, (_, key) in enumerate(passages)}
+        self.key_of_id = {doc_id: key for doc_id, key in passages}
         self.stale = 0  # lookups of a stored passage id whose text changed
-        n = len(header["passages"])
-        if len(self.offsets) != n + 1 or int(self.offsets[-1]) != self.keys.shape[0]:
-            raise InputError(f"{folder}: offsets do not match the stored states; rebuild with --passage-states")
+
+    def _check(self, head_dim: int | None, n: int) -> None:
+        """Arrays of the recorded storage, geometry and token count; offsets from 0, increasing."""
+        h, keys, off = self.header, self.keys, self.offsets
+        dtype = np.float16 if h.get("storage") == "float16" else np.int8
+        deepest = h.get("deepest_layer")
+        layers = deepest + 1 if isinstance(deepest, int) else None
+        width = head_dim or (keys.shape[-1] if keys.ndim else None)
+        geometry = (h.get("tokens"), layers, h.get("kv_heads"), width)
+        if keys.dtype != dtype or self.values.dtype != dtype or keys.shape != geometry or self.values.shape != geometry:
+            raise _damaged(
+                self.folder,
+                f"keys {keys.dtype} {keys.shape}, values {self.values.dtype} {self.values.shape}; "
+                f"the header says {dtype.__name__} {geometry}",
+            )
+        for scales in (self.key_scales, self.value_scales):
+            if scales is not None and (scales.dtype != np.float16 or scales.shape != geometry[:3]):
+                raise _damaged(self.folder, f"int8 scales of shape {scales.shape}, expected {geometry[:3]}")
+        if (
+            off.ndim != 1
+            or off.dtype.kind != "i"
+            or len(off) != n + 1
+            or off[0] != 0
+            or off[-1] != geometry[0]
+            or np.any(np.diff(off) <= 0)
+        ):
+            raise _damaged(self.folder, "offsets do not match the stored passages")
 
     @classmethod
     def open(
@@ -170,7 +203,12 @@ class PassageStateStore:
                 f"no readable passage-state store at {path} ({e}); build one with "
                 "`attnrank index CORPUS --passage-states float16`"
             ) from None
-        if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != 1:
+        if (
+            not isinstance(header, dict)
+            or header.get("format") != FORMAT
+            or header.get("version") != 1
+            or header.get("storage") not in STORAGES
+        ):
             raise InputError(f"{folder}/states.json is not an attnrank passage-state store (version 1)")
         want = store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens)
         diff = [f"{k}: store {header.get(k)!r}, reranker {v!r}" for k, v in want.items() if header.get(k) != v]
@@ -180,7 +218,9 @@ class PassageStateStore:
                 "with `attnrank index --passage-states` and the same --model/--preset/--max-doc-words, or drop "
                 "--passage-states"
             )
-        return cls(folder, header)
+        cfg = capturer.decoder.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return cls(folder, header, int(head_dim))
 
     def get(self, doc_id: str, key: str) -> BlockState | None:
         """The stored states of passage ``doc_id`` if its current ``key`` matches the stored one."""
@@ -205,3 +245,20 @@ class PassageStateStore:
     @property
     def nbytes(self) -> int:
         return sum(p.stat().st_size for p in self.folder.glob("*.npy"))
+
+
+def _damaged(folder: Path, what: str) -> InputError:
+    return InputError(
+        f"the passage states at {folder} are damaged ({what}); rebuild them with "
+        "`attnrank index --passage-states`, or drop --passage-states"
+    )
+
+
+def _passages(folder: Path, header: dict[str, Any]) -> list[tuple[str, str]]:
+    """The header's ``[doc id, state key]`` pairs, checked."""
+    entries = header.get("passages")
+    if not isinstance(entries, list) or not isinstance(header.get("tokens"), int):
+        raise _damaged(folder, "states.json lacks its passages or token count")
+    if not all(isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in entries):
+        raise _damaged(folder, "a passage entry of states.json is not [id, key]")
+    return [(doc_id, key) for doc_id, key in entries]

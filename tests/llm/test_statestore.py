@@ -112,3 +112,43 @@ def test_foreign_store_is_refused(tmp_path, llm, capturer, change, fragment):
 def test_missing_store_names_the_fix(tmp_path, llm, capturer):
     with pytest.raises(InputError, match="--passage-states"):
         open_store(tmp_path / "nothing", llm, capturer)
+
+
+def _truncate(path, nbytes=100):
+    path.write_bytes(path.read_bytes()[:-nbytes])
+
+
+def _fewer_tokens(path):
+    np.save(path, np.load(path)[:-5])
+
+
+def _drop(path):
+    path.unlink()
+
+
+@pytest.mark.parametrize(
+    "storage, file, damage",
+    [
+        ("float16", "keys.npy", _truncate),
+        ("float16", "values.npy", _fewer_tokens),
+        ("int8", "key_scales.npy", _drop),
+        ("int8", "value_scales.npy", _fewer_tokens),
+        ("float16", "offsets.npy", _fewer_tokens),
+    ],
+)
+def test_damaged_store_is_refused_in_one_line(tmp_path, llm, capturer, storage, file, damage):
+    """A truncated, shortened or missing array is an InputError naming the store, not a traceback
+    (nor, for values of the wrong length, states sliced from the wrong rows)."""
+    folder = build(tmp_path, llm, capturer, storage)
+    damage(folder / file)
+    with pytest.raises(InputError, match="passage states at .* are damaged"):
+        open_store(folder, llm, capturer)
+
+
+@pytest.mark.parametrize("passages", [None, [["paris"]], "x"])
+def test_mangled_header_is_refused(tmp_path, llm, capturer, passages):
+    folder = build(tmp_path, llm, capturer, "float16")
+    header = json.loads((folder / "states.json").read_text())
+    (folder / "states.json").write_text(json.dumps({**header, "passages": passages}))
+    with pytest.raises(InputError, match="damaged"):
+        open_store(folder, llm, capturer)
