@@ -44,8 +44,9 @@ Exit codes: **0** success; **1** an attnrank error (bad input file, damaged inde
 error such as a full disk), printed as one line `error: ...`; **2** an option error (a missing or
 invalid option value), printed by the parser with a usage hint.
 
-What a save may replace: an attnrank index (a folder with its `manifest.json`) or an empty folder.
-Any other folder is refused; `--force` overrides that for a non-empty folder, never for one that is
+What a save may replace: an attnrank index (a folder with its `manifest.json`, ordinary or sharded,
+holding nothing its manifest does not list) or an empty folder. Any other folder, and an index
+folder the user has put files of their own into (a run file, notes), is refused; `--force` overrides that for a non-empty folder, never for one that is
 or contains the corpus or the working directory. Every load runs cheap structural checks (manifest
 paths confined to the folder, file sizes, BM25 CSC layout and weight bound, FAISS vector count and
 dimension, document count and corpus checksum); `--verify` also recomputes every file's SHA-256.

@@ -86,6 +86,15 @@ CASES = [
         _all(_write("c.jsonl", CORPUS), _thesis("mine")),
     ),
     Case(
+        "index-holds-user-file",
+        "index target",
+        "`index --index a`, indexes/a is an index the user saved a run file into",
+        ["index", "c.jsonl", "--index", "a", "-q"],
+        1,
+        ["indexes/a is an attnrank index but holds files its manifest does not list (run.trec)", "--force"],
+        _all(_write("c.jsonl", CORPUS), _write("indexes/a/run.trec", "q1 Q0 d1 1 2.0 mine\n")),
+    ),
+    Case(
         "name-user-folder",
         "index target",
         "`index --index X`, indexes/X is a user folder",
