@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import IndexFormatError, InputError
-from .embed import encode, load_embedder
+from .embed import check_probe, embedder_probe, encode, load_embedder
 from .embed_export import check_backend
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,9 @@ class DenseIndex:
         self.batch_size, self.device, self.backend = batch_size, device, check_backend(backend)
         self.faiss_index: Any = None
         self.dim = 0
+        # the embedding of embed.PROBE_TEXT at build; checked against the encoder at the first query
+        self.probe: list[float] | None = None
+        self._probe_checked = False
 
     @property
     def encoder(self):
@@ -79,6 +82,7 @@ class DenseIndex:
         emb = encode(self.encoder, list(texts), batch_size=self.batch_size, show_progress=show_progress)
         self.dim = emb.shape[1]
         self.faiss_index = _build_faiss(emb, self.kind, self.nprobe)
+        self.probe, self._probe_checked = embedder_probe(self.encoder), True
         return self
 
     @property
@@ -86,6 +90,9 @@ class DenseIndex:
         return 0 if self.faiss_index is None else int(self.faiss_index.ntotal)
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        if not self._probe_checked:
+            check_probe(self.encoder, self.probe, self.model_name)
+            self._probe_checked = True
         return encode(self.encoder, list(queries), batch_size=self.batch_size)
 
     def retrieve(
@@ -130,10 +137,14 @@ class DenseIndex:
         mmap: bool = True,
         device: str = "cpu",
         backend: str = "torch",
+        probe: list[float] | None = None,
     ) -> DenseIndex:
+        """``probe``: the build's embedding of the probe text (from the manifest), checked
+        against the embedder at the first query; None skips the check."""
         import faiss
 
         self = cls(model, kind, nprobe=nprobe, device=device, backend=backend)
+        self.probe = probe
         file = Path(path) / "index.faiss"
         flags = 0
         if mmap:
@@ -166,3 +177,14 @@ class DenseIndex:
                 f"{ix.d}, the manifest says {num_docs} of dimension {dim} (inner product); "
                 "the index is corrupted, rebuild it"
             )
+
+
+def recorded_probe(dense: dict[str, Any], dim: int) -> list[float] | None:
+    """The probe embedding a manifest's ``dense`` settings record (None for indexes built before
+    probes were recorded); ValueError when it is not ``dim`` numbers."""
+    probe = dense.get("probe")
+    if probe is None:
+        return None
+    if not isinstance(probe, list) or len(probe) != dim or not all(isinstance(x, (int, float)) for x in probe):
+        raise ValueError(f"dense probe is not {dim} numbers")
+    return [float(x) for x in probe]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -92,3 +93,34 @@ def encode(model, texts: list[str], *, batch_size: int = 64, show_progress: bool
     if emb.ndim == 2:
         emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     return np.ascontiguousarray(emb)
+
+
+# A fixed text whose embedding an index records at build and checks at its first query: a model
+# folder or package replaced since the build (same dimension, another vector space) would
+# otherwise return wrong neighbours without any error.
+PROBE_TEXT = "attnrank embedder probe: does vitamin D intake lower the risk of bone fractures?"
+# Backends of one model agree far above this (torch vs bfloat16/ONNX/OpenVINO); two different
+# models' embeddings of one text are near orthogonal.
+PROBE_MIN_COSINE = 0.95
+
+
+def embedder_probe(model) -> list[float]:
+    """The unit embedding of :data:`PROBE_TEXT`, rounded for a manifest (6 decimals)."""
+    return [round(float(x), 6) for x in encode(model, [PROBE_TEXT])[0]]
+
+
+def check_probe(model, recorded: Sequence[float] | None, name: str | None) -> None:
+    """Refuse an embedder whose :data:`PROBE_TEXT` embedding is not the one recorded at build
+    (``recorded`` None: an index built before probes were recorded, nothing to compare)."""
+    if recorded is None:
+        return
+    got, want = encode(model, [PROBE_TEXT])[0], np.asarray(recorded, dtype=np.float32)
+    if got.shape != want.shape:
+        return  # another dimension: the dense index's own check names it
+    cosine = float(got @ want / max(float(np.linalg.norm(want)), 1e-12))
+    if not cosine >= PROBE_MIN_COSINE:
+        raise InputError(
+            f"the embedder {name or DEFAULT_EMBEDDER!r} embeds a probe text differently from the one this "
+            f"index was built with (cosine {cosine:.3f} < {PROBE_MIN_COSINE}): the model changed since the "
+            "build; use the model the index was built with, or rebuild the index"
+        )

@@ -16,7 +16,7 @@ from ..errors import IndexFormatError, InputError
 from ..types import Document, RankedResults, ScoredDocument
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
-from .dense import DenseIndex
+from .dense import DenseIndex, recorded_probe
 from .embed_export import check_backend
 from .store import atomic_dir, corpus_checksum, manifest_tag, read_docs, read_manifest, write_docs, write_manifest
 from .tokenize import resolve_config
@@ -280,6 +280,7 @@ class HybridRetriever:
                 "index": self.dense_kind,
                 "backend": self.embed_backend,
                 "dim": self.dense.dim,
+                "probe": self.dense.probe,
                 "normalized": True,
                 "metric": "cosine (inner product)",
             },
@@ -357,6 +358,7 @@ class HybridRetriever:
                 embed_backend=embed_backend or dense.get("backend", "torch"),
             )
             num_docs, dim = int(m["num_docs"]), int(dense["dim"])
+            probe = recorded_probe(dense, dim)
         except (KeyError, TypeError, ValueError) as e:
             raise IndexFormatError(
                 f"{path}/manifest.json lacks or mangles a setting ({e}); rebuild the index"
@@ -364,7 +366,12 @@ class HybridRetriever:
         self.docs = read_docs(path / "docs.jsonl")
         self.bm25 = BM25Index.load(path / "bm25", mmap=mmap)
         self.dense = DenseIndex.load(
-            path / "dense", model=model, kind=dense["index"], mmap=mmap, backend=self.embed_backend
+            path / "dense",
+            model=model,
+            kind=dense["index"],
+            mmap=mmap,
+            backend=self.embed_backend,
+            probe=probe,
         )
         self.build_info = m.get("build", {})
         if not (len(self.docs) == self.bm25.num_docs == num_docs):

