@@ -77,6 +77,8 @@ def _index_name(index: Optional[str], old_name: Optional[str]) -> Optional[str]:
 def _index_path(name: Optional[str], index_dir: Optional[Path]) -> Path:
     from ..config import index_root
 
+    if index_dir is not None and name:
+        raise typer.BadParameter(f"give --index {name} or --index-dir {index_dir}, not both")
     if index_dir is not None:
         return index_dir
     if not name:
@@ -93,17 +95,24 @@ def _positive(value: int, option: str, what: str, minimum: int = 1) -> int:
     return value
 
 
-def _check_output(path: Optional[Path]) -> None:
-    """Fail before any work if ``-o PATH`` cannot be a file: it is a folder, or a parent is a file."""
-    if path is None:
+def _check_heads(spec: Optional[str], option: str = "--heads") -> None:
+    """Read a head list or head file before any model loads (only the registered sets need the model)."""
+    if spec is None or spec.strip().lower() == "all" or spec.strip().lower().startswith("auto"):
         return
-    if path.is_dir():
-        raise typer.BadParameter(f"--output {path} is a folder; give a file path")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise typer.BadParameter(f"--output {path}: {parent} is a file, not a folder; choose another path")
-            break
+    from ..llm.headspec import parse_heads
+
+    try:
+        parse_heads(spec)
+    except AttnrankError as e:
+        raise AttnrankError(f"{option} {spec!r}: {e}") from None
+
+
+def _check_output(path: Optional[Path], inputs: Optional[dict[str, Optional[Path]]] = None) -> None:
+    """Fail before any work if ``-o PATH`` cannot be a file (a folder, or a parent is a file), is one
+    of the ``inputs``, or would replace a non-empty file that is not a run attnrank wrote."""
+    from .outputs import check_run_output
+
+    check_run_output(path, inputs)
 
 
 def _load_index(name: Optional[str], index_dir: Optional[Path], verify: bool = False):

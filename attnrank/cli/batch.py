@@ -3,12 +3,14 @@ behind ``attnrank index --shards N``."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from . import Quiet, Verbose, _setup, app
+from . import Quiet, Verbose, _check_heads, _check_output, _setup, app
 
 
 def build_sharded(docs, target: Path, shards: int, retriever, ray_address: str | None) -> str:
@@ -33,6 +35,46 @@ def merge_shards_cmd(
 
     _setup(True)
     typer.echo(f"merged {sharded} into {merge_shards(sharded, output)}")
+
+
+def _check_cpus(actor_cpus: float, num_cpus: Optional[int], ray_address: Optional[str]) -> None:
+    """Actors a local Ray could never place would wait forever: refuse them before Ray starts."""
+    if num_cpus is not None and num_cpus < 1:
+        raise typer.BadParameter(f"--num-cpus {num_cpus} must be at least 1 (CPUs of the local Ray)")
+    if actor_cpus <= 0:
+        raise typer.BadParameter(f"--actor-cpus {actor_cpus} must be positive")
+    cpus = num_cpus or os.cpu_count() or 1
+    if ray_address is None and actor_cpus > cpus:
+        raise typer.BadParameter(
+            f"--actor-cpus {actor_cpus} is more than the {cpus} CPUs of the local Ray, so no actor could start; "
+            f"give at most {cpus} (or more --num-cpus)"
+        )
+
+
+def _check_device(device: str, ray_address: Optional[str]) -> None:
+    """A bad device fails in every rerank actor (retried without end); a local Ray without a GPU
+    never places an actor that declares one: refuse both before Ray starts."""
+    if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", device):
+        raise typer.BadParameter(f"--device {device!r} is not one of cpu, cuda, cuda:N, auto")
+    if device.startswith("cuda") and ray_address is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise typer.BadParameter(
+                f"--device {device}: this machine has no CUDA GPU for the local Ray; use --device cpu "
+                "or --ray-address of a cluster with GPUs"
+            )
+
+
+def _check_outputs(queries: Path, output: Optional[Path], parquet: Optional[Path]) -> None:
+    """Outputs replace only files attnrank wrote (a run, a batch Parquet file), never the queries."""
+    from .outputs import check_not_input, check_output_path, check_replaceable, is_batch_parquet
+
+    _check_output(output, {"queries": queries})
+    if parquet is not None:
+        check_output_path(parquet, "--parquet")
+        check_not_input(parquet, {"queries": queries}, "--parquet")
+        check_replaceable(parquet, is_batch_parquet, "a batch Parquet file", "--parquet")
 
 
 @app.command()
@@ -69,8 +111,11 @@ def batch(
     for name, value in (("--retrieval-actors", retrieval_actors), ("--rerank-actors", rerank_actors)):
         if value < 1:
             raise typer.BadParameter(f"{name} {value} must be at least 1")
-    if actor_cpus <= 0:
-        raise typer.BadParameter(f"--actor-cpus {actor_cpus} must be positive")
+    _check_cpus(actor_cpus, num_cpus, ray_address)
+    if rerank > 0:
+        _check_device(device, ray_address)
+        _check_heads(heads)
+    _check_outputs(queries, output, parquet)
     config = BatchConfig(str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device)
     res = Resources(retrieval_actors, rerank_actors, actor_cpus, actor_cpus, 1.0 if device.startswith("cuda") else 0.0)
     stats = run_batch(

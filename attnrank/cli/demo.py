@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..rerank.config import RerankConfig
-from . import Quiet, Verbose, _print_results, _setup, app
+from . import Quiet, Verbose, _positive, _print_results, _setup, app
 from .options import rerank_options
 
 
@@ -26,6 +26,9 @@ def demo(
     from ..index.retriever import HybridRetriever
 
     progress = _setup(quiet, verbose)
+    _positive(k, "-k", "results shown per question")
+    _positive(depth, "--depth", "first-stage hits reranked")
+    _positive(answers, "--answers", "questions answered; 0 for none", minimum=0)
     target = index_root() / "demo"
     r = HybridRetriever().index(demo_corpus_path(), show_progress=progress)
     r.save(target)

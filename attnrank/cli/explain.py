@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from . import Quiet, Verbose, _index_path, _setup, app
+from . import Quiet, Verbose, _check_heads, _index_path, _setup, app
 
 
 @app.command()
@@ -42,6 +42,8 @@ def explain(
         from ..errors import require
 
         require("matplotlib", "plot", "explain --png")
+    _check_folder(output, png)
+    _check_heads(heads)
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     first = retriever.search(query, k)
     reranker = AttentionReranker(model, heads)
@@ -57,3 +59,19 @@ def explain(
     typer.echo(f"wrote {page}")
     if png:
         typer.echo(f"wrote {write_png(output / 'explain.png', query, explanations)}")
+
+
+def _check_folder(output: Path, png: bool) -> None:
+    """Before any work: ``--output`` can be a folder, and the files written there are new, empty or
+    attnrank's (the explain page; the PNG beside the page attnrank wrote)."""
+    from .outputs import check_replaceable, is_explain_page, is_explain_png
+
+    if output.exists() and not output.is_dir():
+        raise typer.BadParameter(f"--output {output} is a file; give a folder for explain.html and explain.png")
+    blocker = next((p for p in output.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise typer.BadParameter(f"--output {output}: {blocker} is a file, not a folder; choose another path")
+    page = output / "explain.html"
+    check_replaceable(page, is_explain_page, "an explain page")
+    if png:
+        check_replaceable(output / "explain.png", is_explain_png, "an explain image")

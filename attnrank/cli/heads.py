@@ -52,6 +52,10 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
     from ..corpus import load_corpus, load_queries
     from ..eval import read_qrels, read_run
 
+    if max_queries < 0:
+        raise typer.BadParameter(f"--max-queries {max_queries} must be at least 0 (0: all labelled queries)")
+    if rel is not None and rel < 1:
+        raise typer.BadParameter(f"--rel {rel} must be at least 1 (the lowest label counted relevant)")
     cands: dict = {}
     if dataset is not None:
         import os
@@ -76,6 +80,8 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
     random.Random(42).shuffle(qids)  # QRHead samples its detection queries with seed 42
     qids = sorted(qids[: max_queries or None])
     by_id = {d.id: d for d in docs}
+    if run is not None:
+        _check_run_docs(cands, qids, by_id, run, depth)
     if not cands:
         from ..index.bm25 import BM25Index
 
@@ -85,6 +91,16 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
     out = {q: [by_id[d] for d in cands.get(q, [])[:depth] if d in by_id] for q in qids}
     desc = f"{dataset or Path(queries).name}: {len(qids)} queries with relevant labels >= {rel}, top-{depth} candidates"
     return {q: qs[q] for q in qids if out[q]}, out, qr, rel, desc
+
+
+def _check_run_docs(cands: dict, qids: list, by_id: dict, run: Path, depth: int) -> None:
+    """Every candidate the ``--run`` gives a used query must be in the corpus (else it is another corpus's run)."""
+    for q in qids:
+        missing = next((d for d in cands.get(q, [])[:depth] if d not in by_id), None)
+        if missing is not None:
+            raise AttnrankError(
+                f"document {missing!r} (query {q!r}) of the run {run} is not in the corpus; give the matching corpus"
+            )
 
 
 @heads_app.command("detect")
@@ -124,39 +140,65 @@ def heads_detect(
     verbose: bool = Verbose,
 ) -> None:
     """Detect retrieval heads of a model and register them (used by --heads auto)."""
-    from ..heads.detect import RETRIEVAL_THRESHOLD, detect_copy_heads, detect_query_focused
-    from ..llm.headspec import format_heads
-    from ..llm.models import load_llm
-
     progress = _setup(quiet, verbose)
     if method not in ("qr", "copy"):
         raise typer.BadParameter(f"--method {method!r} is not qr or copy")
-    llm = load_llm(model, dtype=dtype, device=device)
+    if top < 1:
+        raise typer.BadParameter(f"--top {top} must be at least 1 (heads registered)")
     if method == "copy":
-        result = detect_copy_heads(
-            llm,
-            data=data,
-            lengths=_numbers(lengths, "--lengths"),
-            depths=_numbers(depths, "--depths", float),
-            haystack=haystack,
-            max_new_tokens=max_new_tokens,
-        )
-        typer.echo(f"copy-paste detection: {result.data} ({result.seconds:.1f} s)")
-        if result.note:
-            raise AttnrankError(result.note)
-        typer.echo(f"heads with score > {RETRIEVAL_THRESHOLD}: {format_heads(result.above()) or 'none'}")
-        results = {"copy": result}
+        results = _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens)
     else:
-        from ..rerank.attention import AttentionReranker
-
-        qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
-        reranker = AttentionReranker(llm, None, signals=None)
-        results = detect_query_focused(reranker, qs, cands, qr, rel=rel, data=desc, show_progress=progress)
+        results = _detect_qr(
+            model, device, dtype, progress, dataset, data, queries, qrels, corpus, run, depth, max_queries, rel
+        )
     for name, res in results.items():
         ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])
         typer.echo(f"{name}: {ranked or res.note}")
         if save and res.n_used:
             typer.echo(f"  saved top {top} to {res.save(top)}")
+
+
+def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens) -> dict:
+    """Wu et al.'s copy-paste detection; every option and the NIAH data checked before the model loads."""
+    from ..heads.detect import RETRIEVAL_THRESHOLD, detect_copy_heads, load_needles, niah_folder
+    from ..llm.headspec import format_heads
+    from ..llm.models import load_llm
+
+    lens, deps = _numbers(lengths, "--lengths"), _numbers(depths, "--depths", float)
+    if not lens or min(lens) < 1:
+        raise typer.BadParameter(f"--lengths {lengths!r} must be token counts >= 1, e.g. 1000,2000")
+    if not deps or not all(0 <= d <= 100 for d in deps):
+        raise typer.BadParameter(f"--depths {depths!r} must be percentages in [0, 100], e.g. 0,50,100")
+    if haystack not in ("book", "essays"):
+        raise typer.BadParameter(f"--haystack {haystack!r} is not book or essays")
+    if max_new_tokens < 1:
+        raise typer.BadParameter(f"--max-new-tokens {max_new_tokens} must be at least 1")
+    load_needles(niah_folder(data))
+    llm = load_llm(model, dtype=dtype, device=device)
+    result = detect_copy_heads(
+        llm, data=data, lengths=lens, depths=deps, haystack=haystack, max_new_tokens=max_new_tokens
+    )
+    typer.echo(f"copy-paste detection: {result.data} ({result.seconds:.1f} s)")
+    if result.note:
+        raise AttnrankError(result.note)
+    typer.echo(f"heads with score > {RETRIEVAL_THRESHOLD}: {format_heads(result.above()) or 'none'}")
+    return {"copy": result}
+
+
+def _detect_qr(model, device, dtype, progress, dataset, data, queries, qrels, corpus, run, depth, max_queries, rel):
+    """QRHead detection; the labelled queries and candidates are read before the model loads."""
+    from ..heads.detect import detect_query_focused
+    from ..llm.models import load_llm
+    from ..rerank.attention import AttentionReranker
+
+    if depth < 1:
+        raise typer.BadParameter(f"--depth {depth} must be at least 1 (candidates per query)")
+    qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
+    if not qs:
+        raise AttnrankError(f"{desc}: no labelled query has candidates; give queries, qrels and a corpus that match")
+    llm = load_llm(model, dtype=dtype, device=device)
+    reranker = AttentionReranker(llm, None, signals=None)
+    return detect_query_focused(reranker, qs, cands, qr, rel=rel, data=desc, show_progress=progress)
 
 
 @heads_app.command("show")
@@ -171,6 +213,11 @@ def heads_show(
     from ..registry import load_head_sets
 
     _setup(True)
+    if png is not None:
+        from .outputs import check_output_path, check_replaceable, has_png_mark
+
+        check_output_path(png, "--png")
+        check_replaceable(png, has_png_mark, "a heat map", "--png")
     model_id, fingerprint = model_fingerprint(model)
     sets = load_head_sets(model_id, fingerprint)
     typer.echo(f"{model_id} (fingerprint {fingerprint[:12]}): {len(sets)} head set(s), preferred first")
@@ -192,6 +239,7 @@ def heads_show(
 
 def _heat_map(head_set, path: Path) -> None:
     from ..errors import require
+    from .outputs import PNG_SOFTWARE
 
     require("matplotlib", "plot", "The head heat map")
     import matplotlib
@@ -206,5 +254,6 @@ def _heat_map(head_set, path: Path) -> None:
     ax.set(xlabel="head", ylabel="layer", title=f"{head_set.model_id}: {head_set.method} ({head_set.name})")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    # a PNG whatever the suffix (--png), marked so that a later run recognises it as its own
+    fig.savefig(path, dpi=120, format="png", metadata={"Software": f"{PNG_SOFTWARE} heads show"})
     plt.close(fig)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from ..rerank.config import DEFAULT_PRESET, RERANK_PRESETS, SCORERS, RerankConfig
 from ..rerank.reweight import Reweighting
+from . import _check_heads
 
 DTYPE_HELP = (
     "auto (CPU: bfloat16 with AMX-BF16, else float32; ATTNRANK_CPU_DTYPE overrides) | float32 | bfloat16 | "
@@ -152,7 +154,19 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
         overrides["reweight"] = parse_reweight(overrides["reweight"])
     if str(overrides.get("signals", "")).strip().lower() == "none":
         overrides["signals"] = None
-    return RerankConfig.preset(preset or "", **overrides)
+    _check_heads(overrides.get("heads"))
+    config = RerankConfig.preset(preset or "", **overrides)
+    _check_slot_profile(config)
+    return config
+
+
+def _check_slot_profile(config: RerankConfig) -> None:
+    """Slot correction's profile, checked before the model loads (only ``auto`` needs the model)."""
+    profile = config.slot_profile
+    if config.reweight is not None and config.reweight.slot_correction and profile is None:
+        raise typer.BadParameter("--reweight slot needs --slot-profile auto (the registered profile) or a JSON file")
+    if isinstance(profile, str) and profile != "auto" and not Path(profile).is_file():
+        raise typer.BadParameter(f"--slot-profile {profile!r} is not a file; give 'auto' or a profile JSON file")
 
 
 def rerank_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,7 +9,7 @@ import typer
 
 from ..config import DEFAULT_BUDGET_TOKENS
 from ..rerank.config import RerankConfig
-from . import Quiet, Verbose, Verify, _load_index, _positive, _setup, app
+from . import Quiet, Verbose, Verify, _check_heads, _load_index, _positive, _setup, app
 from .options import rerank_options
 
 METHODS = ("query", "focus", "probe")
@@ -34,6 +34,24 @@ def _method(method: str) -> str:
     if method not in METHODS:
         raise typer.BadParameter(f"--method {method!r} is not one of {', '.join(METHODS)}")
     return method
+
+
+def _no_prune_conflicts(
+    budget_tokens: Optional[int], keep_ratio: Optional[float], method: Optional[str], prune_heads: Optional[str]
+) -> None:
+    """``--no-prune`` with an option that only configures pruning: the user expects a pruning that will not happen."""
+    given = [
+        name
+        for name, value in (
+            ("--budget-tokens", budget_tokens),
+            ("--keep-ratio", keep_ratio),
+            ("--method", method),
+            ("--prune-heads", prune_heads),
+        )
+        if value is not None
+    ]
+    if given:
+        raise typer.BadParameter(f"--no-prune turns pruning off, but {', '.join(given)} configure(s) it; drop one")
 
 
 def _print_pruned(pruned) -> None:
@@ -95,6 +113,7 @@ def prune(
     _positive(k, "-k", "hits taken from the index")
     _positive(neighbours, "--neighbours", "sentences kept on each side", minimum=0)
     _method(method)
+    _check_heads(heads)
     if not query.strip():
         raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
     if (corpus is None) == (name is None and index_dir is None):
@@ -126,7 +145,7 @@ def ask(
     keep_ratio: Optional[float] = typer.Option(
         None, "--keep-ratio", help="Or the fraction of sentence tokens kept, in (0, 1]."
     ),
-    method: str = typer.Option("query", help="Pruning method: query | focus | probe."),
+    method: Optional[str] = typer.Option(None, help="Pruning method: query (default) | focus | probe."),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Keep the first-stage order."),
     no_prune: bool = typer.Option(False, "--no-prune", help="Give the whole passages to the generator."),
     reorder: bool = typer.Option(
@@ -146,11 +165,18 @@ def ask(
 ) -> None:
     """Answer a question: retrieve, rerank by attention, prune sentences, generate (streamed)."""
     _setup(quiet, verbose)
+    if no_prune:
+        _no_prune_conflicts(budget_tokens, keep_ratio, method, prune_heads)
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
     _positive(depth, "--depth", "first-stage hits")
     _positive(k, "-k", "passages kept after reranking")
+    if k > depth:
+        raise typer.BadParameter(
+            f"-k {k} is more than --depth {depth}: only first-stage hits can be kept; lower -k or raise --depth"
+        )
     _positive(max_new_tokens, "--max-new-tokens", "answer length in tokens")
-    _method(method)
+    method = _method(method or "query")
+    _check_heads(prune_heads, "--prune-heads")
     if not question.strip():
         raise typer.BadParameter("the QUESTION is empty; give a question")
     retriever = _load_index(name, index_dir, verify)

@@ -37,7 +37,7 @@ def rerank(
 
     progress = _setup(quiet, verbose)
     _positive(depth, "--depth", "passages reranked per query")
-    _check_output(output)
+    _check_output(output, {"--run": run, "--queries": queries, "--corpus": corpus})
     if corpus is not None and (name is not None or index_dir is not None):
         raise typer.BadParameter("give --corpus PATH or --index NAME / --index-dir DIR, not both")
     qs, first = load_queries(queries), read_run(run)

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import AttnrankError
 from ..rerank.config import RerankConfig
 from . import (
     OldName,
@@ -92,6 +93,8 @@ def index(
     check_storage(passage_states)
     if passage_states is None and (preset or model or max_doc_words):
         raise typer.BadParameter("--preset/--model/--max-doc-words configure --passage-states; add --passage-states")
+    if ray_address is not None and not shards:
+        raise typer.BadParameter("--ray-address runs a sharded build; add --shards N (or drop --ray-address)")
     if passage_states is not None and shards:
         raise typer.BadParameter("--passage-states is not supported with --shards yet; build one index")
     r = HybridRetriever(
@@ -147,7 +150,7 @@ def search(
         raise typer.BadParameter("give either one QUERY or --queries FILE")
     _positive(k, "-k", "results per query")
     _positive(rerank, "--rerank", "hits reranked; 0 turns reranking off", minimum=0)
-    _check_output(output)
+    _check_output(output, {"--queries": queries})
     qs = {"q1": query} if queries is None else load_queries(queries)
     name = _index_name(name, old_name)
     r = _load_index(name, index_dir, verify)
@@ -211,6 +214,49 @@ def eval_cmd(
     from ..eval import evaluate, read_qrels, read_run
 
     _setup(True)
-    values = evaluate(read_run(run), read_qrels(qrels), [m.strip() for m in metrics.split(",") if m.strip()], rel=rel)
-    for m, v in values.items():
+    _positive(rel, "--rel", "the lowest label a binary metric counts as relevant")
+    names = _check_metrics(metrics)
+    first, judged = read_run(run), read_qrels(qrels)
+    if not first.keys() & judged.keys():
+        raise AttnrankError(
+            f"none of the {len(first)} queries of {run} has judgments in {qrels} ({len(judged)} judged queries); "
+            "give the qrels of the run's queries"
+        )
+    for m, v in evaluate(first, judged, names, rel=rel).items():
         typer.echo(f"{m}\t{v:.4f}")
+
+
+def _check_metrics(text: str) -> list[str]:
+    """The ``--metrics`` names, each one ir-measures can compute here (checked before any file is read)."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise typer.BadParameter(f"--metrics {text!r} names no metric; give e.g. nDCG@10,R@100")
+    for name in names:
+        problem = _metric_problem(name)
+        if problem:
+            raise typer.BadParameter(f"--metrics: {name!r} {problem}")
+    return names
+
+
+def _metric_problem(name: str) -> str | None:
+    """Why ``name`` cannot be evaluated as given, or None."""
+    from ..errors import require
+    from ..eval import evaluate
+
+    irm = require("ir_measures", "eval", "Evaluation metrics")
+    unknown = (
+        "is not a metric ir-measures computes here; use names such as nDCG@10, R@100, RR@10, P@5 or AP "
+        "(cutoffs are integers >= 1)"
+    )
+    try:
+        params = irm.parse_measure(name).params
+        cutoff = params.get("cutoff")
+        # trec_eval aborts the process (not an exception) on a cutoff below 1
+        if cutoff is not None and (not isinstance(cutoff, int) or cutoff < 1):
+            return unknown
+        if "rel" in params:  # evaluate() names metrics without rel= and applies --rel to them
+            return f"sets rel itself; give the metric without it and the threshold as --rel {params['rel']}"
+        evaluate({"q": {"d": 1.0}}, {"q": {"d": 1}}, [name])  # an unsupported measure raises here
+    except Exception:
+        return unknown
+    return None

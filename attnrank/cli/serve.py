@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from . import Verbose, _index_path, _setup, app
+from . import Verbose, _check_heads, _index_path, _setup, app
 
 
 @app.command()
@@ -43,6 +43,7 @@ def serve(
             raise typer.BadParameter(f"{opt} {value} is out of range (at least {low})")
     if scorer not in ("sum", "learned"):
         raise typer.BadParameter(f"--scorer {scorer!r} is not 'sum' or 'learned'")
+    _check_heads(heads)
     uvicorn = require("uvicorn", "serve", "attnrank serve")
     from ..serve.app import create_app
     from ..serve.engine import build_engine

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from . import Quiet, Verbose, _setup, app
+from . import Quiet, Verbose, _check_heads, _setup, app
 from .heads import _qr_set, check_folds, check_training
 from .options import DTYPE_HELP
 
@@ -65,6 +65,7 @@ def train(
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank train")  # before any model is loaded
     check_training(kind, MODELS, l2, folds, depth)
+    _check_heads(heads)
     qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
     check_folds(len(qs), folds)
     from ..rerank.attention import AttentionReranker

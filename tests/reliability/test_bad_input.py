@@ -58,6 +58,7 @@ def _symlink(rel: str, to: str) -> Callable[[Path], None]:
 CORPUS = '{"id": "d1", "text": "alpha beta"}\n{"id": "d2", "text": "gamma delta"}\n'
 QUERIES = '{"_id": "q1", "text": "alpha"}\n{"_id": "q2", "text": "gamma"}\n'
 RUN = "q1 Q0 d1 1 2.0 t\nq1 Q0 d2 2 1.0 t\nq2 Q0 d2 1 2.0 t\n"
+ATTNRANK_RUN = RUN.replace(" t\n", " attnrank-bm25\n")  # a run attnrank wrote: -o may replace it
 
 
 @dataclass
@@ -435,8 +436,17 @@ CASES = [
         ["search", "--index", "a", "--queries", "q.jsonl", "--mode", "bm25", "-o", "run.trec", "-q"],
         1,
         ["No space left on device: run.trec", "free some disk space"],
-        _all(_write("q.jsonl", QUERIES), _write("run.trec", RUN)),
+        _all(_write("q.jsonl", QUERIES), _write("run.trec", ATTNRANK_RUN)),
         {"ATTNRANK_FAULT": "run-write:enospc"},
+    ),
+    Case(
+        "search-out-foreign-run",
+        "search",
+        "`-o run.trec` where run.trec is a run another tool wrote",
+        ["search", "--index", "a", "--queries", "q.jsonl", "--mode", "bm25", "-o", "run.trec", "-q"],
+        2,
+        ["run.trec exists and is not a TREC run attnrank wrote"],
+        _all(_write("q.jsonl", QUERIES), _write("run.trec", RUN)),
     ),
     Case(
         "search-queries-not-utf8",

@@ -1,0 +1,125 @@
+"""Output files of the commands: checked before any work, and only replaced when attnrank wrote them.
+
+A file that already exists at an output path is replaced only if it is empty or recognisably one
+attnrank wrote (a TREC run whose every line carries an ``attnrank`` tag, the explain page, a heat
+map with attnrank's PNG marker, a batch Parquet file); an output that is also one of the
+command's inputs is refused, whoever wrote it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+EXPLAIN_HTML_START = b"<!doctype html><html><head><meta charset='utf-8'><title>attnrank explain</title>"
+PNG_SOFTWARE = "attnrank"  # the PNG "Software" text chunk of the images attnrank writes itself
+_SOFTWARE = b"tEXtSoftware\x00"
+
+
+def check_output_path(path: Path, option: str = "--output") -> None:
+    """Fail before any work if ``path`` cannot be a file: it is a folder, or a parent is a file."""
+    if path.is_dir():
+        raise typer.BadParameter(f"{option} {path} is a folder; give a file path")
+    if path.exists() and not path.is_file():  # the file is written aside and renamed over the path
+        raise typer.BadParameter(f"{option} {path} is not a regular file (a device, pipe or socket); give a file path")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise typer.BadParameter(f"{option} {path}: {parent} is a file, not a folder; choose another path")
+            break
+
+
+def check_not_input(path: Path, inputs: Mapping[str, Optional[Path]], option: str = "--output") -> None:
+    """Refuse an output that is one of the inputs (by path or, when both exist, as the same file)."""
+    for name, given in inputs.items():
+        if given is not None and _same_file(path, Path(given)):
+            raise typer.BadParameter(f"{option} {path} is also the {name} input; write to another file")
+
+
+def check_replaceable(path: Path, ours: Callable[[Path], bool], what: str, option: str = "--output") -> None:
+    """Refuse to replace an existing, non-empty ``path`` that ``ours`` does not recognise."""
+    if path.is_file() and path.stat().st_size > 0 and not ours(path):
+        raise typer.BadParameter(
+            f"{option} {path} exists and is not {what} attnrank wrote; refusing to replace it; "
+            "choose another path or move the file away"
+        )
+
+
+def check_run_output(path: Optional[Path], inputs: Mapping[str, Optional[Path]] | None = None) -> None:
+    """``-o RUN``: a file path, none of the inputs, and new, empty or a run attnrank wrote."""
+    if path is None:
+        return
+    check_output_path(path)
+    check_not_input(path, inputs or {})
+    check_replaceable(path, is_attnrank_run, "a TREC run")
+
+
+def is_attnrank_run(path: Path) -> bool:
+    """Every non-blank line is ``qid Q0 docid rank score tag`` with an ``attnrank`` tag."""
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                parts = raw.split()
+                if parts and (len(parts) != 6 or not parts[5].startswith(b"attnrank")):
+                    return False
+    except OSError:
+        return False
+    return True
+
+
+def is_explain_page(path: Path) -> bool:
+    return _starts_with(path, EXPLAIN_HTML_START)
+
+
+def png_software(path: Path) -> str:
+    """The PNG's "Software" text (matplotlib writes its own unless told another), or ``""``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)  # the text chunks precede the image data
+    except OSError:
+        return ""
+    at = head.find(_SOFTWARE)
+    if not head.startswith(b"\x89PNG\r\n\x1a\n") or at < 8:
+        return ""
+    length = int.from_bytes(head[at - 4 : at], "big") - len(_SOFTWARE) + 4  # tEXt is 4 of the chunk's type
+    return head[at + len(_SOFTWARE) : at + len(_SOFTWARE) + max(length, 0)].decode("latin-1")
+
+
+def has_png_mark(path: Path) -> bool:
+    """A PNG attnrank wrote with ``metadata={"Software": PNG_SOFTWARE}``."""
+    return png_software(path).startswith(PNG_SOFTWARE)
+
+
+def is_explain_png(path: Path) -> bool:
+    """``explain.png``: marked by attnrank, or (as explain writes it) by matplotlib beside attnrank's page."""
+    page = path.with_name("explain.html")
+    return has_png_mark(path) or (png_software(path).startswith("Matplotlib") and is_explain_page(page))
+
+
+def is_batch_parquet(path: Path) -> bool:
+    """A Parquet file with the columns of ``attnrank batch --parquet`` rows."""
+    try:
+        import pyarrow.parquet as pq
+
+        names = set(pq.read_schema(path).names)
+    except Exception:  # not Parquet, unreadable, or pyarrow missing: not recognisably ours
+        return False
+    return {"qid", "query", "doc_ids", "scores"} <= names
+
+
+def _starts_with(path: Path, start: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(start)).lower() == start.lower()
+    except OSError:
+        return False
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()

@@ -1,0 +1,242 @@
+"""Command-line input checks: outputs never replace a file attnrank did not write, and bad option
+values fail before any index, Ray cluster or model is loaded (a stub that fails loudly stands in
+for the model wherever a check could come too late)."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnrank.cli import app
+
+runner = CliRunner()
+RUN = "q1 Q0 d1 1 2.000000 attnrank-bm25\nq1 Q0 d2 2 1.000000 attnrank-bm25\n"
+
+
+def _text(r) -> str:
+    return re.sub(r"[\s│╭╮╰╯─]+", " ", r.output + str(r.exception))
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attnrank.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Loading any model (or starting Ray) fails the test: the checks must come first."""
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("a model was loaded before the input was checked")
+
+    import attnrank.batch
+    import attnrank.llm.models
+    import attnrank.pipeline
+    import attnrank.prune.pruner
+    import attnrank.rerank.attention
+
+    monkeypatch.setattr(attnrank.llm.models, "load_llm", loaded)
+    monkeypatch.setattr(attnrank.rerank.attention, "AttentionReranker", loaded)
+    monkeypatch.setattr(attnrank.prune.pruner, "ContextPruner", loaded)
+    monkeypatch.setattr(attnrank.pipeline.Pipeline, "from_model", loaded)
+    monkeypatch.setattr(attnrank.batch, "run_batch", loaded)
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory, scifact_docs) -> Path:
+    from attnrank.index.retriever import HybridRetriever
+
+    return HybridRetriever().index(scifact_docs[:5], show_progress=False).save(tmp_path_factory.mktemp("ix") / "ix")
+
+
+# -- outputs -----------------------------------------------------------------------------------
+
+
+def test_search_output_replaces_only_runs_attnrank_wrote(tmp_path, index_dir, scifact_mini):
+    queries = scifact_mini / "queries.jsonl"
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    base = ["search", "--index-dir", str(index_dir), "--queries", str(queries), "-k", "2", "-q", "-o"]
+    r = runner.invoke(app, [*base, str(notes)])
+    assert r.exit_code == 2 and "exists and is not a TREC run attnrank wrote" in _text(r)
+    assert notes.read_text() == "my notes\n"
+    other = tmp_path / "other.trec"  # a run another tool wrote is the user's too
+    other.write_text("q1 Q0 d1 1 2.0 bm25\n")
+    r = runner.invoke(app, [*base, str(other)])
+    assert r.exit_code == 2 and other.read_text() == "q1 Q0 d1 1 2.0 bm25\n"
+    r = runner.invoke(app, [*base, str(index_dir / "docs.jsonl")])
+    assert r.exit_code == 2 and "exists and is not a TREC run" in _text(r)
+    r = runner.invoke(app, [*base, str(queries)])
+    assert r.exit_code == 2 and "is also the --queries input" in _text(r)
+    fifo = tmp_path / "pipe"  # like /dev/null: renaming the run over it would replace the device
+    os.mkfifo(fifo)
+    r = runner.invoke(app, [*base, str(fifo)])
+    assert r.exit_code == 2 and "is not a regular file" in _text(r) and stat.S_ISFIFO(fifo.stat().st_mode)
+    ours, empty = tmp_path / "ours.trec", tmp_path / "empty.trec"
+    ours.write_text(RUN)
+    empty.touch()
+    for path in (ours, empty):
+        r = runner.invoke(app, [*base, str(path)])
+        assert r.exit_code == 0, _text(r)
+        assert len(path.read_text().splitlines()) == 24 and "attnrank-" in path.read_text()
+
+
+def test_rerank_output_is_not_an_input(tmp_path, dl19_mini, no_model):
+    run = tmp_path / "run.trec"
+    run.write_text((dl19_mini / "run.bm25.trec").read_text().replace(" bm25\n", " attnrank-bm25\n"))
+    before = run.read_text()
+    args = ["rerank", "--run", str(run), "--queries", str(dl19_mini / "topics.tsv")]
+    r = runner.invoke(app, [*args, "--corpus", str(dl19_mini / "passages.jsonl"), "-o", str(run)])
+    assert r.exit_code == 2 and "is also the --run input" in _text(r)
+    assert run.read_text() == before
+    topics = tmp_path / "topics.tsv"
+    topics.write_text((dl19_mini / "topics.tsv").read_text())
+    r = runner.invoke(app, [*args, "--corpus", str(dl19_mini / "passages.jsonl"), "-o", str(topics)])
+    assert r.exit_code == 2 and topics.read_text() == (dl19_mini / "topics.tsv").read_text()
+
+
+def test_batch_outputs_and_resources_checked_before_ray(tmp_path, scifact_mini, index_dir, no_model):
+    queries = str(scifact_mini / "queries.jsonl")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    base = ["batch", queries, "--index", str(index_dir)]
+    cases = [
+        (["-o", str(notes)], "exists and is not a TREC run attnrank wrote"),
+        (["--parquet", str(notes)], "exists and is not a batch Parquet file"),
+        (["-o", str(tmp_path / "r.trec"), "--num-cpus", "0"], "--num-cpus 0 must be at least 1"),
+        (["-o", str(tmp_path / "r.trec"), "--num-cpus", "1", "--actor-cpus", "2"], "so no actor could start"),
+        (["-o", str(tmp_path / "r.trec"), "--rerank", "2", "--device", "gpu"], "--device 'gpu' is not one of"),
+        (["-o", str(tmp_path / "r.trec"), "--rerank", "2", "--heads", "x-y"], "--heads 'x-y'"),
+    ]
+    for extra, message in cases:
+        r = runner.invoke(app, [*base, *extra])
+        assert r.exit_code != 0 and message in _text(r), (extra, _text(r))
+    assert notes.read_text() == "mine\n"
+
+
+def test_explain_output_checked_before_the_model(tmp_path, index_dir, no_model):
+    args = ["explain", "q", "--index-dir", str(index_dir), "--no-png", "-o"]
+    a_file = tmp_path / "f.txt"
+    a_file.write_text("x")
+    r = runner.invoke(app, [*args, str(a_file)])
+    assert r.exit_code == 2 and "is a file; give a folder" in _text(r)
+    page = tmp_path / "out" / "explain.html"
+    page.parent.mkdir()
+    page.write_text("<html>my page</html>")
+    r = runner.invoke(app, [*args, str(page.parent)])
+    assert r.exit_code == 2 and "exists and is not an explain page attnrank wrote" in _text(r)
+    assert page.read_text() == "<html>my page</html>"
+
+
+def test_heads_show_png_replaces_only_its_own_heat_map(tmp_path, monkeypatch, tiny_dir):
+    pytest.importorskip("matplotlib")
+    from attnrank.cli.outputs import has_png_mark
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.registry import save_head_set
+
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    model_id, fp = model_fingerprint(str(tiny_dir))
+    save_head_set(model_id, fp, "qr-score", ["1-2"], scores=[[0.1, 0.2, 0.3, 0.4]] * 3)
+    png = tmp_path / "heat.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\nmy own picture")
+    args = ["heads", "show", "--model", str(tiny_dir), "--png", str(png)]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "exists and is not a heat map attnrank wrote" in _text(r)
+    assert png.read_bytes() == b"\x89PNG\r\n\x1a\nmy own picture"
+    png.unlink()
+    for _ in range(2):  # written, then recognised and replaced
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0, _text(r)
+        assert has_png_mark(png)
+
+
+# -- eval ----------------------------------------------------------------------------------------
+
+
+def test_eval_checks_metrics_rel_and_query_overlap(tmp_path):
+    (tmp_path / "r.trec").write_text(RUN)
+    (tmp_path / "qrels.tsv").write_text("q1\td1\t1\n")
+    (tmp_path / "other.tsv").write_text("q7\td1\t1\n")
+    for metrics, message in [
+        ("bogus", "'bogus' is not a metric ir-measures computes here"),
+        ("alpha_nDCG@10", "'alpha_nDCG@10' is not a metric"),
+        ("nDCG@0", "'nDCG@0' is not a metric"),  # trec_eval would abort the process
+        (",", "names no metric"),
+        ("R(rel=3)@5,R@5", "sets rel itself; give the metric without it and the threshold as --rel 3"),
+    ]:
+        r = _cli("eval", "r.trec", "qrels.tsv", "--metrics", metrics, cwd=tmp_path)
+        assert r.returncode == 2 and message in re.sub(r"[\s│╭╮╰╯─]+", " ", r.stderr), (metrics, r.stderr)
+        assert "Traceback" not in r.stderr
+    r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--rel", "0"])
+    assert r.exit_code == 2 and "--rel 0 must be at least 1" in _text(r)
+    r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "other.tsv")])
+    assert r.exit_code == 1 and "none of the 1 queries of" in _text(r)
+    r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--metrics", "RR@10"])
+    assert r.exit_code == 0 and r.output == "RR@10\t1.0000\n"
+
+
+# -- options checked before the model ------------------------------------------------------------
+
+
+def test_heads_detect_reads_its_inputs_before_the_model(tmp_path, dl19_mini, no_model):
+    half = tmp_path / "half.jsonl"
+    lines = (dl19_mini / "passages.jsonl").read_text().splitlines()
+    half.write_text("\n".join(lines[::2]) + "\n")
+    base = ["heads", "detect", "--model", "tiny", "--qrels", str(dl19_mini / "qrels.txt"), "--no-save", "-q"]
+    base += ["--queries", str(dl19_mini / "topics.tsv")]
+    full = ["--corpus", str(dl19_mini / "passages.jsonl")]
+    cases = [
+        ([*full, "--max-queries", "-1"], "--max-queries -1 must be at least 0"),
+        ([*full, "--rel", "0"], "--rel 0 must be at least 1"),
+        (["--corpus", str(half), "--run", str(dl19_mini / "run.bm25.trec")], "of the run"),
+        (["--corpus", str(tmp_path / "nope.jsonl")], "corpus path"),
+        (["--method", "copy", "--lengths", "0"], "--lengths '0' must be token counts >= 1"),
+        (["--method", "copy", "--data", str(tmp_path)], "holds no retrieval_head/needles.jsonl"),
+        (["--top", "0"], "--top 0 must be at least 1"),
+    ]
+    for extra, message in cases:
+        r = runner.invoke(app, [*base, *extra])
+        assert r.exit_code in (1, 2) and message in _text(r), (extra, _text(r))
+
+
+def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl19_mini, no_model):
+    ask = ["ask", "q", "--index-dir", str(index_dir)]
+    cases = [
+        ([*ask, "--depth", "3", "-k", "10"], "-k 10 is more than --depth 3"),
+        ([*ask, "--no-prune", "--budget-tokens", "50"], "--no-prune turns pruning off, but --budget-tokens"),
+        ([*ask, "--no-prune", "--method", "focus"], "but --method configure(s) it"),
+        ([*ask, "--prune-heads", "1"], "--prune-heads '1'"),
+        ([*ask, "--heads", "1-x"], "--heads '1-x'"),
+        (["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9", "--heads", "x"], "'x'"),
+        (["search", "q", "--index-dir", str(tmp_path / "none"), "--rerank", "2", "--heads", "a.json"], "a.json"),
+        ([*ask, "--reweight", "sink,slot"], "--reweight slot needs --slot-profile"),
+        ([*ask, "--reweight", "slot", "--slot-profile", "p.json"], "--slot-profile 'p.json' is not a file"),
+    ]
+    for args, message in cases:
+        r = runner.invoke(app, args)
+        assert r.exit_code in (1, 2) and message in _text(r), (args, _text(r))
+
+
+def test_conflicting_index_options_are_refused(tmp_path, index_dir, scifact_mini):
+    r = runner.invoke(app, ["search", "vitamin", "--index", "other", "--index-dir", str(index_dir), "-q"])
+    assert r.exit_code == 2 and "not both" in _text(r)
+    target = tmp_path / "ix"
+    r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(target), "--ray-address", "local", "-q"])
+    assert r.exit_code == 2 and "--ray-address runs a sharded build; add --shards N" in _text(r)
+    assert not target.exists()
+
+
+def test_demo_checks_its_options_before_indexing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for option, message in [("-k", "-k 0 must be at least 1"), ("--depth", "--depth 0 must be at least 1")]:
+        r = runner.invoke(app, ["demo", "--no-rerank", "-q", option, "0"])
+        assert r.exit_code == 2 and message in _text(r)
+    r = runner.invoke(app, ["demo", "--no-rerank", "-q", "--answers", "-1"])
+    assert r.exit_code == 2 and "--answers -1 must be at least 0" in _text(r)
+    assert not (tmp_path / "indexes").exists()
