@@ -240,3 +240,20 @@ def test_demo_checks_its_options_before_indexing(tmp_path, monkeypatch):
     r = runner.invoke(app, ["demo", "--no-rerank", "-q", "--answers", "-1"])
     assert r.exit_code == 2 and "--answers -1 must be at least 0" in _text(r)
     assert not (tmp_path / "indexes").exists()
+
+
+def test_sharded_index_build_honours_force_and_protects_the_corpus(tmp_path, scifact_mini):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("Chapter 1.\n")
+    args = ["index", str(scifact_mini), "--index-dir", str(mine), "--shards", "2", "-q"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1 and "is not an attnrank index" in _text(r)
+    assert (mine / "thesis.txt").exists()
+    r = CliRunner().invoke(app, [*args, "--force"])
+    assert r.exit_code == 0, _text(r)
+    assert (mine / "manifest.json").exists() and not (mine / "thesis.txt").exists()
+    r = CliRunner().invoke(
+        app, ["index", str(scifact_mini), "--index-dir", str(scifact_mini), "--shards", "2", "--force"]
+    )
+    assert r.exit_code == 1 and "it is or contains the corpus" in _text(r)

@@ -13,13 +13,16 @@ import typer
 from . import Quiet, Verbose, _check_heads, _check_output, _setup, app
 
 
-def build_sharded(docs, target: Path, shards: int, retriever, ray_address: str | None) -> str:
-    """Build ``shards`` shards of ``docs`` into ``target`` (Ray tasks when ``ray_address`` is given)."""
+def build_sharded(
+    docs, target: Path, shards: int, retriever, ray_address: str | None, *, force: bool = False, protect=()
+) -> str:
+    """Build ``shards`` shards of ``docs`` into ``target`` (Ray tasks when ``ray_address`` is given);
+    ``force``/``protect`` as for an ordinary index (:func:`attnrank.index.folders.check_target`)."""
     from ..index.sharded import LocalExecutor, RayExecutor, ShardedIndexer
 
     executor = LocalExecutor() if ray_address is None else RayExecutor(None if ray_address == "local" else ray_address)
     try:
-        ShardedIndexer(retriever, shards=shards, executor=executor).build(docs, target)
+        ShardedIndexer(retriever, shards=shards, executor=executor).build(docs, target, force=force, protect=protect)
     finally:
         executor.close()
     return f"indexed {len(docs)} documents into {shards} shards at {target} ({executor.name})"

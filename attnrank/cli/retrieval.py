@@ -110,7 +110,7 @@ def index(
     if shards:  # issue 17: sharded build (attnrank.cli.batch)
         from .batch import build_sharded
 
-        typer.echo(build_sharded(docs, target, shards, r, ray_address))
+        typer.echo(build_sharded(docs, target, shards, r, ray_address, force=force, protect=[corpus]))
         return
     writer = None
     if passage_states is not None:  # the model loads (and fails) before the index is built
