@@ -55,7 +55,7 @@ def test_build_with_force_and_skip_invalid(mixed_index) -> None:
         check=check,
         before=before,
         after=after,
-        err=["replacing user, which is not an attnrank index, because of --force"],
+        err=["replacing user because of --force: user exists and is not an attnrank index"],
         sees="indexed 5 documents; the skipped file reported once; a warning names the replaced folder",
         kept="the corpus folder unchanged (the user folder replaced, as --force asked)",
     )
