@@ -23,7 +23,9 @@ class TextDocument(BaseModel):
 
 class CohereRerankRequest(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
-    model: str | None = Field(None, description="Ignored beyond a check: the server has one model.")
+    model: str | None = Field(
+        None, description="Accepted for compatibility and not checked: the server has one model (see /health)."
+    )
     query: str
     documents: list[str | TextDocument] = Field(min_length=1, description="At least one document.")
     top_n: int | None = Field(None, ge=1)
@@ -35,7 +37,11 @@ class CohereRerankRequest(BaseModel):
 class TEIRerankRequest(BaseModel):
     query: str
     texts: list[str] = Field(min_length=1, description="At least one text.")
-    truncate: bool = False
+    truncate: bool = Field(
+        False,
+        description="Accepted for compatibility: every text is always cut to the reranker's max_doc_words "
+        "in the prompt, and texts over the server's limits are refused either way.",
+    )
     raw_scores: bool = Field(False, description="Accepted for compatibility: attention scores are always raw.")
     return_text: bool = False
 
