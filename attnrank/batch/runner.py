@@ -31,6 +31,7 @@ from typing import Any
 from ..errors import InputError, require
 from ..index.sharded.executor import RayExecutor
 from ..index.store import manifest_tag
+from ..llm.fingerprint import model_fingerprint
 from .rows import read_queries
 from .sink import CheckpointSink
 from .stages import RerankStage, RetrievalStage
@@ -93,8 +94,15 @@ def _check_outputs(output: Path | None, parquet: Path | None, queries: str | Pat
             raise InputError(f"{flag} {p}: {blocker} is a file, not a folder; choose another path")
 
 
+# Settings recorded after the first checkpoints were written: a checkpoint without one is not refused for it.
+_LATER = ("index_tag", "model_fingerprint")
+
+
 def _settings(config: BatchConfig) -> dict[str, Any]:
-    return {**asdict(config), "index_tag": manifest_tag(Path(config.index))}
+    """What a resume must match: the run's options, the index build and (when reranking) the
+    model's weights, so new weights at the same ``--model`` path are never mixed with old rows."""
+    weights = model_fingerprint(config.model)[1] if config.rerank else None
+    return {**asdict(config), "index_tag": manifest_tag(Path(config.index)), "model_fingerprint": weights}
 
 
 def _check_checkpoint(parts_dir: Path, config: BatchConfig) -> None:
@@ -113,8 +121,7 @@ def _check_checkpoint(parts_dir: Path, config: BatchConfig) -> None:
         _write_atomic(path, json.dumps(mine, indent=1))
         return
     theirs = _read_settings(path)
-    legacy = "index_tag" not in theirs  # written before the index's manifest was recorded
-    diff = sorted(k for k in mine if mine[k] != theirs.get(k) and not (legacy and k == "index_tag"))
+    diff = sorted(k for k in mine if mine[k] != theirs.get(k) and not (k in _LATER and k not in theirs))
     if diff:
         raise InputError(
             f"checkpoint {parts_dir} holds a run with other settings ({', '.join(diff)}); "

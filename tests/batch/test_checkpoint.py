@@ -14,6 +14,8 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from _tiny import save_tiny
+
 import attnrank.batch.runner as runner
 from attnrank.batch import BatchConfig, run_batch
 from attnrank.batch.rows import STAGES
@@ -93,6 +95,17 @@ def test_resume_refuses_an_index_rebuilt_since(fake_ray, tmp_path, index):
     run_batch({"q1": "apple"}, config, output=out, progress=False)
     (index / "manifest.json").write_text('{"format": "attnrank-index", "build_id": "b"}')
     with pytest.raises(InputError, match=r"other settings \(index_tag\)"):
+        run_batch({"q1": "apple"}, config, output=out, progress=False)
+
+
+def test_resume_refuses_new_weights_at_the_same_model_path(fake_ray, tmp_path, index):
+    model = save_tiny(tmp_path / "model")
+    config, out = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model)), tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    run_batch({"q1": "apple"}, config, output=out, progress=False)  # same weights: resumed
+    assert fake_ray["calls"] == 1
+    save_tiny(model, layers=3)  # retrained in place: same path, other weights
+    with pytest.raises(InputError, match=r"other settings \(model_fingerprint\)"):
         run_batch({"q1": "apple"}, config, output=out, progress=False)
 
 
