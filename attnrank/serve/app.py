@@ -233,7 +233,9 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
 
     @app.post("/v1/rerank")
     async def rerank_cohere(body: CohereRerankRequest, request: Request) -> dict[str, Any]:
-        texts = server.truncate(texts_of(body.documents), body.max_tokens_per_doc)
+        texts = texts_of(body.documents)
+        server.check_count("documents", len(texts))  # before tokenizing them all to truncate
+        texts = server.truncate(texts, body.max_tokens_per_doc)
         res, expl = await rank(request, body.query, texts, body.top_n, body.explain)
         results = []
         for j, r in enumerate(res):

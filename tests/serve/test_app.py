@@ -82,6 +82,9 @@ def test_error_statuses_name_the_limit(url):
 
     r = post("/rerank", {"query": QUERY, "texts": ["x"] * 7})
     assert r.status_code == 413 and "max_documents=6" in r.json()["message"]
+    # counted before the documents are tokenized for max_tokens_per_doc
+    r = post("/v1/rerank", {"query": QUERY, "documents": ["x"] * 7, "max_tokens_per_doc": 4})
+    assert r.status_code == 413 and r.json()["message"].startswith("documents=7 > max_documents=6")
     r = post("/v1/rerank", {"query": QUERY, "documents": ["y" * 401]})
     assert r.status_code == 413 and "max_document_chars=400" in r.json()["message"]
     r = post("/rerank", {"query": QUERY, "texts": ["z " * 199] * 5})  # ~2000 byte tokens
