@@ -211,6 +211,7 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         ([*ask, "--depth", "3", "-k", "10"], "-k 10 is more than --depth 3"),
         ([*ask, "--no-prune", "--budget-tokens", "50"], "--no-prune turns pruning off, but --budget-tokens"),
         ([*ask, "--no-prune", "--method", "focus"], "but --method configure(s) it"),
+        ([*ask, "--no-rerank", "--preset", "icr", "--signals", "none"], "but --preset, --signals configure(s) it"),
         ([*ask, "--prune-heads", "1"], "--prune-heads '1'"),
         ([*ask, "--heads", "1-x"], "--heads '1-x'"),
         (["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9", "--heads", "x"], "'x'"),

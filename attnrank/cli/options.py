@@ -178,10 +178,15 @@ def rerank_options(func: Callable[..., Any]) -> Callable[..., Any]:
         for name, (annotation, option) in _OPTIONS.items()
     ]
 
+    wants_given = "rerank_given" in sig.parameters
+    own = [p for p in own if p.name != "rerank_given"]
+
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> Any:
         given = {name: kwargs.pop(name) for name in _OPTIONS}
         kwargs["rerank_config"] = build_rerank_config(**given)
+        if wants_given:  # the options the user set, as flags (e.g. to refuse them when reranking is off)
+            kwargs["rerank_given"] = frozenset(f"--{n.replace('_', '-')}" for n, v in given.items() if v is not None)
         return func(*args, **kwargs)
 
     command.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]

@@ -36,6 +36,12 @@ def _method(method: str) -> str:
     return method
 
 
+# Reranking options that also set up pruning and generation (the model and how it runs).
+_SHARED_WITH_PRUNING = frozenset(
+    {"--model", "--device", "--dtype", "--attention", "--block-positions", "--state-cache-mb"}
+)
+
+
 def _no_prune_conflicts(
     budget_tokens: Optional[int], keep_ratio: Optional[float], method: Optional[str], prune_heads: Optional[str]
 ) -> None:
@@ -162,11 +168,17 @@ def ask(
     quiet: bool = Quiet,
     verbose: bool = Verbose,
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
+    rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_options
 ) -> None:
     """Answer a question: retrieve, rerank by attention, prune sentences, generate (streamed)."""
     _setup(quiet, verbose)
     if no_prune:
         _no_prune_conflicts(budget_tokens, keep_ratio, method, prune_heads)
+    rerank_only = sorted(rerank_given - _SHARED_WITH_PRUNING)
+    if no_rerank and rerank_only:
+        raise typer.BadParameter(
+            f"--no-rerank turns reranking off, but {', '.join(rerank_only)} configure(s) it; drop one"
+        )
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
     _positive(depth, "--depth", "first-stage hits")
     _positive(k, "-k", "passages kept after reranking")
