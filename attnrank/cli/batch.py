@@ -32,12 +32,15 @@ def build_sharded(
 def merge_shards_cmd(
     sharded: Path = typer.Argument(..., help="Sharded index folder (built with `attnrank index --shards N`)."),
     output: Path = typer.Option(..., "--index-dir", "-o", help="Folder of the merged, ordinary index."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace a non-empty folder that is not an attnrank index (never the source)."
+    ),
 ) -> None:
     """Merge a sharded index into one ordinary index (same scores, one machine)."""
     from ..index.sharded import merge_shards
 
     _setup(True)
-    typer.echo(f"merged {sharded} into {merge_shards(sharded, output)}")
+    typer.echo(f"merged {sharded} into {merge_shards(sharded, output, force=force)}")
 
 
 def _check_cpus(actor_cpus: float, num_cpus: Optional[int], ray_address: Optional[str]) -> None:

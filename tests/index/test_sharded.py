@@ -6,7 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from attnrank.cli import app
 from attnrank.errors import IndexFormatError, InputError
 from attnrank.index.bm25 import BM25Params, top_k
 from attnrank.index.retriever import HybridRetriever
@@ -260,3 +262,14 @@ def test_merge_never_writes_into_its_source(sharded, tmp_path):
 def test_ordinary_load_of_a_sharded_index_says_what_it_is(sharded):
     with pytest.raises(IndexFormatError, match="is a sharded index: search it with `attnrank batch`"):
         HybridRetriever.load(sharded)
+
+
+def test_merge_shards_command_replaces_a_user_folder_only_with_force(sharded, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    r = CliRunner().invoke(app, ["merge-shards", str(sharded), "--index-dir", str(mine)])
+    assert r.exit_code == 1 and (mine / "notes.txt").exists()
+    r = CliRunner().invoke(app, ["merge-shards", str(sharded), "--index-dir", str(mine), "--force"])
+    assert r.exit_code == 0, r.output
+    assert HybridRetriever.load(mine).num_docs == 55 and not (mine / "notes.txt").exists()
