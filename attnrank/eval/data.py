@@ -141,6 +141,10 @@ def write_run(
     p = Path(path)
     if p.is_dir():
         raise InputError(f"cannot write the run file {p}: it is a folder; give a file path")
+    if p.exists() and not p.is_file():  # the rename below would replace a FIFO or device node
+        raise InputError(
+            f"cannot write the run file {p}: it is not a regular file (a pipe or device); give a file path"
+        )
     for parent in p.parents:
         if parent.exists():
             if not parent.is_dir():

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import math
+import os
+import stat
 
 import pytest
 
@@ -47,6 +49,14 @@ def test_runs_a_trec_file_cannot_hold_are_refused(tmp_path, run, fragment):
     with pytest.raises(InputError, match=fragment):
         write_run(run, tmp_path / "r.trec")
     assert not (tmp_path / "r.trec").exists()
+
+
+def test_run_is_never_renamed_over_a_pipe(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        write_run({"q": {"d": 1.0}}, fifo)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
 
 
 def test_ndcg_by_hand():
