@@ -9,7 +9,9 @@ page. Tokens the μ − 2σ filter left out are struck through and do not count.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import require
@@ -69,10 +71,25 @@ def to_html(query: str, explanations: Sequence[PassageExplanation], *, model: st
     return "".join(parts)
 
 
+PNG_SOFTWARE = "attnrank explain"  # the PNG "Software" text: a later run recognises its own image
+
+
+@contextmanager
+def _atomic(path: Path) -> Iterator[Path]:
+    """A temporary sibling to write, renamed over ``path`` only once complete (never a half file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_html(path: str | Path, query: str, explanations: Sequence[PassageExplanation], *, model: str = "") -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_html(query, explanations, model=model), encoding="utf-8")
+    with _atomic(path) as tmp:
+        tmp.write_text(to_html(query, explanations, model=model), encoding="utf-8")
     return path
 
 
@@ -87,7 +104,6 @@ def write_png(path: str | Path, query: str, explanations: Sequence[PassageExplan
     import numpy as np
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     scale = _scale(explanations) or 1.0
     fig, axes = plt.subplots(len(explanations), 1, figsize=(10, 0.9 + 0.8 * len(explanations)), squeeze=False)
     for ax, e in zip(axes[:, 0], explanations):
@@ -100,6 +116,7 @@ def write_png(path: str | Path, query: str, explanations: Sequence[PassageExplan
         ax.set_title(f"top tokens: {top}", fontsize=7, loc="left")
     fig.suptitle(f"attnrank explain: {query[:90]}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with _atomic(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png", metadata={"Software": PNG_SOFTWARE})
     plt.close(fig)
     return path

@@ -11,6 +11,7 @@ from _tiny import RERANK_QUERY, rerank_docs, save_tiny, tiny_llm
 from typer.testing import CliRunner
 
 from attnrank.cli import app
+from attnrank.cli.outputs import png_software
 from attnrank.errors import InputError
 from attnrank.explain import explain_results
 from attnrank.explain.render import to_html, write_html
@@ -67,6 +68,8 @@ def test_png(explained, tmp_path):
 
     path = write_png(tmp_path / "e.png", RERANK_QUERY, explained[1])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png_software(path) == "attnrank explain"  # so a later run knows it may replace it
+    assert [p.name for p in tmp_path.iterdir()] == ["e.png"]  # written via a temporary name, none left
 
 
 def test_cli_explain(tmp_path, built_retriever):
