@@ -38,15 +38,14 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from . import config
 from .errors import InputError
+from .files import atomic_path
 from .llm.headspec import HeadList, format_heads, parse_heads
 
 logger = logging.getLogger(__name__)
@@ -166,15 +165,8 @@ def _method_rank(method: str) -> int:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path, fsync=False) as tmp:
+        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
 
 
 def _load_user_doc(path: Path, model_id: str, fingerprint: str) -> dict[str, Any]:

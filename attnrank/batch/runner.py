@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, require
+from ..files import atomic_path
 from ..index.sharded.executor import RayExecutor
 from ..index.store import manifest_tag
 from ..llm.fingerprint import model_fingerprint
@@ -118,7 +118,8 @@ def _check_checkpoint(parts_dir: Path, config: BatchConfig) -> None:
                 "refusing to write into it; give another --checkpoint"
             )
         parts_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(path, json.dumps(mine, indent=1))
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(mine, indent=1), encoding="utf-8")
         return
     theirs = _read_settings(path)
     diff = sorted(k for k in mine if mine[k] != theirs.get(k) and not (k in _LATER and k not in theirs))
@@ -145,15 +146,6 @@ def _read_settings(path: Path) -> dict[str, Any]:
             "delete the folder or give another --checkpoint"
         )
     return theirs
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 @contextlib.contextmanager

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from ..config import fault_point
 from ..errors import InputError
+from ..files import atomic_path
 from ..types import RankedResults
 
 Qrels = dict[str, dict[str, int]]
@@ -152,18 +152,9 @@ def write_run(
                     f"cannot write the run file {p}: {parent} is a file, not a folder; choose another path"
                 )
             break
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for qid, docs in run.items():
-                ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
-                for rank, (did, score) in enumerate(ranked, start=1):
-                    f.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
-            fault_point("run-write", p)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_path(p) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for qid, docs in run.items():
+            ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
+            for rank, (did, score) in enumerate(ranked, start=1):
+                f.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
+        fault_point("run-write", p)

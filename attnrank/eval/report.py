@@ -6,13 +6,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import available_cpus
+from ..files import atomic_path
 
 
 def environment() -> dict[str, Any]:
@@ -30,9 +30,8 @@ def environment() -> dict[str, Any]:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_path(path, fsync=False) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_outputs(name: str, payload: Mapping[str, Any], markdown: str, out_dir: str | Path) -> tuple[Path, Path]:

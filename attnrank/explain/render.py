@@ -9,12 +9,11 @@ page. Tokens the μ − 2σ filter left out are struck through and do not count.
 from __future__ import annotations
 
 import html
-import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import require
+from ..files import atomic_path
 from .tokens import PassageExplanation
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:1.5rem auto;color:#222}
@@ -74,21 +73,9 @@ def to_html(query: str, explanations: Sequence[PassageExplanation], *, model: st
 PNG_SOFTWARE = "attnrank explain"  # the PNG "Software" text: a later run recognises its own image
 
 
-@contextmanager
-def _atomic(path: Path) -> Iterator[Path]:
-    """A temporary sibling to write, renamed over ``path`` only once complete (never a half file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def write_html(path: str | Path, query: str, explanations: Sequence[PassageExplanation], *, model: str = "") -> Path:
     path = Path(path)
-    with _atomic(path) as tmp:
+    with atomic_path(path, fsync=False) as tmp:
         tmp.write_text(to_html(query, explanations, model=model), encoding="utf-8")
     return path
 
@@ -116,7 +103,7 @@ def write_png(path: str | Path, query: str, explanations: Sequence[PassageExplan
         ax.set_title(f"top tokens: {top}", fontsize=7, loc="left")
     fig.suptitle(f"attnrank explain: {query[:90]}", fontsize=9)
     fig.tight_layout()
-    with _atomic(path) as tmp:
+    with atomic_path(path, fsync=False) as tmp:
         fig.savefig(tmp, dpi=110, format="png", metadata={"Software": PNG_SOFTWARE})
     plt.close(fig)
     return path
