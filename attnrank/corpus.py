@@ -176,14 +176,14 @@ def _csv_columns(path: Path, fieldnames: Sequence[str] | None) -> dict[str, str]
             f"{path}:1: header {fieldnames} lacks an 'id' and a 'text' column; "
             "the first row must name them (title is optional)"
         )
-    return {**cols, "id": id_col, "#fields": str(len(fieldnames or []))}
+    return {**cols, "id": id_col}
 
 
 def _add_row(
     docs: dict[str, Document], row: dict, cols: dict[str, str], where: str, problem: _Problems, tsv: bool
 ) -> None:
     if None in row:  # more fields than the header names: a text would lose what follows its comma/tab
-        n = int(cols["#fields"])
+        n = len(row) - 1  # the header's fields (names are unique), besides the extras under None
         fix = "a TSV field cannot hold a tab" if tsv else 'quote a field that holds a comma ("like, this")'
         problem(
             where,
