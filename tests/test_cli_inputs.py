@@ -224,6 +224,55 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         assert r.exit_code in (1, 2) and message in _text(r), (args, _text(r))
 
 
+def test_heads_outside_the_model_are_refused_before_it_loads(tmp_path, index_dir, dl19_mini, tiny_dir, no_model):
+    """The tiny model has 3 layers of 4 heads: 3-0 and 0-4 are outside it, read from its config."""
+    model = ["--model", str(tiny_dir)]
+    ask = ["ask", "q", "--index-dir", str(index_dir), *model]
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\tvitamin\n", encoding="utf-8")
+    cases = [
+        [*ask, "--heads", "0-0,3-0"],
+        [*ask, "--prune-heads", "0-4"],
+        ["search", "q", "--index-dir", str(index_dir), "--rerank", "2", *model, "--heads", "3-0"],
+        [
+            "explain",
+            "q",
+            "--index-dir",
+            str(index_dir),
+            "--no-png",
+            "-o",
+            str(tmp_path / "x"),
+            *model,
+            "--heads",
+            "3-0",
+        ],
+        [
+            "batch",
+            str(queries),
+            "--index",
+            str(index_dir),
+            "-o",
+            str(tmp_path / "b.trec"),
+            "--rerank",
+            "2",
+            *model,
+            "--heads",
+            "3-0",
+        ],
+        ["serve", "--index-dir", str(index_dir), *model, "--heads", "3-0"],
+    ]
+    for args in cases:
+        r = runner.invoke(app, args)
+        assert r.exit_code in (1, 2) and "out of range: this model has 3 layers and 4 heads" in _text(r), (
+            args,
+            _text(r),
+        )
+    head_file = tmp_path / "heads.json"
+    head_file.write_text('{"heads": ["2-3", "9-9"]}', encoding="utf-8")
+    r = runner.invoke(app, [*ask, "--heads", str(head_file)])
+    assert r.exit_code == 1 and "9-9" in _text(r) and str(head_file) in _text(r)
+
+
 def test_conflicting_index_options_are_refused(tmp_path, index_dir, scifact_mini):
     r = runner.invoke(app, ["search", "vitamin", "--index", "other", "--index-dir", str(index_dir), "-q"])
     assert r.exit_code == 2 and "not both" in _text(r)

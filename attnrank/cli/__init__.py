@@ -95,14 +95,19 @@ def _positive(value: int, option: str, what: str, minimum: int = 1) -> int:
     return value
 
 
-def _check_heads(spec: Optional[str], option: str = "--heads") -> None:
-    """Read a head list or head file before any model loads (only the registered sets need the model)."""
+def _check_heads(spec: Optional[str], option: str = "--heads", model: Optional[str] = None) -> None:
+    """Read a head list or head file and check it against ``model``'s config (None: the default
+    LLM) before any weights load; only the registered sets (``auto``) need the model itself."""
     if spec is None or spec.strip().lower() == "all" or spec.strip().lower().startswith("auto"):
         return
-    from ..llm.headspec import parse_heads
+    from ..llm.headspec import check_head_range, parse_heads
+    from ..llm.models import model_shape
 
     try:
-        parse_heads(spec)
+        heads = parse_heads(spec) or []
+        shape = model_shape(model)
+        if shape is not None:
+            check_head_range(heads, *shape)
     except AttnrankError as e:
         raise AttnrankError(f"{option} {spec!r}: {e}") from None
 

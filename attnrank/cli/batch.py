@@ -120,7 +120,7 @@ def batch(
     _check_cpus(actor_cpus, num_cpus, ray_address)
     if rerank > 0:
         _check_device(device, ray_address)
-        _check_heads(heads)
+        _check_heads(heads, model=model)
     _check_outputs(queries, output, parquet)
     config = BatchConfig(str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device)
     res = Resources(retrieval_actors, rerank_actors, actor_cpus, actor_cpus, 1.0 if device.startswith("cuda") else 0.0)

@@ -43,7 +43,7 @@ def explain(
 
         require("matplotlib", "plot", "explain --png")
     _check_folder(output, png)
-    _check_heads(heads)
+    _check_heads(heads, model=model)
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     first = retriever.search(query, k)
     reranker = AttentionReranker(model, heads)

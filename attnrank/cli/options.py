@@ -154,7 +154,7 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
         overrides["reweight"] = parse_reweight(overrides["reweight"])
     if str(overrides.get("signals", "")).strip().lower() == "none":
         overrides["signals"] = None
-    _check_heads(overrides.get("heads"))
+    _check_heads(overrides.get("heads"), model=overrides.get("model"))
     config = RerankConfig.preset(preset or "", **overrides)
     _check_slot_profile(config)
     return config

@@ -119,7 +119,7 @@ def prune(
     _positive(k, "-k", "hits taken from the index")
     _positive(neighbours, "--neighbours", "sentences kept on each side", minimum=0)
     _method(method)
-    _check_heads(heads)
+    _check_heads(heads, model=model)
     if not query.strip():
         raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
     if (corpus is None) == (name is None and index_dir is None):
@@ -188,7 +188,7 @@ def ask(
         )
     _positive(max_new_tokens, "--max-new-tokens", "answer length in tokens")
     method = _method(method or "query")
-    _check_heads(prune_heads, "--prune-heads")
+    _check_heads(prune_heads, "--prune-heads", model=rerank_config.model)
     if not question.strip():
         raise typer.BadParameter("the QUESTION is empty; give a question")
     retriever = _load_index(name, index_dir, verify)

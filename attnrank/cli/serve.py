@@ -43,7 +43,7 @@ def serve(
             raise typer.BadParameter(f"{opt} {value} is out of range (at least {low})")
     if scorer not in ("sum", "learned"):
         raise typer.BadParameter(f"--scorer {scorer!r} is not 'sum' or 'learned'")
-    _check_heads(heads)
+    _check_heads(heads, model=model)
     uvicorn = require("uvicorn", "serve", "attnrank serve")
     from ..serve.app import create_app
     from ..serve.engine import build_engine

@@ -65,7 +65,7 @@ def train(
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank train")  # before any model is loaded
     check_training(kind, MODELS, l2, folds, depth)
-    _check_heads(heads)
+    _check_heads(heads, model=model)
     qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
     check_folds(len(qs), folds)
     from ..rerank.attention import AttentionReranker

@@ -32,6 +32,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from attnrank.errors import AttnrankError, InputError
 
+from .headspec import check_head_range
 from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, segment_mask
 
 ATTN_IMPLEMENTATION = "attnrank_capture"
@@ -183,14 +184,7 @@ def _validate_heads(heads: HeadSpec, n_layers: int, n_heads: int, max_layer: int
     pairs = sorted({(int(layer), int(head)) for layer, head in heads})
     if not pairs:
         raise InputError("the head list is empty; pass at least one (layer, head) pair, or None for all heads")
-    limit = n_layers if max_layer is None else max_layer + 1
-    bad = [(layer, head) for layer, head in pairs if not (0 <= layer < limit and 0 <= head < n_heads)]
-    if bad:
-        raise InputError(
-            f"head pairs {bad} are out of range: this model has {n_layers} layers and {n_heads} heads per "
-            f"layer (max_layer={max_layer}); pass (layer, head) pairs with 0 <= layer <= {limit - 1} "
-            f"and 0 <= head <= {n_heads - 1}"
-        )
+    check_head_range(pairs, n_layers, n_heads, max_layer)
     return pairs
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -110,3 +111,48 @@ def cache_complete(folder: Path) -> bool:
     return all(
         (folder / f).is_file() for f in ("config.json", "model.safetensors", "tokenizer_config.json", "attnrank.json")
     )
+
+
+# GGUF metadata value types (gguf spec): fixed-size scalars by struct code, 8 = string, 9 = array.
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def gguf_shape(gguf: Path) -> tuple[int, int]:
+    """``(layers, heads per layer)`` from a GGUF's metadata (``<arch>.block_count`` and
+    ``<arch>.attention.head_count``), reading only the header up to them: milliseconds, where a
+    full metadata parse reads the whole tokenizer vocabulary first."""
+    with open(gguf, "rb") as f:
+        magic, _version, _tensors, n_kv = struct.unpack("<4sIQQ", f.read(24))
+        if magic != b"GGUF":
+            raise ModelError(f"{gguf} is not a GGUF file")
+        found: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = _gguf_string(f)
+            found[key] = _gguf_value(f, struct.unpack("<I", f.read(4))[0])
+            arch = found.get("general.architecture")
+            layers, heads = found.get(f"{arch}.block_count"), found.get(f"{arch}.attention.head_count")
+            if isinstance(layers, int) and isinstance(heads, int):
+                return layers, heads
+    raise ModelError(f"{gguf}: its metadata has no block_count or attention.head_count")
+
+
+def _gguf_string(f: Any) -> str:
+    (n,) = struct.unpack("<Q", f.read(8))
+    return f.read(n).decode("utf-8", errors="replace")
+
+
+def _gguf_value(f: Any, kind: int) -> Any:
+    if kind in _SCALARS:
+        code = "<" + _SCALARS[kind]
+        return struct.unpack(code, f.read(struct.calcsize(code)))[0]
+    if kind == 8:
+        return _gguf_string(f)
+    if kind == 9:  # an array: element type, count, elements (skipped: no count we need is an array)
+        item, n = struct.unpack("<IQ", f.read(12))
+        if item in _SCALARS:
+            f.seek(struct.calcsize("<" + _SCALARS[item]) * n, os.SEEK_CUR)
+        else:
+            for _ in range(n):
+                _gguf_value(f, item)
+        return None
+    raise ModelError(f"unknown GGUF metadata type {kind}")

@@ -51,5 +51,21 @@ def parse_heads(spec: HeadsArg) -> HeadList | None:
     return heads
 
 
+def check_head_range(
+    heads: Iterable[tuple[int, int]], n_layers: int, n_heads: int, max_layer: int | None = None
+) -> None:
+    """Raise :class:`InputError` naming the pairs outside a model of ``n_layers`` layers of
+    ``n_heads`` heads (layers above ``max_layer`` count as outside when it is given)."""
+    limit = n_layers if max_layer is None else max_layer + 1
+    bad = [(layer, head) for layer, head in heads if not (0 <= layer < limit and 0 <= head < n_heads)]
+    if bad:
+        raise InputError(
+            f"head pairs {format_heads(bad)} are out of range: this model has {n_layers} layers and "
+            f"{n_heads} heads per layer"
+            + ("" if max_layer is None else f" (max_layer={max_layer})")
+            + f"; give 'layer-head' pairs with 0 <= layer <= {limit - 1} and 0 <= head <= {n_heads - 1}"
+        )
+
+
 def format_heads(heads: Iterable[tuple[int, int]]) -> str:
     return ",".join(f"{l}-{h}" for l, h in heads)

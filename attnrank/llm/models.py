@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +24,11 @@ from typing import Any
 import torch
 
 from attnrank import config
-from attnrank.errors import ModelError
+from attnrank.errors import AttnrankError, ModelError
 
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, pretrained_fingerprint
-from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir
+from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir, gguf_shape
 from .quantize import INT8, quantize_int8
 
 logger = logging.getLogger(__name__)
@@ -129,6 +130,23 @@ def load_llm(model: str | None = None, *, dtype: str = "auto", device: str = "cp
         model_id = str(Path(model_id).expanduser())
     dev = resolve_device(device)
     return _load_cached(model_id, dtype_name(dtype, dev), str(dev))
+
+
+def model_shape(model: str | None = None) -> tuple[int, int] | None:
+    """``(layers, heads per layer)`` of ``model`` from its config alone, without its weights (a
+    GGUF's from its metadata); None when the config cannot be read here (loading reports why)."""
+    model_id = (model or config.DEFAULT_LLM).strip()
+    try:
+        gguf = gguf_source(model_id)
+        if gguf is not None:
+            return gguf_shape(gguf)
+        from transformers import AutoConfig  # ~1 s to import: only for a folder or hub id
+
+        cfg = AutoConfig.from_pretrained(model_id, local_files_only=_offline(model_id))
+        text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        return int(text_cfg.num_hidden_layers), int(text_cfg.num_attention_heads)
+    except (AttnrankError, OSError, ValueError, TypeError, AttributeError, struct.error):
+        return None
 
 
 def clear_llm_cache() -> None:

@@ -8,6 +8,7 @@ import os
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -261,3 +262,35 @@ def test_default_generates_text(real_cache):
         out = llm.model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=llm.tokenizer.pad_token_id)
     answer = llm.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     assert "paris" in answer.lower(), answer  # greedy SmolLM2-135M-Instruct: "The capital of France is Paris."
+
+
+def test_gguf_shape_reads_layers_and_heads_from_the_header(tmp_path):
+    """Written by the gguf library itself, with string arrays (a vocabulary) and other arrays
+    before the counts, so the reader must skip values of every kind to reach them."""
+    gguf_lib = pytest.importorskip("gguf")
+    path = tmp_path / "m.gguf"
+    writer = gguf_lib.GGUFWriter(str(path), "qwen2")
+    writer.add_token_list(["<s>", "hello", "wörld"])
+    writer.add_array("qwen2.custom", [1.5, 2.5])
+    writer.add_string("general.note", "no counts yet")
+    writer.add_block_count(7)
+    writer.add_head_count(5)
+    writer.add_tensor("w", np.zeros((2, 2), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert llm_gguf.gguf_shape(path) == (7, 5)
+    assert models.model_shape(str(path)) == (7, 5)
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF" + bytes(4))  # truncated header
+    assert models.model_shape(str(tmp_path / "bad.gguf")) is None
+    zip_file = tmp_path / "x.gguf"
+    zip_file.write_bytes(b"PK\x03\x04" + bytes(20))
+    with pytest.raises(ModelError, match="not a GGUF file"):
+        llm_gguf.gguf_shape(zip_file)
+
+
+def test_model_shape_of_a_folder_and_of_nothing(tmp_path):
+    folder = save_tiny(tmp_path / "tiny", layers=3)
+    assert models.model_shape(str(folder)) == (3, 4)
+    assert models.model_shape(str(tmp_path / "missing")) is None
