@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import InputError
+
 
 @contextmanager
 def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
@@ -25,3 +27,17 @@ def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def check_file_target(path: str | Path, what: str) -> None:
+    """Raise :class:`InputError` (naming ``what``, e.g. ``"-o"``) unless :func:`atomic_path` can
+    write ``path``: not a folder, not a pipe, device or socket (the rename would replace it), and
+    no parent that is a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{what} {path} is a folder; give a file path")
+    if path.exists() and not path.is_file():
+        raise InputError(f"{what} {path} is not a regular file (a device, pipe or socket); give a file path")
+    blocker = next((p for p in path.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise InputError(f"{what} {path}: {blocker} is a file, not a folder; choose another path")

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 
-from attnrank.files import atomic_path
+from attnrank.errors import InputError
+from attnrank.files import atomic_path, check_file_target
 
 
 def test_atomic_path_replaces_only_a_complete_file(tmp_path):
@@ -21,3 +25,20 @@ def test_atomic_path_keeps_the_old_file_when_the_write_fails(tmp_path):
         tmp.write_text("half")
         raise OSError("disk full")
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_check_file_target_refuses_what_atomic_path_cannot_write(tmp_path):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    check_file_target(tmp_path / "new" / "run.trec", "-o")  # a new file in a new folder is fine
+    check_file_target(tmp_path / "notes.txt", "-o")  # whether it may be replaced is the caller's rule
+    for path, message in [
+        (tmp_path / "folder", "-o {} is a folder; give a file path"),
+        (fifo, "-o {} is not a regular file"),
+        (tmp_path / "notes.txt" / "deeper" / "run.trec", "notes.txt is a file, not a folder"),
+    ]:
+        with pytest.raises(InputError, match=re.escape(message.format(path))):
+            check_file_target(path, "-o")
+    assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "new").exists()

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, require
-from ..files import atomic_path
+from ..files import atomic_path, check_file_target
 from ..index.sharded.executor import RayExecutor
 from ..index.store import manifest_tag
 from ..llm.fingerprint import model_fingerprint
@@ -87,11 +87,7 @@ def _check_outputs(output: Path | None, parquet: Path | None, queries: str | Pat
             continue
         if not isinstance(queries, dict) and Path(p).resolve() == Path(queries).resolve():
             raise InputError(f"{flag} {p} is the queries file; give another output path")
-        if Path(p).is_dir():
-            raise InputError(f"{flag} {p} is a folder; give a file path")
-        blocker = next((q for q in Path(p).parents if q.exists() and not q.is_dir()), None)
-        if blocker is not None:
-            raise InputError(f"{flag} {p}: {blocker} is a file, not a folder; choose another path")
+        check_file_target(p, flag)
 
 
 # Settings recorded after the first checkpoints were written: a checkpoint without one is not refused for it.

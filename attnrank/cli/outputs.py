@@ -15,22 +15,20 @@ from typing import Optional
 
 import typer
 
+from ..errors import InputError
+from ..files import check_file_target
+
 EXPLAIN_HTML_START = b"<!doctype html><html><head><meta charset='utf-8'><title>attnrank explain</title>"
 PNG_SOFTWARE = "attnrank"  # the PNG "Software" text chunk of the images attnrank writes itself
 _SOFTWARE = b"tEXtSoftware\x00"
 
 
 def check_output_path(path: Path, option: str = "--output") -> None:
-    """Fail before any work if ``path`` cannot be a file: it is a folder, or a parent is a file."""
-    if path.is_dir():
-        raise typer.BadParameter(f"{option} {path} is a folder; give a file path")
-    if path.exists() and not path.is_file():  # the file is written aside and renamed over the path
-        raise typer.BadParameter(f"{option} {path} is not a regular file (a device, pipe or socket); give a file path")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise typer.BadParameter(f"{option} {path}: {parent} is a file, not a folder; choose another path")
-            break
+    """Fail before any work if ``path`` cannot be a file: a folder, a special file, or a parent is a file."""
+    try:
+        check_file_target(path, option)
+    except InputError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 def check_not_input(path: Path, inputs: Mapping[str, Optional[Path]], option: str = "--output") -> None:

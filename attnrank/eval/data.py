@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..config import fault_point
 from ..errors import InputError
-from ..files import atomic_path
+from ..files import atomic_path, check_file_target
 from ..types import RankedResults
 
 Qrels = dict[str, dict[str, int]]
@@ -139,19 +139,7 @@ def write_run(
         run = results_to_run(run)
     _check_run(run)
     p = Path(path)
-    if p.is_dir():
-        raise InputError(f"cannot write the run file {p}: it is a folder; give a file path")
-    if p.exists() and not p.is_file():  # the rename below would replace a FIFO or device node
-        raise InputError(
-            f"cannot write the run file {p}: it is not a regular file (a pipe or device); give a file path"
-        )
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(
-                    f"cannot write the run file {p}: {parent} is a file, not a folder; choose another path"
-                )
-            break
+    check_file_target(p, "the run file")
     with atomic_path(p) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for qid, docs in run.items():
             ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
