@@ -11,7 +11,6 @@ exactly one row before writing the TREC run and/or one consolidated Parquet file
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ class CheckpointSink:
     def __init__(self, parts_dir: str | Path, *, commit_rows: int = 64, commit_seconds: float = 30.0):
         self.dir = Path(parts_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.dir.glob(".part-*.tmp"):  # a part whose write was interrupted
+        for stale in self.dir.glob(".part-*.parquet.tmp-*"):  # a part whose write was killed (atomic_path's name)
             stale.unlink()
         self.commit_rows, self.commit_seconds = commit_rows, commit_seconds
         self.done: dict[str, str] = self._committed()  # query id -> the query text it was run with
@@ -86,12 +85,8 @@ class CheckpointSink:
         self._last = time.monotonic()
         if not self.buffer:
             return
-        final = self.dir / f"part-{self._next:05d}.parquet"
-        tmp = self.dir / f".{final.name}.tmp"
-        pq.write_table(pa.Table.from_pylist(self.buffer), tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
+        with atomic_path(self.dir / f"part-{self._next:05d}.parquet") as tmp:
+            pq.write_table(pa.Table.from_pylist(self.buffer), tmp)
         self.done.update((r["qid"], r["query"]) for r in self.buffer)
         self._next += 1
         self.buffer = []
