@@ -11,7 +11,7 @@ from attnrank.errors import InputError
 from attnrank.llm.attention import AttentionCapturer
 from attnrank.llm.blocks import block_prefix_ids, build_block_prompts
 from attnrank.llm.capture import capture_blocks
-from attnrank.llm.statestore import PassageStateStore, write_store
+from attnrank.llm.statestore import PassageStateStore, sample_digest, write_store
 from attnrank.types import Document
 
 DOCS = [
@@ -64,8 +64,11 @@ def test_stored_states_give_the_recomputed_rows(tmp_path, llm, capturer, storage
 def test_stored_states_are_really_read(tmp_path, llm, capturer):
     """Zeroed stored keys change the rows: proof that the store, not a recomputation, served them."""
     folder = build(tmp_path, llm, capturer, "float16")
-    keys = np.load(folder / "keys.npy")
-    np.save(folder / "keys.npy", np.zeros_like(keys))
+    zeros = np.zeros_like(np.load(folder / "keys.npy"))
+    np.save(folder / "keys.npy", zeros)
+    header = json.loads((folder / "states.json").read_text())
+    header["samples"]["keys"] = sample_digest(zeros)  # a store consistent with its zero keys
+    (folder / "states.json").write_text(json.dumps(header))
     store = open_store(folder, llm, capturer)
     prompt = build_block_prompts(llm.tokenizer, "capital of France?", DOCS)
     prefix = capturer.prefill(block_prefix_ids(llm.tokenizer))
@@ -152,3 +155,33 @@ def test_mangled_header_is_refused(tmp_path, llm, capturer, passages):
     (folder / "states.json").write_text(json.dumps({**header, "passages": passages}))
     with pytest.raises(InputError, match="damaged"):
         open_store(folder, llm, capturer)
+
+
+@pytest.mark.parametrize("storage", ["float16", "int8"])
+def test_arrays_of_equal_shape_swapped_are_refused_at_open(tmp_path, llm, capturer, storage):
+    """Keys and values (same shape) swapped, or keys taken from another store of the same geometry,
+    are caught at open by the sampled digests, without --verify."""
+    folder = build(tmp_path, llm, capturer, storage)
+    open_store(folder, llm, capturer)  # intact: opens
+    keys, values = folder / "keys.npy", folder / "values.npy"
+    k, v = keys.read_bytes(), values.read_bytes()
+    keys.write_bytes(v)
+    values.write_bytes(k)
+    with pytest.raises(InputError, match="keys.npy is not the array written with this store"):
+        open_store(folder, llm, capturer)
+    keys.write_bytes(k)
+    values.write_bytes(v)
+    other = build(tmp_path / "other", llm, capturer, storage, docs=[DOCS[1], DOCS[0], DOCS[2]])
+    assert np.load(other / "keys.npy").shape == np.load(keys).shape
+    keys.write_bytes((other / "keys.npy").read_bytes())
+    with pytest.raises(InputError, match="keys.npy is not the array written with this store"):
+        open_store(folder, llm, capturer)
+
+
+def test_stores_without_samples_still_open(tmp_path, llm, capturer):
+    """A store written before the samples were recorded opens as before."""
+    folder = build(tmp_path, llm, capturer, "float16")
+    header = json.loads((folder / "states.json").read_text())
+    del header["samples"]
+    (folder / "states.json").write_text(json.dumps(header))
+    assert open_store(folder, llm, capturer).get("paris", "nope") is None
