@@ -231,7 +231,7 @@ def head_quality(
 ) -> np.ndarray:
     """nDCG@10 of every captured head used alone (QRHead's BEIR selection, :func:`query_focused_scores`),
     averaged over the queries, in ``reranker.head_list`` order."""
-    from .heads.detect import query_focused_scores
+    from .heads.queryfocused import query_focused_scores
 
     items = [(q, c["windows"], [d.id for d in cands[q]]) for q, c in captured.items()]
     llm = reranker.llm

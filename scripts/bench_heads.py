@@ -37,7 +37,8 @@ from attnrank.eval.crossval import group_splits, kfold_splits, pool
 from attnrank.eval.datasets import data_root
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all, first_stage_run
-from attnrank.heads.detect import detect_copy_heads, query_focused_scores
+from attnrank.heads.copypaste import detect_copy_heads
+from attnrank.heads.queryfocused import query_focused_scores
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.learned import query_features, restrict_heads, train_head_weights
 

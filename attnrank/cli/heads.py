@@ -160,7 +160,8 @@ def heads_detect(
 
 def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens) -> dict:
     """Wu et al.'s copy-paste detection; every option and the NIAH data checked before the model loads."""
-    from ..heads.detect import RETRIEVAL_THRESHOLD, detect_copy_heads, load_needles, niah_folder
+    from ..heads.copypaste import detect_copy_heads, load_needles, niah_folder
+    from ..heads.scores import RETRIEVAL_THRESHOLD
     from ..llm.headspec import format_heads
     from ..llm.models import load_llm
 
@@ -187,7 +188,7 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
 
 def _detect_qr(model, device, dtype, progress, dataset, data, queries, qrels, corpus, run, depth, max_queries, rel):
     """QRHead detection; the labelled queries and candidates are read before the model loads."""
-    from ..heads.detect import detect_query_focused
+    from ..heads.queryfocused import detect_query_focused
     from ..llm.models import load_llm
     from ..rerank.attention import AttentionReranker
 

@@ -35,7 +35,7 @@ def _parse_heads(text: str) -> int | None:
 
 def _head_ndcg(feats: list[Any], qrels: dict, rel: int, k: int = 10) -> Any:
     """Per-head nDCG@k of each head's passage scores used alone, mean over ``feats`` (QRHead's
-    qr-ndcg selection; the same numbers :func:`~attnrank.heads.detect.query_focused_scores` gives
+    qr-ndcg selection; the same numbers :func:`~attnrank.heads.queryfocused.query_focused_scores` gives
     from the rows these features were built from)."""
     import numpy as np
 

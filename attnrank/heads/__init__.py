@@ -1,4 +1,5 @@
-"""Retrieval-head sets: parsing, detection (:mod:`attnrank.heads.detect`) and the per-model registry."""
+"""Retrieval-head sets: parsing, detection (:mod:`attnrank.heads.copypaste`, :mod:`attnrank.heads.queryfocused`, both
+returning :class:`attnrank.heads.scores.HeadScores`) and the per-model registry."""
 
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import load_artifact, load_head_sets, resolve_heads, save_artifact, save_head_set

@@ -107,7 +107,7 @@ def query_features(
 
 def restrict_heads(q: QueryFeatures, heads: Sequence[tuple[int, int]]) -> QueryFeatures:
     """``q`` with only the feature columns of ``heads`` (in that order): to train weights over a
-    selected head set (e.g. the top-N of :func:`~attnrank.heads.detect.query_focused_scores`),
+    selected head set (e.g. the top-N of :func:`~attnrank.heads.queryfocused.query_focused_scores`),
     which needs fewer training queries than all heads and lets the pass stop earlier."""
     col = {tuple(h): i for i, h in enumerate(q.heads)}
     missing = [h for h in heads if tuple(h) not in col]

@@ -1,5 +1,5 @@
-"""Retrieval-head detection on tiny random models: the copy-paste rule (Wu et al.), ROUGE-1
-recall, the argmax capture against eager attention, and the QR / copy detectors end to end."""
+"""Copy-paste retrieval heads on tiny random models: the copy-paste rule (Wu et al.), ROUGE-1
+recall, the argmax capture against eager attention, and the copy detector end to end."""
 
 from __future__ import annotations
 
@@ -12,21 +12,17 @@ import torch
 from _tiny import tiny_model
 
 from attnrank.errors import InputError
-from attnrank.heads import detect
-from attnrank.heads.detect import (
-    HeadScores,
+from attnrank.heads import copypaste
+from attnrank.heads.copypaste import (
     Needle,
     build_niah_prompt,
     copy_paste_counts,
     copy_paste_score,
     detect_copy_heads,
-    detect_query_focused,
     load_haystack,
     rouge1_recall,
 )
 from attnrank.llm.attention import AttentionCapturer
-from attnrank.rerank.attention import AttentionReranker
-from attnrank.types import Document
 
 
 @pytest.fixture(scope="module")
@@ -154,15 +150,15 @@ def test_copy_detector_with_an_accepted_trial(llm, eager, niah, monkeypatch):
         s, e = seen["span"]
         return list(ids[s:e])
 
-    real_build = detect.build_niah_prompt
+    real_build = copypaste.build_niah_prompt
 
     def build(*a, **kw):
         p = real_build(*a, **kw)
         seen.update(span=p.needle_span, ids=p.ids)
         return p
 
-    monkeypatch.setattr(detect, "generate_answer", fake_answer)
-    monkeypatch.setattr(detect, "build_niah_prompt", build)
+    monkeypatch.setattr(copypaste, "generate_answer", fake_answer)
+    monkeypatch.setattr(copypaste, "build_niah_prompt", build)
     res = detect_copy_heads(llm, data=niah, lengths=[200], depths=[50], needles=[0], max_new_tokens=4)
     assert res.n_used == 1 and res.trials[0]["accepted"] and res.note == ""
     s, e = seen["span"]
@@ -174,55 +170,3 @@ def test_copy_detector_with_an_accepted_trial(llm, eager, niah, monkeypatch):
     expected = copy_paste_score(argmax, seen["ids"][s:e], seen["ids"], (s, e)).reshape(4, 4)
     np.testing.assert_allclose(res.scores, expected)
     assert np.isfinite(res.scores).all() and len(res.top(5)) == 5
-
-
-# --------------------------------------------------------------------------- query-focused
-DOCS = [
-    Document("paris", "Paris is the capital of France."),
-    Document("berlin", "Berlin is the capital of Germany."),
-    Document("banana", "Bananas are yellow fruit."),
-    Document("rome", "Rome is the capital of Italy."),
-]
-QUERIES = {"q1": "capital of France?", "q2": "yellow fruit?", "q3": "capital of Italy?"}
-QRELS = {"q1": {"paris": 1}, "q2": {"banana": 2, "rome": 0}, "q3": {"rome": 1}}
-
-
-def test_query_focused_detection_end_to_end(llm, tmp_path):
-    reranker = AttentionReranker(llm, None)
-    cands = {q: DOCS for q in QUERIES}
-    res = detect_query_focused(reranker, QUERIES, cands, QRELS)
-    assert set(res) == {"qr-score", "qr-ndcg", "contrastive"}
-    for name, hs in res.items():
-        assert isinstance(hs, HeadScores) and hs.method == name and hs.scores.shape == (4, 4)
-        assert np.isfinite(hs.scores).all() and hs.n_used == 3 and len(hs.top(16)) == 16
-    # reference for one head: its per-head document scores, by hand
-    from attnrank.llm.rows import per_head_document_scores
-
-    h = 5  # layer 1, head 1
-    qr, con, nd = [], [], []
-    for q, text in QUERIES.items():
-        wins = reranker.windows(text, DOCS)
-        s = np.zeros(4)
-        s[wins[0].doc_index] = per_head_document_scores(wins[0].rows, wins[0].spans)[h]
-        gold = np.array([QRELS[q].get(d.id, 0) >= 1 for d in DOCS])
-        qr.append(s[gold].sum())
-        con.append(s[gold].mean() - s[~gold].mean())
-        gains = np.array([QRELS[q].get(d.id, 0) for d in DOCS], dtype=float)  # trec_eval nDCG: gain = label
-        discount = 1.0 / np.log2(np.arange(2, len(DOCS) + 2))
-        nd.append((gains[np.argsort(-s)] * discount).sum() / (np.sort(gains)[::-1] * discount).sum())
-    assert res["qr-score"].scores[1, 1] == pytest.approx(np.mean(qr))
-    assert res["contrastive"].scores[1, 1] == pytest.approx(np.mean(con))
-    assert res["qr-ndcg"].scores[1, 1] == pytest.approx(np.mean(nd))
-    assert res["qr-ndcg"].scores.min() >= 0.0 and res["qr-ndcg"].scores.max() <= 1.0
-    path = res["qr-ndcg"].save(4, root=tmp_path)
-    stored = json.loads(path.read_text())["sets"][0]
-    assert stored["method"] == "qr-ndcg" and len(stored["heads"]) == 4 and len(stored["scores"]) == 4
-
-
-def test_query_focused_with_a_head_subset_and_no_gold(llm):
-    reranker = AttentionReranker(llm, "1-2,2-0")
-    res = detect_query_focused(reranker, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
-    assert res["qr-score"].n_used == 0 and "no usable query" in res["qr-score"].note
-    assert res["qr-score"].top() == []
-    nd = res["qr-ndcg"].scores  # judged but nothing relevant among the candidates: nDCG 0
-    assert np.isnan(nd[0]).all() and nd[1, 2] == 0.0 and nd[2, 0] == 0.0

@@ -1,4 +1,4 @@
-"""Retrieval-head detection: copy-paste (Wu et al., ICLR 2025) and query-focused (QRHead, CoRe).
+"""Copy-paste retrieval heads (Wu et al., ICLR 2025).
 
 **Copy-paste retrieval score** (Wu, Wang, Xiao, Peng & Fu, "Retrieval Head Mechanistically
 Explains Long-Context Factuality", arXiv 2404.15574). Needle-in-a-haystack trials over a grid of
@@ -10,21 +10,10 @@ recall > 0.5 against ``real_needle`` count, and RS_h is averaged over them (head
 RS_h > 0.1 are retrieval heads). Implementation: the answer is generated once with plain
 ``model.generate``; then one teacher-forced pass over ``prompt + answer[:-1]`` reads every
 head's argmax key for rows ``len(prompt) − 1 + t`` (the causal row that produced ``y_t``).
-
-**Query-focused** (QRHead, Zhang et al., EMNLP 2025; CoRe, Tran et al., arXiv 2510.02219), from
-the reranker's per-head window rows and labelled candidates. With ``S_h(d)`` the head's
-calibrated, per-head μ−2σ-filtered document score (:func:`per_head_document_scores`):
-
-- ``qr-score``:    mean over queries of Σ_{d∈D⁺} S_h(d)            (QRHead's QRScore)
-- ``qr-ndcg``:     mean nDCG@10 of S_h used alone as the reranker   (QRHead's BEIR selection)
-- ``contrastive``: mean over queries of mean_{D⁺} S_h − mean_{D⁻} S_h (CoRe)
-
-Every detector returns :class:`HeadScores` (an ``L×H`` matrix, NaN = not measured).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import gzip
 import json
 import logging
@@ -32,8 +21,8 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,81 +30,16 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..eval.metrics import evaluate_per_query
 from ..llm.attention import AttentionCapturer
-from ..llm.headspec import HeadList
 from ..llm.prompts import chat_frame
-from ..llm.rows import window_features
-from ..registry import save_head_set
+from .scores import HeadScores
 
 logger = logging.getLogger(__name__)
 
 QUESTION_TEMPLATE = "\nBased on the content of the book, Question: {question}\nAnswer:"
 ROUGE_ACCEPT = 0.5  # Wu et al.: ROUGE-1 recall > 50 (of 100)
-RETRIEVAL_THRESHOLD = 0.1  # Wu et al.: heads with RS_h > 0.1 are retrieval heads
-QR_METHODS = ("qr-score", "qr-ndcg", "contrastive")
 
 
-@dataclass
-class HeadScores:
-    """Per-head detection scores: ``scores[layer, head]`` (NaN = not measured), with how they
-    were obtained. ``n_used`` counts accepted trials (copy) or usable queries (qr)."""
-
-    scores: np.ndarray
-    method: str
-    params: dict[str, Any] = field(default_factory=dict)
-    data: str = ""
-    seconds: float = 0.0
-    n_total: int = 0
-    n_used: int = 0
-    note: str = ""
-    model_id: str = ""
-    fingerprint: str = ""
-    trials: list[dict[str, Any]] = field(default_factory=list)
-
-    def ranked(self) -> list[tuple[tuple[int, int], float]]:
-        """Measured heads, best first (ties: lower layer, then head)."""
-        s = np.asarray(self.scores, dtype=np.float64)
-        items = [((int(l), int(h)), float(s[l, h])) for l, h in zip(*np.nonzero(np.isfinite(s)))]
-        return sorted(items, key=lambda kv: (-kv[1], kv[0]))
-
-    def top(self, n: int = 16) -> HeadList:
-        """The ``n`` best heads (empty when nothing could be measured, see :attr:`note`)."""
-        return [pair for pair, _ in self.ranked()[:n]]
-
-    def above(self, threshold: float = RETRIEVAL_THRESHOLD) -> HeadList:
-        """Heads scoring strictly above ``threshold``, best first."""
-        return [pair for pair, v in self.ranked() if v > threshold]
-
-    def save(
-        self, n: int = 16, *, heads: HeadList | None = None, name: str | None = None, root: Path | None = None
-    ) -> Path:
-        """Register ``heads`` (default: the top ``n``) with the full score matrix."""
-        heads = self.top(n) if heads is None else heads
-        if not heads:
-            raise InputError(
-                f"no {self.method} heads to save for {self.model_id!r}: {self.note or 'no head has a finite score'}"
-            )
-        return save_head_set(
-            self.model_id,
-            self.fingerprint,
-            self.method,
-            heads,
-            name=name,
-            scores=self.scores,
-            data=self.data,
-            root=root,
-            params={
-                **self.params,
-                "top": len(heads),
-                "n_total": self.n_total,
-                "n_used": self.n_used,
-                "seconds": round(self.seconds, 2),
-            },
-        )
-
-
-# ----------------------------------------------------------------- copy-paste (Wu et al.)
 @dataclass(frozen=True)
 class Needle:
     needle: str
@@ -361,127 +285,4 @@ def detect_copy_heads(
         llm.model_id,
         llm.fingerprint,
         trials,
-    )
-
-
-# ----------------------------------------------------------------- query-focused (QRHead, CoRe)
-def query_focused_scores(
-    items: Iterable[tuple[str, Sequence[Any], Sequence[str]]],
-    qrels: Mapping[str, Mapping[str, int]],
-    head_list: Sequence[tuple[int, int]],
-    n_layers: int,
-    n_heads: int,
-    *,
-    rel: int = 1,
-    k: int = 10,
-    calibrate: bool = True,
-    use_filter: bool = True,
-    data: str = "",
-    model_id: str = "",
-    fingerprint: str = "",
-) -> dict[str, HeadScores]:
-    """QR scores from precomputed window rows: ``items`` yields ``(qid, windows, candidate ids)``
-    (``windows`` from :meth:`AttentionReranker.windows` over the candidates in that order, rows in
-    ``head_list`` order). Returns ``{"qr-score", "qr-ndcg", "contrastive"}`` → :class:`HeadScores`."""
-    start = time.perf_counter()
-    n = len(head_list)
-    sums = {"qr-score": np.zeros(n), "contrastive": np.zeros(n)}
-    used = {"qr-score": 0, "contrastive": 0}
-    feats: dict[str, tuple[list[str], np.ndarray]] = {}
-    for qid, windows, cand in items:
-        cand = [str(c) for c in cand]
-        if len(set(cand)) != len(cand):
-            raise InputError(f"query {qid!r} has duplicate candidate ids; give each candidate once")
-        f = window_features(windows, len(cand), calibrate=calibrate, use_filter=use_filter)
-        labels = np.array([qrels.get(qid, {}).get(d, 0) for d in cand])
-        gold = labels >= rel
-        feats[qid] = (cand, f)
-        if gold.any():
-            sums["qr-score"] += f[:, gold].sum(1)
-            used["qr-score"] += 1
-        if gold.any() and (~gold).any():
-            sums["contrastive"] += f[:, gold].mean(1) - f[:, ~gold].mean(1)
-            used["contrastive"] += 1
-    judged = {q: dict(qrels[q]) for q in feats if q in qrels}
-    ndcg = np.zeros(n)
-    for lo in range(0, n, 64):  # heads in chunks: one ir-measures call per chunk
-        run = {
-            f"{q}::{h}": dict(zip(c, f[h].tolist()))
-            for q, (c, f) in feats.items()
-            if q in judged
-            for h in range(lo, min(n, lo + 64))
-        }
-        per = evaluate_per_query(run, {key: judged[key.rsplit("::", 1)[0]] for key in run}, [f"nDCG@{k}"], rel=rel)
-        for key, v in per.items():
-            ndcg[int(key.rsplit("::", 1)[1])] += v[f"nDCG@{k}"]
-    seconds = time.perf_counter() - start
-    out = {}
-    for method, vec, m in (
-        ("qr-score", sums["qr-score"], used["qr-score"]),
-        ("qr-ndcg", ndcg, len(judged)),
-        ("contrastive", sums["contrastive"], used["contrastive"]),
-    ):
-        matrix = np.full((n_layers, n_heads), np.nan)
-        note = (
-            "" if m else f"no usable query among {len(feats)} (none has gold and, for contrastive, non-gold candidates)"
-        )
-        if m:
-            for (l, h), v in zip(head_list, vec / m):
-                matrix[l, h] = v
-        params = {"rel": rel, "k": k, "calibrate": calibrate, "use_filter": use_filter}
-        out[method] = HeadScores(
-            matrix,
-            method,
-            params,
-            f"{data}; {m}/{len(feats)} queries used".lstrip("; "),
-            seconds,
-            len(feats),
-            m,
-            note,
-            model_id,
-            fingerprint,
-        )
-    return out
-
-
-def detect_query_focused(
-    reranker: Any,
-    queries: Mapping[str, str],
-    candidates: Mapping[str, Sequence[Any]],
-    qrels: Mapping[str, Mapping[str, int]],
-    *,
-    rel: int = 1,
-    data: str = "",
-    show_progress: bool = False,
-) -> dict[str, HeadScores]:
-    """Run ``reranker.windows`` (build it with ``heads=None`` to score every head) for each
-    labelled query over its candidate documents, then :func:`query_focused_scores`."""
-    qids = [q for q in queries if q in candidates]
-    if not qids:
-        raise InputError("no query has candidates; give candidates for the labelled queries")
-
-    def items():
-        it = qids
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            it = tqdm(qids, desc="detect", unit="q")
-        for q in it:
-            docs = list(candidates[q])
-            yield q, reranker.windows(queries[q], docs), [getattr(d, "id", str(i)) for i, d in enumerate(docs)]
-
-    llm = reranker.llm
-    stamp = _dt.date.today().isoformat()
-    return query_focused_scores(
-        items(),
-        qrels,
-        reranker.head_list,
-        llm.num_layers,
-        llm.num_heads,
-        rel=rel,
-        calibrate=reranker.calibrate,
-        use_filter=reranker.token_filter,
-        data=data or f"{len(qids)} labelled queries ({stamp})",
-        model_id=llm.model_id,
-        fingerprint=llm.fingerprint,
     )

@@ -1,0 +1,150 @@
+"""Query-focused retrieval heads (QRHead, CoRe).
+
+**Query-focused** (QRHead, Zhang et al., EMNLP 2025; CoRe, Tran et al., arXiv 2510.02219), from
+the reranker's per-head window rows and labelled candidates. With ``S_h(d)`` the head's
+calibrated, per-head μ−2σ-filtered document score (:func:`per_head_document_scores`):
+
+- ``qr-score``:    mean over queries of Σ_{d∈D⁺} S_h(d)            (QRHead's QRScore)
+- ``qr-ndcg``:     mean nDCG@10 of S_h used alone as the reranker   (QRHead's BEIR selection)
+- ``contrastive``: mean over queries of mean_{D⁺} S_h − mean_{D⁻} S_h (CoRe)
+
+Every detector returns :class:`HeadScores` (an ``L×H`` matrix, NaN = not measured).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..eval.metrics import evaluate_per_query
+from ..llm.rows import window_features
+from .scores import HeadScores
+
+QR_METHODS = ("qr-score", "qr-ndcg", "contrastive")
+
+
+def query_focused_scores(
+    items: Iterable[tuple[str, Sequence[Any], Sequence[str]]],
+    qrels: Mapping[str, Mapping[str, int]],
+    head_list: Sequence[tuple[int, int]],
+    n_layers: int,
+    n_heads: int,
+    *,
+    rel: int = 1,
+    k: int = 10,
+    calibrate: bool = True,
+    use_filter: bool = True,
+    data: str = "",
+    model_id: str = "",
+    fingerprint: str = "",
+) -> dict[str, HeadScores]:
+    """QR scores from precomputed window rows: ``items`` yields ``(qid, windows, candidate ids)``
+    (``windows`` from :meth:`AttentionReranker.windows` over the candidates in that order, rows in
+    ``head_list`` order). Returns ``{"qr-score", "qr-ndcg", "contrastive"}`` → :class:`HeadScores`."""
+    start = time.perf_counter()
+    n = len(head_list)
+    sums = {"qr-score": np.zeros(n), "contrastive": np.zeros(n)}
+    used = {"qr-score": 0, "contrastive": 0}
+    feats: dict[str, tuple[list[str], np.ndarray]] = {}
+    for qid, windows, cand in items:
+        cand = [str(c) for c in cand]
+        if len(set(cand)) != len(cand):
+            raise InputError(f"query {qid!r} has duplicate candidate ids; give each candidate once")
+        f = window_features(windows, len(cand), calibrate=calibrate, use_filter=use_filter)
+        labels = np.array([qrels.get(qid, {}).get(d, 0) for d in cand])
+        gold = labels >= rel
+        feats[qid] = (cand, f)
+        if gold.any():
+            sums["qr-score"] += f[:, gold].sum(1)
+            used["qr-score"] += 1
+        if gold.any() and (~gold).any():
+            sums["contrastive"] += f[:, gold].mean(1) - f[:, ~gold].mean(1)
+            used["contrastive"] += 1
+    judged = {q: dict(qrels[q]) for q in feats if q in qrels}
+    ndcg = np.zeros(n)
+    for lo in range(0, n, 64):  # heads in chunks: one ir-measures call per chunk
+        run = {
+            f"{q}::{h}": dict(zip(c, f[h].tolist()))
+            for q, (c, f) in feats.items()
+            if q in judged
+            for h in range(lo, min(n, lo + 64))
+        }
+        per = evaluate_per_query(run, {key: judged[key.rsplit("::", 1)[0]] for key in run}, [f"nDCG@{k}"], rel=rel)
+        for key, v in per.items():
+            ndcg[int(key.rsplit("::", 1)[1])] += v[f"nDCG@{k}"]
+    seconds = time.perf_counter() - start
+    out = {}
+    for method, vec, m in (
+        ("qr-score", sums["qr-score"], used["qr-score"]),
+        ("qr-ndcg", ndcg, len(judged)),
+        ("contrastive", sums["contrastive"], used["contrastive"]),
+    ):
+        matrix = np.full((n_layers, n_heads), np.nan)
+        note = (
+            "" if m else f"no usable query among {len(feats)} (none has gold and, for contrastive, non-gold candidates)"
+        )
+        if m:
+            for (l, h), v in zip(head_list, vec / m):
+                matrix[l, h] = v
+        params = {"rel": rel, "k": k, "calibrate": calibrate, "use_filter": use_filter}
+        out[method] = HeadScores(
+            matrix,
+            method,
+            params,
+            f"{data}; {m}/{len(feats)} queries used".lstrip("; "),
+            seconds,
+            len(feats),
+            m,
+            note,
+            model_id,
+            fingerprint,
+        )
+    return out
+
+
+def detect_query_focused(
+    reranker: Any,
+    queries: Mapping[str, str],
+    candidates: Mapping[str, Sequence[Any]],
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    rel: int = 1,
+    data: str = "",
+    show_progress: bool = False,
+) -> dict[str, HeadScores]:
+    """Run ``reranker.windows`` (build it with ``heads=None`` to score every head) for each
+    labelled query over its candidate documents, then :func:`query_focused_scores`."""
+    qids = [q for q in queries if q in candidates]
+    if not qids:
+        raise InputError("no query has candidates; give candidates for the labelled queries")
+
+    def items():
+        it = qids
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            it = tqdm(qids, desc="detect", unit="q")
+        for q in it:
+            docs = list(candidates[q])
+            yield q, reranker.windows(queries[q], docs), [getattr(d, "id", str(i)) for i, d in enumerate(docs)]
+
+    llm = reranker.llm
+    stamp = _dt.date.today().isoformat()
+    return query_focused_scores(
+        items(),
+        qrels,
+        reranker.head_list,
+        llm.num_layers,
+        llm.num_heads,
+        rel=rel,
+        calibrate=reranker.calibrate,
+        use_filter=reranker.token_filter,
+        data=data or f"{len(qids)} labelled queries ({stamp})",
+        model_id=llm.model_id,
+        fingerprint=llm.fingerprint,
+    )

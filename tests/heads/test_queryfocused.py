@@ -1,0 +1,64 @@
+"""Query-focused retrieval heads (QRHead's QRScore and nDCG selection, CoRe's contrast) on a
+tiny random model, checked against per-head document scores computed by hand."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attnrank.heads.queryfocused import detect_query_focused
+from attnrank.heads.scores import HeadScores
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.types import Document
+
+DOCS = [
+    Document("paris", "Paris is the capital of France."),
+    Document("berlin", "Berlin is the capital of Germany."),
+    Document("banana", "Bananas are yellow fruit."),
+    Document("rome", "Rome is the capital of Italy."),
+]
+QUERIES = {"q1": "capital of France?", "q2": "yellow fruit?", "q3": "capital of Italy?"}
+QRELS = {"q1": {"paris": 1}, "q2": {"banana": 2, "rome": 0}, "q3": {"rome": 1}}
+
+
+def test_query_focused_detection_end_to_end(llm, tmp_path):
+    reranker = AttentionReranker(llm, None)
+    cands = {q: DOCS for q in QUERIES}
+    res = detect_query_focused(reranker, QUERIES, cands, QRELS)
+    assert set(res) == {"qr-score", "qr-ndcg", "contrastive"}
+    for name, hs in res.items():
+        assert isinstance(hs, HeadScores) and hs.method == name and hs.scores.shape == (4, 4)
+        assert np.isfinite(hs.scores).all() and hs.n_used == 3 and len(hs.top(16)) == 16
+    # reference for one head: its per-head document scores, by hand
+    from attnrank.llm.rows import per_head_document_scores
+
+    h = 5  # layer 1, head 1
+    qr, con, nd = [], [], []
+    for q, text in QUERIES.items():
+        wins = reranker.windows(text, DOCS)
+        s = np.zeros(4)
+        s[wins[0].doc_index] = per_head_document_scores(wins[0].rows, wins[0].spans)[h]
+        gold = np.array([QRELS[q].get(d.id, 0) >= 1 for d in DOCS])
+        qr.append(s[gold].sum())
+        con.append(s[gold].mean() - s[~gold].mean())
+        gains = np.array([QRELS[q].get(d.id, 0) for d in DOCS], dtype=float)  # trec_eval nDCG: gain = label
+        discount = 1.0 / np.log2(np.arange(2, len(DOCS) + 2))
+        nd.append((gains[np.argsort(-s)] * discount).sum() / (np.sort(gains)[::-1] * discount).sum())
+    assert res["qr-score"].scores[1, 1] == pytest.approx(np.mean(qr))
+    assert res["contrastive"].scores[1, 1] == pytest.approx(np.mean(con))
+    assert res["qr-ndcg"].scores[1, 1] == pytest.approx(np.mean(nd))
+    assert res["qr-ndcg"].scores.min() >= 0.0 and res["qr-ndcg"].scores.max() <= 1.0
+    path = res["qr-ndcg"].save(4, root=tmp_path)
+    stored = json.loads(path.read_text())["sets"][0]
+    assert stored["method"] == "qr-ndcg" and len(stored["heads"]) == 4 and len(stored["scores"]) == 4
+
+
+def test_query_focused_with_a_head_subset_and_no_gold(llm):
+    reranker = AttentionReranker(llm, "1-2,2-0")
+    res = detect_query_focused(reranker, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
+    assert res["qr-score"].n_used == 0 and "no usable query" in res["qr-score"].note
+    assert res["qr-score"].top() == []
+    nd = res["qr-ndcg"].scores  # judged but nothing relevant among the candidates: nDCG 0
+    assert np.isnan(nd[0]).all() and nd[1, 2] == 0.0 and nd[2, 0] == 0.0
