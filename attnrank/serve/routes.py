@@ -1,0 +1,236 @@
+"""The routes of ``attnrank serve`` (one :class:`fastapi.APIRouter`): each checks its request
+against the limits, queues its model work on the app's :class:`~attnrank.serve.server.Server`
+and shapes the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..errors import AttnrankError, InputError, require
+
+require("fastapi", "serve", "attnrank serve")
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from ..config import DEFAULT_BUDGET_TOKENS
+from ..explain import explain_results
+from ..generate import Generator
+from ..pipeline import Pipeline
+from ..prune.context import PrunedContext
+from ..types import Document, RankedResults
+from .jobs import Job
+from .schemas import AskRequest, CohereRerankRequest, PruneRequest, SearchRequest, TEIRerankRequest, texts_of
+from .server import Server, request_info
+
+router = APIRouter()
+
+
+def _server(request: Request) -> Server:
+    return request.app.state.server
+
+
+@router.get("/health")
+async def health(request: Request) -> dict[str, Any]:
+    server = _server(request)
+    idx = server.engine.index
+    return {
+        "status": "ok",
+        "model": server.engine.model_name,
+        "index_documents": None if idx is None else idx.num_docs,
+        "queue": server.jobs.stats(),
+        "limits": server.limits.as_dict(),
+    }
+
+
+async def _rank(
+    request: Request, query: str, texts: list[str], top_n: int | None, explain: bool
+) -> tuple[RankedResults, list[dict[str, Any]] | None]:
+    """Rerank ``texts`` (ids are their positions) and, if asked, explain each result."""
+    server = _server(request)
+    server.check(query, texts)
+    docs = [Document(str(i), t) for i, t in enumerate(texts)]
+    reranker = server.engine.reranker
+
+    def work(job: Job) -> tuple[RankedResults, list[dict[str, Any]] | None]:
+        job.check()
+        res = reranker.rank(query, docs, k=top_n, return_evidence=explain)
+        job.check()  # the client left while the model ran: drop the rest
+        return res, ([e.as_dict() for e in explain_results(reranker, res)] if explain else None)
+
+    return await server.run(request, work, len(texts))
+
+
+@router.post("/v1/rerank")
+async def rerank_cohere(body: CohereRerankRequest, request: Request) -> dict[str, Any]:
+    server = _server(request)
+    texts = texts_of(body.documents)
+    server.check_count("documents", len(texts))  # before tokenizing them all to truncate
+    texts = server.truncate(texts, body.max_tokens_per_doc)
+    res, expl = await _rank(request, body.query, texts, body.top_n, body.explain)
+    results = []
+    for j, r in enumerate(res):
+        item: dict[str, Any] = {"index": int(r.id), "relevance_score": r.score}
+        if body.return_documents:
+            item["document"] = {"text": texts[int(r.id)]}
+        if expl is not None:
+            item["explanation"] = expl[j]
+        results.append(item)
+    return {
+        "id": str(uuid.uuid4()),
+        "results": results,
+        "meta": {"api_version": {"version": "2"}, "model": server.engine.model_name},
+    }
+
+
+@router.post("/rerank")
+async def rerank_tei(body: TEIRerankRequest, request: Request) -> list[dict[str, Any]]:
+    res, _ = await _rank(request, body.query, body.texts, None, False)
+    return [{"index": int(r.id), "score": r.score, **({"text": r.text} if body.return_text else {})} for r in res]
+
+
+@router.post("/v1/search")
+async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
+    server = _server(request)
+    index = server.need("index")
+    server.check(body.query, [])
+    if body.top_k > body.depth and body.rerank:
+        raise InputError(f"top_k={body.top_k} exceeds depth={body.depth}; lower top_k or raise depth")
+    server.check_count("top_k", body.top_k)
+    if body.rerank:
+        server.check_count("depth", body.depth)
+
+    def work(job: Job) -> RankedResults:
+        first = index.search(body.query, max(body.top_k, body.depth) if body.rerank else body.top_k)
+        if not body.rerank:
+            return first
+        job.check()
+        return server.engine.reranker.rank(body.query, first, k=body.top_k)
+
+    res = await server.run(request, work, body.depth if body.rerank else body.top_k)
+    fields = ("id", "title", "text", "score", "rank", "stage_scores")
+    return {"query": body.query, "results": [{f: getattr(r, f) for f in fields} for r in res]}
+
+
+@router.post("/v1/prune")
+async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
+    server = _server(request)
+    pruner = server.need("pruner")
+    texts = None if body.documents is None else texts_of(body.documents)
+    index = server.need("index") if texts is None else None
+    server.check(body.query, texts or [])
+    if texts is None:
+        server.check_count("top_k", body.top_k)
+    budget = body.budget_tokens if body.budget_tokens is not None or body.keep_ratio is not None else 300
+
+    def work(job: Job) -> PrunedContext:
+        if index is not None:
+            docs = index.search(body.query, body.top_k).documents()
+            server.check_tokens(body.query, [d.text for d in docs], "ask for fewer (lower top_k)")
+        else:
+            docs = [Document(str(i), t) for i, t in enumerate(texts or [])]
+        job.check()
+        return pruner.prune(
+            body.query, docs, budget_tokens=budget, keep_ratio=body.keep_ratio, neighbours=body.neighbours
+        )
+
+    return _pruned(body.query, await server.run(request, work, len(texts) if texts is not None else body.top_k))
+
+
+def _pruned(query: str, p: PrunedContext) -> dict[str, Any]:
+    """The ``/v1/prune`` answer: what was kept, per document and per sentence (NaN scores as null)."""
+    return {
+        "query": query,
+        "kept_tokens": p.kept_tokens,
+        "original_tokens": p.original_tokens,
+        "budget_tokens": p.budget_tokens,
+        "notes": p.notes,
+        "documents": [
+            {"id": d.id, "title": d.title, "text": d.text, "kept_sentences": d.metadata["kept_sentences"]}
+            for d in p.documents()
+        ],
+        "sentences": [
+            {
+                "doc_id": s.doc_id,
+                "sentence_index": s.sentence_index,
+                "text": s.text,
+                "tokens": s.tokens,
+                "score": None if s.score != s.score else s.score,
+                "kept": s.kept,
+            }
+            for s in p.sentences
+        ],
+    }
+
+
+def _sse(event: str, data: Any) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+@router.post("/v1/ask")
+async def ask(body: AskRequest, request: Request) -> StreamingResponse:
+    """Answer over the index, streamed as server-sent events: ``token`` (``{"text"}``) while
+    generating, then ``done`` (answer, sources, timings) or ``error`` (``{"message"}``)."""
+    server = _server(request)
+    index, generator = server.need("index"), server.need("generator")
+    server.check(body.query, [])
+    server.check_count("depth", body.depth)
+    server.check_count("top_k", body.top_k)
+    budget = body.budget_tokens
+    if budget is None and body.keep_ratio is None:
+        budget = DEFAULT_BUDGET_TOKENS
+    pipe = Pipeline(
+        index,
+        server.engine.reranker,
+        server.engine.pruner,
+        Generator(generator.llm, body.max_new_tokens),
+        depth=body.depth,
+        top_k=body.top_k,
+        budget_tokens=budget,
+    )
+    loop = asyncio.get_running_loop()
+    pieces: asyncio.Queue[str] = asyncio.Queue()
+    info = request_info(request)
+    info["candidates"] = body.depth
+
+    def work(job: Job):
+        def on_piece(text: str) -> None:
+            job.check()  # stops generation once the client has gone
+            loop.call_soon_threadsafe(pieces.put_nowait, text)
+
+        return pipe.run(body.query, budget_tokens=budget, keep_ratio=body.keep_ratio, stream=on_piece)
+
+    job = server.jobs.submit(work)  # a full queue answers 503 before the stream starts
+    return StreamingResponse(_events(server, job, pieces, info), media_type="text/event-stream")
+
+
+async def _events(server: Server, job: Job, pieces: asyncio.Queue[str], info: dict[str, Any]) -> AsyncIterator[str]:
+    """The ``/v1/ask`` stream: tokens as they come, then the result; cancels the job if the client leaves."""
+    try:
+        while True:
+            get = asyncio.ensure_future(pieces.get())
+            done, _ = await asyncio.wait({get, job.future}, return_when=asyncio.FIRST_COMPLETED)
+            if get in done:
+                yield _sse("token", {"text": get.result()})
+                continue
+            get.cancel()
+            while not pieces.empty():
+                yield _sse("token", {"text": pieces.get_nowait()})
+            break
+        info["queue_wait"] = job.queue_wait
+        err = job.future.exception()
+        if err is not None:
+            yield _sse("error", {"message": str(err) if isinstance(err, AttnrankError) else repr(err)})
+            return
+        res = job.future.result()
+        timings = {k: round(v, 4) for k, v in res.timings.items()}
+        yield _sse("done", {"answer": res.answer.text, "sources": res.sources, "timings": timings})
+    finally:
+        if not job.future.done():  # the client went away mid-stream
+            server.jobs.cancel(job)
+            info["cancelled"] = True
+            info["queue_wait"] = job.queue_wait

@@ -1,0 +1,123 @@
+"""The state ``attnrank serve``'s routes share: limits checked before any model work, the job
+queue in front of the one loaded model, and the engine (:class:`Server`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import AttnrankError, InputError, require
+
+require("fastapi", "serve", "attnrank serve")
+
+from fastapi import Request
+
+from .engine import Engine
+from .jobs import Job, JobQueue
+from .schemas import Limits
+
+CLIENT_CLOSED = 499  # nginx's "client closed request": never seen by the client, shown in the log
+
+
+class LimitExceeded(AttnrankError):
+    """A request over one of the server's limits (answered 413)."""
+
+
+class ClientGone(Exception):
+    """The client disconnected while its job waited or ran."""
+
+
+class NotAvailable(Exception):
+    """A route that needs a part the server was started without (an index, a generator)."""
+
+
+def request_info(request: Request) -> dict[str, Any]:
+    """What the access log records for ``request`` (see :mod:`attnrank.serve.middleware`)."""
+    return request.scope.setdefault("state", {}).setdefault("attnrank", {})
+
+
+class Server:
+    """Limits, the job queue and the engine, shared by the routes."""
+
+    def __init__(self, engine: Engine, limits: Limits, max_queued: int):
+        self.engine, self.limits = engine, limits
+        self.jobs = JobQueue(max_queued)
+        tok = getattr(getattr(engine.reranker, "llm", None), "tokenizer", None)
+        self.tokenizer = tok
+
+    # -- checks before any model work ----------------------------------------------------------
+    def check(self, query: str, texts: list[str]) -> None:
+        lim = self.limits
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("query is empty; send a non-empty query text")
+        if len(query) > lim.max_query_chars:
+            raise LimitExceeded(
+                f"query has {len(query)} characters > max_query_chars={lim.max_query_chars}; send a shorter query"
+            )
+        if len(texts) > lim.max_documents:
+            raise LimitExceeded(
+                f"{len(texts)} documents > max_documents={lim.max_documents}; send at most "
+                f"{lim.max_documents} documents per request"
+            )
+        for i, t in enumerate(texts):
+            if len(t) > lim.max_document_chars:
+                raise LimitExceeded(
+                    f"document {i} has {len(t)} characters > max_document_chars="
+                    f"{lim.max_document_chars}; split or truncate it"
+                )
+        self.check_tokens(query, texts)
+
+    def check_tokens(self, query: str, texts: list[str], fix: str = "send fewer or shorter documents") -> None:
+        """Model tokens of ``query`` and ``texts`` within ``max_total_tokens``."""
+        lim = self.limits
+        if self.tokenizer is not None and texts:
+            n = sum(len(ids) for ids in self.tokenizer([query, *texts], add_special_tokens=False)["input_ids"])
+            if n > lim.max_total_tokens:
+                raise LimitExceeded(
+                    f"query and documents have {n} tokens > max_total_tokens={lim.max_total_tokens}; {fix}"
+                )
+
+    def check_count(self, name: str, n: int) -> None:
+        """``n`` index hits asked for (``top_k``/``depth``) within ``max_documents``."""
+        lim = self.limits.max_documents
+        if n > lim:
+            raise LimitExceeded(f"{name}={n} > max_documents={lim}; ask for at most {lim} documents")
+
+    def truncate(self, texts: list[str], max_tokens: int | None) -> list[str]:
+        """Cut each text after ``max_tokens`` model tokens (at a token boundary)."""
+        if max_tokens is None or self.tokenizer is None:
+            return texts
+        out = []
+        for t in texts:
+            offsets = self.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            out.append(t if len(offsets) <= max_tokens else t[: offsets[max_tokens - 1][1]])
+        return out
+
+    def need(self, what: str) -> Any:
+        value = getattr(self.engine, what)
+        if value is None:
+            flag = "--index NAME or --index-dir DIR" if what == "index" else f"a {what}"
+            raise NotAvailable(f"this server has no {what}; start it with {flag}")
+        return value
+
+    # -- running a job -------------------------------------------------------------------------
+    async def run(self, request: Request, fn: Callable[[Job], Any], candidates: int) -> Any:
+        """Queue ``fn`` and wait for it; cancel it if the client disconnects meanwhile."""
+        info = request_info(request)
+        info["candidates"] = candidates
+        job = self.jobs.submit(fn)
+        try:
+            while not job.future.done():
+                done, _ = await asyncio.wait({job.future}, timeout=0.05)
+                if not done and await request.is_disconnected():
+                    self.jobs.cancel(job)
+                    info["cancelled"] = True
+                    raise ClientGone()
+            return job.future.result()
+        except asyncio.CancelledError:
+            self.jobs.cancel(job)
+            info["cancelled"] = True
+            raise
+        finally:
+            info["queue_wait"] = job.queue_wait
