@@ -192,6 +192,7 @@ def run_batch(
         if todo:
             ex = RayExecutor(ray_address, num_cpus=num_cpus, object_store_mb=object_store_mb, quiet=not progress)
             stats["ray_startup_seconds"] = round(ex.startup_seconds, 3)
+            _warn_unplaceable(ex.ray, res, config.rerank > 0)
             try:
                 rows = [{"qid": q, "query": qs[q]} for q in todo]
                 ds = _pipeline(ex.ray, rows, config, res, progress)
@@ -206,6 +207,25 @@ def run_batch(
     stats["seconds"] = round(time.perf_counter() - t0, 3)
     stats.setdefault("queries_per_second", None)  # None: everything was resumed
     return stats
+
+
+def _warn_unplaceable(ray: Any, res: Resources, rerank: bool) -> None:
+    """Say why a run would wait: Ray queues an actor until a node offers what it declares, so on a
+    cluster that lacks it now (a GPU, enough CPUs) the run waits for nodes to join (autoscaling)
+    instead of failing. A local Ray was checked before it started (``attnrank batch``)."""
+    have = ray.cluster_resources()
+    needs = [("CPU", res.retrieval_cpus)]
+    if rerank:
+        needs += [("CPU", res.rerank_cpus), ("GPU", res.rerank_gpus)]
+    for kind, amount in needs:
+        if amount > have.get(kind, 0.0):
+            logger.warning(
+                "the Ray cluster offers %s %s now and an actor needs %s; the run waits until a node with "
+                "them joins (lower --actor-cpus, or --device cpu, if none will)",
+                have.get(kind, 0.0),
+                kind,
+                amount,
+            )
 
 
 def _drain(

@@ -153,3 +153,20 @@ def test_bad_input_is_refused_before_ray(tmp_path, indexes):
         read_queries(tmp_path / "q.parquet")
     pq.write_table(pa.table({"qid": ["a", "b"], "query": ["first", "second"]}), tmp_path / "ok.parquet")
     assert read_queries(tmp_path / "ok.parquet") == {"a": "first", "b": "second"}
+
+
+def test_a_cluster_lacking_what_an_actor_declares_is_named(ray_local, caplog):
+    """The local Ray has 2 CPUs and no GPU: a GPU rerank actor or a 3-CPU actor would wait for a
+    node to join; the run says so instead of waiting in silence. What fits says nothing."""
+    from attnrank.batch.runner import _warn_unplaceable
+
+    with caplog.at_level("WARNING", logger="attnrank.batch.runner"):
+        _warn_unplaceable(ray_local, Resources(rerank_gpus=0.0), True)
+        assert not caplog.records
+        _warn_unplaceable(ray_local, Resources(rerank_gpus=1.0), True)
+        _warn_unplaceable(ray_local, Resources(rerank_gpus=1.0), False)  # no reranking: the GPU is not asked for
+        _warn_unplaceable(ray_local, Resources(retrieval_cpus=3.0), False)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages
+    assert "offers 0.0 GPU now and an actor needs 1.0" in messages[0] and "--device cpu" in messages[0]
+    assert "offers 2.0 CPU now and an actor needs 3.0" in messages[1]
