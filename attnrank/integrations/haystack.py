@@ -13,7 +13,7 @@ This module converts documents and collects the reranker settings, which are kep
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from ..errors import InputError, require
@@ -22,12 +22,15 @@ require("haystack", "haystack", "the attnrank Haystack components")
 
 from haystack import Document as HSDocument
 
+from ..rerank.reweight import Reweighting
 from ..types import Document, RankedResults, ScoredDocument
 from .shared import keep_stages, score_fields
 
 __all__ = ["from_index", "reranker_settings", "to_attnrank", "to_haystack"]
 
 _BASIC = (str, int, float, bool, type(None))
+# the components' own reranker parameters and their defaults
+_OWN_DEFAULTS: dict[str, Any] = {"model": None, "heads": None, "scorer": "sum"}
 
 
 def _check_basic(name: str, value: Any) -> None:
@@ -45,15 +48,40 @@ def _check_basic(name: str, value: Any) -> None:
 
 
 def reranker_settings(model: str | None, heads: Any, scorer: str, extra: dict[str, Any] | None) -> dict[str, Any]:
-    """AttentionReranker keyword arguments from a component's basic-typed init parameters."""
-    settings = {"model": model, "heads": heads, "scorer": scorer, **(extra or {})}
-    if heads is None:  # None: the default preset's heads (registered set, else all heads)
+    """AttentionReranker keyword arguments from a component's basic-typed init parameters.
+
+    ``extra`` (``reranker_kwargs``) may also carry ``model``, ``heads`` or ``scorer`` when the
+    component's own parameter is left at its default; ``reweight`` may be a dict of
+    :class:`~attnrank.rerank.reweight.Reweighting` fields."""
+    extra = dict(extra or {})
+    own: dict[str, Any] = {"model": model, "heads": heads, "scorer": scorer}
+    for key, default in _OWN_DEFAULTS.items():
+        if key not in extra:
+            continue
+        if own[key] != default and own[key] != extra[key]:
+            raise InputError(
+                f"reranker_kwargs[{key!r}]={extra[key]!r} contradicts {key}={own[key]!r}; "
+                f"give {key} once, as the component's {key} parameter"
+            )
+        own[key] = extra.pop(key)
+    settings = {**own, **extra}
+    if own["heads"] is None:  # None: the default preset's heads (registered set, else all heads)
         del settings["heads"]
-    if isinstance(heads, list):  # YAML gives [[layer, head], ...]; the reranker takes pairs
-        settings["heads"] = [tuple(p) for p in heads]
+    if isinstance(own["heads"], list):  # YAML gives [[layer, head], ...]; the reranker takes pairs
+        settings["heads"] = [tuple(p) for p in own["heads"]]
     for k, v in settings.items():
         _check_basic(k, v)
+    if isinstance(settings.get("reweight"), dict):  # the basic-typed form of a Reweighting
+        settings["reweight"] = _reweighting(settings["reweight"])
     return settings
+
+
+def _reweighting(values: dict[str, Any]) -> Reweighting:
+    known = {f.name for f in fields(Reweighting)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise InputError(f"reweight={values!r} has unknown field(s) {unknown}; known: {sorted(known)}")
+    return Reweighting(**values)
 
 
 def check_top_k(top_k: Any) -> None:

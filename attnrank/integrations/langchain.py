@@ -35,7 +35,7 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun, Callbacks
 from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.documents import Document as LCDocument
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..types import Document, ScoredDocument
 from .shared import (
@@ -174,14 +174,17 @@ class AttnrankRetriever(BaseRetriever):
     :class:`~attnrank.index.retriever.HybridRetriever`. The first stage returns
     ``depth`` passages; with ``rerank=True`` the attention reranker keeps the best ``k``
     (else the first-stage top ``k``). Other keyword arguments configure the reranker.
+    ``.index`` and ``.reranker`` (None without ``rerank``) hold the loaded objects.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     k: int = 4
     depth: int = 20
     rerank: bool = True
-    _index: Any = PrivateAttr()
-    _reranker: Any = PrivateAttr(default=None)
+    # The loaded index and reranker are fields (not private attributes) because LangChain
+    # rebuilds a runnable from its fields alone (``configurable_fields``, ``with_config``).
+    index: Any = Field(default=None, exclude=True, repr=False)
+    reranker: Any = Field(default=None, exclude=True, repr=False)
 
     def __init__(self, *, index: Any, reranker: Any = None, **kwargs: Any):
         old = renamed(kwargs, "first_stage_k", "depth", "AttnrankRetriever")
@@ -190,16 +193,16 @@ class AttnrankRetriever(BaseRetriever):
         fields, settings = _split_settings(type(self), kwargs)
         check_depth(fields.get("k", 4), fields.get("depth", 20), "k")
         super().__init__(**fields)
-        self._index = shared_index(index)
+        self.index = shared_index(index)
         if self.rerank:
-            self._reranker = shared_reranker(reranker, **settings)
+            self.reranker = shared_reranker(reranker, **settings)
         elif reranker is not None or settings:
             raise InputError(f"rerank=False but reranker settings were given ({sorted(settings) or 'reranker'})")
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[LCDocument]:
-        first = self._index.search(query, self.depth)
-        if self._reranker is None:
+        first = self.index.search(query, self.depth)
+        if self.reranker is None:
             return [to_langchain(r) for r in first.top_k(self.k)]
-        with model_lock(self._reranker):
-            res = self._reranker.rank(query, first, k=self.k)
+        with model_lock(self.reranker):
+            res = self.reranker.rank(query, first, k=self.k)
         return [to_langchain(r) for r in res]

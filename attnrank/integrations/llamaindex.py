@@ -233,6 +233,9 @@ class AttnrankRetriever(BaseRetriever):
         similarity_top_k = similarity_top_k if old_k is None else old_k
         depth = depth if old_depth is None else old_depth
         check_depth(similarity_top_k, depth, "similarity_top_k")
+        if not rerank and (reranker is not None or settings):
+            # nothing would read them: a misspelt count (top_k=) would silently be ignored
+            raise InputError(f"rerank=False but reranker settings were given ({sorted(settings) or 'reranker'})")
         super().__init__(callback_manager=callback_manager)
         self.similarity_top_k, self.depth = similarity_top_k, depth
         self._index = shared_index(index)

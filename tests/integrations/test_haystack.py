@@ -73,3 +73,27 @@ def test_ranker_run_top_k_and_errors(settings):
         ranker.run("q", docs, top_k=0)
     with pytest.raises(InputError, match="basic types"):
         AttnrankRanker(reranker_kwargs={"reweight": object()})
+
+
+def test_reranker_kwargs_heads_are_used(settings):
+    """``heads`` given in ``reranker_kwargs`` (the component's ``heads`` left at None) is used, not
+    silently replaced by the preset's heads; given both ways, differently, it is an error."""
+    ranker = AttnrankRanker(model=settings["model"], reranker_kwargs={"max_doc_words": 40, "heads": [[0, 1]]})
+    ranker.warm_up()
+    assert ranker._reranker.head_list == [(0, 1)]
+    with pytest.raises(InputError, match=r"reranker_kwargs\['heads'\]='0-1'.*heads='all'"):
+        AttnrankRanker(model=settings["model"], heads="all", reranker_kwargs={"heads": "0-1"})
+
+
+def test_reranker_kwargs_reweight_dict(settings):
+    """``reweight`` as a dict of :class:`Reweighting` fields (basic types, so the pipeline
+    serializes) becomes the reranker's re-weighting; an unknown step is one clear error."""
+    kwargs = {"max_doc_words": 40, "reweight": {"sink": True}}
+    ranker = AttnrankRanker(model=settings["model"], top_k=1, reranker_kwargs=kwargs)
+    assert AttnrankRanker.from_dict(ranker.to_dict()).to_dict() == ranker.to_dict()
+    ranker.warm_up()
+    assert ranker._reranker.reweight is not None and ranker._reranker.reweight.sink
+    docs = [Document(content="Paris is the capital of France."), Document(content="Bananas are yellow.")]
+    assert len(ranker.run("capital of France?", docs)["documents"]) == 1
+    with pytest.raises(InputError, match=r"reweight.*no_such_step"):
+        AttnrankRanker(model=settings["model"], reranker_kwargs={"reweight": {"no_such_step": True}})

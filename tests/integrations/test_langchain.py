@@ -103,3 +103,17 @@ def test_retriever_old_first_stage_k_still_read(demo_index):
     assert old.depth == 3
     with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="k=4 exceeds depth=3"):
         AttnrankRetriever(index=demo_index, k=4, first_stage_k=3, rerank=False)
+
+
+def test_retriever_configurable_fields(settings, demo_index, query):
+    """LangChain rebuilds a configured runnable from its fields (``configurable_fields``): the
+    rebuilt retriever keeps the index and the reranker, only ``k`` changes."""
+    from langchain_core.runnables import ConfigurableField
+
+    base = AttnrankRetriever(index=demo_index, k=2, depth=5, **settings)
+    conf = base.configurable_fields(k=ConfigurableField(id="k"))
+    assert [d.id for d in conf.invoke(query)] == [d.id for d in base.invoke(query)]
+    three = conf.with_config(configurable={"k": 3}).invoke(query)
+    ref = AttnrankRetriever(index=demo_index, k=3, depth=5, **settings).invoke(query)
+    assert [d.id for d in three] == [d.id for d in ref] and len(ref) == 3
+    assert all("attention" in d.metadata["stage_scores"] for d in three)  # still reranked

@@ -102,3 +102,12 @@ def test_retriever_old_names_still_read(demo_index, query):
     assert (old.similarity_top_k, old.depth) == (2, 4)
     new = AttnrankRetriever(demo_index, similarity_top_k=2, depth=4, rerank=False)
     assert [n.node.node_id for n in old.retrieve(query)] == [n.node.node_id for n in new.retrieve(query)]
+
+
+def test_retriever_without_rerank_refuses_reranker_settings(demo_index, settings):
+    """With ``rerank=False`` nothing reranks: reranker settings (or a misspelt count such as
+    ``top_k``) are an error naming them, as in the LangChain retriever, not silently dropped."""
+    with pytest.raises(InputError, match=r"rerank=False.*top_k"):
+        AttnrankRetriever(demo_index, similarity_top_k=2, depth=4, rerank=False, top_k=3)
+    with pytest.raises(InputError, match=r"rerank=False.*model"):
+        AttnrankRetriever(demo_index, similarity_top_k=2, depth=4, rerank=False, **settings)

@@ -29,7 +29,8 @@ class AttnrankRanker:
     ``model``: an HF id, a local folder or .gguf, or None (the packaged SmolLM2-135M); ``heads``:
     None (the default preset's: the registered set, else all heads), "all", "auto", "l-h,l-h" or ``[[layer, head], ...]``; ``scorer``: "sum" or "learned";
     ``reranker_kwargs``: further :class:`attnrank.AttentionReranker` keyword arguments (basic
-    types). The model loads in :meth:`warm_up` (shared by components with the same settings).
+    types; ``reweight`` as a dict of :class:`attnrank.rerank.reweight.Reweighting` fields). The
+    model loads in :meth:`warm_up` (shared by components with the same settings).
     """
 
     def __init__(
