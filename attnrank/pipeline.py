@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,7 +30,7 @@ from .prune.pruner import ContextPruner
 from .rerank.attention import AttentionReranker
 from .rerank.config import RerankConfig
 from .rerank.position import SlotProfile, load_profile, reorder_for_generation
-from .types import Document, RankedResults
+from .types import Document, RankedResults, ScoredDocument, as_documents
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ class Pipeline:
     def run(
         self,
         question: str,
-        candidates: RankedResults | None = None,
+        candidates: RankedResults | Sequence[Any] | None = None,
         *,
         budget_tokens: int | None = None,
         keep_ratio: float | None = None,
@@ -175,7 +176,8 @@ class Pipeline:
         query_id: str | None = None,
     ) -> PipelineResult:
         """Run every configured stage for ``question``. ``candidates``: a first-stage list to use
-        instead of searching (e.g. a benchmark's fixed candidates). The pruning budget is
+        instead of searching (e.g. a benchmark's fixed candidates; Documents, ScoredDocuments or
+        strings, best first). The pruning budget is
         ``budget_tokens``, else ``keep_ratio``, else the pipeline's ``budget_tokens``; ``stream``
         receives the answer's text pieces as they are generated."""
         if not isinstance(question, str) or not question.strip():
@@ -187,11 +189,7 @@ class Pipeline:
                 raise InputError("this pipeline has no retriever; pass candidates= to run()")
             first = self.retriever.search(question, self.depth, query_id=query_id)
         else:
-            first = (
-                candidates
-                if isinstance(candidates, RankedResults)
-                else RankedResults(question, list(candidates), query_id, stage="given")
-            )
+            first = _given(question, candidates, query_id)
         timings["retrieve"] = time.perf_counter() - start
         reranked = None
         top = first.top_k(self.top_k)
@@ -221,3 +219,14 @@ class Pipeline:
         timings["total"] = time.perf_counter() - start
         logger.info("pipeline: %s", ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()))
         return PipelineResult(question, first, reranked, pruned, answer, context, timings)
+
+
+def _given(question: str, candidates: Any, query_id: str | None) -> RankedResults:
+    """Fixed candidates as a first-stage result; unscored ones keep their order (score 0)."""
+    if isinstance(candidates, RankedResults):
+        return candidates
+    docs, scored = as_documents(candidates)
+    results = scored or [
+        ScoredDocument(d.id, 0.0, i, d.text, d.title, metadata=d.metadata) for i, d in enumerate(docs, start=1)
+    ]
+    return RankedResults(question, results, query_id, stage="given")

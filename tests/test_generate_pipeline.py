@@ -73,6 +73,19 @@ def test_pipeline_without_optional_stages(built_retriever):
         Pipeline(built_retriever).run("")
 
 
+def test_pipeline_with_plain_candidates(llm):
+    """Fixed candidates as Documents or strings (what the reranker and pruner accept); before,
+    run() failed with AttributeError: 'Document' object has no attribute 'score'."""
+    docs = [Document("p", "Paris is the capital of France. It is big.", "Paris"), Document("b", "Berlin is cold.")]
+    pipe = Pipeline(None, AttentionReranker(llm), ContextPruner(llm), depth=2, top_k=2)
+    res = pipe.run("capital of France?", docs, budget_tokens=30)
+    assert res.first_stage.ids == ["p", "b"] and res.first_stage.stage == "given"
+    assert sorted(res.reranked.ids) == ["b", "p"] and res.pruned.kept_tokens <= 30
+    assert {d.title for d in res.context} <= {"Paris", ""}
+    plain = Pipeline(None, depth=2, top_k=1).run("capital?", ["Paris is in France.", "Berlin is cold."])
+    assert plain.sources == ["0"] and plain.context[0].text == "Paris is in France."
+
+
 def test_pipeline_reorders_passages_by_slot_profile(llm, built_retriever, tmp_path, monkeypatch):
     from attnrank.rerank.position import SlotProfile, store_profile
 

@@ -68,10 +68,13 @@ class PassageExplanation:
 
 def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """The text each token adds, by decoding growing prefixes (so byte-level pieces and
-    leading-space markers come out as the reader sees them); falls back to the lone token."""
+    leading-space markers come out as the reader sees them); a character of several byte
+    tokens belongs to its last one, the others add ""; falls back to the lone token."""
     out, prev = [], ""
     for i in range(len(ids)):
         cur = tokenizer.decode(list(ids[: i + 1]), skip_special_tokens=False)
+        if i + 1 < len(ids):  # a prefix ending inside a character decodes to U+FFFD: not yet shown
+            cur = cur.rstrip("\ufffd")
         out.append(cur[len(prev) :] if cur.startswith(prev) else tokenizer.decode([ids[i]]))
         prev = cur
     return out

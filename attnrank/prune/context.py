@@ -58,6 +58,11 @@ class PrunedContext:
     kept_all: bool = False
     notes: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        note = f"budget_tokens={self.budget_tokens} wins: keep_ratio={self.keep_ratio} ignored"
+        if self.budget_source == "budget_tokens" and self.keep_ratio is not None and note not in self.notes:
+            self.notes.append(note)  # once, also when the context is copied with dataclasses.replace
+
     @property
     def kept(self) -> list[ScoredSentence]:
         """Kept sentences in reading order (passage input order, then sentence order)."""
@@ -83,8 +88,9 @@ class PrunedContext:
 
     def documents(self) -> list[Document]:
         """Pruned passages in input order, those with no kept sentence left out. Adjacent kept
-        sentences are copied with the original text between them; gaps become one space (or a
-        newline where the omitted text held one). Titles stay if ``keep_titles``."""
+        sentences are copied with the original whitespace between them; gaps (and text outside
+        given pre-split sentences) become one space, or a newline where the omitted text held
+        one. Titles stay if ``keep_titles``."""
         out = []
         for i, doc in enumerate(self.docs):
             kept = [s for s in self.sentences if s.doc_index == i and s.kept]
@@ -93,7 +99,8 @@ class PrunedContext:
             parts = [kept[0].text]
             for prev, cur in zip(kept, kept[1:]):
                 gap = doc.text[prev.end : cur.start]
-                if cur.sentence_index == prev.sentence_index + 1:
+                # text between given sentences was never counted against the budget: not copied
+                if cur.sentence_index == prev.sentence_index + 1 and not gap.strip():
                     parts.append(gap + cur.text)
                 else:
                     parts.append(("\n" if "\n" in gap else " ") + cur.text)
@@ -125,7 +132,9 @@ def check_budget(budget_tokens: int | None, keep_ratio: float | None) -> None:
 def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original: int) -> tuple[int, str]:
     if budget_tokens is not None:
         if keep_ratio is not None:
-            logger.info("both budget_tokens=%d and keep_ratio=%s given: budget_tokens wins", budget_tokens, keep_ratio)
+            logger.warning(
+                "both budget_tokens=%d and keep_ratio=%s given: budget_tokens wins", budget_tokens, keep_ratio
+            )
         return int(budget_tokens), "budget_tokens"
     if keep_ratio is None:
         raise InputError("give budget_tokens or keep_ratio")

@@ -306,15 +306,28 @@ class ContextPruner:
                 run.append(k)
                 continue
             if not run or not self._fits(query, docs, sents, make_piece(piece.doc_index, doc_sents, [k])):
-                raise InputError(
-                    f"sentence {k} of document {docs[piece.doc_index].id!r} does not fit "
-                    f"max_prompt_tokens={self.max_prompt_tokens} even alone; lower "
-                    f"max_sentence_words (now {self.max_sentence_words}) or raise max_prompt_tokens"
-                )
+                raise self._misfit(query, docs, sents, make_piece(piece.doc_index, doc_sents, [k]))
             out.append(make_piece(piece.doc_index, doc_sents, run))
             run = [k]
         out.append(make_piece(piece.doc_index, doc_sents, run))
         return out
+
+    def _misfit(self, query: str, docs, sents, piece: Piece) -> InputError:
+        """The error for a one-sentence ``piece`` that does not fit a prompt, naming what takes
+        the room: the sentence, or a long query (then every passage would fail the same way)."""
+        alone = self._build(query, docs, sents, [piece])
+        s, e = alone.spans[0][0]
+        where = f"max_prompt_tokens={self.max_prompt_tokens}"
+        n = len(self.llm.tokenizer(query.strip(), add_special_tokens=False)["input_ids"])
+        if 2 * n > self.max_prompt_tokens:
+            return InputError(
+                f"the query ({n} tokens) and the prompt around it take {alone.length - (e - s)} tokens of "
+                f"{where}, leaving too little for the passages; shorten the query or raise max_prompt_tokens"
+            )
+        return InputError(
+            f"sentence {piece.sent_ids[0]} of document {docs[piece.doc_index].id!r} ({e - s} tokens) does not fit "
+            f"{where} even alone; lower max_sentence_words (now {self.max_sentence_words}) or raise max_prompt_tokens"
+        )
 
     def _fits(self, query: str, docs, sents, piece: Piece) -> bool:
         return self._build(query, docs, sents, [piece]).length <= self.max_prompt_tokens

@@ -10,19 +10,19 @@ Rules of :func:`split_sentences`, in order:
 
 1. Fenced code blocks (```` ``` ```` or ``~~~``) are never split at periods; they become chunks
    of whole lines of at most ``max_words`` words.
-2. Blank lines end paragraphs. Inside a paragraph a line break is a boundary before a list item
-   (``-``, ``*``, ``•``, ``1.``, ``2)``, ``a)``, ``[ ]``), around a Markdown heading, after a
-   list item unless the next line is indented (a continuation), and after a short title-like
-   line (<= 8 words, no final punctuation) followed by a capitalised line; other line breaks
-   are soft (hard-wrapped prose).
+2. Blank lines end paragraphs (Windows ``CRLF`` line ends too). Inside a paragraph a line
+   break is a boundary before a list item (``-``, ``*``, ``•``, ``1.``, ``2)``, ``a)``,
+   ``[ ]``), around a Markdown heading, after a list item unless the next line is indented (a
+   continuation), and after a short title-like line (<= 8 words, no final punctuation)
+   followed by a capitalised line; other line breaks are soft (hard-wrapped prose).
 3. A paragraph with no sentence-final punctuation at all (``.``, ``!``, ``?``, ``…`` followed
-   by whitespace or the end) is split at every line break instead.
+   by whitespace or the end, or a CJK ``。！？``) is split at every line break instead.
 4. Elsewhere a sentence ends at ``.``/``!``/``?``/``…`` runs, with any closing quotes or
-   brackets after them, followed by whitespace, unless the next word starts lowercase; a
-   single period is not a boundary after title/reference abbreviations (``Dr.``, ``e.g.``,
-   ``Fig.``, ``St.``, ...), after a list marker (``1.``), and after ambiguous ones (``etc.``,
-   ``Inc.``, ``U.S.``, ``Ph.D.``, initials such as ``J. R. R.``, months) unless the next word is
-   a common sentence opener ("The", "He", "In", ...). Decimals (``3.5``), ``e.g.``'s inner
+   brackets after them, followed by whitespace (none needed after CJK ``。！？``), unless the
+   next word starts lowercase; a single period is not a boundary after title/reference
+   abbreviations (``Dr.``, ``e.g.``, ``Fig.``, ``St.``, ...), after a list marker (``1.``), and
+   after ambiguous ones (``etc.``, ``Inc.``, ``U.S.``, ``Ph.D.``, initials such as ``J. R. R.``,
+   months) unless the next word is a common sentence opener ("The", "He", "In", ...). Decimals (``3.5``), ``e.g.``'s inner
    period and URLs have no whitespace after the period, so they never split.
 5. Any unit longer than ``max_words`` whitespace-separated words is cut into consecutive
    chunks of at most ``max_words`` words (text without any punctuation ends up here).
@@ -41,12 +41,14 @@ from ..errors import InputError
 
 DEFAULT_MAX_WORDS = 64
 
-_OPENERS = "\"'“‘«([{"
-_CLOSERS = "\"'”’»)]}"
-_END = re.compile(r"[.!?…]+[" + re.escape(_CLOSERS) + r"]*")
-_TERMINAL = re.compile(r"[.!?…][" + re.escape(_CLOSERS) + r"]*(?:\s|$)")
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*(?:\n.*?^[ \t]*\1[ \t]*$|.*\Z)", re.M | re.S)
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+_OPENERS = "\"'“‘«([{「『（【《〈"
+_CLOSERS = "\"'”’»)]}」』）】》〉"
+_CJK_STOPS = "。！？｡"  # CJK text puts no space after a sentence: these end one without it
+_END = re.compile(r"[.!?…" + _CJK_STOPS + r"]+[" + re.escape(_CLOSERS) + r"]*")
+_TERMINAL = re.compile(r"[.!?…][" + re.escape(_CLOSERS) + r"]*(?:\s|$)|[" + _CJK_STOPS + r"]")
+# \r before a line break is whitespace: Windows line ends must not hide blank lines or fence ends
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*(?:\n.*?^[ \t]*\1[ \t\r]*$|.*\Z)", re.M | re.S)
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r]*\n")
 _LIST_ITEM = re.compile(r"[ \t]*(?:[-*+•‣◦▪●–—]|\(?\d{1,3}[.)]|\(?[a-zA-Z][.)]|\[[ xX]?\])[ \t]+\S")
 _LIST_MARKER = re.compile(r"\s*\(?(?:\d{1,3}|[a-zA-Z])[.)]")
 _HEADING = re.compile(r"[ \t]*#{1,6}[ \t]+\S")
@@ -333,7 +335,7 @@ def _split_unit(text: str, a: int, b: int) -> list[tuple[int, int]]:
     out, start = [], a
     for m in _END.finditer(text, a, b):
         after = m.end()
-        if after >= b or not text[after].isspace():
+        if after >= b or not (text[after].isspace() or any(c in _CJK_STOPS for c in m.group())):
             continue  # the unit's end, or a period inside a token (3.5, e.g., U.S, a.com)
         if _is_boundary(text, start, m, b):
             out.append((start, after))

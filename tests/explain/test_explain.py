@@ -16,6 +16,7 @@ from attnrank.errors import InputError
 from attnrank.explain import explain_results
 from attnrank.explain.render import to_html, write_html
 from attnrank.rerank.attention import AttentionReranker
+from attnrank.types import Document
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,16 @@ def test_token_scores_add_up_to_the_passage_score(explained):
     e = next(e for e in ex if e.filtered)
     all_sum = sum(t.score for t in e.tokens)
     assert all_sum != pytest.approx(e.score, abs=1e-9)
+
+
+def test_tokens_spell_non_ascii_passages(reranker):
+    """Characters of several bytes span several tokens; before, each showed as U+FFFD and the
+    character itself was lost from the page."""
+    docs = [Document("fr", "Café crème à Paris, naïve façade.", "Café"), Document("zh", "北京是中国的首都。", "北京")]
+    res = reranker.rank("首都 café?", docs, return_evidence=True)
+    for r, e in zip(res, explain_results(reranker, res)):
+        spelled = "".join(t.text for t in e.tokens)
+        assert "\ufffd" not in spelled and spelled.endswith(r.text) and r.title in spelled
 
 
 def test_needs_evidence_and_plain_scorer(reranker):

@@ -206,6 +206,18 @@ def test_adjacent_sentences_keep_the_original_text_between_them():
     assert ctx.compression == 25 / 15
 
 
+def test_text_outside_the_given_sentences_is_not_copied():
+    """Pre-split sentences need not cover the text; what lies between two adjacent kept ones was
+    never counted against the budget, so it must not reach the pruned passage."""
+    doc = Document("h", "A is one. X is not a listed sentence. B is two.", "H")
+    sents = [
+        ScoredSentence(0, "h", 0, "A is one.", 0, 9, 9, 1.0, True),
+        ScoredSentence(0, "h", 1, "B is two.", 38, 47, 9, 1.0, True),
+    ]
+    ctx = PrunedContext("q", "query", [doc], sents, 18, "budget_tokens")
+    assert ctx.documents()[0].text == "A is one. B is two."
+
+
 def _sentences(tokens, scores, docs):
     return [
         ScoredSentence(d, str(d), k, f"s{j}", 0, 1, t, s)
@@ -324,3 +336,25 @@ def test_bad_input(llm):
         ContextPruner(llm, method="middle")
     with pytest.raises(InputError, match="does not fit max_prompt_tokens=120 even alone"):
         ContextPruner(llm, max_prompt_tokens=120).prune(QUERY, [Document("x", "word " * 60)], budget_tokens=5)
+
+
+def test_a_query_too_long_for_the_window_is_named(small_window):
+    long_query = "Which capital is meant here? " * 20  # ~580 tokens, the window is 512 - 64 = 448
+    with pytest.raises(InputError, match=r"the query \(\d+ tokens\).*max_prompt_tokens=448.*shorten the query"):
+        ContextPruner(small_window).prune(long_query, DOCS, budget_tokens=20)
+
+
+def test_both_budget_knobs_leave_a_note(llm):
+    res = ContextPruner(llm).prune(QUERY, DOCS, budget_tokens=30, keep_ratio=0.9)
+    assert res.budget_tokens == 30 and any("keep_ratio=0.9 ignored" in n for n in res.notes)
+
+
+def test_cjk_passages_are_pruned_by_sentence(llm):
+    docs = [Document("zh", "北京是中国的首都。上海是最大的城市。广州在南方。", "中国"), *DOCS[:1]]
+    res = ContextPruner(llm).prune("中国的首都是哪里？", docs, keep_ratio=0.5)
+    zh = [s for s in res.sentences if s.doc_id == "zh"]
+    assert [s.text for s in zh] == ["北京是中国的首都。", "上海是最大的城市。", "广州在南方。"]
+    assert 0 < res.kept_tokens <= res.budget_tokens
+    for d in res.documents():
+        kept = [s.text for s in res.kept if s.doc_id == d.id]
+        assert d.text.replace(" ", "") == "".join(kept).replace(" ", "")

@@ -110,3 +110,29 @@ def test_pre_split_sentences_are_located_verbatim():
         locate_sentences(text, ["Paris is big.", "Berlin"])
     with pytest.raises(InputError, match="max_words=0 must be >= 1"):
         split_sentences(text, max_words=0)
+
+
+def test_cjk_full_stops_end_sentences():
+    # CJK full stops are not followed by a space; before, a whole paragraph was one "sentence"
+    assert texts("北京是中国的首都。上海是最大的城市！广州在南方吗？") == [
+        "北京是中国的首都。",
+        "上海是最大的城市！",
+        "广州在南方吗？",
+    ]
+    assert texts("東京は日本の首都です。「大阪は大きい。」と彼は言った。 Then English.") == [
+        "東京は日本の首都です。",
+        "「大阪は大きい。」",
+        "と彼は言った。",
+        "Then English.",
+    ]
+
+
+def test_windows_line_endings_segment_like_unix_ones():
+    samples = [
+        "Intro\n\nflour\nsugar\n\nMix well. Bake it.",
+        "Text one. Two.\n\n```\ncode. more.\n```\nAfter code. Second sentence here.\nThird one.",
+        "Shopping\n- apples\n- pears\n\nDone. Really done.",
+    ]
+    for unix in samples:
+        windows = unix.replace("\n", "\r\n")
+        assert [t.replace("\r\n", "\n") for t in texts(windows)] == texts(unix)
