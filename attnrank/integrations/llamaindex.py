@@ -102,13 +102,35 @@ class AttnrankRerank(BaseNodePostprocessor):
 
     top_n: int | None = Field(default=2, description="Nodes kept, best first (None: all).")
     keep_retrieval_score: bool = Field(default=False, description="Keep the old score in metadata['retrieval_score'].")
+    reranker_settings: dict[str, Any] = Field(
+        default_factory=dict, description="The reranker's keyword arguments, so to_dict/from_dict rebuild it."
+    )
+    custom_reranker: bool = Field(default=False, description="Built around a given reranker object.")
     _reranker: Any = PrivateAttr()
 
     def __init__(
-        self, *, reranker: Any = None, top_n: int | None = 2, keep_retrieval_score: bool = False, **settings: Any
+        self,
+        *,
+        reranker: Any = None,
+        top_n: int | None = 2,
+        keep_retrieval_score: bool = False,
+        reranker_settings: dict[str, Any] | None = None,
+        custom_reranker: bool = False,
+        **settings: Any,
     ):
         check_top_n(top_n)
-        super().__init__(top_n=top_n, keep_retrieval_score=keep_retrieval_score)  # type: ignore[call-arg]  # pydantic fields
+        settings = {**(reranker_settings or {}), **settings}
+        if custom_reranker and reranker is None:  # from_dict of one built around a reranker object
+            raise InputError(
+                "this AttnrankRerank was saved with its own reranker object, which to_dict cannot hold; "
+                "rebuild it with AttnrankRerank.from_dict(data, reranker=...)"
+            )
+        super().__init__(  # type: ignore[call-arg]  # pydantic fields
+            top_n=top_n,
+            keep_retrieval_score=keep_retrieval_score,
+            reranker_settings=settings,
+            custom_reranker=reranker is not None,
+        )
         self._reranker = shared_reranker(reranker, **settings)
 
     @classmethod

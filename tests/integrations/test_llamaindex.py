@@ -55,6 +55,23 @@ def test_rerank_agrees_with_attention_reranker(settings, demo_docs, query):
         post.postprocess_nodes(nodes)
 
 
+def test_rerank_round_trips_through_to_dict(settings, demo_docs, query):
+    """from_dict(to_dict()) rebuilds the same reranker (before, only top_n survived and the copy
+    silently reranked with the default model); one built around a reranker object asks for it."""
+    post = AttnrankRerank(top_n=3, **settings)
+    data = post.to_dict()
+    assert data["reranker_settings"] == settings and data["class_name"] == "AttnrankRerank"
+    again = AttnrankRerank.from_dict(data)
+    assert again.reranker is post.reranker and again.top_n == 3
+    nodes = _nodes(demo_docs)
+    ids = [n.node.node_id for n in post.postprocess_nodes(nodes, query_str=query)]
+    assert [n.node.node_id for n in again.postprocess_nodes(nodes, query_str=query)] == ids
+    custom = AttnrankRerank(reranker=post.reranker, top_n=2)
+    with pytest.raises(InputError, match="from_dict\\(data, reranker=...\\)"):
+        AttnrankRerank.from_dict(custom.to_dict())
+    assert AttnrankRerank.from_dict(custom.to_dict(), reranker=post.reranker).reranker is post.reranker
+
+
 def test_query_engine_with_echo_llm(settings, demo_index, query, offline_tokenizer):
     """Retriever -> rerank -> prune in a RetrieverQueryEngine whose mock LLM echoes its prompt: the
     answer holds exactly the context the postprocessors let through."""
