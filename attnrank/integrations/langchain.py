@@ -187,9 +187,7 @@ class AttnrankRetriever(BaseRetriever):
     reranker: Any = Field(default=None, exclude=True, repr=False)
 
     def __init__(self, *, index: Any, reranker: Any = None, **kwargs: Any):
-        old = renamed(kwargs, "first_stage_k", "depth", "AttnrankRetriever")
-        if old is not None:
-            kwargs.setdefault("depth", old)
+        kwargs["depth"] = renamed(kwargs, "first_stage_k", "depth", "AttnrankRetriever", kwargs.get("depth", 20), 20)
         fields, settings = _split_settings(type(self), kwargs)
         check_depth(fields.get("k", 4), fields.get("depth", 20), "k")
         super().__init__(**fields)

@@ -250,10 +250,8 @@ class AttnrankRetriever(BaseRetriever):
         callback_manager: Any = None,
         **settings: Any,
     ):
-        old_k = renamed(settings, "k", "similarity_top_k", "AttnrankRetriever")
-        old_depth = renamed(settings, "first_stage_k", "depth", "AttnrankRetriever")
-        similarity_top_k = similarity_top_k if old_k is None else old_k
-        depth = depth if old_depth is None else old_depth
+        similarity_top_k = renamed(settings, "k", "similarity_top_k", "AttnrankRetriever", similarity_top_k, 4)
+        depth = renamed(settings, "first_stage_k", "depth", "AttnrankRetriever", depth, 20)
         check_depth(similarity_top_k, depth, "similarity_top_k")
         if not rerank and (reranker is not None or settings):
             # nothing would read them: a misspelt count (top_k=) would silently be ignored

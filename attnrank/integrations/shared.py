@@ -128,13 +128,17 @@ def deprecated_name(old: str, new: str, where: str, stacklevel: int = 3) -> None
     warnings.warn(f"{where}: {old}= is deprecated, use {new}=", DeprecationWarning, stacklevel=stacklevel)
 
 
-def renamed(kwargs: dict[str, Any], old: str, new: str, where: str) -> Any:
-    """Pop the deprecated keyword ``old`` from ``kwargs`` (warning that ``new`` replaces it) and
-    return its value, or None when it was not given."""
+def renamed(kwargs: dict[str, Any], old: str, new: str, where: str, value: Any, default: Any) -> Any:
+    """The value of ``new``: ``value``, or that of the deprecated keyword ``old`` popped from
+    ``kwargs`` (warning that ``new`` replaces it). Both given (``value`` not its ``default``) with
+    different values is an :class:`InputError`: neither silently wins."""
     if old not in kwargs:
-        return None
+        return value
     deprecated_name(old, new, where, stacklevel=4)
-    return kwargs.pop(old)
+    legacy = kwargs.pop(old)
+    if value != default and value != legacy:
+        raise InputError(f"{old}={legacy!r} (the old name of {new}) contradicts {new}={value!r}; give {new} only")
+    return legacy
 
 
 def check_depth(top: Any, depth: Any, top_name: str) -> None:

@@ -57,6 +57,8 @@ def test_retriever_depth_and_old_name(demo_index, query):
     assert [d.id for d in old.run(query)["documents"]] == [d.id for d in new.run(query)["documents"]]
     with pytest.raises(InputError, match="top_k=5 exceeds depth=4"):
         AttnrankRetriever(str(demo_index), top_k=5, depth=4, rerank=False)
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="first_stage_k=6 .* contradicts depth=4"):
+        AttnrankRetriever(str(demo_index), top_k=3, depth=4, first_stage_k=6, rerank=False)  # before: 6 won
 
 
 def test_ranker_run_top_k_and_errors(settings):

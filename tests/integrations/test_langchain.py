@@ -103,6 +103,10 @@ def test_retriever_old_first_stage_k_still_read(demo_index):
     assert old.depth == 3
     with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="k=4 exceeds depth=3"):
         AttnrankRetriever(index=demo_index, k=4, first_stage_k=3, rerank=False)
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="first_stage_k=3 .* contradicts depth=5"):
+        AttnrankRetriever(index=demo_index, k=2, depth=5, first_stage_k=3, rerank=False)  # before: depth won silently
+    with pytest.warns(DeprecationWarning):
+        assert AttnrankRetriever(index=demo_index, k=2, depth=3, first_stage_k=3, rerank=False).depth == 3
 
 
 def test_retriever_configurable_fields(settings, demo_index, query):

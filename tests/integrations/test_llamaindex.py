@@ -119,6 +119,8 @@ def test_retriever_old_names_still_read(demo_index, query):
     assert (old.similarity_top_k, old.depth) == (2, 4)
     new = AttnrankRetriever(demo_index, similarity_top_k=2, depth=4, rerank=False)
     assert [n.node.node_id for n in old.retrieve(query)] == [n.node.node_id for n in new.retrieve(query)]
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="k=3 .* contradicts similarity_top_k=2"):
+        AttnrankRetriever(demo_index, similarity_top_k=2, k=3, rerank=False)  # before: k won silently
 
 
 def test_retriever_without_rerank_refuses_reranker_settings(demo_index, settings):

@@ -12,7 +12,7 @@ require("haystack", "haystack", "the attnrank Haystack retriever")  # before hay
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from attnrank.integrations.haystack import check_top_k, from_index, reranker_settings
-from attnrank.integrations.shared import check_depth, deprecated_name, model_lock, shared_index, shared_reranker
+from attnrank.integrations.shared import check_depth, model_lock, renamed, shared_index, shared_reranker
 
 
 @component
@@ -42,8 +42,7 @@ class AttnrankRetriever:
         first_stage_k: int | None = None,
     ):
         if first_stage_k is not None:
-            deprecated_name("first_stage_k", "depth", "AttnrankRetriever")
-            depth = first_stage_k
+            depth = renamed({"first_stage_k": first_stage_k}, "first_stage_k", "depth", "AttnrankRetriever", depth, 20)
         check_depth(top_k, depth, "top_k")
         self.index_path, self.top_k, self.depth, self.rerank = str(index_path), top_k, depth, rerank
         self.model, self.heads, self.scorer = model, heads, scorer
