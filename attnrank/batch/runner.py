@@ -192,7 +192,6 @@ def run_batch(
         if todo:
             ex = RayExecutor(ray_address, num_cpus=num_cpus, object_store_mb=object_store_mb, quiet=not progress)
             stats["ray_startup_seconds"] = round(ex.startup_seconds, 3)
-            _warn_unplaceable(ex.ray, res, config.rerank > 0)
             try:
                 rows = [{"qid": q, "query": qs[q]} for q in todo]
                 ds = _pipeline(ex.ray, rows, config, res, progress)
@@ -247,6 +246,7 @@ def _drain(
 def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resources, progress: bool):
     """The Ray Data dataset: retrieval actors, then (if ``rerank``) reranking actors."""
     require("ray.data", "ray", "batch search and reranking")
+    _warn_unplaceable(ray, res, config.rerank > 0)
     if not progress:  # Ray Data logs each dataset's plan and progress at INFO (set up when it is imported)
         logging.getLogger("ray.data").setLevel(logging.WARNING)
     ctx = ray.data.DataContext.get_current()

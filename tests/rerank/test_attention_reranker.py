@@ -102,7 +102,7 @@ def test_bad_input(llm):
     with pytest.raises(InputError, match="query '  ' is empty"):
         rr.rank("  ", DOCS)
     assert len(rr.rank(QUERY, [])) == 0
-    with pytest.raises(InputError, match=r"\(9, 0\)"):
+    with pytest.raises(InputError, match=r"head pairs 9-0 are out of range"):
         AttentionReranker(llm, heads="9-0", signals=None)
     with pytest.raises(InputError, match="query_span='middle'"):
         AttentionReranker(llm, query_span="middle", signals=None)
