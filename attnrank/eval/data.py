@@ -134,7 +134,9 @@ def _check_run(run: Mapping[str, Mapping[str, float]]) -> None:
 def write_run(
     run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults], path: str | Path, tag: str = "attnrank"
 ) -> None:
-    """Write a TREC run file atomically (ranks follow descending score, ties by doc id)."""
+    """Write a TREC run file atomically (ranks follow descending score, ties by doc id). Scores have
+    6 decimals, or, in a query where that would tie two different scores, their full value: trec_eval
+    re-ranks tied scores by doc id, so rounding would change the ranking it evaluates."""
     if not isinstance(run, Mapping):
         run = results_to_run(run)
     _check_run(run)
@@ -143,6 +145,10 @@ def write_run(
     with atomic_path(p) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for qid, docs in run.items():
             ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
-            for rank, (did, score) in enumerate(ranked, start=1):
-                f.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
+            text = [f"{score:.6f}" for _, score in ranked]
+            # two different scores that round alike would let trec_eval reorder them by doc id
+            if any(text[i] == text[i + 1] and ranked[i][1] != ranked[i + 1][1] for i in range(len(text) - 1)):
+                text = [repr(float(score)) for _, score in ranked]
+            for rank, ((did, _), score) in enumerate(zip(ranked, text), start=1):
+                f.write(f"{qid} Q0 {did} {rank} {score} {tag}\n")
         fault_point("run-write", p)

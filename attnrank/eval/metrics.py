@@ -1,8 +1,9 @@
 """Ranking metrics computed by ir-measures (trec_eval conventions), never hand-rolled.
 
-nDCG uses trec_eval's linear gain of the graded label. Binary metrics (Recall, MRR) count a
-document as relevant when its label ≥ ``rel`` (1 for SciFact/HotpotQA, 2 for TREC DL as in
-the official evaluation).
+nDCG uses trec_eval's linear gain of the graded label. Binary metrics (every metric with a
+relevance threshold: Recall, MRR, P, AP, Rprec, bpref, ...) count a document as relevant when its
+label ≥ ``rel`` (1 for SciFact/HotpotQA, 2 for TREC DL as in the official evaluation). Equal
+scores rank as trec_eval ranks them, by document id descending, for every metric.
 """
 
 from __future__ import annotations
@@ -16,19 +17,26 @@ from ..errors import require
 DEFAULT_METRICS = ("nDCG@10", "R@20", "R@100", "RR@10")
 
 
-def _parse(metrics: Sequence[str], rel: int):
+def _parse(metrics: Sequence[str], rel: int) -> dict[str, Any]:
+    """``{name as given (without rel): measure with rel applied}`` for the names in ``metrics``;
+    two names may share one measure (``R@5`` and ``R(rel=2)@5`` with ``rel=2``)."""
     irm = require("ir_measures", "eval", "Evaluation metrics")
-    out = []
+    out = {}
     for m in metrics:
         measure = irm.parse_measure(m)
-        if rel > 1 and measure.NAME in ("R", "RR", "P", "AP", "Success"):
+        name = str(measure)
+        # every measure with a threshold (Rprec, Bpref, SetP, ... too), unless the name sets its own
+        if rel != 1 and "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params:
             measure = measure(rel=rel)
-        out.append(measure)
+        out[name] = measure
     return out
 
 
-def _name(m) -> str:
-    return str(m).replace("(rel=2)", "").replace("(rel=3)", "")
+def _trec_order(docs: Mapping[str, float]) -> dict[str, float]:
+    """The scores replaced by n, n-1, ..., 1 in trec_eval's order: score descending, ties by doc id
+    descending. ir-measures hands some metrics (RR@k) to providers that break ties the other way."""
+    ranked = sorted(docs.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    return {did: float(len(ranked) - i) for i, (did, _) in enumerate(ranked)}
 
 
 def evaluate(
@@ -39,12 +47,13 @@ def evaluate(
     rel: int = 1,
 ) -> dict[str, float]:
     """Mean of each metric over the queries that have judgments (missing runs count as 0)."""
-    measures = _parse(metrics, rel)
-    judged = {q: dict(v) for q, v in qrels.items()}
+    names = list(_parse(metrics, rel))
+    # a query with an empty judgment set is one trec_eval never sees: not averaged
+    judged = {q: dict(v) for q, v in qrels.items() if v}
     # queries with judgments but no run score 0, as trec_eval -c does
     full_run = {q: dict(run.get(q, {})) for q in judged}
     per = evaluate_per_query(full_run, judged, metrics, rel=rel)
-    return {_name(m): (sum(v[_name(m)] for v in per.values()) / len(per) if per else 0.0) for m in measures}
+    return {n: (sum(v[n] for v in per.values()) / len(per) if per else 0.0) for n in names}
 
 
 def evaluate_per_query(
@@ -56,12 +65,16 @@ def evaluate_per_query(
 ) -> dict[str, dict[str, float]]:
     """``{query_id: {metric: value}}`` for every judged query (0 where the run has nothing)."""
     irm = require("ir_measures", "eval", "Evaluation metrics")
-    measures = _parse(metrics, rel)
-    per: dict[str, dict[str, float]] = {q: {_name(m): 0.0 for m in measures} for q in qrels}
-    run_d = {q: dict(d) for q, d in run.items() if d}
-    for metric in irm.iter_calc(measures, dict(qrels), run_d):
+    names_of: dict[Any, list[str]] = {}
+    for name, measure in _parse(metrics, rel).items():
+        names_of.setdefault(measure, []).append(name)
+    judged = {q: dict(v) for q, v in qrels.items() if v}
+    per: dict[str, dict[str, float]] = {q: {n: 0.0 for ns in names_of.values() for n in ns} for q in judged}
+    run_d = {q: _trec_order(d) for q, d in run.items() if d}
+    for metric in irm.iter_calc(list(names_of), judged, run_d):
         if metric.query_id in per:
-            per[metric.query_id][_name(metric.measure)] = float(metric.value)
+            for name in names_of[metric.measure]:
+                per[metric.query_id][name] = float(metric.value)
     return per
 
 

@@ -69,6 +69,12 @@ def test_locomo_turns_and_evidence(shared_mini):
     assert set(only_temporal.queries) == {"conv-26:q0", "conv-26:q1", "conv-26:q5"}
 
 
+def test_locomo_says_how_many_questions_it_dropped(shared_mini, caplog):
+    with caplog.at_level("INFO", logger="attnrank.eval.datasets"):
+        locomo(shared_mini)
+    assert "1 question(s) of categories [1, 2, 3, 4, 5] have no evidence turn and were dropped" in caplog.text
+
+
 def test_evidence_ids_split_malformed_strings():
     assert _evidence_ids(["D8:6; D9:17", "D9:1 D4:4", "D2:3"]) == ["D8:6", "D9:17", "D9:1", "D4:4", "D2:3"]
 

@@ -92,3 +92,66 @@ def test_wins_losses_and_sign_test_match_scipy():
     for w, l in [(25, 14), (7, 21), (0, 3), (5, 5), (12, 0)]:
         assert sign_test(w, l) == pytest.approx(scipy_stats.binomtest(w, w + l, 0.5).pvalue, rel=1e-12)
     assert sign_test(0, 0) == 1.0
+
+
+def test_tied_scores_rank_as_trec_eval_for_every_metric():
+    """trec_eval orders equal scores by doc id descending; RR@k (computed by ir-measures' MS MARCO
+    provider, which breaks ties ascending) must agree with it and with nDCG@k."""
+    qrels = {"q": {"a": 1}}
+    run = {"q": {"a": 1.0, "b": 1.0}}  # trec_eval ranks b first
+    vals = evaluate(run, qrels, ["RR@10", "RR", "nDCG@10"])
+    assert vals["RR@10"] == pytest.approx(0.5) and vals["RR"] == pytest.approx(0.5)
+    assert vals["nDCG@10"] == pytest.approx(1 / math.log2(3))
+
+
+def test_tie_heavy_runs_match_pytrec_eval():
+    import random
+
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    rnd = random.Random(1)
+    docs = [f"d{i}" for i in range(30)]
+    qrels = {f"q{i}": {d: rnd.choice([0, 0, 1, 2, 3]) for d in rnd.sample(docs, 10)} for i in range(10)}
+    run = {q: {d: float(rnd.randint(0, 4)) for d in rnd.sample(docs, 20)} for q in qrels}
+    top10 = {q: dict(sorted(d.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:10]) for q, d in run.items()}
+    for rel in (1, 2):
+        ours = evaluate_per_query(run, qrels, ["nDCG@10", "RR@10", "R@20"], rel=rel)
+        ev = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10", "recall_20"}, relevance_level=rel).evaluate(run)
+        rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}, relevance_level=rel).evaluate(top10)
+        for q in qrels:
+            assert ours[q]["nDCG@10"] == pytest.approx(ev[q]["ndcg_cut_10"])
+            assert ours[q]["R@20"] == pytest.approx(ev[q]["recall_20"])
+            assert ours[q]["RR@10"] == pytest.approx(rr[q]["recip_rank"]), (rel, q)
+
+
+def test_rel_applies_to_every_metric_with_a_threshold():
+    qrels = {"q": {"a": 1, "b": 2}}
+    run = {"q": {"a": 2.0, "b": 1.0}}
+    # rel=2: one relevant document (b), ranked second
+    vals = evaluate(run, qrels, ["Rprec", "Bpref", "SetP", "R@1"], rel=2)
+    assert vals == {"Rprec": 0.0, "Bpref": 0.0, "SetP": 0.5, "R@1": 0.0}
+    assert evaluate(run, qrels, ["Rprec", "SetP"]) == {"Rprec": 1.0, "SetP": 1.0}
+
+
+def test_queries_without_judgments_are_not_averaged():
+    qrels = {"q1": {"a": 1}, "q2": {}}  # q2 has no judgments: trec_eval would not know it
+    assert evaluate({"q1": {"a": 1.0}, "q2": {"a": 1.0}}, qrels, ["nDCG@10"])["nDCG@10"] == 1.0
+    assert set(evaluate_per_query({"q1": {"a": 1.0}}, qrels, ["nDCG@10"])) == {"q1"}
+
+
+def test_written_run_keeps_the_order_of_close_scores(tmp_path):
+    run = {"q": {"a": 0.1234564, "b": 0.1234561, "c": 2.5e-9, "d": 1e-9}}
+    write_run(run, tmp_path / "r.trec")
+    again = read_run(tmp_path / "r.trec")
+    assert again == run  # in full: rounded, the scores would tie, and trec_eval ranks ties by doc id
+    qrels = {"q": {"a": 1, "c": 1}}
+    assert evaluate(again, qrels, ["nDCG@10"]) == evaluate(run, qrels, ["nDCG@10"])
+    write_run({"q": {"a": 0.25, "b": 1 / 3, "c": 1 / 3}}, tmp_path / "r6.trec")  # 6 decimals tie nothing new
+    assert (tmp_path / "r6.trec").read_text().split("\n")[2] == "q Q0 a 3 0.250000 attnrank"
+
+
+def test_two_names_of_one_measure_each_get_their_line():
+    """With rel=3, ``R@2`` and ``R(rel=3)@2`` are one measure: both names are reported."""
+    qrels, run = {"q": {"a": 3, "b": 1, "c": 2}}, {"q": {"a": 1.0, "b": 0.9, "c": 0.8}}
+    assert evaluate(run, qrels, ["R@2", "R(rel=3)@2"], rel=3) == {"R@2": 1.0, "R(rel=3)@2": 1.0}
+    per = evaluate_per_query(run, qrels, ["R@2", "R(rel=3)@2"], rel=1)
+    assert per == {"q": {"R@2": pytest.approx(2 / 3), "R(rel=3)@2": 1.0}}
