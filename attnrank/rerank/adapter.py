@@ -169,12 +169,13 @@ class HeadAdapter:
         """Write ``adapter.safetensors`` (the tensors) and ``adapter.json`` (the rest) into ``folder``."""
         from safetensors.torch import save_file
 
+        meta = {k: v for k, v in asdict(self).items() if k != "tensors"}
+        meta["heads"] = [list(h) for h in self.heads]
+        text = json.dumps(meta, indent=1)  # before any file is written: a bad info value leaves a saved adapter whole
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         save_file({k: v.detach().cpu().contiguous() for k, v in self.tensors.items()}, str(out / WEIGHTS_FILE))
-        meta = {k: v for k, v in asdict(self).items() if k != "tensors"}
-        meta["heads"] = [list(h) for h in self.heads]
-        (out / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        (out / META_FILE).write_text(text, encoding="utf-8")
         return out
 
     @classmethod
@@ -247,6 +248,8 @@ def train_head_adapter(
             "contrastive loss needs both (label some candidates relevant, and keep some irrelevant)"
         )
     pairs = sorted({(int(l), int(h)) for l, h in heads})
+    if not pairs:
+        raise InputError("heads is empty; pass the (layer, head) pairs to train, e.g. the model's registered set")
     deepest = max(l for l, _ in pairs)
     prompt = prompt_options() if prompt is None else prompt
     torch.manual_seed(cfg.seed)

@@ -278,11 +278,12 @@ class AttentionReranker:
             for i in it
         ]
 
-    def score(self, query: str, docs: Sequence[Document | str]) -> np.ndarray:
+    def score(self, query: str, docs: Sequence[Document | ScoredDocument | str] | RankedResults) -> np.ndarray:
         """The reranker's score of each document, in input order: the calibrated attention score,
-        or with ``signals`` the fused score."""
-        documents, _ = as_documents(docs)
-        return self._score(query, documents, False)[0]
+        or with ``signals`` the fused score (ScoredDocument candidates give learned weights their
+        first-stage and stage scores, as in :meth:`rank`)."""
+        documents, previous = as_documents(docs)
+        return self._score(query, documents, False, previous)[0]
 
     # -- internals ---------------------------------------------------------------------------
     def _score(self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None = None):

@@ -30,6 +30,7 @@ from ..errors import InputError
 from ..llm.blocks import check_attention_mode, check_positions
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..llm.rows import QUERY_SPANS
+from .fused import FusedWeights
 from .reweight import Reweighting
 
 SCORERS = ("sum", "learned")
@@ -104,7 +105,7 @@ class RerankConfig:
                 "passage_states hold states at shared block positions ('shared' or 'rotated'); drop "
                 "block_positions='sequential' (--block-positions) or passage_states"
             )
-        if isinstance(self.signals, str) and self.signals != SIGNALS_AUTO:
+        if self.signals is not None and self.signals != SIGNALS_AUTO and not isinstance(self.signals, FusedWeights):
             raise InputError(f"signals={self.signals!r} is not 'auto', None or FusedWeights (--signals auto|none)")
         if not str(self.instruction).strip():
             raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
@@ -114,6 +115,11 @@ class RerankConfig:
                 raise InputError(f"{key}={value!r} must be a positive integer or None (no limit)")
         if self.scorer != "sum" and self.heads not in (None, AUTO_OR_ALL):
             raise InputError(f"scorer='learned' reads the heads its weights were trained on; drop heads={self.heads!r}")
+        if self.scorer != "sum" and self.reweight is not None:  # the learned scorer reads plain head scores
+            raise InputError(
+                "scorer='learned' scores the heads' plain calibrated passage scores, so reweight= would not "
+                "be applied; drop reweight (--reweight none) or use scorer='sum'"
+            )
 
     @classmethod
     def preset(cls, name: str = "", **overrides: Any) -> RerankConfig:

@@ -112,10 +112,28 @@ class FusedWeights(RegistryArtifact):
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
-        if unknown or len(self.weights) != len(self.features):
+        if unknown or len(set(self.features)) != len(self.features) or len(self.weights) != len(self.features):
             raise InputError(
                 f"fused weights over {self.features} with {len(self.weights)} weights; the features must be "
-                f"among {FEATURES}, one weight each; retrain them with `attnrank train`"
+                f"among {FEATURES}, each once, one weight each; retrain them with `attnrank train`"
+            )
+        # Checked here, not when a query falls below the gate: a wrong base model would otherwise
+        # fail (or score NaN) only on the rare low-confidence query.
+        if self.base_weights and len(self.base_weights) != len(self.base_features):
+            raise InputError(
+                f"fused base_weights has {len(self.base_weights)} weights for the {len(self.base_features)} "
+                f"features {self.base_features}; give one each (or none); retrain them with `attnrank train`"
+            )
+        values = [*self.weights, *self.base_weights, *([] if self.gate is None else [self.gate])]
+        if not np.isfinite(np.asarray(values, dtype=np.float64)).all():
+            raise InputError(
+                f"fused weights {self.weights}, base_weights {self.base_weights} or gate {self.gate} are not "
+                "all finite; retrain them with `attnrank train`"
+            )
+        if self.gate is not None and not (self.uses_attention and self.base_weights):
+            raise InputError(
+                f"fused gate={self.gate} falls back to base_weights, which these weights over {self.features} "
+                "lack; give base_weights over the features without attention, or gate=None"
             )
 
     @property

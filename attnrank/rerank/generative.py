@@ -23,6 +23,7 @@ import torch
 from ..errors import InputError
 from ..llm.models import LLM, load_llm
 from ..types import Document, RankedResults, as_documents, rank_documents
+from .attention import _check_k, _check_unique
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,17 @@ def _chat(tokenizer, messages: list[dict]) -> str:
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return "\n\n".join(m["content"] for m in messages) + "\n"
+
+
+def _candidates(docs, k: int | None, query_id: str | None):
+    """The candidates, the earlier stage's entries and the query id, as the attention reranker
+    takes them: ``k`` None or positive, document ids unique."""
+    _check_k(k)
+    documents, previous = as_documents(docs)
+    _check_unique(documents)
+    if query_id is None and isinstance(docs, RankedResults):
+        query_id = docs.query_id
+    return documents, previous, query_id
 
 
 class PointwiseReranker:
@@ -62,6 +74,8 @@ class PointwiseReranker:
 
     @torch.inference_mode()
     def score(self, query: str, docs: Sequence[Document]) -> np.ndarray:
+        if not docs:
+            return np.zeros(0)
         tok, model = self.llm.tokenizer, self.llm.model
         tok.padding_side = "left"  # the answer token is the last position of every row
         if tok.pad_token_id is None:
@@ -75,7 +89,9 @@ class PointwiseReranker:
         return np.concatenate(out)
 
     def rank(self, query: str, docs, k: int | None = None, *, query_id: str | None = None) -> RankedResults:
-        documents, previous = as_documents(docs)
+        documents, previous, query_id = _candidates(docs, k, query_id)
+        if not documents:
+            return RankedResults(query, [], query_id, stage="pointwise")
         res = rank_documents(
             query, documents, self.score(query, documents), stage="pointwise", query_id=query_id, previous=previous
         )
@@ -135,7 +151,9 @@ class ListwiseReranker:
         return named + [i for i in range(len(docs)) if i not in named]
 
     def rank(self, query: str, docs, k: int | None = None, *, query_id: str | None = None) -> RankedResults:
-        documents, previous = as_documents(docs)
+        documents, previous, query_id = _candidates(docs, k, query_id)
+        if not documents:
+            return RankedResults(query, [], query_id, stage="listwise")
         order = list(range(len(documents)))
         end = len(order)
         while True:  # slide from the bottom of the list to the top, as RankGPT does

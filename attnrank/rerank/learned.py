@@ -218,6 +218,18 @@ class LearnedHeadWeights(RegistryArtifact):
     date: str = ""
     stage_weights: list[float] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # Checked on load: weights that do not match their heads/stages would fail deep in scoring.
+        self.weights = np.asarray(self.weights, dtype=np.float64)
+        heads, stages = list(self.config.heads or []), list(self.config.stages)
+        if not heads or self.weights.shape != (len(heads),) or len(self.stage_weights) != len(stages):
+            raise InputError(
+                f"learned head weights hold {self.weights.size} weights for {len(heads)} heads {heads[:8]} and "
+                f"{len(self.stage_weights)} for the stages {stages}; need one per head and stage; retrain them"
+            )
+        if not np.isfinite([*self.weights, self.bias, self.first_stage_weight, *self.stage_weights]).all():
+            raise InputError("learned head weights hold non-finite values (NaN or inf); retrain and save them")
+
     @property
     def heads(self) -> list[tuple[int, int]]:
         return [(int(p[0]), int(p[1])) for p in (parse_heads(self.config.heads) or [])] if self.config.heads else []

@@ -149,9 +149,21 @@ def test_training_needs_a_contrastive_list():
         train_head_adapter(llm, HEADS, [ListInstance("q", rerank_docs()[:2], [1, 1])], config=AdapterConfig(steps=1))
     with pytest.raises(InputError):
         AdapterConfig(rank=0)
+    with pytest.raises(InputError, match="heads is empty"):  # before: max() arg is an empty sequence
+        train_head_adapter(llm, [], _lists(), config=AdapterConfig(steps=1))
 
 
 def test_time_budget_ends_training_early():
     llm = _llm()
     ad = train_head_adapter(llm, HEADS, _lists(), config=AdapterConfig(rank=2, steps=50), max_seconds=0.0)
     assert ad.info["steps"] == 1 and ad.info["steps_planned"] == 50 and len(ad.info["losses"]) == 1
+
+
+def test_a_save_that_fails_leaves_the_adapter_already_in_the_folder_whole(tmp_path):
+    first = HeadAdapter({"w": torch.ones(2)}, [(0, 1)], 0, 8, 16.0, "tiny", "a" * 64, {"steps": 3})
+    first.save(tmp_path)
+    second = HeadAdapter({"w": torch.zeros(2)}, [(1, 2)], 1, 8, 16.0, "tiny", "a" * 64, {"data": tmp_path})
+    with pytest.raises(TypeError, match="not JSON serializable"):  # a Path in info
+        second.save(tmp_path)
+    back = HeadAdapter.load(tmp_path)  # not the second's tensors under the first's heads and layers
+    assert back.heads == [(0, 1)] and torch.equal(back.tensors["w"], torch.ones(2))

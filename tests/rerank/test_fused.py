@@ -99,3 +99,17 @@ def test_auto_falls_back_to_the_packaged_weights_for_another_model():
     other = resolve_fused("auto", "some/other-model", "e" * 64)
     assert other is not None and other.features == shipped.features and other.weights == shipped.weights
     assert resolve_fused(None, "x", "y") is None
+
+
+def test_stored_weights_that_do_not_fit_their_features_are_refused_on_load():
+    base = dict(features=["attention", "bm25", "dense", "rank"], weights=[1.0, 0.5, 1.0, 0.1])
+    # before: accepted, then a numpy shape error on the first query whose attention fell below the gate
+    with pytest.raises(InputError, match=r"base_weights has 2 weights for the 3 features \['bm25', 'dense', 'rank'\]"):
+        FusedWeights.from_json({**base, "base_weights": [0.5, 1.0], "gate": 0.5})
+    with pytest.raises(InputError, match="not all finite"):  # before: NaN scores for every candidate
+        FusedWeights.from_json({**base, "weights": [float("nan"), 0.5, 1.0, 0.1]})
+    with pytest.raises(InputError, match="gate=0.5 falls back to base_weights"):  # before: the gate was ignored
+        FusedWeights(["attention", "dense"], [1.0, 1.0], gate=0.5)
+    with pytest.raises(InputError, match="each once"):
+        FusedWeights(["dense", "dense"], [1.0, 1.0])
+    assert FusedWeights.from_json({**base, "base_weights": [0.5, 1.0, 0.1], "gate": 0.5}).gate == 0.5

@@ -228,3 +228,36 @@ def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
         AttentionReranker(llm, "0-1", scorer="learned", signals=None)
     with pytest.raises(InputError, match="scorer='best'"):
         AttentionReranker(llm, scorer="best", signals=None)
+
+
+def test_stored_weights_that_do_not_fit_their_heads_or_stages_are_refused_on_load():
+    w = train_head_weights(synthetic(n_queries=20))
+    data = w.to_json()
+    data["config"] = {**data["config"], "heads": data["config"]["heads"][:4]}  # 6 weights, 4 heads
+    with pytest.raises(InputError, match="hold 6 weights for 4 heads"):  # before: a numpy shape error when scoring
+        LearnedHeadWeights.from_json(data)
+    with pytest.raises(InputError, match=r"0 for the stages \['dense'\]"):
+        LearnedHeadWeights.from_json({**w.to_json(), "config": {**w.to_json()["config"], "stages": ["dense"]}})
+    with pytest.raises(InputError, match="non-finite"):
+        LearnedHeadWeights.from_json({**w.to_json(), "bias": float("nan")})
+
+
+def test_score_gives_learned_weights_the_first_stage_of_scored_candidates(llm):
+    heads = [(0, 2), (1, 1)]
+    ex = [
+        QueryFeatures(
+            f"q{i}",
+            ["a", "b", "c"],
+            np.random.default_rng(i).normal(size=(3, 2)),
+            np.array([1, 0, 0]),
+            heads,
+            first_stage=np.array([3.0, 1.0, 2.0]),
+        )
+        for i in range(6)
+    ]
+    w = train_head_weights(ex, first_stage=True)
+    cands = [ScoredDocument(d.id, 3.0 - i, i + 1, d.text) for i, d in enumerate(DOCS)]
+    rr = AttentionReranker(llm, scorer=w, signals=None)
+    # before: score() dropped the candidates' scores and refused for want of a first stage
+    by_id = {r.id: r.score for r in rr.rank("capital of France?", cands)}
+    np.testing.assert_allclose(rr.score("capital of France?", cands), [by_id[d.id] for d in DOCS], atol=1e-12)

@@ -1,0 +1,30 @@
+"""RerankConfig: contradictory options are refused when the configuration is built."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.rerank.config import RerankConfig
+from attnrank.rerank.reweight import Reweighting
+
+
+def test_learned_scorer_refuses_reweighting_it_would_not_apply():
+    # before: accepted, and the learned scorer silently ranked without the re-weighting
+    with pytest.raises(InputError, match=r"reweight= would not be applied; drop reweight \(--reweight none\)"):
+        RerankConfig.preset("learned", reweight=Reweighting(sink=True))
+    with pytest.raises(InputError, match="scorer='learned'"):
+        RerankConfig.preset("qrhead-sink", heads=None, scorer="learned")
+    assert RerankConfig.preset("learned").reweight is None
+    assert RerankConfig.preset("qrhead-sink").reweight == Reweighting(sink=True)
+
+
+def test_signals_other_than_auto_none_or_fused_weights_are_refused():
+    # before: signals=False passed, and the reranker loaded the registered fused weights (fusion on)
+    for value in (False, True, 0, "bm25"):
+        with pytest.raises(InputError, match=r"is not 'auto', None or FusedWeights"):
+            RerankConfig.preset("qrhead", signals=value)
+    from attnrank.rerank.fused import FusedWeights
+
+    fused = FusedWeights(["attention", "dense"], [1.0, 1.0])
+    assert RerankConfig(signals=fused).signals is fused and RerankConfig(signals=None).signals is None

@@ -1,0 +1,32 @@
+"""The generative baselines (pointwise yes/no, RankGPT listwise) take candidates as the attention
+reranker does: ``k`` None or positive, unique ids, empty lists, the query id of ranked input."""
+
+from __future__ import annotations
+
+import pytest
+from _tiny import RERANK_QUERY, rerank_docs
+
+from attnrank.errors import InputError
+from attnrank.rerank.generative import ListwiseReranker, PointwiseReranker
+from attnrank.types import RankedResults, ScoredDocument
+
+
+@pytest.mark.parametrize("kind", ["pointwise", "listwise"])
+def test_k_duplicate_ids_empty_lists_and_query_ids(llm, kind):
+    rr = PointwiseReranker(llm) if kind == "pointwise" else ListwiseReranker(llm, window=4, step=2)
+    docs = rerank_docs()
+    with pytest.raises(InputError, match="k=-1 must be None"):  # before: silently dropped the last document
+        rr.rank(RERANK_QUERY, docs, k=-1)
+    with pytest.raises(InputError, match="k=0 must be None"):  # before: an empty ranking
+        rr.rank(RERANK_QUERY, docs, k=0)
+    with pytest.raises(InputError, match="repeats the id 'paris'"):  # before: both kept under one id
+        rr.rank(RERANK_QUERY, [docs[0], docs[1], docs[0]])
+    assert len(rr.rank(RERANK_QUERY, [])) == 0  # before (pointwise): a numpy concatenate traceback
+    first = RankedResults(
+        RERANK_QUERY,
+        [ScoredDocument(d.id, 4.0 - i, i + 1, d.text, d.title) for i, d in enumerate(docs)],
+        query_id="q3",
+    )
+    res = rr.rank(RERANK_QUERY, first, k=10)
+    assert res.query_id == "q3" and sorted(res.ids) == sorted(d.id for d in docs) and len(res) == 4
+    assert res.stage == kind and [r.rank for r in res] == [1, 2, 3, 4]
