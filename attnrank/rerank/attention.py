@@ -13,7 +13,9 @@ context length minus a margin), the candidates are dealt round-robin by first-st
 the fewest windows that fit, so every window holds a similar mix of strong and weak
 candidates and a similar number of documents; each window is scored on its own and the raw
 calibrated scores (shares of the same query-attention budget) are merged as they are. ICR
-reports that windowing loses quality, so it is a fallback, logged when used.
+reports that windowing loses quality, so it is a fallback, logged when used. Block attention
+(``attention="block"``) windows the same way when its context spans more positions than that:
+with ``rotated``/``sequential`` positions the query follows every block.
 
 Optional re-weighting (``reweight=``: sink filtering, cross-document IDF, entropy
 regularization, slot correction) replaces the plain aggregation; see
@@ -25,6 +27,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..llm.attention import AttentionCapturer, PrefixCache
-from ..llm.blocks import build_block_prompts
+from ..llm.blocks import BlockPrompt, build_block_prompts
 from ..llm.capture import capture_blocks, capture_window
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
@@ -331,32 +334,46 @@ class AttentionReranker:
         """Score ``docs`` window by window; returns the per-head rows (features for learned scorers)."""
         if not isinstance(query, str) or not query.strip():
             raise InputError(f"query {query!r} is empty; give a non-empty query text")
+        tok, kw = self.llm.tokenizer, self.prompt_kw
         if self.config.attention == "block":
-            return [self._block_window(query, docs)]
-        pair = build_rerank_prompts(self.llm.tokenizer, query, docs, **self.prompt_kw)
-        n_windows = 1
-        if len(pair.real.input_ids) > self.max_prompt_tokens:
-            n_windows = math.ceil(len(pair.real.input_ids) / self.max_prompt_tokens)
-            while n_windows <= len(docs):
-                groups = [list(range(w, len(docs), n_windows)) for w in range(n_windows)]
-                pairs = [
-                    build_rerank_prompts(self.llm.tokenizer, query, [docs[i] for i in g], **self.prompt_kw)
-                    for g in groups
-                ]
-                if max(len(p.real.input_ids) for p in pairs) <= self.max_prompt_tokens:
-                    logger.info(
-                        "prompt of %d tokens > %d: scored in %d round-robin windows",
-                        len(pair.real.input_ids),
-                        self.max_prompt_tokens,
-                        n_windows,
-                    )
-                    return [self._window(p, g) for p, g in zip(pairs, groups)]
-                n_windows += 1
-            raise InputError(
-                f"a single document does not fit max_prompt_tokens={self.max_prompt_tokens}; "
-                "lower max_doc_words/max_doc_tokens or raise max_prompt_tokens"
+            return self._fit(
+                docs,
+                lambda ds: build_block_prompts(tok, query, ds, **kw),
+                self._block_extent,
+                lambda prompt, g: replace(self._block_window(prompt), doc_index=g),
             )
-        return [self._window(pair, list(range(len(docs))))]
+        return self._fit(
+            docs, lambda ds: build_rerank_prompts(tok, query, ds, **kw), lambda p: len(p.real.input_ids), self._window
+        )
+
+    def _fit(
+        self,
+        docs: list[Document],
+        build: Callable[[list[Document]], Any],
+        size: Callable[[Any], int],
+        capture: Callable[[Any, list[int]], WindowRows],
+    ) -> list[WindowRows]:
+        """One window when the prompt ``build`` makes of ``docs`` spans at most ``max_prompt_tokens``
+        positions (``size``), else the fewest round-robin windows that fit (every window then holds
+        a similar mix of strong and weak candidates), each captured by ``capture``."""
+        whole = build(docs)
+        if size(whole) <= self.max_prompt_tokens:
+            return [capture(whole, list(range(len(docs))))]
+        for n_windows in range(math.ceil(size(whole) / self.max_prompt_tokens), len(docs) + 1):
+            groups = [list(range(w, len(docs), n_windows)) for w in range(n_windows)]
+            prompts = [build([docs[i] for i in g]) for g in groups]
+            if max(size(p) for p in prompts) <= self.max_prompt_tokens:
+                logger.info(
+                    "prompt of %d positions > %d: scored in %d round-robin windows",
+                    size(whole),
+                    self.max_prompt_tokens,
+                    n_windows,
+                )
+                return [capture(p, g) for p, g in zip(prompts, groups)]
+        raise InputError(
+            f"a single document does not fit max_prompt_tokens={self.max_prompt_tokens}; "
+            "lower max_doc_words/max_doc_tokens or raise max_prompt_tokens"
+        )
 
     def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:
         return capture_window(
@@ -386,10 +403,14 @@ class AttentionReranker:
             progress=progress,
         )
 
-    def _block_window(self, query: str, docs: list[Document]) -> WindowRows:
-        """Block attention: one window whatever the number of passages (each block attends to the
-        prefix and itself; their states come from :attr:`states` when seen before)."""
-        prompt = build_block_prompts(self.llm.tokenizer, query, docs, **self.prompt_kw)
+    def _block_extent(self, prompt: BlockPrompt) -> int:
+        """Positions the block prompt spans: its suffix's start plus the longer suffix."""
+        suffix = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids))
+        return prompt.suffix_start(self.config.block_positions) + suffix
+
+    def _block_window(self, prompt: BlockPrompt) -> WindowRows:
+        """One block-attention window: each block attends to the prefix and itself; their states
+        come from :attr:`states` (or the store) when seen before."""
         if self._block_prefix is None:  # the same for every query: prefilled once
             self._block_prefix = self.capturer.prefill(prompt.prefix_ids)
         return capture_blocks(

@@ -117,3 +117,27 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
 def test_index_rejects_state_options_without_states(tmp_path, scifact_mini):
     r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(tmp_path / "ix"), "--preset", "icr", "-q"])
     assert r.exit_code != 0 and "--passage-states" in r.output
+
+
+def test_block_context_beyond_the_window_is_scored_in_windows(llm):
+    """Rotated positions place the query after every block: past ``max_prompt_tokens`` the
+    candidates are split into round-robin windows, as the full prompt is (before, the query sat
+    beyond the limit, past the model's context for long lists, without a word)."""
+    docs = rerank_docs()
+    prompt = build_block_prompts(llm.tokenizer, QUERY, docs)
+    extent = prompt.suffix_start("rotated") + max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids))
+    limit = extent - 1
+    small = AttentionReranker(llm, HEADS, attention="block", signals=None, max_prompt_tokens=limit)
+    wins = small.windows(QUERY, docs)
+    assert len(wins) > 1 and sorted(i for w in wins for i in w.doc_index) == list(range(len(docs)))
+    whole = AttentionReranker(llm, HEADS, attention="block", signals=None)
+    assert len(whole.windows(QUERY, docs)) == 1
+    for w in wins:  # each window is the block prompt of its own documents, within the limit
+        alone = whole.windows(QUERY, [docs[i] for i in w.doc_index])[0]
+        np.testing.assert_allclose(w.rows, alone.rows, atol=1e-6)
+        assert len(w.input_ids) < limit
+    assert small.rank(QUERY, docs).ids != [] and sorted(small.rank(QUERY, docs).ids) == sorted(d.id for d in docs)
+    shared = AttentionReranker(
+        llm, HEADS, attention="block", block_positions="shared", signals=None, max_prompt_tokens=limit
+    )
+    assert len(shared.windows(QUERY, docs)) == 1  # shared positions: the query follows the longest block only
