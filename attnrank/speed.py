@@ -14,6 +14,7 @@ peak RSS; the script runs each cell in a fresh process so the peaks do not mix.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import logging
@@ -151,6 +152,7 @@ def run_cells(
             row = {"dataset": dataset, "K": k, "mode": mode, "dtype": dtype, "error": tail[:200]}
         else:
             row = json.loads(p.stdout.strip().splitlines()[-1])
+        row["measured"] = datetime.date.today().isoformat()  # cells of one table may come from several runs
         logger.info("speed cell %s", row)
         done.append(row)
         results.parent.mkdir(parents=True, exist_ok=True)
@@ -303,11 +305,13 @@ def blocks_markdown(
         "Preset qrhead (attention alone: 16 registered heads, deepest layer 23), SmolLM2-135M-Instruct. "
         "Speed: each cell in a fresh process; block-cold = no cached passage state; block-warm = every "
         "candidate's state in memory (only the query's suffix runs); peak extra MB = peak RSS growth "
-        "during the query; SciFact candidates are random abstracts (300-word cap).",
+        "during the query; SciFact candidates are random abstracts (300-word cap). A resumed run keeps "
+        "the cells it already has; `measured` says when each ran: compare cells measured the same day "
+        "(the machines are shared and differ between days).",
         "",
         md_table(
             speed_rows,
-            ["dataset", "dtype", "K", "mode", "queries", "s/query", "peak extra MB", "cached MB", "error"],
+            ["dataset", "dtype", "K", "mode", "queries", "s/query", "peak extra MB", "cached MB", "measured", "error"],
             {"s/query": ".2f", "peak extra MB": ".0f", "cached MB": ".0f"},
         ),
         "",
