@@ -179,6 +179,10 @@ class AttnrankPruner(BaseNodePostprocessor):
     budget_tokens: int | None = Field(default=300, description="Sentence tokens kept over all nodes.")
     keep_ratio: float | None = Field(default=None, description="Or the fraction of sentence tokens kept.")
     neighbours: int = Field(default=0, description="Sentences kept on each side of a chosen one.")
+    pruner_settings: dict[str, Any] = Field(
+        default_factory=dict, description="The pruner's keyword arguments, so to_dict/from_dict rebuild it."
+    )
+    custom_pruner: bool = Field(default=False, description="Built around a given pruner object.")
     _pruner: Any = PrivateAttr()
 
     def __init__(
@@ -188,14 +192,24 @@ class AttnrankPruner(BaseNodePostprocessor):
         budget_tokens: int | None = None,
         keep_ratio: float | None = None,
         neighbours: int = 0,
+        pruner_settings: dict[str, Any] | None = None,
+        custom_pruner: bool = False,
         **settings: Any,
     ):
         if budget_tokens is None and keep_ratio is None:
             budget_tokens = 300  # the default budget; a ratio alone replaces it
+        settings = {**(pruner_settings or {}), **settings}
+        if custom_pruner and pruner is None:  # from_dict of one built around a pruner object
+            raise InputError(
+                "this AttnrankPruner was saved with its own pruner object, which to_dict cannot hold; "
+                "rebuild it with AttnrankPruner.from_dict(data, pruner=...)"
+            )
         super().__init__(
             budget_tokens=budget_tokens,
             keep_ratio=keep_ratio,  # type: ignore[call-arg]  # pydantic fields
             neighbours=neighbours,
+            pruner_settings=settings,
+            custom_pruner=pruner is not None,
         )
         self._pruner = shared_pruner(pruner, **settings)
 

@@ -72,6 +72,22 @@ def test_rerank_round_trips_through_to_dict(settings, demo_docs, query):
     assert AttnrankRerank.from_dict(custom.to_dict(), reranker=post.reranker).reranker is post.reranker
 
 
+def test_pruner_round_trips_through_to_dict(settings, demo_docs, query):
+    """from_dict(to_dict()) rebuilds the pruner on the same model (before, the copy silently pruned
+    with the default model); one built around a pruner object asks for it."""
+    post = AttnrankPruner(keep_ratio=0.5, model=settings["model"])
+    data = post.to_dict()
+    assert data["pruner_settings"] == {"model": settings["model"]} and data["keep_ratio"] == 0.5
+    again = AttnrankPruner.from_dict(data)
+    nodes = _nodes(demo_docs, 3)
+    texts = [n.node.get_content() for n in post.postprocess_nodes(nodes, query_str=query)]
+    assert [n.node.get_content() for n in again.postprocess_nodes(nodes, query_str=query)] == texts
+    custom = AttnrankPruner(pruner=post._pruner, budget_tokens=40)
+    with pytest.raises(InputError, match="from_dict\\(data, pruner=...\\)"):
+        AttnrankPruner.from_dict(custom.to_dict())
+    assert AttnrankPruner.from_dict(custom.to_dict(), pruner=post._pruner).budget_tokens == 40
+
+
 def test_query_engine_with_echo_llm(settings, demo_index, query, offline_tokenizer):
     """Retriever -> rerank -> prune in a RetrieverQueryEngine whose mock LLM echoes its prompt: the
     answer holds exactly the context the postprocessors let through."""
