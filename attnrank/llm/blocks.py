@@ -38,9 +38,12 @@ calibration and the learned weights read them unchanged.
 from __future__ import annotations
 
 import bisect
+from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+
+import numpy as np
 
 from attnrank.errors import InputError
 from attnrank.types import Document
@@ -102,6 +105,23 @@ class BlockPrompt:
         lengths = [len(b) for b in self.blocks]
         return len(self.prefix_ids) + (max(lengths) if positions == "shared" else sum(lengths))
 
+    def select(self, indices: Sequence[int], order: str = "reverse") -> BlockPrompt:
+        """The block prompt of input documents ``indices`` only (arranged by ``order``, as
+        :func:`build_block_prompts` would), without tokenizing again: a block's ids do not
+        depend on its neighbours. Reranking windows are cut this way."""
+        at = {i: j for j, i in enumerate(indices)}
+        return BlockPrompt(
+            self.prefix_ids,
+            [self.blocks[i] for i in indices],
+            [self.text_lengths[i] for i in indices],
+            prompt_positions(len(indices), order),
+            self.real_suffix_ids,
+            self.calibration_suffix_ids,
+            [self.doc_ids[i] for i in indices],
+            [replace(t, doc_index=at[t.doc_index]) for t in self.truncated if t.doc_index in at],
+            [self.offsets[i] for i in indices] if self.offsets else [],
+        )
+
     @property
     def context_ids(self) -> list[int]:
         """The assembled context: prefix, then the blocks in prompt order."""
@@ -158,14 +178,16 @@ def build_block_prompts(
     order: str = "reverse",
     max_doc_words: int | None = None,
     max_doc_tokens: int | None = None,
+    memo: BlockMemo | None = None,
 ) -> BlockPrompt:
     """Tokenize the block-attention prompt of ``docs`` for ``query`` (same options as
     :func:`~attnrank.llm.prompts.build_rerank_prompts`). Each block is tokenized as it stands
-    after a separator and before a letter, so its ids do not depend on its neighbours."""
+    after a separator and before a letter, so its ids do not depend on its neighbours; ``memo``
+    keeps them for later prompts of the same passages."""
     documents = prompt_documents(docs)
     late = late_instruction(instruction)
     positions = prompt_positions(len(documents), order)
-    blocks, lengths, truncated, offsets = encode_blocks_text(tokenizer, documents, max_doc_words, max_doc_tokens)
+    blocks, lengths, truncated, offsets = encode_blocks_text(tokenizer, documents, max_doc_words, max_doc_tokens, memo)
     frame = chat_frame(tokenizer)
 
     def suffix(q: str) -> list[int]:
@@ -194,19 +216,85 @@ def block_prefix_ids(tokenizer: object) -> list[int]:
 
 
 def encode_blocks_text(
-    tokenizer: object, documents: Sequence[Document], max_doc_words: int | None, max_doc_tokens: int | None
+    tokenizer: object,
+    documents: Sequence[Document],
+    max_doc_words: int | None,
+    max_doc_tokens: int | None,
+    memo: BlockMemo | None = None,
 ) -> tuple[list[list[int]], list[int], list[Truncation], list[list[Span]]]:
     """Each document's block ids (title and text, then the separator), how many of them precede
     the separator, the cuts, and each token's character range in the document's text (the
-    title's tokens get negative ones)."""
-    texts, truncated = truncate_texts(tokenizer, documents, max_doc_words, max_doc_tokens)
-    blocks, lengths, char_offsets = [], [], []
-    for doc, text in zip(documents, texts):
-        body = block_text(doc.title, text)
-        whole = SEPARATOR + body + SEPARATOR
-        ids, offsets = encode_cut(tokenizer, whole + _NEXT, len(SEPARATOR), len(whole))
-        blocks.append(ids)
-        lengths.append(sum(a < len(SEPARATOR) + len(body) for a, _ in offsets))
-        text_at = len(SEPARATOR) + len(body) - len(text.strip()) - (len(text) - len(text.lstrip()))
-        char_offsets.append([(a - text_at, b - text_at) for a, b in offsets])
-    return blocks, lengths, truncated, char_offsets
+    title's tokens get negative ones). Documents ``memo`` holds are not tokenized again."""
+    keys = [(d.title, d.text, max_doc_words, max_doc_tokens) for d in documents]
+    found = [None if memo is None else memo.get(k) for k in keys]
+    todo = [i for i, e in enumerate(found) if e is None]
+    texts, cuts = truncate_texts(tokenizer, [documents[i] for i in todo], max_doc_words, max_doc_tokens)
+    cut_of = {todo[c.doc_index]: c for c in cuts}
+    for i, text in zip(todo, texts):
+        found[i] = entry = _encode_block(tokenizer, documents[i].title, text, cut_of.get(i))
+        if memo is not None:
+            memo.put(keys[i], entry)
+    encoded = [e for e in found if e is not None]
+    truncated = [replace(e.cut, doc_index=i, doc_id=d.id) for i, (d, e) in enumerate(zip(documents, encoded)) if e.cut]
+    return (
+        [e.ids.tolist() for e in encoded],
+        [e.text_length for e in encoded],
+        truncated,
+        [[(a, b) for a, b in e.offsets.tolist()] for e in encoded],
+    )
+
+
+@dataclass(frozen=True)
+class EncodedBlock:
+    """One passage tokenized as a block: its ids (text, then the separator; int32), how many
+    precede the separator, each token's characters in the text (int32 ``[n, 2]``) and the cut
+    that shortened it (None if whole)."""
+
+    ids: np.ndarray
+    text_length: int
+    offsets: np.ndarray
+    cut: Truncation | None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.ids.nbytes + self.offsets.nbytes)
+
+
+def _encode_block(tokenizer: object, title: str, text: str, cut: Truncation | None) -> EncodedBlock:
+    body = block_text(title, text)
+    whole = SEPARATOR + body + SEPARATOR
+    ids, offsets = encode_cut(tokenizer, whole + _NEXT, len(SEPARATOR), len(whole))
+    length = sum(a < len(SEPARATOR) + len(body) for a, _ in offsets)
+    text_at = len(SEPARATOR) + len(body) - len(text.strip()) - (len(text) - len(text.lstrip()))
+    spans = np.asarray([(a - text_at, b - text_at) for a, b in offsets], dtype=np.int32).reshape(-1, 2)
+    return EncodedBlock(np.asarray(ids, dtype=np.int32), length, spans, cut)
+
+
+class BlockMemo:
+    """Recently tokenized blocks, least recently used first out past ``max_bytes``: a warm
+    query (its passages' states cached) then skips tokenizing them too. Keyed by title, text
+    and the truncation limits; about 12 bytes per token."""
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._entries: OrderedDict[tuple, EncodedBlock] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple) -> EncodedBlock | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple, entry: EncodedBlock) -> None:
+        if entry.nbytes > self.max_bytes:
+            return
+        old = self._entries.pop(key, None)
+        self.nbytes += entry.nbytes - (0 if old is None else old.nbytes)
+        self._entries[key] = entry
+        while self.nbytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self.nbytes -= evicted.nbytes

@@ -25,7 +25,6 @@ regularization, slot correction) replaces the plain aggregation; see
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +34,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..llm.attention import AttentionCapturer, PrefixCache
-from ..llm.blocks import BlockPrompt, build_block_prompts
+from ..llm.blocks import BlockMemo, BlockPrompt, build_block_prompts
 from ..llm.capture import capture_blocks, capture_window
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
@@ -51,6 +50,7 @@ from .learned import LearnedHeadWeights
 from .position import load_profile
 from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
 from .signals import SignalComputer
+from .windows import fit_windows
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +164,7 @@ class AttentionReranker:
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._block_prefix: PrefixCache | None = None  # block_prefix_ids depend on the tokenizer only
+        self._blocks_memo = BlockMemo()  # tokenized passages, beside their states
         self.store = (
             None
             if cfg.passage_states is None
@@ -335,44 +336,21 @@ class AttentionReranker:
         if not isinstance(query, str) or not query.strip():
             raise InputError(f"query {query!r} is empty; give a non-empty query text")
         tok, kw = self.llm.tokenizer, self.prompt_kw
-        if self.config.attention == "block":
-            return self._fit(
-                docs,
-                lambda ds: build_block_prompts(tok, query, ds, **kw),
+        if self.config.attention == "block":  # tokenized once; windows select their blocks
+            whole = build_block_prompts(tok, query, docs, memo=self._blocks_memo, **kw)
+            return fit_windows(
+                len(docs),
+                lambda g: whole if len(g) == len(docs) else whole.select(g, self.config.order),
                 self._block_extent,
                 lambda prompt, g: replace(self._block_window(prompt), doc_index=g),
+                self.max_prompt_tokens,
             )
-        return self._fit(
-            docs, lambda ds: build_rerank_prompts(tok, query, ds, **kw), lambda p: len(p.real.input_ids), self._window
-        )
-
-    def _fit(
-        self,
-        docs: list[Document],
-        build: Callable[[list[Document]], Any],
-        size: Callable[[Any], int],
-        capture: Callable[[Any, list[int]], WindowRows],
-    ) -> list[WindowRows]:
-        """One window when the prompt ``build`` makes of ``docs`` spans at most ``max_prompt_tokens``
-        positions (``size``), else the fewest round-robin windows that fit (every window then holds
-        a similar mix of strong and weak candidates), each captured by ``capture``."""
-        whole = build(docs)
-        if size(whole) <= self.max_prompt_tokens:
-            return [capture(whole, list(range(len(docs))))]
-        for n_windows in range(math.ceil(size(whole) / self.max_prompt_tokens), len(docs) + 1):
-            groups = [list(range(w, len(docs), n_windows)) for w in range(n_windows)]
-            prompts = [build([docs[i] for i in g]) for g in groups]
-            if max(size(p) for p in prompts) <= self.max_prompt_tokens:
-                logger.info(
-                    "prompt of %d positions > %d: scored in %d round-robin windows",
-                    size(whole),
-                    self.max_prompt_tokens,
-                    n_windows,
-                )
-                return [capture(p, g) for p, g in zip(prompts, groups)]
-        raise InputError(
-            f"a single document does not fit max_prompt_tokens={self.max_prompt_tokens}; "
-            "lower max_doc_words/max_doc_tokens or raise max_prompt_tokens"
+        return fit_windows(
+            len(docs),
+            lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
+            lambda p: len(p.real.input_ids),
+            self._window,
+            self.max_prompt_tokens,
         )
 
     def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:

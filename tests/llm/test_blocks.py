@@ -10,9 +10,10 @@ from transformers import DynamicCache
 
 from attnrank.errors import InputError
 from attnrank.llm.attention import AttentionCapturer, _attn_implementation
-from attnrank.llm.blocks import build_block_prompts
+from attnrank.llm.blocks import BlockMemo, build_block_prompts
 from attnrank.llm.capture import capture_blocks
 from attnrank.llm.states import ContextLayer, StateCache, assemble, encode_blocks
+from attnrank.types import Document
 
 DOCS = [
     "Paris is the capital of France.",
@@ -226,3 +227,60 @@ def test_packed_blocks_equal_padded_batches(family):
         for a, b in zip(padded, packed):
             assert a.keys.shape == b.keys.shape
             assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
+
+
+@pytest.mark.parametrize("order", ["reverse", "forward"])
+def test_selected_blocks_equal_a_prompt_built_of_them(order):
+    tok = tiny_tokenizer()
+    docs = [Document(f"d{i}", text * (3 if i == 1 else 1), f"T{i}") for i, text in enumerate(DOCS + ["Kiwis too."])]
+    whole = build_block_prompts(tok, QUERY, docs, order=order, max_doc_words=6)
+    picked = [3, 1]
+    direct = build_block_prompts(tok, QUERY, [docs[i] for i in picked], order=order, max_doc_words=6)
+    sub = whole.select(picked, order)
+    assert sub.context_ids == direct.context_ids and sub.order == direct.order
+    assert (sub.blocks, sub.text_lengths, sub.doc_ids) == (direct.blocks, direct.text_lengths, direct.doc_ids)
+    assert sub.offsets == direct.offsets and sub.doc_spans == direct.doc_spans
+    assert sub.truncated == direct.truncated and [t.doc_id for t in sub.truncated] == ["d1"]
+
+
+class CountingTokenizer:
+    """The tiny tokenizer, counting the texts it is asked to encode."""
+
+    def __init__(self):
+        self.inner, self.texts = tiny_tokenizer(), []
+
+    def __call__(self, text, **kw):
+        self.texts.append(text)
+        return self.inner(text, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_memo_skips_tokenizing_known_passages_and_changes_nothing():
+    tok = CountingTokenizer()
+    memo = BlockMemo()
+    first = build_block_prompts(tok, QUERY, DOCS, memo=memo, max_doc_words=4)
+    plain = build_block_prompts(tok, QUERY, DOCS, max_doc_words=4)
+    assert len(memo) == 3
+    tok.texts.clear()
+    again = build_block_prompts(tok, "Another question?", [DOCS[2], "New text.", DOCS[0]], memo=memo, max_doc_words=4)
+    assert not any(d in t for t in tok.texts for d in (DOCS[0][:10], DOCS[2][:10]))  # only the new one
+    assert any("New text." in t for t in tok.texts)
+    assert first.blocks == plain.blocks and first.truncated == plain.truncated and first.offsets == plain.offsets
+    assert again.blocks[0] == first.blocks[2] and again.blocks[2] == first.blocks[0]
+    assert [(t.doc_index, t.doc_id) for t in again.truncated] == [(0, "0"), (2, "2")]  # cuts re-indexed and re-named
+    # other truncation limits are other entries
+    build_block_prompts(tok, QUERY, DOCS[:1], memo=memo, max_doc_words=None)
+    assert len(memo) == 5
+
+
+def test_memo_keeps_to_its_byte_budget():
+    tok = tiny_tokenizer()
+    probe = BlockMemo()
+    build_block_prompts(tok, QUERY, DOCS, memo=probe)
+    sizes = sorted(e.nbytes for e in probe._entries.values())
+    memo = BlockMemo(max_bytes=sizes[-1] + sizes[-2])
+    build_block_prompts(tok, QUERY, DOCS, memo=memo)
+    assert len(memo) == 2 and memo.nbytes <= memo.max_bytes
+    assert memo.get(("", DOCS[0], None, None)) is None  # the least recently used went first

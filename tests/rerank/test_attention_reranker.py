@@ -82,7 +82,7 @@ def test_windows_when_prompt_is_too_long(llm, caplog):
     limit = max(n_tokens(DOCS[0::2]), n_tokens(DOCS[1::2]))
     assert limit < n_tokens(DOCS)
     rr = AttentionReranker(llm, max_prompt_tokens=limit, signals=None)
-    with caplog.at_level(logging.INFO, logger="attnrank.rerank.attention"):
+    with caplog.at_level(logging.INFO, logger="attnrank.rerank.windows"):
         wins = rr.windows(QUERY, DOCS)
     assert len(wins) == 2 and "round-robin windows" in caplog.text
     assert sorted(i for w in wins for i in w.doc_index) == [0, 1, 2, 3]

@@ -1,0 +1,53 @@
+"""Round-robin windows: a candidate list too long for one prompt, scored in several.
+
+A prompt must span at most ``max_prompt_tokens`` positions (the model's context, less room to
+spare). When all candidates do not fit, they are dealt round-robin over the fewest windows that
+do: candidate ``i`` goes to window ``i mod n``, so every window holds a similar mix of strong
+and weak first-stage candidates and the attention each one gets is comparable across windows.
+The full prompt and block attention cut their windows by the same rule.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import TypeVar
+
+from ..errors import InputError
+
+logger = logging.getLogger(__name__)
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+
+def fit_windows(
+    n_docs: int,
+    build: Callable[[list[int]], P],
+    size: Callable[[P], int],
+    capture: Callable[[P, list[int]], R],
+    max_prompt_tokens: int,
+) -> list[R]:
+    """``capture`` of the one prompt ``build`` makes of all ``n_docs`` documents (by input index)
+    when it spans at most ``max_prompt_tokens`` positions (``size``), else of each of the fewest
+    round-robin windows that fit, with the input indices it holds."""
+    everything = list(range(n_docs))
+    whole = build(everything)
+    if size(whole) <= max_prompt_tokens:
+        return [capture(whole, everything)]
+    for n_windows in range(math.ceil(size(whole) / max_prompt_tokens), n_docs + 1):
+        groups = [list(range(w, n_docs, n_windows)) for w in range(n_windows)]
+        prompts = [build(g) for g in groups]
+        if max(size(p) for p in prompts) <= max_prompt_tokens:
+            logger.info(
+                "prompt of %d positions > %d: scored in %d round-robin windows",
+                size(whole),
+                max_prompt_tokens,
+                n_windows,
+            )
+            return [capture(p, g) for p, g in zip(prompts, groups)]
+    raise InputError(
+        f"a single document does not fit max_prompt_tokens={max_prompt_tokens}; "
+        "lower max_doc_words/max_doc_tokens or raise max_prompt_tokens"
+    )
