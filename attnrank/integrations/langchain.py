@@ -117,9 +117,11 @@ class AttnrankPruner(BaseDocumentCompressor):
     """Keep the sentences the LLM's attention marks as relevant (:class:`ContextPruner`).
 
     Returns new documents holding only the kept sentences (reading order, the source's id and
-    metadata kept, plus ``kept_sentences``, ``pruned`` and ``sentence_scores``); a document with
-    no kept sentence is left out. Budget: ``budget_tokens`` (sentence tokens kept over all
-    documents, hard cap) or ``keep_ratio`` (fraction of them).
+    metadata kept, plus ``kept_sentences``, ``pruned`` and ``sentence_scores``, the kept
+    sentences' attention scores); a document with no kept sentence is left out. Budget:
+    ``budget_tokens`` (sentence tokens kept over all documents, hard cap) or ``keep_ratio``
+    (fraction of them). A budget covering the whole context keeps everything without running the
+    model, so ``sentence_scores`` is left out then.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -155,14 +157,14 @@ class AttnrankPruner(BaseDocumentCompressor):
         for d in pruned.documents():
             i = int(d.id)
             src = documents[i]
-            scores = [s.score for s in pruned.kept if s.doc_index == i]
             meta = {
                 **src.metadata,
                 "pruned": True,
                 "kept_sentences": d.metadata["kept_sentences"],
-                "sentence_scores": scores,
                 "source_id": _source_id(src, i),
             }
+            if not pruned.kept_all:  # kept_all: the model did not run, every score is NaN
+                meta["sentence_scores"] = [s.score for s in pruned.kept if s.doc_index == i]
             out.append(LCDocument(page_content=d.text, id=src.id, metadata=meta))
         return out
 

@@ -87,6 +87,22 @@ def _query(query_bundle: QueryBundle | None) -> str:
     return query_bundle.query_str
 
 
+def _stage_fields(
+    owner: str, kind: str, given: Any, saved: dict[str, Any] | None, custom: bool, settings: dict[str, Any]
+) -> dict[str, Any]:
+    """The fields by which ``to_dict``/``from_dict`` rebuild the ``kind`` ("reranker" or "pruner")
+    of postprocessor ``owner``: ``{kind}_settings`` (the ``saved`` settings updated by
+    ``settings``) and ``custom_{kind}`` (built around the object ``given``). ``custom`` without
+    ``given`` (from_dict of a postprocessor saved with its own object, which to_dict cannot hold)
+    is an :class:`InputError`."""
+    if custom and given is None:
+        raise InputError(
+            f"this {owner} was saved with its own {kind} object, which to_dict cannot hold; "
+            f"rebuild it with {owner}.from_dict(data, {kind}=...)"
+        )
+    return {f"{kind}_settings": {**(saved or {}), **settings}, f"custom_{kind}": given is not None}
+
+
 def _to_node(d: ScoredDocument) -> NodeWithScore:
     node = TextNode(id_=d.id, text=d.text, metadata={**d.metadata, "title": d.title, **score_fields(d)})
     _hide_scores(node)
@@ -119,19 +135,11 @@ class AttnrankRerank(BaseNodePostprocessor):
         **settings: Any,
     ):
         check_top_n(top_n)
-        settings = {**(reranker_settings or {}), **settings}
-        if custom_reranker and reranker is None:  # from_dict of one built around a reranker object
-            raise InputError(
-                "this AttnrankRerank was saved with its own reranker object, which to_dict cannot hold; "
-                "rebuild it with AttnrankRerank.from_dict(data, reranker=...)"
-            )
+        stage = _stage_fields("AttnrankRerank", "reranker", reranker, reranker_settings, custom_reranker, settings)
         super().__init__(  # type: ignore[call-arg]  # pydantic fields
-            top_n=top_n,
-            keep_retrieval_score=keep_retrieval_score,
-            reranker_settings=settings,
-            custom_reranker=reranker is not None,
+            top_n=top_n, keep_retrieval_score=keep_retrieval_score, **stage
         )
-        self._reranker = shared_reranker(reranker, **settings)
+        self._reranker = shared_reranker(reranker, **self.reranker_settings)
 
     @classmethod
     def class_name(cls) -> str:
@@ -198,20 +206,11 @@ class AttnrankPruner(BaseNodePostprocessor):
     ):
         if budget_tokens is None and keep_ratio is None:
             budget_tokens = 300  # the default budget; a ratio alone replaces it
-        settings = {**(pruner_settings or {}), **settings}
-        if custom_pruner and pruner is None:  # from_dict of one built around a pruner object
-            raise InputError(
-                "this AttnrankPruner was saved with its own pruner object, which to_dict cannot hold; "
-                "rebuild it with AttnrankPruner.from_dict(data, pruner=...)"
-            )
-        super().__init__(
-            budget_tokens=budget_tokens,
-            keep_ratio=keep_ratio,  # type: ignore[call-arg]  # pydantic fields
-            neighbours=neighbours,
-            pruner_settings=settings,
-            custom_pruner=pruner is not None,
+        stage = _stage_fields("AttnrankPruner", "pruner", pruner, pruner_settings, custom_pruner, settings)
+        super().__init__(  # type: ignore[call-arg]  # pydantic fields
+            budget_tokens=budget_tokens, keep_ratio=keep_ratio, neighbours=neighbours, **stage
         )
-        self._pruner = shared_pruner(pruner, **settings)
+        self._pruner = shared_pruner(pruner, **self.pruner_settings)
 
     @classmethod
     def class_name(cls) -> str:

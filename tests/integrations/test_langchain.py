@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 pytest.importorskip("langchain_core", reason="needs the 'langchain' extra")
@@ -25,6 +27,15 @@ def _lc_docs(demo_docs, n=6):
     return [
         LCDocument(page_content=d.text, id=d.id, metadata={"title": d.title, "source": "demo"}) for d in demo_docs[:n]
     ]
+
+
+def _has_nan(value) -> bool:
+    """Whether a metadata value holds a NaN float, however deeply nested in lists and dicts."""
+    if isinstance(value, dict):
+        return any(_has_nan(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nan(v) for v in value)
+    return isinstance(value, float) and math.isnan(value)
 
 
 def test_reranker_agrees_with_attention_reranker(settings, demo_docs, query):
@@ -121,3 +132,19 @@ def test_retriever_configurable_fields(settings, demo_index, query):
     ref = AttnrankRetriever(index=demo_index, k=3, depth=5, **settings).invoke(query)
     assert [d.id for d in three] == [d.id for d in ref] and len(ref) == 3
     assert all("attention" in d.metadata["stage_scores"] for d in three)  # still reranked
+
+
+def test_pruner_metadata_has_no_nan_when_everything_fits(settings, demo_docs, query):
+    """A budget covering the whole context keeps every sentence without running the model, so
+    there are no sentence scores: ``sentence_scores`` is left out (before, a list of NaN), as the
+    LlamaIndex pruner leaves scores out. A pruned context still reports one score per kept sentence."""
+    lc = _lc_docs(demo_docs, 2)
+    pruner = AttnrankPruner(budget_tokens=100_000, model=settings["model"])
+    out = pruner.compress_documents(lc, query)
+    assert [d.page_content for d in out] == [d.page_content for d in lc]  # nothing pruned
+    for d in out:
+        assert d.metadata["pruned"] and d.metadata["kept_sentences"]
+        assert "sentence_scores" not in d.metadata and not _has_nan(d.metadata)
+    for d in AttnrankPruner(keep_ratio=0.5, model=settings["model"]).compress_documents(lc, query):
+        scores = d.metadata["sentence_scores"]
+        assert len(scores) == len(d.metadata["kept_sentences"]) and all(math.isfinite(s) for s in scores)
