@@ -134,24 +134,31 @@ def load_llm(model: str | None = None, *, dtype: str = "auto", device: str = "cp
 
 def model_shape(model: str | None = None) -> tuple[int, int] | None:
     """``(layers, heads per layer)`` of ``model`` from its config alone, without its weights (a
-    GGUF's from its metadata); None when the config cannot be read here (loading reports why)."""
-    model_id = (model or config.DEFAULT_LLM).strip()
-    try:
-        gguf = gguf_source(model_id)
-        if gguf is not None:
-            return gguf_shape(gguf)
-        from transformers import AutoConfig  # ~1 s to import: only for a folder or hub id
+    GGUF's from its metadata); None when the config cannot be read here (loading reports why).
 
-        cfg = AutoConfig.from_pretrained(model_id, local_files_only=_offline(model_id))
-        text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        return int(text_cfg.num_hidden_layers), int(text_cfg.num_attention_heads)
+    Read once per model per process, like the models :func:`load_llm` keeps (a command checks
+    several head options against one model); a failed read is not remembered."""
+    try:
+        return _config_shape((model or config.DEFAULT_LLM).strip())
     except (AttnrankError, OSError, ValueError, TypeError, AttributeError, struct.error):
         return None
 
 
+@functools.lru_cache(maxsize=8)
+def _config_shape(model_id: str) -> tuple[int, int]:
+    """:func:`model_shape`'s read; it raises when it fails, so only successes are cached."""
+    gguf = gguf_source(model_id)
+    if gguf is not None:
+        return gguf_shape(gguf)
+    text_cfg = _text_config(_read_config(model_id, model_id, local_files_only=_offline(model_id)))
+    return int(text_cfg.num_hidden_layers), int(text_cfg.num_attention_heads)
+
+
 def clear_llm_cache() -> None:
-    """Forget the models loaded in this process (frees them once no one else holds them)."""
+    """Forget the models loaded in this process (frees them once no one else holds them) and
+    the shapes read from their configs."""
     _load_cached.cache_clear()
+    _config_shape.cache_clear()
 
 
 def load_tokenizer(model: str | None = None) -> Any:
@@ -203,12 +210,9 @@ def _load_folder(
     source: str | Path, model_id: str, torch_dtype: torch.dtype, dev: torch.device, *, local_files_only: bool
 ) -> LLM:
     """Config check first (cheap, clear errors), then tokenizer and weights (SDPA, eval mode)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    try:
-        cfg = AutoConfig.from_pretrained(source, local_files_only=local_files_only)
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load the config of {model_id!r}: {e}") from e
+    cfg = _read_config(source, model_id, local_files_only=local_files_only)
     check_causal_lm_config(cfg, model_id)
     tokenizer = _tokenizer(source, model_id, local_files_only=local_files_only)
     device_map = str(dev) if dev.type == "cuda" else None  # straight to the GPU, no CPU copy
@@ -249,8 +253,7 @@ def check_causal_lm_config(cfg: Any, model_id: str) -> None:
             "decoder-only causal LM; attention reranking needs a decoder-only "
             "causal LM such as Llama, Qwen2, Mistral or Gemma"
         )
-    text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    if not getattr(text_cfg, "num_attention_heads", None):
+    if not getattr(_text_config(cfg), "num_attention_heads", None):
         raise ModelError(
             f"{model_id!r} ({arch}): its config has no num_attention_heads, so its "
             "attention heads cannot be addressed; this architecture is unsupported"
@@ -267,6 +270,22 @@ def check_attention_modules(model: Any, model_id: str) -> None:
             f"{model_id!r} ({type(model).__name__}): {what}, which attention "
             "capture needs; this architecture is unsupported"
         )
+
+
+def _read_config(source: str | Path, model_id: str, *, local_files_only: bool) -> Any:
+    """The transformers config of ``source`` (a folder or hub id; no weights are read), or a
+    :class:`ModelError` naming ``model_id`` when it cannot be read."""
+    from transformers import AutoConfig  # ~1 s to import: only for a folder or hub id
+
+    try:
+        return AutoConfig.from_pretrained(source, local_files_only=local_files_only)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load the config of {model_id!r}: {e}") from e
+
+
+def _text_config(cfg: Any) -> Any:
+    """The text decoder's part of ``cfg``: its own sub-config in a multimodal model, else ``cfg``."""
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
 def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:

@@ -294,3 +294,5 @@ def test_model_shape_of_a_folder_and_of_nothing(tmp_path):
     folder = save_tiny(tmp_path / "tiny", layers=3)
     assert models.model_shape(str(folder)) == (3, 4)
     assert models.model_shape(str(tmp_path / "missing")) is None
+    save_tiny(tmp_path / "missing", layers=2)  # a failed read is not remembered
+    assert models.model_shape(str(tmp_path / "missing")) == (2, 4)
