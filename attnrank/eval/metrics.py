@@ -103,15 +103,19 @@ def per_query_ndcg_of_each(
 ) -> dict[str, Any]:
     """``{qid: nDCG@k of each scorer used alone [S]}`` from ``scores[qid] [S, D]`` (e.g. every
     head's passage scores) over the candidates ``doc_ids[qid]``: one ir-measures call per
-    ``chunk`` scorers."""
+    ``chunk`` scorers. Like :func:`evaluate_per_query`, only queries with judgments are in it (one
+    absent from ``qrels`` or with an empty judgment set is left out)."""
     import numpy as np
 
-    out = {q: np.zeros(len(s)) for q, s in scores.items()}
-    n = len(next(iter(scores.values())))
+    judged = {q: s for q, s in scores.items() if qrels.get(q)}
+    if not judged:
+        return {}
+    out = {q: np.zeros(len(s)) for q, s in judged.items()}
+    n = len(next(iter(judged.values())))  # scorers, the same for every query
     for lo in range(0, n, chunk):
         run = {
             f"{q}::{h}": dict(zip(doc_ids[q], map(float, s[h])))
-            for q, s in scores.items()
+            for q, s in judged.items()
             for h in range(lo, min(n, lo + chunk))
         }
         per = evaluate_per_query(run, {key: qrels[key.rsplit("::", 1)[0]] for key in run}, [f"nDCG@{k}"], rel=rel)

@@ -2,12 +2,12 @@
 
 Attention-reranking benchmarks need, per query, all heads' rows (real query and "N/A") over the
 same candidate prompt; capturing them is the expensive part (seconds per query on CPU), so they
-are stored as ``.npz`` under ``<cache>/<setting key>_<model fingerprint[:12]>/<qid>.npz``
-(arrays ``seconds`` and per window ``w<i>_doc_index``, ``w<i>_spans``, ``w<i>_input_ids``,
-``w<i>_real``, ``w<i>_null`` as float32). First-stage signals of the candidates are cached as
-JSON (``<cache>/signals_<setting key>.json``). The cache is derived data (the benchmarks keep it
-in the git-ignored ``indexes/bench-cache``); a file is written atomically, so an interrupted run
-leaves no half file.
+are stored as ``.npz`` under ``<cache>/<setting key>_<model fingerprint[:12]>/<query name>.npz``
+(a file name no other query id shares, :func:`cache_file`; arrays ``seconds`` and per window
+``w<i>_doc_index``, ``w<i>_spans``, ``w<i>_input_ids``, ``w<i>_real``, ``w<i>_null`` as float32).
+First-stage signals of the candidates are cached as JSON (``<cache>/signals_<setting key>.json``).
+The cache is derived data (the benchmarks keep it in the git-ignored ``indexes/bench-cache``); a
+file is written atomically, so an interrupted run leaves no half file.
 
 The capturer is anything with ``windows(query, docs)`` (e.g. an ``AttentionReranker``) and an
 ``llm.fingerprint``; this module does not import the reranker (``attnrank.eval`` sits below it).
@@ -15,6 +15,7 @@ The capturer is anything with ``windows(query, docs)`` (e.g. an ``AttentionReran
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -30,6 +31,9 @@ from ..errors import InputError
 from ..types import Document
 
 logger = logging.getLogger(__name__)
+
+_SAFE_LENGTH = 64  # keeps a file name well under file systems' 255-byte limit
+_SAFE_STEM = re.compile(rf"[0-9a-z]{{1,{_SAFE_LENGTH}}}")  # ids that are their own file name
 
 
 class RowCapturer(Protocol):
@@ -75,7 +79,23 @@ def cache_file(cache: Path | None, setting: str, qid: str, fingerprint: str) -> 
         return None
     digest, _, quant = fingerprint.partition("+")
     tag = digest[:12] + (f"-{quant}" if quant else "")
-    return Path(cache) / f"{setting_key(setting)}_{tag}" / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.npz"
+    return Path(cache) / f"{setting_key(setting)}_{tag}" / f"{_file_stem(qid)}.npz"
+
+
+def _file_stem(qid: str) -> str:
+    """A file name for ``qid`` that no other id shares, even on a case-insensitive file system.
+
+    An id that is already a safe name (digits and lowercase letters: SciFact's and TREC DL's
+    numbers, HotpotQA's hex ids) is its own name, as it always was, so their cached rows stay
+    valid. Any other id is a readable slug plus a hash of the exact id (``q_1-<16 hex>``); these
+    names hold a ``-``, which safe names never do, so the two kinds cannot meet. Such ids used to
+    be named by the slug alone, where ``a.b`` and ``a_b`` shared one file; files written under
+    those old names are no longer read (their rows are captured again), which is safe for a
+    rebuildable cache."""
+    if _SAFE_STEM.fullmatch(qid):
+        return qid
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", qid)[:_SAFE_LENGTH]
+    return f"{slug}-{hashlib.sha256(qid.encode()).hexdigest()[:16]}"
 
 
 def save_windows(path: Path, wins: Sequence[Any], seconds: float) -> None:

@@ -4,10 +4,12 @@ import math
 import os
 import stat
 
+import numpy as np
 import pytest
 
 from attnrank.errors import InputError
 from attnrank.eval import evaluate, evaluate_per_query, read_qrels, read_run, write_run
+from attnrank.eval.metrics import per_query_ndcg_of_each
 
 
 def test_read_trec_and_beir_qrels(dl19_mini, scifact_mini):
@@ -136,6 +138,16 @@ def test_queries_without_judgments_are_not_averaged():
     qrels = {"q1": {"a": 1}, "q2": {}}  # q2 has no judgments: trec_eval would not know it
     assert evaluate({"q1": {"a": 1.0}, "q2": {"a": 1.0}}, qrels, ["nDCG@10"])["nDCG@10"] == 1.0
     assert set(evaluate_per_query({"q1": {"a": 1.0}}, qrels, ["nDCG@10"])) == {"q1"}
+
+
+def test_ndcg_of_each_scorer_leaves_out_queries_without_judgments():
+    """As in :func:`evaluate`: a query absent from the qrels or with none judged is not scored."""
+    scores = {"q1": np.array([[2.0, 1.0], [1.0, 2.0]]), "q2": np.ones((2, 2)), "q3": np.ones((2, 2))}
+    doc_ids = {q: ["a", "b"] for q in scores}
+    per = per_query_ndcg_of_each(scores, doc_ids, {"q1": {"a": 1}, "q3": {}}, chunk=1)
+    assert set(per) == {"q1"}
+    assert per["q1"].tolist() == [1.0, pytest.approx(1 / math.log2(3))]  # a first, then a second
+    assert per_query_ndcg_of_each(scores, doc_ids, {}) == {}
 
 
 def test_written_run_keeps_the_order_of_close_scores(tmp_path):

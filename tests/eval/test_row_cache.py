@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,11 +43,20 @@ def test_setting_key_drops_the_sample_size():
     assert setting_key("HotpotQA distractor BM25-ordered (400 questions)") == "HotpotQA_distractor_BM25_ordered"
     assert cache_file(None, "x", "q", "abc") is None
     assert (
-        cache_file(__import__("pathlib").Path("c"), "DL19 BM25 top-20", "q/1", "0123456789abcdef").as_posix()
-        == "c/DL19_BM25_top_20_0123456789ab/q_1.npz"
+        cache_file(Path("c"), "DL19 BM25 top-20", "1037798", "0123456789abcdef").as_posix()
+        == "c/DL19_BM25_top_20_0123456789ab/1037798.npz"
     )
-    int8 = cache_file(__import__("pathlib").Path("c"), "DL19 BM25 top-20", "q/1", "0123456789abcdef+int8")
-    assert int8.as_posix() == "c/DL19_BM25_top_20_0123456789ab-int8/q_1.npz"  # never the float32 rows
+    int8 = cache_file(Path("c"), "DL19 BM25 top-20", "1037798", "0123456789abcdef+int8")
+    assert int8.as_posix() == "c/DL19_BM25_top_20_0123456789ab-int8/1037798.npz"  # never the float32 rows
+
+
+def test_cache_files_of_distinct_query_ids_never_meet():
+    """Ids that differ only in punctuation or case once shared a file, so one query read another's rows."""
+    ids = ["a.b", "a_b", "a-b", "a b", "a__b", "A_B", "ab", "AB", "a_b_", "", "x" * 300, "x" * 301]
+    names = [cache_file(Path("c"), "toy", q, "0123456789abcdef").name for q in ids]
+    assert len({n.lower() for n in names}) == len(ids), names  # distinct on a case-insensitive disk too
+    assert cache_file(Path("c"), "toy", "a.b", "0123456789abcdef").name.startswith("a_b-")  # still readable
+    assert max(len(n) for n in names) < 100
 
 
 def test_windows_round_trip_as_float32(tmp_path, reranker):
