@@ -41,7 +41,8 @@ context keeps everything without running the model (scores are NaN then).
 Long contexts: when the prompt exceeds ``max_prompt_tokens`` (default: the model's context
 length − 64), consecutive passages are packed into chunks that fit (a passage that cannot fit
 alone is cut between sentences); each chunk is its own prompt and its scores are merged as
-they are for one global selection (AttentionRAG's chunked processing; logged when used).
+they are for one global selection (AttentionRAG's chunked processing; logged when used; the
+prompts are built by :mod:`attnrank.prune.planning`).
 """
 
 from __future__ import annotations
@@ -49,18 +50,17 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
 from ..llm.attention import AttentionCapturer, PrefixCache
-from ..llm.blocks import BlockPrompt, build_block_prompts
+from ..llm.blocks import BlockPrompt
 from ..llm.capture import capture_blocks, capture_window
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
-from ..llm.prompts import RerankPromptPair, build_rerank_prompts
+from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
 from ..registry import resolve_heads
@@ -68,25 +68,14 @@ from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents
 from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, check_budget, resolve_budget, select
+from .planning import Chunk, PromptPlanner, Span, scored_sentences
 from .probe import SentenceProbe, lexical_scores
 from .segment import Sentence, locate_sentences, segment
-from .spans import Piece, block_sentence_spans, make_piece, sentence_spans
+from .spans import make_piece
 
 logger = logging.getLogger(__name__)
 
 _UNSET: Any = object()  # ``heads`` not given: the configuration's heads
-
-Span = tuple[int, int]
-
-
-@dataclass
-class _Chunk:
-    """One scoring prompt: its pieces, the real/"N/A" prompt pair, each sentence's token span."""
-
-    pieces: list[Piece]
-    pair: RerankPromptPair | BlockPrompt  # BlockPrompt in block-attention mode
-    spans: list[list[Span]]
-    length: int  # tokens of the longer of the two prompts, focus hint included
 
 
 class ContextPruner:
@@ -228,7 +217,7 @@ class ContextPruner:
 
     def _prepare(
         self, query: str, docs: Sequence[Any], sentences
-    ) -> tuple[list[Document], list[_Chunk], list[ScoredSentence]]:
+    ) -> tuple[list[Document], list[Chunk], list[ScoredSentence]]:
         """Check the input, segment, and plan the prompts (no model call)."""
         if not isinstance(query, str) or not query.strip():
             raise InputError(f"query {query!r} is empty; give the question the context is pruned for")
@@ -244,7 +233,7 @@ class ContextPruner:
         if not any(sents):
             raise InputError(f"the {len(documents)} document(s) hold no text to prune; pass non-empty passages")
         chunks = self._plan(query, documents, sents)
-        return documents, chunks, _scored_sentences(documents, sents, chunks)
+        return documents, chunks, scored_sentences(documents, sents, chunks)
 
     # -- segmentation and prompt planning ----------------------------------------------------
     def _sentences(self, docs: list[Document], given) -> list[list[Sentence]]:
@@ -264,30 +253,18 @@ class ContextPruner:
             out.append(segment(doc.text, max_words=self.max_sentence_words))
         return out
 
-    def _plan(self, query: str, docs: list[Document], sents: list[list[Sentence]]) -> list[_Chunk]:
+    def _plan(self, query: str, docs: list[Document], sents: list[list[Sentence]]) -> list[Chunk]:
         """Prompts covering every sentence, each within ``max_prompt_tokens``."""
+        planner = PromptPlanner(
+            self.llm.tokenizer, self.prompt_kw, self.max_prompt_tokens, self.hint_ids, self.max_sentence_words
+        )
         pieces = [make_piece(i, s, range(len(s))) for i, s in enumerate(sents) if s]
         if self.config.attention == "block":  # blocks are independent: one prompt holds them all
-            return [self._build_blocks(query, docs, sents, pieces)]
-        whole = self._build(query, docs, sents, pieces)
+            return [planner.build_blocks(query, docs, sents, pieces)]
+        whole = planner.build(query, docs, sents, pieces)
         if whole.length <= self.max_prompt_tokens:
             return [whole]
-        units: list[Piece] = []
-        for p in pieces:
-            alone = self._build(query, docs, sents, [p])
-            units += [p] if alone.length <= self.max_prompt_tokens else self._split(query, docs, sents, p)
-        chunks: list[_Chunk] = []
-        cur: _Chunk | None = None
-        for u in units:
-            trial = self._build(query, docs, sents, (cur.pieces if cur else []) + [u])
-            if trial.length <= self.max_prompt_tokens:
-                cur = trial
-            else:
-                if cur is not None:
-                    chunks.append(cur)
-                cur = self._build(query, docs, sents, [u])
-        if cur is not None:
-            chunks.append(cur)
+        chunks = planner.pack(query, docs, sents, pieces)
         logger.info(
             "pruning prompt of %d tokens > max_prompt_tokens=%d: scored in %d chunks",
             whole.length,
@@ -296,60 +273,9 @@ class ContextPruner:
         )
         return chunks
 
-    def _split(self, query: str, docs, sents, piece: Piece) -> list[Piece]:
-        """Cut one passage that cannot fit a prompt between sentences into runs that fit."""
-        doc_sents = sents[piece.doc_index]
-        out: list[Piece] = []
-        run: list[int] = []
-        for k in piece.sent_ids:
-            if self._fits(query, docs, sents, make_piece(piece.doc_index, doc_sents, run + [k])):
-                run.append(k)
-                continue
-            if not run or not self._fits(query, docs, sents, make_piece(piece.doc_index, doc_sents, [k])):
-                raise self._misfit(query, docs, sents, make_piece(piece.doc_index, doc_sents, [k]))
-            out.append(make_piece(piece.doc_index, doc_sents, run))
-            run = [k]
-        out.append(make_piece(piece.doc_index, doc_sents, run))
-        return out
-
-    def _misfit(self, query: str, docs, sents, piece: Piece) -> InputError:
-        """The error for a one-sentence ``piece`` that does not fit a prompt, naming what takes
-        the room: the sentence, or a long query (then every passage would fail the same way)."""
-        alone = self._build(query, docs, sents, [piece])
-        s, e = alone.spans[0][0]
-        where = f"max_prompt_tokens={self.max_prompt_tokens}"
-        n = len(self.llm.tokenizer(query.strip(), add_special_tokens=False)["input_ids"])
-        if 2 * n > self.max_prompt_tokens:
-            return InputError(
-                f"the query ({n} tokens) and the prompt around it take {alone.length - (e - s)} tokens of "
-                f"{where}, leaving too little for the passages; shorten the query or raise max_prompt_tokens"
-            )
-        return InputError(
-            f"sentence {piece.sent_ids[0]} of document {docs[piece.doc_index].id!r} ({e - s} tokens) does not fit "
-            f"{where} even alone; lower max_sentence_words (now {self.max_sentence_words}) or raise max_prompt_tokens"
-        )
-
-    def _fits(self, query: str, docs, sents, piece: Piece) -> bool:
-        return self._build(query, docs, sents, [piece]).length <= self.max_prompt_tokens
-
-    def _build(self, query: str, docs: list[Document], sents, pieces: list[Piece]) -> _Chunk:
-        texts = [
-            Document(docs[p.doc_index].id, docs[p.doc_index].text[p.lo : p.hi], docs[p.doc_index].title) for p in pieces
-        ]
-        pair = build_rerank_prompts(self.llm.tokenizer, query, texts, **self.prompt_kw)
-        spans = sentence_spans(pair, texts, pieces, sents)
-        length = max(len(pair.real.input_ids), len(pair.calibration.input_ids)) + len(self.hint_ids)
-        return _Chunk(pieces, pair, spans, length)
-
-    def _build_blocks(self, query: str, docs: list[Document], sents, pieces: list[Piece]) -> _Chunk:
-        texts = [Document(docs[p.doc_index].id, docs[p.doc_index].text, docs[p.doc_index].title) for p in pieces]
-        prompt = build_block_prompts(self.llm.tokenizer, query, texts, **self.prompt_kw)
-        spans = block_sentence_spans(prompt, texts, pieces, sents)
-        return _Chunk(pieces, prompt, spans, len(prompt.context_ids) + len(prompt.real_suffix_ids))
-
     # -- scoring -----------------------------------------------------------------------------
     def _score(
-        self, query: str, chunks: list[_Chunk], scored: list[ScoredSentence], features: bool = False
+        self, query: str, chunks: list[Chunk], scored: list[ScoredSentence], features: bool = False
     ) -> np.ndarray | None:
         """Fill in the ``score`` of every sentence, one forward pass pair per chunk; return the
         per-head sentence scores ``[S, H]`` when asked for (or needed by the probe)."""
@@ -399,21 +325,3 @@ class ContextPruner:
             mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans)
             return sink_filtered_rows(w.real, w.null, mask)
         return w.rows
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _scored_sentences(docs: list[Document], sents: list[list[Sentence]], chunks: list[_Chunk]) -> list[ScoredSentence]:
-    """Every sentence in reading order, with its token count and the chunk that holds it."""
-    where = {
-        (p.doc_index, k): (c, e - s)
-        for c, chunk in enumerate(chunks)
-        for p, spans in zip(chunk.pieces, chunk.spans)
-        for k, (s, e) in zip(p.sent_ids, spans)
-    }
-    return [
-        ScoredSentence(i, docs[i].id, k, s.text, s.start, s.end, where[(i, k)][1], chunk=where[(i, k)][0])
-        for i, doc_sents in enumerate(sents)
-        for k, s in enumerate(doc_sents)
-    ]

@@ -1,0 +1,131 @@
+"""The scoring prompts of a pruning call: passages (or runs of their sentences) packed into
+prompts of at most ``max_prompt_tokens`` tokens, each sentence's token span in them, and the
+error that names what takes the room when a sentence cannot fit. Tokenizer work only, no model
+call; :class:`~attnrank.prune.pruner.ContextPruner` decides when to chunk (see its module doc)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError
+from ..llm.blocks import BlockPrompt, build_block_prompts
+from ..llm.prompts import RerankPromptPair, build_rerank_prompts
+from ..types import Document
+from .context import ScoredSentence
+from .segment import Sentence
+from .spans import Piece, block_sentence_spans, make_piece, sentence_spans
+
+Span = tuple[int, int]
+
+
+@dataclass
+class Chunk:
+    """One scoring prompt: its pieces, the real/"N/A" prompt pair, each sentence's token span."""
+
+    pieces: list[Piece]
+    pair: RerankPromptPair | BlockPrompt  # BlockPrompt in block-attention mode
+    spans: list[list[Span]]
+    length: int  # tokens of the longer of the two prompts, focus hint included
+
+
+@dataclass
+class PromptPlanner:
+    """Builds the pruner's prompts with ``tokenizer`` and ``prompt_kw`` (the arguments of
+    :func:`~attnrank.llm.prompts.build_rerank_prompts`); ``hint_ids``: the focus hint's tokens,
+    counted in every prompt's length; ``max_sentence_words`` is named in the misfit error."""
+
+    tokenizer: Any
+    prompt_kw: dict[str, Any]
+    max_prompt_tokens: int
+    hint_ids: list[int]
+    max_sentence_words: int
+
+    def pack(self, query: str, docs: list[Document], sents, pieces: list[Piece]) -> list[Chunk]:
+        """Consecutive ``pieces`` packed into prompts that fit, a piece that cannot fit alone cut
+        between sentences first."""
+        units: list[Piece] = []
+        for p in pieces:
+            alone = self.build(query, docs, sents, [p])
+            units += [p] if alone.length <= self.max_prompt_tokens else self.split(query, docs, sents, p)
+        chunks: list[Chunk] = []
+        cur: Chunk | None = None
+        for u in units:
+            trial = self.build(query, docs, sents, (cur.pieces if cur else []) + [u])
+            if trial.length <= self.max_prompt_tokens:
+                cur = trial
+            else:
+                if cur is not None:
+                    chunks.append(cur)
+                cur = self.build(query, docs, sents, [u])
+        if cur is not None:
+            chunks.append(cur)
+        return chunks
+
+    def split(self, query: str, docs, sents, piece: Piece) -> list[Piece]:
+        """Cut one passage that cannot fit a prompt between sentences into runs that fit."""
+        doc_sents = sents[piece.doc_index]
+        out: list[Piece] = []
+        run: list[int] = []
+        for k in piece.sent_ids:
+            if self.fits(query, docs, sents, make_piece(piece.doc_index, doc_sents, run + [k])):
+                run.append(k)
+                continue
+            if not run or not self.fits(query, docs, sents, make_piece(piece.doc_index, doc_sents, [k])):
+                raise self.misfit(query, docs, sents, make_piece(piece.doc_index, doc_sents, [k]))
+            out.append(make_piece(piece.doc_index, doc_sents, run))
+            run = [k]
+        out.append(make_piece(piece.doc_index, doc_sents, run))
+        return out
+
+    def misfit(self, query: str, docs, sents, piece: Piece) -> InputError:
+        """The error for a one-sentence ``piece`` that does not fit a prompt, naming what takes
+        the room: the sentence, or a long query (then every passage would fail the same way)."""
+        alone = self.build(query, docs, sents, [piece])
+        s, e = alone.spans[0][0]
+        where = f"max_prompt_tokens={self.max_prompt_tokens}"
+        n = len(self.tokenizer(query.strip(), add_special_tokens=False)["input_ids"])
+        if 2 * n > self.max_prompt_tokens:
+            return InputError(
+                f"the query ({n} tokens) and the prompt around it take {alone.length - (e - s)} tokens of "
+                f"{where}, leaving too little for the passages; shorten the query or raise max_prompt_tokens"
+            )
+        return InputError(
+            f"sentence {piece.sent_ids[0]} of document {docs[piece.doc_index].id!r} ({e - s} tokens) does not fit "
+            f"{where} even alone; lower max_sentence_words (now {self.max_sentence_words}) or raise max_prompt_tokens"
+        )
+
+    def fits(self, query: str, docs, sents, piece: Piece) -> bool:
+        return self.build(query, docs, sents, [piece]).length <= self.max_prompt_tokens
+
+    def build(self, query: str, docs: list[Document], sents, pieces: list[Piece]) -> Chunk:
+        """The full-attention prompt pair of ``pieces`` (each passage cut to its pieces' text)."""
+        texts = [
+            Document(docs[p.doc_index].id, docs[p.doc_index].text[p.lo : p.hi], docs[p.doc_index].title) for p in pieces
+        ]
+        pair = build_rerank_prompts(self.tokenizer, query, texts, **self.prompt_kw)
+        spans = sentence_spans(pair, texts, pieces, sents)
+        length = max(len(pair.real.input_ids), len(pair.calibration.input_ids)) + len(self.hint_ids)
+        return Chunk(pieces, pair, spans, length)
+
+    def build_blocks(self, query: str, docs: list[Document], sents, pieces: list[Piece]) -> Chunk:
+        """The block-attention prompt of ``pieces`` (whole passages: blocks are independent)."""
+        texts = [Document(docs[p.doc_index].id, docs[p.doc_index].text, docs[p.doc_index].title) for p in pieces]
+        prompt = build_block_prompts(self.tokenizer, query, texts, **self.prompt_kw)
+        spans = block_sentence_spans(prompt, texts, pieces, sents)
+        return Chunk(pieces, prompt, spans, len(prompt.context_ids) + len(prompt.real_suffix_ids))
+
+
+def scored_sentences(docs: list[Document], sents: list[list[Sentence]], chunks: list[Chunk]) -> list[ScoredSentence]:
+    """Every sentence in reading order, with its token count and the chunk that holds it."""
+    where = {
+        (p.doc_index, k): (c, e - s)
+        for c, chunk in enumerate(chunks)
+        for p, spans in zip(chunk.pieces, chunk.spans)
+        for k, (s, e) in zip(p.sent_ids, spans)
+    }
+    return [
+        ScoredSentence(i, docs[i].id, k, s.text, s.start, s.end, where[(i, k)][1], chunk=where[(i, k)][0])
+        for i, doc_sents in enumerate(sents)
+        for k, s in enumerate(doc_sents)
+    ]

@@ -1,0 +1,146 @@
+"""Features of learned head weighting: per-head passage scores of a query's candidates, the
+first-stage and earlier-stage features, and the per-query standardisation that turns them into
+a design matrix (the method: :mod:`attnrank.rerank.learned`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..llm.headspec import format_heads
+from ..llm.rows import window_features
+
+Scores = Sequence[float] | np.ndarray  # one value per candidate
+
+
+@dataclass
+class QueryFeatures:
+    """One query's training/evaluation material: ``features[d, f]`` raw per-head scores of its
+    candidates, graded ``labels[d]`` (0 = unjudged), optional first-stage scores, ``group``
+    (e.g. the dataset name, for leave-one-dataset-out)."""
+
+    qid: str
+    doc_ids: list[str]
+    features: np.ndarray
+    labels: np.ndarray
+    heads: list[tuple[int, int]]
+    first_stage: np.ndarray | None = None
+    group: str = ""
+    rel: int | None = None  # this query's minimum relevant label (overrides the helpers' ``rel``)
+    stages: dict[str, np.ndarray] = field(default_factory=dict)  # earlier stages' scores by name (NaN: none)
+
+
+def query_features(
+    qid: str,
+    windows: Sequence[Any],
+    doc_ids: Sequence[str],
+    head_list: Sequence[tuple[int, int]],
+    qrels: dict[str, dict[str, int]] | None = None,
+    *,
+    max_layer: int | None = None,
+    first_stage: Scores | None = None,
+    group: str = "",
+    rel: int | None = None,
+    calibrate: bool = True,
+    use_filter: bool = True,
+    stages: Mapping[str, Scores] | None = None,
+) -> QueryFeatures:
+    """:class:`QueryFeatures` from a query's window rows (heads limited to layers ≤ ``max_layer``)."""
+    keep = [i for i, (l, _) in enumerate(head_list) if max_layer is None or l <= max_layer]
+    if not keep:
+        raise InputError(f"no head of layer <= max_layer={max_layer}; raise max_layer")
+    f = window_features(windows, len(doc_ids), calibrate=calibrate, use_filter=use_filter)[keep].T
+    labels = np.array([(qrels or {}).get(qid, {}).get(d, 0) for d in doc_ids], dtype=np.int64)
+    fs = None if first_stage is None else np.asarray(first_stage, dtype=np.float64)
+    st = {k: np.asarray(v, dtype=np.float64) for k, v in (stages or {}).items()}
+    return QueryFeatures(
+        qid,
+        [str(d) for d in doc_ids],
+        f,
+        labels,
+        [(int(head_list[i][0]), int(head_list[i][1])) for i in keep],
+        fs,
+        group,
+        rel,
+        st,
+    )
+
+
+def restrict_heads(q: QueryFeatures, heads: Sequence[tuple[int, int]]) -> QueryFeatures:
+    """``q`` with only the feature columns of ``heads`` (in that order): to train weights over a
+    selected head set (e.g. the top-N of :func:`~attnrank.heads.queryfocused.query_focused_scores`),
+    which needs fewer training queries than all heads and lets the pass stop earlier."""
+    col = {tuple(h): i for i, h in enumerate(q.heads)}
+    missing = [h for h in heads if tuple(h) not in col]
+    if missing:
+        raise InputError(f"query {q.qid!r} has no features for heads {format_heads(missing)}")
+    idx = [col[tuple(h)] for h in heads]
+    return replace(q, features=q.features[:, idx], heads=[(int(h[0]), int(h[1])) for h in heads])
+
+
+def first_stage_feature(scores: Scores) -> np.ndarray:
+    """``−rank`` of each candidate by first-stage score (0 = best; ties keep input order)."""
+    s = np.asarray(scores, dtype=np.float64)
+    rank = np.empty(s.shape[0])
+    rank[np.argsort(-s, kind="stable")] = np.arange(s.shape[0])
+    return -rank
+
+
+def stage_feature(scores: Scores) -> np.ndarray:
+    """An earlier stage's scores as a feature; a candidate without one (NaN: that retriever did not
+    return it) gets the query's lowest score, since it ranked below everything that retriever returned."""
+    s = np.asarray(scores, dtype=np.float64)
+    ok = np.isfinite(s)
+    return np.where(ok, s, s[ok].min() if ok.any() else 0.0)
+
+
+def standardise(x: np.ndarray) -> np.ndarray:
+    """Per-query z-score of each column of ``x [D, F]`` (population std; constant → 0)."""
+    x = np.asarray(x, dtype=np.float64)
+    sd = x.std(axis=0)
+    return np.where(sd > 0, (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0), 0.0)
+
+
+def feature_matrix(
+    features: np.ndarray,
+    first_stage: Scores | None = None,
+    stages: Mapping[str, Any] | None = None,
+    *,
+    use_first_stage: bool = False,
+    use_stages: Sequence[str] = (),
+    who: str = "the candidates",
+) -> np.ndarray:
+    """The standardised design matrix ``[D, F (+1 rank) (+ stages)]`` of one query: the raw head
+    scores, the first-stage rank if ``use_first_stage``, and the ``use_stages`` scores by name."""
+    cols = [np.asarray(features, dtype=np.float64)]
+    if use_first_stage:
+        if first_stage is None:
+            raise InputError(
+                f"{who} have no first-stage scores but the weights use them; pass ScoredDocument/"
+                "RankedResults candidates (or first_stage=), or train with first_stage=False"
+            )
+        cols.append(first_stage_feature(first_stage)[:, None])
+    missing = [n for n in use_stages if n not in (stages or {})]
+    if missing:
+        raise InputError(
+            f"{who} have no {missing} stage scores but the weights use them; rerank the "
+            "HybridRetriever's results (they carry bm25/dense stage_scores) or use weights without stages"
+        )
+    cols += [stage_feature(stages[n])[:, None] for n in use_stages]  # type: ignore[index]
+    return standardise(np.hstack(cols))
+
+
+def design(q: QueryFeatures, first_stage: bool, stages: Sequence[str] = ()) -> np.ndarray:
+    """:func:`feature_matrix` of a training/evaluation query."""
+    return feature_matrix(
+        q.features,
+        q.first_stage,
+        q.stages,
+        use_first_stage=first_stage,
+        use_stages=stages,
+        who=f"query {q.qid!r}'s candidates",
+    )

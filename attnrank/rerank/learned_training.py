@@ -1,0 +1,171 @@
+"""Training and evaluation of learned head weights: fitting :class:`LearnedHeadWeights` on
+labelled :class:`QueryFeatures` (pointwise or pairwise logistic regression) and scoring them by
+cross-validation against the sum-of-heads and first-stage baselines (the method:
+:mod:`attnrank.rerank.learned`)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, require
+from ..eval.crossval import group_splits, kfold_splits
+from ..eval.metrics import evaluate
+from ..llm.headspec import format_heads
+from .learned_features import QueryFeatures, design
+from .learned_weights import FeatureConfig, LearnedHeadWeights
+
+MODELS = ("pointwise", "pairwise")
+
+
+def _check(examples: Sequence[QueryFeatures]) -> list[tuple[int, int]]:
+    if not examples:
+        raise InputError("no training queries; pass at least one QueryFeatures")
+    heads = examples[0].heads
+    for q in examples:
+        if q.heads != heads or q.features.shape != (len(q.doc_ids), len(heads)):
+            raise InputError(
+                f"query {q.qid!r}: features {q.features.shape} over heads {format_heads(q.heads)[:60]} "
+                f"do not match the first query's {len(heads)} heads; build all with the same heads"
+            )
+    return heads
+
+
+def _pairs(q: QueryFeatures, x: np.ndarray, cap: int, rng: random.Random) -> np.ndarray:
+    pairs = [(i, j) for i in range(len(q.labels)) for j in range(len(q.labels)) if q.labels[i] > q.labels[j]]
+    if len(pairs) > cap:
+        pairs = rng.sample(pairs, cap)
+    return np.array([x[i] - x[j] for i, j in pairs]).reshape(len(pairs), x.shape[1])
+
+
+def train_head_weights(
+    examples: Sequence[QueryFeatures],
+    *,
+    model: str = "pointwise",
+    l2: float = 1.0,
+    rel: int = 1,
+    first_stage: bool = False,
+    stages: Sequence[str] = (),
+    max_pairs_per_query: int = 500,
+    seed: int = 0,
+    calibrate: bool = True,
+    use_filter: bool = True,
+    max_layer: int | None = None,
+    trained_on: str = "",
+) -> LearnedHeadWeights:
+    """Fit head weights on standardised per-query features (see the module doc for the models);
+    ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores."""
+    require("sklearn", "train", "Training learned head weights")
+    from sklearn.linear_model import LogisticRegression
+
+    if model not in MODELS:
+        raise InputError(f"model={model!r} is not one of {MODELS}")
+    if l2 <= 0:
+        raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
+    heads = _check(examples)
+    if max_layer is not None and max(l for l, _ in heads) > max_layer:
+        raise InputError(
+            f"the features include heads above max_layer={max_layer}; build them with "
+            f"query_features(..., max_layer={max_layer})"
+        )
+    xs = [design(q, first_stage, stages) for q in examples]
+    if model == "pointwise":
+        x = np.vstack(xs)
+        y = np.concatenate([q.labels >= (rel if q.rel is None else q.rel) for q in examples]).astype(int)
+        if y.min() == y.max():
+            raise InputError(
+                f"all {len(y)} training candidates have the same label (rel >= {rel}: {bool(y[0])}); "
+                "pointwise training needs relevant and non-relevant candidates"
+            )
+        clf = LogisticRegression(C=1.0 / l2, max_iter=2000).fit(x, y)
+        w, b = clf.coef_[0], float(clf.intercept_[0])
+    else:
+        rng = random.Random(seed)
+        d = np.vstack([_pairs(q, x, max_pairs_per_query, rng) for q, x in zip(examples, xs)])
+        if len(d) == 0:
+            raise InputError("no query has candidates with different labels; pairwise training needs them")
+        clf = LogisticRegression(C=1.0 / l2, fit_intercept=False, max_iter=2000)
+        clf.fit(np.vstack([d, -d]), np.r_[np.ones(len(d)), np.zeros(len(d))])
+        w, b = clf.coef_[0], 0.0
+    cfg = FeatureConfig(
+        format_heads(heads).split(","), calibrate, use_filter, max_layer, first_stage, stages=list(stages)
+    )
+    n = len(heads) + int(first_stage)
+    return LearnedHeadWeights(
+        w[: len(heads)].copy(),
+        b,
+        cfg,
+        model,
+        float(w[len(heads)]) if first_stage else 0.0,
+        l2,
+        trained_on or f"{len(examples)} queries",
+        {},
+        _dt.datetime.now().isoformat(timespec="seconds"),
+        w[n:].tolist(),
+    )
+
+
+# ----------------------------------------------------------------- evaluation helpers
+def evaluate_scores(
+    examples: Sequence[QueryFeatures],
+    scorer: Callable[[QueryFeatures], np.ndarray],
+    metrics: Sequence[str] = ("nDCG@10",),
+    rel: int = 1,
+) -> dict[str, float]:
+    """ir-measures metrics of ``scorer(query) -> scores [D]`` over ``examples`` (their labels)."""
+    run = {q.qid: dict(zip(q.doc_ids, np.asarray(scorer(q), dtype=float).tolist())) for q in examples}
+    qrels = {q.qid: {d: int(l) for d, l in zip(q.doc_ids, q.labels)} for q in examples}
+    return evaluate(run, qrels, metrics, rel=rel)
+
+
+def _baselines(first_stage: bool) -> dict[str, Callable[[QueryFeatures], np.ndarray]]:
+    out = {"sum-of-heads": lambda q: q.features.sum(axis=1)}
+    if first_stage:
+        out["first-stage"] = lambda q: q.first_stage
+    return out
+
+
+def _fold(
+    name: str,
+    train: list[QueryFeatures],
+    test: list[QueryFeatures],
+    metrics: Sequence[str],
+    rel: int,
+    train_kw: dict[str, Any],
+) -> dict[str, Any]:
+    model = train_head_weights(train, rel=rel, **train_kw)
+    rel = (test[0].rel or rel) if len({q.rel for q in test}) == 1 else rel
+    row: dict[str, Any] = {"fold": name, "n_train": len(train), "n_test": len(test)}
+    row["learned"] = evaluate_scores(
+        test, lambda q: model.score_features(q.features, q.first_stage, q.stages), metrics, rel
+    )
+    for base, fn in _baselines(train_kw.get("first_stage", False)).items():
+        row[base] = evaluate_scores(test, fn, metrics, rel)
+    return row
+
+
+def kfold_evaluate(
+    examples: Sequence[QueryFeatures],
+    k: int = 5,
+    *,
+    seed: int = 0,
+    metrics: Sequence[str] = ("nDCG@10",),
+    rel: int = 1,
+    **train_kw: Any,
+) -> list[dict[str, Any]]:
+    """k-fold cross-validation over queries (:func:`attnrank.eval.crossval.kfold_splits`, shuffled
+    with ``seed``): per fold, the test metrics of the learned weights and of the baselines
+    (``sum-of-heads``, ``first-stage``)."""
+    return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in kfold_splits(examples, k, seed=seed)]
+
+
+def leave_one_group_out(
+    examples: Sequence[QueryFeatures], *, metrics: Sequence[str] = ("nDCG@10",), rel: int = 1, **train_kw: Any
+) -> list[dict[str, Any]]:
+    """Train on all groups (datasets) but one, test on it; one row per held-out group
+    (:func:`attnrank.eval.crossval.group_splits` over ``QueryFeatures.group``)."""
+    return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in group_splits(examples, lambda q: q.group)]

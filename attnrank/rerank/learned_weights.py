@@ -1,0 +1,115 @@
+"""The saved object of learned head weighting, :class:`LearnedHeadWeights`: a linear scorer
+over standardised features, stored per model in the head registry and applied to a reranker's
+windows (the method: :mod:`attnrank.rerank.learned`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import InputError
+from ..llm.headspec import format_heads, parse_heads
+from ..llm.rows import window_features
+from ..registry import RegistryArtifact
+from .learned_features import Scores, feature_matrix
+
+ARTIFACT = "head-weights"
+
+
+@dataclass
+class FeatureConfig:
+    """How features were built: the heads (``"l-h"``, feature order), calibration, filter,
+    layer limit, whether the first-stage score is a feature, and the standardisation."""
+
+    heads: list[str]
+    calibrate: bool = True
+    use_filter: bool = True
+    max_layer: int | None = None
+    first_stage: bool = False
+    standardise: str = "per-query z-score"
+    stages: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LearnedHeadWeights(RegistryArtifact):
+    """A linear head weighting: ``score(d) = Σ_h w_h z_h(d) (+ w_fs z_fs(d)) (+ Σ_s w_s z_s(d)) + bias``
+    (``s``: the ``config.stages`` scores, weights ``stage_weights``); stored
+    with :meth:`save` / :meth:`load` in the head registry."""
+
+    KIND: ClassVar[str] = ARTIFACT
+    LABEL: ClassVar[str] = "learned head weights"
+    HINT: ClassVar[str] = (
+        "train them with train_head_weights(...) and .save(model_id, fingerprint), or use scorer='sum'"
+    )
+
+    weights: np.ndarray
+    bias: float
+    config: FeatureConfig
+    model: str = "pointwise"
+    first_stage_weight: float = 0.0
+    l2: float = 1.0
+    trained_on: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    date: str = ""
+    stage_weights: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Checked on load: weights that do not match their heads/stages would fail deep in scoring.
+        self.weights = np.asarray(self.weights, dtype=np.float64)
+        heads, stages = list(self.config.heads or []), list(self.config.stages)
+        if not heads or self.weights.shape != (len(heads),) or len(self.stage_weights) != len(stages):
+            raise InputError(
+                f"learned head weights hold {self.weights.size} weights for {len(heads)} heads {heads[:8]} and "
+                f"{len(self.stage_weights)} for the stages {stages}; need one per head and stage; retrain them"
+            )
+        if not np.isfinite([*self.weights, self.bias, self.first_stage_weight, *self.stage_weights]).all():
+            raise InputError("learned head weights hold non-finite values (NaN or inf); retrain and save them")
+
+    @property
+    def heads(self) -> list[tuple[int, int]]:
+        return [(int(p[0]), int(p[1])) for p in (parse_heads(self.config.heads) or [])] if self.config.heads else []
+
+    def score_features(
+        self, features: np.ndarray, first_stage: Scores | None = None, stages: Mapping[str, Scores] | None = None
+    ) -> np.ndarray:
+        """Scores of one query's candidates from raw ``features [D, H]`` (config head order),
+        the first-stage scores and the earlier stages' scores by name (if the config uses them)."""
+        x = feature_matrix(
+            features, first_stage, stages, use_first_stage=self.config.first_stage, use_stages=self.config.stages
+        )
+        w = np.concatenate(
+            [self.weights, [self.first_stage_weight] if self.config.first_stage else [], self.stage_weights]
+        )
+        return x @ w + self.bias
+
+    def score_windows(
+        self,
+        windows: Sequence[Any],
+        n_docs: int,
+        head_list: Sequence[tuple[int, int]],
+        first_stage: Scores | None = None,
+        stages: Mapping[str, Scores] | None = None,
+    ) -> np.ndarray:
+        """Scores from a reranker's windows (rows in ``head_list`` order)."""
+        order = [tuple(h) for h in head_list]
+        missing = [h for h in self.heads if h not in order]
+        if missing:
+            raise InputError(
+                f"the windows lack heads {format_heads(missing)} of the learned weights; "
+                "capture them (AttentionReranker(scorer='learned') does)"
+            )
+        f = window_features(windows, n_docs, calibrate=self.config.calibrate, use_filter=self.config.use_filter)
+        return self.score_features(f[[order.index(h) for h in self.heads]].T, first_stage, stages)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LearnedHeadWeights:
+        try:
+            kw = dict(data)
+            kw["weights"] = np.asarray(kw["weights"], dtype=np.float64)
+            kw["config"] = FeatureConfig(**kw["config"])
+            return cls(**kw)
+        except (KeyError, TypeError) as e:
+            raise InputError(f"stored head weights are malformed ({e}); retrain and save them") from None
