@@ -52,12 +52,13 @@ class _StopForward(Exception):
 class _Session:
     """What one capture pass records: chosen heads per layer, query rows, and the captured rows.
 
-    ``spans`` are the pass's query-row ranges ``[a, b)``; "mean" keeps, per layer, each span's
-    rows averaged (``[spans, heads, n_keys]``), "argmax" (one span, running to the pass's end)
-    each row's top-1 key (``[heads, rows]``)."""
+    ``spans`` are the pass's query rows, each a tuple of row ranges ``[a, b)`` (a suffix that
+    shares its beginning with another owns two); "mean" keeps, per layer, each span's rows
+    averaged (``[spans, heads, n_keys]``), "argmax" (one range, running to the pass's end) each
+    row's top-1 key (``[heads, rows]``)."""
 
     layer_heads: dict[int, torch.Tensor]
-    spans: list[tuple[int, int]]
+    spans: list[tuple[tuple[int, int], ...]]
     n_keys: int
     rows: dict[int, torch.Tensor] = field(default_factory=dict)
     reduce: str = "mean"
@@ -76,7 +77,7 @@ class _Session:
             return
         heads = heads.to(query.device)
         groups = query.shape[1] // key.shape[1]  # GQA: query head h reads KV head h // groups
-        first = min(a for a, _ in self.spans)
+        first = min(a for ranges in self.spans for a, _ in ranges)
         q = query[:1, heads, first:]
         k = key[:1, heads // groups]
         scores = masked_scores(q, k, mask, scaling, softcap, first, query.shape[2])
@@ -87,8 +88,9 @@ class _Session:
         probs = torch.softmax(scores, dim=-1)[0]  # [n_heads, rows, n_keys_seen]
         # Keys seen are the last ones of the sequence (a sliding-window layer sees fewer).
         out = probs.new_zeros(len(self.spans), len(heads), self.n_keys)
-        for i, (a, b) in enumerate(self.spans):
-            out[i, :, self.n_keys - probs.shape[-1] :] = probs[:, a - first : b - first].mean(dim=1)
+        for i, ranges in enumerate(self.spans):
+            rows = torch.cat([probs[:, a - first : b - first] for a, b in ranges], dim=1)
+            out[i, :, self.n_keys - probs.shape[-1] :] = rows.mean(dim=1)
         self.rows[module.layer_idx] = out
 
 
@@ -291,7 +293,7 @@ class AttentionCapturer:
             self._check_prefix(prefix)
             cache = prefix.fork()
         n_keys = ids.shape[1] + (prefix.length if prefix is not None else 0)
-        session = _Session(self._layer_heads, [(query_start, ids.shape[1])], n_keys, reduce=reduce)
+        session = _Session(self._layer_heads, [((query_start, ids.shape[1]),)], n_keys, reduce=reduce)
         positions = None if position_start is None else _positions(position_start, ids.shape[1], ids.device)
         self._forward(ids, cache, session, position_ids=positions, grad=grad)
         rows = self._collect(session)
@@ -322,16 +324,23 @@ class AttentionCapturer:
                 for s, q in zip(suffixes, query_starts)
             ]
             return torch.stack(rows)
+        for s, start in zip(suffixes, query_starts):
+            if not 0 <= start < len(s):
+                raise InputError(f"query_start={start} is out of range for a suffix of {len(s)} tokens")
+        # The tokens all suffixes begin with (ICR's late instruction, before "Query: ..." and
+        # "Query: N/A") run once, as a trunk each suffix continues: exact (same tokens, same
+        # positions, same context) and a third fewer rows for ICR's two suffixes.
+        trunk = _common_start(suffixes) if len(suffixes) > 1 else 0
+        rests = [list(s[trunk:]) for s in suffixes]
         device = self.model.device
-        lengths = torch.tensor([len(s) for s in suffixes], device=device)
-        firsts = torch.cumsum(lengths, 0) - lengths  # each suffix's first row in the pass
+        lengths = torch.tensor([len(r) for r in rests], device=device)
+        firsts = (torch.cumsum(lengths, 0) - lengths + trunk).tolist()  # each rest's first row in the pass
         spans = []
-        for n, first, start in zip(lengths.tolist(), firsts.tolist(), query_starts):
-            if not 0 <= start < n:
-                raise InputError(f"query_start={start} is out of range for a suffix of {n} tokens")
-            spans.append((first + start, first + n))
-        ids = torch.tensor([[t for s in suffixes for t in s]], dtype=torch.long, device=device)
-        mask, offset = segment_mask(lengths, n_prefix, next(self.model.parameters()).dtype)
+        for n, first, start in zip(lengths.tolist(), firsts, query_starts):
+            own = ((first + max(start - trunk, 0), first + n),)
+            spans.append((((start, trunk),) if start < trunk else ()) + own)
+        ids = torch.tensor([list(suffixes[0][:trunk]) + [t for r in rests for t in r]], dtype=torch.long, device=device)
+        mask, offset = segment_mask(lengths, n_prefix, next(self.model.parameters()).dtype, trunk)
         positions = (n_prefix if position_start is None else position_start) + offset[None]
         n = ids.shape[1]
         session = _Session(self._layer_heads, spans, n_prefix + n)
@@ -406,6 +415,15 @@ class AttentionCapturer:
         return torch.cat(
             [session.rows[layer] for layer in self._layer_heads], dim=0 if session.reduce == "argmax" else 1
         )
+
+
+def _common_start(suffixes: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens all ``suffixes`` share, leaving each at least one of its own."""
+    n = min(len(s) for s in suffixes) - 1
+    for i in range(max(n, 0)):
+        if any(s[i] != suffixes[0][i] for s in suffixes):
+            return i
+    return max(n, 0)
 
 
 def has_sliding_layers(cache: DynamicCache) -> bool:

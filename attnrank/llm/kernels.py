@@ -30,15 +30,25 @@ def additive_mask(*args: Any, dtype: torch.dtype = torch.float32, **kwargs: Any)
     return to_additive(mask, dtype)
 
 
-def segment_mask(lengths: torch.Tensor, n_prefix: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def segment_mask(
+    lengths: torch.Tensor, n_prefix: int, dtype: torch.dtype, trunk: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """For one sequence of segments of ``lengths`` after a cached prefix of ``n_prefix`` tokens:
     the additive mask ``[1, 1, n, n_prefix + n]`` under which each token attends to the prefix and
     to the tokens of its own segment up to itself (never to another segment), and each token's
-    place in its segment (``[n]``, for position ids). Packed blocks and the capture's suffixes."""
+    place in its segment (``[n]``, for position ids). Packed blocks and the capture's suffixes.
+
+    ``trunk``: the first ``trunk`` tokens are a segment every other segment continues (it attends
+    to the trunk too, and its places count on from the trunk's end): suffixes that begin alike
+    share the rows of their common beginning."""
+    lengths = torch.cat([lengths.new_tensor([trunk]), lengths]) if trunk else lengths
     owner = torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
     index = torch.arange(len(owner), device=lengths.device)
     offset = index - (torch.cumsum(lengths, 0) - lengths)[owner]
     own = (owner[:, None] == owner[None, :]) & (index[None, :] <= index[:, None])
+    if trunk:
+        own[:, :trunk] |= index[None, :trunk] <= index[:, None]  # everyone sees the trunk (causally)
+        offset = torch.where(owner > 0, offset + trunk, offset)
     mask = torch.cat([own.new_ones(len(owner), n_prefix), own], dim=1)[None, None]
     return to_additive(mask, dtype), offset
 

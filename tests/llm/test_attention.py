@@ -18,6 +18,7 @@ from attnrank.llm.attention import (
     ATTN_IMPLEMENTATION,
     AttentionCapturer,
     NonFiniteAttentionError,
+    _common_start,
     naive_attention_rows,
 )
 
@@ -150,6 +151,38 @@ def test_suffixes_in_one_pass_equal_one_pass_each(model_cls, config_cls, attn, e
     assert prefix.cache.get_seq_length() == 20
     with pytest.raises(InputError, match="query_start=5"):
         capturer.capture_suffixes([[1, 2, 3, 4, 5]], [5], prefix=prefix)
+
+
+@pytest.mark.parametrize(("model_cls", "config_cls", "attn", "extra"), FAMILIES)
+def test_suffixes_sharing_their_beginning_equal_one_pass_each(model_cls, config_cls, attn, extra):
+    """ICR's real and "N/A" suffixes begin with the same late instruction: its rows run once."""
+    model = _tiny(model_cls, config_cls, attn=attn, **extra)
+    eager = _tiny(model_cls, config_cls, attn="eager", **extra)
+    eager.load_state_dict(model.state_dict())
+    prefix_ids, common = _ids(20, seed=2), _ids(6, seed=7)[0].tolist()
+    own = [_ids(n, seed=8 + n)[0].tolist() for n in (5, 3, 4)]
+    suffixes = [common + o for o in own]
+    starts = [0, 7, 6]  # inside the shared beginning, past it, right at its end
+    capturer = AttentionCapturer(model, heads=SUBSET)
+    prefix = capturer.prefill(prefix_ids)
+    rows = capturer.capture_suffixes(suffixes, starts, prefix=prefix, position_start=25)
+    for i, (suffix, start) in enumerate(zip(suffixes, starts)):
+        one = capturer.capture(suffix, prefix=prefix, query_start=start, position_start=25)[:, :20]
+        torch.testing.assert_close(rows[i], one, atol=ATOL, rtol=0)
+    rows = capturer.capture_suffixes(suffixes, starts, prefix=prefix)
+    for i, (suffix, start) in enumerate(zip(suffixes, starts)):
+        full = torch.cat([prefix_ids, torch.tensor([suffix])], dim=1)
+        expected = _reference(eager, full, 20 + start, capturer.heads)[:, :20]
+        torch.testing.assert_close(rows[i], expected, atol=ATOL, rtol=0)
+    same = capturer.capture_suffixes([common, common], [0, 0], prefix=prefix)  # each keeps a token of its own
+    torch.testing.assert_close(same[0], same[1], atol=ATOL, rtol=0)
+
+
+def test_common_start_leaves_each_suffix_a_token():
+    assert _common_start([[1, 2, 3], [1, 2, 4, 5]]) == 2
+    assert _common_start([[1, 2], [1, 2, 3]]) == 1
+    assert _common_start([[9], [1, 2]]) == 0
+    assert _common_start([[1, 2, 3], [1, 2, 3]]) == 2
 
 
 def test_shallower_capturer_reuses_deeper_prefix(llama, llama_eager):
