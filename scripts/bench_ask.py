@@ -44,7 +44,6 @@ import argparse
 import hashlib
 import json
 import logging
-import re
 import time
 from pathlib import Path
 
@@ -54,6 +53,7 @@ from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root, hotpotqa_rows
 from attnrank.eval.qa import answer_metrics
 from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.rows import file_stem
 from attnrank.types import Document, RankedResults, ScoredDocument
 
 log = logging.getLogger("bench_ask")
@@ -169,7 +169,7 @@ def cache_file(args, llm, profile, qid: str) -> Path | None:
         sort_keys=True,
     )
     tag = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return Path(args.cache_dir) / f"ask_{llm.short_key}_{tag}" / f"{re.sub(r'[^A-Za-z0-9]+', '_', qid)}.json"
+    return Path(args.cache_dir) / f"ask_{llm.short_key}_{tag}" / f"{file_stem(qid)}.json"
 
 
 # -- one question ---------------------------------------------------------------------------------

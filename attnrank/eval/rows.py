@@ -79,10 +79,10 @@ def cache_file(cache: Path | None, setting: str, qid: str, fingerprint: str) -> 
         return None
     digest, _, quant = fingerprint.partition("+")
     tag = digest[:12] + (f"-{quant}" if quant else "")
-    return Path(cache) / f"{setting_key(setting)}_{tag}" / f"{_file_stem(qid)}.npz"
+    return Path(cache) / f"{setting_key(setting)}_{tag}" / f"{file_stem(qid)}.npz"
 
 
-def _file_stem(qid: str) -> str:
+def file_stem(qid: str) -> str:
     """A file name for ``qid`` that no other id shares, even on a case-insensitive file system.
 
     An id that is already a safe name (digits and lowercase letters: SciFact's and TREC DL's
