@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import InputError, require
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import RegistryArtifact
-from ..rerank.learned_features import standardise
+from ..rerank.learned.features import standardise
 
 logger = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from ..errors import InputError, require
 from ..eval.metrics import evaluate
 from ..registry import RegistryArtifact, shipped_artifact
 from ..types import Document
-from .learned_features import standardise
+from .learned.features import standardise
 from .signals import SIGNALS, SignalComputer
 
 logger = logging.getLogger(__name__)

@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import InputError
-from ..llm.headspec import format_heads, parse_heads
-from ..llm.rows import window_features
-from ..registry import RegistryArtifact
-from .learned_features import Scores, feature_matrix
+from ...errors import InputError
+from ...llm.headspec import format_heads, parse_heads
+from ...llm.rows import window_features
+from ...registry import RegistryArtifact
+from .features import Scores, feature_matrix
 
 ARTIFACT = "head-weights"
 

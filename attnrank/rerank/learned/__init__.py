@@ -26,15 +26,15 @@ Models (scikit-learn's L2-regularised logistic regression, minimising
 :class:`LearnedHeadWeights` is stored per model in the head registry (artifact
 ``"head-weights"``); ``AttentionReranker(scorer="learned")`` loads it.
 
-The code, re-exported here: :mod:`~attnrank.rerank.learned_features` (the features and their
-standardisation), :mod:`~attnrank.rerank.learned_weights` (:class:`LearnedHeadWeights`, the saved
-weights and their scoring) and :mod:`~attnrank.rerank.learned_training` (training and
+The code, re-exported here: :mod:`~attnrank.rerank.learned.features` (the features and their
+standardisation), :mod:`~attnrank.rerank.learned.weights` (:class:`LearnedHeadWeights`, the saved
+weights and their scoring) and :mod:`~attnrank.rerank.learned.training` (training and
 cross-validated evaluation).
 """
 
 from __future__ import annotations
 
-from .learned_features import (
+from .features import (
     QueryFeatures,
     Scores,
     design,
@@ -45,8 +45,8 @@ from .learned_features import (
     stage_feature,
     standardise,
 )
-from .learned_training import MODELS, evaluate_scores, kfold_evaluate, leave_one_group_out, train_head_weights
-from .learned_weights import ARTIFACT, FeatureConfig, LearnedHeadWeights
+from .training import MODELS, evaluate_scores, kfold_evaluate, leave_one_group_out, train_head_weights
+from .weights import ARTIFACT, FeatureConfig, LearnedHeadWeights
 
 __all__ = [
     "ARTIFACT",

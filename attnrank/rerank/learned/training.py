@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, require
-from ..eval.crossval import group_splits, kfold_splits
-from ..eval.metrics import evaluate
-from ..llm.headspec import format_heads
-from .learned_features import QueryFeatures, design
-from .learned_weights import FeatureConfig, LearnedHeadWeights
+from ...errors import InputError, require
+from ...eval.crossval import group_splits, kfold_splits
+from ...eval.metrics import evaluate
+from ...llm.headspec import format_heads
+from .features import QueryFeatures, design
+from .weights import FeatureConfig, LearnedHeadWeights
 
 MODELS = ("pointwise", "pairwise")
 

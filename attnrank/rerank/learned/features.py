@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..llm.headspec import format_heads
-from ..llm.rows import window_features
+from ...errors import InputError
+from ...llm.headspec import format_heads
+from ...llm.rows import window_features
 
 Scores = Sequence[float] | np.ndarray  # one value per candidate
 
