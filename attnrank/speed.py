@@ -157,8 +157,13 @@ def run_cells(
         done.append(row)
         results.parent.mkdir(parents=True, exist_ok=True)
         results.write_text(json.dumps(done, indent=1))
+    return in_grid_order(done, cells)
+
+
+def in_grid_order(rows: list[dict[str, Any]], cells: list[tuple[str, int, str, str, int]]) -> list[dict[str, Any]]:
+    """Speed rows in the order of ``cells`` (rows of other cells last)."""
     place = {(d, k, m, t): i for i, (d, k, m, t, _) in enumerate(cells)}
-    return sorted(done, key=lambda r: place.get((r["dataset"], r["K"], r["mode"], r["dtype"]), len(place)))
+    return sorted(rows, key=lambda r: place.get((r["dataset"], r["K"], r["mode"], r["dtype"]), len(place)))
 
 
 if __name__ == "__main__":  # one cell: python -m attnrank.speed DATASET ROOT K MODE DTYPE N
@@ -216,6 +221,7 @@ def compare_modes(
                     f"wins/losses vs {ref}": f"{wins}/{losses}",
                     "sign test p": sign_test(wins, losses),
                     "s/query": secs.get(label),
+                    "measured": datetime.date.today().isoformat(),
                 }
             )
     return rows
@@ -371,11 +377,12 @@ def blocks_markdown(
             "## Quality: full vs block attention (nDCG@10, each query cold)",
             "",
             "Its s/query column comes from the comparison run (one thread, lowest priority, beside other "
-            "jobs): read speed from the table above.",
+            "jobs): read speed from the table above. A setting's rows are measured together; `measured` "
+            "says when.",
             "",
             md_table(
                 q_rows,
-                ["setting", "mode", "nDCG@10", "wins/losses vs full", "sign test p", "s/query"],
+                ["setting", "mode", "nDCG@10", "wins/losses vs full", "sign test p", "s/query", "measured"],
                 {"nDCG@10": ".4f", "sign test p": ".3f", "s/query": ".2f"},
             ),
         ]

@@ -355,12 +355,12 @@ def markdown(q_rows, s_rows, extra, env, args) -> str:
 
 
 def blocks_section(args, root: Path) -> None:
-    from attnrank.speed import blocks_markdown, compare_modes, quality_sets, run_cells, speed_cells
+    from attnrank.speed import blocks_markdown, compare_modes, in_grid_order, quality_sets, run_cells, speed_cells
 
     cells = speed_cells(args.blocks_dtypes.split(","))
     results = REPO / "build" / "blocks" / "cells.json"
     if args.blocks_skip_speed:
-        speed_rows = json.loads(results.read_text()) if results.exists() else []
+        speed_rows = in_grid_order(json.loads(results.read_text()) if results.exists() else [], cells)
     else:
         speed_rows = run_cells(cells, root, results)
     store_path = REPO / "build" / "blocks" / "stores.json"

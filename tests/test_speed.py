@@ -1,0 +1,31 @@
+"""The block-attention benchmark's bookkeeping: cells in grid order, dated quality rows."""
+
+from __future__ import annotations
+
+from attnrank.speed import blocks_markdown, in_grid_order, speed_cells
+
+ENV = {"date": "2026-12-02", "cpus": 2, "torch": "2.13.0"}
+
+
+def _row(dataset: str, k: int, mode: str, dtype: str, secs: float) -> dict:
+    return {"dataset": dataset, "K": k, "mode": mode, "dtype": dtype, "s/query": secs, "measured": "2026-12-02"}
+
+
+def test_resumed_cells_come_back_in_grid_order():
+    cells = speed_cells(["bfloat16", "float32"])
+    rows = [_row("dl19", 10, "full", "float32", 2.0), _row("dl19", 10, "full", "bfloat16", 1.0)]
+    rows.append({**_row("dl19", 10, "block-warm", "bfloat16", 0.1), "dataset": "other"})  # not in the grid
+    ordered = in_grid_order(rows, cells)
+    assert [(r["dataset"], r["dtype"]) for r in ordered] == [
+        ("dl19", "bfloat16"),
+        ("dl19", "float32"),
+        ("other", "bfloat16"),
+    ]
+
+
+def test_blocks_page_shows_speed_ups_and_when_each_setting_was_measured():
+    speed = [_row("dl19", 20, "full", "bfloat16", 1.2), _row("dl19", 20, "block-warm", "bfloat16", 0.1)]
+    quality = [{"setting": "DL19", "mode": "full", "nDCG@10": 0.5, "measured": "2026-12-01"}]
+    page = blocks_markdown(speed, quality, {}, ENV)
+    assert "| dl19 | bfloat16 | 20 | block-warm | 12.0 |  |" in page
+    assert "| DL19 | full | 0.5000 |  |  |  | 2026-12-01 |" in page
