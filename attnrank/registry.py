@@ -106,11 +106,26 @@ def _user_file(model_id: str, fingerprint: str, root: Path | None) -> Path:
 def _read_docs(path: Path) -> list[dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
         logger.warning("skipping head registry file %s: %s", path, e)
         return []
     docs = data.get("models", [data]) if isinstance(data, dict) else []
-    return [d for d in docs if isinstance(d, dict) and d.get("format") == FORMAT]
+    docs = [d for d in docs if isinstance(d, dict) and d.get("format") == FORMAT] if isinstance(docs, list) else []
+    good = [d for d in docs if _well_formed(d)]
+    if len(good) < len(docs):
+        logger.warning("skipping %d malformed head registry document(s) in %s", len(docs) - len(good), path)
+    return good
+
+
+def _well_formed(doc: dict[str, Any]) -> bool:
+    """A document whose keys have the types the readers rely on (a non-empty fingerprint)."""
+    return (
+        isinstance(doc.get("model_id"), str)
+        and isinstance(doc.get("fingerprint"), str)
+        and bool(doc["fingerprint"])
+        and isinstance(doc.get("sets", []), list)
+        and isinstance(doc.get("artifacts", {}), dict)
+    )
 
 
 def _matches(doc: dict[str, Any], model_id: str, fingerprint: str) -> int:
@@ -138,6 +153,8 @@ def load_head_sets(model_id: str, fingerprint: str, *, root: Path | None = None)
     for source, level, path, doc in _documents(model_id, fingerprint, root):
         for entry in doc.get("sets", []):
             try:
+                if not isinstance(entry, dict):
+                    raise TypeError(f"entry {entry!r} is not an object")
                 hs = HeadSet(
                     model_id=doc["model_id"],
                     fingerprint=doc["fingerprint"],
@@ -145,7 +162,10 @@ def load_head_sets(model_id: str, fingerprint: str, *, root: Path | None = None)
                     path=str(path),
                     **{k: v for k, v in entry.items() if k in _ENTRY_KEYS},
                 )
-                hs.pairs  # noqa: B018 - validates the head strings
+                if not all(isinstance(v, str) for v in (hs.method, hs.name, hs.date)):
+                    raise TypeError("method, name and date must be strings")
+                if not isinstance(hs.heads, list) or not all(isinstance(h, str) for h in hs.heads) or not hs.pairs:
+                    raise TypeError(f"heads {hs.heads!r} is not a non-empty list of 'layer-head' strings")
             except (TypeError, KeyError, InputError) as e:
                 logger.warning("skipping a malformed head set in %s: %s", path, e)
                 continue
@@ -165,12 +185,17 @@ def _method_rank(method: str) -> int:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    with atomic_path(path, fsync=False) as tmp:
+    with atomic_path(path) as tmp:  # fsynced: the file holds detections and trained artifacts
         tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
 
 
 def _load_user_doc(path: Path, model_id: str, fingerprint: str) -> dict[str, Any]:
-    docs = _read_docs(path) if path.is_file() else []
+    docs = _read_docs(path) if path.exists() else []
+    if path.exists() and not docs:  # rewriting it would lose whatever it holds
+        raise InputError(
+            f"the head registry file {path} is not a readable {FORMAT} document, so saving to it "
+            "would lose what it holds; move it away (or delete it) and save again"
+        )
     doc = docs[0] if docs else {}
     return {
         "format": FORMAT,
@@ -210,7 +235,7 @@ def save_head_set(
         raise InputError(f"no heads to save for {model_id!r} ({method}); pass at least one 'layer-head'")
     matrix = None
     if scores is not None:
-        matrix = [[None if v != v else float(v) for v in row] for row in scores]  # NaN -> null
+        matrix = [[None if v is None or v != v else float(v) for v in row] for row in scores]  # NaN -> null
         n_layers, n_heads = len(matrix), len(matrix[0]) if matrix else 0
     entry = HeadSet(
         method=method,
@@ -286,15 +311,16 @@ def save_artifact(
 
 def load_artifact(kind: str, model_id: str, fingerprint: str, *, root: Path | None = None) -> dict[str, Any] | None:
     """The ``kind`` payload registered for this model (user before shipped, exact fingerprint
-    before ``"*"``), or None."""
+    before ``"*"``, then the newest), or None."""
     best = None
     for source, level, _, doc in _documents(model_id, fingerprint, root):
         item = doc.get("artifacts", {}).get(kind)
         if isinstance(item, dict) and "payload" in item:
-            key = (source != "user", -level)
-            if best is None or key < best[0]:
-                best = (key, item["payload"])
-    return None if best is None else best[1]
+            key, date = (source != "user", -level), str(item.get("date", ""))
+            # the same weights may be registered under several ids (paths): the newest wins
+            if best is None or key < best[0] or (key == best[0] and date > best[1]):
+                best = (key, date, item["payload"])
+    return None if best is None else best[2]
 
 
 def shipped_artifact(kind: str, model_id: str) -> dict[str, Any] | None:

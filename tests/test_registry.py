@@ -200,3 +200,78 @@ def test_cli_detect_copy_reports_no_accepted_trial(home, tiny_dir, tmp_path):
         ],
     )
     assert r.exit_code != 0 and "no trial was accepted" in str(r.exception)
+
+
+# --------------------------------------------------------------------------- corrupt or shared files
+def _user_doc(home, text: str | bytes, model_id="org/m", fingerprint=FP):
+    path = registry._user_file(model_id, fingerprint, None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+def test_malformed_registry_entries_are_skipped_not_raised(home):
+    doc = {"format": registry.FORMAT, "model_id": "org/m", "fingerprint": FP}
+    sets = [
+        {"method": "copy", "heads": ["0-1"], "date": None},  # date null: once a TypeError in the sort
+        "not an object",
+        {"method": "qr-ndcg", "heads": "all"},  # no pairs: once resolved to an empty head list
+        {"method": "qr-score", "heads": ["1-2"], "date": "2024-01-01"},
+    ]
+    _user_doc(home, json.dumps({**doc, "sets": sets}))
+    llm = SimpleNamespace(model_id="org/m", fingerprint=FP)
+    assert [s.method for s in load_head_sets("org/m", FP)] == ["qr-score"]
+    assert resolve_heads("auto", llm) == [(1, 2)]
+    for bad in (
+        {**doc, "sets": {"a": 1}},
+        {**doc, "sets": [], "artifacts": [1]},
+        {"models": 3},
+        {**doc, "fingerprint": None},
+    ):
+        _user_doc(home, json.dumps(bad))
+        assert load_head_sets("org/m", FP) == [] and load_artifact("x", "org/m", FP) is None
+    _user_doc(home, b"\xff\xfe\x00 not text")
+    assert load_head_sets("org/m", FP) == [] and load_artifact("x", "org/m", FP) is None
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00", b'{"format": "attnrank-heads/2", "sets": []}', b""])
+def test_save_does_not_overwrite_an_unreadable_registry_file(home, content):
+    path = _user_doc(home, content)
+    with pytest.raises(InputError, match="move it away"):
+        save_head_set("org/m", FP, "copy", ["0-1"])
+    with pytest.raises(InputError, match="move it away"):
+        save_artifact("head-weights", "org/m", FP, {"v": 1})
+    assert path.read_bytes() == content
+
+
+def test_newest_artifact_wins_among_ids_of_the_same_weights(home):
+    """The same weights under two ids (e.g. a model folder given as ./m and as /abs/m) share the
+    fingerprint: the artifact trained last must be served, whichever file name sorts first."""
+    old = save_artifact("head-weights", "/a/m", FP, {"v": "old"})
+    data = json.loads(old.read_text())
+    data["artifacts"]["head-weights"]["date"] = "2020-01-01T00:00:00"
+    old.write_text(json.dumps(data))
+    new = save_artifact("head-weights", "/z/m", FP, {"v": "new"})
+    assert sorted([old.name, new.name])[0] == old.name
+    assert load_artifact("head-weights", "/a/m", FP) == {"v": "new"}
+    assert load_artifact("head-weights", "/z/m", FP) == {"v": "new"}
+
+
+def test_saving_the_scores_of_a_loaded_set_again(home):
+    scores = np.array([[np.nan, 1.0], [2.0, 3.0]])
+    save_head_set("org/m", FP, "copy", ["0-1"], scores=scores)
+    (hs,) = load_head_sets("org/m", FP)
+    save_head_set("org/m", FP, "copy", hs.heads, name="copy-2", scores=hs.scores)  # None = not measured
+    assert [s.scores for s in load_head_sets("org/m", FP)] == [[[None, 1.0], [2.0, 3.0]]] * 2
+
+
+def test_registry_writes_are_fsynced(home, monkeypatch):
+    """The registry holds detections and trained weights that cannot be regenerated cheaply."""
+    import attnrank.files
+
+    synced = []
+    real = attnrank.files.os.fsync
+    monkeypatch.setattr(attnrank.files.os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    save_head_set("org/m", FP, "copy", ["0-1"])
+    save_artifact("head-weights", "org/m", FP, {"v": 1})
+    assert len(synced) == 2

@@ -67,8 +67,23 @@ def niah_folder(data: str | Path | None = None) -> Path:
 
 
 def load_needles(folder: Path) -> list[Needle]:
-    lines = (folder / "retrieval_head" / "needles.jsonl").read_text(encoding="utf-8").splitlines()
-    return [Needle(r["needle"], r["question"], r["real_needle"]) for r in map(json.loads, filter(None, lines))]
+    path = folder / "retrieval_head" / "needles.jsonl"
+    out = []
+    for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError:
+            r = None
+        keys = ("needle", "question", "real_needle")
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), str) and r[k] for k in keys):
+            raise InputError(
+                f"{path} line {no} is not a needle: each line must be a JSON object whose "
+                '"needle", "question" and "real_needle" are non-empty strings'
+            )
+        out.append(Needle(r["needle"], r["question"], r["real_needle"]))
+    return out
 
 
 _TEXT_FIELD = re.compile(r'"text":"((?:[^"\\]|\\.)*)"')
@@ -80,7 +95,13 @@ def load_haystack(folder: Path, part: int | None) -> str:
     if part is None:
         files = sorted((folder / "PaulGrahamEssays").glob("*.txt"))
         return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
-    with gzip.open(folder / "retrieval_head" / f"haystack_part{part}_p1.txt.gz", "rt", encoding="utf-8") as f:
+    path = folder / "retrieval_head" / f"haystack_part{part}_p1.txt.gz"
+    if not path.is_file():
+        raise InputError(
+            f"the book haystack {path} does not exist; pass a data folder that has it, or use the "
+            "Paul Graham essays (haystack='essays', --haystack essays)"
+        )
+    with gzip.open(path, "rt", encoding="utf-8") as f:
         raw = f.read()
     return "\n\n".join(json.loads(f'"{m}"') for m in _TEXT_FIELD.findall(raw))
 
@@ -121,6 +142,8 @@ class NiahPrompt:
 def build_niah_prompt(tokenizer: Any, haystack: str, needle: Needle, context_length: int, depth: float) -> NiahPrompt:
     """Haystack cut to about ``context_length`` prompt tokens, the needle inserted at the last
     sentence end before ``depth`` % of it, then the question; inside the chat template."""
+    if not 0 <= depth <= 100:
+        raise InputError(f"needle depth {depth} is not a percentage in [0, 100]; give e.g. 0, 50 or 100")
     frame = chat_frame(tokenizer)
     tail = QUESTION_TEMPLATE.format(question=needle.question)
 
@@ -173,7 +196,7 @@ def generate_answer(llm: Any, ids: list[int], max_new_tokens: int) -> list[int]:
     for t in out[0, len(ids) :].tolist():
         answer.append(t)
         text = tok.decode(answer, skip_special_tokens=True)
-        if t == tok.eos_token_id or ("\n" in text and text.strip()):
+        if t == tok.eos_token_id or "\n" in text.lstrip():  # a newline after some text
             break
     return answer
 
@@ -218,6 +241,15 @@ def detect_copy_heads(
     folder = niah_folder(data)
     all_needles = load_needles(folder)
     chosen = list(range(len(all_needles))) if needles is None else list(needles)
+    bad = [n for n in chosen if not 0 <= n < len(all_needles)]
+    if bad:
+        raise InputError(
+            f"needles {bad} are out of range: {folder}/retrieval_head/needles.jsonl holds "
+            f"{len(all_needles)}; give indices 0..{len(all_needles) - 1}"
+        )
+    bad_depths = [d for d in depths if not 0 <= d <= 100]
+    if bad_depths:
+        raise InputError(f"depths {bad_depths} are not percentages in [0, 100]; give e.g. 0,50,100")
     capturer = AttentionCapturer(llm.model)
     L, H = llm.num_layers, llm.num_heads
     start, total, trials = time.perf_counter(), np.zeros(L * H), []

@@ -65,7 +65,7 @@ def query_focused_scores(
         if gold.any() and (~gold).any():
             sums["contrastive"] += f[:, gold].mean(1) - f[:, ~gold].mean(1)
             used["contrastive"] += 1
-    judged = {q: dict(qrels[q]) for q in feats if q in qrels}
+    judged = {q: dict(qrels[q]) for q in feats if qrels.get(q)}  # as evaluate_per_query: no empty judgments
     ndcg = np.zeros(n)
     for lo in range(0, n, 64):  # heads in chunks: one ir-measures call per chunk
         run = {

@@ -41,6 +41,8 @@ class HeadScores:
 
     def top(self, n: int = 16) -> HeadList:
         """The ``n`` best heads (empty when nothing could be measured, see :attr:`note`)."""
+        if n < 1:
+            raise InputError(f"n={n} heads: give at least 1 (the number of best heads to keep)")
         return [pair for pair, _ in self.ranked()[:n]]
 
     def above(self, threshold: float = RETRIEVAL_THRESHOLD) -> HeadList:

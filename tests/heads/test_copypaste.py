@@ -170,3 +170,64 @@ def test_copy_detector_with_an_accepted_trial(llm, eager, niah, monkeypatch):
     expected = copy_paste_score(argmax, seen["ids"][s:e], seen["ids"], (s, e)).reshape(4, 4)
     np.testing.assert_allclose(res.scores, expected)
     assert np.isfinite(res.scores).all() and len(res.top(5)) == 5
+
+
+# --------------------------------------------------------------------------- answers and bad inputs
+class _FixedGenerate:
+    """A model whose greedy continuation is fixed (generate_answer's cut is under test)."""
+
+    def __init__(self, continuation):
+        self.continuation = continuation
+
+    def generate(self, x, **_):
+        return torch.tensor([x[0].tolist() + self.continuation])
+
+
+@pytest.mark.parametrize(
+    "generated, kept",
+    [
+        ("\nThe best thing\nmore", "\nThe best thing\n"),  # a leading newline is not the end of the answer
+        (" \n\nBecause he is mean.\n\nQuestion", " \n\nBecause he is mean.\n"),
+        ("Chaoyang Park\nmore", "Chaoyang Park\n"),
+    ],
+)
+def test_answer_is_cut_at_the_first_newline_after_some_text(llm, generated, kept):
+    from types import SimpleNamespace
+
+    tok = llm.tokenizer
+    stub = SimpleNamespace(
+        model=_FixedGenerate(tok(generated, add_special_tokens=False)["input_ids"]), tokenizer=tok, device="cpu"
+    )
+    assert tok.decode(copypaste.generate_answer(stub, [1, 2, 3], 50)) == kept
+
+
+def test_bad_needles_and_depths_are_input_errors(llm, niah):
+    text = load_haystack(niah / "niah", 1)
+    needle = Needle("Mr Green is disliked because he is mean.", "Why?", "Because he is mean.")
+    for depth in (-25, 150, float("nan")):
+        with pytest.raises(InputError, match=r"not a percentage in \[0, 100\]"):
+            build_niah_prompt(llm.tokenizer, text, needle, 300, depth)
+    with pytest.raises(InputError, match=r"needles \[-1, 2\] are out of range.*holds 2"):
+        detect_copy_heads(llm, data=niah, lengths=[200], depths=[0], needles=[0, -1, 2])
+    with pytest.raises(InputError, match=r"depths \[-10\]"):
+        detect_copy_heads(llm, data=niah, lengths=[200], depths=[0, -10], needles=[0])
+
+
+def test_unreadable_niah_files_are_input_errors(tmp_path):
+    folder = tmp_path / "retrieval_head"
+    folder.mkdir()
+    (folder / "needles.jsonl").write_text('{"needle": "a", "question": "b", "real_needle": "a"}\n{"needle": "x"\n')
+    with pytest.raises(InputError, match=r"needles.jsonl line 2 is not a needle"):
+        copypaste.load_needles(tmp_path)
+    with pytest.raises(InputError, match=r"haystack_part1_p1.txt.gz does not exist.*essays"):
+        load_haystack(tmp_path, 1)
+
+
+def test_top_needs_a_positive_count():
+    from attnrank.heads.scores import HeadScores
+
+    res = HeadScores(np.arange(4.0).reshape(2, 2), "copy")
+    assert res.top(3) == [(1, 1), (1, 0), (0, 1)]
+    for n in (0, -1):  # -1 once kept all heads but the last
+        with pytest.raises(InputError, match=f"n={n} heads"):
+            res.top(n)

@@ -62,3 +62,14 @@ def test_query_focused_with_a_head_subset_and_no_gold(llm):
     assert res["qr-score"].top() == []
     nd = res["qr-ndcg"].scores  # judged but nothing relevant among the candidates: nDCG 0
     assert np.isnan(nd[0]).all() and nd[1, 2] == 0.0 and nd[2, 0] == 0.0
+
+
+def test_a_query_with_an_empty_judgment_set_is_not_counted(llm):
+    """qr-ndcg averages over judged queries as evaluate_per_query / per_query_ndcg_of_each do: a
+    query whose judgments are empty is left out, not counted as nDCG 0 for every head."""
+    reranker = AttentionReranker(llm, "0-1,1-1,3-2")
+    qs = {"q1": QUERIES["q1"], "q3": QUERIES["q3"]}
+    base = detect_query_focused(reranker, qs, {q: DOCS for q in qs}, QRELS)["qr-ndcg"]
+    more = detect_query_focused(reranker, {**qs, "q4": "anything"}, {q: DOCS for q in [*qs, "q4"]}, {**QRELS, "q4": {}})
+    np.testing.assert_allclose(more["qr-ndcg"].scores, base.scores)
+    assert more["qr-ndcg"].n_used == 2
