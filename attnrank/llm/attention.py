@@ -30,7 +30,7 @@ import torch
 from transformers import AttentionInterface, DynamicCache
 from transformers.masking_utils import AttentionMaskInterface
 
-from attnrank.errors import AttnrankError, InputError
+from attnrank.errors import AttnrankError, InputError, ModelError
 
 from .headspec import check_head_range
 from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, segment_mask
@@ -82,6 +82,13 @@ class _Session:
         k = key[:1, heads // groups]
         scores = masked_scores(q, k, mask, scaling, softcap, first, query.shape[2])
         if self.reduce == "argmax":  # softmax is monotone: the top-1 key is the logits' argmax
+            nan = torch.isnan(scores[0]).flatten(1).any(dim=1)  # argmax would return a NaN's index
+            if bool(nan.any()):
+                raise NonFiniteAttentionError(
+                    f"attention of layer {module.layer_idx}, head {int(heads[int(nan.nonzero()[0, 0])])} is not "
+                    "finite (NaN); check the model weights and dtype (float16 overflow: load it in bfloat16 "
+                    "or float32)"
+                )
             offset = self.n_keys - scores.shape[-1]  # a sliding-window layer sees the last keys
             self.rows[module.layer_idx] = scores[0].argmax(dim=-1) + offset  # [n_heads, n_rows]
             return
@@ -399,11 +406,13 @@ class AttentionCapturer:
         for layer, heads in self._layer_heads.items():
             rows = session.rows.get(layer)
             if rows is None:
-                raise RuntimeError(
-                    f"layer {layer} did not call the registered attention function; "
-                    f"{type(self.decoder).__name__} does not use transformers' AttentionInterface"
+                raise ModelError(
+                    f"layer {layer} of {type(self.decoder).__name__} computed no attention through transformers' "
+                    "AttentionInterface (a convolution, recurrent or linear-attention layer, or a model that "
+                    "does not use the interface), so its heads cannot be captured; choose heads of its "
+                    "attention layers"
                 )
-            if session.reduce == "argmax":  # key indices, not probabilities
+            if session.reduce == "argmax":  # key indices, not probabilities (NaN refused in record)
                 continue
             finite = torch.isfinite(rows).all(dim=-1)  # [spans, heads]
             if not bool(finite.all()):

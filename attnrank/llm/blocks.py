@@ -226,16 +226,22 @@ def encode_blocks_text(
     the separator, the cuts, and each token's character range in the document's text (the
     title's tokens get negative ones). Documents ``memo`` holds are not tokenized again."""
     keys = [(d.title, d.text, max_doc_words, max_doc_tokens) for d in documents]
+    if memo is not None:
+        memo.bind(tokenizer)
     found = [None if memo is None else memo.get(k) for k in keys]
     todo = [i for i, e in enumerate(found) if e is None]
     texts, cuts = truncate_texts(tokenizer, [documents[i] for i in todo], max_doc_words, max_doc_tokens)
-    cut_of = {todo[c.doc_index]: c for c in cuts}
+    cuts_of: dict[int, list[Truncation]] = {}
+    for c in cuts:  # a text cut to max_doc_words and then to max_doc_tokens has two cuts
+        cuts_of.setdefault(todo[c.doc_index], []).append(c)
     for i, text in zip(todo, texts):
-        found[i] = entry = _encode_block(tokenizer, documents[i].title, text, cut_of.get(i))
+        found[i] = entry = _encode_block(tokenizer, documents[i].title, text, tuple(cuts_of.get(i, ())))
         if memo is not None:
             memo.put(keys[i], entry)
     encoded = [e for e in found if e is not None]
-    truncated = [replace(e.cut, doc_index=i, doc_id=d.id) for i, (d, e) in enumerate(zip(documents, encoded)) if e.cut]
+    truncated = [
+        replace(c, doc_index=i, doc_id=d.id) for i, (d, e) in enumerate(zip(documents, encoded)) for c in e.cuts
+    ]
     return (
         [e.ids.tolist() for e in encoded],
         [e.text_length for e in encoded],
@@ -247,38 +253,47 @@ def encode_blocks_text(
 @dataclass(frozen=True)
 class EncodedBlock:
     """One passage tokenized as a block: its ids (text, then the separator; int32), how many
-    precede the separator, each token's characters in the text (int32 ``[n, 2]``) and the cut
-    that shortened it (None if whole)."""
+    precede the separator, each token's characters in the text (int32 ``[n, 2]``) and the cuts
+    that shortened it (none if whole)."""
 
     ids: np.ndarray
     text_length: int
     offsets: np.ndarray
-    cut: Truncation | None
+    cuts: tuple[Truncation, ...]
 
     @property
     def nbytes(self) -> int:
         return int(self.ids.nbytes + self.offsets.nbytes)
 
 
-def _encode_block(tokenizer: object, title: str, text: str, cut: Truncation | None) -> EncodedBlock:
+def _encode_block(tokenizer: object, title: str, text: str, cuts: tuple[Truncation, ...]) -> EncodedBlock:
     body = block_text(title, text)
     whole = SEPARATOR + body + SEPARATOR
     ids, offsets = encode_cut(tokenizer, whole + _NEXT, len(SEPARATOR), len(whole))
     length = sum(a < len(SEPARATOR) + len(body) for a, _ in offsets)
     text_at = len(SEPARATOR) + len(body) - len(text.strip()) - (len(text) - len(text.lstrip()))
     spans = np.asarray([(a - text_at, b - text_at) for a, b in offsets], dtype=np.int32).reshape(-1, 2)
-    return EncodedBlock(np.asarray(ids, dtype=np.int32), length, spans, cut)
+    return EncodedBlock(np.asarray(ids, dtype=np.int32), length, spans, cuts)
 
 
 class BlockMemo:
     """Recently tokenized blocks, least recently used first out past ``max_bytes``: a warm
     query (its passages' states cached) then skips tokenizing them too. Keyed by title, text
-    and the truncation limits; about 12 bytes per token."""
+    and the truncation limits, for one tokenizer (another one empties it: :meth:`bind`); about
+    12 bytes per token."""
 
     def __init__(self, max_bytes: int = 64 << 20):
         self.max_bytes = max_bytes
         self.nbytes = 0
         self._entries: OrderedDict[tuple, EncodedBlock] = OrderedDict()
+        self._tokenizer: object | None = None  # held (compared by identity, so never a reused address)
+
+    def bind(self, tokenizer: object) -> None:
+        """Serve ``tokenizer``: entries are its ids, so another tokenizer starts the memo afresh."""
+        if self._tokenizer is not tokenizer:
+            self._entries.clear()
+            self.nbytes = 0
+            self._tokenizer = tokenizer
 
     def __len__(self) -> int:
         return len(self._entries)

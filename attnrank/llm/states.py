@@ -11,6 +11,7 @@ dtype, prefix, block ids and start position), so a warm query computes only its 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import weakref
 from collections import OrderedDict
@@ -383,18 +384,27 @@ _ROTATION_OK: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 def check_rotation(capturer: AttentionCapturer, prefix: PrefixCache) -> None:
     """Refuse ``"rotated"`` positions for a model whose rotary embedding does not compose as
     :func:`rotate_keys` assumes: a probe block's first-layer keys, rotated by 7 positions, must
-    equal the keys computed 7 positions on (checked once per model)."""
+    equal the keys computed 7 positions on (checked once per model). A rotary embedding per
+    layer type (Gemma 3's local and global bases) or over part of each head (partial rotary:
+    Phi, StableLM) is refused without that comparison: one rotation of whole heads cannot serve it."""
     key = capturer.decoder
     if key not in _ROTATION_OK:
-        probe = [[1, 2, 3, 4]]
-        at = encode_blocks(capturer, prefix, probe, [prefix.length])[0]
-        moved = encode_blocks(capturer, prefix, probe, [prefix.length + 7])[0]
-        turned = rotate_keys(capturer, at, 7).keys[0]
-        scale = float(moved.keys[0].abs().max()) or 1.0
-        tolerance = 1e-4 if moved.keys.dtype == torch.float32 else 3e-2  # half precision rounds
-        _ROTATION_OK[key] = float((turned - moved.keys[0]).float().abs().max()) <= tolerance * scale
+        rotary = getattr(capturer.decoder, "rotary_emb", None)
+        if rotary is not None and "layer_type" in inspect.signature(rotary.forward).parameters:
+            _ROTATION_OK[key] = False
+        else:
+            probe = [[1, 2, 3, 4]]
+            at = encode_blocks(capturer, prefix, probe, [prefix.length])[0]
+            if rotation(capturer, 7, at.keys)[0].shape[-1] != at.keys.shape[-1]:  # partial rotary
+                _ROTATION_OK[key] = False
+            else:
+                moved = encode_blocks(capturer, prefix, probe, [prefix.length + 7])[0]
+                turned = rotate_keys(capturer, at, 7).keys[0]
+                scale = float(moved.keys[0].abs().max()) or 1.0
+                tolerance = 1e-4 if moved.keys.dtype == torch.float32 else 3e-2  # half precision rounds
+                _ROTATION_OK[key] = float((turned - moved.keys[0]).float().abs().max()) <= tolerance * scale
     if not _ROTATION_OK[key]:
         raise InputError(
             f"block_positions='rotated': the rotary embedding of {type(capturer.decoder).__name__} does not "
-            "compose as standard RoPE (partial or scaled rotary); use 'shared' or 'sequential'"
+            "compose as standard RoPE (partial, scaled or per-layer-type rotary); use 'shared' or 'sequential'"
         )

@@ -13,7 +13,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from attnrank.errors import InputError
+from attnrank.errors import InputError, ModelError
 from attnrank.llm.attention import (
     ATTN_IMPLEMENTATION,
     AttentionCapturer,
@@ -249,6 +249,31 @@ def test_non_finite_raises(llama):
         broken.model.layers[1].self_attn.q_proj.weight[3 * 8] = float("nan")  # head 3 of layer 1
     with pytest.raises(NonFiniteAttentionError, match="layer 1, head 3"):
         AttentionCapturer(broken, heads=[(0, 0), (1, 3)]).capture(_ids(10))
+    # The argmax reduction too: a NaN row's "top-1 key" would be the NaN's index, silently.
+    with pytest.raises(NonFiniteAttentionError, match="layer 1, head 3"):
+        AttentionCapturer(broken, heads=[(0, 0), (1, 3)]).capture(_ids(10), reduce="argmax")
+
+
+def test_heads_of_a_layer_without_attention_are_a_model_error():
+    """A hybrid model (LFM2: convolution layers between attention layers) passes the load checks;
+    heads of its convolution layers cannot be captured: one ModelError line, not a RuntimeError."""
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    config = Lfm2Config(
+        vocab_size=101,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        layer_types=["conv", "full_attention"],
+    )
+    torch.manual_seed(0)
+    model = Lfm2ForCausalLM(config).eval()
+    assert AttentionCapturer(model, heads=[(1, 2)]).capture(_ids(8)).shape == (1, 8)  # its attention layer
+    with pytest.raises(ModelError, match="layer 0 of Lfm2Model computed no attention"):
+        AttentionCapturer(model, heads=[(0, 1), (1, 2)]).capture(_ids(8))
 
 
 @pytest.mark.parametrize(

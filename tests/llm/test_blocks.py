@@ -3,6 +3,8 @@ equal recomputed ones; the prompt's blocks do not depend on their neighbours."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from _tiny import tiny_model, tiny_tokenizer
@@ -284,3 +286,47 @@ def test_memo_keeps_to_its_byte_budget():
     build_block_prompts(tok, QUERY, DOCS, memo=memo)
     assert len(memo) == 2 and memo.nbytes <= memo.max_bytes
     assert memo.get(("", DOCS[0], None, None)) is None  # the least recently used went first
+
+
+def test_a_passage_cut_twice_reports_both_cuts_with_or_without_the_memo():
+    """A text cut to max_doc_words and then to max_doc_tokens has two cuts: the block prompt
+    reports both, as the full prompt does, whether tokenized now or read from the memo."""
+    from attnrank.llm.prompts import build_rerank_prompts
+
+    tok = tiny_tokenizer()
+    docs = [Document("long", "one two three four five six seven eight", "T"), Document("short", "Kiwis.")]
+    kw = dict(max_doc_words=6, max_doc_tokens=10)
+    full = build_rerank_prompts(tok, QUERY, docs, **kw).truncated
+    assert [(t.doc_id, t.unit) for t in full] == [("long", "words"), ("long", "tokens")]
+    memo = BlockMemo()
+    assert build_block_prompts(tok, QUERY, docs, **kw).truncated == full
+    assert build_block_prompts(tok, QUERY, docs, memo=memo, **kw).truncated == full
+    assert build_block_prompts(tok, QUERY, docs, memo=memo, **kw).truncated == full  # from the memo
+    assert build_block_prompts(tok, QUERY, docs, **kw).select([1, 0], "reverse").truncated == [
+        replace(t, doc_index=1) for t in full
+    ]
+
+
+def _reversed_tokenizer():
+    """The tiny byte tokenizer with its byte ids reversed: the same texts, other ids."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers import models as tok_models
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(tok_models.BPE(vocab={c: len(alphabet) - 1 - i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
+def test_memo_serves_one_tokenizer():
+    """A memo handed another tokenizer must not return the first one's ids for the same text."""
+    ours, other = tiny_tokenizer(), _reversed_tokenizer()
+    memo = BlockMemo()
+    build_block_prompts(ours, QUERY, DOCS, memo=memo)
+    theirs = build_block_prompts(other, QUERY, DOCS, memo=memo)
+    plain = build_block_prompts(other, QUERY, DOCS)
+    assert plain.blocks != build_block_prompts(ours, QUERY, DOCS).blocks
+    assert theirs.blocks == plain.blocks and theirs.offsets == plain.offsets
+    assert len(memo) == 3 and memo.nbytes == sum(e.nbytes for e in memo._entries.values())

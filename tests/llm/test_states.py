@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import gc
 
-from _tiny import tiny_model
+import pytest
+import torch
+from _tiny import tiny_model, tiny_tokenizer
 
+from attnrank.errors import InputError
 from attnrank.llm import states
 from attnrank.llm.attention import AttentionCapturer
+from attnrank.llm.blocks import build_block_prompts
+from attnrank.llm.capture import capture_blocks
 
 
 def test_rotation_verdict_is_not_inherited_through_a_reused_id(monkeypatch):
@@ -24,3 +29,38 @@ def test_rotation_verdict_is_not_inherited_through_a_reused_id(monkeypatch):
         del capturer
         gc.collect()
     assert len(probes) == 4  # two probe encodings per model
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [
+        ("Phi", {"partial_rotary_factor": 0.5}),  # rotary over half of each head (Phi-4-mini: 0.75)
+        ("StableLm", {"partial_rotary_factor": 0.25}),
+        ("Gemma3Text", {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 512}),
+    ],
+)
+def test_rotary_that_one_rotation_cannot_serve_is_refused_in_one_line(name, extra):
+    """Partial rotary crashed the rotation (a shape error), Gemma 3's rotary per layer type (local
+    and global bases) a TypeError; "rotated" positions are refused with an InputError instead, and
+    the other schemes still run."""
+    import transformers
+
+    config = getattr(transformers, f"{name}Config")(
+        vocab_size=259,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        **extra,
+    )
+    torch.manual_seed(0)
+    model = getattr(transformers, name.replace("Text", "") + "ForCausalLM")(config).eval()
+    capturer = AttentionCapturer(model, [(1, 0)])
+    prompt = build_block_prompts(tiny_tokenizer(), "Where is Paris?", ["Paris is in France.", "Kiwis."])
+    prefix = capturer.prefill(prompt.prefix_ids)
+    with pytest.raises(InputError, match="block_positions='rotated'.*use 'shared' or 'sequential'"):
+        capture_blocks(capturer, prompt, prefix, fingerprint="t", positions="rotated")
+    rows = capture_blocks(capturer, prompt, prefix, fingerprint="t", positions="sequential")
+    assert rows.real.shape == (1, len(prompt.context_ids))
