@@ -88,10 +88,15 @@ class Generator:
         tok = self.llm.tokenizer
         ids = encode_text(tok, self.prompt(question, context_docs))
         if len(ids) + n_new > self.llm.context_length:
+            bare = len(encode_text(tok, self.prompt(question)))  # the question and instruction alone
+            fix = (
+                "shorten the question or lower max_new_tokens"
+                if bare + n_new > self.llm.context_length
+                else "prune the context harder (smaller budget_tokens) or pass fewer passages"
+            )
             raise InputError(
-                f"the answer prompt has {len(ids)} tokens; with max_new_tokens={n_new} it "
-                f"exceeds the model's {self.llm.context_length}-token context; prune the "
-                "context harder (smaller budget_tokens) or pass fewer passages"
+                f"the answer prompt has {len(ids)} tokens ({bare} without passages); with "
+                f"max_new_tokens={n_new} it exceeds the model's {self.llm.context_length}-token context; {fix}"
             )
         input_ids = torch.tensor([ids], device=self.llm.device)
         start = time.perf_counter()

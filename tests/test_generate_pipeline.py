@@ -208,3 +208,14 @@ def test_shipped_artifacts_of_the_default_model(tmp_path):
     )
     assert r.exit_code == 0, r.output
     assert "[sources]" in r.output
+
+
+def test_generator_names_the_question_when_it_alone_overflows(llm):
+    """A question longer than the context was told to 'prune the context harder', which cannot help."""
+    gen = Generator(llm, max_new_tokens=4)
+    with pytest.raises(InputError, match=r"without passages\).*16384-token context; shorten the question"):
+        gen.answer("word " * 4000 + "?", [Document("x", "Paris is in France.")])
+    with pytest.raises(InputError, match="lower max_new_tokens"):
+        gen.answer("q?", [], max_new_tokens=16384)
+    with pytest.raises(InputError, match="prune the context harder"):
+        gen.answer("q?", [Document("x", "word " * 4000)])

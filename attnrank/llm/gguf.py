@@ -33,10 +33,16 @@ def load_gguf_uncached(gguf: Path) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     start = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, attn_implementation="sdpa", dtype=torch.float32
-    )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, attn_implementation="sdpa", dtype=torch.float32
+        )
+    except Exception as e:  # a truncated or foreign file fails anywhere in the GGUF reader
+        raise ModelError(
+            f"cannot read {gguf} as a GGUF model ({type(e).__name__}: {e}); check that the file is "
+            "complete (download it again) and holds an architecture transformers can de-quantize"
+        ) from e
     logger.info("de-quantized %s in %.1f s", gguf.name, time.perf_counter() - start)
     return model.eval(), tokenizer
 
@@ -138,6 +144,8 @@ def gguf_shape(gguf: Path) -> tuple[int, int]:
 
 def _gguf_string(f: Any) -> str:
     (n,) = struct.unpack("<Q", f.read(8))
+    if n > os.fstat(f.fileno()).st_size - f.tell():  # a corrupt length: never allocate it
+        raise ModelError(f"{f.name}: a metadata string of {n} bytes runs past the end of the file (corrupt GGUF)")
     return f.read(n).decode("utf-8", errors="replace")
 
 

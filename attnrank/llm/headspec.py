@@ -13,13 +13,20 @@ HeadList = list[tuple[int, int]]
 HeadsArg = Union[None, str, Path, Sequence[Union[tuple[int, int], Sequence[int], str]]]
 
 
+def _index(value) -> int:
+    """A layer or head index: an int, digits, or a whole float (13.0); 13.5 is refused, not cut to 13."""
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(value)
+    return int(value)
+
+
 def _pair(item) -> tuple[int, int]:
     try:
         if isinstance(item, str):
             layer, head = item.replace(":", "-").replace(",", "-").split("-")
         else:
             layer, head = item
-        return int(layer), int(head)
+        return _index(layer), _index(head)
     except (ValueError, TypeError):
         raise InputError(f"head {item!r} is not a (layer, head) pair; write it as 'layer-head', e.g. '13-18'") from None
 
@@ -38,6 +45,11 @@ def parse_heads(spec: HeadsArg) -> HeadList | None:
             raise InputError(f"head file {str(path)!r} does not exist") from None
         except json.JSONDecodeError as e:
             raise InputError(f"head file {path} is not valid JSON ({e.msg})") from None
+        except (OSError, UnicodeDecodeError) as e:  # a folder, no permission, a binary file
+            raise InputError(
+                f"head file {str(path)!r} cannot be read ({e.__class__.__name__}: {e}); "
+                "give a UTF-8 JSON file of 'layer-head' pairs"
+            ) from None
         spec = data.get("heads") if isinstance(data, dict) else data
         if not isinstance(spec, list):
             raise InputError(f"head file {path} must hold a list of 'layer-head' or {{\"heads\": [...]}}")

@@ -128,6 +128,12 @@ def load_llm(model: str | None = None, *, dtype: str = "auto", device: str = "cp
         if not Path(model_id).expanduser().exists():
             raise ModelError(f"model {model_id!r}: no such local model folder or .gguf file")
         model_id = str(Path(model_id).expanduser())
+    path = Path(model_id)
+    if path.is_file() and not model_id.endswith(".gguf"):  # what gguf_source takes as a GGUF
+        raise ModelError(
+            f"model {model_id!r} is a file, not a model folder or .gguf file; pass the folder that "
+            f"holds config.json and the weights (e.g. {str(path.parent)!r})"
+        )
     dev = resolve_device(device)
     return _load_cached(model_id, dtype_name(dtype, dev), str(dev))
 

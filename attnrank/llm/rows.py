@@ -78,9 +78,11 @@ def check_spans(spans: Sequence[Span], n: int) -> None:
 
 
 def check_finite(tokens: np.ndarray) -> None:
-    """Raise on the first non-finite token score (a float16 overflow, typically)."""
-    if not np.isfinite(tokens).all():
-        bad = int(np.flatnonzero(~np.isfinite(tokens))[0])
+    """Raise on the first non-finite token score (a float16 overflow, typically); ``[H, T]``
+    head rows name the first token any head is non-finite at."""
+    finite = np.isfinite(tokens)
+    if not finite.all():
+        bad = int(np.flatnonzero(~finite.reshape(-1, finite.shape[-1]).all(0))[0])
         raise InputError(
             f"non-finite attention score at context token {bad}; check the model dtype (use float32/bfloat16)"
         )
@@ -101,6 +103,7 @@ def document_scores(tokens: np.ndarray, spans: Sequence[Span], *, use_filter: bo
 def per_head_document_scores(rows: np.ndarray, spans: Sequence[Span], *, use_filter: bool = True) -> np.ndarray:
     """``[H, D]``: each head's own document scores, with its own μ−2σ mask (QRHead detection)."""
     rows = np.asarray(rows, dtype=np.float64)
+    check_finite(rows)  # a NaN would otherwise fail every μ−2σ test and count as 0
     check_spans(spans, rows.shape[1])
     out = np.empty((rows.shape[0], len(spans)))
     for i, (s, e) in enumerate(spans):

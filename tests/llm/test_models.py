@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import struct
 import types
 from pathlib import Path
 
@@ -296,3 +298,33 @@ def test_model_shape_of_a_folder_and_of_nothing(tmp_path):
     assert models.model_shape(str(tmp_path / "missing")) is None
     save_tiny(tmp_path / "missing", layers=2)  # a failed read is not remembered
     assert models.model_shape(str(tmp_path / "missing")) == (2, 4)
+
+
+@pytest.mark.parametrize("content", [b"GGUF" + bytes(100), b""], ids=["bad-header", "empty"])
+def test_corrupt_gguf_is_a_model_error(tmp_path, content):
+    """A truncated or empty .gguf raised ValueError from deep inside the GGUF reader."""
+    gguf = tmp_path / "broken.Q4_0.gguf"
+    gguf.write_bytes(content)
+    with pytest.raises(ModelError, match=r"cannot read .*broken\.Q4_0\.gguf as a GGUF model.*download it again"):
+        load_llm(str(gguf))
+    assert not any((config.cache_dir() / "models").glob("*"))  # nothing half-written is left
+
+
+def test_gguf_shape_of_a_corrupt_string_length(tmp_path):
+    """A metadata string length of 2**62 made gguf_shape allocate it: MemoryError out of
+    model_shape (which returns None for an unreadable config)."""
+    path = tmp_path / "huge.gguf"
+    path.write_bytes(struct.pack("<4sIQQ", b"GGUF", 3, 0, 1) + struct.pack("<Q", 2**62) + b"abc")
+    with pytest.raises(ModelError, match="runs past the end of the file"):
+        llm_gguf.gguf_shape(path)
+    assert models.model_shape(str(path)) is None
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
+def test_a_model_file_is_refused_naming_its_folder(tiny_dir, name):
+    """A weights or config file of a model folder gave a misleading error (its config 'is not a
+    valid JSON file', or a hub 'Repo id must be in the form ...')."""
+    with pytest.raises(
+        ModelError, match=rf"is a file, not a model folder.*pass the folder.*'{re.escape(str(tiny_dir))}'"
+    ):
+        load_llm(str(tiny_dir / name))

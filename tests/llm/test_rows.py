@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.llm.rows import document_scores, per_head_document_scores, token_scores
+from attnrank.llm.rows import WindowRows, document_scores, per_head_document_scores, token_scores, window_features
 
 
 def test_token_scores_sum_and_weights():
@@ -46,3 +46,14 @@ def test_per_head_scores_use_their_own_mask():
     np.testing.assert_allclose(out, [[0.9, 0.5], [10.0, 5.0]])
     # summing per-head scores differs from filtering the head-summed tokens (QRHead vs ICR order)
     assert document_scores(token_scores(rows), [(0, 10)])[0] != pytest.approx(out[:, 0].sum())
+
+
+def test_per_head_scores_refuse_non_finite_rows():
+    """A NaN (or inf) failed every μ−2σ comparison, so the filter zeroed its whole span: head 0
+    scored 0.0 for the document instead of raising as document_scores does."""
+    rows = np.array([[0.1, np.nan, 0.2, 0.3], [0.1, 0.2, 0.3, 0.4]])
+    with pytest.raises(InputError, match="non-finite attention score at context token 1"):
+        per_head_document_scores(rows, [(0, 4)])
+    rows[0, 1] = np.inf
+    with pytest.raises(InputError, match="non-finite attention score at context token 1"):
+        window_features([WindowRows([0], [(0, 4)], [1, 2, 3, 4], rows)], 1)

@@ -1,0 +1,45 @@
+"""Tests of attnrank.llm.headspec: parsing head lists and head files."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.llm.headspec import parse_heads
+
+
+def test_head_lists_and_files(tmp_path):
+    assert parse_heads("13-18, 2:3,,") == [(2, 3), (13, 18)]
+    assert parse_heads([(1, 2), "3-4", [1, 2]]) == [(1, 2), (3, 4)]
+    assert parse_heads(" ALL ") is None and parse_heads(None) is None
+    path = tmp_path / "heads.json"
+    path.write_text('{"heads": ["1-2", [3, 4.0]]}')
+    assert parse_heads(path) == parse_heads(str(path)) == [(1, 2), (3, 4)]
+
+
+@pytest.mark.parametrize("bad", [[[13.5, 2]], [(1, 2.7)], ["1.5-2"], [[float("nan"), 1]]])
+def test_fractional_indices_are_refused(bad):
+    """A fractional index was cut by int(): [13.5, 2] silently became head 13-2."""
+    with pytest.raises(InputError, match="is not a \\(layer, head\\) pair"):
+        parse_heads(bad)
+
+
+def test_fractional_indices_in_a_head_file_are_refused(tmp_path):
+    path = tmp_path / "heads.json"
+    path.write_text("[[13.9, 18]]")
+    with pytest.raises(InputError, match="13.9"):
+        parse_heads(path)
+
+
+def test_unreadable_head_files_are_one_line_errors(tmp_path):
+    """A folder named *.json or a binary file raised IsADirectoryError / UnicodeDecodeError."""
+    folder = tmp_path / "heads.json"
+    folder.mkdir()
+    with pytest.raises(InputError, match="heads.json' cannot be read"):
+        parse_heads(str(folder))
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00[")
+    with pytest.raises(InputError, match="bin.json' cannot be read.*UTF-8 JSON"):
+        parse_heads(binary)
+    with pytest.raises(InputError, match="does not exist"):
+        parse_heads(tmp_path / "missing.json")
