@@ -62,12 +62,22 @@ def _check_k(k: Any) -> None:
         raise InputError(f"k={k!r} must be None (all documents) or a positive integer (documents returned)")
 
 
-def _check_unique(documents: list[Document]) -> None:
+def _check_documents(documents: list[Document]) -> None:
+    """Unique ids (a ranking), and :func:`_check_texts`."""
     seen: set[str] = set()
     for i, d in enumerate(documents):
         if d.id in seen:
             raise InputError(f"document #{i} repeats the id {d.id!r}; document ids must be unique within a ranking")
         seen.add(d.id)
+    _check_texts(documents)
+
+
+def _check_texts(documents: list[Document]) -> None:
+    """Some text in each document: an empty passage would be scored by the attention its bare
+    slot label draws, and could outrank real ones."""
+    for i, d in enumerate(documents):
+        if not str(d.text).strip() and not (d.title or "").strip():
+            raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before reranking")
 
 
 def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, Sequence[float]] | None:
@@ -242,7 +252,7 @@ class AttentionReranker:
         ``k`` must be None or a positive integer; document ids must be unique."""
         _check_k(k)
         documents, previous = as_documents(docs)
-        _check_unique(documents)
+        _check_documents(documents)
         if query_id is None and isinstance(docs, RankedResults):
             query_id = docs.query_id
         if not documents:
@@ -287,6 +297,7 @@ class AttentionReranker:
         or with ``signals`` the fused score (ScoredDocument candidates give learned weights their
         first-stage and stage scores, as in :meth:`rank`)."""
         documents, previous = as_documents(docs)
+        _check_texts(documents)
         return self._score(query, documents, False, previous)[0]
 
     # -- internals ---------------------------------------------------------------------------

@@ -47,7 +47,16 @@ def fit_windows(
                 n_windows,
             )
             return [capture(p, g) for p, g in zip(prompts, groups)]
+    # Not even one document per window fits: say whether a document or the query takes the room.
+    sizes = [size(build([i])) for i in range(n_docs)]
+    if min(sizes) > max_prompt_tokens:
+        raise InputError(
+            f"even the shortest one-document prompt spans {min(sizes)} positions, more than max_prompt_tokens="
+            f"{max_prompt_tokens}: the query and the instructions take the room; shorten the query or raise "
+            "max_prompt_tokens"
+        )
+    worst = max(range(n_docs), key=sizes.__getitem__)
     raise InputError(
-        f"a single document does not fit max_prompt_tokens={max_prompt_tokens}; "
-        "lower max_doc_words/max_doc_tokens or raise max_prompt_tokens"
+        f"document #{worst} does not fit max_prompt_tokens={max_prompt_tokens} even alone ({sizes[worst]} "
+        "positions with the query); lower max_doc_words/max_doc_tokens or raise max_prompt_tokens"
     )

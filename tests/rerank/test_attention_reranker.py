@@ -15,7 +15,7 @@ from attnrank.llm.attention import naive_attention_rows
 from attnrank.llm.prompts import build_rerank_prompts
 from attnrank.llm.rows import document_scores, token_scores
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.types import RankedResults, ScoredDocument
+from attnrank.types import Document, RankedResults, ScoredDocument
 
 DOCS = rerank_docs()
 QUERY = RERANK_QUERY
@@ -93,8 +93,13 @@ def test_windows_when_prompt_is_too_long(llm, caplog):
 
 
 def test_a_document_that_cannot_fit(llm):
-    with pytest.raises(InputError, match="does not fit max_prompt_tokens=40"):
-        AttentionReranker(llm, max_prompt_tokens=40, signals=None).score(QUERY, DOCS)
+    docs = [*DOCS, "A much longer passage than the others, " * 8]
+    one = [len(build_rerank_prompts(llm.tokenizer, QUERY, [d]).real.input_ids) for d in docs]
+    limit = max(one[:-1])  # every document fits alone but the long last one
+    with pytest.raises(InputError, match=f"document #4 does not fit max_prompt_tokens={limit} even alone"):
+        AttentionReranker(llm, max_prompt_tokens=limit, signals=None).score(QUERY, docs)
+    with pytest.raises(InputError, match="the query and the instructions take the room; shorten the query"):
+        AttentionReranker(llm, max_prompt_tokens=min(one) - 1, signals=None).score(QUERY, docs)
 
 
 def test_bad_input(llm):
@@ -114,3 +119,14 @@ def test_plain_strings_and_batch(llm):
     rr = AttentionReranker(llm, signals=None)
     out = rr.rank_batch([QUERY, "Italy"], [[d.text for d in DOCS], DOCS[:2]], query_ids=["a", "b"])
     assert [r.query_id for r in out] == ["a", "b"] and sorted(out[0].ids) == ["0", "1", "2", "3"]
+
+
+@pytest.mark.parametrize("empty", ["", "  \n\t"])
+def test_an_empty_document_is_refused_not_scored(llm, empty):
+    reranker = AttentionReranker(llm, heads="all", signals=None)
+    docs = [Document("a", "Paris is the capital of France."), Document("b", empty)]
+    with pytest.raises(InputError, match=r"document #1 \('b'\) has no text"):
+        reranker.rank("capital of France?", docs)
+    with pytest.raises(InputError, match="has no text"):
+        reranker.score("capital of France?", docs)
+    assert len(reranker.rank("capital of France?", [docs[0], Document("c", empty, "A title")])) == 2
