@@ -36,6 +36,10 @@ RRF_K = 60  # Cormack et al. 2009; the value used by pyserini, LangChain and Ela
 DEFAULT_FUSION = "convex"
 DEFAULT_ALPHA = 0.45  # weight of the dense scores
 DEFAULT_NORM = "zscore"
+# Block-attention passage states stored with an index (attnrank.llm.statestore); here so that the
+# CLI can name and check them without importing torch.
+PASSAGE_STATES_FOLDER = "passage_states"
+STATE_STORAGES = ("float16", "int8")
 
 
 def cache_dir() -> Path:

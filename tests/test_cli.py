@@ -82,3 +82,11 @@ def test_index_fusion_default_convex_and_rrf_on_request(tmp_path, scifact_mini, 
 
     assert top("--index", "conv", "--fusion", "rrf") == top("--index", "rrf")
     assert top("--index", "conv") == top("--index", "rrf", "--fusion", "convex", "--alpha", "0.45", "--norm", "zscore")
+
+
+def test_the_cli_starts_without_torch():
+    """`attnrank --help`, and every check made before a model or index is loaded, must not pay
+    for importing torch and transformers (seconds on a CPU)."""
+    code = "import sys, attnrank.cli; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -14,8 +14,8 @@ from typing import Optional
 
 import typer
 
-from ..llm.statestore import FOLDER, STORAGES
-from ..rerank.attention import AttentionReranker
+from ..config import PASSAGE_STATES_FOLDER as FOLDER
+from ..config import STATE_STORAGES as STORAGES
 from ..rerank.config import RerankConfig
 from ..types import Document
 
@@ -49,6 +49,8 @@ def state_writer(
         overrides["model"] = model
     if max_doc_words is not None:
         overrides["max_doc_words"] = max_doc_words
+    from ..rerank.attention import AttentionReranker  # torch: only once states are asked for
+
     cfg = RerankConfig.preset(preset or "", **overrides)
     reranker = AttentionReranker(config=cfg)
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnrank.config import PASSAGE_STATES_FOLDER, STATE_STORAGES
 from attnrank.errors import InputError
 from attnrank.types import Document
 
@@ -38,9 +39,9 @@ from .states import BlockState, encode_blocks, state_keys
 
 logger = logging.getLogger(__name__)
 
-FOLDER = "passage_states"
+FOLDER = PASSAGE_STATES_FOLDER
 FORMAT = "attnrank-passage-states"
-STORAGES = ("float16", "int8")
+STORAGES = STATE_STORAGES
 
 
 def _hash_ids(ids: Sequence[int]) -> str:
