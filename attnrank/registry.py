@@ -190,8 +190,9 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _load_user_doc(path: Path, model_id: str, fingerprint: str) -> dict[str, Any]:
-    docs = _read_docs(path) if path.exists() else []
-    if path.exists() and not docs:  # rewriting it would lose whatever it holds
+    held = path.exists() and (not path.is_file() or path.stat().st_size > 0)  # an empty file holds nothing
+    docs = _read_docs(path) if held else []
+    if held and not docs:  # rewriting it would lose whatever it holds
         raise InputError(
             f"the head registry file {path} is not a readable {FORMAT} document, so saving to it "
             "would lose what it holds; move it away (or delete it) and save again"

@@ -32,12 +32,11 @@ from typing import Any
 import numpy as np
 
 from .benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
-from .config import set_torch_threads
+from .config import STATE_STORAGES, set_torch_threads
 from .eval import evaluate_per_query, sign_test, wins_losses
 from .eval.datasets import dl19, sample_queries, scifact
 from .eval.report import md_table
 from .llm.blocks import encode_blocks_text
-from .llm.statestore import STORAGES
 from .rerank.attention import AttentionReranker
 from .types import Document
 
@@ -200,13 +199,16 @@ def compare_modes(
         first = {q: {d.id: float(len(c) - i) for i, d in enumerate(c)} for q, c in cands.items()}
         per = {"first stage": evaluate_per_query(first, ds.qrels, ["nDCG@10"], rel=ds.rel)}
         secs: dict[str, float] = {}
+        measured: dict[str, str] = {}
         for label, options in modes.items():
             key = f"{setting} | {label} | {json.dumps(options, sort_keys=True)}"
             if key not in done:
-                done[key] = mode_quality(AttentionReranker(llm, **{"signals": None, **options}), cands, ds.queries)
+                run, s = mode_quality(AttentionReranker(llm, **{"signals": None, **options}), cands, ds.queries)
+                done[key] = [run, s, datetime.date.today().isoformat()]
                 if cache is not None:
                     cache.write_text(json.dumps(done))
-            run, secs[label] = done[key]
+            run, secs[label], *day = done[key]  # runs cached before dates were kept have none
+            measured[label] = day[0] if day else ""
             per[label] = evaluate_per_query(run, ds.qrels, ["nDCG@10"], rel=ds.rel)
             logger.info("%s %s nDCG@10 %.4f", setting, label, np.mean([v["nDCG@10"] for v in per[label].values()]))
         ref = next(iter(modes))
@@ -221,7 +223,7 @@ def compare_modes(
                     f"wins/losses vs {ref}": f"{wins}/{losses}",
                     "sign test p": sign_test(wins, losses),
                     "s/query": secs.get(label),
-                    "measured": datetime.date.today().isoformat(),
+                    "measured": measured.get(label, ""),
                 }
             )
     return rows
@@ -239,7 +241,7 @@ def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
         int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads),
     )
     per_token = {"float32 (memory)": 2 * layers * kv * dim * 4}
-    for storage in STORAGES:
+    for storage in STATE_STORAGES:
         values = 2 * layers * kv * dim * (2 if storage == "float16" else 1)
         per_token[storage] = values + (2 * layers * kv * 2 if storage == "int8" else 0)  # + float16 scales
     sets: dict[str, list[Document]] = {"SciFact corpus": scifact(root).docs}
@@ -377,8 +379,8 @@ def blocks_markdown(
             "## Quality: full vs block attention (nDCG@10, each query cold)",
             "",
             "Its s/query column comes from the comparison run (one thread, lowest priority, beside other "
-            "jobs): read speed from the table above. A setting's rows are measured together; `measured` "
-            "says when.",
+            "jobs): read speed from the table above. `measured`: the day each mode's run was captured "
+            "(a resumed comparison reuses earlier runs).",
             "",
             md_table(
                 q_rows,

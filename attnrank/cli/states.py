@@ -14,15 +14,14 @@ from typing import Optional
 
 import typer
 
-from ..config import PASSAGE_STATES_FOLDER as FOLDER
-from ..config import STATE_STORAGES as STORAGES
+from ..config import PASSAGE_STATES_FOLDER, STATE_STORAGES
 from ..rerank.config import RerankConfig
 from ..types import Document
 
 PASSAGE_STATES = typer.Option(
     None,
     "--passage-states",
-    help=f"Also store every passage's block-attention states ({' | '.join(STORAGES)}) for "
+    help=f"Also store every passage's block-attention states ({' | '.join(STATE_STORAGES)}) for "
     "`search --rerank N --attention block`.",
 )
 STATES_PRESET = typer.Option(None, "--preset", help="With --passage-states: the reranking preset they serve.")
@@ -31,8 +30,8 @@ STATES_WORDS = typer.Option(None, "--max-doc-words", min=1, help="With --passage
 
 
 def check_storage(storage: Optional[str]) -> None:
-    if storage is not None and storage not in STORAGES:
-        raise typer.BadParameter(f"--passage-states {storage!r} is not one of {', '.join(STORAGES)}")
+    if storage is not None and storage not in STATE_STORAGES:
+        raise typer.BadParameter(f"--passage-states {storage!r} is not one of {', '.join(STATE_STORAGES)}")
 
 
 def state_writer(
@@ -62,11 +61,11 @@ def state_writer(
             bar = tqdm(total=len(docs), desc="passage states", unit="doc")
         t = time.perf_counter()
         header = reranker.write_passage_states(
-            folder / FOLDER, docs, storage=storage, progress=None if bar is None else bar.update
+            folder / PASSAGE_STATES_FOLDER, docs, storage=storage, progress=None if bar is None else bar.update
         )
         if bar is not None:
             bar.close()
-        size = sum(p.stat().st_size for p in (folder / FOLDER).glob("*.npy"))
+        size = sum(p.stat().st_size for p in (folder / PASSAGE_STATES_FOLDER).glob("*.npy"))
         typer.echo(
             f"passage states: {header['tokens']} tokens, {size / 2**20:.1f} MiB ({size / max(header['tokens'], 1):.0f} "
             f"bytes/token, {storage}) in {time.perf_counter() - t:.1f} s"

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..eval.metrics import evaluate_per_query
+from ..eval.metrics import per_query_ndcg_of_each
 from ..llm.rows import window_features
 from .scores import HeadScores
 
@@ -65,23 +65,15 @@ def query_focused_scores(
         if gold.any() and (~gold).any():
             sums["contrastive"] += f[:, gold].mean(1) - f[:, ~gold].mean(1)
             used["contrastive"] += 1
-    judged = {q: dict(qrels[q]) for q in feats if qrels.get(q)}  # as evaluate_per_query: no empty judgments
-    ndcg = np.zeros(n)
-    for lo in range(0, n, 64):  # heads in chunks: one ir-measures call per chunk
-        run = {
-            f"{q}::{h}": dict(zip(c, f[h].tolist()))
-            for q, (c, f) in feats.items()
-            if q in judged
-            for h in range(lo, min(n, lo + 64))
-        }
-        per = evaluate_per_query(run, {key: judged[key.rsplit("::", 1)[0]] for key in run}, [f"nDCG@{k}"], rel=rel)
-        for key, v in per.items():
-            ndcg[int(key.rsplit("::", 1)[1])] += v[f"nDCG@{k}"]
+    per_query = per_query_ndcg_of_each(
+        {q: f for q, (_, f) in feats.items()}, {q: c for q, (c, _) in feats.items()}, qrels, rel=rel, k=k
+    )  # queries with judgments only, as evaluate_per_query
+    ndcg = np.sum(list(per_query.values()), axis=0) if per_query else np.zeros(n)
     seconds = time.perf_counter() - start
     out = {}
     for method, vec, m in (
         ("qr-score", sums["qr-score"], used["qr-score"]),
-        ("qr-ndcg", ndcg, len(judged)),
+        ("qr-ndcg", ndcg, len(per_query)),
         ("contrastive", sums["contrastive"], used["contrastive"]),
     ):
         matrix = np.full((n_layers, n_heads), np.nan)

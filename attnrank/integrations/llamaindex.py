@@ -88,7 +88,7 @@ def _query(query_bundle: QueryBundle | None) -> str:
 
 
 def _stage_fields(
-    owner: str, kind: str, given: Any, saved: dict[str, Any] | None, custom: bool, settings: dict[str, Any]
+    owner: str, kind: str, *, given: Any, saved: dict[str, Any] | None, custom: bool, settings: dict[str, Any]
 ) -> dict[str, Any]:
     """The fields by which ``to_dict``/``from_dict`` rebuild the ``kind`` ("reranker" or "pruner")
     of postprocessor ``owner``: ``{kind}_settings`` (the ``saved`` settings updated by
@@ -135,7 +135,14 @@ class AttnrankRerank(BaseNodePostprocessor):
         **settings: Any,
     ):
         check_top_n(top_n)
-        stage = _stage_fields("AttnrankRerank", "reranker", reranker, reranker_settings, custom_reranker, settings)
+        stage = _stage_fields(
+            "AttnrankRerank",
+            "reranker",
+            given=reranker,
+            saved=reranker_settings,
+            custom=custom_reranker,
+            settings=settings,
+        )
         super().__init__(  # type: ignore[call-arg]  # pydantic fields
             top_n=top_n, keep_retrieval_score=keep_retrieval_score, **stage
         )
@@ -206,7 +213,9 @@ class AttnrankPruner(BaseNodePostprocessor):
     ):
         if budget_tokens is None and keep_ratio is None:
             budget_tokens = 300  # the default budget; a ratio alone replaces it
-        stage = _stage_fields("AttnrankPruner", "pruner", pruner, pruner_settings, custom_pruner, settings)
+        stage = _stage_fields(
+            "AttnrankPruner", "pruner", given=pruner, saved=pruner_settings, custom=custom_pruner, settings=settings
+        )
         super().__init__(  # type: ignore[call-arg]  # pydantic fields
             budget_tokens=budget_tokens, keep_ratio=keep_ratio, neighbours=neighbours, **stage
         )

@@ -7,9 +7,9 @@ query; QRHead ("Query-focused retrieval heads", Zhang et al., EMNLP 2025) uses a
 selected heads. Both only need, for chosen (layer, head) pairs, the softmax rows of the query
 tokens averaged over those tokens.
 
-:class:`AttentionCapturer` gets them without ``output_attentions=True``: it registers an
-attention function with transformers' ``AttentionInterface`` that computes the layer output with
-SDPA and, only for the chosen heads and query rows, the float32 rows
+:class:`AttentionCapturer` gets them without ``output_attentions=True``: through the attention
+function :mod:`attnrank.llm.recording` registers with transformers' ``AttentionInterface``, which
+computes the layer output with SDPA and, only for the chosen heads and query rows, the float32 rows
 ``softmax(q k^T * scaling + mask)``. The forward pass stops after the deepest layer that has a
 chosen head (inside that layer's attention, once its keys and values are cached and its rows
 recorded: its output projection and MLP are never computed), and a shared prefix can be prefilled once into a KV cache and reused by several
@@ -20,155 +20,29 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import AttentionInterface, DynamicCache
-from transformers.masking_utils import AttentionMaskInterface
+from transformers import DynamicCache
 
-from attnrank.errors import AttnrankError, InputError, ModelError
+from attnrank.errors import InputError, ModelError
 
 from .headspec import check_head_range
-from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, segment_mask
+from .kernels import segment_mask
+from .recording import (
+    ACTIVE_SESSION,
+    ATTN_IMPLEMENTATION,
+    CaptureSession,
+    NonFiniteAttentionError,
+    attn_implementation,
+    ensure_registered,
+    stop_at,
+)
 
-ATTN_IMPLEMENTATION = "attnrank_capture"
 HeadSpec = list[tuple[int, int]] | None  # None = all heads of all layers (up to max_layer)
 REDUCTIONS = ("mean", "argmax")  # AttentionCapturer.capture(reduce=...)
-
-
-class NonFiniteAttentionError(AttnrankError, ValueError):
-    """A captured attention row holds NaN or inf (bad weights, overflow, or a fully masked row)."""
-
-
-class _StopForward(Exception):
-    """Raised by the hook on the deepest needed decoder layer to end the forward pass early."""
-
-
-@dataclass
-class _Session:
-    """What one capture pass records: chosen heads per layer, query rows, and the captured rows.
-
-    ``spans`` are the pass's query rows, each a tuple of row ranges ``[a, b)`` (a suffix that
-    shares its beginning with another owns two); "mean" keeps, per layer, each span's rows
-    averaged (``[spans, heads, n_keys]``), "argmax" (one range, running to the pass's end) each
-    row's top-1 key (``[heads, rows]``)."""
-
-    layer_heads: dict[int, torch.Tensor]
-    spans: list[tuple[tuple[int, int], ...]]
-    n_keys: int
-    rows: dict[int, torch.Tensor] = field(default_factory=dict)
-    reduce: str = "mean"
-
-    def record(
-        self,
-        module: Any,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        mask: torch.Tensor | None,
-        scaling: float,
-        softcap: float | None,
-    ) -> None:
-        heads = self.layer_heads.get(getattr(module, "layer_idx", -1))
-        if heads is None:
-            return
-        heads = heads.to(query.device)
-        groups = query.shape[1] // key.shape[1]  # GQA: query head h reads KV head h // groups
-        first = min(a for ranges in self.spans for a, _ in ranges)
-        q = query[:1, heads, first:]
-        k = key[:1, heads // groups]
-        scores = masked_scores(q, k, mask, scaling, softcap, first, query.shape[2])
-        if self.reduce == "argmax":  # softmax is monotone: the top-1 key is the logits' argmax
-            nan = torch.isnan(scores[0]).flatten(1).any(dim=1)  # argmax would return a NaN's index
-            if bool(nan.any()):
-                raise NonFiniteAttentionError(
-                    f"attention of layer {module.layer_idx}, head {int(heads[int(nan.nonzero()[0, 0])])} is not "
-                    "finite (NaN); check the model weights and dtype (float16 overflow: load it in bfloat16 "
-                    "or float32)"
-                )
-            offset = self.n_keys - scores.shape[-1]  # a sliding-window layer sees the last keys
-            self.rows[module.layer_idx] = scores[0].argmax(dim=-1) + offset  # [n_heads, n_rows]
-            return
-        probs = torch.softmax(scores, dim=-1)[0]  # [n_heads, rows, n_keys_seen]
-        # Keys seen are the last ones of the sequence (a sliding-window layer sees fewer).
-        out = probs.new_zeros(len(self.spans), len(heads), self.n_keys)
-        for i, ranges in enumerate(self.spans):
-            rows = torch.cat([probs[:, a - first : b - first] for a, b in ranges], dim=1)
-            out[i, :, self.n_keys - probs.shape[-1] :] = rows.mean(dim=1)
-        self.rows[module.layer_idx] = out
-
-
-_ACTIVE: ContextVar[_Session | None] = ContextVar("attnrank_capture_session", default=None)
-# The deepest layer of the running pass: its attention function ends the forward. Why there and
-# not after the layer: nothing reads that layer's output, only its cached keys/values and captured
-# rows, so its attention output, output projection and MLP (about 85% of a layer) are skipped.
-_STOP_LAYER: ContextVar[int | None] = ContextVar("attnrank_stop_layer", default=None)
-
-
-def _capture_attention(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    softcap: float | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """The registered attention function: plain SDPA, plus the rows of the active capture."""
-    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    session = _ACTIVE.get()
-    if session is not None:
-        session.record(module, query, key, attention_mask, scaling, softcap)
-    stop = _STOP_LAYER.get()
-    if stop is not None and getattr(module, "layer_idx", None) == stop:
-        raise _StopForward  # the deepest layer: its output is never read
-    if softcap is None:
-        out = sdpa_forward(module, query, key, value, attention_mask, scaling, **kwargs)
-    else:
-        out = eager_forward(query, key, value, attention_mask, scaling, softcap)
-    return out, None
-
-
-def _ensure_registered() -> None:
-    # The mask function must be registered too: for an unknown name transformers builds no mask
-    # at all, and SDPA with is_causal=True over a KV cache would align the mask upper-left.
-    if ATTN_IMPLEMENTATION not in AttentionInterface._global_mapping:
-        AttentionInterface.register(ATTN_IMPLEMENTATION, _capture_attention)
-        AttentionMaskInterface.register(ATTN_IMPLEMENTATION, additive_mask)
-
-
-@contextmanager
-def _attn_implementation(config: Any, name: str) -> Iterator[None]:
-    """Switch the decoder config's attention implementation for one pass, then restore it."""
-    previous = config._attn_implementation_internal
-    config._attn_implementation_internal = name
-    try:
-        yield
-    finally:
-        config._attn_implementation_internal = previous
-
-
-@contextmanager
-def _stop_at(layer: torch.nn.Module, index: int) -> Iterator[None]:
-    """End the forward inside decoder layer ``index``'s attention function, or (for attention
-    modules without a ``layer_idx``) after the layer."""
-
-    def hook(*_: object) -> None:
-        raise _StopForward
-
-    handle = layer.register_forward_hook(hook)
-    token = _STOP_LAYER.set(index)
-    try:
-        yield
-    except _StopForward:
-        pass
-    finally:
-        _STOP_LAYER.reset(token)
-        handle.remove()
 
 
 def _find_decoder(model: Any) -> Any:
@@ -239,7 +113,7 @@ class AttentionCapturer:
     """
 
     def __init__(self, model: Any, heads: HeadSpec = None, max_layer: int | None = None):
-        _ensure_registered()
+        ensure_registered()
         self.model = model
         self.decoder = _find_decoder(model)
         self.num_layers = int(self.decoder.config.num_hidden_layers)
@@ -300,7 +174,7 @@ class AttentionCapturer:
             self._check_prefix(prefix)
             cache = prefix.fork()
         n_keys = ids.shape[1] + (prefix.length if prefix is not None else 0)
-        session = _Session(self._layer_heads, [((query_start, ids.shape[1]),)], n_keys, reduce=reduce)
+        session = CaptureSession(self._layer_heads, [((query_start, ids.shape[1]),)], n_keys, reduce=reduce)
         positions = None if position_start is None else _positions(position_start, ids.shape[1], ids.device)
         self._forward(ids, cache, session, position_ids=positions, grad=grad)
         rows = self._collect(session)
@@ -350,7 +224,7 @@ class AttentionCapturer:
         mask, offset = segment_mask(lengths, n_prefix, next(self.model.parameters()).dtype, trunk)
         positions = (n_prefix if position_start is None else position_start) + offset[None]
         n = ids.shape[1]
-        session = _Session(self._layer_heads, spans, n_prefix + n)
+        session = CaptureSession(self._layer_heads, spans, n_prefix + n)
         self._forward(ids, prefix.fork(), session, position_ids=positions, attention_mask=mask)
         return self._collect(session)[:, :, :n_prefix]
 
@@ -380,13 +254,13 @@ class AttentionCapturer:
         self,
         ids: torch.Tensor,
         cache: DynamicCache | None,
-        session: _Session | None,
+        session: CaptureSession | None,
         *,
         position_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         grad: bool = False,
     ) -> None:
-        token = _ACTIVE.set(session)
+        token = ACTIVE_SESSION.set(session)
         extra: dict[str, Any] = {self._cache_kwarg: cache}
         if position_ids is not None:
             extra["position_ids"] = position_ids
@@ -395,14 +269,14 @@ class AttentionCapturer:
         try:
             with (
                 torch.enable_grad() if grad else torch.inference_mode(),
-                _attn_implementation(self.decoder.config, ATTN_IMPLEMENTATION),
-                _stop_at(self.decoder.layers[self.deepest_layer], self.deepest_layer),
+                attn_implementation(self.decoder.config, ATTN_IMPLEMENTATION),
+                stop_at(self.decoder.layers[self.deepest_layer], self.deepest_layer),
             ):
                 self.decoder(input_ids=ids, use_cache=cache is not None, **extra)
         finally:
-            _ACTIVE.reset(token)
+            ACTIVE_SESSION.reset(token)
 
-    def _collect(self, session: _Session) -> torch.Tensor:
+    def _collect(self, session: CaptureSession) -> torch.Tensor:
         for layer, heads in self._layer_heads.items():
             rows = session.rows.get(layer)
             if rows is None:
@@ -449,6 +323,6 @@ def naive_attention_rows(
     decoder = _find_decoder(model)
     pairs = _validate_heads(heads, int(decoder.config.num_hidden_layers), int(decoder.config.num_attention_heads), None)
     ids = _as_ids(input_ids, model.device)
-    with torch.inference_mode(), _attn_implementation(decoder.config, "eager"):
+    with torch.inference_mode(), attn_implementation(decoder.config, "eager"):
         attentions = model(input_ids=ids, output_attentions=True, use_cache=False).attentions
     return torch.stack([attentions[layer][0, head, query_start:].float().mean(dim=0) for layer, head in pairs])

@@ -38,10 +38,12 @@ calibration and the learned weights read them unchanged.
 from __future__ import annotations
 
 import bisect
+import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 
@@ -105,11 +107,13 @@ class BlockPrompt:
         lengths = [len(b) for b in self.blocks]
         return len(self.prefix_ids) + (max(lengths) if positions == "shared" else sum(lengths))
 
-    def select(self, indices: Sequence[int], order: str = "reverse") -> BlockPrompt:
-        """The block prompt of input documents ``indices`` only (arranged by ``order``, as
-        :func:`build_block_prompts` would), without tokenizing again: a block's ids do not
-        depend on its neighbours. Reranking windows are cut this way."""
+    def select(self, indices: Sequence[int], order: str) -> BlockPrompt:
+        """The block prompt of input documents ``indices`` only, arranged by ``order`` (the one
+        this prompt was built with), as :func:`build_block_prompts` would make it, without
+        tokenizing again: a block's ids do not depend on its neighbours. Reranking windows are
+        cut this way."""
         at = {i: j for j, i in enumerate(indices)}
+        cuts = sorted((t for t in self.truncated if t.doc_index in at), key=lambda t: at[t.doc_index])
         return BlockPrompt(
             self.prefix_ids,
             [self.blocks[i] for i in indices],
@@ -118,7 +122,7 @@ class BlockPrompt:
             self.real_suffix_ids,
             self.calibration_suffix_ids,
             [self.doc_ids[i] for i in indices],
-            [replace(t, doc_index=at[t.doc_index]) for t in self.truncated if t.doc_index in at],
+            [replace(t, doc_index=at[t.doc_index]) for t in cuts],  # (stable: a word cut stays first)
             [self.offsets[i] for i in indices] if self.offsets else [],
         )
 
@@ -225,7 +229,7 @@ def encode_blocks_text(
     """Each document's block ids (title and text, then the separator), how many of them precede
     the separator, the cuts, and each token's character range in the document's text (the
     title's tokens get negative ones). Documents ``memo`` holds are not tokenized again."""
-    keys = [(d.title, d.text, max_doc_words, max_doc_tokens) for d in documents]
+    keys = [memo_key(d, max_doc_words, max_doc_tokens) for d in documents]
     if memo is not None:
         memo.bind(tokenizer)
     found = [None if memo is None else memo.get(k) for k in keys]
@@ -238,7 +242,7 @@ def encode_blocks_text(
         found[i] = entry = _encode_block(tokenizer, documents[i].title, text, tuple(cuts_of.get(i, ())))
         if memo is not None:
             memo.put(keys[i], entry)
-    encoded = [e for e in found if e is not None]
+    encoded = cast(list[EncodedBlock], found)  # every document is now found or encoded
     truncated = [
         replace(c, doc_index=i, doc_id=d.id) for i, (d, e) in enumerate(zip(documents, encoded)) for c in e.cuts
     ]
@@ -276,11 +280,18 @@ def _encode_block(tokenizer: object, title: str, text: str, cuts: tuple[Truncati
     return EncodedBlock(np.asarray(ids, dtype=np.int32), length, spans, cuts)
 
 
+def memo_key(doc: Document, max_doc_words: int | None, max_doc_tokens: int | None) -> tuple:
+    """A :class:`BlockMemo` key: a digest of the title and text (the memo does not keep the
+    texts themselves alive) and the truncation limits."""
+    digest = hashlib.blake2b(f"{doc.title}\0{doc.text}".encode(), digest_size=16).digest()
+    return (digest, max_doc_words, max_doc_tokens)
+
+
 class BlockMemo:
     """Recently tokenized blocks, least recently used first out past ``max_bytes``: a warm
-    query (its passages' states cached) then skips tokenizing them too. Keyed by title, text
-    and the truncation limits, for one tokenizer (another one empties it: :meth:`bind`); about
-    12 bytes per token."""
+    query (its passages' states cached) then skips tokenizing them too. Keyed by
+    :func:`memo_key`, for one tokenizer (another one empties it: :meth:`bind`); about 12 bytes
+    per token, plus about 100 per entry."""
 
     def __init__(self, max_bytes: int = 64 << 20):
         self.max_bytes = max_bytes

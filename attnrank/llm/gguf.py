@@ -38,7 +38,8 @@ def load_gguf_uncached(gguf: Path) -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, attn_implementation="sdpa", dtype=torch.float32
         )
-    except Exception as e:  # a truncated or foreign file fails anywhere in the GGUF reader
+    except (ValueError, KeyError, IndexError, TypeError, EOFError, OSError, struct.error) as e:
+        # what the GGUF reader raises for a truncated or foreign file (not memory or other faults)
         raise ModelError(
             f"cannot read {gguf} as a GGUF model ({type(e).__name__}: {e}); check that the file is "
             "complete (download it again) and holds an architecture transformers can de-quantize"

@@ -14,8 +14,9 @@ HeadsArg = Union[None, str, Path, Sequence[Union[tuple[int, int], Sequence[int],
 
 
 def _index(value) -> int:
-    """A layer or head index: an int, digits, or a whole float (13.0); 13.5 is refused, not cut to 13."""
-    if isinstance(value, float) and not value.is_integer():
+    """A layer or head index: an int, digits, or a whole number of another type (13.0, numpy
+    floats); 13.5 is refused, not cut to 13."""
+    if not isinstance(value, (str, int)) and not float(value).is_integer():
         raise ValueError(value)
     return int(value)
 

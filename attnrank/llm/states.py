@@ -27,6 +27,7 @@ from attnrank.errors import InputError
 
 from .attention import AttentionCapturer, PrefixCache, has_sliding_layers
 from .kernels import segment_mask
+from .rotary import rotate_into, rotation
 
 logger = logging.getLogger(__name__)
 
@@ -341,39 +342,6 @@ def rotate_keys(capturer: AttentionCapturer, state: BlockState, delta: int) -> B
     out = torch.empty_like(k)
     rotate_into(out, k, *rotation(capturer, delta, k))
     return BlockState(out, state.values)
-
-
-def rotation(capturer: AttentionCapturer, delta: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotary embedding's float32 (cos, sin) of position ``delta``, ``[head_dim]`` each, on
-    the device of ``like`` (keys ``[..., head_dim]``)."""
-    rotary = getattr(capturer.decoder, "rotary_emb", None)
-    if rotary is None:
-        raise InputError(
-            f"block_positions='rotated' needs rotary position embeddings; {type(capturer.decoder).__name__} "
-            "has none; use 'shared' or 'sequential'"
-        )
-    pos = torch.tensor([[delta]], device=like.device)
-    cos, sin = rotary(torch.zeros(1, 1, like.shape[-1], device=like.device, dtype=torch.float32), position_ids=pos)
-    return cos[0, 0].float(), sin[0, 0].float()
-
-
-def rotate_into(out: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
-    """``out = k·cos + rotate_half(k)·sin`` (the rotary convention; ``cos``, ``sin``: float32
-    ``[head_dim]``). Half-precision keys are multiplied by the rotation matrix, accumulated in
-    float32 and rounded once (at 100 SciFact abstracts, bfloat16, 2 CPUs: 2x faster than the
-    elementwise form, which rounds twice); float32 keys elementwise, without temporaries (as fast)."""
-    half = k.shape[-1] // 2
-    if k.dtype in (torch.bfloat16, torch.float16):
-        matrix = torch.diag(cos)  # row i, column j: what k_i adds to out_j
-        idx = torch.arange(half, device=cos.device)
-        matrix[idx + half, idx] = -sin[:half]
-        matrix[idx, idx + half] = sin[half:]
-        out.copy_(torch.matmul(k, matrix.to(k.dtype)))
-        return
-    cos, sin = cos.to(k.dtype), sin.to(k.dtype)
-    torch.mul(k, cos, out=out)
-    out[..., :half].addcmul_(k[..., half:], sin[:half], value=-1)
-    out[..., half:].addcmul_(k[..., :half], sin[half:])
 
 
 # per decoder object, held weakly: keyed by id() a freed model's verdict would pass to the next

@@ -39,9 +39,7 @@ from .states import BlockState, encode_blocks, state_keys
 
 logger = logging.getLogger(__name__)
 
-FOLDER = PASSAGE_STATES_FOLDER
 FORMAT = "attnrank-passage-states"
-STORAGES = STATE_STORAGES
 
 
 def _hash_ids(ids: Sequence[int]) -> str:
@@ -80,8 +78,8 @@ def write_store(
     progress: Callable[[int], object] | None = None,
 ) -> dict[str, Any]:
     """Encode every passage's block states and write them to ``folder``; returns the header."""
-    if storage not in STORAGES:
-        raise InputError(f"passage state storage {storage!r} is not one of {STORAGES}")
+    if storage not in STATE_STORAGES:
+        raise InputError(f"passage state storage {storage!r} is not one of {STATE_STORAGES}")
     prefix_ids = block_prefix_ids(tokenizer)
     prefix = capturer.prefill(prefix_ids)
     start = len(prefix_ids)
@@ -219,8 +217,8 @@ class PassageStateStore:
     ) -> PassageStateStore:
         """Open ``path`` (an index folder or its ``passage_states``) if it fits this reranker."""
         folder = Path(path)
-        if (folder / FOLDER).is_dir():
-            folder = folder / FOLDER
+        if (folder / PASSAGE_STATES_FOLDER).is_dir():
+            folder = folder / PASSAGE_STATES_FOLDER
         try:
             header = json.loads((folder / "states.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
@@ -232,7 +230,7 @@ class PassageStateStore:
             not isinstance(header, dict)
             or header.get("format") != FORMAT
             or header.get("version") != 1
-            or header.get("storage") not in STORAGES
+            or header.get("storage") not in STATE_STORAGES
         ):
             raise InputError(f"{folder}/states.json is not an attnrank passage-state store (version 1)")
         want = store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens)

@@ -46,6 +46,7 @@ from ..registry import resolve_heads
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
 from .config import AUTO_OR_ALL, RerankConfig
 from .fused import ATTENTION, FUSED_STAGE, resolve_fused
+from .inputs import check_documents, check_k, check_texts
 from .learned import LearnedHeadWeights
 from .position import load_profile
 from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
@@ -55,29 +56,6 @@ from .windows import fit_windows
 logger = logging.getLogger(__name__)
 
 _UNSET: Any = object()  # ``heads`` not given: the configuration's heads
-
-
-def _check_k(k: Any) -> None:
-    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
-        raise InputError(f"k={k!r} must be None (all documents) or a positive integer (documents returned)")
-
-
-def _check_documents(documents: list[Document]) -> None:
-    """Unique ids (a ranking), and :func:`_check_texts`."""
-    seen: set[str] = set()
-    for i, d in enumerate(documents):
-        if d.id in seen:
-            raise InputError(f"document #{i} repeats the id {d.id!r}; document ids must be unique within a ranking")
-        seen.add(d.id)
-    _check_texts(documents)
-
-
-def _check_texts(documents: list[Document]) -> None:
-    """Some text in each document: an empty passage would be scored by the attention its bare
-    slot label draws, and could outrank real ones."""
-    for i, d in enumerate(documents):
-        if not str(d.text).strip() and not (d.title or "").strip():
-            raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before reranking")
 
 
 def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, Sequence[float]] | None:
@@ -250,9 +228,9 @@ class AttentionReranker:
         """Rerank ``docs`` (first-stage order) for ``query``; the best ``k`` (all if None).
 
         ``k`` must be None or a positive integer; document ids must be unique."""
-        _check_k(k)
+        check_k(k)
         documents, previous = as_documents(docs)
-        _check_documents(documents)
+        check_documents(documents)
         if query_id is None and isinstance(docs, RankedResults):
             query_id = docs.query_id
         if not documents:
@@ -281,7 +259,7 @@ class AttentionReranker:
             )
         if query_ids is not None and len(query_ids) != len(queries):
             raise InputError(f"{len(queries)} queries but {len(query_ids)} query_ids; give one id per query")
-        _check_k(k)
+        check_k(k)
         it = range(len(queries))
         if self.show_progress:
             from tqdm.auto import tqdm
@@ -297,7 +275,7 @@ class AttentionReranker:
         or with ``signals`` the fused score (ScoredDocument candidates give learned weights their
         first-stage and stage scores, as in :meth:`rank`)."""
         documents, previous = as_documents(docs)
-        _check_texts(documents)
+        check_texts(documents)
         return self._score(query, documents, False, previous)[0]
 
     # -- internals ---------------------------------------------------------------------------

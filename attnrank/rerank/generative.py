@@ -23,7 +23,7 @@ import torch
 from ..errors import InputError
 from ..llm.models import LLM, load_llm
 from ..types import Document, RankedResults, as_documents, rank_documents
-from .attention import _check_documents, _check_k
+from .inputs import check_documents, check_k
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +42,9 @@ def _chat(tokenizer, messages: list[dict]) -> str:
 def _candidates(docs, k: int | None, query_id: str | None):
     """The candidates, the earlier stage's entries and the query id, as the attention reranker
     takes them: ``k`` None or positive, document ids unique."""
-    _check_k(k)
+    check_k(k)
     documents, previous = as_documents(docs)
-    _check_documents(documents)
+    check_documents(documents)
     if query_id is None and isinstance(docs, RankedResults):
         query_id = docs.query_id
     return documents, previous, query_id

@@ -47,13 +47,14 @@ def fit_windows(
                 n_windows,
             )
             return [capture(p, g) for p, g in zip(prompts, groups)]
-    # Not even one document per window fits: say whether a document or the query takes the room.
+    # Not even one document per window fits: name the document, or say that none fits alone.
     sizes = [size(build([i])) for i in range(n_docs)]
-    if min(sizes) > max_prompt_tokens:
+    fits = [i for i in range(n_docs) if sizes[i] <= max_prompt_tokens]
+    if not fits:
         raise InputError(
-            f"even the shortest one-document prompt spans {min(sizes)} positions, more than max_prompt_tokens="
-            f"{max_prompt_tokens}: the query and the instructions take the room; shorten the query or raise "
-            "max_prompt_tokens"
+            f"no document fits max_prompt_tokens={max_prompt_tokens} even alone (the shortest one-document "
+            f"prompt, query and instructions included, spans {min(sizes)} positions); lower max_doc_words/"
+            "max_doc_tokens, shorten the query, or raise max_prompt_tokens"
         )
     worst = max(range(n_docs), key=sizes.__getitem__)
     raise InputError(

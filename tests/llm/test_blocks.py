@@ -11,9 +11,10 @@ from _tiny import tiny_model, tiny_tokenizer
 from transformers import DynamicCache
 
 from attnrank.errors import InputError
-from attnrank.llm.attention import AttentionCapturer, _attn_implementation
-from attnrank.llm.blocks import BlockMemo, build_block_prompts
+from attnrank.llm.attention import AttentionCapturer
+from attnrank.llm.blocks import BlockMemo, build_block_prompts, memo_key
 from attnrank.llm.capture import capture_blocks
+from attnrank.llm.recording import attn_implementation
 from attnrank.llm.states import ContextLayer, StateCache, assemble, encode_blocks
 from attnrank.types import Document
 
@@ -50,7 +51,7 @@ def block_mask(prompt, positions: str, suffix: list[int]) -> tuple[torch.Tensor,
 
 
 def eager_rows(model, ids, pos, mask, query_start: int, heads) -> torch.Tensor:
-    with torch.inference_mode(), _attn_implementation(model.get_decoder().config, "eager"):
+    with torch.inference_mode(), attn_implementation(model.get_decoder().config, "eager"):
         att = model(input_ids=ids, position_ids=pos, attention_mask=mask, output_attentions=True).attentions
     return torch.stack([att[layer][0, head, query_start:].float().mean(0) for layer, head in heads])
 
@@ -157,7 +158,7 @@ def test_rotated_keys_equal_keys_computed_there(family):
 def test_half_precision_rotation_equals_float32(dtype):
     """The half-precision path (one matmul with the rotation matrix) rotates as float32 does,
     to the half type's rounding."""
-    from attnrank.llm.states import rotate_into
+    from attnrank.llm.rotary import rotate_into
 
     torch.manual_seed(0)
     k = torch.randn(2, 3, 7, 16)
@@ -281,11 +282,13 @@ def test_memo_keeps_to_its_byte_budget():
     tok = tiny_tokenizer()
     probe = BlockMemo()
     build_block_prompts(tok, QUERY, DOCS, memo=probe)
-    sizes = sorted(e.nbytes for e in probe._entries.values())
-    memo = BlockMemo(max_bytes=sizes[-1] + sizes[-2])
+    keys = [memo_key(Document(str(i), d), None, None) for i, d in enumerate(DOCS)]
+    sizes = [probe.get(k).nbytes for k in keys]
+    assert probe.nbytes == sum(sizes)
+    memo = BlockMemo(max_bytes=sizes[1] + sizes[2])
     build_block_prompts(tok, QUERY, DOCS, memo=memo)
     assert len(memo) == 2 and memo.nbytes <= memo.max_bytes
-    assert memo.get(("", DOCS[0], None, None)) is None  # the least recently used went first
+    assert memo.get(keys[0]) is None and memo.get(keys[2]) is not None  # the least recently used went first
 
 
 def test_a_passage_cut_twice_reports_both_cuts_with_or_without_the_memo():
@@ -305,6 +308,9 @@ def test_a_passage_cut_twice_reports_both_cuts_with_or_without_the_memo():
     assert build_block_prompts(tok, QUERY, docs, **kw).select([1, 0], "reverse").truncated == [
         replace(t, doc_index=1) for t in full
     ]
+    both = [Document("a", "one two three four five six seven eight"), Document("b", "nine ten eleven twelve thirteen")]
+    direct = build_block_prompts(tok, QUERY, both[::-1], max_doc_words=4).truncated
+    assert build_block_prompts(tok, QUERY, both, max_doc_words=4).select([1, 0], "reverse").truncated == direct
 
 
 def _reversed_tokenizer():
@@ -329,4 +335,5 @@ def test_memo_serves_one_tokenizer():
     plain = build_block_prompts(other, QUERY, DOCS)
     assert plain.blocks != build_block_prompts(ours, QUERY, DOCS).blocks
     assert theirs.blocks == plain.blocks and theirs.offsets == plain.offsets
-    assert len(memo) == 3 and memo.nbytes == sum(e.nbytes for e in memo._entries.values())
+    keys = [memo_key(Document(str(i), d), None, None) for i, d in enumerate(DOCS)]
+    assert len(memo) == 3 and memo.nbytes == sum(memo.get(k).nbytes for k in keys)

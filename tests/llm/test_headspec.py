@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from attnrank.errors import InputError
@@ -15,9 +16,12 @@ def test_head_lists_and_files(tmp_path):
     path = tmp_path / "heads.json"
     path.write_text('{"heads": ["1-2", [3, 4.0]]}')
     assert parse_heads(path) == parse_heads(str(path)) == [(1, 2), (3, 4)]
+    assert parse_heads([(np.int64(5), np.float32(6.0))]) == [(5, 6)]  # numpy numbers that are whole
 
 
-@pytest.mark.parametrize("bad", [[[13.5, 2]], [(1, 2.7)], ["1.5-2"], [[float("nan"), 1]]])
+@pytest.mark.parametrize(
+    "bad", [[[13.5, 2]], [(1, 2.7)], ["1.5-2"], [[float("nan"), 1]], [(np.float32(13.5), 2)], [np.array([1.5, 2])]]
+)
 def test_fractional_indices_are_refused(bad):
     """A fractional index was cut by int(): [13.5, 2] silently became head 13-2."""
     with pytest.raises(InputError, match="is not a \\(layer, head\\) pair"):

@@ -1,0 +1,162 @@
+"""The attention function attnrank registers with transformers, and what one pass records.
+
+:func:`capture_attention` is registered under :data:`ATTN_IMPLEMENTATION` (with
+:func:`~attnrank.llm.kernels.additive_mask` as its mask function). It computes every layer's
+output as SDPA does and, while a :class:`CaptureSession` is active (:data:`ACTIVE_SESSION`), the
+float32 softmax rows of the session's chosen heads and query rows only; :func:`stop_at` ends the
+forward inside the deepest needed layer. :class:`~attnrank.llm.attention.AttentionCapturer`
+drives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface
+
+from attnrank.errors import AttnrankError
+
+from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward
+
+ATTN_IMPLEMENTATION = "attnrank_capture"
+
+
+class NonFiniteAttentionError(AttnrankError, ValueError):
+    """A captured attention row holds NaN or inf (bad weights, overflow, or a fully masked row)."""
+
+
+class StopForward(Exception):
+    """Raised by the hook on the deepest needed decoder layer to end the forward pass early."""
+
+
+@dataclass
+class CaptureSession:
+    """What one capture pass records: chosen heads per layer, query rows, and the captured rows.
+
+    ``spans`` are the pass's query rows, each a tuple of row ranges ``[a, b)`` (a suffix that
+    shares its beginning with another owns two); "mean" keeps, per layer, each span's rows
+    averaged (``[spans, heads, n_keys]``), "argmax" (one range, running to the pass's end) each
+    row's top-1 key (``[heads, rows]``)."""
+
+    layer_heads: dict[int, torch.Tensor]
+    spans: list[tuple[tuple[int, int], ...]]
+    n_keys: int
+    rows: dict[int, torch.Tensor] = field(default_factory=dict)
+    reduce: str = "mean"
+
+    def record(
+        self,
+        module: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        mask: torch.Tensor | None,
+        scaling: float,
+        softcap: float | None,
+    ) -> None:
+        heads = self.layer_heads.get(getattr(module, "layer_idx", -1))
+        if heads is None:
+            return
+        heads = heads.to(query.device)
+        groups = query.shape[1] // key.shape[1]  # GQA: query head h reads KV head h // groups
+        first = min(a for ranges in self.spans for a, _ in ranges)
+        q = query[:1, heads, first:]
+        k = key[:1, heads // groups]
+        scores = masked_scores(q, k, mask, scaling, softcap, first, query.shape[2])
+        if self.reduce == "argmax":  # softmax is monotone: the top-1 key is the logits' argmax
+            nan = torch.isnan(scores[0]).flatten(1).any(dim=1)  # argmax would return a NaN's index
+            if bool(nan.any()):
+                raise NonFiniteAttentionError(
+                    f"attention of layer {module.layer_idx}, head {int(heads[int(nan.nonzero()[0, 0])])} is not "
+                    "finite (NaN); check the model weights and dtype (float16 overflow: load it in bfloat16 "
+                    "or float32)"
+                )
+            offset = self.n_keys - scores.shape[-1]  # a sliding-window layer sees the last keys
+            self.rows[module.layer_idx] = scores[0].argmax(dim=-1) + offset  # [n_heads, n_rows]
+            return
+        probs = torch.softmax(scores, dim=-1)[0]  # [n_heads, rows, n_keys_seen]
+        # Keys seen are the last ones of the sequence (a sliding-window layer sees fewer).
+        out = probs.new_zeros(len(self.spans), len(heads), self.n_keys)
+        for i, ranges in enumerate(self.spans):
+            if len(ranges) == 1:  # the common case: a view, no copy
+                ((a, b),) = ranges
+                rows = probs[:, a - first : b - first]
+            else:
+                rows = torch.cat([probs[:, a - first : b - first] for a, b in ranges], dim=1)
+            out[i, :, self.n_keys - probs.shape[-1] :] = rows.mean(dim=1)
+        self.rows[module.layer_idx] = out
+
+
+ACTIVE_SESSION: ContextVar[CaptureSession | None] = ContextVar("attnrank_capture_session", default=None)
+# The deepest layer of the running pass: its attention function ends the forward. Why there and
+# not after the layer: nothing reads that layer's output, only its cached keys/values and captured
+# rows, so its attention output, output projection and MLP (about 85% of a layer) are skipped.
+_STOP_LAYER: ContextVar[int | None] = ContextVar("attnrank_stop_layer", default=None)
+
+
+def capture_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    softcap: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """The registered attention function: plain SDPA, plus the rows of the active capture."""
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    session = ACTIVE_SESSION.get()
+    if session is not None:
+        session.record(module, query, key, attention_mask, scaling, softcap)
+    stop = _STOP_LAYER.get()
+    if stop is not None and getattr(module, "layer_idx", None) == stop:
+        raise StopForward  # the deepest layer: its output is never read
+    if softcap is None:
+        out = sdpa_forward(module, query, key, value, attention_mask, scaling, **kwargs)
+    else:
+        out = eager_forward(query, key, value, attention_mask, scaling, softcap)
+    return out, None
+
+
+def ensure_registered() -> None:
+    # The mask function must be registered too: for an unknown name transformers builds no mask
+    # at all, and SDPA with is_causal=True over a KV cache would align the mask upper-left.
+    if ATTN_IMPLEMENTATION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTN_IMPLEMENTATION, capture_attention)
+        AttentionMaskInterface.register(ATTN_IMPLEMENTATION, additive_mask)
+
+
+@contextmanager
+def attn_implementation(config: Any, name: str) -> Iterator[None]:
+    """Switch the decoder config's attention implementation for one pass, then restore it."""
+    previous = config._attn_implementation_internal
+    config._attn_implementation_internal = name
+    try:
+        yield
+    finally:
+        config._attn_implementation_internal = previous
+
+
+@contextmanager
+def stop_at(layer: torch.nn.Module, index: int) -> Iterator[None]:
+    """End the forward inside decoder layer ``index``'s attention function, or (for attention
+    modules without a ``layer_idx``) after the layer."""
+
+    def hook(*_: object) -> None:
+        raise StopForward
+
+    handle = layer.register_forward_hook(hook)
+    token = _STOP_LAYER.set(index)
+    try:
+        yield
+    except StopForward:
+        pass
+    finally:
+        _STOP_LAYER.reset(token)
+        handle.remove()

@@ -1,0 +1,48 @@
+"""Rotary position embeddings applied to cached keys: moving a block's states to new positions.
+
+Rotary embeddings compose, ``R(a)R(b) = R(a+b)``: keys computed at position ``p`` and rotated by
+``δ`` are the keys computed at ``p+δ`` (exactly in the first layer; block attention's
+``"rotated"`` positions, :mod:`attnrank.llm.blocks`). :func:`rotation` reads the model's own
+rotary embedding at ``δ``; :func:`rotate_into` applies it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnrank.errors import InputError
+
+from .attention import AttentionCapturer
+
+
+def rotation(capturer: AttentionCapturer, delta: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary embedding's float32 (cos, sin) of position ``delta``, ``[head_dim]`` each, on
+    the device of ``like`` (keys ``[..., head_dim]``)."""
+    rotary = getattr(capturer.decoder, "rotary_emb", None)
+    if rotary is None:
+        raise InputError(
+            f"block_positions='rotated' needs rotary position embeddings; {type(capturer.decoder).__name__} "
+            "has none; use 'shared' or 'sequential'"
+        )
+    pos = torch.tensor([[delta]], device=like.device)
+    cos, sin = rotary(torch.zeros(1, 1, like.shape[-1], device=like.device, dtype=torch.float32), position_ids=pos)
+    return cos[0, 0].float(), sin[0, 0].float()
+
+
+def rotate_into(out: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """``out = k·cos + rotate_half(k)·sin`` (the rotary convention; ``cos``, ``sin``: float32
+    ``[head_dim]``). Half-precision keys are multiplied by the rotation matrix, accumulated in
+    float32 and rounded once (at 100 SciFact abstracts, bfloat16, 2 CPUs: 2x faster than the
+    elementwise form, which rounds twice); float32 keys elementwise, without temporaries (as fast)."""
+    half = k.shape[-1] // 2
+    if k.dtype in (torch.bfloat16, torch.float16):
+        matrix = torch.diag(cos)  # row i, column j: what k_i adds to out_j
+        idx = torch.arange(half, device=cos.device)
+        matrix[idx + half, idx] = -sin[:half]
+        matrix[idx, idx + half] = sin[half:]
+        out.copy_(torch.matmul(k, matrix.to(k.dtype)))
+        return
+    cos, sin = cos.to(k.dtype), sin.to(k.dtype)
+    torch.mul(k, cos, out=out)
+    out[..., :half].addcmul_(k[..., half:], sin[:half], value=-1)
+    out[..., half:].addcmul_(k[..., :half], sin[half:])

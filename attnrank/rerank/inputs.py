@@ -1,0 +1,34 @@
+"""Checks of a reranking call's inputs, shared by every ranker (attention and generative)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..types import Document
+
+
+def check_k(k: Any) -> None:
+    """``k`` results: None (all) or a positive integer."""
+    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+        raise InputError(f"k={k!r} must be None (all documents) or a positive integer (documents returned)")
+
+
+def check_documents(documents: list[Document]) -> None:
+    """Unique ids (a ranking), and :func:`check_texts`."""
+    seen: set[str] = set()
+    for i, d in enumerate(documents):
+        if d.id in seen:
+            raise InputError(f"document #{i} repeats the id {d.id!r}; document ids must be unique within a ranking")
+        seen.add(d.id)
+    check_texts(documents)
+
+
+def check_texts(documents: list[Document]) -> None:
+    """Some text in each document: an empty passage would be scored by the attention its bare
+    slot label draws, and could outrank real ones."""
+    for i, d in enumerate(documents):
+        if not str(d.text).strip() and not (d.title or "").strip():
+            raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before reranking")
