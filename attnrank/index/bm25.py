@@ -26,6 +26,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Real
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,8 +48,17 @@ class BM25Params:
     def __post_init__(self) -> None:
         if self.method not in ("okapi", "lucene"):
             raise InputError(f"BM25 method {self.method!r} is not one of 'okapi', 'lucene'")
+        values = (self.k1, self.b, self.epsilon)
+        if not all(isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            raise InputError(f"BM25 k1, b and epsilon must be finite numbers, got {values}")
         if self.k1 < 0 or not 0 <= self.b <= 1:
             raise InputError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
+
+
+def check_k(k: object) -> None:
+    """Raise :class:`InputError` unless ``k`` is a positive integer (results per query)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k={k!r} must be a positive integer (the number of results per query)")
 
 
 def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -164,6 +174,7 @@ class BM25Index:
 
         ``k`` larger than the corpus returns the whole corpus (k' = number of documents).
         """
+        check_k(k)
         k = min(k, self.num_docs)
         out_i = np.empty((len(queries), k), dtype=np.int64)
         out_s = np.empty((len(queries), k), dtype=np.float32)
@@ -188,7 +199,9 @@ class BM25Index:
         (path / "params.json").write_text(json.dumps(params, indent=1), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path, mmap: bool = True) -> BM25Index:
+    def load(cls, path: str | Path, mmap: bool = True, *, corpus_docs: int | None = None) -> BM25Index:
+        """``corpus_docs``: the documents the idf was computed over when more than this index
+        holds (a shard of a sharded index, whose weights use the whole corpus's idf)."""
         path = Path(path)
         try:
             params = json.loads((path / "params.json").read_text(encoding="utf-8"))
@@ -208,15 +221,16 @@ class BM25Index:
             raise IndexFormatError(
                 f"BM25 index at {path} cannot be read ({e}); rebuild it with `attnrank index`"
             ) from None
-        self._check_structure(path)
+        self._check_structure(path, corpus_docs)
         return self
 
-    def _check_structure(self, path: Path) -> None:
+    def _check_structure(self, path: Path, corpus_docs: int | None = None) -> None:
         """Cheap checks run on every load: a flipped byte must not give garbage scores.
 
         CSC layout (``indptr`` starts at 0, never decreases, ends at ``len(data)``), document
         positions inside ``[0, num_docs)``, weights finite and within the BM25 bound
-        ``(k1 + 1) * max |idf|`` with ``|idf| <= log(2N + 2)``, vocabulary sorted and unique.
+        ``(k1 + 1) * max |idf|`` with ``|idf| <= log(2N + 2)`` (N: the documents of the idf,
+        ``corpus_docs`` for a shard), vocabulary sorted and unique.
         """
 
         def bad(what: str) -> IndexFormatError:
@@ -240,7 +254,9 @@ class BM25Index:
             raise bad("indptr is not monotone")
         if len(ind) and (int(ind.min()) < 0 or int(ind.max()) >= n):
             raise bad(f"document positions outside [0, {n})")
-        bound = (self.params.k1 + 1) * math.log(2 * n + 2) + 1e-3
+        # okapi floors a negative idf at epsilon * mean(idf), beyond max |idf| when epsilon > 1
+        bound = (self.params.k1 + 1) * max(1.0, abs(self.params.epsilon)) * math.log(2 * max(n, corpus_docs or 0) + 2)
+        bound += 1e-3
         if len(data) and not (np.isfinite(data).all() and float(np.abs(data).max()) <= bound):
             raise bad(f"weights not finite or beyond the BM25 bound {bound:.2f}")
         terms = list(self.vocab)

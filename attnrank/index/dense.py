@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import IndexFormatError, InputError
+from .bm25 import check_k
 from .embed import check_probe, embedder_probe, encode, load_embedder
 from .embed_export import check_backend
 
@@ -101,13 +102,14 @@ class DenseIndex:
         """Top-``k`` positions and cosine scores per query, shape (n_queries, min(k, N))."""
         if self.faiss_index is None:
             raise InputError("the dense index is empty; call index(texts) or DenseIndex.load(path) first")
+        check_k(k)
         q = self.encode_queries(queries) if query_embeddings is None else query_embeddings
         if q.ndim != 2 or q.shape[1] != self.dim:
             raise IndexFormatError(
                 f"the embedder gives {q.shape[-1]}-dimensional vectors, the dense index holds "
                 f"{self.dim}-dimensional ones; use the embedder the index was built with"
             )
-        k = min(k, self.num_docs)
+        k = min(int(k), self.num_docs)  # FAISS takes a Python int, not a NumPy one
         scores, idx = self.faiss_index.search(q, k)
         # unit vectors: a cosine outside [-1, 1] (or NaN) means damaged vectors, never a result
         if not np.all(np.abs(np.nan_to_num(scores[idx >= 0], nan=np.inf)) <= 1.001):

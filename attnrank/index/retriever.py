@@ -155,6 +155,8 @@ class HybridRetriever:
             raise InputError(f"{len(queries)} queries but {len(query_ids)} query_ids; give one id per query")
         self._check_search(queries, k)
         mode = self._check_mode(mode or self.mode)
+        if not queries:  # nothing to embed: the embedder would return no vectors at all
+            return []
         k_eff = min(k, self.num_docs)
         sparse, dense = self.candidates(queries, k_eff, mode)
         out = []

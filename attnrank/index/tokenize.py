@@ -96,9 +96,8 @@ def _stopword_set(name: str) -> frozenset[str]:
     if name == "lucene":
         return LUCENE_STOPWORDS
     if name == "sklearn":
-        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
-        return frozenset(ENGLISH_STOP_WORDS)
+        text = require("sklearn.feature_extraction.text", "train", "the 'sklearn' BM25 stopword list")
+        return frozenset(text.ENGLISH_STOP_WORDS)
     return frozenset()
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..eval import evaluate, results_to_run
+from .bm25 import check_k
 from .retriever import HybridRetriever
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ def tune_alpha(
     With ``apply=True`` the retriever is switched to the best convex setting; otherwise (and
     when the search fails) its fusion settings are left as they were.
     """
+    check_k(k)
     labelled = {q: t for q, t in queries.items() if q in qrels}
     if not labelled:
         raise InputError("none of the given queries has relevance judgments; tuning needs labelled queries")
@@ -77,7 +79,8 @@ def _grid(
             res = retriever.fuse(texts, cands, k, query_ids=qids)
             value = evaluate(results_to_run(res), judged, [metric], rel=rel)[metric]
             table.append({"norm": norm, "alpha": float(a), metric: value})
-            if best is None or value > best.score + 1e-12:
+            tie = best is not None and abs(value - best.score) <= 1e-12
+            if best is None or value > best.score + 1e-12 or (tie and float(a) < best.alpha):
                 best = TuneResult(float(a), norm, value, metric)
     if best is None:
         raise InputError("tune_alpha needs at least one alpha and one norm to try")

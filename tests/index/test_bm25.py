@@ -68,3 +68,41 @@ def test_empty_inputs(tmp_path):
     (tmp_path / "bad").mkdir()
     with pytest.raises(IndexFormatError, match="cannot be read"):
         BM25Index.load(tmp_path / "bad")
+
+
+def test_epsilon_above_one_saves_and_loads(tmp_path):
+    """rank-bm25 floors a negative idf at epsilon * mean(idf): with epsilon > 1 that floor exceeds
+    max |idf|, and a valid index must still load (not be called corrupted) and score as rank-bm25."""
+    texts = ["apple banana", "apple cherry", "apple date", "kiwi lemon", "apple fig"]
+    params = BM25Params(epsilon=10.0)
+    BM25Index(params).index(texts).save(tmp_path / "b")
+    loaded = BM25Index.load(tmp_path / "b")
+    tok = make_tokenizer(loaded.tokenizer_config)
+    ref = BM25Okapi([tok(t) for t in texts], k1=params.k1, b=params.b, epsilon=params.epsilon)
+    np.testing.assert_allclose(loaded.get_scores("apple kiwi"), ref.get_scores(tok("apple kiwi")), rtol=1e-5)
+
+
+@pytest.mark.parametrize("field", ["k1", "epsilon"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "1"])
+def test_non_finite_params_are_refused(field, value):
+    """A NaN or infinite k1/epsilon made NaN weights, then every search called the index corrupted."""
+    with pytest.raises(InputError, match="must be finite numbers"):
+        BM25Params(**{field: value})
+
+
+@pytest.mark.parametrize("k", [0, -1])
+def test_retrieve_bad_k(k):
+    ix = BM25Index().index(["apple pie", "banana bread"])
+    with pytest.raises(InputError, match="must be a positive integer"):
+        ix.retrieve(["apple"], k)
+
+
+def test_sklearn_stopwords_without_scikit_learn(monkeypatch):
+    """scikit-learn is an optional extra: `--stopwords sklearn` without it was a bare ModuleNotFoundError."""
+    import sys
+
+    from attnrank.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "sklearn.feature_extraction.text", None)  # as if not installed
+    with pytest.raises(MissingExtraError, match=r"stopword list needs .*attnrank\[train\]"):
+        BM25Index(tokenizer=resolve_config(stopwords="sklearn", stemmer="none")).index(["a text"])

@@ -206,3 +206,27 @@ def test_metadata_survives_save_and_load_and_is_checksummed(tmp_path):
     path.write_text(path.read_text().replace("http://x/a", "http://y/a"))  # same size
     with pytest.raises(IndexFormatError, match="corpus checksum"):
         HybridRetriever.load(tmp_path / "idx")
+
+
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+def test_query_that_is_not_valid_unicode(built_retriever, mode):
+    """A lone surrogate (a JSON "\\ud800" escape, or a non-UTF-8 byte in a command-line argument)
+    made the embedder's tokenizer raise a bare TypeError."""
+    with pytest.raises(InputError, match="not valid Unicode"):
+        built_retriever.search("vitamin \udcff D", 3, mode=mode)
+    assert built_retriever.search("vitamin \udcff D", 3, mode="bm25").ids  # BM25 reads it as it is
+
+
+def test_document_that_is_not_valid_unicode():
+    with pytest.raises(InputError, match="text #1 .* not valid Unicode"):
+        HybridRetriever().index([Document("a", "fine"), Document("b", "bad \ud800 text")], show_progress=False)
+
+
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+def test_numpy_k_and_empty_batch(built_retriever, mode):
+    """k as a NumPy integer is accepted (FAISS refused it with a TypeError); an empty batch gives no
+    results, as in BM25 mode (the dense modes blamed the embedder: '0-dimensional vectors')."""
+    res = built_retriever.search(QUERY, np.int64(3), mode=mode)
+    assert res.ids == built_retriever.search(QUERY, 3, mode=mode).ids and len(res) == 3
+    assert built_retriever.search_batch([], 3, mode=mode) == []
+    assert built_retriever.search_batch({}, 3, mode=mode) == []

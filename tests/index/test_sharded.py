@@ -273,3 +273,24 @@ def test_merge_shards_command_replaces_a_user_folder_only_with_force(sharded, tm
     r = CliRunner().invoke(app, ["merge-shards", str(sharded), "--index-dir", str(mine), "--force"])
     assert r.exit_code == 0, r.output
     assert HybridRetriever.load(mine).num_docs == 55 and not (mine / "notes.txt").exists()
+
+
+def test_small_shards_with_global_idf_load(tmp_path):
+    """A shard's weights use the whole corpus's idf, above the bound its own document count gives
+    (log(2n + 2)): a valid build of many small shards must load and score as the single index."""
+    from attnrank.index.bm25 import BM25Index
+    from attnrank.index.tokenize import resolve_config
+    from attnrank.types import Document
+
+    docs = [Document(f"d{i}", f"word{i} word{i} word{i} common text here") for i in range(20)]
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(20, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    path = ShardedIndexer(HybridRetriever(), shards=20).build(docs, tmp_path / "idx", embeddings=vectors)
+    sr = ShardedRetriever.load(path)
+    single = BM25Index(BM25Params(), resolve_config()).index([d.full_text for d in docs])
+    for q in ("word3", "word7 common"):
+        ids, scores = single.retrieve([q], 5)
+        res = sr.search(q, 5, mode="bm25")
+        assert res.ids == [docs[i].id for i in ids[0]]
+        np.testing.assert_allclose(res.scores, scores[0], rtol=1e-6)

@@ -13,12 +13,13 @@ from attnrank.index.tuning import tune_alpha
 def test_tune_alpha_on_labelled_queries(built_retriever, scifact_mini):
     qrels = read_qrels(scifact_mini)
     queries = load_queries(scifact_mini / "queries.jsonl")
+    before = (built_retriever.fusion, built_retriever.alpha, built_retriever.norm)
     try:
         best = tune_alpha(built_retriever, queries, qrels, alphas=[0.0, 0.5, 1.0], norms=["minmax"])
         assert len(best.table) == 3 and best.score == max(r["nDCG@10"] for r in best.table)
         assert built_retriever.fusion == "convex" and built_retriever.alpha == best.alpha
-    finally:
-        built_retriever.set_fusion("rrf")
+    finally:  # the session's shared retriever: later tests expect its default fusion
+        built_retriever.set_fusion(before[0], alpha=before[1], norm=before[2])
     with pytest.raises(InputError, match="none of the given queries has relevance judgments"):
         tune_alpha(built_retriever, {"x": "unlabelled"}, qrels)
 
@@ -52,3 +53,28 @@ def test_tune_alpha_without_apply_leaves_the_fusion_alone(built_retriever, scifa
         assert (built_retriever.fusion, built_retriever.alpha, built_retriever.norm) == ("convex", 0.45, "zscore")
     finally:
         built_retriever.set_fusion(before[0], alpha=before[1], norm=before[2])
+
+
+@pytest.mark.parametrize("k", [0, -2])
+def test_dense_retrieve_bad_k(k):
+    import faiss
+
+    index = DenseIndex()
+    index.faiss_index, index.dim = faiss.IndexFlatIP(4), 4
+    index.faiss_index.add(np.eye(3, 4, dtype=np.float32))
+    with pytest.raises(InputError, match="must be a positive integer"):
+        index.retrieve(["q"], k, query_embeddings=np.eye(1, 4, dtype=np.float32))
+
+
+def test_tune_alpha_ties_go_to_the_smaller_alpha(built_retriever):
+    """A query equal to a document's text ranks it first at every alpha: every setting ties, and the
+    documented tie rule picks the smallest alpha whatever order the grid lists them in."""
+    doc = built_retriever.docs[3]
+    queries, qrels = {"q": doc.full_text}, {"q": {doc.id: 1}}
+    before = (built_retriever.fusion, built_retriever.alpha, built_retriever.norm)
+    best = tune_alpha(built_retriever, queries, qrels, alphas=[0.8, 0.2, 0.5], norms=["minmax", "zscore"], apply=False)
+    assert {row["nDCG@10"] for row in best.table} == {1.0}
+    assert best.alpha == 0.2
+    assert (built_retriever.fusion, built_retriever.alpha, built_retriever.norm) == before
+    with pytest.raises(InputError, match="must be a positive integer"):
+        tune_alpha(built_retriever, queries, qrels, k=0)

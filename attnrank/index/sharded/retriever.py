@@ -111,7 +111,7 @@ class ShardedRetriever(HybridRetriever):
         self.shard_bm25, self.shard_dense, parts = [], [], []
         for s, sm in zip(m["shards"], shard_manifests):
             folder = path / s["name"]
-            bm25 = BM25Index.load(folder / "bm25", mmap=mmap)
+            bm25 = BM25Index.load(folder / "bm25", mmap=mmap, corpus_docs=m["num_docs"])  # global idf
             dense = DenseIndex.load(
                 folder / "dense",
                 model=settings["embedder"],
