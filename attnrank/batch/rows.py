@@ -42,7 +42,9 @@ def read_queries(path: str | Path) -> dict[str, str]:
             f"found {table.column_names}"
         )
     out: dict[str, str] = {}
-    for qid, text in zip(table.column(idc).to_pylist(), table.column(textc).to_pylist()):
+    for row, (qid, text) in enumerate(zip(table.column(idc).to_pylist(), table.column(textc).to_pylist()), 1):
+        if qid is None or str(qid) == "":  # str(None) would be a query named "None"
+            raise InputError(f"{p}: row {row} has no query id (column {idc!r}); every query needs one")
         qid = str(qid)
         if qid in out:
             raise InputError(f"{p}: duplicate query id {qid!r}; query ids must be unique")

@@ -32,9 +32,10 @@ from ..files import atomic_path, check_file_target
 from ..index.sharded.executor import RayExecutor
 from ..index.store import manifest_tag
 from ..llm.fingerprint import model_fingerprint
+from ..llm.headspec import format_heads, parse_heads
 from .rows import read_queries
 from .sink import CheckpointSink
-from .stages import RerankStage, RetrievalStage
+from .stages import RerankStage, RetrievalStage, StageError
 
 logger = logging.getLogger(__name__)
 
@@ -91,29 +92,44 @@ def _check_outputs(output: Path | None, parquet: Path | None, queries: str | Pat
 
 
 # Settings recorded after the first checkpoints were written: a checkpoint without one is not refused for it.
-_LATER = ("index_tag", "model_fingerprint")
+_LATER = ("index_tag", "model_fingerprint", "heads_in_file")
 
 
 def _settings(config: BatchConfig) -> dict[str, Any]:
     """What a resume must match: the run's options, the index build and (when reranking) the
-    model's weights, so new weights at the same ``--model`` path are never mixed with old rows."""
+    model's weights and the heads in a ``--heads`` file, so new weights at the same ``--model``
+    path, or new heads in the same file, are never mixed with old rows."""
     weights = model_fingerprint(config.model)[1] if config.rerank else None
-    return {**asdict(config), "index_tag": manifest_tag(Path(config.index)), "model_fingerprint": weights}
+    in_file = None
+    if config.rerank and isinstance(config.heads, str) and config.heads.endswith(".json"):  # parse_heads' rule
+        in_file = format_heads(parse_heads(config.heads) or [])
+    return {
+        **asdict(config),
+        "index_tag": manifest_tag(Path(config.index)),
+        "model_fingerprint": weights,
+        "heads_in_file": in_file,
+    }
 
 
-def _check_checkpoint(parts_dir: Path, config: BatchConfig) -> None:
-    """Start a checkpoint in a new or empty folder, or accept one written with the same settings;
-    refuse anything else (a folder attnrank did not write is never written into)."""
-    path, mine = parts_dir / SETTINGS, _settings(config)
+def _check_folder(parts_dir: Path) -> None:
+    """Make the checkpoint folder, unless it is a file or a folder attnrank did not write (never written into)."""
     if parts_dir.exists() and not parts_dir.is_dir():
         raise InputError(f"checkpoint {parts_dir} is a file, not a folder; give another --checkpoint")
+    if (parts_dir / SETTINGS).exists():
+        _read_settings(parts_dir / SETTINGS)  # refuses a folder whose settings are not a checkpoint's
+    elif parts_dir.exists() and any(not _ours(f.name) for f in parts_dir.iterdir()):
+        raise InputError(
+            f"checkpoint {parts_dir} exists and is not an attnrank batch checkpoint (no {SETTINGS}); "
+            "refusing to write into it; give another --checkpoint"
+        )
+    parts_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
+    """With the checkpoint locked (:func:`_locked`: two runs starting at once never both write
+    settings): start it with the run's settings ``mine``, or accept it if written with the same."""
+    path = parts_dir / SETTINGS
     if not path.exists():
-        if parts_dir.exists() and any(not _ours(f.name) for f in parts_dir.iterdir()):
-            raise InputError(
-                f"checkpoint {parts_dir} exists and is not an attnrank batch checkpoint (no {SETTINGS}); "
-                "refusing to write into it; give another --checkpoint"
-            )
-        parts_dir.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(mine, indent=1), encoding="utf-8")
         return
@@ -181,9 +197,14 @@ def run_batch(
     qs = queries if isinstance(queries, dict) else read_queries(queries)
     if not qs:
         raise InputError("no queries given; give at least one query")
+    empty = next((q for q, text in qs.items() if not isinstance(text, str) or not text.strip()), None)
+    if empty is not None:  # read_queries checks a file's; the retrieval stage would name its place in a Ray batch
+        raise InputError(f"query {empty!r} is empty; give every query a text")
     parts_dir = checkpoint or Path(f"{output or parquet}.parts")
-    _check_checkpoint(parts_dir, config)
+    mine = _settings(config)
+    _check_folder(parts_dir)
     with _locked(parts_dir):
+        _check_checkpoint(parts_dir, mine)
         sink = CheckpointSink(parts_dir)
         sink.check_queries(qs)
         todo = [q for q in qs if q not in sink.done]
@@ -232,14 +253,20 @@ def _drain(
 ) -> float:
     """Commit the dataset's rows as they come; returns the seconds it took."""
     t1 = time.perf_counter()
-    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-        sink.add(batch.to_pylist())
-        done = len(sink.done) + len(sink.buffer)
-        if on_commit is not None:
-            on_commit(done, total)
-        logger.info(
-            "batch: %d/%d queries, %.2f q/s", done, total, (done - resumed) / max(time.perf_counter() - t1, 1e-9)
-        )
+    try:
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            sink.add(batch.to_pylist())
+            done = len(sink.done) + len(sink.buffer)
+            if on_commit is not None:
+                on_commit(done, total)
+            logger.info(
+                "batch: %d/%d queries, %.2f q/s", done, total, (done - resumed) / max(time.perf_counter() - t1, 1e-9)
+            )
+    except Exception as e:
+        cause = getattr(e, "cause", e)  # Ray's task error carries the stage's exception as ``cause``
+        if isinstance(cause, StageError):  # one line naming the query, not Ray's traceback
+            raise StageError(cause.line) from None
+        raise
     return time.perf_counter() - t1
 
 
@@ -251,6 +278,7 @@ def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resourc
         logging.getLogger("ray.data").setLevel(logging.WARNING)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = progress
+    ctx.raise_original_map_exception = True  # a stage's StageError reaches the driver (else a bare UserCodeException)
     ds = ray.data.from_items(rows, override_num_blocks=max(1, len(rows) // res.retrieval_batch))
     depth = max(config.k, config.rerank)
     ds = ds.map_batches(

@@ -12,12 +12,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import AttnrankError
 from ..index.retriever import HybridRetriever
 from ..index.sharded import ShardedRetriever, is_sharded
 from ..types import RankedResults
 from .rows import results_to_row, row_to_results
 
 logger = logging.getLogger(__name__)
+
+
+class StageError(AttnrankError):
+    """An attnrank error in a stage, naming the query (or queries) it hit. ``line`` keeps the
+    message as raised: Ray appends its retry notes to the arguments on the way to the driver."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.line = message
 
 
 def load_index(path: str | Path) -> HybridRetriever:
@@ -55,7 +65,10 @@ class RetrievalStage:
 
     def __call__(self, batch):
         qids, texts = batch.column("qid").to_pylist(), batch.column("query").to_pylist()
-        results = self.retriever.search_batch(texts, self.k, mode=self.mode, query_ids=qids)
+        try:
+            results = self.retriever.search_batch(texts, self.k, mode=self.mode, query_ids=qids)
+        except AttnrankError as e:
+            raise StageError(f"retrieval of {len(qids)} queries from {qids[0]!r}: {e}") from None
         return _table([results_to_row(r, with_text=self.keep_text) for r in results])
 
 
@@ -86,6 +99,9 @@ class RerankStage:
     def __call__(self, batch):
         out = []
         for row in batch.to_pylist():
-            res = rerank_head(self.reranker, row_to_results(row), self.depth).top_k(self.k)
+            try:
+                res = rerank_head(self.reranker, row_to_results(row), self.depth).top_k(self.k)
+            except AttnrankError as e:  # e.g. a candidate without text: name the query
+                raise StageError(f"query {row['qid']!r}: {e}") from None
             out.append(results_to_row(res, with_text=False))
         return _table(out)

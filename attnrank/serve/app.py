@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from ..errors import InputError, require
 
@@ -72,11 +73,9 @@ def _install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> Response:
-        first = e.errors()[0] if e.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return JSONResponse(
-            {"message": f"{where}: {first.get('msg', 'invalid')}", "detail": e.errors()}, status_code=422
-        )
+        # the inputs are left out of the detail: one may be bytes or NaN (no JSON), or the whole body
+        detail = [{k: err[k] for k in ("type", "loc", "msg") if k in err} for err in e.errors()]
+        return JSONResponse({"message": _invalid_message(request, e.errors()), "detail": detail}, status_code=422)
 
     @app.exception_handler(NotAvailable)
     async def _missing(request: Request, e: NotAvailable) -> Response:
@@ -89,3 +88,21 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(Cancelled)
     async def _cancelled(request: Request, e: Cancelled) -> Response:
         return _message(503, "the server is shutting down; retry", **{"Retry-After": "5"})
+
+
+def _invalid_message(request: Request, errors: Any) -> str:
+    """The first validation error in one line: the field and what is wrong, or what is wrong with the body."""
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        at, why = first.get("loc", ("body", "?"))[-1], (first.get("ctx") or {}).get("error", "")
+        return f"the body is not valid JSON (at character {at}: {why}); send one JSON object"
+    if isinstance(first.get("input"), (bytes, bytearray)):  # FastAPI passes a body not declared JSON as bytes
+        kind = request.headers.get("content-type") or "none"
+        return (
+            f"the body was sent with content-type {kind!r}, so it was not read as JSON; "
+            "send a JSON object with the header 'content-type: application/json'"
+        )
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+    if first.get("type") == "extra_forbidden":
+        return f"{where}: not a field of this request (or a second name of one given); remove or rename it"
+    return f"{where}: {first.get('msg', 'invalid')}"

@@ -68,15 +68,15 @@ async def _rank(
 @router.post("/v1/rerank")
 async def rerank_cohere(body: CohereRerankRequest, request: Request) -> dict[str, Any]:
     server = _server(request)
-    texts = texts_of(body.documents)
-    server.check_count("documents", len(texts))  # before tokenizing them all to truncate
-    texts = server.truncate(texts, body.max_tokens_per_doc)
+    given = texts_of(body.documents)
+    server.check_count("documents", len(given))  # before tokenizing them all to truncate
+    texts = server.truncate(given, body.max_tokens_per_doc)
     res, expl = await _rank(request, body.query, texts, body.top_n, body.explain)
     results = []
     for j, r in enumerate(res):
         item: dict[str, Any] = {"index": int(r.id), "relevance_score": r.score}
-        if body.return_documents:
-            item["document"] = {"text": texts[int(r.id)]}
+        if body.return_documents:  # the document as sent, not as cut to max_tokens_per_doc
+            item["document"] = {"text": given[int(r.id)]}
         if expl is not None:
             item["explanation"] = expl[j]
         results.append(item)

@@ -47,8 +47,10 @@ class TEIRerankRequest(BaseModel):
 
 
 # The CLI's and Pipeline's names: ``top_k`` results kept, ``depth`` first-stage candidates. The names
-# these bodies had before (``k``, ``first_stage_k``, ``rerank_k``) are still accepted.
+# these bodies had before (``k``, ``first_stage_k``, ``rerank_k``) are still accepted. attnrank's own
+# bodies refuse unknown fields (a misspelt ``topk`` would otherwise be dropped and its default used).
 class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     query: str
     top_k: int = Field(10, ge=1, description="Results returned.", validation_alias=AliasChoices("top_k", "k"))
     depth: int = Field(
@@ -61,6 +63,7 @@ class SearchRequest(BaseModel):
 
 
 class PruneRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     query: str
     documents: list[str | TextDocument] | None = Field(
         None, description="Passages to prune; default: the index's top k."
@@ -77,6 +80,7 @@ class PruneRequest(BaseModel):
 
 
 class AskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     query: str
     depth: int = Field(20, ge=1, description="First-stage hits.", validation_alias=AliasChoices("depth", "k"))
     top_k: int = Field(

@@ -17,12 +17,13 @@ from _tiny import save_tiny
 
 from attnrank.batch import BatchConfig, Resources, run_batch
 from attnrank.batch.rows import read_queries
-from attnrank.batch.stages import RerankStage, RetrievalStage
+from attnrank.batch.stages import RerankStage, RetrievalStage, StageError
 from attnrank.cli import app
 from attnrank.errors import InputError
 from attnrank.eval import read_run, write_run
 from attnrank.index.retriever import HybridRetriever
 from attnrank.index.sharded import ShardedIndexer
+from attnrank.types import Document
 
 runner = CliRunner()
 SMALL = Resources(retrieval_actors=1, rerank_actors=1, retrieval_cpus=0.5, rerank_cpus=1, rerank_batch=2)
@@ -141,6 +142,24 @@ def test_killed_rerank_actor_neither_loses_nor_duplicates_rows(ray_local, tmp_pa
     rows = RerankStage(3, 5, model=str(tiny_dir))(RetrievalStage(config.index, 5, mode="bm25")(table)).to_pylist()
     write_run({r["qid"]: dict(zip(r["doc_ids"], r["scores"])) for r in rows}, clean, tag="attnrank-bm25")
     assert out.read_text() == clean.read_text()
+
+
+def test_an_error_in_a_stage_is_one_line_naming_the_query(ray_local, tmp_path, tiny_dir):
+    idx = tmp_path / "idx"  # the Python API lets a document without text into an index
+    docs = [Document("a", "apples are red"), Document("b", "pears are green"), Document("empty", "")]
+    HybridRetriever().index(docs, show_progress=False).save(idx)
+    out = tmp_path / "run.trec"
+    with pytest.raises(StageError) as e:  # not Ray's traceback of a UserCodeException
+        run_batch(
+            {"q1": "red apples"},
+            BatchConfig(str(idx), k=3, rerank=3, model=str(tiny_dir)),
+            output=out,
+            resources=SMALL,
+            progress=False,
+        )
+    message = str(e.value)
+    assert message.startswith("query 'q1': document #") and "('empty') has no text" in message, message
+    assert "\n" not in message and not out.exists()
 
 
 def test_bad_input_is_refused_before_ray(tmp_path, indexes):

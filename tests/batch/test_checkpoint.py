@@ -6,6 +6,8 @@ query text), so a stale row shows as a document of the old text.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import math
 from pathlib import Path
 
@@ -183,3 +185,52 @@ def test_a_part_of_queries_without_hits_still_finishes(tmp_path):
     out = tmp_path / "rows.parquet"
     assert sink.finish(["q1", "q2"], trec=tmp_path / "r.trec", parquet=out, tag="t")["rows"] == 2
     assert pq.read_table(out).column("doc_ids").to_pylist() == [["d-apple-0"], []]
+
+
+def test_resume_refuses_new_heads_in_the_same_heads_file(fake_ray, tmp_path, index):
+    model, heads = save_tiny(tmp_path / "model"), tmp_path / "heads.json"
+    heads.write_text('["0-1", "1-0"]')
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), heads=str(heads))
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    heads.write_text('{"heads": ["1-0", "0-1"]}')  # the same heads written another way: resumed
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    assert fake_ray["calls"] == 1
+    heads.write_text('["0-0"]')  # detected again into the same file: other heads
+    with pytest.raises(InputError, match=r"other settings \(heads_in_file\)"):
+        run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+    assert fake_ray["calls"] == 1
+
+
+def test_a_run_refused_for_a_checkpoint_in_use_leaves_its_settings_alone(fake_ray, tmp_path, index):
+    """Another run holds the checkpoint and has not written its settings yet: a second run with
+    other settings is refused without writing its own (they would be the ones a resume checks)."""
+    ckpt, out = tmp_path / "ckpt", tmp_path / "run.trec"
+    ckpt.mkdir()
+    with open(ckpt / ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(InputError, match="in use by another attnrank batch run"):
+            run_batch({"q1": "apple"}, BatchConfig(str(index), k=5, mode="bm25"), output=out, checkpoint=ckpt)
+        assert not (ckpt / "settings.json").exists()
+    run_batch({"q1": "apple"}, BatchConfig(str(index), k=10, mode="bm25"), output=out, checkpoint=ckpt)
+    assert json.loads((ckpt / "settings.json").read_text())["k"] == 10
+    with pytest.raises(InputError, match=r"other settings \(k\)"):
+        run_batch({"q1": "apple"}, BatchConfig(str(index), k=5, mode="bm25"), output=out, checkpoint=ckpt)
+
+
+def test_a_query_without_text_is_refused_before_any_work(fake_ray, tmp_path, index):
+    config = BatchConfig(str(index), mode="bm25")
+    with pytest.raises(InputError, match="query 'q2' is empty; give every query a text"):
+        run_batch({"q1": "apple", "q2": "  "}, config, output=tmp_path / "r.trec", progress=False)
+    assert fake_ray["calls"] == 0
+
+
+def test_parquet_queries_without_an_id_are_refused(tmp_path):
+    from attnrank.batch.rows import read_queries
+
+    path = tmp_path / "q.parquet"
+    pq.write_table(pa.table({"id": ["a", None], "text": ["first", "second"]}), path)
+    with pytest.raises(InputError, match="row 2 has no query id"):  # not a query named 'None'
+        read_queries(path)
+    pq.write_table(pa.table({"qid": [7, 8], "query": ["first", "second"]}), path)
+    assert read_queries(path) == {"7": "first", "8": "second"}

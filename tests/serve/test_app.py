@@ -268,3 +268,39 @@ def test_one_log_line_per_request(url, caplog):
         lines[0].startswith("POST /rerank 200 latency=") and "queue_wait=0." in lines[0] and "candidates=4" in lines[0]
     )
     assert lines[1].startswith("POST /rerank 413 ") and "queue_wait=-" in lines[1]
+
+
+def test_a_body_not_read_as_json_is_a_422_naming_the_fix(url):
+    body = json.dumps({"query": QUERY, "texts": DOCS}).encode()
+    for headers in ({}, {"content-type": "application/x-www-form-urlencoded"}):  # curl -d without the header
+        r = httpx.post(f"{url}/rerank", content=body, headers=headers)
+        assert r.status_code == 422 and "'content-type: application/json'" in r.json()["message"]
+    as_json = {"content-type": "application/json"}
+    r = httpx.post(f"{url}/rerank", content=b'{"query": "a", "texts": ["b"', headers=as_json)
+    assert r.status_code == 422 and r.json()["message"].startswith("the body is not valid JSON (at character ")
+    r = httpx.post(f"{url}/rerank", content=b'{"query": NaN, "texts": ["b"]}', headers=as_json)  # read, not JSON
+    assert r.status_code == 422 and r.json()["message"].startswith("query: Input should be a valid string")
+    r = httpx.post(f"{url}/rerank", content=b"[1, 2]", headers=as_json)
+    assert r.status_code == 422 and r.json()["message"].startswith("body: Input should be")
+
+
+def test_unknown_fields_of_attnrank_bodies_are_refused(url):
+    def post(path, body):
+        return httpx.post(f"{url}{path}", json=body, timeout=30)
+
+    r = post("/v1/search", {"query": QUERY, "topk": 2})  # else 10 results, the default, without a word
+    assert r.status_code == 422 and r.json()["message"].startswith("topk: not a field of this request")
+    r = post("/v1/search", {"query": QUERY, "top_k": 2, "k": 3})  # two names of one field
+    assert r.status_code == 422 and r.json()["message"].startswith("k: not a field")
+    r = post("/v1/prune", {"query": QUERY, "documents": DOCS, "budget": 40})
+    assert r.status_code == 422 and r.json()["message"].startswith("budget: not a field")
+    r = post("/v1/ask", {"query": QUERY, "depth": 4, "top_k": 2, "max_tokens": 6})
+    assert r.status_code == 422 and r.json()["message"].startswith("max_tokens: not a field")
+
+
+def test_returned_documents_are_the_ones_sent(url):
+    body = {"query": QUERY, "documents": DOCS, "max_tokens_per_doc": 5, "return_documents": True}
+    r = httpx.post(f"{url}/v1/rerank", json=body, timeout=30)
+    assert r.status_code == 200
+    results = r.json()["results"]
+    assert len(results) == len(DOCS) and all(x["document"]["text"] == DOCS[x["index"]] for x in results)
