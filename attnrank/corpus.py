@@ -191,6 +191,15 @@ def _add_row(
             f"{fix}; or pass skip_invalid=True (CLI: --skip-invalid) to skip such records",
         )
         return
+    if row[cols["text"]] is None:  # fewer fields than the header: what is there sits in the wrong columns
+        n = sum(v is not None for v in row.values())
+        problem(
+            where,
+            f"{n} fields, the header names {len(row)}: no {cols['text']!r} field",
+            "give every record the header's fields, an empty one as nothing between separators; "
+            "or pass skip_invalid=True (CLI: --skip-invalid) to skip such records",
+        )
+        return
     title = row.get(cols["title"], "") if "title" in cols else ""
     _add(docs, Document(str(row[cols["id"]] or "").strip(), row[cols["text"]] or "", title or ""), where, problem)
 
@@ -292,6 +301,8 @@ def load_queries(path: str | Path) -> dict[str, str]:
             if len(parts) != 2:
                 raise InputError(f"{where}: expected 'id<TAB>text', got {line.strip()[:60]!r}")
             qid, text = parts
+            if not qid:
+                raise InputError(f"{where}: empty query id before the tab; give every query an id")
         if qid in queries:
             raise InputError(f"{where}: duplicate query id {qid!r}; query ids must be unique")
         if not text.strip():

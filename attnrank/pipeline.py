@@ -147,9 +147,11 @@ class Pipeline:
 
         ``rerank``: a :class:`RerankConfig`, a preset name, True (the default preset) or False;
         ``prune``: a :class:`PruneConfig`, True (its defaults) or False; ``generator_model`` gives
-        the generator another model. ``kw`` go to the constructor (``depth``, ``top_k``,
+        the generator another model; a config's ``model``, ``device`` and ``dtype`` (when set) must be
+        the ones given here, which load the shared model. ``kw`` go to the constructor (``depth``, ``top_k``,
         ``budget_tokens``, ``neighbours``, ``reorder``)."""
         llm = model if isinstance(model, LLM) else None
+        _check_shared_model(model, dtype, device, rerank, prune)
         if llm is None and (rerank is not False or prune is not False or (generate and generator_model is None)):
             llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
         reranker = pruner = generator = None
@@ -219,6 +221,29 @@ class Pipeline:
         timings["total"] = time.perf_counter() - start
         logger.info("pipeline: %s", ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()))
         return PipelineResult(question, first, reranked, pruned, answer, context, timings)
+
+
+def _check_shared_model(model: str | LLM | None, dtype: str, device: str, *configs: Any) -> None:
+    """:meth:`Pipeline.from_model` loads one model for every stage, from its own ``model``,
+    ``dtype`` and ``device``: a stage config asking for another would be silently overridden
+    (a loaded :class:`LLM` given as ``model`` is used as it is)."""
+    if isinstance(model, LLM):
+        return
+    for cfg in configs:
+        if not isinstance(cfg, (RerankConfig, PruneConfig)):
+            continue
+        what = type(cfg).__name__
+        if cfg.model is not None and cfg.model != model:
+            raise InputError(
+                f"{what}(model={cfg.model!r}) but the pipeline's model is {model!r}: from_model loads one model "
+                f"for every stage; pass model={cfg.model!r} to Pipeline.from_model"
+            )
+        for key, value in (("device", device), ("dtype", dtype)):  # a config's default defers to from_model's
+            if getattr(cfg, key) not in (value, getattr(type(cfg)(), key)):
+                raise InputError(
+                    f"{what}({key}={getattr(cfg, key)!r}) but Pipeline.from_model({key}={value!r}) loads the "
+                    f"model every stage shares; pass {key}={getattr(cfg, key)!r} to Pipeline.from_model"
+                )
 
 
 def _given(question: str, candidates: Any, query_id: str | None) -> RankedResults:

@@ -307,3 +307,94 @@ def test_sharded_index_build_honours_force_and_protects_the_corpus(tmp_path, sci
         app, ["index", str(scifact_mini), "--index-dir", str(scifact_mini), "--shards", "2", "--force"]
     )
     assert r.exit_code == 1 and "it is or contains the corpus" in _text(r)
+
+
+# -- options that would be ignored ---------------------------------------------------------------
+
+
+def test_reranker_options_without_reranking_are_refused(tmp_path, index_dir, scifact_mini, monkeypatch, no_model):
+    """search and batch rerank only with --rerank K, demo only without --no-rerank: reranking options
+    given without it were ignored (a first-stage run written, exit 0)."""
+    out = tmp_path / "run.trec"
+    args = ["search", "vitamin", "--index-dir", str(index_dir), "--preset", "icr", "--heads", "0-0", "-o", str(out)]
+    r = runner.invoke(app, [*args, "-q"])
+    assert r.exit_code == 2 and "--heads, --preset configure(s) the attention reranker" in _text(r)
+    assert not out.exists()
+    r = runner.invoke(
+        app, ["batch", str(scifact_mini / "queries.jsonl"), "--index", str(index_dir), "-o", str(out), "--heads", "0-0"]
+    )
+    assert r.exit_code == 2 and "--heads configure(s) the attention reranker" in _text(r)
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["demo", "--no-rerank", "--preset", "icr", "-q"])
+    assert r.exit_code == 2 and "--no-rerank turns reranking off, but --preset configure(s) it" in _text(r)
+    r = runner.invoke(app, ["demo", "--no-rerank", "-k", "5", "--depth", "3", "-q"])
+    assert r.exit_code == 2 and "-k 5 is more than --depth 3" in _text(r)
+    assert not (tmp_path / "indexes").exists()
+
+
+def test_learned_scorer_refuses_calibration_options_it_would_ignore(tmp_path, dl19_mini, no_model):
+    base = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
+    base += ["--corpus", str(dl19_mini / "passages.jsonl"), "-o", str(tmp_path / "o.trec"), "-q"]
+    for extra, given in [
+        (["--preset", "learned", "--no-calibrate"], "--no-calibrate"),
+        (["--scorer", "learned", "--token-filter"], "--token-filter"),
+    ]:
+        r = runner.invoke(app, [*base, *extra])
+        assert r.exit_code == 2 and f"weights were trained with, so {given} would be ignored" in _text(r), _text(r)
+
+
+def test_pruning_options_that_would_be_ignored_are_refused(tmp_path, index_dir, dl19_mini, no_model):
+    corpus = ["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9"]
+    cases = [
+        ([*corpus, "-k", "2"], "-k applies to --index hits; --corpus prunes all of its passages"),
+        ([*corpus, "--verify"], "--verify applies to --index hits"),
+        ([*corpus, "--method", "probe", "--heads", "1-0"], "its probe was trained on, so --heads '1-0' would be"),
+        (
+            ["ask", "q", "--index-dir", str(index_dir), "--method", "probe", "--prune-heads", "all"],
+            "so --prune-heads 'all' would be ignored",
+        ),
+    ]
+    for args, message in cases:
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and message in _text(r), (args, _text(r))
+
+
+def test_head_and_fusion_training_refuse_inputs_they_would_ignore(tmp_path, dl19_mini, no_model):
+    """--dataset brings its own queries, qrels and corpus; --method copy reads none of the qr inputs."""
+    needles = tmp_path / "niah" / "retrieval_head" / "needles.jsonl"
+    needles.parent.mkdir(parents=True)
+    needles.write_text('{"needle": "n", "question": "q?", "real_needle": "n"}\n')
+    topics, corpus = str(dl19_mini / "topics.tsv"), str(dl19_mini / "passages.jsonl")
+    cases = [
+        (
+            ["heads", "detect", "--dataset", "dl19", "--data", str(tmp_path), "--queries", topics],
+            "--dataset dl19 brings its own queries, qrels and corpus, so --queries would be ignored",
+        ),
+        (["train", "--dataset", "dl19", "--data", str(tmp_path), "--corpus", corpus], "so --corpus would be ignored"),
+        (
+            ["heads", "detect", "--method", "copy", "--data", str(tmp_path), "--queries", topics, "--rel", "2"],
+            "--queries, --rel configure(s) --method qr, not copy",
+        ),
+    ]
+    for args, message in cases:
+        r = runner.invoke(app, [*args, "-q"])
+        assert r.exit_code == 2 and message in _text(r), (args, _text(r))
+
+
+def test_search_refuses_ids_a_run_cannot_hold_before_reranking(tmp_path, no_model):
+    """write_run refused them only after the search and the reranking had run."""
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    docs = [Document("my notes.md", "vitamin D and bones"), Document("b", "cats sleep")]
+    ix = HybridRetriever().index(docs, show_progress=False).save(tmp_path / "ix")
+    queries, out = tmp_path / "q.tsv", tmp_path / "run.trec"
+    queries.write_text("q 1\tvitamin D\n")
+    r = runner.invoke(app, ["search", "--queries", str(queries), "--index-dir", str(tmp_path / "no"), "-o", str(out)])
+    assert r.exit_code == 1 and "query id 'q 1' is empty or holds whitespace" in _text(r)
+    queries.write_text("q1\tvitamin D\n")
+    r = runner.invoke(
+        app, ["search", "--queries", str(queries), "--index-dir", str(ix), "--rerank", "2", "-o", str(out), "-q"]
+    )
+    assert r.exit_code == 1 and "document id 'my notes.md' is empty or holds whitespace" in _text(r)
+    assert not out.exists()

@@ -151,3 +151,21 @@ def test_queries_jsonl_needs_an_id_and_a_text(tmp_path):
         (tmp_path / f"q{i}.jsonl").write_text(line + "\n")
         with pytest.raises(InputError, match=r":1: expected a JSON object with '_id'"):
             load_queries(tmp_path / f"q{i}.jsonl")
+
+
+def test_csv_row_missing_its_text_field_is_reported_not_shifted(tmp_path):
+    """A short row put its text under 'title' and loaded as a passage with no text (exit 0)."""
+    (tmp_path / "c.csv").write_text("id,title,text\nd1,The whole passage text\nd2,T,real text\n")
+    with pytest.raises(InputError, match=r"c\.csv:2: 2 fields, the header names 3: no 'text' field"):
+        load_corpus(tmp_path / "c.csv")
+    docs, report = load_corpus(tmp_path / "c.csv", skip_invalid=True)
+    assert [(d.id, d.title, d.text) for d in docs] == [("d2", "T", "real text")]
+    assert report.skipped[0][0].endswith("c.csv:2")
+    (tmp_path / "c.tsv").write_text("id\ttext\ttitle\nd1\tsome text\n")  # only a title left off: still fine
+    assert [(d.id, d.title, d.text) for d in load_corpus(tmp_path / "c.tsv")[0]] == [("d1", "", "some text")]
+
+
+def test_tsv_query_without_an_id_is_refused(tmp_path):
+    (tmp_path / "q.tsv").write_text("q1\tfirst\n\tsecond\n")
+    with pytest.raises(InputError, match=r"q\.tsv:2: empty query id"):
+        load_queries(tmp_path / "q.tsv")

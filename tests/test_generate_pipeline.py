@@ -219,3 +219,18 @@ def test_generator_names_the_question_when_it_alone_overflows(llm):
         gen.answer("q?", [], max_new_tokens=16384)
     with pytest.raises(InputError, match="prune the context harder"):
         gen.answer("q?", [Document("x", "word " * 4000)])
+
+
+def test_from_model_refuses_stage_configs_asking_for_another_model(built_retriever, monkeypatch):
+    """from_model loads one model from its own arguments: a config's model or device was ignored."""
+    import attnrank.pipeline
+    from attnrank.rerank.config import RerankConfig
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(attnrank.pipeline, "load_llm", loaded)
+    with pytest.raises(InputError, match=r"RerankConfig\(model='other/model'\) but the pipeline's model is None"):
+        Pipeline.from_model(built_retriever, rerank=RerankConfig.preset("icr", model="other/model"))
+    with pytest.raises(InputError, match=r"PruneConfig\(device='cuda'\) but Pipeline.from_model\(device='cpu'\)"):
+        Pipeline.from_model(built_retriever, rerank=False, prune=PruneConfig(device="cuda"))

@@ -121,6 +121,13 @@ def batch(
     if rerank > 0:
         _check_device(device, ray_address)
         _check_heads(heads, model=model)
+    elif rerank == 0:  # options of the reranker, which only --rerank K runs
+        given = [o for o, v in (("--model", model), ("--heads", heads), ("--device", device != "cpu" or None)) if v]
+        if given:
+            raise typer.BadParameter(
+                f"{', '.join(given)} configure(s) the attention reranker, which runs only with --rerank K; "
+                "add --rerank K (the hits reranked) or drop them"
+            )
     _check_outputs(queries, output, parquet)
     config = BatchConfig(str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device)
     res = Resources(retrieval_actors, rerank_actors, actor_cpus, actor_cpus, 1.0 if device.startswith("cuda") else 0.0)

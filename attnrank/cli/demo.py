@@ -19,6 +19,7 @@ def demo(
     quiet: bool = Quiet,
     verbose: bool = Verbose,
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
+    rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_options
 ) -> None:
     """Run the pipeline on the embedded demo corpus (80 Wikipedia paragraphs, 8 questions)."""
     from ..config import index_root
@@ -29,6 +30,14 @@ def demo(
     _positive(k, "-k", "results shown per question")
     _positive(depth, "--depth", "first-stage hits reranked")
     _positive(answers, "--answers", "questions answered; 0 for none", minimum=0)
+    if k > depth:
+        raise typer.BadParameter(
+            f"-k {k} is more than --depth {depth}: only first-stage hits can be shown; lower -k or raise --depth"
+        )
+    if no_rerank and rerank_given:
+        raise typer.BadParameter(
+            f"--no-rerank turns reranking off, but {', '.join(sorted(rerank_given))} configure(s) it; drop one"
+        )
     target = index_root() / "demo"
     r = HybridRetriever().index(demo_corpus_path(), show_progress=progress)
     r.save(target)

@@ -58,6 +58,12 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
         raise typer.BadParameter(f"--rel {rel} must be at least 1 (the lowest label counted relevant)")
     cands: dict = {}
     if dataset is not None:
+        mixed = [o for o, v in (("--queries", queries), ("--qrels", qrels), ("--corpus", corpus)) if v is not None]
+        if mixed:
+            raise typer.BadParameter(
+                f"--dataset {dataset} brings its own queries, qrels and corpus, so {', '.join(mixed)} would be "
+                "ignored; give --dataset or --queries, --qrels and --corpus"
+            )
         import os
 
         from ..eval.datasets import LOADERS, data_root, load_dataset
@@ -146,7 +152,9 @@ def heads_detect(
     if top < 1:
         raise typer.BadParameter(f"--top {top} must be at least 1 (heads registered)")
     if method == "copy":
-        results = _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens)
+        qr_only = (("--dataset", dataset), ("--queries", queries), ("--qrels", qrels), ("--corpus", corpus))
+        given = [o for o, v in (*qr_only, ("--run", run), ("--rel", rel)) if v is not None]
+        results = _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, given)
     else:
         results = _detect_qr(
             model, device, dtype, progress, dataset, data, queries, qrels, corpus, run, depth, max_queries, rel
@@ -158,8 +166,9 @@ def heads_detect(
             typer.echo(f"  saved top {top} to {res.save(top)}")
 
 
-def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens) -> dict:
-    """Wu et al.'s copy-paste detection; every option and the NIAH data checked before the model loads."""
+def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, qr_given=()) -> dict:
+    """Wu et al.'s copy-paste detection; every option and the NIAH data checked before the model loads
+    (``qr_given``: options of ``--method qr`` the user gave, which copy would ignore)."""
     from ..heads.copypaste import detect_copy_heads, load_needles, niah_folder
     from ..heads.scores import RETRIEVAL_THRESHOLD
     from ..llm.headspec import format_heads
@@ -175,6 +184,8 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
     if max_new_tokens < 1:
         raise typer.BadParameter(f"--max-new-tokens {max_new_tokens} must be at least 1")
     load_needles(niah_folder(data))
+    if qr_given:
+        raise typer.BadParameter(f"{', '.join(qr_given)} configure(s) --method qr, not copy; drop them")
     llm = load_llm(model, dtype=dtype, device=device)
     result = detect_copy_heads(
         llm, data=data, lengths=lens, depths=deps, haystack=haystack, max_new_tokens=max_new_tokens

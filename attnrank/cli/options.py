@@ -157,6 +157,16 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
     _check_heads(overrides.get("heads"), model=overrides.get("model"))
     config = RerankConfig.preset(preset or "", **overrides)
     _check_slot_profile(config)
+    fixed = [
+        f"--{'' if v else 'no-'}{k.replace('_', '-')}"
+        for k in ("calibrate", "token_filter")
+        if (v := given.get(k)) is not None
+    ]
+    if config.scorer == "learned" and fixed:  # the weights fix them (AttentionReranker would ignore the options)
+        raise typer.BadParameter(
+            f"the learned scorer (--scorer learned, --preset learned) uses the calibration and token filter its "
+            f"weights were trained with, so {', '.join(fixed)} would be ignored; drop it or use --scorer sum"
+        )
     return config
 
 

@@ -30,9 +30,14 @@ def _budget(budget_tokens: Optional[int], keep_ratio: Optional[float], default: 
     return budget_tokens, keep_ratio
 
 
-def _method(method: str) -> str:
+def _method(method: str, heads: Optional[str] = None, option: str = "--heads") -> str:
     if method not in METHODS:
         raise typer.BadParameter(f"--method {method!r} is not one of {', '.join(METHODS)}")
+    if method == "probe" and heads is not None:  # ContextPruner takes the probe's heads over any given
+        raise typer.BadParameter(
+            f"--method probe scores sentences with the heads its probe was trained on, so {option} {heads!r} "
+            f"would be ignored; drop {option} or use --method query|focus"
+        )
     return method
 
 
@@ -88,7 +93,7 @@ def prune(
         None, "--index", "-n", help="Or an index name: its top -k hits form the context."
     ),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
-    k: int = typer.Option(5, "--top-k", "-k", help="Hits taken from --index."),
+    k: Optional[int] = typer.Option(None, "--top-k", "-k", help="Hits taken from --index (default 5)."),
     budget_tokens: Optional[int] = typer.Option(
         None, "--budget-tokens", help="Sentence tokens to keep (hard cap; titles not counted)."
     ),
@@ -116,9 +121,12 @@ def prune(
     """Keep the sentences of passages that the LLM's attention marks as relevant to a question."""
     _setup(quiet, verbose)
     budget, ratio = _budget(budget_tokens, keep_ratio, None)
-    _positive(k, "-k", "hits taken from the index")
+    if corpus is not None and (k is not None or verify):
+        given = "-k" if k is not None else "--verify"
+        raise typer.BadParameter(f"{given} applies to --index hits; --corpus prunes all of its passages; drop {given}")
+    k = _positive(5 if k is None else k, "-k", "hits taken from the index")
     _positive(neighbours, "--neighbours", "sentences kept on each side", minimum=0)
-    _method(method)
+    _method(method, heads)
     _check_heads(heads, model=model)
     if not query.strip():
         raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
@@ -187,7 +195,7 @@ def ask(
             f"-k {k} is more than --depth {depth}: only first-stage hits can be kept; lower -k or raise --depth"
         )
     _positive(max_new_tokens, "--max-new-tokens", "answer length in tokens")
-    method = _method(method or "query")
+    method = _method(method or "query", prune_heads, "--prune-heads")
     _check_heads(prune_heads, "--prune-heads", model=rerank_config.model)
     if not question.strip():
         raise typer.BadParameter("the QUESTION is empty; give a question")
