@@ -37,14 +37,18 @@ def tiny_model(
     heads: int = 4,
     kv_heads: int = 2,
     max_positions: int = 256,
+    **config: object,
 ):
-    """A random causal LM of ``family`` (GQA: ``heads`` query heads over ``kv_heads``)."""
+    """A random causal LM of ``family`` (GQA: ``heads`` query heads over ``kv_heads``): one of
+    the four below, or any transformers name with a ``<name>Config`` (``"Phi"``, ``"Lfm2"``;
+    ``"Gemma3Text"`` builds ``Gemma3ForCausalLM``); ``config``: further config fields."""
     import transformers
 
     torch.manual_seed(0)
     names = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gemma": "Gemma"}
-    cfg_cls = getattr(transformers, f"{names[family]}Config")
-    model_cls = getattr(transformers, f"{names[family]}ForCausalLM")
+    name = names.get(family, family)
+    cfg_cls = getattr(transformers, f"{name}Config")
+    model_cls = getattr(transformers, f"{name.removesuffix('Text')}ForCausalLM")
     cfg = cfg_cls(
         vocab_size=vocab_size,
         hidden_size=32,
@@ -55,6 +59,7 @@ def tiny_model(
         head_dim=8,
         max_position_embeddings=max_positions,
         tie_word_embeddings=True,
+        **config,
     )
     return model_cls(cfg).eval()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _tiny import tiny_model
 from transformers import (
     Gemma2Config,
     Gemma2ForCausalLM,
@@ -257,20 +258,7 @@ def test_non_finite_raises(llama):
 def test_heads_of_a_layer_without_attention_are_a_model_error():
     """A hybrid model (LFM2: convolution layers between attention layers) passes the load checks;
     heads of its convolution layers cannot be captured: one ModelError line, not a RuntimeError."""
-    from transformers import Lfm2Config, Lfm2ForCausalLM
-
-    config = Lfm2Config(
-        vocab_size=101,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        layer_types=["conv", "full_attention"],
-    )
-    torch.manual_seed(0)
-    model = Lfm2ForCausalLM(config).eval()
+    model = tiny_model("Lfm2", layer_types=["conv", "full_attention"])
     assert AttentionCapturer(model, heads=[(1, 2)]).capture(_ids(8)).shape == (1, 8)  # its attention layer
     with pytest.raises(ModelError, match="layer 0 of Lfm2Model computed no attention"):
         AttentionCapturer(model, heads=[(0, 1), (1, 2)]).capture(_ids(8))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 
 import pytest
-import torch
 from _tiny import tiny_model, tiny_tokenizer
 
 from attnrank.errors import InputError
@@ -43,20 +42,7 @@ def test_rotary_that_one_rotation_cannot_serve_is_refused_in_one_line(name, extr
     """Partial rotary crashed the rotation (a shape error), Gemma 3's rotary per layer type (local
     and global bases) a TypeError; "rotated" positions are refused with an InputError instead, and
     the other schemes still run."""
-    import transformers
-
-    config = getattr(transformers, f"{name}Config")(
-        vocab_size=259,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        **extra,
-    )
-    torch.manual_seed(0)
-    model = getattr(transformers, name.replace("Text", "") + "ForCausalLM")(config).eval()
+    model = tiny_model(name, **extra)
     capturer = AttentionCapturer(model, [(1, 0)])
     prompt = build_block_prompts(tiny_tokenizer(), "Where is Paris?", ["Paris is in France.", "Kiwis."])
     prefix = capturer.prefill(prompt.prefix_ids)
