@@ -4,6 +4,7 @@ for the model wherever a check could come too late)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -290,6 +291,40 @@ def test_demo_checks_its_options_before_indexing(tmp_path, monkeypatch):
     r = runner.invoke(app, ["demo", "--no-rerank", "-q", "--answers", "-1"])
     assert r.exit_code == 2 and "--answers -1 must be at least 0" in _text(r)
     assert not (tmp_path / "indexes").exists()
+
+
+def test_demo_never_replaces_another_index_saved_as_demo(tmp_path, monkeypatch):
+    """The demo rebuilds indexes/demo on every run: a user's index of another corpus (or other files)
+    saved there is refused before anything is built, and left as it was."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "indexes" / "demo"
+    folder.mkdir(parents=True)
+    manifest = folder / "manifest.json"
+    manifest.write_text(json.dumps({"format": "attnrank-index", "corpus_sha256": "0" * 64}), encoding="utf-8")
+    r = runner.invoke(app, ["demo", "--no-rerank", "-q"])
+    assert r.exit_code == 2 and "holds an index of another corpus" in _text(r) and "ATTNRANK_INDEX_DIR" in _text(r)
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
+    manifest.unlink()
+    (folder / "notes.txt").write_text("mine", encoding="utf-8")
+    r = runner.invoke(app, ["demo", "--no-rerank", "-q"])
+    assert r.exit_code == 2 and "files that are not the demo's index" in _text(r)
+    assert (folder / "notes.txt").read_text(encoding="utf-8") == "mine"
+
+
+def test_demo_replaces_its_own_index(tmp_path, monkeypatch):
+    from attnrank.corpus import load_corpus
+    from attnrank.demo import demo_corpus_path
+    from attnrank.index.store import corpus_checksum
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "indexes" / "demo"
+    folder.mkdir(parents=True)
+    docs, _ = load_corpus(demo_corpus_path())
+    old = {"format": "attnrank-index", "corpus_sha256": corpus_checksum(docs), "files": {}}
+    (folder / "manifest.json").write_text(json.dumps(old), encoding="utf-8")
+    r = runner.invoke(app, ["demo", "--no-rerank", "-q"])
+    assert r.exit_code == 0, _text(r)
+    assert json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["num_docs"] == len(docs)
 
 
 def test_sharded_index_build_honours_force_and_protects_the_corpus(tmp_path, scifact_mini):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from ..rerank.config import RerankConfig
@@ -23,8 +25,10 @@ def demo(
 ) -> None:
     """Run the pipeline on the embedded demo corpus (80 Wikipedia paragraphs, 8 questions)."""
     from ..config import index_root
+    from ..corpus import load_corpus
     from ..demo import demo_corpus_path, demo_queries
     from ..index.retriever import HybridRetriever
+    from ..index.store import corpus_checksum
 
     progress = _setup(quiet, verbose)
     _positive(k, "-k", "results shown per question")
@@ -39,7 +43,9 @@ def demo(
             f"--no-rerank turns reranking off, but {', '.join(sorted(rerank_given))} configure(s) it; drop one"
         )
     target = index_root() / "demo"
-    r = HybridRetriever().index(demo_corpus_path(), show_progress=progress)
+    docs, _ = load_corpus(demo_corpus_path())
+    _check_demo_folder(target, corpus_checksum(docs))
+    r = HybridRetriever().index(docs, show_progress=progress)
     r.save(target)
     typer.echo(f"[index] {r.num_docs} passages -> {target}")
     reranker = None
@@ -68,6 +74,23 @@ def demo(
     )
     if reranker is not None and answers > 0:
         _demo_answers(reranker.llm, reranked[:answers], k)
+
+
+def _check_demo_folder(target: Path, checksum: str) -> None:
+    """The demo rebuilds its index at ``target`` on every run, so it may replace only an index of
+    the demo corpus itself (or an empty folder): a user's own index saved under the name ``demo``
+    is refused, naming the way out, before anything is built."""
+    from ..index.folders import index_manifest
+
+    if not target.exists() or (target.is_dir() and not any(target.iterdir())):
+        return
+    manifest = index_manifest(target)
+    if manifest is None or manifest.get("corpus_sha256") != checksum:
+        what = "an index of another corpus" if manifest is not None else "files that are not the demo's index"
+        raise typer.BadParameter(
+            f"{target} holds {what}; the demo rebuilds its index there and would replace it: move it away, "
+            "or set ATTNRANK_INDEX_DIR to another folder for the demo"
+        )
 
 
 def _demo_answers(llm, pairs, k: int, budget_tokens: int = 120) -> None:

@@ -42,7 +42,7 @@ _OS_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})  # file manager
 _SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})$")
 
 
-def _manifest(path: Path) -> dict[str, Any] | None:
+def index_manifest(path: Path) -> dict[str, Any] | None:
     """The attnrank manifest of folder ``path`` (ordinary or sharded, any version), else None."""
     try:
         m = json.loads((Path(path) / MANIFEST).read_text(encoding="utf-8"))
@@ -53,7 +53,7 @@ def _manifest(path: Path) -> dict[str, Any] | None:
 
 def is_index_folder(path: Path) -> bool:
     """True when ``path`` is a folder with a readable attnrank manifest (ordinary or sharded, any version)."""
-    return _manifest(path) is not None
+    return index_manifest(path) is not None
 
 
 def _listed(root: Path, m: dict[str, Any]) -> set[str]:
@@ -66,7 +66,7 @@ def _listed(root: Path, m: dict[str, Any]) -> set[str]:
         name = s.get("name") if isinstance(s, dict) else None
         if not _plain(name):
             continue
-        sub = _manifest(root / name)
+        sub = index_manifest(root / name)
         if sub is not None and sub.get("format") == INDEX_FORMAT:
             known |= {f"{name}/{rel}" for rel in _listed(root / name, sub)}
     return known
@@ -81,7 +81,7 @@ def unlisted_files(path: Path) -> list[str]:
     """Files (and links) inside the index folder ``path`` that its manifest does not list: not
     written by the build, so replacing the folder would delete them."""
     root = Path(path)
-    m = _manifest(root)
+    m = index_manifest(root)
     known = set() if m is None else _listed(root, m)
     out = []
     for p in sorted(root.rglob("*")):
