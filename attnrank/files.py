@@ -1,10 +1,12 @@
-"""Files written atomically: a reader sees the old file or the new one, never a half-written one."""
+"""Output files: written atomically (a reader sees the old file or the new one, never a half-written
+one), and replaced only when attnrank recognisably wrote them (a TREC run it tagged, a batch
+Parquet file)."""
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,3 +43,38 @@ def check_file_target(path: str | Path, what: str) -> None:
     blocker = next((p for p in path.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise InputError(f"{what} {path}: {blocker} is a file, not a folder; choose another path")
+
+
+def refuse_replacing(path: str | Path, ours: Callable[[Path], bool], what: str, option: str) -> None:
+    """Raise :class:`InputError` if ``path`` is an existing, non-empty file that ``ours`` does not
+    recognise as ``what`` attnrank wrote (e.g. ``"a TREC run"``): outputs replace only attnrank's own."""
+    path = Path(path)
+    if path.is_file() and path.stat().st_size > 0 and not ours(path):
+        raise InputError(
+            f"{option} {path} exists and is not {what} attnrank wrote; refusing to replace it; "
+            "choose another path or move the file away"
+        )
+
+
+def is_attnrank_run(path: Path) -> bool:
+    """Every non-blank line is ``qid Q0 docid rank score tag`` with an ``attnrank`` tag."""
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                parts = raw.split()
+                if parts and (len(parts) != 6 or not parts[5].startswith(b"attnrank")):
+                    return False
+    except OSError:
+        return False
+    return True
+
+
+def is_batch_parquet(path: Path) -> bool:
+    """A Parquet file with the columns of ``attnrank batch --parquet`` rows."""
+    try:
+        import pyarrow.parquet as pq
+
+        names = set(pq.read_schema(path).names)
+    except Exception:  # not Parquet, unreadable, or pyarrow missing: not recognisably ours
+        return False
+    return {"qid", "query", "doc_ids", "scores"} <= names

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, require
-from ..files import atomic_path, check_file_target
+from ..files import atomic_path, check_file_target, is_attnrank_run, is_batch_parquet, refuse_replacing
 from ..index.sharded.executor import RayExecutor
 from ..index.store import manifest_tag
 from ..llm.fingerprint import model_fingerprint
@@ -89,6 +89,10 @@ def _check_outputs(output: Path | None, parquet: Path | None, queries: str | Pat
         if not isinstance(queries, dict) and Path(p).resolve() == Path(queries).resolve():
             raise InputError(f"{flag} {p} is the queries file; give another output path")
         check_file_target(p, flag)
+    if output is not None:
+        refuse_replacing(output, is_attnrank_run, "a TREC run", "-o")
+    if parquet is not None:
+        refuse_replacing(parquet, is_batch_parquet, "a batch Parquet file", "--parquet")
 
 
 # Settings recorded after the first checkpoints were written: a checkpoint without one is not refused for it.

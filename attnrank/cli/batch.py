@@ -74,7 +74,8 @@ def _check_device(device: str, ray_address: Optional[str]) -> None:
 
 def _check_outputs(queries: Path, output: Optional[Path], parquet: Optional[Path]) -> None:
     """Outputs replace only files attnrank wrote (a run, a batch Parquet file), never the queries."""
-    from .outputs import check_not_input, check_output_path, check_replaceable, is_batch_parquet
+    from ..files import is_batch_parquet
+    from .outputs import check_not_input, check_output_path, check_replaceable
 
     _check_output(output, {"queries": queries})
     if parquet is not None:

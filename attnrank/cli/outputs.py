@@ -16,7 +16,7 @@ from typing import Optional
 import typer
 
 from ..errors import InputError
-from ..files import check_file_target
+from ..files import check_file_target, is_attnrank_run, refuse_replacing
 
 EXPLAIN_HTML_START = b"<!doctype html><html><head><meta charset='utf-8'><title>attnrank explain</title>"
 PNG_SOFTWARE = "attnrank"  # the PNG "Software" text chunk of the images attnrank writes itself
@@ -40,11 +40,10 @@ def check_not_input(path: Path, inputs: Mapping[str, Optional[Path]], option: st
 
 def check_replaceable(path: Path, ours: Callable[[Path], bool], what: str, option: str = "--output") -> None:
     """Refuse to replace an existing, non-empty ``path`` that ``ours`` does not recognise."""
-    if path.is_file() and path.stat().st_size > 0 and not ours(path):
-        raise typer.BadParameter(
-            f"{option} {path} exists and is not {what} attnrank wrote; refusing to replace it; "
-            "choose another path or move the file away"
-        )
+    try:
+        refuse_replacing(path, ours, what, option)
+    except InputError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 def check_run_output(path: Optional[Path], inputs: Mapping[str, Optional[Path]] | None = None) -> None:
@@ -54,19 +53,6 @@ def check_run_output(path: Optional[Path], inputs: Mapping[str, Optional[Path]] 
     check_output_path(path)
     check_not_input(path, inputs or {})
     check_replaceable(path, is_attnrank_run, "a TREC run")
-
-
-def is_attnrank_run(path: Path) -> bool:
-    """Every non-blank line is ``qid Q0 docid rank score tag`` with an ``attnrank`` tag."""
-    try:
-        with open(path, "rb") as f:
-            for raw in f:
-                parts = raw.split()
-                if parts and (len(parts) != 6 or not parts[5].startswith(b"attnrank")):
-                    return False
-    except OSError:
-        return False
-    return True
 
 
 def is_explain_page(path: Path) -> bool:
@@ -96,17 +82,6 @@ def is_explain_png(path: Path) -> bool:
     """``explain.png``: marked by attnrank, or (as explain writes it) by matplotlib beside attnrank's page."""
     page = path.with_name("explain.html")
     return has_png_mark(path) or (png_software(path).startswith("Matplotlib") and is_explain_page(page))
-
-
-def is_batch_parquet(path: Path) -> bool:
-    """A Parquet file with the columns of ``attnrank batch --parquet`` rows."""
-    try:
-        import pyarrow.parquet as pq
-
-        names = set(pq.read_schema(path).names)
-    except Exception:  # not Parquet, unreadable, or pyarrow missing: not recognisably ours
-        return False
-    return {"qid", "query", "doc_ids", "scores"} <= names
 
 
 def _starts_with(path: Path, start: bytes) -> bool:

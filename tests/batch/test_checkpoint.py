@@ -150,6 +150,26 @@ def test_outputs_and_queries_are_checked_before_any_work(fake_ray, tmp_path, ind
     assert pq.read_table(nested).column("qid").to_pylist() == ["q1"]
 
 
+def test_outputs_replace_only_what_attnrank_wrote(fake_ray, tmp_path, index):
+    """run_batch's outputs follow the CLI's rule: a run or Parquet file attnrank wrote is replaced,
+    a user's file at that path is refused before any work, untouched."""
+    config = BatchConfig(str(index), mode="bm25")
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my notes\n")
+    with pytest.raises(InputError, match="-o .*notes.txt exists and is not a TREC run attnrank wrote"):
+        run_batch({"q1": "apple"}, config, output=mine, progress=False)
+    data = tmp_path / "data.parquet"
+    pq.write_table(pa.Table.from_pylist([{"id": "q1", "text": "apple"}]), data)
+    with pytest.raises(InputError, match="--parquet .*data.parquet exists and is not a batch Parquet file"):
+        run_batch({"q1": "apple"}, config, parquet=data, progress=False)
+    assert mine.read_text() == "my notes\n" and pq.read_table(data).column_names == ["id", "text"]
+    assert fake_ray["calls"] == 0
+    run, rows = tmp_path / "run.trec", tmp_path / "rows.parquet"
+    run_batch({"q1": "apple"}, config, output=run, parquet=rows, progress=False)
+    run_batch({"q1": "pear"}, config, output=run, parquet=rows, checkpoint=tmp_path / "second", progress=False)
+    assert "d-pear-0" in run.read_text() and pq.read_table(rows).column("query").to_pylist() == ["pear"]
+
+
 def test_a_checkpoint_in_use_is_refused(fake_ray, tmp_path, index):
     config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
     tried = []
