@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from . import Quiet, Verbose, _check_heads, _check_output, _setup, app
+from .options import refuse_without_rerank
 
 
 def build_sharded(
@@ -124,11 +125,7 @@ def batch(
         _check_heads(heads, model=model)
     elif rerank == 0:  # options of the reranker, which only --rerank K runs
         given = [o for o, v in (("--model", model), ("--heads", heads), ("--device", device != "cpu" or None)) if v]
-        if given:
-            raise typer.BadParameter(
-                f"{', '.join(given)} configure(s) the attention reranker, which runs only with --rerank K; "
-                "add --rerank K (the hits reranked) or drop them"
-            )
+        refuse_without_rerank(given)
     _check_outputs(queries, output, parquet)
     config = BatchConfig(str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device)
     res = Resources(retrieval_actors, rerank_actors, actor_cpus, actor_cpus, 1.0 if device.startswith("cuda") else 0.0)

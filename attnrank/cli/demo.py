@@ -8,7 +8,7 @@ import typer
 
 from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, _positive, _print_results, _setup, app
-from .options import rerank_options
+from .options import check_k_within_depth, refuse_when_off, rerank_options
 
 
 @app.command()
@@ -34,14 +34,9 @@ def demo(
     _positive(k, "-k", "results shown per question")
     _positive(depth, "--depth", "first-stage hits reranked")
     _positive(answers, "--answers", "questions answered; 0 for none", minimum=0)
-    if k > depth:
-        raise typer.BadParameter(
-            f"-k {k} is more than --depth {depth}: only first-stage hits can be shown; lower -k or raise --depth"
-        )
-    if no_rerank and rerank_given:
-        raise typer.BadParameter(
-            f"--no-rerank turns reranking off, but {', '.join(sorted(rerank_given))} configure(s) it; drop one"
-        )
+    check_k_within_depth(k, depth, "shown")
+    if no_rerank:
+        refuse_when_off("--no-rerank", "reranking", rerank_given)
     target = index_root() / "demo"
     docs, _ = load_corpus(demo_corpus_path())
     _check_demo_folder(target, corpus_checksum(docs))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -129,6 +129,31 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(None, "--dtype", help=DTYPE_HELP),
     ),
 }
+
+
+def refuse_without_rerank(given: Iterable[str]) -> None:
+    """``search``/``batch``: reranking options ``given`` while ``--rerank`` is 0 would be ignored."""
+    names = sorted(given)
+    if names:
+        raise typer.BadParameter(
+            f"{', '.join(names)} configure(s) the attention reranker, which runs only with --rerank K; "
+            "add --rerank K (the hits reranked) or drop them"
+        )
+
+
+def refuse_when_off(flag: str, stage: str, given: Iterable[str]) -> None:
+    """Options ``given`` for a ``stage`` that ``flag`` (e.g. ``--no-rerank``) turns off would be ignored."""
+    names = sorted(given)
+    if names:
+        raise typer.BadParameter(f"{flag} turns {stage} off, but {', '.join(names)} configure(s) it; drop one")
+
+
+def check_k_within_depth(k: int, depth: int, what: str) -> None:
+    """``-k`` results ``what`` (shown, kept) can come only from the ``--depth`` first-stage hits."""
+    if k > depth:
+        raise typer.BadParameter(
+            f"-k {k} is more than --depth {depth}: only first-stage hits can be {what}; lower -k or raise --depth"
+        )
 
 
 def parse_reweight(text: str) -> Reweighting | None:

@@ -10,7 +10,7 @@ import typer
 from ..config import DEFAULT_BUDGET_TOKENS
 from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, Verify, _check_heads, _load_index, _positive, _setup, app
-from .options import rerank_options
+from .options import check_k_within_depth, refuse_when_off, rerank_options
 
 METHODS = ("query", "focus", "probe")
 
@@ -61,8 +61,7 @@ def _no_prune_conflicts(
         )
         if value is not None
     ]
-    if given:
-        raise typer.BadParameter(f"--no-prune turns pruning off, but {', '.join(given)} configure(s) it; drop one")
+    refuse_when_off("--no-prune", "pruning", given)
 
 
 def _print_pruned(pruned) -> None:
@@ -183,17 +182,12 @@ def ask(
     if no_prune:
         _no_prune_conflicts(budget_tokens, keep_ratio, method, prune_heads)
     rerank_only = sorted(rerank_given - _SHARED_WITH_PRUNING)
-    if no_rerank and rerank_only:
-        raise typer.BadParameter(
-            f"--no-rerank turns reranking off, but {', '.join(rerank_only)} configure(s) it; drop one"
-        )
+    if no_rerank:
+        refuse_when_off("--no-rerank", "reranking", rerank_only)
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
     _positive(depth, "--depth", "first-stage hits")
     _positive(k, "-k", "passages kept after reranking")
-    if k > depth:
-        raise typer.BadParameter(
-            f"-k {k} is more than --depth {depth}: only first-stage hits can be kept; lower -k or raise --depth"
-        )
+    check_k_within_depth(k, depth, "kept")
     _positive(max_new_tokens, "--max-new-tokens", "answer length in tokens")
     method = _method(method or "query", prune_heads, "--prune-heads")
     _check_heads(prune_heads, "--prune-heads", model=rerank_config.model)

@@ -24,7 +24,7 @@ from . import (
     _setup,
     app,
 )
-from .options import rerank_options
+from .options import refuse_without_rerank, rerank_options
 from .states import PASSAGE_STATES, STATES_MODEL, STATES_PRESET, STATES_WORDS, check_storage, state_writer
 
 
@@ -144,30 +144,25 @@ def search(
 ) -> None:
     """Search an index with one query (printed) or a queries file (TREC run file)."""
     from ..corpus import load_queries
-    from ..eval import write_run
+    from ..eval import check_run_ids, write_run
 
     progress = _setup(quiet, verbose)
     if (query is None) == (queries is None):
         raise typer.BadParameter("give either one QUERY or --queries FILE")
     _positive(k, "-k", "results per query")
     _positive(rerank, "--rerank", "hits reranked; 0 turns reranking off", minimum=0)
-    if rerank == 0 and rerank_given:
-        raise typer.BadParameter(
-            f"{', '.join(sorted(rerank_given))} configure(s) the attention reranker, which runs only with "
-            "--rerank K; add --rerank K (the hits reranked) or drop them"
-        )
+    if rerank == 0:
+        refuse_without_rerank(rerank_given)
     _check_output(output, {"--queries": queries})
     qs = {"q1": query} if queries is None else load_queries(queries)
     if output is not None:
-        _check_run_ids("query", qs, f"give {queries} ids without whitespace")
+        check_run_ids("query", qs, f"give {queries} ids without whitespace")
     name = _index_name(name, old_name)
     r = _load_index(name, index_dir, verify)
     _set_fusion(r, mode, fusion, alpha, norm)
     results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
     if output is not None:  # before the reranker loads: write_run would refuse them after all the work
-        _check_run_ids(
-            "document", (d.id for res in results for d in res), "index documents with ids without whitespace"
-        )
+        check_run_ids("document", (d.id for res in results for d in res), "index documents with ids without whitespace")
     if rerank > 0:
         from ..rerank.attention import AttentionReranker
 
@@ -190,13 +185,6 @@ def search(
         for res in results:
             typer.echo(f"# {res.query_id}: {res.query}")
             _print_results(res)
-
-
-def _check_run_ids(what: str, ids, fix: str) -> None:
-    """Ids a TREC run line can hold (one field each), or one line naming the first that cannot be."""
-    bad = next((i for i in ids if not i or any(c.isspace() for c in i)), None)
-    if bad is not None:
-        raise AttnrankError(f"{what} id {bad!r} is empty or holds whitespace, which a TREC run (-o) cannot hold; {fix}")
 
 
 def _set_fusion(r, mode, fusion, alpha, norm, what: str = "search") -> None:

@@ -5,13 +5,14 @@ EM/F1), :mod:`.crossval` (k-fold and leave-one-group-out), :mod:`.rows` (the att
 :mod:`.report` (JSON + markdown reports), :mod:`.plot` (matplotlib, the ``plot`` extra).
 """
 
-from .data import read_qrels, read_run, results_to_run, write_run
+from .data import check_run_ids, read_qrels, read_run, results_to_run, write_run
 from .metrics import DEFAULT_METRICS, evaluate, evaluate_per_query, sign_test, wins_losses
 
 __all__ = [
     "read_qrels",
     "read_run",
     "write_run",
+    "check_run_ids",
     "results_to_run",
     "evaluate",
     "evaluate_per_query",

@@ -114,16 +114,22 @@ def results_to_run(results: Iterable[RankedResults]) -> Run:
     return run
 
 
+def check_run_ids(kind: str, ids: Iterable[object], fix: str = "give ids without spaces") -> None:
+    """Ids a TREC run line can hold (one field each), or one line naming the first that cannot be
+    (``kind``: "query" or "document"; ``fix``: what the user should do)."""
+    bad = next((str(i) for i in ids if not str(i) or any(c.isspace() for c in str(i))), None)
+    if bad is not None:
+        raise InputError(
+            f"{kind} id {bad!r} is empty or holds whitespace, which a TREC run cannot hold (one field per column); {fix}"
+        )
+
+
 def _check_run(run: Mapping[str, Mapping[str, float]]) -> None:
     """Ids a TREC line can hold (one field each) and finite scores, or one line naming the first bad one."""
+    check_run_ids("query", run)
     for qid, docs in run.items():
+        check_run_ids("document", docs)
         for did, score in docs.items():
-            for name, value in (("query id", qid), ("document id", did)):
-                if not str(value) or any(c.isspace() for c in str(value)):
-                    raise InputError(
-                        f"{name} {str(value)!r} is empty or holds whitespace, which a TREC run cannot hold "
-                        "(one field per column); give ids without spaces"
-                    )
             if not math.isfinite(score):
                 raise InputError(
                     f"query {qid!r}, document {did!r} has score {score}; a run needs finite scores "
