@@ -61,3 +61,32 @@ def test_rerank_reports_missing_documents(tmp_path, dl19_mini, tiny_dir):
         ],
     )
     assert r.exit_code != 0 and "is not in the corpus/index" in str(r.exception)
+
+
+def test_rerank_reads_tied_scores_in_trec_eval_order(tmp_path, dl19_mini, tiny_dir):
+    """trec_eval ranks tied scores by doc id descending, whatever the rank column says; the first
+    stage that rerank reads (which documents make --depth, and the tail's order) must be that one."""
+    first = read_run(dl19_mini / "run.bm25.trec")
+    qid, docs = next(iter(first.items()))
+    low, high = sorted(docs)[:2]
+    run = tmp_path / "tied.trec"  # the two documents tie at the top; the smaller id is listed first
+    lines = [f"{qid} Q0 {low} 1 9.0 bm25", f"{qid} Q0 {high} 2 9.0 bm25"]
+    lines += [f"{qid} Q0 {d} {i} {1.0 / i} bm25" for i, d in enumerate(sorted(set(docs) - {low, high}), start=3)]
+    run.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "reranked.trec"
+    args = ["rerank", "--run", str(run), "--queries", str(dl19_mini / "topics.tsv")]
+    args += ["--corpus", str(dl19_mini / "passages.jsonl"), "--depth", "1", "--model", str(tiny_dir)]
+    r = runner.invoke(app, [*args, "--heads", "1-0", "-o", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    written = [line.split() for line in out.read_text().splitlines()]
+    assert [w[2] for w in written[:2]] == [high, low]  # the one trec_eval ranks first heads the list
+    assert [w[3] for w in written[:2]] == ["1", "2"]
+
+
+def test_written_ranks_follow_trec_eval_on_ties(tmp_path):
+    from attnrank.eval import evaluate, write_run
+
+    path = tmp_path / "r.trec"
+    write_run({"q": {"a": 1.0, "b": 1.0, "c": 0.5}}, path)
+    assert [line.split()[2:4] for line in path.read_text().splitlines()] == [["b", "1"], ["a", "2"], ["c", "3"]]
+    assert evaluate(read_run(path), {"q": {"b": 1}}, ["P@1"])["P@1"] == 1.0  # trec_eval agrees: b first

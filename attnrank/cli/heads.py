@@ -50,7 +50,7 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
     import random
 
     from ..corpus import load_corpus, load_queries
-    from ..eval import read_qrels, read_run
+    from ..eval import read_qrels, read_run, trec_order
 
     if max_queries < 0:
         raise typer.BadParameter(f"--max-queries {max_queries} must be at least 0 (0: all labelled queries)")
@@ -81,7 +81,7 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
             )
         docs, qs, qr, rel = load_corpus(corpus)[0], load_queries(queries), read_qrels(qrels), rel or 1
     if run is not None:
-        cands = {q: sorted(r, key=lambda d: -r[d]) for q, r in read_run(run).items()}
+        cands = {q: [d for d, _ in trec_order(r)] for q, r in read_run(run).items()}
     qids = sorted(q for q in qs if any(v >= rel for v in qr.get(q, {}).values()))
     random.Random(42).shuffle(qids)  # QRHead samples its detection queries with seed 42
     qids = sorted(qids[: max_queries or None])

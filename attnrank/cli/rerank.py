@@ -32,7 +32,7 @@ def rerank(
 ) -> None:
     """Rerank a TREC run with the attention reranker and write a TREC run file."""
     from ..corpus import load_corpus, load_queries
-    from ..eval import read_run, write_run
+    from ..eval import read_run, trec_order, write_run
     from ..types import RankedResults, ScoredDocument
 
     progress = _setup(quiet, verbose)
@@ -56,7 +56,7 @@ def rerank(
 
         items = tqdm(items, desc="rerank", unit="q")
     for qid, ranking in items:
-        ordered = sorted(ranking.items(), key=lambda kv: (-kv[1], kv[0]))
+        ordered = trec_order(ranking)  # the first-stage order trec_eval scores for this run
         res = RankedResults(
             qs[qid],
             [

@@ -5,7 +5,7 @@ EM/F1), :mod:`.crossval` (k-fold and leave-one-group-out), :mod:`.rows` (the att
 :mod:`.report` (JSON + markdown reports), :mod:`.plot` (matplotlib, the ``plot`` extra).
 """
 
-from .data import check_run_ids, read_qrels, read_run, results_to_run, write_run
+from .data import check_run_ids, read_qrels, read_run, results_to_run, trec_order, write_run
 from .metrics import DEFAULT_METRICS, evaluate, evaluate_per_query, sign_test, wins_losses
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "read_run",
     "write_run",
     "check_run_ids",
+    "trec_order",
     "results_to_run",
     "evaluate",
     "evaluate_per_query",

@@ -114,6 +114,13 @@ def results_to_run(results: Iterable[RankedResults]) -> Run:
     return run
 
 
+def trec_order(scores: Mapping[str, float]) -> list[tuple[str, float]]:
+    """One query's ``(doc id, score)`` pairs in the order trec_eval ranks them: score descending,
+    ties by doc id *descending* (trec_eval ignores the rank column), so the order attnrank reads
+    from or writes into a run is the one its evaluation sees."""
+    return sorted(scores.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+
+
 def check_run_ids(kind: str, ids: Iterable[object], fix: str = "give ids without spaces") -> None:
     """Ids a TREC run line can hold (one field each), or one line naming the first that cannot be
     (``kind``: "query" or "document"; ``fix``: what the user should do)."""
@@ -140,7 +147,8 @@ def _check_run(run: Mapping[str, Mapping[str, float]]) -> None:
 def write_run(
     run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults], path: str | Path, tag: str = "attnrank"
 ) -> None:
-    """Write a TREC run file atomically (ranks follow descending score, ties by doc id). Scores have
+    """Write a TREC run file atomically, ranked in :func:`trec_order` (ties by doc id descending,
+    as trec_eval ranks them whatever the rank column says). Scores have
     6 decimals, or, in a query where that would tie two different scores, their full value: trec_eval
     re-ranks tied scores by doc id, so rounding would change the ranking it evaluates."""
     if not isinstance(run, Mapping):
@@ -150,7 +158,7 @@ def write_run(
     check_file_target(p, "the run file")
     with atomic_path(p) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for qid, docs in run.items():
-            ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
+            ranked = trec_order(docs)
             text = [f"{score:.6f}" for _, score in ranked]
             # two different scores that round alike would let trec_eval reorder them by doc id
             if any(text[i] == text[i + 1] and ranked[i][1] != ranked[i + 1][1] for i in range(len(text) - 1)):
