@@ -179,7 +179,8 @@ class Pipeline:
     ) -> PipelineResult:
         """Run every configured stage for ``question``. ``candidates``: a first-stage list to use
         instead of searching (e.g. a benchmark's fixed candidates; Documents, ScoredDocuments or
-        strings, best first). The pruning budget is
+        strings, best first), of which the top ``depth`` are reranked, as a search's would be (the
+        result's ``first_stage`` keeps them all). The pruning budget is
         ``budget_tokens``, else ``keep_ratio``, else the pipeline's ``budget_tokens``; ``stream``
         receives the answer's text pieces as they are generated."""
         if not isinstance(question, str) or not question.strip():
@@ -197,7 +198,7 @@ class Pipeline:
         top = first.top_k(self.top_k)
         if self.reranker is not None:
             t = time.perf_counter()
-            reranked = self.reranker.rank(question, first, k=self.top_k)
+            reranked = self.reranker.rank(question, first.top_k(self.depth), k=self.top_k)
             top = reranked
             timings["rerank"] = time.perf_counter() - t
         context = top.documents()

@@ -86,6 +86,22 @@ def test_pipeline_with_plain_candidates(llm):
     assert plain.sources == ["0"] and plain.context[0].text == "Paris is in France."
 
 
+def test_given_candidates_are_cut_to_depth_before_reranking():
+    """run(candidates=...) reranks the top ``depth`` of the list, as it would a search's hits; it
+    reranked every candidate given, so depth was ignored (and 100 candidates cost 100 passages)."""
+
+    class Recorder:  # a reranker that keeps its input order and records what it was asked to rank
+        seen: list[str] = []
+
+        def rank(self, query, candidates, k=None, **_):
+            Recorder.seen = candidates.ids
+            return candidates.top_k(k)
+
+    pipe = Pipeline(None, Recorder(), depth=2, top_k=1)
+    res = pipe.run("capital?", ["Paris is in France.", "Berlin is cold.", "Rome is warm."])
+    assert Recorder.seen == ["0", "1"] and res.first_stage.ids == ["0", "1", "2"] and res.sources == ["0"]
+
+
 def test_pipeline_reorders_passages_by_slot_profile(llm, built_retriever, tmp_path, monkeypatch):
     from attnrank.rerank.position import SlotProfile, store_profile
 
