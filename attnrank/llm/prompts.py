@@ -357,6 +357,21 @@ def _token_spans(offsets: list[Span], first: int, char_spans: list[Span]) -> lis
 _WORD = re.compile(r"\S+")
 
 
+def _cut_to_tokens(tokenizer: Any, text: str, max_tokens: int) -> tuple[str, int]:
+    """``text`` cut at a token end so that the cut, tokenized on its own, is at most ``max_tokens``
+    tokens; returns the cut and its token count. Cutting after the ``max_tokens``-th token is not
+    enough: re-tokenizing can split the new last word differently, and a character spread over
+    several byte tokens is kept whole, so the cut moves back a token at a time until it fits (a
+    first character longer than ``max_tokens`` tokens is kept whole all the same)."""
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    for keep in range(max_tokens, 0, -1):
+        cut = text[: offsets[keep - 1][1]]
+        n = len(tokenizer(cut, add_special_tokens=False)["input_ids"])
+        if n <= max_tokens:
+            return cut, n
+    return cut, n
+
+
 def truncate_texts(
     tokenizer: Any, docs: Sequence[Document], max_words: int | None, max_tokens: int | None
 ) -> tuple[list[str], list[Truncation]]:
@@ -373,11 +388,9 @@ def truncate_texts(
                 text = text[: words[max_words - 1].end()]
                 cuts.append(Truncation(i, doc.id, "words", len(words), max_words))
         if max_tokens is not None:
-            enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-            n = len(enc["input_ids"])
+            n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
             if n > max_tokens:
-                text = text[: enc["offset_mapping"][max_tokens - 1][1]]
-                kept = sum(a < len(text) for a, _ in enc["offset_mapping"])  # whole characters
+                text, kept = _cut_to_tokens(tokenizer, text, max_tokens)
                 cuts.append(Truncation(i, doc.id, "tokens", n, kept))
         texts.append(text)
     if cuts:

@@ -260,3 +260,24 @@ def test_smollm2_prompt(smol):
     answer = build_answer_prompt(smol, QUERY, docs[:2])
     assert answer.endswith("<|im_start|>assistant\n")
     assert encode_text(smol, answer) == smol(answer).input_ids
+
+
+def test_a_token_cut_fits_its_limit_when_tokenized_again(tok):
+    """Cutting after the max_doc_tokens-th token's character end kept whole characters spread over
+    several byte tokens, and re-tokenizing the cut could split its last word differently: the cut
+    text was a few tokens over the limit. It now fits, unless its first character alone does not."""
+    import random
+
+    from attnrank.llm.prompts import truncate_texts
+
+    rng = random.Random(0)
+    words = ["naïve", "café", "日本語", "capital", "x", "re-entry", "😀😀", "—", "co-op", "Ünïcödé"]
+    over = []
+    for _ in range(400):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(5, 30)))
+        limit = rng.randint(3, 30)
+        (cut,), _ = truncate_texts(tok, [Document("d", text)], None, limit)
+        n = len(tok(cut, add_special_tokens=False).input_ids)
+        if n > limit and len(cut) > 1:
+            over.append((limit, n, cut))
+    assert not over, over[:3]
