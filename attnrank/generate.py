@@ -22,6 +22,7 @@ import torch
 from .errors import InputError
 from .llm.models import LLM, load_llm
 from .llm.prompts import build_answer_prompt, encode_text
+from .llm.recording import forward_lock
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class Generator:
             )
         input_ids = torch.tensor([ids], device=self.llm.device)
         start = time.perf_counter()
-        with torch.inference_mode():
+        with forward_lock(self.llm.model), torch.inference_mode():
             out = self.llm.model.generate(
                 input_ids=input_ids,
                 attention_mask=torch.ones_like(input_ids),

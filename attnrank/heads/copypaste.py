@@ -32,6 +32,7 @@ import torch
 from ..errors import InputError
 from ..llm.attention import AttentionCapturer
 from ..llm.prompts import chat_frame
+from ..llm.recording import forward_lock
 from .scores import HeadScores
 
 logger = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ def generate_answer(llm: Any, ids: list[int], max_new_tokens: int) -> list[int]:
     """Greedy answer ids, cut after EOS or after a newline once some text was produced."""
     model, tok = llm.model, llm.tokenizer
     x = torch.tensor([ids], device=llm.device)
-    with torch.inference_mode():
+    with forward_lock(model), torch.inference_mode():
         out = model.generate(
             x,
             attention_mask=torch.ones_like(x),

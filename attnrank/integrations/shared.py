@@ -15,11 +15,13 @@ import threading
 import warnings
 import weakref
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..llm.recording import forward_lock
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from ..types import Document, ScoredDocument
@@ -186,21 +188,23 @@ def score_fields(d: ScoredDocument) -> dict[str, Any]:
     return {"relevance_score": d.score, "rank": d.rank, "stage_scores": dict(d.stage_scores)}
 
 
-_MODEL_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_STAGE_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
 
 
-def model_lock(stage: Any) -> threading.Lock:
-    """The lock that serializes calls into ``stage``'s model (a reranker/pruner with ``.llm``).
+def model_lock(stage: Any) -> AbstractContextManager[Any]:
+    """The lock that serializes calls into ``stage``'s model (a reranker/pruner with ``.llm``):
+    the model's own :func:`~attnrank.llm.recording.forward_lock`, held here for the whole call.
 
-    Attention capture installs per-call hooks on the model's layers, so two threads must not run
-    the same model at once; frameworks that call adapters from thread pools (LangChain
-    ``.batch()``, Haystack's executor, the server's workers) go through this lock.
+    Every forward pass takes that lock anyway; holding it for the call keeps one request's
+    passes together when frameworks call adapters from thread pools (LangChain ``.batch()``,
+    Haystack's executor, the server's workers). A stage without a model gets a lock of its own.
     """
     llm = getattr(stage, "llm", None)
-    target = getattr(llm, "model", None) if llm is not None else None
-    target = target if target is not None else stage
+    model = getattr(llm, "model", None) if llm is not None else None
+    if model is not None:
+        return forward_lock(model)
     with _LOCK:
-        lock = _MODEL_LOCKS.get(target)
+        lock = _STAGE_LOCKS.get(stage)
         if lock is None:
-            lock = _MODEL_LOCKS[target] = threading.Lock()
+            lock = _STAGE_LOCKS[stage] = threading.Lock()
         return lock

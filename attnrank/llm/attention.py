@@ -38,6 +38,7 @@ from .recording import (
     NonFiniteAttentionError,
     attn_implementation,
     ensure_registered,
+    forward_lock,
     stop_at,
 )
 
@@ -268,6 +269,7 @@ class AttentionCapturer:
             extra["attention_mask"] = attention_mask
         try:
             with (
+                forward_lock(self.decoder),
                 torch.enable_grad() if grad else torch.inference_mode(),
                 attn_implementation(self.decoder.config, ATTN_IMPLEMENTATION),
                 stop_at(self.decoder.layers[self.deepest_layer], self.deepest_layer),
@@ -323,6 +325,6 @@ def naive_attention_rows(
     decoder = _find_decoder(model)
     pairs = _validate_heads(heads, int(decoder.config.num_hidden_layers), int(decoder.config.num_attention_heads), None)
     ids = _as_ids(input_ids, model.device)
-    with torch.inference_mode(), attn_implementation(decoder.config, "eager"):
+    with forward_lock(decoder), torch.inference_mode(), attn_implementation(decoder.config, "eager"):
         attentions = model(input_ids=ids, output_attentions=True, use_cache=False).attentions
     return torch.stack([attentions[layer][0, head, query_start:].float().mean(dim=0) for layer, head in pairs])

@@ -10,6 +10,8 @@ drives it.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -130,6 +132,27 @@ def ensure_registered() -> None:
     if ATTN_IMPLEMENTATION not in AttentionInterface._global_mapping:
         AttentionInterface.register(ATTN_IMPLEMENTATION, capture_attention)
         AttentionMaskInterface.register(ATTN_IMPLEMENTATION, additive_mask)
+
+
+_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def forward_lock(model: Any) -> threading.RLock:
+    """The (reentrant) lock every forward pass attnrank runs on ``model`` holds; a model and its
+    decoder share one.
+
+    A capture switches the model config's attention implementation and hooks its deepest layer
+    for the length of one pass. Another thread's pass over the same model meanwhile would run
+    through both (and be stopped at that layer), and its end would restore the other's setting
+    half-way through a capture; so the passes of one model run one at a time, whichever thread
+    (server worker, a framework's thread pool, a user's own threads) starts them."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(decoder)
+        if lock is None:
+            lock = _LOCKS[decoder] = threading.RLock()
+        return lock
 
 
 @contextmanager

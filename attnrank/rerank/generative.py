@@ -22,6 +22,7 @@ import torch
 
 from ..errors import InputError
 from ..llm.models import LLM, load_llm
+from ..llm.recording import forward_lock
 from ..types import Document, RankedResults, as_documents, rank_documents
 from .inputs import check_documents, check_k
 
@@ -136,12 +137,13 @@ class ListwiseReranker:
         """The model's order of ``docs`` (0-based indices), completed with the unnamed ones."""
         tok = self.llm.tokenizer
         enc = tok(_chat(tok, self._messages(query, docs)), return_tensors="pt", add_special_tokens=False)
-        gen = self.llm.model.generate(
-            **enc.to(self.llm.device),
-            max_new_tokens=6 * len(docs),
-            do_sample=False,
-            pad_token_id=tok.pad_token_id or tok.eos_token_id,
-        )
+        with forward_lock(self.llm.model):
+            gen = self.llm.model.generate(
+                **enc.to(self.llm.device),
+                max_new_tokens=6 * len(docs),
+                do_sample=False,
+                pad_token_id=tok.pad_token_id or tok.eos_token_id,
+            )
         text = tok.decode(gen[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         named = []
         for m in re.findall(r"\d+", text):
