@@ -33,6 +33,7 @@ from ..index.sharded.executor import RayExecutor
 from ..index.store import manifest_tag
 from ..llm.fingerprint import model_fingerprint
 from ..llm.headspec import format_heads, parse_heads
+from ..registry import registry_digest
 from .rows import read_queries
 from .sink import CheckpointSink
 from .stages import RerankStage, RetrievalStage, StageError
@@ -96,14 +97,16 @@ def _check_outputs(output: Path | None, parquet: Path | None, queries: str | Pat
 
 
 # Settings recorded after the first checkpoints were written: a checkpoint without one is not refused for it.
-_LATER = ("index_tag", "model_fingerprint", "heads_in_file")
+_LATER = ("index_tag", "model_fingerprint", "heads_in_file", "registry")
 
 
 def _settings(config: BatchConfig) -> dict[str, Any]:
     """What a resume must match: the run's options, the index build and (when reranking) the
-    model's weights and the heads in a ``--heads`` file, so new weights at the same ``--model``
-    path, or new heads in the same file, are never mixed with old rows."""
-    weights = model_fingerprint(config.model)[1] if config.rerank else None
+    model's weights, the heads in a ``--heads`` file and what the head registry holds for the
+    model (registered heads, fused weights), so new weights at the same ``--model`` path, new
+    heads in the same file, or newly registered heads or weights are never mixed with old rows."""
+    model_id, weights = model_fingerprint(config.model) if config.rerank else (None, None)
+    registry = registry_digest(model_id, weights) if model_id is not None and weights is not None else None
     in_file = None
     if config.rerank and isinstance(config.heads, str) and config.heads.endswith(".json"):  # parse_heads' rule
         in_file = format_heads(parse_heads(config.heads) or [])
@@ -112,6 +115,7 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         "index_tag": manifest_tag(Path(config.index)),
         "model_fingerprint": weights,
         "heads_in_file": in_file,
+        "registry": registry,
     }
 
 

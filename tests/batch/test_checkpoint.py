@@ -222,6 +222,26 @@ def test_resume_refuses_new_heads_in_the_same_heads_file(fake_ray, tmp_path, ind
     assert fake_ray["calls"] == 1
 
 
+def test_resume_refuses_heads_registered_since(fake_ray, tmp_path, index, monkeypatch):
+    """Without --heads the reranker reads the registry's heads (and weights); heads registered for
+    the model between a run and its resume would score the remaining queries with other heads."""
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.registry import save_head_set
+
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    model = save_tiny(tmp_path / "model")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    run_batch({"q1": "apple"}, config, output=out, progress=False)  # nothing changed: resumed
+    assert fake_ray["calls"] == 1
+    model_id, fingerprint = model_fingerprint(str(model))
+    save_head_set(model_id, fingerprint, "qrhead", [(0, 1)], name="mine")
+    with pytest.raises(InputError, match=r"other settings \(registry\)"):
+        run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+    assert fake_ray["calls"] == 1
+
+
 def test_a_run_refused_for_a_checkpoint_in_use_leaves_its_settings_alone(fake_ray, tmp_path, index):
     """Another run holds the checkpoint and has not written its settings yet: a second run with
     other settings is refused without writing its own (they would be the ones a resume checks)."""
