@@ -3,7 +3,8 @@
 Rotary embeddings compose, ``R(a)R(b) = R(a+b)``: keys computed at position ``p`` and rotated by
 ``δ`` are the keys computed at ``p+δ`` (exactly in the first layer; block attention's
 ``"rotated"`` positions, :mod:`attnrank.llm.blocks`). :func:`rotation` reads the model's own
-rotary embedding at ``δ``; :func:`rotate_into` applies it.
+rotary embedding at ``δ``; :func:`rotate_into` applies it; :func:`nope_layers` names the layers
+without one, whose keys stay as they are.
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ def rotation(capturer: AttentionCapturer, delta: int, like: torch.Tensor) -> tup
     pos = torch.tensor([[delta]], device=like.device)
     cos, sin = rotary(torch.zeros(1, 1, like.shape[-1], device=like.device, dtype=torch.float32), position_ids=pos)
     return cos[0, 0].float(), sin[0, 0].float()
+
+
+def nope_layers(capturer: AttentionCapturer) -> list[int]:
+    """Indices of the decoder layers that apply no rotary embedding (NoPE layers: Llama 4's and
+    SmolLM3's ``no_rope_layers``, where 0 marks one). Their keys never see a position, so a block
+    moved to other positions keeps them as they were encoded."""
+    flags = getattr(capturer.decoder.config, "no_rope_layers", None)
+    return [i for i, f in enumerate(flags or []) if not f]
 
 
 def rotate_into(out: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:

@@ -27,7 +27,7 @@ from attnrank.errors import InputError
 
 from .attention import AttentionCapturer, PrefixCache, has_sliding_layers
 from .kernels import segment_mask
-from .rotary import rotate_into, rotation
+from .rotary import nope_layers, rotate_into, rotation
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +242,7 @@ def assemble(
     for layer, (k, v) in enumerate(context):
         keys[layer, :, : prefix.length], values[layer, :, : prefix.length] = k[0], v[0]
     turns: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    nope = [i for i in nope_layers(capturer) if i < len(context)]  # keys without a position: not rotated
     at = prefix.length
     for state, shift in zip(states, shifts):
         n = state.n_tokens
@@ -249,6 +250,8 @@ def assemble(
             if shift not in turns:
                 turns[shift] = rotation(capturer, shift, keys)
             rotate_into(keys[:, :, at : at + n], state.keys.to(keys.dtype), *turns[shift])
+            if nope:
+                keys[nope, :, at : at + n] = state.keys[nope].to(keys.dtype)
         else:
             keys[:, :, at : at + n] = state.keys
         values[:, :, at : at + n] = state.values
@@ -334,13 +337,16 @@ class StateCache:
 
 def rotate_keys(capturer: AttentionCapturer, state: BlockState, delta: int) -> BlockState:
     """``state`` moved ``delta`` positions on: its keys rotated by the model's rotary embedding
-    (``R(p)R(δ) = R(p+δ)``), values unchanged. Exact for the first layer's keys of a model with
+    (``R(p)R(δ) = R(p+δ)``) except in NoPE layers (:func:`nope_layers`), values unchanged. Exact for the first layer's keys of a model with
     standard rotary embeddings (see :func:`check_rotation`)."""
     if delta == 0:
         return state
     k = state.keys
     out = torch.empty_like(k)
     rotate_into(out, k, *rotation(capturer, delta, k))
+    nope = [i for i in nope_layers(capturer) if i < k.shape[0]]
+    if nope:
+        out[nope] = k[nope]
     return BlockState(out, state.values)
 
 

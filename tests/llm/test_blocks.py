@@ -154,6 +154,45 @@ def test_rotated_keys_equal_keys_computed_there(family):
     check_rotation(capturer, prefix)  # passes: standard rotary
 
 
+def test_nope_layers_keep_their_keys_when_a_block_moves():
+    """SmolLM3 and Llama 4 skip the rotary embedding in some layers (``no_rope_layers``, 0 = none):
+    those keys never see a position, so rotated positions must leave them as encoded; rotating
+    them as well (what a first-layer probe could not see) moved them to no position at all."""
+    from attnrank.llm.states import assemble, check_rotation, encode_blocks, rotate_keys
+
+    model = tiny_model(
+        "SmolLM3", layers=2, heads=4, kv_heads=2, max_positions=4096, no_rope_layers=[1, 0], pad_token_id=0
+    )
+    capturer = AttentionCapturer(model, [(1, 0)])
+    prefix = capturer.prefill([5, 6, 7])
+    block = [[10, 11, 12, 13, 14]]
+    at = encode_blocks(capturer, prefix, block, [3])[0]
+    there = encode_blocks(capturer, prefix, block, [3 + 40])[0]
+    check_rotation(capturer, prefix)  # layer 0 has rotary embeddings: the probe passes
+    moved = rotate_keys(capturer, at, 40)
+    assert torch.allclose(moved.keys[0], there.keys[0], atol=1e-5)
+    assert torch.equal(moved.keys[1], at.keys[1])
+    context = assemble(capturer, prefix, [at], shifts=[40])
+    k1 = context.cache.layers[1].keys
+    assert torch.equal(k1[0, :, 3:8], at.keys[1])
+
+
+def test_rotated_positions_on_a_model_without_positions_equal_sequential():
+    """A model whose every layer is NoPE: no key has a position, so rotated positions are exactly
+    sequential ones (they were refused: the first-layer probe saw its rotated keys differ)."""
+    model = tiny_model(
+        "SmolLM3", layers=2, heads=4, kv_heads=2, max_positions=4096, no_rope_layers=[0, 0], pad_token_id=0
+    )
+    capturer = AttentionCapturer(model, [(0, 1), (1, 2)])
+    prompt = build_block_prompts(tiny_tokenizer(), QUERY, DOCS)
+    prefix = capturer.prefill(prompt.prefix_ids)
+    rows = {
+        p: capture_blocks(capturer, prompt, prefix, fingerprint="t", positions=p).rows
+        for p in ("rotated", "sequential")
+    }
+    assert abs(rows["rotated"] - rows["sequential"]).max() < 1e-6
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_rotation_equals_float32(dtype):
     """The half-precision path (one matmul with the rotation matrix) rotates as float32 does,
