@@ -105,6 +105,15 @@ CASES = [
         _all(_write("c.jsonl", CORPUS), _thesis("indexes/x")),
     ),
     Case(
+        "demo-over-user-index",
+        "index target",
+        "`demo`, indexes/demo is the user's own index (another corpus) saved under that name",
+        ["demo", "--no-rerank", "-q"],
+        2,
+        ["indexes/demo holds an index of another corpus", "ATTNRANK_INDEX_DIR"],
+        lambda w: (w / "indexes" / "a").rename(w / "indexes" / "demo"),
+    ),
+    Case(
         "index-dir-is-corpus",
         "index target",
         "`index DOCS --index-dir DOCS` (a folder of .txt)",
