@@ -44,7 +44,7 @@ from attnrank.eval.rows import capture_all
 from attnrank.llm.rows import window_features
 from attnrank.registry import resolve_heads
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.rerank.fused import resolve_fused, train_fused
+from attnrank.rerank.fused import FusedWeights, resolve_fused, train_fused
 from attnrank.rerank.fusion_eval import NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
 
 log = logging.getLogger("bench_fusion")
@@ -143,6 +143,19 @@ def variants() -> dict:
     }
 
 
+def fixed_variants() -> dict:
+    """``--ablation fixed-weights``: equal weights over per-query z-scores, no training at all
+    (nothing learned on the other datasets can fail to transfer): name -> features. Each pair
+    with/without attention gives attention's contribution under that scheme."""
+    return {
+        "equal weights: attention + BM25 + dense + rank": ["attention", "bm25", "dense", "rank"],
+        "equal weights: BM25 + dense + rank (no attention)": ["bm25", "dense", "rank"],
+        "equal weights: attention + dense + BM25": ["attention", "dense", "bm25"],
+        "equal weights: dense + BM25 (no attention)": ["dense", "bm25"],
+        "equal weights: attention + dense": ["attention", "dense"],
+    }
+
+
 def lodo(data: dict, args) -> tuple[list[dict], dict]:
     """Leave-one-dataset-out: per held-out dataset, heads chosen and weights trained on the others."""
     rows, scores_by = [], {}
@@ -171,6 +184,10 @@ def lodo(data: dict, args) -> tuple[list[dict], dict]:
             train = [e for h in train_groups if h not in leave_out for e in train_ex[h]]
             fused = train_fused(train, feats, l2=args.l2, **{"model": args.model, **kw})
             scores[name] = {e.qid: fused.score(e.signals) for e in test_ex}
+        if args.ablation == "fixed-weights":
+            for name, feats in fixed_variants().items():
+                fixed = FusedWeights(list(feats), [1.0] * len(feats))
+                scores[name] = {e.qid: fixed.score(e.signals) for e in test16}
         scores_by[g] = scores
         for r in compare(test16, scores, METRICS[g], baselines=FIRST + CAND):
             rows.append({"held out": g, **r})
@@ -326,8 +343,14 @@ def main() -> None:
     ap.add_argument(
         "--dtype", default="float32", help="the LLM's precision; other than float32 writes fusion_<dtype>.{json,md}"
     )
+    ap.add_argument(
+        "--ablation",
+        default="",
+        choices=["", "fixed-weights"],
+        help="fixed-weights: add equal-weight (untrained) fusions; writes fusion_<dtype>_fixed-weights, no precision section",
+    )
     args = ap.parse_args()
-    if args.ship and (args.dtype != "float32" or args.attention != "full" or args.prompt):
+    if args.ship and (args.dtype != "float32" or args.attention != "full" or args.prompt or args.ablation):
         ap.error("--ship trains the shipped weights on float32 full-attention rows; drop --dtype/--attention/--prompt")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
@@ -335,7 +358,7 @@ def main() -> None:
     # every head: the cached rows serve every head set
     rr = AttentionReranker(config="icr", dtype=args.dtype, attention=args.attention, **prompt_options(args))
     data = load(args, root, rr)
-    precise = args.dtype != "float32" and args.attention == "full" and not args.prompt  # the precision section
+    precise = args.dtype != "float32" and args.attention == "full" and not args.prompt and not args.ablation
     icr32 = AttentionReranker(config="icr", dtype="float32") if precise else None
     held, _ = lodo(data, args)
     payload = {
@@ -343,6 +366,7 @@ def main() -> None:
         "dtype": str(rr.llm.dtype).removeprefix("torch.") + ("-int8" if rr.llm.quantization else ""),
         "attention": args.attention,
         "prompt": prompt_options(args),
+        "ablation": args.ablation,
         "sizes": {g: len(d["cands"]) for g, d in data.items()},
         "targets": targets(held),
         "lodo": held,
@@ -352,7 +376,7 @@ def main() -> None:
         "precision": precision(load(args, root, icr32), data, rr) if icr32 is not None else None,
     }
     md = markdown(payload)
-    variant = [f"{k}-{v}" for k, v in prompt_options(args).items()]
+    variant = [f"{k}-{v}" for k, v in prompt_options(args).items()] + [args.ablation] * bool(args.ablation)
     name = "_".join(
         ["fusion"] + [args.dtype] * (args.dtype != "float32") + ["block"] * (args.attention == "block") + variant
     )
@@ -364,6 +388,7 @@ def variant_title(p: dict) -> str:
     """What sets this run apart from the float32 full-attention headline, for its title."""
     parts = [p.get("dtype", "float32"), f"{p.get('attention', 'full')} attention"]
     parts += [f"{k}={v}" for k, v in (p.get("prompt") or {}).items()]
+    parts += [f"ablation {p['ablation']}"] * bool(p.get("ablation"))
     kept = [x for x in parts if x not in ("float32", "full attention")]
     return f": {', '.join(kept)}" if kept else ""
 
