@@ -185,9 +185,17 @@ class HeadAdapter:
         path = Path(folder)
         if not (path / META_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
             raise InputError(f"{path} holds no {META_FILE} + {WEIGHTS_FILE}; pass a folder written by HeadAdapter.save")
-        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
-        meta["heads"] = [(int(l), int(h)) for l, h in meta["heads"]]
-        return cls(tensors=load_file(str(path / WEIGHTS_FILE)), **meta)
+        try:
+            meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+            meta["heads"] = [(int(l), int(h)) for l, h in meta["heads"]]
+            meta = {**meta, "tensors": {}}
+            cls(**meta)  # the fields, checked before the tensors are read
+        except (ValueError, KeyError, TypeError) as e:
+            raise InputError(
+                f"{path / META_FILE} is not a head adapter's ({type(e).__name__}: {e}); pass a folder written by "
+                "HeadAdapter.save"
+            ) from None
+        return cls(**{**meta, "tensors": load_file(str(path / WEIGHTS_FILE))})
 
     def apply(self, llm: LLM) -> LLM:
         """A copy of ``llm`` whose q/k weights have the adapter merged in (``llm`` is untouched).

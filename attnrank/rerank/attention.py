@@ -133,11 +133,8 @@ class AttentionReranker:
         self.signals = SignalComputer(device=cfg.device if cfg.device != "auto" else "cpu")
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
-            heads, calibrate, token_filter = (
-                self.learned.heads,
-                self.learned.config.calibrate,
-                self.learned.config.use_filter,
-            )
+            heads = self.learned.heads
+            calibrate, token_filter = self.learned.fixed_options(calibrate, token_filter)
         else:
             heads = self._resolve_heads(cfg.heads)
         self.heads = parse_heads(heads)
@@ -149,6 +146,11 @@ class AttentionReranker:
             max_doc_words=cfg.max_doc_words,
             max_doc_tokens=cfg.max_doc_tokens,
         )
+        if (cfg.max_prompt_tokens or 0) > self.llm.context_length:  # past it, positions are untrained
+            raise InputError(
+                f"max_prompt_tokens={cfg.max_prompt_tokens} exceeds the {self.llm.context_length}-token context "
+                f"of {self.llm.model_id}; lower it (None: the context minus 64)"
+            )
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._block_prefix: PrefixCache | None = None  # block_prefix_ids depend on the tokenizer only

@@ -111,7 +111,7 @@ class RerankConfig:
             raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
         for key in ("max_doc_words", "max_doc_tokens", "max_prompt_tokens"):
             value = getattr(self, key)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise InputError(f"{key}={value!r} must be a positive integer or None (no limit)")
         if self.scorer != "sum" and self.heads not in (None, AUTO_OR_ALL):
             raise InputError(f"scorer='learned' reads the heads its weights were trained on; drop heads={self.heads!r}")

@@ -41,7 +41,7 @@ import numpy as np
 from ..config import DEFAULT_LLM
 from ..errors import InputError, require
 from ..eval.metrics import evaluate
-from ..registry import RegistryArtifact, shipped_artifact
+from ..registry import RegistryArtifact, load_artifact, shipped_artifact
 from ..types import Document
 from .learned.features import standardise
 from .signals import SIGNALS, SignalComputer
@@ -87,7 +87,17 @@ def _design(signals: Mapping[str, Any], features: Sequence[str]) -> np.ndarray:
     missing = [f for f in features if f not in signals]
     if missing:
         raise InputError(f"the candidates lack the feature(s) {missing}; the fused weights use {list(features)}")
-    cols = [np.nan_to_num(np.asarray(signals[f], dtype=np.float64), nan=0.0) for f in features]
+    cols = [np.asarray(signals[f], dtype=np.float64).reshape(-1) for f in features]
+    if len({c.size for c in cols}) > 1:
+        sizes = {f: c.size for f, c in zip(features, cols)}
+        raise InputError(f"the features have different numbers of values {sizes}; give one per candidate for each")
+    for f, c in zip(features, cols):  # NaN once became 0 and inf wiped its column: a plausible, wrong order
+        bad = np.flatnonzero(~np.isfinite(c))
+        if bad.size:
+            raise InputError(
+                f"feature {f!r} of candidate #{bad[0]} is {c[bad[0]]}; the fused scorer needs finite values "
+                "(give a candidate without that signal the query's lowest value)"
+            )
     return standardise(np.column_stack(cols))
 
 
@@ -170,19 +180,20 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
     per query, so they transfer, but they were not trained on this model's attention)."""
     if signals is None or isinstance(signals, FusedWeights):
         return signals
-    try:
+    if load_artifact(FusedWeights.KIND, model_id, fingerprint) is not None:
+        # Registered ones that do not load (malformed, other features) are an error, not a reason
+        # to score with another model's weights in their place.
         return FusedWeights.load(model_id, fingerprint)
-    except InputError:
-        payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
-        if payload is None:
-            raise
-        logger.warning(
-            "no fused weights are registered for %s: using those trained for the packaged %s; "
-            "train your own with `attnrank train`",
-            model_id,
-            DEFAULT_LLM,
-        )
-        return FusedWeights.from_json(payload)
+    payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
+    if payload is None:
+        return FusedWeights.load(model_id, fingerprint)  # raises: none registered, none shipped
+    logger.warning(
+        "no fused weights are registered for %s: using those trained for the packaged %s; "
+        "train your own with `attnrank train`",
+        model_id,
+        DEFAULT_LLM,
+    )
+    return FusedWeights.from_json(payload)
 
 
 # -- training -------------------------------------------------------------------------------------

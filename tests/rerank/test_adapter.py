@@ -167,3 +167,14 @@ def test_a_save_that_fails_leaves_the_adapter_already_in_the_folder_whole(tmp_pa
         second.save(tmp_path)
     back = HeadAdapter.load(tmp_path)  # not the second's tensors under the first's heads and layers
     assert back.heads == [(0, 1)] and torch.equal(back.tensors["w"], torch.ones(2))
+
+
+def test_a_folder_of_another_tool_is_refused_in_one_line(tmp_path):
+    HeadAdapter({"w": torch.ones(2)}, [(0, 1)], 0, 8, 16.0, "tiny", "a" * 64).save(tmp_path)
+    (tmp_path / "adapter.json").write_text('{"heads": [[0, 1]], "peft_type": "LORA"}', encoding="utf-8")
+    # before: TypeError: HeadAdapter.__init__() got an unexpected keyword argument 'peft_type'
+    with pytest.raises(InputError, match=r"adapter.json is not a head adapter's \(TypeError: .*peft_type"):
+        HeadAdapter.load(tmp_path)
+    (tmp_path / "adapter.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(InputError, match="is not a head adapter's"):  # before: a JSONDecodeError traceback
+        HeadAdapter.load(tmp_path)

@@ -130,3 +130,13 @@ def test_an_empty_document_is_refused_not_scored(llm, empty):
     with pytest.raises(InputError, match="has no text"):
         reranker.score("capital of France?", docs)
     assert len(reranker.rank("capital of France?", [docs[0], Document("c", empty, "A title")])) == 2
+
+
+def test_max_prompt_tokens_past_the_model_context_is_refused():
+    from _tiny import tiny_llm
+
+    short = tiny_llm(layers=2, max_positions=256)
+    # before: accepted, and a prompt past position 256 was scored with untrained positions
+    with pytest.raises(InputError, match="max_prompt_tokens=1000 exceeds the 256-token context"):
+        AttentionReranker(short, None, signals=None, max_prompt_tokens=1000)
+    assert AttentionReranker(short, None, signals=None, max_prompt_tokens=256).max_prompt_tokens == 256

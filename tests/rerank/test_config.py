@@ -28,3 +28,11 @@ def test_signals_other_than_auto_none_or_fused_weights_are_refused():
 
     fused = FusedWeights(["attention", "dense"], [1.0, 1.0])
     assert RerankConfig(signals=fused).signals is fused and RerankConfig(signals=None).signals is None
+
+
+def test_truncation_limits_refuse_booleans():
+    # before: max_doc_words=True passed as 1, and every passage was cut to its first word
+    for key in ("max_doc_words", "max_doc_tokens", "max_prompt_tokens"):
+        with pytest.raises(InputError, match=f"{key}=True must be a positive integer or None"):
+            RerankConfig(**{key: True})
+    assert RerankConfig(max_doc_words=1, max_doc_tokens=None).max_doc_words == 1

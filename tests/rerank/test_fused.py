@@ -113,3 +113,32 @@ def test_stored_weights_that_do_not_fit_their_features_are_refused_on_load():
     with pytest.raises(InputError, match="each once"):
         FusedWeights(["dense", "dense"], [1.0, 1.0])
     assert FusedWeights.from_json({**base, "base_weights": [0.5, 1.0, 0.1], "gate": 0.5}).gate == 0.5
+
+
+def test_auto_refuses_registered_weights_that_do_not_load(monkeypatch, tmp_path, caplog):
+    from attnrank.registry import save_artifact
+
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
+    bad = {"features": ["attention", "splade"], "weights": [1.0, 1.0]}  # e.g. from another attnrank version
+    save_artifact(FusedWeights.KIND, "my/model", "e" * 64, bad)
+    # before: the user's weights were dropped and the packaged model's used, logged as "none registered"
+    with pytest.raises(InputError, match="splade"):
+        resolve_fused("auto", "my/model", "e" * 64)
+    good = FusedWeights(["attention", "dense"], [1.0, 0.5])
+    good.save("my/model", "e" * 64)
+    assert resolve_fused("auto", "my/model", "e" * 64).features == ["attention", "dense"]
+    assert "no fused weights are registered" not in caplog.text
+
+
+def test_non_finite_or_misaligned_signals_are_refused():
+    fused = FusedWeights(["attention", "dense"], [1.0, 1.0])
+    dense = np.array([0.1, 0.2, 0.3, 0.4])
+    # before: inf (the strongest attention) zeroed the whole column and ranked that candidate last;
+    # NaN became a raw 0, here the lowest attention; other lengths were a numpy traceback
+    with pytest.raises(InputError, match="feature 'attention' of candidate #0 is inf"):
+        fused.score({"attention": np.array([np.inf, 1.0, 2.0, 3.0]), "dense": dense})
+    with pytest.raises(InputError, match="feature 'attention' of candidate #2 is nan"):
+        fused.score({"attention": np.array([1.0, 2.0, np.nan, 3.0]), "dense": dense})
+    with pytest.raises(InputError, match=r"different numbers of values \{'attention': 3, 'dense': 4\}"):
+        fused.score({"attention": np.array([1.0, 2.0, 3.0]), "dense": dense})
+    assert np.argmax(fused.score({"attention": np.array([9.0, 1.0, 2.0, 3.0]), "dense": dense})) == 3

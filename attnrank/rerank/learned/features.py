@@ -131,6 +131,10 @@ def feature_matrix(
             "HybridRetriever's results (they carry bm25/dense stage_scores) or use weights without stages"
         )
     cols += [stage_feature(stages[n])[:, None] for n in use_stages]  # type: ignore[index]
+    names = ["features", *(["first_stage"] if use_first_stage else []), *use_stages]
+    sizes = {n: c.shape[0] for n, c in zip(names, cols)}
+    if len(set(sizes.values())) > 1:
+        raise InputError(f"{who} have different numbers of values {sizes}; give one per candidate for each")
     return standardise(np.hstack(cols))
 
 

@@ -138,14 +138,32 @@ def _fold(
     train_kw: dict[str, Any],
 ) -> dict[str, Any]:
     model = train_head_weights(train, rel=rel, **train_kw)
-    rel = (test[0].rel or rel) if len({q.rel for q in test}) == 1 else rel
     row: dict[str, Any] = {"fold": name, "n_train": len(train), "n_test": len(test)}
-    row["learned"] = evaluate_scores(
+    row["learned"] = _evaluate_by_rel(
         test, lambda q: model.score_features(q.features, q.first_stage, q.stages), metrics, rel
     )
     for base, fn in _baselines(train_kw.get("first_stage", False)).items():
-        row[base] = evaluate_scores(test, fn, metrics, rel)
+        row[base] = _evaluate_by_rel(test, fn, metrics, rel)
     return row
+
+
+def _evaluate_by_rel(
+    test: Sequence[QueryFeatures], scorer: Callable[[QueryFeatures], np.ndarray], metrics: Sequence[str], rel: int
+) -> dict[str, float]:
+    """:func:`evaluate_scores` with each query's own ``rel`` (a fold may mix datasets), averaged
+    over the queries."""
+    by_rel: dict[int, list[QueryFeatures]] = {}
+    for q in test:
+        if q.doc_ids:  # a query without candidates has no judgements: evaluate_scores skips it
+            by_rel.setdefault(rel if q.rel is None else q.rel, []).append(q)
+    if len(by_rel) < 2:
+        return evaluate_scores(test, scorer, metrics, next(iter(by_rel), rel))
+    n = sum(len(qs) for qs in by_rel.values())
+    out: dict[str, float] = {}
+    for r, qs in by_rel.items():
+        for m, v in evaluate_scores(qs, scorer, metrics, r).items():
+            out[m] = out.get(m, 0.0) + v * len(qs) / n
+    return out
 
 
 def kfold_evaluate(

@@ -4,6 +4,7 @@ windows (the method: :mod:`attnrank.rerank.learned`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -15,6 +16,8 @@ from ...llm.headspec import format_heads, parse_heads
 from ...llm.rows import window_features
 from ...registry import RegistryArtifact
 from .features import Scores, feature_matrix
+
+logger = logging.getLogger(__name__)
 
 ARTIFACT = "head-weights"
 
@@ -71,6 +74,20 @@ class LearnedHeadWeights(RegistryArtifact):
     @property
     def heads(self) -> list[tuple[int, int]]:
         return [(int(p[0]), int(p[1])) for p in (parse_heads(self.config.heads) or [])] if self.config.heads else []
+
+    def fixed_options(self, calibrate: bool, token_filter: bool) -> tuple[bool, bool]:
+        """The calibration and token filter these weights were trained with, which a reranker
+        scoring with them uses; logged where the asked ``calibrate``/``token_filter`` differ."""
+        fixed = (self.config.calibrate, self.config.use_filter)
+        if fixed != (calibrate, token_filter):
+            logger.warning(
+                "the learned head weights were trained with calibrate=%s, token_filter=%s and score with "
+                "them: calibrate=%s, token_filter=%s are not applied (use scorer='sum' for those)",
+                *fixed,
+                calibrate,
+                token_filter,
+            )
+        return fixed
 
     def score_features(
         self, features: np.ndarray, first_stage: Scores | None = None, stages: Mapping[str, Scores] | None = None

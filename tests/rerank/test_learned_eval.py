@@ -1,0 +1,66 @@
+"""Cross-validated evaluation of learned head weights over queries of different datasets."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from test_learned import synthetic
+
+from attnrank.rerank.learned import evaluate_scores, leave_one_group_out
+
+
+def test_folds_evaluate_each_query_with_its_own_rel():
+    # Two datasets mixed in every fold: "dl" judges relevance from label 2 (none of its labels
+    # reach it), "sci" from label 1. Before, a fold with both was evaluated with rel=1 for all,
+    # so the "dl" queries' label-1 passages counted as relevant.
+    ex = [replace(q, rel=2 if i % 4 >= 2 else 1) for i, q in enumerate(synthetic(n_queries=40, groups=("a", "b")))]
+    rows = leave_one_group_out(ex, metrics=("RR@10",), l2=0.1)
+    sum_of_heads = lambda q: q.features.sum(axis=1)  # noqa: E731
+    for row in rows:
+        test = [q for q in ex if q.group == row["fold"]]
+        sci = [q for q in test if q.rel == 1]
+        assert 0 < len(sci) < len(test)
+        expected = evaluate_scores(sci, sum_of_heads, ("RR@10",), 1)["RR@10"] * len(sci) / len(test)
+        assert np.isclose(row["sum-of-heads"]["RR@10"], expected)
+
+
+def test_learned_scorer_says_that_it_overrides_calibrate_and_token_filter(llm, caplog):
+    from attnrank.rerank.attention import AttentionReranker
+    from attnrank.rerank.learned import QueryFeatures, train_head_weights
+
+    heads = [(0, 2), (1, 1)]
+    ex = [
+        QueryFeatures(f"q{i}", ["a", "b", "c"], np.eye(3)[:, :2] * (i + 1), np.array([1, 0, 0]), heads)
+        for i in range(4)
+    ]
+    w = train_head_weights(ex, calibrate=True, use_filter=True)
+    rr = AttentionReranker(llm, scorer=w, signals=None)
+    assert (rr.calibrate, rr.token_filter) == (True, True) and "not applied" not in caplog.text
+    # before: calibrate=False was silently replaced by the weights' calibrate=True
+    rr = AttentionReranker(llm, scorer=w, signals=None, calibrate=False)
+    assert rr.calibrate is True
+    assert "calibrate=False, token_filter=True are not applied" in caplog.text
+
+
+def test_first_stage_or_stage_scores_of_another_length_are_refused():
+    from attnrank.errors import InputError
+    from attnrank.rerank.learned import QueryFeatures, train_head_weights
+
+    ex = [
+        QueryFeatures(
+            f"q{i}", ["a", "b", "c"], np.eye(3)[:, :2] * (i + 1), np.array([1, 0, 0]), [(0, 0), (0, 1)], np.ones(3)
+        )
+        for i in range(4)
+    ]
+    ex[2].first_stage = np.array([3.0, 2.0])  # before: a numpy concatenation traceback
+    with pytest.raises(
+        InputError, match=r"query 'q2'.* different numbers of values \{'features': 3, 'first_stage': 2\}"
+    ):
+        train_head_weights(ex, first_stage=True)
+    ex[2].first_stage, ex[1].stages = np.array([3.0, 2.0, 1.0]), {"dense": np.ones(4)}
+    for q in ex[:1] + ex[2:]:
+        q.stages = {"dense": np.ones(3)}
+    with pytest.raises(InputError, match=r"query 'q1'.* \{'features': 3, 'dense': 4\}"):
+        train_head_weights(ex, stages=["dense"])
