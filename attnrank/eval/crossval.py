@@ -11,6 +11,7 @@ robin into ``k`` folds (``order[i::k]``); a fold's training items keep the shuff
 
 from __future__ import annotations
 
+import numbers
 import random
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ def cross_validate(
 
 def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, float]:
     """Numeric columns of per-fold rows averaged with weights ``row[n]`` (test items per fold);
-    columns that are not numbers in every row are left out."""
+    columns that are not numbers (Python or NumPy) in every row are left out."""
     if not rows:
         raise InputError("no fold rows to pool")
     total = sum(r[n] for r in rows)
@@ -84,6 +85,6 @@ def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, floa
         c
         for c in rows[0]
         if c not in (n, "n_train", "fold")
-        and all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows)
+        and all(isinstance(r.get(c), numbers.Real) and not isinstance(r.get(c), bool) for r in rows)
     ]
     return {c: sum(r[c] * r[n] for r in rows) / total for c in keys}

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from math import comb
 from typing import Any
 
-from ..errors import require
+from ..errors import InputError, require
 
 DEFAULT_METRICS = ("nDCG@10", "R@20", "R@100", "RR@10")
 
@@ -23,7 +23,16 @@ def _parse(metrics: Sequence[str], rel: int) -> dict[str, Any]:
     irm = require("ir_measures", "eval", "Evaluation metrics")
     out = {}
     for m in metrics:
-        measure = irm.parse_measure(m)
+        try:
+            measure = irm.parse_measure(m)
+        except (NameError, ValueError, TypeError, SyntaxError) as e:
+            raise InputError(
+                f"metric {m!r} is not an ir-measures name ({e}); use e.g. nDCG@10, R@100, RR@10, P@5 or AP"
+            ) from None
+        cutoff = measure.params.get("cutoff")
+        if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int) or cutoff < 1):
+            # trec_eval aborts the whole process (not an exception) on a cutoff below 1
+            raise InputError(f"metric {m!r} has cutoff {cutoff!r}; a cutoff is a whole number >= 1 (e.g. R@100)")
         name = str(measure)
         # every measure with a threshold (Rprec, Bpref, SetP, ... too), unless the name sets its own
         if rel != 1 and "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params:
@@ -39,6 +48,26 @@ def _trec_order(docs: Mapping[str, float]) -> dict[str, float]:
     return {did: float(len(ranked) - i) for i, (did, _) in enumerate(ranked)}
 
 
+def _check_input(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]]) -> None:
+    """One line naming the first id that is not a string (ir-measures fails deep inside on it) or
+    NaN score (it sorts anywhere: its metric would be a plausible made-up number)."""
+    for kind, table in (("qrels", qrels), ("run", run)):
+        for q, docs in table.items():
+            bad = q if not isinstance(q, str) else next((d for d in docs if not isinstance(d, str)), None)
+            if bad is not None:
+                raise InputError(
+                    f"{kind} id {bad!r} is a {type(bad).__name__}, not a string; ids are matched as strings, "
+                    "as in TREC files: convert them with str()"
+                )
+    for q, docs in run.items():
+        bad = next((d for d, score in docs.items() if score != score), None)
+        if bad is not None:
+            raise InputError(
+                f"query {q!r}, document {bad!r} has score nan; a run needs numbers to rank by "
+                "(check the model's dtype and weights, or give unscored documents a low finite score)"
+            )
+
+
 def evaluate(
     run: Mapping[str, Mapping[str, float]],
     qrels: Mapping[str, Mapping[str, int]],
@@ -48,6 +77,7 @@ def evaluate(
 ) -> dict[str, float]:
     """Mean of each metric over the queries that have judgments (missing runs count as 0)."""
     names = list(_parse(metrics, rel))
+    _check_input(run, qrels)  # here too: a run id 1 would not meet the qrels' "1" and score 0
     # a query with an empty judgment set is one trec_eval never sees: not averaged
     judged = {q: dict(v) for q, v in qrels.items() if v}
     # queries with judgments but no run score 0, as trec_eval -c does
@@ -70,6 +100,7 @@ def evaluate_per_query(
         names_of.setdefault(measure, []).append(name)
     judged = {q: dict(v) for q, v in qrels.items() if v}
     per: dict[str, dict[str, float]] = {q: {n: 0.0 for ns in names_of.values() for n in ns} for q in judged}
+    _check_input(run, qrels)
     run_d = {q: _trec_order(d) for q, d in run.items() if d}
     for metric in irm.iter_calc(list(names_of), judged, run_d):
         if metric.query_id in per:
@@ -112,6 +143,12 @@ def per_query_ndcg_of_each(
         return {}
     out = {q: np.zeros(len(s)) for q, s in judged.items()}
     n = len(next(iter(judged.values())))  # scorers, the same for every query
+    for q, s in judged.items():  # else the scorers a query lacks, or candidates zip drops, score 0
+        if np.shape(s) != (n, len(doc_ids[q])):
+            raise InputError(
+                f"scores of query {q!r} have shape {np.shape(s)}, not ({n}, {len(doc_ids[q])}): give every "
+                "query one row per scorer (as many as the first query's) and one column per candidate"
+            )
     for lo in range(0, n, chunk):
         run = {
             f"{q}::{h}": dict(zip(doc_ids[q], map(float, s[h])))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import numbers
 import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -47,14 +48,14 @@ def write_outputs(name: str, payload: Mapping[str, Any], markdown: str, out_dir:
 
 def md_table(rows: Sequence[Mapping[str, Any]], cols: Sequence[str], fmt: Mapping[str, str] | None = None) -> str:
     """A markdown table of ``rows`` over ``cols``; floats formatted by ``fmt[col]`` (default
-    ``.4f``), NaN shown as "—" (not measured), missing cells empty."""
+    ``.4f``; NumPy floats too), NaN shown as "—" (not measured), missing cells empty."""
     fmt = fmt or {}
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = []
         for c in cols:
             v = r.get(c, "")
-            if isinstance(v, float):
+            if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral):  # NumPy floats too
                 cells.append("—" if math.isnan(v) else format(v, fmt.get(c, ".4f")))
             else:
                 cells.append(str(v))

@@ -189,7 +189,10 @@ def cached_signals(
 def run_of(
     cands: Mapping[str, Sequence[Document]], scores: Mapping[str, Sequence[float]]
 ) -> dict[str, dict[str, float]]:
-    """A run ``{qid: {doc id: score}}`` from per-query scores in candidate order."""
+    """A run ``{qid: {doc id: score}}`` from per-query scores in candidate order (one each)."""
+    for q in cands:  # zip would drop the candidates without a score from the run: never retrieved
+        if len(scores[q]) != len(cands[q]):
+            raise InputError(f"query {q!r} has {len(scores[q])} scores for {len(cands[q])} candidates; give one each")
     return {q: {d.id: float(s) for d, s in zip(cands[q], scores[q])} for q in cands}
 
 

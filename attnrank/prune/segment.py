@@ -230,6 +230,8 @@ def segment(text: str, sentences: Sequence[str] | None = None, *, max_words: int
 def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
     """Find pre-split ``sentences`` (whitespace-trimmed) in ``text``, in order; empty ones are
     skipped. Raises :class:`InputError` naming the first sentence that is not found."""
+    if isinstance(sentences, str):  # a str would be a sequence of 1-character "sentences"
+        raise InputError(f"pre-split sentences {sentences[:40]!r} are one string; pass a list of sentences, or None")
     out: list[Sentence] = []
     cursor = 0
     for i, raw in enumerate(sentences):

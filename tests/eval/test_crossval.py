@@ -67,3 +67,14 @@ def test_cross_validate_fits_on_train_only_and_pools_by_test_size():
     assert pool([{"n": 1, "m": 1.0}, {"n": 3, "m": 0.0}], n="n") == {"m": 0.25}
     with pytest.raises(InputError):
         pool([])
+
+
+def test_pool_keeps_numpy_number_columns():
+    """A metric computed with NumPy (np.float32 means, np.int64 counts) was silently left out."""
+    import numpy as np
+
+    rows = [
+        {"fold": "0", "n_test": 1, "ndcg": np.float32(1.0), "hits": np.int64(2), "ok": np.bool_(True)},
+        {"fold": "1", "n_test": 3, "ndcg": np.float32(0.0), "hits": np.int64(6), "ok": np.bool_(False)},
+    ]
+    assert pool(rows) == {"ndcg": pytest.approx(0.25), "hits": pytest.approx(5.0)}

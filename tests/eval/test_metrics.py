@@ -167,3 +167,52 @@ def test_two_names_of_one_measure_each_get_their_line():
     assert evaluate(run, qrels, ["R@2", "R(rel=3)@2"], rel=3) == {"R@2": 1.0, "R(rel=3)@2": 1.0}
     per = evaluate_per_query(run, qrels, ["R@2", "R(rel=3)@2"], rel=1)
     assert per == {"q": {"R@2": pytest.approx(2 / 3), "R(rel=3)@2": 1.0}}
+
+
+def test_nan_scores_are_refused_not_ranked_anywhere():
+    """A NaN score sorts anywhere: the relevant document ranked first gave a perfect nDCG."""
+    qrels = {"q": {"a": 1, "b": 0, "c": 0}}
+    run = {"q": {"a": math.nan, "b": 0.5, "c": 0.2}}
+    with pytest.raises(InputError, match=r"query 'q', document 'a' has score nan"):
+        evaluate(run, qrels, ["nDCG@10"])
+    with pytest.raises(InputError, match="score nan"):
+        per_query_ndcg_of_each({"q": np.array([[math.nan, 1.0, 2.0]])}, {"q": ["a", "b", "c"]}, qrels)
+    assert evaluate({"q": {"a": math.inf, "b": -math.inf}}, qrels, ["nDCG@10"]) == {"nDCG@10": 1.0}
+
+
+def test_ndcg_of_each_scorer_refuses_ragged_scores():
+    """A query with fewer scorers or candidates than the first got nDCG 0 for the missing ones."""
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}}
+    doc_ids = {"q1": ["a", "b"], "q2": ["a", "b"]}
+    for bad in (np.array([[1.0, 2.0]]), np.array([[1.0], [2.0]])):
+        with pytest.raises(InputError, match=r"scores of query 'q2' have shape \(\d, \d\), not \(2, 2\)"):
+            per_query_ndcg_of_each({"q1": np.array([[2.0, 1.0], [1.0, 2.0]]), "q2": bad}, doc_ids, qrels)
+
+
+@pytest.mark.parametrize(
+    "run, qrels, bad",
+    [
+        ({"1": {"a": 1.0}}, {1: {"a": 1}}, "qrels id 1 is a int"),
+        ({1: {"a": 1.0}}, {"1": {"a": 1}}, "run id 1 is a int"),
+        ({"q": {"a": 1.0}}, {"q": {7: 1}}, "qrels id 7 is a int"),
+    ],
+)
+def test_ids_that_are_not_strings_get_one_line(run, qrels, bad):
+    """pytrec_eval used to fail deep inside with "Expected string as key"."""
+    with pytest.raises(InputError, match=f"{bad}, not a string; .* convert them with str"):
+        evaluate(run, qrels, ["nDCG@10"])
+
+
+@pytest.mark.parametrize(
+    "metric, message",
+    [
+        ("R@0", "metric 'R@0' has cutoff 0; a cutoff is a whole number >= 1"),
+        ("ndcg@10", "metric 'ndcg@10' is not an ir-measures name .*; use e.g. nDCG@10"),
+        ("R(rel=2@5", "metric 'R\\(rel=2@5' is not an ir-measures name"),
+    ],
+)
+def test_bad_metric_names_get_one_line(metric, message):
+    """A cutoff below 1 used to abort the whole Python process inside trec_eval; an unknown name
+    raised ir-measures' NameError."""
+    with pytest.raises(InputError, match=message):
+        evaluate({"q": {"a": 1.0}}, {"q": {"a": 1}}, [metric])

@@ -25,3 +25,11 @@ def test_write_outputs(tmp_path):
 def test_environment_fields():
     env = environment()
     assert {"date", "python", "torch", "cpus", "threads", "machine"} <= set(env) and env["cpus"] >= 1
+
+
+def test_md_table_formats_numpy_floats_and_their_nan():
+    """np.float32 (a NumPy mean of float32 scores) was printed unformatted, its NaN as "nan"."""
+    import numpy as np
+
+    rows = [{"m": np.float32(0.123456), "n": np.int64(3)}, {"m": np.float32("nan"), "n": np.int64(4)}]
+    assert md_table(rows, ["m", "n"]).splitlines()[2:] == ["| 0.1235 | 3 |", "| — | 4 |"]

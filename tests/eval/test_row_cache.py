@@ -108,3 +108,12 @@ def test_runs_from_candidates():
     docs = rerank_docs()
     assert first_stage_run({"q": docs[:3]}) == {"q": {"paris": 3.0, "berlin": 2.0, "banana": 1.0}}
     assert run_of({"q": docs[:2]}, {"q": np.array([0.5, 2])}) == {"q": {"paris": 0.5, "berlin": 2.0}}
+
+
+def test_run_of_refuses_scores_that_do_not_cover_the_candidates():
+    """A candidate without a score used to vanish from the run (counted as never retrieved)."""
+    from attnrank.errors import InputError
+
+    docs = rerank_docs()
+    with pytest.raises(InputError, match="query 'q' has 1 scores for 2 candidates"):
+        run_of({"q": docs[:2]}, {"q": [1.0]})

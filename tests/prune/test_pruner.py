@@ -296,6 +296,15 @@ def test_pre_split_sentences(llm):
     assert len(scored) == 1
 
 
+def test_pre_split_sentences_given_as_one_string_are_not_characters(llm):
+    """A string per passage used to be taken as that many one-character sentences."""
+    text = "Paris is big. It is old."
+    with pytest.raises(InputError, match="are one string; pass a list of sentences"):
+        ContextPruner(llm).prune(QUERY, [Document("p", text, "P")], budget_tokens=5, sentences=[text])
+    docs = [Document("p", text, "P", {"sentences": text})]  # unusable metadata: segmented instead
+    assert [s.text for s in ContextPruner(llm).score_sentences(QUERY, docs)] == ["Paris is big.", "It is old."]
+
+
 def test_budget_covering_the_context_keeps_everything_without_scoring(llm, caplog):
     pruner = ContextPruner(llm)
 

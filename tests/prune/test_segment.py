@@ -136,3 +136,12 @@ def test_windows_line_endings_segment_like_unix_ones():
     for unix in samples:
         windows = unix.replace("\n", "\r\n")
         assert [t.replace("\r\n", "\n") for t in texts(windows)] == texts(unix)
+
+
+def test_pre_split_sentences_given_as_one_string_are_refused():
+    """A string is a sequence of strings: each character became a one-letter "sentence"."""
+    text = "Paris is big. It is in France."
+    with pytest.raises(InputError, match=r"pre-split sentences 'Paris is big. It is in France.' are one string"):
+        segment(text, text)
+    with pytest.raises(InputError, match="one string"):
+        locate_sentences(text, "Paris is big.")
