@@ -78,14 +78,21 @@ class PointwiseReranker:
         if not docs:
             return np.zeros(0)
         tok, model = self.llm.tokenizer, self.llm.model
-        tok.padding_side = "left"  # the answer token is the last position of every row
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         out = []
         for i in range(0, len(docs), self.batch_size):
             texts = [self._prompt(query, d) for d in docs[i : i + self.batch_size]]
-            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.llm.device)
-            logits = model(**enc, logits_to_keep=1).logits[:, -1].float()
+            rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+            # Padded on the left by hand, so the answer token is every row's last position and the
+            # model's shared tokenizer is left as it is; positions count from each row's own start,
+            # so a passage scores the same whatever it is batched with.
+            n = max(len(r) for r in rows)
+            ids = torch.tensor([[pad] * (n - len(r)) + r for r in rows], device=self.llm.device)
+            mask = torch.tensor([[0] * (n - len(r)) + [1] * len(r) for r in rows], device=self.llm.device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            with forward_lock(model):
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
+            logits = logits[:, -1].float()
             out.append((logits[:, self.yes] - logits[:, self.no]).cpu().numpy())
         return np.concatenate(out)
 
@@ -142,7 +149,7 @@ class ListwiseReranker:
                 **enc.to(self.llm.device),
                 max_new_tokens=6 * len(docs),
                 do_sample=False,
-                pad_token_id=tok.pad_token_id or tok.eos_token_id,
+                pad_token_id=tok.eos_token_id if tok.pad_token_id is None else tok.pad_token_id,
             )
         text = tok.decode(gen[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         named = []

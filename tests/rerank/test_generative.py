@@ -3,12 +3,13 @@ reranker does: ``k`` None or positive, unique ids, empty lists, the query id of 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from _tiny import RERANK_QUERY, rerank_docs
 
 from attnrank.errors import InputError
 from attnrank.rerank.generative import ListwiseReranker, PointwiseReranker
-from attnrank.types import RankedResults, ScoredDocument
+from attnrank.types import Document, RankedResults, ScoredDocument
 
 
 @pytest.mark.parametrize("kind", ["pointwise", "listwise"])
@@ -30,3 +31,17 @@ def test_k_duplicate_ids_empty_lists_and_query_ids(llm, kind):
     res = rr.rank(RERANK_QUERY, first, k=10)
     assert res.query_id == "q3" and sorted(res.ids) == sorted(d.id for d in docs) and len(res) == 4
     assert res.stage == kind and [r.rank for r in res] == [1, 2, 3, 4]
+
+
+def test_pointwise_scores_do_not_depend_on_the_batch_and_leave_the_tokenizer_alone(llm):
+    """A passage scores the same alone as batched with longer ones (left padding used to shift its
+    positions), and scoring leaves the model's shared tokenizer as it was (it was switched to left
+    padding with an EOS pad token for every later user of the model)."""
+    tok = llm.tokenizer
+    before = (tok.padding_side, tok.pad_token)
+    docs = [Document("s", "Paris."), Document("l", "Berlin is the capital and largest city of Germany by far.")]
+    rr = PointwiseReranker(llm, batch_size=2)
+    alone = PointwiseReranker(llm, batch_size=1).score("capital of France?", docs)
+    batched = rr.score("capital of France?", docs)
+    assert np.allclose(batched, alone, atol=1e-4)
+    assert (tok.padding_side, tok.pad_token) == before
