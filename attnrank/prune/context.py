@@ -122,7 +122,9 @@ def check_budget(budget_tokens: int | None, keep_ratio: float | None) -> None:
             f"budget_tokens={budget_tokens!r} must be a whole number of tokens >= 1; "
             "pass e.g. budget_tokens=300, or keep_ratio=R"
         )
-    if keep_ratio is not None and not (isinstance(keep_ratio, (int, float)) and 0 < keep_ratio <= 1):
+    if keep_ratio is not None and (
+        isinstance(keep_ratio, bool) or not (isinstance(keep_ratio, (int, float)) and 0 < keep_ratio <= 1)
+    ):
         raise InputError(
             f"keep_ratio={keep_ratio!r} is outside (0, 1]; pass the fraction of the "
             "context's sentence tokens to keep, e.g. keep_ratio=0.3"

@@ -158,7 +158,7 @@ class ContextPruner:
         else automatic segmentation).
         """
         check_budget(budget_tokens, keep_ratio)
-        if not isinstance(neighbours, int) or neighbours < 0:
+        if isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 0:
             raise InputError(
                 f"neighbours={neighbours!r} must be an integer >= 0 (sentences of "
                 "context kept on each side of a chosen one)"

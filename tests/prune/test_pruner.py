@@ -337,6 +337,11 @@ def test_bad_input(llm):
         pruner.prune(" ", DOCS, budget_tokens=10)
     with pytest.raises(InputError, match="neighbours=-1"):
         pruner.prune(QUERY, DOCS, budget_tokens=10, neighbours=-1)
+    # True is an int in Python: it was read as keep_ratio=1 (keep everything) and neighbours=1
+    with pytest.raises(InputError, match=r"keep_ratio=True is outside"):
+        pruner.prune(QUERY, DOCS, keep_ratio=True)
+    with pytest.raises(InputError, match="neighbours=True must be an integer"):
+        pruner.prune(QUERY, DOCS, budget_tokens=10, neighbours=True)
     with pytest.raises(InputError, match="hold no text"):
         pruner.prune(QUERY, [Document("e", "  ")], budget_tokens=10)
     with pytest.raises(InputError, match="sentences has 1 entries for 3 documents"):
