@@ -34,13 +34,15 @@ def _lines(p: Path) -> Iterator[tuple[int, str]]:
 
 
 def read_qrels(path: str | Path) -> Qrels:
-    """Read TREC qrels (4 columns) or BEIR qrels TSV (3 columns, optional header)."""
+    """Read TREC qrels (4 columns) or BEIR qrels TSV (3 columns, optional header). A pair judged
+    twice with different labels keeps the last one, with a warning naming where."""
     p = Path(path)
     if p.is_dir():  # a BEIR folder: prefer test, then dev, then train
         p = next((p / "qrels" / f"{s}.tsv" for s in ("test", "dev", "train") if (p / "qrels" / f"{s}.tsv").exists()), p)
     if not p.is_file():
         raise InputError(f"qrels file {str(p)!r} does not exist; give a TREC qrels file or a BEIR qrels/*.tsv")
     qrels: Qrels = {}
+    dups: list[str] = []
     for lineno, line in _lines(p):
         parts = line.split()
         if not parts:
@@ -59,9 +61,19 @@ def read_qrels(path: str | Path) -> Qrels:
             if lineno == 1:  # BEIR header "query-id corpus-id score"
                 continue
             raise InputError(f"{p}:{lineno}: relevance {rel!r} is not a number") from None
-        qrels.setdefault(qid, {})[did] = label
+        judged = qrels.setdefault(qid, {})
+        if did in judged and judged[did] != label:
+            dups.append(f"{p}:{lineno}")
+        judged[did] = label
     if not qrels:
         raise InputError(f"{p}: no judgments found")
+    if dups:
+        logger.warning(
+            "%s: %d (query, document) pair(s) judged again with another label, first at %s; kept the last label",
+            p,
+            len(dups),
+            dups[0],
+        )
     return qrels
 
 

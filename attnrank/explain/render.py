@@ -12,7 +12,7 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import require
+from ..errors import InputError, require
 from ..files import atomic_path
 from .tokens import PassageExplanation
 
@@ -91,6 +91,8 @@ def write_png(path: str | Path, query: str, explanations: Sequence[PassageExplan
     import numpy as np
 
     path = Path(path)
+    if not explanations:
+        raise InputError("no explanations to draw; explain at least one passage")
     scale = _scale(explanations) or 1.0
     fig, axes = plt.subplots(len(explanations), 1, figsize=(10, 0.9 + 0.8 * len(explanations)), squeeze=False)
     for ax, e in zip(axes[:, 0], explanations):

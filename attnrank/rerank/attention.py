@@ -235,8 +235,8 @@ class AttentionReranker:
         check_documents(documents)
         if query_id is None and isinstance(docs, RankedResults):
             query_id = docs.query_id
-        if not documents:
-            return RankedResults(query, [], query_id, stage="attention")
+        if not documents:  # the stage name the list would have had
+            return RankedResults(query, [], query_id, stage="attention" if self.fused is None else FUSED_STAGE)
         attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
         stage, scores = "attention", attention
         if self.fused is not None:  # keep the attention score beside the fused one

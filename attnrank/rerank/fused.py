@@ -369,6 +369,11 @@ def fusion_examples(
     first-stage signals of its ``candidates`` (first-stage order)."""
     from tqdm.auto import tqdm
 
+    missing = [q for q in queries if q not in candidates]
+    if missing:
+        raise InputError(
+            f"{len(missing)} queries have no candidate list (first: {missing[0]!r}); give candidates for every query"
+        )
     compute = signals or SignalComputer()
     out = []
     for qid in tqdm(list(queries), desc="attention and signals", unit="query", disable=not progress):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from ..eval.crossval import Split
 from ..eval.metrics import evaluate_per_query, sign_test, wins_losses
 from .fused import ATTENTION, FEATURES, FusionExample, train_fused
@@ -63,7 +64,10 @@ def compare(
     per = {m: _per_query(examples, s, metrics) for m, s in scores.items()}
     key = metrics[0]
     mean = {m: {k: float(np.mean([v[k] for v in p.values()])) for k in metrics} for m, p in per.items()}
-    best = max((b for b in baselines if b in mean), key=lambda b: mean[b][key])
+    present = [b for b in baselines if b in mean]
+    if not present:
+        raise InputError(f"none of the baselines {list(baselines)} is among the scored methods {list(mean)}")
+    best = max(present, key=lambda b: mean[b][key])
     rows = []
     for m, p in per.items():
         w, l = wins_losses(p[q][key] - per[best][q][key] for q in p)

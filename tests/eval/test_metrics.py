@@ -216,3 +216,14 @@ def test_bad_metric_names_get_one_line(metric, message):
     raised ir-measures' NameError."""
     with pytest.raises(InputError, match=message):
         evaluate({"q": {"a": 1.0}}, {"q": {"a": 1}}, [metric])
+
+
+def test_qrels_judging_a_pair_twice_warn_and_keep_the_last(tmp_path, caplog):
+    from attnrank.eval import read_qrels
+
+    path = tmp_path / "q.txt"
+    path.write_text("q1 0 d1 1\nq1 0 d2 0\nq1 0 d1 2\nq1 0 d2 0\n")
+    with caplog.at_level("WARNING", logger="attnrank.eval.data"):
+        assert read_qrels(path) == {"q1": {"d1": 2, "d2": 0}}
+    assert "1 (query, document) pair(s) judged again with another label, first at" in caplog.text
+    assert "q.txt:3" in caplog.text

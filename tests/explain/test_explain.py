@@ -132,3 +132,13 @@ def test_screenshot_in_headless_chromium(explained, tmp_path):
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000  # a rendered page, not an empty image
+
+
+def test_png_of_no_explanations_is_one_line(tmp_path):
+    pytest.importorskip("matplotlib", reason="needs the 'plot' extra")
+    from attnrank.errors import InputError
+    from attnrank.explain.render import write_png
+
+    with pytest.raises(InputError, match="no explanations to draw"):
+        write_png(tmp_path / "e.png", RERANK_QUERY, [])
+    assert not list(tmp_path.iterdir())

@@ -142,3 +142,16 @@ def test_non_finite_or_misaligned_signals_are_refused():
     with pytest.raises(InputError, match=r"different numbers of values \{'attention': 3, 'dense': 4\}"):
         fused.score({"attention": np.array([1.0, 2.0, 3.0]), "dense": dense})
     assert np.argmax(fused.score({"attention": np.array([9.0, 1.0, 2.0, 3.0]), "dense": dense})) == 3
+
+
+def test_one_line_errors_for_missing_candidates_and_baselines():
+    """A query without a candidate list, and a comparison against baselines none of which was
+    scored, were a bare KeyError and a ValueError from max()."""
+    from attnrank.rerank.fused import fusion_examples
+
+    with pytest.raises(InputError, match="1 queries have no candidate list \\(first: 'q2'\\)"):
+        fusion_examples(lambda q, d: np.zeros(len(d)), {"q1": "a", "q2": "b"}, {"q1": []}, {})
+    ex = _examples(4, "g", 0.1, 0)
+    scores = {"mine": {e.qid: e.signals["attention"] for e in ex}}
+    with pytest.raises(InputError, match="none of the baselines \\['bm25 alone'\\] is among the scored methods"):
+        compare(ex, scores, baselines=("bm25 alone",))

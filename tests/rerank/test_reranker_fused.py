@@ -60,3 +60,9 @@ def test_default_preset_fuses_with_any_causal_lm(family, caplog):
     assert res.stage == "fused" and len(res) == 4
     assert all(np.isfinite(d.score) and "attention" in d.stage_scores for d in res)
     assert "no fused weights are registered" in caplog.text  # the fallback to the packaged weights is said
+
+
+def test_an_empty_list_carries_the_fused_stage(llm):
+    """An empty candidate list is named as a non-empty one would be (it said "attention")."""
+    assert AttentionReranker(llm, None, signals=FUSED).rank(RERANK_QUERY, []).stage == "fused"
+    assert AttentionReranker(llm, None, signals=None).rank(RERANK_QUERY, []).stage == "attention"
