@@ -231,6 +231,11 @@ class AttentionReranker:
 
         ``k`` must be None or a positive integer; document ids must be unique."""
         check_k(k)
+        if return_evidence and self.learned is not None:  # it would return none, silently
+            raise InputError(
+                "the learned scorer weighs each head per passage, so it has no per-token evidence; "
+                "rank with a summing preset (e.g. 'qrhead') for return_evidence / explain"
+            )
         documents, previous = as_documents(docs)
         check_documents(documents)
         if query_id is None and isinstance(docs, RankedResults):
