@@ -130,7 +130,8 @@ class AttentionReranker:
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.learned = self._learned_weights(cfg.scorer)
         self.fused = resolve_fused(cfg.signals, self.llm.model_id, self.llm.fingerprint)
-        self.signals = SignalComputer(device=cfg.device if cfg.device != "auto" else "cpu")
+        device = cfg.device if cfg.device != "auto" else "cpu"  # dense cosines: the embedder the weights fit
+        self.signals = SignalComputer(self.fused.embedder if self.fused else None, device=device)
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
             heads = self.learned.heads

@@ -77,6 +77,7 @@ class FusionExample:
     rel: int = 1
     group: str = ""
     qrels: dict[str, int] | None = None
+    embedder: str | None = None  # the sentence embedder of the ``dense`` signal (None: the packaged MiniLM)
 
     def judged(self) -> dict[str, int]:
         """The judgements to evaluate against."""
@@ -119,6 +120,7 @@ class FusedWeights(RegistryArtifact):
     trained_on: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
     date: str = ""
+    embedder: str | None = None  # whose cosines the dense weight was fitted to (None: the packaged MiniLM)
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
@@ -337,6 +339,12 @@ def train_fused(
         raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
     if not examples:
         raise InputError("no training queries; give labelled queries with candidates")
+    embedders = {e.embedder for e in examples}
+    if len(embedders) > 1:
+        raise InputError(
+            f"the training queries' dense signals come from different embedders {sorted(map(str, embedders))}; "
+            "compute every example's signals with one SignalComputer"
+        )
     train = _balanced(examples) if balance else list(examples)
     fused = FusedWeights(
         list(features),
@@ -345,6 +353,7 @@ def train_fused(
         l2=l2,
         trained_on=trained_on or f"{len(examples)} queries",
         date=_dt.datetime.now().isoformat(timespec="seconds"),
+        embedder=embedders.pop(),
     )
     if gate and fused.uses_attention and fused.base_features:
         fused.base_weights = _fit(train, fused.base_features, model, l2).tolist()
@@ -381,5 +390,6 @@ def fusion_examples(
         sig = compute(queries[qid], [d.full_text for d in docs])
         sig[ATTENTION] = np.asarray(attention(queries[qid], docs), dtype=np.float64)
         labels = np.array([qrels.get(qid, {}).get(d.id, 0) for d in docs], dtype=np.int64)
-        out.append(FusionExample(qid, [d.id for d in docs], sig, labels, rel, group, dict(qrels.get(qid, {}))))
+        judged = dict(qrels.get(qid, {}))
+        out.append(FusionExample(qid, [d.id for d in docs], sig, labels, rel, group, judged, compute.embedder_name))
     return out

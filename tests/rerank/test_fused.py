@@ -155,3 +155,16 @@ def test_one_line_errors_for_missing_candidates_and_baselines():
     scores = {"mine": {e.qid: e.signals["attention"] for e in ex}}
     with pytest.raises(InputError, match="none of the baselines \\['bm25 alone'\\] is among the scored methods"):
         compare(ex, scores, baselines=("bm25 alone",))
+
+
+def test_weights_record_the_embedder_of_their_dense_signal():
+    """Weights fitted to another embedder's cosines were applied to the packaged MiniLM's: the
+    embedder is recorded with the weights (and a mix of embedders refused)."""
+    from dataclasses import replace
+
+    ex = [replace(e, embedder="my-embedder") for e in _examples(30, "a", 0.5, 0)]
+    assert train_fused(ex, gate=False).embedder == "my-embedder"
+    assert train_fused(_examples(30, "a", 0.5, 0), gate=False).embedder is None
+    with pytest.raises(InputError, match="different embedders"):
+        train_fused(ex[:10] + _examples(10, "b", 0.5, 1), gate=False)
+    assert FusedWeights.from_json({"features": ["dense"], "weights": [1.0]}).embedder is None  # older files

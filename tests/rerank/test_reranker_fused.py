@@ -66,3 +66,11 @@ def test_an_empty_list_carries_the_fused_stage(llm):
     """An empty candidate list is named as a non-empty one would be (it said "attention")."""
     assert AttentionReranker(llm, None, signals=FUSED).rank(RERANK_QUERY, []).stage == "fused"
     assert AttentionReranker(llm, None, signals=None).rank(RERANK_QUERY, []).stage == "attention"
+
+
+def test_the_reranker_computes_dense_with_the_weights_embedder(llm):
+    from dataclasses import replace
+
+    mine = replace(FUSED, embedder="/models/my-embedder")
+    assert AttentionReranker(llm, None, signals=mine).signals.embedder_name == "/models/my-embedder"
+    assert AttentionReranker(llm, None, signals=FUSED).signals.embedder_name is None
