@@ -322,6 +322,6 @@ class ContextPruner:
                 self.capturer, pair, calibrate=self.calibrate, extra_ids=self.hint_ids, query_span=span, spans=spans
             )
         if self.sink:
-            mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans)
+            mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans, labelled=False)
             return sink_filtered_rows(w.real, w.null, mask)
         return w.rows

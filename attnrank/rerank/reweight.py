@@ -220,14 +220,16 @@ def _label_length(texts: Sequence[str], s: int, e: int) -> int:
     return e - s
 
 
-def content_mask(token_strings: Sequence[str | None], spans: Sequence[Span]) -> np.ndarray:
-    """``[P]`` bool: tokens inside a document span that are neither its ``[i]`` label, nor a
-    special token, nor pure punctuation/whitespace."""
+def content_mask(token_strings: Sequence[str | None], spans: Sequence[Span], *, labelled: bool = True) -> np.ndarray:
+    """``[P]`` bool: tokens inside a span that are neither a special token, nor pure
+    punctuation/whitespace, nor (``labelled``: spans of passages, which begin with their ``[i]``
+    label) the span's leading label. Sentence spans carry no label: a sentence that begins with a
+    citation such as ``[3]`` keeps it."""
     check_spans(spans, len(token_strings))
     texts = token_texts(token_strings)
     mask = np.zeros(len(texts), dtype=bool)
     for s, e in spans:
-        for j in range(s + _label_length(texts, s, e), e):
+        for j in range(s + (_label_length(texts, s, e) if labelled else 0), e):
             mask[j] = _has_content(texts[j])
     return mask
 

@@ -268,3 +268,12 @@ def test_reranker_applies_reweighting(llm, cfg):
 def test_reranker_refuses_slot_correction_without_profile(llm):
     with pytest.raises(InputError, match="needs slot_profile="):
         AttentionReranker(llm, reweight=Reweighting(slot_correction=True), signals=None)
+
+
+def test_content_mask_keeps_a_leading_citation_in_unlabelled_spans():
+    """Sentence spans (the pruner's) carry no [i] label: a sentence beginning with a citation such
+    as "[3]" keeps its "3", where a passage span's leading label is dropped."""
+    tokens = ["<s>", "[", "3", "]", "ĠSmith", "Ġshowed", "."]
+    spans = [(1, 7)]
+    assert np.flatnonzero(content_mask(tokens, spans)).tolist() == [4, 5]
+    assert np.flatnonzero(content_mask(tokens, spans, labelled=False)).tolist() == [2, 4, 5]
