@@ -78,6 +78,14 @@ def _cached(kind: str, kwargs: Mapping[str, Any], build):
         return _CACHE[key]
 
 
+def _model_path(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``model`` given as a :class:`~pathlib.Path` as the folder name it is (the reranker and the
+    pruner take a str, else an LLM object: a Path was neither and loaded the default model)."""
+    if isinstance(kwargs.get("model"), Path):
+        return {**kwargs, "model": str(kwargs["model"])}
+    return kwargs
+
+
 def shared_reranker(reranker: Any = None, **kwargs: Any):
     """``reranker`` if given (any object with ``rank(query, docs, k)``), else the process-wide
     :class:`~attnrank.rerank.attention.AttentionReranker` built from ``kwargs`` (its constructor's
@@ -88,6 +96,7 @@ def shared_reranker(reranker: Any = None, **kwargs: Any):
         return reranker
     from ..rerank.attention import AttentionReranker
 
+    kwargs = _model_path(kwargs)
     return _cached("AttentionReranker", _settings(kwargs, RerankConfig), lambda: AttentionReranker(**kwargs))
 
 
@@ -99,6 +108,7 @@ def shared_pruner(pruner: Any = None, **kwargs: Any):
         return pruner
     from ..prune.pruner import ContextPruner
 
+    kwargs = _model_path(kwargs)
     return _cached("ContextPruner", _settings(kwargs, PruneConfig), lambda: ContextPruner(**kwargs))
 
 

@@ -112,7 +112,7 @@ async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
         return server.engine.reranker.rank(body.query, first, k=body.top_k)
 
     res = await server.run(request, work, body.depth if body.rerank else body.top_k)
-    fields = ("id", "title", "text", "score", "rank", "stage_scores")
+    fields = ("id", "title", "text", "score", "rank", "stage_scores", "metadata")  # the corpus's metadata too
     return {"query": body.query, "results": [{f: getattr(r, f) for f in fields} for r in res]}
 
 

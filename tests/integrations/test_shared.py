@@ -26,3 +26,14 @@ def test_reranker_and_pruner_on_one_model_share_its_lock(settings):
     pruner = shared_pruner(model=settings["model"])
     assert pruner.llm is reranker.llm
     assert model_lock(reranker) is model_lock(pruner)
+
+
+def test_a_model_path_loads_that_model(settings):
+    """A pathlib.Path is the model folder it names (it loaded the packaged default model)."""
+    from pathlib import Path
+
+    path = Path(settings["model"])
+    reranker = shared_reranker(**{**settings, "model": path})
+    assert reranker is shared_reranker(**settings)
+    pruner = shared_pruner(model=path)
+    assert pruner is shared_pruner(model=settings["model"]) and pruner.llm is reranker.llm

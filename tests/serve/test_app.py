@@ -304,3 +304,17 @@ def test_returned_documents_are_the_ones_sent(url):
     assert r.status_code == 200
     results = r.json()["results"]
     assert len(results) == len(DOCS) and all(x["document"]["text"] == DOCS[x["index"]] for x in results)
+
+
+@pytest.mark.parametrize("rerank", [True, False])
+def test_search_results_keep_the_corpus_metadata(llm, rerank):
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    docs = [Document(f"d{i}", t, f"T{i}", {"url": f"https://x/{i}"}) for i, t in enumerate(DOCS)]
+    index = HybridRetriever().index(docs, show_progress=False)
+    with live_server(create_app(Engine(AttentionReranker(llm, max_doc_words=40), index=index))) as base:
+        r = httpx.post(f"{base}/v1/search", json={"query": QUERY, "top_k": 3, "depth": 4, "rerank": rerank}, timeout=60)
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert len(res) == 3 and all(x["metadata"] == {"url": f"https://x/{x['id'][1:]}"} for x in res)
