@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .config import DEFAULT_BUDGET_TOKENS
@@ -249,8 +249,8 @@ def _check_shared_model(model: str | LLM | None, dtype: str, device: str, *confi
 
 def _given(question: str, candidates: Any, query_id: str | None) -> RankedResults:
     """Fixed candidates as a first-stage result; unscored ones keep their order (score 0)."""
-    if isinstance(candidates, RankedResults):
-        return candidates
+    if isinstance(candidates, RankedResults):  # run()'s query_id names them unless it is None
+        return candidates if query_id is None else replace(candidates, query_id=query_id)
     docs, scored = as_documents(candidates)
     results = scored or [
         ScoredDocument(d.id, 0.0, i, d.text, d.title, metadata=d.metadata) for i, d in enumerate(docs, start=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -62,7 +64,10 @@ class RankedResults:
     def __post_init__(self) -> None:
         # Sorting here keeps the invariant in one place: every stage returns sorted lists. The
         # caller's list and entries are left as they were: the results are new, re-ranked copies.
-        ordered = sorted(self.results, key=lambda r: (-r.score, r.rank))
+        # A NaN score ranks last: compared as a number it breaks the sort and leaves better ones behind it.
+        ordered = sorted(
+            self.results, key=lambda r: (math.isnan(r.score), 0.0 if math.isnan(r.score) else -r.score, r.rank)
+        )
         self.results = [r if r.rank == i else replace(r, rank=i) for i, r in enumerate(ordered, start=1)]
 
     def __iter__(self) -> Iterator[ScoredDocument]:
@@ -83,6 +88,9 @@ class RankedResults:
         return [r.score for r in self.results]
 
     def top_k(self, k: int) -> RankedResults:
+        # a negative k would drop the last results; numpy integers are integers too
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 0:
+            raise InputError(f"top_k(k={k!r}): k must be an integer >= 0 (how many results to keep), e.g. 10")
         return RankedResults(self.query, self.results[:k], self.query_id, self.stage)
 
     def documents(self) -> list[Document]:
@@ -98,6 +106,10 @@ def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None
     """
     if isinstance(docs, RankedResults):
         docs = docs.results
+    if isinstance(docs, (str, Document, ScoredDocument)):  # a str would become one passage per character
+        raise InputError(
+            f"the candidates are one {type(docs).__name__}, not a list of them; pass a list (e.g. [passage])"
+        )
     docs = list(docs)
     if docs and all(isinstance(d, ScoredDocument) for d in docs):
         return [d.document for d in docs], docs
@@ -128,6 +140,11 @@ def rank_documents(
 
     Ties keep the input order (stable sort on the previous rank).
     """
+    counts = {"scores": len(scores)}
+    counts |= {name: len(v) for name, v in (("previous", previous), ("evidence", evidence)) if v is not None}
+    bad = next(((name, n) for name, n in counts.items() if n != len(docs)), None)
+    if bad is not None:  # zip would silently drop the unmatched documents
+        raise InputError(f"{len(docs)} documents but {bad[1]} {bad[0]}; give one per document, in the same order")
     out = []
     for i, (d, s) in enumerate(zip(docs, scores)):
         prev = previous[i].stage_scores if previous is not None else {}

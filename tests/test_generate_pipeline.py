@@ -16,7 +16,7 @@ from attnrank.prune.config import PruneConfig
 from attnrank.prune.context import PrunedContext
 from attnrank.prune.pruner import ContextPruner
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.types import Document, RankedResults
+from attnrank.types import Document, RankedResults, ScoredDocument
 
 runner = CliRunner()
 QUESTION = "Does vitamin D reduce the risk of fractures?"
@@ -250,3 +250,23 @@ def test_from_model_refuses_stage_configs_asking_for_another_model(built_retriev
         Pipeline.from_model(built_retriever, rerank=RerankConfig.preset("icr", model="other/model"))
     with pytest.raises(InputError, match=r"PruneConfig\(device='cuda'\) but Pipeline.from_model\(device='cpu'\)"):
         Pipeline.from_model(built_retriever, rerank=False, prune=PruneConfig(device="cuda"))
+
+
+def test_run_query_id_names_given_ranked_candidates():
+    """run(candidates=RankedResults, query_id=...) returned the candidates as they were, so the
+    query_id given was silently ignored (first_stage.query_id stayed None)."""
+    cands = RankedResults("capital?", [ScoredDocument("p", 2.0, 1, "Paris."), ScoredDocument("b", 1.0, 2, "Berlin.")])
+    res = Pipeline(None, depth=2, top_k=1).run("capital?", cands, query_id="q7")
+    assert res.first_stage.query_id == "q7" and res.first_stage.ids == ["p", "b"] and res.sources == ["p"]
+    assert cands.query_id is None  # the caller's results are left as they were
+    kept = RankedResults("capital?", cands.results, query_id="q1")
+    assert Pipeline(None, depth=2, top_k=1).run("capital?", kept).first_stage.query_id == "q1"
+
+
+def test_generator_refuses_one_string_as_the_context(llm):
+    """Before: answer(q, "Paris is ...") iterated the string, so the model read one [i] passage
+    per character and answered from that with no error."""
+    gen = Generator(llm, max_new_tokens=2)
+    with pytest.raises(InputError, match="context_docs is one str, not a list of passages"):
+        gen.answer("What is the capital of France?", "Paris is the capital of France.")
+    assert "[2]" not in gen.prompt("What is the capital of France?", ["Paris is the capital of France."])

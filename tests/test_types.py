@@ -1,6 +1,12 @@
 from __future__ import annotations
 
-from attnrank.types import Document, RankedResults, ScoredDocument, rank_documents
+import math
+
+import numpy as np
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
 
 
 def test_results_are_sorted_and_reranked_from_one():
@@ -21,3 +27,39 @@ def test_rank_documents_keeps_stage_scores_and_metadata():
     assert second.ids == ["b", "a"]
     assert second[1].stage_scores == {"bm25": 2.0, "attention": 0.1}
     assert second.documents()[1].metadata == {"sentences": ["t1"]}
+
+
+def test_a_nan_score_ranks_last_and_leaves_the_others_in_order():
+    """Before: NaN compares false both ways, so sorting left 'c' (3.0) behind 'a' (1.0) at rank 3."""
+    nan = float("nan")
+    res = RankedResults("q", [ScoredDocument("a", 1.0, 1), ScoredDocument("b", nan, 2), ScoredDocument("c", 3.0, 3)])
+    assert res.ids == ["c", "a", "b"] and [r.rank for r in res] == [1, 2, 3]
+    assert math.isnan(res[2].score)  # kept as NaN, not turned into a number
+
+
+def test_top_k_refuses_a_negative_k():
+    """Before: top_k(-1) sliced results[:-1] and silently dropped the last result."""
+    res = RankedResults("q", [ScoredDocument("a", 2.0, 1), ScoredDocument("b", 1.0, 2)])
+    with pytest.raises(InputError, match=r"k=-1\): k must be an integer >= 0"):
+        res.top_k(-1)
+    assert res.top_k(0).ids == [] and res.top_k(5).ids == ["a", "b"] and res.top_k(np.int64(1)).ids == ["a"]
+
+
+def test_rank_documents_refuses_scores_that_do_not_match_the_documents():
+    """Before: zip() dropped the documents without a score, silently returning fewer results."""
+    docs = [Document("a", "t1"), Document("b", "t2"), Document("c", "t3")]
+    with pytest.raises(InputError, match="3 documents but 2 scores"):
+        rank_documents("q", docs, [2.0, 1.0], stage="bm25")
+    first = rank_documents("q", docs[:2], [2.0, 1.0], stage="bm25")
+    with pytest.raises(InputError, match="3 documents but 2 previous"):
+        rank_documents("q", docs, [1.0, 2.0, 3.0], stage="attention", previous=first.results)
+
+
+def test_one_string_is_not_split_into_a_passage_per_character():
+    """Before: as_documents("Paris is big") gave 12 one-character documents, so a reranker or the
+    pipeline silently ranked characters."""
+    with pytest.raises(InputError, match="the candidates are one str, not a list of them"):
+        as_documents("Paris is big")
+    with pytest.raises(InputError, match="one Document, not a list"):
+        as_documents(Document("a", "Paris is big"))
+    assert [d.text for d in as_documents(["Paris is big"])[0]] == ["Paris is big"]
