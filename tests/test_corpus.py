@@ -169,3 +169,22 @@ def test_tsv_query_without_an_id_is_refused(tmp_path):
     (tmp_path / "q.tsv").write_text("q1\tfirst\n\tsecond\n")
     with pytest.raises(InputError, match=r"q\.tsv:2: empty query id"):
         load_queries(tmp_path / "q.tsv")
+
+
+@pytest.mark.parametrize("name", ["queries.json", "queries.ndjson", "QUERIES.JSONL"])
+def test_queries_read_json_lines_under_the_names_load_corpus_accepts(tmp_path, name):
+    """load_corpus reads .json/.ndjson as JSON lines; load_queries read them as TSV and failed
+    with "expected 'id<TAB>text'" on every valid record."""
+    (tmp_path / name).write_text('{"_id": "q1", "text": "first query"}\n{"_id": "q2", "text": "second"}\n')
+    assert load_queries(tmp_path / name) == {"q1": "first query", "q2": "second"}
+
+
+def test_a_nan_field_is_missing_not_the_text_nan(tmp_path):
+    """json.dumps writes a missing (pandas NaN) title as NaN; it was loaded as the title "nan",
+    which then prefixed the text every index reads. A NaN text is an empty text, an infinite one an error."""
+    rows = ['{"id": "a", "title": NaN, "text": "Paris is big."}', '{"id": "b", "title": "B", "text": NaN}']
+    (tmp_path / "c.jsonl").write_text("\n".join([*rows, '{"id": "c", "text": Infinity}']) + "\n")
+    docs, report = load_corpus(tmp_path / "c.jsonl", skip_invalid=True)
+    assert [(d.id, d.title, d.text) for d in docs] == [("a", "", "Paris is big."), ("b", "B", "")]
+    assert docs[0].full_text == "Paris is big."
+    assert len(report.skipped) == 1 and "'text' is a JSON float" in report.skipped[0][1]

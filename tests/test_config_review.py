@@ -1,0 +1,22 @@
+"""Environment overrides read by attnrank.config."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnrank.config import cpu_auto_dtype, set_torch_threads
+from attnrank.errors import InputError
+
+
+@pytest.mark.parametrize("value", ["0", "abc", "-2", "1.5"])
+def test_bad_attnrank_threads_is_a_one_line_input_error(monkeypatch, value):
+    """Before: int('abc') raised a bare ValueError and '0' torch's RuntimeError, neither naming the variable."""
+    monkeypatch.setenv("ATTNRANK_THREADS", value)
+    with pytest.raises(InputError, match=rf"ATTNRANK_THREADS='{value}' is not a whole number >= 1.*unset it"):
+        set_torch_threads()
+
+
+def test_bad_cpu_dtype_is_an_input_error(monkeypatch):
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "float8")
+    with pytest.raises(InputError, match="ATTNRANK_CPU_DTYPE='float8' is not one of"):
+        cpu_auto_dtype()
