@@ -15,6 +15,7 @@ the slot the model attends to most) instead of best-first.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -132,7 +133,7 @@ class Pipeline:
     def from_model(
         cls,
         retriever: Retriever | None,
-        model: str | LLM | None = None,
+        model: str | os.PathLike[str] | LLM | None = None,
         *,
         rerank: RerankConfig | str | bool = True,
         prune: PruneConfig | bool = True,
@@ -150,6 +151,8 @@ class Pipeline:
         the generator another model; a config's ``model``, ``device`` and ``dtype`` (when set) must be
         the ones given here, which load the shared model. ``kw`` go to the constructor (``depth``, ``top_k``,
         ``budget_tokens``, ``neighbours``, ``reorder``)."""
+        if isinstance(model, os.PathLike):  # a model folder given as a Path
+            model = os.fspath(model)
         llm = model if isinstance(model, LLM) else None
         _check_shared_model(model, dtype, device, rerank, prune)
         if llm is None and (rerank is not False or prune is not False or (generate and generator_model is None)):

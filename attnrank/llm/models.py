@@ -113,17 +113,17 @@ class LLM:
         return next(self.model.parameters()).dtype
 
 
-def load_llm(model: str | None = None, *, dtype: str = "auto", device: str = "cpu") -> LLM:
+def load_llm(model: str | os.PathLike[str] | None = None, *, dtype: str = "auto", device: str = "cpu") -> LLM:
     """Load a causal LM for attention reranking (once per process per model/dtype/device).
 
     ``model``: ``None`` / ``"smollm2-135m"`` (offline default), a Hugging Face id, a local model
-    folder or a local ``.gguf`` file. ``dtype``: ``"auto"`` (on CPU bfloat16 with AMX-BF16, else
+    folder or a local ``.gguf`` file (a str or a :class:`~pathlib.Path`). ``dtype``: ``"auto"`` (on CPU bfloat16 with AMX-BF16, else
     float32, :func:`attnrank.config.cpu_auto_dtype`; on CUDA bfloat16 when supported, else float16), ``"float32"``, ``"bfloat16"``, ``"float16"`` (GPU only),
     ``"int8"`` (CPU only: float32 with the decoder's linear layers in dynamic int8,
     :mod:`attnrank.llm.quantize`; same fingerprint, so registered head sets still apply).
     ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"``.
     """
-    model_id = (model or config.DEFAULT_LLM).strip()
+    model_id = (os.fspath(model) if model is not None else config.DEFAULT_LLM).strip() or config.DEFAULT_LLM
     if model_id.startswith(("/", ".", "~")) or model_id.count("/") > 1:  # a path, not a hub id
         if not Path(model_id).expanduser().exists():
             raise ModelError(f"model {model_id!r}: no such local model folder or .gguf file")

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,7 +97,7 @@ class ContextPruner:
 
     def __init__(
         self,
-        model: str | LLM | None = None,
+        model: str | os.PathLike[str] | LLM | None = None,
         heads: HeadsArg | object = _UNSET,
         *,
         config: PruneConfig | None = None,
@@ -105,8 +106,8 @@ class ContextPruner:
     ):
         if heads is not _UNSET:
             options["heads"] = heads
-        if isinstance(model, str):
-            options["model"] = model
+        if isinstance(model, (str, os.PathLike)):  # a Path is a model folder too
+            options["model"] = os.fspath(model)
         self.config = cfg = (config or PruneConfig()).with_options(**options)
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None

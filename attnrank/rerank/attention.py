@@ -25,6 +25,7 @@ regularization, slot correction) replaces the plain aggregation; see
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -114,7 +115,7 @@ class AttentionReranker:
 
     def __init__(
         self,
-        model: str | LLM | None = None,
+        model: str | os.PathLike[str] | LLM | None = None,
         heads: HeadsArg | object = _UNSET,
         *,
         config: RerankConfig | str | None = None,
@@ -124,8 +125,8 @@ class AttentionReranker:
         cfg = config if isinstance(config, RerankConfig) else RerankConfig.preset(config or "")
         if heads is not _UNSET:
             options["heads"] = heads
-        if isinstance(model, str):
-            options["model"] = model
+        if isinstance(model, (str, os.PathLike)):  # a Path is a model folder too
+            options["model"] = os.fspath(model)
         self.config = cfg = cfg.with_options(**options)
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.learned = self._learned_weights(cfg.scorer)
@@ -233,10 +234,7 @@ class AttentionReranker:
         ``k`` must be None or a positive integer; document ids must be unique."""
         check_k(k)
         if return_evidence and self.learned is not None:  # it would return none, silently
-            raise InputError(
-                "the learned scorer weighs each head per passage, so it has no per-token evidence; "
-                "rank with a summing preset (e.g. 'qrhead') for return_evidence / explain"
-            )
+            raise InputError("the learned scorer has no per-token evidence; use e.g. preset 'qrhead' to explain")
         documents, previous = as_documents(docs)
         check_documents(documents)
         if query_id is None and isinstance(docs, RankedResults):

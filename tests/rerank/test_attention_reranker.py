@@ -140,3 +140,19 @@ def test_max_prompt_tokens_past_the_model_context_is_refused():
     with pytest.raises(InputError, match="max_prompt_tokens=1000 exceeds the 256-token context"):
         AttentionReranker(short, None, signals=None, max_prompt_tokens=1000)
     assert AttentionReranker(short, None, signals=None, max_prompt_tokens=256).max_prompt_tokens == 256
+
+
+def test_a_model_folder_given_as_a_path_is_loaded(tmp_path):
+    """A pathlib.Path to a model folder was neither a str nor an LLM, so the packaged default
+    model was loaded in its place (silently); the reranker, pruner, generator and pipeline load it."""
+    from _tiny import save_tiny
+
+    from attnrank.generate import Generator
+    from attnrank.pipeline import Pipeline
+    from attnrank.prune.pruner import ContextPruner
+
+    folder = save_tiny(tmp_path / "tiny")
+    for stage in (AttentionReranker(folder, signals=None), ContextPruner(folder), Generator(folder)):
+        assert stage.llm.model_id == str(folder)
+    pipe = Pipeline.from_model(None, model=folder, rerank=False, prune=False)
+    assert pipe.generator is not None and pipe.generator.llm.model_id == str(folder)
