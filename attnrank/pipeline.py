@@ -188,6 +188,10 @@ class Pipeline:
         receives the answer's text pieces as they are generated."""
         if not isinstance(question, str) or not question.strip():
             raise InputError(f"question {question!r} is empty; pass the question to answer")
+        if self.pruner is None and (budget_tokens is not None or keep_ratio is not None):
+            raise InputError(
+                "budget_tokens/keep_ratio size the pruned context, but this pipeline has no pruner; drop them"
+            )
         timings: dict[str, float] = {}
         start = time.perf_counter()
         if candidates is None:

@@ -178,6 +178,10 @@ def test_cli_prune_and_ask(tmp_path, tiny_dir, built_retriever):
     )
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"Q: {QUESTION}\nA: ") and "[sources]" in r.output and "[timings]" in r.output
+    args = ["ask", QUESTION, "--index-dir", str(ix), "--depth", "3", "-k", "2", "--max-new-tokens", "3"]
+    r = runner.invoke(app, [*args, "--model", str(tiny_dir), "--no-prune", "-q"])  # no budget reaches the pipeline
+    assert r.exit_code == 0, r.output
+    assert "[sources]" in r.output
 
 
 @pytest.mark.slow
@@ -270,3 +274,13 @@ def test_generator_refuses_one_string_as_the_context(llm):
     with pytest.raises(InputError, match="context_docs is one str, not a list of passages"):
         gen.answer("What is the capital of France?", "Paris is the capital of France.")
     assert "[2]" not in gen.prompt("What is the capital of France?", ["Paris is the capital of France."])
+
+
+def test_a_budget_without_a_pruner_is_refused():
+    """budget_tokens/keep_ratio size the pruned context: without a pruner they were silently ignored."""
+    pipe = Pipeline(None, depth=2, top_k=1)
+    with pytest.raises(InputError, match="this pipeline has no pruner"):
+        pipe.run("capital?", ["Paris is in France.", "Berlin is cold."], budget_tokens=10)
+    with pytest.raises(InputError, match="this pipeline has no pruner"):
+        pipe.run("capital?", ["Paris is in France."], keep_ratio=0.5)
+    assert pipe.run("capital?", ["Paris is in France."]).context[0].text == "Paris is in France."

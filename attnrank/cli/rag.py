@@ -221,6 +221,8 @@ def ask(
         device=cfg.device,
     )
     typer.echo(f"Q: {question}\nA: ", nl=False)
+    if no_prune:  # the default budget sizes nothing (budget options with --no-prune were refused above)
+        budget = ratio = None
     res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=lambda s: typer.echo(s, nl=False))
     typer.echo("")
     if res.pruned is not None:

@@ -181,6 +181,8 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
     server.check_count("depth", body.depth)
     server.check_count("top_k", body.top_k)
     budget = body.budget_tokens
+    if server.engine.pruner is None and (budget is not None or body.keep_ratio is not None):
+        raise InputError("budget_tokens/keep_ratio size the pruned context, but this server runs without a pruner")
     if budget is None and body.keep_ratio is None:
         budget = DEFAULT_BUDGET_TOKENS
     pipe = Pipeline(
@@ -202,6 +204,8 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
             job.check()  # stops generation once the client has gone
             loop.call_soon_threadsafe(pieces.put_nowait, text)
 
+        if pipe.pruner is None:  # nothing to size
+            return pipe.run(body.query, stream=on_piece)
         return pipe.run(body.query, budget_tokens=budget, keep_ratio=body.keep_ratio, stream=on_piece)
 
     job = server.jobs.submit(work)  # a full queue answers 503 before the stream starts

@@ -318,3 +318,14 @@ def test_search_results_keep_the_corpus_metadata(llm, rerank):
     assert r.status_code == 200, r.text
     res = r.json()["results"]
     assert len(res) == 3 and all(x["metadata"] == {"url": f"https://x/{x['id'][1:]}"} for x in res)
+
+
+def test_ask_without_a_pruner_answers_and_refuses_a_budget(llm, built_retriever):
+    """A server without a pruner answers /v1/ask over the top passages as they are; a budget in the
+    request (which would size nothing) is a 422, not silently ignored."""
+    engine = Engine(AttentionReranker(llm, max_doc_words=40), None, Generator(llm, 4), built_retriever, "tiny")
+    with live_server(create_app(engine)) as base:
+        r = httpx.post(f"{base}/v1/ask", json={"query": QUERY, "depth": 4, "top_k": 2})
+        assert r.status_code == 200 and "event: done" in r.text
+        r = httpx.post(f"{base}/v1/ask", json={"query": QUERY, "depth": 4, "top_k": 2, "budget_tokens": 50})
+        assert r.status_code == 422 and "runs without a pruner" in r.json()["message"]
