@@ -55,7 +55,7 @@ class _Problems:
 
 
 def _open_text(path: Path) -> io.TextIOBase:
-    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115 - the wrapper owns and closes it
+    raw = gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb")  # noqa: SIM115 - the wrapper owns and closes it
     # strict decoding: undecodable bytes must be reported, not silently replaced; "utf-8-sig"
     # drops the byte-order mark editors (Excel, Notepad) put first, which would else stick to
     # the first column's name
@@ -64,7 +64,7 @@ def _open_text(path: Path) -> io.TextIOBase:
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     # decode line by line (not through a buffered text wrapper) so errors name the right line
-    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+    with gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             try:
                 # a byte-order mark starts the first line only; it is no part of the first id/record

@@ -33,9 +33,11 @@ import numpy as np
 
 from .benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
 from .config import STATE_STORAGES, set_torch_threads
+from .errors import InputError
 from .eval import evaluate_per_query, sign_test, wins_losses
 from .eval.datasets import dl19, sample_queries, scifact
 from .eval.report import md_table
+from .files import atomic_path
 from .llm.blocks import encode_blocks_text
 from .rerank.attention import AttentionReranker
 from .types import Document
@@ -154,8 +156,8 @@ def run_cells(
         row["measured"] = datetime.date.today().isoformat()  # cells of one table may come from several runs
         logger.info("speed cell %s", row)
         done.append(row)
-        results.parent.mkdir(parents=True, exist_ok=True)
-        results.write_text(json.dumps(done, indent=1))
+        with atomic_path(results) as tmp:  # a crash mid-write must not lose the cells measured so far
+            tmp.write_text(json.dumps(done, indent=1))
     return in_grid_order(done, cells)
 
 
@@ -206,7 +208,8 @@ def compare_modes(
                 run, s = mode_quality(AttentionReranker(llm, **{"signals": None, **options}), cands, ds.queries)
                 done[key] = [run, s, datetime.date.today().isoformat()]
                 if cache is not None:
-                    cache.write_text(json.dumps(done))
+                    with atomic_path(cache) as tmp:
+                        tmp.write_text(json.dumps(done))
             run, secs[label], *day = done[key]  # runs cached before dates were kept have none
             measured[label] = day[0] if day else ""
             per[label] = evaluate_per_query(run, ds.qrels, ["nDCG@10"], rel=ds.rel)
@@ -263,11 +266,13 @@ def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
 def build_store(root: Path, folder: Path, storage: str = "float16", depth: int = 20) -> dict[str, Any]:
     """Build a real passage-state store for the DL19 BM25 top-``depth`` candidates (default
     preset); its seconds, bytes on disk and bytes per token."""
+    if folder.exists() and any(folder.iterdir()) and not (folder / "states.json").is_file():
+        raise InputError(f"{folder} is not a passage-state store this benchmark wrote; give another folder")
     reranker = AttentionReranker(attention="block", signals=None)
     ds = dl19(root)
     docs = {d.id: d for d in ds.docs}
     passages = [docs[i] for i in dict.fromkeys(i for q in ds.queries for i in ds.candidates[q][:depth])]
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)  # the previous run's store
     t = time.perf_counter()
     header = reranker.write_passage_states(folder, passages, storage=storage)
     secs = time.perf_counter() - t

@@ -188,3 +188,12 @@ def test_a_nan_field_is_missing_not_the_text_nan(tmp_path):
     assert [(d.id, d.title, d.text) for d in docs] == [("a", "", "Paris is big."), ("b", "B", "")]
     assert docs[0].full_text == "Paris is big."
     assert len(report.skipped) == 1 and "'text' is a JSON float" in report.skipped[0][1]
+
+
+def test_an_upper_case_gz_suffix_is_decompressed(tmp_path):
+    """X.JSONL.GZ was read without decompressing (the suffix test was case-sensitive)."""
+    path = tmp_path / "CORPUS.JSONL.GZ"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write('{"id": "d1", "text": "Paris is in France."}\n')
+    docs, _ = load_corpus(path)
+    assert [(d.id, d.text) for d in docs] == [("d1", "Paris is in France.")]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from attnrank.speed import blocks_markdown, in_grid_order, speed_cells
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.speed import blocks_markdown, build_store, in_grid_order, speed_cells
 
 ENV = {"date": "2026-12-02", "cpus": 2, "torch": "2.13.0"}
 
@@ -29,3 +32,14 @@ def test_blocks_page_shows_speed_ups_and_when_each_setting_was_measured():
     page = blocks_markdown(speed, quality, {}, ENV)
     assert "| dl19 | bfloat16 | 20 | block-warm | 12.0 |  |" in page
     assert "| DL19 | full | 0.5000 |  |  |  | 2026-12-01 |" in page
+
+
+def test_build_store_never_removes_a_folder_it_did_not_write(tmp_path):
+    """The benchmark rebuilds its passage-state store by removing the previous one: a folder that
+    is not such a store (no states.json) is refused before anything is removed or loaded."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    with pytest.raises(InputError, match="is not a passage-state store this benchmark wrote"):
+        build_store(tmp_path / "no-data", folder)
+    assert (folder / "notes.txt").read_text() == "keep me"
