@@ -5,8 +5,9 @@ Only ``langchain_core`` is imported (``BaseRetriever``, ``BaseDocumentCompressor
 ``Document``); the compressors plug into ``langchain_classic``'s
 ``ContextualCompressionRetriever`` / ``DocumentCompressorPipeline`` (LangChain 1.x moved them
 there) or into any runnable chain. Reranked documents carry ``metadata["relevance_score"]`` (the
-calibrated attention score of ICR, Chen et al. ICLR 2025; higher is better), ``metadata["rank"]``
-(1-based) and ``metadata["stage_scores"]`` (every stage's score by name).
+reranker's score: the fused score with the default preset, the calibrated attention score of
+ICR, Chen et al. ICLR 2025, with an attention-only one; higher is better), ``metadata["rank"]``
+(1-based) and ``metadata["stage_scores"]`` (every stage's score by name, ``attention`` among them).
 
 Settings: pass a built :class:`~attnrank.rerank.attention.AttentionReranker` /
 :class:`~attnrank.prune.pruner.ContextPruner` (``reranker=`` / ``pruner=``) or its constructor's

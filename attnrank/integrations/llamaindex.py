@@ -285,6 +285,7 @@ class AttnrankRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = query_bundle.query_str
+        check_depth(self.similarity_top_k, self.depth, "similarity_top_k")  # both may be set after construction
         first = self._index.search(query, self.depth)
         if self._reranker is None:
             return [_to_node(r) for r in first.top_k(self.similarity_top_k)]

@@ -180,7 +180,7 @@ def keep_stages(docs: list[Document], metadata: list[Mapping[str, Any]]) -> list
     return [
         ScoredDocument(
             d.id,
-            float(m.get("relevance_score", 0.0)),
+            float(m.get("relevance_score") or 0.0),  # None: no first-stage score was kept
             i + 1,
             d.text,
             d.title,

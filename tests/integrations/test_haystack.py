@@ -99,3 +99,12 @@ def test_reranker_kwargs_reweight_dict(settings):
     assert len(ranker.run("capital of France?", docs)["documents"]) == 1
     with pytest.raises(InputError, match=r"reweight.*no_such_step"):
         AttnrankRanker(model=settings["model"], reranker_kwargs={"reweight": {"no_such_step": True}})
+
+
+def test_retriever_without_reranking_refuses_reranker_settings(demo_index):
+    """rerank=False with a model, heads, scorer or reranker_kwargs silently ignored them (the
+    LangChain and LlamaIndex retrievers refuse them)."""
+    for kw in ({"model": "x"}, {"heads": "1-0"}, {"scorer": "learned"}, {"reranker_kwargs": {"top_n": 3}}):
+        with pytest.raises(InputError, match="rerank=False but reranker settings were given"):
+            AttnrankRetriever(str(demo_index), top_k=3, depth=4, rerank=False, **kw)
+    assert AttnrankRetriever(str(demo_index), top_k=3, depth=4, rerank=False).rerank is False

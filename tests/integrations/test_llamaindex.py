@@ -146,3 +146,11 @@ def test_retriever_without_rerank_refuses_reranker_settings(demo_index, settings
         AttnrankRetriever(demo_index, similarity_top_k=2, depth=4, rerank=False, top_k=3)
     with pytest.raises(InputError, match=r"rerank=False.*model"):
         AttnrankRetriever(demo_index, similarity_top_k=2, depth=4, rerank=False, **settings)
+
+
+def test_a_count_set_after_construction_is_checked(demo_index):
+    """similarity_top_k raised above depth after construction silently returned depth nodes."""
+    retriever = AttnrankRetriever(demo_index, similarity_top_k=2, depth=3, rerank=False)
+    retriever.similarity_top_k = 5
+    with pytest.raises(InputError, match="similarity_top_k=5 exceeds depth=3"):
+        retriever.retrieve("Who portrayed Corliss Archer?")

@@ -37,3 +37,14 @@ def test_a_model_path_loads_that_model(settings):
     assert reranker is shared_reranker(**settings)
     pruner = shared_pruner(model=path)
     assert pruner is shared_pruner(model=settings["model"]) and pruner.llm is reranker.llm
+
+
+def test_stage_scores_with_a_null_relevance_score_are_kept():
+    """Metadata holding relevance_score=None (a framework's unscored document) was a TypeError."""
+    from attnrank.integrations.shared import keep_stages
+    from attnrank.types import Document
+
+    docs = [Document("a", "x"), Document("b", "y")]
+    meta = [{"stage_scores": {"bm25": 1.0}, "relevance_score": None}, {"stage_scores": {"bm25": 0.5}}]
+    kept = keep_stages(docs, meta)
+    assert [d.score for d in kept] == [0.0, 0.0] and [d.stage_scores for d in kept] == [{"bm25": 1.0}, {"bm25": 0.5}]

@@ -23,7 +23,8 @@ from attnrank.integrations.shared import model_lock, shared_reranker
 @component
 class AttnrankRanker:
     """Rerank ``documents`` for ``query``; the best ``top_k`` come back, best first, with
-    ``Document.score`` = the calibrated attention score (higher is better) and ``meta`` gaining
+    ``Document.score`` = the reranker's score (fused with the default preset, the calibrated
+    attention score with an attention-only one; higher is better) and ``meta`` gaining
     ``relevance_score``, ``rank`` and ``stage_scores``.
 
     ``model``: an HF id, a local folder or .gguf, or None (the packaged SmolLM2-135M); ``heads``:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnrank.errors import require
+from attnrank.errors import InputError, require
 
 require("haystack", "haystack", "the attnrank Haystack retriever")  # before haystack: name the extra
 
@@ -44,6 +44,9 @@ class AttnrankRetriever:
         if first_stage_k is not None:
             depth = renamed({"first_stage_k": first_stage_k}, "first_stage_k", "depth", "AttnrankRetriever", depth, 20)
         check_depth(top_k, depth, "top_k")
+        given = [n for n, v in (("model", model), ("heads", heads), ("reranker_kwargs", reranker_kwargs)) if v]
+        if not rerank and (given or scorer != "sum"):  # nothing would read them (as the other retrievers say)
+            raise InputError(f"rerank=False but reranker settings were given ({given or ['scorer']}); drop them")
         self.index_path, self.top_k, self.depth, self.rerank = str(index_path), top_k, depth, rerank
         self.model, self.heads, self.scorer = model, heads, scorer
         self.reranker_kwargs = dict(reranker_kwargs or {})
