@@ -182,10 +182,11 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
     per query, so they transfer, but they were not trained on this model's attention)."""
     if signals is None or isinstance(signals, FusedWeights):
         return signals
-    if load_artifact(FusedWeights.KIND, model_id, fingerprint) is not None:
+    registered = load_artifact(FusedWeights.KIND, model_id, fingerprint)
+    if registered is not None:
         # Registered ones that do not load (malformed, other features) are an error, not a reason
         # to score with another model's weights in their place.
-        return FusedWeights.load(model_id, fingerprint)
+        return FusedWeights.from_json(registered)
     payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
     if payload is None:
         return FusedWeights.load(model_id, fingerprint)  # raises: none registered, none shipped
