@@ -357,13 +357,13 @@ def _token_spans(offsets: list[Span], first: int, char_spans: list[Span]) -> lis
 _WORD = re.compile(r"\S+")
 
 
-def _cut_to_tokens(tokenizer: Any, text: str, max_tokens: int) -> tuple[str, int]:
-    """``text`` cut at a token end so that the cut, tokenized on its own, is at most ``max_tokens``
-    tokens; returns the cut and its token count. Cutting after the ``max_tokens``-th token is not
-    enough: re-tokenizing can split the new last word differently, and a character spread over
-    several byte tokens is kept whole, so the cut moves back a token at a time until it fits (a
-    first character longer than ``max_tokens`` tokens is kept whole all the same)."""
-    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+def _cut_to_tokens(tokenizer: Any, text: str, offsets: Sequence[Span], max_tokens: int) -> tuple[str, int]:
+    """``text`` (its token ``offsets``) cut at a token end so that the cut, tokenized on its own,
+    is at most ``max_tokens`` tokens; returns the cut and its token count. Cutting after the
+    ``max_tokens``-th token is not enough: re-tokenizing can split the new last word differently,
+    and a character spread over several byte tokens is kept whole, so the cut moves back a token
+    at a time until it fits (a first character longer than ``max_tokens`` tokens is kept whole
+    all the same)."""
     for keep in range(max_tokens, 0, -1):
         cut = text[: offsets[keep - 1][1]]
         n = len(tokenizer(cut, add_special_tokens=False)["input_ids"])
@@ -388,9 +388,10 @@ def truncate_texts(
                 text = text[: words[max_words - 1].end()]
                 cuts.append(Truncation(i, doc.id, "words", len(words), max_words))
         if max_tokens is not None:
-            n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            n = len(offsets)
             if n > max_tokens:
-                text, kept = _cut_to_tokens(tokenizer, text, max_tokens)
+                text, kept = _cut_to_tokens(tokenizer, text, offsets, max_tokens)
                 cuts.append(Truncation(i, doc.id, "tokens", n, kept))
         texts.append(text)
     if cuts:
