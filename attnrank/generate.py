@@ -23,7 +23,7 @@ from .errors import InputError
 from .llm.models import LLM, load_llm
 from .llm.prompts import build_answer_prompt, encode_text
 from .llm.recording import forward_lock
-from .types import Document, ScoredDocument
+from .types import refuse_one_passage
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +71,7 @@ class Generator:
 
     def prompt(self, question: str, context_docs: Sequence[Any] = ()) -> str:
         """The chat prompt text the model reads (see :func:`build_answer_prompt`)."""
-        if isinstance(context_docs, (str, Document, ScoredDocument)):  # a str would be a passage per character
-            raise InputError(
-                f"context_docs is one {type(context_docs).__name__}, not a list of passages; pass a list (e.g. [passage])"
-            )
+        refuse_one_passage(context_docs, "context_docs is", "passages")
         return build_answer_prompt(self.llm.tokenizer, question, list(context_docs))
 
     def answer(

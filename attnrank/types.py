@@ -97,6 +97,13 @@ class RankedResults:
         return [r.document for r in self.results]
 
 
+def refuse_one_passage(docs: Any, subject: str, noun: str) -> None:
+    """Raise :class:`InputError` if ``docs``, meant as a list of passages, is one passage (a str,
+    Document or ScoredDocument): a str would become one passage per character."""
+    if isinstance(docs, (str, Document, ScoredDocument)):
+        raise InputError(f"{subject} one {type(docs).__name__}, not a list of {noun}; pass a list (e.g. [passage])")
+
+
 def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None]:
     """Candidates as :class:`Document` objects, plus the earlier stage's :class:`ScoredDocument`
     entries when every candidate is one (their scores feed learned and fused scorers).
@@ -106,10 +113,7 @@ def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None
     """
     if isinstance(docs, RankedResults):
         docs = docs.results
-    if isinstance(docs, (str, Document, ScoredDocument)):  # a str would become one passage per character
-        raise InputError(
-            f"the candidates are one {type(docs).__name__}, not a list of them; pass a list (e.g. [passage])"
-        )
+    refuse_one_passage(docs, "the candidates are", "them")
     docs = list(docs)
     if docs and all(isinstance(d, ScoredDocument) for d in docs):
         return [d.document for d in docs], docs
