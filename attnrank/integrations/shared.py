@@ -11,6 +11,7 @@ built with the same settings use the same object and one loaded model
 from __future__ import annotations
 
 import json
+import os
 import threading
 import warnings
 import weakref
@@ -55,6 +56,8 @@ def _settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
     same configuration and must share the same object). Unknown options raise naming them."""
     opts = dict(kwargs)
     model, config = opts.pop("model", None), opts.pop("config", None)
+    if isinstance(model, os.PathLike):  # a model folder as a path object: the same model as its str
+        model = os.fspath(model)
     extra: dict[str, Any] = {k: opts.pop(k) for k in ("show_progress", "probe") if k in opts}
     if isinstance(model, str):
         opts["model"] = model
@@ -78,14 +81,6 @@ def _cached(kind: str, kwargs: Mapping[str, Any], build):
         return _CACHE[key]
 
 
-def _model_path(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``model`` given as a :class:`~pathlib.Path` as the folder name it is (the reranker and the
-    pruner take a str, else an LLM object: a Path was neither and loaded the default model)."""
-    if isinstance(kwargs.get("model"), Path):
-        return {**kwargs, "model": str(kwargs["model"])}
-    return kwargs
-
-
 def shared_reranker(reranker: Any = None, **kwargs: Any):
     """``reranker`` if given (any object with ``rank(query, docs, k)``), else the process-wide
     :class:`~attnrank.rerank.attention.AttentionReranker` built from ``kwargs`` (its constructor's
@@ -96,7 +91,6 @@ def shared_reranker(reranker: Any = None, **kwargs: Any):
         return reranker
     from ..rerank.attention import AttentionReranker
 
-    kwargs = _model_path(kwargs)
     return _cached("AttentionReranker", _settings(kwargs, RerankConfig), lambda: AttentionReranker(**kwargs))
 
 
@@ -108,7 +102,6 @@ def shared_pruner(pruner: Any = None, **kwargs: Any):
         return pruner
     from ..prune.pruner import ContextPruner
 
-    kwargs = _model_path(kwargs)
     return _cached("ContextPruner", _settings(kwargs, PruneConfig), lambda: ContextPruner(**kwargs))
 
 
