@@ -4,11 +4,13 @@
 :func:`eager_forward` serves soft-capped logits (Gemma 2), which SDPA cannot compute;
 :func:`masked_scores` gives the float32 masked logits both the capture and the eager path read;
 :func:`additive_mask` is the registered mask function and :func:`segment_mask` the mask of
-segments that must not see each other.
+segments that must not see each other; :func:`segmented_forward` computes what that mask gives
+without the products it masks out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -117,3 +119,46 @@ def sdpa_forward(
         )
         return out.transpose(1, 2).contiguous()
     return sdpa_attention_forward(module, query, key, value, mask, scaling=scaling, **kwargs)[0]
+
+
+def segmented_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    n_prefix: int,
+    lengths: Sequence[int],
+    scaling: float,
+    masks: dict[int, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Layer output ``[b, rows, heads, head_dim]`` of packed segments (query rows ``lengths`` long
+    each, in order; keys ``n_prefix`` cached ones, then the rows' own): each segment attends to
+    the prefix and causally to itself, as under :func:`segment_mask`, but by one SDPA per segment
+    over ``prefix + own keys`` instead of one over everything with the other segments masked.
+
+    Why: a masked SDPA still computes every masked product. Twenty DL19 passages (about 120 tokens
+    each) packed into 1,024-token sequences made about ten times the products block attention
+    needs, as many as the full prompt's causal attention. ``masks`` caches each length's additive
+    mask across the layers of one pass."""
+    masks = {} if masks is None else masks
+    out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
+    grouped = query.shape[1] != key.shape[1]
+    prefix_k, prefix_v = key[:, :, :n_prefix], value[:, :, :n_prefix]
+    at = 0
+    for n in lengths:
+        mask = masks.get(n)
+        if mask is None:
+            own = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
+            mask = masks[n] = to_additive(torch.cat([own.new_ones(n, n_prefix), own], dim=1), query.dtype)
+        own_k = key[:, :, n_prefix + at : n_prefix + at + n]
+        own_v = value[:, :, n_prefix + at : n_prefix + at + n]
+        rows = F.scaled_dot_product_attention(
+            query[:, :, at : at + n],
+            torch.cat([prefix_k, own_k], dim=2),
+            torch.cat([prefix_v, own_v], dim=2),
+            attn_mask=mask,
+            scale=scaling,
+            enable_gqa=grouped,
+        )
+        out[:, at : at + n] = rows.transpose(1, 2)
+        at += n
+    return out

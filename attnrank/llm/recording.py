@@ -4,7 +4,8 @@
 :func:`~attnrank.llm.kernels.additive_mask` as its mask function). It computes every layer's
 output as SDPA does and, while a :class:`CaptureSession` is active (:data:`ACTIVE_SESSION`), the
 float32 softmax rows of the session's chosen heads and query rows only; :func:`stop_at` ends the
-forward inside the deepest needed layer. :class:`~attnrank.llm.attention.AttentionCapturer`
+forward inside the deepest needed layer; under :func:`packed_segments` each packed segment
+attends to the prefix and itself only (:func:`~attnrank.llm.kernels.segmented_forward`). :class:`~attnrank.llm.attention.AttentionCapturer`
 drives it.
 """
 
@@ -24,7 +25,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from attnrank.errors import AttnrankError
 
-from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward
+from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, segmented_forward
 
 ATTN_IMPLEMENTATION = "attnrank_capture"
 
@@ -101,6 +102,36 @@ ACTIVE_SESSION: ContextVar[CaptureSession | None] = ContextVar("attnrank_capture
 _STOP_LAYER: ContextVar[int | None] = ContextVar("attnrank_stop_layer", default=None)
 
 
+@dataclass
+class PackedSegments:
+    """The running pass packs segments after ``n_prefix`` cached tokens (see :func:`packed_segments`)."""
+
+    n_prefix: int
+    lengths: list[int]
+    masks: dict[int, torch.Tensor] = field(default_factory=dict)  # per segment length, shared by the layers
+
+    def serves(self, key: torch.Tensor, softcap: float | None, kwargs: dict[str, Any]) -> bool:
+        """Whether this layer's keys are the prefix and the segments, in a layer SDPA can compute
+        (no soft-capping, sinks, position bias or dropout); otherwise the pass's mask serves."""
+        plain = softcap is None and not kwargs.get("dropout") and kwargs.get("s_aux") is None
+        return plain and kwargs.get("position_bias") is None and key.shape[2] == self.n_prefix + sum(self.lengths)
+
+
+_SEGMENTS: ContextVar[PackedSegments | None] = ContextVar("attnrank_packed_segments", default=None)
+
+
+@contextmanager
+def packed_segments(lengths: list[int], n_prefix: int) -> Iterator[None]:
+    """For the passes run inside: the input is segments of ``lengths`` tokens after a cache of
+    ``n_prefix`` tokens, each attending to that prefix and to itself only. The pass must still
+    carry :func:`~attnrank.llm.kernels.segment_mask`'s mask (layers this path cannot serve use it)."""
+    token = _SEGMENTS.set(PackedSegments(n_prefix, list(lengths)))
+    try:
+        yield
+    finally:
+        _SEGMENTS.reset(token)
+
+
 def capture_attention(
     module: Any,
     query: torch.Tensor,
@@ -119,7 +150,10 @@ def capture_attention(
     stop = _STOP_LAYER.get()
     if stop is not None and getattr(module, "layer_idx", None) == stop:
         raise StopForward  # the deepest layer: its output is never read
-    if softcap is None:
+    segments = _SEGMENTS.get()
+    if segments is not None and segments.serves(key, softcap, kwargs):
+        out = segmented_forward(query, key, value, segments.n_prefix, segments.lengths, scaling, segments.masks)
+    elif softcap is None:
         out = sdpa_forward(module, query, key, value, attention_mask, scaling, **kwargs)
     else:
         out = eager_forward(query, key, value, attention_mask, scaling, softcap)

@@ -27,18 +27,20 @@ from attnrank.errors import InputError
 
 from .attention import AttentionCapturer, PrefixCache, has_sliding_layers
 from .kernels import segment_mask
+from .recording import packed_segments
 from .rotary import nope_layers, rotate_into, rotation
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BATCH_TOKENS = 4096  # padded block tokens per encoding batch
-DEFAULT_PACK_TOKENS = 1024  # block tokens per packed sequence (0: pad instead)
-# Pack only where padded batches would compute this many times the real tokens. Cold, bfloat16, 2
-# CPUs: on DL19's BM25 top-20 (passages of 40-200 tokens, padding 1.77x) packing took 0.89 s/query
-# against 1.16 s padded; on 100 SciFact abstracts (padding 1.08x) 13.6 s against 10.0 s, their
-# dense block-diagonal masks costing more attention than the padding saves; between (SciFact
-# top-20 at 1.3x, DL19 top-100 at 1.27x) the two were within 5 %.
-PACK_ABOVE_PADDING = 1.4
+DEFAULT_BATCH_TOKENS = 4096  # padded block tokens per encoding batch (models that are not packed)
+# Block tokens per packed sequence (0: pad instead). Packed blocks attend by one SDPA each
+# (kernels.segmented_forward), so packing wastes nothing; longer packs feed the linear layers
+# larger matrices. Cold encoding, bfloat16, 2 CPUs, median of 3-5 interleaved rounds (s/query):
+# DL19 top-20 0.65 at 4096 against 0.90 at 1024 and 1.20 padded; SciFact top-20 2.46 against
+# 2.45 and 3.63; DL19 top-100 2.35 against 2.71 and 2.87. (Under one block-diagonal mask per
+# pack, as before, 1024-token packs took 0.99, 3.30 and 3.79: the masked products cost more
+# than padding saved, except on DL19's short passages.)
+DEFAULT_PACK_TOKENS = 4096
 
 
 @dataclass(frozen=True)
@@ -106,20 +108,16 @@ def encode_blocks(
     """Each block's states, computed attending to ``prefix`` and itself only (block attention).
 
     Blocks are sorted by length and either packed, without padding, into sequences of up to
-    ``pack_tokens`` tokens under a block-diagonal mask (:func:`_encode_packed`), or batched
-    (right-padded, masked) up to ``batch_tokens`` padded tokens. ``pack_tokens=None`` packs
-    :data:`DEFAULT_PACK_TOKENS` where padding would cost more than :data:`PACK_ABOVE_PADDING`
-    times the real tokens; 0 never packs; a model with sliding-window layers (whose caches drop
-    early tokens) is never packed. ``starts[i]`` is block ``i``'s first position id."""
+    ``pack_tokens`` tokens (:func:`_encode_packed`), or batched (right-padded, masked) up to
+    ``batch_tokens`` padded tokens. ``pack_tokens=None`` packs :data:`DEFAULT_PACK_TOKENS`; 0
+    never packs; a model with sliding-window layers (whose caches drop early tokens) is never
+    packed. ``starts[i]`` is block ``i``'s first position id."""
     if len(blocks) != len(starts):
         raise InputError(f"{len(blocks)} blocks but {len(starts)} start positions")
     if any(len(b) == 0 for b in blocks):
         raise InputError("a block is empty; every passage needs at least one token")
     order = sorted(range(len(blocks)), key=lambda i: len(blocks[i]))
-    lengths = [len(blocks[i]) for i in order]
     pack = DEFAULT_PACK_TOKENS if pack_tokens is None else pack_tokens
-    if pack_tokens is None and padded_tokens(lengths, batch_tokens) <= PACK_ABOVE_PADDING * sum(lengths):
-        pack = 0  # little padding to save: padded batches keep attention block-sparse
     if has_sliding_layers(DynamicCache(config=capturer.decoder.config)):
         pack = 0
     out: list[BlockState | None] = [None] * len(blocks)
@@ -139,16 +137,6 @@ def encode_blocks(
     return [s for s in out if s is not None]
 
 
-def padded_tokens(lengths: Sequence[int], batch_tokens: int) -> int:
-    """Tokens the padded batches of blocks of ``lengths`` (ascending) compute, padding included."""
-    total, width, count = 0, 0, 0
-    for n in lengths:
-        if count and n * (count + 1) > batch_tokens:
-            total, count = total + width * count, 0
-        width, count = n, count + 1
-    return total + width * count
-
-
 def _encode_packed(
     capturer: AttentionCapturer,
     prefix: PrefixCache,
@@ -158,8 +146,10 @@ def _encode_packed(
     out: list[BlockState | None],
 ) -> None:
     """The blocks of ``batch`` as one sequence: each token attends to the prefix and to the tokens
-    of its own block up to itself (BlockRank's structured mask), at its block's own positions. No
-    padding, so no compute is wasted on it; the mask's cross-block zeros still cost attention."""
+    of its own block up to itself (BlockRank's structured mask), at its block's own positions.
+    Nothing is computed for padding or for the mask's cross-block zeros: each block's attention
+    is its own SDPA (:func:`~attnrank.llm.recording.packed_segments`); the mask serves layers
+    that path cannot (soft-capped logits)."""
     device = capturer.model.device
     lengths = torch.tensor([len(blocks[i]) for i in batch], device=device)
     ids = torch.tensor([[t for i in batch for t in blocks[i]]], dtype=torch.long, device=device)
@@ -169,7 +159,8 @@ def _encode_packed(
     cache = DynamicCache(config=capturer.decoder.config)
     for layer, (k, v) in enumerate(prefix_states(capturer, prefix)):
         cache.update(k, v, layer)
-    capturer.run(ids, cache, position_ids=positions, attention_mask=mask)
+    with packed_segments(lengths.tolist(), prefix.length):
+        capturer.run(ids, cache, position_ids=positions, attention_mask=mask)
     layers = [layer_kv(layer) for layer in cache.layers[: capturer.deepest_layer + 1]]
     firsts = (torch.cumsum(lengths, 0) - lengths).tolist()  # each block's first index in the sequence
     for i, a, n in zip(batch, firsts, lengths.tolist()):

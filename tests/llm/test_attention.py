@@ -22,6 +22,7 @@ from attnrank.llm.attention import (
     _common_start,
     naive_attention_rows,
 )
+from attnrank.llm.recording import PackedSegments
 
 torch.set_num_threads(2)
 ATOL = 1e-5
@@ -289,3 +290,15 @@ def test_other_families(model_cls, config_cls, attn, extra):
         atol=ATOL,
         rtol=0,
     )
+
+
+def test_packed_segments_leave_layers_they_cannot_compute_to_the_mask():
+    """Per-segment SDPA serves a plain layer whose keys are the prefix and the segments; a
+    soft-capped layer (Gemma 2), attention sinks, or keys of another length (a sliding window's)
+    fall back to the pass's mask."""
+    segments = PackedSegments(n_prefix=5, lengths=[3, 4])
+    key = torch.zeros(1, 2, 12, 8)
+    assert segments.serves(key, None, {"dropout": 0.0})
+    assert not segments.serves(key, 30.0, {})
+    assert not segments.serves(key, None, {"s_aux": torch.zeros(2)})
+    assert not segments.serves(key[:, :, 1:], None, {})

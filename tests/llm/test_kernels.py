@@ -1,4 +1,5 @@
-"""The registered attention function's layer outputs equal transformers' SDPA."""
+"""The registered attention function's layer outputs equal transformers' SDPA (and, for packed
+segments, SDPA under the segments' mask)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from attnrank.llm.kernels import sdpa_forward
+from attnrank.llm.kernels import sdpa_forward, segment_mask, segmented_forward
 
 
 @pytest.mark.parametrize("mask_kind", ["bool", "additive", None])
@@ -31,3 +32,26 @@ def test_grouped_query_sdpa_equals_transformers(mask_kind, dtype):
     assert ours.shape == theirs.shape == (1, n_q, 6, 8)
     tol = 1e-6 if dtype == torch.float32 else 2e-2
     assert torch.allclose(ours.float(), theirs.float(), atol=tol)
+
+
+@pytest.mark.parametrize("heads", [(6, 2), (4, 4)])  # grouped-query and plain
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_segmented_forward_equals_sdpa_under_the_segment_mask(heads, dtype):
+    """Per-segment SDPA gives what one SDPA over everything gives under segment_mask: each
+    segment sees the prefix and itself causally, never another segment."""
+    torch.manual_seed(0)
+    n_heads, n_kv = heads
+    lengths, n_prefix = [3, 7, 1, 7], 5
+    n = sum(lengths)
+    q = torch.randn(1, n_heads, n, 8, dtype=dtype)
+    k, v = torch.randn(1, n_kv, n_prefix + n, 8, dtype=dtype), torch.randn(1, n_kv, n_prefix + n, 8, dtype=dtype)
+    mask, _ = segment_mask(torch.tensor(lengths), n_prefix, dtype)
+    module = types.SimpleNamespace(num_key_value_groups=n_heads // n_kv, is_causal=True)
+    want = sdpa_attention_forward(module, q, k, v, mask, scaling=8**-0.5)[0]
+    masks: dict[int, torch.Tensor] = {}
+    got = segmented_forward(q, k, v, n_prefix, lengths, 8**-0.5, masks)
+    assert got.shape == want.shape == (1, n, n_heads, 8)
+    tol = 1e-6 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(got.float(), want.float(), atol=tol)
+    assert sorted(masks) == [1, 3, 7]  # one mask per length, kept for the pass's other layers
+    assert torch.equal(segmented_forward(q, k, v, n_prefix, lengths, 8**-0.5, masks), got)
