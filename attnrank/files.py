@@ -1,9 +1,10 @@
 """Output files: written atomically (a reader sees the old file or the new one, never a half-written
 one), and replaced only when attnrank recognisably wrote them (a TREC run it tagged, a batch
-Parquet file)."""
+Parquet file), and hashed (:func:`file_sha256`) to verify what was written."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -11,6 +12,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import InputError
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @contextmanager

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..config import available_cpus, cache_dir
 from ..errors import InputError, ModelError, require
+from ..files import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def source_digest(model_path: str | Path) -> str:
         raise ModelError(f"{root}: no model files found to export; give a local sentence-transformers model folder")
     h = hashlib.sha256()
     for p in files:
-        h.update(f"{p.relative_to(root).as_posix()}:{_file_sha256(p)}\n".encode())
+        h.update(f"{p.relative_to(root).as_posix()}:{file_sha256(p)}\n".encode())
     return h.hexdigest()
 
 
@@ -93,14 +94,6 @@ def export_dir(model_path: str | Path, variant: str, key: str) -> Path:
     return cache_dir() / "embedders" / f"{Path(model_path).name}-{variant}-{key[:12]}"
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def cached_export(folder: Path, key: str) -> str | None:
     """Why ``folder`` cannot be used for ``key`` (None: it can): absent, incomplete, foreign or damaged."""
     try:
@@ -110,7 +103,7 @@ def cached_export(folder: Path, key: str) -> str | None:
     if meta.get("key") != key:
         return f"it was exported for key {str(meta.get('key'))[:12]}, not {key[:12]}"
     graph = folder / _GRAPH
-    if not graph.is_file() or _file_sha256(graph) != meta.get("graph_sha256"):
+    if not graph.is_file() or file_sha256(graph) != meta.get("graph_sha256"):
         return f"{graph} is missing or fails its SHA-256 check"
     return None
 
@@ -213,7 +206,7 @@ def build_export(model_path: str | Path, variant: str, folder: Path, key: str) -
             "dim": int(_dimension(st)),
             "torch": torch.__version__,
             "export_version": EXPORT_VERSION,
-            "graph_sha256": _file_sha256(graph),
+            "graph_sha256": file_sha256(graph),
         }
         (tmp / _META).write_text(json.dumps(meta, indent=1))
         _verify(st, tmp, variant)

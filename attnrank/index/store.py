@@ -31,6 +31,7 @@ from typing import Any
 
 from ..config import fault_point
 from ..errors import IndexFormatError
+from ..files import file_sha256
 from ..types import Document
 from .folders import SHARDED_FORMAT, check_target, fsync_dir, remove_stale, sibling, swap_in
 
@@ -54,14 +55,6 @@ def corpus_checksum(docs: Sequence[Document]) -> str:
 def _jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
     """``metadata`` as it reads back from ``docs.jsonl`` (string keys; values without a JSON form as text)."""
     return json.loads(json.dumps(metadata, ensure_ascii=False, default=str))
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_tree(root: Path) -> None:
@@ -142,7 +135,7 @@ def file_entries(root: Path, skip: Iterable[str] = ()) -> dict[str, dict[str, An
     """Size and SHA-256 of every file under ``root`` but its manifest and the top folders ``skip``."""
     skip = set(skip)
     return {
-        p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.relative_to(root).parts[0] not in skip and p.relative_to(root).as_posix() != MANIFEST
     }
@@ -216,14 +209,14 @@ def check_files(root: Path, files: dict[str, Any], manifest: Path, *, verify: bo
             raise IndexFormatError(
                 f"{f} is missing or has the wrong size (expected {meta['bytes']} bytes); rebuild the index"
             )
-        if verify and _sha256(f) != meta["sha256"]:
+        if verify and file_sha256(f) != meta["sha256"]:
             raise IndexFormatError(f"{f} fails its SHA-256 check; the index is corrupted, rebuild it")
 
 
 def manifest_tag(root: Path) -> str | None:
     """SHA-256 of the manifest's bytes (None if unreadable): changes with every save (``build_id``)."""
     try:
-        return hashlib.sha256((Path(root) / MANIFEST).read_bytes()).hexdigest()
+        return file_sha256(Path(root) / MANIFEST)
     except OSError:
         return None
 

@@ -15,7 +15,7 @@ import logging
 import os
 from pathlib import Path
 
-from attnrank import config
+from attnrank import config, files
 from attnrank.errors import ModelError
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def gguf_source(model_id: str) -> Path | None:
     return Path(model_id) if model_id.endswith(".gguf") and Path(model_id).is_file() else None
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:  # (files.file_sha256, remembered)
     """sha256 of a file, remembered in ``cache_dir()/hashes.json`` by path, size and mtime."""
     path = Path(path).resolve()
     stat = path.stat()
@@ -58,11 +58,7 @@ def file_sha256(path: Path) -> str:
         known = {}
     if key in known:
         return known[key]
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    known[key] = digest.hexdigest()
+    known[key] = files.file_sha256(path)
     try:
         store.parent.mkdir(parents=True, exist_ok=True)
         tmp = store.with_name(f".hashes.{os.getpid()}.tmp")

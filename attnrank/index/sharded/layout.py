@@ -20,12 +20,12 @@ with :func:`attnrank.index.store.atomic_dir`; the top-level manifest is written 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from ...errors import IndexFormatError
+from ...files import file_sha256
 from ..bm25 import BM25Params
 from ..retriever import INDEX_FILES as SHARD_FILES
 from ..store import MANIFEST, check_files, file_entries, read_manifest
@@ -47,10 +47,6 @@ def shard_bounds(num_docs: int, shards: int) -> list[tuple[int, int]]:
         out.append((start, stop))
         start = stop
     return out
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def write_top_manifest(root: Path, info: dict[str, Any], shards: list[dict[str, Any]]) -> None:
