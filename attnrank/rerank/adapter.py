@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, require
+from ..files import atomic_path, file_sha256, refuse_replacing
 from ..llm.attention import AttentionCapturer
 from ..llm.models import LLM
 from ..llm.prompts import build_rerank_prompts
@@ -166,16 +167,24 @@ class HeadAdapter:
     info: dict[str, Any] = field(default_factory=dict)  # training config, data, time, losses
 
     def save(self, folder: str | Path) -> Path:
-        """Write ``adapter.safetensors`` (the tensors) and ``adapter.json`` (the rest) into ``folder``."""
+        """Write ``adapter.safetensors`` (the tensors, marked as attnrank's) and ``adapter.json``
+        (the rest, with the tensors file's SHA-256) into ``folder``, each atomically. Files of
+        those names that are not a head adapter's are refused, never replaced."""
         from safetensors.torch import save_file
 
         meta = {k: v for k, v in asdict(self).items() if k != "tensors"}
         meta["heads"] = [list(h) for h in self.heads]
-        text = json.dumps(meta, indent=1)  # before any file is written: a bad info value leaves a saved adapter whole
+        json.dumps(meta)  # before any file is written: a bad info value leaves a saved adapter whole
         out = Path(folder)
-        out.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.tensors.items()}, str(out / WEIGHTS_FILE))
-        (out / META_FILE).write_text(text, encoding="utf-8")
+        ours = _is_adapter_meta(out / META_FILE)
+        for name, what in ((WEIGHTS_FILE, "a head adapter's tensors file"), (META_FILE, "a head adapter's metadata")):
+            refuse_replacing(out / name, lambda p: ours or _is_adapter_weights(p), what, "head adapter file")
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.tensors.items()}
+        with atomic_path(out / WEIGHTS_FILE) as tmp:
+            save_file(tensors, str(tmp), metadata={"attnrank": ADAPTER_MARK})
+            meta["weights_sha256"] = file_sha256(tmp)
+        with atomic_path(out / META_FILE) as tmp:
+            tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
         return out
 
     @classmethod
@@ -185,16 +194,13 @@ class HeadAdapter:
         path = Path(folder)
         if not (path / META_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
             raise InputError(f"{path} holds no {META_FILE} + {WEIGHTS_FILE}; pass a folder written by HeadAdapter.save")
-        try:
-            meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
-            meta["heads"] = [(int(l), int(h)) for l, h in meta["heads"]]
-            meta = {**meta, "tensors": {}}
-            cls(**meta)  # the fields, checked before the tensors are read
-        except (ValueError, KeyError, TypeError) as e:
+        meta = _read_adapter_meta(path / META_FILE)
+        digest = meta.pop("weights_sha256", None)  # (adapters saved before it was recorded have none)
+        if digest is not None and digest != file_sha256(path / WEIGHTS_FILE):
             raise InputError(
-                f"{path / META_FILE} is not a head adapter's ({type(e).__name__}: {e}); pass a folder written by "
-                "HeadAdapter.save"
-            ) from None
+                f"{path / WEIGHTS_FILE} is not the tensors {path / META_FILE} was saved with (a save interrupted "
+                "between its two files, or a file copied in); save the adapter again"
+            )
         return cls(**{**meta, "tensors": load_file(str(path / WEIGHTS_FILE))})
 
     def apply(self, llm: LLM) -> LLM:
@@ -227,6 +233,42 @@ class HeadAdapter:
             h.update(k.encode())
             h.update(self.tensors[k].detach().cpu().float().numpy().tobytes())
         return h.hexdigest()[:12]
+
+
+ADAPTER_MARK = "head-adapter"
+
+
+def _read_adapter_meta(path: Path) -> dict[str, Any]:
+    """A head adapter's metadata, its fields checked (``weights_sha256`` kept); an error if not one."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta["heads"] = [(int(l), int(h)) for l, h in meta["heads"]]
+        fields = {k: v for k, v in meta.items() if k != "weights_sha256"}
+        HeadAdapter(**{**fields, "tensors": {}})  # the fields, checked before the tensors are read
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+        raise InputError(
+            f"{path} is not a head adapter's ({type(e).__name__}: {e}); pass a folder written by HeadAdapter.save"
+        ) from None
+    return meta
+
+
+def _is_adapter_meta(path: Path) -> bool:
+    try:
+        _read_adapter_meta(path)
+    except InputError:
+        return False
+    return True
+
+
+def _is_adapter_weights(path: Path) -> bool:
+    """A safetensors file :meth:`HeadAdapter.save` marked as a head adapter's."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return (f.metadata() or {}).get("attnrank") == ADAPTER_MARK
+    except Exception:  # not safetensors at all: not recognisably ours
+        return False
 
 
 def train_head_adapter(

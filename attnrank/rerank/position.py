@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..files import atomic_path, check_file_target, refuse_replacing
 from ..registry import load_artifact, save_artifact
 
 logger = logging.getLogger(__name__)
@@ -94,11 +95,13 @@ class SlotProfile:
             raise InputError(f"slot profile fields are wrong ({e}); measure and save it again") from e
 
     def save(self, path: str | Path) -> Path:
+        """Write the profile's JSON to ``path`` atomically; a file there that is not a slot
+        profile is refused, never replaced."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.to_json(), encoding="utf-8")
-        tmp.replace(path)
+        check_file_target(path, "slot profile path")
+        refuse_replacing(path, _is_profile, "a slot profile", "slot profile path")
+        with atomic_path(path) as tmp:
+            tmp.write_text(self.to_json(), encoding="utf-8")
         return path
 
     @classmethod
@@ -107,6 +110,14 @@ class SlotProfile:
         if not path.is_file():
             raise InputError(f"slot profile file {str(path)!r} does not exist; measure one with measure_slot_profile")
         return cls.from_json(path.read_text(encoding="utf-8"))
+
+
+def _is_profile(path: Path) -> bool:
+    try:
+        SlotProfile.load(path)
+    except (InputError, OSError, UnicodeDecodeError):
+        return False
+    return True
 
 
 ARTIFACT = "slot-profiles"

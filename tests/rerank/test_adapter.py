@@ -178,3 +178,36 @@ def test_a_folder_of_another_tool_is_refused_in_one_line(tmp_path):
     (tmp_path / "adapter.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(InputError, match="is not a head adapter's"):  # before: a JSONDecodeError traceback
         HeadAdapter.load(tmp_path)
+
+
+def test_save_replaces_only_a_head_adapter(tmp_path):
+    """A folder's adapter.json / adapter.safetensors that are not a head adapter's are refused,
+    never overwritten; a head adapter saved there before is replaced."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "adapter.json").write_text('{"peft_type": "LORA"}', encoding="utf-8")
+    adapter = HeadAdapter({"w": torch.ones(2)}, [(0, 1)], 0, 8, 16.0, "tiny", "a" * 64)
+    with pytest.raises(InputError, match="adapter.json exists and is not a head adapter's metadata"):
+        adapter.save(user)
+    assert (user / "adapter.json").read_text(encoding="utf-8") == '{"peft_type": "LORA"}'
+    assert not (user / "adapter.safetensors").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "adapter.safetensors").write_bytes(b"the user's own weights")
+    with pytest.raises(InputError, match="adapter.safetensors exists and is not a head adapter's tensors"):
+        adapter.save(other)
+    assert (other / "adapter.safetensors").read_bytes() == b"the user's own weights"
+    ours = tmp_path / "ours"
+    adapter.save(ours)
+    HeadAdapter({"w": torch.zeros(3)}, [(1, 2)], 1, 8, 16.0, "tiny", "a" * 64).save(ours)
+    assert HeadAdapter.load(ours).heads == [(1, 2)]
+
+
+def test_load_refuses_tensors_the_metadata_was_not_saved_with(tmp_path):
+    """A save interrupted between its two files (or a tensors file copied in) is detected, not
+    loaded as the other save's adapter."""
+    HeadAdapter({"w": torch.ones(2)}, [(0, 1)], 0, 8, 16.0, "tiny", "a" * 64).save(tmp_path / "a")
+    HeadAdapter({"w": torch.zeros(2)}, [(0, 1)], 0, 8, 16.0, "tiny", "a" * 64).save(tmp_path / "b")
+    (tmp_path / "a" / "adapter.safetensors").write_bytes((tmp_path / "b" / "adapter.safetensors").read_bytes())
+    with pytest.raises(InputError, match="is not the tensors .*adapter.json was saved with"):
+        HeadAdapter.load(tmp_path / "a")

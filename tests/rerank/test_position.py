@@ -62,6 +62,11 @@ def test_json_round_trip_and_storage(tmp_path, monkeypatch):
     p = profile([0.5, -0.25, 0.125])
     assert SlotProfile.from_json(p.to_json()) == p
     assert SlotProfile.load(p.save(tmp_path / "p.json")) == p
+    assert SlotProfile.load(profile([1.0, 0.0]).save(tmp_path / "p.json")) == profile([1.0, 0.0])  # replaced
+    (tmp_path / "notes.json").write_text('{"mine": 1}', encoding="utf-8")
+    with pytest.raises(InputError, match="notes.json exists and is not a slot profile attnrank wrote"):
+        p.save(tmp_path / "notes.json")  # before: overwritten
+    assert (tmp_path / "notes.json").read_text(encoding="utf-8") == '{"mine": 1}'
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
     with pytest.raises(InputError, match="no slot profile is registered"):
         load_stored_profile("org/model", p.fingerprint)
