@@ -62,6 +62,9 @@ def group_splits(
         raise InputError(f"groups {missing} have no items; the items' groups are {sorted(present)}")
     if len(names) < 2:
         raise InputError(f"leave-one-group-out needs at least 2 groups, got {names}")
+    twice = sorted({g for g in names if names.count(g) > 1})
+    if twice:  # (each would be held out again, its items counted twice in the pooled means)
+        raise InputError(f"groups {twice} are named more than once; name each group once")
     return [Split(g, [x for x in items if str(group(x)) != g], [x for x in items if str(group(x)) == g]) for g in names]
 
 
@@ -81,6 +84,8 @@ def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, floa
     if not rows:
         raise InputError("no fold rows to pool")
     total = sum(r[n] for r in rows)
+    if not total > 0:  # (every fold empty divided by zero)
+        raise InputError(f"the fold rows hold no test items ({n} sums to {total}); nothing to pool")
     keys = [
         c
         for c in rows[0]

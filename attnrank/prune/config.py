@@ -60,6 +60,9 @@ class PruneConfig:
             raise InputError(f"length_norm={self.length_norm!r} is not one of {LENGTH_NORMS}")
         if self.method == "focus" and not self.focus_hint.strip():
             raise InputError(f"focus_hint is empty; method='focus' needs an answer hint such as {FOCUS_HINT!r}")
+        words = self.max_sentence_words
+        if isinstance(words, bool) or not isinstance(words, int) or words < 1:  # (was an error only at the first prune)
+            raise InputError(f"max_sentence_words={words!r} must be an integer >= 1 (longer sentences are split)")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise InputError(f"max_prompt_tokens={self.max_prompt_tokens} must be a positive integer or None")
 

@@ -176,6 +176,11 @@ def train_probe(
                 f"question {ex.qid!r}: head scores {ex.head_scores.shape} but {len(ex.positions)} "
                 f"sentences and {len(heads)} heads; build every example with the same heads"
             )
+        if len(ex.labels) != len(ex.positions):  # (two such questions could offset each other silently)
+            raise InputError(
+                f"question {ex.qid!r}: {len(ex.labels)} labels for {len(ex.positions)} sentences; give one label "
+                "per sentence"
+            )
     x = np.vstack([standardise(design(ex.head_scores, ex.positions, extras, ex.lexical)) for ex in examples])
     y = np.concatenate([np.asarray(ex.labels, dtype=bool) for ex in examples]).astype(int)
     if y.min() == y.max():
@@ -256,6 +261,11 @@ def crossfit_scores(
     penalty is chosen inside each training part (:func:`select_l2`), never on the scored fold."""
     if not 2 <= k <= len(examples):
         raise InputError(f"k={k} folds need 2 <= k <= {len(examples)} (the number of questions)")
+    seen: set[str] = set()
+    for ex in examples:  # scores are keyed by qid: a repeated one would be overwritten (and could sit in both parts)
+        if ex.qid in seen:
+            raise InputError(f"question id {ex.qid!r} appears twice; give every example its own qid")
+        seen.add(ex.qid)
     out: dict[str, np.ndarray] = {}
     for test in _folds(len(examples), k, seed):
         train = [examples[i] for i in range(len(examples)) if i not in set(test)]

@@ -42,6 +42,8 @@ def test_group_splits_order_and_errors():
         group_splits(items, lambda x: x[0], groups=["a", "z"])
     with pytest.raises(InputError, match="at least 2 groups"):
         group_splits([("a", 1)], lambda x: x[0])
+    with pytest.raises(InputError, match=r"groups \['a'\] are named more than once"):  # was held out twice
+        group_splits(items, lambda x: x[0], groups=["a", "b", "a"])
     with pytest.raises(InputError, match="k=1"):
         kfold_splits(items, 1)
     with pytest.raises(InputError, match="k=5"):
@@ -67,6 +69,8 @@ def test_cross_validate_fits_on_train_only_and_pools_by_test_size():
     assert pool([{"n": 1, "m": 1.0}, {"n": 3, "m": 0.0}], n="n") == {"m": 0.25}
     with pytest.raises(InputError):
         pool([])
+    with pytest.raises(InputError, match="no test items"):  # was ZeroDivisionError
+        pool([{"n_test": 0, "m": 1.0}])
 
 
 def test_pool_keeps_numpy_number_columns():

@@ -82,6 +82,10 @@ def test_evidence_ids_split_malformed_strings():
 def test_sample_queries_prefixes_are_samples():
     ids = [str(i) for i in range(50)]
     assert sample_queries(ids, 10) == sample_queries(ids, 30)[:10]
+    assert sorted(sample_queries(ids, None)) == sorted(sample_queries(ids, 0)) == sorted(ids)
+    for bad in (-3, True, 2.5):  # -3 used to drop the last three ids silently
+        with pytest.raises(InputError, match=f"n={bad!r} queries"):
+            sample_queries(ids, bad)
     assert sorted(sample_queries(ids, None)) == sorted(ids) and sample_queries(ids, None) != sorted(ids)
 
 

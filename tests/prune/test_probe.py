@@ -103,6 +103,24 @@ def test_train_probe_bad_input():
         crossfit_scores(ex, [(0, 0), (0, 1), (1, 0)], k=5)
 
 
+def test_labels_must_line_up_with_sentences():
+    """One question a label short and another a label long used to train silently misaligned."""
+    heads = [(0, 0), (0, 1), (1, 0)]
+    ex = synthetic(4)
+    ex[0].labels, ex[1].labels = ex[0].labels[:-1], np.append(ex[1].labels, True)
+    with pytest.raises(InputError, match="question 'q0': 11 labels for 12 sentences"):
+        train_probe(ex, heads)
+
+
+def test_crossfit_refuses_a_repeated_question_id():
+    """Scores are keyed by qid: a repeat was overwritten (one question's score lost) and could
+    be trained on while scored."""
+    ex = synthetic(6)
+    ex[3].qid = "q1"
+    with pytest.raises(InputError, match="question id 'q1' appears twice"):
+        crossfit_scores(ex, [(0, 0), (0, 1), (1, 0)], k=3, extras=["first"], l2=1.0)
+
+
 def test_pruner_features_equal_the_per_head_reference(llm):
     heads = [(0, 1), (2, 3)]
     scored, feats = ContextPruner(llm, heads).sentence_features(QUERY, DOCS)

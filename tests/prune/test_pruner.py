@@ -15,7 +15,7 @@ from attnrank.errors import InputError
 from attnrank.llm.attention import naive_attention_rows
 from attnrank.llm.models import LLM
 from attnrank.llm.prompts import build_rerank_prompts
-from attnrank.prune.config import FOCUS_HINT
+from attnrank.prune.config import FOCUS_HINT, PruneConfig
 from attnrank.prune.context import PrunedContext, ScoredSentence, select
 from attnrank.prune.pruner import ContextPruner
 from attnrank.types import Document
@@ -354,6 +354,9 @@ def test_bad_input(llm):
         pruner.prune(QUERY, DOCS, budget_tokens=10, sentences=[None])
     with pytest.raises(InputError, match="method='middle'"):
         ContextPruner(llm, method="middle")
+    for words in (0, -2, True):  # refused when configured, not at the first prune (0 was a crash there)
+        with pytest.raises(InputError, match=f"max_sentence_words={words!r} must be an integer >= 1"):
+            PruneConfig(max_sentence_words=words)
     with pytest.raises(InputError, match="does not fit max_prompt_tokens=120 even alone"):
         ContextPruner(llm, max_prompt_tokens=120).prune(QUERY, [Document("x", "word " * 60)], budget_tokens=5)
 
