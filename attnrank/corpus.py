@@ -6,7 +6,8 @@ Formats (chosen by :func:`load_corpus` from the path):
   ``qrels/<split>.tsv``.
 - JSONL file (``.jsonl`` / ``.jsonl.gz``): one object a line with ``id`` or ``_id``, ``text``,
   optional ``title``; other keys go to ``metadata``.
-- CSV/TSV file with a header that names ``id`` and ``text`` columns (``title`` optional).
+- CSV/TSV file with a header that names ``id`` and ``text`` columns (``title`` optional); other
+  columns go to ``metadata`` (as strings).
 - A directory of ``.txt`` / ``.md`` files: the relative path is the id, the first Markdown
   heading (if any) the title.
 
@@ -205,7 +206,10 @@ def _add_row(
         )
         return
     title = row.get(cols["title"], "") if "title" in cols else ""
-    _add(docs, Document(str(row[cols["id"]] or "").strip(), row[cols["text"]] or "", title or ""), where, problem)
+    named = {cols["id"], cols["text"], cols.get("title")}
+    meta = {k: v for k, v in row.items() if k not in named}  # other columns, as a JSONL record's other keys
+    doc = Document(str(row[cols["id"]] or "").strip(), row[cols["text"]] or "", title or "", meta)
+    _add(docs, doc, where, problem)
 
 
 def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:

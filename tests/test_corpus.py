@@ -30,6 +30,15 @@ def test_csv_and_tsv(tmp_path):
     assert [(d.id, d.title, d.text) for d in docs] == [("1", "One", "first, with comma"), ("2", "", "second")]
     (tmp_path / "c.tsv").write_text("docid\ttext\nx\thello\n")
     assert load_corpus(tmp_path / "c.tsv")[0][0].id == "x"
+    assert docs[0].metadata == {}
+
+
+def test_csv_columns_besides_id_title_text_are_metadata(tmp_path):
+    """As a JSONL record's other keys are (they used to be dropped)."""
+    (tmp_path / "c.csv").write_text("ID,url,Text,year\n1,https://x.org/a,first,2020\n")
+    (tmp_path / "c.tsv").write_text("doc_id\ttext\tsource\na\thello\twiki\n")
+    assert load_corpus(tmp_path / "c.csv")[0][0].metadata == {"url": "https://x.org/a", "year": "2020"}
+    assert load_corpus(tmp_path / "c.tsv")[0][0].metadata == {"source": "wiki"}
 
 
 def test_csv_without_text_column(tmp_path):
