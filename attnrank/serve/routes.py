@@ -66,6 +66,7 @@ async def _rank(
 
 
 @router.post("/v1/rerank")
+@router.post("/v2/rerank")  # the path Cohere's own v2 clients post to (cohere.ClientV2(base_url=...))
 async def rerank_cohere(body: CohereRerankRequest, request: Request) -> dict[str, Any]:
     server = _server(request)
     given = texts_of(body.documents)
@@ -141,6 +142,9 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
     return _pruned(body.query, await server.run(request, work, len(texts) if texts is not None else body.top_k))
 
 
+PRUNER_KEYS = ("pruned", "kept_sentences")  # what the pruner adds to a document's metadata
+
+
 def _pruned(query: str, p: PrunedContext) -> dict[str, Any]:
     """The ``/v1/prune`` answer: what was kept, per document and per sentence (NaN scores as null)."""
     return {
@@ -150,7 +154,15 @@ def _pruned(query: str, p: PrunedContext) -> dict[str, Any]:
         "budget_tokens": p.budget_tokens,
         "notes": p.notes,
         "documents": [
-            {"id": d.id, "title": d.title, "text": d.text, "kept_sentences": d.metadata["kept_sentences"]}
+            {
+                "id": d.id,
+                "title": d.title,
+                "text": d.text,
+                "kept_sentences": d.metadata["kept_sentences"],
+                "metadata": {
+                    k: v for k, v in d.metadata.items() if k not in PRUNER_KEYS
+                },  # the corpus's, as /v1/search
+            }
             for d in p.documents()
         ],
         "sentences": [

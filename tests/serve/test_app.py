@@ -298,6 +298,17 @@ def test_unknown_fields_of_attnrank_bodies_are_refused(url):
     assert r.status_code == 422 and r.json()["message"].startswith("max_tokens: not a field")
 
 
+def test_cohere_v2_client_reranks_through_the_server(url, engine):
+    """Cohere's own client (ClientV2, pointed at this server) posts to /v2/rerank and parses the
+    answer: the order and scores are the reranker's."""
+    cohere = pytest.importorskip("cohere")
+    ref = engine.reranker.rank(QUERY, DOCS)
+    client = cohere.ClientV2(api_key="unused", base_url=url, timeout=60)
+    got = client.rerank(model="tiny-llama", query=QUERY, documents=DOCS, top_n=2)
+    assert [r.index for r in got.results] == [int(i) for i in ref.ids[:2]]
+    assert [r.relevance_score for r in got.results] == pytest.approx(ref.scores[:2], abs=1e-12)
+
+
 def test_returned_documents_are_the_ones_sent(url):
     body = {"query": QUERY, "documents": DOCS, "max_tokens_per_doc": 5, "return_documents": True}
     r = httpx.post(f"{url}/v1/rerank", json=body, timeout=30)
@@ -318,6 +329,24 @@ def test_search_results_keep_the_corpus_metadata(llm, rerank):
     assert r.status_code == 200, r.text
     res = r.json()["results"]
     assert len(res) == 3 and all(x["metadata"] == {"url": f"https://x/{x['id'][1:]}"} for x in res)
+
+
+def test_prune_keeps_the_corpus_metadata(llm):
+    """/v1/prune over the index returns each document's corpus metadata, as /v1/search does (it
+    used to drop it); documents sent in the request have none."""
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    docs = [Document(f"d{i}", t, f"T{i}", {"url": f"https://x/{i}"}) for i, t in enumerate(DOCS)]
+    index = HybridRetriever().index(docs, show_progress=False)
+    engine = Engine(AttentionReranker(llm, max_doc_words=40), ContextPruner(llm), index=index)
+    with live_server(create_app(engine)) as base:
+        r = httpx.post(f"{base}/v1/prune", json={"query": QUERY, "top_k": 3, "budget_tokens": 400}, timeout=60)
+        sent = httpx.post(f"{base}/v1/prune", json={"query": QUERY, "documents": DOCS[:2], "budget_tokens": 400})
+    assert r.status_code == 200, r.text
+    got = r.json()["documents"]
+    assert got and all(x["metadata"] == {"url": f"https://x/{x['id'][1:]}"} for x in got)
+    assert sent.status_code == 200 and all(x["metadata"] == {} for x in sent.json()["documents"])
 
 
 def test_ask_without_a_pruner_answers_and_refuses_a_budget(llm, built_retriever):
