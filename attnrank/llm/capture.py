@@ -24,7 +24,17 @@ from .attention import AttentionCapturer, PrefixCache
 from .blocks import BlockPrompt, check_positions
 from .prompts import RerankPromptPair
 from .rows import QUERY_SPANS, Span, WindowRows
-from .states import BlockState, StateCache, assemble, check_rotation, encode_blocks, state_keys
+from .states import (
+    BlockState,
+    ContextBuffer,
+    StateCache,
+    assemble,
+    check_rotation,
+    context_shape,
+    encode_blocks,
+    layer_kv,
+    state_keys,
+)
 from .statestore import PassageStateStore
 
 
@@ -71,6 +81,7 @@ def capture_blocks(
     states: StateCache | None = None,
     store: PassageStateStore | None = None,
     extra_ids: Sequence[int] = (),
+    buffer: ContextBuffer | None = None,
 ) -> WindowRows:
     """Block attention (:mod:`attnrank.llm.blocks`): each block's states from ``states`` or
     computed attending to ``prefix`` and itself; the suffixes then run over the assembled
@@ -79,7 +90,8 @@ def capture_blocks(
     ``prefix`` is the prefilled :attr:`BlockPrompt.prefix_ids` (it is the same for every query,
     so callers keep it). The rows cover ``prompt.context_ids``, in prompt order. ``store``:
     states built at index time, read before encoding what neither cache holds; ``extra_ids``
-    are appended to both suffixes (the pruner's answer hint)."""
+    are appended to both suffixes (the pruner's answer hint); ``buffer`` lends the memory the
+    context is assembled in (fresh memory if None)."""
     check_query_span(query_span)
     check_positions(positions)
     if positions == "rotated":  # computed (and cached) at the shared positions, then moved
@@ -90,8 +102,11 @@ def capture_blocks(
     suffixes = [prompt.real_suffix_ids] + [prompt.calibration_suffix_ids] * calibrate
     room = sum(len(s) + len(extra_ids) for s in suffixes)
     order = prompt.order
-    context = assemble(capturer, prefix, [blocks[i] for i in order], [target[i] - starts[i] for i in order], room)
-    rows = suffix_rows(capturer, context, suffixes, extra_ids, query_span, prompt.suffix_start(positions))
+    placed = [blocks[i] for i in order]
+    shape = context_shape(capturer, prefix, placed, room)
+    with (buffer or ContextBuffer()).take(shape, layer_kv(prefix.cache.layers[0])[0]) as memory:
+        context = assemble(capturer, prefix, placed, [target[i] - starts[i] for i in order], room, memory)
+        rows = suffix_rows(capturer, context, suffixes, extra_ids, query_span, prompt.suffix_start(positions))
     index = list(range(len(prompt.blocks)))
     return WindowRows(index, prompt.doc_spans, prompt.context_ids, rows[0], rows[1] if calibrate else None)
 

@@ -63,7 +63,7 @@ from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
-from ..llm.states import StateCache
+from ..llm.states import ContextBuffer, StateCache
 from ..registry import resolve_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents
@@ -131,6 +131,7 @@ class ContextPruner:
             self.hint_ids = self.llm.tokenizer(self.focus_hint, add_special_tokens=False)["input_ids"]
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
+        self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None
 
     def __repr__(self) -> str:
@@ -317,6 +318,7 @@ class ContextPruner:
                 query_span=span,
                 states=self.states,
                 extra_ids=self.hint_ids,
+                buffer=self._context_buffer,
             )
         else:
             w = capture_window(

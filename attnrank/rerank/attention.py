@@ -41,7 +41,7 @@ from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows, document_scores, token_scores
-from ..llm.states import StateCache
+from ..llm.states import ContextBuffer, StateCache
 from ..llm.statestore import PassageStateStore, write_store
 from ..registry import resolve_heads
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
@@ -155,6 +155,7 @@ class AttentionReranker:
             )
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
+        self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None  # block_prefix_ids depend on the tokenizer only
         self._blocks_memo = BlockMemo()  # tokenized passages, beside their states
         self.store = (
@@ -396,4 +397,5 @@ class AttentionReranker:
             query_span=self.query_span,
             states=self.states,
             store=None if self.config.block_positions == "sequential" else self.store,
+            buffer=self._context_buffer,
         )

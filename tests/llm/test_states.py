@@ -1,10 +1,12 @@
-"""Block states: the per-model verdict of the rotation check."""
+"""Block states: the per-model verdict of the rotation check, and the memory contexts are assembled in."""
 
 from __future__ import annotations
 
 import gc
 
+import numpy as np
 import pytest
+import torch
 from _tiny import tiny_model, tiny_tokenizer
 
 from attnrank.errors import InputError
@@ -50,3 +52,34 @@ def test_rotary_that_one_rotation_cannot_serve_is_refused_in_one_line(name, extr
         capture_blocks(capturer, prompt, prefix, fingerprint="t", positions="rotated")
     rows = capture_blocks(capturer, prompt, prefix, fingerprint="t", positions="sequential")
     assert rows.real.shape == (1, len(prompt.context_ids))
+
+
+def test_windows_assembled_in_kept_memory_equal_fresh_ones():
+    """A context buffer lent from window to window (larger, smaller, larger again, with cached
+    states) gives the rows fresh memory gives, and is kept (grown only when a window needs more)."""
+    capturer = AttentionCapturer(tiny_model("llama", layers=3, max_positions=1024), [(1, 0), (2, 3)])
+    tok = tiny_tokenizer()
+    texts = ["Paris is the capital of France.", "Kiwis are birds. " * 6, "Rome is in Italy.", "Bananas are yellow."]
+    prompts = [build_block_prompts(tok, "Where is Paris?", texts[:n]) for n in (4, 1, 3, 4)]
+    prefix = capturer.prefill(prompts[0].prefix_ids)
+    buffer, cache = states.ContextBuffer(), states.StateCache(1 << 30)
+    sizes = []
+    for prompt in prompts:
+        fresh = capture_blocks(capturer, prompt, prefix, fingerprint="t", positions="rotated")
+        kept = capture_blocks(
+            capturer, prompt, prefix, fingerprint="t", positions="rotated", states=cache, buffer=buffer
+        )
+        assert np.array_equal(kept.real, fresh.real) and np.array_equal(kept.null, fresh.null)
+        sizes.append(buffer.nbytes)
+    assert sizes[0] > 0 and sizes == [sizes[0]] * 4  # the first (largest) window's memory served them all
+
+
+def test_a_lent_context_buffer_gives_a_second_user_fresh_memory():
+    """Two threads assembling at once must not share memory: while lent, take() allocates."""
+    buffer = states.ContextBuffer()
+    like = torch.zeros(1, dtype=torch.bfloat16)
+    with buffer.take((2, 3), like) as (k1, v1), buffer.take((2, 3), like) as (k2, v2):
+        pointers = {t.untyped_storage().data_ptr() for t in (k1, v1, k2, v2)}
+        assert len(pointers) == 4 and k2.dtype == torch.bfloat16 and k2.shape == (2, 3)
+    with buffer.take((4, 3), like) as (k3, _):  # larger: grown; the memory is kept for the next window
+        assert k3.shape == (4, 3) and buffer.nbytes == 2 * 12 * 2
