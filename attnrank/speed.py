@@ -36,7 +36,7 @@ from .config import STATE_STORAGES, set_torch_threads
 from .errors import InputError
 from .eval import evaluate_per_query, sign_test, wins_losses
 from .eval.datasets import dl19, sample_queries, scifact
-from .eval.report import md_table
+from .eval.speed_report import MODES
 from .files import atomic_path
 from .llm.blocks import encode_blocks_text
 from .rerank.attention import AttentionReranker
@@ -44,7 +44,6 @@ from .types import Document
 
 logger = logging.getLogger(__name__)
 
-MODES = ("full", "block-cold", "block-warm")
 SPEED_DATASETS = ("dl19", "scifact")
 
 
@@ -300,97 +299,3 @@ def speed_cells(dtypes: list[str]) -> list[tuple[str, int, str, str, int]]:
         for mode in MODES
         if dtype == dtypes[0] or ds == "dl19" or k in (20, 100)
     ]
-
-
-def blocks_markdown(
-    speed_rows: list[dict[str, Any]], q_rows: list[dict[str, Any]], stores: dict[str, Any], env: dict[str, Any]
-) -> str:
-    """The block-attention section of the benchmarks page (cells by dtype, dataset, K and mode)."""
-    dtypes = list(dict.fromkeys(r["dtype"] for r in speed_rows))
-    datasets = list(dict.fromkeys(r["dataset"] for r in speed_rows))
-    speed_rows = sorted(
-        speed_rows,
-        key=lambda r: (dtypes.index(r["dtype"]), datasets.index(r["dataset"]), r["K"], MODES.index(r["mode"])),
-    )
-    out = [
-        f"# Block attention: speed and quality ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
-        "",
-        "Preset qrhead (attention alone: 16 registered heads, deepest layer 23), SmolLM2-135M-Instruct. "
-        "Speed: each cell in a fresh process; block-cold = no cached passage state; block-warm = every "
-        "candidate's state in memory (only the query's suffix runs); peak extra MB = peak RSS growth "
-        "during the query; SciFact candidates are random abstracts (300-word cap). A resumed run keeps "
-        "the cells it already has; `measured` says when each ran: compare cells measured the same day "
-        "(the machines are shared and differ between days).",
-        "",
-        md_table(
-            speed_rows,
-            ["dataset", "dtype", "K", "mode", "queries", "s/query", "peak extra MB", "cached MB", "measured", "error"],
-            {"s/query": ".2f", "peak extra MB": ".0f", "cached MB": ".0f"},
-        ),
-        "",
-    ]
-
-    def full_cell(r: dict[str, Any], dtype: str) -> dict[str, Any] | None:
-        key = (r["dataset"], r["K"], dtype)
-        return next(
-            (b for b in speed_rows if b.get("mode") == "full" and (b["dataset"], b["K"], b["dtype"]) == key), None
-        )
-
-    ratio_rows = []
-    for r in speed_rows:
-        if "s/query" not in r:
-            continue
-        same, f32 = full_cell(r, r["dtype"]), full_cell(r, "float32")
-        row = {**r}
-        if r.get("mode") != "full" and same and "s/query" in same:
-            row["speed-up vs full"] = same["s/query"] / r["s/query"]
-        if f32 is not None and f32 is not r and "s/query" in f32:
-            row["speed-up vs float32 full"] = f32["s/query"] / r["s/query"]
-        if len(row) > len(r):
-            ratio_rows.append(row)
-    out += [
-        "Speed-ups against the full-prompt capture of the same dtype, and against today's float32 full-prompt "
-        "capture (same run):",
-        "",
-    ]
-    cols = ["dataset", "dtype", "K", "mode", "speed-up vs full", "speed-up vs float32 full"]
-    out += [md_table(ratio_rows, cols, {c: ".1f" for c in cols[4:]}), ""]
-    if stores:
-        per_token = stores["sizes"][0]["bytes/token"]
-        out += [
-            "## Passage-state stores",
-            "",
-            "Bytes per passage token (keys and values of layers 0..23): "
-            + ", ".join(f"{k} {v:,}" for k, v in per_token.items())
-            + ". Sizes from the block token counts (300-word cap):",
-            "",
-            md_table(
-                stores["sizes"][1:],
-                ["passages", "count", "tokens", *[f"{k} GiB" for k in per_token]],
-                {f"{k} GiB": ".2f" for k in per_token},
-            ),
-            "",
-            "Stores built for real (`attnrank.llm.statestore.write_store`, default preset):",
-            "",
-            md_table(
-                stores["built"],
-                ["passages", "storage", "count", "tokens", "build s", "MiB on disk", "bytes/token"],
-                {"build s": ".1f", "MiB on disk": ".0f", "bytes/token": ".0f"},
-            ),
-            "",
-        ]
-    if q_rows:
-        out += [
-            "## Quality: full vs block attention (nDCG@10, each query cold)",
-            "",
-            "Its s/query column comes from the comparison run (one thread, lowest priority, beside other "
-            "jobs): read speed from the table above. `measured`: the day each mode's run was captured "
-            "(a resumed comparison reuses earlier runs).",
-            "",
-            md_table(
-                q_rows,
-                ["setting", "mode", "nDCG@10", "wins/losses vs full", "sign test p", "s/query", "measured"],
-                {"nDCG@10": ".4f", "sign test p": ".3f", "s/query": ".2f"},
-            ),
-        ]
-    return "\n".join(out) + "\n"

@@ -355,7 +355,8 @@ def markdown(q_rows, s_rows, extra, env, args) -> str:
 
 
 def blocks_section(args, root: Path) -> None:
-    from attnrank.speed import blocks_markdown, compare_modes, in_grid_order, quality_sets, run_cells, speed_cells
+    from attnrank.eval.speed_report import blocks_markdown
+    from attnrank.speed import compare_modes, in_grid_order, quality_sets, run_cells, speed_cells
 
     cells = speed_cells(args.blocks_dtypes.split(","))
     results = REPO / "build" / "blocks" / "cells.json"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.speed import blocks_markdown, build_store, in_grid_order, speed_cells
+from attnrank.eval.speed_report import block_targets, blocks_markdown
+from attnrank.speed import build_store, in_grid_order, speed_cells
 
 ENV = {"date": "2026-12-02", "cpus": 2, "torch": "2.13.0"}
 
@@ -43,3 +44,20 @@ def test_build_store_never_removes_a_folder_it_did_not_write(tmp_path):
     with pytest.raises(InputError, match="is not a passage-state store this benchmark wrote"):
         build_store(tmp_path / "no-data", folder)
     assert (folder / "notes.txt").read_text() == "keep me"
+
+
+def test_targets_read_the_cells_they_name():
+    rows = [
+        _row("dl19", 20, "full", "bfloat16", 1.5),
+        _row("dl19", 20, "block-cold", "bfloat16", 1.0),
+        _row("dl19", 20, "block-warm", "bfloat16", 0.31),
+        _row("dl19", 20, "full", "float32", 3.0),
+        _row("dl19", 100, "block-warm", "bfloat16", 0.9),
+        _row("dl19", 10, "block-cold", "bfloat16", 0.6),
+    ]
+    got = {t["target"]: (t["measured"], t["met"]) for t in block_targets(rows, "bfloat16")}
+    assert got["warm K=20 <= 0.3 s"] == ("0.31 s", "no") and got["warm K=100 <= 1.0 s"] == ("0.90 s", "yes")
+    assert got["cold K=20 >= 1.5x the bfloat16 full prompt"] == ("1.50x", "yes")
+    assert got["cold K=20 >= 1.5x the float32 full prompt"] == ("3.00x", "yes")
+    assert got["cold grows linearly in K (s per candidate, K=10/20/50/100)"] == ("0.060 / 0.050", "")
+    assert "Targets (issue 15), bfloat16 cells:" in blocks_markdown(rows, [], {}, ENV)

@@ -1,0 +1,165 @@
+"""The block-attention section of the benchmarks page (``scripts/bench_rerank.py --blocks``):
+the speed cells of :mod:`attnrank.speed`, their speed-ups, the issue's targets, the passage-state
+stores and the quality comparison, as markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .report import md_table
+
+MODES = ("full", "block-cold", "block-warm")  # the speed cells' modes (attnrank.speed), in table order
+# Issue 15's targets: warm s/query at K=20 and K=100; cold speed-up over the full prompt at K=20.
+WARM_TARGETS = {20: 0.3, 100: 1.0}
+COLD_SPEEDUP = 1.5
+
+
+def _cell(rows: list[dict[str, Any]], dataset: str, k: int, mode: str, dtype: str) -> float | None:
+    hit = next((r for r in rows if (r["dataset"], r["K"], r["mode"], r["dtype"]) == (dataset, k, mode, dtype)), None)
+    return None if hit is None else hit.get("s/query")
+
+
+def block_targets(rows: list[dict[str, Any]], dtype: str) -> list[dict[str, Any]]:
+    """Per dataset, each target's measured value (``dtype``'s cells; the cold speed-up also against
+    the float32 full prompt, the capture before block attention) and whether it is met."""
+    out: list[dict[str, Any]] = []
+    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+        for k, limit in WARM_TARGETS.items():
+            warm = _cell(rows, dataset, k, "block-warm", dtype)
+            if warm is not None:
+                out.append(
+                    {
+                        "dataset": dataset,
+                        "target": f"warm K={k} <= {limit} s",
+                        "measured": f"{warm:.2f} s",
+                        "met": "yes" if warm <= limit else "no",
+                    }
+                )
+        cold = _cell(rows, dataset, 20, "block-cold", dtype)
+        for base in dict.fromkeys((dtype, "float32")):
+            full = _cell(rows, dataset, 20, "full", base)
+            if cold and full:
+                out.append(
+                    {
+                        "dataset": dataset,
+                        "target": f"cold K=20 >= {COLD_SPEEDUP}x the {base} full prompt",
+                        "measured": f"{full / cold:.2f}x",
+                        "met": "yes" if full / cold >= COLD_SPEEDUP else "no",
+                    }
+                )
+        per = {k: s / k for k in (10, 20, 50, 100) if (s := _cell(rows, dataset, k, "block-cold", dtype))}
+        if len(per) > 1:
+            out.append(
+                {
+                    "dataset": dataset,
+                    "target": "cold grows linearly in K (s per candidate, K=10/20/50/100)",
+                    "measured": " / ".join(f"{v:.3f}" for v in per.values()),
+                    "met": "",
+                }
+            )
+    return out
+
+
+def targets_markdown(rows: list[dict[str, Any]], dtype: str) -> list[str]:
+    targets = block_targets(rows, dtype)
+    if not targets:
+        return []
+    return [f"Targets (issue 15), {dtype} cells:", "", md_table(targets, ["dataset", "target", "measured", "met"]), ""]
+
+
+def blocks_markdown(
+    speed_rows: list[dict[str, Any]], q_rows: list[dict[str, Any]], stores: dict[str, Any], env: dict[str, Any]
+) -> str:
+    """The block-attention section of the benchmarks page (cells by dtype, dataset, K and mode;
+    the issue's targets on the first dtype's cells)."""
+    dtypes = list(dict.fromkeys(r["dtype"] for r in speed_rows))
+    datasets = list(dict.fromkeys(r["dataset"] for r in speed_rows))
+    speed_rows = sorted(
+        speed_rows,
+        key=lambda r: (dtypes.index(r["dtype"]), datasets.index(r["dataset"]), r["K"], MODES.index(r["mode"])),
+    )
+    out = [
+        f"# Block attention: speed and quality ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
+        "",
+        "Preset qrhead (attention alone: 16 registered heads, deepest layer 23), SmolLM2-135M-Instruct. "
+        "Speed: each cell in a fresh process; block-cold = no cached passage state; block-warm = every "
+        "candidate's state in memory (only the query's suffix runs); peak extra MB = peak RSS growth "
+        "during the query; SciFact candidates are random abstracts (300-word cap). Cold blocks are "
+        "encoded packed, up to 4,096 tokens a sequence, each block attending by its own SDPA to the "
+        "prefix and itself (llm.kernels.segmented_forward). A resumed run keeps "
+        "the cells it already has; `measured` says when each ran: compare cells measured the same day "
+        "(the machines are shared and differ between days).",
+        "",
+        *targets_markdown(speed_rows, dtypes[0] if dtypes else ""),
+        md_table(
+            speed_rows,
+            ["dataset", "dtype", "K", "mode", "queries", "s/query", "peak extra MB", "cached MB", "measured", "error"],
+            {"s/query": ".2f", "peak extra MB": ".0f", "cached MB": ".0f"},
+        ),
+        "",
+    ]
+
+    def full_cell(r: dict[str, Any], dtype: str) -> dict[str, Any] | None:
+        key = (r["dataset"], r["K"], dtype)
+        return next(
+            (b for b in speed_rows if b.get("mode") == "full" and (b["dataset"], b["K"], b["dtype"]) == key), None
+        )
+
+    ratio_rows = []
+    for r in speed_rows:
+        if "s/query" not in r:
+            continue
+        same, f32 = full_cell(r, r["dtype"]), full_cell(r, "float32")
+        row = {**r}
+        if r.get("mode") != "full" and same and "s/query" in same:
+            row["speed-up vs full"] = same["s/query"] / r["s/query"]
+        if f32 is not None and f32 is not r and "s/query" in f32:
+            row["speed-up vs float32 full"] = f32["s/query"] / r["s/query"]
+        if len(row) > len(r):
+            ratio_rows.append(row)
+    out += [
+        "Speed-ups against the full-prompt capture of the same dtype, and against today's float32 full-prompt "
+        "capture (same run):",
+        "",
+    ]
+    cols = ["dataset", "dtype", "K", "mode", "speed-up vs full", "speed-up vs float32 full"]
+    out += [md_table(ratio_rows, cols, {c: ".1f" for c in cols[4:]}), ""]
+    if stores:
+        per_token = stores["sizes"][0]["bytes/token"]
+        out += [
+            "## Passage-state stores",
+            "",
+            "Bytes per passage token (keys and values of layers 0..23): "
+            + ", ".join(f"{k} {v:,}" for k, v in per_token.items())
+            + ". Sizes from the block token counts (300-word cap):",
+            "",
+            md_table(
+                stores["sizes"][1:],
+                ["passages", "count", "tokens", *[f"{k} GiB" for k in per_token]],
+                {f"{k} GiB": ".2f" for k in per_token},
+            ),
+            "",
+            "Stores built for real (`attnrank.llm.statestore.write_store`, default preset):",
+            "",
+            md_table(
+                stores["built"],
+                ["passages", "storage", "count", "tokens", "build s", "MiB on disk", "bytes/token"],
+                {"build s": ".1f", "MiB on disk": ".0f", "bytes/token": ".0f"},
+            ),
+            "",
+        ]
+    if q_rows:
+        out += [
+            "## Quality: full vs block attention (nDCG@10, each query cold)",
+            "",
+            "Its s/query column comes from the comparison run (one thread, lowest priority, beside other "
+            "jobs): read speed from the table above. `measured`: the day each mode's run was captured "
+            "(a resumed comparison reuses earlier runs).",
+            "",
+            md_table(
+                q_rows,
+                ["setting", "mode", "nDCG@10", "wins/losses vs full", "sign test p", "s/query", "measured"],
+                {"nDCG@10": ".4f", "sign test p": ".3f", "s/query": ".2f"},
+            ),
+        ]
+    return "\n".join(out) + "\n"
