@@ -3,7 +3,7 @@
 The prompt is :func:`attnrank.llm.prompts.build_answer_prompt` (chat template, short-answer
 instruction, ``[i] title\\ntext`` passages, then the question). Decoding is greedy (no
 sampling, one beam) and stops at the tokenizer's or the generation config's end-of-sequence
-tokens or after ``max_new_tokens``. The generator may be another (bigger) Hugging Face model than
+tokens, at the chat template's end of an assistant turn, or after ``max_new_tokens``. The generator may be another (bigger) Hugging Face model than
 the reranker's; pass the same :class:`~attnrank.llm.models.LLM` object to share one load.
 Streaming hands each decoded piece (whole words, as transformers' ``TextStreamer`` flushes
 them) to a callback as soon as it is generated.
@@ -21,7 +21,7 @@ import torch
 
 from .errors import InputError
 from .llm.models import LLM, load_llm
-from .llm.prompts import build_answer_prompt, encode_text
+from .llm.prompts import build_answer_prompt, encode_text, turn_end_ids
 from .llm.recording import forward_lock
 from .types import refuse_one_passage
 
@@ -120,9 +120,11 @@ class Generator:
         return Answer(text, len(new), seconds, len(ids), self.llm.model_id)
 
     def _stop_ids(self) -> list[int]:
+        """End-of-sequence ids of the tokenizer and the generation config, and the chat template's
+        end of an assistant turn (a base model's tokenizer may name only ``<|endoftext|>``)."""
         ids: list[int] = []
         gen_eos = getattr(getattr(self.llm.model, "generation_config", None), "eos_token_id", None)
-        for value in (self.llm.tokenizer.eos_token_id, gen_eos):
+        for value in (self.llm.tokenizer.eos_token_id, gen_eos, turn_end_ids(self.llm.tokenizer)):
             if value is None:
                 continue
             for v in value if isinstance(value, (list, tuple)) else [value]:

@@ -284,3 +284,23 @@ def test_a_budget_without_a_pruner_is_refused():
     with pytest.raises(InputError, match="this pipeline has no pruner"):
         pipe.run("capital?", ["Paris is in France."], keep_ratio=0.5)
     assert pipe.run("capital?", ["Paris is in France."]).context[0].text == "Paris is in France."
+
+
+def test_generation_stops_at_the_chat_templates_turn_end():
+    """A tokenizer whose end-of-sequence token is not the chat template's end of turn (a base
+    model's <|endoftext|> under a ChatML template) ran on past <|im_end|>: it stops there now."""
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+    from attnrank.llm.prompts import turn_end_ids
+
+    tok = tiny_tokenizer()
+    tok.eos_token = "<|endoftext|>"
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert turn_end_ids(tok) == [end]
+    model = tiny_model("llama", layers=2)
+    model.generation_config.eos_token_id = None
+    gen = Generator(LLM(model=model, tokenizer=tok, model_id="tiny", fingerprint="f" * 64), max_new_tokens=4)
+    assert gen._config(4).eos_token_id == [tok.eos_token_id, end]
+    tok.chat_template = None
+    assert turn_end_ids(tok) == []  # no template: nothing to add

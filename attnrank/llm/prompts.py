@@ -153,6 +153,27 @@ def chat_frame(tokenizer: Any) -> ChatFrame:
     return ChatFrame("", "\n", lead)
 
 
+def turn_end_ids(tokenizer: Any) -> list[int]:
+    """The special token the chat template closes an assistant turn with (``<|im_end|>``,
+    ``<|eot_id|>``, ``<end_of_turn>``...), or none: where it is not among the tokenizer's or
+    the generation config's end-of-sequence tokens, generation must still stop at it."""
+    if not getattr(tokenizer, "chat_template", None):
+        return []
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _SENTINEL}]
+    try:
+        rendered = tokenizer.apply_chat_template(turns, tokenize=False)
+    except Exception:  # a template that refuses this conversation: nothing to add
+        return []
+    if not isinstance(rendered, str) or rendered.count(_SENTINEL) != 1:
+        return []
+    after = tokenizer(rendered.split(_SENTINEL)[1], add_special_tokens=False)["input_ids"]
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])  # and added special tokens not named as such:
+    special |= {
+        i for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items() if getattr(t, "special", False)
+    }
+    return [int(after[0])] if after and after[0] in special else []
+
+
 def build_rerank_prompts(
     tokenizer: Any,
     query: str,
