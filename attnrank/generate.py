@@ -3,8 +3,9 @@
 The prompt is :func:`attnrank.llm.prompts.build_answer_prompt` (chat template, short-answer
 instruction, ``[i] title\\ntext`` passages, then the question). Decoding is greedy (no
 sampling, one beam) and stops at the tokenizer's or the generation config's end-of-sequence
-tokens, at the chat template's end of an assistant turn, or after ``max_new_tokens``. The generator may be another (bigger) Hugging Face model than
-the reranker's; pass the same :class:`~attnrank.llm.models.LLM` object to share one load.
+tokens, at the chat template's end of an assistant turn, or after ``max_new_tokens``. The
+generator may be another (bigger) Hugging Face model than the reranker's; pass the same
+:class:`~attnrank.llm.models.LLM` object to share one load.
 Streaming hands each decoded piece (whole words, as transformers' ``TextStreamer`` flushes
 them) to a callback as soon as it is generated.
 """

@@ -46,7 +46,7 @@ def gguf_source(model_id: str) -> Path | None:
     return Path(model_id) if model_id.endswith(".gguf") and Path(model_id).is_file() else None
 
 
-def file_sha256(path: Path) -> str:  # (files.file_sha256, remembered)
+def file_sha256(path: Path) -> str:
     """sha256 of a file, remembered in ``cache_dir()/hashes.json`` by path, size and mtime."""
     path = Path(path).resolve()
     stat = path.stat()

@@ -5,8 +5,8 @@
 output as SDPA does and, while a :class:`CaptureSession` is active (:data:`ACTIVE_SESSION`), the
 float32 softmax rows of the session's chosen heads and query rows only; :func:`stop_at` ends the
 forward inside the deepest needed layer; under :func:`packed_segments` each packed segment
-attends to the prefix and itself only (:func:`~attnrank.llm.kernels.segmented_forward`). :class:`~attnrank.llm.attention.AttentionCapturer`
-drives it.
+attends to the prefix and itself only (:func:`~attnrank.llm.kernels.segmented_forward`).
+:class:`~attnrank.llm.attention.AttentionCapturer` drives it.
 """
 
 from __future__ import annotations
