@@ -14,8 +14,13 @@ WARM_TARGETS = {20: 0.3, 100: 1.0}
 COLD_SPEEDUP = 1.5
 
 
+def _row(rows: list[dict[str, Any]], dataset: str, k: int, mode: str, dtype: str) -> dict[str, Any] | None:
+    """The speed cell of (dataset, K, mode, dtype), if measured."""
+    return next((r for r in rows if (r["dataset"], r["K"], r["mode"], r["dtype"]) == (dataset, k, mode, dtype)), None)
+
+
 def _cell(rows: list[dict[str, Any]], dataset: str, k: int, mode: str, dtype: str) -> float | None:
-    hit = next((r for r in rows if (r["dataset"], r["K"], r["mode"], r["dtype"]) == (dataset, k, mode, dtype)), None)
+    hit = _row(rows, dataset, k, mode, dtype)
     return None if hit is None else hit.get("s/query")
 
 
@@ -99,17 +104,12 @@ def blocks_markdown(
         "",
     ]
 
-    def full_cell(r: dict[str, Any], dtype: str) -> dict[str, Any] | None:
-        key = (r["dataset"], r["K"], dtype)
-        return next(
-            (b for b in speed_rows if b.get("mode") == "full" and (b["dataset"], b["K"], b["dtype"]) == key), None
-        )
-
     ratio_rows = []
     for r in speed_rows:
         if "s/query" not in r:
             continue
-        same, f32 = full_cell(r, r["dtype"]), full_cell(r, "float32")
+        same = _row(speed_rows, r["dataset"], r["K"], "full", r["dtype"])
+        f32 = _row(speed_rows, r["dataset"], r["K"], "full", "float32")
         row = {**r}
         if r.get("mode") != "full" and same and "s/query" in same:
             row["speed-up vs full"] = same["s/query"] / r["s/query"]
