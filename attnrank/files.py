@@ -27,12 +27,15 @@ def file_sha256(path: str | Path) -> str:
 def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
     """A temporary sibling of ``path`` to write (``.NAME.tmp-PID-HEX``); once the block ends
     without an error it is fsynced (``fsync``) and renamed over ``path``, else removed. Creates
-    the parent folder."""
+    the parent folder. A file it replaces keeps its permission bits (a shared run file stays
+    group-readable; a private one stays private)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         yield tmp
+        if path.is_file() and tmp.is_file():
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
         if fsync:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())

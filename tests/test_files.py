@@ -27,6 +27,18 @@ def test_atomic_path_keeps_the_old_file_when_the_write_fails(tmp_path):
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
 
 
+@pytest.mark.parametrize("mode", [0o640, 0o600, 0o664])
+def test_a_replaced_file_keeps_its_permissions(tmp_path, mode):
+    """The replacement used to get the temporary file's mode (umask default): a group-readable
+    run became private to its writer, or a private one readable by all."""
+    target = tmp_path / "run.trec"
+    target.write_text("old")
+    os.chmod(target, mode)
+    with atomic_path(target, fsync=False) as tmp:
+        tmp.write_text("new")
+    assert target.read_text() == "new" and target.stat().st_mode & 0o7777 == mode
+
+
 def test_check_file_target_refuses_what_atomic_path_cannot_write(tmp_path):
     (tmp_path / "folder").mkdir()
     (tmp_path / "notes.txt").write_text("mine")
