@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -113,16 +114,18 @@ class Generator:
             )
         seconds = time.perf_counter() - start
         new = out[0, len(ids) :].tolist()
-        stops = set(self._stop_ids()) | ({tok.pad_token_id} if tok.pad_token_id is not None else set())
+        stops = set(self._stop_ids) | ({tok.pad_token_id} if tok.pad_token_id is not None else set())
         while new and new[-1] in stops:
             new.pop()
         text = tok.decode(new, skip_special_tokens=True).strip()
         logger.info("generated %d tokens in %.2f s (prompt %d tokens)", len(new), seconds, len(ids))
         return Answer(text, len(new), seconds, len(ids), self.llm.model_id)
 
+    @cached_property
     def _stop_ids(self) -> list[int]:
         """End-of-sequence ids of the tokenizer and the generation config, and the chat template's
-        end of an assistant turn (a base model's tokenizer may name only ``<|endoftext|>``)."""
+        end of an assistant turn (a base model's tokenizer may name only ``<|endoftext|>``); found
+        once per generator (the turn end renders the chat template), not twice per answer."""
         ids: list[int] = []
         gen_eos = getattr(getattr(self.llm.model, "generation_config", None), "eos_token_id", None)
         for value in (self.llm.tokenizer.eos_token_id, gen_eos, turn_end_ids(self.llm.tokenizer)):
@@ -136,7 +139,7 @@ class Generator:
     def _config(self, max_new_tokens: int) -> Any:
         from transformers import GenerationConfig
 
-        stops = self._stop_ids()
+        stops = self._stop_ids
         pad = self.llm.tokenizer.pad_token_id
         return GenerationConfig(
             max_new_tokens=max_new_tokens,
