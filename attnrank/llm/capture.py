@@ -15,27 +15,21 @@ reads).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from ..errors import InputError
-from .attention import AttentionCapturer, PrefixCache
+from .attention import AttentionCapturer, PrefixCache, has_sliding_layers
 from .blocks import BlockPrompt, check_positions
+from .context import DEFAULT_BATCH_BYTES, ContextBuffer, assemble_windows, window_nbytes, windows_shape
 from .prompts import RerankPromptPair
 from .rows import QUERY_SPANS, Span, WindowRows
-from .states import (
-    BlockState,
-    ContextBuffer,
-    StateCache,
-    assemble,
-    check_rotation,
-    context_shape,
-    encode_blocks,
-    layer_kv,
-    state_keys,
-)
+from .states import BlockState, StateCache, check_rotation, encode_blocks, layer_kv, state_keys
 from .statestore import PassageStateStore
+
+T = TypeVar("T")
 
 
 def check_query_span(query_span: str) -> str:
@@ -63,7 +57,7 @@ def capture_window(
     check_query_span(query_span)
     prefix = capturer.prefill(pair.prefix_ids)
     suffixes = [pair.real_suffix_ids] + [pair.calibration_suffix_ids] * calibrate
-    rows = suffix_rows(capturer, prefix, suffixes, extra_ids, query_span)
+    (rows,) = suffix_rows(capturer, prefix, suffixes, extra_ids, query_span)
     index = list(range(len(pair.doc_spans))) if doc_index is None else doc_index
     spans = list(pair.doc_spans) if spans is None else spans
     return WindowRows(index, spans, pair.prefix_ids, rows[0], rows[1] if calibrate else None)
@@ -92,53 +86,127 @@ def capture_blocks(
     states built at index time, read before encoding what neither cache holds; ``extra_ids``
     are appended to both suffixes (the pruner's answer hint); ``buffer`` lends the memory the
     context is assembled in (fresh memory if None)."""
+    return capture_block_windows(
+        capturer,
+        [prompt],
+        prefix,
+        fingerprint=fingerprint,
+        positions=positions,
+        calibrate=calibrate,
+        query_span=query_span,
+        states=states,
+        store=store,
+        extra_ids=extra_ids,
+        buffer=buffer,
+    )[0]
+
+
+def capture_block_windows(
+    capturer: AttentionCapturer,
+    prompts: Sequence[BlockPrompt],
+    prefix: PrefixCache,
+    *,
+    fingerprint: str,
+    positions: str = "shared",
+    calibrate: bool = True,
+    query_span: str = "full",
+    states: StateCache | None = None,
+    store: PassageStateStore | None = None,
+    extra_ids: Sequence[int] = (),
+    buffer: ContextBuffer | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> list[WindowRows]:
+    """:func:`capture_blocks` of several windows of one query (same suffixes), each as if alone.
+
+    The blocks no cache holds are encoded together (packs span the windows); the windows are
+    then assembled side by side, up to ``batch_bytes`` of contexts at a time, and each such batch
+    is read by one suffix pass (:meth:`~attnrank.llm.attention.AttentionCapturer.capture_suffixes_each`)."""
     check_query_span(query_span)
     check_positions(positions)
+    if not prompts:
+        return []
+    if any(p.real_suffix_ids != prompts[0].real_suffix_ids or p.prefix_ids != prompts[0].prefix_ids for p in prompts):
+        raise InputError("the windows of one block-attention pass must share their prefix and suffixes")
     if positions == "rotated":  # computed (and cached) at the shared positions, then moved
         check_rotation(capturer, prefix)
-    starts = prompt.starts("shared" if positions == "rotated" else positions)
-    blocks = block_states(capturer, prompt, prefix, starts, fingerprint=fingerprint, states=states, store=store)
-    target = prompt.starts("sequential") if positions == "rotated" else starts
-    suffixes = [prompt.real_suffix_ids] + [prompt.calibration_suffix_ids] * calibrate
+    starts = [p.starts("shared" if positions == "rotated" else positions) for p in prompts]
+    found = window_states(capturer, prompts, prefix, starts, fingerprint=fingerprint, states=states, store=store)
+    suffixes = [prompts[0].real_suffix_ids] + [prompts[0].calibration_suffix_ids] * calibrate
     room = sum(len(s) + len(extra_ids) for s in suffixes)
-    order = prompt.order
-    placed = [blocks[i] for i in order]
-    shape = context_shape(capturer, prefix, placed, room)
-    with (buffer or ContextBuffer()).take(shape, layer_kv(prefix.cache.layers[0])[0]) as memory:
-        context = assemble(capturer, prefix, placed, [target[i] - starts[i] for i in order], room, memory)
-        rows = suffix_rows(capturer, context, suffixes, extra_ids, query_span, prompt.suffix_start(positions))
-    index = list(range(len(prompt.blocks)))
-    return WindowRows(index, prompt.doc_spans, prompt.context_ids, rows[0], rows[1] if calibrate else None)
+    windows = []  # (prompt, its blocks in prompt order, their shifts)
+    for prompt, start, blocks in zip(prompts, starts, found):
+        target = prompt.starts("sequential") if positions == "rotated" else start
+        windows.append((prompt, [blocks[i] for i in prompt.order], [target[i] - start[i] for i in prompt.order]))
+    out: list[WindowRows] = []
+    one_pass = has_sliding_layers(prefix.cache)  # (their caches keep a window: one context per pass)
+    for batch in _batches(windows, lambda w: window_nbytes(capturer, prefix, w[1], room), batch_bytes, one_pass):
+        placed = [w[1] for w in batch]
+        shape = windows_shape(capturer, prefix, placed, room)
+        with (buffer or ContextBuffer()).take(shape, layer_kv(prefix.cache.layers[0])[0]) as memory:
+            context = assemble_windows(capturer, prefix, placed, [w[2] for w in batch], room, memory)
+            at = [w[0].suffix_start(positions) for w in batch]
+            rows = suffix_rows(capturer, context, suffixes, extra_ids, query_span, at)
+        for (prompt, _, _), r in zip(batch, rows):
+            index = list(range(len(prompt.blocks)))
+            out.append(WindowRows(index, prompt.doc_spans, prompt.context_ids, r[0], r[1] if calibrate else None))
+    return out
 
 
-def block_states(
+def _batches(items: list[T], size: Callable[[T], int], limit: int, one_each: bool) -> Iterator[list[T]]:
+    """``items`` in order, in runs whose ``size`` adds up to at most ``limit`` (an item alone
+    may exceed it), or one at a time (``one_each``)."""
+    batch: list[T] = []
+    total = 0
+    for item in items:
+        n = size(item)
+        if batch and (one_each or total + n > limit):
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += n
+    if batch:
+        yield batch
+
+
+def window_states(
     capturer: AttentionCapturer,
-    prompt: BlockPrompt,
+    prompts: Sequence[BlockPrompt],
     prefix: PrefixCache,
-    starts: list[int],
+    starts: Sequence[list[int]],
     *,
     fingerprint: str,
     states: StateCache | None = None,
     store: PassageStateStore | None = None,
-) -> list[BlockState]:
-    """Every block's states (input order): from ``states``, else from ``store`` (then kept in
-    ``states``), else encoded in batches (and kept in ``states``)."""
-    keys = state_keys(capturer, fingerprint, prompt.prefix_ids, prompt.blocks, starts)
+) -> list[list[BlockState]]:
+    """Every window's block states (input order): from ``states``, else from ``store`` (then
+    kept in ``states``), else encoded, those of all windows together (and kept in ``states``)."""
+    blocks = [(p, i, s[i]) for p, s in zip(prompts, starts) for i in range(len(p.blocks))]
+    keys = state_keys(
+        capturer, fingerprint, prompts[0].prefix_ids, [p.blocks[i] for p, i, _ in blocks], [s for *_, s in blocks]
+    )
     found = [None if states is None else states.get(k) for k in keys]
     if store is not None:
-        for i, key in enumerate(keys):
-            if found[i] is None and (stored := store.get(prompt.doc_ids[i], key)) is not None:
-                found[i] = stored
+        for j, (p, i, _) in enumerate(blocks):
+            if found[j] is None and (stored := store.get(p.doc_ids[i], keys[j])) is not None:
+                found[j] = stored
                 if states is not None:
-                    states.put(key, stored)
-    missing = [i for i, s in enumerate(found) if s is None]
+                    states.put(keys[j], stored)
+    missing = {keys[j]: j for j, s in enumerate(found) if s is None}  # (a block in two windows: once)
     if missing:
-        new = encode_blocks(capturer, prefix, [prompt.blocks[i] for i in missing], [starts[i] for i in missing])
-        for i, state in zip(missing, new):
-            found[i] = state
+        todo = list(missing.values())
+        new = encode_blocks(
+            capturer, prefix, [blocks[j][0].blocks[blocks[j][1]] for j in todo], [blocks[j][2] for j in todo]
+        )
+        for j, state in zip(todo, new):
             if states is not None:
-                states.put(keys[i], state)
-    return [s for s in found if s is not None]
+                states.put(keys[j], state)
+        made = dict(zip(missing, new))
+        found = [made[k] if s is None else s for k, s in zip(keys, found)]
+    out, at = [], 0
+    for p in prompts:
+        out.append([s for s in found[at : at + len(p.blocks)] if s is not None])
+        at += len(p.blocks)
+    return out
 
 
 def suffix_rows(
@@ -147,11 +215,14 @@ def suffix_rows(
     suffixes: Sequence[Sequence[int]],
     extra_ids: Sequence[int],
     query_span: str,
-    position: int | None = None,
-) -> list[np.ndarray]:
-    """Each suffix's (``extra_ids`` appended) attention rows over ``context``, in float64, all
-    from one pass (:meth:`~attnrank.llm.attention.AttentionCapturer.capture_suffixes`)."""
+    positions: Sequence[int] | None = None,
+) -> list[list[np.ndarray]]:
+    """Per context of ``context`` (a batch of windows, or one), each suffix's (``extra_ids``
+    appended) attention rows over it, in float64, all from one pass
+    (:meth:`~attnrank.llm.attention.AttentionCapturer.capture_suffixes_each`). ``positions``:
+    each context's first suffix position (default: right after the context)."""
     passes = [list(s) + list(extra_ids) for s in suffixes]
     starts = [len(ids) - 1 if query_span == "last" else 0 for ids in passes]
-    rows = capturer.capture_suffixes(passes, starts, prefix=context, position_start=position)
-    return list(rows.double().cpu().numpy())
+    at = [context.length] if positions is None else list(positions)
+    rows = capturer.capture_suffixes_each(passes, starts, prefix=context, position_starts=at)
+    return [list(r.double().cpu().numpy()) for r in rows]

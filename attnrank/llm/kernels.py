@@ -162,3 +162,29 @@ def segmented_forward(
         out[:, at : at + n] = rows.transpose(1, 2)
         at += n
     return out
+
+
+def windowed_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor,
+    pads: Sequence[int],
+    scaling: float,
+) -> torch.Tensor:
+    """Layer output ``[b, rows, heads, head_dim]`` of a batch of contexts padded in front (row
+    ``i`` by ``pads[i]`` keys, masked out by ``mask``): one SDPA per row over the keys after its
+    padding, the same as one SDPA over the batch under ``mask`` without the padding's products."""
+    out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
+    grouped = query.shape[1] != key.shape[1]
+    for i, pad in enumerate(pads):
+        rows = F.scaled_dot_product_attention(
+            query[i : i + 1],
+            key[i : i + 1, :, pad:],
+            value[i : i + 1, :, pad:],
+            attn_mask=mask[i : i + 1, :, :, pad:],
+            scale=scaling,
+            enable_gqa=grouped,
+        )
+        out[i] = rows[0].transpose(0, 1)
+    return out

@@ -25,7 +25,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from attnrank.errors import AttnrankError
 
-from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, segmented_forward
+from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, segmented_forward, windowed_forward
 
 ATTN_IMPLEMENTATION = "attnrank_capture"
 
@@ -43,9 +43,9 @@ class CaptureSession:
     """What one capture pass records: chosen heads per layer, query rows, and the captured rows.
 
     ``spans`` are the pass's query rows, each a tuple of row ranges ``[a, b)`` (a suffix that
-    shares its beginning with another owns two); "mean" keeps, per layer, each span's rows
-    averaged (``[spans, heads, n_keys]``), "argmax" (one range, running to the pass's end) each
-    row's top-1 key (``[heads, rows]``)."""
+    shares its beginning with another owns two), the same in every sequence of the batch; "mean"
+    keeps, per layer, each span's rows averaged (``[batch, spans, heads, n_keys]``), "argmax"
+    (batch of one, one range running to the pass's end) each row's top-1 key (``[heads, rows]``)."""
 
     layer_heads: dict[int, torch.Tensor]
     spans: list[tuple[tuple[int, int], ...]]
@@ -68,8 +68,8 @@ class CaptureSession:
         heads = heads.to(query.device)
         groups = query.shape[1] // key.shape[1]  # GQA: query head h reads KV head h // groups
         first = min(a for ranges in self.spans for a, _ in ranges)
-        q = query[:1, heads, first:]
-        k = key[:1, heads // groups]
+        q = query[:, heads, first:]
+        k = key[:, heads // groups]
         scores = masked_scores(q, k, mask, scaling, softcap, first, query.shape[2])
         if self.reduce == "argmax":  # softmax is monotone: the top-1 key is the logits' argmax
             nan = torch.isnan(scores[0]).flatten(1).any(dim=1)  # argmax would return a NaN's index
@@ -82,16 +82,16 @@ class CaptureSession:
             offset = self.n_keys - scores.shape[-1]  # a sliding-window layer sees the last keys
             self.rows[module.layer_idx] = scores[0].argmax(dim=-1) + offset  # [n_heads, n_rows]
             return
-        probs = torch.softmax(scores, dim=-1)[0]  # [n_heads, rows, n_keys_seen]
+        probs = torch.softmax(scores, dim=-1)  # [batch, n_heads, rows, n_keys_seen]
         # Keys seen are the last ones of the sequence (a sliding-window layer sees fewer).
-        out = probs.new_zeros(len(self.spans), len(heads), self.n_keys)
+        out = probs.new_zeros(probs.shape[0], len(self.spans), len(heads), self.n_keys)
         for i, ranges in enumerate(self.spans):
             if len(ranges) == 1:  # the common case: a view, no copy
                 ((a, b),) = ranges
-                rows = probs[:, a - first : b - first]
+                rows = probs[:, :, a - first : b - first]
             else:
-                rows = torch.cat([probs[:, a - first : b - first] for a, b in ranges], dim=1)
-            out[i, :, self.n_keys - probs.shape[-1] :] = rows.mean(dim=1)
+                rows = torch.cat([probs[:, :, a - first : b - first] for a, b in ranges], dim=2)
+            out[:, i, :, self.n_keys - probs.shape[-1] :] = rows.mean(dim=2)
         self.rows[module.layer_idx] = out
 
 
@@ -120,6 +120,25 @@ class PackedSegments:
 _SEGMENTS: ContextVar[PackedSegments | None] = ContextVar("attnrank_packed_segments", default=None)
 
 
+@dataclass
+class PaddedWindows:
+    """The running pass's batch rows are windows padded in front to ``n_context`` cached tokens
+    (row ``i`` by ``pads[i]``; see :func:`padded_windows`)."""
+
+    pads: list[int]
+    n_context: int
+
+    def serves(self, query: torch.Tensor, key: torch.Tensor, softcap: float | None, kwargs: dict[str, Any]) -> bool:
+        """Whether this layer's keys are the padded contexts and the pass's own, in a layer SDPA
+        can compute; otherwise the pass's mask serves."""
+        plain = softcap is None and not kwargs.get("dropout") and kwargs.get("s_aux") is None
+        whole = key.shape[2] == self.n_context + query.shape[2] and key.shape[0] == len(self.pads)
+        return plain and kwargs.get("position_bias") is None and whole and max(self.pads) > 0
+
+
+_WINDOWS: ContextVar[PaddedWindows | None] = ContextVar("attnrank_padded_windows", default=None)
+
+
 @contextmanager
 def packed_segments(lengths: list[int], n_prefix: int) -> Iterator[None]:
     """For the passes run inside: the input is segments of ``lengths`` tokens after a cache of
@@ -130,6 +149,19 @@ def packed_segments(lengths: list[int], n_prefix: int) -> Iterator[None]:
         yield
     finally:
         _SEGMENTS.reset(token)
+
+
+@contextmanager
+def padded_windows(pads: list[int], n_context: int) -> Iterator[None]:
+    """For the passes run inside: batch row ``i`` is a context of ``n_context`` cached tokens whose
+    first ``pads[i]`` are padding, then the pass's own rows; each row attends past its padding only
+    (:func:`~attnrank.llm.kernels.windowed_forward`). The pass's mask must still mask the padding
+    (layers this path cannot serve use it)."""
+    token = _WINDOWS.set(PaddedWindows(list(pads), n_context))
+    try:
+        yield
+    finally:
+        _WINDOWS.reset(token)
 
 
 def capture_attention(
@@ -150,9 +182,11 @@ def capture_attention(
     stop = _STOP_LAYER.get()
     if stop is not None and getattr(module, "layer_idx", None) == stop:
         raise StopForward  # the deepest layer: its output is never read
-    segments = _SEGMENTS.get()
+    segments, windows = _SEGMENTS.get(), _WINDOWS.get()
     if segments is not None and segments.serves(key, softcap, kwargs):
         out = segmented_forward(query, key, value, segments.n_prefix, segments.lengths, scaling, segments.masks)
+    elif windows is not None and attention_mask is not None and windows.serves(query, key, softcap, kwargs):
+        out = windowed_forward(query, key, value, attention_mask, windows.pads, scaling)
     elif softcap is None:
         out = sdpa_forward(module, query, key, value, attention_mask, scaling, **kwargs)
     else:

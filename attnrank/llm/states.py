@@ -1,8 +1,8 @@
-"""Passage states for block attention: encode blocks, keep them in an LRU, assemble a context.
+"""Passage states for block attention: encode blocks, keep them in an LRU, move them.
 
 A block's key/value states (:class:`BlockState`, decoder layers 0..deepest) are computed by
-:func:`encode_blocks` — blocks batched by similar length, each attending to the shared prefix
-and to itself (:mod:`attnrank.llm.blocks`) — and :func:`assemble` concatenates prefix and
+:func:`encode_blocks` — blocks packed, each attending to the shared prefix and to itself
+(:mod:`attnrank.llm.blocks`) — and :func:`attnrank.llm.context.assemble` concatenates prefix and
 blocks into the cache the query suffix runs over. :class:`StateCache` keeps recently used
 states in memory under a byte budget, keyed by :func:`state_keys` (model fingerprint, layers,
 dtype, prefix, block ids and start position), so a warm query computes only its own suffix.
@@ -13,18 +13,14 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
-import math
-import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from attnrank.errors import InputError
 
@@ -202,142 +198,6 @@ def _block_state(layers: list[tuple[torch.Tensor, torch.Tensor]], row: int, at: 
     keys = torch.stack([k[row, :, at : at + n] for k, _ in layers]).clone()
     values = torch.stack([v[row, :, at : at + n] for _, v in layers]).clone()
     return BlockState(keys, values)
-
-
-class ContextBuffer:
-    """Memory for assembled contexts, kept from one window to the next (one user at a time).
-
-    Why: a fresh buffer of a window's states (over 100 MB at 20 SciFact abstracts) is
-    page-faulted in as it is first written, which took about 4x as long as the copy into memory
-    already touched (bfloat16, 2 CPUs). :meth:`take` lends the kept memory, grown as needed; a
-    second user while it is lent (another thread) gets fresh memory instead of waiting. The cost:
-    the largest window's states stay allocated with their owner (about 150 MB for an 8,000-token
-    window of SmolLM2-135M in bfloat16), beside the state cache's budget."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._memory: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return 0 if self._memory is None else sum(t.nbytes for t in self._memory)
-
-    @contextmanager
-    def take(self, shape: tuple[int, ...], like: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Two tensors of ``shape`` (keys, values; ``like``'s dtype and device), uninitialised,
-        valid until the block ends."""
-        if not self._lock.acquire(blocking=False):
-            yield like.new_empty(shape), like.new_empty(shape)
-            return
-        try:
-            n = math.prod(shape)
-            memory = self._memory
-            if (
-                memory is None
-                or memory[0].numel() < n
-                or memory[0].dtype != like.dtype
-                or memory[0].device != like.device
-            ):
-                self._memory = None  # (freed before the larger one is allocated)
-                memory = self._memory = (like.new_empty(n), like.new_empty(n))
-            yield memory[0][:n].view(shape), memory[1][:n].view(shape)
-        finally:
-            self._lock.release()
-
-
-def context_shape(
-    capturer: AttentionCapturer, prefix: PrefixCache, states: Sequence[BlockState], room: int = 0
-) -> tuple[int, int, int, int]:
-    """The shape of :func:`assemble`'s keys (and values): ``[layers, kv_heads, tokens + room, head_dim]``."""
-    k0 = layer_kv(prefix.cache.layers[0])[0]
-    length = prefix.length + sum(s.n_tokens for s in states)
-    return (capturer.deepest_layer + 1, int(k0.shape[1]), length + room, int(k0.shape[3]))
-
-
-def assemble(
-    capturer: AttentionCapturer,
-    prefix: PrefixCache,
-    states: Sequence[BlockState],
-    shifts: Sequence[int] | None = None,
-    room: int = 0,
-    memory: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> PrefixCache:
-    """The context cache ``prefix + states`` (in the given order) for the suffix passes.
-
-    ``shifts[i]``: positions to move block ``i``'s keys on (:func:`rotate_keys`), rotated straight
-    into place. ``room``: free tokens after the context, so that a suffix pass of up to that many
-    tokens writes its states there (:class:`ContextLayer`) instead of copying the whole context,
-    as a plain cache's concatenation does: at 100 SciFact abstracts the context's states are over a
-    gigabyte. ``memory``: (keys, values) of the buffer's shape to assemble into
-    (:meth:`ContextBuffer.take`), instead of fresh memory."""
-    length = prefix.length + sum(s.n_tokens for s in states)
-    cache = DynamicCache(config=capturer.decoder.config)
-    window = getattr(capturer.decoder.config, "sliding_window", None)
-    if window is not None and length >= int(window) and has_sliding_layers(cache):
-        raise InputError(
-            f"the block-attention context holds {length} tokens, more than this model's sliding window of "
-            f"{window}; rerank fewer or shorter passages, or use attention='full'"
-        )
-    shifts = list(shifts) if shifts is not None else [0] * len(states)
-    context = prefix_states(capturer, prefix)
-    # One buffer for every layer, so that each block is copied (and rotated) in one call for all
-    # of its layers: a call per block and layer cost more than the copying at 100 passages.
-    k0, v0 = context[0]
-    shape = context_shape(capturer, prefix, states, room)
-    keys, values = (k0.new_empty(shape), v0.new_empty(shape)) if memory is None else memory
-    if keys.shape != shape or keys.dtype != k0.dtype or values.shape != shape or values.dtype != v0.dtype:
-        raise InputError(
-            f"the context memory is {tuple(keys.shape)} {keys.dtype}, this context needs {shape} {k0.dtype}"
-        )
-    for layer, (k, v) in enumerate(context):
-        keys[layer, :, : prefix.length], values[layer, :, : prefix.length] = k[0], v[0]
-    turns: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    nope = [i for i in nope_layers(capturer) if i < len(context)]  # keys without a position: not rotated
-    at = prefix.length
-    for state, shift in zip(states, shifts):
-        n = state.n_tokens
-        if shift:
-            if shift not in turns:
-                turns[shift] = rotation(capturer, shift, keys)
-            rotate_into(keys[:, :, at : at + n], state.keys.to(keys.dtype), *turns[shift])
-            if nope:
-                keys[nope, :, at : at + n] = state.keys[nope].to(keys.dtype)
-        else:
-            keys[:, :, at : at + n] = state.keys
-        values[:, :, at : at + n] = state.values
-        at += n
-    for layer in range(len(context)):
-        if type(cache.layers[layer]) is DynamicLayer and room > 0:
-            cache.layers[layer] = ContextLayer(keys[layer][None], values[layer][None], length)
-        else:
-            cache.update(keys[layer][None, :, :length], values[layer][None, :, :length], layer)
-    return PrefixCache(cache, length, capturer.deepest_layer, prefix.decoder_id)
-
-
-class ContextLayer(DynamicLayer):
-    """A cache layer holding an assembled context in a buffer with room for a suffix pass after it.
-
-    A suffix pass writes its keys/values after the context and attends over a view of the buffer:
-    nothing is copied, and the context itself is never written. Passes over forks of one context
-    (:meth:`PrefixCache.fork`) share the room, so they must run one after the other."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
-        super().__init__()
-        self.buffer_keys, self.buffer_values = keys, values
-        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        start = self.get_seq_length()
-        end = start + key_states.shape[-2]
-        if end > self.buffer_keys.shape[-2] or key_states.shape[0] != self.buffer_keys.shape[0]:
-            return super().update(key_states, value_states, *args, **kwargs)  # no room: concatenate
-        self.buffer_keys[:, :, start:end] = key_states
-        self.buffer_values[:, :, start:end] = value_states
-        self.keys, self.values = self.buffer_keys[:, :, :end], self.buffer_values[:, :, :end]
-        return self.keys, self.values
 
 
 class StateCache:

@@ -59,11 +59,12 @@ from ..errors import InputError
 from ..llm.attention import AttentionCapturer, PrefixCache
 from ..llm.blocks import BlockPrompt
 from ..llm.capture import capture_blocks, capture_window
+from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
-from ..llm.states import ContextBuffer, StateCache
+from ..llm.states import StateCache
 from ..registry import resolve_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents

@@ -36,12 +36,13 @@ import numpy as np
 from ..errors import InputError
 from ..llm.attention import AttentionCapturer, PrefixCache
 from ..llm.blocks import BlockMemo, BlockPrompt, build_block_prompts
-from ..llm.capture import capture_blocks, capture_window
+from ..llm.capture import capture_block_windows, capture_window
+from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows, document_scores, token_scores
-from ..llm.states import ContextBuffer, StateCache
+from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, write_store
 from ..registry import resolve_heads
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
@@ -334,13 +335,15 @@ class AttentionReranker:
         tok, kw = self.llm.tokenizer, self.prompt_kw
         if self.config.attention == "block":  # tokenized once; windows select their blocks
             whole = build_block_prompts(tok, query, docs, memo=self._blocks_memo, **kw)
-            return fit_windows(
+            cut = fit_windows(  # the windows' prompts, captured together (one suffix pass)
                 len(docs),
                 lambda g: whole if len(g) == len(docs) else whole.select(g, self.config.order),
                 self._block_extent,
-                lambda prompt, g: replace(self._block_window(prompt), doc_index=g),
+                lambda prompt, g: (prompt, g),
                 self.max_prompt_tokens,
             )
+            rows = self._block_windows([prompt for prompt, _ in cut])
+            return [replace(w, doc_index=g) for w, (_, g) in zip(rows, cut)]
         return fit_windows(
             len(docs),
             lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
@@ -382,14 +385,14 @@ class AttentionReranker:
         suffix = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids))
         return prompt.suffix_start(self.config.block_positions) + suffix
 
-    def _block_window(self, prompt: BlockPrompt) -> WindowRows:
-        """One block-attention window: each block attends to the prefix and itself; their states
+    def _block_windows(self, prompts: list[BlockPrompt]) -> list[WindowRows]:
+        """Block-attention windows: each block attends to the prefix and itself; their states
         come from :attr:`states` (or the store) when seen before."""
         if self._block_prefix is None:  # the same for every query: prefilled once
-            self._block_prefix = self.capturer.prefill(prompt.prefix_ids)
-        return capture_blocks(
+            self._block_prefix = self.capturer.prefill(prompts[0].prefix_ids)
+        return capture_block_windows(
             self.capturer,
-            prompt,
+            prompts,
             self._block_prefix,
             fingerprint=self.llm.weights_key,
             positions=self.config.block_positions,

@@ -14,8 +14,9 @@ from attnrank.errors import InputError
 from attnrank.llm.attention import AttentionCapturer
 from attnrank.llm.blocks import BlockMemo, build_block_prompts, memo_key
 from attnrank.llm.capture import capture_blocks
+from attnrank.llm.context import ContextLayer, assemble
 from attnrank.llm.recording import attn_implementation
-from attnrank.llm.states import ContextLayer, StateCache, assemble, encode_blocks
+from attnrank.llm.states import StateCache, encode_blocks
 from attnrank.types import Document
 
 DOCS = [
@@ -158,7 +159,8 @@ def test_nope_layers_keep_their_keys_when_a_block_moves():
     """SmolLM3 and Llama 4 skip the rotary embedding in some layers (``no_rope_layers``, 0 = none):
     those keys never see a position, so rotated positions must leave them as encoded; rotating
     them as well (what a first-layer probe could not see) moved them to no position at all."""
-    from attnrank.llm.states import assemble, check_rotation, encode_blocks, rotate_keys
+    from attnrank.llm.context import assemble
+    from attnrank.llm.states import check_rotation, encode_blocks, rotate_keys
 
     model = tiny_model(
         "SmolLM3", layers=2, heads=4, kv_heads=2, max_positions=4096, no_rope_layers=[1, 0], pad_token_id=0

@@ -14,6 +14,7 @@ from attnrank.llm import states
 from attnrank.llm.attention import AttentionCapturer
 from attnrank.llm.blocks import build_block_prompts
 from attnrank.llm.capture import capture_blocks
+from attnrank.llm.context import ContextBuffer
 
 
 def test_rotation_verdict_is_not_inherited_through_a_reused_id(monkeypatch):
@@ -62,7 +63,7 @@ def test_windows_assembled_in_kept_memory_equal_fresh_ones():
     texts = ["Paris is the capital of France.", "Kiwis are birds. " * 6, "Rome is in Italy.", "Bananas are yellow."]
     prompts = [build_block_prompts(tok, "Where is Paris?", texts[:n]) for n in (4, 1, 3, 4)]
     prefix = capturer.prefill(prompts[0].prefix_ids)
-    buffer, cache = states.ContextBuffer(), states.StateCache(1 << 30)
+    buffer, cache = ContextBuffer(), states.StateCache(1 << 30)
     sizes = []
     for prompt in prompts:
         fresh = capture_blocks(capturer, prompt, prefix, fingerprint="t", positions="rotated")
@@ -76,7 +77,7 @@ def test_windows_assembled_in_kept_memory_equal_fresh_ones():
 
 def test_a_lent_context_buffer_gives_a_second_user_fresh_memory():
     """Two threads assembling at once must not share memory: while lent, take() allocates."""
-    buffer = states.ContextBuffer()
+    buffer = ContextBuffer()
     like = torch.zeros(1, dtype=torch.bfloat16)
     with buffer.take((2, 3), like) as (k1, v1), buffer.take((2, 3), like) as (k2, v2):
         pointers = {t.untyped_storage().data_ptr() for t in (k1, v1, k2, v2)}

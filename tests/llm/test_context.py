@@ -1,0 +1,112 @@
+"""Block attention's windows assembled side by side: one suffix pass over a batch of padded
+contexts gives each window the rows it gets alone, whatever the kept memory held before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from _tiny import tiny_model, tiny_tokenizer
+
+from attnrank.errors import InputError
+from attnrank.llm.attention import AttentionCapturer
+from attnrank.llm.blocks import build_block_prompts
+from attnrank.llm.capture import capture_block_windows, capture_blocks
+from attnrank.llm.context import ContextBuffer, assemble_windows, windows_shape
+from attnrank.llm.states import StateCache, encode_blocks
+
+TEXTS = [
+    "Paris is the capital of France.",
+    "Kiwis are flightless birds of New Zealand. " * 3,
+    "Rome is in Italy.",
+    "Bananas are yellow and rich in potassium.",
+    "Berlin is the capital of Germany.",
+]
+GROUPS = [[0, 3], [1, 4, 2], [2]]  # windows of different lengths: the shorter ones are padded
+
+
+def windows(tok, query="Where is Paris?"):
+    whole = build_block_prompts(tok, query, TEXTS)
+    return [whole.select(g, "forward") for g in GROUPS]
+
+
+@pytest.mark.parametrize(
+    ("family", "positions"),
+    [
+        ("llama", "rotated"),
+        ("llama", "sequential"),
+        ("qwen2", "shared"),
+        ("gemma", "rotated"),
+        ("Gemma3Text", "shared"),
+    ],
+)
+def test_windows_in_one_pass_equal_each_window_alone(family, positions):
+    """Gemma 3 has sliding-window layers: its windows run one per pass, with the same result."""
+    capturer = AttentionCapturer(tiny_model(family, layers=3, max_positions=2048), [(0, 1), (1, 3), (2, 0)])
+    prompts = windows(tiny_tokenizer())
+    prefix = capturer.prefill(prompts[0].prefix_ids)
+    together = capture_block_windows(capturer, prompts, prefix, fingerprint="t", positions=positions)
+    assert len(together) == len(prompts)
+    for prompt, rows in zip(prompts, together):
+        alone = capture_blocks(capturer, prompt, prefix, fingerprint="t", positions=positions)
+        assert rows.real.shape == alone.real.shape == (3, len(prompt.context_ids))
+        np.testing.assert_allclose(rows.real, alone.real, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(rows.null, alone.null, rtol=0, atol=1e-6)
+        assert (rows.real.sum(axis=1) > 0.1).all()  # real rows over the context, not padding
+
+
+def test_padding_is_never_read_even_where_the_kept_memory_held_nan():
+    """The kept memory is uninitialised between queries: padding left as found (here NaN) would
+    reach every row of a shorter window through the softmax."""
+    capturer = AttentionCapturer(tiny_model("llama", layers=3, max_positions=2048), [(1, 0), (2, 3)])
+    prompts = windows(tiny_tokenizer())
+    prefix = capturer.prefill(prompts[0].prefix_ids)
+    fresh = capture_block_windows(capturer, prompts, prefix, fingerprint="t", positions="rotated")
+    buffer = ContextBuffer()
+    like = prefix.cache.layers[0].keys
+    with buffer.take((1 << 16,), like) as (keys, values):
+        keys.fill_(float("nan"))
+        values.fill_(float("nan"))
+    kept = capture_block_windows(capturer, prompts, prefix, fingerprint="t", positions="rotated", buffer=buffer)
+    for a, b in zip(kept, fresh):
+        assert np.isfinite(a.real).all() and np.array_equal(a.real, b.real) and np.array_equal(a.null, b.null)
+
+
+def test_a_small_batch_budget_runs_the_windows_in_several_passes_with_the_same_rows():
+    capturer = AttentionCapturer(tiny_model("llama", layers=3, max_positions=2048), [(1, 0), (2, 3)])
+    prompts = windows(tiny_tokenizer())
+    prefix = capturer.prefill(prompts[0].prefix_ids)
+    cache = StateCache(1 << 30)
+    one = capture_block_windows(capturer, prompts, prefix, fingerprint="t", states=cache)
+    assert len(cache) == len(TEXTS)  # each block encoded once (block 2 sits in two windows)
+    each = capture_block_windows(capturer, prompts, prefix, fingerprint="t", states=cache, batch_bytes=1)
+    for a, b in zip(one, each):
+        np.testing.assert_allclose(a.real, b.real, rtol=0, atol=1e-6)
+
+
+def test_windows_of_other_queries_are_refused_together():
+    capturer = AttentionCapturer(tiny_model("llama", layers=2), [(1, 0)])
+    tok = tiny_tokenizer()
+    a, b = windows(tok)[0], windows(tok, "Where is Rome?")[1]
+    prefix = capturer.prefill(a.prefix_ids)
+    with pytest.raises(InputError, match="share their prefix and suffixes"):
+        capture_block_windows(capturer, [a, b], prefix, fingerprint="t")
+
+
+def test_assembled_windows_hold_each_context_then_zeros():
+    capturer = AttentionCapturer(tiny_model("llama", layers=2), [(1, 0)])
+    prompts = windows(tiny_tokenizer())
+    prefix = capturer.prefill(prompts[0].prefix_ids)
+    placed = [
+        encode_blocks(capturer, prefix, [p.blocks[i] for i in p.order], [prefix.length] * len(p.blocks))
+        for p in prompts
+    ]
+    context = assemble_windows(capturer, prefix, placed)
+    lengths = [prefix.length + sum(s.n_tokens for s in states) for states in placed]
+    assert context.lengths == tuple(lengths) and context.length == max(lengths) and context.batch == 3
+    assert windows_shape(capturer, prefix, placed)[1:4:2] == (3, max(lengths))
+    keys = context.cache.layers[1].keys
+    for w, states in enumerate(placed):
+        expected = torch.cat([prefix.cache.layers[1].keys[0]] + [s.keys[1] for s in states], dim=1)
+        assert torch.equal(keys[w, :, max(lengths) - lengths[w] :], expected)
+        assert not keys[w, :, : max(lengths) - lengths[w]].any()
