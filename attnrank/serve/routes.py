@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -109,6 +110,7 @@ async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
         first = index.search(body.query, max(body.top_k, body.depth) if body.rerank else body.top_k)
         if not body.rerank:
             return first
+        server.check_tokens(body.query, [d.text for d in first], "ask for fewer (lower depth)")
         job.check()
         return server.engine.reranker.rank(body.query, first, k=body.top_k)
 
@@ -179,6 +181,12 @@ def _pruned(query: str, p: PrunedContext) -> dict[str, Any]:
     }
 
 
+def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
+    """``fn(*args)`` and the seconds it took."""
+    start = time.perf_counter()
+    return fn(*args), time.perf_counter() - start
+
+
 def _sse(event: str, data: Any) -> str:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n"
 
@@ -206,6 +214,11 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
         top_k=body.top_k,
         budget_tokens=budget,
     )
+    # The search runs first, as its own job, so that passages over max_total_tokens are a 413
+    # before the stream starts (the model stages read them whole, or truncated by the reranker).
+    first, searched = await server.run(request, lambda job: _timed(index.search, body.query, body.depth), body.depth)
+    read = first.top_k(body.depth if pipe.reranker is not None else body.top_k)
+    server.check_tokens(body.query, [d.text for d in read], "ask for fewer (lower depth or top_k)")
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue[str] = asyncio.Queue()
     info = request_info(request)
@@ -216,20 +229,31 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
             job.check()  # stops generation once the client has gone
             loop.call_soon_threadsafe(pieces.put_nowait, text)
 
-        if pipe.pruner is None:  # nothing to size
-            return pipe.run(body.query, stream=on_piece)
-        return pipe.run(body.query, budget_tokens=budget, keep_ratio=body.keep_ratio, stream=on_piece)
+        sizing = {} if pipe.pruner is None else {"budget_tokens": budget, "keep_ratio": body.keep_ratio}
+        res = pipe.run(body.query, first, stream=on_piece, **sizing)
+        res.timings["retrieve"] = searched  # (the pipeline was handed the search's result)
+        res.timings["total"] += searched
+        return res
 
     job = server.jobs.submit(work)  # a full queue answers 503 before the stream starts
-    return StreamingResponse(_events(server, job, pieces, info), media_type="text/event-stream")
+    return StreamingResponse(_events(request, server, job, pieces, info), media_type="text/event-stream")
 
 
-async def _events(server: Server, job: Job, pieces: asyncio.Queue[str], info: dict[str, Any]) -> AsyncIterator[str]:
-    """The ``/v1/ask`` stream: tokens as they come, then the result; cancels the job if the client leaves."""
+async def _events(
+    request: Request, server: Server, job: Job, pieces: asyncio.Queue[str], info: dict[str, Any]
+) -> AsyncIterator[str]:
+    """The ``/v1/ask`` stream: tokens as they come, then the result; cancels the job if the client
+    leaves. Why it polls: until the first token is written, nothing else notices a client that has
+    gone (the write would fail), so the job would rerank, prune and start answering for nobody."""
     try:
         while True:
             get = asyncio.ensure_future(pieces.get())
-            done, _ = await asyncio.wait({get, job.future}, return_when=asyncio.FIRST_COMPLETED)
+            done: set[Any] = set()
+            while not done:
+                done, _ = await asyncio.wait({get, job.future}, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+                if not done and await request.is_disconnected():
+                    get.cancel()
+                    return  # (the finally below cancels the job)
             if get in done:
                 yield _sse("token", {"text": get.result()})
                 continue

@@ -41,6 +41,15 @@ def url(engine):
         yield base
 
 
+@pytest.fixture(scope="module")
+def roomy_url(engine):
+    """The server with room for a few whole SciFact abstracts (the byte-level tokenizer makes
+    about 1,500 tokens of one)."""
+    limits = Limits(max_documents=6, max_document_chars=400, max_query_chars=100, max_total_tokens=20_000)
+    with live_server(create_app(engine, limits=limits)) as base:
+        yield base
+
+
 def test_rerank_cohere_and_tei_shapes(url, engine):
     ref = engine.reranker.rank(QUERY, DOCS)
     order = [int(i) for i in ref.ids]
@@ -105,7 +114,8 @@ def test_error_statuses_name_the_limit(url):
     assert r.status_code == 422 and "top_k=30 exceeds depth=20" in r.json()["message"]
 
 
-def test_search_prune_ask(url):
+def test_search_prune_ask(roomy_url):
+    url = roomy_url
     r = httpx.post(f"{url}/v1/search", json={"query": "vitamin D and bone fractures", "top_k": 3, "depth": 5})
     assert r.status_code == 200
     res = r.json()["results"]
@@ -203,6 +213,21 @@ def test_client_disconnect_cancels_work(llm):
         assert r.status_code == 200 and gated.calls == 2
 
 
+def test_an_answer_whose_client_left_before_its_first_token_is_cancelled(llm, built_retriever):
+    """Nothing is written to an /v1/ask stream before its first token, so the server must notice
+    a client that gave up meanwhile by itself (here while the reranker holds the job)."""
+    gated = GatedReranker(AttentionReranker(llm, max_doc_words=40))
+    engine = Engine(gated, ContextPruner(llm), Generator(llm, 8), built_retriever, "tiny")
+    with live_server(create_app(engine)) as base:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{base}/v1/ask", json={"query": QUERY, "depth": 3, "top_k": 1}, timeout=1.5)
+        assert gated.entered.wait(10)
+        _wait_for(base, lambda q: q["disconnected"] == 1 and q["running"] == 1)  # noticed while it runs
+        gated.gate.set()
+        q = _wait_for(base, lambda q: q["running"] == 0 and q["cancelled"] == 1)
+        assert q["done"] == 1  # the search job; the answer was stopped at its first token
+
+
 def test_abandoned_jobs_give_back_their_queue_place(llm):
     gated = GatedReranker(AttentionReranker(llm))
     with live_server(create_app(Engine(gated), max_queued=1)) as base, ThreadPoolExecutor(2) as pool:
@@ -234,7 +259,12 @@ def test_index_routes_keep_to_the_limits(url):
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
     r = post("/v1/ask", {"query": QUERY, "depth": 7, "top_k": 2})
     assert r.status_code == 413 and "depth=7 > max_documents=6" in r.json()["message"]
-    r = post("/v1/search", {"query": QUERY, "top_k": 6, "depth": 6})
+    # The passages a search or an answer would feed the model count against max_total_tokens too.
+    r = post("/v1/search", {"query": QUERY, "top_k": 2, "depth": 3})
+    assert r.status_code == 413 and "max_total_tokens=1500; ask for fewer (lower depth)" in r.json()["message"]
+    r = post("/v1/ask", {"query": QUERY, "depth": 3, "top_k": 2})
+    assert r.status_code == 413 and "max_total_tokens=1500; ask for fewer" in r.json()["message"]
+    r = post("/v1/search", {"query": QUERY, "top_k": 6, "rerank": False})  # no model reads them
     assert r.status_code == 200 and len(r.json()["results"]) == 6
 
 
