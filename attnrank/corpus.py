@@ -129,7 +129,8 @@ def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[D
             problem(where, f"{bad!r} is a JSON {type(raw[bad]).__name__}, not a string or number")
             continue
         meta = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
-        doc = Document(fields["id"] or "", fields["text"] or "", fields["title"] or "", meta)
+        # ids are trimmed, as in CSV and as TREC qrels and runs (split at whitespace) read them
+        doc = Document((fields["id"] or "").strip(), fields["text"] or "", fields["title"] or "", meta)
         _add(docs, doc, where, problem)
     return _finish(docs, report)
 
@@ -308,7 +309,7 @@ def load_queries(path: str | Path) -> dict[str, str]:
             parts = line.rstrip("\r\n").split("\t", 1)
             if len(parts) != 2:
                 raise InputError(f"{where}: expected 'id<TAB>text', got {line.strip()[:60]!r}")
-            qid, text = parts
+            qid, text = parts[0].strip(), parts[1]  # (trimmed, as qrels and runs read ids)
             if not qid:
                 raise InputError(f"{where}: empty query id before the tab; give every query an id")
         if qid in queries:
@@ -328,6 +329,7 @@ def _query_record(line: str, where: str) -> tuple[str, str]:
     except json.JSONDecodeError:
         obj = None
     qid = _text(obj.get("_id", obj.get("id"))) if isinstance(obj, dict) else None
+    qid = None if qid is None else qid.strip()  # (trimmed, as qrels and runs read ids)
     text = obj.get("text") if isinstance(obj, dict) else None
     if not qid or not isinstance(text, str):
         raise InputError(f"{where}: expected a JSON object with '_id' (or 'id') and a string 'text'")

@@ -206,3 +206,22 @@ def test_an_upper_case_gz_suffix_is_decompressed(tmp_path):
         f.write('{"id": "d1", "text": "Paris is in France."}\n')
     docs, _ = load_corpus(path)
     assert [(d.id, d.text) for d in docs] == [("d1", "Paris is in France.")]
+
+
+def test_ids_are_trimmed_in_every_format_as_qrels_read_them(tmp_path):
+    """A padded id would never match its qrels line (split at whitespace); two ids equal once
+    trimmed are duplicates, and an id of spaces is empty."""
+    (tmp_path / "c.jsonl").write_text('{"_id": " d1 ", "text": "one"}\n{"_id": "d2", "text": "two"}\n')
+    assert [d.id for d in load_corpus(tmp_path / "c.jsonl")[0]] == ["d1", "d2"]
+    (tmp_path / "dup.jsonl").write_text('{"_id": "d1", "text": "one"}\n{"_id": "d1 ", "text": "two"}\n')
+    with pytest.raises(InputError, match=r"dup\.jsonl:2: duplicate document id 'd1'"):
+        load_corpus(tmp_path / "dup.jsonl")
+    (tmp_path / "blank.jsonl").write_text('{"_id": "  ", "text": "one"}\n')
+    with pytest.raises(InputError, match="empty document id"):
+        load_corpus(tmp_path / "blank.jsonl")
+    (tmp_path / "q.tsv").write_text("q1 \tfirst question\n")
+    (tmp_path / "q.jsonl").write_text('{"_id": " q1", "text": "first question"}\n')
+    assert load_queries(tmp_path / "q.tsv") == load_queries(tmp_path / "q.jsonl") == {"q1": "first question"}
+    (tmp_path / "blank.tsv").write_text(" \tquestion\n")
+    with pytest.raises(InputError, match="empty query id"):
+        load_queries(tmp_path / "blank.tsv")
