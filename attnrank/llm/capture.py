@@ -125,7 +125,9 @@ def capture_block_windows(
     check_positions(positions)
     if not prompts:
         return []
-    if any(p.real_suffix_ids != prompts[0].real_suffix_ids or p.prefix_ids != prompts[0].prefix_ids for p in prompts):
+    first = prompts[0]
+    shared = (first.prefix_ids, first.real_suffix_ids, first.calibration_suffix_ids)
+    if any((p.prefix_ids, p.real_suffix_ids, p.calibration_suffix_ids) != shared for p in prompts):
         raise InputError("the windows of one block-attention pass must share their prefix and suffixes")
     if positions == "rotated":  # computed (and cached) at the shared positions, then moved
         check_rotation(capturer, prefix)
