@@ -36,6 +36,7 @@ from .config import STATE_STORAGES, set_torch_threads
 from .errors import InputError
 from .eval import evaluate_per_query, sign_test, wins_losses
 from .eval.datasets import dl19, sample_queries, scifact
+from .eval.report import cpu_model
 from .eval.speed_report import MODES
 from .files import atomic_path
 from .llm.blocks import encode_blocks_text
@@ -153,6 +154,7 @@ def run_cells(
         else:
             row = json.loads(p.stdout.strip().splitlines()[-1])
         row["measured"] = datetime.date.today().isoformat()  # cells of one table may come from several runs
+        row["cpu"] = cpu_model()  # ... and machines
         logger.info("speed cell %s", row)
         done.append(row)
         with atomic_path(results) as tmp:  # a crash mid-write must not lose the cells measured so far

@@ -17,7 +17,7 @@ from ..files import atomic_path
 
 
 def environment() -> dict[str, Any]:
-    """Date, Python and torch versions, CPUs this process may use, torch threads, machine."""
+    """Date, Python and torch versions, CPUs this process may use, torch threads, machine, CPU model."""
     import torch
 
     return {
@@ -27,7 +27,23 @@ def environment() -> dict[str, Any]:
         "cpus": available_cpus(),
         "threads": torch.get_num_threads(),
         "machine": platform.machine(),
+        "cpu": cpu_model(),
     }
+
+
+def cpu_model() -> str:
+    """The CPU's model name, and whether it multiplies bfloat16 in hardware (AMX or AVX-512 BF16).
+
+    Why in every report: the shared machines differ between days (an Intel CPU with AMX one day,
+    an AMD one without it the next), and bfloat16 speed depends on it far more than on noise."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return platform.processor() or "unknown"
+    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "unknown")
+    flags = next((set(ln.split(":", 1)[1].split()) for ln in info.splitlines() if ln.startswith("flags")), set())
+    bf16 = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+    return f"{name} ({', '.join(bf16)})" if bf16 else name
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -86,19 +86,35 @@ def blocks_markdown(
     out = [
         f"# Block attention: speed and quality ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
         "",
+        f"CPU: {env.get('cpu', 'not recorded')}.",
+        "",
         "Preset qrhead (attention alone: 16 registered heads, deepest layer 23), SmolLM2-135M-Instruct. "
         "Speed: each cell in a fresh process; block-cold = no cached passage state; block-warm = every "
         "candidate's state in memory (only the query's suffix runs); peak extra MB = peak RSS growth "
         "during the query; SciFact candidates are random abstracts (300-word cap). Cold blocks are "
         "encoded packed, up to 4,096 tokens a sequence, each block attending by its own SDPA to the "
-        "prefix and itself (llm.kernels.segmented_forward). A resumed run keeps "
+        "prefix and itself (llm.kernels.segmented_forward). Candidates past one window (about 8,000 "
+        "positions) are cut into windows, assembled side by side and read by one suffix pass "
+        "(llm.context; its kept memory is in peak extra MB only the first time). A resumed run keeps "
         "the cells it already has; `measured` says when each ran: compare cells measured the same day "
         "(the machines are shared and differ between days).",
         "",
         *targets_markdown(speed_rows, dtypes[0] if dtypes else ""),
         md_table(
             speed_rows,
-            ["dataset", "dtype", "K", "mode", "queries", "s/query", "peak extra MB", "cached MB", "measured", "error"],
+            [
+                "dataset",
+                "dtype",
+                "K",
+                "mode",
+                "queries",
+                "s/query",
+                "peak extra MB",
+                "cached MB",
+                "measured",
+                "cpu",
+                "error",
+            ],
             {"s/query": ".2f", "peak extra MB": ".0f", "cached MB": ".0f"},
         ),
         "",
