@@ -229,8 +229,10 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
             job.check()  # stops generation once the client has gone
             loop.call_soon_threadsafe(pieces.put_nowait, text)
 
-        sizing = {} if pipe.pruner is None else {"budget_tokens": budget, "keep_ratio": body.keep_ratio}
-        res = pipe.run(body.query, first, stream=on_piece, **sizing)
+        if pipe.pruner is None:  # nothing to size
+            res = pipe.run(body.query, first, stream=on_piece)
+        else:
+            res = pipe.run(body.query, first, budget_tokens=budget, keep_ratio=body.keep_ratio, stream=on_piece)
         res.timings["retrieve"] = searched  # (the pipeline was handed the search's result)
         res.timings["total"] += searched
         return res
