@@ -285,6 +285,8 @@ def precision_markdown(rows, info, env, args) -> str:
                 f"# Reranking precision: {' vs '.join(args.int8_dtypes)} ({env['date']}, {env['cpus']} CPUs, "
                 f"torch {env['torch']})",
                 "",
+                f"CPU: {env.get('cpu', 'not recorded')}.",
+                "",
                 f"SmolLM2-135M-Instruct, preset `{info['preset']}` ({info['heads']} heads), {info['setting']}, "
                 f"{info['queries']} queries; each query scored by every precision in turn in one process. "
                 "int8 = the decoder's linear layers in dynamic int8 (attnrank.llm.quantize); Spearman = rank "
@@ -297,7 +299,8 @@ def precision_markdown(rows, info, env, args) -> str:
                 ),
                 "",
                 f"    python scripts/bench_rerank.py --int8 --int8-k {args.int8_k} --int8-dtypes {','.join(args.int8_dtypes)}"
-                + (f" --dl19-queries {args.dl19_queries}" if args.dl19_queries else ""),
+                + (f" --dl19-queries {args.dl19_queries}" if args.dl19_queries else "")
+                + (f" --int8-name {args.int8_name}" if args.int8_name != "rerank_int8" else ""),
             ]
         )
         + "\n"
@@ -425,6 +428,7 @@ def main() -> None:
     ap.add_argument("--int8-k", type=int, default=20, help="DL19 BM25 candidates per query for --int8")
     ap.add_argument("--int8-dtypes", default="float32,int8", help="precisions for --int8; the first is the reference")
     ap.add_argument("--int8-preset", default="qrhead")
+    ap.add_argument("--int8-name", default="rerank_int8", help="output name for --int8 (docs/results/NAME.*)")
     args = ap.parse_args()
     if args.blocks:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -444,7 +448,7 @@ def main() -> None:
         p_rows, info = precision_compare(root, args)
         env = environment()
         md = precision_markdown(p_rows, info, env, args)
-        write_outputs("rerank_int8", {"environment": env, **info, "rows": p_rows}, md, OUT)
+        write_outputs(args.int8_name, {"environment": env, **info, "rows": p_rows}, md, OUT)
         print(md)
         return
     q_rows, extra = [], {}

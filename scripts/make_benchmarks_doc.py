@@ -23,6 +23,8 @@ ORDER = [
     "adapter",
     "rerank",
     "rerank_blocks",
+    "rerank_int8",
+    "rerank_precision_avx512_bf16",
     "heads",
     "reweight",
     "prune",
@@ -50,6 +52,11 @@ COMMANDS = {
     "adapter": "python scripts/bench_adapter.py",
     "rerank": "python scripts/bench_rerank.py",
     "rerank_blocks": "python scripts/bench_rerank.py --blocks",
+    "rerank_int8": "python scripts/bench_rerank.py --int8 --int8-k 20 --int8-dtypes float32,int8,bfloat16 --dl19-queries 12",
+    "rerank_precision_avx512_bf16": (
+        "python scripts/bench_rerank.py --int8 --int8-k 20 --int8-dtypes float32,bfloat16 "
+        "--int8-name rerank_precision_avx512_bf16"
+    ),
     "heads": "python scripts/bench_heads.py --scifact-queries 809 --hotpot-questions 400 --ship --ship-heads top32",
     "reweight": "python scripts/bench_reweight.py --profile-trials 8",
     "prune": "python scripts/bench_prune.py --ship",

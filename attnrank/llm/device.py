@@ -37,7 +37,7 @@ def resolve_device(device: str) -> torch.device:
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """Map a dtype name to a torch dtype usable on ``device`` (a quantized name: the dtype its
     weights are loaded in before quantization). ``"auto"``: on a CPU,
-    :func:`attnrank.config.cpu_auto_dtype` (bfloat16 with AMX, else float32); on CUDA bfloat16
+    :func:`attnrank.config.cpu_auto_dtype` (bfloat16 with AMX or AVX-512 BF16, else float32); on CUDA bfloat16
     where supported, else float16."""
     name = (dtype or "").strip().lower()
     if name == "auto":

@@ -117,7 +117,7 @@ def load_llm(model: str | os.PathLike[str] | None = None, *, dtype: str = "auto"
     """Load a causal LM for attention reranking (once per process per model/dtype/device).
 
     ``model``: ``None`` / ``"smollm2-135m"`` (offline default), a Hugging Face id, a local model
-    folder or a local ``.gguf`` file (a str or a :class:`~pathlib.Path`). ``dtype``: ``"auto"`` (on CPU bfloat16 with AMX-BF16, else
+    folder or a local ``.gguf`` file (a str or a :class:`~pathlib.Path`). ``dtype``: ``"auto"`` (on CPU bfloat16 with AMX or AVX-512 BF16, else
     float32, :func:`attnrank.config.cpu_auto_dtype`; on CUDA bfloat16 when supported, else float16), ``"float32"``, ``"bfloat16"``, ``"float16"`` (GPU only),
     ``"int8"`` (CPU only: float32 with the decoder's linear layers in dynamic int8,
     :mod:`attnrank.llm.quantize`; same fingerprint, so registered head sets still apply).

@@ -58,10 +58,10 @@ def test_process_cache(tiny_dir):
     assert (first.short_key, other.short_key) == (first.fingerprint[:12], f"{first.fingerprint[:12]}+bfloat16")
 
 
-def test_auto_dtype_on_cpu_follows_amx(monkeypatch):
+def test_auto_dtype_on_cpu_follows_hardware_bf16(monkeypatch):
     monkeypatch.delenv("ATTNRANK_CPU_DTYPE", raising=False)
-    amx = bool(torch.cpu.get_capabilities().get("amx_bf16"))
-    expected = torch.bfloat16 if amx else torch.float32
+    caps = torch.cpu.get_capabilities()
+    expected = torch.bfloat16 if caps.get("amx_bf16") or caps.get("avx512_bf16") else torch.float32
     assert llm_device.resolve_dtype("auto", torch.device("cpu")) == expected
     monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "float32")
     assert llm_device.resolve_dtype("auto", torch.device("cpu")) == torch.float32
