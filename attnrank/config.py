@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import InputError
@@ -87,7 +88,7 @@ def cpu_auto_dtype() -> str:
     return "bfloat16" if get is not None and hardware_bf16(get()) else "float32"
 
 
-def hardware_bf16(capabilities: dict[str, object]) -> bool:
+def hardware_bf16(capabilities: Mapping[str, object]) -> bool:
     """Whether ``torch.cpu.get_capabilities()`` names bfloat16 matrix instructions."""
     return bool(capabilities.get("amx_bf16") or capabilities.get("avx512_bf16"))
 

@@ -182,6 +182,8 @@ class AttentionCapturer:
         cache = None
         if prefix is not None:
             self._check_prefix(prefix)
+            if prefix.batch != 1:
+                raise InputError(f"this prefix cache holds {prefix.batch} contexts; capture reads one")
             cache = prefix.fork()
         n_keys = ids.shape[1] + (prefix.length if prefix is not None else 0)
         session = CaptureSession(self._layer_heads, [((query_start, ids.shape[1]),)], n_keys, reduce=reduce)

@@ -21,9 +21,16 @@ from typing import TypeVar
 import numpy as np
 
 from ..errors import InputError
-from .attention import AttentionCapturer, PrefixCache, has_sliding_layers
+from .attention import AttentionCapturer, PrefixCache
 from .blocks import BlockPrompt, check_positions
-from .context import DEFAULT_BATCH_BYTES, ContextBuffer, assemble_windows, window_nbytes, windows_shape
+from .context import (
+    DEFAULT_BATCH_BYTES,
+    ContextBuffer,
+    assemble_windows,
+    one_window_per_pass,
+    window_nbytes,
+    windows_shape,
+)
 from .prompts import RerankPromptPair
 from .rows import QUERY_SPANS, Span, WindowRows
 from .states import BlockState, StateCache, check_rotation, encode_blocks, layer_kv, state_keys
@@ -140,8 +147,8 @@ def capture_block_windows(
         target = prompt.starts("sequential") if positions == "rotated" else start
         windows.append((prompt, [blocks[i] for i in prompt.order], [target[i] - start[i] for i in prompt.order]))
     out: list[WindowRows] = []
-    one_pass = has_sliding_layers(prefix.cache)  # (their caches keep a window: one context per pass)
-    for batch in _batches(windows, lambda w: window_nbytes(capturer, prefix, w[1], room), batch_bytes, one_pass):
+    alone = one_window_per_pass(capturer, prefix)
+    for batch in _batches(windows, lambda w: window_nbytes(capturer, prefix, w[1], room), batch_bytes, alone):
         placed = [w[1] for w in batch]
         shape = windows_shape(capturer, prefix, placed, room)
         with (buffer or ContextBuffer()).take(shape, layer_kv(prefix.cache.layers[0])[0]) as memory:
@@ -155,17 +162,17 @@ def capture_block_windows(
 
 
 def _batches(items: list[T], size: Callable[[T], int], limit: int, one_each: bool) -> Iterator[list[T]]:
-    """``items`` in order, in runs whose ``size`` adds up to at most ``limit`` (an item alone
-    may exceed it), or one at a time (``one_each``)."""
+    """``items`` in order, in runs that take at most ``limit`` padded to their largest item
+    (``len(run) * max(size)``; an item alone may exceed it), or one at a time (``one_each``)."""
     batch: list[T] = []
-    total = 0
+    largest = 0
     for item in items:
         n = size(item)
-        if batch and (one_each or total + n > limit):
+        if batch and (one_each or (len(batch) + 1) * max(largest, n) > limit):
             yield batch
-            batch, total = [], 0
+            batch, largest = [], 0
         batch.append(item)
-        total += n
+        largest = max(largest, n)
     if batch:
         yield batch
 

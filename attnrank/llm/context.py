@@ -72,6 +72,15 @@ class ContextBuffer:
             self._lock.release()
 
 
+def one_window_per_pass(capturer: AttentionCapturer, prefix: PrefixCache) -> bool:
+    """Whether this model's windows must run one per suffix pass: sliding-window layers (their
+    caches keep a window of the context), or a rotary embedding whose frequencies follow the
+    longest position in the batch (dynamic NTK, LongRoPE), which would let one window's length
+    change another's positions."""
+    rope = str(getattr(getattr(capturer.decoder, "rotary_emb", None), "rope_type", "default"))
+    return has_sliding_layers(prefix.cache) or "dynamic" in rope or rope == "longrope"
+
+
 def context_shape(
     capturer: AttentionCapturer, prefix: PrefixCache, states: Sequence[BlockState], room: int = 0
 ) -> tuple[int, int, int, int]:

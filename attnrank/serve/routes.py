@@ -181,6 +181,11 @@ def _pruned(query: str, p: PrunedContext) -> dict[str, Any]:
     }
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
     """``fn(*args)`` and the seconds it took."""
     start = time.perf_counter()
@@ -214,13 +219,9 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
         top_k=body.top_k,
         budget_tokens=budget,
     )
-    # The search runs first, as its own job, so that passages over max_total_tokens are a 413
-    # before the stream starts (the model stages read them whole, or truncated by the reranker).
-    first, searched = await server.run(request, lambda job: _timed(index.search, body.query, body.depth), body.depth)
-    read = first.top_k(body.depth if pipe.reranker is not None else body.top_k)
-    server.check_tokens(body.query, [d.text for d in read], "ask for fewer (lower depth or top_k)")
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue[str] = asyncio.Queue()
+    ready: asyncio.Future[None] = loop.create_future()  # set once the searched passages passed the limits
     info = request_info(request)
     info["candidates"] = body.depth
 
@@ -229,6 +230,12 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
             job.check()  # stops generation once the client has gone
             loop.call_soon_threadsafe(pieces.put_nowait, text)
 
+        first, searched = _timed(index.search, body.query, body.depth)
+        # the model stages read these passages (whole, or as the reranker truncates them)
+        read = first.top_k(body.depth if pipe.reranker is not None else body.top_k)
+        server.check_tokens(body.query, [d.text for d in read], "ask for fewer (lower depth or top_k)")
+        loop.call_soon_threadsafe(_settle, ready)
+        job.check()
         if pipe.pruner is None:  # nothing to size
             res = pipe.run(body.query, first, stream=on_piece)
         else:
@@ -238,6 +245,11 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
         return res
 
     job = server.jobs.submit(work)  # a full queue answers 503 before the stream starts
+    # The stream starts once the search passed the limits: a 413 (or another error of the
+    # search) is then an HTTP status, not an event of a stream already answered 200.
+    await server.wait(request, job, ready)
+    if not ready.done():
+        job.future.result()  # (raises what the job failed with)
     return StreamingResponse(_events(request, server, job, pieces, info), media_type="text/event-stream")
 
 
@@ -247,6 +259,7 @@ async def _events(
     """The ``/v1/ask`` stream: tokens as they come, then the result; cancels the job if the client
     leaves. Why it polls: until the first token is written, nothing else notices a client that has
     gone (the write would fail), so the job would rerank, prune and start answering for nobody."""
+    get: asyncio.Future[str] | None = None
     try:
         while True:
             get = asyncio.ensure_future(pieces.get())
@@ -272,6 +285,8 @@ async def _events(
         timings = {k: round(v, 4) for k, v in res.timings.items()}
         yield _sse("done", {"answer": res.answer.text, "sources": res.sources, "timings": timings})
     finally:
+        if get is not None:
+            get.cancel()  # (a no-op once it has its piece)
         if not job.future.done():  # the client went away mid-stream
             server.jobs.cancel(job)
             info["cancelled"] = True

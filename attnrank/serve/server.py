@@ -104,17 +104,22 @@ class Server:
     # -- running a job -------------------------------------------------------------------------
     async def run(self, request: Request, fn: Callable[[Job], Any], candidates: int) -> Any:
         """Queue ``fn`` and wait for it; cancel it if the client disconnects meanwhile."""
-        info = request_info(request)
-        info["candidates"] = candidates
+        request_info(request)["candidates"] = candidates
         job = self.jobs.submit(fn)
+        await self.wait(request, job, job.future)
+        return job.future.result()
+
+    async def wait(self, request: Request, job: Job, until: asyncio.Future[Any]) -> None:
+        """Wait until ``until`` (the job's result, or a signal it gives on the way) or the job's
+        end, polling for the client; cancel the job if the client disconnects meanwhile."""
+        info = request_info(request)
         try:
-            while not job.future.done():
-                done, _ = await asyncio.wait({job.future}, timeout=0.05)
+            while not (until.done() or job.future.done()):
+                done, _ = await asyncio.wait({until, job.future}, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
                 if not done and await request.is_disconnected():
                     self.jobs.cancel(job)
                     info["cancelled"] = True
                     raise ClientGone()
-            return job.future.result()
         except asyncio.CancelledError:
             self.jobs.cancel(job)
             info["cancelled"] = True

@@ -11,8 +11,8 @@ from _tiny import tiny_model, tiny_tokenizer
 from attnrank.errors import InputError
 from attnrank.llm.attention import AttentionCapturer
 from attnrank.llm.blocks import build_block_prompts
-from attnrank.llm.capture import capture_block_windows, capture_blocks
-from attnrank.llm.context import ContextBuffer, assemble_windows, windows_shape
+from attnrank.llm.capture import _batches, capture_block_windows, capture_blocks
+from attnrank.llm.context import ContextBuffer, assemble_windows, one_window_per_pass, windows_shape
 from attnrank.llm.states import StateCache, encode_blocks
 
 TEXTS = [
@@ -110,3 +110,40 @@ def test_assembled_windows_hold_each_context_then_zeros():
         expected = torch.cat([prefix.cache.layers[1].keys[0]] + [s.keys[1] for s in states], dim=1)
         assert torch.equal(keys[w, :, max(lengths) - lengths[w] :], expected)
         assert not keys[w, :, : max(lengths) - lengths[w]].any()
+
+
+def test_batches_are_sized_padded_to_their_longest_window():
+    """Windows of 3, 1 and 1 (units) take 3 each side by side: a budget of 5 holds one of them."""
+    sizes = {"a": 3, "b": 1, "c": 1}
+    runs = list(_batches(["a", "b", "c"], sizes.get, 5, False))
+    assert runs == [["a"], ["b", "c"]]
+    assert list(_batches(["a", "b", "c"], sizes.get, 9, False)) == [["a", "b", "c"]]
+    assert list(_batches(["b", "c"], sizes.get, 9, True)) == [["b"], ["c"]]
+
+
+def test_rotary_frequencies_that_follow_the_batch_run_one_window_per_pass():
+    """Dynamic NTK rotary frequencies follow the longest position of the pass: windows side by
+    side would move each other's positions; they run alone, with the rows they get alone."""
+    model = tiny_model("llama", layers=3, max_positions=2048, rope_parameters={"rope_type": "dynamic", "factor": 2.0})
+    capturer = AttentionCapturer(model, [(1, 0), (2, 3)])
+    prompts = windows(tiny_tokenizer())
+    prefix = capturer.prefill(prompts[0].prefix_ids)
+    assert one_window_per_pass(capturer, prefix)
+    plain = AttentionCapturer(tiny_model("llama", layers=3), [(1, 0)])
+    assert not one_window_per_pass(plain, plain.prefill(prompts[0].prefix_ids))
+    together = capture_block_windows(capturer, prompts, prefix, fingerprint="t", positions="sequential")
+    for prompt, rows in zip(prompts, together):
+        alone = capture_blocks(capturer, prompt, prefix, fingerprint="t", positions="sequential")
+        np.testing.assert_array_equal(rows.real, alone.real)
+
+
+def test_a_batched_context_is_refused_by_single_captures():
+    capturer = AttentionCapturer(tiny_model("llama", layers=2), [(1, 0)])
+    prompts = windows(tiny_tokenizer())
+    prefix = capturer.prefill(prompts[0].prefix_ids)
+    placed = [encode_blocks(capturer, prefix, p.blocks, [prefix.length] * len(p.blocks)) for p in prompts]
+    context = assemble_windows(capturer, prefix, placed)
+    with pytest.raises(InputError, match="holds 3 contexts"):
+        capturer.capture([5, 6], prefix=context)
+    with pytest.raises(InputError, match="holds 3 contexts"):
+        capturer.capture_suffixes([[5, 6]], [0], prefix=context)
