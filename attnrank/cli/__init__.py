@@ -38,6 +38,11 @@ logger = logging.getLogger("attnrank")
 
 Quiet = typer.Option(False, "--quiet", "-q", help="No progress bars or info logs.")
 Verbose = typer.Option(False, "--verbose", "-v", help="Log at INFO level.")
+# the training commands' shared options (one declaration each, as Quiet and Verbose)
+Device = typer.Option("cpu", help="cpu | cuda | cuda:N | auto.")
+Folds = typer.Option(5, "--folds", help="k of the held-out k-fold report (>= 2).")
+FoldSeed = typer.Option(0, "--seed", help="Fold shuffle seed.")
+Save = typer.Option(True, "--save/--no-save", help="Register the result in the user registry.")
 Verify = typer.Option(
     False,
     "--verify",

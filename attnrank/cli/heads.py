@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 
 from ..errors import AttnrankError
-from . import Quiet, Verbose, _setup, app
-from .options import DTYPE_HELP
+from . import Device, Quiet, Save, Verbose, _setup, app
+from .options import Dtype
 
 heads_app = typer.Typer(
     help="Detect, register and inspect retrieval heads (per model and weights).", no_args_is_help=True
@@ -139,9 +139,9 @@ def heads_detect(
         "book", "--haystack", help="copy: book (Retrieval_Head haystacks) | essays (Paul Graham)."
     ),
     max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="copy: greedy answer length limit."),
-    device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
-    dtype: str = typer.Option("auto", help=DTYPE_HELP),
-    save: bool = typer.Option(True, "--save/--no-save", help="Register the result in the user registry."),
+    device: str = Device,
+    dtype: str = Dtype,
+    save: bool = Save,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
 ) -> None:

@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 import typer
 
-from . import Quiet, Verbose, _setup
+from . import Device, Folds, FoldSeed, Quiet, Save, Verbose, _setup
 from .heads import _qr_set, check_folds, check_training, heads_app
-from .options import DTYPE_HELP
+from .options import Dtype
 
 METRICS = ("nDCG@10", "RR@10")
 
@@ -82,11 +82,11 @@ def heads_train(
         "--first-stage/--no-first-stage",
         help="Also weight the first-stage rank (then only candidates with a first-stage order can be scored).",
     ),
-    folds: int = typer.Option(5, "--folds", help="k of the held-out k-fold report (>= 2)."),
-    seed: int = typer.Option(0, "--seed", help="Fold shuffle seed."),
-    device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
-    dtype: str = typer.Option("auto", help=DTYPE_HELP),
-    save: bool = typer.Option(True, "--save/--no-save", help="Register the weights in the user registry."),
+    folds: int = Folds,
+    seed: int = FoldSeed,
+    device: str = Device,
+    dtype: str = Dtype,
+    save: bool = Save,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
 ) -> None:

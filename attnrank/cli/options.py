@@ -25,6 +25,8 @@ DTYPE_HELP = (
     "float16 (GPU) | int8 (CPU: dynamic int8 linear layers)."
 )
 
+Dtype = typer.Option("auto", help=DTYPE_HELP)
+
 REWEIGHT_STEPS = ("sink", "idf", "entropy", "slot")
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {

@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 import typer
 
-from . import Quiet, Verbose, _check_heads, _setup, app
+from . import Device, Folds, FoldSeed, Quiet, Save, Verbose, _check_heads, _setup, app
 from .heads import _qr_set, check_folds, check_training
-from .options import DTYPE_HELP
+from .options import Dtype
 
 METRICS = ("nDCG@10", "RR@10")
 
@@ -49,12 +49,12 @@ def train(
     gate: bool = typer.Option(
         True, "--gate/--no-gate", help="Fall back to the first-stage signals where attention is not confident."
     ),
-    folds: int = typer.Option(5, "--folds", help="k of the held-out k-fold report (>= 2)."),
-    seed: int = typer.Option(0, "--seed", help="Fold shuffle seed."),
+    folds: int = Folds,
+    seed: int = FoldSeed,
     max_doc_words: int = typer.Option(300, "--max-doc-words", min=1, help="Words kept per passage in the prompt."),
-    device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto."),
-    dtype: str = typer.Option("auto", help=DTYPE_HELP),
-    save: bool = typer.Option(True, "--save/--no-save", help="Register the weights in the user registry."),
+    device: str = Device,
+    dtype: str = Dtype,
+    save: bool = Save,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
 ) -> None:
