@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -179,13 +179,17 @@ class Pipeline:
         keep_ratio: float | None = None,
         stream: StreamCallback | None = None,
         query_id: str | None = None,
+        checkpoint: Callable[[str], object] | None = None,
     ) -> PipelineResult:
         """Run every configured stage for ``question``. ``candidates``: a first-stage list to use
         instead of searching (e.g. a benchmark's fixed candidates; Documents, ScoredDocuments or
         strings, best first), of which the top ``depth`` are reranked, as a search's would be (the
         result's ``first_stage`` keeps them all). The pruning budget is
         ``budget_tokens``, else ``keep_ratio``, else the pipeline's ``budget_tokens``; ``stream``
-        receives the answer's text pieces as they are generated."""
+        receives the answer's text pieces as they are generated. ``checkpoint`` is called with
+        each stage's name (``rerank``, ``prune``, ``generate``) before it runs; whatever it raises
+        ends the run there (a server stops the work of a client that has gone)."""
+        check = checkpoint or _no_checkpoint
         if not isinstance(question, str) or not question.strip():
             raise InputError(f"question {question!r} is empty; pass the question to answer")
         if self.pruner is None and (budget_tokens is not None or keep_ratio is not None):
@@ -204,6 +208,7 @@ class Pipeline:
         reranked = None
         top = first.top_k(self.top_k)
         if self.reranker is not None:
+            check("rerank")
             t = time.perf_counter()
             reranked = self.reranker.rank(question, first.top_k(self.depth), k=self.top_k)
             top = reranked
@@ -211,6 +216,7 @@ class Pipeline:
         context = top.documents()
         pruned = None
         if self.pruner is not None and context:
+            check("prune")
             t = time.perf_counter()
             if budget_tokens is None and keep_ratio is None:
                 budget_tokens = self.budget_tokens
@@ -223,12 +229,17 @@ class Pipeline:
             context = reorder_for_generation(context, self.reorder)
         answer = None
         if self.generator is not None:
+            check("generate")
             t = time.perf_counter()
             answer = self.generator.answer(question, context, stream)
             timings["generate"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - start
         logger.info("pipeline: %s", ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()))
         return PipelineResult(question, first, reranked, pruned, answer, context, timings)
+
+
+def _no_checkpoint(stage: str) -> None:
+    """:meth:`Pipeline.run`'s default checkpoint: nothing stops the run."""
 
 
 def _check_shared_model(model: str | LLM | None, dtype: str, device: str, *configs: Any) -> None:

@@ -63,6 +63,35 @@ def test_pipeline_end_to_end(llm, built_retriever):
     assert res.timings["total"] >= sum(v for k, v in res.timings.items() if k != "total") * 0.99
 
 
+class Stop(Exception):
+    pass
+
+
+def test_a_checkpoint_sees_each_stage_before_it_runs_and_can_stop_the_run(llm, built_retriever):
+    pipe = Pipeline(built_retriever, AttentionReranker(llm), ContextPruner(llm), Generator(llm, 2), depth=3, top_k=1)
+    seen: list[str] = []
+    pipe.run(QUESTION, budget_tokens=60, checkpoint=seen.append)
+    assert seen == ["rerank", "prune", "generate"]
+
+    class CountingPruner:  # the real pruner, counted
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def prune(self, *args, **kwargs):
+            self.calls += 1
+            return self.inner.prune(*args, **kwargs)
+
+    def stop_at_prune(stage: str) -> None:
+        if stage == "prune":
+            raise Stop
+
+    pruner = CountingPruner(ContextPruner(llm))
+    pipe = Pipeline(built_retriever, AttentionReranker(llm), pruner, Generator(llm, 2), depth=3, top_k=1)
+    with pytest.raises(Stop):
+        pipe.run(QUESTION, budget_tokens=60, checkpoint=stop_at_prune)
+    assert pruner.calls == 0
+
+
 def test_pipeline_without_optional_stages(built_retriever):
     res = Pipeline(built_retriever, depth=5, top_k=3).run(QUESTION)
     assert res.reranked is None and res.pruned is None and res.answer is None

@@ -236,10 +236,16 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
         server.check_tokens(body.query, [d.text for d in read], "ask for fewer (lower depth or top_k)")
         loop.call_soon_threadsafe(_settle, ready)
         job.check()
+
+        def stop(stage: str) -> None:  # a client gone stops the next stage
+            job.check()
+
         if pipe.pruner is None:  # nothing to size
-            res = pipe.run(body.query, first, stream=on_piece)
+            res = pipe.run(body.query, first, stream=on_piece, checkpoint=stop)
         else:
-            res = pipe.run(body.query, first, budget_tokens=budget, keep_ratio=body.keep_ratio, stream=on_piece)
+            res = pipe.run(
+                body.query, first, budget_tokens=budget, keep_ratio=body.keep_ratio, stream=on_piece, checkpoint=stop
+            )
         res.timings["retrieve"] = searched  # (the pipeline was handed the search's result)
         res.timings["total"] += searched
         return res

@@ -217,7 +217,8 @@ def test_an_answer_whose_client_left_before_its_first_token_is_cancelled(llm, bu
     """Nothing is written to an /v1/ask stream before its first token, so the server must notice
     a client that gave up meanwhile by itself (here while the reranker holds the job)."""
     gated = GatedReranker(AttentionReranker(llm, max_doc_words=40))
-    engine = Engine(gated, ContextPruner(llm), Generator(llm, 8), built_retriever, "tiny")
+    pruner = CountingPruner(ContextPruner(llm))
+    engine = Engine(gated, pruner, Generator(llm, 8), built_retriever, "tiny")
     with live_server(create_app(engine)) as base:
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{base}/v1/ask", json={"query": QUERY, "depth": 3, "top_k": 1}, timeout=1.5)
@@ -225,7 +226,18 @@ def test_an_answer_whose_client_left_before_its_first_token_is_cancelled(llm, bu
         _wait_for(base, lambda q: q["disconnected"] == 1 and q["running"] == 1)  # noticed while it runs
         gated.gate.set()
         q = _wait_for(base, lambda q: q["running"] == 0 and q["cancelled"] == 1)
-        assert q["done"] == 0  # the answer was stopped (at its first token)
+        assert q["done"] == 0 and pruner.calls == 0  # stopped before the next stage
+
+
+class CountingPruner:
+    """The real pruner, its calls counted."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def prune(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner.prune(*args, **kwargs)
 
 
 def test_abandoned_jobs_give_back_their_queue_place(llm):
