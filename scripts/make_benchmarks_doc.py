@@ -21,6 +21,7 @@ ORDER = [
     "fusion_bfloat16_fixed-weights",
     "locomo",
     "adapter",
+    "adapter_lr1e-3",
     "rerank",
     "rerank_blocks",
     "rerank_int8",
@@ -50,6 +51,10 @@ COMMANDS = {
     "fusion_bfloat16_fixed-weights": "python scripts/bench_fusion.py --dtype bfloat16 --ablation fixed-weights",
     "locomo": "python scripts/bench_locomo.py",
     "adapter": "python scripts/bench_adapter.py",
+    "adapter_lr1e-3": (
+        "python scripts/bench_adapter.py --steps 600 --max-train-seconds 2400 --lr 0.001 "
+        "--out build/adapter_lr1e-3 (files renamed to adapter_lr1e-3.*)"
+    ),
     "rerank": "python scripts/bench_rerank.py",
     "rerank_blocks": "python scripts/bench_rerank.py --blocks",
     "rerank_int8": "python scripts/bench_rerank.py --int8 --int8-k 20 --int8-dtypes float32,int8,bfloat16 --dl19-queries 12",
