@@ -16,6 +16,7 @@ reads).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
 from typing import TypeVar
 
 import numpy as np
@@ -189,33 +190,27 @@ def window_states(
 ) -> list[list[BlockState]]:
     """Every window's block states (input order): from ``states``, else from ``store`` (then
     kept in ``states``), else encoded, those of all windows together (and kept in ``states``)."""
-    blocks = [(p, i, s[i]) for p, s in zip(prompts, starts) for i in range(len(p.blocks))]
-    keys = state_keys(
-        capturer, fingerprint, prompts[0].prefix_ids, [p.blocks[i] for p, i, _ in blocks], [s for *_, s in blocks]
-    )
+    ids = [block for p in prompts for block in p.blocks]  # every window's blocks, one flat list
+    at = [start for window in starts for start in window]
+    keys = state_keys(capturer, fingerprint, prompts[0].prefix_ids, ids, at)
     found = [None if states is None else states.get(k) for k in keys]
     if store is not None:
-        for j, (p, i, _) in enumerate(blocks):
-            if found[j] is None and (stored := store.get(p.doc_ids[i], keys[j])) is not None:
+        doc_ids = [d for p in prompts for d in p.doc_ids]
+        for j, key in enumerate(keys):
+            if found[j] is None and (stored := store.get(doc_ids[j], key)) is not None:
                 found[j] = stored
                 if states is not None:
-                    states.put(keys[j], stored)
+                    states.put(key, stored)
     missing = {keys[j]: j for j, s in enumerate(found) if s is None}  # (a block in two windows: once)
     if missing:
         todo = list(missing.values())
-        new = encode_blocks(
-            capturer, prefix, [blocks[j][0].blocks[blocks[j][1]] for j in todo], [blocks[j][2] for j in todo]
-        )
-        for j, state in zip(todo, new):
-            if states is not None:
-                states.put(keys[j], state)
-        made = dict(zip(missing, new))
+        made = dict(zip(missing, encode_blocks(capturer, prefix, [ids[j] for j in todo], [at[j] for j in todo])))
+        if states is not None:
+            for key, state in made.items():
+                states.put(key, state)
         found = [made[k] if s is None else s for k, s in zip(keys, found)]
-    out, at = [], 0
-    for p in prompts:
-        out.append([s for s in found[at : at + len(p.blocks)] if s is not None])
-        at += len(p.blocks)
-    return out
+    bounds = list(accumulate((len(p.blocks) for p in prompts), initial=0))
+    return [[s for s in found[lo:hi] if s is not None] for lo, hi in zip(bounds, bounds[1:])]
 
 
 def suffix_rows(

@@ -235,17 +235,19 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
         read = first.top_k(body.depth if pipe.reranker is not None else body.top_k)
         server.check_tokens(body.query, [d.text for d in read], "ask for fewer (lower depth or top_k)")
         loop.call_soon_threadsafe(_settle, ready)
-        job.check()
 
         def stop(stage: str) -> None:  # a client gone stops the next stage
             job.check()
 
-        if pipe.pruner is None:  # nothing to size
-            res = pipe.run(body.query, first, stream=on_piece, checkpoint=stop)
-        else:
-            res = pipe.run(
-                body.query, first, budget_tokens=budget, keep_ratio=body.keep_ratio, stream=on_piece, checkpoint=stop
-            )
+        sized = pipe.pruner is not None  # (without a pruner there is nothing to size)
+        res = pipe.run(
+            body.query,
+            first,
+            budget_tokens=budget if sized else None,
+            keep_ratio=body.keep_ratio if sized else None,
+            stream=on_piece,
+            checkpoint=stop,
+        )
         res.timings["retrieve"] = searched  # (the pipeline was handed the search's result)
         res.timings["total"] += searched
         return res
@@ -273,8 +275,7 @@ async def _events(
             while not done:
                 done, _ = await asyncio.wait({get, job.future}, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
                 if not done and await request.is_disconnected():
-                    get.cancel()
-                    return  # (the finally below cancels the job)
+                    return  # (the finally below cancels the read and the job)
             if get in done:
                 yield _sse("token", {"text": get.result()})
                 continue
