@@ -81,14 +81,6 @@ def one_window_per_pass(capturer: AttentionCapturer, prefix: PrefixCache) -> boo
     return has_sliding_layers(prefix.cache) or "dynamic" in rope or rope == "longrope"
 
 
-def context_shape(
-    capturer: AttentionCapturer, prefix: PrefixCache, states: Sequence[BlockState], room: int = 0
-) -> tuple[int, int, int, int]:
-    """The shape of :func:`assemble`'s keys (and values): ``[layers, kv_heads, tokens + room, head_dim]``."""
-    layers, _, kv_heads, length, head_dim = windows_shape(capturer, prefix, [states], room)
-    return layers, kv_heads, length, head_dim
-
-
 def windows_shape(
     capturer: AttentionCapturer, prefix: PrefixCache, windows: Sequence[Sequence[BlockState]], room: int = 0
 ) -> tuple[int, int, int, int, int]:
@@ -102,7 +94,7 @@ def windows_shape(
 def window_nbytes(capturer: AttentionCapturer, prefix: PrefixCache, states: Sequence[BlockState], room: int = 0) -> int:
     """Bytes of one window's assembled keys and values."""
     k0 = layer_kv(prefix.cache.layers[0])[0]
-    return 2 * math.prod(context_shape(capturer, prefix, states, room)) * k0.element_size()
+    return 2 * math.prod(windows_shape(capturer, prefix, [states], room)) * k0.element_size()
 
 
 def _length(prefix: PrefixCache, states: Sequence[BlockState]) -> int:
@@ -123,7 +115,7 @@ def assemble(
     into place. ``room``: free tokens after the context, so that a suffix pass of up to that many
     tokens writes its states there (:class:`ContextLayer`) instead of copying the whole context,
     as a plain cache's concatenation does: at 100 SciFact abstracts the context's states are over a
-    gigabyte. ``memory``: (keys, values) of :func:`context_shape` to assemble into
+    gigabyte. ``memory``: (keys, values) ``[layers, kv_heads, tokens + room, head_dim]`` to assemble into
     (:meth:`ContextBuffer.take`), instead of fresh memory."""
     batched = None if memory is None else (memory[0][:, None], memory[1][:, None])
     return assemble_windows(capturer, prefix, [states], None if shifts is None else [shifts], room, batched)
