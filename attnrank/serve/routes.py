@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -258,7 +259,23 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
     await server.wait(request, job, ready)
     if not ready.done():
         job.future.result()  # (raises what the job failed with)
-    return StreamingResponse(_events(request, server, job, pieces, info), media_type="text/event-stream")
+    return StreamingResponse(_stream(request, server, job, pieces, info), media_type="text/event-stream")
+
+
+def _stream(
+    request: Request, server: Server, job: Job, pieces: asyncio.Queue[str], info: dict[str, Any]
+) -> AsyncIterator[str]:
+    """:func:`_events`, and the job cancelled if the stream is dropped unstarted. Why: a stream
+    the server never began (its client left before the response started) never runs its
+    ``finally``, so its job would rerank, prune and answer for nobody."""
+    events = _events(request, server, job, pieces, info)
+    weakref.finalize(events, _abandon, server, job)
+    return events
+
+
+def _abandon(server: Server, job: Job) -> None:
+    if not job.future.done():
+        server.jobs.cancel(job)
 
 
 async def _events(

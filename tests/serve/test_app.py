@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import threading
 import time
@@ -9,13 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from starlette.requests import Request
 
 from attnrank.generate import Generator
 from attnrank.prune.pruner import ContextPruner
 from attnrank.rerank.attention import AttentionReranker
+from attnrank.serve import routes
 from attnrank.serve.app import create_app
 from attnrank.serve.background import background_server as live_server
 from attnrank.serve.engine import Engine
+from attnrank.serve.jobs import Cancelled
 from attnrank.serve.schemas import Limits
 
 QUERY = "capital of France?"
@@ -227,6 +232,33 @@ def test_an_answer_whose_client_left_before_its_first_token_is_cancelled(llm, bu
         gated.gate.set()
         q = _wait_for(base, lambda q: q["running"] == 0 and q["cancelled"] == 1)
         assert q["done"] == 0 and pruner.calls == 0  # stopped before the next stage
+
+
+def test_an_answer_stream_dropped_before_it_began_cancels_its_job(llm):
+    """A response the server never began (its client left first) never runs its stream's
+    ``finally``: dropping the stream must cancel the job all the same."""
+    server = create_app(Engine(AttentionReranker(llm))).state.server
+    gate = threading.Event()
+
+    def work(job):
+        gate.wait(10)
+        job.check()
+        return "answered for nobody"
+
+    async def drop_unstarted():
+        job = server.jobs.submit(work)
+        stream = routes._stream(Request({"type": "http"}), server, job, asyncio.Queue(), {})
+        del stream  # as the server drops a response it never began
+        gc.collect()
+        assert job.cancelled and server.jobs.counts["disconnected"] == 1
+        gate.set()
+        with pytest.raises(Cancelled):
+            await job.future
+
+    try:
+        asyncio.run(drop_unstarted())
+    finally:
+        server.jobs.close()
 
 
 class CountingPruner:
