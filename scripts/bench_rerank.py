@@ -28,11 +28,20 @@ process, interleaved, so load changes hit all alike): s/query, nDCG@10, and the 
 correlation of each precision's scores with the first's. Writes docs/results/rerank_int8.{json,md}.
 
     python scripts/bench_rerank.py --int8 [--int8-k 20] [--int8-dtypes float32,int8,bfloat16] [--dl19-queries N]
+
+``--kernels``: the attention layers of the capture's suffix and block passes computed by CPU SDPA
+(flash kernel) and by attnrank's bfloat16 few-rows kernel (attnrank.llm.kernels), each query scored
+by both in turn, full prompt and block attention, on DL19 BM25 top-20 (all topics), SciFact BM25
+top-20 and HotpotQA: s/query, nDCG@10 and the Spearman correlation of the two kernels' scores.
+Writes docs/results/rerank_kernels.{json,md}.
+
+    python scripts/bench_rerank.py --kernels [--blocks-scifact 20] [--blocks-hotpot 60]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -277,6 +286,62 @@ def precision_compare(root: Path, args) -> tuple[list[dict], dict]:
     return rows, {"setting": name, "queries": len(ds.queries), "preset": args.int8_preset, "heads": len(heads)}
 
 
+# -- kernels: CPU SDPA vs the bfloat16 few-rows kernel, same queries, interleaved ---------------
+def kernels_compare(root: Path, args) -> list[dict]:
+    from attnrank.llm.kernels import sdpa_only
+    from attnrank.rerank.attention import AttentionReranker
+    from attnrank.speed import quality_sets
+
+    llm = AttentionReranker(signals=None, dtype="bfloat16").llm
+    rows = []
+    for mode, options in {"full prompt": {}, "block": {"attention": "block"}}.items():
+        reranker = AttentionReranker(llm, signals=None, **options)
+        for setting, ds, cands in quality_sets(root, args.blocks_hotpot, args.blocks_scifact):
+            scores: dict[str, dict[str, list[float]]] = {"SDPA": {}, "few rows": {}}
+            secs: dict[str, list[float]] = {"SDPA": [], "few rows": []}
+            for q, text in ds.queries.items():
+                for kernel in scores:
+                    reranker.states.clear()  # each query cold, as a first visit
+                    with sdpa_only() if kernel == "SDPA" else contextlib.nullcontext():
+                        t = time.perf_counter()
+                        scores[kernel][q] = reranker.score(text, cands[q]).tolist()
+                        secs[kernel].append(time.perf_counter() - t)
+            rho = [spearman(scores["few rows"][q], scores["SDPA"][q]) for q in ds.queries]
+            row: dict = {"mode": mode, "setting": setting}
+            for kernel in scores:
+                run = run_of(cands, scores[kernel])
+                row[f"nDCG@10 {kernel}"] = evaluate(run, ds.qrels, ["nDCG@10"], rel=ds.rel)["nDCG@10"]
+                row[f"s/query {kernel}"] = float(np.mean(secs[kernel]))
+            row.update({"Spearman (mean)": float(np.mean(rho)), "Spearman (min)": float(np.min(rho))})
+            rows.append(row)
+            log.info("kernels %s", row)
+    return rows
+
+
+def kernels_markdown(rows, env, args) -> str:
+    return (
+        "\n".join(
+            [
+                f"# Attention kernels: CPU SDPA vs few rows ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
+                "",
+                f"CPU: {env.get('cpu', 'not recorded')}. SmolLM2-135M-Instruct in bfloat16, the default preset's attention alone "
+                "(its registered heads; first-stage signals off), "
+                "every query cold (no cached passage states) and scored by both kernels in turn in one process. "
+                "SDPA: every attention layer by torch's SDPA (flash kernel, float32 accumulation). Few rows: the "
+                "suffix passes (and block attention's packed blocks) by two matrix products with bfloat16 logits "
+                "and probabilities, as transformers' eager attention computes them (attnrank.llm.kernels). "
+                "Spearman: rank correlation of a query's candidate scores under the two kernels.",
+                "",
+                md_table(rows, list(rows[0]), {k: ".4f" if "nDCG" in k or "Spearman" in k else ".2f" for k in rows[0]}),
+                "",
+                f"    python scripts/bench_rerank.py --kernels --blocks-scifact {args.blocks_scifact} "
+                f"--blocks-hotpot {args.blocks_hotpot}",
+            ]
+        )
+        + "\n"
+    )
+
+
 def precision_markdown(rows, info, env, args) -> str:
     ref = args.int8_dtypes[0]
     return (
@@ -424,6 +489,7 @@ def main() -> None:
     ap.add_argument("--blocks-skip-speed", action="store_true")
     ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
     ap.add_argument("--blocks-scifact", type=int, default=12, help="SciFact queries in the quality comparison")
+    ap.add_argument("--kernels", action="store_true", help="only SDPA vs the few-rows kernel (rerank_kernels.*)")
     ap.add_argument("--int8", action="store_true", help="only the precision comparison (docs/results/rerank_int8.*)")
     ap.add_argument("--int8-k", type=int, default=20, help="DL19 BM25 candidates per query for --int8")
     ap.add_argument("--int8-dtypes", default="float32,int8", help="precisions for --int8; the first is the reference")
@@ -443,6 +509,12 @@ def main() -> None:
     set_torch_threads()
     args.speed_ks = [int(x) for x in args.speed_ks.split(",")]
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
+    if args.kernels:
+        k_rows, env = kernels_compare(root, args), environment()
+        md = kernels_markdown(k_rows, env, args)
+        write_outputs("rerank_kernels", {"environment": env, "rows": k_rows}, md, OUT)
+        print(md)
+        return
     if args.int8:
         args.int8_dtypes = [d.strip() for d in args.int8_dtypes.split(",") if d.strip()]
         p_rows, info = precision_compare(root, args)

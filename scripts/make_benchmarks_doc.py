@@ -24,6 +24,7 @@ ORDER = [
     "adapter_lr1e-3",
     "rerank",
     "rerank_blocks",
+    "rerank_kernels",
     "rerank_int8",
     "rerank_precision_avx512_bf16",
     "heads",
@@ -57,6 +58,7 @@ COMMANDS = {
     ),
     "rerank": "python scripts/bench_rerank.py",
     "rerank_blocks": "python scripts/bench_rerank.py --blocks",
+    "rerank_kernels": "python scripts/bench_rerank.py --kernels --blocks-scifact 20 --blocks-hotpot 60",
     "rerank_int8": "python scripts/bench_rerank.py --int8 --int8-k 20 --int8-dtypes float32,int8,bfloat16 --dl19-queries 12",
     "rerank_precision_avx512_bf16": (
         "python scripts/bench_rerank.py --int8 --int8-k 20 --int8-dtypes float32,bfloat16 "
@@ -110,8 +112,10 @@ nDCG@10 on SciFact and +3.4 on HotpotQA. The reranking benchmarks below were run
 made with RRF (SciFact hybrid top-20); `attnrank.benchmarks` and the scripts pin RRF, so these
 figures still reproduce.
 
-Precision: the LLM's `dtype="auto"` is bfloat16 on a CPU with AMX-BF16 (as these machines have) and
-float32 elsewhere. Tables dated before 2026-12-01's precision change, and every table that says
+Precision: the LLM's `dtype="auto"` is bfloat16 on a CPU that multiplies bfloat16 in hardware
+(AMX-BF16, or AVX-512 BF16 since 2026-12-02) and float32 elsewhere. The machines changed between
+days (an Intel CPU with AMX until 2026-12-01, an AMD EPYC with AVX-512 BF16 from 2026-12-02; tables
+written since name their CPU), so compare times within a table only. Tables dated before 2026-12-01's precision change, and every table that says
 float32, were measured in float32; "The fused scorer, held out" in bfloat16 (its precision section)
 shows what the switch changes: the default preset's nDCG@10 moved by -0.2 to +0.1 points per dataset
 while every head's rows were captured 2.9x to 3.8x faster.

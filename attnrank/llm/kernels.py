@@ -5,12 +5,18 @@
 :func:`masked_scores` gives the float32 masked logits both the capture and the eager path read;
 :func:`additive_mask` is the registered mask function and :func:`segment_mask` the mask of
 segments that must not see each other; :func:`segmented_forward` computes what that mask gives
-without the products it masks out.
+without the products it masks out, and :func:`windowed_forward` the same for windows padded in
+front. In bfloat16 on CPU those two run few query rows over many keys by
+:func:`few_rows_attention` (matrix products, as transformers' eager attention), which was 1.3x to
+2.7x faster per layer than CPU SDPA's flash kernel at the capture's shapes; its effect on the
+scores is measured in ``docs/results/rerank_kernels.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -138,7 +144,7 @@ def segmented_forward(
     Why: a masked SDPA still computes every masked product. Twenty DL19 passages (about 120 tokens
     each) packed into 1,024-token sequences made about ten times the products block attention
     needs, as many as the full prompt's causal attention. ``masks`` caches each length's additive
-    mask across the layers of one pass."""
+    mask across the layers of one pass. bfloat16 on CPU runs :func:`few_rows_attention` where it serves."""
     masks = {} if masks is None else masks
     out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
     grouped = query.shape[1] != key.shape[1]
@@ -149,17 +155,17 @@ def segmented_forward(
         if mask is None:
             own = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
             mask = masks[n] = to_additive(torch.cat([own.new_ones(n, n_prefix), own], dim=1), query.dtype)
-        own_k = key[:, :, n_prefix + at : n_prefix + at + n]
-        own_v = value[:, :, n_prefix + at : n_prefix + at + n]
-        rows = F.scaled_dot_product_attention(
-            query[:, :, at : at + n],
-            torch.cat([prefix_k, own_k], dim=2),
-            torch.cat([prefix_v, own_v], dim=2),
-            attn_mask=mask,
-            scale=scaling,
-            enable_gqa=grouped,
-        )
-        out[:, at : at + n] = rows.transpose(1, 2)
+        keys = torch.cat([prefix_k, key[:, :, n_prefix + at : n_prefix + at + n]], dim=2)
+        values = torch.cat([prefix_v, value[:, :, n_prefix + at : n_prefix + at + n]], dim=2)
+        rows = query[:, :, at : at + n]
+        if serves_few_rows(rows, n_prefix + n):
+            for b in range(query.shape[0]):
+                out[b, at : at + n] = few_rows_attention(rows[b], keys[b], values[b], mask[None, :, n_prefix:], scaling)
+        else:
+            attended = F.scaled_dot_product_attention(
+                rows, keys, values, attn_mask=mask, scale=scaling, enable_gqa=grouped
+            )
+            out[:, at : at + n] = attended.transpose(1, 2)
         at += n
     return out
 
@@ -173,11 +179,17 @@ def windowed_forward(
     scaling: float,
 ) -> torch.Tensor:
     """Layer output ``[b, rows, heads, head_dim]`` of a batch of contexts padded in front (row
-    ``i`` by ``pads[i]`` keys, masked out by ``mask``): one SDPA per row over the keys after its
-    padding, the same as one SDPA over the batch under ``mask`` without the padding's products."""
+    ``i`` by ``pads[i]`` keys, masked out by ``mask``), each row's rows attending to its whole
+    context after the padding and, as ``mask`` says, to the pass's own rows: per batch row, one
+    attention over the keys after its padding, the same as one SDPA over the batch under ``mask``
+    without the padding's products (by :func:`few_rows_attention` where it serves)."""
     out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
     grouped = query.shape[1] != key.shape[1]
+    own = mask[:, :, :, mask.shape[-1] - query.shape[2] :]
     for i, pad in enumerate(pads):
+        if serves_few_rows(query, key.shape[2] - pad):
+            out[i] = few_rows_attention(query[i], key[i, :, pad:], value[i, :, pad:], own[i], scaling)
+            continue
         rows = F.scaled_dot_product_attention(
             query[i : i + 1],
             key[i : i + 1, :, pad:],
@@ -188,3 +200,48 @@ def windowed_forward(
         )
         out[i] = rows[0].transpose(0, 1)
     return out
+
+
+# The most logits few_rows_attention holds at once (heads x rows x keys; 64 MiB in bfloat16).
+FEW_ROWS_MAX_LOGITS = 1 << 25
+_SDPA_ONLY: ContextVar[bool] = ContextVar("attnrank_sdpa_only", default=False)
+
+
+@contextmanager
+def sdpa_only() -> Iterator[None]:
+    """For the passes run inside: every layer by SDPA, never :func:`few_rows_attention` (the
+    reference it is measured against: ``scripts/bench_rerank.py --kernels``)."""
+    token = _SDPA_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _SDPA_ONLY.reset(token)
+
+
+def serves_few_rows(query: torch.Tensor, n_keys: int) -> bool:
+    """Whether :func:`few_rows_attention` computes this layer: bfloat16 on CPU, outside
+    :func:`sdpa_only`, and its logits for one sequence of the batch (``query`` ``[b, heads, rows,
+    head_dim]``) fit ``FEW_ROWS_MAX_LOGITS``."""
+    cpu_bf16 = query.dtype == torch.bfloat16 and query.device.type == "cpu" and not _SDPA_ONLY.get()
+    return cpu_bf16 and query.shape[1] * query.shape[2] * n_keys <= FEW_ROWS_MAX_LOGITS
+
+
+def few_rows_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, own_mask: torch.Tensor, scaling: float
+) -> torch.Tensor:
+    """Output ``[rows, heads, head_dim]`` of query rows ``[heads, rows, head_dim]`` over keys
+    ``[kv_heads, n, head_dim]`` whose last ``rows`` are the rows' own, under ``own_mask``
+    (``[1, rows, rows]``, additive, over those own keys; every earlier key is visible).
+
+    By two matrix products with the logits and probabilities in bfloat16, as transformers' eager
+    attention computes them (the softmax accumulates in float32), grouped-query heads sharing their
+    key head's product. Why: for a suffix's few rows over thousands of cached keys, CPU SDPA's
+    flash kernel ran at a third of the matrix products' rate (44 rows over 8,000 keys, bfloat16,
+    2 cores: 6.1 ms against 2.7 ms per layer)."""
+    heads, rows, dim = query.shape
+    kv_heads = key.shape[0]
+    groups = heads // kv_heads
+    scores = torch.matmul((query * scaling).reshape(kv_heads, groups * rows, dim), key.transpose(-1, -2))
+    scores[:, :, -rows:].view(kv_heads, groups, rows, rows).add_(own_mask[:, None])
+    probs = torch.softmax(scores, -1)
+    return torch.matmul(probs, value).view(heads, rows, dim).transpose(0, 1)

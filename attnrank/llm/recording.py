@@ -133,7 +133,7 @@ class PaddedWindows:
         can compute; otherwise the pass's mask serves."""
         plain = softcap is None and not kwargs.get("dropout") and kwargs.get("s_aux") is None
         whole = key.shape[2] == self.n_context + query.shape[2] and key.shape[0] == len(self.pads)
-        return plain and kwargs.get("position_bias") is None and whole and max(self.pads) > 0
+        return plain and kwargs.get("position_bias") is None and whole
 
 
 _WINDOWS: ContextVar[PaddedWindows | None] = ContextVar("attnrank_padded_windows", default=None)
@@ -154,7 +154,8 @@ def packed_segments(lengths: list[int], n_prefix: int) -> Iterator[None]:
 @contextmanager
 def padded_windows(pads: list[int], n_context: int) -> Iterator[None]:
     """For the passes run inside: batch row ``i`` is a context of ``n_context`` cached tokens whose
-    first ``pads[i]`` are padding, then the pass's own rows; each row attends past its padding only
+    first ``pads[i]`` are padding, then the pass's own rows; each row attends to all of its context
+    past the padding and, as the pass's mask says, to the pass's own rows
     (:func:`~attnrank.llm.kernels.windowed_forward`). The pass's mask must still mask the padding
     (layers this path cannot serve use it)."""
     token = _WINDOWS.set(PaddedWindows(list(pads), n_context))

@@ -1,5 +1,5 @@
 """The registered attention function's layer outputs equal transformers' SDPA (and, for packed
-segments, SDPA under the segments' mask)."""
+segments and padded windows, SDPA under their masks), on both the SDPA and the few-rows paths."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from attnrank.llm.kernels import sdpa_forward, segment_mask, segmented_forward
+from attnrank.llm import kernels
+from attnrank.llm.kernels import sdpa_forward, segment_mask, segmented_forward, windowed_forward
 
 
 @pytest.mark.parametrize("mask_kind", ["bool", "additive", None])
@@ -55,3 +56,29 @@ def test_segmented_forward_equals_sdpa_under_the_segment_mask(heads, dtype):
     assert torch.allclose(got.float(), want.float(), atol=tol)
     assert sorted(masks) == [1, 3, 7]  # one mask per length, kept for the pass's other layers
     assert torch.equal(segmented_forward(q, k, v, n_prefix, lengths, 8**-0.5, masks), got)
+
+
+@pytest.mark.parametrize("heads", [(6, 2), (4, 4)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("max_logits", [kernels.FEW_ROWS_MAX_LOGITS, 0])  # 0: bfloat16 takes SDPA too
+def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_logits, monkeypatch):
+    """Windows padded in front to one context length, then two suffixes after a shared trunk: each
+    batch row's output is what SDPA over the whole batch gives under the pass's mask."""
+    monkeypatch.setattr(kernels, "FEW_ROWS_MAX_LOGITS", max_logits)
+    torch.manual_seed(0)
+    n_heads, n_kv = heads
+    n_context, pads = 30, [0, 12, 29]
+    mask, _ = segment_mask(torch.tensor([4, 3]), n_context, dtype, trunk=2)
+    mask = mask.repeat(len(pads), 1, 1, 1)
+    for i, pad in enumerate(pads):
+        mask[i, :, :, :pad] = torch.finfo(dtype).min
+    n = mask.shape[2]
+    q = torch.randn(len(pads), n_heads, n, 8, dtype=dtype)
+    k = torch.randn(len(pads), n_kv, n_context + n, 8, dtype=dtype)
+    v = torch.randn(len(pads), n_kv, n_context + n, 8, dtype=dtype)
+    module = types.SimpleNamespace(num_key_value_groups=n_heads // n_kv, is_causal=True)
+    want = sdpa_attention_forward(module, q.float(), k.float(), v.float(), mask.float(), scaling=8**-0.5)[0]
+    got = windowed_forward(q, k, v, mask, pads, 8**-0.5)
+    assert got.shape == want.shape == (len(pads), n, n_heads, 8)
+    tol = 1e-6 if dtype == torch.float32 else 3e-2
+    assert torch.allclose(got.float(), want, atol=tol)
