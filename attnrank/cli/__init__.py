@@ -43,6 +43,20 @@ Device = typer.Option("cpu", help="cpu | cuda | cuda:N | auto.")
 Folds = typer.Option(5, "--folds", help="k of the held-out k-fold report (>= 2).")
 FoldSeed = typer.Option(0, "--seed", help="Fold shuffle seed.")
 Save = typer.Option(True, "--save/--no-save", help="Register the result in the user registry.")
+# ... and their labelled queries: a dataset of the shared data, or files of the user's own
+Data = typer.Option(
+    None, "--data", help="Shared data folder (niah/, scifact/, trec_dl/, hotpotqa/, locomo/); default $ATTNRANK_DATA."
+)
+Dataset = typer.Option(
+    None, "--dataset", help="scifact (train qrels) | dl19 (NIST qrels, BM25 top-100) | hotpotqa | locomo."
+)
+Queries = typer.Option(None, "--queries", help="Queries file (instead of --dataset).")
+Qrels = typer.Option(None, "--qrels", help="Qrels file, TREC or BEIR (instead of --dataset).")
+Corpus = typer.Option(None, "--corpus", help="Corpus (instead of --dataset).")
+Run = typer.Option(
+    None, "--run", help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus)."
+)
+Rel = typer.Option(None, "--rel", help="Minimum relevant label (default 1; 2 for dl19).")
 Verify = typer.Option(
     False,
     "--verify",

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import AttnrankError
-from . import Device, Quiet, Save, Verbose, _setup, app
+from . import Corpus, Data, Dataset, Device, Qrels, Queries, Quiet, Rel, Run, Save, Verbose, _setup, app
 from .options import Dtype
 
 heads_app = typer.Typer(
@@ -77,7 +77,7 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
     else:
         if queries is None or qrels is None or corpus is None:
             raise typer.BadParameter(
-                "give --dataset scifact|dl19 (with --data DIR), or --queries, --qrels and --corpus"
+                "give --dataset scifact|dl19|hotpotqa|locomo (with --data DIR), or --queries, --qrels and --corpus"
             )
         docs, qs, qr, rel = load_corpus(corpus)[0], load_queries(queries), read_qrels(qrels), rel or 1
     if run is not None:
@@ -117,21 +117,15 @@ def heads_detect(
         help="qr (QRHead QRScore + per-head nDCG@10 + CoRe contrastive) | copy (Wu et al. NIAH copy-paste).",
     ),
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    data: Optional[Path] = typer.Option(
-        None, "--data", help="Shared data folder (niah/, scifact/, trec_dl/); default $ATTNRANK_DATA."
-    ),
-    dataset: Optional[str] = typer.Option(
-        None, "--dataset", help="qr: scifact (train qrels) | dl19 (NIST qrels, BM25 top-100)."
-    ),
-    queries: Optional[Path] = typer.Option(None, "--queries", help="qr: queries file (instead of --dataset)."),
-    qrels: Optional[Path] = typer.Option(None, "--qrels", help="qr: qrels file (instead of --dataset)."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="qr: corpus (instead of --dataset)."),
-    run: Optional[Path] = typer.Option(
-        None, "--run", help="qr: TREC run giving the candidates (default: BM25 over the corpus)."
-    ),
+    data: Optional[Path] = Data,
+    dataset: Optional[str] = Dataset,
+    queries: Optional[Path] = Queries,
+    qrels: Optional[Path] = Qrels,
+    corpus: Optional[Path] = Corpus,
+    run: Optional[Path] = Run,
     depth: int = typer.Option(20, "--depth", help="qr: candidates per query."),
     max_queries: int = typer.Option(128, "--max-queries", help="qr: labelled queries used (QRHead: 128)."),
-    rel: Optional[int] = typer.Option(None, "--rel", help="qr: minimum relevant label (default 1; 2 for dl19)."),
+    rel: Optional[int] = Rel,
     top: int = typer.Option(16, "--top", help="Heads registered per method."),
     lengths: str = typer.Option("1000,2000,4000", "--lengths", help="copy: context lengths in tokens."),
     depths: str = typer.Option("0,25,50,75,100", "--depths", help="copy: needle depths in % of the haystack."),
@@ -145,7 +139,10 @@ def heads_detect(
     quiet: bool = Quiet,
     verbose: bool = Verbose,
 ) -> None:
-    """Detect retrieval heads of a model and register them (used by --heads auto)."""
+    """Detect retrieval heads of a model and register them (used by --heads auto).
+
+    --method qr reads labelled queries (--dataset, or --queries, --qrels and --corpus, with
+    --run, --depth, --max-queries and --rel); --method copy reads the needle data in --data."""
     progress = _setup(quiet, verbose)
     if method not in ("qr", "copy"):
         raise typer.BadParameter(f"--method {method!r} is not qr or copy")

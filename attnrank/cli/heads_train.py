@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from . import Device, Folds, FoldSeed, Quiet, Save, Verbose, _setup
+from . import Corpus, Data, Dataset, Device, Folds, FoldSeed, Qrels, Queries, Quiet, Rel, Run, Save, Verbose, _setup
 from .heads import _qr_set, check_folds, check_training, heads_app
 from .options import Dtype
 
@@ -57,21 +57,15 @@ def _scores_eval(feats: list[Any], scorer: Any, qrels: dict, rel: int) -> dict[s
 @heads_app.command("train")
 def heads_train(
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    data: Optional[Path] = typer.Option(
-        None, "--data", help="Shared data folder (scifact/, trec_dl/); default $ATTNRANK_DATA."
-    ),
-    dataset: Optional[str] = typer.Option(
-        None, "--dataset", help="scifact (train qrels) | dl19 (NIST qrels, BM25 top-100)."
-    ),
-    queries: Optional[Path] = typer.Option(None, "--queries", help="Queries file (instead of --dataset)."),
-    qrels: Optional[Path] = typer.Option(None, "--qrels", help="Qrels file, TREC or BEIR (instead of --dataset)."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus (instead of --dataset)."),
-    run: Optional[Path] = typer.Option(
-        None, "--run", help="TREC run giving the candidates (default: BM25 over the corpus)."
-    ),
+    data: Optional[Path] = Data,
+    dataset: Optional[str] = Dataset,
+    queries: Optional[Path] = Queries,
+    qrels: Optional[Path] = Qrels,
+    corpus: Optional[Path] = Corpus,
+    run: Optional[Path] = Run,
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth the weights are for)."),
     max_queries: int = typer.Option(0, "--max-queries", help="Labelled queries used (0: all)."),
-    rel: Optional[int] = typer.Option(None, "--rel", help="Minimum relevant label (default 1; 2 for dl19)."),
+    rel: Optional[int] = Rel,
     heads: str = typer.Option(
         "top32", "--heads", help="all | topN: the N heads with the best nDCG@10 alone on the training queries."
     ),

@@ -16,7 +16,24 @@ from typing import Any, Optional
 
 import typer
 
-from . import Device, Folds, FoldSeed, Quiet, Save, Verbose, _check_heads, _setup, app
+from . import (
+    Corpus,
+    Data,
+    Dataset,
+    Device,
+    Folds,
+    FoldSeed,
+    Qrels,
+    Queries,
+    Quiet,
+    Rel,
+    Run,
+    Save,
+    Verbose,
+    _check_heads,
+    _setup,
+    app,
+)
 from .heads import _qr_set, check_folds, check_training
 from .options import Dtype
 
@@ -29,17 +46,15 @@ def train(
     heads: str = typer.Option(
         "auto-or-all", "--heads", help="Heads of the attention feature: auto-or-all (registered set), all, 'l-h,...'."
     ),
-    data: Optional[Path] = typer.Option(None, "--data", help="Shared data folder; default $ATTNRANK_DATA."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="scifact | dl19 | hotpotqa | locomo."),
-    queries: Optional[Path] = typer.Option(None, "--queries", help="Queries file (instead of --dataset)."),
-    qrels: Optional[Path] = typer.Option(None, "--qrels", help="Qrels file, TREC or BEIR (instead of --dataset)."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus (instead of --dataset)."),
-    run: Optional[Path] = typer.Option(
-        None, "--run", help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus)."
-    ),
+    data: Optional[Path] = Data,
+    dataset: Optional[str] = Dataset,
+    queries: Optional[Path] = Queries,
+    qrels: Optional[Path] = Qrels,
+    corpus: Optional[Path] = Corpus,
+    run: Optional[Path] = Run,
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth)."),
     max_queries: int = typer.Option(0, "--max-queries", help="Labelled queries used (0: all)."),
-    rel: Optional[int] = typer.Option(None, "--rel", help="Minimum relevant label (default 1; 2 for dl19)."),
+    rel: Optional[int] = Rel,
     kind: str = typer.Option(
         "pointwise",
         "--kind",
