@@ -250,7 +250,8 @@ def candidate_signals(setting: str, ds: Dataset, cands: dict[str, list[Document]
     def compute(qids: list[str]) -> dict[str, dict[str, list[float]]]:
         return {q: {k: v.tolist() for k, v in sc(ds.queries[q], [d.full_text for d in cands[q]]).items()} for q in qids}
 
-    return cached_signals("candidate signals " + setting, list(cands), compute, cache)
+    # (the name says which BM25 terms: a cache of the earlier Lucene-stopword signals is not read)
+    return cached_signals("candidate signals, sklearn stopwords, " + setting, list(cands), compute, cache)
 
 
 def fusion_examples_from_rows(

@@ -17,6 +17,19 @@ def test_candidate_bm25_prefers_the_passage_with_the_rare_query_term():
     assert (candidate_bm25("cat", texts) > 0).all()
 
 
+def test_candidate_bm25_does_not_weigh_a_question_word_only_some_candidates_hold():
+    """Candidates a first stage found all hold the query's content words, so their idf over the
+    candidates is low; a function word that only one holds ("which") must not outrank them."""
+    texts = [
+        "Which of them? Kiwi birds are found in New Zealand.",
+        "Kiwi birds eat worms, and kiwi birds eat insects.",
+        "Kiwi birds are nocturnal birds.",
+    ]
+    s = candidate_bm25("which birds eat worms kiwi", texts)
+    assert int(np.argmax(s)) == 1
+    assert s[0] <= s[2]  # "which" counts for nothing
+
+
 def test_candidate_bm25_of_empty_texts_is_zero():
     assert candidate_bm25("anything", ["", "   "]).tolist() == [0.0, 0.0]
 
