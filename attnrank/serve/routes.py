@@ -5,6 +5,7 @@ and shapes the answer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -269,11 +270,18 @@ def _stream(
     the server never began (its client left before the response started) never runs its
     ``finally``, so its job would rerank, prune and answer for nobody."""
     events = _events(request, server, job, pieces, info)
-    weakref.finalize(events, _abandon, server, job)
+    weakref.finalize(events, _abandon, server, job).atexit = False
     return events
 
 
 def _abandon(server: Server, job: Job) -> None:
+    """Cancel ``job`` unless done, from the event loop: a finalizer runs inside whatever code
+    the garbage collector interrupts, which may hold the job queue's lock."""
+    with contextlib.suppress(RuntimeError):  # (a closed loop: nothing left to answer)
+        job.loop.call_soon_threadsafe(_cancel_unless_done, server, job)
+
+
+def _cancel_unless_done(server: Server, job: Job) -> None:
     if not job.future.done():
         server.jobs.cancel(job)
 

@@ -12,6 +12,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from attnrank.llm import kernels
 from attnrank.llm.kernels import sdpa_forward, segment_mask, segmented_forward, windowed_forward
 
+FEW_ROWS = kernels.few_rows_attention
+
 
 @pytest.mark.parametrize("mask_kind", ["bool", "additive", None])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -65,6 +67,8 @@ def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_lo
     """Windows padded in front to one context length, then two suffixes after a shared trunk: each
     batch row's output is what SDPA over the whole batch gives under the pass's mask."""
     monkeypatch.setattr(kernels, "FEW_ROWS_MAX_LOGITS", max_logits)
+    calls = []
+    monkeypatch.setattr(kernels, "few_rows_attention", lambda *a: calls.append(1) or FEW_ROWS(*a))
     torch.manual_seed(0)
     n_heads, n_kv = heads
     n_context, pads = 30, [0, 12, 29]
@@ -82,3 +86,5 @@ def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_lo
     assert got.shape == want.shape == (len(pads), n, n_heads, 8)
     tol = 1e-6 if dtype == torch.float32 else 3e-2
     assert torch.allclose(got.float(), want, atol=tol)
+    # bfloat16 within the budget takes the few-rows path (one call per window), all else SDPA
+    assert len(calls) == (len(pads) if dtype == torch.bfloat16 and max_logits else 0)

@@ -143,6 +143,9 @@ def test_search_prune_ask(roomy_url):
     assert parsed[-1][0] == "done" and 1 <= len(parsed[-1][1]["sources"]) <= 2
     tokens = "".join(d["text"] for kind, d in parsed if kind == "token")
     assert tokens.strip() == parsed[-1][1]["answer"]
+    gc.collect()  # a finished stream, collected, is not counted as abandoned
+    queue = _wait_for(url, lambda q: q["running"] == 0)
+    assert queue["disconnected"] == 0 and queue["cancelled"] == 0
 
 
 def test_index_routes_need_an_index(llm):
@@ -250,6 +253,7 @@ def test_an_answer_stream_dropped_before_it_began_cancels_its_job(llm):
         stream = routes._stream(Request({"type": "http"}), server, job, asyncio.Queue(), {})
         del stream  # as the server drops a response it never began
         gc.collect()
+        await asyncio.sleep(0)  # (the finalizer cancels from the event loop)
         assert job.cancelled and server.jobs.counts["disconnected"] == 1
         gate.set()
         with pytest.raises(Cancelled):
