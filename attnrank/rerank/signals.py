@@ -10,8 +10,9 @@ the query and the candidate texts:
   Porter stems), without scikit-learn's 318 English stopwords. Why that list and not Lucene's 33
   words, as an index uses: idf from a score of candidates is high for any word only some of them
   hold, so a question's function words ("what", "does", "which") outweighed its content words.
-  Over the four benchmark datasets' candidates BM25 alone gained 1.6 to 5.1 nDCG@10 points
-  (DL19 BM25 top-20 0.430 -> 0.480; ``docs/benchmarks.md``, the fused scorer's first-stage rows);
+  On the fused scorer's benchmark candidates BM25 alone gained 1.5 to 5.1 nDCG@10 points (DL19
+  0.430 -> 0.480, SciFact 0.681 -> 0.697, HotpotQA 0.856 -> 0.879, LoCoMo 0.461 -> 0.494;
+  ``docs/results/fusion.md``, "bm25 alone", against its 2026-12-01 version);
 - ``dense``: cosine of the query and the passage with the packaged sentence embedder
   (all-MiniLM-L6-v2, the index's default, :func:`attnrank.index.embed.load_embedder`);
 - ``rank``: ``−position`` in the first-stage order (0 = best), so a retriever's order counts
