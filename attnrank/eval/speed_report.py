@@ -95,10 +95,9 @@ def blocks_markdown(
         "encoded packed, up to 4,096 tokens a sequence, each block attending to the prefix and itself "
         "only (llm.kernels.segmented_forward). Candidates past one window (about 8,000 positions) are "
         "cut into windows, assembled side by side and read by one suffix pass (llm.context; its kept "
-        "memory is in peak extra MB only the first time). In bfloat16 "
-        "the blocks and suffixes attend by llm.kernels.few_rows_attention instead of SDPA "
-        "(docs/results/rerank_kernels.md). A resumed run keeps "
-        "the cells it already has; `measured` says when each ran: compare cells measured the same day "
+        "memory is in peak extra MB only the first time). In bfloat16 the blocks and suffixes attend "
+        "by llm.kernels.few_rows_attention instead of SDPA (docs/results/rerank_kernels.md). A resumed "
+        "run keeps the cells it already has; `measured` says when each ran: compare cells measured the same day "
         "(the machines are shared and differ between days).",
         "",
         *targets_markdown(speed_rows, dtypes[0] if dtypes else ""),
