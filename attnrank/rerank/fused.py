@@ -162,6 +162,26 @@ class FusedWeights(RegistryArtifact):
             return None
         return attention_confidence(signals[ATTENTION]) >= self.gate
 
+    def without_attention(self) -> FusedWeights:
+        """The model the gate falls back to, on its own: ``base_weights`` over the first-stage
+        signals, no gate (these weights themselves if they do not use attention)."""
+        if not self.uses_attention:
+            return self
+        if not self.base_weights:
+            raise InputError(
+                f"these fused weights over {self.features} hold no model without attention (base_weights); "
+                "retrain them with `attnrank train` (it fits one unless --no-gate)"
+            )
+        return FusedWeights(
+            self.base_features,
+            list(self.base_weights),
+            model=self.model,
+            l2=self.l2,
+            trained_on=self.trained_on,
+            date=self.date,
+            embedder=self.embedder,
+        )
+
     def score(self, signals: Mapping[str, Any]) -> np.ndarray:
         """Scores of one query's candidates from ``{feature: values}`` (input order)."""
         if self.confident(signals) is False:
@@ -176,10 +196,11 @@ class FusedWeights(RegistryArtifact):
             raise InputError(f"stored fused weights are malformed ({e}); retrain them with `attnrank train`") from None
 
 
-def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights | None:
+def resolve_fused(signals: Any, model_id: str, fingerprint: str, *, attention: bool = True) -> FusedWeights | None:
     """``signals``: None (attention alone), a :class:`FusedWeights`, or ``"auto"``: the weights registered
-    for this model, else the ones shipped for the packaged model (logged: features are z-scored
-    per query, so they transfer, but they were not trained on this model's attention)."""
+    for this model, else the ones shipped for the packaged model (logged when ``attention`` is
+    read: features are z-scored per query, so they transfer, but they were not trained on this
+    model's attention; the signals alone do not depend on the model)."""
     if signals is None or isinstance(signals, FusedWeights):
         return signals
     registered = load_artifact(FusedWeights.KIND, model_id, fingerprint)
@@ -190,7 +211,7 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
     payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
     if payload is None:
         return FusedWeights.load(model_id, fingerprint)  # raises: none registered, none shipped
-    logger.warning(
+    (logger.warning if attention else logger.debug)(
         "no fused weights are registered for %s: using those trained for the packaged %s; "
         "train your own with `attnrank train`",
         model_id,
@@ -330,8 +351,8 @@ def train_fused(
     balance: bool = False,
     trained_on: str = "",
 ) -> FusedWeights:
-    """Fit fused weights on labelled queries (see the module doc); ``gate``: also fit the base
-    model and choose the fallback threshold; ``balance``: equal say for every group (dataset)
+    """Fit fused weights on labelled queries (see the module doc), and the same model without
+    attention (``base_weights``) where there is attention; ``gate``: choose the fallback threshold; ``balance``: equal say for every group (dataset)
     (off by default: pooling every query measured better held out, docs/benchmarks.md)."""
     require("sklearn", "train", "Training the fused scorer")
     if model not in MODELS:
@@ -356,9 +377,10 @@ def train_fused(
         date=_dt.datetime.now().isoformat(timespec="seconds"),
         embedder=embedders.pop(),
     )
-    if gate and fused.uses_attention and fused.base_features:
+    if fused.uses_attention and fused.base_features:  # the fallback, and the `signals` preset's model
         fused.base_weights = _fit(train, fused.base_features, model, l2).tolist()
-        _choose_gate(train, fused)
+        if gate:
+            _choose_gate(train, fused)
     return fused
 
 

@@ -73,6 +73,21 @@ def test_gate_is_chosen_on_training_data_and_keeps_first_stage_where_attention_i
     assert fused.gate is None or fused.gate > 0
 
 
+def test_without_attention_is_the_base_model_and_training_always_fits_it():
+    """What ``signals="only"`` scores with: the base model, even of weights trained without a gate."""
+    ex = _examples(60, "a", 0.5, 0)
+    for gate in (True, False):
+        fused = train_fused(ex, gate=gate)
+        base = fused.without_attention()
+        assert base.features == ["bm25", "dense", "rank"] and base.weights == fused.base_weights
+        assert base.gate is None and not base.uses_attention and base.without_attention() is base
+        e = ex[0]
+        signals = {k: v for k, v in e.signals.items() if k != "attention"}
+        np.testing.assert_allclose(base.score(signals), train_fused(ex, ["bm25", "dense", "rank"]).score(signals))
+    with pytest.raises(InputError, match="no model without attention"):
+        FusedWeights(["attention", "dense"], [1.0, 1.0]).without_attention()
+
+
 def test_weights_round_trip_the_registry(tmp_path):
     fused = train_fused(_examples(30, "a", 0.5, 5), trained_on="synthetic")
     fused.save("some/model", "f" * 64, root=tmp_path)
