@@ -5,7 +5,7 @@ Queries come from BEIR ``queries.jsonl``, ``id<TAB>text`` TSV (both through
 A row carries the query's whole candidate list, so one rerank call sees all its candidates:
 
 ``qid``, ``query``, ``doc_ids`` (best first), ``scores`` (the row's current score per document),
-and per-stage score lists ``stage_<name>`` (``bm25``, ``dense``, ``hybrid``, ``attention``;
+and per-stage score lists ``stage_<name>`` (``bm25``, ``dense``, ``hybrid``, ``attention``, ``fused``;
 NaN where a document has no score from that stage). Between retrieval and reranking a row also
 carries ``titles`` and ``texts``; they are dropped before writing.
 """
@@ -18,9 +18,10 @@ from typing import Any
 
 from ..corpus import load_queries
 from ..errors import InputError
+from ..rerank.fused import FUSED_STAGE
 from ..types import RankedResults, ScoredDocument
 
-STAGES = ("bm25", "dense", "hybrid", "attention")
+STAGES = ("bm25", "dense", "hybrid", "attention", FUSED_STAGE)
 TEXT_COLUMNS = ("titles", "texts")
 
 

@@ -34,6 +34,7 @@ from ..index.store import manifest_tag
 from ..llm.fingerprint import model_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import registry_digest
+from ..rerank.config import RerankConfig
 from .rows import read_queries
 from .sink import CheckpointSink
 from .stages import RerankStage, RetrievalStage, StageError
@@ -52,6 +53,12 @@ class BatchConfig:
     model: str | None = None
     heads: str | None = None
     device: str = "cpu"
+    preset: str | None = None  # the reranking preset (None: the default), with model, heads, device on top
+
+    def rerank_config(self) -> RerankConfig:
+        """The reranker's one configuration object: the preset with the options given."""
+        given = {k: v for k, v in (("model", self.model), ("heads", self.heads)) if v is not None}
+        return RerankConfig.preset(self.preset or "", device=self.device, **given)
 
     def check(self) -> None:
         if self.k < 1:
@@ -60,6 +67,8 @@ class BatchConfig:
             raise InputError(f"--rerank {self.rerank} must be 0 (off) or a positive depth")
         if not Path(self.index).is_dir():
             raise InputError(f"index {self.index!r} is not a folder; build one with `attnrank index` (--shards N)")
+        if self.rerank:
+            self.rerank_config()  # e.g. heads with a preset that computes no attention: refused here
 
 
 @dataclass
@@ -303,12 +312,7 @@ def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resourc
         ds = ds.map_batches(
             RerankStage,
             fn_constructor_args=(config.rerank, config.k),
-            fn_constructor_kwargs={
-                "model": config.model,
-                "heads": config.heads,
-                "device": config.device,
-                "threads": threads,
-            },
+            fn_constructor_kwargs={"config": config.rerank_config(), "threads": threads},
             batch_size=res.rerank_batch,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=res.rerank_actors),

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import AttnrankError
 from ..index.retriever import HybridRetriever
 from ..index.sharded import ShardedRetriever, is_sharded
+from ..rerank.config import RerankConfig
 from ..types import RankedResults
 from .rows import results_to_row, row_to_results
 
@@ -73,7 +74,8 @@ class RetrievalStage:
 
 
 class RerankStage:
-    """Attention reranking per actor: one model, each row's top ``depth`` reranked, ``k`` kept.
+    """Reranking per actor (``config``: None = the default preset): one model, each row's top
+    ``depth`` reranked, ``k`` kept.
 
     ``threads`` caps torch's intra-op threads to the CPUs the actor declared.
     """
@@ -83,15 +85,13 @@ class RerankStage:
         depth: int,
         k: int,
         *,
-        model: str | None = None,
-        heads: str | None = None,
-        device: str = "cpu",
+        config: RerankConfig | None = None,
         threads: int | None = None,
     ):
         from ..config import set_torch_threads
         from ..rerank.attention import AttentionReranker
 
-        self.reranker = AttentionReranker(model, heads, device=device)
+        self.reranker = AttentionReranker(config=config)
         if threads:
             set_torch_threads(threads)
         self.depth, self.k = depth, k

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from . import Quiet, Verbose, _check_heads, _check_output, _setup, app
-from .options import refuse_without_rerank
+from .options import check_attention_computed, refuse_without_rerank
 
 
 def build_sharded(
@@ -93,7 +93,12 @@ def batch(
     rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits with the attention reranker (0 = off)."),
     mode: Optional[str] = typer.Option(None, help="bm25 | dense | hybrid (default: the index's setting)."),
     model: Optional[str] = typer.Option(None, help="LLM for --rerank (default: packaged SmolLM2-135M)."),
-    heads: Optional[str] = typer.Option(None, help="Heads for --rerank: 'all', 'l-h,l-h', or a JSON file."),
+    preset: Optional[str] = typer.Option(
+        None, "--preset", help="Reranking preset for --rerank (default: signals; 'fused' adds attention)."
+    ),
+    heads: Optional[str] = typer.Option(
+        None, help="Heads for --rerank with a preset that reads attention: 'all', 'l-h,l-h', or a JSON file."
+    ),
     device: str = typer.Option("cpu", help="Reranker device: cpu | cuda (cuda declares one GPU per rerank actor)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="TREC run file."),
     parquet: Optional[Path] = typer.Option(
@@ -124,10 +129,24 @@ def batch(
         _check_device(device, ray_address)
         _check_heads(heads, model=model)
     elif rerank == 0:  # options of the reranker, which only --rerank K runs
-        given = [o for o, v in (("--model", model), ("--heads", heads), ("--device", device != "cpu" or None)) if v]
+        given = [
+            o
+            for o, v in (
+                ("--model", model),
+                ("--preset", preset),
+                ("--heads", heads),
+                ("--device", device != "cpu" or None),
+            )
+            if v
+        ]
         refuse_without_rerank(given)
     _check_outputs(queries, output, parquet)
-    config = BatchConfig(str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device)
+    config = BatchConfig(
+        str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device, preset=preset
+    )
+    if rerank > 0:  # a preset and options that do not fit: one line, before Ray starts
+        check_attention_computed(preset, {"heads": heads} if heads is not None else {})
+        config.rerank_config()
     res = Resources(retrieval_actors, rerank_actors, actor_cpus, actor_cpus, 1.0 if device.startswith("cuda") else 0.0)
     stats = run_batch(
         queries,

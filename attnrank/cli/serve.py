@@ -7,20 +7,18 @@ from pathlib import Path
 
 import typer
 
-from . import Verbose, _check_heads, _index_path, _setup, app
+from ..rerank.config import RerankConfig
+from . import Verbose, _index_path, _setup, app
+from .options import rerank_options
 
 
 @app.command()
+@rerank_options
 def serve(
     name: str | None = typer.Option(
         None, "--index", "-n", help="Index name under ./indexes (enables /v1/search, /v1/prune over it, /v1/ask)."
     ),
     index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
-    model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: str | None = typer.Option(
-        None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."
-    ),
-    scorer: str = typer.Option("sum", help="sum (ICR/QRHead head sum) | learned (registered head weights)."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
     port: int = typer.Option(8000, help="TCP port."),
     max_queued: int = typer.Option(16, "--max-queued", help="Requests waiting for the model before 503."),
@@ -28,6 +26,7 @@ def serve(
     max_document_chars: int = typer.Option(20_000, "--max-document-chars", help="Characters per document (413 above)."),
     max_total_tokens: int = typer.Option(65_536, "--max-total-tokens", help="Tokens of query + documents (413 above)."),
     verbose: bool = Verbose,
+    rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Serve reranking (Cohere v2 and TEI shapes), search, pruning and streamed answers over HTTP."""
     from ..errors import require
@@ -41,9 +40,6 @@ def serve(
     ):
         if value < low or (opt == "--port" and value > 65535):
             raise typer.BadParameter(f"{opt} {value} is out of range (at least {low})")
-    if scorer not in ("sum", "learned"):
-        raise typer.BadParameter(f"--scorer {scorer!r} is not 'sum' or 'learned'")
-    _check_heads(heads, model=model)
     uvicorn = require("uvicorn", "serve", "attnrank serve")
     from ..serve.app import create_app
     from ..serve.engine import build_engine
@@ -55,7 +51,7 @@ def serve(
     index = _index_path(name, index_dir) if (name or index_dir) else None
     if index is not None and not index.is_dir():
         raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")
-    engine = build_engine(model, heads=heads, scorer=scorer, index=index)
+    engine = build_engine(rerank_config, index=index)
     limits = Limits(
         max_documents=max_documents, max_document_chars=max_document_chars, max_total_tokens=max_total_tokens
     )

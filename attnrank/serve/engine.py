@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..rerank.config import AUTO_OR_ALL, RerankConfig
+
 
 @dataclass
 class Engine:
@@ -21,31 +23,31 @@ class Engine:
 
 
 def build_engine(
-    model: str | None = None,
+    rerank: RerankConfig | None = None,
     *,
-    heads: Any = None,
-    scorer: str = "sum",
     index: str | Path | None = None,
     prune: bool = True,
     generate: bool = True,
     max_new_tokens: int = 64,
-    dtype: str = "auto",
-    device: str = "cpu",
 ) -> Engine:
-    """Load the model once and build every part on it; the index (a folder) if given. The
-    generator is only built with an index (``/v1/ask`` answers over it)."""
+    """Load the model once (``rerank``'s model, dtype and device; None: the default preset) and
+    build every part on it; the index (a folder) if given. The pruner reads the heads the reranker
+    was given (all heads unless ``heads`` was set, as ``attnrank ask``); the generator is only built
+    with an index (``/v1/ask`` answers over it)."""
     from ..generate import Generator
     from ..llm.models import load_llm
     from ..prune.pruner import ContextPruner
     from ..rerank.attention import AttentionReranker
 
+    config = rerank or RerankConfig.preset()
     retriever = None
     if index is not None:  # load (and validate) the index before the model
         from ..index.retriever import HybridRetriever
 
         retriever = HybridRetriever.load(index)
-    llm = load_llm(model, dtype=dtype, device=device)
-    reranker = AttentionReranker(llm, heads, scorer=scorer)
-    pruner = ContextPruner(llm, None if scorer != "sum" else heads) if prune else None
+    llm = load_llm(config.model, dtype=config.dtype, device=config.device)
+    reranker = AttentionReranker(llm, config=config)
+    given_heads = config.scorer == "sum" and config.heads not in (None, AUTO_OR_ALL)
+    pruner = ContextPruner(llm, config.heads if given_heads else None) if prune else None
     generator = Generator(llm, max_new_tokens) if generate and retriever is not None else None
     return Engine(reranker, pruner, generator, retriever, llm.model_id)

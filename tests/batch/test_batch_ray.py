@@ -56,6 +56,8 @@ def test_batch_run_equals_search_rerank(ray_local, tmp_path, indexes, tiny_dir, 
             str(queries),
             "--rerank",
             "5",
+            "--preset",
+            "fused",
             "--model",
             str(tiny_dir),
             "-o",
@@ -67,7 +69,7 @@ def test_batch_run_equals_search_rerank(ray_local, tmp_path, indexes, tiny_dir, 
     out, pq_out = tmp_path / "batch.trec", tmp_path / "batch.parquet"
     stats = run_batch(
         queries,
-        BatchConfig(str(indexes / "sharded"), k=10, rerank=5, model=str(tiny_dir)),
+        BatchConfig(str(indexes / "sharded"), k=10, rerank=5, model=str(tiny_dir), preset="fused"),
         output=out,
         parquet=pq_out,
         resources=SMALL,
@@ -81,6 +83,7 @@ def test_batch_run_equals_search_rerank(ray_local, tmp_path, indexes, tiny_dir, 
     assert len(first["doc_ids"]) == 10 and "texts" not in first
     assert not any(math.isnan(v) for v in first["stage_attention"][:5])  # the reranked head
     assert all(math.isnan(v) for v in first["stage_attention"][5:])  # the tail keeps first-stage scores only
+    assert not any(math.isnan(v) for v in first["stage_fused"][:5])
     assert not any(math.isnan(v) for v in first["stage_hybrid"])
 
 
@@ -139,7 +142,9 @@ def test_killed_rerank_actor_neither_loses_nor_duplicates_rows(ray_local, tmp_pa
     assert sorted(written) == sorted(qs)  # each query exactly once in the checkpoint
     clean = tmp_path / "clean.trec"  # the same stages called in this process, without Ray
     table = pa.Table.from_pylist([{"qid": q, "query": t} for q, t in qs.items()])
-    rows = RerankStage(3, 5, model=str(tiny_dir))(RetrievalStage(config.index, 5, mode="bm25")(table)).to_pylist()
+    rows = RerankStage(3, 5, config=config.rerank_config())(
+        RetrievalStage(config.index, 5, mode="bm25")(table)
+    ).to_pylist()
     write_run({r["qid"]: dict(zip(r["doc_ids"], r["scores"])) for r in rows}, clean, tag="attnrank-bm25")
     assert out.read_text() == clean.read_text()
 

@@ -8,6 +8,7 @@ pa = pytest.importorskip("pyarrow")
 
 from attnrank.batch.stages import RerankStage, RetrievalStage, StageError
 from attnrank.index.retriever import HybridRetriever
+from attnrank.rerank.config import RerankConfig
 from attnrank.types import Document
 
 
@@ -24,4 +25,4 @@ def test_a_candidate_without_text_names_its_query(index_with_an_empty_document, 
     queries = pa.Table.from_pylist([{"qid": "q1", "query": "red apples"}, {"qid": "q2", "query": "green pears"}])
     rows = RetrievalStage(str(index_with_an_empty_document), 3)(queries)
     with pytest.raises(StageError, match=r"^query 'q1': document #\d \('empty'\) has no text"):
-        RerankStage(3, 3, model=str(tiny_dir))(rows)
+        RerankStage(3, 3, config=RerankConfig.preset(model=str(tiny_dir)))(rows)

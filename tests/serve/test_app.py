@@ -35,7 +35,11 @@ DOCS = [
 @pytest.fixture(scope="module")
 def engine(llm, built_retriever):
     return Engine(
-        AttentionReranker(llm, max_doc_words=40), ContextPruner(llm), Generator(llm, 8), built_retriever, "tiny-llama"
+        AttentionReranker(llm, config="fused", max_doc_words=40),
+        ContextPruner(llm),
+        Generator(llm, 8),
+        built_retriever,
+        "tiny-llama",
     )
 
 
@@ -224,7 +228,7 @@ def test_client_disconnect_cancels_work(llm):
 def test_an_answer_whose_client_left_before_its_first_token_is_cancelled(llm, built_retriever):
     """Nothing is written to an /v1/ask stream before its first token, so the server must notice
     a client that gave up meanwhile by itself (here while the reranker holds the job)."""
-    gated = GatedReranker(AttentionReranker(llm, max_doc_words=40))
+    gated = GatedReranker(AttentionReranker(llm, config="fused", max_doc_words=40))
     pruner = CountingPruner(ContextPruner(llm))
     engine = Engine(gated, pruner, Generator(llm, 8), built_retriever, "tiny")
     with live_server(create_app(engine)) as base:
@@ -402,7 +406,7 @@ def test_search_results_keep_the_corpus_metadata(llm, rerank):
 
     docs = [Document(f"d{i}", t, f"T{i}", {"url": f"https://x/{i}"}) for i, t in enumerate(DOCS)]
     index = HybridRetriever().index(docs, show_progress=False)
-    with live_server(create_app(Engine(AttentionReranker(llm, max_doc_words=40), index=index))) as base:
+    with live_server(create_app(Engine(AttentionReranker(llm, config="fused", max_doc_words=40), index=index))) as base:
         r = httpx.post(f"{base}/v1/search", json={"query": QUERY, "top_k": 3, "depth": 4, "rerank": rerank}, timeout=60)
     assert r.status_code == 200, r.text
     res = r.json()["results"]
@@ -417,7 +421,7 @@ def test_prune_keeps_the_corpus_metadata(llm):
 
     docs = [Document(f"d{i}", t, f"T{i}", {"url": f"https://x/{i}"}) for i, t in enumerate(DOCS)]
     index = HybridRetriever().index(docs, show_progress=False)
-    engine = Engine(AttentionReranker(llm, max_doc_words=40), ContextPruner(llm), index=index)
+    engine = Engine(AttentionReranker(llm, config="fused", max_doc_words=40), ContextPruner(llm), index=index)
     with live_server(create_app(engine)) as base:
         r = httpx.post(f"{base}/v1/prune", json={"query": QUERY, "top_k": 3, "budget_tokens": 400}, timeout=60)
         sent = httpx.post(f"{base}/v1/prune", json={"query": QUERY, "documents": DOCS[:2], "budget_tokens": 400})
@@ -430,9 +434,26 @@ def test_prune_keeps_the_corpus_metadata(llm):
 def test_ask_without_a_pruner_answers_and_refuses_a_budget(llm, built_retriever):
     """A server without a pruner answers /v1/ask over the top passages as they are; a budget in the
     request (which would size nothing) is a 422, not silently ignored."""
-    engine = Engine(AttentionReranker(llm, max_doc_words=40), None, Generator(llm, 4), built_retriever, "tiny")
+    engine = Engine(
+        AttentionReranker(llm, config="fused", max_doc_words=40), None, Generator(llm, 4), built_retriever, "tiny"
+    )
     with live_server(create_app(engine)) as base:
         r = httpx.post(f"{base}/v1/ask", json={"query": QUERY, "depth": 4, "top_k": 2})
         assert r.status_code == 200 and "event: done" in r.text
         r = httpx.post(f"{base}/v1/ask", json={"query": QUERY, "depth": 4, "top_k": 2, "budget_tokens": 50})
         assert r.status_code == 422 and "runs without a pruner" in r.json()["message"]
+
+
+def test_the_engine_is_built_from_one_rerank_config(tiny_dir):
+    """``attnrank serve`` takes the shared reranking options: the engine's reranker is the config's
+    (default preset: the signals alone), and its pruner reads the heads the reranker was given."""
+    from attnrank.rerank.config import RerankConfig
+    from attnrank.serve.engine import build_engine
+
+    default = build_engine(RerankConfig.preset(model=str(tiny_dir)), generate=False)
+    assert default.reranker.config.name == "signals" and not default.reranker.uses_attention
+    assert default.pruner is not None and default.pruner.heads is None  # all heads, as `attnrank ask`
+    fused = build_engine(RerankConfig.preset("fused", model=str(tiny_dir), heads="0-1,2-3"), prune=True)
+    assert fused.reranker.uses_attention and fused.reranker.head_list == [(0, 1), (2, 3)]
+    assert fused.pruner is not None and fused.pruner.heads == [(0, 1), (2, 3)]
+    assert fused.generator is None  # no index: nothing for /v1/ask to answer over
