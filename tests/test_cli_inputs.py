@@ -217,8 +217,10 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         ([*ask, "--heads", "1-x"], "--heads '1-x'"),
         (["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9", "--heads", "x"], "'x'"),
         (["search", "q", "--index-dir", str(tmp_path / "none"), "--rerank", "2", "--heads", "a.json"], "a.json"),
-        ([*ask, "--reweight", "sink,slot"], "--reweight slot needs --slot-profile"),
-        ([*ask, "--reweight", "slot", "--slot-profile", "p.json"], "--slot-profile 'p.json' is not a file"),
+        ([*ask, "--preset", "qrhead", "--reweight", "sink,slot"], "--reweight slot needs --slot-profile"),
+        ([*ask, "--preset", "icr", "--reweight", "slot", "--slot-profile", "p.json"], "--slot-profile 'p.json' is not"),
+        # signals only computes no attention: attention options would be ignored
+        ([*ask, "--preset", "fused", "--signals", "only", "--heads", "all"], "--heads configure(s) attention, which "),
     ]
     for args, message in cases:
         r = runner.invoke(app, args)
@@ -372,7 +374,7 @@ def test_learned_scorer_refuses_calibration_options_it_would_ignore(tmp_path, dl
     base += ["--corpus", str(dl19_mini / "passages.jsonl"), "-o", str(tmp_path / "o.trec"), "-q"]
     for extra, given in [
         (["--preset", "learned", "--no-calibrate"], "--no-calibrate"),
-        (["--scorer", "learned", "--token-filter"], "--token-filter"),
+        (["--preset", "fused", "--scorer", "learned", "--token-filter"], "--token-filter"),
     ]:
         r = runner.invoke(app, [*base, *extra])
         assert r.exit_code == 2 and f"weights were trained with, so {given} would be ignored" in _text(r), _text(r)
@@ -432,4 +434,23 @@ def test_search_refuses_ids_a_run_cannot_hold_before_reranking(tmp_path, no_mode
         app, ["search", "--queries", str(queries), "--index-dir", str(ix), "--rerank", "2", "-o", str(out), "-q"]
     )
     assert r.exit_code == 1 and "document id 'my notes.md' is empty or holds whitespace" in _text(r)
+    assert not out.exists()
+
+
+def test_attention_options_on_a_preset_without_attention_are_refused_before_the_model(
+    tmp_path, index_dir, scifact_mini, no_model
+):
+    """--preset signals computes no attention: --heads with it would be ignored. Refused, naming the
+    option and the presets that read it, before any model or Ray starts."""
+    out = tmp_path / "run.trec"
+    search = ["search", "vitamin", "--index-dir", str(index_dir), "--rerank", "2", "--heads", "0-0", "-o", str(out)]
+    r = runner.invoke(app, [*search, "--preset", "signals", "-q"])
+    assert r.exit_code == 2 and "--heads configure(s) attention, which --preset signals" in _text(r), _text(r)
+    assert "--preset fused" in _text(r)
+    queries = str(scifact_mini / "queries.jsonl")
+    batch = ["batch", queries, "--index", str(index_dir), "-o", str(out), "--rerank", "2", "--heads", "0-0"]
+    r = runner.invoke(app, [*batch, "--preset", "signals"])
+    assert r.exit_code == 2 and "--heads configure(s) attention, which --preset signals" in _text(r), _text(r)
+    r = runner.invoke(app, [*search, "--signals", "only", "-q"])
+    assert r.exit_code == 2 and "--heads configure(s) attention, which --signals only" in _text(r), _text(r)
     assert not out.exists()

@@ -15,7 +15,7 @@ from .options import check_k_within_depth, refuse_when_off, rerank_options
 @rerank_options
 def demo(
     k: int = typer.Option(3, "--top-k", "-k", help="Results shown per question."),
-    depth: int = typer.Option(10, "--depth", help="First-stage hits reranked by attention."),
+    depth: int = typer.Option(10, "--depth", help="First-stage hits reranked."),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Stop after the first stage."),
     answers: int = typer.Option(2, "--answers", help="Questions pruned and answered at the end (0 = none)."),
     quiet: bool = Quiet,
@@ -49,7 +49,7 @@ def demo(
 
         reranker = AttentionReranker(config=rerank_config)
         typer.echo(f"[rerank] {reranker!r}")
-    hits = {"first stage": 0, "attention rerank": 0}
+    hits = {"first stage": 0, "reranked": 0}
     reranked = []
     questions = demo_queries()
     for q in questions:
@@ -59,7 +59,7 @@ def demo(
         typer.echo(f"\nQ: {q['text']}\n   gold passages: {', '.join(q['supporting'])}")
         if reranker is not None:
             res = reranker.rank(q["text"], res)
-            hits["attention rerank"] += len(gold & set(res.ids[:2]))
+            hits["reranked"] += len(gold & set(res.ids[:2]))
             reranked.append((q, res))
         _print_results(res.top_k(k))
     total = 2 * len(questions)

@@ -46,7 +46,7 @@ def explain(
     _check_heads(heads, model=model)
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     first = retriever.search(query, k)
-    reranker = AttentionReranker(model, heads)
+    reranker = AttentionReranker(model, heads, config="fused")  # attention evidence: a preset that computes it
     res = reranker.rank(query, first, return_evidence=True)
     explanations = explain_results(reranker, res)
     page = write_html(output / "explain.html", query, explanations, model=reranker.llm.model_id)

@@ -2,7 +2,7 @@
 
 :func:`rerank_options` adds the same options, with the same names, to every command that reranks,
 and hands the command one :class:`~attnrank.rerank.config.RerankConfig` (argument
-``rerank_config``): the preset (``--preset``, default ``fused``) with the options the user gave
+``rerank_config``): the preset (``--preset``, default ``signals``) with the options the user gave
 applied on top. Each option is named after the :class:`RerankConfig` field it sets.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from ..rerank.config import DEFAULT_PRESET, RERANK_PRESETS, SCORERS, RerankConfig
+from ..rerank.config import ATTENTION_FIELDS, DEFAULT_PRESET, RERANK_PRESETS, SCORERS, RerankConfig, preset_for
 from ..rerank.reweight import Reweighting
 from . import _check_heads
 
@@ -35,8 +35,10 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(
             None,
             "--preset",
-            help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the registered "
-            "retrieval heads' attention fused with BM25, dense and rank). The options below override it.",
+            help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the candidates' BM25 "
+            "and dense scores fused by the registered weights, no attention; fused: the retrieval heads' "
+            "attention fused with them, also chosen when attention options come without a preset). The "
+            "options below override it.",
         ),
     ),
     "model": (
@@ -122,7 +124,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None,
             "--signals",
             help="auto (fuse attention with the candidates' BM25, dense and rank scores: registered fused weights) "
-            "| none (attention alone).",
+            "| only (those signals alone, no attention) | none (attention alone).",
         ),
     ),
     "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),
@@ -182,6 +184,7 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
     if str(overrides.get("signals", "")).strip().lower() == "none":
         overrides["signals"] = None
     _check_heads(overrides.get("heads"), model=overrides.get("model"))
+    check_attention_computed(preset, overrides)
     config = RerankConfig.preset(preset or "", **overrides)
     _check_slot_profile(config)
     fixed = [
@@ -195,6 +198,22 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
             f"weights were trained with, so {', '.join(fixed)} would be ignored; drop it or use --scorer sum"
         )
     return config
+
+
+def check_attention_computed(preset: str | None, overrides: dict[str, Any]) -> None:
+    """Attention options on a configuration that computes no attention (``--preset signals`` or
+    ``--signals only`` named) would be ignored: refused naming the flags, before the model loads.
+    Without a preset they select ``fused`` (:func:`~attnrank.rerank.config.preset_for`)."""
+    flags = [f"--{k.replace('_', '-')}" for k in overrides if k in ATTENTION_FIELDS]
+    signals = {k: v for k, v in overrides.items() if k == "signals"}
+    if not flags or RERANK_PRESETS[preset_for(preset, overrides)].with_options(**signals).uses_attention:
+        return
+    what = f"--signals {signals['signals']}" if signals else f"--preset {preset}"
+    raise typer.BadParameter(
+        f"{', '.join(flags)} configure(s) attention, which {what} does not compute (it fuses the candidates' "
+        "BM25 and dense scores); use --preset fused (attention fused with them) or --preset qrhead|icr|learned "
+        "(attention alone), or drop them"
+    )
 
 
 def _check_slot_profile(config: RerankConfig) -> None:

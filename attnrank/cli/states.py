@@ -24,7 +24,10 @@ PASSAGE_STATES = typer.Option(
     help=f"Also store every passage's block-attention states ({' | '.join(STATE_STORAGES)}) for "
     "`search --rerank N --attention block`.",
 )
-STATES_PRESET = typer.Option(None, "--preset", help="With --passage-states: the reranking preset they serve.")
+STATES_PRESET = typer.Option(
+    None, "--preset", help="With --passage-states: the reranking preset they serve (default: fused)."
+)
+STATES_DEFAULT_PRESET = "fused"  # the default preset computes no attention; this one shares qrhead's heads
 STATES_MODEL = typer.Option(None, "--model", help="With --passage-states: the LLM (default: packaged SmolLM2).")
 STATES_WORDS = typer.Option(None, "--max-doc-words", min=1, help="With --passage-states: words kept per passage.")
 
@@ -50,7 +53,13 @@ def state_writer(
         overrides["max_doc_words"] = max_doc_words
     from ..rerank.attention import AttentionReranker  # torch: only once states are asked for
 
-    cfg = RerankConfig.preset(preset or "", **overrides)
+    name = preset or STATES_DEFAULT_PRESET
+    if not RerankConfig.preset(name).uses_attention:
+        raise typer.BadParameter(
+            f"--passage-states are block-attention states, and --preset {name} computes no attention; "
+            "use --preset fused, qrhead or icr (the preset that will read them)"
+        )
+    cfg = RerankConfig.preset(name, **overrides)
     reranker = AttentionReranker(config=cfg)
 
     def write(folder: Path) -> None:

@@ -1,5 +1,7 @@
 """``attnrank train``: train the fused scorer on your own labelled queries, report it held out,
-then register it (used by ``--preset fused`` / ``RerankConfig(signals="auto")``).
+then register it: ``--preset fused`` (``RerankConfig(signals="auto")``) reads it, and the default
+``signals`` preset reads its model without attention (``base_weights``, trained alongside).
+The report shows both, "fused with attention" and "fused without attention": the one to use.
 
 Candidates and labels come as for ``heads train``: BEIR/TREC qrels with queries and a corpus
 (candidates from a TREC run, else BM25 top-``--depth``), or a shared data set. Per query the

@@ -7,7 +7,8 @@ Only ``langchain_core`` is imported (``BaseRetriever``, ``BaseDocumentCompressor
 there) or into any runnable chain. Reranked documents carry ``metadata["relevance_score"]`` (the
 reranker's score: the fused score with the default preset, the calibrated attention score of
 ICR, Chen et al. ICLR 2025, with an attention-only one; higher is better), ``metadata["rank"]``
-(1-based) and ``metadata["stage_scores"]`` (every stage's score by name, ``attention`` among them).
+(1-based) and ``metadata["stage_scores"]`` (every stage's score by name, ``attention`` among them
+when attention ran).
 
 Settings: pass a built :class:`~attnrank.rerank.attention.AttentionReranker` /
 :class:`~attnrank.prune.pruner.ContextPruner` (``reranker=`` / ``pruner=``) or its constructor's

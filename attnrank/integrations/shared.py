@@ -61,12 +61,15 @@ def _settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
     extra: dict[str, Any] = {k: opts.pop(k) for k in ("show_progress", "probe") if k in opts}
     if isinstance(model, str):
         opts["model"] = model
-    base: RerankConfig | PruneConfig
-    if kind is RerankConfig:
-        base = config if isinstance(config, RerankConfig) else RerankConfig.preset(config or "")
+    cfg: RerankConfig | PruneConfig
+    if kind is RerankConfig:  # as AttentionReranker: the options take part in choosing an unnamed preset
+        cfg = (
+            config.with_options(**opts)
+            if isinstance(config, RerankConfig)
+            else RerankConfig.preset(config or "", **opts)
+        )
     else:
-        base = config if isinstance(config, PruneConfig) else PruneConfig()
-    cfg = base.with_options(**opts)
+        cfg = (config if isinstance(config, PruneConfig) else PruneConfig()).with_options(**opts)
     values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.compare}
     if is_dataclass(values.get("reweight")):
         values["reweight"] = asdict(values["reweight"])

@@ -46,7 +46,7 @@ from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, write_store
 from ..registry import resolve_heads
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
-from .config import AUTO_OR_ALL, RerankConfig
+from .config import AUTO_OR_ALL, SIGNALS_AUTO, SIGNALS_ONLY, RerankConfig
 from .fused import ATTENTION, FUSED_STAGE, resolve_fused
 from .inputs import check_documents, check_k, check_texts
 from .learned import LearnedHeadWeights
@@ -95,7 +95,8 @@ class AttentionReranker:
     """Rerank passages by the attention a query pays them, read from selected heads.
 
     Configured by a :class:`~attnrank.rerank.config.RerankConfig`: ``config`` is a preset name
-    (default ``"fused"``: the registered heads' attention fused with first-stage signals) or a config
+    (default ``"signals"``: the first-stage signals fused without attention; ``"fused"``: the registered
+    heads' attention fused with them) or a config
     object, and keyword ``options`` override its fields (``model`` may also be a loaded
     :class:`LLM`). The fields, as the reranker reads them:
 
@@ -123,21 +124,29 @@ class AttentionReranker:
         show_progress: bool = False,
         **options: Any,
     ):
-        cfg = config if isinstance(config, RerankConfig) else RerankConfig.preset(config or "")
         if heads is not _UNSET:
             options["heads"] = heads
         if isinstance(model, (str, os.PathLike)):  # a Path is a model folder too
             options["model"] = os.fspath(model)
-        self.config = cfg = cfg.with_options(**options)
+        if isinstance(config, RerankConfig):
+            cfg = config.with_options(**options)
+        else:  # the options take part in choosing an unnamed preset (config.preset_for)
+            cfg = RerankConfig.preset(config or "", **options)
+        self.config = cfg
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.learned = self._learned_weights(cfg.scorer)
-        self.fused = resolve_fused(cfg.signals, self.llm.model_id, self.llm.fingerprint)
+        signals = SIGNALS_AUTO if cfg.signals == SIGNALS_ONLY else cfg.signals
+        self.fused = resolve_fused(signals, self.llm.model_id, self.llm.fingerprint, attention=cfg.uses_attention)
+        if self.fused is not None and not cfg.uses_attention:
+            self.fused = self.fused.without_attention()
         device = cfg.device if cfg.device != "auto" else "cpu"  # dense cosines: the embedder the weights fit
         self.signals = SignalComputer(self.fused.embedder if self.fused else None, device=device)
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
             heads = self.learned.heads
             calibrate, token_filter = self.learned.fixed_options(calibrate, token_filter)
+        elif not self.uses_attention:  # heads are never read: no registered set needed, none warned of
+            heads = None
         else:
             heads = self._resolve_heads(cfg.heads)
         self.heads = parse_heads(heads)
@@ -210,11 +219,19 @@ class AttentionReranker:
         raise InputError(f"scorer={scorer!r} is not 'sum', 'learned' or a LearnedHeadWeights")
 
     @property
+    def uses_attention(self) -> bool:
+        """False when the fused weights have no attention feature: then the candidates' first-stage
+        signals alone score them and the model is not run."""
+        return self.fused is None or self.fused.uses_attention
+
+    @property
     def head_list(self) -> list[tuple[int, int]]:
         return list(self.capturer.heads)
 
     def __repr__(self) -> str:
         heads = "all" if self.heads is None else format_heads(self.heads)
+        if not self.uses_attention:
+            return f"AttentionReranker(model={self.llm.model_id!r}, preset={self.config.name!r}, signals='only')"
         return (
             f"AttentionReranker(model={self.llm.model_id!r}, preset={self.config.name!r}, heads={heads}, "
             f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate}, "
@@ -235,19 +252,23 @@ class AttentionReranker:
 
         ``k`` must be None or a positive integer; document ids must be unique."""
         check_k(k)
-        if return_evidence and self.learned is not None:  # it would return none, silently
-            raise InputError("the learned scorer has no per-token evidence; use e.g. preset 'qrhead' to explain")
+        if return_evidence and (self.learned is not None or not self.uses_attention):  # none would come, silently
+            what = "the learned scorer has" if self.learned is not None else f"preset {self.config.name!r} computes"
+            raise InputError(f"{what} no per-token attention evidence; use e.g. preset 'qrhead' to explain")
         documents, previous = as_documents(docs)
         check_documents(documents)
         if query_id is None and isinstance(docs, RankedResults):
             query_id = docs.query_id
         if not documents:  # the stage name the list would have had
             return RankedResults(query, [], query_id, stage="attention" if self.fused is None else FUSED_STAGE)
-        attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
-        stage, scores = "attention", attention
-        if self.fused is not None:  # keep the attention score beside the fused one
-            stage, scores = FUSED_STAGE, self._fuse(query, documents, attention)
-            previous = _with_stage(documents, previous, "attention", attention)
+        if not self.uses_attention:
+            stage, scores, evidence = FUSED_STAGE, self._fuse(query, documents, None), None
+        else:
+            attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
+            stage, scores = "attention", attention
+            if self.fused is not None:  # keep the attention score beside the fused one
+                stage, scores = FUSED_STAGE, self._fuse(query, documents, attention)
+                previous = _with_stage(documents, previous, "attention", attention)
         res = rank_documents(
             query, documents, scores, stage=stage, query_id=query_id, previous=previous, evidence=evidence
         )
@@ -288,14 +309,19 @@ class AttentionReranker:
 
     # -- internals ---------------------------------------------------------------------------
     def _score(self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None = None):
+        if not self.uses_attention:
+            return self._fuse(query, docs, None), None
         scores, ev = self._attention_scores(query, docs, evidence, previous)
         return (scores if self.fused is None else self._fuse(query, docs, scores)), ev
 
-    def _fuse(self, query: str, docs: list[Document], attention: np.ndarray) -> np.ndarray:
-        """The fused score (:mod:`attnrank.rerank.fused`) of the candidates from their attention."""
+    def _fuse(self, query: str, docs: list[Document], attention: np.ndarray | None) -> np.ndarray:
+        """The fused score (:mod:`attnrank.rerank.fused`) of the candidates from their attention
+        (None: weights without attention)."""
         assert self.fused is not None
-        signals = self.signals(query, [d.full_text for d in docs], self.fused.base_features)
-        return self.fused.score({ATTENTION: attention, **signals})
+        signals: dict[str, Any] = dict(self.signals(query, [d.full_text for d in docs], self.fused.base_features))
+        if attention is not None:
+            signals[ATTENTION] = attention
+        return self.fused.score(signals)
 
     def _attention_scores(
         self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None

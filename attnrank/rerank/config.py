@@ -6,10 +6,15 @@ build their stage from one of these objects, so a setting has one name everywher
 
 Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
 
-- ``fused`` (**the default**): ``qrhead``'s attention score fused with BM25, dense cosine and the
-  first-stage rank of the candidates by the model's registered fused weights
-  (:mod:`attnrank.rerank.fused`); the best measured configuration when trained on other datasets
-  and tested on one it never saw (docs/benchmarks.md, "fusion"; README).
+- ``signals`` (**the default**): the candidates' BM25 and dense cosine (and first-stage rank)
+  fused by the model's registered fused weights' model without attention (``signals="only"``;
+  :mod:`attnrank.rerank.fused`); no attention is computed. Trained on other datasets and tested on
+  one it never saw, it measured best of all configurations (docs/benchmarks.md, "fusion"; README):
+  with the small packaged model, attention added to these signals lowered the held-out mean.
+- ``fused``: ``qrhead``'s attention score fused with the same signals by the same weights, falling
+  back to the signals alone where attention is not confident. It gains over ``signals`` in-domain
+  on conversational data (LoCoMo), so it is the preset for weights a user trains on their own
+  labelled queries (``attnrank train``).
 - ``qrhead``: the model's registered retrieval-head set (QRHead's query-focused detection, Zhang
   et al. EMNLP 2025; ``heads="auto"``), calibrated ICR scoring, attention alone: the best of the
   attention-only presets held out. A model with no registered set falls back to all heads
@@ -18,11 +23,15 @@ Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
 - ``learned``: the model's registered linear head weights (:mod:`attnrank.rerank.learned`).
 - ``qrhead-sink``: ``qrhead`` plus sink filtering (:mod:`attnrank.rerank.reweight` step 1).
 
-Overrides go after the preset: ``RerankConfig.preset("icr", max_doc_words=150)``.
+Overrides go after the preset: ``RerankConfig.preset("icr", max_doc_words=150)``. Attention
+options given without a preset (``RerankConfig.preset(heads="all")``, ``AttentionReranker(heads=...)``,
+CLI ``--heads`` alone) select ``fused``, the default with attention; with ``signals`` named they are
+refused, since it would ignore them.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -33,10 +42,31 @@ from ..llm.rows import QUERY_SPANS
 from .fused import FusedWeights
 from .reweight import Reweighting
 
+logger = logging.getLogger(__name__)
+
 SCORERS = ("sum", "learned")
 ORDERS = ("reverse", "forward")
 AUTO_OR_ALL = "auto-or-all"
 SIGNALS_AUTO = "auto"
+SIGNALS_ONLY = "only"
+# Fields only attention reads: with signals="only" a value other than the default would be ignored.
+ATTENTION_FIELDS = (
+    "heads",
+    "scorer",
+    "calibrate",
+    "token_filter",
+    "query_span",
+    "reweight",
+    "slot_profile",
+    "instruction",
+    "order",
+    "max_doc_words",
+    "max_doc_tokens",
+    "max_prompt_tokens",
+    "attention",
+    "block_positions",
+    "passage_states",
+)
 
 
 @dataclass(frozen=True)
@@ -61,8 +91,10 @@ class RerankConfig:
     ``passage_states``: an index folder (or its ``passage_states`` folder) with states built by
     ``attnrank index --passage-states``.
     ``signals``: None (attention alone), ``"auto"`` (fuse attention with the candidates' BM25,
-    dense and rank signals by the model's registered fused weights, else the packaged model's) or
-    a :class:`~attnrank.rerank.fused.FusedWeights`.
+    dense and rank signals by the model's registered fused weights, else the packaged model's),
+    ``"only"`` (those weights' model without attention: the signals alone, no attention computed,
+    so the attention fields must keep their defaults) or a
+    :class:`~attnrank.rerank.fused.FusedWeights` (one without the attention feature computes none).
     """
 
     model: str | None = None
@@ -105,8 +137,12 @@ class RerankConfig:
                 "passage_states hold states at shared block positions ('shared' or 'rotated'); drop "
                 "block_positions='sequential' (--block-positions) or passage_states"
             )
-        if self.signals is not None and self.signals != SIGNALS_AUTO and not isinstance(self.signals, FusedWeights):
-            raise InputError(f"signals={self.signals!r} is not 'auto', None or FusedWeights (--signals auto|none)")
+        if self.signals not in (None, SIGNALS_AUTO, SIGNALS_ONLY) and not isinstance(self.signals, FusedWeights):
+            raise InputError(
+                f"signals={self.signals!r} is not 'auto', 'only', None or FusedWeights (--signals auto|only|none)"
+            )
+        if not self.uses_attention:
+            self._check_no_attention_options()
         if not str(self.instruction).strip():
             raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
         for key in ("max_doc_words", "max_doc_tokens", "max_prompt_tokens"):
@@ -121,18 +157,60 @@ class RerankConfig:
                 "be applied; drop reweight (--reweight none) or use scorer='sum'"
             )
 
+    @property
+    def uses_attention(self) -> bool:
+        """Whether reranking computes attention (False: the fused first-stage signals alone)."""
+        if isinstance(self.signals, FusedWeights):
+            return self.signals.uses_attention
+        return self.signals != SIGNALS_ONLY
+
+    def attention_options(self) -> list[str]:
+        """The attention fields set to other than their defaults (what ``signals="only"`` refuses)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        return [k for k in ATTENTION_FIELDS if getattr(self, k) != defaults[k]]
+
+    def _check_no_attention_options(self) -> None:
+        given = self.attention_options()
+        if given:
+            shown = [f"{k}={v!r}" if isinstance(v := getattr(self, k), (str, int, type(None))) else k for k in given]
+            raise InputError(
+                f"{', '.join(shown)} configure(s) attention, which signals="
+                f"{self.signals if isinstance(self.signals, str) else 'FusedWeights without attention'} "
+                "does not compute; drop them, or choose a preset with attention (config='fused' to fuse it with "
+                "the signals, 'qrhead' or 'icr' for attention alone)"
+            )
+
     @classmethod
     def preset(cls, name: str = "", **overrides: Any) -> RerankConfig:
-        """The named preset (default: :data:`DEFAULT_PRESET`) with ``overrides`` applied."""
-        name = (name or DEFAULT_PRESET).strip().lower()
-        if name not in RERANK_PRESETS:
-            raise InputError(f"preset {name!r} is not one of {sorted(RERANK_PRESETS)}")
-        return RERANK_PRESETS[name].with_options(**overrides)
+        """The named preset with ``overrides`` applied; unnamed, :func:`preset_for` chooses it."""
+        return RERANK_PRESETS[preset_for(name, overrides)].with_options(**overrides)
 
     def with_options(self, **overrides: Any) -> RerankConfig:
         """A copy with ``overrides`` (field names; an unknown name is an error naming the fields)."""
         check_fields(type(self), overrides)
         return replace(self, **overrides) if overrides else self
+
+
+def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
+    """The preset ``name`` (checked), or for no name :data:`DEFAULT_PRESET`, except when
+    ``overrides`` set attention options (heads, scorer, reweight, ...) and not ``signals``: then
+    :data:`ATTENTION_PRESET`, the default with attention, since the default computes none and
+    would have to refuse them (logged)."""
+    chosen = (name or "").strip().lower()
+    if chosen:
+        if chosen not in RERANK_PRESETS:
+            raise InputError(f"preset {chosen!r} is not one of {sorted(RERANK_PRESETS)}")
+        return chosen
+    given = [k for k in overrides if k in ATTENTION_FIELDS]
+    if given and "signals" not in overrides:
+        logger.info(
+            "attention option(s) %s without a preset: preset %r (the default, %r, computes no attention)",
+            given,
+            ATTENTION_PRESET,
+            DEFAULT_PRESET,
+        )
+        return ATTENTION_PRESET
+    return DEFAULT_PRESET
 
 
 def check_fields(cls: type, values: dict[str, Any]) -> None:
@@ -148,5 +226,7 @@ RERANK_PRESETS: dict[str, RerankConfig] = {
     "learned": RerankConfig(heads=None, scorer="learned", name="learned"),
     "qrhead-sink": RerankConfig(heads=AUTO_OR_ALL, reweight=Reweighting(sink=True), name="qrhead-sink"),
     "fused": RerankConfig(heads=AUTO_OR_ALL, signals=SIGNALS_AUTO, name="fused"),
+    "signals": RerankConfig(signals=SIGNALS_ONLY, name="signals"),
 }
-DEFAULT_PRESET = "fused"
+DEFAULT_PRESET = "signals"
+ATTENTION_PRESET = "fused"  # an unnamed configuration with attention options (see preset_for)

@@ -21,7 +21,7 @@ from attnrank.types import Document
 
 @pytest.fixture(scope="module")
 def reranker():
-    return AttentionReranker(tiny_llm(layers=2))
+    return AttentionReranker(tiny_llm(layers=2), config="fused")
 
 
 @pytest.fixture(scope="module")

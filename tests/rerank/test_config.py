@@ -19,10 +19,10 @@ def test_learned_scorer_refuses_reweighting_it_would_not_apply():
     assert RerankConfig.preset("qrhead-sink").reweight == Reweighting(sink=True)
 
 
-def test_signals_other_than_auto_none_or_fused_weights_are_refused():
+def test_signals_other_than_auto_only_none_or_fused_weights_are_refused():
     # before: signals=False passed, and the reranker loaded the registered fused weights (fusion on)
     for value in (False, True, 0, "bm25"):
-        with pytest.raises(InputError, match=r"is not 'auto', None or FusedWeights"):
+        with pytest.raises(InputError, match=r"is not 'auto', 'only', None or FusedWeights"):
             RerankConfig.preset("qrhead", signals=value)
     from attnrank.rerank.fused import FusedWeights
 

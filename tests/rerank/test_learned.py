@@ -210,7 +210,7 @@ def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
         "capital of France?", [ScoredDocument(d.id, 3.0 - i, i + 1, d.text) for i, d in enumerate(DOCS)]
     )
     assert sorted(res.scores, reverse=True) == res.scores and set(res.ids) == {"paris", "berlin", "banana"}
-    with pytest.raises(InputError, match="the learned scorer has no per-token evidence"):  # it gave None
+    with pytest.raises(InputError, match="the learned scorer has no per-token attention evidence"):  # it gave None
         rr.rank("capital of France?", DOCS, return_evidence=True)
     # weights over the heads and the retrievers' dense score read ScoredDocument.stage_scores
     for q in ex:

@@ -88,7 +88,7 @@ runner = CliRunner()
 
 def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_dir):
     ix = tmp_path / "ix"
-    args = ["--model", str(tiny_dir), "--max-doc-words", "40"]
+    args = ["--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40"]
     r = runner.invoke(
         app, ["index", str(scifact_mini), "--index-dir", str(ix), "--passage-states", "int8", *args, "-q"]
     )
@@ -110,7 +110,7 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
     assert r.exit_code == 0, r.output
     assert "attention=" in r.output
     # The same store read by a reranker with another truncation is refused, naming the setting.
-    r = runner.invoke(app, [*search, "--model", str(tiny_dir), "--max-doc-words", "80", "-q"])
+    r = runner.invoke(app, [*search, "--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "80", "-q"])
     assert isinstance(r.exception, InputError) and "max_doc_words" in str(r.exception)
 
 

@@ -1,4 +1,5 @@
-"""AttentionReranker with ``signals``: attention fused with the candidates' first-stage signals."""
+"""AttentionReranker with ``signals``: attention fused with the candidates' first-stage signals, or
+those signals alone (the default preset, ``signals="only"``)."""
 
 from __future__ import annotations
 
@@ -40,12 +41,44 @@ def test_gate_uses_the_first_stage_signals_alone_where_attention_is_flat(llm):
 def test_fused_preset_and_bad_signals_value():
     assert RerankConfig.preset("fused").signals == "auto"
     assert RerankConfig.preset("qrhead").signals is None
+    assert RerankConfig.preset().signals == "only" and not RerankConfig.preset().uses_attention
     with pytest.raises(InputError, match="signals='bm25'"):
         RerankConfig(signals="bm25")
 
 
+@pytest.mark.parametrize(
+    "option", [{"heads": "all"}, {"attention": "block"}, {"max_doc_words": 50}, {"reweight": None}]
+)
+def test_attention_options_without_attention_are_refused(option):
+    """An attention option under signals='only' would be ignored: refused, naming it (reweight=None
+    is the default, so it is accepted)."""
+    if option == {"reweight": None}:
+        assert RerankConfig.preset("signals", **option).signals == "only"
+        return
+    name = next(iter(option))
+    with pytest.raises(InputError, match=f"{name}=.*configure.*attention"):
+        RerankConfig.preset("signals", **option)
+    with pytest.raises(InputError, match=name):
+        RerankConfig(signals=FUSED.without_attention(), **option)
+    assert RerankConfig.preset("signals", signals="auto", **option).uses_attention  # back to fused: accepted
+
+
+def test_attention_options_without_a_preset_select_fused(llm, caplog):
+    """The default computes no attention; attention options given without naming a preset mean
+    the default with attention, ``fused`` (said in the log), not an error."""
+    assert RerankConfig.preset().name == "signals"
+    with caplog.at_level("INFO", logger="attnrank.rerank.config"):
+        cfg = RerankConfig.preset(heads="all", max_doc_words=50)
+    assert cfg.name == "fused" and cfg.heads == "all" and cfg.uses_attention and "preset 'fused'" in caplog.text
+    assert RerankConfig.preset(signals=None, heads="all").name == "signals"  # signals given: no choice made
+    assert RerankConfig.preset(signals=None, heads="all").uses_attention  # (attention alone)
+    rr = AttentionReranker(llm, "0-1,2-3")  # heads, no preset
+    assert rr.config.name == "fused" and rr.uses_attention and rr.head_list == [(0, 1), (2, 3)]
+    assert not AttentionReranker(llm).uses_attention
+
+
 @pytest.mark.parametrize("family", ["qwen2", "mistral", "gemma"])
-def test_default_preset_fuses_with_any_causal_lm(family, caplog):
+def test_fused_and_default_presets_work_with_any_causal_lm(family, caplog):
     from _tiny import tiny_model, tiny_tokenizer
 
     from attnrank.llm.models import LLM
@@ -56,10 +89,46 @@ def test_default_preset_fuses_with_any_causal_lm(family, caplog):
         model_id=f"tiny-{family}",
         fingerprint="t" * 64,
     )
-    res = AttentionReranker(llm).rank(RERANK_QUERY, rerank_docs())  # default preset: fused, shipped weights
+    res = AttentionReranker(llm, config="fused").rank(RERANK_QUERY, rerank_docs())  # the shipped weights
     assert res.stage == "fused" and len(res) == 4
     assert all(np.isfinite(d.score) and "attention" in d.stage_scores for d in res)
     assert "no fused weights are registered" in caplog.text  # the fallback to the packaged weights is said
+    default = AttentionReranker(llm).rank(RERANK_QUERY, rerank_docs())  # preset "signals": no attention
+    assert default.stage == "fused" and len(default) == 4
+    assert all(np.isfinite(d.score) and set(d.stage_scores) == {"fused"} for d in default)
+    caplog.clear()
+    AttentionReranker(llm)  # the signals alone do not depend on the model: no warning about its weights
+    assert "no fused weights are registered" not in caplog.text
+
+
+def _forward_calls(llm) -> list[int]:
+    calls: list[int] = []
+    llm.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    return calls
+
+
+def test_signals_preset_scores_by_the_weights_model_without_attention_and_never_runs_the_llm(llm):
+    """The default preset: the registered (here: given) weights' base model over the signals alone."""
+    docs = rerank_docs()
+    calls = _forward_calls(llm)
+    rr = AttentionReranker(llm, config="signals", signals=FUSED.without_attention())
+    signals = SignalComputer()(RERANK_QUERY, [d.full_text for d in docs], ["bm25", "dense", "rank"])
+    expected = FusedWeights(["bm25", "dense", "rank"], FUSED.base_weights).score(signals)
+    np.testing.assert_allclose(rr.score(RERANK_QUERY, docs), expected, rtol=1e-9, atol=1e-12)
+    res = rr.rank(RERANK_QUERY, docs, k=2)
+    assert [d.id for d in res] == [docs[i].id for i in np.argsort(-expected, kind="stable")[:2]]
+    assert all(set(d.stage_scores) == {"fused"} for d in res)
+    assert not calls and not rr.uses_attention and "signals='only'" in repr(rr)
+    with pytest.raises(InputError, match="no per-token attention evidence"):
+        rr.rank(RERANK_QUERY, docs, return_evidence=True)
+
+
+def test_signals_only_reads_the_shipped_weights_base_model(llm):
+    shipped = AttentionReranker(llm, config="fused").fused
+    only = AttentionReranker(llm, config="signals").fused
+    assert shipped is not None and shipped.uses_attention and shipped.base_weights
+    assert only is not None and only.features == shipped.base_features and only.weights == shipped.base_weights
+    assert only.gate is None
 
 
 def test_an_empty_list_carries_the_fused_stage(llm):
