@@ -3,6 +3,7 @@ tiny random Llama; one slow test runs `ask` with the real default model."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -246,6 +247,14 @@ def test_shipped_artifacts_of_the_default_model(tmp_path):
     hits = ix.search(q["text"], 10)
     ranked = learned.rank(q["text"], hits, k=5)
     assert len(ranked) == 5 and set(ranked.ids) <= set(hits.ids) and ranked.stage == "attention"
+    # the shipped fused weights: with the registered heads' attention (fused), and without (the default)
+    fused, default = AttentionReranker(llm, config="fused"), AttentionReranker(llm)
+    assert fused.uses_attention and len(fused.head_list) == 16 and not default.uses_attention
+    for rr in (fused, default):
+        res = rr.rank(q["text"], hits, k=5)
+        assert res.stage == "fused" and set(res.ids) <= set(hits.ids) and all(math.isfinite(d.score) for d in res)
+    assert "attention" in fused.rank(q["text"], hits, k=1)[0].stage_scores
+    assert set(q["supporting"]) & set(default.rank(q["text"], hits, k=5).ids)  # a gold passage in the top 5
     pruner = ContextPruner(llm, method="probe")
     pruned = pruner.prune(q["text"], ranked, keep_ratio=0.25)
     assert pruned.method == "probe" and 0 < pruned.kept_tokens <= pruned.budget_tokens
