@@ -56,7 +56,8 @@ SHIP = REPO / "attnrank" / "heads" / "data"
 METRICS = {"DL19": ["nDCG@10"], "SciFact": ["nDCG@10"], "HotpotQA": ["nDCG@10", "R@2"], "LoCoMo": ["nDCG@10", "R@5"]}
 FIRST = ("first stage: rank alone", "first stage: BM25 alone", "first stage: dense alone", "first stage: RRF alone")
 CAND = ("rank alone", "bm25 alone", "dense alone")
-HEADLINE = "fused with attention (default preset)"
+HEADLINE = "fused without attention (default preset, signals)"
+FUSED = "fused with attention (preset fused)"
 
 
 def load(args, root: Path, rr: AttentionReranker) -> dict:
@@ -157,8 +158,10 @@ def fixed_variants() -> dict:
 
 
 def lodo(data: dict, args) -> tuple[list[dict], dict]:
-    """Leave-one-dataset-out: per held-out dataset, heads chosen and weights trained on the others."""
-    rows, scores_by = [], {}
+    """Leave-one-dataset-out: per held-out dataset, heads chosen and weights trained on the others;
+    also the per-query comparison of the preset ``fused`` (with attention) against the default."""
+    rows: list[dict] = []
+    paired: dict[str, dict] = {}  # per held-out dataset: preset fused against the default, per query
     groups = list(data)
     for g in groups:
         train_groups = [h for h in groups if h != g]
@@ -171,7 +174,8 @@ def lodo(data: dict, args) -> tuple[list[dict], dict]:
             l2=args.l2,
             extra_signals=[f.replace(" alone", "") for f in FIRST],
         )
-        scores[HEADLINE] = scores.pop(WITH_ATTENTION)
+        scores[HEADLINE] = scores.pop(NO_ATTENTION)
+        scores[FUSED] = scores.pop(WITH_ATTENTION)
         scores["attention alone (top-16 heads of the training datasets)"] = scores.pop("attention alone")
         for n in (8, 32, None):
             label = "all heads (ICR)" if n is None else f"top-{n} heads"
@@ -188,11 +192,11 @@ def lodo(data: dict, args) -> tuple[list[dict], dict]:
             for name, feats in fixed_variants().items():
                 fixed = FusedWeights(list(feats), [1.0] * len(feats))
                 scores[name] = {e.qid: fixed.score(e.signals) for e in test16}
-        scores_by[g] = scores
+        paired[g] = compare(test16, {m: scores[m] for m in (HEADLINE, FUSED)}, METRICS[g][:1], baselines=(HEADLINE,))[1]
         for r in compare(test16, scores, METRICS[g], baselines=FIRST + CAND):
             rows.append({"held out": g, **r})
         log.info("LODO %s done", g)
-    return rows, scores_by
+    return rows, paired
 
 
 def in_domain(data: dict, args) -> list[dict]:
@@ -218,13 +222,14 @@ def in_domain(data: dict, args) -> list[dict]:
     return rows
 
 
-def targets(rows: list[dict]) -> list[dict]:
+def targets(rows: list[dict], paired: dict) -> list[dict]:
     """The issue's targets per held-out dataset: the default preset against the best first-stage
-    signal, and attention's own contribution (with − without attention), nDCG@10 points."""
+    signal, and attention's own contribution (preset ``fused`` − the default, which is the same
+    fusion without attention; nDCG@10 points, with its per-query wins/losses and sign test)."""
     out = []
     for g in dict.fromkeys(r["held out"] for r in rows):
         by = {r["method"]: r for r in rows if r["held out"] == g}
-        head, base = by[HEADLINE], by[NO_ATTENTION]
+        head, fused = by[HEADLINE], by[FUSED]
         out.append(
             {
                 "held out": g,
@@ -232,17 +237,20 @@ def targets(rows: list[dict]) -> list[dict]:
                 "its nDCG@10": head["nDCG@10"] - head["Δ"] / 100,
                 "default preset nDCG@10": head["nDCG@10"],
                 "Δ vs best first stage": head["Δ"],
-                "attention's contribution": 100 * (head["nDCG@10"] - base["nDCG@10"]),
                 "wins/losses": f"{head['wins']}/{head['losses']}",
                 "p": head["p"],
+                "preset fused nDCG@10": fused["nDCG@10"],
+                "attention's contribution": 100 * (fused["nDCG@10"] - head["nDCG@10"]),
+                "attention wins/losses": f"{paired[g]['wins']}/{paired[g]['losses']}",
+                "attention p": paired[g]["p"],
             }
         )
     return out
 
 
 def precision(data32: dict, data: dict, rr: AttentionReranker) -> list[dict]:
-    """What ``dtype`` changes for a user of the default preset (the registered qrhead heads and the
-    shipped fused weights, both from float32): per dataset, nDCG@10 on rows captured in float32 and
+    """What ``dtype`` changes for a user of the preset ``fused`` (the registered qrhead heads and the
+    shipped fused weights, both from float32; the default preset computes no attention): per dataset, nDCG@10 on rows captured in float32 and
     in ``rr``'s dtype, wins/losses against float32, the mean per-query Spearman correlation of the
     attention scores, and the mean capture seconds per query of every head's rows (from the row
     cache: each precision's captures ran at their own time)."""
@@ -259,7 +267,7 @@ def precision(data32: dict, data: dict, rr: AttentionReranker) -> list[dict]:
         secs = {k: np.mean([c["seconds"] for c in d[g]["caps"].values()]) for k, d in (("f32", data32), ("x", data))}
         for what, score in (
             ("attention alone", lambda e: e.signals["attention"]),
-            ("default preset", lambda e: fused.score(e.signals)),
+            ("preset fused", lambda e: fused.score(e.signals)),
         ):
             base = f"{what}, float32"
             scores = {base: {e.qid: score(e) for e in ex32}, f"{what}, {dtype}": {e.qid: score(e) for e in ex}}
@@ -271,10 +279,10 @@ def precision(data32: dict, data: dict, rr: AttentionReranker) -> list[dict]:
 
 
 def coarse_to_fine(data: dict, rr: AttentionReranker, args, keep: int = 10) -> list[dict]:
-    """CAFE-style coarse-to-fine, held out: the default preset (trained on the other datasets) ranks
+    """CAFE-style coarse-to-fine, held out: the preset ``fused`` (trained on the other datasets) ranks
     all candidates; its top ``keep`` are re-scored in a second, shorter prompt of only them (in the
     first pass's order) by the same fused weights (fresh attention, the other signals of those
-    candidates), and reordered above the rest. Rows: Δ against the one-pass default preset."""
+    candidates), and reordered above the rest. Rows: Δ against the one-pass ``fused``."""
     rows = []
     for g in data:
         others = [h for h in data if h != g]
@@ -300,11 +308,11 @@ def coarse_to_fine(data: dict, rr: AttentionReranker, args, keep: int = 10) -> l
                 s[t] = s.max() + 1 + second - second.min()  # the top keep, reordered, stay on top
                 out[e.qid] = s
         scores = {
-            HEADLINE: first,
+            FUSED: first,
             f"coarse-to-fine: top-{keep} re-scored by the fused weights": refined,
             f"coarse-to-fine: top-{keep} re-scored by attention alone": attention_only,
         }
-        for r in compare(ex, scores, METRICS[g], baselines=(HEADLINE,)):
+        for r in compare(ex, scores, METRICS[g], baselines=(FUSED,)):
             rows.append({"held out": g, **r})
     return rows
 
@@ -319,7 +327,13 @@ def ship(data: dict, rr: AttentionReranker, args) -> dict:
         every, model=args.model, l2=args.l2, trained_on=f"{desc}; attention: the registered qrhead heads"
     )
     fused.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
-    return {"features": fused.features, "weights": fused.weights, "gate": fused.gate, "trained_on": fused.trained_on}
+    return {
+        "features": fused.features,
+        "weights": fused.weights,
+        "base_weights": fused.base_weights,
+        "gate": fused.gate,
+        "trained_on": fused.trained_on,
+    }
 
 
 def main() -> None:
@@ -360,7 +374,7 @@ def main() -> None:
     data = load(args, root, rr)
     precise = args.dtype != "float32" and args.attention == "full" and not args.prompt and not args.ablation
     icr32 = AttentionReranker(config="icr", dtype="float32") if precise else None
-    held, _ = lodo(data, args)
+    held, paired = lodo(data, args)
     payload = {
         "environment": environment(),
         "dtype": str(rr.llm.dtype).removeprefix("torch.") + ("-int8" if rr.llm.quantization else ""),
@@ -368,7 +382,7 @@ def main() -> None:
         "prompt": prompt_options(args),
         "ablation": args.ablation,
         "sizes": {g: len(d["cands"]) for g, d in data.items()},
-        "targets": targets(held),
+        "targets": targets(held, paired),
         "lodo": held,
         "in_domain": in_domain(data, args),
         "shipped": ship(data, rr, args) if args.ship else None,
@@ -418,15 +432,20 @@ def markdown(p: dict) -> str:
                 "its nDCG@10",
                 "default preset nDCG@10",
                 "Δ vs best first stage",
-                "attention's contribution",
                 "wins/losses",
                 "p",
+                "preset fused nDCG@10",
+                "attention's contribution",
+                "attention wins/losses",
+                "attention p",
             ],
-            {"Δ vs best first stage": "+.1f", "attention's contribution": "+.1f", "p": ".3f"},
+            {"Δ vs best first stage": "+.1f", "attention's contribution": "+.1f", "p": ".3f", "attention p": ".3f"},
         ),
         "",
-        "Best first stage: the best single first-stage signal on the held-out dataset itself (flatters the "
-        "baseline). Wins/losses per query against it; p: two-sided sign test.",
+        "Default preset (`signals`): the fused scorer without attention. Best first stage: the best single "
+        "first-stage signal on the held-out dataset itself (flatters the baseline). Wins/losses per query against "
+        "it; p: two-sided sign test. Attention's contribution: preset `fused` (the same fusion with attention, "
+        "gated) minus the default; its wins/losses per query against the default.",
         "",
         "## Leave-one-dataset-out (trained on the other three datasets)",
         "",
@@ -440,9 +459,9 @@ def markdown(p: dict) -> str:
         out += [
             "## Coarse-to-fine (CAFE-style), held out",
             "",
-            "The default preset trained on the other datasets ranks the candidates; its top 10 are re-scored in a "
+            "The preset `fused` trained on the other datasets ranks the candidates; its top 10 are re-scored in a "
             "second prompt holding only them and reordered above the rest. Δ, wins/losses and sign test against "
-            "the one-pass default preset.",
+            "the one-pass `fused`.",
             "",
         ]
         for g in p["sizes"]:
@@ -450,7 +469,7 @@ def markdown(p: dict) -> str:
             out += [f"### {g} held out", "", md_table(part, cols, fmt), ""]
     if p.get("precision"):
         out += [
-            f"## Precision: the default preset on {p['dtype']} rows against float32 rows",
+            f"## Precision: the preset fused on {p['dtype']} rows against float32 rows",
             "",
             "Registered qrhead heads and shipped fused weights (both from float32), applied to rows captured in "
             "each precision; every query of each dataset (in-domain for the weights: this isolates the precision). "
@@ -480,8 +499,9 @@ def markdown(p: dict) -> str:
         out += [
             "## Shipped weights",
             "",
-            f"Features {s['features']}, weights {np.round(s['weights'], 3).tolist()}, gate {s['gate']}; "
-            f"trained on {s['trained_on']}.",
+            f"Features {s['features']}, weights {np.round(s['weights'], 3).tolist()}, gate {s['gate']} (preset "
+            f"`fused`); without attention (the default preset `signals`) {[f for f in s['features'] if f != 'attention']} weights "
+            f"{np.round(s.get('base_weights') or [], 3).tolist()}; trained on {s['trained_on']}.",
             "",
         ]
     return "\n".join(out)

@@ -1,0 +1,126 @@
+"""What the reranking presets cost and score as a user runs them: seconds per query and nDCG@10 of
+the default preset ``signals`` (the candidates' BM25 and dense cosine fused; no attention) and
+the preset ``fused`` (the same with the registered heads' attention; ``--presets`` adds others),
+each query reranked by every preset in turn in one process (interleaved, so load changes hit all
+alike), the LLM in its default dtype, with the shipped weights. Baseline: the first-stage order.
+
+    python scripts/bench_presets.py [--data DIR] [--scifact-queries 20] [--presets signals,fused]
+
+Sets: DL19 BM25 top-20 (43 topics, rel >= 2) and SciFact train hybrid RRF top-20 (a seeded sample;
+the shipped weights saw these queries, so read its nDCG@10 as in-domain; the held-out figures are
+in docs/results/fusion.md). Model and embedder load before the clock starts; each preset's first
+query is timed too (a warm-up query runs first). Writes docs/results/rerank_presets.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnrank.benchmarks import dl19_sets, scifact_set
+from attnrank.config import set_torch_threads
+from attnrank.eval.datasets import data_root
+from attnrank.eval.metrics import evaluate
+from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.llm.models import load_llm
+from attnrank.rerank.attention import AttentionReranker
+
+REPO = Path(__file__).resolve().parents[1]
+SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"
+
+
+def measure(sets: list, presets: list[str]) -> list[dict]:
+    """One row per set and preset (plus the first-stage order): nDCG@10, mean and median s/query."""
+    llm = load_llm()
+    rerankers = {p: AttentionReranker(llm, config=p) for p in presets}
+    rows = []
+    for setting, ds, cands in sets:
+        first = next(iter(cands))
+        for rr in rerankers.values():  # warm-up: the embedder and the model's first pass
+            rr.rank(ds.queries[first], cands[first])
+        runs: dict[str, dict] = {"first stage": {}, **{p: {} for p in presets}}
+        secs: dict[str, list[float]] = {p: [] for p in presets}
+        for q, docs in cands.items():
+            runs["first stage"][q] = {d.id: -float(i) for i, d in enumerate(docs)}
+            for p, rr in rerankers.items():
+                t = time.perf_counter()
+                res = rr.rank(ds.queries[q], docs)
+                secs[p].append(time.perf_counter() - t)
+                runs[p][q] = {d.id: d.score for d in res}
+        for name, run in runs.items():
+            s = secs.get(name)
+            rows.append(
+                {
+                    "set": setting,
+                    "preset": name,
+                    "attention": "—" if s is None else ("yes" if rerankers[name].uses_attention else "no"),
+                    "nDCG@10": evaluate(run, ds.qrels, ["nDCG@10"], rel=ds.rel)["nDCG@10"],
+                    "mean s/query": float(np.mean(s)) if s else float("nan"),
+                    "median s/query": float(np.median(s)) if s else float("nan"),
+                    "queries": len(cands),
+                }
+            )
+        logging.info("%s done", setting)
+    for r in rows:  # time relative to the default preset on the same set, same run
+        base = next(x for x in rows if x["set"] == r["set"] and x["preset"] == presets[0])
+        r["x the default's time"] = r["mean s/query"] / base["mean s/query"]
+    return rows
+
+
+def markdown(p: dict) -> str:
+    env = p["environment"]
+    cols = [
+        "set",
+        "preset",
+        "attention",
+        "nDCG@10",
+        "mean s/query",
+        "median s/query",
+        "x the default's time",
+        "queries",
+    ]
+    return "\n".join(
+        [
+            f"# Reranking presets: cost and nDCG@10 ({env['date']}, {env['cpus']} CPUs, {env.get('cpu', '')})",
+            "",
+            "Command: `" + " ".join(["python scripts/bench_presets.py", *sys.argv[1:]]) + "`",
+            "",
+            f"SmolLM2-135M-Instruct ({p['dtype']}), shipped weights; every preset reranks each query in turn in "
+            "one process. SciFact's queries are among those the shipped fused weights were trained on (in-domain); "
+            "held-out quality is in fusion.md.",
+            "",
+            md_table(p["rows"], cols, {"mean s/query": ".3f", "median s/query": ".3f", "x the default's time": ".1f"}),
+            "",
+        ]
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--scifact-queries", type=int, default=20)
+    ap.add_argument("--presets", default="signals,fused", help="comma-separated; the first is the default")
+    ap.add_argument("--out", default=str(REPO / "docs" / "results"))
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    set_torch_threads()
+    root = data_root(args.data, default=REPO.parent / "shared" / "data")
+    presets = [p.strip() for p in args.presets.split(",") if p.strip()]
+    sets = [dl19_sets(root, [20])[0], scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX)]
+    payload = {
+        "environment": environment(),
+        "dtype": str(load_llm().dtype).removeprefix("torch."),
+        "rows": measure(sets, presets),
+    }
+    md = markdown(payload)
+    write_outputs("rerank_presets", payload, md, args.out)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
