@@ -144,9 +144,8 @@ def batch(
     config = BatchConfig(
         str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device, preset=preset
     )
-    if rerank > 0:  # a preset and options that do not fit: one line, before Ray starts
+    if rerank > 0:  # attention options on a preset without attention: named flags (run_batch checks the rest)
         check_attention_computed(preset, {"heads": heads} if heads is not None else {})
-        config.rerank_config()
     res = Resources(retrieval_actors, rerank_actors, actor_cpus, actor_cpus, 1.0 if device.startswith("cuda") else 0.0)
     stats = run_batch(
         queries,

@@ -31,9 +31,9 @@ def build_engine(
     max_new_tokens: int = 64,
 ) -> Engine:
     """Load the model once (``rerank``'s model, dtype and device; None: the default preset) and
-    build every part on it; the index (a folder) if given. The pruner reads the heads the reranker
-    was given (all heads unless ``heads`` was set, as ``attnrank ask``); the generator is only built
-    with an index (``/v1/ask`` answers over it)."""
+    build every part on it; the index (a folder) if given. The pruner reads the heads given to the
+    reranker (``heads``, with the sum scorer), else every head, as before the server took a
+    config; the generator is only built with an index (``/v1/ask`` answers over it)."""
     from ..generate import Generator
     from ..llm.models import load_llm
     from ..prune.pruner import ContextPruner
