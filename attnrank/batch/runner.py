@@ -121,6 +121,10 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         in_file = format_heads(parse_heads(config.heads) or [])
     return {
         **asdict(config),
+        # The preset the reranker resolves to, not just the one asked for: with none asked for, the
+        # default changed (fused -> signals, 2026-12-02), so a checkpoint that lacks this key was
+        # reranked by another scorer and is refused, never resumed with rows of the new one.
+        "rerank_preset": config.rerank_config().name if config.rerank else None,
         "index_tag": manifest_tag(Path(config.index)),
         "model_fingerprint": weights,
         "heads_in_file": in_file,

@@ -222,6 +222,32 @@ def test_resume_refuses_new_heads_in_the_same_heads_file(fake_ray, tmp_path, ind
     assert fake_ray["calls"] == 1
 
 
+def test_resume_refuses_a_checkpoint_reranked_under_another_default_preset(fake_ray, tmp_path, index):
+    """A checkpoint written before the default preset changed (fused -> signals) records no
+    resolved preset: resuming it would append rows of another scorer to its rows. Refused; the
+    same run resumes; a run without reranking is not concerned."""
+    import json
+
+    model = save_tiny(tmp_path / "model")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    run_batch({"q1": "apple"}, config, output=out, progress=False)  # the same settings: resumed
+    assert fake_ray["calls"] == 1
+    settings = tmp_path / "run.trec.parts" / "settings.json"
+    old = json.loads(settings.read_text())
+    assert old["rerank_preset"] == "signals"
+    del old["rerank_preset"], old["preset"]  # as written before the presets were recorded
+    settings.write_text(json.dumps(old))
+    with pytest.raises(InputError, match=r"other settings \(rerank_preset\)"):
+        run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+    assert fake_ray["calls"] == 1
+    plain = BatchConfig(str(index), mode="bm25")
+    plain_out = tmp_path / "plain.trec"
+    run_batch({"q1": "apple"}, plain, output=plain_out, progress=False)
+    assert json.loads((tmp_path / "plain.trec.parts" / "settings.json").read_text())["rerank_preset"] is None
+
+
 def test_resume_refuses_heads_registered_since(fake_ray, tmp_path, index, monkeypatch):
     """Without --heads the reranker reads the registry's heads (and weights); heads registered for
     the model between a run and its resume would score the remaining queries with other heads."""
