@@ -54,12 +54,13 @@ def state_writer(
     from ..rerank.attention import AttentionReranker  # torch: only once states are asked for
 
     name = preset or STATES_DEFAULT_PRESET
-    if not RerankConfig.preset(name).uses_attention:
+    base = RerankConfig.preset(name)
+    if not base.uses_attention:
         raise typer.BadParameter(
             f"--passage-states are block-attention states, and --preset {name} computes no attention; "
             "use --preset fused, qrhead or icr (the preset that will read them)"
         )
-    cfg = RerankConfig.preset(name, **overrides)
+    cfg = base.with_options(**overrides)
     reranker = AttentionReranker(config=cfg)
 
     def write(folder: Path) -> None:

@@ -170,7 +170,7 @@ class FusedWeights(RegistryArtifact):
         if not self.base_weights:
             raise InputError(
                 f"these fused weights over {self.features} hold no model without attention (base_weights); "
-                "retrain them with `attnrank train` (it fits one unless --no-gate)"
+                "retrain them with `attnrank train` (it fits one alongside)"
             )
         return FusedWeights(
             self.base_features,
@@ -352,8 +352,9 @@ def train_fused(
     trained_on: str = "",
 ) -> FusedWeights:
     """Fit fused weights on labelled queries (see the module doc), and the same model without
-    attention (``base_weights``) where there is attention; ``gate``: choose the fallback threshold; ``balance``: equal say for every group (dataset)
-    (off by default: pooling every query measured better held out, docs/benchmarks.md)."""
+    attention (``base_weights``) where there is attention; ``gate``: choose the fallback threshold;
+    ``balance``: equal say for every group (dataset) (off by default: pooling every query measured
+    better held out, docs/benchmarks.md)."""
     require("sklearn", "train", "Training the fused scorer")
     if model not in MODELS:
         raise InputError(f"model={model!r} is not one of {MODELS}")
