@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from .config import DEFAULT_BUDGET_TOKENS
 from .errors import InputError
 from .generate import Answer, Generator, StreamCallback
+from .index.retriever import HybridRetriever
 from .llm.models import LLM, load_llm
 from .prune.config import PruneConfig
 from .prune.context import PrunedContext
@@ -163,6 +164,8 @@ class Pipeline:
                 rerank if isinstance(rerank, RerankConfig) else RerankConfig.preset("" if rerank is True else rerank)
             )
             reranker = AttentionReranker(llm, config=config)
+            if isinstance(retriever, HybridRetriever):  # the hits' dense signal: read back, not embedded again
+                reranker.use_index(retriever)
         if prune is not False:
             pruner = ContextPruner(llm, config=prune if isinstance(prune, PruneConfig) else None)
         if generate:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -168,3 +168,34 @@ def rank_documents(
             )
         )
     return RankedResults(query=query, results=out, query_id=query_id, stage=stage)
+
+
+def stage_score_lists(previous: list[ScoredDocument] | None) -> dict[str, Sequence[float]] | None:
+    """Each earlier stage's scores over the candidates (NaN where a candidate has none); a stage
+    that scored none of them is left out, so weights that need it fail with a clear error."""
+    if previous is None:
+        return None
+    names = dict.fromkeys(n for d in previous for n in d.stage_scores)
+    return {n: [d.stage_scores.get(n, float("nan")) for d in previous] for n in names}
+
+
+def with_stage(
+    docs: list[Document], previous: list[ScoredDocument] | None, stage: str, scores: Iterable[float]
+) -> list[ScoredDocument]:
+    """``docs`` (input order) as scored documents carrying ``stage``'s score beside the earlier ones."""
+    out = []
+    for i, (d, s) in enumerate(zip(docs, scores)):
+        prev = previous[i] if previous is not None else None
+        out.append(
+            ScoredDocument(
+                d.id,
+                float(s),
+                i + 1,
+                d.text,
+                d.title,
+                {**(prev.stage_scores if prev else {}), stage: float(s)},
+                dict(prev.evidence) if prev else {},
+                d.metadata,
+            )
+        )
+    return out

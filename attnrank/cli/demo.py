@@ -48,6 +48,7 @@ def demo(
         from ..rerank.attention import AttentionReranker
 
         reranker = AttentionReranker(config=rerank_config)
+        reranker.use_index(r)
         typer.echo(f"[rerank] {reranker!r}")
     hits = {"first stage": 0, "reranked": 0}
     reranked = []

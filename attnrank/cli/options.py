@@ -21,6 +21,7 @@ from ..rerank.reweight import Reweighting
 from . import _check_heads
 
 DTYPE_HELP = (
+    "Precision of the LLM, and on CPU of the candidates' embedder (bfloat16 or float32): "
     "auto (CPU: bfloat16 with AMX or AVX-512 BF16, else float32; ATTNRANK_CPU_DTYPE overrides) | float32 | bfloat16 | "
     "float16 (GPU) | int8 (CPU: dynamic int8 linear layers)."
 )

@@ -170,6 +170,7 @@ def search(
         if rerank_config.attention == "block" and rerank_config.passage_states is None and stored.is_dir():
             rerank_config = rerank_config.with_options(passage_states=str(stored))
         reranker = AttentionReranker(config=rerank_config)
+        reranker.use_index(r)  # the hits' dense signal from the index's vectors, not a second embedding
         todo = results
         if progress and len(qs) > 1:  # rank() scores one query; the bar counts queries
             from tqdm.auto import tqdm

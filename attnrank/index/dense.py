@@ -121,6 +121,17 @@ class DenseIndex:
         idx = np.where(idx < 0, -1, idx).astype(np.int64)
         return idx, scores.astype(np.float32)
 
+    def vectors(self, positions: Sequence[int]) -> np.ndarray | None:
+        """The stored unit vectors of the documents at ``positions``, shape (len(positions), dim),
+        or None where the index cannot give them back (IVF keeps no map from position to vector)."""
+        if self.faiss_index is None or self.kind == "ivf":
+            return None
+        try:
+            vecs = self.faiss_index.reconstruct_batch(np.asarray(positions, dtype=np.int64))
+        except RuntimeError:  # a FAISS index type that does not reconstruct
+            return None
+        return np.asarray(vecs, dtype=np.float32).reshape(len(positions), self.dim)
+
     def save(self, path: str | Path) -> None:
         import faiss
 

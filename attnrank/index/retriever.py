@@ -218,6 +218,11 @@ class HybridRetriever:
             results.append(ScoredDocument(d.id, float(s), r, d.text, d.title, per_stage, metadata=d.metadata))
         return RankedResults(query, results, qid, stage=mode)
 
+    def stored_vectors(self, positions: Sequence[int]) -> np.ndarray | None:
+        """The dense index's unit vectors of the documents at ``positions`` (None: it cannot give
+        them back, as IVF cannot)."""
+        return None if self.dense is None else self.dense.vectors(positions)
+
     def _check_search(self, queries: list[str], k: int) -> None:
         if not self.docs:
             raise InputError("the retriever has no documents; call index(...) or HybridRetriever.load(path) first")

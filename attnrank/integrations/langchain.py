@@ -197,7 +197,7 @@ class AttnrankRetriever(BaseRetriever):
         super().__init__(**fields)
         self.index = shared_index(index)
         if self.rerank:
-            self.reranker = shared_reranker(reranker, **settings)
+            self.reranker = shared_reranker(reranker, index=self.index, **settings)
         elif reranker is not None or settings:
             raise InputError(f"rerank=False but reranker settings were given ({sorted(settings) or 'reranker'})")
 

@@ -281,7 +281,7 @@ class AttnrankRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager)
         self.similarity_top_k, self.depth = similarity_top_k, depth
         self._index = shared_index(index)
-        self._reranker = shared_reranker(reranker, **settings) if rerank else None
+        self._reranker = shared_reranker(reranker, index=self._index, **settings) if rerank else None
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = query_bundle.query_str

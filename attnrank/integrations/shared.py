@@ -84,17 +84,29 @@ def _cached(kind: str, kwargs: Mapping[str, Any], build):
         return _CACHE[key]
 
 
-def shared_reranker(reranker: Any = None, **kwargs: Any):
+def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
     """``reranker`` if given (any object with ``rank(query, docs, k)``), else the process-wide
     :class:`~attnrank.rerank.attention.AttentionReranker` built from ``kwargs`` (its constructor's
-    keyword arguments: ``model``, ``heads``, ``scorer``, ``calibrate``, ...)."""
+    keyword arguments: ``model``, ``heads``, ``scorer``, ``calibrate``, ...).
+
+    ``index``: the loaded index a retriever adapter reranks the hits of; the reranker built for it
+    reads their dense signal from the index's vectors (:meth:`~attnrank.rerank.attention.AttentionReranker.use_index`),
+    so it is one of its own: a reranker shared with adapters of other inputs embeds them, and its
+    scores never depend on which adapters a process created first. A given ``reranker`` is used as it is."""
     if reranker is not None:
         if kwargs:
             raise InputError(f"got a reranker object and settings {sorted(kwargs)}; give one or the other")
         return reranker
     from ..rerank.attention import AttentionReranker
 
-    return _cached("AttentionReranker", _settings(kwargs, RerankConfig), lambda: AttentionReranker(**kwargs))
+    def build() -> AttentionReranker:
+        built = AttentionReranker(**kwargs)
+        if index is not None:
+            built.use_index(index)
+        return built
+
+    settings = _settings(kwargs, RerankConfig)
+    return _cached("AttentionReranker", settings if index is None else {**settings, "index": index}, build)
 
 
 def shared_pruner(pruner: Any = None, **kwargs: Any):
@@ -203,9 +215,10 @@ def model_lock(stage: Any) -> AbstractContextManager[Any]:
 
     Every forward pass takes that lock anyway; holding it for the call keeps one request's
     passes together when frameworks call adapters from thread pools (LangChain ``.batch()``,
-    Haystack's executor, the server's workers). A stage without a model gets a lock of its own.
+    Haystack's executor, the server's workers). A stage without a model, or one that does not run
+    it (the reranking preset without attention), gets a lock of its own.
     """
-    llm = getattr(stage, "llm", None)
+    llm = getattr(stage, "llm", None) if getattr(stage, "uses_attention", True) else None
     model = getattr(llm, "model", None) if llm is not None else None
     if model is not None:
         return forward_lock(model)

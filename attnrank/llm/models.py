@@ -123,6 +123,14 @@ def load_llm(model: str | os.PathLike[str] | None = None, *, dtype: str = "auto"
     :mod:`attnrank.llm.quantize`; same fingerprint, so registered head sets still apply).
     ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"``.
     """
+    model_id = checked_model_id(model)
+    dev = resolve_device(device)
+    return _load_cached(model_id, dtype_name(dtype, dev), str(dev))
+
+
+def checked_model_id(model: str | os.PathLike[str] | None) -> str:
+    """The id :func:`load_llm` loads ``model`` under (a local path expanded), checked without
+    loading: a path that does not exist, or a file that is not a ``.gguf``, is a ModelError."""
     model_id = (os.fspath(model) if model is not None else config.DEFAULT_LLM).strip() or config.DEFAULT_LLM
     if model_id.startswith(("/", ".", "~")) or model_id.count("/") > 1:  # a path, not a hub id
         if not Path(model_id).expanduser().exists():
@@ -134,8 +142,7 @@ def load_llm(model: str | os.PathLike[str] | None = None, *, dtype: str = "auto"
             f"model {model_id!r} is a file, not a model folder or .gguf file; pass the folder that "
             f"holds config.json and the weights (e.g. {str(path.parent)!r})"
         )
-    dev = resolve_device(device)
-    return _load_cached(model_id, dtype_name(dtype, dev), str(dev))
+    return model_id
 
 
 def model_shape(model: str | None = None) -> tuple[int, int] | None:

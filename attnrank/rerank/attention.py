@@ -24,6 +24,7 @@ regularization, slot correction) replaces the plain aggregation; see
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -34,61 +35,31 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..index.retriever import HybridRetriever
 from ..llm.attention import AttentionCapturer, PrefixCache
 from ..llm.blocks import BlockMemo, BlockPrompt, build_block_prompts
 from ..llm.capture import capture_block_windows, capture_window
 from ..llm.context import ContextBuffer
+from ..llm.fingerprint import model_fingerprint
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import LLM, load_llm
+from ..llm.models import LLM, checked_model_id, load_llm
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows, document_scores, token_scores
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, write_store
-from ..registry import resolve_heads
-from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
-from .config import AUTO_OR_ALL, SIGNALS_AUTO, SIGNALS_ONLY, RerankConfig
+from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
+from .config import SIGNALS_AUTO, SIGNALS_ONLY, RerankConfig
 from .fused import ATTENTION, FUSED_STAGE, resolve_fused
 from .inputs import check_documents, check_k, check_texts
-from .learned import LearnedHeadWeights
 from .position import load_profile
+from .resolve import learned_weights, resolve_config_heads
 from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
-from .signals import SignalComputer
+from .signals import SignalComputer, signal_embedder_setup
 from .windows import fit_windows
 
 logger = logging.getLogger(__name__)
 
 _UNSET: Any = object()  # ``heads`` not given: the configuration's heads
-
-
-def _stage_scores(previous: list[ScoredDocument] | None) -> dict[str, Sequence[float]] | None:
-    """Each earlier stage's scores over the candidates (NaN where a candidate has none); a stage
-    that scored none of them is left out, so weights that need it fail with a clear error."""
-    if previous is None:
-        return None
-    names = dict.fromkeys(n for d in previous for n in d.stage_scores)
-    return {n: [d.stage_scores.get(n, float("nan")) for d in previous] for n in names}
-
-
-def _with_stage(
-    docs: list[Document], previous: list[ScoredDocument] | None, stage: str, scores: np.ndarray
-) -> list[ScoredDocument]:
-    """``docs`` (input order) as scored documents carrying ``stage``'s score beside the earlier ones."""
-    out = []
-    for i, (d, s) in enumerate(zip(docs, scores)):
-        prev = previous[i] if previous is not None else None
-        out.append(
-            ScoredDocument(
-                d.id,
-                float(s),
-                i + 1,
-                d.text,
-                d.title,
-                {**(prev.stage_scores if prev else {}), stage: float(s)},
-                dict(prev.evidence) if prev else {},
-                d.metadata,
-            )
-        )
-    return out
 
 
 class AttentionReranker:
@@ -98,7 +69,8 @@ class AttentionReranker:
     (default ``"signals"``: the first-stage signals fused without attention; ``"fused"``: the registered
     heads' attention fused with them) or a config
     object, and keyword ``options`` override its fields (``model`` may also be a loaded
-    :class:`LLM`). The fields, as the reranker reads them:
+    :class:`LLM`; the preset ``signals`` loads none until :attr:`llm` is read). The fields, as the
+    reranker reads them:
 
     ``heads``: None/"all" (ICR: every head), a list of (layer, head) pairs, "l-h,l-h" text, or a
     JSON file (QRHead). ``calibrate``: subtract the content-free "N/A" query's attention.
@@ -133,14 +105,23 @@ class AttentionReranker:
         else:  # the options take part in choosing an unnamed preset (config.preset_for)
             cfg = RerankConfig.preset(config or "", **options)
         self.config = cfg
-        self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
-        self.learned = self._learned_weights(cfg.scorer)
+        # The preset without attention never runs the model: it is loaded only if asked for (.llm).
+        self._llm = model if isinstance(model, LLM) else None
+        if self._llm is None and cfg.signals != SIGNALS_ONLY:
+            self._llm = load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
+        self.model_id, self.fingerprint = (
+            (self._llm.model_id, self._llm.fingerprint)
+            if self._llm is not None
+            else model_fingerprint(checked_model_id(cfg.model))
+        )
+        self.learned = learned_weights(cfg.scorer, self.model_id, self.fingerprint)
         signals = SIGNALS_AUTO if cfg.signals == SIGNALS_ONLY else cfg.signals
-        self.fused = resolve_fused(signals, self.llm.model_id, self.llm.fingerprint, attention=cfg.uses_attention)
+        self.fused = resolve_fused(signals, self.model_id, self.fingerprint, attention=cfg.uses_attention)
         if self.fused is not None and not cfg.uses_attention:
             self.fused = self.fused.without_attention()
-        device = cfg.device if cfg.device != "auto" else "cpu"  # dense cosines: the embedder the weights fit
-        self.signals = SignalComputer(self.fused.embedder if self.fused else None, device=device)
+        self.signals = SignalComputer(
+            self.fused.embedder if self.fused else None, *signal_embedder_setup(cfg.device, cfg.dtype)
+        )
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
             heads = self.learned.heads
@@ -148,9 +129,10 @@ class AttentionReranker:
         elif not self.uses_attention:  # heads are never read: no registered set needed, none warned of
             heads = None
         else:
-            heads = self._resolve_heads(cfg.heads)
+            heads = resolve_config_heads(cfg.heads, self.llm)
         self.heads = parse_heads(heads)
-        self.capturer = AttentionCapturer(self.llm.model, self.heads)
+        if self.uses_attention:  # checks the heads against the model now, not at the first query
+            self.capturer  # noqa: B018
         self.calibrate, self.query_span, self.token_filter = calibrate, cfg.query_span, token_filter
         self.prompt_kw: dict[str, Any] = dict(
             instruction=cfg.instruction,
@@ -158,12 +140,11 @@ class AttentionReranker:
             max_doc_words=cfg.max_doc_words,
             max_doc_tokens=cfg.max_doc_tokens,
         )
-        if (cfg.max_prompt_tokens or 0) > self.llm.context_length:  # past it, positions are untrained
+        if self.uses_attention and (cfg.max_prompt_tokens or 0) > self.llm.context_length:  # untrained positions
             raise InputError(
                 f"max_prompt_tokens={cfg.max_prompt_tokens} exceeds the {self.llm.context_length}-token context "
-                f"of {self.llm.model_id}; lower it (None: the context minus 64)"
+                f"of {self.model_id}; lower it (None: the context minus 64)"
             )
-        self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None  # block_prefix_ids depend on the tokenizer only
@@ -183,57 +164,51 @@ class AttentionReranker:
         self.show_progress = show_progress
         self.reweight = cfg.reweight
         self.slot_profile = (
-            None
-            if cfg.slot_profile is None
-            else load_profile(cfg.slot_profile, self.llm.model_id, self.llm.fingerprint)
+            None if cfg.slot_profile is None else load_profile(cfg.slot_profile, self.model_id, self.fingerprint)
         )
-        check_setup(self.reweight, self.slot_profile, self.llm.model_id, self.llm.fingerprint)
+        check_setup(self.reweight, self.slot_profile, self.model_id, self.fingerprint)
 
-    def _resolve_heads(self, heads: HeadsArg) -> HeadsArg:
-        """Registered sets for ``"auto"``/``"auto:METHOD"``; ``"auto-or-all"`` falls back to all
-        heads (with a warning) for a model that has none registered."""
-        if not isinstance(heads, str):
-            return heads
-        spec = heads.strip().lower()
-        if spec == AUTO_OR_ALL:
-            try:
-                return resolve_heads("auto", self.llm)
-            except InputError:
-                logger.warning(
-                    "no retrieval-head set is registered for %s: reranking with all heads (ICR); "
-                    "detect one with `attnrank heads detect`",
-                    self.llm.model_id,
-                )
-                return None
-        return resolve_heads(heads, self.llm) if spec.startswith("auto") else heads
+    @property
+    def llm(self) -> LLM:
+        """The model; the preset without attention loads it only here, when something asks for it
+        (an answer, an explanation): reranking by it never runs the model."""
+        if self._llm is None:
+            self._llm = load_llm(self.config.model, dtype=self.config.dtype, device=self.config.device)
+        return self._llm
 
-    def _learned_weights(self, scorer: Any) -> LearnedHeadWeights | None:
-        """``scorer``: "sum" (ICR/QRHead head sum), "learned" (the model's registered
-        :class:`~attnrank.rerank.learned.LearnedHeadWeights`) or such an object."""
-        if isinstance(scorer, str) and scorer == "sum":
-            return None
-        if isinstance(scorer, LearnedHeadWeights):
-            return scorer
-        if scorer == "learned":
-            return LearnedHeadWeights.load(self.llm.model_id, self.llm.fingerprint)
-        raise InputError(f"scorer={scorer!r} is not 'sum', 'learned' or a LearnedHeadWeights")
+    @functools.cached_property
+    def capturer(self) -> AttentionCapturer:
+        """Reads the heads' attention rows from the model (built on first use)."""
+        return AttentionCapturer(self.llm.model, self.heads)
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """Tokens one prompt (window) may span: the config's, else the model's context minus 64."""
+        return self.config.max_prompt_tokens or self.llm.context_length - 64
+
+    def use_index(self, retriever: HybridRetriever) -> bool:
+        """Candidates from ``retriever``'s corpus get their dense signal from its stored vectors
+        instead of a pass of the embedder over them (:meth:`SignalComputer.use_index`; same
+        embedder only). Scores are unchanged; True when the vectors will be read."""
+        return self.fused is not None and self.signals.use_index(retriever)
 
     @property
     def uses_attention(self) -> bool:
         """False when the fused weights have no attention feature: then the candidates' first-stage
-        signals alone score them and the model is not run."""
+        signals alone score them and the model is not run (nor loaded, unless :attr:`llm` is read)."""
         return self.fused is None or self.fused.uses_attention
 
     @property
     def head_list(self) -> list[tuple[int, int]]:
-        return list(self.capturer.heads)
+        """The heads read, as (layer, head) pairs; none for the preset without attention."""
+        return list(self.capturer.heads) if self.uses_attention else []
 
     def __repr__(self) -> str:
         heads = "all" if self.heads is None else format_heads(self.heads)
         if not self.uses_attention:
-            return f"AttentionReranker(model={self.llm.model_id!r}, preset={self.config.name!r}, signals='only')"
+            return f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, signals='only')"
         return (
-            f"AttentionReranker(model={self.llm.model_id!r}, preset={self.config.name!r}, heads={heads}, "
+            f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, heads={heads}, "
             f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate}, "
             f"signals={'fused' if self.fused is not None else 'none'})"
         )
@@ -268,7 +243,7 @@ class AttentionReranker:
             stage, scores = "attention", attention
             if self.fused is not None:  # keep the attention score beside the fused one
                 stage, scores = FUSED_STAGE, self._fuse(query, documents, attention)
-                previous = _with_stage(documents, previous, "attention", attention)
+                previous = with_stage(documents, previous, "attention", attention)
         res = rank_documents(
             query, documents, scores, stage=stage, query_id=query_id, previous=previous, evidence=evidence
         )
@@ -318,7 +293,8 @@ class AttentionReranker:
         """The fused score (:mod:`attnrank.rerank.fused`) of the candidates from their attention
         (None: weights without attention)."""
         assert self.fused is not None
-        signals: dict[str, Any] = dict(self.signals(query, [d.full_text for d in docs], self.fused.base_features))
+        texts, ids = [d.full_text for d in docs], [d.id for d in docs]
+        signals: dict[str, Any] = dict(self.signals(query, texts, self.fused.base_features, ids=ids))
         if attention is not None:
             signals[ATTENTION] = attention
         return self.fused.score(signals)
@@ -330,7 +306,7 @@ class AttentionReranker:
             wins = self.windows(query, docs)
             first_stage = None if previous is None else [d.score for d in previous]
             return self.learned.score_windows(
-                wins, len(docs), self.head_list, first_stage, _stage_scores(previous)
+                wins, len(docs), self.head_list, first_stage, stage_score_lists(previous)
             ), None
         scores = np.zeros(len(docs))
         ev: list[dict] | None = [{} for _ in docs] if evidence else None

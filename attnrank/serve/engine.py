@@ -45,9 +45,13 @@ def build_engine(
         from ..index.retriever import HybridRetriever
 
         retriever = HybridRetriever.load(index)
-    llm = load_llm(config.model, dtype=config.dtype, device=config.device)
+    # the default preset reranks without the model: loaded only for a pruner or generator
+    needs_model = config.uses_attention or prune or (generate and retriever is not None)
+    llm = load_llm(config.model, dtype=config.dtype, device=config.device) if needs_model else None
     reranker = AttentionReranker(llm, config=config)
+    if retriever is not None:  # candidates from the index: their dense signal is read back from it
+        reranker.use_index(retriever)
     given_heads = config.scorer == "sum" and config.heads not in (None, AUTO_OR_ALL)
-    pruner = ContextPruner(llm, config.heads if given_heads else None) if prune else None
-    generator = Generator(llm, max_new_tokens) if generate and retriever is not None else None
-    return Engine(reranker, pruner, generator, retriever, llm.model_id)
+    pruner = ContextPruner(llm, config.heads if given_heads else None) if llm is not None and prune else None
+    generator = Generator(llm, max_new_tokens) if llm is not None and generate and retriever is not None else None
+    return Engine(reranker, pruner, generator, retriever, reranker.model_id)

@@ -76,7 +76,12 @@ def test_batch_run_equals_search_rerank(ray_local, tmp_path, indexes, tiny_dir, 
         progress=False,
     )
     assert stats["rows"] == 12 and stats["queries_per_second"] > 0
-    assert out.read_text() == single.read_text()  # byte for byte: same documents, ranks, scores, tag
+    # Same queries, documents, ranks and tag. `search` reads the candidates' vectors back from its
+    # index; a shard cannot give them back, so the batch embeds them (in the reranker's dtype): the
+    # fused scores agree to that precision (byte for byte on a CPU without bfloat16).
+    batch_lines, search_lines = ([line.split() for line in f.read_text().splitlines()] for f in (out, single))
+    assert [x[:4] + x[5:] for x in batch_lines] == [x[:4] + x[5:] for x in search_lines]
+    assert max(abs(float(a[4]) - float(b[4])) for a, b in zip(batch_lines, search_lines)) < 0.02
     rows = pq.read_table(pq_out).to_pylist()
     assert [r["qid"] for r in rows] == list(read_queries(queries))
     first = rows[0]

@@ -294,3 +294,12 @@ def test_small_shards_with_global_idf_load(tmp_path):
         res = sr.search(q, 5, mode="bm25")
         assert res.ids == [docs[i].id for i in ids[0]]
         np.testing.assert_allclose(res.scores, scores[0], rtol=1e-6)
+
+
+def test_a_sharded_index_gives_no_stored_vectors_so_rerankers_embed(sharded):
+    """Shards hold vectors under global ids: shard 0's index must never be read at global positions."""
+    from attnrank.rerank.signals import SignalComputer
+
+    r = ShardedRetriever.load(sharded)
+    assert r.stored_vectors([0, 30]) is None
+    assert not SignalComputer().use_index(r)

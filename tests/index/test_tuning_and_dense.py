@@ -37,6 +37,26 @@ def test_approximate_indexes_round_trip(tmp_path, scifact_docs, kind):
     np.testing.assert_array_equal(exact.retrieve(q, 1)[0], loaded.retrieve(q, 1)[0])
 
 
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_stored_vectors_are_the_documents_embeddings_also_when_loaded(tmp_path, scifact_docs, kind):
+    from attnrank.index.embed import encode
+
+    texts = [d.full_text for d in scifact_docs]
+    built = DenseIndex(kind=kind).index(texts)
+    built.save(tmp_path / kind)
+    loaded = DenseIndex.load(tmp_path / kind, model=None, kind=kind)  # memory-mapped
+    want = encode(built.encoder, [texts[7], texts[2], texts[7]])
+    for index in (built, loaded):
+        got = index.vectors([7, 2, 7])
+        assert got is not None and got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_an_ivf_index_gives_no_stored_vectors(scifact_docs):
+    """IVF keeps no map from a position to its vector: None, so callers embed instead."""
+    assert DenseIndex(kind="ivf").index([d.full_text for d in scifact_docs]).vectors([0, 1]) is None
+
+
 def test_unknown_dense_kind():
     with pytest.raises(InputError, match="'pq' is not one of"):
         DenseIndex(kind="pq")

@@ -39,7 +39,7 @@ def test_pipeline_yaml_round_trip_and_run(settings, demo_index, query):
     assert [d.id for d in ranked] == ref.ids[:2]
     assert [d.score for d in ranked] == pytest.approx(ref.scores[:2], abs=0)
     assert all(d.meta["rank"] == i and "hybrid" in d.meta["stage_scores"] for i, d in enumerate(ranked, 1))
-    # the retriever's own reranking (same settings -> same shared reranker) agrees
+    # the retriever's own reranking (same settings; it reads its hits' vectors from the index) agrees
     own = AttnrankRetriever(str(demo_index), top_k=2, depth=5, model=settings["model"], reranker_kwargs=kwargs)
     assert [d.id for d in own.run(query)["documents"]] == [d.id for d in ranked]
 

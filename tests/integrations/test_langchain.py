@@ -63,8 +63,13 @@ def test_retriever_in_contextual_compression_retriever_and_batch(settings, demo_
     assert scores == sorted(scores, reverse=True)
     assert all({"hybrid", "attention"} <= set(d.metadata["stage_scores"]) for d in docs)  # stages kept
     # the retriever's own reranking gives the same result as the compression pipeline
-    direct = AttnrankRetriever(index=demo_index, k=3, depth=5, **settings).invoke(query)
+    retriever = AttnrankRetriever(index=demo_index, k=3, depth=5, **settings)
+    direct = retriever.invoke(query)
     assert [d.id for d in direct] == [d.id for d in docs]
+    # the retriever's reranker reads its hits' vectors from the index: one per index, never the
+    # reranker other adapters share (whose scores must not depend on which adapters exist)
+    assert retriever.reranker.signals.index is not None and shared_reranker(**settings).signals.index is None
+    assert AttnrankRetriever(index=demo_index, k=2, depth=5, **settings).reranker is retriever.reranker
     # .batch() runs the queries on LangChain's thread pool: results equal one-by-one invocation
     other = "Which network first aired Meet Corliss Archer?"
     batched = pipe.batch([query, other])

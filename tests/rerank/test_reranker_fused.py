@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from _tiny import RERANK_QUERY, rerank_docs
 
-from attnrank.errors import InputError
+from attnrank.errors import InputError, ModelError
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RerankConfig
 from attnrank.rerank.fused import FusedWeights
@@ -21,7 +21,9 @@ def test_fused_scores_equal_the_weights_over_attention_and_signals(llm):
     plain = AttentionReranker(llm, None, signals=None)
     fused = AttentionReranker(llm, None, signals=FUSED)
     att = plain.score(RERANK_QUERY, docs)
-    signals = SignalComputer()(RERANK_QUERY, [d.full_text for d in docs], ["bm25", "dense", "rank"])
+    signals = SignalComputer(backend=fused.signals.backend)(
+        RERANK_QUERY, [d.full_text for d in docs], ["bm25", "dense", "rank"]
+    )
     expected = FUSED.score({"attention": att, **signals})
     np.testing.assert_allclose(fused.score(RERANK_QUERY, docs), expected, rtol=1e-9, atol=1e-12)
     res = fused.rank(RERANK_QUERY, docs)
@@ -33,7 +35,9 @@ def test_gate_uses_the_first_stage_signals_alone_where_attention_is_flat(llm):
     docs = rerank_docs()
     always_base = FusedWeights(FUSED.features, FUSED.weights, base_weights=FUSED.base_weights, gate=1e9)
     rr = AttentionReranker(llm, None, signals=always_base)
-    signals = SignalComputer()(RERANK_QUERY, [d.full_text for d in docs], ["bm25", "dense", "rank"])
+    signals = SignalComputer(backend=rr.signals.backend)(
+        RERANK_QUERY, [d.full_text for d in docs], ["bm25", "dense", "rank"]
+    )
     base = FusedWeights(["bm25", "dense", "rank"], FUSED.base_weights).score(signals)
     np.testing.assert_allclose(rr.score(RERANK_QUERY, docs), base, rtol=1e-9)
 
@@ -112,7 +116,9 @@ def test_signals_preset_scores_by_the_weights_model_without_attention_and_never_
     docs = rerank_docs()
     calls = _forward_calls(llm)
     rr = AttentionReranker(llm, config="signals", signals=FUSED.without_attention())
-    signals = SignalComputer()(RERANK_QUERY, [d.full_text for d in docs], ["bm25", "dense", "rank"])
+    signals = SignalComputer(backend=rr.signals.backend)(
+        RERANK_QUERY, [d.full_text for d in docs], ["bm25", "dense", "rank"]
+    )
     expected = FusedWeights(["bm25", "dense", "rank"], FUSED.base_weights).score(signals)
     np.testing.assert_allclose(rr.score(RERANK_QUERY, docs), expected, rtol=1e-9, atol=1e-12)
     res = rr.rank(RERANK_QUERY, docs, k=2)
@@ -121,6 +127,56 @@ def test_signals_preset_scores_by_the_weights_model_without_attention_and_never_
     assert not calls and not rr.uses_attention and "signals='only'" in repr(rr)
     with pytest.raises(InputError, match="no per-token attention evidence"):
         rr.rank(RERANK_QUERY, docs, return_evidence=True)
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype", "cpu_dtype", "want"),
+    [
+        ("cpu", "auto", "bfloat16", ("cpu", "torch-bf16")),  # a CPU with AMX / AVX-512 BF16
+        ("cpu", "auto", "float32", ("cpu", "torch")),
+        ("auto", "auto", "bfloat16", ("cpu", "torch-bf16")),
+        ("cpu", "float32", "bfloat16", ("cpu", "torch")),
+        ("cpu", "int8", "bfloat16", ("cpu", "torch")),  # int8 linear layers: the rest stays float32
+        ("cpu", "bfloat16", "float32", ("cpu", "torch-bf16")),
+        ("cuda:0", "auto", "bfloat16", ("cuda:0", "torch")),
+    ],
+)
+def test_the_candidates_embedder_runs_in_the_rerankers_cpu_precision(monkeypatch, device, dtype, cpu_dtype, want):
+    from attnrank.rerank.signals import signal_embedder_setup
+
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", cpu_dtype)
+    assert signal_embedder_setup(device, dtype) == want
+
+
+def test_the_signals_preset_loads_no_model_until_one_is_asked_for(tiny_dir):
+    from attnrank.llm.models import _load_cached
+
+    def loads() -> int:
+        info = _load_cached.cache_info()
+        return info.hits + info.misses
+
+    before = loads()
+    rr = AttentionReranker(str(tiny_dir), config="signals")
+    res = rr.rank(RERANK_QUERY, rerank_docs())
+    assert len(res) == 4 and res.stage == "fused" and not rr.uses_attention and rr.head_list == []
+    assert loads() == before and rr.model_id == str(tiny_dir)
+    assert rr.llm.model_id == str(tiny_dir) and loads() == before + 1  # an answer or explanation loads it
+    fused = AttentionReranker(str(tiny_dir), config="fused")
+    assert fused.uses_attention and loads() == before + 2 and fused.fingerprint == rr.fingerprint
+    with pytest.raises(ModelError, match="no such local model folder"):  # still checked, before any work
+        AttentionReranker(str(tiny_dir / "missing"), config="signals")
+
+
+def test_reranking_candidates_of_an_index_reads_their_stored_vectors(llm, built_retriever):
+    """Same scores with the index's vectors as with a fresh embedding of every candidate."""
+    first = built_retriever.search("vitamin D and bone fractures", 8)
+    only = FUSED.without_attention()  # float32: the index's vectors are float32 embeddings
+    plain = AttentionReranker(llm, config="signals", signals=only, dtype="float32")
+    indexed = AttentionReranker(llm, config="signals", signals=only, dtype="float32")
+    assert indexed.use_index(built_retriever) and indexed.signals.index is not None
+    np.testing.assert_allclose(indexed.score(first.query, first), plain.score(first.query, first), rtol=1e-4, atol=1e-5)
+    assert [d.id for d in indexed.rank(first.query, first)] == [d.id for d in plain.rank(first.query, first)]
+    assert not AttentionReranker(llm, None, signals=None).use_index(built_retriever)  # no signals read
 
 
 def test_signals_only_reads_the_shipped_weights_base_model(llm):

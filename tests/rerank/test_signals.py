@@ -54,3 +54,47 @@ def test_signal_computer_cosine_matches_the_embedder(scifact_docs):
 def test_unknown_signal_is_refused():
     with pytest.raises(InputError, match="among"):
         SignalComputer()("q", ["a"], ["bm25", "splade"])
+
+
+def _counting_encode(monkeypatch) -> list[int]:
+    """How many texts each call of the embedder's encode is given (the real encode still runs)."""
+    from attnrank.rerank import signals
+
+    sizes: list[int] = []
+    real = signals.encode
+
+    def counted(model, texts, **kw):
+        sizes.append(len(texts))
+        return real(model, texts, **kw)
+
+    monkeypatch.setattr(signals, "encode", counted)
+    return sizes
+
+
+def test_candidates_from_an_index_get_their_stored_vectors_not_a_second_embedding(built_retriever, monkeypatch):
+    docs = built_retriever.docs[:6]
+    ids, texts = [d.id for d in docs], [d.full_text for d in docs]
+    fresh = SignalComputer()("a query about cells", texts, ["dense"])["dense"]
+    sc = SignalComputer()
+    assert sc.use_index(built_retriever)
+    sizes = _counting_encode(monkeypatch)
+    got = sc("a query about cells", texts, ["dense"], ids=ids)["dense"]
+    np.testing.assert_allclose(got, fresh, atol=1e-5)
+    assert sizes == [1]  # the query alone
+    # another text under a known id, and an id the index lacks, are embedded: only those
+    texts2, ids2 = [texts[0], "Cells divide by mitosis.", "An unindexed passage."], [ids[0], ids[1], "new-doc"]
+    want2 = SignalComputer()("a query about cells", texts2, ["dense"])["dense"]
+    got2 = sc("a query about cells", texts2, ["dense"], ids=ids2)["dense"]
+    np.testing.assert_allclose(got2, want2, atol=1e-5)
+    assert sizes[-1] == 3  # the query and the two texts the index does not hold
+    assert sc("a query about cells", texts, ["dense"])["dense"].shape == (6,)  # no ids: all embedded
+    assert sizes[-1] == 7
+
+
+def test_an_index_of_another_embedder_is_not_read(built_retriever):
+    import copy
+
+    other = copy.copy(built_retriever)
+    other.embedder = "/models/some-other-embedder"  # vectors of another space
+    sc = SignalComputer()
+    assert not sc.use_index(other) and sc.index is None

@@ -457,3 +457,6 @@ def test_the_engine_is_built_from_one_rerank_config(tiny_dir):
     assert fused.reranker.uses_attention and fused.reranker.head_list == [(0, 1), (2, 3)]
     assert fused.pruner is not None and fused.pruner.heads == [(0, 1), (2, 3)]
     assert fused.generator is None  # no index: nothing for /v1/ask to answer over
+    bare = build_engine(RerankConfig.preset(model=str(tiny_dir)), prune=False)  # rerank only: no model runs
+    assert bare.pruner is None and bare.generator is None and not bare.reranker.uses_attention
+    assert bare.model_name == str(tiny_dir) and bare.reranker._llm is None  # and none was loaded

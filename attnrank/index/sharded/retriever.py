@@ -153,6 +153,11 @@ class ShardedRetriever(HybridRetriever):
             dense = merge_topk([d.retrieve(queries, depth, query_embeddings=q) for d in self.shard_dense], depth)
         return sparse, dense
 
+    def stored_vectors(self, positions: Sequence[int]) -> np.ndarray | None:
+        """None: a shard keeps its vectors under global ids (``IndexIDMap``), with no lookup from
+        an id back to its vector, so a reranker embeds the candidates instead."""
+        return None
+
     def _bm25_shard(self, i: int, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         ids, scores = self.shard_bm25[i].retrieve(queries, k)
         return ids + self.manifest["shards"][i]["start"], scores

@@ -59,7 +59,7 @@ class AttnrankRetriever:
         if self._index is None:
             self._index = shared_index(self.index_path)
         if self.rerank and self._reranker is None:
-            self._reranker = shared_reranker(**self._settings)
+            self._reranker = shared_reranker(index=self._index, **self._settings)
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
