@@ -121,7 +121,8 @@ class Pipeline:
             return reorder
         if not reorder:
             return None
-        models = (getattr(stage, "llm", None) for stage in (self.generator, self.reranker, self.pruner))
+        stages = (self.generator, self.reranker, self.pruner)  # not a reranker that runs no model: it loads none
+        models = (getattr(s, "llm", None) for s in stages if getattr(s, "uses_attention", True))
         llm = next((m for m in models if isinstance(m, LLM)), None)
         if llm is None:
             raise InputError(

@@ -70,3 +70,19 @@ def ray_local():
     )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def embedded(monkeypatch) -> list[int]:
+    """How many texts each call of the rerankers' embedder encode is given (the real one runs)."""
+    from attnrank.rerank import signals
+
+    sizes: list[int] = []
+    real = signals.encode
+
+    def counted(model, texts, **kw):
+        sizes.append(len(texts))
+        return real(model, texts, **kw)
+
+    monkeypatch.setattr(signals, "encode", counted)
+    return sizes

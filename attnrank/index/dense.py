@@ -72,6 +72,7 @@ class DenseIndex:
         # the embedding of embed.PROBE_TEXT at build; checked against the encoder at the first query
         self.probe: list[float] | None = None
         self._probe_checked = False
+        self.built_with = self.backend  # the backend that embedded the stored vectors (load: the manifest's)
 
     @property
     def encoder(self):
@@ -123,8 +124,10 @@ class DenseIndex:
 
     def vectors(self, positions: Sequence[int]) -> np.ndarray | None:
         """The stored unit vectors of the documents at ``positions``, shape (len(positions), dim),
-        or None where the index cannot give them back (IVF keeps no map from position to vector)."""
-        if self.faiss_index is None or self.kind == "ivf":
+        or None where the index cannot give them back (IVF keeps no map from position to vector)
+        or they are int8 approximations (``onnx-int8``: ~2e-2 from float32) that would not stand
+        in for an embedding."""
+        if self.faiss_index is None or self.kind == "ivf" or self.built_with == "onnx-int8":
             return None
         try:
             vecs = self.faiss_index.reconstruct_batch(np.asarray(positions, dtype=np.int64))
@@ -151,13 +154,15 @@ class DenseIndex:
         device: str = "cpu",
         backend: str = "torch",
         probe: list[float] | None = None,
+        built_with: str | None = None,
     ) -> DenseIndex:
         """``probe``: the build's embedding of the probe text (from the manifest), checked
-        against the embedder at the first query; None skips the check."""
+        against the embedder at the first query; None skips the check. ``built_with``: the
+        backend the manifest says embedded the documents (None: ``backend``)."""
         import faiss
 
         self = cls(model, kind, nprobe=nprobe, device=device, backend=backend)
-        self.probe = probe
+        self.probe, self.built_with = probe, built_with or backend
         file = Path(path) / "index.faiss"
         flags = 0
         if mmap:

@@ -379,6 +379,7 @@ class HybridRetriever:
             mmap=mmap,
             backend=self.embed_backend,
             probe=probe,
+            built_with=dense.get("backend", "torch"),
         )
         self.build_info = m.get("build", {})
         if not (len(self.docs) == self.bm25.num_docs == num_docs):

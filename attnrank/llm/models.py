@@ -27,7 +27,7 @@ from attnrank import config
 from attnrank.errors import AttnrankError, ModelError
 
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
-from .fingerprint import file_sha256, gguf_source, pretrained_fingerprint
+from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
 from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir, gguf_shape
 from .quantize import INT8, quantize_int8
 
@@ -143,6 +143,19 @@ def checked_model_id(model: str | os.PathLike[str] | None) -> str:
             f"holds config.json and the weights (e.g. {str(path.parent)!r})"
         )
     return model_id
+
+
+def unloaded_model(model: str | os.PathLike[str] | None) -> tuple[str, str]:
+    """``(model id, fingerprint)`` of ``model`` as :func:`load_llm` would give them, without loading
+    its weights; a model whose config cannot be read here (a missing path, a folder without
+    ``config.json``, a hub id not in the local cache) is a ModelError, as loading it would be."""
+    model_id = checked_model_id(model)
+    if model_shape(model_id) is None:
+        raise ModelError(
+            f"model {model_id!r}: its config cannot be read (not a model folder, .gguf file or hub "
+            "model in the local cache); give a model that loads, or none for the packaged default"
+        )
+    return model_fingerprint(model_id)
 
 
 def model_shape(model: str | None = None) -> tuple[int, int] | None:

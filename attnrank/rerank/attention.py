@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -40,9 +41,8 @@ from ..llm.attention import AttentionCapturer, PrefixCache
 from ..llm.blocks import BlockMemo, BlockPrompt, build_block_prompts
 from ..llm.capture import capture_block_windows, capture_window
 from ..llm.context import ContextBuffer
-from ..llm.fingerprint import model_fingerprint
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import LLM, checked_model_id, load_llm
+from ..llm.models import LLM, load_llm, unloaded_model
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows, document_scores, token_scores
 from ..llm.states import StateCache
@@ -105,22 +105,23 @@ class AttentionReranker:
         else:  # the options take part in choosing an unnamed preset (config.preset_for)
             cfg = RerankConfig.preset(config or "", **options)
         self.config = cfg
-        # The preset without attention never runs the model: it is loaded only if asked for (.llm).
+        # Reranking without attention never runs the model: it is loaded only if asked for (.llm).
         self._llm = model if isinstance(model, LLM) else None
-        if self._llm is None and cfg.signals != SIGNALS_ONLY:
+        self._llm_lock = threading.Lock()
+        if self._llm is None and cfg.uses_attention:
             self._llm = load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.model_id, self.fingerprint = (
-            (self._llm.model_id, self._llm.fingerprint)
-            if self._llm is not None
-            else model_fingerprint(checked_model_id(cfg.model))
+            (self._llm.model_id, self._llm.fingerprint) if self._llm is not None else unloaded_model(cfg.model)
         )
         self.learned = learned_weights(cfg.scorer, self.model_id, self.fingerprint)
         signals = SIGNALS_AUTO if cfg.signals == SIGNALS_ONLY else cfg.signals
         self.fused = resolve_fused(signals, self.model_id, self.fingerprint, attention=cfg.uses_attention)
         if self.fused is not None and not cfg.uses_attention:
             self.fused = self.fused.without_attention()
+        # the candidates' embedder runs in the model's precision: the config's, or a given model's
+        dtype = cfg.dtype if self._llm is None else str(self._llm.dtype).removeprefix("torch.")
         self.signals = SignalComputer(
-            self.fused.embedder if self.fused else None, *signal_embedder_setup(cfg.device, cfg.dtype)
+            self.fused.embedder if self.fused else None, *signal_embedder_setup(cfg.device, dtype)
         )
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
@@ -172,9 +173,10 @@ class AttentionReranker:
     def llm(self) -> LLM:
         """The model; the preset without attention loads it only here, when something asks for it
         (an answer, an explanation): reranking by it never runs the model."""
-        if self._llm is None:
-            self._llm = load_llm(self.config.model, dtype=self.config.dtype, device=self.config.device)
-        return self._llm
+        with self._llm_lock:  # two threads asking at once load it once
+            if self._llm is None:
+                self._llm = load_llm(self.config.model, dtype=self.config.dtype, device=self.config.device)
+            return self._llm
 
     @functools.cached_property
     def capturer(self) -> AttentionCapturer:
@@ -189,7 +191,8 @@ class AttentionReranker:
     def use_index(self, retriever: HybridRetriever) -> bool:
         """Candidates from ``retriever``'s corpus get their dense signal from its stored vectors
         instead of a pass of the embedder over them (:meth:`SignalComputer.use_index`; same
-        embedder only). Scores are unchanged; True when the vectors will be read."""
+        embedder only; scores agree with embedding them to the embedder's precision). True when
+        the vectors will be read."""
         return self.fused is not None and self.signals.use_index(retriever)
 
     @property

@@ -81,11 +81,17 @@ class IndexVectors:
     candidate whose text is the indexed one (a caller may pass other text under a known id)."""
 
     def __init__(self, retriever: HybridRetriever):
-        self.retriever, self.docs = retriever, retriever.docs
+        self.retriever = retriever
+        self._map()
+
+    def _map(self) -> None:
+        self.docs = self.retriever.docs
         self.positions = {d.id: i for i, d in enumerate(self.docs)}
 
     def lookup(self, ids: Sequence[str], texts: Sequence[str]) -> list[np.ndarray | None]:
         """One stored vector per candidate, None where the index does not hold that text."""
+        if self.retriever.docs is not self.docs:  # re-indexed or re-loaded: positions moved
+            self._map()
         pos = [self.positions.get(i) for i, t in zip(ids, texts)]
         pos = [p if p is not None and self.docs[p].full_text == t else None for p, t in zip(pos, texts)]
         found = [p for p in pos if p is not None]
@@ -126,8 +132,13 @@ class SignalComputer:
     def use_index(self, retriever: HybridRetriever) -> bool:
         """Read the ``dense`` signal of candidates from ``retriever``'s corpus (same id and text)
         from its stored vectors instead of embedding them; only when its dense index was built with
-        this embedder and can return vectors (flat or HNSW, not IVF, not sharded). True when it will."""
-        if not retriever.docs or retriever.stored_vectors([0]) is None:
+        this embedder and can return float vectors (flat or HNSW, not IVF, not sharded, not built by
+        ``onnx-int8``). True when it will. Scores then agree with embedding the candidates to the
+        embedder's precision (stored float32 vectors against bfloat16 ones: ~5e-3 in a cosine).
+        Any other object with ``search`` is left alone (False)."""
+        if not isinstance(retriever, HybridRetriever) or not retriever.docs:
+            return False
+        if retriever.stored_vectors([0]) is None:
             return False
         if resolve_embedder_path(retriever.embedder) != resolve_embedder_path(self.embedder_name):
             return False

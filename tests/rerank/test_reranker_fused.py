@@ -165,16 +165,36 @@ def test_the_signals_preset_loads_no_model_until_one_is_asked_for(tiny_dir):
     assert fused.uses_attention and loads() == before + 2 and fused.fingerprint == rr.fingerprint
     with pytest.raises(ModelError, match="no such local model folder"):  # still checked, before any work
         AttentionReranker(str(tiny_dir / "missing"), config="signals")
+    with pytest.raises(ModelError, match="its config cannot be read"):  # a folder that is no model
+        AttentionReranker(str(tiny_dir.parent), config="signals")
+    weights = AttentionReranker(str(tiny_dir), signals=FUSED.without_attention())  # no attention: no load either
+    assert not weights.uses_attention and loads() == before + 2
 
 
-def test_reranking_candidates_of_an_index_reads_their_stored_vectors(llm, built_retriever):
+def test_the_candidates_embedder_follows_a_given_models_precision(llm, monkeypatch):
+    import torch
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "bfloat16")  # what auto would pick: not what the model is
+    assert AttentionReranker(llm, config="signals").signals.backend == "torch"  # a float32 model
+    bf16 = LLM(tiny_model("llama").to(torch.bfloat16), tiny_tokenizer(), "tiny-bf16", "b" * 64)
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "float32")
+    assert AttentionReranker(bf16, config="signals").signals.backend == "torch-bf16"
+
+
+def test_reranking_candidates_of_an_index_reads_their_stored_vectors(llm, built_retriever, embedded):
     """Same scores with the index's vectors as with a fresh embedding of every candidate."""
     first = built_retriever.search("vitamin D and bone fractures", 8)
-    only = FUSED.without_attention()  # float32: the index's vectors are float32 embeddings
-    plain = AttentionReranker(llm, config="signals", signals=only, dtype="float32")
-    indexed = AttentionReranker(llm, config="signals", signals=only, dtype="float32")
-    assert indexed.use_index(built_retriever) and indexed.signals.index is not None
-    np.testing.assert_allclose(indexed.score(first.query, first), plain.score(first.query, first), rtol=1e-4, atol=1e-5)
+    only = FUSED.without_attention()  # the llm fixture is float32: so is the candidates' embedder
+    plain = AttentionReranker(llm, config="signals", signals=only)
+    indexed = AttentionReranker(llm, config="signals", signals=only)
+    assert plain.signals.backend == "torch" and indexed.use_index(built_retriever)
+    want = plain.score(first.query, first)
+    embedded.clear()
+    np.testing.assert_allclose(indexed.score(first.query, first), want, rtol=1e-4, atol=1e-5)
+    assert embedded == [1]  # the query alone: every candidate's vector was read back
     assert [d.id for d in indexed.rank(first.query, first)] == [d.id for d in plain.rank(first.query, first)]
     assert not AttentionReranker(llm, None, signals=None).use_index(built_retriever)  # no signals read
 

@@ -56,28 +56,14 @@ def test_unknown_signal_is_refused():
         SignalComputer()("q", ["a"], ["bm25", "splade"])
 
 
-def _counting_encode(monkeypatch) -> list[int]:
-    """How many texts each call of the embedder's encode is given (the real encode still runs)."""
-    from attnrank.rerank import signals
-
-    sizes: list[int] = []
-    real = signals.encode
-
-    def counted(model, texts, **kw):
-        sizes.append(len(texts))
-        return real(model, texts, **kw)
-
-    monkeypatch.setattr(signals, "encode", counted)
-    return sizes
-
-
-def test_candidates_from_an_index_get_their_stored_vectors_not_a_second_embedding(built_retriever, monkeypatch):
+def test_candidates_from_an_index_get_their_stored_vectors_not_a_second_embedding(built_retriever, embedded):
     docs = built_retriever.docs[:6]
     ids, texts = [d.id for d in docs], [d.full_text for d in docs]
     fresh = SignalComputer()("a query about cells", texts, ["dense"])["dense"]
     sc = SignalComputer()
     assert sc.use_index(built_retriever)
-    sizes = _counting_encode(monkeypatch)
+    sizes = embedded
+    sizes.clear()
     got = sc("a query about cells", texts, ["dense"], ids=ids)["dense"]
     np.testing.assert_allclose(got, fresh, atol=1e-5)
     assert sizes == [1]  # the query alone
@@ -98,3 +84,33 @@ def test_an_index_of_another_embedder_is_not_read(built_retriever):
     other.embedder = "/models/some-other-embedder"  # vectors of another space
     sc = SignalComputer()
     assert not sc.use_index(other) and sc.index is None
+
+
+def test_a_reindexed_retriever_is_followed_not_read_at_stale_positions(scifact_docs):
+    """The same retriever object re-indexed with the documents in another order: each candidate
+    still gets its own vector (the positions were mapped again)."""
+    from attnrank.index.retriever import HybridRetriever
+
+    r = HybridRetriever().index(scifact_docs[:8], show_progress=False)
+    sc = SignalComputer()
+    assert sc.use_index(r)
+    r.index(list(reversed(scifact_docs[:8])), show_progress=False)
+    ids, texts = [d.id for d in scifact_docs[:3]], [d.full_text for d in scifact_docs[:3]]
+    got = sc("cell biology", texts, ["dense"], ids=ids)["dense"]
+    np.testing.assert_allclose(got, SignalComputer()("cell biology", texts, ["dense"])["dense"], atol=1e-5)
+    assert all(v is not None for v in sc.index.lookup(ids, texts))  # read back, not embedded
+
+
+def test_only_an_attnrank_index_with_float_vectors_is_read(built_retriever):
+    """Another object with ``search`` is left alone; vectors an int8 export embedded are not read."""
+    import copy
+
+    class Wrapped:
+        def search(self, query, k):
+            return built_retriever.search(query, k)
+
+    assert not SignalComputer().use_index(Wrapped())  # type: ignore[arg-type]
+    int8 = copy.copy(built_retriever)
+    int8.dense = copy.copy(built_retriever.dense)
+    int8.dense.built_with = "onnx-int8"
+    assert int8.stored_vectors([0]) is None and not SignalComputer().use_index(int8)

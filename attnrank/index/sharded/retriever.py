@@ -154,8 +154,8 @@ class ShardedRetriever(HybridRetriever):
         return sparse, dense
 
     def stored_vectors(self, positions: Sequence[int]) -> np.ndarray | None:
-        """None: a shard keeps its vectors under global ids (``IndexIDMap``), with no lookup from
-        an id back to its vector, so a reranker embeds the candidates instead."""
+        """None: vectors are not read back from shards (each keeps them under global ids in an
+        ``IndexIDMap``); a reranker embeds the candidates instead."""
         return None
 
     def _bm25_shard(self, i: int, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
