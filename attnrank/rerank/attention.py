@@ -173,6 +173,8 @@ class AttentionReranker:
     def llm(self) -> LLM:
         """The model; the preset without attention loads it only here, when something asks for it
         (an answer, an explanation): reranking by it never runs the model."""
+        if self._llm is not None:  # every capture reads it: no lock once loaded
+            return self._llm
         with self._llm_lock:  # two threads asking at once load it once
             if self._llm is None:
                 self._llm = load_llm(self.config.model, dtype=self.config.dtype, device=self.config.device)

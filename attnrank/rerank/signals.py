@@ -66,8 +66,9 @@ def candidate_cosine(
     vecs = encode(embedder, [query, *(texts[i] for i in todo)])
     docs = np.empty((len(texts), vecs.shape[1]), dtype=np.float32)
     docs[todo] = vecs[1:]
-    for i in set(range(len(texts))) - set(todo):
-        docs[i] = stored[i]  # type: ignore[index]
+    for i, vec in enumerate(stored or ()):
+        if vec is not None:
+            docs[i] = vec
     return np.asarray(docs @ vecs[0], dtype=np.float64)
 
 
@@ -92,7 +93,7 @@ class IndexVectors:
         """One stored vector per candidate, None where the index does not hold that text."""
         if self.retriever.docs is not self.docs:  # re-indexed or re-loaded: positions moved
             self._map()
-        pos = [self.positions.get(i) for i, t in zip(ids, texts)]
+        pos = [self.positions.get(i) for i in ids]
         pos = [p if p is not None and self.docs[p].full_text == t else None for p, t in zip(pos, texts)]
         found = [p for p in pos if p is not None]
         vecs = self.retriever.stored_vectors(found) if found else None
