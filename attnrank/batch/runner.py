@@ -316,7 +316,7 @@ def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resourc
         ds = ds.map_batches(
             RerankStage,
             fn_constructor_args=(config.rerank, config.k),
-            fn_constructor_kwargs={"config": config.rerank_config(), "threads": threads},
+            fn_constructor_kwargs={"config": config.rerank_config(), "index": config.index, "threads": threads},
             batch_size=res.rerank_batch,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=res.rerank_actors),

@@ -77,7 +77,9 @@ class RerankStage:
     """Reranking per actor (``config``: None = the default preset): one model, each row's top
     ``depth`` reranked, ``k`` kept.
 
-    ``threads`` caps torch's intra-op threads to the CPUs the actor declared.
+    ``index``: the index folder the rows' candidates came from; the reranker reads their dense
+    signal from its stored vectors instead of embedding them (as ``attnrank search --rerank``
+    does). ``threads`` caps torch's intra-op threads to the CPUs the actor declared.
     """
 
     def __init__(
@@ -86,12 +88,15 @@ class RerankStage:
         k: int,
         *,
         config: RerankConfig | None = None,
+        index: str | None = None,
         threads: int | None = None,
     ):
         from ..config import set_torch_threads
         from ..rerank.attention import AttentionReranker
 
         self.reranker = AttentionReranker(config=config)
+        if index is not None:
+            self.reranker.use_index(load_index(index))
         if threads:
             set_torch_threads(threads)
         self.depth, self.k = depth, k

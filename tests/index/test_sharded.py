@@ -296,10 +296,43 @@ def test_small_shards_with_global_idf_load(tmp_path):
         np.testing.assert_allclose(res.scores, scores[0], rtol=1e-6)
 
 
-def test_a_sharded_index_gives_no_stored_vectors_so_rerankers_embed(sharded):
-    """Shards hold vectors under global ids: shard 0's index must never be read at global positions."""
+def test_a_sharded_index_gives_each_global_positions_own_vector(sharded, built_retriever):
+    """Shards hold vectors under global ids: a position past shard 0 must come from its own
+    shard's row (reading shard 0's index, or any shard's, at the global position gives another
+    document's vector or none)."""
     from attnrank.rerank.signals import SignalComputer
 
     r = ShardedRetriever.load(sharded)
+    assert len(r.shard_dense) == 4 and r.docs.starts[1] > 0
+    positions = [len(r.docs) - 1, 0, r.docs.starts[2], r.docs.starts[2] - 1, 0]
+    got = r.stored_vectors(positions)
+    assert got is not None
+    np.testing.assert_array_equal(got, _vectors(built_retriever)[positions])
+    assert SignalComputer().use_index(r)
+
+
+def test_an_ivf_sharded_index_gives_no_stored_vectors_so_rerankers_embed(tmp_path, scifact_docs, built_retriever):
+    from attnrank.rerank.signals import SignalComputer
+
+    path = tmp_path / "ivf"
+    ShardedIndexer(HybridRetriever(dense_index="ivf"), shards=2).build(
+        scifact_docs, path, embeddings=_vectors(built_retriever)
+    )
+    r = ShardedRetriever.load(path)
     assert r.stored_vectors([0, 30]) is None
     assert not SignalComputer().use_index(r)
+
+
+def test_vectors_an_int8_export_embedded_are_not_read_from_shards(tmp_path, sharded):
+    """The build's embedder is recorded once, in the top-level manifest: each shard must know it,
+    even when queries are embedded by another backend."""
+    import shutil
+
+    copy = tmp_path / "int8"
+    shutil.copytree(sharded, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    m["dense"]["backend"] = "onnx-int8"
+    (copy / "manifest.json").write_text(json.dumps(m))
+    r = ShardedRetriever.load(copy, embed_backend="torch")
+    assert r.stored_vectors([0]) is None
+    assert ShardedRetriever.load(sharded, embed_backend="torch").stored_vectors([0]) is not None

@@ -12,6 +12,7 @@ fusion (RRF or convex) then runs unchanged on the merged lists.
 from __future__ import annotations
 
 import bisect
+import copy
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,6 +72,23 @@ def merge_topk(lists: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.n
     return out_i, out_s
 
 
+def inner_dense(dense: DenseIndex, start: int) -> DenseIndex:
+    """A ``flat`` shard's :class:`DenseIndex` seen without its ``IndexIDMap``: vectors by position
+    in the shard (``dense`` itself for other kinds, whose :meth:`DenseIndex.vectors` gives none).
+    Refuses a shard whose stored ids are not ``start, start + 1, …`` (a position would then name
+    another document's vector)."""
+    import faiss
+
+    if dense.kind != "flat" or dense.faiss_index is None:
+        return dense
+    ids = faiss.vector_to_array(dense.faiss_index.id_map)
+    if not np.array_equal(ids, np.arange(start, start + len(ids))):
+        raise IndexFormatError("shard ids are not contiguous global positions; rebuild the sharded index")
+    view = copy.copy(dense)
+    view.faiss_index = faiss.downcast_index(dense.faiss_index.index)
+    return view
+
+
 class ShardedRetriever(HybridRetriever):
     """A :class:`HybridRetriever` over a sharded index (build it with :class:`ShardedIndexer`)."""
 
@@ -79,6 +97,7 @@ class ShardedRetriever(HybridRetriever):
     shard_dense: list[DenseIndex]
     probe: list[float] | None  # the build's embedding of embed.PROBE_TEXT, checked at the first query
     _probe_checked: bool
+    _inner: dict[int, DenseIndex]  # per shard: its flat vectors in shard order (stored_vectors)
 
     def index(self, docs, *, show_progress: bool = True):
         raise InputError(
@@ -104,7 +123,8 @@ class ShardedRetriever(HybridRetriever):
         path = Path(path)
         m, shard_manifests = read_sharded(path, verify=verify)
         settings = retriever_settings(m)
-        settings["embed_backend"] = embed_backend or settings["embed_backend"]
+        built_with = settings["embed_backend"]  # what embedded the stored vectors, whatever embeds queries
+        settings["embed_backend"] = embed_backend or built_with
         self = cls(**settings, device=device)
         self.manifest = m
         tokenizer = _tokenizer(m)
@@ -118,6 +138,7 @@ class ShardedRetriever(HybridRetriever):
                 kind=settings["dense_index"],
                 mmap=mmap,
                 backend=settings["embed_backend"],
+                built_with=built_with,
             )
             docs = read_docs(folder / "docs.jsonl")
             check_shard(folder, sm, docs, bm25, dense, tokenizer)
@@ -132,6 +153,7 @@ class ShardedRetriever(HybridRetriever):
             self.probe, self._probe_checked = recorded_probe(m["dense"], self.dense.dim), False
         except ValueError as e:
             raise IndexFormatError(f"{path}/manifest.json: {e}; rebuild the index") from None
+        self._inner = {}
         return self
 
     @property
@@ -154,9 +176,24 @@ class ShardedRetriever(HybridRetriever):
         return sparse, dense
 
     def stored_vectors(self, positions: Sequence[int]) -> np.ndarray | None:
-        """None: vectors are not read back from shards (each keeps them under global ids in an
-        ``IndexIDMap``); a reranker embeds the candidates instead."""
-        return None
+        """The stored unit vectors of the documents at global ``positions``, read from the shard
+        that holds each (None where the shards cannot give them back: IVF, or ``onnx-int8``
+        vectors, as :meth:`DenseIndex.vectors`). A ``flat`` shard keeps its vectors in an
+        ``IndexIDMap`` under global ids; its inner flat index holds them in the shard's order, so
+        global position ``p`` is row ``p − start`` there (checked once per shard)."""
+        at = np.asarray(positions, dtype=np.int64).reshape(-1)
+        starts = np.asarray([s["start"] for s in self.manifest["shards"]], dtype=np.int64)
+        shard = np.searchsorted(starts, at, side="right") - 1
+        out = np.empty((len(at), self.shard_dense[0].dim), dtype=np.float32)
+        for i in map(int, np.unique(shard)):
+            rows = np.flatnonzero(shard == i)
+            if i not in self._inner:
+                self._inner[i] = inner_dense(self.shard_dense[i], int(starts[i]))
+            vecs = self._inner[i].vectors((at[rows] - starts[i]).tolist())
+            if vecs is None:
+                return None
+            out[rows] = vecs
+        return out
 
     def _bm25_shard(self, i: int, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         ids, scores = self.shard_bm25[i].retrieve(queries, k)
