@@ -209,17 +209,92 @@ def rrf_order(*scores: Sequence[float]) -> np.ndarray:
 
 # -- scores from cached rows --------------------------------------------------------------------
 def icr_scores(
-    windows: Sequence[Any], n_docs: int, head_idx: Any = None, calibrate: bool = True, use_filter: bool = True
+    windows: Sequence[Any],
+    n_docs: int,
+    head_idx: Any = None,
+    calibrate: bool = True,
+    use_filter: bool = True,
+    aggregate: str = "sum",
 ) -> np.ndarray:
-    """ICR document scores (input order) from cached windows, optionally for a subset of heads."""
-    from .llm.rows import document_scores, token_scores
+    """ICR document scores (input order) from cached windows, optionally for a subset of heads;
+    ``aggregate`` over a passage's token scores: ``"sum"`` (ICR, after its μ − 2σ filter),
+    ``"mean"`` (of the tokens the filter keeps: no advantage for a long passage) or ``"max"``
+    (its single most attended token)."""
+    from .llm.rows import document_scores, keep_mask, token_scores
 
     s = np.zeros(n_docs)
     for w in windows:
         rows = w.rows if calibrate else w.real.astype(np.float64)
-        rows = rows if head_idx is None else rows[head_idx]
-        s[w.doc_index] = document_scores(token_scores(rows), w.spans, use_filter=use_filter)
+        tokens = token_scores(rows if head_idx is None else rows[head_idx])
+        if aggregate == "sum":
+            s[w.doc_index] = document_scores(tokens, w.spans, use_filter=use_filter)
+            continue
+        for i, (a, b) in zip(w.doc_index, w.spans):
+            seg = tokens[a:b]
+            s[i] = seg.max() if aggregate == "max" else seg[keep_mask(seg, use_filter)].mean()
     return s
+
+
+def within_query_ranks(values: np.ndarray) -> np.ndarray:
+    """Each candidate's rank among the query's candidates (0 = lowest value; ties share their
+    mean rank): a feature scale that one outlying score cannot stretch, as it stretches a z-score."""
+    from scipy.stats import rankdata
+
+    return rankdata(np.asarray(values, dtype=np.float64)) - 1.0
+
+
+def _ndcg10_of_candidates(scores: np.ndarray, labels: np.ndarray, rel: int) -> float:
+    """nDCG@10 of ``scores`` with the candidates' own labels as the ideal (a fast proxy for
+    selection; reported figures use ir-measures over every judgement)."""
+    gains = np.where(labels >= rel, labels, 0).astype(np.float64)
+    if not gains.any():
+        return 0.0
+    disc = 1.0 / np.log2(np.arange(2, 12))
+    top = np.argsort(-scores, kind="stable")[:10]
+    ideal = np.sort(gains)[::-1][:10]
+    return float(((2 ** gains[top] - 1) * disc[: len(top)]).sum() / ((2**ideal - 1) * disc[: len(ideal)]).sum())
+
+
+def complementary_heads(
+    per_head: dict[str, dict[str, np.ndarray]], examples: dict[str, Sequence[Any]], n: int, l2: float = 1.0
+) -> list[int]:
+    """The ``n`` heads whose own passage scores add most to the first-stage signals, a selection
+    for the fused scorer rather than for ranking alone (QRHead's criterion, :func:`head_quality`).
+
+    For each head: a pointwise logistic fusion (as the fused scorer's, weights clipped at 0) of the
+    per-query z-scored ``bm25``, ``dense``, ``rank`` and that head's score (``per_head[group][qid]``,
+    ``[heads, candidates]``), fitted on every query of ``examples`` (``{group: FusionExamples}``)
+    pooled; its gain in nDCG@10 over the same fusion without the head, in-sample, averaged per
+    group and then over groups."""
+    from sklearn.linear_model import LogisticRegression
+
+    from .rerank.learned.features import standardise
+
+    base = {
+        g: [standardise(np.column_stack([e.signals[k] for k in ("bm25", "dense", "rank")])) for e in ex]
+        for g, ex in examples.items()
+    }
+    y = np.concatenate([e.labels >= e.rel for ex in examples.values() for e in ex]).astype(int)
+
+    def gain_of(cols: dict[str, list[np.ndarray]]) -> dict[str, float]:
+        x = np.vstack([c for g in examples for c in cols[g]])
+        w = np.maximum(LogisticRegression(C=1.0 / l2, max_iter=2000).fit(x, y).coef_[0], 0.0)
+        return {
+            g: float(np.mean([_ndcg10_of_candidates(c @ w, e.labels, e.rel) for c, e in zip(cols[g], ex)]))
+            for g, ex in examples.items()
+        }
+
+    without = gain_of(base)
+    n_heads = next(iter(next(iter(per_head.values())).values())).shape[0]
+    gains = np.zeros(n_heads)
+    for h in range(n_heads):
+        cols = {
+            g: [np.column_stack([b, standardise(per_head[g][e.qid][h][:, None])]) for b, e in zip(base[g], ex)]
+            for g, ex in examples.items()
+        }
+        got = gain_of(cols)
+        gains[h] = np.mean([got[g] - without[g] for g in examples])
+    return [int(i) for i in np.argsort(-gains, kind="stable")[:n]]
 
 
 def head_quality(
@@ -265,17 +340,23 @@ def fusion_examples_from_rows(
     *,
     calibrate: bool = True,
     use_filter: bool = True,
+    aggregate: str = "sum",
+    ranks: bool = False,
 ) -> list[Any]:
     """:class:`~attnrank.rerank.fused.FusionExample` per query from cached all-head rows: attention
     = the ICR score of the heads ``head_idx`` (None: all), the candidate ``signals``, and ``extra``
     signals carried for comparison only (e.g. the first stage's own BM25 and dense scores);
-    ``calibrate``/``use_filter``: ICR's N/A calibration and μ − 2σ token filter."""
+    ``calibrate``/``use_filter``: ICR's N/A calibration and μ − 2σ token filter; ``aggregate``: how
+    a passage's token scores become its attention score (:func:`icr_scores`); ``ranks``: attention,
+    ``bm25`` and ``dense`` as :func:`within_query_ranks`."""
     from .rerank.fused import ATTENTION, FusionExample
 
     out = []
     for q, docs in cands.items():
         sig = {k: np.asarray(v, dtype=np.float64) for k, v in signals[q].items()}
-        sig[ATTENTION] = icr_scores(captured[q]["windows"], len(docs), head_idx, calibrate, use_filter)
+        sig[ATTENTION] = icr_scores(captured[q]["windows"], len(docs), head_idx, calibrate, use_filter, aggregate)
+        if ranks:
+            sig.update({k: within_query_ranks(sig[k]) for k in (ATTENTION, "bm25", "dense")})
         for k, v in (extra or {}).get(q, {}).items():
             sig[k] = np.asarray(v, dtype=np.float64)
         labels = np.array([ds.qrels.get(q, {}).get(d.id, 0) for d in docs], dtype=np.int64)

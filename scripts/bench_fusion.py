@@ -26,6 +26,7 @@ import numpy as np
 
 from attnrank.benchmarks import (
     candidate_signals,
+    complementary_heads,
     dl19_sets,
     fusion_examples_from_rows,
     hotpot_set,
@@ -58,6 +59,7 @@ FIRST = ("first stage: rank alone", "first stage: BM25 alone", "first stage: den
 CAND = ("rank alone", "bm25 alone", "dense alone")
 HEADLINE = "fused without attention (default preset, signals)"
 FUSED = "fused with attention (preset fused)"
+COMPLEMENTARY = "complementary"  # the head set of complementary_heads (16 heads)
 
 
 def load(args, root: Path, rr: AttentionReranker) -> dict:
@@ -91,6 +93,7 @@ def load(args, root: Path, rr: AttentionReranker) -> dict:
             "caps": caps,
             "signals": candidate_signals(setting, ds, cands, CACHE),
             "extra": extra,
+            "head_scores": feats,
             "head_ndcg": per_query_ndcg_of_each(
                 feats, {q: [d.id for d in c] for q, c in cands.items()}, ds.qrels, rel=ds.rel
             ),
@@ -128,6 +131,11 @@ def variants() -> dict:
     datasets left out of training, how attention is read)."""
     full = ["attention", "bm25", "dense", "rank"]
     return {
+        "fused with attention, heads chosen for what they add to the signals": (full, {}, COMPLEMENTARY, (), {}),
+        "fused with attention, attention = a passage's mean token score": (full, {}, 16, (), {"aggregate": "mean"}),
+        "fused with attention, attention = a passage's highest token score": (full, {}, 16, (), {"aggregate": "max"}),
+        "fused with attention, features as within-query ranks": (full, {}, 16, (), {"ranks": True}),
+        "fused without attention, features as within-query ranks": (full[1:], {}, 16, (), {"ranks": True}),
         "fused with attention, no confidence gate (no first-stage fallback)": (full, {"gate": False}, 16, (), {}),
         "fused with attention, pointwise (logistic)": (full, {"model": "pointwise"}, 16, (), {}),
         "fused with attention, pairwise (RankNet)": (full, {"model": "pairwise"}, 16, (), {}),
@@ -165,7 +173,13 @@ def lodo(data: dict, args) -> tuple[list[dict], dict]:
     groups = list(data)
     for g in groups:
         train_groups = [h for h in groups if h != g]
-        by_n = {n: top_heads(data, train_groups, n=n) for n in (8, 16, 32, None)}
+        by_n: dict = {n: top_heads(data, train_groups, n=n) for n in (8, 16, 32, None)}
+        by_n[COMPLEMENTARY] = complementary_heads(
+            {h: data[h]["head_scores"] for h in train_groups},
+            {h: examples(data, h, by_n[16]) for h in train_groups},
+            16,
+            l2=args.l2,
+        )
         ex = {n: ({h: examples(data, h, idx) for h in train_groups}, examples(data, g, idx)) for n, idx in by_n.items()}
         test16 = ex[16][1]
         scores = heldout_scores(
@@ -448,6 +462,14 @@ def markdown(p: dict) -> str:
         "gated) minus the default; its wins/losses per query against the default.",
         "",
         "## Leave-one-dataset-out (trained on the other three datasets)",
+        "",
+        "Ablations (heads chosen and weights trained on the other datasets only): top-N heads by their own "
+        "nDCG@10 (QRHead's selection); 'heads chosen for what they add to the signals': the 16 heads whose "
+        "score, added alone to the signals' fusion, gains most nDCG@10 on the training datasets "
+        "(attnrank.benchmarks.complementary_heads); 'mean / highest token score': a passage's attention as the "
+        "mean of its kept tokens or its single highest token instead of ICR's sum; 'features as within-query "
+        "ranks': every feature replaced by its rank among the query's candidates (with and without attention: "
+        "their difference is attention's contribution under that scale).",
         "",
     ]
     for g in p["sizes"]:

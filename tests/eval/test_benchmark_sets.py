@@ -8,12 +8,14 @@ import pytest
 from _tiny import rerank_docs, tiny_llm
 
 from attnrank.benchmarks import (
+    complementary_heads,
     dl19_sets,
     head_quality,
     hotpot_set,
     icr_scores,
     locomo_set,
     rrf_order,
+    within_query_ranks,
 )
 from attnrank.eval.rows import capture_all
 from attnrank.index.bm25 import BM25Index
@@ -65,3 +67,43 @@ def test_icr_scores_from_cached_rows_equal_the_reranker(tmp_path):
     assert not np.allclose(one, want)  # a head subset scores differently
     quality = head_quality(cap, {"q": docs}, {"q": {"paris": 1}}, 1, rr)
     assert quality.shape == (len(rr.head_list),) and ((quality >= 0) & (quality <= 1)).all()
+
+
+def _window(real: np.ndarray, spans: list[tuple[int, int]]):
+    from attnrank.llm.rows import WindowRows
+
+    return WindowRows(list(range(len(spans))), spans, list(range(real.shape[1])), real)
+
+
+def test_icr_aggregates_a_passage_by_sum_mean_or_max():
+    # one head; passage 0: 4 tokens of 1.0 (sum 4, mean 1, max 1); passage 1: 2 tokens, 0.5 and 2.0
+    w = _window(np.array([[1.0, 1.0, 1.0, 1.0, 0.5, 2.0]]), [(0, 4), (4, 6)])
+    np.testing.assert_allclose(icr_scores([w], 2, use_filter=False), [4.0, 2.5])
+    np.testing.assert_allclose(icr_scores([w], 2, use_filter=False, aggregate="mean"), [1.0, 1.25])
+    np.testing.assert_allclose(icr_scores([w], 2, aggregate="max"), [1.0, 2.0])
+
+
+def test_within_query_ranks_share_ties_and_ignore_scale():
+    np.testing.assert_allclose(within_query_ranks(np.array([10.0, -3.0, 1e6, 10.0])), [1.5, 0.0, 3.0, 1.5])
+
+
+def test_complementary_heads_prefer_what_the_signals_miss_over_the_best_head_alone():
+    """Head 0 copies the signals (the better head alone); head 1 finds the relevant passage on the
+    third of the queries where the signals rank it last, and is noise elsewhere."""
+    from attnrank.benchmarks import _ndcg10_of_candidates
+    from attnrank.rerank.fused import FusionExample
+
+    rng = np.random.default_rng(0)
+    examples, per_head = [], {}
+    for q in range(60):
+        bm25, dense = rng.normal(size=8), rng.normal(size=8)
+        missed = q % 3 == 0
+        labels = np.zeros(8, dtype=np.int64)
+        labels[int(np.argmin(bm25 + dense)) if missed else int(np.argmax(bm25 + dense))] = 1
+        signals = {"bm25": bm25, "dense": dense, "rank": -np.arange(8.0)}
+        examples.append(FusionExample(str(q), [str(i) for i in range(8)], signals, labels, group="g"))
+        finds = np.where(labels == 1, 3.0, 0.0) if missed else rng.normal(size=8)
+        per_head[str(q)] = np.stack([bm25 + dense, finds])
+    alone = [np.mean([_ndcg10_of_candidates(per_head[e.qid][h], e.labels, 1) for e in examples]) for h in (0, 1)]
+    assert alone[0] > alone[1]  # QRHead's criterion would choose head 0
+    assert complementary_heads({"g": per_head}, {"g": examples}, 1) == [1]
