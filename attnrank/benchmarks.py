@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .config import index_root
-from .errors import AttnrankError
+from .errors import AttnrankError, InputError
 from .eval.datasets import (
     Dataset,
     dl19,
@@ -208,6 +208,9 @@ def rrf_order(*scores: Sequence[float]) -> np.ndarray:
 
 
 # -- scores from cached rows --------------------------------------------------------------------
+AGGREGATES = ("sum", "mean", "max")  # how icr_scores turns a passage's token scores into one
+
+
 def icr_scores(
     windows: Sequence[Any],
     n_docs: int,
@@ -220,8 +223,10 @@ def icr_scores(
     ``aggregate`` over a passage's token scores: ``"sum"`` (ICR, after its μ − 2σ filter),
     ``"mean"`` (of the tokens the filter keeps: no advantage for a long passage) or ``"max"``
     (its single most attended token)."""
-    from .llm.rows import document_scores, keep_mask, token_scores
+    from .llm.rows import check_finite, check_spans, document_scores, keep_mask, token_scores
 
+    if aggregate not in AGGREGATES:
+        raise InputError(f"aggregate={aggregate!r} is not one of {AGGREGATES}")
     s = np.zeros(n_docs)
     for w in windows:
         rows = w.rows if calibrate else w.real.astype(np.float64)
@@ -229,6 +234,8 @@ def icr_scores(
         if aggregate == "sum":
             s[w.doc_index] = document_scores(tokens, w.spans, use_filter=use_filter)
             continue
+        check_finite(tokens)
+        check_spans(w.spans, tokens.shape[0])
         for i, (a, b) in zip(w.doc_index, w.spans):
             seg = tokens[a:b]
             s[i] = seg.max() if aggregate == "max" else seg[keep_mask(seg, use_filter)].mean()
@@ -244,8 +251,9 @@ def within_query_ranks(values: np.ndarray) -> np.ndarray:
 
 
 def _ndcg10_of_candidates(scores: np.ndarray, labels: np.ndarray, rel: int) -> float:
-    """nDCG@10 of ``scores`` with the candidates' own labels as the ideal (a fast proxy for
-    selection; reported figures use ir-measures over every judgement)."""
+    """nDCG@10 of ``scores`` over the candidates' own labels (gain ``2^label − 1`` for labels of at
+    least ``rel``, else 0; the ideal from the candidates): a fast proxy for selection only, the
+    reported figures use ir-measures over every judgement."""
     gains = np.where(labels >= rel, labels, 0).astype(np.float64)
     if not gains.any():
         return 0.0
@@ -261,11 +269,12 @@ def complementary_heads(
     """The ``n`` heads whose own passage scores add most to the first-stage signals, a selection
     for the fused scorer rather than for ranking alone (QRHead's criterion, :func:`head_quality`).
 
-    For each head: a pointwise logistic fusion (as the fused scorer's, weights clipped at 0) of the
+    For each head: a pointwise logistic fusion (the fused scorer's model, its negative weights
+    set to 0 rather than dropped and refitted) of the
     per-query z-scored ``bm25``, ``dense``, ``rank`` and that head's score (``per_head[group][qid]``,
     ``[heads, candidates]``), fitted on every query of ``examples`` (``{group: FusionExamples}``)
-    pooled; its gain in nDCG@10 over the same fusion without the head, in-sample, averaged per
-    group and then over groups."""
+    pooled; its gain in nDCG@10 (:func:`_ndcg10_of_candidates`) over the same fusion without the
+    head, in-sample, averaged per group and then over groups."""
     from sklearn.linear_model import LogisticRegression
 
     from .rerank.learned.features import standardise

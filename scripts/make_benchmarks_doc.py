@@ -118,9 +118,10 @@ that preset loads no LLM, embeds the candidates in the reranker's dtype (bfloat1
 have it: 1.9x to 2.6x faster, nDCG@10 -0.06 and 0.00 points) and, for candidates that come from an
 attnrank index, reads their stored vectors instead (0.025 s per SciFact query of 20 abstracts
 against 0.89 s embedding them in float32): "Reranking presets" below. "The fused scorer, held out"
-was re-run on 2026-12-03 from every query's rows (its figures unchanged, the shipped weights
-reproduced to 1e-7) with four more ablations: heads chosen for what they add to the signals, a
-passage's mean or highest token score, and features as within-query ranks. None beat `signals`.
+was re-run on 2026-12-03 from every query's rows (its figures unchanged; the shipped weights
+reproduced to 2e-8 and the gate to 3e-6, and the committed ones kept) with four more ablations:
+heads chosen for what they add to the signals, a passage's mean or highest token score, and
+features as within-query ranks. None beat `signals` on the held-out mean.
 
 The first-stage table is why a new index fuses BM25 and dense scores convexly (alpha 0.45 on dense,
 z-score normalisation): tuned on one half of the queries, on the other half it beats RRF by +2.8
@@ -129,9 +130,10 @@ made with RRF (SciFact hybrid top-20); `attnrank.benchmarks` and the scripts pin
 figures still reproduce.
 
 Block attention's speed was re-measured on 2026-12-03 on the Intel Xeon ("rerank_blocks_xeon"): its
-block-mode cells ran 2x to 5x slower than on the AMD EPYC of 2026-12-02 while the full prompt ran
-about as fast, and three of issue 15's SciFact targets are missed there (the few-rows attention
-kernel chosen on the AMD machine is 2x slower than SDPA on this one).
+block-mode cells ran 2x to 5x slower than on the AMD EPYC of 2026-12-02, while its bfloat16 full
+prompt ran about as fast on SciFact and at 50-100 DL19 passages (slower elsewhere), and three of
+issue 15's SciFact targets are missed there (the few-rows attention kernel chosen on the AMD
+machine timed 2x slower than SDPA on this one, ad hoc).
 
 Precision: the LLM's `dtype="auto"` is bfloat16 on a CPU that multiplies bfloat16 in hardware
 (AMX-BF16, or AVX-512 BF16 since 2026-12-02) and float32 elsewhere. The machines changed between

@@ -125,6 +125,10 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         # default changed (fused -> signals, 2026-12-02), so a checkpoint that lacks this key was
         # reranked by another scorer and is refused, never resumed with rows of the new one.
         "rerank_preset": config.rerank_config().name if config.rerank else None,
+        # Since 2026-12-03 the rerank actors read the candidates' dense signal from the index's
+        # vectors instead of embedding them in the reranker's dtype (scores move by up to ~3e-3 on
+        # a bfloat16 CPU): a checkpoint without this key is refused for a rerank run, not mixed.
+        "dense_signal": "index" if config.rerank else None,
         "index_tag": manifest_tag(Path(config.index)),
         "model_fingerprint": weights,
         "heads_in_file": in_file,

@@ -77,9 +77,11 @@ class RerankStage:
     """Reranking per actor (``config``: None = the default preset): one model, each row's top
     ``depth`` reranked, ``k`` kept.
 
-    ``index``: the index folder the rows' candidates came from; the reranker reads their dense
-    signal from its stored vectors instead of embedding them (as ``attnrank search --rerank``
-    does). ``threads`` caps torch's intra-op threads to the CPUs the actor declared.
+    ``index``: the index folder the rows' candidates came from; a reranker with first-stage
+    signals reads their dense signal from its stored vectors instead of embedding them (as
+    ``attnrank search --rerank`` does). Each such actor loads the index's documents to match ids
+    and texts (memory-mapped vectors; the documents and an id map in memory). ``threads`` caps
+    torch's intra-op threads to the CPUs the actor declared.
     """
 
     def __init__(
@@ -95,7 +97,7 @@ class RerankStage:
         from ..rerank.attention import AttentionReranker
 
         self.reranker = AttentionReranker(config=config)
-        if index is not None:
+        if index is not None and self.reranker.fused is not None:  # attention alone reads no vectors
             self.reranker.use_index(load_index(index))
         if threads:
             set_torch_threads(threads)

@@ -50,6 +50,13 @@ def _build_faiss(emb: np.ndarray, kind: str, nprobe: int):
     return index
 
 
+def check_positions(positions: np.ndarray, n: int) -> None:
+    """Raise unless every document position is in ``[0, n)``."""
+    bad = positions[(positions < 0) | (positions >= n)]
+    if bad.size:
+        raise InputError(f"document position {int(bad[0])} is outside the index's {n} documents (0 to {n - 1})")
+
+
 class DenseIndex:
     """Embeddings of a list of texts in FAISS. Verbs: :meth:`index`, :meth:`retrieve`, :meth:`save`, :meth:`load`."""
 
@@ -126,11 +133,14 @@ class DenseIndex:
         """The stored unit vectors of the documents at ``positions``, shape (len(positions), dim),
         or None where the index cannot give them back (IVF keeps no map from position to vector)
         or they are int8 approximations (``onnx-int8``: ~2e-2 from float32) that would not stand
-        in for an embedding."""
+        in for an embedding. A position outside ``[0, num_docs)`` is refused: FAISS would read
+        another array's memory for a negative one (and -1 is its "no hit" id)."""
         if self.faiss_index is None or self.kind == "ivf" or self.built_with == "onnx-int8":
             return None
+        at = np.asarray(positions, dtype=np.int64)
+        check_positions(at, self.num_docs)
         try:
-            vecs = self.faiss_index.reconstruct_batch(np.asarray(positions, dtype=np.int64))
+            vecs = self.faiss_index.reconstruct_batch(at)
         except RuntimeError:  # a FAISS index type that does not reconstruct
             return None
         return np.asarray(vecs, dtype=np.float32).reshape(len(positions), self.dim)

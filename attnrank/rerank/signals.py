@@ -133,7 +133,7 @@ class SignalComputer:
     def use_index(self, retriever: HybridRetriever) -> bool:
         """Read the ``dense`` signal of candidates from ``retriever``'s corpus (same id and text)
         from its stored vectors instead of embedding them; only when its dense index was built with
-        this embedder and can return float vectors (flat or HNSW, sharded or not; not IVF, not built by
+        this embedder and can return float vectors (flat or HNSW, or a flat sharded index; not IVF, not built by
         ``onnx-int8``). True when it will. Scores then agree with embedding the candidates to the
         embedder's precision (stored float32 vectors against bfloat16 ones: ~5e-3 in a cosine).
         Any other object with ``search`` is left alone (False)."""

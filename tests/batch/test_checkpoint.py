@@ -248,6 +248,25 @@ def test_resume_refuses_a_checkpoint_reranked_under_another_default_preset(fake_
     assert json.loads((tmp_path / "plain.trec.parts" / "settings.json").read_text())["rerank_preset"] is None
 
 
+def test_resume_refuses_a_checkpoint_whose_rerank_embedded_the_candidates(fake_ray, tmp_path, index):
+    """Before 2026-12-03 the rerank actors embedded the candidates (in the reranker's dtype); now
+    they read the index's vectors: a checkpoint without that record is refused, never mixed."""
+    import json
+
+    model = save_tiny(tmp_path / "model")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    settings = tmp_path / "run.trec.parts" / "settings.json"
+    old = json.loads(settings.read_text())
+    assert old["dense_signal"] == "index"
+    del old["dense_signal"]
+    settings.write_text(json.dumps(old))
+    with pytest.raises(InputError, match=r"other settings \(dense_signal\)"):
+        run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+    assert fake_ray["calls"] == 1
+
+
 def test_resume_refuses_heads_registered_since(fake_ray, tmp_path, index, monkeypatch):
     """Without --heads the reranker reads the registry's heads (and weights); heads registered for
     the model between a run and its resume would score the remaining queries with other heads."""

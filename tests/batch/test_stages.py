@@ -26,3 +26,11 @@ def test_a_candidate_without_text_names_its_query(index_with_an_empty_document, 
     rows = RetrievalStage(str(index_with_an_empty_document), 3)(queries)
     with pytest.raises(StageError, match=r"^query 'q1': document #\d \('empty'\) has no text"):
         RerankStage(3, 3, config=RerankConfig.preset(model=str(tiny_dir)))(rows)
+
+
+def test_a_rerank_stage_reads_its_index_vectors_only_for_a_scorer_with_signals(index_with_an_empty_document, tiny_dir):
+    path = str(index_with_an_empty_document)
+    signals = RerankStage(3, 3, config=RerankConfig.preset(model=str(tiny_dir)), index=path)
+    assert signals.reranker.signals.index is not None  # the default preset's dense signal: stored vectors
+    attention = RerankStage(3, 3, config=RerankConfig.preset("qrhead", model=str(tiny_dir)), index=path)
+    assert attention.reranker.fused is None and attention.reranker.signals.index is None

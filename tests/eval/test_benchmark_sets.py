@@ -17,6 +17,7 @@ from attnrank.benchmarks import (
     rrf_order,
     within_query_ranks,
 )
+from attnrank.errors import InputError
 from attnrank.eval.rows import capture_all
 from attnrank.index.bm25 import BM25Index
 from attnrank.rerank.attention import AttentionReranker
@@ -81,6 +82,12 @@ def test_icr_aggregates_a_passage_by_sum_mean_or_max():
     np.testing.assert_allclose(icr_scores([w], 2, use_filter=False), [4.0, 2.5])
     np.testing.assert_allclose(icr_scores([w], 2, use_filter=False, aggregate="mean"), [1.0, 1.25])
     np.testing.assert_allclose(icr_scores([w], 2, aggregate="max"), [1.0, 2.0])
+    # the mean is over the tokens ICR's mu - 2 sigma filter keeps: six 1s and a -10 -> 1
+    low = _window(np.array([[1.0] * 6 + [-10.0]]), [(0, 7)])
+    np.testing.assert_allclose(icr_scores([low], 1, aggregate="mean"), [1.0])
+    np.testing.assert_allclose(icr_scores([low], 1, use_filter=False, aggregate="mean"), [-4 / 7])
+    with pytest.raises(InputError, match="aggregate='Max' is not one of"):
+        icr_scores([w], 2, aggregate="Max")
 
 
 def test_within_query_ranks_share_ties_and_ignore_scale():

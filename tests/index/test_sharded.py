@@ -309,6 +309,9 @@ def test_a_sharded_index_gives_each_global_positions_own_vector(sharded, built_r
     assert got is not None
     np.testing.assert_array_equal(got, _vectors(built_retriever)[positions])
     assert SignalComputer().use_index(r)
+    for outside in (-1, len(r.docs)):  # -1 would read past the last shard's array, not fail
+        with pytest.raises(InputError, match=f"position {outside} is outside"):
+            r.stored_vectors([0, outside])
 
 
 def test_an_ivf_sharded_index_gives_no_stored_vectors_so_rerankers_embed(tmp_path, scifact_docs, built_retriever):

@@ -52,6 +52,13 @@ def test_stored_vectors_are_the_documents_embeddings_also_when_loaded(tmp_path, 
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_stored_vectors_refuse_a_position_outside_the_index(built_retriever):
+    n = built_retriever.dense.num_docs
+    for outside in (-1, n):
+        with pytest.raises(InputError, match=f"position {outside} is outside the index's {n} documents"):
+            built_retriever.stored_vectors([0, outside])
+
+
 def test_an_ivf_index_gives_no_stored_vectors(scifact_docs):
     """IVF keeps no map from a position to its vector: None, so callers embed instead."""
     assert DenseIndex(kind="ivf").index([d.full_text for d in scifact_docs]).vectors([0, 1]) is None

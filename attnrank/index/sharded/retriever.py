@@ -22,7 +22,7 @@ import numpy as np
 from ...errors import IndexFormatError, InputError
 from ...types import Document
 from ..bm25 import BM25Index
-from ..dense import DenseIndex, recorded_probe
+from ..dense import DenseIndex, check_positions, recorded_probe
 from ..embed import check_probe, encode, load_embedder
 from ..retriever import HybridRetriever
 from ..store import read_docs
@@ -182,6 +182,7 @@ class ShardedRetriever(HybridRetriever):
         ``IndexIDMap`` under global ids; its inner flat index holds them in the shard's order, so
         global position ``p`` is row ``p − start`` there (checked once per shard)."""
         at = np.asarray(positions, dtype=np.int64).reshape(-1)
+        check_positions(at, len(self.docs))
         starts = np.asarray([s["start"] for s in self.manifest["shards"]], dtype=np.int64)
         shard = np.searchsorted(starts, at, side="right") - 1
         out = np.empty((len(at), self.shard_dense[0].dim), dtype=np.float32)
