@@ -72,20 +72,17 @@ def merge_topk(lists: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.n
     return out_i, out_s
 
 
-def inner_dense(dense: DenseIndex, start: int) -> DenseIndex:
+def inner_dense(dense: DenseIndex) -> DenseIndex:
     """A ``flat`` shard's :class:`DenseIndex` seen without its ``IndexIDMap``: vectors by position
     in the shard (``dense`` itself for other kinds, whose :meth:`DenseIndex.vectors` gives none).
-    Refuses a shard whose stored ids are not ``start, start + 1, …`` (a position would then name
-    another document's vector)."""
+    Position ``i`` there is global id ``start + i``: :func:`check_shard` verified at load that the
+    stored ids are ``start, start + 1, …`` in order."""
     import faiss
 
     if dense.kind != "flat" or dense.faiss_index is None:
         return dense
-    ids = faiss.vector_to_array(dense.faiss_index.id_map)
-    if not np.array_equal(ids, np.arange(start, start + len(ids))):
-        raise IndexFormatError("shard ids are not contiguous global positions; rebuild the sharded index")
     view = copy.copy(dense)
-    view.faiss_index = faiss.downcast_index(dense.faiss_index.index)
+    view.faiss_index = faiss.downcast_index(dense.faiss_index.index)  # the IndexIDMap keeps it alive
     return view
 
 
@@ -180,7 +177,7 @@ class ShardedRetriever(HybridRetriever):
         that holds each (None where the shards cannot give them back: IVF, or ``onnx-int8``
         vectors, as :meth:`DenseIndex.vectors`). A ``flat`` shard keeps its vectors in an
         ``IndexIDMap`` under global ids; its inner flat index holds them in the shard's order, so
-        global position ``p`` is row ``p − start`` there (checked once per shard)."""
+        global position ``p`` is row ``p − start`` there."""
         at = np.asarray(positions, dtype=np.int64).reshape(-1)
         check_positions(at, len(self.docs))
         starts = np.asarray([s["start"] for s in self.manifest["shards"]], dtype=np.int64)
@@ -189,7 +186,7 @@ class ShardedRetriever(HybridRetriever):
         for i in map(int, np.unique(shard)):
             rows = np.flatnonzero(shard == i)
             if i not in self._inner:
-                self._inner[i] = inner_dense(self.shard_dense[i], int(starts[i]))
+                self._inner[i] = inner_dense(self.shard_dense[i])
             vecs = self._inner[i].vectors((at[rows] - starts[i]).tolist())
             if vecs is None:
                 return None
