@@ -174,13 +174,12 @@ def lodo(data: dict, args) -> tuple[list[dict], dict]:
     for g in groups:
         train_groups = [h for h in groups if h != g]
         by_n: dict = {n: top_heads(data, train_groups, n=n) for n in (8, 16, 32, None)}
-        by_n[COMPLEMENTARY] = complementary_heads(
-            {h: data[h]["head_scores"] for h in train_groups},
-            {h: examples(data, h, by_n[16]) for h in train_groups},
-            16,
-            l2=args.l2,
-        )
         ex = {n: ({h: examples(data, h, idx) for h in train_groups}, examples(data, g, idx)) for n, idx in by_n.items()}
+        # the complementary heads are chosen against the top-16 examples' signals (attention unused)
+        idx = by_n[COMPLEMENTARY] = complementary_heads(
+            {h: data[h]["head_scores"] for h in train_groups}, ex[16][0], 16, l2=args.l2
+        )
+        ex[COMPLEMENTARY] = ({h: examples(data, h, idx) for h in train_groups}, examples(data, g, idx))
         test16 = ex[16][1]
         scores = heldout_scores(
             [Split(g, [e for h in train_groups for e in ex[16][0][h]], test16)],
