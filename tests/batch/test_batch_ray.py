@@ -131,8 +131,11 @@ def test_killed_rerank_actor_neither_loses_nor_duplicates_rows(ray_local, tmp_pa
             os.kill(pids[0], signal.SIGKILL)
             killed.append(pids[0])
 
+    # One query per block and batch: rows reach the driver one at a time, so at the first commit
+    # 23 queries are still to be reranked (about 0.8 s of work here). With blocks of 8 the stage
+    # had finished, and its actor was gone, within 60 ms of the first commit: the kill raced it.
     res = Resources(
-        retrieval_actors=1, rerank_actors=1, retrieval_cpus=0.5, rerank_cpus=1, rerank_batch=2, retrieval_batch=8
+        retrieval_actors=1, rerank_actors=1, retrieval_cpus=0.5, rerank_cpus=1, rerank_batch=1, retrieval_batch=1
     )
     out = tmp_path / "killed.trec"
     stats = run_batch(qs, config, output=out, resources=res, on_commit=kill_once, progress=False)
