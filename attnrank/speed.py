@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from .benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
 from .config import STATE_STORAGES, set_torch_threads
@@ -74,6 +75,22 @@ def timed_peak(fn: Callable[[], Any]) -> tuple[float, float]:
     return secs, max(peak[0], _rss_mb()) - start
 
 
+def probe_gflops(dtype: str, n: int = 1024, reps: int = 20) -> float:
+    """This machine's matrix-product rate now: GFLOP/s of an ``n`` x ``n`` x ``n`` product in
+    bfloat16 for a bfloat16 cell, else in float32, on the threads torch uses.
+
+    Why: on a shared machine the rate moved 3x within a minute (250 to 820 GFLOP/s in bfloat16 on
+    2026-12-03), which a cell's s/query cannot show; a cell timed at a low rate is slow for that."""
+    kind = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+    a, b = torch.randn(n, n, dtype=kind), torch.randn(n, n, dtype=kind)
+    for _ in range(3):
+        a @ b
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
+
+
 def speed_queries(dataset: str, root: Path, k: int, n_queries: int) -> list[tuple[str, list[Document]]]:
     """(query, K candidates) pairs: DL19 topics with their BM25 top-K passages, or seeded SciFact
     train queries with K abstracts drawn at random from the corpus (only lengths matter here)."""
@@ -100,7 +117,7 @@ def measure(
     reranker = AttentionReranker(**{"signals": None, **options})
     pairs = speed_queries(dataset, root, k, n_queries)
     reranker.rank("warm up", pairs[0][1][:2])  # first-call overheads, and the shared prefix
-    times, peaks = [], []
+    times, peaks, probes = [], [], [probe_gflops(dtype)]
     for query, docs in pairs:
         if mode == "block-warm":
             reranker.rank(query, docs)  # fills the state cache
@@ -109,6 +126,7 @@ def measure(
         secs, peak = timed_peak(functools.partial(reranker.rank, query, docs))
         times.append(secs)
         peaks.append(peak)
+    probes.append(probe_gflops(dtype))
     return {
         "dataset": dataset,
         "K": k,
@@ -119,6 +137,7 @@ def measure(
         "peak extra MB": float(np.max(peaks)),
         "cached MB": reranker.states.nbytes / 2**20,
         "state bytes/token": reranker.states.nbytes / max(reranker.states.n_tokens, 1),
+        "probe GFLOP/s": float(np.mean(probes)),  # before and after the queries (probe_gflops)
     }
 
 

@@ -41,7 +41,6 @@ Writes docs/results/rerank_kernels.{json,md}.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import logging
@@ -288,7 +287,7 @@ def precision_compare(root: Path, args) -> tuple[list[dict], dict]:
 
 # -- kernels: CPU SDPA vs the bfloat16 few-rows kernel, same queries, interleaved ---------------
 def kernels_compare(root: Path, args) -> list[dict]:
-    from attnrank.llm.kernels import sdpa_only
+    from attnrank.llm.kernels import attention_kernel
     from attnrank.rerank.attention import AttentionReranker
     from attnrank.speed import quality_sets
 
@@ -302,7 +301,7 @@ def kernels_compare(root: Path, args) -> list[dict]:
             for q, text in ds.queries.items():
                 for kernel in scores:
                     reranker.states.clear()  # each query cold, as a first visit
-                    with sdpa_only() if kernel == "SDPA" else contextlib.nullcontext():
+                    with attention_kernel("sdpa" if kernel == "SDPA" else "few-rows"):
                         t = time.perf_counter()
                         scores[kernel][q] = reranker.score(text, cands[q]).tolist()
                         secs[kernel].append(time.perf_counter() - t)
@@ -330,12 +329,13 @@ def kernels_markdown(rows, env, args) -> str:
                 "SDPA: every attention layer by torch's SDPA (flash kernel, float32 accumulation). Few rows: the "
                 "suffix passes (and block attention's packed blocks) by two matrix products with bfloat16 logits "
                 "and probabilities, as transformers' eager attention computes them (attnrank.llm.kernels). "
-                "Spearman: rank correlation of a query's candidate scores under the two kernels.",
+                "Spearman: rank correlation of a query's candidate scores under the two kernels. "
+                f"This CPU's default: {env.get('attention kernel', 'not recorded')} (attnrank.llm.kernels.default_kernel).",
                 "",
                 md_table(rows, list(rows[0]), {k: ".4f" if "nDCG" in k or "Spearman" in k else ".2f" for k in rows[0]}),
                 "",
                 f"    python scripts/bench_rerank.py --kernels --blocks-scifact {args.blocks_scifact} "
-                f"--blocks-hotpot {args.blocks_hotpot}",
+                f"--blocks-hotpot {args.blocks_hotpot}" + (f" --name {args.name}" if args.name else ""),
             ]
         )
         + "\n"
@@ -455,10 +455,12 @@ def blocks_section(args, root: Path) -> None:
         runs = REPO / "build" / "blocks" / "quality_runs.json"
         q_rows = compare_modes(sets, modes, AttentionReranker(signals=None).llm, runs)
         quality_path.write_text(json.dumps(q_rows, indent=1))
-    env = environment()
+    from attnrank.llm.kernels import default_kernel
+
+    env = {**environment(), "attention kernel": default_kernel()}
     md = blocks_markdown(speed_rows, q_rows, stores, env)
     payload = {"environment": env, "speed": speed_rows, "quality": q_rows, "stores": stores}
-    write_outputs("rerank_blocks", payload, md, OUT)
+    write_outputs(args.name or "rerank_blocks", payload, md, OUT)
     print(md)
 
 
@@ -490,6 +492,9 @@ def main() -> None:
     ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
     ap.add_argument("--blocks-scifact", type=int, default=12, help="SciFact queries in the quality comparison")
     ap.add_argument("--kernels", action="store_true", help="only SDPA vs the few-rows kernel (rerank_kernels.*)")
+    ap.add_argument(
+        "--name", default="", help="output name for --blocks or --kernels (docs/results/NAME.*; default: the section's)"
+    )
     ap.add_argument("--int8", action="store_true", help="only the precision comparison (docs/results/rerank_int8.*)")
     ap.add_argument("--int8-k", type=int, default=20, help="DL19 BM25 candidates per query for --int8")
     ap.add_argument("--int8-dtypes", default="float32,int8", help="precisions for --int8; the first is the reference")
@@ -510,9 +515,11 @@ def main() -> None:
     args.speed_ks = [int(x) for x in args.speed_ks.split(",")]
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
     if args.kernels:
-        k_rows, env = kernels_compare(root, args), environment()
+        from attnrank.llm.kernels import default_kernel
+
+        k_rows, env = kernels_compare(root, args), {**environment(), "attention kernel": default_kernel()}
         md = kernels_markdown(k_rows, env, args)
-        write_outputs("rerank_kernels", {"environment": env, "rows": k_rows}, md, OUT)
+        write_outputs(args.name or "rerank_kernels", {"environment": env, "rows": k_rows}, md, OUT)
         print(md)
         return
     if args.int8:

@@ -27,6 +27,7 @@ ORDER = [
     "rerank_blocks",
     "rerank_blocks_xeon",
     "rerank_kernels",
+    "rerank_kernels_xeon",
     "rerank_int8",
     "rerank_precision_avx512_bf16",
     "heads",
@@ -59,12 +60,16 @@ COMMANDS = {
         "--out build/adapter_lr1e-3 (files renamed to adapter_lr1e-3.*)"
     ),
     "rerank_blocks_xeon": (
-        "python scripts/bench_rerank.py --blocks --blocks-skip-quality, its bfloat16 cells and the float32 "
-        "full prompt at K=20 removed from build/blocks/cells.json first (files renamed to rerank_blocks_xeon.*)"
+        "python scripts/bench_rerank.py --blocks --blocks-skip-quality --name rerank_blocks_xeon, its bfloat16 "
+        "cells removed from build/blocks/cells.json first (the float32 full prompt at K=20 kept from this "
+        "machine's run of 2026-12-03; the other float32 and the int8 cells are rerank_blocks.md's)"
     ),
     "rerank": "python scripts/bench_rerank.py",
     "rerank_blocks": "python scripts/bench_rerank.py --blocks",
     "rerank_kernels": "python scripts/bench_rerank.py --kernels --blocks-scifact 20 --blocks-hotpot 60",
+    "rerank_kernels_xeon": (
+        "python scripts/bench_rerank.py --kernels --blocks-scifact 20 --blocks-hotpot 60 --name rerank_kernels_xeon"
+    ),
     "rerank_presets": "python scripts/bench_presets.py",
     "rerank_int8": "python scripts/bench_rerank.py --int8 --int8-k 20 --int8-dtypes float32,int8,bfloat16 --dl19-queries 12",
     "rerank_precision_avx512_bf16": (

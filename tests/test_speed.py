@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from attnrank.errors import InputError
 from attnrank.eval.speed_report import block_targets, blocks_markdown
-from attnrank.speed import build_store, in_grid_order, speed_cells
+from attnrank.speed import build_store, in_grid_order, probe_gflops, speed_cells
 
 ENV = {"date": "2026-12-02", "cpus": 2, "torch": "2.13.0"}
 
@@ -61,3 +63,10 @@ def test_targets_read_the_cells_they_name():
     assert got["cold K=20 >= 1.5x the float32 full prompt"] == ("3.00x", "yes")
     assert got["cold grows linearly in K (s per candidate, K=10/20/50/100)"] == ("0.060 / 0.050", "")
     assert "Targets (issue 15), bfloat16 cells:" in blocks_markdown(rows, [], {}, ENV)
+
+
+def test_the_machine_probe_is_a_positive_rate():
+    """A speed cell records the machine's matrix-product rate around its queries."""
+    for dtype in ("bfloat16", "float32", "int8"):
+        rate = probe_gflops(dtype, n=64, reps=2)
+        assert math.isfinite(rate) and rate > 0

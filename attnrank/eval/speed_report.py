@@ -96,9 +96,12 @@ def blocks_markdown(
         "only (llm.kernels.segmented_forward). Candidates past one window (about 8,000 positions) are "
         "cut into windows, assembled side by side and read by one suffix pass (llm.context; its kept "
         "memory is in peak extra MB only the first time). In bfloat16 the blocks and suffixes attend "
-        "by llm.kernels.few_rows_attention instead of SDPA (docs/results/rerank_kernels.md). A resumed "
+        f"by this CPU's default kernel, {env.get('attention kernel', 'few-rows')} (llm.kernels.default_kernel: "
+        "SDPA on a CPU with AMX, else llm.kernels.few_rows_attention; docs/results/rerank_kernels*.md). A resumed "
         "run keeps the cells it already has; `measured` says when each ran: compare cells measured the same day "
-        "(the machines are shared and differ between days).",
+        "(the machines are shared and differ between days). probe GFLOP/s: the machine's matrix-product rate "
+        "around the cell's queries (attnrank.speed.probe_gflops; bfloat16 for bfloat16 cells, else float32): "
+        "a shared machine's rate varies, and a cell timed at a low rate is slow for that reason.",
         "",
         *targets_markdown(speed_rows, dtypes[0] if dtypes else ""),
         md_table(
@@ -112,11 +115,12 @@ def blocks_markdown(
                 "s/query",
                 "peak extra MB",
                 "cached MB",
+                "probe GFLOP/s",
                 "measured",
                 "cpu",
                 "error",
             ],
-            {"s/query": ".2f", "peak extra MB": ".0f", "cached MB": ".0f"},
+            {"s/query": ".2f", "peak extra MB": ".0f", "cached MB": ".0f", "probe GFLOP/s": ".0f"},
         ),
         "",
     ]

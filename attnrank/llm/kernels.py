@@ -6,9 +6,10 @@
 :func:`additive_mask` is the registered mask function and :func:`segment_mask` the mask of
 segments that must not see each other; :func:`segmented_forward` computes what that mask gives
 without the products it masks out, and :func:`windowed_forward` the same for windows padded in
-front. In bfloat16 on CPU those two run few query rows over many keys by
+front. In bfloat16 on a CPU without AMX those two run few query rows over many keys by
 :func:`few_rows_attention` (matrix products, as transformers' eager attention), which was 1.3x to
-2.7x faster per layer than CPU SDPA's flash kernel at the capture's shapes; its effect on the
+2.7x faster per layer than CPU SDPA's flash kernel at the capture's shapes on an AMD EPYC; on an
+Intel Xeon with AMX, SDPA was the faster one (:func:`default_kernel`). The kernels' effect on the
 scores is measured in ``docs/results/rerank_kernels.md``.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import cache
 from typing import Any
 
 import torch
@@ -204,26 +206,47 @@ def windowed_forward(
 
 # The most logits few_rows_attention holds at once (heads x rows x keys; 64 MiB in bfloat16).
 FEW_ROWS_MAX_LOGITS = 1 << 25
-_SDPA_ONLY: ContextVar[bool] = ContextVar("attnrank_sdpa_only", default=False)
+KERNELS = ("sdpa", "few-rows")
+_KERNEL: ContextVar[str | None] = ContextVar("attnrank_attention_kernel", default=None)
+
+
+@cache
+def default_kernel() -> str:
+    """The kernel of bfloat16 passes on this CPU, one of ``KERNELS``: ``"sdpa"`` where the CPU has
+    AMX tiles, else ``"few-rows"`` (:func:`few_rows_attention`).
+
+    Why by the CPU's features and not by timing both: a timed choice could differ between two runs
+    on one machine, and with it the scores (Spearman 0.94-0.999 between the kernels per query,
+    ``docs/results/rerank_kernels.md``). Measured at the capture's shapes (SmolLM2-135M, 2 threads):
+    on an AMD EPYC without AMX the few-rows kernel was 1.3x faster cold (block mode, SciFact top-20);
+    on an Intel Xeon with AMX, SDPA was 1.55x faster cold and 1.25x warm
+    (``docs/results/rerank_kernels_xeon.md``)."""
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)  # torch's own probe (private, hence guarded)
+    return "sdpa" if amx is not None and amx() else "few-rows"
 
 
 @contextmanager
-def sdpa_only() -> Iterator[None]:
-    """For the passes run inside: every layer by SDPA, never :func:`few_rows_attention` (the
-    reference it is measured against: ``scripts/bench_rerank.py --kernels``)."""
-    token = _SDPA_ONLY.set(True)
+def attention_kernel(name: str) -> Iterator[None]:
+    """For the passes run inside: bfloat16 CPU layers by ``name`` (one of ``KERNELS``) instead of
+    :func:`default_kernel` (``scripts/bench_rerank.py --kernels`` compares the two; tests run both)."""
+    if name not in KERNELS:
+        raise ValueError(f"attention kernel {name!r} is not one of {KERNELS}")
+    token = _KERNEL.set(name)
     try:
         yield
     finally:
-        _SDPA_ONLY.reset(token)
+        _KERNEL.reset(token)
 
 
 def serves_few_rows(query: torch.Tensor, n_keys: int) -> bool:
-    """Whether :func:`few_rows_attention` computes this layer: bfloat16 on CPU, outside
-    :func:`sdpa_only`, and its logits for one sequence of the batch (``query`` ``[b, heads, rows,
-    head_dim]``) fit ``FEW_ROWS_MAX_LOGITS``."""
-    cpu_bf16 = query.dtype == torch.bfloat16 and query.device.type == "cpu" and not _SDPA_ONLY.get()
-    return cpu_bf16 and query.shape[1] * query.shape[2] * n_keys <= FEW_ROWS_MAX_LOGITS
+    """Whether :func:`few_rows_attention` computes this layer: bfloat16 on CPU, the kernel in force
+    is ``"few-rows"`` (:func:`attention_kernel`, else :func:`default_kernel`), and its logits for one
+    sequence of the batch (``query`` ``[b, heads, rows, head_dim]``) fit ``FEW_ROWS_MAX_LOGITS``."""
+    if query.dtype != torch.bfloat16 or query.device.type != "cpu":
+        return False
+    if (_KERNEL.get() or default_kernel()) != "few-rows":
+        return False
+    return query.shape[1] * query.shape[2] * n_keys <= FEW_ROWS_MAX_LOGITS
 
 
 def few_rows_attention(
@@ -236,8 +259,9 @@ def few_rows_attention(
     By two matrix products with the logits and probabilities in bfloat16, as transformers' eager
     attention computes them (the softmax accumulates in float32), grouped-query heads sharing their
     key head's product. Why: for a suffix's few rows over thousands of cached keys, CPU SDPA's
-    flash kernel ran at a third of the matrix products' rate (44 rows over 8,000 keys, bfloat16,
-    2 cores: 6.1 ms against 2.7 ms per layer)."""
+    flash kernel ran at a third of the matrix products' rate on an AMD EPYC without AMX (44 rows
+    over 8,000 keys, bfloat16, 2 cores: 6.1 ms against 2.7 ms per layer); with AMX it is the other
+    way round (:func:`default_kernel`)."""
     heads, rows, dim = query.shape
     kv_heads = key.shape[0]
     groups = heads // kv_heads

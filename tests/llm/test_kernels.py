@@ -1,5 +1,6 @@
 """The registered attention function's layer outputs equal transformers' SDPA (and, for packed
-segments and padded windows, SDPA under their masks), on both the SDPA and the few-rows paths."""
+segments and padded windows, SDPA under their masks), on both the SDPA and the few-rows paths,
+whichever this CPU takes by default."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from attnrank.llm import kernels
-from attnrank.llm.kernels import sdpa_forward, segment_mask, segmented_forward, windowed_forward
+from attnrank.llm.kernels import (
+    KERNELS,
+    attention_kernel,
+    default_kernel,
+    sdpa_forward,
+    segment_mask,
+    segmented_forward,
+    windowed_forward,
+)
 
 FEW_ROWS = kernels.few_rows_attention
 
@@ -37,11 +46,14 @@ def test_grouped_query_sdpa_equals_transformers(mask_kind, dtype):
     assert torch.allclose(ours.float(), theirs.float(), atol=tol)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("heads", [(6, 2), (4, 4)])  # grouped-query and plain
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_segmented_forward_equals_sdpa_under_the_segment_mask(heads, dtype):
+def test_segmented_forward_equals_sdpa_under_the_segment_mask(heads, dtype, kernel, monkeypatch):
     """Per-segment SDPA gives what one SDPA over everything gives under segment_mask: each
     segment sees the prefix and itself causally, never another segment."""
+    calls = []
+    monkeypatch.setattr(kernels, "few_rows_attention", lambda *a: calls.append(1) or FEW_ROWS(*a))
     torch.manual_seed(0)
     n_heads, n_kv = heads
     lengths, n_prefix = [3, 7, 1, 7], 5
@@ -52,18 +64,22 @@ def test_segmented_forward_equals_sdpa_under_the_segment_mask(heads, dtype):
     module = types.SimpleNamespace(num_key_value_groups=n_heads // n_kv, is_causal=True)
     want = sdpa_attention_forward(module, q, k, v, mask, scaling=8**-0.5)[0]
     masks: dict[int, torch.Tensor] = {}
-    got = segmented_forward(q, k, v, n_prefix, lengths, 8**-0.5, masks)
+    with attention_kernel(kernel):
+        got = segmented_forward(q, k, v, n_prefix, lengths, 8**-0.5, masks)
+        assert torch.equal(segmented_forward(q, k, v, n_prefix, lengths, 8**-0.5, masks), got)
     assert got.shape == want.shape == (1, n, n_heads, 8)
     tol = 1e-6 if dtype == torch.float32 else 2e-2
     assert torch.allclose(got.float(), want.float(), atol=tol)
     assert sorted(masks) == [1, 3, 7]  # one mask per length, kept for the pass's other layers
-    assert torch.equal(segmented_forward(q, k, v, n_prefix, lengths, 8**-0.5, masks), got)
+    # one few-rows call per segment, twice, where bfloat16 runs that kernel; else SDPA only
+    assert len(calls) == (2 * len(lengths) if dtype == torch.bfloat16 and kernel == "few-rows" else 0)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("heads", [(6, 2), (4, 4)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("max_logits", [kernels.FEW_ROWS_MAX_LOGITS, 0])  # 0: bfloat16 takes SDPA too
-def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_logits, monkeypatch):
+def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_logits, kernel, monkeypatch):
     """Windows padded in front to one context length, then two suffixes after a shared trunk: each
     batch row's output is what SDPA over the whole batch gives under the pass's mask."""
     monkeypatch.setattr(kernels, "FEW_ROWS_MAX_LOGITS", max_logits)
@@ -82,9 +98,35 @@ def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_lo
     v = torch.randn(len(pads), n_kv, n_context + n, 8, dtype=dtype)
     module = types.SimpleNamespace(num_key_value_groups=n_heads // n_kv, is_causal=True)
     want = sdpa_attention_forward(module, q.float(), k.float(), v.float(), mask.float(), scaling=8**-0.5)[0]
-    got = windowed_forward(q, k, v, mask, pads, 8**-0.5)
+    with attention_kernel(kernel):
+        got = windowed_forward(q, k, v, mask, pads, 8**-0.5)
     assert got.shape == want.shape == (len(pads), n, n_heads, 8)
     tol = 1e-6 if dtype == torch.float32 else 3e-2
     assert torch.allclose(got.float(), want, atol=tol)
-    # bfloat16 within the budget takes the few-rows path (one call per window), all else SDPA
-    assert len(calls) == (len(pads) if dtype == torch.bfloat16 and max_logits else 0)
+    # bfloat16 within the budget takes the few-rows kernel (one call per window) where it is in
+    # force, all else SDPA
+    assert len(calls) == (len(pads) if dtype == torch.bfloat16 and max_logits and kernel == "few-rows" else 0)
+
+
+def test_the_default_kernel_follows_the_cpu_and_can_be_overridden(monkeypatch):
+    """AMX tiles: SDPA; none: the few-rows kernel. The choice is the CPU's, never a timing's, so a
+    machine scores alike on every run; attention_kernel overrides it for the passes inside."""
+    try:
+        default_kernel.cache_clear()
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+        assert default_kernel() == "sdpa"
+        default_kernel.cache_clear()
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+        assert default_kernel() == "few-rows"
+        q = torch.zeros(1, 9, 4, 8, dtype=torch.bfloat16)
+        assert kernels.serves_few_rows(q, 100)
+        assert not kernels.serves_few_rows(q.float(), 100)  # float32 always takes SDPA
+        with attention_kernel("sdpa"):
+            assert not kernels.serves_few_rows(q, 100)
+            with attention_kernel("few-rows"):
+                assert kernels.serves_few_rows(q, 100)
+            assert not kernels.serves_few_rows(q, 100)
+        with pytest.raises(ValueError, match="'flash' is not one of"), attention_kernel("flash"):
+            pass
+    finally:
+        default_kernel.cache_clear()  # the real CPU's answer again for the tests after this one
