@@ -217,10 +217,10 @@ def default_kernel() -> str:
 
     Why by the CPU's features and not by timing both: a timed choice could differ between two runs
     on one machine, and with it the scores (Spearman 0.94-0.999 between the kernels per query,
-    ``docs/results/rerank_kernels.md``). Measured at the capture's shapes (SmolLM2-135M, 2 threads):
-    on an AMD EPYC without AMX the few-rows kernel was 1.3x faster cold (block mode, SciFact top-20);
-    on an Intel Xeon with AMX, SDPA was 1.55x faster cold and 1.25x warm
-    (``docs/results/rerank_kernels_xeon.md``)."""
+    ``docs/results/rerank_kernels.md``). Measured per query, both kernels in turn (SmolLM2-135M,
+    2 threads, block mode, cold): on an AMD EPYC without AMX the few-rows kernel was 1.11x-1.29x
+    faster (``docs/results/rerank_kernels.md``); on an Intel Xeon with AMX, SDPA was 1.04x-1.15x
+    faster (``docs/results/rerank_kernels_xeon.md``). On full prompts they were within 8% of each other."""
     amx = getattr(torch.cpu, "_is_amx_tile_supported", None)  # torch's own probe (private, hence guarded)
     return "sdpa" if amx is not None and amx() else "few-rows"
 
