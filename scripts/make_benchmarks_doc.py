@@ -134,11 +134,15 @@ nDCG@10 on SciFact and +3.4 on HotpotQA. The reranking benchmarks below were run
 made with RRF (SciFact hybrid top-20); `attnrank.benchmarks` and the scripts pin RRF, so these
 figures still reproduce.
 
-Block attention's speed was re-measured on 2026-12-03 on the Intel Xeon ("rerank_blocks_xeon"): its
-block-mode cells ran 2x to 5x slower than on the AMD EPYC of 2026-12-02, while its bfloat16 full
-prompt ran about as fast on SciFact and at 50-100 DL19 passages (slower elsewhere), and three of
-issue 15's SciFact targets are missed there (the few-rows attention kernel chosen on the AMD
-machine timed 2x slower than SDPA on this one, ad hoc).
+Block attention's speed was re-measured on 2026-12-03 on the Intel Xeon with AMX
+("rerank_blocks_xeon"), after bfloat16 attention there changed to SDPA: the few-rows kernel chosen
+on the AMD EPYC was 1.04x-1.15x slower than SDPA on this CPU, both timed in turn per query
+("rerank_kernels_xeon"), so the kernel is now chosen by the CPU's features
+(`attnrank.llm.kernels.default_kernel`). Speed cells now record the machine's matrix-product rate
+around their queries (probe GFLOP/s), which varied 3x between cells. There, DL19's warm targets are
+met and its cold ratio at K=20 is 1.10x (a FLOP count bounds it at 1.34x on a CPU whose attention
+and linear layers run at one rate); SciFact misses warm K=20 (0.42 s), warm K=100 (1.34 s) and cold
+K=20 (1.41x).
 
 Precision: the LLM's `dtype="auto"` is bfloat16 on a CPU that multiplies bfloat16 in hardware
 (AMX-BF16, or AVX-512 BF16 since 2026-12-02) and float32 elsewhere. The machines changed between
