@@ -20,6 +20,7 @@ ORDER = [
     "fusion_bfloat16_order-forward",
     "fusion_bfloat16_max_doc_words-100",
     "fusion_bfloat16_fixed-weights",
+    "fusion_fixed-weights",
     "locomo",
     "adapter",
     "adapter_lr1e-3",
@@ -53,6 +54,7 @@ COMMANDS = {
     "fusion_bfloat16_order-forward": "python scripts/bench_fusion.py --dtype bfloat16 --prompt order=forward",
     "fusion_bfloat16_max_doc_words-100": "python scripts/bench_fusion.py --dtype bfloat16 --prompt max_doc_words=100",
     "fusion_bfloat16_fixed-weights": "python scripts/bench_fusion.py --dtype bfloat16 --ablation fixed-weights",
+    "fusion_fixed-weights": "python scripts/bench_fusion.py --ablation fixed-weights",
     "locomo": "python scripts/bench_locomo.py --presets signals,qrhead,fused",
     "adapter": "python scripts/bench_adapter.py",
     "adapter_lr1e-3": (
@@ -154,9 +156,13 @@ while every head's rows were captured 2.9x to 3.8x faster.
 
 Candidate BM25: since 2026-12-02 the fused scorer's `bm25` signal (BM25 over the candidates
 themselves) drops scikit-learn's 318 English stopwords instead of Lucene's 33 (attnrank.rerank.signals).
-"The fused scorer, held out" was re-measured with it and its weights shipped; the other fusion tables
-(bfloat16, block, prompt variants, fixed weights) are from 2026-12-01 and still use the earlier
-signal, under which "bm25 alone" read 1.5 to 5.1 points lower. LoCoMo end to end was re-run on
+"The fused scorer, held out" was re-measured with it and its weights shipped, and on 2026-12-03
+its fixed-weights ablation in float32 ("fusion_fixed-weights": equal weights over per-query
+z-scores, nothing trained); the other fusion tables (bfloat16, block, prompt variants, bfloat16
+fixed weights) are from 2026-12-01 and still use the earlier signal, under which "bm25 alone" read
+1.5 to 5.1 points lower. Under equal weights attention again adds only on LoCoMo (+2.7 with dense
+and BM25; -1.3 DL19, -3.1 SciFact, -1.0 HotpotQA), and equal-weight dense + BM25 without attention
+scored at or above the default `signals` on all four held-out datasets (mean 0.6923 against 0.6899). LoCoMo end to end was re-run on
 2026-12-03 with the current signal and the default preset.
 
 Regenerate this page with `python scripts/make_benchmarks_doc.py` after running the benchmarks.
