@@ -37,6 +37,7 @@ from attnrank.benchmarks import (
     stage_signals,
 )
 from attnrank.config import set_torch_threads
+from attnrank.eval import sign_test
 from attnrank.eval.crossval import Split, kfold_splits
 from attnrank.eval.datasets import data_root
 from attnrank.eval.metrics import per_query_ndcg_of_each
@@ -165,11 +166,13 @@ def fixed_variants() -> dict:
     }
 
 
-def lodo(data: dict, args) -> tuple[list[dict], dict]:
+def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
     """Leave-one-dataset-out: per held-out dataset, heads chosen and weights trained on the others;
-    also the per-query comparison of the preset ``fused`` (with attention) against the default."""
+    also the per-query comparison of the preset ``fused`` (with attention) against the default, and
+    (``--ablation fixed-weights``) of each equal-weights fusion against the default."""
     rows: list[dict] = []
     paired: dict[str, dict] = {}  # per held-out dataset: preset fused against the default, per query
+    against_default: list[dict] = []
     groups = list(data)
     for g in groups:
         train_groups = [h for h in groups if h != g]
@@ -205,11 +208,28 @@ def lodo(data: dict, args) -> tuple[list[dict], dict]:
             for name, feats in fixed_variants().items():
                 fixed = FusedWeights(list(feats), [1.0] * len(feats))
                 scores[name] = {e.qid: fixed.score(e.signals) for e in test16}
+            versus = {m: scores[m] for m in (HEADLINE, *fixed_variants())}
+            rows_vs = compare(test16, versus, METRICS[g][:1], baselines=(HEADLINE,))[1:]
+            against_default += [{"held out": g, **r} for r in rows_vs]
         paired[g] = compare(test16, {m: scores[m] for m in (HEADLINE, FUSED)}, METRICS[g][:1], baselines=(HEADLINE,))[1]
         for r in compare(test16, scores, METRICS[g], baselines=FIRST + CAND):
             rows.append({"held out": g, **r})
         log.info("LODO %s done", g)
-    return rows, paired
+    return rows, paired, against_default + pooled_against_default(against_default)
+
+
+def pooled_against_default(rows: list[dict]) -> list[dict]:
+    """Per method, its per-query wins and losses against the default summed over the held-out
+    datasets, with a sign test over the pooled queries."""
+    out = []
+    for m in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == m]
+        w, l = sum(r["wins"] for r in mine), sum(r["losses"] for r in mine)
+        delta = float(np.mean([r["Δ"] for r in mine]))
+        out.append(
+            {"held out": "all four (pooled)", "method": m, "Δ": delta, "wins": w, "losses": l, "p": sign_test(w, l)}
+        )
+    return out
 
 
 def in_domain(data: dict, args) -> list[dict]:
@@ -387,7 +407,7 @@ def main() -> None:
     data = load(args, root, rr)
     precise = args.dtype != "float32" and args.attention == "full" and not args.prompt and not args.ablation
     icr32 = AttentionReranker(config="icr", dtype="float32") if precise else None
-    held, paired = lodo(data, args)
+    held, paired, against_default = lodo(data, args)
     payload = {
         "environment": environment(),
         "dtype": str(rr.llm.dtype).removeprefix("torch.") + ("-int8" if rr.llm.quantization else ""),
@@ -396,6 +416,7 @@ def main() -> None:
         "ablation": args.ablation,
         "sizes": {g: len(d["cands"]) for g, d in data.items()},
         "targets": targets(held, paired),
+        "fixed_vs_default": against_default,
         "lodo": held,
         "in_domain": in_domain(data, args),
         "shipped": ship(data, rr, args) if args.ship else None,
@@ -473,6 +494,21 @@ def markdown(p: dict) -> str:
     ]
     for g in p["sizes"]:
         out += [f"### {g} held out", "", md_table([r for r in p["lodo"] if r["held out"] == g], cols, fmt), ""]
+    if p.get("fixed_vs_default"):
+        out += [
+            "## Equal weights against the default, per query (held out)",
+            "",
+            "Each equal-weights fusion against the default preset `signals` on the same held-out queries: Δ in "
+            "nDCG@10 points (pooled: the mean of the four datasets' Δ), per-query wins/losses and two-sided sign test; "
+            "the pooled row sums the wins and losses over the four datasets.",
+            "",
+            md_table(
+                p["fixed_vs_default"],
+                ["held out", "method", "nDCG@10", "Δ", "wins", "losses", "p"],
+                {"Δ": "+.2f", "p": ".3f"},
+            ),
+            "",
+        ]
     out += ["## In-domain k-fold (heads and weights from the training folds)", ""]
     for g in p["sizes"]:
         out += [f"### {g}", "", md_table([r for r in p["in_domain"] if r["dataset"] == g], cols, fmt), ""]
