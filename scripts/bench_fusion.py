@@ -205,10 +205,11 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
             fused = train_fused(train, feats, l2=args.l2, **{"model": args.model, **kw})
             scores[name] = {e.qid: fused.score(e.signals) for e in test_ex}
         if args.ablation == "fixed-weights":
-            for name, feats in fixed_variants().items():
+            fixed_features = fixed_variants()
+            for name, feats in fixed_features.items():
                 fixed = FusedWeights(list(feats), [1.0] * len(feats))
                 scores[name] = {e.qid: fixed.score(e.signals) for e in test16}
-            versus = {m: scores[m] for m in (HEADLINE, *fixed_variants())}
+            versus = {m: scores[m] for m in (HEADLINE, *fixed_features)}
             rows_vs = compare(test16, versus, METRICS[g][:1], baselines=(HEADLINE,))[1:]
             against_default += [{"held out": g, **r} for r in rows_vs]
         paired[g] = compare(test16, {m: scores[m] for m in (HEADLINE, FUSED)}, METRICS[g][:1], baselines=(HEADLINE,))[1]
@@ -227,7 +228,14 @@ def pooled_against_default(rows: list[dict]) -> list[dict]:
         w, l = sum(r["wins"] for r in mine), sum(r["losses"] for r in mine)
         delta = float(np.mean([r["Δ"] for r in mine]))
         out.append(
-            {"held out": "all four (pooled)", "method": m, "Δ": delta, "wins": w, "losses": l, "p": sign_test(w, l)}
+            {
+                "held out": f"all {len(mine)} (pooled)",
+                "method": m,
+                "Δ": delta,
+                "wins": w,
+                "losses": l,
+                "p": sign_test(w, l),
+            }
         )
     return out
 

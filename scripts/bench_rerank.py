@@ -317,6 +317,13 @@ def kernels_compare(root: Path, args) -> list[dict]:
     return rows
 
 
+def kernel_environment() -> dict:
+    """The run's environment with this CPU's default bfloat16 attention kernel (both reports name it)."""
+    from attnrank.llm.kernels import default_kernel
+
+    return {**environment(), "attention kernel": default_kernel()}
+
+
 def kernels_markdown(rows, env, args) -> str:
     return (
         "\n".join(
@@ -455,9 +462,7 @@ def blocks_section(args, root: Path) -> None:
         runs = REPO / "build" / "blocks" / "quality_runs.json"
         q_rows = compare_modes(sets, modes, AttentionReranker(signals=None).llm, runs)
         quality_path.write_text(json.dumps(q_rows, indent=1))
-    from attnrank.llm.kernels import default_kernel
-
-    env = {**environment(), "attention kernel": default_kernel()}
+    env = kernel_environment()
     md = blocks_markdown(speed_rows, q_rows, stores, env)
     payload = {"environment": env, "speed": speed_rows, "quality": q_rows, "stores": stores}
     write_outputs(args.name or "rerank_blocks", payload, md, OUT)
@@ -515,9 +520,7 @@ def main() -> None:
     args.speed_ks = [int(x) for x in args.speed_ks.split(",")]
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
     if args.kernels:
-        from attnrank.llm.kernels import default_kernel
-
-        k_rows, env = kernels_compare(root, args), {**environment(), "attention kernel": default_kernel()}
+        k_rows, env = kernels_compare(root, args), kernel_environment()
         md = kernels_markdown(k_rows, env, args)
         write_outputs(args.name or "rerank_kernels", {"environment": env, "rows": k_rows}, md, OUT)
         print(md)
