@@ -311,11 +311,15 @@ def save_artifact(
     return path
 
 
-def load_artifact(kind: str, model_id: str, fingerprint: str, *, root: Path | None = None) -> dict[str, Any] | None:
+def load_artifact(
+    kind: str, model_id: str, fingerprint: str, *, root: Path | None = None, user_only: bool = False
+) -> dict[str, Any] | None:
     """The ``kind`` payload registered for this model (user before shipped, exact fingerprint
-    before ``"*"``, then the newest), or None."""
+    before ``"*"``, then the newest), or None; ``user_only``: a user's, never a shipped one."""
     best = None
     for source, level, _, doc in _documents(model_id, fingerprint, root):
+        if user_only and source != "user":
+            continue
         item = doc.get("artifacts", {}).get(kind)
         if isinstance(item, dict) and "payload" in item:
             key, date = (source != "user", -level), str(item.get("date", ""))

@@ -46,7 +46,7 @@ from attnrank.eval.rows import capture_all
 from attnrank.llm.rows import window_features
 from attnrank.registry import resolve_heads
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.rerank.fused import FusedWeights, resolve_fused, train_fused
+from attnrank.rerank.fused import FusedWeights, equal_weights, resolve_fused, train_fused
 from attnrank.rerank.fusion_eval import NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
 
 log = logging.getLogger("bench_fusion")
@@ -58,7 +58,8 @@ SHIP = REPO / "attnrank" / "heads" / "data"
 METRICS = {"DL19": ["nDCG@10"], "SciFact": ["nDCG@10"], "HotpotQA": ["nDCG@10", "R@2"], "LoCoMo": ["nDCG@10", "R@5"]}
 FIRST = ("first stage: rank alone", "first stage: BM25 alone", "first stage: dense alone", "first stage: RRF alone")
 CAND = ("rank alone", "bm25 alone", "dense alone")
-HEADLINE = "fused without attention (default preset, signals)"
+HEADLINE = "default preset signals: z(dense) + z(BM25), equal weights, untrained"
+TRAINED = "fused without attention, trained (preset fused's fallback)"
 FUSED = "fused with attention (preset fused)"
 COMPLEMENTARY = "complementary"  # the head set of complementary_heads (16 heads)
 
@@ -141,6 +142,13 @@ def variants() -> dict:
         "fused with attention, pointwise (logistic)": (full, {"model": "pointwise"}, 16, (), {}),
         "fused with attention, pairwise (RankNet)": (full, {"model": "pairwise"}, 16, (), {}),
         "fused with attention, listwise (nDCG@10 grid)": (full, {"model": "listwise"}, 16, (), {}),
+        "attention + dense + BM25, equal weights, gated (the gate chosen on the training datasets)": (
+            ["attention", "dense", "bm25"],
+            {"model": "equal"},
+            16,
+            (),
+            {},
+        ),
         "fused with attention, datasets balanced": (full, {"balance": True}, 16, (), {}),
         "fused with attention, top-8 heads": (full, {}, 8, (), {}),
         "fused with attention, top-32 heads": (full, {}, 32, (), {}),
@@ -161,17 +169,17 @@ def fixed_variants() -> dict:
         "equal weights: attention + BM25 + dense + rank": ["attention", "bm25", "dense", "rank"],
         "equal weights: BM25 + dense + rank (no attention)": ["bm25", "dense", "rank"],
         "equal weights: attention + dense + BM25": ["attention", "dense", "bm25"],
-        "equal weights: dense + BM25 (no attention)": ["dense", "bm25"],
         "equal weights: attention + dense": ["attention", "dense"],
     }
 
 
 def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
     """Leave-one-dataset-out: per held-out dataset, heads chosen and weights trained on the others;
-    also the per-query comparison of the preset ``fused`` (with attention) against the default, and
+    also the per-query comparison of the preset ``fused`` (with attention) against the same fusion
+    trained without attention, and
     (``--ablation fixed-weights``) of each equal-weights fusion against the default."""
     rows: list[dict] = []
-    paired: dict[str, dict] = {}  # per held-out dataset: preset fused against the default, per query
+    paired: dict[str, dict] = {}  # per held-out dataset: preset fused against its fallback, per query
     against_default: list[dict] = []
     groups = list(data)
     for g in groups:
@@ -190,8 +198,9 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
             l2=args.l2,
             extra_signals=[f.replace(" alone", "") for f in FIRST],
         )
-        scores[HEADLINE] = scores.pop(NO_ATTENTION)
-        scores[FUSED] = scores.pop(WITH_ATTENTION)
+        default = {e.qid: equal_weights().score(e.signals) for e in test16}  # the product's own model
+        trained, fused = scores.pop(NO_ATTENTION), scores.pop(WITH_ATTENTION)
+        scores = {**scores, HEADLINE: default, TRAINED: trained, FUSED: fused}
         scores["attention alone (top-16 heads of the training datasets)"] = scores.pop("attention alone")
         for n in (8, 32, None):
             label = "all heads (ICR)" if n is None else f"top-{n} heads"
@@ -212,7 +221,7 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
             versus = {m: scores[m] for m in (HEADLINE, *fixed_features)}
             rows_vs = compare(test16, versus, METRICS[g][:1], baselines=(HEADLINE,))[1:]
             against_default += [{"held out": g, **r} for r in rows_vs]
-        paired[g] = compare(test16, {m: scores[m] for m in (HEADLINE, FUSED)}, METRICS[g][:1], baselines=(HEADLINE,))[1]
+        paired[g] = compare(test16, {m: scores[m] for m in (TRAINED, FUSED)}, METRICS[g][:1], baselines=(TRAINED,))[1]
         for r in compare(test16, scores, METRICS[g], baselines=FIRST + CAND):
             rows.append({"held out": g, **r})
         log.info("LODO %s done", g)
@@ -258,6 +267,9 @@ def in_domain(data: dict, args) -> list[dict]:
             for m, s in part.items():
                 scores.setdefault(m, {}).update(s)
         every = examples(data, g, None)
+        scores["the default: equal weights, dense + BM25 (untrained)"] = {
+            e.qid: equal_weights().score(e.signals) for e in every
+        }
         for r in compare(every, scores, METRICS[g], baselines=FIRST + CAND):
             rows.append({"dataset": g, **r})
     return rows
@@ -265,12 +277,12 @@ def in_domain(data: dict, args) -> list[dict]:
 
 def targets(rows: list[dict], paired: dict) -> list[dict]:
     """The issue's targets per held-out dataset: the default preset against the best first-stage
-    signal, and attention's own contribution (preset ``fused`` − the default, which is the same
-    fusion without attention; nDCG@10 points, with its per-query wins/losses and sign test)."""
+    signal, and attention's own contribution (preset ``fused`` − the same fusion trained without
+    attention; nDCG@10 points, with its per-query wins/losses and sign test)."""
     out = []
     for g in dict.fromkeys(r["held out"] for r in rows):
         by = {r["method"]: r for r in rows if r["held out"] == g}
-        head, fused = by[HEADLINE], by[FUSED]
+        head, fused, trained = by[HEADLINE], by[FUSED], by[TRAINED]
         out.append(
             {
                 "held out": g,
@@ -281,9 +293,10 @@ def targets(rows: list[dict], paired: dict) -> list[dict]:
                 "wins/losses": f"{head['wins']}/{head['losses']}",
                 "p": head["p"],
                 "preset fused nDCG@10": fused["nDCG@10"],
-                "attention's contribution": 100 * (fused["nDCG@10"] - head["nDCG@10"]),
+                "attention's contribution": 100 * (fused["nDCG@10"] - trained["nDCG@10"]),
                 "attention wins/losses": f"{paired[g]['wins']}/{paired[g]['losses']}",
                 "attention p": paired[g]["p"],
+                "fused − default": 100 * (fused["nDCG@10"] - head["nDCG@10"]),
             }
         )
     return out
@@ -480,14 +493,23 @@ def markdown(p: dict) -> str:
                 "attention's contribution",
                 "attention wins/losses",
                 "attention p",
+                "fused − default",
             ],
-            {"Δ vs best first stage": "+.1f", "attention's contribution": "+.1f", "p": ".3f", "attention p": ".3f"},
+            {
+                "Δ vs best first stage": "+.1f",
+                "attention's contribution": "+.1f",
+                "p": ".3f",
+                "attention p": ".3f",
+                "fused − default": "+.1f",
+            },
         ),
         "",
-        "Default preset (`signals`): the fused scorer without attention. Best first stage: the best single "
-        "first-stage signal on the held-out dataset itself (flatters the baseline). Wins/losses per query against "
-        "it; p: two-sided sign test. Attention's contribution: preset `fused` (the same fusion with attention, "
-        "gated) minus the default; its wins/losses per query against the default.",
+        "Default preset (`signals`): z-scored dense cosine plus z-scored BM25 per query, equal weights, nothing "
+        "trained (`attnrank.rerank.fused.equal_weights`). Best first stage: the best single first-stage signal on "
+        "the held-out dataset itself (flatters the baseline). Wins/losses per query against it; p: two-sided sign "
+        "test. Attention's contribution: preset `fused` (the trained fusion with attention, gated) minus the same "
+        "fusion trained without attention (its fallback); its wins/losses per query against that fallback. "
+        "fused − default: preset `fused` minus the default.",
         "",
         "## Leave-one-dataset-out (trained on the other three datasets)",
         "",
@@ -565,7 +587,7 @@ def markdown(p: dict) -> str:
             "## Shipped weights",
             "",
             f"Features {s['features']}, weights {np.round(s['weights'], 3).tolist()}, gate {s['gate']} (preset "
-            f"`fused`); without attention (the default preset `signals`) {[f for f in s['features'] if f != 'attention']} weights "
+            f"`fused`); without attention (`fused`'s fallback) {[f for f in s['features'] if f != 'attention']} weights "
             f"{np.round(s.get('base_weights') or [], 3).tolist()}; trained on {s['trained_on']}.",
             "",
         ]

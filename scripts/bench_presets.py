@@ -1,8 +1,8 @@
 """What the reranking presets cost and score as a user runs them: seconds per query and nDCG@10 of
-the default preset ``signals`` (the candidates' BM25 and dense cosine fused; no attention) and
+the default preset ``signals`` (the candidates' BM25 and dense cosine, z-scored and summed; no attention) and
 the preset ``fused`` (the same with the registered heads' attention; ``--presets`` adds others),
 each query reranked by every preset in turn in one process (interleaved, so load changes hit all
-alike), the LLM in its default dtype, with the shipped weights. Baseline: the first-stage order.
+alike), the LLM in its default dtype, ``fused`` with the shipped weights. Baseline: the first-stage order.
 
     python scripts/bench_presets.py [--data DIR] [--scifact-queries 20] [--presets signals,fused]
 
@@ -12,8 +12,8 @@ pipeline runs it: its dense signal read from the index's stored vectors (``Atten
 instead of a MiniLM pass over the candidates; row "signals, index vectors". Where the CPU runs the
 candidates' embedder in bfloat16 (the reranker's auto dtype), row "signals, float32 embedder" is
 the default preset with it in float32, as before that change.
-The shipped weights were trained on these queries among others, so read the nDCG@10 as in-domain;
-the held-out figures are in docs/results/fusion.md. Model and embedder load before the clock starts; each preset's first
+The shipped weights (``fused``) were trained on these queries among others, so read its nDCG@10 as
+in-domain; the held-out figures are in docs/results/fusion.md. Model and embedder load before the clock starts; each preset's first
 query is timed too (a warm-up query runs first). Writes docs/results/rerank_presets.{json,md}.
 """
 
@@ -34,6 +34,7 @@ from attnrank.eval.metrics import evaluate
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.llm.models import load_llm
 from attnrank.rerank.attention import AttentionReranker
+from attnrank.speed import probe_gflops
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"
@@ -59,6 +60,7 @@ def measure(sets: list, presets: list[str]) -> list[dict]:
     rows = []
     for setting, ds, cands, retriever in sets:
         rerankers = rerankers_for(llm, presets, retriever)
+        probes = [(probe_gflops("bfloat16"), probe_gflops("float32"))]
         first = next(iter(cands))
         for rr in rerankers.values():  # warm-up: the embedder and the model's first pass
             rr.rank(ds.queries[first], cands[first])
@@ -71,6 +73,8 @@ def measure(sets: list, presets: list[str]) -> list[dict]:
                 res = rr.rank(ds.queries[q], docs)
                 secs[p].append(time.perf_counter() - t)
                 runs[p][q] = {d.id: d.score for d in res}
+        probes.append((probe_gflops("bfloat16"), probe_gflops("float32")))
+        rate = " / ".join(f"{np.mean([p[i] for p in probes]):.0f}" for i in (0, 1))
         for name, run in runs.items():
             s = secs.get(name)
             rows.append(
@@ -82,6 +86,7 @@ def measure(sets: list, presets: list[str]) -> list[dict]:
                     "mean s/query": float(np.mean(s)) if s else float("nan"),
                     "median s/query": float(np.median(s)) if s else float("nan"),
                     "queries": len(cands),
+                    "probe GFLOP/s bf16 / f32": rate,
                 }
             )
         logging.info("%s done", setting)
@@ -102,6 +107,7 @@ def markdown(p: dict) -> str:
         "median s/query",
         "x the default's time",
         "queries",
+        "probe GFLOP/s bf16 / f32",
     ]
     return "\n".join(
         [
@@ -109,13 +115,15 @@ def markdown(p: dict) -> str:
             "",
             "Command: `" + " ".join(["python scripts/bench_presets.py", *sys.argv[1:]]) + "`",
             "",
-            f"SmolLM2-135M-Instruct ({p['dtype']}), shipped weights; every preset reranks each query in turn in "
-            "one process. The shipped fused weights were trained on these queries among others, so the nDCG@10 "
-            "figures are in-domain; held-out quality is in fusion.md. The default preset embeds the candidates in the "
+            f"SmolLM2-135M-Instruct ({p['dtype']}); every preset reranks each query in turn in one process. The "
+            "default preset `signals` is untrained (equal weights on the z-scored BM25 and dense cosine), so its "
+            "figures here are as held out as in fusion.md; `fused` reads the shipped weights, trained on these queries "
+            "among others, so its nDCG@10 is in-domain (held out: fusion.md). The default preset embeds the candidates in the "
             "reranker's dtype (bfloat16 on CPUs with AMX or AVX-512 BF16); `signals, float32 embedder` is the same "
             "preset with float32 embeddings, and `signals, index vectors` reads the candidates' vectors from the "
             "index they came from (as `search --rerank`, `ask`, the server and the retriever adapters do), embedding "
-            "only the query.",
+            "only the query. probe GFLOP/s: this machine's 1024³ matrix-product rate in bfloat16 and float32 "
+            "before and after the set's queries (attnrank.speed.probe_gflops; a shared machine's rate varies).",
             "",
             md_table(p["rows"], cols, {"mean s/query": ".3f", "median s/query": ".3f", "x the default's time": ".1f"}),
             "",

@@ -73,6 +73,13 @@ def ray_local():
 
 
 @pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """An empty attnrank home (ATTNRANK_HOME: caches and the user registry) for one test."""
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
 def embedded(monkeypatch) -> list[int]:
     """How many texts each call of the rerankers' embedder encode is given (the real one runs)."""
     from attnrank.rerank import signals

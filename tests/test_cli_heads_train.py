@@ -18,12 +18,6 @@ def tiny_dir(tmp_path_factory):
     return save_tiny(tmp_path_factory.mktemp("m") / "tiny", layers=3, max_positions=8192)
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
 def _args(dl, tiny_dir, *extra):
     return [
         "heads",

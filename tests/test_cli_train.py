@@ -12,12 +12,6 @@ from attnrank.cli import app
 runner = CliRunner()
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
 def _args(dl, tiny_dir, *extra):
     return [
         "train",

@@ -34,7 +34,8 @@ from ..index.store import manifest_tag
 from ..llm.fingerprint import model_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import registry_digest
-from ..rerank.config import RerankConfig
+from ..rerank.config import SIGNALS_ONLY, RerankConfig
+from ..rerank.fused import signals_only
 from .rows import read_queries
 from .sink import CheckpointSink
 from .stages import RerankStage, RetrievalStage, StageError
@@ -129,11 +130,22 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         # vectors instead of embedding them in the reranker's dtype (scores move by up to ~3e-3 on
         # a bfloat16 CPU): a checkpoint without this key is refused for a rerank run, not mixed.
         "dense_signal": "index" if config.rerank else None,
+        # Since 2026-12-03 the preset `signals` sums the z-scores with equal weights, not the shipped
+        # trained ones (both per query): a signals checkpoint without this key is refused, not mixed.
+        "signals_model": _signals_model(config, model_id, weights),
         "index_tag": manifest_tag(Path(config.index)),
         "model_fingerprint": weights,
         "heads_in_file": in_file,
         "registry": registry,
     }
+
+
+def _signals_model(config: BatchConfig, model_id: str | None, weights: str | None) -> dict[str, Any] | None:
+    """The features and weights the preset ``signals`` scores by (None: another preset, or no rerank)."""
+    if model_id is None or weights is None or config.rerank_config().signals != SIGNALS_ONLY:
+        return None
+    fused = signals_only(model_id, weights)
+    return {"features": fused.features, "weights": fused.weights}
 
 
 def _check_folder(parts_dir: Path) -> None:

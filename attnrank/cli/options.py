@@ -37,7 +37,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None,
             "--preset",
             help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the candidates' BM25 "
-            "and dense scores fused by the registered weights, no attention; fused: the retrieval heads' "
+            "and dense scores, z-scored per query and summed (or by your registered weights), no attention; fused: the retrieval heads' "
             "attention fused with them, also chosen when attention options come without a preset). The "
             "options below override it.",
         ),
@@ -125,7 +125,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None,
             "--signals",
             help="auto (fuse attention with the candidates' BM25, dense and rank scores: registered fused weights) "
-            "| only (those signals alone, no attention) | none (attention alone).",
+            "| only (BM25 and dense alone, equal weights unless you registered fused weights; no attention) "
+            "| none (attention alone).",
         ),
     ),
     "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),

@@ -60,7 +60,8 @@ def train(
     kind: str = typer.Option(
         "pointwise",
         "--kind",
-        help="pointwise (logistic regression) | pairwise (RankNet) | listwise (nDCG@10 over a weight grid).",
+        help="pointwise (logistic regression) | pairwise (RankNet) | listwise (nDCG@10 over a weight grid) "
+        "| equal (weight 1 on every feature; only the confidence gate is chosen).",
     ),
     l2: float = typer.Option(1.0, "--l2", help="L2 penalty λ (sklearn C = 1/λ)."),
     gate: bool = typer.Option(

@@ -6,13 +6,15 @@ build their stage from one of these objects, so a setting has one name everywher
 
 Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
 
-- ``signals`` (**the default**): the candidates' BM25 and dense cosine (and first-stage rank)
-  fused by the model's registered fused weights' model without attention (``signals="only"``;
-  :mod:`attnrank.rerank.fused`); no attention is computed. Trained on other datasets and tested on
-  one it never saw, it measured best of all configurations (docs/benchmarks.md, "fusion"; README):
-  with the small packaged model, attention added to these signals lowered the held-out mean.
-- ``fused``: ``qrhead``'s attention score fused with the same signals by the same weights, falling
-  back to the signals alone where attention is not confident. It gains over ``signals`` in-domain
+- ``signals`` (**the default**): the candidates' BM25 and dense cosine, z-scored per query and
+  summed with equal weights (``signals="only"``; :func:`~attnrank.rerank.fused.equal_weights`;
+  a user's registered fused weights' model without attention replaces it, ``attnrank train``);
+  no attention is computed. Tested on datasets it never saw it measured best of all configurations
+  (docs/benchmarks.md, "fusion"; README): untrained, it transferred better than weights trained on
+  the other datasets, and with the small packaged model attention lowered the held-out mean.
+- ``fused``: ``qrhead``'s attention score fused with the same signals (and first-stage rank) by
+  the model's registered fused weights, else the packaged model's, falling back to those weights'
+  model without attention where attention is not confident. It gains over ``signals`` in-domain
   on conversational data (LoCoMo), so it is the preset for weights a user trains on their own
   labelled queries (``attnrank train``).
 - ``qrhead``: the model's registered retrieval-head set (QRHead's query-focused detection, Zhang
@@ -92,8 +94,9 @@ class RerankConfig:
     ``attnrank index --passage-states``.
     ``signals``: None (attention alone), ``"auto"`` (fuse attention with the candidates' BM25,
     dense and rank signals by the model's registered fused weights, else the packaged model's),
-    ``"only"`` (those weights' model without attention: the signals alone, no attention computed,
-    so the attention fields must keep their defaults) or a
+    ``"only"`` (the signals alone, no attention computed, so the attention fields must keep their
+    defaults: a user's registered weights' model without attention, else equal weights over BM25
+    and dense, :func:`~attnrank.rerank.fused.signals_only`) or a
     :class:`~attnrank.rerank.fused.FusedWeights` (one without the attention feature computes none).
     """
 

@@ -16,15 +16,20 @@ on the labelled queries of several datasets, pooled (``balance``: each dataset g
 - ``pointwise`` (default): L2-regularised logistic regression, relevant vs not;
 - ``pairwise``: RankNet with a linear scorer (logistic regression on feature differences);
 - ``listwise``: the grid point of the simplex (steps of 1/10) with the best mean nDCG@10, averaged
-  per dataset and then over datasets — a direct optimisation of the metric.
+  per dataset and then over datasets — a direct optimisation of the metric;
+- ``equal``: weight 1 on every feature, nothing fitted (only the gate, if any, is chosen on the
+  labelled queries).
 
 **Fallback** (``gate``, on by default: it measured best held out). The same model is also trained without the attention
 feature (``base_weights``); a query whose attention is not confident — its ``confidence``
 (:func:`attention_confidence`) below ``gate`` — is scored by the base model alone, i.e. by the
 first-stage signals. ``gate`` is the threshold that scores best on the training queries.
 
-Which model, features and fallback the default uses was chosen by leave-one-dataset-out
-evaluation (``scripts/bench_fusion.py``, docs/benchmarks.md).
+**Untrained** (:func:`equal_weights`): weight 1 on z(BM25) and z(dense). The default preset
+``signals`` uses it unless a user has registered weights for the model (:func:`signals_only`):
+left out of training and tested on each dataset in turn, it transferred better than weights
+trained on the others. Which model, features and fallback each preset uses was chosen by
+leave-one-dataset-out evaluation (``scripts/bench_fusion.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ logger = logging.getLogger(__name__)
 ATTENTION = "attention"
 FUSED_STAGE = "fused"  # the stage name of fused results (their attention score stays under ATTENTION)
 FEATURES = (ATTENTION, *SIGNALS)
-MODELS = ("pointwise", "pairwise", "listwise")
+MODELS = ("pointwise", "pairwise", "listwise", "equal")
 GRID_STEPS = 10  # listwise: weights on the simplex in steps of 1/GRID_STEPS
 
 
@@ -196,6 +201,29 @@ class FusedWeights(RegistryArtifact):
             raise InputError(f"stored fused weights are malformed ({e}); retrain them with `attnrank train`") from None
 
 
+EQUAL_FEATURES = ("bm25", "dense")
+
+
+def equal_weights(features: Sequence[str] = EQUAL_FEATURES) -> FusedWeights:
+    """Weight 1 on each of ``features``' per-query z-scores (CombSUM over z-scored scores, Fox and
+    Shaw TREC-2 1993, with z-score normalisation): nothing trained, so nothing learned on other
+    data can fail to transfer. With BM25 and dense it is the ``signals`` preset's model where no
+    fused weights are registered for the model (:func:`signals_only`).
+
+    Why: left out of training and tested on each of four datasets in turn, it scored at or above the
+    trained weights' model without attention on all four (58 queries won, 34 lost, sign test p 0.016;
+    ``docs/results/fusion_fixed-weights.md``)."""
+    return FusedWeights(list(features), [1.0] * len(features), model="equal", trained_on="nothing: equal weights")
+
+
+def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
+    """The model of ``signals="only"``: the model without attention of the fused weights a user
+    registered for this model (``attnrank train``), else :func:`equal_weights` (the shipped weights'
+    base model is not used: trained on other datasets, it transferred worse than equal weights)."""
+    registered = load_artifact(FusedWeights.KIND, model_id, fingerprint, user_only=True)
+    return equal_weights() if registered is None else FusedWeights.from_json(registered).without_attention()
+
+
 def resolve_fused(signals: Any, model_id: str, fingerprint: str, *, attention: bool = True) -> FusedWeights | None:
     """``signals``: None (attention alone), a :class:`FusedWeights`, or ``"auto"``: the weights registered
     for this model, else the ones shipped for the packaged model (logged when ``attention`` is
@@ -222,6 +250,8 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str, *, attention: b
 
 # -- training -------------------------------------------------------------------------------------
 def _fit(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
+    if model == "equal":
+        return np.ones(len(features))
     if model == "listwise":
         return _fit_listwise(examples, features)
     return _fit_linear(examples, features, model, l2)
@@ -378,7 +408,8 @@ def train_fused(
         date=_dt.datetime.now().isoformat(timespec="seconds"),
         embedder=embedders.pop(),
     )
-    if fused.uses_attention and fused.base_features:  # the fallback, and the `signals` preset's model
+    # the gate's fallback, and the `signals` preset's model once registered (signals_only)
+    if fused.uses_attention and fused.base_features:
         fused.base_weights = _fit(train, fused.base_features, model, l2).tolist()
         if gate:
             _choose_gate(train, fused)

@@ -267,6 +267,28 @@ def test_resume_refuses_a_checkpoint_whose_rerank_embedded_the_candidates(fake_r
     assert fake_ray["calls"] == 1
 
 
+def test_resume_refuses_a_signals_checkpoint_scored_by_the_trained_weights(fake_ray, tmp_path, index):
+    """Before 2026-12-03 the preset signals summed the z-scores with the shipped trained weights;
+    now with equal ones: a signals checkpoint without that record is refused, a fused one is not."""
+    import json
+
+    model = save_tiny(tmp_path / "model")
+    for preset, recorded in (("signals", {"features": ["bm25", "dense"], "weights": [1.0, 1.0]}), ("fused", None)):
+        config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset=preset)
+        out = tmp_path / f"{preset}.trec"
+        run_batch({"q1": "apple"}, config, output=out, progress=False)
+        settings = tmp_path / f"{preset}.trec.parts" / "settings.json"
+        old = json.loads(settings.read_text())
+        assert old["signals_model"] == recorded
+        del old["signals_model"]
+        settings.write_text(json.dumps(old))
+        if recorded is None:
+            run_batch({"q1": "apple"}, config, output=out, progress=False)  # resumed: nothing to redo
+            continue
+        with pytest.raises(InputError, match=r"other settings \(signals_model\)"):
+            run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+
+
 def test_resume_refuses_heads_registered_since(fake_ray, tmp_path, index, monkeypatch):
     """Without --heads the reranker reads the registry's heads (and weights); heads registered for
     the model between a run and its resume would score the remaining queries with other heads."""

@@ -11,6 +11,7 @@ from attnrank.rerank.fused import (
     FusedWeights,
     FusionExample,
     attention_confidence,
+    equal_weights,
     resolve_fused,
     train_fused,
 )
@@ -86,6 +87,25 @@ def test_without_attention_is_the_base_model_and_training_always_fits_it():
         np.testing.assert_allclose(base.score(signals), train_fused(ex, ["bm25", "dense", "rank"]).score(signals))
     with pytest.raises(InputError, match="no model without attention"):
         FusedWeights(["attention", "dense"], [1.0, 1.0]).without_attention()
+
+
+def test_equal_weights_sum_the_per_query_z_scores():
+    sig = {"bm25": np.array([3.0, 1.0, 2.0]), "dense": np.array([0.1, 0.9, 0.5]), "rank": np.zeros(3)}
+    z = {k: (v - v.mean()) / v.std() for k, v in sig.items() if k != "rank"}
+    np.testing.assert_allclose(equal_weights().score(sig), z["bm25"] + z["dense"])
+    # a scale-free choice: multiplying one signal by a constant changes nothing
+    np.testing.assert_allclose(equal_weights().score({**sig, "bm25": 40 * sig["bm25"]}), z["bm25"] + z["dense"])
+    assert not equal_weights().uses_attention and equal_weights(["dense"]).score(sig).argmax() == 1
+
+
+def test_equal_model_fits_nothing_but_the_gate():
+    """model='equal': weight 1 on every feature and on the fallback's; only the gate is chosen, and
+    where attention is pure noise it falls back on some queries (a gate that scores best)."""
+    ex = _examples(60, "a", 50.0, 3)
+    fused = train_fused(ex, ["attention", "bm25", "dense"], model="equal")
+    assert fused.weights == [1.0, 1.0, 1.0] and fused.base_weights == [1.0, 1.0] and fused.model == "equal"
+    np.testing.assert_allclose(fused.without_attention().score(ex[0].signals), equal_weights().score(ex[0].signals))
+    assert fused.gate is not None
 
 
 def test_weights_round_trip_the_registry(tmp_path):

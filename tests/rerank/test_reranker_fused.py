@@ -199,12 +199,18 @@ def test_reranking_candidates_of_an_index_reads_their_stored_vectors(llm, built_
     assert not AttentionReranker(llm, None, signals=None).use_index(built_retriever)  # no signals read
 
 
-def test_signals_only_reads_the_shipped_weights_base_model(llm):
+def test_signals_only_is_equal_weights_unless_a_user_registered_weights(llm, home):
+    """The default preset: z(BM25) + z(dense), untrained, even though weights are shipped for the
+    packaged model (which ``fused`` reads); a user's registered weights' base model replaces it."""
     shipped = AttentionReranker(llm, config="fused").fused
+    assert shipped is not None and shipped.base_weights  # shipped weights exist, and are not read:
     only = AttentionReranker(llm, config="signals").fused
-    assert shipped is not None and shipped.uses_attention and shipped.base_weights
-    assert only is not None and only.features == shipped.base_features and only.weights == shipped.base_weights
-    assert only.gate is None
+    assert only is not None and only.features == ["bm25", "dense"] and only.weights == [1.0, 1.0]
+    assert only.gate is None and only.model == "equal"
+    FUSED.save(llm.model_id, llm.fingerprint)
+    mine = AttentionReranker(llm, config="signals").fused
+    assert mine is not None and mine.features == ["bm25", "dense", "rank"] and mine.weights == FUSED.base_weights
+    assert AttentionReranker(llm, config="fused").fused.weights == FUSED.weights  # type: ignore[union-attr]
 
 
 def test_an_empty_list_carries_the_fused_stage(llm):
