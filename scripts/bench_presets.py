@@ -46,7 +46,9 @@ def rerankers_for(llm, presets: list[str], retriever) -> dict[str, AttentionRera
     """The presets' rerankers, then the default preset's variants this set and CPU can show."""
     rerankers = {p: AttentionReranker(llm, config=p) for p in presets}
     if rerankers[presets[0]].signals.backend == "torch-bf16":
-        rerankers[FLOAT32] = AttentionReranker(llm, config=presets[0], dtype="float32")
+        # without the (bfloat16) llm: a given model's dtype would set the embedder's, not dtype=
+        rerankers[FLOAT32] = AttentionReranker(config=presets[0], dtype="float32")
+        assert rerankers[FLOAT32].signals.backend == "torch", rerankers[FLOAT32].signals.backend
     if retriever is not None:
         rerankers[INDEXED] = AttentionReranker(llm, config=presets[0])
         assert rerankers[INDEXED].use_index(retriever), "the index's vectors cannot be read"
