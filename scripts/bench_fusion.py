@@ -46,8 +46,8 @@ from attnrank.eval.rows import capture_all
 from attnrank.llm.rows import window_features
 from attnrank.registry import resolve_heads
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.rerank.fused import FusedWeights, equal_weights, resolve_fused, train_fused
-from attnrank.rerank.fusion_eval import NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
+from attnrank.rerank.fused import FusedWeights, resolve_fused, train_fused
+from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
 
 log = logging.getLogger("bench_fusion")
 REPO = Path(__file__).resolve().parents[1]
@@ -198,7 +198,7 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
             l2=args.l2,
             extra_signals=[f.replace(" alone", "") for f in FIRST],
         )
-        default = {e.qid: equal_weights().score(e.signals) for e in test16}  # the product's own model
+        default = scores.pop(EQUAL)  # the product's own untrained model
         trained, fused = scores.pop(NO_ATTENTION), scores.pop(WITH_ATTENTION)
         scores = {**scores, HEADLINE: default, TRAINED: trained, FUSED: fused}
         scores["attention alone (top-16 heads of the training datasets)"] = scores.pop("attention alone")
@@ -267,9 +267,6 @@ def in_domain(data: dict, args) -> list[dict]:
             for m, s in part.items():
                 scores.setdefault(m, {}).update(s)
         every = examples(data, g, None)
-        scores["the default: equal weights, dense + BM25 (untrained)"] = {
-            e.qid: equal_weights().score(e.signals) for e in every
-        }
         for r in compare(every, scores, METRICS[g], baselines=FIRST + CAND):
             rows.append({"dataset": g, **r})
     return rows

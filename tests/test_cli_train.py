@@ -48,6 +48,10 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     assert set(rows) == {"fused with attention", "fused without attention", "rank alone"}
     assert all(0 <= float(v) <= 1 for v in rows.values())
     assert "saved to" in r.output and str(home) in r.output
+    equal = re.search(r"^\| equal weights, no attention \(untrained\) \| ([0-9.]+) \|", r.output, re.M)
+    assert equal is not None  # the default the registered weights replace, scored on the same folds
+    assert f"equal weights (held out {float(equal.group(1)):.4f})" in r.output
+    assert f"without attention ({float(rows['fused without attention']):.4f})" in r.output
     w = FusedWeights.load(*model_fingerprint(str(tiny_dir)))
     assert w.features == ["attention", "bm25", "dense", "rank"] and len(w.weights) == 4
     assert w.metrics["heldout"]["fused with attention"]["nDCG@10"] == pytest.approx(

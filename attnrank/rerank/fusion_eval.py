@@ -1,7 +1,8 @@
 """Held-out evaluation of the fused scorer: k-fold over queries or leave-one-dataset-out.
 
 :func:`heldout_scores` trains on each split's training queries and scores its test queries with
-every method (the signals alone, the fused scorer without attention, with attention);
+every method (the signals alone, the untrained equal weights, the fused scorer without attention,
+with attention);
 :func:`compare` turns those scores into one row per method: the metrics, the difference to the
 best first-stage signal in points, per-query wins/losses against it and a two-sided sign test.
 """
@@ -16,13 +17,14 @@ import numpy as np
 from ..errors import InputError
 from ..eval.crossval import Split
 from ..eval.metrics import evaluate_per_query, sign_test, wins_losses
-from .fused import ATTENTION, FEATURES, FusionExample, train_fused
+from .fused import ATTENTION, FEATURES, FusionExample, equal_weights, train_fused
 from .signals import SIGNALS
 
 Scores = dict[str, np.ndarray]  # qid -> scores over its candidates
 FIRST_STAGE = tuple(f"{s} alone" for s in SIGNALS)
 NO_ATTENTION = "fused without attention"
 WITH_ATTENTION = "fused with attention"
+EQUAL = "equal weights, no attention (untrained)"  # the preset signals where no weights are registered
 
 
 def heldout_scores(
@@ -37,14 +39,17 @@ def heldout_scores(
 ) -> dict[str, Scores]:
     """``{method: {qid: scores}}`` over the test queries of ``splits`` (each trained on its own
     training queries): ``<signal> alone`` for each first-stage signal, attention and
-    ``extra_signals`` (e.g. a corpus-level BM25 the examples carry), the fused scorer without and
-    with attention, and the named feature lists of ``variants``."""
+    ``extra_signals`` (e.g. a corpus-level BM25 the examples carry), :func:`~attnrank.rerank.fused.equal_weights`
+    (``EQUAL``: nothing trained), the fused scorer without and with attention, and the named
+    feature lists of ``variants``."""
     methods: dict[str, Sequence[str]] = {NO_ATTENTION: SIGNALS, WITH_ATTENTION: FEATURES, **(variants or {})}
     out: dict[str, Scores] = {}
     for split in splits:
         for name in (*SIGNALS, ATTENTION, *extra_signals):
             for e in split.test:
                 out.setdefault(f"{name} alone", {})[e.qid] = np.asarray(e.signals[name], dtype=np.float64)
+        for e in split.test:
+            out.setdefault(EQUAL, {})[e.qid] = equal_weights().score(e.signals)
         for label, feats in methods.items():
             fused = train_fused(split.train, feats, model=model, l2=l2, gate=gate, balance=balance)
             for e in split.test:
