@@ -46,7 +46,7 @@ from attnrank.eval.rows import capture_all
 from attnrank.llm.rows import window_features
 from attnrank.registry import resolve_heads
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.rerank.fused import FusedWeights, resolve_fused, train_fused
+from attnrank.rerank.fused import equal_weights, resolve_fused, train_fused
 from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
 
 log = logging.getLogger("bench_fusion")
@@ -199,8 +199,8 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
             extra_signals=[f.replace(" alone", "") for f in FIRST],
         )
         default = scores.pop(EQUAL)  # the product's own untrained model
-        trained, fused = scores.pop(NO_ATTENTION), scores.pop(WITH_ATTENTION)
-        scores = {**scores, HEADLINE: default, TRAINED: trained, FUSED: fused}
+        trained, fused_scores = scores.pop(NO_ATTENTION), scores.pop(WITH_ATTENTION)
+        scores = {**scores, HEADLINE: default, TRAINED: trained, FUSED: fused_scores}
         scores["attention alone (top-16 heads of the training datasets)"] = scores.pop("attention alone")
         for n in (8, 32, None):
             label = "all heads (ICR)" if n is None else f"top-{n} heads"
@@ -216,7 +216,7 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
         if args.ablation == "fixed-weights":
             fixed_features = fixed_variants()
             for name, feats in fixed_features.items():
-                fixed = FusedWeights(list(feats), [1.0] * len(feats))
+                fixed = equal_weights(feats)
                 scores[name] = {e.qid: fixed.score(e.signals) for e in test16}
             versus = {m: scores[m] for m in (HEADLINE, *fixed_features)}
             rows_vs = compare(test16, versus, METRICS[g][:1], baselines=(HEADLINE,))[1:]
@@ -395,7 +395,11 @@ def main() -> None:
     ap.add_argument("--locomo-questions", type=int, default=400)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--l2", type=float, default=1.0)
-    ap.add_argument("--model", default="pointwise", help="the headline's training: pointwise | pairwise | listwise")
+    ap.add_argument(
+        "--model",
+        default="pointwise",
+        help="the trained rows' model (the fusion without attention and preset fused): pointwise | pairwise | listwise | equal",
+    )
     ap.add_argument("--ship", action="store_true")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     ap.add_argument("--coarse-to-fine", action="store_true", help="the CAFE ablation (captures top-10 prompts)")

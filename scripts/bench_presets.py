@@ -45,7 +45,7 @@ FLOAT32 = "signals, float32 embedder"  # the default preset with its embedder in
 def rerankers_for(llm, presets: list[str], retriever) -> dict[str, AttentionReranker]:
     """The presets' rerankers, then the default preset's variants this set and CPU can show."""
     rerankers = {p: AttentionReranker(llm, config=p) for p in presets}
-    if rerankers[presets[0]].signals.backend == "torch-bf16":
+    if presets[0] == "signals" and rerankers[presets[0]].signals.backend == "torch-bf16":
         # without the (bfloat16) llm: a given model's dtype would set the embedder's, not dtype=
         rerankers[FLOAT32] = AttentionReranker(config=presets[0], dtype="float32")
         assert rerankers[FLOAT32].signals.backend == "torch", rerankers[FLOAT32].signals.backend

@@ -50,7 +50,7 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     assert "saved to" in r.output and str(home) in r.output
     equal = re.search(r"^\| equal weights, no attention \(untrained\) \| ([0-9.]+) \|", r.output, re.M)
     assert equal is not None  # the default the registered weights replace, scored on the same folds
-    assert f"equal weights (held out {float(equal.group(1)):.4f})" in r.output
+    assert f"current equal weights (equal weights: held out {float(equal.group(1)):.4f})" in r.output
     assert f"without attention ({float(rows['fused without attention']):.4f})" in r.output
     w = FusedWeights.load(*model_fingerprint(str(tiny_dir)))
     assert w.features == ["attention", "bm25", "dense", "rank"] and len(w.weights) == 4
@@ -59,6 +59,8 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     )
     rr = AttentionReranker(str(tiny_dir), None, signals="auto")  # the registered weights are what it uses
     assert rr.fused is not None and rr.fused.weights == pytest.approx(w.weights)
+    again = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", "--no-save"))
+    assert again.exit_code == 0 and "current registered weights (trained on" in again.output  # not "equal" now
 
 
 def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_dir):

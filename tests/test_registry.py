@@ -29,7 +29,7 @@ FP = "a" * 64
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
+def roots(tmp_path, monkeypatch):
     """An empty user registry (ATTNRANK_HOME) and an empty shipped folder."""
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
     shipped = tmp_path / "shipped"
@@ -38,7 +38,7 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _ship(home, model_id, fingerprint, sets, artifacts=None, name="x.json"):
+def _ship(roots, model_id, fingerprint, sets, artifacts=None, name="x.json"):
     doc = {
         "format": registry.FORMAT,
         "model_id": model_id,
@@ -46,14 +46,14 @@ def _ship(home, model_id, fingerprint, sets, artifacts=None, name="x.json"):
         "sets": sets,
         "artifacts": artifacts or {},
     }
-    (home / "shipped" / name).write_text(json.dumps({"models": [doc]}))
+    (roots / "shipped" / name).write_text(json.dumps({"models": [doc]}))
 
 
-def test_round_trip(home):
+def test_round_trip(roots):
     scores = np.arange(6, dtype=float).reshape(2, 3)
     scores[0, 0] = np.nan
     path = save_head_set("org/m", FP, "qr-score", "1-2,0-1", scores=scores, data="3 queries", params={"top": 2})
-    assert path.parent == home / "home" / "heads"
+    assert path.parent == roots / "home" / "heads"
     (hs,) = load_head_sets("org/m", FP)
     assert hs.pairs == [(0, 1), (1, 2)] and hs.method == "qr-score" and hs.name == "qr-score"
     assert hs.scores == [[None, 1.0, 2.0], [3.0, 4.0, 5.0]] and (hs.n_layers, hs.n_heads) == (2, 3)
@@ -66,14 +66,14 @@ def test_round_trip(home):
         save_head_set("org/m", "", "copy", ["1-1"])
 
 
-def test_precedence(home):
+def test_precedence(roots):
     llm = SimpleNamespace(model_id="Org/Model-7B", fingerprint=FP)
     set_ = {"method": "copy", "heads": ["3-3"], "date": "2025-01-01"}
-    _ship(home, "other/model-7b", "*", [set_, {"method": "qr-ndcg", "heads": ["1-1"], "date": "2024-01-01"}])
+    _ship(roots, "other/model-7b", "*", [set_, {"method": "qr-ndcg", "heads": ["1-1"], "date": "2024-01-01"}])
     # "*" matches by the model name: qr-ndcg before copy
     assert resolve_heads("auto", llm) == [(1, 1)]
     assert resolve_heads("auto:copy", llm) == [(3, 3)]
-    _ship(home, "Org/Model-7B", FP, [{"method": "contrastive", "heads": ["2-2"], "date": "2024-01-01"}], name="y.json")
+    _ship(roots, "Org/Model-7B", FP, [{"method": "contrastive", "heads": ["2-2"], "date": "2024-01-01"}], name="y.json")
     assert resolve_heads("auto", llm) == [(2, 2)]  # exact fingerprint beats "*"
     save_head_set("Org/Model-7B", FP, "copy", ["0-5"], date="2023-01-01")
     assert resolve_heads("auto", llm) == [(0, 5)]  # the user registry overrides shipped sets
@@ -83,7 +83,7 @@ def test_precedence(home):
     assert sources == ["user", "user", "shipped", "shipped", "shipped"]
 
 
-def test_auto_error_says_how_to_detect(home):
+def test_auto_error_says_how_to_detect(roots):
     llm = SimpleNamespace(model_id="tiny-llama", fingerprint=FP)
     with pytest.raises(InputError) as err:
         resolve_heads("auto", llm)
@@ -105,9 +105,9 @@ def test_shipped_qrhead_sets():
     assert load_head_sets("Qwen/Qwen2.5-7B-Instruct", "c" * 40)[0].n_layers == 28
 
 
-def test_artifacts(home):
+def test_artifacts(roots):
     assert load_artifact("slot-profile", "org/m", FP) is None
-    _ship(home, "org/m", "*", [], {"slot-profile": {"date": "x", "payload": {"v": 1}}})
+    _ship(roots, "org/m", "*", [], {"slot-profile": {"date": "x", "payload": {"v": 1}}})
     assert load_artifact("slot-profile", "org/m", FP) == {"v": 1}
     save_artifact("slot-profile", "org/m", FP, {"v": 2})
     save_head_set("org/m", FP, "copy", ["0-1"])  # sets and artifacts share the file
@@ -115,7 +115,24 @@ def test_artifacts(home):
     assert len(load_head_sets("org/m", FP)) == 1
 
 
-def test_reranker_auto_heads(home):
+def test_user_only_artifacts_skip_the_shipped_ones(roots, caplog):
+    """signals_only reads a user's registered fused weights, never the shipped ones (which the
+    preset fused reads); registered weights without a model without attention fall back too."""
+    from attnrank.rerank.fused import FusedWeights, resolve_fused, signals_only
+
+    shipped = FusedWeights(["attention", "bm25", "dense"], [1.0, 0.5, 0.25], base_weights=[0.5, 0.25])
+    _ship(roots, "org/m", FP, [], {FusedWeights.KIND: {"date": "x", "payload": shipped.to_json()}})
+    assert load_artifact(FusedWeights.KIND, "org/m", FP) is not None
+    assert load_artifact(FusedWeights.KIND, "org/m", FP, user_only=True) is None
+    assert signals_only("org/m", FP).weights == [1.0, 1.0]  # equal weights, not the shipped base model
+    assert resolve_fused("auto", "org/m", FP).weights == shipped.weights  # type: ignore[union-attr]
+    FusedWeights(["attention", "dense"], [1.0, 2.0]).save("org/m", FP)  # no base_weights
+    assert signals_only("org/m", FP).features == ["bm25", "dense"] and "no model without attention" in caplog.text
+    FusedWeights(["bm25", "dense"], [0.3, 0.7]).save("org/m", FP)
+    assert signals_only("org/m", FP).weights == [0.3, 0.7]
+
+
+def test_reranker_auto_heads(roots):
     llm = LLM(tiny_model("llama", layers=3, max_positions=2048), tiny_tokenizer(), "tiny-llama", FP)
     with pytest.raises(InputError, match="attnrank heads detect"):
         AttentionReranker(llm, "auto", signals=None)
@@ -128,7 +145,7 @@ def test_reranker_auto_heads(home):
 runner = CliRunner()
 
 
-def test_cli_detect_qr_and_show(home, tiny_dir, scifact_mini):
+def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
     args = [
         "heads",
         "detect",
@@ -159,7 +176,7 @@ def test_cli_detect_qr_and_show(home, tiny_dir, scifact_mini):
     assert all(len(s.heads) == 3 and len(s.scores) == 3 for s in sets)  # scores: one row per layer
     shown = runner.invoke(app, ["heads", "show", "--model", str(tiny_dir)])
     assert shown.exit_code == 0 and "3 head set(s)" in shown.output and "qr-ndcg [qr-ndcg, user]" in shown.output
-    png = home / "heat.png"
+    png = roots / "heat.png"
     plotted = runner.invoke(app, ["heads", "show", "--model", str(tiny_dir), "--png", str(png)])
     try:
         import matplotlib  # noqa: F401
@@ -169,7 +186,7 @@ def test_cli_detect_qr_and_show(home, tiny_dir, scifact_mini):
         assert plotted.exit_code == 0 and png.stat().st_size > 0
 
 
-def test_cli_detect_copy_reports_no_accepted_trial(home, tiny_dir, tmp_path):
+def test_cli_detect_copy_reports_no_accepted_trial(roots, tiny_dir, tmp_path):
     folder = tmp_path / "niah" / "retrieval_head"
     folder.mkdir(parents=True)
     (folder / "needles.jsonl").write_text(
@@ -203,14 +220,14 @@ def test_cli_detect_copy_reports_no_accepted_trial(home, tiny_dir, tmp_path):
 
 
 # --------------------------------------------------------------------------- corrupt or shared files
-def _user_doc(home, text: str | bytes, model_id="org/m", fingerprint=FP):
+def _user_doc(roots, text: str | bytes, model_id="org/m", fingerprint=FP):
     path = registry._user_file(model_id, fingerprint, None)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     return path
 
 
-def test_malformed_registry_entries_are_skipped_not_raised(home):
+def test_malformed_registry_entries_are_skipped_not_raised(roots):
     doc = {"format": registry.FORMAT, "model_id": "org/m", "fingerprint": FP}
     sets = [
         {"method": "copy", "heads": ["0-1"], "date": None},  # date null: once a TypeError in the sort
@@ -218,7 +235,7 @@ def test_malformed_registry_entries_are_skipped_not_raised(home):
         {"method": "qr-ndcg", "heads": "all"},  # no pairs: once resolved to an empty head list
         {"method": "qr-score", "heads": ["1-2"], "date": "2024-01-01"},
     ]
-    _user_doc(home, json.dumps({**doc, "sets": sets}))
+    _user_doc(roots, json.dumps({**doc, "sets": sets}))
     llm = SimpleNamespace(model_id="org/m", fingerprint=FP)
     assert [s.method for s in load_head_sets("org/m", FP)] == ["qr-score"]
     assert resolve_heads("auto", llm) == [(1, 2)]
@@ -228,15 +245,15 @@ def test_malformed_registry_entries_are_skipped_not_raised(home):
         {"models": 3},
         {**doc, "fingerprint": None},
     ):
-        _user_doc(home, json.dumps(bad))
+        _user_doc(roots, json.dumps(bad))
         assert load_head_sets("org/m", FP) == [] and load_artifact("x", "org/m", FP) is None
-    _user_doc(home, b"\xff\xfe\x00 not text")
+    _user_doc(roots, b"\xff\xfe\x00 not text")
     assert load_head_sets("org/m", FP) == [] and load_artifact("x", "org/m", FP) is None
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00", b'{"format": "attnrank-heads/2", "sets": []}'])
-def test_save_does_not_overwrite_an_unreadable_registry_file(home, content):
-    path = _user_doc(home, content)
+def test_save_does_not_overwrite_an_unreadable_registry_file(roots, content):
+    path = _user_doc(roots, content)
     with pytest.raises(InputError, match="move it away"):
         save_head_set("org/m", FP, "copy", ["0-1"])
     with pytest.raises(InputError, match="move it away"):
@@ -244,14 +261,14 @@ def test_save_does_not_overwrite_an_unreadable_registry_file(home, content):
     assert path.read_bytes() == content
 
 
-def test_an_empty_registry_file_is_saved_over(home):
+def test_an_empty_registry_file_is_saved_over(roots):
     """A 0-byte file holds nothing to lose (what a crash mid-write could leave)."""
-    path = _user_doc(home, b"")
+    path = _user_doc(roots, b"")
     save_artifact("head-weights", "org/m", FP, {"v": 1})
     assert load_artifact("head-weights", "org/m", FP) == {"v": 1} and path.stat().st_size > 0
 
 
-def test_newest_artifact_wins_among_ids_of_the_same_weights(home):
+def test_newest_artifact_wins_among_ids_of_the_same_weights(roots):
     """The same weights under two ids (e.g. a model folder given as ./m and as /abs/m) share the
     fingerprint: the artifact trained last must be served, whichever file name sorts first."""
     old = save_artifact("head-weights", "/a/m", FP, {"v": "old"})
@@ -264,7 +281,7 @@ def test_newest_artifact_wins_among_ids_of_the_same_weights(home):
     assert load_artifact("head-weights", "/z/m", FP) == {"v": "new"}
 
 
-def test_saving_the_scores_of_a_loaded_set_again(home):
+def test_saving_the_scores_of_a_loaded_set_again(roots):
     scores = np.array([[np.nan, 1.0], [2.0, 3.0]])
     save_head_set("org/m", FP, "copy", ["0-1"], scores=scores)
     (hs,) = load_head_sets("org/m", FP)
@@ -272,7 +289,7 @@ def test_saving_the_scores_of_a_loaded_set_again(home):
     assert [s.scores for s in load_head_sets("org/m", FP)] == [[[None, 1.0], [2.0, 3.0]]] * 2
 
 
-def test_registry_writes_are_fsynced(home, monkeypatch):
+def test_registry_writes_are_fsynced(roots, monkeypatch):
     """The registry holds detections and trained weights that cannot be regenerated cheaply."""
     import attnrank.files
 

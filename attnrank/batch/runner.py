@@ -140,11 +140,11 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
     }
 
 
-def _signals_model(config: BatchConfig, model_id: str | None, weights: str | None) -> dict[str, Any] | None:
+def _signals_model(config: BatchConfig, model_id: str | None, fingerprint: str | None) -> dict[str, Any] | None:
     """The features and weights the preset ``signals`` scores by (None: another preset, or no rerank)."""
-    if model_id is None or weights is None or config.rerank_config().signals != SIGNALS_ONLY:
+    if model_id is None or fingerprint is None or config.rerank_config().signals != SIGNALS_ONLY:
         return None
-    fused = signals_only(model_id, weights)
+    fused = signals_only(model_id, fingerprint)
     return {"features": fused.features, "weights": fused.weights}
 
 

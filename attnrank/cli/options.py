@@ -125,7 +125,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None,
             "--signals",
             help="auto (fuse attention with the candidates' BM25, dense and rank scores: registered fused weights) "
-            "| only (BM25 and dense alone, equal weights unless you registered fused weights; no attention) "
+            "| only (no attention: BM25 and dense with equal weights, or your registered weights' model without it) "
             "| none (attention alone).",
         ),
     ),

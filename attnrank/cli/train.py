@@ -1,7 +1,8 @@
 """``attnrank train``: train the fused scorer on your own labelled queries, report it held out,
 then register it: ``--preset fused`` (``RerankConfig(signals="auto")``) reads it, and the default
-``signals`` preset reads its model without attention (``base_weights``, trained alongside).
-The report shows both, "fused with attention" and "fused without attention": the one to use.
+``signals`` preset reads its model without attention (``base_weights``, trained alongside) in place
+of its untrained equal weights. The report shows all three, "fused with attention", "fused without
+attention" and "equal weights, no attention (untrained)", and says what registering replaces.
 
 Candidates and labels come as for ``heads train``: BEIR/TREC qrels with queries and a corpus
 (candidates from a TREC run, else BM25 top-``--depth``), or a shared data set. Per query the
@@ -116,19 +117,22 @@ def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr) -> tuple[st
         f"Δ: nDCG@10 points against the best first-stage signal ({rows[0]['best first stage']}); "
         "wins/losses per query against it; p: two-sided sign test.",
         "",
-        _what_registering_changes({r["method"]: r["nDCG@10"] for r in rows}),
+        _what_registering_changes({r["method"]: r["nDCG@10"] for r in rows}, rr.llm.model_id, rr.llm.fingerprint),
     ]
     weights = train_fused(examples, model=kind, l2=l2, gate=gate, trained_on=desc)
     weights.metrics = {"heldout": {r["method"]: {m: r[m] for m in METRICS} for r in rows}, "folds": folds}
     return "\n".join(text), weights
 
 
-def _what_registering_changes(ndcg: dict[str, float]) -> str:
+def _what_registering_changes(ndcg: dict[str, float], model_id: str, fingerprint: str) -> str:
     """The presets these weights take over once registered, with their held-out nDCG@10."""
+    from ..rerank.fused import signals_only
     from ..rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION
 
+    now = signals_only(model_id, fingerprint)
+    current = "equal weights" if now.model == "equal" else f"registered weights (trained on {now.trained_on})"
     return (
-        f"Registered, these weights replace the default preset signals' equal weights (held out "
-        f"{ndcg[EQUAL]:.4f}) with their model without attention ({ndcg[NO_ATTENTION]:.4f}), and preset fused "
-        f"uses them with attention ({ndcg[WITH_ATTENTION]:.4f}); --no-save keeps the default as it is."
+        f"Registered, these weights replace the default preset signals' current {current} (equal weights: held "
+        f"out {ndcg[EQUAL]:.4f}) with their model without attention ({ndcg[NO_ATTENTION]:.4f}), and preset fused "
+        f"uses them with attention ({ndcg[WITH_ATTENTION]:.4f}); --no-save keeps what is registered."
     )

@@ -66,8 +66,9 @@ class AttentionReranker:
     """Rerank passages by the attention a query pays them, read from selected heads.
 
     Configured by a :class:`~attnrank.rerank.config.RerankConfig`: ``config`` is a preset name
-    (default ``"signals"``: the first-stage signals fused without attention; ``"fused"``: the registered
-    heads' attention fused with them) or a config
+    (default ``"signals"``: the candidates' BM25 and dense cosine, z-scored and summed with equal
+    weights, no attention; ``"fused"``: the registered heads' attention fused with them by trained
+    weights) or a config
     object, and keyword ``options`` override its fields (``model`` may also be a loaded
     :class:`LLM`; the preset ``signals`` loads none until :attr:`llm` is read). The fields, as the
     reranker reads them:
@@ -81,7 +82,8 @@ class AttentionReranker:
     model's registered profile with the most slots) that ``reweight.slot_correction`` needs. Evidence tokens always hold the plain calibrated scores.
     ``heads="auto"`` / ``"auto:METHOD"``: the model's registered set (:mod:`attnrank.registry`).
     ``signals``: fuse the attention score with the candidates' BM25, dense cosine and first-stage
-    rank (:mod:`attnrank.rerank.fused`; ``"auto"``: the registered fused weights).
+    rank (:mod:`attnrank.rerank.fused`; ``"auto"``: the registered fused weights, else the packaged
+    model's; ``"only"``: no attention, :func:`~attnrank.rerank.fused.signals_only`; None: attention alone).
     ``scorer``: "sum" (default), "learned" (the model's registered linear head weights,
     :mod:`attnrank.rerank.learned`; they fix heads, calibration and filter) or a
     :class:`~attnrank.rerank.learned.LearnedHeadWeights`.

@@ -119,7 +119,7 @@ class RerankConfig:
     block_positions: str = "rotated"
     state_cache_mb: int = 1024
     passage_states: str | None = None
-    signals: Any = None  # None, "auto" or a FusedWeights
+    signals: Any = None  # None, "auto", "only" or a FusedWeights
     name: str = field(default="custom", compare=False)  # the preset it came from
 
     def __post_init__(self) -> None:

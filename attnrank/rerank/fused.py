@@ -221,7 +221,17 @@ def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
     registered for this model (``attnrank train``), else :func:`equal_weights` (the shipped weights'
     base model is not used: trained on other datasets, it transferred worse than equal weights)."""
     registered = load_artifact(FusedWeights.KIND, model_id, fingerprint, user_only=True)
-    return equal_weights() if registered is None else FusedWeights.from_json(registered).without_attention()
+    if registered is None:
+        return equal_weights()
+    fused = FusedWeights.from_json(registered)
+    if fused.uses_attention and not fused.base_weights:  # e.g. saved from Python without a fallback
+        logger.warning(
+            "the fused weights registered for %s hold no model without attention (base_weights): the "
+            "preset signals uses equal weights; retrain them with `attnrank train`, or use --preset fused",
+            model_id,
+        )
+        return equal_weights()
+    return fused.without_attention()
 
 
 def resolve_fused(signals: Any, model_id: str, fingerprint: str, *, attention: bool = True) -> FusedWeights | None:

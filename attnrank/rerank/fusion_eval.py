@@ -48,8 +48,9 @@ def heldout_scores(
         for name in (*SIGNALS, ATTENTION, *extra_signals):
             for e in split.test:
                 out.setdefault(f"{name} alone", {})[e.qid] = np.asarray(e.signals[name], dtype=np.float64)
+        equal = equal_weights()
         for e in split.test:
-            out.setdefault(EQUAL, {})[e.qid] = equal_weights().score(e.signals)
+            out.setdefault(EQUAL, {})[e.qid] = equal.score(e.signals)
         for label, feats in methods.items():
             fused = train_fused(split.train, feats, model=model, l2=l2, gate=gate, balance=balance)
             for e in split.test:

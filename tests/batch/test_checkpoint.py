@@ -267,7 +267,7 @@ def test_resume_refuses_a_checkpoint_whose_rerank_embedded_the_candidates(fake_r
     assert fake_ray["calls"] == 1
 
 
-def test_resume_refuses_a_signals_checkpoint_scored_by_the_trained_weights(fake_ray, tmp_path, index):
+def test_resume_refuses_a_signals_checkpoint_scored_by_the_trained_weights(fake_ray, tmp_path, index, home):
     """Before 2026-12-03 the preset signals summed the z-scores with the shipped trained weights;
     now with equal ones: a signals checkpoint without that record is refused, a fused one is not."""
     import json
@@ -282,11 +282,14 @@ def test_resume_refuses_a_signals_checkpoint_scored_by_the_trained_weights(fake_
         assert old["signals_model"] == recorded
         del old["signals_model"]
         settings.write_text(json.dumps(old))
+        calls = fake_ray["calls"]
         if recorded is None:
             run_batch({"q1": "apple"}, config, output=out, progress=False)  # resumed: nothing to redo
+            assert fake_ray["calls"] == calls
             continue
         with pytest.raises(InputError, match=r"other settings \(signals_model\)"):
             run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+        assert fake_ray["calls"] == calls
 
 
 def test_resume_refuses_heads_registered_since(fake_ray, tmp_path, index, monkeypatch):
