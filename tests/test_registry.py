@@ -125,6 +125,7 @@ def test_user_only_artifacts_skip_the_shipped_ones(roots, caplog):
     assert load_artifact(FusedWeights.KIND, "org/m", FP) is not None
     assert load_artifact(FusedWeights.KIND, "org/m", FP, user_only=True) is None
     assert signals_only("org/m", FP).weights == [1.0, 1.0]  # equal weights, not the shipped base model
+    assert resolve_fused("only", "org/m", FP).weights == [1.0, 1.0]  # type: ignore[union-attr]
     assert resolve_fused("auto", "org/m", FP).weights == shipped.weights  # type: ignore[union-attr]
     FusedWeights(["attention", "dense"], [1.0, 2.0]).save("org/m", FP)  # no base_weights
     assert signals_only("org/m", FP).features == ["bm25", "dense"] and "no model without attention" in caplog.text

@@ -34,8 +34,8 @@ from ..index.store import manifest_tag
 from ..llm.fingerprint import model_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import registry_digest
-from ..rerank.config import SIGNALS_ONLY, RerankConfig
-from ..rerank.fused import signals_only
+from ..rerank.config import RerankConfig
+from ..rerank.fused import SIGNALS_ONLY, signals_only
 from .rows import read_queries
 from .sink import CheckpointSink
 from .stages import RerankStage, RetrievalStage, StageError
@@ -116,6 +116,7 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
     model (registered heads, fused weights), so new weights at the same ``--model`` path, new
     heads in the same file, or newly registered heads or weights are never mixed with old rows."""
     model_id, weights = model_fingerprint(config.model) if config.rerank else (None, None)
+    rerank = config.rerank_config() if config.rerank else None
     registry = registry_digest(model_id, weights) if model_id is not None and weights is not None else None
     in_file = None
     if config.rerank and isinstance(config.heads, str) and config.heads.endswith(".json"):  # parse_heads' rule
@@ -125,14 +126,14 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         # The preset the reranker resolves to, not just the one asked for: with none asked for, the
         # default changed (fused -> signals, 2026-12-02), so a checkpoint that lacks this key was
         # reranked by another scorer and is refused, never resumed with rows of the new one.
-        "rerank_preset": config.rerank_config().name if config.rerank else None,
+        "rerank_preset": rerank.name if rerank is not None else None,
         # Since 2026-12-03 the rerank actors read the candidates' dense signal from the index's
         # vectors instead of embedding them in the reranker's dtype (scores move by up to ~3e-3 on
         # a bfloat16 CPU): a checkpoint without this key is refused for a rerank run, not mixed.
         "dense_signal": "index" if config.rerank else None,
         # Since 2026-12-03 the preset `signals` sums the z-scores with equal weights, not the shipped
         # trained ones (both per query): a signals checkpoint without this key is refused, not mixed.
-        "signals_model": _signals_model(config, model_id, weights),
+        "signals_model": _signals_model(rerank, model_id, weights),
         "index_tag": manifest_tag(Path(config.index)),
         "model_fingerprint": weights,
         "heads_in_file": in_file,
@@ -140,9 +141,9 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
     }
 
 
-def _signals_model(config: BatchConfig, model_id: str | None, fingerprint: str | None) -> dict[str, Any] | None:
+def _signals_model(rerank: RerankConfig | None, model_id: str | None, fingerprint: str | None) -> dict[str, Any] | None:
     """The features and weights the preset ``signals`` scores by (None: another preset, or no rerank)."""
-    if model_id is None or fingerprint is None or config.rerank_config().signals != SIGNALS_ONLY:
+    if rerank is None or model_id is None or fingerprint is None or rerank.signals != SIGNALS_ONLY:
         return None
     fused = signals_only(model_id, fingerprint)
     return {"features": fused.features, "weights": fused.weights}

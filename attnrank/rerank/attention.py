@@ -48,8 +48,8 @@ from ..llm.rows import WindowRows, document_scores, token_scores
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
-from .config import SIGNALS_ONLY, RerankConfig
-from .fused import ATTENTION, FUSED_STAGE, FusedWeights, resolve_fused, signals_only
+from .config import RerankConfig
+from .fused import ATTENTION, FUSED_STAGE, resolve_fused
 from .inputs import check_documents, check_k, check_texts
 from .position import load_profile
 from .resolve import learned_weights, resolve_config_heads
@@ -116,10 +116,7 @@ class AttentionReranker:
             (self._llm.model_id, self._llm.fingerprint) if self._llm is not None else unloaded_model(cfg.model)
         )
         self.learned = learned_weights(cfg.scorer, self.model_id, self.fingerprint)
-        if cfg.signals == SIGNALS_ONLY:
-            self.fused: FusedWeights | None = signals_only(self.model_id, self.fingerprint)
-        else:
-            self.fused = resolve_fused(cfg.signals, self.model_id, self.fingerprint, attention=cfg.uses_attention)
+        self.fused = resolve_fused(cfg.signals, self.model_id, self.fingerprint)
         if self.fused is not None and not cfg.uses_attention:
             self.fused = self.fused.without_attention()
         # the candidates' embedder runs in the model's precision: the config's, or a given model's

@@ -41,7 +41,7 @@ from ..errors import InputError
 from ..llm.blocks import check_attention_mode, check_positions
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..llm.rows import QUERY_SPANS
-from .fused import FusedWeights
+from .fused import SIGNALS_AUTO, SIGNALS_ONLY, FusedWeights
 from .reweight import Reweighting
 
 logger = logging.getLogger(__name__)
@@ -49,8 +49,6 @@ logger = logging.getLogger(__name__)
 SCORERS = ("sum", "learned")
 ORDERS = ("reverse", "forward")
 AUTO_OR_ALL = "auto-or-all"
-SIGNALS_AUTO = "auto"
-SIGNALS_ONLY = "only"
 # Fields only attention reads: with signals="only" a value other than the default would be ignored.
 ATTENTION_FIELDS = (
     "heads",

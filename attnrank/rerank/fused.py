@@ -58,6 +58,8 @@ FUSED_STAGE = "fused"  # the stage name of fused results (their attention score 
 FEATURES = (ATTENTION, *SIGNALS)
 MODELS = ("pointwise", "pairwise", "listwise", "equal")
 GRID_STEPS = 10  # listwise: weights on the simplex in steps of 1/GRID_STEPS
+SIGNALS_AUTO = "auto"  # RerankConfig.signals: the registered (else shipped) weights, with attention
+SIGNALS_ONLY = "only"  # ... the signals alone: signals_only
 
 
 def attention_confidence(attention: np.ndarray) -> float:
@@ -234,13 +236,15 @@ def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
     return fused.without_attention()
 
 
-def resolve_fused(signals: Any, model_id: str, fingerprint: str, *, attention: bool = True) -> FusedWeights | None:
-    """``signals``: None (attention alone), a :class:`FusedWeights`, or ``"auto"``: the weights registered
-    for this model, else the ones shipped for the packaged model (logged when ``attention`` is
-    read: features are z-scored per query, so they transfer, but they were not trained on this
-    model's attention; the signals alone do not depend on the model)."""
+def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights | None:
+    """``signals``: None (attention alone), a :class:`FusedWeights`, ``"only"`` (:func:`signals_only`)
+    or ``"auto"``: the weights registered for this model, else the ones shipped for the packaged
+    model (logged: features are z-scored per query, so they transfer, but they were not trained
+    on this model's attention)."""
     if signals is None or isinstance(signals, FusedWeights):
         return signals
+    if signals == SIGNALS_ONLY:
+        return signals_only(model_id, fingerprint)
     registered = load_artifact(FusedWeights.KIND, model_id, fingerprint)
     if registered is not None:
         # Registered ones that do not load (malformed, other features) are an error, not a reason
@@ -249,7 +253,7 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str, *, attention: b
     payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
     if payload is None:
         return FusedWeights.load(model_id, fingerprint)  # raises: none registered, none shipped
-    (logger.warning if attention else logger.debug)(
+    logger.warning(
         "no fused weights are registered for %s: using those trained for the packaged %s; "
         "train your own with `attnrank train`",
         model_id,
