@@ -10,6 +10,8 @@ Modes, all with the same reranker configuration (default preset) and candidates:
 
 :func:`measure` times one (dataset, K, mode, dtype) cell in the calling process and samples its
 peak RSS; the script runs each cell in a fresh process so the peaks do not mix.
+:func:`measure_interleaved` times the three modes in turn on each query in one process: the
+speed-ups the issue's targets ask for, free of the drift between cells timed minutes apart.
 """
 
 from __future__ import annotations
@@ -139,6 +141,76 @@ def measure(
         "state bytes/token": reranker.states.nbytes / max(reranker.states.n_tokens, 1),
         "probe GFLOP/s": float(np.mean(probes)),  # before and after the queries (probe_gflops)
     }
+
+
+def measure_interleaved(
+    dataset: str, root: Path, k: int, dtype: str = "auto", n_queries: int = 3, max_doc_words: int = 300
+) -> dict[str, Any]:
+    """Seconds per query of the three modes timed in turn on each query, in one process, with one
+    model shared by a full-prompt and a block reranker; no memory peaks (:func:`measure` has them).
+
+    Why: a shared machine's matrix-product rate moved 3x within a minute (:func:`probe_gflops`), so
+    a speed-up taken from two cells timed minutes apart carries that drift; modes interleaved
+    query by query share it. The order alternates per query (full first, then block first), and
+    block-warm directly follows block-cold, whose states it reuses."""
+    full = AttentionReranker(signals=None, dtype=dtype, max_doc_words=max_doc_words)
+    block = AttentionReranker(
+        full.llm, signals=None, max_doc_words=max_doc_words, attention="block", state_cache_mb=1 << 16
+    )
+    pairs = speed_queries(dataset, root, k, n_queries)
+    for reranker in (full, block):
+        reranker.rank("warm up", pairs[0][1][:2])
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    probes = [probe_gflops(dtype)]
+
+    def timed(mode: str, query: str, docs: list[Document]) -> None:
+        if mode == "block-cold":
+            block.states.clear()
+        t = time.perf_counter()
+        (full if mode == "full" else block).rank(query, docs)
+        times[mode].append(time.perf_counter() - t)
+
+    for i, (query, docs) in enumerate(pairs):
+        order = ("full", "block-cold", "block-warm") if i % 2 == 0 else ("block-cold", "block-warm", "full")
+        for mode in order:
+            timed(mode, query, docs)
+    probes.append(probe_gflops(dtype))
+    ratios = np.asarray(times["full"]) / np.asarray(times["block-cold"])
+    return {
+        "dataset": dataset,
+        "K": k,
+        "dtype": dtype,
+        "queries": len(pairs),
+        **{f"{m} s/query": float(np.mean(times[m])) for m in MODES},
+        "cold speed-up": float(np.mean(times["full"]) / np.mean(times["block-cold"])),
+        "cold speed-up per query (min-max)": f"{ratios.min():.2f}-{ratios.max():.2f}",
+        "probe GFLOP/s": float(np.mean(probes)),
+    }
+
+
+def interleaved_grid() -> list[tuple[str, int, int]]:
+    """(dataset, K, queries) of the interleaved timing: K = 10/20/50/100 on DL19 and SciFact,
+    5/5/3/2 queries (SciFact's full prompt at K=100 costs most of a minute on a 2-core CPU)."""
+    return [(ds, k, {10: 5, 20: 5, 50: 3, 100: 2}[k]) for ds in SPEED_DATASETS for k in (10, 20, 50, 100)]
+
+
+def run_interleaved(root: Path, results: Path, dtype: str) -> list[dict[str, Any]]:
+    """:func:`measure_interleaved` over :func:`interleaved_grid` in this process, skipping rows
+    already in ``results`` (JSON list, rewritten after every row, so an interrupted run resumes)."""
+    done: list[dict[str, Any]] = json.loads(results.read_text()) if results.exists() else []
+    have = {(r["dataset"], r["K"], r["dtype"]) for r in done}
+    for dataset, k, n in interleaved_grid():
+        if (dataset, k, dtype) in have:
+            continue
+        row = measure_interleaved(dataset, root, k, dtype, n)
+        row["measured"] = datetime.date.today().isoformat()
+        row["cpu"] = cpu_model()
+        logger.info("interleaved %s", row)
+        done.append(row)
+        results.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(results) as tmp:
+            tmp.write_text(json.dumps(done, indent=1))
+    return done
 
 
 def mode_quality(

@@ -16,7 +16,9 @@ Writes docs/results/rerank.{json,md}.
 Block attention (``--blocks``; issue 15): seconds per query and peak memory of the full-prompt
 capture, block mode cold and block mode warm at K = 10/20/50/100 on DL19 passages and SciFact
 abstracts (300-word cap), per dtype (``--blocks-dtypes bfloat16,float32,int8``), each cell in a fresh process
-and resumable (build/blocks/cells.json); and nDCG@10 of full vs block attention (shared and
+and resumable (build/blocks/cells.json); the three modes timed in turn on each query in one process
+for the first dtype (the targets' record: a shared machine's rate drifts between cells;
+build/blocks/interleaved.json); and nDCG@10 of full vs block attention (shared and
 sequential positions) on DL19, HotpotQA and SciFact with the default preset. Writes
 docs/results/rerank_blocks.{json,md}.
 
@@ -462,9 +464,16 @@ def blocks_section(args, root: Path) -> None:
         runs = REPO / "build" / "blocks" / "quality_runs.json"
         q_rows = compare_modes(sets, modes, AttentionReranker(signals=None).llm, runs)
         quality_path.write_text(json.dumps(q_rows, indent=1))
+    interleaved_path = REPO / "build" / "blocks" / "interleaved.json"
+    if args.blocks_skip_interleaved:
+        interleaved = json.loads(interleaved_path.read_text()) if interleaved_path.exists() else []
+    else:
+        from attnrank.speed import run_interleaved
+
+        interleaved = run_interleaved(root, interleaved_path, args.blocks_dtypes.split(",")[0])
     env = kernel_environment()
-    md = blocks_markdown(speed_rows, q_rows, stores, env)
-    payload = {"environment": env, "speed": speed_rows, "quality": q_rows, "stores": stores}
+    md = blocks_markdown(speed_rows, q_rows, stores, env, interleaved)
+    payload = {"environment": env, "speed": speed_rows, "interleaved": interleaved, "quality": q_rows, "stores": stores}
     write_outputs(args.name or "rerank_blocks", payload, md, OUT)
     print(md)
 
@@ -494,6 +503,11 @@ def main() -> None:
     )
     ap.add_argument("--blocks-skip-quality", action="store_true")
     ap.add_argument("--blocks-skip-speed", action="store_true")
+    ap.add_argument(
+        "--blocks-skip-interleaved",
+        action="store_true",
+        help="no interleaved timing (the modes in turn on each query, one process; the targets' record)",
+    )
     ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
     ap.add_argument("--blocks-scifact", type=int, default=12, help="SciFact queries in the quality comparison")
     ap.add_argument("--kernels", action="store_true", help="only SDPA vs the few-rows kernel (rerank_kernels.*)")

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.eval.speed_report import block_targets, blocks_markdown
+from attnrank.eval.speed_report import block_targets, blocks_markdown, interleaved_targets
 from attnrank.speed import build_store, in_grid_order, probe_gflops, speed_cells
 
 ENV = {"date": "2026-12-02", "cpus": 2, "torch": "2.13.0"}
@@ -70,3 +70,36 @@ def test_the_machine_probe_is_a_positive_rate():
     for dtype in ("bfloat16", "float32", "int8"):
         rate = probe_gflops(dtype, n=64, reps=2)
         assert math.isfinite(rate) and rate > 0
+
+
+def _interleaved(dataset: str, k: int, full: float, cold: float, warm: float, dtype: str = "bfloat16") -> dict:
+    return {
+        "dataset": dataset,
+        "K": k,
+        "dtype": dtype,
+        "queries": 3,
+        "full s/query": full,
+        "block-cold s/query": cold,
+        "block-warm s/query": warm,
+        "cold speed-up": full / cold,
+        "cold speed-up per query (min-max)": "1.40-1.60",
+        "measured": "2026-12-03",
+    }
+
+
+def test_interleaved_rows_set_the_targets_and_the_cells_stay_beside_them():
+    """The interleaved timing is the targets' record; the cells' own targets follow, labelled as such."""
+    rows = [
+        _interleaved("scifact", 20, 6.0, 4.0, 0.29),
+        _interleaved("scifact", 100, 40.0, 30.0, 1.2),
+        _interleaved("scifact", 20, 9.0, 3.0, 0.1, dtype="float32"),  # another dtype: not read
+    ]
+    got = {t["target"]: (t["measured"], t["met"]) for t in interleaved_targets(rows, "bfloat16")}
+    assert got["warm K=20 <= 0.3 s"] == ("0.29 s", "yes") and got["warm K=100 <= 1.0 s"] == ("1.20 s", "no")
+    assert got["cold K=20 >= 1.5x the bfloat16 full prompt"] == ("1.50x (per query 1.40-1.60)", "yes")
+    assert got["cold grows linearly in K (s per candidate, K=20/100)"] == ("0.200 / 0.300", "")
+    cells = [_row("scifact", 20, "full", "bfloat16", 6.0), _row("scifact", 20, "block-cold", "bfloat16", 5.0)]
+    page = blocks_markdown(cells, [], {}, ENV, rows)
+    assert page.index("timed in turn on each query") < page.index("The same targets from the bfloat16 cells")
+    assert "| scifact | cold K=20 >= 1.5x the bfloat16 full prompt | 1.20x | no |" in page  # the cells' own
+    assert "Targets (issue 15), bfloat16 cells:" not in page
