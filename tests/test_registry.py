@@ -133,6 +133,34 @@ def test_user_only_artifacts_skip_the_shipped_ones(roots, caplog):
     assert signals_only("org/m", FP).weights == [0.3, 0.7]
 
 
+def test_weights_fitted_to_other_signals_are_named_stale(roots, caplog):
+    """Fused weights record the signals' version they were fitted to; registered or shipped
+    weights of another version, or of none recorded, still load, with a warning naming the fix."""
+    from attnrank.rerank.fused import FusedWeights, equal_weights, resolve_fused, signals_only
+    from attnrank.rerank.signals import SIGNALS_VERSION
+
+    assert equal_weights().signals_version == SIGNALS_VERSION
+    current = FusedWeights(["attention", "bm25", "dense"], [1.0, 0.5, 0.25], base_weights=[0.5, 0.25])
+    current.signals_version = SIGNALS_VERSION
+    current.save("org/m", FP)
+    assert (
+        resolve_fused("auto", "org/m", FP) == current and signals_only("org/m", FP).signals_version == SIGNALS_VERSION
+    )
+    assert "retrain them" not in caplog.text
+    stale = (
+        (SIGNALS_VERSION - 1, f"fitted to version {SIGNALS_VERSION - 1} of the signals"),
+        (None, "fitted to signals computed before their versions were recorded"),
+    )
+    for old, said in stale:
+        caplog.clear()
+        current.signals_version = old
+        current.save("org/m", FP)
+        assert resolve_fused("auto", "org/m", FP).weights == current.weights  # type: ignore[union-attr]
+        assert signals_only("org/m", FP).weights == current.base_weights
+        assert caplog.text.count("retrain them with `attnrank train`") == 2
+        assert said in caplog.text
+
+
 def test_reranker_auto_heads(roots):
     llm = LLM(tiny_model("llama", layers=3, max_positions=2048), tiny_tokenizer(), "tiny-llama", FP)
     with pytest.raises(InputError, match="attnrank heads detect"):

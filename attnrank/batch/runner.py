@@ -36,6 +36,7 @@ from ..llm.headspec import format_heads, parse_heads
 from ..registry import registry_digest
 from ..rerank.config import RerankConfig
 from ..rerank.fused import SIGNALS_ONLY, signals_only
+from ..rerank.signals import SIGNALS_VERSION
 from .rows import read_queries
 from .sink import CheckpointSink
 from .stages import RerankStage, RetrievalStage, StageError
@@ -107,7 +108,7 @@ def _check_outputs(output: Path | None, parquet: Path | None, queries: str | Pat
 
 
 # Settings recorded after the first checkpoints were written: a checkpoint without one is not refused for it.
-_LATER = ("index_tag", "model_fingerprint", "heads_in_file", "registry")
+_LATER = ("index_tag", "model_fingerprint", "heads_in_file", "registry", "signals_version")
 
 
 def _settings(config: BatchConfig) -> dict[str, Any]:
@@ -134,6 +135,8 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         # Since 2026-12-03 the preset `signals` sums the z-scores with equal weights, not the shipped
         # trained ones (both per query): a signals checkpoint without this key is refused, not mixed.
         "signals_model": _signals_model(rerank, model_id, weights),
+        # How the first-stage signals are computed: a later change of it must not mix old rows with new.
+        "signals_version": SIGNALS_VERSION if rerank is not None and rerank.signals is not None else None,
         "index_tag": manifest_tag(Path(config.index)),
         "model_fingerprint": weights,
         "heads_in_file": in_file,

@@ -49,7 +49,7 @@ from ..eval.metrics import evaluate
 from ..registry import RegistryArtifact, load_artifact, shipped_artifact
 from ..types import Document
 from .learned.features import standardise
-from .signals import SIGNALS, SignalComputer
+from .signals import SIGNALS, SIGNALS_VERSION, SignalComputer
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ class FusedWeights(RegistryArtifact):
     metrics: dict[str, Any] = field(default_factory=dict)
     date: str = ""
     embedder: str | None = None  # whose cosines the dense weight was fitted to (None: the packaged MiniLM)
+    signals_version: int | None = None  # the signals' SIGNALS_VERSION they were fitted to (None: not recorded)
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
@@ -187,6 +188,27 @@ class FusedWeights(RegistryArtifact):
             trained_on=self.trained_on,
             date=self.date,
             embedder=self.embedder,
+            signals_version=self.signals_version,
+        )
+
+    def warn_if_stale(self, source: str) -> None:
+        """Log a warning when these weights were fitted to signals computed otherwise than this
+        attnrank computes them (:data:`~attnrank.rerank.signals.SIGNALS_VERSION`), or when that
+        was not recorded: they still score (every feature is z-scored per query), but not as
+        they measured. ``source``: what they are, for the message."""
+        if self.model == "equal" or not self.base_features or self.signals_version == SIGNALS_VERSION:
+            return  # nothing fitted to the signals' values, or fitted to these
+        fitted = (
+            "signals computed before their versions were recorded"
+            if self.signals_version is None
+            else f"version {self.signals_version} of the signals"
+        )
+        logger.warning(
+            "%s were fitted to %s; this attnrank computes version %d (rerank.signals.SIGNALS_VERSION), so they "
+            "do not score as they measured; retrain them with `attnrank train`",
+            source,
+            fitted,
+            SIGNALS_VERSION,
         )
 
     def score(self, signals: Mapping[str, Any]) -> np.ndarray:
@@ -215,7 +237,13 @@ def equal_weights(features: Sequence[str] = EQUAL_FEATURES) -> FusedWeights:
     Why: left out of training and tested on each of four datasets in turn, it scored at or above the
     trained weights' model without attention on all four (58 queries won, 34 lost, sign test p 0.016;
     ``docs/results/fusion_fixed-weights.md``)."""
-    return FusedWeights(list(features), [1.0] * len(features), model="equal", trained_on="nothing: equal weights")
+    return FusedWeights(
+        list(features),
+        [1.0] * len(features),
+        model="equal",
+        trained_on="nothing: equal weights",
+        signals_version=SIGNALS_VERSION,
+    )
 
 
 def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
@@ -226,6 +254,7 @@ def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
     if registered is None:
         return equal_weights()
     fused = FusedWeights.from_json(registered)
+    fused.warn_if_stale(f"the fused weights registered for {model_id}")
     if fused.uses_attention and not fused.base_weights:  # e.g. saved from Python without a fallback
         logger.warning(
             "the fused weights registered for %s hold no model without attention (base_weights): the "
@@ -249,7 +278,9 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
     if registered is not None:
         # Registered ones that do not load (malformed, other features) are an error, not a reason
         # to score with another model's weights in their place.
-        return FusedWeights.from_json(registered)
+        fused = FusedWeights.from_json(registered)
+        fused.warn_if_stale(f"the fused weights registered for {model_id}")
+        return fused
     payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
     if payload is None:
         return FusedWeights.load(model_id, fingerprint)  # raises: none registered, none shipped
@@ -259,7 +290,9 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
         model_id,
         DEFAULT_LLM,
     )
-    return FusedWeights.from_json(payload)
+    fused = FusedWeights.from_json(payload)
+    fused.warn_if_stale(f"the fused weights shipped for {DEFAULT_LLM}")
+    return fused
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -421,6 +454,7 @@ def train_fused(
         trained_on=trained_on or f"{len(examples)} queries",
         date=_dt.datetime.now().isoformat(timespec="seconds"),
         embedder=embedders.pop(),
+        signals_version=SIGNALS_VERSION,
     )
     # the gate's fallback, and the `signals` preset's model once registered (signals_only)
     if fused.uses_attention and fused.base_features:

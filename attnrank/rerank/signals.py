@@ -44,6 +44,10 @@ from ..index.retriever import HybridRetriever
 from ..index.tokenize import TokenizerConfig
 
 SIGNALS = ("bm25", "dense", "rank")
+# How the signals are computed, as a number that grows with every change that moves their values
+# (weights fitted to one version are stale under another; batch checkpoints must not mix them):
+# 1: candidate BM25 without Lucene's 33 stopwords (until 2026-12-02); 2: without scikit-learn's 318.
+SIGNALS_VERSION = 2
 _LUCENE = BM25Params(method="lucene")
 _CANDIDATE_TERMS = TokenizerConfig(stopwords="sklearn")  # (see the module docstring)
 

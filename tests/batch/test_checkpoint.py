@@ -292,6 +292,30 @@ def test_resume_refuses_a_signals_checkpoint_scored_by_the_trained_weights(fake_
         assert fake_ray["calls"] == calls
 
 
+def test_resume_refuses_rows_of_signals_computed_otherwise(fake_ray, tmp_path, index, home):
+    """A checkpoint records how the first-stage signals were computed (SIGNALS_VERSION): rows of
+    another version are refused, never mixed; one written before the record resumes."""
+    import json
+
+    from attnrank.rerank.signals import SIGNALS_VERSION
+
+    model = save_tiny(tmp_path / "model")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset="signals")
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    settings = tmp_path / "run.trec.parts" / "settings.json"
+    old = json.loads(settings.read_text())
+    assert old["signals_version"] == SIGNALS_VERSION
+    del old["signals_version"]  # as written before the record
+    settings.write_text(json.dumps(old))
+    run_batch({"q1": "apple"}, config, output=out, progress=False)  # resumed: nothing to redo
+    assert fake_ray["calls"] == 1
+    settings.write_text(json.dumps({**old, "signals_version": SIGNALS_VERSION - 1}))
+    with pytest.raises(InputError, match=r"other settings \(signals_version\)"):
+        run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+    assert fake_ray["calls"] == 1
+
+
 def test_resume_refuses_heads_registered_since(fake_ray, tmp_path, index, monkeypatch):
     """Without --heads the reranker reads the registry's heads (and weights); heads registered for
     the model between a run and its resume would score the remaining queries with other heads."""
