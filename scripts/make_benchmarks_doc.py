@@ -64,7 +64,9 @@ COMMANDS = {
     "rerank_blocks_xeon": (
         "python scripts/bench_rerank.py --blocks --blocks-skip-quality --name rerank_blocks_xeon, its bfloat16 "
         "cells removed from build/blocks/cells.json first (the float32 full prompt at K=20 kept from this "
-        "machine's run of 2026-12-03; the other float32 and the int8 cells are rerank_blocks.md's)"
+        "machine's run of 2026-12-03; the other float32 and the int8 cells are rerank_blocks.md's); the "
+        "interleaved timing added later the same day by "
+        "python scripts/bench_rerank.py --blocks --blocks-skip-speed --blocks-skip-quality --name rerank_blocks_xeon"
     ),
     "rerank": "python scripts/bench_rerank.py",
     "rerank_blocks": "python scripts/bench_rerank.py --blocks",
@@ -141,10 +143,13 @@ Block attention's speed was re-measured on 2026-12-03 on the Intel Xeon with AMX
 on the AMD EPYC was 1.04x-1.15x slower than SDPA on this CPU, both timed in turn per query
 ("rerank_kernels_xeon"), so the kernel is now chosen by the CPU's features
 (`attnrank.llm.kernels.default_kernel`). Speed cells now record the machine's matrix-product rate
-around their queries (probe GFLOP/s), which varied 3x between cells. There, DL19's warm targets are
-met and its cold ratio at K=20 is 1.10x (a FLOP count bounds it at 1.34x on a CPU whose attention
-and linear layers run at one rate); SciFact misses warm K=20 (0.42 s), warm K=100 (1.34 s) and cold
-K=20 (1.41x).
+around their queries (probe GFLOP/s), which varied 3x between cells. Because a ratio of two cells
+timed minutes apart carries that drift, the targets' record is now an interleaved timing: the
+three modes in turn on each query, in one process (`attnrank.speed.measure_interleaved`). By it,
+DL19's warm targets are met (0.14 s at K=20, 0.47 s at K=100) and its cold ratio at K=20 is 1.24x
+(a FLOP count bounds it at 1.34x on a CPU whose attention and linear layers run at one rate);
+SciFact's cold ratio at K=20 is 1.58x (met; the cells had said 1.41x), and it misses warm K=20
+(0.34 s) and warm K=100 (1.34 s).
 
 Precision: the LLM's `dtype="auto"` is bfloat16 on a CPU that multiplies bfloat16 in hardware
 (AMX-BF16, or AVX-512 BF16 since 2026-12-02) and float32 elsewhere. The machines changed between
