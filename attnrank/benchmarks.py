@@ -250,6 +250,34 @@ def within_query_ranks(values: np.ndarray) -> np.ndarray:
     return rankdata(np.asarray(values, dtype=np.float64)) - 1.0
 
 
+def order_agreement(
+    captured: dict[str, dict[str, Any]], signals: Signals, cands: dict[str, list[Document]]
+) -> dict[str, float]:
+    """Mean within-query Spearman correlation of each score with the candidates' first-stage
+    order (1: the same order) — attention (every head's calibrated ICR score), ``bm25`` and
+    ``dense`` — and of attention with ``bm25`` and with ``dense``. Why: in the prompt the first
+    stage's best candidate sits next to the query (reverse order), so an attention score that
+    follows the order more closely than the signals the order was made from echoes the slot, not
+    the text (docs/benchmarks.md)."""
+    from scipy.stats import spearmanr
+
+    pairs: dict[str, list[float]] = {}
+    for q, docs in cands.items():
+        order = -np.arange(len(docs), dtype=np.float64)
+        att = icr_scores(captured[q]["windows"], len(docs))
+        bm25, dense = (np.asarray(signals[q][k], dtype=np.float64) for k in ("bm25", "dense"))
+        for name, a, b in (
+            ("attention vs order", att, order),
+            ("bm25 vs order", bm25, order),
+            ("dense vs order", dense, order),
+            ("attention vs bm25", att, bm25),
+            ("attention vs dense", att, dense),
+        ):
+            if np.ptp(a) > 0 and np.ptp(b) > 0:  # a constant score has no rank correlation
+                pairs.setdefault(name, []).append(float(spearmanr(a, b)[0]))
+    return {name: float(np.mean(v)) for name, v in pairs.items()}
+
+
 def _ndcg10_of_candidates(scores: np.ndarray, labels: np.ndarray, rel: int) -> float:
     """nDCG@10 of ``scores`` over the candidates' own labels (gain ``2^label − 1`` for labels of at
     least ``rel``, else 0; the ideal from the candidates): a fast proxy for selection only, the

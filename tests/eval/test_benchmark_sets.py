@@ -14,6 +14,7 @@ from attnrank.benchmarks import (
     hotpot_set,
     icr_scores,
     locomo_set,
+    order_agreement,
     rrf_order,
     within_query_ranks,
 )
@@ -21,6 +22,7 @@ from attnrank.errors import InputError
 from attnrank.eval.rows import capture_all
 from attnrank.index.bm25 import BM25Index
 from attnrank.rerank.attention import AttentionReranker
+from attnrank.types import Document
 
 
 def test_dl19_sets_cut_the_run_at_each_depth(shared_mini, dl19_mini):
@@ -88,6 +90,20 @@ def test_icr_aggregates_a_passage_by_sum_mean_or_max():
     np.testing.assert_allclose(icr_scores([low], 1, use_filter=False, aggregate="mean"), [-4 / 7])
     with pytest.raises(InputError, match="aggregate='Max' is not one of"):
         icr_scores([w], 2, aggregate="Max")
+
+
+def test_order_agreement_tells_a_slot_echo_from_a_text_signal():
+    """Attention that falls with the slot (first-stage order) agrees with the order (1), and a
+    query whose score is constant adds nothing to a mean it cannot rank."""
+    # one head, four one-token passages in first-stage order: attention 4, 3, 2, 1
+    w = _window(np.array([[4.0, 3.0, 2.0, 1.0]]), [(0, 1), (1, 2), (2, 3), (3, 4)])
+    flat = _window(np.array([[1.0, 1.0, 1.0, 1.0]]), [(0, 1), (1, 2), (2, 3), (3, 4)])
+    docs = {q: [Document(str(i), "t") for i in range(4)] for q in ("a", "b")}
+    signals = {q: {"bm25": np.array([1.0, 2.0, 3.0, 4.0]), "dense": np.array([2.0, 1.0, 4.0, 3.0])} for q in docs}
+    got = order_agreement({"a": {"windows": [w]}, "b": {"windows": [flat]}}, signals, docs)
+    assert got["attention vs order"] == pytest.approx(1.0)  # query b's constant attention is left out
+    assert got["bm25 vs order"] == pytest.approx(-1.0) and got["attention vs bm25"] == pytest.approx(-1.0)
+    assert got["dense vs order"] == pytest.approx(-0.6)
 
 
 def test_within_query_ranks_share_ties_and_ignore_scale():
