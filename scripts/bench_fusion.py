@@ -157,6 +157,14 @@ def variants() -> dict:
         "fused with attention, trained without LoCoMo": (full, {}, 16, ("LoCoMo",), {}),
         "fused with attention, uncalibrated (no N/A query)": (full, {}, 16, (), {"calibrate": False}),
         "fused with attention, no token filter": (full, {}, 16, (), {"use_filter": False}),
+        "fused with attention, signed weights (a negative rank weight can take out the slot's echo)": (
+            full,
+            {"signed": True},
+            16,
+            (),
+            {},
+        ),
+        "fused without attention, signed weights": (full[1:], {"signed": True}, 16, (), {}),
         "attention + dense": (["attention", "dense"], {}, 16, (), {}),
         "attention + dense + BM25": (["attention", "dense", "bm25"], {}, 16, (), {}),
     }

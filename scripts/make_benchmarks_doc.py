@@ -132,6 +132,16 @@ reproduced to 2e-8 and the gate to 3e-6, and the committed ones kept) with four 
 heads chosen for what they add to the signals, a passage's mean or highest token score, and
 features as within-query ranks. None beat `signals` on the held-out mean.
 
+Why attention adds so little held out ("How much of attention is the candidate's slot" in
+fusion.md, added on 2026-12-03): the prompt lists the candidates in reverse, so the first stage's
+best sits next to the query. Within a query, attention follows the first-stage order more closely
+(Spearman 0.66 DL19, 0.83 SciFact, 0.66 HotpotQA) than BM25 or the dense cosine do, though the
+order was made from such scores: it mostly echoes the slot. LoCoMo is the exception (0.35), and
+there attention helps most. Weights free to go negative (ablation "signed weights") let the rank
+feature take the echo out. Attention's contribution under them is -0.6 / -3.8 / +0.6 / +2.4 points
+(mean -0.4, against -0.9 with the non-negative weights), and they still stay below the default on
+the held-out mean (0.6836 against 0.6923).
+
 The first-stage table is why a new index fuses BM25 and dense scores convexly (alpha 0.45 on dense,
 z-score normalisation): tuned on one half of the queries, on the other half it beats RRF by +2.8
 nDCG@10 on SciFact and +3.4 on HotpotQA. The reranking benchmarks below were run on candidate sets

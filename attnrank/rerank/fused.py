@@ -296,11 +296,15 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
 
 
 # -- training -------------------------------------------------------------------------------------
-def _fit(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
+def _fit(
+    examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float, signed: bool = False
+) -> np.ndarray:
     if model == "equal":
         return np.ones(len(features))
     if model == "listwise":
         return _fit_listwise(examples, features)
+    if signed:
+        return _fit_logistic(examples, features, model, l2)
     return _fit_linear(examples, features, model, l2)
 
 
@@ -427,11 +431,14 @@ def train_fused(
     gate: bool = True,
     balance: bool = False,
     trained_on: str = "",
+    signed: bool = False,
 ) -> FusedWeights:
     """Fit fused weights on labelled queries (see the module doc), and the same model without
     attention (``base_weights``) where there is attention; ``gate``: choose the fallback threshold;
     ``balance``: equal say for every group (dataset) (off by default: pooling every query measured
-    better held out, docs/benchmarks.md)."""
+    better held out, docs/benchmarks.md); ``signed``: pointwise or pairwise weights may be negative
+    (an ablation: a negative rank weight can take out attention's echo of the candidate's slot; it
+    did not beat the non-negative weights held out, docs/benchmarks.md)."""
     require("sklearn", "train", "Training the fused scorer")
     if model not in MODELS:
         raise InputError(f"model={model!r} is not one of {MODELS}")
@@ -448,7 +455,7 @@ def train_fused(
     train = _balanced(examples) if balance else list(examples)
     fused = FusedWeights(
         list(features),
-        _fit(train, features, model, l2).tolist(),
+        _fit(train, features, model, l2, signed).tolist(),
         model=model,
         l2=l2,
         trained_on=trained_on or f"{len(examples)} queries",
@@ -458,7 +465,7 @@ def train_fused(
     )
     # the gate's fallback, and the `signals` preset's model once registered (signals_only)
     if fused.uses_attention and fused.base_features:
-        fused.base_weights = _fit(train, fused.base_features, model, l2).tolist()
+        fused.base_weights = _fit(train, fused.base_features, model, l2, signed).tolist()
         if gate:
             _choose_gate(train, fused)
     return fused

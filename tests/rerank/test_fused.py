@@ -110,6 +110,23 @@ def test_equal_model_fits_nothing_but_the_gate():
     assert fused.gate is not None
 
 
+def test_signed_weights_may_take_out_an_echo_the_default_weights_keep():
+    """Attention = relevance + the slot (rank): only signed weights subtract the slot, by a
+    negative rank weight; the default keeps every weight >= 0 (the rank's comes out 0)."""
+    rng = np.random.default_rng(7)
+    ex = []
+    for i in range(80):
+        y = np.zeros(10, dtype=np.int64)
+        y[rng.choice(10, 2, replace=False)] = 1
+        rank = -np.arange(10.0)
+        signals = {"attention": y + 0.5 * rank / 3 + rng.normal(0, 0.3, 10), "rank": rank}
+        ex.append(FusionExample(str(i), [str(j) for j in range(10)], signals, y, group="g"))
+    signed = train_fused(ex, ["attention", "rank"], gate=False, signed=True)
+    plain = train_fused(ex, ["attention", "rank"], gate=False)
+    assert signed.weights[0] > 0 > signed.weights[1]
+    assert plain.weights[1] == 0.0 and min(plain.weights) >= 0
+
+
 def test_weights_round_trip_the_registry(tmp_path):
     fused = train_fused(_examples(30, "a", 0.5, 5), trained_on="synthetic")
     fused.save("some/model", "f" * 64, root=tmp_path)
