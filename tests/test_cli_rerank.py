@@ -90,3 +90,33 @@ def test_written_ranks_follow_trec_eval_on_ties(tmp_path):
     write_run({"q": {"a": 1.0, "b": 1.0, "c": 0.5}}, path)
     assert [line.split()[2:4] for line in path.read_text().splitlines()] == [["b", "1"], ["a", "2"], ["c", "3"]]
     assert evaluate(read_run(path), {"q": {"b": 1}}, ["P@1"])["P@1"] == 1.0  # trec_eval agrees: b first
+
+
+def test_rerank_skips_invalid_corpus_records_only_when_asked(tmp_path, dl19_mini, tiny_dir):
+    """A bad record the run does not name fails the corpus unless --skip-invalid, which the error
+    names (it once named an option only `index` had); skipped records are reported."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text((dl19_mini / "passages.jsonl").read_text() + '{"id": "empty", "text": ""}\n')
+    args = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
+    args += ["--corpus", str(corpus), "--model", str(tiny_dir), "--heads", "1-0", "--depth", "2"]
+    r = runner.invoke(app, [*args, "-o", str(tmp_path / "a.trec"), "-q"])
+    assert r.exit_code == 1 and "--skip-invalid" in str(r.exception) and not (tmp_path / "a.trec").exists()
+    r = runner.invoke(app, [*args, "--skip-invalid", "-o", str(tmp_path / "b.trec"), "-q"])
+    assert r.exit_code == 0, r.output
+    assert "skipped 1 invalid record(s)" in r.output and "'empty' has empty text" in r.output
+    assert read_run(tmp_path / "b.trec").keys() == read_run(dl19_mini / "run.bm25.trec").keys()
+
+
+def test_a_value_the_configuration_refuses_is_an_option_error(tmp_path, dl19_mini):
+    """--preset, --signals and --dtype values the configuration refuses exit 2 with the parser's
+    usage hint, as the README says of option errors (they exited 1)."""
+    args = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
+    args += ["--corpus", str(dl19_mini / "passages.jsonl"), "-o", str(tmp_path / "o.trec")]
+    for bad, said in (
+        (["--preset", "bogus"], "bogus"),
+        (["--signals", "bogus"], "signals='bogus'"),
+        (["--dtype", "float99"], "dtype='float99'"),
+    ):
+        r = runner.invoke(app, [*args, *bad])
+        assert r.exit_code == 2 and said in r.output, (bad, r.output)
+    assert not (tmp_path / "o.trec").exists()

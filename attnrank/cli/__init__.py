@@ -53,6 +53,9 @@ Dataset = typer.Option(
 Queries = typer.Option(None, "--queries", help="Queries file (instead of --dataset).")
 Qrels = typer.Option(None, "--qrels", help="Qrels file, TREC or BEIR (instead of --dataset).")
 Corpus = typer.Option(None, "--corpus", help="Corpus (instead of --dataset).")
+SkipInvalid = typer.Option(
+    False, "--skip-invalid", help="Skip the corpus's bad records (each reported) instead of failing."
+)
 Run = typer.Option(
     None, "--run", help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus)."
 )
@@ -137,6 +140,19 @@ def _check_output(path: Optional[Path], inputs: Optional[dict[str, Optional[Path
     from .outputs import check_run_output
 
     check_run_output(path, inputs)
+
+
+def _read_corpus(corpus: Path, skip_invalid: bool = False) -> list:
+    """The corpus's documents; with ``skip_invalid`` its bad records are skipped and each one
+    reported on stderr (the first 20), not silently dropped."""
+    from ..corpus import load_corpus
+
+    docs, report = load_corpus(corpus, skip_invalid=skip_invalid)
+    if report.skipped:
+        typer.echo(f"skipped {len(report.skipped)} invalid record(s):", err=True)
+        for where, why in report.skipped[:20]:
+            typer.echo(f"  {where}: {why}", err=True)
+    return docs
 
 
 def _load_index(name: Optional[str], index_dir: Optional[Path], verify: bool = False):

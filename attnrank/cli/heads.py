@@ -8,7 +8,23 @@ from typing import Optional
 import typer
 
 from ..errors import AttnrankError
-from . import Corpus, Data, Dataset, Device, Qrels, Queries, Quiet, Rel, Run, Save, Verbose, _setup, app
+from . import (
+    Corpus,
+    Data,
+    Dataset,
+    Device,
+    Qrels,
+    Queries,
+    Quiet,
+    Rel,
+    Run,
+    Save,
+    SkipInvalid,
+    Verbose,
+    _read_corpus,
+    _setup,
+    app,
+)
 from .options import Dtype
 
 heads_app = typer.Typer(
@@ -44,12 +60,12 @@ def check_folds(n_queries: int, folds: int) -> None:
         )
 
 
-def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries: int, rel):
+def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries: int, rel, skip_invalid: bool = False):
     """(queries, candidate Documents per query, qrels, rel, description) for QR detection and
     head-weight training (``max_queries`` 0: all labelled queries)."""
     import random
 
-    from ..corpus import load_corpus, load_queries
+    from ..corpus import load_queries
     from ..eval import read_qrels, read_run, trec_order
 
     if max_queries < 0:
@@ -79,7 +95,7 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
             raise typer.BadParameter(
                 "give --dataset scifact|dl19|hotpotqa|locomo (with --data DIR), or --queries, --qrels and --corpus"
             )
-        docs, qs, qr, rel = load_corpus(corpus)[0], load_queries(queries), read_qrels(qrels), rel or 1
+        docs, qs, qr, rel = _read_corpus(corpus, skip_invalid), load_queries(queries), read_qrels(qrels), rel or 1
     if run is not None:
         cands = {q: [d for d, _ in trec_order(r)] for q, r in read_run(run).items()}
     qids = sorted(q for q in qs if any(v >= rel for v in qr.get(q, {}).values()))
@@ -122,6 +138,7 @@ def heads_detect(
     queries: Optional[Path] = Queries,
     qrels: Optional[Path] = Qrels,
     corpus: Optional[Path] = Corpus,
+    skip_invalid: bool = SkipInvalid,
     run: Optional[Path] = Run,
     depth: int = typer.Option(20, "--depth", help="qr: candidates per query."),
     max_queries: int = typer.Option(128, "--max-queries", help="qr: labelled queries used (QRHead: 128)."),
@@ -154,7 +171,20 @@ def heads_detect(
         results = _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, given)
     else:
         results = _detect_qr(
-            model, device, dtype, progress, dataset, data, queries, qrels, corpus, run, depth, max_queries, rel
+            model,
+            device,
+            dtype,
+            progress,
+            dataset,
+            data,
+            queries,
+            qrels,
+            corpus,
+            run,
+            depth,
+            max_queries,
+            rel,
+            skip_invalid,
         )
     for name, res in results.items():
         ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])
@@ -194,7 +224,9 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
     return {"copy": result}
 
 
-def _detect_qr(model, device, dtype, progress, dataset, data, queries, qrels, corpus, run, depth, max_queries, rel):
+def _detect_qr(
+    model, device, dtype, progress, dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
+):
     """QRHead detection; the labelled queries and candidates are read before the model loads."""
     from ..heads.queryfocused import detect_query_focused
     from ..llm.models import load_llm
@@ -202,7 +234,9 @@ def _detect_qr(model, device, dtype, progress, dataset, data, queries, qrels, co
 
     if depth < 1:
         raise typer.BadParameter(f"--depth {depth} must be at least 1 (candidates per query)")
-    qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
+    qs, cands, qr, rel, desc = _qr_set(
+        dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
+    )
     if not qs:
         raise AttnrankError(f"{desc}: no labelled query has candidates; give queries, qrels and a corpus that match")
     llm = load_llm(model, dtype=dtype, device=device)

@@ -16,7 +16,23 @@ from typing import Any, Optional
 
 import typer
 
-from . import Corpus, Data, Dataset, Device, Folds, FoldSeed, Qrels, Queries, Quiet, Rel, Run, Save, Verbose, _setup
+from . import (
+    Corpus,
+    Data,
+    Dataset,
+    Device,
+    Folds,
+    FoldSeed,
+    Qrels,
+    Queries,
+    Quiet,
+    Rel,
+    Run,
+    Save,
+    SkipInvalid,
+    Verbose,
+    _setup,
+)
 from .heads import _qr_set, check_folds, check_training, heads_app
 from .options import Dtype
 
@@ -62,6 +78,7 @@ def heads_train(
     queries: Optional[Path] = Queries,
     qrels: Optional[Path] = Qrels,
     corpus: Optional[Path] = Corpus,
+    skip_invalid: bool = SkipInvalid,
     run: Optional[Path] = Run,
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth the weights are for)."),
     max_queries: int = typer.Option(0, "--max-queries", help="Labelled queries used (0: all)."),
@@ -92,7 +109,9 @@ def heads_train(
     require("sklearn", "train", "attnrank heads train")  # before any model is loaded
     top = _parse_heads(heads)
     check_training(kind, MODELS, l2, folds, depth)
-    qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
+    qs, cands, qr, rel, desc = _qr_set(
+        dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
+    )
     check_folds(len(qs), folds)
     feats, llm = _capture(model, device, dtype, qs, cands, qr, rel, progress)
     report, weights = _train(feats, qr, rel, top, kind, l2, first_stage, folds, seed, desc)

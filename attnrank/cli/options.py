@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..errors import InputError
 from ..rerank.config import ATTENTION_FIELDS, DEFAULT_PRESET, RERANK_PRESETS, SCORERS, RerankConfig, preset_for
 from ..rerank.reweight import Reweighting
 from . import _check_heads
@@ -187,7 +188,10 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
         overrides["signals"] = None
     _check_heads(overrides.get("heads"), model=overrides.get("model"))
     check_attention_computed(preset, overrides)
-    config = RerankConfig.preset(preset or "", **overrides)
+    try:  # an option value the configuration refuses is an option error (exit 2), as the parser's are
+        config = RerankConfig.preset(preset or "", **overrides)
+    except InputError as e:
+        raise typer.BadParameter(str(e)) from None
     _check_slot_profile(config)
     fixed = [
         f"--{'' if v else 'no-'}{k.replace('_', '-')}"

@@ -9,7 +9,7 @@ import typer
 
 from ..config import DEFAULT_BUDGET_TOKENS
 from ..rerank.config import RerankConfig
-from . import Quiet, Verbose, Verify, _check_heads, _load_index, _positive, _setup, app
+from . import Quiet, SkipInvalid, Verbose, Verify, _check_heads, _load_index, _positive, _read_corpus, _setup, app
 from .options import check_k_within_depth, refuse_when_off, rerank_options
 
 METHODS = ("query", "focus", "probe")
@@ -88,6 +88,7 @@ def prune(
     corpus: Optional[Path] = typer.Option(
         None, "--corpus", help="Passages to prune (any corpus format); all of them, in file order, form the context."
     ),
+    skip_invalid: bool = SkipInvalid,
     name: Optional[str] = typer.Option(
         None, "--index", "-n", help="Or an index name: its top -k hits form the context."
     ),
@@ -132,9 +133,7 @@ def prune(
     if (corpus is None) == (name is None and index_dir is None):
         raise typer.BadParameter("give either --corpus PATH or --index NAME / --index-dir DIR")
     if corpus is not None:
-        from ..corpus import load_corpus
-
-        docs = load_corpus(corpus)[0]
+        docs = _read_corpus(corpus, skip_invalid)
     else:
         docs = _load_index(name, index_dir, verify).search(query, k).documents()
     from ..prune.pruner import ContextPruner  # heavy (torch): only once the input is known good

@@ -9,7 +9,19 @@ import typer
 
 from ..errors import AttnrankError
 from ..rerank.config import RerankConfig
-from . import Quiet, Verbose, Verify, _check_output, _load_index, _positive, _rerank_head, _setup, app
+from . import (
+    Quiet,
+    SkipInvalid,
+    Verbose,
+    Verify,
+    _check_output,
+    _load_index,
+    _positive,
+    _read_corpus,
+    _rerank_head,
+    _setup,
+    app,
+)
 from .options import rerank_options
 
 
@@ -23,6 +35,7 @@ def rerank(
     ),
     name: Optional[str] = typer.Option(None, "--index", "-n", help="Or an index name whose documents to use."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
+    skip_invalid: bool = SkipInvalid,
     depth: int = typer.Option(20, "--depth", help="Rerank the top K of each query (the rest keeps its order below)."),
     output: Path = typer.Option(..., "--output", "-o", help="Reranked TREC run file."),
     verify: bool = Verify,
@@ -31,7 +44,7 @@ def rerank(
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Rerank a TREC run with the attention reranker and write a TREC run file."""
-    from ..corpus import load_corpus, load_queries
+    from ..corpus import load_queries
     from ..eval import read_run, trec_order, write_run
     from ..types import RankedResults, ScoredDocument
 
@@ -42,7 +55,7 @@ def rerank(
         raise typer.BadParameter("give --corpus PATH or --index NAME / --index-dir DIR, not both")
     qs, first = load_queries(queries), read_run(run)
     if corpus is not None:
-        docs = {d.id: d for d in load_corpus(corpus)[0]}
+        docs = {d.id: d for d in _read_corpus(corpus, skip_invalid)}
     else:
         docs = {d.id: d for d in _load_index(name, index_dir, verify).docs}
     _check_run(first, qs, docs, queries)  # every query and document, before the model loads
@@ -66,8 +79,9 @@ def rerank(
             qid,
         )
         out.append(_rerank_head(reranker, res, depth))
-    write_run(out, output, tag="attnrank-attention")
-    typer.echo(f"reranked the top {depth} of {len(out)} queries into {output}")
+    write_run(out, output, tag=f"attnrank-{rerank_config.name}")  # the run's tag names the preset that ranked it
+    deepest = max((min(depth, len(r)) for r in first.values()), default=0)
+    typer.echo(f"reranked up to the top {deepest} of each of {len(out)} queries into {output}")
 
 
 def _check_run(first: dict, qs: dict, docs: dict, queries: Path) -> None:

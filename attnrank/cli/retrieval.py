@@ -12,6 +12,7 @@ from ..rerank.config import RerankConfig
 from . import (
     OldName,
     Quiet,
+    SkipInvalid,
     Verbose,
     Verify,
     _check_output,
@@ -20,6 +21,7 @@ from . import (
     _load_index,
     _positive,
     _print_results,
+    _read_corpus,
     _rerank_head,
     _setup,
     app,
@@ -55,7 +57,7 @@ def index(
         None, help="Convex fusion weight of the dense scores, in [0, 1] (default 0.45)."
     ),
     norm: Optional[str] = typer.Option(None, help="Convex fusion normalisation: minmax | zscore (default) | none."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad records (reported) instead of failing."),
+    skip_invalid: bool = SkipInvalid,
     force: bool = typer.Option(
         False,
         "--force",
@@ -81,7 +83,6 @@ def index(
     Replaces only an existing attnrank index or an empty folder (``--force``: any other folder,
     except one holding the corpus or the working directory). The fusion settings are stored in
     the index; ``search`` uses them unless told otherwise."""
-    from ..corpus import load_corpus
     from ..index.embed_export import BACKENDS
     from ..index.folders import check_target
     from ..index.retriever import HybridRetriever
@@ -102,11 +103,7 @@ def index(
     )
     _set_fusion(r, None, fusion, alpha, norm, what="index")
     check_target(target, force=force, protect=[corpus])  # before any work
-    docs, report = load_corpus(corpus, skip_invalid=skip_invalid)
-    if report.skipped:
-        typer.echo(f"skipped {len(report.skipped)} invalid record(s):", err=True)
-        for where, why in report.skipped[:20]:
-            typer.echo(f"  {where}: {why}", err=True)
+    docs = _read_corpus(corpus, skip_invalid)
     if shards:  # issue 17: sharded build (attnrank.cli.batch)
         from .batch import build_sharded
 
@@ -178,7 +175,10 @@ def search(
             todo = tqdm(results, desc="rerank", unit="q")
         results = [_rerank_head(reranker, res, rerank).top_k(k) for res in todo]
     if output is not None:
-        write_run(results, output, tag=f"attnrank-{mode or r.mode}")
+        tag = (
+            f"{mode or r.mode}" if not rerank else f"{mode or r.mode}-{rerank_config.name}"
+        )  # reranked: by which preset
+        write_run(results, output, tag=f"attnrank-{tag}")
         typer.echo(f"wrote {sum(len(x) for x in results)} results for {len(results)} queries to {output}")
     elif query is not None:
         _print_results(results[0])

@@ -32,6 +32,7 @@ from . import (
     Rel,
     Run,
     Save,
+    SkipInvalid,
     Verbose,
     _check_heads,
     _setup,
@@ -54,6 +55,7 @@ def train(
     queries: Optional[Path] = Queries,
     qrels: Optional[Path] = Qrels,
     corpus: Optional[Path] = Corpus,
+    skip_invalid: bool = SkipInvalid,
     run: Optional[Path] = Run,
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth)."),
     max_queries: int = typer.Option(0, "--max-queries", help="Labelled queries used (0: all)."),
@@ -85,7 +87,9 @@ def train(
     require("sklearn", "train", "attnrank train")  # before any model is loaded
     check_training(kind, MODELS, l2, folds, depth)
     _check_heads(heads, model=model)
-    qs, cands, qr, rel, desc = _qr_set(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel)
+    qs, cands, qr, rel, desc = _qr_set(
+        dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
+    )
     check_folds(len(qs), folds)
     from ..rerank.attention import AttentionReranker
     from ..rerank.fused import fusion_examples

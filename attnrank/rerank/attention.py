@@ -50,7 +50,7 @@ from ..llm.statestore import PassageStateStore, write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
 from .config import RerankConfig
 from .fused import ATTENTION, FUSED_STAGE, resolve_fused
-from .inputs import check_documents, check_k, check_texts
+from .inputs import check_documents, check_k, check_query, check_texts
 from .position import load_profile
 from .resolve import learned_weights, resolve_config_heads
 from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
@@ -232,6 +232,7 @@ class AttentionReranker:
         """Rerank ``docs`` (first-stage order) for ``query``; the best ``k`` (all if None).
 
         ``k`` must be None or a positive integer; document ids must be unique."""
+        check_query(query)
         check_k(k)
         if return_evidence and (self.learned is not None or not self.uses_attention):  # none would come, silently
             what = "the learned scorer has" if self.learned is not None else f"preset {self.config.name!r} computes"
@@ -284,6 +285,7 @@ class AttentionReranker:
         """The reranker's score of each document, in input order: the calibrated attention score,
         or with ``signals`` the fused score (ScoredDocument candidates give learned weights their
         first-stage and stage scores, as in :meth:`rank`)."""
+        check_query(query)
         documents, previous = as_documents(docs)
         check_texts(documents)
         return self._score(query, documents, False, previous)[0]
@@ -338,8 +340,7 @@ class AttentionReranker:
 
     def windows(self, query: str, docs: list[Document]) -> list[WindowRows]:
         """Score ``docs`` window by window; returns the per-head rows (features for learned scorers)."""
-        if not isinstance(query, str) or not query.strip():
-            raise InputError(f"query {query!r} is empty; give a non-empty query text")
+        check_query(query)
         tok, kw = self.llm.tokenizer, self.prompt_kw
         if self.config.attention == "block":  # tokenized once; windows select their blocks
             whole = build_block_prompts(tok, query, docs, memo=self._blocks_memo, **kw)

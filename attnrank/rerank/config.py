@@ -39,6 +39,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..llm.blocks import check_attention_mode, check_positions
+from ..llm.device import check_precision_names
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..llm.rows import QUERY_SPANS
 from .fused import SIGNALS_AUTO, SIGNALS_ONLY, FusedWeights
@@ -129,6 +130,7 @@ class RerankConfig:
             raise InputError(f"order={self.order!r} is not one of {ORDERS}")
         check_attention_mode(self.attention)
         check_positions(self.block_positions)
+        check_precision_names(self.device, self.dtype)  # they also set the embedder's, with or without attention
         if isinstance(self.state_cache_mb, bool) or not isinstance(self.state_cache_mb, int) or self.state_cache_mb < 0:
             raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
         if self.attention != "block" and self.passage_states is not None:
@@ -138,6 +140,8 @@ class RerankConfig:
                 "passage_states hold states at shared block positions ('shared' or 'rotated'); drop "
                 "block_positions='sequential' (--block-positions) or passage_states"
             )
+        if isinstance(self.signals, str) and self.signals.strip().lower() == "none":  # the CLI's word for None
+            object.__setattr__(self, "signals", None)
         if self.signals not in (None, SIGNALS_AUTO, SIGNALS_ONLY) and not isinstance(self.signals, FusedWeights):
             raise InputError(
                 f"signals={self.signals!r} is not 'auto', 'only', None or FusedWeights (--signals auto|only|none)"

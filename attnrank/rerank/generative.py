@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..llm.models import LLM, load_llm
 from ..llm.recording import forward_lock
 from ..types import Document, RankedResults, as_documents, rank_documents
-from .inputs import check_documents, check_k
+from .inputs import check_documents, check_k, check_query
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +97,7 @@ class PointwiseReranker:
         return np.concatenate(out)
 
     def rank(self, query: str, docs, k: int | None = None, *, query_id: str | None = None) -> RankedResults:
+        check_query(query)
         documents, previous, query_id = _candidates(docs, k, query_id)
         if not documents:
             return RankedResults(query, [], query_id, stage="pointwise")
@@ -160,6 +161,7 @@ class ListwiseReranker:
         return named + [i for i in range(len(docs)) if i not in named]
 
     def rank(self, query: str, docs, k: int | None = None, *, query_id: str | None = None) -> RankedResults:
+        check_query(query)
         documents, previous, query_id = _candidates(docs, k, query_id)
         if not documents:
             return RankedResults(query, [], query_id, stage="listwise")

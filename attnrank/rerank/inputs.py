@@ -10,6 +10,15 @@ from ..errors import InputError
 from ..types import Document
 
 
+def check_query(query: Any) -> None:
+    """A query text with some non-space character: an empty one would still rank the candidates
+    (by their BM25 and dense scores against nothing), a meaningless order."""
+    if not isinstance(query, str):
+        raise InputError(f"query {query!r} is a {type(query).__name__}, not a text; give the query as a string")
+    if not query.strip():
+        raise InputError(f"query {query!r} is empty; give a non-empty query text")
+
+
 def check_k(k: Any) -> None:
     """``k`` results: None (all) or a positive integer."""
     if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):

@@ -36,3 +36,23 @@ def test_truncation_limits_refuse_booleans():
         with pytest.raises(InputError, match=f"{key}=True must be a positive integer or None"):
             RerankConfig(**{key: True})
     assert RerankConfig(max_doc_words=1, max_doc_tokens=None).max_doc_words == 1
+
+
+def test_device_and_dtype_names_are_checked_with_or_without_attention():
+    """They also set the embedder of the preset without attention, which once ignored a typo
+    (dtype='float99' ranked as 'auto'); refused when configured, before anything loads."""
+    for preset in ("signals", "qrhead"):
+        with pytest.raises(InputError, match=r"dtype='float99' is not one of 'auto', 'float32'"):
+            RerankConfig.preset(preset, dtype="float99")
+        with pytest.raises(InputError, match=r"device='tpu' is not one of 'cpu', 'cuda', 'cuda:N', 'auto'"):
+            RerankConfig.preset(preset, device="tpu")
+    with pytest.raises(InputError, match="dtype='float16' is not supported on CPU"):
+        RerankConfig(dtype="float16")
+    assert RerankConfig(device="cuda:1", dtype="float16").dtype == "float16"  # named right; resolved on load
+    assert RerankConfig(dtype="int8").dtype == "int8" and RerankConfig(device="auto").device == "auto"
+
+
+def test_signals_none_as_text_is_none():
+    """The CLI's --signals none, given to the API as text, means no signals (it was refused)."""
+    assert RerankConfig.preset("qrhead", signals="none").signals is None
+    assert RerankConfig.preset("qrhead", signals=" None ").signals is None

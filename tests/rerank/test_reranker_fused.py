@@ -225,3 +225,19 @@ def test_the_reranker_computes_dense_with_the_weights_embedder(llm):
     mine = replace(FUSED, embedder="/models/my-embedder")
     assert AttentionReranker(llm, None, signals=mine).signals.embedder_name == "/models/my-embedder"
     assert AttentionReranker(llm, None, signals=FUSED).signals.embedder_name is None
+
+
+def test_an_empty_query_is_refused_by_every_preset(llm):
+    """The preset without attention once ranked the candidates for an empty query (by BM25 and
+    dense scores against nothing) and returned that order; every preset and call refuses it."""
+    docs = rerank_docs()
+    for reranker in (AttentionReranker(llm, config="signals"), AttentionReranker(llm, None, signals=None)):
+        for query in ("", "   "):
+            with pytest.raises(InputError, match="is empty; give a non-empty query text"):
+                reranker.rank(query, docs)
+            with pytest.raises(InputError, match="is empty"):
+                reranker.score(query, docs)
+        with pytest.raises(InputError, match="query 123 is a int, not a text"):
+            reranker.rank(123, docs)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="query None is a NoneType"):
+            reranker.rank_batch([None], [docs])  # type: ignore[list-item]
