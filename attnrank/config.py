@@ -23,6 +23,7 @@ import signal
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError
 
@@ -139,3 +140,25 @@ def fault_point(name: str, path: object = None) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), None if path is None else str(path))
     else:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+# The LLM precisions by name (attnrank.llm.device maps them to torch dtypes; int8: dynamic int8 linears).
+PRECISION_NAMES = ("float32", "bfloat16", "float16", "int8")
+
+
+def check_precision_names(device: Any, dtype: Any) -> None:
+    """``device`` and ``dtype`` are names that ``attnrank.llm.device``'s resolvers know, and float16
+    is not on a CPU: checked where they are configured, before anything (torch) loads; whether this
+    machine has the device is the resolvers' to say."""
+    name = str(device or "").strip().lower()
+    index = name.partition(":")[2]
+    if not (name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and index.isdigit())):
+        raise InputError(f"device={device!r} is not one of 'cpu', 'cuda', 'cuda:N', 'auto'")
+    precision = str(dtype or "").strip().lower()
+    if precision != "auto" and precision not in PRECISION_NAMES:
+        known = ", ".join(map(repr, PRECISION_NAMES))
+        raise InputError(f"dtype={dtype!r} is not one of 'auto', {known}")
+    if precision == "float16" and name == "cpu":
+        raise InputError(
+            "dtype='float16' is not supported on CPU (slow and overflow-prone); use dtype='bfloat16' or 'float32'"
+        )

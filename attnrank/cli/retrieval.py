@@ -175,10 +175,7 @@ def search(
             todo = tqdm(results, desc="rerank", unit="q")
         results = [_rerank_head(reranker, res, rerank).top_k(k) for res in todo]
     if output is not None:
-        tag = (
-            f"{mode or r.mode}" if not rerank else f"{mode or r.mode}-{rerank_config.name}"
-        )  # reranked: by which preset
-        write_run(results, output, tag=f"attnrank-{tag}")
+        write_run(results, output, tag=f"attnrank-{mode or r.mode}")
         typer.echo(f"wrote {sum(len(x) for x in results)} results for {len(results)} queries to {output}")
     elif query is not None:
         _print_results(results[0])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from attnrank import config
@@ -13,24 +11,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # Quantized precisions: name -> the dtype the weights are loaded in before quantization
 # (:mod:`attnrank.llm.quantize`).
 QUANTIZED = {"int8": torch.float32}
-
-
-def check_precision_names(device: Any, dtype: Any) -> None:
-    """``device`` and ``dtype`` are names :func:`resolve_device` and :func:`resolve_dtype` know,
-    float16 not on a CPU: checked where they are configured, before anything loads (whether this
-    machine has the device is :func:`resolve_device`'s to say)."""
-    name = str(device or "").strip().lower()
-    index = name.partition(":")[2]
-    if not (name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and index.isdigit())):
-        raise InputError(f"device={device!r} is not one of 'cpu', 'cuda', 'cuda:N', 'auto'")
-    precision = str(dtype or "").strip().lower()
-    if precision != "auto" and precision not in DTYPES and precision not in QUANTIZED:
-        known = ", ".join(map(repr, [*DTYPES, *QUANTIZED]))
-        raise InputError(f"dtype={dtype!r} is not one of 'auto', {known}")
-    if precision == "float16" and name == "cpu":
-        raise InputError(
-            "dtype='float16' is not supported on CPU (slow and overflow-prone); use dtype='bfloat16' or 'float32'"
-        )
 
 
 def resolve_device(device: str) -> torch.device:

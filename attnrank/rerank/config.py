@@ -37,9 +37,9 @@ import logging
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ..config import check_precision_names
 from ..errors import InputError
 from ..llm.blocks import check_attention_mode, check_positions
-from ..llm.device import check_precision_names
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..llm.rows import QUERY_SPANS
 from .fused import SIGNALS_AUTO, SIGNALS_ONLY, FusedWeights

@@ -56,3 +56,10 @@ def test_signals_none_as_text_is_none():
     """The CLI's --signals none, given to the API as text, means no signals (it was refused)."""
     assert RerankConfig.preset("qrhead", signals="none").signals is None
     assert RerankConfig.preset("qrhead", signals=" None ").signals is None
+
+
+def test_the_configured_precision_names_are_the_ones_the_model_loader_maps():
+    from attnrank.config import PRECISION_NAMES
+    from attnrank.llm.device import DTYPES, QUANTIZED
+
+    assert (*DTYPES, *QUANTIZED) == PRECISION_NAMES
