@@ -24,44 +24,62 @@ def _cell(rows: list[dict[str, Any]], dataset: str, k: int, mode: str, dtype: st
     return None if hit is None else hit.get("s/query")
 
 
+def _target_rows(
+    dataset: str,
+    warm: dict[int, float],
+    colds: list[tuple[str, float, str]],
+    per_candidate: dict[int, float],
+    ks: str,
+) -> list[dict[str, Any]]:
+    """One dataset's target rows: warm s/query by K (for the K of ``WARM_TARGETS``), cold K=20
+    speed-ups ``(full prompt's dtype, speed-up, note after it)``, and cold s per candidate by K
+    (``ks``: the K the row names)."""
+    out = [
+        {
+            "dataset": dataset,
+            "target": f"warm K={k} <= {limit} s",
+            "measured": f"{warm[k]:.2f} s",
+            "met": _met(warm[k] <= limit),
+        }
+        for k, limit in WARM_TARGETS.items()
+        if k in warm
+    ]
+    out += [
+        {
+            "dataset": dataset,
+            "target": f"cold K=20 >= {COLD_SPEEDUP}x the {base} full prompt",
+            "measured": f"{up:.2f}x{note}",
+            "met": _met(up >= COLD_SPEEDUP),
+        }
+        for base, up, note in colds
+    ]
+    if len(per_candidate) > 1:
+        out.append(
+            {
+                "dataset": dataset,
+                "target": f"cold grows linearly in K (s per candidate, K={ks})",
+                "measured": " / ".join(f"{v:.3f}" for v in per_candidate.values()),
+                "met": "",
+            }
+        )
+    return out
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
 def block_targets(rows: list[dict[str, Any]], dtype: str) -> list[dict[str, Any]]:
     """Per dataset, each target's measured value (``dtype``'s cells; the cold speed-up also against
     the float32 full prompt, the capture before block attention) and whether it is met."""
     out: list[dict[str, Any]] = []
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
-        for k, limit in WARM_TARGETS.items():
-            warm = _cell(rows, dataset, k, "block-warm", dtype)
-            if warm is not None:
-                out.append(
-                    {
-                        "dataset": dataset,
-                        "target": f"warm K={k} <= {limit} s",
-                        "measured": f"{warm:.2f} s",
-                        "met": "yes" if warm <= limit else "no",
-                    }
-                )
+        warm = {k: s for k in WARM_TARGETS if (s := _cell(rows, dataset, k, "block-warm", dtype)) is not None}
         cold = _cell(rows, dataset, 20, "block-cold", dtype)
-        for base in dict.fromkeys((dtype, "float32")):
-            full = _cell(rows, dataset, 20, "full", base)
-            if cold and full:
-                out.append(
-                    {
-                        "dataset": dataset,
-                        "target": f"cold K=20 >= {COLD_SPEEDUP}x the {base} full prompt",
-                        "measured": f"{full / cold:.2f}x",
-                        "met": "yes" if full / cold >= COLD_SPEEDUP else "no",
-                    }
-                )
+        fulls = {base: _cell(rows, dataset, 20, "full", base) for base in dict.fromkeys((dtype, "float32"))}
+        colds = [(base, full / cold, "") for base, full in fulls.items() if cold and full]
         per = {k: s / k for k in (10, 20, 50, 100) if (s := _cell(rows, dataset, k, "block-cold", dtype))}
-        if len(per) > 1:
-            out.append(
-                {
-                    "dataset": dataset,
-                    "target": "cold grows linearly in K (s per candidate, K=10/20/50/100)",
-                    "measured": " / ".join(f"{v:.3f}" for v in per.values()),
-                    "met": "",
-                }
-            )
+        out += _target_rows(dataset, warm, colds, per, "10/20/50/100")
     return out
 
 
@@ -70,38 +88,17 @@ def interleaved_targets(rows: list[dict[str, Any]], dtype: str) -> list[dict[str
     (:func:`attnrank.speed.measure_interleaved`: the modes timed in turn on each query)."""
     out: list[dict[str, Any]] = []
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
-        mine = {r["K"]: r for r in rows if r["dataset"] == dataset and r["dtype"] == dtype}
-        for k, limit in WARM_TARGETS.items():
-            if k in mine:
-                warm = mine[k]["block-warm s/query"]
-                target = f"warm K={k} <= {limit} s"
-                out.append(
-                    {"dataset": dataset, "target": target, "measured": f"{warm:.2f} s", "met": _met(warm <= limit)}
-                )
+        mine = {
+            r["K"]: r for r in sorted(rows, key=lambda r: r["K"]) if r["dataset"] == dataset and r["dtype"] == dtype
+        }
+        warm = {k: mine[k]["block-warm s/query"] for k in WARM_TARGETS if k in mine}
+        colds = []
         if 20 in mine:
-            up, spread = mine[20]["cold speed-up"], mine[20]["cold speed-up per query (min-max)"]
-            out.append(
-                {
-                    "dataset": dataset,
-                    "target": f"cold K=20 >= {COLD_SPEEDUP}x the {dtype} full prompt",
-                    "measured": f"{up:.2f}x (per query {spread})",
-                    "met": _met(up >= COLD_SPEEDUP),
-                }
-            )
-        if len(mine) > 1:
-            out.append(
-                {
-                    "dataset": dataset,
-                    "target": "cold grows linearly in K (s per candidate, K=" + "/".join(map(str, sorted(mine))) + ")",
-                    "measured": " / ".join(f"{mine[k]['block-cold s/query'] / k:.3f}" for k in sorted(mine)),
-                    "met": "",
-                }
-            )
+            spread = mine[20]["cold speed-up per query (min-max)"]
+            colds.append((dtype, mine[20]["cold speed-up"], f" (per query {spread})"))
+        per = {k: r["block-cold s/query"] / k for k, r in mine.items()}
+        out += _target_rows(dataset, warm, colds, per, "/".join(map(str, mine)))
     return out
-
-
-def _met(ok: bool) -> str:
-    return "yes" if ok else "no"
 
 
 def interleaved_markdown(rows: list[dict[str, Any]], dtype: str) -> list[str]:
