@@ -146,19 +146,29 @@ def fault_point(name: str, path: object = None) -> None:
 PRECISION_NAMES = ("float32", "bfloat16", "float16", "int8")
 
 
+FLOAT16_ON_CPU = "dtype='float16' is not supported on CPU (slow and overflow-prone); use dtype='bfloat16' or 'float32'"
+
+
+def check_device_name(device: Any) -> str:
+    """``device`` (lower-cased) if it is one of 'cpu', 'cuda', 'cuda:N', 'auto'; whether this
+    machine has it is ``attnrank.llm.device.resolve_device``'s to say."""
+    name = str(device or "").strip().lower()
+    if not (name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and name.partition(":")[2].isdigit())):
+        raise InputError(f"device={device!r} is not one of 'cpu', 'cuda', 'cuda:N', 'auto'")
+    return name
+
+
+def check_dtype_name(dtype: Any) -> str:
+    """``dtype`` (lower-cased) if it is 'auto' or one of :data:`PRECISION_NAMES`."""
+    name = str(dtype or "").strip().lower()
+    if name != "auto" and name not in PRECISION_NAMES:
+        raise InputError(f"dtype={dtype!r} is not one of 'auto', {', '.join(map(repr, PRECISION_NAMES))}")
+    return name
+
+
 def check_precision_names(device: Any, dtype: Any) -> None:
     """``device`` and ``dtype`` are names that ``attnrank.llm.device``'s resolvers know, and float16
-    is not on a CPU: checked where they are configured, before anything (torch) loads; whether this
-    machine has the device is the resolvers' to say."""
-    name = str(device or "").strip().lower()
-    index = name.partition(":")[2]
-    if not (name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and index.isdigit())):
-        raise InputError(f"device={device!r} is not one of 'cpu', 'cuda', 'cuda:N', 'auto'")
-    precision = str(dtype or "").strip().lower()
-    if precision != "auto" and precision not in PRECISION_NAMES:
-        known = ", ".join(map(repr, PRECISION_NAMES))
-        raise InputError(f"dtype={dtype!r} is not one of 'auto', {known}")
+    is not on a CPU: checked where they are configured, before anything (torch) loads."""
+    name, precision = check_device_name(device), check_dtype_name(dtype)  # both checked, whatever the other
     if precision == "float16" and name == "cpu":
-        raise InputError(
-            "dtype='float16' is not supported on CPU (slow and overflow-prone); use dtype='bfloat16' or 'float32'"
-        )
+        raise InputError(FLOAT16_ON_CPU)

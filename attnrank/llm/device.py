@@ -15,23 +15,19 @@ QUANTIZED = {"int8": torch.float32}
 
 def resolve_device(device: str) -> torch.device:
     """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` -> a usable :class:`torch.device`."""
-    name = (device or "").strip().lower()
+    name = config.check_device_name(device)
     if name == "auto":
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     if name == "cpu":
         return torch.device("cpu")
-    if name == "cuda" or name.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise InputError(
-                f"device={device!r} but CUDA is not available (torch {torch.__version__}); use device='cpu' or 'auto'"
-            )
-        idx = name.partition(":")[2] or "0"
-        if not idx.isdigit() or int(idx) >= torch.cuda.device_count():
-            raise InputError(
-                f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0..)"
-            )
-        return torch.device(f"cuda:{idx}")
-    raise InputError(f"device={device!r} is not one of 'cpu', 'cuda', 'cuda:N', 'auto'")
+    if not torch.cuda.is_available():  # "cuda" or "cuda:N"
+        raise InputError(
+            f"device={device!r} but CUDA is not available (torch {torch.__version__}); use device='cpu' or 'auto'"
+        )
+    idx = name.partition(":")[2] or "0"  # a digit string: check_device_name
+    if int(idx) >= torch.cuda.device_count():
+        raise InputError(f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0..)")
+    return torch.device(f"cuda:{idx}")
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -39,7 +35,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     weights are loaded in before quantization). ``"auto"``: on a CPU,
     :func:`attnrank.config.cpu_auto_dtype` (bfloat16 with AMX or AVX-512 BF16, else float32); on CUDA bfloat16
     where supported, else float16."""
-    name = (dtype or "").strip().lower()
+    name = config.check_dtype_name(dtype)
     if name == "auto":
         if device.type != "cuda":
             try:
@@ -55,13 +51,8 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
                 "use device='cpu', or dtype='bfloat16'/'float16' on a GPU"
             )
         return QUANTIZED[name]
-    if name not in DTYPES:
-        known = ", ".join(map(repr, [*DTYPES, *QUANTIZED]))
-        raise InputError(f"dtype={dtype!r} is not one of 'auto', {known}")
     if name == "float16" and device.type == "cpu":
-        raise InputError(
-            "dtype='float16' is not supported on CPU (slow and overflow-prone); use dtype='bfloat16' or 'float32'"
-        )
+        raise InputError(config.FLOAT16_ON_CPU)
     return DTYPES[name]
 
 
