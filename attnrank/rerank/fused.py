@@ -253,8 +253,7 @@ def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
     registered = load_artifact(FusedWeights.KIND, model_id, fingerprint, user_only=True)
     if registered is None:
         return equal_weights()
-    fused = FusedWeights.from_json(registered)
-    fused.warn_if_stale(f"the fused weights registered for {model_id}")
+    fused = _stored(registered, f"the fused weights registered for {model_id}")
     if fused.uses_attention and not fused.base_weights:  # e.g. saved from Python without a fallback
         logger.warning(
             "the fused weights registered for %s hold no model without attention (base_weights): the "
@@ -278,9 +277,7 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
     if registered is not None:
         # Registered ones that do not load (malformed, other features) are an error, not a reason
         # to score with another model's weights in their place.
-        fused = FusedWeights.from_json(registered)
-        fused.warn_if_stale(f"the fused weights registered for {model_id}")
-        return fused
+        return _stored(registered, f"the fused weights registered for {model_id}")
     payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
     if payload is None:
         return FusedWeights.load(model_id, fingerprint)  # raises: none registered, none shipped
@@ -290,8 +287,13 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
         model_id,
         DEFAULT_LLM,
     )
+    return _stored(payload, f"the fused weights shipped for {DEFAULT_LLM}")
+
+
+def _stored(payload: dict[str, Any], source: str) -> FusedWeights:
+    """Stored fused weights (registered or shipped), with a warning if fitted to other signals."""
     fused = FusedWeights.from_json(payload)
-    fused.warn_if_stale(f"the fused weights shipped for {DEFAULT_LLM}")
+    fused.warn_if_stale(source)
     return fused
 
 
