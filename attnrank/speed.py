@@ -202,14 +202,7 @@ def run_interleaved(root: Path, results: Path, dtype: str) -> list[dict[str, Any
     for dataset, k, n in interleaved_grid():
         if (dataset, k, dtype) in have:
             continue
-        row = measure_interleaved(dataset, root, k, dtype, n)
-        row["measured"] = datetime.date.today().isoformat()
-        row["cpu"] = cpu_model()
-        logger.info("interleaved %s", row)
-        done.append(row)
-        results.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(results) as tmp:
-            tmp.write_text(json.dumps(done, indent=1))
+        _record(measure_interleaved(dataset, root, k, dtype, n), done, results)
     return done
 
 
@@ -244,13 +237,21 @@ def run_cells(
             row = {"dataset": dataset, "K": k, "mode": mode, "dtype": dtype, "error": tail[:200]}
         else:
             row = json.loads(p.stdout.strip().splitlines()[-1])
-        row["measured"] = datetime.date.today().isoformat()  # cells of one table may come from several runs
-        row["cpu"] = cpu_model()  # ... and machines
-        logger.info("speed cell %s", row)
-        done.append(row)
-        with atomic_path(results) as tmp:  # a crash mid-write must not lose the cells measured so far
-            tmp.write_text(json.dumps(done, indent=1))
+        _record(row, done, results)
     return in_grid_order(done, cells)
+
+
+def _record(row: dict[str, Any], done: list[dict[str, Any]], results: Path) -> None:
+    """Stamp a measured row with its day and CPU (rows of one table may come from several runs
+    and machines), add it to ``done`` and rewrite ``results`` atomically (a crash mid-write must
+    not lose the rows measured so far)."""
+    row["measured"] = datetime.date.today().isoformat()
+    row["cpu"] = cpu_model()
+    logger.info("speed row %s", row)
+    done.append(row)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(results) as tmp:
+        tmp.write_text(json.dumps(done, indent=1))
 
 
 def in_grid_order(rows: list[dict[str, Any]], cells: list[tuple[str, int, str, str, int]]) -> list[dict[str, Any]]:
