@@ -8,9 +8,10 @@ Datasets (first-stage top-20 candidates; rows from the shared row cache, attnran
 DL19 BM25 top-20 (43 topics, rel >= 2), SciFact train hybrid RRF top-20 (seeded sample),
 HotpotQA distractor (10 paragraphs, 2 supporting), LoCoMo (BM25 top-20 turns of the question's
 conversation, evidence turns relevant). Heads of the attention feature are chosen on the training
-datasets only (top-N by mean per-head nDCG@10, QRHead's selection). ``--ship`` trains the fused
-weights on all four datasets (attention = the registered qrhead heads) and writes them to
-attnrank/heads/data/. Writes docs/results/fusion.{json,md}.
+datasets only (top-N by mean per-head nDCG@10, QRHead's selection). ``--ship`` trains preset
+``fused``'s weights on all four datasets (attention = their top-16 heads, recorded in the weights)
+and writes them to attnrank/heads/data/; it needs rows captured as the preset captures them
+(``--attention block --prompt block_positions=shared``). Writes docs/results/fusion.{json,md}.
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ from attnrank.eval.datasets import data_root
 from attnrank.eval.metrics import per_query_ndcg_of_each
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all
+from attnrank.llm.blocks import capture_name
+from attnrank.llm.headspec import parse_heads
 from attnrank.llm.rows import window_features
 from attnrank.registry import resolve_heads
 from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.config import RERANK_PRESETS, RerankConfig
 from attnrank.rerank.fused import equal_weights, resolve_fused, train_fused
 from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
 
@@ -317,9 +321,10 @@ def precision(data32: dict, data: dict, rr: AttentionReranker) -> list[dict]:
     from scipy.stats import spearmanr
 
     dtype = str(rr.llm.dtype).removeprefix("torch.")
-    idx = [rr.head_list.index(tuple(h)) for h in resolve_heads("auto", rr.llm)]
     fused = resolve_fused("auto", rr.llm.model_id, rr.llm.fingerprint)
     assert fused is not None
+    heads = parse_heads(fused.heads) if fused.heads is not None else resolve_heads("auto", rr.llm)
+    idx = [rr.head_list.index(tuple(h)) for h in heads or rr.head_list]
     rows = []
     for g in data:
         ex32, ex = examples(data32, g, idx), examples(data, g, idx)
@@ -378,13 +383,20 @@ def coarse_to_fine(data: dict, rr: AttentionReranker, args, keep: int = 10) -> l
 
 
 def ship(data: dict, rr: AttentionReranker, args) -> dict:
-    """Fused weights trained on all four datasets, attention = the registered qrhead heads."""
-    registered = [tuple(h) for h in resolve_heads("auto", rr.llm)]
-    idx = [rr.head_list.index(h) for h in registered]
-    every = [e for g in data for e in examples(data, g, idx)]
+    """Preset ``fused``'s shipped weights: its attention feature = the top-16 heads over all four
+    datasets (the selection every held-out row above used, on the other datasets), the weights
+    trained on all four; both recorded with how the rows were captured."""
+    heads = [rr.head_list[i] for i in top_heads(data, list(data))]
+    every = [e for g in data for e in examples(data, g, [rr.head_list.index(h) for h in heads])]
     desc = " + ".join(f"{g} ({len(data[g]['cands'])})" for g in data)
+    capture = capture_name(rr.config.attention, rr.config.block_positions)
     fused = train_fused(
-        every, model=args.model, l2=args.l2, trained_on=f"{desc}; attention: the registered qrhead heads"
+        every,
+        model=args.model,
+        l2=args.l2,
+        heads=heads,
+        capture=capture,
+        trained_on=f"{desc}; attention: their top-16 heads, {capture} attention, {args.dtype} rows",
     )
     fused.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
     return {
@@ -392,6 +404,8 @@ def ship(data: dict, rr: AttentionReranker, args) -> dict:
         "weights": fused.weights,
         "base_weights": fused.base_weights,
         "gate": fused.gate,
+        "heads": fused.heads,
+        "capture": fused.capture,
         "trained_on": fused.trained_on,
     }
 
@@ -428,8 +442,16 @@ def main() -> None:
         help="fixed-weights: add equal-weight (untrained) fusions; writes fusion_<dtype>_fixed-weights, no precision section",
     )
     args = ap.parse_args()
-    if args.ship and (args.dtype != "float32" or args.attention != "full" or args.prompt or args.ablation):
-        ap.error("--ship trains the shipped weights on float32 full-attention rows; drop --dtype/--attention/--prompt")
+    preset = RERANK_PRESETS["fused"]
+    wanted = capture_name(preset.attention, preset.block_positions)
+    options = prompt_options(args)
+    given = capture_name(args.attention, options.pop("block_positions", RerankConfig.block_positions))
+    if args.ship and (given != wanted or options or args.ablation):
+        ap.error(
+            f"--ship trains preset fused's weights on rows captured as it captures them ({wanted}): give "
+            f"--attention {preset.attention} --prompt block_positions={preset.block_positions}, no other "
+            "--prompt option and no --ablation"
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
@@ -617,7 +639,8 @@ def markdown(p: dict) -> str:
             "",
             f"Features {s['features']}, weights {np.round(s['weights'], 3).tolist()}, gate {s['gate']} (preset "
             f"`fused`); without attention (`fused`'s fallback) {[f for f in s['features'] if f != 'attention']} weights "
-            f"{np.round(s.get('base_weights') or [], 3).tolist()}; trained on {s['trained_on']}.",
+            f"{np.round(s.get('base_weights') or [], 3).tolist()}; trained on {s['trained_on']}. Attention: heads "
+            f"{', '.join(s.get('heads') or ['not recorded'])}, captured as {s.get('capture') or 'not recorded'}.",
             "",
         ]
     return "\n".join(out)

@@ -54,6 +54,7 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     assert f"without attention ({float(rows['fused without attention']):.4f})" in r.output
     w = FusedWeights.load(*model_fingerprint(str(tiny_dir)))
     assert w.features == ["attention", "bm25", "dense", "rank"] and len(w.weights) == 4
+    assert w.heads == "all" and w.capture == "block:shared"  # the attention preset fused reads, as it captures it
     assert w.metrics["heldout"]["fused with attention"]["nDCG@10"] == pytest.approx(
         float(rows["fused with attention"]), abs=1e-4
     )

@@ -27,7 +27,7 @@ PASSAGE_STATES = typer.Option(
 STATES_PRESET = typer.Option(
     None, "--preset", help="With --passage-states: the reranking preset they serve (default: fused)."
 )
-STATES_DEFAULT_PRESET = "fused"  # the default preset computes no attention; this one shares qrhead's heads
+STATES_DEFAULT_PRESET = "fused"  # the default preset computes no attention; fused is block attention already
 STATES_MODEL = typer.Option(None, "--model", help="With --passage-states: the LLM (default: packaged SmolLM2).")
 STATES_WORDS = typer.Option(None, "--max-doc-words", min=1, help="With --passage-states: words kept per passage.")
 

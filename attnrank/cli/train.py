@@ -48,7 +48,10 @@ METRICS = ("nDCG@10", "RR@10")
 def train(
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
     heads: str = typer.Option(
-        "auto-or-all", "--heads", help="Heads of the attention feature: auto-or-all (registered set), all, 'l-h,...'."
+        "auto-or-all",
+        "--heads",
+        help="Heads of the attention feature: auto-or-all (those preset fused reads: its weights', else the "
+        "registered set), all, 'l-h,...'.",
     ),
     data: Optional[Path] = Data,
     dataset: Optional[str] = Dataset,
@@ -91,10 +94,9 @@ def train(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
     )
     check_folds(len(qs), folds)
-    from ..rerank.attention import AttentionReranker
     from ..rerank.fused import fusion_examples
 
-    rr = AttentionReranker(model, heads, max_doc_words=max_doc_words, device=device, dtype=dtype, signals=None)
+    rr = _attention_alone(model, heads, max_doc_words, device, dtype)
     examples = fusion_examples(rr.score, qs, cands, qr, rel=rel, group=desc, progress=progress)
     report, weights = _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr)
     typer.echo(report)
@@ -102,10 +104,23 @@ def train(
         typer.echo(f"saved to {weights.save(rr.llm.model_id, rr.llm.fingerprint)}")
 
 
+def _attention_alone(model: str | None, heads: str, max_doc_words: int, device: str, dtype: str) -> Any:
+    """Preset fused's attention, alone: captured as the preset captures it, from ``heads`` (for
+    ``auto-or-all``, the heads its current weights were fitted to); the weights are fitted to it."""
+    from ..rerank.attention import AttentionReranker
+
+    options: dict[str, Any] = dict(max_doc_words=max_doc_words, device=device, dtype=dtype)
+    fused = AttentionReranker(model, heads, config="fused", **options)
+    chosen = "all" if fused.heads is None else fused.heads
+    return AttentionReranker(fused.llm, chosen, config="fused", signals=None, **options)
+
+
 def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr) -> tuple[str, Any]:
     """(the held-out report text, the weights trained on all ``examples``)."""
     from ..eval.crossval import kfold_splits
     from ..eval.report import md_table
+    from ..llm.blocks import capture_name
+    from ..llm.headspec import format_heads
     from ..rerank.fused import train_fused
     from ..rerank.fusion_eval import compare, heldout_scores
 
@@ -123,7 +138,16 @@ def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr) -> tuple[st
         "",
         _what_registering_changes({r["method"]: r["nDCG@10"] for r in rows}, rr.llm.model_id, rr.llm.fingerprint),
     ]
-    weights = train_fused(examples, model=kind, l2=l2, gate=gate, trained_on=desc)
+    cfg = rr.config
+    weights = train_fused(
+        examples,
+        model=kind,
+        l2=l2,
+        gate=gate,
+        trained_on=desc,
+        heads="all" if rr.heads is None else format_heads(rr.heads),
+        capture=capture_name(cfg.attention, cfg.block_positions),
+    )
     weights.metrics = {"heldout": {r["method"]: {m: r[m] for m in METRICS} for r in rows}, "folds": folds}
     return "\n".join(text), weights
 

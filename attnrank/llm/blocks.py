@@ -166,6 +166,12 @@ def check_attention_mode(mode: str) -> str:
     return mode
 
 
+def capture_name(attention: str, positions: str) -> str:
+    """How attention is captured, as one name: ``"full"`` or ``"block:POSITIONS"`` (what trained
+    weights record, so that a reranker capturing otherwise can say so)."""
+    return "full" if check_attention_mode(attention) == "full" else f"block:{check_positions(positions)}"
+
+
 def block_text(title: str, text: str) -> str:
     """One passage as a block's text (no slot number: a block must not depend on its slot)."""
     title, text = (title or "").strip(), str(text).strip()

@@ -38,7 +38,7 @@ import numpy as np
 from ..errors import InputError
 from ..index.retriever import HybridRetriever
 from ..llm.attention import AttentionCapturer, PrefixCache
-from ..llm.blocks import BlockMemo, BlockPrompt, build_block_prompts
+from ..llm.blocks import BlockMemo, BlockPrompt, build_block_prompts, capture_name
 from ..llm.capture import capture_block_windows, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
@@ -131,8 +131,10 @@ class AttentionReranker:
         elif not self.uses_attention:  # heads are never read: no registered set needed, none warned of
             heads = None
         else:
-            heads = resolve_config_heads(cfg.heads, self.llm)
+            heads = resolve_config_heads(cfg.heads, self.llm, None if self.fused is None else self.fused.heads)
         self.heads = parse_heads(heads)
+        if self.uses_attention and self.fused is not None:
+            self.fused.warn_if_captured_otherwise(capture_name(cfg.attention, cfg.block_positions))
         if self.uses_attention:  # checks the heads against the model now, not at the first query
             self.capturer  # noqa: B018
         self.calibrate, self.query_span, self.token_filter = calibrate, cfg.query_span, token_filter

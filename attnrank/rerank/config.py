@@ -12,11 +12,15 @@ Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
   no attention is computed. Tested on datasets it never saw it measured best of all configurations
   (docs/benchmarks.md, "fusion"; README): untrained, it transferred better than weights trained on
   the other datasets, and with the small packaged model attention lowered the held-out mean.
-- ``fused``: ``qrhead``'s attention score fused with the same signals (and first-stage rank) by
-  the model's registered fused weights, else the packaged model's, falling back to those weights'
-  model without attention where attention is not confident. It gains over ``signals`` in-domain
-  on conversational data (LoCoMo), so it is the preset for weights a user trains on their own
-  labelled queries (``attnrank train``).
+- ``fused``: an attention score fused with the same signals (and first-stage rank) by the model's
+  registered fused weights, else the packaged model's, falling back to those weights' model
+  without attention where attention is not confident. Attention is block attention at shared
+  positions (every passage encoded alone, at the same positions after the instruction, so no
+  passage sits nearer the query than another; its states are reusable), read from the heads the
+  weights were fitted to. Full-prompt attention mostly echoed the candidate's slot, and fused this
+  way it scored lower held out (docs/benchmarks.md). It gains over ``signals`` on conversational
+  data (LoCoMo), so it is the preset for weights a user trains on their own labelled queries
+  (``attnrank train``).
 - ``qrhead``: the model's registered retrieval-head set (QRHead's query-focused detection, Zhang
   et al. EMNLP 2025; ``heads="auto"``), calibrated ICR scoring, attention alone: the best of the
   attention-only presets held out. A model with no registered set falls back to all heads
@@ -165,9 +169,7 @@ class RerankConfig:
     @property
     def uses_attention(self) -> bool:
         """Whether reranking computes attention (False: the fused first-stage signals alone)."""
-        if isinstance(self.signals, FusedWeights):
-            return self.signals.uses_attention
-        return self.signals != SIGNALS_ONLY
+        return _computes_attention(self.signals)
 
     def attention_options(self) -> list[str]:
         """The attention fields set to other than their defaults (what ``signals="only"`` refuses)."""
@@ -191,9 +193,23 @@ class RerankConfig:
         return RERANK_PRESETS[preset_for(name, overrides)].with_options(**overrides)
 
     def with_options(self, **overrides: Any) -> RerankConfig:
-        """A copy with ``overrides`` (field names; an unknown name is an error naming the fields)."""
+        """A copy with ``overrides`` (field names; an unknown name is an error naming the fields).
+        Overrides that turn attention off (``signals="only"``) also reset the attention fields this
+        configuration set (e.g. preset ``fused``'s block attention) and they did not give: nothing
+        would read them; attention fields they do give are refused."""
         check_fields(type(self), overrides)
-        return replace(self, **overrides) if overrides else self
+        if not overrides:
+            return self
+        if "signals" in overrides and not _computes_attention(overrides["signals"]):
+            defaults = {f.name: f.default for f in fields(self)}
+            overrides = {**{k: defaults[k] for k in ATTENTION_FIELDS}, **overrides}
+        return replace(self, **overrides)
+
+
+def _computes_attention(signals: Any) -> bool:
+    if isinstance(signals, FusedWeights):
+        return signals.uses_attention
+    return signals != SIGNALS_ONLY
 
 
 def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
@@ -230,7 +246,9 @@ RERANK_PRESETS: dict[str, RerankConfig] = {
     "icr": RerankConfig(heads="all", name="icr"),
     "learned": RerankConfig(heads=None, scorer="learned", name="learned"),
     "qrhead-sink": RerankConfig(heads=AUTO_OR_ALL, reweight=Reweighting(sink=True), name="qrhead-sink"),
-    "fused": RerankConfig(heads=AUTO_OR_ALL, signals=SIGNALS_AUTO, name="fused"),
+    "fused": RerankConfig(
+        heads=AUTO_OR_ALL, signals=SIGNALS_AUTO, attention="block", block_positions="shared", name="fused"
+    ),
     "signals": RerankConfig(signals=SIGNALS_ONLY, name="signals"),
 }
 DEFAULT_PRESET = "signals"

@@ -38,7 +38,7 @@ import datetime as _dt
 import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,6 +46,7 @@ import numpy as np
 from ..config import DEFAULT_LLM
 from ..errors import InputError, require
 from ..eval.metrics import evaluate
+from ..llm.headspec import format_heads, parse_heads
 from ..registry import RegistryArtifact, load_artifact, shipped_artifact
 from ..types import Document
 from .learned.features import standardise
@@ -129,6 +130,8 @@ class FusedWeights(RegistryArtifact):
     date: str = ""
     embedder: str | None = None  # whose cosines the dense weight was fitted to (None: the packaged MiniLM)
     signals_version: int | None = None  # the signals' SIGNALS_VERSION they were fitted to (None: not recorded)
+    heads: list[str] | str | None = None  # the attention feature's heads ("l-h" or "all"; None: not recorded)
+    capture: str | None = None  # how that attention was captured (llm.blocks.capture_name; None: not recorded)
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
@@ -150,6 +153,14 @@ class FusedWeights(RegistryArtifact):
                 f"fused weights {self.weights}, base_weights {self.base_weights} or gate {self.gate} are not "
                 "all finite; retrain them with `attnrank train`"
             )
+        if self.heads is not None:
+            if not self.uses_attention:
+                raise InputError(
+                    f"fused weights over {self.features} record heads {self.heads!r}, but only the attention "
+                    "feature reads heads; drop them, or retrain the weights with `attnrank train`"
+                )
+            pairs = parse_heads(self.heads)  # checked on load, not at the first query
+            self.heads = "all" if pairs is None else format_heads(pairs).split(",")
         if self.gate is not None and not (self.uses_attention and self.base_weights):
             raise InputError(
                 f"fused gate={self.gate} falls back to base_weights, which these weights over {self.features} "
@@ -210,6 +221,20 @@ class FusedWeights(RegistryArtifact):
             fitted,
             SIGNALS_VERSION,
         )
+
+    def warn_if_captured_otherwise(self, capture: str) -> None:
+        """Log a warning when these weights' attention feature was captured otherwise than
+        ``capture`` (:func:`~attnrank.llm.blocks.capture_name`) captures it: e.g. weights fitted
+        to block attention at shared positions, applied to full-prompt attention, whose scores
+        follow the candidates' slots (docs/benchmarks.md) and so do not score as they measured."""
+        if self.uses_attention and self.capture is not None and self.capture != capture:
+            logger.warning(
+                "the fused weights were fitted to attention captured as %r; this reranker captures it as %r, "
+                "so they do not score as they measured; use the attention options they record, or retrain "
+                "them with `attnrank train`",
+                self.capture,
+                capture,
+            )
 
     def score(self, signals: Mapping[str, Any]) -> np.ndarray:
         """Scores of one query's candidates from ``{feature: values}`` (input order)."""
@@ -282,12 +307,13 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
     if payload is None:
         return FusedWeights.load(model_id, fingerprint)  # raises: none registered, none shipped
     logger.warning(
-        "no fused weights are registered for %s: using those trained for the packaged %s; "
-        "train your own with `attnrank train`",
+        "no fused weights are registered for %s: using those trained for the packaged %s (over the "
+        "reranker's own heads, not theirs); train your own with `attnrank train`",
         model_id,
         DEFAULT_LLM,
     )
-    return _stored(payload, f"the fused weights shipped for {DEFAULT_LLM}")
+    shipped = _stored(payload, f"the fused weights shipped for {DEFAULT_LLM}")
+    return replace(shipped, heads=None)  # another model's heads need not exist in this one
 
 
 def _stored(payload: dict[str, Any], source: str) -> FusedWeights:
@@ -434,13 +460,18 @@ def train_fused(
     balance: bool = False,
     trained_on: str = "",
     signed: bool = False,
+    heads: Any = None,
+    capture: str | None = None,
 ) -> FusedWeights:
     """Fit fused weights on labelled queries (see the module doc), and the same model without
     attention (``base_weights``) where there is attention; ``gate``: choose the fallback threshold;
     ``balance``: equal say for every group (dataset) (off by default: pooling every query measured
     better held out, docs/benchmarks.md); ``signed``: pointwise or pairwise weights may be negative
     (an ablation: a negative rank weight can take out attention's echo of the candidate's slot; it
-    did not beat the non-negative weights held out, docs/benchmarks.md)."""
+    did not beat the non-negative weights held out, docs/benchmarks.md); ``heads`` / ``capture``: the
+    heads the examples' attention was read from and how it was captured
+    (:func:`~attnrank.llm.blocks.capture_name`), recorded so that a reranker applies the weights
+    to the attention they were fitted to."""
     require("sklearn", "train", "Training the fused scorer")
     if model not in MODELS:
         raise InputError(f"model={model!r} is not one of {MODELS}")
@@ -464,6 +495,8 @@ def train_fused(
         date=_dt.datetime.now().isoformat(timespec="seconds"),
         embedder=embedders.pop(),
         signals_version=SIGNALS_VERSION,
+        heads=heads if ATTENTION in features else None,
+        capture=capture if ATTENTION in features else None,
     )
     # the gate's fallback, and the `signals` preset's model once registered (signals_only)
     if fused.uses_attention and fused.base_features:

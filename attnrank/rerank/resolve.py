@@ -16,12 +16,16 @@ from .learned import LearnedHeadWeights
 logger = logging.getLogger(__name__)
 
 
-def resolve_config_heads(heads: HeadsArg, llm: LLM) -> HeadsArg:
-    """Registered sets for ``"auto"``/``"auto:METHOD"``; ``"auto-or-all"`` falls back to all
-    heads (with a warning) for a model that has none registered."""
+def resolve_config_heads(heads: HeadsArg, llm: LLM, fitted: HeadsArg = None) -> HeadsArg:
+    """Registered sets for ``"auto"``/``"auto:METHOD"``; ``"auto-or-all"`` reads ``fitted`` (the
+    heads the reranker's fused weights were fitted to) where given, else the registered set, and
+    falls back to all heads (with a warning) for a model that has none registered."""
     if not isinstance(heads, str):
         return heads
     spec = heads.strip().lower()
+    if spec == AUTO_OR_ALL and fitted is not None:
+        logger.info("heads='%s' -> the heads the fused weights were fitted to (%s)", heads, fitted)
+        return fitted
     if spec == AUTO_OR_ALL:
         try:
             return resolve_heads("auto", llm)

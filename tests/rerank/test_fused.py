@@ -7,6 +7,7 @@ import pytest
 
 from attnrank.errors import InputError
 from attnrank.eval.crossval import group_splits
+from attnrank.registry import shipped_artifact
 from attnrank.rerank.fused import (
     FusedWeights,
     FusionExample,
@@ -135,6 +136,29 @@ def test_weights_round_trip_the_registry(tmp_path):
     assert back.gate == fused.gate and back.trained_on == "synthetic"
 
 
+def test_weights_record_the_heads_and_capture_of_their_attention(tmp_path, caplog):
+    ex = _examples(30, "a", 0.5, 5)
+    fused = train_fused(ex, heads=[(3, 1), "0-2"], capture="block:shared")
+    assert fused.heads == ["0-2", "3-1"] and fused.capture == "block:shared"  # normalised, sorted
+    assert fused.without_attention().heads is None and fused.without_attention().capture is None
+    fused.save("some/model", "f" * 64, root=tmp_path)
+    back = FusedWeights.load("some/model", "f" * 64, root=tmp_path)
+    assert back.heads == ["0-2", "3-1"] and back.capture == "block:shared"
+    assert train_fused(ex, heads="all").heads == "all"
+    without = train_fused(ex, ["bm25", "dense"], heads=[(0, 1)], capture="full")
+    assert without.heads is None and without.capture is None  # no attention feature: nothing to record
+    with pytest.raises(InputError, match="only the attention feature reads heads"):
+        FusedWeights(["bm25"], [1.0], heads=["0-1"])
+    with pytest.raises(InputError, match="is not a \\(layer, head\\) pair"):
+        FusedWeights(["attention"], [1.0], heads=["zero"])
+    with caplog.at_level("WARNING", logger="attnrank.rerank.fused"):
+        fused.warn_if_captured_otherwise("block:shared")
+        FusedWeights(["attention"], [1.0]).warn_if_captured_otherwise("full")  # not recorded: nothing to say
+        assert not caplog.text
+        fused.warn_if_captured_otherwise("full")
+    assert "captured as 'block:shared'; this reranker captures it as 'full'" in caplog.text
+
+
 def test_malformed_weights_and_missing_features_are_refused():
     with pytest.raises(InputError, match="among"):
         FusedWeights(["attention", "splade"], [1.0, 1.0])
@@ -152,6 +176,8 @@ def test_auto_falls_back_to_the_packaged_weights_for_another_model():
     shipped = resolve_fused("auto", "smollm2-135m", "0" * 64)  # no exact fingerprint: the shipped entry by name
     other = resolve_fused("auto", "some/other-model", "e" * 64)
     assert other is not None and other.features == shipped.features and other.weights == shipped.weights
+    # the packaged model's heads need not exist in another model: the reranker's own are read
+    assert shipped_artifact(FusedWeights.KIND, "smollm2-135m")["heads"] and other.heads is None
     assert resolve_fused(None, "x", "y") is None
 
 

@@ -42,8 +42,28 @@ def test_gate_uses_the_first_stage_signals_alone_where_attention_is_flat(llm):
     np.testing.assert_allclose(rr.score(RERANK_QUERY, docs), base, rtol=1e-9)
 
 
+def test_the_weights_heads_are_read_unless_heads_are_given(llm, caplog):
+    """Fused weights fitted to some heads' attention score with those heads; heads given
+    explicitly win. Weights fitted to attention captured otherwise are applied with a warning."""
+    fitted = FusedWeights(FUSED.features, FUSED.weights, heads=["1-0", "0-1"], capture="block:shared")
+    assert AttentionReranker(llm, signals=fitted).head_list == [(0, 1), (1, 0)]
+    assert AttentionReranker(llm, "0-0", signals=fitted).head_list == [(0, 0)]
+    assert AttentionReranker(llm, signals=FUSED).head_list != [(0, 1), (1, 0)]  # none recorded: the config's
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank.rerank.fused"):
+        AttentionReranker(llm, signals=fitted, attention="block", block_positions="shared")
+        assert not caplog.text
+        AttentionReranker(llm, signals=fitted)  # full attention
+    assert "captured as 'block:shared'; this reranker captures it as 'full'" in caplog.text
+
+
 def test_fused_preset_and_bad_signals_value():
-    assert RerankConfig.preset("fused").signals == "auto"
+    fused = RerankConfig.preset("fused")
+    assert fused.signals == "auto" and (fused.attention, fused.block_positions) == ("block", "shared")
+    off = RerankConfig.preset("fused", signals="only")  # the preset's own attention settings go with attention
+    assert not off.uses_attention and off.attention == "full" and off.attention_options() == []
+    with pytest.raises(InputError, match="attention='block' configure"):  # given ones are refused
+        RerankConfig.preset("fused", signals="only", attention="block")
     assert RerankConfig.preset("qrhead").signals is None
     assert RerankConfig.preset().signals == "only" and not RerankConfig.preset().uses_attention
     with pytest.raises(InputError, match="signals='bm25'"):
