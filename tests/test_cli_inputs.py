@@ -180,6 +180,10 @@ def test_eval_checks_metrics_rel_and_query_overlap(tmp_path):
     assert r.exit_code == 1 and "none of the 1 queries of" in _text(r)
     r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--metrics", "RR@10"])
     assert r.exit_code == 0 and r.output == "RR@10\t1.0000\n"
+    (tmp_path / "more.tsv").write_text("q1\td1\t1\nq7\td1\t1\n")  # q7 judged, not ranked: it scores 0
+    r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "more.tsv"), "--metrics", "RR@10"])
+    assert r.exit_code == 0 and r.stdout == "RR@10\t0.5000\n"
+    assert "1 of the 2 judged queries (first: 'q7') have no ranking" in r.stderr
 
 
 # -- options checked before the model ------------------------------------------------------------
@@ -285,6 +289,14 @@ def test_conflicting_index_options_are_refused(tmp_path, index_dir, scifact_mini
     assert not target.exists()
 
 
+def test_a_missing_embedder_folder_is_named_not_taken_for_a_hub_id(tmp_path, scifact_mini):
+    missing = tmp_path / "no-such-embedder"
+    target = tmp_path / "ix"
+    r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(target), "--embedder", str(missing), "-q"])
+    assert r.exit_code == 1 and f"embedder {str(missing)!r}: no such local model folder" in _text(r)
+    assert "repo id" not in _text(r).lower() and not (target / "dense").exists()
+
+
 def test_demo_checks_its_options_before_indexing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for option, message in [("-k", "-k 0 must be at least 1"), ("--depth", "--depth 0 must be at least 1")]:
@@ -378,6 +390,19 @@ def test_learned_scorer_refuses_calibration_options_it_would_ignore(tmp_path, dl
     ]:
         r = runner.invoke(app, [*base, *extra])
         assert r.exit_code == 2 and f"weights were trained with, so {given} would be ignored" in _text(r), _text(r)
+
+
+def test_prompt_token_limits_are_rerank_options(tmp_path, dl19_mini, tiny_dir):
+    base = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
+    base += ["--corpus", str(dl19_mini / "passages.jsonl"), "-o", str(tmp_path / "o.trec"), "-q"]
+    base += ["--preset", "qrhead", "--model", str(tiny_dir), "--depth", "4"]
+    r = runner.invoke(app, [*base, "--max-doc-tokens", "0"])
+    assert r.exit_code == 2 and "--max-doc-tokens" in _text(r)
+    r = runner.invoke(app, [*base, "--max-prompt-tokens", "1000000"])  # reaches the reranker, which checks it
+    assert r.exit_code == 1 and "max_prompt_tokens=1000000 exceeds the" in _text(r)
+    r = runner.invoke(app, [*base, "--max-doc-tokens", "6", "--max-prompt-tokens", "240"])
+    assert r.exit_code == 0, _text(r)
+    assert (tmp_path / "o.trec").read_text().strip()
 
 
 def test_pruning_options_that_would_be_ignored_are_refused(tmp_path, index_dir, dl19_mini, no_model):

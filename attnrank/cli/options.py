@@ -94,6 +94,21 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         Optional[int],
         typer.Option(None, "--max-doc-words", min=1, help="Words kept per passage in the prompt (default 300)."),
     ),
+    "max_doc_tokens": (
+        Optional[int],
+        typer.Option(
+            None, "--max-doc-tokens", min=1, help="Tokens kept per passage in the prompt (default: no limit)."
+        ),
+    ),
+    "max_prompt_tokens": (
+        Optional[int],
+        typer.Option(
+            None,
+            "--max-prompt-tokens",
+            min=1,
+            help="Tokens per prompt window; more candidates are split over windows (default: the model's context - 64).",
+        ),
+    ),
     "attention": (
         Optional[str],
         typer.Option(
@@ -107,7 +122,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(
             None,
             "--block-positions",
-            help="Block positions: rotated (default; reusable, keys moved to their prompt positions) | shared | sequential.",
+            help="Block positions: shared (preset fused's: every passage at the same positions after the instruction) "
+            "| rotated (the other presets'; keys moved to their prompt positions) | sequential.",
         ),
     ),
     "state_cache_mb": (

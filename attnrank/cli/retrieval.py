@@ -227,6 +227,14 @@ def eval_cmd(
             f"none of the {len(first)} queries of {run} has judgments in {qrels} ({len(judged)} judged queries); "
             "give the qrels of the run's queries"
         )
+    scored = [q for q, labels in judged.items() if labels]
+    unranked = [q for q in scored if not first.get(q)]
+    if unranked:  # averaged in as 0, as trec_eval -c does: said, since it lowers every mean
+        typer.echo(
+            f"{len(unranked)} of the {len(scored)} judged queries (first: {unranked[0]!r}) have no ranking in "
+            f"{run}; they score 0 in every mean (as trec_eval -c); give qrels of the run's queries only to leave them out",
+            err=True,
+        )
     for m, v in evaluate(first, judged, names, rel=rel).items():
         typer.echo(f"{m}\t{v:.4f}")
 

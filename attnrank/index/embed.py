@@ -53,7 +53,14 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
 
     set_torch_threads()
     path = resolve_embedder_path(model)
+    if path.startswith("~"):
+        path = str(Path(path).expanduser())
     local = Path(path).exists()
+    if not local and (path.startswith(("/", ".", "~")) or path.count("/") > 1):  # a path, not a hub id
+        raise ModelError(
+            f"embedder {path!r}: no such local model folder; give a sentence-transformers model folder, "
+            f"a hub id, or none for the packaged {DEFAULT_EMBEDDER}"
+        )
     if check_backend(backend) not in ("torch", "torch-bf16"):
         if device != "cpu":
             raise InputError(f"embed backend {backend!r} runs on CPU, not device={device!r}; use backend 'torch'")
