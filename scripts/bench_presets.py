@@ -1,6 +1,6 @@
 """What the reranking presets cost and score as a user runs them: seconds per query and nDCG@10 of
 the default preset ``signals`` (the candidates' BM25 and dense cosine, z-scored and summed; no attention) and
-the preset ``fused`` (the same with the registered heads' attention; ``--presets`` adds others),
+the preset ``fused`` (the same with block attention from the heads its weights record; ``--presets`` adds others),
 each query reranked by every preset in turn in one process (interleaved, so load changes hit all
 alike), the LLM in its default dtype, ``fused`` with the shipped weights. Baseline: the first-stage order.
 
@@ -13,7 +13,7 @@ instead of a MiniLM pass over the candidates; row "signals, index vectors". Wher
 candidates' embedder in bfloat16 (the reranker's auto dtype), row "signals, float32 embedder" is
 the default preset with it in float32, as before that change.
 The shipped weights (``fused``) were trained on these queries among others, so read its nDCG@10 as
-in-domain; the held-out figures are in docs/results/fusion.md. Model and embedder load before the clock starts; each preset's first
+in-domain; the held-out figures are in docs/results/fusion_bfloat16_block_block_positions-shared.md. Model and embedder load before the clock starts; each preset's first
 query is timed too (a warm-up query runs first). Writes docs/results/rerank_presets.{json,md}.
 """
 
@@ -119,8 +119,9 @@ def markdown(p: dict) -> str:
             "",
             f"SmolLM2-135M-Instruct ({p['dtype']}); every preset reranks each query in turn in one process. The "
             "default preset `signals` is untrained (equal weights on the z-scored BM25 and dense cosine), so its "
-            "figures here are as held out as in fusion.md; `fused` reads the shipped weights, trained on these queries "
-            "among others, so its nDCG@10 is in-domain (held out: fusion.md). The default preset embeds the candidates in the "
+            "figures here are as held out as in fusion.md; `fused` (block attention at shared positions) reads the "
+            "shipped weights, trained on these queries among others, so its nDCG@10 is in-domain (held out: "
+            "fusion_bfloat16_block_block_positions-shared.md). The default preset embeds the candidates in the "
             "reranker's dtype (bfloat16 on CPUs with AMX or AVX-512 BF16); `signals, float32 embedder` is the same "
             "preset with float32 embeddings, and `signals, index vectors` reads the candidates' vectors from the "
             "index they came from (as `search --rerank`, `ask`, the server and the retriever adapters do), embedding "

@@ -218,6 +218,7 @@ class AttentionReranker:
         return (
             f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, heads={heads}, "
             f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate}, "
+            f"attention={capture_name(self.config.attention, self.config.block_positions)}, "
             f"signals={'fused' if self.fused is not None else 'none'})"
         )
 
