@@ -11,7 +11,8 @@ conversation, evidence turns relevant). Heads of the attention feature are chose
 datasets only (top-N by mean per-head nDCG@10, QRHead's selection). ``--ship`` trains preset
 ``fused``'s weights on all four datasets (attention = their top-16 heads, recorded in the weights)
 and writes them to attnrank/heads/data/; it needs rows captured as the preset captures them
-(``--attention block --prompt block_positions=shared``). Writes docs/results/fusion.{json,md}.
+(``--attention block --prompt block_positions=shared``). Writes docs/results/fusion.{json,md}
+(fusion_<dtype>_<variant>.{json,md} for other precisions, attention and prompt variants).
 """
 
 from __future__ import annotations
@@ -640,10 +641,16 @@ def markdown(p: dict) -> str:
             f"Features {s['features']}, weights {np.round(s['weights'], 3).tolist()}, gate {s['gate']} (preset "
             f"`fused`); without attention (`fused`'s fallback) {[f for f in s['features'] if f != 'attention']} weights "
             f"{np.round(s.get('base_weights') or [], 3).tolist()}; trained on {s['trained_on']}. Attention: heads "
-            f"{', '.join(s.get('heads') or ['not recorded'])}, captured as {s.get('capture') or 'not recorded'}.",
+            f"{_heads_text(s.get('heads'))}, captured as {s.get('capture') or 'not recorded'}.",
             "",
         ]
     return "\n".join(out)
+
+
+def _heads_text(heads) -> str:
+    if heads is None:
+        return "not recorded"
+    return heads if isinstance(heads, str) else ", ".join(heads)
 
 
 if __name__ == "__main__":

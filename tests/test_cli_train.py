@@ -64,6 +64,23 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     assert again.exit_code == 0 and "current registered weights (trained on" in again.output  # not "equal" now
 
 
+def test_train_reads_the_heads_the_registered_weights_were_fitted_to(home, dl19_mini, tiny_dir):
+    """Under the default heads, train fits preset fused's attention: the heads its current weights
+    for the model read; heads given win."""
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.rerank.fused import FusedWeights
+
+    key = model_fingerprint(str(tiny_dir))
+    FusedWeights(["attention", "dense"], [1.0, 1.0], heads=["1-2", "0-1"], capture="block:shared").save(*key)
+    args = [a for a in _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2") if a not in ("--heads", "all")]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "attention: 2 heads of" in r.output
+    assert FusedWeights.load(*key).heads == ["0-1", "1-2"]
+    r = runner.invoke(app, [*args, "--heads", "1-3"])
+    assert r.exit_code == 0 and FusedWeights.load(*key).heads == ["1-3"]
+
+
 def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_dir):
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--kind", "lambdamart"))
     assert r.exit_code != 0 and "--kind 'lambdamart'" in r.output

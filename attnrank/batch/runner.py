@@ -137,6 +137,9 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         "signals_model": _signals_model(rerank, model_id, weights),
         # How the first-stage signals are computed: a later change of it must not mix old rows with new.
         "signals_version": SIGNALS_VERSION if rerank is not None and rerank.signals is not None else None,
+        # How attention is captured (preset fused: full attention until 2026-12-03, block attention at
+        # shared positions since): a checkpoint without this key is refused for an attention run.
+        "attention_capture": rerank.capture if rerank is not None and rerank.uses_attention else None,
         "index_tag": manifest_tag(Path(config.index)),
         "model_fingerprint": weights,
         "heads_in_file": in_file,

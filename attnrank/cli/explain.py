@@ -17,14 +17,17 @@ def explain(
     k: int = typer.Option(5, "--top-k", "-k", help="First-stage hits reranked and explained."),
     model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
     heads: str | None = typer.Option(
-        None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."
+        None,
+        help="'all', 'auto' (registered set), 'l-h,l-h' or a JSON head file (default: the heads preset fused "
+        "reads, those its weights were fitted to).",
     ),
     output: Path = typer.Option(Path("explain"), "--output", "-o", help="Folder for explain.html and explain.png."),
     png: bool = typer.Option(True, "--png/--no-png", help="Also write the PNG (needs the 'plot' extra)."),
     quiet: bool = Quiet,
     verbose: bool = Verbose,
 ) -> None:
-    """Rerank the top K hits and show the per-token attention behind each score (HTML + PNG).
+    """Rerank the top K hits with preset fused and show the per-token attention behind each
+    attention score (HTML + PNG).
 
     Writes explain.html (a self-contained heat map over each passage) and explain.png; the
     counted token scores of a passage add up to its score."""
@@ -46,7 +49,8 @@ def explain(
     _check_heads(heads, model=model)
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     first = retriever.search(query, k)
-    reranker = AttentionReranker(model, heads, config="fused")  # attention evidence: a preset that computes it
+    # attention evidence: a preset that computes it (block attention; its weights' heads unless given)
+    reranker = AttentionReranker(model, config="fused", **({"heads": heads} if heads else {}))
     res = reranker.rank(query, first, return_evidence=True)
     explanations = explain_results(reranker, res)
     page = write_html(output / "explain.html", query, explanations, model=reranker.llm.model_id)

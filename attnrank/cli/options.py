@@ -38,8 +38,9 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None,
             "--preset",
             help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the candidates' BM25 "
-            "and dense scores, z-scored per query and summed (or by your registered weights), no attention; fused: the retrieval heads' "
-            "attention fused with them, also chosen when attention options come without a preset). The "
+            "and dense scores, z-scored per query and summed (or by your registered weights), no attention; fused: block attention "
+            "from the heads its weights were fitted to, fused with them, also chosen when attention options come "
+            "without a preset). The "
             "options below override it.",
         ),
     ),
@@ -52,7 +53,10 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "heads": (
         Optional[str],
         typer.Option(
-            None, "--heads", help="'all' (ICR), 'auto' (registered set), 'auto:METHOD', 'l-h,l-h' or a JSON head file."
+            None,
+            "--heads",
+            help="'all' (ICR), 'auto' (registered set), 'auto:METHOD', 'l-h,l-h' or a JSON head file (default: the "
+            "heads the fused weights record, else the registered set, else all).",
         ),
     ),
     "scorer": (

@@ -1,8 +1,8 @@
 """``attnrank index --passage-states``: block states of every passage, built with the index.
 
 The states are those the block-attention reranker of the same ``--preset``/``--model``/
-``--max-doc-words`` computes (:mod:`attnrank.llm.statestore`); ``search --rerank N --attention
-block`` then reads them from the index instead of encoding the passages.
+``--max-doc-words`` computes (:mod:`attnrank.llm.statestore`); ``search --rerank N --preset fused``
+(or another preset with ``--attention block``) then reads them from the index instead of encoding the passages.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ PASSAGE_STATES = typer.Option(
     None,
     "--passage-states",
     help=f"Also store every passage's block-attention states ({' | '.join(STATE_STORAGES)}) for "
-    "`search --rerank N --attention block`.",
+    "`search --rerank N --preset fused` (block attention).",
 )
 STATES_PRESET = typer.Option(
     None, "--preset", help="With --passage-states: the reranking preset they serve (default: fused)."

@@ -1,5 +1,5 @@
 """``attnrank train``: train the fused scorer on your own labelled queries, report it held out,
-then register it: ``--preset fused`` (``RerankConfig(signals="auto")``) reads it, and the default
+then register it: ``--preset fused`` reads it, and the default
 ``signals`` preset reads its model without attention (``base_weights``, trained alongside) in place
 of its untrained equal weights. The report shows all three, "fused with attention", "fused without
 attention" and "equal weights, no attention (untrained)", and says what registering replaces.
@@ -106,21 +106,25 @@ def train(
 
 def _attention_alone(model: str | None, heads: str, max_doc_words: int, device: str, dtype: str) -> Any:
     """Preset fused's attention, alone: captured as the preset captures it, from ``heads`` (for
-    ``auto-or-all``, the heads its current weights were fitted to); the weights are fitted to it."""
+    ``auto-or-all``, the heads its current weights for the model were fitted to, if they record
+    them); the weights are fitted to it."""
+    from ..llm.models import unloaded_model
     from ..rerank.attention import AttentionReranker
+    from ..rerank.config import AUTO_OR_ALL
+    from ..rerank.fused import fitted_heads
 
-    options: dict[str, Any] = dict(max_doc_words=max_doc_words, device=device, dtype=dtype)
-    fused = AttentionReranker(model, heads, config="fused", **options)
-    chosen = "all" if fused.heads is None else fused.heads
-    return AttentionReranker(fused.llm, chosen, config="fused", signals=None, **options)
+    chosen: Any = heads
+    if heads.strip().lower() == AUTO_OR_ALL:
+        chosen = fitted_heads(*unloaded_model(model)) or heads
+    return AttentionReranker(
+        model, chosen, config="fused", signals=None, max_doc_words=max_doc_words, device=device, dtype=dtype
+    )
 
 
 def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr) -> tuple[str, Any]:
     """(the held-out report text, the weights trained on all ``examples``)."""
     from ..eval.crossval import kfold_splits
     from ..eval.report import md_table
-    from ..llm.blocks import capture_name
-    from ..llm.headspec import format_heads
     from ..rerank.fused import train_fused
     from ..rerank.fusion_eval import compare, heldout_scores
 
@@ -138,15 +142,8 @@ def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr) -> tuple[st
         "",
         _what_registering_changes({r["method"]: r["nDCG@10"] for r in rows}, rr.llm.model_id, rr.llm.fingerprint),
     ]
-    cfg = rr.config
     weights = train_fused(
-        examples,
-        model=kind,
-        l2=l2,
-        gate=gate,
-        trained_on=desc,
-        heads="all" if rr.heads is None else format_heads(rr.heads),
-        capture=capture_name(cfg.attention, cfg.block_positions),
+        examples, model=kind, l2=l2, gate=gate, trained_on=desc, heads=rr.heads or "all", capture=rr.config.capture
     )
     weights.metrics = {"heldout": {r["method"]: {m: r[m] for m in METRICS} for r in rows}, "folds": folds}
     return "\n".join(text), weights

@@ -4,8 +4,8 @@ A passage's score is the sum, over the tokens of its prompt block ``[k] title\\n
 calibrated token scores ``Δ_j = Σ_heads (a_q − a_N/A)`` that pass ICR's ``μ − 2σ`` filter
 (:mod:`attnrank.llm.rows`). The reranker already records ``Δ_j`` for every token of every
 passage when asked (``rank(..., return_evidence=True)`` → ``evidence["attention_tokens"]``,
-rounded to 1e-6); this module only reads that evidence, marks the tokens the filter kept (the
-same :func:`~attnrank.llm.rows.keep_mask`) and attaches each token's text. The counted
+rounded to 1e-6, and ``evidence["attention_counted"]``, the tokens the filter kept); this module
+only reads that evidence and attaches each token's text. The counted
 scores add up to the passage score (to the evidence's rounding: at most 5e-7 per token).
 
 Learned head weights and re-weighting score passages differently from the plain token sum, so
@@ -99,7 +99,10 @@ def explain_one(tokenizer: Any, d: ScoredDocument, use_filter: bool) -> PassageE
         raise InputError(f"passage {d.id!r} has no token evidence; rank with return_evidence=True")
     ids = [int(i) for i, _ in ev]
     scores = np.array([s for _, s in ev], dtype=np.float64)
-    counted = keep_mask(scores, use_filter)
+    # the reranker's own decision (on unrounded scores: the rounded ones can tip a token near
+    # the threshold); recomputed for evidence recorded before it was stored
+    kept = d.evidence.get("attention_counted")
+    counted = np.asarray(kept, dtype=bool) if kept is not None else keep_mask(scores, use_filter)
     texts = token_texts(tokenizer, ids)
     # a fused result's score mixes in first-stage signals; the tokens explain its attention part
     score = d.stage_scores.get("attention", d.score)

@@ -49,18 +49,19 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
 
     ``backend`` other than ``"torch"`` runs the model's cached ONNX export on CPU
     (:func:`attnrank.index.embed_export.load_exported`); it needs a local model folder."""
-    from sentence_transformers import SentenceTransformer
-
-    set_torch_threads()
     path = resolve_embedder_path(model)
     if path.startswith("~"):
         path = str(Path(path).expanduser())
     local = Path(path).exists()
-    if not local and (path.startswith(("/", ".", "~")) or path.count("/") > 1):  # a path, not a hub id
+    # a path, not a hub id ("org/name"): said before the slow import, not as the hub's repo-id error
+    if not local and (path.startswith(("/", ".", "~")) or path.count("/") > 1 or "\\" in path):
         raise ModelError(
             f"embedder {path!r}: no such local model folder; give a sentence-transformers model folder, "
             f"a hub id, or none for the packaged {DEFAULT_EMBEDDER}"
         )
+    from sentence_transformers import SentenceTransformer
+
+    set_torch_threads()
     if check_backend(backend) not in ("torch", "torch-bf16"):
         if device != "cpu":
             raise InputError(f"embed backend {backend!r} runs on CPU, not device={device!r}; use backend 'torch'")

@@ -65,7 +65,7 @@ def reranker_settings(model: str | None, heads: Any, scorer: str, extra: dict[st
             )
         own[key] = extra.pop(key)
     settings = {**own, **extra}
-    if own["heads"] is None:  # None: the default preset's heads (registered set, else all heads)
+    if own["heads"] is None:  # None: the preset's heads (the fused weights', else the registered set, else all)
         del settings["heads"]
     if isinstance(own["heads"], list):  # YAML gives [[layer, head], ...]; the reranker takes pairs
         settings["heads"] = [tuple(p) for p in own["heads"]]

@@ -38,13 +38,13 @@ import numpy as np
 from ..errors import InputError
 from ..index.retriever import HybridRetriever
 from ..llm.attention import AttentionCapturer, PrefixCache
-from ..llm.blocks import BlockMemo, BlockPrompt, build_block_prompts, capture_name
+from ..llm.blocks import BlockMemo, BlockPrompt, build_block_prompts
 from ..llm.capture import capture_block_windows, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm, unloaded_model
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
-from ..llm.rows import WindowRows, document_scores, token_scores
+from ..llm.rows import WindowRows, document_scores, keep_mask, token_scores
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
@@ -67,8 +67,8 @@ class AttentionReranker:
 
     Configured by a :class:`~attnrank.rerank.config.RerankConfig`: ``config`` is a preset name
     (default ``"signals"``: the candidates' BM25 and dense cosine, z-scored and summed with equal
-    weights, no attention; ``"fused"``: the registered heads' attention fused with them by trained
-    weights) or a config
+    weights, no attention; ``"fused"``: block attention from the heads its trained weights record,
+    fused with them by those weights) or a config
     object, and keyword ``options`` override its fields (``model`` may also be a loaded
     :class:`LLM`; the preset ``signals`` loads none until :attr:`llm` is read). The fields, as the
     reranker reads them:
@@ -133,8 +133,8 @@ class AttentionReranker:
         else:
             heads = resolve_config_heads(cfg.heads, self.llm, None if self.fused is None else self.fused.heads)
         self.heads = parse_heads(heads)
-        if self.uses_attention and self.fused is not None:
-            self.fused.warn_if_captured_otherwise(capture_name(cfg.attention, cfg.block_positions))
+        if self.uses_attention and self.fused is not None and self.learned is None:
+            self.fused.warn_if_applied_otherwise(self.heads, cfg.capture)
         if self.uses_attention:  # checks the heads against the model now, not at the first query
             self.capturer  # noqa: B018
         self.calibrate, self.query_span, self.token_filter = calibrate, cfg.query_span, token_filter
@@ -218,7 +218,7 @@ class AttentionReranker:
         return (
             f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, heads={heads}, "
             f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate}, "
-            f"attention={capture_name(self.config.attention, self.config.block_positions)}, "
+            f"attention={self.config.capture}, "
             f"signals={'fused' if self.fused is not None else 'none'})"
         )
 
@@ -331,6 +331,8 @@ class AttentionReranker:
                 scores[i] = doc_s[j]
                 if ev is not None:
                     ev[i]["attention_tokens"] = list(zip(w.input_ids[s:e], tok[s:e].round(6).tolist()))
+                    # which tokens the μ − 2σ filter counted, decided on the unrounded scores
+                    ev[i]["attention_counted"] = keep_mask(tok[s:e], self.token_filter).tolist()
         return scores, ev
 
     def _reweighted_scores(self, query: str, w: WindowRows) -> np.ndarray:

@@ -43,7 +43,7 @@ from typing import Any
 
 from ..config import check_precision_names
 from ..errors import InputError
-from ..llm.blocks import check_attention_mode, check_positions
+from ..llm.blocks import capture_name, check_attention_mode, check_positions
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..llm.rows import QUERY_SPANS
 from .fused import SIGNALS_AUTO, SIGNALS_ONLY, FusedWeights
@@ -80,7 +80,8 @@ class RerankConfig:
 
     ``model``: HF id, local folder or ``.gguf`` (None: the packaged SmolLM2-135M-Instruct).
     ``heads``: ``"all"`` (ICR), ``"auto"`` / ``"auto:METHOD"`` (registered set; error if none),
-    ``"auto-or-all"`` (registered set, else all heads), ``"l-h,l-h"`` or a JSON head file.
+    ``"auto-or-all"`` (the heads the fused weights of ``signals`` record, else the registered set,
+    else all heads), ``"l-h,l-h"`` or a JSON head file.
     ``scorer``: ``"sum"`` (sum over heads) or ``"learned"`` (registered weights; they fix heads,
     calibration and filter). ``calibrate``: subtract the content-free "N/A" query's attention.
     ``token_filter``: ICR's μ − 2σ token filter. ``query_span``: ``"full"`` or ``"last"``.
@@ -167,13 +168,18 @@ class RerankConfig:
             )
 
     @property
+    def capture(self) -> str:
+        """How attention is captured, as one name (:func:`~attnrank.llm.blocks.capture_name`)."""
+        return capture_name(self.attention, self.block_positions)
+
+    @property
     def uses_attention(self) -> bool:
         """Whether reranking computes attention (False: the fused first-stage signals alone)."""
         return _computes_attention(self.signals)
 
     def attention_options(self) -> list[str]:
         """The attention fields set to other than their defaults (what ``signals="only"`` refuses)."""
-        defaults = {f.name: f.default for f in fields(self)}
+        defaults = _defaults()
         return [k for k in ATTENTION_FIELDS if getattr(self, k) != defaults[k]]
 
     def _check_no_attention_options(self) -> None:
@@ -201,9 +207,13 @@ class RerankConfig:
         if not overrides:
             return self
         if "signals" in overrides and not _computes_attention(overrides["signals"]):
-            defaults = {f.name: f.default for f in fields(self)}
+            defaults = _defaults()
             overrides = {**{k: defaults[k] for k in ATTENTION_FIELDS}, **overrides}
         return replace(self, **overrides)
+
+
+def _defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in fields(RerankConfig)}
 
 
 def _computes_attention(signals: Any) -> bool:
@@ -214,18 +224,24 @@ def _computes_attention(signals: Any) -> bool:
 
 def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
     """The preset ``name`` (checked), or for no name :data:`DEFAULT_PRESET`, except when
-    ``overrides`` set attention options (heads, scorer, reweight, ...) and not ``signals``: then
-    :data:`ATTENTION_PRESET`, the default with attention, since the default computes none and
-    would have to refuse them (logged)."""
+    ``overrides`` fuse attention with the signals (``signals="auto"`` or fused weights with
+    attention), or set attention options (heads, scorer, reweight, ...) and not ``signals``: then
+    :data:`ATTENTION_PRESET`, the default with attention, which captures attention as its weights
+    were fitted to it (the default computes none and would have to refuse the options; logged)."""
     chosen = (name or "").strip().lower()
     if chosen:
         if chosen not in RERANK_PRESETS:
             raise InputError(f"preset {chosen!r} is not one of {sorted(RERANK_PRESETS)}")
         return chosen
-    given = [k for k in overrides if k in ATTENTION_FIELDS]
-    if given and "signals" not in overrides:
+    signals = overrides.get("signals")
+    if isinstance(signals, str) and signals.strip().lower() == "none":  # the CLI's word for None
+        signals = None
+    given = [k for k in overrides if k in ATTENTION_FIELDS and "signals" not in overrides]
+    if signals is not None and _computes_attention(signals):
+        given = ["signals", *(k for k in overrides if k in ATTENTION_FIELDS)]
+    if given:
         logger.info(
-            "attention option(s) %s without a preset: preset %r (the default, %r, computes no attention)",
+            "option(s) %s without a preset: preset %r, the default with attention (the default, %r, computes none)",
             given,
             ATTENTION_PRESET,
             DEFAULT_PRESET,

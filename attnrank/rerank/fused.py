@@ -222,18 +222,30 @@ class FusedWeights(RegistryArtifact):
             SIGNALS_VERSION,
         )
 
-    def warn_if_captured_otherwise(self, capture: str) -> None:
-        """Log a warning when these weights' attention feature was captured otherwise than
-        ``capture`` (:func:`~attnrank.llm.blocks.capture_name`) captures it: e.g. weights fitted
-        to block attention at shared positions, applied to full-prompt attention, whose scores
-        follow the candidates' slots (docs/benchmarks.md) and so do not score as they measured."""
-        if self.uses_attention and self.capture is not None and self.capture != capture:
+    def warn_if_applied_otherwise(self, heads: Any, capture: str) -> None:
+        """Log a warning when these weights' attention feature is read from other ``heads`` (None:
+        all) than they record, or captured otherwise than ``capture``
+        (:func:`~attnrank.llm.blocks.capture_name`) captures it: e.g. weights fitted to block
+        attention at shared positions, applied to full-prompt attention, whose scores follow the
+        candidates' slots (docs/benchmarks.md). They still score, but not as they measured. Weights
+        that record no capture were fitted before it was recorded, to full attention."""
+        if not self.uses_attention or self.model == "equal":  # nothing fitted to attention's values
+            return
+        fitted = self.capture or "full"
+        if fitted != capture:
             logger.warning(
                 "the fused weights were fitted to attention captured as %r; this reranker captures it as %r, "
                 "so they do not score as they measured; use the attention options they record, or retrain "
                 "them with `attnrank train`",
-                self.capture,
+                fitted,
                 capture,
+            )
+        if self.heads is not None and parse_heads(self.heads) != parse_heads(heads):
+            logger.warning(
+                "the fused weights were fitted to the attention of heads %s; this reranker reads %s, so they do "
+                "not score as they measured; leave heads at their default to read theirs",
+                _shown(self.heads),
+                _shown(heads),
             )
 
     def score(self, signals: Mapping[str, Any]) -> np.ndarray:
@@ -289,6 +301,17 @@ def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
     return fused.without_attention()
 
 
+def fitted_heads(model_id: str, fingerprint: str) -> list[str] | str | None:
+    """The heads that the fused weights registered (or shipped) for exactly this model read, or
+    None (none registered, none recorded, or no attention feature): what preset ``fused`` reads
+    under its default heads."""
+    stored = load_artifact(FusedWeights.KIND, model_id, fingerprint)
+    if stored is None:
+        return None
+    fused = FusedWeights.from_json(stored)
+    return fused.heads if fused.uses_attention else None
+
+
 def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights | None:
     """``signals``: None (attention alone), a :class:`FusedWeights`, ``"only"`` (:func:`signals_only`)
     or ``"auto"``: the weights registered for this model, else the ones shipped for the packaged
@@ -314,6 +337,11 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
     )
     shipped = _stored(payload, f"the fused weights shipped for {DEFAULT_LLM}")
     return replace(shipped, heads=None)  # another model's heads need not exist in this one
+
+
+def _shown(heads: Any) -> str:
+    pairs = parse_heads(heads)
+    return "all" if pairs is None else f"{len(pairs)} ({format_heads(pairs[:4])}{', ...' if len(pairs) > 4 else ''})"
 
 
 def _stored(payload: dict[str, Any], source: str) -> FusedWeights:

@@ -24,7 +24,7 @@ def resolve_config_heads(heads: HeadsArg, llm: LLM, fitted: HeadsArg = None) -> 
         return heads
     spec = heads.strip().lower()
     if spec == AUTO_OR_ALL and fitted is not None:
-        count = "all" if isinstance(fitted, str) and fitted.strip().lower() == "all" else len(list(fitted))  # type: ignore[arg-type]
+        count = "all" if fitted == "all" else len(fitted)  # type: ignore[arg-type]  # FusedWeights.heads: list or "all"
         logger.info("heads='%s' -> the %s heads the fused weights were fitted to", heads, count)
         return fitted
     if spec == AUTO_OR_ALL:

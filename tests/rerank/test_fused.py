@@ -152,11 +152,15 @@ def test_weights_record_the_heads_and_capture_of_their_attention(tmp_path, caplo
     with pytest.raises(InputError, match="is not a \\(layer, head\\) pair"):
         FusedWeights(["attention"], [1.0], heads=["zero"])
     with caplog.at_level("WARNING", logger="attnrank.rerank.fused"):
-        fused.warn_if_captured_otherwise("block:shared")
-        FusedWeights(["attention"], [1.0]).warn_if_captured_otherwise("full")  # not recorded: nothing to say
+        fused.warn_if_applied_otherwise([(0, 2), (3, 1)], "block:shared")
+        FusedWeights(["attention"], [1.0]).warn_if_applied_otherwise(None, "full")  # none recorded: full, any heads
+        FusedWeights(["attention"], [1.0], model="equal").warn_if_applied_otherwise(None, "block:shared")  # unfitted
         assert not caplog.text
-        fused.warn_if_captured_otherwise("full")
-    assert "captured as 'block:shared'; this reranker captures it as 'full'" in caplog.text
+        fused.warn_if_applied_otherwise("0-2,3-1", "full")
+        assert "captured as 'block:shared'; this reranker captures it as 'full'" in caplog.text
+        assert "heads" not in caplog.text
+        fused.warn_if_applied_otherwise(None, "block:shared")
+    assert "fitted to the attention of heads 2 (0-2,3-1); this reranker reads all" in caplog.text
 
 
 def test_malformed_weights_and_missing_features_are_refused():

@@ -18,8 +18,8 @@ FUSED = FusedWeights(["attention", "bm25", "dense", "rank"], [0.8, 0.3, 1.2, 0.2
 
 def test_fused_scores_equal_the_weights_over_attention_and_signals(llm):
     docs = rerank_docs()
-    plain = AttentionReranker(llm, None, signals=None)
-    fused = AttentionReranker(llm, None, signals=FUSED)
+    plain = AttentionReranker(llm, None, config="fused", signals=None)  # the same capture, attention alone
+    fused = AttentionReranker(llm, None, signals=FUSED)  # weights with attention, no preset: fused
     att = plain.score(RERANK_QUERY, docs)
     signals = SignalComputer(backend=fused.signals.backend)(
         RERANK_QUERY, [d.full_text for d in docs], ["bm25", "dense", "rank"]
@@ -46,19 +46,29 @@ def test_the_weights_heads_are_read_unless_heads_are_given(llm, caplog):
     """Fused weights fitted to some heads' attention score with those heads; heads given
     explicitly win. Weights fitted to attention captured otherwise are applied with a warning."""
     fitted = FusedWeights(FUSED.features, FUSED.weights, heads=["1-0", "0-1"], capture="block:shared")
-    assert AttentionReranker(llm, signals=fitted).head_list == [(0, 1), (1, 0)]
-    assert AttentionReranker(llm, "0-0", signals=fitted).head_list == [(0, 0)]
-    assert AttentionReranker(llm, signals=FUSED).head_list != [(0, 1), (1, 0)]  # none recorded: the config's
+    cfg = llm.model.config
+    every = [(layer, head) for layer in range(cfg.num_hidden_layers) for head in range(cfg.num_attention_heads)]
     caplog.clear()
     with caplog.at_level("WARNING", logger="attnrank.rerank.fused"):
-        AttentionReranker(llm, signals=fitted, attention="block", block_positions="shared")
-        assert not caplog.text
-        AttentionReranker(llm, signals=fitted)  # full attention
-    assert "captured as 'block:shared'; this reranker captures it as 'full'" in caplog.text
+        rr = AttentionReranker(llm, signals=fitted)  # no preset: fused, block attention at shared positions
+        assert rr.config.name == "fused" and rr.head_list == [(0, 1), (1, 0)] and not caplog.text
+        assert "attention=block:shared" in repr(rr)
+        assert AttentionReranker(llm, "0-0", signals=fitted).head_list == [(0, 0)]  # given heads win, said
+        assert "fitted to the attention of heads 2 (0-1,1-0); this reranker reads 1 (0-0)" in caplog.text
+        caplog.clear()
+        AttentionReranker(llm, signals=fitted, attention="full")
+        assert "captured as 'block:shared'; this reranker captures it as 'full'" in caplog.text
+        caplog.clear()
+        # none recorded: the config's heads (no set registered for the tiny model: all), weights taken
+        # as fitted to full attention, as every weight was before the capture was recorded
+        assert AttentionReranker(llm, signals=FUSED).head_list == every
+        assert "captured as 'full'; this reranker captures it as 'block:shared'" in caplog.text
 
 
 def test_fused_preset_and_bad_signals_value():
     fused = RerankConfig.preset("fused")
+    assert RerankConfig.preset(signals="auto") == fused  # fusing attention without a preset: fused
+    assert RerankConfig.preset(signals="none", heads="all").name == "signals"  # attention alone: the default's
     assert fused.signals == "auto" and (fused.attention, fused.block_positions) == ("block", "shared")
     off = RerankConfig.preset("fused", signals="only")  # the preset's own attention settings go with attention
     assert not off.uses_attention and off.attention == "full" and off.attention_options() == []
