@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -50,7 +51,8 @@ def explain(
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     first = retriever.search(query, k)
     # attention evidence: a preset that computes it (block attention; its weights' heads unless given)
-    reranker = AttentionReranker(model, config="fused", **({"heads": heads} if heads else {}))
+    given: dict[str, Any] = {"heads": heads} if heads else {}
+    reranker = AttentionReranker(model, config="fused", **given)
     res = reranker.rank(query, first, return_evidence=True)
     explanations = explain_results(reranker, res)
     page = write_html(output / "explain.html", query, explanations, model=reranker.llm.model_id)
