@@ -142,6 +142,12 @@ def fault_point(name: str, path: object = None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def looks_like_path(name: str) -> bool:
+    """Whether a model name is a local path rather than a hub id ("org/name"): one that does not
+    exist is then said to be missing, not sent to the hub as a malformed repo id."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
+
+
 # The LLM precisions by name (attnrank.llm.device maps them to torch dtypes; int8: dynamic int8 linears).
 PRECISION_NAMES = ("float32", "bfloat16", "float16", "int8")
 

@@ -17,7 +17,15 @@ from typing import Any, Optional
 import typer
 
 from ..errors import InputError
-from ..rerank.config import ATTENTION_FIELDS, DEFAULT_PRESET, RERANK_PRESETS, SCORERS, RerankConfig, preset_for
+from ..rerank.config import (
+    ATTENTION_FIELDS,
+    DEFAULT_PRESET,
+    RERANK_PRESETS,
+    SCORERS,
+    RerankConfig,
+    preset_for,
+    signals_setting,
+)
 from ..rerank.reweight import Reweighting
 from . import _check_heads
 
@@ -204,8 +212,8 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
     overrides = {k: v for k, v in given.items() if v is not None}
     if "reweight" in overrides:
         overrides["reweight"] = parse_reweight(overrides["reweight"])
-    if str(overrides.get("signals", "")).strip().lower() == "none":
-        overrides["signals"] = None
+    if "signals" in overrides:
+        overrides["signals"] = signals_setting(overrides["signals"])
     _check_heads(overrides.get("heads"), model=overrides.get("model"))
     check_attention_computed(preset, overrides)
     try:  # an option value the configuration refuses is an option error (exit 2), as the parser's are

@@ -217,6 +217,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate a run file against qrels (ir-measures)."""
     from ..eval import evaluate, read_qrels, read_run
+    from ..eval.metrics import judged_queries
 
     _setup(True)
     _positive(rel, "--rel", "the lowest label a binary metric counts as relevant")
@@ -227,7 +228,7 @@ def eval_cmd(
             f"none of the {len(first)} queries of {run} has judgments in {qrels} ({len(judged)} judged queries); "
             "give the qrels of the run's queries"
         )
-    scored = [q for q, labels in judged.items() if labels]
+    scored = list(judged_queries(judged))
     unranked = [q for q in scored if not first.get(q)]
     if unranked:  # averaged in as 0, as trec_eval -c does: said, since it lowers every mean
         typer.echo(

@@ -68,6 +68,12 @@ def _check_input(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Map
             )
 
 
+def judged_queries(qrels: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """The queries of ``qrels`` with at least one judgment: an empty judgment set is one trec_eval
+    never sees, so it is not averaged."""
+    return {q: dict(v) for q, v in qrels.items() if v}
+
+
 def evaluate(
     run: Mapping[str, Mapping[str, float]],
     qrels: Mapping[str, Mapping[str, int]],
@@ -78,8 +84,7 @@ def evaluate(
     """Mean of each metric over the queries that have judgments (missing runs count as 0)."""
     names = list(_parse(metrics, rel))
     _check_input(run, qrels)  # here too: a run id 1 would not meet the qrels' "1" and score 0
-    # a query with an empty judgment set is one trec_eval never sees: not averaged
-    judged = {q: dict(v) for q, v in qrels.items() if v}
+    judged = judged_queries(qrels)
     # queries with judgments but no run score 0, as trec_eval -c does
     full_run = {q: dict(run.get(q, {})) for q in judged}
     per = evaluate_per_query(full_run, judged, metrics, rel=rel)
@@ -98,7 +103,7 @@ def evaluate_per_query(
     names_of: dict[Any, list[str]] = {}
     for name, measure in _parse(metrics, rel).items():
         names_of.setdefault(measure, []).append(name)
-    judged = {q: dict(v) for q, v in qrels.items() if v}
+    judged = judged_queries(qrels)
     per: dict[str, dict[str, float]] = {q: {n: 0.0 for ns in names_of.values() for n in ns} for q in judged}
     _check_input(run, qrels)
     run_d = {q: _trec_order(d) for q, d in run.items() if d}

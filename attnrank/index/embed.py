@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import DEFAULT_EMBEDDER, set_torch_threads
+from ..config import DEFAULT_EMBEDDER, looks_like_path, set_torch_threads
 from ..errors import InputError, ModelError
 from .embed_export import check_backend, load_exported
 
@@ -53,8 +53,7 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
     if path.startswith("~"):
         path = str(Path(path).expanduser())
     local = Path(path).exists()
-    # a path, not a hub id ("org/name"): said before the slow import, not as the hub's repo-id error
-    if not local and (path.startswith(("/", ".", "~")) or path.count("/") > 1 or "\\" in path):
+    if not local and looks_like_path(path):  # said before the slow import
         raise ModelError(
             f"embedder {path!r}: no such local model folder; give a sentence-transformers model folder, "
             f"a hub id, or none for the packaged {DEFAULT_EMBEDDER}"

@@ -132,7 +132,7 @@ def checked_model_id(model: str | os.PathLike[str] | None) -> str:
     """The id :func:`load_llm` loads ``model`` under (a local path expanded), checked without
     loading: a path that does not exist, or a file that is not a ``.gguf``, is a ModelError."""
     model_id = (os.fspath(model) if model is not None else config.DEFAULT_LLM).strip() or config.DEFAULT_LLM
-    if model_id.startswith(("/", ".", "~")) or model_id.count("/") > 1:  # a path, not a hub id
+    if config.looks_like_path(model_id):
         if not Path(model_id).expanduser().exists():
             raise ModelError(f"model {model_id!r}: no such local model folder or .gguf file")
         model_id = str(Path(model_id).expanduser())

@@ -145,8 +145,7 @@ class RerankConfig:
                 "passage_states hold states at shared block positions ('shared' or 'rotated'); drop "
                 "block_positions='sequential' (--block-positions) or passage_states"
             )
-        if isinstance(self.signals, str) and self.signals.strip().lower() == "none":  # the CLI's word for None
-            object.__setattr__(self, "signals", None)
+        object.__setattr__(self, "signals", signals_setting(self.signals))
         if self.signals not in (None, SIGNALS_AUTO, SIGNALS_ONLY) and not isinstance(self.signals, FusedWeights):
             raise InputError(
                 f"signals={self.signals!r} is not 'auto', 'only', None or FusedWeights (--signals auto|only|none)"
@@ -212,6 +211,12 @@ class RerankConfig:
         return replace(self, **overrides)
 
 
+def signals_setting(value: Any) -> Any:
+    """``signals`` as the configuration holds it: the word ``"none"`` (any case, as the CLI and
+    YAML give it) is None, attention alone; anything else as given."""
+    return None if isinstance(value, str) and value.strip().lower() == "none" else value
+
+
 def _defaults() -> dict[str, Any]:
     return {f.name: f.default for f in fields(RerankConfig)}
 
@@ -233,12 +238,10 @@ def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
         if chosen not in RERANK_PRESETS:
             raise InputError(f"preset {chosen!r} is not one of {sorted(RERANK_PRESETS)}")
         return chosen
-    signals = overrides.get("signals")
-    if isinstance(signals, str) and signals.strip().lower() == "none":  # the CLI's word for None
-        signals = None
-    given = [k for k in overrides if k in ATTENTION_FIELDS and "signals" not in overrides]
-    if signals is not None and _computes_attention(signals):
-        given = ["signals", *(k for k in overrides if k in ATTENTION_FIELDS)]
+    given = [k for k in overrides if k in ATTENTION_FIELDS]
+    if "signals" in overrides:  # attention alone or the signals alone: the default's; fused with them: fused
+        signals = signals_setting(overrides["signals"])
+        given = ["signals", *given] if signals is not None and _computes_attention(signals) else []
     if given:
         logger.info(
             "option(s) %s without a preset: preset %r, the default with attention (the default, %r, computes none)",
