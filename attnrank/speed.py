@@ -40,7 +40,7 @@ from .errors import InputError
 from .eval import evaluate_per_query, sign_test, wins_losses
 from .eval.datasets import dl19, sample_queries, scifact
 from .eval.report import cpu_model
-from .eval.speed_report import MODES
+from .eval.speed_report import MODES, row_positions
 from .files import atomic_path
 from .llm.blocks import encode_blocks_text
 from .rerank.attention import AttentionReranker
@@ -144,10 +144,18 @@ def measure(
 
 
 def measure_interleaved(
-    dataset: str, root: Path, k: int, dtype: str = "auto", n_queries: int = 3, max_doc_words: int = 300
+    dataset: str,
+    root: Path,
+    k: int,
+    dtype: str = "auto",
+    n_queries: int = 3,
+    max_doc_words: int = 300,
+    positions: str = "rotated",
 ) -> dict[str, Any]:
     """Seconds per query of the three modes timed in turn on each query, in one process, with one
-    model shared by a full-prompt and a block reranker; no memory peaks (:func:`measure` has them).
+    model shared by a full-prompt and a block reranker whose blocks take ``positions``
+    (:data:`~attnrank.llm.blocks.BLOCK_POSITIONS`; the preset ``fused`` reads ``"shared"``); no
+    memory peaks (:func:`measure` has them).
 
     Why: a shared machine's matrix-product rate moved 3x within a minute (:func:`probe_gflops`), so
     a speed-up taken from two cells timed minutes apart carries that drift; modes interleaved
@@ -155,7 +163,12 @@ def measure_interleaved(
     block-warm directly follows block-cold, whose states it reuses."""
     full = AttentionReranker(signals=None, dtype=dtype, max_doc_words=max_doc_words)
     block = AttentionReranker(
-        full.llm, signals=None, max_doc_words=max_doc_words, attention="block", state_cache_mb=1 << 16
+        full.llm,
+        signals=None,
+        max_doc_words=max_doc_words,
+        attention="block",
+        block_positions=positions,
+        state_cache_mb=1 << 16,
     )
     pairs = speed_queries(dataset, root, k, n_queries)
     for reranker in (full, block):
@@ -180,6 +193,7 @@ def measure_interleaved(
         "dataset": dataset,
         "K": k,
         "dtype": dtype,
+        "positions": positions,
         "queries": len(pairs),
         **{f"{m} s/query": float(np.mean(times[m])) for m in MODES},
         "cold speed-up": float(np.mean(times["full"]) / np.mean(times["block-cold"])),
@@ -189,20 +203,26 @@ def measure_interleaved(
 
 
 def interleaved_grid() -> list[tuple[str, int, int]]:
-    """(dataset, K, queries) of the interleaved timing: K = 10/20/50/100 on DL19 and SciFact,
-    5/5/3/2 queries (SciFact's full prompt at K=100 costs most of a minute on a 2-core CPU)."""
-    return [(ds, k, {10: 5, 20: 5, 50: 3, 100: 2}[k]) for ds in SPEED_DATASETS for k in (10, 20, 50, 100)]
+    """(dataset, K, queries) of the interleaved timing: K = 10/20/50/100 on DL19 and SciFact.
+
+    Queries: DL19 20/20/5/2, SciFact 5/10/3/2. Why more at K=20: the targets' cold speed-up is
+    read there, and over five DL19 queries one query's timing moved it from 1.15x to 1.60x between
+    two runs minutes apart; the large K are few because SciFact's full prompt at K=100 costs most of
+    a minute on a 2-core CPU."""
+    counts = {"dl19": {10: 20, 20: 20, 50: 5, 100: 2}, "scifact": {10: 5, 20: 10, 50: 3, 100: 2}}
+    return [(ds, k, counts[ds][k]) for ds in SPEED_DATASETS for k in (10, 20, 50, 100)]
 
 
-def run_interleaved(root: Path, results: Path, dtype: str) -> list[dict[str, Any]]:
+def run_interleaved(root: Path, results: Path, dtype: str, positions: str = "rotated") -> list[dict[str, Any]]:
     """:func:`measure_interleaved` over :func:`interleaved_grid` in this process, skipping rows
-    already in ``results`` (JSON list, rewritten after every row, so an interrupted run resumes)."""
+    already in ``results`` (JSON list, rewritten after every row, so an interrupted run resumes;
+    rows from before positions were recorded are ``"rotated"``, the default then as now)."""
     done: list[dict[str, Any]] = json.loads(results.read_text()) if results.exists() else []
-    have = {(r["dataset"], r["K"], r["dtype"]) for r in done}
+    have = {(r["dataset"], r["K"], r["dtype"], row_positions(r)) for r in done}
     for dataset, k, n in interleaved_grid():
-        if (dataset, k, dtype) in have:
+        if (dataset, k, dtype, positions) in have:
             continue
-        _record(measure_interleaved(dataset, root, k, dtype, n), done, results)
+        _record(measure_interleaved(dataset, root, k, dtype, n, positions=positions), done, results)
     return done
 
 

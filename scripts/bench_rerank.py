@@ -470,7 +470,9 @@ def blocks_section(args, root: Path) -> None:
     else:
         from attnrank.speed import run_interleaved
 
-        interleaved = run_interleaved(root, interleaved_path, args.blocks_dtypes.split(",")[0])
+        dtype = args.blocks_dtypes.split(",")[0]
+        for positions in args.blocks_positions.split(","):
+            interleaved = run_interleaved(root, interleaved_path, dtype, positions)
     env = kernel_environment()
     md = blocks_markdown(speed_rows, q_rows, stores, env, interleaved)
     payload = {"environment": env, "speed": speed_rows, "interleaved": interleaved, "quality": q_rows, "stores": stores}
@@ -507,6 +509,11 @@ def main() -> None:
         "--blocks-skip-interleaved",
         action="store_true",
         help="no interleaved timing (the modes in turn on each query, one process; the targets' record)",
+    )
+    ap.add_argument(
+        "--blocks-positions",
+        default="rotated",
+        help="block positions of the interleaved timing, comma-separated (the preset fused reads 'shared')",
     )
     ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
     ap.add_argument("--blocks-scifact", type=int, default=12, help="SciFact queries in the quality comparison")

@@ -72,11 +72,14 @@ def test_the_machine_probe_is_a_positive_rate():
         assert math.isfinite(rate) and rate > 0
 
 
-def _interleaved(dataset: str, k: int, full: float, cold: float, warm: float, dtype: str = "bfloat16") -> dict:
+def _interleaved(
+    dataset: str, k: int, full: float, cold: float, warm: float, dtype: str = "bfloat16", positions: str | None = None
+) -> dict:
     return {
         "dataset": dataset,
         "K": k,
         "dtype": dtype,
+        **({} if positions is None else {"positions": positions}),
         "queries": 3,
         "full s/query": full,
         "block-cold s/query": cold,
@@ -103,3 +106,18 @@ def test_interleaved_rows_set_the_targets_and_the_cells_stay_beside_them():
     assert page.index("timed in turn on each query") < page.index("The same targets from the bfloat16 cells")
     assert "| scifact | cold K=20 >= 1.5x the bfloat16 full prompt | 1.20x | no |" in page  # the cells' own
     assert "Targets (issue 15), bfloat16 cells:" not in page
+
+
+def test_interleaved_targets_are_kept_apart_by_block_positions():
+    """Rows timed with shared positions (the preset fused) get their own targets; rows that record
+    no positions are the rotated default's."""
+    rows = [
+        _interleaved("scifact", 20, 6.0, 4.0, 0.35),  # from before positions were recorded
+        _interleaved("scifact", 20, 6.0, 3.0, 0.25, positions="shared"),
+    ]
+    rotated = {t["target"]: t["measured"] for t in interleaved_targets(rows, "bfloat16")}
+    shared = {t["target"]: t["measured"] for t in interleaved_targets(rows, "bfloat16", "shared")}
+    assert rotated["warm K=20 <= 0.3 s"] == "0.35 s" and shared["warm K=20 <= 0.3 s"] == "0.25 s"
+    page = blocks_markdown([], [], {}, ENV, rows)
+    assert "blocks at rotated positions" in page and "blocks at shared positions" in page
+    assert "| scifact | shared | 20 |" in page and "| scifact | rotated | 20 |" in page

@@ -83,14 +83,19 @@ def block_targets(rows: list[dict[str, Any]], dtype: str) -> list[dict[str, Any]
     return out
 
 
-def interleaved_targets(rows: list[dict[str, Any]], dtype: str) -> list[dict[str, Any]]:
-    """The targets of :func:`block_targets` from ``dtype``'s interleaved rows
-    (:func:`attnrank.speed.measure_interleaved`: the modes timed in turn on each query)."""
+def row_positions(row: dict[str, Any]) -> str:
+    """The block positions an interleaved row was timed with (rows from before they were
+    recorded: ``"rotated"``, the reranker's default then as now)."""
+    return str(row.get("positions", "rotated"))
+
+
+def interleaved_targets(rows: list[dict[str, Any]], dtype: str, positions: str = "rotated") -> list[dict[str, Any]]:
+    """The targets of :func:`block_targets` from the interleaved rows of ``dtype`` and block
+    ``positions`` (:func:`attnrank.speed.measure_interleaved`: the modes timed in turn on each query)."""
     out: list[dict[str, Any]] = []
+    rows = [r for r in rows if r["dtype"] == dtype and row_positions(r) == positions]
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
-        mine = {
-            r["K"]: r for r in sorted(rows, key=lambda r: r["K"]) if r["dataset"] == dataset and r["dtype"] == dtype
-        }
+        mine = {r["K"]: r for r in sorted(rows, key=lambda r: r["K"]) if r["dataset"] == dataset}
         warm = {k: mine[k]["block-warm s/query"] for k in WARM_TARGETS if k in mine}
         colds = []
         if 20 in mine:
@@ -102,23 +107,29 @@ def interleaved_targets(rows: list[dict[str, Any]], dtype: str) -> list[dict[str
 
 
 def interleaved_markdown(rows: list[dict[str, Any]], dtype: str) -> list[str]:
-    """The interleaved timing's targets and table (none if it has no rows of ``dtype``)."""
-    mine = [r for r in rows if r["dtype"] == dtype]
+    """The interleaved timing's targets (per block positions) and table (none if it has no rows
+    of ``dtype``)."""
+    mine = [{**r, "positions": row_positions(r)} for r in rows if r["dtype"] == dtype]
     if not mine:
         return []
-    cols = ["dataset", "K", "queries", *(f"{m} s/query" for m in MODES), "cold speed-up"]
+    cols = ["dataset", "positions", "K", "queries", *(f"{m} s/query" for m in MODES), "cold speed-up"]
     cols += ["cold speed-up per query (min-max)", "probe GFLOP/s", "measured", "cpu"]
     fmt = {f"{m} s/query": ".2f" for m in MODES} | {"cold speed-up": ".2f", "probe GFLOP/s": ".0f"}
-    return [
-        f"Targets (issue 15), {dtype}, the three modes timed in turn on each query in one process "
-        "(attnrank.speed.measure_interleaved: one model shared by a full-prompt and a block reranker; the "
-        "order alternates per query; block-warm follows block-cold and reuses its states), so that a "
-        "speed-up is not a drift of the shared machine's rate between two cells:",
-        "",
-        md_table(interleaved_targets(mine, dtype), ["dataset", "target", "measured", "met"]),
-        "",
-        "Interleaved timing (`scripts/bench_rerank.py --blocks`; cold speed-up = mean full s/query over mean "
-        "block-cold s/query):",
+    out = []
+    for positions in dict.fromkeys(r["positions"] for r in mine):
+        out += [
+            f"Targets (issue 15), {dtype}, blocks at {positions} positions, the three modes timed in turn on "
+            "each query in one process (attnrank.speed.measure_interleaved: one model shared by a full-prompt "
+            "and a block reranker; the order alternates per query; block-warm follows block-cold and reuses "
+            "its states), so that a speed-up is not a drift of the shared machine's rate between two cells:",
+            "",
+            md_table(interleaved_targets(mine, dtype, positions), ["dataset", "target", "measured", "met"]),
+            "",
+        ]
+    return out + [
+        "Interleaved timing (`scripts/bench_rerank.py --blocks [--blocks-positions P]`; cold speed-up = mean "
+        "full s/query over mean block-cold s/query; probe GFLOP/s = the machine's bfloat16 matrix-product "
+        "rate around the row's queries):",
         "",
         md_table(mine, cols, fmt),
         "",
@@ -146,7 +157,7 @@ def blocks_markdown(
 ) -> str:
     """The block-attention section of the benchmarks page (cells by dtype, dataset, K and mode;
     the issue's targets on the first dtype's interleaved rows, and on its cells)."""
-    dtypes = list(dict.fromkeys(r["dtype"] for r in speed_rows))
+    dtypes = list(dict.fromkeys(r["dtype"] for r in [*speed_rows, *(interleaved or [])]))
     datasets = list(dict.fromkeys(r["dataset"] for r in speed_rows))
     speed_rows = sorted(
         speed_rows,
