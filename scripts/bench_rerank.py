@@ -60,6 +60,7 @@ from attnrank.eval import evaluate, evaluate_per_query, wins_losses
 from attnrank.eval.datasets import data_root, scifact
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all, first_stage_run, run_of
+from attnrank.llm.blocks import BLOCK_POSITIONS
 from attnrank.llm.rows import document_scores, token_scores
 from attnrank.speed import timed_peak
 
@@ -527,6 +528,9 @@ def main() -> None:
     ap.add_argument("--int8-preset", default="qrhead")
     ap.add_argument("--int8-name", default="rerank_int8", help="output name for --int8 (docs/results/NAME.*)")
     args = ap.parse_args()
+    for positions in args.blocks_positions.split(","):  # before any model loads
+        if positions not in BLOCK_POSITIONS:
+            ap.error(f"--blocks-positions {positions!r} is not one of {', '.join(BLOCK_POSITIONS)}")
     if args.blocks:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         set_torch_threads()
