@@ -44,6 +44,7 @@ from .eval.speed_report import MODES, row_positions
 from .files import atomic_path
 from .llm.blocks import encode_blocks_text
 from .rerank.attention import AttentionReranker
+from .rerank.config import RerankConfig
 from .types import Document
 
 logger = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ def measure_interleaved(
     dtype: str = "auto",
     n_queries: int = 3,
     max_doc_words: int = 300,
-    positions: str = "rotated",
+    positions: str = RerankConfig.block_positions,
 ) -> dict[str, Any]:
     """Seconds per query of the three modes timed in turn on each query, in one process, with one
     model shared by a full-prompt and a block reranker whose blocks take ``positions``
@@ -213,10 +214,13 @@ def interleaved_grid() -> list[tuple[str, int, int]]:
     return [(ds, k, counts[ds][k]) for ds in SPEED_DATASETS for k in (10, 20, 50, 100)]
 
 
-def run_interleaved(root: Path, results: Path, dtype: str, positions: str = "rotated") -> list[dict[str, Any]]:
+def run_interleaved(
+    root: Path, results: Path, dtype: str, positions: str = RerankConfig.block_positions
+) -> list[dict[str, Any]]:
     """:func:`measure_interleaved` over :func:`interleaved_grid` in this process, skipping rows
     already in ``results`` (JSON list, rewritten after every row, so an interrupted run resumes;
-    rows from before positions were recorded are ``"rotated"``, the default then as now)."""
+    rows from before positions were recorded are ``"rotated"``, the default then as now:
+    :func:`~attnrank.eval.speed_report.row_positions`)."""
     done: list[dict[str, Any]] = json.loads(results.read_text()) if results.exists() else []
     have = {(r["dataset"], r["K"], r["dtype"], row_positions(r)) for r in done}
     for dataset, k, n in interleaved_grid():

@@ -56,12 +56,14 @@ import numpy as np
 
 from attnrank.benchmarks import dl19_sets, head_quality, icr_scores, scifact_set
 from attnrank.config import set_torch_threads
+from attnrank.errors import InputError
 from attnrank.eval import evaluate, evaluate_per_query, wins_losses
 from attnrank.eval.datasets import data_root, scifact
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all, first_stage_run, run_of
-from attnrank.llm.blocks import BLOCK_POSITIONS
+from attnrank.llm.blocks import check_positions
 from attnrank.llm.rows import document_scores, token_scores
+from attnrank.rerank.config import RerankConfig
 from attnrank.speed import timed_peak
 
 log = logging.getLogger("bench_rerank")
@@ -513,7 +515,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--blocks-positions",
-        default="rotated",
+        default=RerankConfig.block_positions,
         help="block positions of the interleaved timing, comma-separated (the preset fused reads 'shared')",
     )
     ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
@@ -529,8 +531,10 @@ def main() -> None:
     ap.add_argument("--int8-name", default="rerank_int8", help="output name for --int8 (docs/results/NAME.*)")
     args = ap.parse_args()
     for positions in args.blocks_positions.split(","):  # before any model loads
-        if positions not in BLOCK_POSITIONS:
-            ap.error(f"--blocks-positions {positions!r} is not one of {', '.join(BLOCK_POSITIONS)}")
+        try:
+            check_positions(positions)
+        except InputError as e:
+            ap.error(f"--blocks-positions: {e}")
     if args.blocks:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         set_torch_threads()
