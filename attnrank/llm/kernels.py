@@ -9,7 +9,9 @@ without the products it masks out, and :func:`windowed_forward` the same for win
 front. In bfloat16 on a CPU without AMX those two run few query rows over many keys by
 :func:`few_rows_attention` (matrix products, as transformers' eager attention), which was 1.3x to
 2.7x faster per layer than CPU SDPA's flash kernel at the capture's shapes on an AMD EPYC; on an
-Intel Xeon with AMX, SDPA was the faster one (:func:`default_kernel`). The kernels' effect on the
+Intel Xeon with AMX, SDPA was the faster one (:func:`default_kernel`). There, a suffix over a long
+cached context (warm block attention) runs by :func:`context_split_attention`: the context
+without a mask, the suffix's own keys apart, merged by log-sum-exp. The kernels' effect on the
 scores is measured in ``docs/results/rerank_kernels.md``.
 """
 
@@ -184,13 +186,17 @@ def windowed_forward(
     ``i`` by ``pads[i]`` keys, masked out by ``mask``), each row's rows attending to its whole
     context after the padding and, as ``mask`` says, to the pass's own rows: per batch row, one
     attention over the keys after its padding, the same as one SDPA over the batch under ``mask``
-    without the padding's products (by :func:`few_rows_attention` where it serves)."""
+    without the padding's products (by :func:`few_rows_attention` or :func:`context_split_attention`
+    where they serve)."""
     out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
     grouped = query.shape[1] != key.shape[1]
     own = mask[:, :, :, mask.shape[-1] - query.shape[2] :]
     for i, pad in enumerate(pads):
         if serves_few_rows(query, key.shape[2] - pad):
             out[i] = few_rows_attention(query[i], key[i, :, pad:], value[i, :, pad:], own[i], scaling)
+            continue
+        if serves_context_split(query, key.shape[2] - pad):
+            out[i] = context_split_attention(query[i], key[i, :, pad:], value[i, :, pad:], own[i], scaling)
             continue
         rows = F.scaled_dot_product_attention(
             query[i : i + 1],
@@ -269,3 +275,68 @@ def few_rows_attention(
     scores[:, :, -rows:].view(kv_heads, groups, rows, rows).add_(own_mask[:, None])
     probs = torch.softmax(scores, -1)
     return torch.matmul(probs, value).view(heads, rows, dim).transpose(0, 1)
+
+
+def _flash_for_cpu() -> Any:
+    """CPU SDPA's flash kernel as an op that also returns each row's log-sum-exp (None if this torch
+    build has none). Private to torch (hence looked up, not assumed); the public SDPA hides the
+    log-sum-exp that :func:`context_split_attention` merges by."""
+    try:
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    except (AttributeError, RuntimeError):
+        return None
+
+
+_FLASH_FOR_CPU = _flash_for_cpu()
+
+
+# The fewest keys (the rows' own included) a bfloat16 layer needs for context_split_attention.
+# Below it the split's own part and merge cost more than the mask saves: 40 rows over 2,000 keys
+# took 0.66 ms split against 0.60 ms as one SDPA; over 4,000, 1.05 against 1.20 (Intel Xeon with
+# AMX, 2 cores). Warm queries (block attention, bfloat16, SmolLM2-135M, both in turn per query):
+# DL19 K=20 (about 2,500 keys) 0.97x, DL19 K=50 1.12x, K=100 1.25x; SciFact K=20 1.14x, K=50
+# 1.18x, K=100 1.15x-1.27x. In float32 the split only gained from about 12,000 keys, so float32
+# keeps one SDPA.
+CONTEXT_SPLIT_MIN_KEYS = 4096
+
+
+def serves_context_split(query: torch.Tensor, n_keys: int) -> bool:
+    """Whether :func:`context_split_attention` computes this layer: bfloat16 on CPU, a torch with
+    the flash op it needs, and at least ``CONTEXT_SPLIT_MIN_KEYS`` keys, some before the rows' own
+    (``query`` ``[b, heads, rows, head_dim]``, ``n_keys`` including the rows' own)."""
+    return (
+        _FLASH_FOR_CPU is not None
+        and query.device.type == "cpu"
+        and query.dtype == torch.bfloat16
+        and n_keys >= CONTEXT_SPLIT_MIN_KEYS
+        and n_keys > query.shape[2]
+    )
+
+
+def context_split_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, own_mask: torch.Tensor, scaling: float
+) -> torch.Tensor:
+    """What :func:`few_rows_attention` returns (same arguments and output), computed in two parts
+    merged by their log-sum-exps: the keys before the rows' own, which every row sees, by CPU
+    SDPA's flash kernel without a mask (the grouped-query heads of a key head stacked as one
+    head's rows), and the rows' own keys under ``own_mask`` by two small float32 products.
+
+    Why: CPU SDPA under a mask reads the mask and cannot skip a block of it, and the context's
+    part of the mask is all zeros. A suffix of 40 rows over 25,000 cached keys (bfloat16, 2 cores,
+    Intel Xeon with AMX) took 4.7-5.1 ms per layer this way against 8.2 ms as one masked SDPA
+    (:data:`CONTEXT_SPLIT_MIN_KEYS` says where it serves). The result differs from one SDPA only
+    by the rounding of the context part's output to the input dtype before the merge."""
+    heads, rows, dim = query.shape
+    kv_heads = key.shape[0]
+    groups = heads // kv_heads
+    n = key.shape[1] - rows
+    stacked = query.reshape(1, kv_heads, groups * rows, dim)
+    context, context_lse = _FLASH_FOR_CPU(stacked, key[None, :, :n], value[None, :, :n], scale=scaling)
+    logits = torch.matmul(stacked[0].float(), key[:, n:].float().transpose(-1, -2)) * scaling
+    logits = (logits.view(kv_heads, groups, rows, rows) + own_mask.float()[:, None]).view(kv_heads, -1, rows)
+    own_lse = torch.logsumexp(logits, -1)
+    own = torch.matmul(torch.exp(logits - own_lse[..., None]), value[:, n:].float())
+    top = torch.maximum(context_lse[0], own_lse)
+    w_context, w_own = torch.exp(context_lse[0] - top)[..., None], torch.exp(own_lse - top)[..., None]
+    merged = (context[0].float() * w_context + own * w_own) / (w_context + w_own)
+    return merged.to(query.dtype).view(heads, rows, dim).transpose(0, 1)

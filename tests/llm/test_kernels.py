@@ -22,6 +22,7 @@ from attnrank.llm.kernels import (
 )
 
 FEW_ROWS = kernels.few_rows_attention
+SPLIT = kernels.context_split_attention
 
 
 @pytest.mark.parametrize("mask_kind", ["bool", "additive", None])
@@ -79,12 +80,15 @@ def test_segmented_forward_equals_sdpa_under_the_segment_mask(heads, dtype, kern
 @pytest.mark.parametrize("heads", [(6, 2), (4, 4)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("max_logits", [kernels.FEW_ROWS_MAX_LOGITS, 0])  # 0: bfloat16 takes SDPA too
-def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_logits, kernel, monkeypatch):
+@pytest.mark.parametrize("split_keys", [kernels.CONTEXT_SPLIT_MIN_KEYS, 0])  # 0: every bfloat16 SDPA splits
+def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_logits, split_keys, kernel, monkeypatch):
     """Windows padded in front to one context length, then two suffixes after a shared trunk: each
     batch row's output is what SDPA over the whole batch gives under the pass's mask."""
     monkeypatch.setattr(kernels, "FEW_ROWS_MAX_LOGITS", max_logits)
-    calls = []
+    monkeypatch.setattr(kernels, "CONTEXT_SPLIT_MIN_KEYS", split_keys)
+    calls, splits = [], []
     monkeypatch.setattr(kernels, "few_rows_attention", lambda *a: calls.append(1) or FEW_ROWS(*a))
+    monkeypatch.setattr(kernels, "context_split_attention", lambda *a: splits.append(1) or SPLIT(*a))
     torch.manual_seed(0)
     n_heads, n_kv = heads
     n_context, pads = 30, [0, 12, 29]
@@ -105,7 +109,31 @@ def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_lo
     assert torch.allclose(got.float(), want, atol=tol)
     # bfloat16 within the budget takes the few-rows kernel (one call per window) where it is in
     # force, all else SDPA
-    assert len(calls) == (len(pads) if dtype == torch.bfloat16 and max_logits and kernel == "few-rows" else 0)
+    few_rows = dtype == torch.bfloat16 and max_logits and kernel == "few-rows"
+    assert len(calls) == (len(pads) if few_rows else 0)
+    # the rest of bfloat16 splits where the context is long enough (here: only with the limit at 0)
+    assert len(splits) == (len(pads) if dtype == torch.bfloat16 and not few_rows and not split_keys else 0)
+
+
+@pytest.mark.parametrize("heads", [(6, 2), (4, 4)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_context_split_attention_equals_softmax_attention(heads, dtype):
+    """The context part (unmasked, by the flash kernel) and the own part (under its mask) merged by
+    log-sum-exp give softmax attention over all keys, computed here in float64."""
+    torch.manual_seed(0)
+    n_heads, n_kv = heads
+    rows, n_context = 5, 300
+    q = torch.randn(n_heads, rows, 8, dtype=dtype)
+    k, v = torch.randn(n_kv, n_context + rows, 8, dtype=dtype) * 3, torch.randn(n_kv, n_context + rows, 8, dtype=dtype)
+    own, _ = segment_mask(torch.tensor([2, 3]), 0, dtype)  # two segments: a row sees only its own
+    got = SPLIT(q, k, v, own[0], 8**-0.5)
+    groups = n_heads // n_kv
+    logits = q.double() @ k.double().repeat_interleave(groups, 0).transpose(-1, -2) * 8**-0.5
+    logits[:, :, n_context:] += own[0].double().clamp_min(-1e30)
+    want = (torch.softmax(logits, -1) @ v.double().repeat_interleave(groups, 0)).transpose(0, 1)
+    assert got.shape == want.shape == (rows, n_heads, 8)
+    assert got.dtype == dtype
+    assert torch.allclose(got.double(), want, atol=1e-5 if dtype == torch.float32 else 2e-2)
 
 
 def test_the_default_kernel_follows_the_cpu_and_can_be_overridden(monkeypatch):
