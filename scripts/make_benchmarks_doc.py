@@ -69,7 +69,7 @@ COMMANDS = {
         "python scripts/bench_rerank.py --blocks --blocks-skip-quality --name rerank_blocks_xeon, its bfloat16 "
         "cells removed from build/blocks/cells.json first (the float32 full prompt at K=20 kept from this "
         "machine's run of 2026-12-03; the other float32 and the int8 cells are rerank_blocks.md's); the "
-        "interleaved timing re-run in the evening of the same day (build/blocks/interleaved.json emptied first) by "
+        "interleaved timing re-run on 2026-12-04 after the context split (build/blocks/interleaved.json emptied first) by "
         "python scripts/bench_rerank.py --blocks --blocks-skip-speed --blocks-skip-quality --blocks-positions "
         "shared,rotated --name rerank_blocks_xeon"
     ),
@@ -181,17 +181,29 @@ three modes in turn on each query, in one process (`attnrank.speed.measure_inter
 re-run late on 2026-12-03 with blocks at shared positions (the preset `fused`) and at rotated ones
 (the other presets), and with 20 DL19 and 10 SciFact queries at K=20, where five DL19 queries had
 let one query move the cold ratio from 1.15x to 1.60x between two runs. The machine then ran its
-matrix products at 980-1,550 GFLOP/s. At shared positions every warm target is met (DL19 0.06 s at
-K=20 and 0.17 s at K=100, SciFact 0.14 s and 0.71 s), and so is SciFact's cold ratio at K=20
-(1.92x); DL19's cold ratio at K=20 is 1.24x (per query 0.99-2.36), short of 1.5x. At rotated
-positions: warm 0.07 / 0.21 s (DL19) and 0.16 / 0.83 s (SciFact), cold K=20 1.13x (DL19) and
-1.61x (SciFact). Why DL19 misses: its 20 passages of about 120 tokens make a 2,500-token prompt
-whose cost is mostly the linear layers, which block attention computes for every token as the
-full prompt does; only the attention products shrink (a FLOP count bounds the ratio near 1.34x on
-a CPU whose attention and linear layers run at one rate). The warm targets hold only at the
-machine's faster rate: the first interleaved run that afternoon, at 325-866 GFLOP/s, measured
-SciFact warm at 0.34 s (K=20) and 1.34 s (K=100) with rotated positions (DL19 0.14 / 0.47 s,
-cold K=20 1.24x; SciFact cold K=20 1.58x), as committed in 5219a1f's docs/results/rerank_blocks_xeon.json.
+matrix products at 980-1,550 GFLOP/s; at shared positions warm DL19 took 0.06 s at K=20 and 0.17 s
+at K=100, warm SciFact 0.14 s and 0.71 s. On 2026-12-04 a suffix over 4,096 or more cached keys
+began to attend to the context without a mask, its own keys apart, the two merged by log-sum-exp
+(`attnrank.llm.kernels.context_split_attention`; one masked SDPA reads the whole mask and cannot
+skip its all-zero context part): timed in turn per query, warm queries ran 1.12x-1.27x faster at
+K>=50 and on SciFact at K=20, and 0.97x on DL19 at K=20 (about 2,500 keys, below the threshold
+since). Over 100 SciFact queries its scores correlated with one SDPA's at Spearman 0.998 (min
+0.985), nDCG@10 0.6137 against 0.6118. The interleaved record was then re-run (1,011-1,611
+GFLOP/s). At shared positions every warm target is met (DL19 0.06 s at K=20 and 0.13 s at K=100,
+SciFact 0.12 s and 0.50 s), and so is SciFact's cold ratio at K=20 (1.83x); DL19's cold ratio at
+K=20 is 1.24x (per query 0.91-1.70), short of 1.5x. At rotated positions: warm 0.07 / 0.21 s
+(DL19) and 0.15 / 0.76 s (SciFact; rotated positions cut 100 abstracts into five windows and
+rotate every block's keys as they are assembled), cold K=20 1.14x (DL19) and 1.60x (SciFact).
+The bfloat16 cells grid in that record predates the split (2026-12-03). Why DL19 misses: its 20
+passages of about 120 tokens make a 2,500-token prompt whose cost is mostly the linear layers,
+which block attention computes for every token as the full prompt does; only the attention
+products shrink (a FLOP count bounds the ratio near 1.34x on a CPU whose attention and linear
+layers run at one rate). Splitting each block's attention the same way (prefix without a mask,
+its own keys causally) was slower per block (0.40 ms against 0.20 ms for 125 rows). The warm
+targets were missed at the machine's slower rate: the first interleaved run on 2026-12-03, at
+325-866 GFLOP/s, measured SciFact warm at 0.34 s (K=20) and 1.34 s (K=100) with rotated positions
+(DL19 0.14 / 0.47 s, cold K=20 1.24x; SciFact cold K=20 1.58x), as committed in 5219a1f's
+docs/results/rerank_blocks_xeon.json.
 
 Precision: the LLM's `dtype="auto"` is bfloat16 on a CPU that multiplies bfloat16 in hardware
 (AMX-BF16, or AVX-512 BF16 since 2026-12-02) and float32 elsewhere. The machines changed between
