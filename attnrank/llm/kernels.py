@@ -277,17 +277,24 @@ def few_rows_attention(
     return torch.matmul(probs, value).view(heads, rows, dim).transpose(0, 1)
 
 
-def _flash_for_cpu() -> Any:
-    """CPU SDPA's flash kernel as an op that also returns each row's log-sum-exp (None if this torch
-    build has none). Private to torch (hence looked up, not assumed); the public SDPA hides the
-    log-sum-exp that :func:`context_split_attention` merges by."""
+@cache
+def flash_for_cpu() -> Any:
+    """CPU SDPA's flash kernel as an op that also returns each row's log-sum-exp, or None where
+    this torch has no such op or it does not give, on a small probe, SDPA's output and the
+    logits' log-sum-exp. Why the probe: the op is private to torch (the public SDPA hides the
+    log-sum-exp that :func:`context_split_attention` merges by), so its presence and its
+    signature are checked once rather than assumed."""
     try:
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    except (AttributeError, RuntimeError):
+        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        generator = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 2, n, 8, generator=generator) for n in (3, 5, 5))
+        out, lse = op(q, k, v, scale=0.5)
+        logits = q @ k.transpose(-1, -2) * 0.5
+        same = torch.allclose(out, F.scaled_dot_product_attention(q, k, v, scale=0.5), atol=1e-5)
+        same = same and torch.allclose(lse.reshape(1, 2, 3), torch.logsumexp(logits, -1), atol=1e-5)
+    except (AttributeError, RuntimeError, TypeError, ValueError):
         return None
-
-
-_FLASH_FOR_CPU = _flash_for_cpu()
+    return op if same else None
 
 
 # The fewest keys (the rows' own included) a bfloat16 layer needs for context_split_attention.
@@ -305,11 +312,11 @@ def serves_context_split(query: torch.Tensor, n_keys: int) -> bool:
     the flash op it needs, and at least ``CONTEXT_SPLIT_MIN_KEYS`` keys, some before the rows' own
     (``query`` ``[b, heads, rows, head_dim]``, ``n_keys`` including the rows' own)."""
     return (
-        _FLASH_FOR_CPU is not None
-        and query.device.type == "cpu"
+        query.device.type == "cpu"
         and query.dtype == torch.bfloat16
         and n_keys >= CONTEXT_SPLIT_MIN_KEYS
         and n_keys > query.shape[2]
+        and flash_for_cpu() is not None
     )
 
 
@@ -331,7 +338,7 @@ def context_split_attention(
     groups = heads // kv_heads
     n = key.shape[1] - rows
     stacked = query.reshape(1, kv_heads, groups * rows, dim)
-    context, context_lse = _FLASH_FOR_CPU(stacked, key[None, :, :n], value[None, :, :n], scale=scaling)
+    context, context_lse = flash_for_cpu()(stacked, key[None, :, :n], value[None, :, :n], scale=scaling)
     logits = torch.matmul(stacked[0].float(), key[:, n:].float().transpose(-1, -2)) * scaling
     logits = (logits.view(kv_heads, groups, rows, rows) + own_mask.float()[:, None]).view(kv_heads, -1, rows)
     own_lse = torch.logsumexp(logits, -1)

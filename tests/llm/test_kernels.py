@@ -81,11 +81,16 @@ def test_segmented_forward_equals_sdpa_under_the_segment_mask(heads, dtype, kern
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("max_logits", [kernels.FEW_ROWS_MAX_LOGITS, 0])  # 0: bfloat16 takes SDPA too
 @pytest.mark.parametrize("split_keys", [kernels.CONTEXT_SPLIT_MIN_KEYS, 0])  # 0: every bfloat16 SDPA splits
-def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_logits, split_keys, kernel, monkeypatch):
+@pytest.mark.parametrize("flash", [True, False])  # False: a torch without the split's flash op
+def test_windowed_forward_equals_sdpa_under_the_padded_mask(
+    heads, dtype, max_logits, split_keys, flash, kernel, monkeypatch
+):
     """Windows padded in front to one context length, then two suffixes after a shared trunk: each
     batch row's output is what SDPA over the whole batch gives under the pass's mask."""
     monkeypatch.setattr(kernels, "FEW_ROWS_MAX_LOGITS", max_logits)
     monkeypatch.setattr(kernels, "CONTEXT_SPLIT_MIN_KEYS", split_keys)
+    if not flash:
+        monkeypatch.setattr(kernels, "flash_for_cpu", lambda: None)
     calls, splits = [], []
     monkeypatch.setattr(kernels, "few_rows_attention", lambda *a: calls.append(1) or FEW_ROWS(*a))
     monkeypatch.setattr(kernels, "context_split_attention", lambda *a: splits.append(1) or SPLIT(*a))
@@ -112,7 +117,14 @@ def test_windowed_forward_equals_sdpa_under_the_padded_mask(heads, dtype, max_lo
     few_rows = dtype == torch.bfloat16 and max_logits and kernel == "few-rows"
     assert len(calls) == (len(pads) if few_rows else 0)
     # the rest of bfloat16 splits where the context is long enough (here: only with the limit at 0)
-    assert len(splits) == (len(pads) if dtype == torch.bfloat16 and not few_rows and not split_keys else 0)
+    split = dtype == torch.bfloat16 and not few_rows and not split_keys and flash
+    assert len(splits) == (len(pads) if split else 0)
+
+
+def test_the_split_finds_its_flash_op_and_it_passes_the_probe():
+    """On the pinned torch the private op the split merges by exists and returns SDPA's output and
+    the log-sum-exp (otherwise every bfloat16 suffix would silently take the slower path)."""
+    assert kernels.flash_for_cpu() is not None
 
 
 @pytest.mark.parametrize("heads", [(6, 2), (4, 4)])
