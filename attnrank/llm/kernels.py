@@ -346,4 +346,4 @@ def context_split_attention(
     top = torch.maximum(context_lse[0], own_lse)
     w_context, w_own = torch.exp(context_lse[0] - top)[..., None], torch.exp(own_lse - top)[..., None]
     merged = (context[0].float() * w_context + own * w_own) / (w_context + w_own)
-    return merged.to(query.dtype).view(heads, rows, dim).transpose(0, 1)
+    return merged.to(query.dtype).reshape(heads, rows, dim).transpose(0, 1)
