@@ -80,8 +80,11 @@ def masked_scores(
     total_rows: int,
 ) -> torch.Tensor:
     """Float32 masked logits [b, h, rows, n_keys] for query rows ``first_row:`` of a pass of
-    ``total_rows`` queries whose keys end with those queries (causal, lower-right aligned)."""
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scaling
+    ``total_rows`` queries whose keys end with those queries (causal, lower-right aligned).
+
+    The scaling is applied to the few query rows and the mask added in place: over tens of
+    thousands of cached keys each pass over the logits costs as much as the product."""
+    scores = torch.matmul(q.float() * scaling, k.float().transpose(-1, -2))
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     n_keys = k.shape[-2]
@@ -91,8 +94,8 @@ def masked_scores(
     else:
         mask = mask[:, :, first_row:, :n_keys]
     if mask.dtype == torch.bool:
-        return scores.masked_fill(~mask, float("-inf"))
-    return scores + mask.float()
+        return scores.masked_fill_(~mask, float("-inf"))
+    return scores.add_(mask)
 
 
 def eager_forward(

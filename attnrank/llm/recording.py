@@ -86,12 +86,10 @@ class CaptureSession:
         # Keys seen are the last ones of the sequence (a sliding-window layer sees fewer).
         out = probs.new_zeros(probs.shape[0], len(self.spans), len(heads), self.n_keys)
         for i, ranges in enumerate(self.spans):
-            if len(ranges) == 1:  # the common case: a view, no copy
-                ((a, b),) = ranges
-                rows = probs[:, :, a - first : b - first]
-            else:
-                rows = torch.cat([probs[:, :, a - first : b - first] for a, b in ranges], dim=2)
-            out[:, i, :, self.n_keys - probs.shape[-1] :] = rows.mean(dim=2)
+            # a span of several ranges (a suffix continuing a shared trunk): the ranges' sums over
+            # their count, not a concatenation, which copied tens of thousands of keys per row
+            total = sum(probs[:, :, a - first : b - first].sum(dim=2) for a, b in ranges)
+            out[:, i, :, self.n_keys - probs.shape[-1] :] = total / sum(b - a for a, b in ranges)
         self.rows[module.layer_idx] = out
 
 
