@@ -313,9 +313,11 @@ CONTEXT_SPLIT_MIN_KEYS = 4096
 def serves_context_split(query: torch.Tensor, n_keys: int) -> bool:
     """Whether :func:`context_split_attention` computes this layer: bfloat16 on CPU, a torch with
     the flash op it needs, and at least ``CONTEXT_SPLIT_MIN_KEYS`` keys, some before the rows' own
-    (``query`` ``[b, heads, rows, head_dim]``, ``n_keys`` including the rows' own)."""
+    (``query`` ``[b, heads, rows, head_dim]``, ``n_keys`` including the rows' own). Never for a
+    query that needs gradients: the flash op's log-sum-exp, which the merge weighs by, has none."""
     return (
         query.device.type == "cpu"
+        and not query.requires_grad
         and query.dtype == torch.bfloat16
         and n_keys >= CONTEXT_SPLIT_MIN_KEYS
         and n_keys > query.shape[2]

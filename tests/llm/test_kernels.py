@@ -121,6 +121,23 @@ def test_windowed_forward_equals_sdpa_under_the_padded_mask(
     assert len(splits) == (len(pads) if split else 0)
 
 
+def test_a_query_that_needs_gradients_is_not_split(monkeypatch):
+    """The flash op gives no gradient through its log-sum-exp, so a pass with autograd on (head
+    fine-tuning) takes one SDPA, and its gradients reach the query."""
+    monkeypatch.setattr(kernels, "CONTEXT_SPLIT_MIN_KEYS", 0)
+    splits = []
+    monkeypatch.setattr(kernels, "context_split_attention", lambda *a: splits.append(1) or SPLIT(*a))
+    torch.manual_seed(0)
+    mask, _ = segment_mask(torch.tensor([3]), 20, torch.bfloat16)
+    q = torch.randn(1, 4, 3, 8, dtype=torch.bfloat16, requires_grad=True)
+    k, v = torch.randn(1, 2, 23, 8, dtype=torch.bfloat16), torch.randn(1, 2, 23, 8, dtype=torch.bfloat16)
+    windowed_forward(q, k, v, mask, [0], 8**-0.5).float().sum().backward()
+    assert not splits
+    assert q.grad is not None and bool(q.grad.abs().sum() > 0)
+    windowed_forward(q.detach(), k, v, mask, [0], 8**-0.5)
+    assert splits == [1]  # the same pass without gradients splits
+
+
 def test_the_split_finds_its_flash_op_and_it_passes_the_probe():
     """On the pinned torch the private op the split merges by exists and returns SDPA's output and
     the log-sum-exp (otherwise every bfloat16 suffix would silently take the slower path)."""
