@@ -52,7 +52,8 @@ from attnrank.llm.rows import window_features
 from attnrank.registry import resolve_heads
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RERANK_PRESETS, RerankConfig
-from attnrank.rerank.fused import equal_weights, resolve_fused, train_fused
+from attnrank.rerank.fused import equal_weights, resolve_fused
+from attnrank.rerank.fused_training import train_fused
 from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
 
 log = logging.getLogger("bench_fusion")

@@ -84,7 +84,7 @@ def train(
 ) -> None:
     """Train the fused scorer on labelled queries; print a held-out report, then register it."""
     from ..errors import require
-    from ..rerank.fused import MODELS
+    from ..rerank.fused_training import MODELS
 
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank train")  # before any model is loaded
@@ -94,7 +94,7 @@ def train(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
     )
     check_folds(len(qs), folds)
-    from ..rerank.fused import fusion_examples
+    from ..rerank.fused_training import fusion_examples
 
     rr = _attention_alone(model, heads, max_doc_words, device, dtype)
     examples = fusion_examples(rr.score, qs, cands, qr, rel=rel, group=desc, progress=progress)
@@ -125,7 +125,7 @@ def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr) -> tuple[st
     """(the held-out report text, the weights trained on all ``examples``)."""
     from ..eval.crossval import kfold_splits
     from ..eval.report import md_table
-    from ..rerank.fused import train_fused
+    from ..rerank.fused_training import train_fused
     from ..rerank.fusion_eval import compare, heldout_scores
 
     scores = heldout_scores(kfold_splits(examples, folds, seed=seed), model=kind, l2=l2, gate=gate)

@@ -29,36 +29,31 @@ first-stage signals. ``gate`` is the threshold that scores best on the training 
 ``signals`` uses it unless a user has registered weights for the model (:func:`signals_only`):
 left out of training and tested on each dataset in turn, it transferred better than weights
 trained on the others. Which model, features and fallback each preset uses was chosen by
-leave-one-dataset-out evaluation (``scripts/bench_fusion.py``, docs/benchmarks.md).
+leave-one-dataset-out evaluation (``scripts/bench_fusion.py``, docs/benchmarks.md). Training:
+:mod:`attnrank.rerank.fused_training`.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..config import DEFAULT_LLM
-from ..errors import InputError, require
-from ..eval.metrics import evaluate
+from ..errors import InputError
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import RegistryArtifact, load_artifact, shipped_artifact
-from ..types import Document
 from .learned.features import standardise
-from .signals import SIGNALS, SIGNALS_VERSION, SignalComputer
+from .signals import SIGNALS, SIGNALS_VERSION
 
 logger = logging.getLogger(__name__)
 
 ATTENTION = "attention"
 FUSED_STAGE = "fused"  # the stage name of fused results (their attention score stays under ATTENTION)
 FEATURES = (ATTENTION, *SIGNALS)
-MODELS = ("pointwise", "pairwise", "listwise", "equal")
-GRID_STEPS = 10  # listwise: weights on the simplex in steps of 1/GRID_STEPS
 SIGNALS_AUTO = "auto"  # RerankConfig.signals: the registered (else shipped) weights, with attention
 SIGNALS_ONLY = "only"  # ... the signals alone: signals_only
 
@@ -92,7 +87,9 @@ class FusionExample:
         return dict(self.qrels) if self.qrels is not None else dict(zip(self.doc_ids, map(int, self.labels)))
 
 
-def _design(signals: Mapping[str, Any], features: Sequence[str]) -> np.ndarray:
+def feature_matrix(signals: Mapping[str, Any], features: Sequence[str]) -> np.ndarray:
+    """The per-query z-scored design matrix ``[candidates, features]`` of one query's ``signals``
+    (one finite value per candidate for each of ``features``), as scoring and training read it."""
     missing = [f for f in features if f not in signals]
     if missing:
         raise InputError(f"the candidates lack the feature(s) {missing}; the fused weights use {list(features)}")
@@ -251,8 +248,8 @@ class FusedWeights(RegistryArtifact):
     def score(self, signals: Mapping[str, Any]) -> np.ndarray:
         """Scores of one query's candidates from ``{feature: values}`` (input order)."""
         if self.confident(signals) is False:
-            return _design(signals, self.base_features) @ np.asarray(self.base_weights)
-        return _design(signals, self.features) @ np.asarray(self.weights)
+            return feature_matrix(signals, self.base_features) @ np.asarray(self.base_weights)
+        return feature_matrix(signals, self.features) @ np.asarray(self.weights)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FusedWeights:
@@ -349,220 +346,3 @@ def _stored(payload: dict[str, Any], source: str) -> FusedWeights:
     fused = FusedWeights.from_json(payload)
     fused.warn_if_stale(source)
     return fused
-
-
-# -- training -------------------------------------------------------------------------------------
-def _fit(
-    examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float, signed: bool = False
-) -> np.ndarray:
-    if model == "equal":
-        return np.ones(len(features))
-    if model == "listwise":
-        return _fit_listwise(examples, features)
-    if signed:
-        return _fit_logistic(examples, features, model, l2)
-    return _fit_linear(examples, features, model, l2)
-
-
-def ndcg10(scores: np.ndarray, gains: np.ndarray, judged: Mapping[str, int]) -> np.ndarray:
-    """nDCG@10 of one query's candidates under each column of ``scores [D, G]`` (trec_eval's linear
-    gains; the ideal from all of ``judged``), for training (evaluation uses ir-measures)."""
-    ideal = np.sort(np.fromiter(judged.values(), dtype=np.float64))[::-1][:10]
-    idcg = float((ideal / np.log2(np.arange(2, ideal.size + 2))).sum())
-    if idcg <= 0:
-        return np.zeros(scores.shape[1])
-    top = np.argsort(-scores, axis=0, kind="stable")[:10]
-    return (gains[top] / np.log2(np.arange(2, top.shape[0] + 2))[:, None]).sum(axis=0) / idcg
-
-
-def simplex_grid(n: int, steps: int = GRID_STEPS) -> np.ndarray:
-    """Every weight vector of ``n`` non-negative multiples of 1/``steps`` that sum to 1."""
-    pts = [c for c in itertools.product(range(steps + 1), repeat=n - 1) if sum(c) <= steps]
-    return np.array([[*c, steps - sum(c)] for c in pts], dtype=np.float64) / steps
-
-
-def _fit_listwise(examples: Sequence[FusionExample], features: Sequence[str]) -> np.ndarray:
-    """The simplex grid point with the best nDCG@10, mean per group then over groups."""
-    grid = simplex_grid(len(features))
-    by_group: dict[str, list[np.ndarray]] = {}
-    for e in examples:
-        x, judged = _design(e.signals, features), e.judged()
-        gains = np.array([judged.get(d, 0) for d in e.doc_ids], dtype=np.float64)
-        by_group.setdefault(e.group, []).append(ndcg10(x @ grid.T, gains, judged))
-    value = np.mean([np.mean(v, axis=0) for v in by_group.values()], axis=0)
-    return grid[int(np.argmax(value))]
-
-
-def _fit_linear(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
-    """Weights over ``features`` that are all >= 0: every signal is a relevance estimate (higher =
-    more relevant), so a negative weight only fits the training data's collinearity (e.g. one
-    BM25 against another) and does not transfer. A feature whose weight comes out negative is
-    dropped (weight 0) and the rest refitted."""
-    keep = list(range(len(features)))
-    while True:
-        w = _fit_logistic(examples, [features[i] for i in keep], model, l2)
-        if (w >= 0).all() or len(keep) == 1:
-            out = np.zeros(len(features))
-            out[keep] = np.maximum(w, 0.0)
-            return out
-        del keep[int(np.argmin(w))]
-
-
-def _fit_logistic(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
-    from sklearn.linear_model import LogisticRegression
-
-    xs = [_design(e.signals, features) for e in examples]
-    if model == "pointwise":
-        y = np.concatenate([e.labels >= e.rel for e in examples]).astype(int)
-        if y.min() == y.max():
-            raise InputError(f"all {len(y)} training candidates have the same label; give relevant and other ones")
-        clf = LogisticRegression(C=1.0 / l2, max_iter=2000).fit(np.vstack(xs), y)
-        return clf.coef_[0]
-    diffs = [
-        x[i] - x[j]
-        for e, x in zip(examples, xs)
-        for i in np.flatnonzero(e.labels >= e.rel)
-        for j in np.flatnonzero(e.labels < e.rel)
-    ]
-    if not diffs:
-        raise InputError("no training query has both relevant and other candidates; pairwise training needs them")
-    d = np.vstack(diffs)
-    clf = LogisticRegression(C=1.0 / l2, fit_intercept=False, max_iter=2000)
-    return clf.fit(np.vstack([d, -d]), np.r_[np.ones(len(d)), np.zeros(len(d))]).coef_[0]
-
-
-def _balanced(examples: Sequence[FusionExample]) -> list[FusionExample]:
-    """Every group (dataset) equally represented: the larger groups' queries are subsampled
-    (seeded) to the smallest group's size times two, so no single dataset sets the weights."""
-    groups: dict[str, list[FusionExample]] = {}
-    for e in examples:
-        groups.setdefault(e.group, []).append(e)
-    if len(groups) < 2:
-        return list(examples)
-    cap = 2 * min(len(g) for g in groups.values())
-    rng = np.random.default_rng(0)
-    out: list[FusionExample] = []
-    for g in groups.values():
-        out += [g[i] for i in sorted(rng.choice(len(g), size=min(cap, len(g)), replace=False))]
-    return out
-
-
-def mean_ndcg(examples: Sequence[FusionExample], scorer: Any, k: int = 10) -> float:
-    """Mean nDCG@``k`` of ``scorer(example) -> scores`` over ``examples`` (ir-measures)."""
-    by_rel: dict[int, list[FusionExample]] = {}
-    for e in examples:
-        by_rel.setdefault(e.rel, []).append(e)
-    total = 0.0
-    for rel, exs in by_rel.items():
-        run = {e.qid: dict(zip(e.doc_ids, map(float, scorer(e)))) for e in exs}
-        qrels = {e.qid: e.judged() for e in exs}
-        total += evaluate(run, qrels, [f"nDCG@{k}"], rel=rel)[f"nDCG@{k}"] * len(exs)
-    return total / len(examples)
-
-
-def _choose_gate(examples: Sequence[FusionExample], fused: FusedWeights) -> float | None:
-    """The confidence threshold (a quantile of the training queries' confidences, or None =
-    always attention) with the best mean nDCG@10 on ``examples``."""
-    conf = np.array([attention_confidence(e.signals[ATTENTION]) for e in examples])
-
-    def score(e: FusionExample) -> np.ndarray:
-        return fused.score(e.signals)
-
-    best, best_gate = mean_ndcg(examples, score), None
-    for q in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
-        fused.gate = float(np.quantile(conf, q))
-        value = mean_ndcg(examples, score)
-        if value > best + 1e-9:
-            best, best_gate = value, fused.gate
-    fused.gate = best_gate
-    return best_gate
-
-
-def train_fused(
-    examples: Sequence[FusionExample],
-    features: Sequence[str] = FEATURES,
-    *,
-    model: str = "pointwise",
-    l2: float = 1.0,
-    gate: bool = True,
-    balance: bool = False,
-    trained_on: str = "",
-    signed: bool = False,
-    heads: Any = None,
-    capture: str | None = None,
-) -> FusedWeights:
-    """Fit fused weights on labelled queries (see the module doc), and the same model without
-    attention (``base_weights``) where there is attention; ``gate``: choose the fallback threshold;
-    ``balance``: equal say for every group (dataset) (off by default: pooling every query measured
-    better held out, docs/benchmarks.md); ``signed``: pointwise or pairwise weights may be negative
-    (an ablation: a negative rank weight can take out attention's echo of the candidate's slot; it
-    did not beat the non-negative weights held out, docs/benchmarks.md); ``heads`` / ``capture``: the
-    heads the examples' attention was read from and how it was captured
-    (:func:`~attnrank.llm.blocks.capture_name`), recorded so that a reranker applies the weights
-    to the attention they were fitted to."""
-    require("sklearn", "train", "Training the fused scorer")
-    if model not in MODELS:
-        raise InputError(f"model={model!r} is not one of {MODELS}")
-    if l2 <= 0:
-        raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
-    if not examples:
-        raise InputError("no training queries; give labelled queries with candidates")
-    embedders = {e.embedder for e in examples}
-    if len(embedders) > 1:
-        raise InputError(
-            f"the training queries' dense signals come from different embedders {sorted(map(str, embedders))}; "
-            "compute every example's signals with one SignalComputer"
-        )
-    train = _balanced(examples) if balance else list(examples)
-    fused = FusedWeights(
-        list(features),
-        _fit(train, features, model, l2, signed).tolist(),
-        model=model,
-        l2=l2,
-        trained_on=trained_on or f"{len(examples)} queries",
-        date=_dt.datetime.now().isoformat(timespec="seconds"),
-        embedder=embedders.pop(),
-        signals_version=SIGNALS_VERSION,
-        heads=heads if ATTENTION in features else None,
-        capture=capture if ATTENTION in features else None,
-    )
-    # the gate's fallback, and the `signals` preset's model once registered (signals_only)
-    if fused.uses_attention and fused.base_features:
-        fused.base_weights = _fit(train, fused.base_features, model, l2, signed).tolist()
-        if gate:
-            _choose_gate(train, fused)
-    return fused
-
-
-# -- examples ------------------------------------------------------------------------------------
-def fusion_examples(
-    attention: Callable[[str, list[Document]], np.ndarray],
-    queries: Mapping[str, str],
-    candidates: Mapping[str, list[Document]],
-    qrels: Mapping[str, Mapping[str, int]],
-    *,
-    rel: int = 1,
-    group: str = "",
-    signals: SignalComputer | None = None,
-    progress: bool = False,
-) -> list[FusionExample]:
-    """Labelled :class:`FusionExample` per query of ``queries``: ``attention(query, docs)`` (e.g. an
-    :class:`~attnrank.rerank.attention.AttentionReranker`'s ``score`` without fusion) and the
-    first-stage signals of its ``candidates`` (first-stage order)."""
-    from tqdm.auto import tqdm
-
-    missing = [q for q in queries if q not in candidates]
-    if missing:
-        raise InputError(
-            f"{len(missing)} queries have no candidate list (first: {missing[0]!r}); give candidates for every query"
-        )
-    compute = signals or SignalComputer()
-    out = []
-    for qid in tqdm(list(queries), desc="attention and signals", unit="query", disable=not progress):
-        docs = candidates[qid]
-        sig = compute(queries[qid], [d.full_text for d in docs])
-        sig[ATTENTION] = np.asarray(attention(queries[qid], docs), dtype=np.float64)
-        labels = np.array([qrels.get(qid, {}).get(d.id, 0) for d in docs], dtype=np.int64)
-        judged = dict(qrels.get(qid, {}))
-        out.append(FusionExample(qid, [d.id for d in docs], sig, labels, rel, group, judged, compute.embedder_name))
-    return out

@@ -17,7 +17,8 @@ import numpy as np
 from ..errors import InputError
 from ..eval.crossval import Split
 from ..eval.metrics import evaluate_per_query, sign_test, wins_losses
-from .fused import ATTENTION, FEATURES, FusionExample, equal_weights, train_fused
+from .fused import ATTENTION, FEATURES, FusionExample, equal_weights
+from .fused_training import train_fused
 from .signals import SIGNALS
 
 Scores = dict[str, np.ndarray]  # qid -> scores over its candidates

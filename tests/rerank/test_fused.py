@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.eval.crossval import group_splits
 from attnrank.registry import shipped_artifact
 from attnrank.rerank.fused import (
     FusedWeights,
@@ -14,42 +13,9 @@ from attnrank.rerank.fused import (
     attention_confidence,
     equal_weights,
     resolve_fused,
-    train_fused,
 )
-from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
-
-
-def _examples(n: int, group: str, att_noise: float, seed: int) -> list[FusionExample]:
-    """Queries of 10 candidates, 2 relevant: ``dense`` is informative, ``bm25`` weakly, ``rank``
-    not at all; ``attention`` is informative with noise ``att_noise``."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        y = np.zeros(10, dtype=np.int64)
-        y[rng.choice(10, 2, replace=False)] = 1
-        sig = {
-            "dense": y + rng.normal(0, 0.7, 10),
-            "bm25": y + rng.normal(0, 2.0, 10),
-            "rank": -np.arange(10.0),
-            "attention": y + rng.normal(0, att_noise, 10),
-        }
-        out.append(FusionExample(f"{group}{i}", [f"d{j}" for j in range(10)], sig, y, 1, group))
-    return out
-
-
-def test_training_weights_the_informative_signals():
-    fused = train_fused(_examples(60, "a", 0.5, 0) + _examples(60, "b", 0.5, 1), gate=False)
-    w = dict(zip(fused.features, fused.weights))
-    assert w["attention"] > w["bm25"] > 0 and w["dense"] > w["bm25"] and abs(w["rank"]) < w["bm25"]
-    test = _examples(40, "c", 0.5, 2)
-    scores = heldout_scores(group_splits(test + _examples(60, "a", 0.5, 0), lambda e: e.group, groups=["c", "a"])[:1])
-    rows = {r["method"]: r for r in compare(test, scores)}
-    # both signals together beat either alone
-    assert rows[WITH_ATTENTION]["nDCG@10"] > rows["dense alone"]["nDCG@10"] > rows["rank alone"]["nDCG@10"]
-    assert rows[WITH_ATTENTION]["nDCG@10"] > rows[NO_ATTENTION]["nDCG@10"]
-    # the untrained default is scored too: here BM25 is mostly noise, which only training down-weights
-    assert rows[NO_ATTENTION]["nDCG@10"] > rows[EQUAL]["nDCG@10"] > rows["bm25 alone"]["nDCG@10"]
-    assert rows[WITH_ATTENTION]["best first stage"] == "dense alone" and rows[WITH_ATTENTION]["wins"] > 0
+from attnrank.rerank.fused_training import train_fused
+from attnrank.rerank.fusion_eval import compare
 
 
 def test_gate_falls_back_to_the_base_model_when_attention_is_flat():
@@ -66,32 +32,6 @@ def test_gate_falls_back_to_the_base_model_when_attention_is_flat():
     assert fused.confident({"attention": np.zeros(4), "dense": dense}) is False
 
 
-def test_gate_is_chosen_on_training_data_and_keeps_first_stage_where_attention_is_noise():
-    # half the queries: attention is pure noise with a flat profile; the gate learns to skip it
-    rng = np.random.default_rng(3)
-    ex = _examples(80, "a", 0.3, 4)
-    for e in ex[:40]:
-        e.signals["attention"] = rng.normal(0, 1e-3, 10)
-    fused = train_fused(ex, balance=False, gate=True)
-    assert fused.base_weights and fused.base_features == ["bm25", "dense", "rank"]
-    assert fused.gate is None or fused.gate > 0
-
-
-def test_without_attention_is_the_base_model_and_training_always_fits_it():
-    """What ``signals="only"`` scores with: the base model, even of weights trained without a gate."""
-    ex = _examples(60, "a", 0.5, 0)
-    for gate in (True, False):
-        fused = train_fused(ex, gate=gate)
-        base = fused.without_attention()
-        assert base.features == ["bm25", "dense", "rank"] and base.weights == fused.base_weights
-        assert base.gate is None and not base.uses_attention and base.without_attention() is base
-        e = ex[0]
-        signals = {k: v for k, v in e.signals.items() if k != "attention"}
-        np.testing.assert_allclose(base.score(signals), train_fused(ex, ["bm25", "dense", "rank"]).score(signals))
-    with pytest.raises(InputError, match="no model without attention"):
-        FusedWeights(["attention", "dense"], [1.0, 1.0]).without_attention()
-
-
 def test_equal_weights_sum_the_per_query_z_scores():
     sig = {"bm25": np.array([3.0, 1.0, 2.0]), "dense": np.array([0.1, 0.9, 0.5]), "rank": np.zeros(3)}
     z = {k: (v - v.mean()) / v.std() for k, v in sig.items() if k != "rank"}
@@ -101,43 +41,16 @@ def test_equal_weights_sum_the_per_query_z_scores():
     assert not equal_weights().uses_attention and equal_weights(["dense"]).score(sig).argmax() == 1
 
 
-def test_equal_model_fits_nothing_but_the_gate():
-    """model='equal': weight 1 on every feature and on the fallback's; only the gate is chosen, and
-    where attention is pure noise it falls back on some queries (a gate that scores best)."""
-    ex = _examples(60, "a", 50.0, 3)
-    fused = train_fused(ex, ["attention", "bm25", "dense"], model="equal")
-    assert fused.weights == [1.0, 1.0, 1.0] and fused.base_weights == [1.0, 1.0] and fused.model == "equal"
-    np.testing.assert_allclose(fused.without_attention().score(ex[0].signals), equal_weights().score(ex[0].signals))
-    assert fused.gate is not None
-
-
-def test_signed_weights_may_take_out_an_echo_the_default_weights_keep():
-    """Attention = relevance + the slot (rank): only signed weights subtract the slot, by a
-    negative rank weight; the default keeps every weight >= 0 (the rank's comes out 0)."""
-    rng = np.random.default_rng(7)
-    ex = []
-    for i in range(80):
-        y = np.zeros(10, dtype=np.int64)
-        y[rng.choice(10, 2, replace=False)] = 1
-        rank = -np.arange(10.0)
-        signals = {"attention": y + 0.5 * rank / 3 + rng.normal(0, 0.3, 10), "rank": rank}
-        ex.append(FusionExample(str(i), [str(j) for j in range(10)], signals, y, group="g"))
-    signed = train_fused(ex, ["attention", "rank"], gate=False, signed=True)
-    plain = train_fused(ex, ["attention", "rank"], gate=False)
-    assert signed.weights[0] > 0 > signed.weights[1]
-    assert plain.weights[1] == 0.0 and min(plain.weights) >= 0
-
-
-def test_weights_round_trip_the_registry(tmp_path):
-    fused = train_fused(_examples(30, "a", 0.5, 5), trained_on="synthetic")
+def test_weights_round_trip_the_registry(tmp_path, make_examples):
+    fused = train_fused(make_examples(30, "a", 0.5, 5), trained_on="synthetic")
     fused.save("some/model", "f" * 64, root=tmp_path)
     back = FusedWeights.load("some/model", "f" * 64, root=tmp_path)
     assert back.features == fused.features and back.weights == pytest.approx(fused.weights)
     assert back.gate == fused.gate and back.trained_on == "synthetic"
 
 
-def test_weights_record_the_heads_and_capture_of_their_attention(tmp_path, caplog):
-    ex = _examples(30, "a", 0.5, 5)
+def test_weights_record_the_heads_and_capture_of_their_attention(tmp_path, caplog, make_examples):
+    ex = make_examples(30, "a", 0.5, 5)
     fused = train_fused(ex, heads=[(3, 1), "0-2"], capture="block:shared")
     assert fused.heads == ["0-2", "3-1"] and fused.capture == "block:shared"  # normalised, sorted
     assert fused.without_attention().heads is None and fused.without_attention().capture is None
@@ -163,7 +76,7 @@ def test_weights_record_the_heads_and_capture_of_their_attention(tmp_path, caplo
     assert "fitted to the attention of heads 2 (0-2,3-1); this reranker reads all" in caplog.text
 
 
-def test_malformed_weights_and_missing_features_are_refused():
+def test_malformed_weights_and_missing_features_are_refused(make_examples):
     with pytest.raises(InputError, match="among"):
         FusedWeights(["attention", "splade"], [1.0, 1.0])
     with pytest.raises(InputError, match="one weight each"):
@@ -173,7 +86,7 @@ def test_malformed_weights_and_missing_features_are_refused():
     with pytest.raises(InputError, match="same label"):
         train_fused([FusionExample("q", ["a", "b"], {"dense": np.ones(2)}, np.zeros(2, dtype=int))], ["dense"])
     with pytest.raises(InputError, match="l2"):
-        train_fused(_examples(5, "a", 0.5, 6), l2=0)
+        train_fused(make_examples(5, "a", 0.5, 6), l2=0)
 
 
 def test_auto_falls_back_to_the_packaged_weights_for_another_model():
@@ -228,27 +141,9 @@ def test_non_finite_or_misaligned_signals_are_refused():
     assert np.argmax(fused.score({"attention": np.array([9.0, 1.0, 2.0, 3.0]), "dense": dense})) == 3
 
 
-def test_one_line_errors_for_missing_candidates_and_baselines():
-    """A query without a candidate list, and a comparison against baselines none of which was
-    scored, were a bare KeyError and a ValueError from max()."""
-    from attnrank.rerank.fused import fusion_examples
-
-    with pytest.raises(InputError, match="1 queries have no candidate list \\(first: 'q2'\\)"):
-        fusion_examples(lambda q, d: np.zeros(len(d)), {"q1": "a", "q2": "b"}, {"q1": []}, {})
-    ex = _examples(4, "g", 0.1, 0)
+def test_one_line_error_for_baselines_none_of_which_was_scored(make_examples):
+    """A comparison against baselines none of which was scored was a ValueError from max()."""
+    ex = make_examples(4, "g", 0.1, 0)
     scores = {"mine": {e.qid: e.signals["attention"] for e in ex}}
     with pytest.raises(InputError, match="none of the baselines \\['bm25 alone'\\] is among the scored methods"):
         compare(ex, scores, baselines=("bm25 alone",))
-
-
-def test_weights_record_the_embedder_of_their_dense_signal():
-    """Weights fitted to another embedder's cosines were applied to the packaged MiniLM's: the
-    embedder is recorded with the weights (and a mix of embedders refused)."""
-    from dataclasses import replace
-
-    ex = [replace(e, embedder="my-embedder") for e in _examples(30, "a", 0.5, 0)]
-    assert train_fused(ex, gate=False).embedder == "my-embedder"
-    assert train_fused(_examples(30, "a", 0.5, 0), gate=False).embedder is None
-    with pytest.raises(InputError, match="different embedders"):
-        train_fused(ex[:10] + _examples(10, "b", 0.5, 1), gate=False)
-    assert FusedWeights.from_json({"features": ["dense"], "weights": [1.0]}).embedder is None  # older files

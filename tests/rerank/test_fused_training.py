@@ -1,0 +1,101 @@
+"""Training the fused scorer (attnrank.rerank.fused_training)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.eval.crossval import group_splits
+from attnrank.rerank.fused import FusedWeights, FusionExample, equal_weights
+from attnrank.rerank.fused_training import fusion_examples, train_fused
+from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
+
+
+def test_training_weights_the_informative_signals(make_examples):
+    fused = train_fused(make_examples(60, "a", 0.5, 0) + make_examples(60, "b", 0.5, 1), gate=False)
+    w = dict(zip(fused.features, fused.weights))
+    assert w["attention"] > w["bm25"] > 0 and w["dense"] > w["bm25"] and abs(w["rank"]) < w["bm25"]
+    test = make_examples(40, "c", 0.5, 2)
+    scores = heldout_scores(
+        group_splits(test + make_examples(60, "a", 0.5, 0), lambda e: e.group, groups=["c", "a"])[:1]
+    )
+    rows = {r["method"]: r for r in compare(test, scores)}
+    # both signals together beat either alone
+    assert rows[WITH_ATTENTION]["nDCG@10"] > rows["dense alone"]["nDCG@10"] > rows["rank alone"]["nDCG@10"]
+    assert rows[WITH_ATTENTION]["nDCG@10"] > rows[NO_ATTENTION]["nDCG@10"]
+    # the untrained default is scored too: here BM25 is mostly noise, which only training down-weights
+    assert rows[NO_ATTENTION]["nDCG@10"] > rows[EQUAL]["nDCG@10"] > rows["bm25 alone"]["nDCG@10"]
+    assert rows[WITH_ATTENTION]["best first stage"] == "dense alone" and rows[WITH_ATTENTION]["wins"] > 0
+
+
+def test_gate_is_chosen_on_training_data_and_keeps_first_stage_where_attention_is_noise(make_examples):
+    # half the queries: attention is pure noise with a flat profile; the gate learns to skip it
+    rng = np.random.default_rng(3)
+    ex = make_examples(80, "a", 0.3, 4)
+    for e in ex[:40]:
+        e.signals["attention"] = rng.normal(0, 1e-3, 10)
+    fused = train_fused(ex, balance=False, gate=True)
+    assert fused.base_weights and fused.base_features == ["bm25", "dense", "rank"]
+    assert fused.gate is None or fused.gate > 0
+
+
+def test_without_attention_is_the_base_model_and_training_always_fits_it(make_examples):
+    """What ``signals="only"`` scores with: the base model, even of weights trained without a gate."""
+    ex = make_examples(60, "a", 0.5, 0)
+    for gate in (True, False):
+        fused = train_fused(ex, gate=gate)
+        base = fused.without_attention()
+        assert base.features == ["bm25", "dense", "rank"] and base.weights == fused.base_weights
+        assert base.gate is None and not base.uses_attention and base.without_attention() is base
+        e = ex[0]
+        signals = {k: v for k, v in e.signals.items() if k != "attention"}
+        np.testing.assert_allclose(base.score(signals), train_fused(ex, ["bm25", "dense", "rank"]).score(signals))
+    with pytest.raises(InputError, match="no model without attention"):
+        FusedWeights(["attention", "dense"], [1.0, 1.0]).without_attention()
+
+
+def test_equal_model_fits_nothing_but_the_gate(make_examples):
+    """model='equal': weight 1 on every feature and on the fallback's; only the gate is chosen, and
+    where attention is pure noise it falls back on some queries (a gate that scores best)."""
+    ex = make_examples(60, "a", 50.0, 3)
+    fused = train_fused(ex, ["attention", "bm25", "dense"], model="equal")
+    assert fused.weights == [1.0, 1.0, 1.0] and fused.base_weights == [1.0, 1.0] and fused.model == "equal"
+    np.testing.assert_allclose(fused.without_attention().score(ex[0].signals), equal_weights().score(ex[0].signals))
+    assert fused.gate is not None
+
+
+def test_signed_weights_may_take_out_an_echo_the_default_weights_keep():
+    """Attention = relevance + the slot (rank): only signed weights subtract the slot, by a
+    negative rank weight; the default keeps every weight >= 0 (the rank's comes out 0)."""
+    rng = np.random.default_rng(7)
+    ex = []
+    for i in range(80):
+        y = np.zeros(10, dtype=np.int64)
+        y[rng.choice(10, 2, replace=False)] = 1
+        rank = -np.arange(10.0)
+        signals = {"attention": y + 0.5 * rank / 3 + rng.normal(0, 0.3, 10), "rank": rank}
+        ex.append(FusionExample(str(i), [str(j) for j in range(10)], signals, y, group="g"))
+    signed = train_fused(ex, ["attention", "rank"], gate=False, signed=True)
+    plain = train_fused(ex, ["attention", "rank"], gate=False)
+    assert signed.weights[0] > 0 > signed.weights[1]
+    assert plain.weights[1] == 0.0 and min(plain.weights) >= 0
+
+
+def test_weights_record_the_embedder_of_their_dense_signal(make_examples):
+    """Weights fitted to another embedder's cosines were applied to the packaged MiniLM's: the
+    embedder is recorded with the weights (and a mix of embedders refused)."""
+    from dataclasses import replace
+
+    ex = [replace(e, embedder="my-embedder") for e in make_examples(30, "a", 0.5, 0)]
+    assert train_fused(ex, gate=False).embedder == "my-embedder"
+    assert train_fused(make_examples(30, "a", 0.5, 0), gate=False).embedder is None
+    with pytest.raises(InputError, match="different embedders"):
+        train_fused(ex[:10] + make_examples(10, "b", 0.5, 1), gate=False)
+    assert FusedWeights.from_json({"features": ["dense"], "weights": [1.0]}).embedder is None  # older files
+
+
+def test_one_line_error_for_a_query_without_candidates():
+    """A query without a candidate list was a bare KeyError."""
+    with pytest.raises(InputError, match="1 queries have no candidate list \\(first: 'q2'\\)"):
+        fusion_examples(lambda q, d: np.zeros(len(d)), {"q1": "a", "q2": "b"}, {"q1": []}, {})
