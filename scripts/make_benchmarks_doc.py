@@ -178,7 +178,7 @@ instead of the best on average, fused, scores within 0.1 point of the preset on 
 dataset (0.5653 / 0.7412 / 0.9049 / 0.5322).
 "Reranking presets" and "LoCoMo end to end" were re-run with the new weights. On LoCoMo's 100
 questions outside the training share, `fused` reached evidence R@5 0.556 (0.554 with the earlier
-weights) and answer F1 0.104 (0.111); every arm's timing there is from a machine about three times
+weights) and answer F1 0.104 (0.111); every arm's timing there is from a machine 2.3x to 3x
 faster than the day before.
 
 The first-stage table is why a new index fuses BM25 and dense scores convexly (alpha 0.45 on dense,
