@@ -55,15 +55,14 @@ from .prompts import (
     OPENING,
     SEPARATOR,
     Span,
-    Truncation,
     chat_frame,
     encode_cut,
     late_instruction,
     prompt_documents,
     prompt_positions,
     query_tail,
-    truncate_texts,
 )
+from .truncation import Truncation, truncate_texts
 
 ATTENTION_MODES = ("full", "block")
 BLOCK_POSITIONS = ("shared", "sequential", "rotated")

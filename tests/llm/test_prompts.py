@@ -151,7 +151,7 @@ def test_instructions(tok):
 def test_truncation_is_reported(tok, caplog):
     long_doc = Document("long", " ".join(f"w{i}" for i in range(50)), "Long")
     docs = [long_doc, DOCS[1]]
-    with caplog.at_level(logging.INFO, logger="attnrank.llm.prompts"):
+    with caplog.at_level(logging.INFO, logger="attnrank.llm.truncation"):
         p = build_rerank_prompts(tok, QUERY, docs, max_doc_words=10).real
     assert [(t.doc_index, t.doc_id, t.unit, t.original, t.kept) for t in p.truncated] == [(0, "long", "words", 50, 10)]
     assert "long 50->10 words" in caplog.text
@@ -268,7 +268,7 @@ def test_a_token_cut_fits_its_limit_when_tokenized_again(tok):
     text was a few tokens over the limit. It now fits, unless its first character alone does not."""
     import random
 
-    from attnrank.llm.prompts import truncate_texts
+    from attnrank.llm.truncation import truncate_texts
 
     rng = random.Random(0)
     words = ["naïve", "café", "日本語", "capital", "x", "re-entry", "😀😀", "—", "co-op", "Ünïcödé"]
