@@ -127,10 +127,11 @@ evidence turns relevant).
 The headline is the fused scorer judged as a user meets it: trained on the other datasets and
 tested on one it never saw (leave-one-dataset-out), next to every first-stage signal measured on
 the same candidates. Since 2026-12-02 the default preset is `signals`, that fusion **without**
-attention: it measured best on average held out, and attention added to it (the preset `fused`)
-lowered the mean (since the evening of 2026-12-03 with equal weights, nothing trained; below). The
+attention: it measured best on average held out (until 2026-12-04), and attention added to it (the
+preset `fused`) lowered the mean (since the evening of 2026-12-03 with equal weights, nothing
+trained; below). Tables written before 2026-12-02 call `fused` "the default preset". The
 block-attention record re-run with 400 SciFact queries on 2026-12-04 puts `fused` 0.09 points above
-the default on the held-out mean, below it on two of the four datasets; the default stays (below). Tables written before then call `fused` "the default preset". Since 2026-12-03
+the default on the held-out mean, below it on two of the four datasets; the default stays (below). Since 2026-12-03
 that preset loads no LLM, embeds the candidates in the reranker's dtype (bfloat16 on CPUs that
 have it: 1.6x to 2.2x faster, nDCG@10 -0.05 and 0.00 points; 2.6x to 4.2x in the re-run of 2026-12-04) and, for candidates that come from an
 attnrank index, reads their stored vectors instead (0.042 s per SciFact query of 20 abstracts
@@ -174,11 +175,11 @@ LLM pass (4.7x the default's time on DL19 and 11x on SciFact, "Reranking presets
 highest held-out means are those of attention from the top-8 heads (0.6907) and weights trained
 without LoCoMo (0.6913): each within 0.6 points of the default, and picked here only by their
 held-out figures. The ablation of the 16 heads whose weakest training dataset is strongest,
-instead of the best on average, fused, scores within 0.1 point of the preset on every held-out
+instead of the best on average, fused, scores within 0.2 points of the preset on every held-out
 dataset (0.5653 / 0.7412 / 0.9049 / 0.5322).
 "Reranking presets" and "LoCoMo end to end" were re-run with the new weights. On LoCoMo's 100
 questions outside the training share, `fused` reached evidence R@5 0.556 (0.554 with the earlier
-weights) and answer F1 0.104 (0.111); every arm's timing there is from a machine 2.3x to 3x
+weights) and answer F1 0.104 (0.111); every arm's timing there is from a machine 2.3x to 3.2x
 faster than the day before.
 
 The first-stage table is why a new index fuses BM25 and dense scores convexly (alpha 0.45 on dense,

@@ -1,4 +1,4 @@
-"""The fused scorer (attnrank.rerank.fused) and its held-out evaluation (rerank.fusion_eval)."""
+"""The fused scorer's weights and scoring (attnrank.rerank.fused); comparing methods (rerank.fusion_eval)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Training the fused scorer (attnrank.rerank.fused_training)."""
+"""Training the fused scorer (attnrank.rerank.fused_training) and its held-out evaluation (rerank.fusion_eval)."""
 
 from __future__ import annotations
 
