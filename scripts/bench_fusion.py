@@ -55,7 +55,7 @@ from attnrank.registry import resolve_heads
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RERANK_PRESETS, RerankConfig
 from attnrank.rerank.fused import equal_weights, resolve_fused
-from attnrank.rerank.fused_training import train_fused
+from attnrank.rerank.fused_training import mean_ndcg, train_fused
 from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
 
 log = logging.getLogger("bench_fusion")
@@ -72,6 +72,8 @@ TRAINED = "fused without attention, trained (preset fused's fallback)"
 FUSED = "fused with attention (preset fused)"
 COMPLEMENTARY = "complementary"  # the head set of complementary_heads (16 heads)
 WORST = "worst"  # the 16 heads whose weakest training dataset is strongest (top_heads by="worst")
+NESTED = "fused with attention, head count chosen by an inner leave-one-dataset-out (4, 8, 16 or 32)"
+HEAD_COUNTS = (4, 8, 16, 32)
 
 
 def load(args, root: Path, rr: AttentionReranker) -> dict:
@@ -182,6 +184,30 @@ def variants() -> dict:
     }
 
 
+def inner_head_count(data: dict, train_groups: list[str], args) -> tuple[int, dict[int, float]]:
+    """The N of the top-N heads that scores best in a leave-one-dataset-out among ``train_groups``
+    alone: for each N, and each of them left out in turn, heads chosen and weights trained on the
+    others, the fused scorer's mean nDCG@10 on the left-out one, averaged; a choice that never sees
+    the outer held-out dataset. Returns the N and each N's inner mean."""
+    made: dict = {}
+
+    def ex(h: str, idx: list[int]) -> list:
+        if (h, tuple(idx)) not in made:
+            made[h, tuple(idx)] = examples(data, h, idx)
+        return made[h, tuple(idx)]
+
+    inner = {}
+    for n in HEAD_COUNTS:
+        values = []
+        for v in train_groups:
+            rest = [h for h in train_groups if h != v]
+            idx = top_heads(data, rest, n=n)
+            fused = train_fused([e for h in rest for e in ex(h, idx)], l2=args.l2, model=args.model)
+            values.append(mean_ndcg(ex(v, idx), lambda e, f=fused: f.score(e.signals)))
+        inner[n] = float(np.mean(values))
+    return max(HEAD_COUNTS, key=lambda n: inner[n]), inner
+
+
 def fixed_variants() -> dict:
     """``--ablation fixed-weights``: equal weights over per-query z-scores, no training at all
     (nothing learned on the other datasets can fail to transfer): name -> features. Each pair
@@ -237,6 +263,12 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
             train = [e for h in train_groups if h not in leave_out for e in train_ex[h]]
             fused = train_fused(train, feats, l2=args.l2, **{"model": args.model, **kw})
             scores[name] = {e.qid: fused.score(e.signals) for e in test_ex}
+        chosen, inner = inner_head_count(data, train_groups, args)
+        if chosen not in ex:
+            idx = top_heads(data, train_groups, n=chosen)
+            ex[chosen] = ({h: examples(data, h, idx) for h in train_groups}, examples(data, g, idx))
+        nested = train_fused([e for h in train_groups for e in ex[chosen][0][h]], l2=args.l2, model=args.model)
+        scores[NESTED] = {e.qid: nested.score(e.signals) for e in ex[chosen][1]}
         if args.ablation == "fixed-weights":
             fixed_features = fixed_variants()
             for name, feats in fixed_features.items():
@@ -247,7 +279,8 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
             against_default += [{"held out": g, **r} for r in rows_vs]
         paired[g] = compare(test16, {m: scores[m] for m in (TRAINED, FUSED)}, METRICS[g][:1], baselines=(TRAINED,))[1]
         for r in compare(test16, scores, METRICS[g], baselines=FIRST + CAND):
-            rows.append({"held out": g, **r})
+            nested_row = {"head count": chosen, "inner nDCG@10": inner} if r["method"] == NESTED else {}
+            rows.append({"held out": g, **r, **nested_row})
         log.info("LODO %s done", g)
     return rows, paired, against_default + pooled_against_default(against_default)
 

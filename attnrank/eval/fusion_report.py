@@ -86,6 +86,21 @@ def fusion_markdown(p: dict[str, Any], command: str) -> str:
     ]
     for g in p["sizes"]:
         out += [f"### {g} held out", "", md_table([r for r in p["lodo"] if r["held out"] == g], cols, fmt), ""]
+    nested = [r for r in p["lodo"] if "head count" in r]
+    if nested:
+        out += [
+            "Head count of the row 'head count chosen by an inner leave-one-dataset-out', per held-out dataset "
+            "(chosen by the mean nDCG@10 of a leave-one-dataset-out among the training datasets alone; "
+            "inner means in brackets): "
+            + "; ".join(
+                f"{r['held out']} {r['head count']} ("
+                + ", ".join(f"{n}: {v:.4f}" for n, v in r["inner nDCG@10"].items())
+                + ")"
+                for r in nested
+            )
+            + ".",
+            "",
+        ]
     if p.get("fixed_vs_default"):
         out += [
             "## Equal weights against the default, per query (held out)",

@@ -78,3 +78,11 @@ def test_title_names_only_what_differs_from_the_float32_full_attention_headline(
     assert variant_title({"dtype": "bfloat16", "prompt": {"order": "forward"}}) == ": bfloat16, order=forward"
     shipped = _payload(shipped={**_payload()["shipped"], "heads": None, "capture": None})
     assert "heads not recorded, captured as not recorded" in fusion_markdown(shipped, "c")
+
+
+def test_the_nested_head_count_is_named_per_held_out_dataset():
+    p = _payload()
+    p["lodo"][1] |= {"head count": 8, "inner nDCG@10": {"4": 0.7291, "8": 0.73}}  # as read back from the JSON
+    md = fusion_markdown(p, "c")
+    assert "inner means in brackets): LoCoMo 8 (4: 0.7291, 8: 0.7300)." in md
+    assert "inner leave-one-dataset-out, per held-out" not in fusion_markdown(_payload(), "c")
