@@ -122,7 +122,7 @@ class Pipeline:
         if not reorder:
             return None
         stages = (self.generator, self.reranker, self.pruner)  # not a reranker that runs no model: it loads none
-        models = (getattr(s, "llm", None) for s in stages if getattr(s, "uses_attention", True))
+        models = (getattr(s, "llm", None) for s in stages if getattr(s, "uses_llm", True))
         llm = next((m for m in models if isinstance(m, LLM)), None)
         if llm is None:
             raise InputError(

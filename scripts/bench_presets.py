@@ -1,20 +1,23 @@
 """What the reranking presets cost and score as a user runs them: seconds per query and nDCG@10 of
-the default preset ``signals`` (the candidates' BM25 and dense cosine, z-scored and summed; no attention) and
-the preset ``fused`` (the same with block attention from the heads its weights record; ``--presets`` adds others),
-each query reranked by every preset in turn in one process (interleaved, so load changes hit all
-alike), the LLM in its default dtype, ``fused`` with the shipped weights. Baseline: the first-stage order.
+the default preset ``likelihood`` (the candidates' BM25, dense cosine and the LLM's query likelihood
+given each, z-scored and summed; no attention), preset ``signals`` (the same without the likelihood:
+no LLM) and preset ``fused`` (block attention from the heads its weights record, fused with BM25 and
+dense by those weights; ``--presets`` chooses others), each query reranked by every preset in turn
+in one process (interleaved, so load changes hit all alike), the LLM in its default dtype, ``fused``
+with the shipped weights. Baseline: the first-stage order.
 
-    python scripts/bench_presets.py [--data DIR] [--scifact-queries 20] [--presets signals,fused]
+    python scripts/bench_presets.py [--data DIR] [--scifact-queries 20] [--presets likelihood,signals,fused]
 
 Sets: DL19 BM25 top-20 (43 topics, rel >= 2) and SciFact train hybrid RRF top-20 (a seeded sample).
-On SciFact, whose candidates come from an index, the default preset is also timed as a search
-pipeline runs it: its dense signal read from the index's stored vectors (``AttentionReranker.use_index``)
-instead of a MiniLM pass over the candidates; row "signals, index vectors". Where the CPU runs the
+On SciFact, whose candidates come from an index, ``signals`` is also timed as a search pipeline runs
+it: its dense signal read from the index's stored vectors (``AttentionReranker.use_index``) instead
+of a MiniLM pass over the candidates; row "signals, index vectors". Where the CPU runs the
 candidates' embedder in bfloat16 (the reranker's auto dtype), row "signals, float32 embedder" is
-the default preset with it in float32, as before that change.
-The shipped weights (``fused``) were trained on these queries among others, so read its nDCG@10 as
-in-domain; the held-out figures are in docs/results/fusion_bfloat16_block_block_positions-shared.md. Model and embedder load before the clock starts; each preset's first
-query is timed too (a warm-up query runs first). Writes docs/results/rerank_presets.{json,md}.
+``signals`` with it in float32. ``likelihood`` and ``signals`` are untrained, so their nDCG@10 is held
+out; the shipped weights (``fused``) were trained on these queries among others, so read its
+nDCG@10 as in-domain (held out: docs/results/fusion_bfloat16_block_block_positions-shared.md).
+Model and embedder load before the clock starts; each preset's first query is timed too (a warm-up
+query runs first). Writes docs/results/rerank_presets.{json,md}.
 """
 
 from __future__ import annotations
@@ -38,19 +41,22 @@ from attnrank.speed import probe_gflops
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"
-INDEXED = "signals, index vectors"  # the default preset reading its candidates' vectors from the index
-FLOAT32 = "signals, float32 embedder"  # the default preset with its embedder in float32
+INDEXED = "signals, index vectors"  # preset signals reading its candidates' vectors from the index
+FLOAT32 = "signals, float32 embedder"  # preset signals with its embedder in float32
+FIRST_TIME = "x the first preset's time"
 
 
 def rerankers_for(llm, presets: list[str], retriever) -> dict[str, AttentionReranker]:
-    """The presets' rerankers, then the default preset's variants this set and CPU can show."""
+    """The presets' rerankers, then preset ``signals``' variants this set and CPU can show."""
     rerankers = {p: AttentionReranker(llm, config=p) for p in presets}
-    if presets[0] == "signals" and rerankers[presets[0]].signals.backend == "torch-bf16":
+    if "signals" not in presets:
+        return rerankers
+    if rerankers["signals"].signals.backend == "torch-bf16":
         # without the (bfloat16) llm: a given model's dtype would set the embedder's, not dtype=
-        rerankers[FLOAT32] = AttentionReranker(config=presets[0], dtype="float32")
+        rerankers[FLOAT32] = AttentionReranker(config="signals", dtype="float32")
         assert rerankers[FLOAT32].signals.backend == "torch", rerankers[FLOAT32].signals.backend
     if retriever is not None:
-        rerankers[INDEXED] = AttentionReranker(llm, config=presets[0])
+        rerankers[INDEXED] = AttentionReranker(llm, config="signals")
         assert rerankers[INDEXED].use_index(retriever), "the index's vectors cannot be read"
     return rerankers
 
@@ -83,7 +89,7 @@ def measure(sets: list, presets: list[str]) -> list[dict]:
                 {
                     "set": setting,
                     "preset": name,
-                    "attention": "—" if s is None else ("yes" if rerankers[name].uses_attention else "no"),
+                    "attention": "—" if s is None else _attention(rerankers[name]),
                     "nDCG@10": evaluate(run, ds.qrels, ["nDCG@10"], rel=ds.rel)["nDCG@10"],
                     "mean s/query": float(np.mean(s)) if s else float("nan"),
                     "median s/query": float(np.median(s)) if s else float("nan"),
@@ -94,8 +100,14 @@ def measure(sets: list, presets: list[str]) -> list[dict]:
         logging.info("%s done", setting)
     for r in rows:  # time relative to the default preset on the same set, same run
         base = next(x for x in rows if x["set"] == r["set"] and x["preset"] == presets[0])
-        r["x the default's time"] = r["mean s/query"] / base["mean s/query"]
+        r[FIRST_TIME] = r["mean s/query"] / base["mean s/query"]
     return rows
+
+
+def _attention(rr: AttentionReranker) -> str:
+    if rr.uses_attention:
+        return "yes"
+    return "no (query likelihood)" if rr.uses_llm else "no"
 
 
 def markdown(p: dict) -> str:
@@ -107,7 +119,7 @@ def markdown(p: dict) -> str:
         "nDCG@10",
         "mean s/query",
         "median s/query",
-        "x the default's time",
+        FIRST_TIME,
         "queries",
         "probe GFLOP/s bf16 / f32",
     ]
@@ -118,17 +130,19 @@ def markdown(p: dict) -> str:
             "Command: `" + " ".join(["python scripts/bench_presets.py", *sys.argv[1:]]) + "`",
             "",
             f"SmolLM2-135M-Instruct ({p['dtype']}); every preset reranks each query in turn in one process. The "
-            "default preset `signals` is untrained (equal weights on the z-scored BM25 and dense cosine), so its "
-            "figures here are as held out as in fusion.md; `fused` (block attention at shared positions) reads the "
-            "shipped weights, trained on these queries among others, so its nDCG@10 is in-domain (held out: "
-            "fusion_bfloat16_block_block_positions-shared.md). The default preset embeds the candidates in the "
+            "default preset `likelihood` and the preset `signals` are untrained (equal weights on per-query z-scores: "
+            "BM25, dense cosine and, for `likelihood`, the LLM's query likelihood given each candidate, one prompt "
+            "per candidate through the whole model; UPR), so their figures here are held out (likelihood.md); "
+            "`fused` (block attention at shared positions) reads the shipped weights, trained on these queries "
+            "among others, so its nDCG@10 is in-domain (held out: fusion_bfloat16_block_block_positions-shared.md). "
+            "`signals` embeds the candidates in the "
             "reranker's dtype (bfloat16 on CPUs with AMX or AVX-512 BF16); `signals, float32 embedder` is the same "
             "preset with float32 embeddings, and `signals, index vectors` reads the candidates' vectors from the "
             "index they came from (as `search --rerank`, `ask`, the server and the retriever adapters do), embedding "
             "only the query. probe GFLOP/s: this machine's 1024³ matrix-product rate in bfloat16 and float32 "
             "before and after the set's queries (attnrank.speed.probe_gflops; a shared machine's rate varies).",
             "",
-            md_table(p["rows"], cols, {"mean s/query": ".3f", "median s/query": ".3f", "x the default's time": ".1f"}),
+            md_table(p["rows"], cols, {"mean s/query": ".3f", "median s/query": ".3f", FIRST_TIME: ".1f"}),
             "",
         ]
     )
@@ -138,7 +152,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
     ap.add_argument("--scifact-queries", type=int, default=20)
-    ap.add_argument("--presets", default="signals,fused", help="comma-separated; the first is the default")
+    ap.add_argument(
+        "--presets",
+        default="likelihood,signals,fused",
+        help="comma-separated; times are shown as multiples of the first's",
+    )
     ap.add_argument("--out", default=str(REPO / "docs" / "results"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -120,3 +120,19 @@ def test_a_value_the_configuration_refuses_is_an_option_error(tmp_path, dl19_min
         r = runner.invoke(app, [*args, *bad])
         assert r.exit_code == 2 and said in r.output, (bad, r.output)
     assert not (tmp_path / "o.trec").exists()
+
+
+def test_preset_likelihood_reads_the_passage_cut_and_refuses_attention_flags(tmp_path, dl19_mini, tiny_dir):
+    """--preset likelihood runs the model for the query likelihood: --max-doc-words applies to
+    its prompts; an attention flag would be ignored, so it is refused before the model loads."""
+    args = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
+    args += ["--corpus", str(dl19_mini / "passages.jsonl"), "--model", str(tiny_dir), "--preset", "likelihood"]
+    r = runner.invoke(app, [*args, "--max-doc-words", "40", "--depth", "3", "-o", str(tmp_path / "o.trec"), "-q"])
+    assert r.exit_code == 0, r.output
+    first, run = read_run(dl19_mini / "run.bm25.trec"), read_run(tmp_path / "o.trec")
+    assert run.keys() == first.keys()
+    for qid, docs in first.items():
+        ranked, by_first = sorted(run[qid], key=lambda d: -run[qid][d]), sorted(docs, key=lambda d: -docs[d])
+        assert set(ranked[:3]) == set(by_first[:3]) and ranked[3:] == by_first[3:]
+    r = runner.invoke(app, [*args, "--heads", "1-0", "-o", str(tmp_path / "h.trec")])
+    assert r.exit_code == 2 and "--heads configure(s) attention" in r.output and not (tmp_path / "h.trec").exists()

@@ -20,6 +20,7 @@ from ..errors import InputError
 from ..rerank.config import (
     ATTENTION_FIELDS,
     DEFAULT_PRESET,
+    LIKELIHOOD_FIELDS,
     RERANK_PRESETS,
     SCORERS,
     RerankConfig,
@@ -46,9 +47,10 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None,
             "--preset",
             help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the candidates' BM25 "
-            "and dense scores, z-scored per query and summed (or by your registered weights), no attention; fused: block attention "
-            "from the heads its weights were fitted to, fused with them, also chosen when attention options come "
-            "without a preset). The "
+            "and dense scores and the LLM's query likelihood given each (UPR), z-scored per query and summed, no "
+            "attention; signals: BM25 and dense alone (or your registered weights), no LLM, fastest; fused: block "
+            "attention from the heads its weights were fitted to, fused with them, also chosen when attention "
+            "options come without a preset). The "
             "options below override it.",
         ),
     ),
@@ -238,9 +240,14 @@ def check_attention_computed(preset: str | None, overrides: dict[str, Any]) -> N
     """Attention options on a configuration that computes no attention (``--preset signals`` or
     ``--signals only`` named) would be ignored: refused naming the flags, before the model loads.
     Without a preset they select ``fused`` (:func:`~attnrank.rerank.config.preset_for`)."""
-    flags = [f"--{k.replace('_', '-')}" for k in overrides if k in ATTENTION_FIELDS]
+    given = [k for k in overrides if k in ATTENTION_FIELDS]
+    if not given:
+        return
     signals = {k: v for k, v in overrides.items() if k == "signals"}
-    if not flags or RERANK_PRESETS[preset_for(preset, overrides)].with_options(**signals).uses_attention:
+    config = RERANK_PRESETS[preset_for(preset, overrides)].with_options(**signals)
+    read = LIKELIHOOD_FIELDS if config.uses_likelihood else ()  # the query likelihood cuts passages too
+    flags = [f"--{k.replace('_', '-')}" for k in given if k not in read]
+    if not flags or config.uses_attention:
         return
     what = f"--signals {signals['signals']}" if signals else f"--preset {preset}"
     raise typer.BadParameter(

@@ -157,7 +157,7 @@ def _what_registering_changes(ndcg: dict[str, float], model_id: str, fingerprint
     now = signals_only(model_id, fingerprint)
     current = "equal weights" if now.model == "equal" else f"registered weights (trained on {now.trained_on})"
     return (
-        f"Registered, these weights replace the default preset signals' current {current} (equal weights: held "
+        f"Registered, these weights replace preset signals' current {current} (equal weights: held "
         f"out {ndcg[EQUAL]:.4f}) with their model without attention ({ndcg[NO_ATTENTION]:.4f}), and preset fused "
         f"uses them with attention ({ndcg[WITH_ATTENTION]:.4f}); --no-save keeps what is registered."
     )

@@ -216,9 +216,9 @@ def model_lock(stage: Any) -> AbstractContextManager[Any]:
     Every forward pass takes that lock anyway; holding it for the call keeps one request's
     passes together when frameworks call adapters from thread pools (LangChain ``.batch()``,
     Haystack's executor, the server's workers). A stage without a model, or one that does not run
-    it (the reranking preset without attention), gets a lock of its own.
+    it (a reranking preset that runs no model), gets a lock of its own.
     """
-    llm = getattr(stage, "llm", None) if getattr(stage, "uses_attention", True) else None
+    llm = getattr(stage, "llm", None) if getattr(stage, "uses_llm", True) else None
     model = getattr(llm, "model", None) if llm is not None else None
     if model is not None:
         return forward_lock(model)

@@ -49,8 +49,9 @@ from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
 from .config import RerankConfig
-from .fused import ATTENTION, FUSED_STAGE, resolve_fused
+from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD, resolve_fused
 from .inputs import check_documents, check_k, check_query, check_texts
+from .likelihood import query_likelihood
 from .position import load_profile
 from .resolve import learned_weights, resolve_config_heads
 from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
@@ -66,9 +67,10 @@ class AttentionReranker:
     """Rerank passages by the attention a query pays them, read from selected heads.
 
     Configured by a :class:`~attnrank.rerank.config.RerankConfig`: ``config`` is a preset name
-    (default ``"signals"``: the candidates' BM25 and dense cosine, z-scored and summed with equal
-    weights, no attention; ``"fused"``: block attention from the heads its trained weights record,
-    fused with them by those weights) or a config
+    (default ``"likelihood"``: the candidates' BM25, dense cosine and the LLM's query likelihood
+    given each, z-scored and summed with equal weights, no attention; ``"signals"``: the same
+    without the likelihood, no LLM run; ``"fused"``: block attention from the heads its trained
+    weights record, fused with BM25 and dense by those weights) or a config
     object, and keyword ``options`` override its fields (``model`` may also be a loaded
     :class:`LLM`; the preset ``signals`` loads none until :attr:`llm` is read). The fields, as the
     reranker reads them:
@@ -110,7 +112,7 @@ class AttentionReranker:
         # Reranking without attention never runs the model: it is loaded only if asked for (.llm).
         self._llm = model if isinstance(model, LLM) else None
         self._llm_lock = threading.Lock()
-        if self._llm is None and cfg.uses_attention:
+        if self._llm is None and cfg.uses_llm:
             self._llm = load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.model_id, self.fingerprint = (
             (self._llm.model_id, self._llm.fingerprint) if self._llm is not None else unloaded_model(cfg.model)
@@ -207,6 +209,11 @@ class AttentionReranker:
         return self.fused is None or self.fused.uses_attention
 
     @property
+    def uses_llm(self) -> bool:
+        """Whether reranking runs the LLM (attention, or the query likelihood of preset ``likelihood``)."""
+        return self.uses_attention or (self.fused is not None and self.fused.uses_llm)
+
+    @property
     def head_list(self) -> list[tuple[int, int]]:
         """The heads read, as (layer, head) pairs; none for the preset without attention."""
         return list(self.capturer.heads) if self.uses_attention else []
@@ -214,7 +221,8 @@ class AttentionReranker:
     def __repr__(self) -> str:
         heads = "all" if self.heads is None else format_heads(self.heads)
         if not self.uses_attention:
-            return f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, signals='only')"
+            features = "" if self.fused is None or not self.fused.uses_llm else f", features={self.fused.features}"
+            return f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, signals='only'{features})"
         return (
             f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, heads={heads}, "
             f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate}, "
@@ -246,14 +254,15 @@ class AttentionReranker:
             query_id = docs.query_id
         if not documents:  # the stage name the list would have had
             return RankedResults(query, [], query_id, stage="attention" if self.fused is None else FUSED_STAGE)
-        if not self.uses_attention:
-            stage, scores, evidence = FUSED_STAGE, self._fuse(query, documents, None), None
-        else:
+        attention, evidence = None, None
+        if self.uses_attention:
             attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
-            stage, scores = "attention", attention
-            if self.fused is not None:  # keep the attention score beside the fused one
-                stage, scores = FUSED_STAGE, self._fuse(query, documents, attention)
-                previous = with_stage(documents, previous, "attention", attention)
+        stage, scores = "attention", attention
+        if self.fused is not None:  # keep the LLM's own scores (attention, likelihood) beside the fused one
+            scores, kept = self._fuse(query, documents, attention)
+            stage = FUSED_STAGE
+            for name, values in kept.items():
+                previous = with_stage(documents, previous, name, values)
         res = rank_documents(
             query, documents, scores, stage=stage, query_id=query_id, previous=previous, evidence=evidence
         )
@@ -296,19 +305,30 @@ class AttentionReranker:
     # -- internals ---------------------------------------------------------------------------
     def _score(self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None = None):
         if not self.uses_attention:
-            return self._fuse(query, docs, None), None
+            return self._fuse(query, docs, None)[0], None
         scores, ev = self._attention_scores(query, docs, evidence, previous)
-        return (scores if self.fused is None else self._fuse(query, docs, scores)), ev
+        return (scores if self.fused is None else self._fuse(query, docs, scores)[0]), ev
 
-    def _fuse(self, query: str, docs: list[Document], attention: np.ndarray | None) -> np.ndarray:
+    def _fuse(
+        self, query: str, docs: list[Document], attention: np.ndarray | None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The fused score (:mod:`attnrank.rerank.fused`) of the candidates from their attention
-        (None: weights without attention)."""
+        (None: weights without attention), and the LLM's scores it read (attention, likelihood)."""
         assert self.fused is not None
         texts, ids = [d.full_text for d in docs], [d.id for d in docs]
-        signals: dict[str, Any] = dict(self.signals(query, texts, self.fused.base_features, ids=ids))
+        signals: dict[str, Any] = dict(self.signals(query, texts, self.fused.text_signals, ids=ids))
+        kept: dict[str, np.ndarray] = {}
         if attention is not None:
-            signals[ATTENTION] = attention
-        return self.fused.score(signals)
+            kept[ATTENTION] = attention
+        if LIKELIHOOD in self.fused.features:
+            kept[LIKELIHOOD] = query_likelihood(
+                self.llm,
+                query,
+                docs,
+                max_doc_words=self.config.max_doc_words,
+                max_doc_tokens=self.config.max_doc_tokens,
+            )
+        return self.fused.score({**signals, **kept}), kept
 
     def _attention_scores(
         self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None

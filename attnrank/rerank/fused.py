@@ -8,6 +8,8 @@ candidates, the features
 - ``attention``: the reranker's own attention score (the selected heads' calibrated ICR score);
 - ``bm25``, ``dense``, ``rank``: the first-stage signals of :mod:`attnrank.rerank.signals`,
   computed over the candidate texts, so a bare TREC run or plain list gets them too;
+- ``likelihood`` (only in weights that name it): the LLM's query likelihood given each passage
+  (UPR, :mod:`attnrank.rerank.likelihood`), not an attention score;
 
 and scores ``s(d) = w · z(d)`` with ``w >= 0`` (every feature is a relevance estimate; a negative
 weight only fits one training set's collinearity, e.g. one BM25 against another). ``w`` is learned
@@ -26,10 +28,10 @@ feature (``base_weights``); a query whose attention is not confident — its ``c
 (:func:`attention_confidence`) below ``gate`` — is scored by the base model alone, i.e. by the
 first-stage signals. ``gate`` is the threshold that scores best on the training queries.
 
-**Untrained** (:func:`equal_weights`): weight 1 on z(BM25) and z(dense). The default preset
-``signals`` uses it unless a user has registered weights for the model (:func:`signals_only`):
-left out of training and tested on each dataset in turn, it transferred better than weights
-trained on the others. Which model, features and fallback each preset uses was chosen by
+**Untrained** (:func:`equal_weights`): weight 1 on z(BM25) and z(dense). The preset ``signals``
+uses it unless a user has registered weights for the model (:func:`signals_only`): left out of
+training and tested on each dataset in turn, it transferred better than weights trained on the
+others. The default preset ``likelihood`` adds z(likelihood) with weight 1 (docs/results/likelihood.md). Which model, features and fallback each preset uses was chosen by
 leave-one-dataset-out evaluation (``scripts/bench_fusion.py``, docs/benchmarks.md). Training:
 :mod:`attnrank.rerank.fused_training`.
 """
@@ -53,8 +55,11 @@ from .signals import SIGNALS, SIGNALS_VERSION
 logger = logging.getLogger(__name__)
 
 ATTENTION = "attention"
+LIKELIHOOD = "likelihood"  # the LLM's query likelihood (attnrank.rerank.likelihood)
 FUSED_STAGE = "fused"  # the stage name of fused results (their attention score stays under ATTENTION)
-FEATURES = (ATTENTION, *SIGNALS)
+FEATURES = (ATTENTION, *SIGNALS)  # what training fits by default
+KNOWN_FEATURES = (*FEATURES, LIKELIHOOD)  # what weights may name
+LLM_FEATURES = (ATTENTION, LIKELIHOOD)  # computed by the LLM, not from the candidate texts alone
 SIGNALS_AUTO = "auto"  # RerankConfig.signals: the registered (else shipped) weights, with attention
 SIGNALS_ONLY = "only"  # ... the signals alone: signals_only
 
@@ -132,11 +137,11 @@ class FusedWeights(RegistryArtifact):
     capture: str | None = None  # how that attention was captured (llm.blocks.capture_name; None: not recorded)
 
     def __post_init__(self) -> None:
-        unknown = [f for f in self.features if f not in FEATURES]
+        unknown = [f for f in self.features if f not in KNOWN_FEATURES]
         if unknown or len(set(self.features)) != len(self.features) or len(self.weights) != len(self.features):
             raise InputError(
                 f"fused weights over {self.features} with {len(self.weights)} weights; the features must be "
-                f"among {FEATURES}, each once, one weight each; retrain them with `attnrank train`"
+                f"among {KNOWN_FEATURES}, each once, one weight each; retrain them with `attnrank train`"
             )
         # Checked here, not when a query falls below the gate: a wrong base model would otherwise
         # fail (or score NaN) only on the rare low-confidence query.
@@ -168,6 +173,16 @@ class FusedWeights(RegistryArtifact):
     @property
     def uses_attention(self) -> bool:
         return ATTENTION in self.features
+
+    @property
+    def uses_llm(self) -> bool:
+        """Whether a feature needs the LLM (attention, or the query likelihood)."""
+        return any(f in LLM_FEATURES for f in self.features)
+
+    @property
+    def text_signals(self) -> list[str]:
+        """The features computed from the candidate texts alone (:mod:`attnrank.rerank.signals`)."""
+        return [f for f in self.features if f not in LLM_FEATURES]
 
     @property
     def base_features(self) -> list[str]:
@@ -261,13 +276,15 @@ class FusedWeights(RegistryArtifact):
 
 
 EQUAL_FEATURES = ("bm25", "dense")
+LIKELIHOOD_FEATURES = ("bm25", "dense", LIKELIHOOD)  # the preset likelihood's
 
 
 def equal_weights(features: Sequence[str] = EQUAL_FEATURES) -> FusedWeights:
     """Weight 1 on each of ``features``' per-query z-scores (CombSUM over z-scored scores, Fox and
     Shaw TREC-2 1993, with z-score normalisation): nothing trained, so nothing learned on other
     data can fail to transfer. With BM25 and dense it is the ``signals`` preset's model where no
-    fused weights are registered for the model (:func:`signals_only`).
+    fused weights are registered for the model (:func:`signals_only`); with the query likelihood
+    too (:data:`LIKELIHOOD_FEATURES`), the default preset ``likelihood``'s.
 
     Why: left out of training and tested on each of four datasets in turn, it scored at or above the
     trained weights' model without attention on all four (58 queries won, 34 lost, sign test p 0.016;

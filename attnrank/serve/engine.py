@@ -45,8 +45,8 @@ def build_engine(
         from ..index.retriever import HybridRetriever
 
         retriever = HybridRetriever.load(index)
-    # the default preset reranks without the model: loaded only for a pruner or generator
-    needs_model = config.uses_attention or prune or (generate and retriever is not None)
+    # preset signals reranks without the model: loaded only for a pruner or generator
+    needs_model = config.uses_llm or prune or (generate and retriever is not None)
     llm = load_llm(config.model, dtype=config.dtype, device=config.device) if needs_model else None
     reranker = AttentionReranker(llm, config=config)
     if retriever is not None:  # candidates from the index: their dense signal is read back from it

@@ -3,7 +3,7 @@
 Rerank shapes follow the de-facto standards (read from their documentation, see
 ECOSYSTEM.md): Cohere v2 ``POST /v2/rerank`` (served here at ``/v1/rerank``, the path vLLM
 uses too) and Hugging Face text-embeddings-inference ``POST /rerank``. Scores are the reranker's:
-the fused score with the default preset (``signals``) and with ``fused``, the calibrated attention
+the fused score with the default preset (``likelihood``), ``signals`` and ``fused``, the calibrated attention
 score with an attention-only one; higher is better, not probabilities, and not comparable across
 queries.
 """

@@ -223,7 +223,7 @@ def test_resume_refuses_new_heads_in_the_same_heads_file(fake_ray, tmp_path, ind
 
 
 def test_resume_refuses_a_checkpoint_reranked_under_another_default_preset(fake_ray, tmp_path, index):
-    """A checkpoint written before the default preset changed (fused -> signals) records no
+    """A checkpoint written before the default preset changed (fused -> signals -> likelihood) records no
     resolved preset: resuming it would append rows of another scorer to its rows. Refused; the
     same run resumes; a run without reranking is not concerned."""
     import json
@@ -236,7 +236,7 @@ def test_resume_refuses_a_checkpoint_reranked_under_another_default_preset(fake_
     assert fake_ray["calls"] == 1
     settings = tmp_path / "run.trec.parts" / "settings.json"
     old = json.loads(settings.read_text())
-    assert old["rerank_preset"] == "signals"
+    assert old["rerank_preset"] == "likelihood"
     del old["rerank_preset"], old["preset"]  # as written before the presets were recorded
     settings.write_text(json.dumps(old))
     with pytest.raises(InputError, match=r"other settings \(rerank_preset\)"):

@@ -45,7 +45,7 @@ def test_reranker_agrees_with_attention_reranker(settings, demo_docs, query):
     assert [d.id for d in out] == ref.ids[:4]
     assert [d.metadata["relevance_score"] for d in out] == pytest.approx(ref.scores[:4], abs=0)
     assert [d.metadata["rank"] for d in out] == [1, 2, 3, 4]
-    assert all(d.metadata["source"] == "demo" and "attention" in d.metadata["stage_scores"] for d in out)
+    assert all(d.metadata["source"] == "demo" and "likelihood" in d.metadata["stage_scores"] for d in out)
     # same settings -> the same reranker object (one loaded model)
     assert AttnrankReranker(top_n=2, **settings).reranker is comp.reranker
 
@@ -61,7 +61,7 @@ def test_retriever_in_contextual_compression_retriever_and_batch(settings, demo_
     assert len(docs) == 3 and {d.id for d in docs} <= {d.id for d in first}
     scores = [d.metadata["relevance_score"] for d in docs]
     assert scores == sorted(scores, reverse=True)
-    assert all({"hybrid", "attention"} <= set(d.metadata["stage_scores"]) for d in docs)  # stages kept
+    assert all({"hybrid", "likelihood"} <= set(d.metadata["stage_scores"]) for d in docs)  # stages kept
     # the retriever's own reranking gives the same result as the compression pipeline
     retriever = AttnrankRetriever(index=demo_index, k=3, depth=5, **settings)
     direct = retriever.invoke(query)
@@ -136,7 +136,7 @@ def test_retriever_configurable_fields(settings, demo_index, query):
     three = conf.with_config(configurable={"k": 3}).invoke(query)
     ref = AttnrankRetriever(index=demo_index, k=3, depth=5, **settings).invoke(query)
     assert [d.id for d in three] == [d.id for d in ref] and len(ref) == 3
-    assert all("attention" in d.metadata["stage_scores"] for d in three)  # still reranked
+    assert all("likelihood" in d.metadata["stage_scores"] for d in three)  # still reranked
 
 
 def test_pruner_metadata_has_no_nan_when_everything_fits(settings, demo_docs, query):

@@ -68,14 +68,16 @@ def test_the_weights_heads_are_read_unless_heads_are_given(llm, caplog):
 def test_fused_preset_and_bad_signals_value():
     fused = RerankConfig.preset("fused")
     assert RerankConfig.preset(signals="auto") == fused  # fusing attention without a preset: fused
-    assert RerankConfig.preset(signals="none", heads="all").name == "signals"  # attention alone: the default's
+    assert RerankConfig.preset(signals="none", heads="all").name == "qrhead"  # attention alone, default fields
     assert fused.signals == "auto" and (fused.attention, fused.block_positions) == ("block", "shared")
     off = RerankConfig.preset("fused", signals="only")  # the preset's own attention settings go with attention
     assert not off.uses_attention and off.attention == "full" and off.attention_options() == []
     with pytest.raises(InputError, match="attention='block' configure"):  # given ones are refused
         RerankConfig.preset("fused", signals="only", attention="block")
     assert RerankConfig.preset("qrhead").signals is None
-    assert RerankConfig.preset().signals == "only" and not RerankConfig.preset().uses_attention
+    assert RerankConfig.preset("signals").signals == "only" and not RerankConfig.preset("signals").uses_llm
+    assert RerankConfig.preset(signals="only") == RerankConfig.preset("signals")
+    assert RerankConfig.preset().uses_likelihood and not RerankConfig.preset().uses_attention
     with pytest.raises(InputError, match="signals='bm25'"):
         RerankConfig(signals="bm25")
 
@@ -100,11 +102,13 @@ def test_attention_options_without_attention_are_refused(option):
 def test_attention_options_without_a_preset_select_fused(llm, caplog):
     """The default computes no attention; attention options given without naming a preset mean
     the default with attention, ``fused`` (said in the log), not an error."""
-    assert RerankConfig.preset().name == "signals"
+    assert RerankConfig.preset().name == "likelihood"
     with caplog.at_level("INFO", logger="attnrank.rerank.config"):
         cfg = RerankConfig.preset(heads="all", max_doc_words=50)
     assert cfg.name == "fused" and cfg.heads == "all" and cfg.uses_attention and "preset 'fused'" in caplog.text
-    assert RerankConfig.preset(signals=None, heads="all").name == "signals"  # signals given: no choice made
+    assert RerankConfig.preset(signals=None, heads="all").name == "qrhead"  # attention alone
+    cut = RerankConfig.preset(max_doc_words=50)  # the default reads the passage cut: no attention needed
+    assert cut.name == "likelihood" and cut.max_doc_words == 50
     assert RerankConfig.preset(signals=None, heads="all").uses_attention  # (attention alone)
     rr = AttentionReranker(llm, "0-1,2-3")  # heads, no preset
     assert rr.config.name == "fused" and rr.uses_attention and rr.head_list == [(0, 1), (2, 3)]
@@ -127,9 +131,9 @@ def test_fused_and_default_presets_work_with_any_causal_lm(family, caplog):
     assert res.stage == "fused" and len(res) == 4
     assert all(np.isfinite(d.score) and "attention" in d.stage_scores for d in res)
     assert "no fused weights are registered" in caplog.text  # the fallback to the packaged weights is said
-    default = AttentionReranker(llm).rank(RERANK_QUERY, rerank_docs())  # preset "signals": no attention
+    default = AttentionReranker(llm).rank(RERANK_QUERY, rerank_docs())  # preset "likelihood": no attention
     assert default.stage == "fused" and len(default) == 4
-    assert all(np.isfinite(d.score) and set(d.stage_scores) == {"fused"} for d in default)
+    assert all(np.isfinite(d.score) and set(d.stage_scores) == {"fused", "likelihood"} for d in default)
     caplog.clear()
     AttentionReranker(llm)  # the signals alone do not depend on the model: no warning about its weights
     assert "no fused weights are registered" not in caplog.text

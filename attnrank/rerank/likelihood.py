@@ -1,0 +1,64 @@
+"""Query likelihood: how likely the LLM finds the query as a question about each passage.
+
+UPR (Sachan et al., "Improving Passage Retrieval with Zero-Shot Question Generation", EMNLP 2022)
+scores a passage ``z`` for a question ``q`` by the language model's mean log-likelihood of the
+question's tokens after the passage and an instruction to write a question about it:
+
+    ``s(z) = 1/|q| · Σ_t log p(q_t | q_<t, "Passage: z. Please write a question based on this passage.")``
+
+The mean and the sum order one query's candidates alike (``|q|`` is the same for all); the mean
+keeps the value comparable across queries. Each passage is its own prompt, so a passage's score
+does not depend on the other candidates or their order. It is a fused scorer feature
+(``"likelihood"``, :mod:`attnrank.rerank.fused`), not an attention score: the preset
+``likelihood`` sums its per-query z-score with BM25's and the dense cosine's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..llm.likelihood import DEFAULT_BATCH_TOKENS, continuation_logprob
+from ..llm.models import LLM
+from ..llm.truncation import truncate_texts
+from ..types import Document
+
+UPR_INSTRUCTION = "Please write a question based on this passage."
+
+
+def passage_prompt(title: str | None, text: str) -> str:
+    """The prompt the query follows (UPR's, with the passage's title on its first line)."""
+    passage = f"{title}\n{text}" if title else text
+    return f"Passage: {passage}\n{UPR_INSTRUCTION}\nQuestion:"
+
+
+def query_likelihood(
+    llm: LLM,
+    query: str,
+    docs: Sequence[Document],
+    *,
+    max_doc_words: int | None = None,
+    max_doc_tokens: int | None = None,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+) -> np.ndarray:
+    """Mean log-probability (nats per token) of ``query`` after each document's prompt
+    (:func:`passage_prompt`), input order. Texts are cut to ``max_doc_words`` words, then to
+    ``max_doc_tokens`` tokens and to what the model's context leaves beside the query."""
+    tok = llm.tokenizer
+    query_ids = tok(" " + query.strip(), add_special_tokens=False)["input_ids"]
+    frame = len(tok(passage_prompt(None, ""), add_special_tokens=False)["input_ids"])
+    room = llm.context_length - len(query_ids) - frame - 8  # 8: a title line's joins re-tokenized
+    if room < 1:
+        raise InputError(
+            f"the query is {len(query_ids)} tokens, too long for a passage beside it in the "
+            f"{llm.context_length}-token context of {llm.model_id}; shorten the query"
+        )
+    title_tokens = [len(tok(d.title, add_special_tokens=False)["input_ids"]) if d.title else 0 for d in docs]
+    limit = room - max(title_tokens, default=0)
+    if limit < 1:
+        raise InputError(f"a document title is {max(title_tokens)} tokens, longer than the context leaves; shorten it")
+    texts, _ = truncate_texts(tok, docs, max_doc_words, min(limit, max_doc_tokens or limit))
+    contexts = [tok(passage_prompt(d.title, t), add_special_tokens=False)["input_ids"] for d, t in zip(docs, texts)]
+    return continuation_logprob(llm, contexts, query_ids, batch_tokens=batch_tokens)

@@ -1,0 +1,248 @@
+"""The query-likelihood signal (UPR) on the four datasets of the fusion benchmark.
+
+    python scripts/bench_likelihood.py [--data DIR] [--scifact-queries 400] [--hotpot-questions 400]
+                                       [--locomo-questions 400] [--dtype auto]
+
+The same candidate sets as ``scripts/bench_fusion.py`` (DL19 BM25 top-20, SciFact train hybrid RRF
+top-20, HotpotQA distractor's 10 paragraphs, LoCoMo BM25 top-20 turns). For every candidate: the
+first stage's own scores and order, the candidate signals (BM25, dense cosine) and the default
+LLM's query likelihood (attnrank.rerank.likelihood, passages cut to 300 words), all cached in
+indexes/bench-cache. Rows per dataset: each first-stage signal, preset ``signals`` (the default
+until 2026-12-04), the likelihood alone, the default preset ``likelihood`` (equal weights over
+z(BM25), z(dense), z(likelihood): nothing trained, so its figure on a dataset is a held-out
+figure), and leave-one-dataset-out trained fusions with and without the likelihood (pointwise, no
+gate). Each row's Δ, wins and losses and sign test are against the best first-stage signal, and
+separately against ``signals``. Writes docs/results/likelihood.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnrank.benchmarks import (
+    candidate_signals,
+    dl19_sets,
+    hotpot_set,
+    locomo_set,
+    rrf_order,
+    scifact_set,
+    stage_signals,
+)
+from attnrank.config import set_torch_threads
+from attnrank.eval.datasets import data_root
+from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.rows import cached_signals
+from attnrank.llm.models import load_llm
+from attnrank.llm.prompts import DEFAULT_MAX_DOC_WORDS
+from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, FusionExample, equal_weights
+from attnrank.rerank.fused_training import train_fused
+from attnrank.rerank.fusion_eval import compare
+from attnrank.rerank.likelihood import query_likelihood
+
+log = logging.getLogger("bench_likelihood")
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "results"
+CACHE = REPO / "indexes" / "bench-cache"
+SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"
+METRICS = {"DL19": ["nDCG@10"], "SciFact": ["nDCG@10"], "HotpotQA": ["nDCG@10", "R@2"], "LoCoMo": ["nDCG@10", "R@5"]}
+FIRST = ("first stage: rank", "first stage: BM25", "first stage: dense", "first stage: RRF", "bm25", "dense")
+SIGNALS = "preset signals: z(BM25) + z(dense), untrained (the default until 2026-12-04)"
+PRESET = "default preset likelihood: z(BM25) + z(dense) + z(likelihood), untrained"
+ALONE = "likelihood alone"
+TRAINED = "trained on the other datasets: BM25, dense, rank"
+TRAINED_QL = "trained on the other datasets: BM25, dense, rank, likelihood"
+CHUNK = 25  # queries computed between cache writes
+
+
+def likelihoods(llm, setting: str, ds, cands: dict) -> dict:
+    """Each query's candidates' query likelihood (cached; computed in chunks, each saved)."""
+    key = f"query likelihood {llm.short_key} words {DEFAULT_MAX_DOC_WORDS} {setting}"
+    qids = list(cands)
+
+    def compute(todo: list[str]) -> dict:
+        return {
+            q: {
+                LIKELIHOOD: query_likelihood(llm, ds.queries[q], cands[q], max_doc_words=DEFAULT_MAX_DOC_WORDS).tolist()
+            }
+            for q in todo
+        }
+
+    for i in range(0, len(qids), CHUNK):
+        cached_signals(key, qids[i : i + CHUNK], compute, CACHE)
+        log.info("%s: likelihood %d/%d", setting, min(i + CHUNK, len(qids)), len(qids))
+    return cached_signals(key, qids, compute, CACHE)
+
+
+def examples(group: str, root: Path, setting: str, ds, cands: dict, ql: dict) -> list[FusionExample]:
+    st = stage_signals(root, setting, ds, cands, CACHE, SCIFACT_INDEX)
+    sig = candidate_signals(setting, ds, cands, CACHE)
+    out = []
+    for q, docs in cands.items():
+        s = {
+            **sig[q],
+            LIKELIHOOD: ql[q][LIKELIHOOD],
+            "first stage: BM25": np.nan_to_num(st[q]["bm25"], nan=-1e9),
+            "first stage: dense": np.nan_to_num(st[q]["dense"], nan=-1e9),
+            "first stage: RRF": rrf_order(st[q]["bm25"], st[q]["dense"]),
+            "first stage: rank": -np.arange(len(docs), dtype=float),
+        }
+        labels = np.array([ds.qrels.get(q, {}).get(d.id, 0) for d in docs], dtype=np.int64)
+        out.append(FusionExample(q, [d.id for d in docs], s, labels, ds.rel, group, dict(ds.qrels.get(q, {}))))
+    return out
+
+
+def rows_for(data: dict[str, list[FusionExample]]) -> list[dict]:
+    """Per dataset, every method's row against the best first stage and against preset signals."""
+    rows = []
+    default, preset = equal_weights(), equal_weights(LIKELIHOOD_FEATURES)
+    for g, test in data.items():
+        train = [e for h, ex in data.items() if h != g for e in ex]
+        trained = train_fused(train, ["bm25", "dense", "rank"], gate=False)
+        trained_ql = train_fused(train, ["bm25", "dense", "rank", LIKELIHOOD], gate=False)
+        scores = {f"{f} alone": {e.qid: e.signals[f] for e in test} for f in FIRST}
+        scores[SIGNALS] = {e.qid: default.score(e.signals) for e in test}
+        scores[ALONE] = {e.qid: e.signals[LIKELIHOOD] for e in test}
+        scores[PRESET] = {e.qid: preset.score(e.signals) for e in test}
+        scores[TRAINED] = {e.qid: trained.score(e.signals) for e in test}
+        scores[TRAINED_QL] = {e.qid: trained_ql.score(e.signals) for e in test}
+        vs_signals = {r["method"]: r for r in compare(test, scores, METRICS[g][:1], baselines=(SIGNALS,))}
+        for r in compare(test, scores, METRICS[g], baselines=tuple(f"{f} alone" for f in FIRST)):
+            d = vs_signals[r["method"]]
+            rows.append(
+                {
+                    "dataset": g,
+                    **r,
+                    "Δ signals": d["Δ"],
+                    "wins vs signals": d["wins"],
+                    "losses vs signals": d["losses"],
+                    "p vs signals": d["p"],
+                    **({"weights": _weights(trained_ql)} if r["method"] == TRAINED_QL else {}),
+                }
+            )
+    return rows
+
+
+def _weights(fused) -> str:
+    return ", ".join(f"{f} {w:.3f}" for f, w in zip(fused.features, fused.weights))
+
+
+def means(rows: list[dict]) -> list[dict]:
+    """Per method, nDCG@10 and Δ averaged over the datasets, and on how many datasets it is at or
+    above the best first stage, and above preset signals."""
+    out = []
+    for m in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == m]
+        out.append(
+            {
+                "method": m,
+                "mean nDCG@10": float(np.mean([r["nDCG@10"] for r in mine])),
+                "mean Δ": float(np.mean([r["Δ"] for r in mine])),
+                ">= best first stage": sum(r["Δ"] >= 0 for r in mine),
+                "mean Δ signals": float(np.mean([r["Δ signals"] for r in mine])),
+                "> signals": sum(r["Δ signals"] > 0 for r in mine),
+            }
+        )
+    return out
+
+
+def markdown(p: dict, command: str) -> str:
+    lines = [
+        f"# Query likelihood (UPR) as a reranking signal ({p['date']}, {p['env'].get('cpus', '?')} CPUs, "
+        f"{p['env'].get('cpu', '')})",
+        "",
+        f"Command: `{command}`. Model {p['model']} ({p['dtype']}); {p['sizes']}. Each passage is its own "
+        'prompt ("Passage: ... Please write a question based on this passage. Question:", Sachan et '
+        "al. EMNLP 2022); the score is the mean log-probability of the query's tokens. Untrained rows "
+        "(every first-stage signal, `signals`, the likelihood alone, `likelihood`) saw no labels, so each "
+        "dataset is held out for them; the two trained rows are trained on the other three datasets "
+        "(leave-one-dataset-out, pointwise, no gate). Δ, wins/losses and p (two-sided sign test over "
+        "queries): against the best first-stage signal on that dataset (chosen on the same queries, "
+        "which flatters it), and against the preset `signals` (the default until 2026-12-04). The first stage's own scores are "
+        "`first stage: ...` (DL19: Pyserini BM25; SciFact: the hybrid retriever's BM25, dense and RRF; "
+        "HotpotQA and LoCoMo: BM25 over the pooled documents); `bm25`/`dense` are the reranker's "
+        "candidate signals.",
+        "",
+        "## Mean over the four datasets",
+        "",
+        md_table(
+            p["means"],
+            ["method", "mean nDCG@10", "mean Δ", ">= best first stage", "mean Δ signals", "> signals"],
+            {"mean Δ": "+.2f", "mean Δ signals": "+.2f"},
+        ),
+        "",
+        "What it costs per query, timed in one process beside the other presets: rerank_presets.md "
+        "(`python scripts/bench_presets.py`).",
+    ]
+    for g in dict.fromkeys(r["dataset"] for r in p["rows"]):
+        rows = [r for r in p["rows"] if r["dataset"] == g]
+        metrics = METRICS[g]
+        cols = [
+            "method",
+            *metrics,
+            "Δ",
+            "wins",
+            "losses",
+            "p",
+            "Δ signals",
+            "wins vs signals",
+            "losses vs signals",
+            "p vs signals",
+        ]
+        lines += [
+            "",
+            f"## {g} (best first stage: {rows[0]['best first stage']})",
+            "",
+            md_table(rows, cols, {"Δ": "+.2f", "Δ signals": "+.2f", "p": ".3g", "p vs signals": ".3g"}),
+        ]
+        w = [r["weights"] for r in rows if "weights" in r]
+        if w:
+            lines += ["", f"Weights of the trained row with likelihood: {w[0]}."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--scifact-queries", type=int, default=400)
+    ap.add_argument("--hotpot-questions", type=int, default=400)
+    ap.add_argument("--locomo-questions", type=int, default=400)
+    ap.add_argument("--dtype", default="auto", help="the LLM's precision (auto: bfloat16 on a CPU that has it)")
+    ap.add_argument("--out", default=None, help="output folder (default docs/results)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    set_torch_threads()
+    root = data_root(args.data)
+    llm = load_llm(dtype=args.dtype)
+    sets = {
+        "DL19": dl19_sets(root, [20])[0],
+        "SciFact": scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX),
+        "HotpotQA": hotpot_set(root, args.hotpot_questions),
+        "LoCoMo": locomo_set(root, args.locomo_questions),
+    }
+    data, sizes = {}, []
+    for g, (setting, ds, cands) in sets.items():
+        ql = likelihoods(llm, setting, ds, cands)
+        data[g] = examples(g, root, setting, ds, cands, ql)
+        sizes.append(f"{g} {len(cands)} queries")
+    rows = rows_for(data)
+    payload = {
+        "date": time.strftime("%Y-%m-%d"),
+        "env": environment(),
+        "model": llm.model_id,
+        "dtype": str(llm.dtype).removeprefix("torch."),
+        "sizes": ", ".join(sizes),
+        "rows": rows,
+        "means": means(rows),
+    }
+    command = "python scripts/bench_likelihood.py"
+    js, md = write_outputs("likelihood", payload, markdown(payload, command), args.out or OUT)
+    log.info("wrote %s and %s", js, md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Query likelihood (UPR) as a fused scorer feature, and the preset ``likelihood``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _tiny import RERANK_QUERY, rerank_docs, tiny_llm
+
+from attnrank.errors import InputError
+from attnrank.llm.likelihood import continuation_logprob
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.config import RerankConfig
+from attnrank.rerank.fused import FusedWeights
+from attnrank.rerank.likelihood import passage_prompt, query_likelihood
+from attnrank.rerank.signals import SignalComputer
+from attnrank.types import Document
+
+
+def test_each_passage_is_scored_in_its_own_prompt(llm):
+    """A passage's score is the query's likelihood after its own UPR prompt: the other candidates
+    and their order do not change it."""
+    docs = rerank_docs()
+    tok = llm.tokenizer
+    scores = query_likelihood(llm, RERANK_QUERY, docs)
+    ctx = [tok(passage_prompt(d.title, d.text), add_special_tokens=False)["input_ids"] for d in docs]
+    cont = tok(" " + RERANK_QUERY, add_special_tokens=False)["input_ids"]
+    np.testing.assert_allclose(scores, continuation_logprob(llm, ctx, cont), atol=1e-6)
+    reversed_scores = query_likelihood(llm, RERANK_QUERY, docs[::-1])
+    np.testing.assert_allclose(reversed_scores[::-1], scores, atol=1e-5)
+    np.testing.assert_allclose(query_likelihood(llm, RERANK_QUERY, docs[:1]), scores[:1], atol=1e-5)
+
+
+def test_passages_are_cut_to_the_words_and_the_context():
+    small = tiny_llm(layers=1, max_positions=200)
+    long = Document("long", "word " * 500)
+    cut = query_likelihood(
+        small, "a question?", [long, Document("short", " ".join(["word"] * 20))]
+    )  # cut to fit, no error
+    assert np.isfinite(cut).all()
+    by_words = query_likelihood(small, "a question?", [long], max_doc_words=20)
+    np.testing.assert_allclose(by_words, cut[1:], atol=1e-5)  # 20 words: the short passage's prompt
+    with pytest.raises(InputError, match="too long for a passage beside it"):
+        query_likelihood(small, "q " * 300, [long])
+
+
+def test_preset_sums_the_z_scores_of_bm25_dense_and_likelihood(llm):
+    docs = rerank_docs()
+    rr = AttentionReranker(llm, config="likelihood")
+    assert rr.uses_llm and not rr.uses_attention and "likelihood" in repr(rr)
+    texts = [d.full_text for d in docs]
+    signals = SignalComputer(backend=rr.signals.backend)(RERANK_QUERY, texts, ["bm25", "dense"])
+    ql = query_likelihood(llm, RERANK_QUERY, docs, max_doc_words=rr.config.max_doc_words)
+    z = {k: (v - v.mean()) / v.std() for k, v in {**signals, "likelihood": ql}.items()}
+    expected = z["bm25"] + z["dense"] + z["likelihood"]
+    np.testing.assert_allclose(rr.score(RERANK_QUERY, docs), expected, rtol=1e-9, atol=1e-9)
+    res = rr.rank(RERANK_QUERY, docs)
+    assert [d.id for d in res] == [docs[i].id for i in np.argsort(-expected, kind="stable")]
+    by_id = {d.id: i for i, d in enumerate(docs)}
+    assert all(d.stage_scores["likelihood"] == pytest.approx(ql[by_id[d.id]]) for d in res)
+
+
+def test_preset_reads_the_passage_cuts_and_refuses_attention_options():
+    cfg = RerankConfig.preset("likelihood", max_doc_words=50)
+    assert cfg.uses_likelihood and cfg.uses_llm and not cfg.uses_attention and cfg.max_doc_words == 50
+    with pytest.raises(InputError, match="heads='all' configure"):
+        RerankConfig.preset("likelihood", heads="all")
+    assert not RerankConfig.preset("signals").uses_llm and RerankConfig.preset("fused").uses_llm
+
+
+def test_weights_may_name_likelihood_beside_attention(llm):
+    weights = FusedWeights(["attention", "bm25", "likelihood"], [1.0, 0.5, 2.0], base_weights=[0.5, 2.0])
+    assert weights.uses_llm and weights.text_signals == ["bm25"]
+    assert weights.without_attention().features == ["bm25", "likelihood"]
+    with pytest.raises(InputError, match="must be among"):
+        FusedWeights(["likelihood", "perplexity"], [1.0, 1.0])
