@@ -135,8 +135,8 @@ held-out one: nDCG@10 0.5819 (DL19), 0.7678 (SciFact, 400 queries), 0.9214 (Hotp
 (LoCoMo), mean 0.6997 against 0.6857 for `signals` (the default before; above it on all four, sign
 test p 0.002 / 0.020 / < 0.001 on the last three, DL19 +0.3 not significant) and 0.6866 for
 `fused`. It stays 1.1 points below the dense cosine alone on DL19. The likelihood is the model's
-next-token probabilities, not its attention: attention still adds at most +0.3 points on average
-held out (below). It costs one prompt per candidate through the whole model: 0.90 s per DL19
+next-token probabilities, not its attention: attention as `fused` reads it still adds +0.3 points
+on average held out (the best ablation, picked by its held-out figures, +0.6; below). It costs one prompt per candidate through the whole model: 0.90 s per DL19
 query and 2.9 s per SciFact query of 20 candidates, 9x and 17x `signals` ("Reranking presets").
 
 The fused scorer judged as a user meets it: trained on the other datasets and

@@ -136,3 +136,21 @@ def test_preset_likelihood_reads_the_passage_cut_and_refuses_attention_flags(tmp
         assert set(ranked[:3]) == set(by_first[:3]) and ranked[3:] == by_first[3:]
     r = runner.invoke(app, [*args, "--heads", "1-0", "-o", str(tmp_path / "h.trec")])
     assert r.exit_code == 2 and "--heads configure(s) attention" in r.output and not (tmp_path / "h.trec").exists()
+
+
+def test_attention_flags_at_their_defaults_or_read_by_the_default_pass_the_check():
+    """Before any model loads: a flag at its default value changes nothing; --max-doc-words alone
+    stays with the default (it reads it); an attention flag under a preset without attention is
+    refused naming that preset."""
+    import pytest
+    import typer
+
+    from attnrank.cli.options import check_attention_computed
+
+    check_attention_computed(None, {"heads": "auto-or-all", "reweight": None})
+    check_attention_computed(None, {"max_doc_words": 40})
+    check_attention_computed(None, {"heads": "all"})  # selects fused: attention is computed
+    with pytest.raises(typer.BadParameter, match="--heads configure.*--preset likelihood does not compute"):
+        check_attention_computed("likelihood", {"heads": "all", "max_doc_words": 40})
+    with pytest.raises(typer.BadParameter, match="--max-doc-words configure.*--preset signals"):
+        check_attention_computed("signals", {"max_doc_words": 40})

@@ -18,10 +18,10 @@ from typing import Any
 
 from ..corpus import load_queries
 from ..errors import InputError
-from ..rerank.fused import FUSED_STAGE
+from ..rerank.fused import FUSED_STAGE, LIKELIHOOD
 from ..types import RankedResults, ScoredDocument
 
-STAGES = ("bm25", "dense", "hybrid", "attention", FUSED_STAGE)
+STAGES = ("bm25", "dense", "hybrid", "attention", LIKELIHOOD, FUSED_STAGE)
 TEXT_COLUMNS = ("titles", "texts")
 
 

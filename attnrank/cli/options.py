@@ -2,7 +2,7 @@
 
 :func:`rerank_options` adds the same options, with the same names, to every command that reranks,
 and hands the command one :class:`~attnrank.rerank.config.RerankConfig` (argument
-``rerank_config``): the preset (``--preset``, default ``signals``) with the options the user gave
+``rerank_config``): the preset (``--preset``, default ``likelihood``) with the options the user gave
 applied on top. Each option is named after the :class:`RerankConfig` field it sets.
 """
 
@@ -24,6 +24,7 @@ from ..rerank.config import (
     RERANK_PRESETS,
     SCORERS,
     RerankConfig,
+    field_defaults,
     preset_for,
     signals_setting,
 )
@@ -237,10 +238,12 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
 
 
 def check_attention_computed(preset: str | None, overrides: dict[str, Any]) -> None:
-    """Attention options on a configuration that computes no attention (``--preset signals`` or
-    ``--signals only`` named) would be ignored: refused naming the flags, before the model loads.
-    Without a preset they select ``fused`` (:func:`~attnrank.rerank.config.preset_for`)."""
-    given = [k for k in overrides if k in ATTENTION_FIELDS]
+    """Attention options on a configuration that computes no attention (``--preset signals``,
+    ``--preset likelihood`` or ``--signals only`` named) would be ignored: refused naming the
+    flags, before the model loads. Without a preset they select ``fused``
+    (:func:`~attnrank.rerank.config.preset_for`); given at their default values they change nothing."""
+    defaults = field_defaults()
+    given = [k for k in overrides if k in ATTENTION_FIELDS and overrides[k] != defaults[k]]
     if not given:
         return
     signals = {k: v for k, v in overrides.items() if k == "signals"}
@@ -249,11 +252,11 @@ def check_attention_computed(preset: str | None, overrides: dict[str, Any]) -> N
     flags = [f"--{k.replace('_', '-')}" for k in given if k not in read]
     if not flags or config.uses_attention:
         return
-    what = f"--signals {signals['signals']}" if signals else f"--preset {preset}"
+    what = f"--signals {signals['signals']}" if signals else f"--preset {config.name}"
     raise typer.BadParameter(
         f"{', '.join(flags)} configure(s) attention, which {what} does not compute (it fuses the candidates' "
-        "BM25 and dense scores); use --preset fused (attention fused with them) or --preset qrhead|icr|learned "
-        "(attention alone), or drop them"
+        "BM25 and dense scores, with the query likelihood for likelihood); use --preset fused (attention fused "
+        "with them) or --preset qrhead|icr|learned (attention alone), or drop them"
     )
 
 

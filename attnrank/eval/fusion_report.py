@@ -63,7 +63,7 @@ def fusion_markdown(p: dict[str, Any], command: str) -> str:
             },
         ),
         "",
-        "Default preset (`signals`): z-scored dense cosine plus z-scored BM25 per query, equal weights, nothing "
+        "Preset `signals` (the default until 2026-12-04; since then `likelihood`, docs/results/likelihood.md): z-scored dense cosine plus z-scored BM25 per query, equal weights, nothing "
         "trained (`attnrank.rerank.fused.equal_weights`). Best first stage: the best single first-stage signal on "
         "the held-out dataset itself (flatters the baseline). Wins/losses per query against it; p: two-sided sign "
         "test. Attention's contribution: preset `fused` (the trained fusion with attention, gated) minus the same "
@@ -105,7 +105,7 @@ def fusion_markdown(p: dict[str, Any], command: str) -> str:
         out += [
             "## Equal weights against the default, per query (held out)",
             "",
-            "Each equal-weights fusion against the default preset `signals` on the same held-out queries: Δ in "
+            "Each equal-weights fusion against the preset `signals` on the same held-out queries: Δ in "
             "nDCG@10 points (pooled: the mean of the four datasets' Δ), per-query wins/losses and two-sided sign test; "
             "the pooled row sums the wins and losses over the four datasets.",
             "",

@@ -81,7 +81,8 @@ def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int) -> np.ndarray:
             logits_to_keep=n_cont + 1,
             use_cache=False,
         ).logits
-    # logits at position t predict token t + 1: the last n_cont + 1 positions' first n_cont
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    # logits at position t predict token t + 1: the last n_cont + 1 positions' first n_cont (sliced
+    # from the end, so a model that returns every position's logits is read the same)
+    logp = torch.log_softmax(logits[:, -(n_cont + 1) : -1].float(), dim=-1)
     target = ids[:, -n_cont:].to(logp.device)
     return logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).mean(-1).cpu().numpy().astype(np.float64)

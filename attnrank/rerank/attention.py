@@ -72,7 +72,8 @@ class AttentionReranker:
     without the likelihood, no LLM run; ``"fused"``: block attention from the heads its trained
     weights record, fused with BM25 and dense by those weights) or a config
     object, and keyword ``options`` override its fields (``model`` may also be a loaded
-    :class:`LLM`; the preset ``signals`` loads none until :attr:`llm` is read). The fields, as the
+    :class:`LLM`; the preset ``signals`` loads none until :attr:`llm` is read, ``likelihood`` loads it
+    to score the query likelihood). The fields, as the
     reranker reads them:
 
     ``heads``: None/"all" (ICR: every head), a list of (layer, head) pairs, "l-h,l-h" text, or a
@@ -109,7 +110,7 @@ class AttentionReranker:
         else:  # the options take part in choosing an unnamed preset (config.preset_for)
             cfg = RerankConfig.preset(config or "", **options)
         self.config = cfg
-        # Reranking without attention never runs the model: it is loaded only if asked for (.llm).
+        # Reranking by the signals alone never runs the model: it is loaded only if asked for (.llm).
         self._llm = model if isinstance(model, LLM) else None
         self._llm_lock = threading.Lock()
         if self._llm is None and cfg.uses_llm:
@@ -177,7 +178,8 @@ class AttentionReranker:
     @property
     def llm(self) -> LLM:
         """The model; the preset without attention loads it only here, when something asks for it
-        (an answer, an explanation): reranking by it never runs the model."""
+        (an answer, an explanation): reranking by it never runs the model (``likelihood`` loads it
+        when built)."""
         if self._llm is not None:  # every capture reads it: no lock once loaded
             return self._llm
         with self._llm_lock:  # two threads asking at once load it once
@@ -205,7 +207,7 @@ class AttentionReranker:
     @property
     def uses_attention(self) -> bool:
         """False when the fused weights have no attention feature: then the candidates' first-stage
-        signals alone score them and the model is not run (nor loaded, unless :attr:`llm` is read)."""
+        signals alone score them (with the query likelihood for ``likelihood``: :attr:`uses_llm`)."""
         return self.fused is None or self.fused.uses_attention
 
     @property
@@ -221,8 +223,9 @@ class AttentionReranker:
     def __repr__(self) -> str:
         heads = "all" if self.heads is None else format_heads(self.heads)
         if not self.uses_attention:
-            features = "" if self.fused is None or not self.fused.uses_llm else f", features={self.fused.features}"
-            return f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, signals='only'{features})"
+            fused = self.fused
+            shown = f"features={fused.features}" if fused is not None and fused.uses_llm else "signals='only'"
+            return f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, {shown})"
         return (
             f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, heads={heads}, "
             f"scorer={'learned' if self.learned is not None else 'sum'}, calibrate={self.calibrate}, "

@@ -12,11 +12,11 @@ Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
   With the packaged 135M model it measured best of every configuration on the four datasets
   (nDCG@10 mean 0.6997, +1.4 points over ``signals`` and above it on each; +1.3 over ``fused``'s
   held-out mean; docs/results/likelihood.md), at one prompt per candidate through the whole model
-  (about 1 s per query of 20 web passages, 2.4 s of 20 abstracts, on 2 CPU cores).
+  (0.9 s per query of 20 web passages, 2.9 s of 20 abstracts, on 2 CPU cores).
 - ``signals``: the same without the likelihood, BM25 and dense cosine alone (``signals="only"``;
   :func:`~attnrank.rerank.fused.equal_weights`; a user's registered fused weights' model without
-  attention replaces it, ``attnrank train``); loads no LLM: the fast choice (about a tenth of the
-  default's time, 1.4 nDCG@10 points lower on the held-out mean).
+  attention replaces it, ``attnrank train``); loads no LLM: the fast choice (a ninth to a
+  seventeenth of the default's time, 1.4 nDCG@10 points lower on the held-out mean).
 - ``fused``: an attention score fused with the same signals (and first-stage rank) by the model's
   registered fused weights, else the packaged model's, falling back to those weights' model
   without attention where attention is not confident (weights with a gate; the packaged ones have
@@ -37,9 +37,10 @@ Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
 
 Overrides go after the preset: ``RerankConfig.preset("icr", max_doc_words=150)``. Attention
 options given without a preset (``RerankConfig.preset(heads="all")``, ``AttentionReranker(heads=...)``,
-CLI ``--heads`` alone) select ``fused``, the default with attention; with ``signals`` or
-``likelihood`` named they are refused, since it would ignore them (``likelihood`` reads the passage
-cuts, ``max_doc_words`` and ``max_doc_tokens``).
+CLI ``--heads`` alone) select ``fused``, the default with attention, except the passage cuts
+``max_doc_words`` and ``max_doc_tokens``, which the default ``likelihood`` reads too; given at their
+default values they choose nothing. With ``signals`` or ``likelihood`` named, options they do not
+read are refused.
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ class RerankConfig:
 
     @property
     def uses_attention(self) -> bool:
-        """Whether reranking computes attention (False: the fused first-stage signals alone)."""
+        """Whether reranking computes attention (False: the fused signals alone, with the query
+        likelihood where the weights read it: :attr:`uses_llm`)."""
         return _computes_attention(self.signals)
 
     @property
@@ -198,7 +200,7 @@ class RerankConfig:
     def attention_options(self) -> list[str]:
         """The attention fields set to other than their defaults that this configuration would not
         read (what ``signals="only"`` refuses; the query likelihood reads the passage cuts)."""
-        defaults = _defaults()
+        defaults = field_defaults()
         read = LIKELIHOOD_FIELDS if self.uses_likelihood else ()
         return [k for k in ATTENTION_FIELDS if k not in read and getattr(self, k) != defaults[k]]
 
@@ -227,7 +229,7 @@ class RerankConfig:
         if not overrides:
             return self
         if "signals" in overrides and not _computes_attention(overrides["signals"]):
-            defaults = _defaults()
+            defaults = field_defaults()
             overrides = {**{k: defaults[k] for k in ATTENTION_FIELDS}, **overrides}
         return replace(self, **overrides)
 
@@ -238,7 +240,8 @@ def signals_setting(value: Any) -> Any:
     return None if isinstance(value, str) and value.strip().lower() == "none" else value
 
 
-def _defaults() -> dict[str, Any]:
+def field_defaults() -> dict[str, Any]:
+    """Every :class:`RerankConfig` field's default value, by name."""
     return {f.name: f.default for f in fields(RerankConfig)}
 
 
@@ -261,7 +264,7 @@ def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
             raise InputError(f"preset {chosen!r} is not one of {sorted(RERANK_PRESETS)}")
         return chosen
     read = LIKELIHOOD_FIELDS if RERANK_PRESETS[DEFAULT_PRESET].uses_likelihood else ()
-    defaults = _defaults()  # a default spelled out chooses nothing
+    defaults = field_defaults()  # a default spelled out chooses nothing
     given = [k for k in overrides if k in ATTENTION_FIELDS and k not in read and overrides[k] != defaults[k]]
     if "signals" in overrides:
         signals = signals_setting(overrides["signals"])

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import InputError
 from ..llm.likelihood import DEFAULT_BATCH_TOKENS, continuation_logprob
 from ..llm.models import LLM
+from ..llm.prompts import lead_ids
 from ..llm.truncation import truncate_texts
 from ..types import Document
 
@@ -47,8 +48,9 @@ def query_likelihood(
     (:func:`passage_prompt`), input order. Texts are cut to ``max_doc_words`` words, then to
     ``max_doc_tokens`` tokens and to what the model's context leaves beside the query."""
     tok = llm.tokenizer
+    lead = list(lead_ids(tok))  # BOS where the model's tokenizer puts one (Llama, Gemma), as it was trained
     query_ids = tok(" " + query.strip(), add_special_tokens=False)["input_ids"]
-    frame = len(tok(passage_prompt(None, ""), add_special_tokens=False)["input_ids"])
+    frame = len(lead) + len(tok(passage_prompt(None, ""), add_special_tokens=False)["input_ids"])
     room = llm.context_length - len(query_ids) - frame - 8  # 8: a title line's joins re-tokenized
     if room < 1:
         raise InputError(
@@ -60,5 +62,5 @@ def query_likelihood(
     if limit < 1:
         raise InputError(f"a document title is {max(title_tokens)} tokens, longer than the context leaves; shorten it")
     texts, _ = truncate_texts(tok, docs, max_doc_words, min(limit, max_doc_tokens or limit))
-    contexts = [tok(passage_prompt(d.title, t), add_special_tokens=False)["input_ids"] for d, t in zip(docs, texts)]
+    contexts = [lead + tok(passage_prompt(d.title, t), add_special_tokens=False)["input_ids"] for d, t in zip(docs, texts)]
     return continuation_logprob(llm, contexts, query_ids, batch_tokens=batch_tokens)

@@ -17,11 +17,11 @@ the query and the candidate texts:
   (all-MiniLM-L6-v2, the index's default, :func:`attnrank.index.embed.load_embedder`). Candidates
   that come from an index built with the same embedder (same id, same text) are not embedded
   again: their vectors are read back from the index (:meth:`SignalComputer.use_index`), which
-  takes the cost of the default preset from a MiniLM pass over the candidates to one query (20
+  takes the cost of preset ``signals`` from a MiniLM pass over the candidates to one query (20
   SciFact abstracts: 0.025 s per query against 0.89 s embedding them in float32).
   ``backend="torch-bf16"`` runs the embedder in bfloat16, as the reranker does where its dtype
   resolves to bfloat16 (CPUs with AMX or AVX-512 BF16): 1.9x (DL19 BM25 top-20) and 2.6x (SciFact
-  hybrid top-20) faster per query, the default preset's nDCG@10 -0.06 and 0.00 points
+  hybrid top-20) faster per query, preset ``signals``' nDCG@10 -0.06 and 0.00 points
   (docs/results/rerank_presets.md);
 - ``rank``: ``−position`` in the first-stage order (0 = best), so a retriever's order counts
   whatever its score scale.

@@ -30,6 +30,30 @@ def test_each_passage_is_scored_in_its_own_prompt(llm):
     np.testing.assert_allclose(query_likelihood(llm, RERANK_QUERY, docs[:1]), scores[:1], atol=1e-5)
 
 
+def test_a_bos_token_leads_each_prompt_where_the_tokenizer_puts_one(llm):
+    """A tokenizer that starts every text with BOS (as Llama's and Gemma's do) gets it before each
+    prompt, as the model saw text in training; one that adds nothing gets the plain prompts."""
+    from dataclasses import replace
+
+    from _tiny import tiny_tokenizer
+    from tokenizers import processors
+
+    docs = rerank_docs()[:3]
+    tok = tiny_tokenizer()
+    bos = tok.bos_token_id
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|im_start|> $A", special_tokens=[("<|im_start|>", bos)]
+    )
+    assert tok("a")["input_ids"][0] == bos
+    cont = tok(" " + RERANK_QUERY, add_special_tokens=False)["input_ids"]
+    plain = [tok(passage_prompt(d.title, d.text), add_special_tokens=False)["input_ids"] for d in docs]
+    with_bos = continuation_logprob(llm, [[bos, *c] for c in plain], cont)
+    without = continuation_logprob(llm, plain, cont)
+    assert not np.allclose(with_bos, without)  # the lead token changes the score
+    np.testing.assert_allclose(query_likelihood(replace(llm, tokenizer=tok), RERANK_QUERY, docs), with_bos, atol=1e-6)
+    np.testing.assert_allclose(query_likelihood(llm, RERANK_QUERY, docs), without, atol=1e-6)
+
+
 def test_passages_are_cut_to_the_words_and_the_context():
     small = tiny_llm(layers=1, max_positions=200)
     long = Document("long", "word " * 500)
@@ -46,7 +70,7 @@ def test_passages_are_cut_to_the_words_and_the_context():
 def test_preset_sums_the_z_scores_of_bm25_dense_and_likelihood(llm):
     docs = rerank_docs()
     rr = AttentionReranker(llm, config="likelihood")
-    assert rr.uses_llm and not rr.uses_attention and "likelihood" in repr(rr)
+    assert rr.uses_llm and not rr.uses_attention and "features=['bm25', 'dense', 'likelihood']" in repr(rr)
     texts = [d.full_text for d in docs]
     signals = SignalComputer(backend=rr.signals.backend)(RERANK_QUERY, texts, ["bm25", "dense"])
     ql = query_likelihood(llm, RERANK_QUERY, docs, max_doc_words=rr.config.max_doc_words)
@@ -68,8 +92,18 @@ def test_preset_reads_the_passage_cuts_and_refuses_attention_options():
 
 
 def test_weights_may_name_likelihood_beside_attention(llm):
+    """Weights over attention and the likelihood: both computed, both kept beside the fused score."""
     weights = FusedWeights(["attention", "bm25", "likelihood"], [1.0, 0.5, 2.0], base_weights=[0.5, 2.0])
     assert weights.uses_llm and weights.text_signals == ["bm25"]
     assert weights.without_attention().features == ["bm25", "likelihood"]
+    docs = rerank_docs()
+    rr = AttentionReranker(llm, "0-1,2-3", signals=weights)
+    res = rr.rank(RERANK_QUERY, docs)
+    att = AttentionReranker(llm, "0-1,2-3", config="fused", signals=None).score(RERANK_QUERY, docs)
+    ql = query_likelihood(llm, RERANK_QUERY, docs, max_doc_words=rr.config.max_doc_words)
+    bm25 = SignalComputer()(RERANK_QUERY, [d.full_text for d in docs], ["bm25"])["bm25"]
+    expected = weights.score({"attention": att, "bm25": bm25, "likelihood": ql})
+    np.testing.assert_allclose(rr.score(RERANK_QUERY, docs), expected, rtol=1e-9, atol=1e-9)
+    assert all({"attention", "likelihood", "fused"} == set(d.stage_scores) for d in res)
     with pytest.raises(InputError, match="must be among"):
         FusedWeights(["likelihood", "perplexity"], [1.0, 1.0])
