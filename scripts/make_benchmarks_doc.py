@@ -62,7 +62,7 @@ COMMANDS = {
     "fusion_bfloat16_max_doc_words-100": "python scripts/bench_fusion.py --dtype bfloat16 --prompt max_doc_words=100",
     "fusion_bfloat16_fixed-weights": "python scripts/bench_fusion.py --dtype bfloat16 --ablation fixed-weights",
     "fusion_fixed-weights": "python scripts/bench_fusion.py --ablation fixed-weights",
-    "locomo": "python scripts/bench_locomo.py --presets signals,qrhead,fused",
+    "locomo": "python scripts/bench_locomo.py --presets likelihood,signals,qrhead,fused",
     "adapter": "python scripts/bench_adapter.py",
     "adapter_lr1e-3": (
         "python scripts/bench_adapter.py --steps 600 --max-train-seconds 2400 --lr 0.001 "
