@@ -94,7 +94,9 @@ def batch(
     mode: Optional[str] = typer.Option(None, help="bm25 | dense | hybrid (default: the index's setting)."),
     model: Optional[str] = typer.Option(None, help="LLM for --rerank (default: packaged SmolLM2-135M)."),
     preset: Optional[str] = typer.Option(
-        None, "--preset", help="Reranking preset for --rerank (default: likelihood; 'signals' runs no LLM; 'fused' adds attention)."
+        None,
+        "--preset",
+        help="Reranking preset for --rerank (default: likelihood; 'signals' runs no LLM; 'fused' adds attention).",
     ),
     heads: Optional[str] = typer.Option(
         None, help="Heads for --rerank with a preset that reads attention: 'all', 'l-h,l-h', or a JSON file."

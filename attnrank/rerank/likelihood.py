@@ -62,5 +62,7 @@ def query_likelihood(
     if limit < 1:
         raise InputError(f"a document title is {max(title_tokens)} tokens, longer than the context leaves; shorten it")
     texts, _ = truncate_texts(tok, docs, max_doc_words, min(limit, max_doc_tokens or limit))
-    contexts = [lead + tok(passage_prompt(d.title, t), add_special_tokens=False)["input_ids"] for d, t in zip(docs, texts)]
+    contexts = [
+        lead + tok(passage_prompt(d.title, t), add_special_tokens=False)["input_ids"] for d, t in zip(docs, texts)
+    ]
     return continuation_logprob(llm, contexts, query_ids, batch_tokens=batch_tokens)
