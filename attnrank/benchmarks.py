@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import rankdata, spearmanr
+from sklearn.linear_model import LogisticRegression
 
 from .config import index_root
 from .errors import AttnrankError, InputError
@@ -35,6 +37,19 @@ from .eval.datasets import (
     scifact,
 )
 from .eval.rows import Signals, cached_signals
+from .heads.queryfocused import query_focused_scores
+from .index.bm25 import BM25Index
+from .index.embed import encode, load_embedder
+from .index.hybrid import rrf
+from .index.retriever import HybridRetriever
+from .index.store import corpus_checksum
+from .llm.models import LLM
+from .llm.prompts import DEFAULT_MAX_DOC_WORDS
+from .llm.rows import check_finite, check_spans, document_scores, keep_mask, token_scores
+from .rerank.fused import ATTENTION, LIKELIHOOD, FusionExample
+from .rerank.learned.features import standardise
+from .rerank.likelihood import query_likelihood
+from .rerank.signals import SignalComputer
 from .types import Document
 
 logger = logging.getLogger(__name__)
@@ -57,8 +72,6 @@ def scifact_retriever(ds: Dataset, index_dir: Path | None = None):
     """The hybrid retriever over ``ds.docs``, loaded from ``index_dir`` (default
     ``<index root>/bench-scifact``) if it holds this corpus, else built and saved there; it fuses
     with RRF (k = 60) whatever the index records, as the published candidate sets did."""
-    from .index.retriever import HybridRetriever
-    from .index.store import corpus_checksum
 
     path = Path(index_dir) if index_dir is not None else index_root() / "bench-scifact"
     try:
@@ -88,7 +101,6 @@ def scifact_set(root: Path, n_queries: int, k: int = 20, index_dir: Path | None 
 def scifact_bm25_set(root: Path, n_queries: int, k: int = 20) -> CandidateSet:
     """SciFact train: a seeded sample of ``n_queries`` labelled queries, BM25 top-``k`` over the
     whole corpus (no dense index needed)."""
-    from .index.bm25 import BM25Index
 
     ds = scifact(root)
     ds = ds.subset(sample_queries(ds.queries, n_queries))
@@ -101,7 +113,6 @@ def scifact_bm25_set(root: Path, n_queries: int, k: int = 20) -> CandidateSet:
 
 def _bm25_ordered(ds: Dataset, qids: Sequence[str], k: int | None = None) -> dict[str, list[Document]]:
     """Each query's candidates (deduplicated) by BM25 over the pooled ``ds.docs``, top ``k``."""
-    from .index.bm25 import BM25Index
 
     bm25 = BM25Index().index([d.full_text for d in ds.docs])
     pos = {d.id: i for i, d in enumerate(ds.docs)}
@@ -123,7 +134,6 @@ def hotpot_set(root: Path, n_queries: int | None = None) -> CandidateSet:
 def locomo_set(root: Path, n_queries: int | None = None, k: int = 20) -> CandidateSet:
     """LoCoMo: a seeded sample of ``n_queries`` questions; per question its conversation's turns
     ordered by BM25 (statistics of that conversation's turns), top ``k``."""
-    from .index.bm25 import BM25Index
 
     ds = locomo(root)
     ds = ds.subset(sample_queries(ds.queries, n_queries))
@@ -161,8 +171,6 @@ def stage_signals(
 def _signals(
     root: Path, setting: str, ds: Dataset, cands: dict[str, list[Document]], qids: list[str], index_dir: Path | None
 ) -> dict[str, dict[str, list[float]]]:
-    from .index.bm25 import BM25Index
-    from .index.embed import encode, load_embedder
 
     if setting.startswith("SciFact"):  # the hybrid retriever's own stage scores
         res = scifact_retriever(ds, index_dir).search_batch(
@@ -190,7 +198,6 @@ def _signals(
 def rrf_order(*scores: Sequence[float]) -> np.ndarray:
     """Reciprocal-rank fusion (the retriever's :func:`attnrank.index.hybrid.rrf`) of score lists
     over the same candidates, as scores in candidate order; NaN = not returned by that list."""
-    from .index.hybrid import rrf
 
     rankings = []
     for s in scores:
@@ -223,7 +230,6 @@ def icr_scores(
     ``aggregate`` over a passage's token scores: ``"sum"`` (ICR, after its μ − 2σ filter),
     ``"mean"`` (of the tokens the filter keeps: no advantage for a long passage) or ``"max"``
     (its single most attended token)."""
-    from .llm.rows import check_finite, check_spans, document_scores, keep_mask, token_scores
 
     if aggregate not in AGGREGATES:
         raise InputError(f"aggregate={aggregate!r} is not one of {AGGREGATES}")
@@ -245,7 +251,6 @@ def icr_scores(
 def within_query_ranks(values: np.ndarray) -> np.ndarray:
     """Each candidate's rank among the query's candidates (0 = lowest value; ties share their
     mean rank): a feature scale that one outlying score cannot stretch, as it stretches a z-score."""
-    from scipy.stats import rankdata
 
     return rankdata(np.asarray(values, dtype=np.float64)) - 1.0
 
@@ -259,7 +264,6 @@ def order_agreement(
     stage's best candidate sits next to the query (reverse order), so an attention score that
     follows the order more closely than the signals the order was made from echoes the slot, not
     the text (docs/benchmarks.md)."""
-    from scipy.stats import spearmanr
 
     pairs: dict[str, list[float]] = {}
     for q, docs in cands.items():
@@ -303,9 +307,6 @@ def complementary_heads(
     ``[heads, candidates]``), fitted on every query of ``examples`` (``{group: FusionExamples}``)
     pooled; its gain in nDCG@10 (:func:`_ndcg10_of_candidates`) over the same fusion without the
     head, in-sample, averaged per group and then over groups."""
-    from sklearn.linear_model import LogisticRegression
-
-    from .rerank.learned.features import standardise
 
     base = {
         g: [standardise(np.column_stack([e.signals[k] for k in ("bm25", "dense", "rank")])) for e in ex]
@@ -343,7 +344,6 @@ def head_quality(
 ) -> np.ndarray:
     """nDCG@10 of every captured head used alone (QRHead's BEIR selection, :func:`query_focused_scores`),
     averaged over the queries, in ``reranker.head_list`` order."""
-    from .heads.queryfocused import query_focused_scores
 
     items = [(q, c["windows"], [d.id for d in cands[q]]) for q, c in captured.items()]
     llm = reranker.llm
@@ -355,7 +355,6 @@ def head_quality(
 def candidate_signals(setting: str, ds: Dataset, cands: dict[str, list[Document]], cache: Path | None) -> Signals:
     """The fused scorer's first-stage signals of each query's candidates (BM25 over the candidate
     texts, MiniLM cosine, rank: :class:`attnrank.rerank.signals.SignalComputer`), cached as JSON."""
-    from .rerank.signals import SignalComputer
 
     sc = SignalComputer()
 
@@ -364,6 +363,29 @@ def candidate_signals(setting: str, ds: Dataset, cands: dict[str, list[Document]
 
     # (the name says which BM25 terms: a cache of the earlier Lucene-stopword signals is not read)
     return cached_signals("candidate signals, sklearn stopwords, " + setting, list(cands), compute, cache)
+
+
+def cached_likelihoods(
+    llm: LLM, setting: str, ds: Dataset, cands: dict[str, list[Document]], cache: Path | None, chunk: int = 25
+) -> Signals:
+    """Each query's candidates' query likelihood (:func:`attnrank.rerank.likelihood.query_likelihood`,
+    passages cut to the default 300 words), cached as JSON per model weights and precision; computed
+    ``chunk`` queries at a time, each chunk saved (a long run that stops keeps what it computed)."""
+    key = f"query likelihood {llm.short_key} words {DEFAULT_MAX_DOC_WORDS} {setting}"
+    qids = list(cands)
+
+    def compute(todo: list[str]) -> dict[str, dict[str, list[float]]]:
+        return {
+            q: {
+                LIKELIHOOD: query_likelihood(llm, ds.queries[q], cands[q], max_doc_words=DEFAULT_MAX_DOC_WORDS).tolist()
+            }
+            for q in todo
+        }
+
+    for i in range(0, len(qids), chunk):
+        cached_signals(key, qids[i : i + chunk], compute, cache)
+        logger.info("%s: likelihood %d/%d", setting, min(i + chunk, len(qids)), len(qids))
+    return cached_signals(key, qids, compute, cache)
 
 
 def fusion_examples_from_rows(
@@ -386,7 +408,6 @@ def fusion_examples_from_rows(
     ``calibrate``/``use_filter``: ICR's N/A calibration and μ − 2σ token filter; ``aggregate``: how
     a passage's token scores become its attention score (:func:`icr_scores`); ``ranks``: attention,
     ``bm25`` and ``dense`` as :func:`within_query_ranks`."""
-    from .rerank.fused import ATTENTION, FusionExample
 
     out = []
     for q, docs in cands.items():

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from attnrank.benchmarks import (
+    cached_likelihoods,
     candidate_signals,
     complementary_heads,
     dl19_sets,
@@ -54,7 +55,7 @@ from attnrank.llm.rows import window_features
 from attnrank.registry import resolve_heads
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RERANK_PRESETS, RerankConfig
-from attnrank.rerank.fused import equal_weights, resolve_fused
+from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, equal_weights, resolve_fused
 from attnrank.rerank.fused_training import mean_ndcg, train_fused
 from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
 
@@ -72,6 +73,7 @@ TRAINED = "fused without attention, trained (preset fused's fallback)"
 FUSED = "fused with attention (preset fused)"
 COMPLEMENTARY = "complementary"  # the head set of complementary_heads (16 heads)
 WORST = "worst"  # the 16 heads whose weakest training dataset is strongest (top_heads by="worst")
+LIKELIHOOD_DEFAULT = "default preset likelihood: z(BM25) + z(dense) + z(likelihood), untrained"
 NESTED = "fused with attention, head count chosen by an inner leave-one-dataset-out (4, 8, 16 or 32)"
 HEAD_COUNTS = (4, 8, 16, 32)
 
@@ -100,12 +102,13 @@ def load(args, root: Path, rr: AttentionReranker) -> dict:
             for q, s in st.items()
         }
         feats = {q: window_features(caps[q]["windows"], len(cands[q])) for q in cands}
+        sigs = candidate_signals(setting, ds, cands, CACHE)
         out[g] = {
             "setting": setting,
             "ds": ds,
             "cands": cands,
             "caps": caps,
-            "signals": candidate_signals(setting, ds, cands, CACHE),
+            "signals": with_likelihood(sigs, rr, setting, ds, cands) if args.ablation == "likelihood" else sigs,
             "extra": extra,
             "head_scores": feats,
             "head_ndcg": per_query_ndcg_of_each(
@@ -114,6 +117,26 @@ def load(args, root: Path, rr: AttentionReranker) -> dict:
         }
         log.info("%s: %d queries", g, len(cands))
     return out
+
+
+def with_likelihood(sigs: dict, rr: AttentionReranker, setting: str, ds, cands: dict) -> dict:
+    """The candidate signals and, as feature ``likelihood``, the query likelihood of the default
+    preset (computed by the rows' model and precision; cached, attnrank.benchmarks.cached_likelihoods)."""
+    ql = cached_likelihoods(rr.llm, setting, ds, cands, CACHE)
+    return {q: {**sigs[q], LIKELIHOOD: ql[q][LIKELIHOOD]} for q in sigs}
+
+
+def likelihood_variants() -> dict:
+    """``--ablation likelihood``: attention beside the default preset's query likelihood, each
+    compared per query with the default preset ``likelihood`` (untrained): name -> (features, model)."""
+    return {
+        "equal weights: attention + BM25 + dense + likelihood": (["attention", "bm25", "dense", LIKELIHOOD], None),
+        "trained: BM25 + dense + rank + likelihood (no attention)": (["bm25", "dense", "rank", LIKELIHOOD], "trained"),
+        "trained: attention + BM25 + dense + rank + likelihood": (
+            ["attention", "bm25", "dense", "rank", LIKELIHOOD],
+            "trained",
+        ),
+    }
 
 
 def prompt_options(args) -> dict:
@@ -276,6 +299,17 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
                 scores[name] = {e.qid: fixed.score(e.signals) for e in test16}
             versus = {m: scores[m] for m in (HEADLINE, *fixed_features)}
             rows_vs = compare(test16, versus, METRICS[g][:1], baselines=(HEADLINE,))[1:]
+            against_default += [{"held out": g, **r} for r in rows_vs]
+        if args.ablation == "likelihood":
+            scores[LIKELIHOOD_DEFAULT] = {e.qid: equal_weights(LIKELIHOOD_FEATURES).score(e.signals) for e in test16}
+            train16 = [e for h in train_groups for e in ex[16][0][h]]
+            for name, (feats, how) in likelihood_variants().items():
+                model = (
+                    equal_weights(feats) if how is None else train_fused(train16, feats, l2=args.l2, model=args.model)
+                )
+                scores[name] = {e.qid: model.score(e.signals) for e in test16}
+            versus = {m: scores[m] for m in (LIKELIHOOD_DEFAULT, *likelihood_variants())}
+            rows_vs = compare(test16, versus, METRICS[g][:1], baselines=(LIKELIHOOD_DEFAULT,))[1:]
             against_default += [{"held out": g, **r} for r in rows_vs]
         paired[g] = compare(test16, {m: scores[m] for m in (TRAINED, FUSED)}, METRICS[g][:1], baselines=(TRAINED,))[1]
         for r in compare(test16, scores, METRICS[g], baselines=FIRST + CAND):
@@ -482,8 +516,9 @@ def main() -> None:
     ap.add_argument(
         "--ablation",
         default="",
-        choices=["", "fixed-weights"],
-        help="fixed-weights: add equal-weight (untrained) fusions; writes fusion_<dtype>_fixed-weights, no precision section",
+        choices=["", "fixed-weights", "likelihood"],
+        help="fixed-weights: add equal-weight (untrained) fusions; likelihood: attention beside the default preset's "
+        "query likelihood; writes fusion_<dtype>_<ablation>, no precision section",
     )
     args = ap.parse_args()
     preset = RERANK_PRESETS["fused"]
@@ -514,6 +549,7 @@ def main() -> None:
         "sizes": {g: len(d["cands"]) for g, d in data.items()},
         "targets": targets(held, paired),
         "fixed_vs_default": against_default,
+        "default_preset": LIKELIHOOD_DEFAULT if args.ablation == "likelihood" else "signals",
         "lodo": held,
         "in_domain": in_domain(data, args),
         "order_agreement": {g: order_agreement(d["caps"], d["signals"], d["cands"]) for g, d in data.items()},

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from attnrank.benchmarks import (
+    cached_likelihoods,
     candidate_signals,
     dl19_sets,
     hotpot_set,
@@ -36,13 +37,10 @@ from attnrank.benchmarks import (
 from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root
 from attnrank.eval.report import environment, md_table, write_outputs
-from attnrank.eval.rows import cached_signals
 from attnrank.llm.models import load_llm
-from attnrank.llm.prompts import DEFAULT_MAX_DOC_WORDS
 from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, FusionExample, equal_weights
 from attnrank.rerank.fused_training import train_fused
 from attnrank.rerank.fusion_eval import compare
-from attnrank.rerank.likelihood import query_likelihood
 
 log = logging.getLogger("bench_likelihood")
 REPO = Path(__file__).resolve().parents[1]
@@ -57,25 +55,6 @@ ALONE = "likelihood alone"
 TRAINED = "trained on the other datasets: BM25, dense, rank"
 TRAINED_QL = "trained on the other datasets: BM25, dense, rank, likelihood"
 CHUNK = 25  # queries computed between cache writes
-
-
-def likelihoods(llm, setting: str, ds, cands: dict) -> dict:
-    """Each query's candidates' query likelihood (cached; computed in chunks, each saved)."""
-    key = f"query likelihood {llm.short_key} words {DEFAULT_MAX_DOC_WORDS} {setting}"
-    qids = list(cands)
-
-    def compute(todo: list[str]) -> dict:
-        return {
-            q: {
-                LIKELIHOOD: query_likelihood(llm, ds.queries[q], cands[q], max_doc_words=DEFAULT_MAX_DOC_WORDS).tolist()
-            }
-            for q in todo
-        }
-
-    for i in range(0, len(qids), CHUNK):
-        cached_signals(key, qids[i : i + CHUNK], compute, CACHE)
-        log.info("%s: likelihood %d/%d", setting, min(i + CHUNK, len(qids)), len(qids))
-    return cached_signals(key, qids, compute, CACHE)
 
 
 def examples(group: str, root: Path, setting: str, ds, cands: dict, ql: dict) -> list[FusionExample]:
@@ -226,7 +205,7 @@ def main() -> None:
     }
     data, sizes = {}, []
     for g, (setting, ds, cands) in sets.items():
-        ql = likelihoods(llm, setting, ds, cands)
+        ql = cached_likelihoods(llm, setting, ds, cands, CACHE, CHUNK)
         data[g] = examples(g, root, setting, ds, cands, ql)
         sizes.append(f"{g} {len(cands)} queries")
     rows = rows_for(data)

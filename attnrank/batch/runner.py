@@ -58,9 +58,13 @@ class BatchConfig:
     preset: str | None = None  # the reranking preset (None: the default), with model, heads, device on top
 
     def rerank_config(self) -> RerankConfig:
-        """The reranker's one configuration object: the preset with the options given."""
+        """The reranker's one configuration object: the preset with the options given, and nothing
+        kept from one query to the next (``state_cache_mb=0``). Why: states and vectors reused from
+        an earlier query are computed in other shapes, so in bfloat16 a query's scores would move
+        with the history of the actor that reranks it; each query reranked as if alone, a resumed
+        or redistributed run writes the run one clean process writes."""
         given = {k: v for k, v in (("model", self.model), ("heads", self.heads)) if v is not None}
-        return RerankConfig.preset(self.preset or "", device=self.device, **given)
+        return RerankConfig.preset(self.preset or "", device=self.device, state_cache_mb=0, **given)
 
     def check(self) -> None:
         if self.k < 1:

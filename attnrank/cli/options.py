@@ -143,7 +143,12 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     ),
     "state_cache_mb": (
         Optional[int],
-        typer.Option(None, "--state-cache-mb", min=0, help="Memory for reusable block states, MB (default 1024)."),
+        typer.Option(
+            None,
+            "--state-cache-mb",
+            min=0,
+            help="Memory for reusable passage states (block attention, query likelihood), MB (default 1024).",
+        ),
     ),
     "passage_states": (
         Optional[str],

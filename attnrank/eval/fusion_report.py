@@ -103,9 +103,9 @@ def fusion_markdown(p: dict[str, Any], command: str) -> str:
         ]
     if p.get("fixed_vs_default"):
         out += [
-            "## Equal weights against the default, per query (held out)",
+            "## Against the default, per query (held out)",
             "",
-            "Each equal-weights fusion against the preset `signals` on the same held-out queries: Δ in "
+            f"Each fusion against `{p.get('default_preset', 'signals')}` on the same held-out queries: Δ in "
             "nDCG@10 points (pooled: the mean of the four datasets' Δ), per-query wins/losses and two-sided sign test; "
             "the pooled row sums the wins and losses over the four datasets.",
             "",

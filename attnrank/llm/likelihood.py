@@ -8,21 +8,38 @@ then computes logits for those few positions only (``logits_to_keep``), not for 
 over the vocabulary. Position ids count real tokens only, so a padded sequence is scored as the
 same sequence alone. Sequences go in batches of about ``batch_tokens`` tokens (padding included),
 sorted by length so that little padding is computed.
+
+Reusable context states: a context does not depend on the continuation, so with a
+:class:`~attnrank.llm.states.StateCache` the keys and values of every layer over a context (all
+but its last token) are kept after the first pass, and a later call with the same context runs
+only its last token and the continuation over them (:func:`_suffix_logprob`) — for the query
+likelihood, a passage seen by an earlier query costs the new query's tokens, not the passage's.
+Models with sliding-window or non-attention layers (whose caches do not keep every token) are
+always computed in full.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import inspect
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from attnrank.errors import InputError
 
+from .context import ContextBuffer, ContextLayer
 from .models import LLM
 from .recording import forward_lock
+from .states import BlockState, StateCache, layer_kv
 
 DEFAULT_BATCH_TOKENS = 2048
+# Cached context tokens (padding included) assembled for one suffix pass: about 190 MB of
+# SmolLM2-135M states in bfloat16; the pass itself computes only the suffixes.
+DEFAULT_PAST_TOKENS = 8192
 
 
 def continuation_logprob(
@@ -31,10 +48,14 @@ def continuation_logprob(
     continuation: Sequence[int],
     *,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    states: StateCache | None = None,
+    buffer: ContextBuffer | None = None,
 ) -> np.ndarray:
     """Mean log-probability (nats per token) of the token ids ``continuation`` following each of
     the token-id lists ``contexts``, one value per context (input order). Each context needs at
-    least one token, and context plus continuation must fit the model's context length."""
+    least one token, and context plus continuation must fit the model's context length. With
+    ``states``, contexts seen before reuse their kept states and new ones are kept there;
+    ``buffer`` lends the memory the reused states are assembled in (kept from call to call)."""
     cont = [int(t) for t in continuation]
     if not cont:
         raise InputError("the continuation is empty; give at least one token to score")
@@ -49,20 +70,70 @@ def continuation_logprob(
                 f"context #{i} with its continuation is {len(s)} tokens, over the {llm.context_length}-token "
                 f"context of {llm.model_id}; shorten it (e.g. max_doc_words / max_doc_tokens)"
             )
+    if states is None or states.max_bytes == 0 or not reuses_states(llm):
+        out = np.empty(len(seqs))
+        for batch in _batches(list(range(len(seqs))), [len(s) for s in seqs], batch_tokens):
+            out[batch] = _batch_logprob(llm, [seqs[i] for i in batch], len(cont), False)[0]
+        return out
+    return _reusing_states(llm, seqs, len(cont), batch_tokens, states, buffer)
+
+
+def _reusing_states(
+    llm: LLM, seqs: list[list[int]], n_cont: int, batch_tokens: int, states: StateCache, buffer: ContextBuffer | None
+) -> np.ndarray:
+    """:func:`continuation_logprob` with kept context states: sequences whose context (but its last
+    token) has states in ``states`` run their suffix over them; the others run in full and keep theirs."""
+    keys = context_keys(llm, [s[: -n_cont - 1] for s in seqs])
+    found = [states.get(k) if len(s) > n_cont + 1 else None for k, s in zip(keys, seqs)]
     out = np.empty(len(seqs))
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-    start = 0
-    while start < len(order):  # a batch: as many of the next-shortest as fit batch_tokens
-        end = start + 1
-        while end < len(order) and len(seqs[order[end]]) * (end + 1 - start) <= batch_tokens:
-            end += 1
-        batch = order[start:end]
-        out[batch] = _batch_logprob(llm, [seqs[i] for i in batch], len(cont))
-        start = end
+    todo = [i for i, f in enumerate(found) if f is None]
+    for batch in _batches(todo, [len(s) for s in seqs], batch_tokens):
+        out[batch], kept = _batch_logprob(llm, [seqs[i] for i in batch], n_cont, True)
+        for i, state in zip(batch, kept):
+            if state.n_tokens:
+                states.put(keys[i], state)
+    warm = {i: f for i, f in enumerate(found) if f is not None}
+    past = [0 if f is None else f.n_tokens for f in found]
+    for batch in _batches(list(warm), past, DEFAULT_PAST_TOKENS):
+        suffixes = [seqs[i][-n_cont - 1 :] for i in batch]
+        out[batch] = _suffix_logprob(llm, [warm[i] for i in batch], suffixes, buffer)
     return out
 
 
-def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int) -> np.ndarray:
+def reuses_states(llm: LLM) -> bool:
+    """Whether every layer of ``llm`` keeps the keys and values of every token (no sliding
+    window, no linear attention), so that a context's states can be kept and reused."""
+    layers = DynamicCache(config=llm.model.config).layers
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def context_keys(llm: LLM, contexts: Sequence[Sequence[int]]) -> list[str]:
+    """What a context's states depend on: the model's weights (:attr:`LLM.weights_key`: the
+    fingerprint, dtype or quantization) and the context's token ids (at positions from 0)."""
+    shared = hashlib.sha256(f"likelihood|{llm.weights_key}|".encode())
+    keys = []
+    for ids in contexts:
+        h = shared.copy()
+        h.update(",".join(map(str, ids)).encode())
+        keys.append(h.hexdigest())
+    return keys
+
+
+def _batches(rows: list[int], lengths: list[int], budget: int) -> Iterator[list[int]]:
+    """``rows`` shortest first, as many of the next-shortest per batch as fit ``budget`` padded tokens."""
+    order = sorted(rows, key=lambda i: lengths[i])
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and lengths[order[end]] * (end + 1 - start) <= budget:
+            end += 1
+        yield order[start:end]
+        start = end
+
+
+def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int, keep: bool) -> tuple[np.ndarray, list[BlockState]]:
+    """The scores of ``seqs`` (context + continuation each) in one left-padded pass, and with
+    ``keep`` each context's states but its last token's (what :func:`_suffix_logprob` reuses)."""
     width = max(map(len, seqs))
     pad = llm.tokenizer.pad_token_id
     pad = 0 if pad is None else int(pad)
@@ -74,15 +145,75 @@ def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int) -> np.ndarray:
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     device = llm.device
     with forward_lock(llm.model), torch.inference_mode():
-        logits = llm.model(
+        output = llm.model(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
             position_ids=positions.to(device),
             logits_to_keep=n_cont + 1,
-            use_cache=False,
-        ).logits
-    # logits at position t predict token t + 1: the last n_cont + 1 positions' first n_cont (sliced
-    # from the end, so a model that returns every position's logits is read the same)
-    logp = torch.log_softmax(logits[:, -(n_cont + 1) : -1].float(), dim=-1)
-    target = ids[:, -n_cont:].to(logp.device)
-    return logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).mean(-1).cpu().numpy().astype(np.float64)
+            use_cache=keep,
+        )
+        kept = []
+        if keep:
+            cache = getattr(output, "cache", None)  # transformers 5.x; before: past_key_values
+            if cache is None:
+                cache = output.past_key_values
+            layers = [layer_kv(layer) for layer in cache.layers]
+            for row, s in enumerate(seqs):  # the context's tokens but its last: [width - len(s), width - n_cont - 1)
+                at, end = width - len(s), width - n_cont - 1
+                keys = torch.stack([k[row, :, at:end] for k, _ in layers]).clone()
+                values = torch.stack([v[row, :, at:end] for _, v in layers]).clone()
+                kept.append(BlockState(keys, values))
+    return _mean_logprob(output.logits, ids[:, -n_cont:]), kept
+
+
+def _suffix_logprob(
+    llm: LLM, states: list[BlockState], suffixes: list[list[int]], buffer: ContextBuffer | None
+) -> np.ndarray:
+    """The scores of contexts whose states are kept: each row runs its context's last token and
+    the continuation (``suffixes``, equal lengths) over its states, left-padded to the longest.
+    The states are assembled once, in ``buffer``'s memory, with room after them for the suffix's
+    own (:class:`~attnrank.llm.context.ContextLayer`: no copy of the whole cache per layer)."""
+    n_past, n_new = max(s.n_tokens for s in states), len(suffixes[0])
+    first = states[0].keys
+    layers, kv_heads, _, dim = first.shape
+    shape = (layers, len(states), kv_heads, n_past + n_new, dim)
+    mask = torch.zeros((len(states), n_past + n_new), dtype=torch.long)
+    mask[:, n_past:] = 1
+    ids = torch.tensor(suffixes, dtype=torch.long)
+    positions = torch.tensor([s.n_tokens for s in states])[:, None] + torch.arange(n_new)
+    device = llm.device
+    with (buffer or ContextBuffer()).take(shape, first.to(device)[:0]) as (keys, values):
+        for row, state in enumerate(states):
+            pad = n_past - state.n_tokens
+            keys[:, row, :, :pad] = 0  # padding: masked, but never left as uninitialised memory
+            values[:, row, :, :pad] = 0
+            keys[:, row, :, pad:n_past] = state.keys
+            values[:, row, :, pad:n_past] = state.values
+            mask[row, pad:n_past] = 1
+        cache = DynamicCache(config=llm.model.config)
+        for layer in range(layers):
+            cache.layers[layer] = ContextLayer(keys[layer], values[layer], n_past)
+        with forward_lock(llm.model), torch.inference_mode():
+            logits = llm.model(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                position_ids=positions.to(device),
+                logits_to_keep=n_new,
+                use_cache=True,
+                **{_cache_kwarg(llm.model): cache},
+            ).logits
+    return _mean_logprob(logits, ids[:, 1:])
+
+
+def _cache_kwarg(model: object) -> str:
+    """The forward argument a cache goes in (transformers 5.x renamed ``past_key_values`` to ``cache``)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # type: ignore[attr-defined]
+
+
+def _mean_logprob(logits: torch.Tensor, target: torch.Tensor) -> np.ndarray:
+    """Mean log p of ``target`` ([rows, n]) from ``logits`` whose last n + 1 positions end with
+    the targets: logits at position t predict token t + 1, so the first n of those are read
+    (sliced from the end, so a model that returns every position's logits is read the same)."""
+    n = target.shape[1]
+    logp = torch.log_softmax(logits[:, -(n + 1) : -1].float(), dim=-1)
+    return logp.gather(-1, target.to(logp.device).unsqueeze(-1)).squeeze(-1).mean(-1).cpu().numpy().astype(np.float64)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -201,13 +202,15 @@ def _block_state(layers: list[tuple[torch.Tensor, torch.Tensor]], row: int, at: 
 
 
 class StateCache:
-    """Least-recently-used block states in memory, at most ``max_bytes`` in all (0 disables)."""
+    """Least-recently-used passage states in memory, at most ``max_bytes`` in all (0 disables).
+    Safe to share between threads (a lock guards each lookup and insertion)."""
 
     def __init__(self, max_bytes: int):
         if max_bytes < 0:
             raise InputError(f"state cache budget {max_bytes} bytes must be >= 0 (0 disables the cache)")
         self.max_bytes = max_bytes
         self._items: OrderedDict[str, BlockState] = OrderedDict()
+        self._lock = threading.Lock()
         self.nbytes = 0
         self.hits = self.misses = 0
 
@@ -215,34 +218,38 @@ class StateCache:
         return len(self._items)
 
     def get(self, key: str) -> BlockState | None:
-        state = self._items.get(key)
-        if state is None:
-            self.misses += 1
-            return None
-        self._items.move_to_end(key)
-        self.hits += 1
-        return state
+        with self._lock:
+            state = self._items.get(key)
+            if state is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return state
 
     def put(self, key: str, state: BlockState) -> None:
         if state.nbytes > self.max_bytes:
             return
-        old = self._items.pop(key, None)
-        if old is not None:
-            self.nbytes -= old.nbytes
-        self._items[key] = state
-        self.nbytes += state.nbytes
-        while self.nbytes > self.max_bytes:
-            _, dropped = self._items.popitem(last=False)
-            self.nbytes -= dropped.nbytes
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.nbytes -= old.nbytes
+            self._items[key] = state
+            self.nbytes += state.nbytes
+            while self.nbytes > self.max_bytes:
+                _, dropped = self._items.popitem(last=False)
+                self.nbytes -= dropped.nbytes
 
     @property
     def n_tokens(self) -> int:
         """Block tokens held (all layers of a token count once)."""
-        return sum(s.n_tokens for s in self._items.values())
+        with self._lock:
+            return sum(s.n_tokens for s in self._items.values())
 
     def clear(self) -> None:
-        self._items.clear()
-        self.nbytes = 0
+        with self._lock:
+            self._items.clear()
+            self.nbytes = 0
 
 
 def rotate_keys(capturer: AttentionCapturer, state: BlockState, delta: int) -> BlockState:

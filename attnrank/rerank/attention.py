@@ -55,7 +55,7 @@ from .likelihood import query_likelihood
 from .position import load_profile
 from .resolve import learned_weights, resolve_config_heads
 from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
-from .signals import SignalComputer, signal_embedder_setup
+from .signals import VECTOR_CACHE, SignalComputer, signal_embedder_setup
 from .windows import fit_windows
 
 logger = logging.getLogger(__name__)
@@ -124,8 +124,11 @@ class AttentionReranker:
             self.fused = self.fused.without_attention()
         # the candidates' embedder runs in the model's precision: the config's, or a given model's
         dtype = cfg.dtype if self._llm is None else str(self._llm.dtype).removeprefix("torch.")
+        # state_cache_mb=0: nothing kept from one query to the next, the candidates' vectors neither
         self.signals = SignalComputer(
-            self.fused.embedder if self.fused else None, *signal_embedder_setup(cfg.device, dtype)
+            self.fused.embedder if self.fused else None,
+            *signal_embedder_setup(cfg.device, dtype),
+            cache_vectors=VECTOR_CACHE if cfg.state_cache_mb else 0,
         )
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
@@ -152,7 +155,7 @@ class AttentionReranker:
                 f"max_prompt_tokens={cfg.max_prompt_tokens} exceeds the {self.llm.context_length}-token context "
                 f"of {self.model_id}; lower it (None: the context minus 64)"
             )
-        self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
+        self.states = StateCache(cfg.state_cache_mb << 20)  # reusable passage states (block attention, likelihood)
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None  # block_prefix_ids depend on the tokenizer only
         self._blocks_memo = BlockMemo()  # tokenized passages, beside their states
@@ -330,6 +333,8 @@ class AttentionReranker:
                 docs,
                 max_doc_words=self.config.max_doc_words,
                 max_doc_tokens=self.config.max_doc_tokens,
+                states=self.states,
+                buffer=self._context_buffer,
             )
         return self.fused.score({**signals, **kept}), kept
 

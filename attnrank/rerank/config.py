@@ -103,7 +103,8 @@ class RerankConfig:
     (``dtype="int8"``: CPU only, the decoder's linear layers in dynamic int8, :mod:`attnrank.llm.quantize`).
     ``attention``: ``"full"`` (one causal prompt) or ``"block"`` (passages encoded independently,
     :mod:`attnrank.llm.blocks`); ``block_positions``: ``"shared"``, ``"sequential"`` or ``"rotated"``;
-    ``state_cache_mb``: in-memory budget of reusable block states (0: none);
+    ``state_cache_mb``: in-memory budget of reusable passage states, block attention's and the
+    query likelihood's (0: none; a passage seen by an earlier query then costs only the new query);
     ``passage_states``: an index folder (or its ``passage_states`` folder) with states built by
     ``attnrank index --passage-states``.
     ``signals``: None (attention alone), ``"auto"`` (fuse attention with the candidates' BM25,

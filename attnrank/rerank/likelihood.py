@@ -20,9 +20,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..llm.context import ContextBuffer
 from ..llm.likelihood import DEFAULT_BATCH_TOKENS, continuation_logprob
 from ..llm.models import LLM
 from ..llm.prompts import lead_ids
+from ..llm.states import StateCache
 from ..llm.truncation import truncate_texts
 from ..types import Document
 
@@ -43,10 +45,14 @@ def query_likelihood(
     max_doc_words: int | None = None,
     max_doc_tokens: int | None = None,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    states: StateCache | None = None,
+    buffer: ContextBuffer | None = None,
 ) -> np.ndarray:
     """Mean log-probability (nats per token) of ``query`` after each document's prompt
     (:func:`passage_prompt`), input order. Texts are cut to ``max_doc_words`` words, then to
-    ``max_doc_tokens`` tokens and to what the model's context leaves beside the query."""
+    ``max_doc_tokens`` tokens and to what the model's context leaves beside the query. With
+    ``states``, a prompt scored before (for any query) reuses its kept key/value states, so only
+    the query's tokens are computed (:func:`~attnrank.llm.likelihood.continuation_logprob`)."""
     tok = llm.tokenizer
     lead = list(lead_ids(tok))  # BOS where the model's tokenizer puts one (Llama, Gemma), as it was trained
     query_ids = tok(" " + query.strip(), add_special_tokens=False)["input_ids"]
@@ -65,4 +71,4 @@ def query_likelihood(
     contexts = [
         lead + tok(passage_prompt(d.title, t), add_special_tokens=False)["input_ids"] for d, t in zip(docs, texts)
     ]
-    return continuation_logprob(llm, contexts, query_ids, batch_tokens=batch_tokens)
+    return continuation_logprob(llm, contexts, query_ids, batch_tokens=batch_tokens, states=states, buffer=buffer)

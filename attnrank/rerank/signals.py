@@ -31,6 +31,7 @@ Each is one value per candidate, in input order; the fused scorer z-scores them 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +45,9 @@ from ..index.retriever import HybridRetriever
 from ..index.tokenize import TokenizerConfig
 
 SIGNALS = ("bm25", "dense", "rank")
+# Candidate vectors a SignalComputer keeps (text -> unit vector, least recently used dropped): a
+# passage that an earlier query brought is not embedded again. 20,000 MiniLM vectors: about 30 MB.
+VECTOR_CACHE = 20_000
 # How the signals are computed, as a number that grows with every change that moves their values
 # (weights fitted to one version are stale under another; batch checkpoints must not mix them):
 # 1: candidate BM25 without Lucene's 33 stopwords (until 2026-12-02); 2: without scikit-learn's 318.
@@ -66,6 +70,15 @@ def candidate_cosine(
 ) -> np.ndarray:
     """Cosine of ``query`` and each text with a sentence-transformers ``embedder``; ``stored[i]``,
     when given and not None, is text ``i``'s unit vector from an index, used instead of embedding it."""
+    query_vec, docs = candidate_vectors(query, texts, embedder, stored)
+    return np.asarray(docs @ query_vec, dtype=np.float64)
+
+
+def candidate_vectors(
+    query: str, texts: Sequence[str], embedder: Any, stored: Sequence[np.ndarray | None] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The query's unit vector and the texts' (``[n, dim]``): ``stored[i]`` where given, else
+    embedded (with the query, in one batch)."""
     todo = [i for i in range(len(texts)) if stored is None or stored[i] is None]
     vecs = encode(embedder, [query, *(texts[i] for i in todo)])
     docs = np.empty((len(texts), vecs.shape[1]), dtype=np.float32)
@@ -73,7 +86,7 @@ def candidate_cosine(
     for i, vec in enumerate(stored or ()):
         if vec is not None:
             docs[i] = vec
-    return np.asarray(docs @ vecs[0], dtype=np.float64)
+    return vecs[0], docs
 
 
 def rank_signal(n: int) -> np.ndarray:
@@ -121,12 +134,24 @@ def signal_embedder_setup(device: str, dtype: str) -> tuple[str, str]:
 class SignalComputer:
     """Computes :data:`SIGNALS` for candidate lists; the embedder (``embedder``: a model name or
     folder, None = the packaged MiniLM; ``backend``: how it runs, ``"torch"`` or ``"torch-bf16"``,
-    :func:`attnrank.index.embed.load_embedder`) is loaded on first use."""
+    :func:`attnrank.index.embed.load_embedder`) is loaded on first use. The vectors of the last
+    ``cache_vectors`` candidate texts it embedded are kept (:attr:`vectors`, text -> unit vector)
+    and reused (0: none)."""
 
-    def __init__(self, embedder: str | None = None, device: str = "cpu", backend: str = "torch"):
+    def __init__(
+        self,
+        embedder: str | None = None,
+        device: str = "cpu",
+        backend: str = "torch",
+        cache_vectors: int = VECTOR_CACHE,
+    ):
+        if cache_vectors < 0:
+            raise InputError(f"cache_vectors={cache_vectors} must be >= 0 (0: keep no vectors)")
         self.embedder_name, self.device, self.backend = embedder, device, backend
         self._embedder: Any = None
         self.index: IndexVectors | None = None
+        self.cache_vectors = cache_vectors
+        self.vectors: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @property
     def embedder(self) -> Any:
@@ -167,8 +192,25 @@ class SignalComputer:
         if "bm25" in names:
             out["bm25"] = candidate_bm25(query, texts)
         if "dense" in names:
-            stored = None if self.index is None or ids is None else self.index.lookup(ids, texts)
-            out["dense"] = candidate_cosine(query, texts, self.embedder, stored)
+            out["dense"] = self._cosine(query, texts, ids)
         if "rank" in names:
             out["rank"] = rank_signal(len(texts))
         return out
+
+    def _cosine(self, query: str, texts: Sequence[str], ids: Sequence[str] | None) -> np.ndarray:
+        """The dense signal: vectors from the index, else kept from before, else embedded (and kept)."""
+        stored: list[np.ndarray | None] = (
+            [None] * len(texts) if self.index is None or ids is None else self.index.lookup(ids, texts)
+        )
+        for i, text in enumerate(texts):
+            if stored[i] is None and text in self.vectors:
+                self.vectors.move_to_end(text)
+                stored[i] = self.vectors[text]
+        fresh = [i for i, v in enumerate(stored) if v is None]
+        query_vec, docs = candidate_vectors(query, texts, self.embedder, stored)
+        if self.cache_vectors:
+            for i in fresh:
+                self.vectors[texts[i]] = docs[i].copy()
+            while len(self.vectors) > self.cache_vectors:
+                self.vectors.popitem(last=False)
+        return np.asarray(docs @ query_vec, dtype=np.float64)

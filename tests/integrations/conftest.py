@@ -23,8 +23,10 @@ def tiny_path(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def settings(tiny_path) -> dict:
     """AttentionReranker keyword arguments shared by the adapters under test (short passages keep
-    the byte-level prompts of the tiny model small)."""
-    return {"model": tiny_path, "max_doc_words": 40}
+    the byte-level prompts of the tiny model small; nothing kept between queries, so that an
+    adapter's scores can be compared exactly with a reranker's: reused passage states and vectors
+    meet a query in other shapes and round differently, by up to ~1e-2 in bfloat16)."""
+    return {"model": tiny_path, "max_doc_words": 40, "state_cache_mb": 0}
 
 
 @pytest.fixture(scope="session")

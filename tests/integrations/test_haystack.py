@@ -17,7 +17,7 @@ from haystack_integrations.components.retrievers.attnrank import AttnrankRetriev
 
 
 def test_pipeline_yaml_round_trip_and_run(settings, demo_index, query):
-    kwargs = {"max_doc_words": settings["max_doc_words"]}
+    kwargs = {k: v for k, v in settings.items() if k != "model"}
     pipe = Pipeline()
     pipe.add_component("retriever", AttnrankRetriever(str(demo_index), top_k=5, depth=5, rerank=False))
     pipe.add_component("ranker", AttnrankRanker(model=settings["model"], top_k=2, reranker_kwargs=kwargs))

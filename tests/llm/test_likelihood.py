@@ -1,4 +1,5 @@
-"""continuation_logprob: batched, left-padded log-likelihoods equal each sequence scored alone."""
+"""continuation_logprob: batched, left-padded log-likelihoods equal each sequence scored alone,
+with or without reused context states."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import torch
 from _tiny import tiny_model, tiny_tokenizer
 
 from attnrank.errors import InputError
-from attnrank.llm.likelihood import continuation_logprob
+from attnrank.llm.context import ContextBuffer
+from attnrank.llm.likelihood import continuation_logprob, reuses_states
 from attnrank.llm.models import LLM
+from attnrank.llm.states import StateCache
 
 CONTEXTS = ["Passage: the cat sat on the mat.\nQuestion:", "Passage: x\nQuestion:", "A longer passage " * 6]
 QUERY = " where did the cat sit?"
@@ -52,3 +55,56 @@ def test_bad_inputs_are_refused_naming_the_limit(llm):
         continuation_logprob(llm, [[1] * 16384], [3])
     with pytest.raises(InputError, match="batch_tokens=0"):
         continuation_logprob(llm, [[1]], [3], batch_tokens=0)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma", "Phi3"])
+def test_reused_context_states_give_the_scores_computed_in_full(family):
+    """A context scored once keeps its states; later calls (another continuation, another order,
+    a new context beside it) run only the suffix over them and match full scoring to 1e-5."""
+    tok = tiny_tokenizer()
+    model = tiny_model(family, layers=2, max_positions=512, **FAMILIES.get(family, {}))
+    llm = LLM(model=model, tokenizer=tok, model_id=f"tiny-{family}", fingerprint="t")
+    contexts = [tok(c, add_special_tokens=False)["input_ids"] for c in CONTEXTS]
+    cont = tok(QUERY, add_special_tokens=False)["input_ids"]
+    other = tok(" what is on the mat?", add_special_tokens=False)["input_ids"]
+    states, buffer = StateCache(1 << 30), ContextBuffer()
+    assert reuses_states(llm)
+    cold = continuation_logprob(llm, contexts[:2], cont, states=states, buffer=buffer)
+    assert len(states) == 2 and states.hits == 0
+    np.testing.assert_allclose(cold, continuation_logprob(llm, contexts[:2], cont), rtol=0, atol=1e-5)
+    warm = continuation_logprob(llm, contexts[::-1], other, states=states, buffer=buffer)
+    assert states.hits == 2 and len(states) == 3  # the two seen contexts reused, the new one kept
+    np.testing.assert_allclose(warm, continuation_logprob(llm, contexts[::-1], other), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(warm[:1], continuation_logprob(llm, contexts[2:], other), rtol=0, atol=1e-5)
+
+
+def test_context_states_are_keyed_by_the_weights_and_the_tokens(llm):
+    """Another model's weights (fingerprint, precision) or another context never reuse a state."""
+    states = StateCache(1 << 30)
+    continuation_logprob(llm, [[5, 6, 7]], [8, 9], states=states)
+    other = LLM(model=llm.model, tokenizer=llm.tokenizer, model_id=llm.model_id, fingerprint="0" * 64)
+    continuation_logprob(other, [[5, 6, 7]], [8, 9], states=states)
+    continuation_logprob(llm, [[5, 4, 7]], [8, 9], states=states)
+    assert states.hits == 0 and len(states) == 3
+    continuation_logprob(llm, [[5, 6, 4]], [8, 9], states=states)  # kept: all but the last token
+    assert states.hits == 1 and len(states) == 3
+    continuation_logprob(llm, [[5, 6, 7]], [3], states=states)  # the same context, another continuation
+    assert states.hits == 2
+    empty = StateCache(0)  # a budget of 0 keeps nothing
+    continuation_logprob(llm, [[5, 6, 7]], [3], states=empty)
+    assert len(empty) == 0 and empty.misses == 0
+
+
+@pytest.mark.parametrize("family", ["mistral", "Gemma3Text"])
+def test_sliding_window_models_are_scored_in_full_each_time(family):
+    """Sliding-window layers keep only recent tokens: nothing is kept, the scores stay right."""
+    tok = tiny_tokenizer()
+    llm = LLM(model=tiny_model(family, layers=2, max_positions=512), tokenizer=tok, model_id=family, fingerprint="t")
+    contexts = [tok(c, add_special_tokens=False)["input_ids"] for c in CONTEXTS]
+    cont = tok(QUERY, add_special_tokens=False)["input_ids"]
+    states = StateCache(1 << 30)
+    assert not reuses_states(llm)
+    got = [continuation_logprob(llm, contexts, cont, states=states) for _ in range(2)]
+    assert len(states) == 0
+    want = [_reference(llm, c, cont) for c in contexts]
+    np.testing.assert_allclose(got[1], want, rtol=0, atol=1e-5)

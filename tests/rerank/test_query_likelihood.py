@@ -83,6 +83,26 @@ def test_preset_sums_the_z_scores_of_bm25_dense_and_likelihood(llm):
     assert all(d.stage_scores["likelihood"] == pytest.approx(ql[by_id[d.id]]) for d in res)
 
 
+def test_passages_seen_by_an_earlier_query_reuse_their_states(llm):
+    """The preset keeps each prompt's states in the reranker's state cache: another query over the
+    same passages reuses them and scores as computed in full; ``state_cache_mb=0`` keeps none."""
+    docs = rerank_docs()
+    rr = AttentionReranker(llm, config="likelihood")
+    first = rr.score(RERANK_QUERY, docs)
+    assert len(rr.states) == len(docs) and rr.states.hits == 0
+    other = "which passage is about cats?"
+    again = rr.score(other, docs[::-1])
+    assert rr.states.hits == len(docs)
+    full = query_likelihood(llm, other, docs[::-1], max_doc_words=rr.config.max_doc_words)
+    res = rr.rank(other, docs[::-1])
+    by_id = {d.id: full[i] for i, d in enumerate(docs[::-1])}
+    assert all(d.stage_scores["likelihood"] == pytest.approx(by_id[d.id], abs=1e-5) for d in res)
+    assert not np.allclose(first, again[::-1])
+    none = AttentionReranker(llm, config=RerankConfig.preset("likelihood", state_cache_mb=0))
+    np.testing.assert_allclose(none.score(RERANK_QUERY, docs), first, atol=1e-5)
+    assert len(none.states) == 0 and none.signals.cache_vectors == 0  # nothing kept between queries
+
+
 def test_preset_reads_the_passage_cuts_and_refuses_attention_options():
     cfg = RerankConfig.preset("likelihood", max_doc_words=50)
     assert cfg.uses_likelihood and cfg.uses_llm and not cfg.uses_attention and cfg.max_doc_words == 50

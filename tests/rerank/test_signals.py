@@ -114,3 +114,25 @@ def test_only_an_attnrank_index_with_float_vectors_is_read(built_retriever):
     int8.dense = copy.copy(built_retriever.dense)
     int8.dense.built_with = "onnx-int8"
     assert int8.stored_vectors([0]) is None and not SignalComputer().use_index(int8)
+
+
+def test_a_candidate_embedded_once_is_not_embedded_again(scifact_docs, embedded):
+    """Kept vectors serve a later query over the same passages (the query alone is embedded), give
+    the cosines a fresh embedding gives, and are bounded by ``cache_vectors``."""
+    texts = [d.full_text for d in scifact_docs[:5]]
+    sc = SignalComputer(cache_vectors=4)
+    sc("a query about cells", texts[:3], ["dense"])
+    embedded.clear()
+    got = sc("bone fractures", texts[:3], ["dense"])["dense"]
+    assert embedded == [1]
+    np.testing.assert_allclose(
+        got, SignalComputer(cache_vectors=0)("bone fractures", texts[:3], ["dense"])["dense"], atol=1e-6
+    )
+    sc("bone fractures", texts[2:], ["dense"])  # two new texts: five kept would pass the bound of four
+    assert embedded[-1] == 3 and len(sc.vectors) == 4 and texts[0] not in sc.vectors
+    none = SignalComputer(cache_vectors=0)
+    none("q", texts[:2], ["dense"])
+    none("q", texts[:2], ["dense"])
+    assert embedded[-2:] == [3, 3] and not none.vectors
+    with pytest.raises(InputError, match="cache_vectors=-1"):
+        SignalComputer(cache_vectors=-1)

@@ -74,12 +74,14 @@ def test_rerank_cohere_and_tei_shapes(url, engine):
     out = r.json()
     assert out["id"] and out["meta"]["api_version"]["version"] == "2"
     assert [x["index"] for x in out["results"]] == order[:3]
-    assert [x["relevance_score"] for x in out["results"]] == pytest.approx(ref.scores[:3], abs=1e-12)
+    # float32; the server's second pass reads the candidates' vectors its reranker kept from the
+    # first, embedded in another batch: equal to rounding
+    assert [x["relevance_score"] for x in out["results"]] == pytest.approx(ref.scores[:3], abs=1e-6)
     assert [x["document"]["text"] for x in out["results"]] == [DOCS[i] for i in order[:3]]
     r = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": DOCS, "return_text": True})
     assert r.status_code == 200
     tei = r.json()
-    assert [x["index"] for x in tei] == order and [x["score"] for x in tei] == pytest.approx(ref.scores, abs=1e-12)
+    assert [x["index"] for x in tei] == order and [x["score"] for x in tei] == pytest.approx(ref.scores, abs=1e-6)
     assert tei[0]["text"] == DOCS[order[0]]
 
 
@@ -388,7 +390,7 @@ def test_cohere_v2_client_reranks_through_the_server(url, engine):
     client = cohere.ClientV2(api_key="unused", base_url=url, timeout=60)
     got = client.rerank(model="tiny-llama", query=QUERY, documents=DOCS, top_n=2)
     assert [r.index for r in got.results] == [int(i) for i in ref.ids[:2]]
-    assert [r.relevance_score for r in got.results] == pytest.approx(ref.scores[:2], abs=1e-12)
+    assert [r.relevance_score for r in got.results] == pytest.approx(ref.scores[:2], abs=1e-6)
 
 
 def test_returned_documents_are_the_ones_sent(url):
