@@ -101,10 +101,14 @@ def _reusing_states(
 
 
 def reuses_states(llm: LLM) -> bool:
-    """Whether every layer of ``llm`` keeps the keys and values of every token (no sliding
-    window, no linear attention), so that a context's states can be kept and reused."""
+    """Whether a context's states can be kept and reused: every layer of ``llm`` keeps the keys
+    and values of every token (no sliding window, no linear attention), and its rotary frequencies
+    do not follow the longest position of the pass (dynamic NTK, LongRoPE)."""
     layers = DynamicCache(config=llm.model.config).layers
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    decoder = llm.model.get_decoder() if hasattr(llm.model, "get_decoder") else llm.model
+    rope = str(getattr(getattr(decoder, "rotary_emb", None), "rope_type", "default"))
+    dynamic = "dynamic" in rope or rope == "longrope"
+    return bool(layers) and not dynamic and all(type(layer) is DynamicLayer for layer in layers)
 
 
 def context_keys(llm: LLM, contexts: Sequence[Sequence[int]]) -> list[str]:

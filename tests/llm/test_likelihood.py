@@ -95,11 +95,16 @@ def test_context_states_are_keyed_by_the_weights_and_the_tokens(llm):
     assert len(empty) == 0 and empty.misses == 0
 
 
-@pytest.mark.parametrize("family", ["mistral", "Gemma3Text"])
-def test_sliding_window_models_are_scored_in_full_each_time(family):
-    """Sliding-window layers keep only recent tokens: nothing is kept, the scores stay right."""
+@pytest.mark.parametrize(
+    ("family", "options"),
+    [("mistral", {}), ("Gemma3Text", {}), ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}})],
+)
+def test_models_whose_states_depend_on_the_pass_are_scored_in_full_each_time(family, options):
+    """Sliding-window layers keep only recent tokens, and dynamic NTK rotary frequencies follow
+    the pass's longest position: nothing is kept, the scores stay right."""
     tok = tiny_tokenizer()
-    llm = LLM(model=tiny_model(family, layers=2, max_positions=512), tokenizer=tok, model_id=family, fingerprint="t")
+    model = tiny_model(family, layers=2, max_positions=512, **options)
+    llm = LLM(model=model, tokenizer=tok, model_id=family, fingerprint="t")
     contexts = [tok(c, add_special_tokens=False)["input_ids"] for c in CONTEXTS]
     cont = tok(QUERY, add_special_tokens=False)["input_ids"]
     states = StateCache(1 << 30)
