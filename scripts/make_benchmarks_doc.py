@@ -143,7 +143,9 @@ held-out one: nDCG@10 0.5819 (DL19), 0.7678 (SciFact, 400 queries), 0.9214 (Hotp
 test p 0.002 / 0.020 / < 0.001 on the last three, DL19 +0.3 not significant) and 0.6866 for
 `fused`. It stays 1.1 points below the dense cosine alone on DL19. The likelihood is the model's
 next-token probabilities, not its attention: attention as `fused` reads it still adds +0.3 points
-on average held out (the best ablation, picked by its held-out figures, +0.6; below). It costs one prompt per candidate through the whole model: 0.90 s per DL19
+on average held out (the best ablation, picked by its held-out figures, +0.6; below), and beside the
+likelihood it adds nothing that holds: +0.16 points with equal weights, +0.18 trained, against
+the untrained default ("--ablation likelihood" below). It costs one prompt per candidate through the whole model: 0.90 s per DL19
 query and 2.9 s per SciFact query of 20 candidates, 9x and 17x `signals` ("Reranking presets"), the
 first time; a passage an earlier query brought costs only the new query's tokens, its prompt's
 states kept: with every candidate cached, 4.8x to 5.8x faster at unchanged nDCG@10 ("The default
