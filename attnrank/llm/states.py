@@ -251,6 +251,21 @@ class StateCache:
             self._items.clear()
             self.nbytes = 0
 
+    def stats(self) -> dict[str, int]:
+        """What the cache holds and how often it served: passages (``held``), their ``tokens``,
+        their ``bytes`` of ``budget_bytes``, and lookups that found states (``hits``) or not (``misses``)."""
+        with self._lock:
+            tokens = sum(s.n_tokens for s in self._items.values())
+            held, nbytes, hits, misses = len(self._items), self.nbytes, self.hits, self.misses
+        return {
+            "held": held,
+            "tokens": tokens,
+            "bytes": nbytes,
+            "budget_bytes": self.max_bytes,
+            "hits": hits,
+            "misses": misses,
+        }
+
 
 def rotate_keys(capturer: AttentionCapturer, state: BlockState, delta: int) -> BlockState:
     """``state`` moved ``delta`` positions on: its keys rotated by the model's rotary embedding

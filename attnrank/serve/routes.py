@@ -23,6 +23,7 @@ from fastapi.responses import StreamingResponse
 from ..config import DEFAULT_BUDGET_TOKENS
 from ..explain import explain_results
 from ..generate import Generator
+from ..llm.states import StateCache
 from ..pipeline import Pipeline
 from ..prune.context import PrunedContext
 from ..types import Document, RankedResults
@@ -47,7 +48,18 @@ async def health(request: Request) -> dict[str, Any]:
         "index_documents": None if idx is None else idx.num_docs,
         "queue": server.jobs.stats(),
         "limits": server.limits.as_dict(),
+        "passage_states": _state_stats(server),
     }
+
+
+def _state_stats(server: Server) -> dict[str, Any]:
+    """The reranker's and the pruner's reusable passage states (what ``--state-cache-mb`` sizes)."""
+    out = {}
+    for name, stage in (("reranker", server.engine.reranker), ("pruner", server.engine.pruner)):
+        states = getattr(stage, "states", None)
+        if isinstance(states, StateCache):
+            out[name] = states.stats()
+    return out
 
 
 async def _rank(

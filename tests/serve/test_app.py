@@ -154,6 +154,20 @@ def test_search_prune_ask(roomy_url):
     assert queue["disconnected"] == 0 and queue["cancelled"] == 0
 
 
+def test_health_reports_the_reused_passage_states(url, engine):
+    """/health shows what the reranker's state cache holds and serves (what --state-cache-mb
+    sizes): a request over the same passages again is served from it."""
+    before = httpx.get(f"{url}/health").json()["passage_states"]["reranker"]
+    body = {"model": "tiny-llama", "query": QUERY, "documents": DOCS}
+    for _ in range(2):
+        assert httpx.post(f"{url}/v1/rerank", json=body).status_code == 200
+    after = httpx.get(f"{url}/health").json()["passage_states"]
+    assert after["reranker"] == engine.reranker.states.stats()
+    assert after["reranker"]["hits"] >= before["hits"] + len(DOCS) and after["reranker"]["held"] >= len(DOCS)
+    assert 0 < after["reranker"]["bytes"] <= after["reranker"]["budget_bytes"] == 1024 << 20
+    assert set(after) == {"reranker", "pruner"}
+
+
 def test_index_routes_need_an_index(llm):
     app = create_app(Engine(AttentionReranker(llm), model_name="tiny"))
     with live_server(app) as base:
