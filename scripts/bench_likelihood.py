@@ -54,7 +54,6 @@ PRESET = "default preset likelihood: z(BM25) + z(dense) + z(likelihood), untrain
 ALONE = "likelihood alone"
 TRAINED = "trained on the other datasets: BM25, dense, rank"
 TRAINED_QL = "trained on the other datasets: BM25, dense, rank, likelihood"
-CHUNK = 25  # queries computed between cache writes
 
 
 def examples(group: str, root: Path, setting: str, ds, cands: dict, ql: dict) -> list[FusionExample]:
@@ -205,7 +204,7 @@ def main() -> None:
     }
     data, sizes = {}, []
     for g, (setting, ds, cands) in sets.items():
-        ql = cached_likelihoods(llm, setting, ds, cands, CACHE, CHUNK)
+        ql = cached_likelihoods(llm, setting, ds, cands, CACHE)
         data[g] = examples(g, root, setting, ds, cands, ql)
         sizes.append(f"{g} {len(cands)} queries")
     rows = rows_for(data)

@@ -130,9 +130,7 @@ class AttentionCapturer:
         self.num_heads = int(self.decoder.config.num_attention_heads)
         self.heads = _validate_heads(heads, self.num_layers, self.num_heads, max_layer)
         self.deepest_layer = max(layer for layer, _ in self.heads) if max_layer is None else max_layer
-        # transformers 5.x renamed the decoder's `past_key_values` argument to `cache`.
-        params = inspect.signature(self.decoder.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._cache_kwarg = cache_argument(self.decoder)
         self._layer_heads = {
             layer: torch.tensor([h for l2, h in self.heads if l2 == layer], dtype=torch.long)
             for layer in sorted({layer for layer, _ in self.heads})
@@ -357,6 +355,19 @@ def _common_start(suffixes: Sequence[Sequence[int]]) -> int:
 def has_sliding_layers(cache: DynamicCache) -> bool:
     """Whether any layer of ``cache`` keeps only a sliding window of recent tokens."""
     return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
+
+
+def cache_argument(module: Any) -> str:
+    """The forward argument of ``module`` (a decoder or a causal LM) that takes a cache:
+    transformers 5.x renamed ``past_key_values`` to ``cache``."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
+def rotary_follows_length(decoder: Any) -> bool:
+    """Whether ``decoder``'s rotary frequencies follow the longest position of a pass (dynamic
+    NTK, LongRoPE): states computed in one pass then differ from those of a longer one."""
+    rope = str(getattr(getattr(decoder, "rotary_emb", None), "rope_type", "default"))
+    return "dynamic" in rope or rope == "longrope"
 
 
 def naive_attention_rows(

@@ -21,7 +21,7 @@ from transformers.cache_utils import DynamicLayer
 
 from attnrank.errors import InputError
 
-from .attention import AttentionCapturer, PrefixCache, has_sliding_layers
+from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, rotary_follows_length
 from .rotary import nope_layers, rotate_into, rotation
 from .states import BlockState, layer_kv, prefix_states
 
@@ -77,8 +77,7 @@ def one_window_per_pass(capturer: AttentionCapturer, prefix: PrefixCache) -> boo
     caches keep a window of the context), or a rotary embedding whose frequencies follow the
     longest position in the batch (dynamic NTK, LongRoPE), which would let one window's length
     change another's positions."""
-    rope = str(getattr(getattr(capturer.decoder, "rotary_emb", None), "rope_type", "default"))
-    return has_sliding_layers(prefix.cache) or "dynamic" in rope or rope == "longrope"
+    return has_sliding_layers(prefix.cache) or rotary_follows_length(capturer.decoder)
 
 
 def windows_shape(

@@ -21,7 +21,6 @@ always computed in full.
 from __future__ import annotations
 
 import hashlib
-import inspect
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -31,6 +30,7 @@ from transformers.cache_utils import DynamicLayer
 
 from attnrank.errors import InputError
 
+from .attention import cache_argument, rotary_follows_length
 from .context import ContextBuffer, ContextLayer
 from .models import LLM
 from .recording import forward_lock
@@ -106,9 +106,8 @@ def reuses_states(llm: LLM) -> bool:
     do not follow the longest position of the pass (dynamic NTK, LongRoPE)."""
     layers = DynamicCache(config=llm.model.config).layers
     decoder = llm.model.get_decoder() if hasattr(llm.model, "get_decoder") else llm.model
-    rope = str(getattr(getattr(decoder, "rotary_emb", None), "rope_type", "default"))
-    dynamic = "dynamic" in rope or rope == "longrope"
-    return bool(layers) and not dynamic and all(type(layer) is DynamicLayer for layer in layers)
+    full = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    return full and not rotary_follows_length(decoder)
 
 
 def context_keys(llm: LLM, contexts: Sequence[Sequence[int]]) -> list[str]:
@@ -204,14 +203,9 @@ def _suffix_logprob(
                 position_ids=positions.to(device),
                 logits_to_keep=n_new,
                 use_cache=True,
-                **{_cache_kwarg(llm.model): cache},
+                **{cache_argument(llm.model): cache},
             ).logits
     return _mean_logprob(logits, ids[:, 1:])
-
-
-def _cache_kwarg(model: object) -> str:
-    """The forward argument a cache goes in (transformers 5.x renamed ``past_key_values`` to ``cache``)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # type: ignore[attr-defined]
 
 
 def _mean_logprob(logits: torch.Tensor, target: torch.Tensor) -> np.ndarray:

@@ -65,15 +65,6 @@ def candidate_bm25(query: str, texts: Sequence[str]) -> np.ndarray:
         return np.zeros(len(texts))
 
 
-def candidate_cosine(
-    query: str, texts: Sequence[str], embedder: Any, stored: Sequence[np.ndarray | None] | None = None
-) -> np.ndarray:
-    """Cosine of ``query`` and each text with a sentence-transformers ``embedder``; ``stored[i]``,
-    when given and not None, is text ``i``'s unit vector from an index, used instead of embedding it."""
-    query_vec, docs = candidate_vectors(query, texts, embedder, stored)
-    return np.asarray(docs @ query_vec, dtype=np.float64)
-
-
 def candidate_vectors(
     query: str, texts: Sequence[str], embedder: Any, stored: Sequence[np.ndarray | None] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
