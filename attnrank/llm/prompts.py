@@ -126,7 +126,7 @@ class RerankPromptPair:
 
 def chat_frame(tokenizer: Any) -> ChatFrame:
     """The chat template's text around one user message, or a plain frame (suffix ``"\\n"``)."""
-    lead = lead_ids(tokenizer)
+    lead = _lead_ids(tokenizer)
     if getattr(tokenizer, "chat_template", None):
         try:
             rendered = tokenizer.apply_chat_template(
@@ -214,7 +214,7 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     """Token ids of a prompt text, with the tokenizer's leading special ids (e.g. BOS) added
     unless the text already starts with them."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    lead = list(lead_ids(tokenizer))
+    lead = list(_lead_ids(tokenizer))
     return ids if not lead or ids[: len(lead)] == lead else lead + ids
 
 
@@ -253,7 +253,7 @@ def query_tail(instruction: str, query: str, frame: ChatFrame) -> str:
 # --------------------------------------------------------------------------- internals
 
 
-def lead_ids(tokenizer: Any) -> tuple[int, ...]:
+def _lead_ids(tokenizer: Any) -> tuple[int, ...]:
     """Ids the tokenizer puts before any text by itself (BOS for Llama/Gemma, none for Qwen)."""
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     full = tokenizer("a", add_special_tokens=True)["input_ids"]

@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..llm.context import ContextBuffer
 from ..llm.likelihood import DEFAULT_BATCH_TOKENS, continuation_logprob
 from ..llm.models import LLM
-from ..llm.prompts import lead_ids
+from ..llm.prompts import encode_text
 from ..llm.states import StateCache
 from ..llm.truncation import truncate_texts
 from ..types import Document
@@ -54,9 +54,9 @@ def query_likelihood(
     ``states``, a prompt scored before (for any query) reuses its kept key/value states, so only
     the query's tokens are computed (:func:`~attnrank.llm.likelihood.continuation_logprob`)."""
     tok = llm.tokenizer
-    lead = list(lead_ids(tok))  # BOS where the model's tokenizer puts one (Llama, Gemma), as it was trained
     query_ids = tok(" " + query.strip(), add_special_tokens=False)["input_ids"]
-    frame = len(lead) + len(tok(passage_prompt(None, ""), add_special_tokens=False)["input_ids"])
+    # each prompt starts with BOS where the model's tokenizer puts one (Llama, Gemma), as it was trained
+    frame = len(encode_text(tok, passage_prompt(None, "")))
     room = llm.context_length - len(query_ids) - frame - 8  # 8: a title line's joins re-tokenized
     if room < 1:
         raise InputError(
@@ -68,7 +68,5 @@ def query_likelihood(
     if limit < 1:
         raise InputError(f"a document title is {max(title_tokens)} tokens, longer than the context leaves; shorten it")
     texts, _ = truncate_texts(tok, docs, max_doc_words, min(limit, max_doc_tokens or limit))
-    contexts = [
-        lead + tok(passage_prompt(d.title, t), add_special_tokens=False)["input_ids"] for d, t in zip(docs, texts)
-    ]
+    contexts = [encode_text(tok, passage_prompt(d.title, t)) for d, t in zip(docs, texts)]
     return continuation_logprob(llm, contexts, query_ids, batch_tokens=batch_tokens, states=states, buffer=buffer)
