@@ -8,14 +8,9 @@ deepest chosen layer (see :mod:`attnrank.llm.attention`). Calibrated token score
 ``Δ = a(q) − a(N/A)`` are summed over heads and aggregated per document with ICR's μ − 2σ filter
 (:mod:`attnrank.llm.rows`).
 
-Long candidate lists: if the prompt would exceed ``max_prompt_tokens`` (default: the model's
-context length minus a margin), the candidates are dealt round-robin by first-stage rank into
-the fewest windows that fit, so every window holds a similar mix of strong and weak
-candidates and a similar number of documents; each window is scored on its own and the raw
-calibrated scores (shares of the same query-attention budget) are merged as they are. ICR
-reports that windowing loses quality, so it is a fallback, logged when used. Block attention
-(``attention="block"``) windows the same way when its context spans more positions than that:
-with ``rotated``/``sequential`` positions the query follows every block.
+Long candidate lists are scored in round-robin windows (:mod:`attnrank.rerank.windows`) when
+one prompt would exceed ``max_prompt_tokens``; window scores become document scores in
+:mod:`attnrank.rerank.aggregation`.
 
 Optional re-weighting (``reweight=``: sink filtering, cross-document IDF, entropy
 regularization, slot correction) replaces the plain aggregation; see
@@ -44,19 +39,20 @@ from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, load_llm, unloaded_model
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
-from ..llm.rows import WindowRows, document_scores, keep_mask, token_scores
+from ..llm.rows import WindowRows
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
+from .aggregation import window_document_scores
 from .config import RerankConfig
 from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD, resolve_fused
 from .inputs import check_documents, check_k, check_query, check_texts
 from .likelihood import query_likelihood
 from .position import load_profile
 from .resolve import learned_weights, resolve_config_heads
-from .reweight import check_setup, reweighted_document_scores, tokenized_query_terms
+from .reweight import check_setup
 from .signals import VECTOR_CACHE, SignalComputer, signal_embedder_setup
-from .windows import fit_windows
+from .windows import block_windows, fit_windows
 
 logger = logging.getLogger(__name__)
 
@@ -347,28 +343,15 @@ class AttentionReranker:
             return self.learned.score_windows(
                 wins, len(docs), self.head_list, first_stage, stage_score_lists(previous)
             ), None
-        scores = np.zeros(len(docs))
-        ev: list[dict] | None = [{} for _ in docs] if evidence else None
-        for w in self.windows(query, docs):
-            tok = token_scores(w.rows)
-            if self.reweight is None:
-                doc_s = document_scores(tok, w.spans, use_filter=self.token_filter)
-            else:
-                doc_s = self._reweighted_scores(query, w)
-            for j, (i, (s, e)) in enumerate(zip(w.doc_index, w.spans)):
-                scores[i] = doc_s[j]
-                if ev is not None:
-                    ev[i]["attention_tokens"] = list(zip(w.input_ids[s:e], tok[s:e].round(6).tolist()))
-                    # which tokens the μ − 2σ filter counted, decided on the unrounded scores
-                    ev[i]["attention_counted"] = keep_mask(tok[s:e], self.token_filter).tolist()
-        return scores, ev
-
-    def _reweighted_scores(self, query: str, w: WindowRows) -> np.ndarray:
-        assert self.reweight is not None
-        tokens = self.llm.tokenizer.convert_ids_to_tokens(w.input_ids)
-        terms = tokenized_query_terms(self.llm.tokenizer, query, self.reweight.idf_unit)
-        return reweighted_document_scores(
-            w, tokens, terms, self.reweight, use_filter=self.token_filter, slot_profile=self.slot_profile
+        reweighting = None
+        if self.reweight is not None:
+            reweighting = (self.llm.tokenizer, query, self.reweight, self.slot_profile)
+        return window_document_scores(
+            self.windows(query, docs),
+            len(docs),
+            token_filter=self.token_filter,
+            reweighting=reweighting,
+            evidence=evidence,
         )
 
     def windows(self, query: str, docs: list[Document]) -> list[WindowRows]:
@@ -377,13 +360,8 @@ class AttentionReranker:
         tok, kw = self.llm.tokenizer, self.prompt_kw
         if self.config.attention == "block":  # tokenized once; windows select their blocks
             whole = build_block_prompts(tok, query, docs, memo=self._blocks_memo, **kw)
-            cut = fit_windows(  # the windows' prompts, captured together (one suffix pass)
-                len(docs),
-                lambda g: whole if len(g) == len(docs) else whole.select(g, self.config.order),
-                self._block_extent,
-                lambda prompt, g: (prompt, g),
-                self.max_prompt_tokens,
-            )
+            cfg = self.config
+            cut = block_windows(whole, cfg.order, cfg.block_positions, self.max_prompt_tokens)
             rows = self._block_windows([prompt for prompt, _ in cut])
             return [replace(w, doc_index=g) for w, (_, g) in zip(rows, cut)]
         return fit_windows(
@@ -421,11 +399,6 @@ class AttentionReranker:
             max_doc_tokens=self.config.max_doc_tokens,
             progress=progress,
         )
-
-    def _block_extent(self, prompt: BlockPrompt) -> int:
-        """Positions the block prompt spans: its suffix's start plus the longer suffix."""
-        suffix = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids))
-        return prompt.suffix_start(self.config.block_positions) + suffix
 
     def _block_windows(self, prompts: list[BlockPrompt]) -> list[WindowRows]:
         """Block-attention windows: each block attends to the prefix and itself; their states

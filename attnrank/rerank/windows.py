@@ -4,7 +4,7 @@ A prompt must span at most ``max_prompt_tokens`` positions (the model's context,
 spare). When all candidates do not fit, they are dealt round-robin over the fewest windows that
 do: candidate ``i`` goes to window ``i mod n``, so every window holds a similar mix of strong
 and weak first-stage candidates and the attention each one gets is comparable across windows.
-The full prompt and block attention cut their windows by the same rule.
+The full prompt and block attention cut their windows by the same rule (:func:`block_windows`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ..errors import InputError
+from ..llm.blocks import BlockPrompt
 
 logger = logging.getLogger(__name__)
 
@@ -60,4 +61,25 @@ def fit_windows(
     raise InputError(
         f"document #{worst} does not fit max_prompt_tokens={max_prompt_tokens} even alone ({sizes[worst]} "
         "positions with the query); lower max_doc_words/max_doc_tokens or raise max_prompt_tokens"
+    )
+
+
+def block_windows(
+    whole: BlockPrompt, order: str, positions: str, max_prompt_tokens: int
+) -> list[tuple[BlockPrompt, list[int]]]:
+    """The block prompts of the windows :func:`fit_windows` cuts ``whole`` (every candidate's block,
+    arranged by ``order``) into, each with the input indices it holds; a block prompt spans its
+    suffix's start (by the ``positions`` scheme) plus the longer of its two suffixes."""
+
+    def extent(prompt: BlockPrompt) -> int:
+        suffix = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids))
+        return prompt.suffix_start(positions) + suffix
+
+    n = len(whole.blocks)
+    return fit_windows(
+        n,
+        lambda g: whole if len(g) == n else whole.select(g, order),
+        extent,
+        lambda prompt, g: (prompt, g),
+        max_prompt_tokens,
     )

@@ -1,0 +1,66 @@
+"""One attention score per candidate from the attention rows of a query's windows.
+
+Each window (:class:`~attnrank.llm.rows.WindowRows`) holds the chosen heads' rows over its
+context tokens and its documents' token spans. A document's score is ICR's (Chen et al., ICLR
+2025): calibrated token scores ``Δ = a(q) − a(N/A)`` summed over heads, then over the document's
+tokens that pass the μ − 2σ filter; or, with re-weighting, :mod:`attnrank.rerank.reweight`'s.
+Windows hold disjoint candidates (:mod:`attnrank.rerank.windows`), and their scores, shares of
+one query-attention budget each, are merged as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..llm.rows import WindowRows, document_scores, keep_mask, token_scores
+from .position import SlotProfile
+from .reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
+
+
+def window_document_scores(
+    windows: Sequence[WindowRows],
+    n_docs: int,
+    *,
+    token_filter: bool = True,
+    reweighting: tuple[Any, str, Reweighting, SlotProfile | None] | None = None,
+    evidence: bool = False,
+) -> tuple[np.ndarray, list[dict[str, Any]] | None]:
+    """The score of each of ``n_docs`` candidates (input order) from the ``windows`` that hold
+    them, and with ``evidence`` each one's token scores: ``attention_tokens`` (token id, plain
+    calibrated score) and ``attention_counted`` (which of them the μ − 2σ filter kept).
+    ``reweighting``: (tokenizer, query, steps, slot profile) to re-weight the rows instead of
+    ICR's plain sum; the evidence holds the plain scores either way."""
+    scores = np.zeros(n_docs)
+    ev: list[dict[str, Any]] | None = [{} for _ in range(n_docs)] if evidence else None
+    for w in windows:
+        tok = token_scores(w.rows)
+        if reweighting is None:
+            doc_s = document_scores(tok, w.spans, use_filter=token_filter)
+        else:
+            doc_s = reweighted_window_scores(w, *reweighting, token_filter=token_filter)
+        for j, (i, (s, e)) in enumerate(zip(w.doc_index, w.spans)):
+            scores[i] = doc_s[j]
+            if ev is not None:
+                ev[i]["attention_tokens"] = list(zip(w.input_ids[s:e], tok[s:e].round(6).tolist()))
+                # which tokens the μ − 2σ filter counted, decided on the unrounded scores
+                ev[i]["attention_counted"] = keep_mask(tok[s:e], token_filter).tolist()
+    return scores, ev
+
+
+def reweighted_window_scores(
+    window: WindowRows,
+    tokenizer: Any,
+    query: str,
+    steps: Reweighting,
+    slot_profile: SlotProfile | None,
+    *,
+    token_filter: bool = True,
+) -> np.ndarray:
+    """The re-weighted score of each of ``window``'s documents (:mod:`attnrank.rerank.reweight`),
+    its tokens and the query's terms read with ``tokenizer``."""
+    tokens = tokenizer.convert_ids_to_tokens(window.input_ids)
+    terms = tokenized_query_terms(tokenizer, query, steps.idf_unit)
+    return reweighted_document_scores(window, tokens, terms, steps, use_filter=token_filter, slot_profile=slot_profile)
