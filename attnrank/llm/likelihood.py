@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ from attnrank.errors import InputError
 from .attention import cache_argument, rotary_follows_length
 from .context import ContextBuffer, ContextLayer
 from .models import LLM
-from .recording import forward_lock
+from .recording import ATTN_IMPLEMENTATION, attn_implementation, ensure_registered, forward_lock
 from .states import BlockState, StateCache, layer_kv
 
 DEFAULT_BATCH_TOKENS = 2048
@@ -100,6 +101,21 @@ def _reusing_states(
     return out
 
 
+@contextmanager
+def _grouped_sdpa(llm: LLM) -> Iterator[None]:
+    """The passes run inside use attnrank's registered attention (:mod:`attnrank.llm.recording`,
+    nothing captured): SDPA, except that a padded grouped-query pass on CPU runs SDPA's own
+    grouped-query kernel with the additive mask made once per pass, where transformers' SDPA
+    copies every key/value head once per query head of its group at every layer.
+
+    Why: 4-5 % faster full passes and 7 % faster suffix passes over kept states (SciFact, DL19;
+    bfloat16, 2 cores), with scores equal to transformers' SDPA to the last bit."""
+    ensure_registered()
+    decoder = llm.model.get_decoder() if hasattr(llm.model, "get_decoder") else llm.model
+    with attn_implementation(decoder.config, ATTN_IMPLEMENTATION):
+        yield
+
+
 def reuses_states(llm: LLM) -> bool:
     """Whether a context's states can be kept and reused: every layer of ``llm`` keeps the keys
     and values of every token (no sliding window, no linear attention), and its rotary frequencies
@@ -147,7 +163,7 @@ def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int, keep: bool) -> 
         mask[row, width - len(s) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     device = llm.device
-    with forward_lock(llm.model), torch.inference_mode():
+    with forward_lock(llm.model), torch.inference_mode(), _grouped_sdpa(llm):
         output = llm.model(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
@@ -196,7 +212,7 @@ def _suffix_logprob(
         cache = DynamicCache(config=llm.model.config)
         for layer in range(layers):
             cache.layers[layer] = ContextLayer(keys[layer], values[layer], n_past)
-        with forward_lock(llm.model), torch.inference_mode():
+        with forward_lock(llm.model), torch.inference_mode(), _grouped_sdpa(llm):
             logits = llm.model(
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),
