@@ -366,18 +366,24 @@ def candidate_signals(setting: str, ds: Dataset, cands: dict[str, list[Document]
 
 
 def cached_likelihoods(
-    llm: LLM, setting: str, ds: Dataset, cands: dict[str, list[Document]], cache: Path | None, chunk: int = 25
+    llm: LLM,
+    setting: str,
+    ds: Dataset,
+    cands: dict[str, list[Document]],
+    cache: Path | None,
+    chunk: int = 25,
+    max_doc_words: int = DEFAULT_MAX_DOC_WORDS,
 ) -> Signals:
     """Each query's candidates' query likelihood (:func:`attnrank.rerank.likelihood.query_likelihood`,
-    passages cut to the default 300 words), cached as JSON per model weights and precision; computed
+    passages cut to ``max_doc_words``), cached as JSON per model weights and precision; computed
     ``chunk`` queries at a time, each chunk saved (a long run that stops keeps what it computed)."""
-    key = f"query likelihood {llm.short_key} words {DEFAULT_MAX_DOC_WORDS} {setting}"
+    key = f"query likelihood {llm.short_key} words {max_doc_words} {setting}"
     qids = list(cands)
 
     def compute(todo: list[str]) -> dict[str, dict[str, list[float]]]:
         return {
             q: {
-                LIKELIHOOD: query_likelihood(llm, ds.queries[q], cands[q], max_doc_words=DEFAULT_MAX_DOC_WORDS).tolist()
+                LIKELIHOOD: query_likelihood(llm, ds.queries[q], cands[q], max_doc_words=max_doc_words).tolist()
             }
             for q in todo
         }

@@ -14,6 +14,7 @@ ORDER = [
     "first_stage",
     "likelihood",
     "likelihood_states",
+    "likelihood_cut_150",
     "fusion_bfloat16_block_block_positions-shared_likelihood",
     "fusion",
     "rerank_presets",
@@ -53,6 +54,7 @@ COMMANDS = {
     "first_stage": "python scripts/bench_first_stage.py",
     "likelihood": "python scripts/bench_likelihood.py",
     "likelihood_states": "python scripts/bench_likelihood_states.py",
+    "likelihood_cut_150": "python scripts/bench_likelihood_cut.py",
     "fusion_bfloat16_block_block_positions-shared_likelihood": (
         "python scripts/bench_fusion.py --dtype bfloat16 --attention block --prompt block_positions=shared "
         "--scifact-queries 400 --ablation likelihood"
