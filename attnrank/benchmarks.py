@@ -382,9 +382,7 @@ def cached_likelihoods(
 
     def compute(todo: list[str]) -> dict[str, dict[str, list[float]]]:
         return {
-            q: {
-                LIKELIHOOD: query_likelihood(llm, ds.queries[q], cands[q], max_doc_words=max_doc_words).tolist()
-            }
+            q: {LIKELIHOOD: query_likelihood(llm, ds.queries[q], cands[q], max_doc_words=max_doc_words).tolist()}
             for q in todo
         }
 

@@ -8,7 +8,7 @@ Modes, all with the same reranker configuration (default preset) and candidates:
 - ``block-warm``: block attention with every candidate's state already in memory (the query
   was ranked once before): only the two suffixes run.
 
-:func:`measure` times one (dataset, K, mode, dtype) cell in the calling process and samples its
+:func:`measure` times one (dataset, K, mode, dtype) cell in the calling process and reads its
 peak RSS; the script runs each cell in a fresh process so the peaks do not mix.
 :func:`measure_interleaved` times the three modes in turn on each query in one process: the
 speed-ups the issue's targets ask for, free of the drift between cells timed minutes apart.
@@ -21,13 +21,10 @@ import functools
 import json
 import logging
 import random
-import resource
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +38,7 @@ from .eval import evaluate_per_query, sign_test, wins_losses
 from .eval.datasets import dl19, sample_queries, scifact
 from .eval.report import cpu_model
 from .eval.speed_report import MODES, row_positions
+from .eval.timing import timed_peak
 from .files import atomic_path
 from .llm.blocks import encode_blocks_text
 from .rerank.attention import AttentionReranker
@@ -50,32 +48,6 @@ from .types import Document
 logger = logging.getLogger(__name__)
 
 SPEED_DATASETS = ("dl19", "scifact")
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-
-
-def timed_peak(fn: Callable[[], Any]) -> tuple[float, float]:
-    """Run ``fn()``; (seconds, peak RSS in MB above the RSS at the start), sampled every ms.
-
-    torch releases the GIL in its kernels, so the sampler thread sees the intermediate peaks."""
-    start, peak, done = _rss_mb(), [0.0], threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], _rss_mb())
-            time.sleep(0.001)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    t = time.perf_counter()
-    fn()
-    secs = time.perf_counter() - t
-    done.set()
-    th.join()
-    return secs, max(peak[0], _rss_mb()) - start
 
 
 def probe_gflops(dtype: str, n: int = 1024, reps: int = 20) -> float:

@@ -38,10 +38,10 @@ from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root
 from attnrank.eval.metrics import evaluate
 from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.timing import timed_peak
 from attnrank.llm.models import load_llm
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RerankConfig
-from attnrank.speed import timed_peak
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"

@@ -61,10 +61,10 @@ from attnrank.eval import evaluate, evaluate_per_query, wins_losses
 from attnrank.eval.datasets import data_root, scifact
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all, first_stage_run, run_of
+from attnrank.eval.timing import timed_peak
 from attnrank.llm.blocks import check_positions
 from attnrank.llm.rows import document_scores, token_scores
 from attnrank.rerank.config import RerankConfig
-from attnrank.speed import timed_peak
 
 log = logging.getLogger("bench_rerank")
 REPO = Path(__file__).resolve().parents[1]
