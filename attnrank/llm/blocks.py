@@ -43,7 +43,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import cast
+from typing import Generic, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -187,7 +187,7 @@ def build_block_prompts(
     order: str = "reverse",
     max_doc_words: int | None = None,
     max_doc_tokens: int | None = None,
-    memo: BlockMemo | None = None,
+    memo: BlockMemo[EncodedBlock] | None = None,
 ) -> BlockPrompt:
     """Tokenize the block-attention prompt of ``docs`` for ``query`` (same options as
     :func:`~attnrank.llm.prompts.build_rerank_prompts`). Each block is tokenized as it stands
@@ -229,7 +229,7 @@ def encode_blocks_text(
     documents: Sequence[Document],
     max_doc_words: int | None,
     max_doc_tokens: int | None,
-    memo: BlockMemo | None = None,
+    memo: BlockMemo[EncodedBlock] | None = None,
 ) -> tuple[list[list[int]], list[int], list[Truncation], list[list[Span]]]:
     """Each document's block ids (title and text, then the separator), how many of them precede
     the separator, the cuts, and each token's character range in the document's text (the
@@ -292,16 +292,25 @@ def memo_key(doc: Document, max_doc_words: int | None, max_doc_tokens: int | Non
     return (digest, max_doc_words, max_doc_tokens)
 
 
-class BlockMemo:
-    """Recently tokenized blocks, least recently used first out past ``max_bytes``: a warm
+class _Sized(Protocol):
+    @property
+    def nbytes(self) -> int: ...
+
+
+E = TypeVar("E", bound=_Sized)
+
+
+class BlockMemo(Generic[E]):
+    """Recently tokenized passages, least recently used first out past ``max_bytes``: a warm
     query (its passages' states cached) then skips tokenizing them too. Keyed by
-    :func:`memo_key`, for one tokenizer (another one empties it: :meth:`bind`); about 12 bytes
-    per token, plus about 100 per entry."""
+    :func:`memo_key`, for one tokenizer (another one empties it: :meth:`bind`). Entries are
+    block attention's :class:`EncodedBlock` (about 12 bytes per token, plus about 100 per entry),
+    or whatever else has ``nbytes`` (the query likelihood's prompt ids)."""
 
     def __init__(self, max_bytes: int = 64 << 20):
         self.max_bytes = max_bytes
         self.nbytes = 0
-        self._entries: OrderedDict[tuple, EncodedBlock] = OrderedDict()
+        self._entries: OrderedDict[tuple, E] = OrderedDict()
         self._tokenizer: object | None = None  # held (compared by identity, so never a reused address)
 
     def bind(self, tokenizer: object) -> None:
@@ -314,13 +323,13 @@ class BlockMemo:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: tuple) -> EncodedBlock | None:
+    def get(self, key: tuple) -> E | None:
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
         return entry
 
-    def put(self, key: tuple, entry: EncodedBlock) -> None:
+    def put(self, key: tuple, entry: E) -> None:
         if entry.nbytes > self.max_bytes:
             return
         old = self._entries.pop(key, None)

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import InputError
 from ..index.retriever import HybridRetriever
 from ..llm.attention import AttentionCapturer, PrefixCache
-from ..llm.blocks import BlockMemo, BlockPrompt, build_block_prompts
+from ..llm.blocks import BlockMemo, BlockPrompt, EncodedBlock, build_block_prompts
 from ..llm.capture import capture_block_windows, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
@@ -47,7 +47,7 @@ from .aggregation import window_document_scores
 from .config import RerankConfig
 from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD, resolve_fused
 from .inputs import check_documents, check_k, check_query, check_texts
-from .likelihood import query_likelihood
+from .likelihood import PromptIds, query_likelihood
 from .position import load_profile
 from .resolve import learned_weights, resolve_config_heads
 from .reweight import check_setup
@@ -154,7 +154,8 @@ class AttentionReranker:
         self.states = StateCache(cfg.state_cache_mb << 20)  # reusable passage states (block attention, likelihood)
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None  # block_prefix_ids depend on the tokenizer only
-        self._blocks_memo = BlockMemo()  # tokenized passages, beside their states
+        self._blocks_memo: BlockMemo[EncodedBlock] = BlockMemo()  # tokenized passages, beside their states
+        self._prompt_memo: BlockMemo[PromptIds] = BlockMemo()  # and the query likelihood's prompts
         self.store = (
             None
             if cfg.passage_states is None
@@ -331,6 +332,7 @@ class AttentionReranker:
                 max_doc_tokens=self.config.max_doc_tokens,
                 states=self.states,
                 buffer=self._context_buffer,
+                memo=self._prompt_memo,
             )
         return self.fused.score({**signals, **kept}), kept
 

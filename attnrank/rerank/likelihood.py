@@ -16,10 +16,13 @@ does not depend on the other candidates or their order. It is a fused scorer fea
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
+from ..llm.blocks import BlockMemo, memo_key
 from ..llm.context import ContextBuffer
 from ..llm.likelihood import DEFAULT_BATCH_TOKENS, continuation_logprob
 from ..llm.models import LLM
@@ -37,6 +40,39 @@ def passage_prompt(title: str | None, text: str) -> str:
     return f"Passage: {passage}\n{UPR_INSTRUCTION}\nQuestion:"
 
 
+@dataclass(frozen=True)
+class PromptIds:
+    """One passage's prompt (:func:`passage_prompt`) as token ids (int32), as a memo keeps it."""
+
+    ids: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.ids.nbytes)
+
+
+def prompt_ids(
+    tok: Any, docs: Sequence[Document], max_doc_words: int | None, max_tokens: int, memo: BlockMemo[PromptIds] | None
+) -> list[list[int]]:
+    """Each document's prompt token ids, its text cut to ``max_doc_words`` words then
+    ``max_tokens`` tokens. ``memo`` (keyed by the text, the title and the word limit, for one
+    tokenizer) serves a prompt whose ids number at most ``max_tokens``: its text then has fewer
+    tokens still, so the token cut, which moves with the query's length, cannot have cut it."""
+    keys = [(*memo_key(d, max_doc_words, None), "likelihood") for d in docs]
+    if memo is not None:
+        memo.bind(tok)
+    found = [None if memo is None else memo.get(k) for k in keys]
+    found = [f if f is not None and len(f.ids) <= max_tokens else None for f in found]
+    todo = [i for i, f in enumerate(found) if f is None]
+    texts, cuts = truncate_texts(tok, [docs[i] for i in todo], max_doc_words, max_tokens)
+    token_cut = {todo[c.doc_index] for c in cuts if c.unit == "tokens"}
+    for i, text in zip(todo, texts):
+        found[i] = entry = PromptIds(np.asarray(encode_text(tok, passage_prompt(docs[i].title, text)), dtype=np.int32))
+        if memo is not None and i not in token_cut:  # a token-cut prompt depends on the limit
+            memo.put(keys[i], entry)
+    return [f.ids.tolist() for f in found if f is not None]
+
+
 def query_likelihood(
     llm: LLM,
     query: str,
@@ -47,12 +83,14 @@ def query_likelihood(
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     states: StateCache | None = None,
     buffer: ContextBuffer | None = None,
+    memo: BlockMemo[PromptIds] | None = None,
 ) -> np.ndarray:
     """Mean log-probability (nats per token) of ``query`` after each document's prompt
     (:func:`passage_prompt`), input order. Texts are cut to ``max_doc_words`` words, then to
     ``max_doc_tokens`` tokens and to what the model's context leaves beside the query. With
     ``states``, a prompt scored before (for any query) reuses its kept key/value states, so only
-    the query's tokens are computed (:func:`~attnrank.llm.likelihood.continuation_logprob`)."""
+    the query's tokens are computed (:func:`~attnrank.llm.likelihood.continuation_logprob`);
+    ``memo`` keeps the prompts' token ids, so a passage seen before is not tokenized again."""
     tok = llm.tokenizer
     query_ids = tok(" " + query.strip(), add_special_tokens=False)["input_ids"]
     # each prompt starts with BOS where the model's tokenizer puts one (Llama, Gemma), as it was trained
@@ -67,6 +105,5 @@ def query_likelihood(
     limit = room - max(title_tokens, default=0)
     if limit < 1:
         raise InputError(f"a document title is {max(title_tokens)} tokens, longer than the context leaves; shorten it")
-    texts, _ = truncate_texts(tok, docs, max_doc_words, min(limit, max_doc_tokens or limit))
-    contexts = [encode_text(tok, passage_prompt(d.title, t)) for d, t in zip(docs, texts)]
+    contexts = prompt_ids(tok, docs, max_doc_words, min(limit, max_doc_tokens or limit), memo)
     return continuation_logprob(llm, contexts, query_ids, batch_tokens=batch_tokens, states=states, buffer=buffer)

@@ -7,11 +7,12 @@ import pytest
 from _tiny import RERANK_QUERY, rerank_docs, tiny_llm
 
 from attnrank.errors import InputError
+from attnrank.llm.blocks import BlockMemo
 from attnrank.llm.likelihood import continuation_logprob
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RerankConfig
 from attnrank.rerank.fused import FusedWeights
-from attnrank.rerank.likelihood import passage_prompt, query_likelihood
+from attnrank.rerank.likelihood import passage_prompt, prompt_ids, query_likelihood
 from attnrank.rerank.signals import SignalComputer
 from attnrank.types import Document
 
@@ -65,6 +66,22 @@ def test_passages_are_cut_to_the_words_and_the_context():
     np.testing.assert_allclose(by_words, cut[1:], atol=1e-5)  # 20 words: the short passage's prompt
     with pytest.raises(InputError, match="too long for a passage beside it"):
         query_likelihood(small, "q " * 300, [long])
+
+
+def test_kept_prompt_ids_are_the_ones_tokenizing_gives_under_every_limit(llm):
+    """The memo serves a passage's prompt ids only while its limit could not cut it; a prompt
+    the token limit did cut is never kept (its ids follow the limit, which follows the query)."""
+    tok, memo = llm.tokenizer, BlockMemo()
+    docs = [*rerank_docs(), Document("long", "word " * 120, title="A title")]
+    fresh = prompt_ids(tok, docs, 300, 4000, None)
+    assert prompt_ids(tok, docs, 300, 4000, memo) == fresh
+    assert len(memo) == len(docs)
+    assert prompt_ids(tok, docs, 300, 4000, memo) == fresh  # served from the memo
+    for words, limit in [(300, 50), (300, 3), (10, 4000), (10, 20)]:
+        assert prompt_ids(tok, docs, words, limit, memo) == prompt_ids(tok, docs, words, limit, None)
+    cut = BlockMemo()
+    prompt_ids(tok, docs[-1:], 300, 30, cut)  # the long passage cut to 30 tokens: not kept
+    assert len(cut) == 0
 
 
 def test_preset_sums_the_z_scores_of_bm25_dense_and_likelihood(llm):
