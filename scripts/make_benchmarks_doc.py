@@ -150,7 +150,7 @@ likelihood it adds nothing that holds: +0.16 points with equal weights, +0.18 tr
 the untrained default ("--ablation likelihood" below). It costs one prompt per candidate through the whole model: 0.90 s per DL19
 query and 2.9 s per SciFact query of 20 candidates, 9x and 17x `signals` ("Reranking presets"), the
 first time; a passage an earlier query brought costs only the new query's tokens, its prompt's
-states kept: with every candidate cached, 3.5x to 7.1x faster at unchanged nDCG@10 ("The default
+states kept: with every candidate cached, 3.4x to 7.7x faster at unchanged nDCG@10 ("The default
 preset with reused passage states").
 
 The fused scorer judged as a user meets it: trained on the other datasets and
