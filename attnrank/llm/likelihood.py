@@ -88,11 +88,14 @@ def _reusing_states(
     found = [states.get(k) if len(s) > n_cont + 1 else None for k, s in zip(keys, seqs)]
     out = np.empty(len(seqs))
     todo = [i for i, f in enumerate(found) if f is None]
+    held = sum(f.nbytes for f in found if f is not None)
     for batch in _batches(todo, [len(s) for s in seqs], batch_tokens):
         out[batch], kept = _batch_logprob(llm, [seqs[i] for i in batch], n_cont, True)
         for i, state in zip(batch, kept):
             if state.n_tokens:
                 states.put(keys[i], state)
+                held += state.nbytes
+    states.check_room(held, f"the {len(seqs)} prompts of one query likelihood call")
     warm = {i: f for i, f in enumerate(found) if f is not None}
     past = [0 if f is None else f.n_tokens for f in found]
     for batch in _batches(list(warm), past, DEFAULT_PAST_TOKENS):

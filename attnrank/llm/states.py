@@ -213,9 +213,27 @@ class StateCache:
         self._lock = threading.Lock()
         self.nbytes = 0
         self.hits = self.misses = 0
+        self._warned = False
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def check_room(self, nbytes: int, what: str) -> None:
+        """Warn (once per cache) when the states one call keeps, ``nbytes`` for ``what``, do not
+        fit the budget: the call then evicts its own first states, and a repeat of it, evicting
+        in turn what it needs next, reuses almost none."""
+        if self.max_bytes == 0 or nbytes <= self.max_bytes or self._warned:
+            return
+        self._warned = True
+        need = -(-nbytes // (1 << 20))
+        logger.warning(
+            "%s keep %d MB of states, over the %d MB state cache: a repeat reuses almost none of them; "
+            "raise state_cache_mb (--state-cache-mb) to at least %d",
+            what,
+            need,
+            self.max_bytes >> 20,
+            need,
+        )
 
     def get(self, key: str) -> BlockState | None:
         with self._lock:

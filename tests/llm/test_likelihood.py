@@ -95,6 +95,26 @@ def test_context_states_are_keyed_by_the_weights_and_the_tokens(llm):
     assert len(empty) == 0 and empty.misses == 0
 
 
+def test_a_budget_too_small_for_one_calls_states_is_named_once(llm, caplog):
+    """States of one call that overflow the budget evict each other (a repeat reuses almost
+    none): the user is told once, with the budget that would hold them."""
+    contexts = [list(range(3, 3 + n)) for n in (20, 24, 28, 32)]
+    roomy = StateCache(1 << 30)
+    continuation_logprob(llm, contexts, [8, 9], states=roomy)
+    held = roomy.nbytes
+    small = StateCache(held // 2)  # room for one or two of the four
+    with caplog.at_level("WARNING", logger="attnrank.llm.states"):
+        continuation_logprob(llm, contexts, [8, 9], states=small)
+        continuation_logprob(llm, contexts, [8, 9], states=small)
+    warned = [r.getMessage() for r in caplog.records if "state cache" in r.getMessage()]
+    assert len(warned) == 1 and "the 4 prompts" in warned[0]
+    assert small.hits < 4  # the second call found few of them
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank.llm.states"):
+        continuation_logprob(llm, contexts, [8, 9], states=StateCache(held))
+    assert not caplog.records
+
+
 @pytest.mark.parametrize(
     ("family", "options"),
     [("mistral", {}), ("Gemma3Text", {}), ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}})],
