@@ -209,6 +209,11 @@ def window_states(
             for key, state in made.items():
                 states.put(key, state)
         found = [made[k] if s is None else s for k, s in zip(keys, found)]
+    if states is not None:
+        held = {k: s for k, s in zip(keys, found) if s is not None}
+        states.check_room(
+            sum(s.nbytes for s in held.values()), f"the {len(held)} passages of one block-attention query"
+        )
     bounds = list(accumulate((len(p.blocks) for p in prompts), initial=0))
     return [[s for s in found[lo:hi] if s is not None] for lo, hi in zip(bounds, bounds[1:])]
 

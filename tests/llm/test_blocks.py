@@ -96,16 +96,22 @@ def test_cached_states_equal_recomputed(llm):
     assert abs(cold.rows - fresh.rows).max() < 1e-5
 
 
-def test_state_cache_budget_evicts_least_recent(llm):
+def test_state_cache_budget_evicts_least_recent(llm, caplog):
     capturer = AttentionCapturer(llm.model, [(1, 0)])
     prompt = build_block_prompts(llm.tokenizer, QUERY, DOCS)
     prefix = capturer.prefill(prompt.prefix_ids)
     probe = StateCache(1 << 30)
-    capture_blocks(capturer, prompt, prefix, fingerprint="f", states=probe)
+    with caplog.at_level("WARNING", logger="attnrank.llm.states"):
+        capture_blocks(capturer, prompt, prefix, fingerprint="f", states=probe)
+    assert not caplog.records  # one query's blocks fit: nothing to say
     sizes = sorted(s.nbytes for s in probe._items.values())
     small = StateCache(sizes[-1] + sizes[-2])  # room for two of the three blocks
-    capture_blocks(capturer, prompt, prefix, fingerprint="f", states=small)
+    with caplog.at_level("WARNING", logger="attnrank.llm.states"):
+        capture_blocks(capturer, prompt, prefix, fingerprint="f", states=small)
+        capture_blocks(capturer, prompt, prefix, fingerprint="f", states=small)
     assert len(small) == 2 and small.nbytes <= small.max_bytes
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "the 3 passages of one block-attention query" in warned[0]  # once per cache
     with pytest.raises(InputError, match="must be >= 0"):
         StateCache(-1)
 
