@@ -37,6 +37,7 @@ from .recording import (
     CaptureSession,
     NonFiniteAttentionError,
     attn_implementation,
+    decoder_of,
     ensure_registered,
     forward_lock,
     padded_windows,
@@ -48,7 +49,7 @@ REDUCTIONS = ("mean", "argmax")  # AttentionCapturer.capture(reduce=...)
 
 
 def _find_decoder(model: Any) -> Any:
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    decoder = decoder_of(model)
     if not isinstance(getattr(decoder, "layers", None), torch.nn.ModuleList):
         raise InputError(
             f"{type(model).__name__} has no decoder with a `layers` list (found {type(decoder).__name__}); "

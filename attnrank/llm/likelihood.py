@@ -34,8 +34,8 @@ from attnrank.errors import InputError
 from .attention import cache_argument, rotary_follows_length
 from .context import ContextBuffer, ContextLayer
 from .models import LLM
-from .recording import ATTN_IMPLEMENTATION, attn_implementation, ensure_registered, forward_lock
-from .states import BlockState, StateCache, layer_kv
+from .recording import ATTN_IMPLEMENTATION, attn_implementation, decoder_of, ensure_registered, forward_lock
+from .states import BlockState, StateCache, layer_kv, row_state
 
 DEFAULT_BATCH_TOKENS = 2048
 # Cached context tokens (padding included) assembled for one suffix pass: about 190 MB of
@@ -114,8 +114,7 @@ def _grouped_sdpa(llm: LLM) -> Iterator[None]:
     Why: 4-5 % faster full passes and 7 % faster suffix passes over kept states (SciFact, DL19;
     bfloat16, 2 cores), with scores equal to transformers' SDPA to the last bit."""
     ensure_registered()
-    decoder = llm.model.get_decoder() if hasattr(llm.model, "get_decoder") else llm.model
-    with attn_implementation(decoder.config, ATTN_IMPLEMENTATION):
+    with attn_implementation(decoder_of(llm.model).config, ATTN_IMPLEMENTATION):
         yield
 
 
@@ -124,9 +123,8 @@ def reuses_states(llm: LLM) -> bool:
     and values of every token (no sliding window, no linear attention), and its rotary frequencies
     do not follow the longest position of the pass (dynamic NTK, LongRoPE)."""
     layers = DynamicCache(config=llm.model.config).layers
-    decoder = llm.model.get_decoder() if hasattr(llm.model, "get_decoder") else llm.model
     full = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
-    return full and not rotary_follows_length(decoder)
+    return full and not rotary_follows_length(decoder_of(llm.model))
 
 
 def context_keys(llm: LLM, contexts: Sequence[Sequence[int]]) -> list[str]:
@@ -180,11 +178,8 @@ def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int, keep: bool) -> 
             if cache is None:
                 cache = output.past_key_values
             layers = [layer_kv(layer) for layer in cache.layers]
-            for row, s in enumerate(seqs):  # the context's tokens but its last: [width - len(s), width - n_cont - 1)
-                at, end = width - len(s), width - n_cont - 1
-                keys = torch.stack([k[row, :, at:end] for k, _ in layers]).clone()
-                values = torch.stack([v[row, :, at:end] for _, v in layers]).clone()
-                kept.append(BlockState(keys, values))
+            for row, s in enumerate(seqs):  # the context's tokens but its last: from width - len(s)
+                kept.append(row_state(layers, row, width - len(s), len(s) - n_cont - 1))
     return _mean_logprob(output.logits, ids[:, -n_cont:]), kept
 
 

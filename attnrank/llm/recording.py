@@ -205,6 +205,11 @@ _LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDiction
 _LOCKS_GUARD = threading.Lock()
 
 
+def decoder_of(model: Any) -> Any:
+    """The decoder of a causal LM (``get_decoder()``), or ``model`` itself if it is one."""
+    return model.get_decoder() if hasattr(model, "get_decoder") else model
+
+
 def forward_lock(model: Any) -> threading.RLock:
     """The (reentrant) lock every forward pass attnrank runs on ``model`` holds; a model and its
     decoder share one.
@@ -214,7 +219,7 @@ def forward_lock(model: Any) -> threading.RLock:
     through both (and be stopped at that layer), and its end would restore the other's setting
     half-way through a capture; so the passes of one model run one at a time, whichever thread
     (server worker, a framework's thread pool, a user's own threads) starts them."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    decoder = decoder_of(model)
     with _LOCKS_GUARD:
         lock = _LOCKS.get(decoder)
         if lock is None:

@@ -164,7 +164,7 @@ def _encode_packed(
     layers = [layer_kv(layer) for layer in cache.layers[: capturer.deepest_layer + 1]]
     firsts = (torch.cumsum(lengths, 0) - lengths).tolist()  # each block's first index in the sequence
     for i, a, n in zip(batch, firsts, lengths.tolist()):
-        out[i] = _block_state(layers, 0, prefix.length + a, n)
+        out[i] = row_state(layers, 0, prefix.length + a, n)
 
 
 def _encode_batch(
@@ -190,12 +190,12 @@ def _encode_batch(
     capturer.run(ids, cache, position_ids=positions, attention_mask=mask)
     layers = [layer_kv(layer) for layer in cache.layers[: capturer.deepest_layer + 1]]
     for r, i in enumerate(batch):
-        out[i] = _block_state(layers, r, n_prefix, len(blocks[i]))
+        out[i] = row_state(layers, r, n_prefix, len(blocks[i]))
 
 
-def _block_state(layers: list[tuple[torch.Tensor, torch.Tensor]], row: int, at: int, n: int) -> BlockState:
-    """The states of the ``n`` tokens from ``at`` in batch row ``row`` of an encoding pass's cache
-    (copied, so the pass's cache can be freed)."""
+def row_state(layers: list[tuple[torch.Tensor, torch.Tensor]], row: int, at: int, n: int) -> BlockState:
+    """The states of the ``n`` tokens from ``at`` in batch row ``row`` of a pass's cache (every
+    layer's keys and values, copied, so the pass's cache can be freed)."""
     keys = torch.stack([k[row, :, at : at + n] for k, _ in layers]).clone()
     values = torch.stack([v[row, :, at : at + n] for _, v in layers]).clone()
     return BlockState(keys, values)
