@@ -48,13 +48,16 @@ from .llm.prompts import DEFAULT_MAX_DOC_WORDS
 from .llm.rows import check_finite, check_spans, document_scores, keep_mask, token_scores
 from .rerank.fused import ATTENTION, LIKELIHOOD, FusionExample
 from .rerank.learned.features import standardise
-from .rerank.likelihood import query_likelihood
+from .rerank.likelihood import query_token_likelihood, query_token_prior
 from .rerank.signals import SignalComputer
 from .types import Document
 
 logger = logging.getLogger(__name__)
 
 CandidateSet = tuple[str, Dataset, dict[str, list[Document]]]
+# cached_likelihoods' per-token arrays: candidates × query tokens, and the query's tokens alone
+TOKEN_LIKELIHOOD = "token likelihood"
+TOKEN_PRIOR = "token prior"
 
 
 def dl19_sets(root: Path, depths: Sequence[int], max_queries: int | None = None) -> list[CandidateSet]:
@@ -375,21 +378,30 @@ def cached_likelihoods(
     max_doc_words: int = DEFAULT_MAX_DOC_WORDS,
 ) -> Signals:
     """Each query's candidates' query likelihood (:func:`attnrank.rerank.likelihood.query_likelihood`,
-    passages cut to ``max_doc_words``), cached as JSON per model weights and precision; computed
-    ``chunk`` queries at a time, each chunk saved (a long run that stops keeps what it computed)."""
-    key = f"query likelihood {llm.short_key} words {max_doc_words} {setting}"
+    passages cut to ``max_doc_words``) as ``LIKELIHOOD``, with what it is the mean of: ``TOKEN_LIKELIHOOD``
+    (candidates × query tokens, :func:`~attnrank.rerank.likelihood.query_token_likelihood`) and
+    ``TOKEN_PRIOR`` (the query's tokens after an empty passage,
+    :func:`~attnrank.rerank.likelihood.query_token_prior`). Cached as JSON per model weights and
+    precision; computed ``chunk`` queries at a time, each chunk saved (a long run that stops keeps
+    what it computed)."""
+    key = f"query token likelihood {llm.short_key} words {max_doc_words} {setting}"
     qids = list(cands)
 
-    def compute(todo: list[str]) -> dict[str, dict[str, list[float]]]:
-        return {
-            q: {LIKELIHOOD: query_likelihood(llm, ds.queries[q], cands[q], max_doc_words=max_doc_words).tolist()}
-            for q in todo
-        }
+    def compute(todo: list[str]) -> dict[str, dict[str, list]]:
+        out = {}
+        for q in todo:
+            tokens = query_token_likelihood(llm, ds.queries[q], cands[q], max_doc_words=max_doc_words)
+            prior = query_token_prior(llm, ds.queries[q])
+            out[q] = {TOKEN_LIKELIHOOD: tokens.tolist(), TOKEN_PRIOR: prior.tolist()}
+        return out
 
     for i in range(0, len(qids), chunk):
         cached_signals(key, qids[i : i + chunk], compute, cache)
         logger.info("%s: likelihood %d/%d", setting, min(i + chunk, len(qids)), len(qids))
-    return cached_signals(key, qids, compute, cache)
+    found = cached_signals(key, qids, compute, cache)
+    for sig in found.values():
+        sig[LIKELIHOOD] = sig[TOKEN_LIKELIHOOD].mean(axis=1)
+    return found
 
 
 def fusion_examples_from_rows(

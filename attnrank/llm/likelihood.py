@@ -53,9 +53,26 @@ def continuation_logprob(
     buffer: ContextBuffer | None = None,
 ) -> np.ndarray:
     """Mean log-probability (nats per token) of the token ids ``continuation`` following each of
-    the token-id lists ``contexts``, one value per context (input order). Each context needs at
-    least one token, and context plus continuation must fit the model's context length. With
-    ``states``, contexts seen before reuse their kept states and new ones are kept there;
+    the token-id lists ``contexts``, one value per context (input order): the row means of
+    :func:`continuation_token_logprobs`, whose arguments these are."""
+    return continuation_token_logprobs(
+        llm, contexts, continuation, batch_tokens=batch_tokens, states=states, buffer=buffer
+    ).mean(axis=1, dtype=np.float64)
+
+
+def continuation_token_logprobs(
+    llm: LLM,
+    contexts: Sequence[Sequence[int]],
+    continuation: Sequence[int],
+    *,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    states: StateCache | None = None,
+    buffer: ContextBuffer | None = None,
+) -> np.ndarray:
+    """Log-probability (nats, float32) of each token of ``continuation`` following each of the
+    token-id lists ``contexts``: shape [contexts, continuation tokens], input order. Each context
+    needs at least one token, and context plus continuation must fit the model's context length.
+    With ``states``, contexts seen before reuse their kept states and new ones are kept there;
     ``buffer`` lends the memory the reused states are assembled in (kept from call to call)."""
     cont = [int(t) for t in continuation]
     if not cont:
@@ -72,7 +89,7 @@ def continuation_logprob(
                 f"context of {llm.model_id}; shorten it (e.g. max_doc_words / max_doc_tokens)"
             )
     if states is None or states.max_bytes == 0 or not reuses_states(llm):
-        out = np.empty(len(seqs))
+        out = np.empty((len(seqs), len(cont)), dtype=np.float32)
         for batch in _batches(list(range(len(seqs))), [len(s) for s in seqs], batch_tokens):
             out[batch] = _batch_logprob(llm, [seqs[i] for i in batch], len(cont), False)[0]
         return out
@@ -82,11 +99,11 @@ def continuation_logprob(
 def _reusing_states(
     llm: LLM, seqs: list[list[int]], n_cont: int, batch_tokens: int, states: StateCache, buffer: ContextBuffer | None
 ) -> np.ndarray:
-    """:func:`continuation_logprob` with kept context states: sequences whose context (but its last
+    """:func:`continuation_token_logprobs` with kept context states: sequences whose context (but its last
     token) has states in ``states`` run their suffix over them; the others run in full and keep theirs."""
     keys = context_keys(llm, [s[: -n_cont - 1] for s in seqs])
     found = [states.get(k) if len(s) > n_cont + 1 else None for k, s in zip(keys, seqs)]
-    out = np.empty(len(seqs))
+    out = np.empty((len(seqs), n_cont), dtype=np.float32)
     todo = [i for i, f in enumerate(found) if f is None]
     held = sum(f.nbytes for f in found if f is not None)
     for batch in _batches(todo, [len(s) for s in seqs], batch_tokens):
@@ -180,7 +197,7 @@ def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int, keep: bool) -> 
             layers = [layer_kv(layer) for layer in cache.layers]
             for row, s in enumerate(seqs):  # the context's tokens but its last: from width - len(s)
                 kept.append(row_state(layers, row, width - len(s), len(s) - n_cont - 1))
-    return _mean_logprob(output.logits, ids[:, -n_cont:]), kept
+    return _token_logprobs(output.logits, ids[:, -n_cont:]), kept
 
 
 def _suffix_logprob(
@@ -219,13 +236,14 @@ def _suffix_logprob(
                 use_cache=True,
                 **{cache_argument(llm.model): cache},
             ).logits
-    return _mean_logprob(logits, ids[:, 1:])
+    return _token_logprobs(logits, ids[:, 1:])
 
 
-def _mean_logprob(logits: torch.Tensor, target: torch.Tensor) -> np.ndarray:
-    """Mean log p of ``target`` ([rows, n]) from ``logits`` whose last n + 1 positions end with
-    the targets: logits at position t predict token t + 1, so the first n of those are read
-    (sliced from the end, so a model that returns every position's logits is read the same).
+def _token_logprobs(logits: torch.Tensor, target: torch.Tensor) -> np.ndarray:
+    """log p of each token of ``target`` ([rows, n]; float32) from ``logits`` whose last n + 1
+    positions end with the targets: logits at position t predict token t + 1, so the first n of
+    those are read (sliced from the end, so a model that returns every position's logits is read
+    the same).
 
     Row by row: one row's float32 log-probabilities over the vocabulary stay in the CPU's cache,
     where the whole batch's would not (20 rows of 20 query tokens: 79 MB for a 49k vocabulary);
@@ -236,4 +254,4 @@ def _mean_logprob(logits: torch.Tensor, target: torch.Tensor) -> np.ndarray:
     for row in range(target.shape[0]):
         logp = torch.log_softmax(logits[row, -(n + 1) : -1].float(), dim=-1)
         out[row] = logp.gather(-1, target[row].unsqueeze(-1)).squeeze(-1)
-    return out.mean(-1).cpu().numpy().astype(np.float64)
+    return out.cpu().numpy()

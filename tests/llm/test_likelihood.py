@@ -10,7 +10,7 @@ from _tiny import tiny_model, tiny_tokenizer
 
 from attnrank.errors import InputError
 from attnrank.llm.context import ContextBuffer
-from attnrank.llm.likelihood import continuation_logprob, reuses_states
+from attnrank.llm.likelihood import continuation_logprob, continuation_token_logprobs, reuses_states
 from attnrank.llm.models import LLM
 from attnrank.llm.states import StateCache
 
@@ -18,13 +18,18 @@ CONTEXTS = ["Passage: the cat sat on the mat.\nQuestion:", "Passage: x\nQuestion
 QUERY = " where did the cat sit?"
 
 
-def _reference(llm: LLM, context: list[int], cont: list[int]) -> float:
-    """The mean log-probability of ``cont`` after ``context``, one unpadded sequence, every logit."""
+def _reference_tokens(llm: LLM, context: list[int], cont: list[int]) -> list[float]:
+    """The log-probability of each token of ``cont`` after ``context``, one unpadded sequence, every logit."""
     ids = torch.tensor([context + cont])
     with torch.inference_mode():
         logp = torch.log_softmax(llm.model(input_ids=ids).logits[0].float(), -1)
     n = len(context)
-    return float(np.mean([logp[n + i - 1, t].item() for i, t in enumerate(cont)]))
+    return [logp[n + i - 1, t].item() for i, t in enumerate(cont)]
+
+
+def _reference(llm: LLM, context: list[int], cont: list[int]) -> float:
+    """The mean log-probability of ``cont`` after ``context``."""
+    return float(np.mean(_reference_tokens(llm, context, cont)))
 
 
 # Phi-3's config defaults its special token ids to ones past the tiny vocabulary
@@ -44,6 +49,21 @@ def test_batched_scores_equal_each_sequence_scored_alone(family):
     one_each = continuation_logprob(llm, contexts, cont, batch_tokens=1)  # every sequence alone
     np.testing.assert_allclose(one_each, want, rtol=0, atol=1e-5)
     assert len(set(np.round(got, 6))) == len(got)  # the contexts do change the score
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_token_logprobs_are_each_tokens_and_average_to_the_score(family):
+    tok = tiny_tokenizer()
+    llm = LLM(model=tiny_model(family, layers=2, max_positions=512), tokenizer=tok, model_id=family, fingerprint="t")
+    contexts = [tok(c, add_special_tokens=False)["input_ids"] for c in CONTEXTS]
+    cont = tok(QUERY, add_special_tokens=False)["input_ids"]
+    states = StateCache(64 << 20)
+    for reuse in (None, states, states):  # computed in full; kept; served from the kept states
+        got = continuation_token_logprobs(llm, contexts, cont, states=reuse)
+        assert got.shape == (len(contexts), len(cont)) and got.dtype == np.float32
+        np.testing.assert_allclose(got, [_reference_tokens(llm, c, cont) for c in contexts], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(got.mean(1), continuation_logprob(llm, contexts, cont), rtol=0, atol=1e-6)
+    assert len(states) == len(contexts)
 
 
 def test_bad_inputs_are_refused_naming_the_limit(llm):

@@ -8,11 +8,18 @@ from _tiny import RERANK_QUERY, rerank_docs, tiny_llm
 
 from attnrank.errors import InputError
 from attnrank.llm.blocks import BlockMemo
-from attnrank.llm.likelihood import continuation_logprob
+from attnrank.llm.likelihood import continuation_logprob, continuation_token_logprobs
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RerankConfig
 from attnrank.rerank.fused import FusedWeights
-from attnrank.rerank.likelihood import passage_prompt, prompt_ids, query_likelihood
+from attnrank.rerank.likelihood import (
+    passage_prompt,
+    prompt_ids,
+    query_ids,
+    query_likelihood,
+    query_token_likelihood,
+    query_token_prior,
+)
 from attnrank.rerank.signals import SignalComputer
 from attnrank.types import Document
 
@@ -29,6 +36,22 @@ def test_each_passage_is_scored_in_its_own_prompt(llm):
     reversed_scores = query_likelihood(llm, RERANK_QUERY, docs[::-1])
     np.testing.assert_allclose(reversed_scores[::-1], scores, atol=1e-5)
     np.testing.assert_allclose(query_likelihood(llm, RERANK_QUERY, docs[:1]), scores[:1], atol=1e-5)
+
+
+def test_token_likelihoods_and_the_prior_are_the_querys_tokens_after_each_prompt(llm):
+    """Per token: the query's tokens after each passage's prompt (their mean is the score), and
+    after the prompt with an empty passage (the prior, the same for every passage)."""
+    docs = rerank_docs()[:4]
+    tok = llm.tokenizer
+    ids = query_ids(tok, RERANK_QUERY)
+    assert ids == tok(" " + RERANK_QUERY, add_special_tokens=False)["input_ids"]
+    tokens = query_token_likelihood(llm, RERANK_QUERY, docs)
+    assert tokens.shape == (len(docs), len(ids))
+    np.testing.assert_allclose(tokens.mean(1), query_likelihood(llm, RERANK_QUERY, docs), atol=1e-6)
+    prior = query_token_prior(llm, RERANK_QUERY)
+    empty = tok(passage_prompt(None, ""), add_special_tokens=False)["input_ids"]
+    np.testing.assert_allclose(prior, continuation_token_logprobs(llm, [empty], ids)[0], atol=1e-6)
+    assert prior.shape == (len(ids),) and not np.allclose(tokens - prior, 0, atol=1e-3)  # a passage moves them
 
 
 def test_a_bos_token_leads_each_prompt_where_the_tokenizer_puts_one(llm):
