@@ -15,6 +15,7 @@ ORDER = [
     "likelihood",
     "likelihood_states",
     "likelihood_cut_150",
+    "likelihood_tokens",
     "fusion_bfloat16_block_block_positions-shared_likelihood",
     "fusion",
     "rerank_presets",
@@ -55,6 +56,7 @@ COMMANDS = {
     "likelihood": "python scripts/bench_likelihood.py",
     "likelihood_states": "python scripts/bench_likelihood_states.py",
     "likelihood_cut_150": "python scripts/bench_likelihood_cut.py",
+    "likelihood_tokens": "python scripts/bench_likelihood_tokens.py --first 150",
     "fusion_bfloat16_block_block_positions-shared_likelihood": (
         "python scripts/bench_fusion.py --dtype bfloat16 --attention block --prompt block_positions=shared "
         "--scifact-queries 400 --ablation likelihood"
@@ -151,7 +153,12 @@ the untrained default ("--ablation likelihood" below). It costs one prompt per c
 query and 2.9 s per SciFact query of 20 candidates, 9x and 17x `signals` ("Reranking presets"), the
 first time; a passage an earlier query brought costs only the new query's tokens, its prompt's
 states kept: with every candidate cached, 3.4x to 7.7x faster at unchanged nDCG@10 ("The default
-preset with reused passage states").
+preset with reused passage states"). Which of the query's tokens the likelihood averages was
+tested on 2026-12-04 ("Which query tokens the likelihood averages", the first 150 queries of each
+set): weighting tokens by their surprisal without a passage, keeping only what the passage makes
+more likely (positive pointwise mutual information), or averaging content words only all scored
+below UPR's plain mean in the preset on the four-dataset mean (-0.84, -0.03, -0.32 points), and the
+variant chosen on the other three datasets -0.15; the default keeps the mean.
 
 The fused scorer judged as a user meets it: trained on the other datasets and
 tested on one it never saw (leave-one-dataset-out), next to every first-stage signal measured on
