@@ -48,7 +48,7 @@ from .llm.prompts import DEFAULT_MAX_DOC_WORDS
 from .llm.rows import check_finite, check_spans, document_scores, keep_mask, token_scores
 from .rerank.fused import ATTENTION, LIKELIHOOD, FusionExample
 from .rerank.learned.features import standardise
-from .rerank.likelihood import query_token_likelihood, query_token_prior
+from .rerank.likelihood import query_likelihood, query_prior
 from .rerank.signals import SignalComputer
 from .types import Document
 
@@ -377,11 +377,10 @@ def cached_likelihoods(
     chunk: int = 25,
     max_doc_words: int = DEFAULT_MAX_DOC_WORDS,
 ) -> Signals:
-    """Each query's candidates' query likelihood (:func:`attnrank.rerank.likelihood.query_likelihood`,
-    passages cut to ``max_doc_words``) as ``LIKELIHOOD``, with what it is the mean of: ``TOKEN_LIKELIHOOD``
-    (candidates × query tokens, :func:`~attnrank.rerank.likelihood.query_token_likelihood`) and
-    ``TOKEN_PRIOR`` (the query's tokens after an empty passage,
-    :func:`~attnrank.rerank.likelihood.query_token_prior`). Cached as JSON per model weights and
+    """Each query's candidates' query likelihood, passages cut to ``max_doc_words``: per token
+    (``TOKEN_LIKELIHOOD``, candidates × query tokens, :func:`attnrank.rerank.likelihood.query_likelihood`),
+    its mean per candidate (``LIKELIHOOD``, UPR's score) and the query's tokens after an empty
+    passage (``TOKEN_PRIOR``, :func:`~attnrank.rerank.likelihood.query_prior`). Cached as JSON per model weights and
     precision; computed ``chunk`` queries at a time, each chunk saved (a long run that stops keeps
     what it computed)."""
     key = f"query token likelihood {llm.short_key} words {max_doc_words} {setting}"
@@ -390,8 +389,8 @@ def cached_likelihoods(
     def compute(todo: list[str]) -> dict[str, dict[str, list]]:
         out = {}
         for q in todo:
-            tokens = query_token_likelihood(llm, ds.queries[q], cands[q], max_doc_words=max_doc_words)
-            prior = query_token_prior(llm, ds.queries[q])
+            tokens = query_likelihood(llm, ds.queries[q], cands[q], max_doc_words=max_doc_words)
+            prior = query_prior(llm, ds.queries[q])
             out[q] = {TOKEN_LIKELIHOOD: tokens.tolist(), TOKEN_PRIOR: prior.tolist()}
         return out
 

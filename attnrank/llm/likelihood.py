@@ -52,25 +52,9 @@ def continuation_logprob(
     states: StateCache | None = None,
     buffer: ContextBuffer | None = None,
 ) -> np.ndarray:
-    """Mean log-probability (nats per token) of the token ids ``continuation`` following each of
-    the token-id lists ``contexts``, one value per context (input order): the row means of
-    :func:`continuation_token_logprobs`, whose arguments these are."""
-    return continuation_token_logprobs(
-        llm, contexts, continuation, batch_tokens=batch_tokens, states=states, buffer=buffer
-    ).mean(axis=1, dtype=np.float64)
-
-
-def continuation_token_logprobs(
-    llm: LLM,
-    contexts: Sequence[Sequence[int]],
-    continuation: Sequence[int],
-    *,
-    batch_tokens: int = DEFAULT_BATCH_TOKENS,
-    states: StateCache | None = None,
-    buffer: ContextBuffer | None = None,
-) -> np.ndarray:
     """Log-probability (nats, float32) of each token of ``continuation`` following each of the
-    token-id lists ``contexts``: shape [contexts, continuation tokens], input order. Each context
+    token-id lists ``contexts``: shape [contexts, continuation tokens], input order (a context's
+    mean log-probability per token is its row's mean). Each context
     needs at least one token, and context plus continuation must fit the model's context length.
     With ``states``, contexts seen before reuse their kept states and new ones are kept there;
     ``buffer`` lends the memory the reused states are assembled in (kept from call to call)."""
@@ -99,7 +83,7 @@ def continuation_token_logprobs(
 def _reusing_states(
     llm: LLM, seqs: list[list[int]], n_cont: int, batch_tokens: int, states: StateCache, buffer: ContextBuffer | None
 ) -> np.ndarray:
-    """:func:`continuation_token_logprobs` with kept context states: sequences whose context (but its last
+    """:func:`continuation_logprob` with kept context states: sequences whose context (but its last
     token) has states in ``states`` run their suffix over them; the others run in full and keep theirs."""
     keys = context_keys(llm, [s[: -n_cont - 1] for s in seqs])
     found = [states.get(k) if len(s) > n_cont + 1 else None for k, s in zip(keys, seqs)]

@@ -333,7 +333,7 @@ class AttentionReranker:
                 states=self.states,
                 buffer=self._context_buffer,
                 memo=self._prompt_memo,
-            )
+            ).mean(axis=1, dtype=np.float64)  # UPR's score: nats per query token
         return self.fused.score({**signals, **kept}), kept
 
     def _attention_scores(

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import InputError
 from ..llm.blocks import BlockMemo, memo_key
 from ..llm.context import ContextBuffer
-from ..llm.likelihood import DEFAULT_BATCH_TOKENS, continuation_token_logprobs
+from ..llm.likelihood import DEFAULT_BATCH_TOKENS, continuation_logprob
 from ..llm.models import LLM
 from ..llm.prompts import encode_text
 from ..llm.states import StateCache
@@ -85,40 +85,13 @@ def query_likelihood(
     buffer: ContextBuffer | None = None,
     memo: BlockMemo[PromptIds] | None = None,
 ) -> np.ndarray:
-    """Mean log-probability (nats per token) of ``query`` after each document's prompt
-    (:func:`passage_prompt`), input order: the row means of :func:`query_token_likelihood`, whose
-    arguments these are."""
-    return query_token_likelihood(
-        llm,
-        query,
-        docs,
-        max_doc_words=max_doc_words,
-        max_doc_tokens=max_doc_tokens,
-        batch_tokens=batch_tokens,
-        states=states,
-        buffer=buffer,
-        memo=memo,
-    ).mean(axis=1, dtype=np.float64)
-
-
-def query_token_likelihood(
-    llm: LLM,
-    query: str,
-    docs: Sequence[Document],
-    *,
-    max_doc_words: int | None = None,
-    max_doc_tokens: int | None = None,
-    batch_tokens: int = DEFAULT_BATCH_TOKENS,
-    states: StateCache | None = None,
-    buffer: ContextBuffer | None = None,
-    memo: BlockMemo[PromptIds] | None = None,
-) -> np.ndarray:
     """Log-probability (nats, float32) of each of ``query``'s tokens (:func:`query_ids`) after
     each document's prompt (:func:`passage_prompt`): shape [docs, query tokens], input order.
+    UPR's score of a document is its row's mean (nats per token).
     Texts are cut to ``max_doc_words`` words, then to ``max_doc_tokens`` tokens and to what the
     model's context leaves beside the query. With ``states``, a prompt scored before (for any
     query) reuses its kept key/value states, so only the query's tokens are computed
-    (:func:`~attnrank.llm.likelihood.continuation_token_logprobs`); ``memo`` keeps the prompts'
+    (:func:`~attnrank.llm.likelihood.continuation_logprob`); ``memo`` keeps the prompts'
     token ids, so a passage seen before is not tokenized again."""
     tok = llm.tokenizer
     ids = query_ids(tok, query)
@@ -135,7 +108,7 @@ def query_token_likelihood(
     if limit < 1:
         raise InputError(f"a document title is {max(title_tokens)} tokens, longer than the context leaves; shorten it")
     contexts = prompt_ids(tok, docs, max_doc_words, min(limit, max_doc_tokens or limit), memo)
-    return continuation_token_logprobs(llm, contexts, ids, batch_tokens=batch_tokens, states=states, buffer=buffer)
+    return continuation_logprob(llm, contexts, ids, batch_tokens=batch_tokens, states=states, buffer=buffer)
 
 
 def query_ids(tok: Any, query: str) -> list[int]:
@@ -143,10 +116,10 @@ def query_ids(tok: Any, query: str) -> list[int]:
     return list(tok(" " + query.strip(), add_special_tokens=False)["input_ids"])
 
 
-def query_token_prior(llm: LLM, query: str) -> np.ndarray:
+def query_prior(llm: LLM, query: str) -> np.ndarray:
     """Log-probability (nats, float32) of each of ``query``'s tokens (:func:`query_ids`) after the
     prompt with an empty passage: what the model expects of the query without any evidence, so
-    that ``query_token_likelihood(...) - query_token_prior(...)`` is each token's pointwise mutual
+    that ``query_likelihood(...) - query_prior(...)`` is each token's pointwise mutual
     information with the passage."""
     context = encode_text(llm.tokenizer, passage_prompt(None, ""))
-    return continuation_token_logprobs(llm, [context], query_ids(llm.tokenizer, query))[0]
+    return continuation_logprob(llm, [context], query_ids(llm.tokenizer, query))[0]

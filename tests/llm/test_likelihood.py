@@ -10,7 +10,7 @@ from _tiny import tiny_model, tiny_tokenizer
 
 from attnrank.errors import InputError
 from attnrank.llm.context import ContextBuffer
-from attnrank.llm.likelihood import continuation_logprob, continuation_token_logprobs, reuses_states
+from attnrank.llm.likelihood import continuation_logprob, reuses_states
 from attnrank.llm.models import LLM
 from attnrank.llm.states import StateCache
 
@@ -25,6 +25,11 @@ def _reference_tokens(llm: LLM, context: list[int], cont: list[int]) -> list[flo
         logp = torch.log_softmax(llm.model(input_ids=ids).logits[0].float(), -1)
     n = len(context)
     return [logp[n + i - 1, t].item() for i, t in enumerate(cont)]
+
+
+def _scores(*args, **kwargs) -> np.ndarray:
+    """Each context's mean log-probability per token (a row's mean of continuation_logprob)."""
+    return continuation_logprob(*args, **kwargs).mean(1, dtype=np.float64)
 
 
 def _reference(llm: LLM, context: list[int], cont: list[int]) -> float:
@@ -44,9 +49,9 @@ def test_batched_scores_equal_each_sequence_scored_alone(family):
     contexts = [tok(c, add_special_tokens=False)["input_ids"] for c in CONTEXTS]
     cont = tok(QUERY, add_special_tokens=False)["input_ids"]
     want = [_reference(llm, c, cont) for c in contexts]
-    got = continuation_logprob(llm, contexts, cont)  # one left-padded batch
+    got = _scores(llm, contexts, cont)  # one left-padded batch
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
-    one_each = continuation_logprob(llm, contexts, cont, batch_tokens=1)  # every sequence alone
+    one_each = _scores(llm, contexts, cont, batch_tokens=1)  # every sequence alone
     np.testing.assert_allclose(one_each, want, rtol=0, atol=1e-5)
     assert len(set(np.round(got, 6))) == len(got)  # the contexts do change the score
 
@@ -59,22 +64,22 @@ def test_token_logprobs_are_each_tokens_and_average_to_the_score(family):
     cont = tok(QUERY, add_special_tokens=False)["input_ids"]
     states = StateCache(64 << 20)
     for reuse in (None, states, states):  # computed in full; kept; served from the kept states
-        got = continuation_token_logprobs(llm, contexts, cont, states=reuse)
+        got = continuation_logprob(llm, contexts, cont, states=reuse)
         assert got.shape == (len(contexts), len(cont)) and got.dtype == np.float32
         np.testing.assert_allclose(got, [_reference_tokens(llm, c, cont) for c in contexts], rtol=0, atol=1e-5)
-        np.testing.assert_allclose(got.mean(1), continuation_logprob(llm, contexts, cont), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(got.mean(1), _scores(llm, contexts, cont), rtol=0, atol=1e-6)
     assert len(states) == len(contexts)
 
 
 def test_bad_inputs_are_refused_naming_the_limit(llm):
     with pytest.raises(InputError, match="continuation is empty"):
-        continuation_logprob(llm, [[1, 2]], [])
+        _scores(llm, [[1, 2]], [])
     with pytest.raises(InputError, match="context #1 is empty"):
-        continuation_logprob(llm, [[1, 2], []], [3])
+        _scores(llm, [[1, 2], []], [3])
     with pytest.raises(InputError, match="over the 16384-token context"):
-        continuation_logprob(llm, [[1] * 16384], [3])
+        _scores(llm, [[1] * 16384], [3])
     with pytest.raises(InputError, match="batch_tokens=0"):
-        continuation_logprob(llm, [[1]], [3], batch_tokens=0)
+        _scores(llm, [[1]], [3], batch_tokens=0)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gemma", "Phi3"])
@@ -89,29 +94,29 @@ def test_reused_context_states_give_the_scores_computed_in_full(family):
     other = tok(" what is on the mat?", add_special_tokens=False)["input_ids"]
     states, buffer = StateCache(1 << 30), ContextBuffer()
     assert reuses_states(llm)
-    cold = continuation_logprob(llm, contexts[:2], cont, states=states, buffer=buffer)
+    cold = _scores(llm, contexts[:2], cont, states=states, buffer=buffer)
     assert len(states) == 2 and states.hits == 0
-    np.testing.assert_allclose(cold, continuation_logprob(llm, contexts[:2], cont), rtol=0, atol=1e-5)
-    warm = continuation_logprob(llm, contexts[::-1], other, states=states, buffer=buffer)
+    np.testing.assert_allclose(cold, _scores(llm, contexts[:2], cont), rtol=0, atol=1e-5)
+    warm = _scores(llm, contexts[::-1], other, states=states, buffer=buffer)
     assert states.hits == 2 and len(states) == 3  # the two seen contexts reused, the new one kept
-    np.testing.assert_allclose(warm, continuation_logprob(llm, contexts[::-1], other), rtol=0, atol=1e-5)
-    np.testing.assert_allclose(warm[:1], continuation_logprob(llm, contexts[2:], other), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(warm, _scores(llm, contexts[::-1], other), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(warm[:1], _scores(llm, contexts[2:], other), rtol=0, atol=1e-5)
 
 
 def test_context_states_are_keyed_by_the_weights_and_the_tokens(llm):
     """Another model's weights (fingerprint, precision) or another context never reuse a state."""
     states = StateCache(1 << 30)
-    continuation_logprob(llm, [[5, 6, 7]], [8, 9], states=states)
+    _scores(llm, [[5, 6, 7]], [8, 9], states=states)
     other = LLM(model=llm.model, tokenizer=llm.tokenizer, model_id=llm.model_id, fingerprint="0" * 64)
-    continuation_logprob(other, [[5, 6, 7]], [8, 9], states=states)
-    continuation_logprob(llm, [[5, 4, 7]], [8, 9], states=states)
+    _scores(other, [[5, 6, 7]], [8, 9], states=states)
+    _scores(llm, [[5, 4, 7]], [8, 9], states=states)
     assert states.hits == 0 and len(states) == 3
-    continuation_logprob(llm, [[5, 6, 4]], [8, 9], states=states)  # kept: all but the last token
+    _scores(llm, [[5, 6, 4]], [8, 9], states=states)  # kept: all but the last token
     assert states.hits == 1 and len(states) == 3
-    continuation_logprob(llm, [[5, 6, 7]], [3], states=states)  # the same context, another continuation
+    _scores(llm, [[5, 6, 7]], [3], states=states)  # the same context, another continuation
     assert states.hits == 2
     empty = StateCache(0)  # a budget of 0 keeps nothing
-    continuation_logprob(llm, [[5, 6, 7]], [3], states=empty)
+    _scores(llm, [[5, 6, 7]], [3], states=empty)
     assert len(empty) == 0 and empty.misses == 0
 
 
@@ -120,18 +125,18 @@ def test_a_budget_too_small_for_one_calls_states_is_named_once(llm, caplog):
     none): the user is told once, with the budget that would hold them."""
     contexts = [list(range(3, 3 + n)) for n in (20, 24, 28, 32)]
     roomy = StateCache(1 << 30)
-    continuation_logprob(llm, contexts, [8, 9], states=roomy)
+    _scores(llm, contexts, [8, 9], states=roomy)
     held = roomy.nbytes
     small = StateCache(held // 2)  # room for one or two of the four
     with caplog.at_level("WARNING", logger="attnrank.llm.states"):
-        continuation_logprob(llm, contexts, [8, 9], states=small)
-        continuation_logprob(llm, contexts, [8, 9], states=small)
+        _scores(llm, contexts, [8, 9], states=small)
+        _scores(llm, contexts, [8, 9], states=small)
     warned = [r.getMessage() for r in caplog.records if "state cache" in r.getMessage()]
     assert len(warned) == 1 and "the 4 prompts" in warned[0]
     assert small.hits < 4  # the second call found few of them
     caplog.clear()
     with caplog.at_level("WARNING", logger="attnrank.llm.states"):
-        continuation_logprob(llm, contexts, [8, 9], states=StateCache(held))
+        _scores(llm, contexts, [8, 9], states=StateCache(held))
     assert not caplog.records
 
 
@@ -149,7 +154,7 @@ def test_models_whose_states_depend_on_the_pass_are_scored_in_full_each_time(fam
     cont = tok(QUERY, add_special_tokens=False)["input_ids"]
     states = StateCache(1 << 30)
     assert not reuses_states(llm)
-    got = [continuation_logprob(llm, contexts, cont, states=states) for _ in range(2)]
+    got = [_scores(llm, contexts, cont, states=states) for _ in range(2)]
     assert len(states) == 0
     want = [_reference(llm, c, cont) for c in contexts]
     np.testing.assert_allclose(got[1], want, rtol=0, atol=1e-5)

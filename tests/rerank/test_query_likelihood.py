@@ -8,7 +8,7 @@ from _tiny import RERANK_QUERY, rerank_docs, tiny_llm
 
 from attnrank.errors import InputError
 from attnrank.llm.blocks import BlockMemo
-from attnrank.llm.likelihood import continuation_logprob, continuation_token_logprobs
+from attnrank.llm.likelihood import continuation_logprob
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RerankConfig
 from attnrank.rerank.fused import FusedWeights
@@ -17,11 +17,20 @@ from attnrank.rerank.likelihood import (
     prompt_ids,
     query_ids,
     query_likelihood,
-    query_token_likelihood,
-    query_token_prior,
+    query_prior,
 )
 from attnrank.rerank.signals import SignalComputer
 from attnrank.types import Document
+
+
+def _scores(*args, **kwargs) -> np.ndarray:
+    """Each context's mean log-probability per token."""
+    return continuation_logprob(*args, **kwargs).mean(1, dtype=np.float64)
+
+
+def _ql(*args, **kwargs) -> np.ndarray:
+    """UPR's score of each document: the mean of its query likelihood over the query's tokens."""
+    return query_likelihood(*args, **kwargs).mean(1, dtype=np.float64)
 
 
 def test_each_passage_is_scored_in_its_own_prompt(llm):
@@ -29,28 +38,29 @@ def test_each_passage_is_scored_in_its_own_prompt(llm):
     and their order do not change it."""
     docs = rerank_docs()
     tok = llm.tokenizer
-    scores = query_likelihood(llm, RERANK_QUERY, docs)
+    scores = _ql(llm, RERANK_QUERY, docs)
     ctx = [tok(passage_prompt(d.title, d.text), add_special_tokens=False)["input_ids"] for d in docs]
     cont = tok(" " + RERANK_QUERY, add_special_tokens=False)["input_ids"]
-    np.testing.assert_allclose(scores, continuation_logprob(llm, ctx, cont), atol=1e-6)
-    reversed_scores = query_likelihood(llm, RERANK_QUERY, docs[::-1])
+    np.testing.assert_allclose(scores, _scores(llm, ctx, cont), atol=1e-6)
+    reversed_scores = _ql(llm, RERANK_QUERY, docs[::-1])
     np.testing.assert_allclose(reversed_scores[::-1], scores, atol=1e-5)
-    np.testing.assert_allclose(query_likelihood(llm, RERANK_QUERY, docs[:1]), scores[:1], atol=1e-5)
+    np.testing.assert_allclose(_ql(llm, RERANK_QUERY, docs[:1]), scores[:1], atol=1e-5)
 
 
 def test_token_likelihoods_and_the_prior_are_the_querys_tokens_after_each_prompt(llm):
-    """Per token: the query's tokens after each passage's prompt (their mean is the score), and
-    after the prompt with an empty passage (the prior, the same for every passage)."""
+    """Per token: the query's tokens after each passage's prompt, and after the prompt with an
+    empty passage (the prior, the same for every passage)."""
     docs = rerank_docs()[:4]
     tok = llm.tokenizer
     ids = query_ids(tok, RERANK_QUERY)
     assert ids == tok(" " + RERANK_QUERY, add_special_tokens=False)["input_ids"]
-    tokens = query_token_likelihood(llm, RERANK_QUERY, docs)
-    assert tokens.shape == (len(docs), len(ids))
-    np.testing.assert_allclose(tokens.mean(1), query_likelihood(llm, RERANK_QUERY, docs), atol=1e-6)
-    prior = query_token_prior(llm, RERANK_QUERY)
+    tokens = query_likelihood(llm, RERANK_QUERY, docs)
+    assert tokens.shape == (len(docs), len(ids)) and tokens.dtype == np.float32
+    ctx = [tok(passage_prompt(d.title, d.text), add_special_tokens=False)["input_ids"] for d in docs]
+    np.testing.assert_allclose(tokens, continuation_logprob(llm, ctx, ids), atol=1e-6)
+    prior = query_prior(llm, RERANK_QUERY)
     empty = tok(passage_prompt(None, ""), add_special_tokens=False)["input_ids"]
-    np.testing.assert_allclose(prior, continuation_token_logprobs(llm, [empty], ids)[0], atol=1e-6)
+    np.testing.assert_allclose(prior, continuation_logprob(llm, [empty], ids)[0], atol=1e-6)
     assert prior.shape == (len(ids),) and not np.allclose(tokens - prior, 0, atol=1e-3)  # a passage moves them
 
 
@@ -71,24 +81,22 @@ def test_a_bos_token_leads_each_prompt_where_the_tokenizer_puts_one(llm):
     assert tok("a")["input_ids"][0] == bos
     cont = tok(" " + RERANK_QUERY, add_special_tokens=False)["input_ids"]
     plain = [tok(passage_prompt(d.title, d.text), add_special_tokens=False)["input_ids"] for d in docs]
-    with_bos = continuation_logprob(llm, [[bos, *c] for c in plain], cont)
-    without = continuation_logprob(llm, plain, cont)
+    with_bos = _scores(llm, [[bos, *c] for c in plain], cont)
+    without = _scores(llm, plain, cont)
     assert not np.allclose(with_bos, without)  # the lead token changes the score
-    np.testing.assert_allclose(query_likelihood(replace(llm, tokenizer=tok), RERANK_QUERY, docs), with_bos, atol=1e-6)
-    np.testing.assert_allclose(query_likelihood(llm, RERANK_QUERY, docs), without, atol=1e-6)
+    np.testing.assert_allclose(_ql(replace(llm, tokenizer=tok), RERANK_QUERY, docs), with_bos, atol=1e-6)
+    np.testing.assert_allclose(_ql(llm, RERANK_QUERY, docs), without, atol=1e-6)
 
 
 def test_passages_are_cut_to_the_words_and_the_context():
     small = tiny_llm(layers=1, max_positions=200)
     long = Document("long", "word " * 500)
-    cut = query_likelihood(
-        small, "a question?", [long, Document("short", " ".join(["word"] * 20))]
-    )  # cut to fit, no error
+    cut = _ql(small, "a question?", [long, Document("short", " ".join(["word"] * 20))])  # cut to fit, no error
     assert np.isfinite(cut).all()
-    by_words = query_likelihood(small, "a question?", [long], max_doc_words=20)
+    by_words = _ql(small, "a question?", [long], max_doc_words=20)
     np.testing.assert_allclose(by_words, cut[1:], atol=1e-5)  # 20 words: the short passage's prompt
     with pytest.raises(InputError, match="too long for a passage beside it"):
-        query_likelihood(small, "q " * 300, [long])
+        _ql(small, "q " * 300, [long])
 
 
 def test_kept_prompt_ids_are_the_ones_tokenizing_gives_under_every_limit(llm):
@@ -113,7 +121,7 @@ def test_preset_sums_the_z_scores_of_bm25_dense_and_likelihood(llm):
     assert rr.uses_llm and not rr.uses_attention and "features=['bm25', 'dense', 'likelihood']" in repr(rr)
     texts = [d.full_text for d in docs]
     signals = SignalComputer(backend=rr.signals.backend)(RERANK_QUERY, texts, ["bm25", "dense"])
-    ql = query_likelihood(llm, RERANK_QUERY, docs, max_doc_words=rr.config.max_doc_words)
+    ql = _ql(llm, RERANK_QUERY, docs, max_doc_words=rr.config.max_doc_words)
     z = {k: (v - v.mean()) / v.std() for k, v in {**signals, "likelihood": ql}.items()}
     expected = z["bm25"] + z["dense"] + z["likelihood"]
     np.testing.assert_allclose(rr.score(RERANK_QUERY, docs), expected, rtol=1e-9, atol=1e-9)
@@ -133,7 +141,7 @@ def test_passages_seen_by_an_earlier_query_reuse_their_states(llm):
     other = "which passage is about cats?"
     again = rr.score(other, docs[::-1])
     assert rr.states.hits == len(docs)
-    full = query_likelihood(llm, other, docs[::-1], max_doc_words=rr.config.max_doc_words)
+    full = _ql(llm, other, docs[::-1], max_doc_words=rr.config.max_doc_words)
     res = rr.rank(other, docs[::-1])
     by_id = {d.id: full[i] for i, d in enumerate(docs[::-1])}
     assert all(d.stage_scores["likelihood"] == pytest.approx(by_id[d.id], abs=1e-5) for d in res)
@@ -160,7 +168,7 @@ def test_weights_may_name_likelihood_beside_attention(llm):
     rr = AttentionReranker(llm, "0-1,2-3", signals=weights)
     res = rr.rank(RERANK_QUERY, docs)
     att = AttentionReranker(llm, "0-1,2-3", config="fused", signals=None).score(RERANK_QUERY, docs)
-    ql = query_likelihood(llm, RERANK_QUERY, docs, max_doc_words=rr.config.max_doc_words)
+    ql = _ql(llm, RERANK_QUERY, docs, max_doc_words=rr.config.max_doc_words)
     bm25 = SignalComputer()(RERANK_QUERY, [d.full_text for d in docs], ["bm25"])["bm25"]
     expected = weights.score({"attention": att, "bm25": bm25, "likelihood": ql})
     np.testing.assert_allclose(rr.score(RERANK_QUERY, docs), expected, rtol=1e-9, atol=1e-9)
