@@ -10,9 +10,10 @@ LLM's query likelihood (attnrank.rerank.likelihood, passages cut to 300 words), 
 indexes/bench-cache. Rows per dataset: each first-stage signal, preset ``signals`` (the default
 until 2026-12-04), the likelihood alone, the default preset ``likelihood`` (equal weights over
 z(BM25), z(dense), z(likelihood): nothing trained, so its figure on a dataset is a held-out
-figure), and leave-one-dataset-out trained fusions with and without the likelihood (pointwise, no
-gate). Each row's Δ, wins and losses and sign test are against the best first-stage signal, and
-separately against ``signals``. Writes docs/results/likelihood.{json,md}.
+figure), leave-one-dataset-out trained fusions with and without the likelihood (pointwise, no
+gate), and the same two fusions trained in-domain (5-fold over the dataset's queries). Each row's
+Δ, wins and losses and sign test are against the best first-stage signal, and separately against
+``signals``. Writes docs/results/likelihood.{json,md}.
 
 Fusion rules (an ablation, nothing trained): the same three signals combined by other unsupervised
 rules than the default's sum of z-scores: min-max scaling, reciprocal-rank fusion, z-scores of
@@ -33,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from attnrank.benchmarks import (
+    CandidateSet,
     cached_likelihoods,
     candidate_signals,
     dl19_sets,
@@ -43,6 +45,7 @@ from attnrank.benchmarks import (
     stage_signals,
 )
 from attnrank.config import set_torch_threads
+from attnrank.eval.crossval import kfold_splits
 from attnrank.eval.datasets import data_root
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.llm.models import load_llm
@@ -63,6 +66,8 @@ PRESET = "default preset likelihood: z(BM25) + z(dense) + z(likelihood), untrain
 ALONE = "likelihood alone"
 TRAINED = "trained on the other datasets: BM25, dense, rank"
 TRAINED_QL = "trained on the other datasets: BM25, dense, rank, likelihood"
+KFOLD = "trained in-domain (5-fold over queries): BM25, dense, rank"
+KFOLD_QL = "trained in-domain (5-fold over queries): BM25, dense, rank, likelihood"
 
 
 def examples(group: str, root: Path, setting: str, ds, cands: dict, ql: dict) -> list[FusionExample]:
@@ -97,6 +102,7 @@ def rows_for(data: dict[str, list[FusionExample]]) -> list[dict]:
         scores[PRESET] = {e.qid: preset.score(e.signals) for e in test}
         scores[TRAINED] = {e.qid: trained.score(e.signals) for e in test}
         scores[TRAINED_QL] = {e.qid: trained_ql.score(e.signals) for e in test}
+        scores.update(in_domain(test))
         vs_signals = {r["method"]: r for r in compare(test, scores, METRICS[g][:1], baselines=(SIGNALS,))}
         for r in compare(test, scores, METRICS[g], baselines=tuple(f"{f} alone" for f in FIRST)):
             d = vs_signals[r["method"]]
@@ -112,6 +118,17 @@ def rows_for(data: dict[str, list[FusionExample]]) -> list[dict]:
                 }
             )
     return rows
+
+
+def in_domain(test: list[FusionExample], k: int = 5) -> dict[str, dict[str, np.ndarray]]:
+    """The trained fusions with and without the likelihood, in-domain: each of ``k`` folds of the
+    dataset's queries scored by weights trained on the other folds (pointwise, no gate)."""
+    out: dict[str, dict[str, np.ndarray]] = {KFOLD: {}, KFOLD_QL: {}}
+    for split in kfold_splits(test, k):
+        for name, feats in ((KFOLD, ["bm25", "dense", "rank"]), (KFOLD_QL, ["bm25", "dense", "rank", LIKELIHOOD])):
+            fused = train_fused(split.train, feats, gate=False)
+            out[name].update({e.qid: fused.score(e.signals) for e in split.test})
+    return out
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
@@ -227,8 +244,9 @@ def markdown(p: dict, command: str) -> str:
         'prompt ("Passage: ... Please write a question based on this passage. Question:", Sachan et '
         "al. EMNLP 2022); the score is the mean log-probability of the query's tokens. Untrained rows "
         "(every first-stage signal, `signals`, the likelihood alone, `likelihood`) saw no labels, so each "
-        "dataset is held out for them; the two trained rows are trained on the other three datasets "
-        "(leave-one-dataset-out, pointwise, no gate). Δ, wins/losses and p (two-sided sign test over "
+        "dataset is held out for them; two trained rows are trained on the other three datasets "
+        "(leave-one-dataset-out, pointwise, no gate), two on the dataset's other queries (in-domain, "
+        "5-fold over queries, the same model). Δ, wins/losses and p (two-sided sign test over "
         "queries): against the best first-stage signal on that dataset (chosen on the same queries, "
         "which flatters it), and against the preset `signals` (the default until 2026-12-04). The first stage's own scores are "
         "`first stage: ...` (DL19: Pyserini BM25; SciFact: the hybrid retriever's BM25, dense and RRF; "
@@ -302,12 +320,28 @@ def rules_markdown(rows: list[dict]) -> list[str]:
     ]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_set_arguments(ap: argparse.ArgumentParser) -> None:
+    """The data folder and the sizes of the four candidate sets (:func:`candidate_sets`)."""
     ap.add_argument("--data", default=None)
     ap.add_argument("--scifact-queries", type=int, default=400)
     ap.add_argument("--hotpot-questions", type=int, default=400)
     ap.add_argument("--locomo-questions", type=int, default=400)
+
+
+def candidate_sets(root: Path, args: argparse.Namespace) -> dict[str, CandidateSet]:
+    """The four candidate sets of this benchmark and of the ones built on it (likelihood_cut,
+    likelihood_tokens), sized by :func:`add_set_arguments`' options."""
+    return {
+        "DL19": dl19_sets(root, [20])[0],
+        "SciFact": scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX),
+        "HotpotQA": hotpot_set(root, args.hotpot_questions),
+        "LoCoMo": locomo_set(root, args.locomo_questions),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_set_arguments(ap)
     ap.add_argument("--dtype", default="auto", help="the LLM's precision (auto: bfloat16 on a CPU that has it)")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()
@@ -315,12 +349,7 @@ def main() -> None:
     set_torch_threads()
     root = data_root(args.data)
     llm = load_llm(dtype=args.dtype)
-    sets = {
-        "DL19": dl19_sets(root, [20])[0],
-        "SciFact": scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX),
-        "HotpotQA": hotpot_set(root, args.hotpot_questions),
-        "LoCoMo": locomo_set(root, args.locomo_questions),
-    }
+    sets = candidate_sets(root, args)
     data, sizes = {}, []
     for g, (setting, ds, cands) in sets.items():
         ql = cached_likelihoods(llm, setting, ds, cands, CACHE)

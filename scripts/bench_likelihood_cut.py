@@ -25,9 +25,9 @@ import logging
 import time
 from pathlib import Path
 
-from bench_likelihood import CACHE, METRICS, SCIFACT_INDEX, examples
+from bench_likelihood import CACHE, METRICS, add_set_arguments, candidate_sets, examples
 
-from attnrank.benchmarks import cached_likelihoods, dl19_sets, hotpot_set, locomo_set, scifact_set
+from attnrank.benchmarks import cached_likelihoods
 from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root
 from attnrank.eval.report import environment, md_table, write_outputs
@@ -89,22 +89,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--words", type=int, default=150)
     ap.add_argument("--time-queries", type=int, default=30)
-    ap.add_argument("--data", default=None)
-    ap.add_argument("--scifact-queries", type=int, default=400)
-    ap.add_argument("--hotpot-questions", type=int, default=400)
-    ap.add_argument("--locomo-questions", type=int, default=400)
+    add_set_arguments(ap)
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
     root, words = data_root(args.data), args.words
     llm = load_llm(dtype="auto")
-    sets = {
-        "DL19": dl19_sets(root, [20])[0],
-        "SciFact": scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX),
-        "HotpotQA": hotpot_set(root, args.hotpot_questions),
-        "LoCoMo": locomo_set(root, args.locomo_questions),
-    }
+    sets = candidate_sets(root, args)
     rows, cost = [], []
     for g, (setting, ds, cands) in sets.items():
         full = cached_likelihoods(llm, setting, ds, cands, CACHE)

@@ -37,18 +37,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from bench_likelihood import CACHE, METRICS, SCIFACT_INDEX, examples
+from bench_likelihood import CACHE, METRICS, add_set_arguments, candidate_sets, examples
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-from attnrank.benchmarks import (
-    TOKEN_LIKELIHOOD,
-    TOKEN_PRIOR,
-    cached_likelihoods,
-    dl19_sets,
-    hotpot_set,
-    locomo_set,
-    scifact_set,
-)
+from attnrank.benchmarks import TOKEN_LIKELIHOOD, TOKEN_PRIOR, cached_likelihoods
 from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root
 from attnrank.eval.report import environment, md_table, write_outputs
@@ -120,10 +112,7 @@ def rows_for(data: dict[str, list[FusionExample]], tokens: dict[str, dict]) -> l
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=None)
-    ap.add_argument("--scifact-queries", type=int, default=400)
-    ap.add_argument("--hotpot-questions", type=int, default=400)
-    ap.add_argument("--locomo-questions", type=int, default=400)
+    add_set_arguments(ap)
     ap.add_argument("--first", type=int, default=None, help="only the first N queries of each set")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()
@@ -131,12 +120,7 @@ def main() -> None:
     set_torch_threads()
     root = data_root(args.data)
     llm = load_llm(dtype="auto")
-    sets = {
-        "DL19": dl19_sets(root, [20])[0],
-        "SciFact": scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX),
-        "HotpotQA": hotpot_set(root, args.hotpot_questions),
-        "LoCoMo": locomo_set(root, args.locomo_questions),
-    }
+    sets = candidate_sets(root, args)
     data, tokens = {}, {}
     for g, (setting, ds, cands) in sets.items():
         cands = dict(list(cands.items())[: args.first])
