@@ -182,11 +182,11 @@ CHOSEN = "rule chosen on the other three datasets"
 def rule_rows(data: dict[str, list[FusionExample]]) -> list[dict]:
     """Per dataset, each fusion rule against the default, and the rule chosen on the other three."""
     assert FEATURES3[0] == "bm25"  # "BM25 at half weight" reads column 0
+    scores: dict[str, dict[str, dict]] = {}
     per: dict[str, dict[str, dict]] = {}
     for g, test in data.items():
-        scores = {}
-        for name, (raw, rule) in RULES.items():
-            scores[name] = {
+        scores[g] = {
+            name: {
                 e.qid: rule(
                     np.column_stack([e.signals[f] for f in FEATURES3]).astype(float)
                     if raw
@@ -194,21 +194,33 @@ def rule_rows(data: dict[str, list[FusionExample]]) -> list[dict]:
                 )
                 for e in test
             }
-        per[g] = {
-            r["method"]: {"dataset": g, **r, "scores": scores[r["method"]]}
-            for r in compare(test, scores, METRICS[g][:1], baselines=(DEFAULT_RULE,))
+            for name, (raw, rule) in RULES.items()
         }
+        rows = compare(test, scores[g], METRICS[g][:1], baselines=(DEFAULT_RULE,))
+        per[g] = {r["method"]: dict(r, dataset=g) for r in rows}
+    return chosen_rows(data, per, scores, DEFAULT_RULE, {m: m for m in RULES})
+
+
+def chosen_rows(
+    data: dict[str, list[FusionExample]],
+    per: dict[str, dict[str, dict]],
+    scores: dict[str, dict[str, dict]],
+    default: str,
+    candidates: dict[str, str],
+    label: str = CHOSEN,
+) -> list[dict]:
+    """Per dataset, the rows ``per[g]`` (each method against ``default``), then the row of the
+    candidate method whose mean Δ on the other datasets is best (``label``, the only held-out
+    figure among them; ``candidates``: method -> the name it is shown by), from ``scores[g]``."""
     rows = []
     for g, test in data.items():
-        chosen = max(RULES, key=lambda m: np.mean([per[h][m]["Δ"] for h in data if h != g]))
+        chosen = max(candidates, key=lambda m: np.mean([per[h][m]["Δ"] for h in data if h != g]))
         picked = compare(
-            test,
-            {DEFAULT_RULE: per[g][DEFAULT_RULE]["scores"], CHOSEN: per[g][chosen]["scores"]},
-            METRICS[g][:1],
-            baselines=(DEFAULT_RULE,),
+            test, {default: scores[g][default], label: scores[g][chosen]}, METRICS[g][:1], baselines=(default,)
         )
-        for r in [*per[g].values(), *(dict(r, dataset=g, chosen=chosen) for r in picked if r["method"] == CHOSEN)]:
-            rows.append({k: v for k, v in r.items() if k not in ("scores", "best first stage")})
+        picked = [dict(r, dataset=g, chosen=candidates[chosen]) for r in picked if r["method"] == label]
+        for r in [*per[g].values(), *picked]:
+            rows.append({k: v for k, v in r.items() if k != "best first stage"})
     return rows
 
 
@@ -291,19 +303,31 @@ def markdown(p: dict, command: str) -> str:
     return "\n".join(lines + rules_markdown(p["rules"])) + "\n"
 
 
-def rules_markdown(rows: list[dict]) -> list[str]:
-    """The fusion-rule ablation: one row per rule, one column group per dataset."""
+def wide_table(rows: list[dict], first: str, detail: bool = False) -> list[dict]:
+    """One row per method (column ``first``), one cell per dataset: nDCG@10, Δ, wins/losses (with
+    ``detail`` the sign test's p too, and a mean nDCG@10 column), the chosen method's name where a
+    row has one; and the mean Δ."""
     groups = list(dict.fromkeys(r["dataset"] for r in rows))
     table = []
     for m in dict.fromkeys(r["method"] for r in rows):
         mine = {r["dataset"]: r for r in rows if r["method"] == m}
-        row = {"rule": m}
+        row = {first: m}
         for g in groups:
             r = mine[g]
+            p = f" p {r['p']:.2g}" if detail else ""
             name = f" ({r['chosen']})" if "chosen" in r else ""
-            row[g] = f"{r['nDCG@10']:.4f} {r['Δ']:+.2f} {r['wins']}/{r['losses']}{name}"
+            row[g] = f"{r['nDCG@10']:.4f} {r['Δ']:+.2f} {r['wins']}/{r['losses']}{p}{name}"
+        if detail:
+            row["mean nDCG@10"] = f"{np.mean([mine[g]['nDCG@10'] for g in groups]):.4f}"
         row["mean Δ"] = f"{np.mean([mine[g]['Δ'] for g in groups]):+.2f}"
         table.append(row)
+    return table
+
+
+def rules_markdown(rows: list[dict]) -> list[str]:
+    """The fusion-rule ablation: one row per rule, one column group per dataset."""
+    groups = list(dict.fromkeys(r["dataset"] for r in rows))
+    table = wide_table(rows, "rule")
     return [
         "",
         "## Fusion rules (ablation, nothing trained)",

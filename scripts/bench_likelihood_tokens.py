@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from bench_likelihood import CACHE, METRICS, add_set_arguments, candidate_sets, examples
+from bench_likelihood import CACHE, METRICS, add_set_arguments, candidate_sets, chosen_rows, examples, wide_table
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from attnrank.benchmarks import TOKEN_LIKELIHOOD, TOKEN_PRIOR, cached_likelihoods
@@ -88,26 +88,17 @@ def rows_for(data: dict[str, list[FusionExample]], tokens: dict[str, dict]) -> l
     """Per dataset, each variant alone and in the preset against the default preset, and the
     variant chosen on the other three datasets."""
     preset = equal_weights(LIKELIHOOD_FEATURES)
+    base = f"{DEFAULT}, in the preset"
+    scores: dict[str, dict[str, dict]] = {}
     per: dict[str, dict[str, dict]] = {}
-    fused: dict[str, dict[str, dict]] = {}
     for g, test in data.items():
-        scores: dict[str, dict] = {}
+        scores[g] = {}
         for name, variant in VARIANTS.items():
             v = {e.qid: variant(*tokens[g][e.qid]) for e in test}
-            scores[f"{name}, alone"] = v
-            fused[g] = fused.get(g, {})
-            fused[g][name] = {e.qid: preset.score(e.signals) for e in with_variant(test, v)}
-            scores[f"{name}, in the preset"] = fused[g][name]
-        base = f"{DEFAULT}, in the preset"
-        per[g] = {r["method"]: dict(r, dataset=g) for r in compare(test, scores, METRICS[g][:1], baselines=(base,))}
-    rows = []
-    for g, test in data.items():
-        chosen = max(VARIANTS, key=lambda m: np.mean([per[h][f"{m}, in the preset"]["Δ"] for h in data if h != g]))
-        base = f"{DEFAULT}, in the preset"
-        picked = compare(test, {base: fused[g][DEFAULT], CHOSEN: fused[g][chosen]}, METRICS[g][:1], baselines=(base,))
-        rows += list(per[g].values())
-        rows += [dict(r, dataset=g, chosen=chosen) for r in picked if r["method"] == CHOSEN]
-    return [{k: v for k, v in r.items() if k != "best first stage"} for r in rows]
+            scores[g][f"{name}, alone"] = v
+            scores[g][f"{name}, in the preset"] = {e.qid: preset.score(e.signals) for e in with_variant(test, v)}
+        per[g] = {r["method"]: dict(r, dataset=g) for r in compare(test, scores[g], METRICS[g][:1], baselines=(base,))}
+    return chosen_rows(data, per, scores, base, {f"{m}, in the preset": m for m in VARIANTS}, CHOSEN)
 
 
 def main() -> None:
@@ -144,17 +135,7 @@ def main() -> None:
 
 def markdown(p: dict) -> str:
     groups = list(dict.fromkeys(r["dataset"] for r in p["rows"]))
-    table = []
-    for m in dict.fromkeys(r["method"] for r in p["rows"]):
-        mine = {r["dataset"]: r for r in p["rows"] if r["method"] == m}
-        row = {"method": m}
-        for g in groups:
-            r = mine[g]
-            name = f" ({r['chosen']})" if "chosen" in r else ""
-            row[g] = f"{r['nDCG@10']:.4f} {r['Δ']:+.2f} {r['wins']}/{r['losses']} p {r['p']:.2g}{name}"
-        row["mean nDCG@10"] = f"{np.mean([mine[g]['nDCG@10'] for g in groups]):.4f}"
-        row["mean Δ"] = f"{np.mean([mine[g]['Δ'] for g in groups]):+.2f}"
-        table.append(row)
+    table = wide_table(p["rows"], "method", detail=True)
     doc = (__doc__ or "").split("\n\n")
     lines = [
         f"# Which query tokens the likelihood averages ({p['date']}, {p['env'].get('cpus', '?')} CPUs, "
