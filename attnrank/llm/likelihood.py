@@ -54,10 +54,10 @@ def continuation_logprob(
 ) -> np.ndarray:
     """Log-probability (nats, float32) of each token of ``continuation`` following each of the
     token-id lists ``contexts``: shape [contexts, continuation tokens], input order (a context's
-    mean log-probability per token is its row's mean). Each context
-    needs at least one token, and context plus continuation must fit the model's context length.
-    With ``states``, contexts seen before reuse their kept states and new ones are kept there;
-    ``buffer`` lends the memory the reused states are assembled in (kept from call to call)."""
+    mean log-probability per token is its row's mean). Each context needs at least one token, and
+    context plus continuation must fit the model's context length. With ``states``, contexts seen
+    before reuse their kept states and new ones are kept there; ``buffer`` lends the memory the
+    reused states are assembled in (kept from call to call)."""
     cont = [int(t) for t in continuation]
     if not cont:
         raise InputError("the continuation is empty; give at least one token to score")

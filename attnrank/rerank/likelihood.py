@@ -86,10 +86,10 @@ def query_likelihood(
     memo: BlockMemo[PromptIds] | None = None,
 ) -> np.ndarray:
     """Log-probability (nats, float32) of each of ``query``'s tokens (:func:`query_ids`) after
-    each document's prompt (:func:`passage_prompt`): shape [docs, query tokens], input order.
-    UPR's score of a document is its row's mean (nats per token).
-    Texts are cut to ``max_doc_words`` words, then to ``max_doc_tokens`` tokens and to what the
-    model's context leaves beside the query. With ``states``, a prompt scored before (for any
+    each document's prompt (:func:`passage_prompt`): shape [docs, query tokens], input order;
+    UPR's score of a document is its row's mean (nats per token). Texts are cut to
+    ``max_doc_words`` words, then to ``max_doc_tokens`` tokens and to what the model's context
+    leaves beside the query. With ``states``, a prompt scored before (for any
     query) reuses its kept key/value states, so only the query's tokens are computed
     (:func:`~attnrank.llm.likelihood.continuation_logprob`); ``memo`` keeps the prompts'
     token ids, so a passage seen before is not tokenized again."""
