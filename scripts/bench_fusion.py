@@ -55,7 +55,8 @@ from attnrank.llm.rows import window_features
 from attnrank.registry import resolve_heads
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RERANK_PRESETS, RerankConfig
-from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, equal_weights, resolve_fused
+from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, equal_weights
+from attnrank.rerank.fused_resolve import resolve_fused
 from attnrank.rerank.fused_training import mean_ndcg, train_fused
 from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
 

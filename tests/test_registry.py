@@ -118,7 +118,8 @@ def test_artifacts(roots):
 def test_user_only_artifacts_skip_the_shipped_ones(roots, caplog):
     """signals_only reads a user's registered fused weights, never the shipped ones (which the
     preset fused reads); registered weights without a model without attention fall back too."""
-    from attnrank.rerank.fused import FusedWeights, resolve_fused, signals_only
+    from attnrank.rerank.fused import FusedWeights
+    from attnrank.rerank.fused_resolve import resolve_fused, signals_only
 
     shipped = FusedWeights(["attention", "bm25", "dense"], [1.0, 0.5, 0.25], base_weights=[0.5, 0.25])
     _ship(roots, "org/m", FP, [], {FusedWeights.KIND: {"date": "x", "payload": shipped.to_json()}})
@@ -136,7 +137,8 @@ def test_user_only_artifacts_skip_the_shipped_ones(roots, caplog):
 def test_weights_fitted_to_other_signals_are_named_stale(roots, caplog):
     """Fused weights record the signals' version they were fitted to; registered or shipped
     weights of another version, or of none recorded, still load, with a warning naming the fix."""
-    from attnrank.rerank.fused import FusedWeights, equal_weights, resolve_fused, signals_only
+    from attnrank.rerank.fused import FusedWeights, equal_weights
+    from attnrank.rerank.fused_resolve import resolve_fused, signals_only
     from attnrank.rerank.signals import SIGNALS_VERSION
 
     assert equal_weights().signals_version == SIGNALS_VERSION

@@ -35,7 +35,8 @@ from ..llm.fingerprint import model_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import registry_digest
 from ..rerank.config import RerankConfig
-from ..rerank.fused import SIGNALS_ONLY, signals_only
+from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
+from ..rerank.fused_resolve import likelihood_weights, signals_only
 from ..rerank.signals import SIGNALS_VERSION
 from .rows import read_queries
 from .sink import CheckpointSink
@@ -112,7 +113,7 @@ def _check_outputs(output: Path | None, parquet: Path | None, queries: str | Pat
 
 
 # Settings recorded after the first checkpoints were written: a checkpoint without one is not refused for it.
-_LATER = ("index_tag", "model_fingerprint", "heads_in_file", "registry", "signals_version")
+_LATER = ("index_tag", "model_fingerprint", "heads_in_file", "registry", "signals_version", "likelihood_model")
 
 
 def _settings(config: BatchConfig) -> dict[str, Any]:
@@ -139,6 +140,9 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         # Since 2026-12-03 the preset `signals` sums the z-scores with equal weights, not the shipped
         # trained ones (both per query): a signals checkpoint without this key is refused, not mixed.
         "signals_model": _signals_model(rerank, model_id, weights),
+        # Since 2026-12-04 the default preset may score by a user's trained query-likelihood weights
+        # (before, always equal ones, so a checkpoint without this key resumes).
+        "likelihood_model": _signals_model(rerank, model_id, weights, SIGNALS_LIKELIHOOD),
         # How the first-stage signals are computed: a later change of it must not mix old rows with new.
         "signals_version": SIGNALS_VERSION if rerank is not None and rerank.signals is not None else None,
         # How attention is captured (preset fused: full attention until 2026-12-03, block attention at
@@ -151,11 +155,14 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
     }
 
 
-def _signals_model(rerank: RerankConfig | None, model_id: str | None, fingerprint: str | None) -> dict[str, Any] | None:
-    """The features and weights the preset ``signals`` scores by (None: another preset, or no rerank)."""
-    if rerank is None or model_id is None or fingerprint is None or rerank.signals != SIGNALS_ONLY:
+def _signals_model(
+    rerank: RerankConfig | None, model_id: str | None, fingerprint: str | None, setting: str = SIGNALS_ONLY
+) -> dict[str, Any] | None:
+    """The features and weights that the preset of ``signals=setting`` (``signals`` or
+    ``likelihood``) scores by, registered or untrained (None: another preset, or no rerank)."""
+    if rerank is None or model_id is None or fingerprint is None or rerank.signals != setting:
         return None
-    fused = signals_only(model_id, fingerprint)
+    fused = (signals_only if setting == SIGNALS_ONLY else likelihood_weights)(model_id, fingerprint)
     return {"features": fused.features, "weights": fused.weights}
 
 

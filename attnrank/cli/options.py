@@ -163,7 +163,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             "--signals",
             help="auto (fuse attention with the candidates' BM25, dense and rank scores: registered fused weights) "
             "| only (no attention: BM25 and dense with equal weights, or your registered weights' model without it) "
-            "| none (attention alone).",
+            "| likelihood (only's signals and the LLM's query likelihood, equal weights or your registered "
+            "likelihood weights) | none (attention alone).",
         ),
     ),
     "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),

@@ -1,14 +1,20 @@
-"""``attnrank train``: train the fused scorer on your own labelled queries, report it held out,
-then register it: ``--preset fused`` reads it, and the default
-``signals`` preset reads its model without attention (``base_weights``, trained alongside) in place
-of its untrained equal weights. The report shows all three, "fused with attention", "fused without
-attention" and "equal weights, no attention (untrained)", and says what registering replaces.
+"""``attnrank train``: train a preset's fusion weights on your own labelled queries, report them
+held out, then register them for the model.
+
+- ``--preset likelihood`` (the default preset): weights over the candidates' BM25, dense cosine,
+  first-stage rank and the LLM's query likelihood given each (UPR). Registered, they replace the
+  preset's untrained equal weights over BM25, dense and the likelihood, but only if they scored at
+  least as well held out (else nothing is registered and the report says so: the default must not
+  get worse).
+- ``--preset fused``: the attention score (the chosen heads, calibrated) with BM25, dense and
+  rank; ``--preset fused`` reads them, and the preset ``signals`` reads their model without
+  attention (``base_weights``, trained alongside) in place of its untrained equal weights.
 
 Candidates and labels come as for ``heads train``: BEIR/TREC qrels with queries and a corpus
-(candidates from a TREC run, else BM25 top-``--depth``), or a shared data set. Per query the
-reranker's attention score (the chosen heads, calibrated) and the candidates' BM25, dense cosine
-and first-stage rank are computed once; the report is k-fold over queries (trained on the
-training folds, tested on the held-out fold), against each first-stage signal alone, with
+(candidates from a TREC run, else BM25 top-``--depth``), or a shared data set. Per query the LLM
+score (likelihood or attention) and the candidates' BM25, dense cosine and first-stage rank are
+computed once; the report is k-fold over queries (trained on the training folds, tested on the
+held-out fold), against each first-stage signal alone and the untrained equal weights, with
 per-query wins/losses and a sign test. The registered weights are then trained on all queries.
 """
 
@@ -19,6 +25,8 @@ from typing import Any, Optional
 
 import typer
 
+from ..rerank.config import AUTO_OR_ALL, DEFAULT_PRESET
+from ..rerank.fused import ATTENTION, LIKELIHOOD
 from . import (
     Corpus,
     Data,
@@ -42,16 +50,23 @@ from .heads import _qr_set, check_folds, check_training
 from .options import Dtype
 
 METRICS = ("nDCG@10", "RR@10")
+PRESETS = (DEFAULT_PRESET, "fused")  # the presets whose weights train fits
 
 
 @app.command("train")
 def train(
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: str = typer.Option(
-        "auto-or-all",
+    preset: str = typer.Option(
+        DEFAULT_PRESET,
+        "--preset",
+        help="likelihood (the default preset: BM25, dense, rank and the LLM's query likelihood) | fused (attention "
+        "with BM25, dense and rank; also the preset signals' model without attention).",
+    ),
+    heads: Optional[str] = typer.Option(
+        None,
         "--heads",
-        help="Heads of the attention feature: auto-or-all (those preset fused reads: its weights', else the "
-        "registered set), all, 'l-h,...'.",
+        help="--preset fused: heads of the attention feature: auto-or-all (default: those preset fused reads: its "
+        "weights', else the registered set), all, 'l-h,...'.",
     ),
     data: Optional[Path] = Data,
     dataset: Optional[str] = Dataset,
@@ -70,8 +85,10 @@ def train(
         "| equal (weight 1 on every feature; only the confidence gate is chosen).",
     ),
     l2: float = typer.Option(1.0, "--l2", help="L2 penalty λ (sklearn C = 1/λ)."),
-    gate: bool = typer.Option(
-        True, "--gate/--no-gate", help="Fall back to the first-stage signals where attention is not confident."
+    gate: Optional[bool] = typer.Option(
+        None,
+        "--gate/--no-gate",
+        help="--preset fused: fall back to the first-stage signals where attention is not confident (default on).",
     ),
     folds: int = Folds,
     seed: int = FoldSeed,
@@ -82,26 +99,58 @@ def train(
     quiet: bool = Quiet,
     verbose: bool = Verbose,
 ) -> None:
-    """Train the fused scorer on labelled queries; print a held-out report, then register it."""
+    """Train a preset's fusion weights on labelled queries; print a held-out report, then register them."""
     from ..errors import require
-    from ..rerank.fused_training import MODELS
+    from ..rerank.fused_training import MODELS, fusion_examples
 
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank train")  # before any model is loaded
+    _check_preset(preset, heads, gate)
     check_training(kind, MODELS, l2, folds, depth)
     _check_heads(heads, model=model)
     qs, cands, qr, rel, desc = _qr_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
     )
     check_folds(len(qs), folds)
-    from ..rerank.fused_training import fusion_examples
-
-    rr = _attention_alone(model, heads, max_doc_words, device, dtype)
-    examples = fusion_examples(rr.score, qs, cands, qr, rel=rel, group=desc, progress=progress)
-    report, weights = _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr)
+    if preset == LIKELIHOOD:
+        rr = _likelihood_alone(model, max_doc_words, device, dtype)
+        examples = fusion_examples({LIKELIHOOD: rr.likelihood}, qs, cands, qr, rel=rel, group=desc, progress=progress)
+        report, weights = _likelihood_report_and_fit(examples, kind, l2, folds, seed, desc, rr)
+    else:
+        rr = _attention_alone(model, heads or AUTO_OR_ALL, max_doc_words, device, dtype)
+        examples = fusion_examples({ATTENTION: rr.score}, qs, cands, qr, rel=rel, group=desc, progress=progress)
+        report, weights = _report_and_fit(examples, kind, l2, gate is not False, folds, seed, desc, rr)
     typer.echo(report)
-    if save:
+    if save and weights is not None:
         typer.echo(f"saved to {weights.save(rr.llm.model_id, rr.llm.fingerprint)}")
+
+
+def _check_preset(preset: str, heads: str | None, gate: bool | None) -> None:
+    """The preset, and no attention option given for the likelihood's (it computes no attention)."""
+    if preset not in PRESETS:
+        raise typer.BadParameter(f"--preset {preset!r} is not one of {', '.join(PRESETS)} (the presets train fits)")
+    given = [o for o, v in (("--heads", heads), ("--gate/--no-gate", gate)) if v is not None]
+    if preset == LIKELIHOOD and given:
+        raise typer.BadParameter(
+            f"{', '.join(given)} configure(s) attention, which --preset likelihood does not compute; "
+            "drop them, or train --preset fused"
+        )
+
+
+def _likelihood_alone(model: str | None, max_doc_words: int, device: str, dtype: str) -> Any:
+    """A reranker that computes the query likelihood as preset ``likelihood`` does (its equal
+    weights given, so that weights registered for the model are not read, or refused, here)."""
+    from ..rerank.attention import AttentionReranker
+    from ..rerank.fused import LIKELIHOOD_FEATURES, equal_weights
+
+    return AttentionReranker(
+        model,
+        config="likelihood",
+        signals=equal_weights(LIKELIHOOD_FEATURES),
+        max_doc_words=max_doc_words,
+        device=device,
+        dtype=dtype,
+    )
 
 
 def _attention_alone(model: str | None, heads: str, max_doc_words: int, device: str, dtype: str) -> Any:
@@ -110,8 +159,7 @@ def _attention_alone(model: str | None, heads: str, max_doc_words: int, device: 
     them); the weights are fitted to it."""
     from ..llm.models import unloaded_model
     from ..rerank.attention import AttentionReranker
-    from ..rerank.config import AUTO_OR_ALL
-    from ..rerank.fused import fitted_heads
+    from ..rerank.fused_resolve import fitted_heads
 
     chosen: Any = heads
     if heads.strip().lower() == AUTO_OR_ALL:
@@ -121,37 +169,85 @@ def _attention_alone(model: str | None, heads: str, max_doc_words: int, device: 
     )
 
 
-def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr) -> tuple[str, Any]:
-    """(the held-out report text, the weights trained on all ``examples``)."""
+def _heldout_rows(examples, kind, l2, gate, folds, seed, llm_feature) -> list[dict[str, Any]]:
     from ..eval.crossval import kfold_splits
-    from ..eval.report import md_table
-    from ..rerank.fused_training import train_fused
     from ..rerank.fusion_eval import compare, heldout_scores
 
-    scores = heldout_scores(kfold_splits(examples, folds, seed=seed), model=kind, l2=l2, gate=gate)
-    rows = compare(examples, scores, METRICS)
-    heads = "all" if rr.heads is None else len(rr.heads)
-    text = [
-        f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; "
-        f"attention: {heads} heads of {rr.llm.model_id}",
+    splits = kfold_splits(examples, folds, seed=seed)
+    scores = heldout_scores(splits, llm_feature=llm_feature, model=kind, l2=l2, gate=gate)
+    return compare(examples, scores, METRICS)
+
+
+def _table(rows: list[dict[str, Any]], header: str) -> list[str]:
+    from ..eval.report import md_table
+
+    return [
+        header,
         "",
         md_table(rows, ["method", *METRICS, "Δ", "wins", "losses", "p"], {"Δ": "+.1f", "p": ".3f"}),
         "",
         f"Δ: nDCG@10 points against the best first-stage signal ({rows[0]['best first stage']}); "
         "wins/losses per query against it; p: two-sided sign test.",
         "",
+    ]
+
+
+def _likelihood_report_and_fit(examples, kind, l2, folds, seed, desc, rr) -> tuple[str, Any]:
+    """(the held-out report text, the weights trained on all ``examples``, or None where they
+    scored below the untrained equal weights held out: those stay the default)."""
+    from ..rerank.fused_resolve import likelihood_weights
+    from ..rerank.fusion_eval import EQUAL_LIKELIHOOD, WITH_LIKELIHOOD, likelihood_fit
+
+    rows, weights = likelihood_fit(
+        examples, folds=folds, seed=seed, model=kind, l2=l2, trained_on=desc, metrics=METRICS
+    )
+    header = (
+        f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; "
+        f"query likelihood of {rr.llm.model_id}"
+    )
+    ndcg = {r["method"]: r["nDCG@10"] for r in rows}
+    trained, untrained = ndcg[WITH_LIKELIHOOD], ndcg[EQUAL_LIKELIHOOD]
+    now = likelihood_weights(rr.llm.model_id, rr.llm.fingerprint)
+    current = "equal weights" if now.model == "equal" else f"registered weights (trained on {now.trained_on})"
+    if weights is None:
+        last = (
+            f"Not registered: held out, the trained weights ({trained:.4f}) score below the untrained equal weights "
+            f"({untrained:.4f}), so preset likelihood keeps its current {current}."
+        )
+    else:
+        last = (
+            f"Registered, these weights replace preset likelihood's current {current} (equal weights: held out "
+            f"{untrained:.4f}) with the fusion trained with the likelihood ({trained:.4f}); --no-save keeps what is "
+            "registered."
+        )
+    return "\n".join([*_table(rows, header), last]), weights
+
+
+def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr) -> tuple[str, Any]:
+    """(the held-out report text, the weights trained on all ``examples``)."""
+    from ..rerank.fused_training import train_fused
+    from ..rerank.fusion_eval import recorded_metrics
+
+    rows = _heldout_rows(examples, kind, l2, gate, folds, seed, ATTENTION)
+    heads = "all" if rr.heads is None else len(rr.heads)
+    header = (
+        f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; "
+        f"attention: {heads} heads of {rr.llm.model_id}"
+    )
+    text = [
+        *_table(rows, header),
         _what_registering_changes({r["method"]: r["nDCG@10"] for r in rows}, rr.llm.model_id, rr.llm.fingerprint),
     ]
     weights = train_fused(
         examples, model=kind, l2=l2, gate=gate, trained_on=desc, heads=rr.heads or "all", capture=rr.config.capture
     )
-    weights.metrics = {"heldout": {r["method"]: {m: r[m] for m in METRICS} for r in rows}, "folds": folds}
+    weights.metrics = recorded_metrics(rows, METRICS, folds)
     return "\n".join(text), weights
 
 
 def _what_registering_changes(ndcg: dict[str, float], model_id: str, fingerprint: str) -> str:
     """The presets these weights take over once registered, with their held-out nDCG@10."""
-    from ..rerank.fused import signals_only
+    from ..rerank.fused_resolve import signals_only
     from ..rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION
 
     now = signals_only(model_id, fingerprint)

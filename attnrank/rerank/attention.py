@@ -45,7 +45,8 @@ from ..llm.statestore import PassageStateStore, write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
 from .aggregation import window_document_scores
 from .config import RerankConfig
-from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD, resolve_fused
+from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD
+from .fused_resolve import resolve_fused
 from .inputs import check_documents, check_k, check_query, check_texts
 from .likelihood import PromptIds, query_likelihood
 from .position import load_profile
@@ -82,7 +83,9 @@ class AttentionReranker:
     ``heads="auto"`` / ``"auto:METHOD"``: the model's registered set (:mod:`attnrank.registry`).
     ``signals``: fuse the attention score with the candidates' BM25, dense cosine and first-stage
     rank (:mod:`attnrank.rerank.fused`; ``"auto"``: the registered fused weights, else the packaged
-    model's; ``"only"``: no attention, :func:`~attnrank.rerank.fused.signals_only`; None: attention alone).
+    model's; ``"only"``: no attention, :func:`~attnrank.rerank.fused_resolve.signals_only`; ``"likelihood"``:
+    those signals and the query likelihood, :func:`~attnrank.rerank.fused_resolve.likelihood_weights`;
+    None: attention alone).
     ``scorer``: "sum" (default), "learned" (the model's registered linear head weights,
     :mod:`attnrank.rerank.learned`; they fix heads, calibration and filter) or a
     :class:`~attnrank.rerank.learned.LearnedHeadWeights`.
@@ -324,17 +327,23 @@ class AttentionReranker:
         if attention is not None:
             kept[ATTENTION] = attention
         if LIKELIHOOD in self.fused.features:
-            kept[LIKELIHOOD] = query_likelihood(
-                self.llm,
-                query,
-                docs,
-                max_doc_words=self.config.max_doc_words,
-                max_doc_tokens=self.config.max_doc_tokens,
-                states=self.states,
-                buffer=self._context_buffer,
-                memo=self._prompt_memo,
-            ).mean(axis=1, dtype=np.float64)  # UPR's score: nats per query token
+            kept[LIKELIHOOD] = self.likelihood(query, docs)
         return self.fused.score({**signals, **kept}), kept
+
+    def likelihood(self, query: str, docs: Sequence[Document]) -> np.ndarray:
+        """UPR's score of each of ``docs`` (Sachan et al. EMNLP 2022): the mean log-probability of
+        the query's tokens after a prompt with the passage, in nats per token, cut as configured
+        (:func:`~attnrank.rerank.likelihood.query_likelihood`); what the preset ``likelihood`` fuses."""
+        return query_likelihood(
+            self.llm,
+            query,
+            docs,
+            max_doc_words=self.config.max_doc_words,
+            max_doc_tokens=self.config.max_doc_tokens,
+            states=self.states,
+            buffer=self._context_buffer,
+            memo=self._prompt_memo,
+        ).mean(axis=1, dtype=np.float64)
 
     def _attention_scores(
         self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None

@@ -8,14 +8,16 @@ Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
 
 - ``likelihood`` (**the default**): the candidates' BM25, dense cosine and the LLM's query
   likelihood given each (UPR, Sachan et al. EMNLP 2022; :mod:`attnrank.rerank.likelihood`),
-  z-scored per query and summed with equal weights: nothing trained, no attention computed.
+  z-scored per query and summed with equal weights: nothing trained, no attention computed
+  (``signals="likelihood"``; a user's weights trained by ``attnrank train`` replace the equal
+  ones once registered).
   With the packaged 135M model it measured best of every configuration on the four datasets
   (nDCG@10 mean 0.6997, +1.4 points over ``signals`` and above it on each; +1.3 over ``fused``'s
   held-out mean; docs/results/likelihood.md), at one prompt per candidate through the whole model
   (0.9 s per query of 20 web passages, 2.9 s of 20 abstracts, on 2 CPU cores).
 - ``signals``: the same without the likelihood, BM25 and dense cosine alone (``signals="only"``;
   :func:`~attnrank.rerank.fused.equal_weights`; a user's registered fused weights' model without
-  attention replaces it, ``attnrank train``); loads no LLM: the fast choice (a ninth to a
+  attention replaces it, ``attnrank train --preset fused``); loads no LLM: the fast choice (a ninth to a
   seventeenth of the default's time, 1.4 nDCG@10 points lower on the held-out mean).
 - ``fused``: an attention score fused with the same signals (and first-stage rank) by the model's
   registered fused weights, else the packaged model's, falling back to those weights' model
@@ -25,8 +27,8 @@ Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
   passage sits nearer the query than another; its states are reusable), read from the heads the
   weights were fitted to. Full-prompt attention mostly echoed the candidate's slot, and fused this
   way it scored lower held out (docs/benchmarks.md). It gains over ``signals`` on conversational
-  data (LoCoMo), so it is the preset for weights a user trains on their own labelled queries
-  (``attnrank train``).
+  data (LoCoMo); a user trains its weights on their own labelled queries with ``attnrank train
+  --preset fused``.
 - ``qrhead``: the model's registered retrieval-head set (QRHead's query-focused detection, Zhang
   et al. EMNLP 2025; ``heads="auto"``), calibrated ICR scoring, attention alone: the best of the
   attention-only presets held out. A model with no registered set falls back to all heads
@@ -54,7 +56,7 @@ from ..errors import InputError
 from ..llm.blocks import capture_name, check_attention_mode, check_positions
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..llm.rows import QUERY_SPANS
-from .fused import LIKELIHOOD, LIKELIHOOD_FEATURES, SIGNALS_AUTO, SIGNALS_ONLY, FusedWeights, equal_weights
+from .fused import LIKELIHOOD, SIGNALS_AUTO, SIGNALS_LIKELIHOOD, SIGNALS_ONLY, FusedWeights
 from .reweight import Reweighting
 
 logger = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ ATTENTION_FIELDS = (
     "block_positions",
     "passage_states",
 )
+SIGNALS_SETTINGS = (None, SIGNALS_AUTO, SIGNALS_ONLY, SIGNALS_LIKELIHOOD)  # and FusedWeights
 # Attention fields the query likelihood reads too: it cuts the passages of its prompts the same way.
 LIKELIHOOD_FIELDS = ("max_doc_words", "max_doc_tokens")
 
@@ -111,7 +114,10 @@ class RerankConfig:
     dense and rank signals by the model's registered fused weights, else the packaged model's),
     ``"only"`` (the signals alone, no attention computed, so the attention fields must keep their
     defaults: a user's registered weights' model without attention, else equal weights over BM25
-    and dense, :func:`~attnrank.rerank.fused.signals_only`) or a
+    and dense, :func:`~attnrank.rerank.fused_resolve.signals_only`), ``"likelihood"`` (the same
+    with the LLM's query likelihood, no attention: a user's registered
+    :class:`~attnrank.rerank.fused.LikelihoodWeights`, else equal weights over BM25, dense and the
+    likelihood, :func:`~attnrank.rerank.fused_resolve.likelihood_weights`) or a
     :class:`~attnrank.rerank.fused.FusedWeights` (one without the attention feature computes none).
     """
 
@@ -134,7 +140,7 @@ class RerankConfig:
     block_positions: str = "rotated"
     state_cache_mb: int = 1024
     passage_states: str | None = None
-    signals: Any = None  # None, "auto", "only" or a FusedWeights
+    signals: Any = None  # None, "auto", "only", "likelihood" or a FusedWeights
     name: str = field(default="custom", compare=False)  # the preset it came from
 
     def __post_init__(self) -> None:
@@ -157,9 +163,10 @@ class RerankConfig:
                 "block_positions='sequential' (--block-positions) or passage_states"
             )
         object.__setattr__(self, "signals", signals_setting(self.signals))
-        if self.signals not in (None, SIGNALS_AUTO, SIGNALS_ONLY) and not isinstance(self.signals, FusedWeights):
+        if self.signals not in SIGNALS_SETTINGS and not isinstance(self.signals, FusedWeights):
             raise InputError(
-                f"signals={self.signals!r} is not 'auto', 'only', None or FusedWeights (--signals auto|only|none)"
+                f"signals={self.signals!r} is not 'auto', 'only', 'likelihood', None or FusedWeights "
+                "(--signals auto|only|likelihood|none)"
             )
         if not self.uses_attention:
             self._check_no_attention_options()
@@ -196,7 +203,9 @@ class RerankConfig:
     @property
     def uses_likelihood(self) -> bool:
         """Whether the fused weights read the LLM's query likelihood (:mod:`attnrank.rerank.likelihood`)."""
-        return isinstance(self.signals, FusedWeights) and LIKELIHOOD in self.signals.features
+        if isinstance(self.signals, FusedWeights):
+            return LIKELIHOOD in self.signals.features
+        return self.signals == SIGNALS_LIKELIHOOD
 
     def attention_options(self) -> list[str]:
         """The attention fields set to other than their defaults that this configuration would not
@@ -249,13 +258,13 @@ def field_defaults() -> dict[str, Any]:
 def _computes_attention(signals: Any) -> bool:
     if isinstance(signals, FusedWeights):
         return signals.uses_attention
-    return signals != SIGNALS_ONLY
+    return signals not in (SIGNALS_ONLY, SIGNALS_LIKELIHOOD)
 
 
 def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
     """The preset ``name`` (checked), or for no name :data:`DEFAULT_PRESET`, except when
     ``overrides`` say otherwise: ``signals=None`` (attention alone) is ``qrhead``, ``signals="only"``
-    is ``signals``; fusing attention with the signals (``signals="auto"`` or fused weights with
+    is ``signals``, ``signals="likelihood"`` is ``likelihood``; fusing attention with the signals (``signals="auto"`` or fused weights with
     attention), or attention options the default does not read (heads, scorer, reweight, ...)
     without ``signals``, select :data:`ATTENTION_PRESET`, the default with attention, which
     captures attention as its weights were fitted to it (logged)."""
@@ -273,6 +282,8 @@ def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
             return ATTENTION_ALONE_PRESET
         if signals == SIGNALS_ONLY:
             return SIGNALS_PRESET
+        if signals == SIGNALS_LIKELIHOOD:
+            return LIKELIHOOD_PRESET
         given = ["signals", *given] if _computes_attention(signals) else []
     if given:
         logger.info(
@@ -301,9 +312,10 @@ RERANK_PRESETS: dict[str, RerankConfig] = {
         heads=AUTO_OR_ALL, signals=SIGNALS_AUTO, attention="block", block_positions="shared", name="fused"
     ),
     "signals": RerankConfig(signals=SIGNALS_ONLY, name="signals"),
-    "likelihood": RerankConfig(signals=equal_weights(LIKELIHOOD_FEATURES), name="likelihood"),
+    "likelihood": RerankConfig(signals=SIGNALS_LIKELIHOOD, name="likelihood"),
 }
 DEFAULT_PRESET = "likelihood"
+LIKELIHOOD_PRESET = "likelihood"  # signals="likelihood" without a preset
 SIGNALS_PRESET = "signals"  # signals="only" without a preset
 ATTENTION_ALONE_PRESET = "qrhead"  # signals=None without a preset: every other field at its default
 ATTENTION_PRESET = "fused"  # an unnamed configuration with attention options (see preset_for)

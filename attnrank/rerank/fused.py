@@ -40,15 +40,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..config import DEFAULT_LLM
 from ..errors import InputError
 from ..llm.headspec import format_heads, parse_heads
-from ..registry import RegistryArtifact, load_artifact, shipped_artifact
+from ..registry import RegistryArtifact
 from .learned.features import standardise
 from .signals import SIGNALS, SIGNALS_VERSION
 
@@ -62,6 +61,7 @@ KNOWN_FEATURES = (*FEATURES, LIKELIHOOD)  # what weights may name
 LLM_FEATURES = (ATTENTION, LIKELIHOOD)  # computed by the LLM, not from the candidate texts alone
 SIGNALS_AUTO = "auto"  # RerankConfig.signals: the registered (else shipped) weights, with attention
 SIGNALS_ONLY = "only"  # ... the signals alone: signals_only
+SIGNALS_LIKELIHOOD = "likelihood"  # ... the query likelihood with them, no attention: likelihood_weights
 
 
 def attention_confidence(attention: np.ndarray) -> float:
@@ -275,16 +275,39 @@ class FusedWeights(RegistryArtifact):
             raise InputError(f"stored fused weights are malformed ({e}); retrain them with `attnrank train`") from None
 
 
+@dataclass
+class LikelihoodWeights(FusedWeights):
+    """Fused weights over the query likelihood and first-stage signals, no attention, that a user
+    trained on their own labelled queries (``attnrank train``, default preset): the model the
+    preset ``likelihood`` scores by once registered, in place of its untrained equal weights.
+    Registered apart from :class:`FusedWeights` (another ``KIND``), so training one preset never
+    replaces the other's weights."""
+
+    KIND: ClassVar[str] = "likelihood-weights"
+    LABEL: ClassVar[str] = "query-likelihood fusion weights"
+    HINT: ClassVar[str] = "train them with `attnrank train` (preset likelihood)"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if LIKELIHOOD not in self.features or self.uses_attention:
+            raise InputError(
+                f"query-likelihood weights over {self.features}: they must read {LIKELIHOOD!r} and not "
+                f"{ATTENTION!r}; retrain them with `attnrank train`"
+            )
+
+
 EQUAL_FEATURES = ("bm25", "dense")
-LIKELIHOOD_FEATURES = ("bm25", "dense", LIKELIHOOD)  # the preset likelihood's
+LIKELIHOOD_FEATURES = ("bm25", "dense", LIKELIHOOD)  # the preset likelihood's, untrained
+LIKELIHOOD_TRAINED = (*SIGNALS, LIKELIHOOD)  # what `attnrank train` fits for it (with the first-stage rank)
 
 
 def equal_weights(features: Sequence[str] = EQUAL_FEATURES) -> FusedWeights:
     """Weight 1 on each of ``features``' per-query z-scores (CombSUM over z-scored scores, Fox and
     Shaw TREC-2 1993, with z-score normalisation): nothing trained, so nothing learned on other
     data can fail to transfer. With BM25 and dense it is the ``signals`` preset's model where no
-    fused weights are registered for the model (:func:`signals_only`); with the query likelihood
-    too (:data:`LIKELIHOOD_FEATURES`), the default preset ``likelihood``'s.
+    fused weights are registered for the model (:func:`~attnrank.rerank.fused_resolve.signals_only`);
+    with the query likelihood too (:data:`LIKELIHOOD_FEATURES`), the default preset ``likelihood``'s
+    where no :class:`LikelihoodWeights` are.
 
     Why: left out of training and tested on each of four datasets in turn, it scored at or above the
     trained weights' model without attention on all four (58 queries won, 34 lost, sign test p 0.016;
@@ -298,69 +321,6 @@ def equal_weights(features: Sequence[str] = EQUAL_FEATURES) -> FusedWeights:
     )
 
 
-def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
-    """The model of ``signals="only"``: the model without attention of the fused weights a user
-    registered for this model (``attnrank train``), else :func:`equal_weights` (the shipped weights'
-    base model is not used: trained on other datasets, it transferred worse than equal weights)."""
-    registered = load_artifact(FusedWeights.KIND, model_id, fingerprint, user_only=True)
-    if registered is None:
-        return equal_weights()
-    fused = _stored(registered, f"the fused weights registered for {model_id}")
-    if fused.uses_attention and not fused.base_weights:  # e.g. saved from Python without a fallback
-        logger.warning(
-            "the fused weights registered for %s hold no model without attention (base_weights): the "
-            "preset signals uses equal weights; retrain them with `attnrank train`, or use --preset fused",
-            model_id,
-        )
-        return equal_weights()
-    return fused.without_attention()
-
-
-def fitted_heads(model_id: str, fingerprint: str) -> list[str] | str | None:
-    """The heads that the fused weights registered (or shipped) for exactly this model read, or
-    None (none registered, none recorded, or no attention feature): what preset ``fused`` reads
-    under its default heads."""
-    stored = load_artifact(FusedWeights.KIND, model_id, fingerprint)
-    if stored is None:
-        return None
-    fused = FusedWeights.from_json(stored)
-    return fused.heads if fused.uses_attention else None
-
-
-def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights | None:
-    """``signals``: None (attention alone), a :class:`FusedWeights`, ``"only"`` (:func:`signals_only`)
-    or ``"auto"``: the weights registered for this model, else the ones shipped for the packaged
-    model (logged: features are z-scored per query, so they transfer, but they were not trained
-    on this model's attention)."""
-    if signals is None or isinstance(signals, FusedWeights):
-        return signals
-    if signals == SIGNALS_ONLY:
-        return signals_only(model_id, fingerprint)
-    registered = load_artifact(FusedWeights.KIND, model_id, fingerprint)
-    if registered is not None:
-        # Registered ones that do not load (malformed, other features) are an error, not a reason
-        # to score with another model's weights in their place.
-        return _stored(registered, f"the fused weights registered for {model_id}")
-    payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
-    if payload is None:
-        return FusedWeights.load(model_id, fingerprint)  # raises: none registered, none shipped
-    logger.warning(
-        "no fused weights are registered for %s: using those trained for the packaged %s (over the "
-        "reranker's own heads, not theirs); train your own with `attnrank train`",
-        model_id,
-        DEFAULT_LLM,
-    )
-    shipped = _stored(payload, f"the fused weights shipped for {DEFAULT_LLM}")
-    return replace(shipped, heads=None)  # another model's heads need not exist in this one
-
-
 def _shown(heads: Any) -> str:
     pairs = parse_heads(heads)
     return "all" if pairs is None else f"{len(pairs)} ({format_heads(pairs[:4])}{', ...' if len(pairs) > 4 else ''})"
-
-
-def _stored(payload: dict[str, Any], source: str) -> FusedWeights:
-    """Stored fused weights (registered or shipped), with a warning if fitted to other signals."""
-    fused = FusedWeights.from_json(payload)
-    fused.warn_if_stale(source)
-    return fused

@@ -211,7 +211,7 @@ def train_fused(
 
 # -- examples ------------------------------------------------------------------------------------
 def fusion_examples(
-    attention: Callable[[str, list[Document]], np.ndarray],
+    llm_scores: Mapping[str, Callable[[str, list[Document]], np.ndarray]],
     queries: Mapping[str, str],
     candidates: Mapping[str, list[Document]],
     qrels: Mapping[str, Mapping[str, int]],
@@ -221,9 +221,11 @@ def fusion_examples(
     signals: SignalComputer | None = None,
     progress: bool = False,
 ) -> list[FusionExample]:
-    """Labelled :class:`FusionExample` per query of ``queries``: ``attention(query, docs)`` (e.g. an
-    :class:`~attnrank.rerank.attention.AttentionReranker`'s ``score`` without fusion) and the
-    first-stage signals of its ``candidates`` (first-stage order)."""
+    """Labelled :class:`FusionExample` per query of ``queries``: the first-stage signals of its
+    ``candidates`` (first-stage order) and, for each ``{feature: score(query, docs)}`` of
+    ``llm_scores``, that feature (e.g. ``{"attention": reranker.score}`` of an
+    :class:`~attnrank.rerank.attention.AttentionReranker` without fusion, or
+    ``{"likelihood": reranker.likelihood}``)."""
     from tqdm.auto import tqdm
 
     missing = [q for q in queries if q not in candidates]
@@ -233,10 +235,12 @@ def fusion_examples(
         )
     compute = signals or SignalComputer()
     out = []
-    for qid in tqdm(list(queries), desc="attention and signals", unit="query", disable=not progress):
+    desc = f"{', '.join(llm_scores) or 'no LLM score'} and signals"
+    for qid in tqdm(list(queries), desc=desc, unit="query", disable=not progress):
         docs = candidates[qid]
         sig = compute(queries[qid], [d.full_text for d in docs])
-        sig[ATTENTION] = np.asarray(attention(queries[qid], docs), dtype=np.float64)
+        for name, score in llm_scores.items():
+            sig[name] = np.asarray(score(queries[qid], docs), dtype=np.float64)
         labels = np.array([qrels.get(qid, {}).get(d.id, 0) for d in docs], dtype=np.int64)
         judged = dict(qrels.get(qid, {}))
         out.append(FusionExample(qid, [d.id for d in docs], sig, labels, rel, group, judged, compute.embedder_name))

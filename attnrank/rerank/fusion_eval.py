@@ -2,7 +2,7 @@
 
 :func:`heldout_scores` trains on each split's training queries and scores its test queries with
 every method (the signals alone, the untrained equal weights, the fused scorer without attention,
-with attention);
+with attention or with the query likelihood);
 :func:`compare` turns those scores into one row per method: the metrics, the difference to the
 best first-stage signal in points, per-query wins/losses against it and a two-sided sign test.
 """
@@ -15,9 +15,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..eval.crossval import Split
+from ..eval.crossval import Split, kfold_splits
 from ..eval.metrics import evaluate_per_query, sign_test, wins_losses
-from .fused import ATTENTION, FEATURES, FusionExample, equal_weights
+from .fused import (
+    ATTENTION,
+    EQUAL_FEATURES,
+    FEATURES,
+    LIKELIHOOD,
+    LIKELIHOOD_FEATURES,
+    LIKELIHOOD_TRAINED,
+    FusionExample,
+    LikelihoodWeights,
+    equal_weights,
+)
 from .fused_training import train_fused
 from .signals import SIGNALS
 
@@ -26,11 +36,23 @@ FIRST_STAGE = tuple(f"{s} alone" for s in SIGNALS)
 NO_ATTENTION = "fused without attention"
 WITH_ATTENTION = "fused with attention"
 EQUAL = "equal weights, no attention (untrained)"  # the preset signals where no weights are registered
+WITH_LIKELIHOOD = "fused with likelihood"
+EQUAL_LIKELIHOOD = "equal weights with likelihood (untrained)"  # the default preset where none are registered
+# per LLM feature: (the trained fusion's label, its features), and the untrained rows {label: features}
+TRAINED: dict[str, tuple[str, tuple[str, ...]]] = {
+    ATTENTION: (WITH_ATTENTION, FEATURES),
+    LIKELIHOOD: (WITH_LIKELIHOOD, LIKELIHOOD_TRAINED),
+}
+UNTRAINED: dict[str, dict[str, tuple[str, ...]]] = {
+    ATTENTION: {EQUAL: EQUAL_FEATURES},
+    LIKELIHOOD: {EQUAL: EQUAL_FEATURES, EQUAL_LIKELIHOOD: LIKELIHOOD_FEATURES},
+}
 
 
 def heldout_scores(
     splits: Sequence[Split[FusionExample]],
     *,
+    llm_feature: str = ATTENTION,
     model: str = "pointwise",
     l2: float = 1.0,
     gate: bool = True,
@@ -39,24 +61,61 @@ def heldout_scores(
     extra_signals: Sequence[str] = (),
 ) -> dict[str, Scores]:
     """``{method: {qid: scores}}`` over the test queries of ``splits`` (each trained on its own
-    training queries): ``<signal> alone`` for each first-stage signal, attention and
-    ``extra_signals`` (e.g. a corpus-level BM25 the examples carry), :func:`~attnrank.rerank.fused.equal_weights`
-    (``EQUAL``: nothing trained), the fused scorer without and with attention, and the named
-    feature lists of ``variants``."""
-    methods: dict[str, Sequence[str]] = {NO_ATTENTION: SIGNALS, WITH_ATTENTION: FEATURES, **(variants or {})}
+    training queries): ``<signal> alone`` for each first-stage signal, ``llm_feature`` (attention,
+    or the query likelihood) and ``extra_signals`` (e.g. a corpus-level BM25 the examples carry),
+    the untrained :func:`~attnrank.rerank.fused.equal_weights` (``EQUAL``; with the likelihood also
+    ``EQUAL_LIKELIHOOD``, the default preset's), the fusion trained without and with
+    ``llm_feature`` (:data:`TRAINED`), and the named feature lists of ``variants``."""
+    if llm_feature not in TRAINED:
+        raise InputError(f"llm_feature={llm_feature!r} is not one of {sorted(TRAINED)}")
+    with_llm, features = TRAINED[llm_feature]
+    methods: dict[str, Sequence[str]] = {NO_ATTENTION: SIGNALS, with_llm: features, **(variants or {})}
+    untrained = {label: equal_weights(feats) for label, feats in UNTRAINED[llm_feature].items()}
     out: dict[str, Scores] = {}
     for split in splits:
-        for name in (*SIGNALS, ATTENTION, *extra_signals):
+        for name in (*SIGNALS, llm_feature, *extra_signals):
             for e in split.test:
                 out.setdefault(f"{name} alone", {})[e.qid] = np.asarray(e.signals[name], dtype=np.float64)
-        equal = equal_weights()
-        for e in split.test:
-            out.setdefault(EQUAL, {})[e.qid] = equal.score(e.signals)
+        for label, fixed in untrained.items():
+            for e in split.test:
+                out.setdefault(label, {})[e.qid] = fixed.score(e.signals)
         for label, feats in methods.items():
             fused = train_fused(split.train, feats, model=model, l2=l2, gate=gate, balance=balance)
             for e in split.test:
                 out.setdefault(label, {})[e.qid] = fused.score(e.signals)
     return out
+
+
+def likelihood_fit(
+    examples: Sequence[FusionExample],
+    *,
+    folds: int = 5,
+    seed: int = 0,
+    model: str = "pointwise",
+    l2: float = 1.0,
+    trained_on: str = "",
+    metrics: Sequence[str] = ("nDCG@10",),
+) -> tuple[list[dict[str, Any]], LikelihoodWeights | None]:
+    """What ``attnrank train`` does for the default preset ``likelihood``: the held-out
+    ``folds``-fold report over ``examples`` (:func:`compare` rows: the signals alone, the untrained
+    equal weights, the fusion trained with the query likelihood), and the
+    :class:`~attnrank.rerank.fused.LikelihoodWeights` trained on all of them, or None where held out
+    they scored below the untrained equal weights (nDCG@10 of the first metric): the preset then
+    keeps those, so registering never makes the default worse than it measured."""
+    splits = kfold_splits(list(examples), folds, seed=seed)
+    rows = compare(examples, heldout_scores(splits, llm_feature=LIKELIHOOD, model=model, l2=l2, gate=False), metrics)
+    score = {r["method"]: r[metrics[0]] for r in rows}
+    if score[WITH_LIKELIHOOD] < score[EQUAL_LIKELIHOOD]:
+        return rows, None
+    fitted = train_fused(examples, LIKELIHOOD_TRAINED, model=model, l2=l2, gate=False, trained_on=trained_on)
+    weights = LikelihoodWeights(**fitted.to_json())
+    weights.metrics = recorded_metrics(rows, metrics, folds)
+    return rows, weights
+
+
+def recorded_metrics(rows: Sequence[dict[str, Any]], metrics: Sequence[str], folds: int) -> dict[str, Any]:
+    """What trained weights record of their k-fold report (``metrics`` of each :func:`compare` row)."""
+    return {"heldout": {r["method"]: {m: r[m] for m in metrics} for r in rows}, "folds": folds}
 
 
 def compare(

@@ -292,6 +292,37 @@ def test_resume_refuses_a_signals_checkpoint_scored_by_the_trained_weights(fake_
         assert fake_ray["calls"] == calls
 
 
+def test_a_likelihood_checkpoint_records_the_weights_and_refuses_newly_registered_ones(fake_ray, tmp_path, index, home):
+    """Since 2026-12-04 the default preset scores by a user's registered likelihood weights where
+    there are some: its checkpoint records the weights; one written before (equal weights, no
+    record) resumes, and registering weights afterwards refuses a resume rather than mixing rows."""
+    import json
+
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.rerank.fused import LikelihoodWeights
+
+    model = save_tiny(tmp_path / "model")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset="likelihood")
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    settings = tmp_path / "run.trec.parts" / "settings.json"
+    old = json.loads(settings.read_text())
+    assert old["likelihood_model"] == {"features": ["bm25", "dense", "likelihood"], "weights": [1.0, 1.0, 1.0]}
+    del old["likelihood_model"]
+    settings.write_text(json.dumps(old))
+    calls = fake_ray["calls"]
+    run_batch({"q1": "apple"}, config, output=out, progress=False)  # resumed: nothing to redo
+    assert fake_ray["calls"] == calls
+    recorded = tmp_path / "recorded.trec"
+    run_batch({"q1": "apple"}, config, output=recorded, progress=False)
+    calls = fake_ray["calls"]
+    LikelihoodWeights(["bm25", "likelihood"], [1.0, 3.0]).save(*model_fingerprint(str(model)))
+    for path, diff in ((out, "registry"), (recorded, "likelihood_model, registry")):
+        with pytest.raises(InputError, match=rf"other settings \({diff}\)"):
+            run_batch({"q1": "apple", "q2": "pear"}, config, output=path, progress=False)
+    assert fake_ray["calls"] == calls
+
+
 def test_resume_refuses_rows_of_signals_computed_otherwise(fake_ray, tmp_path, index, home):
     """A checkpoint records how the first-stage signals were computed (SIGNALS_VERSION): rows of
     another version are refused, never mixed; one written before the record resumes."""

@@ -19,15 +19,27 @@ def test_learned_scorer_refuses_reweighting_it_would_not_apply():
     assert RerankConfig.preset("qrhead-sink").reweight == Reweighting(sink=True)
 
 
-def test_signals_other_than_auto_only_none_or_fused_weights_are_refused():
+def test_signals_other_than_auto_only_likelihood_none_or_fused_weights_are_refused():
     # before: signals=False passed, and the reranker loaded the registered fused weights (fusion on)
     for value in (False, True, 0, "bm25"):
-        with pytest.raises(InputError, match=r"is not 'auto', 'only', None or FusedWeights"):
+        with pytest.raises(InputError, match=r"is not 'auto', 'only', 'likelihood', None or FusedWeights"):
             RerankConfig.preset("qrhead", signals=value)
     from attnrank.rerank.fused import FusedWeights
 
     fused = FusedWeights(["attention", "dense"], [1.0, 1.0])
     assert RerankConfig(signals=fused).signals is fused and RerankConfig(signals=None).signals is None
+
+
+def test_signals_likelihood_is_the_default_preset_without_attention():
+    """The default preset names its model by ``signals="likelihood"`` (resolved per model: a user's
+    registered weights, else equal ones), so it reads the likelihood and computes no attention."""
+    default = RerankConfig.preset()
+    assert default.name == "likelihood" and default.signals == "likelihood"
+    assert default.uses_likelihood and default.uses_llm and not default.uses_attention
+    assert RerankConfig.preset(signals="likelihood").name == "likelihood"
+    assert RerankConfig.preset(max_doc_words=150).max_doc_words == 150  # the likelihood cuts passages too
+    with pytest.raises(InputError, match="heads='all' configure"):
+        RerankConfig.preset("likelihood", heads="all")
 
 
 def test_truncation_limits_refuse_booleans():

@@ -12,8 +12,8 @@ from attnrank.rerank.fused import (
     FusionExample,
     attention_confidence,
     equal_weights,
-    resolve_fused,
 )
+from attnrank.rerank.fused_resolve import resolve_fused
 from attnrank.rerank.fused_training import train_fused
 from attnrank.rerank.fusion_eval import compare
 
@@ -147,3 +147,13 @@ def test_one_line_error_for_baselines_none_of_which_was_scored(make_examples):
     scores = {"mine": {e.qid: e.signals["attention"] for e in ex}}
     with pytest.raises(InputError, match="none of the baselines \\['bm25 alone'\\] is among the scored methods"):
         compare(ex, scores, baselines=("bm25 alone",))
+
+
+def test_likelihood_weights_read_the_likelihood_and_no_attention():
+    from attnrank.rerank.fused import LikelihoodWeights
+
+    ok = LikelihoodWeights(["bm25", "likelihood"], [1.0, 2.0])
+    assert ok.KIND != FusedWeights.KIND and not ok.uses_attention and ok.uses_llm
+    for features in (["bm25", "dense"], ["attention", "likelihood"]):
+        with pytest.raises(InputError, match="must read 'likelihood' and not 'attention'"):
+            LikelihoodWeights(features, [1.0, 1.0])

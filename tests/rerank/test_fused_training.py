@@ -98,4 +98,23 @@ def test_weights_record_the_embedder_of_their_dense_signal(make_examples):
 def test_one_line_error_for_a_query_without_candidates():
     """A query without a candidate list was a bare KeyError."""
     with pytest.raises(InputError, match="1 queries have no candidate list \\(first: 'q2'\\)"):
-        fusion_examples(lambda q, d: np.zeros(len(d)), {"q1": "a", "q2": "b"}, {"q1": []}, {})
+        fusion_examples({"attention": lambda q, d: np.zeros(len(d))}, {"q1": "a", "q2": "b"}, {"q1": []}, {})
+
+
+def test_likelihood_fit_keeps_trained_weights_only_where_they_beat_equal_weights_held_out(make_examples):
+    """attnrank train's rule for the default preset: the k-fold report, and weights over BM25,
+    dense, rank and the likelihood only if held out they are not below the equal weights."""
+    from attnrank.rerank.fused import LikelihoodWeights
+    from attnrank.rerank.fusion_eval import EQUAL_LIKELIHOOD, WITH_LIKELIHOOD, likelihood_fit
+
+    ex = make_examples(60, "a", 0.5, 0)
+    for e in ex:
+        e.signals["likelihood"] = e.signals.pop("attention")
+    rows, weights = likelihood_fit(ex, folds=3)  # BM25 is mostly noise: training down-weights it
+    score = {r["method"]: r["nDCG@10"] for r in rows}
+    assert score[WITH_LIKELIHOOD] > score[EQUAL_LIKELIHOOD] and isinstance(weights, LikelihoodWeights)
+    assert weights.features == ["bm25", "dense", "rank", "likelihood"] and weights.model == "pointwise"
+    assert weights.metrics["heldout"][WITH_LIKELIHOOD]["nDCG@10"] == score[WITH_LIKELIHOOD]
+    rows, weights = likelihood_fit(ex, folds=3, model="equal")  # weight 1 on the uninformative rank too
+    score = {r["method"]: r["nDCG@10"] for r in rows}
+    assert score[WITH_LIKELIHOOD] < score[EQUAL_LIKELIHOOD] and weights is None

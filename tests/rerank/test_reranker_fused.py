@@ -247,6 +247,30 @@ def test_signals_only_is_equal_weights_unless_a_user_registered_weights(llm, hom
     assert AttentionReranker(llm, config="fused").fused.weights == FUSED.weights  # type: ignore[union-attr]
 
 
+def test_the_default_preset_scores_by_a_users_likelihood_weights_once_registered(llm, home):
+    """Preset likelihood: equal weights over BM25, dense and the likelihood, until a user registers
+    LikelihoodWeights (``attnrank train``) for the model; fused weights registered for the preset
+    fused leave it alone, and its weights leave the preset signals alone."""
+    from attnrank.rerank.fused import LikelihoodWeights
+
+    docs = rerank_docs()
+    before = AttentionReranker(llm).fused
+    assert before is not None and before.features == ["bm25", "dense", "likelihood"] and before.model == "equal"
+    FUSED.save(llm.model_id, llm.fingerprint)
+    assert AttentionReranker(llm).fused == before
+    mine = LikelihoodWeights(["bm25", "dense", "rank", "likelihood"], [0.2, 0.5, 0.1, 2.0], model="pointwise")
+    mine.save(llm.model_id, llm.fingerprint)
+    rr = AttentionReranker(llm)
+    assert rr.fused == mine and not rr.uses_attention
+    ranked = rr.rank(RERANK_QUERY, docs)
+    by_id = {d.id: d for d in ranked}
+    signals = rr.signals(RERANK_QUERY, [d.full_text for d in docs], ["bm25", "dense", "rank"])
+    signals["likelihood"] = np.array([by_id[d.id].stage_scores["likelihood"] for d in docs])
+    np.testing.assert_allclose([by_id[d.id].score for d in docs], mine.score(signals), atol=1e-5)  # float32 scores
+    np.testing.assert_allclose(signals["likelihood"], rr.likelihood(RERANK_QUERY, docs), rtol=1e-6)
+    assert AttentionReranker(llm, config="signals").fused.weights == FUSED.base_weights  # type: ignore[union-attr]
+
+
 def test_an_empty_list_carries_the_fused_stage(llm):
     """An empty candidate list is named as a non-empty one would be (it said "attention")."""
     assert AttentionReranker(llm, None, signals=FUSED).rank(RERANK_QUERY, []).stage == "fused"

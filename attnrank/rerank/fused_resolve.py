@@ -1,0 +1,109 @@
+"""Which fused weights (:mod:`attnrank.rerank.fused`) a reranker scores by, for each ``signals``
+setting of :class:`~attnrank.rerank.config.RerankConfig`: a user's registered weights, the ones
+shipped for the packaged model, or the untrained equal weights.
+
+- ``"auto"`` (preset ``fused``): :class:`~attnrank.rerank.fused.FusedWeights` registered for the
+  model, else the packaged model's;
+- ``"only"`` (preset ``signals``): :func:`signals_only`;
+- ``"likelihood"`` (the default preset ``likelihood``): :func:`likelihood_weights`.
+
+A user's weights come from ``attnrank train`` on their own labelled queries. Shipped weights are
+never used in place of the untrained ones where equal weights transferred better held out
+(docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from ..config import DEFAULT_LLM
+from ..registry import load_artifact, shipped_artifact
+from .fused import (
+    LIKELIHOOD_FEATURES,
+    SIGNALS_LIKELIHOOD,
+    SIGNALS_ONLY,
+    FusedWeights,
+    LikelihoodWeights,
+    equal_weights,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
+    """The model of ``signals="only"``: the model without attention of the fused weights a user
+    registered for this model (``attnrank train --preset fused``), else :func:`equal_weights`
+    (the shipped weights' base model is not used: trained on other datasets, it transferred worse
+    than equal weights)."""
+    registered = load_artifact(FusedWeights.KIND, model_id, fingerprint, user_only=True)
+    if registered is None:
+        return equal_weights()
+    fused = _stored(FusedWeights, registered, f"the fused weights registered for {model_id}")
+    if fused.uses_attention and not fused.base_weights:  # e.g. saved from Python without a fallback
+        logger.warning(
+            "the fused weights registered for %s hold no model without attention (base_weights): the "
+            "preset signals uses equal weights; retrain them with `attnrank train`, or use --preset fused",
+            model_id,
+        )
+        return equal_weights()
+    return fused.without_attention()
+
+
+def likelihood_weights(model_id: str, fingerprint: str) -> FusedWeights:
+    """The model of ``signals="likelihood"`` (the default preset): the
+    :class:`~attnrank.rerank.fused.LikelihoodWeights` a user registered for this model
+    (``attnrank train``), else equal weights over BM25, dense and the query likelihood (nothing
+    ships: trained on the other datasets, no fusion beat them held out, docs/results/likelihood.md)."""
+    registered = load_artifact(LikelihoodWeights.KIND, model_id, fingerprint, user_only=True)
+    if registered is None:
+        return equal_weights(LIKELIHOOD_FEATURES)
+    return _stored(LikelihoodWeights, registered, f"the query-likelihood weights registered for {model_id}")
+
+
+def fitted_heads(model_id: str, fingerprint: str) -> list[str] | str | None:
+    """The heads that the fused weights registered (or shipped) for exactly this model read, or
+    None (none registered, none recorded, or no attention feature): what preset ``fused`` reads
+    under its default heads."""
+    stored = load_artifact(FusedWeights.KIND, model_id, fingerprint)
+    if stored is None:
+        return None
+    fused = FusedWeights.from_json(stored)
+    return fused.heads if fused.uses_attention else None
+
+
+def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights | None:
+    """``signals``: None (attention alone), a :class:`FusedWeights`, ``"only"`` (:func:`signals_only`),
+    ``"likelihood"`` (:func:`likelihood_weights`) or ``"auto"``: the weights registered for this
+    model, else the ones shipped for the packaged model (logged: features are z-scored per query,
+    so they transfer, but they were not trained on this model's attention)."""
+    if signals is None or isinstance(signals, FusedWeights):
+        return signals
+    if signals == SIGNALS_ONLY:
+        return signals_only(model_id, fingerprint)
+    if signals == SIGNALS_LIKELIHOOD:
+        return likelihood_weights(model_id, fingerprint)
+    registered = load_artifact(FusedWeights.KIND, model_id, fingerprint)
+    if registered is not None:
+        # Registered ones that do not load (malformed, other features) are an error, not a reason
+        # to score with another model's weights in their place.
+        return _stored(FusedWeights, registered, f"the fused weights registered for {model_id}")
+    payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
+    if payload is None:
+        return FusedWeights.load(model_id, fingerprint)  # raises: none registered, none shipped
+    logger.warning(
+        "no fused weights are registered for %s: using those trained for the packaged %s (over the "
+        "reranker's own heads, not theirs); train your own with `attnrank train --preset fused`",
+        model_id,
+        DEFAULT_LLM,
+    )
+    shipped = _stored(FusedWeights, payload, f"the fused weights shipped for {DEFAULT_LLM}")
+    return replace(shipped, heads=None)  # another model's heads need not exist in this one
+
+
+def _stored(kind: type[FusedWeights], payload: dict[str, Any], source: str) -> FusedWeights:
+    """Stored weights of ``kind`` (registered or shipped), with a warning if fitted to other signals."""
+    fused = kind.from_json(payload)
+    fused.warn_if_stale(source)
+    return fused
