@@ -51,7 +51,7 @@ from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.llm.models import load_llm
 from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, FusionExample, equal_weights, feature_matrix
 from attnrank.rerank.fused_training import train_fused
-from attnrank.rerank.fusion_eval import compare
+from attnrank.rerank.fusion_eval import compare, likelihood_fit
 from attnrank.rerank.learned.features import standardise
 
 log = logging.getLogger("bench_likelihood")
@@ -68,6 +68,7 @@ TRAINED = "trained on the other datasets: BM25, dense, rank"
 TRAINED_QL = "trained on the other datasets: BM25, dense, rank, likelihood"
 KFOLD = "trained in-domain (5-fold over queries): BM25, dense, rank"
 KFOLD_QL = "trained in-domain (5-fold over queries): BM25, dense, rank, likelihood"
+TRAIN_RULE = "attnrank train in-domain (5-fold; weights kept only if not below equal weights on inner 5 folds)"
 
 
 def examples(group: str, root: Path, setting: str, ds, cands: dict, ql: dict) -> list[FusionExample]:
@@ -122,12 +123,20 @@ def rows_for(data: dict[str, list[FusionExample]]) -> list[dict]:
 
 def in_domain(test: list[FusionExample], k: int = 5) -> dict[str, dict[str, np.ndarray]]:
     """The trained fusions with and without the likelihood, in-domain: each of ``k`` folds of the
-    dataset's queries scored by weights trained on the other folds (pointwise, no gate)."""
-    out: dict[str, dict[str, np.ndarray]] = {KFOLD: {}, KFOLD_QL: {}}
+    dataset's queries scored by weights trained on the other folds (pointwise, no gate); and what
+    ``attnrank train`` registers for the default preset (:func:`likelihood_fit`: the trained
+    weights where its own ``k``-fold report over the training folds finds them not below the
+    equal weights, else the equal weights), so that choice is held out too (nested)."""
+    out: dict[str, dict[str, np.ndarray]] = {KFOLD: {}, KFOLD_QL: {}, TRAIN_RULE: {}}
+    preset, kept = equal_weights(LIKELIHOOD_FEATURES), 0
     for split in kfold_splits(test, k):
         for name, feats in ((KFOLD, ["bm25", "dense", "rank"]), (KFOLD_QL, ["bm25", "dense", "rank", LIKELIHOOD])):
             fused = train_fused(split.train, feats, gate=False)
             out[name].update({e.qid: fused.score(e.signals) for e in split.test})
+        chosen = likelihood_fit(split.train, folds=k)[1]
+        kept += chosen is not None
+        out[TRAIN_RULE].update({e.qid: (chosen or preset).score(e.signals) for e in split.test})
+    log.info("attnrank train kept its trained weights in %d of %d outer folds of %s", kept, k, test[0].group)
     return out
 
 
@@ -258,7 +267,10 @@ def markdown(p: dict, command: str) -> str:
         "(every first-stage signal, `signals`, the likelihood alone, `likelihood`) saw no labels, so each "
         "dataset is held out for them; two trained rows are trained on the other three datasets "
         "(leave-one-dataset-out, pointwise, no gate), two on the dataset's other queries (in-domain, "
-        "5-fold over queries, the same model). Δ, wins/losses and p (two-sided sign test over "
+        "5-fold over queries, the same model), and one row is what `attnrank train` registers for the default "
+        "preset, in-domain: in each outer fold, the trained weights if its own 5-fold report over the training "
+        "folds found them not below the equal weights, else the equal weights (nested, so that choice is held "
+        "out too). Δ, wins/losses and p (two-sided sign test over "
         "queries): against the best first-stage signal on that dataset (chosen on the same queries, "
         "which flatters it), and against the preset `signals` (the default until 2026-12-04). The first stage's own scores are "
         "`first stage: ...` (DL19: Pyserini BM25; SciFact: the hybrid retriever's BM25, dense and RRF; "

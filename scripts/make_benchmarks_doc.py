@@ -169,7 +169,11 @@ with rows trained in-domain added), moved the default's nDCG@10 by -0.05 to +0.3
 dataset (mean 0.7004; DL19 0.5849, 0.83 below the dense cosine): bfloat16 kernels differ between
 the two CPUs. Trained in-domain (5-fold over each dataset's queries), BM25 + dense + rank +
 likelihood scores +0.46 over the best first-stage signal on DL19 (0.5978 against 0.5932, 18/18
-queries), +3.43 on SciFact, +4.20 on HotpotQA and +4.37 on LoCoMo.
+queries), +3.43 on SciFact, +4.20 on HotpotQA and +4.37 on LoCoMo. What `attnrank train` registers
+for the default preset (its trained weights only where its own 5-fold report over the training
+folds finds them not below the equal weights; nested, re-run 2026-12-04 on the EPYC) scores 0.7052 on
+the four-dataset mean against 0.7004 untrained: +1.29 on DL19 and +0.96 on LoCoMo (trained weights
+kept in 5 of 5 outer folds), 0.00 on HotpotQA (0 of 5) and -0.31 on SciFact (1 of 5).
 
 The fused scorer judged as a user meets it: trained on the other datasets and
 tested on one it never saw (leave-one-dataset-out), next to every first-stage signal measured on
