@@ -64,7 +64,7 @@ from attnrank.eval.rows import capture_all, first_stage_run, run_of
 from attnrank.eval.timing import timed_peak
 from attnrank.llm.blocks import check_positions
 from attnrank.llm.rows import document_scores, token_scores
-from attnrank.rerank.config import RerankConfig
+from attnrank.rerank.config import RERANK_PRESETS, RerankConfig
 
 log = logging.getLogger("bench_rerank")
 REPO = Path(__file__).resolve().parents[1]
@@ -259,7 +259,8 @@ def precision_compare(root: Path, args) -> tuple[list[dict], dict]:
     rerankers, loads = {}, {}
     for dtype in args.int8_dtypes:
         t = time.perf_counter()
-        rerankers[dtype] = AttentionReranker(config=args.int8_preset, dtype=dtype, signals=None)
+        alone = {"signals": None} if RERANK_PRESETS[args.int8_preset].uses_attention else {}  # attention alone
+        rerankers[dtype] = AttentionReranker(config=args.int8_preset, dtype=dtype, **alone)
         loads[dtype] = time.perf_counter() - t
         rerankers[dtype].score("warm up", next(iter(cands.values()))[:2])
     scores: dict[str, dict[str, list[float]]] = {d: {} for d in args.int8_dtypes}
@@ -364,7 +365,9 @@ def precision_markdown(rows, info, env, args) -> str:
                 "",
                 f"CPU: {env.get('cpu', 'not recorded')}.",
                 "",
-                f"SmolLM2-135M-Instruct, preset `{info['preset']}` ({info['heads']} heads), {info['setting']}, "
+                f"SmolLM2-135M-Instruct, preset `{info['preset']}` "
+                + (f"({info['heads']} heads), " if info["heads"] else "(no attention: its fused score), ")
+                + f"{info['setting']}, "
                 f"{info['queries']} queries; each query scored by every precision in turn in one process. "
                 "int8 = the decoder's linear layers in dynamic int8 (attnrank.llm.quantize); Spearman = rank "
                 f"correlation of a query's {args.int8_k} candidate scores with the {ref} scores.",
@@ -377,6 +380,7 @@ def precision_markdown(rows, info, env, args) -> str:
                 "",
                 f"    python scripts/bench_rerank.py --int8 --int8-k {args.int8_k} --int8-dtypes {','.join(args.int8_dtypes)}"
                 + (f" --dl19-queries {args.dl19_queries}" if args.dl19_queries else "")
+                + (f" --int8-preset {args.int8_preset}" if args.int8_preset != "qrhead" else "")
                 + (f" --int8-name {args.int8_name}" if args.int8_name != "rerank_int8" else ""),
             ]
         )

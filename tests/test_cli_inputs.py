@@ -225,6 +225,7 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         ([*ask, "--preset", "icr", "--reweight", "slot", "--slot-profile", "p.json"], "--slot-profile 'p.json' is not"),
         # signals only computes no attention: attention options would be ignored
         ([*ask, "--preset", "fused", "--signals", "only", "--heads", "all"], "--heads configure(s) attention, which "),
+        ([*ask, "--signals", "likelihood", "--heads", "all"], "--heads configure(s) attention, which "),
     ]
     for args, message in cases:
         r = runner.invoke(app, args)
