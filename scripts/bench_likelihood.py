@@ -103,7 +103,8 @@ def rows_for(data: dict[str, list[FusionExample]]) -> list[dict]:
         scores[PRESET] = {e.qid: preset.score(e.signals) for e in test}
         scores[TRAINED] = {e.qid: trained.score(e.signals) for e in test}
         scores[TRAINED_QL] = {e.qid: trained_ql.score(e.signals) for e in test}
-        scores.update(in_domain(test))
+        kfold, kept = in_domain(test)
+        scores.update(kfold)
         vs_signals = {r["method"]: r for r in compare(test, scores, METRICS[g][:1], baselines=(SIGNALS,))}
         for r in compare(test, scores, METRICS[g], baselines=tuple(f"{f} alone" for f in FIRST)):
             d = vs_signals[r["method"]]
@@ -116,17 +117,19 @@ def rows_for(data: dict[str, list[FusionExample]]) -> list[dict]:
                     "losses vs signals": d["losses"],
                     "p vs signals": d["p"],
                     **({"weights": _weights(trained_ql)} if r["method"] == TRAINED_QL else {}),
+                    **({"kept trained weights in outer folds": kept} if r["method"] == TRAIN_RULE else {}),
                 }
             )
     return rows
 
 
-def in_domain(test: list[FusionExample], k: int = 5) -> dict[str, dict[str, np.ndarray]]:
+def in_domain(test: list[FusionExample], k: int = 5) -> tuple[dict[str, dict[str, np.ndarray]], int]:
     """The trained fusions with and without the likelihood, in-domain: each of ``k`` folds of the
     dataset's queries scored by weights trained on the other folds (pointwise, no gate); and what
     ``attnrank train`` registers for the default preset (:func:`likelihood_fit`: the trained
     weights where its own ``k``-fold report over the training folds finds them not below the
-    equal weights, else the equal weights), so that choice is held out too (nested)."""
+    equal weights, else the equal weights), so that choice is held out too (nested); and in how
+    many of the ``k`` outer folds it kept the trained weights."""
     out: dict[str, dict[str, np.ndarray]] = {KFOLD: {}, KFOLD_QL: {}, TRAIN_RULE: {}}
     preset, kept = equal_weights(LIKELIHOOD_FEATURES), 0
     for split in kfold_splits(test, k):
@@ -137,7 +140,7 @@ def in_domain(test: list[FusionExample], k: int = 5) -> dict[str, dict[str, np.n
         kept += chosen is not None
         out[TRAIN_RULE].update({e.qid: (chosen or preset).score(e.signals) for e in split.test})
     log.info("attnrank train kept its trained weights in %d of %d outer folds of %s", kept, k, test[0].group)
-    return out
+    return out, kept
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
@@ -312,6 +315,9 @@ def markdown(p: dict, command: str) -> str:
         w = [r["weights"] for r in rows if "weights" in r]
         if w:
             lines += ["", f"Weights of the trained row with likelihood: {w[0]}."]
+        kept = [r["kept trained weights in outer folds"] for r in rows if "kept trained weights in outer folds" in r]
+        if kept:
+            lines += ["", f"`attnrank train` kept its trained weights in {kept[0]} of the 5 outer folds."]
     return "\n".join(lines + rules_markdown(p["rules"])) + "\n"
 
 

@@ -12,12 +12,12 @@ from attnrank.cli import app
 runner = CliRunner()
 
 
-def _args(dl, tiny_dir, *extra, preset="fused"):
+def _args(dl, tiny_dir, *extra, preset: str | None = "fused"):
+    """train's arguments on the slice; preset None: train's default."""
     heads = ["--heads", "all"] if preset == "fused" else []
     return [
         "train",
-        "--preset",
-        preset,
+        *(["--preset", preset] if preset else []),
         "--queries",
         str(dl / "topics.tsv"),
         "--qrels",
@@ -91,35 +91,70 @@ def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_
     assert not home.exists()
 
 
-def test_train_likelihood_registers_weights_the_default_preset_reads_only_if_they_do_no_harm(home, dl19_mini, tiny_dir):
-    """The default preset trains the query likelihood's fusion; held out, the trained weights are
-    registered only if they score at least as well as the untrained equal weights they replace,
-    and the default reranker then scores by them."""
+def _likelihood_rows(output: str) -> tuple[float, float]:
+    rows = dict(re.findall(r"^\| ([a-z0-9 ,()]+?) \| ([0-9.]+) \|", output, re.M))
+    assert {"likelihood alone", "fused with likelihood", "equal weights with likelihood (untrained)"} <= set(rows)
+    return float(rows["fused with likelihood"]), float(rows["equal weights with likelihood (untrained)"])
+
+
+def test_train_likelihood_registers_weights_the_default_preset_reads(home, dl19_mini, tiny_dir):
+    """Without --preset, train fits the default preset's weights (BM25, dense, rank, likelihood);
+    on these queries they beat the untrained equal weights held out, so they are registered and
+    the default reranker scores by them."""
     from attnrank.llm.fingerprint import model_fingerprint
     from attnrank.rerank.attention import AttentionReranker
     from attnrank.rerank.fused import LikelihoodWeights
 
     key = model_fingerprint(str(tiny_dir))
-    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", preset="likelihood"))
+    args = _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", preset=None)
+    r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "held-out 3-fold over 3 queries" in r.output and "query likelihood of" in r.output
-    rows = dict(re.findall(r"^\| ([a-z0-9 ,()]+?) \| ([0-9.]+) \|", r.output, re.M))
-    assert {"likelihood alone", "fused with likelihood", "equal weights with likelihood (untrained)"} <= set(rows)
-    trained, untrained = float(rows["fused with likelihood"]), float(rows["equal weights with likelihood (untrained)"])
-    if trained < untrained:
-        assert "Not registered" in r.output and "saved to" not in r.output
-        assert not home.exists() or "likelihood-weights" not in "".join(p.read_text() for p in home.rglob("*.json"))
-        return
-    assert "saved to" in r.output and f"current equal weights (equal weights: held out {untrained:.4f})" in r.output
+    trained, untrained = _likelihood_rows(r.output)
+    assert trained >= untrained and "saved to" in r.output
+    assert f"current equal weights (equal weights: held out {untrained:.4f})" in r.output
     w = LikelihoodWeights.load(*key)
     assert w.features == ["bm25", "dense", "rank", "likelihood"] and w.heads is None
     assert w.metrics["heldout"]["fused with likelihood"]["nDCG@10"] == pytest.approx(trained, abs=1e-4)
     rr = AttentionReranker(str(tiny_dir))  # the default preset now reads them
     assert rr.config.name == "likelihood" and rr.fused is not None and rr.fused.weights == pytest.approx(w.weights)
-    again = runner.invoke(
-        app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", "--no-save", preset="likelihood")
+    again = runner.invoke(app, [*args, "--no-save"])
+    assert again.exit_code == 0 and "current registered weights (trained on topics.tsv" in again.output
+
+
+def test_train_likelihood_registers_nothing_that_scored_below_the_equal_weights(home, dl19_mini, tiny_dir):
+    """--kind equal puts weight 1 on the first-stage rank too; on these queries that scores below
+    the untrained equal weights held out, so nothing is registered and the default is unchanged."""
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.registry import load_artifact
+    from attnrank.rerank.fused import LikelihoodWeights
+
+    r = runner.invoke(
+        app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", "--kind", "equal", preset="likelihood")
     )
-    assert again.exit_code == 0 and "current registered weights (trained on" in again.output
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    trained, untrained = _likelihood_rows(r.output)
+    assert trained < untrained and "Not registered" in r.output and "saved to" not in r.output
+    assert load_artifact(LikelihoodWeights.KIND, *model_fingerprint(str(tiny_dir))) is None
+
+
+def test_train_names_registered_weights_that_do_not_load_and_replaces_them(home, dl19_mini, tiny_dir):
+    """Registered likelihood weights that no longer load (here: edited to read attention) are named
+    in the report, not raised after the scoring, and training replaces them."""
+    import json
+
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.rerank.fused import LikelihoodWeights
+
+    key = model_fingerprint(str(tiny_dir))
+    path = LikelihoodWeights(["bm25", "likelihood"], [1.0, 1.0]).save(*key)
+    doc = json.loads(path.read_text())
+    doc["artifacts"][LikelihoodWeights.KIND]["payload"]["features"] = ["attention", "likelihood"]
+    path.write_text(json.dumps(doc))
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", preset="likelihood"))
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "current registered weights, which do not load (query-likelihood weights over" in r.output
+    assert LikelihoodWeights.load(*key).features == ["bm25", "dense", "rank", "likelihood"]
 
 
 def test_train_likelihood_refuses_attention_options_before_loading_a_model(home, dl19_mini, tiny_dir):

@@ -134,6 +134,26 @@ def test_user_only_artifacts_skip_the_shipped_ones(roots, caplog):
     assert signals_only("org/m", FP).weights == [0.3, 0.7]
 
 
+def test_likelihood_weights_are_a_users_own_never_shipped_ones(roots, caplog):
+    """The default preset reads LikelihoodWeights a user registered, logged, else equal weights:
+    not shipped ones, and not the fused weights (another kind)."""
+    from attnrank.rerank.fused import FusedWeights, LikelihoodWeights
+    from attnrank.rerank.fused_resolve import current_label, likelihood_weights, resolve_fused
+
+    shipped = LikelihoodWeights(["bm25", "likelihood"], [1.0, 5.0])
+    _ship(roots, "org/m", FP, [], {LikelihoodWeights.KIND: {"date": "x", "payload": shipped.to_json()}})
+    FusedWeights(["attention", "bm25", "dense"], [1.0, 0.5, 0.25], base_weights=[0.5, 0.25]).save("org/m", FP)
+    equal = likelihood_weights("org/m", FP)
+    assert equal.features == ["bm25", "dense", "likelihood"] and equal.weights == [1.0, 1.0, 1.0]
+    assert current_label(likelihood_weights, "org/m", FP) == "equal weights"
+    mine = LikelihoodWeights(["dense", "likelihood"], [0.5, 2.0], trained_on="my queries")
+    mine.save("org/m", FP)
+    with caplog.at_level("INFO", logger="attnrank"):
+        assert resolve_fused("likelihood", "org/m", FP) == mine
+    assert "preset likelihood scores by the weights registered for org/m (trained on my queries)" in caplog.text
+    assert current_label(likelihood_weights, "org/m", FP) == "registered weights (trained on my queries)"
+
+
 def test_weights_fitted_to_other_signals_are_named_stale(roots, caplog):
     """Fused weights record the signals' version they were fitted to; registered or shipped
     weights of another version, or of none recorded, still load, with a warning naming the fix."""
@@ -159,7 +179,7 @@ def test_weights_fitted_to_other_signals_are_named_stale(roots, caplog):
         current.save("org/m", FP)
         assert resolve_fused("auto", "org/m", FP).weights == current.weights  # type: ignore[union-attr]
         assert signals_only("org/m", FP).weights == current.base_weights
-        assert caplog.text.count("retrain them with `attnrank train`") == 2
+        assert caplog.text.count("retrain them with `attnrank train --preset fused`") == 2
         assert said in caplog.text
 
 

@@ -7,7 +7,7 @@ One module per concern; each registers its commands on :data:`app` when imported
 - :mod:`attnrank.cli.demo`: ``demo``
 - :mod:`attnrank.cli.rag`: ``prune``, ``ask``
 - :mod:`attnrank.cli.heads`: the ``heads`` sub-app (``detect``, ``show``); ``train`` in :mod:`attnrank.cli.heads_train`
-- :mod:`attnrank.cli.train`: ``train`` (the fused scorer)
+- :mod:`attnrank.cli.train`: ``train`` (the fusion weights of the default preset, or of ``fused``)
 - :mod:`attnrank.cli.batch`: ``batch`` (Ray Data) and ``merge-shards``
 
 This module holds the app, the console entry point :func:`main` and the helpers the commands share.

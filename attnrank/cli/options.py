@@ -48,8 +48,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None,
             "--preset",
             help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the candidates' BM25 "
-            "and dense scores and the LLM's query likelihood given each (UPR), z-scored per query and summed, no "
-            "attention; signals: BM25 and dense alone (or your registered weights), no LLM, fastest; fused: block "
+            "and dense scores and the LLM's query likelihood given each (UPR), z-scored per query and summed, or "
+            "weighed by your `attnrank train` weights, no attention; signals: BM25 and dense alone (or your registered weights), no LLM, fastest; fused: block "
             "attention from the heads its weights were fitted to, fused with them, also chosen when attention "
             "options come without a preset). The "
             "options below override it.",

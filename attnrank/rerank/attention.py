@@ -65,7 +65,8 @@ class AttentionReranker:
 
     Configured by a :class:`~attnrank.rerank.config.RerankConfig`: ``config`` is a preset name
     (default ``"likelihood"``: the candidates' BM25, dense cosine and the LLM's query likelihood
-    given each, z-scored and summed with equal weights, no attention; ``"signals"``: the same
+    given each, z-scored and summed with equal weights or a user's ``attnrank train`` weights, no
+    attention; ``"signals"``: the same
     without the likelihood, no LLM run; ``"fused"``: block attention from the heads its trained
     weights record, fused with BM25 and dense by those weights) or a config
     object, and keyword ``options`` override its fields (``model`` may also be a loaded
@@ -227,7 +228,11 @@ class AttentionReranker:
         heads = "all" if self.heads is None else format_heads(self.heads)
         if not self.uses_attention:
             fused = self.fused
-            shown = f"features={fused.features}" if fused is not None and fused.uses_llm else "signals='only'"
+            shown = (
+                f"features={fused.features}, weights={fused.weights}"
+                if fused is not None and fused.uses_llm
+                else "signals='only'"
+            )
             return f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, {shown})"
         return (
             f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, heads={heads}, "

@@ -64,7 +64,7 @@ logger = logging.getLogger(__name__)
 SCORERS = ("sum", "learned")
 ORDERS = ("reverse", "forward")
 AUTO_OR_ALL = "auto-or-all"
-# Fields only attention reads: with signals="only" a value other than the default would be ignored.
+# Fields only attention reads: with signals="only" or "likelihood" a value other than the default would be ignored.
 ATTENTION_FIELDS = (
     "heads",
     "scorer",
@@ -209,7 +209,7 @@ class RerankConfig:
 
     def attention_options(self) -> list[str]:
         """The attention fields set to other than their defaults that this configuration would not
-        read (what ``signals="only"`` refuses; the query likelihood reads the passage cuts)."""
+        read (what ``signals="only"`` and ``"likelihood"`` refuse; the query likelihood reads the passage cuts)."""
         defaults = field_defaults()
         read = LIKELIHOOD_FIELDS if self.uses_likelihood else ()
         return [k for k in ATTENTION_FIELDS if k not in read and getattr(self, k) != defaults[k]]
@@ -232,7 +232,7 @@ class RerankConfig:
 
     def with_options(self, **overrides: Any) -> RerankConfig:
         """A copy with ``overrides`` (field names; an unknown name is an error naming the fields).
-        Overrides that turn attention off (``signals="only"``) also reset the attention fields this
+        Overrides that turn attention off (``signals="only"`` or ``"likelihood"``) also reset the attention fields this
         configuration set (e.g. preset ``fused``'s block attention) and they did not give: nothing
         would read them; attention fields they do give are refused."""
         check_fields(type(self), overrides)

@@ -29,11 +29,13 @@ feature (``base_weights``); a query whose attention is not confident — its ``c
 first-stage signals. ``gate`` is the threshold that scores best on the training queries.
 
 **Untrained** (:func:`equal_weights`): weight 1 on z(BM25) and z(dense). The preset ``signals``
-uses it unless a user has registered weights for the model (:func:`signals_only`): left out of
-training and tested on each dataset in turn, it transferred better than weights trained on the
-others. The default preset ``likelihood`` adds z(likelihood) with weight 1 (docs/results/likelihood.md). Which model, features and fallback each preset uses was chosen by
-leave-one-dataset-out evaluation (``scripts/bench_fusion.py``, docs/benchmarks.md). Training:
-:mod:`attnrank.rerank.fused_training`.
+uses it unless a user has registered fused weights for the model: left out of training and tested
+on each dataset in turn, it transferred better than weights trained on the others. The default
+preset ``likelihood`` adds z(likelihood) with weight 1 (docs/results/likelihood.md), unless a user
+has registered :class:`LikelihoodWeights` for the model (``attnrank train``). Which weights a
+reranker reads: :mod:`attnrank.rerank.fused_resolve`. Which model, features and fallback each
+preset uses was chosen by leave-one-dataset-out evaluation (``scripts/bench_fusion.py``,
+docs/benchmarks.md). Training: :mod:`attnrank.rerank.fused_training`.
 """
 
 from __future__ import annotations
@@ -120,7 +122,8 @@ class FusedWeights(RegistryArtifact):
 
     KIND: ClassVar[str] = "fused-weights"
     LABEL: ClassVar[str] = "fused scorer weights"
-    HINT: ClassVar[str] = "train them with `attnrank train`, or use signals=None (--signals none)"
+    HINT: ClassVar[str] = "train them with `attnrank train --preset fused`, or use signals=None (--signals none)"
+    TRAIN: ClassVar[str] = "`attnrank train --preset fused`"  # what fits them, for the messages
 
     features: list[str]
     weights: list[float]
@@ -141,26 +144,26 @@ class FusedWeights(RegistryArtifact):
         if unknown or len(set(self.features)) != len(self.features) or len(self.weights) != len(self.features):
             raise InputError(
                 f"fused weights over {self.features} with {len(self.weights)} weights; the features must be "
-                f"among {KNOWN_FEATURES}, each once, one weight each; retrain them with `attnrank train`"
+                f"among {KNOWN_FEATURES}, each once, one weight each; retrain them with {self.TRAIN}"
             )
         # Checked here, not when a query falls below the gate: a wrong base model would otherwise
         # fail (or score NaN) only on the rare low-confidence query.
         if self.base_weights and len(self.base_weights) != len(self.base_features):
             raise InputError(
                 f"fused base_weights has {len(self.base_weights)} weights for the {len(self.base_features)} "
-                f"features {self.base_features}; give one each (or none); retrain them with `attnrank train`"
+                f"features {self.base_features}; give one each (or none); retrain them with {self.TRAIN}"
             )
         values = [*self.weights, *self.base_weights, *([] if self.gate is None else [self.gate])]
         if not np.isfinite(np.asarray(values, dtype=np.float64)).all():
             raise InputError(
                 f"fused weights {self.weights}, base_weights {self.base_weights} or gate {self.gate} are not "
-                "all finite; retrain them with `attnrank train`"
+                f"all finite; retrain them with {self.TRAIN}"
             )
         if self.heads is not None:
             if not self.uses_attention:
                 raise InputError(
                     f"fused weights over {self.features} record heads {self.heads!r}, but only the attention "
-                    "feature reads heads; drop them, or retrain the weights with `attnrank train`"
+                    f"feature reads heads; drop them, or retrain the weights with {self.TRAIN}"
                 )
             pairs = parse_heads(self.heads)  # checked on load, not at the first query
             self.heads = "all" if pairs is None else format_heads(pairs).split(",")
@@ -202,7 +205,7 @@ class FusedWeights(RegistryArtifact):
         if not self.base_weights:
             raise InputError(
                 f"these fused weights over {self.features} hold no model without attention (base_weights); "
-                "retrain them with `attnrank train` (it fits one alongside)"
+                f"retrain them with {self.TRAIN} (it fits one alongside)"
             )
         return FusedWeights(
             self.base_features,
@@ -229,10 +232,11 @@ class FusedWeights(RegistryArtifact):
         )
         logger.warning(
             "%s were fitted to %s; this attnrank computes version %d (rerank.signals.SIGNALS_VERSION), so they "
-            "do not score as they measured; retrain them with `attnrank train`",
+            "do not score as they measured; retrain them with %s",
             source,
             fitted,
             SIGNALS_VERSION,
+            self.TRAIN,
         )
 
     def warn_if_applied_otherwise(self, heads: Any, capture: str) -> None:
@@ -249,9 +253,10 @@ class FusedWeights(RegistryArtifact):
             logger.warning(
                 "the fused weights were fitted to attention captured as %r; this reranker captures it as %r, "
                 "so they do not score as they measured; use the attention options they record, or retrain "
-                "them with `attnrank train`",
+                "them with %s",
                 fitted,
                 capture,
+                self.TRAIN,
             )
         if self.heads is not None and parse_heads(self.heads) != parse_heads(heads):
             logger.warning(
@@ -272,7 +277,7 @@ class FusedWeights(RegistryArtifact):
         try:
             return cls(**data)
         except TypeError as e:
-            raise InputError(f"stored fused weights are malformed ({e}); retrain them with `attnrank train`") from None
+            raise InputError(f"stored {cls.LABEL} are malformed ({e}); retrain them with {cls.TRAIN}") from None
 
 
 @dataclass
@@ -286,16 +291,18 @@ class LikelihoodWeights(FusedWeights):
     KIND: ClassVar[str] = "likelihood-weights"
     LABEL: ClassVar[str] = "query-likelihood fusion weights"
     HINT: ClassVar[str] = "train them with `attnrank train` (preset likelihood)"
+    TRAIN: ClassVar[str] = "`attnrank train`"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if LIKELIHOOD not in self.features or self.uses_attention:
             raise InputError(
                 f"query-likelihood weights over {self.features}: they must read {LIKELIHOOD!r} and not "
-                f"{ATTENTION!r}; retrain them with `attnrank train`"
+                f"{ATTENTION!r}; retrain them with {self.TRAIN}"
             )
 
 
+UNTRAINED = "nothing: equal weights"  # what equal weights say they were trained on
 EQUAL_FEATURES = ("bm25", "dense")
 LIKELIHOOD_FEATURES = ("bm25", "dense", LIKELIHOOD)  # the preset likelihood's, untrained
 LIKELIHOOD_TRAINED = (*SIGNALS, LIKELIHOOD)  # what `attnrank train` fits for it (with the first-stage rank)
@@ -316,7 +323,7 @@ def equal_weights(features: Sequence[str] = EQUAL_FEATURES) -> FusedWeights:
         list(features),
         [1.0] * len(features),
         model="equal",
-        trained_on="nothing: equal weights",
+        trained_on=UNTRAINED,
         signals_version=SIGNALS_VERSION,
     )
 

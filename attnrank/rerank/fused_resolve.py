@@ -15,15 +15,18 @@ never used in place of the untrained ones where equal weights transferred better
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from ..config import DEFAULT_LLM
+from ..errors import InputError
 from ..registry import load_artifact, shipped_artifact
 from .fused import (
     LIKELIHOOD_FEATURES,
     SIGNALS_LIKELIHOOD,
     SIGNALS_ONLY,
+    UNTRAINED,
     FusedWeights,
     LikelihoodWeights,
     equal_weights,
@@ -44,7 +47,7 @@ def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
     if fused.uses_attention and not fused.base_weights:  # e.g. saved from Python without a fallback
         logger.warning(
             "the fused weights registered for %s hold no model without attention (base_weights): the "
-            "preset signals uses equal weights; retrain them with `attnrank train`, or use --preset fused",
+            "preset signals uses equal weights; retrain them with `attnrank train --preset fused`",
             model_id,
         )
         return equal_weights()
@@ -59,7 +62,26 @@ def likelihood_weights(model_id: str, fingerprint: str) -> FusedWeights:
     registered = load_artifact(LikelihoodWeights.KIND, model_id, fingerprint, user_only=True)
     if registered is None:
         return equal_weights(LIKELIHOOD_FEATURES)
-    return _stored(LikelihoodWeights, registered, f"the query-likelihood weights registered for {model_id}")
+    weights = _stored(LikelihoodWeights, registered, f"the query-likelihood weights registered for {model_id}")
+    logger.info(
+        "preset likelihood scores by the weights registered for %s (trained on %s), not equal weights",
+        model_id,
+        weights.trained_on,
+    )
+    return weights
+
+
+def current_label(resolve: Callable[[str, str], FusedWeights], model_id: str, fingerprint: str) -> str:
+    """How a report names what ``resolve`` (:func:`signals_only`, :func:`likelihood_weights`) gives
+    the model now: its untrained equal weights, or a user's registered ones (what they were trained
+    on); registered weights that do not load are named so (training replaces them), not raised."""
+    try:
+        weights = resolve(model_id, fingerprint)
+    except InputError as e:
+        return f"registered weights, which do not load ({e})"
+    return (
+        "equal weights" if weights.trained_on == UNTRAINED else f"registered weights (trained on {weights.trained_on})"
+    )
 
 
 def fitted_heads(model_id: str, fingerprint: str) -> list[str] | str | None:

@@ -228,6 +228,11 @@ def fusion_examples(
     ``{"likelihood": reranker.likelihood}``)."""
     from tqdm.auto import tqdm
 
+    if not isinstance(llm_scores, Mapping):  # it was one attention callable until 2026-12-04
+        raise InputError(
+            f"llm_scores is a {type(llm_scores).__name__}; give {{feature: score(query, docs)}}, "
+            'e.g. {"attention": reranker.score}'
+        )
     missing = [q for q in queries if q not in candidates]
     if missing:
         raise InputError(

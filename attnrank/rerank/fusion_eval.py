@@ -100,8 +100,9 @@ def likelihood_fit(
     ``folds``-fold report over ``examples`` (:func:`compare` rows: the signals alone, the untrained
     equal weights, the fusion trained with the query likelihood), and the
     :class:`~attnrank.rerank.fused.LikelihoodWeights` trained on all of them, or None where held out
-    they scored below the untrained equal weights (nDCG@10 of the first metric): the preset then
-    keeps those, so registering never makes the default worse than it measured."""
+    they scored below the untrained equal weights (in the first of ``metrics``; a tie keeps the
+    trained ones): the preset then keeps those. The report estimates the gain on new queries of
+    the same kind; it does not guarantee it (nested in-domain, ``scripts/bench_likelihood.py``)."""
     splits = kfold_splits(list(examples), folds, seed=seed)
     rows = compare(examples, heldout_scores(splits, llm_feature=LIKELIHOOD, model=model, l2=l2, gate=False), metrics)
     score = {r["method"]: r[metrics[0]] for r in rows}

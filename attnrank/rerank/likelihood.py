@@ -10,7 +10,8 @@ The mean and the sum order one query's candidates alike (``|q|`` is the same for
 keeps the value comparable across queries. Each passage is its own prompt, so a passage's score
 does not depend on the other candidates or their order. It is a fused scorer feature
 (``"likelihood"``, :mod:`attnrank.rerank.fused`), not an attention score: the preset
-``likelihood`` sums its per-query z-score with BM25's and the dense cosine's.
+``likelihood`` sums its per-query z-score with BM25's and the dense cosine's (or weighs them by a
+user's registered :class:`~attnrank.rerank.fused.LikelihoodWeights`, ``attnrank train``).
 """
 
 from __future__ import annotations

@@ -101,6 +101,13 @@ def test_one_line_error_for_a_query_without_candidates():
         fusion_examples({"attention": lambda q, d: np.zeros(len(d))}, {"q1": "a", "q2": "b"}, {"q1": []}, {})
 
 
+def test_one_line_errors_for_the_llm_scores_and_feature_given_otherwise():
+    with pytest.raises(InputError, match="llm_scores is a function; give"):  # the form before 2026-12-04
+        fusion_examples(lambda q, d: np.zeros(len(d)), {"q1": "a"}, {"q1": []}, {})  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="llm_feature='bm25' is not one of"):
+        heldout_scores([], llm_feature="bm25")
+
+
 def test_likelihood_fit_keeps_trained_weights_only_where_they_beat_equal_weights_held_out(make_examples):
     """attnrank train's rule for the default preset: the k-fold report, and weights over BM25,
     dense, rank and the likelihood only if held out they are not below the equal weights."""
