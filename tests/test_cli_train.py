@@ -97,7 +97,7 @@ def _likelihood_rows(output: str) -> tuple[float, float]:
     return float(rows["fused with likelihood"]), float(rows["equal weights with likelihood (untrained)"])
 
 
-def test_train_likelihood_registers_weights_the_default_preset_reads(home, dl19_mini, tiny_dir):
+def test_train_likelihood_registers_weights_the_default_preset_reads(home, dl19_mini, tiny_dir, caplog):
     """Without --preset, train fits the default preset's weights (BM25, dense, rank, likelihood);
     on these queries they beat the untrained equal weights held out, so they are registered and
     the default reranker scores by them."""
@@ -118,6 +118,9 @@ def test_train_likelihood_registers_weights_the_default_preset_reads(home, dl19_
     assert w.metrics["heldout"]["fused with likelihood"]["nDCG@10"] == pytest.approx(trained, abs=1e-4)
     rr = AttentionReranker(str(tiny_dir))  # the default preset now reads them
     assert rr.config.name == "likelihood" and rr.fused is not None and rr.fused.weights == pytest.approx(w.weights)
+    assert w.max_doc_words == 300 and "fitted to passages cut to" not in caplog.text
+    AttentionReranker(rr.llm, max_doc_words=150)  # read from other cuts than fitted to: still scores, warned
+    assert "fitted to passages cut to 300 words; this reranker cuts them to 150" in caplog.text
     again = runner.invoke(app, [*args, "--no-save"])
     assert again.exit_code == 0 and "current registered weights (trained on topics.tsv" in again.output
 

@@ -127,6 +127,8 @@ def train(
         examples = fusion_examples({ATTENTION: rr.score}, qs, cands, qr, rel=rel, group=desc, progress=progress)
         report, weights = _report_and_fit(examples, kind, l2, gate is not False, folds, seed, desc, rr, current)
     typer.echo(report)
+    if weights is not None:
+        weights.max_doc_words = max_doc_words  # the cut their LLM feature was read with
     if save and weights is not None:
         typer.echo(f"saved to {weights.save(rr.llm.model_id, rr.llm.fingerprint)}")
 

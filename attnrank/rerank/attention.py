@@ -122,6 +122,8 @@ class AttentionReranker:
         self.fused = resolve_fused(cfg.signals, self.model_id, self.fingerprint)
         if self.fused is not None and not cfg.uses_attention:
             self.fused = self.fused.without_attention()
+        if self.fused is not None:
+            self.fused.warn_if_cut_otherwise(cfg.max_doc_words)
         # the candidates' embedder runs in the model's precision: the config's, or a given model's
         dtype = cfg.dtype if self._llm is None else str(self._llm.dtype).removeprefix("torch.")
         # state_cache_mb=0: nothing kept from one query to the next, the candidates' vectors neither

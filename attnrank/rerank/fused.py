@@ -138,6 +138,7 @@ class FusedWeights(RegistryArtifact):
     signals_version: int | None = None  # the signals' SIGNALS_VERSION they were fitted to (None: not recorded)
     heads: list[str] | str | None = None  # the attention feature's heads ("l-h" or "all"; None: not recorded)
     capture: str | None = None  # how that attention was captured (llm.blocks.capture_name; None: not recorded)
+    max_doc_words: int | None = None  # the passage cut (words) their LLM feature was read with (None: not recorded)
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in KNOWN_FEATURES]
@@ -236,6 +237,22 @@ class FusedWeights(RegistryArtifact):
             source,
             fitted,
             SIGNALS_VERSION,
+            self.TRAIN,
+        )
+
+    def warn_if_cut_otherwise(self, max_doc_words: int | None) -> None:
+        """Log a warning when their LLM feature (attention, likelihood) is read from passages cut
+        to other than the ``max_doc_words`` it was fitted with: the scores still rank, but not as
+        they measured. Weights that record no cut are not checked."""
+        if not self.uses_llm or self.max_doc_words is None or self.max_doc_words == max_doc_words:
+            return
+        logger.warning(
+            "the %s were fitted to passages cut to %d words; this reranker cuts them to %s, so they do not "
+            "score as they measured; use max_doc_words=%d (--max-doc-words), or retrain them with %s",
+            self.LABEL,
+            self.max_doc_words,
+            max_doc_words,
+            self.max_doc_words,
             self.TRAIN,
         )
 
