@@ -51,7 +51,7 @@ from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.llm.models import load_llm
 from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, FusionExample, equal_weights, feature_matrix
 from attnrank.rerank.fused_training import train_fused
-from attnrank.rerank.fusion_eval import compare, likelihood_fit
+from attnrank.rerank.fusion_eval import compare, fit_unless_worse
 from attnrank.rerank.learned.features import standardise
 
 log = logging.getLogger("bench_likelihood")
@@ -69,6 +69,7 @@ TRAINED_QL = "trained on the other datasets: BM25, dense, rank, likelihood"
 KFOLD = "trained in-domain (5-fold over queries): BM25, dense, rank"
 KFOLD_QL = "trained in-domain (5-fold over queries): BM25, dense, rank, likelihood"
 TRAIN_RULE = "attnrank train in-domain (5-fold; weights kept only if not below equal weights on inner 5 folds)"
+TRAIN_RULE_SIGNALS = "attnrank train --preset signals in-domain (the same rule, without the likelihood)"
 
 
 def examples(group: str, root: Path, setting: str, ds, cands: dict, ql: dict) -> list[FusionExample]:
@@ -117,29 +118,31 @@ def rows_for(data: dict[str, list[FusionExample]]) -> list[dict]:
                     "losses vs signals": d["losses"],
                     "p vs signals": d["p"],
                     **({"weights": _weights(trained_ql)} if r["method"] == TRAINED_QL else {}),
-                    **({"kept trained weights in outer folds": kept} if r["method"] == TRAIN_RULE else {}),
+                    **({"kept trained weights in outer folds": kept[r["method"]]} if r["method"] in kept else {}),
                 }
             )
     return rows
 
 
-def in_domain(test: list[FusionExample], k: int = 5) -> tuple[dict[str, dict[str, np.ndarray]], int]:
+def in_domain(test: list[FusionExample], k: int = 5) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, int]]:
     """The trained fusions with and without the likelihood, in-domain: each of ``k`` folds of the
     dataset's queries scored by weights trained on the other folds (pointwise, no gate); and what
-    ``attnrank train`` registers for the default preset (:func:`likelihood_fit`: the trained
+    ``attnrank train`` registers for the default preset (:func:`fit_unless_worse`: the trained
     weights where its own ``k``-fold report over the training folds finds them not below the
-    equal weights, else the equal weights), so that choice is held out too (nested); and in how
-    many of the ``k`` outer folds it kept the trained weights."""
-    out: dict[str, dict[str, np.ndarray]] = {KFOLD: {}, KFOLD_QL: {}, TRAIN_RULE: {}}
-    preset, kept = equal_weights(LIKELIHOOD_FEATURES), 0
+    equal weights, else the equal weights), so that choice is held out too (nested), and the same
+    for the preset signals; and in how many of the ``k`` outer folds each kept its trained weights."""
+    out: dict[str, dict[str, np.ndarray]] = {KFOLD: {}, KFOLD_QL: {}, TRAIN_RULE: {}, TRAIN_RULE_SIGNALS: {}}
+    rules = {TRAIN_RULE: (LIKELIHOOD, equal_weights(LIKELIHOOD_FEATURES)), TRAIN_RULE_SIGNALS: (None, equal_weights())}
+    kept = dict.fromkeys(rules, 0)
     for split in kfold_splits(test, k):
         for name, feats in ((KFOLD, ["bm25", "dense", "rank"]), (KFOLD_QL, ["bm25", "dense", "rank", LIKELIHOOD])):
             fused = train_fused(split.train, feats, gate=False)
             out[name].update({e.qid: fused.score(e.signals) for e in split.test})
-        chosen = likelihood_fit(split.train, folds=k)[1]
-        kept += chosen is not None
-        out[TRAIN_RULE].update({e.qid: (chosen or preset).score(e.signals) for e in split.test})
-    log.info("attnrank train kept its trained weights in %d of %d outer folds of %s", kept, k, test[0].group)
+        for name, (feature, untrained) in rules.items():
+            chosen = fit_unless_worse(split.train, feature, folds=k)[1]
+            kept[name] += chosen is not None
+            out[name].update({e.qid: (chosen or untrained).score(e.signals) for e in split.test})
+    log.info("attnrank train kept its trained weights in %s of %d outer folds of %s", kept, k, test[0].group)
     return out, kept
 
 
@@ -315,9 +318,12 @@ def markdown(p: dict, command: str) -> str:
         w = [r["weights"] for r in rows if "weights" in r]
         if w:
             lines += ["", f"Weights of the trained row with likelihood: {w[0]}."]
-        kept = [r["kept trained weights in outer folds"] for r in rows if "kept trained weights in outer folds" in r]
+        kept = [r for r in rows if "kept trained weights in outer folds" in r]
         if kept:
-            lines += ["", f"`attnrank train` kept its trained weights in {kept[0]} of the 5 outer folds."]
+            said = "; ".join(
+                f"{r['method'].split(' in-domain')[0]}: {r['kept trained weights in outer folds']}" for r in kept
+            )
+            lines += ["", f"Outer folds (of 5) in which `attnrank train` kept its trained weights: {said}."]
     return "\n".join(lines + rules_markdown(p["rules"])) + "\n"
 
 

@@ -178,7 +178,10 @@ queries), +3.43 on SciFact, +4.20 on HotpotQA and +4.37 on LoCoMo. What `attnran
 for the default preset (its trained weights only where its own 5-fold report over the training
 folds finds them not below the equal weights; nested, re-run 2026-12-04 on the EPYC) scores 0.7052 on
 the four-dataset mean against 0.7004 untrained: +1.29 on DL19 and +0.96 on LoCoMo (trained weights
-kept in 5 of 5 outer folds), 0.00 on HotpotQA (0 of 5) and -0.31 on SciFact (1 of 5). The
+kept in 5 of 5 outer folds), 0.00 on HotpotQA (0 of 5) and -0.31 on SciFact (1 of 5); the same
+rule for the preset `signals` (`attnrank train --preset signals`, BM25, dense and rank, no LLM)
+scores +1.38 over its equal weights on DL19, -0.01 on SciFact, +0.05 on HotpotQA and -0.11 on
+LoCoMo (mean +0.33). The
 default preset's linear layers in dynamic int8 on the same CPU ("likelihood_int8_avx512_bf16", DL19
 BM25 top-20, 43 queries) ran 1.03x the bfloat16 speed and lost 1.85 nDCG@10 points (Spearman 0.83
 with the bfloat16 scores): int8 stays an option, not a default.

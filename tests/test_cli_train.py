@@ -112,7 +112,7 @@ def test_train_likelihood_registers_weights_the_default_preset_reads(home, dl19_
     assert "held-out 3-fold over 3 queries" in r.output and "query likelihood of" in r.output
     trained, untrained = _likelihood_rows(r.output)
     assert trained >= untrained and "saved to" in r.output
-    assert f"current equal weights (equal weights: held out {untrained:.4f})" in r.output
+    assert f"current equal weights of preset likelihood (equal weights: held out {untrained:.4f})" in r.output
     w = LikelihoodWeights.load(*key)
     assert w.features == ["bm25", "dense", "rank", "likelihood"] and w.heads is None
     assert w.metrics["heldout"]["fused with likelihood"]["nDCG@10"] == pytest.approx(trained, abs=1e-4)
@@ -160,10 +160,45 @@ def test_train_names_registered_weights_that_do_not_load_and_replaces_them(home,
     assert LikelihoodWeights.load(*key).features == ["bm25", "dense", "rank", "likelihood"]
 
 
+def test_train_signals_fits_the_fast_presets_weights_without_the_model(home, scifact_mini, tiny_dir, monkeypatch):
+    """--preset signals trains BM25, dense and rank and never loads the LLM (the model only names
+    the registry entry); the preset signals then reads those weights, before the model without
+    attention of fused weights registered later."""
+    import attnrank.llm.models
+    import attnrank.rerank.attention
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.rerank.fused import FusedWeights, SignalsWeights
+    from attnrank.rerank.fused_resolve import signals_only
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the LLM was loaded")
+
+    sf = scifact_mini
+    args = ["train", "--preset", "signals", "--queries", str(sf / "queries.jsonl")]
+    args += ["--qrels", str(sf / "qrels/train.tsv"), "--corpus", str(sf / "corpus.jsonl")]
+    args += ["--depth", "6", "--folds", "3", "--model", str(tiny_dir), "-q"]
+    with monkeypatch.context() as no_llm:  # only here: the home fixture's setting stays
+        no_llm.setattr(attnrank.llm.models, "load_llm", loaded)
+        no_llm.setattr(attnrank.rerank.attention, "load_llm", loaded)
+        r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "first-stage signals only (no LLM run" in r.output and "likelihood alone" not in r.output
+    assert "saved to" in r.output, r.output  # on these 12 queries the trained weights are not below equal ones
+    key = model_fingerprint(str(tiny_dir))
+    w = SignalsWeights.load(*key)
+    assert w.features == ["bm25", "dense", "rank"] and w.max_doc_words is None
+    FusedWeights(["attention", "bm25", "dense"], [1.0, 2.0, 3.0], base_weights=[2.0, 3.0]).save(*key)
+    assert signals_only(*key).weights == w.weights
+    # fused training reads attention; its report says preset signals keeps its own weights
+    fused = [*args[:2], "fused", "--heads", "all", *args[3:], "--no-save"]
+    r = runner.invoke(app, fused)
+    assert r.exit_code == 0 and "leave preset signals its own registered weights" in r.output, r.output
+
+
 def test_train_likelihood_refuses_attention_options_before_loading_a_model(home, dl19_mini, tiny_dir):
     for extra, named in ((["--heads", "all"], "--heads"), (["--no-gate"], "--gate/--no-gate")):
         r = runner.invoke(app, _args(dl19_mini, tiny_dir, *extra, preset="likelihood"))
         assert r.exit_code == 2 and f"{named} configure(s) attention" in r.output, r.output
-    r = runner.invoke(app, _args(dl19_mini, tiny_dir, preset="signals"))
-    assert r.exit_code == 2 and "--preset 'signals' is not one of likelihood, fused" in r.output
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, preset="qrhead"))
+    assert r.exit_code == 2 and "--preset 'qrhead' is not one of likelihood, signals, fused" in r.output
     assert not home.exists()

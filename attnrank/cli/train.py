@@ -7,14 +7,16 @@ held out, then register them for the model.
   score below those in the k-fold report (a tie registers them; else nothing is registered and the
   report says so). The report estimates the gain; it does not guarantee it (docs/benchmarks.md:
   nested in-domain, this rule lost 0.3 nDCG@10 points on SciFact and gained up to 1.3 elsewhere).
+- ``--preset signals``: weights over BM25, dense and rank alone, by the same rule against the
+  preset's equal weights over BM25 and dense; no LLM is loaded (seconds, not minutes).
 - ``--preset fused``: the attention score (the chosen heads, calibrated) with BM25, dense and
-  rank; ``--preset fused`` reads them, and the preset ``signals`` reads their model without
-  attention (``base_weights``, trained alongside) in place of its untrained equal weights.
+  rank; ``--preset fused`` reads them, and the preset ``signals``, unless it has weights of its
+  own, reads their model without attention (``base_weights``, trained alongside).
 
 Candidates and labels come as for ``heads train``: BEIR/TREC qrels with queries and a corpus
 (candidates from a TREC run, else BM25 top-``--depth``), or a shared data set. Per query the LLM
 score (likelihood or attention) and the candidates' BM25, dense cosine and first-stage rank are
-computed once; the report is k-fold over queries (trained on the training folds, tested on the
+computed once (the LLM score only where the preset has one); the report is k-fold over queries (trained on the training folds, tested on the
 held-out fold), against each first-stage signal alone and the untrained equal weights, with
 per-query wins/losses and a sign test. The registered weights are then trained on all queries.
 """
@@ -26,8 +28,8 @@ from typing import Any, Optional
 
 import typer
 
-from ..rerank.config import ATTENTION_PRESET, AUTO_OR_ALL, DEFAULT_PRESET, LIKELIHOOD_PRESET
-from ..rerank.fused import ATTENTION, LIKELIHOOD
+from ..rerank.config import ATTENTION_PRESET, AUTO_OR_ALL, DEFAULT_PRESET, LIKELIHOOD_PRESET, SIGNALS_PRESET
+from ..rerank.fused import ATTENTION, LIKELIHOOD, SignalsWeights
 from . import (
     Corpus,
     Data,
@@ -51,7 +53,7 @@ from .heads import _qr_set, check_folds, check_training
 from .options import Dtype
 
 METRICS = ("nDCG@10", "RR@10")
-PRESETS = (LIKELIHOOD_PRESET, ATTENTION_PRESET)  # the presets whose weights train fits
+PRESETS = (LIKELIHOOD_PRESET, SIGNALS_PRESET, ATTENTION_PRESET)  # the presets whose weights train fits
 
 
 @app.command("train")
@@ -60,8 +62,8 @@ def train(
     preset: str = typer.Option(
         DEFAULT_PRESET,
         "--preset",
-        help="likelihood (the default preset: BM25, dense, rank and the LLM's query likelihood) | fused (attention "
-        "with BM25, dense and rank; also the preset signals' model without attention).",
+        help="likelihood (the default preset: BM25, dense, rank and the LLM's query likelihood) | signals (BM25, "
+        "dense and rank; no LLM run) | fused (attention with BM25, dense and rank).",
     ),
     heads: Optional[str] = typer.Option(
         None,
@@ -116,21 +118,24 @@ def train(
     check_folds(len(qs), folds)
     from ..rerank.fused_resolve import current_label, likelihood_weights, signals_only
 
-    if preset == LIKELIHOOD_PRESET:
-        rr = _likelihood_alone(model, max_doc_words, device, dtype)
-        current = current_label(likelihood_weights, rr.llm.model_id, rr.llm.fingerprint)  # before the long part
-        examples = fusion_examples({LIKELIHOOD: rr.likelihood}, qs, cands, qr, rel=rel, group=desc, progress=progress)
-        report, weights = _likelihood_report_and_fit(examples, kind, l2, folds, seed, desc, rr, current)
-    else:
+    if preset == ATTENTION_PRESET:
         rr = _attention_alone(model, heads or AUTO_OR_ALL, max_doc_words, device, dtype)
-        current = current_label(signals_only, rr.llm.model_id, rr.llm.fingerprint)
+        key = (rr.llm.model_id, rr.llm.fingerprint)
+        current = current_label(signals_only, *key)  # before the long part: the report names it
         examples = fusion_examples({ATTENTION: rr.score}, qs, cands, qr, rel=rel, group=desc, progress=progress)
+        if isinstance(signals_only(*key), SignalsWeights):  # preset signals reads its own, not these
+            current = ""
         report, weights = _report_and_fit(examples, kind, l2, gate is not False, folds, seed, desc, rr, current)
+    else:  # the presets whose untrained model is equal weights: likelihood (an LLM feature) and signals
+        scorers, key = _llm_scorers(preset, model, max_doc_words, device, dtype)
+        current = current_label(likelihood_weights if scorers else signals_only, *key)
+        examples = fusion_examples(scorers, qs, cands, qr, rel=rel, group=desc, progress=progress)
+        report, weights = _fit_unless_worse(examples, preset, kind, l2, folds, seed, desc, key[0], current)
     typer.echo(report)
-    if weights is not None:
+    if weights is not None and weights.uses_llm:
         weights.max_doc_words = max_doc_words  # the cut their LLM feature was read with
     if save and weights is not None:
-        typer.echo(f"saved to {weights.save(rr.llm.model_id, rr.llm.fingerprint)}")
+        typer.echo(f"saved to {weights.save(*key)}")
 
 
 def _check_preset(preset: str, heads: str | None, gate: bool | None) -> str:
@@ -140,28 +145,34 @@ def _check_preset(preset: str, heads: str | None, gate: bool | None) -> str:
     if chosen not in PRESETS:
         raise typer.BadParameter(f"--preset {preset!r} is not one of {', '.join(PRESETS)} (the presets train fits)")
     given = [o for o, v in (("--heads", heads), ("--gate/--no-gate", gate)) if v is not None]
-    if chosen == LIKELIHOOD_PRESET and given:
+    if chosen != ATTENTION_PRESET and given:
         raise typer.BadParameter(
-            f"{', '.join(given)} configure(s) attention, which --preset likelihood does not compute; "
+            f"{', '.join(given)} configure(s) attention, which --preset {chosen} does not compute; "
             "drop them, or train --preset fused"
         )
     return chosen
 
 
-def _likelihood_alone(model: str | None, max_doc_words: int, device: str, dtype: str) -> Any:
-    """A reranker that computes the query likelihood as preset ``likelihood`` does (its equal
-    weights given, so that weights registered for the model are not read, or refused, here)."""
+def _llm_scorers(preset: str, model: str | None, max_doc_words: int, device: str, dtype: str) -> tuple[dict, tuple]:
+    """({feature: score(query, docs)} of the LLM features ``preset`` fuses, (model id, fingerprint)):
+    for ``likelihood`` the query likelihood as the preset computes it (its equal weights given, so
+    weights registered for the model are not read, or refused, here); for ``signals`` none, and
+    no model is loaded (the weights are registered under its id and fingerprint)."""
+    from ..llm.models import unloaded_model
     from ..rerank.attention import AttentionReranker
     from ..rerank.fused import LIKELIHOOD_FEATURES, equal_weights
 
-    return AttentionReranker(
+    if preset == SIGNALS_PRESET:
+        return {}, unloaded_model(model)
+    rr = AttentionReranker(
         model,
-        config="likelihood",
+        config=LIKELIHOOD_PRESET,
         signals=equal_weights(LIKELIHOOD_FEATURES),
         max_doc_words=max_doc_words,
         device=device,
         dtype=dtype,
     )
+    return {LIKELIHOOD: rr.likelihood}, (rr.llm.model_id, rr.llm.fingerprint)
 
 
 def _attention_alone(model: str | None, heads: str, max_doc_words: int, device: str, dtype: str) -> Any:
@@ -203,30 +214,28 @@ def _table(rows: list[dict[str, Any]], header: str) -> list[str]:
     ]
 
 
-def _likelihood_report_and_fit(examples, kind, l2, folds, seed, desc, rr, current: str) -> tuple[str, Any]:
-    """(the held-out report text, the weights trained on all ``examples``, or None where they
-    scored below the untrained equal weights held out: those stay the default)."""
-    from ..rerank.fusion_eval import EQUAL_LIKELIHOOD, WITH_LIKELIHOOD, likelihood_fit
+def _fit_unless_worse(examples, preset, kind, l2, folds, seed, desc, model_id, current) -> tuple[str, Any]:
+    """(the held-out report text, the weights trained on all ``examples``, or None where they scored
+    below the untrained equal weights held out: the preset keeps what it reads now, ``current``)."""
+    from ..rerank.fusion_eval import TRAINED, UNTRAINED, fit_unless_worse
 
-    rows, weights = likelihood_fit(
-        examples, folds=folds, seed=seed, model=kind, l2=l2, trained_on=desc, metrics=METRICS
+    feature = LIKELIHOOD if preset == LIKELIHOOD_PRESET else None
+    rows, weights = fit_unless_worse(
+        examples, feature, folds=folds, seed=seed, model=kind, l2=l2, trained_on=desc, metrics=METRICS
     )
-    header = (
-        f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; "
-        f"query likelihood of {rr.llm.model_id}"
-    )
+    what = f"query likelihood of {model_id}" if feature else f"first-stage signals only (no LLM run; for {model_id})"
+    header = f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; {what}"
     ndcg = {r["method"]: r["nDCG@10"] for r in rows}
-    trained, untrained = ndcg[WITH_LIKELIHOOD], ndcg[EQUAL_LIKELIHOOD]
+    trained, untrained = ndcg[TRAINED[feature][0]], ndcg[list(UNTRAINED[feature])[-1]]
     if weights is None:
         last = (
             f"Not registered: held out, the trained weights ({trained:.4f}) score below the untrained equal weights "
-            f"({untrained:.4f}), so preset likelihood keeps its current {current}."
+            f"({untrained:.4f}), so preset {preset} keeps its current {current}."
         )
     else:
         last = (
-            f"Registered, these weights replace preset likelihood's current {current} (equal weights: held out "
-            f"{untrained:.4f}) with the fusion trained with the likelihood ({trained:.4f}); --no-save keeps what is "
-            "registered."
+            f"Registered, these weights replace the current {current} of preset {preset} (equal weights: held out "
+            f"{untrained:.4f}) with the trained fusion ({trained:.4f}); --no-save keeps what is registered."
         )
     return "\n".join([*_table(rows, header), last]), weights
 
@@ -254,12 +263,17 @@ def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr, current: st
 
 
 def _what_registering_changes(ndcg: dict[str, float], current: str) -> str:
-    """The presets these weights take over once registered, with their held-out nDCG@10."""
+    """The presets these weights take over once registered, with their held-out nDCG@10 (``current``:
+    what preset signals reads now; empty where it reads its own SignalsWeights, which these leave)."""
     from ..rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION
 
+    signals = (
+        f"replace preset signals' current {current} (equal weights: held out {ndcg[EQUAL]:.4f}) with their model "
+        f"without attention ({ndcg[NO_ATTENTION]:.4f}), and"
+        if current
+        else "leave preset signals its own registered weights (--preset signals), and"
+    )
     return (
-        f"Registered, these weights replace preset signals' current {current} (equal weights: held "
-        f"out {ndcg[EQUAL]:.4f}) with their model without attention ({ndcg[NO_ATTENTION]:.4f}), and preset fused "
-        f"uses them with attention ({ndcg[WITH_ATTENTION]:.4f}); the default preset likelihood keeps its weights; "
-        "--no-save keeps what is registered."
+        f"Registered, these weights {signals} preset fused uses them with attention ({ndcg[WITH_ATTENTION]:.4f}); "
+        "the default preset likelihood keeps its weights; --no-save keeps what is registered."
     )

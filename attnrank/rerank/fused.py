@@ -319,6 +319,27 @@ class LikelihoodWeights(FusedWeights):
             )
 
 
+@dataclass
+class SignalsWeights(FusedWeights):
+    """Fused weights over the first-stage signals alone (no LLM feature) that a user trained on
+    their own labelled queries (``attnrank train --preset signals``, no model run): the model the
+    preset ``signals`` scores by once registered, before the model without attention of registered
+    :class:`FusedWeights` and the untrained equal weights."""
+
+    KIND: ClassVar[str] = "signals-weights"
+    LABEL: ClassVar[str] = "first-stage signal weights"
+    HINT: ClassVar[str] = "train them with `attnrank train --preset signals`"
+    TRAIN: ClassVar[str] = "`attnrank train --preset signals`"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.uses_llm:
+            raise InputError(
+                f"first-stage signal weights over {self.features}: they must read none of {LLM_FEATURES}; "
+                f"retrain them with {self.TRAIN}"
+            )
+
+
 UNTRAINED = "nothing: equal weights"  # what equal weights say they were trained on
 EQUAL_FEATURES = ("bm25", "dense")
 LIKELIHOOD_FEATURES = ("bm25", "dense", LIKELIHOOD)  # the preset likelihood's, untrained

@@ -4,7 +4,8 @@ shipped for the packaged model, or the untrained equal weights.
 
 - ``"auto"`` (preset ``fused``): :class:`~attnrank.rerank.fused.FusedWeights` registered for the
   model, else the packaged model's;
-- ``"only"`` (preset ``signals``): :func:`signals_only`;
+- ``"only"`` (preset ``signals``): :func:`signals_only`, a user's
+  :class:`~attnrank.rerank.fused.SignalsWeights` or their fused weights' model without attention;
 - ``"likelihood"`` (the default preset ``likelihood``): :func:`likelihood_weights`.
 
 A user's weights come from ``attnrank train`` on their own labelled queries. Shipped weights are
@@ -29,6 +30,7 @@ from .fused import (
     UNTRAINED,
     FusedWeights,
     LikelihoodWeights,
+    SignalsWeights,
     equal_weights,
 )
 
@@ -36,10 +38,14 @@ logger = logging.getLogger(__name__)
 
 
 def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
-    """The model of ``signals="only"``: the model without attention of the fused weights a user
-    registered for this model (``attnrank train --preset fused``), else :func:`equal_weights`
-    (the shipped weights' base model is not used: trained on other datasets, it transferred worse
-    than equal weights)."""
+    """The model of ``signals="only"``: the :class:`~attnrank.rerank.fused.SignalsWeights` a user
+    registered for this model (``attnrank train --preset signals``), else the model without
+    attention of the fused weights they registered (``attnrank train --preset fused``), else
+    :func:`equal_weights` (the shipped weights' base model is not used: trained on other datasets,
+    it transferred worse than equal weights)."""
+    own = load_artifact(SignalsWeights.KIND, model_id, fingerprint, user_only=True)
+    if own is not None:
+        return _stored(SignalsWeights, own, f"the first-stage signal weights registered for {model_id}")
     registered = load_artifact(FusedWeights.KIND, model_id, fingerprint, user_only=True)
     if registered is None:
         return equal_weights()

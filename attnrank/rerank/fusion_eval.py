@@ -24,8 +24,10 @@ from .fused import (
     LIKELIHOOD,
     LIKELIHOOD_FEATURES,
     LIKELIHOOD_TRAINED,
+    FusedWeights,
     FusionExample,
     LikelihoodWeights,
+    SignalsWeights,
     equal_weights,
 )
 from .fused_training import train_fused
@@ -39,20 +41,23 @@ EQUAL = "equal weights, no attention (untrained)"  # the preset signals where no
 WITH_LIKELIHOOD = "fused with likelihood"
 EQUAL_LIKELIHOOD = "equal weights with likelihood (untrained)"  # the default preset where none are registered
 # per LLM feature: (the trained fusion's label, its features), and the untrained rows {label: features}
-TRAINED: dict[str, tuple[str, tuple[str, ...]]] = {
+# None: no LLM feature (the preset signals), whose trained fusion is the one without attention
+TRAINED: dict[str | None, tuple[str, tuple[str, ...]]] = {
     ATTENTION: (WITH_ATTENTION, FEATURES),
     LIKELIHOOD: (WITH_LIKELIHOOD, LIKELIHOOD_TRAINED),
+    None: (NO_ATTENTION, SIGNALS),
 }
-UNTRAINED: dict[str, dict[str, tuple[str, ...]]] = {
+UNTRAINED: dict[str | None, dict[str, tuple[str, ...]]] = {  # the preset's own untrained model last
     ATTENTION: {EQUAL: EQUAL_FEATURES},
     LIKELIHOOD: {EQUAL: EQUAL_FEATURES, EQUAL_LIKELIHOOD: LIKELIHOOD_FEATURES},
+    None: {EQUAL: EQUAL_FEATURES},
 }
 
 
 def heldout_scores(
     splits: Sequence[Split[FusionExample]],
     *,
-    llm_feature: str = ATTENTION,
+    llm_feature: str | None = ATTENTION,
     model: str = "pointwise",
     l2: float = 1.0,
     gate: bool = True,
@@ -67,13 +72,14 @@ def heldout_scores(
     ``EQUAL_LIKELIHOOD``, the default preset's), the fusion trained without and with
     ``llm_feature`` (:data:`TRAINED`), and the named feature lists of ``variants``."""
     if llm_feature not in TRAINED:
-        raise InputError(f"llm_feature={llm_feature!r} is not one of {sorted(TRAINED)}")
+        raise InputError(f"llm_feature={llm_feature!r} is not one of {list(TRAINED)}")
     with_llm, features = TRAINED[llm_feature]
     methods: dict[str, Sequence[str]] = {NO_ATTENTION: SIGNALS, with_llm: features, **(variants or {})}
+    alone = (*SIGNALS, *([] if llm_feature is None else [llm_feature]), *extra_signals)
     untrained = {label: equal_weights(feats) for label, feats in UNTRAINED[llm_feature].items()}
     out: dict[str, Scores] = {}
     for split in splits:
-        for name in (*SIGNALS, llm_feature, *extra_signals):
+        for name in alone:
             for e in split.test:
                 out.setdefault(f"{name} alone", {})[e.qid] = np.asarray(e.signals[name], dtype=np.float64)
         for label, fixed in untrained.items():
@@ -86,8 +92,9 @@ def heldout_scores(
     return out
 
 
-def likelihood_fit(
+def fit_unless_worse(
     examples: Sequence[FusionExample],
+    llm_feature: str | None = LIKELIHOOD,
     *,
     folds: int = 5,
     seed: int = 0,
@@ -95,21 +102,29 @@ def likelihood_fit(
     l2: float = 1.0,
     trained_on: str = "",
     metrics: Sequence[str] = ("nDCG@10",),
-) -> tuple[list[dict[str, Any]], LikelihoodWeights | None]:
-    """What ``attnrank train`` does for the default preset ``likelihood``: the held-out
-    ``folds``-fold report over ``examples`` (:func:`compare` rows: the signals alone, the untrained
-    equal weights, the fusion trained with the query likelihood), and the
-    :class:`~attnrank.rerank.fused.LikelihoodWeights` trained on all of them, or None where held out
-    they scored below the untrained equal weights (in the first of ``metrics``; a tie keeps the
-    trained ones): the preset then keeps those. The report estimates the gain on new queries of
-    the same kind; it does not guarantee it (nested in-domain, ``scripts/bench_likelihood.py``)."""
+) -> tuple[list[dict[str, Any]], FusedWeights | None]:
+    """What ``attnrank train`` does for a preset whose untrained model is equal weights: with
+    ``llm_feature`` the query likelihood, the default ``likelihood``; None, ``signals``. Returns the
+    held-out ``folds``-fold report over ``examples`` (:func:`compare` rows: the signals alone, the
+    untrained equal weights, the fusion trained over the preset's features and the first-stage rank)
+    and the weights trained on all of them (:class:`~attnrank.rerank.fused.LikelihoodWeights` or
+    :class:`~attnrank.rerank.fused.SignalsWeights`), or None where held out they scored below the
+    untrained equal weights (in the first of ``metrics``; a tie keeps the trained ones): the
+    preset then keeps those. The report estimates the gain on new queries of the same kind; it
+    does not guarantee it (nested in-domain, ``scripts/bench_likelihood.py``)."""
+    if llm_feature not in TRAINED:
+        raise InputError(f"llm_feature={llm_feature!r} is not one of {list(TRAINED)}")
     splits = kfold_splits(list(examples), folds, seed=seed)
-    rows = compare(examples, heldout_scores(splits, llm_feature=LIKELIHOOD, model=model, l2=l2, gate=False), metrics)
+    scores = heldout_scores(splits, llm_feature=llm_feature, model=model, l2=l2, gate=False)
+    rows = compare(examples, scores, metrics)
     score = {r["method"]: r[metrics[0]] for r in rows}
-    if score[WITH_LIKELIHOOD] < score[EQUAL_LIKELIHOOD]:
+    trained_label, features = TRAINED[llm_feature]
+    untrained_label = list(UNTRAINED[llm_feature])[-1]
+    if score[trained_label] < score[untrained_label]:
         return rows, None
-    fitted = train_fused(examples, LIKELIHOOD_TRAINED, model=model, l2=l2, gate=False, trained_on=trained_on)
-    weights = LikelihoodWeights(**fitted.to_json())
+    kind = SignalsWeights if llm_feature is None else LikelihoodWeights
+    fitted = train_fused(examples, features, model=model, l2=l2, gate=False, trained_on=trained_on)
+    weights = kind(**fitted.to_json())
     weights.metrics = recorded_metrics(rows, metrics, folds)
     return rows, weights
 

@@ -149,6 +149,15 @@ def test_one_line_error_for_baselines_none_of_which_was_scored(make_examples):
         compare(ex, scores, baselines=("bm25 alone",))
 
 
+def test_signals_weights_read_no_llm_feature():
+    from attnrank.rerank.fused import SignalsWeights
+
+    assert not SignalsWeights(["bm25", "rank"], [1.0, 0.5]).uses_llm
+    for features in (["bm25", "likelihood"], ["attention", "dense"]):
+        with pytest.raises(InputError, match="must read none of"):
+            SignalsWeights(features, [1.0, 1.0])
+
+
 def test_likelihood_weights_read_the_likelihood_and_no_attention():
     from attnrank.rerank.fused import LikelihoodWeights
 

@@ -108,20 +108,25 @@ def test_one_line_errors_for_the_llm_scores_and_feature_given_otherwise():
         heldout_scores([], llm_feature="bm25")
 
 
-def test_likelihood_fit_keeps_trained_weights_only_where_they_beat_equal_weights_held_out(make_examples):
+def test_fit_unless_worse_keeps_trained_weights_only_where_they_beat_equal_weights_held_out(make_examples):
     """attnrank train's rule for the default preset: the k-fold report, and weights over BM25,
-    dense, rank and the likelihood only if held out they are not below the equal weights."""
-    from attnrank.rerank.fused import LikelihoodWeights
-    from attnrank.rerank.fusion_eval import EQUAL_LIKELIHOOD, WITH_LIKELIHOOD, likelihood_fit
+    dense, rank and the likelihood only if held out they are not below the equal weights; for the
+    preset signals the same without the likelihood."""
+    from attnrank.rerank.fused import LikelihoodWeights, SignalsWeights
+    from attnrank.rerank.fusion_eval import EQUAL, EQUAL_LIKELIHOOD, NO_ATTENTION, WITH_LIKELIHOOD, fit_unless_worse
 
     ex = make_examples(60, "a", 0.5, 0)
     for e in ex:
         e.signals["likelihood"] = e.signals.pop("attention")
-    rows, weights = likelihood_fit(ex, folds=3)  # BM25 is mostly noise: training down-weights it
+    rows, weights = fit_unless_worse(ex, folds=3)  # BM25 is mostly noise: training down-weights it
     score = {r["method"]: r["nDCG@10"] for r in rows}
     assert score[WITH_LIKELIHOOD] > score[EQUAL_LIKELIHOOD] and isinstance(weights, LikelihoodWeights)
     assert weights.features == ["bm25", "dense", "rank", "likelihood"] and weights.model == "pointwise"
     assert weights.metrics["heldout"][WITH_LIKELIHOOD]["nDCG@10"] == score[WITH_LIKELIHOOD]
-    rows, weights = likelihood_fit(ex, folds=3, model="equal")  # weight 1 on the uninformative rank too
+    rows, weights = fit_unless_worse(ex, folds=3, model="equal")  # weight 1 on the uninformative rank too
     score = {r["method"]: r["nDCG@10"] for r in rows}
     assert score[WITH_LIKELIHOOD] < score[EQUAL_LIKELIHOOD] and weights is None
+    rows, weights = fit_unless_worse(ex, None, folds=3)  # the preset signals: no LLM feature read
+    score = {r["method"]: r["nDCG@10"] for r in rows}
+    assert "likelihood alone" not in score and score[NO_ATTENTION] > score[EQUAL]
+    assert isinstance(weights, SignalsWeights) and weights.features == ["bm25", "dense", "rank"]
