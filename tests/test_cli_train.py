@@ -189,7 +189,10 @@ def test_train_signals_fits_the_fast_presets_weights_without_the_model(home, sci
     assert w.features == ["bm25", "dense", "rank"] and w.max_doc_words is None
     FusedWeights(["attention", "bm25", "dense"], [1.0, 2.0, 3.0], base_weights=[2.0, 3.0]).save(*key)
     assert signals_only(*key).weights == w.weights
-    # fused training reads attention; its report says preset signals keeps its own weights
+    # fused training reads attention; its report says preset signals keeps its own weights, even
+    # ones that no longer load (they are another kind: fused weights never replace them)
+    path = SignalsWeights(["bm25"], [1.0]).save(*key)
+    path.write_text(path.read_text().replace('"rank"', '"attention"').replace('["bm25"]', '["attention"]'))
     fused = [*args[:2], "fused", "--heads", "all", *args[3:], "--no-save"]
     r = runner.invoke(app, fused)
     assert r.exit_code == 0 and "leave preset signals its own registered weights" in r.output, r.output

@@ -162,7 +162,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None,
             "--signals",
             help="auto (fuse attention with the candidates' BM25, dense and rank scores: registered fused weights) "
-            "| only (no attention: BM25 and dense with equal weights, or your registered weights' model without it) "
+            "| only (no attention: BM25 and dense with equal weights, or your train --preset signals weights, else "
+            "your fused weights' model without attention) "
             "| likelihood (only's signals and the LLM's query likelihood, equal weights or your registered "
             "likelihood weights) | none (attention alone).",
         ),

@@ -8,7 +8,8 @@ held out, then register them for the model.
   report says so). The report estimates the gain; it does not guarantee it (docs/benchmarks.md:
   nested in-domain, this rule lost 0.3 nDCG@10 points on SciFact and gained up to 1.3 elsewhere).
 - ``--preset signals``: weights over BM25, dense and rank alone, by the same rule against the
-  preset's equal weights over BM25 and dense; no LLM is loaded (seconds, not minutes).
+  preset's equal weights over BM25 and dense; no LLM is loaded or run (the model names which
+  model's registry entry they go to; the LLM options are not read).
 - ``--preset fused``: the attention score (the chosen heads, calibrated) with BM25, dense and
   rank; ``--preset fused`` reads them, and the preset ``signals``, unless it has weights of its
   own, reads their model without attention (``base_weights``, trained alongside).
@@ -28,6 +29,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..registry import load_artifact
 from ..rerank.config import ATTENTION_PRESET, AUTO_OR_ALL, DEFAULT_PRESET, LIKELIHOOD_PRESET, SIGNALS_PRESET
 from ..rerank.fused import ATTENTION, LIKELIHOOD, SignalsWeights
 from . import (
@@ -121,10 +123,11 @@ def train(
     if preset == ATTENTION_PRESET:
         rr = _attention_alone(model, heads or AUTO_OR_ALL, max_doc_words, device, dtype)
         key = (rr.llm.model_id, rr.llm.fingerprint)
-        current = current_label(signals_only, *key)  # before the long part: the report names it
+        # before the long part: what preset signals reads now (empty: its own SignalsWeights, which
+        # these weights never replace, loadable or not)
+        own = load_artifact(SignalsWeights.KIND, *key, user_only=True) is not None
+        current = "" if own else current_label(signals_only, *key)
         examples = fusion_examples({ATTENTION: rr.score}, qs, cands, qr, rel=rel, group=desc, progress=progress)
-        if isinstance(signals_only(*key), SignalsWeights):  # preset signals reads its own, not these
-            current = ""
         report, weights = _report_and_fit(examples, kind, l2, gate is not False, folds, seed, desc, rr, current)
     else:  # the presets whose untrained model is equal weights: likelihood (an LLM feature) and signals
         scorers, key = _llm_scorers(preset, model, max_doc_words, device, dtype)
@@ -140,7 +143,7 @@ def train(
 
 def _check_preset(preset: str, heads: str | None, gate: bool | None) -> str:
     """The preset (any case), refused unless train fits it, or with an attention option given for
-    the likelihood's (it computes no attention)."""
+    a preset that computes no attention (likelihood, signals)."""
     chosen = preset.strip().lower()
     if chosen not in PRESETS:
         raise typer.BadParameter(f"--preset {preset!r} is not one of {', '.join(PRESETS)} (the presets train fits)")

@@ -45,7 +45,7 @@ from ..llm.statestore import PassageStateStore, write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
 from .aggregation import window_document_scores
 from .config import RerankConfig
-from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD
+from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD, UNTRAINED
 from .fused_resolve import resolve_fused
 from .inputs import check_documents, check_k, check_query, check_texts
 from .likelihood import PromptIds, query_likelihood
@@ -232,7 +232,7 @@ class AttentionReranker:
             fused = self.fused
             shown = (
                 f"features={fused.features}, weights={fused.weights}"
-                if fused is not None and fused.uses_llm
+                if fused is not None and (fused.uses_llm or fused.trained_on != UNTRAINED)
                 else "signals='only'"
             )
             return f"AttentionReranker(model={self.model_id!r}, preset={self.config.name!r}, {shown})"

@@ -16,8 +16,8 @@ Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
   held-out mean; docs/results/likelihood.md), at one prompt per candidate through the whole model
   (0.9 s per query of 20 web passages, 2.9 s of 20 abstracts, on 2 CPU cores).
 - ``signals``: the same without the likelihood, BM25 and dense cosine alone (``signals="only"``;
-  :func:`~attnrank.rerank.fused.equal_weights`; a user's registered fused weights' model without
-  attention replaces it, ``attnrank train --preset fused``); loads no LLM: the fast choice (a ninth to a
+  :func:`~attnrank.rerank.fused.equal_weights`; a user's weights from ``attnrank train --preset
+  signals`` replace it, else their fused weights' model without attention); loads no LLM: the fast choice (a ninth to a
   seventeenth of the default's time, 1.4 nDCG@10 points lower on the held-out mean).
 - ``fused``: an attention score fused with the same signals (and first-stage rank) by the model's
   registered fused weights, else the packaged model's, falling back to those weights' model
@@ -113,8 +113,9 @@ class RerankConfig:
     ``signals``: None (attention alone), ``"auto"`` (fuse attention with the candidates' BM25,
     dense and rank signals by the model's registered fused weights, else the packaged model's),
     ``"only"`` (the signals alone, no attention computed, so the attention fields must keep their
-    defaults: a user's registered weights' model without attention, else equal weights over BM25
-    and dense, :func:`~attnrank.rerank.fused_resolve.signals_only`), ``"likelihood"`` (the same
+    defaults: a user's registered :class:`~attnrank.rerank.fused.SignalsWeights`, else their fused
+    weights' model without attention, else equal weights over BM25 and dense,
+    :func:`~attnrank.rerank.fused_resolve.signals_only`), ``"likelihood"`` (the same
     with the LLM's query likelihood, no attention: a user's registered
     :class:`~attnrank.rerank.fused.LikelihoodWeights`, else equal weights over BM25, dense and the
     likelihood, :func:`~attnrank.rerank.fused_resolve.likelihood_weights`) or a

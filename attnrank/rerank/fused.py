@@ -29,7 +29,7 @@ feature (``base_weights``); a query whose attention is not confident — its ``c
 first-stage signals. ``gate`` is the threshold that scores best on the training queries.
 
 **Untrained** (:func:`equal_weights`): weight 1 on z(BM25) and z(dense). The preset ``signals``
-uses it unless a user has registered fused weights for the model: left out of training and tested
+uses it unless a user has registered :class:`SignalsWeights` or fused weights for the model: left out of training and tested
 on each dataset in turn, it transferred better than weights trained on the others. The default
 preset ``likelihood`` adds z(likelihood) with weight 1 (docs/results/likelihood.md), unless a user
 has registered :class:`LikelihoodWeights` for the model (``attnrank train``). Which weights a
@@ -350,7 +350,7 @@ def equal_weights(features: Sequence[str] = EQUAL_FEATURES) -> FusedWeights:
     """Weight 1 on each of ``features``' per-query z-scores (CombSUM over z-scored scores, Fox and
     Shaw TREC-2 1993, with z-score normalisation): nothing trained, so nothing learned on other
     data can fail to transfer. With BM25 and dense it is the ``signals`` preset's model where no
-    fused weights are registered for the model (:func:`~attnrank.rerank.fused_resolve.signals_only`);
+    signal or fused weights are registered for the model (:func:`~attnrank.rerank.fused_resolve.signals_only`);
     with the query likelihood too (:data:`LIKELIHOOD_FEATURES`), the default preset ``likelihood``'s
     where no :class:`LikelihoodWeights` are.
 

@@ -45,7 +45,11 @@ def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
     it transferred worse than equal weights)."""
     own = load_artifact(SignalsWeights.KIND, model_id, fingerprint, user_only=True)
     if own is not None:
-        return _stored(SignalsWeights, own, f"the first-stage signal weights registered for {model_id}")
+        weights = _stored(SignalsWeights, own, f"the first-stage signal weights registered for {model_id}")
+        logger.info(
+            "preset signals scores by the weights registered for %s (trained on %s)", model_id, weights.trained_on
+        )
+        return weights
     registered = load_artifact(FusedWeights.KIND, model_id, fingerprint, user_only=True)
     if registered is None:
         return equal_weights()
@@ -53,7 +57,8 @@ def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
     if fused.uses_attention and not fused.base_weights:  # e.g. saved from Python without a fallback
         logger.warning(
             "the fused weights registered for %s hold no model without attention (base_weights): the "
-            "preset signals uses equal weights; retrain them with `attnrank train --preset fused`",
+            "preset signals uses equal weights; retrain them with `attnrank train --preset fused`, or train its "
+            "own with --preset signals",
             model_id,
         )
         return equal_weights()

@@ -201,7 +201,8 @@ def train_fused(
         heads=heads if ATTENTION in features else None,
         capture=capture if ATTENTION in features else None,
     )
-    # the gate's fallback, and the `signals` preset's model once registered (signals_only)
+    # the gate's fallback, and the `signals` preset's model once registered (signals_only), unless
+    # the user registered SignalsWeights
     if fused.uses_attention and fused.base_features:
         fused.base_weights = _fit(train, fused.base_features, model, l2, signed).tolist()
         if gate:

@@ -67,7 +67,7 @@ def heldout_scores(
 ) -> dict[str, Scores]:
     """``{method: {qid: scores}}`` over the test queries of ``splits`` (each trained on its own
     training queries): ``<signal> alone`` for each first-stage signal, ``llm_feature`` (attention,
-    or the query likelihood) and ``extra_signals`` (e.g. a corpus-level BM25 the examples carry),
+    the query likelihood, or None: none) and ``extra_signals`` (e.g. a corpus-level BM25 the examples carry),
     the untrained :func:`~attnrank.rerank.fused.equal_weights` (``EQUAL``; with the likelihood also
     ``EQUAL_LIKELIHOOD``, the default preset's), the fusion trained without and with
     ``llm_feature`` (:data:`TRAINED`), and the named feature lists of ``variants``."""
@@ -112,8 +112,8 @@ def fit_unless_worse(
     untrained equal weights (in the first of ``metrics``; a tie keeps the trained ones): the
     preset then keeps those. The report estimates the gain on new queries of the same kind; it
     does not guarantee it (nested in-domain, ``scripts/bench_likelihood.py``)."""
-    if llm_feature not in TRAINED:
-        raise InputError(f"llm_feature={llm_feature!r} is not one of {list(TRAINED)}")
+    if llm_feature not in (LIKELIHOOD, None):  # the presets whose untrained model is equal weights
+        raise InputError(f"llm_feature={llm_feature!r} is not {LIKELIHOOD!r} or None (the preset signals)")
     splits = kfold_splits(list(examples), folds, seed=seed)
     scores = heldout_scores(splits, llm_feature=llm_feature, model=model, l2=l2, gate=False)
     rows = compare(examples, scores, metrics)

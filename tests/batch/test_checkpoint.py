@@ -323,6 +323,23 @@ def test_a_likelihood_checkpoint_records_the_weights_and_refuses_newly_registere
     assert fake_ray["calls"] == calls
 
 
+def test_a_signals_checkpoint_refuses_signal_weights_registered_after_it(fake_ray, tmp_path, index, home):
+    """Weights from `attnrank train --preset signals` change what the preset signals scores by:
+    a checkpoint written before they were registered is refused, never resumed with new rows."""
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.rerank.fused import SignalsWeights
+
+    model = save_tiny(tmp_path / "model")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset="signals")
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    calls = fake_ray["calls"]
+    SignalsWeights(["bm25", "rank"], [1.0, 3.0]).save(*model_fingerprint(str(model)))
+    with pytest.raises(InputError, match=r"other settings \(registry, signals_model\)"):
+        run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+    assert fake_ray["calls"] == calls
+
+
 def test_resume_refuses_rows_of_signals_computed_otherwise(fake_ray, tmp_path, index, home):
     """A checkpoint records how the first-stage signals were computed (SIGNALS_VERSION): rows of
     another version are refused, never mixed; one written before the record resumes."""

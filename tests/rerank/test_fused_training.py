@@ -9,7 +9,7 @@ from attnrank.errors import InputError
 from attnrank.eval.crossval import group_splits
 from attnrank.rerank.fused import FusedWeights, FusionExample, equal_weights
 from attnrank.rerank.fused_training import fusion_examples, train_fused
-from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, heldout_scores
+from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, fit_unless_worse, heldout_scores
 
 
 def test_training_weights_the_informative_signals(make_examples):
@@ -106,6 +106,8 @@ def test_one_line_errors_for_the_llm_scores_and_feature_given_otherwise():
         fusion_examples(lambda q, d: np.zeros(len(d)), {"q1": "a"}, {"q1": []}, {})  # type: ignore[arg-type]
     with pytest.raises(InputError, match="llm_feature='bm25' is not one of"):
         heldout_scores([], llm_feature="bm25")
+    with pytest.raises(InputError, match="llm_feature='attention' is not 'likelihood' or None"):
+        fit_unless_worse([], "attention")  # fused weights are trained with a gate and base model: train_fused
 
 
 def test_fit_unless_worse_keeps_trained_weights_only_where_they_beat_equal_weights_held_out(make_examples):

@@ -158,7 +158,7 @@ def test_signals_preset_scores_by_the_weights_model_without_attention_and_never_
     res = rr.rank(RERANK_QUERY, docs, k=2)
     assert [d.id for d in res] == [docs[i].id for i in np.argsort(-expected, kind="stable")[:2]]
     assert all(set(d.stage_scores) == {"fused"} for d in res)
-    assert not calls and not rr.uses_attention and "signals='only'" in repr(rr)
+    assert not calls and not rr.uses_attention and f"weights={FUSED.base_weights}" in repr(rr)  # not equal ones
     with pytest.raises(InputError, match="no per-token attention evidence"):
         rr.rank(RERANK_QUERY, docs, return_evidence=True)
 
@@ -245,6 +245,15 @@ def test_signals_only_is_equal_weights_unless_a_user_registered_weights(llm, hom
     mine = AttentionReranker(llm, config="signals").fused
     assert mine is not None and mine.features == ["bm25", "dense", "rank"] and mine.weights == FUSED.base_weights
     assert AttentionReranker(llm, config="fused").fused.weights == FUSED.weights  # type: ignore[union-attr]
+    from attnrank.rerank.fused import SignalsWeights  # the preset's own weights come first
+
+    own = SignalsWeights(["bm25", "rank"], [0.2, 3.0], trained_on="my queries")
+    own.save(llm.model_id, llm.fingerprint)
+    rr = AttentionReranker(llm, config="signals")
+    assert rr.fused == own and "weights=[0.2, 3.0]" in repr(rr)
+    docs = rerank_docs()
+    want = own.score(rr.signals(RERANK_QUERY, [d.full_text for d in docs], ["bm25", "rank"]))
+    np.testing.assert_allclose(rr.score(RERANK_QUERY, docs), want, rtol=1e-6)
 
 
 def test_the_default_preset_scores_by_a_users_likelihood_weights_once_registered(llm, home):
