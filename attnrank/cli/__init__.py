@@ -57,7 +57,10 @@ SkipInvalid = typer.Option(
     False, "--skip-invalid", help="Skip the corpus's bad records (each reported) instead of failing."
 )
 Run = typer.Option(
-    None, "--run", help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus)."
+    None,
+    "--run",
+    help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus); to train for "
+    "search --rerank, give its hybrid run (attnrank search --mode hybrid -k DEPTH -o run.trec).",
 )
 Rel = typer.Option(None, "--rel", help="Minimum relevant label (default 1; 2 for dl19).")
 Verify = typer.Option(
