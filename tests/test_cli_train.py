@@ -198,6 +198,30 @@ def test_train_signals_fits_the_fast_presets_weights_without_the_model(home, sci
     assert r.exit_code == 0 and "leave preset signals its own registered weights" in r.output, r.output
 
 
+def test_train_takes_the_candidates_from_an_index_as_search_reranks_them(home, scifact_mini, tiny_dir, tmp_path):
+    """--index-dir: the index's own search gives the candidates and their documents, the same
+    report as a run of that search with the corpus; a run or corpus beside it is refused."""
+    from attnrank import load_corpus
+    from attnrank.eval import write_run
+    from attnrank.index.retriever import HybridRetriever
+
+    sf = scifact_mini
+    index = HybridRetriever().index(load_corpus(sf)[0], show_progress=False).save(tmp_path / "ix")
+    labelled = ["train", "--preset", "signals", "--queries", str(sf / "queries.jsonl")]
+    labelled += ["--qrels", str(sf / "qrels/train.tsv"), "--depth", "6", "--folds", "3", "--model", str(tiny_dir)]
+    r = runner.invoke(app, [*labelled, "--index-dir", str(index), "--no-save", "-q"])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    from attnrank import load_queries
+
+    run = tmp_path / "hits.trec"
+    write_run(HybridRetriever.load(index).search_batch(load_queries(sf / "queries.jsonl"), 6), run)
+    same = runner.invoke(app, [*labelled, "--run", str(run), "--corpus", str(sf / "corpus.jsonl"), "--no-save", "-q"])
+    assert same.exit_code == 0 and same.output.split("\n")[1:] == r.output.split("\n")[1:], same.output
+    bad = runner.invoke(app, [*labelled, "--index-dir", str(index), "--run", str(run)])
+    said = " ".join(re.sub("[│╭╮╰╯─]", " ", bad.output).split())  # the error box, unwrapped
+    assert bad.exit_code == 2 and "so --run would be ignored" in said, said
+
+
 def test_train_likelihood_refuses_attention_options_before_loading_a_model(home, dl19_mini, tiny_dir):
     for extra, named in ((["--heads", "all"], "--heads"), (["--no-gate"], "--gate/--no-gate")):
         r = runner.invoke(app, _args(dl19_mini, tiny_dir, *extra, preset="likelihood"))

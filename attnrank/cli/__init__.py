@@ -59,8 +59,8 @@ SkipInvalid = typer.Option(
 Run = typer.Option(
     None,
     "--run",
-    help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus); to train for "
-    "search --rerank, give its hybrid run (attnrank search --mode hybrid -k DEPTH -o run.trec).",
+    help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus; train also "
+    "takes --index/--index-dir, the hits that search --rerank reranks).",
 )
 Rel = typer.Option(None, "--rel", help="Minimum relevant label (default 1; 2 for dl19).")
 Verify = typer.Option(

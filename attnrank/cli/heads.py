@@ -60,9 +60,23 @@ def check_folds(n_queries: int, folds: int) -> None:
         )
 
 
-def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries: int, rel, skip_invalid: bool = False):
+def _qr_set(
+    dataset,
+    data,
+    queries,
+    qrels,
+    corpus,
+    run,
+    depth: int,
+    max_queries: int,
+    rel,
+    skip_invalid: bool = False,
+    index=None,
+):
     """(queries, candidate Documents per query, qrels, rel, description) for QR detection and
-    head-weight training (``max_queries`` 0: all labelled queries)."""
+    head-weight training (``max_queries`` 0: all labelled queries); ``index``: an index folder
+    whose search (its own mode and fusion, as ``search --rerank`` reranks) gives the candidates
+    and their documents, instead of a run or BM25 over a corpus."""
     import random
 
     from ..corpus import load_queries
@@ -73,6 +87,13 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
     if rel is not None and rel < 1:
         raise typer.BadParameter(f"--rel {rel} must be at least 1 (the lowest label counted relevant)")
     cands: dict = {}
+    if index is not None:
+        given = [o for o, v in (("--run", run), ("--corpus", corpus)) if v is not None]
+        if given:
+            raise typer.BadParameter(
+                f"the index gives the candidates and their documents, so {', '.join(given)} would be ignored; "
+                "drop them, or the index"
+            )
     if dataset is not None:
         mixed = [o for o, v in (("--queries", queries), ("--qrels", qrels), ("--corpus", corpus)) if v is not None]
         if mixed:
@@ -91,11 +112,13 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
         ds = load_dataset(dataset, data_root(data))
         docs, qs, qr, rel, cands = ds.docs, ds.queries, ds.qrels, rel or ds.rel, ds.candidates
     else:
-        if queries is None or qrels is None or corpus is None:
+        if queries is None or qrels is None or (corpus is None and index is None):
             raise typer.BadParameter(
-                "give --dataset scifact|dl19|hotpotqa|locomo (with --data DIR), or --queries, --qrels and --corpus"
+                "give --dataset scifact|dl19|hotpotqa|locomo (with --data DIR), or --queries, --qrels and --corpus "
+                "(or an index)"
             )
-        docs, qs, qr, rel = _read_corpus(corpus, skip_invalid), load_queries(queries), read_qrels(qrels), rel or 1
+        docs = [] if corpus is None else _read_corpus(corpus, skip_invalid)
+        qs, qr, rel = load_queries(queries), read_qrels(qrels), rel or 1
     if run is not None:
         cands = {q: [d for d, _ in trec_order(r)] for q, r in read_run(run).items()}
     qids = sorted(q for q in qs if any(v >= rel for v in qr.get(q, {}).values()))
@@ -104,15 +127,30 @@ def _qr_set(dataset, data, queries, qrels, corpus, run, depth: int, max_queries:
     by_id = {d.id: d for d in docs}
     if run is not None:
         _check_run_docs(cands, qids, by_id, run, depth)
-    if not cands:
+    if index is not None:
+        cands, by_id = _index_candidates(index, {q: qs[q] for q in qids}, depth)
+    elif not cands:
         from ..index.bm25 import BM25Index
 
         bm25 = BM25Index().index([d.full_text for d in docs])
         idx, _ = bm25.retrieve([qs[q] for q in qids], depth)
         cands = {q: [docs[i].id for i in row] for q, row in zip(qids, idx)}
     out = {q: [by_id[d] for d in cands.get(q, [])[:depth] if d in by_id] for q in qids}
-    desc = f"{dataset or Path(queries).name}: {len(qids)} queries with relevant labels >= {rel}, top-{depth} candidates"
+    source = f" of the index {Path(index).name}" if index is not None else ""
+    desc = (
+        f"{dataset or Path(queries).name}: {len(qids)} queries with relevant labels >= {rel}, "
+        f"top-{depth} candidates{source}"
+    )
     return {q: qs[q] for q in qids if out[q]}, out, qr, rel, desc
+
+
+def _index_candidates(index: Path, queries: dict, depth: int) -> tuple[dict, dict]:
+    """({qid: [doc id, ...]}, {doc id: Document}) of the index's top ``depth`` hits per query."""
+    from ..index.retriever import HybridRetriever
+
+    results = HybridRetriever.load(index).search_batch(queries, depth)
+    by_id = {d.id: d.document for res in results for d in res}
+    return {res.query_id: [d.id for d in res] for res in results}, by_id
 
 
 def _check_run_docs(cands: dict, qids: list, by_id: dict, run: Path, depth: int) -> None:

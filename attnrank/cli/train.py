@@ -15,7 +15,9 @@ held out, then register them for the model.
   own, reads their model without attention (``base_weights``, trained alongside).
 
 Candidates and labels come as for ``heads train``: BEIR/TREC qrels with queries and a corpus
-(candidates from a TREC run, else BM25 top-``--depth``), or a shared data set. Per query the LLM
+(candidates from a TREC run, else BM25 top-``--depth``), or a shared data set; or, here, an index
+(``--index``/``--index-dir``): its own search's top ``--depth`` hits, as ``search --rerank``
+reranks them. Per query the LLM
 score (likelihood or attention) and the candidates' BM25, dense cosine and first-stage rank are
 computed once (the LLM score only where the preset has one); the report is k-fold over queries (trained on the training folds, tested on the
 held-out fold), against each first-stage signal alone and the untrained equal weights, with
@@ -48,6 +50,7 @@ from . import (
     SkipInvalid,
     Verbose,
     _check_heads,
+    _index_path,
     _setup,
     app,
 )
@@ -80,6 +83,10 @@ def train(
     corpus: Optional[Path] = Corpus,
     skip_invalid: bool = SkipInvalid,
     run: Optional[Path] = Run,
+    index_name: Optional[str] = typer.Option(
+        None, "--index", help="Index name under ./indexes: its search's top --depth hits are the candidates."
+    ),
+    index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder instead of --index."),
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth)."),
     max_queries: int = typer.Option(0, "--max-queries", help="Labelled queries used (0: all)."),
     rel: Optional[int] = Rel,
@@ -114,8 +121,9 @@ def train(
     preset = _check_preset(preset, heads, gate)
     check_training(kind, MODELS, l2, folds, depth)
     _check_heads(heads, model=model)
+    index = None if index_name is None and index_dir is None else _index_path(index_name, index_dir)
     qs, cands, qr, rel, desc = _qr_set(
-        dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
+        dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid, index=index
     )
     check_folds(len(qs), folds)
     from ..rerank.fused_resolve import current_label, likelihood_weights, signals_only
