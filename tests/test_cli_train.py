@@ -226,6 +226,9 @@ def test_train_likelihood_refuses_attention_options_before_loading_a_model(home,
     for extra, named in ((["--heads", "all"], "--heads"), (["--no-gate"], "--gate/--no-gate")):
         r = runner.invoke(app, _args(dl19_mini, tiny_dir, *extra, preset="likelihood"))
         assert r.exit_code == 2 and f"{named} configure(s) attention" in r.output, r.output
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--max-doc-words", "150", preset="signals"))
+    said = " ".join(re.sub("[│╭╮╰╯─]", " ", r.output).split())  # the error box, unwrapped
+    assert r.exit_code == 2 and "which --preset signals does not run" in said, said
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, preset="qrhead"))
     assert r.exit_code == 2 and "--preset 'qrhead' is not one of likelihood, signals, fused" in r.output
     assert not home.exists()

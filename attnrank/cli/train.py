@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..registry import load_artifact
 from ..rerank.config import ATTENTION_PRESET, AUTO_OR_ALL, DEFAULT_PRESET, LIKELIHOOD_PRESET, SIGNALS_PRESET
 from ..rerank.fused import ATTENTION, LIKELIHOOD, SignalsWeights
@@ -105,7 +106,9 @@ def train(
     ),
     folds: int = Folds,
     seed: int = FoldSeed,
-    max_doc_words: int = typer.Option(300, "--max-doc-words", min=1, help="Words kept per passage in the prompt."),
+    max_doc_words: Optional[int] = typer.Option(
+        None, "--max-doc-words", min=1, help="Words kept per passage in the LLM's prompt (default 300)."
+    ),
     device: str = Device,
     dtype: str = Dtype,
     save: bool = Save,
@@ -118,7 +121,8 @@ def train(
 
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank train")  # before any model is loaded
-    preset = _check_preset(preset, heads, gate)
+    preset = _check_preset(preset, heads, gate, max_doc_words)
+    max_doc_words = max_doc_words or DEFAULT_MAX_DOC_WORDS
     check_training(kind, MODELS, l2, folds, depth)
     _check_heads(heads, model=model)
     index = None if index_name is None and index_dir is None else _index_path(index_name, index_dir)
@@ -149,13 +153,18 @@ def train(
         typer.echo(f"saved to {weights.save(*key)}")
 
 
-def _check_preset(preset: str, heads: str | None, gate: bool | None) -> str:
+def _check_preset(preset: str, heads: str | None, gate: bool | None, max_doc_words: int | None) -> str:
     """The preset (any case), refused unless train fits it, or with an attention option given for
-    a preset that computes no attention (likelihood, signals)."""
+    a preset that computes no attention (likelihood, signals), or a passage cut for the one that
+    runs no LLM (signals)."""
     chosen = preset.strip().lower()
     if chosen not in PRESETS:
         raise typer.BadParameter(f"--preset {preset!r} is not one of {', '.join(PRESETS)} (the presets train fits)")
     given = [o for o, v in (("--heads", heads), ("--gate/--no-gate", gate)) if v is not None]
+    if chosen == SIGNALS_PRESET and max_doc_words is not None:
+        raise typer.BadParameter(
+            f"--max-doc-words {max_doc_words} cuts the LLM's prompts, which --preset signals does not run; drop it"
+        )
     if chosen != ATTENTION_PRESET and given:
         raise typer.BadParameter(
             f"{', '.join(given)} configure(s) attention, which --preset {chosen} does not compute; "
