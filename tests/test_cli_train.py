@@ -138,6 +138,7 @@ def test_train_likelihood_registers_nothing_that_scored_below_the_equal_weights(
     assert r.exit_code == 0, r.output + repr(r.exception)
     trained, untrained = _likelihood_rows(r.output)
     assert trained < untrained and "Not registered" in r.output and "saved to" not in r.output
+    assert "Few labelled queries (3 < 80): the report is noisy." in r.output
     assert load_artifact(LikelihoodWeights.KIND, *model_fingerprint(str(tiny_dir))) is None
 
 

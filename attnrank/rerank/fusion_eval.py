@@ -30,7 +30,7 @@ from .fused import (
     SignalsWeights,
     equal_weights,
 )
-from .fused_training import train_fused
+from .fused_training import mean_ndcg, train_fused
 from .signals import SIGNALS
 
 Scores = dict[str, np.ndarray]  # qid -> scores over its candidates
@@ -127,6 +127,48 @@ def fit_unless_worse(
     weights = kind(**fitted.to_json())
     weights.metrics = recorded_metrics(rows, metrics, folds)
     return rows, weights
+
+
+def registration_curve(
+    examples: Sequence[FusionExample],
+    sizes: Sequence[int] = (10, 20, 40, 80, 160, 320),
+    *,
+    llm_feature: str | None = LIKELIHOOD,
+    seeds: int = 3,
+    folds: int = 5,
+) -> list[dict[str, Any]]:
+    """What :func:`fit_unless_worse` registers against how many labelled queries it is given: for
+    each size ``n`` (those that every outer training part holds), in each of ``folds`` outer folds
+    ``n`` of the training queries are drawn (seeded) and the rule decides on them alone; the
+    held-out fold is scored by its choice (the trained weights, else the preset's equal weights).
+    One row per size: nDCG@10 points against the equal weights (mean and worst over ``seeds``
+    fold shuffles) and how many of the outer folds kept the trained weights."""
+    untrained = equal_weights(UNTRAINED[llm_feature][list(UNTRAINED[llm_feature])[-1]])
+    base = mean_ndcg(examples, lambda e: untrained.score(e.signals))
+    rows = []
+    for n in sizes:
+        deltas, kept, decided = [], 0, 0
+        for seed in range(seeds):
+            splits = kfold_splits(list(examples), folds, seed=seed)
+            if min(len(sp.train) for sp in splits) < n:
+                break
+            scores: dict[str, np.ndarray] = {}
+            for sp in splits:
+                drawn = np.random.default_rng(seed).choice(len(sp.train), n, replace=False)
+                chosen = fit_unless_worse([sp.train[i] for i in sorted(drawn)], llm_feature, folds=folds)[1]
+                kept, decided = kept + (chosen is not None), decided + 1
+                scores.update({e.qid: (chosen or untrained).score(e.signals) for e in sp.test})
+            deltas.append(100 * (mean_ndcg(examples, lambda e, s=scores: s[e.qid]) - base))
+        if deltas:
+            rows.append(
+                {
+                    "labelled queries": n,
+                    "Δ vs equal weights": float(np.mean(deltas)),
+                    "worst shuffle Δ": float(np.min(deltas)),
+                    "folds kept trained": f"{kept}/{decided}",
+                }
+            )
+    return rows
 
 
 def recorded_metrics(rows: Sequence[dict[str, Any]], metrics: Sequence[str], folds: int) -> dict[str, Any]:

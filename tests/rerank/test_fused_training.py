@@ -132,3 +132,18 @@ def test_fit_unless_worse_keeps_trained_weights_only_where_they_beat_equal_weigh
     score = {r["method"]: r["nDCG@10"] for r in rows}
     assert "likelihood alone" not in score and score[NO_ATTENTION] > score[EQUAL]
     assert isinstance(weights, SignalsWeights) and weights.features == ["bm25", "dense", "rank"]
+
+
+def test_registration_curve_scores_the_rule_by_how_many_labelled_queries_it_got(make_examples):
+    """Per size, the held-out Δ of what the rule registers against the equal weights; sizes the
+    outer training folds cannot hold are left out; the same draws give the same rows."""
+    from attnrank.rerank.fusion_eval import registration_curve
+
+    ex = make_examples(40, "a", 0.5, 0)
+    for e in ex:
+        e.signals["likelihood"] = e.signals.pop("attention")
+    rows = registration_curve(ex, (10, 30, 40), seeds=2, folds=4)
+    assert [r["labelled queries"] for r in rows] == [10, 30]  # 40 > the 30 of each outer training part
+    assert all(r["worst shuffle Δ"] <= r["Δ vs equal weights"] for r in rows)
+    assert rows[-1]["Δ vs equal weights"] > 0 and rows[-1]["folds kept trained"] == "8/8"  # BM25 noise: trained wins
+    assert registration_curve(ex, (10, 30, 40), seeds=2, folds=4) == rows
