@@ -51,7 +51,7 @@ from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.llm.models import load_llm
 from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, FusionExample, equal_weights, feature_matrix
 from attnrank.rerank.fused_training import train_fused
-from attnrank.rerank.fusion_eval import compare, fit_unless_worse, registration_curve
+from attnrank.rerank.fusion_eval import compare, fit_unless_worse, own_untrained, registration_curve
 from attnrank.rerank.learned.features import standardise
 
 log = logging.getLogger("bench_likelihood")
@@ -132,7 +132,10 @@ def in_domain(test: list[FusionExample], k: int = 5) -> tuple[dict[str, dict[str
     equal weights, else the equal weights), so that choice is held out too (nested), and the same
     for the preset signals; and in how many of the ``k`` outer folds each kept its trained weights."""
     out: dict[str, dict[str, np.ndarray]] = {KFOLD: {}, KFOLD_QL: {}, TRAIN_RULE: {}, TRAIN_RULE_SIGNALS: {}}
-    rules = {TRAIN_RULE: (LIKELIHOOD, equal_weights(LIKELIHOOD_FEATURES)), TRAIN_RULE_SIGNALS: (None, equal_weights())}
+    rules = {
+        name: (f, equal_weights(own_untrained(f)[1]))
+        for name, f in ((TRAIN_RULE, LIKELIHOOD), (TRAIN_RULE_SIGNALS, None))
+    }
     kept = dict.fromkeys(rules, 0)
     for split in kfold_splits(test, k):
         for name, feats in ((KFOLD, ["bm25", "dense", "rank"]), (KFOLD_QL, ["bm25", "dense", "rank", LIKELIHOOD])):

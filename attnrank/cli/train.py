@@ -17,11 +17,10 @@ held out, then register them for the model.
 Candidates and labels come as for ``heads train``: BEIR/TREC qrels with queries and a corpus
 (candidates from a TREC run, else BM25 top-``--depth``), or a shared data set; or, here, an index
 (``--index``/``--index-dir``): its own search's top ``--depth`` hits, as ``search --rerank``
-reranks them. Per query the LLM
-score (likelihood or attention) and the candidates' BM25, dense cosine and first-stage rank are
-computed once (the LLM score only where the preset has one); the report is k-fold over queries (trained on the training folds, tested on the
-held-out fold), against each first-stage signal alone and the untrained equal weights, with
-per-query wins/losses and a sign test. The registered weights are then trained on all queries.
+reranks them. Per query the LLM score (likelihood or attention, where the preset has one) and the
+candidates' BM25, dense cosine and first-stage rank are computed once; the report is k-fold over
+queries (trained on the training folds, tested on the held-out fold), against each first-stage
+signal alone and the untrained equal weights, with per-query wins/losses and a sign test. The registered weights are then trained on all queries.
 """
 
 from __future__ import annotations
@@ -212,15 +211,6 @@ def _attention_alone(model: str | None, heads: str, max_doc_words: int, device: 
     )
 
 
-def _heldout_rows(examples, kind, l2, gate, folds, seed, llm_feature) -> list[dict[str, Any]]:
-    from ..eval.crossval import kfold_splits
-    from ..rerank.fusion_eval import compare, heldout_scores
-
-    splits = kfold_splits(examples, folds, seed=seed)
-    scores = heldout_scores(splits, llm_feature=llm_feature, model=kind, l2=l2, gate=gate)
-    return compare(examples, scores, METRICS)
-
-
 def _table(rows: list[dict[str, Any]], header: str) -> list[str]:
     from ..eval.report import md_table
 
@@ -238,7 +228,7 @@ def _table(rows: list[dict[str, Any]], header: str) -> list[str]:
 def _fit_unless_worse(examples, preset, kind, l2, folds, seed, desc, model_id, current) -> tuple[str, Any]:
     """(the held-out report text, the weights trained on all ``examples``, or None where they scored
     below the untrained equal weights held out: the preset keeps what it reads now, ``current``)."""
-    from ..rerank.fusion_eval import TRAINED, UNTRAINED, fit_unless_worse
+    from ..rerank.fusion_eval import TRAINED, fit_unless_worse, own_untrained
 
     feature = LIKELIHOOD if preset == LIKELIHOOD_PRESET else None
     rows, weights = fit_unless_worse(
@@ -247,7 +237,7 @@ def _fit_unless_worse(examples, preset, kind, l2, folds, seed, desc, model_id, c
     what = f"query likelihood of {model_id}" if feature else f"first-stage signals only (no LLM run; for {model_id})"
     header = f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; {what}"
     ndcg = {r["method"]: r["nDCG@10"] for r in rows}
-    trained, untrained = ndcg[TRAINED[feature][0]], ndcg[list(UNTRAINED[feature])[-1]]
+    trained, untrained = ndcg[TRAINED[feature][0]], ndcg[own_untrained(feature)[0]]
     if weights is None:
         last = (
             f"Not registered: held out, the trained weights ({trained:.4f}) score below the untrained equal weights "
@@ -273,9 +263,9 @@ def _fit_unless_worse(examples, preset, kind, l2, folds, seed, desc, model_id, c
 def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr, current: str) -> tuple[str, Any]:
     """(the held-out report text, the weights trained on all ``examples``)."""
     from ..rerank.fused_training import train_fused
-    from ..rerank.fusion_eval import recorded_metrics
+    from ..rerank.fusion_eval import kfold_rows, recorded_metrics
 
-    rows = _heldout_rows(examples, kind, l2, gate, folds, seed, ATTENTION)
+    rows = kfold_rows(examples, ATTENTION, folds=folds, seed=seed, model=kind, l2=l2, gate=gate, metrics=METRICS)
     heads = "all" if rr.heads is None else len(rr.heads)
     header = (
         f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; "

@@ -54,6 +54,29 @@ UNTRAINED: dict[str | None, dict[str, tuple[str, ...]]] = {  # the preset's own 
 }
 
 
+def own_untrained(llm_feature: str | None) -> tuple[str, tuple[str, ...]]:
+    """(report label, features) of the untrained equal weights of the preset fusing ``llm_feature``."""
+    return list(UNTRAINED[llm_feature].items())[-1]
+
+
+def kfold_rows(
+    examples: Sequence[FusionExample],
+    llm_feature: str | None,
+    *,
+    folds: int = 5,
+    seed: int = 0,
+    model: str = "pointwise",
+    l2: float = 1.0,
+    gate: bool = True,
+    metrics: Sequence[str] = ("nDCG@10",),
+) -> list[dict[str, Any]]:
+    """The held-out ``folds``-fold report over ``examples``: :func:`heldout_scores` on
+    :func:`~attnrank.eval.crossval.kfold_splits`, as :func:`compare` rows."""
+    splits = kfold_splits(list(examples), folds, seed=seed)
+    scores = heldout_scores(splits, llm_feature=llm_feature, model=model, l2=l2, gate=gate)
+    return compare(examples, scores, metrics)
+
+
 def heldout_scores(
     splits: Sequence[Split[FusionExample]],
     *,
@@ -114,13 +137,10 @@ def fit_unless_worse(
     does not guarantee it (nested in-domain, ``scripts/bench_likelihood.py``)."""
     if llm_feature not in (LIKELIHOOD, None):  # the presets whose untrained model is equal weights
         raise InputError(f"llm_feature={llm_feature!r} is not {LIKELIHOOD!r} or None (the preset signals)")
-    splits = kfold_splits(list(examples), folds, seed=seed)
-    scores = heldout_scores(splits, llm_feature=llm_feature, model=model, l2=l2, gate=False)
-    rows = compare(examples, scores, metrics)
+    rows = kfold_rows(examples, llm_feature, folds=folds, seed=seed, model=model, l2=l2, gate=False, metrics=metrics)
     score = {r["method"]: r[metrics[0]] for r in rows}
     trained_label, features = TRAINED[llm_feature]
-    untrained_label = list(UNTRAINED[llm_feature])[-1]
-    if score[trained_label] < score[untrained_label]:
+    if score[trained_label] < score[own_untrained(llm_feature)[0]]:
         return rows, None
     kind = SignalsWeights if llm_feature is None else LikelihoodWeights
     fitted = train_fused(examples, features, model=model, l2=l2, gate=False, trained_on=trained_on)
@@ -143,7 +163,7 @@ def registration_curve(
     held-out fold is scored by its choice (the trained weights, else the preset's equal weights).
     One row per size: nDCG@10 points against the equal weights (mean and worst over ``seeds``
     fold shuffles) and how many of the outer folds kept the trained weights."""
-    untrained = equal_weights(UNTRAINED[llm_feature][list(UNTRAINED[llm_feature])[-1]])
+    untrained = equal_weights(own_untrained(llm_feature)[1])
     base = mean_ndcg(examples, lambda e: untrained.score(e.signals))
     rows = []
     for n in sizes:
