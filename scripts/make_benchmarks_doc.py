@@ -1,11 +1,18 @@
 """Assemble docs/benchmarks.md from the benchmark outputs in docs/results/*.md.
 
 python scripts/make_benchmarks_doc.py
+
+The page: the opening paragraph, "At a glance" (computed from the JSON records,
+scripts/benchmarks_glance.py), notes by date, then every record of :data:`ORDER`. A record in
+docs/results that ORDER does not list is refused, so that no result drops out of the page.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+from benchmarks_glance import glance
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "results"
@@ -38,6 +45,7 @@ ORDER = [
     "rerank_kernels_xeon",
     "rerank_int8",
     "rerank_precision_avx512_bf16",
+    "index_build",
     "likelihood_int8_avx512_bf16",
     "heads",
     "reweight",
@@ -54,6 +62,7 @@ ORDER = [
     "regeneration",
 ]
 COMMANDS = {
+    "index_build": "python scripts/bench_index.py, twice (each run's options under its table)",
     "first_stage": "python scripts/bench_first_stage.py",
     "likelihood": "python scripts/bench_likelihood.py",
     "likelihood_avx512_bf16": (
@@ -146,6 +155,9 @@ table, not absolute times across tables. Datasets and splits: SciFact **train** 
 held out of the shared data), TREC DL19 passage (43 topics, NIST qrels, Pyserini BM25 top-100),
 HotpotQA distractor **dev** (400 questions), LoCoMo (10 conversations; a seeded sample of questions,
 evidence turns relevant).
+"""
+NOTES = """
+## Notes on the records, by date
 
 **Since the afternoon of 2026-12-04 the default preset is `likelihood`** ("Query likelihood (UPR)"
 below, `python scripts/bench_likelihood.py`): the candidates' BM25, dense cosine and the LLM's query
@@ -328,10 +340,14 @@ Regenerate this page with `python scripts/make_benchmarks_doc.py` after running 
 """
 
 
-def main() -> None:
-    parts = [INTRO]
+def assemble(results: Path = OUT) -> str:
+    """The whole page from ``results``; raises SystemExit naming any record ORDER does not list."""
+    unlisted = sorted({p.stem for p in results.glob("*.md")} - set(ORDER))
+    if unlisted:
+        raise SystemExit(f"docs/results has records ORDER does not list: {', '.join(unlisted)}; add them to ORDER")
+    parts = [INTRO, "\n", glance(results), NOTES]
     for name in ORDER:
-        f = OUT / f"{name}.md"
+        f = results / f"{name}.md"
         if not f.exists():
             parts.append(f"\n---\n\n## {name}\n\nNot run yet (`{COMMANDS[name]}`).\n")
             continue
@@ -341,8 +357,13 @@ def main() -> None:
         # a result that records its own command line (bench_heads) is not given a second one
         head = "" if any(l.startswith("Command: ") for l in lines) else f"Command: `{COMMANDS[name]}`\n\n"
         parts.append("\n---\n\n" + head + "\n".join(lines) + "\n")
-    (REPO / "docs" / "benchmarks.md").write_text("".join(parts), encoding="utf-8")
-    print(f"wrote {REPO / 'docs' / 'benchmarks.md'}")
+    return "".join(parts)
+
+
+def main() -> None:
+    page = REPO / "docs" / "benchmarks.md"
+    page.write_text(assemble(), encoding="utf-8")
+    sys.stdout.write(f"wrote {page}\n")
 
 
 if __name__ == "__main__":
