@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attnrank.benchmarks import dl19_sets, scifact, scifact_retriever, scifact_set
+from attnrank.benchmarks import dl19_sets, scifact_retriever, scifact_set
 from attnrank.config import set_torch_threads
-from attnrank.eval.datasets import data_root
+from attnrank.eval.datasets import data_root, scifact
 from attnrank.eval.metrics import evaluate
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.llm.models import load_llm

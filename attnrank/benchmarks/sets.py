@@ -1,0 +1,125 @@
+"""The benchmarks' candidate sets: ``(setting name, Dataset, {qid: [Document, ...] in first-stage order})``.
+
+- DL19: Pyserini's BM25 top-``k`` of each of the 43 topics (NIST qrels, rel ≥ 2);
+- SciFact train: a seeded query sample (:func:`attnrank.eval.datasets.sample_queries`), the hybrid
+  retriever's RRF top-``k`` over the whole corpus (index cached in ``index_dir``). RRF is pinned
+  here, not taken from the index default (convex since the published candidate sets were made), so
+  the published figures stay reproducible;
+- HotpotQA distractor: each question's own (up to) 10 paragraphs ordered by BM25 (statistics of
+  the pooled 400-question corpus); the 2 supporting paragraphs are relevant;
+- LoCoMo: each question's conversation turns ordered by BM25 over that conversation, top-``k``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..config import index_root
+from ..errors import AttnrankError
+from ..eval.datasets import Dataset, dl19, hotpotqa, locomo, sample_queries, scifact
+from ..index.bm25 import BM25Index
+from ..index.retriever import HybridRetriever
+from ..index.store import corpus_checksum
+from ..types import Document
+
+logger = logging.getLogger(__name__)
+
+CandidateSet = tuple[str, Dataset, dict[str, list[Document]]]
+
+
+def dl19_sets(root: Path, depths: Sequence[int], max_queries: int | None = None) -> list[CandidateSet]:
+    """DL19 BM25 top-``k`` for each ``k`` in ``depths`` (the first ``max_queries`` topics if set)."""
+    ds = dl19(root)
+    if max_queries:
+        ds = ds.subset(list(ds.queries)[:max_queries])
+    docs = {d.id: d for d in ds.docs}
+    return [
+        (f"DL19 BM25 top-{k}", ds, {q: [docs[i] for i in ds.candidates[q][:k]] for q in ds.queries}) for k in depths
+    ]
+
+
+def scifact_retriever(ds: Dataset, index_dir: Path | None = None):
+    """The hybrid retriever over ``ds.docs``, loaded from ``index_dir`` (default
+    ``<index root>/bench-scifact``) if it holds this corpus, else built and saved there; it fuses
+    with RRF (k = 60) whatever the index records, as the published candidate sets did."""
+
+    path = Path(index_dir) if index_dir is not None else index_root() / "bench-scifact"
+    try:
+        r = HybridRetriever.load(path)
+    except (AttnrankError, OSError) as e:  # none yet, or unreadable: rebuild below
+        logger.info("building the SciFact benchmark index (%s)", e)
+        r = None
+    if r is None or corpus_checksum(r.docs) != corpus_checksum(ds.docs):
+        r = HybridRetriever(fusion="rrf").index(ds.docs, show_progress=False)
+        r.save(path)
+    r.set_fusion("rrf")
+    return r
+
+
+def scifact_set(root: Path, n_queries: int, k: int = 20, index_dir: Path | None = None) -> CandidateSet:
+    """SciFact train: a seeded sample of ``n_queries`` labelled queries, hybrid RRF top-``k``."""
+    ds = scifact(root)
+    ds = ds.subset(sample_queries(ds.queries, n_queries))  # shuffled order: any prefix is a sample
+    res = scifact_retriever(ds, index_dir).search_batch(ds.queries, k, mode="hybrid")
+    return (
+        f"SciFact train hybrid top-{k} ({len(ds.queries)} queries)",
+        ds,
+        {q: x.documents() for q, x in zip(ds.queries, res)},
+    )
+
+
+def scifact_bm25_set(root: Path, n_queries: int, k: int = 20) -> CandidateSet:
+    """SciFact train: a seeded sample of ``n_queries`` labelled queries, BM25 top-``k`` over the
+    whole corpus (no dense index needed)."""
+
+    ds = scifact(root)
+    ds = ds.subset(sample_queries(ds.queries, n_queries))
+    bm25 = BM25Index().index([d.full_text for d in ds.docs])
+    cands = {
+        q: [ds.docs[i] for i in np.argsort(-bm25.get_scores(ds.queries[q]), kind="stable")[:k]] for q in ds.queries
+    }
+    return (f"SciFact train BM25 top-{k} ({len(ds.queries)} queries)", ds, cands)
+
+
+def _bm25_ordered(ds: Dataset, qids: Sequence[str], k: int | None = None) -> dict[str, list[Document]]:
+    """Each query's candidates (deduplicated) by BM25 over the pooled ``ds.docs``, top ``k``."""
+
+    bm25 = BM25Index().index([d.full_text for d in ds.docs])
+    pos = {d.id: i for i, d in enumerate(ds.docs)}
+    out = {}
+    for q in qids:
+        scores = bm25.get_scores(ds.queries[q])
+        ids = sorted(dict.fromkeys(ds.candidates[q]), key=lambda d: -scores[pos[d]])
+        out[q] = [ds.docs[pos[d]] for d in ids[:k]]
+    return out
+
+
+def hotpot_set(root: Path, n_queries: int | None = None) -> CandidateSet:
+    """HotpotQA distractor: the first ``n_queries`` questions, their paragraphs in BM25 order."""
+    ds = hotpotqa(root)
+    ds = ds.subset(list(ds.queries)[:n_queries] if n_queries else list(ds.queries))
+    return (f"HotpotQA distractor BM25-ordered ({len(ds.queries)} questions)", ds, _bm25_ordered(ds, list(ds.queries)))
+
+
+def locomo_set(root: Path, n_queries: int | None = None, k: int = 20) -> CandidateSet:
+    """LoCoMo: a seeded sample of ``n_queries`` questions; per question its conversation's turns
+    ordered by BM25 (statistics of that conversation's turns), top ``k``."""
+
+    ds = locomo(root)
+    ds = ds.subset(sample_queries(ds.queries, n_queries))
+    docs = {d.id: d for d in ds.docs}
+    cands: dict[str, list[Document]] = {}
+    by_conv: dict[str, list[str]] = {}
+    for q in ds.queries:
+        by_conv.setdefault(q.split(":")[0], []).append(q)
+    for qids in by_conv.values():
+        turns = [docs[i] for i in ds.candidates[qids[0]]]
+        bm25 = BM25Index().index([d.full_text for d in turns])
+        for q in qids:
+            order = np.argsort(-bm25.get_scores(ds.queries[q]), kind="stable")[:k]
+            cands[q] = [turns[i] for i in order]
+    return (f"LoCoMo turns BM25 top-{k} ({len(ds.queries)} queries)", ds, cands)
