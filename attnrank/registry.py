@@ -190,22 +190,50 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
         tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
 
 
+_USER_KEYS = {"format", "model_id", "fingerprint", "sets", "artifacts"}  # what a user file attnrank wrote holds
+
+
 def _load_user_doc(path: Path, model_id: str, fingerprint: str) -> dict[str, Any]:
-    held = path.exists() and (not path.is_file() or path.stat().st_size > 0)  # an empty file holds nothing
-    docs = _read_docs(path) if held else []
-    if held and not docs:  # rewriting it would lose whatever it holds
+    """The user registry document at ``path`` for this model (a new one if there is none), to be
+    rewritten with one more set or artifact. Refused (InputError) unless the file is one that
+    attnrank wrote for this model and weights: rewriting anything else would lose or re-key it."""
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):  # an empty file holds nothing
+        return {"format": FORMAT, "model_id": model_id, "fingerprint": fingerprint, "sets": [], "artifacts": {}}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        doc, why = None, f"is not readable JSON ({e})"
+    else:
+        why = _foreign(doc, model_id, fingerprint)
+    if why:
         raise InputError(
-            f"the head registry file {path} is not a readable {FORMAT} document, so saving to it "
-            "would lose what it holds; move it away (or delete it) and save again"
+            f"the head registry file {path} {why}, so saving to it would lose or re-key what it holds; "
+            "move it away (or delete it) and save again"
         )
-    doc = docs[0] if docs else {}
-    return {
-        "format": FORMAT,
-        "model_id": model_id,
-        "fingerprint": fingerprint,
-        "sets": doc.get("sets", []),
-        "artifacts": doc.get("artifacts", {}),
-    }
+    return doc
+
+
+def _foreign(doc: Any, model_id: str, fingerprint: str) -> str:
+    """Why ``doc`` is not a user registry document attnrank wrote for this model ("" if it is)."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        return f"is not one {FORMAT} document"
+    extra = sorted(set(doc) - _USER_KEYS)
+    if extra:
+        return f"holds keys attnrank does not write ({', '.join(map(str, extra))})"
+    if not _well_formed(doc):
+        return "is malformed (model_id, fingerprint, sets or artifacts of the wrong type)"
+    if (doc["model_id"], doc["fingerprint"]) != (model_id, fingerprint):
+        return f"belongs to {doc['model_id']!r} with fingerprint {doc['fingerprint'][:12]}…, not to {model_id!r}"
+    doc.setdefault("sets", [])
+    doc.setdefault("artifacts", {})
+    return ""
+
+
+def check_saveable(model_id: str, fingerprint: str, *, root: Path | None = None) -> None:
+    """Raise InputError now if saving a head set or artifact for this model would be refused
+    (an unreadable or foreign user registry file): a command that trains first checks this before
+    it spends the time."""
+    _load_user_doc(_user_file(model_id, fingerprint, root), model_id, fingerprint)
 
 
 def save_head_set(

@@ -233,3 +233,57 @@ def test_train_likelihood_refuses_attention_options_before_loading_a_model(home,
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, preset="qrhead"))
     assert r.exit_code == 2 and "--preset 'qrhead' is not one of likelihood, signals, fused" in r.output
     assert not home.exists()
+
+
+def test_train_refuses_candidates_that_cannot_tell_weights_apart(home, dl19_mini, tiny_dir, tmp_path):
+    """A run that never retrieves a relevant document scores every method 0 in every fold: the tie
+    would register whatever was fitted. Refused before any model is loaded, naming the fix."""
+    from attnrank.eval import read_qrels
+
+    qrels = read_qrels(dl19_mini / "qrels.txt")
+    lines = (dl19_mini / "run.bm25.trec").read_text().splitlines()
+    kept = [line for line in lines if qrels.get(line.split()[0], {}).get(line.split()[2], 0) < 2]
+    run = tmp_path / "no-relevant.trec"
+    run.write_text("\n".join(kept) + "\n")
+    args = _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", preset="signals")
+    args[args.index("--run") + 1] = str(run)
+    r = runner.invoke(app, args)
+    out = " ".join(re.sub("[│╭╮╰╯─]", " ", r.output).split())
+    assert r.exit_code != 0, out
+    assert "0 of 3 labelled queries have both a relevant and a non-relevant document among their top-6" in out
+    assert "raise --depth" in out and not home.exists()
+
+
+def test_train_refuses_an_unreadable_registry_file_before_the_scoring(home, dl19_mini, tiny_dir):
+    """Saving would refuse the file after the whole scoring; train checks it first (--no-save runs)."""
+    from attnrank import registry
+    from attnrank.llm.fingerprint import model_fingerprint
+
+    path = registry._user_file(*model_fingerprint(str(tiny_dir)), None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{not json")
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", preset="signals"))
+    out = " ".join(re.sub("[│╭╮╰╯─]", " ", r.output).split())
+    assert r.exit_code != 0 and "move it away" in out and "--no-save" in out, out
+    assert "held-out" not in out and path.read_text() == "{not json"
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", "--no-save", preset="signals"))
+    assert r.exit_code == 0 and "held-out 3-fold" in r.output, r.output
+
+
+def test_train_fused_replaces_registered_weights_that_do_not_load(home, dl19_mini, tiny_dir):
+    """Their error says to retrain with --preset fused, so that command must get past them."""
+    import json
+
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.rerank.fused import FusedWeights
+
+    key = model_fingerprint(str(tiny_dir))
+    path = FusedWeights(["attention", "dense"], [1.0, 1.0], heads=["0-1"], capture="block:shared").save(*key)
+    doc = json.loads(path.read_text())
+    doc["artifacts"][FusedWeights.KIND]["payload"]["features"] = ["attention", "colbert"]
+    path.write_text(json.dumps(doc))
+    args = [a for a in _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2") if a not in ("--heads", "all")]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "The fused weights registered for the model do not load" in r.output
+    assert FusedWeights.load(*key).features == ["attention", "bm25", "dense", "rank"]

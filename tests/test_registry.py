@@ -312,6 +312,41 @@ def test_save_does_not_overwrite_an_unreadable_registry_file(roots, content):
     assert path.read_bytes() == content
 
 
+def _doc(model_id="org/m", fingerprint=FP, **extra):
+    return {"format": registry.FORMAT, "model_id": model_id, "fingerprint": fingerprint, "sets": [], **extra}
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ({"models": [_doc(), _doc("org/other")]}, "one attnrank-heads"),  # a shipped-style file of two models
+        (_doc(note="mine"), r"keys attnrank does not write \(note\)"),
+        (_doc("org/other", "b" * 64), "belongs to 'org/other'"),
+        (_doc(fingerprint=FP[:12] + "c" * 52), "belongs to 'org/m' with fingerprint"),  # same file name, other weights
+    ],
+)
+def test_save_refuses_a_registry_file_attnrank_did_not_write_for_this_model(roots, content, why):
+    """Saving rewrites the whole file: one holding other documents, keys or another model's weights
+    would lose them, or re-key them to this model."""
+    path = _user_doc(roots, json.dumps(content))
+    before = path.read_bytes()
+    for save in (lambda: save_head_set("org/m", FP, "copy", ["0-1"]), lambda: save_artifact("w", "org/m", FP, {})):
+        with pytest.raises(InputError, match=why):
+            save()
+        with pytest.raises(InputError, match="move it away"):
+            registry.check_saveable("org/m", FP)
+    assert path.read_bytes() == before
+
+
+def test_saving_keeps_what_attnrank_wrote_before(roots):
+    save_head_set("org/m", FP, "copy", ["0-1"])
+    save_artifact("w", "org/m", FP, {"v": 1})
+    registry.check_saveable("org/m", FP)
+    save_artifact("v", "org/m", FP, {"v": 2})
+    assert load_artifact("w", "org/m", FP) == {"v": 1} and load_artifact("v", "org/m", FP) == {"v": 2}
+    assert [s.pairs for s in load_head_sets("org/m", FP)][0] == [(0, 1)]
+
+
 def test_an_empty_registry_file_is_saved_over(roots):
     """A 0-byte file holds nothing to lose (what a crash mid-write could leave)."""
     path = _user_doc(roots, b"")

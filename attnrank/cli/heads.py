@@ -60,6 +60,48 @@ def check_folds(n_queries: int, folds: int) -> None:
         )
 
 
+def check_labelled(queries: dict, cands: dict, qrels: dict, rel: int, folds: int, seed: int, depth: int) -> None:
+    """Before any model is loaded: enough labelled queries for ``folds`` folds, and in every
+    training part (the folds :func:`~attnrank.eval.crossval.kfold_splits` makes of ``queries`` in
+    this order, as the reports do) at least one query whose candidates hold both a relevant
+    (label >= ``rel``) and a non-relevant document. A query without both cannot tell any weights
+    apart: trained on none, the report ties every method at the same score and would register
+    whatever was fitted."""
+    from ..eval.crossval import kfold_splits
+
+    check_folds(len(queries), folds)
+
+    def informative(q: str) -> bool:
+        labels = [qrels.get(q, {}).get(d.id, 0) >= rel for d in cands[q]]
+        return any(labels) and not all(labels)
+
+    useful = {q for q in queries if informative(q)}
+    starved = [s.name for s in kfold_splits(list(queries), folds, seed=seed) if not useful & set(s.train)]
+    if starved:
+        raise typer.BadParameter(
+            f"{len(useful)} of {len(queries)} labelled queries have both a relevant and a non-relevant document "
+            f"among their top-{depth} candidates, and the training part of fold(s) {', '.join(starved)} of "
+            f"--folds {folds} has none, so nothing can be learned there; raise --depth, give a run that retrieves "
+            "the judged documents, or more labelled queries"
+        )
+
+
+def check_saveable(model: str | None, save: bool) -> None:
+    """Before the long part of a train command: the user registry can take what it will save for
+    ``model`` (not an unreadable or foreign file there, :func:`attnrank.registry.check_saveable`)."""
+    if not save:
+        return
+    from ..errors import InputError
+    from ..llm.models import unloaded_model
+    from ..registry import check_saveable as registry_check
+
+    key = unloaded_model(model)  # a model that cannot load fails here, as loading it would
+    try:
+        registry_check(*key)
+    except InputError as e:
+        raise typer.BadParameter(f"{e} (or train with --no-save)") from None
+
+
 def _qr_set(
     dataset,
     data,
@@ -137,11 +179,12 @@ def _qr_set(
         cands = {q: [docs[i].id for i in row] for q, row in zip(qids, idx)}
     out = {q: [by_id[d] for d in cands.get(q, [])[:depth] if d in by_id] for q in qids}
     source = f" of the index {Path(index).name}" if index is not None else ""
+    kept = {q: qs[q] for q in qids if out[q]}  # a query without candidates is not trained or reported on
     desc = (
-        f"{dataset or Path(queries).name}: {len(qids)} queries with relevant labels >= {rel}, "
+        f"{dataset or Path(queries).name}: {len(kept)} queries with relevant labels >= {rel}, "
         f"top-{depth} candidates{source}"
     )
-    return {q: qs[q] for q in qids if out[q]}, out, qr, rel, desc
+    return kept, out, qr, rel, desc
 
 
 def _index_candidates(index: Path, queries: dict, depth: int) -> tuple[dict, dict]:

@@ -33,7 +33,7 @@ from . import (
     Verbose,
     _setup,
 )
-from .heads import _qr_set, check_folds, check_training, heads_app
+from .heads import _qr_set, check_labelled, check_saveable, check_training, heads_app
 from .options import Dtype
 
 METRICS = ("nDCG@10", "RR@10")
@@ -112,7 +112,8 @@ def heads_train(
     qs, cands, qr, rel, desc = _qr_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
     )
-    check_folds(len(qs), folds)
+    check_labelled(qs, cands, qr, rel, folds, seed, depth)
+    check_saveable(model, save)
     feats, llm = _capture(model, device, dtype, qs, cands, qr, rel, progress)
     report, weights = _train(feats, qr, rel, top, kind, l2, first_stage, folds, seed, desc)
     typer.echo(report)

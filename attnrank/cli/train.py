@@ -30,6 +30,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..errors import InputError
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..registry import load_artifact
 from ..rerank.config import ATTENTION_PRESET, AUTO_OR_ALL, DEFAULT_PRESET, LIKELIHOOD_PRESET, SIGNALS_PRESET
@@ -54,7 +55,7 @@ from . import (
     _setup,
     app,
 )
-from .heads import _qr_set, check_folds, check_training
+from .heads import _qr_set, check_labelled, check_saveable, check_training
 from .options import Dtype
 
 METRICS = ("nDCG@10", "RR@10")
@@ -129,7 +130,8 @@ def train(
     qs, cands, qr, rel, desc = _qr_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid, index=index
     )
-    check_folds(len(qs), folds)
+    check_labelled(qs, cands, qr, rel, folds, seed, depth)
+    check_saveable(model, save)
     from ..rerank.fused_resolve import current_label, likelihood_weights, signals_only
 
     if preset == ATTENTION_PRESET:
@@ -205,7 +207,10 @@ def _attention_alone(model: str | None, heads: str, max_doc_words: int, device: 
 
     chosen: Any = heads
     if heads.strip().lower() == AUTO_OR_ALL:
-        chosen = fitted_heads(*unloaded_model(model)) or heads
+        try:
+            chosen = fitted_heads(*unloaded_model(model)) or heads
+        except InputError as e:  # registered weights that no longer load: training replaces them
+            typer.echo(f"The fused weights registered for the model do not load ({e}); reading {heads} instead.")
     return AttentionReranker(
         model, chosen, config="fused", signals=None, max_doc_words=max_doc_words, device=device, dtype=dtype
     )
