@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -305,9 +306,11 @@ class BlockMemo(Generic[E]):
     query (its passages' states cached) then skips tokenizing them too. Keyed by
     :func:`memo_key`, for one tokenizer (another one empties it: :meth:`bind`). Entries are
     block attention's :class:`EncodedBlock` (about 12 bytes per token, plus about 100 per entry),
-    or whatever else has ``nbytes`` (the query likelihood's prompt ids)."""
+    or whatever else has ``nbytes`` (the query likelihood's prompt ids). Safe to share between
+    threads (a reranker's ``rank`` runs in a server's or a framework's threads)."""
 
     def __init__(self, max_bytes: int = 64 << 20):
+        self._lock = threading.Lock()
         self.max_bytes = max_bytes
         self.nbytes = 0
         self._entries: OrderedDict[tuple, E] = OrderedDict()
@@ -315,26 +318,29 @@ class BlockMemo(Generic[E]):
 
     def bind(self, tokenizer: object) -> None:
         """Serve ``tokenizer``: entries are its ids, so another tokenizer starts the memo afresh."""
-        if self._tokenizer is not tokenizer:
-            self._entries.clear()
-            self.nbytes = 0
-            self._tokenizer = tokenizer
+        with self._lock:
+            if self._tokenizer is not tokenizer:
+                self._entries.clear()
+                self.nbytes = 0
+                self._tokenizer = tokenizer
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(self, key: tuple) -> E | None:
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-        return entry
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
 
     def put(self, key: tuple, entry: E) -> None:
         if entry.nbytes > self.max_bytes:
             return
-        old = self._entries.pop(key, None)
-        self.nbytes += entry.nbytes - (0 if old is None else old.nbytes)
-        self._entries[key] = entry
-        while self.nbytes > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self.nbytes -= evicted.nbytes
+        with self._lock:
+            old = self._entries.pop(key, None)
+            self.nbytes += entry.nbytes - (0 if old is None else old.nbytes)
+            self._entries[key] = entry
+            while self.nbytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self.nbytes -= evicted.nbytes

@@ -338,6 +338,39 @@ def test_memo_keeps_to_its_byte_budget():
     assert memo.get(keys[0]) is None and memo.get(keys[2]) is not None  # the least recently used went first
 
 
+def test_memo_shared_by_threads_keeps_its_entries_and_count():
+    """Rerankers' rank() runs in server and framework threads: a get racing a put's eviction raised
+    KeyError, and a drifted count left the memo raising on every later put."""
+    import sys
+    import threading
+    from types import SimpleNamespace
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show within the test
+    try:
+        memo = BlockMemo(max_bytes=320)
+        errors: list[BaseException] = []
+
+        def work(seed: int) -> None:
+            try:
+                for i in range(20000):
+                    key = ((i * 7 + seed) % 13,)
+                    if memo.get(key) is None:
+                        memo.put(key, SimpleNamespace(nbytes=40 + key[0]))
+            except BaseException as e:  # any error of a thread fails the test
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:1]
+    assert memo.nbytes == sum(e.nbytes for e in memo._entries.values()) <= memo.max_bytes
+
+
 def test_a_passage_cut_twice_reports_both_cuts_with_or_without_the_memo():
     """A text cut to max_doc_words and then to max_doc_tokens has two cuts: the block prompt
     reports both, as the full prompt does, whether tokenized now or read from the memo."""
