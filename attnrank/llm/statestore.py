@@ -46,13 +46,39 @@ def _hash_ids(ids: Sequence[int]) -> str:
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
 
 
+# The config fields the stored keys and values depend on beyond the weights (a local model's
+# fingerprint hashes its weight files only: an edited config.json, e.g. its RoPE settings, keeps it).
+_CONFIG_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "partial_rotary_factor",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "layer_norm_eps",
+)
+
+
+def config_digest(config: Any) -> str:
+    """A hash of the decoder config's fields that shape its keys and values (:data:`_CONFIG_FIELDS`)."""
+    fields = {k: getattr(config, k, None) for k in _CONFIG_FIELDS}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def store_settings(
     capturer: AttentionCapturer, tokenizer: Any, fingerprint: str, max_doc_words: int | None, max_doc_tokens: int | None
 ) -> dict[str, Any]:
-    """What a store must match to serve a reranker (compared field by field on load)."""
+    """What a store must match to serve a reranker (compared field by field on load; a store
+    written before ``config_sha256`` was recorded is not checked for it)."""
     cfg = capturer.decoder.config
     return {
         "fingerprint": fingerprint,
+        "config_sha256": config_digest(cfg),
         "model_dtype": str(next(capturer.model.parameters()).dtype),
         "deepest_layer": capturer.deepest_layer,
         "kv_heads": int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
@@ -152,6 +178,8 @@ class PassageStateStore:
 
     def __init__(self, folder: Path, header: dict[str, Any], head_dim: int | None = None):
         self.folder = folder
+        self.dtype = torch.float32  # of the states get returns: the model's, once opened for one
+        self.served = 0  # passages whose states get returned
         self.header = header
         passages = _passages(folder, header)
         int8 = header.get("storage") == "int8"
@@ -234,6 +262,8 @@ class PassageStateStore:
         ):
             raise InputError(f"{folder}/states.json is not an attnrank passage-state store (version 1)")
         want = store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens)
+        if "config_sha256" not in header:  # written before the config was recorded
+            del want["config_sha256"]
         diff = [f"{k}: store {header.get(k)!r}, reranker {v!r}" for k, v in want.items() if header.get(k) != v]
         if diff:
             raise InputError(
@@ -243,7 +273,9 @@ class PassageStateStore:
             )
         cfg = capturer.decoder.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return cls(folder, header, int(head_dim))
+        store = cls(folder, header, int(head_dim))
+        store.dtype = next(capturer.model.parameters()).dtype  # (half the cache memory for a bfloat16 model)
+        return store
 
     def get(self, doc_id: str, key: str) -> BlockState | None:
         """The stored states of passage ``doc_id`` if its current ``key`` matches the stored one."""
@@ -254,16 +286,17 @@ class PassageStateStore:
                 logger.warning("passage %r changed since its states were stored; encoding it afresh", doc_id)
             return None
         a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+        self.served += 1
         return BlockState(
             self._tensor(self.keys, self.key_scales, a, b), self._tensor(self.values, self.value_scales, a, b)
         )
 
-    @staticmethod
-    def _tensor(data: np.ndarray, scales: np.ndarray | None, a: int, b: int) -> torch.Tensor:
+    def _tensor(self, data: np.ndarray, scales: np.ndarray | None, a: int, b: int) -> torch.Tensor:
         x = np.asarray(data[a:b], dtype=np.float32)
         if scales is not None:
             x = x * np.asarray(scales[a:b], dtype=np.float32)[..., None]
-        return torch.from_numpy(np.ascontiguousarray(x.transpose(1, 2, 0, 3)))  # [layers, kv, tokens, head_dim]
+        x = np.ascontiguousarray(x.transpose(1, 2, 0, 3))  # [layers, kv, tokens, head_dim]
+        return torch.from_numpy(x).to(self.dtype)
 
     @property
     def nbytes(self) -> int:

@@ -64,10 +64,12 @@ def test_padding_is_never_read_even_where_the_kept_memory_held_nan():
     fresh = capture_block_windows(capturer, prompts, prefix, fingerprint="t", positions="rotated")
     buffer = ContextBuffer()
     like = prefix.cache.layers[0].keys
-    with buffer.take((1 << 16,), like) as (keys, values):
+    with buffer.take((1 << 20,), like) as (keys, values):  # more than the windows need: it is reused
         keys.fill_(float("nan"))
         values.fill_(float("nan"))
+    poisoned = buffer._memory[0].data_ptr()
     kept = capture_block_windows(capturer, prompts, prefix, fingerprint="t", positions="rotated", buffer=buffer)
+    assert buffer._memory[0].data_ptr() == poisoned  # the NaN memory was what the windows were assembled in
     for a, b in zip(kept, fresh):
         assert np.isfinite(a.real).all() and np.array_equal(a.real, b.real) and np.array_equal(a.null, b.null)
 

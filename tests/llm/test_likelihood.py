@@ -103,6 +103,25 @@ def test_reused_context_states_give_the_scores_computed_in_full(family):
     np.testing.assert_allclose(warm[:1], _scores(llm, contexts[2:], other), rtol=0, atol=1e-5)
 
 
+def test_padding_before_shorter_reused_contexts_is_never_read_even_where_the_memory_held_nan(llm):
+    """The kept memory is uninitialised between calls: padding in front of a shorter context left
+    as found (here NaN) would reach its rows through the softmax."""
+    tok = llm.tokenizer
+    contexts = [tok(c, add_special_tokens=False)["input_ids"] for c in CONTEXTS]  # three lengths
+    cont = tok(QUERY, add_special_tokens=False)["input_ids"]
+    states, buffer = StateCache(1 << 30), ContextBuffer()
+    fresh = _scores(llm, contexts, cont, states=states)
+    like = next(iter(states._items.values())).keys
+    with buffer.take((1 << 20,), like) as (keys, values):  # more than the call needs: it is reused
+        keys.fill_(float("nan"))
+        values.fill_(float("nan"))
+    poisoned = buffer._memory[0].data_ptr()
+    warm = _scores(llm, contexts, cont, states=states, buffer=buffer)
+    assert states.hits == 3 and buffer._memory[0].data_ptr() == poisoned
+    assert np.isfinite(warm).all()
+    np.testing.assert_allclose(warm, fresh, rtol=0, atol=1e-5)
+
+
 def test_context_states_are_keyed_by_the_weights_and_the_tokens(llm):
     """Another model's weights (fingerprint, precision) or another context never reuse a state."""
     states = StateCache(1 << 30)

@@ -51,7 +51,7 @@ def test_stored_states_give_the_recomputed_rows(tmp_path, llm, capturer, storage
     stored = capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint, store=store)
     # the stored states were used (not recomputed): a store's values are rounded, so rows
     # differ by rounding only, and not at all where the rounding is exact
-    assert store.stale == 0
+    assert store.stale == 0 and store.served == len(DOCS)
     rel = abs(stored.rows - fresh.rows).max() / abs(fresh.rows).max()
     assert rel < tol
     header = json.loads((folder / "states.json").read_text())
@@ -110,6 +110,36 @@ def test_foreign_store_is_refused(tmp_path, llm, capturer, change, fragment):
         PassageStateStore.open(
             folder, other, llm.tokenizer, fp, max_doc_words=change.get("max_doc_words"), max_doc_tokens=None
         )
+
+
+def test_a_store_built_before_the_models_config_changed_is_refused(tmp_path, llm, capturer, monkeypatch):
+    """A local model's fingerprint hashes its weight files only: an edited config.json (here its
+    RoPE base) keeps it, while the stored keys were rotated under the old one."""
+    folder = build(tmp_path, llm, capturer, "float16")
+    config = capturer.decoder.config
+    with monkeypatch.context() as m:
+        m.setattr(config, "rope_parameters", {**config.rope_parameters, "rope_theta": 500000.0})
+        with pytest.raises(InputError, match="config_sha256"):
+            open_store(folder, llm, capturer)
+    header = json.loads((folder / "states.json").read_text())
+    del header["config_sha256"]  # a store written before the config was recorded opens as before
+    (folder / "states.json").write_text(json.dumps(header))
+    assert open_store(folder, llm, capturer).get("paris", "nope") is None
+
+
+def test_a_bfloat16_models_stored_states_come_in_bfloat16(tmp_path):
+    """Kept in the state cache as they come: float32 copies of a bfloat16 model's states took twice the room."""
+    import torch
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+
+    model = tiny_model("llama", layers=4, heads=4, kv_heads=2, max_positions=2048).to(torch.bfloat16)
+    llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-bf16", fingerprint="b" * 64)
+    capturer = AttentionCapturer(model, HEADS)
+    store = open_store(build(tmp_path, llm, capturer, "int8"), llm, capturer)
+    state = store.get("paris", store.header["passages"][0][1])
+    assert state.keys.dtype == state.values.dtype == torch.bfloat16
 
 
 def test_missing_store_names_the_fix(tmp_path, llm, capturer):
