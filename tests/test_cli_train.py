@@ -52,8 +52,13 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     assert "saved to" in r.output and str(home) in r.output
     equal = re.search(r"^\| equal weights, no attention \(untrained\) \| ([0-9.]+) \|", r.output, re.M)
     assert equal is not None  # the default the registered weights replace, scored on the same folds
-    assert f"current equal weights (equal weights: held out {float(equal.group(1)):.4f})" in r.output
-    assert f"without attention ({float(rows['fused without attention']):.4f})" in r.output
+    base, held = float(rows["fused without attention"]), float(equal.group(1))
+    if base < held:  # preset signals keeps the rule of --preset signals: never below equal weights
+        assert f"make preset signals use equal weights (held out {held:.4f}; " in r.output
+        assert f"without attention scored {base:.4f}, below them" in r.output
+    else:
+        assert f"current equal weights (equal weights: held out {held:.4f})" in r.output
+        assert f"without attention ({base:.4f})" in r.output
     w = FusedWeights.load(*model_fingerprint(str(tiny_dir)))
     assert w.features == ["attention", "bm25", "dense", "rank"] and len(w.weights) == 4
     assert w.heads == "all" and w.capture == "block:shared"  # the attention preset fused reads, as it captures it
@@ -63,7 +68,14 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     rr = AttentionReranker(str(tiny_dir), None, signals="auto")  # the registered weights are what it uses
     assert rr.fused is not None and rr.fused.weights == pytest.approx(w.weights)
     again = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", "--no-save"))
-    assert again.exit_code == 0 and "current registered weights (trained on" in again.output  # not "equal" now
+    assert again.exit_code == 0, again.output
+    if base < held:
+        from attnrank.rerank.fused import UNTRAINED
+        from attnrank.rerank.fused_resolve import signals_only
+
+        assert signals_only(*model_fingerprint(str(tiny_dir))).trained_on == UNTRAINED
+    else:
+        assert "current registered weights (trained on" in again.output  # not "equal" now
 
 
 def test_train_reads_the_heads_the_registered_weights_were_fitted_to(home, dl19_mini, tiny_dir):

@@ -134,6 +134,27 @@ def test_user_only_artifacts_skip_the_shipped_ones(roots, caplog):
     assert signals_only("org/m", FP).weights == [0.3, 0.7]
 
 
+def test_preset_signals_reads_a_fused_base_model_only_if_it_held_out_at_equal_weights(roots, caplog):
+    """train --preset signals never registers below equal weights held out; the model without
+    attention that --preset fused registers beside its own weights is read by the same rule."""
+    from attnrank.rerank.fused import EQUAL_SIGNALS, NO_ATTENTION, FusedWeights
+    from attnrank.rerank.fused_resolve import signals_only
+
+    def fused(base: float, equal: float) -> FusedWeights:
+        w = FusedWeights(["attention", "bm25", "dense"], [1.0, 0.5, 0.25], base_weights=[0.9, 0.1])
+        w.metrics = {"heldout": {NO_ATTENTION: {"nDCG@10": base}, EQUAL_SIGNALS: {"nDCG@10": equal}}}
+        return w
+
+    fused(0.60, 0.61).save("org/m", FP)
+    with caplog.at_level("INFO"):
+        assert signals_only("org/m", FP).weights == [1.0, 1.0]
+    assert "scored below them" in caplog.text
+    fused(0.61, 0.61).save("org/m", FP)  # a tie, as train's rule, reads them
+    assert signals_only("org/m", FP).weights == [0.9, 0.1]
+    FusedWeights(["attention", "bm25", "dense"], [1.0, 0.5, 0.25], base_weights=[0.9, 0.1]).save("org/m", FP)
+    assert signals_only("org/m", FP).weights == [0.9, 0.1]  # weights saved from Python record no report
+
+
 def test_likelihood_weights_are_a_users_own_never_shipped_ones(roots, caplog):
     """The default preset reads LikelihoodWeights a user registered, logged, else equal weights:
     not shipped ones, and not the fused weights (another kind)."""

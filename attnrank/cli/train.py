@@ -292,12 +292,18 @@ def _what_registering_changes(ndcg: dict[str, float], current: str) -> str:
     what preset signals reads now; empty where it reads its own SignalsWeights, which these leave)."""
     from ..rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION
 
-    signals = (
-        f"replace preset signals' current {current} (equal weights: held out {ndcg[EQUAL]:.4f}) with their model "
-        f"without attention ({ndcg[NO_ATTENTION]:.4f}), and"
-        if current
-        else "leave preset signals its own registered weights (--preset signals), and"
-    )
+    if not current:
+        signals = "leave preset signals its own registered weights (--preset signals), and"
+    elif ndcg[NO_ATTENTION] < ndcg[EQUAL]:
+        signals = (
+            f"make preset signals use equal weights (held out {ndcg[EQUAL]:.4f}; their model without attention "
+            f"scored {ndcg[NO_ATTENTION]:.4f}, below them), and"
+        )
+    else:
+        signals = (
+            f"replace preset signals' current {current} (equal weights: held out {ndcg[EQUAL]:.4f}) with their "
+            f"model without attention ({ndcg[NO_ATTENTION]:.4f}), and"
+        )
     return (
         f"Registered, these weights {signals} preset fused uses them with attention ({ndcg[WITH_ATTENTION]:.4f}); "
         "the default preset likelihood keeps its weights; --no-save keeps what is registered."

@@ -198,6 +198,16 @@ class FusedWeights(RegistryArtifact):
             return None
         return attention_confidence(signals[ATTENTION]) >= self.gate
 
+    def base_scored_below_equal(self) -> bool:
+        """Whether the held-out report these weights were registered with (``metrics``, written by
+        ``attnrank train --preset fused``) scored their model without attention below the untrained
+        equal weights over the same signals; False where it does not record both."""
+        held = self.metrics.get("heldout", {}) if isinstance(self.metrics, dict) else {}
+        try:
+            return float(held[NO_ATTENTION]["nDCG@10"]) < float(held[EQUAL_SIGNALS]["nDCG@10"])
+        except (KeyError, TypeError, ValueError):
+            return False
+
     def without_attention(self) -> FusedWeights:
         """The model the gate falls back to, on its own: ``base_weights`` over the first-stage
         signals, no gate (these weights themselves if they do not use attention)."""
@@ -340,6 +350,9 @@ class SignalsWeights(FusedWeights):
             )
 
 
+# the k-fold report's rows (attnrank.rerank.fusion_eval) that base_scored_below_equal compares
+NO_ATTENTION = "fused without attention"
+EQUAL_SIGNALS = "equal weights, no attention (untrained)"  # the preset signals where no weights are registered
 UNTRAINED = "nothing: equal weights"  # what equal weights say they were trained on
 EQUAL_FEATURES = ("bm25", "dense")
 LIKELIHOOD_FEATURES = ("bm25", "dense", LIKELIHOOD)  # the preset likelihood's, untrained

@@ -40,9 +40,9 @@ logger = logging.getLogger(__name__)
 def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
     """The model of ``signals="only"``: the :class:`~attnrank.rerank.fused.SignalsWeights` a user
     registered for this model (``attnrank train --preset signals``), else the model without
-    attention of the fused weights they registered (``attnrank train --preset fused``), else
-    :func:`equal_weights` (the shipped weights' base model is not used: trained on other datasets,
-    it transferred worse than equal weights)."""
+    attention of the fused weights they registered (``attnrank train --preset fused``) unless their
+    held-out report scored it below equal weights, else :func:`equal_weights` (the shipped weights'
+    base model is not used: trained on other datasets, it transferred worse than equal weights)."""
     own = load_artifact(SignalsWeights.KIND, model_id, fingerprint, user_only=True)
     if own is not None:
         weights = _stored(SignalsWeights, own, f"the first-stage signal weights registered for {model_id}")
@@ -59,6 +59,13 @@ def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
             "the fused weights registered for %s hold no model without attention (base_weights): the "
             "preset signals uses equal weights; retrain them with `attnrank train --preset fused`, or train its "
             "own with --preset signals",
+            model_id,
+        )
+        return equal_weights()
+    if fused.base_scored_below_equal():  # the rule of --preset signals: never registered below equal weights
+        logger.info(
+            "preset signals keeps equal weights for %s: the model without attention of its registered fused "
+            "weights scored below them in their held-out report",
             model_id,
         )
         return equal_weights()

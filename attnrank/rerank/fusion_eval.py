@@ -20,10 +20,12 @@ from ..eval.metrics import evaluate_per_query, sign_test, wins_losses
 from .fused import (
     ATTENTION,
     EQUAL_FEATURES,
+    EQUAL_SIGNALS,
     FEATURES,
     LIKELIHOOD,
     LIKELIHOOD_FEATURES,
     LIKELIHOOD_TRAINED,
+    NO_ATTENTION,
     FusedWeights,
     FusionExample,
     LikelihoodWeights,
@@ -35,9 +37,8 @@ from .signals import SIGNALS
 
 Scores = dict[str, np.ndarray]  # qid -> scores over its candidates
 FIRST_STAGE = tuple(f"{s} alone" for s in SIGNALS)
-NO_ATTENTION = "fused without attention"
 WITH_ATTENTION = "fused with attention"
-EQUAL = "equal weights, no attention (untrained)"  # the preset signals where no weights are registered
+EQUAL = EQUAL_SIGNALS
 WITH_LIKELIHOOD = "fused with likelihood"
 EQUAL_LIKELIHOOD = "equal weights with likelihood (untrained)"  # the default preset where none are registered
 # per LLM feature: (the trained fusion's label, its features), and the untrained rows {label: features}
