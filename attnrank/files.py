@@ -26,10 +26,11 @@ def file_sha256(path: str | Path) -> str:
 @contextmanager
 def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
     """A temporary sibling of ``path`` to write (``.NAME.tmp-PID-HEX``); once the block ends
-    without an error it is fsynced (``fsync``) and renamed over ``path``, else removed. Creates
-    the parent folder. A file it replaces keeps its permission bits (a shared run file stays
-    group-readable; a private one stays private)."""
-    path = Path(path)
+    without an error it is fsynced (``fsync``, the folder too after the rename) and renamed over
+    ``path``, else removed. Creates the parent folder. A file it replaces keeps its permission bits
+    (a shared run file stays group-readable; a private one stays private); a symbolic link is
+    written through (its target is replaced, the link kept)."""
+    path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
@@ -40,8 +41,23 @@ def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        if fsync:  # the rename itself: without it a power loss can bring the old file back
+            _fsync_folder(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # a platform or file system that cannot open folders: the file itself was synced
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def check_file_target(path: str | Path, what: str) -> None:
@@ -82,12 +98,18 @@ def is_attnrank_run(path: Path) -> bool:
     return True
 
 
+# The schema metadata of every Parquet file attnrank batch writes (checkpoint parts and --parquet).
+BATCH_PARQUET_MARK = {b"attnrank": b"batch"}
+
+
 def is_batch_parquet(path: Path) -> bool:
-    """A Parquet file with the columns of ``attnrank batch --parquet`` rows."""
+    """A Parquet file ``attnrank batch`` wrote: its schema carries :data:`BATCH_PARQUET_MARK`
+    (files it wrote before 2026-12-05 do not, and are not replaced: a user's own file with the
+    same columns could not be told from them)."""
     try:
         import pyarrow.parquet as pq
 
-        names = set(pq.read_schema(path).names)
+        metadata = pq.read_schema(path).metadata or {}
     except Exception:  # not Parquet, unreadable, or pyarrow missing: not recognisably ours
         return False
-    return {"qid", "query", "doc_ids", "scores"} <= names
+    return all(metadata.get(k) == v for k, v in BATCH_PARQUET_MARK.items())

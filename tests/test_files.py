@@ -54,3 +54,18 @@ def test_check_file_target_refuses_what_atomic_path_cannot_write(tmp_path):
         with pytest.raises(InputError, match=re.escape(message.format(path))):
             check_file_target(path, "-o")
     assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "new").exists()
+
+
+def test_a_symbolic_link_is_written_through_not_replaced(tmp_path):
+    """A user's link (``latest.trec -> runs/today.trec``) stays a link; its target gets the new file."""
+    from attnrank.files import atomic_path
+
+    target = tmp_path / "runs" / "today.trec"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link = tmp_path / "latest.trec"
+    link.symlink_to(target)
+    with atomic_path(link) as tmp:
+        tmp.write_text("new\n")
+    assert link.is_symlink() and target.read_text() == "new\n" and link.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.trec", "runs"]  # no temporary left

@@ -23,12 +23,15 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..config import cpu_auto_dtype
 from ..errors import InputError, require
+from ..eval.data import check_run_ids
 from ..files import atomic_path, check_file_target, is_attnrank_run, is_batch_parquet, refuse_replacing
+from ..index.retriever import MODES
 from ..index.sharded.executor import RayExecutor
 from ..index.store import manifest_tag
 from ..llm.fingerprint import model_fingerprint
@@ -57,6 +60,7 @@ class BatchConfig:
     heads: str | None = None
     device: str = "cpu"
     preset: str | None = None  # the reranking preset (None: the default), with model, heads, device on top
+    dtype: str = "auto"  # the reranker's; "auto" on a CPU is resolved in the driver (:meth:`resolved`)
 
     def rerank_config(self) -> RerankConfig:
         """The reranker's one configuration object: the preset with the options given, and nothing
@@ -65,11 +69,22 @@ class BatchConfig:
         with the history of the actor that reranks it; each query reranked as if alone, a resumed
         or redistributed run writes the run one clean process writes."""
         given = {k: v for k, v in (("model", self.model), ("heads", self.heads)) if v is not None}
-        return RerankConfig.preset(self.preset or "", device=self.device, state_cache_mb=0, **given)
+        return RerankConfig.preset(self.preset or "", device=self.device, dtype=self.dtype, state_cache_mb=0, **given)
+
+    def resolved(self) -> BatchConfig:
+        """This configuration with ``dtype="auto"`` on a CPU decided here, once, by the driver:
+        "auto" means bfloat16 on a CPU that multiplies it in hardware and float32 elsewhere, so
+        actors on other machines (a resume there, a mixed Ray cluster) would otherwise each decide,
+        and mix precisions in one run. (On a GPU "auto" stays: the actors' device decides.)"""
+        if self.dtype.strip().lower() != "auto" or self.device not in ("cpu", "auto"):
+            return self
+        return replace(self, dtype=cpu_auto_dtype())
 
     def check(self) -> None:
         if self.k < 1:
-            raise InputError(f"--k {self.k} must be at least 1 (results per query)")
+            raise InputError(f"--top-k {self.k} must be at least 1 (results per query)")
+        if self.mode is not None and self.mode not in MODES:
+            raise InputError(f"--mode {self.mode!r} is not one of {', '.join(MODES)} (or none: the index's own)")
         if self.rerank < 0:
             raise InputError(f"--rerank {self.rerank} must be 0 (off) or a positive depth")
         if not Path(self.index).is_dir():
@@ -112,8 +127,28 @@ def _check_outputs(output: Path | None, parquet: Path | None, queries: str | Pat
         refuse_replacing(parquet, is_batch_parquet, "a batch Parquet file", "--parquet")
 
 
+def _check_parts_dir(
+    parts_dir: Path, output: Path | None, parquet: Path | None, queries: str | Path | dict[str, str]
+) -> None:
+    """Refuse a checkpoint folder that is one of the run's files (found only at the end, or never)."""
+    files = [("-o", output), ("--parquet", parquet)]
+    if not isinstance(queries, dict):
+        files.append(("the queries file", Path(queries)))
+    for what, p in files:
+        if p is not None and Path(parts_dir).resolve() == Path(p).resolve():
+            raise InputError(f"--checkpoint {parts_dir} is {what}; give the checkpoint its own folder")
+
+
 # Settings recorded after the first checkpoints were written: a checkpoint without one is not refused for it.
-_LATER = ("index_tag", "model_fingerprint", "heads_in_file", "registry", "signals_version", "likelihood_model")
+_LATER = (
+    "index_tag",
+    "model_fingerprint",
+    "heads_in_file",
+    "registry",
+    "signals_version",
+    "likelihood_model",
+    "dtype",  # resolved by the driver since 2026-12-05; before, "auto" decided by each actor
+)
 
 
 def _settings(config: BatchConfig) -> dict[str, Any]:
@@ -190,6 +225,11 @@ def _check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
         return
     theirs = _read_settings(path)
     diff = sorted(k for k in mine if mine[k] != theirs.get(k) and not (k in _LATER and k not in theirs))
+    if diff and not any(parts_dir.glob("part-*.parquet")):  # no rows yet (a run that failed to start)
+        logger.info("checkpoint %s holds no rows: its settings are replaced (%s)", parts_dir, ", ".join(diff))
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(mine, indent=1), encoding="utf-8")
+        return
     if diff:
         raise InputError(
             f"checkpoint {parts_dir} holds a run with other settings ({', '.join(diff)}); "
@@ -247,6 +287,7 @@ def run_batch(
 ) -> dict[str, Any]:
     """Run the pipeline; returns counts, timings and throughput (queries/s)."""
     config.check()
+    config = config.resolved()
     res = resources or Resources()
     _check_outputs(output, parquet, queries)
     qs = queries if isinstance(queries, dict) else read_queries(queries)
@@ -255,7 +296,10 @@ def run_batch(
     empty = next((q for q, text in qs.items() if not isinstance(text, str) or not text.strip()), None)
     if empty is not None:  # read_queries checks a file's; the retrieval stage would name its place in a Ray batch
         raise InputError(f"query {empty!r} is empty; give every query a text")
+    if output is not None:  # the run file is written last: an id it cannot hold would fail after all the work
+        check_run_ids("query", qs, "give query ids without spaces, or write --parquet only")
     parts_dir = checkpoint or Path(f"{output or parquet}.parts")
+    _check_parts_dir(parts_dir, output, parquet, queries)
     mine = _settings(config)
     _check_folder(parts_dir)
     with _locked(parts_dir):

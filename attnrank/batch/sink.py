@@ -10,6 +10,7 @@ exactly one row before writing the TREC run and/or one consolidated Parquet file
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..files import atomic_path
+from ..files import BATCH_PARQUET_MARK, atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -79,40 +80,46 @@ class CheckpointSink:
 
     def commit(self) -> None:
         """Write the buffered rows as one new part (atomic: temporary file, fsync, rename)."""
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         self._last = time.monotonic()
         if not self.buffer:
             return
-        with atomic_path(self.dir / f"part-{self._next:05d}.parquet") as tmp:
-            pq.write_table(pa.Table.from_pylist(self.buffer), tmp)
-        self.done.update((r["qid"], r["query"]) for r in self.buffer)
+        # The rows and the part number are taken before the write: an interrupt after it (a Ctrl-C,
+        # then the caller's final commit) can then neither write the rows again nor reuse the number.
+        rows, self.buffer = self.buffer, []
+        path = self.dir / f"part-{self._next:05d}.parquet"
         self._next += 1
-        self.buffer = []
-
-    def read_all(self):
-        """Every committed row as one ``pyarrow.Table``."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        tables = [pq.read_table(p) for p in self._parts()]
-        if not tables:
-            return pa.table({"qid": pa.array([], pa.string())})
-        return pa.concat_tables(tables, promote_options="default")  # a part of empty lists has null types
+        try:
+            with atomic_path(path) as tmp:
+                pq.write_table(batch_table(rows), tmp)
+        except BaseException:
+            if not path.exists():  # not written: the next commit writes them
+                self.buffer = rows + self.buffer
+            raise
+        self.done.update((r["qid"], r["query"]) for r in rows)
 
     def finish(self, qids: list[str], *, trec: Path | None, parquet: Path | None, tag: str) -> dict[str, Any]:
         """Commit, check one row per query, write the outputs (in ``qids`` order); returns counts."""
+        import pyarrow.parquet as pq
+
         from ..eval import write_run
 
         self.commit()
-        table = self.read_all()
-        rows = {r["qid"]: r for r in table.to_pylist()}
+        rows: dict[str, dict[str, Any]] = {}
+        for part in self._parts():  # the first of identical rows is kept (a part written twice by an interrupt)
+            for row in pq.read_table(part).to_pylist():
+                seen = rows.setdefault(row["qid"], row)
+                if seen is not row and _key(seen) != _key(row):
+                    raise InputError(
+                        f"query {row['qid']!r} has two different rows in {self.dir} (one in {part.name}); the "
+                        "checkpoint mixes runs: delete it and rerun"
+                    )
         missing = [q for q in qids if q not in rows]
-        if missing or len(rows) != table.num_rows:
+        if missing:
             raise InputError(
-                f"{len(missing)} queries have no row and {table.num_rows - len(rows)} have two in {self.dir} "
-                "(a stage failed); rerun the same command to resume"
+                f"{len(missing)} queries have no row in {self.dir} (first: {missing[0]!r}; a stage failed); "
+                "rerun the same command to resume"
             )
         if trec is not None:
             write_run({q: dict(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}, trec, tag=tag)
@@ -123,8 +130,21 @@ class CheckpointSink:
 
 def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
     """``rows`` as one Parquet file at ``path``, atomically (temporary file, fsync, rename)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     with atomic_path(path) as tmp:
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        pq.write_table(batch_table(rows), tmp)
+
+
+def batch_table(rows: list[dict[str, Any]]) -> Any:
+    """``rows`` as a ``pyarrow.Table`` whose schema carries :data:`attnrank.files.BATCH_PARQUET_MARK`
+    (how an output attnrank may replace is recognised)."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(rows)
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), **BATCH_PARQUET_MARK})
+
+
+def _key(row: dict[str, Any]) -> str:
+    """A row compared by value, NaN equal to NaN (a stage that did not score a document)."""
+    return json.dumps(row, sort_keys=True, default=str)

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from . import Quiet, Verbose, _check_heads, _check_output, _setup, app
-from .options import check_attention_computed, refuse_without_rerank
+from .options import Dtype, check_attention_computed, refuse_without_rerank
 
 
 def build_sharded(
@@ -102,6 +102,7 @@ def batch(
         None, help="Heads for --rerank with a preset that reads attention: 'all', 'l-h,l-h', or a JSON file."
     ),
     device: str = typer.Option("cpu", help="Reranker device: cpu | cuda (cuda declares one GPU per rerank actor)."),
+    dtype: str = Dtype,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="TREC run file."),
     parquet: Optional[Path] = typer.Option(
         None, "--parquet", help="Parquet file, one row per query with per-stage scores."
@@ -138,13 +139,14 @@ def batch(
                 ("--preset", preset),
                 ("--heads", heads),
                 ("--device", device != "cpu" or None),
+                ("--dtype", dtype != "auto" or None),
             )
             if v
         ]
         refuse_without_rerank(given)
     _check_outputs(queries, output, parquet)
     config = BatchConfig(
-        str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device, preset=preset
+        str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device, preset=preset, dtype=dtype
     )
     if rerank > 0:  # attention options on a preset without attention: named flags (run_batch checks the rest)
         check_attention_computed(preset, {"heads": heads} if heads is not None else {})

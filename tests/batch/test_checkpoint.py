@@ -416,3 +416,101 @@ def test_parquet_queries_without_an_id_are_refused(tmp_path):
         read_queries(path)
     pq.write_table(pa.table({"qid": [7, 8], "query": ["first", "second"]}), path)
     assert read_queries(path) == {"7": "first", "8": "second"}
+
+
+def test_auto_precision_is_decided_once_by_the_driver_and_resumed_only_alike(fake_ray, tmp_path, index, monkeypatch):
+    """dtype "auto" is bfloat16 on one CPU and float32 on another: a resume elsewhere (or actors on
+    a mixed cluster) would mix precisions in one run. The driver decides it, and it is recorded."""
+    model = save_tiny(tmp_path / "model")
+    config, out = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model)), tmp_path / "run.trec"
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "bfloat16")
+    assert config.resolved().dtype == "bfloat16" and config.resolved().rerank_config().dtype == "bfloat16"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    settings = json.loads((tmp_path / "run.trec.parts" / "settings.json").read_text())
+    assert settings["dtype"] == "bfloat16"
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "float32")  # another machine
+    with pytest.raises(InputError, match=r"other settings \(dtype\)"):
+        run_batch({"q1": "apple"}, config, output=out, progress=False)
+    run_batch({"q1": "apple"}, BatchConfig(**{**config.__dict__, "dtype": "bfloat16"}), output=out, progress=False)
+    assert fake_ray["calls"] == 1  # asked for explicitly, the same precision resumes
+
+
+def test_ids_a_run_cannot_hold_and_a_checkpoint_at_an_output_are_refused_before_any_work(fake_ray, tmp_path, index):
+    config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
+    with pytest.raises(InputError, match="query id 'q 1' is empty or holds whitespace"):
+        run_batch({"q 1": "apple"}, config, output=out, progress=False)
+    run_batch({"q 1": "apple"}, config, parquet=tmp_path / "rows.parquet", progress=False)  # Parquet holds it
+    for checkpoint, what in ((out, "-o"), (tmp_path / "rows.parquet", "--parquet")):
+        with pytest.raises(InputError, match=f"is {what}; give the checkpoint its own folder"):
+            run_batch({"q1": "apple"}, config, output=out, parquet=tmp_path / "rows.parquet", checkpoint=checkpoint)
+    with pytest.raises(InputError, match="--mode 'bm52' is not one of bm25, dense, hybrid"):
+        run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm52"), output=out, progress=False)
+    assert fake_ray["calls"] == 1 and not out.exists()
+
+
+def test_a_checkpoint_without_rows_takes_the_settings_of_the_next_run(fake_ray, tmp_path, index):
+    """A run that failed before its first row (e.g. a model that would not load) leaves only its
+    settings: the corrected command starts afresh instead of being refused for them."""
+    out, parts = tmp_path / "run.trec", tmp_path / "run.trec.parts"
+    fake_ray["during"] = lambda: (_ for _ in ()).throw(RuntimeError("actor failed"))
+    with pytest.raises(RuntimeError):
+        run_batch({"q1": "apple"}, BatchConfig(str(index), mode="dense"), output=out, progress=False)
+    assert not list(parts.glob("part-*"))
+    fake_ray["during"] = None
+    assert run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm25"), output=out, progress=False)["rows"] == 1
+    assert json.loads((parts / "settings.json").read_text())["mode"] == "bm25"
+    with pytest.raises(InputError, match=r"other settings \(mode\)"):  # rows now: refused as before
+        run_batch({"q1": "apple"}, BatchConfig(str(index), mode="dense"), output=out, progress=False)
+
+
+def test_the_sink_drops_a_query_committed_or_buffered_before(tmp_path):
+    sink = CheckpointSink(tmp_path)
+    sink.add([_row("a", "a"), _row("b", "b"), _row("a", "a")])  # buffered twice in one batch
+    sink.commit()
+    sink.add([_row("b", "b"), _row("c", "c")])  # committed before
+    assert sink.duplicates == 2 and [r["qid"] for r in sink.buffer] == ["c"]
+    assert sink.finish(["a", "b", "c"], trec=tmp_path / "r.trec", parquet=None, tag="t")["rows"] == 3
+
+
+def test_finish_keeps_one_of_identical_rows_and_refuses_different_ones(tmp_path):
+    """A part written twice (an interrupt between the write and the bookkeeping) holds the same
+    rows: one is kept. Different rows of one query mean mixed runs: refused, naming the part."""
+    sink = CheckpointSink(tmp_path / "ckpt")
+    sink.add([_row("a", "a")])
+    sink.commit()
+    (tmp_path / "ckpt" / "part-00001.parquet").write_bytes((tmp_path / "ckpt" / "part-00000.parquet").read_bytes())
+    sink = CheckpointSink(tmp_path / "ckpt")
+    assert sink.finish(["a"], trec=tmp_path / "r.trec", parquet=None, tag="t")["rows"] == 1
+    sink.buffer, sink.done = [_row("a", "other")], {}
+    sink.commit()
+    with pytest.raises(InputError, match="query 'a' has two different rows .* part-00002.parquet"):
+        sink.finish(["a"], trec=tmp_path / "r.trec", parquet=None, tag="t")
+
+
+def test_a_commit_interrupted_keeps_its_rows_once(tmp_path, monkeypatch):
+    """Interrupted while writing its part, a commit keeps the rows for the next commit, which
+    writes them under a new part number (never over a part)."""
+    sink = CheckpointSink(tmp_path)
+    sink.add([_row("a", "a")])
+    real = pq.write_table
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pq, "write_table", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sink.commit()
+    monkeypatch.setattr(pq, "write_table", real)
+    assert [r["qid"] for r in sink.buffer] == ["a"] and not list(tmp_path.glob("part-*"))
+    sink.commit()
+    assert [p.name for p in tmp_path.glob("part-*")] == ["part-00001.parquet"] and sink.buffer == []
+    assert sink.finish(["a"], trec=tmp_path / "r.trec", parquet=None, tag="t")["rows"] == 1
+
+
+def test_a_users_parquet_with_the_batch_columns_is_not_replaced(fake_ray, tmp_path, index):
+    """Recognised by the schema mark attnrank writes, not by its column names."""
+    theirs = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist([_row("q9", "mine")]), theirs)
+    with pytest.raises(InputError, match="exists and is not a batch Parquet file attnrank wrote"):
+        run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm25"), parquet=theirs, progress=False)
+    assert pq.read_table(theirs).column("qid").to_pylist() == ["q9"]
