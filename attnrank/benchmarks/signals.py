@@ -43,7 +43,9 @@ def stage_signals(
     own results (NaN where a side did not return the passage), for DL19 the run's Pyserini BM25
     scores, otherwise BM25 over the pooled documents; ``dense`` = MiniLM cosine. Cached as JSON
     (:func:`attnrank.eval.rows.cached_signals`)."""
-    return cached_signals(setting, list(cands), lambda qids: _signals(root, setting, ds, cands, qids, index_dir), cache)
+    return cached_signals(
+        setting, list(cands), lambda qids: _signals(root, setting, ds, cands, qids, index_dir), cache, _ids(cands)
+    )
 
 
 def _signals(
@@ -102,7 +104,7 @@ def candidate_signals(setting: str, ds: Dataset, cands: dict[str, list[Document]
         return {q: {k: v.tolist() for k, v in sc(ds.queries[q], [d.full_text for d in cands[q]]).items()} for q in qids}
 
     # (the name says which BM25 terms: a cache of the earlier Lucene-stopword signals is not read)
-    return cached_signals("candidate signals, sklearn stopwords, " + setting, list(cands), compute, cache)
+    return cached_signals("candidate signals, sklearn stopwords, " + setting, list(cands), compute, cache, _ids(cands))
 
 
 def cached_likelihoods(
@@ -132,9 +134,14 @@ def cached_likelihoods(
         return out
 
     for i in range(0, len(qids), chunk):
-        cached_signals(key, qids[i : i + chunk], compute, cache)
+        cached_signals(key, qids[i : i + chunk], compute, cache, _ids(cands))
         logger.info("%s: likelihood %d/%d", setting, min(i + chunk, len(qids)), len(qids))
-    found = cached_signals(key, qids, compute, cache)
+    found = cached_signals(key, qids, compute, cache, _ids(cands))
     for sig in found.values():
         sig[LIKELIHOOD] = sig[TOKEN_LIKELIHOOD].mean(axis=1)
     return found
+
+
+def _ids(cands: dict[str, list[Document]]) -> dict[str, list[str]]:
+    """Each query's candidate ids, in order: what a cached entry must have been computed over."""
+    return {q: [d.id for d in docs] for q, docs in cands.items()}

@@ -166,23 +166,42 @@ def capture_all(
 Signals = dict[str, dict[str, np.ndarray]]
 
 
+CANDIDATES_KEY = "candidate ids sha1"  # a cached entry's record of the candidate list it was computed over
+
+
+def candidates_digest(doc_ids: Sequence[str]) -> str:
+    """What a cached entry records of its query's candidate list (ids, in order)."""
+    return hashlib.sha1("\0".join(doc_ids).encode()).hexdigest()
+
+
 def cached_signals(
-    setting: str, qids: Sequence[str], compute: Callable[[list[str]], Mapping[str, Any]], cache: Path | None
+    setting: str,
+    qids: Sequence[str],
+    compute: Callable[[list[str]], Mapping[str, Any]],
+    cache: Path | None,
+    candidates: Mapping[str, Sequence[str]] | None = None,
 ) -> Signals:
     """Per-query first-stage signals ``{qid: {name: scores over its candidates}}``: those in
     ``<cache>/signals_<setting key>.json`` are read, the others computed with ``compute(qids)``
-    (``{qid: {name: [float, ...]}}``, NaN allowed) and added to the file."""
+    (``{qid: {name: [float, ...]}}``, NaN allowed) and added to the file. With ``candidates``
+    (``{qid: [doc id, ...]}`` in the order the scores follow) an entry is read only if it was
+    computed over that list: one computed over another (the first stage changed since) would give
+    its scores to the wrong documents, so it is computed again."""
     path = None if cache is None else Path(cache) / f"signals_{setting_key(setting)}.json"
     known = json.loads(path.read_text()) if path is not None and path.exists() else {}
-    todo = [q for q in qids if q not in known]
+    digest = {q: candidates_digest(candidates[q]) for q in qids} if candidates is not None else {}
+    todo = [q for q in qids if q not in known or (digest and known[q].get(CANDIDATES_KEY) != digest[q])]
     if todo:
-        known.update(compute(todo))
+        fresh = {q: dict(v) for q, v in compute(todo).items()}
+        for q in fresh if digest else ():
+            fresh[q][CANDIDATES_KEY] = digest[q]
+        known.update(fresh)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(known))
             tmp.replace(path)
-    return {q: {k: np.array(v, dtype=np.float64) for k, v in known[q].items()} for q in qids}
+    return {q: {k: np.array(v, dtype=np.float64) for k, v in known[q].items() if k != CANDIDATES_KEY} for q in qids}
 
 
 # -- runs over candidate lists ----------------------------------------------------------------

@@ -169,17 +169,37 @@ class BM25Index:
                 scores[self.indices[s:e]] += self.data[s:e]
         return scores
 
-    def retrieve(self, queries: Sequence[str], k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    def matches(self, query: str) -> np.ndarray:
+        """Which documents hold at least one of ``query``'s terms (bool, one per document)."""
+        self._check_built()
+        hit = np.zeros(self.num_docs, dtype=bool)
+        for term in self._tokenize(query):
+            t = self.vocab.get(term)
+            if t is not None:
+                hit[self.indices[self.indptr[t] : self.indptr[t + 1]]] = True
+        return hit
+
+    def retrieve(
+        self, queries: Sequence[str], k: int = 10, *, matched_only: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` document positions and scores per query, arrays of shape (n_queries, k').
 
-        ``k`` larger than the corpus returns the whole corpus (k' = number of documents).
+        ``k`` larger than the corpus returns the whole corpus (k' = number of documents). With
+        ``matched_only``, a document that holds none of the query's terms is no hit: its place
+        is ``-1`` with score ``-inf``, after the hits (the retrievers' convention for "no hit";
+        otherwise such documents fill the list in corpus order, and rank fusion credits them).
         """
         check_k(k)
         k = min(k, self.num_docs)
         out_i = np.empty((len(queries), k), dtype=np.int64)
         out_s = np.empty((len(queries), k), dtype=np.float32)
         for qi, q in enumerate(queries):
-            out_i[qi], out_s[qi] = top_k(self.get_scores(q), k)
+            scores = self.get_scores(q)
+            if matched_only:
+                scores = np.where(self.matches(q), scores, np.float32(-np.inf))
+            out_i[qi], out_s[qi] = top_k(scores, k)
+            if matched_only:
+                out_i[qi][~np.isfinite(out_s[qi])] = -1
         return out_i, out_s
 
     def _check_built(self) -> None:

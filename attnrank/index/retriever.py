@@ -173,7 +173,7 @@ class HybridRetriever:
         """
         depth = max(k, min(self.depth, self.num_docs)) if mode == "hybrid" else k
         assert self.bm25 is not None and self.dense is not None, "index() or load() first"
-        sparse = self.bm25.retrieve(queries, depth) if mode in ("bm25", "hybrid") else None
+        sparse = self.bm25.retrieve(queries, depth, matched_only=True) if mode in ("bm25", "hybrid") else None
         dense = self.dense.retrieve(queries, depth) if mode in ("dense", "hybrid") else None
         return sparse, dense
 
@@ -190,11 +190,12 @@ class HybridRetriever:
     def _fuse_one(self, query, qid, qi, sparse, dense, mode, k) -> RankedResults:
         stage: dict[str, dict[int, float]] = {}
         if sparse is not None:
-            stage["bm25"] = dict(zip(sparse[0][qi].tolist(), sparse[1][qi].tolist()))
+            stage["bm25"] = {i: s for i, s in zip(sparse[0][qi].tolist(), sparse[1][qi].tolist()) if i >= 0}
         if dense is not None:
             stage["dense"] = {i: s for i, s in zip(dense[0][qi].tolist(), dense[1][qi].tolist()) if i >= 0}
-        if mode == "bm25":
-            ids, scores = sparse[0][qi][:k], sparse[1][qi][:k]
+        if mode == "bm25":  # only documents that hold a query term: fewer than k, or none, is the answer
+            keep = sparse[0][qi] >= 0
+            ids, scores = sparse[0][qi][keep][:k], sparse[1][qi][keep][:k]
         elif mode == "dense":
             keep = dense[0][qi] >= 0
             ids, scores = dense[0][qi][keep][:k], dense[1][qi][keep][:k]

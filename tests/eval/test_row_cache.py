@@ -104,6 +104,23 @@ def test_cached_signals_computes_only_missing_queries(tmp_path):
     assert set(json.loads((tmp_path / "signals_set.json").read_text())) == {"a", "b", "c"}
 
 
+def test_cached_signals_are_computed_again_for_a_changed_candidate_list(tmp_path):
+    """Scores follow their candidates' order: an entry computed over another list (the first
+    stage changed since) would give them to the wrong documents, so it is computed again."""
+    asked = []
+
+    def compute(qids):
+        asked.append(list(qids))
+        return {q: {"bm25": [float(len(asked)), 0.0]} for q in qids}
+
+    lists = {"a": ["d1", "d2"], "b": ["d3", "d4"]}
+    cached_signals("set", ["a", "b"], compute, tmp_path, lists)
+    again = cached_signals("set", ["a", "b"], compute, tmp_path, lists)
+    assert asked == [["a", "b"]] and set(again["a"]) == {"bm25"}  # the record is not a signal
+    moved = cached_signals("set", ["a", "b"], compute, tmp_path, {**lists, "b": ["d4", "d3"]})
+    assert asked[1] == ["b"] and moved["b"]["bm25"][0] == 2.0 and moved["a"]["bm25"][0] == 1.0
+
+
 def test_runs_from_candidates():
     docs = rerank_docs()
     assert first_stage_run({"q": docs[:3]}) == {"q": {"paris": 3.0, "berlin": 2.0, "banana": 1.0}}

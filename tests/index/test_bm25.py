@@ -106,3 +106,14 @@ def test_sklearn_stopwords_without_scikit_learn(monkeypatch):
     monkeypatch.setitem(sys.modules, "sklearn.feature_extraction.text", None)  # as if not installed
     with pytest.raises(MissingExtraError, match=r"stopword list needs .*attnrank\[train\]"):
         BM25Index(tokenizer=resolve_config(stopwords="sklearn", stemmer="none")).index(["a text"])
+
+
+def test_matched_only_leaves_documents_without_a_query_term_out():
+    from attnrank.index.bm25 import BM25Index
+
+    bm25 = BM25Index().index(["red apples", "green pears", "red wine", "blue sky"])
+    assert bm25.matches("red fruit").tolist() == [True, False, True, False]
+    ids, scores = bm25.retrieve(["red fruit", "purple"], k=3, matched_only=True)
+    assert ids[0, :2].tolist() in ([0, 2], [2, 0]) and ids[0, 2] == -1 and scores[0, 2] == -np.inf
+    assert ids[1].tolist() == [-1, -1, -1]  # no term of the query in the corpus: no hit
+    assert bm25.retrieve(["purple"], k=3)[0].tolist() == [[0, 1, 2]]  # without it, as before

@@ -81,9 +81,35 @@ def test_fusion_recorded_in_the_manifest_is_kept(tmp_path, built_retriever):
 
 
 def test_k_larger_than_corpus_returns_everything(built_retriever):
-    for mode in ("bm25", "dense", "hybrid"):
+    """Everything that can be found: by BM25 only the documents that hold a query term."""
+    for mode in ("dense", "hybrid"):
         res = built_retriever.search(QUERY, k=10_000, mode=mode)
         assert len(res) == built_retriever.num_docs == len(set(res.ids))
+    res = built_retriever.search(QUERY, k=10_000, mode="bm25")
+    held = built_retriever.bm25.matches(QUERY)
+    assert 0 < len(res) == held.sum() < built_retriever.num_docs and len(set(res.ids)) == len(res)
+    assert all(r.score > 0 for r in res)
+
+
+def test_documents_without_a_query_term_get_no_rank_fusion_credit():
+    """BM25's list held, after the documents that match, the others in corpus order: RRF credited
+    them by that order, so results depended on it. Reversing the corpus now changes nothing."""
+    docs = [
+        Document("violin", "The violin and the cello are string instruments."),
+        Document("kyoto", "Kyoto has many old temples and shrines."),
+        Document("cello", "A cello concert."),
+        Document("bread", "Sourdough bread needs a starter."),
+        Document("music", "Orchestras play classical music with strings and winds."),
+        Document("train", "Trains connect the cities of Japan."),
+    ]
+    query = "violin cello instruments"
+
+    def top(corpus):
+        r = HybridRetriever(fusion="rrf").index(corpus, show_progress=False)
+        return r.search(query, k=6, mode="hybrid").ids, r.search(query, k=6, mode="bm25").ids
+
+    (hybrid, bm25), (hybrid_rev, bm25_rev) = top(docs), top(docs[::-1])
+    assert hybrid == hybrid_rev and bm25 == bm25_rev == ["violin", "cello"]
 
 
 @pytest.mark.parametrize("bad,msg", [("", "query #0 is empty"), ("   ", "query #0 is empty")])

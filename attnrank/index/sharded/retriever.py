@@ -194,8 +194,8 @@ class ShardedRetriever(HybridRetriever):
         return out
 
     def _bm25_shard(self, i: int, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        ids, scores = self.shard_bm25[i].retrieve(queries, k)
-        return ids + self.manifest["shards"][i]["start"], scores
+        ids, scores = self.shard_bm25[i].retrieve(queries, k, matched_only=True)
+        return np.where(ids >= 0, ids + self.manifest["shards"][i]["start"], -1), scores
 
 
 def _tokenizer(m: dict) -> TokenizerConfig:
