@@ -1,16 +1,21 @@
-"""BM25 tokenization: lowercase → word tokens → stopword removal → optional Porter stemming.
+"""BM25 tokenization: NFKC → lowercase → word tokens → stopword removal → optional Porter stemming.
 
 The defaults follow Lucene's ``EnglishAnalyzer`` as used by Pyserini's BM25 baselines (the
 published SciFact BM25-flat figure): its 33 English stopwords and the Porter stemmer. Tokens
 are maximal runs of Unicode word characters (``\\w+``); possessive ``'s`` is dropped as
 Lucene does. Stemming uses PyStemmer (the ``stem`` extra); ``stemmer="auto"`` uses it when it
 is installed and otherwise indexes unstemmed, recording the choice in the index manifest.
+Unicode NFKC normalisation (new indexes since 2026-12-05, recorded as ``unicode``) makes a
+decomposed "café" (e + combining accent) or full-width letters the same terms as the composed,
+ASCII-width text; an index built before it keeps its terms (``unicode="none"``), and its queries
+are tokenized the same way.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
@@ -57,6 +62,7 @@ LUCENE_STOPWORDS = frozenset(
     ]
 )
 _TOKEN = re.compile(r"\w+", re.UNICODE)
+UNICODE_FORMS = ("nfkc", "none")
 _POSSESSIVE = re.compile(r"(\w)['’]s\b", re.UNICODE)
 
 
@@ -67,6 +73,11 @@ class TokenizerConfig:
     lowercase: bool = True
     stopwords: str = "lucene"  # "lucene" (33 words), "sklearn" (318 words) or "none"
     stemmer: str = "porter"  # "porter" or "none"
+    unicode: str = "none"  # "nfkc" (new indexes: resolve_config) or "none" (as indexes built before it)
+
+    def __post_init__(self) -> None:
+        if self.unicode not in UNICODE_FORMS:
+            raise InputError(f"unicode={self.unicode!r} is not one of {', '.join(UNICODE_FORMS)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,7 +100,7 @@ def resolve_config(stopwords: str = "lucene", stemmer: str = "auto") -> Tokenize
             stemmer = "none"
     if stemmer not in ("porter", "none"):
         raise InputError(f"stemmer={stemmer!r} is not one of 'porter', 'none', 'auto'")
-    return TokenizerConfig(stopwords=stopwords, stemmer=stemmer)
+    return TokenizerConfig(stopwords=stopwords, stemmer=stemmer, unicode="nfkc")
 
 
 def _stopword_set(name: str) -> frozenset[str]:
@@ -110,6 +121,8 @@ def make_tokenizer(config: TokenizerConfig) -> Callable[[str], list[str]]:
         stem_words = Stemmer.Stemmer("porter").stemWords
 
     def tokenize(text: str) -> list[str]:
+        if config.unicode == "nfkc":
+            text = unicodedata.normalize("NFKC", text)
         if config.lowercase:
             text = text.lower()
         words = [w for w in _TOKEN.findall(_POSSESSIVE.sub(r"\1", text)) if w not in stop]

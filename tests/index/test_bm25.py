@@ -117,3 +117,29 @@ def test_matched_only_leaves_documents_without_a_query_term_out():
     assert ids[0, :2].tolist() in ([0, 2], [2, 0]) and ids[0, 2] == -1 and scores[0, 2] == -np.inf
     assert ids[1].tolist() == [-1, -1, -1]  # no term of the query in the corpus: no hit
     assert bm25.retrieve(["purple"], k=3)[0].tolist() == [[0, 1, 2]]  # without it, as before
+
+
+def test_new_indexes_match_decomposed_and_full_width_text_to_the_composed_words():
+    """NFD "café" (e + combining acute) and full-width letters were other terms than "café"."""
+    import unicodedata
+
+    composed, decomposed = "café", unicodedata.normalize("NFD", "café")
+    assert composed != decomposed
+    bm25 = BM25Index(BM25Params(), resolve_config(stemmer="none")).index(
+        [f"a {composed} in Paris", "a bakery", "a train", "a museum"]
+    )
+    for query in (composed, decomposed, "ｃａｆé"):
+        assert bm25.get_scores(query)[0] > 0, query
+    assert resolve_config().unicode == "nfkc"
+
+
+def test_indexes_built_before_unicode_normalisation_keep_their_terms(tmp_path):
+    """A manifest without the field reads as no normalisation: queries are tokenized as its documents were."""
+    import unicodedata
+
+    old = TokenizerConfig(**{k: v for k, v in resolve_config(stemmer="none").to_dict().items() if k != "unicode"})
+    assert old.unicode == "none"
+    tok = make_tokenizer(old)
+    assert tok(unicodedata.normalize("NFD", "café")) != tok("café")
+    with pytest.raises(InputError, match="unicode='nfd' is not one of nfkc, none"):
+        TokenizerConfig(unicode="nfd")
