@@ -187,6 +187,11 @@ class DenseIndex:
             raise IndexFormatError(
                 f"dense index {file} cannot be read ({str(e).splitlines()[0]}); rebuild it"
             ) from None
+        found = faiss_kind(self.faiss_index)
+        if found != kind:
+            raise IndexFormatError(
+                f"dense index {file} is a {found} index, the manifest says {kind}; the index is corrupted, rebuild it"
+            )
         if kind == "ivf":
             faiss.extract_index_ivf(self.faiss_index).nprobe = nprobe
         elif kind == "hnsw":
@@ -205,6 +210,22 @@ class DenseIndex:
                 f"{ix.d}, the manifest says {num_docs} of dimension {dim} (inner product); "
                 "the index is corrupted, rebuild it"
             )
+
+
+def faiss_kind(index: Any) -> str:
+    """Which of :data:`INDEX_TYPES` a FAISS index is (seen through an ``IndexIDMap``)."""
+    import faiss
+
+    inner = index
+    if isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)):
+        inner = faiss.downcast_index(index.index)
+    if isinstance(inner, faiss.IndexHNSW):
+        return "hnsw"
+    try:
+        faiss.extract_index_ivf(inner)
+    except RuntimeError:
+        return "flat"
+    return "ivf"
 
 
 def recorded_probe(dense: dict[str, Any], dim: int) -> list[float] | None:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,10 +17,10 @@ from ..errors import IndexFormatError, InputError
 from ..types import Document, RankedResults, ScoredDocument
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
-from .dense import DenseIndex, recorded_probe
+from .dense import INDEX_TYPES, DenseIndex, recorded_probe
 from .embed_export import check_backend
 from .store import atomic_dir, corpus_checksum, manifest_tag, read_docs, read_manifest, write_docs, write_manifest
-from .tokenize import resolve_config
+from .tokenize import STEMMERS, STOPWORD_LISTS, resolve_config
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class HybridRetriever:
         device: str = "cpu",
         embed_backend: str = "torch",
     ):
+        _check_settings(dense_index, stopwords, stemmer, rrf_k, depth)  # before any document is read or embedded
         self.embedder, self.dense_kind, self.device = embedder, dense_index, device
         self.embed_backend = check_backend(embed_backend)
         self.bm25_params, self.stopwords, self.stemmer = bm25 or BM25Params(), stopwords, stemmer
@@ -405,3 +407,17 @@ class HybridRetriever:
                 "(edited or corrupted); rebuild the index"
             )
         return self
+
+
+def _check_settings(dense_index: str, stopwords: str, stemmer: str, rrf_k: Any, depth: Any) -> None:
+    """The retriever's settings, each named with its allowed values; checked when it is made, not
+    at the first build step or query that reads them (a bad rrf_k was saved in the index)."""
+    if dense_index not in INDEX_TYPES:
+        raise InputError(f"dense index type {dense_index!r} is not one of {', '.join(INDEX_TYPES)}")
+    if stopwords not in STOPWORD_LISTS:
+        raise InputError(f"stopwords {stopwords!r} is not one of {', '.join(STOPWORD_LISTS)}")
+    if stemmer not in ("auto", *STEMMERS):
+        raise InputError(f"stemmer {stemmer!r} is not one of auto, {', '.join(STEMMERS)}")
+    for name, value in (("rrf_k", rrf_k), ("depth", depth)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InputError(f"{name}={value!r} must be a positive integer")

@@ -63,6 +63,8 @@ LUCENE_STOPWORDS = frozenset(
 )
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 UNICODE_FORMS = ("nfkc", "none")
+STOPWORD_LISTS = ("lucene", "sklearn", "none")
+STEMMERS = ("porter", "none")
 _POSSESSIVE = re.compile(r"(\w)['’]s\b", re.UNICODE)
 
 
@@ -85,7 +87,7 @@ class TokenizerConfig:
 
 def resolve_config(stopwords: str = "lucene", stemmer: str = "auto") -> TokenizerConfig:
     """Turn user choices into a concrete config (``stemmer="auto"`` → porter if available)."""
-    if stopwords not in ("lucene", "sklearn", "none"):
+    if stopwords not in STOPWORD_LISTS:
         raise InputError(f"stopwords={stopwords!r} is not one of 'lucene', 'sklearn', 'none'")
     if stemmer == "auto":
         try:
@@ -98,7 +100,7 @@ def resolve_config(stopwords: str = "lucene", stemmer: str = "auto") -> Tokenize
                 "(install 'attnrank[stem]' for Porter stemming, as Pyserini does)"
             )
             stemmer = "none"
-    if stemmer not in ("porter", "none"):
+    if stemmer not in STEMMERS:
         raise InputError(f"stemmer={stemmer!r} is not one of 'porter', 'none', 'auto'")
     return TokenizerConfig(stopwords=stopwords, stemmer=stemmer, unicode="nfkc")
 

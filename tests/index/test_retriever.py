@@ -256,3 +256,29 @@ def test_numpy_k_and_empty_batch(built_retriever, mode):
     assert res.ids == built_retriever.search(QUERY, 3, mode=mode).ids and len(res) == 3
     assert built_retriever.search_batch([], 3, mode=mode) == []
     assert built_retriever.search_batch({}, 3, mode=mode) == []
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        (dict(rrf_k=0), "rrf_k=0 must be a positive integer"),
+        (dict(depth=2.5), "depth=2.5 must be a positive integer"),
+        (dict(dense_index="hsnw"), "dense index type 'hsnw' is not one of flat, hnsw, ivf"),
+        (dict(stemmer="snowball"), "stemmer 'snowball' is not one of auto, porter, none"),
+        (dict(stopwords="french"), "stopwords 'french' is not one of lucene, sklearn, none"),
+    ],
+)
+def test_retriever_settings_are_refused_when_it_is_made(setting, message):
+    """Before: checked by the first build step or query that read them (a bad rrf_k was saved)."""
+    with pytest.raises(InputError, match=message):
+        HybridRetriever(**setting)
+
+
+def test_a_manifest_naming_another_dense_index_type_is_refused_in_one_line(tmp_path, scifact_docs):
+    path = tmp_path / "idx"
+    HybridRetriever().index(scifact_docs[:8], show_progress=False).save(path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["dense"]["index"] = "hnsw"
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match="is a flat index, the manifest says hnsw"):
+        HybridRetriever.load(path)
