@@ -9,6 +9,6 @@
 
 from __future__ import annotations
 
-from .tokens import PassageExplanation, TokenScore, explain_results
+from .tokens import PassageExplanation, TokenScore, check_explainable, explain_results
 
-__all__ = ["PassageExplanation", "TokenScore", "explain_results"]
+__all__ = ["PassageExplanation", "TokenScore", "check_explainable", "explain_results"]

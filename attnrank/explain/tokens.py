@@ -80,7 +80,15 @@ def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     return out
 
 
-def _check_reranker(reranker: Any) -> None:
+def check_explainable(reranker: Any) -> None:
+    """Raise :class:`InputError` unless ``reranker``'s results can be explained token by token:
+    its scores are calibrated attention summed over tokens (no learned weights, no re-weighting)
+    and its preset computes attention. Cheap: call it before the ranking it would otherwise fail after."""
+    if getattr(reranker, "learned", None) is None and not getattr(reranker, "uses_attention", True):
+        name = getattr(getattr(reranker, "config", None), "name", "?")
+        raise InputError(
+            f"preset {name!r} computes no per-token attention evidence; use e.g. preset 'qrhead' to explain"
+        )
     if getattr(reranker, "learned", None) is not None:
         raise InputError(
             "explanations need scorer='sum': learned head weights score passages from per-head "
@@ -114,5 +122,5 @@ def explain_one(tokenizer: Any, d: ScoredDocument, use_filter: bool) -> PassageE
 def explain_results(reranker: Any, res: RankedResults | Sequence[ScoredDocument]) -> list[PassageExplanation]:
     """Explanations of results that ``reranker`` (an :class:`AttentionReranker`) ranked with
     ``return_evidence=True``, in rank order."""
-    _check_reranker(reranker)
+    check_explainable(reranker)
     return [explain_one(reranker.llm.tokenizer, d, reranker.token_filter) for d in res]

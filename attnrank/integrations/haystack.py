@@ -13,7 +13,7 @@ This module converts documents and collects the reranker settings, which are kep
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 from ..errors import InputError, require
@@ -22,9 +22,8 @@ require("haystack", "haystack", "the attnrank Haystack components")
 
 from haystack import Document as HSDocument
 
-from ..rerank.reweight import Reweighting
 from ..types import Document, RankedResults, ScoredDocument
-from .shared import keep_stages, score_fields
+from .shared import built_settings, keep_stages, score_fields
 
 __all__ = ["from_index", "reranker_settings", "to_attnrank", "to_haystack"]
 
@@ -67,21 +66,9 @@ def reranker_settings(model: str | None, heads: Any, scorer: str, extra: dict[st
     settings = {**own, **extra}
     if own["heads"] is None:  # None: the preset's heads (the fused weights', else the registered set, else all)
         del settings["heads"]
-    if isinstance(own["heads"], list):  # YAML gives [[layer, head], ...]; the reranker takes pairs
-        settings["heads"] = [tuple(p) for p in own["heads"]]
     for k, v in settings.items():
         _check_basic(k, v)
-    if isinstance(settings.get("reweight"), dict):  # the basic-typed form of a Reweighting
-        settings["reweight"] = _reweighting(settings["reweight"])
-    return settings
-
-
-def _reweighting(values: dict[str, Any]) -> Reweighting:
-    known = {f.name for f in fields(Reweighting)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise InputError(f"reweight={values!r} has unknown field(s) {unknown}; known: {sorted(known)}")
-    return Reweighting(**values)
+    return built_settings(settings)  # YAML's [[layer, head], ...] as pairs, a reweight dict as Reweighting
 
 
 def check_top_k(top_k: Any) -> None:

@@ -202,6 +202,7 @@ class AttnrankRetriever(BaseRetriever):
             raise InputError(f"rerank=False but reranker settings were given ({sorted(settings) or 'reranker'})")
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[LCDocument]:
+        check_depth(self.k, self.depth, "k")  # (again: fields may be set after construction)
         first = self.index.search(query, self.depth)
         if self.reranker is None:
             return [to_langchain(r) for r in first.top_k(self.k)]

@@ -43,6 +43,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 
 from ..types import Document, ScoredDocument
 from .shared import (
+    built_settings,
     check_depth,
     check_top_n,
     keep_stages,
@@ -52,6 +53,7 @@ from .shared import (
     shared_index,
     shared_pruner,
     shared_reranker,
+    stored_settings,
 )
 
 __all__ = ["AttnrankPruner", "AttnrankRerank", "AttnrankRetriever"]
@@ -100,7 +102,7 @@ def _stage_fields(
             f"this {owner} was saved with its own {kind} object, which to_dict cannot hold; "
             f"rebuild it with {owner}.from_dict(data, {kind}=...)"
         )
-    return {f"{kind}_settings": {**(saved or {}), **settings}, f"custom_{kind}": given is not None}
+    return {f"{kind}_settings": {**(saved or {}), **stored_settings(settings)}, f"custom_{kind}": given is not None}
 
 
 def _to_node(d: ScoredDocument) -> NodeWithScore:
@@ -146,7 +148,7 @@ class AttnrankRerank(BaseNodePostprocessor):
         super().__init__(  # type: ignore[call-arg]  # pydantic fields
             top_n=top_n, keep_retrieval_score=keep_retrieval_score, **stage
         )
-        self._reranker = shared_reranker(reranker, **self.reranker_settings)
+        self._reranker = shared_reranker(reranker, **built_settings(self.reranker_settings))
 
     @classmethod
     def class_name(cls) -> str:
@@ -219,7 +221,7 @@ class AttnrankPruner(BaseNodePostprocessor):
         super().__init__(  # type: ignore[call-arg]  # pydantic fields
             budget_tokens=budget_tokens, keep_ratio=keep_ratio, neighbours=neighbours, **stage
         )
-        self._pruner = shared_pruner(pruner, **self.pruner_settings)
+        self._pruner = shared_pruner(pruner, **built_settings(self.pruner_settings))
 
     @classmethod
     def class_name(cls) -> str:

@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..llm.recording import forward_lock
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
+from ..rerank.reweight import Reweighting
 from ..types import Document, ScoredDocument
 
 _LOCK = threading.Lock()
@@ -118,6 +119,45 @@ def shared_pruner(pruner: Any = None, **kwargs: Any):
     from ..prune.pruner import ContextPruner
 
     return _cached("ContextPruner", _settings(kwargs, PruneConfig), lambda: ContextPruner(**kwargs))
+
+
+def stored_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A stage's keyword arguments as JSON holds them, for an adapter's ``to_dict``: paths as
+    strings, tuples as lists, a dataclass option (``reweight``) as the dict of its fields;
+    :func:`built_settings` turns them back."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if is_dataclass(value) and not isinstance(value, type):
+            return asdict(value)
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    return {k: plain(v) for k, v in settings.items()}
+
+
+def built_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments read back from JSON (:func:`stored_settings`, a Haystack YAML) for a stage's
+    constructor: ``reweight`` as a :class:`~attnrank.rerank.reweight.Reweighting`, ``heads`` given as
+    ``[[layer, head], ...]`` as pairs."""
+    out = dict(settings)
+    if isinstance(out.get("reweight"), dict):
+        out["reweight"] = reweighting_of(out["reweight"])
+    heads = out.get("heads")
+    if isinstance(heads, list) and heads and all(isinstance(p, list) for p in heads):
+        out["heads"] = [tuple(p) for p in heads]
+    return out
+
+
+def reweighting_of(values: dict[str, Any]) -> Reweighting:
+    """The :class:`~attnrank.rerank.reweight.Reweighting` a dict of its fields describes."""
+    known = {f.name for f in fields(Reweighting)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise InputError(f"reweight={values!r} has unknown field(s) {unknown}; known: {sorted(known)}")
+    return Reweighting(**values)
 
 
 def shared_index(index: Any) -> Any:

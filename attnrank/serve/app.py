@@ -37,6 +37,7 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        server.jobs.start()  # (again, when the app is served after an earlier shutdown closed it)
         yield
         await asyncio.to_thread(server.jobs.close)  # stop the worker after its running job
 

@@ -97,8 +97,15 @@ class JobQueue:
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "rejected": 0, "disconnected": 0}
         self.running = 0
         self._mean_seconds = 1.0  # running mean of job durations, for Retry-After
-        self._thread = threading.Thread(target=self._work, name="attnrank-model", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        self.start()
+
+    def start(self) -> None:
+        """Start the worker unless it runs (an app served again after its shutdown closed it)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="attnrank-model", daemon=True)
+                self._thread.start()
 
     @property
     def queued(self) -> int:
@@ -120,6 +127,8 @@ class JobQueue:
         loop = asyncio.get_running_loop()
         job = Job(fn, loop.create_future(), loop)
         with self._lock:
+            if self._thread is None or not self._thread.is_alive():  # closed: nothing would ever run it
+                raise Cancelled("the model worker is stopped (the server is shutting down)")
             full = self.waiting >= self.max_queued
             if full:
                 self.counts["rejected"] += 1
@@ -159,7 +168,8 @@ class JobQueue:
                     self._leave(job)
                 job.loop.call_soon_threadsafe(_resolve, job, None, Cancelled())
         self._queue.put(None)
-        self._thread.join(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     def _count(self, key: str, seconds: float | None = None) -> None:
         with self._lock:

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from ..config import DEFAULT_BUDGET_TOKENS
-from ..explain import explain_results
+from ..explain import check_explainable, explain_results
 from ..generate import Generator
 from ..llm.states import StateCache
 from ..pipeline import Pipeline
@@ -67,9 +67,11 @@ async def _rank(
 ) -> tuple[RankedResults, list[dict[str, Any]] | None]:
     """Rerank ``texts`` (ids are their positions) and, if asked, explain each result."""
     server = _server(request)
-    server.check(query, texts)
-    docs = [Document(str(i), t) for i, t in enumerate(texts)]
     reranker = server.engine.reranker
+    if explain:  # refused now, not after the ranking (or a full queue's 503)
+        check_explainable(reranker)
+    await asyncio.to_thread(server.check, query, texts)  # tokenizing them: off the event loop
+    docs = [Document(str(i), t) for i, t in enumerate(texts)]
 
     def work(job: Job) -> tuple[RankedResults, list[dict[str, Any]] | None]:
         job.check()
@@ -85,8 +87,9 @@ async def _rank(
 async def rerank_cohere(body: CohereRerankRequest, request: Request) -> dict[str, Any]:
     server = _server(request)
     given = texts_of(body.documents)
-    server.check_count("documents", len(given))  # before tokenizing them all to truncate
-    texts = server.truncate(given, body.max_tokens_per_doc)
+    server.check_count("documents", len(given))
+    server.check_texts(body.query, given)  # the documents as sent: before tokenizing them all to truncate
+    texts = await asyncio.to_thread(server.truncate, given, body.max_tokens_per_doc)
     res, expl = await _rank(request, body.query, texts, body.top_n, body.explain)
     results = []
     for j, r in enumerate(res):

@@ -43,11 +43,19 @@ class Server:
     def __init__(self, engine: Engine, limits: Limits, max_queued: int):
         self.engine, self.limits = engine, limits
         self.jobs = JobQueue(max_queued)
-        tok = getattr(getattr(engine.reranker, "llm", None), "tokenizer", None)
-        self.tokenizer = tok
+        # The model's tokenizer counts tokens; a preset that runs no LLM (signals) has none, and
+        # reading ``llm`` would load the model it avoids.
+        rr = engine.reranker
+        self.tokenizer = rr.llm.tokenizer if rr is not None and getattr(rr, "uses_llm", True) else None
 
     # -- checks before any model work ----------------------------------------------------------
     def check(self, query: str, texts: list[str]) -> None:
+        """Every limit: :meth:`check_texts`, then the model tokens (:meth:`check_tokens`)."""
+        self.check_texts(query, texts)
+        self.check_tokens(query, texts)
+
+    def check_texts(self, query: str, texts: list[str]) -> None:
+        """The limits that need no tokenizer: the query, the number of documents, their characters."""
         lim = self.limits
         if not isinstance(query, str) or not query.strip():
             raise InputError("query is empty; send a non-empty query text")
@@ -66,7 +74,6 @@ class Server:
                     f"document {i} has {len(t)} characters > max_document_chars="
                     f"{lim.max_document_chars}; split or truncate it"
                 )
-        self.check_tokens(query, texts)
 
     def check_tokens(self, query: str, texts: list[str], fix: str = "send fewer or shorter documents") -> None:
         """Model tokens of ``query`` and ``texts`` within ``max_total_tokens``."""
@@ -86,8 +93,13 @@ class Server:
 
     def truncate(self, texts: list[str], max_tokens: int | None) -> list[str]:
         """Cut each text after ``max_tokens`` model tokens (at a token boundary)."""
-        if max_tokens is None or self.tokenizer is None:
+        if max_tokens is None:
             return texts
+        if self.tokenizer is None:
+            raise InputError(
+                f"max_tokens_per_doc={max_tokens} counts the model's tokens, and this server's reranker runs no "
+                "model (preset signals); cut the documents before sending them, or drop max_tokens_per_doc"
+            )
         out = []
         for t in texts:
             offsets = self.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]

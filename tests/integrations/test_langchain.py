@@ -110,6 +110,10 @@ def test_bad_settings(settings, demo_index):
         AttnrankRetriever(index=demo_index, k=1, depth=0, rerank=False)
     with pytest.raises(InputError, match="no_such_option"):
         AttnrankReranker(no_such_option=1, **settings)
+    later = AttnrankRetriever(index=demo_index, k=2, depth=3, rerank=False)
+    later.k = 8  # set after construction: returned 3 documents silently
+    with pytest.raises(InputError, match="k=8 exceeds depth=3"):
+        later.invoke("capital")
 
 
 def test_retriever_old_first_stage_k_still_read(demo_index):

@@ -154,3 +154,23 @@ def test_a_count_set_after_construction_is_checked(demo_index):
     retriever.similarity_top_k = 5
     with pytest.raises(InputError, match="similarity_top_k=5 exceeds depth=3"):
         retriever.retrieve("Who portrayed Corliss Archer?")
+
+
+def test_rerank_settings_of_other_types_round_trip_in_a_fresh_process(settings, demo_docs, query):
+    """A model folder as a Path broke to_json; a Reweighting came back a dict the reranker could
+    not take. The shared reranker is cleared, as a new process would have none."""
+    import json
+    from pathlib import Path
+
+    from attnrank.integrations.shared import clear_shared
+    from attnrank.rerank.reweight import Reweighting
+
+    post = AttnrankRerank(top_n=3, **{**settings, "model": Path(settings["model"])}, reweight=Reweighting(sink=True))
+    data = json.loads(post.to_json())
+    assert data["reranker_settings"]["model"] == settings["model"]
+    clear_shared()
+    again = AttnrankRerank.from_dict(data)
+    assert again.reranker is not post.reranker and again.reranker.reweight == Reweighting(sink=True)
+    nodes = _nodes(demo_docs)
+    ids = [n.node.node_id for n in post.postprocess_nodes(nodes, query_str=query)]
+    assert [n.node.node_id for n in again.postprocess_nodes(nodes, query_str=query)] == ids

@@ -107,6 +107,9 @@ def test_error_statuses_name_the_limit(url):
     assert r.status_code == 413 and r.json()["message"].startswith("documents=7 > max_documents=6")
     r = post("/v1/rerank", {"query": QUERY, "documents": ["y" * 401]})
     assert r.status_code == 413 and "max_document_chars=400" in r.json()["message"]
+    # the documents as sent: max_tokens_per_doc cut them after the check, and on the event loop
+    r = post("/v1/rerank", {"query": QUERY, "documents": ["y " * 30_000], "max_tokens_per_doc": 5})
+    assert r.status_code == 413 and "has 60000 characters > max_document_chars=400" in r.json()["message"]
     r = post("/rerank", {"query": QUERY, "texts": ["z " * 199] * 5})  # ~2000 byte tokens
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
     r = post("/rerank", {"query": QUERY, "texts": DOCS, "padding": "y" * 80_000})  # body over the implied size
@@ -131,7 +134,8 @@ def test_search_prune_ask(roomy_url):
     assert r.status_code == 200
     res = r.json()["results"]
     assert len(res) == 3 and [x["rank"] for x in res] == [1, 2, 3]
-    assert all({"bm25", "dense", "hybrid", "attention"} <= set(x["stage_scores"]) for x in res)
+    assert all({"dense", "hybrid", "attention"} <= set(x["stage_scores"]) for x in res)
+    assert any("bm25" in x["stage_scores"] for x in res)  # (a document without a query term has no BM25 score)
     r = httpx.post(f"{url}/v1/prune", json={"query": QUERY, "documents": DOCS, "budget_tokens": 40})
     assert r.status_code == 200
     p = r.json()
@@ -478,3 +482,39 @@ def test_the_engine_is_built_from_one_rerank_config(tiny_dir):
     bare = build_engine(RerankConfig.preset("signals", model=str(tiny_dir)), prune=False)  # no model runs
     assert bare.pruner is None and bare.generator is None and not bare.reranker.uses_attention
     assert bare.model_name == str(tiny_dir) and bare.reranker._llm is None  # and none was loaded
+
+
+def test_an_app_served_again_after_its_shutdown_still_answers(llm):
+    """Its shutdown stopped the model worker: a second serving hung every request (the worker
+    starts again with the app's lifespan, and a job sent to a stopped one is refused)."""
+    app = create_app(Engine(AttentionReranker(llm, config="fused", max_doc_words=40), model_name="tiny"))
+    for _ in range(2):
+        with live_server(app) as base:
+            r = httpx.post(f"{base}/rerank", json={"query": QUERY, "texts": DOCS}, timeout=30)
+            assert r.status_code == 200 and len(r.json()) == 4
+    server = app.state.server
+
+    async def submit():
+        return server.jobs.submit(lambda job: None)
+
+    with pytest.raises(Cancelled, match="worker is stopped"):
+        asyncio.run(submit())
+
+
+def test_a_signals_server_loads_no_model_and_refuses_token_options(tmp_path):
+    """Reading the reranker's llm to find a tokenizer loaded the model preset signals avoids; its
+    token options were then silently ignored."""
+    from _tiny import save_tiny
+
+    rr = AttentionReranker(str(save_tiny(tmp_path / "tiny")), config="signals")
+    app = create_app(Engine(rr, model_name="signals"))
+    assert rr._llm is None and app.state.server.tokenizer is None
+    with live_server(app) as base:
+        r = httpx.post(f"{base}/v1/rerank", json={"query": QUERY, "documents": DOCS}, timeout=60)
+        assert r.status_code == 200 and len(r.json()["results"]) == 4
+        r = httpx.post(f"{base}/v1/rerank", json={"query": QUERY, "documents": DOCS, "max_tokens_per_doc": 5})
+        assert r.status_code == 422 and "max_tokens_per_doc=5 counts the model's tokens" in r.json()["message"]
+        r = httpx.post(f"{base}/v1/rerank", json={"query": QUERY, "documents": DOCS, "explain": True})
+        assert r.status_code == 422 and "computes no per-token attention evidence" in r.json()["message"]
+        assert app.state.server.jobs.stats()["done"] == 1  # the refused ones never queued
+    assert rr._llm is None
