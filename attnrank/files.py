@@ -42,12 +42,13 @@ def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
         if fsync:  # the rename itself: without it a power loss can bring the old file back
-            _fsync_folder(path.parent)
+            fsync_folder(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
+    """Make the entries of ``folder`` (a rename, a new file) durable; a no-op where folders cannot be opened."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:  # a platform or file system that cannot open folders: the file itself was synced

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..config import fault_point
 from ..errors import IndexFormatError
-from ..files import file_sha256
+from ..files import file_sha256, fsync_folder
 from ..types import Document
 from .folders import SHARDED_FORMAT, check_target, fsync_dir, remove_stale, sibling, swap_in
 
@@ -58,10 +58,17 @@ def _jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fsync_tree(root: Path) -> None:
+    """Every file below ``root``, then every folder (deepest first): a file's entry in its folder
+    is durable only once the folder itself is synced."""
+    folders = [root]
     for p in sorted(root.rglob("*")):
         if p.is_file():
             with open(p, "rb") as f:
                 os.fsync(f.fileno())
+        elif p.is_dir():
+            folders.append(p)
+    for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
+        fsync_folder(folder)
 
 
 @contextmanager

@@ -340,3 +340,27 @@ def test_vectors_an_int8_export_embedded_are_not_read_from_shards(tmp_path, shar
     r = ShardedRetriever.load(copy, embed_backend="torch")
     assert r.stored_vectors([0]) is None
     assert ShardedRetriever.load(sharded, embed_backend="torch").stored_vectors([0]) is not None
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda v: 0.3 * v, "embedding 0 has norm 0.3000"),
+        (
+            lambda v: v[:, :16] / np.linalg.norm(v[:, :16], axis=1, keepdims=True),
+            "16 dimensions, the index's embedder 384",
+        ),
+        (lambda v: np.where(np.arange(v.shape[1]) == 0, np.nan, v), "non-finite"),
+    ],
+)
+def test_given_embeddings_that_are_not_the_embedders_are_refused_before_the_build(tmp_path, change, message):
+    """0.3 x unit vectors built and scored wrongly, silently; 16 dimensions built and failed at load."""
+    from attnrank.types import Document
+
+    docs = [Document(f"d{i}", f"text number {i}") for i in range(6)]
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(6, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    with pytest.raises(InputError, match=message):
+        ShardedIndexer(HybridRetriever(), shards=2).build(docs, tmp_path / "idx", embeddings=change(vectors))
+    assert not (tmp_path / "idx").exists()

@@ -257,8 +257,29 @@ class ShardedIndexer:
             if d.id in seen:
                 raise InputError(f"duplicate document id {d.id!r}; document ids must be unique")
             seen.add(d.id)
-        if embeddings is not None and (embeddings.ndim != 2 or len(embeddings) != len(docs)):
-            raise InputError(f"embeddings of shape {embeddings.shape} do not match {len(docs)} documents")
+        if embeddings is not None:
+            self._check_embeddings(embeddings, len(docs))
+
+    def _check_embeddings(self, embeddings: np.ndarray, n_docs: int) -> None:
+        """Given embeddings are what the index's embedder would give: one finite unit vector per
+        document, of its dimension (scores are inner products; other vectors scored wrongly, silently,
+        and another dimension failed at load, after the build)."""
+        if embeddings.ndim != 2 or len(embeddings) != n_docs:
+            raise InputError(f"embeddings of shape {embeddings.shape} do not match {n_docs} documents")
+        if not np.issubdtype(embeddings.dtype, np.floating) or not np.isfinite(embeddings).all():
+            raise InputError("embeddings hold non-finite or non-float values; give finite float32 vectors")
+        norms = np.linalg.norm(embeddings.astype(np.float64), axis=1)
+        worst = int(np.argmax(np.abs(norms - 1.0)))
+        if abs(norms[worst] - 1.0) > 1e-3:
+            raise InputError(
+                f"embedding {worst} has norm {norms[worst]:.4f}; scores are inner products of unit vectors: "
+                "normalise the embeddings (divide each by its norm)"
+            )
+        dim = len(embedder_probe(load_embedder(self.r.embedder, self.r.device, self.r.embed_backend)))
+        if embeddings.shape[1] != dim:
+            raise InputError(
+                f"embeddings have {embeddings.shape[1]} dimensions, the index's embedder {dim}; give its embeddings"
+            )
 
     def _ivf_template(self, docs: list[Document], embeddings: np.ndarray | None):
         rng = np.random.default_rng(self.seed)
