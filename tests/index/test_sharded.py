@@ -268,8 +268,12 @@ def test_merge_shards_command_replaces_a_user_folder_only_with_force(sharded, tm
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    r = CliRunner().invoke(app, ["merge-shards", str(sharded), "--index-dir", str(mine)])
-    assert r.exit_code == 1 and (mine / "notes.txt").exists()
+    loaded = []
+    real_load = ShardedRetriever.load
+    with pytest.MonkeyPatch.context() as m:  # refused before the sharded index is loaded and merged
+        m.setattr(ShardedRetriever, "load", classmethod(lambda cls, *a, **k: loaded.append(1) or real_load(*a, **k)))
+        r = CliRunner().invoke(app, ["merge-shards", str(sharded), "--index-dir", str(mine)])
+    assert r.exit_code == 1 and (mine / "notes.txt").exists() and not loaded
     r = CliRunner().invoke(app, ["merge-shards", str(sharded), "--index-dir", str(mine), "--force"])
     assert r.exit_code == 0, r.output
     assert HybridRetriever.load(mine).num_docs == 55 and not (mine / "notes.txt").exists()

@@ -23,6 +23,7 @@ import numpy as np
 from ...errors import IndexFormatError, InputError
 from ..bm25 import BM25Index
 from ..dense import DenseIndex
+from ..folders import check_target
 from ..retriever import HybridRetriever
 from .layout import retriever_settings
 
@@ -85,6 +86,7 @@ def merge_shards(src: str | Path, target: str | Path, *, force: bool = False) ->
     t0 = time.perf_counter()
     src, target = Path(src), Path(target)
     _check_outside(src, target)
+    check_target(target, force=force, protect=[src])  # before the load and merge (the save checks it again)
     sr = ShardedRetriever.load(src, mmap=False)
     settings = retriever_settings(sr.manifest)
     r = HybridRetriever(**settings)
