@@ -34,7 +34,11 @@ def test_index_search_eval(tmp_path, scifact_mini):
         ],
     )
     assert r.exit_code == 0, r.output
-    assert len(run.read_text().splitlines()) == 12 * 20
+    lines = [line.split() for line in run.read_text().splitlines()]
+    per_query = {q: sum(1 for line in lines if line[0] == q) for q in {line[0] for line in lines}}
+    # every query, up to 20 hits each: by BM25 only the documents holding a query term
+    assert len(per_query) == 12 and max(per_query.values()) == 20 and min(per_query.values()) >= 1
+    assert all(float(line[4]) > 0 for line in lines)
     r = runner.invoke(app, ["eval", str(run), str(scifact_mini / "qrels" / "train.tsv"), "--metrics", "nDCG@10,R@20"])
     assert r.exit_code == 0 and r.output.startswith("nDCG@10\t")
     r = runner.invoke(app, ["search", "vitamin D", "--index-dir", str(ix), "-k", "2", "-q"])
