@@ -267,6 +267,7 @@ def load_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[D
         )
     name = p.name.lower()
     if name.endswith((".jsonl", ".jsonl.gz", ".json", ".ndjson")):
+        _refuse_json_array(p)
         return read_jsonl_corpus(p, skip_invalid=skip_invalid)
     if name.endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
         return read_csv_corpus(p, skip_invalid=skip_invalid)
@@ -275,6 +276,20 @@ def load_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[D
     raise InputError(
         f"{p}: unknown corpus format {p.suffix!r}; use .jsonl, .csv, .tsv, a BEIR folder or a folder of .txt/.md"
     )
+
+
+def _refuse_json_array(p: Path) -> None:
+    """A .json corpus that is one JSON array, not JSON Lines: refused whole (read line by line,
+    with skip_invalid only the lines that parse alone would be kept)."""
+    if p.name.lower().endswith(".gz"):
+        return
+    with open(p, "rb") as f:
+        head = f.read(4096).decode("utf-8-sig", errors="replace").lstrip()
+    if head.startswith("["):
+        raise InputError(
+            f"{p} is one JSON array; a corpus is JSON Lines (one object per line): convert it, e.g. "
+            f"jq -c '.[]' {p.name} > {p.stem}.jsonl"
+        )
 
 
 def _single_text(p: Path) -> tuple[list[Document], LoadReport]:
@@ -310,6 +325,8 @@ def load_queries(path: str | Path) -> dict[str, str]:
             if len(parts) != 2:
                 raise InputError(f"{where}: expected 'id<TAB>text', got {line.strip()[:60]!r}")
             qid, text = parts[0].strip(), parts[1]  # (trimmed, as qrels and runs read ids)
+            if not queries and _is_header(qid, text):  # a header line ("id<TAB>text") is not a query
+                continue
             if not qid:
                 raise InputError(f"{where}: empty query id before the tab; give every query an id")
         if qid in queries:
@@ -320,6 +337,15 @@ def load_queries(path: str | Path) -> dict[str, str]:
     if not queries:
         raise InputError(f"{p}: no queries found")
     return queries
+
+
+_ID_HEADERS = {"id", "_id", "qid", "query-id", "query_id", "queryid"}
+_TEXT_HEADERS = {"text", "query", "query-text", "query_text", "title"}
+
+
+def _is_header(qid: str, text: str) -> bool:
+    """Whether the first line of a queries TSV names its columns (``id<TAB>text``)."""
+    return qid.lower() in _ID_HEADERS and text.strip().lower() in _TEXT_HEADERS
 
 
 def _query_record(line: str, where: str) -> tuple[str, str]:

@@ -225,3 +225,24 @@ def test_ids_are_trimmed_in_every_format_as_qrels_read_them(tmp_path):
     (tmp_path / "blank.tsv").write_text(" \tquestion\n")
     with pytest.raises(InputError, match="empty query id"):
         load_queries(tmp_path / "blank.tsv")
+
+
+def test_a_queries_tsv_header_is_not_a_query(tmp_path):
+    from attnrank.corpus import load_queries
+
+    p = tmp_path / "q.tsv"
+    p.write_text("id\ttext\nq1\tkyoto temples\n")
+    assert load_queries(p) == {"q1": "kyoto temples"}
+    p.write_text("q1\tkyoto temples\nid\ttext\n")  # only a first line can be a header
+    assert load_queries(p) == {"q1": "kyoto temples", "id": "text"}
+
+
+def test_a_json_array_corpus_is_refused_with_the_conversion(tmp_path):
+    """Read as JSON Lines it failed at line 1 advising skip_invalid, which kept only stray lines."""
+    from attnrank.corpus import load_corpus
+    from attnrank.errors import InputError
+
+    p = tmp_path / "c.json"
+    p.write_text('[\n {"_id": "a", "text": "x"},\n {"_id": "b", "text": "y"}\n]\n')
+    with pytest.raises(InputError, match=r"c.json is one JSON array; .* jq -c '\.\[\]' c.json > c.jsonl"):
+        load_corpus(p, skip_invalid=True)

@@ -44,8 +44,9 @@ def read_qrels(path: str | Path) -> Qrels:
     qrels: Qrels = {}
     dups: list[str] = []
     for lineno, line in _lines(p):
-        parts = line.split()
-        if not parts:
+        # tab-separated (BEIR) fields may hold spaces; TREC qrels are whitespace-separated
+        parts = [x.strip() for x in line.rstrip("\r\n").split("\t")] if "\t" in line else line.split()
+        if not any(parts):
             continue
         if len(parts) == 4:
             qid, _, did, rel = parts
@@ -56,11 +57,14 @@ def read_qrels(path: str | Path) -> Qrels:
                 f"{p}:{lineno}: expected 'qid Q0 docid rel' or 'qid<TAB>docid<TAB>rel', got {line.strip()[:60]!r}"
             )
         try:
-            label = int(float(rel))
+            value = float(rel)
         except ValueError:
             if lineno == 1:  # BEIR header "query-id corpus-id score"
                 continue
             raise InputError(f"{p}:{lineno}: relevance {rel!r} is not a number") from None
+        if not math.isfinite(value) or not value.is_integer():  # int() truncated 0.6 to 0, silently
+            raise InputError(f"{p}:{lineno}: relevance {rel!r} is not a whole number; give graded labels 0, 1, 2, ...")
+        label = int(value)
         judged = qrels.setdefault(qid, {})
         if did in judged and judged[did] != label:
             dups.append(f"{p}:{lineno}")
@@ -95,6 +99,12 @@ def read_run(path: str | Path) -> Run:
             continue
         if len(parts) != 6:
             raise InputError(f"{p}:{lineno}: expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
+        try:
+            int(parts[3])
+        except ValueError:  # e.g. rank and score swapped: the order would come out reversed
+            raise InputError(
+                f"{p}:{lineno}: rank {parts[3]!r} is not an integer; the columns are 'qid Q0 docid rank score tag'"
+            ) from None
         try:
             score = float(parts[4])
         except ValueError:

@@ -227,3 +227,23 @@ def test_qrels_judging_a_pair_twice_warn_and_keep_the_last(tmp_path, caplog):
         assert read_qrels(path) == {"q1": {"d1": 2, "d2": 0}}
     assert "1 (query, document) pair(s) judged again with another label, first at" in caplog.text
     assert "q.txt:3" in caplog.text
+
+
+def test_readers_refuse_what_they_would_misread(tmp_path):
+    """A fractional label was truncated (0.6 -> 0), rank and score swapped reversed the order, and
+    a tab-separated id with a space was split into other columns; all silently."""
+    from attnrank.eval import read_qrels, read_run
+
+    qrels = tmp_path / "q.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\tdoc a\t1\nq1\tdoc b\t0\n")
+    assert read_qrels(qrels) == {"q1": {"doc a": 1, "doc b": 0}}
+    qrels.write_text("q1 0 d1 0.6\n")
+    with pytest.raises(InputError, match=r"q.tsv:1: relevance '0.6' is not a whole number"):
+        read_qrels(qrels)
+    qrels.write_text("q1 0 d1 inf\n")  # raised OverflowError, a traceback
+    with pytest.raises(InputError, match="relevance 'inf' is not a whole number"):
+        read_qrels(qrels)
+    run = tmp_path / "r.trec"
+    run.write_text("q1 Q0 dA 12.7 1 bm25\nq1 Q0 dB 11.2 2 bm25\n")
+    with pytest.raises(InputError, match=r"r.trec:1: rank '12.7' is not an integer; the columns are"):
+        read_run(run)
