@@ -71,8 +71,10 @@ class Stop(Exception):
 def test_a_checkpoint_sees_each_stage_before_it_runs_and_can_stop_the_run(llm, built_retriever):
     pipe = Pipeline(built_retriever, AttentionReranker(llm), ContextPruner(llm), Generator(llm, 2), depth=3, top_k=1)
     seen: list[str] = []
-    pipe.run(QUESTION, budget_tokens=60, checkpoint=seen.append)
+    pipe.run(QUESTION, budget_tokens=200, checkpoint=seen.append)
     assert seen == ["rerank", "prune", "generate"]
+    with pytest.raises(InputError, match=r"no sentence .* fits the budget of 60 tokens \(the shortest has \d+\)"):
+        pipe.run(QUESTION, budget_tokens=60)  # answered from an empty context before
 
     class CountingPruner:  # the real pruner, counted
         def __init__(self, inner):
@@ -89,7 +91,7 @@ def test_a_checkpoint_sees_each_stage_before_it_runs_and_can_stop_the_run(llm, b
     pruner = CountingPruner(ContextPruner(llm))
     pipe = Pipeline(built_retriever, AttentionReranker(llm), pruner, Generator(llm, 2), depth=3, top_k=1)
     with pytest.raises(Stop):
-        pipe.run(QUESTION, budget_tokens=60, checkpoint=stop_at_prune)
+        pipe.run(QUESTION, budget_tokens=200, checkpoint=stop_at_prune)
     assert pruner.calls == 0
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..config import check_precision_names
 from ..errors import InputError
 from ..llm.blocks import check_attention_mode, check_positions
-from ..rerank.config import check_fields
+from ..rerank.config import ORDERS, check_fields
 from .segment import DEFAULT_MAX_WORDS
 
 PRUNE_METHODS = ("query", "focus", "probe")
@@ -63,8 +64,15 @@ class PruneConfig:
         words = self.max_sentence_words
         if isinstance(words, bool) or not isinstance(words, int) or words < 1:  # (was an error only at the first prune)
             raise InputError(f"max_sentence_words={words!r} must be an integer >= 1 (longer sentences are split)")
-        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
-            raise InputError(f"max_prompt_tokens={self.max_prompt_tokens} must be a positive integer or None")
+        mpt = self.max_prompt_tokens
+        if mpt is not None and (isinstance(mpt, bool) or not isinstance(mpt, int) or mpt < 1):
+            raise InputError(f"max_prompt_tokens={mpt!r} must be a positive integer or None")
+        # the reranker's checks of the same prompt options (before, found at the first prune, model loaded)
+        if self.order not in ORDERS:
+            raise InputError(f"order={self.order!r} is not one of {ORDERS}")
+        if not str(self.instruction).strip():
+            raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
+        check_precision_names(self.device, self.dtype)
 
     def with_options(self, **overrides: Any) -> PruneConfig:
         check_fields(type(self), overrides)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,7 +124,7 @@ def check_budget(budget_tokens: int | None, keep_ratio: float | None) -> None:
             "pass e.g. budget_tokens=300, or keep_ratio=R"
         )
     if keep_ratio is not None and (
-        isinstance(keep_ratio, bool) or not (isinstance(keep_ratio, (int, float)) and 0 < keep_ratio <= 1)
+        isinstance(keep_ratio, bool) or not (isinstance(keep_ratio, numbers.Real) and 0 < keep_ratio <= 1)
     ):
         raise InputError(
             f"keep_ratio={keep_ratio!r} is outside (0, 1]; pass the fraction of the "
@@ -140,7 +141,13 @@ def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original
         return int(budget_tokens), "budget_tokens"
     if keep_ratio is None:
         raise InputError("give budget_tokens or keep_ratio")
-    return int(math.floor(keep_ratio * original + 1e-9)), "keep_ratio"
+    target = int(math.floor(keep_ratio * original + 1e-9))
+    if target < 1 and original > 0:  # a budget of 0 keeps nothing: refused, as budget_tokens=0 is
+        raise InputError(
+            f"keep_ratio={keep_ratio} of the context's {original} sentence tokens keeps 0 tokens; "
+            "raise keep_ratio, or give budget_tokens"
+        )
+    return target, "keep_ratio"
 
 
 def select(scored: list[ScoredSentence], target: int, neighbours: int) -> None:

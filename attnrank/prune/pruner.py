@@ -51,7 +51,7 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -130,6 +130,11 @@ class ContextPruner:
         self.hint_ids: list[int] = []
         if cfg.method == "focus":
             self.hint_ids = self.llm.tokenizer(self.focus_hint, add_special_tokens=False)["input_ids"]
+        if (cfg.max_prompt_tokens or 0) > self.llm.context_length:  # untrained positions, as the reranker refuses
+            raise InputError(
+                f"max_prompt_tokens={cfg.max_prompt_tokens} exceeds the {self.llm.context_length}-token context "
+                f"of {self.llm.model_id}; lower it (None: the context minus 64)"
+            )
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
@@ -263,7 +268,17 @@ class ContextPruner:
         )
         pieces = [make_piece(i, s, range(len(s))) for i, s in enumerate(sents) if s]
         if self.config.attention == "block":  # blocks are independent: one prompt holds them all
-            return [planner.build_blocks(query, docs, sents, pieces)]
+            chunk = planner.build_blocks(query, docs, sents, pieces)
+            prompt = cast(BlockPrompt, chunk.pair)
+            suffix = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids))
+            needed = prompt.suffix_start(self.config.block_positions) + suffix + len(self.hint_ids)
+            if needed > self.max_prompt_tokens:
+                raise InputError(
+                    f"the block-attention pruning prompt reaches position {needed} > max_prompt_tokens="
+                    f"{self.max_prompt_tokens}; give fewer or shorter passages, or prune with attention='full', "
+                    "which scores a long context in chunks"
+                )
+            return [chunk]
         whole = planner.build(query, docs, sents, pieces)
         if whole.length <= self.max_prompt_tokens:
             return [whole]

@@ -10,6 +10,7 @@ import pytest
 from _tiny import tiny_model
 from test_pruner import DOCS, QUERY, SENTENCES
 
+from attnrank.errors import InputError
 from attnrank.llm.attention import AttentionCapturer
 from attnrank.llm.blocks import build_block_prompts
 from attnrank.llm.capture import capture_blocks
@@ -69,9 +70,13 @@ def test_block_spans_with_the_default_models_merging_tokenizer():
 
 
 def test_block_mode_needs_no_chunking(llm):
-    """A window far smaller than the prompt chunks the full prompt, but not the block prompt."""
-    full = ContextPruner(llm, max_prompt_tokens=220)
-    block = ContextPruner(llm, max_prompt_tokens=220, attention="block")
+    """A window far smaller than the prompt chunks the full prompt, but not the block prompt at
+    shared positions (every block at the same positions). At rotated positions the blocks follow
+    each other: a prompt past the window is refused, not run at positions it does not have."""
+    full = ContextPruner(llm, max_prompt_tokens=260)
+    block = ContextPruner(llm, max_prompt_tokens=260, attention="block", block_positions="shared")
+    with pytest.raises(InputError, match=r"reaches position \d+ > max_prompt_tokens=260; .* attention='full'"):
+        ContextPruner(llm, max_prompt_tokens=260, attention="block").prune(QUERY, DOCS, keep_ratio=0.5)
     assert len(full._prepare(QUERY, DOCS, None)[1]) > 1
     assert len(block._prepare(QUERY, DOCS, None)[1]) == 1
     res = block.prune(QUERY, DOCS, keep_ratio=0.5)
