@@ -181,7 +181,14 @@ def train_probe(
                 f"question {ex.qid!r}: {len(ex.labels)} labels for {len(ex.positions)} sentences; give one label "
                 "per sentence"
             )
-    x = np.vstack([standardise(design(ex.head_scores, ex.positions, extras, ex.lexical)) for ex in examples])
+    # The probe keeps its heads sorted (head_pairs, as parse_heads returns them) and the pruner reads
+    # their scores in that order: columns given in another order are put in it, so weights follow heads.
+    pairs = [(int(layer), int(head)) for layer, head in heads]
+    if len(set(pairs)) != len(pairs):
+        raise InputError(f"heads {format_heads(pairs)} repeat a head; give each (layer, head) once")
+    order = sorted(range(len(pairs)), key=lambda i: pairs[i])
+    heads = [pairs[i] for i in order]
+    x = np.vstack([standardise(design(ex.head_scores[:, order], ex.positions, extras, ex.lexical)) for ex in examples])
     y = np.concatenate([np.asarray(ex.labels, dtype=bool) for ex in examples]).astype(int)
     if y.min() == y.max():
         raise InputError(

@@ -83,6 +83,21 @@ def test_train_probe_finds_the_informative_head_and_round_trips(tmp_path):
     np.testing.assert_allclose(grid["q0"], held["q0"])
 
 
+def test_heads_given_in_another_order_train_the_same_probe():
+    """The probe's heads are kept sorted and the pruner scores them in that order: columns given in
+    another order were fitted as given, so each weight went to another head."""
+    import dataclasses
+
+    heads = [(0, 0), (0, 1), (1, 0)]
+    sorted_probe = train_probe(synthetic(), heads, extras=["first"], l2=1.0)
+    reversed_examples = [dataclasses.replace(ex, head_scores=ex.head_scores[:, ::-1]) for ex in synthetic()]
+    probe = train_probe(reversed_examples, heads[::-1], extras=["first"], l2=1.0)
+    assert probe.heads == sorted_probe.heads == ["0-0", "0-1", "1-0"]
+    np.testing.assert_allclose(probe.weights, sorted_probe.weights, rtol=1e-6)
+    with pytest.raises(InputError, match="repeat a head"):
+        train_probe(synthetic(), [(0, 0), (0, 0), (1, 0)], extras=["first"])
+
+
 def test_average_precision():
     assert average_precision(np.array([0.9, 0.1, 0.5]), np.array([1, 0, 1])) == 1.0
     assert average_precision(np.array([0.1, 0.9, 0.5]), np.array([1, 0, 0])) == pytest.approx(1 / 3)
