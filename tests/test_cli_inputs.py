@@ -460,7 +460,7 @@ def test_search_refuses_ids_a_run_cannot_hold_before_reranking(tmp_path, no_mode
         app, ["search", "--queries", str(queries), "--index-dir", str(ix), "--rerank", "2", "-o", str(out), "-q"]
     )
     assert r.exit_code == 1 and "document id 'my notes.md' is empty or holds whitespace" in _text(r)
-    assert not out.exists()
+    assert "rename the document" in _text(r) and not out.exists()  # checked before the search, naming the fix
 
 
 def test_attention_options_on_a_preset_without_attention_are_refused_before_the_model(

@@ -157,9 +157,14 @@ def search(
     name = _index_name(name, old_name)
     r = _load_index(name, index_dir, verify)
     _set_fusion(r, mode, fusion, alpha, norm)
+    if output is not None:  # before searching: write_run would refuse them after all the work
+        check_run_ids(
+            "document",
+            (d.id for d in r.docs),
+            "a TREC run cannot hold it: rename the document (for a folder corpus, its file) and index again, "
+            "or search without -o",
+        )
     results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
-    if output is not None:  # before the reranker loads: write_run would refuse them after all the work
-        check_run_ids("document", (d.id for res in results for d in res), "index documents with ids without whitespace")
     if rerank > 0:
         from ..rerank.attention import AttentionReranker
 
