@@ -98,8 +98,10 @@ def test_rerank_output_is_not_an_input(tmp_path, dl19_mini, no_model):
     assert run.read_text() == before
     topics = tmp_path / "topics.tsv"
     topics.write_text((dl19_mini / "topics.tsv").read_text())
+    args = ["rerank", "--run", str(run), "--queries", str(topics)]  # the copy is the input, and the output
     r = runner.invoke(app, [*args, "--corpus", str(dl19_mini / "passages.jsonl"), "-o", str(topics)])
-    assert r.exit_code == 2 and topics.read_text() == (dl19_mini / "topics.tsv").read_text()
+    assert r.exit_code == 2 and "is also the --queries input" in _text(r)
+    assert topics.read_text() == (dl19_mini / "topics.tsv").read_text()
 
 
 def test_batch_outputs_and_resources_checked_before_ray(tmp_path, scifact_mini, index_dir, no_model):
