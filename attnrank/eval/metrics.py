@@ -33,11 +33,12 @@ def _parse(metrics: Sequence[str], rel: int) -> dict[str, Any]:
         if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int) or cutoff < 1):
             # trec_eval aborts the whole process (not an exception) on a cutoff below 1
             raise InputError(f"metric {m!r} has cutoff {cutoff!r}; a cutoff is a whole number >= 1 (e.g. R@100)")
-        name = str(measure)
         # every measure with a threshold (Rprec, Bpref, SetP, ... too), unless the name sets its own
         if rel != 1 and "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params:
             measure = measure(rel=rel)
-        out[name] = measure
+        # keyed as given: ir-measures' own spelling (NDCG@10 -> nDCG@10, MRR@10 -> RR@10) is not
+        # the name a caller looks its figure up by
+        out[m] = measure
     return out
 
 

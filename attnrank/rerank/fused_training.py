@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, require
-from ..eval.metrics import evaluate
+from ..eval.metrics import evaluate_per_query
 from ..types import Document
 from .fused import ATTENTION, FEATURES, FusedWeights, FusionExample, attention_confidence, feature_matrix
 from .signals import SIGNALS_VERSION, SignalComputer
@@ -123,16 +123,31 @@ def _balanced(examples: Sequence[FusionExample]) -> list[FusionExample]:
 
 
 def mean_ndcg(examples: Sequence[FusionExample], scorer: Any, k: int = 10) -> float:
-    """Mean nDCG@``k`` of ``scorer(example) -> scores`` over ``examples`` (ir-measures)."""
+    """Mean nDCG@``k`` of ``scorer(example) -> scores`` over ``examples`` (ir-measures), an
+    example without judgments counting 0, as in the k-fold reports (:func:`~attnrank.rerank.fusion_eval.compare`)."""
+    check_unique_queries(examples)
     by_rel: dict[int, list[FusionExample]] = {}
     for e in examples:
         by_rel.setdefault(e.rel, []).append(e)
-    total = 0.0
+    total, metric = 0.0, f"nDCG@{k}"
     for rel, exs in by_rel.items():
         run = {e.qid: dict(zip(e.doc_ids, map(float, scorer(e)))) for e in exs}
         qrels = {e.qid: e.judged() for e in exs}
-        total += evaluate(run, qrels, [f"nDCG@{k}"], rel=rel)[f"nDCG@{k}"] * len(exs)
+        total += sum(row[metric] for row in evaluate_per_query(run, qrels, [metric], rel=rel).values())
     return total / len(examples)
+
+
+def check_unique_queries(examples: Sequence[FusionExample]) -> None:
+    """Refuse examples that share a query id: runs and reports are keyed by it, so one would
+    replace the other (datasets pooled with overlapping ids)."""
+    seen: dict[str, str] = {}
+    for e in examples:
+        if e.qid in seen:
+            raise InputError(
+                f"query id {e.qid!r} is in two examples (groups {seen[e.qid]!r} and {e.group!r}); give each "
+                "dataset's queries distinct ids (e.g. prefix them with the dataset's name)"
+            )
+        seen[e.qid] = e.group
 
 
 def _choose_gate(examples: Sequence[FusionExample], fused: FusedWeights) -> float | None:

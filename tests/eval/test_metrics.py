@@ -247,3 +247,12 @@ def test_readers_refuse_what_they_would_misread(tmp_path):
     run.write_text("q1 Q0 dA 12.7 1 bm25\nq1 Q0 dB 11.2 2 bm25\n")
     with pytest.raises(InputError, match=r"r.trec:1: rank '12.7' is not an integer; the columns are"):
         read_run(run)
+
+
+def test_metrics_are_reported_under_the_names_given():
+    """ir-measures spells NDCG@10 nDCG@10 and MRR@10 RR@10: figures filed under its spelling were
+    looked up under the given one and read as 0 (a k-fold report of zeros, and a tie that registered)."""
+    run, qrels = {"q": {"a": 2.0, "b": 1.0}}, {"q": {"a": 1}}
+    got = evaluate(run, qrels, ["NDCG@10", "MRR@10", "RR@10"])
+    assert got == {"NDCG@10": 1.0, "MRR@10": 1.0, "RR@10": 1.0}
+    assert evaluate_per_query(run, qrels, ["NDCG@10"]) == {"q": {"NDCG@10": 1.0}}
