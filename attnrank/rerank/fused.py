@@ -70,8 +70,11 @@ def attention_confidence(attention: np.ndarray) -> float:
     """How sharply a query's attention singles out its best candidates: the z-score of the
     highest attention score among the candidates (population std; 0 if all are equal)."""
     a = np.asarray(attention, dtype=np.float64)
-    sd = a.std()
-    return float((a.max() - a.mean()) / sd) if sd > 0 else 0.0
+    if not np.isfinite(a).all():  # NaN made the std NaN, read as "all equal": the gate then hid it
+        raise InputError(f"attention scores {a.tolist()[:5]} hold NaN or inf; check the model's dtype and weights")
+    if np.ptp(a) <= 1e-12 * max(1.0, float(np.abs(a).max())):  # all equal (up to rounding: the std is not 0)
+        return 0.0
+    return float((a.max() - a.mean()) / a.std())
 
 
 @dataclass

@@ -32,3 +32,18 @@ def test_examples_that_share_a_query_id_are_refused():
         mean_ndcg(examples, lambda e: e.signals["bm25"])
     with pytest.raises(InputError, match="query id '1' is in two examples"):
         compare(examples, {"first": {"1": np.array([2.0, 1.0])}}, ["nDCG@10"], baselines=("first",))
+
+
+def test_attention_confidence_refuses_non_finite_scores_and_reads_equal_ones_as_zero():
+    from attnrank.rerank.fused import attention_confidence
+
+    assert attention_confidence(np.full(3, 0.1)) == 0.0  # rounding made it -1.0
+    assert attention_confidence(np.array([0.0, 0.0, 3.0])) == pytest.approx(np.sqrt(2))
+    with pytest.raises(InputError, match="hold NaN or inf"):
+        attention_confidence(np.array([np.nan, 0.0, 1.0]))  # read as 0: the gate hid it
+
+
+def test_an_infinite_stage_score_ranks_where_it_stood():
+    from attnrank.rerank.learned.features import stage_feature
+
+    assert stage_feature([np.inf, 2.0, 1.0, np.nan, -np.inf]).tolist() == [2.0, 2.0, 1.0, 1.0, 1.0]

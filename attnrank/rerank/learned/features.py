@@ -95,7 +95,9 @@ def stage_feature(scores: Scores) -> np.ndarray:
     return it) gets the query's lowest score, since it ranked below everything that retriever returned."""
     s = np.asarray(scores, dtype=np.float64)
     ok = np.isfinite(s)
-    return np.where(ok, s, s[ok].min() if ok.any() else 0.0)
+    low, high = (s[ok].min(), s[ok].max()) if ok.any() else (0.0, 0.0)
+    # +inf ranked above everything (it took the lowest score before), -inf and NaN below
+    return np.where(ok, s, np.where(s == np.inf, high, low))
 
 
 def standardise(x: np.ndarray) -> np.ndarray:
