@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 
 DEFAULT_MAX_WORDS = 64
+WORD_CHARS = 32  # characters of a run without spaces counted as one word when sentences are cut to max_words
 
 _OPENERS = "\"'“‘«([{「『（【《〈"
 _CLOSERS = "\"'”’»)]}」』）】》〉"
@@ -392,9 +393,13 @@ def _word_chunks(text: str, s: int, e: int, max_words: int) -> list[tuple[int, i
     s, e = _trim(text, s, e)
     if s >= e:
         return []
-    words = list(_WORD.finditer(text, s, e))
+    # a run without spaces (CJK without 。！？, a URL, base64) counts a word per WORD_CHARS characters,
+    # so that it is cut too, and a lower max_words cuts it finer
+    words = [
+        (a, min(a + WORD_CHARS, m.end()))
+        for m in _WORD.finditer(text, s, e)
+        for a in range(m.start(), m.end(), WORD_CHARS)
+    ]
     if len(words) <= max_words:
         return [(s, e)]
-    return [
-        (words[i].start(), words[min(i + max_words, len(words)) - 1].end()) for i in range(0, len(words), max_words)
-    ]
+    return [(words[i][0], words[min(i + max_words, len(words)) - 1][1]) for i in range(0, len(words), max_words)]

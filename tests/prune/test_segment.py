@@ -145,3 +145,14 @@ def test_pre_split_sentences_given_as_one_string_are_refused():
         segment(text, text)
     with pytest.raises(InputError, match="one string"):
         locate_sentences(text, "Paris is big.")
+
+
+def test_runs_without_spaces_are_cut_too():
+    """CJK without 。！？, a URL or base64 was one unit whatever max_words said, so a unit too long
+    for the prompt failed the prune with advice (lower max_sentence_words) that could not help."""
+    from attnrank.prune.segment import WORD_CHARS, split_sentences
+
+    for text, max_words in (("x" * 400, 4), ("中文句子没有句号" * 60, 8), ("see https://" + "a" * 300 + " now", 2)):
+        units = split_sentences(text, max_words=max_words)
+        assert len(units) > 1 and all(u.end - u.start <= max_words * WORD_CHARS for u in units)
+        assert "".join(text[u.start : u.end] for u in units).replace(" ", "") == text.replace(" ", "")
