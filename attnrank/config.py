@@ -178,3 +178,7 @@ def check_precision_names(device: Any, dtype: Any) -> None:
     name, precision = check_device_name(device), check_dtype_name(dtype)  # both checked, whatever the other
     if precision == "float16" and name == "cpu":
         raise InputError(FLOAT16_ON_CPU)
+    if precision == "int8" and name not in ("cpu", "auto"):  # (auto on a GPU machine: refused at load)
+        raise InputError(
+            f"dtype='int8' (dynamic int8 linear layers) runs on CPU only, not on {device!r}; use device='cpu'"
+        )

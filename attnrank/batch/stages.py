@@ -99,13 +99,22 @@ class RerankStage:
         self.reranker = AttentionReranker(config=config)
         if index is not None and self.reranker.fused is not None:  # attention alone reads no vectors
             self.reranker.use_index(load_index(index))
-        if threads:
+        self.threads = threads
+        if threads:  # loaded now, not at the first query: loading sets torch to every core, then the share
+            if self.reranker.uses_llm:
+                self.reranker.llm  # noqa: B018 - the lazy load itself
+            if self.reranker.fused is not None:
+                self.reranker.signals.embedder  # noqa: B018
             set_torch_threads(threads)
         self.depth, self.k = depth, k
 
     def __call__(self, batch):
+        from ..config import set_torch_threads
+
         out = []
         for row in batch.to_pylist():
+            if self.threads:  # (anything else that loads resets torch to every core: the share again)
+                set_torch_threads(self.threads)
             try:
                 res = rerank_head(self.reranker, row_to_results(row), self.depth).top_k(self.k)
             except AttnrankError as e:  # e.g. a candidate without text: name the query

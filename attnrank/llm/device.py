@@ -43,7 +43,8 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
             except ValueError as e:
                 raise InputError(str(e)) from e
         with torch.cuda.device(device):
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            # native bfloat16 only: on a pre-Ampere GPU torch reports an emulated one as supported, and it is slow
+            return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
     if name in QUANTIZED:
         if device.type != "cpu":
             raise InputError(

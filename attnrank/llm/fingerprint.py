@@ -47,10 +47,12 @@ def gguf_source(model_id: str) -> Path | None:
 
 
 def file_sha256(path: Path) -> str:
-    """sha256 of a file, remembered in ``cache_dir()/hashes.json`` by path, size and mtime."""
+    """sha256 of a file, remembered in ``cache_dir()/hashes.json`` by path, size, mtime, inode and
+    ctime (a file replaced by one of the same size with its mtime kept, by ``cp -p`` or ``rsync
+    -a``, has another inode or ctime: its old hash would have loaded the old weights)."""
     path = Path(path).resolve()
     stat = path.stat()
-    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
+    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}|{stat.st_ctime_ns}"
     store = config.cache_dir() / "hashes.json"
     try:
         known = json.loads(store.read_text())
@@ -93,7 +95,9 @@ def pretrained_fingerprint(model_id: str) -> str:
 def model_fingerprint(model_id: str | None) -> tuple[str, str]:
     """(model id, fingerprint) as :func:`~attnrank.llm.models.load_llm` would give them, without
     loading the weights (hashing a local weights file the first time)."""
-    model_id = (model_id or config.DEFAULT_LLM).strip()
+    model_id = (model_id or "").strip() or config.DEFAULT_LLM  # blank: the default, as load_llm reads it
+    if model_id.startswith("~"):
+        model_id = str(Path(model_id).expanduser())
     gguf = gguf_source(model_id)
     if gguf is not None:
         return model_id, file_sha256(gguf)

@@ -34,3 +34,23 @@ def test_a_rerank_stage_reads_its_index_vectors_only_for_a_scorer_with_signals(i
     assert signals.reranker.signals.index is not None  # the default preset's dense signal: stored vectors
     attention = RerankStage(3, 3, config=RerankConfig.preset("qrhead", model=str(tiny_dir)), index=path)
     assert attention.reranker.fused is None and attention.reranker.signals.index is None
+
+
+def test_a_rerank_stage_keeps_its_thread_share_after_a_lazy_load(tmp_path, tiny_dir):
+    """Loading the LLM or the embedder sets torch to every core: an actor given one CPU then ran on
+    all of them, N actors oversubscribing the machine. The stage puts its share back per query."""
+    import torch
+
+    from attnrank.config import set_torch_threads
+
+    docs = [Document("a", "apples are red"), Document("b", "pears are green")]
+    HybridRetriever().index(docs, show_progress=False).save(tmp_path / "idx")
+    rows = RetrievalStage(str(tmp_path / "idx"), 2)(pa.Table.from_pylist([{"qid": "q1", "query": "red apples"}]))
+    before = torch.get_num_threads()
+    try:
+        stage = RerankStage(2, 2, config=RerankConfig.preset(model=str(tiny_dir)), threads=1)
+        torch.set_num_threads(2)  # what a lazy load does
+        stage(rows)
+        assert torch.get_num_threads() == 1
+    finally:
+        set_torch_threads(before)

@@ -79,6 +79,16 @@ def test_auto_is_one_process_cache_entry_with_what_it_resolves_to(tiny_dir, monk
     assert llm.dtype == torch.bfloat16 and load_llm(str(tiny_dir), dtype="bfloat16") is llm
 
 
+def test_int8_off_the_cpu_is_refused_where_it_is_configured():
+    """It failed at load, after an index had loaded or inside Ray actors."""
+    from attnrank.config import check_precision_names
+    from attnrank.errors import InputError
+
+    with pytest.raises(InputError, match="dtype='int8' .* runs on CPU only, not on 'cuda'"):
+        check_precision_names("cuda", "int8")
+    check_precision_names("cpu", "int8")
+
+
 def test_float16_on_cpu_is_refused(tiny_dir):
     with pytest.raises(InputError, match="float16.*bfloat16.*float32"):
         load_llm(str(tiny_dir), dtype="float16")
@@ -171,6 +181,35 @@ def test_file_sha256_is_cached_by_size_and_mtime(tmp_path):
     assert list(store.values()) == [hashlib.sha256(b"abc").hexdigest()]
     f.write_bytes(b"abcd")
     assert fingerprint.file_sha256(f) == hashlib.sha256(b"abcd").hexdigest()
+
+
+def test_a_file_replaced_with_the_same_size_and_mtime_is_hashed_again(tmp_path):
+    """cp -p / rsync -a keep the mtime: keyed by size and mtime alone, the old hash came back and
+    the old (de-quantized) weights with it."""
+    f = tmp_path / "w.gguf"
+    f.write_bytes(b"weights A")
+    assert fingerprint.file_sha256(f) == hashlib.sha256(b"weights A").hexdigest()
+    before = f.stat()
+    new = tmp_path / "new.gguf"
+    new.write_bytes(b"weights B")  # the same size
+    os.utime(new, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(new, f)
+    assert (f.stat().st_size, f.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert fingerprint.file_sha256(f) == hashlib.sha256(b"weights B").hexdigest()
+
+
+def test_a_blank_or_home_relative_model_id_is_fingerprinted_as_it_loads(tmp_path, monkeypatch):
+    """A blank id hashed the working directory's weight files (load_llm loads the default for it);
+    "~/m.gguf" raised NotADirectoryError."""
+    from _tiny import save_tiny
+
+    with monkeypatch.context() as m:  # (the default's weights are not hashed here)
+        m.setattr(fingerprint, "file_sha256", lambda path: "hash")
+        m.setattr(fingerprint, "default_gguf_path", lambda: tmp_path / "default.gguf")
+        assert fingerprint.model_fingerprint("  ") == (config.DEFAULT_LLM, "hash")
+    save_tiny(tmp_path / "m")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert fingerprint.model_fingerprint("~/m") == fingerprint.model_fingerprint(str(tmp_path / "m"))
 
 
 def _fake_gguf(tmp_path: Path, monkeypatch) -> tuple[Path, torch.nn.Module]:
