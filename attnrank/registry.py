@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 from . import config
 from .errors import InputError
 from .files import atomic_path
-from .llm.headspec import HeadList, format_heads, parse_heads
+from .llm.headspec import HeadList, check_head_range, format_heads, parse_heads
 
 logger = logging.getLogger(__name__)
 
@@ -267,6 +267,8 @@ def save_head_set(
     if scores is not None:
         matrix = [[None if v is None or v != v else float(v) for v in row] for row in scores]  # NaN -> null
         n_layers, n_heads = len(matrix), len(matrix[0]) if matrix else 0
+    if n_layers and n_heads:  # a head the model does not have failed only when a reranker read the set
+        check_head_range(pairs, n_layers, n_heads)
     entry = HeadSet(
         method=method,
         heads=format_heads(pairs).split(","),

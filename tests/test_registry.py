@@ -406,3 +406,35 @@ def test_registry_writes_are_fsynced(roots, monkeypatch):
     save_head_set("org/m", FP, "copy", ["0-1"])
     save_artifact("head-weights", "org/m", FP, {"v": 1})
     assert len(synced) >= 2  # at least one per registry write
+
+
+def test_cli_detect_qr_refuses_queries_without_a_relevant_candidate(roots, tiny_dir, tmp_path, scifact_mini):
+    """Every head scored nDCG 0, ties went to heads 0-0, 0-1, ... and those were registered (exit 0)."""
+    import json
+
+    from attnrank.eval import read_qrels
+
+    qrels = read_qrels(scifact_mini / "qrels" / "train.tsv")
+    qids = sorted(qrels)[:2]
+    relevant = {d for q in qids for d in qrels[q]}
+    run = tmp_path / "run.trec"  # candidates that are none of the judged documents
+    corpus = [json.loads(line) for line in (scifact_mini / "corpus.jsonl").read_text().splitlines()]
+    others = [d["_id"] for d in corpus if d["_id"] not in relevant][:3]
+    run.write_text("".join(f"{q} Q0 {d} {i + 1} {3 - i} bm25\n" for q in qids for i, d in enumerate(others)))
+    args = ["heads", "detect", "--method", "qr", "--model", str(tiny_dir), "--queries"]
+    args += [str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv")]
+    args += ["--corpus", str(scifact_mini / "corpus.jsonl"), "--run", str(run), "--depth", "3", "-q"]
+    r = runner.invoke(app, args)
+    out = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code != 0 and "no labelled query has a relevant document among its top-3" in out, out
+    assert load_head_sets(*model_fingerprint(str(tiny_dir))) == []
+
+
+def test_a_head_set_naming_heads_the_model_lacks_is_not_saved(roots):
+    """It was saved, and failed only when a reranker read it, after loading the model."""
+    scores = [[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]]  # 2 layers of 4 heads
+    with pytest.raises(InputError, match="7-9"):
+        save_head_set("org/m", FP, "qr-ndcg", ["7-9"], scores=scores)
+    with pytest.raises(InputError, match="0-4"):
+        save_head_set("org/m", FP, "qr-ndcg", ["0-4"], n_layers=2, n_heads=4)
+    save_head_set("org/m", FP, "qr-ndcg", ["1-3"], scores=scores)

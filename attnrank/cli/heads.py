@@ -270,7 +270,10 @@ def heads_detect(
     for name, res in results.items():
         ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])
         typer.echo(f"{name}: {ranked or res.note}")
-        if save and res.n_used:
+        scored = [v for _, v in res.ranked()]
+        if save and res.n_used and len(set(scored)) <= 1:  # every head alike: the "top" would be the first ones
+            typer.echo("  not saved: every head scored the same")
+        elif save and res.n_used:
             typer.echo(f"  saved top {top} to {res.save(top)}")
 
 
@@ -320,6 +323,17 @@ def _detect_qr(
     )
     if not qs:
         raise AttnrankError(f"{desc}: no labelled query has candidates; give queries, qrels and a corpus that match")
+    # a query without a relevant candidate scores 0 on every head: it cannot rank them (dropping it
+    # keeps their order), and with none left every head tied at 0 and the first ones were registered
+    found = {q: t for q, t in qs.items() if any(qr.get(q, {}).get(d.id, 0) >= rel for d in cands[q])}
+    if not found:
+        raise typer.BadParameter(
+            f"{desc}: no labelled query has a relevant document among its top-{depth} candidates, so no head can "
+            "be told from another; raise --depth, or give a run that retrieves the judged documents"
+        )
+    if len(found) < len(qs):
+        typer.echo(f"{len(qs) - len(found)} of {len(qs)} queries have no relevant candidate; detecting on {len(found)}")
+    qs = found
     llm = load_llm(model, dtype=dtype, device=device)
     reranker = AttentionReranker(llm, None, signals=None)
     return detect_query_focused(reranker, qs, cands, qr, rel=rel, data=desc, show_progress=progress)

@@ -100,10 +100,12 @@ def write_png(path: str | Path, query: str, explanations: Sequence[PassageExplan
         ax.imshow(vals, aspect="auto", cmap="bwr", vmin=-scale, vmax=scale, interpolation="nearest")
         ax.set_yticks([])
         ax.set_xticks([])
-        ax.set_ylabel(f"{e.rank}. {e.id[:18]}\n{e.score:+.4f}", rotation=0, ha="right", va="center", fontsize=8)
+        ax.set_ylabel(
+            f"{e.rank}. {e.id[:18]}\n{e.score:+.4f}", rotation=0, ha="right", va="center", fontsize=8, parse_math=False
+        )
         top = ", ".join(repr(t.text.strip()) for t in e.top_tokens(5))
-        ax.set_title(f"top tokens: {top}", fontsize=7, loc="left")
-    fig.suptitle(f"attnrank explain: {query[:90]}", fontsize=9)
+        ax.set_title(f"top tokens: {top}", fontsize=7, loc="left", parse_math=False)  # (a "$" is text)
+    fig.suptitle(f"attnrank explain: {query[:90]}", fontsize=9, parse_math=False)
     fig.tight_layout()
     with atomic_path(path, fsync=False) as tmp:
         fig.savefig(tmp, dpi=110, format="png", metadata={"Software": PNG_SOFTWARE})

@@ -64,9 +64,16 @@ def test_needs_evidence_and_plain_scorer(reranker):
 
 
 def test_html_is_self_contained(explained):
+    import dataclasses
+
     ex = explained[1]
     page = to_html("capital <of> France?", ex, model="tiny")
     assert "<script" not in page and "http" not in page and "src=" not in page
+    # markup in a passage id and its token texts is escaped too (only the query's was tested)
+    hostile = [dataclasses.replace(e, id="<script>x</script>'\"&", tokens=list(e.tokens)) for e in ex[:1]]
+    hostile[0].tokens[0] = dataclasses.replace(hostile[0].tokens[0], text="<script>alert(1)</script>")
+    escaped = to_html("q", hostile, model="tiny")
+    assert "<script" not in escaped and "&lt;script&gt;alert(1)&lt;/script&gt;" in escaped
     assert "capital &lt;of&gt; France?" in page
     for e in ex:
         assert f"{e.rank}. {e.id}" in page and f"{e.score:+.6f}" in page
@@ -77,7 +84,7 @@ def test_png(explained, tmp_path):
     pytest.importorskip("matplotlib", reason="needs the 'plot' extra")
     from attnrank.explain.render import write_png
 
-    path = write_png(tmp_path / "e.png", RERANK_QUERY, explained[1])
+    path = write_png(tmp_path / "e.png", "what does $\\frac{a}$ cost, $5 or $10?", explained[1])  # "$" is text
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png_software(path) == "attnrank explain"  # so a later run knows it may replace it
     assert [p.name for p in tmp_path.iterdir()] == ["e.png"]  # written via a temporary name, none left
