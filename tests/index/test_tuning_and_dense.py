@@ -105,3 +105,15 @@ def test_tune_alpha_ties_go_to_the_smaller_alpha(built_retriever):
     assert (built_retriever.fusion, built_retriever.alpha, built_retriever.norm) == before
     with pytest.raises(InputError, match="must be a positive integer"):
         tune_alpha(built_retriever, queries, qrels, k=0)
+
+
+def test_the_packaged_embedders_names_in_any_case_and_the_load_device(built_retriever, tmp_path):
+    """ "All-MiniLM-L6-v2" went to the hub; a loaded index embedded its queries on the CPU whatever
+    device was asked for."""
+    from attnrank.index.embed import resolve_embedder_path
+    from attnrank.index.retriever import HybridRetriever
+
+    assert resolve_embedder_path("All-MiniLM-L6-v2") == resolve_embedder_path(None)
+    assert resolve_embedder_path(" sentence-transformers/all-minilm-l6-v2 ") == resolve_embedder_path(None)
+    built_retriever.save(tmp_path / "idx")
+    assert HybridRetriever.load(tmp_path / "idx", device="cuda:1").dense.device == "cuda:1"
