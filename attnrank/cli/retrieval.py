@@ -169,7 +169,8 @@ def search(
         from ..rerank.attention import AttentionReranker
 
         stored = _index_path(name, index_dir) / "passage_states"
-        if rerank_config.attention == "block" and rerank_config.passage_states is None and stored.is_dir():
+        attach = rerank_config.attention == "block" and rerank_config.block_positions != "sequential"
+        if attach and rerank_config.passage_states is None and stored.is_dir():  # (none at sequential positions)
             rerank_config = rerank_config.with_options(passage_states=str(stored))
         reranker = AttentionReranker(config=rerank_config)
         reranker.use_index(r)  # the hits' dense signal from the index's vectors, not a second embedding

@@ -39,7 +39,8 @@ def serve(
         ("--max-total-tokens", max_total_tokens, 1),
     ):
         if value < low or (opt == "--port" and value > 65535):
-            raise typer.BadParameter(f"{opt} {value} is out of range (at least {low})")
+            limit = "0-65535 (0: a free port)" if opt == "--port" else f"at least {low}"
+            raise typer.BadParameter(f"{opt} {value} is out of range ({limit})")
     uvicorn = require("uvicorn", "serve", "attnrank serve")
     from ..serve.app import create_app
     from ..serve.engine import build_engine

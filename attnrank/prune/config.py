@@ -73,6 +73,8 @@ class PruneConfig:
         if not str(self.instruction).strip():
             raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
         check_precision_names(self.device, self.dtype)
+        object.__setattr__(self, "device", str(self.device).strip().lower())  # checked in any case, stored so
+        object.__setattr__(self, "dtype", str(self.dtype).strip().lower())
 
     def with_options(self, **overrides: Any) -> PruneConfig:
         check_fields(type(self), overrides)

@@ -154,6 +154,8 @@ class RerankConfig:
         check_attention_mode(self.attention)
         check_positions(self.block_positions)
         check_precision_names(self.device, self.dtype)  # they also set the embedder's, with or without attention
+        object.__setattr__(self, "device", str(self.device).strip().lower())  # checked in any case, stored so
+        object.__setattr__(self, "dtype", str(self.dtype).strip().lower())
         if isinstance(self.state_cache_mb, bool) or not isinstance(self.state_cache_mb, int) or self.state_cache_mb < 0:
             raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
         if self.attention != "block" and self.passage_states is not None:
@@ -241,7 +243,10 @@ class RerankConfig:
             return self
         if "signals" in overrides and not _computes_attention(overrides["signals"]):
             defaults = field_defaults()
-            overrides = {**{k: defaults[k] for k in ATTENTION_FIELDS}, **overrides}
+            # the passage cuts stay for a setting that reads the likelihood (its prompts cut them)
+            kept = LIKELIHOOD_FIELDS if signals_setting(overrides["signals"]) == SIGNALS_LIKELIHOOD else ()
+            reset = {k: defaults[k] for k in ATTENTION_FIELDS if k not in kept}
+            overrides = {**reset, **overrides}
         return replace(self, **overrides)
 
 

@@ -75,3 +75,15 @@ def test_the_configured_precision_names_are_the_ones_the_model_loader_maps():
     from attnrank.llm.device import DTYPES, QUANTIZED
 
     assert (*DTYPES, *QUANTIZED) == PRECISION_NAMES
+
+
+def test_switching_to_the_likelihood_keeps_the_passage_cut_and_names_are_stored_lower_case():
+    """with_options(signals="likelihood") reset max_doc_words (which the likelihood reads) with the
+    attention fields; "CPU" passed the check and reached the embedder as typed."""
+    from attnrank.rerank.config import RerankConfig
+
+    cfg = RerankConfig.preset("fused", max_doc_words=120, max_doc_tokens=90).with_options(signals="likelihood")
+    assert (cfg.max_doc_words, cfg.max_doc_tokens) == (120, 90)
+    assert RerankConfig.preset("fused", max_doc_words=120).with_options(signals="only").max_doc_words == 300
+    cfg = RerankConfig.preset("signals", device=" CPU ", dtype="BFloat16")
+    assert (cfg.device, cfg.dtype) == ("cpu", "bfloat16")
