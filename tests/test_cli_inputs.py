@@ -280,7 +280,7 @@ def test_heads_outside_the_model_are_refused_before_it_loads(tmp_path, index_dir
     head_file = tmp_path / "heads.json"
     head_file.write_text('{"heads": ["2-3", "9-9"]}', encoding="utf-8")
     r = runner.invoke(app, [*ask, "--heads", str(head_file)])
-    assert r.exit_code == 1 and "9-9" in _text(r) and str(head_file) in _text(r)
+    assert r.exit_code == 2 and "9-9" in _text(r) and str(head_file) in _text(r)  # an option error, as the others
 
 
 def test_conflicting_index_options_are_refused(tmp_path, index_dir, scifact_mini):

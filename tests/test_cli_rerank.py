@@ -116,6 +116,9 @@ def test_a_value_the_configuration_refuses_is_an_option_error(tmp_path, dl19_min
         (["--preset", "bogus"], "bogus"),
         (["--signals", "bogus"], "signals='bogus'"),
         (["--dtype", "float99"], "dtype='float99'"),
+        (["--preset", "bogus", "--heads", "all"], "bogus"),  # exited 1 beside --heads
+        (["--heads", "99-0"], "--heads '99-0'"),  # a head the model lacks
+        (["--heads", "1-0,zz"], "--heads '1-0,zz'"),
     ):
         r = runner.invoke(app, [*args, *bad])
         assert r.exit_code == 2 and said in r.output, (bad, r.output)

@@ -25,7 +25,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import AttnrankError
+from ..errors import AttnrankError, InputError
 
 app = typer.Typer(
     name="attnrank",
@@ -133,6 +133,8 @@ def _check_heads(spec: Optional[str], option: str = "--heads", model: Optional[s
         shape = model_shape(model)
         if shape is not None:
             check_head_range(heads, *shape)
+    except InputError as e:  # a head list or file that is wrong: an option error (exit 2)
+        raise InputError(f"{option} {spec!r}: {e}") from None
     except AttnrankError as e:
         raise AttnrankError(f"{option} {spec!r}: {e}") from None
 

@@ -224,9 +224,9 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
         overrides["reweight"] = parse_reweight(overrides["reweight"])
     if "signals" in overrides:
         overrides["signals"] = signals_setting(overrides["signals"])
-    _check_heads(overrides.get("heads"), model=overrides.get("model"))
-    check_attention_computed(preset, overrides)
     try:  # an option value the configuration refuses is an option error (exit 2), as the parser's are
+        _check_heads(overrides.get("heads"), model=overrides.get("model"))
+        check_attention_computed(preset, overrides)
         config = RerankConfig.preset(preset or "", **overrides)
     except InputError as e:
         raise typer.BadParameter(str(e)) from None
