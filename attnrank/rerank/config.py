@@ -273,7 +273,8 @@ def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
     is ``signals``, ``signals="likelihood"`` is ``likelihood``; fusing attention with the signals (``signals="auto"`` or fused weights with
     attention), or attention options the default does not read (heads, scorer, reweight, ...)
     without ``signals``, select :data:`ATTENTION_PRESET`, the default with attention, which
-    captures attention as its weights were fitted to it (logged)."""
+    captures attention as its weights were fitted to it (logged); a learned ``scorer`` without
+    ``signals`` selects ``learned``, as ``--preset learned`` does."""
     chosen = (name or "").strip().lower()
     if chosen:
         if chosen not in RERANK_PRESETS:
@@ -291,6 +292,10 @@ def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
         if signals == SIGNALS_LIKELIHOOD:
             return LIKELIHOOD_PRESET
         given = ["signals", *given] if _computes_attention(signals) else []
+    if given and "signals" not in given and overrides.get("scorer", "sum") != "sum":
+        # learned head weights score attention alone, as captured for them (preset learned): fused
+        # with the signals at block positions they would read a capture they were not trained on
+        return "learned"
     if given:
         logger.info(
             "option(s) %s without a preset: preset %r, the default with attention (the default, %r, computes none)",

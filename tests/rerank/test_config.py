@@ -87,3 +87,12 @@ def test_switching_to_the_likelihood_keeps_the_passage_cut_and_names_are_stored_
     assert RerankConfig.preset("fused", max_doc_words=120).with_options(signals="only").max_doc_words == 300
     cfg = RerankConfig.preset("signals", device=" CPU ", dtype="BFloat16")
     assert (cfg.device, cfg.dtype) == ("cpu", "bfloat16")
+
+
+def test_a_learned_scorer_without_a_preset_builds_the_learned_preset():
+    """It selected fused (signals, block attention at shared positions): learned head weights then
+    read a capture they were not trained on, fused with the signals, and no warning said so."""
+    from attnrank.rerank.config import RerankConfig
+
+    assert RerankConfig.preset(scorer="learned") == RerankConfig.preset("learned")
+    assert RerankConfig.preset(heads="all").name == "fused"  # other attention options: as before
