@@ -1,11 +1,22 @@
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # shared test helpers (tests/_tiny.py)
+
+# The framework packages under test report usage from background threads (Haystack through
+# posthog): off, so that no test reaches the network, and their retries never land in another
+# test's captured logs (a CI run failed on one).
+for _name, _value in (
+    ("HAYSTACK_TELEMETRY_ENABLED", "False"),
+    ("DO_NOT_TRACK", "1"),
+    ("ANONYMIZED_TELEMETRY", "False"),
+):
+    os.environ.setdefault(_name, _value)
 
 DATA = Path(__file__).parent / "data"
 
