@@ -87,16 +87,19 @@ def refuse_replacing(path: str | Path, ours: Callable[[Path], bool], what: str, 
 
 
 def is_attnrank_run(path: Path) -> bool:
-    """Every non-blank line is ``qid Q0 docid rank score tag`` with an ``attnrank`` tag."""
+    """Every non-blank line is ``qid Q0 docid rank score tag`` with an ``attnrank`` tag, and there
+    is at least one (a file of blank lines is not recognisably attnrank's)."""
+    lines = 0
     try:
         with open(path, "rb") as f:
             for raw in f:
                 parts = raw.split()
                 if parts and (len(parts) != 6 or not parts[5].startswith(b"attnrank")):
                     return False
+                lines += bool(parts)
     except OSError:
         return False
-    return True
+    return lines > 0
 
 
 # The schema metadata of every Parquet file attnrank batch writes (checkpoint parts and --parquet).

@@ -69,3 +69,13 @@ def test_a_symbolic_link_is_written_through_not_replaced(tmp_path):
         tmp.write_text("new\n")
     assert link.is_symlink() and target.read_text() == "new\n" and link.read_text() == "new\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.trec", "runs"]  # no temporary left
+
+
+def test_a_file_of_blank_lines_is_not_a_run_attnrank_wrote(tmp_path):
+    from attnrank.files import is_attnrank_run
+
+    blank = tmp_path / "blank.trec"
+    blank.write_text("\n\n  \n")
+    assert not is_attnrank_run(blank)
+    blank.write_text("q1 Q0 d1 1 2.5 attnrank-bm25\n\n")
+    assert is_attnrank_run(blank)

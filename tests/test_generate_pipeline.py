@@ -344,3 +344,10 @@ def test_generation_stops_at_the_chat_templates_turn_end():
     assert gen._config(4).eos_token_id == [tok.eos_token_id, end]
     tok.chat_template = None
     assert turn_end_ids(tok) == []  # no template: nothing to add
+
+
+def test_a_pipeline_with_a_pruner_checks_its_budget_and_neighbours_when_made(llm, built_retriever):
+    """They were checked by run(), after the retrieval and the reranking."""
+    for kwargs, message in ((dict(budget_tokens=0), "budget_tokens=0"), (dict(neighbours=-1), "neighbours=-1")):
+        with pytest.raises(InputError, match=message):
+            Pipeline(built_retriever, AttentionReranker(llm), ContextPruner(llm), Generator(llm, 2), **kwargs)

@@ -107,7 +107,11 @@ def query_likelihood(
     title_tokens = [len(tok(d.title, add_special_tokens=False)["input_ids"]) if d.title else 0 for d in docs]
     limit = room - max(title_tokens, default=0)
     if limit < 1:
-        raise InputError(f"a document title is {max(title_tokens)} tokens, longer than the context leaves; shorten it")
+        worst = max(range(len(docs)), key=lambda i: title_tokens[i])
+        raise InputError(
+            f"the title of document {docs[worst].id!r} is {title_tokens[worst]} tokens, more than the {room} the "
+            f"{llm.context_length}-token context leaves beside the query; shorten it"
+        )
     contexts = prompt_ids(tok, docs, max_doc_words, min(limit, max_doc_tokens or limit), memo)
     return continuation_logprob(llm, contexts, ids, batch_tokens=batch_tokens, states=states, buffer=buffer)
 

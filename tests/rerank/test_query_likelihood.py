@@ -175,3 +175,13 @@ def test_weights_may_name_likelihood_beside_attention(llm):
     assert all({"attention", "likelihood", "fused"} == set(d.stage_scores) for d in res)
     with pytest.raises(InputError, match="must be among"):
         FusedWeights(["likelihood", "perplexity"], [1.0, 1.0])
+
+
+def test_a_title_longer_than_the_context_leaves_is_named_with_the_room(llm):
+    from attnrank.errors import InputError
+    from attnrank.rerank.likelihood import query_likelihood
+    from attnrank.types import Document
+
+    docs = [Document("short", "text", "A title"), Document("huge", "text", "word " * 20_000)]
+    with pytest.raises(InputError, match=r"the title of document 'huge' is \d+ tokens, more than the \d+ the"):
+        query_likelihood(llm, "a query", docs)
