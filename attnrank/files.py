@@ -48,15 +48,14 @@ def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
 
 
 def fsync_folder(folder: Path) -> None:
-    """Make the entries of ``folder`` (a rename, a new file) durable; a no-op where folders cannot be opened."""
+    """Make the entries of ``folder`` (a rename, a new file) durable; skipped where folders cannot
+    be opened (the files themselves were synced)."""
     try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # a platform or file system that cannot open folders: the file itself was synced
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # pragma: no cover - platforms without directory fds
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
 

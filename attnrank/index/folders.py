@@ -205,14 +205,3 @@ def swap_in(tmp: Path, target: Path) -> Path | None:
         os.replace(old, target)  # put the previous index back
         raise
     return old
-
-
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -33,7 +33,7 @@ from ..config import fault_point
 from ..errors import IndexFormatError
 from ..files import file_sha256, fsync_folder
 from ..types import Document
-from .folders import SHARDED_FORMAT, check_target, fsync_dir, remove_stale, sibling, swap_in
+from .folders import SHARDED_FORMAT, check_target, remove_stale, sibling, swap_in
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Path] = (
         check_target(target, force=force, protect=protect)  # it may have changed during the build
         old = swap_in(tmp, target)
         swapped = True
-        fsync_dir(target.parent)
+        fsync_folder(target.parent)
         fault_point("save-after-swap", target)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
