@@ -160,24 +160,26 @@ class BM25Index:
     # -- query -----------------------------------------------------------------------------
     def get_scores(self, query: str) -> np.ndarray:
         """BM25 score of every document for ``query`` (float32, one per document)."""
+        return self._scores(query, False)[0]
+
+    def matches(self, query: str) -> np.ndarray:
+        """Which documents hold at least one of ``query``'s terms (bool, one per document)."""
+        return self._scores(query, True)[1]
+
+    def _scores(self, query: str, hits: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, which documents hold a query term: with ``hits``, else all False), in one pass
+        over the query terms' postings."""
         self._check_built()
         scores = np.zeros(self.num_docs, dtype=np.float32)
+        hit = np.zeros(self.num_docs, dtype=bool)
         for term in self._tokenize(query):
             t = self.vocab.get(term)
             if t is not None:  # repeated query terms count once per occurrence, as in rank-bm25
                 s, e = self.indptr[t], self.indptr[t + 1]
                 scores[self.indices[s:e]] += self.data[s:e]
-        return scores
-
-    def matches(self, query: str) -> np.ndarray:
-        """Which documents hold at least one of ``query``'s terms (bool, one per document)."""
-        self._check_built()
-        hit = np.zeros(self.num_docs, dtype=bool)
-        for term in self._tokenize(query):
-            t = self.vocab.get(term)
-            if t is not None:
-                hit[self.indices[self.indptr[t] : self.indptr[t + 1]]] = True
-        return hit
+                if hits:
+                    hit[self.indices[s:e]] = True
+        return scores, hit
 
     def retrieve(
         self, queries: Sequence[str], k: int = 10, *, matched_only: bool = False
@@ -194,9 +196,9 @@ class BM25Index:
         out_i = np.empty((len(queries), k), dtype=np.int64)
         out_s = np.empty((len(queries), k), dtype=np.float32)
         for qi, q in enumerate(queries):
-            scores = self.get_scores(q)
+            scores, hit = self._scores(q, matched_only)
             if matched_only:
-                scores = np.where(self.matches(q), scores, np.float32(-np.inf))
+                scores = np.where(hit, scores, np.float32(-np.inf))
             out_i[qi], out_s[qi] = top_k(scores, k)
             if matched_only:
                 out_i[qi][~np.isfinite(out_s[qi])] = -1
