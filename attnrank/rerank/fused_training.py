@@ -125,16 +125,27 @@ def _balanced(examples: Sequence[FusionExample]) -> list[FusionExample]:
 def mean_ndcg(examples: Sequence[FusionExample], scorer: Any, k: int = 10) -> float:
     """Mean nDCG@``k`` of ``scorer(example) -> scores`` over ``examples`` (ir-measures), an
     example without judgments counting 0, as in the k-fold reports (:func:`~attnrank.rerank.fusion_eval.compare`)."""
+    metric = f"nDCG@{k}"
+    per = per_query_metrics(examples, scorer, [metric])
+    return sum(row[metric] for row in per.values()) / len(examples)
+
+
+def per_query_metrics(examples: Sequence[FusionExample], scorer: Any, metrics: Sequence[str]) -> dict[str, dict]:
+    """``{qid: {metric: value}}`` of ``scorer(example) -> scores`` over ``examples`` (ir-measures,
+    each example at its own relevance threshold); a query without judgments scores 0."""
     check_unique_queries(examples)
     by_rel: dict[int, list[FusionExample]] = {}
     for e in examples:
         by_rel.setdefault(e.rel, []).append(e)
-    total, metric = 0.0, f"nDCG@{k}"
+    out: dict[str, dict] = {}
     for rel, exs in by_rel.items():
         run = {e.qid: dict(zip(e.doc_ids, map(float, scorer(e)))) for e in exs}
         qrels = {e.qid: e.judged() for e in exs}
-        total += sum(row[metric] for row in evaluate_per_query(run, qrels, [metric], rel=rel).values())
-    return total / len(examples)
+        got = evaluate_per_query(run, qrels, metrics, rel=rel)
+        for e in exs:  # (a metric name is always there: no default)
+            row = got.get(e.qid)
+            out[e.qid] = {m: float(row[m]) if row is not None else 0.0 for m in metrics}
+    return out
 
 
 def check_unique_queries(examples: Sequence[FusionExample]) -> None:

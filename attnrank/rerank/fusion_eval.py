@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..eval.crossval import Split, kfold_splits
-from ..eval.metrics import evaluate_per_query, sign_test, wins_losses
+from ..eval.metrics import sign_test, wins_losses
 from .fused import (
     ATTENTION,
     EQUAL_FEATURES,
@@ -32,7 +32,7 @@ from .fused import (
     SignalsWeights,
     equal_weights,
 )
-from .fused_training import check_unique_queries, mean_ndcg, train_fused
+from .fused_training import mean_ndcg, per_query_metrics, train_fused
 from .signals import SIGNALS
 
 Scores = dict[str, np.ndarray]  # qid -> scores over its candidates
@@ -231,16 +231,4 @@ def compare(
 
 
 def _per_query(examples: Sequence[FusionExample], scores: Scores, metrics: Sequence[str]) -> dict[str, dict]:
-    check_unique_queries(examples)
-    by_rel: dict[int, list[FusionExample]] = {}
-    for e in examples:
-        by_rel.setdefault(e.rel, []).append(e)
-    out: dict[str, dict] = {}
-    for rel, exs in by_rel.items():
-        run = {e.qid: dict(zip(e.doc_ids, map(float, scores[e.qid]))) for e in exs}
-        qrels = {e.qid: e.judged() for e in exs}
-        got = evaluate_per_query(run, qrels, metrics, rel=rel)
-        for e in exs:  # a query without judgments scores 0 (a metric name is always there: no default)
-            row = got.get(e.qid)
-            out[e.qid] = {m: float(row[m]) if row is not None else 0.0 for m in metrics}
-    return out
+    return per_query_metrics(examples, lambda e: scores[e.qid], metrics)
