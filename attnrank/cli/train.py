@@ -276,25 +276,25 @@ def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr, current: st
         f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; "
         f"attention: {heads} heads of {rr.llm.model_id}"
     )
-    text = [
-        *_table(rows, header),
-        _what_registering_changes({r["method"]: r["nDCG@10"] for r in rows}, current),
-    ]
     weights = train_fused(
         examples, model=kind, l2=l2, gate=gate, trained_on=desc, heads=rr.heads or "all", capture=rr.config.capture
     )
     weights.metrics = recorded_metrics(rows, METRICS, folds)
+    ndcg = {r["method"]: r["nDCG@10"] for r in rows}
+    text = [*_table(rows, header), _what_registering_changes(ndcg, current, weights.base_scored_below_equal())]
     return "\n".join(text), weights
 
 
-def _what_registering_changes(ndcg: dict[str, float], current: str) -> str:
+def _what_registering_changes(ndcg: dict[str, float], current: str, base_below_equal: bool) -> str:
     """The presets these weights take over once registered, with their held-out nDCG@10 (``current``:
-    what preset signals reads now; empty where it reads its own SignalsWeights, which these leave)."""
+    what preset signals reads now, empty where it reads its own SignalsWeights, which these leave;
+    ``base_below_equal``: their model without attention scored below equal weights, so preset
+    signals does not read it, :meth:`~attnrank.rerank.fused.FusedWeights.base_scored_below_equal`)."""
     from ..rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION
 
     if not current:
         signals = "leave preset signals its own registered weights (--preset signals), and"
-    elif ndcg[NO_ATTENTION] < ndcg[EQUAL]:
+    elif base_below_equal:
         signals = (
             f"make preset signals use equal weights (held out {ndcg[EQUAL]:.4f}; their model without attention "
             f"scored {ndcg[NO_ATTENTION]:.4f}, below them), and"
