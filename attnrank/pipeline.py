@@ -27,7 +27,7 @@ from .generate import Answer, Generator, StreamCallback
 from .index.retriever import HybridRetriever
 from .llm.models import LLM, load_llm
 from .prune.config import PruneConfig
-from .prune.context import PrunedContext, check_budget
+from .prune.context import PrunedContext, check_budget, check_neighbours
 from .prune.pruner import ContextPruner
 from .rerank.attention import AttentionReranker
 from .rerank.config import RerankConfig
@@ -114,10 +114,7 @@ class Pipeline:
         if pruner is not None:  # found here, not by run() after the retrieval and the reranking
             if budget_tokens is not None:  # (None: every run() gives its budget)
                 check_budget(budget_tokens, None)
-            if isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 0:
-                raise InputError(
-                    f"neighbours={neighbours!r} must be an integer >= 0 (sentences kept beside a chosen one)"
-                )
+            check_neighbours(neighbours)
         self.retriever, self.reranker, self.pruner, self.generator = retriever, reranker, pruner, generator
         self.depth, self.top_k = depth, top_k
         self.budget_tokens, self.neighbours = budget_tokens, neighbours

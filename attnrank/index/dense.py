@@ -57,6 +57,11 @@ def check_positions(positions: np.ndarray, n: int) -> None:
         raise InputError(f"document position {int(bad[0])} is outside the index's {n} documents (0 to {n - 1})")
 
 
+def check_index_type(kind: str) -> None:
+    if kind not in INDEX_TYPES:
+        raise InputError(f"dense index type {kind!r} is not one of {', '.join(INDEX_TYPES)}")
+
+
 class DenseIndex:
     """Embeddings of a list of texts in FAISS. Verbs: :meth:`index`, :meth:`retrieve`, :meth:`save`, :meth:`load`."""
 
@@ -70,8 +75,7 @@ class DenseIndex:
         device: str = "cpu",
         backend: str = "torch",
     ):
-        if kind not in INDEX_TYPES:
-            raise InputError(f"dense index type {kind!r} is not one of {INDEX_TYPES}")
+        check_index_type(kind)
         self.model_name, self.kind, self.nprobe = model, kind, nprobe
         self.batch_size, self.device, self.backend = batch_size, device, check_backend(backend)
         self.faiss_index: Any = None

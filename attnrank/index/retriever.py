@@ -17,7 +17,7 @@ from ..errors import IndexFormatError, InputError
 from ..types import Document, RankedResults, ScoredDocument
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
-from .dense import INDEX_TYPES, DenseIndex, recorded_probe
+from .dense import DenseIndex, check_index_type, recorded_probe
 from .embed_export import check_backend
 from .store import atomic_dir, corpus_checksum, manifest_tag, read_docs, read_manifest, write_docs, write_manifest
 from .tokenize import STEMMERS, STOPWORD_LISTS, resolve_config
@@ -413,8 +413,7 @@ class HybridRetriever:
 def _check_settings(dense_index: str, stopwords: str, stemmer: str, rrf_k: Any, depth: Any) -> None:
     """The retriever's settings, each named with its allowed values; checked when it is made, not
     at the first build step or query that reads them (a bad rrf_k was saved in the index)."""
-    if dense_index not in INDEX_TYPES:
-        raise InputError(f"dense index type {dense_index!r} is not one of {', '.join(INDEX_TYPES)}")
+    check_index_type(dense_index)
     if stopwords not in STOPWORD_LISTS:
         raise InputError(f"stopwords {stopwords!r} is not one of {', '.join(STOPWORD_LISTS)}")
     if stemmer not in ("auto", *STEMMERS):

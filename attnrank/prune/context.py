@@ -132,6 +132,13 @@ def check_budget(budget_tokens: int | None, keep_ratio: float | None) -> None:
         )
 
 
+def check_neighbours(neighbours: int) -> None:
+    if isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 0:
+        raise InputError(
+            f"neighbours={neighbours!r} must be an integer >= 0 (sentences of context kept on each side of a chosen one)"
+        )
+
+
 def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original: int) -> tuple[int, str]:
     if budget_tokens is not None:
         if keep_ratio is not None:

@@ -69,7 +69,7 @@ from ..registry import resolve_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents
 from .config import PruneConfig
-from .context import PrunedContext, ScoredSentence, check_budget, resolve_budget, select
+from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, resolve_budget, select
 from .planning import Chunk, PromptPlanner, Span, scored_sentences
 from .probe import SentenceProbe, lexical_scores
 from .segment import Sentence, locate_sentences, segment
@@ -166,11 +166,7 @@ class ContextPruner:
         else automatic segmentation).
         """
         check_budget(budget_tokens, keep_ratio)
-        if isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 0:
-            raise InputError(
-                f"neighbours={neighbours!r} must be an integer >= 0 (sentences of "
-                "context kept on each side of a chosen one)"
-            )
+        check_neighbours(neighbours)
         documents, chunks, scored = self._prepare(query, docs, sentences)
         original = sum(s.tokens for s in scored)
         target, source = resolve_budget(budget_tokens, keep_ratio, original)
