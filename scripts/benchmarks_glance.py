@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from attnrank.eval.report import md_table
+
 DATASETS = ("DL19", "SciFact", "HotpotQA", "LoCoMo")
 LIKELIHOOD = "likelihood_avx512_bf16"  # the default preset's record on the machine of the latest runs
 ATTENTION = "fusion_bfloat16_block_block_positions-shared"  # the preset fused (block attention, shared positions)
@@ -38,8 +40,8 @@ def source(name: str, payload: dict[str, Any]) -> str:
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+    """Rows of cells under ``header`` as the benchmark tables are written (:func:`attnrank.eval.report.md_table`)."""
+    return md_table([dict(zip(header, row)) for row in rows], header)
 
 
 def quality(results: Path) -> tuple[str, dict[str, dict[str, dict]]]:
