@@ -7,10 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..config import check_precision_names
 from ..errors import InputError
 from ..llm.blocks import check_attention_mode, check_positions
-from ..rerank.config import ORDERS, check_fields
+from ..rerank.config import check_fields, check_prompt_options, store_precision_names
 from .segment import DEFAULT_MAX_WORDS
 
 PRUNE_METHODS = ("query", "focus", "probe")
@@ -67,14 +66,9 @@ class PruneConfig:
         mpt = self.max_prompt_tokens
         if mpt is not None and (isinstance(mpt, bool) or not isinstance(mpt, int) or mpt < 1):
             raise InputError(f"max_prompt_tokens={mpt!r} must be a positive integer or None")
-        # the reranker's checks of the same prompt options (before, found at the first prune, model loaded)
-        if self.order not in ORDERS:
-            raise InputError(f"order={self.order!r} is not one of {ORDERS}")
-        if not str(self.instruction).strip():
-            raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
-        check_precision_names(self.device, self.dtype)
-        object.__setattr__(self, "device", str(self.device).strip().lower())  # checked in any case, stored so
-        object.__setattr__(self, "dtype", str(self.dtype).strip().lower())
+        # the reranker's checks of the same options (before, found at the first prune, model loaded)
+        check_prompt_options(self.order, self.instruction)
+        store_precision_names(self)
 
     def with_options(self, **overrides: Any) -> PruneConfig:
         check_fields(type(self), overrides)

@@ -149,13 +149,10 @@ class RerankConfig:
             raise InputError(f"scorer={self.scorer!r} is not one of {SCORERS}")
         if self.query_span not in QUERY_SPANS:
             raise InputError(f"query_span={self.query_span!r} is not one of {QUERY_SPANS}")
-        if self.order not in ORDERS:
-            raise InputError(f"order={self.order!r} is not one of {ORDERS}")
+        check_prompt_options(self.order, self.instruction)
         check_attention_mode(self.attention)
         check_positions(self.block_positions)
-        check_precision_names(self.device, self.dtype)  # they also set the embedder's, with or without attention
-        object.__setattr__(self, "device", str(self.device).strip().lower())  # checked in any case, stored so
-        object.__setattr__(self, "dtype", str(self.dtype).strip().lower())
+        store_precision_names(self)  # they also set the embedder's, with or without attention
         if isinstance(self.state_cache_mb, bool) or not isinstance(self.state_cache_mb, int) or self.state_cache_mb < 0:
             raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
         if self.attention != "block" and self.passage_states is not None:
@@ -173,8 +170,6 @@ class RerankConfig:
             )
         if not self.uses_attention:
             self._check_no_attention_options()
-        if not str(self.instruction).strip():
-            raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
         for key in ("max_doc_words", "max_doc_tokens", "max_prompt_tokens"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -248,6 +243,22 @@ class RerankConfig:
             reset = {k: defaults[k] for k in ATTENTION_FIELDS if k not in kept}
             overrides = {**reset, **overrides}
         return replace(self, **overrides)
+
+
+def check_prompt_options(order: str, instruction: str) -> None:
+    """The prompt options the reranker and the pruner share: a known ``order``, a non-empty ``instruction``."""
+    if order not in ORDERS:
+        raise InputError(f"order={order!r} is not one of {ORDERS}")
+    if not str(instruction).strip():
+        raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
+
+
+def store_precision_names(cfg: Any) -> None:
+    """Check a frozen configuration's ``device`` and ``dtype`` names, and store them lower-cased
+    (checked in any case, "CPU" reached the embedder as typed)."""
+    check_precision_names(cfg.device, cfg.dtype)
+    object.__setattr__(cfg, "device", str(cfg.device).strip().lower())
+    object.__setattr__(cfg, "dtype", str(cfg.dtype).strip().lower())
 
 
 def signals_setting(value: Any) -> Any:
