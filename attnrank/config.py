@@ -148,6 +148,33 @@ def looks_like_path(name: str) -> bool:
     return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
 
 
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` asks for no model hub access at all."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def local_model_folder(model_id: str) -> Path | None:
+    """The folder ``model_id`` loads from without the model hub: the path itself when it exists,
+    the cached snapshot's folder when it is a hub id in the local Hugging Face cache, else None.
+
+    A cached id is loaded from its snapshot folder, not by id: by id, transformers asks the hub
+    for files such as ``adapter_config.json`` even with ``local_files_only`` (minutes of retries
+    where there is no network), and a newer revision could load other weights than the snapshot
+    the model's fingerprint names."""
+    path = Path(model_id).expanduser()
+    if path.exists():
+        return path
+    if looks_like_path(model_id):
+        return None
+    from huggingface_hub import try_to_load_from_cache  # the cache transformers reads
+
+    try:
+        found = try_to_load_from_cache(model_id, "config.json")
+    except ValueError:  # not a valid repo id: the loader names it
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
 # The LLM precisions by name (attnrank.llm.device maps them to torch dtypes; int8: dynamic int8 linears).
 PRECISION_NAMES = ("float32", "bfloat16", "float16", "int8")
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ..config import DEFAULT_EMBEDDER, looks_like_path, set_torch_threads
+from ..config import DEFAULT_EMBEDDER, hub_offline, local_model_folder, looks_like_path, set_torch_threads
 from ..errors import InputError, ModelError
 from .embed_export import check_backend, load_exported
 
@@ -74,7 +73,9 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
             )
         return load_exported(path, backend)
     try:
-        st = SentenceTransformer(path, device=device, local_files_only=local or _offline())
+        folder = local_model_folder(path)  # a cached hub id loads from its snapshot, as the LLM does
+        source = str(folder) if folder is not None else path
+        st = SentenceTransformer(source, device=device, local_files_only=folder is not None or hub_offline())
     except Exception as e:  # sentence-transformers raises many types; surface one clear error
         raise ModelError(f"cannot load embedder {model or DEFAULT_EMBEDDER!r} from {path!r}: {e}") from e
     if backend == "torch-bf16":
@@ -82,10 +83,6 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
 
         st = st.to(torch.bfloat16)
     return st
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
 
 
 def encode(model, texts: list[str], *, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:

@@ -73,19 +73,13 @@ def file_sha256(path: Path) -> str:
 
 def pretrained_fingerprint(model_id: str) -> str:
     """The hub commit of a cached hub model, else the sha256 of its local weight files."""
-    path = Path(model_id)
-    if not path.exists():
-        from huggingface_hub import try_to_load_from_cache
-
-        found = try_to_load_from_cache(model_id, "config.json")
-        if not isinstance(found, str):
-            logger.warning("no local snapshot of %s found; fingerprint = sha256 of its name", model_id)
-            return hashlib.sha256(model_id.encode()).hexdigest()
-        snapshot = Path(found).parent
-        if snapshot.parent.name == "snapshots":
-            return snapshot.name
-        path = snapshot
-    files = sorted(p for p in path.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
+    folder = config.local_model_folder(model_id)
+    if folder is None:
+        logger.warning("no local snapshot of %s found; fingerprint = sha256 of its name", model_id)
+        return hashlib.sha256(model_id.encode()).hexdigest()
+    if not Path(model_id).expanduser().exists() and folder.parent.name == "snapshots":
+        return folder.name
+    files = sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
     if len(files) == 1:
         return file_sha256(files[0])
     lines = "".join(f"{p.name}:{file_sha256(p)}\n" for p in files)

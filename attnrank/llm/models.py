@@ -176,7 +176,7 @@ def _config_shape(model_id: str) -> tuple[int, int]:
     gguf = gguf_source(model_id)
     if gguf is not None:
         return gguf_shape(gguf)
-    text_cfg = _text_config(_read_config(model_id, model_id, local_files_only=_offline(model_id)))
+    text_cfg = _text_config(_read_config(*_pretrained_source(model_id), model_id))
     return int(text_cfg.num_hidden_layers), int(text_cfg.num_attention_heads)
 
 
@@ -192,7 +192,8 @@ def load_tokenizer(model: str | None = None) -> Any:
     model_id = model or config.DEFAULT_LLM
     gguf = gguf_source(model_id)
     if gguf is None:
-        return _tokenizer(model_id, model_id, local_files_only=_offline(model_id))
+        source, local_only = _pretrained_source(model_id)
+        return _tokenizer(source, model_id, local_files_only=local_only)
     cached = gguf_cache_dir(gguf)
     if cache_complete(cached):
         return _tokenizer(cached, model_id, local_files_only=True)
@@ -214,8 +215,8 @@ def _load_cached(model_id: str, precision: str, device: str) -> LLM:
         llm = _load_folder(folder, model_id, torch_dtype, dev, local_files_only=True)
         llm.fingerprint = digest
     else:
-        offline = _offline(model_id)
-        llm = _load_folder(model_id, model_id, torch_dtype, dev, local_files_only=offline)
+        source, local_only = _pretrained_source(model_id)
+        llm = _load_folder(source, model_id, torch_dtype, dev, local_files_only=local_only)
         llm.fingerprint = pretrained_fingerprint(model_id)
     if precision == INT8:
         quantize_int8(llm.model)
@@ -238,7 +239,7 @@ def _load_folder(
     """Config check first (cheap, clear errors), then tokenizer and weights (SDPA, eval mode)."""
     from transformers import AutoModelForCausalLM
 
-    cfg = _read_config(source, model_id, local_files_only=local_files_only)
+    cfg = _read_config(source, local_files_only, model_id)
     check_causal_lm_config(cfg, model_id)
     tokenizer = _tokenizer(source, model_id, local_files_only=local_files_only)
     device_map = str(dev) if dev.type == "cuda" else None  # straight to the GPU, no CPU copy
@@ -298,7 +299,7 @@ def check_attention_modules(model: Any, model_id: str) -> None:
         )
 
 
-def _read_config(source: str | Path, model_id: str, *, local_files_only: bool) -> Any:
+def _read_config(source: str | Path, local_files_only: bool, model_id: str) -> Any:
     """The transformers config of ``source`` (a folder or hub id; no weights are read), or a
     :class:`ModelError` naming ``model_id`` when it cannot be read."""
     from transformers import AutoConfig  # ~1 s to import: only for a folder or hub id
@@ -307,6 +308,15 @@ def _read_config(source: str | Path, model_id: str, *, local_files_only: bool) -
         return AutoConfig.from_pretrained(source, local_files_only=local_files_only)
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load the config of {model_id!r}: {e}") from e
+
+
+def _pretrained_source(model_id: str) -> tuple[str, bool]:
+    """Where a (non-GGUF) model loads from and whether only local files may be read: a local
+    folder or a cached hub snapshot's folder offline, else the hub id (``HF_HUB_OFFLINE`` aside)."""
+    folder = config.local_model_folder(model_id)
+    if folder is not None:
+        return str(folder), True
+    return model_id, config.hub_offline()
 
 
 def _text_config(cfg: Any) -> Any:
@@ -330,8 +340,3 @@ def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
-
-
-def _offline(model_id: str) -> bool:
-    env = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
-    return env in {"1", "true", "yes", "on"} or Path(model_id).exists()

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
+from _tiny import save_tiny_encoder
 from typer.testing import CliRunner
 
 from attnrank.cli import app
@@ -29,53 +30,6 @@ SENTENCES = [
     "a",
     "paris is the capital of france and the seine flows through it " * 6,  # truncated at max_seq_length
 ]
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "mat",
-    "vitamin",
-    "d",
-    "and",
-    "bone",
-    "fractures",
-    "in",
-    "older",
-    "adults",
-    "a",
-    "paris",
-    "is",
-    "capital",
-    "of",
-    "france",
-    "seine",
-    "flows",
-    "through",
-    "it",
-]
-
-
-def save_tiny_encoder(path: Path, seed: int = 0) -> Path:
-    """A random 2-layer BERT with a WordPiece vocabulary, as a sentence-transformers folder (mean pooling)."""
-    import torch
-    from sentence_transformers import SentenceTransformer, models
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    raw = path.parent / f"{path.name}-hf"
-    raw.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(set(WORDS)), *"abcdefghijklmnopqrstuvwxyz"]
-    (raw / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    BertTokenizerFast(vocab_file=str(raw / "vocab.txt"), do_lower_case=True).save_pretrained(raw)
-    torch.manual_seed(seed)
-    cfg = BertConfig(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
-    )
-    BertModel(cfg).save_pretrained(raw)
-    transformer = models.Transformer(str(raw), max_seq_length=24)
-    st = SentenceTransformer(modules=[transformer, models.Pooling(32, "mean"), models.Normalize()], device="cpu")
-    st.save(str(path))
-    return path
 
 
 @pytest.fixture(scope="module")

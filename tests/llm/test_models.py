@@ -367,3 +367,34 @@ def test_a_model_file_is_refused_naming_its_folder(tiny_dir, name):
         ModelError, match=rf"is a file, not a model folder.*pass the folder.*'{re.escape(str(tiny_dir))}'"
     ):
         load_llm(str(tiny_dir / name))
+
+
+def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tiny_dir, tmp_path, monkeypatch):
+    """A cached hub id is read from its snapshot: no connection (where there is no network that
+    costs minutes of retries), and the weights are the snapshot its fingerprint names."""
+    import shutil
+    import socket
+
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "hub" / "models--attnrank-test--tiny" / "snapshots" / "0123abc"
+    shutil.copytree(tiny_dir, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0123abc")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert config.local_model_folder("attnrank-test/tiny") == snapshot
+    assert config.local_model_folder("attnrank-test/not-cached") is None
+    tried: list[object] = []
+
+    def refuse(*address, **kwargs):
+        tried.append(address)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    clear_llm_cache()
+    loaded = load_llm("attnrank-test/tiny", dtype="float32")
+    assert tried == []
+    assert loaded.fingerprint == "0123abc"
+    assert loaded.num_layers == 3
+    clear_llm_cache()

@@ -1,0 +1,48 @@
+"""Loading the embedder (attnrank.index.embed.load_embedder) by hub id, path or default."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+
+import numpy as np
+import pytest
+from huggingface_hub import constants
+
+from attnrank.errors import ModelError
+from attnrank.index.embed import encode, load_embedder
+
+from _tiny import save_tiny_encoder
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    load_embedder.cache_clear()
+    yield
+    load_embedder.cache_clear()
+
+
+def test_a_hub_id_in_the_local_cache_loads_from_its_snapshot_without_the_hub(tmp_path, monkeypatch):
+    encoder = save_tiny_encoder(tmp_path / "enc")
+    snapshot = tmp_path / "hub" / "models--attnrank-test--encoder" / "snapshots" / "4567def"
+    shutil.copytree(encoder, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("4567def")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    tried: list[object] = []
+
+    def refuse(*address, **kwargs):
+        tried.append(address)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    by_id = encode(load_embedder("attnrank-test/encoder"), ["the cat sat on the mat"])
+    assert tried == []
+    by_path = encode(load_embedder(str(encoder)), ["the cat sat on the mat"])
+    np.testing.assert_allclose(by_id, by_path, atol=1e-6)
+
+
+def test_a_missing_local_path_is_named_before_loading(tmp_path):
+    with pytest.raises(ModelError, match="no such local model folder"):
+        load_embedder(str(tmp_path / "missing" / "encoder"))
