@@ -82,7 +82,12 @@ class TokenizerConfig:
             raise InputError(f"unicode={self.unicode!r} is not one of {', '.join(UNICODE_FORMS)}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The stored form; ``unicode="none"`` is left out, so an index built before the setting
+        existed writes, and is checked against, exactly the manifest it was built with."""
+        stored = asdict(self)
+        if stored["unicode"] == "none":
+            del stored["unicode"]
+        return stored
 
 
 def resolve_config(stopwords: str = "lucene", stemmer: str = "auto") -> TokenizerConfig:

@@ -7,12 +7,11 @@ import socket
 
 import numpy as np
 import pytest
+from _tiny import save_tiny_encoder
 from huggingface_hub import constants
 
 from attnrank.errors import ModelError
 from attnrank.index.embed import encode, load_embedder
-
-from _tiny import save_tiny_encoder
 
 
 @pytest.fixture(autouse=True)

@@ -282,3 +282,20 @@ def test_a_manifest_naming_another_dense_index_type_is_refused_in_one_line(tmp_p
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(IndexFormatError, match="is a flat index, the manifest says hnsw"):
         HybridRetriever.load(path)
+
+
+def test_an_index_built_before_unicode_normalisation_loads(saved, built_retriever):
+    """Indexes from before the ``unicode`` tokenizer setting have no such key in bm25/params.json
+    or the manifest; they must load (as ``unicode="none"``), not be called corrupted."""
+    from attnrank.index.store import write_manifest
+
+    params = json.loads((saved / "bm25" / "params.json").read_text())
+    manifest = json.loads((saved / "manifest.json").read_text())
+    for tokenizer in (params["tokenizer"], manifest["bm25"]["tokenizer"]):
+        tokenizer.pop("unicode")
+    (saved / "bm25" / "params.json").write_text(json.dumps(params))
+    manifest.pop("files")
+    write_manifest(saved, manifest)
+    loaded = HybridRetriever.load(saved)
+    assert loaded.bm25.tokenizer_config.unicode == "none"
+    assert loaded.search(QUERY, 10, mode="bm25").ids == built_retriever.search(QUERY, 10, mode="bm25").ids
