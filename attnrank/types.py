@@ -97,6 +97,20 @@ class RankedResults:
         return [r.document for r in self.results]
 
 
+def check_unicode(texts: Iterable[str], what: str = "text") -> None:
+    """Refuse a text holding a lone surrogate (from a ``\\ud800`` JSON escape or undecodable bytes
+    in a command-line argument): tokenizers fail on it with a TypeError, hashing with a
+    UnicodeEncodeError. ``what`` names the texts in the message ("text", "query", "document")."""
+    for i, t in enumerate(texts):
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(
+                f"{what} #{i} ({t[:60]!r}) is not valid Unicode (it holds a lone surrogate, such as a "
+                "\\ud800 escape or bytes that are not UTF-8); fix or re-encode it as UTF-8"
+            ) from None
+
+
 def refuse_one_passage(docs: Any, subject: str, noun: str) -> None:
     """Raise :class:`InputError` if ``docs``, meant as a list of passages, is one passage (a str,
     Document or ScoredDocument): a str would become one passage per character."""

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..config import DEFAULT_EMBEDDER, hub_offline, local_model_folder, looks_like_path, set_torch_threads
 from ..errors import InputError, ModelError
+from ..types import check_unicode
 from .embed_export import check_backend, load_exported
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def encode(model, texts: list[str], *, batch_size: int = 64, show_progress: bool
     """Unit-norm float32 embeddings, shape (len(texts), dim): inner product = cosine.
 
     Normalised again in float32: a bfloat16 model's unit vectors are off by up to ~4e-3."""
-    _check_unicode(texts)
+    check_unicode(texts)
     emb = model.encode(
         texts,
         batch_size=batch_size,
@@ -101,19 +102,6 @@ def encode(model, texts: list[str], *, batch_size: int = 64, show_progress: bool
     if emb.ndim == 2:
         emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     return np.ascontiguousarray(emb)
-
-
-def _check_unicode(texts: list[str]) -> None:
-    """Refuse a text holding a lone surrogate (from a ``\\ud800`` JSON escape or undecodable bytes in
-    a command-line argument): the embedder's tokenizer would fail with a TypeError."""
-    for i, t in enumerate(texts):
-        try:
-            t.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InputError(
-                f"text #{i} ({t[:60]!r}) is not valid Unicode (it holds a lone surrogate, such as a "
-                "\\ud800 escape or bytes that are not UTF-8); fix or re-encode it as UTF-8"
-            ) from None
 
 
 # A fixed text whose embedding an index records at build and checks at its first query: a model

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..types import Document
+from ..types import Document, check_unicode
 
 
 def check_query(query: Any) -> None:
@@ -17,6 +17,7 @@ def check_query(query: Any) -> None:
         raise InputError(f"query {query!r} is a {type(query).__name__}, not a text; give the query as a string")
     if not query.strip():
         raise InputError(f"query {query!r} is empty; give a non-empty query text")
+    check_unicode([query], "query")
 
 
 def check_k(k: Any) -> None:
@@ -41,3 +42,4 @@ def check_texts(documents: list[Document]) -> None:
     for i, d in enumerate(documents):
         if not str(d.text).strip() and not (d.title or "").strip():
             raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before reranking")
+    check_unicode((f"{d.title or ''}\n{d.text}" for d in documents), "document")

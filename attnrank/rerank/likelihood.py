@@ -31,6 +31,7 @@ from ..llm.prompts import encode_text
 from ..llm.states import StateCache
 from ..llm.truncation import truncate_texts
 from ..types import Document
+from .inputs import check_query
 
 UPR_INSTRUCTION = "Please write a question based on this passage."
 
@@ -53,24 +54,30 @@ class PromptIds:
 
 
 def prompt_ids(
-    tok: Any, docs: Sequence[Document], max_doc_words: int | None, max_tokens: int, memo: BlockMemo[PromptIds] | None
+    tok: Any,
+    docs: Sequence[Document],
+    max_doc_words: int | None,
+    max_tokens: Sequence[int],
+    memo: BlockMemo[PromptIds] | None,
 ) -> list[list[int]]:
-    """Each document's prompt token ids, its text cut to ``max_doc_words`` words then
-    ``max_tokens`` tokens. ``memo`` (keyed by the text, the title and the word limit, for one
-    tokenizer) serves a prompt whose ids number at most ``max_tokens``: its text then has fewer
+    """Each document's prompt token ids, its text cut to ``max_doc_words`` words then its own
+    ``max_tokens[i]`` tokens. ``memo`` (keyed by the text, the title and the word limit, for one
+    tokenizer) serves a prompt whose ids number at most that limit: its text then has fewer
     tokens still, so the token cut, which moves with the query's length, cannot have cut it."""
     keys = [(*memo_key(d, max_doc_words, None), "likelihood") for d in docs]
     if memo is not None:
         memo.bind(tok)
     found = [None if memo is None else memo.get(k) for k in keys]
-    found = [f if f is not None and len(f.ids) <= max_tokens else None for f in found]
-    todo = [i for i, f in enumerate(found) if f is None]
-    texts, cuts = truncate_texts(tok, [docs[i] for i in todo], max_doc_words, max_tokens)
-    token_cut = {todo[c.doc_index] for c in cuts if c.unit == "tokens"}
-    for i, text in zip(todo, texts):
-        found[i] = entry = PromptIds(np.asarray(encode_text(tok, passage_prompt(docs[i].title, text)), dtype=np.int32))
-        if memo is not None and i not in token_cut:  # a token-cut prompt depends on the limit
-            memo.put(keys[i], entry)
+    found = [f if f is not None and len(f.ids) <= limit else None for f, limit in zip(found, max_tokens)]
+    for limit in sorted({max_tokens[i] for i, f in enumerate(found) if f is None}):
+        todo = [i for i, f in enumerate(found) if f is None and max_tokens[i] == limit]
+        texts, cuts = truncate_texts(tok, [docs[i] for i in todo], max_doc_words, limit)
+        token_cut = {todo[c.doc_index] for c in cuts if c.unit == "tokens"}
+        for i, text in zip(todo, texts):
+            entry = PromptIds(np.asarray(encode_text(tok, passage_prompt(docs[i].title, text)), dtype=np.int32))
+            found[i] = entry
+            if memo is not None and i not in token_cut:  # a token-cut prompt depends on the limit
+                memo.put(keys[i], entry)
     return [f.ids.tolist() for f in found if f is not None]
 
 
@@ -94,6 +101,9 @@ def query_likelihood(
     query) reuses its kept key/value states, so only the query's tokens are computed
     (:func:`~attnrank.llm.likelihood.continuation_logprob`); ``memo`` keeps the prompts'
     token ids, so a passage seen before is not tokenized again."""
+    check_query(query)
+    if max_doc_tokens is not None and max_doc_tokens < 1:
+        raise InputError(f"max_doc_tokens={max_doc_tokens} must be >= 1 (or None for no limit)")
     tok = llm.tokenizer
     ids = query_ids(tok, query)
     # each prompt starts with BOS where the model's tokenizer puts one (Llama, Gemma), as it was trained
@@ -104,15 +114,16 @@ def query_likelihood(
             f"the query is {len(ids)} tokens, too long for a passage beside it in the "
             f"{llm.context_length}-token context of {llm.model_id}; shorten the query"
         )
+    # each passage's own limit: its score must not depend on the other candidates' titles
     title_tokens = [len(tok(d.title, add_special_tokens=False)["input_ids"]) if d.title else 0 for d in docs]
-    limit = room - max(title_tokens, default=0)
-    if limit < 1:
-        worst = max(range(len(docs)), key=lambda i: title_tokens[i])
-        raise InputError(
-            f"the title of document {docs[worst].id!r} is {title_tokens[worst]} tokens, more than the {room} the "
-            f"{llm.context_length}-token context leaves beside the query; shorten it"
-        )
-    contexts = prompt_ids(tok, docs, max_doc_words, min(limit, max_doc_tokens or limit), memo)
+    for d, n in zip(docs, title_tokens):
+        if room - n < 1:
+            raise InputError(
+                f"the title of document {d.id!r} is {n} tokens, more than the {room} the "
+                f"{llm.context_length}-token context leaves beside the query; shorten it"
+            )
+    limits = [min(room - n, max_doc_tokens or room) for n in title_tokens]
+    contexts = prompt_ids(tok, docs, max_doc_words, limits, memo)
     return continuation_logprob(llm, contexts, ids, batch_tokens=batch_tokens, states=states, buffer=buffer)
 
 
@@ -126,5 +137,6 @@ def query_prior(llm: LLM, query: str) -> np.ndarray:
     prompt with an empty passage: what the model expects of the query without any evidence, so
     that ``query_likelihood(...) - query_prior(...)`` is each token's pointwise mutual
     information with the passage."""
+    check_query(query)
     context = encode_text(llm.tokenizer, passage_prompt(None, ""))
     return continuation_logprob(llm, [context], query_ids(llm.tokenizer, query))[0]

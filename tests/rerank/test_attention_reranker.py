@@ -132,6 +132,18 @@ def test_an_empty_document_is_refused_not_scored(llm, empty):
     assert len(reranker.rank("capital of France?", [docs[0], Document("c", empty, "A title")])) == 2
 
 
+@pytest.mark.parametrize("mode", ["full", "block"])
+def test_a_lone_surrogate_in_the_query_or_a_document_is_one_input_error(llm, mode):
+    """Tokenizers fail on a lone surrogate with a TypeError, block mode's hashing with a
+    UnicodeEncodeError; the reranker names the text instead."""
+    reranker = AttentionReranker(llm, heads="all", signals=None, attention=mode)
+    docs = [Document("a", "Paris is the capital of France."), Document("b", "abc \ud800 def")]
+    with pytest.raises(InputError, match=r"document #1 .* not valid Unicode"):
+        reranker.rank("capital of France?", docs)
+    with pytest.raises(InputError, match=r"query #0 .* not valid Unicode"):
+        reranker.rank("capital \ud800?", docs[:1])
+
+
 def test_max_prompt_tokens_past_the_model_context_is_refused():
     from _tiny import tiny_llm
 

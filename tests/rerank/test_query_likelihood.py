@@ -104,14 +104,20 @@ def test_kept_prompt_ids_are_the_ones_tokenizing_gives_under_every_limit(llm):
     the token limit did cut is never kept (its ids follow the limit, which follows the query)."""
     tok, memo = llm.tokenizer, BlockMemo()
     docs = [*rerank_docs(), Document("long", "word " * 120, title="A title")]
-    fresh = prompt_ids(tok, docs, 300, 4000, None)
-    assert prompt_ids(tok, docs, 300, 4000, memo) == fresh
+    every = [4000] * len(docs)
+    fresh = prompt_ids(tok, docs, 300, every, None)
+    assert prompt_ids(tok, docs, 300, every, memo) == fresh
     assert len(memo) == len(docs)
-    assert prompt_ids(tok, docs, 300, 4000, memo) == fresh  # served from the memo
+    assert prompt_ids(tok, docs, 300, every, memo) == fresh  # served from the memo
     for words, limit in [(300, 50), (300, 3), (10, 4000), (10, 20)]:
-        assert prompt_ids(tok, docs, words, limit, memo) == prompt_ids(tok, docs, words, limit, None)
+        limits = [limit] * len(docs)
+        assert prompt_ids(tok, docs, words, limits, memo) == prompt_ids(tok, docs, words, limits, None)
+    mixed = [4000, 3] * (len(docs) // 2) + [4000] * (len(docs) % 2)
+    assert prompt_ids(tok, docs, 300, mixed, memo) == [
+        prompt_ids(tok, [d], 300, [n], None)[0] for d, n in zip(docs, mixed)
+    ]
     cut = BlockMemo()
-    prompt_ids(tok, docs[-1:], 300, 30, cut)  # the long passage cut to 30 tokens: not kept
+    prompt_ids(tok, docs[-1:], 300, [30], cut)  # the long passage cut to 30 tokens: not kept
     assert len(cut) == 0
 
 
@@ -175,6 +181,29 @@ def test_weights_may_name_likelihood_beside_attention(llm):
     assert all({"attention", "likelihood", "fused"} == set(d.stage_scores) for d in res)
     with pytest.raises(InputError, match="must be among"):
         FusedWeights(["likelihood", "perplexity"], [1.0, 1.0])
+
+
+def test_a_passage_cut_to_the_context_is_scored_alike_beside_a_long_title():
+    """Each passage's text limit is what the context leaves beside its own title: a candidate
+    with a long title must not cut the other passages shorter (UPR scores each on its own)."""
+    small = tiny_llm(layers=1, max_positions=256)
+    a = Document("a", "alpha beta gamma delta " * 40)
+    titled = Document("b", "short text", title="a long title " * 8)
+    alone = query_likelihood(small, "a question?", [a])
+    np.testing.assert_allclose(query_likelihood(small, "a question?", [a, titled])[:1], alone, atol=1e-6)
+
+
+@pytest.mark.parametrize("query", ["   ", "", "capital \ud800?"])
+def test_the_likelihood_functions_refuse_a_query_with_no_text_or_bad_unicode(llm, query):
+    with pytest.raises(InputError, match="query"):
+        query_likelihood(llm, query, rerank_docs())
+    with pytest.raises(InputError, match="query"):
+        query_prior(llm, query)
+
+
+def test_max_doc_tokens_zero_is_refused_not_read_as_no_limit(llm):
+    with pytest.raises(InputError, match="max_doc_tokens=0 must be >= 1"):
+        query_likelihood(llm, "a question?", rerank_docs(), max_doc_tokens=0)
 
 
 def test_a_title_longer_than_the_context_leaves_is_named_with_the_room(llm):
