@@ -21,7 +21,10 @@ SentencePiece); a tokenizer that merges across it is refused rather than silentl
 from __future__ import annotations
 
 import bisect
+import datetime
+import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,14 +127,34 @@ class RerankPromptPair:
         return self.real.truncated
 
 
+# The date a chat template that stamps "today" renders (Llama 3.x: "Today Date: ..."): a fixed
+# one, so that a prompt, and with it every score, cached passage state and trained weight, does
+# not change at midnight. It is the date Llama's own template falls back to.
+TEMPLATE_DATE = datetime.datetime(2024, 7, 26)
+
+
+def render_chat(tokenizer: Any, messages: list[dict[str, str]], **kwargs: Any) -> Any:
+    """``tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)`` dated
+    :data:`TEMPLATE_DATE`: ``date_string`` is what Llama's template reads when it is given, and a
+    template that calls ``strftime_now`` regardless gets a macro of that name in front, which
+    shadows the clock for the formats it names (render variables cannot: transformers passes a
+    function given as one as the text "<function>")."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str) and "strftime_now" in template:
+        formats = {m[1] for m in re.findall(r"strftime_now\(\s*(['\"])(.*?)\1\s*\)", template)}
+        table = ", ".join(f"{json.dumps(f)}: {json.dumps(TEMPLATE_DATE.strftime(f))}" for f in sorted(formats))
+        kwargs["chat_template"] = f"{{%- macro strftime_now(f) -%}}{{{{ {{{table}}}[f] }}}}{{%- endmacro -%}}{template}"
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, date_string=TEMPLATE_DATE.strftime("%d %b %Y"), **kwargs
+    )
+
+
 def chat_frame(tokenizer: Any) -> ChatFrame:
     """The chat template's text around one user message, or a plain frame (suffix ``"\\n"``)."""
     lead = _lead_ids(tokenizer)
     if getattr(tokenizer, "chat_template", None):
         try:
-            rendered = tokenizer.apply_chat_template(
-                [{"role": "user", "content": _SENTINEL}], tokenize=False, add_generation_prompt=True
-            )
+            rendered = render_chat(tokenizer, [{"role": "user", "content": _SENTINEL}], add_generation_prompt=True)
         except Exception as e:
             logger.warning("chat template of %s failed (%s); using a plain prompt", type(tokenizer).__name__, e)
             rendered = ""
@@ -151,7 +174,7 @@ def turn_end_ids(tokenizer: Any) -> list[int]:
         return []
     turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _SENTINEL}]
     try:
-        rendered = tokenizer.apply_chat_template(turns, tokenize=False)
+        rendered = render_chat(tokenizer, turns)
     except Exception:  # a template that refuses this conversation: nothing to add
         return []
     if not isinstance(rendered, str) or rendered.count(_SENTINEL) != 1:

@@ -22,6 +22,7 @@ import torch
 
 from ..errors import InputError
 from ..llm.models import LLM, load_llm
+from ..llm.prompts import render_chat
 from ..llm.recording import forward_lock
 from ..types import Document, RankedResults, as_documents, rank_documents
 from .inputs import check_documents, check_k, check_query
@@ -36,7 +37,7 @@ def _words(text: str, n: int | None) -> str:
 
 def _chat(tokenizer, messages: list[dict]) -> str:
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return render_chat(tokenizer, messages, add_generation_prompt=True)
     return "\n\n".join(m["content"] for m in messages) + "\n"
 
 

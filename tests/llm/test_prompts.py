@@ -237,6 +237,39 @@ def test_template_failure_falls_back(caplog):
     assert (frame.prefix, frame.suffix) == ("", "\n") and "failed" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        # Llama 3.x: today's date unless the caller gives date_string
+        "{%- if not date_string is defined %}{%- set date_string = strftime_now('%d %b %Y') %}{%- endif %}",
+        # a template that reads the clock whatever it is given
+        "{%- set date_string = strftime_now('%d %b %Y') %}",
+    ],
+)
+def test_a_template_that_stamps_today_renders_the_same_prompt_every_day(stamp, monkeypatch):
+    """A date in the frame would change every prompt at midnight: stored passage states would be
+    refused the next day, and scores and trained weights would depend on the date."""
+    import datetime
+
+    import transformers.utils.chat_template_utils as templates
+
+    tok = make_tokenizer(chat=False)
+    tok.chat_template = stamp + "<|im_start|>system\nToday Date: {{ date_string }}<|im_end|>\n" + CHAT_TEMPLATE
+
+    class Clock(datetime.datetime):
+        today_is = datetime.datetime(2026, 1, 1)
+
+        @classmethod
+        def now(cls, tz=None):
+            return cls.today_is
+
+    monkeypatch.setattr(templates, "datetime", Clock)
+    first = chat_frame(tok)
+    Clock.today_is = datetime.datetime(2026, 1, 2)
+    assert chat_frame(tok) == first
+    assert "Today Date: 26 Jul 2024" in first.prefix
+
+
 # --------------------------------------------------------------------------- real tokenizer
 
 
