@@ -74,11 +74,11 @@ class LLM:
 
     @property
     def weights_key(self) -> str:
-        """What cached activations must be keyed by: the fingerprint, plus the quantization
-        (``+int8``) or the dtype when it is not float32 (``+bfloat16``: its rows and states differ
-        from float32's in the last bits, so the two never share a cache)."""
-        tag = self.quantization or ("" if self.dtype == torch.float32 else str(self.dtype).removeprefix("torch."))
-        return f"{self.fingerprint}+{tag}" if tag else self.fingerprint
+        """What cached activations must be keyed by: the fingerprint, plus the quantization or
+        adapter (``+int8``, ``+lora-…``) and the dtype when it is not float32 (``+bfloat16``: its
+        rows and states differ from float32's in the last bits, so the two never share a cache)."""
+        dtype = "" if self.dtype == torch.float32 else str(self.dtype).removeprefix("torch.")
+        return "+".join(part for part in (self.fingerprint, self.quantization, dtype) if part)
 
     @property
     def short_key(self) -> str:

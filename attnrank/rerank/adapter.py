@@ -140,6 +140,19 @@ def list_scores(
     return torch.stack([tokens[s:e].sum() for s, e in pair.real.doc_spans])
 
 
+def check_prompt_lengths(llm: LLM, lists: Sequence[ListInstance], prompt: dict[str, Any]) -> None:
+    """Each list is one prompt (no windows while training): one longer than the model's context
+    would train on positions the model never saw, so it is refused before training starts."""
+    for n, item in enumerate(lists):
+        length = len(build_rerank_prompts(llm.tokenizer, item.query, list(item.docs), **prompt).real.input_ids)
+        if length > llm.context_length:
+            raise InputError(
+                f"training list #{n} ({item.query[:40]!r}, {len(item.docs)} candidates) is a {length}-token prompt, "
+                f"past the {llm.context_length}-token context of {llm.model_id}; give fewer candidates per list "
+                "or cut them shorter (max_doc_words)"
+            )
+
+
 def listwise_loss(scores: torch.Tensor, labels: Sequence[int], temperature: float, normalize: bool) -> torch.Tensor:
     """Group-wise contrastive loss ``−log Σ_{d∈D⁺} softmax(ŝ/τ)_d`` over one candidate list;
     ``ŝ`` = ``scores`` max–min normalised to [0, 1] when ``normalize``."""
@@ -210,8 +223,8 @@ class HeadAdapter:
         if llm.fingerprint != self.fingerprint or llm.quantization:
             raise InputError(
                 f"this adapter was trained on {self.model_id} (fingerprint {self.fingerprint[:12]}), not on "
-                f"{llm.model_id} ({llm.fingerprint[:12]}{', int8' if llm.quantization else ''}); load that model "
-                "unquantized, or train an adapter for this one"
+                f"{llm.model_id} ({llm.fingerprint[:12]}{', ' + llm.quantization if llm.quantization else ''}); load "
+                "that model unquantized and without an adapter, or train an adapter for this one"
             )
         peft = _peft()
         model = copy.deepcopy(llm.model)
@@ -302,6 +315,7 @@ def train_head_adapter(
         raise InputError("heads is empty; pass the (layer, head) pairs to train, e.g. the model's registered set")
     deepest = max(l for l, _ in pairs)
     prompt = prompt_options() if prompt is None else prompt
+    check_prompt_lengths(llm, usable, prompt)
     torch.manual_seed(cfg.seed)
     model = copy.deepcopy(llm.model).float().eval()
     wrapped = add_lora(model, deepest, cfg.rank, cfg.alpha)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -31,6 +32,7 @@ from attnrank.rerank.adapter import (
     prompt_options,
     train_head_adapter,
 )
+from attnrank.types import Document
 
 HEADS = [(1, 0), (2, 3), (2, 1)]  # deepest layer 2 of 4
 
@@ -138,6 +140,10 @@ def test_save_load_apply_round_trip(trained, tmp_path):
     for (k, v), w in zip(a.model.state_dict().items(), b.model.state_dict().values()):
         assert torch.equal(v, w), k
     assert a.weights_key != llm.weights_key and a.fingerprint == llm.fingerprint
+    half = adapter.apply(replace(llm, model=copy.deepcopy(llm.model).to(torch.bfloat16)))
+    assert half.weights_key not in (a.weights_key, llm.weights_key)  # bfloat16 rows never read as float32's
+    with pytest.raises(InputError, match=f"lora-{adapter.digest()}"):
+        adapter.apply(a)  # an adapted model is not adapted again
     other = LLM(model=llm.model, tokenizer=llm.tokenizer, model_id="x", fingerprint="b" * 64)
     with pytest.raises(InputError, match="trained on"):
         adapter.apply(other)
@@ -151,6 +157,18 @@ def test_training_needs_a_contrastive_list():
         AdapterConfig(rank=0)
     with pytest.raises(InputError, match="heads is empty"):  # before: max() arg is an empty sequence
         train_head_adapter(llm, [], _lists(), config=AdapterConfig(steps=1))
+
+
+def test_a_list_longer_than_the_context_is_refused_before_training():
+    llm = LLM(
+        model=tiny_model("llama", layers=3, max_positions=128),
+        tokenizer=tiny_tokenizer(),
+        model_id="t",
+        fingerprint="a" * 64,
+    )
+    docs = [Document(f"d{i}", "word " * 40) for i in range(6)]
+    with pytest.raises(InputError, match=r"training list #0 .* past the 128-token context of t; give fewer candidates"):
+        train_head_adapter(llm, HEADS, [ListInstance("q", docs, [1, 0, 0, 0, 0, 0])], config=AdapterConfig(steps=1))
 
 
 def test_time_budget_ends_training_early():
