@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnrank.errors import InputError, ModelError
-from attnrank.types import Document
+from attnrank.types import Document, ScoredDocument, as_documents
 
 from .truncation import Truncation, truncate_texts
 
@@ -241,9 +241,11 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     return ids if not lead or ids[: len(lead)] == lead else lead + ids
 
 
-def prompt_documents(docs: Sequence[Document | str]) -> list[Document]:
-    """The passages of a prompt as documents (a plain string gets its position as id); at least one."""
-    documents = [d if isinstance(d, Document) else Document(id=str(i), text=str(d)) for i, d in enumerate(docs)]
+def prompt_documents(docs: Sequence[Document | ScoredDocument | str]) -> list[Document]:
+    """The passages of a prompt as documents (:func:`attnrank.types.as_documents`: a plain string
+    gets its position as id; any other type is refused, not put in the prompt as its repr); at
+    least one."""
+    documents = as_documents(docs)[0]
     if not documents:
         raise InputError("no documents to rerank; pass at least one document")
     return documents

@@ -314,3 +314,15 @@ def test_a_token_cut_fits_its_limit_when_tokenized_again(tok):
         if n > limit and len(cut) > 1:
             over.append((limit, n, cut))
     assert not over, over[:3]
+
+
+def test_scored_documents_are_their_documents_and_other_objects_are_refused(tok):
+    """An earlier stage's results put in a prompt are their passages, not their repr."""
+    from attnrank.types import ScoredDocument
+
+    docs = [Document("p", "Paris is the capital of France.", "Paris"), Document("b", "Berlin is in Germany.")]
+    scored = [ScoredDocument(d.id, 1.0 - i, i + 1, d.text, d.title or "") for i, d in enumerate(docs)]
+    as_scored = build_rerank_prompts(tok, "capital of France?", scored)
+    assert as_scored.real.input_ids == build_rerank_prompts(tok, "capital of France?", docs).real.input_ids
+    with pytest.raises(InputError, match="document #1 is a dict"):
+        build_rerank_prompts(tok, "capital of France?", [docs[0], {"text": "x"}])
