@@ -158,7 +158,8 @@ def capture_block_windows(
             rows = suffix_rows(capturer, context, suffixes, extra_ids, query_span, at)
         for (prompt, _, _), r in zip(batch, rows):
             index = list(range(len(prompt.blocks)))
-            out.append(WindowRows(index, prompt.doc_spans, prompt.context_ids, r[0], r[1] if calibrate else None))
+            null = r[1] if calibrate else None
+            out.append(WindowRows(index, prompt.doc_spans, prompt.context_ids, r[0], null, labelled=False))
     return out
 
 

@@ -34,7 +34,8 @@ class WindowRows:
     ``real[h, j]`` / ``null[h, j]``: attention of the query span (real query / "N/A") from head
     ``h`` (in the capturer's head order) to context token ``j``, averaged over the span's tokens.
     ``null`` is None without calibration. ``doc_index``: the input indices of the window's
-    documents; ``spans``: their token spans in the context, in the same order.
+    documents; ``spans``: their token spans in the context, in the same order; ``labelled``:
+    whether each span begins with its slot label ``[i]`` (full prompts; blocks have none).
     """
 
     doc_index: list[int]
@@ -42,6 +43,7 @@ class WindowRows:
     input_ids: list[int]  # the context tokens
     real: np.ndarray
     null: np.ndarray | None = None
+    labelled: bool = True
 
     @property
     def rows(self) -> np.ndarray:

@@ -346,7 +346,7 @@ def _reweighted(
     spans = window.spans
     check_spans(spans, len(token_strings))
     if cfg.sink:
-        mask = content_mask(token_strings, spans)
+        mask = content_mask(token_strings, spans, labelled=window.labelled)
         delta = token_scores(sink_filtered_rows(window.real, window.null, mask))
         doc_tokens = [s + np.flatnonzero(mask[s:e]) for s, e in spans]
     else:
@@ -356,7 +356,7 @@ def _reweighted(
     if cfg.idf:
         texts = token_texts(token_strings)
         terms = token_terms(token_strings, cfg.idf_unit)
-        idf_docs = [range(s + _label_length(texts, s, e), e) for s, e in spans]
+        idf_docs = [range(s + (_label_length(texts, s, e) if window.labelled else 0), e) for s, e in spans]
         wanted = {normalize_text(t) for t in terms_q} - {""} if cfg.idf_query_only else None
         delta = delta * idf_weights(terms, idf_docs, eps=cfg.idf_eps, query_terms=wanted)
     return aggregate(delta, doc_tokens, cfg, use_filter=use_filter)

@@ -53,6 +53,7 @@ def test_windows_in_one_pass_equal_each_window_alone(family, positions):
         np.testing.assert_allclose(rows.real, alone.real, rtol=0, atol=1e-6)
         np.testing.assert_allclose(rows.null, alone.null, rtol=0, atol=1e-6)
         assert (rows.real.sum(axis=1) > 0.1).all()  # real rows over the context, not padding
+        assert not rows.labelled and not alone.labelled  # blocks carry no [i] slot label
 
 
 def test_padding_is_never_read_even_where_the_kept_memory_held_nan():

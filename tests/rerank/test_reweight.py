@@ -277,3 +277,19 @@ def test_content_mask_keeps_a_leading_citation_in_unlabelled_spans():
     spans = [(1, 7)]
     assert np.flatnonzero(content_mask(tokens, spans)).tolist() == [4, 5]
     assert np.flatnonzero(content_mask(tokens, spans, labelled=False)).tolist() == [2, 4, 5]
+
+
+def test_a_block_passage_that_begins_with_a_citation_keeps_it():
+    """Blocks carry no [i] slot label (llm.blocks.block_text): the sink filter and the IDF step
+    must not drop a block's own leading "[3]" as if it were one."""
+    tokens = ["<s>", "[", "3", "]", "ĠSmith", "Ġshowed", ".", "ĊĊ", "Ġcats", "Ġpurr"]
+    spans = [(1, 7), (8, 10)]
+    real = np.zeros((1, len(tokens)))
+    real[0, 2] = 0.6  # the citation's number draws the attention
+    real[0, [4, 8]] = 0.2
+    block = WindowRows([0, 1], spans, list(range(len(tokens))), real, labelled=False)
+    full = WindowRows([0, 1], spans, list(range(len(tokens))), real)
+    for cfg in (Reweighting(sink=True), Reweighting(sink=True, idf=True)):
+        in_block = reweighted_document_scores(block, tokens, set(), cfg, use_filter=False)
+        as_labelled = reweighted_document_scores(full, tokens, set(), cfg, use_filter=False)
+        assert in_block[0] > as_labelled[0]  # the "3" counts for the block's passage
