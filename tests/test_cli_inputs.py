@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnrank.cli import app
+from attnrank.errors import AttnrankError
 
 runner = CliRunner()
 RUN = "q1 Q0 d1 1 2.000000 attnrank-bm25\nq1 Q0 d2 2 1.000000 attnrank-bm25\n"
@@ -290,6 +291,16 @@ def test_conflicting_index_options_are_refused(tmp_path, index_dir, scifact_mini
     r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(target), "--ray-address", "local", "-q"])
     assert r.exit_code == 2 and "--ray-address runs a sharded build; add --shards N" in _text(r)
     assert not target.exists()
+
+
+@pytest.mark.parametrize("model", ["/no/such/model", "no-such-org/no-such-model-in-the-cache"])
+def test_heads_show_names_a_model_that_cannot_load(model, monkeypatch):
+    """Before: a missing path reached the hub client as a repo id (a traceback), and an uncached
+    hub id was fingerprinted by its name and listed as a model with no head sets."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    r = runner.invoke(app, ["heads", "show", "--model", model])
+    assert r.exit_code == 1 and isinstance(r.exception, AttnrankError), r.output
+    assert model in _text(r) and "Traceback" not in r.output
 
 
 def test_a_missing_embedder_folder_is_named_not_taken_for_a_hub_id(tmp_path, scifact_mini):

@@ -347,7 +347,7 @@ def heads_show(
     ),
 ) -> None:
     """List the head sets registered for a model (user registry first, then shipped sets)."""
-    from ..llm.fingerprint import model_fingerprint
+    from ..llm.models import unloaded_model
     from ..registry import load_head_sets
 
     _setup(True)
@@ -356,7 +356,7 @@ def heads_show(
 
         check_output_path(png, "--png")
         check_replaceable(png, has_png_mark, "a heat map", "--png")
-    model_id, fingerprint = model_fingerprint(model)
+    model_id, fingerprint = unloaded_model(model)  # a model that cannot load is named, not fingerprinted
     sets = load_head_sets(model_id, fingerprint)
     typer.echo(f"{model_id} (fingerprint {fingerprint[:12]}): {len(sets)} head set(s), preferred first")
     for i, s in enumerate(sets, start=1):
