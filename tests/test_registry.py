@@ -258,6 +258,26 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
         assert plotted.exit_code == 0 and png.stat().st_size > 0
 
 
+@pytest.mark.parametrize("haystack", ["book", "essays"])
+def test_cli_detect_copy_checks_the_haystack_before_the_model_loads(roots, tiny_dir, tmp_path, haystack, monkeypatch):
+    """Missing haystack files were found only after the model had loaded; an essays folder
+    without essays read as an empty haystack."""
+    from attnrank.llm import models
+
+    folder = tmp_path / "niah" / "retrieval_head"
+    folder.mkdir(parents=True)
+    (folder / "needles.jsonl").write_text(
+        json.dumps({"needle": "The code is 42.", "question": "Code?", "real_needle": "42"}) + "\n"
+    )
+    (tmp_path / "niah" / "PaulGrahamEssays").mkdir()
+    loaded = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loaded.append(a))
+    args = ["heads", "detect", "--method", "copy", "--model", str(tiny_dir), "--data", str(tmp_path)]
+    r = runner.invoke(app, [*args, "--haystack", haystack, "-q"])
+    assert r.exit_code != 0 and isinstance(r.exception, InputError) and not loaded
+    assert ("haystack_part1_p1.txt.gz does not exist" if haystack == "book" else "holds no essays") in str(r.exception)
+
+
 def test_cli_detect_copy_reports_no_accepted_trial(roots, tiny_dir, tmp_path):
     folder = tmp_path / "niah" / "retrieval_head"
     folder.mkdir(parents=True)

@@ -96,15 +96,20 @@ def load_haystack(folder: Path, part: int | None) -> str:
     if part is None:
         files = sorted((folder / "PaulGrahamEssays").glob("*.txt"))
         return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
+    with gzip.open(_book_part(folder, part), "rt", encoding="utf-8") as f:
+        raw = f.read()
+    return "\n\n".join(json.loads(f'"{m}"') for m in _TEXT_FIELD.findall(raw))
+
+
+def _book_part(folder: Path, part: int) -> Path:
+    """The file of book haystack part ``part``; an InputError if it is missing."""
     path = folder / "retrieval_head" / f"haystack_part{part}_p1.txt.gz"
     if not path.is_file():
         raise InputError(
             f"the book haystack {path} does not exist; pass a data folder that has it, or use the "
             "Paul Graham essays (haystack='essays', --haystack essays)"
         )
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        raw = f.read()
-    return "\n\n".join(json.loads(f'"{m}"') for m in _TEXT_FIELD.findall(raw))
+    return path
 
 
 def rouge1_recall(prediction: str, reference: str) -> float:
@@ -223,20 +228,13 @@ def copy_trial(
     )
 
 
-def detect_copy_heads(
-    llm: Any,
-    *,
-    data: str | Path | None = None,
-    lengths: Sequence[int] = (1000, 2000, 4000),
-    depths: Sequence[float] = (0, 25, 50, 75, 100),
-    needles: Sequence[int] | None = None,
-    haystack: str = "book",
-    max_new_tokens: int = 50,
-) -> HeadScores:
-    """Wu et al.'s copy-paste retrieval score of every head over the trial grid.
-
-    ``needles``: indices into ``needles.jsonl`` (default all 3); ``haystack``: ``"book"`` (each
-    needle with its own book part, as Retrieval_Head) or ``"essays"`` (Paul Graham essays)."""
+def check_copy_inputs(
+    data: str | Path | None, haystack: str, needles: Sequence[int] | None, depths: Sequence[float]
+) -> tuple[Path, list[Needle], list[int]]:
+    """What :func:`detect_copy_heads` reads, checked before a model loads: the NIAH folder, its
+    needles, the chosen needle indices, the depths and every haystack the trials will read (a
+    missing book part, or an essays folder without essays, which read as an empty haystack).
+    Returns (folder, all needles, the chosen indices)."""
     if haystack not in ("book", "essays"):
         raise InputError(f"haystack={haystack!r} is not 'book' or 'essays'")
     folder = niah_folder(data)
@@ -251,6 +249,31 @@ def detect_copy_heads(
     bad_depths = [d for d in depths if not 0 <= d <= 100]
     if bad_depths:
         raise InputError(f"depths {bad_depths} are not percentages in [0, 100]; give e.g. 0,50,100")
+    if haystack == "essays" and not any((folder / "PaulGrahamEssays").glob("*.txt")):
+        raise InputError(
+            f"{folder / 'PaulGrahamEssays'} holds no essays (*.txt); pass a data folder that has them, "
+            "or use the book haystack (haystack='book', --haystack book)"
+        )
+    for part in sorted({n % 3 + 1 for n in chosen}) if haystack == "book" else []:
+        _book_part(folder, part)
+    return folder, all_needles, chosen
+
+
+def detect_copy_heads(
+    llm: Any,
+    *,
+    data: str | Path | None = None,
+    lengths: Sequence[int] = (1000, 2000, 4000),
+    depths: Sequence[float] = (0, 25, 50, 75, 100),
+    needles: Sequence[int] | None = None,
+    haystack: str = "book",
+    max_new_tokens: int = 50,
+) -> HeadScores:
+    """Wu et al.'s copy-paste retrieval score of every head over the trial grid.
+
+    ``needles``: indices into ``needles.jsonl`` (default all 3); ``haystack``: ``"book"`` (each
+    needle with its own book part, as Retrieval_Head) or ``"essays"`` (Paul Graham essays)."""
+    folder, all_needles, chosen = check_copy_inputs(data, haystack, needles, depths)
     capturer = AttentionCapturer(llm.model)
     L, H = llm.num_layers, llm.num_heads
     start, total, trials = time.perf_counter(), np.zeros(L * H), []
