@@ -174,7 +174,7 @@ likelihood it adds nothing that holds: +0.16 points with equal weights, +0.18 tr
 the untrained default ("--ablation likelihood" below). It costs one prompt per candidate through the whole model: 0.90 s per DL19
 query and 2.9 s per SciFact query of 20 candidates, 9x and 17x `signals` ("Reranking presets"), the
 first time; a passage an earlier query brought costs only the new query's tokens, its prompt's
-states kept: with every candidate cached, 3.4x to 7.7x faster at unchanged nDCG@10 ("The default
+states kept: with every candidate cached, 3.4x to 7.7x faster, nDCG@10 0.00 to +0.39 points from recomputing them (bfloat16 rounds a reused state differently) ("The default
 preset with reused passage states"). Which of the query's tokens the likelihood averages was
 tested on 2026-12-04 ("Which query tokens the likelihood averages", the first 150 queries of each
 set): weighting tokens by their surprisal without a passage, keeping only what the passage makes
@@ -248,8 +248,8 @@ four datasets against the default's 0.6857 (with 100 SciFact queries: 0.6897 aga
 attention's contribution -1.1 / +0.1 / -0.6 / +2.7 (mean +0.3; before: -0.7 / -0.8 / -0.7 / +2.1).
 The default stays `signals`: `fused` is 0.09 points ahead on the mean, but below the default on
 DL19 (-1.4) and HotpotQA (-0.8), ahead only on SciFact (+0.1) and LoCoMo (+2.4), and it costs the
-LLM pass (4.7x the default's time on DL19 and 11x on SciFact, "Reranking presets", re-run on
-2026-12-04 with the new weights). Among the ablations, the
+LLM pass (5.6x the default's time on DL19 and 12x on SciFact, "Reranking presets", re-run on
+2026-12-04 with the new weights; 4.7x and 11x before that re-run). Among the ablations, the
 highest held-out means are those of attention from the top-8 heads (0.6907) and weights trained
 without LoCoMo (0.6913): each within 0.6 points of the default, and picked here only by their
 held-out figures. Choosing the head count without the held-out dataset, by a leave-one-dataset-out
