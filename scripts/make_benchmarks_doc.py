@@ -249,7 +249,7 @@ attention's contribution -1.1 / +0.1 / -0.6 / +2.7 (mean +0.3; before: -0.7 / -0
 The default stays `signals`: `fused` is 0.09 points ahead on the mean, but below the default on
 DL19 (-1.4) and HotpotQA (-0.8), ahead only on SciFact (+0.1) and LoCoMo (+2.4), and it costs the
 LLM pass (5.6x the default's time on DL19 and 12x on SciFact, "Reranking presets", re-run on
-2026-12-04 with the new weights; 4.7x and 11x before that re-run). Among the ablations, the
+2026-12-04 with the new weights). Among the ablations, the
 highest held-out means are those of attention from the top-8 heads (0.6907) and weights trained
 without LoCoMo (0.6913): each within 0.6 points of the default, and picked here only by their
 held-out figures. Choosing the head count without the held-out dataset, by a leave-one-dataset-out
