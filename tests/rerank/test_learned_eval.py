@@ -64,3 +64,18 @@ def test_first_stage_or_stage_scores_of_another_length_are_refused():
         q.stages = {"dense": np.ones(3)}
     with pytest.raises(InputError, match=r"query 'q1'.* \{'features': 3, 'dense': 4\}"):
         train_head_weights(ex, stages=["dense"])
+
+
+def test_evaluation_reads_every_judgment_of_the_query_not_only_the_candidates():
+    """One of two relevant documents retrieved and ranked first: nDCG@10 0.613 and R@2 0.5 against
+    the query's judgments; against the candidates' labels alone it read 1.0 and 1.0."""
+    from attnrank.llm.rows import WindowRows
+    from attnrank.rerank.learned import evaluate_scores, query_features
+
+    rows = np.array([[0.9, 0.1, 0.0]])
+    window = WindowRows([0, 1, 2], [(0, 1), (1, 2), (2, 3)], [0, 1, 2], rows)
+    qrels = {"q": {"a": 1, "missed": 1}}
+    q = query_features("q", [window], ["a", "b", "c"], [(0, 0)], qrels, calibrate=False, use_filter=False)
+    got = evaluate_scores([q], lambda x: x.features[:, 0], ("nDCG@10", "R@2"))
+    assert got["R@2"] == pytest.approx(0.5)
+    assert got["nDCG@10"] == pytest.approx(1 / (1 + 1 / np.log2(3)))

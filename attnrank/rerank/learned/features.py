@@ -21,7 +21,9 @@ Scores = Sequence[float] | np.ndarray  # one value per candidate
 class QueryFeatures:
     """One query's training/evaluation material: ``features[d, f]`` raw per-head scores of its
     candidates, graded ``labels[d]`` (0 = unjudged), optional first-stage scores, ``group``
-    (e.g. the dataset name, for leave-one-dataset-out)."""
+    (e.g. the dataset name, for leave-one-dataset-out), and ``qrels``: all of the query's
+    judgments, candidates or not, which evaluation reads (a relevant document the first stage
+    missed counts in recall's denominator and nDCG's ideal); empty: the candidates' labels."""
 
     qid: str
     doc_ids: list[str]
@@ -32,6 +34,7 @@ class QueryFeatures:
     group: str = ""
     rel: int | None = None  # this query's minimum relevant label (overrides the helpers' ``rel``)
     stages: dict[str, np.ndarray] = field(default_factory=dict)  # earlier stages' scores by name (NaN: none)
+    qrels: dict[str, int] = field(default_factory=dict)
 
 
 def query_features(
@@ -67,6 +70,7 @@ def query_features(
         group,
         rel,
         st,
+        {str(d): int(v) for d, v in (qrels or {}).get(qid, {}).items()},
     )
 
 

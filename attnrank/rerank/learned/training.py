@@ -116,9 +116,10 @@ def evaluate_scores(
     metrics: Sequence[str] = ("nDCG@10",),
     rel: int = 1,
 ) -> dict[str, float]:
-    """ir-measures metrics of ``scorer(query) -> scores [D]`` over ``examples`` (their labels)."""
+    """ir-measures metrics of ``scorer(query) -> scores [D]`` over ``examples``, against each
+    query's ``qrels`` (all its judgments) where it has them, else its candidates' labels."""
     run = {q.qid: dict(zip(q.doc_ids, np.asarray(scorer(q), dtype=float).tolist())) for q in examples}
-    qrels = {q.qid: {d: int(l) for d, l in zip(q.doc_ids, q.labels)} for q in examples}
+    qrels = {q.qid: dict(q.qrels) or {d: int(l) for d, l in zip(q.doc_ids, q.labels)} for q in examples}
     return evaluate(run, qrels, metrics, rel=rel)
 
 
