@@ -98,10 +98,13 @@ def file_stem(qid: str) -> str:
     return f"{slug}-{hashlib.sha256(qid.encode()).hexdigest()[:16]}"
 
 
-def save_windows(path: Path, wins: Sequence[Any], seconds: float) -> None:
-    """Store a query's windows and capture time (float32 rows; written atomically)."""
+def save_windows(path: Path, wins: Sequence[Any], seconds: float, doc_ids: Sequence[str] | None = None) -> None:
+    """Store a query's windows and capture time (float32 rows; written atomically), and the
+    digest of the candidate list (``doc_ids``, in order) they were captured over."""
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, Any] = {"seconds": np.array(seconds)}
+    if doc_ids is not None:
+        arrays["candidates"] = np.array(candidates_digest(doc_ids))
     for i, w in enumerate(wins):
         if w.null is None:
             raise InputError("the row cache stores calibrated windows (real and N/A rows); capture with calibration")
@@ -117,6 +120,12 @@ def save_windows(path: Path, wins: Sequence[Any], seconds: float) -> None:
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, **arrays)
     tmp.replace(path)
+
+
+def stored_candidates(path: Path) -> str | None:
+    """The candidate-list digest a cached query's windows record (None: written before they did)."""
+    with np.load(path) as z:
+        return str(z["candidates"]) if "candidates" in z else None
 
 
 def load_windows(path: Path) -> tuple[list[StoredRows], float]:
@@ -145,22 +154,37 @@ def capture_all(
     cache: Path | None,
 ) -> dict[str, dict[str, Any]]:
     """All-head real and N/A rows per query, ``{qid: {"windows": [...], "seconds": s}}``: read
-    from ``cache`` where present, else captured (and stored unless ``cache`` is None)."""
+    from ``cache`` where present and captured over the same candidate list (rows are placed by
+    candidate position; a file from before lists were recorded must at least cover as many
+    candidates), else captured (and stored unless ``cache`` is None)."""
     out: dict[str, dict[str, Any]] = {}
     for qid, q in queries.items():
         f = cache_file(cache, setting, qid, getattr(capturer.llm, "weights_key", capturer.llm.fingerprint))
-        if f is not None and f.exists():
-            wins, secs = load_windows(f)
-        else:
+        ids = [d.id for d in cands[qid]]
+        found = _cached_windows(f, ids) if f is not None and f.exists() else None
+        if found is None:
             t = time.perf_counter()
-            wins = capturer.windows(q, cands[qid])
-            secs = time.perf_counter() - t
+            found = capturer.windows(q, cands[qid]), time.perf_counter() - t
             if f is not None:
-                save_windows(f, wins, secs)
-            logger.info("%s: captured %s in %.1f s (%d/%d)", setting, qid, secs, len(out) + 1, len(queries))
+                save_windows(f, *found, ids)
+            logger.info("%s: captured %s in %.1f s (%d/%d)", setting, qid, found[1], len(out) + 1, len(queries))
+        wins, secs = found
         out[qid] = {"windows": wins, "seconds": secs}
     logger.info("%s: %d queries captured", setting, len(out))
     return out
+
+
+def _cached_windows(path: Path, doc_ids: Sequence[str]) -> tuple[list[StoredRows], float] | None:
+    """:func:`load_windows` of ``path`` if it was captured over ``doc_ids``, else None (logged)."""
+    recorded = stored_candidates(path)
+    if recorded is not None and recorded != candidates_digest(doc_ids):
+        logger.info("%s was captured over another candidate list; capturing again", path)
+        return None
+    wins, secs = load_windows(path)
+    if recorded is None and sorted(i for w in wins for i in w.doc_index) != list(range(len(doc_ids))):
+        logger.info("%s covers other candidates than the %d given; capturing again", path, len(doc_ids))
+        return None
+    return wins, secs
 
 
 Signals = dict[str, dict[str, np.ndarray]]

@@ -90,6 +90,28 @@ def test_capture_all_reads_the_cache_the_second_time(tmp_path, reranker):
     assert cap.calls == 3
 
 
+def test_rows_captured_over_another_candidate_list_are_captured_again(tmp_path, reranker):
+    """Rows are placed by candidate position: a cached file from another list (a rebuilt index,
+    another first stage) would give its scores to the wrong documents."""
+    docs = rerank_docs()
+    cap = Counting(reranker)
+    capture_all(cap, "toy", {"a": "capital of France?"}, {"a": docs}, tmp_path)
+    capture_all(cap, "toy", {"a": "capital of France?"}, {"a": docs}, tmp_path)
+    assert cap.calls == 1
+    again = capture_all(cap, "toy", {"a": "capital of France?"}, {"a": docs[::-1]}, tmp_path)
+    assert cap.calls == 2
+    np.testing.assert_allclose(
+        again["a"]["windows"][0].rows, reranker.windows("capital of France?", docs[::-1])[0].rows, atol=1e-6
+    )
+    # a file from before lists were recorded is read only if it covers as many candidates
+    (f,) = tmp_path.rglob("a.npz")
+    save_windows(f, reranker.windows("capital of France?", docs), 1.0)
+    capture_all(cap, "toy", {"a": "capital of France?"}, {"a": docs[::-1]}, tmp_path)
+    assert cap.calls == 2
+    capture_all(cap, "toy", {"a": "capital of France?"}, {"a": docs[:2]}, tmp_path)
+    assert cap.calls == 3
+
+
 def test_cached_signals_computes_only_missing_queries(tmp_path):
     asked = []
 
