@@ -60,6 +60,32 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(root: Path) -> None:
+    """Every file below ``root``, then every folder (deepest first): a file's entry in its folder
+    is durable only once the folder itself is synced."""
+    folders = [root]
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+        elif p.is_dir():
+            folders.append(p)
+    for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
+        fsync_folder(folder)
+
+
+@contextmanager
+def held_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created if missing) until the block ends,
+    waiting for another process that holds it: one builder of a cache entry at a time."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
 def check_file_target(path: str | Path, what: str) -> None:
     """Raise :class:`InputError` (naming ``what``, e.g. ``"-o"``) unless :func:`atomic_path` can
     write ``path``: not a folder, not a pipe, device or socket (the rename would replace it), and

@@ -20,15 +20,17 @@ docs/results/index_build.md.
 
 The export is cached in ``config.cache_dir()/embedders/<name>-<variant>-<key12>/`` like the
 de-quantized LLM (:mod:`attnrank.llm.gguf`): the key hashes the model's files (weights, config,
-tokenizer, modules), the variant, torch's version and :data:`EXPORT_VERSION`, so a changed model
-or exporter never reuses a stale graph; the folder is written to a temporary sibling, checked
-against the torch model's embeddings, and swapped in atomically; on load its recorded key and the
-graph's SHA-256 must match, else it is exported again.
+tokenizer, modules), the variant, :data:`EXPORT_VERSION` and the versions of torch, onnx and
+onnxscript (onnxruntime too for int8), so a changed model or exporter never reuses a stale graph;
+one process exports at a time (a lock file beside the folder); the folder is written to a
+temporary sibling, checked against the torch model's embeddings, synced and swapped in
+atomically; on load its recorded key and every file's SHA-256 must match, else it is exported again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -42,12 +44,12 @@ import numpy as np
 
 from ..config import available_cpus, cache_dir
 from ..errors import InputError, ModelError, require
-from ..files import file_sha256
+from ..files import file_sha256, fsync_folder, fsync_tree, held_lock
 
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8", "openvino", "openvino-bf16")
-EXPORT_VERSION = 1  # bump when the exported graph or the folder layout changes
+EXPORT_VERSION = 2  # bump when the exported graph or the folder layout changes (2: every file hashed)
 _EXTRA = {"onnx": "onnx", "onnx-int8": "onnx", "openvino": "openvino", "openvino-bf16": "openvino"}
 _RUNTIME = {"onnx": "onnxruntime", "onnx-int8": "onnxruntime", "openvino": "openvino", "openvino-bf16": "openvino"}
 _OPENVINO_PRECISION = {"openvino": "f32", "openvino-bf16": "bf16"}
@@ -83,11 +85,21 @@ def source_digest(model_path: str | Path) -> str:
 
 
 def export_key(model_path: str | Path, variant: str) -> str:
-    """What an export depends on: the model's files, the variant, torch's version, the exporter."""
-    import torch
-
-    parts = [source_digest(model_path), variant, torch.__version__, str(EXPORT_VERSION)]
+    """What an export depends on: the model's files, the variant, the exporter (:data:`EXPORT_VERSION`)
+    and the versions of what writes the graph (torch, onnx, onnxscript; onnxruntime quantizes int8)."""
+    parts = [source_digest(model_path), variant, str(EXPORT_VERSION), *_exporter_versions(variant)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _exporter_versions(variant: str) -> list[str]:
+    packages = ["torch", "onnx", "onnxscript", *(["onnxruntime"] if variant == "onnx-int8" else [])]
+    out = []
+    for name in packages:
+        try:
+            out.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{name} none")
+    return out
 
 
 def export_dir(model_path: str | Path, variant: str, key: str) -> Path:
@@ -95,17 +107,29 @@ def export_dir(model_path: str | Path, variant: str, key: str) -> Path:
 
 
 def cached_export(folder: Path, key: str) -> str | None:
-    """Why ``folder`` cannot be used for ``key`` (None: it can): absent, incomplete, foreign or damaged."""
+    """Why ``folder`` cannot be used for ``key`` (None: it can): absent, incomplete, foreign or
+    damaged (a file of the export, the graph or the tokenizer's, missing, added or changed)."""
     try:
         meta = json.loads((folder / _META).read_text())
     except (OSError, ValueError):
         return "no complete export"
     if meta.get("key") != key:
         return f"it was exported for key {str(meta.get('key'))[:12]}, not {key[:12]}"
-    graph = folder / _GRAPH
-    if not graph.is_file() or file_sha256(graph) != meta.get("graph_sha256"):
-        return f"{graph} is missing or fails its SHA-256 check"
+    recorded = meta.get("files_sha256")
+    found = _file_hashes(folder)
+    if not isinstance(recorded, dict) or _GRAPH not in recorded or found != recorded:
+        changed = sorted(set(found) ^ set(recorded or {}) | {f for f in found if found[f] != (recorded or {}).get(f)})
+        return f"its files fail their SHA-256 check ({', '.join(changed) or 'none recorded'})"
     return None
+
+
+def _file_hashes(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file of an export folder but its record."""
+    return {
+        p.relative_to(folder).as_posix(): file_sha256(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != _META
+    }
 
 
 # -- export ------------------------------------------------------------------------------------
@@ -206,17 +230,16 @@ def build_export(model_path: str | Path, variant: str, folder: Path, key: str) -
             "dim": int(_dimension(st)),
             "torch": torch.__version__,
             "export_version": EXPORT_VERSION,
-            "graph_sha256": file_sha256(graph),
+            "exporters": _exporter_versions(variant),
+            "files_sha256": _file_hashes(tmp),
         }
         (tmp / _META).write_text(json.dumps(meta, indent=1))
         _verify(st, tmp, variant)
-        if folder.exists():  # stale or damaged (the caller checked): replace it
+        fsync_tree(tmp)  # durable before it is swapped in: a power loss must not leave a torn export
+        if folder.exists():  # stale or damaged (the caller checked, holding the lock): replace it
             shutil.rmtree(folder)
-        try:
-            os.replace(tmp, folder)
-        except OSError:  # another process finished first: keep its copy
-            if cached_export(folder, key) is not None:
-                raise
+        os.replace(tmp, folder)
+        fsync_folder(folder.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("exported %s to %s (%s) in %.1f s", Path(model_path).name, folder, variant, time.perf_counter() - start)
@@ -312,9 +335,12 @@ def load_exported(model_path: str | Path, backend: str) -> ExportedEmbedder:
     variant = "onnx-int8" if backend == "onnx-int8" else "onnx"  # OpenVINO compiles the float32 graph
     key = export_key(model_path, variant)
     folder = export_dir(model_path, variant, key)
-    why = cached_export(folder, key)
-    if why is not None:
-        if folder.exists():
-            logger.warning("not reusing the embedder export in %s (%s); exporting again", folder, why)
-        build_export(model_path, variant, folder, key)
+    if cached_export(folder, key) is not None:
+        # one exporter at a time: another process's finished export is kept, not replaced while read
+        with held_lock(folder.with_name(f".{folder.name}.lock")):
+            why = cached_export(folder, key)
+            if why is not None:
+                if folder.exists():
+                    logger.warning("not reusing the embedder export in %s (%s); exporting again", folder, why)
+                build_export(model_path, variant, folder, key)
     return ExportedEmbedder(folder, backend)

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..config import fault_point
 from ..errors import IndexFormatError
-from ..files import file_sha256, fsync_folder
+from ..files import file_sha256, fsync_folder, fsync_tree
 from ..types import Document
 from .folders import SHARDED_FORMAT, check_target, remove_stale, sibling, swap_in
 
@@ -57,20 +57,6 @@ def _jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(metadata, ensure_ascii=False, default=str))
 
 
-def _fsync_tree(root: Path) -> None:
-    """Every file below ``root``, then every folder (deepest first): a file's entry in its folder
-    is durable only once the folder itself is synced."""
-    folders = [root]
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-        elif p.is_dir():
-            folders.append(p)
-    for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
-        fsync_folder(folder)
-
-
 @contextmanager
 def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Path] = ()) -> Iterator[Path]:
     """Yield a temporary folder; on success it replaces ``target`` in one atomic swap.
@@ -91,7 +77,7 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Path] = (
     try:
         yield tmp
         fault_point("save-before-swap", tmp)
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         check_target(target, force=force, protect=protect)  # it may have changed during the build
         old = swap_in(tmp, target)
         swapped = True

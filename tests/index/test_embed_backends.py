@@ -96,6 +96,48 @@ def test_a_foreign_or_damaged_export_is_not_reused(encoder_dir, caplog):
     np.testing.assert_allclose(got, encode(load_embedder(str(encoder_dir)), SENTENCES), atol=1e-4)
 
 
+def test_a_changed_tokenizer_file_of_the_export_is_not_reused(encoder_dir):
+    """Every file of the export is hashed, not only the graph: the tokenizer it runs with too."""
+    embed_export.load_exported(encoder_dir, "onnx")
+    folder = _export_folder(encoder_dir)
+    key = json.loads((folder / "attnrank.json").read_text())["key"]
+    assert embed_export.cached_export(folder, key) is None
+    (folder / "tokenizer_config.json").write_text("{}")
+    assert "tokenizer_config.json" in embed_export.cached_export(folder, key)
+    (folder / "extra.txt").write_text("x")
+    assert "extra.txt" in embed_export.cached_export(folder, key)
+
+
+def test_the_export_key_names_the_exporters_versions(encoder_dir, monkeypatch):
+    before = embed_export.export_key(encoder_dir, "onnx-int8")
+    real = embed_export.importlib.metadata.version
+    monkeypatch.setattr(embed_export.importlib.metadata, "version", lambda n: "0.0.0" if n == "onnxscript" else real(n))
+    assert embed_export.export_key(encoder_dir, "onnx-int8") != before
+
+
+def test_a_second_process_keeps_a_finished_export_it_waited_for(encoder_dir, monkeypatch):
+    """Two processes asking for one export: the second waits on the lock, then finds the first's
+    folder complete and reads it, instead of deleting it (while the first reads it) to export again."""
+    import threading
+
+    folder = _export_folder(encoder_dir)
+    key = embed_export.export_key(encoder_dir, "onnx")
+    calls = []
+    real_build = embed_export.build_export
+
+    def slow_build(*args):
+        calls.append(threading.current_thread().name)
+        real_build(*args)
+
+    monkeypatch.setattr(embed_export, "build_export", slow_build)
+    threads = [threading.Thread(target=embed_export.load_exported, args=(encoder_dir, "onnx"), name=n) for n in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and embed_export.cached_export(folder, key) is None
+
+
 def test_a_changed_model_gets_a_new_export(encoder_dir, tmp_path):
     copy = tmp_path / "tiny-encoder"
     shutil.copytree(encoder_dir, copy)
