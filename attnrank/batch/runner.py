@@ -40,6 +40,7 @@ from ..registry import registry_digest
 from ..rerank.config import RerankConfig
 from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
 from ..rerank.fused_resolve import likelihood_weights, signals_only
+from ..rerank.resolve import check_lookups
 from ..rerank.signals import SIGNALS_VERSION
 from .rows import read_queries
 from .sink import CheckpointSink
@@ -89,8 +90,8 @@ class BatchConfig:
             raise InputError(f"--rerank {self.rerank} must be 0 (off) or a positive depth")
         if not Path(self.index).is_dir():
             raise InputError(f"index {self.index!r} is not a folder; build one with `attnrank index` (--shards N)")
-        if self.rerank:
-            self.rerank_config()  # e.g. heads with a preset that computes no attention: refused here
+        if self.rerank:  # e.g. heads with a preset that computes no attention, or nothing registered
+            check_lookups(self.rerank_config())
 
 
 @dataclass

@@ -4,22 +4,33 @@ set (``"auto"``, ``"auto:METHOD"``, ``"auto-or-all"``) and the head scorer (``"s
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
 from ..llm.headspec import HeadsArg
-from ..llm.models import LLM
+from ..llm.models import LLM, unloaded_model
 from ..registry import resolve_heads
-from .config import AUTO_OR_ALL
+from .config import AUTO_OR_ALL, RerankConfig
+from .fused_resolve import resolve_fused
 from .learned import LearnedHeadWeights
 
 logger = logging.getLogger(__name__)
 
 
-def resolve_config_heads(heads: HeadsArg, llm: LLM, fitted: HeadsArg = None) -> HeadsArg:
+@dataclass(frozen=True)
+class ModelRef:
+    """A model by what the head registry keys it by, without its weights."""
+
+    model_id: str
+    fingerprint: str
+
+
+def resolve_config_heads(heads: HeadsArg, llm: LLM | ModelRef, fitted: HeadsArg = None) -> HeadsArg:
     """Registered sets for ``"auto"``/``"auto:METHOD"``; ``"auto-or-all"`` reads ``fitted`` (the
     heads the reranker's fused weights were fitted to) where given, else the registered set, and
-    falls back to all heads (with a warning) for a model that has none registered."""
+    falls back to all heads (with a warning) for a model that has none registered. ``llm``: the
+    model, or its id and fingerprint only (:class:`ModelRef`)."""
     if not isinstance(heads, str):
         return heads
     spec = heads.strip().lower()
@@ -38,6 +49,20 @@ def resolve_config_heads(heads: HeadsArg, llm: LLM, fitted: HeadsArg = None) -> 
             )
             return None
     return resolve_heads(heads, llm) if spec.startswith("auto") else heads
+
+
+def check_lookups(cfg: RerankConfig) -> None:
+    """Look up once, without loading the model, what a reranker built from ``cfg`` looks up in the
+    head registry (learned head weights, fused weights, an ``"auto"`` head set), so that a run of
+    many rerankers (``attnrank batch``'s actors) with nothing registered fails before it starts,
+    naming what is missing, as :class:`~attnrank.rerank.attention.AttentionReranker` would."""
+    if not cfg.uses_llm:
+        return
+    model_id, fingerprint = unloaded_model(cfg.model)
+    learned = learned_weights(cfg.scorer, model_id, fingerprint)
+    fused = resolve_fused(cfg.signals, model_id, fingerprint)
+    if learned is None and cfg.uses_attention:
+        resolve_config_heads(cfg.heads, ModelRef(model_id, fingerprint), None if fused is None else fused.heads)
 
 
 def learned_weights(scorer: Any, model_id: str, fingerprint: str) -> LearnedHeadWeights | None:

@@ -184,6 +184,25 @@ def test_bad_input_is_refused_before_ray(tmp_path, indexes):
     assert read_queries(tmp_path / "ok.parquet") == {"a": "first", "b": "second"}
 
 
+@pytest.mark.parametrize(
+    ("preset", "heads", "missing"),
+    [("learned", None, "learned head weights"), ("fused", "auto", "no head set is registered")],
+)
+def test_a_rerank_with_nothing_registered_is_refused_before_ray(
+    home, tmp_path, indexes, tiny_dir, preset, heads, missing, monkeypatch
+):
+    """The actors looked up learned weights and "auto" heads only once loaded under Ray; a run
+    that could not rerank failed there, after starting Ray and loading the model in every actor."""
+    from attnrank.llm import models
+
+    loaded = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loaded.append(a))
+    config = BatchConfig(str(indexes / "single"), k=3, rerank=3, model=str(tiny_dir), preset=preset, heads=heads)
+    with pytest.raises(InputError, match=missing):
+        run_batch({"q": "x"}, config, output=tmp_path / "o")
+    assert not loaded and not (tmp_path / "o").exists()
+
+
 def test_a_cluster_lacking_what_an_actor_declares_is_named(ray_local, caplog):
     """The local Ray has 2 CPUs and no GPU: a GPU rerank actor or a 3-CPU actor would wait for a
     node to join; the run says so instead of waiting in silence. What fits says nothing."""
