@@ -210,7 +210,7 @@ def _load_user_doc(path: Path, model_id: str, fingerprint: str) -> dict[str, Any
             f"the head registry file {path} {why}, so saving to it would lose or re-key what it holds; "
             "move it away (or delete it) and save again"
         )
-    return doc
+    return {"sets": [], "artifacts": {}, **doc}  # a file may hold only one of the two
 
 
 def _foreign(doc: Any, model_id: str, fingerprint: str) -> str:
@@ -224,8 +224,6 @@ def _foreign(doc: Any, model_id: str, fingerprint: str) -> str:
         return "is malformed (model_id, fingerprint, sets or artifacts of the wrong type)"
     if (doc["model_id"], doc["fingerprint"]) != (model_id, fingerprint):
         return f"belongs to {doc['model_id']!r} with fingerprint {doc['fingerprint'][:12]}…, not to {model_id!r}"
-    doc.setdefault("sets", [])
-    doc.setdefault("artifacts", {})
     return ""
 
 
