@@ -71,11 +71,7 @@ def check_labelled(queries: dict, cands: dict, qrels: dict, rel: int, folds: int
 
     check_folds(len(queries), folds)
 
-    def informative(q: str) -> bool:
-        labels = [qrels.get(q, {}).get(d.id, 0) >= rel for d in cands[q]]
-        return any(labels) and not all(labels)
-
-    useful = {q for q in queries if informative(q)}
+    useful = {q for q in queries if any(relevant(q, cands, qrels, rel)) and not all(relevant(q, cands, qrels, rel))}
     starved = [s.name for s in kfold_splits(list(queries), folds, seed=seed) if not useful & set(s.train)]
     if starved:
         raise typer.BadParameter(
@@ -84,6 +80,11 @@ def check_labelled(queries: dict, cands: dict, qrels: dict, rel: int, folds: int
             f"--folds {folds} has none, so nothing can be learned there; raise --depth, give a run that retrieves "
             "the judged documents, or more labelled queries"
         )
+
+
+def relevant(q: str, cands: dict, qrels: dict, rel: int) -> list[bool]:
+    """Whether each of query ``q``'s candidates is relevant (label >= ``rel``)."""
+    return [qrels.get(q, {}).get(d.id, 0) >= rel for d in cands[q]]
 
 
 def check_saveable(model: str | None, save: bool) -> None:
@@ -325,7 +326,7 @@ def _detect_qr(
         raise AttnrankError(f"{desc}: no labelled query has candidates; give queries, qrels and a corpus that match")
     # a query without a relevant candidate scores 0 on every head: it cannot rank them (dropping it
     # keeps their order), and with none left every head tied at 0 and the first ones were registered
-    found = {q: t for q, t in qs.items() if any(qr.get(q, {}).get(d.id, 0) >= rel for d in cands[q])}
+    found = {q: t for q, t in qs.items() if any(relevant(q, cands, qr, rel))}
     if not found:
         raise typer.BadParameter(
             f"{desc}: no labelled query has a relevant document among its top-{depth} candidates, so no head can "
