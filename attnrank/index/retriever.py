@@ -20,7 +20,7 @@ from .bm25 import BM25Index, BM25Params
 from .dense import DenseIndex, check_index_type, recorded_probe
 from .embed_export import check_backend
 from .store import atomic_dir, corpus_checksum, manifest_tag, read_docs, read_manifest, write_docs, write_manifest
-from .tokenize import STEMMERS, STOPWORD_LISTS, resolve_config
+from .tokenize import check_names, resolve_config
 
 logger = logging.getLogger(__name__)
 
@@ -414,10 +414,7 @@ def _check_settings(dense_index: str, stopwords: str, stemmer: str, rrf_k: Any, 
     """The retriever's settings, each named with its allowed values; checked when it is made, not
     at the first build step or query that reads them (a bad rrf_k was saved in the index)."""
     check_index_type(dense_index)
-    if stopwords not in STOPWORD_LISTS:
-        raise InputError(f"stopwords {stopwords!r} is not one of {', '.join(STOPWORD_LISTS)}")
-    if stemmer not in ("auto", *STEMMERS):
-        raise InputError(f"stemmer {stemmer!r} is not one of auto, {', '.join(STEMMERS)}")
+    check_names(stopwords, stemmer)
     for name, value in (("rrf_k", rrf_k), ("depth", depth)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise InputError(f"{name}={value!r} must be a positive integer")

@@ -90,10 +90,17 @@ class TokenizerConfig:
         return stored
 
 
+def check_names(stopwords: str, stemmer: str) -> None:
+    """The stopword list and stemmer a user chose, each named with the allowed values."""
+    if stopwords not in STOPWORD_LISTS:
+        raise InputError(f"stopwords {stopwords!r} is not one of {', '.join(STOPWORD_LISTS)}")
+    if stemmer not in ("auto", *STEMMERS):
+        raise InputError(f"stemmer {stemmer!r} is not one of auto, {', '.join(STEMMERS)}")
+
+
 def resolve_config(stopwords: str = "lucene", stemmer: str = "auto") -> TokenizerConfig:
     """Turn user choices into a concrete config (``stemmer="auto"`` → porter if available)."""
-    if stopwords not in STOPWORD_LISTS:
-        raise InputError(f"stopwords={stopwords!r} is not one of 'lucene', 'sklearn', 'none'")
+    check_names(stopwords, stemmer)
     if stemmer == "auto":
         try:
             import Stemmer  # noqa: F401
@@ -105,8 +112,6 @@ def resolve_config(stopwords: str = "lucene", stemmer: str = "auto") -> Tokenize
                 "(install 'attnrank[stem]' for Porter stemming, as Pyserini does)"
             )
             stemmer = "none"
-    if stemmer not in STEMMERS:
-        raise InputError(f"stemmer={stemmer!r} is not one of 'porter', 'none', 'auto'")
     return TokenizerConfig(stopwords=stopwords, stemmer=stemmer, unicode="nfkc")
 
 

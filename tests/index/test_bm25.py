@@ -16,7 +16,7 @@ def test_tokenizer_lucene_stopwords_and_porter():
 
 
 def test_resolve_config_rejects_unknown():
-    with pytest.raises(InputError, match="stemmer='snowball' is not one of"):
+    with pytest.raises(InputError, match="stemmer 'snowball' is not one of auto, porter, none"):
         resolve_config(stemmer="snowball")
 
 
