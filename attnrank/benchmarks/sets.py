@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -60,10 +60,15 @@ def scifact_retriever(ds: Dataset, index_dir: Path | None = None):
     return r
 
 
-def scifact_set(root: Path, n_queries: int, k: int = 20, index_dir: Path | None = None) -> CandidateSet:
-    """SciFact train: a seeded sample of ``n_queries`` labelled queries, hybrid RRF top-``k``."""
+def scifact_set(
+    root: Path, n_queries: int | None, k: int = 20, index_dir: Path | None = None, offset: int = 0
+) -> CandidateSet:
+    """SciFact train: a seeded sample of ``n_queries`` labelled queries, hybrid RRF top-``k``;
+    with ``offset``, the sample's queries from that position on (all of them if ``n_queries`` is
+    None), which no run of the first ``offset`` saw. The setting's name does not say the offset:
+    caches are keyed by it and by query id, so every sample shares one cache."""
     ds = scifact(root)
-    ds = ds.subset(sample_queries(ds.queries, n_queries))  # shuffled order: any prefix is a sample
+    ds = ds.subset(_sampled(ds.queries, n_queries, offset))  # shuffled order: any prefix is a sample
     res = scifact_retriever(ds, index_dir).search_batch(ds.queries, k, mode="hybrid")
     return (
         f"SciFact train hybrid top-{k} ({len(ds.queries)} queries)",
@@ -105,12 +110,13 @@ def hotpot_set(root: Path, n_queries: int | None = None) -> CandidateSet:
     return (f"HotpotQA distractor BM25-ordered ({len(ds.queries)} questions)", ds, _bm25_ordered(ds, list(ds.queries)))
 
 
-def locomo_set(root: Path, n_queries: int | None = None, k: int = 20) -> CandidateSet:
-    """LoCoMo: a seeded sample of ``n_queries`` questions; per question its conversation's turns
-    ordered by BM25 (statistics of that conversation's turns), top ``k``."""
+def locomo_set(root: Path, n_queries: int | None = None, k: int = 20, offset: int = 0) -> CandidateSet:
+    """LoCoMo: a seeded sample of ``n_queries`` questions (from position ``offset`` of the seeded
+    order, as :func:`scifact_set`); per question its conversation's turns ordered by BM25
+    (statistics of that conversation's turns), top ``k``."""
 
     ds = locomo(root)
-    ds = ds.subset(sample_queries(ds.queries, n_queries))
+    ds = ds.subset(_sampled(ds.queries, n_queries, offset))
     docs = {d.id: d for d in ds.docs}
     cands: dict[str, list[Document]] = {}
     by_conv: dict[str, list[str]] = {}
@@ -123,3 +129,11 @@ def locomo_set(root: Path, n_queries: int | None = None, k: int = 20) -> Candida
             order = np.argsort(-bm25.get_scores(ds.queries[q]), kind="stable")[:k]
             cands[q] = [turns[i] for i in order]
     return (f"LoCoMo turns BM25 top-{k} ({len(ds.queries)} queries)", ds, cands)
+
+
+def _sampled(qids: Iterable[str], n: int | None, offset: int) -> list[str]:
+    """Positions ``offset`` to ``offset + n`` (to the end if ``n`` is None) of the seeded order."""
+    order = sample_queries(qids, None)
+    if not 0 <= offset < len(order):
+        raise AttnrankError(f"offset {offset}: the seeded order has {len(order)} queries; give 0 to {len(order) - 1}")
+    return order[offset : offset + n if n else None]

@@ -130,3 +130,18 @@ def test_complementary_heads_prefer_what_the_signals_miss_over_the_best_head_alo
     alone = [np.mean([_ndcg10_of_candidates(per_head[e.qid][h], e.labels, 1) for e in examples]) for h in (0, 1)]
     assert alone[0] > alone[1]  # QRHead's criterion would choose head 0
     assert complementary_heads({"g": per_head}, {"g": examples}, 1) == [1]
+
+
+def test_an_offset_sample_continues_the_seeded_order_without_overlap():
+    """bench_confirm's new queries: the seeded order from position ``offset`` on, none of the
+    first ``offset`` (which every earlier benchmark sampled from)."""
+    from attnrank.benchmarks.sets import _sampled
+    from attnrank.errors import AttnrankError
+    from attnrank.eval.datasets import sample_queries
+
+    qids = [f"q{i}" for i in range(50)]
+    first, rest = _sampled(qids, 20, 0), _sampled(qids, None, 20)
+    assert first == sample_queries(qids, 20) and first + rest == sample_queries(qids, None)
+    assert _sampled(qids, 5, 20) == rest[:5] and not set(first) & set(rest)
+    with pytest.raises(AttnrankError, match="offset 50: the seeded order has 50 queries"):
+        _sampled(qids, None, 50)
