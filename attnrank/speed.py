@@ -21,7 +21,6 @@ import functools
 import json
 import logging
 import random
-import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +32,6 @@ import torch
 
 from .benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
 from .config import STATE_STORAGES, set_torch_threads
-from .errors import InputError
 from .eval import evaluate_per_query, sign_test, wins_losses
 from .eval.datasets import dl19, sample_queries, scifact
 from .eval.report import cpu_model
@@ -41,6 +39,7 @@ from .eval.speed_report import MODES, row_positions
 from .eval.timing import timed_peak
 from .files import atomic_path
 from .llm.blocks import encode_blocks_text
+from .llm.statestore import remove_store
 from .rerank.attention import AttentionReranker
 from .rerank.config import RerankConfig
 from .types import Document
@@ -355,13 +354,14 @@ def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
 def build_store(root: Path, folder: Path, storage: str = "float16", depth: int = 20) -> dict[str, Any]:
     """Build a real passage-state store for the DL19 BM25 top-``depth`` candidates (default
     preset); its seconds, bytes on disk and bytes per token."""
-    if folder.exists() and any(folder.iterdir()) and not (folder / "states.json").is_file():
-        raise InputError(f"{folder} is not a passage-state store this benchmark wrote; give another folder")
+    if folder.exists() and any(folder.iterdir()):
+        remove_store(folder)  # the previous run's store, and only a store (refused otherwise)
+    elif folder.exists():
+        folder.rmdir()
     reranker = AttentionReranker(attention="block", signals=None)
     ds = dl19(root)
     docs = {d.id: d for d in ds.docs}
     passages = [docs[i] for i in dict.fromkeys(i for q in ds.queries for i in ds.candidates[q][:depth])]
-    shutil.rmtree(folder, ignore_errors=True)  # the previous run's store
     t = time.perf_counter()
     header = reranker.write_passage_states(folder, passages, storage=storage)
     secs = time.perf_counter() - t

@@ -43,9 +43,33 @@ def test_build_store_never_removes_a_folder_it_did_not_write(tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("keep me")
-    with pytest.raises(InputError, match="is not a passage-state store this benchmark wrote"):
+    with pytest.raises(InputError, match="is not a passage-state store attnrank wrote"):
         build_store(tmp_path / "no-data", folder)
     assert (folder / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("header", ['{"format": "attnrank-passage-states"}', '{"mine": true}'])
+def test_build_store_keeps_a_users_files_beside_a_states_json(tmp_path, header):
+    """A folder that merely holds a file named states.json (or a store with the user's files added)
+    was removed whole, with everything else in it."""
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    (folder / "states.json").write_text(header)
+    (folder / "thesis.tex").write_text("keep me")
+    with pytest.raises(InputError, match=r"is not a passage-state store attnrank wrote \(it holds thesis.tex\)"):
+        build_store(tmp_path / "no-data", folder)
+    assert (folder / "thesis.tex").read_text() == "keep me" and (folder / "states.json").read_text() == header
+
+
+def test_a_store_attnrank_wrote_is_removed_file_by_file(tmp_path):
+    from attnrank.llm.statestore import remove_store
+
+    folder = tmp_path / "ps"
+    folder.mkdir()
+    (folder / "states.json").write_text('{"format": "attnrank-passage-states"}')
+    (folder / "keys.npy").write_bytes(b"x")
+    remove_store(folder)
+    assert not folder.exists()
 
 
 def test_targets_read_the_cells_they_name():

@@ -89,6 +89,25 @@ def store_settings(
     }
 
 
+STORE_FILES = ("states.json", "offsets.npy", "keys.npy", "values.npy", "key_scales.npy", "value_scales.npy")
+
+
+def remove_store(folder: Path) -> None:
+    """Remove a passage-state store that attnrank wrote (its ``states.json`` says so) and nothing
+    else: a folder holding anything but the store's own files is refused, not emptied."""
+    try:
+        header = json.loads((folder / "states.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        header = None
+    others = sorted(p.name for p in folder.iterdir() if p.name not in STORE_FILES)
+    if not isinstance(header, dict) or header.get("format") != FORMAT or others:
+        what = f"holds {', '.join(others[:5])}" if others else "has no states.json attnrank wrote"
+        raise InputError(f"{folder} is not a passage-state store attnrank wrote (it {what}); give another folder")
+    for name in STORE_FILES:
+        (folder / name).unlink(missing_ok=True)
+    folder.rmdir()
+
+
 def write_store(
     folder: Path,
     capturer: AttentionCapturer,
