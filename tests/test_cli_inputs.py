@@ -318,6 +318,11 @@ def test_demo_checks_its_options_before_indexing(tmp_path, monkeypatch):
         assert r.exit_code == 2 and message in _text(r)
     r = runner.invoke(app, ["demo", "--no-rerank", "-q", "--answers", "-1"])
     assert r.exit_code == 2 and "--answers -1 must be at least 0" in _text(r)
+    # before: accepted and ignored (nothing answered, exit 0), or silently capped at the 8 questions
+    r = runner.invoke(app, ["demo", "--no-rerank", "-q", "--answers", "3"])
+    assert r.exit_code == 2 and "--answers 3 answers from reranked passages" in _text(r)
+    r = runner.invoke(app, ["demo", "-q", "--answers", "9"])
+    assert r.exit_code == 2 and "--answers 9: the demo has 8 questions" in _text(r)
     assert not (tmp_path / "indexes").exists()
 
 

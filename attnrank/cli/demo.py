@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -17,7 +18,9 @@ def demo(
     k: int = typer.Option(3, "--top-k", "-k", help="Results shown per question."),
     depth: int = typer.Option(10, "--depth", help="First-stage hits reranked."),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Stop after the first stage."),
-    answers: int = typer.Option(2, "--answers", help="Questions pruned and answered at the end (0 = none)."),
+    answers: Optional[int] = typer.Option(
+        None, "--answers", help="Questions pruned and answered at the end (0 = none; default 2, none with --no-rerank)."
+    ),
     quiet: bool = Quiet,
     verbose: bool = Verbose,
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
@@ -33,10 +36,18 @@ def demo(
     progress = _setup(quiet, verbose)
     _positive(k, "-k", "results shown per question")
     _positive(depth, "--depth", "first-stage hits reranked")
-    _positive(answers, "--answers", "questions answered; 0 for none", minimum=0)
     check_k_within_depth(k, depth, "shown")
+    answers = (0 if no_rerank else 2) if answers is None else answers
+    _positive(answers, "--answers", "questions answered; 0 for none", minimum=0)
     if no_rerank:
         refuse_when_off("--no-rerank", "reranking", rerank_given)
+        if answers:  # the answers are made from the reranked passages
+            raise typer.BadParameter(f"--answers {answers} answers from reranked passages; drop it or --no-rerank")
+    questions = demo_queries()
+    if answers > len(questions):
+        raise typer.BadParameter(
+            f"--answers {answers}: the demo has {len(questions)} questions; give 0 to {len(questions)}"
+        )
     target = index_root() / "demo"
     docs, _ = load_corpus(demo_corpus_path())
     _check_demo_folder(target, corpus_checksum(docs))
@@ -52,7 +63,6 @@ def demo(
         typer.echo(f"[rerank] {reranker!r}")
     hits = {"first stage": 0, "reranked": 0}
     reranked = []
-    questions = demo_queries()
     for q in questions:
         res = r.search(q["text"], depth, query_id=q["_id"])
         gold = set(q["supporting"])
