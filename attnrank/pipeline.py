@@ -243,6 +243,11 @@ class Pipeline:
             context = reorder_for_generation(context, self.reorder)
         answer = None
         if self.generator is not None:
+            if not context:  # an answer from no passage would read as one from the corpus
+                raise InputError(
+                    f"no passage was retrieved for {question!r} to answer from; give candidates, or a query "
+                    "the index matches (a BM25-only index returns no document without a query term)"
+                )
             check("generate")
             t = time.perf_counter()
             answer = self.generator.answer(question, context, stream)

@@ -60,6 +60,17 @@ def index_dir(tmp_path_factory, scifact_docs) -> Path:
 # -- outputs -----------------------------------------------------------------------------------
 
 
+def test_a_reranked_search_run_is_tagged_with_its_preset(tmp_path, index_dir):
+    """Before: every line said attnrank-hybrid, as the first stage's run does."""
+    out = tmp_path / "s.trec"
+    args = ["search", "vitamin D bones", "--index-dir", str(index_dir), "-k", "3", "-q", "-o", str(out)]
+    r = runner.invoke(app, [*args, "--rerank", "3", "--preset", "signals"])
+    assert r.exit_code == 0, r.output
+    assert {line.split()[5] for line in out.read_text().splitlines()} == {"attnrank-signals"}
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and {line.split()[5] for line in out.read_text().splitlines()} == {"attnrank-hybrid"}
+
+
 def test_search_output_replaces_only_runs_attnrank_wrote(tmp_path, index_dir, scifact_mini):
     queries = scifact_mini / "queries.jsonl"
     notes = tmp_path / "notes.txt"

@@ -118,6 +118,13 @@ def test_pipeline_with_plain_candidates(llm):
     assert plain.sources == ["0"] and plain.context[0].text == "Paris is in France."
 
 
+def test_no_answer_is_generated_from_no_passage(llm):
+    """An empty context (no candidates given, or no hit) was answered from nothing, exit 0."""
+    pipe = Pipeline(None, generator=Generator(llm, 3))
+    with pytest.raises(InputError, match="no passage was retrieved for 'capital of France\\?'"):
+        pipe.run("capital of France?", candidates=[])
+
+
 def test_given_candidates_are_cut_to_depth_before_reranking():
     """run(candidates=...) reranks the top ``depth`` of the list, as it would a search's hits; it
     reranked every candidate given, so depth was ignored (and 100 candidates cost 100 passages)."""

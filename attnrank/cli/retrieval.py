@@ -181,7 +181,8 @@ def search(
             todo = tqdm(results, desc="rerank", unit="q")
         results = [_rerank_head(reranker, res, rerank).top_k(k) for res in todo]
     if output is not None:
-        write_run(results, output, tag=f"attnrank-{mode or r.mode}")
+        # the run's tag says what ranked it: the reranking preset (as `attnrank rerank` writes), else the first stage
+        write_run(results, output, tag=f"attnrank-{rerank_config.name}" if rerank else f"attnrank-{mode or r.mode}")
         typer.echo(f"wrote {sum(len(x) for x in results)} results for {len(results)} queries to {output}")
     elif query is not None:
         _print_results(results[0])

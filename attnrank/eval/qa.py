@@ -50,7 +50,10 @@ def contains(prediction: str, gold: str) -> float:
 
 
 def answer_metrics(prediction: str, golds: Sequence[str]) -> dict[str, float]:
-    """``{"em", "f1", "contains"}``: each the maximum over the gold answers."""
+    """``{"em", "f1", "contains"}``: each the maximum over the gold answers (a list: one string
+    would be read as one answer per character, and is refused)."""
+    if isinstance(golds, str):
+        raise InputError(f"golds {golds[:40]!r} is one string; pass a list of gold answers, e.g. [{golds[:40]!r}]")
     if not golds:
         raise InputError("no gold answers given; answer metrics need at least one reference answer")
     return {

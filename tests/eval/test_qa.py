@@ -43,3 +43,5 @@ def test_contains_and_max_over_golds():
     assert m["em"] == 0.0 and m["f1"] == pytest.approx(2 * 1 * 0.5 / 1.5) and m["contains"] == 0.0
     with pytest.raises(InputError, match="gold"):
         answer_metrics("x", [])
+    with pytest.raises(InputError, match="golds 'Paris' is one string; pass a list"):
+        answer_metrics("Paris", "Paris")  # before: one gold per character, all three metrics 0
