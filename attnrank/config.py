@@ -155,7 +155,8 @@ def hub_offline() -> bool:
 
 def local_model_folder(model_id: str) -> Path | None:
     """The folder ``model_id`` loads from without the model hub: the path itself when it exists,
-    the cached snapshot's folder when it is a hub id in the local Hugging Face cache, else None.
+    the cached snapshot's folder when it is a hub id whose weights and tokenizer are in the local
+    Hugging Face cache, else None (loaded by id: from the hub, or offline from what is cached).
 
     A cached id is loaded from its snapshot folder, not by id: by id, transformers asks the hub
     for files such as ``adapter_config.json`` even with ``local_files_only`` (minutes of retries
@@ -172,7 +173,13 @@ def local_model_folder(model_id: str) -> Path | None:
         found = try_to_load_from_cache(model_id, "config.json")
     except ValueError:  # not a valid repo id: the loader names it
         return None
-    return Path(found).parent if isinstance(found, str) else None
+    if not isinstance(found, str):
+        return None
+    snapshot = Path(found).parent
+    # only a whole snapshot: reading a model's config (to check options) caches config.json alone
+    weights = any(p.suffix in (".safetensors", ".bin", ".gguf") for p in snapshot.iterdir())
+    tokenizer = any((snapshot / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+    return snapshot if weights and tokenizer else None
 
 
 # The LLM precisions by name (attnrank.llm.device maps them to torch dtypes; int8: dynamic int8 linears).

@@ -385,6 +385,12 @@ def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tiny_dir, 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     assert config.local_model_folder("attnrank-test/tiny") == snapshot
     assert config.local_model_folder("attnrank-test/not-cached") is None
+    partial = tmp_path / "hub" / "models--attnrank-test--partial" / "snapshots" / "89ab"
+    partial.mkdir(parents=True)
+    shutil.copy(snapshot / "config.json", partial)  # what reading a config (model_shape) leaves cached
+    (partial.parents[1] / "refs").mkdir()
+    (partial.parents[1] / "refs" / "main").write_text("89ab")
+    assert config.local_model_folder("attnrank-test/partial") is None  # loaded by id: the hub fills it in
     tried: list[object] = []
 
     def refuse(*address, **kwargs):
