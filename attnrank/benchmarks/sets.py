@@ -133,7 +133,8 @@ def locomo_set(root: Path, n_queries: int | None = None, k: int = 20, offset: in
 
 def _sampled(qids: Iterable[str], n: int | None, offset: int) -> list[str]:
     """Positions ``offset`` to ``offset + n`` (to the end if ``n`` is None) of the seeded order."""
+    sample_queries([], n)  # the count is checked as every sample's is
     order = sample_queries(qids, None)
-    if not 0 <= offset < len(order):
+    if offset and not 0 < offset < len(order):
         raise AttnrankError(f"offset {offset}: the seeded order has {len(order)} queries; give 0 to {len(order) - 1}")
     return order[offset : offset + n if n else None]

@@ -145,3 +145,6 @@ def test_an_offset_sample_continues_the_seeded_order_without_overlap():
     assert _sampled(qids, 5, 20) == rest[:5] and not set(first) & set(rest)
     with pytest.raises(AttnrankError, match="offset 50: the seeded order has 50 queries"):
         _sampled(qids, None, 50)
+    with pytest.raises(InputError, match="n=-5 queries"):
+        _sampled(qids, -5, 20)  # not the first 15 of the order, nor all but the last 5
+    assert _sampled([], None, 0) == []

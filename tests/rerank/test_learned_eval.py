@@ -79,3 +79,19 @@ def test_evaluation_reads_every_judgment_of_the_query_not_only_the_candidates():
     got = evaluate_scores([q], lambda x: x.features[:, 0], ("nDCG@10", "R@2"))
     assert got["R@2"] == pytest.approx(0.5)
     assert got["nDCG@10"] == pytest.approx(1 / (1 + 1 / np.log2(3)))
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_judged_query_without_candidates_counts_zero_whatever_the_fold_mix(mixed):
+    """It counted 0 where a fold held one rel and was dropped where it mixed two."""
+    from attnrank.rerank.learned.features import QueryFeatures
+    from attnrank.rerank.learned.training import _evaluate_by_rel
+
+    def query(qid, rel, docs=("d1", "d2")):
+        n = len(docs)
+        return QueryFeatures(qid, list(docs), np.eye(n)[:, :1], np.array([2, 0][:n]), [(0, 0)], rel=rel)
+
+    other = 2 if mixed else 1
+    none = replace(query("b", other, ()), qrels={"x": 2})
+    got = _evaluate_by_rel([query("a", 1), query("c", other), none], lambda q: q.features[:, 0], ("nDCG@10",), 1)
+    assert got["nDCG@10"] == pytest.approx(2 / 3)

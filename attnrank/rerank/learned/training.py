@@ -14,7 +14,7 @@ import numpy as np
 
 from ...errors import InputError, require
 from ...eval.crossval import group_splits, kfold_splits
-from ...eval.metrics import evaluate
+from ...eval.metrics import evaluate, evaluate_per_query, judged_queries
 from ...llm.headspec import format_heads
 from .features import QueryFeatures, design
 from .weights import FeatureConfig, LearnedHeadWeights
@@ -117,10 +117,17 @@ def evaluate_scores(
     rel: int = 1,
 ) -> dict[str, float]:
     """ir-measures metrics of ``scorer(query) -> scores [D]`` over ``examples``, against each
-    query's ``qrels`` (all its judgments) where it has them, else its candidates' labels."""
-    run = {q.qid: dict(zip(q.doc_ids, np.asarray(scorer(q), dtype=float).tolist())) for q in examples}
+    query's ``qrels`` (all its judgments) where it has them, else its candidates' labels; the mean
+    over the judged queries (one with judgments but no candidates counts 0, as trec_eval -c)."""
+    return evaluate(*_run_and_qrels(examples, scorer), metrics, rel=rel)
+
+
+def _run_and_qrels(
+    examples: Sequence[QueryFeatures], scorer: Callable[[QueryFeatures], np.ndarray]
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
+    run = {q.qid: dict(zip(q.doc_ids, np.asarray(scorer(q), dtype=float).tolist())) for q in examples if q.doc_ids}
     qrels = {q.qid: dict(q.qrels) or {d: int(l) for d, l in zip(q.doc_ids, q.labels)} for q in examples}
-    return evaluate(run, qrels, metrics, rel=rel)
+    return run, qrels
 
 
 def _baselines(first_stage: bool) -> dict[str, Callable[[QueryFeatures], np.ndarray]]:
@@ -151,20 +158,18 @@ def _fold(
 def _evaluate_by_rel(
     test: Sequence[QueryFeatures], scorer: Callable[[QueryFeatures], np.ndarray], metrics: Sequence[str], rel: int
 ) -> dict[str, float]:
-    """:func:`evaluate_scores` with each query's own ``rel`` (a fold may mix datasets), averaged
-    over the queries."""
+    """:func:`evaluate_scores` with each query's own ``rel`` (a fold may mix datasets): the mean of
+    the per-query metrics over every judged query of the fold, whatever its ``rel``."""
     by_rel: dict[int, list[QueryFeatures]] = {}
     for q in test:
-        if q.doc_ids:  # a query without candidates has no judgements: evaluate_scores skips it
-            by_rel.setdefault(rel if q.rel is None else q.rel, []).append(q)
-    if len(by_rel) < 2:
-        return evaluate_scores(test, scorer, metrics, next(iter(by_rel), rel))
-    n = sum(len(qs) for qs in by_rel.values())
-    out: dict[str, float] = {}
+        by_rel.setdefault(rel if q.rel is None else q.rel, []).append(q)
+    per: dict[str, dict[str, float]] = {}
     for r, qs in by_rel.items():
-        for m, v in evaluate_scores(qs, scorer, metrics, r).items():
-            out[m] = out.get(m, 0.0) + v * len(qs) / n
-    return out
+        run, qrels = _run_and_qrels(qs, scorer)
+        judged = judged_queries(qrels)
+        per.update(evaluate_per_query({q: run.get(q, {}) for q in judged}, judged, metrics, rel=r))
+    names = list(next(iter(per.values()))) if per else list(metrics)
+    return {n: (sum(v[n] for v in per.values()) / len(per) if per else 0.0) for n in names}
 
 
 def kfold_evaluate(
