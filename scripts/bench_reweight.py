@@ -114,6 +114,7 @@ def sliced(w: WindowRows, head_idx) -> WindowRows:
         w.input_ids,
         w.real[head_idx].astype(np.float64),
         None if w.null is None else w.null[head_idx].astype(np.float64),
+        labelled=w.labelled,
     )
 
 

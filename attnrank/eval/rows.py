@@ -47,7 +47,7 @@ class RowCapturer(Protocol):
 @dataclass
 class StoredRows:
     """One window's rows as cached: the fields of the reranker's ``WindowRows`` (``doc_index``,
-    ``spans``, ``input_ids``, ``real``, ``null``), kept as the float32 the model produced (half
+    ``spans``, ``input_ids``, ``real``, ``null``, ``labelled``), kept as the float32 the model produced (half
     the memory of float64: 800 SciFact queries would not fit otherwise); :attr:`rows` is computed
     in float64 as the reranker computes it."""
 
@@ -56,6 +56,7 @@ class StoredRows:
     input_ids: list[int]
     real: np.ndarray
     null: np.ndarray | None = None
+    labelled: bool = True  # spans begin with their [i] slot label (full prompts; blocks have none)
 
     @property
     def rows(self) -> np.ndarray:
@@ -115,6 +116,7 @@ def save_windows(path: Path, wins: Sequence[Any], seconds: float, doc_ids: Seque
                 f"w{i}_input_ids": np.array(w.input_ids),
                 f"w{i}_real": w.real.astype(np.float32),
                 f"w{i}_null": w.null.astype(np.float32),
+                f"w{i}_labelled": np.array(getattr(w, "labelled", True)),
             }
         )
     tmp = path.with_suffix(".tmp.npz")
@@ -140,6 +142,7 @@ def load_windows(path: Path) -> tuple[list[StoredRows], float]:
                     z[f"w{i}_input_ids"].tolist(),
                     z[f"w{i}_real"],
                     z[f"w{i}_null"],
+                    bool(z[f"w{i}_labelled"]) if f"w{i}_labelled" in z else True,  # older files: as before
                 )
             )
             i += 1

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,9 @@ def test_windows_round_trip_as_float32(tmp_path, reranker):
         np.testing.assert_array_equal(b.rows, want)
         np.testing.assert_allclose(b.rows, w.rows, atol=1e-6)
     assert [p.name for p in tmp_path.iterdir()] == ["q.npz"]  # the temporary file was renamed
+    for labelled in (True, False):  # full prompts' spans begin with their [i] label, blocks' do not
+        save_windows(tmp_path / "b.npz", [replace(w, labelled=labelled) for w in wins], 1.0)
+        assert [b.labelled for b in load_windows(tmp_path / "b.npz")[0]] == [labelled] * len(wins)
 
 
 def test_capture_all_reads_the_cache_the_second_time(tmp_path, reranker):
