@@ -158,13 +158,13 @@ def capture_all(
 ) -> dict[str, dict[str, Any]]:
     """All-head real and N/A rows per query, ``{qid: {"windows": [...], "seconds": s}}``: read
     from ``cache`` where present and captured over the same candidate list (rows are placed by
-    candidate position; a file from before lists were recorded must at least cover as many
-    candidates), else captured (and stored unless ``cache`` is None)."""
+    candidate position; :func:`_cached_windows`), else captured (and stored unless ``cache`` is
+    None)."""
     out: dict[str, dict[str, Any]] = {}
     for qid, q in queries.items():
         f = cache_file(cache, setting, qid, getattr(capturer.llm, "weights_key", capturer.llm.fingerprint))
         ids = [d.id for d in cands[qid]]
-        found = _cached_windows(f, ids) if f is not None and f.exists() else None
+        found = _cached_windows(f, cands[qid], capturer.llm.tokenizer) if f is not None and f.exists() else None
         if found is None:
             t = time.perf_counter()
             found = capturer.windows(q, cands[qid]), time.perf_counter() - t
@@ -177,17 +177,37 @@ def capture_all(
     return out
 
 
-def _cached_windows(path: Path, doc_ids: Sequence[str]) -> tuple[list[StoredRows], float] | None:
-    """:func:`load_windows` of ``path`` if it was captured over ``doc_ids``, else None (logged)."""
+def _cached_windows(path: Path, docs: Sequence[Document], tokenizer: Any) -> tuple[list[StoredRows], float] | None:
+    """:func:`load_windows` of ``path`` if it was captured over ``docs`` (in order), else None
+    (logged). A file from before the candidate list was recorded is read only if each candidate's
+    span of its stored prompt tokens decodes to text holding that candidate's first words; it is
+    then written again with the list's digest."""
+    ids = [d.id for d in docs]
     recorded = stored_candidates(path)
-    if recorded is not None and recorded != candidates_digest(doc_ids):
+    if recorded is not None and recorded != candidates_digest(ids):
         logger.info("%s was captured over another candidate list; capturing again", path)
         return None
     wins, secs = load_windows(path)
-    if recorded is None and sorted(i for w in wins for i in w.doc_index) != list(range(len(doc_ids))):
-        logger.info("%s covers other candidates than the %d given; capturing again", path, len(doc_ids))
-        return None
+    if recorded is None:
+        if not _spans_hold(wins, docs, tokenizer):
+            logger.info("%s holds other candidates than the %d given; capturing again", path, len(docs))
+            return None
+        save_windows(path, wins, secs, ids)  # checked: stamped with the list
     return wins, secs
+
+
+def _spans_hold(wins: Sequence[StoredRows], docs: Sequence[Document], tokenizer: Any) -> bool:
+    """Whether every candidate's span in the stored windows decodes to text that holds the
+    candidate's first three words (and every candidate has exactly one span)."""
+    placed = sorted(i for w in wins for i in w.doc_index)
+    if placed != list(range(len(docs))):
+        return False
+    for w in wins:
+        for i, (s, e) in zip(w.doc_index, w.spans):
+            head = " ".join(docs[i].text.split()[:3])
+            if head and head not in " ".join(tokenizer.decode(w.input_ids[s:e]).split()):
+                return False
+    return True
 
 
 Signals = dict[str, dict[str, np.ndarray]]

@@ -11,12 +11,14 @@ from _tiny import rerank_docs, tiny_llm
 from attnrank.eval.rows import (
     cache_file,
     cached_signals,
+    candidates_digest,
     capture_all,
     first_stage_run,
     load_windows,
     run_of,
     save_windows,
     setting_key,
+    stored_candidates,
 )
 from attnrank.rerank.attention import AttentionReranker
 
@@ -107,13 +109,17 @@ def test_rows_captured_over_another_candidate_list_are_captured_again(tmp_path, 
     np.testing.assert_allclose(
         again["a"]["windows"][0].rows, reranker.windows("capital of France?", docs[::-1])[0].rows, atol=1e-6
     )
-    # a file from before lists were recorded is read only if it covers as many candidates
+    # a file from before lists were recorded is read only where its spans hold these candidates,
+    # and is then stamped with the list
     (f,) = tmp_path.rglob("a.npz")
     save_windows(f, reranker.windows("capital of France?", docs), 1.0)
     capture_all(cap, "toy", {"a": "capital of France?"}, {"a": docs[::-1]}, tmp_path)
-    assert cap.calls == 2
+    assert cap.calls == 3  # other candidates in those spans: captured again (and stamped)
+    save_windows(f, reranker.windows("capital of France?", docs), 1.0)
+    capture_all(cap, "toy", {"a": "capital of France?"}, {"a": docs}, tmp_path)
+    assert cap.calls == 3 and stored_candidates(f) == candidates_digest([d.id for d in docs])
     capture_all(cap, "toy", {"a": "capital of France?"}, {"a": docs[:2]}, tmp_path)
-    assert cap.calls == 3
+    assert cap.calls == 4
 
 
 def test_cached_signals_computes_only_missing_queries(tmp_path):
