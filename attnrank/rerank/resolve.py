@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, ModelError
 from ..llm.headspec import HeadsArg
 from ..llm.models import LLM, unloaded_model
 from ..registry import resolve_heads
@@ -55,10 +55,15 @@ def check_lookups(cfg: RerankConfig) -> None:
     """Look up once, without loading the model, what a reranker built from ``cfg`` looks up in the
     head registry (learned head weights, fused weights, an ``"auto"`` head set), so that a run of
     many rerankers (``attnrank batch``'s actors) with nothing registered fails before it starts,
-    naming what is missing, as :class:`~attnrank.rerank.attention.AttentionReranker` would."""
+    naming what is missing, as :class:`~attnrank.rerank.attention.AttentionReranker` would. A model
+    whose config cannot be read here (a path only the workers have) is left to them, with a warning."""
     if not cfg.uses_llm:
         return
-    model_id, fingerprint = unloaded_model(cfg.model)
+    try:
+        model_id, fingerprint = unloaded_model(cfg.model)
+    except ModelError as e:  # e.g. a path only the workers have: they will look it up themselves
+        logger.warning("the registry lookups are left to the rerankers: %s", e)
+        return
     learned = learned_weights(cfg.scorer, model_id, fingerprint)
     fused = resolve_fused(cfg.signals, model_id, fingerprint)
     if learned is None and cfg.uses_attention:

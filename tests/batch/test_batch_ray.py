@@ -218,3 +218,13 @@ def test_a_cluster_lacking_what_an_actor_declares_is_named(ray_local, caplog):
     assert len(messages) == 2, messages
     assert "offers 0.0 GPU now and an actor needs 1.0" in messages[0] and "--device cpu" in messages[0]
     assert "offers 2.0 CPU now and an actor needs 3.0" in messages[1]
+
+
+def test_the_drivers_lookups_leave_a_model_it_cannot_read_to_the_workers(tmp_path, caplog):
+    """A model path only the workers have: the driver warns and leaves the lookups to them."""
+    from attnrank.rerank.config import RerankConfig
+    from attnrank.rerank.resolve import check_lookups
+
+    with caplog.at_level("WARNING", logger="attnrank.rerank.resolve"):
+        check_lookups(RerankConfig.preset("learned", model=str(tmp_path / "only-on-workers")))
+    assert "left to the rerankers" in caplog.text
