@@ -26,3 +26,33 @@ def test_ask_reads_the_model_config_once_for_both_head_options(tmp_path, monkeyp
     r = runner.invoke(app, [*args, "--heads", "2-3", "--prune-heads", "0-0,1-1"])
     assert r.exit_code == 1 and "no-index" in r.output + str(r.exception)  # stopped at the index, after both checks
     assert read == [str(model)]
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_ask_prunes_with_the_pruners_own_settings_unless_given(tmp_path, monkeypatch, built_retriever):
+    """A reranking preset's block attention was handed to the pruner (and --state-cache-mb never
+    was), so `ask` pruned otherwise than `attnrank prune` and Pipeline.from_model with the same flags."""
+    from attnrank.pipeline import Pipeline
+    from attnrank.prune.config import PruneConfig
+
+    built_retriever.save(tmp_path / "ix")
+    seen: list[PruneConfig] = []
+
+    def capture(*args, prune=None, **kwargs):
+        seen.append(prune)
+        raise _Stop
+
+    monkeypatch.setattr(Pipeline, "from_model", staticmethod(capture))
+    base = ["ask", "vitamin D?", "--index-dir", str(tmp_path / "ix"), "-q"]
+    runner.invoke(app, [*base, "--preset", "fused"])
+    runner.invoke(app, [*base, "--no-rerank", "--attention", "block", "--state-cache-mb", "64"])
+    default = PruneConfig()
+    assert (seen[0].attention, seen[0].block_positions, seen[0].state_cache_mb) == (
+        default.attention,
+        default.block_positions,
+        default.state_cache_mb,
+    )
+    assert (seen[1].attention, seen[1].block_positions, seen[1].state_cache_mb) == ("block", "rotated", 64)

@@ -203,8 +203,18 @@ def ask(
         device=cfg.device,
         dtype=cfg.dtype,
         heads=prune_heads or "all",
-        attention=cfg.attention,  # one --attention for both attention stages
-        block_positions=cfg.block_positions,
+        # one --attention (--block-positions, --state-cache-mb) for both attention stages where given;
+        # else the pruner's own defaults, as `attnrank prune` and Pipeline.from_model have them (a
+        # preset's block attention is the reranker's, not the pruner's)
+        **{
+            name: getattr(cfg, name)
+            for flag, name in (
+                ("--attention", "attention"),
+                ("--block-positions", "block_positions"),
+                ("--state-cache-mb", "state_cache_mb"),
+            )
+            if flag in rerank_given
+        },
     )
     pipe = Pipeline.from_model(
         retriever,
