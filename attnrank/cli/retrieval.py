@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +29,8 @@ from . import (
 )
 from .options import refuse_without_rerank, rerank_options
 from .states import PASSAGE_STATES, STATES_MODEL, STATES_PRESET, STATES_WORDS, check_storage, state_writer
+
+logger = logging.getLogger(__name__)
 
 
 @app.command()
@@ -166,13 +169,21 @@ def search(
         )
     results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
     if rerank > 0:
+        from ..llm.statestore import StoreSetupError
         from ..rerank.attention import AttentionReranker
 
         stored = _index_path(name, index_dir) / "passage_states"
         attach = rerank_config.attention == "block" and rerank_config.block_positions != "sequential"
-        if attach and rerank_config.passage_states is None and stored.is_dir():  # (none at sequential positions)
-            rerank_config = rerank_config.with_options(passage_states=str(stored))
-        reranker = AttentionReranker(config=rerank_config)
+        found = attach and rerank_config.passage_states is None and stored.is_dir()  # (none at sequential positions)
+        try:
+            reranker = AttentionReranker(
+                config=rerank_config.with_options(passage_states=str(stored)) if found else rerank_config
+            )
+        except StoreSetupError as e:  # the index's own store, attached unasked: not for this setup
+            if not found:
+                raise
+            logger.warning("not reading the index's passage states: %s", e)
+            reranker = AttentionReranker(config=rerank_config)
         reranker.use_index(r)  # the hits' dense signal from the index's vectors, not a second embedding
         todo = results
         if progress and len(qs) > 1:  # rank() scores one query; the bar counts queries

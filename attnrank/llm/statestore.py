@@ -89,6 +89,10 @@ def store_settings(
     }
 
 
+class StoreSetupError(InputError):
+    """A passage-state store built for another model or prompt settings than the reranker's."""
+
+
 STORE_FILES = ("states.json", "offsets.npy", "keys.npy", "values.npy", "key_scales.npy", "value_scales.npy")
 
 
@@ -285,7 +289,7 @@ class PassageStateStore:
             del want["config_sha256"]
         diff = [f"{k}: store {header.get(k)!r}, reranker {v!r}" for k, v in want.items() if header.get(k) != v]
         if diff:
-            raise InputError(
+            raise StoreSetupError(
                 f"the passage states at {folder} were built for another setup ({'; '.join(diff)}); rebuild them "
                 "with `attnrank index --passage-states` and the same --model/--preset/--max-doc-words, or drop "
                 "--passage-states"
