@@ -226,12 +226,14 @@ def run_cells(
         if (dataset, k, mode, dtype) in have:
             continue
         cmd = [sys.executable, "-m", "attnrank.speed", dataset, str(root), str(k), mode, dtype, str(n)]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        if p.returncode != 0:
-            tail = (p.stderr.strip().splitlines() or ["?"])[-1]
-            row = {"dataset": dataset, "K": k, "mode": mode, "dtype": dtype, "error": tail[:200]}
+        cell = {"dataset": dataset, "K": k, "mode": mode, "dtype": dtype}
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:  # one slow cell is a row that says so, not the end of the grid
+            row = {**cell, "error": f"timed out after {timeout:g} s"}
         else:
-            row = json.loads(p.stdout.strip().splitlines()[-1])
+            tail = (p.stderr.strip().splitlines() or ["?"])[-1]
+            row = {**cell, "error": tail[:200]} if p.returncode != 0 else json.loads(p.stdout.strip().splitlines()[-1])
         _record(row, done, results)
     return in_grid_order(done, cells)
 

@@ -145,3 +145,17 @@ def test_interleaved_targets_are_kept_apart_by_block_positions():
     page = blocks_markdown([], [], {}, ENV, rows)
     assert "blocks at rotated positions" in page and "blocks at shared positions" in page
     assert "| scifact | shared | 20 |" in page and "| scifact | rotated | 20 |" in page
+
+
+def test_a_cell_that_times_out_is_a_row_that_says_so(tmp_path, monkeypatch):
+    """One slow cell ended the whole grid with a TimeoutExpired traceback and no results file."""
+    import subprocess
+
+    from attnrank import speed
+
+    def slow(cmd, **kwargs):
+        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"])
+
+    monkeypatch.setattr(speed.subprocess, "run", slow)
+    rows = speed.run_cells([("dl19", 10, "full", "auto", 1)], tmp_path, tmp_path / "cells.json", timeout=0.5)
+    assert rows[0]["error"] == "timed out after 0.5 s" and (tmp_path / "cells.json").is_file()
