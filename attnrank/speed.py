@@ -24,6 +24,7 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -293,9 +294,13 @@ def compare_modes(
         secs: dict[str, float] = {}
         measured: dict[str, str] = {}
         for label, options in modes.items():
-            key = f"{setting} | {label} | {json.dumps(options, sort_keys=True)}"
+            # keyed by what runs, the resolved configuration and the model's weights and precision, not
+            # the label: a default that changed (block positions) or another model must not read old runs
+            config = RerankConfig.preset("", **{"signals": None, **options})
+            what = json.dumps(asdict(config), sort_keys=True, default=str)
+            key = f"{setting} | {label} | {what} | {getattr(llm, 'weights_key', '')}"
             if key not in done:
-                run, s = mode_quality(AttentionReranker(llm, **{"signals": None, **options}), cands, ds.queries)
+                run, s = mode_quality(AttentionReranker(llm, config=config), cands, ds.queries)
                 done[key] = [run, s, datetime.date.today().isoformat()]
                 if cache is not None:
                     with atomic_path(cache) as tmp:

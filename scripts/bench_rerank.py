@@ -463,7 +463,7 @@ def blocks_section(args, root: Path) -> None:
 
         modes = {
             "full": {},
-            "block (shared positions)": {"attention": "block"},
+            "block (shared positions)": {"attention": "block", "block_positions": "shared"},
             "block (rotated positions)": {"attention": "block", "block_positions": "rotated"},
             "block (sequential positions)": {"attention": "block", "block_positions": "sequential"},
         }

@@ -159,3 +159,25 @@ def test_a_cell_that_times_out_is_a_row_that_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(speed.subprocess, "run", slow)
     rows = speed.run_cells([("dl19", 10, "full", "auto", 1)], tmp_path, tmp_path / "cells.json", timeout=0.5)
     assert rows[0]["error"] == "timed out after 0.5 s" and (tmp_path / "cells.json").is_file()
+
+
+def test_compare_modes_keys_its_cache_by_what_runs_not_by_the_label(tmp_path, llm, monkeypatch):
+    """The label "block (shared positions)" kept serving runs made before block attention's
+    default positions changed: the cache is keyed by the resolved configuration and the model."""
+    from types import SimpleNamespace
+
+    from _tiny import RERANK_QUERY, rerank_docs
+
+    from attnrank import speed
+
+    docs = rerank_docs()
+    ds = SimpleNamespace(queries={"q": RERANK_QUERY}, qrels={"q": {docs[0].id: 1}}, rel=1)
+    ran = []
+    real = speed.mode_quality
+    monkeypatch.setattr(speed, "mode_quality", lambda rr, *a: ran.append(rr.config.attention) or real(rr, *a))
+    cache = tmp_path / "runs.json"
+    speed.compare_modes([("toy", ds, {"q": docs})], {"mode": {}}, llm, cache)
+    speed.compare_modes([("toy", ds, {"q": docs})], {"mode": {}}, llm, cache)
+    assert ran == ["full"]  # read back the second time
+    speed.compare_modes([("toy", ds, {"q": docs})], {"mode": {"attention": "block", "heads": "all"}}, llm, cache)
+    assert ran == ["full", "block"]  # same label, another configuration: run again
