@@ -25,7 +25,7 @@ from .config import DEFAULT_BUDGET_TOKENS
 from .errors import InputError
 from .generate import Answer, Generator, StreamCallback
 from .index.retriever import HybridRetriever
-from .llm.models import LLM, load_llm
+from .llm.models import LLM, load_llm, unloaded_model
 from .prune.config import PruneConfig
 from .prune.context import PrunedContext, check_budget, check_neighbours
 from .prune.pruner import ContextPruner
@@ -161,13 +161,25 @@ class Pipeline:
             model = os.fspath(model)
         llm = model if isinstance(model, LLM) else None
         _check_shared_model(model, dtype, device, rerank, prune)
-        if llm is None and (rerank is not False or prune is not False or (generate and generator_model is None)):
-            llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
-        reranker = pruner = generator = None
+        if generator_model is not None and not generate:
+            raise InputError("generator_model is given but generate=False; drop one of them")
+        if isinstance(generator_model, (str, os.PathLike)):
+            unloaded_model(generator_model)  # a model that cannot load is named before the shared one loads
+        config = None
         if rerank is not False:
             config = (
                 rerank if isinstance(rerank, RerankConfig) else RerankConfig.preset("" if rerank is True else rerank)
             )
+        # the shared model loads only where a stage runs it (preset signals runs none)
+        needed = (
+            (config is not None and config.uses_llm) or prune is not False or (generate and generator_model is None)
+        )
+        if llm is None and needed:
+            llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
+        reranker = pruner = generator = None
+        if config is not None:
+            if llm is None and isinstance(model, str):  # (its registered weights are the model's)
+                config = config.with_options(model=model)
             reranker = AttentionReranker(llm, config=config)
             if isinstance(retriever, HybridRetriever):  # the hits' dense signal: read back, not embedded again
                 reranker.use_index(retriever)

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnrank.cli import app
-from attnrank.errors import InputError
+from attnrank.errors import InputError, ModelError
 from attnrank.generate import Answer, Generator
 from attnrank.pipeline import Pipeline, PipelineResult
 from attnrank.prune.config import PruneConfig
@@ -358,3 +358,22 @@ def test_a_pipeline_with_a_pruner_checks_its_budget_and_neighbours_when_made(llm
     for kwargs, message in ((dict(budget_tokens=0), "budget_tokens=0"), (dict(neighbours=-1), "neighbours=-1")):
         with pytest.raises(InputError, match=message):
             Pipeline(built_retriever, AttentionReranker(llm), ContextPruner(llm), Generator(llm, 2), **kwargs)
+
+
+def test_from_model_loads_the_shared_model_only_for_a_stage_that_runs_it(built_retriever, tiny_dir, monkeypatch):
+    """Preset signals with no pruner or generator ran no model but loaded one; a generator model
+    that cannot load was named only after the shared model had loaded."""
+    import attnrank.pipeline
+
+    loads = []
+    monkeypatch.setattr(attnrank.pipeline, "load_llm", lambda *a, **k: loads.append(a))
+    pipe = Pipeline.from_model(built_retriever, str(tiny_dir), rerank="signals", prune=False, generate=False)
+    assert loads == [] and pipe.reranker is not None and not pipe.reranker.uses_llm
+    assert pipe.reranker.model_id == str(tiny_dir)  # its registered weights are looked up for this model
+    with pytest.raises(InputError, match="generator_model is given but generate=False"):
+        Pipeline.from_model(
+            built_retriever, str(tiny_dir), rerank="signals", prune=False, generate=False, generator_model=str(tiny_dir)
+        )
+    with pytest.raises(ModelError, match="no such local model folder"):
+        Pipeline.from_model(built_retriever, str(tiny_dir), generator_model="/no/such/generator")
+    assert loads == []
