@@ -56,3 +56,20 @@ def test_ask_prunes_with_the_pruners_own_settings_unless_given(tmp_path, monkeyp
         default.state_cache_mb,
     )
     assert (seen[1].attention, seen[1].block_positions, seen[1].state_cache_mb) == ("block", "rotated", 64)
+
+
+def test_ask_names_a_missing_profile_or_probe_before_any_model_loads(home, tmp_path, monkeypatch, built_retriever):
+    """--reorder without a registered slot profile and --method probe without a probe were named
+    only after the model had loaded."""
+    from attnrank.llm import models
+
+    model = save_tiny(tmp_path / "model", layers=2)
+    built_retriever.save(tmp_path / "ix")
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    base = ["ask", "vitamin D?", "--index-dir", str(tmp_path / "ix"), "--model", str(model), "-q"]
+    r = runner.invoke(app, [*base, "--reorder"])
+    assert r.exit_code == 1 and "slot profile" in str(r.exception)
+    r = runner.invoke(app, [*base, "--method", "probe"])
+    assert r.exit_code == 1 and "sentence probe" in str(r.exception)
+    assert loads == []

@@ -192,6 +192,7 @@ def ask(
     _check_heads(prune_heads, "--prune-heads", model=rerank_config.model)
     if not question.strip():
         raise typer.BadParameter("the QUESTION is empty; give a question")
+    profile = _registered_before_loading(rerank_config.model, generator_model, reorder, k, method, no_prune)
     retriever = _load_index(name, index_dir, verify)
     from ..pipeline import Pipeline  # heavy (torch): only once the input is known good
     from ..prune.config import PruneConfig
@@ -222,7 +223,7 @@ def ask(
         generator_model=generator_model,
         rerank=False if no_rerank else cfg,
         prune=False if no_prune else prune_cfg,
-        reorder=reorder,
+        reorder=profile or False,
         max_new_tokens=max_new_tokens,
         depth=depth,
         top_k=k,
@@ -241,3 +242,22 @@ def ask(
     for i, d in enumerate(res.context, start=1):
         typer.echo(f"  {i}. {d.id}" + (f" ({d.title})" if d.title else "") + f": {d.text[:100]}")
     typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in res.timings.items()))
+
+
+def _registered_before_loading(model, generator_model, reorder: bool, k: int, method: str, no_prune: bool):
+    """What ``ask`` reads from the head registry, read before any model loads (by the models' ids
+    and fingerprints): the generator model's slot profile for ``--reorder`` (returned; None
+    without it) and the sentence probe of ``--method probe``; a missing one is named now, not
+    after the model has loaded."""
+    from ..llm.models import unloaded_model
+
+    profile = None
+    if reorder:  # the generator's model: generation reads the passages in that order
+        from ..rerank.position import load_profile
+
+        profile = load_profile("auto", *unloaded_model(generator_model or model), n_slots=k)
+    if method == "probe" and not no_prune:
+        from ..prune.probe import SentenceProbe
+
+        SentenceProbe.load(*unloaded_model(model))
+    return profile
