@@ -155,6 +155,8 @@ def search(
         refuse_without_rerank(rerank_given)
     _check_output(output, {"--queries": queries})
     qs = {"q1": query} if queries is None else load_queries(queries)
+    if query is not None and not query.strip():  # said before the index loads
+        raise typer.BadParameter(f"the QUERY {query!r} is empty; give a query")
     if output is not None:
         check_run_ids("query", qs, f"give {queries} ids without whitespace")
     name = _index_name(name, old_name)
