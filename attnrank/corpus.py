@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError
 from .types import Document
@@ -118,7 +119,10 @@ def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[D
         if not isinstance(obj, dict):
             problem(where, "expected a JSON object with 'id' and 'text'")
             continue
-        did = obj.get("_id", obj.get("id"))
+        did, clash = _json_id(obj)
+        if clash:
+            problem(where, clash)
+            continue
         if did is None or "text" not in obj:
             problem(where, f"missing 'id'/'_id' or 'text' (keys: {sorted(obj)[:6]})")
             continue
@@ -348,13 +352,25 @@ def _is_header(qid: str, text: str) -> bool:
     return qid.lower() in _ID_HEADERS and text.strip().lower() in _TEXT_HEADERS
 
 
+def _json_id(obj: dict) -> tuple[Any, str | None]:
+    """A JSON record's id (``_id`` or ``id``, whichever is not null) and a problem where both are
+    given and differ (one of them would have been dropped without a word)."""
+    given = {k: obj[k] for k in ("_id", "id") if obj.get(k) is not None}
+    if len(given) == 2 and _text(given["_id"]) != _text(given["id"]):
+        return None, f"'_id' {given['_id']!r} and 'id' {given['id']!r} differ; keep one of them"
+    return next(iter(given.values()), None), None
+
+
 def _query_record(line: str, where: str) -> tuple[str, str]:
     """``(id, text)`` of a queries.jsonl line; a missing id or a text that is not a string is an error."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError:
         obj = None
-    qid = _text(obj.get("_id", obj.get("id"))) if isinstance(obj, dict) else None
+    given, clash = _json_id(obj) if isinstance(obj, dict) else (None, None)
+    if clash:
+        raise InputError(f"{where}: {clash}")
+    qid = _text(given) if given is not None else None
     qid = None if qid is None else qid.strip()  # (trimmed, as qrels and runs read ids)
     text = obj.get("text") if isinstance(obj, dict) else None
     if not qid or not isinstance(text, str):

@@ -246,3 +246,20 @@ def test_a_json_array_corpus_is_refused_with_the_conversion(tmp_path):
     p.write_text('[\n {"_id": "a", "text": "x"},\n {"_id": "b", "text": "y"}\n]\n')
     with pytest.raises(InputError, match=r"c.json is one JSON array; .* jq -c '\.\[\]' c.json > c.jsonl"):
         load_corpus(p, skip_invalid=True)
+
+
+def test_a_record_with_both_ids_keeps_them_only_where_they_agree(tmp_path):
+    """Both '_id' and 'id': the second was dropped without a word; a null '_id' read as missing."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        '{"_id": "a", "id": "a", "text": "same"}\n{"_id": null, "id": "b", "text": "null _id"}\n'
+        '{"_id": "c", "id": "d", "text": "two ids"}\n'
+    )
+    with pytest.raises(InputError, match=r"c.jsonl:3: '_id' 'c' and 'id' 'd' differ"):
+        load_corpus(corpus)
+    docs, _ = load_corpus(corpus, skip_invalid=True)
+    assert [d.id for d in docs] == ["a", "b"]
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "1", "id": "2", "text": "which?"}\n')
+    with pytest.raises(InputError, match="'_id' '1' and 'id' '2' differ"):
+        load_queries(queries)
