@@ -125,6 +125,12 @@ def test_no_answer_is_generated_from_no_passage(llm):
         pipe.run("capital of France?", candidates=[])
 
 
+def test_given_candidates_with_a_repeated_id_are_refused_without_a_reranker_too():
+    docs = [Document("a", "Paris is in France."), Document("a", "Berlin is cold.")]
+    with pytest.raises(InputError, match="candidate #1 repeats the id 'a'"):
+        Pipeline(None, depth=2, top_k=2).run("capital?", docs)
+
+
 def test_given_candidates_are_cut_to_depth_before_reranking():
     """run(candidates=...) reranks the top ``depth`` of the list, as it would a search's hits; it
     reranked every candidate given, so depth was ignored (and 100 candidates cost 100 passages)."""
