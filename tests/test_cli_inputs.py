@@ -513,4 +513,4 @@ def test_attention_options_on_a_preset_without_attention_are_refused_before_the_
 
 def test_an_empty_search_query_is_refused_before_the_index_loads(tmp_path):
     r = runner.invoke(app, ["search", "  ", "--index-dir", str(tmp_path / "no-index"), "-q"])
-    assert r.exit_code == 2 and "is empty; give a query" in _text(r) and "no-index" not in _text(r)
+    assert r.exit_code == 1 and "query #0 is empty" in _text(r) and "no-index" not in _text(r)

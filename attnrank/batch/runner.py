@@ -322,7 +322,9 @@ def run_batch(
             finally:
                 sink.commit()
                 ex.close()
-        tag = f"attnrank-{config.mode or _index_mode(config.index)}"
+        # what ranked the run, as `attnrank search` and `rerank` tag theirs: the preset, else the first stage
+        ranked_by = config.rerank_config().name if config.rerank else config.mode or _index_mode(config.index)
+        tag = f"attnrank-{ranked_by}"
         stats.update(sink.finish(list(qs), trec=output, parquet=parquet, tag=tag))
     stats["seconds"] = round(time.perf_counter() - t0, 3)
     stats.setdefault("queries_per_second", None)  # None: everything was resumed

@@ -281,7 +281,7 @@ def heads_detect(
 def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, qr_given=()) -> dict:
     """Wu et al.'s copy-paste detection; every option and the NIAH data checked before the model loads
     (``qr_given``: options of ``--method qr`` the user gave, which copy would ignore)."""
-    from ..heads.copypaste import check_copy_inputs, detect_copy_heads
+    from ..heads.copypaste import check_copy_inputs, detect_copy_heads, load_needles, niah_folder
     from ..heads.scores import RETRIEVAL_THRESHOLD
     from ..llm.headspec import format_heads
     from ..llm.models import load_llm
@@ -295,9 +295,10 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
         raise typer.BadParameter(f"--haystack {haystack!r} is not book or essays")
     if max_new_tokens < 1:
         raise typer.BadParameter(f"--max-new-tokens {max_new_tokens} must be at least 1")
-    check_copy_inputs(data, haystack, None, deps)  # the needles and every haystack file, before the model
+    load_needles(niah_folder(data))  # the data folder first, then the options, then every haystack file
     if qr_given:
         raise typer.BadParameter(f"{', '.join(qr_given)} configure(s) --method qr, not copy; drop them")
+    check_copy_inputs(data, haystack, None, deps)  # all of it before the model loads
     llm = load_llm(model, dtype=dtype, device=device)
     result = detect_copy_heads(
         llm, data=data, lengths=lens, depths=deps, haystack=haystack, max_new_tokens=max_new_tokens

@@ -145,6 +145,7 @@ def search(
     """Search an index with one query (printed) or a queries file (TREC run file)."""
     from ..corpus import load_queries
     from ..eval import check_run_ids, write_run
+    from ..index.retriever import check_queries
 
     progress = _setup(quiet, verbose)
     if (query is None) == (queries is None):
@@ -155,8 +156,7 @@ def search(
         refuse_without_rerank(rerank_given)
     _check_output(output, {"--queries": queries})
     qs = {"q1": query} if queries is None else load_queries(queries)
-    if query is not None and not query.strip():  # said before the index loads
-        raise typer.BadParameter(f"the QUERY {query!r} is empty; give a query")
+    check_queries(list(qs.values()))  # said before the index loads
     if output is not None:
         check_run_ids("query", qs, f"give {queries} ids without whitespace")
     name = _index_name(name, old_name)

@@ -231,9 +231,7 @@ class HybridRetriever:
             raise InputError("the retriever has no documents; call index(...) or HybridRetriever.load(path) first")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise InputError(f"k={k!r} must be a positive integer (the number of results per query)")
-        for i, q in enumerate(queries):
-            if not isinstance(q, str) or not q.strip():
-                raise InputError(f"query #{i} is empty ({q!r}); give a non-empty query text")
+        check_queries(queries)
 
     @staticmethod
     def _progress(items, show: bool):
@@ -408,6 +406,13 @@ class HybridRetriever:
                 "(edited or corrupted); rebuild the index"
             )
         return self
+
+
+def check_queries(queries: Sequence[Any]) -> None:
+    """Each query a text with some non-space character (a search for nothing ranks nothing)."""
+    for i, q in enumerate(queries):
+        if not isinstance(q, str) or not q.strip():
+            raise InputError(f"query #{i} is empty ({q!r}); give a non-empty query text")
 
 
 def _check_settings(dense_index: str, stopwords: str, stemmer: str, rrf_k: Any, depth: Any) -> None:

@@ -150,7 +150,8 @@ def test_killed_rerank_actor_neither_loses_nor_duplicates_rows(ray_local, tmp_pa
     rows = RerankStage(3, 5, config=config.rerank_config(), index=config.index)(
         RetrievalStage(config.index, 5, mode="bm25")(table)
     ).to_pylist()
-    write_run({r["qid"]: dict(zip(r["doc_ids"], r["scores"])) for r in rows}, clean, tag="attnrank-bm25")
+    tag = f"attnrank-{config.rerank_config().name}"  # a reranked run is tagged with its preset
+    write_run({r["qid"]: dict(zip(r["doc_ids"], r["scores"])) for r in rows}, clean, tag=tag)
     assert out.read_text() == clean.read_text()
 
 
