@@ -514,3 +514,9 @@ def test_attention_options_on_a_preset_without_attention_are_refused_before_the_
 def test_an_empty_search_query_is_refused_before_the_index_loads(tmp_path):
     r = runner.invoke(app, ["search", "  ", "--index-dir", str(tmp_path / "no-index"), "-q"])
     assert r.exit_code == 1 and "query #0 is empty" in _text(r) and "no-index" not in _text(r)
+
+
+def test_prune_names_a_bad_attention_mode_before_the_corpus_loads(tmp_path):
+    args = ["prune", "q?", "--corpus", str(tmp_path / "missing.jsonl"), "--keep-ratio", "0.5"]
+    r = runner.invoke(app, [*args, "--attention", "foo", "-q"])
+    assert r.exit_code != 0 and "attention='foo' is not one of" in _text(r) and "missing.jsonl" not in _text(r)

@@ -128,6 +128,9 @@ def prune(
     _positive(neighbours, "--neighbours", "sentences kept on each side", minimum=0)
     _method(method, heads)
     _check_heads(heads, model=model)
+    from ..llm.blocks import check_attention_mode
+
+    check_attention_mode(attention)  # before the corpus or index loads
     if not query.strip():
         raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
     if (corpus is None) == (name is None and index_dir is None):

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import require
+from ..errors import InputError, require
 
 
 def recall_curves(
@@ -66,6 +66,8 @@ def slot_profiles(profiles: dict[int, Any], path: Path) -> None:
     """One panel per slot count ``k``: a slot profile's mean calibrated document score per prompt
     slot ± its std over trials (``profiles``: ``{k: SlotProfile}``, read through ``mean_score``,
     ``std``, ``n_trials``, ``model_id``); writes ``path`` (PNG)."""
+    if not profiles:
+        raise InputError("no slot profiles to plot; give at least one {k: SlotProfile}")
     matplotlib = require("matplotlib", "plot", "Benchmark plots")
     import numpy as np
 

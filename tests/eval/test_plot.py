@@ -27,3 +27,13 @@ def test_recall_curves_draws_only_measured_columns(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     empty = [dict(r, **{"sent recall (labelled)": float("nan")}) for r in ROWS]
     assert not recall_curves(empty, ["query"], tmp_path / "none.png") and not (tmp_path / "none.png").exists()
+
+
+def test_no_slot_profiles_is_one_input_error(tmp_path):
+    """It crashed inside matplotlib (a figure of 0 panels) instead."""
+    from attnrank.errors import InputError
+    from attnrank.eval.plot import slot_profiles
+
+    with pytest.raises(InputError, match="no slot profiles to plot"):
+        slot_profiles({}, tmp_path / "p.png")
+    assert not (tmp_path / "p.png").exists()
