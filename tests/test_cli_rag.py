@@ -73,3 +73,23 @@ def test_ask_names_a_missing_profile_or_probe_before_any_model_loads(home, tmp_p
     r = runner.invoke(app, [*base, "--method", "probe"])
     assert r.exit_code == 1 and "sentence probe" in str(r.exception)
     assert loads == []
+
+
+def test_ask_takes_neighbours_as_the_python_api_does(tmp_path, monkeypatch, built_retriever):
+    """Pipeline(neighbours=...) had no CLI option in ask (prune had one)."""
+    from attnrank.pipeline import Pipeline
+
+    built_retriever.save(tmp_path / "ix")
+    seen: list[dict] = []
+
+    def capture(*args, **kwargs):
+        seen.append(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(Pipeline, "from_model", staticmethod(capture))
+    base = ["ask", "vitamin D?", "--index-dir", str(tmp_path / "ix"), "-q"]
+    runner.invoke(app, [*base, "--neighbours", "2"])
+    runner.invoke(app, base)
+    assert [s["neighbours"] for s in seen] == [2, 0]
+    r = runner.invoke(app, [*base, "--no-prune", "--neighbours", "1"])
+    assert r.exit_code == 2 and "--neighbours" in r.output

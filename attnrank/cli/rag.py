@@ -48,7 +48,11 @@ _SHARED_WITH_PRUNING = frozenset(
 
 
 def _no_prune_conflicts(
-    budget_tokens: Optional[int], keep_ratio: Optional[float], method: Optional[str], prune_heads: Optional[str]
+    budget_tokens: Optional[int],
+    keep_ratio: Optional[float],
+    method: Optional[str],
+    prune_heads: Optional[str],
+    neighbours: Optional[int] = None,
 ) -> None:
     """``--no-prune`` with an option that only configures pruning: the user expects a pruning that will not happen."""
     given = [
@@ -58,6 +62,7 @@ def _no_prune_conflicts(
             ("--keep-ratio", keep_ratio),
             ("--method", method),
             ("--prune-heads", prune_heads),
+            ("--neighbours", neighbours),
         )
         if value is not None
     ]
@@ -173,6 +178,11 @@ def ask(
         None, "--prune-heads", help="Heads that score sentences: 'all' (default), 'auto', 'l-h,l-h' or a JSON file."
     ),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Answer length limit in tokens."),
+    neighbours: Optional[int] = typer.Option(
+        None,
+        "--neighbours",
+        help="Pruning: sentences kept on each side of a chosen one (within the budget; default 0).",
+    ),
     verify: bool = Verify,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
@@ -182,7 +192,10 @@ def ask(
     """Answer a question: retrieve, rerank by attention, prune sentences, generate (streamed)."""
     _setup(quiet, verbose)
     if no_prune:
-        _no_prune_conflicts(budget_tokens, keep_ratio, method, prune_heads)
+        _no_prune_conflicts(budget_tokens, keep_ratio, method, prune_heads, neighbours)
+    neighbours = _positive(
+        0 if neighbours is None else neighbours, "--neighbours", "sentences kept on each side", minimum=0
+    )
     rerank_only = sorted(rerank_given - _SHARED_WITH_PRUNING)
     if no_rerank:
         refuse_when_off("--no-rerank", "reranking", rerank_only)
@@ -230,6 +243,7 @@ def ask(
         max_new_tokens=max_new_tokens,
         depth=depth,
         top_k=k,
+        neighbours=neighbours,
         dtype=cfg.dtype,
         device=cfg.device,
     )
