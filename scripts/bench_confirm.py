@@ -36,9 +36,9 @@ import logging
 import time
 from pathlib import Path
 
-from bench_likelihood import CACHE, FIRST, METRICS, PRESET, SCIFACT_INDEX, SIGNALS, candidate_sets, examples
+from bench_likelihood import FIRST, METRICS, PRESET, SCIFACT_INDEX, SIGNALS, candidate_sets, set_examples
 
-from attnrank.benchmarks import cached_likelihoods, locomo_set, scifact_set
+from attnrank.benchmarks import locomo_set, scifact_set
 from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root, locomo, sample_queries
 from attnrank.eval.report import environment, md_table, write_outputs
@@ -149,17 +149,15 @@ def main() -> None:
     earlier_sets = candidate_sets(
         root, argparse.Namespace(scifact_queries=400, hotpot_questions=400, locomo_questions=400)
     )
-    earlier = {}
-    for g, (setting, ds, cands) in earlier_sets.items():
-        earlier[g] = examples(g, root, setting, ds, cands, cached_likelihoods(llm, setting, ds, cands, CACHE))
+    earlier = set_examples(llm, root, earlier_sets)
     pooled = [e for ex in earlier.values() for e in ex]
     new_sets = {
         "SciFact": scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX, offset=args.offset),
         "LoCoMo": locomo_set(root, args.locomo_questions, offset=args.offset),
     }
     rows, sizes = [], []
-    for g, (setting, ds, cands) in new_sets.items():
-        new = examples(g, root, setting, ds, cands, cached_likelihoods(llm, setting, ds, cands, CACHE))
+    for g, new in set_examples(llm, root, new_sets).items():
+        setting = new_sets[g][0]
         left_out = reported_by_bench_locomo(root) & {e.qid for e in new} if g == "LoCoMo" else set()
         positions = f"positions {args.offset + 1}-{args.offset + len(new)} of the seeded order"
         new = [e for e in new if e.qid not in left_out]

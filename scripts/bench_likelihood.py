@@ -90,6 +90,14 @@ def examples(group: str, root: Path, setting: str, ds, cands: dict, ql: dict) ->
     return out
 
 
+def set_examples(llm, root: Path, sets: dict[str, CandidateSet]) -> dict[str, list[FusionExample]]:
+    """Each candidate set's examples (:func:`examples`), with the model's likelihoods (cached)."""
+    return {
+        g: examples(g, root, setting, ds, cands, cached_likelihoods(llm, setting, ds, cands, CACHE))
+        for g, (setting, ds, cands) in sets.items()
+    }
+
+
 def rows_for(data: dict[str, list[FusionExample]]) -> list[dict]:
     """Per dataset, every method's row against the best first stage and against preset signals."""
     rows = []
@@ -419,11 +427,8 @@ def main() -> None:
     root = data_root(args.data)
     llm = load_llm(dtype=args.dtype)
     sets = candidate_sets(root, args)
-    data, sizes = {}, []
-    for g, (setting, ds, cands) in sets.items():
-        ql = cached_likelihoods(llm, setting, ds, cands, CACHE)
-        data[g] = examples(g, root, setting, ds, cands, ql)
-        sizes.append(f"{g} {len(cands)} queries")
+    data = set_examples(llm, root, sets)
+    sizes = [f"{g} {len(cands)} queries" for g, (_, _, cands) in sets.items()]
     rows = rows_for(data)
     payload = {
         "date": time.strftime("%Y-%m-%d"),
