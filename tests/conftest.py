@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -104,3 +106,41 @@ def embedded(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(signals, "encode", counted)
     return sizes
+
+
+class OfflineHub:
+    """A Hugging Face hub cache in a test's own folder; ``tried``: the connections attempted."""
+
+    def __init__(self, root: Path):
+        self.root, self.tried = root, []
+
+    def snapshot(self, repo_id: str, commit: str, source: Path | None = None, files: tuple[Path, ...] = ()) -> Path:
+        """Cache ``repo_id`` at ``commit`` (its main revision): a copy of the folder ``source``,
+        or only ``files``; returns the snapshot folder."""
+        folder = self.root / f"models--{repo_id.replace('/', '--')}" / "snapshots" / commit
+        if source is not None:
+            shutil.copytree(source, folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            shutil.copy(f, folder)
+        (folder.parents[1] / "refs").mkdir(exist_ok=True)
+        (folder.parents[1] / "refs" / "main").write_text(commit)
+        return folder
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch) -> OfflineHub:
+    """An empty hub cache of the test's own (``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` unset) and no
+    network: every connection attempt is recorded in ``tried`` and fails."""
+    from huggingface_hub import constants
+
+    hub = OfflineHub(tmp_path / "hub")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub.root))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    def refuse(*address, **kwargs):
+        hub.tried.append(address)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    return hub

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
-
 import numpy as np
 import pytest
 from _tiny import save_tiny_encoder
-from huggingface_hub import constants
 
 from attnrank.errors import ModelError
 from attnrank.index.embed import encode, load_embedder
@@ -21,23 +17,12 @@ def _fresh_cache():
     load_embedder.cache_clear()
 
 
-def test_a_hub_id_in_the_local_cache_loads_from_its_snapshot_without_the_hub(tmp_path, monkeypatch):
+def test_a_hub_id_in_the_local_cache_loads_from_its_snapshot_without_the_hub(tmp_path, offline_hub):
     encoder = save_tiny_encoder(tmp_path / "enc")
-    snapshot = tmp_path / "hub" / "models--attnrank-test--encoder" / "snapshots" / "4567def"
-    shutil.copytree(encoder, snapshot)
-    (snapshot.parents[1] / "refs").mkdir()
-    (snapshot.parents[1] / "refs" / "main").write_text("4567def")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    tried: list[object] = []
-
-    def refuse(*address, **kwargs):
-        tried.append(address)
-        raise OSError("no network in this test")
-
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    offline_hub.snapshot("attnrank-test/encoder", "4567def", source=encoder)
+    offline_hub.tried.clear()  # (building the test's encoder asked the hub for something): only the load counts
     by_id = encode(load_embedder("attnrank-test/encoder"), ["the cat sat on the mat"])
-    assert tried == []
+    assert offline_hub.tried == []
     by_path = encode(load_embedder(str(encoder)), ["the cat sat on the mat"])
     np.testing.assert_allclose(by_id, by_path, atol=1e-6)
 

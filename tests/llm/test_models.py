@@ -369,38 +369,18 @@ def test_a_model_file_is_refused_naming_its_folder(tiny_dir, name):
         load_llm(str(tiny_dir / name))
 
 
-def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tiny_dir, tmp_path, monkeypatch):
+def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tiny_dir, offline_hub):
     """A cached hub id is read from its snapshot: no connection (where there is no network that
     costs minutes of retries), and the weights are the snapshot its fingerprint names."""
-    import shutil
-    import socket
-
-    from huggingface_hub import constants
-
-    snapshot = tmp_path / "hub" / "models--attnrank-test--tiny" / "snapshots" / "0123abc"
-    shutil.copytree(tiny_dir, snapshot)
-    (snapshot.parents[1] / "refs").mkdir()
-    (snapshot.parents[1] / "refs" / "main").write_text("0123abc")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    snapshot = offline_hub.snapshot("attnrank-test/tiny", "0123abc", source=tiny_dir)
     assert config.local_model_folder("attnrank-test/tiny") == snapshot
     assert config.local_model_folder("attnrank-test/not-cached") is None
-    partial = tmp_path / "hub" / "models--attnrank-test--partial" / "snapshots" / "89ab"
-    partial.mkdir(parents=True)
-    shutil.copy(snapshot / "config.json", partial)  # what reading a config (model_shape) leaves cached
-    (partial.parents[1] / "refs").mkdir()
-    (partial.parents[1] / "refs" / "main").write_text("89ab")
-    assert config.local_model_folder("attnrank-test/partial") is None  # loaded by id: the hub fills it in
-    tried: list[object] = []
-
-    def refuse(*address, **kwargs):
-        tried.append(address)
-        raise OSError("no network in this test")
-
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    # what reading a config (model_shape) leaves cached: loaded by id, the hub fills it in
+    offline_hub.snapshot("attnrank-test/partial", "89ab", files=(snapshot / "config.json",))
+    assert config.local_model_folder("attnrank-test/partial") is None
     clear_llm_cache()
     loaded = load_llm("attnrank-test/tiny", dtype="float32")
-    assert tried == []
+    assert offline_hub.tried == []
     assert loaded.fingerprint == "0123abc"
     assert loaded.num_layers == 3
     clear_llm_cache()
