@@ -182,6 +182,14 @@ def local_model_folder(model_id: str) -> Path | None:
     return snapshot if weights and tokenizer else None
 
 
+def model_source(model_id: str) -> tuple[str, bool]:
+    """Where a (non-GGUF) model or embedder loads from, and whether only local files may be read:
+    its local folder or cached snapshot (:func:`local_model_folder`) offline, else the hub id
+    (offline only under ``HF_HUB_OFFLINE``)."""
+    folder = local_model_folder(model_id)
+    return (str(folder), True) if folder is not None else (model_id, hub_offline())
+
+
 # The LLM precisions by name (attnrank.llm.device maps them to torch dtypes; int8: dynamic int8 linears).
 PRECISION_NAMES = ("float32", "bfloat16", "float16", "int8")
 

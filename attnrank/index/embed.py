@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import DEFAULT_EMBEDDER, hub_offline, local_model_folder, looks_like_path, set_torch_threads
+from ..config import DEFAULT_EMBEDDER, looks_like_path, model_source, set_torch_threads
 from ..errors import InputError, ModelError
 from ..types import check_unicode
 from .embed_export import check_backend, load_exported
@@ -74,9 +74,8 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
             )
         return load_exported(path, backend)
     try:
-        folder = local_model_folder(path)  # a cached hub id loads from its snapshot, as the LLM does
-        source = str(folder) if folder is not None else path
-        st = SentenceTransformer(source, device=device, local_files_only=folder is not None or hub_offline())
+        source, local_only = model_source(path)  # a cached hub id loads from its snapshot, as the LLM does
+        st = SentenceTransformer(source, device=device, local_files_only=local_only)
     except Exception as e:  # sentence-transformers raises many types; surface one clear error
         raise ModelError(f"cannot load embedder {model or DEFAULT_EMBEDDER!r} from {path!r}: {e}") from e
     if backend == "torch-bf16":

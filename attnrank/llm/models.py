@@ -176,7 +176,7 @@ def _config_shape(model_id: str) -> tuple[int, int]:
     gguf = gguf_source(model_id)
     if gguf is not None:
         return gguf_shape(gguf)
-    text_cfg = _text_config(_read_config(*_pretrained_source(model_id), model_id))
+    text_cfg = _text_config(_read_config(*config.model_source(model_id), model_id))
     return int(text_cfg.num_hidden_layers), int(text_cfg.num_attention_heads)
 
 
@@ -192,7 +192,7 @@ def load_tokenizer(model: str | None = None) -> Any:
     model_id = model or config.DEFAULT_LLM
     gguf = gguf_source(model_id)
     if gguf is None:
-        source, local_only = _pretrained_source(model_id)
+        source, local_only = config.model_source(model_id)
         return _tokenizer(source, model_id, local_files_only=local_only)
     cached = gguf_cache_dir(gguf)
     if cache_complete(cached):
@@ -215,7 +215,7 @@ def _load_cached(model_id: str, precision: str, device: str) -> LLM:
         llm = _load_folder(folder, model_id, torch_dtype, dev, local_files_only=True)
         llm.fingerprint = digest
     else:
-        source, local_only = _pretrained_source(model_id)
+        source, local_only = config.model_source(model_id)
         llm = _load_folder(source, model_id, torch_dtype, dev, local_files_only=local_only)
         llm.fingerprint = pretrained_fingerprint(model_id)
     if precision == INT8:
@@ -308,15 +308,6 @@ def _read_config(source: str | Path, local_files_only: bool, model_id: str) -> A
         return AutoConfig.from_pretrained(source, local_files_only=local_files_only)
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load the config of {model_id!r}: {e}") from e
-
-
-def _pretrained_source(model_id: str) -> tuple[str, bool]:
-    """Where a (non-GGUF) model loads from and whether only local files may be read: a local
-    folder or a cached hub snapshot's folder offline, else the hub id (``HF_HUB_OFFLINE`` aside)."""
-    folder = config.local_model_folder(model_id)
-    if folder is not None:
-        return str(folder), True
-    return model_id, config.hub_offline()
 
 
 def _text_config(cfg: Any) -> Any:
