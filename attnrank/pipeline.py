@@ -31,6 +31,7 @@ from .prune.context import PrunedContext, check_budget, check_neighbours
 from .prune.pruner import ContextPruner
 from .rerank.attention import AttentionReranker
 from .rerank.config import RerankConfig
+from .rerank.inputs import check_unique_ids
 from .rerank.position import SlotProfile, load_profile, reorder_for_generation
 from .types import Document, RankedResults, ScoredDocument, as_documents
 
@@ -301,11 +302,7 @@ def _given(question: str, candidates: Any, query_id: str | None) -> RankedResult
     if isinstance(candidates, RankedResults):  # run()'s query_id names them unless it is None
         return candidates if query_id is None else replace(candidates, query_id=query_id)
     docs, scored = as_documents(candidates)
-    seen: set[str] = set()
-    for i, d in enumerate(docs):  # (the reranker refuses them too; without one they reached the answer twice)
-        if d.id in seen:
-            raise InputError(f"candidate #{i} repeats the id {d.id!r}; candidate ids must be unique")
-        seen.add(d.id)
+    check_unique_ids(docs, "candidate")  # (the reranker checks too; without one they reached the answer twice)
     results = scored or [
         ScoredDocument(d.id, 0.0, i, d.text, d.title, metadata=d.metadata) for i, d in enumerate(docs, start=1)
     ]

@@ -28,12 +28,17 @@ def check_k(k: Any) -> None:
 
 def check_documents(documents: list[Document]) -> None:
     """Unique ids (a ranking), and :func:`check_texts`."""
+    check_unique_ids(documents)
+    check_texts(documents)
+
+
+def check_unique_ids(documents: list[Document], noun: str = "document") -> None:
+    """No id twice among ``documents`` (``noun`` names them in the message)."""
     seen: set[str] = set()
     for i, d in enumerate(documents):
         if d.id in seen:
-            raise InputError(f"document #{i} repeats the id {d.id!r}; document ids must be unique within a ranking")
+            raise InputError(f"{noun} #{i} repeats the id {d.id!r}; {noun} ids must be unique within a ranking")
         seen.add(d.id)
-    check_texts(documents)
 
 
 def check_texts(documents: list[Document]) -> None:
