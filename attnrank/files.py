@@ -75,14 +75,15 @@ def fsync_tree(root: Path) -> None:
 
 
 @contextmanager
-def held_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the file ``path`` (created if missing) until the block ends,
-    waiting for another process that holds it: one builder of a cache entry at a time."""
+def held_lock(path: Path, *, wait: bool = True) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created if missing) until the block ends:
+    one builder of a cache entry, or one run of a checkpoint, at a time. ``wait``: wait for
+    another process that holds it; else raise :class:`BlockingIOError` at once."""
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         yield  # closing the file releases the lock
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from ..config import cpu_auto_dtype
 from ..errors import InputError, require
 from ..eval.data import check_run_ids
-from ..files import atomic_path, check_file_target, is_attnrank_run, is_batch_parquet, refuse_replacing
+from ..files import atomic_path, check_file_target, held_lock, is_attnrank_run, is_batch_parquet, refuse_replacing
 from ..index.retriever import MODES
 from ..index.sharded.executor import RayExecutor
 from ..index.store import manifest_tag
@@ -259,17 +259,15 @@ def _read_settings(path: Path) -> dict[str, Any]:
 @contextlib.contextmanager
 def _locked(parts_dir: Path) -> Iterator[None]:
     """Hold ``parts_dir`` for one run: a second run on the same checkpoint is refused, not interleaved."""
-    import fcntl
-
-    with open(parts_dir / ".lock", "a") as f:
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.enter_context(held_lock(parts_dir / ".lock", wait=False))
         except BlockingIOError:
             raise InputError(
                 f"checkpoint {parts_dir} is in use by another attnrank batch run; "
                 "wait for it to finish or give another --checkpoint"
             ) from None
-        yield  # closing the file releases the lock
+        yield
 
 
 def run_batch(

@@ -71,7 +71,7 @@ def check_labelled(queries: dict, cands: dict, qrels: dict, rel: int, folds: int
 
     check_folds(len(queries), folds)
 
-    useful = {q for q in queries if any(relevant(q, cands, qrels, rel)) and not all(relevant(q, cands, qrels, rel))}
+    useful = {q for q in queries if 0 < sum(flags := relevant(q, cands, qrels, rel)) < len(flags)}
     starved = [s.name for s in kfold_splits(list(queries), folds, seed=seed) if not useful & set(s.train)]
     if starved:
         raise typer.BadParameter(
