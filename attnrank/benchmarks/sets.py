@@ -20,7 +20,7 @@ import numpy as np
 
 from ..config import index_root
 from ..errors import AttnrankError
-from ..eval.datasets import Dataset, dl19, hotpotqa, locomo, sample_queries, scifact
+from ..eval.datasets import Dataset, check_sample_size, dl19, hotpotqa, locomo, sample_queries, scifact
 from ..index.bm25 import BM25Index
 from ..index.retriever import HybridRetriever
 from ..index.store import corpus_checksum
@@ -133,7 +133,7 @@ def locomo_set(root: Path, n_queries: int | None = None, k: int = 20, offset: in
 
 def _sampled(qids: Iterable[str], n: int | None, offset: int) -> list[str]:
     """Positions ``offset`` to ``offset + n`` (to the end if ``n`` is None) of the seeded order."""
-    sample_queries([], n)  # the count is checked as every sample's is
+    check_sample_size(n)
     order = sample_queries(qids, None)
     if offset and not 0 < offset < len(order):
         raise AttnrankError(f"offset {offset}: the seeded order has {len(order)} queries; give 0 to {len(order) - 1}")

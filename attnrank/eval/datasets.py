@@ -73,11 +73,16 @@ class Dataset:
         )
 
 
+def check_sample_size(n: int | None) -> None:
+    """A sample's query count: None or 0 (all of them), else a count >= 1."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise InputError(f"n={n!r} queries: give a count >= 1 (or None/0 for all of them)")  # n<0 dropped the last
+
+
 def sample_queries(qids: Iterable[str], n: int | None, seed: int = 0) -> list[str]:
     """A seeded sample: the sorted ids shuffled with ``random.Random(seed)``, first ``n`` (all if
     None or 0). Any prefix of the shuffled order is itself a sample, so smaller runs are subsets of larger."""
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-        raise InputError(f"n={n!r} queries: give a count >= 1 (or None/0 for all of them)")  # n<0 dropped the last
+    check_sample_size(n)
     out = sorted(qids)
     random.Random(seed).shuffle(out)
     return out[:n] if n else out

@@ -102,8 +102,6 @@ def query_likelihood(
     (:func:`~attnrank.llm.likelihood.continuation_logprob`); ``memo`` keeps the prompts'
     token ids, so a passage seen before is not tokenized again."""
     check_query(query)
-    if max_doc_tokens is not None and max_doc_tokens < 1:
-        raise InputError(f"max_doc_tokens={max_doc_tokens} must be >= 1 (or None for no limit)")
     tok = llm.tokenizer
     ids = query_ids(tok, query)
     # each prompt starts with BOS where the model's tokenizer puts one (Llama, Gemma), as it was trained
@@ -122,7 +120,8 @@ def query_likelihood(
                 f"the title of document {d.id!r} is {n} tokens, more than the {room} the "
                 f"{llm.context_length}-token context leaves beside the query; shorten it"
             )
-    limits = [min(room - n, max_doc_tokens or room) for n in title_tokens]
+    # (a max_doc_tokens below 1 reaches truncate_texts, which refuses it)
+    limits = [min(room - n, room if max_doc_tokens is None else max_doc_tokens) for n in title_tokens]
     contexts = prompt_ids(tok, docs, max_doc_words, limits, memo)
     return continuation_logprob(llm, contexts, ids, batch_tokens=batch_tokens, states=states, buffer=buffer)
 
