@@ -164,10 +164,11 @@ def select(scored: list[ScoredSentence], target: int, neighbours: int) -> None:
         if scored[g].kept:
             continue
         doc = scored[g].doc_index
+        # clamped: a huge ``neighbours`` (a server request's) must not loop over sentences that do not exist
         group = [
             j
-            for j in range(g - neighbours, g + neighbours + 1)
-            if 0 <= j < len(scored) and scored[j].doc_index == doc and not scored[j].kept
+            for j in range(max(0, g - neighbours), min(len(scored), g + neighbours + 1))
+            if scored[j].doc_index == doc and not scored[j].kept
         ]
         for candidate in (group, [g]):
             cost = sum(scored[j].tokens for j in candidate)

@@ -40,3 +40,26 @@ def test_a_window_past_the_models_context_is_refused(llm):
 
     with pytest.raises(InputError, match=f"max_prompt_tokens=99999 exceeds the {llm.context_length}-token context"):
         ContextPruner(llm, max_prompt_tokens=99_999)
+
+
+def test_a_huge_neighbours_count_selects_as_the_whole_passage_does_and_at_once():
+    """The neighbour range was not clamped: neighbours=10**9 looped 2e9 times per sentence (a
+    server request could stall its model worker for hours)."""
+    import time
+
+    from attnrank.prune.context import ScoredSentence, select
+
+    def sentences():
+        return [
+            ScoredSentence(0, "a", 0, "One.", 0, 4, 4, 0.1),
+            ScoredSentence(0, "a", 1, "Two.", 5, 9, 4, 0.9),
+            ScoredSentence(0, "a", 2, "Three.", 10, 16, 4, 0.2),
+            ScoredSentence(1, "b", 0, "Four.", 0, 5, 4, 0.3),
+        ]
+
+    huge, whole = sentences(), sentences()
+    start = time.perf_counter()
+    select(huge, 12, 10**9)
+    assert time.perf_counter() - start < 5
+    select(whole, 12, 2)
+    assert [s.kept for s in huge] == [s.kept for s in whole] == [True, True, True, False]
