@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import InputError
 from ..llm.recording import forward_lock
 from ..prune.config import PruneConfig
-from ..rerank.config import RerankConfig
+from ..rerank.config import RerankConfig, check_fields
 from ..rerank.reweight import Reweighting
 from ..types import Document, ScoredDocument
 
@@ -62,6 +62,11 @@ def _settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
     extra: dict[str, Any] = {k: opts.pop(k) for k in ("show_progress", "probe") if k in opts}
     if isinstance(model, str):
         opts["model"] = model
+    # anything else would be keyed, and built, as the default configuration: a wrong stage, silently
+    allowed = (kind, str, type(None)) if kind is RerankConfig else (kind, type(None))
+    if not isinstance(config, allowed):
+        names = "a RerankConfig or a preset name" if kind is RerankConfig else "a PruneConfig"
+        raise InputError(f"config={config!r} is not {names}; pass one (or None for the defaults)")
     cfg: RerankConfig | PruneConfig
     if kind is RerankConfig:  # as AttentionReranker: the options take part in choosing an unnamed preset
         cfg = (
@@ -70,7 +75,7 @@ def _settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
             else RerankConfig.preset(config or "", **opts)
         )
     else:
-        cfg = (config if isinstance(config, PruneConfig) else PruneConfig()).with_options(**opts)
+        cfg = (config or PruneConfig()).with_options(**opts)
     values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.compare}
     if is_dataclass(values.get("reweight")):
         values["reweight"] = asdict(values["reweight"])
@@ -121,14 +126,22 @@ def shared_pruner(pruner: Any = None, **kwargs: Any):
     return _cached("ContextPruner", _settings(kwargs, PruneConfig), lambda: ContextPruner(**kwargs))
 
 
+# The key under which a stored ``config`` names its class (:func:`stored_settings`).
+CONFIG_CLASS = "__config__"
+_CONFIGS = {c.__name__: c for c in (RerankConfig, PruneConfig)}
+
+
 def stored_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A stage's keyword arguments as JSON holds them, for an adapter's ``to_dict``: paths as
-    strings, tuples as lists, a dataclass option (``reweight``) as the dict of its fields;
-    :func:`built_settings` turns them back."""
+    strings, tuples as lists, a dataclass option (``reweight``) as the dict of its fields, a
+    ``config`` object (:class:`RerankConfig`, :class:`PruneConfig`) as its fields and its class's
+    name (``"__config__"``); :func:`built_settings` turns them back."""
 
     def plain(value: Any) -> Any:
         if isinstance(value, os.PathLike):
             return os.fspath(value)
+        if isinstance(value, tuple(_CONFIGS.values())):
+            return {CONFIG_CLASS: type(value).__name__, **{f.name: plain(getattr(value, f.name)) for f in fields(value)}}
         if is_dataclass(value) and not isinstance(value, type):
             return asdict(value)
         if isinstance(value, (list, tuple)):
@@ -141,13 +154,21 @@ def stored_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 def built_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments read back from JSON (:func:`stored_settings`, a Haystack YAML) for a stage's
     constructor: ``reweight`` as a :class:`~attnrank.rerank.reweight.Reweighting`, ``heads`` given as
-    ``[[layer, head], ...]`` as pairs."""
+    ``[[layer, head], ...]`` as pairs, a stored ``config`` as the configuration object it was."""
     out = dict(settings)
     if isinstance(out.get("reweight"), dict):
         out["reweight"] = reweighting_of(out["reweight"])
     heads = out.get("heads")
     if isinstance(heads, list) and heads and all(isinstance(p, list) for p in heads):
         out["heads"] = [tuple(p) for p in heads]
+    config = out.get("config")
+    if isinstance(config, dict) and CONFIG_CLASS in config:
+        values = dict(config)
+        kind = _CONFIGS.get(values.pop(CONFIG_CLASS))
+        if kind is None:
+            raise InputError(f"config names {config[CONFIG_CLASS]!r}, not one of {sorted(_CONFIGS)}")
+        check_fields(kind, values)
+        out["config"] = kind(**built_settings(values))
     return out
 
 

@@ -174,3 +174,28 @@ def test_rerank_settings_of_other_types_round_trip_in_a_fresh_process(settings, 
     nodes = _nodes(demo_docs)
     ids = [n.node.node_id for n in post.postprocess_nodes(nodes, query_str=query)]
     assert [n.node.node_id for n in again.postprocess_nodes(nodes, query_str=query)] == ids
+
+
+def test_config_objects_round_trip_and_a_pruner_config_is_not_replaced_by_the_defaults(settings, demo_docs, query):
+    """A RerankConfig was stored as a plain dict (its rebuild failed on .strip()); a PruneConfig
+    came back a dict that the shared pruner's key read as the default configuration, so a cached
+    default pruner answered for method='focus'."""
+    import json
+
+    from attnrank.integrations.shared import clear_shared
+    from attnrank.prune.config import PruneConfig
+    from attnrank.rerank.config import RerankConfig
+
+    config = RerankConfig.preset("qrhead", model=settings["model"], max_doc_words=40, state_cache_mb=0)
+    post = AttnrankRerank(top_n=3, config=config)
+    clear_shared()
+    again = AttnrankRerank.from_dict(json.loads(post.to_json()))
+    assert again.reranker.config == config and again.reranker is not post.reranker
+
+    default = AttnrankPruner(model=settings["model"])
+    focus = AttnrankPruner(config=PruneConfig(model=settings["model"], method="focus"))
+    assert default._pruner.method == "query" and focus._pruner.method == "focus"
+    rebuilt = AttnrankPruner.from_dict(json.loads(focus.to_json()))
+    assert rebuilt._pruner is focus._pruner and rebuilt._pruner.config == focus._pruner.config
+    with pytest.raises(InputError, match="config=.* is not a PruneConfig"):
+        AttnrankPruner(config={"method": "focus"})
