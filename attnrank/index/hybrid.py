@@ -4,7 +4,9 @@
   and k = 60 (Cormack, Clarke & Büttcher, SIGIR 2009).
 - :func:`convex`: α·norm(dense) + (1 − α)·norm(sparse) (Bruch, Gai & Ingber, TOIS 2023), with
   ``minmax``, ``zscore`` or no normalisation. A document missing from one list gets that list's
-  lowest normalised score (Pyserini's hybrid-search policy).
+  lowest normalised score (Pyserini's hybrid-search policy), or one unit below its hits where
+  they all score alike (one BM25 match, or several tied): being in the list is then all it says,
+  and the lowest score would give a lone match no more than documents that do not match.
 
 Lists are arrays of document positions (``-1`` = no hit) and scores, best first.
 """
@@ -26,9 +28,9 @@ def normalize(scores: np.ndarray, method: str) -> np.ndarray:
     s = np.asarray(scores, dtype=np.float64)
     if method == "none" or s.size == 0:
         return s
-    if method == "minmax":
+    if method == "minmax":  # a list whose scores all tie: 1, the best score of a list that does not
         lo, hi = s.min(), s.max()
-        return np.zeros_like(s) if hi - lo < 1e-12 else (s - lo) / (hi - lo)
+        return np.ones_like(s) if hi - lo < 1e-12 else (s - lo) / (hi - lo)
     if method == "zscore":
         sd = s.std()
         return np.zeros_like(s) if sd < 1e-12 else (s - s.mean()) / sd
@@ -73,7 +75,16 @@ def convex(
     for ids, scores in (sparse, dense):
         keep = ids >= 0
         ids, s = ids[keep], normalize(scores[keep], norm)
-        parts.append((dict(zip(ids.tolist(), s.tolist())), float(s.min()) if s.size else 0.0))
+        parts.append((dict(zip(ids.tolist(), s.tolist())), _missing_score(s)))
     (sp, sp_min), (de, de_min) = parts
     fused = {d: (1 - alpha) * sp.get(d, sp_min) + alpha * de.get(d, de_min) for d in set(sp) | set(de)}
     return _sorted(fused, k)
+
+
+def _missing_score(normalized: np.ndarray) -> float:
+    """What a document missing from a list gets: the list's lowest score, or one below its hits
+    where they all tie (else a lone match would score as the documents that do not match)."""
+    if not normalized.size:
+        return 0.0
+    lo = float(normalized.min())
+    return lo - 1.0 if float(normalized.max()) - lo < 1e-12 else lo

@@ -25,7 +25,7 @@ def test_normalize():
     np.testing.assert_allclose(normalize(np.array([1.0, 3.0, 2.0]), "minmax"), [0, 1, 0.5])
     z = normalize(np.array([1.0, 2.0, 3.0]), "zscore")
     assert abs(z.mean()) < 1e-12 and abs(z.std() - 1) < 1e-12
-    np.testing.assert_allclose(normalize(np.array([2.0, 2.0]), "minmax"), [0, 0])
+    np.testing.assert_allclose(normalize(np.array([2.0, 2.0]), "minmax"), [1, 1])  # tied: all the best
     with pytest.raises(InputError, match="'l3' is not one of"):
         normalize(np.array([1.0]), "l3")
 
@@ -38,6 +38,22 @@ def test_convex_minmax_missing_gets_list_minimum():
     expected = {0: 0.875, 1: 0.375, 3: 0.25, 2: 0.0}
     assert list(ids) == [0, 1, 3, 2]
     np.testing.assert_allclose(scores, [expected[i] for i in ids])
+
+
+@pytest.mark.parametrize("norm", ["minmax", "zscore", "none"])
+def test_a_lone_or_tied_sparse_match_outranks_documents_that_do_not_match(norm):
+    """A one-hit (or all-tied) list normalised to zeros and gave missing documents its minimum, 0
+    too: at alpha=0 the only BM25 match ranked last (ties by position), and at 0.45 it got no
+    credit for matching."""
+    dense = (np.array([0, 1, 2]), np.array([0.9, 0.8, 0.7]))
+    assert list(convex((np.array([2]), np.array([4.2])), dense, 3, alpha=0.0, norm=norm)[0])[0] == 2
+    tied = (np.array([2, 1, -1]), np.array([4.2, 4.2, 0.0]))
+    assert list(convex(tied, dense, 3, alpha=0.0, norm=norm)[0]) == [1, 2, 0]
+    ids, scores = convex((np.array([2]), np.array([4.2])), dense, 3, alpha=0.45, norm=norm)
+    one_match = dict(zip(ids.tolist(), scores.tolist()))
+    ids, scores = convex((np.array([], dtype=np.int64), np.array([])), dense, 3, alpha=0.45, norm=norm)
+    no_match = dict(zip(ids.tolist(), scores.tolist()))
+    assert one_match[2] - one_match[1] > no_match[2] - no_match[1]  # matching counts
 
 
 def test_convex_alpha_extremes_reproduce_single_lists():
