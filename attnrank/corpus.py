@@ -325,9 +325,14 @@ def load_queries(path: str | Path) -> dict[str, str]:
         if is_jsonl:
             qid, text = _query_record(line, where)
         else:
-            parts = line.rstrip("\r\n").split("\t", 1)
-            if len(parts) != 2:
-                raise InputError(f"{where}: expected 'id<TAB>text', got {line.strip()[:60]!r}")
+            parts = line.rstrip("\r\n").split("\t")
+            while len(parts) > 2 and not parts[-1].strip():  # trailing tabs add nothing
+                parts.pop()
+            if len(parts) != 2:  # a third column was searched as part of the query
+                raise InputError(
+                    f"{where}: {len(parts)} tab-separated field(s), expected 'id<TAB>text' (a query "
+                    f"cannot hold a tab); got {line.strip()[:60]!r}"
+                )
             qid, text = parts[0].strip(), parts[1]  # (trimmed, as qrels and runs read ids)
             if not queries and _is_header(qid, text):  # a header line ("id<TAB>text") is not a query
                 continue

@@ -263,3 +263,13 @@ def test_a_record_with_both_ids_keeps_them_only_where_they_agree(tmp_path):
     queries.write_text('{"_id": "1", "id": "2", "text": "which?"}\n')
     with pytest.raises(InputError, match="'_id' '1' and 'id' '2' differ"):
         load_queries(queries)
+
+
+def test_a_queries_tsv_with_a_third_column_is_refused(tmp_path):
+    """The third column was kept in the query's text ("what is covid\\t2020") and searched."""
+    p = tmp_path / "q.tsv"
+    p.write_text("q1\twhat is covid\t2020\n")
+    with pytest.raises(InputError, match="q.tsv:1: 3 tab-separated field\\(s\\), expected 'id<TAB>text'"):
+        load_queries(p)
+    p.write_text("q1\twhat is covid\t\n")  # a trailing tab is not a column
+    assert load_queries(p) == {"q1": "what is covid"}
