@@ -141,7 +141,10 @@ def stored_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, os.PathLike):
             return os.fspath(value)
         if isinstance(value, tuple(_CONFIGS.values())):
-            return {CONFIG_CLASS: type(value).__name__, **{f.name: plain(getattr(value, f.name)) for f in fields(value)}}
+            return {
+                CONFIG_CLASS: type(value).__name__,
+                **{f.name: plain(getattr(value, f.name)) for f in fields(value)},
+            }
         if is_dataclass(value) and not isinstance(value, type):
             return asdict(value)
         if isinstance(value, (list, tuple)):

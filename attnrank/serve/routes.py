@@ -142,7 +142,7 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
     pruner = server.need("pruner")
     texts = None if body.documents is None else texts_of(body.documents)
     index = server.need("index") if texts is None else None
-    server.check(body.query, texts or [])
+    await asyncio.to_thread(server.check, body.query, texts or [])  # tokenizing them: off the event loop
     if texts is None:
         server.check_count("top_k", body.top_k)
     budget = body.budget_tokens if body.budget_tokens is not None or body.keep_ratio is not None else 300

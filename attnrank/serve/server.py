@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import AttnrankError, InputError, require
+from ..types import check_unicode
 
 require("fastapi", "serve", "attnrank serve")
 
@@ -37,16 +38,28 @@ def request_info(request: Request) -> dict[str, Any]:
     return request.scope.setdefault("state", {}).setdefault("attnrank", {})
 
 
+def model_tokenizer(engine: Engine) -> Any:
+    """The tokenizer of the model the engine runs, which the token limits count in: the reranker's,
+    else the pruner's or the generator's (preset ``signals`` runs none, and reading its ``llm``
+    would load the model it avoids; its pruner's model still reads every request it prunes); None
+    where no stage runs a model."""
+    rr = engine.reranker
+    if rr is not None and getattr(rr, "uses_llm", True):
+        return rr.llm.tokenizer
+    for stage in (engine.pruner, engine.generator):
+        llm = getattr(stage, "llm", None)
+        if llm is not None:
+            return llm.tokenizer
+    return None
+
+
 class Server:
     """Limits, the job queue and the engine, shared by the routes."""
 
     def __init__(self, engine: Engine, limits: Limits, max_queued: int):
         self.engine, self.limits = engine, limits
         self.jobs = JobQueue(max_queued)
-        # The model's tokenizer counts tokens; a preset that runs no LLM (signals) has none, and
-        # reading ``llm`` would load the model it avoids.
-        rr = engine.reranker
-        self.tokenizer = rr.llm.tokenizer if rr is not None and getattr(rr, "uses_llm", True) else None
+        self.tokenizer = model_tokenizer(engine)
 
     # -- checks before any model work ----------------------------------------------------------
     def check(self, query: str, texts: list[str]) -> None:
@@ -59,6 +72,7 @@ class Server:
         lim = self.limits
         if not isinstance(query, str) or not query.strip():
             raise InputError("query is empty; send a non-empty query text")
+        check_unicode([query], "query")  # a lone surrogate made the tokenizer fail: a bare 500
         if len(query) > lim.max_query_chars:
             raise LimitExceeded(
                 f"query has {len(query)} characters > max_query_chars={lim.max_query_chars}; send a shorter query"
@@ -74,6 +88,7 @@ class Server:
                     f"document {i} has {len(t)} characters > max_document_chars="
                     f"{lim.max_document_chars}; split or truncate it"
                 )
+        check_unicode(texts, "document")
 
     def check_tokens(self, query: str, texts: list[str], fix: str = "send fewer or shorter documents") -> None:
         """Model tokens of ``query`` and ``texts`` within ``max_total_tokens``."""
@@ -97,8 +112,8 @@ class Server:
             return texts
         if self.tokenizer is None:
             raise InputError(
-                f"max_tokens_per_doc={max_tokens} counts the model's tokens, and this server's reranker runs no "
-                "model (preset signals); cut the documents before sending them, or drop max_tokens_per_doc"
+                f"max_tokens_per_doc={max_tokens} counts the model's tokens, and this server runs no model "
+                "(preset signals, no pruner); cut the documents before sending them, or drop max_tokens_per_doc"
             )
         out = []
         for t in texts:

@@ -518,3 +518,36 @@ def test_a_signals_server_loads_no_model_and_refuses_token_options(tmp_path):
         assert r.status_code == 422 and "computes no per-token attention evidence" in r.json()["message"]
         assert app.state.server.jobs.stats()["done"] == 1  # the refused ones never queued
     assert rr._llm is None
+
+
+JSON = {"content-type": "application/json"}
+
+
+def test_a_lone_surrogate_is_a_422_naming_the_item(url):
+    """The tokenizer met it first (a bare 500), before the reranker's own check."""
+    for path, body in (
+        ("/v1/rerank", {"query": QUERY, "documents": ["fine", "a\ud800b"]}),
+        ("/rerank", {"query": "q\udfff", "texts": DOCS}),
+        ("/v1/prune", {"query": QUERY, "documents": ["a\ud800b"]}),
+    ):
+        r = httpx.post(f"{url}{path}", content=json.dumps(body), headers=JSON, timeout=30)  # "\ud800" escapes
+        assert r.status_code == 422, (path, r.text)
+        assert "is not valid Unicode" in r.json()["message"]
+    r = httpx.post(f"{url}/v1/rerank", content=json.dumps({"query": QUERY, "documents": ["a\ud800b"]}), headers=JSON)
+    assert r.json()["message"].startswith("document #0")
+
+
+def test_a_signals_server_with_a_pruner_counts_the_pruners_tokens(tmp_path, llm):
+    """With preset signals the server took no tokenizer, so max_total_tokens was not checked,
+    though the pruner's model read every document of /v1/prune."""
+    from _tiny import save_tiny
+
+    rr = AttentionReranker(str(save_tiny(tmp_path / "tiny")), config="signals")
+    app = create_app(Engine(rr, ContextPruner(llm), model_name="signals"), limits=Limits(max_total_tokens=300))
+    assert rr._llm is None and app.state.server.tokenizer is llm.tokenizer
+    with live_server(app) as base:
+        r = httpx.post(f"{base}/v1/prune", json={"query": QUERY, "documents": ["z " * 199] * 2}, timeout=60)
+        assert r.status_code == 413 and "max_total_tokens=300" in r.json()["message"]
+        r = httpx.post(f"{base}/v1/prune", json={"query": QUERY, "documents": DOCS, "budget_tokens": 10}, timeout=60)
+        assert r.status_code == 200, r.text
+    assert rr._llm is None
