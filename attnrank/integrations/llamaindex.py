@@ -29,6 +29,7 @@ Counts, in LlamaIndex's own names where it has them:
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ..errors import InputError, require
@@ -294,3 +295,7 @@ class AttnrankRetriever(BaseRetriever):
         with model_lock(self._reranker):
             res = self._reranker.rank(query, first, k=self.similarity_top_k)
         return [_to_node(r) for r in res]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        # the base class runs _retrieve on the event loop: seconds of search and reranking
+        return await asyncio.to_thread(self._retrieve, query_bundle)

@@ -199,3 +199,24 @@ def test_config_objects_round_trip_and_a_pruner_config_is_not_replaced_by_the_de
     assert rebuilt._pruner is focus._pruner and rebuilt._pruner.config == focus._pruner.config
     with pytest.raises(InputError, match="config=.* is not a PruneConfig"):
         AttnrankPruner(config={"method": "focus"})
+
+
+def test_aretrieve_runs_the_search_off_the_event_loop(settings, demo_index, query):
+    """llama-index's base _aretrieve calls _retrieve on the event loop: seconds of search and
+    reranking blocked every other coroutine."""
+    import asyncio
+    import threading
+
+    class Watched(AttnrankRetriever):
+        def _retrieve(self, query_bundle):
+            self.__dict__.setdefault("_threads", []).append(threading.get_ident())
+            return super()._retrieve(query_bundle)
+
+    retriever = Watched(demo_index, similarity_top_k=2, depth=5, **settings)
+
+    async def main():
+        return threading.get_ident(), await retriever.aretrieve(query)
+
+    loop_thread, nodes = asyncio.run(main())
+    assert retriever.__dict__["_threads"] and retriever.__dict__["_threads"][0] != loop_thread
+    assert [n.node.node_id for n in nodes] == [n.node.node_id for n in retriever.retrieve(query)]
