@@ -84,7 +84,7 @@ def _print_pruned(pruned) -> None:
             doc = pruned.docs[s.doc_index]
             typer.echo(f"\n[{s.doc_id}] {doc.title}".rstrip())
             last = s.doc_index
-        typer.echo(f"  {s.score:+.4f} ({s.tokens:>3} tok) #{s.sentence_index}: {s.text}")
+        typer.echo(f"  {s.score:+.4f} ({s.tokens:>3} tok) #{s.source_index}: {s.text}")
 
 
 @app.command()

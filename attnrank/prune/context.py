@@ -24,7 +24,11 @@ class ScoredSentence:
 
     ``doc_index`` is the passage's input position; ``start``/``end`` its character range in
     that passage's text. ``score`` is NaN when everything was kept without scoring; ``chunk``
-    numbers the prompt that scored it (0 unless the context was chunked).
+    numbers the prompt that scored it (0 unless the context was chunked). ``sentence_index``
+    counts the passage's sentences; ``given_index`` is the sentence's position in the caller's
+    pre-split list, which may hold empty entries that are skipped (None when segmented here);
+    ``source_index``, the one of the two results report (``kept_sentences``), is that, else
+    ``sentence_index``.
     """
 
     doc_index: int
@@ -37,6 +41,11 @@ class ScoredSentence:
     score: float = math.nan
     kept: bool = False
     chunk: int = 0
+    given_index: int | None = None
+
+    @property
+    def source_index(self) -> int:
+        return self.sentence_index if self.given_index is None else self.given_index
 
 
 @dataclass
@@ -105,7 +114,7 @@ class PrunedContext:
                     parts.append(gap + cur.text)
                 else:
                     parts.append(("\n" if "\n" in gap else " ") + cur.text)
-            meta = {**doc.metadata, "pruned": True, "kept_sentences": [s.sentence_index for s in kept]}
+            meta = {**doc.metadata, "pruned": True, "kept_sentences": [s.source_index for s in kept]}
             out.append(Document(doc.id, "".join(parts), doc.title if self.keep_titles else "", meta))
         return out
 

@@ -125,7 +125,9 @@ def scored_sentences(docs: list[Document], sents: list[list[Sentence]], chunks: 
         for k, (s, e) in zip(p.sent_ids, spans)
     }
     return [
-        ScoredSentence(i, docs[i].id, k, s.text, s.start, s.end, where[(i, k)][1], chunk=where[(i, k)][0])
+        ScoredSentence(
+            i, docs[i].id, k, s.text, s.start, s.end, where[(i, k)][1], chunk=where[(i, k)][0], given_index=s.given
+        )
         for i, doc_sents in enumerate(sents)
         for k, s in enumerate(doc_sents)
     ]

@@ -213,11 +213,13 @@ _OPENER_WORDS = set(
 
 @dataclass(frozen=True)
 class Sentence:
-    """One sentence: its text and its exact character range ``[start, end)`` in the source."""
+    """One sentence: its text and its exact character range ``[start, end)`` in the source;
+    ``given``: its position in the caller's pre-split list (None when segmented here)."""
 
     text: str
     start: int
     end: int
+    given: int | None = None
 
 
 def segment(text: str, sentences: Sequence[str] | None = None, *, max_words: int = DEFAULT_MAX_WORDS) -> list[Sentence]:
@@ -246,7 +248,7 @@ def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
                 f"character {cursor} (of {len(text)}); pass sentences copied verbatim "
                 "from the text and in order, or none to segment automatically"
             )
-        out.append(Sentence(sent, at, at + len(sent)))
+        out.append(Sentence(sent, at, at + len(sent), given=i))  # i counts the skipped empty ones too
         cursor = at + len(sent)
     return out
 

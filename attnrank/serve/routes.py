@@ -187,7 +187,7 @@ def _pruned(query: str, p: PrunedContext) -> dict[str, Any]:
         "sentences": [
             {
                 "doc_id": s.doc_id,
-                "sentence_index": s.sentence_index,
+                "sentence_index": s.source_index,
                 "text": s.text,
                 "tokens": s.tokens,
                 "score": None if s.score != s.score else s.score,

@@ -302,6 +302,19 @@ def test_pre_split_sentences(llm):
     assert len(scored) == 1
 
 
+def test_kept_sentences_number_the_callers_pre_split_list_with_its_empty_entries(llm):
+    """Empty entries were skipped and the rest renumbered: the caller's sentence 1 came back as 0."""
+    text = "Paris is the capital. It is big. Rome is old."
+    given = ["", "Paris is the capital.", " ", "It is big.", "Rome is old."]
+    pruned = ContextPruner(llm).prune(QUERY, [Document("p", text, "P")], budget_tokens=1000, sentences=[given])
+    (doc,) = pruned.documents()
+    assert doc.metadata["kept_sentences"] == [1, 3, 4]
+    assert [given[i] for i in doc.metadata["kept_sentences"]] == [s.text for s in pruned.kept]
+    assert [s.sentence_index for s in pruned.sentences] == [0, 1, 2]  # the passage's own count stays
+    segmented = ContextPruner(llm).prune(QUERY, [Document("p", text, "P")], budget_tokens=1000)
+    assert segmented.documents()[0].metadata["kept_sentences"] == [0, 1, 2]
+
+
 def test_pre_split_sentences_given_as_one_string_are_not_characters(llm):
     """A string per passage used to be taken as that many one-character sentences."""
     text = "Paris is big. It is old."
