@@ -65,7 +65,7 @@ from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
-from ..registry import resolve_heads
+from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents
 from .config import PruneConfig
@@ -110,6 +110,8 @@ class ContextPruner:
         if isinstance(model, (str, os.PathLike)):  # a Path is a model folder too
             options["model"] = os.fspath(model)
         self.config = cfg = (config or PruneConfig()).with_options(**options)
+        if probe is not None and cfg.method != "probe":
+            raise InputError(f"a probe was given, but method={cfg.method!r} reads none; pass method='probe' too")
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None
         spec: Any = cfg.heads
@@ -117,8 +119,8 @@ class ContextPruner:
         if cfg.method == "probe":  # the probe fixes heads and length normalisation
             self.probe = probe or SentenceProbe.load(self.llm.model_id, self.llm.fingerprint)
             spec, length_norm = self.probe.head_pairs, self.probe.length_norm
-        elif isinstance(spec, str) and spec.strip().lower().startswith("auto"):
-            spec = resolve_heads(spec, self.llm)
+        else:  # "auto", "auto:METHOD" and "auto-or-all" as the reranker reads them
+            spec = resolve_config_heads(spec, self.llm)
         self.heads = parse_heads(spec)
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
         self.method, self.calibrate, self.length_norm, self.sink = cfg.method, cfg.calibrate, length_norm, cfg.sink

@@ -171,3 +171,22 @@ def test_pruner_auto_heads_from_the_registry(llm, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
     save_head_set(llm.model_id, llm.fingerprint, "qr-ndcg", [(1, 2), (0, 3)])
     assert ContextPruner(llm, "auto").heads == [(0, 3), (1, 2)]  # capture order
+    # "auto-or-all" as the reranker reads it (it reached the registry lookup after the load and failed)
+    assert ContextPruner(llm, "auto-or-all").heads == [(0, 3), (1, 2)]
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "empty"))
+    assert ContextPruner(llm, "auto-or-all").heads is None  # none registered: every head, with a warning
+
+
+def test_probe_settings_that_would_be_ignored_are_refused(llm):
+    """The probe fixes heads and length normalisation: other values were replaced without a word,
+    and a probe given with method='query' was dropped."""
+    from attnrank.prune.config import PruneConfig
+
+    with pytest.raises(InputError, match="heads='3-4' would be ignored"):
+        PruneConfig(method="probe", heads="3-4")
+    with pytest.raises(InputError, match="length_norm='none' would be ignored"):
+        PruneConfig(method="probe", length_norm="none")
+    assert PruneConfig(method="probe", heads=None).method == "probe"
+    probe = SentenceProbe(np.zeros(8), 0.0, ["0-1", "2-3"], list(EXTRAS))
+    with pytest.raises(InputError, match="a probe was given, but method='query' reads none"):
+        ContextPruner(llm, probe=probe)
