@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from _cli import cli_text
 from _tiny import save_tiny
 from typer.testing import CliRunner
 
@@ -39,8 +40,7 @@ def _args(dl, tiny_dir, *extra):
     ]
 
 
-def _text(r) -> str:
-    return re.sub(r"[\s│╭╮╰╯─]+", " ", r.output + str(r.exception))
+_text = cli_text
 
 
 def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny_dir):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import cli_text
 from typer.testing import CliRunner
 
 from attnrank.cli import app
@@ -22,8 +23,7 @@ runner = CliRunner()
 RUN = "q1 Q0 d1 1 2.000000 attnrank-bm25\nq1 Q0 d2 2 1.000000 attnrank-bm25\n"
 
 
-def _text(r) -> str:
-    return re.sub(r"[\s│╭╮╰╯─]+", " ", r.output + str(r.exception))
+_text = cli_text
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -440,7 +440,7 @@ def test_pruning_options_that_would_be_ignored_are_refused(tmp_path, index_dir, 
     cases = [
         ([*corpus, "-k", "2"], "-k applies to --index hits; --corpus prunes all of its passages"),
         ([*corpus, "--verify"], "--verify applies to --index hits"),
-        ([*corpus, "--method", "probe", "--heads", "1-0"], "its probe was trained on, so --heads '1-0' would be"),
+        ([*corpus, "--method", "probe", "--heads", "1-0"], "its probe was trained with, so --heads '1-0' would be"),
         (
             ["ask", "q", "--index-dir", str(index_dir), "--method", "probe", "--prune-heads", "all"],
             "so --prune-heads 'all' would be ignored",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+from _cli import cli_text
 from _tiny import save_tiny
 from typer.testing import CliRunner
 
@@ -93,3 +95,78 @@ def test_ask_takes_neighbours_as_the_python_api_does(tmp_path, monkeypatch, buil
     assert [s["neighbours"] for s in seen] == [2, 0]
     r = runner.invoke(app, [*base, "--no-prune", "--neighbours", "1"])
     assert r.exit_code == 2 and "--neighbours" in r.output
+
+
+def test_prune_has_an_option_for_every_pruner_setting(tmp_path, monkeypatch, dl19_mini):
+    """`attnrank prune` had only --model, --heads, --method and --attention: the device, dtype,
+    block positions, state cache, calibration, filters, prompt and sentence settings of
+    PruneConfig could not be set from the command line."""
+    from attnrank.prune import pruner
+
+    seen = []
+
+    def capture(self, *args, config=None, **kwargs):
+        seen.append((args, config, kwargs))
+        raise _Stop
+
+    monkeypatch.setattr(pruner.ContextPruner, "__init__", capture)
+    corpus = ["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9"]
+    flags = [
+        "--no-calibrate", "--token-filter", "--sink", "--length-norm", "none", "--instruction", "ie",
+        "--order", "forward", "--focus-hint", "It is", "--max-sentence-words", "12", "--max-prompt-tokens",
+        "500", "--device", "CPU", "--dtype", "float32", "--attention", "block", "--block-positions",
+        "shared", "--state-cache-mb", "8", "--method", "focus", "--heads", "all",
+    ]  # fmt: skip
+    r = runner.invoke(app, [*corpus, *flags])
+    assert isinstance(r.exception, _Stop), r.output
+    ((args, config, kwargs),) = seen
+    assert not args and not kwargs
+    got = {k: getattr(config, k) for k in ("calibrate", "token_filter", "sink", "length_norm", "instruction")}
+    assert got == {"calibrate": False, "token_filter": True, "sink": True, "length_norm": "none", "instruction": "ie"}
+    assert (config.order, config.focus_hint, config.max_sentence_words, config.max_prompt_tokens) == (
+        "forward", "It is", 12, 500,
+    )  # fmt: skip
+    assert (config.device, config.dtype, config.attention, config.block_positions, config.state_cache_mb) == (
+        "cpu", "float32", "block", "shared", 8,
+    )  # fmt: skip
+    assert (config.method, config.heads) == ("focus", "all")
+    r = runner.invoke(app, [*corpus, "--method", "probe", "--length-norm", "none"])
+    assert r.exit_code == 2 and "--length-norm 'none' would be ignored" in cli_text(r)
+    r = runner.invoke(app, [*corpus, "--order", "sideways"])
+    assert r.exit_code == 2 and "order='sideways' is not one of" in cli_text(r)
+
+
+def test_ask_refuses_block_options_no_stage_reads(tmp_path, built_retriever):
+    """With --no-rerank the pruner alone reads --attention, and --block-positions and
+    --state-cache-mb only in block mode: otherwise they were accepted and sized nothing."""
+    built_retriever.save(tmp_path / "ix")
+    base = ["ask", "vitamin D?", "--index-dir", str(tmp_path / "ix"), "-q", "--no-rerank"]
+    r = runner.invoke(app, [*base, "--block-positions", "shared"])
+    assert r.exit_code == 2 and "--block-positions configure(s) block attention" in cli_text(r)
+    r = runner.invoke(app, [*base, "--state-cache-mb", "0"])
+    assert r.exit_code == 2 and "--state-cache-mb" in r.output
+    r = runner.invoke(app, [*base, "--no-prune", "--attention", "block"])
+    assert r.exit_code == 2 and "--no-rerank --no-prune turns both attention stages off" in cli_text(r)
+
+
+def test_serve_builds_its_pruner_as_ask_does(tmp_path, monkeypatch):
+    """The server's pruner took only the reranker's heads: --attention, --block-positions and
+    --state-cache-mb reached the reranker alone."""
+    pytest.importorskip("uvicorn")
+    from attnrank.serve import engine
+
+    seen = []
+
+    def capture(rerank, *, index=None, prune=True, **kwargs):
+        seen.append((rerank, prune))
+        raise _Stop
+
+    monkeypatch.setattr(engine, "build_engine", capture)
+    r = runner.invoke(app, ["serve", "--preset", "fused", "--attention", "block", "--state-cache-mb", "32"])
+    assert isinstance(r.exception, _Stop), r.output
+    r = runner.invoke(app, ["serve", "--preset", "fused", "--heads", "0-1"])
+    assert isinstance(r.exception, _Stop), r.output
+    (rerank, prune), (_, plain) = seen
+    assert (prune.attention, prune.state_cache_mb, prune.block_positions) == ("block", 32, "rotated")
+    assert (prune.model, prune.dtype, prune.heads) == (rerank.model, rerank.dtype, "all")
+    assert plain.attention == "full" and plain.heads == "0-1"  # a preset's block attention is the reranker's

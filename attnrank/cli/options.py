@@ -17,6 +17,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import InputError
+from ..prune.config import PruneConfig
 from ..rerank.config import (
     ATTENTION_FIELDS,
     DEFAULT_PRESET,
@@ -174,6 +175,46 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(None, "--dtype", help=DTYPE_HELP),
     ),
 }
+
+
+# Reranking options that also configure the pruner (the model and how it runs), flag -> PruneConfig field.
+SHARED_WITH_PRUNING = {
+    "--model": "model",
+    "--device": "device",
+    "--dtype": "dtype",
+    "--attention": "attention",
+    "--block-positions": "block_positions",
+    "--state-cache-mb": "state_cache_mb",
+}
+# Of those, what the pruner reads only when given: a preset's block attention is the reranker's.
+_PRUNING_WHEN_GIVEN = ("--attention", "--block-positions", "--state-cache-mb")
+
+
+def pruning_config(rerank: RerankConfig, given: Iterable[str], **own: Any) -> PruneConfig:
+    """The pruner's configuration beside ``rerank`` (``ask``, ``serve``): its model, device and
+    dtype; ``--attention``, ``--block-positions`` and ``--state-cache-mb`` where the user gave
+    them (``given``: the flags set), else the pruner's defaults; ``own``: the pruner's own options."""
+    given = set(given)
+    shared = {
+        name: getattr(rerank, name)
+        for flag, name in SHARED_WITH_PRUNING.items()
+        if flag not in _PRUNING_WHEN_GIVEN or flag in given
+    }
+    try:
+        return PruneConfig(**shared, **own)
+    except InputError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+def refuse_unread_block_options(given: Iterable[str], read: bool) -> None:
+    """``--block-positions``/``--state-cache-mb`` given (``given``: the flags set) where no stage
+    that runs reads them (``read`` False) would size nothing: refused."""
+    unread = sorted({"--block-positions", "--state-cache-mb"} & set(given))
+    if unread and not read:
+        raise typer.BadParameter(
+            f"{', '.join(unread)} configure(s) block attention's passage states, which no stage that runs here "
+            "uses; add --attention block or drop them"
+        )
 
 
 def refuse_without_rerank(given: Iterable[str]) -> None:

@@ -8,9 +8,18 @@ from typing import Optional
 import typer
 
 from ..config import DEFAULT_BUDGET_TOKENS
+from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from . import Quiet, SkipInvalid, Verbose, Verify, _check_heads, _load_index, _positive, _read_corpus, _setup, app
-from .options import check_k_within_depth, refuse_when_off, rerank_options
+from .options import (
+    SHARED_WITH_PRUNING,
+    check_k_within_depth,
+    pruning_config,
+    refuse_unread_block_options,
+    refuse_when_off,
+    rerank_options,
+)
+from .prune_options import prune_options
 
 METHODS = ("query", "focus", "probe")
 
@@ -39,12 +48,6 @@ def _method(method: str, heads: Optional[str] = None, option: str = "--heads") -
             f"would be ignored; drop {option} or use --method query|focus"
         )
     return method
-
-
-# Reranking options that also set up pruning and generation (the model and how it runs).
-_SHARED_WITH_PRUNING = frozenset(
-    {"--model", "--device", "--dtype", "--attention", "--block-positions", "--state-cache-mb"}
-)
 
 
 def _no_prune_conflicts(
@@ -88,6 +91,7 @@ def _print_pruned(pruned) -> None:
 
 
 @app.command()
+@prune_options
 def prune(
     query: str = typer.Argument(..., help="The question the context is pruned for."),
     corpus: Optional[Path] = typer.Option(
@@ -105,23 +109,13 @@ def prune(
     keep_ratio: Optional[float] = typer.Option(
         None, "--keep-ratio", help="Or the fraction of the context's sentence tokens to keep, in (0, 1]."
     ),
-    method: str = typer.Option(
-        "query",
-        help="query (ICR: query-span attention, N/A-calibrated) | focus (AttentionRAG: answer-hint token) | probe (learned sentence probe).",
-    ),
     neighbours: int = typer.Option(
         0, "--neighbours", help="Sentences kept on each side of a chosen one (within the budget)."
-    ),
-    model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
-    heads: Optional[str] = typer.Option(
-        None, help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."
-    ),
-    attention: str = typer.Option(
-        "full", "--attention", help="full (one causal prompt) | block (each passage encoded on its own)."
     ),
     verify: bool = Verify,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
+    prune_config: PruneConfig = None,  # type: ignore[assignment]  # filled in by @prune_options
 ) -> None:
     """Keep the sentences of passages that the LLM's attention marks as relevant to a question."""
     _setup(quiet, verbose)
@@ -131,11 +125,6 @@ def prune(
         raise typer.BadParameter(f"{given} applies to --index hits; --corpus prunes all of its passages; drop {given}")
     k = _positive(5 if k is None else k, "-k", "hits taken from the index")
     _positive(neighbours, "--neighbours", "sentences kept on each side", minimum=0)
-    _method(method, heads)
-    _check_heads(heads, model=model)
-    from ..llm.blocks import check_attention_mode
-
-    check_attention_mode(attention)  # before the corpus or index loads
     if not query.strip():
         raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
     if (corpus is None) == (name is None and index_dir is None):
@@ -146,7 +135,7 @@ def prune(
         docs = _load_index(name, index_dir, verify).search(query, k).documents()
     from ..prune.pruner import ContextPruner  # heavy (torch): only once the input is known good
 
-    pruner = ContextPruner(model, heads, method=method, attention=attention)
+    pruner = ContextPruner(config=prune_config)
     pruned = pruner.prune(query, docs, budget_tokens=budget, keep_ratio=ratio, neighbours=neighbours)
     _print_pruned(pruned)
 
@@ -196,7 +185,7 @@ def ask(
     neighbours = _positive(
         0 if neighbours is None else neighbours, "--neighbours", "sentences kept on each side", minimum=0
     )
-    rerank_only = sorted(rerank_given - _SHARED_WITH_PRUNING)
+    rerank_only = sorted(rerank_given - set(SHARED_WITH_PRUNING))
     if no_rerank:
         refuse_when_off("--no-rerank", "reranking", rerank_only)
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
@@ -208,31 +197,17 @@ def ask(
     _check_heads(prune_heads, "--prune-heads", model=rerank_config.model)
     if not question.strip():
         raise typer.BadParameter("the QUESTION is empty; give a question")
+    cfg = rerank_config
+    # one --attention (--block-positions, --state-cache-mb) for both attention stages where given
+    prune_cfg = pruning_config(cfg, rerank_given, method=method, heads=prune_heads or "all")
+    if no_rerank:  # only the pruner could read them, and only in block mode
+        if no_prune:
+            refuse_when_off("--no-rerank --no-prune", "both attention stages", sorted({"--attention"} & rerank_given))
+        refuse_unread_block_options(rerank_given, not no_prune and prune_cfg.attention == "block")
     profile = _registered_before_loading(rerank_config.model, generator_model, reorder, k, method, no_prune)
     retriever = _load_index(name, index_dir, verify)
     from ..pipeline import Pipeline  # heavy (torch): only once the input is known good
-    from ..prune.config import PruneConfig
 
-    cfg = rerank_config
-    prune_cfg = PruneConfig(
-        method=method,
-        model=cfg.model,
-        device=cfg.device,
-        dtype=cfg.dtype,
-        heads=prune_heads or "all",
-        # one --attention (--block-positions, --state-cache-mb) for both attention stages where given;
-        # else the pruner's own defaults, as `attnrank prune` and Pipeline.from_model have them (a
-        # preset's block attention is the reranker's, not the pruner's)
-        **{
-            name: getattr(cfg, name)
-            for flag, name in (
-                ("--attention", "attention"),
-                ("--block-positions", "block_positions"),
-                ("--state-cache-mb", "state_cache_mb"),
-            )
-            if flag in rerank_given
-        },
-    )
     pipe = Pipeline.from_model(
         retriever,
         cfg.model,

@@ -9,7 +9,7 @@ import typer
 
 from ..rerank.config import RerankConfig
 from . import Verbose, _index_path, _setup, app
-from .options import rerank_options
+from .options import pruning_config, rerank_options
 
 
 @app.command()
@@ -27,6 +27,7 @@ def serve(
     max_total_tokens: int = typer.Option(65_536, "--max-total-tokens", help="Tokens of query + documents (413 above)."),
     verbose: bool = Verbose,
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
+    rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_options
 ) -> None:
     """Serve reranking (Cohere v2 and TEI shapes), search, pruning and streamed answers over HTTP."""
     from ..errors import require
@@ -43,7 +44,7 @@ def serve(
             raise typer.BadParameter(f"{opt} {value} is out of range ({limit})")
     uvicorn = require("uvicorn", "serve", "attnrank serve")
     from ..serve.app import create_app
-    from ..serve.engine import build_engine
+    from ..serve.engine import build_engine, pruner_heads
     from ..serve.schemas import Limits
 
     _setup(quiet=False, verbose=True)  # the server logs one line per request at INFO
@@ -52,7 +53,9 @@ def serve(
     index = _index_path(name, index_dir) if (name or index_dir) else None
     if index is not None and not index.is_dir():
         raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")
-    engine = build_engine(rerank_config, index=index)
+    # the pruner as `attnrank ask` builds it: --attention, --block-positions, --state-cache-mb reach it where given
+    prune = pruning_config(rerank_config, rerank_given, heads=pruner_heads(rerank_config))
+    engine = build_engine(rerank_config, index=index, prune=prune)
     limits = Limits(
         max_documents=max_documents, max_document_chars=max_document_chars, max_total_tokens=max_total_tokens
     )

@@ -72,10 +72,10 @@ def _settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
         cfg = (
             config.with_options(**opts)
             if isinstance(config, RerankConfig)
-            else RerankConfig.preset(config or "", **opts)
+            else RerankConfig.preset(str(config or ""), **opts)
         )
     else:
-        cfg = (config or PruneConfig()).with_options(**opts)
+        cfg = (config if isinstance(config, PruneConfig) else PruneConfig()).with_options(**opts)
     values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.compare}
     if is_dataclass(values.get("reweight")):
         values["reweight"] = asdict(values["reweight"])
@@ -140,7 +140,7 @@ def stored_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     def plain(value: Any) -> Any:
         if isinstance(value, os.PathLike):
             return os.fspath(value)
-        if isinstance(value, tuple(_CONFIGS.values())):
+        if isinstance(value, (RerankConfig, PruneConfig)):
             return {
                 CONFIG_CLASS: type(value).__name__,
                 **{f.name: plain(getattr(value, f.name)) for f in fields(value)},

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..prune.config import PruneConfig
 from ..rerank.config import AUTO_OR_ALL, RerankConfig
 
 
@@ -22,18 +23,26 @@ class Engine:
     model_name: str = ""
 
 
+def pruner_heads(rerank: RerankConfig) -> Any:
+    """The heads the server's pruner reads: those given to the reranker (``heads``, with the sum
+    scorer), else every head."""
+    given = rerank.scorer == "sum" and rerank.heads not in (None, AUTO_OR_ALL)
+    return rerank.heads if given else "all"
+
+
 def build_engine(
     rerank: RerankConfig | None = None,
     *,
     index: str | Path | None = None,
-    prune: bool = True,
+    prune: PruneConfig | bool = True,
     generate: bool = True,
     max_new_tokens: int = 64,
 ) -> Engine:
     """Load the model once (``rerank``'s model, dtype and device; None: the default preset) and
-    build every part on it; the index (a folder) if given. The pruner reads the heads given to the
-    reranker (``heads``, with the sum scorer), else every head, as before the server took a
-    config; the generator is only built with an index (``/v1/ask`` answers over it)."""
+    build every part on it; the index (a folder) if given. ``prune``: the pruner's configuration
+    (``attnrank serve`` builds it as ``attnrank ask`` does), True for one on the same model that
+    reads :func:`pruner_heads`, or False for none; the generator is only built with an index
+    (``/v1/ask`` answers over it)."""
     from ..generate import Generator
     from ..llm.models import load_llm
     from ..prune.pruner import ContextPruner
@@ -51,7 +60,8 @@ def build_engine(
     reranker = AttentionReranker(llm, config=config)
     if retriever is not None:  # candidates from the index: their dense signal is read back from it
         reranker.use_index(retriever)
-    given_heads = config.scorer == "sum" and config.heads not in (None, AUTO_OR_ALL)
-    pruner = ContextPruner(llm, config.heads if given_heads else None) if llm is not None and prune else None
+    if prune is True:
+        prune = PruneConfig(heads=pruner_heads(config))
+    pruner = ContextPruner(llm, config=prune) if llm is not None and prune else None
     generator = Generator(llm, max_new_tokens) if llm is not None and generate and retriever is not None else None
     return Engine(reranker, pruner, generator, retriever, reranker.model_id)

@@ -1,0 +1,133 @@
+"""The pruning option group of ``attnrank prune``: one option per
+:class:`~attnrank.prune.config.PruneConfig` field, named after it (as :mod:`attnrank.cli.options`
+does for the reranker), handed to the command as one ``prune_config``."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Optional
+
+import typer
+
+from ..errors import InputError
+from ..prune.config import LENGTH_NORMS, PRUNE_METHODS, PruneConfig
+from ..prune.segment import DEFAULT_MAX_WORDS
+from ..rerank.config import ORDERS
+from . import _check_heads
+from .options import DTYPE_HELP
+
+_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "model": (
+        Optional[str],
+        typer.Option(None, "--model", help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
+    ),
+    "heads": (
+        Optional[str],
+        typer.Option(None, "--heads", help="'all' (default), 'auto' (registered set), 'l-h,l-h' or a JSON head file."),
+    ),
+    "method": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--method",
+            help="query (default; ICR: query-span attention, N/A-calibrated) | focus (AttentionRAG: answer-hint "
+            "token) | probe (learned sentence probe; it fixes the heads and length normalisation).",
+        ),
+    ),
+    "calibrate": (
+        Optional[bool],
+        typer.Option(None, "--calibrate/--no-calibrate", help="Subtract the content-free 'N/A' query's attention."),
+    ),
+    "token_filter": (
+        Optional[bool],
+        typer.Option(None, "--token-filter/--no-token-filter", help="ICR's mean - 2 std filter per sentence."),
+    ),
+    "sink": (
+        Optional[bool],
+        typer.Option(None, "--sink/--no-sink", help="Sink filtering of the sentence rows (off by default)."),
+    ),
+    "length_norm": (
+        Optional[str],
+        typer.Option(
+            None, "--length-norm", help=f"{' | '.join(LENGTH_NORMS)}: a sentence's score over sqrt(tokens), or not."
+        ),
+    ),
+    "instruction": (
+        Optional[str],
+        typer.Option(None, "--instruction", help="Late instruction: qa (default) | ie | custom text."),
+    ),
+    "order": (Optional[str], typer.Option(None, "--order", help=f"Passage order in the prompt: {' | '.join(ORDERS)}.")),
+    "focus_hint": (
+        Optional[str],
+        typer.Option(None, "--focus-hint", help="The answer hint of --method focus (default 'The answer is')."),
+    ),
+    "max_sentence_words": (
+        Optional[int],
+        typer.Option(
+            None, "--max-sentence-words", min=1, help=f"Longer sentences are split (default {DEFAULT_MAX_WORDS} words)."
+        ),
+    ),
+    "max_prompt_tokens": (
+        Optional[int],
+        typer.Option(
+            None,
+            "--max-prompt-tokens",
+            min=1,
+            help="Tokens per prompt; a longer context is pruned in chunks (default: the model's context - 64).",
+        ),
+    ),
+    "attention": (
+        Optional[str],
+        typer.Option(None, "--attention", help="full (one causal prompt) | block (each passage encoded on its own)."),
+    ),
+    "block_positions": (
+        Optional[str],
+        typer.Option(None, "--block-positions", help="Block attention's positions: rotated | shared | sequential."),
+    ),
+    "state_cache_mb": (
+        Optional[int],
+        typer.Option(None, "--state-cache-mb", min=0, help="Memory for block attention's passage states, MB (256)."),
+    ),
+    "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),
+    "dtype": (Optional[str], typer.Option(None, "--dtype", help=DTYPE_HELP)),
+}
+
+
+def build_prune_config(**given: Any) -> PruneConfig:
+    """The pruner's configuration with every option the user gave (not None); a value it refuses
+    is an option error (exit 2), named before the model loads."""
+    overrides = {k: v for k, v in given.items() if v is not None}
+    method = overrides.get("method", "query")
+    if method not in PRUNE_METHODS:
+        raise typer.BadParameter(f"--method {method!r} is not one of {', '.join(PRUNE_METHODS)}")
+    for flag, name in (("--heads", "heads"), ("--length-norm", "length_norm")):
+        if method == "probe" and name in overrides:  # the probe fixes both
+            raise typer.BadParameter(
+                f"--method probe scores sentences with the heads and length normalisation its probe was trained "
+                f"with, so {flag} {overrides[name]!r} would be ignored; drop {flag} or use --method query|focus"
+            )
+    _check_heads(overrides.get("heads"), model=overrides.get("model"))
+    try:
+        return PruneConfig(**overrides)
+    except InputError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+def prune_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a Typer command the pruning options; it receives ``prune_config``."""
+    sig = inspect.signature(func)
+    own = [p for p in sig.parameters.values() if p.name != "prune_config"]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+        for name, (annotation, option) in _OPTIONS.items()
+    ]
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        kwargs["prune_config"] = build_prune_config(**{name: kwargs.pop(name) for name in _OPTIONS})
+        return func(*args, **kwargs)
+
+    command.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
+    return command
