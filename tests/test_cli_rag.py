@@ -170,3 +170,32 @@ def test_serve_builds_its_pruner_as_ask_does(tmp_path, monkeypatch):
     assert (prune.attention, prune.state_cache_mb, prune.block_positions) == ("block", 32, "rotated")
     assert (prune.model, prune.dtype, prune.heads) == (rerank.model, rerank.dtype, "all")
     assert plain.attention == "full" and plain.heads == "0-1"  # a preset's block attention is the reranker's
+
+
+def test_registry_lookups_fail_before_any_model_or_index_loads(home, tmp_path, monkeypatch, built_retriever):
+    """--scorer learned (rerank, search, ask), an 'auto' head set (prune, ask --prune-heads) and
+    prune's --method probe with nothing registered were named only after the model had loaded
+    (and, for search, after searching)."""
+    from attnrank.llm import models
+
+    model = str(save_tiny(tmp_path / "model", layers=2))
+    built_retriever.save(tmp_path / "ix")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "a", "text": "Vitamin D is made in the skin."}\n')
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    ix = ["--index-dir", str(tmp_path / "ix")]
+    cases = [
+        (["search", "vitamin D?", *ix, "--rerank", "5", "--scorer", "learned"], "learned head weights"),
+        (["ask", "vitamin D?", *ix, "--scorer", "learned"], "learned head weights"),
+        (["ask", "vitamin D?", *ix, "--prune-heads", "auto"], "no head set is registered"),
+        (
+            ["prune", "vitamin D?", "--corpus", str(corpus), "--budget-tokens", "5", "--heads", "auto"],
+            "no head set is registered",
+        ),
+        (["prune", "vitamin D?", "--corpus", str(corpus), "--budget-tokens", "5", "--method", "probe"], "probe"),
+    ]
+    for args, message in cases:
+        r = runner.invoke(app, [*args, "--model", model, "-q"])
+        assert r.exit_code == 1 and message in cli_text(r), (args, cli_text(r))
+    assert loads == []

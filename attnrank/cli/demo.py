@@ -9,7 +9,7 @@ import typer
 
 from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, _positive, _print_results, _setup, app
-from .options import check_k_within_depth, refuse_when_off, rerank_options
+from .options import check_k_within_depth, check_registry_lookups, refuse_when_off, rerank_options
 
 
 @app.command()
@@ -48,6 +48,8 @@ def demo(
         raise typer.BadParameter(
             f"--answers {answers}: the demo has {len(questions)} questions; give 0 to {len(questions)}"
         )
+    if not no_rerank:  # what the reranker reads from the head registry, before indexing and loading it
+        check_registry_lookups(rerank_config)
     target = index_root() / "demo"
     docs, _ = load_corpus(demo_corpus_path())
     _check_demo_folder(target, corpus_checksum(docs))

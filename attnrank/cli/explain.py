@@ -36,6 +36,8 @@ def explain(
     from ..explain.render import write_html, write_png
     from ..index.retriever import HybridRetriever
     from ..rerank.attention import AttentionReranker
+    from ..rerank.config import RerankConfig
+    from ..rerank.resolve import check_lookups
 
     _setup(quiet, verbose)
     if k < 1:
@@ -48,11 +50,13 @@ def explain(
         require("matplotlib", "plot", "explain --png")
     _check_folder(output, png)
     _check_heads(heads, model=model)
-    retriever = HybridRetriever.load(_index_path(name, index_dir))
-    first = retriever.search(query, k)
     # attention evidence: a preset that computes it (block attention; its weights' heads unless given)
     given: dict[str, Any] = {"heads": heads} if heads else {}
-    reranker = AttentionReranker(model, config="fused", **given)
+    config = RerankConfig.preset("fused", model=model, **given)
+    check_lookups(config)  # the fused weights and heads, before the index and the model load
+    retriever = HybridRetriever.load(_index_path(name, index_dir))
+    first = retriever.search(query, k)
+    reranker = AttentionReranker(config=config)
     res = reranker.rank(query, first, return_evidence=True)
     explanations = explain_results(reranker, res)
     page = write_html(output / "explain.html", query, explanations, model=reranker.llm.model_id)

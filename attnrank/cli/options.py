@@ -217,6 +217,15 @@ def refuse_unread_block_options(given: Iterable[str], read: bool) -> None:
         )
 
 
+def check_registry_lookups(config: RerankConfig) -> None:
+    """What a reranker of ``config`` reads from the head registry (learned or fused weights, an
+    ``auto`` head set), looked up by the model's id and fingerprint before anything loads: a
+    missing one is named now, not after the index and the model have loaded."""
+    from ..rerank.resolve import check_lookups  # (torch: only for commands that rerank)
+
+    check_lookups(config)
+
+
 def refuse_without_rerank(given: Iterable[str]) -> None:
     """``search``/``batch``: reranking options ``given`` while ``--rerank`` is 0 would be ignored."""
     names = sorted(given)

@@ -8,12 +8,14 @@ from typing import Optional
 import typer
 
 from ..config import DEFAULT_BUDGET_TOKENS
+from ..errors import InputError
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from . import Quiet, SkipInvalid, Verbose, Verify, _check_heads, _load_index, _positive, _read_corpus, _setup, app
 from .options import (
     SHARED_WITH_PRUNING,
     check_k_within_depth,
+    check_registry_lookups,
     pruning_config,
     refuse_unread_block_options,
     refuse_when_off,
@@ -129,10 +131,13 @@ def prune(
         raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
     if (corpus is None) == (name is None and index_dir is None):
         raise typer.BadParameter("give either --corpus PATH or --index NAME / --index-dir DIR")
+    _pruner_lookups(prune_config)  # before the corpus or index loads, and the model
     if corpus is not None:
         docs = _read_corpus(corpus, skip_invalid)
     else:
         docs = _load_index(name, index_dir, verify).search(query, k).documents()
+    if not docs:  # (the pruner says so too, but after loading the model)
+        raise InputError(f"the index found nothing for {query!r}: no passages to prune; try other words")
     from ..prune.pruner import ContextPruner  # heavy (torch): only once the input is known good
 
     pruner = ContextPruner(config=prune_config)
@@ -204,7 +209,11 @@ def ask(
         if no_prune:
             refuse_when_off("--no-rerank --no-prune", "both attention stages", sorted({"--attention"} & rerank_given))
         refuse_unread_block_options(rerank_given, not no_prune and prune_cfg.attention == "block")
-    profile = _registered_before_loading(rerank_config.model, generator_model, reorder, k, method, no_prune)
+    profile = _registered_profile(rerank_config.model, generator_model, reorder, k)
+    if not no_prune:
+        _pruner_lookups(prune_cfg)
+    if not no_rerank:
+        check_registry_lookups(cfg)
     retriever = _load_index(name, index_dir, verify)
     from ..pipeline import Pipeline  # heavy (torch): only once the input is known good
 
@@ -236,11 +245,10 @@ def ask(
     typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in res.timings.items()))
 
 
-def _registered_before_loading(model, generator_model, reorder: bool, k: int, method: str, no_prune: bool):
-    """What ``ask`` reads from the head registry, read before any model loads (by the models' ids
-    and fingerprints): the generator model's slot profile for ``--reorder`` (returned; None
-    without it) and the sentence probe of ``--method probe``; a missing one is named now, not
-    after the model has loaded."""
+def _registered_profile(model, generator_model, reorder: bool, k: int):
+    """The generator model's slot profile for ``ask --reorder`` (None without it), read from the
+    head registry by the model's id and fingerprint before any model loads: a missing one is named
+    now, not after the model has loaded."""
     from ..llm.models import unloaded_model
 
     profile = None
@@ -248,8 +256,26 @@ def _registered_before_loading(model, generator_model, reorder: bool, k: int, me
         from ..rerank.position import load_profile
 
         profile = load_profile("auto", *unloaded_model(generator_model or model), n_slots=k)
-    if method == "probe" and not no_prune:
-        from ..prune.probe import SentenceProbe
-
-        SentenceProbe.load(*unloaded_model(model))
     return profile
+
+
+def _pruner_lookups(config: PruneConfig) -> None:
+    """What a pruner of ``config`` reads from the head registry (its sentence probe, an ``auto``
+    head set), looked up by the model's id and fingerprint before anything loads; a model whose
+    config cannot be read here is left to the load."""
+    from ..errors import ModelError
+    from ..llm.models import unloaded_model
+    from ..prune.probe import SentenceProbe
+    from ..registry import resolve_heads
+    from ..rerank.resolve import ModelRef
+
+    try:
+        model_id, fingerprint = unloaded_model(config.model)
+    except ModelError:
+        return
+    if config.method == "probe":
+        SentenceProbe.load(model_id, fingerprint)
+        return
+    spec = config.heads.strip().lower() if isinstance(config.heads, str) else ""
+    if spec == "auto" or spec.startswith("auto:"):  # ("auto-or-all" falls back to every head)
+        resolve_heads(config.heads, ModelRef(model_id, fingerprint))

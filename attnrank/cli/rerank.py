@@ -22,7 +22,7 @@ from . import (
     _setup,
     app,
 )
-from .options import rerank_options
+from .options import check_registry_lookups, rerank_options
 
 
 @app.command()
@@ -59,6 +59,7 @@ def rerank(
     else:
         docs = {d.id: d for d in _load_index(name, index_dir, verify).docs}
     _check_run(first, qs, docs, queries)  # every query and document, before the model loads
+    check_registry_lookups(rerank_config)  # what it reads from the head registry, too
     from ..rerank.attention import AttentionReranker
 
     reranker = AttentionReranker(config=rerank_config)

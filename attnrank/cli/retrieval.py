@@ -27,7 +27,7 @@ from . import (
     _setup,
     app,
 )
-from .options import refuse_without_rerank, rerank_options
+from .options import check_registry_lookups, refuse_without_rerank, rerank_options
 from .states import PASSAGE_STATES, STATES_MODEL, STATES_PRESET, STATES_WORDS, check_storage, state_writer
 
 logger = logging.getLogger(__name__)
@@ -169,6 +169,8 @@ def search(
             "a TREC run cannot hold it: rename the document (for a folder corpus, its file) and index again, "
             "or search without -o",
         )
+    if rerank > 0:  # what the reranker reads from the head registry: before searching and loading it
+        check_registry_lookups(rerank_config)
     results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
     if rerank > 0:
         from ..llm.statestore import StoreSetupError
