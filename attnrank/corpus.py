@@ -100,8 +100,24 @@ def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problem
         problem(where, f"duplicate document id {doc.id!r}", "document ids must be unique")
     elif not doc.text.strip() and not doc.title.strip():
         problem(where, f"document {doc.id!r} has empty text")
+    elif not _encodable(doc.id, doc.title, doc.text):  # (else found after the BM25 build, by the embedder)
+        problem(
+            where,
+            f"document {doc.id!r} holds a lone surrogate (a \\ud800-style JSON escape)",
+            "fix or re-encode it as UTF-8",
+        )
     else:
         docs[doc.id] = doc
+
+
+def _encodable(*texts: str) -> bool:
+    """Whether every text is valid Unicode (no lone surrogate, which UTF-8 cannot hold)."""
+    try:
+        for t in texts:
+            t.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
@@ -342,6 +358,11 @@ def load_queries(path: str | Path) -> dict[str, str]:
             raise InputError(f"{where}: duplicate query id {qid!r}; query ids must be unique")
         if not text.strip():
             raise InputError(f"{where}: query {qid!r} is empty")
+        if not _encodable(qid, text):
+            raise InputError(
+                f"{where}: query {qid!r} holds a lone surrogate (a \\ud800-style JSON escape); fix or "
+                "re-encode it as UTF-8"
+            )
         queries[qid] = text.strip()
     if not queries:
         raise InputError(f"{p}: no queries found")

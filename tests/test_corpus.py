@@ -273,3 +273,18 @@ def test_a_queries_tsv_with_a_third_column_is_refused(tmp_path):
         load_queries(p)
     p.write_text("q1\twhat is covid\t\n")  # a trailing tab is not a column
     assert load_queries(p) == {"q1": "what is covid"}
+
+
+def test_a_lone_surrogate_is_refused_while_reading(tmp_path):
+    """It was read without complaint and refused only by the embedder, after the BM25 build and
+    the embedder's load (a BM25-only search ran with it)."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "a", "text": "fine"}\n{"_id": "b", "text": "x\\ud800y"}\n')
+    with pytest.raises(InputError, match=r"c\.jsonl:2: document 'b' holds a lone surrogate"):
+        load_corpus(corpus)
+    docs, report = load_corpus(corpus, skip_invalid=True)
+    assert [d.id for d in docs] == ["a"] and len(report.skipped) == 1
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "q1", "text": "why \\udfff"}\n')
+    with pytest.raises(InputError, match=r"q\.jsonl:1: query 'q1' holds a lone surrogate"):
+        load_queries(queries)
