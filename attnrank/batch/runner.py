@@ -163,8 +163,11 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
     in_file = None
     if config.rerank and isinstance(config.heads, str) and config.heads.endswith(".json"):  # parse_heads' rule
         in_file = format_heads(parse_heads(config.heads) or [])
+    options = asdict(config)
+    if not config.rerank:  # nothing runs in it: "auto" resolved on this CPU would refuse a resume on another
+        del options["dtype"]
     return {
-        **asdict(config),
+        **options,
         # The preset the reranker resolves to, not just the one asked for: with none asked for, the
         # default changed (fused -> signals, 2026-12-02), so a checkpoint that lacks this key was
         # reranked by another scorer and is refused, never resumed with rows of the new one.

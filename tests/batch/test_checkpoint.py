@@ -435,6 +435,17 @@ def test_auto_precision_is_decided_once_by_the_driver_and_resumed_only_alike(fak
     assert fake_ray["calls"] == 1  # asked for explicitly, the same precision resumes
 
 
+def test_a_run_without_reranking_resumes_on_a_cpu_of_another_precision(fake_ray, tmp_path, index, monkeypatch):
+    """Its dtype, resolved on the CPU though nothing reranks, refused the resume elsewhere."""
+    config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "bfloat16")
+    run_batch({"q1": "apple"}, config, output=out, progress=False, checkpoint=tmp_path / "parts")
+    assert "dtype" not in json.loads((tmp_path / "parts" / "settings.json").read_text())
+    monkeypatch.setenv("ATTNRANK_CPU_DTYPE", "float32")  # another machine
+    run_batch({"q1": "apple"}, config, output=out, progress=False, checkpoint=tmp_path / "parts")
+    assert out.read_text().startswith("q1 Q0 ")
+
+
 def test_ids_a_run_cannot_hold_and_a_checkpoint_at_an_output_are_refused_before_any_work(fake_ray, tmp_path, index):
     config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
     with pytest.raises(InputError, match="query id 'q 1' is empty or holds whitespace"):
