@@ -24,12 +24,14 @@ def file_sha256(path: str | Path) -> str:
 
 
 @contextmanager
-def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
+def atomic_path(path: str | Path, *, fsync: bool = True, guard: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """A temporary sibling of ``path`` to write (``.NAME.tmp-PID-HEX``); once the block ends
     without an error it is fsynced (``fsync``, the folder too after the rename) and renamed over
     ``path``, else removed. Creates the parent folder. A file it replaces keeps its permission bits
     (a shared run file stays group-readable; a private one stays private); a symbolic link is
-    written through (its target is replaced, the link kept)."""
+    written through (its target is replaced, the link kept). ``guard(path)``, called just before
+    the rename, may raise to keep what is there (:func:`replace_guard`: a file that appeared while
+    a long run wrote, which attnrank did not write)."""
     path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -40,6 +42,8 @@ def atomic_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
         if fsync:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
+        if guard is not None:
+            guard(path)
         os.replace(tmp, path)
         if fsync:  # the rename itself: without it a power loss can bring the old file back
             fsync_folder(path.parent)
@@ -110,6 +114,12 @@ def refuse_replacing(path: str | Path, ours: Callable[[Path], bool], what: str, 
             f"{option} {path} exists and is not {what} attnrank wrote; refusing to replace it; "
             "choose another path or move the file away"
         )
+
+
+def replace_guard(ours: Callable[[Path], bool], what: str, option: str) -> Callable[[Path], None]:
+    """An :func:`atomic_path` guard: :func:`refuse_replacing` again at the end of the write. An
+    output is checked before a run starts; hours later something else may be at its path."""
+    return lambda path: refuse_replacing(path, ours, what, option)
 
 
 def is_attnrank_run(path: Path) -> bool:

@@ -79,3 +79,20 @@ def test_a_file_of_blank_lines_is_not_a_run_attnrank_wrote(tmp_path):
     assert not is_attnrank_run(blank)
     blank.write_text("q1 Q0 d1 1 2.5 attnrank-bm25\n\n")
     assert is_attnrank_run(blank)
+
+
+def test_a_guard_keeps_a_file_that_appeared_during_the_write(tmp_path):
+    """Outputs were checked only before a long run; whatever was at the path at its end was replaced."""
+    from attnrank.errors import InputError
+    from attnrank.files import atomic_path, is_attnrank_run, replace_guard
+
+    path = tmp_path / "run.trec"
+    guard = replace_guard(is_attnrank_run, "a TREC run", "-o")
+    with atomic_path(path, guard=guard) as tmp:
+        tmp.write_text("q1 Q0 d1 1 1.0 attnrank\n")
+    assert path.read_text() == "q1 Q0 d1 1 1.0 attnrank\n"  # new, or attnrank's own: written
+    with pytest.raises(InputError, match="-o .*run.trec exists and is not a TREC run attnrank wrote"):
+        with atomic_path(path, guard=guard) as tmp:
+            tmp.write_text("q1 Q0 d2 1 1.0 attnrank\n")
+            path.write_text("the user's notes\n")  # appears while the run writes
+    assert path.read_text() == "the user's notes\n" and [p.name for p in tmp_path.iterdir()] == ["run.trec"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..files import BATCH_PARQUET_MARK, atomic_path
+from ..files import BATCH_PARQUET_MARK, atomic_path, is_attnrank_run, is_batch_parquet, replace_guard
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +122,9 @@ class CheckpointSink:
                 "rerun the same command to resume"
             )
         if trec is not None:
-            write_run({q: dict(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}, trec, tag=tag)
+            # checked again now: the run began hours ago, and only a file attnrank wrote is replaced
+            guard = replace_guard(is_attnrank_run, "a TREC run", "-o")
+            write_run({q: dict(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}, trec, tag=tag, guard=guard)
         if parquet is not None:
             _write_parquet([rows[q] for q in qids], Path(parquet))
         return {"rows": len(qids), "duplicates_dropped": self.duplicates}
@@ -132,7 +134,7 @@ def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
     """``rows`` as one Parquet file at ``path``, atomically (temporary file, fsync, rename)."""
     import pyarrow.parquet as pq
 
-    with atomic_path(path) as tmp:
+    with atomic_path(path, guard=replace_guard(is_batch_parquet, "a batch Parquet file", "--parquet")) as tmp:
         pq.write_table(batch_table(rows), tmp)
 
 

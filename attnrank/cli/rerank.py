@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import AttnrankError
+from ..files import is_attnrank_run, replace_guard
 from ..rerank.config import RerankConfig
 from . import (
     Quiet,
@@ -80,7 +81,10 @@ def rerank(
             qid,
         )
         out.append(_rerank_head(reranker, res, depth))
-    write_run(out, output, tag=f"attnrank-{rerank_config.name}")  # the run's tag names the preset that ranked it
+    guard = replace_guard(is_attnrank_run, "a TREC run", "-o")  # again: it was checked before the reranking
+    write_run(
+        out, output, tag=f"attnrank-{rerank_config.name}", guard=guard
+    )  # the run's tag names the preset that ranked it
     deepest = max((min(depth, len(r)) for r in first.values()), default=0)
     typer.echo(f"reranked up to the top {deepest} of each of {len(out)} queries into {output}")
 

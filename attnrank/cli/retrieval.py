@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import AttnrankError
+from ..files import is_attnrank_run, replace_guard
 from ..rerank.config import RerankConfig
 from . import (
     OldName,
@@ -197,7 +198,8 @@ def search(
         results = [_rerank_head(reranker, res, rerank).top_k(k) for res in todo]
     if output is not None:
         # the run's tag says what ranked it: the reranking preset (as `attnrank rerank` writes), else the first stage
-        write_run(results, output, tag=f"attnrank-{rerank_config.name}" if rerank else f"attnrank-{mode or r.mode}")
+        tag = f"attnrank-{rerank_config.name}" if rerank else f"attnrank-{mode or r.mode}"
+        write_run(results, output, tag=tag, guard=replace_guard(is_attnrank_run, "a TREC run", "-o"))
         typer.echo(f"wrote {sum(len(x) for x in results)} results for {len(results)} queries to {output}")
     elif query is not None:
         _print_results(results[0])

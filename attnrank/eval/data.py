@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from ..config import fault_point
@@ -167,18 +167,22 @@ def _check_run(run: Mapping[str, Mapping[str, float]]) -> None:
 
 
 def write_run(
-    run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults], path: str | Path, tag: str = "attnrank"
+    run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults],
+    path: str | Path,
+    tag: str = "attnrank",
+    guard: Callable[[Path], None] | None = None,
 ) -> None:
     """Write a TREC run file atomically, ranked in :func:`trec_order` (ties by doc id descending,
     as trec_eval ranks them whatever the rank column says). Scores have
     6 decimals, or, in a query where that would tie two different scores, their full value: trec_eval
-    re-ranks tied scores by doc id, so rounding would change the ranking it evaluates."""
+    re-ranks tied scores by doc id, so rounding would change the ranking it evaluates. ``guard``:
+    called on the path just before it is replaced (:func:`attnrank.files.atomic_path`)."""
     if not isinstance(run, Mapping):
         run = results_to_run(run)
     _check_run(run)
     p = Path(path)
     check_file_target(p, "the run file")
-    with atomic_path(p) as tmp, open(tmp, "w", encoding="utf-8") as f:
+    with atomic_path(p, guard=guard) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for qid, docs in run.items():
             ranked = trec_order(docs)
             text = [f"{score:.6f}" for _, score in ranked]

@@ -525,3 +525,21 @@ def test_a_users_parquet_with_the_batch_columns_is_not_replaced(fake_ray, tmp_pa
     with pytest.raises(InputError, match="exists and is not a batch Parquet file attnrank wrote"):
         run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm25"), parquet=theirs, progress=False)
     assert pq.read_table(theirs).column("qid").to_pylist() == ["q9"]
+
+
+def test_outputs_that_appeared_during_the_run_are_not_replaced(fake_ray, tmp_path, index):
+    """-o and --parquet were checked before the run; at its end whatever was there was replaced."""
+    config, out, parquet = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec", tmp_path / "rows.parquet"
+
+    def writes(path, text):
+        return lambda done, total: path.write_text(text)
+
+    with pytest.raises(InputError, match="-o .*run.trec exists and is not a TREC run attnrank wrote"):
+        run_batch({"q1": "apple"}, config, output=out, progress=False, on_commit=writes(out, "notes\n"))
+    assert out.read_text() == "notes\n"
+    with pytest.raises(InputError, match="--parquet .*rows.parquet exists and is not a batch Parquet file"):
+        run_batch(
+            {"q1": "apple"}, config, parquet=parquet, checkpoint=tmp_path / "p", progress=False,
+            on_commit=writes(parquet, "not parquet\n"),
+        )  # fmt: skip
+    assert parquet.read_text() == "not parquet\n"
