@@ -91,8 +91,8 @@ def test_a_guard_keeps_a_file_that_appeared_during_the_write(tmp_path):
     with atomic_path(path, guard=guard) as tmp:
         tmp.write_text("q1 Q0 d1 1 1.0 attnrank\n")
     assert path.read_text() == "q1 Q0 d1 1 1.0 attnrank\n"  # new, or attnrank's own: written
-    with pytest.raises(InputError, match="-o .*run.trec exists and is not a TREC run attnrank wrote"):
-        with atomic_path(path, guard=guard) as tmp:
-            tmp.write_text("q1 Q0 d2 1 1.0 attnrank\n")
-            path.write_text("the user's notes\n")  # appears while the run writes
+    refused = pytest.raises(InputError, match="-o .*run.trec exists and is not a TREC run attnrank wrote")
+    with refused, atomic_path(path, guard=guard) as tmp:
+        tmp.write_text("q1 Q0 d2 1 1.0 attnrank\n")
+        path.write_text("the user's notes\n")  # appears while the run writes
     assert path.read_text() == "the user's notes\n" and [p.name for p in tmp_path.iterdir()] == ["run.trec"]
