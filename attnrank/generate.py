@@ -64,7 +64,7 @@ class Generator:
     def __init__(
         self, model: str | LLM | None = None, max_new_tokens: int = 64, *, dtype: str = "auto", device: str = "cpu"
     ):
-        _check_max_new(max_new_tokens)
+        check_max_new_tokens(max_new_tokens)
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
         self.max_new_tokens = max_new_tokens
 
@@ -89,7 +89,7 @@ class Generator:
         ``stream``: called with each decoded text piece while generating.
         """
         n_new = self.max_new_tokens if max_new_tokens is None else max_new_tokens
-        _check_max_new(n_new)
+        check_max_new_tokens(n_new)
         tok = self.llm.tokenizer
         ids = encode_text(tok, self.prompt(question, context_docs))
         if len(ids) + n_new > self.llm.context_length:
@@ -150,6 +150,6 @@ class Generator:
         )
 
 
-def _check_max_new(n: int) -> None:
+def check_max_new_tokens(n: int) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise InputError(f"max_new_tokens={n!r} must be an integer >= 1 (tokens generated at most), e.g. 64")

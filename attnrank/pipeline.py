@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from .config import DEFAULT_BUDGET_TOKENS
 from .errors import InputError
-from .generate import Answer, Generator, StreamCallback
+from .generate import Answer, Generator, StreamCallback, check_max_new_tokens
 from .index.retriever import HybridRetriever
 from .llm.models import LLM, load_llm, unloaded_model
 from .prune.config import PruneConfig
@@ -104,18 +104,7 @@ class Pipeline:
         neighbours: int = 0,
         reorder: SlotProfile | bool = False,
     ):
-        for name, value in (("depth", depth), ("top_k", top_k)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InputError(f"{name}={value!r} must be an integer >= 1")
-        if top_k > depth:
-            raise InputError(
-                f"top_k={top_k} exceeds depth={depth}; the reranker can only keep passages the "
-                "first stage found: lower top_k or raise depth"
-            )
-        if pruner is not None:  # found here, not by run() after the retrieval and the reranking
-            if budget_tokens is not None:  # (None: every run() gives its budget)
-                check_budget(budget_tokens, None)
-            check_neighbours(neighbours)
+        _check_counts(depth, top_k, budget_tokens, neighbours, pruner is not None)
         self.retriever, self.reranker, self.pruner, self.generator = retriever, reranker, pruner, generator
         self.depth, self.top_k = depth, top_k
         self.budget_tokens, self.neighbours = budget_tokens, neighbours
@@ -162,6 +151,13 @@ class Pipeline:
             model = os.fspath(model)
         llm = model if isinstance(model, LLM) else None
         _check_shared_model(model, dtype, device, rerank, prune)
+        # the constructor's checks, before the model loads and every stage is built
+        counts = {k: kw.get(k, v) for k, v in (("depth", 20), ("top_k", 5), ("neighbours", 0))}
+        _check_counts(
+            **counts, budget_tokens=kw.get("budget_tokens", DEFAULT_BUDGET_TOKENS), pruning=prune is not False
+        )
+        if generate:
+            check_max_new_tokens(max_new_tokens)
         if generator_model is not None and not generate:
             raise InputError("generator_model is given but generate=False; drop one of them")
         if isinstance(generator_model, (str, os.PathLike)):
@@ -272,6 +268,24 @@ class Pipeline:
 
 def _no_checkpoint(stage: str) -> None:
     """:meth:`Pipeline.run`'s default checkpoint: nothing stops the run."""
+
+
+def _check_counts(depth: Any, top_k: Any, budget_tokens: Any, neighbours: Any, pruning: bool) -> None:
+    """The pipeline's counts: ``depth`` and ``top_k`` integers >= 1, ``top_k <= depth``; with a
+    pruner, its budget (None: every run gives one) and ``neighbours`` (found here, not by run()
+    after the retrieval and the reranking)."""
+    for name, value in (("depth", depth), ("top_k", top_k)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{name}={value!r} must be an integer >= 1")
+    if top_k > depth:
+        raise InputError(
+            f"top_k={top_k} exceeds depth={depth}; the reranker can only keep passages the "
+            "first stage found: lower top_k or raise depth"
+        )
+    if pruning:
+        if budget_tokens is not None:
+            check_budget(budget_tokens, None)
+        check_neighbours(neighbours)
 
 
 def _check_shared_model(model: str | LLM | None, dtype: str, device: str, *configs: Any) -> None:

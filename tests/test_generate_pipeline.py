@@ -383,3 +383,26 @@ def test_from_model_loads_the_shared_model_only_for_a_stage_that_runs_it(built_r
     with pytest.raises(ModelError, match="no such local model folder"):
         Pipeline.from_model(built_retriever, str(tiny_dir), generator_model="/no/such/generator")
     assert loads == []
+
+
+def test_from_model_checks_its_counts_before_the_model_loads(tmp_path, monkeypatch, built_retriever):
+    """top_k over depth, a budget of 0, neighbours -1 and max_new_tokens 0 were found by the
+    constructor or the generator, after the model had loaded and every stage was built."""
+    from _tiny import save_tiny
+
+    from attnrank.llm import models
+    from attnrank.pipeline import Pipeline
+
+    model = str(save_tiny(tmp_path / "model", layers=2))
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    cases = [
+        (dict(top_k=30), "top_k=30 exceeds depth=20"),
+        (dict(budget_tokens=0), "budget_tokens=0 must be"),
+        (dict(neighbours=-1), "neighbours=-1 must be"),
+        (dict(max_new_tokens=0), "max_new_tokens=0 must be"),
+    ]
+    for kw, message in cases:
+        with pytest.raises(InputError, match=message):
+            Pipeline.from_model(built_retriever, model, **kw)
+    assert loads == []
