@@ -7,7 +7,9 @@ from typing import Any
 
 import typer
 
+from ..errors import InputError
 from . import Quiet, Verbose, _check_heads, _index_path, _setup, app
+from .options import Dtype
 
 
 @app.command()
@@ -24,6 +26,8 @@ def explain(
     ),
     output: Path = typer.Option(Path("explain"), "--output", "-o", help="Folder for explain.html and explain.png."),
     png: bool = typer.Option(True, "--png/--no-png", help="Also write the PNG (needs the 'plot' extra)."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N | auto."),
+    dtype: str = Dtype,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
 ) -> None:
@@ -52,7 +56,10 @@ def explain(
     _check_heads(heads, model=model)
     # attention evidence: a preset that computes it (block attention; its weights' heads unless given)
     given: dict[str, Any] = {"heads": heads} if heads else {}
-    config = RerankConfig.preset("fused", model=model, **given)
+    try:
+        config = RerankConfig.preset("fused", model=model, device=device, dtype=dtype, **given)
+    except InputError as refused:  # an option value it refuses (a dtype, a device): an option error
+        raise typer.BadParameter(str(refused)) from None
     check_lookups(config)  # the fused weights and heads, before the index and the model load
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     first = retriever.search(query, k)

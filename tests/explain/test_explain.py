@@ -108,6 +108,8 @@ def test_cli_explain(tmp_path, built_retriever):
             str(model),
             "--output",
             str(out),
+            "--dtype",
+            "float32",
             "-q",
         ],
     )
@@ -116,6 +118,8 @@ def test_cli_explain(tmp_path, built_retriever):
     assert "vitamin D and fractures" in (out / "explain.html").read_text()
     r = CliRunner().invoke(app, ["explain", "q", "--index-dir", str(index), "-k", "0"])
     assert r.exit_code != 0 and "-k 0 must be at least 1" in r.output
+    r = CliRunner().invoke(app, ["explain", "q", "--index-dir", str(index), "--dtype", "float64", "--no-png"])
+    assert r.exit_code == 2 and "float64" in r.output  # explain had no --device/--dtype: it always ran on CPU
 
 
 def _chromium() -> str | None:
