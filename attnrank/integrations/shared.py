@@ -28,8 +28,9 @@ from ..rerank.config import RerankConfig, check_fields
 from ..rerank.reweight import Reweighting
 from ..types import Document, ScoredDocument
 
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # guards the two dicts below, never held while anything is built
 _CACHE: dict[tuple[str, str], Any] = {}
+_BUILDING: dict[tuple[str, str], threading.Lock] = {}
 
 
 def _key(kind: str, kwargs: Mapping[str, Any]) -> tuple[str, str]:
@@ -83,11 +84,26 @@ def _settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
 
 
 def _cached(kind: str, kwargs: Mapping[str, Any], build):
+    """The object built for ``kwargs``, built once per configuration even when adapters are
+    created concurrently. Why a lock per configuration: a build loads a model or an index
+    (minutes), and one lock for all held other configurations' builds and lookups that long."""
     key = _key(kind, kwargs)
-    with _LOCK:  # one build per configuration even when adapters are created concurrently
-        if key not in _CACHE:
-            _CACHE[key] = build()
-        return _CACHE[key]
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        building = _BUILDING.setdefault(key, threading.Lock())
+    with building:
+        with _LOCK:
+            if key in _CACHE:  # built by the thread this one waited for
+                return _CACHE[key]
+        try:
+            built = build()
+            with _LOCK:
+                _CACHE[key] = built
+        finally:
+            with _LOCK:
+                _BUILDING.pop(key, None)
+        return built
 
 
 def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
@@ -271,6 +287,7 @@ def score_fields(d: ScoredDocument) -> dict[str, Any]:
 
 
 _STAGE_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_STAGE_GUARD = threading.Lock()
 
 
 def model_lock(stage: Any) -> AbstractContextManager[Any]:
@@ -286,7 +303,7 @@ def model_lock(stage: Any) -> AbstractContextManager[Any]:
     model = getattr(llm, "model", None) if llm is not None else None
     if model is not None:
         return forward_lock(model)
-    with _LOCK:
+    with _STAGE_GUARD:
         lock = _STAGE_LOCKS.get(stage)
         if lock is None:
             lock = _STAGE_LOCKS[stage] = threading.Lock()

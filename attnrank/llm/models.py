@@ -16,6 +16,7 @@ import functools
 import logging
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +126,11 @@ def load_llm(model: str | os.PathLike[str] | None = None, *, dtype: str = "auto"
     """
     model_id = checked_model_id(model)
     dev = resolve_device(device)
-    return _load_cached(model_id, dtype_name(dtype, dev), str(dev))
+    with _LOAD_LOCK:  # lru_cache alone lets two threads load one model twice (two copies, two locks)
+        return _load_cached(model_id, dtype_name(dtype, dev), str(dev))
+
+
+_LOAD_LOCK = threading.Lock()
 
 
 def checked_model_id(model: str | os.PathLike[str] | None) -> str:

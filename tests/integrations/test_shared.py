@@ -48,3 +48,40 @@ def test_stage_scores_with_a_null_relevance_score_are_kept():
     meta = [{"stage_scores": {"bm25": 1.0}, "relevance_score": None}, {"stage_scores": {"bm25": 0.5}}]
     kept = keep_stages(docs, meta)
     assert [d.score for d in kept] == [0.0, 0.0] and [d.stage_scores for d in kept] == [{"bm25": 1.0}, {"bm25": 0.5}]
+
+
+def test_a_slow_build_holds_up_neither_other_builds_nor_model_free_stages():
+    """One lock for the cache was held through every build (a model load: minutes), and model-free
+    stages took the same lock for their call lock: a signals reranker serving in one thread froze
+    while another adapter loaded its model."""
+    import threading
+
+    from attnrank.integrations import shared
+
+    release, started = threading.Event(), threading.Event()
+
+    def slow():
+        started.set()
+        assert release.wait(30)
+        return "slow"
+
+    builds = []
+    worker = threading.Thread(target=lambda: builds.append(shared._cached("test", {"k": "slow"}, slow)))
+    worker.start()
+    try:
+        assert started.wait(10)
+        assert shared._cached("test", {"k": "other"}, lambda: "other") == "other"  # did not wait
+        stage = type("ModelFree", (), {"uses_llm": False})()
+        lock = model_lock(stage)
+        assert lock.acquire(timeout=2)
+        lock.release()
+        waiter = []
+        twin = threading.Thread(target=lambda: waiter.append(shared._cached("test", {"k": "slow"}, lambda: "again")))
+        twin.start()  # the same configuration waits for the build under way, and shares its object
+        release.set()
+        worker.join(10)
+        twin.join(10)
+        assert builds == ["slow"] and waiter == ["slow"]
+    finally:
+        release.set()
+        shared.clear_shared()
