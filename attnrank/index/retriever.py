@@ -19,14 +19,13 @@ from . import hybrid
 from .bm25 import BM25Index, BM25Params
 from .dense import DenseIndex, check_index_type, recorded_probe
 from .embed_export import check_backend
-from .store import atomic_dir, corpus_checksum, manifest_tag, read_docs, read_manifest, write_docs, write_manifest
+from .store import atomic_dir, corpus_checksum, load_unchanged, read_docs, read_manifest, write_docs, write_manifest
 from .tokenize import check_names, resolve_config
 
 logger = logging.getLogger(__name__)
 
 MODES = ("bm25", "dense", "hybrid")
 FUSIONS = ("rrf", "convex")
-LOAD_ATTEMPTS = 40  # loads restarted because a save swapped the folder meanwhile (about 15 s in all)
 INDEX_FILES = (
     "docs.jsonl",
     "bm25/data.npy",
@@ -326,21 +325,8 @@ class HybridRetriever:
         gets the old or the new index, never a mix.
         """
         path = Path(path)
-        for attempt in range(LOAD_ATTEMPTS):
-            if attempt:
-                time.sleep(min(0.02 * attempt, 0.5))  # let a writer that swaps repeatedly finish
-            tag = manifest_tag(path)
-            try:
-                self = cls._load_once(path, mmap=mmap, verify=verify, device=device, embed_backend=embed_backend)
-            except IndexFormatError:
-                if tag is not None and manifest_tag(path) not in (tag, None):
-                    continue  # swapped while we read it: read the new one
-                raise
-            if manifest_tag(path) == tag:
-                return self
-        raise IndexFormatError(
-            f"{path} kept changing while it was loaded (another process is rebuilding it "
-            "repeatedly); try again when the build is done"
+        return load_unchanged(
+            path, lambda: cls._load_once(path, mmap=mmap, verify=verify, device=device, embed_backend=embed_backend)
         )
 
     @classmethod

@@ -23,17 +23,20 @@ import json
 import logging
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config import fault_point
 from ..errors import IndexFormatError
 from ..files import file_sha256, fsync_folder, fsync_tree
 from ..types import Document
 from .folders import SHARDED_FORMAT, check_target, remove_stale, sibling, swap_in
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -204,6 +207,32 @@ def check_files(root: Path, files: dict[str, Any], manifest: Path, *, verify: bo
             )
         if verify and file_sha256(f) != meta["sha256"]:
             raise IndexFormatError(f"{f} fails its SHA-256 check; the index is corrupted, rebuild it")
+
+
+# Loads restarted because a save swapped the folder meanwhile (about 15 s in all).
+LOAD_ATTEMPTS = 40
+
+
+def load_unchanged(path: Path, load: Callable[[], T]) -> T:
+    """``load()`` of the index folder ``path``, restarted while a save swaps the folder under it
+    (its manifest changed between the start and the end), so that a reader gets the old or the new
+    index, never a mix; an :class:`IndexFormatError` met while the folder changed is a restart too."""
+    for attempt in range(LOAD_ATTEMPTS):
+        if attempt:
+            time.sleep(min(0.02 * attempt, 0.5))  # let a writer that swaps repeatedly finish
+        tag = manifest_tag(path)
+        try:
+            loaded = load()
+        except IndexFormatError:
+            if tag is not None and manifest_tag(path) not in (tag, None):
+                continue  # swapped while we read it: read the new one
+            raise
+        if manifest_tag(path) == tag:
+            return loaded
+    raise IndexFormatError(
+        f"{path} kept changing while it was loaded (another process is rebuilding it "
+        "repeatedly); try again when the build is done"
+    )
 
 
 def manifest_tag(root: Path) -> str | None:

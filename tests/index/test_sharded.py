@@ -368,3 +368,32 @@ def test_given_embeddings_that_are_not_the_embedders_are_refused_before_the_buil
     with pytest.raises(InputError, match=message):
         ShardedIndexer(HybridRetriever(), shards=2).build(docs, tmp_path / "idx", embeddings=change(vectors))
     assert not (tmp_path / "idx").exists()
+
+
+def test_a_rebuild_swapped_in_during_a_load_restarts_it(sharded, tmp_path, scifact_docs, built_retriever, monkeypatch):
+    """ShardedRetriever.load had no restart: a rebuild with the same shard count, sizes and ids
+    (here other BM25 settings) swapped in after the manifests were read gave a mix of the two
+    builds that passed every shard check."""
+    import shutil
+
+    from attnrank.index.sharded import retriever as sharded_retriever
+
+    copy = _copy(sharded, tmp_path)
+    other = tmp_path / "other"
+    ShardedIndexer(HybridRetriever(bm25=BM25Params(k1=0.3, b=0.2)), shards=4, block_size=7).build(
+        scifact_docs, other, embeddings=_vectors(built_retriever)
+    )
+    read, swapped = sharded_retriever.read_sharded, []
+
+    def read_then_swap(path, **kw):
+        out = read(path, **kw)
+        if not swapped:  # the rebuild lands right after this load read the manifests
+            swapped.append(True)
+            shutil.rmtree(copy)
+            shutil.copytree(other, copy)
+        return out
+
+    monkeypatch.setattr(sharded_retriever, "read_sharded", read_then_swap)
+    loaded = ShardedRetriever.load(copy)
+    assert swapped and loaded.manifest == ShardedRetriever.load(other).manifest
+    assert loaded.shard_bm25[0].params == ShardedRetriever.load(other).shard_bm25[0].params

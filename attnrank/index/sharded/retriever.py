@@ -25,7 +25,7 @@ from ..bm25 import BM25Index
 from ..dense import DenseIndex, check_positions, recorded_probe
 from ..embed import check_probe, encode, load_embedder
 from ..retriever import HybridRetriever
-from ..store import read_docs
+from ..store import load_unchanged, read_docs
 from ..tokenize import TokenizerConfig
 from .checks import check_shard
 from .layout import read_sharded, retriever_settings
@@ -116,8 +116,18 @@ class ShardedRetriever(HybridRetriever):
         embed_backend: str | None = None,
     ) -> ShardedRetriever:
         """Load a sharded index folder (arrays memory-mapped, every shard checked); ``embed_backend``
-        overrides the recorded one as in :meth:`HybridRetriever.load`."""
+        overrides the recorded one as in :meth:`HybridRetriever.load`, and a rebuild that swaps the
+        folder meanwhile restarts the load, as there (a mix of two builds' shards, same sizes and
+        ids, passed every check)."""
         path = Path(path)
+        return load_unchanged(
+            path, lambda: cls._load_once(path, mmap=mmap, verify=verify, device=device, embed_backend=embed_backend)
+        )
+
+    @classmethod
+    def _load_once(
+        cls, path: Path, *, mmap: bool, verify: bool, device: str, embed_backend: str | None
+    ) -> ShardedRetriever:
         m, shard_manifests = read_sharded(path, verify=verify)
         settings = retriever_settings(m)
         built_with = settings["embed_backend"]  # what embedded the stored vectors, whatever embeds queries
