@@ -9,7 +9,7 @@ import typer
 
 from ..errors import InputError
 from . import Quiet, Verbose, _check_heads, _index_path, _setup, app
-from .options import Dtype
+from .options import Dtype, check_registry_lookups
 
 
 @app.command()
@@ -41,7 +41,6 @@ def explain(
     from ..index.retriever import HybridRetriever
     from ..rerank.attention import AttentionReranker
     from ..rerank.config import RerankConfig
-    from ..rerank.resolve import check_lookups
 
     _setup(quiet, verbose)
     if k < 1:
@@ -60,7 +59,7 @@ def explain(
         config = RerankConfig.preset("fused", model=model, device=device, dtype=dtype, **given)
     except InputError as refused:  # an option value it refuses (a dtype, a device): an option error
         raise typer.BadParameter(str(refused)) from None
-    check_lookups(config)  # the fused weights and heads, before the index and the model load
+    check_registry_lookups(config)  # the fused weights and heads, before the index and the model load
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     first = retriever.search(query, k)
     reranker = AttentionReranker(config=config)

@@ -220,9 +220,18 @@ def refuse_unread_block_options(given: Iterable[str], read: bool) -> None:
 def check_registry_lookups(config: RerankConfig) -> None:
     """What a reranker of ``config`` reads from the head registry (learned or fused weights, an
     ``auto`` head set), looked up by the model's id and fingerprint before anything loads: a
-    missing one is named now, not after the index and the model have loaded."""
-    from ..rerank.resolve import check_lookups  # (torch: only for commands that rerank)
+    missing one is named now, not after the index and the model have loaded. A model whose config
+    cannot be read is left to the load, which names it (this process loads it: no warning)."""
+    from ..errors import ModelError
+    from ..llm.models import unloaded_model  # (torch: only for commands that rerank)
+    from ..rerank.resolve import check_lookups
 
+    if not config.uses_llm:
+        return
+    try:
+        unloaded_model(config.model)
+    except ModelError:
+        return
     check_lookups(config)
 
 
