@@ -42,12 +42,28 @@ class PromptPlanner:
     max_sentence_words: int
 
     def pack(self, query: str, docs: list[Document], sents, pieces: list[Piece]) -> list[Chunk]:
-        """Consecutive ``pieces`` packed into prompts that fit, a piece that cannot fit alone cut
-        between sentences first."""
+        """Consecutive ``pieces`` packed into the fewest prompts that fit, of about equal sentence
+        tokens (a piece that cannot fit alone cut between sentences first).
+
+        Why balanced: a prompt's attention is shared among its own context tokens, so the
+        sentences of a small prompt (filled greedily, the last one could hold one short passage)
+        get larger calibrated scores and win the one selection over all prompts."""
         units: list[Piece] = []
         for p in pieces:
             alone = self.build(query, docs, sents, [p])
             units += [p] if alone.length <= self.max_prompt_tokens else self.split(query, docs, sents, p)
+        greedy = self.fill(query, docs, sents, units)
+        if len(greedy) < 2:
+            return greedy
+        weights = [sum(e - s for s, e in self.build(query, docs, sents, [u]).spans[0]) for u in units]
+        for n in range(len(greedy), len(units) + 1):
+            chunks = [self.build(query, docs, sents, [units[i] for i in g]) for g in consecutive_groups(weights, n)]
+            if all(c.length <= self.max_prompt_tokens for c in chunks):
+                return chunks
+        return greedy
+
+    def fill(self, query: str, docs: list[Document], sents, units: list[Piece]) -> list[Chunk]:
+        """``units`` packed in order, each prompt filled as far as it fits (the fewest prompts)."""
         chunks: list[Chunk] = []
         cur: Chunk | None = None
         for u in units:
@@ -114,6 +130,22 @@ class PromptPlanner:
         prompt = build_block_prompts(self.tokenizer, query, texts, **self.prompt_kw)
         spans = block_sentence_spans(prompt, texts, pieces, sents)
         return Chunk(pieces, prompt, spans, len(prompt.context_ids) + len(prompt.real_suffix_ids))
+
+
+def consecutive_groups(weights: list[int], n: int) -> list[list[int]]:
+    """Indices ``0..len(weights)-1`` in at most ``n`` consecutive groups of about equal weight: a
+    group ends where the next item's middle would pass the next ``k / n`` of the total."""
+    total, acc = sum(weights), 0.0
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    for i, w in enumerate(weights):
+        if cur and len(groups) < n - 1 and acc + w / 2 > (len(groups) + 1) * total / n:
+            groups.append(cur)
+            cur = []
+        cur.append(i)
+        acc += w
+    groups.append(cur)
+    return groups
 
 
 def scored_sentences(docs: list[Document], sents: list[list[Sentence]], chunks: list[Chunk]) -> list[ScoredSentence]:

@@ -394,3 +394,28 @@ def test_cjk_passages_are_pruned_by_sentence(llm):
     for d in res.documents():
         kept = [s.text for s in res.kept if s.doc_id == d.id]
         assert d.text.replace(" ", "") == "".join(kept).replace(" ", "")
+
+
+def test_long_contexts_are_cut_into_the_fewest_balanced_chunks(llm):
+    """Chunks were filled greedily: four passages in one prompt and the last alone in another,
+    whose sentences then shared a prompt's attention among far fewer tokens and won the selection."""
+    from attnrank.prune.planning import PromptPlanner, consecutive_groups
+    from attnrank.prune.segment import segment
+    from attnrank.prune.spans import make_piece
+
+    assert consecutive_groups([5, 5, 5, 5, 5], 2) == [[0, 1, 2], [3, 4]]
+    assert consecutive_groups([9, 1, 1, 1], 2) == [[0], [1, 2, 3]]
+    assert consecutive_groups([1, 1], 5) == [[0], [1]]
+    docs = [Document(f"d{i}", " ".join(f"Fact {i}.{j} is stated here." for j in range(6)), f"T{i}") for i in range(5)]
+    sents = [segment(d.text) for d in docs]
+    pieces = [make_piece(i, s, range(len(s))) for i, s in enumerate(sents)]
+    pruner = ContextPruner(llm)
+    planner = PromptPlanner(llm.tokenizer, pruner.prompt_kw, 0, [], 64)
+    one = planner.build(QUERY, docs, sents, pieces[:1]).length
+    more = planner.build(QUERY, docs, sents, pieces[:2]).length - one  # what one more passage adds
+    planner.max_prompt_tokens = one + 3 * more + more // 2  # four passages fit, five do not
+    greedy = planner.fill(QUERY, docs, sents, pieces)
+    assert [len(c.pieces) for c in greedy] == [4, 1]
+    balanced = planner.pack(QUERY, docs, sents, pieces)
+    assert [len(c.pieces) for c in balanced] == [3, 2]
+    assert all(c.length <= planner.max_prompt_tokens for c in balanced)
