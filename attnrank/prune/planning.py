@@ -106,9 +106,14 @@ class PromptPlanner:
                 f"the query ({n} tokens) and the prompt around it take {alone.length - (e - s)} tokens of "
                 f"{where}, leaving too little for the passages; shorten the query or raise max_prompt_tokens"
             )
+        sentence = sents[piece.doc_index][piece.sent_ids[0]]
+        if sentence.given is not None:  # the caller's own sentence: max_sentence_words does not cut those
+            name, fix = f"pre-split sentence #{sentence.given}", "split it in the sentences given"
+        else:
+            name, fix = f"sentence {piece.sent_ids[0]}", f"lower max_sentence_words (now {self.max_sentence_words})"
         return InputError(
-            f"sentence {piece.sent_ids[0]} of document {docs[piece.doc_index].id!r} ({e - s} tokens) does not fit "
-            f"{where} even alone; lower max_sentence_words (now {self.max_sentence_words}) or raise max_prompt_tokens"
+            f"{name} of document {docs[piece.doc_index].id!r} ({e - s} tokens) does not fit {where} even alone; "
+            f"{fix} or raise max_prompt_tokens (at most the model's context)"
         )
 
     def fits(self, query: str, docs, sents, piece: Piece) -> bool:
