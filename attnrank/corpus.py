@@ -100,7 +100,8 @@ def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problem
         problem(where, f"duplicate document id {doc.id!r}", "document ids must be unique")
     elif not doc.text.strip() and not doc.title.strip():
         problem(where, f"document {doc.id!r} has empty text")
-    elif not _encodable(doc.id, doc.title, doc.text):  # (else found after the BM25 build, by the embedder)
+    elif not _encodable(doc.id, doc.title, doc.text, json.dumps(doc.metadata, ensure_ascii=False, default=str)):
+        # (else found after the BM25 build, by the embedder, or by the index save for metadata)
         problem(
             where,
             f"document {doc.id!r} holds a lone surrogate (a \\ud800-style JSON escape)",

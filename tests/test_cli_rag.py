@@ -173,17 +173,20 @@ def test_serve_builds_its_pruner_as_ask_does(tmp_path, monkeypatch):
 
 
 def test_registry_lookups_fail_before_any_model_or_index_loads(home, tmp_path, monkeypatch, built_retriever):
-    """--scorer learned (rerank, search, ask), an 'auto' head set (prune, ask --prune-heads) and
-    prune's --method probe with nothing registered were named only after the model had loaded
-    (and, for search, after searching)."""
+    """--scorer learned (rerank, search, ask, serve), an 'auto' head set (prune, ask --prune-heads)
+    and prune's --method probe with nothing registered were named only after the index and the
+    model had loaded (and, for search, after searching)."""
     from attnrank.llm import models
 
     model = str(save_tiny(tmp_path / "model", layers=2))
     built_retriever.save(tmp_path / "ix")
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"_id": "a", "text": "Vitamin D is made in the skin."}\n')
+    from attnrank.index.retriever import HybridRetriever
+
     loads: list[object] = []
     monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    monkeypatch.setattr(HybridRetriever, "load", classmethod(lambda cls, *a, **k: loads.append(("index", a))))
     ix = ["--index-dir", str(tmp_path / "ix")]
     cases = [
         (["search", "vitamin D?", *ix, "--rerank", "5", "--scorer", "learned"], "learned head weights"),
@@ -195,7 +198,14 @@ def test_registry_lookups_fail_before_any_model_or_index_loads(home, tmp_path, m
         ),
         (["prune", "vitamin D?", "--corpus", str(corpus), "--budget-tokens", "5", "--method", "probe"], "probe"),
     ]
+    try:
+        import uvicorn  # noqa: F401
+    except ImportError:  # (serve needs the 'serve' extra)
+        pass
+    else:
+        cases.append((["serve", *ix, "--scorer", "learned"], "learned head weights"))
     for args, message in cases:
-        r = runner.invoke(app, [*args, "--model", model, "-q"])
+        quiet = [] if args[0] == "serve" else ["-q"]
+        r = runner.invoke(app, [*args, "--model", model, *quiet])
         assert r.exit_code == 1 and message in cli_text(r), (args, cli_text(r))
     assert loads == []

@@ -284,6 +284,9 @@ def test_a_lone_surrogate_is_refused_while_reading(tmp_path):
         load_corpus(corpus)
     docs, report = load_corpus(corpus, skip_invalid=True)
     assert [d.id for d in docs] == ["a"] and len(report.skipped) == 1
+    corpus.write_text('{"_id": "a", "text": "fine", "source": "x\\ud800y"}\n')  # in metadata: failed the save
+    with pytest.raises(InputError, match=r"c\.jsonl:1: document 'a' holds a lone surrogate"):
+        load_corpus(corpus)
     queries = tmp_path / "q.jsonl"
     queries.write_text('{"_id": "q1", "text": "why \\udfff"}\n')
     with pytest.raises(InputError, match=r"q\.jsonl:1: query 'q1' holds a lone surrogate"):

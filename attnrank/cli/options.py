@@ -235,6 +235,28 @@ def check_registry_lookups(config: RerankConfig) -> None:
     check_lookups(config)
 
 
+def check_pruner_lookups(config: PruneConfig) -> None:
+    """What a pruner of ``config`` reads from the head registry (its sentence probe, an ``auto``
+    head set), looked up by the model's id and fingerprint before anything loads; a model whose
+    config cannot be read here is left to the load."""
+    from ..errors import ModelError
+    from ..llm.models import unloaded_model
+    from ..prune.probe import SentenceProbe
+    from ..registry import resolve_heads
+    from ..rerank.resolve import ModelRef
+
+    try:
+        model_id, fingerprint = unloaded_model(config.model)
+    except ModelError:
+        return
+    if config.method == "probe":
+        SentenceProbe.load(model_id, fingerprint)
+        return
+    spec = config.heads.strip().lower() if isinstance(config.heads, str) else ""
+    if spec == "auto" or spec.startswith("auto:"):  # ("auto-or-all" falls back to every head)
+        resolve_heads(config.heads, ModelRef(model_id, fingerprint))
+
+
 def refuse_without_rerank(given: Iterable[str]) -> None:
     """``search``/``batch``: reranking options ``given`` while ``--rerank`` is 0 would be ignored."""
     names = sorted(given)

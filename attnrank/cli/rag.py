@@ -15,6 +15,7 @@ from . import Quiet, SkipInvalid, Verbose, Verify, _check_heads, _load_index, _p
 from .options import (
     SHARED_WITH_PRUNING,
     check_k_within_depth,
+    check_pruner_lookups,
     check_registry_lookups,
     pruning_config,
     refuse_unread_block_options,
@@ -131,7 +132,7 @@ def prune(
         raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
     if (corpus is None) == (name is None and index_dir is None):
         raise typer.BadParameter("give either --corpus PATH or --index NAME / --index-dir DIR")
-    _pruner_lookups(prune_config)  # before the corpus or index loads, and the model
+    check_pruner_lookups(prune_config)  # before the corpus or index loads, and the model
     if corpus is not None:
         docs = _read_corpus(corpus, skip_invalid)
     else:
@@ -211,7 +212,7 @@ def ask(
         refuse_unread_block_options(rerank_given, not no_prune and prune_cfg.attention == "block")
     profile = _registered_profile(rerank_config.model, generator_model, reorder, k)
     if not no_prune:
-        _pruner_lookups(prune_cfg)
+        check_pruner_lookups(prune_cfg)
     if not no_rerank:
         check_registry_lookups(cfg)
     retriever = _load_index(name, index_dir, verify)
@@ -257,25 +258,3 @@ def _registered_profile(model, generator_model, reorder: bool, k: int):
 
         profile = load_profile("auto", *unloaded_model(generator_model or model), n_slots=k)
     return profile
-
-
-def _pruner_lookups(config: PruneConfig) -> None:
-    """What a pruner of ``config`` reads from the head registry (its sentence probe, an ``auto``
-    head set), looked up by the model's id and fingerprint before anything loads; a model whose
-    config cannot be read here is left to the load."""
-    from ..errors import ModelError
-    from ..llm.models import unloaded_model
-    from ..prune.probe import SentenceProbe
-    from ..registry import resolve_heads
-    from ..rerank.resolve import ModelRef
-
-    try:
-        model_id, fingerprint = unloaded_model(config.model)
-    except ModelError:
-        return
-    if config.method == "probe":
-        SentenceProbe.load(model_id, fingerprint)
-        return
-    spec = config.heads.strip().lower() if isinstance(config.heads, str) else ""
-    if spec == "auto" or spec.startswith("auto:"):  # ("auto-or-all" falls back to every head)
-        resolve_heads(config.heads, ModelRef(model_id, fingerprint))

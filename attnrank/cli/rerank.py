@@ -54,13 +54,13 @@ def rerank(
     _check_output(output, {"--run": run, "--queries": queries, "--corpus": corpus})
     if corpus is not None and (name is not None or index_dir is not None):
         raise typer.BadParameter("give --corpus PATH or --index NAME / --index-dir DIR, not both")
+    check_registry_lookups(rerank_config)  # what the reranker reads from the head registry: before any load
     qs, first = load_queries(queries), read_run(run)
     if corpus is not None:
         docs = {d.id: d for d in _read_corpus(corpus, skip_invalid)}
     else:
         docs = {d.id: d for d in _load_index(name, index_dir, verify).docs}
     _check_run(first, qs, docs, queries)  # every query and document, before the model loads
-    check_registry_lookups(rerank_config)  # what it reads from the head registry, too
     from ..rerank.attention import AttentionReranker
 
     reranker = AttentionReranker(config=rerank_config)

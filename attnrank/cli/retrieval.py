@@ -161,6 +161,8 @@ def search(
     if output is not None:
         check_run_ids("query", qs, f"give {queries} ids without whitespace")
     name = _index_name(name, old_name)
+    if rerank > 0:  # what the reranker reads from the head registry: before the index and the model load
+        check_registry_lookups(rerank_config)
     r = _load_index(name, index_dir, verify)
     _set_fusion(r, mode, fusion, alpha, norm)
     if output is not None:  # before searching: write_run would refuse them after all the work
@@ -170,8 +172,6 @@ def search(
             "a TREC run cannot hold it: rename the document (for a folder corpus, its file) and index again, "
             "or search without -o",
         )
-    if rerank > 0:  # what the reranker reads from the head registry: before searching and loading it
-        check_registry_lookups(rerank_config)
     results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
     if rerank > 0:
         from ..llm.statestore import StoreSetupError

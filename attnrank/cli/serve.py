@@ -9,7 +9,7 @@ import typer
 
 from ..rerank.config import RerankConfig
 from . import Verbose, _index_path, _setup, app
-from .options import pruning_config, rerank_options
+from .options import check_pruner_lookups, check_registry_lookups, pruning_config, rerank_options
 
 
 @app.command()
@@ -55,6 +55,8 @@ def serve(
         raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")
     # the pruner as `attnrank ask` builds it: --attention, --block-positions, --state-cache-mb reach it where given
     prune = pruning_config(rerank_config, rerank_given, heads=pruner_heads(rerank_config))
+    check_registry_lookups(rerank_config)  # what both stages read from the head registry, before any load
+    check_pruner_lookups(prune)
     engine = build_engine(rerank_config, index=index, prune=prune)
     limits = Limits(
         max_documents=max_documents, max_document_chars=max_document_chars, max_total_tokens=max_total_tokens

@@ -96,13 +96,10 @@ def _cached(kind: str, kwargs: Mapping[str, Any], build):
         with _LOCK:
             if key in _CACHE:  # built by the thread this one waited for
                 return _CACHE[key]
-        try:
-            built = build()
-            with _LOCK:
-                _CACHE[key] = built
-        finally:
-            with _LOCK:
-                _BUILDING.pop(key, None)
+        built = build()  # a failed build leaves its lock: the next tries wait for each other, never build twice
+        with _LOCK:
+            _CACHE[key] = built
+            _BUILDING.pop(key, None)
         return built
 
 
@@ -149,9 +146,11 @@ _CONFIGS = {c.__name__: c for c in (RerankConfig, PruneConfig)}
 
 def stored_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A stage's keyword arguments as JSON holds them, for an adapter's ``to_dict``: paths as
-    strings, tuples as lists, a dataclass option (``reweight``) as the dict of its fields, a
-    ``config`` object (:class:`RerankConfig`, :class:`PruneConfig`) as its fields and its class's
-    name (``"__config__"``); :func:`built_settings` turns them back."""
+    strings, tuples as lists, a :class:`Reweighting` as the dict of its fields, a ``config``
+    object (:class:`RerankConfig`, :class:`PruneConfig`) as its fields and its class's name
+    (``"__config__"``); :func:`built_settings` turns them back. Other objects (fused or learned
+    weights, a slot profile) stay objects: rebuilt from a dict they would be wrong, so JSON
+    refuses them and a ``from_dict`` in the same process passes them on."""
 
     def plain(value: Any) -> Any:
         if isinstance(value, os.PathLike):
@@ -161,7 +160,7 @@ def stored_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
                 CONFIG_CLASS: type(value).__name__,
                 **{f.name: plain(getattr(value, f.name)) for f in fields(value)},
             }
-        if is_dataclass(value) and not isinstance(value, type):
+        if isinstance(value, Reweighting):
             return asdict(value)
         if isinstance(value, (list, tuple)):
             return [plain(v) for v in value]

@@ -126,11 +126,16 @@ def load_llm(model: str | os.PathLike[str] | None = None, *, dtype: str = "auto"
     """
     model_id = checked_model_id(model)
     dev = resolve_device(device)
-    with _LOAD_LOCK:  # lru_cache alone lets two threads load one model twice (two copies, two locks)
-        return _load_cached(model_id, dtype_name(dtype, dev), str(dev))
+    key = (model_id, dtype_name(dtype, dev), str(dev))
+    with _LOADING_GUARD:
+        loading = _LOADING.setdefault(key, threading.Lock())
+    with loading:  # lru_cache alone lets two threads load one model twice (two copies, two locks)
+        return _load_cached(*key)
 
 
-_LOAD_LOCK = threading.Lock()
+# One lock per model, precision and device: a load (minutes) holds up only loads of the same model.
+_LOADING: dict[tuple[str, str, str], threading.Lock] = {}
+_LOADING_GUARD = threading.Lock()
 
 
 def checked_model_id(model: str | os.PathLike[str] | None) -> str:

@@ -56,11 +56,10 @@ class PromptPlanner:
         if len(greedy) < 2:
             return greedy
         weights = [sum(e - s for s, e in self.build(query, docs, sents, [u]).spans[0]) for u in units]
-        for n in range(len(greedy), len(units) + 1):
-            chunks = [self.build(query, docs, sents, [units[i] for i in g]) for g in consecutive_groups(weights, n)]
-            if all(c.length <= self.max_prompt_tokens for c in chunks):
-                return chunks
-        return greedy
+        groups = consecutive_groups(weights, len(greedy))
+        chunks = [self.build(query, docs, sents, [units[i] for i in g]) for g in groups]
+        # (the most even split by sentence tokens; its prompts, titles and all, may still not fit)
+        return chunks if all(c.length <= self.max_prompt_tokens for c in chunks) else greedy
 
     def fill(self, query: str, docs: list[Document], sents, units: list[Piece]) -> list[Chunk]:
         """``units`` packed in order, each prompt filled as far as it fits (the fewest prompts)."""
@@ -138,19 +137,25 @@ class PromptPlanner:
 
 
 def consecutive_groups(weights: list[int], n: int) -> list[list[int]]:
-    """Indices ``0..len(weights)-1`` in at most ``n`` consecutive groups of about equal weight: a
-    group ends where the next item's middle would pass the next ``k / n`` of the total."""
-    total, acc = sum(weights), 0.0
-    groups: list[list[int]] = []
-    cur: list[int] = []
-    for i, w in enumerate(weights):
-        if cur and len(groups) < n - 1 and acc + w / 2 > (len(groups) + 1) * total / n:
-            groups.append(cur)
-            cur = []
-        cur.append(i)
-        acc += w
-    groups.append(cur)
-    return groups
+    """Indices ``0..len(weights)-1`` in at most ``n`` consecutive groups whose heaviest is as light
+    as can be (the smallest cap under which filling groups in order needs at most ``n``)."""
+
+    def fill(cap: int) -> list[list[int]]:
+        groups: list[list[int]] = [[]]
+        total = 0
+        for i, w in enumerate(weights):
+            if groups[-1] and total + w > cap:
+                groups.append([])
+                total = 0
+            groups[-1].append(i)
+            total += w
+        return groups
+
+    low, high = max(weights, default=0), sum(weights)
+    while low < high:  # the smallest cap that needs at most n groups
+        mid = (low + high) // 2
+        low, high = (low, mid) if len(fill(mid)) <= n else (mid + 1, high)
+    return fill(low)
 
 
 def scored_sentences(docs: list[Document], sents: list[list[Sentence]], chunks: list[Chunk]) -> list[ScoredSentence]:

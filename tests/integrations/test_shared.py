@@ -85,3 +85,19 @@ def test_a_slow_build_holds_up_neither_other_builds_nor_model_free_stages():
     finally:
         release.set()
         shared.clear_shared()
+
+
+def test_objects_inside_a_config_are_passed_on_not_turned_into_dicts():
+    """A slot profile (or fused/learned weights) inside a stored config came back a dict: the
+    rebuilt config differed, and a FusedWeights as signals was refused."""
+    from attnrank.integrations.shared import built_settings, stored_settings
+    from attnrank.rerank.config import RerankConfig
+    from attnrank.rerank.position import SlotProfile
+    from attnrank.rerank.reweight import Reweighting
+
+    profile = SlotProfile(2, (0.1, 0.2), (0.01, 0.02), "m", "f", 3, "2026-12-05")
+    config = RerankConfig(reweight=Reweighting(slot_correction=True), slot_profile=profile)
+    stored = stored_settings({"config": config})
+    assert stored["config"]["reweight"]["slot_correction"] is True  # a Reweighting as JSON holds it
+    assert stored["config"]["slot_profile"] is profile
+    assert built_settings(stored)["config"] == config

@@ -412,6 +412,8 @@ def test_long_contexts_are_cut_into_the_fewest_balanced_chunks(llm):
     assert consecutive_groups([5, 5, 5, 5, 5], 2) == [[0, 1, 2], [3, 4]]
     assert consecutive_groups([9, 1, 1, 1], 2) == [[0], [1, 2, 3]]
     assert consecutive_groups([1, 1], 5) == [[0], [1]]
+    weights = [50, 56, 78, 98, 99, 1, 90, 58]  # filled greedily under 100: 7 groups, one of them [99, 1]
+    assert len(consecutive_groups(weights, 7)) == 7  # never more prompts than filling greedily needs
     docs = [Document(f"d{i}", " ".join(f"Fact {i}.{j} is stated here." for j in range(6)), f"T{i}") for i in range(5)]
     sents = [segment(d.text) for d in docs]
     pieces = [make_piece(i, s, range(len(s))) for i, s in enumerate(sents)]
