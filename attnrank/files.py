@@ -30,8 +30,9 @@ def atomic_path(path: str | Path, *, fsync: bool = True, guard: Callable[[Path],
     ``path``, else removed. Creates the parent folder. A file it replaces keeps its permission bits
     (a shared run file stays group-readable; a private one stays private); a symbolic link is
     written through (its target is replaced, the link kept). ``guard(path)``, called just before
-    the rename, may raise to keep what is there (:func:`replace_guard`: a file that appeared while
-    a long run wrote, which attnrank did not write)."""
+    the rename, may raise :class:`InputError` to keep what is there (:func:`replace_guard`: a file
+    that appeared while a long run wrote, which attnrank did not write); what was written is then
+    kept at ``NAME.attnrank-new-HEX`` beside it, named in the error."""
     path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -43,7 +44,12 @@ def atomic_path(path: str | Path, *, fsync: bool = True, guard: Callable[[Path],
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
         if guard is not None:
-            guard(path)
+            try:
+                guard(path)
+            except InputError as e:  # what was written is kept beside it: a run of hours is not lost
+                kept = path.with_name(f"{path.name}.attnrank-new-{uuid.uuid4().hex[:8]}")
+                os.replace(tmp, kept)
+                raise InputError(f"{e}; this run's output is kept at {kept}") from None
         os.replace(tmp, path)
         if fsync:  # the rename itself: without it a power loss can bring the old file back
             fsync_folder(path.parent)

@@ -65,7 +65,12 @@ def explain(
     reranker = AttentionReranker(config=config)
     res = reranker.rank(query, first, return_evidence=True)
     explanations = explain_results(reranker, res)
-    page = write_html(output / "explain.html", query, explanations, model=reranker.llm.model_id)
+    from ..files import replace_guard
+    from .outputs import is_explain_page, is_explain_png
+
+    # checked again as they are replaced: the folder was checked before the index and the model loaded
+    guard = replace_guard(is_explain_page, "an explain page", "--output")
+    page = write_html(output / "explain.html", query, explanations, model=reranker.llm.model_id, guard=guard)
     for e in explanations:
         top = ", ".join(repr(t.text.strip()) for t in e.top_tokens(3))
         typer.echo(
@@ -74,7 +79,8 @@ def explain(
         )
     typer.echo(f"wrote {page}")
     if png:
-        typer.echo(f"wrote {write_png(output / 'explain.png', query, explanations)}")
+        png_guard = replace_guard(is_explain_png, "an explain image", "--output")
+        typer.echo(f"wrote {write_png(output / 'explain.png', query, explanations, guard=png_guard)}")
 
 
 def _check_folder(output: Path, png: bool) -> None:

@@ -9,7 +9,7 @@ page. Tokens the μ − 2σ filter left out are struck through and do not count.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import InputError, require
@@ -73,16 +73,31 @@ def to_html(query: str, explanations: Sequence[PassageExplanation], *, model: st
 PNG_SOFTWARE = "attnrank explain"  # the PNG "Software" text: a later run recognises its own image
 
 
-def write_html(path: str | Path, query: str, explanations: Sequence[PassageExplanation], *, model: str = "") -> Path:
+def write_html(
+    path: str | Path,
+    query: str,
+    explanations: Sequence[PassageExplanation],
+    *,
+    model: str = "",
+    guard: Callable[[Path], None] | None = None,
+) -> Path:
+    """The page (:func:`to_html`) at ``path``; ``guard``: checked just before the file is replaced
+    (:func:`attnrank.files.atomic_path`)."""
     path = Path(path)
-    with atomic_path(path, fsync=False) as tmp:
+    with atomic_path(path, fsync=False, guard=guard) as tmp:
         tmp.write_text(to_html(query, explanations, model=model), encoding="utf-8")
     return path
 
 
-def write_png(path: str | Path, query: str, explanations: Sequence[PassageExplanation]) -> Path:
+def write_png(
+    path: str | Path,
+    query: str,
+    explanations: Sequence[PassageExplanation],
+    *,
+    guard: Callable[[Path], None] | None = None,
+) -> Path:
     """One strip per passage: its token scores along the passage (same colours as the page), the
-    five highest-scoring tokens named."""
+    five highest-scoring tokens named; ``guard`` as for :func:`write_html`."""
     require("matplotlib", "plot", "the explanation PNG")
     import matplotlib
 
@@ -107,7 +122,7 @@ def write_png(path: str | Path, query: str, explanations: Sequence[PassageExplan
         ax.set_title(f"top tokens: {top}", fontsize=7, loc="left", parse_math=False)  # (a "$" is text)
     fig.suptitle(f"attnrank explain: {query[:90]}", fontsize=9, parse_math=False)
     fig.tight_layout()
-    with atomic_path(path, fsync=False) as tmp:
+    with atomic_path(path, fsync=False, guard=guard) as tmp:
         fig.savefig(tmp, dpi=110, format="png", metadata={"Software": PNG_SOFTWARE})
     plt.close(fig)
     return path

@@ -90,6 +90,20 @@ def test_png(explained, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["e.png"]  # written via a temporary name, none left
 
 
+def test_a_page_that_appeared_while_explaining_is_not_replaced(explained, tmp_path):
+    """The folder was checked before the index and the model loaded; the page and image were then
+    replaced whatever was there by the time they were written."""
+    from attnrank.cli.outputs import is_explain_page
+    from attnrank.explain.render import write_html
+    from attnrank.files import replace_guard
+
+    page = tmp_path / "explain.html"
+    page.write_text("my own notes\n")
+    with pytest.raises(InputError, match="is not an explain page attnrank wrote"):
+        write_html(page, "q", explained[1], guard=replace_guard(is_explain_page, "an explain page", "--output"))
+    assert page.read_text() == "my own notes\n"
+
+
 def test_cli_explain(tmp_path, built_retriever):
     pytest.importorskip("matplotlib", reason="needs the 'plot' extra")
     model = save_tiny(tmp_path / "tiny", layers=2, max_positions=16384)
