@@ -40,13 +40,15 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from . import config
 from .errors import InputError
-from .files import atomic_path
+from .files import atomic_path, held_lock
 from .llm.headspec import HeadList, check_head_range, format_heads, parse_heads
 
 logger = logging.getLogger(__name__)
@@ -222,9 +224,24 @@ def _foreign(doc: Any, model_id: str, fingerprint: str) -> str:
         return f"holds keys attnrank does not write ({', '.join(map(str, extra))})"
     if not _well_formed(doc):
         return "is malformed (model_id, fingerprint, sets or artifacts of the wrong type)"
+    if not all(isinstance(s, dict) for s in doc["sets"]):  # (a save read .get of each: a traceback)
+        return "holds a head set entry that is not an object"
     if (doc["model_id"], doc["fingerprint"]) != (model_id, fingerprint):
         return f"belongs to {doc['model_id']!r} with fingerprint {doc['fingerprint'][:12]}…, not to {model_id!r}"
     return ""
+
+
+@contextmanager
+def _updated_user_doc(model_id: str, fingerprint: str, root: Path | None) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """The user registry document of this model (:func:`_load_user_doc`), written back after the
+    block changed it, with the file locked from the read to the write. Why the lock: two saves
+    (``heads detect`` and ``train`` finishing together) each read the file and renamed their own
+    version over it, and the first one's entry was lost."""
+    path = _user_file(model_id, fingerprint, root)
+    with held_lock(path.with_name(f".{path.name}.lock")):
+        doc = _load_user_doc(path, model_id, fingerprint)
+        yield path, doc
+        _write_json(path, doc)
 
 
 def check_saveable(model_id: str, fingerprint: str, *, root: Path | None = None) -> None:
@@ -280,10 +297,8 @@ def save_head_set(
         n_layers=n_layers,
         n_heads=n_heads,
     )
-    path = _user_file(model_id, fingerprint, root)
-    doc = _load_user_doc(path, model_id, fingerprint)
-    doc["sets"] = [s for s in doc["sets"] if s.get("name") != entry.name] + [entry.to_json()]
-    _write_json(path, doc)
+    with _updated_user_doc(model_id, fingerprint, root) as (path, doc):
+        doc["sets"] = [s for s in doc["sets"] if s.get("name") != entry.name] + [entry.to_json()]
     logger.info("saved %d %s heads of %s to %s", len(pairs), method, model_id, path)
     return path
 
@@ -330,12 +345,25 @@ def save_artifact(
 ) -> Path:
     """Store a per-model JSON ``payload`` under ``kind`` (e.g. ``"head-weights"``,
     ``"slot-profiles"``) in the user registry, replacing the previous one of that kind."""
+    return update_artifact(kind, model_id, fingerprint, lambda _: payload, root=root)
+
+
+def update_artifact(
+    kind: str,
+    model_id: str,
+    fingerprint: str,
+    update: Callable[[dict[str, Any] | None], dict[str, Any]],
+    *,
+    root: Path | None = None,
+) -> Path:
+    """Store ``update(current)`` under ``kind`` in the user registry, ``current`` being the payload
+    registered now (:func:`load_artifact`: user before shipped, None if none), read and replaced
+    with the file locked, so that two updates (e.g. slot profiles of two sizes) keep each other's."""
     if not kind or not fingerprint:
         raise InputError(f"artifact kind {kind!r} and fingerprint {fingerprint!r} must be non-empty")
-    path = _user_file(model_id, fingerprint, root)
-    doc = _load_user_doc(path, model_id, fingerprint)
-    doc["artifacts"][kind] = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "payload": payload}
-    _write_json(path, doc)
+    with _updated_user_doc(model_id, fingerprint, root) as (path, doc):
+        payload = update(load_artifact(kind, model_id, fingerprint, root=root))
+        doc["artifacts"][kind] = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "payload": payload}
     return path
 
 

@@ -458,3 +458,41 @@ def test_a_head_set_naming_heads_the_model_lacks_is_not_saved(roots):
     with pytest.raises(InputError, match="0-4"):
         save_head_set("org/m", FP, "qr-ndcg", ["0-4"], n_layers=2, n_heads=4)
     save_head_set("org/m", FP, "qr-ndcg", ["1-3"], scores=scores)
+
+
+def test_two_saves_at_once_keep_each_others_entries(roots, monkeypatch):
+    """Each save read the file and renamed its own version over it: a head set saved while an
+    artifact was being saved was lost (both read before either wrote)."""
+    import contextlib
+    import threading
+
+    read = registry._load_user_doc
+    both_read = threading.Barrier(2)
+
+    def slow_read(*args, **kwargs):  # both saves reach the write together, unless one waits for the other
+        doc = read(*args, **kwargs)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_read.wait(timeout=1)
+        return doc
+
+    monkeypatch.setattr(registry, "_load_user_doc", slow_read)
+    saves = [
+        threading.Thread(target=save_head_set, args=("org/m", FP, "copy", ["1-2"])),
+        threading.Thread(target=save_artifact, args=("head-weights", "org/m", FP, {"w": [1.0]})),
+    ]
+    for t in saves:
+        t.start()
+    for t in saves:
+        t.join(10)
+    assert [s.heads for s in load_head_sets("org/m", FP)] == [["1-2"]]
+    assert load_artifact("head-weights", "org/m", FP) == {"w": [1.0]}
+
+
+def test_a_set_entry_that_is_not_an_object_is_refused_in_one_line(roots):
+    """A save read .get of each entry: an AttributeError traceback instead of the refusal."""
+    path = save_head_set("org/m", FP, "copy", ["1-2"])
+    doc = json.loads(path.read_text())
+    doc["sets"].append("junk")
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="holds a head set entry that is not an object"):
+        save_head_set("org/m", FP, "qr-score", ["0-1"])

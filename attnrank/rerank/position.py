@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..files import atomic_path, check_file_target, refuse_replacing
-from ..registry import load_artifact, save_artifact
+from ..registry import load_artifact, update_artifact
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +144,13 @@ def load_profile(
 def store_profile(profile: SlotProfile, *, root: Path | None = None) -> Path:
     """Register ``profile`` with its model's head-registry entry (replacing one of the same
     ``n_slots``); ``root``: the registry folder (default: the user registry). Returns the file."""
-    stored = load_artifact(ARTIFACT, profile.model_id, profile.fingerprint, root=root) or {}
-    profiles = {k: v for k, v in stored.get("profiles", {}).items() if k != str(profile.n_slots)}
-    profiles[str(profile.n_slots)] = json.loads(profile.to_json())
-    return save_artifact(ARTIFACT, profile.model_id, profile.fingerprint, {"profiles": profiles}, root=root)
+
+    def with_this_one(stored: dict[str, Any] | None) -> dict[str, Any]:
+        profiles = {k: v for k, v in (stored or {}).get("profiles", {}).items() if k != str(profile.n_slots)}
+        profiles[str(profile.n_slots)] = json.loads(profile.to_json())
+        return {"profiles": profiles}
+
+    return update_artifact(ARTIFACT, profile.model_id, profile.fingerprint, with_this_one, root=root)
 
 
 def load_stored_profile(
