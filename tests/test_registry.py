@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from _cli import cli_text
 from _tiny import tiny_model, tiny_tokenizer
 from typer.testing import CliRunner
 
@@ -256,6 +257,25 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
         assert isinstance(plotted.exception, MissingExtraError) and "attnrank[plot]" in str(plotted.exception)
     else:
         assert plotted.exit_code == 0 and png.stat().st_size > 0
+
+
+def test_cli_detect_names_a_registry_file_it_cannot_save_to_before_detecting(
+    roots, tiny_dir, scifact_mini, monkeypatch
+):
+    """heads detect ran every trial, then the save was refused (and with --method qr the first
+    refusal hid the other methods' results); train and heads train checked first."""
+    from attnrank.llm import models
+
+    model_id, fp = model_fingerprint(str(tiny_dir))
+    path = save_head_set(model_id, fp, "copy", ["0-1"])
+    path.write_text(path.read_text().replace('"sets"', '"notes": 1, "sets"'))  # edited by hand
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    data = ["--queries", str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv")]
+    args = ["heads", "detect", "--method", "qr", "--model", str(tiny_dir), *data, "-q"]
+    r = runner.invoke(app, [*args, "--corpus", str(scifact_mini / "corpus.jsonl")])
+    assert r.exit_code == 2 and "keys attnrank does not write" in cli_text(r) and "--no-save" in cli_text(r)
+    assert loads == []
 
 
 @pytest.mark.parametrize("haystack", ["book", "essays"])

@@ -100,7 +100,7 @@ def check_saveable(model: str | None, save: bool) -> None:
     try:
         registry_check(*key)
     except InputError as e:
-        raise typer.BadParameter(f"{e} (or train with --no-save)") from None
+        raise typer.BadParameter(f"{e} (or run with --no-save)") from None
 
 
 def _qr_set(
@@ -247,6 +247,7 @@ def heads_detect(
         raise typer.BadParameter(f"--method {method!r} is not qr or copy")
     if top < 1:
         raise typer.BadParameter(f"--top {top} must be at least 1 (heads registered)")
+    check_saveable(model, save)  # a registry file the save would refuse: named before the detection runs
     if method == "copy":
         qr_only = (("--dataset", dataset), ("--queries", queries), ("--qrels", qrels), ("--corpus", corpus))
         given = [o for o, v in (*qr_only, ("--run", run), ("--rel", rel)) if v is not None]
@@ -268,14 +269,15 @@ def heads_detect(
             rel,
             skip_invalid,
         )
-    for name, res in results.items():
+    for name, res in results.items():  # every method's result shown before any is saved
         ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])
         typer.echo(f"{name}: {ranked or res.note}")
+    for name, res in results.items() if save else ():
         scored = [v for _, v in res.ranked()]
-        if save and res.n_used and len(set(scored)) <= 1:  # every head alike: the "top" would be the first ones
-            typer.echo("  not saved: every head scored the same")
-        elif save and res.n_used:
-            typer.echo(f"  saved top {top} to {res.save(top)}")
+        if res.n_used and len(set(scored)) <= 1:  # every head alike: the "top" would be the first ones
+            typer.echo(f"{name}: not saved: every head scored the same")
+        elif res.n_used:
+            typer.echo(f"{name}: saved top {top} to {res.save(top)}")
 
 
 def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, qr_given=()) -> dict:
