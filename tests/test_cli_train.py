@@ -90,17 +90,28 @@ def test_train_reads_the_heads_the_registered_weights_were_fitted_to(home, dl19_
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "attention: 2 heads of" in r.output
+    # heads chosen before the folds (perhaps on these queries): the report says what is held out
+    assert "The heads (auto-or-all) were chosen before these folds" in " ".join(r.output.split())
     assert FusedWeights.load(*key).heads == ["0-1", "1-2"]
     r = runner.invoke(app, [*args, "--heads", "1-3"])
     assert r.exit_code == 0 and FusedWeights.load(*key).heads == ["1-3"]
+    assert "were chosen before these folds" not in r.output  # given: nothing chose them on these queries
 
 
-def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_dir):
+def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_dir, monkeypatch):
+    from attnrank.llm import models
+
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--kind", "lambdamart"))
     assert r.exit_code != 0 and "--kind 'lambdamart'" in r.output
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "9"))
     assert r.exit_code != 0 and "fewer than --folds 9" in r.output
     assert not home.exists()
+    args = [a for a in _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2") if a not in ("--heads", "all")]
+    r = runner.invoke(app, [*args, "--heads", "auto:contrastive"])  # none registered: was found after the load
+    assert r.exit_code == 1 and "no 'contrastive' head set is registered" in str(r.exception)
+    assert loads == []
 
 
 def _likelihood_rows(output: str) -> tuple[float, float]:

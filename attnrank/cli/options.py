@@ -237,24 +237,39 @@ def check_registry_lookups(config: RerankConfig) -> None:
 
 def check_pruner_lookups(config: PruneConfig) -> None:
     """What a pruner of ``config`` reads from the head registry (its sentence probe, an ``auto``
-    head set), looked up by the model's id and fingerprint before anything loads; a model whose
-    config cannot be read here is left to the load."""
-    from ..errors import ModelError
-    from ..llm.models import unloaded_model
+    head set), looked up before anything loads (:func:`check_registered_heads`)."""
     from ..prune.probe import SentenceProbe
+
+    if config.method == "probe":
+        key = _model_key(config.model)
+        if key is not None:
+            SentenceProbe.load(*key)
+        return
+    check_registered_heads(config.model, config.heads)
+
+
+def check_registered_heads(model: str | None, heads: Any) -> None:
+    """An ``"auto"`` / ``"auto:METHOD"`` head spec's registered set, looked up by the model's id and
+    fingerprint before anything loads (``"auto-or-all"`` falls back to every head; other specs
+    read nothing); a model whose config cannot be read here is left to the load."""
     from ..registry import resolve_heads
     from ..rerank.resolve import ModelRef
 
+    spec = heads.strip().lower() if isinstance(heads, str) else ""
+    key = _model_key(model) if spec == "auto" or spec.startswith("auto:") else None
+    if key is not None:
+        resolve_heads(heads, ModelRef(*key))
+
+
+def _model_key(model: str | None) -> tuple[str, str] | None:
+    """The model's (id, fingerprint) read without loading it, or None where its config cannot be read."""
+    from ..errors import ModelError
+    from ..llm.models import unloaded_model
+
     try:
-        model_id, fingerprint = unloaded_model(config.model)
+        return unloaded_model(model)
     except ModelError:
-        return
-    if config.method == "probe":
-        SentenceProbe.load(model_id, fingerprint)
-        return
-    spec = config.heads.strip().lower() if isinstance(config.heads, str) else ""
-    if spec == "auto" or spec.startswith("auto:"):  # ("auto-or-all" falls back to every head)
-        resolve_heads(config.heads, ModelRef(model_id, fingerprint))
+        return None
 
 
 def refuse_without_rerank(given: Iterable[str]) -> None:

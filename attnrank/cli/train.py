@@ -56,7 +56,7 @@ from . import (
     app,
 )
 from .heads import _qr_set, check_labelled, check_saveable, check_training
-from .options import Dtype
+from .options import Dtype, check_registered_heads
 
 METRICS = ("nDCG@10", "RR@10")
 PRESETS = (LIKELIHOOD_PRESET, SIGNALS_PRESET, ATTENTION_PRESET)  # the presets whose weights train fits
@@ -132,6 +132,8 @@ def train(
     )
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
     check_saveable(model, save)
+    if preset == ATTENTION_PRESET:  # a registered set named: looked up before the model loads
+        check_registered_heads(model, heads)
     from ..rerank.fused_resolve import current_label, likelihood_weights, signals_only
 
     if preset == ATTENTION_PRESET:
@@ -142,7 +144,9 @@ def train(
         own = load_artifact(SignalsWeights.KIND, *key, user_only=True) is not None
         current = "" if own else current_label(signals_only, *key)
         examples = fusion_examples({ATTENTION: rr.score}, qs, cands, qr, rel=rel, group=desc, progress=progress)
-        report, weights = _report_and_fit(examples, kind, l2, gate is not False, folds, seed, desc, rr, current)
+        report, weights = _report_and_fit(
+            examples, kind, l2, gate is not False, folds, seed, desc, rr, current, heads or AUTO_OR_ALL
+        )
     else:  # the presets whose untrained model is equal weights: likelihood (an LLM feature) and signals
         scorers, key = _llm_scorers(preset, model, max_doc_words, device, dtype)
         current = current_label(likelihood_weights if scorers else signals_only, *key)
@@ -265,17 +269,24 @@ def _fit_unless_worse(examples, preset, kind, l2, folds, seed, desc, model_id, c
     return "\n".join([*_table(rows, header), *few, last]), weights
 
 
-def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr, current: str) -> tuple[str, Any]:
-    """(the held-out report text, the weights trained on all ``examples``)."""
+def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr, current: str, heads: str) -> tuple[str, Any]:
+    """(the held-out report text, the weights trained on all ``examples``); ``heads``: the head
+    spec the attention feature was read with."""
     from ..rerank.fused_training import train_fused
     from ..rerank.fusion_eval import kfold_rows, recorded_metrics
 
     rows = kfold_rows(examples, ATTENTION, folds=folds, seed=seed, model=kind, l2=l2, gate=gate, metrics=METRICS)
-    heads = "all" if rr.heads is None else len(rr.heads)
+    n_heads = "all" if rr.heads is None else len(rr.heads)
     header = (
         f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; "
-        f"attention: {heads} heads of {rr.llm.model_id}"
+        f"attention: {n_heads} heads of {rr.llm.model_id}"
     )
+    if rr.heads is not None and heads.strip().lower().startswith("auto"):
+        # (a registered set, or the fused weights' heads, may have been picked on these very queries)
+        header += (
+            f". The heads ({heads}) were chosen before these folds, on whatever data chose them: where that "
+            "data holds these queries, the rows with attention are held out for the weights but not for the heads"
+        )
     weights = train_fused(
         examples, model=kind, l2=l2, gate=gate, trained_on=desc, heads=rr.heads or "all", capture=rr.config.capture
     )
