@@ -298,6 +298,31 @@ def test_cli_detect_copy_checks_the_haystack_before_the_model_loads(roots, tiny_
     assert ("haystack_part1_p1.txt.gz does not exist" if haystack == "book" else "holds no essays") in str(r.exception)
 
 
+def test_cli_detect_copy_refuses_lengths_past_the_models_context_before_it_loads(
+    roots, tiny_dir, tmp_path, monkeypatch
+):
+    """Trials ran at positions the model was never trained on (or failed half-way through a run)."""
+    from attnrank.llm import models
+    from attnrank.llm.models import model_context_length
+
+    folder = tmp_path / "niah" / "retrieval_head"
+    folder.mkdir(parents=True)
+    (folder / "needles.jsonl").write_text(
+        json.dumps({"needle": "The code is 42.", "question": "Code?", "real_needle": "42"}) + "\n"
+    )
+    (tmp_path / "niah" / "PaulGrahamEssays").mkdir()
+    (tmp_path / "niah" / "PaulGrahamEssays" / "a.txt").write_text("An essay. " * 50)
+
+    context = model_context_length(str(tiny_dir))
+    assert context is not None and context == models.load_llm(str(tiny_dir)).context_length
+    loaded = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loaded.append(a))
+    args = ["heads", "detect", "--method", "copy", "--model", str(tiny_dir), "--data", str(tmp_path), "--no-save"]
+    r = runner.invoke(app, [*args, "--haystack", "essays", "--lengths", f"100,{context}", "-q"])
+    assert r.exit_code == 2 and not loaded
+    assert f"--lengths {context} plus --max-new-tokens 50 exceeds the {context}-token context" in cli_text(r)
+
+
 def test_cli_detect_copy_reports_no_accepted_trial(roots, tiny_dir, tmp_path):
     folder = tmp_path / "niah" / "retrieval_head"
     folder.mkdir(parents=True)

@@ -286,7 +286,7 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
     from ..heads.copypaste import check_copy_inputs, detect_copy_heads, load_needles, niah_folder
     from ..heads.scores import RETRIEVAL_THRESHOLD
     from ..llm.headspec import format_heads
-    from ..llm.models import load_llm
+    from ..llm.models import load_llm, model_context_length
 
     lens, deps = _numbers(lengths, "--lengths"), _numbers(depths, "--depths", float)
     if not lens or min(lens) < 1:
@@ -301,6 +301,12 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
     if qr_given:
         raise typer.BadParameter(f"{', '.join(qr_given)} configure(s) --method qr, not copy; drop them")
     check_copy_inputs(data, haystack, None, deps)  # all of it before the model loads
+    context = model_context_length(model)
+    if context is not None and max(lens) + max_new_tokens > context:  # positions the model was never trained on
+        raise typer.BadParameter(
+            f"--lengths {max(lens)} plus --max-new-tokens {max_new_tokens} exceeds the {context}-token context of "
+            f"{model or 'the default model'}; give lengths up to {context - max_new_tokens}"
+        )
     llm = load_llm(model, dtype=dtype, device=device)
     result = detect_copy_heads(
         llm, data=data, lengths=lens, depths=deps, haystack=haystack, max_new_tokens=max_new_tokens

@@ -128,6 +128,16 @@ def gguf_shape(gguf: Path) -> tuple[int, int]:
     """``(layers, heads per layer)`` from a GGUF's metadata (``<arch>.block_count`` and
     ``<arch>.attention.head_count``), reading only the header up to them: milliseconds, where a
     full metadata parse reads the whole tokenizer vocabulary first."""
+    return _read_header(gguf, ("block_count", "attention.head_count"))  # type: ignore[return-value]
+
+
+def gguf_context_length(gguf: Path) -> int:
+    """The model's context length from a GGUF's metadata (``<arch>.context_length``), as :func:`gguf_shape` reads."""
+    return _read_header(gguf, ("context_length",))[0]
+
+
+def _read_header(gguf: Path, names: tuple[str, ...]) -> tuple[int, ...]:
+    """The integer values of ``<arch>.NAME`` for ``names``, reading the header only up to them."""
     with open(gguf, "rb") as f:
         magic, _version, _tensors, n_kv = struct.unpack("<4sIQQ", f.read(24))
         if magic != b"GGUF":
@@ -137,10 +147,10 @@ def gguf_shape(gguf: Path) -> tuple[int, int]:
             key = _gguf_string(f)
             found[key] = _gguf_value(f, struct.unpack("<I", f.read(4))[0])
             arch = found.get("general.architecture")
-            layers, heads = found.get(f"{arch}.block_count"), found.get(f"{arch}.attention.head_count")
-            if isinstance(layers, int) and isinstance(heads, int):
-                return layers, heads
-    raise ModelError(f"{gguf}: its metadata has no block_count or attention.head_count")
+            values = [found.get(f"{arch}.{name}") for name in names]
+            if all(isinstance(v, int) for v in values):
+                return tuple(values)  # type: ignore[arg-type]
+    raise ModelError(f"{gguf}: its metadata has no {' or '.join(names)}")
 
 
 def _gguf_string(f: Any) -> str:

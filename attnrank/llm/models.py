@@ -29,7 +29,7 @@ from attnrank.errors import AttnrankError, ModelError
 
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
-from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir, gguf_shape
+from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir, gguf_context_length, gguf_shape
 from .quantize import INT8, quantize_int8
 
 logger = logging.getLogger(__name__)
@@ -178,6 +178,20 @@ def model_shape(model: str | None = None) -> tuple[int, int] | None:
         return _config_shape((model or config.DEFAULT_LLM).strip())
     except (AttnrankError, OSError, ValueError, TypeError, AttributeError, struct.error):
         return None
+
+
+def model_context_length(model: str | None = None) -> int | None:
+    """The longest prompt ``model`` takes (:attr:`LLM.context_length`) from its config alone,
+    without its weights; None for a GGUF file or a config that cannot be read here."""
+    model_id = (model or config.DEFAULT_LLM).strip()
+    try:
+        gguf = gguf_source(model_id)
+        if gguf is not None:
+            return gguf_context_length(gguf)
+        text_cfg = _text_config(_read_config(*config.model_source(model_id), model_id))
+    except (AttnrankError, OSError, ValueError, TypeError, AttributeError, struct.error):
+        return None
+    return int(getattr(text_cfg, "max_position_embeddings", 0) or 4096)
 
 
 @functools.lru_cache(maxsize=8)
