@@ -541,3 +541,26 @@ def test_a_set_entry_that_is_not_an_object_is_refused_in_one_line(roots):
     path.write_text(json.dumps(doc))
     with pytest.raises(InputError, match="holds a head set entry that is not an object"):
         save_head_set("org/m", FP, "qr-score", ["0-1"])
+
+
+def _niah(root):
+    """A NIAH data folder of one needle and one essay (the copy method's inputs)."""
+    folder = root / "niah" / "retrieval_head"
+    folder.mkdir(parents=True)
+    (folder / "needles.jsonl").write_text(
+        json.dumps({"needle": "The code is 42.", "question": "Code?", "real_needle": "42"}) + "\n"
+    )
+    (root / "niah" / "PaulGrahamEssays").mkdir()
+    (root / "niah" / "PaulGrahamEssays" / "a.txt").write_text("An essay. " * 50)
+    return root
+
+
+def test_cli_detect_refuses_the_other_methods_options(roots, tiny_dir, scifact_mini, tmp_path):
+    """--method qr ignored --lengths, --depths, --haystack and --max-new-tokens, and copy ignored
+    --depth, --max-queries and --skip-invalid (their defaults hid that they were given)."""
+    data = ["--queries", str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv")]
+    base = ["heads", "detect", "--model", str(tiny_dir), "--no-save", "-q"]
+    r = runner.invoke(app, [*base, "--method", "qr", *data, "--lengths", "500", "--haystack", "essays"])
+    assert r.exit_code == 2 and "--lengths, --haystack configure(s) --method copy, not qr" in cli_text(r)
+    r = runner.invoke(app, [*base, "--method", "copy", "--data", str(_niah(tmp_path)), "--max-queries", "3"])
+    assert r.exit_code == 2 and "--max-queries configure(s) --method qr, not copy" in cli_text(r)

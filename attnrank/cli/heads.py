@@ -222,16 +222,24 @@ def heads_detect(
     corpus: Optional[Path] = Corpus,
     skip_invalid: bool = SkipInvalid,
     run: Optional[Path] = Run,
-    depth: int = typer.Option(20, "--depth", help="qr: candidates per query."),
-    max_queries: int = typer.Option(128, "--max-queries", help="qr: labelled queries used (QRHead: 128)."),
+    depth: Optional[int] = typer.Option(None, "--depth", help="qr: candidates per query (default 20)."),
+    max_queries: Optional[int] = typer.Option(
+        None, "--max-queries", help="qr: labelled queries used (default 128, as QRHead)."
+    ),
     rel: Optional[int] = Rel,
     top: int = typer.Option(16, "--top", help="Heads registered per method."),
-    lengths: str = typer.Option("1000,2000,4000", "--lengths", help="copy: context lengths in tokens."),
-    depths: str = typer.Option("0,25,50,75,100", "--depths", help="copy: needle depths in % of the haystack."),
-    haystack: str = typer.Option(
-        "book", "--haystack", help="copy: book (Retrieval_Head haystacks) | essays (Paul Graham)."
+    lengths: Optional[str] = typer.Option(
+        None, "--lengths", help="copy: context lengths in tokens (default 1000,2000,4000)."
     ),
-    max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="copy: greedy answer length limit."),
+    depths: Optional[str] = typer.Option(
+        None, "--depths", help="copy: needle depths in % of the haystack (default 0,25,50,75,100)."
+    ),
+    haystack: Optional[str] = typer.Option(
+        None, "--haystack", help="copy: book (Retrieval_Head haystacks; default) | essays (Paul Graham)."
+    ),
+    max_new_tokens: Optional[int] = typer.Option(
+        None, "--max-new-tokens", help="copy: greedy answer length limit (default 50)."
+    ),
     device: str = Device,
     dtype: str = Dtype,
     save: bool = Save,
@@ -248,10 +256,34 @@ def heads_detect(
     if top < 1:
         raise typer.BadParameter(f"--top {top} must be at least 1 (heads registered)")
     check_saveable(model, save)  # a registry file the save would refuse: named before the detection runs
+    qr_only = {
+        "--dataset": dataset,
+        "--queries": queries,
+        "--qrels": qrels,
+        "--corpus": corpus,
+        "--run": run,
+        "--rel": rel,
+        "--depth": depth,
+        "--max-queries": max_queries,
+        "--skip-invalid": skip_invalid or None,
+    }
+    copy_only = {"--lengths": lengths, "--depths": depths, "--haystack": haystack, "--max-new-tokens": max_new_tokens}
+    other = copy_only if method == "qr" else qr_only
+    given = [o for o, v in other.items() if v is not None]
+    if method == "qr" and given:  # (copy names them after its data folder, as it did)
+        raise typer.BadParameter(f"{', '.join(given)} configure(s) --method copy, not qr; drop them")
     if method == "copy":
-        qr_only = (("--dataset", dataset), ("--queries", queries), ("--qrels", qrels), ("--corpus", corpus))
-        given = [o for o, v in (*qr_only, ("--run", run), ("--rel", rel)) if v is not None]
-        results = _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, given)
+        results = _detect_copy(
+            model,
+            device,
+            dtype,
+            data,
+            lengths or "1000,2000,4000",
+            depths or "0,25,50,75,100",
+            haystack or "book",
+            50 if max_new_tokens is None else max_new_tokens,
+            given,
+        )
     else:
         results = _detect_qr(
             model,
@@ -264,8 +296,8 @@ def heads_detect(
             qrels,
             corpus,
             run,
-            depth,
-            max_queries,
+            20 if depth is None else depth,
+            128 if max_queries is None else max_queries,
             rel,
             skip_invalid,
         )
