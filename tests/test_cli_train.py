@@ -107,6 +107,8 @@ def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_
     assert r.exit_code != 0 and "--kind 'lambdamart'" in r.output
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "9"))
     assert r.exit_code != 0 and "fewer than --folds 9" in r.output
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--kind", "listwise", "--l2", "5"))  # was ignored
+    assert r.exit_code == 2 and "--l2 5.0 is not read by --kind listwise" in " ".join(r.output.split())
     assert not home.exists()
     args = [a for a in _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2") if a not in ("--heads", "all")]
     r = runner.invoke(app, [*args, "--heads", "auto:contrastive"])  # none registered: was found after the load

@@ -42,14 +42,24 @@ def _numbers(text: str, what: str, kind: type = int) -> list:
         raise typer.BadParameter(f"{what} {text!r} must be comma-separated {kind.__name__}s, e.g. {example}") from None
 
 
-def check_training(kind: str, models: tuple[str, ...], l2: float, folds: int, depth: int) -> None:
-    """The options every ``train`` command shares, checked before any model is loaded."""
+# The learners that read --l2 (the listwise grid search and equal weights fit nothing penalised).
+PENALISED = ("pointwise", "pairwise")
+
+
+def check_training(
+    kind: str, models: tuple[str, ...], l2: float | None, folds: int, depth: int, default_l2: float
+) -> float:
+    """The options every ``train`` command shares, checked before any model is loaded; returns the
+    L2 penalty (``default_l2`` where ``--l2`` was not given)."""
     if kind not in models:
         raise typer.BadParameter(f"--kind {kind!r} is not one of {', '.join(models)}")
-    if l2 <= 0:
+    if l2 is not None and kind not in PENALISED:
+        raise typer.BadParameter(f"--l2 {l2} is not read by --kind {kind} (only {' and '.join(PENALISED)}); drop it")
+    if l2 is not None and l2 <= 0:
         raise typer.BadParameter(f"--l2 {l2} must be > 0 (the L2 penalty)")
     if folds < 2 or depth < 2:
         raise typer.BadParameter(f"--folds {folds} and --depth {depth} must each be >= 2")
+    return default_l2 if l2 is None else l2
 
 
 def check_folds(n_queries: int, folds: int) -> None:

@@ -87,7 +87,7 @@ def heads_train(
         "top32", "--heads", help="all | topN: the N heads with the best nDCG@10 alone on the training queries."
     ),
     kind: str = typer.Option("pointwise", "--kind", help="pointwise (logistic regression) | pairwise (RankNet)."),
-    l2: float = typer.Option(10.0, "--l2", help="L2 penalty λ (sklearn C = 1/λ)."),
+    l2: Optional[float] = typer.Option(None, "--l2", help="L2 penalty λ (sklearn C = 1/λ; default 10)."),
     first_stage: bool = typer.Option(
         False,
         "--first-stage/--no-first-stage",
@@ -108,7 +108,7 @@ def heads_train(
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank heads train")  # before any model is loaded
     top = _parse_heads(heads)
-    check_training(kind, MODELS, l2, folds, depth)
+    l2 = check_training(kind, MODELS, l2, folds, depth, default_l2=10.0)
     qs, cands, qr, rel, desc = _qr_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
     )

@@ -99,7 +99,9 @@ def train(
         "| equal (weight 1 on every feature, rank included; with --preset fused only the confidence gate is "
         "chosen).",
     ),
-    l2: float = typer.Option(1.0, "--l2", help="L2 penalty λ (sklearn C = 1/λ)."),
+    l2: Optional[float] = typer.Option(
+        None, "--l2", help="L2 penalty λ of pointwise and pairwise (sklearn C = 1/λ; default 1)."
+    ),
     gate: Optional[bool] = typer.Option(
         None,
         "--gate/--no-gate",
@@ -124,7 +126,7 @@ def train(
     require("sklearn", "train", "attnrank train")  # before any model is loaded
     preset = _check_preset(preset, heads, gate, max_doc_words)
     max_doc_words = max_doc_words or DEFAULT_MAX_DOC_WORDS
-    check_training(kind, MODELS, l2, folds, depth)
+    l2 = check_training(kind, MODELS, l2, folds, depth, default_l2=1.0)
     _check_heads(heads, model=model)
     index = None if index_name is None and index_dir is None else _index_path(index_name, index_dir)
     qs, cands, qr, rel, desc = _qr_set(
