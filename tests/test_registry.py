@@ -564,3 +564,6 @@ def test_cli_detect_refuses_the_other_methods_options(roots, tiny_dir, scifact_m
     assert r.exit_code == 2 and "--lengths, --haystack configure(s) --method copy, not qr" in cli_text(r)
     r = runner.invoke(app, [*base, "--method", "copy", "--data", str(_niah(tmp_path)), "--max-queries", "3"])
     assert r.exit_code == 2 and "--max-queries configure(s) --method qr, not copy" in cli_text(r)
+    corpus = ["--corpus", str(scifact_mini / "corpus.jsonl")]
+    r = runner.invoke(app, [*base, "--method", "qr", *data, *corpus, "--data", str(tmp_path)])  # was ignored
+    assert r.exit_code == 2 and "is read with --dataset" in cli_text(r)

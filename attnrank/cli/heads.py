@@ -165,6 +165,11 @@ def _qr_set(
         ds = load_dataset(dataset, data_root(data))
         docs, qs, qr, rel, cands = ds.docs, ds.queries, ds.qrels, rel or ds.rel, ds.candidates
     else:
+        if data is not None:  # (only --dataset reads it here)
+            raise typer.BadParameter(
+                f"--data {data} is read with --dataset, and --queries, --qrels and --corpus were given instead; "
+                "drop --data, or give --dataset NAME in place of those files"
+            )
         if queries is None or qrels is None or (corpus is None and index is None):
             raise typer.BadParameter(
                 "give --dataset scifact|dl19|hotpotqa|locomo (with --data DIR), or --queries, --qrels and --corpus "
