@@ -245,9 +245,11 @@ def score_question(scorers: Scorers, q: dict, methods: list[str], cache_dir: str
 def probe_scores(questions: list[dict], recs: list[dict], methods: list[str], heads, args) -> dict:
     """Held-out probe scores into ``rec["scores"]`` (see the module doc); returns the probes
     trained on all labelled questions, by method."""
+    from attnrank.prune.config import PruneConfig
     from attnrank.prune.probe import (
         ProbeExample,
         crossfit_scores,
+        probe_capture,
         select_l2,
         train_probe,
     )
@@ -272,6 +274,7 @@ def probe_scores(questions: list[dict], recs: list[dict], methods: list[str], he
             extras=PROBES[m],
             l2=l2,
             trained_on=f"{len(ex)} HotpotQA distractor dev questions with sentence-level supporting facts",
+            capture=probe_capture(PruneConfig(attention=args.attention)),  # the query pruner's, as Scorers builds it
         )
         for q, rec in zip(questions, recs):
             pos = [(s.doc_index, s.sentence_index) for s in rec["base"]]

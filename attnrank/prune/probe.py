@@ -50,6 +50,28 @@ EXTRAS = ("passage", "passage-heads", "first", "position", "bm25")
 DEFAULT_EXTRAS = ("passage", "first", "position")
 
 Position = tuple[int, int]  # (passage index, sentence index within the passage)
+# The pruner settings a probe's features depend on, as a probe that records none was trained on
+# (the pruner's defaults): :func:`probe_capture` reads them off a pruner's configuration.
+DEFAULT_CAPTURE: dict[str, Any] = {
+    "attention": "full",
+    "calibrate": True,
+    "sink": False,
+    "instruction": "qa",
+    "order": "reverse",
+}
+
+
+def probe_capture(config: Any) -> dict[str, Any]:
+    """The settings of a pruner's configuration (:class:`~attnrank.prune.config.PruneConfig`)
+    that its sentence features depend on (block attention named with its positions)."""
+    attention = config.attention if config.attention != "block" else f"block:{config.block_positions}"
+    return {
+        "attention": attention,
+        "calibrate": config.calibrate,
+        "sink": config.sink,
+        "instruction": config.instruction,
+        "order": config.order,
+    }
 
 
 def lexical_scores(query: str, texts: Sequence[str]) -> np.ndarray:
@@ -125,10 +147,26 @@ class SentenceProbe(RegistryArtifact):
     trained_on: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
     date: str = ""
+    capture: dict[str, Any] = field(default_factory=dict)  # how its features were captured (empty: DEFAULT_CAPTURE)
 
     @property
     def head_pairs(self) -> list[tuple[int, int]]:
         return [(int(p[0]), int(p[1])) for p in (parse_heads(self.heads) or [])]
+
+    def warn_if_applied_otherwise(self, capture: dict[str, Any]) -> None:
+        """Log a warning when the pruner reads its features otherwise than they were captured for
+        training (``capture``: :func:`probe_capture` of the pruner; a probe that records none was
+        trained on :data:`DEFAULT_CAPTURE`'s): block attention, no calibration or sink filtering
+        change every feature's scale, so the weights do not score as they measured."""
+        trained = {**DEFAULT_CAPTURE, **self.capture}
+        differ = sorted(k for k in trained if k in capture and capture[k] != trained[k])
+        if differ:
+            logger.warning(
+                "the sentence probe was trained on features captured with %s; this pruner captures them with %s, "
+                "so it does not score as it measured; prune with the probe's settings or train it again",
+                ", ".join(f"{k}={trained[k]!r}" for k in differ),
+                ", ".join(f"{k}={capture[k]!r}" for k in differ),
+            )
 
     def score(
         self,
@@ -161,8 +199,11 @@ def train_probe(
     l2: float = 10.0,
     length_norm: str = "sqrt",
     trained_on: str = "",
+    capture: dict[str, Any] | None = None,
 ) -> SentenceProbe:
-    """Fit the probe on labelled questions (features built as :func:`design`, z-scored per question)."""
+    """Fit the probe on labelled questions (features built as :func:`design`, z-scored per question);
+    ``capture``: how the features were captured (:func:`probe_capture` of the pruner that read
+    them; None: :data:`DEFAULT_CAPTURE`), recorded so that a pruner that reads them otherwise warns."""
     require("sklearn", "train", "Training the sentence probe")
     from sklearn.linear_model import LogisticRegression
 
@@ -205,6 +246,7 @@ def train_probe(
         trained_on or f"{len(examples)} questions",
         {},
         _dt.datetime.now().isoformat(timespec="seconds"),
+        dict(capture or DEFAULT_CAPTURE),
     )
 
 

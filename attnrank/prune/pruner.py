@@ -71,7 +71,7 @@ from ..types import Document, as_documents
 from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, resolve_budget, select
 from .planning import Chunk, PromptPlanner, Span, scored_sentences
-from .probe import SentenceProbe, lexical_scores
+from .probe import SentenceProbe, lexical_scores, probe_capture
 from .segment import Sentence, locate_sentences, segment
 from .spans import make_piece
 
@@ -118,6 +118,7 @@ class ContextPruner:
         length_norm = cfg.length_norm
         if cfg.method == "probe":  # the probe fixes heads and length normalisation
             self.probe = probe or SentenceProbe.load(self.llm.model_id, self.llm.fingerprint)
+            self.probe.warn_if_applied_otherwise(probe_capture(cfg))
             spec, length_norm = self.probe.head_pairs, self.probe.length_norm
         else:  # "auto", "auto:METHOD" and "auto-or-all" as the reranker reads them
             spec = resolve_config_heads(spec, self.llm)

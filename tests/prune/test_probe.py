@@ -190,3 +190,23 @@ def test_probe_settings_that_would_be_ignored_are_refused(llm):
     probe = SentenceProbe(np.zeros(8), 0.0, ["0-1", "2-3"], list(EXTRAS))
     with pytest.raises(InputError, match="a probe was given, but method='query' reads none"):
         ContextPruner(llm, probe=probe)
+
+
+def test_a_probe_read_otherwise_than_it_was_trained_warns(llm, caplog):
+    """The probe recorded nothing of how its features were captured: a pruner in block attention,
+    or without calibration, fed it features of another scale without a word."""
+    import logging
+
+    from attnrank.prune.probe import DEFAULT_CAPTURE, train_probe
+
+    probe = SentenceProbe(np.zeros(8), 0.0, ["0-1", "2-3"], list(EXTRAS))  # records none: the defaults
+    with caplog.at_level(logging.WARNING, logger="attnrank.prune.probe"):
+        ContextPruner(llm, method="probe", probe=probe)
+        assert "sentence probe was trained" not in caplog.text
+        ContextPruner(llm, method="probe", probe=probe, attention="block", calibrate=False)
+    assert "calibrate=True" in caplog.text and "attention='block:rotated'" in caplog.text
+    trained = train_probe(synthetic(), [(0, 0), (0, 1), (1, 0)], extras=["first"], l2=1.0)
+    assert trained.capture == DEFAULT_CAPTURE
+    import json
+
+    assert SentenceProbe.from_json(json.loads(json.dumps(trained.to_json()))).capture == DEFAULT_CAPTURE
