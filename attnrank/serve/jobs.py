@@ -127,18 +127,26 @@ class JobQueue:
         loop = asyncio.get_running_loop()
         job = Job(fn, loop.create_future(), loop)
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():  # closed: nothing would ever run it
-                raise Cancelled("the model worker is stopped (the server is shutting down)")
-            full = self.waiting >= self.max_queued
-            if full:
-                self.counts["rejected"] += 1
-            else:
-                self.waiting += 1
-                job.waiting = True
-        if full:
-            raise QueueFull(self.max_queued, max(1, math.ceil((self.max_queued + 1) * self._mean_seconds)))
+            self._refuse_when_full()
+            self.waiting += 1
+            job.waiting = True
         self._queue.put_nowait(job)
         return job
+
+    def check_room(self) -> None:
+        """Raise :class:`QueueFull` (or :class:`Cancelled`, closed) now if a job would be refused:
+        a route calls it before its own preparation (tokenizing every document), so that a full
+        queue sheds that work too, not only the model's."""
+        with self._lock:
+            self._refuse_when_full()
+
+    def _refuse_when_full(self) -> None:
+        """(with the lock held) The refusal of a job that would find the queue full or closed."""
+        if self._thread is None or not self._thread.is_alive():  # closed: nothing would ever run it
+            raise Cancelled("the model worker is stopped (the server is shutting down)")
+        if self.waiting >= self.max_queued:
+            self.counts["rejected"] += 1
+            raise QueueFull(self.max_queued, max(1, math.ceil((self.max_queued + 1) * self._mean_seconds)))
 
     def _leave(self, job: Job) -> None:
         """Give back ``job``'s queue place (call with the lock held)."""

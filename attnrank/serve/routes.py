@@ -70,6 +70,7 @@ async def _rank(
     reranker = server.engine.reranker
     if explain:  # refused now, not after the ranking (or a full queue's 503)
         check_explainable(reranker)
+    server.jobs.check_room()  # a full queue answers 503 before the documents are tokenized
     await asyncio.to_thread(server.check, query, texts)  # tokenizing them: off the event loop
     docs = [Document(str(i), t) for i, t in enumerate(texts)]
 
@@ -89,6 +90,7 @@ async def rerank_cohere(body: CohereRerankRequest, request: Request) -> dict[str
     given = texts_of(body.documents)
     server.check_count("documents", len(given))
     server.check_texts(body.query, given)  # the documents as sent: before tokenizing them all to truncate
+    server.jobs.check_room()  # a full queue answers 503 before the documents are tokenized to cut them
     texts = await asyncio.to_thread(server.truncate, given, body.max_tokens_per_doc)
     res, expl = await _rank(request, body.query, texts, body.top_n, body.explain)
     results = []
@@ -142,6 +144,7 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
     pruner = server.need("pruner")
     texts = None if body.documents is None else texts_of(body.documents)
     index = server.need("index") if texts is None else None
+    server.jobs.check_room()  # a full queue answers 503 before the documents are tokenized
     await asyncio.to_thread(server.check, body.query, texts or [])  # tokenizing them: off the event loop
     if texts is None:
         server.check_count("top_k", body.top_k)

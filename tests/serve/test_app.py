@@ -210,20 +210,29 @@ def _wait_for(base, pred, timeout=10.0):
 
 def test_queue_full_answers_503_with_retry_after(llm):
     gated = GatedReranker(AttentionReranker(llm))
-    with live_server(create_app(Engine(gated), max_queued=1)) as base, ThreadPoolExecutor(2) as pool:
+    app = create_app(Engine(gated), max_queued=1)
+    server, tokenized = app.state.server, []
+    check, truncate = server.check, server.truncate
+    server.check = lambda *a: (tokenized.append("check"), check(*a))[1]  # (a spy: what the routes tokenize)
+    server.truncate = lambda *a: (tokenized.append("truncate"), truncate(*a))[1]
+    with live_server(app) as base, ThreadPoolExecutor(2) as pool:
         body = {"query": QUERY, "texts": DOCS}
         running = pool.submit(httpx.post, f"{base}/rerank", json=body, timeout=30)
         assert gated.entered.wait(10)
         queued = pool.submit(httpx.post, f"{base}/rerank", json=body, timeout=30)
         _wait_for(base, lambda q: q["queued"] == 1)
+        before = len(tokenized)
         t = time.monotonic()
         r = httpx.post(f"{base}/rerank", json=body, timeout=5)
         assert r.status_code == 503 and time.monotonic() - t < 5  # refused at once, not after a wait
         assert int(r.headers["Retry-After"]) >= 1 and "queue is full" in r.json()["message"]
+        cut = {"query": QUERY, "documents": DOCS, "max_tokens_per_doc": 3}
+        assert httpx.post(f"{base}/v1/rerank", json=cut, timeout=5).status_code == 503
+        assert len(tokenized) == before  # refused before their documents were tokenized (or cut)
         gated.gate.set()
         assert running.result().status_code == 200 and queued.result().status_code == 200
         q = httpx.get(f"{base}/health").json()["queue"]
-        assert q["rejected"] == 1 and q["done"] == 2
+        assert q["rejected"] == 2 and q["done"] == 2
 
 
 def test_client_disconnect_cancels_work(llm):
