@@ -33,7 +33,7 @@ from ..eval.data import check_run_ids
 from ..files import atomic_path, check_file_target, held_lock, is_attnrank_run, is_batch_parquet, refuse_replacing
 from ..index.retriever import MODES
 from ..index.sharded.executor import RayExecutor
-from ..index.store import manifest_tag
+from ..index.store import index_doc_ids, manifest_tag
 from ..llm.fingerprint import model_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import registry_digest
@@ -300,6 +300,11 @@ def run_batch(
         raise InputError(f"query {empty!r} is empty; give every query a text")
     if output is not None:  # the run file is written last: an id it cannot hold would fail after all the work
         check_run_ids("query", qs, "give query ids without spaces, or write --parquet only")
+        check_run_ids(  # (the index's every id: found after the run, the hours of work stayed in the checkpoint)
+            "document",
+            index_doc_ids(Path(config.index)),
+            "a TREC run cannot hold it: rename the document and index again, or write --parquet only",
+        )
     parts_dir = checkpoint or Path(f"{output or parquet}.parts")
     _check_parts_dir(parts_dir, output, parquet, queries)
     mine = _settings(config)

@@ -74,6 +74,7 @@ def index(tmp_path):
     idx = tmp_path / "idx"
     idx.mkdir()
     (idx / "manifest.json").write_text('{"format": "attnrank-index", "build_id": "a"}')
+    (idx / "docs.jsonl").write_text('{"id": "d1", "text": "apple"}\n{"id": "d2", "text": "pear"}\n')
     return idx
 
 
@@ -456,6 +457,10 @@ def test_ids_a_run_cannot_hold_and_a_checkpoint_at_an_output_are_refused_before_
             run_batch({"q1": "apple"}, config, output=out, parquet=tmp_path / "rows.parquet", checkpoint=checkpoint)
     with pytest.raises(InputError, match="--mode 'bm52' is not one of bm25, dense, hybrid"):
         run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm52"), output=out, progress=False)
+    with (index / "docs.jsonl").open("a") as f:  # was found only by the run file's write, after every query
+        f.write('{"id": "my notes", "text": "plum"}\n')
+    with pytest.raises(InputError, match="document id 'my notes' is empty or holds whitespace"):
+        run_batch({"q1": "apple"}, config, output=out, progress=False)
     assert fake_ray["calls"] == 1 and not out.exists()
 
 

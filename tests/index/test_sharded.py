@@ -397,3 +397,12 @@ def test_a_rebuild_swapped_in_during_a_load_restarts_it(sharded, tmp_path, scifa
     loaded = ShardedRetriever.load(copy)
     assert swapped and loaded.manifest == ShardedRetriever.load(other).manifest
     assert loaded.shard_bm25[0].params == ShardedRetriever.load(other).shard_bm25[0].params
+
+
+def test_the_document_ids_of_a_sharded_index_are_read_without_loading_it(sharded, built_retriever, tmp_path):
+    """What attnrank batch checks before a run whose run file must hold every id."""
+    from attnrank.index.store import index_doc_ids
+
+    assert list(index_doc_ids(sharded)) == [d.id for d in ShardedRetriever.load(sharded).docs]
+    built_retriever.save(tmp_path / "one")
+    assert list(index_doc_ids(tmp_path / "one")) == [d.id for d in built_retriever.docs]
