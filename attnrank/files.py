@@ -38,8 +38,6 @@ def atomic_path(path: str | Path, *, fsync: bool = True, guard: Callable[[Path],
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         yield tmp
-        if path.is_file() and tmp.is_file():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
         if fsync:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
@@ -50,6 +48,8 @@ def atomic_path(path: str | Path, *, fsync: bool = True, guard: Callable[[Path],
                 kept = path.with_name(f"{path.name}.attnrank-new-{uuid.uuid4().hex[:8]}")
                 os.replace(tmp, kept)
                 raise InputError(f"{e}; this run's output is kept at {kept}") from None
+        if path.is_file() and tmp.is_file():  # (the file replaced, not one the guard kept: its bits only)
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
         os.replace(tmp, path)
         if fsync:  # the rename itself: without it a power loss can bring the old file back
             fsync_folder(path.parent)

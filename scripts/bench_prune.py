@@ -242,14 +242,12 @@ def score_question(scorers: Scorers, q: dict, methods: list[str], cache_dir: str
     return rec
 
 
-def probe_scores(questions: list[dict], recs: list[dict], methods: list[str], heads, args) -> dict:
+def probe_scores(questions: list[dict], recs: list[dict], methods: list[str], heads, args, capture: dict) -> dict:
     """Held-out probe scores into ``rec["scores"]`` (see the module doc); returns the probes
     trained on all labelled questions, by method."""
-    from attnrank.prune.config import PruneConfig
     from attnrank.prune.probe import (
         ProbeExample,
         crossfit_scores,
-        probe_capture,
         select_l2,
         train_probe,
     )
@@ -274,7 +272,7 @@ def probe_scores(questions: list[dict], recs: list[dict], methods: list[str], he
             extras=PROBES[m],
             l2=l2,
             trained_on=f"{len(ex)} HotpotQA distractor dev questions with sentence-level supporting facts",
-            capture=probe_capture(PruneConfig(attention=args.attention)),  # the query pruner's, as Scorers builds it
+            capture=capture,  # how the query pruner that read the features captured them
         )
         for q, rec in zip(questions, recs):
             pos = [(s.doc_index, s.sentence_index) for s in rec["base"]]
@@ -503,7 +501,9 @@ def main() -> None:
             log.info("scored %d/%d questions (%.0f s)", i, len(questions), time.perf_counter() - start)
     pruner = scorers.pruners["query"]
     heads = pruner.heads or [(l, h) for l in range(pruner.llm.num_layers) for h in range(pruner.llm.num_heads)]
-    probes = probe_scores(questions, recs, methods, heads, args)
+    from attnrank.prune.probe import probe_capture
+
+    probes = probe_scores(questions, recs, methods, heads, args, probe_capture(scorers.pruners["query"].config))
     if args.ship and "probe" in probes:
         probes["probe"].save(args.model_id, args.model_fp, root=REPO / "attnrank" / "heads" / "data")
     rows, per_q = evaluate(questions, recs, methods, ratios, args.seeds)

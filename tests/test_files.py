@@ -98,3 +98,10 @@ def test_a_guard_keeps_a_file_that_appeared_during_the_write(tmp_path):
     assert path.read_text() == "the user's notes\n"
     (kept,) = [p for p in tmp_path.iterdir() if p.name != "run.trec"]  # the run's output is not lost
     assert kept.name.startswith("run.trec.attnrank-new-") and kept.read_text() == "q1 Q0 d2 1 1.0 attnrank\n"
+    kept.unlink()
+    path.chmod(0o000)  # the foreign file's bits are not the kept output's (it was unreadable)
+    with refused, atomic_path(path, guard=guard) as tmp:
+        tmp.write_text("q1 Q0 d3 1 1.0 attnrank\n")
+    path.chmod(0o600)
+    (kept,) = [p for p in tmp_path.iterdir() if p.name != "run.trec"]
+    assert kept.stat().st_mode & 0o777 != 0 and kept.read_text() == "q1 Q0 d3 1 1.0 attnrank\n"

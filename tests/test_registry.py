@@ -541,6 +541,10 @@ def test_a_set_entry_that_is_not_an_object_is_refused_in_one_line(roots):
     path.write_text(json.dumps(doc))
     with pytest.raises(InputError, match="holds a head set entry that is not an object"):
         save_head_set("org/m", FP, "qr-score", ["0-1"])
+    del doc["sets"]  # a file holding artifacts only is one attnrank wrote (the check read doc["sets"]: KeyError)
+    path.write_text(json.dumps(doc))
+    save_head_set("org/m", FP, "qr-score", ["0-1"])
+    assert [s.heads for s in load_head_sets("org/m", FP)] == [["0-1"]]
 
 
 def _niah(root):
@@ -562,7 +566,9 @@ def test_cli_detect_refuses_the_other_methods_options(roots, tiny_dir, scifact_m
     base = ["heads", "detect", "--model", str(tiny_dir), "--no-save", "-q"]
     r = runner.invoke(app, [*base, "--method", "qr", *data, "--lengths", "500", "--haystack", "essays"])
     assert r.exit_code == 2 and "--lengths, --haystack configure(s) --method copy, not qr" in cli_text(r)
-    r = runner.invoke(app, [*base, "--method", "copy", "--data", str(_niah(tmp_path)), "--max-queries", "3"])
+    r = runner.invoke(app, [*base, "--method", "copy", "--data", str(_niah(tmp_path)), "--lengths", ""])
+    assert r.exit_code == 2 and "--lengths '' must be token counts" in cli_text(r)  # not the defaults, silently
+    r = runner.invoke(app, [*base, "--method", "copy", "--data", str(tmp_path), "--max-queries", "3"])
     assert r.exit_code == 2 and "--max-queries configure(s) --method qr, not copy" in cli_text(r)
     corpus = ["--corpus", str(scifact_mini / "corpus.jsonl")]
     r = runner.invoke(app, [*base, "--method", "qr", *data, *corpus, "--data", str(tmp_path)])  # was ignored

@@ -33,7 +33,8 @@ from ..eval.data import check_run_ids
 from ..files import atomic_path, check_file_target, held_lock, is_attnrank_run, is_batch_parquet, refuse_replacing
 from ..index.retriever import MODES
 from ..index.sharded.executor import RayExecutor
-from ..index.store import index_doc_ids, manifest_tag
+from ..index.sharded.layout import is_sharded, read_sharded
+from ..index.store import manifest_tag, read_doc_ids
 from ..llm.fingerprint import model_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import registry_digest
@@ -150,6 +151,15 @@ _LATER = (
     "likelihood_model",
     "dtype",  # resolved by the driver since 2026-12-05; before, "auto" decided by each actor
 )
+
+
+def index_doc_ids(root: Path) -> Iterator[str]:
+    """The document ids of the index folder ``root`` (a sharded one's shard by shard, its manifest
+    checked as a load checks it), streamed from ``docs.jsonl`` without loading the index."""
+    if not is_sharded(root):
+        return read_doc_ids(root / "docs.jsonl")
+    manifest, _ = read_sharded(root)
+    return (i for s in manifest["shards"] for i in read_doc_ids(root / s["name"] / "docs.jsonl"))
 
 
 def _settings(config: BatchConfig) -> dict[str, Any]:

@@ -293,9 +293,9 @@ def heads_detect(
             device,
             dtype,
             data,
-            lengths or "1000,2000,4000",
-            depths or "0,25,50,75,100",
-            haystack or "book",
+            "1000,2000,4000" if lengths is None else lengths,
+            "0,25,50,75,100" if depths is None else depths,
+            "book" if haystack is None else haystack,
             50 if max_new_tokens is None else max_new_tokens,
             given,
         )

@@ -105,17 +105,22 @@ def write_docs(path: Path, docs: Sequence[Document]) -> None:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
-def index_doc_ids(root: Path) -> Iterator[str]:
-    """The document ids of the index (or sharded index) folder ``root``, shard by shard, read from
-    its ``docs.jsonl`` files without loading the index (a check of every id before a long run)."""
+def read_doc_ids(path: Path) -> Iterator[str]:
+    """The document ids of an index's ``docs.jsonl``, one line at a time (no document is kept); a
+    damaged line is an :class:`IndexFormatError` naming it."""
     try:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise IndexFormatError(f"{root}/{MANIFEST} cannot be read ({e}); rebuild the index") from None
-    sharded = isinstance(manifest, dict) and manifest.get("format") == SHARDED_FORMAT
-    folders = [root / str(s.get("name")) for s in manifest.get("shards", [])] if sharded else [root]
-    for folder in folders:
-        yield from (d.id for d in read_docs(folder / "docs.jsonl"))
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    doc_id = json.loads(raw.decode("utf-8"))["id"]
+                except (ValueError, KeyError, TypeError) as e:
+                    raise IndexFormatError(
+                        f"{path}:{lineno}: not a document record ({type(e).__name__}); the index is corrupted, "
+                        "rebuild it with `attnrank index`"
+                    ) from None
+                yield str(doc_id)
+    except OSError as e:
+        raise IndexFormatError(f"{path} cannot be read ({e}); rebuild the index") from None
 
 
 def read_docs(path: Path) -> list[Document]:

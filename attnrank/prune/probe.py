@@ -186,6 +186,8 @@ class SentenceProbe(RegistryArtifact):
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SentenceProbe:
         try:
+            if not isinstance(data.get("capture", {}), dict):
+                raise TypeError(f"capture {data['capture']!r} is not an object")
             return cls(**{**data, "weights": np.asarray(data["weights"], dtype=np.float64)})
         except (KeyError, TypeError) as e:
             raise InputError(f"stored sentence probe is malformed ({e}); train and save it again") from None

@@ -99,9 +99,23 @@ def test_a_page_that_appeared_while_explaining_is_not_replaced(explained, tmp_pa
 
     page = tmp_path / "explain.html"
     page.write_text("my own notes\n")
-    with pytest.raises(InputError, match="is not an explain page attnrank wrote"):
+    with pytest.raises(InputError, match="is not an explain page attnrank wrote.*kept at"):
         write_html(page, "q", explained[1], guard=replace_guard(is_explain_page, "an explain page", "--output"))
     assert page.read_text() == "my own notes\n"
+    (kept,) = tmp_path.glob("explain.html.attnrank-new-*")
+    assert is_explain_page(kept)  # the page written is kept beside the user's file
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    from attnrank.cli.outputs import is_explain_png
+    from attnrank.explain.render import write_png
+
+    image = tmp_path / "explain.png"
+    image.write_bytes(b"not a png")
+    with pytest.raises(InputError, match="is not an explain image attnrank wrote"):
+        write_png(image, "q", explained[1], guard=replace_guard(is_explain_png, "an explain image", "--output"))
+    assert image.read_bytes() == b"not a png"
 
 
 def test_cli_explain(tmp_path, built_retriever):

@@ -401,8 +401,14 @@ def test_a_rebuild_swapped_in_during_a_load_restarts_it(sharded, tmp_path, scifa
 
 def test_the_document_ids_of_a_sharded_index_are_read_without_loading_it(sharded, built_retriever, tmp_path):
     """What attnrank batch checks before a run whose run file must hold every id."""
-    from attnrank.index.store import index_doc_ids
+    from attnrank.batch.runner import index_doc_ids
 
     assert list(index_doc_ids(sharded)) == [d.id for d in ShardedRetriever.load(sharded).docs]
     built_retriever.save(tmp_path / "one")
     assert list(index_doc_ids(tmp_path / "one")) == [d.id for d in built_retriever.docs]
+    damaged = _copy(sharded, tmp_path)
+    manifest = json.loads((damaged / "manifest.json").read_text())
+    manifest["shards"][0]["name"] = "../one"  # read docs outside the index; a load refuses the name
+    (damaged / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError):
+        list(index_doc_ids(damaged))

@@ -210,3 +210,5 @@ def test_a_probe_read_otherwise_than_it_was_trained_warns(llm, caplog):
     import json
 
     assert SentenceProbe.from_json(json.loads(json.dumps(trained.to_json()))).capture == DEFAULT_CAPTURE
+    with pytest.raises(InputError, match="stored sentence probe is malformed .capture 'full' is not an object"):
+        SentenceProbe.from_json({**trained.to_json(), "capture": "full"})
