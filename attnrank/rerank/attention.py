@@ -134,6 +134,7 @@ class AttentionReranker:
         )
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
+            self.learned.warn_if_captured_otherwise(cfg.capture)
             heads = self.learned.heads
             calibrate, token_filter = self.learned.fixed_options(calibrate, token_filter)
         elif not self.uses_attention:  # heads are never read: no registered set needed, none warned of

@@ -263,3 +263,26 @@ def test_score_gives_learned_weights_the_first_stage_of_scored_candidates(llm):
     # before: score() dropped the candidates' scores and refused for want of a first stage
     by_id = {r.id: r.score for r in rr.rank("capital of France?", cands)}
     np.testing.assert_allclose(rr.score("capital of France?", cands), [by_id[d.id] for d in DOCS], atol=1e-12)
+
+
+def test_learned_weights_read_from_attention_captured_otherwise_warn(llm, caplog):
+    """They recorded nothing of how their features' attention was captured: a reranker in block
+    attention scored them with features of another scale without a word."""
+    import logging
+
+    heads = [(0, 1), (1, 2)]
+    ex = [
+        QueryFeatures(f"q{i}", ["a", "b"], np.random.default_rng(i).normal(size=(2, 2)), np.array([1, 0]), heads)
+        for i in range(4)
+    ]
+    w = train_head_weights(ex)
+    assert w.config.capture == "full"
+    assert LearnedHeadWeights.from_json(w.to_json()).config.capture == "full"
+    legacy = w.to_json()
+    del legacy["config"]["capture"]  # weights saved before the capture was recorded read full attention
+    assert LearnedHeadWeights.from_json(legacy).config.capture == "full"
+    with caplog.at_level(logging.WARNING, logger="attnrank.rerank.learned.weights"):
+        AttentionReranker(llm, scorer=w, signals=None)
+        assert "captured as" not in caplog.text
+        AttentionReranker(llm, scorer=w, signals=None, attention="block")
+    assert "trained on attention captured as 'full'" in caplog.text and "'block:rotated'" in caplog.text

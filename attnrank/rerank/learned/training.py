@@ -56,9 +56,12 @@ def train_head_weights(
     use_filter: bool = True,
     max_layer: int | None = None,
     trained_on: str = "",
+    capture: str = "full",
 ) -> LearnedHeadWeights:
     """Fit head weights on standardised per-query features (see the module doc for the models);
-    ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores."""
+    ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores;
+    ``capture``: how the features' attention was captured (recorded, so that a reranker that
+    captures it otherwise warns)."""
     require("sklearn", "train", "Training learned head weights")
     from sklearn.linear_model import LogisticRegression
 
@@ -92,7 +95,13 @@ def train_head_weights(
         clf.fit(np.vstack([d, -d]), np.r_[np.ones(len(d)), np.zeros(len(d))])
         w, b = clf.coef_[0], 0.0
     cfg = FeatureConfig(
-        format_heads(heads).split(","), calibrate, use_filter, max_layer, first_stage, stages=list(stages)
+        format_heads(heads).split(","),
+        calibrate,
+        use_filter,
+        max_layer,
+        first_stage,
+        stages=list(stages),
+        capture=capture,
     )
     n = len(heads) + int(first_stage)
     return LearnedHeadWeights(

@@ -25,7 +25,9 @@ ARTIFACT = "head-weights"
 @dataclass
 class FeatureConfig:
     """How features were built: the heads (``"l-h"``, feature order), calibration, filter,
-    layer limit, whether the first-stage score is a feature, and the standardisation."""
+    layer limit, whether the first-stage score is a feature, the standardisation, and how the
+    attention was captured (:func:`~attnrank.llm.blocks.capture_name`; weights trained before it
+    was recorded read full-prompt attention)."""
 
     heads: list[str]
     calibrate: bool = True
@@ -34,6 +36,7 @@ class FeatureConfig:
     first_stage: bool = False
     standardise: str = "per-query z-score"
     stages: list[str] = field(default_factory=list)
+    capture: str = "full"
 
 
 @dataclass
@@ -74,6 +77,19 @@ class LearnedHeadWeights(RegistryArtifact):
     @property
     def heads(self) -> list[tuple[int, int]]:
         return [(int(p[0]), int(p[1])) for p in (parse_heads(self.config.heads) or [])] if self.config.heads else []
+
+    def warn_if_captured_otherwise(self, capture: str) -> None:
+        """Log a warning when a reranker captures attention otherwise (``capture``) than these
+        weights' features were (block attention changes every head's scale): they still score,
+        but not as they measured."""
+        if capture != self.config.capture:
+            logger.warning(
+                "the learned head weights were trained on attention captured as %r; this reranker captures it "
+                "as %r, so they do not score as they measured; use the attention options they record, or "
+                "retrain them (attnrank heads train)",
+                self.config.capture,
+                capture,
+            )
 
     def fixed_options(self, calibrate: bool, token_filter: bool) -> tuple[bool, bool]:
         """The calibration and token filter these weights were trained with, which a reranker
