@@ -573,3 +573,18 @@ def test_cli_detect_refuses_the_other_methods_options(roots, tiny_dir, scifact_m
     corpus = ["--corpus", str(scifact_mini / "corpus.jsonl")]
     r = runner.invoke(app, [*base, "--method", "qr", *data, *corpus, "--data", str(tmp_path)])  # was ignored
     assert r.exit_code == 2 and "is read with --dataset" in cli_text(r)
+
+
+def test_cli_detect_copy_refuses_a_length_its_haystack_cannot_fill_before_the_model_loads(
+    roots, tiny_dir, tmp_path, monkeypatch
+):
+    """A length the haystack was too short for failed the detection half-way through its trials."""
+    from attnrank.llm import models
+
+    _niah(tmp_path)  # an essay of about 150 tokens
+    loaded = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loaded.append(a))
+    args = ["heads", "detect", "--method", "copy", "--model", str(tiny_dir), "--data", str(tmp_path), "--no-save"]
+    r = runner.invoke(app, [*args, "--haystack", "essays", "--lengths", "100,2000", "-q"])
+    assert r.exit_code == 1 and not loaded
+    assert "context length 2000 does not fit" in cli_text(r) and "the haystack has" in cli_text(r)

@@ -330,10 +330,10 @@ def heads_detect(
 def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, qr_given=()) -> dict:
     """Wu et al.'s copy-paste detection; every option and the NIAH data checked before the model loads
     (``qr_given``: options of ``--method qr`` the user gave, which copy would ignore)."""
-    from ..heads.copypaste import check_copy_inputs, detect_copy_heads, load_needles, niah_folder
+    from ..heads.copypaste import check_copy_inputs, check_copy_lengths, detect_copy_heads, load_needles, niah_folder
     from ..heads.scores import RETRIEVAL_THRESHOLD
     from ..llm.headspec import format_heads
-    from ..llm.models import load_llm, model_context_length
+    from ..llm.models import load_llm, load_tokenizer, model_context_length
 
     lens, deps = _numbers(lengths, "--lengths"), _numbers(depths, "--depths", float)
     if not lens or min(lens) < 1:
@@ -354,6 +354,7 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
             f"--lengths {max(lens)} plus --max-new-tokens {max_new_tokens} exceeds the {context}-token context of "
             f"{model or 'the default model'}; give lengths up to {context - max_new_tokens}"
         )
+    check_copy_lengths(load_tokenizer(model), data, haystack, None, lens)  # the tokenizer only, not the model
     llm = load_llm(model, dtype=dtype, device=device)
     result = detect_copy_heads(
         llm, data=data, lengths=lens, depths=deps, haystack=haystack, max_new_tokens=max_new_tokens

@@ -259,6 +259,21 @@ def check_copy_inputs(
     return folder, all_needles, chosen
 
 
+def check_copy_lengths(
+    tokenizer: Any, data: str | Path | None, haystack: str, needles: Sequence[int] | None, lengths: Sequence[int]
+) -> None:
+    """That each chosen needle's haystack is long enough for the longest of ``lengths`` (prompt
+    tokens, as :func:`build_niah_prompt` cuts it with ``tokenizer``), checked with the tokenizer
+    alone: a length the haystack cannot fill failed a detection half-way through its trials."""
+    folder, all_needles, chosen = check_copy_inputs(data, haystack, needles, [50.0])
+    longest, texts = max(lengths), {}
+    for n in chosen:
+        part = n % 3 + 1 if haystack == "book" else None
+        if part not in texts:
+            texts[part] = load_haystack(folder, part)
+        build_niah_prompt(tokenizer, texts[part], all_needles[n], int(longest), 50.0)
+
+
 def detect_copy_heads(
     llm: Any,
     *,
