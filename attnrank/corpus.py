@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .types import Document
+from .types import Document, encodable
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problem
         problem(where, f"duplicate document id {doc.id!r}", "document ids must be unique")
     elif not doc.text.strip() and not doc.title.strip():
         problem(where, f"document {doc.id!r} has empty text")
-    elif not _encodable(doc.id, doc.title, doc.text, json.dumps(doc.metadata, ensure_ascii=False, default=str)):
+    elif not encodable(doc.id, doc.title, doc.text, json.dumps(doc.metadata, ensure_ascii=False, default=str)):
         # (else found after the BM25 build, by the embedder, or by the index save for metadata)
         problem(
             where,
@@ -109,16 +109,6 @@ def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problem
         )
     else:
         docs[doc.id] = doc
-
-
-def _encodable(*texts: str) -> bool:
-    """Whether every text is valid Unicode (no lone surrogate, which UTF-8 cannot hold)."""
-    try:
-        for t in texts:
-            t.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
@@ -359,7 +349,7 @@ def load_queries(path: str | Path) -> dict[str, str]:
             raise InputError(f"{where}: duplicate query id {qid!r}; query ids must be unique")
         if not text.strip():
             raise InputError(f"{where}: query {qid!r} is empty")
-        if not _encodable(qid, text):
+        if not encodable(qid, text):
             raise InputError(
                 f"{where}: query {qid!r} holds a lone surrogate (a \\ud800-style JSON escape); fix or "
                 "re-encode it as UTF-8"

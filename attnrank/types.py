@@ -102,13 +102,21 @@ def check_unicode(texts: Iterable[str], what: str = "text") -> None:
     in a command-line argument): tokenizers fail on it with a TypeError, hashing with a
     UnicodeEncodeError. ``what`` names the texts in the message ("text", "query", "document")."""
     for i, t in enumerate(texts):
-        try:
-            t.encode("utf-8")
-        except UnicodeEncodeError:
+        if not encodable(t):
             raise InputError(
                 f"{what} #{i} ({t[:60]!r}) is not valid Unicode (it holds a lone surrogate, such as a "
                 "\\ud800 escape or bytes that are not UTF-8); fix or re-encode it as UTF-8"
-            ) from None
+            )
+
+
+def encodable(*texts: str) -> bool:
+    """Whether every text is valid Unicode: no lone surrogate, which UTF-8 cannot hold."""
+    try:
+        for t in texts:
+            t.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def refuse_one_passage(docs: Any, subject: str, noun: str) -> None:

@@ -222,17 +222,10 @@ def check_registry_lookups(config: RerankConfig) -> None:
     ``auto`` head set), looked up by the model's id and fingerprint before anything loads: a
     missing one is named now, not after the index and the model have loaded. A model whose config
     cannot be read is left to the load, which names it (this process loads it: no warning)."""
-    from ..errors import ModelError
-    from ..llm.models import unloaded_model  # (torch: only for commands that rerank)
-    from ..rerank.resolve import check_lookups
+    from ..rerank.resolve import check_lookups  # (torch: only for commands that rerank)
 
-    if not config.uses_llm:
-        return
-    try:
-        unloaded_model(config.model)
-    except ModelError:
-        return
-    check_lookups(config)
+    if config.uses_llm and _model_key(config.model) is not None:
+        check_lookups(config)
 
 
 def check_pruner_lookups(config: PruneConfig) -> None:
@@ -373,23 +366,33 @@ def _check_slot_profile(config: RerankConfig) -> None:
 
 
 def rerank_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a Typer command the shared reranking options; it receives ``rerank_config``."""
+    """Give a Typer command the shared reranking options; it receives ``rerank_config`` (and, if it
+    takes ``rerank_given``, the flags the user set)."""
+    return option_group(func, _OPTIONS, build_rerank_config, "rerank")
+
+
+def option_group(
+    func: Callable[..., Any], options: dict[str, tuple[Any, Any]], build: Callable[..., Any], stage: str
+) -> Callable[..., Any]:
+    """``func`` as a Typer command that also takes ``options`` (name -> (annotation, typer option),
+    each named after its configuration field) and receives ``{stage}_config``, the configuration
+    ``build(**values)`` makes of them, and, if it takes ``{stage}_given``, the flags the user set
+    (e.g. to refuse them when the stage is off)."""
+    config_arg, given_arg = f"{stage}_config", f"{stage}_given"
     sig = inspect.signature(func)
-    own = [p for p in sig.parameters.values() if p.name != "rerank_config"]
+    wants_given = given_arg in sig.parameters
+    own = [p for p in sig.parameters.values() if p.name not in (config_arg, given_arg)]
     added = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
-        for name, (annotation, option) in _OPTIONS.items()
+        for name, (annotation, option) in options.items()
     ]
-
-    wants_given = "rerank_given" in sig.parameters
-    own = [p for p in own if p.name != "rerank_given"]
 
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> Any:
-        given = {name: kwargs.pop(name) for name in _OPTIONS}
-        kwargs["rerank_config"] = build_rerank_config(**given)
-        if wants_given:  # the options the user set, as flags (e.g. to refuse them when reranking is off)
-            kwargs["rerank_given"] = frozenset(f"--{n.replace('_', '-')}" for n, v in given.items() if v is not None)
+        given = {name: kwargs.pop(name) for name in options}
+        kwargs[config_arg] = build(**given)
+        if wants_given:
+            kwargs[given_arg] = frozenset(f"--{n.replace('_', '-')}" for n, v in given.items() if v is not None)
         return func(*args, **kwargs)
 
     command.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]

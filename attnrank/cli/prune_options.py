@@ -4,8 +4,6 @@ does for the reranker), handed to the command as one ``prune_config``."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -16,7 +14,7 @@ from ..prune.config import LENGTH_NORMS, PRUNE_METHODS, PruneConfig
 from ..prune.segment import DEFAULT_MAX_WORDS
 from ..rerank.config import ORDERS
 from . import _check_heads
-from .options import DTYPE_HELP
+from .options import DTYPE_HELP, option_group
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     "model": (
@@ -95,19 +93,28 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
+def check_method(method: str, fixed: dict[str, Any]) -> str:
+    """``--method`` one of the pruning methods; with ``probe``, none of the options it fixes given
+    (``fixed``: flag -> value, None where not given): the probe would ignore them."""
+    if method not in PRUNE_METHODS:
+        raise typer.BadParameter(f"--method {method!r} is not one of {', '.join(PRUNE_METHODS)}")
+    for flag, value in fixed.items():
+        if method == "probe" and value is not None:
+            raise typer.BadParameter(
+                f"--method probe scores sentences with the heads and length normalisation its probe was trained "
+                f"with, so {flag} {value!r} would be ignored; drop {flag} or use --method query|focus"
+            )
+    return method
+
+
 def build_prune_config(**given: Any) -> PruneConfig:
     """The pruner's configuration with every option the user gave (not None); a value it refuses
     is an option error (exit 2), named before the model loads."""
     overrides = {k: v for k, v in given.items() if v is not None}
-    method = overrides.get("method", "query")
-    if method not in PRUNE_METHODS:
-        raise typer.BadParameter(f"--method {method!r} is not one of {', '.join(PRUNE_METHODS)}")
-    for flag, name in (("--heads", "heads"), ("--length-norm", "length_norm")):
-        if method == "probe" and name in overrides:  # the probe fixes both
-            raise typer.BadParameter(
-                f"--method probe scores sentences with the heads and length normalisation its probe was trained "
-                f"with, so {flag} {overrides[name]!r} would be ignored; drop {flag} or use --method query|focus"
-            )
+    check_method(
+        overrides.get("method", "query"),
+        {"--heads": overrides.get("heads"), "--length-norm": overrides.get("length_norm")},
+    )
     _check_heads(overrides.get("heads"), model=overrides.get("model"))
     try:
         return PruneConfig(**overrides)
@@ -117,17 +124,4 @@ def build_prune_config(**given: Any) -> PruneConfig:
 
 def prune_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give a Typer command the pruning options; it receives ``prune_config``."""
-    sig = inspect.signature(func)
-    own = [p for p in sig.parameters.values() if p.name != "prune_config"]
-    added = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
-        for name, (annotation, option) in _OPTIONS.items()
-    ]
-
-    @functools.wraps(func)
-    def command(*args: Any, **kwargs: Any) -> Any:
-        kwargs["prune_config"] = build_prune_config(**{name: kwargs.pop(name) for name in _OPTIONS})
-        return func(*args, **kwargs)
-
-    command.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
-    return command
+    return option_group(func, _OPTIONS, build_prune_config, "prune")

@@ -22,9 +22,7 @@ from .options import (
     refuse_when_off,
     rerank_options,
 )
-from .prune_options import prune_options
-
-METHODS = ("query", "focus", "probe")
+from .prune_options import check_method, prune_options
 
 
 def _budget(budget_tokens: Optional[int], keep_ratio: Optional[float], default: Optional[int]):
@@ -40,17 +38,6 @@ def _budget(budget_tokens: Optional[int], keep_ratio: Optional[float], default: 
     if keep_ratio is not None and not 0 < keep_ratio <= 1:
         raise typer.BadParameter(f"--keep-ratio {keep_ratio} must be in (0, 1] (the fraction of tokens kept)")
     return budget_tokens, keep_ratio
-
-
-def _method(method: str, heads: Optional[str] = None, option: str = "--heads") -> str:
-    if method not in METHODS:
-        raise typer.BadParameter(f"--method {method!r} is not one of {', '.join(METHODS)}")
-    if method == "probe" and heads is not None:  # ContextPruner takes the probe's heads over any given
-        raise typer.BadParameter(
-            f"--method probe scores sentences with the heads its probe was trained on, so {option} {heads!r} "
-            f"would be ignored; drop {option} or use --method query|focus"
-        )
-    return method
 
 
 def _no_prune_conflicts(
@@ -199,7 +186,7 @@ def ask(
     _positive(k, "-k", "passages kept after reranking")
     check_k_within_depth(k, depth, "kept")
     _positive(max_new_tokens, "--max-new-tokens", "answer length in tokens")
-    method = _method(method or "query", prune_heads, "--prune-heads")
+    method = check_method(method or "query", {"--prune-heads": prune_heads})
     _check_heads(prune_heads, "--prune-heads", model=rerank_config.model)
     if not question.strip():
         raise typer.BadParameter("the QUESTION is empty; give a question")

@@ -260,12 +260,13 @@ def check_copy_inputs(
 
 
 def check_copy_lengths(
-    tokenizer: Any, data: str | Path | None, haystack: str, needles: Sequence[int] | None, lengths: Sequence[int]
+    tokenizer: Any, inputs: tuple[Path, list[Needle], list[int]], haystack: str, lengths: Sequence[int]
 ) -> None:
     """That each chosen needle's haystack is long enough for the longest of ``lengths`` (prompt
     tokens, as :func:`build_niah_prompt` cuts it with ``tokenizer``), checked with the tokenizer
-    alone: a length the haystack cannot fill failed a detection half-way through its trials."""
-    folder, all_needles, chosen = check_copy_inputs(data, haystack, needles, [50.0])
+    alone: a length the haystack cannot fill failed a detection half-way through its trials.
+    ``inputs``: what :func:`check_copy_inputs` returned (folder, needles, the chosen ones)."""
+    folder, all_needles, chosen = inputs
     longest, texts = max(lengths), {}
     for n in chosen:
         part = n % 3 + 1 if haystack == "book" else None
