@@ -305,14 +305,7 @@ def test_cli_detect_copy_refuses_lengths_past_the_models_context_before_it_loads
     from attnrank.llm import models
     from attnrank.llm.models import model_context_length
 
-    folder = tmp_path / "niah" / "retrieval_head"
-    folder.mkdir(parents=True)
-    (folder / "needles.jsonl").write_text(
-        json.dumps({"needle": "The code is 42.", "question": "Code?", "real_needle": "42"}) + "\n"
-    )
-    (tmp_path / "niah" / "PaulGrahamEssays").mkdir()
-    (tmp_path / "niah" / "PaulGrahamEssays" / "a.txt").write_text("An essay. " * 50)
-
+    _niah(tmp_path)
     context = model_context_length(str(tiny_dir))
     assert context is not None and context == models.load_llm(str(tiny_dir)).context_length
     loaded = []
@@ -324,13 +317,7 @@ def test_cli_detect_copy_refuses_lengths_past_the_models_context_before_it_loads
 
 
 def test_cli_detect_copy_reports_no_accepted_trial(roots, tiny_dir, tmp_path):
-    folder = tmp_path / "niah" / "retrieval_head"
-    folder.mkdir(parents=True)
-    (folder / "needles.jsonl").write_text(
-        json.dumps({"needle": "The code is 42.", "question": "Code?", "real_needle": "42"}) + "\n"
-    )
-    (tmp_path / "niah" / "PaulGrahamEssays").mkdir()
-    (tmp_path / "niah" / "PaulGrahamEssays" / "a.txt").write_text("Some text here. " * 40)
+    _niah(tmp_path, essay="Some text here. " * 40)
     r = runner.invoke(
         app,
         [
@@ -547,7 +534,7 @@ def test_a_set_entry_that_is_not_an_object_is_refused_in_one_line(roots):
     assert [s.heads for s in load_head_sets("org/m", FP)] == [["0-1"]]
 
 
-def _niah(root):
+def _niah(root, essay="An essay. " * 50):
     """A NIAH data folder of one needle and one essay (the copy method's inputs)."""
     folder = root / "niah" / "retrieval_head"
     folder.mkdir(parents=True)
@@ -555,7 +542,7 @@ def _niah(root):
         json.dumps({"needle": "The code is 42.", "question": "Code?", "real_needle": "42"}) + "\n"
     )
     (root / "niah" / "PaulGrahamEssays").mkdir()
-    (root / "niah" / "PaulGrahamEssays" / "a.txt").write_text("An essay. " * 50)
+    (root / "niah" / "PaulGrahamEssays" / "a.txt").write_text(essay)
     return root
 
 
