@@ -357,4 +357,5 @@ def detect_copy_heads(
         llm.model_id,
         llm.fingerprint,
         trials,
+        adapter=llm.adapter,
     )

@@ -42,6 +42,7 @@ def query_focused_scores(
     data: str = "",
     model_id: str = "",
     fingerprint: str = "",
+    adapter: str = "",
 ) -> dict[str, HeadScores]:
     """QR scores from precomputed window rows: ``items`` yields ``(qid, windows, candidate ids)``
     (``windows`` from :meth:`AttentionReranker.windows` over the candidates in that order, rows in
@@ -95,6 +96,7 @@ def query_focused_scores(
             note,
             model_id,
             fingerprint,
+            adapter=adapter,
         )
     return out
 
@@ -139,4 +141,5 @@ def detect_query_focused(
         data=data or f"{len(qids)} labelled queries ({stamp})",
         model_id=llm.model_id,
         fingerprint=llm.fingerprint,
+        adapter=llm.adapter,
     )

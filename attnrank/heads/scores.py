@@ -19,7 +19,9 @@ RETRIEVAL_THRESHOLD = 0.1  # Wu et al.: heads with RS_h > 0.1 are retrieval head
 @dataclass
 class HeadScores:
     """Per-head detection scores: ``scores[layer, head]`` (NaN = not measured), with how they
-    were obtained. ``n_used`` counts accepted trials (copy) or usable queries (qr)."""
+    were obtained. ``n_used`` counts accepted trials (copy) or usable queries (qr); ``adapter``:
+    the head adapter merged into the model they were measured on (:attr:`LLM.adapter
+    <attnrank.llm.models.LLM.adapter>`; such scores are not saved as the base model's)."""
 
     scores: np.ndarray
     method: str
@@ -32,6 +34,7 @@ class HeadScores:
     model_id: str = ""
     fingerprint: str = ""
     trials: list[dict[str, Any]] = field(default_factory=list)
+    adapter: str = ""
 
     def ranked(self) -> list[tuple[tuple[int, int], float]]:
         """Measured heads, best first (ties: lower layer, then head)."""
@@ -54,6 +57,12 @@ class HeadScores:
     ) -> Path:
         """Register ``heads`` (default: the top ``n``) with the full score matrix."""
         heads = self.top(n) if heads is None else heads
+        if self.adapter:
+            raise InputError(
+                f"these {self.method} heads were measured on {self.model_id!r} with head adapter {self.adapter} "
+                "merged in, and the registry keys head sets by the base weights' fingerprint, whose heads they "
+                "are not; detect on the model without the adapter to register a set"
+            )
         if not heads:
             raise InputError(
                 f"no {self.method} heads to save for {self.model_id!r}: {self.note or 'no head has a finite score'}"

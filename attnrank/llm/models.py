@@ -55,6 +55,8 @@ _ENCODER_TYPES = set(
     ]
 )
 
+ADAPTED = "lora-"  # LLM.quantization's prefix for a model with a head adapter merged in
+
 
 @dataclass
 class LLM:
@@ -62,7 +64,8 @@ class LLM:
 
     ``fingerprint`` identifies the model (registered head sets, learned weights, probes and slot
     profiles are keyed by it, and hold for every precision it is loaded in); ``quantization``
-    is ``"int8"`` when its linear layers run in dynamic int8, else ``""``. Anything computed
+    is ``"int8"`` when its linear layers run in dynamic int8, ``"lora-…"`` when a head adapter
+    is merged into its weights (:attr:`adapter`), else ``""``. Anything computed
     *from* the weights (cached key/value states, captured rows) depends on them and on the
     precision: key it by :attr:`weights_key`.
     """
@@ -80,6 +83,14 @@ class LLM:
         rows and states differ from float32's in the last bits, so the two never share a cache)."""
         dtype = "" if self.dtype == torch.float32 else str(self.dtype).removeprefix("torch.")
         return "+".join(part for part in (self.fingerprint, self.quantization, dtype) if part)
+
+    @property
+    def adapter(self) -> str:
+        """The head adapter merged into these weights (``lora-`` and its digest;
+        :meth:`attnrank.rerank.adapter.HeadAdapter.apply`), or ``""``. An adapted model reads what
+        is registered for its base weights, whose fingerprint it keeps, but what is measured on it
+        must not be registered as theirs."""
+        return self.quantization if self.quantization.startswith(ADAPTED) else ""
 
     @property
     def short_key(self) -> str:

@@ -42,7 +42,7 @@ import torch
 from ..errors import InputError, require
 from ..files import atomic_path, file_sha256, refuse_replacing
 from ..llm.attention import AttentionCapturer
-from ..llm.models import LLM
+from ..llm.models import ADAPTED, LLM
 from ..llm.prompts import build_rerank_prompts
 from ..types import Document
 from .config import RerankConfig
@@ -235,7 +235,7 @@ class HeadAdapter:
         merged = wrapped.merge_and_unload()
         for p in merged.parameters():
             p.requires_grad_(False)
-        return replace(llm, model=merged.eval(), quantization=f"lora-{self.digest()}")
+        return replace(llm, model=merged.eval(), quantization=f"{ADAPTED}{self.digest()}")
 
     def digest(self) -> str:
         """A short content hash of the tensors (what the adapted model's weights key records)."""

@@ -17,6 +17,7 @@ pytest.importorskip("peft")
 from _tiny import RERANK_QUERY, rerank_docs, tiny_model, tiny_tokenizer
 
 from attnrank.errors import InputError
+from attnrank.heads.queryfocused import detect_query_focused
 from attnrank.llm.attention import AttentionCapturer
 from attnrank.llm.capture import capture_window
 from attnrank.llm.models import LLM
@@ -32,6 +33,8 @@ from attnrank.rerank.adapter import (
     prompt_options,
     train_head_adapter,
 )
+from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.profile import measure_slot_profile
 from attnrank.types import Document
 
 HEADS = [(1, 0), (2, 3), (2, 1)]  # deepest layer 2 of 4
@@ -229,3 +232,22 @@ def test_load_refuses_tensors_the_metadata_was_not_saved_with(tmp_path):
     (tmp_path / "a" / "adapter.safetensors").write_bytes((tmp_path / "b" / "adapter.safetensors").read_bytes())
     with pytest.raises(InputError, match="is not the tensors .*adapter.json was saved with"):
         HeadAdapter.load(tmp_path / "a")
+
+
+def test_what_is_measured_on_an_adapted_model_is_not_registered_as_the_base_models(trained, tmp_path):
+    """The adapted copy keeps the base fingerprint (to read the base's registry entries); head
+    scores and slot profiles measured on it would be saved under that fingerprint as the base's."""
+    llm, adapter = trained
+    adapted = adapter.apply(llm)
+    assert adapted.adapter == f"lora-{adapter.digest()}" and llm.adapter == ""
+    docs = rerank_docs()
+    qrels = {"q": {docs[0].id: 1}}
+    base = detect_query_focused(AttentionReranker(llm, None), {"q": RERANK_QUERY}, {"q": docs}, qrels)["qr-score"]
+    assert base.adapter == "" and base.save(2, root=tmp_path).exists()
+    scores = detect_query_focused(AttentionReranker(adapted, None), {"q": RERANK_QUERY}, {"q": docs}, qrels)
+    assert scores["qr-score"].adapter == adapted.adapter
+    with pytest.raises(InputError, match="head adapter lora-.* detect on the model without the adapter"):
+        scores["qr-score"].save(2, root=tmp_path / "adapted")
+    assert not (tmp_path / "adapted").exists()
+    with pytest.raises(InputError, match="slot profile is registered for the base weights"):
+        measure_slot_profile(AttentionReranker(adapted, None), docs, n_slots=2, n_trials=1)
