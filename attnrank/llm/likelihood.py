@@ -12,7 +12,8 @@ sorted by length so that little padding is computed.
 Reusable context states: a context does not depend on the continuation, so with a
 :class:`~attnrank.llm.states.StateCache` the keys and values of every layer over a context (all
 but its last token) are kept after the first pass, and a later call with the same context runs
-only its last token and the continuation over them (:func:`_suffix_logprob`) — for the query
+only its last token and the continuation over them (:func:`_suffix_logprob`; not the
+continuation's last token, which nothing reads: one token in ~20 of such a pass) — for the query
 likelihood, a passage seen by an earlier query costs the new query's tokens, not the passage's.
 Models with sliding-window or non-attention layers (whose caches do not keep every token) are
 always computed in full.
@@ -86,6 +87,7 @@ def _reusing_states(
     """:func:`continuation_logprob` with kept context states: sequences whose context (but its last
     token) has states in ``states`` run their suffix over them; the others run in full and keep theirs."""
     keys = context_keys(llm, [s[: -n_cont - 1] for s in seqs])
+    target = torch.tensor(seqs[0][-n_cont:], dtype=torch.long)
     found = [states.get(k) if len(s) > n_cont + 1 else None for k, s in zip(keys, seqs)]
     out = np.empty((len(seqs), n_cont), dtype=np.float32)
     todo = [i for i, f in enumerate(found) if f is None]
@@ -100,8 +102,8 @@ def _reusing_states(
     warm = {i: f for i, f in enumerate(found) if f is not None}
     past = [0 if f is None else f.n_tokens for f in found]
     for batch in _batches(list(warm), past, DEFAULT_PAST_TOKENS):
-        suffixes = [seqs[i][-n_cont - 1 :] for i in batch]
-        out[batch] = _suffix_logprob(llm, [warm[i] for i in batch], suffixes, buffer)
+        suffixes = [seqs[i][-n_cont - 1 : -1] for i in batch]
+        out[batch] = _suffix_logprob(llm, [warm[i] for i in batch], suffixes, target, buffer)
     return out
 
 
@@ -181,14 +183,18 @@ def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int, keep: bool) -> 
             layers = [layer_kv(layer) for layer in cache.layers]
             for row, s in enumerate(seqs):  # the context's tokens but its last: from width - len(s)
                 kept.append(row_state(layers, row, width - len(s), len(s) - n_cont - 1))
-    return _token_logprobs(output.logits, ids[:, -n_cont:]), kept
+    # the last position's logits predict past the continuation (one token in hundreds: kept, so
+    # that the pass's shapes, and bfloat16's rounding, stay those of the recorded figures)
+    return _token_logprobs(output.logits[:, :-1], ids[0, -n_cont:]), kept
 
 
 def _suffix_logprob(
-    llm: LLM, states: list[BlockState], suffixes: list[list[int]], buffer: ContextBuffer | None
+    llm: LLM, states: list[BlockState], suffixes: list[list[int]], target: torch.Tensor, buffer: ContextBuffer | None
 ) -> np.ndarray:
-    """The scores of contexts whose states are kept: each row runs its context's last token and
-    the continuation (``suffixes``, equal lengths) over its states, left-padded to the longest.
+    """The scores of ``target`` after contexts whose states are kept: each row runs its context's
+    last token and ``target`` but its last (``suffixes``, equal lengths) over its states, left-padded
+    to the longest: the last target token is read, never run (its logits would predict past it, and
+    nothing attends to it).
     The states are assembled once, in ``buffer``'s memory, with room after them for the suffix's
     own (:class:`~attnrank.llm.context.ContextLayer`: no copy of the whole cache per layer)."""
     n_past, n_new = max(s.n_tokens for s in states), len(suffixes[0])
@@ -220,22 +226,21 @@ def _suffix_logprob(
                 use_cache=True,
                 **{cache_argument(llm.model): cache},
             ).logits
-    return _token_logprobs(logits, ids[:, 1:])
+    return _token_logprobs(logits, target)
 
 
 def _token_logprobs(logits: torch.Tensor, target: torch.Tensor) -> np.ndarray:
-    """log p of each token of ``target`` ([rows, n]; float32) from ``logits`` whose last n + 1
-    positions end with the targets: logits at position t predict token t + 1, so the first n of
-    those are read (sliced from the end, so a model that returns every position's logits is read
-    the same).
+    """log p (float32, [rows, n]) of each of the n tokens of ``target``, the same for every row,
+    from ``logits`` whose last n positions predict them (the logits at position t predict token
+    t + 1; sliced from the end, so a model that returns every position's logits is read the same).
 
     Row by row: one row's float32 log-probabilities over the vocabulary stay in the CPU's cache,
     where the whole batch's would not (20 rows of 20 query tokens: 79 MB for a 49k vocabulary);
     3.4x faster than one log-softmax over the batch, the same values to the last bit."""
-    n = target.shape[1]
-    target = target.to(logits.device)
-    out = torch.empty(target.shape, dtype=torch.float32, device=logits.device)
-    for row in range(target.shape[0]):
-        logp = torch.log_softmax(logits[row, -(n + 1) : -1].float(), dim=-1)
-        out[row] = logp.gather(-1, target[row].unsqueeze(-1)).squeeze(-1)
+    n, rows = len(target), logits.shape[0]
+    target = target.to(logits.device).unsqueeze(-1)
+    out = torch.empty((rows, n), dtype=torch.float32, device=logits.device)
+    for row in range(rows):
+        logp = torch.log_softmax(logits[row, -n:].float(), dim=-1)
+        out[row] = logp.gather(-1, target).squeeze(-1)
     return out.cpu().numpy()

@@ -171,7 +171,9 @@ def test_weights_may_name_likelihood_beside_attention(llm):
     assert weights.uses_llm and weights.text_signals == ["bm25"]
     assert weights.without_attention().features == ["bm25", "likelihood"]
     docs = rerank_docs()
-    rr = AttentionReranker(llm, "0-1,2-3", signals=weights)
+    # nothing kept: a second call over kept states would round float32 otherwise (to ~1e-7 nats,
+    # ~1e-5 here, where z-scores divide by the tiny model's small spread of likelihoods)
+    rr = AttentionReranker(llm, "0-1,2-3", signals=weights, state_cache_mb=0)
     res = rr.rank(RERANK_QUERY, docs)
     att = AttentionReranker(llm, "0-1,2-3", config="fused", signals=None).score(RERANK_QUERY, docs)
     ql = _ql(llm, RERANK_QUERY, docs, max_doc_words=rr.config.max_doc_words)
