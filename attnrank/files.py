@@ -144,6 +144,10 @@ def is_attnrank_run(path: Path) -> bool:
     return lines > 0
 
 
+# The guard of every TREC run attnrank writes at ``-o`` (rerank, search, batch).
+RUN_GUARD = replace_guard(is_attnrank_run, "a TREC run", "-o")
+
+
 # The schema metadata of every Parquet file attnrank batch writes (checkpoint parts and --parquet).
 BATCH_PARQUET_MARK = {b"attnrank": b"batch"}
 

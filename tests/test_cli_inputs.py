@@ -302,6 +302,15 @@ def test_conflicting_index_options_are_refused(tmp_path, index_dir, scifact_mini
     r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(target), "--ray-address", "local", "-q"])
     assert r.exit_code == 2 and "--ray-address runs a sharded build; add --shards N" in _text(r)
     assert not target.exists()
+    for option, value, said in (
+        ("--dense-index", "lsh", "'lsh'"),
+        ("--stopwords", "french", "'french'"),
+        ("--alpha", "1.5", "alpha=1.5 is outside [0, 1]"),
+        ("--norm", "max", "'max'"),
+    ):  # values the retriever checks: option errors too (exit 2, as the parser's own)
+        r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(target), option, value, "-q"])
+        assert r.exit_code == 2 and said in _text(r), (option, _text(r))
+        assert not target.exists()
 
 
 @pytest.mark.parametrize("model", ["/no/such/model", "no-such-org/no-such-model-in-the-cache"])

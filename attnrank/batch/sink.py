@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..files import BATCH_PARQUET_MARK, atomic_path, is_attnrank_run, is_batch_parquet, replace_guard
+from ..files import BATCH_PARQUET_MARK, RUN_GUARD, atomic_path, is_batch_parquet, replace_guard
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class CheckpointSink:
             )
         if trec is not None:
             # checked again now: the run began hours ago, and only a file attnrank wrote is replaced
-            guard = replace_guard(is_attnrank_run, "a TREC run", "-o")
+            guard = RUN_GUARD
             write_run({q: dict(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}, trec, tag=tag, guard=guard)
         if parquet is not None:
             _write_parquet([rows[q] for q in qids], Path(parquet))

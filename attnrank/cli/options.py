@@ -42,6 +42,12 @@ Dtype = typer.Option("auto", help=DTYPE_HELP)
 
 REWEIGHT_STEPS = ("sink", "idf", "entropy", "slot")
 
+# How the model runs: options of every command that loads it for reranking or pruning.
+MODEL_RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),
+    "dtype": (Optional[str], typer.Option(None, "--dtype", help=DTYPE_HELP)),
+}
+
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     "preset": (
         Optional[str],
@@ -169,11 +175,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             "likelihood weights) | none (attention alone).",
         ),
     ),
-    "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),
-    "dtype": (
-        Optional[str],
-        typer.Option(None, "--dtype", help=DTYPE_HELP),
-    ),
+    **MODEL_RUN_OPTIONS,
 }
 
 

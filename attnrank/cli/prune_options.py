@@ -14,7 +14,7 @@ from ..prune.config import LENGTH_NORMS, PRUNE_METHODS, PruneConfig
 from ..prune.segment import DEFAULT_MAX_WORDS
 from ..rerank.config import ORDERS
 from . import _check_heads
-from .options import DTYPE_HELP, option_group
+from .options import MODEL_RUN_OPTIONS, option_group
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     "model": (
@@ -88,8 +88,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         Optional[int],
         typer.Option(None, "--state-cache-mb", min=0, help="Memory for block attention's passage states, MB (256)."),
     ),
-    "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),
-    "dtype": (Optional[str], typer.Option(None, "--dtype", help=DTYPE_HELP)),
+    **MODEL_RUN_OPTIONS,  # the reranker's: how the model runs
 }
 
 

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import AttnrankError
-from ..files import is_attnrank_run, replace_guard
+from ..files import RUN_GUARD
 from ..rerank.config import RerankConfig
 from . import (
     Quiet,
@@ -81,7 +81,7 @@ def rerank(
             qid,
         )
         out.append(_rerank_head(reranker, res, depth))
-    guard = replace_guard(is_attnrank_run, "a TREC run", "-o")  # again: it was checked before the reranking
+    guard = RUN_GUARD  # again: it was checked before the reranking
     write_run(
         out, output, tag=f"attnrank-{rerank_config.name}", guard=guard
     )  # the run's tag names the preset that ranked it

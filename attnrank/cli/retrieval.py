@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import AttnrankError
-from ..files import is_attnrank_run, replace_guard
+from ..errors import AttnrankError, InputError
+from ..files import RUN_GUARD
 from ..rerank.config import RerankConfig
 from . import (
     OldName,
@@ -102,9 +102,16 @@ def index(
         raise typer.BadParameter("--ray-address runs a sharded build; add --shards N (or drop --ray-address)")
     if passage_states is not None and shards:
         raise typer.BadParameter("--passage-states is not supported with --shards yet; build one index")
-    r = HybridRetriever(
-        embedder=embedder, dense_index=dense_index, stemmer=stemmer, stopwords=stopwords, embed_backend=embed_backend
-    )
+    try:
+        r = HybridRetriever(
+            embedder=embedder,
+            dense_index=dense_index,
+            stemmer=stemmer,
+            stopwords=stopwords,
+            embed_backend=embed_backend,
+        )
+    except InputError as e:  # --dense-index, --stopwords or --stemmer outside their values: exit 2
+        raise typer.BadParameter(str(e)) from None
     _set_fusion(r, None, fusion, alpha, norm, what="index")
     check_target(target, force=force, protect=[corpus])  # before any work
     docs = _read_corpus(corpus, skip_invalid)
@@ -199,7 +206,7 @@ def search(
     if output is not None:
         # the run's tag says what ranked it: the reranking preset (as `attnrank rerank` writes), else the first stage
         tag = f"attnrank-{rerank_config.name}" if rerank else f"attnrank-{mode or r.mode}"
-        write_run(results, output, tag=tag, guard=replace_guard(is_attnrank_run, "a TREC run", "-o"))
+        write_run(results, output, tag=tag, guard=RUN_GUARD)
         typer.echo(f"wrote {sum(len(x) for x in results)} results for {len(results)} queries to {output}")
     elif query is not None:
         _print_results(results[0])
@@ -229,7 +236,10 @@ def _set_fusion(r, mode, fusion, alpha, norm, what: str = "search") -> None:
         raise typer.BadParameter(
             f"{given} applies to convex fusion only, and this {what} fuses with rrf; add --fusion convex"
         )
-    r.set_fusion(fusion or r.fusion, alpha=alpha, norm=norm)
+    try:
+        r.set_fusion(fusion or r.fusion, alpha=alpha, norm=norm)
+    except InputError as e:  # an option's value (--alpha 1.5, --norm foo): an option error, exit 2
+        raise typer.BadParameter(str(e)) from None
 
 
 @app.command("eval")

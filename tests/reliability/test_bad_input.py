@@ -367,7 +367,7 @@ CASES = [
         "search",
         "`--fusion convex --alpha 1.5`",
         ["search", "x", "--index", "a", "--fusion", "convex", "--alpha", "1.5"],
-        1,
+        2,
         ["alpha=1.5 is outside [0, 1]"],
     ),
     Case(
