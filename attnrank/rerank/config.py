@@ -201,9 +201,7 @@ class RerankConfig:
     @property
     def uses_likelihood(self) -> bool:
         """Whether the fused weights read the LLM's query likelihood (:mod:`attnrank.rerank.likelihood`)."""
-        if isinstance(self.signals, FusedWeights):
-            return LIKELIHOOD in self.signals.features
-        return self.signals == SIGNALS_LIKELIHOOD
+        return _reads_likelihood(self.signals)
 
     def attention_options(self) -> list[str]:
         """The attention fields set to other than their defaults that this configuration would not
@@ -239,7 +237,7 @@ class RerankConfig:
         if "signals" in overrides and not _computes_attention(overrides["signals"]):
             defaults = field_defaults()
             # the passage cuts stay for a setting that reads the likelihood (its prompts cut them)
-            kept = LIKELIHOOD_FIELDS if signals_setting(overrides["signals"]) == SIGNALS_LIKELIHOOD else ()
+            kept = LIKELIHOOD_FIELDS if _reads_likelihood(signals_setting(overrides["signals"])) else ()
             reset = {k: defaults[k] for k in ATTENTION_FIELDS if k not in kept}
             overrides = {**reset, **overrides}
         return replace(self, **overrides)
@@ -270,6 +268,13 @@ def signals_setting(value: Any) -> Any:
 def field_defaults() -> dict[str, Any]:
     """Every :class:`RerankConfig` field's default value, by name."""
     return {f.name: f.default for f in fields(RerankConfig)}
+
+
+def _reads_likelihood(signals: Any) -> bool:
+    """Whether ``signals`` (as the configuration holds it) reads the LLM's query likelihood."""
+    if isinstance(signals, FusedWeights):
+        return LIKELIHOOD in signals.features
+    return signals == SIGNALS_LIKELIHOOD
 
 
 def _computes_attention(signals: Any) -> bool:

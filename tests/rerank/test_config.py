@@ -85,6 +85,14 @@ def test_switching_to_the_likelihood_keeps_the_passage_cut_and_names_are_stored_
     cfg = RerankConfig.preset("fused", max_doc_words=120, max_doc_tokens=90).with_options(signals="likelihood")
     assert (cfg.max_doc_words, cfg.max_doc_tokens) == (120, 90)
     assert RerankConfig.preset("fused", max_doc_words=120).with_options(signals="only").max_doc_words == 300
+    # weights that read the likelihood keep the cut too (only the word "likelihood" did)
+    from attnrank.rerank.fused import LikelihoodWeights, SignalsWeights
+
+    mine = LikelihoodWeights(["bm25", "likelihood"], [1.0, 2.0])
+    cfg = RerankConfig.preset("likelihood", max_doc_words=150, max_doc_tokens=90).with_options(signals=mine)
+    assert (cfg.max_doc_words, cfg.max_doc_tokens) == (150, 90) and cfg.uses_likelihood
+    plain = SignalsWeights(["bm25", "dense"], [1.0, 2.0])
+    assert RerankConfig.preset("likelihood", max_doc_words=150).with_options(signals=plain).max_doc_words == 300
     cfg = RerankConfig.preset("signals", device=" CPU ", dtype="BFloat16")
     assert (cfg.device, cfg.dtype) == ("cpu", "bfloat16")
 
