@@ -93,3 +93,17 @@ def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, floa
         and all(isinstance(r.get(c), numbers.Real) and not isinstance(r.get(c), bool) for r in rows)
     ]
     return {c: sum(r[c] * r[n] for r in rows) / total for c in keys}
+
+
+def check_unique_queries(examples: Iterable[Any]) -> None:
+    """Refuse labelled queries (anything with ``qid`` and ``group``) that share a query id: runs
+    and reports are keyed by it, so one would replace the other (datasets pooled with
+    overlapping ids)."""
+    seen: dict[str, str] = {}
+    for e in examples:
+        if e.qid in seen:
+            raise InputError(
+                f"query id {e.qid!r} is in two examples (groups {seen[e.qid]!r} and {e.group!r}); give each "
+                "dataset's queries distinct ids (e.g. prefix them with the dataset's name)"
+            )
+        seen[e.qid] = e.group

@@ -256,10 +256,15 @@ def run_of(
     cands: Mapping[str, Sequence[Document]], scores: Mapping[str, Sequence[float]]
 ) -> dict[str, dict[str, float]]:
     """A run ``{qid: {doc id: score}}`` from per-query scores in candidate order (one each)."""
-    for q in cands:  # zip would drop the candidates without a score from the run: never retrieved
-        if len(scores[q]) != len(cands[q]):
-            raise InputError(f"query {q!r} has {len(scores[q])} scores for {len(cands[q])} candidates; give one each")
-    return {q: {d.id: float(s) for d, s in zip(cands[q], scores[q])} for q in cands}
+    return {q: scores_by_id(q, [d.id for d in c], scores[q]) for q, c in cands.items()}
+
+
+def scores_by_id(qid: str, doc_ids: Sequence[str], scores: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """One query's ``{doc id: score}`` from scores in candidate order, one each: zip would drop the
+    candidates without a score from the run, as if never retrieved."""
+    if len(scores) != len(doc_ids):
+        raise InputError(f"query {qid!r} has {len(scores)} scores for {len(doc_ids)} candidates; give one each")
+    return {d: float(s) for d, s in zip(doc_ids, scores)}
 
 
 def first_stage_run(cands: Mapping[str, Sequence[Document]]) -> dict[str, dict[str, float]]:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -305,9 +306,25 @@ class FusedWeights(RegistryArtifact):
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FusedWeights:
         try:
-            return cls(**data)
+            weights = cls(**data)
         except TypeError as e:
             raise InputError(f"stored {cls.LABEL} are malformed ({e}); retrain them with {cls.TRAIN}") from None
+        weights.check_informative()
+        return weights
+
+    def check_informative(self) -> None:
+        """Refuse weights that are all 0 (a fit in which every feature came out negative): they
+        rank every candidate alike, so registered they would replace a preset with tie-breaking."""
+        if not any(self.weights):
+            raise InputError(
+                f"{self.LABEL} {self.weights} over {self.features} are all 0: they would rank every candidate "
+                f"alike; retrain them with {self.TRAIN} on more labelled queries"
+            )
+
+    def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
+        """Register these weights for the model (:meth:`check_informative` first)."""
+        self.check_informative()
+        return super().save(model_id, fingerprint, root=root)
 
 
 @dataclass

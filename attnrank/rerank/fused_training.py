@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, require
+from ..eval.crossval import check_unique_queries
 from ..eval.metrics import evaluate_per_query
+from ..eval.rows import scores_by_id
 from ..types import Document
 from .fused import ATTENTION, FEATURES, FusedWeights, FusionExample, attention_confidence, feature_matrix
 from .signals import SIGNALS_VERSION, SignalComputer
@@ -72,7 +74,10 @@ def _fit_linear(examples: Sequence[FusionExample], features: Sequence[str], mode
     """Weights over ``features`` that are all >= 0: every signal is a relevance estimate (higher =
     more relevant), so a negative weight only fits the training data's collinearity (e.g. one
     BM25 against another) and does not transfer. A feature whose weight comes out negative is
-    dropped (weight 0) and the rest refitted."""
+    dropped (weight 0) and the rest refitted. When the last one left is negative too, no feature
+    ranks the training queries' relevant candidates higher and every weight is 0: such weights rank
+    every candidate alike, which is what a held-out report scores of that fit (so equal weights win
+    it), and they are never registered (:meth:`FusedWeights.save`)."""
     keep = list(range(len(features)))
     while True:
         w = _fit_logistic(examples, [features[i] for i in keep], model, l2)
@@ -139,26 +144,13 @@ def per_query_metrics(examples: Sequence[FusionExample], scorer: Any, metrics: S
         by_rel.setdefault(e.rel, []).append(e)
     out: dict[str, dict] = {}
     for rel, exs in by_rel.items():
-        run = {e.qid: dict(zip(e.doc_ids, map(float, scorer(e)))) for e in exs}
+        run = {e.qid: scores_by_id(e.qid, e.doc_ids, scorer(e)) for e in exs}
         qrels = {e.qid: e.judged() for e in exs}
         got = evaluate_per_query(run, qrels, metrics, rel=rel)
         for e in exs:  # (a metric name is always there: no default)
             row = got.get(e.qid)
             out[e.qid] = {m: float(row[m]) if row is not None else 0.0 for m in metrics}
     return out
-
-
-def check_unique_queries(examples: Sequence[FusionExample]) -> None:
-    """Refuse examples that share a query id: runs and reports are keyed by it, so one would
-    replace the other (datasets pooled with overlapping ids)."""
-    seen: dict[str, str] = {}
-    for e in examples:
-        if e.qid in seen:
-            raise InputError(
-                f"query id {e.qid!r} is in two examples (groups {seen[e.qid]!r} and {e.group!r}); give each "
-                "dataset's queries distinct ids (e.g. prefix them with the dataset's name)"
-            )
-        seen[e.qid] = e.group
 
 
 def _choose_gate(examples: Sequence[FusionExample], fused: FusedWeights) -> float | None:

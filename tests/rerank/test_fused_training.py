@@ -82,6 +82,35 @@ def test_signed_weights_may_take_out_an_echo_the_default_weights_keep():
     assert plain.weights[1] == 0.0 and min(plain.weights) >= 0
 
 
+def test_weights_that_all_came_out_zero_are_scored_as_such_but_never_registered(tmp_path):
+    """Each negative weight is dropped and the rest refitted; the last one left negative too gives
+    weights of 0, which rank every candidate alike: a held-out report scores them so (equal
+    weights then win it), and they were registered without a word."""
+    rng = np.random.default_rng(3)
+    ex = []
+    for i in range(40):
+        y = np.zeros(10, dtype=np.int64)
+        y[rng.choice(10, 2, replace=False)] = 1
+        signals = {"bm25": -y + rng.normal(0, 0.3, 10), "dense": -y + rng.normal(0, 0.3, 10)}
+        ex.append(FusionExample(str(i), [str(j) for j in range(10)], signals, y, group="g"))
+    zero = train_fused(ex, ["bm25", "dense"], gate=False)
+    assert zero.weights == [0.0, 0.0]
+    with pytest.raises(InputError, match=r"are all 0: they would rank every candidate alike"):
+        zero.save("m", "f" * 64, root=tmp_path)
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(InputError, match="are all 0"):
+        FusedWeights.from_json(zero.to_json())
+    assert train_fused(ex, ["bm25", "dense"], gate=False, signed=True).weights[0] < 0  # signed: allowed
+
+
+def test_a_scorer_that_gives_too_few_scores_is_refused_not_cut(make_examples):
+    from attnrank.rerank.fused_training import per_query_metrics
+
+    ex = make_examples(4, "a", 0.5, 0)
+    with pytest.raises(InputError, match=f"query {ex[0].qid!r} has 9 scores for 10 candidates"):
+        per_query_metrics(ex, lambda e: e.signals["bm25"][:-1], ["nDCG@10"])
+
+
 def test_weights_record_the_embedder_of_their_dense_signal(make_examples):
     """Weights fitted to another embedder's cosines were applied to the packaged MiniLM's: the
     embedder is recorded with the weights (and a mix of embedders refused)."""

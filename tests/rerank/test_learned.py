@@ -12,6 +12,7 @@ from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.learned import (
     LearnedHeadWeights,
     QueryFeatures,
+    evaluate_scores,
     kfold_evaluate,
     leave_one_group_out,
     query_features,
@@ -70,6 +71,9 @@ def test_standardise_per_query():
     z = standardise(x)
     np.testing.assert_allclose(z[:, 0], [-1.2247449, 0.0, 1.2247449], atol=1e-6)
     np.testing.assert_array_equal(z[:, 1], 0.0)  # a constant column carries no order
+    rounded = np.array([[0.1 + 0.2, 1.0], [0.3, 2.0], [0.3, 3.0]])  # one value, summed in two orders
+    assert rounded[0, 0] != rounded[1, 0]
+    np.testing.assert_array_equal(standardise(rounded)[:, 0], 0.0)  # not z-scores of rounding noise
 
 
 def test_kfold_and_leave_one_group_out():
@@ -88,6 +92,13 @@ def test_kfold_and_leave_one_group_out():
         kfold_evaluate(ex, k=1)
     with pytest.raises(InputError, match="at least 2 groups"):
         leave_one_group_out(synthetic(n_queries=4))
+    # two datasets' queries with the same ids: in one fold, one replaced the other in its run
+    clash = synthetic(n_queries=20, groups=("a",)) + synthetic(n_queries=20, seed=1, groups=("b",))
+    for evaluate_folds in (lambda: kfold_evaluate(clash, k=2), lambda: leave_one_group_out(clash)):
+        with pytest.raises(InputError, match="query id 'q0' is in two examples \\(groups 'a' and 'b'\\)"):
+            evaluate_folds()
+    with pytest.raises(InputError, match="query 'q0' has 24 scores for 25 candidates"):
+        evaluate_scores(ex, lambda q: q.features.sum(axis=1)[:-1])
 
 
 def test_bad_training_input():

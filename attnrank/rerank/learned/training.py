@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputError, require
-from ...eval.crossval import group_splits, kfold_splits
+from ...eval.crossval import check_unique_queries, group_splits, kfold_splits
 from ...eval.metrics import evaluate, evaluate_per_query, judged_queries
+from ...eval.rows import scores_by_id
 from ...llm.headspec import format_heads
 from .features import QueryFeatures, design
 from .weights import FeatureConfig, LearnedHeadWeights
@@ -134,7 +135,8 @@ def evaluate_scores(
 def _run_and_qrels(
     examples: Sequence[QueryFeatures], scorer: Callable[[QueryFeatures], np.ndarray]
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
-    run = {q.qid: dict(zip(q.doc_ids, np.asarray(scorer(q), dtype=float).tolist())) for q in examples if q.doc_ids}
+    check_unique_queries(examples)
+    run = {q.qid: scores_by_id(q.qid, q.doc_ids, np.asarray(scorer(q), dtype=float)) for q in examples if q.doc_ids}
     qrels = {q.qid: dict(q.qrels) or {d: int(l) for d, l in zip(q.doc_ids, q.labels)} for q in examples}
     return run, qrels
 
@@ -169,6 +171,7 @@ def _evaluate_by_rel(
 ) -> dict[str, float]:
     """:func:`evaluate_scores` with each query's own ``rel`` (a fold may mix datasets): the mean of
     the per-query metrics over every judged query of the fold, whatever its ``rel``."""
+    check_unique_queries(test)  # (each rel's queries are checked apart below: per would merge them)
     by_rel: dict[int, list[QueryFeatures]] = {}
     for q in test:
         by_rel.setdefault(rel if q.rel is None else q.rel, []).append(q)
@@ -193,6 +196,7 @@ def kfold_evaluate(
     """k-fold cross-validation over queries (:func:`attnrank.eval.crossval.kfold_splits`, shuffled
     with ``seed``): per fold, the test metrics of the learned weights and of the baselines
     (``sum-of-heads``, ``first-stage``)."""
+    check_unique_queries(examples)  # two with one id: one would replace the other in a fold's run
     return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in kfold_splits(examples, k, seed=seed)]
 
 
@@ -201,4 +205,5 @@ def leave_one_group_out(
 ) -> list[dict[str, Any]]:
     """Train on all groups (datasets) but one, test on it; one row per held-out group
     (:func:`attnrank.eval.crossval.group_splits` over ``QueryFeatures.group``)."""
+    check_unique_queries(examples)
     return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in group_splits(examples, lambda q: q.group)]
