@@ -186,8 +186,10 @@ def write_run(
         for qid, docs in run.items():
             ranked = trec_order(docs)
             text = [f"{score:.6f}" for _, score in ranked]
-            # two different scores that round alike would let trec_eval reorder them by doc id
-            if any(text[i] == text[i + 1] and ranked[i][1] != ranked[i + 1][1] for i in range(len(text) - 1)):
+            # two different scores that read back alike (0.000000 and -0.000000 too) would let
+            # trec_eval reorder them by doc id
+            back = [float(t) for t in text]
+            if any(back[i] == back[i + 1] and ranked[i][1] != ranked[i + 1][1] for i in range(len(text) - 1)):
                 text = [repr(float(score)) for _, score in ranked]
             for rank, ((did, _), score) in enumerate(zip(ranked, text), start=1):
                 f.write(f"{qid} Q0 {did} {rank} {score} {tag}\n")

@@ -84,13 +84,13 @@ class Reweighting:
             raise InputError(f"idf_unit={self.idf_unit!r} is not one of {IDF_UNITS}")
         if self.entropy_mode not in ENTROPY_MODES:
             raise InputError(f"entropy_mode={self.entropy_mode!r} is not one of {ENTROPY_MODES}")
-        if not self.idf_eps > 0:
+        if not 0 < self.idf_eps < math.inf:
             raise InputError(
-                f"idf_eps={self.idf_eps} must be > 0 (it keeps a term found in every document "
+                f"idf_eps={self.idf_eps} must be finite and > 0 (it keeps a term found in every document "
                 "above weight 0 and the K=1 case finite); try 0.5"
             )
-        if not self.entropy_beta >= 0:
-            raise InputError(f"entropy_beta={self.entropy_beta} must be >= 0 (0 = no regularization)")
+        if not 0 <= self.entropy_beta < math.inf:
+            raise InputError(f"entropy_beta={self.entropy_beta} must be finite and >= 0 (0 = no regularization)")
         if not 0 < self.temper_gamma <= 1:
             raise InputError(f"temper_gamma={self.temper_gamma} must be in (0, 1] (1 = no tempering)")
 

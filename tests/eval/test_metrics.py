@@ -159,6 +159,9 @@ def test_written_run_keeps_the_order_of_close_scores(tmp_path):
     assert evaluate(again, qrels, ["nDCG@10"]) == evaluate(run, qrels, ["nDCG@10"])
     write_run({"q": {"a": 0.25, "b": 1 / 3, "c": 1 / 3}}, tmp_path / "r6.trec")  # 6 decimals tie nothing new
     assert (tmp_path / "r6.trec").read_text().split("\n")[2] == "q Q0 a 3 0.250000 attnrank"
+    signed = {"q": {"a": 4e-7, "b": -4e-7}}  # "0.000000" and "-0.000000": different text, one value read back
+    write_run(signed, tmp_path / "r0.trec")
+    assert read_run(tmp_path / "r0.trec") == signed
 
 
 def test_two_names_of_one_measure_each_get_their_line():

@@ -220,6 +220,10 @@ def test_bad_settings_and_inputs(entropy_window):
         Reweighting(idf_unit="char")
     with pytest.raises(InputError, match="idf_eps=0"):
         Reweighting(idf_eps=0)
+    with pytest.raises(InputError, match="idf_eps=inf must be finite"):  # inf/inf: NaN weights, no token kept
+        Reweighting(idf_eps=float("inf"))
+    with pytest.raises(InputError, match="entropy_beta=inf must be finite"):
+        Reweighting(entropy_beta=float("inf"))
     with pytest.raises(InputError, match="temper_gamma=1.5"):
         Reweighting(temper_gamma=1.5)
     with pytest.raises(InputError, match="entropy_mode='x'"):

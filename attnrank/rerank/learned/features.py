@@ -105,10 +105,15 @@ def stage_feature(scores: Scores) -> np.ndarray:
 
 
 def standardise(x: np.ndarray) -> np.ndarray:
-    """Per-query z-score of each column of ``x [D, F]`` (population std; constant → 0)."""
+    """Per-query z-score of each column of ``x [D, F]`` (population std; constant → 0, constant up
+    to rounding too: its std is not 0, and z-scores of rounding noise would be ±1 like a real
+    signal's; the rule of :func:`~attnrank.rerank.fused.attention_confidence`)."""
     x = np.asarray(x, dtype=np.float64)
+    if x.size == 0:
+        return x.copy()
     sd = x.std(axis=0)
-    return np.where(sd > 0, (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0), 0.0)
+    varies = np.ptp(x, axis=0) > 1e-12 * np.maximum(1.0, np.abs(x).max(axis=0))
+    return np.where(varies, (x - x.mean(axis=0)) / np.where(varies, sd, 1.0), 0.0)
 
 
 def feature_matrix(
