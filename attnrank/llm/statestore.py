@@ -202,6 +202,7 @@ class PassageStateStore:
     def __init__(self, folder: Path, header: dict[str, Any], head_dim: int | None = None):
         self.folder = folder
         self.dtype = torch.float32  # of the states get returns: the model's, once opened for one
+        self.device = torch.device("cpu")  # of the states get returns: the model's, once opened for one
         self.served = 0  # passages whose states get returned
         self.header = header
         passages = _passages(folder, header)
@@ -297,7 +298,9 @@ class PassageStateStore:
         cfg = capturer.decoder.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         store = cls(folder, header, int(head_dim))
-        store.dtype = next(capturer.model.parameters()).dtype  # (half the cache memory for a bfloat16 model)
+        weight = next(capturer.model.parameters())
+        store.dtype = weight.dtype  # (half the cache memory for a bfloat16 model)
+        store.device = weight.device  # where the states computed afresh live, and where they are read
         return store
 
     def get(self, doc_id: str, key: str) -> BlockState | None:
@@ -319,7 +322,7 @@ class PassageStateStore:
         if scales is not None:
             x = x * np.asarray(scales[a:b], dtype=np.float32)[..., None]
         x = np.ascontiguousarray(x.transpose(1, 2, 0, 3))  # [layers, kv, tokens, head_dim]
-        return torch.from_numpy(x).to(self.dtype)
+        return torch.from_numpy(x).to(device=self.device, dtype=self.dtype)
 
     @property
     def nbytes(self) -> int:

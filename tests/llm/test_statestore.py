@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -137,9 +138,15 @@ def test_a_bfloat16_models_stored_states_come_in_bfloat16(tmp_path):
     model = tiny_model("llama", layers=4, heads=4, kv_heads=2, max_positions=2048).to(torch.bfloat16)
     llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-bf16", fingerprint="b" * 64)
     capturer = AttentionCapturer(model, HEADS)
-    store = open_store(build(tmp_path, llm, capturer, "int8"), llm, capturer)
+    folder = build(tmp_path, llm, capturer, "int8")
+    store = open_store(folder, llm, capturer)
     state = store.get("paris", store.header["passages"][0][1])
     assert state.keys.dtype == state.values.dtype == torch.bfloat16
+    # and on the model's device: CPU states beside a GPU model's failed at the first rotated block
+    # (here the "meta" device stands in for a GPU: the store reads the device off the weights)
+    elsewhere = AttentionCapturer(copy.deepcopy(model).to("meta"), HEADS)
+    state = open_store(folder, llm, elsewhere).get("paris", store.header["passages"][0][1])
+    assert state.keys.device.type == state.values.device.type == "meta" and state.keys.dtype == torch.bfloat16
 
 
 def test_missing_store_names_the_fix(tmp_path, llm, capturer):
