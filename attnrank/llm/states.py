@@ -25,7 +25,7 @@ from transformers import DynamicCache
 
 from attnrank.errors import InputError
 
-from .attention import AttentionCapturer, PrefixCache, has_sliding_layers
+from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, rotary_follows_length
 from .kernels import segment_mask
 from .recording import packed_segments
 from .rotary import nope_layers, rotate_into, rotation
@@ -111,19 +111,23 @@ def encode_blocks(
     ``pack_tokens`` tokens (:func:`_encode_packed`), or batched (right-padded, masked) up to
     ``batch_tokens`` padded tokens. ``pack_tokens=None`` packs :data:`DEFAULT_PACK_TOKENS`; 0
     never packs; a model with sliding-window layers (whose caches drop early tokens) is never
-    packed. ``starts[i]`` is block ``i``'s first position id."""
+    packed, and one whose rotary frequencies follow the pass's longest position (dynamic NTK,
+    LongRoPE) encodes each block alone: beside a block at later positions, a block's states would
+    differ from those it gets alone, under the same cache key. ``starts[i]`` is block ``i``'s
+    first position id."""
     if len(blocks) != len(starts):
         raise InputError(f"{len(blocks)} blocks but {len(starts)} start positions")
     if any(len(b) == 0 for b in blocks):
         raise InputError("a block is empty; every passage needs at least one token")
     order = sorted(range(len(blocks)), key=lambda i: len(blocks[i]))
     pack = DEFAULT_PACK_TOKENS if pack_tokens is None else pack_tokens
-    if has_sliding_layers(DynamicCache(config=capturer.decoder.config)):
+    alone = rotary_follows_length(capturer.decoder)
+    if alone or has_sliding_layers(DynamicCache(config=capturer.decoder.config)):
         pack = 0
     out: list[BlockState | None] = [None] * len(blocks)
     batch: list[int] = []
     for i in order:
-        full = (
+        full = alone or (
             sum(len(blocks[j]) for j in batch) + len(blocks[i]) > pack
             if pack
             else len(blocks[i]) * (len(batch) + 1) > batch_tokens

@@ -84,3 +84,16 @@ def test_a_lent_context_buffer_gives_a_second_user_fresh_memory():
         assert len(pointers) == 4 and k2.dtype == torch.bfloat16 and k2.shape == (2, 3)
     with buffer.take((4, 3), like) as (k3, _):  # larger: grown; the memory is kept for the next window
         assert k3.shape == (4, 3) and buffer.nbytes == 2 * 12 * 2
+
+
+def test_blocks_under_rotary_that_follows_the_pass_are_encoded_alone():
+    """Dynamic NTK frequencies follow the longest position of the pass: a block packed beside one
+    at later positions got other states than alone, kept under the same key."""
+    model = tiny_model("llama", layers=2, max_positions=64, rope_parameters={"rope_type": "dynamic", "factor": 2.0})
+    capturer = AttentionCapturer(model, [(1, 0)])
+    prefix = capturer.prefill([1, 2, 3])
+    near, far = [5, 6, 7, 8], [9, 10, 11, 12]
+    together = states.encode_blocks(capturer, prefix, [near, far], [3, 100])
+    alone = states.encode_blocks(capturer, prefix, [near], [3])
+    torch.testing.assert_close(together[0].keys, alone[0].keys, rtol=0, atol=0)
+    torch.testing.assert_close(together[1].keys, states.encode_blocks(capturer, prefix, [far], [100])[0].keys)
