@@ -65,6 +65,8 @@ def continuation_logprob(
     if batch_tokens < 1:
         raise InputError(f"batch_tokens={batch_tokens} must be >= 1")
     seqs = [[int(t) for t in c] + cont for c in contexts]
+    if not seqs:
+        return np.empty((0, len(cont)), dtype=np.float32)
     for i, s in enumerate(seqs):
         if len(s) == len(cont):
             raise InputError(f"context #{i} is empty; the first continuation token needs one token before it")

@@ -335,13 +335,20 @@ class AttentionReranker:
         if attention is not None:
             kept[ATTENTION] = attention
         if LIKELIHOOD in self.fused.features:
-            kept[LIKELIHOOD] = self.likelihood(query, docs)
+            kept[LIKELIHOOD] = self._likelihood(query, docs)
         return self.fused.score({**signals, **kept}), kept
 
-    def likelihood(self, query: str, docs: Sequence[Document]) -> np.ndarray:
+    def likelihood(self, query: str, docs: Sequence[Document | ScoredDocument | str] | RankedResults) -> np.ndarray:
         """UPR's score of each of ``docs`` (Sachan et al. EMNLP 2022): the mean log-probability of
         the query's tokens after a prompt with the passage, in nats per token, cut as configured
-        (:func:`~attnrank.rerank.likelihood.query_likelihood`); what the preset ``likelihood`` fuses."""
+        (:func:`~attnrank.rerank.likelihood.query_likelihood`); what the preset ``likelihood`` fuses.
+        The documents are taken and checked as :meth:`score` takes them."""
+        check_query(query)
+        documents, _ = as_documents(docs)
+        check_texts(documents)
+        return self._likelihood(query, documents)
+
+    def _likelihood(self, query: str, docs: Sequence[Document]) -> np.ndarray:
         return query_likelihood(
             self.llm,
             query,
@@ -386,7 +393,8 @@ class AttentionReranker:
         return fit_windows(
             len(docs),
             lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
-            lambda p: len(p.real.input_ids),
+            # the calibration prompt ("N/A") may be the longer one, after a one-word query
+            lambda p: max(len(p.real.input_ids), len(p.calibration.input_ids) if self.calibrate else 0),
             self._window,
             self.max_prompt_tokens,
         )

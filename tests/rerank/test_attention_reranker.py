@@ -92,6 +92,18 @@ def test_windows_when_prompt_is_too_long(llm, caplog):
     np.testing.assert_allclose(scores[[0, 2]], reference_scores(llm, QUERY, [DOCS[0], DOCS[2]]), atol=1e-6)
 
 
+def test_windows_fit_the_calibration_prompt_too_where_it_is_the_longer(llm):
+    """After a one-word query the calibration prompt ("N/A") is the longer: windows sized by the
+    real prompt alone ran it past max_prompt_tokens (past the model's context, at the limit)."""
+    pair = build_rerank_prompts(llm.tokenizer, "x", DOCS)
+    real, calibration = len(pair.real.input_ids), len(pair.calibration.input_ids)
+    assert calibration > real
+    assert len(AttentionReranker(llm, max_prompt_tokens=real, signals=None).windows("x", DOCS)) > 1
+    assert len(AttentionReranker(llm, max_prompt_tokens=calibration, signals=None).windows("x", DOCS)) == 1
+    uncalibrated = AttentionReranker(llm, max_prompt_tokens=real, signals=None, calibrate=False)
+    assert len(uncalibrated.windows("x", DOCS)) == 1
+
+
 def test_a_document_that_cannot_fit(llm):
     docs = [*DOCS, "A much longer passage than the others, " * 8]
     one = [len(build_rerank_prompts(llm.tokenizer, QUERY, [d]).real.input_ids) for d in docs]

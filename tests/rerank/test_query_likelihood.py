@@ -9,6 +9,7 @@ from _tiny import RERANK_QUERY, rerank_docs, tiny_llm
 from attnrank.errors import InputError
 from attnrank.llm.blocks import BlockMemo
 from attnrank.llm.likelihood import continuation_logprob
+from attnrank.llm.states import StateCache
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RerankConfig
 from attnrank.rerank.fused import FusedWeights
@@ -216,3 +217,16 @@ def test_a_title_longer_than_the_context_leaves_is_named_with_the_room(llm):
     docs = [Document("short", "text", "A title"), Document("huge", "text", "word " * 20_000)]
     with pytest.raises(InputError, match=r"the title of document 'huge' is \d+ tokens, more than the \d+ the"):
         query_likelihood(llm, "a query", docs)
+
+
+def test_the_rerankers_likelihood_takes_documents_as_score_does_and_none_at_all(llm):
+    """Strings were an AttributeError there ('str' has no title); no candidate with a state cache
+    an IndexError (the continuation read off the first sequence)."""
+    rr = AttentionReranker(llm, config="likelihood", state_cache_mb=0)  # both calls cold: the same shapes
+    docs = rerank_docs()
+    plain = [Document(str(i), d.text) for i, d in enumerate(docs)]  # a string becomes a document: its id its position
+    np.testing.assert_allclose(rr.likelihood(RERANK_QUERY, [d.text for d in docs]), rr.likelihood(RERANK_QUERY, plain))
+    with pytest.raises(InputError, match="no text"):
+        rr.likelihood(RERANK_QUERY, [Document("e", "  ")])
+    states = StateCache(1 << 20)
+    assert continuation_logprob(llm, [], [5, 6], states=states).shape == (0, 2)
