@@ -53,6 +53,8 @@ class SlotProfile:
 
     ``mean_score[k]``/``std[k]``: over ``n_trials`` random prompts, of the score of the document
     at prompt position ``k`` (0 = first in the prompt). ``date``: ISO-8601 UTC time of measuring.
+    ``adapter``: the head adapter merged into the model it was measured on (``LLM.adapter``; such a
+    profile is saved to a file and used, never registered as the base weights').
     """
 
     n_slots: int
@@ -62,6 +64,7 @@ class SlotProfile:
     fingerprint: str
     n_trials: int
     date: str
+    adapter: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean_score", tuple(float(x) for x in self.mean_score))
@@ -144,6 +147,12 @@ def load_profile(
 def store_profile(profile: SlotProfile, *, root: Path | None = None) -> Path:
     """Register ``profile`` with its model's head-registry entry (replacing one of the same
     ``n_slots``); ``root``: the registry folder (default: the user registry). Returns the file."""
+    if profile.adapter:  # the registry keys it by the fingerprint, which the adapted copy keeps
+        raise InputError(
+            f"this slot profile was measured on {profile.model_id} with head adapter {profile.adapter} merged in; "
+            "the registry keys profiles by the base weights, so save it to a file (profile.save) and pass that, "
+            "or measure it on the model without the adapter to register it"
+        )
 
     def with_this_one(stored: dict[str, Any] | None) -> dict[str, Any]:
         profiles = {k: v for k, v in (stored or {}).get("profiles", {}).items() if k != str(profile.n_slots)}

@@ -46,11 +46,6 @@ def measure_slot_profile(
     the document at each slot.
     """
     queries = [queries] if isinstance(queries, str) else list(queries)
-    if reranker.llm.adapter:  # the profile is keyed by the fingerprint, which the adapted copy keeps
-        raise InputError(
-            f"{reranker.llm.model_id} has head adapter {reranker.llm.adapter} merged in; a slot profile is "
-            "registered for the base weights, so measure it with the model loaded without the adapter"
-        )
     if not 1 <= n_slots <= len(docs_pool):
         raise InputError(
             f"n_slots={n_slots} must be in 1..{len(docs_pool)} (the pool size); lower n_slots or give more documents"
@@ -89,4 +84,5 @@ def measure_slot_profile(
         reranker.llm.fingerprint,
         n_trials,
         date,
+        reranker.llm.adapter,
     )

@@ -34,6 +34,7 @@ from attnrank.rerank.adapter import (
     train_head_adapter,
 )
 from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.position import SlotProfile, store_profile
 from attnrank.rerank.profile import measure_slot_profile
 from attnrank.types import Document
 
@@ -249,5 +250,9 @@ def test_what_is_measured_on_an_adapted_model_is_not_registered_as_the_base_mode
     with pytest.raises(InputError, match="head adapter lora-.* detect on the model without the adapter"):
         scores["qr-score"].save(2, root=tmp_path / "adapted")
     assert not (tmp_path / "adapted").exists()
-    with pytest.raises(InputError, match="slot profile is registered for the base weights"):
-        measure_slot_profile(AttentionReranker(adapted, None), docs, n_slots=2, n_trials=1)
+    profile = measure_slot_profile(AttentionReranker(adapted, None), docs, n_slots=2, n_trials=1)
+    assert profile.adapter == adapted.adapter
+    with pytest.raises(InputError, match="with head adapter lora-.*save it to a file"):
+        store_profile(profile, root=tmp_path / "adapted")
+    assert not (tmp_path / "adapted").exists()
+    assert SlotProfile.load(profile.save(tmp_path / "p.json")) == profile  # a file: saved and read as measured
