@@ -25,7 +25,7 @@ from .errors import InputError
 from .llm.models import LLM, load_llm
 from .llm.prompts import build_answer_prompt, encode_text, turn_end_ids
 from .llm.recording import forward_lock
-from .types import refuse_one_passage
+from .types import check_unicode, refuse_one_passage
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,8 @@ class Generator:
         """
         n_new = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         check_max_new_tokens(n_new)
+        if isinstance(question, str):  # (the prompt refuses an empty one)
+            check_unicode([question], "question")
         tok = self.llm.tokenizer
         ids = encode_text(tok, self.prompt(question, context_docs))
         if len(ids) + n_new > self.llm.context_length:

@@ -33,7 +33,7 @@ from .rerank.attention import AttentionReranker
 from .rerank.config import RerankConfig
 from .rerank.inputs import check_unique_ids
 from .rerank.position import SlotProfile, load_profile, reorder_for_generation
-from .types import Document, RankedResults, ScoredDocument, as_documents
+from .types import Document, RankedResults, ScoredDocument, as_documents, check_unicode
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +111,13 @@ class Pipeline:
         self.reorder = self._profile(reorder)
 
     def _profile(self, reorder: SlotProfile | bool) -> SlotProfile | None:
-        if not isinstance(reorder, bool):
+        if isinstance(reorder, SlotProfile):
             return reorder
+        if not isinstance(reorder, bool):  # (a path failed at the first run, after every stage had run)
+            raise InputError(
+                f"reorder={reorder!r} is not True, False or a SlotProfile; for a profile file pass "
+                "SlotProfile.load(path)"
+            )
         if not reorder:
             return None
         stages = (self.generator, self.reranker, self.pruner)  # not a reranker that runs no model: it loads none
@@ -209,6 +214,7 @@ class Pipeline:
         check = checkpoint or _no_checkpoint
         if not isinstance(question, str) or not question.strip():
             raise InputError(f"question {question!r} is empty; pass the question to answer")
+        check_unicode([question], "question")  # before any stage: the first tokenizer to meet it fails
         if self.pruner is None and (budget_tokens is not None or keep_ratio is not None):
             raise InputError(
                 "budget_tokens/keep_ratio size the pruned context, but this pipeline has no pruner; drop them"
@@ -313,10 +319,10 @@ def _check_shared_model(model: str | LLM | None, dtype: str, device: str, *confi
 
 def _given(question: str, candidates: Any, query_id: str | None) -> RankedResults:
     """Fixed candidates as a first-stage result; unscored ones keep their order (score 0)."""
+    docs, scored = as_documents(candidates)  # (a number or another non-list: one line, not a TypeError)
+    check_unique_ids(docs, "candidate")  # (the reranker checks too; without one they reached the answer twice)
     if isinstance(candidates, RankedResults):  # run()'s query_id names them unless it is None
         return candidates if query_id is None else replace(candidates, query_id=query_id)
-    docs, scored = as_documents(candidates)
-    check_unique_ids(docs, "candidate")  # (the reranker checks too; without one they reached the answer twice)
     results = scored or [
         ScoredDocument(d.id, 0.0, i, d.text, d.title, metadata=d.metadata) for i, d in enumerate(docs, start=1)
     ]

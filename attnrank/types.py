@@ -136,6 +136,11 @@ def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None
     if isinstance(docs, RankedResults):
         docs = docs.results
     refuse_one_passage(docs, "the candidates are", "them")
+    if not isinstance(docs, Iterable):  # (list() of a number was a TypeError)
+        raise InputError(
+            f"the candidates are {docs!r}, a {type(docs).__name__}; pass a list of documents, texts or "
+            "scored documents, or a RankedResults"
+        )
     docs = list(docs)
     if docs and all(isinstance(d, ScoredDocument) for d in docs):
         return [d.document for d in docs], docs

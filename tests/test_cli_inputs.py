@@ -240,6 +240,12 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         # signals only computes no attention: attention options would be ignored
         ([*ask, "--preset", "fused", "--signals", "only", "--heads", "all"], "--heads configure(s) attention, which "),
         ([*ask, "--signals", "likelihood", "--heads", "all"], "--heads configure(s) attention, which "),
+        # a question that is not valid Unicode (undecodable bytes): a tokenizer's traceback after the model loaded
+        (["ask", "capital \udcff", "--index-dir", str(index_dir), "--no-rerank"], "question #0"),
+        (
+            ["prune", "capital \udcff", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9"],
+            "query #0",
+        ),
     ]
     for args, message in cases:
         r = runner.invoke(app, args)

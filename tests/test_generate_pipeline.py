@@ -40,6 +40,8 @@ def test_generator_bad_input(llm):
         Generator(llm, max_new_tokens=0)
     with pytest.raises(InputError, match="question is empty"):
         Generator(llm).answer("  ", [])
+    with pytest.raises(InputError, match="question #0 .* is not valid Unicode"):  # a tokenizer's TypeError before
+        Generator(llm).answer("capital \udcff?", [])
     with pytest.raises(InputError, match="exceeds the model's 16384-token context"):
         Generator(llm).answer("q?", [Document("x", "word " * 4000)])
 
@@ -129,6 +131,15 @@ def test_given_candidates_with_a_repeated_id_are_refused_without_a_reranker_too(
     docs = [Document("a", "Paris is in France."), Document("a", "Berlin is cold.")]
     with pytest.raises(InputError, match="candidate #1 repeats the id 'a'"):
         Pipeline(None, depth=2, top_k=2).run("capital?", docs)
+    ranked = RankedResults("capital?", [ScoredDocument("a", 2.0, 1, "x"), ScoredDocument("a", 1.0, 2, "y")])
+    with pytest.raises(InputError, match="candidate #1 repeats the id 'a'"):  # as a RankedResults too
+        Pipeline(None, depth=2, top_k=2).run("capital?", ranked)
+    with pytest.raises(InputError, match="the candidates are 5, a int"):  # (list(5): a TypeError)
+        Pipeline(None, depth=2, top_k=2).run("capital?", 5)
+    with pytest.raises(InputError, match="question #0 .* is not valid Unicode"):  # before any stage runs
+        Pipeline(None, depth=2, top_k=2).run("capital \udcff?", docs)
+    with pytest.raises(InputError, match="reorder='profile.json' is not True, False or a SlotProfile"):
+        Pipeline(None, reorder="profile.json")  # failed at the first run, after every stage
 
 
 def test_given_candidates_are_cut_to_depth_before_reranking():

@@ -11,6 +11,7 @@ from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
+from ..types import check_unicode
 from . import Quiet, SkipInvalid, Verbose, Verify, _check_heads, _load_index, _positive, _read_corpus, _setup, app
 from .options import (
     SHARED_WITH_PRUNING,
@@ -117,6 +118,7 @@ def prune(
     _positive(neighbours, "--neighbours", "sentences kept on each side", minimum=0)
     if not query.strip():
         raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
+    check_unicode([query], "query")  # before the corpus and the model load
     if (corpus is None) == (name is None and index_dir is None):
         raise typer.BadParameter("give either --corpus PATH or --index NAME / --index-dir DIR")
     check_pruner_lookups(prune_config)  # before the corpus or index loads, and the model
@@ -190,6 +192,7 @@ def ask(
     _check_heads(prune_heads, "--prune-heads", model=rerank_config.model)
     if not question.strip():
         raise typer.BadParameter("the QUESTION is empty; give a question")
+    check_unicode([question], "question")
     cfg = rerank_config
     # one --attention (--block-positions, --state-cache-mb) for both attention stages where given
     prune_cfg = pruning_config(cfg, rerank_given, method=method, heads=prune_heads or "all")

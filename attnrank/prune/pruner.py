@@ -67,7 +67,7 @@ from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
 from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
-from ..types import Document, as_documents
+from ..types import Document, as_documents, check_unicode
 from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, resolve_budget, select
 from .planning import Chunk, PromptPlanner, Span, scored_sentences
@@ -228,6 +228,7 @@ class ContextPruner:
         """Check the input, segment, and plan the prompts (no model call)."""
         if not isinstance(query, str) or not query.strip():
             raise InputError(f"query {query!r} is empty; give the question the context is pruned for")
+        check_unicode([query], "query")  # (a tokenizer's TypeError otherwise, deep in the planning)
         documents = as_documents(docs)[0]
         if not documents:
             raise InputError("no documents to prune; pass at least one passage")

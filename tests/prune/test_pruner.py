@@ -354,6 +354,8 @@ def test_bad_input(llm):
         pruner.prune(QUERY, DOCS)
     with pytest.raises(InputError, match="query ' ' is empty"):
         pruner.prune(" ", DOCS, budget_tokens=10)
+    with pytest.raises(InputError, match="query #0 .* is not valid Unicode"):  # a tokenizer's TypeError before
+        pruner.prune("capital \udcff?", DOCS, budget_tokens=10)
     with pytest.raises(InputError, match="neighbours=-1"):
         pruner.prune(QUERY, DOCS, budget_tokens=10, neighbours=-1)
     # True is an int in Python: it was read as keep_ratio=1 (keep everything) and neighbours=1
