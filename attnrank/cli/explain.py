@@ -62,6 +62,11 @@ def explain(
     check_registry_lookups(config)  # the fused weights and heads, before the index and the model load
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     first = retriever.search(query, k)
+    if not first.results:  # an empty page, exit 0 (and the image refused after the page replaced the last)
+        raise InputError(
+            f"no passage was retrieved for {query!r} (a keyword-only index and no query word in it?); "
+            "rephrase the query or search a dense or hybrid index"
+        )
     reranker = AttentionReranker(config=config)
     res = reranker.rank(query, first, return_evidence=True)
     explanations = explain_results(reranker, res)

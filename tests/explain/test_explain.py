@@ -150,6 +150,18 @@ def test_cli_explain(tmp_path, built_retriever):
     assert r.exit_code == 2 and "float64" in r.output  # explain had no --device/--dtype: it always ran on CPU
 
 
+def test_cli_explain_without_a_hit_writes_nothing(tmp_path, scifact_docs):
+    """A keyword-only index and no query word in it: an empty page, exit 0 (with the image, refused
+    after the page had replaced the last one)."""
+    from attnrank.index.retriever import HybridRetriever
+
+    index = HybridRetriever(mode="bm25").index(scifact_docs, show_progress=False).save(tmp_path / "index")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["explain", "zzzqqq", "--index-dir", str(index), "--output", str(out), "--no-png"])
+    assert r.exit_code == 1 and "no passage was retrieved for 'zzzqqq'" in str(r.exception)
+    assert not (out / "explain.html").exists()
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
