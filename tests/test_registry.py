@@ -575,3 +575,5 @@ def test_cli_detect_copy_refuses_a_length_its_haystack_cannot_fill_before_the_mo
     r = runner.invoke(app, [*args, "--haystack", "essays", "--lengths", "100,2000", "-q"])
     assert r.exit_code == 1 and not loaded
     assert "context length 2000 does not fit" in cli_text(r) and "the haystack has" in cli_text(r)
+    r = runner.invoke(app, [*args, "--haystack", "essays", "--lengths", "100,2", "-q"])  # shorter than the needle
+    assert r.exit_code == 1 and not loaded and "context length 2 does not fit" in cli_text(r)

@@ -160,12 +160,18 @@ def build_niah_prompt(tokenizer: Any, haystack: str, needle: Needle, context_len
         tokenizer(wrap(needle.needle + " " + tail), add_special_tokens=False)["input_ids"]
     )
     budget = context_length - overhead
-    enc = tokenizer(haystack[: 16 * max(budget, 1) + 1000], add_special_tokens=False, return_offsets_mapping=True)
+    head = haystack[: 16 * max(budget, 1) + 1000]  # (a token is rarely over 16 characters)
+    enc = tokenizer(head, add_special_tokens=False, return_offsets_mapping=True)
     if budget < 1 or len(enc["input_ids"]) < budget:
+        # the limit the message gives counts the whole haystack, not the slice tokenized here
+        n = (
+            len(enc["input_ids"])
+            if head == haystack
+            else len(tokenizer(haystack, add_special_tokens=False)["input_ids"])
+        )
         raise InputError(
             f"context length {context_length} does not fit: the needle and question take "
-            f"{overhead} tokens and the haystack has {len(enc['input_ids'])}; use lengths in "
-            f"{overhead + 1}..{overhead + len(enc['input_ids'])}"
+            f"{overhead} tokens and the haystack has {n}; use lengths in {overhead + 1}..{overhead + n}"
         )
     offsets = enc["offset_mapping"]
     cut = haystack[: offsets[budget - 1][1]]
@@ -262,17 +268,20 @@ def check_copy_inputs(
 def check_copy_lengths(
     tokenizer: Any, inputs: tuple[Path, list[Needle], list[int]], haystack: str, lengths: Sequence[int]
 ) -> None:
-    """That each chosen needle's haystack is long enough for the longest of ``lengths`` (prompt
-    tokens, as :func:`build_niah_prompt` cuts it with ``tokenizer``), checked with the tokenizer
-    alone: a length the haystack cannot fill failed a detection half-way through its trials.
-    ``inputs``: what :func:`check_copy_inputs` returned (folder, needles, the chosen ones)."""
+    """That each chosen needle's prompt fits the shortest and the longest of ``lengths`` (prompt
+    tokens, as :func:`build_niah_prompt` cuts it with ``tokenizer``): longer than the needle and
+    question, and no longer than the haystack fills; checked with the tokenizer alone, where a
+    length that does not fit failed a detection half-way through its trials (the lengths between
+    fit when both ends do). ``inputs``: what :func:`check_copy_inputs` returned (folder, needles,
+    the chosen ones)."""
     folder, all_needles, chosen = inputs
-    longest, texts = max(lengths), {}
+    ends, texts = sorted({int(min(lengths)), int(max(lengths))}), {}
     for n in chosen:
         part = n % 3 + 1 if haystack == "book" else None
         if part not in texts:
             texts[part] = load_haystack(folder, part)
-        build_niah_prompt(tokenizer, texts[part], all_needles[n], int(longest), 50.0)
+        for length in ends:
+            build_niah_prompt(tokenizer, texts[part], all_needles[n], length, 50.0)
 
 
 def detect_copy_heads(

@@ -130,6 +130,13 @@ def test_needle_prompt(llm, niah, depth):
         assert ". " + needle.needle in body  # at a sentence boundary
     with pytest.raises(InputError, match="context length 20 does not fit"):
         build_niah_prompt(llm.tokenizer, text, needle, 20, 50)
+    # the limit named counts the whole haystack, not the slice tokenized for the cut (about 1,000
+    # characters where the needle leaves no room)
+    n = len(llm.tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert len(llm.tokenizer(text[:1016], add_special_tokens=False)["input_ids"]) < n
+    for length in (20, n + 1000):
+        with pytest.raises(InputError, match=f"the haystack has {n};"):
+            build_niah_prompt(llm.tokenizer, text, needle, length, 50)
 
 
 def test_copy_detector_without_accepted_trials(llm, niah):
