@@ -159,10 +159,12 @@ class FusedWeights(RegistryArtifact):
                 f"features {self.base_features}; give one each (or none); retrain them with {self.TRAIN}"
             )
         values = [*self.weights, *self.base_weights, *([] if self.gate is None else [self.gate])]
-        if not np.isfinite(np.asarray(values, dtype=np.float64)).all():
+        # numbers only: asarray would read "0.5" from a hand-edited file, which then fails at a query
+        numbers = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values)
+        if not numbers or not np.isfinite(np.asarray(values, dtype=np.float64)).all():
             raise InputError(
                 f"fused weights {self.weights}, base_weights {self.base_weights} or gate {self.gate} are not "
-                f"all finite; retrain them with {self.TRAIN}"
+                f"all finite numbers; retrain them with {self.TRAIN}"
             )
         if self.heads is not None:
             if not self.uses_attention:

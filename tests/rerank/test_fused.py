@@ -105,6 +105,10 @@ def test_stored_weights_that_do_not_fit_their_features_are_refused_on_load():
         FusedWeights.from_json({**base, "base_weights": [0.5, 1.0], "gate": 0.5})
     with pytest.raises(InputError, match="not all finite"):  # before: NaN scores for every candidate
         FusedWeights.from_json({**base, "weights": [float("nan"), 0.5, 1.0, 0.1]})
+    with pytest.raises(InputError, match="not all finite numbers"):  # before: read as 0.5, then failed at a query
+        FusedWeights.from_json({**base, "base_weights": [0.5, 1.0, 0.1], "gate": "0.5"})
+    with pytest.raises(InputError, match="not all finite numbers"):
+        FusedWeights.from_json({**base, "weights": ["1", 0.5, 1.0, 0.1]})
     with pytest.raises(InputError, match="gate=0.5 falls back to base_weights"):  # before: the gate was ignored
         FusedWeights(["attention", "dense"], [1.0, 1.0], gate=0.5)
     with pytest.raises(InputError, match="each once"):
