@@ -264,7 +264,7 @@ def probe_scores(questions: list[dict], recs: list[dict], methods: list[str], he
         raise SystemExit("method probe-bm25 needs method bm25 (its lexical feature)")
     for m in [m for m in methods if m in PROBES]:
         grid, ex = [float(x) for x in args.l2.split(",")], list(examples.values())
-        held = crossfit_scores(ex, heads, k=args.folds, l2=grid, extras=PROBES[m])
+        held = crossfit_scores(ex, heads, folds=args.folds, l2=grid, extras=PROBES[m])
         l2 = select_l2(ex, heads, grid, extras=PROBES[m])
         trained[m] = train_probe(
             ex,

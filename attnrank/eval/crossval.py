@@ -6,7 +6,7 @@ evaluated: :func:`cross_validate` calls ``fit(train)`` on each split's training 
 test items (:func:`pool`), which equals the mean over all held-out items of a per-item mean metric.
 
 k-fold: the items (in the given order) are shuffled with ``random.Random(seed)`` and dealt round
-robin into ``k`` folds (``order[i::k]``); a fold's training items keep the shuffled order.
+robin into ``folds`` folds (``order[i::folds]``); a fold's training items keep the shuffled order.
 """
 
 from __future__ import annotations
@@ -36,15 +36,14 @@ class Split(Generic[T]):
     test: list[T]
 
 
-def kfold_splits(items: Sequence[T], k: int, *, seed: int = 0) -> list[Split[T]]:
-    """``k`` folds of ``items``: each fold is the test set once, the rest its training set."""
-    if not 2 <= k <= len(items):
-        raise InputError(f"k={k} folds need 2 <= k <= {len(items)} (the number of items)")
+def kfold_splits(items: Sequence[T], folds: int, *, seed: int = 0) -> list[Split[T]]:
+    """``folds`` folds of ``items``: each fold is the test set once, the rest its training set."""
+    check_folds(folds, len(items), "items")
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
     out = []
-    for i in range(k):
-        test = order[i::k]
+    for i in range(folds):
+        test = order[i::folds]
         held = set(test)
         out.append(Split(str(i), [items[j] for j in order if j not in held], [items[j] for j in test]))
     return out
@@ -93,6 +92,12 @@ def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, floa
         and all(isinstance(r.get(c), numbers.Real) and not isinstance(r.get(c), bool) for r in rows)
     ]
     return {c: sum(r[c] * r[n] for r in rows) / total for c in keys}
+
+
+def check_folds(folds: int, n: int, what: str) -> None:
+    """``folds`` (the number of k-fold parts, as every k-fold in attnrank names it) within 2..``n``."""
+    if not 2 <= folds <= n:
+        raise InputError(f"folds={folds} needs 2 <= folds <= {n} (the number of {what})")
 
 
 def check_unique_queries(examples: Iterable[Any]) -> None:

@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import InputError, require
+from ..eval.crossval import check_folds
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import RegistryArtifact
 from ..rerank.learned.features import standardise
@@ -252,10 +253,10 @@ def train_probe(
     )
 
 
-def _folds(n: int, k: int, seed: int) -> list[list[int]]:
+def _folds(n: int, folds: int, seed: int) -> list[list[int]]:
     order = list(range(n))
     random.Random(seed).shuffle(order)
-    return [order[f::k] for f in range(k)]
+    return [order[f::folds] for f in range(folds)]
 
 
 def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -271,17 +272,17 @@ def select_l2(
     heads: Sequence[tuple[int, int]],
     grid: Sequence[float],
     *,
-    k: int = 3,
+    folds: int = 3,
     seed: int = 0,
     **train_kw: Any,
 ) -> float:
     """The L2 penalty of ``grid`` with the best mean average precision of the supporting
-    sentences under ``k``-fold cross-validation over ``examples`` (ties: the larger penalty)."""
-    folds = _folds(len(examples), k, seed)
+    sentences under ``folds``-fold cross-validation over ``examples`` (ties: the larger penalty)."""
+    parts = _folds(len(examples), folds, seed)
     best: tuple[float, float] | None = None
     for l2 in sorted(grid, reverse=True):
         ap = []
-        for test in folds:
+        for test in parts:
             probe = train_probe(
                 [examples[i] for i in range(len(examples)) if i not in set(test)], heads, l2=l2, **train_kw
             )
@@ -302,23 +303,22 @@ def crossfit_scores(
     examples: Sequence[ProbeExample],
     heads: Sequence[tuple[int, int]],
     *,
-    k: int = 5,
+    folds: int = 5,
     seed: int = 0,
     l2: float | Sequence[float] = 10.0,
     **train_kw: Any,
 ) -> dict[str, np.ndarray]:
-    """Held-out probe scores for every question: k folds over questions (shuffled with ``seed``),
+    """Held-out probe scores for every question: ``folds`` folds over questions (shuffled with ``seed``),
     each fold scored by a probe trained on the other folds only. With a grid of ``l2`` values the
     penalty is chosen inside each training part (:func:`select_l2`), never on the scored fold."""
-    if not 2 <= k <= len(examples):
-        raise InputError(f"k={k} folds need 2 <= k <= {len(examples)} (the number of questions)")
+    check_folds(folds, len(examples), "questions")
     seen: set[str] = set()
     for ex in examples:  # scores are keyed by qid: a repeated one would be overwritten (and could sit in both parts)
         if ex.qid in seen:
             raise InputError(f"question id {ex.qid!r} appears twice; give every example its own qid")
         seen.add(ex.qid)
     out: dict[str, np.ndarray] = {}
-    for test in _folds(len(examples), k, seed):
+    for test in _folds(len(examples), folds, seed):
         train = [examples[i] for i in range(len(examples)) if i not in set(test)]
         penalty = select_l2(train, heads, l2, seed=seed, **train_kw) if not isinstance(l2, (int, float)) else float(l2)
         probe = train_probe(train, heads, l2=penalty, **train_kw)

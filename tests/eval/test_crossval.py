@@ -44,9 +44,9 @@ def test_group_splits_order_and_errors():
         group_splits([("a", 1)], lambda x: x[0])
     with pytest.raises(InputError, match=r"groups \['a'\] are named more than once"):  # was held out twice
         group_splits(items, lambda x: x[0], groups=["a", "b", "a"])
-    with pytest.raises(InputError, match="k=1"):
+    with pytest.raises(InputError, match="folds=1 needs 2 <= folds"):
         kfold_splits(items, 1)
-    with pytest.raises(InputError, match="k=5"):
+    with pytest.raises(InputError, match="folds=5 needs 2 <= folds <= 4 .the number of items."):
         kfold_splits(items, 5)
 
 

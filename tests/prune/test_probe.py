@@ -75,11 +75,11 @@ def test_train_probe_finds_the_informative_head_and_round_trips(tmp_path):
     assert back.head_pairs == heads and back.bias == probe.bias
     with pytest.raises(InputError, match="no sentence probe in the head registry"):
         SentenceProbe.load("org/model", "other-weights", root=tmp_path)
-    held = crossfit_scores(synthetic(), heads, k=3, extras=["first"], l2=1.0)
+    held = crossfit_scores(synthetic(), heads, folds=3, extras=["first"], l2=1.0)
     assert sorted(held) == sorted(ex.qid for ex in synthetic()) and all(len(v) == 12 for v in held.values())
     # a grid: the penalty is chosen inside each training part; an absurd penalty loses
     assert select_l2(synthetic(), heads, [1.0, 1e6], extras=["first"]) == 1.0
-    grid = crossfit_scores(synthetic(), heads, k=3, extras=["first"], l2=[1.0, 1e6])
+    grid = crossfit_scores(synthetic(), heads, folds=3, extras=["first"], l2=[1.0, 1e6])
     np.testing.assert_allclose(grid["q0"], held["q0"])
 
 
@@ -114,8 +114,8 @@ def test_train_probe_bad_input():
         e.labels[:] = False
     with pytest.raises(InputError, match="same label"):
         train_probe(ex, [(0, 0), (0, 1), (1, 0)])
-    with pytest.raises(InputError, match="k=5 folds"):
-        crossfit_scores(ex, [(0, 0), (0, 1), (1, 0)], k=5)
+    with pytest.raises(InputError, match="folds=5 needs 2 <= folds"):
+        crossfit_scores(ex, [(0, 0), (0, 1), (1, 0)], folds=5)
 
 
 def test_labels_must_line_up_with_sentences():
@@ -133,7 +133,7 @@ def test_crossfit_refuses_a_repeated_question_id():
     ex = synthetic(6)
     ex[3].qid = "q1"
     with pytest.raises(InputError, match="question id 'q1' appears twice"):
-        crossfit_scores(ex, [(0, 0), (0, 1), (1, 0)], k=3, extras=["first"], l2=1.0)
+        crossfit_scores(ex, [(0, 0), (0, 1), (1, 0)], folds=3, extras=["first"], l2=1.0)
 
 
 def test_pruner_features_equal_the_per_head_reference(llm):

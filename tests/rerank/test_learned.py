@@ -78,7 +78,7 @@ def test_standardise_per_query():
 
 def test_kfold_and_leave_one_group_out():
     ex = synthetic(n_queries=40, groups=("scifact", "dl19"))
-    folds = kfold_evaluate(ex, k=4, l2=0.1)
+    folds = kfold_evaluate(ex, folds=4, l2=0.1)
     assert [f["fold"] for f in folds] == ["0", "1", "2", "3"]
     assert sum(f["n_test"] for f in folds) == 40 and all(f["n_train"] == 30 for f in folds)
     for f in folds:
@@ -88,13 +88,13 @@ def test_kfold_and_leave_one_group_out():
     groups = leave_one_group_out(ex, model="pairwise", first_stage=True, metrics=("nDCG@10", "RR@10"))
     assert [g["fold"] for g in groups] == ["dl19", "scifact"] and "first-stage" in groups[0]
     assert set(groups[0]["learned"]) == {"nDCG@10", "RR@10"}
-    with pytest.raises(InputError, match="k=1 folds"):
-        kfold_evaluate(ex, k=1)
+    with pytest.raises(InputError, match="folds=1 needs 2 <= folds"):
+        kfold_evaluate(ex, folds=1)
     with pytest.raises(InputError, match="at least 2 groups"):
         leave_one_group_out(synthetic(n_queries=4))
     # two datasets' queries with the same ids: in one fold, one replaced the other in its run
     clash = synthetic(n_queries=20, groups=("a",)) + synthetic(n_queries=20, seed=1, groups=("b",))
-    for evaluate_folds in (lambda: kfold_evaluate(clash, k=2), lambda: leave_one_group_out(clash)):
+    for evaluate_folds in (lambda: kfold_evaluate(clash, folds=2), lambda: leave_one_group_out(clash)):
         with pytest.raises(InputError, match="query id 'q0' is in two examples \\(groups 'a' and 'b'\\)"):
             evaluate_folds()
     with pytest.raises(InputError, match="query 'q0' has 24 scores for 25 candidates"):
@@ -164,7 +164,7 @@ def test_stage_features_learned_and_missing_values():
     assert w.config.stages == ["dense", "bm25"] and len(w.stage_weights) == 2
     assert w.stage_weights[0] > 1.0 and abs(w.stage_weights[1]) < 0.5 * w.stage_weights[0]
     plain = train_head_weights(ex, l2=0.1)
-    ap = lambda m: kfold_evaluate(ex, k=3, l2=0.1, **m)  # noqa: E731
+    ap = lambda m: kfold_evaluate(ex, folds=3, l2=0.1, **m)  # noqa: E731
     assert np.mean([f["learned"]["nDCG@10"] for f in ap({"stages": ["dense"]})]) > np.mean(
         [f["learned"]["nDCG@10"] for f in ap({})]
     )

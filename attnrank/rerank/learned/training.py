@@ -186,18 +186,18 @@ def _evaluate_by_rel(
 
 def kfold_evaluate(
     examples: Sequence[QueryFeatures],
-    k: int = 5,
+    folds: int = 5,
     *,
     seed: int = 0,
     metrics: Sequence[str] = ("nDCG@10",),
     rel: int = 1,
     **train_kw: Any,
 ) -> list[dict[str, Any]]:
-    """k-fold cross-validation over queries (:func:`attnrank.eval.crossval.kfold_splits`, shuffled
+    """``folds``-fold cross-validation over queries (:func:`attnrank.eval.crossval.kfold_splits`, shuffled
     with ``seed``): per fold, the test metrics of the learned weights and of the baselines
     (``sum-of-heads``, ``first-stage``)."""
     check_unique_queries(examples)  # two with one id: one would replace the other in a fold's run
-    return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in kfold_splits(examples, k, seed=seed)]
+    return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in kfold_splits(examples, folds, seed=seed)]
 
 
 def leave_one_group_out(
