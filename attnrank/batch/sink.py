@@ -123,8 +123,9 @@ class CheckpointSink:
             )
         if trec is not None:
             # checked again now: the run began hours ago, and only a file attnrank wrote is replaced
-            guard = RUN_GUARD
-            write_run({q: dict(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}, trec, tag=tag, guard=guard)
+            write_run(
+                {q: dict(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}, trec, tag=tag, guard=RUN_GUARD
+            )
         if parquet is not None:
             _write_parquet([rows[q] for q in qids], Path(parquet))
         return {"rows": len(qids), "duplicates_dropped": self.duplicates}

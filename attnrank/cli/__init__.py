@@ -20,6 +20,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -118,6 +120,16 @@ def _positive(value: int, option: str, what: str, minimum: int = 1) -> int:
     if value < minimum:
         raise typer.BadParameter(f"{option} {value} must be at least {minimum} ({what})")
     return value
+
+
+@contextmanager
+def option_errors() -> Iterator[None]:
+    """Inside, an :class:`InputError` (an option's value that the library refuses) is an option
+    error: exit 2 with the usage hint, as the parser's own refusals are."""
+    try:
+        yield
+    except InputError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 def _check_heads(spec: Optional[str], option: str = "--heads", model: Optional[str] = None) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from ..errors import InputError
-from . import Quiet, Verbose, _check_heads, _index_path, _setup, app
+from . import Quiet, Verbose, _check_heads, _index_path, _setup, app, option_errors
 from .options import Dtype, check_registry_lookups
 
 
@@ -55,10 +55,8 @@ def explain(
     _check_heads(heads, model=model)
     # attention evidence: a preset that computes it (block attention; its weights' heads unless given)
     given: dict[str, Any] = {"heads": heads} if heads else {}
-    try:
+    with option_errors():  # an option value it refuses (a dtype, a device)
         config = RerankConfig.preset("fused", model=model, device=device, dtype=dtype, **given)
-    except InputError as refused:  # an option value it refuses (a dtype, a device): an option error
-        raise typer.BadParameter(str(refused)) from None
     check_registry_lookups(config)  # the fused weights and heads, before the index and the model load
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     first = retriever.search(query, k)

@@ -16,7 +16,6 @@ from typing import Any, Optional
 
 import typer
 
-from ..errors import InputError
 from ..prune.config import PruneConfig
 from ..rerank.config import (
     ATTENTION_FIELDS,
@@ -30,7 +29,7 @@ from ..rerank.config import (
     signals_setting,
 )
 from ..rerank.reweight import Reweighting
-from . import _check_heads
+from . import _check_heads, option_errors
 
 DTYPE_HELP = (
     "Precision of the LLM, and on CPU of the candidates' embedder (bfloat16 or float32): "
@@ -202,10 +201,8 @@ def pruning_config(rerank: RerankConfig, given: Iterable[str], **own: Any) -> Pr
         for flag, name in SHARED_WITH_PRUNING.items()
         if flag not in _PRUNING_WHEN_GIVEN or flag in given
     }
-    try:
+    with option_errors():
         return PruneConfig(**shared, **own)
-    except InputError as e:
-        raise typer.BadParameter(str(e)) from None
 
 
 def refuse_unread_block_options(given: Iterable[str], read: bool) -> None:
@@ -315,12 +312,10 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
         overrides["reweight"] = parse_reweight(overrides["reweight"])
     if "signals" in overrides:
         overrides["signals"] = signals_setting(overrides["signals"])
-    try:  # an option value the configuration refuses is an option error (exit 2), as the parser's are
+    with option_errors():  # an option value the configuration refuses
         _check_heads(overrides.get("heads"), model=overrides.get("model"))
         check_attention_computed(preset, overrides)
         config = RerankConfig.preset(preset or "", **overrides)
-    except InputError as e:
-        raise typer.BadParameter(str(e)) from None
     _check_slot_profile(config)
     fixed = [
         f"--{'' if v else 'no-'}{k.replace('_', '-')}"

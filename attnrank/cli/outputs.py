@@ -15,8 +15,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import InputError
 from ..files import check_file_target, is_attnrank_run, refuse_replacing
+from . import option_errors
 
 EXPLAIN_HTML_START = b"<!doctype html><html><head><meta charset='utf-8'><title>attnrank explain</title>"
 PNG_SOFTWARE = "attnrank"  # the PNG "Software" text chunk of the images attnrank writes itself
@@ -25,10 +25,8 @@ _SOFTWARE = b"tEXtSoftware\x00"
 
 def check_output_path(path: Path, option: str = "--output") -> None:
     """Fail before any work if ``path`` cannot be a file: a folder, a special file, or a parent is a file."""
-    try:
+    with option_errors():
         check_file_target(path, option)
-    except InputError as e:
-        raise typer.BadParameter(str(e)) from None
 
 
 def check_not_input(path: Path, inputs: Mapping[str, Optional[Path]], option: str = "--output") -> None:
@@ -40,10 +38,8 @@ def check_not_input(path: Path, inputs: Mapping[str, Optional[Path]], option: st
 
 def check_replaceable(path: Path, ours: Callable[[Path], bool], what: str, option: str = "--output") -> None:
     """Refuse to replace an existing, non-empty ``path`` that ``ours`` does not recognise."""
-    try:
+    with option_errors():
         refuse_replacing(path, ours, what, option)
-    except InputError as e:
-        raise typer.BadParameter(str(e)) from None
 
 
 def check_run_output(path: Optional[Path], inputs: Mapping[str, Optional[Path]] | None = None) -> None:

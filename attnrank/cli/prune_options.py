@@ -9,11 +9,10 @@ from typing import Any, Optional
 
 import typer
 
-from ..errors import InputError
 from ..prune.config import LENGTH_NORMS, PRUNE_METHODS, PruneConfig
 from ..prune.segment import DEFAULT_MAX_WORDS
 from ..rerank.config import ORDERS
-from . import _check_heads
+from . import _check_heads, option_errors
 from .options import MODEL_RUN_OPTIONS, option_group
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
@@ -115,10 +114,8 @@ def build_prune_config(**given: Any) -> PruneConfig:
         {"--heads": overrides.get("heads"), "--length-norm": overrides.get("length_norm")},
     )
     _check_heads(overrides.get("heads"), model=overrides.get("model"))
-    try:
+    with option_errors():
         return PruneConfig(**overrides)
-    except InputError as e:
-        raise typer.BadParameter(str(e)) from None
 
 
 def prune_options(func: Callable[..., Any]) -> Callable[..., Any]:

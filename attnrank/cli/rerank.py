@@ -81,10 +81,8 @@ def rerank(
             qid,
         )
         out.append(_rerank_head(reranker, res, depth))
-    guard = RUN_GUARD  # again: it was checked before the reranking
-    write_run(
-        out, output, tag=f"attnrank-{rerank_config.name}", guard=guard
-    )  # the run's tag names the preset that ranked it
+    # the run's tag names the preset that ranked it; the guard checks -o again, as it is replaced
+    write_run(out, output, tag=f"attnrank-{rerank_config.name}", guard=RUN_GUARD)
     deepest = max((min(depth, len(r)) for r in first.values()), default=0)
     typer.echo(f"reranked up to the top {deepest} of each of {len(out)} queries into {output}")
 

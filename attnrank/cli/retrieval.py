@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import AttnrankError, InputError
+from ..errors import AttnrankError
 from ..files import RUN_GUARD
 from ..rerank.config import RerankConfig
 from . import (
@@ -27,6 +27,7 @@ from . import (
     _rerank_head,
     _setup,
     app,
+    option_errors,
 )
 from .options import check_registry_lookups, refuse_without_rerank, rerank_options
 from .states import PASSAGE_STATES, STATES_MODEL, STATES_PRESET, STATES_WORDS, check_storage, state_writer
@@ -102,7 +103,7 @@ def index(
         raise typer.BadParameter("--ray-address runs a sharded build; add --shards N (or drop --ray-address)")
     if passage_states is not None and shards:
         raise typer.BadParameter("--passage-states is not supported with --shards yet; build one index")
-    try:
+    with option_errors():  # --dense-index, --stopwords or --stemmer outside their values
         r = HybridRetriever(
             embedder=embedder,
             dense_index=dense_index,
@@ -110,8 +111,6 @@ def index(
             stopwords=stopwords,
             embed_backend=embed_backend,
         )
-    except InputError as e:  # --dense-index, --stopwords or --stemmer outside their values: exit 2
-        raise typer.BadParameter(str(e)) from None
     _set_fusion(r, None, fusion, alpha, norm, what="index")
     check_target(target, force=force, protect=[corpus])  # before any work
     docs = _read_corpus(corpus, skip_invalid)
@@ -236,10 +235,8 @@ def _set_fusion(r, mode, fusion, alpha, norm, what: str = "search") -> None:
         raise typer.BadParameter(
             f"{given} applies to convex fusion only, and this {what} fuses with rrf; add --fusion convex"
         )
-    try:
+    with option_errors():  # an option's value (--alpha 1.5, --norm foo)
         r.set_fusion(fusion or r.fusion, alpha=alpha, norm=norm)
-    except InputError as e:  # an option's value (--alpha 1.5, --norm foo): an option error, exit 2
-        raise typer.BadParameter(str(e)) from None
 
 
 @app.command("eval")
