@@ -18,6 +18,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,7 @@ class LLM:
     @property
     def context_length(self) -> int:
         """The longest prompt the model takes, in tokens (``max_position_embeddings``; 4096 if unset)."""
-        return int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 0) or 4096)
+        return _context_length(self.model.config.get_text_config())
 
     @property
     def device(self) -> torch.device:
@@ -179,6 +180,10 @@ def unloaded_model(model: str | os.PathLike[str] | None) -> tuple[str, str]:
     return model_fingerprint(model_id)
 
 
+# What reading a model's config or GGUF header raises when it cannot be read here (loading reports why)
+_UNREADABLE = (AttnrankError, OSError, ValueError, TypeError, AttributeError, struct.error)
+
+
 def model_shape(model: str | None = None) -> tuple[int, int] | None:
     """``(layers, heads per layer)`` of ``model`` from its config alone, without its weights (a
     GGUF's from its metadata); None when the config cannot be read here (loading reports why).
@@ -187,32 +192,37 @@ def model_shape(model: str | None = None) -> tuple[int, int] | None:
     several head options against one model); a failed read is not remembered."""
     try:
         return _config_shape((model or config.DEFAULT_LLM).strip())
-    except (AttnrankError, OSError, ValueError, TypeError, AttributeError, struct.error):
+    except _UNREADABLE:
         return None
 
 
 def model_context_length(model: str | None = None) -> int | None:
     """The longest prompt ``model`` takes (:attr:`LLM.context_length`) from its config alone,
-    without its weights; None for a GGUF file or a config that cannot be read here."""
-    model_id = (model or config.DEFAULT_LLM).strip()
+    without its weights (a GGUF's from its metadata); None when it cannot be read here."""
     try:
-        gguf = gguf_source(model_id)
-        if gguf is not None:
-            return gguf_context_length(gguf)
-        text_cfg = _text_config(_read_config(*config.model_source(model_id), model_id))
-    except (AttnrankError, OSError, ValueError, TypeError, AttributeError, struct.error):
+        return _from_config((model or config.DEFAULT_LLM).strip(), gguf_context_length, _context_length)
+    except _UNREADABLE:
         return None
-    return int(getattr(text_cfg, "max_position_embeddings", 0) or 4096)
 
 
 @functools.lru_cache(maxsize=8)
 def _config_shape(model_id: str) -> tuple[int, int]:
     """:func:`model_shape`'s read; it raises when it fails, so only successes are cached."""
+    return _from_config(model_id, gguf_shape, lambda c: (int(c.num_hidden_layers), int(c.num_attention_heads)))
+
+
+def _from_config(model_id: str, from_gguf: Callable[[Path], Any], from_text_config: Callable[[Any], Any]) -> Any:
+    """What ``from_gguf`` reads of a GGUF file's header, or ``from_text_config`` of any other
+    model's text config; no weights are read."""
     gguf = gguf_source(model_id)
     if gguf is not None:
-        return gguf_shape(gguf)
-    text_cfg = _text_config(_read_config(*config.model_source(model_id), model_id))
-    return int(text_cfg.num_hidden_layers), int(text_cfg.num_attention_heads)
+        return from_gguf(gguf)
+    return from_text_config(_text_config(_read_config(*config.model_source(model_id), model_id)))
+
+
+def _context_length(text_config: Any) -> int:
+    """``max_position_embeddings`` of a text config; 4096 if unset."""
+    return int(getattr(text_config, "max_position_embeddings", 0) or 4096)
 
 
 def clear_llm_cache() -> None:
