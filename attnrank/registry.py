@@ -224,9 +224,8 @@ def _foreign(doc: Any, model_id: str, fingerprint: str) -> str:
         return f"holds keys attnrank does not write ({', '.join(map(str, extra))})"
     if not _well_formed(doc):
         return "is malformed (model_id, fingerprint, sets or artifacts of the wrong type)"
-    if not all(
-        isinstance(s, dict) for s in doc.get("sets", [])
-    ):  # (a file may hold no sets yet)  # (a save read .get of each: a traceback)
+    # (a file may hold no sets yet; a save read .get of each entry: a traceback)
+    if not all(isinstance(s, dict) for s in doc.get("sets", [])):
         return "holds a head set entry that is not an object"
     if (doc["model_id"], doc["fingerprint"]) != (model_id, fingerprint):
         return f"belongs to {doc['model_id']!r} with fingerprint {doc['fingerprint'][:12]}…, not to {model_id!r}"
