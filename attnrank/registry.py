@@ -418,6 +418,17 @@ class RegistryArtifact:
     KIND: ClassVar[str] = ""
     LABEL: ClassVar[str] = ""
     HINT: ClassVar[str] = ""
+    RENAMED: ClassVar[dict[str, str]] = {}  # a field's stored name in an earlier release -> its name now
+
+    @classmethod
+    def current_fields(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Stored ``data`` with the fields an earlier release wrote under another name (``RENAMED``)
+        under their name now, so that artifacts registered before a rename still load."""
+        out = dict(data)
+        for old, new in cls.RENAMED.items():
+            if old in out and new not in out:
+                out[new] = out.pop(old)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """The dataclass fields as JSON-ready values (numpy arrays become lists)."""

@@ -178,12 +178,12 @@ def variants() -> dict:
         "fused with attention, features as within-query ranks": (full, {}, 16, (), {"ranks": True}),
         "fused without attention, features as within-query ranks": (full[1:], {}, 16, (), {"ranks": True}),
         "fused with attention, no confidence gate (no first-stage fallback)": (full, {"gate": False}, 16, (), {}),
-        "fused with attention, pointwise (logistic)": (full, {"model": "pointwise"}, 16, (), {}),
-        "fused with attention, pairwise (RankNet)": (full, {"model": "pairwise"}, 16, (), {}),
-        "fused with attention, listwise (nDCG@10 grid)": (full, {"model": "listwise"}, 16, (), {}),
+        "fused with attention, pointwise (logistic)": (full, {"learner": "pointwise"}, 16, (), {}),
+        "fused with attention, pairwise (RankNet)": (full, {"learner": "pairwise"}, 16, (), {}),
+        "fused with attention, listwise (nDCG@10 grid)": (full, {"learner": "listwise"}, 16, (), {}),
         "attention + dense + BM25, equal weights, gated (the gate chosen on the training datasets)": (
             ["attention", "dense", "bm25"],
-            {"model": "equal"},
+            {"learner": "equal"},
             16,
             (),
             {},
@@ -226,7 +226,7 @@ def inner_head_count(data: dict, train_groups: list[str], args) -> tuple[int, di
         for v in train_groups:
             rest = [h for h in train_groups if h != v]
             idx = top_heads(data, rest, n=n)
-            fused = train_fused([e for h in rest for e in ex(h, idx)], l2=args.l2, model=args.model)
+            fused = train_fused([e for h in rest for e in ex(h, idx)], l2=args.l2, learner=args.learner)
             values.append(mean_ndcg(ex(v, idx), lambda e, f=fused: f.score(e.signals)))
         inner[n] = float(np.mean(values))
     return max(HEAD_COUNTS, key=lambda n: inner[n]), inner
@@ -266,7 +266,7 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
         test16 = ex[16][1]
         scores = heldout_scores(
             [Split(g, [e for h in train_groups for e in ex[16][0][h]], test16)],
-            model=args.model,
+            learner=args.learner,
             l2=args.l2,
             extra_signals=[f.replace(" alone", "") for f in FIRST],
         )
@@ -285,13 +285,13 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
                 train_ex = {h: examples(data, h, by_n[n], **read) for h in train_groups}
                 test_ex = examples(data, g, by_n[n], **read)
             train = [e for h in train_groups if h not in leave_out for e in train_ex[h]]
-            fused = train_fused(train, feats, l2=args.l2, **{"model": args.model, **kw})
+            fused = train_fused(train, feats, l2=args.l2, **{"learner": args.learner, **kw})
             scores[name] = {e.qid: fused.score(e.signals) for e in test_ex}
         chosen, inner = inner_head_count(data, train_groups, args)
         if chosen not in ex:
             idx = top_heads(data, train_groups, n=chosen)
             ex[chosen] = ({h: examples(data, h, idx) for h in train_groups}, examples(data, g, idx))
-        nested = train_fused([e for h in train_groups for e in ex[chosen][0][h]], l2=args.l2, model=args.model)
+        nested = train_fused([e for h in train_groups for e in ex[chosen][0][h]], l2=args.l2, learner=args.learner)
         scores[NESTED] = {e.qid: nested.score(e.signals) for e in ex[chosen][1]}
         if args.ablation == "fixed-weights":
             fixed_features = fixed_variants()
@@ -306,7 +306,9 @@ def lodo(data: dict, args) -> tuple[list[dict], dict, list[dict]]:
             train16 = [e for h in train_groups for e in ex[16][0][h]]
             for name, (feats, how) in likelihood_variants().items():
                 model = (
-                    equal_weights(feats) if how is None else train_fused(train16, feats, l2=args.l2, model=args.model)
+                    equal_weights(feats)
+                    if how is None
+                    else train_fused(train16, feats, l2=args.l2, learner=args.learner)
                 )
                 scores[name] = {e.qid: model.score(e.signals) for e in test16}
             versus = {m: scores[m] for m in (LIKELIHOOD_DEFAULT, *likelihood_variants())}
@@ -352,7 +354,7 @@ def in_domain(data: dict, args) -> list[dict]:
             ex = {e.qid: e for e in examples(data, g, idx)}
             part = heldout_scores(
                 [Split(split.name, [ex[q] for q in split.train], [ex[q] for q in split.test])],
-                model=args.model,
+                learner=args.learner,
                 l2=args.l2,
                 extra_signals=[f.replace(" alone", "") for f in FIRST],
             )
@@ -432,7 +434,7 @@ def coarse_to_fine(data: dict, rr: AttentionReranker, args, keep: int = 10) -> l
         others = [h for h in data if h != g]
         idx = top_heads(data, others, n=16)
         train = [e for h in others for e in examples(data, h, idx)]
-        fused = train_fused(train, model=args.model, l2=args.l2)
+        fused = train_fused(train, learner=args.learner, l2=args.l2)
         ex = examples(data, g, idx)
         first = {e.qid: fused.score(e.signals) for e in ex}
         top = {q: np.argsort(-s, kind="stable")[:keep] for q, s in first.items()}
@@ -471,7 +473,7 @@ def ship(data: dict, rr: AttentionReranker, args) -> dict:
     capture = capture_name(rr.config.attention, rr.config.block_positions)
     fused = train_fused(
         every,
-        model=args.model,
+        learner=args.learner,
         l2=args.l2,
         heads=heads,
         capture=capture,
@@ -498,9 +500,9 @@ def main() -> None:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument(
-        "--model",
+        "--learner",
         default="pointwise",
-        help="the trained rows' model (the fusion without attention and preset fused): pointwise | pairwise | listwise | equal",
+        help="the trained rows' learner (the fusion without attention and preset fused): pointwise | pairwise | listwise | equal",
     )
     ap.add_argument("--ship", action="store_true")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")

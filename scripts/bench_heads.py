@@ -155,8 +155,8 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
         top32 = det["qr-ndcg"].top(32)
         sub = {q: restrict_heads(feats[q], top32) for q in qids}
 
-        def variant(label, fq, stages=(), *, extra=(), first_stage=False, l2=args.l2, kind="pointwise"):
-            return label, fq, list(extra), first_stage, l2, stages, kind
+        def variant(label, fq, stages=(), *, extra=(), first_stage=False, l2=args.l2, learner="pointwise"):
+            return label, fq, list(extra), first_stage, l2, stages, learner
 
         variants = (
             variant("learned weighting (logistic, all heads)", feats),
@@ -174,15 +174,15 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
                 "learned pairwise (RankNet), top-32 of the training folds + dense score",
                 sub,
                 ("dense",),
-                kind="pairwise",
+                learner="pairwise",
             ),
-            variant("learned pairwise (RankNet), all heads + dense score", feats, ("dense",), kind="pairwise"),
+            variant("learned pairwise (RankNet), all heads + dense score", feats, ("dense",), learner="pairwise"),
         )
-        for label, fq, extra, fs, l2, stages, kind in variants:
+        for label, fq, extra, fs, l2, stages, learner in variants:
             try:
                 extra = [restrict_heads(x, fq[train[0]].heads) for x in extra]
                 model = train_head_weights(
-                    [fq[q] for q in train] + extra, model=kind, l2=l2, rel=ds.rel, first_stage=fs, stages=stages
+                    [fq[q] for q in train] + extra, learner=learner, l2=l2, rel=ds.rel, first_stage=fs, stages=stages
                 )
                 add(
                     label,
@@ -229,7 +229,7 @@ def cross_dataset(setups, feats, args) -> list[dict]:
     for (name, ds, cands), split in zip(setups, splits):
         test = {f.qid: f for f in split.test}
         for fs in (False, True):
-            model = train_head_weights(split.train, model="pointwise", l2=args.l2, first_stage=fs)
+            model = train_head_weights(split.train, learner="pointwise", l2=args.l2, first_stage=fs)
             out.append(
                 {
                     "setting": name,
@@ -411,7 +411,7 @@ def ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args) -> N
         every, heads = [restrict_heads(f, pooled32) for f in every], "pooled qr-ndcg top-32"
     model = train_head_weights(
         every,
-        model="pointwise",
+        learner="pointwise",
         l2=args.l2,
         first_stage=args.ship_first_stage,
         trained_on=f"{data} ({len(every)} queries); heads: {heads}",

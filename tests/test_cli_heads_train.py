@@ -72,7 +72,9 @@ def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny
 def test_heads_train_no_save_writes_nothing(home, dl19_mini, tiny_dir):
     r = runner.invoke(
         app,
-        _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "all", "--kind", "pairwise", "--rel", "2", "--no-save"),
+        _args(
+            dl19_mini, tiny_dir, "--folds", "3", "--heads", "all", "--learner", "pairwise", "--rel", "2", "--no-save"
+        ),
     )
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "held-out 3-fold over 3 queries" in r.output and "saved to" not in r.output
@@ -83,7 +85,7 @@ def test_heads_train_no_save_writes_nothing(home, dl19_mini, tiny_dir):
     "extra, message",
     [
         (["--heads", "best"], "--heads 'best'"),
-        (["--kind", "listwise"], "--kind"),
+        (["--learner", "listwise"], "--learner"),
         (["--l2", "0"], "--l2"),
         (["--folds", "1"], "--folds"),
         (["--folds", "4"], "fewer than --folds 4"),

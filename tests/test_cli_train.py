@@ -103,12 +103,12 @@ def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_
 
     loads: list[object] = []
     monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
-    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--kind", "lambdamart"))
-    assert r.exit_code != 0 and "--kind 'lambdamart'" in r.output
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--learner", "lambdamart"))
+    assert r.exit_code != 0 and "--learner 'lambdamart'" in r.output
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "9"))
     assert r.exit_code != 0 and "fewer than --folds 9" in r.output
-    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--kind", "listwise", "--l2", "5"))  # was ignored
-    assert r.exit_code == 2 and "--l2 5.0 is not read by --kind listwise" in " ".join(r.output.split())
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--learner", "listwise", "--l2", "5"))  # was ignored
+    assert r.exit_code == 2 and "--l2 5.0 is not read by --learner listwise" in " ".join(r.output.split())
     assert not home.exists()
     args = [a for a in _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2") if a not in ("--heads", "all")]
     r = runner.invoke(app, [*args, "--heads", "auto:contrastive"])  # none registered: was found after the load
@@ -151,14 +151,14 @@ def test_train_likelihood_registers_weights_the_default_preset_reads(home, dl19_
 
 
 def test_train_likelihood_registers_nothing_that_scored_below_the_equal_weights(home, dl19_mini, tiny_dir):
-    """--kind equal puts weight 1 on the first-stage rank too; on these queries that scores below
+    """--learner equal puts weight 1 on the first-stage rank too; on these queries that scores below
     the untrained equal weights held out, so nothing is registered and the default is unchanged."""
     from attnrank.llm.fingerprint import model_fingerprint
     from attnrank.registry import load_artifact
     from attnrank.rerank.fused import LikelihoodWeights
 
     r = runner.invoke(
-        app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", "--kind", "equal", preset="likelihood")
+        app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", "--learner", "equal", preset="likelihood")
     )
     assert r.exit_code == 0, r.output + repr(r.exception)
     trained, untrained = _likelihood_rows(r.output)

@@ -47,14 +47,16 @@ PENALISED = ("pointwise", "pairwise")
 
 
 def check_training(
-    kind: str, models: tuple[str, ...], l2: float | None, folds: int, depth: int, default_l2: float
+    learner: str, learners: tuple[str, ...], l2: float | None, folds: int, depth: int, default_l2: float
 ) -> float:
     """The options every ``train`` command shares, checked before any model is loaded; returns the
     L2 penalty (``default_l2`` where ``--l2`` was not given)."""
-    if kind not in models:
-        raise typer.BadParameter(f"--kind {kind!r} is not one of {', '.join(models)}")
-    if l2 is not None and kind not in PENALISED:
-        raise typer.BadParameter(f"--l2 {l2} is not read by --kind {kind} (only {' and '.join(PENALISED)}); drop it")
+    if learner not in learners:
+        raise typer.BadParameter(f"--learner {learner!r} is not one of {', '.join(learners)}")
+    if l2 is not None and learner not in PENALISED:
+        raise typer.BadParameter(
+            f"--l2 {l2} is not read by --learner {learner} (only {' and '.join(PENALISED)}); drop it"
+        )
     if l2 is not None and l2 <= 0:
         raise typer.BadParameter(f"--l2 {l2} must be > 0 (the L2 penalty)")
     if folds < 2 or depth < 2:

@@ -86,7 +86,7 @@ def heads_train(
     heads: str = typer.Option(
         "top32", "--heads", help="all | topN: the N heads with the best nDCG@10 alone on the training queries."
     ),
-    kind: str = typer.Option("pointwise", "--kind", help="pointwise (logistic regression) | pairwise (RankNet)."),
+    learner: str = typer.Option("pointwise", "--learner", help="pointwise (logistic regression) | pairwise (RankNet)."),
     l2: Optional[float] = typer.Option(None, "--l2", help="L2 penalty λ (sklearn C = 1/λ; default 10)."),
     first_stage: bool = typer.Option(
         False,
@@ -103,19 +103,19 @@ def heads_train(
 ) -> None:
     """Train learned head weights on labelled queries; print a held-out report, then register them."""
     from ..errors import require
-    from ..rerank.learned import MODELS
+    from ..rerank.learned import LEARNERS
 
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank heads train")  # before any model is loaded
     top = _parse_heads(heads)
-    l2 = check_training(kind, MODELS, l2, folds, depth, default_l2=10.0)
+    l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=10.0)
     qs, cands, qr, rel, desc = _qr_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
     )
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
     check_saveable(model, save)
     feats, llm = _capture(model, device, dtype, qs, cands, qr, rel, progress)
-    report, weights = _train(feats, qr, rel, top, kind, l2, first_stage, folds, seed, desc)
+    report, weights = _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc)
     typer.echo(report)
     if save:
         typer.echo(f"saved to {weights.save(llm.model_id, llm.fingerprint)}")
@@ -148,7 +148,7 @@ def _capture(model, device, dtype, qs, cands, qr, rel, progress):
     return feats, llm
 
 
-def _train(feats, qr, rel, top, kind, l2, first_stage, folds, seed, desc):
+def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc):
     """(the held-out report text, the weights trained on all ``feats``)."""
     import numpy as np
 
@@ -163,7 +163,7 @@ def _train(feats, qr, rel, top, kind, l2, first_stage, folds, seed, desc):
             ndcg = _head_ndcg(train, qr, rel)
             chosen = [heads_all[i] for i in np.argsort(-ndcg, kind="stable")[:top]]
         sub = [restrict_heads(q, chosen) for q in train]
-        return chosen, train_head_weights(sub, model=kind, l2=l2, rel=rel, first_stage=first_stage)
+        return chosen, train_head_weights(sub, learner=learner, l2=l2, rel=rel, first_stage=first_stage)
 
     def evaluate(fitted, test):
         chosen, w = fitted
@@ -195,7 +195,7 @@ def _train(feats, qr, rel, top, kind, l2, first_stage, folds, seed, desc):
     ]
     for who in ("first stage", "sum of all heads", "learned"):
         vals = "  ".join(f"{m} {held[f'{who} {m}']:.4f}" for m in METRICS)
-        lines.append(f"  {who + (f' ({kind}, {label})' if who == 'learned' else ''):<58} {vals}")
+        lines.append(f"  {who + (f' ({learner}, {label})' if who == 'learned' else ''):<58} {vals}")
     lines.append(
         f"  learned - first stage: {100 * (held['learned nDCG@10'] - held['first stage nDCG@10']):+.1f} nDCG@10 points"
     )

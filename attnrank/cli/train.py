@@ -92,9 +92,9 @@ def train(
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth)."),
     max_queries: int = typer.Option(0, "--max-queries", help="Labelled queries used (0: all)."),
     rel: Optional[int] = Rel,
-    kind: str = typer.Option(
+    learner: str = typer.Option(
         "pointwise",
-        "--kind",
+        "--learner",
         help="pointwise (logistic regression) | pairwise (RankNet) | listwise (nDCG@10 over a weight grid) "
         "| equal (weight 1 on every feature, rank included; with --preset fused only the confidence gate is "
         "chosen).",
@@ -120,13 +120,13 @@ def train(
 ) -> None:
     """Train a preset's fusion weights on labelled queries; print a held-out report, then register them."""
     from ..errors import require
-    from ..rerank.fused_training import MODELS, fusion_examples
+    from ..rerank.fused_training import LEARNERS, fusion_examples
 
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank train")  # before any model is loaded
     preset = _check_preset(preset, heads, gate, max_doc_words)
     max_doc_words = max_doc_words or DEFAULT_MAX_DOC_WORDS
-    l2 = check_training(kind, MODELS, l2, folds, depth, default_l2=1.0)
+    l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=1.0)
     _check_heads(heads, model=model)
     index = None if index_name is None and index_dir is None else _index_path(index_name, index_dir)
     qs, cands, qr, rel, desc = _qr_set(
@@ -147,13 +147,13 @@ def train(
         current = "" if own else current_label(signals_only, *key)
         examples = fusion_examples({ATTENTION: rr.score}, qs, cands, qr, rel=rel, group=desc, progress=progress)
         report, weights = _report_and_fit(
-            examples, kind, l2, gate is not False, folds, seed, desc, rr, current, heads or AUTO_OR_ALL
+            examples, learner, l2, gate is not False, folds, seed, desc, rr, current, heads or AUTO_OR_ALL
         )
     else:  # the presets whose untrained model is equal weights: likelihood (an LLM feature) and signals
         scorers, key = _llm_scorers(preset, model, max_doc_words, device, dtype)
         current = current_label(likelihood_weights if scorers else signals_only, *key)
         examples = fusion_examples(scorers, qs, cands, qr, rel=rel, group=desc, progress=progress)
-        report, weights = _fit_unless_worse(examples, preset, kind, l2, folds, seed, desc, key[0], current)
+        report, weights = _fit_unless_worse(examples, preset, learner, l2, folds, seed, desc, key[0], current)
     typer.echo(report)
     if weights is not None and weights.uses_llm:
         weights.max_doc_words = max_doc_words  # the cut their LLM feature was read with
@@ -236,14 +236,14 @@ def _table(rows: list[dict[str, Any]], header: str) -> list[str]:
     ]
 
 
-def _fit_unless_worse(examples, preset, kind, l2, folds, seed, desc, model_id, current) -> tuple[str, Any]:
+def _fit_unless_worse(examples, preset, learner, l2, folds, seed, desc, model_id, current) -> tuple[str, Any]:
     """(the held-out report text, the weights trained on all ``examples``, or None where they scored
     below the untrained equal weights held out: the preset keeps what it reads now, ``current``)."""
     from ..rerank.fusion_eval import TRAINED, fit_unless_worse, own_untrained
 
     feature = LIKELIHOOD if preset == LIKELIHOOD_PRESET else None
     rows, weights = fit_unless_worse(
-        examples, feature, folds=folds, seed=seed, model=kind, l2=l2, trained_on=desc, metrics=METRICS
+        examples, feature, folds=folds, seed=seed, learner=learner, l2=l2, trained_on=desc, metrics=METRICS
     )
     what = f"query likelihood of {model_id}" if feature else f"first-stage signals only (no LLM run; for {model_id})"
     header = f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; {what}"
@@ -271,13 +271,13 @@ def _fit_unless_worse(examples, preset, kind, l2, folds, seed, desc, model_id, c
     return "\n".join([*_table(rows, header), *few, last]), weights
 
 
-def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr, current: str, heads: str) -> tuple[str, Any]:
+def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current: str, heads: str) -> tuple[str, Any]:
     """(the held-out report text, the weights trained on all ``examples``); ``heads``: the head
     spec the attention feature was read with."""
     from ..rerank.fused_training import train_fused
     from ..rerank.fusion_eval import kfold_rows, recorded_metrics
 
-    rows = kfold_rows(examples, ATTENTION, folds=folds, seed=seed, model=kind, l2=l2, gate=gate, metrics=METRICS)
+    rows = kfold_rows(examples, ATTENTION, folds=folds, seed=seed, learner=learner, l2=l2, gate=gate, metrics=METRICS)
     n_heads = "all" if rr.heads is None else len(rr.heads)
     header = (
         f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; "
@@ -290,7 +290,7 @@ def _report_and_fit(examples, kind, l2, gate, folds, seed, desc, rr, current: st
             "data holds these queries, the rows with attention are held out for the weights but not for the heads"
         )
     weights = train_fused(
-        examples, model=kind, l2=l2, gate=gate, trained_on=desc, heads=rr.heads or "all", capture=rr.config.capture
+        examples, learner=learner, l2=l2, gate=gate, trained_on=desc, heads=rr.heads or "all", capture=rr.config.capture
     )
     weights.metrics = recorded_metrics(rows, METRICS, folds)
     ndcg = {r["method"]: r["nDCG@10"] for r in rows}

@@ -128,12 +128,13 @@ class FusedWeights(RegistryArtifact):
     LABEL: ClassVar[str] = "fused scorer weights"
     HINT: ClassVar[str] = "train them with `attnrank train --preset fused`, or use signals=None (--signals none)"
     TRAIN: ClassVar[str] = "`attnrank train --preset fused`"  # what fits them, for the messages
+    RENAMED: ClassVar[dict[str, str]] = {"model": "learner"}  # (before 2026-12-05)
 
     features: list[str]
     weights: list[float]
     base_weights: list[float] = field(default_factory=list)
     gate: float | None = None
-    model: str = "pointwise"
+    learner: str = "pointwise"
     l2: float = 1.0
     trained_on: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -227,7 +228,7 @@ class FusedWeights(RegistryArtifact):
         return FusedWeights(
             self.base_features,
             list(self.base_weights),
-            model=self.model,
+            learner=self.learner,
             l2=self.l2,
             trained_on=self.trained_on,
             date=self.date,
@@ -240,7 +241,7 @@ class FusedWeights(RegistryArtifact):
         attnrank computes them (:data:`~attnrank.rerank.signals.SIGNALS_VERSION`), or when that
         was not recorded: they still score (every feature is z-scored per query), but not as
         they measured. ``source``: what they are, for the message."""
-        if self.model == "equal" or not self.base_features or self.signals_version == SIGNALS_VERSION:
+        if self.learner == "equal" or not self.base_features or self.signals_version == SIGNALS_VERSION:
             return  # nothing fitted to the signals' values, or fitted to these
         fitted = (
             "signals computed before their versions were recorded"
@@ -279,7 +280,7 @@ class FusedWeights(RegistryArtifact):
         attention at shared positions, applied to full-prompt attention, whose scores follow the
         candidates' slots (docs/benchmarks.md). They still score, but not as they measured. Weights
         that record no capture were fitted before it was recorded, to full attention."""
-        if not self.uses_attention or self.model == "equal":  # nothing fitted to attention's values
+        if not self.uses_attention or self.learner == "equal":  # nothing fitted to attention's values
             return
         fitted = self.capture or "full"
         if fitted != capture:
@@ -308,7 +309,7 @@ class FusedWeights(RegistryArtifact):
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FusedWeights:
         try:
-            weights = cls(**data)
+            weights = cls(**cls.current_fields(data))
         except TypeError as e:
             raise InputError(f"stored {cls.LABEL} are malformed ({e}); retrain them with {cls.TRAIN}") from None
         weights.check_informative()
@@ -395,7 +396,7 @@ def equal_weights(features: Sequence[str] = EQUAL_FEATURES) -> FusedWeights:
     return FusedWeights(
         list(features),
         [1.0] * len(features),
-        model="equal",
+        learner="equal",
         trained_on=UNTRAINED,
         signals_version=SIGNALS_VERSION,
     )

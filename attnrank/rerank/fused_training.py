@@ -2,7 +2,7 @@
 
 :func:`fusion_examples` turns labelled queries into :class:`~attnrank.rerank.fused.FusionExample`
 (attention plus the first-stage signals of each candidate); :func:`train_fused` fits
-:class:`~attnrank.rerank.fused.FusedWeights` on them with one of :data:`MODELS` (pointwise
+:class:`~attnrank.rerank.fused.FusedWeights` on them with one of :data:`LEARNERS` (pointwise
 logistic regression, pairwise RankNet, a listwise grid over the simplex, or equal weights), the
 same model without attention as the fallback, and the confidence gate between the two. Which of
 these the presets use was chosen held out (``scripts/bench_fusion.py``, docs/benchmarks.md).
@@ -25,20 +25,20 @@ from ..types import Document
 from .fused import ATTENTION, FEATURES, FusedWeights, FusionExample, attention_confidence, feature_matrix
 from .signals import SIGNALS_VERSION, SignalComputer
 
-MODELS = ("pointwise", "pairwise", "listwise", "equal")
+LEARNERS = ("pointwise", "pairwise", "listwise", "equal")
 GRID_STEPS = 10  # listwise: weights on the simplex in steps of 1/GRID_STEPS
 
 
 def _fit(
-    examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float, signed: bool = False
+    examples: Sequence[FusionExample], features: Sequence[str], learner: str, l2: float, signed: bool = False
 ) -> np.ndarray:
-    if model == "equal":
+    if learner == "equal":
         return np.ones(len(features))
-    if model == "listwise":
+    if learner == "listwise":
         return _fit_listwise(examples, features)
     if signed:
-        return _fit_logistic(examples, features, model, l2)
-    return _fit_linear(examples, features, model, l2)
+        return _fit_logistic(examples, features, learner, l2)
+    return _fit_linear(examples, features, learner, l2)
 
 
 def ndcg10(scores: np.ndarray, gains: np.ndarray, judged: Mapping[str, int]) -> np.ndarray:
@@ -70,7 +70,7 @@ def _fit_listwise(examples: Sequence[FusionExample], features: Sequence[str]) ->
     return grid[int(np.argmax(value))]
 
 
-def _fit_linear(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
+def _fit_linear(examples: Sequence[FusionExample], features: Sequence[str], learner: str, l2: float) -> np.ndarray:
     """Weights over ``features`` that are all >= 0: every signal is a relevance estimate (higher =
     more relevant), so a negative weight only fits the training data's collinearity (e.g. one
     BM25 against another) and does not transfer. A feature whose weight comes out negative is
@@ -80,7 +80,7 @@ def _fit_linear(examples: Sequence[FusionExample], features: Sequence[str], mode
     it), and they are never registered (:meth:`FusedWeights.save`)."""
     keep = list(range(len(features)))
     while True:
-        w = _fit_logistic(examples, [features[i] for i in keep], model, l2)
+        w = _fit_logistic(examples, [features[i] for i in keep], learner, l2)
         if (w >= 0).all() or len(keep) == 1:
             out = np.zeros(len(features))
             out[keep] = np.maximum(w, 0.0)
@@ -88,11 +88,11 @@ def _fit_linear(examples: Sequence[FusionExample], features: Sequence[str], mode
         del keep[int(np.argmin(w))]
 
 
-def _fit_logistic(examples: Sequence[FusionExample], features: Sequence[str], model: str, l2: float) -> np.ndarray:
+def _fit_logistic(examples: Sequence[FusionExample], features: Sequence[str], learner: str, l2: float) -> np.ndarray:
     from sklearn.linear_model import LogisticRegression
 
     xs = [feature_matrix(e.signals, features) for e in examples]
-    if model == "pointwise":
+    if learner == "pointwise":
         y = np.concatenate([e.labels >= e.rel for e in examples]).astype(int)
         if y.min() == y.max():
             raise InputError(f"all {len(y)} training candidates have the same label; give relevant and other ones")
@@ -175,7 +175,7 @@ def train_fused(
     examples: Sequence[FusionExample],
     features: Sequence[str] = FEATURES,
     *,
-    model: str = "pointwise",
+    learner: str = "pointwise",
     l2: float = 1.0,
     gate: bool = True,
     balance: bool = False,
@@ -194,8 +194,8 @@ def train_fused(
     (:func:`~attnrank.llm.blocks.capture_name`), recorded so that a reranker applies the weights
     to the attention they were fitted to."""
     require("sklearn", "train", "Training the fused scorer")
-    if model not in MODELS:
-        raise InputError(f"model={model!r} is not one of {MODELS}")
+    if learner not in LEARNERS:
+        raise InputError(f"learner={learner!r} is not one of {LEARNERS}")
     if l2 <= 0:
         raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
     if not examples:
@@ -209,8 +209,8 @@ def train_fused(
     train = _balanced(examples) if balance else list(examples)
     fused = FusedWeights(
         list(features),
-        _fit(train, features, model, l2, signed).tolist(),
-        model=model,
+        _fit(train, features, learner, l2, signed).tolist(),
+        learner=learner,
         l2=l2,
         trained_on=trained_on or f"{len(examples)} queries",
         date=_dt.datetime.now().isoformat(timespec="seconds"),
@@ -222,7 +222,7 @@ def train_fused(
     # the gate's fallback, and the `signals` preset's model once registered (signals_only), unless
     # the user registered SignalsWeights
     if fused.uses_attention and fused.base_features:
-        fused.base_weights = _fit(train, fused.base_features, model, l2, signed).tolist()
+        fused.base_weights = _fit(train, fused.base_features, learner, l2, signed).tolist()
         if gate:
             _choose_gate(train, fused)
     return fused

@@ -66,7 +66,7 @@ def kfold_rows(
     *,
     folds: int = 5,
     seed: int = 0,
-    model: str = "pointwise",
+    learner: str = "pointwise",
     l2: float = 1.0,
     gate: bool = True,
     metrics: Sequence[str] = ("nDCG@10",),
@@ -74,7 +74,7 @@ def kfold_rows(
     """The held-out ``folds``-fold report over ``examples``: :func:`heldout_scores` on
     :func:`~attnrank.eval.crossval.kfold_splits`, as :func:`compare` rows."""
     splits = kfold_splits(list(examples), folds, seed=seed)
-    scores = heldout_scores(splits, llm_feature=llm_feature, model=model, l2=l2, gate=gate)
+    scores = heldout_scores(splits, llm_feature=llm_feature, learner=learner, l2=l2, gate=gate)
     return compare(examples, scores, metrics)
 
 
@@ -82,7 +82,7 @@ def heldout_scores(
     splits: Sequence[Split[FusionExample]],
     *,
     llm_feature: str | None = ATTENTION,
-    model: str = "pointwise",
+    learner: str = "pointwise",
     l2: float = 1.0,
     gate: bool = True,
     balance: bool = False,
@@ -110,7 +110,7 @@ def heldout_scores(
             for e in split.test:
                 out.setdefault(label, {})[e.qid] = fixed.score(e.signals)
         for label, feats in methods.items():
-            fused = train_fused(split.train, feats, model=model, l2=l2, gate=gate, balance=balance)
+            fused = train_fused(split.train, feats, learner=learner, l2=l2, gate=gate, balance=balance)
             for e in split.test:
                 out.setdefault(label, {})[e.qid] = fused.score(e.signals)
     return out
@@ -122,7 +122,7 @@ def fit_unless_worse(
     *,
     folds: int = 5,
     seed: int = 0,
-    model: str = "pointwise",
+    learner: str = "pointwise",
     l2: float = 1.0,
     trained_on: str = "",
     metrics: Sequence[str] = ("nDCG@10",),
@@ -138,13 +138,15 @@ def fit_unless_worse(
     does not guarantee it (nested in-domain, ``scripts/bench_likelihood.py``)."""
     if llm_feature not in (LIKELIHOOD, None):  # the presets whose untrained model is equal weights
         raise InputError(f"llm_feature={llm_feature!r} is not {LIKELIHOOD!r} or None (the preset signals)")
-    rows = kfold_rows(examples, llm_feature, folds=folds, seed=seed, model=model, l2=l2, gate=False, metrics=metrics)
+    rows = kfold_rows(
+        examples, llm_feature, folds=folds, seed=seed, learner=learner, l2=l2, gate=False, metrics=metrics
+    )
     score = {r["method"]: r[metrics[0]] for r in rows}
     trained_label, features = TRAINED[llm_feature]
     if score[trained_label] < score[own_untrained(llm_feature)[0]]:
         return rows, None
     kind = SignalsWeights if llm_feature is None else LikelihoodWeights
-    fitted = train_fused(examples, features, model=model, l2=l2, gate=False, trained_on=trained_on)
+    fitted = train_fused(examples, features, learner=learner, l2=l2, gate=False, trained_on=trained_on)
     weights = kind(**fitted.to_json())
     weights.metrics = recorded_metrics(rows, metrics, folds)
     return rows, weights

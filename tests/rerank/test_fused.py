@@ -67,7 +67,7 @@ def test_weights_record_the_heads_and_capture_of_their_attention(tmp_path, caplo
     with caplog.at_level("WARNING", logger="attnrank.rerank.fused"):
         fused.warn_if_applied_otherwise([(0, 2), (3, 1)], "block:shared")
         FusedWeights(["attention"], [1.0]).warn_if_applied_otherwise(None, "full")  # none recorded: full, any heads
-        FusedWeights(["attention"], [1.0], model="equal").warn_if_applied_otherwise(None, "block:shared")  # unfitted
+        FusedWeights(["attention"], [1.0], learner="equal").warn_if_applied_otherwise(None, "block:shared")  # unfitted
         assert not caplog.text
         fused.warn_if_applied_otherwise("0-2,3-1", "full")
         assert "captured as 'block:shared'; this reranker captures it as 'full'" in caplog.text
@@ -170,3 +170,13 @@ def test_likelihood_weights_read_the_likelihood_and_no_attention():
     for features in (["bm25", "dense"], ["attention", "likelihood"]):
         with pytest.raises(InputError, match="must read 'likelihood' and not 'attention'"):
             LikelihoodWeights(features, [1.0, 1.0])
+
+
+def test_weights_stored_before_the_learner_rename_still_load():
+    """Registries written before 2026-12-05 store the learner as ``model``; they load as ``learner``,
+    and a payload holding both names is refused, not read by one of them."""
+    base = dict(features=["bm25", "dense"], weights=[0.5, 1.0])
+    assert FusedWeights.from_json({**base, "model": "pairwise"}).learner == "pairwise"
+    assert "model" not in FusedWeights.from_json({**base, "model": "equal"}).to_json()
+    with pytest.raises(InputError, match="malformed"):
+        FusedWeights.from_json({**base, "model": "pairwise", "learner": "pointwise"})

@@ -59,8 +59,8 @@ def test_equal_model_fits_nothing_but_the_gate(make_examples):
     """model='equal': weight 1 on every feature and on the fallback's; only the gate is chosen, and
     where attention is pure noise it falls back on some queries (a gate that scores best)."""
     ex = make_examples(60, "a", 50.0, 3)
-    fused = train_fused(ex, ["attention", "bm25", "dense"], model="equal")
-    assert fused.weights == [1.0, 1.0, 1.0] and fused.base_weights == [1.0, 1.0] and fused.model == "equal"
+    fused = train_fused(ex, ["attention", "bm25", "dense"], learner="equal")
+    assert fused.weights == [1.0, 1.0, 1.0] and fused.base_weights == [1.0, 1.0] and fused.learner == "equal"
     np.testing.assert_allclose(fused.without_attention().score(ex[0].signals), equal_weights().score(ex[0].signals))
     assert fused.gate is not None
 
@@ -152,9 +152,9 @@ def test_fit_unless_worse_keeps_trained_weights_only_where_they_beat_equal_weigh
     rows, weights = fit_unless_worse(ex, folds=3)  # BM25 is mostly noise: training down-weights it
     score = {r["method"]: r["nDCG@10"] for r in rows}
     assert score[WITH_LIKELIHOOD] > score[EQUAL_LIKELIHOOD] and isinstance(weights, LikelihoodWeights)
-    assert weights.features == ["bm25", "dense", "rank", "likelihood"] and weights.model == "pointwise"
+    assert weights.features == ["bm25", "dense", "rank", "likelihood"] and weights.learner == "pointwise"
     assert weights.metrics["heldout"][WITH_LIKELIHOOD]["nDCG@10"] == score[WITH_LIKELIHOOD]
-    rows, weights = fit_unless_worse(ex, folds=3, model="equal")  # weight 1 on the uninformative rank too
+    rows, weights = fit_unless_worse(ex, folds=3, learner="equal")  # weight 1 on the uninformative rank too
     score = {r["method"]: r["nDCG@10"] for r in rows}
     assert score[WITH_LIKELIHOOD] < score[EQUAL_LIKELIHOOD] and weights is None
     rows, weights = fit_unless_worse(ex, None, folds=3)  # the preset signals: no LLM feature read

@@ -54,12 +54,12 @@ def _cos(a, b):
     return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
-@pytest.mark.parametrize("model", ["pointwise", "pairwise"])
-def test_recovers_planted_weights(model):
-    w = train_head_weights(synthetic(), model=model, l2=0.1)
+@pytest.mark.parametrize("learner", ["pointwise", "pairwise"])
+def test_recovers_planted_weights(learner):
+    w = train_head_weights(synthetic(), learner=learner, l2=0.1)
     assert _cos(w.weights, W_TRUE) > 0.97
-    assert w.model == model and w.config.heads == ["0-0", "0-1", "1-0", "1-1", "2-0", "2-1"]
-    if model == "pointwise":
+    assert w.learner == learner and w.config.heads == ["0-0", "0-1", "1-0", "1-1", "2-0", "2-1"]
+    if learner == "pointwise":
         assert w.weights[0] == pytest.approx(2.0, rel=0.25) and w.bias == pytest.approx(-2.0, abs=0.5)
     else:
         assert w.bias == 0.0
@@ -85,7 +85,7 @@ def test_kfold_and_leave_one_group_out():
         assert 0.0 <= f["learned"]["nDCG@10"] <= 1.0 and set(f) >= {"sum-of-heads", "learned"}
     mean = lambda name: np.mean([f[name]["nDCG@10"] for f in folds])  # noqa: E731
     assert mean("learned") > mean("sum-of-heads")  # a negative planted weight hurts the plain sum
-    groups = leave_one_group_out(ex, model="pairwise", first_stage=True, metrics=("nDCG@10", "RR@10"))
+    groups = leave_one_group_out(ex, learner="pairwise", first_stage=True, metrics=("nDCG@10", "RR@10"))
     assert [g["fold"] for g in groups] == ["dl19", "scifact"] and "first-stage" in groups[0]
     assert set(groups[0]["learned"]) == {"nDCG@10", "RR@10"}
     with pytest.raises(InputError, match="folds=1 needs 2 <= folds"):
@@ -108,9 +108,9 @@ def test_bad_training_input():
     with pytest.raises(InputError, match="same label"):
         train_head_weights(ex)
     with pytest.raises(InputError, match="no query has candidates with different labels"):
-        train_head_weights(ex, model="pairwise")
-    with pytest.raises(InputError, match="model='listwise'"):
-        train_head_weights(ex, model="listwise")
+        train_head_weights(ex, learner="pairwise")
+    with pytest.raises(InputError, match="learner='listwise'"):
+        train_head_weights(ex, learner="listwise")
     ex[1].heads = HEADS[:2]
     with pytest.raises(InputError, match="query 'q1'"):
         train_head_weights(ex)
@@ -297,3 +297,9 @@ def test_learned_weights_read_from_attention_captured_otherwise_warn(llm, caplog
         assert "captured as" not in caplog.text
         AttentionReranker(llm, scorer=w, signals=None, attention="block")
     assert "trained on attention captured as 'full'" in caplog.text and "'block:rotated'" in caplog.text
+
+
+def test_head_weights_stored_before_the_learner_rename_still_load():
+    data = train_head_weights(synthetic(n_queries=20), learner="pairwise").to_json()
+    data["model"] = data.pop("learner")  # as registries before 2026-12-05 hold them
+    assert LearnedHeadWeights.from_json(data).learner == "pairwise"

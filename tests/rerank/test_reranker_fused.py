@@ -240,7 +240,7 @@ def test_signals_only_is_equal_weights_unless_a_user_registered_weights(llm, hom
     assert shipped is not None and shipped.base_weights  # shipped weights exist, and are not read:
     only = AttentionReranker(llm, config="signals").fused
     assert only is not None and only.features == ["bm25", "dense"] and only.weights == [1.0, 1.0]
-    assert only.gate is None and only.model == "equal"
+    assert only.gate is None and only.learner == "equal"
     FUSED.save(llm.model_id, llm.fingerprint)
     mine = AttentionReranker(llm, config="signals").fused
     assert mine is not None and mine.features == ["bm25", "dense", "rank"] and mine.weights == FUSED.base_weights
@@ -264,10 +264,10 @@ def test_the_default_preset_scores_by_a_users_likelihood_weights_once_registered
 
     docs = rerank_docs()
     before = AttentionReranker(llm).fused
-    assert before is not None and before.features == ["bm25", "dense", "likelihood"] and before.model == "equal"
+    assert before is not None and before.features == ["bm25", "dense", "likelihood"] and before.learner == "equal"
     FUSED.save(llm.model_id, llm.fingerprint)
     assert AttentionReranker(llm).fused == before
-    mine = LikelihoodWeights(["bm25", "dense", "rank", "likelihood"], [0.2, 0.5, 0.1, 2.0], model="pointwise")
+    mine = LikelihoodWeights(["bm25", "dense", "rank", "likelihood"], [0.2, 0.5, 0.1, 2.0], learner="pointwise")
     mine.save(llm.model_id, llm.fingerprint)
     rr = AttentionReranker(llm)
     assert rr.fused == mine and not rr.uses_attention

@@ -45,12 +45,12 @@ from .features import (
     stage_feature,
     standardise,
 )
-from .training import MODELS, evaluate_scores, kfold_evaluate, leave_one_group_out, train_head_weights
+from .training import LEARNERS, evaluate_scores, kfold_evaluate, leave_one_group_out, train_head_weights
 from .weights import ARTIFACT, FeatureConfig, LearnedHeadWeights
 
 __all__ = [
     "ARTIFACT",
-    "MODELS",
+    "LEARNERS",
     "FeatureConfig",
     "LearnedHeadWeights",
     "QueryFeatures",

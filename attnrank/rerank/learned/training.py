@@ -20,7 +20,7 @@ from ...llm.headspec import format_heads
 from .features import QueryFeatures, design
 from .weights import FeatureConfig, LearnedHeadWeights
 
-MODELS = ("pointwise", "pairwise")
+LEARNERS = ("pointwise", "pairwise")
 
 
 def _check(examples: Sequence[QueryFeatures]) -> list[tuple[int, int]]:
@@ -46,7 +46,7 @@ def _pairs(q: QueryFeatures, x: np.ndarray, cap: int, rng: random.Random) -> np.
 def train_head_weights(
     examples: Sequence[QueryFeatures],
     *,
-    model: str = "pointwise",
+    learner: str = "pointwise",
     l2: float = 1.0,
     rel: int = 1,
     first_stage: bool = False,
@@ -59,15 +59,15 @@ def train_head_weights(
     trained_on: str = "",
     capture: str = "full",
 ) -> LearnedHeadWeights:
-    """Fit head weights on standardised per-query features (see the module doc for the models);
+    """Fit head weights on standardised per-query features (see the module doc for the learners);
     ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores;
     ``capture``: how the features' attention was captured (recorded, so that a reranker that
     captures it otherwise warns)."""
     require("sklearn", "train", "Training learned head weights")
     from sklearn.linear_model import LogisticRegression
 
-    if model not in MODELS:
-        raise InputError(f"model={model!r} is not one of {MODELS}")
+    if learner not in LEARNERS:
+        raise InputError(f"learner={learner!r} is not one of {LEARNERS}")
     if l2 <= 0:
         raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
     heads = _check(examples)
@@ -77,7 +77,7 @@ def train_head_weights(
             f"query_features(..., max_layer={max_layer})"
         )
     xs = [design(q, first_stage, stages) for q in examples]
-    if model == "pointwise":
+    if learner == "pointwise":
         x = np.vstack(xs)
         y = np.concatenate([q.labels >= (rel if q.rel is None else q.rel) for q in examples]).astype(int)
         if y.min() == y.max():
@@ -109,7 +109,7 @@ def train_head_weights(
         w[: len(heads)].copy(),
         b,
         cfg,
-        model,
+        learner,
         float(w[len(heads)]) if first_stage else 0.0,
         l2,
         trained_on or f"{len(examples)} queries",

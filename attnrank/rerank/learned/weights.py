@@ -50,11 +50,12 @@ class LearnedHeadWeights(RegistryArtifact):
     HINT: ClassVar[str] = (
         "train them with train_head_weights(...) and .save(model_id, fingerprint), or use scorer='sum'"
     )
+    RENAMED: ClassVar[dict[str, str]] = {"model": "learner"}  # (before 2026-12-05)
 
     weights: np.ndarray
     bias: float
     config: FeatureConfig
-    model: str = "pointwise"
+    learner: str = "pointwise"
     first_stage_weight: float = 0.0
     l2: float = 1.0
     trained_on: str = ""
@@ -140,7 +141,7 @@ class LearnedHeadWeights(RegistryArtifact):
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LearnedHeadWeights:
         try:
-            kw = dict(data)
+            kw = cls.current_fields(data)
             kw["weights"] = np.asarray(kw["weights"], dtype=np.float64)
             kw["config"] = FeatureConfig(**kw["config"])
             return cls(**kw)
