@@ -101,14 +101,16 @@ def check_folds(folds: int, n: int, what: str) -> None:
 
 
 def check_unique_queries(examples: Iterable[Any]) -> None:
-    """Refuse labelled queries (anything with ``qid`` and ``group``) that share a query id: runs
-    and reports are keyed by it, so one would replace the other (datasets pooled with
-    overlapping ids)."""
-    seen: dict[str, str] = {}
+    """Refuse labelled queries (anything with a ``qid``, and maybe a ``group``) that share a query
+    id: runs, reports and held-out scores are keyed by it, so one would replace the other
+    (datasets pooled with overlapping ids), and the two could sit on both sides of a fold."""
+    seen: dict[str, Any] = {}
     for e in examples:
+        group = getattr(e, "group", None)
         if e.qid in seen:
+            where = "" if group is None else f" (groups {seen[e.qid]!r} and {group!r})"
             raise InputError(
-                f"query id {e.qid!r} is in two examples (groups {seen[e.qid]!r} and {e.group!r}); give each "
-                "dataset's queries distinct ids (e.g. prefix them with the dataset's name)"
+                f"query id {e.qid!r} is in two examples{where}; give each query its own id (pooled "
+                "datasets: e.g. prefix them with the dataset's name)"
             )
-        seen[e.qid] = e.group
+        seen[e.qid] = group

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import InputError, require
-from ..eval.crossval import check_folds
+from ..eval.crossval import check_folds, check_unique_queries
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import RegistryArtifact
 from ..rerank.learned.features import standardise
@@ -312,11 +312,7 @@ def crossfit_scores(
     each fold scored by a probe trained on the other folds only. With a grid of ``l2`` values the
     penalty is chosen inside each training part (:func:`select_l2`), never on the scored fold."""
     check_folds(folds, len(examples), "questions")
-    seen: set[str] = set()
-    for ex in examples:  # scores are keyed by qid: a repeated one would be overwritten (and could sit in both parts)
-        if ex.qid in seen:
-            raise InputError(f"question id {ex.qid!r} appears twice; give every example its own qid")
-        seen.add(ex.qid)
+    check_unique_queries(examples)
     out: dict[str, np.ndarray] = {}
     for test in _folds(len(examples), folds, seed):
         train = [examples[i] for i in range(len(examples)) if i not in set(test)]

@@ -132,7 +132,7 @@ def test_crossfit_refuses_a_repeated_question_id():
     be trained on while scored."""
     ex = synthetic(6)
     ex[3].qid = "q1"
-    with pytest.raises(InputError, match="question id 'q1' appears twice"):
+    with pytest.raises(InputError, match="query id 'q1' is in two examples; give each query its own id"):
         crossfit_scores(ex, [(0, 0), (0, 1), (1, 0)], folds=3, extras=["first"], l2=1.0)
 
 
