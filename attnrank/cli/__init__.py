@@ -10,6 +10,8 @@ One module per concern; each registers its commands on :data:`app` when imported
 - :mod:`attnrank.cli.train`: ``train`` (the fusion weights of the default preset, or of ``fused``)
 - :mod:`attnrank.cli.batch`: ``batch`` (Ray Data) and ``merge-shards``
 
+:mod:`attnrank.cli.labelled` holds what the commands that learn from labelled queries share.
+
 This module holds the app, the console entry point :func:`main` and the helpers the commands share.
 Heavy modules (torch, transformers, FAISS) are imported inside the commands, so ``attnrank --help``
 stays fast.

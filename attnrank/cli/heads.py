@@ -22,10 +22,10 @@ from . import (
     Save,
     SkipInvalid,
     Verbose,
-    _read_corpus,
     _setup,
     app,
 )
+from .labelled import check_saveable, labelled_set, relevant
 from .options import Dtype
 
 heads_app = typer.Typer(
@@ -46,188 +46,6 @@ def _numbers(text: str, what: str, kind: type = int) -> list:
 def _listed(values: tuple) -> str:
     """``values`` as an option takes them: comma-separated."""
     return ",".join(map(str, values))
-
-
-# The learners that read --l2 (the listwise grid search and equal weights fit nothing penalised).
-PENALISED = ("pointwise", "pairwise")
-
-
-def check_training(
-    learner: str, learners: tuple[str, ...], l2: float | None, folds: int, depth: int, default_l2: float
-) -> float:
-    """The options every ``train`` command shares, checked before any model is loaded; returns the
-    L2 penalty (``default_l2`` where ``--l2`` was not given)."""
-    if learner not in learners:
-        raise typer.BadParameter(f"--learner {learner!r} is not one of {', '.join(learners)}")
-    if l2 is not None and learner not in PENALISED:
-        raise typer.BadParameter(
-            f"--l2 {l2} is not read by --learner {learner} (only {' and '.join(PENALISED)}); drop it"
-        )
-    if l2 is not None and l2 <= 0:
-        raise typer.BadParameter(f"--l2 {l2} must be > 0 (the L2 penalty)")
-    if folds < 2 or depth < 2:
-        raise typer.BadParameter(f"--folds {folds} and --depth {depth} must each be >= 2")
-    return default_l2 if l2 is None else l2
-
-
-def check_folds(n_queries: int, folds: int) -> None:
-    if n_queries < folds:
-        raise typer.BadParameter(
-            f"{n_queries} labelled queries with candidates are fewer than --folds {folds}; "
-            "give more labelled queries or lower --folds"
-        )
-
-
-def check_labelled(queries: dict, cands: dict, qrels: dict, rel: int, folds: int, seed: int, depth: int) -> None:
-    """Before any model is loaded: enough labelled queries for ``folds`` folds, and in every
-    training part (the folds :func:`~attnrank.eval.crossval.kfold_splits` makes of ``queries`` in
-    this order, as the reports do) at least one query whose candidates hold both a relevant
-    (label >= ``rel``) and a non-relevant document. A query without both cannot tell any weights
-    apart: trained on none, the report ties every method at the same score and would register
-    whatever was fitted."""
-    from ..eval.crossval import kfold_splits
-
-    check_folds(len(queries), folds)
-
-    useful = {q for q in queries if 0 < sum(flags := relevant(q, cands, qrels, rel)) < len(flags)}
-    starved = [s.name for s in kfold_splits(list(queries), folds, seed=seed) if not useful & set(s.train)]
-    if starved:
-        raise typer.BadParameter(
-            f"{len(useful)} of {len(queries)} labelled queries have both a relevant and a non-relevant document "
-            f"among their top-{depth} candidates, and the training part of fold(s) {', '.join(starved)} of "
-            f"--folds {folds} has none, so nothing can be learned there; raise --depth, give a run that retrieves "
-            "the judged documents, or more labelled queries"
-        )
-
-
-def relevant(q: str, cands: dict, qrels: dict, rel: int) -> list[bool]:
-    """Whether each of query ``q``'s candidates is relevant (label >= ``rel``)."""
-    return [qrels.get(q, {}).get(d.id, 0) >= rel for d in cands[q]]
-
-
-def check_saveable(model: str | None, save: bool) -> None:
-    """Before the long part of a train command: the user registry can take what it will save for
-    ``model`` (not an unreadable or foreign file there, :func:`attnrank.registry.check_saveable`)."""
-    if not save:
-        return
-    from ..errors import InputError
-    from ..llm.models import unloaded_model
-    from ..registry import check_saveable as registry_check
-
-    key = unloaded_model(model)  # a model that cannot load fails here, as loading it would
-    try:
-        registry_check(*key)
-    except InputError as e:
-        raise typer.BadParameter(f"{e} (or run with --no-save)") from None
-
-
-def _qr_set(
-    dataset,
-    data,
-    queries,
-    qrels,
-    corpus,
-    run,
-    depth: int,
-    max_queries: int,
-    rel,
-    skip_invalid: bool = False,
-    index=None,
-):
-    """(queries, candidate Documents per query, qrels, rel, description) for QR detection and
-    head-weight training (``max_queries`` 0: all labelled queries); ``index``: an index folder
-    whose search (its own mode and fusion, as ``search --rerank`` reranks) gives the candidates
-    and their documents, instead of a run or BM25 over a corpus."""
-    import random
-
-    from ..corpus import load_queries
-    from ..eval import read_qrels, read_run, trec_order
-
-    if max_queries < 0:
-        raise typer.BadParameter(f"--max-queries {max_queries} must be at least 0 (0: all labelled queries)")
-    if rel is not None and rel < 1:
-        raise typer.BadParameter(f"--rel {rel} must be at least 1 (the lowest label counted relevant)")
-    cands: dict = {}
-    if index is not None:
-        given = [o for o, v in (("--run", run), ("--corpus", corpus)) if v is not None]
-        if given:
-            raise typer.BadParameter(
-                f"the index gives the candidates and their documents, so {', '.join(given)} would be ignored; "
-                "drop them, or the index"
-            )
-    if dataset is not None:
-        mixed = [o for o, v in (("--queries", queries), ("--qrels", qrels), ("--corpus", corpus)) if v is not None]
-        if mixed:
-            raise typer.BadParameter(
-                f"--dataset {dataset} brings its own queries, qrels and corpus, so {', '.join(mixed)} would be "
-                "ignored; give --dataset or --queries, --qrels and --corpus"
-            )
-        import os
-
-        from ..eval.datasets import LOADERS, data_root, load_dataset
-
-        if not (data or os.environ.get("ATTNRANK_DATA")):
-            raise typer.BadParameter(f"--dataset {dataset} needs --data DIR (the shared data folder) or ATTNRANK_DATA")
-        if dataset not in LOADERS:
-            raise typer.BadParameter(f"--dataset {dataset!r} is not one of {', '.join(LOADERS)}")
-        ds = load_dataset(dataset, data_root(data))
-        docs, qs, qr, rel, cands = ds.docs, ds.queries, ds.qrels, rel or ds.rel, ds.candidates
-    else:
-        if data is not None:  # (only --dataset reads it here)
-            raise typer.BadParameter(
-                f"--data {data} is read with --dataset, and --queries, --qrels and --corpus were given instead; "
-                "drop --data, or give --dataset NAME in place of those files"
-            )
-        if queries is None or qrels is None or (corpus is None and index is None):
-            raise typer.BadParameter(
-                "give --dataset scifact|dl19|hotpotqa|locomo (with --data DIR), or --queries, --qrels and --corpus "
-                "(or an index)"
-            )
-        docs = [] if corpus is None else _read_corpus(corpus, skip_invalid)
-        qs, qr, rel = load_queries(queries), read_qrels(qrels), rel or 1
-    if run is not None:
-        cands = {q: [d for d, _ in trec_order(r)] for q, r in read_run(run).items()}
-    qids = sorted(q for q in qs if any(v >= rel for v in qr.get(q, {}).values()))
-    random.Random(42).shuffle(qids)  # QRHead samples its detection queries with seed 42
-    qids = sorted(qids[: max_queries or None])
-    by_id = {d.id: d for d in docs}
-    if run is not None:
-        _check_run_docs(cands, qids, by_id, run, depth)
-    if index is not None:
-        cands, by_id = _index_candidates(index, {q: qs[q] for q in qids}, depth)
-    elif not cands:
-        from ..index.bm25 import BM25Index
-
-        bm25 = BM25Index().index([d.full_text for d in docs])
-        idx, _ = bm25.retrieve([qs[q] for q in qids], depth)
-        cands = {q: [docs[i].id for i in row] for q, row in zip(qids, idx)}
-    out = {q: [by_id[d] for d in cands.get(q, [])[:depth] if d in by_id] for q in qids}
-    source = f" of the index {Path(index).name}" if index is not None else ""
-    kept = {q: qs[q] for q in qids if out[q]}  # a query without candidates is not trained or reported on
-    desc = (
-        f"{dataset or Path(queries).name}: {len(kept)} queries with relevant labels >= {rel}, "
-        f"top-{depth} candidates{source}"
-    )
-    return kept, out, qr, rel, desc
-
-
-def _index_candidates(index: Path, queries: dict, depth: int) -> tuple[dict, dict]:
-    """({qid: [doc id, ...]}, {doc id: Document}) of the index's top ``depth`` hits per query."""
-    from ..index.retriever import HybridRetriever
-
-    results = HybridRetriever.load(index).search_batch(queries, depth)
-    by_id = {d.id: d.document for res in results for d in res}
-    return {res.query_id: [d.id for d in res] for res in results}, by_id
-
-
-def _check_run_docs(cands: dict, qids: list, by_id: dict, run: Path, depth: int) -> None:
-    """Every candidate the ``--run`` gives a used query must be in the corpus (else it is another corpus's run)."""
-    for q in qids:
-        missing = next((d for d in cands.get(q, [])[:depth] if d not in by_id), None)
-        if missing is not None:
-            raise AttnrankError(
-                f"document {missing!r} (query {q!r}) of the run {run} is not in the corpus; give the matching corpus"
-            )
 
 
 @heads_app.command("detect")
@@ -384,7 +202,7 @@ def _detect_qr(
 
     if depth < 1:
         raise typer.BadParameter(f"--depth {depth} must be at least 1 (candidates per query)")
-    qs, cands, qr, rel, desc = _qr_set(
+    qs, cands, qr, rel, desc = labelled_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
     )
     if not qs:

@@ -33,7 +33,8 @@ from . import (
     Verbose,
     _setup,
 )
-from .heads import _qr_set, check_labelled, check_saveable, check_training, heads_app
+from .heads import heads_app
+from .labelled import check_labelled, check_saveable, check_training, labelled_set
 from .options import Dtype
 
 METRICS = ("nDCG@10", "RR@10")
@@ -109,7 +110,7 @@ def heads_train(
     require("sklearn", "train", "attnrank heads train")  # before any model is loaded
     top = _parse_heads(heads)
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=10.0)
-    qs, cands, qr, rel, desc = _qr_set(
+    qs, cands, qr, rel, desc = labelled_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
     )
     check_labelled(qs, cands, qr, rel, folds, seed, depth)

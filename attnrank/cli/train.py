@@ -55,7 +55,7 @@ from . import (
     _setup,
     app,
 )
-from .heads import _qr_set, check_labelled, check_saveable, check_training
+from .labelled import check_labelled, check_saveable, check_training, labelled_set
 from .options import Dtype, check_registered_heads
 
 METRICS = ("nDCG@10", "RR@10")
@@ -129,7 +129,7 @@ def train(
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=1.0)
     _check_heads(heads, model=model)
     index = None if index_name is None and index_dir is None else _index_path(index_name, index_dir)
-    qs, cands, qr, rel, desc = _qr_set(
+    qs, cands, qr, rel, desc = labelled_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid, index=index
     )
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
