@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 ARTIFACT = "sentence-probe"
 EXTRAS = ("passage", "passage-heads", "first", "position", "bm25")
 DEFAULT_EXTRAS = ("passage", "first", "position")
+INNER_FOLDS = 3  # select_l2's cross-validation, inside each training part of crossfit_scores
 
 Position = tuple[int, int]  # (passage index, sentence index within the passage)
 # The pruner settings a probe's features depend on, as a probe that records none was trained on
@@ -189,9 +190,18 @@ class SentenceProbe(RegistryArtifact):
         try:
             if not isinstance(data.get("capture", {}), dict):
                 raise TypeError(f"capture {data['capture']!r} is not an object")
-            return cls(**{**data, "weights": np.asarray(data["weights"], dtype=np.float64)})
+            probe = cls(**{**data, "weights": np.asarray(data["weights"], dtype=np.float64)})
         except (KeyError, TypeError) as e:
             raise InputError(f"stored sentence probe is malformed ({e}); train and save it again") from None
+        # the pruner reads the heads' scores sorted (head_pairs): weights stored in another order would
+        # each score another head
+        given = [pair for h in probe.heads for pair in parse_heads([h]) or []]
+        if given != probe.head_pairs:
+            raise InputError(
+                f"stored sentence probe's heads {probe.heads[:8]} are not each once in (layer, head) order, the "
+                "order its weights are read in; train and save it again (train_probe sorts them)"
+            )
+        return probe
 
 
 def train_probe(
@@ -225,13 +235,8 @@ def train_probe(
                 f"question {ex.qid!r}: {len(ex.labels)} labels for {len(ex.positions)} sentences; give one label "
                 "per sentence"
             )
-    # The probe keeps its heads sorted (head_pairs, as parse_heads returns them) and the pruner reads
-    # their scores in that order: columns given in another order are put in it, so weights follow heads.
-    pairs = [(int(layer), int(head)) for layer, head in heads]
-    if len(set(pairs)) != len(pairs):
-        raise InputError(f"heads {format_heads(pairs)} repeat a head; give each (layer, head) once")
-    order = sorted(range(len(pairs)), key=lambda i: pairs[i])
-    heads = [pairs[i] for i in order]
+    order = probe_order(heads)
+    heads = [(int(heads[i][0]), int(heads[i][1])) for i in order]
     x = np.vstack([standardise(design(ex.head_scores[:, order], ex.positions, extras, ex.lexical)) for ex in examples])
     y = np.concatenate([np.asarray(ex.labels, dtype=bool) for ex in examples]).astype(int)
     if y.min() == y.max():
@@ -253,6 +258,21 @@ def train_probe(
     )
 
 
+def probe_order(heads: Sequence[tuple[int, int]]) -> list[int]:
+    """The order of ``heads``' columns in a probe: a probe keeps its heads sorted (``head_pairs``, as
+    ``parse_heads`` returns them) and the pruner reads their scores in that order, so head scores
+    given in another order are put in it (``head_scores[:, order]``) wherever a probe reads them."""
+    pairs = [(int(layer), int(head)) for layer, head in heads]
+    if len(set(pairs)) != len(pairs):
+        raise InputError(f"heads {format_heads(pairs)} repeat a head; give each (layer, head) once")
+    return sorted(range(len(pairs)), key=lambda i: pairs[i])
+
+
+def _held_out_scores(probe: SentenceProbe, ex: ProbeExample, order: list[int]) -> np.ndarray:
+    """``probe``'s scores of ``ex``'s sentences, its head scores (in the caller's head order) in the probe's."""
+    return probe.score(ex.head_scores[:, order], ex.positions, ex.lexical)
+
+
 def _folds(n: int, folds: int, seed: int) -> list[list[int]]:
     order = list(range(n))
     random.Random(seed).shuffle(order)
@@ -272,12 +292,14 @@ def select_l2(
     heads: Sequence[tuple[int, int]],
     grid: Sequence[float],
     *,
-    folds: int = 3,
+    folds: int = INNER_FOLDS,
     seed: int = 0,
     **train_kw: Any,
 ) -> float:
     """The L2 penalty of ``grid`` with the best mean average precision of the supporting
     sentences under ``folds``-fold cross-validation over ``examples`` (ties: the larger penalty)."""
+    check_folds(folds, len(examples), "questions")
+    order = probe_order(heads)
     parts = _folds(len(examples), folds, seed)
     best: tuple[float, float] | None = None
     for l2 in sorted(grid, reverse=True):
@@ -286,12 +308,7 @@ def select_l2(
             probe = train_probe(
                 [examples[i] for i in range(len(examples)) if i not in set(test)], heads, l2=l2, **train_kw
             )
-            ap += [
-                average_precision(
-                    probe.score(examples[i].head_scores, examples[i].positions, examples[i].lexical), examples[i].labels
-                )
-                for i in test
-            ]
+            ap += [average_precision(_held_out_scores(probe, examples[i], order), examples[i].labels) for i in test]
         if best is None or np.mean(ap) > best[0] + 1e-12:
             best = (float(np.mean(ap)), l2)
     if best is None:
@@ -313,11 +330,19 @@ def crossfit_scores(
     penalty is chosen inside each training part (:func:`select_l2`), never on the scored fold."""
     check_folds(folds, len(examples), "questions")
     check_unique_queries(examples)
+    order = probe_order(heads)
+    smallest = len(examples) - -(-len(examples) // folds)  # the training part beside the largest fold
+    if not isinstance(l2, (int, float)) and smallest < INNER_FOLDS:
+        raise InputError(
+            f"a grid of l2 values is chosen by {INNER_FOLDS}-fold cross-validation inside each training part, and "
+            f"{len(examples)} questions in {folds} folds leave {smallest} to train on; give more questions, "
+            "fewer folds or one l2 value"
+        )
     out: dict[str, np.ndarray] = {}
     for test in _folds(len(examples), folds, seed):
         train = [examples[i] for i in range(len(examples)) if i not in set(test)]
-        penalty = select_l2(train, heads, l2, seed=seed, **train_kw) if not isinstance(l2, (int, float)) else float(l2)
+        penalty = float(l2) if isinstance(l2, (int, float)) else select_l2(train, heads, l2, seed=seed, **train_kw)
         probe = train_probe(train, heads, l2=penalty, **train_kw)
         for i in test:
-            out[examples[i].qid] = probe.score(examples[i].head_scores, examples[i].positions, examples[i].lexical)
+            out[examples[i].qid] = _held_out_scores(probe, examples[i], order)
     return out

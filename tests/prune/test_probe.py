@@ -98,6 +98,42 @@ def test_heads_given_in_another_order_train_the_same_probe():
         train_probe(synthetic(), [(0, 0), (0, 0), (1, 0)], extras=["first"])
 
 
+def test_held_out_scores_do_not_depend_on_the_order_heads_are_given_in():
+    """crossfit_scores and select_l2 scored each held-out question with its head columns as given,
+    while the probe's weights follow its sorted heads: given in another order, each weight read
+    another head (held-out AP 1.00 in one order, 0.39 in the other)."""
+    import dataclasses
+
+    heads = [(0, 0), (0, 1), (1, 0)]
+    shuffled = [2, 0, 1]
+    other = [dataclasses.replace(ex, head_scores=ex.head_scores[:, shuffled]) for ex in synthetic()]
+    kw = dict(folds=3, extras=["first"])
+    as_given = crossfit_scores(synthetic(), heads, l2=1.0, **kw)
+    reordered = crossfit_scores(other, [heads[i] for i in shuffled], l2=1.0, **kw)
+    for ex in synthetic():
+        np.testing.assert_allclose(reordered[ex.qid], as_given[ex.qid], rtol=1e-6)
+    ap = np.mean([average_precision(as_given[ex.qid], ex.labels) for ex in synthetic()])
+    assert ap > 0.9  # head 1 carries the labels
+    grid = [0.01, 100.0]
+    assert select_l2(other, [heads[i] for i in shuffled], grid, **kw) == select_l2(synthetic(), heads, grid, **kw)
+
+
+def test_probe_folds_are_checked_before_anything_is_fitted():
+    with pytest.raises(InputError, match="folds=0 needs 2 <= folds <= 30"):  # before: returned the first l2
+        select_l2(synthetic(), [(0, 0), (0, 1), (1, 0)], [1.0, 10.0], folds=0)
+    # before: the inner 3-fold search failed on a 2-question training part with "no training questions"
+    with pytest.raises(InputError, match="3-fold cross-validation inside each training part.* leave 2 to train on"):
+        crossfit_scores(synthetic(3), [(0, 0), (0, 1), (1, 0)], folds=3, l2=[1.0, 10.0], extras=["first"])
+
+
+def test_a_stored_probe_with_unsorted_heads_is_refused():
+    """The pruner reads the heads' scores sorted; weights stored for another order scored other heads."""
+    data = train_probe(synthetic(), [(0, 0), (0, 1), (1, 0)], extras=["first"]).to_json()
+    assert SentenceProbe.from_json(data).heads == ["0-0", "0-1", "1-0"]
+    with pytest.raises(InputError, match=r"heads \['1-0', '0-0', '0-1'\] are not each once in \(layer, head\) order"):
+        SentenceProbe.from_json({**data, "heads": ["1-0", "0-0", "0-1"]})
+
+
 def test_average_precision():
     assert average_precision(np.array([0.9, 0.1, 0.5]), np.array([1, 0, 1])) == 1.0
     assert average_precision(np.array([0.1, 0.9, 0.5]), np.array([1, 0, 0])) == pytest.approx(1 / 3)
