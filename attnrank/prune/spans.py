@@ -6,7 +6,7 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import ModelError
+from ..errors import InputError, ModelError
 from ..llm.blocks import BlockPrompt
 from ..llm.prompts import RerankPromptPair, _block
 from ..types import Document
@@ -80,10 +80,13 @@ def _sentence_spans(
         spans: list[Span] = []
         for k in p.sent_ids:
             s, e = locate(i, p, sents[p.doc_index][k])
-            if spans and s < spans[-1][1] < e:
+            if spans and s < spans[-1][1]:
                 s = spans[-1][1]
-            if s >= e:  # pragma: no cover - a non-empty sentence always has a token
-                raise ModelError(f"no token covers sentence {k} of passage {texts[i].id!r}")
+            if s >= e:  # every token of the sentence is also the one before's: it cannot be kept or cut alone
+                raise InputError(
+                    f"sentence {k} of passage {texts[i].id!r} has no token of its own (it lies inside the last token "
+                    "of the sentence before: split inside a word?); split sentences at word boundaries"
+                )
             spans.append((s, e))
         out.append(spans)
     return out
