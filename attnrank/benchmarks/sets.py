@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import index_root
+from ..config import RRF_K, index_root
 from ..errors import AttnrankError
 from ..eval.datasets import Dataset, check_sample_size, dl19, hotpotqa, locomo, sample_queries, scifact
 from ..index.bm25 import BM25Index
@@ -56,7 +56,7 @@ def scifact_retriever(ds: Dataset, index_dir: Path | None = None):
     if r is None or corpus_checksum(r.docs) != corpus_checksum(ds.docs):
         r = HybridRetriever(fusion="rrf").index(ds.docs, show_progress=False)
         r.save(path)
-    r.set_fusion("rrf")
+    r.set_fusion("rrf", rrf_k=RRF_K)  # (an index saved with another k keeps it otherwise)
     return r
 
 

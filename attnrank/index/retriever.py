@@ -87,9 +87,15 @@ class HybridRetriever:
         self.build_info: dict = {}
 
     # -- configuration -----------------------------------------------------------------------
-    def set_fusion(self, fusion: str, *, alpha: float | None = None, norm: str | None = None) -> None:
+    def set_fusion(
+        self, fusion: str, *, alpha: float | None = None, norm: str | None = None, rrf_k: int | None = None
+    ) -> None:
+        """How searches fuse BM25 and dense (settings not given keep their value)."""
         if fusion not in FUSIONS:
             raise InputError(f"fusion {fusion!r} is not one of {FUSIONS}")
+        if rrf_k is not None:
+            _check_settings(self.dense_kind, self.stopwords, self.stemmer, rrf_k, self.depth)
+            self.rrf_k = rrf_k
         self.fusion = fusion
         if alpha is not None:
             if not 0 <= alpha <= 1:

@@ -148,3 +148,21 @@ def test_an_offset_sample_continues_the_seeded_order_without_overlap():
     with pytest.raises(InputError, match="n=-5 queries"):
         _sampled(qids, -5, 20)  # not the first 15 of the order, nor all but the last 5
     assert _sampled([], None, 0) == []
+
+
+def test_the_scifact_retriever_fuses_with_rrf_k_60_whatever_its_index_saved(tmp_path, built_retriever, scifact_docs):
+    """An index saved with another RRF k over the same corpus was reused with that k, so the
+    candidate sets differed from the published ones."""
+    import copy
+
+    from attnrank.benchmarks.sets import scifact_retriever
+    from attnrank.eval.datasets import Dataset
+
+    other = copy.copy(built_retriever)
+    other.set_fusion("rrf", rrf_k=30)
+    assert (other.rrf_k, built_retriever.rrf_k) == (30, 60)
+    other.save(tmp_path / "bench")
+    r = scifact_retriever(Dataset("scifact-mini", scifact_docs, {}, {}), tmp_path / "bench")
+    assert (r.fusion, r.rrf_k) == ("rrf", 60)
+    with pytest.raises(InputError, match="rrf_k=0 must be a positive integer"):
+        r.set_fusion("rrf", rrf_k=0)
