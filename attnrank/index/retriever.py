@@ -75,7 +75,7 @@ class HybridRetriever:
         embed_backend: str = "torch",
     ):
         _check_settings(dense_index, stopwords, stemmer, rrf_k, depth)  # before any document is read or embedded
-        self.embedder, self.dense_kind, self.device = embedder, dense_index, device
+        self.embedder, self.dense_kind, self.device = local_or_hub(embedder), dense_index, device
         self.embed_backend = check_backend(embed_backend)
         self.bm25_params, self.stopwords, self.stemmer = bm25 or BM25Params(), stopwords, stemmer
         self.rrf_k, self.depth = rrf_k, depth
@@ -122,7 +122,8 @@ class HybridRetriever:
             raise InputError("cannot index an empty corpus (0 documents); give at least one document")
         ids = [d.id for d in docs]
         if len(set(ids)) != len(ids):
-            dup = next(i for i in ids if ids.count(i) > 1)
+            seen: set[str] = set()
+            dup = next(i for i in ids if i in seen or seen.add(i))  # (one pass: count() per id was quadratic)
             raise InputError(f"duplicate document id {dup!r}; document ids must be unique")
         texts = [d.full_text for d in docs]
         t0 = time.perf_counter()
@@ -331,6 +332,8 @@ class HybridRetriever:
         gets the old or the new index, never a mix.
         """
         path = Path(path)
+        if embed_backend is not None:  # the caller's value, not the index's: not an IndexFormatError below
+            check_backend(embed_backend)
         return load_unchanged(
             path, lambda: cls._load_once(path, mmap=mmap, verify=verify, device=device, embed_backend=embed_backend)
         )
@@ -405,6 +408,14 @@ def check_queries(queries: Sequence[Any]) -> None:
     for i, q in enumerate(queries):
         if not isinstance(q, str) or not q.strip():
             raise InputError(f"query #{i} is empty ({q!r}); give a non-empty query text")
+
+
+def local_or_hub(model: str | None) -> str | None:
+    """An embedder as the index records it: a local folder as its absolute path (the index is read
+    from other working directories, by other processes), a hub id or None as given."""
+    if model is None or not Path(model).expanduser().exists():
+        return model
+    return str(Path(model).expanduser().resolve())
 
 
 def _check_settings(dense_index: str, stopwords: str, stemmer: str, rrf_k: Any, depth: Any) -> None:

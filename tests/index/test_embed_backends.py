@@ -18,7 +18,7 @@ from _tiny import save_tiny_encoder
 from typer.testing import CliRunner
 
 from attnrank.cli import app
-from attnrank.errors import InputError, MissingExtraError
+from attnrank.errors import IndexFormatError, InputError, MissingExtraError
 from attnrank.index import embed_export
 from attnrank.index.embed import encode, load_embedder
 from attnrank.index.retriever import HybridRetriever
@@ -201,3 +201,28 @@ def test_an_embedder_replaced_since_the_build_is_refused(encoder_dir, tmp_path):
     assert r.search(SENTENCES[0], k=2, mode="bm25").documents()  # BM25 needs no embedder
     with pytest.raises(InputError, match=r"embeds a probe text differently .* the model changed since the build"):
         r.search(SENTENCES[0], k=2, mode="dense")
+
+
+def test_an_index_built_with_a_relative_embedder_path_loads_from_another_folder(encoder_dir, tmp_path, monkeypatch):
+    """The manifest recorded './encoder' as given: searched from any other working directory
+    (or by a batch actor), the index failed with 'no such local model folder'."""
+    build, elsewhere = tmp_path / "build", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copytree(encoder_dir, build / "encoder")
+    monkeypatch.chdir(build)
+    docs = [Document(f"d{i}", t) for i, t in enumerate(SENTENCES)]
+    HybridRetriever(embedder="./encoder").index(docs, show_progress=False).save(tmp_path / "idx")
+    monkeypatch.chdir(elsewhere)
+    load_embedder.cache_clear()
+    r = HybridRetriever.load(tmp_path / "idx")
+    assert r.embedder == str((build / "encoder").resolve())
+    assert r.search(SENTENCES[0], k=2, mode="dense").documents()[0].id == "d0"
+    assert HybridRetriever(embedder="org/not-a-local-folder").embedder == "org/not-a-local-folder"
+
+
+def test_a_bad_embed_backend_at_load_names_the_argument_not_the_index(encoder_dir, tmp_path):
+    docs = [Document(f"d{i}", t) for i, t in enumerate(SENTENCES)]
+    HybridRetriever(embedder=str(encoder_dir)).index(docs, show_progress=False).save(tmp_path / "idx")
+    with pytest.raises(InputError, match="embed backend 'bogus' is not one of") as e:  # was: rebuild the index
+        HybridRetriever.load(tmp_path / "idx", embed_backend="bogus")
+    assert not isinstance(e.value, IndexFormatError)
