@@ -133,6 +133,16 @@ def test_batch_outputs_and_resources_checked_before_ray(tmp_path, scifact_mini, 
         r = runner.invoke(app, [*base, *extra])
         assert r.exit_code != 0 and message in _text(r), (extra, _text(r))
     assert notes.read_text() == "mine\n"
+    option_values = [  # the library's refusals of option values: exit 2 with the usage hint (were exit 1)
+        (["-k", "0"], "--top-k 0 must be at least 1"),
+        (["--mode", "fuzzy"], "--mode 'fuzzy' is not one of"),
+        (["--rerank", "-1"], "--rerank -1 must be 0 (off) or a positive depth"),
+    ]
+    for extra, message in option_values:
+        r = runner.invoke(app, [*base, "-o", str(tmp_path / "r.trec"), *extra])
+        assert r.exit_code == 2 and message in _text(r), (extra, _text(r))
+    r = runner.invoke(app, ["batch", queries, "--index", str(tmp_path / "none"), "-o", str(tmp_path / "r.trec")])
+    assert r.exit_code == 2 and "is not a folder; build one with `attnrank index`" in _text(r)
 
 
 def test_explain_output_checked_before_the_model(tmp_path, index_dir, no_model):
@@ -401,6 +411,24 @@ def test_sharded_index_build_honours_force_and_protects_the_corpus(tmp_path, sci
         app, ["index", str(scifact_mini), "--index-dir", str(scifact_mini), "--shards", "2", "--force"]
     )
     assert r.exit_code == 1 and "it is or contains the corpus" in _text(r)
+
+
+def test_sharded_index_options_are_refused_before_the_corpus_is_read(tmp_path, monkeypatch):
+    """--shards -1 and --shards with an HNSW index were refused by the sharded builder, after the
+    whole corpus was read, with exit 1 and without naming the option."""
+    import attnrank.cli.retrieval as retrieval
+
+    def unread(*_):
+        raise AssertionError("the corpus was read")
+
+    monkeypatch.setattr(retrieval, "_read_corpus", unread)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "apple"}\n')
+    args = ["index", str(corpus), "--index-dir", str(tmp_path / "idx"), "-q"]
+    r = CliRunner().invoke(app, [*args, "--shards", "-1"])
+    assert r.exit_code == 2 and "--shards -1 must be at least 0" in _text(r), _text(r)
+    r = CliRunner().invoke(app, [*args, "--shards", "2", "--dense-index", "hnsw"])
+    assert r.exit_code == 2 and "--dense-index hnsw is not one a sharded build takes (flat, ivf)" in _text(r), _text(r)
 
 
 # -- options that would be ignored ---------------------------------------------------------------

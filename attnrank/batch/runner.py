@@ -31,7 +31,7 @@ from ..config import cpu_auto_dtype
 from ..errors import InputError, require
 from ..eval.data import check_run_ids
 from ..files import atomic_path, check_file_target, held_lock, is_attnrank_run, is_batch_parquet, refuse_replacing
-from ..index.retriever import MODES
+from ..index.retriever import MODES, RETRIEVAL_VERSION
 from ..index.sharded.executor import RayExecutor
 from ..index.sharded.layout import is_sharded, read_sharded
 from ..index.store import manifest_tag, read_doc_ids
@@ -174,6 +174,7 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
     if config.rerank and isinstance(config.heads, str) and config.heads.endswith(".json"):  # parse_heads' rule
         in_file = format_heads(parse_heads(config.heads) or [])
     options = asdict(config)
+    options["index"] = str(Path(config.index).resolve())  # one folder, however the command spells it
     if not config.rerank:  # nothing runs in it: "auto" resolved on this CPU would refuse a resume on another
         del options["dtype"]
     return {
@@ -198,6 +199,9 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         # shared positions since): a checkpoint without this key is refused for an attention run.
         "attention_capture": rerank.capture if rerank is not None and rerank.uses_attention else None,
         "index_tag": manifest_tag(Path(config.index)),
+        # How the first stage turns the index into results (2026-12-05: BM25 and convex fusion changed);
+        # not in _LATER: a checkpoint without it holds rows of the first stage before, and is refused.
+        "retrieval_version": RETRIEVAL_VERSION,
         "model_fingerprint": weights,
         "heads_in_file": in_file,
         "registry": registry,
@@ -238,6 +242,8 @@ def _check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
             tmp.write_text(json.dumps(mine, indent=1), encoding="utf-8")
         return
     theirs = _read_settings(path)
+    if isinstance(theirs.get("index"), str):  # (checkpoints before 2026-12-05 kept the folder as typed)
+        theirs = {**theirs, "index": str(Path(theirs["index"]).resolve())}
     diff = sorted(k for k in mine if mine[k] != theirs.get(k) and not (k in _LATER and k not in theirs))
     if diff and not any(parts_dir.glob("part-*.parquet")):  # no rows yet (a run that failed to start)
         logger.info("checkpoint %s holds no rows: its settings are replaced (%s)", parts_dir, ", ".join(diff))

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from . import Quiet, Verbose, _check_heads, _check_output, _setup, app
+from . import Quiet, Verbose, _check_heads, _check_output, _setup, app, option_errors
 from .options import Dtype, check_attention_computed, refuse_without_rerank
 
 
@@ -148,6 +148,8 @@ def batch(
     config = BatchConfig(
         str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device, preset=preset, dtype=dtype
     )
+    with option_errors():  # -k, --mode, --rerank, the index folder, what the preset looks up: before Ray starts
+        config.check()
     if rerank > 0:  # attention options on a preset without attention: named flags (run_batch checks the rest)
         check_attention_computed(preset, {"heads": heads} if heads is not None else {})
     res = Resources(retrieval_actors, rerank_actors, actor_cpus, actor_cpus, 1.0 if device.startswith("cuda") else 0.0)

@@ -112,6 +112,15 @@ def index(
             embed_backend=embed_backend,
         )
     _set_fusion(r, None, fusion, alpha, norm, what="index")
+    _positive(shards, "--shards", "0 = one ordinary index", minimum=0)
+    if shards:  # (before the corpus is read: ShardedIndexer would refuse it after)
+        from ..index.sharded.build import SHARDED_DENSE
+
+        if r.dense_kind not in SHARDED_DENSE:
+            raise typer.BadParameter(
+                f"--dense-index {r.dense_kind} is not one a sharded build takes ({', '.join(SHARDED_DENSE)}): HNSW "
+                "graphs cannot be shared between shards; use --dense-index flat or ivf"
+            )
     check_target(target, force=force, protect=[corpus])  # before any work
     docs = _read_corpus(corpus, skip_invalid)
     if shards:  # issue 17: sharded build (attnrank.cli.batch)

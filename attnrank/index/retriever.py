@@ -25,6 +25,10 @@ from .tokenize import check_names, resolve_config
 logger = logging.getLogger(__name__)
 
 MODES = ("bm25", "dense", "hybrid")
+# What a query's first-stage results are, beyond the index and the options: bumped when a change
+# moves them (2: 2026-12-05, BM25 candidates hold a query term, and convex fusion of an all-tied
+# list), so that a batch checkpoint never resumes old rows beside new ones.
+RETRIEVAL_VERSION = 2
 FUSIONS = ("rrf", "convex")
 INDEX_FILES = (
     "docs.jsonl",

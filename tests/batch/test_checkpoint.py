@@ -548,3 +548,28 @@ def test_outputs_that_appeared_during_the_run_are_not_replaced(fake_ray, tmp_pat
             on_commit=writes(parquet, "not parquet\n"),
         )  # fmt: skip
     assert parquet.read_text() == "not parquet\n"
+
+
+def test_resume_refuses_rows_of_an_earlier_first_stage(fake_ray, tmp_path, index):
+    """BM25 and convex fusion changed on 2026-12-05 after checkpoints existed: a checkpoint without
+    the retrieval version (or with another) holds rows of the first stage before, and is refused."""
+    from attnrank.index.retriever import RETRIEVAL_VERSION
+
+    config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    settings = tmp_path / "run.trec.parts" / "settings.json"
+    old = json.loads(settings.read_text())
+    assert old["retrieval_version"] == RETRIEVAL_VERSION
+    del old["retrieval_version"]
+    settings.write_text(json.dumps(old))
+    with pytest.raises(InputError, match=r"other settings \(retrieval_version\)"):
+        run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+    assert fake_ray["calls"] == 1
+
+
+def test_resume_accepts_the_same_index_spelled_otherwise(fake_ray, tmp_path, index, monkeypatch):
+    monkeypatch.chdir(index.parent)
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, BatchConfig(index.name, mode="bm25"), output=out, progress=False)
+    stats = run_batch({"q1": "apple"}, BatchConfig(str(index.resolve()), mode="bm25"), output=out, progress=False)
+    assert stats["resumed_skipped"] == 1 and fake_ray["calls"] == 1  # was: refused, "other settings (index)"
