@@ -21,7 +21,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -231,3 +231,12 @@ def check_precision_names(device: Any, dtype: Any) -> None:
         raise InputError(
             f"dtype='int8' (dynamic int8 linear layers) runs on CPU only, not on {device!r}; use device='cpu'"
         )
+
+
+def check_flags(owner: Any, names: Sequence[str]) -> None:
+    """Refuse an on/off setting of ``owner`` (a configuration object) that is not a boolean: a
+    string such as ``"false"`` from a hand-written settings file would otherwise read as on."""
+    for name in names:
+        value = getattr(owner, name)
+        if isinstance(value, str) or value not in (True, False):
+            raise InputError(f"{name}={value!r} must be True or False")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -289,7 +290,8 @@ def _encode_block(tokenizer: object, title: str, text: str, cuts: tuple[Truncati
 def memo_key(doc: Document, max_doc_words: int | None, max_doc_tokens: int | None) -> tuple:
     """A :class:`BlockMemo` key: a digest of the title and text (the memo does not keep the
     texts themselves alive) and the truncation limits."""
-    digest = hashlib.blake2b(f"{doc.title}\0{doc.text}".encode(), digest_size=16).digest()
+    # (a title of None reads as none, as the prompts read it; JSON keeps title and text apart)
+    digest = hashlib.blake2b(json.dumps([doc.title or "", doc.text]).encode(), digest_size=16).digest()
     return (digest, max_doc_words, max_doc_tokens)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..config import check_flags
 from ..errors import InputError
 from ..llm.blocks import check_attention_mode, check_positions
 from ..rerank.config import check_fields, check_prompt_options, store_precision_names
@@ -50,6 +51,7 @@ class PruneConfig:
     state_cache_mb: int = 256
 
     def __post_init__(self) -> None:
+        check_flags(self, ("calibrate", "token_filter", "sink"))
         check_attention_mode(self.attention)
         check_positions(self.block_positions)
         if isinstance(self.state_cache_mb, bool) or not isinstance(self.state_cache_mb, int) or self.state_cache_mb < 0:

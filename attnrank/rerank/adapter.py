@@ -89,6 +89,13 @@ class ListInstance:
     docs: list[Document]
     labels: list[int]
 
+    def __post_init__(self) -> None:  # (a short label list failed only at the training step reaching it)
+        if len(self.labels) != len(self.docs):
+            raise InputError(
+                f"the list of query {self.query[:60]!r} has {len(self.docs)} candidates and {len(self.labels)} "
+                "labels; give one label per candidate"
+            )
+
     @property
     def usable(self) -> bool:
         """A contrastive loss needs at least one positive and one negative."""

@@ -314,6 +314,8 @@ class AttentionReranker:
         check_query(query)
         documents, previous = as_documents(docs)
         check_texts(documents)
+        if not documents:  # as rank() gives no results, whatever the preset computes
+            return np.zeros(0)
         return self._score(query, documents, False, previous)[0]
 
     # -- internals ---------------------------------------------------------------------------

@@ -51,7 +51,7 @@ import logging
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..config import check_precision_names
+from ..config import check_flags, check_precision_names
 from ..errors import InputError
 from ..llm.blocks import capture_name, check_attention_mode, check_positions
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
@@ -145,6 +145,7 @@ class RerankConfig:
     name: str = field(default="custom", compare=False)  # the preset it came from
 
     def __post_init__(self) -> None:
+        check_flags(self, ("calibrate", "token_filter"))
         if isinstance(self.scorer, str) and self.scorer not in SCORERS:
             raise InputError(f"scorer={self.scorer!r} is not one of {SCORERS}")
         if self.query_span not in QUERY_SPANS:

@@ -64,6 +64,9 @@ class PointwiseReranker:
         dtype: str = "auto",
         device: str = "cpu",
     ):
+        for name, value, none in (("max_doc_words", max_doc_words, True), ("batch_size", batch_size, False)):
+            if (value is not None or not none) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InputError(f"{name}={value!r} must be a positive integer" + (" or None (no cut)" if none else ""))
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
         self.max_doc_words, self.batch_size = max_doc_words, batch_size
         tok = self.llm.tokenizer

@@ -256,3 +256,10 @@ def test_what_is_measured_on_an_adapted_model_is_not_registered_as_the_base_mode
         store_profile(profile, root=tmp_path / "adapted")
     assert not (tmp_path / "adapted").exists()
     assert SlotProfile.load(profile.save(tmp_path / "p.json")) == profile  # a file: saved and read as measured
+
+
+def test_a_list_with_a_label_per_candidate_missing_is_refused_when_made():
+    """It passed every check and failed at whichever training step reached it, naming no list."""
+    docs = rerank_docs()[:3]
+    with pytest.raises(InputError, match="the list of query 'q' has 3 candidates and 2 labels"):
+        ListInstance("q", docs, [1, 0])

@@ -180,3 +180,14 @@ def test_a_model_folder_given_as_a_path_is_loaded(tmp_path):
         assert stage.llm.model_id == str(folder)
     pipe = Pipeline.from_model(None, model=folder, rerank=False, prune=False)
     assert pipe.generator is not None and pipe.generator.llm.model_id == str(folder)
+
+
+def test_score_of_no_documents_is_empty_for_every_preset(llm):
+    """rank(q, []) was empty for every preset, but score(q, []) raised for the attention presets."""
+    for rr in (
+        AttentionReranker(llm, "all", signals=None),
+        AttentionReranker(llm, config="fused"),
+        AttentionReranker(llm, config="signals"),
+        AttentionReranker(llm, config="likelihood"),
+    ):
+        assert rr.score("q", []).shape == (0,) and len(rr.rank("q", [])) == 0, rr.config.name

@@ -104,3 +104,16 @@ def test_a_learned_scorer_without_a_preset_builds_the_learned_preset():
 
     assert RerankConfig.preset(scorer="learned") == RerankConfig.preset("learned")
     assert RerankConfig.preset(heads="all").name == "fused"  # other attention options: as before
+
+
+def test_on_off_settings_refuse_strings():
+    """token_filter="false" (a hand-written settings file) ran with the filter on, and
+    calibrate="false" failed deep in scoring with a TypeError naming neither."""
+    from attnrank.prune.config import PruneConfig
+
+    for key in ("calibrate", "token_filter"):
+        with pytest.raises(InputError, match=f"{key}='false' must be True or False"):
+            RerankConfig(**{key: "false"})
+    with pytest.raises(InputError, match="sink='no' must be True or False"):
+        PruneConfig(sink="no")
+    assert RerankConfig(calibrate=False, token_filter=True).calibrate is False

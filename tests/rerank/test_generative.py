@@ -45,3 +45,16 @@ def test_pointwise_scores_do_not_depend_on_the_batch_and_leave_the_tokenizer_alo
     batched = rr.score("capital of France?", docs)
     assert np.allclose(batched, alone, atol=1e-4)
     assert (tok.padding_side, tok.pad_token) == before
+
+
+def test_pointwise_numbers_are_checked_before_the_model_loads():
+    """batch_size=0 failed in range(), -1 in a numpy concatenate; max_doc_words=0 scored empty
+    passages and -1 dropped each passage's last word."""
+    for kw, message in [
+        ({"batch_size": 0}, "batch_size=0 must be a positive integer"),
+        ({"batch_size": -1}, "batch_size=-1 must be a positive integer"),
+        ({"max_doc_words": 0}, r"max_doc_words=0 must be a positive integer or None \(no cut\)"),
+        ({"max_doc_words": -1}, "max_doc_words=-1 must be"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            PointwiseReranker("no/such-model-is-loaded", **kw)

@@ -122,6 +122,18 @@ def test_kept_prompt_ids_are_the_ones_tokenizing_gives_under_every_limit(llm):
     assert len(cut) == 0
 
 
+def test_the_memo_tells_a_title_of_none_from_the_title_none(llm):
+    """Keyed by f"{title}\\0{text}", Document(title=None) and Document(title="None") shared one
+    entry: the second was scored with the first's prompt."""
+    tok, memo = llm.tokenizer, BlockMemo()
+    untitled, titled = Document("a", "the cat sat", title=None), Document("b", "the cat sat", title="None")
+    prompt_ids(tok, [untitled], 300, [4000], memo)
+    assert prompt_ids(tok, [titled], 300, [4000], memo) == prompt_ids(tok, [titled], 300, [4000], None)
+    assert prompt_ids(tok, [Document("c", "the cat sat", title="")], 300, [4000], memo) == prompt_ids(
+        tok, [untitled], 300, [4000], None
+    )
+
+
 def test_preset_sums_the_z_scores_of_bm25_dense_and_likelihood(llm):
     docs = rerank_docs()
     rr = AttentionReranker(llm, config="likelihood")
