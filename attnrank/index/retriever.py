@@ -126,8 +126,11 @@ class HybridRetriever:
             raise InputError("cannot index an empty corpus (0 documents); give at least one document")
         ids = [d.id for d in docs]
         if len(set(ids)) != len(ids):
-            seen: set[str] = set()
-            dup = next(i for i in ids if i in seen or seen.add(i))  # (one pass: count() per id was quadratic)
+            seen: set[str] = set()  # (one pass: count() per id was quadratic)
+            for dup in ids:
+                if dup in seen:
+                    break
+                seen.add(dup)
             raise InputError(f"duplicate document id {dup!r}; document ids must be unique")
         texts = [d.full_text for d in docs]
         t0 = time.perf_counter()
