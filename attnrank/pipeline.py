@@ -84,6 +84,9 @@ class Pruner(Protocol):
     ) -> PrunedContext: ...
 
 
+CONSTRUCTOR_OPTIONS = ("depth", "top_k", "budget_tokens", "neighbours", "reorder")  # what from_model passes on
+
+
 class Pipeline:
     """Retrieve ``depth`` passages, rerank them and keep ``top_k`` (the first-stage top ``top_k``
     without a reranker), prune them to a budget, answer from what is left.
@@ -154,6 +157,9 @@ class Pipeline:
         ``budget_tokens``, ``neighbours``, ``reorder``)."""
         if isinstance(model, os.PathLike):  # a model folder given as a Path
             model = os.fspath(model)
+        unknown = sorted(set(kw) - set(CONSTRUCTOR_OPTIONS))
+        if unknown:  # (else a TypeError from the constructor, after the model loaded)
+            raise InputError(f"unknown Pipeline option(s) {unknown}; the options are {', '.join(CONSTRUCTOR_OPTIONS)}")
         llm = model if isinstance(model, LLM) else None
         _check_shared_model(model, dtype, device, rerank, prune)
         # the constructor's checks, before the model loads and every stage is built
@@ -219,6 +225,8 @@ class Pipeline:
             raise InputError(
                 "budget_tokens/keep_ratio size the pruned context, but this pipeline has no pruner; drop them"
             )
+        if budget_tokens is not None or keep_ratio is not None:  # before the search and the reranking
+            check_budget(budget_tokens, keep_ratio)
         timings: dict[str, float] = {}
         start = time.perf_counter()
         if candidates is None:

@@ -350,6 +350,24 @@ def test_a_budget_without_a_pruner_is_refused():
     assert pipe.run("capital?", ["Paris is in France."]).context[0].text == "Paris is in France."
 
 
+def test_a_bad_budget_given_to_run_is_refused_before_the_search_and_the_reranking(llm, built_retriever):
+    """keep_ratio=1.5 or budget_tokens=0 were refused by the pruner, after seconds of retrieval and reranking."""
+
+    class Counting(AttentionReranker):
+        calls = 0
+
+        def rank(self, *a, **k):
+            Counting.calls += 1
+            return super().rank(*a, **k)
+
+    pipe = Pipeline(built_retriever, Counting(llm, "all", signals=None), ContextPruner(llm), depth=3, top_k=2)
+    for kw, message in ((dict(keep_ratio=1.5), "keep_ratio=1.5"), (dict(budget_tokens=0), "budget_tokens=0")):
+        with pytest.raises(InputError, match=message):
+            pipe.run("what is a cell?", **kw)
+    assert Counting.calls == 0
+    assert pipe.run("what is a cell?", keep_ratio=0.5).pruned is not None and Counting.calls == 1
+
+
 def test_generation_stops_at_the_chat_templates_turn_end():
     """A tokenizer whose end-of-sequence token is not the chat template's end of turn (a base
     model's <|endoftext|> under a ChatML template) ran on past <|im_end|>: it stops there now."""
@@ -412,6 +430,7 @@ def test_from_model_checks_its_counts_before_the_model_loads(tmp_path, monkeypat
         (dict(budget_tokens=0), "budget_tokens=0 must be"),
         (dict(neighbours=-1), "neighbours=-1 must be"),
         (dict(max_new_tokens=0), "max_new_tokens=0 must be"),
+        (dict(topk=5), r"unknown Pipeline option\(s\) \['topk'\]; the options are depth, top_k"),  # was a TypeError
     ]
     for kw, message in cases:
         with pytest.raises(InputError, match=message):
