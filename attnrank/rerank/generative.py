@@ -36,9 +36,19 @@ def _words(text: str, n: int | None) -> str:
 
 
 def _chat(tokenizer, messages: list[dict]) -> str:
-    if getattr(tokenizer, "chat_template", None):
+    """``messages`` through the chat template (none: joined as plain text). A template that refuses
+    the system turn (Gemma's, Mistral-Instruct's: "System role not supported", roles must
+    alternate) gets its text at the head of the first user message instead."""
+    if not getattr(tokenizer, "chat_template", None):
+        return "\n\n".join(m["content"] for m in messages) + "\n"
+    try:
         return render_chat(tokenizer, messages, add_generation_prompt=True)
-    return "\n\n".join(m["content"] for m in messages) + "\n"
+    except Exception:  # (jinja's TemplateError, raised by the template's own raise_exception)
+        if not messages or messages[0]["role"] != "system" or len(messages) < 2:
+            raise
+    system, user, *rest = messages
+    folded = {**user, "content": f"{system['content']}\n\n{user['content']}"}
+    return render_chat(tokenizer, [folded, *rest], add_generation_prompt=True)
 
 
 def _candidates(docs, k: int | None, query_id: str | None):
@@ -149,6 +159,13 @@ class ListwiseReranker:
         """The model's order of ``docs`` (0-based indices), completed with the unnamed ones."""
         tok = self.llm.tokenizer
         enc = tok(_chat(tok, self._messages(query, docs)), return_tensors="pt", add_special_tokens=False)
+        needed = enc["input_ids"].shape[1] + 6 * len(docs)
+        if needed > self.llm.context_length:  # (past its positions the model's output means nothing)
+            raise InputError(
+                f"the ranking prompt of {len(docs)} passages is {enc['input_ids'].shape[1]} tokens, which with its "
+                f"{6 * len(docs)}-token answer is over the {self.llm.context_length}-token context of "
+                f"{self.llm.model_id}; lower window or max_doc_words"
+            )
         with forward_lock(self.llm.model):
             gen = self.llm.model.generate(
                 **enc.to(self.llm.device),

@@ -58,3 +58,39 @@ def test_pointwise_numbers_are_checked_before_the_model_loads():
     ]:
         with pytest.raises(InputError, match=message):
             PointwiseReranker("no/such-model-is-loaded", **kw)
+
+
+def _llm_with(template: str | None = None, max_positions: int = 16384):
+    from _tiny import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+
+    tok = tiny_tokenizer()
+    tok.chat_template = CHAT_TEMPLATE if template is None else template
+    return LLM(
+        model=tiny_model("llama", layers=2, max_positions=max_positions),
+        tokenizer=tok,
+        model_id="t",
+        fingerprint="a" * 64,
+    )
+
+
+def test_listwise_folds_the_system_turn_into_the_user_turn_where_the_template_refuses_it():
+    """Gemma's and Mistral-Instruct's templates raise on a system turn: rank() failed with a
+    jinja TemplateError."""
+    from _tiny import CHAT_TEMPLATE
+
+    from attnrank.rerank.generative import _chat
+
+    refusing = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    llm = _llm_with(refusing + CHAT_TEMPLATE)
+    rr = ListwiseReranker(llm, window=4, step=2)
+    text = _chat(llm.tokenizer, rr._messages(RERANK_QUERY, rerank_docs()))
+    assert text.startswith(f"<|im_start|>user\n{ListwiseReranker.SYSTEM}\n\nI will provide you with 4 passages")
+    assert sorted(rr.rank(RERANK_QUERY, rerank_docs()).ids) == sorted(d.id for d in rerank_docs())
+
+
+def test_listwise_refuses_a_window_past_the_models_context():
+    rr = ListwiseReranker(_llm_with(max_positions=256), window=4, step=2)
+    with pytest.raises(InputError, match=r"over the 256-token context of t; lower window or max_doc_words"):
+        rr.rank(RERANK_QUERY, rerank_docs())
