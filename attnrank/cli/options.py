@@ -104,7 +104,9 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "slot_profile": (
         Optional[str],
         typer.Option(
-            None, "--slot-profile", help="Slot profile for --reweight slot: 'auto' (registered) or a JSON file."
+            None,
+            "--slot-profile",
+            help="Slot profile for --reweight slot: 'auto' (per window, the registered one closest to its size) or a JSON file.",
         ),
     ),
     "instruction": (

@@ -10,7 +10,7 @@ one query-attention budget each, are merged as they are.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ def window_document_scores(
     n_docs: int,
     *,
     token_filter: bool = True,
-    reweighting: tuple[Any, str, Reweighting, SlotProfile | None] | None = None,
+    reweighting: tuple[Any, str, Reweighting, SlotProfile | Callable[[int], SlotProfile | None] | None] | None = None,
     evidence: bool = False,
 ) -> tuple[np.ndarray, list[dict[str, Any]] | None]:
     """The score of each of ``n_docs`` candidates (input order) from the ``windows`` that hold
@@ -55,12 +55,15 @@ def reweighted_window_scores(
     tokenizer: Any,
     query: str,
     steps: Reweighting,
-    slot_profile: SlotProfile | None,
+    slot_profile: SlotProfile | Callable[[int], SlotProfile | None] | None,
     *,
     token_filter: bool = True,
 ) -> np.ndarray:
     """The re-weighted score of each of ``window``'s documents (:mod:`attnrank.rerank.reweight`),
-    its tokens and the query's terms read with ``tokenizer``."""
+    its tokens and the query's terms read with ``tokenizer``; ``slot_profile``: the profile, or
+    what gives the one for a window of that many documents."""
+    if callable(slot_profile):
+        slot_profile = slot_profile(len(window.spans))
     tokens = tokenizer.convert_ids_to_tokens(window.input_ids)
     terms = tokenized_query_terms(tokenizer, query, steps.idf_unit)
     return reweighted_document_scores(window, tokens, terms, steps, use_filter=token_filter, slot_profile=slot_profile)

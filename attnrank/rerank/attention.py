@@ -49,7 +49,7 @@ from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD, UNTRAINED
 from .fused_resolve import resolve_fused
 from .inputs import check_documents, check_k, check_query, check_texts
 from .likelihood import PromptIds, query_likelihood
-from .position import load_profile
+from .position import SlotProfile, load_profile
 from .resolve import learned_weights, resolve_config_heads
 from .reweight import check_setup
 from .signals import VECTOR_CACHE, SignalComputer, signal_embedder_setup
@@ -79,8 +79,9 @@ class AttentionReranker:
     ``query_span``: "full" (instruction through chat suffix, as ICR/QRHead) or "last" (only the
     last token: ICR's attention-sorting ablation). ``token_filter``: ICR's μ − 2σ filter.
     ``reweight``: re-weighting steps (:class:`~attnrank.rerank.reweight.Reweighting`; None =
-    plain ICR aggregation); ``slot_profile``: the profile (or its JSON path, or ``"auto"``: the
-    model's registered profile with the most slots) that ``reweight.slot_correction`` needs. Evidence tokens always hold the plain calibrated scores.
+    plain ICR aggregation); ``slot_profile``: the profile (or its JSON path, or ``"auto"``: for
+    each window, the model's registered profile closest to its number of documents,
+    :meth:`profile_for`) that ``reweight.slot_correction`` needs. Evidence tokens always hold the plain calibrated scores.
     ``heads="auto"`` / ``"auto:METHOD"``: the model's registered set (:mod:`attnrank.registry`).
     ``signals``: fuse the attention score with the candidates' BM25, dense cosine and first-stage
     rank (:mod:`attnrank.rerank.fused`; ``"auto"``: the registered fused weights, else the packaged
@@ -180,6 +181,7 @@ class AttentionReranker:
         self.slot_profile = (
             None if cfg.slot_profile is None else load_profile(cfg.slot_profile, self.model_id, self.fingerprint)
         )
+        self._profiles: dict[int, SlotProfile] = {}  # "auto": the registered profile per window size
         check_setup(self.reweight, self.slot_profile, self.model_id, self.fingerprint)
 
     @property
@@ -373,7 +375,7 @@ class AttentionReranker:
             ), None
         reweighting = None
         if self.reweight is not None:
-            reweighting = (self.llm.tokenizer, query, self.reweight, self.slot_profile)
+            reweighting = (self.llm.tokenizer, query, self.reweight, self.profile_for)
         return window_document_scores(
             self.windows(query, docs),
             len(docs),
@@ -381,6 +383,16 @@ class AttentionReranker:
             reweighting=reweighting,
             evidence=evidence,
         )
+
+    def profile_for(self, n_slots: int) -> SlotProfile | None:
+        """The slot profile that corrects a window of ``n_slots`` documents: with ``slot_profile="auto"``
+        the model's registered profile closest to ``n_slots`` (a profile is best measured at the K
+        it corrects, :mod:`attnrank.rerank.position`), else the one given."""
+        if not (isinstance(self.config.slot_profile, str) and self.config.slot_profile == "auto"):
+            return self.slot_profile
+        if n_slots not in self._profiles:
+            self._profiles[n_slots] = load_profile("auto", self.model_id, self.fingerprint, n_slots=n_slots)
+        return self._profiles[n_slots]
 
     def windows(self, query: str, docs: list[Document]) -> list[WindowRows]:
         """Score ``docs`` window by window; returns the per-head rows (features for learned scorers)."""

@@ -129,3 +129,24 @@ def test_measure_slot_profile_bad_input(llm):
         measure_slot_profile(rr, POOL, n_slots=2, n_trials=1, queries="N/A")
     with pytest.raises(InputError, match="n_trials=0"):
         measure_slot_profile(rr, POOL, n_slots=2, n_trials=0)
+
+
+def test_auto_corrects_each_window_by_the_registered_profile_closest_to_its_size(llm, tmp_path, monkeypatch):
+    """ "auto" took the profile with the most slots, squeezed to the window: a 4-document window
+    was corrected by the 6-slot curve resampled, though a 4-slot profile was registered."""
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    fp = llm.fingerprint
+    four = SlotProfile(4, (0.0, 0.4, -0.2, 0.9), (0.0,) * 4, llm.model_id, fp, 4, DATE)
+    three = SlotProfile(3, (0.5, -0.5, 0.25), (0.0,) * 3, llm.model_id, fp, 4, DATE)
+    for p in (four, three, SlotProfile(6, (1.0, 0.0, 0.0, 0.0, 0.0, -1.0), (0.0,) * 6, llm.model_id, fp, 4, DATE)):
+        store_profile(p)
+    rr = AttentionReranker(llm, reweight=Reweighting(slot_correction=True), slot_profile="auto", signals=None)
+    plain = AttentionReranker(llm, signals=None)
+    query = "capital of France?"
+    for docs, prof in ((POOL[:4], four), (POOL[:3], three)):
+        slots = list(range(len(docs)))[::-1]  # order="reverse": input 0 is the last block
+        curve = prof.curve(len(docs))
+        np.testing.assert_allclose(
+            rr.score(query, docs), plain.score(query, docs) - (curve - curve.mean())[slots], atol=1e-12
+        )
+    assert rr.profile_for(4) == four and rr.profile_for(5).n_slots == 6  # a tie goes to the larger profile
