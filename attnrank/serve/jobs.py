@@ -81,6 +81,15 @@ def _resolve(job: Job, result: Any = None, error: BaseException | None = None) -
         fut.exception()
 
 
+def _post(job: Job, result: Any, error: BaseException | None = None) -> None:
+    """Resolve ``job``'s future on its event loop; a loop closed since (the server that submitted
+    it has shut down) has no one waiting, and must not stop the worker."""
+    try:
+        job.loop.call_soon_threadsafe(_resolve, job, result, error)
+    except RuntimeError:  # "Event loop is closed"
+        logger.debug("job finished after its event loop closed; result dropped")
+
+
 class JobQueue:
     """A single worker thread and a queue of at most ``max_queued`` waiting jobs."""
 
@@ -98,13 +107,20 @@ class JobQueue:
         self.running = 0
         self._mean_seconds = 1.0  # running mean of job durations, for Retry-After
         self._thread: threading.Thread | None = None
+        self._closing = False
         self.start()
 
     def start(self) -> None:
-        """Start the worker unless it runs (an app served again after its shutdown closed it)."""
+        """Start the worker unless it runs (an app served again after its shutdown closed it). A
+        worker still finishing a job after :meth:`close` keeps its own queue, whose stop marker it
+        reads next: the new worker gets a new queue, so it never reads that marker."""
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="attnrank-model", daemon=True)
+            if self._closing or self._thread is None or not self._thread.is_alive():
+                self._queue = queue.Queue()
+                self._thread = threading.Thread(
+                    target=self._work, args=(self._queue,), name="attnrank-model", daemon=True
+                )
+                self._closing = False
                 self._thread.start()
 
     @property
@@ -142,7 +158,7 @@ class JobQueue:
 
     def _refuse_when_full(self) -> None:
         """(with the lock held) The refusal of a job that would find the queue full or closed."""
-        if self._thread is None or not self._thread.is_alive():  # closed: nothing would ever run it
+        if self._closing or self._thread is None or not self._thread.is_alive():  # closed: nothing would run it
             raise Cancelled("the model worker is stopped (the server is shutting down)")
         if self.waiting >= self.max_queued:
             self.counts["rejected"] += 1
@@ -164,7 +180,10 @@ class JobQueue:
             self._leave(job)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the worker after the running job (queued jobs are cancelled)."""
+        """Stop the worker after the running job (queued jobs are cancelled); waits ``timeout``
+        seconds for it (a longer job finishes after, and its worker then stops)."""
+        with self._lock:
+            self._closing = True
         while True:
             try:
                 job = self._queue.get_nowait()
@@ -174,7 +193,7 @@ class JobQueue:
                 job.cancel()
                 with self._lock:
                     self._leave(job)
-                job.loop.call_soon_threadsafe(_resolve, job, None, Cancelled())
+                _post(job, None, Cancelled())
         self._queue.put(None)
         if self._thread is not None:
             self._thread.join(timeout)
@@ -185,9 +204,9 @@ class JobQueue:
             if seconds is not None:
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
 
-    def _work(self) -> None:
+    def _work(self, jobs: queue.Queue[Job | None]) -> None:
         while True:
-            job = self._queue.get()
+            job = jobs.get()
             if job is None:
                 return
             with self._lock:
@@ -195,21 +214,21 @@ class JobQueue:
                 self.running = int(not job.cancelled)
             if job.cancelled:
                 self._count("cancelled")
-                job.loop.call_soon_threadsafe(_resolve, job, None, Cancelled())
+                _post(job, None, Cancelled())
                 continue
             job.started = time.perf_counter()
             try:
                 result = job.fn(job)
             except Cancelled as e:
                 self._count("cancelled")
-                job.loop.call_soon_threadsafe(_resolve, job, None, e)
+                _post(job, None, e)
             except BaseException as e:
                 self._count("failed")
-                job.loop.call_soon_threadsafe(_resolve, job, None, e)
+                _post(job, None, e)
             else:
                 job.finished = time.perf_counter()
                 self._count("done", job.finished - job.started)
-                job.loop.call_soon_threadsafe(_resolve, job, result)
+                _post(job, result)
             finally:
                 with self._lock:
                     self.running = 0

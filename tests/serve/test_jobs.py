@@ -1,0 +1,40 @@
+"""The model worker's job queue on its own: a queue closed and started again (an app served a
+second time) while its old worker still finishes a job."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from attnrank.serve.jobs import JobQueue
+
+
+def test_a_queue_started_again_while_its_old_worker_finishes_a_long_job_runs_new_jobs():
+    """close() waits only so long: the old worker, still in its job, left the stop marker in the
+    shared queue, start() saw it alive and started none, and the marker then stopped it, so every
+    later job was refused (and resolving the old job on its closed event loop killed the thread)."""
+    jobs, gate, entered = JobQueue(), threading.Event(), threading.Event()
+
+    def long_job(job):
+        entered.set()
+        gate.wait(10)
+        return "old"
+
+    async def submit_long():
+        return jobs.submit(long_job)
+
+    asyncio.run(submit_long())  # its event loop closes while the job still runs
+    assert entered.wait(10)
+    jobs.close(timeout=0.1)
+    jobs.start()  # as the app's lifespan does when it is served again
+
+    async def submit_new():
+        job = jobs.submit(lambda job: "new")
+        try:
+            return await asyncio.wait_for(job.future, 10)
+        finally:
+            gate.set()
+
+    assert asyncio.run(submit_new()) == "new"
+    assert asyncio.run(submit_new()) == "new"  # the old worker's end left the new one running
+    jobs.close()
