@@ -39,6 +39,7 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from ..prune.context import check_budget
 from ..types import Document, ScoredDocument
 from .shared import (
     check_depth,
@@ -137,6 +138,7 @@ class AttnrankPruner(BaseDocumentCompressor):
         if fields.get("keep_ratio") is not None and "budget_tokens" not in fields:
             fields["budget_tokens"] = None  # a ratio alone replaces the default token budget
         super().__init__(**fields)
+        check_budget(self.budget_tokens, self.keep_ratio)  # (else refused only at the first query)
         self._pruner = shared_pruner(pruner, **settings)
 
     @property

@@ -42,6 +42,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
+from ..prune.context import check_budget
 from ..types import Document, ScoredDocument
 from .shared import (
     built_settings,
@@ -90,6 +91,12 @@ def _query(query_bundle: QueryBundle | None) -> str:
     return query_bundle.query_str
 
 
+def _callbacks(callback_manager: Any) -> dict[str, Any]:
+    """The ``callback_manager`` field every LlamaIndex postprocessor takes, where one is given
+    (else the base class's default, a fresh CallbackManager)."""
+    return {} if callback_manager is None else {"callback_manager": callback_manager}
+
+
 def _stage_fields(
     owner: str, kind: str, *, given: Any, saved: dict[str, Any] | None, custom: bool, settings: dict[str, Any]
 ) -> dict[str, Any]:
@@ -135,6 +142,7 @@ class AttnrankRerank(BaseNodePostprocessor):
         keep_retrieval_score: bool = False,
         reranker_settings: dict[str, Any] | None = None,
         custom_reranker: bool = False,
+        callback_manager: Any = None,
         **settings: Any,
     ):
         check_top_n(top_n)
@@ -147,7 +155,7 @@ class AttnrankRerank(BaseNodePostprocessor):
             settings=settings,
         )
         super().__init__(  # type: ignore[call-arg]  # pydantic fields
-            top_n=top_n, keep_retrieval_score=keep_retrieval_score, **stage
+            top_n=top_n, keep_retrieval_score=keep_retrieval_score, **_callbacks(callback_manager), **stage
         )
         self._reranker = shared_reranker(reranker, **built_settings(self.reranker_settings))
 
@@ -212,6 +220,7 @@ class AttnrankPruner(BaseNodePostprocessor):
         neighbours: int = 0,
         pruner_settings: dict[str, Any] | None = None,
         custom_pruner: bool = False,
+        callback_manager: Any = None,
         **settings: Any,
     ):
         if budget_tokens is None and keep_ratio is None:
@@ -219,8 +228,13 @@ class AttnrankPruner(BaseNodePostprocessor):
         stage = _stage_fields(
             "AttnrankPruner", "pruner", given=pruner, saved=pruner_settings, custom=custom_pruner, settings=settings
         )
+        check_budget(budget_tokens, keep_ratio)  # (else refused only at the first query)
         super().__init__(  # type: ignore[call-arg]  # pydantic fields
-            budget_tokens=budget_tokens, keep_ratio=keep_ratio, neighbours=neighbours, **stage
+            budget_tokens=budget_tokens,
+            keep_ratio=keep_ratio,
+            neighbours=neighbours,
+            **_callbacks(callback_manager),
+            **stage,
         )
         self._pruner = shared_pruner(pruner, **built_settings(self.pruner_settings))
 

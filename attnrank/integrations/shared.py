@@ -287,6 +287,7 @@ def score_fields(d: ScoredDocument) -> dict[str, Any]:
 
 _STAGE_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
 _STAGE_GUARD = threading.Lock()
+_UNKEYED_LOCK = threading.Lock()
 
 
 def model_lock(stage: Any) -> AbstractContextManager[Any]:
@@ -303,7 +304,10 @@ def model_lock(stage: Any) -> AbstractContextManager[Any]:
     if model is not None:
         return forward_lock(model)
     with _STAGE_GUARD:
-        lock = _STAGE_LOCKS.get(stage)
-        if lock is None:
-            lock = _STAGE_LOCKS[stage] = threading.Lock()
+        try:
+            lock = _STAGE_LOCKS.get(stage)
+            if lock is None:
+                lock = _STAGE_LOCKS[stage] = threading.Lock()
+        except TypeError:  # not hashable (a plain dataclass) or not weakly referable (__slots__)
+            return _UNKEYED_LOCK  # one lock for all such stages: serialized together, never unlocked
         return lock

@@ -157,3 +157,10 @@ def test_pruner_metadata_has_no_nan_when_everything_fits(settings, demo_docs, qu
     for d in AttnrankPruner(keep_ratio=0.5, model=settings["model"]).compress_documents(lc, query):
         scores = d.metadata["sentence_scores"]
         assert len(scores) == len(d.metadata["kept_sentences"]) and all(math.isfinite(s) for s in scores)
+
+
+def test_pruner_budget_is_checked_when_made(settings):
+    with pytest.raises(InputError, match="budget_tokens=0"):  # was refused only at the first query
+        AttnrankPruner(budget_tokens=0, model=settings["model"])
+    with pytest.raises(InputError, match="keep_ratio=1.5"):
+        AttnrankPruner(keep_ratio=1.5, model=settings["model"])

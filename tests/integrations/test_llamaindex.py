@@ -220,3 +220,18 @@ def test_aretrieve_runs_the_search_off_the_event_loop(settings, demo_index, quer
     loop_thread, nodes = asyncio.run(main())
     assert retriever.__dict__["_threads"] and retriever.__dict__["_threads"][0] != loop_thread
     assert [n.node.node_id for n in nodes] == [n.node.node_id for n in retriever.retrieve(query)]
+
+
+def test_postprocessors_take_the_callback_manager_every_llamaindex_postprocessor_takes(settings):
+    """callback_manager= fell into the stage settings: 'unknown RerankConfig option(s)'."""
+    from llama_index.core.callbacks import CallbackManager
+
+    cm = CallbackManager()
+    assert AttnrankRerank(top_n=2, callback_manager=cm, **settings).callback_manager is cm
+    assert AttnrankPruner(keep_ratio=0.5, callback_manager=cm, model=settings["model"]).callback_manager is cm
+    assert isinstance(AttnrankRerank(top_n=2, **settings).callback_manager, CallbackManager)
+
+
+def test_pruner_budget_is_checked_when_made(settings):
+    with pytest.raises(InputError, match="budget_tokens=0"):  # was refused only at the first query
+        AttnrankPruner(budget_tokens=0, model=settings["model"])

@@ -101,3 +101,22 @@ def test_objects_inside_a_config_are_passed_on_not_turned_into_dicts():
     assert stored["config"]["reweight"]["slot_correction"] is True  # a Reweighting as JSON holds it
     assert stored["config"]["slot_profile"] is profile
     assert built_settings(stored)["config"] == config
+
+
+def test_a_custom_stage_that_cannot_be_hashed_or_weakly_referenced_still_gets_a_lock():
+    """A plain dataclass reranker (unhashable) or one with __slots__ failed every call with a
+    TypeError from the lock table."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Unhashable:
+        def rank(self, query, docs, k=None):
+            return docs
+
+    class Slotted:
+        __slots__ = ("name",)
+
+    for stage in (Unhashable(), Slotted()):
+        with model_lock(stage):
+            pass
+        assert model_lock(stage) is model_lock(type(stage)())  # one lock for every such stage
