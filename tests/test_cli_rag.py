@@ -209,3 +209,20 @@ def test_registry_lookups_fail_before_any_model_or_index_loads(home, tmp_path, m
         r = runner.invoke(app, [*args, "--model", model, *quiet])
         assert r.exit_code == 1 and message in cli_text(r), (args, cli_text(r))
     assert loads == []
+
+
+def test_serve_prints_the_address_it_listens_on(tmp_path, monkeypatch):
+    """With --port 0 ("a free port") the port was only in uvicorn's INFO line, which the default
+    log level drops: the server could not be found."""
+    uvicorn = pytest.importorskip("uvicorn")
+    from attnrank.rerank.attention import AttentionReranker
+    from attnrank.serve import engine
+
+    rr = AttentionReranker(str(save_tiny(tmp_path / "tiny")), config="signals")
+    monkeypatch.setattr(engine, "build_engine", lambda *a, **k: engine.Engine(rr, model_name="signals"))
+    bound = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: bound.append(sockets[0].getsockname()))
+    r = runner.invoke(app, ["serve", "--port", "0", "--preset", "signals"])
+    assert r.exit_code == 0, cli_text(r)
+    (host, port) = bound[0][:2]
+    assert host == "127.0.0.1" and port > 0 and f"attnrank serving on http://127.0.0.1:{port}" in r.output

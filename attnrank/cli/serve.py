@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 
 import typer
@@ -61,10 +62,17 @@ def serve(
     limits = Limits(
         max_documents=max_documents, max_document_chars=max_document_chars, max_total_tokens=max_total_tokens
     )
-    uvicorn.run(
-        create_app(engine, limits=limits, max_queued=max_queued),
-        host=host,
-        port=port,
-        log_level="info" if verbose else "warning",
-        access_log=False,
-    )
+    app = create_app(engine, limits=limits, max_queued=max_queued)
+    config = uvicorn.Config(app, log_level="info" if verbose else "warning", access_log=False)
+    # bound here, so that the address is printed whatever uvicorn logs (with --port 0, the port it got)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            raise typer.BadParameter(
+                f"cannot listen on {host}:{port} ({e.strerror}); give another --host/--port"
+            ) from None
+        shown = f"[{host}]" if ":" in host else host
+        typer.echo(f"attnrank serving on http://{shown}:{sock.getsockname()[1]}")
+        uvicorn.Server(config).run(sockets=[sock])

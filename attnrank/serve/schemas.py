@@ -109,9 +109,12 @@ class Limits:
 
     @property
     def max_body_bytes(self) -> int:
-        """Request body size implied by the other limits (4 bytes per character covers UTF-8 and
-        JSON escapes) plus 64 KiB for the rest of the request."""
-        return 4 * (self.max_documents * self.max_document_chars + self.max_query_chars) + 65_536
+        """Request body size implied by the other limits, plus 64 KiB for the rest of the request:
+        12 bytes per character, what JSON's escapes take at most (Python's ``json.dumps``, the
+        default of ``requests`` and ``httpx``, writes every non-ASCII character as ``\\uXXXX``,
+        6 bytes, and one outside the BMP as two of them), so that no request within the other
+        limits is refused for its size."""
+        return 12 * (self.max_documents * self.max_document_chars + self.max_query_chars) + 65_536
 
     def as_dict(self) -> dict[str, Any]:
         return {

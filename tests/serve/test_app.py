@@ -112,8 +112,8 @@ def test_error_statuses_name_the_limit(url):
     assert r.status_code == 413 and "has 60000 characters > max_document_chars=400" in r.json()["message"]
     r = post("/rerank", {"query": QUERY, "texts": ["z " * 199] * 5})  # ~2000 byte tokens
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
-    r = post("/rerank", {"query": QUERY, "texts": DOCS, "padding": "y" * 80_000})  # body over the implied size
-    assert r.status_code == 413 and "max_body_bytes=75536" in r.json()["message"]
+    r = post("/rerank", {"query": QUERY, "texts": DOCS, "padding": "y" * 120_000})  # body over the implied size
+    assert r.status_code == 413 and "max_body_bytes=95536" in r.json()["message"]
     r = post("/rerank", {"query": "q" * 101, "texts": ["a"]})
     assert r.status_code == 413 and "max_query_chars=100" in r.json()["message"]
     r = post("/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 0})
@@ -361,9 +361,9 @@ def test_chunked_body_over_the_limit_names_it(url):
         data = json.dumps({"query": QUERY, "texts": DOCS, "padding": "y" * pad}).encode()
         return (data[i : i + 4096] for i in range(0, len(data), 4096))  # no Content-Length
 
-    for pad in (80_000, 500_000):  # over the limit; over FastAPI's backstop too
+    for pad in (120_000, 500_000):  # over the limit; over FastAPI's backstop too
         r = httpx.post(f"{url}/rerank", content=chunked(pad), headers={"content-type": "application/json"})
-        assert r.status_code == 413 and "max_body_bytes=75536" in r.json()["message"]
+        assert r.status_code == 413 and "max_body_bytes=95536" in r.json()["message"]
     r = httpx.post(f"{url}/rerank", content=chunked(10), headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 200 and len(r.json()) == len(DOCS)
 
@@ -560,3 +560,12 @@ def test_a_signals_server_with_a_pruner_counts_the_pruners_tokens(tmp_path, llm)
         r = httpx.post(f"{base}/v1/prune", json={"query": QUERY, "documents": DOCS, "budget_tokens": 10}, timeout=60)
         assert r.status_code == 200, r.text
     assert rr._llm is None
+
+
+def test_no_request_within_the_limits_is_refused_for_its_body_size():
+    """4 bytes per character: documents of non-ASCII text sent as json.dumps writes them
+    (\\uXXXX, 6 bytes; 12 outside the BMP) were refused as too large within every stated limit."""
+    limits = Limits(max_documents=50, max_document_chars=20_000, max_query_chars=10)
+    for char in ("é", "😀", "\x01"):
+        body = json.dumps({"query": char * 10, "documents": [char * 20_000] * 50, "top_n": 2}).encode()
+        assert len(body) <= limits.max_body_bytes, char
