@@ -23,10 +23,14 @@ def background_server(
     """Serve ``app`` on ``host``:``port`` (0 = a free port) while the ``with`` block runs."""
     uvicorn = require("uvicorn", "serve", "attnrank serve")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    bound = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False))
+    try:  # (a bind or a config that fails must not leave the socket open)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        bound = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False))
+    except BaseException:
+        sock.close()
+        raise
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="attnrank-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout

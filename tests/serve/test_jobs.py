@@ -1,5 +1,6 @@
-"""The model worker's job queue on its own: a queue closed and started again (an app served a
-second time) while its old worker still finishes a job."""
+"""The server's parts without an app: the model worker's job queue closed and started again (an
+app served a second time) while its old worker still finishes a job, and the background server's
+socket when it cannot bind."""
 
 from __future__ import annotations
 
@@ -38,3 +39,27 @@ def test_a_queue_started_again_while_its_old_worker_finishes_a_long_job_runs_new
     assert asyncio.run(submit_new()) == "new"
     assert asyncio.run(submit_new()) == "new"  # the old worker's end left the new one running
     jobs.close()
+
+
+def test_a_server_that_cannot_bind_closes_its_socket():
+    import gc
+    import socket
+    import warnings
+
+    import pytest
+
+    pytest.importorskip("uvicorn")
+    from attnrank.serve.background import background_server
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            with pytest.raises(OSError), background_server(object(), port=taken.getsockname()[1]):
+                pass
+            gc.collect()
+        assert not [w for w in caught if issubclass(w.category, ResourceWarning)]  # was: an unclosed socket
+    finally:
+        taken.close()
