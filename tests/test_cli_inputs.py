@@ -236,6 +236,7 @@ def test_heads_detect_reads_its_inputs_before_the_model(tmp_path, dl19_mini, no_
 
 def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl19_mini, no_model):
     ask = ["ask", "q", "--index-dir", str(index_dir)]
+    prune = ["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9"]
     cases = [
         ([*ask, "--depth", "3", "-k", "10"], "-k 10 is more than --depth 3"),
         ([*ask, "--no-prune", "--budget-tokens", "50"], "--no-prune turns pruning off, but --budget-tokens"),
@@ -247,6 +248,26 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         (["search", "q", "--index-dir", str(tmp_path / "none"), "--rerank", "2", "--heads", "a.json"], "a.json"),
         ([*ask, "--preset", "qrhead", "--reweight", "sink,slot"], "--reweight slot needs --slot-profile"),
         ([*ask, "--preset", "icr", "--reweight", "slot", "--slot-profile", "p.json"], "--slot-profile 'p.json' is not"),
+        # options no stage that runs reads (they were ignored, exit 0)
+        ([*ask, "--preset", "icr", "--block-positions", "shared"], "--block-positions configure(s) block attention"),
+        (
+            [
+                "search",
+                "q",
+                "--index-dir",
+                str(index_dir),
+                "--rerank",
+                "2",
+                "--preset",
+                "qrhead",
+                "--state-cache-mb",
+                "8",
+            ],
+            "--state-cache-mb configure(s) block attention's passage states, which --preset qrhead",
+        ),
+        ([*prune, "--focus-hint", "So"], "--focus-hint is the answer hint of --method focus, not query"),
+        ([*prune, "--block-positions", "shared"], "--block-positions configure(s) block attention's passage states"),
+        ([*prune, "--method", "probe", "--no-token-filter"], "so --token-filter False would be ignored"),
         # signals only computes no attention: attention options would be ignored
         ([*ask, "--preset", "fused", "--signals", "only", "--heads", "all"], "--heads configure(s) attention, which "),
         ([*ask, "--signals", "likelihood", "--heads", "all"], "--heads configure(s) attention, which "),
@@ -301,10 +322,13 @@ def test_heads_outside_the_model_are_refused_before_it_loads(tmp_path, index_dir
     ]
     for args in cases:
         r = runner.invoke(app, args)
-        assert r.exit_code in (1, 2) and "out of range: this model has 3 layers and 4 heads" in _text(r), (
-            args,
-            _text(r),
-        )
+        # an option error, exit 2, from every command (prune, ask --prune-heads, explain, batch: exit 1 before)
+        assert r.exit_code == 2 and "out of range: this model has 3 layers and 4 heads" in _text(r), (args, _text(r))
+    r = runner.invoke(
+        app,
+        ["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9", *model, "--heads", "3-0"],
+    )
+    assert r.exit_code == 2 and "--heads '3-0'" in _text(r), _text(r)
     head_file = tmp_path / "heads.json"
     head_file.write_text('{"heads": ["2-3", "9-9"]}', encoding="utf-8")
     r = runner.invoke(app, [*ask, "--heads", str(head_file)])
@@ -483,6 +507,10 @@ def test_pruning_options_that_would_be_ignored_are_refused(tmp_path, index_dir, 
     cases = [
         ([*corpus, "-k", "2"], "-k applies to --index hits; --corpus prunes all of its passages"),
         ([*corpus, "--verify"], "--verify applies to --index hits"),
+        (
+            ["prune", "q", "--index-dir", str(index_dir), "--budget-tokens", "9", "--skip-invalid"],
+            "--skip-invalid applies to --corpus",
+        ),
         ([*corpus, "--method", "probe", "--heads", "1-0"], "its probe was trained with, so --heads '1-0' would be"),
         (
             ["ask", "q", "--index-dir", str(index_dir), "--method", "probe", "--prune-heads", "all"],

@@ -119,6 +119,7 @@ def test_a_value_the_configuration_refuses_is_an_option_error(tmp_path, dl19_min
         (["--preset", "bogus", "--heads", "all"], "bogus"),  # exited 1 beside --heads
         (["--heads", "99-0"], "--heads '99-0'"),  # a head the model lacks
         (["--heads", "1-0,zz"], "--heads '1-0,zz'"),
+        (["--verify"], "--verify applies to an index"),  # (it was ignored with --corpus)
     ):
         r = runner.invoke(app, [*args, *bad])
         assert r.exit_code == 2 and said in r.output, (bad, r.output)

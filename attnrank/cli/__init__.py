@@ -148,8 +148,8 @@ def _check_heads(spec: Optional[str], option: str = "--heads", model: Optional[s
         if shape is not None:
             check_head_range(heads, *shape)
     except InputError as e:  # a head list or file that is wrong: an option error (exit 2)
-        raise InputError(f"{option} {spec!r}: {e}") from None
-    except AttnrankError as e:
+        raise typer.BadParameter(f"{option} {spec!r}: {e}") from None
+    except AttnrankError as e:  # the model's config could not be read
         raise AttnrankError(f"{option} {spec!r}: {e}") from None
 
 

@@ -148,10 +148,10 @@ def batch(
     config = BatchConfig(
         str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device, preset=preset, dtype=dtype
     )
-    with option_errors():  # -k, --mode, --rerank, the index folder, what the preset looks up: before Ray starts
-        config.check()
     if rerank > 0:  # attention options on a preset without attention: named flags (run_batch checks the rest)
         check_attention_computed(preset, {"heads": heads} if heads is not None else {})
+    with option_errors():  # -k, --mode, --rerank, the index folder, what the preset looks up: before Ray starts
+        config.check()
     res = Resources(retrieval_actors, rerank_actors, actor_cpus, actor_cpus, 1.0 if device.startswith("cuda") else 0.0)
     stats = run_batch(
         queries,

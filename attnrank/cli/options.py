@@ -318,6 +318,14 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
         _check_heads(overrides.get("heads"), model=overrides.get("model"))
         check_attention_computed(preset, overrides)
         config = RerankConfig.preset(preset or "", **overrides)
+    unread = [] if config.attention == "block" else ["--block-positions"] * ("block_positions" in overrides)
+    if "state_cache_mb" in overrides and config.attention != "block" and not config.uses_likelihood:
+        unread.append("--state-cache-mb")
+    if unread and config.uses_attention:  # (a preset without attention: check_attention_computed named them)
+        raise typer.BadParameter(
+            f"{', '.join(unread)} configure(s) block attention's passage states, which --preset {config.name} "
+            "(full attention) does not use; add --attention block or drop them"
+        )
     _check_slot_profile(config)
     fixed = [
         f"--{'' if v else 'no-'}{k.replace('_', '-')}"

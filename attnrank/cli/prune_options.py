@@ -13,7 +13,7 @@ from ..prune.config import LENGTH_NORMS, PRUNE_METHODS, PruneConfig
 from ..prune.segment import DEFAULT_MAX_WORDS
 from ..rerank.config import ORDERS
 from . import _check_heads, option_errors
-from .options import MODEL_RUN_OPTIONS, option_group
+from .options import MODEL_RUN_OPTIONS, option_group, refuse_unread_block_options
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     "model": (
@@ -99,8 +99,8 @@ def check_method(method: str, fixed: dict[str, Any]) -> str:
     for flag, value in fixed.items():
         if method == "probe" and value is not None:
             raise typer.BadParameter(
-                f"--method probe scores sentences with the heads and length normalisation its probe was trained "
-                f"with, so {flag} {value!r} would be ignored; drop {flag} or use --method query|focus"
+                f"--method probe scores sentences with the heads, length normalisation and unfiltered features its "
+                f"probe was trained with, so {flag} {value!r} would be ignored; drop {flag} or use --method query|focus"
             )
     return method
 
@@ -109,10 +109,18 @@ def build_prune_config(**given: Any) -> PruneConfig:
     """The pruner's configuration with every option the user gave (not None); a value it refuses
     is an option error (exit 2), named before the model loads."""
     overrides = {k: v for k, v in given.items() if v is not None}
-    check_method(
+    method = check_method(
         overrides.get("method", "query"),
-        {"--heads": overrides.get("heads"), "--length-norm": overrides.get("length_norm")},
+        {
+            "--heads": overrides.get("heads"),
+            "--length-norm": overrides.get("length_norm"),
+            "--token-filter": overrides.get("token_filter"),
+        },
     )
+    if "focus_hint" in overrides and method != "focus":
+        raise typer.BadParameter(f"--focus-hint is the answer hint of --method focus, not {method}; drop it")
+    block = [f"--{k.replace('_', '-')}" for k in ("block_positions", "state_cache_mb") if k in overrides]
+    refuse_unread_block_options(block, str(overrides.get("attention", "full")).strip().lower() == "block")
     _check_heads(overrides.get("heads"), model=overrides.get("model"))
     with option_errors():
         return PruneConfig(**overrides)

@@ -114,6 +114,8 @@ def prune(
     if corpus is not None and (k is not None or verify):
         given = "-k" if k is not None else "--verify"
         raise typer.BadParameter(f"{given} applies to --index hits; --corpus prunes all of its passages; drop {given}")
+    if corpus is None and skip_invalid:  # (it was ignored)
+        raise typer.BadParameter("--skip-invalid applies to --corpus; an index holds only valid records; drop it")
     k = _positive(5 if k is None else k, "-k", "hits taken from the index")
     _positive(neighbours, "--neighbours", "sentences kept on each side", minimum=0)
     if not query.strip():

@@ -54,6 +54,11 @@ def rerank(
     _check_output(output, {"--run": run, "--queries": queries, "--corpus": corpus})
     if corpus is not None and (name is not None or index_dir is not None):
         raise typer.BadParameter("give --corpus PATH or --index NAME / --index-dir DIR, not both")
+    unread = (
+        "--verify" if corpus is not None and verify else "--skip-invalid" if corpus is None and skip_invalid else ""
+    )
+    if unread:  # (each was ignored: --verify checks an index, --skip-invalid reads a corpus file)
+        raise typer.BadParameter(f"{unread} applies to {'an index' if unread == '--verify' else '--corpus'}; drop it")
     check_registry_lookups(rerank_config)  # what the reranker reads from the head registry: before any load
     qs, first = load_queries(queries), read_run(run)
     if corpus is not None:

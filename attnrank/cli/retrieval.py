@@ -30,7 +30,15 @@ from . import (
     option_errors,
 )
 from .options import check_registry_lookups, refuse_without_rerank, rerank_options
-from .states import PASSAGE_STATES, STATES_MODEL, STATES_PRESET, STATES_WORDS, check_storage, state_writer
+from .states import (
+    PASSAGE_STATES,
+    STATES_MODEL,
+    STATES_PRESET,
+    STATES_WORDS,
+    check_storage,
+    state_writer,
+    states_config,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +107,7 @@ def index(
     check_storage(passage_states)
     if passage_states is None and (preset or model or max_doc_words):
         raise typer.BadParameter("--preset/--model/--max-doc-words configure --passage-states; add --passage-states")
+    states = None if passage_states is None else states_config(preset, model, max_doc_words)
     if ray_address is not None and not shards:
         raise typer.BadParameter("--ray-address runs a sharded build; add --shards N (or drop --ray-address)")
     if passage_states is not None and shards:
@@ -129,8 +138,8 @@ def index(
         typer.echo(build_sharded(docs, target, shards, r, ray_address, force=force, protect=[corpus]))
         return
     writer = None
-    if passage_states is not None:  # the model loads (and fails) before the index is built
-        writer = state_writer(docs, passage_states, preset, model, max_doc_words, progress)
+    if passage_states is not None and states is not None:  # the model loads (and fails) before the index is built
+        writer = state_writer(docs, passage_states, states, progress)
     r.index(docs, show_progress=progress).save(target, force=force, protect=[corpus], extra=writer)
     typer.echo(f"indexed {r.num_docs} documents into {target}")
 

@@ -17,6 +17,7 @@ import typer
 from ..config import PASSAGE_STATES_FOLDER, STATE_STORAGES
 from ..rerank.config import RerankConfig
 from ..types import Document
+from . import option_errors
 
 PASSAGE_STATES = typer.Option(
     None,
@@ -37,30 +38,30 @@ def check_storage(storage: Optional[str]) -> None:
         raise typer.BadParameter(f"--passage-states {storage!r} is not one of {', '.join(STATE_STORAGES)}")
 
 
-def state_writer(
-    docs: Sequence[Document],
-    storage: str,
-    preset: Optional[str],
-    model: Optional[str],
-    max_doc_words: Optional[int],
-    progress: bool,
-) -> Callable[[Path], object]:
-    """A callback that writes the passage states into an index build folder."""
+def states_config(preset: Optional[str], model: Optional[str], max_doc_words: Optional[int]) -> RerankConfig:
+    """The block-attention reranker configuration whose passage states ``--passage-states`` stores,
+    checked (exit 2 for a preset that is not one, or computes no attention) before the corpus is read."""
     overrides: dict[str, object] = {"attention": "block"}
     if model:
         overrides["model"] = model
     if max_doc_words is not None:
         overrides["max_doc_words"] = max_doc_words
-    from ..rerank.attention import AttentionReranker  # torch: only once states are asked for
-
     name = preset or STATES_DEFAULT_PRESET
-    base = RerankConfig.preset(name)
+    with option_errors():
+        base = RerankConfig.preset(name)
     if not base.uses_attention:
         raise typer.BadParameter(
-            f"--passage-states are block-attention states, and --preset {name} computes no attention; "
-            "use --preset fused, qrhead or icr (the preset that will read them)"
+            f"--passage-states are block-attention states, and --preset {name} computes no attention; use "
+            "--preset fused (block attention), or qrhead or icr and search with the same preset and --attention block"
         )
-    cfg = base.with_options(**overrides)
+    with option_errors():
+        return base.with_options(**overrides)
+
+
+def state_writer(docs: Sequence[Document], storage: str, cfg: RerankConfig, progress: bool) -> Callable[[Path], object]:
+    """A callback that writes the passage states of the reranker of ``cfg`` into an index build folder."""
+    from ..rerank.attention import AttentionReranker  # torch: only once states are asked for
+
     reranker = AttentionReranker(config=cfg)
 
     def write(folder: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _cli import cli_text
 from _tiny import rerank_docs
 from typer.testing import CliRunner
 
@@ -145,3 +146,19 @@ def test_block_context_beyond_the_window_is_scored_in_windows(llm):
         llm, HEADS, attention="block", block_positions="shared", signals=None, max_prompt_tokens=limit
     )
     assert len(shared.windows(QUERY, docs)) == 1  # shared positions: the query follows the longest block only
+
+
+def test_index_checks_the_passage_states_preset_before_reading_the_corpus(tmp_path, monkeypatch):
+    """A preset that is not one exited 1, and one without attention exited 2, both after the whole
+    corpus was read and torch imported."""
+    import attnrank.cli.retrieval as retrieval
+
+    def unread(*_):
+        raise AssertionError("the corpus was read")
+
+    monkeypatch.setattr(retrieval, "_read_corpus", unread)
+    args = ["index", str(tmp_path / "c.jsonl"), "--index-dir", str(tmp_path / "ix"), "--passage-states", "int8"]
+    r = runner.invoke(app, [*args, "--preset", "bogus"])
+    assert r.exit_code == 2 and "preset 'bogus' is not one of" in cli_text(r), r.output
+    r = runner.invoke(app, [*args, "--preset", "signals"])
+    assert r.exit_code == 2 and "--preset signals computes no attention" in cli_text(r), r.output
