@@ -13,6 +13,7 @@ them) to a callback as soon as it is generated.
 from __future__ import annotations
 
 import logging
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 
 from .errors import InputError
+from .llm.decoding import greedy_config
 from .llm.models import LLM, load_llm
 from .llm.prompts import build_answer_prompt, encode_text, turn_end_ids
 from .llm.recording import forward_lock
@@ -66,7 +68,7 @@ class Generator:
     ):
         check_max_new_tokens(max_new_tokens)
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = int(max_new_tokens)
 
     def __repr__(self) -> str:
         return f"Generator(model={self.llm.model_id!r}, max_new_tokens={self.max_new_tokens})"
@@ -90,6 +92,7 @@ class Generator:
         """
         n_new = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         check_max_new_tokens(n_new)
+        n_new = int(n_new)
         if isinstance(question, str):  # (the prompt refuses an empty one)
             check_unicode([question], "question")
         tok = self.llm.tokenizer
@@ -139,19 +142,13 @@ class Generator:
         return ids
 
     def _config(self, max_new_tokens: int) -> Any:
-        from transformers import GenerationConfig
-
         stops = self._stop_ids
         pad = self.llm.tokenizer.pad_token_id
-        return GenerationConfig(
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            num_beams=1,
-            eos_token_id=stops or None,
-            pad_token_id=pad if pad is not None else (stops[0] if stops else None),
+        return greedy_config(
+            max_new_tokens, eos_token_id=stops, pad_token_id=pad if pad is not None else (stops[0] if stops else None)
         )
 
 
 def check_max_new_tokens(n: int) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:  # (numpy integers too)
         raise InputError(f"max_new_tokens={n!r} must be an integer >= 1 (tokens generated at most), e.g. 64")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -436,3 +437,19 @@ def test_from_model_checks_its_counts_before_the_model_loads(tmp_path, monkeypat
         with pytest.raises(InputError, match=message):
             Pipeline.from_model(built_retriever, model, **kw)
     assert loads == []
+
+
+def test_generator_decodes_greedily_whatever_the_checkpoint_sets(llm):
+    """Its docstring says greedy; the model's generation_config filled in a repetition penalty
+    that discouraged copying the answer out of the passages."""
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+
+    model = tiny_model("llama", layers=2)
+    gen = Generator(LLM(model=model, tokenizer=tiny_tokenizer(), model_id="t", fingerprint="a" * 64), max_new_tokens=6)
+    plain = gen.answer("Who is mean?", ["Mr Green is mean."])
+    model.generation_config.repetition_penalty = 50.0
+    model.generation_config.min_new_tokens = 6
+    assert gen.answer("Who is mean?", ["Mr Green is mean."]).text == plain.text
+    assert Generator(gen.llm, max_new_tokens=np.int64(3)).max_new_tokens == 3  # numpy integers were refused

@@ -32,6 +32,7 @@ import torch
 from ..config import COPY_DEPTHS, COPY_HAYSTACK, COPY_LENGTHS, COPY_MAX_NEW_TOKENS
 from ..errors import InputError
 from ..llm.attention import AttentionCapturer
+from ..llm.decoding import greedy_config
 from ..llm.prompts import chat_frame
 from ..llm.recording import forward_lock
 from .scores import HeadScores
@@ -201,9 +202,9 @@ def generate_answer(llm: Any, ids: list[int], max_new_tokens: int) -> list[int]:
         out = model.generate(
             x,
             attention_mask=torch.ones_like(x),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=tok.eos_token_id if tok.pad_token_id is None else tok.pad_token_id,
+            generation_config=greedy_config(  # (its end-of-sequence ids: the model's own)
+                max_new_tokens, pad_token_id=tok.eos_token_id if tok.pad_token_id is None else tok.pad_token_id
+            ),
         )
     answer: list[int] = []
     for t in out[0, len(ids) :].tolist():

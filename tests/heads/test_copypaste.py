@@ -238,3 +238,19 @@ def test_top_needs_a_positive_count():
     for n in (0, -1):  # -1 once kept all heads but the last
         with pytest.raises(InputError, match=f"n={n} heads"):
             res.top(n)
+
+
+def test_copy_trials_decode_greedily_whatever_the_checkpoint_sets(llm):
+    """model.generate filled unset settings from the model's generation_config: a checkpoint's
+    repetition penalty (Qwen2.5-Instruct ships 1.05) penalised copying the needle out of the prompt."""
+    from _tiny import tiny_model
+
+    from attnrank.llm.models import LLM
+
+    model = tiny_model("llama", layers=2)
+    own = LLM(model=model, tokenizer=llm.tokenizer, model_id="t", fingerprint="a" * 64)
+    ids = list(range(40, 80))
+    plain = copypaste.generate_answer(own, ids, 8)
+    model.generation_config.repetition_penalty = 50.0
+    model.generation_config.no_repeat_ngram_size = 1
+    assert copypaste.generate_answer(own, ids, 8) == plain

@@ -1,0 +1,41 @@
+"""Plain greedy decoding, whatever the checkpoint's own generation settings say.
+
+``model.generate`` fills every setting left unset in the configuration it is given from the
+model's ``generation_config`` (transformers 5): a checkpoint that ships a repetition penalty
+(Qwen2/2.5-Instruct: 1.05-1.1) would then penalise every token already in the prompt, the
+passages' included, so an answer copied out of its context (the generator's, and Wu et al.'s
+copy-paste trials, :mod:`attnrank.heads.copypaste`) would be discouraged. :func:`greedy_config`
+sets the logits processors that apply to greedy search to values that change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+NEUTRAL = {  # the processors greedy search applies, each switched off
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "min_length": 0,
+    "min_new_tokens": 0,
+}
+
+
+def greedy_config(
+    max_new_tokens: int, *, eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None
+) -> Any:
+    """A ``GenerationConfig`` for greedy search (one beam, no sampling) of at most
+    ``max_new_tokens`` tokens, stopping at ``eos_token_id``, with every penalty switched off."""
+    from transformers import GenerationConfig
+
+    eos = list(eos_token_id) if isinstance(eos_token_id, Sequence) else eos_token_id
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        eos_token_id=eos or None,
+        pad_token_id=pad_token_id,
+        **NEUTRAL,
+    )
