@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
 from attnrank.errors import InputError, ModelError
 
@@ -108,9 +109,10 @@ class PrefixCache:
 
     def fork(self) -> DynamicCache:
         """A cache sharing the prefix tensors (updates concatenate into new ones, so the prefix
-        is never polluted), without copying them."""
+        is never polluted), without copying them; the states of a convolution or recurrent layer
+        (hybrid models: LFM2) are updated in place, so those are copied."""
         forked = copy.copy(self.cache)
-        forked.layers = [copy.copy(layer) for layer in self.cache.layers]
+        forked.layers = [copy.deepcopy(layer) if _recurrent(layer) else copy.copy(layer) for layer in self.cache.layers]
         return forked
 
 
@@ -236,9 +238,13 @@ class AttentionCapturer:
             if not 0 <= start < len(s):
                 raise InputError(f"query_start={start} is out of range for a suffix of {len(s)} tokens")
         n_prefix = prefix.length
-        if has_sliding_layers(prefix.cache):  # its layers keep a window: one pass per suffix
+        # Layers that keep a window, or run over the sequence in order (convolution, recurrence),
+        # would let one suffix see another in a packed pass: one pass per suffix.
+        if has_sliding_layers(prefix.cache) or any(_recurrent(layer) for layer in prefix.cache.layers):
             if len(lengths) != 1:
-                raise InputError("a model with sliding-window layers takes one context per pass")
+                raise InputError(
+                    "a model with sliding-window, convolution or recurrent layers takes one context per pass"
+                )
             rows = [
                 self.capture(list(s), prefix=prefix, query_start=q, position_start=position_starts[0])[:, :n_prefix]
                 for s, q in zip(suffixes, query_starts)
@@ -351,6 +357,11 @@ def _common_start(suffixes: Sequence[Sequence[int]]) -> int:
         if any(s[i] != suffixes[0][i] for s in suffixes):
             return i
     return max(n, 0)
+
+
+def _recurrent(layer: Any) -> bool:
+    """Whether a cache layer holds a convolution or recurrent state (updated in place, in order)."""
+    return isinstance(layer, LinearAttentionCacheLayerMixin)
 
 
 def has_sliding_layers(cache: DynamicCache) -> bool:

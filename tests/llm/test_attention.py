@@ -302,3 +302,23 @@ def test_packed_segments_leave_layers_they_cannot_compute_to_the_mask():
     assert not segments.serves(key, 30.0, {})
     assert not segments.serves(key, None, {"s_aux": torch.zeros(2)})
     assert not segments.serves(key[:, :, 1:], None, {})
+
+
+def test_a_hybrid_models_suffixes_do_not_see_each_other_and_its_prefix_stays_as_it_was():
+    """LFM2's convolution layers run over the packed suffixes in order, so the second suffix (ICR's
+    calibration query) read the first's tokens; and its convolution state, shared by a forked
+    prefix, was updated in place, so a second capture over the same prefix read the first's."""
+    model = tiny_model("Lfm2", layer_types=["conv", "full_attention"])
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "conv" in name:
+                p.mul_(20)  # a convolution that matters
+    cap = AttentionCapturer(model, heads=[(1, 0), (1, 3)])
+    prefix_ids, s1, s2 = _ids(12, seed=1)[0].tolist(), _ids(6, seed=2)[0].tolist(), _ids(5, seed=3)[0].tolist()
+    prefix = cap.prefill(prefix_ids)
+    direct = [cap.capture(prefix_ids + s, query_start=12)[:, :12] for s in (s1, s2)]
+    packed = cap.capture_suffixes([s1, s2], [0, 0], prefix=prefix)
+    for i in range(2):
+        torch.testing.assert_close(packed[i], direct[i], atol=1e-6, rtol=0)
+    cap.capture(s1, prefix=prefix)
+    torch.testing.assert_close(cap.capture(s2, prefix=prefix)[:, :12], direct[1], atol=1e-6, rtol=0)
