@@ -64,6 +64,20 @@ def tiny_model(
     return model_cls(cfg).eval()
 
 
+def tiny_latent_attention_model():
+    """A tiny DeepSeek-V3 (multi-head latent attention): values 6 wide, keys 12 (8 + 4 rotary)."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = DeepseekV3Config(
+        vocab_size=259, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6,
+        kv_lora_rank=16, q_lora_rank=None, n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=2,
+        head_dim=4, max_position_embeddings=512, tie_word_embeddings=True,
+    )  # fmt: skip
+    return DeepseekV3ForCausalLM(cfg).eval()
+
+
 def save_tiny(path: Path, family: str = "llama", **kw) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     tiny_tokenizer().save_pretrained(path)

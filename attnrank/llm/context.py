@@ -19,7 +19,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from attnrank.errors import InputError
+from attnrank.errors import InputError, ModelError
 
 from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, rotary_follows_length
 from .rotary import nope_layers, rotate_into, rotation
@@ -85,7 +85,12 @@ def windows_shape(
 ) -> tuple[int, int, int, int, int]:
     """The shape of :func:`assemble_windows`'s keys (and values):
     ``[layers, windows, kv_heads, longest window's tokens + room, head_dim]``."""
-    k0 = layer_kv(prefix.cache.layers[0])[0]
+    k0, v0 = layer_kv(prefix.cache.layers[0])
+    if v0.shape[3] != k0.shape[3]:
+        raise ModelError(
+            f"block attention assembles keys and values of one head size, and this model's are {k0.shape[3]} and "
+            f"{v0.shape[3]} wide (multi-head latent attention, as DeepSeek's); use attention='full'"
+        )
     length = max(_length(prefix, states) for states in windows)
     return (capturer.deepest_layer + 1, len(windows), int(k0.shape[1]), length + room, int(k0.shape[3]))
 

@@ -153,7 +153,7 @@ def segmented_forward(
     needs, as many as the full prompt's causal attention. ``masks`` caches each length's additive
     mask across the layers of one pass. bfloat16 on CPU runs :func:`few_rows_attention` where it serves."""
     masks = {} if masks is None else masks
-    out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
+    out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], value.shape[-1])  # (MLA: v dims)
     grouped = query.shape[1] != key.shape[1]
     prefix_k, prefix_v = key[:, :, :n_prefix], value[:, :, :n_prefix]
     at = 0
@@ -191,7 +191,7 @@ def windowed_forward(
     attention over the keys after its padding, the same as one SDPA over the batch under ``mask``
     without the padding's products (by :func:`few_rows_attention` or :func:`context_split_attention`
     where they serve)."""
-    out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
+    out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], value.shape[-1])  # (MLA: v dims)
     grouped = query.shape[1] != key.shape[1]
     own = mask[:, :, :, mask.shape[-1] - query.shape[2] :]
     for i, pad in enumerate(pads):
@@ -277,7 +277,7 @@ def few_rows_attention(
     scores = torch.matmul((query * scaling).reshape(kv_heads, groups * rows, dim), key.transpose(-1, -2))
     scores[:, :, -rows:].view(kv_heads, groups, rows, rows).add_(own_mask[:, None])
     probs = torch.softmax(scores, -1)
-    return torch.matmul(probs, value).view(heads, rows, dim).transpose(0, 1)
+    return torch.matmul(probs, value).view(heads, rows, value.shape[-1]).transpose(0, 1)
 
 
 @cache
@@ -351,4 +351,4 @@ def context_split_attention(
     top = torch.maximum(context_lse[0], own_lse)
     w_context, w_own = torch.exp(context_lse[0] - top)[..., None], torch.exp(own_lse - top)[..., None]
     merged = (context[0].float() * w_context + own * w_own) / (w_context + w_own)
-    return merged.to(query.dtype).reshape(heads, rows, dim).transpose(0, 1)
+    return merged.to(query.dtype).reshape(heads, rows, value.shape[-1]).transpose(0, 1)

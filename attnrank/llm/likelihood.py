@@ -125,11 +125,16 @@ def _grouped_sdpa(llm: LLM) -> Iterator[None]:
 
 def reuses_states(llm: LLM) -> bool:
     """Whether a context's states can be kept and reused: every layer of ``llm`` keeps the keys
-    and values of every token (no sliding window, no linear attention), and its rotary frequencies
-    do not follow the longest position of the pass (dynamic NTK, LongRoPE)."""
+    and values of every token (no sliding window, no linear attention), of one head size (not
+    DeepSeek's latent attention), and its rotary frequencies do not follow the longest position
+    of the pass (dynamic NTK, LongRoPE)."""
     layers = DynamicCache(config=llm.model.config).layers
     full = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
-    return full and not rotary_follows_length(decoder_of(llm.model))
+    cfg = decoder_of(llm.model).config
+    value_dim = getattr(cfg, "v_head_dim", None)  # multi-head latent attention (DeepSeek): values narrower
+    key_dim = getattr(cfg, "qk_head_dim", None) or getattr(cfg, "head_dim", None)
+    same = value_dim is None or value_dim == key_dim  # (kept states are assembled in one head size)
+    return full and same and not rotary_follows_length(decoder_of(llm.model))
 
 
 def context_keys(llm: LLM, contexts: Sequence[Sequence[int]]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _tiny import tiny_model
+from _tiny import tiny_latent_attention_model, tiny_model
 from transformers import (
     Gemma2Config,
     Gemma2ForCausalLM,
@@ -322,3 +322,14 @@ def test_a_hybrid_models_suffixes_do_not_see_each_other_and_its_prefix_stays_as_
         torch.testing.assert_close(packed[i], direct[i], atol=1e-6, rtol=0)
     cap.capture(s1, prefix=prefix)
     torch.testing.assert_close(cap.capture(s2, prefix=prefix)[:, :12], direct[1], atol=1e-6, rtol=0)
+
+
+def test_suffixes_over_a_prefix_of_a_model_whose_values_are_narrower_than_its_keys():
+    """DeepSeek's latent attention: the packed suffix kernels sized their output by the query's
+    head size and failed with a RuntimeError on every reranking over a prefix."""
+    model = tiny_latent_attention_model()
+    cap = AttentionCapturer(model, heads=[(1, 0), (1, 3)])
+    prefix_ids, s1, s2 = _ids(12, seed=1)[0].tolist(), _ids(6, seed=2)[0].tolist(), _ids(5, seed=3)[0].tolist()
+    packed = cap.capture_suffixes([s1, s2], [0, 0], prefix=cap.prefill(prefix_ids))
+    for i, s in enumerate((s1, s2)):
+        torch.testing.assert_close(packed[i], cap.capture(prefix_ids + s, query_start=12)[:, :12], atol=1e-6, rtol=0)

@@ -191,3 +191,25 @@ def test_score_of_no_documents_is_empty_for_every_preset(llm):
         AttentionReranker(llm, config="likelihood"),
     ):
         assert rr.score("q", []).shape == (0,) and len(rr.rank("q", [])) == 0, rr.config.name
+
+
+def test_a_model_with_latent_attention_reranks_and_block_attention_names_why_not():
+    """DeepSeek-style models (values narrower than keys) failed with a RuntimeError in every
+    reranking over a prefix and in the query likelihood's kept states."""
+    from _tiny import tiny_latent_attention_model, tiny_tokenizer
+
+    from attnrank.errors import ModelError
+    from attnrank.llm.models import LLM
+
+    llm = LLM(
+        model=tiny_latent_attention_model(), tokenizer=tiny_tokenizer(), model_id="tiny-mla", fingerprint="c" * 64
+    )
+    docs = rerank_docs()
+    assert len(AttentionReranker(llm, "all", signals=None, max_doc_words=20).rank(RERANK_QUERY, docs)) == len(docs)
+    rr = AttentionReranker(llm, config="likelihood", max_doc_words=20)
+    first = rr.likelihood(RERANK_QUERY, docs)
+    np.testing.assert_allclose(rr.likelihood(RERANK_QUERY, docs), first, atol=1e-6)  # states are not kept: recomputed
+    with pytest.raises(ModelError, match="keys and values of one head size.*use attention='full'"):
+        AttentionReranker(llm, "all", signals=None, attention="block", block_positions="shared", max_doc_words=20).rank(
+            RERANK_QUERY, docs
+        )
