@@ -23,7 +23,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
-from attnrank.errors import AttnrankError
+from attnrank.errors import AttnrankError, ModelError
 
 from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, segmented_forward, windowed_forward
 
@@ -174,6 +174,11 @@ def capture_attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """The registered attention function: plain SDPA, plus the rows of the active capture."""
+    if kwargs.get("s_aux") is not None:  # (SDPA and the rows would leave the sink out: wrong, silently)
+        raise ModelError(
+            f"{type(module).__name__} has attention sinks (a learned logit each head's softmax also "
+            "spreads over: GPT-OSS), which attnrank's attention does not compute; use another model"
+        )
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     session = ACTIVE_SESSION.get()
     if session is not None:

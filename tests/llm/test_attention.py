@@ -333,3 +333,15 @@ def test_suffixes_over_a_prefix_of_a_model_whose_values_are_narrower_than_its_ke
     packed = cap.capture_suffixes([s1, s2], [0, 0], prefix=cap.prefill(prefix_ids))
     for i, s in enumerate((s1, s2)):
         torch.testing.assert_close(packed[i], cap.capture(prefix_ids + s, query_start=12)[:, :12], atol=1e-6, rtol=0)
+
+
+def test_a_model_with_attention_sinks_is_refused_not_read_wrong():
+    """GPT-OSS adds a learned sink logit to each head's softmax: the rows summed to 1 where the
+    model's own summed to 0.63, and every layer's output was computed without the sinks."""
+    model = tiny_model("GptOss", num_local_experts=4, num_experts_per_tok=2, sliding_window=64)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("sinks"):
+                p.fill_(3.0)
+    with pytest.raises(ModelError, match="GptOssAttention has attention sinks"):
+        AttentionCapturer(model, heads=[(1, 0)]).capture(_ids(10))
