@@ -32,10 +32,15 @@ def rotation(capturer: AttentionCapturer, delta: int, like: torch.Tensor) -> tup
 
 def nope_layers(capturer: AttentionCapturer) -> list[int]:
     """Indices of the decoder layers that apply no rotary embedding (NoPE layers: Llama 4's and
-    SmolLM3's ``no_rope_layers``, where 0 marks one). Their keys never see a position, so a block
-    moved to other positions keeps them as they were encoded."""
-    flags = getattr(capturer.decoder.config, "no_rope_layers", None)
-    return [i for i, f in enumerate(flags or []) if not f]
+    SmolLM3's ``no_rope_layers``, where 0 marks one; EXAONE 4's full-attention layers, where it
+    has sliding-window ones). Their keys never see a position, so a block moved to other
+    positions keeps them as they were encoded."""
+    cfg = capturer.decoder.config
+    nope = [i for i, f in enumerate(getattr(cfg, "no_rope_layers", None) or []) if not f]
+    if getattr(cfg, "model_type", "") == "exaone4" and getattr(cfg, "sliding_window", None) is not None:
+        # (its attention applies rotary "if self.sliding_window is None or self.is_sliding")
+        nope += [i for i, t in enumerate(getattr(cfg, "layer_types", None) or []) if t != "sliding_attention"]
+    return sorted(set(nope))
 
 
 def rotate_into(out: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:

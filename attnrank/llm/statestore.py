@@ -64,9 +64,25 @@ _CONFIG_FIELDS = (
 )
 
 
+# Fields added since stores were first written (2026-12-05): hashed where a model sets them, so
+# that the stores of a model that sets none keep their digest.
+_LATER_FIELDS = (
+    "sliding_window",
+    "layer_types",
+    "no_rope_layers",
+    "attn_logit_softcapping",
+    "query_pre_attn_scalar",
+    "v_head_dim",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+)
+
+
 def config_digest(config: Any) -> str:
-    """A hash of the decoder config's fields that shape its keys and values (:data:`_CONFIG_FIELDS`)."""
+    """A hash of the decoder config's fields that shape its keys and values (:data:`_CONFIG_FIELDS`,
+    and :data:`_LATER_FIELDS` where set)."""
     fields = {k: getattr(config, k, None) for k in _CONFIG_FIELDS}
+    fields |= {k: v for k in _LATER_FIELDS if (v := getattr(config, k, None)) is not None}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -417,3 +417,28 @@ def test_memo_serves_one_tokenizer():
     assert theirs.blocks == plain.blocks and theirs.offsets == plain.offsets
     keys = [memo_key(Document(str(i), d), None, None) for i, d in enumerate(DOCS)]
     assert len(memo) == 3 and memo.nbytes == sum(memo.get(k).nbytes for k in keys)
+
+
+def test_exaone4_full_attention_layers_keep_their_keys_when_a_block_moves():
+    """EXAONE 4 applies no rotary embedding in its full-attention layers when it has sliding ones;
+    rotated positions rotated their keys too, moving them to a position they never had."""
+    from attnrank.llm.states import encode_blocks, rotate_keys
+
+    model = tiny_model(
+        "Exaone4",
+        layers=3,
+        heads=4,
+        kv_heads=2,
+        max_positions=4096,
+        sliding_window=64,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        pad_token_id=0,
+    )
+    capturer = AttentionCapturer(model, [(2, 0)])
+    prefix = capturer.prefill([5, 6, 7])
+    block = [[10, 11, 12, 13, 14]]
+    at = encode_blocks(capturer, prefix, block, [3])[0]
+    there = encode_blocks(capturer, prefix, block, [3 + 20])[0]
+    moved = rotate_keys(capturer, at, 20)
+    torch.testing.assert_close(moved.keys[0], there.keys[0], atol=1e-5, rtol=0)  # a rotary layer: rotated
+    assert torch.equal(moved.keys[2], at.keys[2])  # the full-attention layer: as encoded (it was rotated)

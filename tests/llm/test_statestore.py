@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 
 import numpy as np
@@ -222,3 +223,20 @@ def test_stores_without_samples_still_open(tmp_path, llm, capturer):
     del header["samples"]
     (folder / "states.json").write_text(json.dumps(header))
     assert open_store(folder, llm, capturer).get("paris", "nope") is None
+
+
+def test_the_config_digest_covers_what_shapes_sliding_and_nope_models_states():
+    """A local model's fingerprint hashes its weights only: an edited sliding window or NoPE layer
+    list kept the digest, so a store built under the old config was served. A model that sets none
+    of those fields keeps the digest it had."""
+    from _tiny import tiny_model
+
+    from attnrank.llm.statestore import _CONFIG_FIELDS, config_digest
+
+    cfg = tiny_model("mistral", sliding_window=64).config
+    before = config_digest(cfg)
+    cfg.sliding_window = 32
+    assert config_digest(cfg) != before
+    llama = tiny_model("llama").config
+    old = {k: getattr(llama, k, None) for k in _CONFIG_FIELDS}
+    assert config_digest(llama) == hashlib.sha256(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()
