@@ -17,6 +17,7 @@ skipped instead, and :class:`LoadReport` says which and why.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -153,12 +154,12 @@ def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Doc
     tsv = path.name.lower().endswith((".tsv", ".tsv.gz"))
     line = 1  # the line the next record starts on
     try:
-        with _open_text(path) as f:
-            reader = _dict_reader(f, tsv)
+        with contextlib.nullcontext(None) if tsv else _open_text(path) as f:
+            reader: Any = _TsvReader(path) if f is None else _dict_reader(f)
             cols = _csv_columns(path, reader.fieldnames)
             line = reader.line_num + 1
-            for row in reader:
-                where, line = f"{path}:{line}", reader.line_num + 1
+            for row in reader:  # (a TSV record is its one line; a CSV one may span several)
+                where, line = f"{path}:{reader.line_num if tsv else line}", reader.line_num + 1
                 _add_row(docs, row, cols, where, problem, tsv)
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: bytes that are not valid UTF-8 ({e.reason}); re-encode the file as UTF-8") from None
@@ -173,12 +174,41 @@ def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Doc
 _FIELD_LIMIT = 1 << 30  # documents can be far longer than the csv module's default 128 KiB field limit
 
 
-def _dict_reader(f: io.TextIOBase, tsv: bool) -> csv.DictReader:
-    """TSV has no quoting (a quote is text: quotes never join lines into one record); CSV quotes
-    strictly (an unclosed quote is an error, not a record that swallows the rest of the file)."""
+class _TsvReader:
+    """``csv.DictReader``'s rows of a TSV corpus (no quoting: one record a line), its lines split
+    at newlines only, as :func:`load_queries` reads TSV: the csv module also ends a record at a
+    lone carriage return, which cut a text there (the rest taken for a record of its own)."""
+
+    def __init__(self, path: Path):
+        self._lines = _lines(path)
+        self.line_num: int = 0
+        self.fieldnames: list[str] | None = None
+        for number, first in self._lines:
+            self.line_num, self.fieldnames = number, _tsv_fields(first)
+            break
+
+    def __iter__(self) -> Iterator[dict]:
+        names = self.fieldnames or []
+        for number, line in self._lines:
+            self.line_num = number
+            fields = _tsv_fields(line)
+            if fields == [""]:  # a blank line (DictReader skips them too)
+                continue
+            row: dict = dict(zip(names, fields))
+            if len(fields) > len(names):
+                row[None] = fields[len(names) :]
+            row.update({name: None for name in names[len(fields) :]})
+            yield row
+
+
+def _tsv_fields(line: str) -> list[str]:
+    return line.removesuffix("\n").removesuffix("\r").split("\t")
+
+
+def _dict_reader(f: io.TextIOBase) -> csv.DictReader:
+    """CSV quotes strictly (an unclosed quote is an error, not a record that swallows the rest of
+    the file)."""
     csv.field_size_limit(max(csv.field_size_limit(), _FIELD_LIMIT))
-    if tsv:
-        return csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
     return csv.DictReader(f, delimiter=",", strict=True)
 
 

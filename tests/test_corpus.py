@@ -291,3 +291,19 @@ def test_a_lone_surrogate_is_refused_while_reading(tmp_path):
     queries.write_text('{"_id": "q1", "text": "why \\udfff"}\n')
     with pytest.raises(InputError, match=r"q\.jsonl:1: query 'q1' holds a lone surrogate"):
         load_queries(queries)
+
+
+def test_a_carriage_return_inside_a_tsv_text_is_text():
+    """The csv module ends a record at a lone carriage return: the text was cut there (kept as
+    'hel' with skip_invalid, the rest skipped as a record), or the error named the next line."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "c.tsv"
+        path.write_bytes(b"id\ttitle\ttext\n1\tT\thel\rlo world\n2\tU\tbye\r\n\n3\tV\tone\ttoo many\n")
+        docs, report = load_corpus(path, skip_invalid=True)
+        assert [(x.id, x.text) for x in docs] == [("1", "hel\rlo world"), ("2", "bye")]
+        assert "c.tsv:5" in str(report.skipped)  # the line the bad record is on
+        with pytest.raises(InputError, match=r"c\.tsv:5: 4 fields, the header names 3"):
+            load_corpus(path)
