@@ -115,7 +115,11 @@ def _book_part(folder: Path, part: int) -> Path:
 
 
 def rouge1_recall(prediction: str, reference: str) -> float:
-    """ROUGE-1 recall on lowercase alphanumeric words: clipped unigram overlap / |reference|."""
+    """ROUGE-1 recall on lowercase alphanumeric words: clipped unigram overlap / |reference|.
+
+    Wu et al. score with ``rouge_score`` and its Porter stemmer; words are not stemmed here (no
+    dependency for one threshold), so an answer that inflects a needle's word ("take" for
+    "taking") counts less, and a trial near the threshold may be rejected where theirs is not."""
     pred, ref = (Counter(re.findall(r"[a-z0-9]+", t.lower())) for t in (prediction, reference))
     total = sum(ref.values())
     return sum(min(c, pred[w]) for w, c in ref.items()) / total if total else 0.0
@@ -248,6 +252,10 @@ def check_copy_inputs(
     folder = niah_folder(data)
     all_needles = load_needles(folder)
     chosen = list(range(len(all_needles))) if needles is None else list(needles)
+    if not chosen or not list(depths):  # (no trial would run: an all-NaN result blaming the model)
+        raise InputError(
+            f"needles={chosen} and depths={list(depths)} must each give at least one; e.g. depths 0,50,100"
+        )
     bad = [n for n in chosen if not 0 <= n < len(all_needles)]
     if bad:
         raise InputError(
@@ -277,6 +285,8 @@ def check_copy_lengths(
     fit when both ends do). ``inputs``: what :func:`check_copy_inputs` returned (folder, needles,
     the chosen ones)."""
     folder, all_needles, chosen = inputs
+    if not list(lengths):
+        raise InputError("lengths=[] gives no trial; give at least one haystack length in tokens, e.g. 1000,2000")
     ends, texts = sorted({int(min(lengths)), int(max(lengths))}), {}
     for n in chosen:
         part = n % 3 + 1 if haystack == "book" else None
@@ -301,6 +311,16 @@ def detect_copy_heads(
     ``needles``: indices into ``needles.jsonl`` (default all 3); ``haystack``: ``"book"`` (each
     needle with its own book part, as Retrieval_Head) or ``"essays"`` (Paul Graham essays)."""
     folder, all_needles, chosen = check_copy_inputs(data, haystack, needles, depths)
+    if (
+        not list(lengths)
+        or isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 1
+    ):
+        raise InputError(
+            f"lengths={list(lengths)} must give at least one haystack length and max_new_tokens={max_new_tokens!r} "
+            "must be an integer >= 1 (the answer's length limit); e.g. lengths 1000,2000, max_new_tokens 50"
+        )
     capturer = AttentionCapturer(llm.model)
     L, H = llm.num_layers, llm.num_heads
     start, total, trials = time.perf_counter(), np.zeros(L * H), []

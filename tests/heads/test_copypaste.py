@@ -218,6 +218,17 @@ def test_bad_needles_and_depths_are_input_errors(llm, niah):
         detect_copy_heads(llm, data=niah, lengths=[200], depths=[0], needles=[0, -1, 2])
     with pytest.raises(InputError, match=r"depths \[-10\]"):
         detect_copy_heads(llm, data=niah, lengths=[200], depths=[0, -10], needles=[0])
+    # no trial, or no answer: an all-NaN result that blamed the model, or transformers' ValueError
+    for kw, said in (
+        (dict(needles=[]), r"needles=\[\] and depths=\[0\] must each give at least one"),
+        (dict(depths=[]), r"depths=\[\] must each give at least one"),
+        (dict(lengths=[]), r"lengths=\[\] must give at least one"),
+        (dict(max_new_tokens=0), "max_new_tokens=0 must be an integer >= 1"),
+    ):
+        with pytest.raises(InputError, match=said):
+            detect_copy_heads(llm, data=niah, **{"lengths": [200], "depths": [0], "needles": [0], **kw})
+    with pytest.raises(InputError, match=r"lengths=\[\] gives no trial"):  # was: min() of an empty sequence
+        copypaste.check_copy_lengths(llm.tokenizer, copypaste.check_copy_inputs(niah, "book", [0], [0]), "book", [])
 
 
 def test_unreadable_niah_files_are_input_errors(tmp_path):
