@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
@@ -225,10 +226,11 @@ def _check_folder(parts_dir: Path) -> None:
         raise InputError(f"checkpoint {parts_dir} is a file, not a folder; give another --checkpoint")
     if (parts_dir / SETTINGS).exists():
         _read_settings(parts_dir / SETTINGS)  # refuses a folder whose settings are not a checkpoint's
-    elif parts_dir.exists() and any(not _ours(f.name) for f in parts_dir.iterdir()):
+    foreign = next((f.name for f in parts_dir.iterdir() if not _ours(f.name)), None) if parts_dir.exists() else None
+    if foreign is not None:
         raise InputError(
-            f"checkpoint {parts_dir} exists and is not an attnrank batch checkpoint (no {SETTINGS}); "
-            "refusing to write into it; give another --checkpoint"
+            f"checkpoint {parts_dir} holds {foreign!r}, which no attnrank batch run writes, so it is not an attnrank "
+            "batch checkpoint; refusing to write into it; give another --checkpoint"
         )
     parts_dir.mkdir(parents=True, exist_ok=True)
 
@@ -257,9 +259,17 @@ def _check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
         )
 
 
+# The options every checkpoint's settings have recorded since the first (BatchConfig's fields then).
+_RECORDED = ("index", "k", "rerank", "mode", "model", "heads", "device")
+_CHECKPOINT_FILE = re.compile(
+    rf"^(\.lock|{re.escape(SETTINGS)}|part-\d+\.parquet|\.(part-\d+\.parquet|{re.escape(SETTINGS)})\.tmp-.+)$"
+)
+
+
 def _ours(name: str) -> bool:
-    """A file a run leaves in a checkpoint before its settings exist (lock, settings being written)."""
-    return name == ".lock" or name.startswith(f".{SETTINGS}.tmp-")
+    """A file a run writes in a checkpoint (lock, settings, parts, and theirs being written): a
+    folder holding anything else is not a checkpoint, and is never written into."""
+    return _CHECKPOINT_FILE.match(name) is not None
 
 
 def _read_settings(path: Path) -> dict[str, Any]:
@@ -267,10 +277,11 @@ def _read_settings(path: Path) -> dict[str, Any]:
         theirs = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         theirs = None
-    if not isinstance(theirs, dict) or "index" not in theirs:
+    # every option of the run, as each checkpoint records them (a user's settings.json with an
+    # "index" key alone was taken for one, and replaced)
+    if not isinstance(theirs, dict) or not set(_RECORDED) <= theirs.keys():
         raise InputError(
-            f"{path} is not an attnrank batch checkpoint's settings (unreadable); "
-            "delete the folder or give another --checkpoint"
+            f"{path} is not an attnrank batch checkpoint's settings; delete the folder or give another --checkpoint"
         )
     return theirs
 

@@ -573,3 +573,18 @@ def test_resume_accepts_the_same_index_spelled_otherwise(fake_ray, tmp_path, ind
     run_batch({"q1": "apple"}, BatchConfig(index.name, mode="bm25"), output=out, progress=False)
     stats = run_batch({"q1": "apple"}, BatchConfig(str(index.resolve()), mode="bm25"), output=out, progress=False)
     assert stats["resumed_skipped"] == 1 and fake_ray["calls"] == 1  # was: refused, "other settings (index)"
+
+
+@pytest.mark.parametrize("beside", [None, "notes.md"])
+def test_a_users_settings_json_is_never_taken_for_a_checkpoints(fake_ray, tmp_path, index, beside):
+    """A settings.json holding an "index" key passed for a checkpoint's; with no parts yet it was
+    replaced by the run's settings (the user's file lost) and parts were written beside it."""
+    theirs = tmp_path / "experiment"
+    theirs.mkdir()
+    (theirs / "settings.json").write_text('{"index": "bm25-v2", "theme": "dark"}')
+    if beside:
+        (theirs / beside).write_text("mine")
+    before = _files(theirs)
+    with pytest.raises(InputError, match="is not an attnrank batch checkpoint"):
+        run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm25"), output=tmp_path / "r.trec", checkpoint=theirs)
+    assert _files(theirs) == before and fake_ray["calls"] == 0
