@@ -75,9 +75,9 @@ def has_png_mark(path: Path) -> bool:
 
 
 def is_explain_png(path: Path) -> bool:
-    """``explain.png``: marked by attnrank, or (as explain writes it) by matplotlib beside attnrank's page."""
-    page = path.with_name("explain.html")
-    return has_png_mark(path) or (png_software(path).startswith("Matplotlib") and is_explain_page(page))
+    """``explain.png`` as explain writes it: marked by attnrank. (Any matplotlib image beside
+    attnrank's page was taken for one, a user's own plot saved there included.)"""
+    return has_png_mark(path)
 
 
 def _starts_with(path: Path, start: bytes) -> bool:

@@ -193,3 +193,15 @@ def test_png_of_no_explanations_is_one_line(tmp_path):
     with pytest.raises(InputError, match="no explanations to draw"):
         write_png(tmp_path / "e.png", RERANK_QUERY, [])
     assert not list(tmp_path.iterdir())
+
+
+def test_a_users_own_matplotlib_image_beside_an_explain_page_is_not_replaced(tmp_path, explained):
+    """Any matplotlib PNG named explain.png beside attnrank's page passed for explain's image."""
+    plt = pytest.importorskip("matplotlib.pyplot", reason="needs the 'plot' extra")
+    from attnrank.cli.outputs import is_explain_png
+
+    write_html(tmp_path / "explain.html", RERANK_QUERY, explained[1], model="tiny")
+    fig = plt.figure()
+    fig.savefig(tmp_path / "explain.png")  # the user's plot (matplotlib's own Software text)
+    plt.close(fig)
+    assert not is_explain_png(tmp_path / "explain.png")
