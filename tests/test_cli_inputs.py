@@ -179,6 +179,19 @@ def test_heads_show_png_replaces_only_its_own_heat_map(tmp_path, monkeypatch, ti
         r = runner.invoke(app, args)
         assert r.exit_code == 0, _text(r)
         assert has_png_mark(png)
+    # a write that fails half-way leaves the image there as it was (it was written in place: a cut
+    # image that still passed for attnrank's, its mark coming first)
+    import matplotlib.figure
+
+    before = png.read_bytes()
+
+    def cut_short(self, fname, **kw):
+        Path(fname).write_bytes(before[:40])
+        raise OSError("disk full")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", cut_short)
+    r = runner.invoke(app, args)
+    assert r.exit_code != 0 and png.read_bytes() == before and not list(tmp_path.glob(".heat.png.tmp-*"))
 
 
 # -- eval ----------------------------------------------------------------------------------------

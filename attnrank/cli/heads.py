@@ -261,7 +261,8 @@ def heads_show(
 
 def _heat_map(head_set, path: Path) -> None:
     from ..errors import require
-    from .outputs import PNG_SOFTWARE
+    from ..files import atomic_path, replace_guard
+    from .outputs import PNG_SOFTWARE, has_png_mark
 
     require("matplotlib", "plot", "The head heat map")
     import matplotlib
@@ -276,6 +277,11 @@ def _heat_map(head_set, path: Path) -> None:
     ax.set(xlabel="head", ylabel="layer", title=f"{head_set.model_id}: {head_set.method} ({head_set.name})")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    # a PNG whatever the suffix (--png), marked so that a later run recognises it as its own
-    fig.savefig(path, dpi=120, format="png", metadata={"Software": f"{PNG_SOFTWARE} heads show"})
-    plt.close(fig)
+    # a PNG whatever the suffix (--png), marked so that a later run recognises it as its own; written
+    # aside and renamed, so that a write that fails never leaves a cut image that passes for one
+    guard = replace_guard(has_png_mark, "a heat map", "--png")
+    try:
+        with atomic_path(path, fsync=False, guard=guard) as tmp:
+            fig.savefig(tmp, dpi=120, format="png", metadata={"Software": f"{PNG_SOFTWARE} heads show"})
+    finally:
+        plt.close(fig)
