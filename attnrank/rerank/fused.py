@@ -234,6 +234,7 @@ class FusedWeights(RegistryArtifact):
             date=self.date,
             embedder=self.embedder,
             signals_version=self.signals_version,
+            max_doc_words=self.max_doc_words,  # (the cut a likelihood among the base features was read with)
         )
 
     def warn_if_stale(self, source: str) -> None:

@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..registry import load_artifact, shipped_artifact
 from .fused import (
     LIKELIHOOD_FEATURES,
+    LLM_FEATURES,
     SIGNALS_LIKELIHOOD,
     SIGNALS_ONLY,
     UNTRAINED,
@@ -69,7 +70,16 @@ def signals_only(model_id: str, fingerprint: str) -> FusedWeights:
             model_id,
         )
         return equal_weights()
-    return fused.without_attention()
+    base = fused.without_attention()
+    if base.uses_llm:  # (the query likelihood: the preset that runs no model would load and run one)
+        logger.warning(
+            "preset signals keeps equal weights for %s: the model without attention of its registered fused "
+            "weights reads %s, an LLM feature, and preset signals runs no LLM; use preset likelihood for those",
+            model_id,
+            [f for f in base.features if f in LLM_FEATURES],
+        )
+        return equal_weights()
+    return base
 
 
 def likelihood_weights(model_id: str, fingerprint: str) -> FusedWeights:

@@ -308,3 +308,22 @@ def test_an_empty_query_is_refused_by_every_preset(llm):
             reranker.rank(123, docs)  # type: ignore[arg-type]
         with pytest.raises(InputError, match="query None is a NoneType"):
             reranker.rank_batch([None], [docs])  # type: ignore[list-item]
+
+
+def test_signals_never_reads_the_likelihood_of_a_users_fused_weights(tmp_path, home):
+    """Fused weights with the likelihood among their base features gave preset signals (which
+    runs no LLM) a likelihood to read: the first rank loaded and ran the model."""
+    from _tiny import save_tiny
+
+    from attnrank.llm.models import unloaded_model
+    from attnrank.rerank.fused_resolve import signals_only
+
+    path = str(save_tiny(tmp_path / "tiny"))
+    key = unloaded_model(path)
+    with_llm = FusedWeights(
+        ["attention", "bm25", "dense", "likelihood"], [1.0, 0.5, 1.0, 0.5], base_weights=[1.0, 1.0, 1.0], gate=None
+    )
+    with_llm.save(*key)
+    assert not signals_only(*key).uses_llm and signals_only(*key).features == ["bm25", "dense"]
+    rr = AttentionReranker(path, config="signals")
+    assert len(rr.rank(RERANK_QUERY, rerank_docs())) == 4 and rr._llm is None
