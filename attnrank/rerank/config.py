@@ -287,7 +287,8 @@ def _computes_attention(signals: Any) -> bool:
 def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
     """The preset ``name`` (checked), or for no name :data:`DEFAULT_PRESET`, except when
     ``overrides`` say otherwise: ``signals=None`` (attention alone) is ``qrhead``, ``signals="only"``
-    is ``signals``, ``signals="likelihood"`` is ``likelihood``; fusing attention with the signals (``signals="auto"`` or fused weights with
+    is ``signals``, ``signals="likelihood"`` is ``likelihood`` (and weights without attention the
+    one of those two whose features they read); fusing attention with the signals (``signals="auto"`` or fused weights with
     attention), or attention options the default does not read (heads, scorer, reweight, ...)
     without ``signals``, select :data:`ATTENTION_PRESET`, the default with attention, which
     captures attention as its weights were fitted to it (logged); a learned ``scorer`` without
@@ -308,6 +309,8 @@ def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
             return SIGNALS_PRESET
         if signals == SIGNALS_LIKELIHOOD:
             return LIKELIHOOD_PRESET
+        if isinstance(signals, FusedWeights) and not signals.uses_attention:  # named by what they read
+            return LIKELIHOOD_PRESET if _reads_likelihood(signals) else SIGNALS_PRESET
         given = ["signals", *given] if _computes_attention(signals) else []
     if given and "signals" not in given and overrides.get("scorer", "sum") != "sum":
         # learned head weights score attention alone, as captured for them (preset learned): fused

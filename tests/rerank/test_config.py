@@ -117,3 +117,12 @@ def test_on_off_settings_refuse_strings():
     with pytest.raises(InputError, match="sink='no' must be True or False"):
         PruneConfig(sink="no")
     assert RerankConfig(calibrate=False, token_filter=True).calibrate is False
+
+
+def test_weights_without_attention_name_the_preset_whose_features_they_read():
+    """They were labelled the default, likelihood, whatever they read: the run tag and a batch
+    checkpoint's recorded preset said likelihood for BM25 and dense alone."""
+    from attnrank.rerank.fused import LIKELIHOOD_FEATURES, equal_weights
+
+    assert RerankConfig.preset(signals=equal_weights()).name == "signals"
+    assert RerankConfig.preset(signals=equal_weights(LIKELIHOOD_FEATURES)).name == "likelihood"
