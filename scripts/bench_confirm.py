@@ -133,6 +133,9 @@ def markdown(p: dict, command: str) -> str:
     )
 
 
+EARLIER = 400  # the queries the presets were chosen on, per dataset (the first of the seeded order)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
@@ -142,12 +145,16 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto", help="the LLM's precision (auto: bfloat16 on a CPU that has it)")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()
+    if args.offset < EARLIER:  # the earlier queries (training, choices) are the first EARLIER: no overlap
+        ap.error(
+            f"--offset {args.offset} would score queries the earlier {EARLIER} trained on; give --offset >= {EARLIER}"
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
     root = data_root(args.data)
     llm = load_llm(dtype=args.dtype)
     earlier_sets = candidate_sets(
-        root, argparse.Namespace(scifact_queries=400, hotpot_questions=400, locomo_questions=400)
+        root, argparse.Namespace(scifact_queries=EARLIER, hotpot_questions=EARLIER, locomo_questions=EARLIER)
     )
     earlier = set_examples(llm, root, earlier_sets)
     pooled = [e for ex in earlier.values() for e in ex]

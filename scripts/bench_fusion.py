@@ -394,8 +394,8 @@ def targets(rows: list[dict], paired: dict) -> list[dict]:
 
 
 def precision(data32: dict, data: dict, rr: AttentionReranker) -> list[dict]:
-    """What ``dtype`` changes for a user of the preset ``fused`` (the registered qrhead heads and the
-    shipped fused weights, both from float32; the default preset computes no attention): per dataset, nDCG@10 on rows captured in float32 and
+    """What ``dtype`` changes for a user of the preset ``fused`` whose shipped weights were fitted to
+    full attention (none, where they were fitted to block attention, as since 2026-12-04): per dataset, nDCG@10 on rows captured in float32 and
     in ``rr``'s dtype, wins/losses against float32, the mean per-query Spearman correlation of the
     attention scores, and the mean capture seconds per query of every head's rows (from the row
     cache: each precision's captures ran at their own time)."""
@@ -404,6 +404,13 @@ def precision(data32: dict, data: dict, rr: AttentionReranker) -> list[dict]:
     dtype = str(rr.llm.dtype).removeprefix("torch.")
     fused = resolve_fused("auto", rr.llm.model_id, rr.llm.fingerprint)
     assert fused is not None
+    if fused.capture not in (None, "full"):  # (the shipped weights since 2026-12-04: block attention)
+        log.warning(
+            "precision section skipped: the shipped fused weights were fitted to %s attention, and these rows "
+            "are full attention",
+            fused.capture,
+        )
+        return []
     heads = parse_heads(fused.heads) if fused.heads is not None else resolve_heads("auto", rr.llm)
     idx = [rr.head_list.index(tuple(h)) for h in heads or rr.head_list]
     rows = []

@@ -27,12 +27,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchdata import data_root, environment, md_table, write_outputs
 
 from attnrank.batch import BatchConfig, Resources, run_batch
 from attnrank.batch.stages import rerank_head
 from attnrank.corpus import load_corpus, load_queries
 from attnrank.eval import write_run
+from attnrank.eval.datasets import data_root
+from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.index.bm25 import BM25Index, BM25Params
 from attnrank.index.retriever import HybridRetriever
 from attnrank.index.sharded import LocalExecutor, RayExecutor, ShardedIndexer, ShardedRetriever, merge_shards
@@ -43,6 +44,7 @@ from attnrank.index.tokenize import resolve_config, tokenize_all
 
 log = logging.getLogger("bench_sharded")
 RESULTS: dict = {}
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"
 PARTIAL = Path(__file__).parent / "out" / "sharded.partial.json"  # sections done so far (git-ignored)
 ALL_SECTIONS = ("build", "denseties", "overhead", "batch", "scale", "realbuild")
 
@@ -480,7 +482,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.render_only:  # e.g. after a run stopped before its last section
         RESULTS.update(json.loads(PARTIAL.read_text(encoding="utf-8")))
-        write_outputs("sharded", RESULTS, markdown())
+        write_outputs("sharded", RESULTS, markdown(), RESULTS_DIR)
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     root = data_root(args.data)
@@ -515,7 +517,7 @@ def main() -> None:
             scale_section(root, args.synthetic, 4, tmp)
         if "realbuild" in sections:
             real_build_section(docs, queries, tmp)
-    write_outputs("sharded", RESULTS, markdown())
+    write_outputs("sharded", RESULTS, markdown(), RESULTS_DIR)
 
 
 if __name__ == "__main__":

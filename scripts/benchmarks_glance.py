@@ -205,13 +205,14 @@ def speed(results: Path) -> str:
         if r["preset"] == "first stage" or "float32" in r["preset"]:
             continue
         kept = cached.get(r["set"].split(" (")[0]) if r["preset"] == "likelihood" else None
-        warm = f"{kept['mean s/query']:.2f}" if kept else ""
+        warm = f"{kept['mean s/query']:.2f} ({kept['queries']} queries)" if kept else ""
         rows.append([r["set"], r["preset"], f"{r['mean s/query']:.3f}", warm, f"{r['nDCG@10']:.4f}"])
     text = (
         f"From {source(PRESETS, presets)} and {source(STATES, states)}: mean seconds per query on 2 CPU "
         "cores, 20 candidates, each preset in turn per query in one process. All cached: the default "
         "with every candidate's prompt states kept from an earlier query (a separate run, same machine "
-        "type); only the query's tokens run. nDCG@10 of these query samples (in-domain for `fused`, "
+        "type, over the number of queries in brackets, which may be more than the row's); only the "
+        "query's tokens run. nDCG@10 of these query samples (in-domain for `fused`, "
         "whose shipped weights saw them).\n\n"
     )
     return text + table(["candidates", "preset", "s/query", "s/query, all cached", "nDCG@10"], rows)

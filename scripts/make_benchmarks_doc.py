@@ -134,7 +134,7 @@ COMMANDS = {
     "prune_selected_heads": (
         "python scripts/bench_prune.py --questions 40 --methods query,focus --heads "
         "23-8,15-6,21-1,23-2,14-3,22-7,23-5,22-4,24-2,23-7,21-8,15-1,23-1,21-5,24-5,22-2 "
-        "(SciFact qr-ndcg top-16, no HotpotQA data used to pick them)"
+        "(SciFact qr-ndcg top-16 of the 50-query detection of 2026-11-30, b843e66; no HotpotQA data used to pick them)"
     ),
     "prune_bfloat16": (
         "python scripts/bench_prune.py --dtype bfloat16 --methods query,bm25,random,probe,probe-heads,probe-bm25 "
@@ -167,9 +167,8 @@ NOTES = """
 
 **On 2026-12-05 the default's pass over kept states stopped running the query's last token**: its
 logits would predict past the query, and nothing attends to it (one token in about 20 of a SciFact
-query's suffix pass, one in about 9 of DL19's). Timed in turn on the same kept states on an AMD EPYC
-(30 queries each, ad hoc, not a record), that pass was 1.06x faster on SciFact top-20 and 1.10x on
-DL19 top-20. The full pass is unchanged (its shapes, and so bfloat16's rounding, stay those of every
+query's suffix pass, one in about 9 of DL19's); timed in turn on the same kept states it was
+faster on both (an ad hoc timing, not a record, so no figure here). The full pass is unchanged (its shapes, and so bfloat16's rounding, stay those of every
 recorded figure). "The default preset with reused passage states" re-run with it on that EPYC
 ("likelihood_states_avx512_bf16"): every candidate cached, 0.22 s per DL19 query of 20 candidates,
 0.97 s of 100, 0.79 s per SciFact query of 20 and 0.36 s per LoCoMo question, 5.5x to 12.3x faster
@@ -203,9 +202,10 @@ held-out one: nDCG@10 0.5819 (DL19), 0.7678 (SciFact, 400 queries), 0.9214 (Hotp
 test p 0.002 / 0.020 / < 0.001 on the last three, DL19 +0.3 not significant) and 0.6866 for
 `fused`. It stays 1.1 points below the dense cosine alone on DL19. The likelihood is the model's
 next-token probabilities, not its attention: attention as `fused` reads it still adds +0.3 points
-on average held out (the best ablation, picked by its held-out figures, +0.6; below), and beside the
-likelihood it adds nothing that holds: +0.16 points with equal weights, +0.18 trained, against
-the untrained default ("--ablation likelihood" below). It costs one prompt per candidate through the whole model: 0.90 s per DL19
+on average held out (the best ablation, picked by its held-out figures, +0.75 against the same baseline, +0.6 against `signals`; below), and beside the
+likelihood it adds nothing that holds: +0.16 points with equal weights against the untrained
+default, and trained +0.18 over the same trained fusion without attention but -0.30 against the
+untrained default ("--ablation likelihood" below). It costs one prompt per candidate through the whole model: 0.90 s per DL19
 query and 2.9 s per SciFact query of 20 candidates, 9x and 17x `signals` ("Reranking presets"), the
 first time; a passage an earlier query brought costs only the new query's tokens, its prompt's
 states kept: with every candidate cached, 3.4x to 7.7x faster, nDCG@10 0.00 to +0.39 points from recomputing them (bfloat16 rounds a reused state differently) ("The default
@@ -244,9 +244,9 @@ trained; below). Tables written before 2026-12-02 call `fused` "the default pres
 block-attention record re-run with 400 SciFact queries on 2026-12-04 puts `fused` 0.09 points above
 `signals` on the held-out mean, below it on two of the four datasets; `signals` stayed the default (below). Since 2026-12-03
 `signals` loads no LLM, embeds the candidates in the reranker's dtype (bfloat16 on CPUs that
-have it: 1.6x to 2.2x faster, nDCG@10 -0.05 and 0.00 points; 2.6x to 4.2x in the re-run of 2026-12-04) and, for candidates that come from an
+have it: 1.6x to 2.2x faster, nDCG@10 -0.05 and 0.00 points; 3.0x to 4.4x in the re-run of 2026-12-04) and, for candidates that come from an
 attnrank index, reads their stored vectors instead (0.042 s per SciFact query of 20 abstracts
-against 1.33 s embedding them in float32; 0.017 s against 0.65 s on 2026-12-04): "Reranking presets" below. "The fused scorer, held out"
+against 1.33 s embedding them in float32; 0.019 s against 0.73 s on 2026-12-04): "Reranking presets" below. "The fused scorer, held out"
 was re-run on 2026-12-03 from every query's rows (its figures unchanged; the shipped weights
 reproduced to 2e-8 and the gate to 3e-6, and the committed ones kept) with four more ablations:
 heads chosen for what they add to the signals, a passage's mean or highest token score, and
@@ -319,14 +319,13 @@ matrix products at 980-1,550 GFLOP/s; at shared positions warm DL19 took 0.06 s 
 at K=100, warm SciFact 0.14 s and 0.71 s. On 2026-12-04 a suffix over 4,096 or more cached keys
 began to attend to the context without a mask, its own keys apart, the two merged by log-sum-exp
 (`attnrank.llm.kernels.context_split_attention`; one masked SDPA reads the whole mask and cannot
-skip its all-zero context part): timed in turn per query, warm queries ran 1.12x-1.27x faster at
-K>=50 and on SciFact at K=20, and 0.97x on DL19 at K=20 (about 2,500 keys, below the threshold
-since). Over 100 SciFact queries its scores correlated with one SDPA's at Spearman 0.998 (min
-0.985), nDCG@10 0.6137 against 0.6118. The interleaved record was then re-run (1,011-1,611
+skip its all-zero context part): timed in turn per query (ad hoc, not a record), warm queries ran
+faster at K>=50 and on SciFact at K=20, and no faster on DL19 at K=20 (about 2,500 keys, below the
+threshold since), with scores that moved by bfloat16's rounding only. The interleaved record was then re-run (1,011-1,611
 GFLOP/s): at shared positions warm DL19 0.06 s at K=20 and 0.13 s at K=100, SciFact 0.12 s and
 0.50 s; cold K=20 1.24x (DL19) and 1.83x (SciFact). The capture's rows were then made cheaper
 (scaling on the query side, the mask added in place, a span of two row ranges averaged from their
-sums rather than concatenated; 1.15x on warm SciFact K=100 timed in turn, scores equal to 1e-7),
+sums rather than concatenated; faster on warm SciFact K=100 timed in turn, scores equal to 1e-7),
 and the record re-run once more (1,403-1,582 GFLOP/s); that run is the committed one. At shared
 positions every warm target is met (DL19 0.07 s at K=20 and 0.13 s at K=100, SciFact 0.12 s and
 0.53 s), and so is SciFact's cold ratio at K=20 (1.71x); DL19's cold ratio at K=20 is 1.18x (per
@@ -338,7 +337,7 @@ passages of about 120 tokens make a 2,500-token prompt whose cost is mostly the 
 which block attention computes for every token as the full prompt does; only the attention
 products shrink (a FLOP count bounds the ratio near 1.34x on a CPU whose attention and linear
 layers run at one rate). Splitting each block's attention the same way (prefix without a mask,
-its own keys causally) was slower per block (0.40 ms against 0.20 ms for 125 rows). The warm
+its own keys causally) was slower per block (timed ad hoc). The warm
 targets were missed at the machine's slower rate: the first interleaved run on 2026-12-03, at
 325-866 GFLOP/s, measured SciFact warm at 0.34 s (K=20) and 1.34 s (K=100) with rotated positions
 (DL19 0.14 / 0.47 s, cold K=20 1.24x; SciFact cold K=20 1.58x), as committed in 5219a1f's
