@@ -64,7 +64,7 @@ def test_glance_reads_the_figures_from_the_json(results: Path):
 @pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "scripts").glob("bench_*.py")))
 def test_every_benchmark_script_loads_against_the_package(script):
     """A script is thin over the package: its imports must resolve against the package as it is
-    (bench_sharded imported a module removed weeks before, and its documented command failed at once)."""
+    (bench_sharded imported a module removed days before, and its documented command failed at once)."""
     import runpy
 
     runpy.run_path(str(REPO / "scripts" / script), run_name="loaded by a test")  # module level only
