@@ -98,8 +98,21 @@ def _real(p: Path) -> Path:
     return Path(os.path.realpath(p))
 
 
-def _contains(outer: Path, inner: Path) -> bool:
-    return outer == inner or outer in inner.parents
+def contains(outer: Path, inner: Path) -> bool:
+    """Whether ``inner`` is ``outer`` or lies in it: by path, and where ``outer`` exists also by
+    file identity (a case-insensitive file system, a bind mount: another spelling of one folder)."""
+    if outer == inner or outer in inner.parents:
+        return True
+    if not outer.exists():
+        return False
+    return any(_same(outer, p) for p in (inner, *inner.parents))
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # (b, or an ancestor of it, does not exist)
+        return False
 
 
 def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] = ()) -> None:
@@ -109,7 +122,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
         raise InputError(f"index folder {target} is a symbolic link; give the folder it points to, or another path")
     resolved = _real(target)
     for what, p in [("the working directory", Path.cwd()), *(("the corpus", Path(x)) for x in protect)]:
-        if _contains(resolved, _real(p)):
+        if contains(resolved, _real(p)):
             raise InputError(
                 f"refusing to write an index at {target}: it is or contains {what} ({p}); "
                 "choose a new folder (--force does not override this)"

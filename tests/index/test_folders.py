@@ -88,3 +88,23 @@ def test_sharded_index_counts_as_an_index(tmp_path, monkeypatch):
     manifest = json.loads((shard / "manifest.json").read_text())
     (shard / "manifest.json").write_text(json.dumps({**manifest, "files": {"docs.jsonl": {}}}))
     check_target(tmp_path / "sh")
+
+
+def test_the_working_directory_is_protected_under_another_spelling(tmp_path, monkeypatch):
+    """On a case-insensitive file system (macOS) ~/projects/rag is ~/Projects/rag, but their real
+    paths differ in case: --force let a save replace (and delete) the working directory."""
+    import os
+
+    (tmp_path / "Proj").mkdir()
+    (tmp_path / "proj").mkdir()  # on such a file system, the same folder as Proj
+    (tmp_path / "proj" / "thesis.txt").write_text("mine")
+    real_samefile = os.path.samefile
+
+    def case_insensitive(a, b):
+        return str(a).lower() == str(b).lower() or real_samefile(a, b)
+
+    monkeypatch.setattr(os.path, "samefile", case_insensitive)
+    monkeypatch.chdir(tmp_path / "Proj")
+    with pytest.raises(InputError, match="it is or contains the working directory"):
+        check_target(tmp_path / "proj", force=True)
+    check_target(tmp_path / "other", force=True)  # an unrelated folder is still allowed

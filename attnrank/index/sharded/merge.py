@@ -23,7 +23,7 @@ import numpy as np
 from ...errors import IndexFormatError, InputError
 from ..bm25 import BM25Index
 from ..dense import DenseIndex
-from ..folders import check_target
+from ..folders import check_target, contains
 from ..retriever import HybridRetriever
 from .layout import retriever_settings
 
@@ -110,7 +110,7 @@ def merge_shards(src: str | Path, target: str | Path, *, force: bool = False) ->
 def _check_outside(src: Path, target: Path) -> None:
     """Refuse a merge target that is, is inside, or holds the sharded index it is merged from."""
     a, b = Path(os.path.realpath(src)), Path(os.path.realpath(target))
-    if a == b or a in b.parents or b in a.parents:
+    if contains(a, b) or contains(b, a):
         raise InputError(
             f"refusing to write the merged index at {target}: it is, is inside, or holds the sharded "
             f"index {src} it is merged from; choose a folder outside it"
