@@ -66,7 +66,7 @@ def check_lookups(cfg: RerankConfig) -> None:
         return
     learned = learned_weights(cfg.scorer, model_id, fingerprint)
     fused = resolve_fused(cfg.signals, model_id, fingerprint)
-    if learned is None and cfg.uses_attention:
+    if learned is None and cfg.uses_attention and (fused is None or fused.uses_attention):  # heads are read
         resolve_config_heads(cfg.heads, ModelRef(model_id, fingerprint), None if fused is None else fused.heads)
 
 

@@ -327,3 +327,19 @@ def test_signals_never_reads_the_likelihood_of_a_users_fused_weights(tmp_path, h
     assert not signals_only(*key).uses_llm and signals_only(*key).features == ["bm25", "dense"]
     rr = AttentionReranker(path, config="signals")
     assert len(rr.rank(RERANK_QUERY, rerank_docs())) == 4 and rr._llm is None
+
+
+def test_registered_weights_without_attention_need_no_head_set(tmp_path, home):
+    """The lookup before a run (batch, serve, the CLI) resolved the 'auto' head set although
+    weights without attention read no heads: a model with none registered was refused."""
+    from _tiny import save_tiny
+
+    from attnrank.llm.models import unloaded_model
+    from attnrank.rerank.config import RerankConfig
+    from attnrank.rerank.resolve import check_lookups
+
+    path = str(save_tiny(tmp_path / "tiny"))
+    FusedWeights(["bm25", "dense", "rank"], [1.0, 1.0, 0.2]).save(*unloaded_model(path))
+    check_lookups(RerankConfig.preset("fused", model=path, heads="auto"))
+    rr = AttentionReranker(path, config="fused", heads="auto")
+    assert not rr.uses_attention and len(rr.rank(RERANK_QUERY, rerank_docs())) == 4
