@@ -12,6 +12,7 @@ them) to a callback as soon as it is generated.
 
 from __future__ import annotations
 
+import copy
 import logging
 import numbers
 import time
@@ -72,6 +73,15 @@ class Generator:
 
     def __repr__(self) -> str:
         return f"Generator(model={self.llm.model_id!r}, max_new_tokens={self.max_new_tokens})"
+
+    def with_max_new_tokens(self, max_new_tokens: int) -> Generator:
+        """This generator with another answer length limit, sharing its model and the stop tokens
+        it found (a server's request asks for its own limit; the chat template is not rendered again)."""
+        check_max_new_tokens(max_new_tokens)
+        self._stop_ids  # noqa: B018 - found once, here, and kept by the copy
+        other = copy.copy(self)
+        other.max_new_tokens = int(max_new_tokens)
+        return other
 
     def prompt(self, question: str, context_docs: Sequence[Any] = ()) -> str:
         """The chat prompt text the model reads (see :func:`build_answer_prompt`)."""

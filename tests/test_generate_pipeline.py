@@ -453,3 +453,15 @@ def test_generator_decodes_greedily_whatever_the_checkpoint_sets(llm):
     model.generation_config.min_new_tokens = 6
     assert gen.answer("Who is mean?", ["Mr Green is mean."]).text == plain.text
     assert Generator(gen.llm, max_new_tokens=np.int64(3)).max_new_tokens == 3  # numpy integers were refused
+
+
+def test_another_answer_length_shares_the_model_and_the_stop_tokens(llm):
+    """The server built a Generator per /v1/ask request, finding the chat template's stop tokens
+    again each time."""
+    gen = Generator(llm, max_new_tokens=8)
+    short = gen.with_max_new_tokens(2)
+    assert (short.max_new_tokens, gen.max_new_tokens) == (2, 8) and short.llm is gen.llm
+    assert short._stop_ids is gen._stop_ids
+    assert short.answer("Who is mean?", ["Mr Green is mean."]).tokens <= 2
+    with pytest.raises(InputError, match="max_new_tokens=0"):
+        gen.with_max_new_tokens(0)

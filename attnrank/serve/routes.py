@@ -22,7 +22,6 @@ from fastapi.responses import StreamingResponse
 
 from ..config import DEFAULT_BUDGET_TOKENS
 from ..explain import check_explainable, explain_results
-from ..generate import Generator
 from ..llm.states import StateCache
 from ..pipeline import Pipeline
 from ..prune.context import PrunedContext
@@ -234,7 +233,7 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
         index,
         server.engine.reranker,
         server.engine.pruner,
-        Generator(generator.llm, body.max_new_tokens),
+        generator.with_max_new_tokens(body.max_new_tokens),
         depth=body.depth,
         top_k=body.top_k,
         budget_tokens=budget,
