@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from _cli import cli_text
 from typer.testing import CliRunner
 
 from attnrank.cli import app
@@ -109,6 +110,9 @@ def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_
     assert r.exit_code != 0 and "fewer than --folds 9" in r.output
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--learner", "listwise", "--l2", "5"))  # was ignored
     assert r.exit_code == 2 and "--l2 5.0 is not read by --learner listwise" in " ".join(r.output.split())
+    for given in (["--dtype", "float32"], ["--device", "cpu"]):  # preset signals runs no model: they were ignored
+        r = runner.invoke(app, _args(dl19_mini, tiny_dir, *given, preset="signals"))
+        assert r.exit_code == 2 and f"{given[0]} set(s) how the LLM runs" in cli_text(r), cli_text(r)
     assert not home.exists()
     args = [a for a in _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2") if a not in ("--heads", "all")]
     r = runner.invoke(app, [*args, "--heads", "auto:contrastive"])  # none registered: was found after the load

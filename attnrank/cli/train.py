@@ -65,6 +65,7 @@ FEW_QUERIES = 80  # below this, the report warns (bench_likelihood's curve: up t
 
 @app.command("train")
 def train(
+    ctx: typer.Context,
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
     preset: str = typer.Option(
         DEFAULT_PRESET,
@@ -125,6 +126,11 @@ def train(
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank train")  # before any model is loaded
     preset = _check_preset(preset, heads, gate, max_doc_words)
+    ran = [o for o, name in (("--device", "device"), ("--dtype", "dtype")) if _given(ctx, name)]
+    if preset == SIGNALS_PRESET and ran:  # (they were ignored: no model runs)
+        raise typer.BadParameter(
+            f"{', '.join(ran)} set(s) how the LLM runs, which --preset signals does not run; drop it"
+        )
     max_doc_words = max_doc_words or DEFAULT_MAX_DOC_WORDS
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=1.0)
     _check_heads(heads, model=model)
@@ -159,6 +165,12 @@ def train(
         weights.max_doc_words = max_doc_words  # the cut their LLM feature was read with
     if save and weights is not None:
         typer.echo(f"saved to {weights.save(*key)}")
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option ``name`` was given (on the command line or in the environment), not left at its default."""
+    source = ctx.get_parameter_source(name)  # (by name: typer may bring its own click's enum)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def _check_preset(preset: str, heads: str | None, gate: bool | None, max_doc_words: int | None) -> str:
