@@ -303,3 +303,23 @@ def test_head_weights_stored_before_the_learner_rename_still_load():
     data = train_head_weights(synthetic(n_queries=20), learner="pairwise").to_json()
     data["model"] = data.pop("learner")  # as registries before 2026-12-05 hold them
     assert LearnedHeadWeights.from_json(data).learner == "pairwise"
+
+
+def test_learned_weights_over_heads_in_training_order_score_each_head_with_its_weight(llm, tmp_path, monkeypatch):
+    """heads train keeps its top-N heads in nDCG order (the shipped weights too): the reranker
+    read the heads sorted and gave each weight another head's score."""
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
+    heads = [(1, 3), (0, 2), (1, 1)]  # not sorted
+    ex = [
+        QueryFeatures(
+            f"q{i}", ["a", "b", "c"], np.random.default_rng(i).normal(size=(3, 3)), np.array([1, 0, 0]), heads
+        )
+        for i in range(6)
+    ]
+    w = train_head_weights(ex, calibrate=True, use_filter=True)
+    assert w.heads == heads
+    rr = AttentionReranker(llm, scorer=w, signals=None)
+    plain = AttentionReranker(llm, sorted(heads), signals=None)
+    features = window_features(plain.windows("capital of France?", DOCS), 3).T  # columns in sorted head order
+    in_training_order = features[:, [sorted(heads).index(h) for h in heads]]
+    np.testing.assert_allclose(rr.score("capital of France?", DOCS), w.score_features(in_training_order), atol=1e-9)

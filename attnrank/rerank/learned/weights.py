@@ -77,7 +77,9 @@ class LearnedHeadWeights(RegistryArtifact):
 
     @property
     def heads(self) -> list[tuple[int, int]]:
-        return [(int(p[0]), int(p[1])) for p in (parse_heads(self.config.heads) or [])] if self.config.heads else []
+        """The heads in the order of the weights (``config.heads`` as trained; ``parse_heads``
+        of the whole list would sort them, and each weight would then read another head)."""
+        return [(int(p[0]), int(p[1])) for h in self.config.heads or [] for p in parse_heads([h]) or []]
 
     def warn_if_captured_otherwise(self, capture: str) -> None:
         """Log a warning when a reranker captures attention otherwise (``capture``) than these
