@@ -165,6 +165,17 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**On 2026-12-05 the LoCoMo loader was corrected** (`attnrank.eval.datasets.locomo`): two evidence
+ids that the source spells otherwise than its turns ("D30:05", "D:11:26") are read (one question had
+been dropped for it, another had lost a label), and QA items that the source repeats (11 of conv-48,
+and one of conv-30 as both answerable and adversarial) are counted once: 1,970 questions where there
+were 1,981. Every LoCoMo figure below was measured on the earlier set. The seeded samples order the
+question ids, so re-running a record's command now draws other samples than the record's.
+The same day the learned scorer was found to give each weight another head's score wherever its
+heads were saved unsorted, as the shipped weights are: the reranker's `learned` preset scored
+scrambled until then; the records below that evaluate learned weights score their features
+directly and were not affected.
+
 **On 2026-12-05 the default's pass over kept states stopped running the query's last token**: its
 logits would predict past the query, and nothing attends to it (one token in about 20 of a SciFact
 query's suffix pass, one in about 9 of DL19's); timed in turn on the same kept states it was

@@ -172,8 +172,13 @@ def _turn_text(turn: dict[str, Any]) -> str:
 
 
 def _evidence_ids(evidence: Iterable[str]) -> list[str]:
-    """Turn ids of a QA's evidence; a few source strings hold several ids (``"D8:6; D9:17"``)."""
-    return [t for e in evidence for t in re.split(r"[;,\s]+", str(e)) if t]
+    """Turn ids of a QA's evidence; a few source strings hold several ids (``"D8:6; D9:17"``), and
+    two spell one otherwise than the turns do (``"D30:05"``, ``"D:11:26"``): read as ``D30:5``, ``D11:26``."""
+    out = []
+    for t in (t for e in evidence for t in re.split(r"[;,\s]+", str(e)) if t):
+        m = re.fullmatch(r"D:?(\d+):0*(\d+)", t)
+        out.append(f"D{int(m[1])}:{int(m[2])}" if m else t)
+    return out
 
 
 def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Dataset:
@@ -190,7 +195,7 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
     qrels: dict[str, dict[str, int]] = {}
     cands: dict[str, list[str]] = {}
     answers: dict[str, list[str]] = {}
-    missed = dropped = 0
+    missed = dropped = repeated = 0
     for s in samples:
         conv, sid = s["conversation"], s["sample_id"]
         sessions = sorted((int(k.split("_")[1]), k) for k in conv if re.fullmatch(r"session_\d+", k))
@@ -211,8 +216,10 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
                     )
                 )
         known = set(turns)
+        repeats = _repeated(s["qa"])
+        repeated += len(repeats & {i for i, qa in enumerate(s["qa"]) if qa.get("category") in keep})
         for i, qa in enumerate(s["qa"]):
-            if qa.get("category") not in keep:
+            if qa.get("category") not in keep or i in repeats:
                 continue
             ev = [f"{sid}:{t}" for t in _evidence_ids(qa.get("evidence", []))]
             rel = {t: 1 for t in ev if t in known}
@@ -225,11 +232,28 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
             answers[qid] = [str(qa["answer"])] if "answer" in qa else []
     if missed:
         logger.info("LoCoMo: %d evidence ids name no turn and were skipped", missed)
+    if repeated:
+        logger.info("LoCoMo: %d repeated question(s) (same question and evidence) were read once", repeated)
     if dropped:  # say so: a question count below the source's is otherwise unexplained
         logger.info(
             "LoCoMo: %d question(s) of categories %s have no evidence turn and were dropped", dropped, sorted(keep)
         )
     return Dataset("locomo10", docs, queries, qrels, candidates=cands, answers=answers)
+
+
+def _repeated(qa: list[dict]) -> set[int]:
+    """Indices of the QA items that repeat an earlier one of the conversation (the same question
+    and evidence; the source repeats 11 of conv-48's): one question is counted once. Where one
+    is answerable (categories 1-4) and its repeat adversarial (5; conv-30's "What did Gina
+    receive from a dance contest?"), the answerable one, with its answer, is kept."""
+    first: dict[tuple, int] = {}
+    for i, item in sorted(enumerate(qa), key=lambda x: x[1].get("category") == 5):  # answerable first
+        asked = (
+            " ".join(str(item["question"]).lower().split()),
+            tuple(sorted(_evidence_ids(item.get("evidence", [])))),
+        )
+        first.setdefault(asked, i)
+    return set(range(len(qa))) - set(first.values())
 
 
 LOADERS = {"scifact": scifact, "hotpotqa": hotpotqa, "dl19": dl19, "locomo": locomo}

@@ -97,3 +97,33 @@ def test_subset_and_unknown_names(shared_mini, tmp_path):
         load_dataset("msmarco", shared_mini)
     with pytest.raises(InputError, match="not found"):
         hotpotqa(tmp_path)
+
+
+def test_locomo_reads_misspelled_evidence_and_counts_a_repeated_question_once(tmp_path):
+    """The source spells two evidence ids otherwise than its turns ("D30:05", "D:11:26"): one
+    question was dropped for it and another lost a label. It also repeats QA items (11 of conv-48,
+    and one of conv-30 as both answerable and adversarial): each counted twice, and a repeat could
+    sit on both sides of a fold."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    src = json.loads((Path(__file__).parents[1] / "data" / "locomo_mini" / "locomo.json").read_text())
+    qa = src[0]["qa"]
+    n = len(qa)
+    qa += [
+        {"question": "Which group did Caroline visit?", "evidence": ["D1:03"], "category": 2, "answer": "x"},
+        {"question": qa[3]["question"], "evidence": qa[3]["evidence"], "category": 1, "answer": qa[3]["answer"]},
+        {"question": qa[4]["question"], "evidence": qa[4]["evidence"], "category": 5, "adversarial_answer": "y"},
+        {"question": "What did Caroline research, again?", "evidence": ["D:2:8"], "category": 1, "answer": "z"},
+    ]  # fmt: skip
+    (tmp_path / "locomo").mkdir()
+    with gzip.open(tmp_path / "locomo" / "locomo10.json.gz", "wt", encoding="utf-8") as f:
+        json.dump(src, f)
+    ds = locomo(tmp_path)
+    assert ds.qrels[f"conv-26:q{n}"] == {"conv-26:D1:3": 1}  # "D1:03"
+    assert ds.qrels[f"conv-26:q{n + 3}"] == {"conv-26:D2:8": 1}  # "D:2:8"
+    assert f"conv-26:q{n + 1}" not in ds.queries and f"conv-26:q{n + 2}" not in ds.queries  # repeats
+    assert "conv-26:q3" in ds.queries and "conv-26:q4" in ds.queries  # the first, answerable, copies
+    assert len(ds.queries) == 6 + 2 and list(ds.queries)[:3] == ["conv-26:q0", "conv-26:q1", "conv-26:q2"]
+    assert _evidence_ids(["D30:05", "D:11:26", "D"]) == ["D30:5", "D11:26", "D"]
