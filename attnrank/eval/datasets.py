@@ -186,7 +186,8 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
     ``"speaker: text"``, the speaker and the session's number and date in ``metadata``); a question (``"<sample_id>:q<i>"``)
     of the given ``categories`` (5 = adversarial) has its conversation's turns as candidates (in
     conversation order) and its evidence turns as relevant (label 1). Evidence ids that name no
-    turn are skipped (9 of 2,815 in the source); questions left without evidence are dropped."""
+    turn are skipped (4 in the source, once two misspelled ones are read and repeated items counted
+    once); questions left without evidence are dropped (4), and a repeated question is read once (12)."""
     with gzip.open(_need(Path(root) / "locomo" / LOCOMO_FILE), "rt", encoding="utf-8") as f:
         samples = json.load(f)
     keep = set(categories)
