@@ -311,6 +311,11 @@ def train_head_adapter(
     step that passes this wall time (a CPU budget). The returned adapter's ``info`` holds the
     per-step losses, the steps done, the wall time and s/step."""
     cfg = config or AdapterConfig()
+    if llm.quantization:  # (an adapter is saved for the base weights' fingerprint: it must be trained on them)
+        raise InputError(
+            f"{llm.model_id} is loaded {llm.quantization}; an adapter is trained on, and saved for, the model's "
+            "own weights: load it unquantized and without an adapter"
+        )
     usable = [x for x in lists if x.usable]
     if not usable:
         raise InputError(

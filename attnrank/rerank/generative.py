@@ -97,6 +97,12 @@ class PointwiseReranker:
         for i in range(0, len(docs), self.batch_size):
             texts = [self._prompt(query, d) for d in docs[i : i + self.batch_size]]
             rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+            for d, row in zip(docs[i : i + self.batch_size], rows):
+                if len(row) > self.llm.context_length:  # (past its positions the model's output means nothing)
+                    raise InputError(
+                        f"the prompt of document {d.id!r} is {len(row)} tokens, over the "
+                        f"{self.llm.context_length}-token context of {self.llm.model_id}; set max_doc_words"
+                    )
             # Padded on the left by hand, so the answer token is every row's last position and the
             # model's shared tokenizer is left as it is; positions count from each row's own start,
             # so a passage scores the same whatever it is batched with.

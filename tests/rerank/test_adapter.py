@@ -263,3 +263,12 @@ def test_a_list_with_a_label_per_candidate_missing_is_refused_when_made():
     docs = rerank_docs()[:3]
     with pytest.raises(InputError, match="the list of query 'q' has 3 candidates and 2 labels"):
         ListInstance("q", docs, [1, 0])
+
+
+def test_an_adapter_is_not_trained_on_an_adapted_model():
+    """Trained on top of another adapter's merged weights, it was saved for the base weights and
+    later merged into them as if learned there."""
+    llm = _llm()
+    first = train_head_adapter(llm, HEADS, _lists(), config=AdapterConfig(rank=2, steps=1))
+    with pytest.raises(InputError, match="load it unquantized and without an adapter"):
+        train_head_adapter(first.apply(llm), HEADS, _lists(), config=AdapterConfig(rank=2, steps=1))

@@ -94,3 +94,11 @@ def test_listwise_refuses_a_window_past_the_models_context():
     rr = ListwiseReranker(_llm_with(max_positions=256), window=4, step=2)
     with pytest.raises(InputError, match=r"over the 256-token context of t; lower window or max_doc_words"):
         rr.rank(RERANK_QUERY, rerank_docs())
+
+
+def test_pointwise_refuses_a_passage_past_the_models_context():
+    rr = PointwiseReranker(_llm_with(max_positions=256), max_doc_words=None)
+    with pytest.raises(
+        InputError, match=r"document 'long' is \d+ tokens, over the 256-token context of t; set max_doc_words"
+    ):
+        rr.score(RERANK_QUERY, [Document("long", "word " * 400)])

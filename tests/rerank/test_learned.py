@@ -323,3 +323,8 @@ def test_learned_weights_over_heads_in_training_order_score_each_head_with_its_w
     features = window_features(plain.windows("capital of France?", DOCS), 3).T  # columns in sorted head order
     in_training_order = features[:, [sorted(heads).index(h) for h in heads]]
     np.testing.assert_allclose(rr.score("capital of France?", DOCS), w.score_features(in_training_order), atol=1e-9)
+
+
+def test_max_pairs_per_query_is_checked():
+    with pytest.raises(InputError, match="max_pairs_per_query=0 must be an integer >= 1"):
+        train_head_weights(synthetic(n_queries=4), learner="pairwise", max_pairs_per_query=0)
