@@ -226,3 +226,12 @@ def with_stage(
             )
         )
     return out
+
+
+def check_texts(documents: Sequence[Document]) -> None:
+    """Some text in each document: an empty passage would be scored by the attention its bare
+    slot label draws, and could outrank real ones (and valid Unicode, :func:`check_unicode`)."""
+    for i, d in enumerate(documents):
+        if not str(d.text).strip() and not (d.title or "").strip():
+            raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before reranking")
+    check_unicode((f"{d.title or ''}\n{d.text}" for d in documents), "document")

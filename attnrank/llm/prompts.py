@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnrank.errors import InputError, ModelError
-from attnrank.types import Document, ScoredDocument, as_documents
+from attnrank.types import Document, ScoredDocument, as_documents, check_texts
 
 from .truncation import Truncation, truncate_texts
 
@@ -248,6 +248,7 @@ def prompt_documents(docs: Sequence[Document | ScoredDocument | str]) -> list[Do
     documents = as_documents(docs)[0]
     if not documents:
         raise InputError("no documents to rerank; pass at least one document")
+    check_texts(documents)  # (windows() and the block builder met an empty one here, unchecked)
     return documents
 
 

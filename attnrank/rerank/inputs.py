@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..types import Document, check_unicode
+from ..types import Document, check_texts, check_unicode
 
 
 def check_query(query: Any) -> None:
@@ -39,12 +39,3 @@ def check_unique_ids(documents: list[Document], noun: str = "document") -> None:
         if d.id in seen:
             raise InputError(f"{noun} #{i} repeats the id {d.id!r}; {noun} ids must be unique within a ranking")
         seen.add(d.id)
-
-
-def check_texts(documents: list[Document]) -> None:
-    """Some text in each document: an empty passage would be scored by the attention its bare
-    slot label draws, and could outrank real ones."""
-    for i, d in enumerate(documents):
-        if not str(d.text).strip() and not (d.title or "").strip():
-            raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before reranking")
-    check_unicode((f"{d.title or ''}\n{d.text}" for d in documents), "document")

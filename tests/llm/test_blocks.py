@@ -442,3 +442,14 @@ def test_exaone4_full_attention_layers_keep_their_keys_when_a_block_moves():
     moved = rotate_keys(capturer, at, 20)
     torch.testing.assert_close(moved.keys[0], there.keys[0], atol=1e-5, rtol=0)  # a rotary layer: rotated
     assert torch.equal(moved.keys[2], at.keys[2])  # the full-attention layer: as encoded (it was rotated)
+
+
+def test_a_passage_with_no_text_is_refused_by_both_prompt_builders():
+    """Through windows() (and the block builder, used by detection and the state store) an empty
+    passage was scored by its bare slot label (full attention) or blamed on the tokenizer (block)."""
+    from attnrank.errors import InputError
+    from attnrank.llm.prompts import build_rerank_prompts
+
+    for build in (build_block_prompts, build_rerank_prompts):
+        with pytest.raises(InputError, match=r"document #1 \('1'\) has no text"):
+            build(tiny_tokenizer(), QUERY, ["alpha beta", "   "])
