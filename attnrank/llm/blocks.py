@@ -63,6 +63,7 @@ from .prompts import (
     prompt_documents,
     prompt_positions,
     query_tail,
+    suffix_range,
 )
 from .truncation import Truncation, truncate_texts
 
@@ -191,8 +192,9 @@ def build_block_prompts(
     max_doc_tokens: int | None = None,
     memo: BlockMemo[EncodedBlock] | None = None,
 ) -> BlockPrompt:
-    """Tokenize the block-attention prompt of ``docs`` for ``query`` (same options as
-    :func:`~attnrank.llm.prompts.build_rerank_prompts`). Each block is tokenized as it stands
+    """Tokenize the block-attention prompt of ``docs`` for ``query`` (the options of
+    :func:`~attnrank.llm.prompts.build_rerank_prompts`, except that no word cut applies unless
+    ``max_doc_words`` is given: the reranker always gives its own). Each block is tokenized as it stands
     after a separator and before a letter, so its ids do not depend on its neighbours; ``memo``
     keeps them for later prompts of the same passages."""
     documents = prompt_documents(docs)
@@ -202,8 +204,8 @@ def build_block_prompts(
     frame = chat_frame(tokenizer)
 
     def suffix(q: str) -> list[int]:
-        tail = query_tail(late, q, frame)
-        return encode_cut(tokenizer, SEPARATOR + tail, len(SEPARATOR), None)[0]
+        whole = SEPARATOR + query_tail(late, q, frame)
+        return encode_cut(tokenizer, whole, len(SEPARATOR), None, controls=[suffix_range(whole, frame)])[0]
 
     return BlockPrompt(
         block_prefix_ids(tokenizer),
@@ -223,7 +225,9 @@ def block_prefix_ids(tokenizer: object) -> list[int]:
     frame = chat_frame(tokenizer)
     joiner = "" if not frame.prefix or frame.prefix[-1].isspace() else " "
     head = frame.prefix + joiner + OPENING + SEPARATOR
-    return list(frame.lead_ids) + encode_cut(tokenizer, head + _NEXT, 0, len(head))[0]
+    return (
+        list(frame.lead_ids) + encode_cut(tokenizer, head + _NEXT, 0, len(head), controls=[(0, len(frame.prefix))])[0]
+    )
 
 
 def encode_blocks_text(

@@ -67,8 +67,9 @@ def capture_window(
     suffixes = [pair.real_suffix_ids] + [pair.calibration_suffix_ids] * calibrate
     (rows,) = suffix_rows(capturer, prefix, suffixes, extra_ids, query_span)
     index = list(range(len(pair.doc_spans))) if doc_index is None else doc_index
+    labelled = spans is None  # the prompt's document spans begin with their slot label; sentence spans do not
     spans = list(pair.doc_spans) if spans is None else spans
-    return WindowRows(index, spans, pair.prefix_ids, rows[0], rows[1] if calibrate else None)
+    return WindowRows(index, spans, pair.prefix_ids, rows[0], rows[1] if calibrate else None, labelled=labelled)
 
 
 def capture_blocks(

@@ -453,3 +453,16 @@ def test_a_passage_with_no_text_is_refused_by_both_prompt_builders():
     for build in (build_block_prompts, build_rerank_prompts):
         with pytest.raises(InputError, match=r"document #1 \('1'\) has no text"):
             build(tiny_tokenizer(), QUERY, ["alpha beta", "   "])
+
+
+def test_sentence_spans_are_not_taken_for_slot_labelled_document_spans():
+    """capture_window marked the pruner's sentence spans as beginning with a slot label "[i]",
+    which a reader of the flag drops as the label's tokens."""
+    from attnrank.llm.capture import capture_window
+    from attnrank.llm.prompts import build_rerank_prompts
+
+    capturer = AttentionCapturer(tiny_model("llama", layers=2, max_positions=4096), [(1, 0)])
+    pair = build_rerank_prompts(tiny_tokenizer(), QUERY, DOCS)
+    assert capture_window(capturer, pair).labelled
+    s, e = pair.real.doc_spans[0]
+    assert not capture_window(capturer, pair, doc_index=[0], spans=[(s + 4, e)]).labelled
