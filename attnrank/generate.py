@@ -106,7 +106,7 @@ class Generator:
         if isinstance(question, str):  # (the prompt refuses an empty one)
             check_unicode([question], "question")
         tok = self.llm.tokenizer
-        ids = encode_text(tok, self.prompt(question, context_docs))
+        ids = encode_text(tok, self.prompt(question, context_docs))  # (no passage text is a control token)
         if len(ids) + n_new > self.llm.context_length:
             bare = len(encode_text(tok, self.prompt(question)))  # the question and instruction alone
             fix = (

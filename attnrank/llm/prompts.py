@@ -32,6 +32,7 @@ from typing import Any
 from attnrank.errors import InputError, ModelError
 from attnrank.types import Document, ScoredDocument, as_documents, check_texts
 
+from .texts import tokenize
 from .truncation import Truncation, truncate_texts
 
 logger = logging.getLogger(__name__)
@@ -233,10 +234,23 @@ def build_answer_prompt(tokenizer: Any, question: str, context_passages: Sequenc
     return f"{frame.prefix}{body}{frame.suffix}" if frame.prefix else f"{body}\nAnswer:"
 
 
-def encode_text(tokenizer: Any, text: str) -> list[int]:
+def framed_controls(tokenizer: Any, text: str) -> list[Span]:
+    """The chat template's own characters of a prompt ``text`` built inside :func:`chat_frame`
+    (its prefix and suffix), where control tokens belong; none for a plain frame."""
+    frame = chat_frame(tokenizer)
+    if not frame.prefix or not text.startswith(frame.prefix) or not text.endswith(frame.suffix):
+        return []
+    return [(0, len(frame.prefix)), (len(text) - len(frame.suffix), len(text))]
+
+
+def encode_text(tokenizer: Any, text: str, *, controls: Sequence[Span] | None = None) -> list[int]:
     """Token ids of a prompt text, with the tokenizer's leading special ids (e.g. BOS) added
-    unless the text already starts with them."""
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    unless the text already starts with them. Control tokens only in ``controls``
+    (:func:`~attnrank.llm.texts.tokenize`; None: the chat template's own prefix and suffix where
+    the text is built inside them, :func:`framed_controls`, else none)."""
+    if controls is None:
+        controls = framed_controls(tokenizer, text)
+    ids = tokenize(tokenizer, text, controls=controls)["input_ids"]
     lead = list(_lead_ids(tokenizer))
     return ids if not lead or ids[: len(lead)] == lead else lead + ids
 
@@ -265,6 +279,11 @@ def prompt_positions(n: int, order: str) -> list[int]:
     if order not in ("reverse", "forward"):
         raise InputError(f"order={order!r} is not 'reverse' or 'forward'")
     return list(range(n))[:: -1 if order == "reverse" else 1]
+
+
+def suffix_range(text: str, frame: ChatFrame) -> Span:
+    """The characters of ``text`` (ending with a :func:`query_tail`) that are the chat suffix."""
+    return (len(text) - len(frame.suffix), len(text))
 
 
 def query_tail(instruction: str, query: str, frame: ChatFrame) -> str:
@@ -328,7 +347,7 @@ class _Context:
             block = _block(p, documents[i].title, texts[i])
             char_spans[i] = (len(text), len(text) + len(block))
             text += block + SEPARATOR
-        ids, offsets = encode_cut(tokenizer, text + late, 0, len(text))
+        ids, offsets = encode_cut(tokenizer, text + late, 0, len(text), controls=[(0, len(frame.prefix))])
         lead = list(frame.lead_ids)
         ids, offsets = lead + ids, [(0, 0)] * len(lead) + offsets
         spans = _token_spans(offsets, len(lead), [char_spans[i] for i in range(len(documents))])
@@ -337,7 +356,10 @@ class _Context:
     def with_query(self, query: str) -> RerankPrompt:
         tail = query_tail(self.instruction, query, self.frame)
         # Tokenize after the separator (as in the whole prompt), keep only the tail's tokens.
-        ids, offsets = encode_cut(self.tokenizer, SEPARATOR + tail, len(SEPARATOR), None)
+        whole = SEPARATOR + tail
+        ids, offsets = encode_cut(
+            self.tokenizer, whole, len(SEPARATOR), None, controls=[suffix_range(whole, self.frame)]
+        )
         shift = len(self.text) - len(SEPARATOR)
         offsets = [(a + shift, b + shift) for a, b in offsets]
         return RerankPrompt(
@@ -352,12 +374,15 @@ class _Context:
         )
 
 
-def encode_cut(tokenizer: Any, text: str, lo: int, hi: int | None) -> tuple[list[int], list[Span]]:
-    """Tokens of ``text[lo:hi]`` as tokenized within the whole ``text`` (no special tokens added).
+def encode_cut(
+    tokenizer: Any, text: str, lo: int, hi: int | None, *, controls: Sequence[Span] = ()
+) -> tuple[list[int], list[Span]]:
+    """Tokens of ``text[lo:hi]`` as tokenized within the whole ``text`` (no special tokens added;
+    control tokens only in the character ranges ``controls``, :func:`tokenize`).
 
     Raises :class:`ModelError` when a token crosses ``lo`` or ``hi``.
     """
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    enc = tokenize(tokenizer, text, controls=controls, offsets=True)
     hi = len(text) if hi is None else hi
     ids: list[int] = []
     offsets: list[Span] = []

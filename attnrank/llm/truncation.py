@@ -17,6 +17,8 @@ from typing import Any
 from attnrank.errors import InputError
 from attnrank.types import Document
 
+from .texts import tokenize
+
 logger = logging.getLogger(__name__)
 
 
@@ -43,7 +45,7 @@ def _cut_to_tokens(tokenizer: Any, text: str, offsets: Sequence[tuple[int, int]]
     all the same)."""
     for keep in range(max_tokens, 0, -1):
         cut = text[: offsets[keep - 1][1]]
-        n = len(tokenizer(cut, add_special_tokens=False)["input_ids"])
+        n = len(tokenize(tokenizer, cut)["input_ids"])
         if n <= max_tokens:
             return cut, n
     return cut, n
@@ -65,7 +67,7 @@ def truncate_texts(
                 text = text[: words[max_words - 1].end()]
                 cuts.append(Truncation(i, doc.id, "words", len(words), max_words))
         if max_tokens is not None:
-            offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            offsets = tokenize(tokenizer, text, offsets=True)["offset_mapping"]
             n = len(offsets)
             if n > max_tokens:
                 text, kept = _cut_to_tokens(tokenizer, text, offsets, max_tokens)

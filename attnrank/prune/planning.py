@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import InputError
 from ..llm.blocks import BlockPrompt, build_block_prompts
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
+from ..llm.texts import tokenize
 from ..types import Document
 from .context import ScoredSentence
 from .segment import Sentence
@@ -99,7 +100,7 @@ class PromptPlanner:
         alone = self.build(query, docs, sents, [piece])
         s, e = alone.spans[0][0]
         where = f"max_prompt_tokens={self.max_prompt_tokens}"
-        n = len(self.tokenizer(query.strip(), add_special_tokens=False)["input_ids"])
+        n = len(tokenize(self.tokenizer, query.strip())["input_ids"])
         if 2 * n > self.max_prompt_tokens:
             return InputError(
                 f"the query ({n} tokens) and the prompt around it take {alone.length - (e - s)} tokens of "

@@ -65,6 +65,7 @@ from ..llm.models import LLM, load_llm
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
+from ..llm.texts import tokenize
 from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents, check_unicode
@@ -132,7 +133,7 @@ class ContextPruner:
         self.focus_hint = cfg.focus_hint.strip()
         self.hint_ids: list[int] = []
         if cfg.method == "focus":
-            self.hint_ids = self.llm.tokenizer(self.focus_hint, add_special_tokens=False)["input_ids"]
+            self.hint_ids = tokenize(self.llm.tokenizer, self.focus_hint)["input_ids"]
         if (cfg.max_prompt_tokens or 0) > self.llm.context_length:  # untrained positions, as the reranker refuses
             raise InputError(
                 f"max_prompt_tokens={cfg.max_prompt_tokens} exceeds the {self.llm.context_length}-token context "

@@ -29,6 +29,7 @@ from ..llm.likelihood import DEFAULT_BATCH_TOKENS, continuation_logprob
 from ..llm.models import LLM
 from ..llm.prompts import encode_text
 from ..llm.states import StateCache
+from ..llm.texts import tokenize
 from ..llm.truncation import truncate_texts
 from ..types import Document
 from .inputs import check_query
@@ -113,7 +114,7 @@ def query_likelihood(
             f"{llm.context_length}-token context of {llm.model_id}; shorten the query"
         )
     # each passage's own limit: its score must not depend on the other candidates' titles
-    title_tokens = [len(tok(d.title, add_special_tokens=False)["input_ids"]) if d.title else 0 for d in docs]
+    title_tokens = [len(tokenize(tok, d.title)["input_ids"]) if d.title else 0 for d in docs]
     for d, n in zip(docs, title_tokens):
         if room - n < 1:
             raise InputError(
@@ -128,7 +129,7 @@ def query_likelihood(
 
 def query_ids(tok: Any, query: str) -> list[int]:
     """The query's token ids as its likelihood reads them: after a space, without special tokens."""
-    return list(tok(" " + query.strip(), add_special_tokens=False)["input_ids"])
+    return list(tokenize(tok, " " + query.strip())["input_ids"])
 
 
 def query_prior(llm: LLM, query: str) -> np.ndarray:

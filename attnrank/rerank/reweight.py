@@ -51,6 +51,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..llm.rows import WindowRows, check_finite, check_spans, document_scores, keep_mask, token_scores
+from ..llm.texts import tokenize
 from .position import SlotProfile, prompt_slots, slot_correct
 
 logger = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ def tokenized_query_terms(tokenizer: Any, query: str, unit: str = "piece") -> se
     tokenized alone and after a space (word-initial pieces differ in byte-level BPE)."""
     terms: set[str] = set()
     for text in (query.strip(), " " + query.strip()):
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = tokenize(tokenizer, text)["input_ids"]
         terms |= query_terms(tokenizer.convert_ids_to_tokens(ids), unit)
     return terms
 

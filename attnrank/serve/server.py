@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import AttnrankError, InputError, require
+from ..llm.texts import tokenize
 from ..types import check_unicode
 
 require("fastapi", "serve", "attnrank serve")
@@ -117,7 +118,7 @@ class Server:
             )
         out = []
         for t in texts:
-            offsets = self.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            offsets = tokenize(self.tokenizer, t, offsets=True)["offset_mapping"]  # (as the model will read it)
             out.append(t if len(offsets) <= max_tokens else t[: offsets[max_tokens - 1][1]])
         return out
 
