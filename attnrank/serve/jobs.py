@@ -113,12 +113,13 @@ class JobQueue:
     def start(self) -> None:
         """Start the worker unless it runs (an app served again after its shutdown closed it). A
         worker still finishing a job after :meth:`close` keeps its own queue, whose stop marker it
-        reads next: the new worker gets a new queue, so it never reads that marker."""
+        reads next: the new worker gets a new queue, so it never reads that marker, and waits for the
+        old one to finish before it runs a job (one job at a time: they share the stages' caches)."""
         with self._lock:
             if self._closing or self._thread is None or not self._thread.is_alive():
                 self._queue = queue.Queue()
                 self._thread = threading.Thread(
-                    target=self._work, args=(self._queue,), name="attnrank-model", daemon=True
+                    target=self._work, args=(self._queue, self._thread), name="attnrank-model", daemon=True
                 )
                 self._closing = False
                 self._thread.start()
@@ -204,7 +205,9 @@ class JobQueue:
             if seconds is not None:
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
 
-    def _work(self, jobs: queue.Queue[Job | None]) -> None:
+    def _work(self, jobs: queue.Queue[Job | None], previous: threading.Thread | None = None) -> None:
+        if previous is not None:
+            previous.join()  # the job it still runs, then its stop marker
         while True:
             job = jobs.get()
             if job is None:

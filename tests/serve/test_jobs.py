@@ -29,15 +29,22 @@ def test_a_queue_started_again_while_its_old_worker_finishes_a_long_job_runs_new
     jobs.close(timeout=0.1)
     jobs.start()  # as the app's lifespan does when it is served again
 
-    async def submit_new():
-        job = jobs.submit(lambda job: "new")
-        try:
-            return await asyncio.wait_for(job.future, 10)
-        finally:
-            gate.set()
+    order: list[str] = []
 
-    assert asyncio.run(submit_new()) == "new"
-    assert asyncio.run(submit_new()) == "new"  # the old worker's end left the new one running
+    def new_job(job):
+        order.append("new" if gate.is_set() else "new, while the old job ran")
+        return "new"
+
+    async def submit_new(release: bool):
+        job = jobs.submit(new_job)
+        if release:  # the old job ends after the new one was queued: the new one waits for it
+            await asyncio.sleep(0.2)
+            gate.set()
+        return await asyncio.wait_for(job.future, 10)
+
+    assert asyncio.run(submit_new(True)) == "new"
+    assert asyncio.run(submit_new(False)) == "new"  # the old worker's end left the new one running
+    assert order == ["new", "new"]  # one job at a time: never beside the old worker's
     jobs.close()
 
 
