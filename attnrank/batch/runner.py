@@ -224,9 +224,11 @@ def _check_folder(parts_dir: Path) -> None:
     """Make the checkpoint folder, unless it is a file or a folder attnrank did not write (never written into)."""
     if parts_dir.exists() and not parts_dir.is_dir():
         raise InputError(f"checkpoint {parts_dir} is a file, not a folder; give another --checkpoint")
-    if (parts_dir / SETTINGS).exists():
+    if (parts_dir / SETTINGS).exists():  # (a run's own -o may sit beside them: other files are not scanned)
         _read_settings(parts_dir / SETTINGS)  # refuses a folder whose settings are not a checkpoint's
-    foreign = next((f.name for f in parts_dir.iterdir() if not _ours(f.name)), None) if parts_dir.exists() else None
+        foreign = None
+    else:
+        foreign = next((f.name for f in parts_dir.iterdir() if not _ours(f.name)), None) if parts_dir.exists() else None
     if foreign is not None:
         raise InputError(
             f"checkpoint {parts_dir} holds {foreign!r}, which no attnrank batch run writes, so it is not an attnrank "

@@ -575,6 +575,16 @@ def test_resume_accepts_the_same_index_spelled_otherwise(fake_ray, tmp_path, ind
     assert stats["resumed_skipped"] == 1 and fake_ray["calls"] == 1  # was: refused, "other settings (index)"
 
 
+def test_a_checkpoint_holding_the_runs_own_output_resumes(fake_ray, tmp_path, index):
+    """-o inside the checkpoint folder: its second run found the run file there and refused the
+    folder as not a checkpoint."""
+    ckpt = tmp_path / "out"
+    config = BatchConfig(str(index), mode="bm25")
+    run_batch({"q1": "apple"}, config, output=ckpt / "run.trec", checkpoint=ckpt, progress=False)
+    stats = run_batch({"q1": "apple", "q2": "pear"}, config, output=ckpt / "run.trec", checkpoint=ckpt, progress=False)
+    assert stats["resumed_skipped"] == 1
+
+
 @pytest.mark.parametrize("beside", [None, "notes.md"])
 def test_a_users_settings_json_is_never_taken_for_a_checkpoints(fake_ray, tmp_path, index, beside):
     """A settings.json holding an "index" key passed for a checkpoint's; with no parts yet it was
