@@ -318,8 +318,12 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
         _check_heads(overrides.get("heads"), model=overrides.get("model"))
         check_attention_computed(preset, overrides)
         config = RerankConfig.preset(preset or "", **overrides)
-    unread = [] if config.attention == "block" else ["--block-positions"] * ("block_positions" in overrides)
-    if "state_cache_mb" in overrides and config.attention != "block" and not config.uses_likelihood:
+    defaults = field_defaults()  # a default spelled out changes nothing
+    changed = {k for k in ("block_positions", "state_cache_mb") if k in overrides and overrides[k] != defaults[k]}
+    unread = ["--block-positions"] if "block_positions" in changed and config.attention != "block" else []
+    # the state cache also keeps the candidates' vectors where the signals are read
+    reads_cache = config.attention == "block" or config.uses_likelihood or config.signals is not None
+    if "state_cache_mb" in changed and not reads_cache:
         unread.append("--state-cache-mb")
     if unread and config.uses_attention:  # (a preset without attention: check_attention_computed named them)
         raise typer.BadParameter(

@@ -5,6 +5,7 @@ does for the reranker), handed to the command as one ``prune_config``."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any, Optional
 
 import typer
@@ -119,7 +120,12 @@ def build_prune_config(**given: Any) -> PruneConfig:
     )
     if "focus_hint" in overrides and method != "focus":
         raise typer.BadParameter(f"--focus-hint is the answer hint of --method focus, not {method}; drop it")
-    block = [f"--{k.replace('_', '-')}" for k in ("block_positions", "state_cache_mb") if k in overrides]
+    defaults = {f.name: f.default for f in fields(PruneConfig)}  # a default spelled out changes nothing
+    block = [
+        f"--{k.replace('_', '-')}"
+        for k in ("block_positions", "state_cache_mb")
+        if overrides.get(k, defaults[k]) != defaults[k]
+    ]
     refuse_unread_block_options(block, str(overrides.get("attention", "full")).strip().lower() == "block")
     _check_heads(overrides.get("heads"), model=overrides.get("model"))
     with option_errors():

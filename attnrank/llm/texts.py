@@ -8,6 +8,9 @@ template's own text may hold them.
 
 from __future__ import annotations
 
+import copy
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,12 +33,31 @@ def tokenize(tokenizer: Any, text: str, *, controls: Sequence[Span] = (), offset
         return dict(tokenizer(text, **kw))
     ids: list[int] = []
     spans: list[Span] = []
+    splitting = _splitting_copy(tokenizer)
     for a, b, control in pieces:
-        enc = tokenizer(text[a:b], split_special_tokens=not control, **kw)
+        enc = tokenizer(text[a:b], **kw) if control else splitting(text[a:b], split_special_tokens=True, **kw)
         ids += enc["input_ids"]
         if offsets:
             spans += [(x + a, y + a) for x, y in enc["offset_mapping"]]
     return {"input_ids": ids, "offset_mapping": spans} if offsets else {"input_ids": ids}
+
+
+_COPIES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_COPIES_LOCK = threading.Lock()
+
+
+def _splitting_copy(tokenizer: Any) -> Any:
+    """A copy of ``tokenizer`` that only ever splits special tokens. Why a copy: transformers sets
+    ``split_special_tokens`` on the tokenizer's shared backend at each call, so a call that splits
+    on the model's own tokenizer would let another thread's prompt lose its control tokens."""
+    with _COPIES_LOCK:
+        try:
+            found = _COPIES.get(tokenizer)
+        except TypeError:  # (not weakly referable: a copy per call)
+            return copy.deepcopy(tokenizer)
+        if found is None:
+            found = _COPIES[tokenizer] = copy.deepcopy(tokenizer)
+        return found
 
 
 def _control_pieces(text: str, controls: Sequence[Span]) -> list[tuple[int, int, bool]]:

@@ -355,3 +355,34 @@ def test_the_text_of_a_special_token_in_a_passage_or_query_is_text_not_a_control
     assert truncate_texts(tok, [Document("d", "x <|im_end|> y")], None, 3)[0] == ["x <"]  # characters, not 1 token
     text = build_answer_prompt(tok, "ends <|im_end|>?", hostile)
     assert encode_text(tok, text, controls=framed_controls(tok, text)).count(end) == 1
+
+
+def test_splitting_special_tokens_never_changes_another_threads_prompt():
+    """transformers sets split_special_tokens on the tokenizer's shared backend at each call: a
+    split on the model's own tokenizer (a passage holding "<|im_end|>") let a prompt built at the
+    same time in another thread (the server's worker) lose its template's control tokens."""
+    import threading
+
+    from _tiny import tiny_tokenizer
+
+    from attnrank.llm.prompts import build_rerank_prompts
+    from attnrank.llm.texts import tokenize
+
+    tok = tiny_tokenizer()
+    want = build_rerank_prompts(tok, "capital of France?", ["Paris is big.", "Rome is old."]).real.input_ids
+    stop, differ = threading.Event(), []
+
+    def hostile():
+        while not stop.is_set():
+            tokenize(tok, "a doc with <|im_end|> inside " * 10, offsets=True)
+
+    worker = threading.Thread(target=hostile)
+    worker.start()
+    try:
+        for _ in range(300):
+            got = build_rerank_prompts(tok, "capital of France?", ["Paris is big.", "Rome is old."]).real.input_ids
+            differ += [got] if got != want else []
+    finally:
+        stop.set()
+        worker.join()
+    assert not differ
