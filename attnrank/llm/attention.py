@@ -26,7 +26,11 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+try:  # the transformers releases with hybrid caches; before, no cache layer held such a state
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin as _RecurrentLayer
+except ImportError:  # pragma: no cover - older transformers 5
+    _RecurrentLayer = None  # type: ignore[assignment,misc]
 
 from attnrank.errors import InputError, ModelError
 
@@ -361,7 +365,9 @@ def _common_start(suffixes: Sequence[Sequence[int]]) -> int:
 
 def _recurrent(layer: Any) -> bool:
     """Whether a cache layer holds a convolution or recurrent state (updated in place, in order)."""
-    return isinstance(layer, LinearAttentionCacheLayerMixin)
+    if _RecurrentLayer is None:  # pragma: no cover - older transformers 5
+        return hasattr(layer, "conv_states") or hasattr(layer, "recurrent_states")
+    return isinstance(layer, _RecurrentLayer)
 
 
 def has_sliding_layers(cache: DynamicCache) -> bool:

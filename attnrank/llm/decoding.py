@@ -18,8 +18,7 @@ NEUTRAL = {  # the processors greedy search applies, each switched off
     "encoder_repetition_penalty": 1.0,
     "no_repeat_ngram_size": 0,
     "encoder_no_repeat_ngram_size": 0,
-    "min_length": 0,
-    "min_new_tokens": 0,
+    "min_new_tokens": 0,  # (and so no min_length: setting both makes transformers warn at every call)
 }
 
 
