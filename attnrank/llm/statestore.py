@@ -64,11 +64,10 @@ _CONFIG_FIELDS = (
 )
 
 
-# Fields added since stores were first written (2026-12-05): hashed where a model sets them, so
-# that the stores of a model that sets none keep their digest.
+# Fields added since stores were first written (2026-12-05), hashed where they change what a
+# model computes: a model that sets none of them (or, as transformers fills them in for Qwen, only
+# full-attention layer types and an unused window) keeps the digest its stores were written under.
 _LATER_FIELDS = (
-    "sliding_window",
-    "layer_types",
     "no_rope_layers",
     "attn_logit_softcapping",
     "query_pre_attn_scalar",
@@ -78,11 +77,23 @@ _LATER_FIELDS = (
 )
 
 
+def _later_fields(config: Any) -> dict[str, Any]:
+    out = {k: v for k in _LATER_FIELDS if (v := getattr(config, k, None)) is not None}
+    types = list(getattr(config, "layer_types", None) or [])
+    mixed = any(t != "full_attention" for t in types)
+    if mixed:
+        out["layer_types"] = types
+    window = getattr(config, "sliding_window", None)
+    if window is not None and getattr(config, "use_sliding_window", True) and (mixed or not types):
+        out["sliding_window"] = window
+    return out
+
+
 def config_digest(config: Any) -> str:
     """A hash of the decoder config's fields that shape its keys and values (:data:`_CONFIG_FIELDS`,
-    and :data:`_LATER_FIELDS` where set)."""
+    and those of :data:`_LATER_FIELDS`, layer types and sliding window that change something)."""
     fields = {k: getattr(config, k, None) for k in _CONFIG_FIELDS}
-    fields |= {k: v for k in _LATER_FIELDS if (v := getattr(config, k, None)) is not None}
+    fields |= _later_fields(config)
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
 

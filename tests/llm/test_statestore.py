@@ -237,6 +237,7 @@ def test_the_config_digest_covers_what_shapes_sliding_and_nope_models_states():
     before = config_digest(cfg)
     cfg.sliding_window = 32
     assert config_digest(cfg) != before
-    llama = tiny_model("llama").config
-    old = {k: getattr(llama, k, None) for k in _CONFIG_FIELDS}
-    assert config_digest(llama) == hashlib.sha256(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()
+    for family in ("llama", "qwen2", "Qwen3"):  # (transformers fills in full-attention layer types for Qwen)
+        cfg = tiny_model(family).config
+        old = {k: getattr(cfg, k, None) for k in _CONFIG_FIELDS}
+        assert config_digest(cfg) == hashlib.sha256(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()
