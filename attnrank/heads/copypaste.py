@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import numbers
 import os
 import re
 import time
@@ -314,13 +315,14 @@ def detect_copy_heads(
     if (
         not list(lengths)
         or isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int)
+        or not isinstance(max_new_tokens, numbers.Integral)
         or max_new_tokens < 1
     ):
         raise InputError(
             f"lengths={list(lengths)} must give at least one haystack length and max_new_tokens={max_new_tokens!r} "
             "must be an integer >= 1 (the answer's length limit); e.g. lengths 1000,2000, max_new_tokens 50"
         )
+    max_new_tokens = int(max_new_tokens)
     capturer = AttentionCapturer(llm.model)
     L, H = llm.num_layers, llm.num_heads
     start, total, trials = time.perf_counter(), np.zeros(L * H), []

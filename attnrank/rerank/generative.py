@@ -14,6 +14,7 @@ Both return the same :class:`~attnrank.types.RankedResults` as the attention rer
 from __future__ import annotations
 
 import logging
+import numbers
 import re
 from collections.abc import Sequence
 
@@ -75,10 +76,13 @@ class PointwiseReranker:
         device: str = "cpu",
     ):
         for name, value, none in (("max_doc_words", max_doc_words, True), ("batch_size", batch_size, False)):
-            if (value is not None or not none) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if (value is not None or not none) and (
+                isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1
+            ):
                 raise InputError(f"{name}={value!r} must be a positive integer" + (" or None (no cut)" if none else ""))
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
-        self.max_doc_words, self.batch_size = max_doc_words, batch_size
+        self.max_doc_words = None if max_doc_words is None else int(max_doc_words)
+        self.batch_size = int(batch_size)
         tok = self.llm.tokenizer
         self.yes, self.no = (tok.encode(w, add_special_tokens=False)[0] for w in ("Yes", "No"))
 

@@ -102,3 +102,9 @@ def test_pointwise_refuses_a_passage_past_the_models_context():
         InputError, match=r"document 'long' is \d+ tokens, over the 256-token context of t; set max_doc_words"
     ):
         rr.score(RERANK_QUERY, [Document("long", "word " * 400)])
+
+
+def test_numpy_integers_are_integers(llm):
+    """The new checks refused np.int64 (a count read from an array), which worked before."""
+    rr = PointwiseReranker(llm, batch_size=np.int64(2), max_doc_words=np.int64(30))
+    assert rr.batch_size == 2 and len(rr.score(RERANK_QUERY, rerank_docs())) == 4
