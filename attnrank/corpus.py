@@ -184,6 +184,10 @@ class _TsvReader:
         self.line_num: int = 0
         self.fieldnames: list[str] | None = None
         for number, first in self._lines:
+            if "\r" in first.removesuffix("\n").removesuffix("\r"):  # old Mac line endings: one "line"
+                whole = first + "".join(line for _, line in self._lines)
+                self._lines = enumerate(whole.split("\r"), start=1)
+                number, first = next(self._lines)
             self.line_num, self.fieldnames = number, _tsv_fields(first)
             break
 

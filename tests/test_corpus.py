@@ -307,3 +307,15 @@ def test_a_carriage_return_inside_a_tsv_text_is_text():
         assert "c.tsv:5" in str(report.skipped)  # the line the bad record is on
         with pytest.raises(InputError, match=r"c\.tsv:5: 4 fields, the header names 3"):
             load_corpus(path)
+
+
+def test_a_tsv_with_carriage_return_line_endings_still_reads():
+    """Old Mac line endings (a lone carriage return between records): the csv module read them,
+    and the line reader that replaced it took the whole file for its header."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "c.tsv"
+        path.write_bytes(b"id\ttext\r1\thello\r2\tworld\r")
+        assert [(x.id, x.text) for x in load_corpus(path)[0]] == [("1", "hello"), ("2", "world")]

@@ -234,7 +234,11 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
     if missed:
         logger.info("LoCoMo: %d evidence ids name no turn and were skipped", missed)
     if repeated:
-        logger.info("LoCoMo: %d repeated question(s) (same question and evidence) were read once", repeated)
+        logger.info(
+            "LoCoMo: %d repeated question(s) (same question and evidence) were read once, an adversarial copy "
+            "of an answerable question left out",
+            repeated,
+        )
     if dropped:  # say so: a question count below the source's is otherwise unexplained
         logger.info(
             "LoCoMo: %d question(s) of categories %s have no evidence turn and were dropped", dropped, sorted(keep)
