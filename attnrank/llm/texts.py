@@ -29,7 +29,7 @@ def tokenize(tokenizer: Any, text: str, *, controls: Sequence[Span] = (), offset
     are token boundaries)."""
     pieces = _control_pieces(text, controls)
     kw: dict[str, Any] = {"add_special_tokens": False, **({"return_offsets_mapping": True} if offsets else {})}
-    if not any(_holds_special(tokenizer, text[a:b]) for a, b, control in pieces if not control):
+    if not any(holds_special(tokenizer, text[a:b]) for a, b, control in pieces if not control):
         return dict(tokenizer(text, **kw))
     ids: list[int] = []
     spans: list[Span] = []
@@ -74,7 +74,7 @@ def _control_pieces(text: str, controls: Sequence[Span]) -> list[tuple[int, int,
     return out
 
 
-def _holds_special(tokenizer: Any, text: str) -> bool:
+def holds_special(tokenizer: Any, text: str) -> bool:
     """Whether ``text`` holds the text of one of ``tokenizer``'s special tokens."""
     return any(t in text for t in special_texts(tokenizer))
 

@@ -22,9 +22,11 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..llm.decoding import greedy_config
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import render_chat
 from ..llm.recording import forward_lock
+from ..llm.texts import holds_special, tokenize
 from ..types import Document, RankedResults, as_documents, rank_documents
 from .inputs import check_documents, check_k, check_query
 
@@ -50,6 +52,29 @@ def _chat(tokenizer, messages: list[dict]) -> str:
     system, user, *rest = messages
     folded = {**user, "content": f"{system['content']}\n\n{user['content']}"}
     return render_chat(tokenizer, [folded, *rest], add_generation_prompt=True)
+
+
+def _chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of :func:`_chat`'s prompt, the messages' own text never a control token (a passage
+    holding "<|im_end|>" would end the turn; :func:`~attnrank.llm.texts.tokenize`): the template
+    is rendered around a marker per message, and only its own text may hold control tokens."""
+    if not any(holds_special(tokenizer, str(m["content"])) for m in messages):  # (as always: nothing to split)
+        return tokenizer(_chat(tokenizer, messages), add_special_tokens=False)["input_ids"]
+    marks = [f"\x00{i}\x00" for i in range(len(messages))]
+    framed = _chat(tokenizer, [{**m, "content": mark} for m, mark in zip(messages, marks)])
+    if not all(framed.count(mark) == 1 for mark in marks):  # a template that rewrites its content
+        raise InputError(
+            "a passage or the query holds a special token's text, and this model's chat template rewrites the "
+            "messages, so it cannot be kept apart from the template's own; remove that text"
+        )
+    out, controls = "", []
+    for piece in re.split("(\x00\\d+\x00)", framed):
+        if re.fullmatch("\x00\\d+\x00", piece):
+            out += str(messages[int(piece[1:-1])]["content"])
+        else:
+            controls.append((len(out), len(out) + len(piece)))
+            out += piece
+    return tokenize(tokenizer, out, controls=controls)["input_ids"]
 
 
 def _candidates(docs, k: int | None, query_id: str | None):
@@ -86,10 +111,10 @@ class PointwiseReranker:
         tok = self.llm.tokenizer
         self.yes, self.no = (tok.encode(w, add_special_tokens=False)[0] for w in ("Yes", "No"))
 
-    def _prompt(self, query: str, d: Document) -> str:
+    def _messages(self, query: str, d: Document) -> list[dict]:
         passage = (d.title + "\n" if d.title else "") + _words(d.text, self.max_doc_words)
         msg = f"Passage: {passage}\n\nQuery: {query}\n\nIs the passage relevant to the query? Answer Yes or No."
-        return _chat(self.llm.tokenizer, [{"role": "user", "content": msg}])
+        return [{"role": "user", "content": msg}]
 
     @torch.inference_mode()
     def score(self, query: str, docs: Sequence[Document]) -> np.ndarray:
@@ -99,8 +124,7 @@ class PointwiseReranker:
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         out = []
         for i in range(0, len(docs), self.batch_size):
-            texts = [self._prompt(query, d) for d in docs[i : i + self.batch_size]]
-            rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+            rows = [_chat_ids(tok, self._messages(query, d)) for d in docs[i : i + self.batch_size]]
             for d, row in zip(docs[i : i + self.batch_size], rows):
                 if len(row) > self.llm.context_length:  # (past its positions the model's output means nothing)
                     raise InputError(
@@ -168,22 +192,23 @@ class ListwiseReranker:
     def permutation(self, query: str, docs: list[Document]) -> list[int]:
         """The model's order of ``docs`` (0-based indices), completed with the unnamed ones."""
         tok = self.llm.tokenizer
-        enc = tok(_chat(tok, self._messages(query, docs)), return_tensors="pt", add_special_tokens=False)
-        needed = enc["input_ids"].shape[1] + 6 * len(docs)
+        ids = torch.tensor([_chat_ids(tok, self._messages(query, docs))], device=self.llm.device)
+        needed = ids.shape[1] + 6 * len(docs)
         if needed > self.llm.context_length:  # (past its positions the model's output means nothing)
             raise InputError(
-                f"the ranking prompt of {len(docs)} passages is {enc['input_ids'].shape[1]} tokens, which with its "
+                f"the ranking prompt of {len(docs)} passages is {ids.shape[1]} tokens, which with its "
                 f"{6 * len(docs)}-token answer is over the {self.llm.context_length}-token context of "
                 f"{self.llm.model_id}; lower window or max_doc_words"
             )
         with forward_lock(self.llm.model):
             gen = self.llm.model.generate(
-                **enc.to(self.llm.device),
-                max_new_tokens=6 * len(docs),
-                do_sample=False,
-                pad_token_id=tok.eos_token_id if tok.pad_token_id is None else tok.pad_token_id,
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                generation_config=greedy_config(
+                    6 * len(docs), pad_token_id=tok.eos_token_id if tok.pad_token_id is None else tok.pad_token_id
+                ),
             )
-        text = tok.decode(gen[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        text = tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=True)
         named = []
         for m in re.findall(r"\d+", text):
             i = int(m) - 1
