@@ -130,11 +130,11 @@ def reuses_states(llm: LLM) -> bool:
     of the pass (dynamic NTK, LongRoPE)."""
     layers = DynamicCache(config=llm.model.config).layers
     full = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
-    cfg = decoder_of(llm.model).config
-    value_dim = getattr(cfg, "v_head_dim", None)  # multi-head latent attention (DeepSeek): values narrower
-    key_dim = getattr(cfg, "qk_head_dim", None) or getattr(cfg, "head_dim", None)
+    decoder = decoder_of(llm.model)
+    value_dim = getattr(decoder.config, "v_head_dim", None)  # multi-head latent attention (DeepSeek): values narrower
+    key_dim = getattr(decoder.config, "qk_head_dim", None) or getattr(decoder.config, "head_dim", None)
     same = value_dim is None or value_dim == key_dim  # (kept states are assembled in one head size)
-    return full and same and not rotary_follows_length(decoder_of(llm.model))
+    return full and same and not rotary_follows_length(decoder)
 
 
 def context_keys(llm: LLM, contexts: Sequence[Sequence[int]]) -> list[str]:

@@ -32,7 +32,7 @@ from typing import Any
 from attnrank.errors import InputError, ModelError
 from attnrank.types import Document, ScoredDocument, as_documents, check_texts
 
-from .texts import tokenize
+from .texts import Span, tokenize
 from .truncation import Truncation, truncate_texts
 
 logger = logging.getLogger(__name__)
@@ -49,8 +49,6 @@ ANSWER_INSTRUCTION = (
     "Answer the question based on the context below. Give a short answer (a few words), without explanation."
 )
 _SENTINEL = "\u0000ATTNRANK-CONTENT\u0000"
-
-Span = tuple[int, int]
 
 
 @dataclass(frozen=True)

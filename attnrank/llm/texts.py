@@ -29,7 +29,8 @@ def tokenize(tokenizer: Any, text: str, *, controls: Sequence[Span] = (), offset
     are token boundaries)."""
     pieces = _control_pieces(text, controls)
     kw: dict[str, Any] = {"add_special_tokens": False, **({"return_offsets_mapping": True} if offsets else {})}
-    if not any(holds_special(tokenizer, text[a:b]) for a, b, control in pieces if not control):
+    specials = special_texts(tokenizer)  # (once per call, not once per piece)
+    if not any(s in text[a:b] for a, b, control in pieces if not control for s in specials):
         return dict(tokenizer(text, **kw))
     ids: list[int] = []
     spans: list[Span] = []

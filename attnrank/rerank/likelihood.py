@@ -74,8 +74,10 @@ def prompt_ids(
         todo = [i for i, f in enumerate(found) if f is None and max_tokens[i] == limit]
         texts, cuts = truncate_texts(tok, [docs[i] for i in todo], max_doc_words, limit)
         token_cut = {todo[c.doc_index] for c in cuts if c.unit == "tokens"}
-        for i, text in zip(todo, texts):
-            entry = PromptIds(np.asarray(encode_text(tok, passage_prompt(docs[i].title, text)), dtype=np.int32))
+        for i, text in zip(todo, texts):  # (UPR's prompt is plain text, no chat template: controls=())
+            entry = PromptIds(
+                np.asarray(encode_text(tok, passage_prompt(docs[i].title, text), controls=()), dtype=np.int32)
+            )
             found[i] = entry
             if memo is not None and i not in token_cut:  # a token-cut prompt depends on the limit
                 memo.put(keys[i], entry)
@@ -106,7 +108,7 @@ def query_likelihood(
     tok = llm.tokenizer
     ids = query_ids(tok, query)
     # each prompt starts with BOS where the model's tokenizer puts one (Llama, Gemma), as it was trained
-    frame = len(encode_text(tok, passage_prompt(None, "")))
+    frame = len(encode_text(tok, passage_prompt(None, ""), controls=()))
     room = llm.context_length - len(ids) - frame - 8  # 8: a title line's joins re-tokenized
     if room < 1:
         raise InputError(
@@ -138,5 +140,5 @@ def query_prior(llm: LLM, query: str) -> np.ndarray:
     that ``query_likelihood(...) - query_prior(...)`` is each token's pointwise mutual
     information with the passage."""
     check_query(query)
-    context = encode_text(llm.tokenizer, passage_prompt(None, ""))
+    context = encode_text(llm.tokenizer, passage_prompt(None, ""), controls=())
     return continuation_logprob(llm, [context], query_ids(llm.tokenizer, query))[0]
