@@ -78,6 +78,16 @@ def index(tmp_path):
     return idx
 
 
+def _drop_settings(out: Path, *keys: str) -> tuple[dict, dict]:
+    """Rewrite the checkpoint settings of the run written at ``out`` without ``keys``, as a
+    checkpoint written before they were recorded holds them; returns (what they held, the rest)."""
+    settings = out.with_name(out.name + ".parts") / "settings.json"
+    left = json.loads(settings.read_text())
+    held = {k: left.pop(k) for k in keys}
+    settings.write_text(json.dumps(left))
+    return held, left
+
+
 def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -235,11 +245,8 @@ def test_resume_refuses_a_checkpoint_reranked_under_another_default_preset(fake_
     run_batch({"q1": "apple"}, config, output=out, progress=False)
     run_batch({"q1": "apple"}, config, output=out, progress=False)  # the same settings: resumed
     assert fake_ray["calls"] == 1
-    settings = tmp_path / "run.trec.parts" / "settings.json"
-    old = json.loads(settings.read_text())
-    assert old["rerank_preset"] == "likelihood"
-    del old["rerank_preset"], old["preset"]  # as written before the presets were recorded
-    settings.write_text(json.dumps(old))
+    held, _ = _drop_settings(out, "rerank_preset", "preset")  # as written before the presets were recorded
+    assert held["rerank_preset"] == "likelihood"
     with pytest.raises(InputError, match=r"other settings \(rerank_preset\)"):
         run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
     assert fake_ray["calls"] == 1
@@ -252,17 +259,12 @@ def test_resume_refuses_a_checkpoint_reranked_under_another_default_preset(fake_
 def test_resume_refuses_a_checkpoint_whose_rerank_embedded_the_candidates(fake_ray, tmp_path, index):
     """Before 2026-12-03 the rerank actors embedded the candidates (in the reranker's dtype); now
     they read the index's vectors: a checkpoint without that record is refused, never mixed."""
-    import json
 
     model = save_tiny(tmp_path / "model")
     config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))
     out = tmp_path / "run.trec"
     run_batch({"q1": "apple"}, config, output=out, progress=False)
-    settings = tmp_path / "run.trec.parts" / "settings.json"
-    old = json.loads(settings.read_text())
-    assert old["dense_signal"] == "index"
-    del old["dense_signal"]
-    settings.write_text(json.dumps(old))
+    assert _drop_settings(out, "dense_signal")[0] == {"dense_signal": "index"}
     with pytest.raises(InputError, match=r"other settings \(dense_signal\)"):
         run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
     assert fake_ray["calls"] == 1
@@ -297,7 +299,6 @@ def test_a_likelihood_checkpoint_records_the_weights_and_refuses_newly_registere
     """Since 2026-12-04 the default preset scores by a user's registered likelihood weights where
     there are some: its checkpoint records the weights; one written before (equal weights, no
     record) resumes, and registering weights afterwards refuses a resume rather than mixing rows."""
-    import json
 
     from attnrank.llm.fingerprint import model_fingerprint
     from attnrank.rerank.fused import LikelihoodWeights
@@ -306,11 +307,8 @@ def test_a_likelihood_checkpoint_records_the_weights_and_refuses_newly_registere
     config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset="likelihood")
     out = tmp_path / "run.trec"
     run_batch({"q1": "apple"}, config, output=out, progress=False)
-    settings = tmp_path / "run.trec.parts" / "settings.json"
-    old = json.loads(settings.read_text())
-    assert old["likelihood_model"] == {"features": ["bm25", "dense", "likelihood"], "weights": [1.0, 1.0, 1.0]}
-    del old["likelihood_model"]
-    settings.write_text(json.dumps(old))
+    held, _ = _drop_settings(out, "likelihood_model")
+    assert held["likelihood_model"] == {"features": ["bm25", "dense", "likelihood"], "weights": [1.0, 1.0, 1.0]}
     calls = fake_ray["calls"]
     run_batch({"q1": "apple"}, config, output=out, progress=False)  # resumed: nothing to redo
     assert fake_ray["calls"] == calls
@@ -352,13 +350,11 @@ def test_resume_refuses_rows_of_signals_computed_otherwise(fake_ray, tmp_path, i
     config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset="signals")
     out = tmp_path / "run.trec"
     run_batch({"q1": "apple"}, config, output=out, progress=False)
-    settings = tmp_path / "run.trec.parts" / "settings.json"
-    old = json.loads(settings.read_text())
-    assert old["signals_version"] == SIGNALS_VERSION
-    del old["signals_version"]  # as written before the record
-    settings.write_text(json.dumps(old))
+    held, old = _drop_settings(out, "signals_version")  # as written before the record
+    assert held["signals_version"] == SIGNALS_VERSION
     run_batch({"q1": "apple"}, config, output=out, progress=False)  # resumed: nothing to redo
     assert fake_ray["calls"] == 1
+    settings = tmp_path / "run.trec.parts" / "settings.json"
     settings.write_text(json.dumps({**old, "signals_version": SIGNALS_VERSION - 1}))
     with pytest.raises(InputError, match=r"other settings \(signals_version\)"):
         run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
@@ -557,11 +553,7 @@ def test_resume_refuses_rows_of_an_earlier_first_stage(fake_ray, tmp_path, index
 
     config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
     run_batch({"q1": "apple"}, config, output=out, progress=False)
-    settings = tmp_path / "run.trec.parts" / "settings.json"
-    old = json.loads(settings.read_text())
-    assert old["retrieval_version"] == RETRIEVAL_VERSION
-    del old["retrieval_version"]
-    settings.write_text(json.dumps(old))
+    assert _drop_settings(out, "retrieval_version")[0] == {"retrieval_version": RETRIEVAL_VERSION}
     with pytest.raises(InputError, match=r"other settings \(retrieval_version\)"):
         run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
     assert fake_ray["calls"] == 1

@@ -143,18 +143,26 @@ def test_position_schemes():
         p.starts("diagonal")
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gemma"])
-def test_rotated_keys_equal_keys_computed_there(family):
-    """Rotating a block's cached first-layer keys by δ gives the keys computed δ positions on."""
-    from attnrank.llm.states import check_rotation, encode_blocks, rotate_keys
+def _moved_block(model, head: tuple[int, int], shift: int):
+    """A 5-token block encoded after a 3-token prefix at position 3 (``at``), at ``3 + shift``
+    (``there``), and ``at`` rotated by ``shift`` (``moved``): (capturer, prefix, at, there, moved)."""
+    from attnrank.llm.states import encode_blocks, rotate_keys
 
-    model = tiny_model(family, layers=2, heads=4, kv_heads=2, max_positions=4096)
-    capturer = AttentionCapturer(model, [(1, 0)])
+    capturer = AttentionCapturer(model, [head])
     prefix = capturer.prefill([5, 6, 7])
     block = [[10, 11, 12, 13, 14]]
     at = encode_blocks(capturer, prefix, block, [3])[0]
-    there = encode_blocks(capturer, prefix, block, [3 + 40])[0]
-    moved = rotate_keys(capturer, at, 40)
+    there = encode_blocks(capturer, prefix, block, [3 + shift])[0]
+    return capturer, prefix, at, there, rotate_keys(capturer, at, shift)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gemma"])
+def test_rotated_keys_equal_keys_computed_there(family):
+    """Rotating a block's cached first-layer keys by δ gives the keys computed δ positions on."""
+    from attnrank.llm.states import check_rotation
+
+    model = tiny_model(family, layers=2, heads=4, kv_heads=2, max_positions=4096)
+    capturer, prefix, at, there, moved = _moved_block(model, (1, 0), 40)
     assert torch.allclose(moved.keys[0], there.keys[0], atol=1e-5)
     assert not torch.allclose(at.keys[0], there.keys[0], atol=1e-3)
     assert torch.equal(moved.values, at.values)
@@ -166,18 +174,13 @@ def test_nope_layers_keep_their_keys_when_a_block_moves():
     those keys never see a position, so rotated positions must leave them as encoded; rotating
     them as well (what a first-layer probe could not see) moved them to no position at all."""
     from attnrank.llm.context import assemble
-    from attnrank.llm.states import check_rotation, encode_blocks, rotate_keys
+    from attnrank.llm.states import check_rotation
 
     model = tiny_model(
         "SmolLM3", layers=2, heads=4, kv_heads=2, max_positions=4096, no_rope_layers=[1, 0], pad_token_id=0
     )
-    capturer = AttentionCapturer(model, [(1, 0)])
-    prefix = capturer.prefill([5, 6, 7])
-    block = [[10, 11, 12, 13, 14]]
-    at = encode_blocks(capturer, prefix, block, [3])[0]
-    there = encode_blocks(capturer, prefix, block, [3 + 40])[0]
+    capturer, prefix, at, there, moved = _moved_block(model, (1, 0), 40)
     check_rotation(capturer, prefix)  # layer 0 has rotary embeddings: the probe passes
-    moved = rotate_keys(capturer, at, 40)
     assert torch.allclose(moved.keys[0], there.keys[0], atol=1e-5)
     assert torch.equal(moved.keys[1], at.keys[1])
     context = assemble(capturer, prefix, [at], shifts=[40])
@@ -422,7 +425,6 @@ def test_memo_serves_one_tokenizer():
 def test_exaone4_full_attention_layers_keep_their_keys_when_a_block_moves():
     """EXAONE 4 applies no rotary embedding in its full-attention layers when it has sliding ones;
     rotated positions rotated their keys too, moving them to a position they never had."""
-    from attnrank.llm.states import encode_blocks, rotate_keys
 
     model = tiny_model(
         "Exaone4",
@@ -434,12 +436,7 @@ def test_exaone4_full_attention_layers_keep_their_keys_when_a_block_moves():
         layer_types=["sliding_attention", "sliding_attention", "full_attention"],
         pad_token_id=0,
     )
-    capturer = AttentionCapturer(model, [(2, 0)])
-    prefix = capturer.prefill([5, 6, 7])
-    block = [[10, 11, 12, 13, 14]]
-    at = encode_blocks(capturer, prefix, block, [3])[0]
-    there = encode_blocks(capturer, prefix, block, [3 + 20])[0]
-    moved = rotate_keys(capturer, at, 20)
+    _, _, at, there, moved = _moved_block(model, (2, 0), 20)
     torch.testing.assert_close(moved.keys[0], there.keys[0], atol=1e-5, rtol=0)  # a rotary layer: rotated
     assert torch.equal(moved.keys[2], at.keys[2])  # the full-attention layer: as encoded (it was rotated)
 
