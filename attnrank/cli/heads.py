@@ -173,14 +173,14 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
     load_needles(niah_folder(data))  # the data folder first, then the options, then every haystack file
     if qr_given:
         raise typer.BadParameter(f"{', '.join(qr_given)} configure(s) --method qr, not copy; drop them")
-    inputs = check_copy_inputs(data, haystack, None, deps)  # all of it before the model loads
+    inputs = check_copy_inputs(data, haystack, None, deps, lens, max_new_tokens)  # all of it before the model loads
     context = model_context_length(model)
     if context is not None and max(lens) + max_new_tokens > context:  # positions the model was never trained on
         raise typer.BadParameter(
             f"--lengths {max(lens)} plus --max-new-tokens {max_new_tokens} exceeds the {context}-token context of "
             f"{model or 'the default model'}; give lengths up to {context - max_new_tokens}"
         )
-    check_copy_lengths(load_tokenizer(model), inputs, haystack, lens)  # the tokenizer only, not the model
+    check_copy_lengths(load_tokenizer(model), inputs, haystack)  # the tokenizer only, not the model
     llm = load_llm(model, dtype=dtype, device=device)
     result = detect_copy_heads(
         llm, data=data, lengths=lens, depths=deps, haystack=haystack, max_new_tokens=max_new_tokens

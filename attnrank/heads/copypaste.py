@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -241,13 +241,29 @@ def copy_trial(
     )
 
 
+class CopyInputs(NamedTuple):
+    """What :func:`check_copy_inputs` checked: the NIAH folder, all its needles, the chosen needle
+    indices, the haystack lengths (tokens) and the answer's token limit."""
+
+    folder: Path
+    needles: list[Needle]
+    chosen: list[int]
+    lengths: list[int]
+    max_new_tokens: int
+
+
 def check_copy_inputs(
-    data: str | Path | None, haystack: str, needles: Sequence[int] | None, depths: Sequence[float]
-) -> tuple[Path, list[Needle], list[int]]:
+    data: str | Path | None,
+    haystack: str,
+    needles: Sequence[int] | None,
+    depths: Sequence[float],
+    lengths: Sequence[int] = COPY_LENGTHS,
+    max_new_tokens: int = COPY_MAX_NEW_TOKENS,
+) -> CopyInputs:
     """What :func:`detect_copy_heads` reads, checked before a model loads: the NIAH folder, its
-    needles, the chosen needle indices, the depths and every haystack the trials will read (a
-    missing book part, or an essays folder without essays, which read as an empty haystack).
-    Returns (folder, all needles, the chosen indices)."""
+    needles, the chosen needle indices, the depths, the lengths, the answer's token limit and every
+    haystack the trials will read (a missing book part, or an essays folder without essays, which
+    read as an empty haystack)."""
     if haystack not in ("book", "essays"):
         raise InputError(f"haystack={haystack!r} is not 'book' or 'essays'")
     folder = niah_folder(data)
@@ -256,6 +272,16 @@ def check_copy_inputs(
     if not chosen or not list(depths):  # (no trial would run: an all-NaN result blaming the model)
         raise InputError(
             f"needles={chosen} and depths={list(depths)} must each give at least one; e.g. depths 0,50,100"
+        )
+    if (
+        not list(lengths)
+        or isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, numbers.Integral)
+        or max_new_tokens < 1
+    ):  # (no answer: transformers' ValueError half-way through the trials)
+        raise InputError(
+            f"lengths={list(lengths)} must give at least one haystack length and max_new_tokens={max_new_tokens!r} "
+            "must be an integer >= 1 (the answer's length limit); e.g. lengths 1000,2000, max_new_tokens 50"
         )
     bad = [n for n in chosen if not 0 <= n < len(all_needles)]
     if bad:
@@ -273,28 +299,22 @@ def check_copy_inputs(
         )
     for part in sorted({n % 3 + 1 for n in chosen}) if haystack == "book" else []:
         _book_part(folder, part)
-    return folder, all_needles, chosen
+    return CopyInputs(folder, all_needles, chosen, [int(n) for n in lengths], int(max_new_tokens))
 
 
-def check_copy_lengths(
-    tokenizer: Any, inputs: tuple[Path, list[Needle], list[int]], haystack: str, lengths: Sequence[int]
-) -> None:
-    """That each chosen needle's prompt fits the shortest and the longest of ``lengths`` (prompt
-    tokens, as :func:`build_niah_prompt` cuts it with ``tokenizer``): longer than the needle and
-    question, and no longer than the haystack fills; checked with the tokenizer alone, where a
+def check_copy_lengths(tokenizer: Any, inputs: CopyInputs, haystack: str) -> None:
+    """That each chosen needle's prompt fits the shortest and the longest of the checked lengths
+    (prompt tokens, as :func:`build_niah_prompt` cuts it with ``tokenizer``): longer than the needle
+    and question, and no longer than the haystack fills; checked with the tokenizer alone, where a
     length that does not fit failed a detection half-way through its trials (the lengths between
-    fit when both ends do). ``inputs``: what :func:`check_copy_inputs` returned (folder, needles,
-    the chosen ones)."""
-    folder, all_needles, chosen = inputs
-    if not list(lengths):
-        raise InputError("lengths=[] gives no trial; give at least one haystack length in tokens, e.g. 1000,2000")
-    ends, texts = sorted({int(min(lengths)), int(max(lengths))}), {}
-    for n in chosen:
+    fit when both ends do)."""
+    texts: dict[int | None, str] = {}
+    for n in inputs.chosen:
         part = n % 3 + 1 if haystack == "book" else None
         if part not in texts:
-            texts[part] = load_haystack(folder, part)
-        for length in ends:
-            build_niah_prompt(tokenizer, texts[part], all_needles[n], length, 50.0)
+            texts[part] = load_haystack(inputs.folder, part)
+        for length in sorted({min(inputs.lengths), max(inputs.lengths)}):
+            build_niah_prompt(tokenizer, texts[part], inputs.needles[n], length, 50.0)
 
 
 def detect_copy_heads(
@@ -311,18 +331,9 @@ def detect_copy_heads(
 
     ``needles``: indices into ``needles.jsonl`` (default all 3); ``haystack``: ``"book"`` (each
     needle with its own book part, as Retrieval_Head) or ``"essays"`` (Paul Graham essays)."""
-    folder, all_needles, chosen = check_copy_inputs(data, haystack, needles, depths)
-    if (
-        not list(lengths)
-        or isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, numbers.Integral)
-        or max_new_tokens < 1
-    ):
-        raise InputError(
-            f"lengths={list(lengths)} must give at least one haystack length and max_new_tokens={max_new_tokens!r} "
-            "must be an integer >= 1 (the answer's length limit); e.g. lengths 1000,2000, max_new_tokens 50"
-        )
-    max_new_tokens = int(max_new_tokens)
+    folder, all_needles, chosen, lengths, max_new_tokens = check_copy_inputs(
+        data, haystack, needles, depths, lengths, max_new_tokens
+    )
     capturer = AttentionCapturer(llm.model)
     L, H = llm.num_layers, llm.num_heads
     start, total, trials = time.perf_counter(), np.zeros(L * H), []

@@ -227,8 +227,8 @@ def test_bad_needles_and_depths_are_input_errors(llm, niah):
     ):
         with pytest.raises(InputError, match=said):
             detect_copy_heads(llm, data=niah, **{"lengths": [200], "depths": [0], "needles": [0], **kw})
-    with pytest.raises(InputError, match=r"lengths=\[\] gives no trial"):  # was: min() of an empty sequence
-        copypaste.check_copy_lengths(llm.tokenizer, copypaste.check_copy_inputs(niah, "book", [0], [0]), "book", [])
+    with pytest.raises(InputError, match=r"lengths=\[\] must give at least one"):  # was: min() of an empty sequence
+        copypaste.check_copy_inputs(niah, "book", [0], [0], [])
 
 
 def test_unreadable_niah_files_are_input_errors(tmp_path):
