@@ -5,13 +5,20 @@ Parquet file), and hashed (:func:`file_sha256`) to verify what was written."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import InputError
+
+logger = logging.getLogger(__name__)
+
+# atomic_path's temporary siblings: ``.NAME.tmp-PID-HEX``
+_TEMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]{8}$")
 
 
 def file_sha256(path: str | Path) -> str:
@@ -23,6 +30,66 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (this one, or another user's)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def hold_writer_lock(path: Path) -> int | None:
+    """Open ``path`` (a file or folder being written) and hold an exclusive lock on it: the
+    descriptor to close when the write ends (None where the file system has no locks). A
+    process's locks go when it does, however it ends, so a later :func:`writer_gone` can tell a
+    write under way (in any process, on any machine that shares the lock) from one that was killed."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def writer_gone(path: Path) -> bool:
+    """Whether nothing writes ``path`` now: no lock of :func:`hold_writer_lock` is held on it.
+    False where that cannot be told (no locks on this file system, unreadable): such leftovers
+    are kept, not removed."""
+    fd = hold_writer_lock(path)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove the temporary files :func:`atomic_path` left beside ``path`` when its write was
+    killed (``.NAME.tmp-PID-HEX`` with no writer's lock on it); nothing else is touched."""
+    removed: list[Path] = []
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return removed
+    for p in siblings:
+        m = _TEMP.match(p.name)
+        if m and m["name"] == path.name and p.is_file() and not p.is_symlink() and writer_gone(p):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+            logger.warning("removed %s, left by a write that was killed (process %s)", p, m["pid"])
+    return removed
+
+
 @contextmanager
 def atomic_path(path: str | Path, *, fsync: bool = True, guard: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """A temporary sibling of ``path`` to write (``.NAME.tmp-PID-HEX``); once the block ends
@@ -32,10 +99,14 @@ def atomic_path(path: str | Path, *, fsync: bool = True, guard: Callable[[Path],
     written through (its target is replaced, the link kept). ``guard(path)``, called just before
     the rename, may raise :class:`InputError` to keep what is there (:func:`replace_guard`: a file
     that appeared while a long run wrote, which attnrank did not write); what was written is then
-    kept at ``NAME.attnrank-new-HEX`` beside it, named in the error."""
+    kept at ``NAME.attnrank-new-HEX`` beside it, named in the error. Temporary siblings of ``path``
+    that a killed write left are removed first (:func:`remove_stale_temps`)."""
     path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.touch(exist_ok=False)  # (created to hold its writer's lock; writers truncate it)
+    lock = hold_writer_lock(tmp)
     try:
         yield tmp
         if fsync:
@@ -55,6 +126,8 @@ def atomic_path(path: str | Path, *, fsync: bool = True, guard: Callable[[Path],
             fsync_folder(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+        if lock is not None:
+            os.close(lock)
 
 
 def fsync_folder(folder: Path) -> None:

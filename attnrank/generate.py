@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from .llm.decoding import greedy_config
 from .llm.models import LLM, load_llm
 from .llm.prompts import build_answer_prompt, encode_text, turn_end_ids
 from .llm.recording import forward_lock
-from .types import check_unicode, refuse_one_passage
+from .types import check_unicode, is_count, refuse_one_passage
 
 logger = logging.getLogger(__name__)
 
@@ -160,5 +159,5 @@ class Generator:
 
 
 def check_max_new_tokens(n: int) -> None:
-    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:  # (numpy integers too)
+    if not is_count(n):  # (numpy integers too)
         raise InputError(f"max_new_tokens={n!r} must be an integer >= 1 (tokens generated at most), e.g. 64")

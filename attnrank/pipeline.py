@@ -33,7 +33,7 @@ from .rerank.attention import AttentionReranker
 from .rerank.config import RerankConfig
 from .rerank.inputs import check_unique_ids
 from .rerank.position import SlotProfile, load_profile, reorder_for_generation
-from .types import Document, RankedResults, ScoredDocument, as_documents, check_unicode
+from .types import Document, RankedResults, ScoredDocument, as_documents, check_unicode, is_count
 
 logger = logging.getLogger(__name__)
 
@@ -289,7 +289,7 @@ def _check_counts(depth: Any, top_k: Any, budget_tokens: Any, neighbours: Any, p
     pruner, its budget (None: every run gives one) and ``neighbours`` (found here, not by run()
     after the retrieval and the reranking)."""
     for name, value in (("depth", depth), ("top_k", top_k)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_count(value):
             raise InputError(f"{name}={value!r} must be an integer >= 1")
     if top_k > depth:
         raise InputError(

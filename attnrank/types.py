@@ -89,12 +89,18 @@ class RankedResults:
 
     def top_k(self, k: int) -> RankedResults:
         # a negative k would drop the last results; numpy integers are integers too
-        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 0:
+        if not is_count(k, 0):
             raise InputError(f"top_k(k={k!r}): k must be an integer >= 0 (how many results to keep), e.g. 10")
         return RankedResults(self.query, self.results[:k], self.query_id, self.stage)
 
     def documents(self) -> list[Document]:
         return [r.document for r in self.results]
+
+
+def is_count(value: Any, minimum: int = 1) -> bool:
+    """Whether ``value`` is a whole number (a Python or NumPy integer, not a bool) of at least
+    ``minimum``: the check of every count and size option; each caller names its own limit."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= minimum
 
 
 def check_unicode(texts: Iterable[str], what: str = "text") -> None:

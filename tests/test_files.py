@@ -6,7 +6,7 @@ import re
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.files import atomic_path, check_file_target
+from attnrank.files import atomic_path, check_file_target, hold_writer_lock, writer_gone
 
 
 def test_atomic_path_replaces_only_a_complete_file(tmp_path):
@@ -105,3 +105,27 @@ def test_a_guard_keeps_a_file_that_appeared_during_the_write(tmp_path):
     path.chmod(0o600)
     (kept,) = [p for p in tmp_path.iterdir() if p.name != "run.trec"]
     assert kept.stat().st_mode & 0o777 != 0 and kept.read_text() == "q1 Q0 d3 1 1.0 attnrank\n"
+
+
+def test_temporary_files_of_a_killed_write_are_removed_and_nothing_else(tmp_path):
+    """A write killed mid-way left its hidden ``.NAME.tmp-PID-HEX`` file behind for good."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(done.stdout)
+    stale = tmp_path / f".run.trec.tmp-{dead}-0123abcd"
+    live = tmp_path / f".run.trec.tmp-{dead}-4567abcd"  # a write under way (its PID not visible here)
+    other = tmp_path / f".notes.txt.tmp-{dead}-0123abcd"  # another file's
+    mine = tmp_path / ".run.trec.tmp-backup"  # the user's own, not atomic_path's name
+    for p in (stale, live, other, mine):
+        p.write_text("x")
+    lock = hold_writer_lock(live)  # as atomic_path holds it while its caller writes
+    try:
+        with atomic_path(tmp_path / "run.trec") as tmp:
+            assert not writer_gone(tmp)
+            tmp.write_text("new")
+    finally:
+        os.close(lock)
+    assert not stale.exists() and live.exists() and other.exists() and mine.exists()
+    assert (tmp_path / "run.trec").read_text() == "new"

@@ -63,3 +63,33 @@ def test_one_string_is_not_split_into_a_passage_per_character():
     with pytest.raises(InputError, match="one Document, not a list"):
         as_documents(Document("a", "Paris is big"))
     assert [d.text for d in as_documents(["Paris is big"])[0]] == ["Paris is big"]
+
+
+def test_is_count_takes_python_and_numpy_integers_not_bools_floats_or_small_ones():
+    from attnrank.types import is_count
+
+    assert is_count(1) and is_count(np.int64(3)) and is_count(0, 0) and is_count(np.uint8(0), 0)
+    assert not any(is_count(v) for v in (0, -1, True, 1.0, "2", None, np.float32(2)))
+    assert not is_count(-1, 0)
+
+
+def test_counts_given_as_numpy_integers_are_stored_as_python_integers():
+    """A configuration given a NumPy integer kept it, and writing the configuration as JSON failed."""
+    import dataclasses
+    import json
+
+    from attnrank.prune.config import PruneConfig
+    from attnrank.rerank.adapter import AdapterConfig
+    from attnrank.rerank.config import RerankConfig
+
+    rc = RerankConfig(max_doc_words=np.int64(300), state_cache_mb=np.int32(8))
+    pc = PruneConfig(max_sentence_words=np.int64(40), max_prompt_tokens=np.int64(512), state_cache_mb=np.int16(4))
+    ac = AdapterConfig(rank=np.int64(4), steps=np.int64(10))
+    for cfg, keys in (
+        (rc, ("max_doc_words", "state_cache_mb")),
+        (pc, ("max_sentence_words", "max_prompt_tokens")),
+        (ac, ("rank", "steps")),
+    ):
+        assert all(type(getattr(cfg, k)) is int for k in keys)
+        json.dumps({k: getattr(cfg, k) for k in keys})
+    assert dataclasses.replace(rc, max_doc_words=None).max_doc_words is None

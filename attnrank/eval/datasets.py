@@ -26,7 +26,7 @@ from typing import Any
 
 from ..corpus import load_corpus, load_queries
 from ..errors import InputError
-from ..types import Document
+from ..types import Document, is_count
 from .data import read_qrels
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class Dataset:
 
 def check_sample_size(n: int | None) -> None:
     """A sample's query count: None or 0 (all of them), else a count >= 1."""
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+    if n is not None and not is_count(n, 0):
         raise InputError(f"n={n!r} queries: give a count >= 1 (or None/0 for all of them)")  # n<0 dropped the last
 
 

@@ -13,6 +13,7 @@ from math import comb
 from typing import Any
 
 from ..errors import InputError, require
+from ..types import is_count
 
 DEFAULT_METRICS = ("nDCG@10", "R@20", "R@100", "RR@10")
 
@@ -30,7 +31,7 @@ def _parse(metrics: Sequence[str], rel: int) -> dict[str, Any]:
                 f"metric {m!r} is not an ir-measures name ({e}); use e.g. nDCG@10, R@100, RR@10, P@5 or AP"
             ) from None
         cutoff = measure.params.get("cutoff")
-        if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int) or cutoff < 1):
+        if cutoff is not None and not is_count(cutoff):
             # trec_eval aborts the whole process (not an exception) on a cutoff below 1
             raise InputError(f"metric {m!r} has cutoff {cutoff!r}; a cutoff is a whole number >= 1 (e.g. R@100)")
         # every measure with a threshold (Rprec, Bpref, SetP, ... too), unless the name sets its own

@@ -17,7 +17,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import numbers
 import os
 import re
 import time
@@ -36,6 +35,7 @@ from ..llm.attention import AttentionCapturer
 from ..llm.decoding import greedy_config
 from ..llm.prompts import chat_frame
 from ..llm.recording import forward_lock
+from ..types import is_count
 from .scores import HeadScores
 
 logger = logging.getLogger(__name__)
@@ -273,11 +273,8 @@ def check_copy_inputs(
         raise InputError(
             f"needles={chosen} and depths={list(depths)} must each give at least one; e.g. depths 0,50,100"
         )
-    if (
-        not list(lengths)
-        or isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, numbers.Integral)
-        or max_new_tokens < 1
+    if not list(lengths) or not is_count(
+        max_new_tokens
     ):  # (no answer: transformers' ValueError half-way through the trials)
         raise InputError(
             f"lengths={list(lengths)} must give at least one haystack length and max_new_tokens={max_new_tokens!r} "

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import IndexFormatError, InputError
+from ..types import is_count
 from .tokenize import TokenizerConfig, make_tokenizer, tokenize_all
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class BM25Params:
 
 def check_k(k: object) -> None:
     """Raise :class:`InputError` unless ``k`` is a positive integer (results per query)."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+    if not is_count(k):
         raise InputError(f"k={k!r} must be a positive integer (the number of results per query)")
 
 
@@ -259,7 +260,7 @@ class BM25Index:
             return IndexFormatError(f"BM25 index at {path} is corrupted ({what}); rebuild it with `attnrank index`")
 
         n, data, ind, ptr = self.num_docs, self.data, self.indices, self.indptr
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        if not is_count(n):
             raise bad(f"num_docs={n!r}")
         if (
             data.dtype != np.float32

@@ -11,8 +11,9 @@ Rules (issue 12, "nothing lost"):
   path the caller protects (the corpus being indexed).
 - Temporary and previous-index folders are siblings named ``.NAME.tmp-PID-HEX`` and
   ``.NAME.old-PID-HEX``, where PID is the writing process. A later save of the same NAME
-  removes those whose process is gone (a build killed by ``kill -9`` or a power cut) and logs
-  a warning naming each.
+  removes those whose writer is gone (a build killed by ``kill -9`` or a power cut) and logs
+  a warning naming each: a temporary folder when no build holds its lock (which goes with its
+  process), a previous-index folder when its process is gone.
 - The new folder is swapped in with one ``renameat2(RENAME_EXCHANGE)`` on Linux, so the index
   path always holds a complete index; elsewhere (or on file systems without it) two renames.
 """
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from ..errors import InputError
+from ..files import process_alive, writer_gone
 
 logger = logging.getLogger(__name__)
 
@@ -149,18 +151,6 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
     )
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
 def remove_stale(target: Path) -> list[Path]:
     """Remove ``.NAME.tmp-*`` / ``.NAME.old-*`` siblings of ``target`` whose writing process is gone."""
     target = Path(target)
@@ -169,7 +159,11 @@ def remove_stale(target: Path) -> list[Path]:
         return removed
     for p in target.parent.iterdir():
         m = _SIBLING.match(p.name)
-        if not m or m["name"] != target.name or _alive(int(m["pid"])):
+        if not m or m["name"] != target.name:
+            continue
+        # a build under way holds its folder's lock (in any process or container, wherever its
+        # PID is not visible); the few-millisecond .old folder of a swap is judged by its PID
+        if not (writer_gone(p) if m["kind"] == "tmp" else not process_alive(int(m["pid"]))):
             continue
         if m["kind"] == "old" and not target.exists() and is_index_folder(p):
             # killed between the two renames of the fallback swap: this is the only copy

@@ -14,7 +14,7 @@ import numpy as np
 from ..config import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORM, RRF_K, fault_point
 from ..corpus import load_corpus
 from ..errors import IndexFormatError, InputError
-from ..types import Document, RankedResults, ScoredDocument
+from ..types import Document, RankedResults, ScoredDocument, is_count
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
 from .dense import DenseIndex, check_index_type, recorded_probe
@@ -243,7 +243,7 @@ class HybridRetriever:
     def _check_search(self, queries: list[str], k: int) -> None:
         if not self.docs:
             raise InputError("the retriever has no documents; call index(...) or HybridRetriever.load(path) first")
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        if not is_count(k):
             raise InputError(f"k={k!r} must be a positive integer (the number of results per query)")
         check_queries(queries)
 
@@ -424,5 +424,5 @@ def _check_settings(dense_index: str, stopwords: str, stemmer: str, rrf_k: Any, 
     check_index_type(dense_index)
     check_names(stopwords, stemmer)
     for name, value in (("rrf_k", rrf_k), ("depth", depth)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        if not is_count(value):
             raise InputError(f"{name}={value!r} must be a positive integer")

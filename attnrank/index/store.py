@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from ..config import fault_point
 from ..errors import IndexFormatError
-from ..files import file_sha256, fsync_folder, fsync_tree
+from ..files import file_sha256, fsync_folder, fsync_tree, hold_writer_lock
 from ..types import Document
 from .folders import SHARDED_FORMAT, check_target, remove_stale, sibling, swap_in
 
@@ -76,6 +76,7 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Path] = (
     fault_point("save-before-tmp", target)
     tmp = sibling(target, "tmp")
     tmp.mkdir()
+    lock = hold_writer_lock(tmp)  # a later build's remove_stale keeps this folder while it is held
     swapped = False
     try:
         yield tmp
@@ -92,6 +93,9 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Path] = (
         if not swapped:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
 
 
 def write_docs(path: Path, docs: Sequence[Document]) -> None:

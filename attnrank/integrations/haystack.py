@@ -22,7 +22,7 @@ require("haystack", "haystack", "the attnrank Haystack components")
 
 from haystack import Document as HSDocument
 
-from ..types import Document, RankedResults, ScoredDocument
+from ..types import Document, RankedResults, ScoredDocument, is_count
 from .shared import built_settings, keep_stages, score_fields
 
 __all__ = ["from_index", "reranker_settings", "to_attnrank", "to_haystack"]
@@ -72,7 +72,7 @@ def reranker_settings(model: str | None, heads: Any, scorer: str, extra: dict[st
 
 
 def check_top_k(top_k: Any) -> None:
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+    if top_k is not None and not is_count(top_k):
         raise InputError(f"top_k={top_k!r} must be None (keep all) or an integer >= 1")
 
 

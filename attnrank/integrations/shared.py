@@ -26,7 +26,7 @@ from ..llm.recording import forward_lock
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig, check_fields
 from ..rerank.reweight import Reweighting
-from ..types import Document, ScoredDocument
+from ..types import Document, ScoredDocument, is_count
 
 _LOCK = threading.Lock()  # guards the two dicts below, never held while anything is built
 _CACHE: dict[tuple[str, str], Any] = {}
@@ -243,7 +243,7 @@ def renamed(kwargs: dict[str, Any], old: str, new: str, where: str, value: Any, 
 def check_depth(top: Any, depth: Any, top_name: str) -> None:
     """``top`` results kept out of ``depth`` first-stage candidates: integers, 1 <= top <= depth."""
     for name, value in ((top_name, top), ("depth", depth)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_count(value):
             raise InputError(f"{name}={value!r} must be an integer >= 1")
     if top > depth:
         raise InputError(
@@ -254,7 +254,7 @@ def check_depth(top: Any, depth: Any, top_name: str) -> None:
 
 def check_top_n(top_n: Any, name: str = "top_n") -> None:
     """``top_n``: None (keep all) or an integer >= 1."""
-    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
+    if top_n is not None and not is_count(top_n):
         raise InputError(f"{name}={top_n!r} must be None (keep all) or an integer >= 1")
 
 

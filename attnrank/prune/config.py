@@ -11,6 +11,7 @@ from ..config import check_flags
 from ..errors import InputError
 from ..llm.blocks import check_attention_mode, check_positions
 from ..rerank.config import check_fields, check_prompt_options, store_precision_names
+from ..types import is_count
 from .segment import DEFAULT_MAX_WORDS
 
 PRUNE_METHODS = ("query", "focus", "probe")
@@ -54,8 +55,9 @@ class PruneConfig:
         check_flags(self, ("calibrate", "token_filter", "sink"))
         check_attention_mode(self.attention)
         check_positions(self.block_positions)
-        if isinstance(self.state_cache_mb, bool) or not isinstance(self.state_cache_mb, int) or self.state_cache_mb < 0:
+        if not is_count(self.state_cache_mb, 0):
             raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
+        object.__setattr__(self, "state_cache_mb", int(self.state_cache_mb))  # a NumPy integer written as JSON
         if self.method not in PRUNE_METHODS:
             raise InputError(f"method={self.method!r} is not one of {PRUNE_METHODS}")
         if self.length_norm not in LENGTH_NORMS:
@@ -71,11 +73,13 @@ class PruneConfig:
         if self.method == "focus" and not self.focus_hint.strip():
             raise InputError(f"focus_hint is empty; method='focus' needs an answer hint such as {FOCUS_HINT!r}")
         words = self.max_sentence_words
-        if isinstance(words, bool) or not isinstance(words, int) or words < 1:  # (was an error only at the first prune)
+        if not is_count(words):  # (was an error only at the first prune)
             raise InputError(f"max_sentence_words={words!r} must be an integer >= 1 (longer sentences are split)")
         mpt = self.max_prompt_tokens
-        if mpt is not None and (isinstance(mpt, bool) or not isinstance(mpt, int) or mpt < 1):
+        if mpt is not None and not is_count(mpt):
             raise InputError(f"max_prompt_tokens={mpt!r} must be a positive integer or None")
+        object.__setattr__(self, "max_sentence_words", int(words))
+        object.__setattr__(self, "max_prompt_tokens", None if mpt is None else int(mpt))
         # the reranker's checks of the same options (before, found at the first prune, model loaded)
         check_prompt_options(self.order, self.instruction)
         store_precision_names(self)

@@ -10,10 +10,8 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..errors import InputError
-from ..types import Document
+from ..types import Document, is_count
 
 logger = logging.getLogger(__name__)
 
@@ -125,9 +123,7 @@ def check_budget(budget_tokens: int | None, keep_ratio: float | None) -> None:
             "no budget given; pass budget_tokens=N (sentence tokens to keep, e.g. 300) "
             "or keep_ratio=R (fraction of the context, 0 < R <= 1)"
         )
-    if budget_tokens is not None and (
-        isinstance(budget_tokens, bool) or not isinstance(budget_tokens, (int, np.integer)) or budget_tokens < 1
-    ):
+    if budget_tokens is not None and (not is_count(budget_tokens)):
         raise InputError(
             f"budget_tokens={budget_tokens!r} must be a whole number of tokens >= 1; "
             "pass e.g. budget_tokens=300, or keep_ratio=R"
@@ -142,7 +138,7 @@ def check_budget(budget_tokens: int | None, keep_ratio: float | None) -> None:
 
 
 def check_neighbours(neighbours: int) -> None:
-    if isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 0:
+    if not is_count(neighbours, 0):
         raise InputError(
             f"neighbours={neighbours!r} must be an integer >= 0 (sentences of context kept on each side of a chosen one)"
         )

@@ -44,7 +44,7 @@ from ..files import atomic_path, file_sha256, refuse_replacing
 from ..llm.attention import AttentionCapturer
 from ..llm.models import ADAPTED, LLM
 from ..llm.prompts import build_rerank_prompts
-from ..types import Document
+from ..types import Document, is_count
 from .config import RerankConfig
 
 logger = logging.getLogger(__name__)
@@ -74,8 +74,9 @@ class AdapterConfig:
     def __post_init__(self) -> None:
         for key in ("rank", "steps"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_count(value):
                 raise InputError(f"{key}={value!r} must be a positive integer")
+            object.__setattr__(self, key, int(value))  # a NumPy integer written as JSON
         for key in ("alpha", "lr", "temperature", "clip_norm"):
             if not float(getattr(self, key)) > 0:
                 raise InputError(f"{key}={getattr(self, key)!r} must be > 0")

@@ -56,6 +56,7 @@ from ..errors import InputError
 from ..llm.blocks import capture_name, check_attention_mode, check_positions
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..llm.rows import QUERY_SPANS
+from ..types import is_count
 from .fused import LIKELIHOOD, SIGNALS_AUTO, SIGNALS_LIKELIHOOD, SIGNALS_ONLY, FusedWeights
 from .reweight import Reweighting
 
@@ -154,8 +155,9 @@ class RerankConfig:
         check_attention_mode(self.attention)
         check_positions(self.block_positions)
         store_precision_names(self)  # they also set the embedder's, with or without attention
-        if isinstance(self.state_cache_mb, bool) or not isinstance(self.state_cache_mb, int) or self.state_cache_mb < 0:
+        if not is_count(self.state_cache_mb, 0):
             raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
+        object.__setattr__(self, "state_cache_mb", int(self.state_cache_mb))  # a NumPy integer written as JSON
         if self.attention != "block" and self.passage_states is not None:
             raise InputError("passage_states are block-attention states; add attention='block' (--attention block)")
         if self.passage_states is not None and self.block_positions == "sequential":
@@ -173,10 +175,18 @@ class RerankConfig:
             self._check_no_attention_options()
         for key in ("max_doc_words", "max_doc_tokens", "max_prompt_tokens"):
             value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and not is_count(value):
                 raise InputError(f"{key}={value!r} must be a positive integer or None (no limit)")
+            object.__setattr__(self, key, None if value is None else int(value))
         if self.scorer != "sum" and self.heads not in (None, AUTO_OR_ALL):
             raise InputError(f"scorer='learned' reads the heads its weights were trained on; drop heads={self.heads!r}")
+        if self.reweight is not None and not isinstance(
+            self.reweight, Reweighting
+        ):  # (an AttributeError, model loaded)
+            raise InputError(
+                f"reweight={self.reweight!r} is not a Reweighting or None; give e.g. Reweighting(sink=True) "
+                "(--reweight sink)"
+            )
         if self.scorer != "sum" and self.reweight is not None:  # the learned scorer reads plain head scores
             raise InputError(
                 "scorer='learned' scores the heads' plain calibrated passage scores, so reweight= would not "

@@ -324,6 +324,12 @@ class FusedWeights(RegistryArtifact):
                 f"{self.LABEL} {self.weights} over {self.features} are all 0: they would rank every candidate "
                 f"alike; retrain them with {self.TRAIN} on more labelled queries"
             )
+        base = self.base_weights
+        if base and not any(base):  # the fallback of the gate and of the preset signals
+            raise InputError(
+                f"the base_weights {base} of these {self.LABEL}, over {self.base_features} are all 0: the model without "
+                f"attention would rank every candidate alike; retrain them with {self.TRAIN} on more labelled queries"
+            )
 
     def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
         """Register these weights for the model (:meth:`check_informative` first)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,10 @@ from ..eval.metrics import evaluate_per_query
 from ..eval.rows import scores_by_id
 from ..types import Document
 from .fused import ATTENTION, FEATURES, FusedWeights, FusionExample, attention_confidence, feature_matrix
+from .inputs import check_unique_ids
 from .signals import SIGNALS_VERSION, SignalComputer
+
+logger = logging.getLogger(__name__)
 
 LEARNERS = ("pointwise", "pairwise", "listwise", "equal")
 GRID_STEPS = 10  # listwise: weights on the simplex in steps of 1/GRID_STEPS
@@ -222,7 +226,15 @@ def train_fused(
     # the gate's fallback, and the `signals` preset's model once registered (signals_only), unless
     # the user registered SignalsWeights
     if fused.uses_attention and fused.base_features:
-        fused.base_weights = _fit(train, fused.base_features, learner, l2, signed).tolist()
+        base = _fit(train, fused.base_features, learner, l2, signed)
+        if not base.any():  # all 0 would rank every candidate alike wherever the fallback is used
+            logger.warning(
+                "the model without attention over %s came out all 0 (every feature negative); none is kept: "
+                "the preset signals uses equal weights, and there is no gate",
+                fused.base_features,
+            )
+            return fused
+        fused.base_weights = base.tolist()
         if gate:
             _choose_gate(train, fused)
     return fused
@@ -257,6 +269,8 @@ def fusion_examples(
         raise InputError(
             f"{len(missing)} queries have no candidate list (first: {missing[0]!r}); give candidates for every query"
         )
+    for qid in queries:  # (a repeated candidate's label counted twice, and one of its scores was lost)
+        check_unique_ids(candidates[qid], f"candidate of query {qid!r}")
     compute = signals or SignalComputer()
     out = []
     desc = f"{', '.join(llm_scores) or 'no LLM score'} and signals"

@@ -14,7 +14,6 @@ Both return the same :class:`~attnrank.types.RankedResults` as the attention rer
 from __future__ import annotations
 
 import logging
-import numbers
 import re
 from collections.abc import Sequence
 
@@ -27,7 +26,7 @@ from ..llm.models import LLM, load_llm
 from ..llm.prompts import render_chat
 from ..llm.recording import forward_lock
 from ..llm.texts import holds_special, tokenize
-from ..types import Document, RankedResults, as_documents, rank_documents
+from ..types import Document, RankedResults, as_documents, is_count, rank_documents
 from .inputs import check_documents, check_k, check_query
 
 logger = logging.getLogger(__name__)
@@ -101,9 +100,7 @@ class PointwiseReranker:
         device: str = "cpu",
     ):
         for name, value, none in (("max_doc_words", max_doc_words, True), ("batch_size", batch_size, False)):
-            if (value is not None or not none) and (
-                isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1
-            ):
+            if (value is not None or not none) and (not is_count(value)):
                 raise InputError(f"{name}={value!r} must be a positive integer" + (" or None (no cut)" if none else ""))
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
         self.max_doc_words = None if max_doc_words is None else int(max_doc_words)
@@ -142,7 +139,13 @@ class PointwiseReranker:
                 logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
             logits = logits[:, -1].float()
             out.append((logits[:, self.yes] - logits[:, self.no]).cpu().numpy())
-        return np.concatenate(out)
+        scores = np.concatenate(out)
+        if not np.isfinite(scores).all():  # (an overflow; ranked last without a word otherwise)
+            bad = docs[int(np.flatnonzero(~np.isfinite(scores))[0])].id
+            raise InputError(
+                f"non-finite Yes/No score for document {bad!r}; check the model dtype (use float32/bfloat16)"
+            )
+        return scores
 
     def rank(self, query: str, docs, k: int | None = None, *, query_id: str | None = None) -> RankedResults:
         check_query(query)
@@ -170,10 +173,16 @@ class ListwiseReranker:
         dtype: str = "auto",
         device: str = "cpu",
     ):
-        if not 0 < step <= window:
+        for name, value in (("window", window), ("step", step)):
+            if not is_count(value):
+                raise InputError(f"{name}={value!r} must be a positive integer (passages a window holds / it moves)")
+        if max_doc_words is not None and not is_count(max_doc_words):  # (0 ranked empty passages)
+            raise InputError(f"max_doc_words={max_doc_words!r} must be a positive integer or None (no cut)")
+        if not step <= window:
             raise InputError(f"need 0 < step <= window, got window={window}, step={step}")
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
-        self.window, self.step, self.max_doc_words = window, step, max_doc_words
+        self.window, self.step = int(window), int(step)
+        self.max_doc_words = None if max_doc_words is None else int(max_doc_words)
 
     def _messages(self, query: str, docs: list[Document]) -> list[dict]:
         n = len(docs)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..errors import InputError
-from ..types import Document, check_texts, check_unicode
+from ..types import Document, check_texts, check_unicode, is_count
 
 
 def check_query(query: Any) -> None:
@@ -22,7 +20,7 @@ def check_query(query: Any) -> None:
 
 def check_k(k: Any) -> None:
     """``k`` results: None (all) or a positive integer."""
-    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+    if k is not None and not is_count(k):
         raise InputError(f"k={k!r} must be None (all documents) or a positive integer (documents returned)")
 
 

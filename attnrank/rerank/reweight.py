@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import check_flags
 from ..errors import InputError
 from ..llm.rows import WindowRows, check_finite, check_spans, document_scores, keep_mask, token_scores
 from ..llm.texts import tokenize
@@ -81,6 +82,7 @@ class Reweighting:
     slot_correction: bool = False
 
     def __post_init__(self) -> None:
+        check_flags(self, ("sink", "idf", "idf_query_only", "entropy", "slot_correction"))
         if self.idf_unit not in IDF_UNITS:
             raise InputError(f"idf_unit={self.idf_unit!r} is not one of {IDF_UNITS}")
         if self.entropy_mode not in ENTROPY_MODES:
@@ -244,7 +246,11 @@ def _renormalized(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def sink_filtered_rows(real: np.ndarray, null: np.ndarray | None, mask: np.ndarray) -> np.ndarray:
     """``[H, P]`` calibrated rows after sink filtering: each head's real (and null) row zeroed
     outside ``mask`` and renormalized to sum 1 over it, then ``real' − null'`` (``real'``
-    without calibration). A head with no attention on the content gives a zero row."""
+    without calibration). A head with no attention on the content gives a zero row. Non-finite
+    attention (a float16 overflow) is refused, not renormalised away to a zero row."""
+    check_finite(np.asarray(real))
+    if null is not None:
+        check_finite(np.asarray(null))
     real_c = _renormalized(real, mask)
     return real_c if null is None else real_c - _renormalized(null, mask)
 

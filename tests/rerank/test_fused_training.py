@@ -176,3 +176,33 @@ def test_registration_curve_scores_the_rule_by_how_many_labelled_queries_it_got(
     assert all(r["worst shuffle Δ"] <= r["Δ vs equal weights"] for r in rows)
     assert rows[-1]["Δ vs equal weights"] > 0 and rows[-1]["folds kept trained"] == "8/8"  # BM25 noise: trained wins
     assert registration_curve(ex, (10, 30, 40), seeds=2, folds=4) == rows
+
+
+def test_a_model_without_attention_that_came_out_zero_is_not_kept_or_registered(tmp_path):
+    """All-0 base weights passed check_informative: the preset signals and the gate's fallback then
+    ranked every candidate alike (the first-stage order, exit 0)."""
+    rng = np.random.default_rng(4)
+    ex = []
+    for i in range(40):
+        y = np.zeros(10, dtype=np.int64)
+        y[rng.choice(10, 2, replace=False)] = 1
+        signals = {
+            "attention": y + rng.normal(0, 0.3, 10),
+            "bm25": -y + rng.normal(0, 0.3, 10),
+            "dense": -y + rng.normal(0, 0.3, 10),
+        }
+        ex.append(FusionExample(str(i), [str(j) for j in range(10)], signals, y, group="g"))
+    fused = train_fused(ex, ["attention", "bm25", "dense"], gate=True)
+    assert any(fused.weights) and fused.base_weights == [] and fused.gate is None
+    zero_base = FusedWeights(["attention", "bm25", "dense"], [1.0, 0.0, 0.0], base_weights=[0.0, 0.0])
+    with pytest.raises(InputError, match=r"base_weights \[0.0, 0.0\] of these fused scorer weights"):
+        zero_base.save("m", "f" * 64, root=tmp_path)
+
+
+def test_a_candidate_listed_twice_is_refused_for_training():
+    """Its label counted twice, and only one of its scores reached the held-out metrics."""
+    from attnrank.types import Document
+
+    docs = [Document("d1", "a"), Document("d2", "b"), Document("d1", "a")]
+    with pytest.raises(InputError, match=r"candidate of query 'q1' #2 repeats the id 'd1'"):
+        fusion_examples({}, {"q1": "a"}, {"q1": docs}, {})

@@ -60,6 +60,38 @@ def test_pointwise_numbers_are_checked_before_the_model_loads():
             PointwiseReranker("no/such-model-is-loaded", **kw)
 
 
+def test_listwise_numbers_are_checked_before_the_model_loads():
+    """max_doc_words=0 ranked empty passages (exit 0), -1 dropped each passage's last word, and a
+    window of 2.5 failed in range() after the model had loaded."""
+    for kw, message in [
+        ({"max_doc_words": 0}, r"max_doc_words=0 must be a positive integer or None \(no cut\)"),
+        ({"max_doc_words": -1}, "max_doc_words=-1 must be"),
+        ({"window": 2.5}, "window=2.5 must be a positive integer"),
+        ({"step": True}, "step=True must be a positive integer"),
+        ({"window": 5, "step": 6}, "need 0 < step <= window"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            ListwiseReranker("no/such-model-is-loaded", **kw)
+
+
+def test_pointwise_refuses_non_finite_scores(llm):
+    """A NaN Yes/No score (a float16 overflow) was ranked last without a word."""
+    import torch
+
+    rr = PointwiseReranker(llm, batch_size=4)
+    docs = rerank_docs()[:2]
+    weight = llm.model.get_output_embeddings().weight
+    saved = weight.data[rr.yes].clone()
+    try:
+        weight.data[rr.yes] = float("nan")
+        with pytest.raises(InputError, match=r"non-finite Yes/No score for document"):
+            rr.score(RERANK_QUERY, docs)
+    finally:
+        weight.data[rr.yes] = saved
+    assert np.isfinite(rr.score(RERANK_QUERY, docs)).all()
+    assert torch.equal(weight.data[rr.yes], saved)
+
+
 def _llm_with(template: str | None = None, max_positions: int = 16384):
     from _tiny import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
 

@@ -81,6 +81,17 @@ def test_evaluation_reads_every_judgment_of_the_query_not_only_the_candidates():
     assert got["nDCG@10"] == pytest.approx(1 / (1 + 1 / np.log2(3)))
 
 
+def test_a_candidate_listed_twice_is_refused():
+    """Its label counted twice in training, and one of its two scores was lost in evaluation."""
+    from attnrank.errors import InputError
+    from attnrank.llm.rows import WindowRows
+    from attnrank.rerank.learned import query_features
+
+    window = WindowRows([0, 1, 2], [(0, 1), (1, 2), (2, 3)], [0, 1, 2], np.array([[0.9, 0.1, 0.0]]))
+    with pytest.raises(InputError, match=r"query 'q' lists the candidates \['a'\] more than once"):
+        query_features("q", [window], ["a", "b", "a"], [(0, 0)], {}, calibrate=False, use_filter=False)
+
+
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_judged_query_without_candidates_counts_zero_whatever_the_fold_mix(mixed):
     """It counted 0 where a fold held one rel and was dropped where it mixed two."""

@@ -75,6 +75,17 @@ def test_sink_removal_renormalizes_each_head_separately_for_real_and_null():
     assert not zero.any()
 
 
+def test_sink_filtering_refuses_non_finite_attention_as_the_plain_path_does():
+    """A NaN inside the content made the head's total NaN, and the head became a zero row."""
+    real, null = _sink_rows()
+    mask = content_mask(SINK_TOKENS, SINK_SPANS)
+    for bad_real, bad_null in ((True, False), (False, True)):
+        r, n = real.copy(), null.copy()
+        (r if bad_real else n)[0, CONTENT[0]] = np.nan
+        with pytest.raises(InputError, match="non-finite attention score"):
+            sink_filtered_rows(r, n, mask)
+
+
 def test_sink_scores_through_the_entry():
     real, null = _sink_rows()
     w = WindowRows([0, 1], SINK_SPANS, list(range(16)), real, null)
@@ -230,6 +241,13 @@ def test_bad_settings_and_inputs(entropy_window):
         Reweighting(entropy_mode="x")
     with pytest.raises(InputError, match="3 token strings for 8"):
         reweighted_document_scores(entropy_window, ["a", "b", "c"], set(), Reweighting(sink=True))
+    # a string turned sink filtering on; a string for the whole setting failed once the model had loaded
+    with pytest.raises(InputError, match="sink='false' must be True or False"):
+        Reweighting(sink="false")  # type: ignore[arg-type]
+    from attnrank.rerank.config import RerankConfig
+
+    with pytest.raises(InputError, match="reweight='sink' is not a Reweighting or None"):
+        RerankConfig(heads="auto-or-all", reweight="sink")  # type: ignore[arg-type]
 
 
 # -- inside the reranker -------------------------------------------------------------------------

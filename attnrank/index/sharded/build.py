@@ -25,7 +25,7 @@ import numpy as np
 
 from ...corpus import load_corpus
 from ...errors import InputError
-from ...types import Document
+from ...types import Document, is_count
 from ..bm25 import BM25Index
 from ..embed import embedder_probe, encode, load_embedder
 from ..folders import check_target
@@ -172,9 +172,9 @@ class ShardedIndexer:
                 f"a sharded build takes dense index {SHARDED_DENSE}, not {self.r.dense_kind!r} "
                 "(HNSW graphs cannot be shared between shards); use --dense-index flat or ivf"
             )
-        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        if not is_count(shards):
             raise InputError(f"shards={shards!r} must be a positive integer")
-        self.shards, self.block_size, self.ivf_sample, self.seed = shards, block_size, ivf_sample, seed
+        self.shards, self.block_size, self.ivf_sample, self.seed = int(shards), block_size, ivf_sample, seed
         self.executor = executor or LocalExecutor()
         self.build_info: dict[str, Any] = {}
 

@@ -4,6 +4,7 @@ a design matrix (the method: :mod:`attnrank.rerank.learned`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -53,6 +54,9 @@ def query_features(
     stages: Mapping[str, Scores] | None = None,
 ) -> QueryFeatures:
     """:class:`QueryFeatures` from a query's window rows (heads limited to layers ≤ ``max_layer``)."""
+    repeated = [d for d, n in Counter(doc_ids).items() if n > 1]
+    if repeated:  # (its label would count twice, and scores_by_id keeps only one of its scores)
+        raise InputError(f"query {qid!r} lists the candidates {repeated} more than once; give each candidate once")
     keep = [i for i, (l, _) in enumerate(head_list) if max_layer is None or l <= max_layer]
     if not keep:
         raise InputError(f"no head of layer <= max_layer={max_layer}; raise max_layer")

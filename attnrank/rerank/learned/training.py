@@ -6,7 +6,6 @@ cross-validation against the sum-of-heads and first-stage baselines (the method:
 from __future__ import annotations
 
 import datetime as _dt
-import numbers
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,6 +17,7 @@ from ...eval.crossval import check_unique_queries, group_splits, kfold_splits
 from ...eval.metrics import evaluate, evaluate_per_query, judged_queries
 from ...eval.rows import scores_by_id
 from ...llm.headspec import format_heads
+from ...types import is_count
 from .features import QueryFeatures, design
 from .weights import FeatureConfig, LearnedHeadWeights
 
@@ -71,11 +71,7 @@ def train_head_weights(
         raise InputError(f"learner={learner!r} is not one of {LEARNERS}")
     if l2 <= 0:
         raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
-    if (
-        isinstance(max_pairs_per_query, bool)
-        or not isinstance(max_pairs_per_query, numbers.Integral)
-        or max_pairs_per_query < 1
-    ):
+    if not is_count(max_pairs_per_query):
         raise InputError(
             f"max_pairs_per_query={max_pairs_per_query!r} must be an integer >= 1 (pairs sampled per query); e.g. 500"
         )
