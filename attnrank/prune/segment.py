@@ -391,17 +391,23 @@ def _line_chunks(text: str, a: int, b: int, max_words: int) -> list[tuple[int, i
     return out
 
 
+def _run_words(a: int, b: int) -> list[tuple[int, int]]:
+    """A run of non-space characters ``[a, b)`` as words of WORD_CHARS characters, its last at least
+    half that long (a shorter tail joins the word before): a sentence cut after a word of a few
+    characters could lie inside the tokenizer's token across the cut, with no token of its own."""
+    cuts = list(range(a, b, WORD_CHARS))
+    if len(cuts) > 1 and b - cuts[-1] < WORD_CHARS // 2:
+        cuts.pop()
+    return [(c, cuts[i + 1] if i + 1 < len(cuts) else b) for i, c in enumerate(cuts)]
+
+
 def _word_chunks(text: str, s: int, e: int, max_words: int) -> list[tuple[int, int]]:
     s, e = _trim(text, s, e)
     if s >= e:
         return []
     # a run without spaces (CJK without 。！？, a URL, base64) counts a word per WORD_CHARS characters,
     # so that it is cut too, and a lower max_words cuts it finer
-    words = [
-        (a, min(a + WORD_CHARS, m.end()))
-        for m in _WORD.finditer(text, s, e)
-        for a in range(m.start(), m.end(), WORD_CHARS)
-    ]
+    words = [w for m in _WORD.finditer(text, s, e) for w in _run_words(m.start(), m.end())]
     if len(words) <= max_words:
         return [(s, e)]
     return [(words[i][0], words[min(i + max_words, len(words)) - 1][1]) for i in range(0, len(words), max_words)]

@@ -156,3 +156,17 @@ def test_runs_without_spaces_are_cut_too():
         units = split_sentences(text, max_words=max_words)
         assert len(units) > 1 and all(u.end - u.start <= max_words * WORD_CHARS for u in units)
         assert "".join(text[u.start : u.end] for u in units).replace(" ", "") == text.replace(" ", "")
+
+
+@pytest.mark.parametrize("max_words", [1, 3, 64])
+@pytest.mark.parametrize("length", [33, 40, 47, 48, 65, 2049])
+def test_a_long_run_is_never_cut_into_a_sliver(length, max_words):
+    """A 2,049-character base64 string was cut at 2,048: its one-character last sentence lay inside
+    the tokenizer's token across the cut, and the pruner refused the passage (valid input)."""
+    from attnrank.prune.segment import WORD_CHARS
+
+    text = "see " + "QUJD" * (length // 4) + "A" * (length % 4)
+    sents = split_sentences(text, max_words=max_words)
+    assert "".join(s.text for s in sents).replace(" ", "") == text.replace(" ", "")
+    assert all(text[s.start : s.end] == s.text for s in sents)
+    assert all(len(s.text) >= WORD_CHARS // 2 for s in sents[1:]), [len(s.text) for s in sents]
