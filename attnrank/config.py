@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import numbers
 import os
 import signal
 import time
@@ -231,6 +232,13 @@ def check_precision_names(device: Any, dtype: Any) -> None:
         raise InputError(
             f"dtype='int8' (dynamic int8 linear layers) runs on CPU only, not on {device!r}; use device='cpu'"
         )
+
+
+def check_l2(l2: Any) -> None:
+    """An L2 penalty λ (sklearn's ``C = 1/λ``): a finite number > 0 (NaN passed ``l2 <= 0`` and
+    failed inside sklearn, after the capture)."""
+    if isinstance(l2, bool) or not isinstance(l2, numbers.Real) or not 0 < float(l2) < float("inf"):
+        raise InputError(f"l2={l2!r} must be a finite number > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
 
 
 def check_flags(owner: Any, names: Sequence[str]) -> None:

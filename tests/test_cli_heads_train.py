@@ -87,6 +87,8 @@ def test_heads_train_no_save_writes_nothing(home, dl19_mini, tiny_dir):
         (["--heads", "best"], "--heads 'best'"),
         (["--learner", "listwise"], "--learner"),
         (["--l2", "0"], "--l2"),
+        (["--l2", "nan"], "--l2 nan must be a finite number > 0"),  # was a traceback from sklearn, after the capture
+        (["--l2", "inf"], "--l2 inf must be a finite number > 0"),
         (["--folds", "1"], "--folds"),
         (["--folds", "4"], "fewer than --folds 4"),
         (["--max-queries", "2", "--folds", "3"], "2 labelled queries with candidates are fewer"),

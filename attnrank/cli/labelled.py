@@ -4,6 +4,7 @@ data set or an index) and the checks of it and of the training options, all befo
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
@@ -26,8 +27,8 @@ def check_training(
         raise typer.BadParameter(
             f"--l2 {l2} is not read by --learner {learner} (only {' and '.join(PENALISED)}); drop it"
         )
-    if l2 is not None and l2 <= 0:
-        raise typer.BadParameter(f"--l2 {l2} must be > 0 (the L2 penalty)")
+    if l2 is not None and not 0 < l2 < math.inf:  # (NaN failed inside sklearn, after the capture)
+        raise typer.BadParameter(f"--l2 {l2} must be a finite number > 0 (the L2 penalty)")
     if folds < 2 or depth < 2:
         raise typer.BadParameter(f"--folds {folds} and --depth {depth} must each be >= 2")
     return default_l2 if l2 is None else l2

@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..config import check_l2
 from ..errors import InputError, require
 from ..eval.crossval import check_folds, check_unique_queries
 from ..llm.headspec import format_heads, parse_heads
@@ -222,8 +223,7 @@ def train_probe(
 
     if not examples:
         raise InputError("no training questions; pass at least one ProbeExample")
-    if l2 <= 0:
-        raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
+    check_l2(l2)
     for ex in examples:
         if ex.head_scores.shape != (len(ex.positions), len(heads)):
             raise InputError(

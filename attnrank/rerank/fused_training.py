@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import check_l2
 from ..errors import InputError, require
 from ..eval.crossval import check_unique_queries
 from ..eval.metrics import evaluate_per_query
@@ -200,8 +201,7 @@ def train_fused(
     require("sklearn", "train", "Training the fused scorer")
     if learner not in LEARNERS:
         raise InputError(f"learner={learner!r} is not one of {LEARNERS}")
-    if l2 <= 0:
-        raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
+    check_l2(l2)
     if not examples:
         raise InputError("no training queries; give labelled queries with candidates")
     embedders = {e.embedder for e in examples}

@@ -85,8 +85,9 @@ def test_malformed_weights_and_missing_features_are_refused(make_examples):
         FusedWeights(["attention", "dense"], [1.0, 1.0]).score({"attention": np.ones(3)})
     with pytest.raises(InputError, match="same label"):
         train_fused([FusionExample("q", ["a", "b"], {"dense": np.ones(2)}, np.zeros(2, dtype=int))], ["dense"])
-    with pytest.raises(InputError, match="l2"):
-        train_fused(make_examples(5, "a", 0.5, 6), l2=0)
+    for bad in (0, float("nan"), float("inf"), True):  # NaN passed `l2 <= 0` and failed inside sklearn
+        with pytest.raises(InputError, match=r"must be a finite number > 0 \(the L2 penalty"):
+            train_fused(make_examples(5, "a", 0.5, 6), l2=bad)
 
 
 def test_auto_falls_back_to_the_packaged_weights_for_another_model():

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ...config import check_l2
 from ...errors import InputError, require
 from ...eval.crossval import check_unique_queries, group_splits, kfold_splits
 from ...eval.metrics import evaluate, evaluate_per_query, judged_queries
@@ -69,8 +70,7 @@ def train_head_weights(
 
     if learner not in LEARNERS:
         raise InputError(f"learner={learner!r} is not one of {LEARNERS}")
-    if l2 <= 0:
-        raise InputError(f"l2={l2} must be > 0 (the L2 penalty λ; sklearn's C = 1/λ)")
+    check_l2(l2)
     if not is_count(max_pairs_per_query):
         raise InputError(
             f"max_pairs_per_query={max_pairs_per_query!r} must be an integer >= 1 (pairs sampled per query); e.g. 500"
