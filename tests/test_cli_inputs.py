@@ -258,6 +258,8 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         ([*ask, "--prune-heads", "1"], "--prune-heads '1'"),
         ([*ask, "--heads", "1-x"], "--heads '1-x'"),
         (["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9", "--heads", "x"], "'x'"),
+        ([*prune, "--heads", "autox"], "'autox'"),  # was refused only once the model had loaded (exit 1)
+        ([*ask, "--prune-heads", "auto-x"], "'auto-x'"),
         (["search", "q", "--index-dir", str(tmp_path / "none"), "--rerank", "2", "--heads", "a.json"], "a.json"),
         ([*ask, "--preset", "qrhead", "--reweight", "sink,slot"], "--reweight slot needs --slot-profile"),
         ([*ask, "--preset", "icr", "--reweight", "slot", "--slot-profile", "p.json"], "--slot-profile 'p.json' is not"),

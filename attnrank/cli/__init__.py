@@ -137,8 +137,9 @@ def option_errors() -> Iterator[None]:
 def _check_heads(spec: Optional[str], option: str = "--heads", model: Optional[str] = None) -> None:
     """Read a head list or head file and check it against ``model``'s config (None: the default
     LLM) before any weights load; only the registered sets (``auto``) need the model itself."""
-    if spec is None or spec.strip().lower() == "all" or spec.strip().lower().startswith("auto"):
-        return
+    word = "" if spec is None else spec.strip().lower()
+    if spec is None or word in ("all", "auto", "auto-or-all") or word.startswith("auto:"):
+        return  # (anything else beginning "auto", e.g. "autox", is read as a list below and refused)
     from ..llm.headspec import check_head_range, parse_heads
     from ..llm.models import model_shape
 

@@ -62,14 +62,19 @@ class PruneConfig:
             raise InputError(f"method={self.method!r} is not one of {PRUNE_METHODS}")
         if self.length_norm not in LENGTH_NORMS:
             raise InputError(f"length_norm={self.length_norm!r} is not one of {LENGTH_NORMS}")
-        if self.method == "probe":  # the probe fixes both: a value given here would be replaced silently
-            for name, defaults in (("heads", ("all", None)), ("length_norm", ("sqrt",))):
+        if self.method == "probe":  # the probe fixes these: a value given here would be replaced silently
+            for name, defaults in (("heads", ("all", None)), ("length_norm", ("sqrt",)), ("token_filter", (False,))):
                 if getattr(self, name) not in defaults:
                     raise InputError(
-                        f"method='probe' scores with the heads and length normalisation its probe was trained "
-                        f"with, so {name}={getattr(self, name)!r} would be ignored; drop {name} or use "
+                        "method='probe' scores with the heads, length normalisation and unfiltered scores its probe "
+                        f"was trained with, so {name}={getattr(self, name)!r} would be ignored; drop {name} or use "
                         "method='query' or 'focus'"
                     )
+        if self.method != "focus" and self.focus_hint != FOCUS_HINT:  # only focus reads it
+            raise InputError(
+                f"focus_hint={self.focus_hint!r} is read by method='focus' only, not {self.method!r}; drop focus_hint "
+                "or use method='focus'"
+            )
         if self.method == "focus" and not self.focus_hint.strip():
             raise InputError(f"focus_hint is empty; method='focus' needs an answer hint such as {FOCUS_HINT!r}")
         words = self.max_sentence_words

@@ -222,6 +222,12 @@ def test_probe_settings_that_would_be_ignored_are_refused(llm):
         PruneConfig(method="probe", heads="3-4")
     with pytest.raises(InputError, match="length_norm='none' would be ignored"):
         PruneConfig(method="probe", length_norm="none")
+    with pytest.raises(InputError, match="token_filter=True would be ignored"):  # the probe reads unfiltered scores
+        PruneConfig(method="probe", token_filter=True)
+    for method in ("probe", "query"):  # only focus reads its hint
+        with pytest.raises(InputError, match=f"focus_hint='zzz' is read by method='focus' only, not '{method}'"):
+            PruneConfig(method=method, focus_hint="zzz")
+    assert PruneConfig(method="focus", focus_hint="zzz").focus_hint == "zzz"
     assert PruneConfig(method="probe", heads=None).method == "probe"
     probe = SentenceProbe(np.zeros(8), 0.0, ["0-1", "2-3"], list(EXTRAS))
     with pytest.raises(InputError, match="a probe was given, but method='query' reads none"):
