@@ -606,3 +606,21 @@ def test_prune_names_a_bad_attention_mode_before_the_corpus_loads(tmp_path):
     args = ["prune", "q?", "--corpus", str(tmp_path / "missing.jsonl"), "--keep-ratio", "0.5"]
     r = runner.invoke(app, [*args, "--attention", "foo", "-q"])
     assert r.exit_code != 0 and "attention='foo' is not one of" in _text(r) and "missing.jsonl" not in _text(r)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "--dataset", "dl19"],
+        ["heads", "train", "--dataset", "dl19"],
+        ["heads", "detect", "--method", "qr", "--dataset", "dl19"],
+    ],
+)
+@pytest.mark.parametrize(
+    "precision, said",
+    [(["--dtype", "fp16"], "dtype='fp16' is not one of"), (["--device", "cuda:x"], "device='cuda:x' is not one of")],
+)
+def test_training_and_detection_check_the_precision_before_reading_the_data(tmp_path, command, precision, said):
+    """They were found by load_llm, after the labelled set had been read (and searched)."""
+    r = runner.invoke(app, [*command, "--data", str(tmp_path / "no-such-data"), *precision])
+    assert r.exit_code == 2 and said in cli_text(r), cli_text(r)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..config import COPY_DEPTHS, COPY_HAYSTACK, COPY_LENGTHS, COPY_MAX_NEW_TOKENS
+from ..config import COPY_DEPTHS, COPY_HAYSTACK, COPY_LENGTHS, COPY_MAX_NEW_TOKENS, check_precision_names
 from ..errors import AttnrankError
 from . import (
     Corpus,
@@ -24,6 +24,7 @@ from . import (
     Verbose,
     _setup,
     app,
+    option_errors,
 )
 from .labelled import check_saveable, labelled_set, relevant
 from .options import Dtype
@@ -113,6 +114,8 @@ def heads_detect(
     given = [o for o, v in other.items() if v is not None]
     if method == "qr" and given:  # (copy names them after its data folder, as it did)
         raise typer.BadParameter(f"{', '.join(given)} configure(s) --method copy, not qr; drop them")
+    with option_errors():  # (found by load_llm, after the data was read)
+        check_precision_names(device, dtype)
     if method == "copy":
         results = _detect_copy(
             model,

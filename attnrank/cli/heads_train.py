@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..config import check_precision_names
 from . import (
     Corpus,
     Data,
@@ -32,6 +33,7 @@ from . import (
     SkipInvalid,
     Verbose,
     _setup,
+    option_errors,
 )
 from .heads import heads_app
 from .labelled import check_labelled, check_saveable, check_training, labelled_set
@@ -110,6 +112,8 @@ def heads_train(
     require("sklearn", "train", "attnrank heads train")  # before any model is loaded
     top = _parse_heads(heads)
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=10.0)
+    with option_errors():  # (found by load_llm, after the labelled set was read)
+        check_precision_names(device, dtype)
     qs, cands, qr, rel, desc = labelled_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
     )

@@ -30,6 +30,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..config import check_precision_names
 from ..errors import InputError
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..registry import load_artifact
@@ -54,6 +55,7 @@ from . import (
     _index_path,
     _setup,
     app,
+    option_errors,
 )
 from .labelled import check_labelled, check_saveable, check_training, labelled_set
 from .options import Dtype, check_registered_heads
@@ -131,6 +133,9 @@ def train(
         raise typer.BadParameter(
             f"{', '.join(ran)} set(s) how the LLM runs, which --preset signals does not run; drop it"
         )
+    if preset != SIGNALS_PRESET:
+        with option_errors():  # (found by load_llm, after the labelled set was read and searched)
+            check_precision_names(device, dtype)
     max_doc_words = max_doc_words or DEFAULT_MAX_DOC_WORDS
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=1.0)
     _check_heads(heads, model=model)
