@@ -624,3 +624,18 @@ def test_training_and_detection_check_the_precision_before_reading_the_data(tmp_
     """They were found by load_llm, after the labelled set had been read (and searched)."""
     r = runner.invoke(app, [*command, "--data", str(tmp_path / "no-such-data"), *precision])
     assert r.exit_code == 2 and said in cli_text(r), cli_text(r)
+
+
+@pytest.mark.parametrize(
+    "option, said",
+    [
+        (["--mode", "hybird"], "--mode 'hybird' is not one of"),
+        (["--fusion", "sum"], "--fusion 'sum' is not one of"),
+        (["--alpha", "1.5"], "alpha=1.5 is outside [0, 1]"),
+        (["--norm", "max"], "norm 'max' is not one of"),
+    ],
+)
+def test_search_checks_its_fusion_options_before_loading_the_index(tmp_path, option, said):
+    """They were refused after the index had loaded (and, with --verify, been hashed whole)."""
+    r = runner.invoke(app, ["search", "q", "--index-dir", str(tmp_path / "no-index"), *option])
+    assert r.exit_code == 2 and said in cli_text(r), cli_text(r)

@@ -187,6 +187,7 @@ def search(
     name = _index_name(name, old_name)
     if rerank > 0:  # what the reranker reads from the head registry: before the index and the model load
         check_registry_lookups(rerank_config)
+    _check_fusion_options(mode, fusion, alpha, norm)  # before the index loads (and --verify hashes it)
     r = _load_index(name, index_dir, verify)
     _set_fusion(r, mode, fusion, alpha, norm)
     if output is not None:  # before searching: write_run would refuse them after all the work
@@ -233,17 +234,24 @@ def search(
             _print_results(res)
 
 
-def _set_fusion(r, mode, fusion, alpha, norm, what: str = "search") -> None:
-    """Apply --fusion/--alpha/--norm; an option that the search (or index) would ignore is an error.
-
-    ``--fusion convex`` alone keeps the retriever's alpha and norm: for a loaded index the ones its
-    manifest records (an index built before convex became the default records 0.5, minmax)."""
-    from ..index.retriever import FUSIONS, MODES
+def _check_fusion_options(mode, fusion, alpha, norm) -> None:
+    """--mode, --fusion, --alpha and --norm each on its own, before an index loads (and verifies)."""
+    from ..index.retriever import FUSIONS, MODES, check_fusion
 
     if mode is not None and mode not in MODES:
         raise typer.BadParameter(f"--mode {mode!r} is not one of {', '.join(MODES)}")
     if fusion is not None and fusion not in FUSIONS:
         raise typer.BadParameter(f"--fusion {fusion!r} is not one of {', '.join(FUSIONS)}")
+    with option_errors():  # an option's value (--alpha 1.5, --norm foo)
+        check_fusion(fusion, alpha, norm)
+
+
+def _set_fusion(r, mode, fusion, alpha, norm, what: str = "search") -> None:
+    """Apply --fusion/--alpha/--norm; an option that the search (or index) would ignore is an error.
+
+    ``--fusion convex`` alone keeps the retriever's alpha and norm: for a loaded index the ones its
+    manifest records (an index built before convex became the default records 0.5, minmax)."""
+    _check_fusion_options(mode, fusion, alpha, norm)
     if not (fusion or alpha is not None or norm):
         return
     if (mode or r.mode) != "hybrid":

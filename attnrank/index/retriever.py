@@ -96,19 +96,14 @@ class HybridRetriever:
         self, fusion: str, *, alpha: float | None = None, norm: str | None = None, rrf_k: int | None = None
     ) -> None:
         """How searches fuse BM25 and dense (settings not given keep their value)."""
-        if fusion not in FUSIONS:
-            raise InputError(f"fusion {fusion!r} is not one of {FUSIONS}")
+        check_fusion(fusion, alpha, norm)
         if rrf_k is not None:
             _check_settings(self.dense_kind, self.stopwords, self.stemmer, rrf_k, self.depth)
             self.rrf_k = rrf_k
         self.fusion = fusion
         if alpha is not None:
-            if not 0 <= alpha <= 1:
-                raise InputError(f"alpha={alpha} is outside [0, 1]; it is the weight of the dense scores")
             self.alpha = alpha
         if norm is not None:
-            if norm not in hybrid.NORMS:
-                raise InputError(f"norm {norm!r} is not one of {hybrid.NORMS}")
             self.norm = norm
 
     @staticmethod
@@ -409,6 +404,17 @@ class HybridRetriever:
                 "(edited or corrupted); rebuild the index"
             )
         return self
+
+
+def check_fusion(fusion: str | None, alpha: float | None = None, norm: str | None = None) -> None:
+    """Fusion settings as :meth:`HybridRetriever.set_fusion` takes them (None: not given), checked
+    alone: before an index loads, and by it."""
+    if fusion is not None and fusion not in FUSIONS:
+        raise InputError(f"fusion {fusion!r} is not one of {FUSIONS}")
+    if alpha is not None and not 0 <= alpha <= 1:
+        raise InputError(f"alpha={alpha} is outside [0, 1]; it is the weight of the dense scores")
+    if norm is not None and norm not in hybrid.NORMS:
+        raise InputError(f"norm {norm!r} is not one of {hybrid.NORMS}")
 
 
 def check_queries(queries: Sequence[Any]) -> None:
