@@ -126,6 +126,10 @@ def test_batch_outputs_and_resources_checked_before_ray(tmp_path, scifact_mini, 
         (["--parquet", str(notes)], "exists and is not a batch Parquet file"),
         (["-o", str(tmp_path / "r.trec"), "--num-cpus", "0"], "--num-cpus 0 must be at least 1"),
         (["-o", str(tmp_path / "r.trec"), "--num-cpus", "1", "--actor-cpus", "2"], "so no actor could start"),
+        # options the run would have ignored, or NaN, which passed `<= 0`
+        (["-o", str(tmp_path / "r.trec"), "--num-cpus", "2", "--ray-address", "auto"], "drop one of them"),
+        (["-o", str(tmp_path / "r.trec"), "--actor-cpus", "nan"], "--actor-cpus nan must be a finite number > 0"),
+        (["-o", str(tmp_path / "r.trec"), "--rerank-actors", "3"], "--rerank-actors"),
         (["-o", str(tmp_path / "r.trec"), "--rerank", "2", "--device", "gpu"], "--device 'gpu' is not one of"),
         (["-o", str(tmp_path / "r.trec"), "--rerank", "2", "--heads", "x-y"], "--heads 'x-y'"),
     ]

@@ -3,6 +3,7 @@ behind ``attnrank index --shards N``."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -48,8 +49,13 @@ def _check_cpus(actor_cpus: float, num_cpus: Optional[int], ray_address: Optiona
     """Actors a local Ray could never place would wait forever: refuse them before Ray starts."""
     if num_cpus is not None and num_cpus < 1:
         raise typer.BadParameter(f"--num-cpus {num_cpus} must be at least 1 (CPUs of the local Ray)")
-    if actor_cpus <= 0:
-        raise typer.BadParameter(f"--actor-cpus {actor_cpus} must be positive")
+    if num_cpus is not None and ray_address is not None:  # (a cluster's CPUs are its own; it was ignored)
+        raise typer.BadParameter(
+            f"--num-cpus {num_cpus} sets the CPUs of a local Ray, not of the cluster at --ray-address "
+            f"{ray_address}; drop one of them"
+        )
+    if not 0 < actor_cpus < math.inf:  # (NaN passed `<= 0`)
+        raise typer.BadParameter(f"--actor-cpus {actor_cpus} must be a finite number > 0")
     cpus = num_cpus or os.cpu_count() or 1
     if ray_address is None and actor_cpus > cpus:
         raise typer.BadParameter(
@@ -140,6 +146,7 @@ def batch(
                 ("--heads", heads),
                 ("--device", device != "cpu" or None),
                 ("--dtype", dtype != "auto" or None),
+                ("--rerank-actors", rerank_actors != 1 or None),
             )
             if v
         ]
