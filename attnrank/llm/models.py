@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from attnrank import config
-from attnrank.errors import AttnrankError, ModelError
+from attnrank.errors import AttnrankError, InputError, ModelError
 
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
@@ -194,6 +194,18 @@ def model_shape(model: str | None = None) -> tuple[int, int] | None:
         return _config_shape((model or config.DEFAULT_LLM).strip())
     except _UNREADABLE:
         return None
+
+
+def check_prompt_budget(max_prompt_tokens: int | None, model: LLM | str | None) -> None:
+    """Refuse a prompt budget past ``model``'s context (positions it was never trained on): a
+    loaded :class:`LLM`'s, or a model name's from its config alone, before its weights load."""
+    context = model.context_length if isinstance(model, LLM) else model_context_length(model)
+    if context is not None and (max_prompt_tokens or 0) > context:
+        name = model.model_id if isinstance(model, LLM) else model or config.DEFAULT_LLM
+        raise InputError(
+            f"max_prompt_tokens={max_prompt_tokens} exceeds the {context}-token context of {name}; lower it "
+            "(None: the context minus 64)"
+        )
 
 
 def model_context_length(model: str | None = None) -> int | None:

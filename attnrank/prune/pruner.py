@@ -61,7 +61,7 @@ from ..llm.blocks import BlockPrompt
 from ..llm.capture import capture_blocks, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import LLM, load_llm
+from ..llm.models import LLM, check_prompt_budget, load_llm
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
@@ -113,6 +113,7 @@ class ContextPruner:
         self.config = cfg = (config or PruneConfig()).with_options(**options)
         if probe is not None and cfg.method != "probe":
             raise InputError(f"a probe was given, but method={cfg.method!r} reads none; pass method='probe' too")
+        check_prompt_budget(cfg.max_prompt_tokens, model if isinstance(model, LLM) else cfg.model)  # before the load
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None
         spec: Any = cfg.heads
@@ -134,11 +135,7 @@ class ContextPruner:
         self.hint_ids: list[int] = []
         if cfg.method == "focus":
             self.hint_ids = tokenize(self.llm.tokenizer, self.focus_hint)["input_ids"]
-        if (cfg.max_prompt_tokens or 0) > self.llm.context_length:  # untrained positions, as the reranker refuses
-            raise InputError(
-                f"max_prompt_tokens={cfg.max_prompt_tokens} exceeds the {self.llm.context_length}-token context "
-                f"of {self.llm.model_id}; lower it (None: the context minus 64)"
-            )
+        check_prompt_budget(cfg.max_prompt_tokens, self.llm)  # (a model whose config could not be read before)
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in

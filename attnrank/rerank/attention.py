@@ -37,7 +37,7 @@ from ..llm.blocks import BlockMemo, BlockPrompt, EncodedBlock, build_block_promp
 from ..llm.capture import capture_block_windows, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import LLM, load_llm, unloaded_model
+from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows
 from ..llm.states import StateCache
@@ -114,6 +114,8 @@ class AttentionReranker:
         # Reranking by the signals alone never runs the model: it is loaded only if asked for (.llm).
         self._llm = model if isinstance(model, LLM) else None
         self._llm_lock = threading.Lock()
+        if cfg.uses_attention:  # untrained positions: before the weights load where the config tells
+            check_prompt_budget(cfg.max_prompt_tokens, self._llm or cfg.model)
         if self._llm is None and cfg.uses_llm:
             self._llm = load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.model_id, self.fingerprint = (
@@ -154,11 +156,8 @@ class AttentionReranker:
             max_doc_words=cfg.max_doc_words,
             max_doc_tokens=cfg.max_doc_tokens,
         )
-        if self.uses_attention and (cfg.max_prompt_tokens or 0) > self.llm.context_length:  # untrained positions
-            raise InputError(
-                f"max_prompt_tokens={cfg.max_prompt_tokens} exceeds the {self.llm.context_length}-token context "
-                f"of {self.model_id}; lower it (None: the context minus 64)"
-            )
+        if self.uses_attention:  # (a model whose config could not be read before its load)
+            check_prompt_budget(cfg.max_prompt_tokens, self.llm)
         self.states = StateCache(cfg.state_cache_mb << 20)  # reusable passage states (block attention, likelihood)
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None  # block_prefix_ids depend on the tokenizer only

@@ -63,3 +63,21 @@ def test_a_huge_neighbours_count_selects_as_the_whole_passage_does_and_at_once()
     assert time.perf_counter() - start < 5
     select(whole, 12, 2)
     assert [s.kept for s in huge] == [s.kept for s in whole] == [True, True, True, False]
+
+
+def test_a_window_past_the_models_context_is_refused_before_the_weights_load(tiny_dir, tmp_path):
+    """Both were refused only after the weights had loaded: the config alone tells the context."""
+    import shutil
+
+    from attnrank.prune.pruner import ContextPruner
+    from attnrank.rerank.attention import AttentionReranker
+
+    config_only = tmp_path / "config-only"  # no weights: a load would fail with another error
+    config_only.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        if (tiny_dir / name).exists():
+            shutil.copy(tiny_dir / name, config_only / name)
+    with pytest.raises(InputError, match=r"max_prompt_tokens=99999 exceeds the 16384-token context of .*config-only"):
+        ContextPruner(str(config_only), max_prompt_tokens=99_999)
+    with pytest.raises(InputError, match=r"max_prompt_tokens=99999 exceeds the 16384-token context of .*config-only"):
+        AttentionReranker(str(config_only), None, signals=None, max_prompt_tokens=99_999)
