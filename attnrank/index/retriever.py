@@ -362,6 +362,9 @@ class HybridRetriever:
                 mode=f["mode"],
                 device=device,
                 embed_backend=embed_backend or dense.get("backend", "torch"),
+                # (a rebuild of the loaded retriever fell back to lucene stopwords and Porter stemming)
+                stopwords=b.get("tokenizer", {}).get("stopwords", "lucene"),
+                stemmer=b.get("tokenizer", {}).get("stemmer", "auto"),
             )
             num_docs, dim = int(m["num_docs"]), int(dense["dim"])
             probe = recorded_probe(dense, dim)

@@ -299,3 +299,16 @@ def test_an_index_built_before_unicode_normalisation_loads(saved, built_retrieve
     loaded = HybridRetriever.load(saved)
     assert loaded.bm25.tokenizer_config.unicode == "none"
     assert loaded.search(QUERY, 10, mode="bm25").ids == built_retriever.search(QUERY, 10, mode="bm25").ids
+
+
+def test_a_loaded_index_rebuilds_with_its_own_tokenizer_settings(scifact_docs, tmp_path):
+    """A loaded retriever fell back to lucene stopwords and Porter stemming: loading an index built
+    without them and indexing new documents rebuilt it with both, silently."""
+    from attnrank.index.retriever import HybridRetriever
+
+    built = HybridRetriever(stopwords="none", stemmer="none").index(scifact_docs[:4], show_progress=False)
+    built.save(tmp_path / "idx")
+    loaded = HybridRetriever.load(tmp_path / "idx")
+    assert (loaded.stopwords, loaded.stemmer) == ("none", "none")
+    again = loaded.index(scifact_docs[:5], show_progress=False).bm25.tokenizer_config
+    assert (again.stopwords, again.stemmer) == ("none", "none")

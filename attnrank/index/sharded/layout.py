@@ -161,6 +161,8 @@ def retriever_settings(m: dict[str, Any]) -> dict[str, Any]:
             "rrf_k": f["rrf_k"],
             "depth": f["depth"],
             "mode": f["mode"],
+            "stopwords": m["bm25"].get("tokenizer", {}).get("stopwords", "lucene"),
+            "stemmer": m["bm25"].get("tokenizer", {}).get("stemmer", "auto"),
         }
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise IndexFormatError(
