@@ -90,6 +90,7 @@ class HybridRetriever:
         self.bm25: BM25Index | None = None
         self.dense: DenseIndex | None = None
         self.build_info: dict = {}
+        self.corpus_path: Path | None = None  # the file or folder index() read, protected from save()
 
     # -- configuration -----------------------------------------------------------------------
     def set_fusion(
@@ -116,7 +117,10 @@ class HybridRetriever:
     def index(self, docs: Sequence[Document] | str | Path, *, show_progress: bool = True) -> HybridRetriever:
         """Index documents (or a corpus path, see :func:`attnrank.corpus.load_corpus`)."""
         if isinstance(docs, (str, Path)):
+            self.corpus_path = Path(docs).resolve()  # never replaced by a save, whatever force says
             docs, _ = load_corpus(docs)
+        else:
+            self.corpus_path = None
         docs = list(docs)
         if not docs:
             raise InputError("cannot index an empty corpus (0 documents); give at least one document")
@@ -263,14 +267,16 @@ class HybridRetriever:
 
         Replaces only an existing index or an empty folder; ``force=True`` also replaces another
         non-empty folder, never one holding the working directory or a ``protect`` path
-        (:mod:`attnrank.index.folders`). ``extra(folder)`` may add files (e.g. passage states)
+        (:mod:`attnrank.index.folders`), nor the corpus file or folder :meth:`index` read.
+        ``extra(folder)`` may add files (e.g. passage states)
         inside the same build: the manifest lists and checksums them with the rest.
         """
         if not self.docs:
             raise InputError("nothing to save: the retriever has no documents")
         path = Path(path)
         assert self.bm25 is not None and self.dense is not None, "index() before save()"
-        with atomic_dir(path, force=force, protect=[Path(p) for p in protect]) as tmp:
+        protected = [Path(p) for p in protect] + ([self.corpus_path] if self.corpus_path is not None else [])
+        with atomic_dir(path, force=force, protect=protected) as tmp:
             write_docs(tmp / "docs.jsonl", self.docs)
             fault_point("save-in-tmp", tmp / "bm25")
             self.bm25.save(tmp / "bm25")

@@ -312,3 +312,21 @@ def test_a_loaded_index_rebuilds_with_its_own_tokenizer_settings(scifact_docs, t
     assert (loaded.stopwords, loaded.stemmer) == ("none", "none")
     again = loaded.index(scifact_docs[:5], show_progress=False).bm25.tokenizer_config
     assert (again.stopwords, again.stemmer) == ("none", "none")
+
+
+def test_save_never_replaces_the_folder_holding_the_corpus_it_indexed(scifact_docs, tmp_path):
+    """index("data/corpus.jsonl").save("data", force=True) replaced, then deleted, the corpus."""
+    import json
+
+    from attnrank.errors import InputError
+    from attnrank.index.retriever import HybridRetriever
+
+    data = tmp_path / "data"
+    data.mkdir()
+    corpus = data / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scifact_docs[:3]))
+    r = HybridRetriever().index(corpus, show_progress=False)
+    with pytest.raises(InputError, match="the corpus"):
+        r.save(data, force=True)
+    assert corpus.is_file()
+    r.save(tmp_path / "idx")  # elsewhere: saved
