@@ -228,7 +228,8 @@ def _check_folder(parts_dir: Path) -> None:
         _read_settings(parts_dir / SETTINGS)  # refuses a folder whose settings are not a checkpoint's
         foreign = None
     else:
-        foreign = next((f.name for f in parts_dir.iterdir() if not _ours(f.name)), None) if parts_dir.exists() else None
+        # (pyarrow's write_dataset names its files part-0.parquet too: without settings, a part must carry the mark)
+        foreign = next((f.name for f in parts_dir.iterdir() if not _ours(f)), None) if parts_dir.exists() else None
     if foreign is not None:
         raise InputError(
             f"checkpoint {parts_dir} holds {foreign!r}, which no attnrank batch run writes, so it is not an attnrank "
@@ -263,15 +264,19 @@ def _check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
 
 # The options every checkpoint's settings have recorded since the first (BatchConfig's fields then).
 _RECORDED = ("index", "k", "rerank", "mode", "model", "heads", "device")
+_PART_FILE = re.compile(r"^part-\d+\.parquet$")
 _CHECKPOINT_FILE = re.compile(
     rf"^(\.lock|{re.escape(SETTINGS)}|part-\d+\.parquet|\.(part-\d+\.parquet|{re.escape(SETTINGS)})\.tmp-.+)$"
 )
 
 
-def _ours(name: str) -> bool:
-    """A file a run writes in a checkpoint (lock, settings, parts, and theirs being written): a
-    folder holding anything else is not a checkpoint, and is never written into."""
-    return _CHECKPOINT_FILE.match(name) is not None
+def _ours(path: Path) -> bool:
+    """A file a run writes in a checkpoint (lock, settings, parts that carry the batch mark, and
+    theirs being written): a folder holding anything else is not a checkpoint, and is never
+    written into."""
+    if _CHECKPOINT_FILE.match(path.name) is None:
+        return False
+    return not _PART_FILE.match(path.name) or is_batch_parquet(path)
 
 
 def _read_settings(path: Path) -> dict[str, Any]:

@@ -133,6 +133,19 @@ def test_a_folder_attnrank_did_not_write_is_never_a_checkpoint(fake_ray, tmp_pat
     assert _files(theirs) == before and fake_ray["calls"] == 0
 
 
+def test_parts_of_another_writer_alone_are_not_a_checkpoint(fake_ray, tmp_path, index):
+    """pyarrow's write_dataset names its files part-0.parquet: a folder of them alone was taken for
+    a checkpoint, written into, and its rows read as queries already done."""
+    theirs = tmp_path / "dataset"
+    pa_ds = pytest.importorskip("pyarrow.dataset")
+    pa_ds.write_dataset(pa.table({"qid": ["q1", "q2"], "query": ["apple", "pear"]}), theirs, format="parquet")
+    assert [p.name for p in theirs.iterdir()] == ["part-0.parquet"]
+    before = _files(theirs)
+    with pytest.raises(InputError, match="'part-0.parquet', which no attnrank batch run writes"):
+        run_batch({"q1": "apple"}, BatchConfig(str(index)), output=tmp_path / "r.trec", checkpoint=theirs)
+    assert _files(theirs) == before and fake_ray["calls"] == 0
+
+
 def test_unreadable_settings_are_refused_in_one_line(fake_ray, tmp_path, index):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
