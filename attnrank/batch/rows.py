@@ -34,7 +34,10 @@ def read_queries(path: str | Path) -> dict[str, str]:
         raise InputError(f"queries file {str(p)!r} does not exist; give JSONL, TSV or Parquet queries")
     import pyarrow.parquet as pq
 
-    table = pq.read_table(p)
+    try:
+        table = pq.read_table(p)
+    except Exception as e:  # (pyarrow's ArrowInvalid, OSError, ...: not Parquet, or damaged)
+        raise InputError(f"{p} is not a readable Parquet file ({e}); give JSONL, TSV or Parquet queries") from None
     idc = next((c for c in ("id", "_id", "qid") if c in table.column_names), None)
     textc = next((c for c in ("text", "query") if c in table.column_names), None)
     if idc is None or textc is None:
@@ -44,9 +47,9 @@ def read_queries(path: str | Path) -> dict[str, str]:
         )
     out: dict[str, str] = {}
     for row, (qid, text) in enumerate(zip(table.column(idc).to_pylist(), table.column(textc).to_pylist()), 1):
-        if qid is None or str(qid) == "":  # str(None) would be a query named "None"
+        if qid is None or str(qid).strip() == "":  # str(None) would be a query named "None"
             raise InputError(f"{p}: row {row} has no query id (column {idc!r}); every query needs one")
-        qid = str(qid)
+        qid = str(qid).strip()  # (trimmed, as JSONL and TSV queries, qrels and runs read ids)
         if qid in out:
             raise InputError(f"{p}: duplicate query id {qid!r}; query ids must be unique")
         if not isinstance(text, str) or not text.strip():

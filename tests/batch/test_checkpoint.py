@@ -426,6 +426,13 @@ def test_parquet_queries_without_an_id_are_refused(tmp_path):
         read_queries(path)
     pq.write_table(pa.table({"qid": [7, 8], "query": ["first", "second"]}), path)
     assert read_queries(path) == {"7": "first", "8": "second"}
+    # ids trimmed as JSONL and TSV queries' are (" q1" was another query than "q1"); a file that is
+    # not Parquet is one line, not pyarrow's traceback
+    pq.write_table(pa.table({"id": [" q1 ", "q2"], "text": ["first", "second"]}), path)
+    assert read_queries(path) == {"q1": "first", "q2": "second"}
+    path.write_text("id\ttext\nq1\tfirst\n")
+    with pytest.raises(InputError, match=r"q.parquet is not a readable Parquet file"):
+        read_queries(path)
 
 
 def test_auto_precision_is_decided_once_by_the_driver_and_resumed_only_alike(fake_ray, tmp_path, index, monkeypatch):
