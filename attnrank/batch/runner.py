@@ -355,7 +355,7 @@ def run_batch(
             stats["ray_startup_seconds"] = round(ex.startup_seconds, 3)
             try:
                 rows = [{"qid": q, "query": qs[q]} for q in todo]
-                ds = _pipeline(ex.ray, rows, config, res, progress)
+                ds = _pipeline(ex.ray, rows, config, res, progress, mine["index_tag"])
                 seconds = _drain(ds, sink, len(qs), len(qs) - len(todo), on_commit)
                 stats["pipeline_seconds"] = round(seconds, 3)
                 stats["queries_per_second"] = round(len(todo) / max(seconds, 1e-9), 4)
@@ -412,7 +412,9 @@ def _drain(
     return time.perf_counter() - t1
 
 
-def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resources, progress: bool):
+def _pipeline(
+    ray, rows: list[dict[str, str]], config: BatchConfig, res: Resources, progress: bool, index_tag: str | None
+):
     """The Ray Data dataset: retrieval actors, then (if ``rerank``) reranking actors."""
     require("ray.data", "ray", "batch search and reranking")
     _warn_unplaceable(ray, res, config.rerank > 0)
@@ -426,7 +428,7 @@ def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resourc
     ds = ds.map_batches(
         RetrievalStage,
         fn_constructor_args=(config.index, depth),
-        fn_constructor_kwargs={"mode": config.mode, "keep_text": config.rerank > 0},
+        fn_constructor_kwargs={"mode": config.mode, "keep_text": config.rerank > 0, "index_tag": index_tag},
         batch_size=res.retrieval_batch,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=res.retrieval_actors),
@@ -437,7 +439,12 @@ def _pipeline(ray, rows: list[dict[str, str]], config: BatchConfig, res: Resourc
         ds = ds.map_batches(
             RerankStage,
             fn_constructor_args=(config.rerank, config.k),
-            fn_constructor_kwargs={"config": config.rerank_config(), "index": config.index, "threads": threads},
+            fn_constructor_kwargs={
+                "config": config.rerank_config(),
+                "index": config.index,
+                "threads": threads,
+                "index_tag": index_tag,
+            },
             batch_size=res.rerank_batch,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=res.rerank_actors),

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import AttnrankError
 from ..index.retriever import HybridRetriever
 from ..index.sharded import ShardedRetriever, is_sharded
+from ..index.store import manifest_tag
 from ..rerank.config import RerankConfig
 from ..types import RankedResults
 from .rows import results_to_row, row_to_results
@@ -31,9 +32,18 @@ class StageError(AttnrankError):
         self.line = message
 
 
-def load_index(path: str | Path) -> HybridRetriever:
-    """An ordinary or a sharded index folder, memory-mapped."""
-    return ShardedRetriever.load(path) if is_sharded(Path(path)) else HybridRetriever.load(path)
+def load_index(path: str | Path, tag: str | None = None) -> HybridRetriever:
+    """An ordinary or a sharded index folder, memory-mapped; ``tag``: the manifest's
+    :func:`~attnrank.index.store.manifest_tag` when the run began, which the loaded index must
+    still have (an actor Ray restarts after a rebuild would serve rows of the new build beside the
+    old one's)."""
+    index = ShardedRetriever.load(path) if is_sharded(Path(path)) else HybridRetriever.load(path)
+    if tag is not None and manifest_tag(Path(path)) != tag:
+        raise StageError(
+            f"the index {path} was rebuilt since this batch run began; rerun the command with the checkpoint "
+            "removed (or another --checkpoint): one run never mixes two builds' results"
+        )
+    return index
 
 
 def rerank_head(reranker: Any, res: RankedResults, depth: int) -> RankedResults:
@@ -57,11 +67,14 @@ def _table(rows: list[dict[str, Any]]):
 class RetrievalStage:
     """First stage per actor: ``search_batch`` over the batch's queries, ``k`` candidates each.
 
-    ``keep_text`` adds the candidates' titles and texts to the rows (the reranker needs them).
+    ``keep_text`` adds the candidates' titles and texts to the rows (the reranker needs them);
+    ``index_tag``: as :func:`load_index` checks it.
     """
 
-    def __init__(self, index: str, k: int, *, mode: str | None = None, keep_text: bool = True):
-        self.retriever = load_index(index)
+    def __init__(
+        self, index: str, k: int, *, mode: str | None = None, keep_text: bool = True, index_tag: str | None = None
+    ):
+        self.retriever = load_index(index, index_tag)
         self.k, self.mode, self.keep_text = k, mode, keep_text
 
     def __call__(self, batch):
@@ -81,7 +94,8 @@ class RerankStage:
     signals reads their dense signal from its stored vectors instead of embedding them (as
     ``attnrank search --rerank`` does). Each such actor loads the index's documents to match ids
     and texts (memory-mapped vectors; the documents and an id map in memory). ``threads`` caps
-    torch's intra-op threads to the CPUs the actor declared.
+    torch's intra-op threads to the CPUs the actor declared; ``index_tag``: as :func:`load_index`
+    checks it.
     """
 
     def __init__(
@@ -92,13 +106,14 @@ class RerankStage:
         config: RerankConfig | None = None,
         index: str | None = None,
         threads: int | None = None,
+        index_tag: str | None = None,
     ):
         from ..config import set_torch_threads
         from ..rerank.attention import AttentionReranker
 
         self.reranker = AttentionReranker(config=config)
         if index is not None and self.reranker.fused is not None:  # attention alone reads no vectors
-            self.reranker.use_index(load_index(index))
+            self.reranker.use_index(load_index(index, index_tag))
         self.threads = threads
         if threads:  # loaded now, not at the first query: loading sets torch to every core, then the share
             if self.reranker.uses_llm:

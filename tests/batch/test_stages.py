@@ -54,3 +54,19 @@ def test_a_rerank_stage_keeps_its_thread_share_after_a_lazy_load(tmp_path, tiny_
         assert torch.get_num_threads() == 1
     finally:
         set_torch_threads(before)
+
+
+def test_an_actor_refuses_an_index_rebuilt_since_the_run_began(tmp_path, tiny_dir):
+    """A Ray actor restarted after a rebuild loaded the new build and served its rows beside the
+    old one's in one run (exit 0)."""
+    from attnrank.index.store import manifest_tag
+
+    path = tmp_path / "idx"
+    HybridRetriever().index([Document("a", "apples are red")], show_progress=False).save(path)
+    tag = manifest_tag(path)
+    assert RetrievalStage(str(path), 1, index_tag=tag).retriever.num_docs == 1
+    HybridRetriever().index([Document("a", "apples"), Document("b", "pears")], show_progress=False).save(path)
+    with pytest.raises(StageError, match="was rebuilt since this batch run began"):
+        RetrievalStage(str(path), 1, index_tag=tag)
+    with pytest.raises(StageError, match="was rebuilt since this batch run began"):
+        RerankStage(1, 1, config=RerankConfig.preset(model=str(tiny_dir)), index=str(path), index_tag=tag)
