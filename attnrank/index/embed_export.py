@@ -45,6 +45,7 @@ import numpy as np
 from ..config import available_cpus, cache_dir
 from ..errors import InputError, ModelError, require
 from ..files import file_sha256, fsync_folder, fsync_tree, held_lock
+from .folders import swap_in
 
 logger = logging.getLogger(__name__)
 
@@ -236,10 +237,12 @@ def build_export(model_path: str | Path, variant: str, folder: Path, key: str) -
         (tmp / _META).write_text(json.dumps(meta, indent=1))
         _verify(st, tmp, variant)
         fsync_tree(tmp)  # durable before it is swapped in: a power loss must not leave a torn export
-        if folder.exists():  # stale or damaged (the caller checked, holding the lock): replace it
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
+        # a stale or damaged export (the caller checked, holding the lock) is exchanged in one rename:
+        # a reader that passed its check without the lock never finds the folder missing
+        old = swap_in(tmp, folder)
         fsync_folder(folder.parent)
+        if old is not None and old != tmp:
+            shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("exported %s to %s (%s) in %.1f s", Path(model_path).name, folder, variant, time.perf_counter() - start)
