@@ -412,3 +412,31 @@ def test_the_document_ids_of_a_sharded_index_are_read_without_loading_it(sharded
     (damaged / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(IndexFormatError):
         list(index_doc_ids(damaged))
+
+
+class _OtherNodes(LocalExecutor):
+    """Runs each shard task as a worker node without shared storage would: its writes land on
+    that node's own disk (here, another folder), not in the driver's temporary folder."""
+
+    name = "other-nodes"
+
+    def __init__(self, disk):
+        self.disk = disk
+
+    def map(self, fn, args, *, num_cpus=1, num_gpus=0):
+        from attnrank.index.sharded.build import build_shard
+
+        if fn is not build_shard:  # the statistics pass returns its results, it writes nothing
+            return super().map(fn, args)
+        return [fn(*a[:6], self.disk / a[6].name, *a[7:]) for a in args]
+
+
+def test_shards_written_on_other_nodes_are_refused_not_a_traceback(tmp_path, scifact_docs, built_retriever):
+    """On a multi-node Ray cluster without shared storage the driver failed with a raw
+    FileNotFoundError after every shard was built."""
+    target = tmp_path / "idx"
+    with pytest.raises(InputError, match=r"written on the machines that built them.*storage every node shares"):
+        ShardedIndexer(HybridRetriever(), shards=2, executor=_OtherNodes(tmp_path / "node")).build(
+            scifact_docs, target, embeddings=_vectors(built_retriever)
+        )
+    assert not target.exists()

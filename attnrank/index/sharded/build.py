@@ -151,7 +151,9 @@ def global_stats(
 class ShardedIndexer:
     """Build a sharded index with the settings of a (not yet built) :class:`HybridRetriever`.
 
-    ``executor`` is a :class:`LocalExecutor` (default) or a :class:`RayExecutor`. ``embeddings``
+    ``executor`` is a :class:`LocalExecutor` (default) or a :class:`RayExecutor` (each task writes
+    its shard into the target's temporary folder: on a multi-node cluster the target must be on
+    storage every node shares, else the build is refused once the shards are built). ``embeddings``
     (unit-norm, one row per document) skips the embedding step, e.g. to build a sharded and a
     single index from the same vectors.
     """
@@ -225,13 +227,20 @@ class ShardedIndexer:
                     shared[0],
                     stats.avgdl,
                     shared[1],
-                    tmp,
+                    tmp.resolve(),  # (a worker runs in its own directory)
                     None if embeddings is None else embeddings[a:b],
                     shared[2],
                 )
                 for i, (a, b) in enumerate(shard_bounds(len(docs), self.shards))
             ]
             shard_info = self.executor.map(build_shard, tasks)
+            missing = [info["name"] for info in shard_info if not (tmp / info["name"]).is_dir()]
+            if missing:  # written where the task ran: another node's disk
+                raise InputError(
+                    f"the shards {missing} were written on the machines that built them, not here: a sharded "
+                    f"build on a multi-node Ray cluster needs {target.parent.resolve()} on storage every node "
+                    "shares (NFS, a cluster file system); build on one machine, or index onto shared storage"
+                )
             t2 = time.perf_counter()
             self.build_info = {
                 "executor": self.executor.name,
