@@ -375,6 +375,14 @@ def has_sliding_layers(cache: DynamicCache) -> bool:
     return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
 
 
+def sliding_window(cache: DynamicCache) -> int | None:
+    """The smallest window of ``cache``'s sliding-window layers (sliding or chunked attention:
+    they keep only the latest tokens), None without such layers."""
+    sizes = (getattr(layer, "sliding_window", None) for layer in cache.layers if getattr(layer, "is_sliding", False))
+    windows = [int(size) for size in sizes if size is not None]
+    return min(windows, default=None)
+
+
 def cache_argument(module: Any) -> str:
     """The forward argument of ``module`` (a decoder or a causal LM) that takes a cache:
     transformers 5.x renamed ``past_key_values`` to ``cache``."""

@@ -21,7 +21,7 @@ from transformers.cache_utils import DynamicLayer
 
 from attnrank.errors import InputError, ModelError
 
-from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, rotary_follows_length
+from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, rotary_follows_length, sliding_window
 from .rotary import nope_layers, rotate_into, rotation
 from .states import BlockState, layer_kv, prefix_states
 
@@ -142,9 +142,9 @@ def assemble_windows(
     :func:`windows_shape`."""
     lengths = [_length(prefix, states) for states in windows]
     cache = DynamicCache(config=capturer.decoder.config)
-    window = getattr(capturer.decoder.config, "sliding_window", None)
+    window = sliding_window(cache)  # (the cache's own: Llama 4's chunked layers have no config.sliding_window)
     sliding = has_sliding_layers(cache)
-    if window is not None and max(lengths) >= int(window) and sliding:
+    if window is not None and max(lengths) >= window:
         raise InputError(
             f"the block-attention context holds {max(lengths)} tokens, more than this model's sliding window of "
             f"{window}; rerank fewer or shorter passages, or use attention='full'"

@@ -25,7 +25,7 @@ from transformers import DynamicCache
 
 from attnrank.errors import InputError
 
-from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, rotary_follows_length
+from .attention import AttentionCapturer, PrefixCache, rotary_follows_length, sliding_window
 from .kernels import segment_mask
 from .recording import packed_segments
 from .rotary import nope_layers, rotate_into, rotation
@@ -119,10 +119,18 @@ def encode_blocks(
         raise InputError(f"{len(blocks)} blocks but {len(starts)} start positions")
     if any(len(b) == 0 for b in blocks):
         raise InputError("a block is empty; every passage needs at least one token")
+    window = sliding_window(DynamicCache(config=capturer.decoder.config))
+    longest = max((len(b) for b in blocks), default=0)
+    if window is not None and prefix.length + longest >= window:  # before any block is encoded and kept
+        # (its cache would drop the block's first tokens: states of the wrong tokens, reused later)
+        raise InputError(
+            f"a passage of {longest} tokens after the {prefix.length}-token instruction reaches this model's "
+            f"sliding window of {window}; rerank shorter passages (max_doc_tokens), or use attention='full'"
+        )
     order = sorted(range(len(blocks)), key=lambda i: len(blocks[i]))
     pack = DEFAULT_PACK_TOKENS if pack_tokens is None else pack_tokens
     alone = rotary_follows_length(capturer.decoder)
-    if alone or has_sliding_layers(DynamicCache(config=capturer.decoder.config)):
+    if alone or window is not None:  # (sliding-window caches keep the latest tokens of the pass)
         pack = 0
     out: list[BlockState | None] = [None] * len(blocks)
     batch: list[int] = []

@@ -97,3 +97,23 @@ def test_blocks_under_rotary_that_follows_the_pass_are_encoded_alone():
     alone = states.encode_blocks(capturer, prefix, [near], [3])
     torch.testing.assert_close(together[0].keys, alone[0].keys, rtol=0, atol=0)
     torch.testing.assert_close(together[1].keys, states.encode_blocks(capturer, prefix, [far], [100])[0].keys)
+
+
+def test_a_block_past_a_sliding_window_is_refused_before_any_state_is_kept():
+    """Batched with a longer block, a short block's states came from a sliding-window cache that had
+    dropped the early tokens (another block's keys, or padding); they were kept and reused by a
+    later query that the window did not refuse (scores off by 8.5e-4, exit 0)."""
+    capturer = AttentionCapturer(tiny_model("mistral", layers=2, sliding_window=80), [(1, 0)])
+    tok = tiny_tokenizer()
+    query, short, other = "Where is Paris?", "Paris is in France.", "Rome is in Italy."
+    long = "Kiwis are small birds of New Zealand. " * 6
+    cache = states.StateCache(1 << 30)
+    both = build_block_prompts(tok, query, [short, long])
+    prefix = capturer.prefill(both.prefix_ids)
+    with pytest.raises(InputError, match=r"reaches this model's sliding window of 80"):
+        capture_blocks(capturer, both, prefix, fingerprint="t", positions="shared", states=cache)
+    assert len(cache) == 0
+    later = build_block_prompts(tok, query, [short, other])
+    warm = capture_blocks(capturer, later, prefix, fingerprint="t", positions="shared", states=cache)
+    cold = capture_blocks(capturer, later, prefix, fingerprint="t", positions="shared")
+    assert np.array_equal(warm.real, cold.real)
