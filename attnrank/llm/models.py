@@ -32,6 +32,7 @@ from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
 from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir, gguf_context_length, gguf_shape
 from .quantize import INT8, quantize_int8
+from .recording import decoder_of
 
 logger = logging.getLogger(__name__)
 
@@ -345,11 +346,19 @@ def check_causal_lm_config(cfg: Any, model_id: str) -> None:
 
 
 def check_attention_modules(model: Any, model_id: str) -> None:
-    """Raise :class:`ModelError` unless every decoder layer has a ``self_attn`` with layer_idx."""
-    mods = [(n, m) for n, m in model.named_modules() if n.endswith("self_attn")]
+    """Raise :class:`ModelError` unless the decoder has attention modules and each has a
+    ``layer_idx`` (the capture tells layers apart by it). Attention modules: those named
+    ``self_attn`` or of a class named ``...Attention`` (GPT-NeoX's ``attention``, Falcon's
+    ``self_attention``), in the decoder only (a multimodal model's vision tower has its own)."""
+    decoder = decoder_of(model)
+    mods = [
+        (n, m)
+        for n, m in decoder.named_modules()
+        if n.endswith("self_attn") or (n and type(m).__name__.endswith("Attention"))
+    ]
     bad = [n for n, m in mods if not isinstance(getattr(m, "layer_idx", None), int)]
     if not mods or bad:
-        what = f"attention module {bad[0]} has no layer_idx" if bad else "no '*.self_attn' module"
+        what = f"attention module {bad[0]} has no layer_idx" if bad else "no attention module ('*.self_attn')"
         raise ModelError(
             f"{model_id!r} ({type(model).__name__}): {what}, which attention "
             "capture needs; this architecture is unsupported"

