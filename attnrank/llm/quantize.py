@@ -64,6 +64,14 @@ def quantize_int8(model: Any) -> int:
     return len(names)
 
 
+def is_int8(model: Any) -> bool:
+    """Whether :func:`quantize_int8` quantized ``model``: its dynamic int8 linears quantize their
+    input with one scale over the whole batch, so a row's outputs depend on the rows beside it."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    return any(isinstance(m, DynamicInt8Linear) for m in model.modules())
+
+
 def _is_linear(module: Any) -> bool:
     return type(module) is torch.nn.Linear
 

@@ -27,6 +27,7 @@ from attnrank.errors import InputError
 
 from .attention import AttentionCapturer, PrefixCache, rotary_follows_length, sliding_window
 from .kernels import segment_mask
+from .quantize import is_int8
 from .recording import packed_segments
 from .rotary import nope_layers, rotate_into, rotation
 
@@ -112,8 +113,9 @@ def encode_blocks(
     ``batch_tokens`` padded tokens. ``pack_tokens=None`` packs :data:`DEFAULT_PACK_TOKENS`; 0
     never packs; a model with sliding-window layers (whose caches drop early tokens) is never
     packed, and one whose rotary frequencies follow the pass's longest position (dynamic NTK,
-    LongRoPE) encodes each block alone: beside a block at later positions, a block's states would
-    differ from those it gets alone, under the same cache key. ``starts[i]`` is block ``i``'s
+    LongRoPE) or whose linear layers are dynamic int8 encodes each block alone: beside a block at
+    later positions, or beside larger activations, a block's states would differ from those it gets
+    alone, under the same cache key. ``starts[i]`` is block ``i``'s
     first position id."""
     if len(blocks) != len(starts):
         raise InputError(f"{len(blocks)} blocks but {len(starts)} start positions")
@@ -129,7 +131,9 @@ def encode_blocks(
         )
     order = sorted(range(len(blocks)), key=lambda i: len(blocks[i]))
     pack = DEFAULT_PACK_TOKENS if pack_tokens is None else pack_tokens
-    alone = rotary_follows_length(capturer.decoder)
+    # (int8: a dynamic int8 linear's input scale spans the pass, so a block's states would depend
+    # on its neighbours, which the cache key does not hold)
+    alone = rotary_follows_length(capturer.decoder) or is_int8(capturer.model)
     if alone or window is not None:  # (sliding-window caches keep the latest tokens of the pass)
         pack = 0
     out: list[BlockState | None] = [None] * len(blocks)

@@ -104,3 +104,26 @@ def test_int8_without_an_engine_names_the_fix(tiny_dir, monkeypatch):
     monkeypatch.setattr(quantize, "int8_available", lambda: False)
     with pytest.raises(ModelError, match=r"dtype='int8'.*use dtype='float32' or 'bfloat16'"):
         load_llm(str(tiny_dir), dtype="int8")
+
+
+def test_int8_block_states_do_not_depend_on_the_blocks_encoded_beside_them():
+    """A dynamic int8 linear quantizes its input with one scale per pass: packed or batched with
+    other passages, a block got other states than alone, under the same cache key (warm rows
+    differed from cold ones, and a passage's score from its neighbours)."""
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.attention import AttentionCapturer
+    from attnrank.llm.blocks import build_block_prompts
+    from attnrank.llm.states import encode_blocks
+
+    model = tiny_model("llama", layers=2)
+    quantize.quantize_int8(model)
+    assert quantize.is_int8(model)
+    capturer = AttentionCapturer(model, [(1, 0)])
+    tok = tiny_tokenizer()
+    prompt = build_block_prompts(tok, "Where is Paris?", ["Paris is in France.", "ZZZZ " * 30])
+    prefix = capturer.prefill(prompt.prefix_ids)
+    short, long = prompt.blocks
+    alone = encode_blocks(capturer, prefix, [short], [prefix.length])[0]
+    beside = encode_blocks(capturer, prefix, [short, long], [prefix.length, prefix.length])[0]
+    assert torch.equal(alone.keys, beside.keys) and torch.equal(alone.values, beside.values)
