@@ -22,6 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import shutil
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -153,49 +156,92 @@ def write_store(
     batch_docs: int = 64,
     progress: Callable[[int], object] | None = None,
 ) -> dict[str, Any]:
-    """Encode every passage's block states and write them to ``folder``; returns the header."""
+    """Encode every passage's block states and write them to the new folder ``folder``; returns
+    the header. The arrays are written as they are encoded (memory-mapped, sized from a first
+    pass that only tokenizes), so a store larger than memory can be built; everything goes to a
+    temporary sibling first, renamed to ``folder`` once complete."""
     if storage not in STATE_STORAGES:
         raise InputError(f"passage state storage {storage!r} is not one of {STATE_STORAGES}")
+    folder = Path(folder)
+    if folder.exists():
+        raise InputError(f"{folder} exists; passage states are written to a new folder: remove it or give another")
     prefix_ids = block_prefix_ids(tokenizer)
     prefix = capturer.prefill(prefix_ids)
+    blocks = encode_blocks_text(tokenizer, list(docs), max_doc_words, max_doc_tokens)[0]
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks], dtype=np.int64)]).astype(np.int64)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        entries = _write_arrays(
+            tmp, capturer, (prefix_ids, prefix), blocks, offsets, fingerprint, storage, batch_docs, progress
+        )
+        samples = {name: sample_digest(np.load(tmp / f"{name}.npy", mmap_mode="r")) for name in _ARRAYS[storage]}
+        np.save(tmp / "offsets.npy", offsets)
+        header = {
+            "format": FORMAT,
+            "version": 1,
+            "model_id": model_id,
+            "storage": storage,
+            **store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens),
+            "tokens": int(offsets[-1]),
+            "passages": [[d.id, key] for d, key in zip(docs, entries)],
+            "samples": samples,
+        }
+        (tmp / "states.json").write_text(json.dumps(header), encoding="utf-8")
+        os.rename(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return header
+
+
+# the arrays of a store, by storage (int8 keeps a scale per token, layer and head besides)
+_ARRAYS = {"float16": ("keys", "values"), "int8": ("keys", "values", "key_scales", "value_scales")}
+
+
+def _write_arrays(
+    folder: Path,
+    capturer: AttentionCapturer,
+    prefix: tuple[list[int], Any],
+    blocks: list[list[int]],
+    offsets: np.ndarray,
+    fingerprint: str,
+    storage: str,
+    batch_docs: int,
+    progress: Callable[[int], object] | None,
+) -> list[str]:
+    """Encode ``blocks`` ``batch_docs`` at a time into memory-mapped ``.npy`` arrays of
+    ``offsets[-1]`` rows (opened at the first state, whose shape they take); returns each
+    block's state key. ``prefix``: the instruction's ids and their prefilled cache."""
+    prefix_ids, cache = prefix
     start = len(prefix_ids)
-    folder.mkdir(parents=True)
-    chunks: dict[str, list[np.ndarray]] = {"keys": [], "values": [], "key_scales": [], "value_scales": []}
-    entries, offsets = [], [0]
-    for lo in range(0, len(docs), batch_docs):
-        part = list(docs[lo : lo + batch_docs])
-        blocks, _, _, _ = encode_blocks_text(tokenizer, part, max_doc_words, max_doc_tokens)
-        starts = [start] * len(blocks)
-        keys = state_keys(capturer, fingerprint, prefix_ids, blocks, starts)
-        for doc, block, key, state in zip(part, blocks, keys, encode_blocks(capturer, prefix, blocks, starts)):
+    arrays: dict[str, np.memmap] = {}
+    keys_out: list[str] = []
+    for lo in range(0, len(blocks), batch_docs):
+        part = blocks[lo : lo + batch_docs]
+        starts = [start] * len(part)
+        keys = state_keys(capturer, fingerprint, prefix_ids, part, starts)
+        for i, state in enumerate(encode_blocks(capturer, cache, part, starts), start=lo):
+            at, to = int(offsets[i]), int(offsets[i + 1])
             for name, t in (("keys", state.keys), ("values", state.values)):
                 data, scales = _pack(t.permute(2, 0, 1, 3).float().cpu().numpy(), storage)
-                chunks[name].append(data)
-                if scales is not None:
-                    chunks[name[:-1] + "_scales"].append(scales)
-            entries.append([doc.id, key])
-            offsets.append(offsets[-1] + len(block))
+                for array_name, rows in ((name, data), (name[:-1] + "_scales", scales)):
+                    if rows is None:
+                        continue
+                    if array_name not in arrays:
+                        arrays[array_name] = np.lib.format.open_memmap(
+                            folder / f"{array_name}.npy",
+                            mode="w+",
+                            dtype=rows.dtype,
+                            shape=(int(offsets[-1]), *rows.shape[1:]),
+                        )
+                    arrays[array_name][at:to] = rows
+        keys_out += keys
         if progress is not None:
             progress(len(part))
-    samples = {}
-    for name, parts in chunks.items():
-        if parts:
-            array = np.concatenate(parts)
-            np.save(folder / f"{name}.npy", array)
-            samples[name] = sample_digest(array)
-    np.save(folder / "offsets.npy", np.asarray(offsets, dtype=np.int64))
-    header = {
-        "format": FORMAT,
-        "version": 1,
-        "model_id": model_id,
-        "storage": storage,
-        **store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens),
-        "tokens": offsets[-1],
-        "passages": entries,
-        "samples": samples,
-    }
-    (folder / "states.json").write_text(json.dumps(header), encoding="utf-8")
-    return header
+    for array in arrays.values():
+        array.flush()
+    return keys_out
 
 
 def sample_digest(array: np.ndarray, rows: int = 64) -> str:

@@ -241,3 +241,22 @@ def test_the_config_digest_covers_what_shapes_sliding_and_nope_models_states():
         cfg = tiny_model(family).config
         old = {k: getattr(cfg, k, None) for k in _CONFIG_FIELDS}
         assert config_digest(cfg) == hashlib.sha256(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def test_a_store_is_written_whole_or_not_at_all_and_never_into_an_existing_folder(tmp_path, llm, capturer):
+    """An existing folder was a raw FileExistsError; a failed write left a partial folder without
+    states.json, which remove_store then refused to delete. Batches of one passage write the
+    memory-mapped arrays at their offsets as a whole-store write would."""
+    whole = build(tmp_path, llm, capturer, "float16")
+    with pytest.raises(InputError, match=r"float16 exists; passage states are written to a new folder"):
+        build(tmp_path, llm, capturer, "float16")
+    one_by_one = tmp_path / "one"
+    write_store(one_by_one, capturer, llm.tokenizer, DOCS, model_id="tiny", fingerprint=llm.fingerprint, batch_docs=1)
+    for name in ("keys.npy", "values.npy", "offsets.npy", "states.json"):
+        assert (whole / name).read_bytes() == (one_by_one / name).read_bytes(), name
+    def interrupted(n):
+        raise KeyboardInterrupt  # after the first batch
+
+    with pytest.raises(KeyboardInterrupt):  # nothing is left behind
+        build(tmp_path, llm, capturer, "int8", batch_docs=1, progress=interrupted)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["float16", "one"]
