@@ -267,7 +267,7 @@ def keep_stages(docs: list[Document], metadata: list[Mapping[str, Any]]) -> list
     return [
         ScoredDocument(
             d.id,
-            float(m.get("relevance_score") or 0.0),  # None: no first-stage score was kept
+            _first_stage_score(m),
             i + 1,
             d.text,
             d.title,
@@ -276,6 +276,21 @@ def keep_stages(docs: list[Document], metadata: list[Mapping[str, Any]]) -> list
         )
         for i, (d, m) in enumerate(zip(docs, metadata))
     ]
+
+
+_FIRST_STAGES = ("hybrid", "bm25", "dense")  # the retriever's stages, the fused one first
+
+
+def _first_stage_score(m: Mapping[str, Any]) -> float:
+    """The first stage's score of a document from an attnrank retriever: its ``relevance_score``,
+    unless a reranker has scored it since (a stage other than the retriever's): then the
+    retriever's own stage score (a learned scorer's first-stage feature read the reranker's)."""
+    stages = m["stage_scores"]
+    if any(name not in _FIRST_STAGES for name in stages):
+        first = next((stages[name] for name in _FIRST_STAGES if name in stages), None)
+        if first is not None:
+            return float(first)
+    return float(m.get("relevance_score") or 0.0)  # None: no first-stage score was kept
 
 
 def score_fields(d: ScoredDocument) -> dict[str, Any]:

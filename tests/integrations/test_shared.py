@@ -50,6 +50,21 @@ def test_stage_scores_with_a_null_relevance_score_are_kept():
     assert [d.score for d in kept] == [0.0, 0.0] and [d.stage_scores for d in kept] == [{"bm25": 1.0}, {"bm25": 0.5}]
 
 
+def test_reranked_documents_give_their_retrievers_score_as_the_first_stage():
+    """Documents an attnrank retriever returned with rerank=True carry the reranker's score as
+    relevance_score: a second reranker's learned scorer read it as the first-stage score."""
+    from attnrank.integrations.shared import keep_stages
+    from attnrank.types import Document
+
+    docs = [Document("a", "x"), Document("b", "y"), Document("c", "z")]
+    meta = [
+        {"stage_scores": {"bm25": 5.0, "dense": 0.5, "hybrid": 9.0, "attention": 3.0}, "relevance_score": 3.0},
+        {"stage_scores": {"bm25": 4.0, "likelihood": -1.0}, "relevance_score": -1.0},  # bm25 mode, then reranked
+        {"stage_scores": {"bm25": 1.0, "dense": 0.1, "hybrid": 2.0}, "relevance_score": 2.0},  # not reranked
+    ]
+    assert [d.score for d in keep_stages(docs, meta)] == [9.0, 4.0, 2.0]
+
+
 def test_a_slow_build_holds_up_neither_other_builds_nor_model_free_stages():
     """One lock for the cache was held through every build (a model load: minutes), and model-free
     stages took the same lock for their call lock: a signals reranker serving in one thread froze
