@@ -39,7 +39,7 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from ..prune.context import check_budget
+from ..prune.context import check_budget, check_neighbours
 from ..types import Document, ScoredDocument
 from .shared import (
     check_depth,
@@ -139,6 +139,7 @@ class AttnrankPruner(BaseDocumentCompressor):
             fields["budget_tokens"] = None  # a ratio alone replaces the default token budget
         super().__init__(**fields)
         check_budget(self.budget_tokens, self.keep_ratio)  # (else refused only at the first query)
+        check_neighbours(self.neighbours)
         self._pruner = shared_pruner(pruner, **settings)
 
     @property

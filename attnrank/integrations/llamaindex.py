@@ -42,7 +42,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-from ..prune.context import check_budget
+from ..prune.context import check_budget, check_neighbours
 from ..types import Document, ScoredDocument
 from .shared import (
     built_settings,
@@ -229,6 +229,7 @@ class AttnrankPruner(BaseNodePostprocessor):
             "AttnrankPruner", "pruner", given=pruner, saved=pruner_settings, custom=custom_pruner, settings=settings
         )
         check_budget(budget_tokens, keep_ratio)  # (else refused only at the first query)
+        check_neighbours(neighbours)
         super().__init__(  # type: ignore[call-arg]  # pydantic fields
             budget_tokens=budget_tokens,
             keep_ratio=keep_ratio,

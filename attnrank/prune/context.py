@@ -66,10 +66,6 @@ class PrunedContext:
     kept_all: bool = False
     notes: list[str] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        note = f"budget_tokens={self.budget_tokens} wins: keep_ratio={self.keep_ratio} ignored"
-        if self.budget_source == "budget_tokens" and self.keep_ratio is not None and note not in self.notes:
-            self.notes.append(note)  # once, also when the context is copied with dataclasses.replace
 
     @property
     def kept(self) -> list[ScoredSentence]:
@@ -123,7 +119,11 @@ def check_budget(budget_tokens: int | None, keep_ratio: float | None) -> None:
             "no budget given; pass budget_tokens=N (sentence tokens to keep, e.g. 300) "
             "or keep_ratio=R (fraction of the context, 0 < R <= 1)"
         )
-    if budget_tokens is not None and (not is_count(budget_tokens)):
+    if budget_tokens is not None and keep_ratio is not None:  # (one was dropped, told in a note no adapter showed)
+        raise InputError(
+            f"budget_tokens={budget_tokens!r} and keep_ratio={keep_ratio!r} both size the pruned context; give one"
+        )
+    if budget_tokens is not None and not is_count(budget_tokens):
         raise InputError(
             f"budget_tokens={budget_tokens!r} must be a whole number of tokens >= 1; "
             "pass e.g. budget_tokens=300, or keep_ratio=R"
@@ -145,11 +145,7 @@ def check_neighbours(neighbours: int) -> None:
 
 
 def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original: int) -> tuple[int, str]:
-    if budget_tokens is not None:
-        if keep_ratio is not None:
-            logger.warning(
-                "both budget_tokens=%d and keep_ratio=%s given: budget_tokens wins", budget_tokens, keep_ratio
-            )
+    if budget_tokens is not None:  # (check_budget refused both)
         return int(budget_tokens), "budget_tokens"
     if keep_ratio is None:
         raise InputError("give budget_tokens or keep_ratio")

@@ -31,8 +31,8 @@ different lengths on one noise scale while still rewarding longer evidence.
 
 Selection: the budget counts *sentence* tokens only (the ``[i] title`` lines that stay with
 every kept passage are not counted). ``budget_tokens`` is a hard cap; ``keep_ratio`` means
-``floor(keep_ratio × context sentence tokens)``; when both are given ``budget_tokens`` wins
-(logged). Sentences are taken greedily by score; one that does not fit is skipped and the next
+``floor(keep_ratio × context sentence tokens)``; one of the two is given, never both.
+Sentences are taken greedily by score; one that does not fit is skipped and the next
 tried (Sentinel stops at the first misfit instead). With ``neighbours=n`` a chosen sentence
 brings the ``n`` sentences on each side within its passage, if that group fits, else it comes
 alone. The kept sentences are always emitted in reading order. A budget covering the whole

@@ -24,7 +24,7 @@ from ..config import DEFAULT_BUDGET_TOKENS
 from ..explain import check_explainable, explain_results
 from ..llm.states import StateCache
 from ..pipeline import Pipeline
-from ..prune.context import PrunedContext
+from ..prune.context import PrunedContext, check_budget
 from ..types import Document, RankedResults
 from .jobs import Job
 from .schemas import AskRequest, CohereRerankRequest, PruneRequest, SearchRequest, TEIRerankRequest, texts_of
@@ -227,6 +227,8 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
     budget = body.budget_tokens
     if server.engine.pruner is None and (budget is not None or body.keep_ratio is not None):
         raise InputError("budget_tokens/keep_ratio size the pruned context, but this server runs without a pruner")
+    if budget is not None or body.keep_ratio is not None:  # (both: keep_ratio was dropped without a word)
+        check_budget(budget, body.keep_ratio)
     if budget is None and body.keep_ratio is None:
         budget = DEFAULT_BUDGET_TOKENS
     pipe = Pipeline(

@@ -162,5 +162,9 @@ def test_pruner_metadata_has_no_nan_when_everything_fits(settings, demo_docs, qu
 def test_pruner_budget_is_checked_when_made(settings):
     with pytest.raises(InputError, match="budget_tokens=0"):  # was refused only at the first query
         AttnrankPruner(budget_tokens=0, model=settings["model"])
+    with pytest.raises(InputError, match="neighbours=-1"):  # was refused only at the first query
+        AttnrankPruner(neighbours=-1, model=settings["model"])
+    with pytest.raises(InputError, match="both size the pruned context"):  # keep_ratio was dropped, in a note
+        AttnrankPruner(budget_tokens=100, keep_ratio=0.5, model=settings["model"])
     with pytest.raises(InputError, match="keep_ratio=1.5"):
         AttnrankPruner(keep_ratio=1.5, model=settings["model"])

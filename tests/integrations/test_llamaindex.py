@@ -235,3 +235,7 @@ def test_postprocessors_take_the_callback_manager_every_llamaindex_postprocessor
 def test_pruner_budget_is_checked_when_made(settings):
     with pytest.raises(InputError, match="budget_tokens=0"):  # was refused only at the first query
         AttnrankPruner(budget_tokens=0, model=settings["model"])
+    with pytest.raises(InputError, match="neighbours=-1"):  # was refused only at the first query
+        AttnrankPruner(neighbours=-1, model=settings["model"])
+    with pytest.raises(InputError, match="both size the pruned context"):  # keep_ratio was dropped, in a note
+        AttnrankPruner(budget_tokens=100, keep_ratio=0.5, model=settings["model"])

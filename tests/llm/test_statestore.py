@@ -254,6 +254,7 @@ def test_a_store_is_written_whole_or_not_at_all_and_never_into_an_existing_folde
     write_store(one_by_one, capturer, llm.tokenizer, DOCS, model_id="tiny", fingerprint=llm.fingerprint, batch_docs=1)
     for name in ("keys.npy", "values.npy", "offsets.npy", "states.json"):
         assert (whole / name).read_bytes() == (one_by_one / name).read_bytes(), name
+
     def interrupted(n):
         raise KeyboardInterrupt  # after the first batch
 

@@ -141,6 +141,9 @@ def test_search_prune_ask(roomy_url):
     p = r.json()
     assert 0 < p["kept_tokens"] <= 40 < p["original_tokens"]
     assert {s["text"] for s in p["sentences"] if s["kept"]} <= set(DOCS)
+    both = {"query": "Does vitamin D help bones?", "depth": 4, "top_k": 2, "budget_tokens": 400, "keep_ratio": 0.5}
+    r = httpx.post(f"{url}/v1/ask", json=both)  # keep_ratio was dropped without a word
+    assert r.status_code == 422 and "both size the pruned context" in r.json()["message"], r.text
     with httpx.stream(
         "POST",
         f"{url}/v1/ask",
