@@ -226,3 +226,22 @@ def test_serve_prints_the_address_it_listens_on(tmp_path, monkeypatch):
     assert r.exit_code == 0, cli_text(r)
     (host, port) = bound[0][:2]
     assert host == "127.0.0.1" and port > 0 and f"attnrank serving on http://127.0.0.1:{port}" in r.output
+
+
+def test_serve_finds_its_port_taken_before_loading_anything(tmp_path, tiny_dir):
+    """The port was bound after the index and the model had loaded (minutes): here a model folder
+    without weights, whose load would fail first, is never read."""
+    import shutil
+    import socket
+
+    config_only = tmp_path / "config-only"
+    config_only.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        if (tiny_dir / name).exists():
+            shutil.copy(tiny_dir / name, config_only / name)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = runner.invoke(app, ["serve", "--model", str(config_only), "--port", str(port)])
+    assert r.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in cli_text(r), cli_text(r)

@@ -58,13 +58,8 @@ def serve(
     prune = pruning_config(rerank_config, rerank_given, heads=pruner_heads(rerank_config))
     check_registry_lookups(rerank_config)  # what both stages read from the head registry, before any load
     check_pruner_lookups(prune)
-    engine = build_engine(rerank_config, index=index, prune=prune)
-    limits = Limits(
-        max_documents=max_documents, max_document_chars=max_document_chars, max_total_tokens=max_total_tokens
-    )
-    app = create_app(engine, limits=limits, max_queued=max_queued)
-    config = uvicorn.Config(app, log_level="info" if verbose else "warning", access_log=False)
-    # bound here, so that the address is printed whatever uvicorn logs (with --port 0, the port it got)
+    # bound before the index and the model load (a port in use was found minutes later), so that the
+    # address is printed whatever uvicorn logs (with --port 0, the port it got)
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -73,6 +68,12 @@ def serve(
             raise typer.BadParameter(
                 f"cannot listen on {host}:{port} ({e.strerror}); give another --host/--port"
             ) from None
+        engine = build_engine(rerank_config, index=index, prune=prune)
+        limits = Limits(
+            max_documents=max_documents, max_document_chars=max_document_chars, max_total_tokens=max_total_tokens
+        )
+        app = create_app(engine, limits=limits, max_queued=max_queued)
+        config = uvicorn.Config(app, log_level="info" if verbose else "warning", access_log=False)
         shown = f"[{host}]" if ":" in host else host
         typer.echo(f"attnrank serving on http://{shown}:{sock.getsockname()[1]}")
         uvicorn.Server(config).run(sockets=[sock])
