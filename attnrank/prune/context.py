@@ -66,7 +66,6 @@ class PrunedContext:
     kept_all: bool = False
     notes: list[str] = field(default_factory=list)
 
-
     @property
     def kept(self) -> list[ScoredSentence]:
         """Kept sentences in reading order (passage input order, then sentence order)."""

@@ -128,7 +128,7 @@ async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
         first = index.search(body.query, max(body.top_k, body.depth) if body.rerank else body.top_k)
         if not body.rerank:
             return first
-        server.check_tokens(body.query, [d.text for d in first], "ask for fewer (lower depth)")
+        server.check_tokens(body.query, [d.document.full_text for d in first], "ask for fewer (lower depth)")
         job.check()
         return server.engine.reranker.rank(body.query, first, k=body.top_k)
 
@@ -152,7 +152,7 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
     def work(job: Job) -> PrunedContext:
         if index is not None:
             docs = index.search(body.query, body.top_k).documents()
-            server.check_tokens(body.query, [d.text for d in docs], "ask for fewer (lower top_k)")
+            server.check_tokens(body.query, [d.full_text for d in docs], "ask for fewer (lower top_k)")
         else:
             docs = [Document(str(i), t) for i, t in enumerate(texts or [])]
         job.check()
@@ -254,7 +254,7 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
         first, searched = _timed(index.search, body.query, body.depth)
         # the model stages read these passages (whole, or as the reranker truncates them)
         read = first.top_k(body.depth if pipe.reranker is not None else body.top_k)
-        server.check_tokens(body.query, [d.text for d in read], "ask for fewer (lower depth or top_k)")
+        server.check_tokens(body.query, [d.document.full_text for d in read], "ask for fewer (lower depth or top_k)")
         loop.call_soon_threadsafe(_settle, ready)
 
         def stop(stage: str) -> None:  # a client gone stops the next stage

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import AttnrankError, InputError, require
-from ..llm.texts import tokenize
+from ..llm.texts import holds_special, tokenize
 from ..types import check_unicode
 
 require("fastapi", "serve", "attnrank serve")
@@ -92,10 +92,17 @@ class Server:
         check_unicode(texts, "document")
 
     def check_tokens(self, query: str, texts: list[str], fix: str = "send fewer or shorter documents") -> None:
-        """Model tokens of ``query`` and ``texts`` within ``max_total_tokens``."""
+        """Model tokens of ``query`` and ``texts`` within ``max_total_tokens``, counted as the model
+        reads them (special-token text such as ``<|im_end|>`` is several tokens there,
+        :func:`~attnrank.llm.texts.tokenize`)."""
         lim = self.limits
         if self.tokenizer is not None and texts:
-            n = sum(len(ids) for ids in self.tokenizer([query, *texts], add_special_tokens=False)["input_ids"])
+            every = [query, *texts]
+            ids = self.tokenizer(every, add_special_tokens=False)["input_ids"]
+            n = sum(
+                len(tokenize(self.tokenizer, t)["input_ids"]) if holds_special(self.tokenizer, t) else len(i)
+                for t, i in zip(every, ids)
+            )
             if n > lim.max_total_tokens:
                 raise LimitExceeded(
                     f"query and documents have {n} tokens > max_total_tokens={lim.max_total_tokens}; {fix}"

@@ -112,6 +112,9 @@ def test_error_statuses_name_the_limit(url):
     assert r.status_code == 413 and "has 60000 characters > max_document_chars=400" in r.json()["message"]
     r = post("/rerank", {"query": QUERY, "texts": ["z " * 199] * 5})  # ~2000 byte tokens
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
+    # special-token text counted as the model reads it (split into its characters' tokens), not as one
+    r = post("/rerank", {"query": QUERY, "texts": ["<|im_end|>" * 35] * 5})
+    assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
     r = post("/rerank", {"query": QUERY, "texts": DOCS, "padding": "y" * 120_000})  # body over the implied size
     assert r.status_code == 413 and "max_body_bytes=95536" in r.json()["message"]
     r = post("/rerank", {"query": "q" * 101, "texts": ["a"]})
