@@ -29,9 +29,11 @@ class CohereRerankRequest(BaseModel):
     )
     query: str
     documents: list[str | TextDocument] = Field(min_length=1, description="At least one document.")
-    top_n: int | None = Field(None, ge=1)
+    top_n: int | None = Field(None, ge=1, strict=True)
     return_documents: bool = False
-    max_tokens_per_doc: int | None = Field(None, ge=1, description="Truncate each document to this many tokens.")
+    max_tokens_per_doc: int | None = Field(
+        None, ge=1, strict=True, description="Truncate each document to this many tokens."
+    )
     explain: bool = Field(False, description="Add per-token attention evidence to each result.")
 
 
@@ -50,13 +52,17 @@ class TEIRerankRequest(BaseModel):
 # The CLI's and Pipeline's names: ``top_k`` results kept, ``depth`` first-stage candidates. The names
 # these bodies had before (``k``, ``first_stage_k``, ``rerank_k``) are still accepted. attnrank's own
 # bodies refuse unknown fields (a misspelt ``topk`` would otherwise be dropped and its default used).
+# Counts are strict: JSON ``true`` or ``2.5`` is refused, not read as 1 or 2 (the library refuses them too).
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str
-    top_k: int = Field(10, ge=1, description="Results returned.", validation_alias=AliasChoices("top_k", "k"))
+    top_k: int = Field(
+        10, ge=1, strict=True, description="Results returned.", validation_alias=AliasChoices("top_k", "k")
+    )
     depth: int = Field(
         20,
         ge=1,
+        strict=True,
         description="First-stage candidates reranked.",
         validation_alias=AliasChoices("depth", "first_stage_k"),
     )
@@ -72,24 +78,33 @@ class PruneRequest(BaseModel):
     top_k: int = Field(
         5,
         ge=1,
+        strict=True,
         description="Index hits pruned when no documents are given.",
         validation_alias=AliasChoices("top_k", "k"),
     )
-    budget_tokens: int | None = Field(None, ge=1)
+    budget_tokens: int | None = Field(None, ge=1, strict=True)
     keep_ratio: float | None = Field(None, gt=0, le=1)
-    neighbours: int = Field(0, ge=0)
+    neighbours: int = Field(0, ge=0, strict=True)
 
 
 class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str
-    depth: int = Field(20, ge=1, description="First-stage hits.", validation_alias=AliasChoices("depth", "k"))
-    top_k: int = Field(
-        5, ge=1, description="Passages kept after reranking.", validation_alias=AliasChoices("top_k", "rerank_k")
+    depth: int = Field(
+        20, ge=1, strict=True, description="First-stage hits.", validation_alias=AliasChoices("depth", "k")
     )
-    budget_tokens: int | None = Field(None, ge=1, description="Sentence tokens kept by pruning (default 300).")
+    top_k: int = Field(
+        5,
+        ge=1,
+        strict=True,
+        description="Passages kept after reranking.",
+        validation_alias=AliasChoices("top_k", "rerank_k"),
+    )
+    budget_tokens: int | None = Field(
+        None, ge=1, strict=True, description="Sentence tokens kept by pruning (default 300)."
+    )
     keep_ratio: float | None = Field(None, gt=0, le=1)
-    max_new_tokens: int = Field(64, ge=1, le=1024)
+    max_new_tokens: int = Field(64, ge=1, le=1024, strict=True)
 
 
 @dataclass(frozen=True)

@@ -575,3 +575,12 @@ def test_no_request_within_the_limits_is_refused_for_its_body_size():
     for char in ("é", "😀", "\x01"):
         body = json.dumps({"query": char * 10, "documents": [char * 20_000] * 50, "top_n": 2}).encode()
         assert len(body) <= limits.max_body_bytes, char
+
+
+def test_counts_are_whole_numbers_not_booleans_or_fractions(url):
+    """Pydantic's lax mode read {"top_k": true} as 1 and 2.0 as 2; the library refuses both."""
+    for body in ({"query": QUERY, "top_k": True}, {"query": QUERY, "top_k": 2.5}, {"query": QUERY, "depth": 3.0}):
+        r = httpx.post(f"{url}/v1/search", json=body)
+        assert r.status_code == 422, (body, r.text)
+    r = httpx.post(f"{url}/v1/rerank", json={"query": QUERY, "documents": DOCS, "top_n": True})
+    assert r.status_code == 422
