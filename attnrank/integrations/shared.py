@@ -118,6 +118,8 @@ def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
         return reranker
     from ..rerank.attention import AttentionReranker
 
+    kwargs = _preset_heads(kwargs)
+
     def build() -> AttentionReranker:
         built = AttentionReranker(**kwargs)
         if index is not None:
@@ -136,7 +138,15 @@ def shared_pruner(pruner: Any = None, **kwargs: Any):
         return pruner
     from ..prune.pruner import ContextPruner
 
+    kwargs = _preset_heads(kwargs)
     return _cached("ContextPruner", _settings(kwargs, PruneConfig), lambda: ContextPruner(**kwargs))
+
+
+def _preset_heads(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``heads=None`` means the preset's heads, as not giving them does (and as Haystack's
+    components read it): given to the reranker it chose the preset with attention, and the object
+    built first for one configuration's key depended on which spelling came first."""
+    return {k: v for k, v in kwargs.items() if not (k == "heads" and v is None)}
 
 
 # The key under which a stored ``config`` names its class (:func:`stored_settings`).

@@ -21,6 +21,17 @@ def test_same_settings_share_one_object(settings):
         shared_reranker(a, heads="all")
 
 
+def test_heads_none_is_the_presets_heads_in_every_adapter(settings):
+    """LangChain's and LlamaIndex's heads=None chose the preset fused (attention), Haystack's the
+    default likelihood preset: one argument, two rankings."""
+    from attnrank.integrations.haystack import reranker_settings
+
+    none = shared_reranker(**settings, heads=None)
+    assert none is shared_reranker(**settings) and none.config.name == "likelihood"
+    extra = {k: v for k, v in settings.items() if k != "model"}
+    assert shared_reranker(**reranker_settings(settings["model"], None, "sum", extra)) is none
+
+
 def test_reranker_and_pruner_on_one_model_share_its_lock(settings):
     reranker = shared_reranker(**settings)
     pruner = shared_pruner(model=settings["model"])
