@@ -86,7 +86,8 @@ def _split_settings(cls: type, kwargs: dict[str, Any]) -> tuple[dict[str, Any], 
 
 
 class AttnrankReranker(BaseDocumentCompressor):
-    """Rerank documents by attention and keep the best ``top_n`` (None: all), best first.
+    """Rerank documents with attnrank's reranker (the default preset: BM25, dense and the LLM's query
+    likelihood, fused) and keep the best ``top_n`` (None: all), best first.
 
     ``AttnrankReranker(top_n=3, model="smollm2-135m", heads="auto")`` or
     ``AttnrankReranker(reranker=my_attention_reranker, top_n=3)``.
@@ -175,11 +176,11 @@ class AttnrankPruner(BaseDocumentCompressor):
 
 
 class AttnrankRetriever(BaseRetriever):
-    """Retrieve from an attnrank index (hybrid BM25 + dense), then rerank by attention.
+    """Retrieve from an attnrank index (hybrid BM25 + dense), then rerank with attnrank's reranker.
 
     ``index``: an index folder (as written by ``attnrank index``) or a
     :class:`~attnrank.index.retriever.HybridRetriever`. The first stage returns
-    ``depth`` passages; with ``rerank=True`` the attention reranker keeps the best ``k``
+    ``depth`` passages; with ``rerank=True`` the reranker keeps the best ``k``
     (else the first-stage top ``k``). Other keyword arguments configure the reranker.
     ``.index`` and ``.reranker`` (None without ``rerank``) hold the loaded objects.
     """

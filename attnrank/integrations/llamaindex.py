@@ -3,8 +3,9 @@ reranking node postprocessor and a pruning node postprocessor. Extra:
 ``pip install 'attnrank[llamaindex]'``.
 
 - :class:`AttnrankRetriever`: ``BaseRetriever._retrieve(query_bundle)``: hybrid first stage,
-  then the attention reranker (ICR, Chen et al. ICLR 2025); ``NodeWithScore.score`` is the
-  attention score.
+  then attnrank's reranker (the default preset fuses BM25, dense and the LLM's query likelihood;
+  the attention presets follow ICR, Chen et al. ICLR 2025); ``NodeWithScore.score`` is the
+  reranker's score.
 - :class:`AttnrankRerank`: like LlamaIndex's ``SentenceTransformerRerank`` (``top_n``,
   ``keep_retrieval_score``): the new score goes to ``node.score``, the old one optionally to
   ``metadata["retrieval_score"]``; ``metadata["relevance_score"]``, ``["rank"]`` and
@@ -120,7 +121,7 @@ def _to_node(d: ScoredDocument) -> NodeWithScore:
 
 
 class AttnrankRerank(BaseNodePostprocessor):
-    """Rerank nodes by attention and keep the best ``top_n`` (None: all).
+    """Rerank nodes with attnrank's reranker and keep the best ``top_n`` (None: all).
 
     ``AttnrankRerank(top_n=3, model="smollm2-135m", heads="auto")`` or
     ``AttnrankRerank(reranker=my_attention_reranker, top_n=3)``.
@@ -272,7 +273,7 @@ class AttnrankPruner(BaseNodePostprocessor):
 
 
 class AttnrankRetriever(BaseRetriever):
-    """Retrieve ``depth`` passages from an attnrank index, rerank them by attention and return
+    """Retrieve ``depth`` passages from an attnrank index, rerank them with attnrank's reranker and return
     the best ``similarity_top_k`` as nodes (``rerank=False``: the first-stage top ``similarity_top_k``).
 
     ``index``: an index folder or a :class:`~attnrank.index.retriever.HybridRetriever`; other

@@ -305,8 +305,9 @@ def _first_stage_score(m: Mapping[str, Any]) -> float:
 
 def score_fields(d: ScoredDocument) -> dict[str, Any]:
     """The metadata an adapter attaches to a reranked document: ``relevance_score`` (the
-    attention score, higher is better), ``rank`` (1-based) and ``stage_scores`` (every stage's
-    score by name, e.g. ``bm25``, ``dense``, ``hybrid``, ``attention``)."""
+    reranker's score: the fused score with the default preset; higher is better), ``rank``
+    (1-based) and ``stage_scores`` (every stage's score by name, e.g. ``bm25``, ``dense``,
+    ``hybrid``, ``likelihood``, ``attention``)."""
     return {"relevance_score": d.score, "rank": d.rank, "stage_scores": dict(d.stage_scores)}
 
 

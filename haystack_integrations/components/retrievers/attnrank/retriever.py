@@ -1,5 +1,5 @@
 """``AttnrankRetriever``: hybrid BM25 + dense retrieval from an attnrank index folder, reranked
-by attention (:class:`attnrank.HybridRetriever` + :class:`attnrank.AttentionReranker`)."""
+with attnrank's reranker (:class:`attnrank.HybridRetriever` + :class:`attnrank.AttentionReranker`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from attnrank.integrations.shared import check_depth, model_lock, renamed, share
 @component
 class AttnrankRetriever:
     """Retrieve ``depth`` passages from the index at ``index_path`` and return the best
-    ``top_k`` (attention reranked with ``rerank=True``, else first-stage order) as Documents with
+    ``top_k`` (reranked with ``rerank=True``, else first-stage order) as Documents with
     ``score`` and ``meta`` (``title``, ``relevance_score``, ``rank``, ``stage_scores``).
 
     ``top_k`` is Haystack's name for results returned; ``depth`` is attnrank's (``Pipeline``, the
