@@ -211,7 +211,7 @@ def reweighting_of(values: dict[str, Any]) -> Reweighting:
 
 def shared_index(index: Any) -> Any:
     """A loaded :class:`~attnrank.index.retriever.HybridRetriever`: the object itself, or the
-    index folder ``index`` (str/Path) loaded once per process."""
+    index folder ``index`` (str/Path) loaded once per process and build."""
     if not isinstance(index, (str, Path)):
         if not hasattr(index, "search"):
             raise InputError(
@@ -220,9 +220,14 @@ def shared_index(index: Any) -> Any:
             )
         return index
     from ..index.retriever import HybridRetriever
+    from ..index.store import manifest_tag
 
     path = str(Path(index).expanduser().resolve())
-    return _cached("HybridRetriever", {"path": path}, lambda: HybridRetriever.load(path))
+    # keyed by the build too: an index rebuilt at the same path in this process is loaded again,
+    # not served from the earlier load without its new documents
+    return _cached(
+        "HybridRetriever", {"path": path, "build": manifest_tag(Path(path))}, lambda: HybridRetriever.load(path)
+    )
 
 
 def clear_shared() -> None:

@@ -146,3 +146,18 @@ def test_a_custom_stage_that_cannot_be_hashed_or_weakly_referenced_still_gets_a_
         with model_lock(stage):
             pass
         assert model_lock(stage) is model_lock(type(stage)())  # one lock for every such stage
+
+
+def test_an_index_rebuilt_at_its_path_is_loaded_again(tmp_path):
+    """The cache was keyed by the path alone: a notebook that rebuilt ./indexes/x and made a new
+    retriever adapter got the earlier load, without the new documents."""
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.integrations.shared import shared_index
+    from attnrank.types import Document
+
+    path = tmp_path / "idx"
+    HybridRetriever().index([Document("a", "apples are red")], show_progress=False).save(path)
+    first = shared_index(path)
+    assert shared_index(str(path)) is first and first.num_docs == 1
+    HybridRetriever().index([Document("a", "apples"), Document("b", "pears")], show_progress=False).save(path)
+    assert shared_index(path).num_docs == 2
