@@ -45,8 +45,9 @@ def model_tokenizer(engine: Engine) -> Any:
     would load the model it avoids; its pruner's model still reads every request it prunes); None
     where no stage runs a model."""
     rr = engine.reranker
-    if rr is not None and getattr(rr, "uses_llm", True):
-        return rr.llm.tokenizer
+    llm = getattr(rr, "llm", None) if rr is not None and getattr(rr, "uses_llm", True) else None
+    if llm is not None:  # (any object with rank() is a reranker: one without an llm has no tokenizer)
+        return llm.tokenizer
     for stage in (engine.pruner, engine.generator):
         llm = getattr(stage, "llm", None)
         if llm is not None:

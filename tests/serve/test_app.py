@@ -584,3 +584,18 @@ def test_counts_are_whole_numbers_not_booleans_or_fractions(url):
         assert r.status_code == 422, (body, r.text)
     r = httpx.post(f"{url}/v1/rerank", json={"query": QUERY, "documents": DOCS, "top_n": True})
     assert r.status_code == 422
+
+
+def test_any_object_with_rank_serves_as_the_reranker():
+    """Engine says the reranker is any object with rank(); create_app read its .llm and failed."""
+    from attnrank.types import RankedResults, ScoredDocument
+
+    class ByLength:
+        def rank(self, query, docs, k=None, **kw):
+            scored = sorted(enumerate(docs), key=lambda p: -len(p[1].text))
+            out = [ScoredDocument(d.id, float(len(d.text)), r, d.text) for r, (_, d) in enumerate(scored, start=1)]
+            return RankedResults(query, out[:k] if k else out)
+
+    with live_server(create_app(Engine(ByLength()))) as base:
+        r = httpx.post(f"{base}/v1/rerank", json={"query": "q", "documents": ["a", "abc", "ab"]})
+        assert r.status_code == 200 and [x["index"] for x in r.json()["results"]] == [1, 2, 0]
