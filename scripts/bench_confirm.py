@@ -6,7 +6,7 @@ Every choice behind the default preset (equal weights, the likelihood rather tha
 mean over the query's tokens, the 300-word passage cut, the preset itself) was made looking at the
 candidate sets of ``scripts/bench_likelihood.py``: all of DL19 and of HotpotQA dev's 400
 questions, and the first 400 queries of SciFact train and of LoCoMo in the benchmarks' seeded order
-(:func:`attnrank.eval.datasets.sample_queries`). Their figures are therefore a little flattered
+(:func:`attnrank.eval.datasets.sample_order`). Their figures are therefore a little flattered
 (a winner's bias). SciFact train and LoCoMo have more labelled queries than that: this benchmark
 scores the same methods on the queries after position ``--offset`` of the same seeded order
 (``--scifact-queries`` of SciFact train's, default all; ``--locomo-questions`` of LoCoMo's), with
@@ -40,7 +40,7 @@ from bench_likelihood import FIRST, METRICS, PRESET, SCIFACT_INDEX, SIGNALS, can
 
 from attnrank.benchmarks import locomo_set, scifact_set
 from attnrank.config import set_torch_threads
-from attnrank.eval.datasets import data_root, locomo, sample_queries
+from attnrank.eval.datasets import data_root, locomo, sample_order
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.llm.models import load_llm
 from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, equal_weights
@@ -96,7 +96,7 @@ def reported_by_bench_locomo(root: Path, skip: int = 400, n: int = 100) -> set[s
     before this benchmark, so left out of its new questions."""
     category = {q for c in (1, 2, 3, 4) for q in locomo(root, categories=[c]).queries}
     ds = locomo(root)
-    order = sample_queries(ds.queries, None)
+    order = sample_order(ds)
     return set([q for q in order[skip:] if q in category and ds.answers.get(q)][:n])
 
 

@@ -2,7 +2,7 @@
 reranking, and the default LLM's answers from the retrieved, reranked and pruned turns.
 
 Questions: a seeded sample of LoCoMo's categories 1–4 (the ids shuffled with
-:func:`attnrank.eval.datasets.sample_queries`, seed 0, category 5 filtered out: its adversarial
+:func:`attnrank.eval.datasets.sample_order`, seed 0, category 5 filtered out: its adversarial
 questions mostly have no gold answer, so they take no part in answer F1), taken after the first
 ``--skip`` (400) ids of that order: ``locomo_set(root, 400)`` — those 400 — is LoCoMo's share of
 the fused scorer's training data (``scripts/bench_fusion.py --locomo-questions 400``), so the

@@ -169,8 +169,12 @@ NOTES = """
 ids that the source spells otherwise than its turns ("D30:05", "D:11:26") are read (one question had
 been dropped for it, another had lost a label), and QA items that the source repeats (11 of conv-48,
 and one of conv-30 as both answerable and adversarial) are counted once: 1,970 questions where there
-were 1,981. Every LoCoMo figure below was measured on the earlier set. The seeded samples order the
-question ids, so re-running a record's command now draws other samples than the record's.
+were 1,981. Every LoCoMo figure below was measured on the earlier set. The seeded order is drawn
+over the 1,981 ids the loader read before (`Dataset.sample_ids`, `attnrank.eval.datasets.sample_order`;
+the one question the fix added comes last): drawn over the 1,970, it had reshuffled every position,
+and 72 of the 400 questions the presets were chosen on and the shipped weights trained on had moved
+to positions 401-800, which `bench_confirm.py --offset 400` scores as never seen. Re-running a
+record's command draws its questions again, less the repeated ones now read once (6 of the first 400).
 The same day the learned scorer was found to give each weight another head's score wherever its
 heads were saved unsorted, as the shipped weights are: the reranker's `learned` preset scored
 scrambled until then; the records below that evaluate learned weights score their features

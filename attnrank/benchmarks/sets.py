@@ -13,14 +13,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..config import RRF_K, index_root
 from ..errors import AttnrankError
-from ..eval.datasets import Dataset, check_sample_size, dl19, hotpotqa, locomo, sample_queries, scifact
+from ..eval.datasets import Dataset, check_sample_size, dl19, hotpotqa, locomo, sample_order, sample_queries, scifact
 from ..index.bm25 import BM25Index
 from ..index.retriever import HybridRetriever
 from ..index.store import corpus_checksum
@@ -68,7 +68,7 @@ def scifact_set(
     None), which no run of the first ``offset`` saw. The setting's name does not say the offset:
     caches are keyed by it and by query id, so every sample shares one cache."""
     ds = scifact(root)
-    ds = ds.subset(_sampled(ds.queries, n_queries, offset))  # shuffled order: any prefix is a sample
+    ds = ds.subset(_sampled(ds, n_queries, offset))  # shuffled order: any prefix is a sample
     res = scifact_retriever(ds, index_dir).search_batch(ds.queries, k, mode="hybrid")
     return (
         f"SciFact train hybrid top-{k} ({len(ds.queries)} queries)",
@@ -116,7 +116,7 @@ def locomo_set(root: Path, n_queries: int | None = None, k: int = 20, offset: in
     (statistics of that conversation's turns), top ``k``."""
 
     ds = locomo(root)
-    ds = ds.subset(_sampled(ds.queries, n_queries, offset))
+    ds = ds.subset(_sampled(ds, n_queries, offset))
     docs = {d.id: d for d in ds.docs}
     cands: dict[str, list[Document]] = {}
     by_conv: dict[str, list[str]] = {}
@@ -131,10 +131,11 @@ def locomo_set(root: Path, n_queries: int | None = None, k: int = 20, offset: in
     return (f"LoCoMo turns BM25 top-{k} ({len(ds.queries)} queries)", ds, cands)
 
 
-def _sampled(qids: Iterable[str], n: int | None, offset: int) -> list[str]:
-    """Positions ``offset`` to ``offset + n`` (to the end if ``n`` is None) of the seeded order."""
+def _sampled(ds: Dataset, n: int | None, offset: int) -> list[str]:
+    """Positions ``offset`` to ``offset + n`` (to the end if ``n`` is None) of ``ds``'s seeded
+    order (:func:`~attnrank.eval.datasets.sample_order`)."""
     check_sample_size(n)
-    order = sample_queries(qids, None)
+    order = sample_order(ds)
     if offset and not 0 < offset < len(order):
         raise AttnrankError(f"offset {offset}: the seeded order has {len(order)} queries; give 0 to {len(order) - 1}")
     return order[offset : offset + n if n else None]

@@ -58,6 +58,10 @@ class Dataset:
     rel: int = 1
     candidates: dict[str, list[str]] = field(default_factory=dict)
     answers: dict[str, list[str]] = field(default_factory=dict)
+    # The ids the seeded sample order (:func:`sample_order`) is drawn over, where not the queries'
+    # own: a loader fix that adds or drops a question reshuffles every position of that order, so
+    # that "the first 400" (what presets were chosen on and weights trained on) would name others.
+    sample_ids: list[str] = field(default_factory=list)
 
     def subset(self, qids: Iterable[str]) -> Dataset:
         """The same data restricted to ``qids`` (in that order); documents are shared."""
@@ -70,6 +74,7 @@ class Dataset:
             self.rel,
             {q: self.candidates[q] for q in qids if q in self.candidates},
             {q: self.answers[q] for q in qids if q in self.answers},
+            self.sample_ids,
         )
 
 
@@ -86,6 +91,17 @@ def sample_queries(qids: Iterable[str], n: int | None, seed: int = 0) -> list[st
     out = sorted(qids)
     random.Random(seed).shuffle(out)
     return out[:n] if n else out
+
+
+def sample_order(ds: Dataset, seed: int = 0) -> list[str]:
+    """``ds``'s queries in the seeded order: :func:`sample_queries` over ``ds.sample_ids`` where
+    the dataset gives them (its queries only kept; a query they lack comes after them, in its own
+    seeded order), else over its queries."""
+    if not ds.sample_ids:
+        return sample_queries(ds.queries, None, seed)
+    known = set(ds.sample_ids)
+    ordered = [q for q in sample_queries(known, None, seed) if q in ds.queries]
+    return ordered + sample_queries([q for q in ds.queries if q not in known], None, seed)
 
 
 def _need(path: Path) -> Path:
@@ -171,11 +187,16 @@ def _turn_text(turn: dict[str, Any]) -> str:
     return text
 
 
+def _evidence_tokens(evidence: Iterable[str]) -> list[str]:
+    """A QA's evidence strings as written; a few hold several ids (``"D8:6; D9:17"``)."""
+    return [t for e in evidence for t in re.split(r"[;,\s]+", str(e)) if t]
+
+
 def _evidence_ids(evidence: Iterable[str]) -> list[str]:
-    """Turn ids of a QA's evidence; a few source strings hold several ids (``"D8:6; D9:17"``), and
-    two spell one otherwise than the turns do (``"D30:05"``, ``"D:11:26"``): read as ``D30:5``, ``D11:26``."""
+    """Turn ids of a QA's evidence; two source strings spell one otherwise than the turns do
+    (``"D30:05"``, ``"D:11:26"``): read as ``D30:5``, ``D11:26``."""
     out = []
-    for t in (t for e in evidence for t in re.split(r"[;,\s]+", str(e)) if t):
+    for t in _evidence_tokens(evidence):
         m = re.fullmatch(r"D:?(\d+):0*(\d+)", t)
         out.append(f"D{int(m[1])}:{int(m[2])}" if m else t)
     return out
@@ -197,6 +218,7 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
     cands: dict[str, list[str]] = {}
     answers: dict[str, list[str]] = {}
     missed = dropped = repeated = 0
+    legacy: list[str] = []  # the questions as the loader read them before 2026-12-05: the seeded order's ids
     for s in samples:
         conv, sid = s["conversation"], s["sample_id"]
         sessions = sorted((int(k.split("_")[1]), k) for k in conv if re.fullmatch(r"session_\d+", k))
@@ -220,6 +242,8 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
         repeats = _repeated(s["qa"])
         repeated += len(repeats & {i for i, qa in enumerate(s["qa"]) if qa.get("category") in keep})
         for i, qa in enumerate(s["qa"]):
+            if qa.get("category") in keep and known & {f"{sid}:{t}" for t in _evidence_tokens(qa.get("evidence", []))}:
+                legacy.append(f"{sid}:q{i}")  # (repeats read twice, misspelled evidence not read)
             if qa.get("category") not in keep or i in repeats:
                 continue
             ev = [f"{sid}:{t}" for t in _evidence_ids(qa.get("evidence", []))]
@@ -243,7 +267,7 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
         logger.info(
             "LoCoMo: %d question(s) of categories %s have no evidence turn and were dropped", dropped, sorted(keep)
         )
-    return Dataset("locomo10", docs, queries, qrels, candidates=cands, answers=answers)
+    return Dataset("locomo10", docs, queries, qrels, candidates=cands, answers=answers, sample_ids=legacy)
 
 
 def _repeated(qa: list[dict]) -> set[int]:

@@ -137,17 +137,18 @@ def test_an_offset_sample_continues_the_seeded_order_without_overlap():
     first ``offset`` (which every earlier benchmark sampled from)."""
     from attnrank.benchmarks.sets import _sampled
     from attnrank.errors import AttnrankError
-    from attnrank.eval.datasets import sample_queries
+    from attnrank.eval.datasets import Dataset, sample_queries
 
     qids = [f"q{i}" for i in range(50)]
-    first, rest = _sampled(qids, 20, 0), _sampled(qids, None, 20)
+    ds = Dataset("t", [], {q: q for q in qids}, {})
+    first, rest = _sampled(ds, 20, 0), _sampled(ds, None, 20)
     assert first == sample_queries(qids, 20) and first + rest == sample_queries(qids, None)
-    assert _sampled(qids, 5, 20) == rest[:5] and not set(first) & set(rest)
+    assert _sampled(ds, 5, 20) == rest[:5] and not set(first) & set(rest)
     with pytest.raises(AttnrankError, match="offset 50: the seeded order has 50 queries"):
-        _sampled(qids, None, 50)
+        _sampled(ds, None, 50)
     with pytest.raises(InputError, match="n=-5 queries"):
-        _sampled(qids, -5, 20)  # not the first 15 of the order, nor all but the last 5
-    assert _sampled([], None, 0) == []
+        _sampled(ds, -5, 20)  # not the first 15 of the order, nor all but the last 5
+    assert _sampled(Dataset("t", [], {}, {}), None, 0) == []
 
 
 def test_the_scifact_retriever_fuses_with_rrf_k_60_whatever_its_index_saved(tmp_path, built_retriever, scifact_docs):
