@@ -109,6 +109,7 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
     qids = sorted(cands)
     index = {h: i for i, h in enumerate(rr.head_list)}
     rows: dict[str, list[dict]] = {}
+    failed: dict[str, list[int]] = {}  # the folds in which a variant could not be trained
 
     def add(label, vals, n):
         rows.setdefault(label, []).append({"n": n, **vals})
@@ -192,8 +193,15 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
                     len(test),
                 )
             except Exception as e:
+                failed.setdefault(label, []).append(f)
                 log.warning("%s fold %d: %s not trained (%s)", name, f, label, e)
-    return [{"setting": name, "method": label, **pool(fold_rows, n="n")} for label, fold_rows in rows.items()]
+    for label, folds in failed.items():  # pooled over the folds that trained, it would pass for a k-fold figure
+        log.warning("%s: %s left out, not trained in fold(s) %s", name, label, folds)
+    return [
+        {"setting": name, "method": label, **pool(fold_rows, n="n")}
+        for label, fold_rows in rows.items()
+        if label not in failed
+    ]
 
 
 def targets(held: list[dict]) -> list[dict]:
