@@ -119,17 +119,29 @@ def fusion_markdown(p: dict[str, Any], command: str) -> str:
     if p.get("order_agreement"):
         agree = [{"dataset": g, **v} for g, v in p["order_agreement"].items()]
         names = list(next(iter(p["order_agreement"].values())))
+        full = p.get("attention", "full") == "full"
+        shared = (p.get("prompt") or {}).get("block_positions") == "shared"
+        slot = (
+            "the prompt lists the candidates in reverse, so the first stage's best sits next to the query. Where "
+            "attention follows the first-stage order more closely than BM25 and the dense cosine do, though the "
+            "order was made from such signals, it echoes the slot more than the text. Then it adds little that "
+            "the fusion does not already have. The order=forward record (`fusion_bfloat16_order-forward.md`) "
+            "points the same way: with the best candidate farthest from the query, attention alone (all heads) "
+            "fell from 0.7252 to 0.2485 nDCG@10 on SciFact and from 0.5015 to 0.4146 on DL19 (bfloat16)."
+            if full
+            else "here the passages are blocks"
+            + (
+                " at one shared position, so no passage sits nearer the query than another: agreement with the "
+                "order is not a slot's echo here."
+                if shared
+                else " at their positions in the prompt's (reverse) order."
+            )
+        )
         out += [
             "## How much of attention is the candidate's slot",
             "",
             "Mean within-query Spearman correlation of each score with the first-stage order (1 = the same order; "
-            "`attnrank.benchmarks.order_agreement`). Attention is every head's calibrated ICR score, the prompt "
-            "lists the candidates in reverse, so the first stage's best sits next to the query. Where attention "
-            "follows the first-stage order more closely than BM25 and the dense cosine do, though the order was "
-            "made from such signals, it echoes the slot more than the text. Then it adds little that the fusion "
-            "does not already have. The order=forward record (`fusion_bfloat16_order-forward.md`) points the same "
-            "way: with the best candidate farthest from the query, attention alone (all heads) fell from 0.7252 "
-            "to 0.2485 nDCG@10 on SciFact and from 0.5015 to 0.4146 on DL19 (bfloat16).",
+            f"`attnrank.benchmarks.order_agreement`). Attention is every head's calibrated ICR score; {slot}",
             "",
             md_table(agree, ["dataset", *names], {n: ".2f" for n in names}),
             "",

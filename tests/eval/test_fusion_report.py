@@ -86,3 +86,15 @@ def test_the_nested_head_count_is_named_per_held_out_dataset():
     md = fusion_markdown(p, "c")
     assert "inner means in brackets): LoCoMo 8 (4: 0.7291, 8: 0.7300)." in md
     assert "inner leave-one-dataset-out, per held-out" not in fusion_markdown(_payload(), "c")
+
+
+def test_the_slot_explanation_fits_how_attention_was_captured():
+    """Block records at shared positions said the first stage's best sits next to the query; there
+    no passage sits nearer the query than another."""
+    agreement = {"DL19": {"attention vs order": 0.5, "bm25 vs order": 0.4}}
+    full = fusion_markdown(_payload(order_agreement=agreement, attention="full", prompt={}), "c")
+    shared = fusion_markdown(
+        _payload(order_agreement=agreement, attention="block", prompt={"block_positions": "shared"}), "c"
+    )
+    assert "sits next to the query" in full and "sits next to the query" not in shared
+    assert "no passage sits nearer the query than another" in shared
