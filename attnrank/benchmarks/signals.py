@@ -133,9 +133,10 @@ def cached_likelihoods(
             out[q] = {TOKEN_LIKELIHOOD: tokens.tolist(), TOKEN_PRIOR: prior.tolist()}
         return out
 
-    for i in range(0, len(qids), chunk):
-        cached_signals(key, qids[i : i + chunk], compute, cache, _ids(cands))
-        logger.info("%s: likelihood %d/%d", setting, min(i + chunk, len(qids)), len(qids))
+    if cache is not None:  # (without one, the chunks' results were thrown away and computed again below)
+        for i in range(0, len(qids), chunk):
+            cached_signals(key, qids[i : i + chunk], compute, cache, _ids(cands))
+            logger.info("%s: likelihood %d/%d", setting, min(i + chunk, len(qids)), len(qids))
     found = cached_signals(key, qids, compute, cache, _ids(cands))
     for sig in found.values():
         sig[LIKELIHOOD] = sig[TOKEN_LIKELIHOOD].mean(axis=1)

@@ -129,9 +129,18 @@ def read_run(path: str | Path) -> Run:
 
 
 def results_to_run(results: Iterable[RankedResults]) -> Run:
+    """``{query id: {doc id: score}}`` of ``results``; a result without a query id is numbered by
+    its position. A query id twice is refused (the later ranking replaced the earlier one, and
+    the run silently lacked a query)."""
     run: Run = {}
     for i, res in enumerate(results):
         qid = res.query_id if res.query_id is not None else str(i)
+        if qid in run:
+            raise InputError(
+                f"results #{i} repeat the query id {qid!r}"
+                + (" (a result without a query id is numbered by its position)" if res.query_id is None else "")
+                + "; give each ranking its own query_id"
+            )
         run[qid] = {r.id: r.score for r in res}
     return run
 

@@ -58,9 +58,11 @@ def timed_peak(fn: Callable[[], Any]) -> tuple[float, float]:
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
-    t = time.perf_counter()
-    fn()
-    secs = time.perf_counter() - t
-    done.set()
-    th.join()
+    try:
+        t = time.perf_counter()
+        fn()
+        secs = time.perf_counter() - t
+    finally:  # (a call that raised left the sampler running, slowing every later timing)
+        done.set()
+        th.join()
     return secs, max(peak[0], _rss_mb()) - start

@@ -259,3 +259,16 @@ def test_metrics_are_reported_under_the_names_given():
     got = evaluate(run, qrels, ["NDCG@10", "MRR@10", "RR@10"])
     assert got == {"NDCG@10": 1.0, "MRR@10": 1.0, "RR@10": 1.0}
     assert evaluate_per_query(run, qrels, ["NDCG@10"]) == {"q": {"NDCG@10": 1.0}}
+
+
+def test_a_run_refuses_a_query_id_twice():
+    """A result without a query id was numbered "0" and a later one with query id "0" replaced it:
+    the run silently lacked a query, which evaluation scores 0."""
+    from attnrank.eval.data import results_to_run
+    from attnrank.types import RankedResults, ScoredDocument
+
+    first = RankedResults("q a", [ScoredDocument("d1", 1.0, 1, "x")])
+    second = RankedResults("q b", [ScoredDocument("d2", 1.0, 1, "y")], "0")
+    with pytest.raises(InputError, match=r"results #1 repeat the query id '0'"):
+        results_to_run([first, second])
+    assert set(results_to_run([first, RankedResults("q b", [], "q2")])) == {"0", "q2"}
