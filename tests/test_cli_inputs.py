@@ -265,8 +265,14 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         ([*prune, "--heads", "autox"], "'autox'"),  # was refused only once the model had loaded (exit 1)
         ([*ask, "--prune-heads", "auto-x"], "'auto-x'"),
         (["search", "q", "--index-dir", str(tmp_path / "none"), "--rerank", "2", "--heads", "a.json"], "a.json"),
-        ([*ask, "--preset", "qrhead", "--reweight", "sink,slot"], "--reweight slot needs --slot-profile"),
-        ([*ask, "--preset", "icr", "--reweight", "slot", "--slot-profile", "p.json"], "--slot-profile 'p.json' is not"),
+        (
+            [*ask, "--preset", "qrhead", "--reweight", "sink,slot"],
+            "(--reweight slot) needs slot_profile= (--slot-profile)",
+        ),
+        (
+            [*ask, "--preset", "icr", "--reweight", "slot", "--slot-profile", "p.json"],
+            "slot_profile 'p.json' (--slot-profile) is not a file",
+        ),
         # options no stage that runs reads (they were ignored, exit 0)
         ([*ask, "--preset", "icr", "--block-positions", "shared"], "--block-positions configure(s) block attention"),
         (

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -330,7 +329,6 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
             f"{', '.join(unread)} configure(s) block attention's passage states, which --preset {config.name} "
             "(full attention) does not use; add --attention block or drop them"
         )
-    _check_slot_profile(config)
     fixed = [
         f"--{'' if v else 'no-'}{k.replace('_', '-')}"
         for k in ("calibrate", "token_filter")
@@ -365,15 +363,6 @@ def check_attention_computed(preset: str | None, overrides: dict[str, Any]) -> N
         "BM25 and dense scores, with the query likelihood for likelihood); use --preset fused (attention fused "
         "with them) or --preset qrhead|icr|learned (attention alone), or drop them"
     )
-
-
-def _check_slot_profile(config: RerankConfig) -> None:
-    """Slot correction's profile, checked before the model loads (only ``auto`` needs the model)."""
-    profile = config.slot_profile
-    if config.reweight is not None and config.reweight.slot_correction and profile is None:
-        raise typer.BadParameter("--reweight slot needs --slot-profile auto (the registered profile) or a JSON file")
-    if isinstance(profile, str) and profile != "auto" and not Path(profile).is_file():
-        raise typer.BadParameter(f"--slot-profile {profile!r} is not a file; give 'auto' or a profile JSON file")
 
 
 def rerank_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -49,11 +49,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from ..config import check_flags, check_precision_names
 from ..errors import InputError
 from ..llm.blocks import capture_name, check_attention_mode, check_positions
+from ..llm.headspec import parse_heads
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..llm.rows import QUERY_SPANS
 from ..types import is_count
@@ -180,13 +182,7 @@ class RerankConfig:
             object.__setattr__(self, key, None if value is None else int(value))
         if self.scorer != "sum" and self.heads not in (None, AUTO_OR_ALL):
             raise InputError(f"scorer='learned' reads the heads its weights were trained on; drop heads={self.heads!r}")
-        if self.reweight is not None and not isinstance(
-            self.reweight, Reweighting
-        ):  # (an AttributeError, model loaded)
-            raise InputError(
-                f"reweight={self.reweight!r} is not a Reweighting or None; give e.g. Reweighting(sink=True) "
-                "(--reweight sink)"
-            )
+        check_attention_inputs(self.heads, self.reweight, self.slot_profile)
         if self.scorer != "sum" and self.reweight is not None:  # the learned scorer reads plain head scores
             raise InputError(
                 "scorer='learned' scores the heads' plain calibrated passage scores, so reweight= would not "
@@ -292,6 +288,31 @@ def _computes_attention(signals: Any) -> bool:
     if isinstance(signals, FusedWeights):
         return signals.uses_attention
     return signals not in (SIGNALS_ONLY, SIGNALS_LIKELIHOOD)
+
+
+def check_attention_inputs(heads: Any, reweight: Any, slot_profile: Any) -> None:
+    """What needs no model among the attention options, checked when they are configured (the
+    reranker found them after loading the model): a head list's syntax (or its file), the
+    re-weighting object, and the slot profile that slot correction reads."""
+    if isinstance(heads, (str, Path)) and str(heads).strip().lower() not in ("all", "auto", AUTO_OR_ALL):
+        if not str(heads).strip().lower().startswith("auto:"):
+            parse_heads(heads)
+    elif isinstance(heads, (list, tuple)):
+        parse_heads(heads)
+    if reweight is not None and not isinstance(reweight, Reweighting):  # (an AttributeError, model loaded)
+        raise InputError(
+            f"reweight={reweight!r} is not a Reweighting or None; give e.g. Reweighting(sink=True) (--reweight sink)"
+        )
+    if reweight is not None and reweight.slot_correction and slot_profile is None:
+        raise InputError(
+            "reweight.slot_correction=True (--reweight slot) needs slot_profile= (--slot-profile): 'auto' (the "
+            "registered profile), a SlotProfile or its JSON file; measure one with "
+            "attnrank.rerank.profile.measure_slot_profile"
+        )
+    if isinstance(slot_profile, (str, Path)) and str(slot_profile) != "auto" and not Path(slot_profile).is_file():
+        raise InputError(
+            f"slot_profile {str(slot_profile)!r} (--slot-profile) is not a file; give 'auto' or a profile JSON file"
+        )
 
 
 def preset_for(name: str | None, overrides: dict[str, Any]) -> str:

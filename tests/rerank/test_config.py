@@ -126,3 +126,23 @@ def test_weights_without_attention_name_the_preset_whose_features_they_read():
 
     assert RerankConfig.preset(signals=equal_weights()).name == "signals"
     assert RerankConfig.preset(signals=equal_weights(LIKELIHOOD_FEATURES)).name == "likelihood"
+
+
+def test_attention_inputs_that_need_no_model_are_checked_when_configured():
+    """A bad head list, a missing slot profile file and slot correction without a profile were
+    found by AttentionReranker after it had loaded the model (the CLI checked them, the API not)."""
+    from attnrank.rerank.attention import AttentionReranker
+    from attnrank.rerank.reweight import Reweighting
+
+    for options, said in (
+        ({"heads": "13-x"}, "13-x"),
+        ({"heads": "no-such-file.json"}, "head file 'no-such-file.json' does not exist"),
+        ({"reweight": Reweighting(slot_correction=True)}, r"needs slot_profile= \(--slot-profile\)"),
+        (
+            {"reweight": Reweighting(slot_correction=True), "slot_profile": "nope.json"},
+            r"slot_profile 'nope.json' \(--slot-profile\) is not a file",
+        ),
+    ):
+        with pytest.raises(InputError, match=said):
+            AttentionReranker("no/such-model-is-loaded", config="qrhead", **options)
+    assert RerankConfig.preset("qrhead", heads="auto:copy").heads == "auto:copy"
