@@ -117,7 +117,9 @@ def _byte_decoder() -> dict[str, int]:
 
 
 _BYTE_DECODER = _byte_decoder()
-_SPECIAL = re.compile(r"<\|[^<>]*\|>|</?[A-Za-z_]+>")  # <|im_start|>, <s>, </s>, <start_of_turn>, ...
+# <|im_start|>, <s>, </s>, <start_of_turn>, and DeepSeek's full-width <｜begin▁of▁sentence｜> (whose ▁
+# would otherwise read a byte-level window as SentencePiece)
+_SPECIAL = re.compile(r"<\|[^<>]*\|>|<｜[^<>]*｜>|</?[A-Za-z_]+>")
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece byte pieces
 _LABEL_FULL = re.compile(r"\s*\[\d+\]\s*")
 _LABEL_PREFIX = re.compile(r"\s*(\[\d*)?")

@@ -105,6 +105,14 @@ def test_piece_vs_word_terms():
     assert token_texts(["Ġcaf", "Ã", "©"])[0] == " caf"
 
 
+def test_deepseek_full_width_special_tokens_are_special():
+    """DeepSeek's BOS <｜begin▁of▁sentence｜> holds ▁: the window was read as SentencePiece, so Ġ
+    and Ċ were never decoded (terms 'ġthe', and 'ĊĊ' counted as content by sink filtering)."""
+    toks = ["<｜begin▁of▁sentence｜>", "Ġthe", "ĊĊ", "Ġcat"]
+    assert token_terms(toks) == ["", "the", "", "cat"]
+    assert content_mask(toks, [(0, 4)], labelled=False).tolist() == [False, True, False, True]
+
+
 def test_sentencepiece_terms_and_byte_fallback():
     toks = ["<s>", "▁Par", "is", "▁is", "<0x0A>", "▁big"]
     assert token_texts(toks) == ["", " Par", "is", " is", "\n", " big"]
