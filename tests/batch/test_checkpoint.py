@@ -60,8 +60,9 @@ def fake_ray(monkeypatch):
         def close(self):
             pass
 
-    def pipeline(ray, rows, config, res, progress):
+    def pipeline(ray, rows, config, res, progress, index_tag):
         state["calls"] += 1
+        state["index_tag"] = index_tag  # what the actors check the index they load against
         return FakeDataset(rows, state["during"])
 
     monkeypatch.setattr(runner, "RayExecutor", Executor)
@@ -104,8 +105,11 @@ def test_resume_refuses_a_query_whose_text_changed(fake_ray, tmp_path, index):
 
 
 def test_resume_refuses_an_index_rebuilt_since(fake_ray, tmp_path, index):
+    from attnrank.index.store import manifest_tag
+
     config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
     run_batch({"q1": "apple"}, config, output=out, progress=False)
+    assert fake_ray["index_tag"] == manifest_tag(index)  # the build the actors must find
     (index / "manifest.json").write_text('{"format": "attnrank-index", "build_id": "b"}')
     with pytest.raises(InputError, match=r"other settings \(index_tag\)"):
         run_batch({"q1": "apple"}, config, output=out, progress=False)
