@@ -21,7 +21,10 @@ Steps, in order (notation: ``Δ_j`` = calibrated score of context token ``j``, s
    weight ``w_j = idf(v_j) / (log((K+1)/2) + ε)``: a term in one document keeps weight 1, a
    term in all ``K`` gets ``ε / (log((K+1)/2) + ε)``. With ``idf_query_only`` only tokens whose
    term is a query term are re-weighted (the abstract's "query-overlapping tokens"); all others
-   keep 1. ``Δ'_j = w_j · Δ_j``.
+   keep 1. ``Δ'_j = w_j · Δ_j``. (The reconstruction in ../shared/REFERENCES.md §4.3 divides by
+   the mean idf instead; dividing by the largest idf a term can have keeps every weight ≤ 1, so
+   the step only down-weights terms common across the candidates, as the abstract describes, and
+   a window's weights do not rescale with its vocabulary.)
 3. **Aggregation** per document: ICR's μ − 2σ filter over ``J_d`` (Chen et al., ICLR 2025), sum.
 4. **Entropy regularization** (``entropy``; ReAttn-style, our formula, no public one exists).
    ``"blend"``: ``p_j = max(Δ'_j, 0) / Σ_{J_d} max(Δ', 0)``,
