@@ -48,8 +48,10 @@ def hold_writer_lock(path: Path) -> int | None:
     descriptor to close when the write ends (None where the file system has no locks). A
     process's locks go when it does, however it ends, so a later :func:`writer_gone` can tell a
     write under way (in any process, on any machine that shares the lock) from one that was killed."""
-    import fcntl
-
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no POSIX locks (Windows): nothing is ever judged stale
+        return None
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
