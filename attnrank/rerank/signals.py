@@ -31,6 +31,7 @@ Each is one value per candidate, in input order; the fused scorer z-scores them 
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -143,12 +144,16 @@ class SignalComputer:
         self.index: IndexVectors | None = None
         self.cache_vectors = cache_vectors
         self.vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        # one reranker serves a server's or a framework's threads: the kept vectors (looked up,
+        # moved, evicted) and the lazy embedder load are guarded
+        self._lock = threading.RLock()
 
     @property
     def embedder(self) -> Any:
-        if self._embedder is None:
-            self._embedder = load_embedder(self.embedder_name, device=self.device, backend=self.backend)
-        return self._embedder
+        with self._lock:
+            if self._embedder is None:
+                self._embedder = load_embedder(self.embedder_name, device=self.device, backend=self.backend)
+            return self._embedder
 
     def use_index(self, retriever: HybridRetriever) -> bool:
         """Read the ``dense`` signal of candidates from ``retriever``'s corpus (same id and text)
@@ -193,15 +198,17 @@ class SignalComputer:
         stored: list[np.ndarray | None] = (
             [None] * len(texts) if self.index is None or ids is None else self.index.lookup(ids, texts)
         )
-        for i, text in enumerate(texts):
-            if stored[i] is None and text in self.vectors:
-                self.vectors.move_to_end(text)
-                stored[i] = self.vectors[text]
+        with self._lock:
+            for i, text in enumerate(texts):
+                if stored[i] is None and (kept := self.vectors.get(text)) is not None:
+                    self.vectors.move_to_end(text)
+                    stored[i] = kept
         fresh = [i for i, v in enumerate(stored) if v is None]
         query_vec, docs = candidate_vectors(query, texts, self.embedder, stored)
         if self.cache_vectors:
-            for i in fresh:
-                self.vectors[texts[i]] = docs[i].copy()
-            while len(self.vectors) > self.cache_vectors:
-                self.vectors.popitem(last=False)
+            with self._lock:
+                for i in fresh:
+                    self.vectors[texts[i]] = docs[i].copy()
+                while len(self.vectors) > self.cache_vectors:
+                    self.vectors.popitem(last=False)
         return np.asarray(docs @ query_vec, dtype=np.float64)
