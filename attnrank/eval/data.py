@@ -131,7 +131,9 @@ def read_run(path: str | Path) -> Run:
 def results_to_run(results: Iterable[RankedResults]) -> Run:
     """``{query id: {doc id: score}}`` of ``results``; a result without a query id is numbered by
     its position. A query id twice is refused (the later ranking replaced the earlier one, and
-    the run silently lacked a query)."""
+    the run silently lacked a query). Tied scores are made strictly decreasing in the ranking's
+    own order (each the next float below the one before): trec_eval, and :func:`trec_order`,
+    would break the tie by doc id, and evaluate (and write) another order than the ranking's."""
     run: Run = {}
     for i, res in enumerate(results):
         qid = res.query_id if res.query_id is not None else str(i)
@@ -141,8 +143,20 @@ def results_to_run(results: Iterable[RankedResults]) -> Run:
                 + (" (a result without a query id is numbered by its position)" if res.query_id is None else "")
                 + "; give each ranking its own query_id"
             )
-        run[qid] = {r.id: r.score for r in res}
+        run[qid] = _strictly_decreasing(res)
     return run
+
+
+def _strictly_decreasing(res: RankedResults) -> dict[str, float]:
+    scores: dict[str, float] = {}
+    last = math.inf
+    for r in res:  # (ranked: scores never rise; NaN, ranked last, stays NaN)
+        score = float(r.score)
+        if score >= last:
+            score = math.nextafter(last, -math.inf)
+        scores[r.id] = score
+        last = score if not math.isnan(score) else last
+    return scores
 
 
 def trec_order(scores: Mapping[str, float]) -> list[tuple[str, float]]:

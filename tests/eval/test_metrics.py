@@ -272,3 +272,16 @@ def test_a_run_refuses_a_query_id_twice():
     with pytest.raises(InputError, match=r"results #1 repeat the query id '0'"):
         results_to_run([first, second])
     assert set(results_to_run([first, RankedResults("q b", [], "q2")])) == {"0", "q2"}
+
+
+def test_a_ranking_with_tied_scores_is_written_and_evaluated_in_its_own_order(tmp_path):
+    """Two duplicate passages tie; the reranker ranks them by first-stage order, but the run file
+    (and trec_eval) put the larger doc id first."""
+    from attnrank.types import RankedResults, ScoredDocument
+
+    ranked = RankedResults("q", [ScoredDocument("d1", 0.5, 1, "a"), ScoredDocument("d9", 0.5, 2, "a")], "q1")
+    write_run([ranked], tmp_path / "r.trec")
+    lines = (tmp_path / "r.trec").read_text().split("\n")
+    assert [line.split()[2] for line in lines if line] == ["d1", "d9"]
+    back = read_run(tmp_path / "r.trec")["q1"]
+    assert back["d1"] > back["d9"]  # read back, trec_eval ranks them as the reranker did
