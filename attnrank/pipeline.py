@@ -227,6 +227,8 @@ class Pipeline:
             )
         if budget_tokens is not None or keep_ratio is not None:  # before the search and the reranking
             check_budget(budget_tokens, keep_ratio)
+        elif self.pruner is not None and self.budget_tokens is None:  # (found by the pruner, after both)
+            check_budget(None, None)
         timings: dict[str, float] = {}
         start = time.perf_counter()
         if candidates is None:

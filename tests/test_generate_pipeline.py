@@ -67,6 +67,16 @@ def test_pipeline_end_to_end(llm, built_retriever):
     assert res.timings["total"] >= sum(v for k, v in res.timings.items() if k != "total") * 0.99
 
 
+def test_a_pipeline_without_any_budget_is_refused_before_it_searches(llm, built_retriever):
+    """budget_tokens=None ("every run gives one") and a run that gave none: found by the pruner,
+    after the search and the reranking had run."""
+    seen: list[str] = []
+    pipe = Pipeline(built_retriever, None, ContextPruner(llm), None, depth=3, top_k=1, budget_tokens=None)
+    with pytest.raises(InputError, match="no budget given"):
+        pipe.run(QUESTION, checkpoint=seen.append)
+    assert seen == []
+
+
 class Stop(Exception):
     pass
 

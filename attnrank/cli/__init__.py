@@ -191,7 +191,7 @@ def _rerank_head(reranker, res, depth: int):
     floor = min(head.scores, default=0.0)
     # keep the tail below the reranked head, in its first-stage order
     tail = [replace(d, score=floor - i) for i, d in enumerate(res.results[depth:], start=1)]
-    return RankedResults(res.query, head.results + tail, res.query_id, stage="attention")
+    return RankedResults(res.query, head.results + tail, res.query_id, stage=head.stage)
 
 
 def _print_results(res) -> None:

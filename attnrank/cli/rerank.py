@@ -1,4 +1,5 @@
-"""``attnrank rerank``: rerank a first-stage TREC run with the attention reranker."""
+"""``attnrank rerank``: rerank a first-stage TREC run with attnrank's reranker (the default preset
+fuses BM25, dense and the LLM's query likelihood)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def rerank(
     verbose: bool = Verbose,
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
-    """Rerank a TREC run with the attention reranker and write a TREC run file."""
+    """Rerank a TREC run (default preset: BM25, dense and the LLM's query likelihood) and write a TREC run."""
     from ..corpus import load_queries
     from ..eval import read_run, trec_order, write_run
     from ..types import RankedResults, ScoredDocument

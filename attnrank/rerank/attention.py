@@ -352,7 +352,8 @@ class AttentionReranker:
         return self._likelihood(query, documents)
 
     def _likelihood(self, query: str, docs: Sequence[Document]) -> np.ndarray:
-        return query_likelihood(
+        """Each document's UPR score: the mean log-probability (nats) of the query's tokens."""
+        scores = query_likelihood(
             self.llm,
             query,
             docs,
@@ -362,6 +363,13 @@ class AttentionReranker:
             buffer=self._context_buffer,
             memo=self._prompt_memo,
         ).mean(axis=1, dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(scores))
+        if bad.size:  # (the fusion's message told the user to give the signal a value)
+            raise InputError(
+                f"the query likelihood of document {docs[int(bad[0])].id!r} is {scores[bad[0]]}; check the model's "
+                "dtype (an overflow: use float32 or bfloat16, --dtype)"
+            )
+        return scores
 
     def _attention_scores(
         self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None
