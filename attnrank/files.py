@@ -45,39 +45,57 @@ def process_alive(pid: int) -> bool:
 
 def hold_writer_lock(path: Path) -> int | None:
     """Open ``path`` (a file or folder being written) and hold an exclusive lock on it: the
-    descriptor to close when the write ends (None where the file system has no locks). A
-    process's locks go when it does, however it ends, so a later :func:`writer_gone` can tell a
-    write under way (in any process, on any machine that shares the lock) from one that was killed."""
+    descriptor to close when the write ends (None where no lock can be taken: no POSIX locks, or
+    a file system without them for this file). A process's locks go when it does, however it
+    ends, so :func:`stale` can tell a write under way from a killed one where locks work. Waits
+    for a prober's brief hold (:func:`lock_held`) rather than writing unprotected."""
+    return _lock(path, wait=True)
+
+
+def _lock(path: Path, *, wait: bool) -> int | None:
     try:
         import fcntl
-    except ImportError:  # pragma: no cover - no POSIX locks (Windows): nothing is ever judged stale
+    except ImportError:  # pragma: no cover - no POSIX locks (Windows)
         return None
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:  # no locks here (some network file systems, for a folder)
         os.close(fd)
         return None
     return fd
 
 
-def writer_gone(path: Path) -> bool:
-    """Whether nothing writes ``path`` now: no lock of :func:`hold_writer_lock` is held on it.
-    False where that cannot be told (no locks on this file system, unreadable): such leftovers
-    are kept, not removed."""
-    fd = hold_writer_lock(path)
+def lock_held(path: Path) -> bool | None:
+    """Whether a writer holds :func:`hold_writer_lock` on ``path``: True, False, or None where
+    that cannot be told (no locks)."""
+    try:
+        fd = _lock(path, wait=False)
+    except BlockingIOError:
+        return True
     if fd is None:
-        return False
+        return None
     os.close(fd)
-    return True
+    return False
+
+
+def stale(path: Path, pid: int) -> bool:
+    """Whether the temporary ``path`` that process ``pid`` began is a killed write's leftover:
+    that process is gone here, and no writer holds its lock (a writer in another container or on
+    another machine of a shared file system, whose PID is not visible here, holds it)."""
+    return not process_alive(pid) and lock_held(path) is not True
 
 
 def remove_stale_temps(path: Path) -> list[Path]:
     """Remove the temporary files :func:`atomic_path` left beside ``path`` when its write was
-    killed (``.NAME.tmp-PID-HEX`` with no writer's lock on it); nothing else is touched."""
+    killed (``.NAME.tmp-PID-HEX``, :func:`stale`); nothing else is touched, and a leftover that
+    cannot be removed (another user's, in a sticky folder) is left and logged."""
     removed: list[Path] = []
     try:
         siblings = list(path.parent.iterdir())
@@ -85,15 +103,26 @@ def remove_stale_temps(path: Path) -> list[Path]:
         return removed
     for p in siblings:
         m = _TEMP.match(p.name)
-        if m and m["name"] == path.name and p.is_file() and not p.is_symlink() and writer_gone(p):
+        if not (m and m["name"] == path.name and p.is_file() and not p.is_symlink() and stale(p, int(m["pid"]))):
+            continue
+        try:
             p.unlink(missing_ok=True)
-            removed.append(p)
-            logger.warning("removed %s, left by a write that was killed (process %s)", p, m["pid"])
+        except OSError as e:  # (the write it guards still proceeds)
+            logger.warning("could not remove %s, left by a write that was killed: %s", p, e)
+            continue
+        removed.append(p)
+        logger.warning("removed %s, left by a write that was killed (process %s is gone)", p, m["pid"])
     return removed
 
 
 @contextmanager
-def atomic_path(path: str | Path, *, fsync: bool = True, guard: Callable[[Path], None] | None = None) -> Iterator[Path]:
+def atomic_path(
+    path: str | Path,
+    *,
+    fsync: bool = True,
+    guard: Callable[[Path], None] | None = None,
+    clean: bool = True,
+) -> Iterator[Path]:
     """A temporary sibling of ``path`` to write (``.NAME.tmp-PID-HEX``); once the block ends
     without an error it is fsynced (``fsync``, the folder too after the rename) and renamed over
     ``path``, else removed. Creates the parent folder. A file it replaces keeps its permission bits
@@ -102,10 +131,12 @@ def atomic_path(path: str | Path, *, fsync: bool = True, guard: Callable[[Path],
     the rename, may raise :class:`InputError` to keep what is there (:func:`replace_guard`: a file
     that appeared while a long run wrote, which attnrank did not write); what was written is then
     kept at ``NAME.attnrank-new-HEX`` beside it, named in the error. Temporary siblings of ``path``
-    that a killed write left are removed first (:func:`remove_stale_temps`)."""
+    that a killed write left are removed first (:func:`remove_stale_temps`; ``clean=False``: not
+    looked for, where the caller clears its folder itself and writes many files into it)."""
     path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(path)
+    if clean:
+        remove_stale_temps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp.touch(exist_ok=False)  # (created to hold its writer's lock; writers truncate it)
     lock = hold_writer_lock(tmp)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import random
 import sys
 import time
@@ -211,18 +212,19 @@ def targets(held: list[dict]) -> list[dict]:
     for name in dict.fromkeys(r["setting"] for r in held):
         rows = {r["method"]: r["nDCG@10"] for r in held if r["setting"] == name}
         best = max((m for m in rows if m.startswith("first stage")), key=rows.get)
-        att = rows["learned weighting (logistic, all heads)"]
-        top = max((m for m in rows if m.startswith("learned")), key=rows.get)
+        # (a variant not trained in every fold is left out of the rows: not a target either)
+        att = rows.get("learned weighting (logistic, all heads)", math.nan)
+        top = max((m for m in rows if m.startswith("learned")), key=rows.get, default=None)
         out.append(
             {
                 "setting": name,
                 "best first stage": best,
                 "first stage nDCG@10": rows[best],
                 "learned, all heads": att,
-                "best learned variant": top,
-                "its nDCG@10": rows[top],
+                "best learned variant": top or "none trained in every fold",
+                "its nDCG@10": rows[top] if top else math.nan,
                 "Δ all heads": 100 * (att - rows[best]),
-                "Δ best variant": 100 * (rows[top] - rows[best]),
+                "Δ best variant": 100 * (rows[top] - rows[best]) if top else math.nan,
             }
         )
     return out

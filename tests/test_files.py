@@ -6,7 +6,7 @@ import re
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.files import atomic_path, check_file_target, hold_writer_lock, writer_gone
+from attnrank.files import atomic_path, check_file_target, hold_writer_lock, lock_held
 
 
 def test_atomic_path_replaces_only_a_complete_file(tmp_path):
@@ -116,16 +116,17 @@ def test_temporary_files_of_a_killed_write_are_removed_and_nothing_else(tmp_path
     dead = int(done.stdout)
     stale = tmp_path / f".run.trec.tmp-{dead}-0123abcd"
     live = tmp_path / f".run.trec.tmp-{dead}-4567abcd"  # a write under way (its PID not visible here)
+    running = tmp_path / f".run.trec.tmp-{os.getpid()}-89abcdef"  # one whose process runs (no lock yet)
     other = tmp_path / f".notes.txt.tmp-{dead}-0123abcd"  # another file's
     mine = tmp_path / ".run.trec.tmp-backup"  # the user's own, not atomic_path's name
-    for p in (stale, live, other, mine):
+    for p in (stale, live, running, other, mine):
         p.write_text("x")
     lock = hold_writer_lock(live)  # as atomic_path holds it while its caller writes
     try:
         with atomic_path(tmp_path / "run.trec") as tmp:
-            assert not writer_gone(tmp)
+            assert lock_held(tmp) is True
             tmp.write_text("new")
     finally:
         os.close(lock)
-    assert not stale.exists() and live.exists() and other.exists() and mine.exists()
+    assert not stale.exists() and live.exists() and running.exists() and other.exists() and mine.exists()
     assert (tmp_path / "run.trec").read_text() == "new"

@@ -91,7 +91,7 @@ class CheckpointSink:
         path = self.dir / f"part-{self._next:05d}.parquet"
         self._next += 1
         try:
-            with atomic_path(path) as tmp:
+            with atomic_path(path, clean=False) as tmp:  # (the folder's killed parts were cleared at start)
                 pq.write_table(batch_table(rows), tmp)
         except BaseException:
             if not path.exists():  # not written: the next commit writes them

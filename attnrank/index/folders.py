@@ -11,9 +11,9 @@ Rules (issue 12, "nothing lost"):
   path the caller protects (the corpus being indexed).
 - Temporary and previous-index folders are siblings named ``.NAME.tmp-PID-HEX`` and
   ``.NAME.old-PID-HEX``, where PID is the writing process. A later save of the same NAME
-  removes those whose writer is gone (a build killed by ``kill -9`` or a power cut) and logs
-  a warning naming each: a temporary folder when no build holds its lock (which goes with its
-  process), a previous-index folder when its process is gone.
+  removes those whose writing process is gone (a build killed by ``kill -9`` or a power cut) and
+  logs a warning naming each; a temporary folder whose lock a build holds (one in another
+  container, whose PID is not visible here) is kept.
 - The new folder is swapped in with one ``renameat2(RENAME_EXCHANGE)`` on Linux, so the index
   path always holds a complete index; elsewhere (or on file systems without it) two renames.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from ..errors import InputError
-from ..files import process_alive, writer_gone
+from ..files import process_alive, stale
 
 logger = logging.getLogger(__name__)
 
@@ -161,9 +161,9 @@ def remove_stale(target: Path) -> list[Path]:
         m = _SIBLING.match(p.name)
         if not m or m["name"] != target.name:
             continue
-        # a build under way holds its folder's lock (in any process or container, wherever its
-        # PID is not visible); the few-millisecond .old folder of a swap is judged by its PID
-        if not (writer_gone(p) if m["kind"] == "tmp" else not process_alive(int(m["pid"]))):
+        # its process is gone here, and (a temporary folder) no build holds its lock: one in another
+        # container or on another machine of a shared file system, whose PID is not visible here
+        if not (stale(p, int(m["pid"])) if m["kind"] == "tmp" else not process_alive(int(m["pid"]))):
             continue
         if m["kind"] == "old" and not target.exists() and is_index_folder(p):
             # killed between the two renames of the fallback swap: this is the only copy

@@ -97,6 +97,8 @@ class HybridRetriever:
         self, fusion: str, *, alpha: float | None = None, norm: str | None = None, rrf_k: int | None = None
     ) -> None:
         """How searches fuse BM25 and dense (settings not given keep their value)."""
+        if fusion not in FUSIONS:  # (check_fusion takes None for "not given"; here it must be given)
+            raise InputError(f"fusion {fusion!r} is not one of {FUSIONS}")
         check_fusion(fusion, alpha, norm)
         if rrf_k is not None:
             _check_settings(self.dense_kind, self.stopwords, self.stemmer, rrf_k, self.depth)

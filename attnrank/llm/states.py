@@ -121,14 +121,7 @@ def encode_blocks(
         raise InputError(f"{len(blocks)} blocks but {len(starts)} start positions")
     if any(len(b) == 0 for b in blocks):
         raise InputError("a block is empty; every passage needs at least one token")
-    window = sliding_window(DynamicCache(config=capturer.decoder.config))
-    longest = max((len(b) for b in blocks), default=0)
-    if window is not None and prefix.length + longest >= window:  # before any block is encoded and kept
-        # (its cache would drop the block's first tokens: states of the wrong tokens, reused later)
-        raise InputError(
-            f"a passage of {longest} tokens after the {prefix.length}-token instruction reaches this model's "
-            f"sliding window of {window}; rerank shorter passages (max_doc_tokens), or use attention='full'"
-        )
+    window = check_block_window(capturer, prefix.length, max((len(b) for b in blocks), default=0))
     order = sorted(range(len(blocks)), key=lambda i: len(blocks[i]))
     pack = DEFAULT_PACK_TOKENS if pack_tokens is None else pack_tokens
     # (int8: a dynamic int8 linear's input scale spans the pass, so a block's states would depend
@@ -151,6 +144,19 @@ def encode_blocks(
     if batch:
         (_encode_packed if pack else _encode_batch)(capturer, prefix, blocks, starts, batch, out)
     return [s for s in out if s is not None]
+
+
+def check_block_window(capturer: AttentionCapturer, prefix_length: int, longest: int) -> int | None:
+    """Refuse a block of ``longest`` tokens after a ``prefix_length``-token prefix that reaches the
+    model's sliding window (its cache would drop the block's first tokens: states of the wrong
+    tokens, kept and reused later), before any block is encoded; returns the window (None: none)."""
+    window = sliding_window(DynamicCache(config=capturer.decoder.config))
+    if window is not None and prefix_length + longest >= window:
+        raise InputError(
+            f"a passage of {longest} tokens after the {prefix_length}-token instruction reaches this model's "
+            f"sliding window of {window}; rerank shorter passages (max_doc_tokens), or use attention='full'"
+        )
+    return window
 
 
 def _encode_packed(

@@ -38,7 +38,7 @@ from attnrank.types import Document
 
 from .attention import AttentionCapturer
 from .blocks import block_prefix_ids, encode_blocks_text
-from .states import BlockState, encode_blocks, state_keys
+from .states import BlockState, check_block_window, encode_blocks, state_keys
 
 logger = logging.getLogger(__name__)
 
@@ -163,11 +163,14 @@ def write_store(
     if storage not in STATE_STORAGES:
         raise InputError(f"passage state storage {storage!r} is not one of {STATE_STORAGES}")
     folder = Path(folder)
+    if not docs:
+        raise InputError("no passages to store; give at least one document")
     if folder.exists():
         raise InputError(f"{folder} exists; passage states are written to a new folder: remove it or give another")
     prefix_ids = block_prefix_ids(tokenizer)
     prefix = capturer.prefill(prefix_ids)
     blocks = encode_blocks_text(tokenizer, list(docs), max_doc_words, max_doc_tokens)[0]
+    check_block_window(capturer, len(prefix_ids), max(len(b) for b in blocks))  # before any batch is encoded
     offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks], dtype=np.int64)]).astype(np.int64)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")

@@ -313,6 +313,15 @@ class FusedWeights(RegistryArtifact):
             weights = cls(**cls.current_fields(data))
         except TypeError as e:
             raise InputError(f"stored {cls.LABEL} are malformed ({e}); retrain them with {cls.TRAIN}") from None
+        if weights.base_weights and not any(weights.base_weights):  # registered before 2026-12-05, when
+            # training still kept them: the fallback is dropped (as training now does), not the weights
+            logger.warning(
+                "the stored %s' model without attention is all 0: not used (the preset signals uses equal weights, "
+                "and there is no gate); retrain them with %s",
+                cls.LABEL,
+                cls.TRAIN,
+            )
+            weights.base_weights, weights.gate = [], None
         weights.check_informative()
         return weights
 

@@ -330,3 +330,13 @@ def test_save_never_replaces_the_folder_holding_the_corpus_it_indexed(scifact_do
         r.save(data, force=True)
     assert corpus.is_file()
     r.save(tmp_path / "idx")  # elsewhere: saved
+
+
+def test_fusion_none_is_refused():
+    """set_fusion(None) (and HybridRetriever(fusion=None)) was accepted, searched convexly and saved
+    "method": null into the manifest."""
+    from attnrank.errors import InputError
+    from attnrank.index.retriever import HybridRetriever
+
+    with pytest.raises(InputError, match="fusion None is not one of"):
+        HybridRetriever(fusion=None)  # type: ignore[arg-type]

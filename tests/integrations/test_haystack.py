@@ -109,3 +109,14 @@ def test_retriever_without_reranking_refuses_reranker_settings(demo_index):
         with pytest.raises(InputError, match="rerank=False but reranker settings were given"):
             AttnrankRetriever(str(demo_index), top_k=3, depth=4, rerank=False, **kw)
     assert AttnrankRetriever(str(demo_index), top_k=3, depth=4, rerank=False).rerank is False
+
+
+def test_numpy_counts_are_kept_as_ints(tmp_path):
+    """A NumPy integer count is accepted (is_count), and was kept: serialising the pipeline failed."""
+    import json
+
+    import numpy as np
+
+    ranker = AttnrankRanker(top_k=np.int64(3))
+    assert type(ranker.top_k) is int
+    json.dumps(ranker.to_dict())

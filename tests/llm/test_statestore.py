@@ -255,6 +255,9 @@ def test_a_store_is_written_whole_or_not_at_all_and_never_into_an_existing_folde
     for name in ("keys.npy", "values.npy", "offsets.npy", "states.json"):
         assert (whole / name).read_bytes() == (one_by_one / name).read_bytes(), name
 
+    with pytest.raises(InputError, match="no passages to store"):  # (was a raw FileNotFoundError)
+        build(tmp_path, llm, capturer, "int8", docs=[])
+
     def interrupted(n):
         raise KeyboardInterrupt  # after the first batch
 

@@ -197,6 +197,10 @@ def test_a_model_without_attention_that_came_out_zero_is_not_kept_or_registered(
     zero_base = FusedWeights(["attention", "bm25", "dense"], [1.0, 0.0, 0.0], base_weights=[0.0, 0.0])
     with pytest.raises(InputError, match=r"base_weights \[0.0, 0.0\] of these fused scorer weights"):
         zero_base.save("m", "f" * 64, root=tmp_path)
+    # registered before training dropped them: loaded without the fallback (not refused: every reranker
+    # of the model would have failed)
+    stored = FusedWeights.from_json({**zero_base.to_json(), "gate": 0.5})
+    assert stored.weights == [1.0, 0.0, 0.0] and stored.base_weights == [] and stored.gate is None
 
 
 def test_a_candidate_listed_twice_is_refused_for_training():

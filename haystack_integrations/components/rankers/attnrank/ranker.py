@@ -43,7 +43,9 @@ class AttnrankRanker:
         reranker_kwargs: dict[str, Any] | None = None,
     ):
         check_top_k(top_k)
-        self.model, self.heads, self.scorer, self.top_k = model, heads, scorer, top_k
+        # (a NumPy integer count, accepted, is kept as an int: Haystack serialises the component)
+        self.model, self.heads, self.scorer = model, heads, scorer
+        self.top_k = None if top_k is None else int(top_k)
         self.reranker_kwargs = dict(reranker_kwargs or {})
         self._settings = reranker_settings(model, heads, scorer, self.reranker_kwargs)
         self._reranker: Any = None

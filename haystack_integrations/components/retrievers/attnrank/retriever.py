@@ -47,7 +47,8 @@ class AttnrankRetriever:
         given = [n for n, v in (("model", model), ("heads", heads), ("reranker_kwargs", reranker_kwargs)) if v]
         if not rerank and (given or scorer != "sum"):  # nothing would read them (as the other retrievers say)
             raise InputError(f"rerank=False but reranker settings were given ({given or ['scorer']}); drop them")
-        self.index_path, self.top_k, self.depth, self.rerank = str(index_path), top_k, depth, rerank
+        # (NumPy integer counts, accepted, are kept as ints: Haystack serialises the component)
+        self.index_path, self.top_k, self.depth, self.rerank = str(index_path), int(top_k), int(depth), rerank
         self.model, self.heads, self.scorer = model, heads, scorer
         self.reranker_kwargs = dict(reranker_kwargs or {})
         self._settings = reranker_settings(model, heads, scorer, self.reranker_kwargs)
