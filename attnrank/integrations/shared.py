@@ -106,7 +106,9 @@ def _cached(kind: str, kwargs: Mapping[str, Any], build):
 def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
     """``reranker`` if given (any object with ``rank(query, docs, k)``), else the process-wide
     :class:`~attnrank.rerank.attention.AttentionReranker` built from ``kwargs`` (its constructor's
-    keyword arguments: ``model``, ``heads``, ``scorer``, ``calibrate``, ...).
+    keyword arguments: ``model``, ``heads``, ``scorer``, ``calibrate``, ...), except that
+    ``heads=None`` is the preset's heads, as leaving it out is (an adapter's default: the default
+    preset, which reads no attention); ``AttentionReranker(heads=None)`` itself reads all heads.
 
     ``index``: the loaded index a retriever adapter reranks the hits of; the reranker built for it
     reads their dense signal from the index's vectors (:meth:`~attnrank.rerank.attention.AttentionReranker.use_index`),
