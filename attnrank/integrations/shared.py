@@ -227,9 +227,28 @@ def shared_index(index: Any) -> Any:
     path = str(Path(index).expanduser().resolve())
     # keyed by the build too: an index rebuilt at the same path in this process is loaded again,
     # not served from the earlier load without its new documents
-    return _cached(
-        "HybridRetriever", {"path": path, "build": manifest_tag(Path(path))}, lambda: HybridRetriever.load(path)
-    )
+    build = manifest_tag(Path(path))
+    _forget_other_builds(path, build)
+    return _cached("HybridRetriever", {"path": path, "build": build}, lambda: HybridRetriever.load(path))
+
+
+def _forget_other_builds(path: str, build: str | None) -> None:
+    """Drop the shared loads of ``path``'s earlier builds, and the rerankers made for them (they
+    read their vectors): a long process that rebuilds an index kept every build in memory.
+    Adapters that hold them keep them; new ones get the current build."""
+    with _LOCK:
+        old = [
+            (key, _CACHE[key])
+            for key in list(_CACHE)
+            if key[0] == "HybridRetriever"
+            and json.loads(key[1]).get("path") == path
+            and json.loads(key[1]).get("build") != build
+        ]
+        for key, index in old:
+            del _CACHE[key]
+            tag = _unhashable(index)  # how a reranker's key names the index it was made for
+            for other in [k for k in _CACHE if k[0] == "AttentionReranker" and tag in k[1]]:
+                del _CACHE[other]
 
 
 def clear_shared() -> None:

@@ -161,3 +161,6 @@ def test_an_index_rebuilt_at_its_path_is_loaded_again(tmp_path):
     assert shared_index(str(path)) is first and first.num_docs == 1
     HybridRetriever().index([Document("a", "apples"), Document("b", "pears")], show_progress=False).save(path)
     assert shared_index(path).num_docs == 2
+    from attnrank.integrations import shared
+
+    assert sum(k[0] == "HybridRetriever" and str(path) in k[1] for k in shared._CACHE) == 1  # the earlier build: let go
