@@ -14,6 +14,7 @@ Every detector returns :class:`HeadScores` (an ``L×H`` matrix, NaN = not measur
 from __future__ import annotations
 
 import datetime as _dt
+import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -52,6 +53,7 @@ def query_focused_scores(
     sums = {"qr-score": np.zeros(n), "contrastive": np.zeros(n)}
     used = {"qr-score": 0, "contrastive": 0}
     feats: dict[str, tuple[list[str], np.ndarray]] = {}
+    seen = 0
     for qid, windows, cand in items:
         cand = [str(c) for c in cand]
         if len(set(cand)) != len(cand):
@@ -59,7 +61,9 @@ def query_focused_scores(
         f = window_features(windows, len(cand), calibrate=calibrate, use_filter=use_filter)
         labels = np.array([qrels.get(qid, {}).get(d, 0) for d in cand])
         gold = labels >= rel
-        feats[qid] = (cand, f)
+        if gold.any():  # (a query without one scores 0 for every head: qr-ndcg counts only these, as qr-score)
+            feats[qid] = (cand, f)
+        seen += 1
         if gold.any():
             sums["qr-score"] += f[:, gold].sum(1)
             used["qr-score"] += 1
@@ -78,9 +82,7 @@ def query_focused_scores(
         ("contrastive", sums["contrastive"], used["contrastive"]),
     ):
         matrix = np.full((n_layers, n_heads), np.nan)
-        note = (
-            "" if m else f"no usable query among {len(feats)} (none has gold and, for contrastive, non-gold candidates)"
-        )
+        note = "" if m else f"no usable query among {seen} (none has gold and, for contrastive, non-gold candidates)"
         if m:
             for (l, h), v in zip(head_list, vec / m):
                 matrix[l, h] = v
@@ -89,9 +91,9 @@ def query_focused_scores(
             matrix,
             method,
             params,
-            f"{data}; {m}/{len(feats)} queries used".lstrip("; "),
+            f"{data}; {m}/{seen} queries used".lstrip("; "),
             seconds,
-            len(feats),
+            seen,
             m,
             note,
             model_id,
@@ -110,9 +112,14 @@ def detect_query_focused(
     rel: int = 1,
     data: str = "",
     show_progress: bool = False,
+    shuffle_seed: int | None = 42,
 ) -> dict[str, HeadScores]:
     """Run ``reranker.windows`` (build it with ``heads=None`` to score every head) for each
-    labelled query over its candidate documents, then :func:`query_focused_scores`."""
+    labelled query over its candidate documents, then :func:`query_focused_scores`.
+
+    Each query's candidates are shuffled first (``random.Random(shuffle_seed)``, 42 as QRHead's
+    detection seeds it; None: kept in the given order): in first-stage order, a head that attends
+    to the slot nearest the query would score as the first stage does, and be chosen for it."""
     qids = [q for q in queries if q in candidates]
     if not qids:
         raise InputError("no query has candidates; give candidates for the labelled queries")
@@ -123,9 +130,12 @@ def detect_query_focused(
             from tqdm.auto import tqdm
 
             it = tqdm(qids, desc="detect", unit="q")
+        rng = None if shuffle_seed is None else random.Random(shuffle_seed)
         for q in it:
-            docs = list(candidates[q])
-            yield q, reranker.windows(queries[q], docs), [getattr(d, "id", str(i)) for i, d in enumerate(docs)]
+            docs = [(getattr(d, "id", str(i)), d) for i, d in enumerate(candidates[q])]  # (ids before the shuffle)
+            if rng is not None:
+                rng.shuffle(docs)
+            yield q, reranker.windows(queries[q], [d for _, d in docs]), [i for i, _ in docs]
 
     llm = reranker.llm
     stamp = _dt.date.today().isoformat()

@@ -26,7 +26,7 @@ QRELS = {"q1": {"paris": 1}, "q2": {"banana": 2, "rome": 0}, "q3": {"rome": 1}}
 def test_query_focused_detection_end_to_end(llm, tmp_path):
     reranker = AttentionReranker(llm, None)
     cands = {q: DOCS for q in QUERIES}
-    res = detect_query_focused(reranker, QUERIES, cands, QRELS)
+    res = detect_query_focused(reranker, QUERIES, cands, QRELS, shuffle_seed=None)  # in DOCS order, as by hand
     assert set(res) == {"qr-score", "qr-ndcg", "contrastive"}
     for name, hs in res.items():
         assert isinstance(hs, HeadScores) and hs.method == name and hs.scores.shape == (4, 4)
@@ -60,8 +60,29 @@ def test_query_focused_with_a_head_subset_and_no_gold(llm):
     res = detect_query_focused(reranker, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
     assert res["qr-score"].n_used == 0 and "no usable query" in res["qr-score"].note
     assert res["qr-score"].top() == []
-    nd = res["qr-ndcg"].scores  # judged but nothing relevant among the candidates: nDCG 0
-    assert np.isnan(nd[0]).all() and nd[1, 2] == 0.0 and nd[2, 0] == 0.0
+    # judged but nothing relevant among the candidates: every head's nDCG 0, which registered an
+    # arbitrary head set (the lowest layers') as qr-ndcg, the preferred method of heads="auto"
+    assert res["qr-ndcg"].n_used == 0 and np.isnan(res["qr-ndcg"].scores).all() and res["qr-ndcg"].top() == []
+
+
+def test_detection_shuffles_each_querys_candidates_as_qrhead_does(llm):
+    """In first-stage order a head that attends to the slot nearest the query scored as the first
+    stage does; QRHead shuffles the documents (seed 42) before detection."""
+    import random
+
+    reranker = AttentionReranker(llm, None)
+    rng = random.Random(42)
+    shuffled = {}
+    for q in QUERIES:
+        docs = list(DOCS)
+        rng.shuffle(docs)
+        shuffled[q] = docs
+    default = detect_query_focused(reranker, QUERIES, {q: DOCS for q in QUERIES}, QRELS)
+    by_hand = detect_query_focused(reranker, QUERIES, shuffled, QRELS, shuffle_seed=None)
+    unshuffled = detect_query_focused(reranker, QUERIES, {q: DOCS for q in QUERIES}, QRELS, shuffle_seed=None)
+    for method in default:
+        np.testing.assert_array_equal(default[method].scores, by_hand[method].scores)
+    assert not np.array_equal(default["qr-score"].scores, unshuffled["qr-score"].scores)
 
 
 def test_a_query_with_an_empty_judgment_set_is_not_counted(llm):
