@@ -46,6 +46,8 @@ def read_qrels(path: str | Path) -> Qrels:
     for lineno, line in _lines(p):
         # tab-separated (BEIR) fields may hold spaces; TREC qrels are whitespace-separated
         parts = [x.strip() for x in line.rstrip("\r\n").split("\t")] if "\t" in line else line.split()
+        while len(parts) > 3 and not parts[-1]:  # trailing tabs add nothing (they moved the columns)
+            parts.pop()
         if not any(parts):
             continue
         if len(parts) == 4:
@@ -65,6 +67,8 @@ def read_qrels(path: str | Path) -> Qrels:
         if not math.isfinite(value) or not value.is_integer():  # int() truncated 0.6 to 0, silently
             raise InputError(f"{p}:{lineno}: relevance {rel!r} is not a whole number; give graded labels 0, 1, 2, ...")
         label = int(value)
+        if not qid or not did:  # (a relevant document no run can hold lowered the query's nDCG)
+            raise InputError(f"{p}:{lineno}: empty {'query' if not qid else 'document'} id; give both ids")
         judged = qrels.setdefault(qid, {})
         if did in judged and judged[did] != label:
             dups.append(f"{p}:{lineno}")

@@ -285,3 +285,15 @@ def test_a_ranking_with_tied_scores_is_written_and_evaluated_in_its_own_order(tm
     assert [line.split()[2] for line in lines if line] == ["d1", "d9"]
     back = read_run(tmp_path / "r.trec")["q1"]
     assert back["d1"] > back["d9"]  # read back, trec_eval ranks them as the reranker did
+
+
+def test_qrels_refuse_empty_ids_and_ignore_trailing_tabs(tmp_path):
+    """'q1<TAB><TAB>1' judged a document with an empty id relevant (no run can hold it: nDCG
+    lowered, exit 0); a trailing tab on a one-line file made it a 'header', dropped."""
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("q1\td1\t1\nq1\t\t1\n")
+    with pytest.raises(InputError, match=r"bad.tsv:2: empty document id"):
+        read_qrels(bad)
+    trailing = tmp_path / "trailing.tsv"
+    trailing.write_text("q1\td1\t1\t\n")
+    assert read_qrels(trailing) == {"q1": {"d1": 1}}
