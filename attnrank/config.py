@@ -55,12 +55,20 @@ PASSAGE_STATES_FOLDER = "passage_states"
 STATE_STORAGES = ("float16", "int8")
 
 
+def _env_path(name: str, default: Path) -> Path:
+    """The folder environment variable ``name`` names (``~`` expanded: an env file does not expand
+    it), or ``default`` where it is unset or empty (an empty value put the registry in whatever
+    folder attnrank ran from)."""
+    value = os.environ.get(name, "").strip()
+    return Path(value).expanduser() if value else default
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get("ATTNRANK_HOME", Path.home() / ".cache" / "attnrank"))
+    return _env_path("ATTNRANK_HOME", Path.home() / ".cache" / "attnrank")
 
 
 def index_root() -> Path:
-    return Path(os.environ.get("ATTNRANK_INDEX_DIR", "indexes"))
+    return _env_path("ATTNRANK_INDEX_DIR", Path("indexes"))
 
 
 def available_cpus() -> int:

@@ -27,3 +27,18 @@ def test_bfloat16_hardware_is_amx_or_avx512_bf16():
     assert hardware_bf16({"amx_bf16": False, "avx512_bf16": True})  # AMD Zen 4: 1.9x faster than float32
     assert not hardware_bf16({"amx_bf16": False, "avx512_bf16": False, "avx512_f": True})
     assert not hardware_bf16({})
+
+
+def test_folder_variables_expand_home_and_treat_empty_as_unset(monkeypatch, tmp_path):
+    """ATTNRANK_HOME="" put the registry in ./heads of whatever folder attnrank ran from; "~/x" (an
+    env file does not expand it) made a folder named "~"."""
+    from pathlib import Path
+
+    from attnrank.config import cache_dir, index_root
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ATTNRANK_HOME", "")
+    monkeypatch.setenv("ATTNRANK_INDEX_DIR", "  ")
+    assert cache_dir() == Path.home() / ".cache" / "attnrank" and index_root() == Path("indexes")
+    monkeypatch.setenv("ATTNRANK_HOME", "~/ah")
+    assert cache_dir() == tmp_path / "ah"
