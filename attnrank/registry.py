@@ -99,7 +99,10 @@ def _slug(model_id: str) -> str:
 
 
 def _base(model_id: str) -> str:
-    return model_id.rstrip("/").split("/")[-1].lower()
+    """A model's name as the shipped head sets match it: the last path part, lower-cased, without
+    Meta's "meta-" prefix (ICR's scripts load ``meta-llama/Meta-Llama-3.1-8B-Instruct``, whose
+    sets ship as ``Llama-3.1-8B-Instruct``)."""
+    return model_id.rstrip("/").split("/")[-1].lower().removeprefix("meta-")
 
 
 def _user_file(model_id: str, fingerprint: str, root: Path | None) -> Path:

@@ -103,6 +103,9 @@ def test_shipped_qrhead_sets():
     assert (14, 22) in sets[0].pairs and len(sets[0].pairs) == 16
     local = load_head_sets("/models/llama-3.1-8b-instruct", "f" * 64, root=registry.SHIPPED_DIR / "none")
     assert len(local) == 2
+    # the id ICR's scripts load (Meta's own prefix): the same shipped sets, not plain ICR with a warning
+    meta = load_head_sets("meta-llama/Meta-Llama-3.1-8B-Instruct", "f" * 64, root=registry.SHIPPED_DIR / "none")
+    assert [s.pairs for s in meta] == [s.pairs for s in sets]
     assert load_head_sets("Qwen/Qwen2.5-7B-Instruct", "c" * 40)[0].n_layers == 28
 
 
