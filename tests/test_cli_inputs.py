@@ -160,6 +160,10 @@ def test_explain_output_checked_before_the_model(tmp_path, index_dir, no_model):
     page.write_text("<html>my page</html>")
     r = runner.invoke(app, [*args, str(page.parent)])
     assert r.exit_code == 2 and "exists and is not an explain page attnrank wrote" in _text(r)
+    taken = tmp_path / "taken"
+    (taken / "explain.html").mkdir(parents=True)  # a folder where the page goes: failed at the rename, after the work
+    r = runner.invoke(app, [*args, str(taken)])
+    assert r.exit_code == 2 and "is a folder; give a file path" in _text(r)
     assert page.read_text() == "<html>my page</html>"
 
 
