@@ -77,7 +77,7 @@ def explain(
     for e in explanations:
         top = ", ".join(repr(t.text.strip()) for t in e.top_tokens(3))
         typer.echo(
-            f"{e.rank:>3}. {e.id}  {e.score:+.5f} = sum of {len(e.tokens) - e.filtered} token scores "
+            f"{e.rank:>3}. {e.id}  attention {e.score:+.5f} = sum of {len(e.tokens) - e.filtered} token scores "
             f"({e.filtered} filtered); top: {top}"
         )
     typer.echo(f"wrote {page}")

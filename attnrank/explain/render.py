@@ -35,7 +35,7 @@ def _scale(explanations: Sequence[PassageExplanation]) -> float:
 
 
 def to_html(query: str, explanations: Sequence[PassageExplanation], *, model: str = "") -> str:
-    """The page: one block per passage (rank, id, score = sum of its counted token scores)."""
+    """The page: one block per passage (rank, id, attention score = sum of its counted token scores)."""
     scale = _scale(explanations)
     parts = [
         (
@@ -48,14 +48,15 @@ def to_html(query: str, explanations: Sequence[PassageExplanation], *, model: st
             f"the scoring heads{', ' + html.escape(model) if model else ''}): "
             f"<span style='background:{_colour(scale, scale)}'>more</span>"
             f"<span style='background:{_colour(-scale, scale)}'>less</span>"
-            "<span class='x'>left out by the μ−2σ filter</span>. A passage's score is the sum of its "
-            "counted token scores.</p>"
+            "<span class='x'>left out by the μ−2σ filter</span>. A passage's attention score is the sum "
+            "of its counted token scores; the passages are ranked by the reranker's score, which fuses it "
+            "with the first-stage signals (BM25, dense, rank), so a lower attention score can rank higher.</p>"
         ),
     ]
     for e in explanations:
         parts.append(
             f"<div class='p' id='p{e.rank}'><div class='h'>{e.rank}. {html.escape(e.id)} "
-            f"<span class='s'>score {e.score:+.6f} = Σ {len(e.tokens) - e.filtered} counted tokens "
+            f"<span class='s'>attention score {e.score:+.6f} = Σ {len(e.tokens) - e.filtered} counted tokens "
             f"({e.token_sum:+.6f}); {e.filtered} filtered</span></div><div class='t'>"
         )
         for t in e.tokens:

@@ -143,6 +143,8 @@ def test_cli_explain(tmp_path, built_retriever):
     )
     assert r.exit_code == 0, r.output
     assert r.output.count(" = sum of ") == 3 and (out / "explain.png").exists()
+    # the token sum is named as attention's: the ranks come from the fused score, which the page says
+    assert r.output.count("attention ") >= 3 and "ranked by the reranker's score" in (out / "explain.html").read_text()
     assert "vitamin D and fractures" in (out / "explain.html").read_text()
     r = CliRunner().invoke(app, ["explain", "q", "--index-dir", str(index), "-k", "0"])
     assert r.exit_code != 0 and "-k 0 must be at least 1" in r.output
