@@ -242,3 +242,14 @@ def test_the_rerankers_likelihood_takes_documents_as_score_does_and_none_at_all(
         rr.likelihood(RERANK_QUERY, [Document("e", "  ")])
     states = StateCache(1 << 20)
     assert continuation_logprob(llm, [], [5, 6], states=states).shape == (0, 2)
+
+
+def test_a_non_finite_likelihood_names_the_document_and_the_dtype():
+    """A NaN likelihood (an overflow) reached the fusion, whose message asked the user to give the
+    signal a value."""
+    llm = tiny_llm(layers=2)
+    reranker = AttentionReranker(llm, state_cache_mb=0)
+    docs = rerank_docs()[:2]
+    llm.model.get_output_embeddings().weight.data[:] = float("nan")
+    with pytest.raises(InputError, match=r"query likelihood of document '.+' is nan; check the model's dtype"):
+        reranker.rank(RERANK_QUERY, docs)
