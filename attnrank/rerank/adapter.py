@@ -40,10 +40,11 @@ import numpy as np
 import torch
 
 from ..errors import InputError, require
-from ..files import atomic_path, file_sha256, refuse_replacing
+from ..files import atomic_path, check_file_target, file_sha256, refuse_replacing
 from ..llm.attention import AttentionCapturer
 from ..llm.models import ADAPTED, LLM
 from ..llm.prompts import build_rerank_prompts
+from ..llm.recording import forward_lock
 from ..types import Document, is_count
 from .config import RerankConfig
 
@@ -80,6 +81,10 @@ class AdapterConfig:
         for key in ("alpha", "lr", "temperature", "clip_norm"):
             if not float(getattr(self, key)) > 0:
                 raise InputError(f"{key}={getattr(self, key)!r} must be > 0")
+        if not 0 <= float(self.weight_decay) < float("inf"):  # (AdamW refused it after the model was copied)
+            raise InputError(f"weight_decay={self.weight_decay!r} must be a finite number >= 0")
+        if not is_count(self.seed, 0):
+            raise InputError(f"seed={self.seed!r} must be an integer >= 0")
 
 
 @dataclass(frozen=True)
@@ -197,6 +202,10 @@ class HeadAdapter:
         meta["heads"] = [list(h) for h in self.heads]
         json.dumps(meta)  # before any file is written: a bad info value leaves a saved adapter whole
         out = Path(folder)
+        if out.exists() and not out.is_dir():  # (mkdir's FileExistsError)
+            raise InputError(f"adapter folder {out} is a file; give a folder for {WEIGHTS_FILE} and {META_FILE}")
+        for name in (WEIGHTS_FILE, META_FILE):
+            check_file_target(out / name, "head adapter file")
         ours = _is_adapter_meta(out / META_FILE)
         for name, what in ((WEIGHTS_FILE, "a head adapter's tensors file"), (META_FILE, "a head adapter's metadata")):
             refuse_replacing(out / name, lambda p: ours or _is_adapter_weights(p), what, "head adapter file")
@@ -235,7 +244,8 @@ class HeadAdapter:
                 "that model unquantized and without an adapter, or train an adapter for this one"
             )
         peft = _peft()
-        model = copy.deepcopy(llm.model)
+        with forward_lock(llm.model):  # (a capture under way in another thread hooks and switches the model)
+            model = copy.deepcopy(llm.model)
         wrapped = add_lora(model, self.deepest_layer, self.rank, self.alpha)
         result = peft.set_peft_model_state_dict(wrapped, self.tensors)
         if getattr(result, "unexpected_keys", None):
@@ -329,9 +339,11 @@ def train_head_adapter(
     deepest = max(l for l, _ in pairs)
     prompt = prompt_options() if prompt is None else prompt
     check_prompt_lengths(llm, usable, prompt)
-    torch.manual_seed(cfg.seed)
-    model = copy.deepcopy(llm.model).float().eval()
-    wrapped = add_lora(model, deepest, cfg.rank, cfg.alpha)
+    with forward_lock(llm.model):  # (a capture under way in another thread hooks and switches the model)
+        model = copy.deepcopy(llm.model).float().eval()
+    with torch.random.fork_rng():  # seeded LoRA init, the caller's own random stream left as it was
+        torch.manual_seed(cfg.seed)
+        wrapped = add_lora(model, deepest, cfg.rank, cfg.alpha)
     capturer = AttentionCapturer(model, pairs)
     params = [p for p in model.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)

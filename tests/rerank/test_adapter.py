@@ -159,6 +159,11 @@ def test_training_needs_a_contrastive_list():
         train_head_adapter(llm, HEADS, [ListInstance("q", rerank_docs()[:2], [1, 1])], config=AdapterConfig(steps=1))
     with pytest.raises(InputError):
         AdapterConfig(rank=0)
+    # refused when configured: AdamW and numpy refused them after the model had been copied
+    with pytest.raises(InputError, match="weight_decay=-0.5 must be a finite number >= 0"):
+        AdapterConfig(weight_decay=-0.5)
+    with pytest.raises(InputError, match="seed=-3 must be an integer >= 0"):
+        AdapterConfig(seed=-3)
     with pytest.raises(InputError, match="heads is empty"):  # before: max() arg is an empty sequence
         train_head_adapter(llm, [], _lists(), config=AdapterConfig(steps=1))
 
