@@ -243,13 +243,14 @@ def copy_trial(
 
 class CopyInputs(NamedTuple):
     """What :func:`check_copy_inputs` checked: the NIAH folder, all its needles, the chosen needle
-    indices, the haystack lengths (tokens) and the answer's token limit."""
+    indices, the haystack lengths (tokens), the answer's token limit and the depths (%)."""
 
     folder: Path
     needles: list[Needle]
     chosen: list[int]
     lengths: list[int]
     max_new_tokens: int
+    depths: list[float]
 
 
 def check_copy_inputs(
@@ -266,6 +267,7 @@ def check_copy_inputs(
     read as an empty haystack)."""
     if haystack not in ("book", "essays"):
         raise InputError(f"haystack={haystack!r} is not 'book' or 'essays'")
+    depths, lengths = list(depths), list(lengths)  # (iterators: read once, then empty: no trial ran)
     folder = niah_folder(data)
     all_needles = load_needles(folder)
     chosen = list(range(len(all_needles))) if needles is None else list(needles)
@@ -296,7 +298,7 @@ def check_copy_inputs(
         )
     for part in sorted({n % 3 + 1 for n in chosen}) if haystack == "book" else []:
         _book_part(folder, part)
-    return CopyInputs(folder, all_needles, chosen, [int(n) for n in lengths], int(max_new_tokens))
+    return CopyInputs(folder, all_needles, chosen, [int(n) for n in lengths], int(max_new_tokens), list(depths))
 
 
 def check_copy_lengths(tokenizer: Any, inputs: CopyInputs, haystack: str) -> None:
@@ -328,9 +330,14 @@ def detect_copy_heads(
 
     ``needles``: indices into ``needles.jsonl`` (default all 3); ``haystack``: ``"book"`` (each
     needle with its own book part, as Retrieval_Head) or ``"essays"`` (Paul Graham essays)."""
-    folder, all_needles, chosen, lengths, max_new_tokens = check_copy_inputs(
-        data, haystack, needles, depths, lengths, max_new_tokens
-    )
+    inputs = check_copy_inputs(data, haystack, needles, depths, lengths, max_new_tokens)
+    folder, all_needles, chosen, lengths, max_new_tokens, depths = inputs
+    if max(lengths) + max_new_tokens > llm.context_length:  # (every trial rejected, the note blaming the model)
+        raise InputError(
+            f"lengths up to {max(lengths)} plus max_new_tokens={max_new_tokens} exceed the {llm.context_length}-token "
+            f"context of {llm.model_id}; give lengths up to {llm.context_length - max_new_tokens}"
+        )
+    check_copy_lengths(llm.tokenizer, inputs, haystack)  # (a length too short failed half-way through the trials)
     capturer = AttentionCapturer(llm.model)
     L, H = llm.num_layers, llm.num_heads
     start, total, trials = time.perf_counter(), np.zeros(L * H), []

@@ -229,6 +229,10 @@ def test_bad_needles_and_depths_are_input_errors(llm, niah):
             detect_copy_heads(llm, data=niah, **{"lengths": [200], "depths": [0], "needles": [0], **kw})
     with pytest.raises(InputError, match=r"lengths=\[\] must give at least one"):  # was: min() of an empty sequence
         copypaste.check_copy_inputs(niah, "book", [0], [0], [])
+    # iterators were read once by the check, and no trial ran (all-NaN scores, a warning)
+    assert copypaste.check_copy_inputs(niah, "book", [0], iter([0, 50]), iter([200, 300])).lengths == [200, 300]
+    with pytest.raises(InputError, match=r"exceed the \d+-token context"):  # every trial rejected, blaming the model
+        detect_copy_heads(llm, data=niah, lengths=[llm.context_length], depths=[0], needles=[0])
 
 
 def test_unreadable_niah_files_are_input_errors(tmp_path):
