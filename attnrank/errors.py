@@ -20,13 +20,19 @@ class ModelError(AttnrankError):
 
 
 class MissingExtraError(AttnrankError, ImportError):
-    """An optional dependency is missing; the message names the extra to install."""
+    """An optional dependency is missing (or fails to import); the message names the extra to
+    install. ``cause``: why an installed package failed to import (None: it is not installed)."""
 
-    def __init__(self, package: str, extra: str, purpose: str):
-        super().__init__(
-            f"{purpose} needs the package '{package}', which is not installed; "
-            f"install it with: pip install 'attnrank[{extra}]'"
-        )
+    def __init__(self, package: str, extra: str, purpose: str, cause: str | None = None):
+        self.package, self.extra, self.purpose, self.cause = package, extra, purpose, cause
+        if cause is None:
+            text = f"{purpose} needs the package '{package}', which is not installed"
+        else:  # (reinstalling would not help: say what failed)
+            text = f"{purpose} needs the package '{package}', which is installed but fails to import ({cause})"
+        super().__init__(f"{text}; install it with: pip install 'attnrank[{extra}]'")
+
+    def __reduce__(self):  # (a Ray worker's error reaches the driver pickled)
+        return (type(self), (self.package, self.extra, self.purpose, self.cause))
 
 
 def require(module: str, extra: str, purpose: str):
@@ -36,4 +42,7 @@ def require(module: str, extra: str, purpose: str):
     try:
         return importlib.import_module(module)
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise MissingExtraError(module, extra, purpose) from e
+        missing = isinstance(e, ModuleNotFoundError) and (
+            e.name is None or module == e.name or module.startswith(e.name + ".")
+        )
+        raise MissingExtraError(module, extra, purpose, None if missing else f"{type(e).__name__}: {e}") from e

@@ -322,6 +322,7 @@ def run_batch(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the pipeline; returns counts, timings and throughput (queries/s)."""
+    require("ray.data", "ray", "attnrank batch")  # (before anything is read or made: pyarrow comes with it)
     config.check()
     config = config.resolved()
     res = resources or Resources()

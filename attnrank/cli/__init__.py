@@ -33,10 +33,11 @@ from ..errors import AttnrankError, InputError
 
 app = typer.Typer(
     name="attnrank",
-    help="Retrieve with BM25 + dense embeddings, rerank with an LLM's attention, and evaluate.",
+    help="Retrieve with BM25 + dense embeddings, rerank with an LLM (its query likelihood or its attention), prune and answer, and evaluate.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # an option error is one plain 'Error: ...' line, not a box wrapped at 80 columns
 )
 logger = logging.getLogger("attnrank")
 

@@ -30,7 +30,9 @@ from .labelled import check_saveable, labelled_set, relevant
 from .options import Dtype
 
 heads_app = typer.Typer(
-    help="Detect, register and inspect retrieval heads (per model and weights).", no_args_is_help=True
+    help="Detect, register and inspect retrieval heads (per model and weights).",
+    no_args_is_help=True,
+    rich_markup_mode=None,  # as the main app: plain one-line errors
 )
 app.add_typer(heads_app, name="heads")
 

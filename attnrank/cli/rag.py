@@ -175,7 +175,7 @@ def ask(
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
     rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_options
 ) -> None:
-    """Answer a question: retrieve, rerank by attention, prune sentences, generate (streamed)."""
+    """Answer a question: retrieve, rerank, prune sentences by attention, generate (streamed)."""
     _setup(quiet, verbose)
     if no_prune:
         _no_prune_conflicts(budget_tokens, keep_ratio, method, prune_heads, neighbours)

@@ -614,3 +614,16 @@ def test_a_users_settings_json_is_never_taken_for_a_checkpoints(fake_ray, tmp_pa
     with pytest.raises(InputError, match="is not an attnrank batch checkpoint"):
         run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm25"), output=tmp_path / "r.trec", checkpoint=theirs)
     assert _files(theirs) == before and fake_ray["calls"] == 0
+
+
+def test_batch_without_the_ray_extra_names_it_and_makes_nothing(tmp_path, index, monkeypatch):
+    """The checkpoint folder was made, then pyarrow's bare import failed with a traceback."""
+    import sys
+
+    from attnrank.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "ray.data", None)  # as if the extra were not installed
+    out = tmp_path / "run.trec"
+    with pytest.raises(MissingExtraError, match=r"pip install 'attnrank\[ray\]'"):
+        run_batch({"q1": "apple"}, BatchConfig(str(index)), output=out)
+    assert not out.with_name(out.name + ".parts").exists()
