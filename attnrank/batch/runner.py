@@ -32,10 +32,10 @@ from ..config import cpu_auto_dtype
 from ..errors import InputError, require
 from ..eval.data import check_run_ids
 from ..files import atomic_path, check_file_target, held_lock, is_attnrank_run, is_batch_parquet, refuse_replacing
-from ..index.retriever import MODES, RETRIEVAL_VERSION
+from ..index.retriever import INDEX_FILES, MODES, RETRIEVAL_VERSION
 from ..index.sharded.executor import RayExecutor
 from ..index.sharded.layout import is_sharded, read_sharded
-from ..index.store import manifest_tag, read_doc_ids
+from ..index.store import manifest_tag, read_doc_ids, read_manifest
 from ..llm.fingerprint import model_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import registry_digest
@@ -92,6 +92,10 @@ class BatchConfig:
             raise InputError(f"--rerank {self.rerank} must be 0 (off) or a positive depth")
         if not Path(self.index).is_dir():
             raise InputError(f"index {self.index!r} is not a folder; build one with `attnrank index` (--shards N)")
+        # its manifest (format, version, listed files) before Ray starts: every actor's load failed
+        # in its constructor otherwise, which Ray retries without end
+        root = Path(self.index)
+        read_sharded(root) if is_sharded(root) else read_manifest(root, required=INDEX_FILES)
         if self.rerank:  # e.g. heads with a preset that computes no attention, or nothing registered
             check_lookups(self.rerank_config())
 
@@ -361,8 +365,10 @@ def run_batch(
                 stats["pipeline_seconds"] = round(seconds, 3)
                 stats["queries_per_second"] = round(len(todo) / max(seconds, 1e-9), 4)
             finally:
-                sink.commit()
-                ex.close()
+                try:
+                    sink.commit()
+                finally:  # (a commit that failed left the local Ray running in this process)
+                    ex.close()
         # what ranked the run, as `attnrank search` and `rerank` tag theirs: the preset, else the first stage
         ranked_by = config.rerank_config().name if config.rerank else config.mode or _index_mode(config.index)
         tag = f"attnrank-{ranked_by}"

@@ -70,13 +70,22 @@ def fake_ray(monkeypatch):
     return state
 
 
+@pytest.fixture(scope="module")
+def built_index(tmp_path_factory):
+    """A real two-document index (the runner reads its manifest before Ray starts), built once."""
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    path = tmp_path_factory.mktemp("ix") / "idx"
+    HybridRetriever().index([Document("d1", "apple"), Document("d2", "pear")], show_progress=False).save(path)
+    return path
+
+
 @pytest.fixture
-def index(tmp_path):
-    idx = tmp_path / "idx"
-    idx.mkdir()
-    (idx / "manifest.json").write_text('{"format": "attnrank-index", "build_id": "a"}')
-    (idx / "docs.jsonl").write_text('{"id": "d1", "text": "apple"}\n{"id": "d2", "text": "pear"}\n')
-    return idx
+def index(tmp_path, built_index):
+    import shutil
+
+    return Path(shutil.copytree(built_index, tmp_path / "idx"))
 
 
 def _drop_settings(out: Path, *keys: str) -> tuple[dict, dict]:
@@ -110,7 +119,10 @@ def test_resume_refuses_an_index_rebuilt_since(fake_ray, tmp_path, index):
     config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
     run_batch({"q1": "apple"}, config, output=out, progress=False)
     assert fake_ray["index_tag"] == manifest_tag(index)  # the build the actors must find
-    (index / "manifest.json").write_text('{"format": "attnrank-index", "build_id": "b"}')
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    HybridRetriever().index([Document("d1", "apple"), Document("d2", "pears")], show_progress=False).save(index)
     with pytest.raises(InputError, match=r"other settings \(index_tag\)"):
         run_batch({"q1": "apple"}, config, output=out, progress=False)
 
@@ -477,8 +489,11 @@ def test_ids_a_run_cannot_hold_and_a_checkpoint_at_an_output_are_refused_before_
             run_batch({"q1": "apple"}, config, output=out, parquet=tmp_path / "rows.parquet", checkpoint=checkpoint)
     with pytest.raises(InputError, match="--mode 'bm52' is not one of bm25, dense, hybrid"):
         run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm52"), output=out, progress=False)
-    with (index / "docs.jsonl").open("a") as f:  # was found only by the run file's write, after every query
-        f.write('{"id": "my notes", "text": "plum"}\n')
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    docs = [Document("d1", "apple"), Document("d2", "pear"), Document("my notes", "plum")]
+    HybridRetriever().index(docs, show_progress=False).save(index)  # was found only by the run file's write
     with pytest.raises(InputError, match="document id 'my notes' is empty or holds whitespace"):
         run_batch({"q1": "apple"}, config, output=out, progress=False)
     assert fake_ray["calls"] == 1 and not out.exists()
@@ -627,3 +642,16 @@ def test_batch_without_the_ray_extra_names_it_and_makes_nothing(tmp_path, index,
     with pytest.raises(MissingExtraError, match=r"pip install 'attnrank\[ray\]'"):
         run_batch({"q1": "apple"}, BatchConfig(str(index)), output=out)
     assert not out.with_name(out.name + ".parts").exists()
+
+
+def test_a_folder_that_is_no_index_is_refused_before_ray_starts(fake_ray, tmp_path):
+    """Only is_dir() was checked: every actor's load then failed in its constructor, which Ray
+    retries without end."""
+    from attnrank.errors import IndexFormatError
+
+    folder = tmp_path / "not-an-index"
+    folder.mkdir()
+    (folder / "docs.jsonl").write_text('{"id": "d1", "text": "apple"}\n')
+    with pytest.raises(IndexFormatError):
+        run_batch({"q1": "apple"}, BatchConfig(str(folder)), output=tmp_path / "r.trec")
+    assert fake_ray["calls"] == 0 and not (tmp_path / "r.trec.parts").exists()

@@ -440,3 +440,16 @@ def test_shards_written_on_other_nodes_are_refused_not_a_traceback(tmp_path, sci
             scifact_docs, target, embeddings=_vectors(built_retriever)
         )
     assert not target.exists()
+
+
+def test_a_sharded_manifest_without_its_file_list_is_refused(tmp_path, sharded):
+    """Without "files" the corpus statistics (stats/) were never checked, not even for size."""
+    import shutil
+
+    copy = tmp_path / "idx"
+    shutil.copytree(sharded, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    del m["files"]
+    (copy / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(IndexFormatError, match="lacks its list of files"):
+        ShardedRetriever.load(copy)

@@ -82,8 +82,9 @@ def read_sharded(root: Path, *, verify: bool = False) -> tuple[dict[str, Any], l
     root = Path(root)
     m = _top_manifest(root)
     entries = _shard_entries(root, m)
-    if isinstance(m.get("files"), dict):
-        check_files(root, m["files"], root / MANIFEST, verify=verify)
+    if not isinstance(m.get("files"), dict):  # (without it the statistics were never checked)
+        raise IndexFormatError(f"{root / MANIFEST} lacks its list of files; rebuild the sharded index")
+    check_files(root, m["files"], root / MANIFEST, verify=verify)
     shard_manifests, expected = [], 0
     for i, s in enumerate(entries):
         folder = root / s["name"]

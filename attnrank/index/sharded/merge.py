@@ -87,7 +87,7 @@ def merge_shards(src: str | Path, target: str | Path, *, force: bool = False) ->
     src, target = Path(src), Path(target)
     _check_outside(src, target)
     check_target(target, force=force, protect=[src])  # before the load and merge (the save checks it again)
-    sr = ShardedRetriever.load(src, mmap=False)
+    sr = ShardedRetriever.load(src, mmap=False, verify=True)  # (new checksums must not bless damaged bytes)
     settings = retriever_settings(sr.manifest)
     r = HybridRetriever(**settings)
     r.bm25 = merge_bm25(sr.shard_bm25, [s["start"] for s in sr.manifest["shards"]])
