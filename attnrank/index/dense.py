@@ -131,7 +131,11 @@ class DenseIndex:
             )
         # approximate indexes may return fewer than k hits (-1); keep arrays rectangular
         idx = np.where(idx < 0, -1, idx).astype(np.int64)
-        return idx, scores.astype(np.float32)
+        scores = scores.astype(np.float32)
+        # ties by id ascending, as a sharded index merges them (FAISS's heap leaves them in another
+        # order; RRF fuses ranks, so tied duplicates ranked the two indexes' hybrid results apart)
+        order = np.lexsort((np.where(idx < 0, np.iinfo(np.int64).max, idx), -np.nan_to_num(scores, nan=-np.inf)))
+        return np.take_along_axis(idx, order, axis=1), np.take_along_axis(scores, order, axis=1)
 
     def vectors(self, positions: Sequence[int]) -> np.ndarray | None:
         """The stored unit vectors of the documents at ``positions``, shape (len(positions), dim),

@@ -453,3 +453,18 @@ def test_a_sharded_manifest_without_its_file_list_is_refused(tmp_path, sharded):
     (copy / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(IndexFormatError, match="lacks its list of files"):
         ShardedRetriever.load(copy)
+
+
+def test_tied_dense_scores_rank_alike_in_a_sharded_and_a_single_index(tmp_path):
+    """Twelve copies of one passage: FAISS gave them by id descending, the sharded merge by id
+    ascending, so a sharded index and its own merge ranked duplicates apart."""
+    from attnrank.types import Document
+
+    docs = [Document(f"o{i}", f"other passage number {i} about rivers") for i in range(6)]
+    docs += [Document(f"dup{i}", "Vitamin D lowers the risk of fractures.") for i in range(12)]
+    single = HybridRetriever().index(docs, show_progress=False)
+    path = ShardedIndexer(HybridRetriever(), shards=3).build(docs, tmp_path / "sh", embeddings=_vectors(single))
+    sharded = ShardedRetriever.load(path)
+    for r in (single, sharded):
+        hits = r.search("vitamin D fractures", 5, mode="dense").ids
+        assert hits == ["dup0", "dup1", "dup2", "dup3", "dup4"], hits
