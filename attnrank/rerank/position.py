@@ -94,7 +94,7 @@ class SlotProfile:
             raise InputError(f"slot profile is not of format version {FORMAT_VERSION}; measure and save it again")
         try:
             return cls(**data)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:  # (ValueError: a value that is no number, e.g. ["x"])
             raise InputError(f"slot profile fields are wrong ({e}); measure and save it again") from e
 
     def save(self, path: str | Path) -> Path:

@@ -46,4 +46,5 @@ def test_attention_confidence_refuses_non_finite_scores_and_reads_equal_ones_as_
 def test_an_infinite_stage_score_ranks_where_it_stood():
     from attnrank.rerank.learned.features import stage_feature
 
-    assert stage_feature([np.inf, 2.0, 1.0, np.nan, -np.inf]).tolist() == [2.0, 2.0, 1.0, 1.0, 1.0]
+    # +inf above every finite score (it tied with the best), -inf and NaN with the lowest
+    assert stage_feature([np.inf, 2.0, 1.0, np.nan, -np.inf]).tolist() == [3.0, 2.0, 1.0, 1.0, 1.0]

@@ -150,3 +150,17 @@ def test_auto_corrects_each_window_by_the_registered_profile_closest_to_its_size
             rr.score(query, docs), plain.score(query, docs) - (curve - curve.mean())[slots], atol=1e-12
         )
     assert rr.profile_for(4) == four and rr.profile_for(5).n_slots == 6  # a tie goes to the larger profile
+
+
+def test_a_profile_with_a_value_that_is_no_number_is_one_line(tmp_path):
+    """["x"] as a mean score was a raw ValueError from load, and from save over such a file."""
+    import json
+
+    from attnrank.errors import InputError
+    from attnrank.rerank.position import FORMAT_VERSION, SlotProfile
+
+    bad = tmp_path / "p.json"
+    fields = {"n_slots": 1, "mean_score": ["x"], "std": [0.1], "model_id": "m", "fingerprint": "f", "n_trials": 1}
+    bad.write_text(json.dumps({"format": FORMAT_VERSION, **fields, "date": "2026-12-05"}))
+    with pytest.raises(InputError, match="slot profile fields are wrong"):
+        SlotProfile.load(bad)

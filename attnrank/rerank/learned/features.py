@@ -104,8 +104,9 @@ def stage_feature(scores: Scores) -> np.ndarray:
     s = np.asarray(scores, dtype=np.float64)
     ok = np.isfinite(s)
     low, high = (s[ok].min(), s[ok].max()) if ok.any() else (0.0, 0.0)
-    # +inf ranked above everything (it took the lowest score before), -inf and NaN below
-    return np.where(ok, s, np.where(s == np.inf, high, low))
+    # +inf ranked above everything (it took the lowest score before; the highest finite one tied
+    # with the best), -inf and NaN below
+    return np.where(ok, s, np.where(s == np.inf, high + max(1.0, high - low), low))
 
 
 def standardise(x: np.ndarray) -> np.ndarray:

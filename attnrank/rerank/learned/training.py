@@ -147,6 +147,10 @@ def _run_and_qrels(
 
 
 def _baselines(first_stage: bool) -> dict[str, Callable[[QueryFeatures], np.ndarray]]:
+    """The untrained baselines: ``sum-of-heads`` adds the heads' per-head passage scores (each
+    head's μ − 2σ filter on its own when the features were filtered; the reranker's ``sum`` scorer
+    filters the heads' summed scores once, so the two differ with the filter on), and the first
+    stage's own score."""
     out = {"sum-of-heads": lambda q: q.features.sum(axis=1)}
     if first_stage:
         out["first-stage"] = lambda q: q.first_stage

@@ -147,5 +147,5 @@ class LearnedHeadWeights(RegistryArtifact):
             kw["weights"] = np.asarray(kw["weights"], dtype=np.float64)
             kw["config"] = FeatureConfig(**kw["config"])
             return cls(**kw)
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, ValueError) as e:  # (ValueError: a weight that is no number)
             raise InputError(f"stored head weights are malformed ({e}); retrain and save them") from None
