@@ -468,3 +468,13 @@ def test_tied_dense_scores_rank_alike_in_a_sharded_and_a_single_index(tmp_path):
     for r in (single, sharded):
         hits = r.search("vitamin D fractures", 5, mode="dense").ids
         assert hits == ["dup0", "dup1", "dup2", "dup3", "dup4"], hits
+
+
+def test_settings_for_a_ray_already_running_are_not_dropped_silently(ray_local, caplog):
+    """A run given a cluster address in a process that already ran a local Ray ran on the local one."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="attnrank.index.sharded.executor"):
+        ex = RayExecutor("ray://elsewhere:10001", num_cpus=3)
+    assert not ex.owned and "Ray is already running in this process" in caplog.text
+    assert "ray://elsewhere:10001" in caplog.text

@@ -70,6 +70,15 @@ class RayExecutor:
                 )
             self.ray.init(address=address, **kw)
             self.owned = True
+        elif address is not None or num_cpus is not None or object_store_mb is not None:
+            # (they were ignored without a word: a run meant for a cluster ran on this process's Ray)
+            logger.warning(
+                "Ray is already running in this process: address=%s, num_cpus=%s and object_store_mb=%s are not "
+                "applied; the running Ray is used (ray.shutdown() first to start another)",
+                address,
+                num_cpus,
+                object_store_mb,
+            )
         self.startup_seconds = time.perf_counter() - t0
         logger.info("ray ready in %.1fs (%s)", self.startup_seconds, self.ray.cluster_resources())
 
