@@ -181,7 +181,8 @@ class AttentionReranker:
             None if cfg.slot_profile is None else load_profile(cfg.slot_profile, self.model_id, self.fingerprint)
         )
         self._profiles: dict[int, SlotProfile] = {}  # "auto": the registered profile per window size
-        check_setup(self.reweight, self.slot_profile, self.model_id, self.fingerprint)
+        adapter = self._llm.adapter if self._llm is not None else ""
+        check_setup(self.reweight, self.slot_profile, self.model_id, self.fingerprint, adapter)
 
     @property
     def llm(self) -> LLM:

@@ -374,9 +374,11 @@ def _reweighted(
     return aggregate(delta, doc_tokens, cfg, use_filter=use_filter)
 
 
-def check_setup(cfg: Reweighting | None, profile: SlotProfile | None, model_id: str, fingerprint: str) -> None:
-    """Refuse slot correction without a profile; warn about a profile that is unused or from
-    another model."""
+def check_setup(
+    cfg: Reweighting | None, profile: SlotProfile | None, model_id: str, fingerprint: str, adapter: str = ""
+) -> None:
+    """Refuse slot correction without a profile; warn about a profile that is unused, from another
+    model, or measured with another head adapter (``adapter``: the model's, ``LLM.adapter``)."""
     wants = cfg is not None and cfg.slot_correction
     if wants and profile is None:
         raise InputError(
@@ -392,4 +394,10 @@ def check_setup(cfg: Reweighting | None, profile: SlotProfile | None, model_id: 
             profile.fingerprint[:12],
             model_id,
             fingerprint[:12],
+        )
+    if profile is not None and profile.adapter != adapter:  # (its slot bias is another model's)
+        logger.warning(
+            "slot profile measured %s used with a model %s: its per-slot bias is not this model's",
+            f"with the head adapter {profile.adapter}" if profile.adapter else "without a head adapter",
+            f"with the head adapter {adapter}" if adapter else "without one",
         )

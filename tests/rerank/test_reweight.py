@@ -323,3 +323,20 @@ def test_a_block_passage_that_begins_with_a_citation_keeps_it():
         in_block = reweighted_document_scores(block, tokens, set(), cfg, use_filter=False)
         as_labelled = reweighted_document_scores(full, tokens, set(), cfg, use_filter=False)
         assert in_block[0] > as_labelled[0]  # the "3" counts for the block's passage
+
+
+def test_a_slot_profile_of_an_adapted_model_is_named_when_used_without_the_adapter(caplog):
+    """Only another model id or fingerprint warned: a profile measured on a model with a head
+    adapter corrected the plain model's slots by the adapted model's bias, without a word."""
+    import logging
+
+    from attnrank.rerank.reweight import check_setup
+
+    profile = SlotProfile(2, (0.1, 0.2), (0.01, 0.01), "m", "f" * 64, 5, "2026-12-05", adapter="a" * 12)
+    with caplog.at_level(logging.WARNING, logger="attnrank.rerank.reweight"):
+        check_setup(Reweighting(slot_correction=True), profile, "m", "f" * 64)
+    assert "measured with the head adapter aaaaaaaaaaaa used with a model without one" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnrank.rerank.reweight"):
+        check_setup(Reweighting(slot_correction=True), profile, "m", "f" * 64, "a" * 12)
+    assert not caplog.text
