@@ -122,8 +122,10 @@ def write_png(
         top = ", ".join(repr(t.text.strip()) for t in e.top_tokens(5))
         ax.set_title(f"top tokens: {top}", fontsize=7, loc="left", parse_math=False)  # (a "$" is text)
     fig.suptitle(f"attnrank explain: {query[:90]}", fontsize=9, parse_math=False)
-    fig.tight_layout()
-    with atomic_path(path, fsync=False, guard=guard) as tmp:
-        fig.savefig(tmp, dpi=110, format="png", metadata={"Software": PNG_SOFTWARE})
-    plt.close(fig)
+    try:
+        fig.tight_layout()
+        with atomic_path(path, fsync=False, guard=guard) as tmp:
+            fig.savefig(tmp, dpi=110, format="png", metadata={"Software": PNG_SOFTWARE})
+    finally:  # (a refused or failed write kept the figure open, as heads show does not)
+        plt.close(fig)
     return path
