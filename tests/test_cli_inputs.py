@@ -482,6 +482,11 @@ def test_sharded_index_options_are_refused_before_the_corpus_is_read(tmp_path, m
     assert r.exit_code == 2 and "--shards -1 must be at least 0" in _text(r), _text(r)
     r = CliRunner().invoke(app, [*args, "--shards", "2", "--dense-index", "hnsw"])
     assert r.exit_code == 2 and "--dense-index hnsw is not one a sharded build takes (flat, ivf)" in _text(r), _text(r)
+    # the local Ray's CPUs (it took every CPU, one embedder per running task); a cluster's are its own
+    r = CliRunner().invoke(app, [*args, "--shards", "2", "--ray-address", "auto", "--num-cpus", "2"])
+    assert r.exit_code == 2 and "--num-cpus sizes the local Ray of --ray-address local" in _text(r), _text(r)
+    r = CliRunner().invoke(app, [*args, "--shards", "2", "--ray-address", "local", "--num-cpus", "0"])
+    assert r.exit_code == 2 and "--num-cpus 0 must be at least 1" in _text(r), _text(r)
 
 
 # -- options that would be ignored ---------------------------------------------------------------

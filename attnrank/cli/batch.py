@@ -16,13 +16,26 @@ from .options import Dtype, check_attention_computed, refuse_without_rerank
 
 
 def build_sharded(
-    docs, target: Path, shards: int, retriever, ray_address: str | None, *, force: bool = False, protect=()
+    docs,
+    target: Path,
+    shards: int,
+    retriever,
+    ray_address: str | None,
+    *,
+    force: bool = False,
+    protect=(),
+    num_cpus: int | None = None,
 ) -> str:
-    """Build ``shards`` shards of ``docs`` into ``target`` (Ray tasks when ``ray_address`` is given);
-    ``force``/``protect`` as for an ordinary index (:func:`attnrank.index.folders.check_target`)."""
+    """Build ``shards`` shards of ``docs`` into ``target`` (Ray tasks when ``ray_address`` is given;
+    ``num_cpus``: the CPUs of a local one); ``force``/``protect`` as for an ordinary index
+    (:func:`attnrank.index.folders.check_target`)."""
     from ..index.sharded import LocalExecutor, RayExecutor, ShardedIndexer
 
-    executor = LocalExecutor() if ray_address is None else RayExecutor(None if ray_address == "local" else ray_address)
+    executor = (
+        LocalExecutor()
+        if ray_address is None
+        else RayExecutor(None if ray_address == "local" else ray_address, num_cpus=num_cpus)
+    )
     try:
         ShardedIndexer(retriever, shards=shards, executor=executor).build(docs, target, force=force, protect=protect)
     finally:

@@ -83,6 +83,9 @@ def index(
     ray_address: Optional[str] = typer.Option(
         None, "--ray-address", help="With --shards: Ray cluster address, or 'local'."
     ),
+    num_cpus: Optional[int] = typer.Option(
+        None, "--num-cpus", help="With --ray-address local: CPUs of the local Ray (default: all)."
+    ),
     passage_states: Optional[str] = PASSAGE_STATES,
     preset: Optional[str] = STATES_PRESET,
     model: Optional[str] = STATES_MODEL,
@@ -110,6 +113,10 @@ def index(
     states = None if passage_states is None else states_config(preset, model, max_doc_words)
     if ray_address is not None and not shards:
         raise typer.BadParameter("--ray-address runs a sharded build; add --shards N (or drop --ray-address)")
+    if num_cpus is not None and ray_address != "local":  # (a cluster's CPUs are its own)
+        raise typer.BadParameter("--num-cpus sizes the local Ray of --ray-address local; add it or drop --num-cpus")
+    if num_cpus is not None and num_cpus < 1:
+        raise typer.BadParameter(f"--num-cpus {num_cpus} must be at least 1 (CPUs of the local Ray)")
     if passage_states is not None and shards:
         raise typer.BadParameter("--passage-states is not supported with --shards yet; build one index")
     with option_errors():  # --dense-index, --stopwords or --stemmer outside their values
@@ -135,7 +142,9 @@ def index(
     if shards:  # issue 17: sharded build (attnrank.cli.batch)
         from .batch import build_sharded
 
-        typer.echo(build_sharded(docs, target, shards, r, ray_address, force=force, protect=[corpus]))
+        typer.echo(
+            build_sharded(docs, target, shards, r, ray_address, force=force, protect=[corpus], num_cpus=num_cpus)
+        )
         return
     writer = None
     if passage_states is not None and states is not None:  # the model loads (and fails) before the index is built
