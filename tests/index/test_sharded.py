@@ -478,3 +478,25 @@ def test_settings_for_a_ray_already_running_are_not_dropped_silently(ray_local, 
         ex = RayExecutor("ray://elsewhere:10001", num_cpus=3)
     assert not ex.owned and "Ray is already running in this process" in caplog.text
     assert "ray://elsewhere:10001" in caplog.text
+
+
+def test_a_failed_ray_task_stops_the_others_before_the_caller_cleans_up(ray_local, tmp_path):
+    """ray.get raised at the first failed shard while the others ran on, writing their shards into
+    the temporary folder the failed build then removed (and so made again)."""
+    import time
+
+    def _slow_write(i: int, folder: str) -> int:  # (nested: pickled by value for the workers)
+        import time
+        from pathlib import Path
+
+        if i == 0:
+            raise ValueError("shard 0 failed")
+        time.sleep(3)
+        (Path(folder) / f"written-{i}").write_text("late")
+        return i
+
+    ex = RayExecutor()
+    with pytest.raises(Exception, match="shard 0 failed"):
+        ex.map(_slow_write, [(i, str(tmp_path)) for i in range(3)])
+    time.sleep(4)
+    assert list(tmp_path.iterdir()) == []

@@ -84,7 +84,16 @@ class RayExecutor:
 
     def map(self, fn: Callable, args: Sequence[tuple], *, num_cpus: float = 1, num_gpus: float = 0) -> list[Any]:
         remote = self.ray.remote(fn).options(num_cpus=num_cpus, num_gpus=num_gpus)
-        return self.ray.get([remote.remote(*a) for a in args])
+        refs = [remote.remote(*a) for a in args]
+        try:
+            return self.ray.get(refs)
+        except BaseException:
+            # the others are stopped before the caller cleans up: a shard task still running wrote its
+            # shard into the temporary folder the failed build had just removed (and made it again)
+            for ref in refs:
+                self.ray.cancel(ref, force=True)
+            self.ray.wait(refs, num_returns=len(refs), timeout=30)
+            raise
 
     def tree_reduce(self, fn: Callable, items: list[Any]) -> Any:
         remote = self.ray.remote(fn).options(num_cpus=1)
