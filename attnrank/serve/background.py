@@ -7,6 +7,7 @@ uvicorn accepts connections, yields the base URL, and stops the server on exit.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -14,6 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import require
+
+logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -36,11 +39,15 @@ def background_server(
     deadline = time.monotonic() + start_timeout
     try:
         while not server.started:
-            if time.monotonic() > deadline or not thread.is_alive():
+            if not thread.is_alive():  # (it said "did not start within 30 s" at once: the cause is in its log)
+                raise RuntimeError(f"uvicorn stopped while starting on {host}:{bound}; its log above says why")
+            if time.monotonic() > deadline:
                 raise RuntimeError(f"uvicorn did not start on {host}:{bound} within {start_timeout} s")
             time.sleep(0.02)
         yield f"http://{host}:{bound}"
     finally:
         server.should_exit = True
         thread.join(10)
+        if thread.is_alive():  # (the socket is closed under it all the same: the process is leaving it)
+            logger.warning("the server on %s:%s did not stop within 10 s", host, bound)
         sock.close()

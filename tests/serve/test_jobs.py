@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 from attnrank.serve.jobs import JobQueue
 
 
@@ -70,3 +72,29 @@ def test_a_server_that_cannot_bind_closes_its_socket():
         assert not [w for w in caught if issubclass(w.category, ResourceWarning)]  # was: an unclosed socket
     finally:
         taken.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # (uvicorn's own exit)
+def test_a_server_that_fails_to_start_says_so_at_once():
+    """A lifespan startup that raised ended uvicorn's thread at once, and the error read "did not
+    start within 30 s"."""
+    import contextlib
+    import time
+
+    import pytest
+    from fastapi import FastAPI
+
+    from attnrank.serve.background import background_server
+
+    @contextlib.asynccontextmanager
+    async def broken(app):
+        raise RuntimeError("startup failed")
+        yield
+
+    t = time.monotonic()
+    with (
+        pytest.raises(RuntimeError, match="uvicorn stopped while starting"),
+        background_server(FastAPI(lifespan=broken), log_level="critical"),
+    ):
+        pass
+    assert time.monotonic() - t < 20
