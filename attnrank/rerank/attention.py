@@ -50,7 +50,7 @@ from .fused_resolve import resolve_fused
 from .inputs import check_documents, check_k, check_query, check_texts
 from .likelihood import PromptIds, query_likelihood
 from .position import SlotProfile, load_profile
-from .resolve import learned_weights, resolve_config_heads
+from .resolve import check_lookups, learned_weights, resolve_config_heads
 from .reweight import check_setup
 from .signals import VECTOR_CACHE, SignalComputer, signal_embedder_setup
 from .windows import block_windows, fit_windows
@@ -117,6 +117,7 @@ class AttentionReranker:
         if cfg.uses_attention:  # untrained positions: before the weights load where the config tells
             check_prompt_budget(cfg.max_prompt_tokens, self._llm or cfg.model)
         if self._llm is None and cfg.uses_llm:
+            check_lookups(cfg, warn=False)  # what the registry lacks, named before the weights load
             self._llm = load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.model_id, self.fingerprint = (
             (self._llm.model_id, self._llm.fingerprint) if self._llm is not None else unloaded_model(cfg.model)

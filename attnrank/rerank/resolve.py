@@ -51,18 +51,20 @@ def resolve_config_heads(heads: HeadsArg, llm: LLM | ModelRef, fitted: HeadsArg 
     return resolve_heads(heads, llm) if spec.startswith("auto") else heads
 
 
-def check_lookups(cfg: RerankConfig) -> None:
+def check_lookups(cfg: RerankConfig, *, warn: bool = True) -> None:
     """Look up once, without loading the model, what a reranker built from ``cfg`` looks up in the
     head registry (learned head weights, fused weights, an ``"auto"`` head set), so that a run of
     many rerankers (``attnrank batch``'s actors) with nothing registered fails before it starts,
     naming what is missing, as :class:`~attnrank.rerank.attention.AttentionReranker` would. A model
-    whose config cannot be read here (a path only the workers have) is left to them, with a warning."""
+    whose config cannot be read here (a path only the workers have) is left to them, with a warning
+    (``warn=False``: without one, for a reranker about to load the model itself)."""
     if not cfg.uses_llm:
         return
     try:
         model_id, fingerprint = unloaded_model(cfg.model)
     except ModelError as e:  # e.g. a path only the workers have: they will look it up themselves
-        logger.warning("the registry lookups are left to the rerankers: %s", e)
+        if warn:
+            logger.warning("the registry lookups are left to the rerankers: %s", e)
         return
     learned = learned_weights(cfg.scorer, model_id, fingerprint)
     fused = resolve_fused(cfg.signals, model_id, fingerprint)

@@ -146,3 +146,19 @@ def test_attention_inputs_that_need_no_model_are_checked_when_configured():
         with pytest.raises(InputError, match=said):
             AttentionReranker("no/such-model-is-loaded", config="qrhead", **options)
     assert RerankConfig.preset("qrhead", heads="auto:copy").heads == "auto:copy"
+
+
+def test_what_the_registry_lacks_is_named_before_the_model_loads(home, tiny_dir, tmp_path):
+    """scorer='learned' with nothing registered was found after the weights had loaded (the CLI
+    looked it up first, the Python API did not)."""
+    import shutil
+
+    from attnrank.rerank.attention import AttentionReranker
+
+    config_only = tmp_path / "config-only"  # no weights: a load would fail with another error
+    config_only.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        if (tiny_dir / name).exists():
+            shutil.copy(tiny_dir / name, config_only / name)
+    with pytest.raises(InputError, match="learned head weights"):
+        AttentionReranker(str(config_only), config="learned")
