@@ -119,7 +119,10 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "max_doc_tokens": (
         Optional[int],
         typer.Option(
-            None, "--max-doc-tokens", min=1, help="Tokens kept per passage in the prompt (default: no limit)."
+            None,
+            "--max-doc-tokens",
+            min=1,
+            help="Tokens of each passage's text kept in the prompt, its title not counted (default: no limit).",
         ),
     ),
     "max_prompt_tokens": (

@@ -38,7 +38,7 @@ from ..llm.capture import capture_block_windows, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model
-from ..llm.prompts import RerankPromptPair, build_rerank_prompts
+from ..llm.prompts import CALIBRATION_QUERY, RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, write_store
@@ -260,7 +260,7 @@ class AttentionReranker:
         """Rerank ``docs`` (first-stage order) for ``query``; the best ``k`` (all if None).
 
         ``k`` must be None or a positive integer; document ids must be unique."""
-        check_query(query)
+        self._check_query(query)
         check_k(k)
         if return_evidence and (self.learned is not None or not self.uses_attention):  # none would come, silently
             what = "the learned scorer has" if self.learned is not None else f"preset {self.config.name!r} computes"
@@ -285,6 +285,15 @@ class AttentionReranker:
         )
         return res if k is None else res.top_k(k)
 
+    def _check_query(self, query: Any) -> None:
+        """A query text; with attention, not the content-free calibration query itself (its
+        calibrated scores would all be 0: the first-stage order, labelled as attention's)."""
+        check_query(query)
+        if self.uses_attention and query.strip() == CALIBRATION_QUERY:
+            raise InputError(
+                f"query {query!r} is the calibration query attention is measured against; rephrase the query"
+            )
+
     def rank_batch(
         self,
         queries: Sequence[str],
@@ -300,6 +309,12 @@ class AttentionReranker:
         if query_ids is not None and len(query_ids) != len(queries):
             raise InputError(f"{len(queries)} queries but {len(query_ids)} query_ids; give one id per query")
         check_k(k)
+        for i, (query, docs) in enumerate(zip(queries, docs_per_query)):  # all before any work, not query by query
+            try:
+                self._check_query(query)
+                check_documents(as_documents(docs)[0])
+            except InputError as e:
+                raise InputError(f"query #{i}: {e}") from None
         it = range(len(queries))
         if self.show_progress:
             from tqdm.auto import tqdm

@@ -213,3 +213,20 @@ def test_a_model_with_latent_attention_reranks_and_block_attention_names_why_not
         AttentionReranker(llm, "all", signals=None, attention="block", block_positions="shared", max_doc_words=20).rank(
             RERANK_QUERY, docs
         )
+
+
+def test_the_calibration_query_and_a_bad_query_in_a_batch_are_refused_first(llm):
+    """A query "N/A" (the calibration query) scored every candidate 0: the first-stage order,
+    labelled as attention's. A batch's bad query #2 was found after queries #0 and #1 had run."""
+    from _tiny import rerank_docs
+
+    reranker = AttentionReranker(llm, None, signals=None)
+    docs = rerank_docs()[:2]
+    with pytest.raises(InputError, match="is the calibration query"):
+        reranker.rank(" N/A ", docs)
+    calls = []
+    original = reranker.windows
+    reranker.windows = lambda *a, **k: calls.append(1) or original(*a, **k)  # type: ignore[method-assign]
+    with pytest.raises(InputError, match=r"query #2: query '' is empty"):
+        reranker.rank_batch(["capital of France?", "yellow fruit?", ""], [docs, docs, docs])
+    assert calls == []
