@@ -658,15 +658,3 @@ def test_search_checks_its_fusion_options_before_loading_the_index(tmp_path, opt
     """They were refused after the index had loaded (and, with --verify, been hashed whole)."""
     r = runner.invoke(app, ["search", "q", "--index-dir", str(tmp_path / "no-index"), *option])
     assert r.exit_code == 2 and said in cli_text(r), cli_text(r)
-
-
-def test_options_that_choose_another_preset_say_so(tmp_path):
-    """The switch from the default preset was logged at INFO before the command set up its logging:
-    `search --rerank 5 --heads 1-2` reranked with preset fused without a word."""
-    from attnrank.cli.options import build_rerank_config
-
-    r = runner.invoke(app, ["search", "q", "--index-dir", str(tmp_path / "none"), "--rerank", "2", "--heads", "all"])
-    assert "chose preset 'fused'" in r.output, r.output
-    assert build_rerank_config(None).name == "likelihood"  # nothing given: the default, no note
-    r = runner.invoke(app, ["search", "q", "--index-dir", str(tmp_path / "none"), "--rerank", "2"])
-    assert "chose preset" not in r.output

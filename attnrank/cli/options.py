@@ -342,12 +342,6 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
             f"the learned scorer (--scorer learned, --preset learned) uses the calibration and token filter its "
             f"weights were trained with, so {', '.join(fixed)} would be ignored; drop it or use --scorer sum"
         )
-    if not preset and config.name != DEFAULT_PRESET:  # (logged at INFO before the command set up its logging)
-        typer.echo(
-            f"note: these options without --preset chose preset {config.name!r} (the default, {DEFAULT_PRESET!r}, "
-            "reads none of them); give --preset to choose another",
-            err=True,
-        )
     return config
 
 
