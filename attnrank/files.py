@@ -87,9 +87,11 @@ def lock_held(path: Path) -> bool | None:
 
 def stale(path: Path, pid: int) -> bool:
     """Whether the temporary ``path`` that process ``pid`` began is a killed write's leftover:
-    that process is gone here, and no writer holds its lock (a writer in another container or on
-    another machine of a shared file system, whose PID is not visible here, holds it)."""
-    return not process_alive(pid) and lock_held(path) is not True
+    that process is gone here, and no writer holds its lock (a writer in another container, whose
+    PID is not visible here, holds it). Where the lock cannot be read (a folder on NFS, whose locks
+    need a file opened for writing) it is kept: a live build's folder is never judged stale on a
+    guess, at the cost of a killed build's folder staying there (remove it by hand)."""
+    return not process_alive(pid) and lock_held(path) is False
 
 
 def remove_stale_temps(path: Path) -> list[Path]:

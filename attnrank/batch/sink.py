@@ -104,6 +104,7 @@ class CheckpointSink:
         import pyarrow.parquet as pq
 
         from ..eval import write_run
+        from ..eval.data import strictly_decreasing
 
         self.commit()
         rows: dict[str, dict[str, Any]] = {}
@@ -123,9 +124,9 @@ class CheckpointSink:
             )
         if trec is not None:
             # checked again now: the run began hours ago, and only a file attnrank wrote is replaced
-            write_run(
-                {q: dict(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}, trec, tag=tag, guard=RUN_GUARD
-            )
+            # ties in each row's own order, as `search -o` writes them (trec_eval would order them by doc id)
+            run = {q: strictly_decreasing(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}
+            write_run(run, trec, tag=tag, guard=RUN_GUARD)
         if parquet is not None:
             _write_parquet([rows[q] for q in qids], Path(parquet))
         return {"rows": len(qids), "duplicates_dropped": self.duplicates}

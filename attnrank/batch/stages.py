@@ -55,7 +55,7 @@ def rerank_head(reranker: Any, res: RankedResults, depth: int) -> RankedResults:
     head = reranker.rank(res.query, res.results[:depth], query_id=res.query_id)
     floor = min(head.scores, default=0.0)
     tail = [replace(d, score=floor - i) for i, d in enumerate(res.results[depth:], start=1)]
-    return RankedResults(res.query, head.results + tail, res.query_id, stage="attention")
+    return RankedResults(res.query, head.results + tail, res.query_id, stage=head.stage)
 
 
 def _table(rows: list[dict[str, Any]]):

@@ -109,7 +109,7 @@ def batch(
     queries: Path = typer.Argument(..., help="Queries: BEIR queries.jsonl, TSV id<TAB>text, or Parquet (id, text)."),
     index: Path = typer.Option(..., "--index", help="Index folder, ordinary or sharded."),
     k: int = typer.Option(10, "--top-k", "-k", help="Results per query."),
-    rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits with the attention reranker (0 = off)."),
+    rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits (--preset; default likelihood; 0 = off)."),
     mode: Optional[str] = typer.Option(None, help="bm25 | dense | hybrid (default: the index's setting)."),
     model: Optional[str] = typer.Option(None, help="LLM for --rerank (default: packaged SmolLM2-135M)."),
     preset: Optional[str] = typer.Option(

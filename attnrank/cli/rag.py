@@ -144,7 +144,7 @@ def ask(
     name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder."),
     depth: int = typer.Option(20, "--depth", help="First-stage hits reranked."),
-    k: int = typer.Option(5, "--top-k", "-k", help="Passages kept after attention reranking."),
+    k: int = typer.Option(5, "--top-k", "-k", help="Passages kept after reranking."),
     budget_tokens: Optional[int] = typer.Option(
         None, "--budget-tokens", help="Sentence tokens kept by pruning (default 300)."
     ),

@@ -168,7 +168,7 @@ def search(
     ),
     norm: Optional[str] = typer.Option(None, help="Convex fusion normalisation: minmax | zscore | none."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TREC run file."),
-    rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits with the attention reranker (0 = off)."),
+    rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits (--preset; default likelihood; 0 = off)."),
     verify: bool = Verify,
     quiet: bool = Quiet,
     verbose: bool = Verbose,

@@ -147,18 +147,21 @@ def results_to_run(results: Iterable[RankedResults]) -> Run:
                 + (" (a result without a query id is numbered by its position)" if res.query_id is None else "")
                 + "; give each ranking its own query_id"
             )
-        run[qid] = _strictly_decreasing(res)
+        run[qid] = strictly_decreasing((r.id, r.score) for r in res)
     return run
 
 
-def _strictly_decreasing(res: RankedResults) -> dict[str, float]:
+def strictly_decreasing(ranked: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """``{doc id: score}`` of ``(doc id, score)`` pairs in rank order, each tied score made the next
+    float below the one before, so that trec_eval ranks them in this order (not by doc id). NaN
+    (ranked last) stays NaN; so do ties at -inf, which have no float below them."""
     scores: dict[str, float] = {}
     last = math.inf
-    for r in res:  # (ranked: scores never rise; NaN, ranked last, stays NaN)
-        score = float(r.score)
+    for doc_id, value in ranked:  # (ranked: scores never rise)
+        score = float(value)
         if score >= last:
             score = math.nextafter(last, -math.inf)
-        scores[r.id] = score
+        scores[doc_id] = score
         last = score if not math.isnan(score) else last
     return scores
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -81,10 +82,14 @@ class AdapterConfig:
         for key in ("alpha", "lr", "temperature", "clip_norm"):
             if not float(getattr(self, key)) > 0:
                 raise InputError(f"{key}={getattr(self, key)!r} must be > 0")
-        if not 0 <= float(self.weight_decay) < float("inf"):  # (AdamW refused it after the model was copied)
-            raise InputError(f"weight_decay={self.weight_decay!r} must be a finite number >= 0")
+        decay = self.weight_decay
+        if isinstance(decay, bool) or not isinstance(decay, numbers.Real) or not 0 <= float(decay) < float("inf"):
+            raise InputError(f"weight_decay={decay!r} must be a finite number >= 0")  # (AdamW refused it, late)
         if not is_count(self.seed, 0):
             raise InputError(f"seed={self.seed!r} must be an integer >= 0")
+        # NumPy values kept as Python ones: the adapter's metadata is JSON
+        object.__setattr__(self, "weight_decay", float(decay))
+        object.__setattr__(self, "seed", int(self.seed))
 
 
 @dataclass(frozen=True)
@@ -341,7 +346,8 @@ def train_head_adapter(
     check_prompt_lengths(llm, usable, prompt)
     with forward_lock(llm.model):  # (a capture under way in another thread hooks and switches the model)
         model = copy.deepcopy(llm.model).float().eval()
-    with torch.random.fork_rng():  # seeded LoRA init, the caller's own random stream left as it was
+    on_gpu = [model.device] if model.device.type == "cuda" else []  # (fork_rng starts CUDA on every GPU otherwise)
+    with torch.random.fork_rng(devices=on_gpu):  # seeded LoRA init, the caller's own random stream left as it was
         torch.manual_seed(cfg.seed)
         wrapped = add_lora(model, deepest, cfg.rank, cfg.alpha)
     capturer = AttentionCapturer(model, pairs)

@@ -15,6 +15,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
+pytest.importorskip("ray.data", reason="run_batch needs the 'ray' extra")
 
 from _tiny import save_tiny
 
@@ -655,3 +656,14 @@ def test_a_folder_that_is_no_index_is_refused_before_ray_starts(fake_ray, tmp_pa
     with pytest.raises(IndexFormatError):
         run_batch({"q1": "apple"}, BatchConfig(str(folder)), output=tmp_path / "r.trec")
     assert fake_ray["calls"] == 0 and not (tmp_path / "r.trec.parts").exists()
+
+
+def test_tied_scores_are_written_in_each_rows_order(tmp_path):
+    """`search -o` writes tied scores in the ranking's order; batch wrote them by doc id (the run
+    file disagreed with its own Parquet rows and with the single-process run)."""
+    sink = CheckpointSink(tmp_path / "parts")
+    row = _row("q1", "x", docs=2)
+    row["doc_ids"], row["scores"] = ["d1", "d9"], [0.5, 0.5]
+    sink.add([row])
+    sink.finish(["q1"], trec=tmp_path / "r.trec", parquet=None, tag="attnrank-test")
+    assert [line.split()[2] for line in (tmp_path / "r.trec").read_text().splitlines()] == ["d1", "d9"]

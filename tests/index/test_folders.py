@@ -108,3 +108,21 @@ def test_the_working_directory_is_protected_under_another_spelling(tmp_path, mon
     with pytest.raises(InputError, match="it is or contains the working directory"):
         check_target(tmp_path / "proj", force=True)
     check_target(tmp_path / "other", force=True)  # an unrelated folder is still allowed
+
+
+def test_a_temporary_folder_whose_build_holds_its_lock_is_kept_whatever_its_pid(tmp_path):
+    """A build in another container (its PID not visible here) holds its folder's lock: a save of the
+    same name there removed the folder of a build still running."""
+    import os
+
+    from attnrank.files import hold_writer_lock
+
+    target = tmp_path / "a"
+    dead = _dead_pid()
+    held, left = (_index(tmp_path / f".a.tmp-{dead}-{tag}") for tag in ("0000000a", "0000000b"))
+    lock = hold_writer_lock(held)
+    try:
+        remove_stale(target)
+    finally:
+        os.close(lock)
+    assert held.is_dir() and not left.exists()

@@ -83,7 +83,10 @@ def read_sharded(root: Path, *, verify: bool = False) -> tuple[dict[str, Any], l
     m = _top_manifest(root)
     entries = _shard_entries(root, m)
     if not isinstance(m.get("files"), dict):  # (without it the statistics were never checked)
-        raise IndexFormatError(f"{root / MANIFEST} lacks its list of files; rebuild the sharded index")
+        raise IndexFormatError(
+            f"{root / MANIFEST} lacks its list of files (a sharded index built before 2026-12-01 has none); "
+            "rebuild the sharded index"
+        )
     check_files(root, m["files"], root / MANIFEST, verify=verify)
     shard_manifests, expected = [], 0
     for i, s in enumerate(entries):
