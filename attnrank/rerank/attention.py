@@ -435,6 +435,7 @@ class AttentionReranker:
             lambda p: max(len(p.real.input_ids), len(p.calibration.input_ids) if self.calibrate else 0),
             self._window,
             self.max_prompt_tokens,
+            [d.id for d in docs],
         )
 
     def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:

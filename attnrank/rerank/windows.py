@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from ..errors import InputError
@@ -29,14 +29,19 @@ def fit_windows(
     size: Callable[[P], int],
     capture: Callable[[P, list[int]], R],
     max_prompt_tokens: int,
+    ids: Sequence[str] | None = None,
 ) -> list[R]:
     """``capture`` of the one prompt ``build`` makes of all ``n_docs`` documents (by input index)
     when it spans at most ``max_prompt_tokens`` positions (``size``), else of each of the fewest
-    round-robin windows that fit, with the input indices it holds."""
+    round-robin windows that fit, with the input indices it holds. A document too long even alone
+    is refused (named by ``ids``) before any window is tried."""
     everything = list(range(n_docs))
     whole = build(everything)
     if size(whole) <= max_prompt_tokens:
         return [capture(whole, everything)]
+    # each alone first: one that never fits was found after every window count had been built
+    # and tokenized (quadratic in the candidates)
+    _check_alone([size(build([i])) for i in range(n_docs)], max_prompt_tokens, ids)
     for n_windows in range(math.ceil(size(whole) / max_prompt_tokens), n_docs + 1):
         groups = [list(range(w, n_docs, n_windows)) for w in range(n_windows)]
         prompts = [build(g) for g in groups]
@@ -48,18 +53,24 @@ def fit_windows(
                 n_windows,
             )
             return [capture(p, g) for p, g in zip(prompts, groups)]
-    # Not even one document per window fits: name the document, or say that none fits alone.
-    sizes = [size(build([i])) for i in range(n_docs)]
-    fits = [i for i in range(n_docs) if sizes[i] <= max_prompt_tokens]
-    if not fits:
+    raise AssertionError("one document per window fits, as checked")  # pragma: no cover
+
+
+def _check_alone(sizes: list[int], max_prompt_tokens: int, ids: Sequence[str] | None) -> None:
+    """Refuse a document whose one-document prompt (``sizes[i]`` positions) exceeds the budget:
+    name it, or say that none fits alone."""
+    if all(s <= max_prompt_tokens for s in sizes):
+        return
+    if not any(s <= max_prompt_tokens for s in sizes):
         raise InputError(
             f"no document fits max_prompt_tokens={max_prompt_tokens} even alone (the shortest one-document "
             f"prompt, query and instructions included, spans {min(sizes)} positions); lower max_doc_words/"
             "max_doc_tokens, shorten the query, or raise max_prompt_tokens"
         )
-    worst = max(range(n_docs), key=sizes.__getitem__)
+    worst = max(range(len(sizes)), key=sizes.__getitem__)
+    name = f"#{worst}" + (f" ({ids[worst]!r})" if ids is not None else "")
     raise InputError(
-        f"document #{worst} does not fit max_prompt_tokens={max_prompt_tokens} even alone ({sizes[worst]} "
+        f"document {name} does not fit max_prompt_tokens={max_prompt_tokens} even alone ({sizes[worst]} "
         "positions with the query); lower max_doc_words/max_doc_tokens or raise max_prompt_tokens"
     )
 
@@ -82,4 +93,5 @@ def block_windows(
         extent,
         lambda prompt, g: (prompt, g),
         max_prompt_tokens,
+        whole.doc_ids or None,
     )

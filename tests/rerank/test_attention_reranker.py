@@ -108,8 +108,20 @@ def test_a_document_that_cannot_fit(llm):
     docs = [*DOCS, "A much longer passage than the others, " * 8]
     one = [len(build_rerank_prompts(llm.tokenizer, QUERY, [d]).real.input_ids) for d in docs]
     limit = max(one[:-1])  # every document fits alone but the long last one
-    with pytest.raises(InputError, match=f"document #4 does not fit max_prompt_tokens={limit} even alone"):
+    with pytest.raises(InputError, match=f"document #4 \\('4'\\) does not fit max_prompt_tokens={limit} even alone"):
         AttentionReranker(llm, max_prompt_tokens=limit, signals=None).score(QUERY, docs)
+    # found before any window count is tried: they were all built (and tokenized) first
+    from attnrank.rerank import windows
+
+    built = []
+
+    def build(g):
+        built.append(len(g))
+        return build_rerank_prompts(llm.tokenizer, QUERY, [docs[i] for i in g])
+
+    with pytest.raises(InputError, match="does not fit"):
+        windows.fit_windows(len(docs), build, lambda p: len(p.real.input_ids), lambda p, g: None, limit)
+    assert built == [len(docs)] + [1] * len(docs)  # the whole prompt, then each document alone
     with pytest.raises(InputError, match=f"no document fits max_prompt_tokens={min(one) - 1} even alone"):
         AttentionReranker(llm, max_prompt_tokens=min(one) - 1, signals=None).score(QUERY, docs)
 
