@@ -176,18 +176,15 @@ _FIELD_LIMIT = 1 << 30  # documents can be far longer than the csv module's defa
 
 class _TsvReader:
     """``csv.DictReader``'s rows of a TSV corpus (no quoting: one record a line), its lines split
-    at newlines only, as :func:`load_queries` reads TSV: the csv module also ends a record at a
-    lone carriage return, which cut a text there (the rest taken for a record of its own)."""
+    at newlines only (:func:`_tsv_lines`), as :func:`load_queries` reads TSV: the csv module also
+    ends a record at a lone carriage return, which cut a text there (the rest taken for a record of
+    its own)."""
 
     def __init__(self, path: Path):
-        self._lines = _lines(path)
+        self._lines = _tsv_lines(path)
         self.line_num: int = 0
         self.fieldnames: list[str] | None = None
         for number, first in self._lines:
-            if "\r" in first.removesuffix("\n").removesuffix("\r"):  # old Mac line endings: one "line"
-                whole = first + "".join(line for _, line in self._lines)
-                self._lines = enumerate(whole.split("\r"), start=1)
-                number, first = next(self._lines)
             self.line_num, self.fieldnames = number, _tsv_fields(first)
             break
 
@@ -203,6 +200,19 @@ class _TsvReader:
                 row[None] = fields[len(names) :]
             row.update({name: None for name in names[len(fields) :]})
             yield row
+
+
+def _tsv_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """:func:`_lines` of a TSV file, and of one with old Mac line endings (lone carriage returns:
+    read as one "line") its lines split at those."""
+    lines = _lines(path)
+    for number, first in lines:
+        if "\r" in first.removesuffix("\n").removesuffix("\r"):
+            yield from enumerate((first + "".join(line for _, line in lines)).split("\r"), start=1)
+        else:
+            yield number, first
+            yield from lines
+        return
 
 
 def _tsv_fields(line: str) -> list[str]:
@@ -359,7 +369,7 @@ def load_queries(path: str | Path) -> dict[str, str]:
         raise InputError(f"queries file {str(p)!r} does not exist; give a BEIR queries.jsonl or a TSV of id<TAB>text")
     queries: dict[str, str] = {}
     is_jsonl = p.name.lower().endswith((".jsonl", ".jsonl.gz", ".json", ".ndjson"))  # as load_corpus reads them
-    for lineno, line in _lines(p):
+    for lineno, line in _lines(p) if is_jsonl else _tsv_lines(p):
         if not line.strip():
             continue
         where = f"{p}:{lineno}"

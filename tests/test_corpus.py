@@ -319,3 +319,13 @@ def test_a_tsv_with_carriage_return_line_endings_still_reads():
         path = Path(d) / "c.tsv"
         path.write_bytes(b"id\ttext\r1\thello\r2\tworld\r")
         assert [(x.id, x.text) for x in load_corpus(path)[0]] == [("1", "hello"), ("2", "world")]
+
+
+def test_queries_tsv_with_old_mac_line_endings(tmp_path):
+    """A file of lone carriage returns was one "line", refused as "a query cannot hold a tab"; the
+    corpus TSV reader already split such files."""
+    from attnrank.corpus import load_queries
+
+    path = tmp_path / "q.tsv"
+    path.write_bytes(b"q1\tfirst query\rq2\tsecond query\r")
+    assert load_queries(path) == {"q1": "first query", "q2": "second query"}
