@@ -17,8 +17,9 @@ from .errors import InputError
 
 logger = logging.getLogger(__name__)
 
-# atomic_path's temporary siblings: ``.NAME.tmp-PID-HEX``
-_TEMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]{8}$")
+# The siblings a write makes of ``NAME`` (:func:`sibling`): ``.NAME.tmp-PID-HEX`` while it writes
+# (:func:`atomic_path`, an index's folder), ``.NAME.old-PID-HEX`` for the index a swap replaced
+SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})$")
 
 
 def file_sha256(path: str | Path) -> str:
@@ -28,6 +29,11 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def sibling(target: Path, kind: str) -> Path:
+    """A fresh ``.NAME.<kind>-PID-HEX`` path next to ``target`` (:data:`SIBLING`)."""
+    return target.parent / f".{target.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def process_alive(pid: int) -> bool:
@@ -104,8 +110,10 @@ def remove_stale_temps(path: Path) -> list[Path]:
     except OSError:
         return removed
     for p in siblings:
-        m = _TEMP.match(p.name)
-        if not (m and m["name"] == path.name and p.is_file() and not p.is_symlink() and stale(p, int(m["pid"]))):
+        m = SIBLING.match(p.name)
+        if not (m and m["kind"] == "tmp" and m["name"] == path.name and p.is_file() and not p.is_symlink()):
+            continue
+        if not stale(p, int(m["pid"])):
             continue
         try:
             p.unlink(missing_ok=True)
@@ -139,7 +147,7 @@ def atomic_path(
     path.parent.mkdir(parents=True, exist_ok=True)
     if clean:
         remove_stale_temps(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp = sibling(path, "tmp")
     tmp.touch(exist_ok=False)  # (created to hold its writer's lock; writers truncate it)
     lock = hold_writer_lock(tmp)
     try:

@@ -45,7 +45,7 @@ from ..rerank.fused_resolve import likelihood_weights, signals_only
 from ..rerank.resolve import check_lookups
 from ..rerank.signals import SIGNALS_VERSION
 from .rows import read_queries
-from .sink import CheckpointSink
+from .sink import PART_FILE, CheckpointSink
 from .stages import RerankStage, RetrievalStage, StageError
 
 logger = logging.getLogger(__name__)
@@ -268,7 +268,6 @@ def _check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
 
 # The options every checkpoint's settings have recorded since the first (BatchConfig's fields then).
 _RECORDED = ("index", "k", "rerank", "mode", "model", "heads", "device")
-_PART_FILE = re.compile(r"^part-\d+\.parquet$")
 _CHECKPOINT_FILE = re.compile(
     rf"^(\.lock|{re.escape(SETTINGS)}|part-\d+\.parquet|\.(part-\d+\.parquet|{re.escape(SETTINGS)})\.tmp-.+)$"
 )
@@ -280,7 +279,7 @@ def _ours(path: Path) -> bool:
     written into."""
     if _CHECKPOINT_FILE.match(path.name) is None:
         return False
-    return not _PART_FILE.match(path.name) or is_batch_parquet(path)
+    return not PART_FILE.match(path.name) or is_batch_parquet(path)
 
 
 def _read_settings(path: Path) -> dict[str, Any]:
@@ -422,8 +421,8 @@ def _drain(
 def _pipeline(
     ray, rows: list[dict[str, str]], config: BatchConfig, res: Resources, progress: bool, index_tag: str | None
 ):
-    """The Ray Data dataset: retrieval actors, then (if ``rerank``) reranking actors."""
-    require("ray.data", "ray", "batch search and reranking")
+    """The Ray Data dataset: retrieval actors, then (if ``rerank``) reranking actors (``ray.data``
+    imported by :func:`run_batch`'s check of the extra)."""
     _warn_unplaceable(ray, res, config.rerank > 0)
     if not progress:  # Ray Data logs each dataset's plan and progress at INFO (set up when it is imported)
         logging.getLogger("ray.data").setLevel(logging.WARNING)

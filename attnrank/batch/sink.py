@@ -22,7 +22,7 @@ from ..files import BATCH_PARQUET_MARK, RUN_GUARD, atomic_path, is_batch_parquet
 
 logger = logging.getLogger(__name__)
 
-_PART = re.compile(r"^part-(\d+)\.parquet$")
+PART_FILE = re.compile(r"^part-(\d+)\.parquet$")  # a committed part (its number)
 
 
 class CheckpointSink:
@@ -37,7 +37,7 @@ class CheckpointSink:
         self.done: dict[str, str] = self._committed()  # query id -> the query text it was run with
         self.buffer: list[dict[str, Any]] = []
         self.duplicates = 0
-        numbers = [int(m[1]) for p in self._parts() if (m := _PART.match(p.name))]
+        numbers = [int(m[1]) for p in self._parts() if (m := PART_FILE.match(p.name))]
         self._next = max(numbers, default=-1) + 1  # after the last part, even if one was removed
         self._last = time.monotonic()
 

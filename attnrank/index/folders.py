@@ -25,15 +25,13 @@ import errno
 import json
 import logging
 import os
-import re
 import shutil
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from ..errors import InputError
-from ..files import process_alive, stale
+from ..files import SIBLING, process_alive, sibling, stale
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +39,6 @@ MANIFEST = "manifest.json"
 INDEX_FORMAT = "attnrank-index"
 SHARDED_FORMAT = "attnrank-sharded-index"
 _OS_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})  # file managers' own: nothing to lose
-_SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})$")
 
 
 def index_manifest(path: Path) -> dict[str, Any] | None:
@@ -158,7 +155,7 @@ def remove_stale(target: Path) -> list[Path]:
     if not target.parent.is_dir():
         return removed
     for p in target.parent.iterdir():
-        m = _SIBLING.match(p.name)
+        m = SIBLING.match(p.name)
         if not m or m["name"] != target.name:
             continue
         # its process is gone here, and (a temporary folder) no build holds its lock: one in another
@@ -174,11 +171,6 @@ def remove_stale(target: Path) -> list[Path]:
         removed.append(p)
         logger.warning("removed %s, left by an index build that was killed (process %s is gone)", p, m["pid"])
     return removed
-
-
-def sibling(target: Path, kind: str) -> Path:
-    """A fresh ``.NAME.<kind>-PID-HEX`` path next to ``target``."""
-    return target.parent / f".{target.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def _exchange(a: Path, b: Path) -> bool:

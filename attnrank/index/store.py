@@ -32,9 +32,9 @@ from typing import Any, TypeVar
 
 from ..config import fault_point
 from ..errors import IndexFormatError
-from ..files import file_sha256, fsync_folder, fsync_tree, hold_writer_lock
+from ..files import file_sha256, fsync_folder, fsync_tree, hold_writer_lock, sibling
 from ..types import Document
-from .folders import SHARDED_FORMAT, check_target, remove_stale, sibling, swap_in
+from .folders import SHARDED_FORMAT, check_target, remove_stale, swap_in
 
 T = TypeVar("T")
 
