@@ -271,15 +271,12 @@ def check_copy_inputs(
     folder = niah_folder(data)
     all_needles = load_needles(folder)
     chosen = list(range(len(all_needles))) if needles is None else list(needles)
-    if not chosen or not list(depths):  # (no trial would run: an all-NaN result blaming the model)
+    if not chosen or not depths:  # (no trial would run: an all-NaN result blaming the model)
+        raise InputError(f"needles={chosen} and depths={depths} must each give at least one; e.g. depths 0,50,100")
+    # (no answer: transformers' ValueError half-way through the trials)
+    if not lengths or not is_count(max_new_tokens):
         raise InputError(
-            f"needles={chosen} and depths={list(depths)} must each give at least one; e.g. depths 0,50,100"
-        )
-    if not list(lengths) or not is_count(
-        max_new_tokens
-    ):  # (no answer: transformers' ValueError half-way through the trials)
-        raise InputError(
-            f"lengths={list(lengths)} must give at least one haystack length and max_new_tokens={max_new_tokens!r} "
+            f"lengths={lengths} must give at least one haystack length and max_new_tokens={max_new_tokens!r} "
             "must be an integer >= 1 (the answer's length limit); e.g. lengths 1000,2000, max_new_tokens 50"
         )
     bad = [n for n in chosen if not 0 <= n < len(all_needles)]
@@ -298,7 +295,7 @@ def check_copy_inputs(
         )
     for part in sorted({n % 3 + 1 for n in chosen}) if haystack == "book" else []:
         _book_part(folder, part)
-    return CopyInputs(folder, all_needles, chosen, [int(n) for n in lengths], int(max_new_tokens), list(depths))
+    return CopyInputs(folder, all_needles, chosen, [int(n) for n in lengths], int(max_new_tokens), depths)
 
 
 def check_copy_lengths(tokenizer: Any, inputs: CopyInputs, haystack: str) -> None:

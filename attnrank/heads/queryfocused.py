@@ -61,10 +61,9 @@ def query_focused_scores(
         f = window_features(windows, len(cand), calibrate=calibrate, use_filter=use_filter)
         labels = np.array([qrels.get(qid, {}).get(d, 0) for d in cand])
         gold = labels >= rel
+        seen += 1
         if gold.any():  # (a query without one scores 0 for every head: qr-ndcg counts only these, as qr-score)
             feats[qid] = (cand, f)
-        seen += 1
-        if gold.any():
             sums["qr-score"] += f[:, gold].sum(1)
             used["qr-score"] += 1
         if gold.any() and (~gold).any():

@@ -81,7 +81,30 @@ def holds_special(tokenizer: Any, text: str) -> bool:
 
 
 def special_texts(tokenizer: Any) -> frozenset[str]:
-    """The texts of ``tokenizer``'s special tokens (BOS, EOS, chat turn markers...)."""
+    """The texts of ``tokenizer``'s special tokens (BOS, EOS, chat turn markers...); kept per
+    tokenizer and its vocabulary size (every tokenization reads them; a tokenizer given added tokens
+    since gets them read again)."""
+    try:
+        kept = _SPECIALS.get(tokenizer)
+    except TypeError:  # (not weakly referable: read each time)
+        return _read_special_texts(tokenizer)
+    size = _vocab_size(tokenizer)
+    if kept is None or kept[0] != size:
+        kept = _SPECIALS[tokenizer] = (size, _read_special_texts(tokenizer))
+    return kept[1]
+
+
+_SPECIALS: weakref.WeakKeyDictionary[Any, tuple[int | None, frozenset[str]]] = weakref.WeakKeyDictionary()
+
+
+def _vocab_size(tokenizer: Any) -> int | None:
+    try:
+        return len(tokenizer)
+    except TypeError:
+        return None
+
+
+def _read_special_texts(tokenizer: Any) -> frozenset[str]:
     found = set(getattr(tokenizer, "all_special_tokens", None) or [])
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     found |= {str(t.content) for t in decoder.values() if getattr(t, "special", False)}
