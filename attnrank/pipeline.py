@@ -225,10 +225,10 @@ class Pipeline:
             raise InputError(
                 "budget_tokens/keep_ratio size the pruned context, but this pipeline has no pruner; drop them"
             )
-        if budget_tokens is not None or keep_ratio is not None:  # before the search and the reranking
+        if budget_tokens is None and keep_ratio is None:  # the run's own budget, else the pipeline's
+            budget_tokens = self.budget_tokens
+        if self.pruner is not None:  # before the search and the reranking (a missing one too)
             check_budget(budget_tokens, keep_ratio)
-        elif self.pruner is not None and self.budget_tokens is None:  # (found by the pruner, after both)
-            check_budget(None, None)
         timings: dict[str, float] = {}
         start = time.perf_counter()
         if candidates is None:
@@ -251,8 +251,6 @@ class Pipeline:
         if self.pruner is not None and context:
             check("prune")
             t = time.perf_counter()
-            if budget_tokens is None and keep_ratio is None:
-                budget_tokens = self.budget_tokens
             pruned = self.pruner.prune(
                 question, context, budget_tokens=budget_tokens, keep_ratio=keep_ratio, neighbours=self.neighbours
             )
