@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from . import Quiet, Verbose, _check_heads, _check_output, _setup, app, option_errors
+from . import Quiet, Verbose, _check_heads, _check_output, _positive, _setup, app, option_errors
 from .options import Dtype, check_attention_computed, refuse_without_rerank
 
 
@@ -60,8 +60,8 @@ def merge_shards_cmd(
 
 def _check_cpus(actor_cpus: float, num_cpus: Optional[int], ray_address: Optional[str]) -> None:
     """Actors a local Ray could never place would wait forever: refuse them before Ray starts."""
-    if num_cpus is not None and num_cpus < 1:
-        raise typer.BadParameter(f"--num-cpus {num_cpus} must be at least 1 (CPUs of the local Ray)")
+    if num_cpus is not None:
+        _positive(num_cpus, "--num-cpus", "CPUs of the local Ray")
     if num_cpus is not None and ray_address is not None:  # (a cluster's CPUs are its own; it was ignored)
         raise typer.BadParameter(
             f"--num-cpus {num_cpus} sets the CPUs of a local Ray, not of the cluster at --ray-address "

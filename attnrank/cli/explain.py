@@ -89,8 +89,7 @@ def explain(
 def _check_folder(output: Path, png: bool) -> None:
     """Before any work: ``--output`` can be a folder, and the files written there are new, empty or
     attnrank's (the explain page; the PNG beside the page attnrank wrote)."""
-    from ..files import check_file_target
-    from .outputs import check_replaceable, is_explain_page, is_explain_png
+    from .outputs import check_output_path, check_replaceable, is_explain_page, is_explain_png
 
     if output.exists() and not output.is_dir():
         raise typer.BadParameter(f"--output {output} is a file; give a folder for explain.html and explain.png")
@@ -98,10 +97,10 @@ def _check_folder(output: Path, png: bool) -> None:
     if blocker is not None:
         raise typer.BadParameter(f"--output {output}: {blocker} is a file, not a folder; choose another path")
     page = output / "explain.html"
-    with option_errors():  # (a folder, pipe or device there failed at the rename, after all the work)
-        check_file_target(page, "--output")
-        if png:
-            check_file_target(output / "explain.png", "--output")
+    # (a folder, pipe or device there failed at the rename, after all the work)
+    check_output_path(page)
+    if png:
+        check_output_path(output / "explain.png")
     check_replaceable(page, is_explain_page, "an explain page")
     if png:
         check_replaceable(output / "explain.png", is_explain_png, "an explain image")

@@ -115,8 +115,8 @@ def index(
         raise typer.BadParameter("--ray-address runs a sharded build; add --shards N (or drop --ray-address)")
     if num_cpus is not None and ray_address != "local":  # (a cluster's CPUs are its own)
         raise typer.BadParameter("--num-cpus sizes the local Ray of --ray-address local; add it or drop --num-cpus")
-    if num_cpus is not None and num_cpus < 1:
-        raise typer.BadParameter(f"--num-cpus {num_cpus} must be at least 1 (CPUs of the local Ray)")
+    if num_cpus is not None:
+        _positive(num_cpus, "--num-cpus", "CPUs of the local Ray")
     if passage_states is not None and shards:
         raise typer.BadParameter("--passage-states is not supported with --shards yet; build one index")
     with option_errors():  # --dense-index, --stopwords or --stemmer outside their values
@@ -127,6 +127,7 @@ def index(
             stopwords=stopwords,
             embed_backend=embed_backend,
         )
+    _check_fusion_options(None, fusion, alpha, norm)
     _set_fusion(r, None, fusion, alpha, norm, what="index")
     _positive(shards, "--shards", "0 = one ordinary index", minimum=0)
     if shards:  # (before the corpus is read: ShardedIndexer would refuse it after)
@@ -256,11 +257,11 @@ def _check_fusion_options(mode, fusion, alpha, norm) -> None:
 
 
 def _set_fusion(r, mode, fusion, alpha, norm, what: str = "search") -> None:
-    """Apply --fusion/--alpha/--norm; an option that the search (or index) would ignore is an error.
+    """Apply --fusion/--alpha/--norm (each checked on its own by :func:`_check_fusion_options`
+    first); an option that the search (or index) would ignore is an error.
 
     ``--fusion convex`` alone keeps the retriever's alpha and norm: for a loaded index the ones its
     manifest records (an index built before convex became the default records 0.5, minmax)."""
-    _check_fusion_options(mode, fusion, alpha, norm)
     if not (fusion or alpha is not None or norm):
         return
     if (mode or r.mode) != "hybrid":

@@ -22,8 +22,8 @@ require("haystack", "haystack", "the attnrank Haystack components")
 
 from haystack import Document as HSDocument
 
-from ..types import Document, RankedResults, ScoredDocument, is_count
-from .shared import built_settings, keep_stages, score_fields
+from ..types import Document, RankedResults, ScoredDocument
+from .shared import built_settings, check_top_n, keep_stages, score_fields
 
 __all__ = ["from_index", "reranker_settings", "to_attnrank", "to_haystack"]
 
@@ -72,8 +72,8 @@ def reranker_settings(model: str | None, heads: Any, scorer: str, extra: dict[st
 
 
 def check_top_k(top_k: Any) -> None:
-    if top_k is not None and not is_count(top_k):
-        raise InputError(f"top_k={top_k!r} must be None (keep all) or an integer >= 1")
+    """``top_k``: None (keep all) or an integer >= 1 (:func:`~attnrank.integrations.shared.check_top_n`)."""
+    check_top_n(top_k, "top_k")
 
 
 def to_attnrank(documents: list[HSDocument]) -> list[Document] | list[ScoredDocument]:
