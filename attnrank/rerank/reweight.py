@@ -377,14 +377,10 @@ def _reweighted(
 def check_setup(
     cfg: Reweighting | None, profile: SlotProfile | None, model_id: str, fingerprint: str, adapter: str = ""
 ) -> None:
-    """Refuse slot correction without a profile; warn about a profile that is unused, from another
-    model, or measured with another head adapter (``adapter``: the model's, ``LLM.adapter``)."""
+    """Warn about a profile that is unused, from another model, or measured with another head
+    adapter (``adapter``: the model's, ``LLM.adapter``); slot correction without a profile is
+    refused where it is configured (:func:`~attnrank.rerank.config.check_attention_inputs`)."""
     wants = cfg is not None and cfg.slot_correction
-    if wants and profile is None:
-        raise InputError(
-            "reweight.slot_correction=True needs slot_profile= (a SlotProfile or its JSON path); "
-            "measure one with attnrank.rerank.profile.measure_slot_profile"
-        )
     if profile is not None and not wants:
         logger.warning("slot_profile given but reweight.slot_correction is off: the profile is not used")
     if profile is not None and (profile.model_id, profile.fingerprint) != (model_id, fingerprint):
