@@ -158,3 +158,35 @@ def test_attention_flags_at_their_defaults_or_read_by_the_default_pass_the_check
         check_attention_computed("likelihood", {"heads": "all", "max_doc_words": 40})
     with pytest.raises(typer.BadParameter, match="--max-doc-words configure.*--preset signals"):
         check_attention_computed("signals", {"max_doc_words": 40})
+
+
+def test_preset_picked_by_options_is_logged_under_verbose(tmp_path, dl19_mini, caplog):
+    # the choice is logged while the options are read, before the command body: --verbose must
+    # already hold then (the attnrank logger starts at WARNING here, as in a fresh process)
+    import logging
+
+    attnrank_logger = logging.getLogger("attnrank")
+    before = attnrank_logger.level
+    try:
+        with caplog.at_level(logging.NOTSET):
+            attnrank_logger.setLevel(logging.WARNING)  # (at_level sets the root's level only)
+            r = runner.invoke(
+                app,
+                [
+                    "rerank",
+                    "--run",
+                    str(tmp_path / "missing.trec"),
+                    "--queries",
+                    str(dl19_mini / "topics.tsv"),
+                    "--corpus",
+                    str(dl19_mini / "passages.jsonl"),
+                    "--no-calibrate",
+                    "-o",
+                    str(tmp_path / "o"),
+                    "--verbose",
+                ],
+            )
+    finally:
+        attnrank_logger.setLevel(before)
+    assert r.exit_code != 0  # the run file is missing: nothing loads
+    assert any("without a preset" in rec.getMessage() for rec in caplog.records), caplog.text

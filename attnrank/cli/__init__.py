@@ -79,6 +79,7 @@ Verify = typer.Option(
 def _setup(quiet: bool = False, verbose: bool = False) -> bool:
     level = logging.INFO if verbose and not quiet else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)  # basicConfig sets it once; a command may set up again (serve: INFO)
     logging.getLogger("attnrank").setLevel(level)
     if quiet:  # transformers draws its own weight-loading bars; it reads this when imported (lazily)
         os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"

@@ -28,7 +28,7 @@ from ..rerank.config import (
     signals_setting,
 )
 from ..rerank.reweight import Reweighting
-from . import _check_heads, option_errors
+from . import _check_heads, _setup, option_errors
 
 DTYPE_HELP = (
     "Precision of the LLM, and on CPU of the candidates' embedder (bfloat16 or float32): "
@@ -393,6 +393,8 @@ def option_group(
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> Any:
         given = {name: kwargs.pop(name) for name in options}
+        if "verbose" in kwargs:  # building the configuration logs its choices (a preset picked by options)
+            _setup(bool(kwargs.get("quiet", False)), bool(kwargs["verbose"]))
         kwargs[config_arg] = build(**given)
         if wants_given:
             kwargs[given_arg] = frozenset(f"--{n.replace('_', '-')}" for n, v in given.items() if v is not None)
