@@ -138,6 +138,7 @@ class AttentionReranker:
         )
         calibrate, token_filter = cfg.calibrate, cfg.token_filter
         if self.learned is not None:  # the weights fix the heads, calibration and filter
+            self.learned.check_adapter(self._llm.adapter if self._llm is not None else "")
             self.learned.warn_if_captured_otherwise(cfg.capture)
             heads = self.learned.heads
             calibrate, token_filter = self.learned.fixed_options(calibrate, token_filter)

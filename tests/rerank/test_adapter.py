@@ -277,3 +277,30 @@ def test_an_adapter_is_not_trained_on_an_adapted_model():
     first = train_head_adapter(llm, HEADS, _lists(), config=AdapterConfig(rank=2, steps=1))
     with pytest.raises(InputError, match="load it unquantized and without an adapter"):
         train_head_adapter(first.apply(llm), HEADS, _lists(), config=AdapterConfig(rank=2, steps=1))
+
+
+def test_learned_weights_record_the_adapter_and_score_only_on_its_model(trained, tmp_path):
+    """Learned head weights trained on an adapted model's features were saved under the base
+    fingerprint and scored the plain model's heads with the adapted model's weighting."""
+    import numpy as np
+
+    from attnrank.rerank.learned import QueryFeatures, train_head_weights
+
+    llm, adapter = trained
+    adapted = adapter.apply(llm)
+    heads = list(HEADS)
+    ex = [
+        QueryFeatures(f"q{i}", ["a", "b", "c"], np.eye(3)[:, :3] * (i + 1), np.array([1, 0, 0]), heads)
+        for i in range(4)
+    ]
+    weights = train_head_weights(ex, adapter=adapted.adapter)
+    assert weights.config.adapter == adapted.adapter
+    with pytest.raises(InputError, match="head adapter lora-.*registry keys weights by the base"):
+        weights.save(llm.model_id, llm.fingerprint, root=tmp_path / "registry")
+    assert not (tmp_path / "registry").exists()
+    with pytest.raises(InputError, match="trained on the model with the head adapter lora-.* this one has none"):
+        AttentionReranker(llm, scorer=weights, signals=None)
+    assert AttentionReranker(adapted, scorer=weights, signals=None).learned is weights
+    plain = train_head_weights(ex)  # and the other way round
+    with pytest.raises(InputError, match="without a head adapter, and this one has the head adapter lora-"):
+        AttentionReranker(adapted, scorer=plain, signals=None)

@@ -60,11 +60,13 @@ def train_head_weights(
     max_layer: int | None = None,
     trained_on: str = "",
     capture: str = "full",
+    adapter: str = "",
 ) -> LearnedHeadWeights:
     """Fit head weights on standardised per-query features (see the module doc for the learners);
     ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores;
     ``capture``: how the features' attention was captured (recorded, so that a reranker that
-    captures it otherwise warns)."""
+    captures it otherwise warns); ``adapter``: the head adapter of the model they came from
+    (``LLM.adapter``; recorded, so that a reranker on another model refuses them)."""
     require("sklearn", "train", "Training learned head weights")
     from sklearn.linear_model import LogisticRegression
 
@@ -108,6 +110,7 @@ def train_head_weights(
         first_stage,
         stages=list(stages),
         capture=capture,
+        adapter=adapter,
     )
     n = len(heads) + int(first_stage)
     return LearnedHeadWeights(

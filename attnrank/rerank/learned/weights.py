@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -25,9 +26,10 @@ ARTIFACT = "head-weights"
 @dataclass
 class FeatureConfig:
     """How features were built: the heads (``"l-h"``, feature order), calibration, filter,
-    layer limit, whether the first-stage score is a feature, the standardisation, and how the
+    layer limit, whether the first-stage score is a feature, the standardisation, how the
     attention was captured (:func:`~attnrank.llm.blocks.capture_name`; weights trained before it
-    was recorded read full-prompt attention)."""
+    was recorded read full-prompt attention) and the head adapter merged into the model the
+    features came from (:attr:`LLM.adapter <attnrank.llm.models.LLM.adapter>`, ``""``: none)."""
 
     heads: list[str]
     calibrate: bool = True
@@ -37,6 +39,7 @@ class FeatureConfig:
     standardise: str = "per-query z-score"
     stages: list[str] = field(default_factory=list)
     capture: str = "full"
+    adapter: str = ""
 
 
 @dataclass
@@ -93,6 +96,29 @@ class LearnedHeadWeights(RegistryArtifact):
                 self.config.capture,
                 capture,
             )
+
+    def check_adapter(self, adapter: str) -> None:
+        """Refuse to score on a model whose head adapter (``adapter``, ``""``: none) is not the
+        one these weights' features were measured with: each head's scale and ranking change."""
+        if adapter != self.config.adapter:
+            had = f"with the head adapter {self.config.adapter}" if self.config.adapter else "without a head adapter"
+            has = f"has the head adapter {adapter}" if adapter else "has none"
+            raise InputError(
+                f"the learned head weights were trained on the model {had}, and this one {has}; "
+                "score on the model they were trained on, or retrain them on this one"
+            )
+
+    def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
+        """Register these weights for the model; refused for weights trained with a head adapter
+        (the registry keys them by the base weights' fingerprint, whose heads they do not weigh:
+        pass them to the reranker as ``scorer=`` instead)."""
+        if self.config.adapter:
+            raise InputError(
+                f"these learned head weights were trained on {model_id!r} with the head adapter "
+                f"{self.config.adapter} merged in, and the registry keys weights by the base model's fingerprint; "
+                "pass them as AttentionReranker(scorer=weights) instead, or train on the model without the adapter"
+            )
+        return super().save(model_id, fingerprint, root=root)
 
     def fixed_options(self, calibrate: bool, token_filter: bool) -> tuple[bool, bool]:
         """The calibration and token filter these weights were trained with, which a reranker
