@@ -29,6 +29,7 @@ _LATER = (
     "registry",
     "signals_version",
     "likelihood_model",
+    "candidate_stemmer",  # (2026-12-05; every earlier checkpoint stemmed: without PyStemmer it could not run)
     "dtype",  # resolved by the driver since 2026-12-05; before, "auto" decided by each actor
 )
 

@@ -41,7 +41,7 @@ from ..rerank.config import RerankConfig
 from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
 from ..rerank.fused_resolve import likelihood_weights, signals_only
 from ..rerank.resolve import check_lookups
-from ..rerank.signals import SIGNALS_VERSION
+from ..rerank.signals import SIGNALS_VERSION, candidate_terms
 from .checkpoint import check_checkpoint, check_folder, locked_checkpoint
 from .rows import read_queries
 from .sink import CheckpointSink
@@ -184,6 +184,8 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         "likelihood_model": _signals_model(rerank, model_id, weights, SIGNALS_LIKELIHOOD),
         # How the first-stage signals are computed: a later change of it must not mix old rows with new.
         "signals_version": SIGNALS_VERSION if rerank is not None and rerank.signals is not None else None,
+        # Candidate BM25 stems only where PyStemmer is installed (2026-12-05): rows of both never mix.
+        "candidate_stemmer": candidate_terms().stemmer if rerank is not None and rerank.signals is not None else None,
         # How attention is captured (preset fused: full attention until 2026-12-03, block attention at
         # shared positions since): a checkpoint without this key is refused for an attention run.
         "attention_capture": rerank.capture if rerank is not None and rerank.uses_attention else None,

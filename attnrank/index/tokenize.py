@@ -13,6 +13,7 @@ are tokenized the same way.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import unicodedata
@@ -102,17 +103,22 @@ def resolve_config(stopwords: str = "lucene", stemmer: str = "auto") -> Tokenize
     """Turn user choices into a concrete config (``stemmer="auto"`` → porter if available)."""
     check_names(stopwords, stemmer)
     if stemmer == "auto":
-        try:
-            import Stemmer  # noqa: F401
-
-            stemmer = "porter"
-        except ImportError:
-            logger.warning(
-                "PyStemmer is not installed: BM25 will index without stemming "
-                "(install 'attnrank[stem]' for Porter stemming, as Pyserini does)"
-            )
-            stemmer = "none"
+        stemmer = "porter" if _has_stemmer() else "none"
     return TokenizerConfig(stopwords=stopwords, stemmer=stemmer, unicode="nfkc")
+
+
+@functools.cache
+def _has_stemmer() -> bool:
+    """Whether PyStemmer imports; warned once per process where it does not."""
+    try:
+        import Stemmer  # noqa: F401
+    except ImportError:
+        logger.warning(
+            "PyStemmer is not installed: BM25 makes its terms without stemming "
+            "(install 'attnrank[stem]' for Porter stemming, as Pyserini does and every preset was measured)"
+        )
+        return False
+    return True
 
 
 def _stopword_set(name: str) -> frozenset[str]:

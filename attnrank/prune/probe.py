@@ -33,7 +33,7 @@ import datetime as _dt
 import logging
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -41,6 +41,8 @@ import numpy as np
 from ..config import check_l2
 from ..errors import InputError, require
 from ..eval.crossval import check_folds, check_unique_queries
+from ..index.bm25 import BM25Index
+from ..index.tokenize import resolve_config
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import RegistryArtifact
 from ..rerank.learned.features import standardise
@@ -79,10 +81,10 @@ def probe_capture(config: Any) -> dict[str, Any]:
 
 def lexical_scores(query: str, texts: Sequence[str]) -> np.ndarray:
     """BM25 of ``query`` against each sentence (statistics over these sentences; 0 if none has a term)."""
-    from ..index.bm25 import BM25Index
-
     try:
-        return BM25Index().index(list(texts)).get_scores(query).astype(np.float64)
+        # (Porter stems where PyStemmer is installed, as the probe was trained; else none, warned)
+        terms = replace(resolve_config("lucene", "auto"), unicode="none")
+        return BM25Index(tokenizer=terms).index(list(texts)).get_scores(query).astype(np.float64)
     except InputError:  # every sentence empty after tokenization
         return np.zeros(len(texts))
 

@@ -7,7 +7,7 @@ the query and the candidate texts:
 
 - ``bm25``: BM25 over the candidate texts (Lucene idf ``log(1 + (N − df + 0.5)/(df + 0.5))``,
   which stays positive when every candidate holds a query term; k1 = 0.9, b = 0.4 as Pyserini;
-  Porter stems), without scikit-learn's 318 English stopwords. Why that list and not Lucene's 33
+  Porter stems where PyStemmer is installed), without scikit-learn's 318 English stopwords. Why that list and not Lucene's 33
   words, as an index uses: idf from a score of candidates is high for any word only some of them
   hold, so a question's function words ("what", "does", "which") outweighed its content words.
   On the fused scorer's benchmark candidates BM25 alone gained 1.5 to 5.1 nDCG@10 points (DL19
@@ -31,6 +31,8 @@ Each is one value per candidate, in input order; the fused scorer z-scores them 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -43,7 +45,7 @@ from ..errors import InputError
 from ..index.bm25 import BM25Index, BM25Params
 from ..index.embed import encode, load_embedder, resolve_embedder_path
 from ..index.retriever import HybridRetriever
-from ..index.tokenize import TokenizerConfig
+from ..index.tokenize import TokenizerConfig, resolve_config
 
 SIGNALS = ("bm25", "dense", "rank")
 # Candidate vectors a SignalComputer keeps (text -> unit vector, least recently used dropped): a
@@ -54,14 +56,21 @@ VECTOR_CACHE = 20_000
 # 1: candidate BM25 without Lucene's 33 stopwords (until 2026-12-02); 2: without scikit-learn's 318.
 SIGNALS_VERSION = 2
 _LUCENE = BM25Params(method="lucene")
-_CANDIDATE_TERMS = TokenizerConfig(stopwords="sklearn")  # (see the module docstring)
+
+
+@functools.cache
+def candidate_terms() -> TokenizerConfig:
+    """How candidate BM25 makes terms (see the module docstring): Porter stems where PyStemmer is
+    installed (the ``stem`` extra, with which every preset was measured), else none, warned once
+    (a core install reranks too)."""
+    return dataclasses.replace(resolve_config("sklearn", "auto"), unicode="none")
 
 
 def candidate_bm25(query: str, texts: Sequence[str]) -> np.ndarray:
     """BM25 of ``query`` against each text, with statistics of ``texts`` alone (0 for all if
     every text is empty after tokenization)."""
     try:
-        return np.asarray(BM25Index(_LUCENE, _CANDIDATE_TERMS).index(list(texts)).get_scores(query), dtype=np.float64)
+        return np.asarray(BM25Index(_LUCENE, candidate_terms()).index(list(texts)).get_scores(query), dtype=np.float64)
     except InputError:  # nothing to index (all stopwords/punctuation): no lexical signal
         return np.zeros(len(texts))
 

@@ -152,3 +152,31 @@ def test_a_candidate_embedded_once_is_not_embedded_again(scifact_docs, embedded)
     assert embedded[-2:] == [3, 3] and not none.vectors
     with pytest.raises(InputError, match="cache_vectors=-1"):
         SignalComputer(cache_vectors=-1)
+
+
+def test_candidate_bm25_runs_without_pystemmer_and_says_so(monkeypatch, caplog):
+    """The default preset's BM25 required the `stem` extra: a core install failed every rerank
+    with MissingExtraError; it now makes unstemmed terms and warns once."""
+    import logging
+    import sys
+
+    from attnrank.index import tokenize
+    from attnrank.rerank import signals
+
+    texts = ["Fractures of the bone heal.", "Vitamin D and bone fractures.", "Cats sleep a lot."]
+    stemmed = candidate_bm25("fracture", texts)
+    assert stemmed[0] > 0 and stemmed[1] > 0  # "fractures" stems to "fractur", as "fracture" does
+    monkeypatch.setitem(sys.modules, "Stemmer", None)  # (import Stemmer raises ImportError)
+    for cached in (tokenize._has_stemmer, signals.candidate_terms):
+        cached.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="attnrank.index.tokenize"):
+            plain = candidate_bm25("fracture", texts)
+            candidate_bm25("fracture", texts)
+        assert signals.candidate_terms().stemmer == "none"
+        assert np.array_equal(plain, np.zeros(3))  # no stem: "fracture" matches neither plural
+        assert caplog.text.count("PyStemmer is not installed") == 1
+    finally:
+        monkeypatch.undo()
+        for cached in (tokenize._has_stemmer, signals.candidate_terms):
+            cached.cache_clear()
