@@ -29,7 +29,7 @@ __all__ = ["from_index", "reranker_settings", "to_attnrank", "to_haystack"]
 
 _BASIC = (str, int, float, bool, type(None))
 # the components' own reranker parameters and their defaults
-_OWN_DEFAULTS: dict[str, Any] = {"model": None, "heads": None, "scorer": "sum"}
+_OWN_DEFAULTS: dict[str, Any] = {"model": None, "heads": None, "scorer": None}
 
 
 def _check_basic(name: str, value: Any) -> None:
@@ -46,7 +46,9 @@ def _check_basic(name: str, value: Any) -> None:
         )
 
 
-def reranker_settings(model: str | None, heads: Any, scorer: str, extra: dict[str, Any] | None) -> dict[str, Any]:
+def reranker_settings(
+    model: str | None, heads: Any, scorer: str | None, extra: dict[str, Any] | None
+) -> dict[str, Any]:
     """AttentionReranker keyword arguments from a component's basic-typed init parameters.
 
     ``extra`` (``reranker_kwargs``) may also carry ``model``, ``heads`` or ``scorer`` when the
@@ -64,8 +66,9 @@ def reranker_settings(model: str | None, heads: Any, scorer: str, extra: dict[st
             )
         own[key] = extra.pop(key)
     settings = {**own, **extra}
-    if own["heads"] is None:  # None: the preset's heads (the fused weights', else the registered set, else all)
-        del settings["heads"]
+    for key in ("heads", "scorer"):  # None: the preset's (heads: the fused weights', else the registered set, else all)
+        if own[key] is None:
+            del settings[key]
     for k, v in settings.items():
         _check_basic(k, v)
     return built_settings(settings)  # YAML's [[layer, head], ...] as pairs, a reweight dict as Reweighting

@@ -120,3 +120,15 @@ def test_numpy_counts_are_kept_as_ints(tmp_path):
     ranker = AttnrankRanker(top_k=np.int64(3))
     assert type(ranker.top_k) is int
     json.dumps(ranker.to_dict())
+
+
+def test_the_components_leave_the_scorer_to_the_preset():
+    """The components always passed their default scorer="sum", which turned preset "learned"
+    (given in reranker_kwargs) into the plain head sum over all heads, still named "learned"."""
+    from attnrank.rerank.config import RerankConfig
+
+    settings = dict(AttnrankRanker(reranker_kwargs={"config": "learned"})._settings)
+    config = RerankConfig.preset(settings.pop("config"), **settings)
+    assert config.scorer == "learned" and config == RerankConfig.preset("learned")
+    explicit = AttnrankRanker(scorer="sum", reranker_kwargs={"config": "learned"})._settings
+    assert explicit["scorer"] == "sum"  # given: applied

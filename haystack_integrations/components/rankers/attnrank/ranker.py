@@ -28,7 +28,7 @@ class AttnrankRanker:
     ``relevance_score``, ``rank`` and ``stage_scores``.
 
     ``model``: an HF id, a local folder or .gguf, or None (the packaged SmolLM2-135M); ``heads``:
-    None (the default preset's: the registered set, else all heads), "all", "auto", "l-h,l-h" or ``[[layer, head], ...]``; ``scorer``: "sum" or "learned";
+    None (the default preset's: the registered set, else all heads), "all", "auto", "l-h,l-h" or ``[[layer, head], ...]``; ``scorer``: None (the preset's), "sum" or "learned";
     ``reranker_kwargs``: further :class:`attnrank.AttentionReranker` keyword arguments (basic
     types; ``reweight`` as a dict of :class:`attnrank.rerank.reweight.Reweighting` fields). The
     model loads in :meth:`warm_up` (shared by components with the same settings).
@@ -38,7 +38,7 @@ class AttnrankRanker:
         self,
         model: str | None = None,
         heads: str | list | None = None,
-        scorer: str = "sum",
+        scorer: str | None = None,
         top_k: int | None = 10,
         reranker_kwargs: dict[str, Any] | None = None,
     ):

@@ -37,7 +37,7 @@ class AttnrankRetriever:
         rerank: bool = True,
         model: str | None = None,
         heads: str | list | None = None,
-        scorer: str = "sum",
+        scorer: str | None = None,
         reranker_kwargs: dict[str, Any] | None = None,
         first_stage_k: int | None = None,
     ):
@@ -45,7 +45,7 @@ class AttnrankRetriever:
             depth = renamed({"first_stage_k": first_stage_k}, "first_stage_k", "depth", "AttnrankRetriever", depth, 20)
         check_depth(top_k, depth, "top_k")
         given = [n for n, v in (("model", model), ("heads", heads), ("reranker_kwargs", reranker_kwargs)) if v]
-        if not rerank and (given or scorer != "sum"):  # nothing would read them (as the other retrievers say)
+        if not rerank and (given or scorer is not None):  # nothing would read them (as the other retrievers say)
             raise InputError(f"rerank=False but reranker settings were given ({given or ['scorer']}); drop them")
         # (NumPy integer counts, accepted, are kept as ints: Haystack serialises the component)
         self.index_path, self.top_k, self.depth, self.rerank = str(index_path), int(top_k), int(depth), rerank
