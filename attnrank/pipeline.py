@@ -161,7 +161,7 @@ class Pipeline:
         if unknown:  # (else a TypeError from the constructor, after the model loaded)
             raise InputError(f"unknown Pipeline option(s) {unknown}; the options are {', '.join(CONSTRUCTOR_OPTIONS)}")
         llm = model if isinstance(model, LLM) else None
-        _check_shared_model(model, dtype, device, rerank, prune)
+        check_shared_model(model, dtype, device, rerank, prune)
         # the constructor's checks, before the model loads and every stage is built
         counts = {k: kw.get(k, v) for k, v in (("depth", 20), ("top_k", 5), ("neighbours", 0))}
         _check_counts(
@@ -302,10 +302,13 @@ def _check_counts(depth: Any, top_k: Any, budget_tokens: Any, neighbours: Any, p
         check_neighbours(neighbours)
 
 
-def _check_shared_model(model: str | LLM | None, dtype: str, device: str, *configs: Any) -> None:
-    """:meth:`Pipeline.from_model` loads one model for every stage, from its own ``model``,
-    ``dtype`` and ``device``: a stage config asking for another would be silently overridden
-    (a loaded :class:`LLM` given as ``model`` is used as it is)."""
+def check_shared_model(
+    model: str | LLM | None, dtype: str, device: str, *configs: Any, where: str = "Pipeline.from_model"
+) -> None:
+    """:meth:`Pipeline.from_model` (and the server's :func:`~attnrank.serve.engine.build_engine`)
+    loads one model for every stage, from its own ``model``, ``dtype`` and ``device``: a stage
+    config asking for another would be silently overridden (a loaded :class:`LLM` given as
+    ``model`` is used as it is)."""
     if isinstance(model, LLM):
         return
     for cfg in configs:
@@ -314,14 +317,14 @@ def _check_shared_model(model: str | LLM | None, dtype: str, device: str, *confi
         what = type(cfg).__name__
         if cfg.model is not None and cfg.model != model:
             raise InputError(
-                f"{what}(model={cfg.model!r}) but the pipeline's model is {model!r}: from_model loads one model "
-                f"for every stage; pass model={cfg.model!r} to Pipeline.from_model"
+                f"{what}(model={cfg.model!r}) but the pipeline's model is {model!r}: {where} loads one model "
+                f"for every stage; pass model={cfg.model!r} to {where}"
             )
-        for key, value in (("device", device), ("dtype", dtype)):  # a config's default defers to from_model's
+        for key, value in (("device", device), ("dtype", dtype)):  # a config's default defers to the shared one
             if getattr(cfg, key) not in (value, getattr(type(cfg)(), key)):
                 raise InputError(
-                    f"{what}({key}={getattr(cfg, key)!r}) but Pipeline.from_model({key}={value!r}) loads the "
-                    f"model every stage shares; pass {key}={getattr(cfg, key)!r} to Pipeline.from_model"
+                    f"{what}({key}={getattr(cfg, key)!r}) but {where}({key}={value!r}) loads the "
+                    f"model every stage shares; pass {key}={getattr(cfg, key)!r} to {where}"
                 )
 
 

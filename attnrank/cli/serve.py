@@ -45,7 +45,7 @@ def serve(
             raise typer.BadParameter(f"{opt} {value} is out of range ({limit})")
     uvicorn = require("uvicorn", "serve", "attnrank serve")
     from ..serve.app import create_app
-    from ..serve.engine import build_engine, pruner_heads
+    from ..serve.engine import build_engine
     from ..serve.schemas import Limits
 
     _setup(quiet=False, verbose=True)  # the server logs one line per request at INFO
@@ -55,7 +55,7 @@ def serve(
     if index is not None and not index.is_dir():
         raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")
     # the pruner as `attnrank ask` builds it: --attention, --block-positions, --state-cache-mb reach it where given
-    prune = pruning_config(rerank_config, rerank_given, heads=pruner_heads(rerank_config))
+    prune = pruning_config(rerank_config, rerank_given, heads="all")  # (ask: --prune-heads, default all)
     check_registry_lookups(rerank_config)  # what both stages read from the head registry, before any load
     check_pruner_lookups(prune)
     # bound before the index and the model load (a port in use was found minutes later), so that the

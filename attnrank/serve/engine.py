@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..pipeline import check_shared_model
 from ..prune.config import PruneConfig
-from ..rerank.config import AUTO_OR_ALL, RerankConfig
+from ..rerank.config import RerankConfig
 
 
 @dataclass
@@ -23,13 +24,6 @@ class Engine:
     model_name: str = ""
 
 
-def pruner_heads(rerank: RerankConfig) -> Any:
-    """The heads the server's pruner reads: those given to the reranker (``heads``, with the sum
-    scorer), else every head."""
-    given = rerank.scorer == "sum" and rerank.heads not in (None, AUTO_OR_ALL)
-    return rerank.heads if given else "all"
-
-
 def build_engine(
     rerank: RerankConfig | None = None,
     *,
@@ -40,8 +34,8 @@ def build_engine(
 ) -> Engine:
     """Load the model once (``rerank``'s model, dtype and device; None: the default preset) and
     build every part on it; the index (a folder) if given. ``prune``: the pruner's configuration
-    (``attnrank serve`` builds it as ``attnrank ask`` does), True for one on the same model that
-    reads :func:`pruner_heads`, or False for none; the generator is only built with an index
+    (``attnrank serve`` builds it as ``attnrank ask`` does), True for the default one on the same
+    model (every head, as :class:`~attnrank.pipeline.Pipeline` prunes), or False for none; the generator is only built with an index
     (``/v1/ask`` answers over it)."""
     from ..generate import Generator
     from ..llm.models import load_llm
@@ -49,6 +43,7 @@ def build_engine(
     from ..rerank.attention import AttentionReranker
 
     config = rerank or RerankConfig.preset()
+    check_shared_model(config.model, config.dtype, config.device, prune, where="build_engine's RerankConfig")
     retriever = None
     if index is not None:  # load (and validate) the index before the model
         from ..index.retriever import HybridRetriever
@@ -61,7 +56,7 @@ def build_engine(
     if retriever is not None:  # candidates from the index: their dense signal is read back from it
         reranker.use_index(retriever)
     if prune is True:
-        prune = PruneConfig(heads=pruner_heads(config))
+        prune = PruneConfig()
     pruner = ContextPruner(llm, config=prune) if llm is not None and prune else None
     generator = Generator(llm, max_new_tokens) if llm is not None and generate and retriever is not None else None
     return Engine(reranker, pruner, generator, retriever, reranker.model_id)

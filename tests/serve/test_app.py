@@ -481,8 +481,9 @@ def test_ask_without_a_pruner_answers_and_refuses_a_budget(llm, built_retriever)
 
 def test_the_engine_is_built_from_one_rerank_config(tiny_dir):
     """``attnrank serve`` takes the shared reranking options: the engine's reranker is the config's
-    (default preset: the signals with the query likelihood), and its pruner reads the heads the
-    reranker was given; preset signals reranks without loading a model."""
+    (default preset: the signals with the query likelihood), and its pruner reads every head, as
+    ``attnrank ask`` and ``Pipeline.from_model`` prune (it read the heads given to the reranker);
+    preset signals reranks without loading a model."""
     from attnrank.rerank.config import RerankConfig
     from attnrank.serve.engine import build_engine
 
@@ -492,11 +493,19 @@ def test_the_engine_is_built_from_one_rerank_config(tiny_dir):
     assert default.pruner is not None and default.pruner.heads is None  # all heads, as `attnrank ask`
     fused = build_engine(RerankConfig.preset("fused", model=str(tiny_dir), heads="0-1,2-3"), prune=True)
     assert fused.reranker.uses_attention and fused.reranker.head_list == [(0, 1), (2, 3)]
-    assert fused.pruner is not None and fused.pruner.heads == [(0, 1), (2, 3)]
+    assert fused.pruner is not None and fused.pruner.heads is None  # all heads, as `attnrank ask`
     assert fused.generator is None  # no index: nothing for /v1/ask to answer over
     bare = build_engine(RerankConfig.preset("signals", model=str(tiny_dir)), prune=False)  # no model runs
     assert bare.pruner is None and bare.generator is None and not bare.reranker.uses_attention
     assert bare.model_name == str(tiny_dir) and bare.reranker._llm is None  # and none was loaded
+    # the pruner runs on the reranker's model: a PruneConfig asking for another was silently ignored
+    from attnrank.errors import InputError
+    from attnrank.prune.config import PruneConfig
+
+    with pytest.raises(InputError, match=r"PruneConfig\(model='other'\) but the pipeline's model"):
+        build_engine(RerankConfig.preset(model=str(tiny_dir)), prune=PruneConfig(model="other"))
+    with pytest.raises(InputError, match=r"PruneConfig\(dtype='bfloat16'\)"):
+        build_engine(RerankConfig.preset(model=str(tiny_dir), dtype="float32"), prune=PruneConfig(dtype="bfloat16"))
 
 
 def test_an_app_served_again_after_its_shutdown_still_answers(llm):
