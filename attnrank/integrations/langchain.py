@@ -152,8 +152,10 @@ class AttnrankPruner(BaseDocumentCompressor):
     ) -> Sequence[LCDocument]:
         if not documents:
             return []
+        # (metadata: the pruner reads a corpus's pre-split "sentences" from it, as attnrank ask does)
         docs = [
-            Document(str(i), d.page_content, str(d.metadata.get("title", "") or "")) for i, d in enumerate(documents)
+            Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""), metadata=dict(d.metadata))
+            for i, d in enumerate(documents)
         ]
         with model_lock(self._pruner):
             pruned = self._pruner.prune(

@@ -70,8 +70,12 @@ def _text(n: NodeWithScore) -> str:
 
 def _documents(nodes: list[NodeWithScore]) -> list[Document] | list[ScoredDocument]:
     """Nodes -> attnrank documents keyed by input position; ``metadata["title"]`` is the title;
-    nodes from :class:`AttnrankRetriever` keep their earlier stages' scores."""
-    docs = [Document(str(i), _text(n), str(n.node.metadata.get("title", "") or "")) for i, n in enumerate(nodes)]
+    nodes from :class:`AttnrankRetriever` keep their earlier stages' scores; the metadata goes
+    along (the pruner reads a corpus's pre-split ``"sentences"`` from it, as ``attnrank ask`` does)."""
+    docs = [
+        Document(str(i), _text(n), str(n.node.metadata.get("title", "") or ""), metadata=dict(n.node.metadata))
+        for i, n in enumerate(nodes)
+    ]
     return keep_stages(docs, [n.node.metadata for n in nodes])
 
 

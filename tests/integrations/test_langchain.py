@@ -168,3 +168,14 @@ def test_pruner_budget_is_checked_when_made(settings):
         AttnrankPruner(budget_tokens=100, keep_ratio=0.5, model=settings["model"])
     with pytest.raises(InputError, match="keep_ratio=1.5"):
         AttnrankPruner(keep_ratio=1.5, model=settings["model"])
+
+
+def test_pruner_reads_pre_split_sentences_from_the_metadata(settings, query):
+    """A corpus's pre-split "sentences" (kept in the metadata, as attnrank ask prunes by them)
+    were dropped on the way to the pruner, which segmented the text again."""
+    text = "Alpha beta gamma. Delta epsilon zeta."
+    pruner = AttnrankPruner(budget_tokens=100_000, model=settings["model"])  # everything fits: no model runs
+    one = LCDocument(page_content=text, metadata={"sentences": [text]})
+    two = LCDocument(page_content=text, metadata={})
+    kept = [len(d.metadata["kept_sentences"]) for d in pruner.compress_documents([one, two], query)]
+    assert kept == [1, 2]

@@ -239,3 +239,15 @@ def test_pruner_budget_is_checked_when_made(settings):
         AttnrankPruner(neighbours=-1, model=settings["model"])
     with pytest.raises(InputError, match="both size the pruned context"):  # keep_ratio was dropped, in a note
         AttnrankPruner(budget_tokens=100, keep_ratio=0.5, model=settings["model"])
+
+
+def test_pruner_reads_pre_split_sentences_from_the_metadata(settings, query):
+    """As the LangChain pruner: the nodes' pre-split "sentences" reach the pruner."""
+    text = "Alpha beta gamma. Delta epsilon zeta."
+    nodes = [
+        NodeWithScore(node=TextNode(text=text, metadata={"sentences": [text]}), score=1.0),
+        NodeWithScore(node=TextNode(text=text), score=0.5),
+    ]
+    pruner = AttnrankPruner(budget_tokens=100_000, model=settings["model"])
+    out = pruner.postprocess_nodes(nodes, query_str=query)
+    assert [len(n.node.metadata["kept_sentences"]) for n in out] == [1, 2]
