@@ -138,9 +138,12 @@ class AttnrankPruner(BaseDocumentCompressor):
         fields, settings = _split_settings(type(self), kwargs)
         if fields.get("keep_ratio") is not None and "budget_tokens" not in fields:
             fields["budget_tokens"] = None  # a ratio alone replaces the default token budget
+        # the values as given (else refused only at the first query): pydantic would coerce
+        # budget_tokens=True to 1, "300" to 300, keep_ratio=True to 1.0, as the other adapters refuse
+        defaults = type(self).model_fields
+        check_budget(fields.get("budget_tokens", defaults["budget_tokens"].default), fields.get("keep_ratio"))
+        check_neighbours(fields.get("neighbours", defaults["neighbours"].default))
         super().__init__(**fields)
-        check_budget(self.budget_tokens, self.keep_ratio)  # (else refused only at the first query)
-        check_neighbours(self.neighbours)
         self._pruner = shared_pruner(pruner, **settings)
 
     @property

@@ -168,6 +168,15 @@ def test_pruner_budget_is_checked_when_made(settings):
         AttnrankPruner(budget_tokens=100, keep_ratio=0.5, model=settings["model"])
     with pytest.raises(InputError, match="keep_ratio=1.5"):
         AttnrankPruner(keep_ratio=1.5, model=settings["model"])
+    # checked as given: pydantic made True a budget of 1 token, "300" 300 and True a keep_ratio of 1.0
+    for given, match in (
+        ({"budget_tokens": True}, "budget_tokens=True"),
+        ({"budget_tokens": "300"}, "budget_tokens='300'"),
+        ({"keep_ratio": True}, "keep_ratio=True"),
+        ({"neighbours": True}, "neighbours=True"),
+    ):
+        with pytest.raises(InputError, match=match):
+            AttnrankPruner(model=settings["model"], **given)
 
 
 def test_pruner_reads_pre_split_sentences_from_the_metadata(settings, query):
