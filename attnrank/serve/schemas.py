@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 
 class TextDocument(BaseModel):
@@ -83,16 +83,14 @@ class PruneRequest(BaseModel):
         validation_alias=AliasChoices("top_k", "k"),
     )
     budget_tokens: int | None = Field(None, ge=1, strict=True)
-    keep_ratio: float | None = Field(None, gt=0, le=1)
+    keep_ratio: float | None = Field(None, gt=0, le=1, strict=True)  # (JSON true is no ratio; 1 is)
     neighbours: int = Field(0, ge=0, strict=True)
 
 
 class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str
-    depth: int = Field(
-        20, ge=1, strict=True, description="First-stage hits.", validation_alias=AliasChoices("depth", "k")
-    )
+    depth: int = Field(20, ge=1, strict=True, description="First-stage hits.")
     top_k: int = Field(
         5,
         ge=1,
@@ -103,8 +101,20 @@ class AskRequest(BaseModel):
     budget_tokens: int | None = Field(
         None, ge=1, strict=True, description="Sentence tokens kept by pruning (default 300)."
     )
-    keep_ratio: float | None = Field(None, gt=0, le=1)
+    keep_ratio: float | None = Field(None, gt=0, le=1, strict=True)  # (JSON true is no ratio; 1 is)
     max_new_tokens: int = Field(64, ge=1, le=1024, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_k(cls, data: Any) -> Any:
+        # ``k`` was this body's name of ``depth``, but is ``top_k`` in /v1/search and /v1/prune:
+        # read as depth, {"k": 10} kept 5 of 10 hits where `attnrank ask -k 10` keeps 10
+        if isinstance(data, dict) and "k" in data:
+            raise ValueError(
+                "k is ambiguous in /v1/ask (it once meant depth; /v1/search and /v1/prune read it as top_k): "
+                "give depth (first-stage hits) and/or top_k (passages kept)"
+            )
+        return data
 
 
 @dataclass(frozen=True)
