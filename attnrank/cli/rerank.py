@@ -17,6 +17,7 @@ from . import (
     Verbose,
     Verify,
     _check_output,
+    _index_path,
     _load_index,
     _positive,
     _read_corpus,
@@ -25,6 +26,7 @@ from . import (
     app,
 )
 from .options import check_registry_lookups, rerank_options
+from .states import index_reranker
 
 
 @app.command()
@@ -62,14 +64,21 @@ def rerank(
         raise typer.BadParameter(f"{unread} applies to {'an index' if unread == '--verify' else '--corpus'}; drop it")
     check_registry_lookups(rerank_config)  # what the reranker reads from the head registry: before any load
     qs, first = load_queries(queries), read_run(run)
+    index = None
     if corpus is not None:
         docs = {d.id: d for d in _read_corpus(corpus, skip_invalid)}
     else:
-        docs = {d.id: d for d in _load_index(name, index_dir, verify).docs}
+        index = _load_index(name, index_dir, verify)
+        docs = {d.id: d for d in index.docs}
     _check_run(first, qs, docs, queries)  # every query and document, before the model loads
     from ..rerank.attention import AttentionReranker
 
-    reranker = AttentionReranker(config=rerank_config)
+    # over an index, as search --rerank: its stored passage states and its vectors for the dense signal
+    reranker = (
+        AttentionReranker(config=rerank_config)
+        if index is None
+        else index_reranker(rerank_config, _index_path(name, index_dir), index)
+    )
     out = []
     items = list(first.items())
     if progress:

@@ -36,6 +36,7 @@ from .states import (
     STATES_PRESET,
     STATES_WORDS,
     check_storage,
+    index_reranker,
     state_writer,
     states_config,
 )
@@ -209,22 +210,7 @@ def search(
         )
     results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
     if rerank > 0:
-        from ..llm.statestore import StoreSetupError
-        from ..rerank.attention import AttentionReranker
-
-        stored = _index_path(name, index_dir) / "passage_states"
-        attach = rerank_config.attention == "block" and rerank_config.block_positions != "sequential"
-        found = attach and rerank_config.passage_states is None and stored.is_dir()  # (none at sequential positions)
-        try:
-            reranker = AttentionReranker(
-                config=rerank_config.with_options(passage_states=str(stored)) if found else rerank_config
-            )
-        except StoreSetupError as e:  # the index's own store, attached unasked: not for this setup
-            if not found:
-                raise
-            logger.warning("not reading the index's passage states: %s", e)
-            reranker = AttentionReranker(config=rerank_config)
-        reranker.use_index(r)  # the hits' dense signal from the index's vectors, not a second embedding
+        reranker = index_reranker(rerank_config, _index_path(name, index_dir), r)
         todo = results
         if progress and len(qs) > 1:  # rank() scores one query; the bar counts queries
             from tqdm.auto import tqdm

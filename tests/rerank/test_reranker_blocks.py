@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from _cli import cli_text
@@ -113,10 +115,26 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
     # A reranker with another truncation does not read the index's own store (it was attached
     # unasked): it reranks without it and says why. Before, the search failed, asking to drop a
     # --passage-states that was never given.
-    with caplog.at_level("WARNING", logger="attnrank.cli.retrieval"):
+    with caplog.at_level("WARNING", logger="attnrank.cli.states"):
         r = runner.invoke(app, [*search, "--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "80", "-q"])
     assert r.exit_code == 0, r.output
     assert "not reading the index's passage states" in caplog.text and "max_doc_words" in caplog.text
+    # rerank --index reads them as search --rerank does (it recomputed every state, and embedded
+    # the candidates again instead of reading the index's vectors)
+    ids = [json.loads(line)["_id"] for line in (scifact_mini / "corpus.jsonl").read_text().splitlines()[:3]]
+    run = tmp_path / "run.trec"
+    run.write_text("".join(f"0 Q0 {d} {i + 1} {3 - i} bm25\n" for i, d in enumerate(ids)))
+    rerank = ["rerank", "--run", str(run), "--queries", str(scifact_mini / "queries.jsonl"), "--index-dir", str(ix)]
+    rerank += ["--depth", "3", "--attention", "block", "--heads", "all", "-q"]
+    for words, warned in (("40", False), ("80", True)):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="attnrank.cli.states"):
+            out = tmp_path / f"reranked-{words}.trec"
+            r = runner.invoke(
+                app, [*rerank, "--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", words, "-o", str(out)]
+            )
+        assert r.exit_code == 0, r.output
+        assert ("not reading the index's passage states" in caplog.text) is warned, caplog.text
 
 
 def test_index_rejects_state_options_without_states(tmp_path, scifact_mini):
