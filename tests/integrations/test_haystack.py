@@ -111,6 +111,14 @@ def test_retriever_without_reranking_refuses_reranker_settings(demo_index):
     assert AttnrankRetriever(str(demo_index), top_k=3, depth=4, rerank=False).rerank is False
 
 
+def test_retriever_run_refuses_a_top_k_past_its_depth(demo_index):
+    """run(top_k=...) past the depth searched and reranked top_k candidates, not depth, without a
+    word (the init refuses it, as the LangChain and LlamaIndex retrievers do)."""
+    retriever = AttnrankRetriever(str(demo_index), top_k=3, depth=4)
+    with pytest.raises(InputError, match="top_k=5 exceeds depth=4"):
+        retriever.run("capital of France?", top_k=5)
+
+
 def test_numpy_counts_are_kept_as_ints(tmp_path):
     """A NumPy integer count is accepted (is_count), and was kept: serialising the pipeline failed."""
     import json

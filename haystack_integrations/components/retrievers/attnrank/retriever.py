@@ -84,6 +84,8 @@ class AttnrankRetriever:
         """The best ``top_k`` passages for ``query`` (``top_k`` overrides the init value)."""
         check_top_k(top_k)
         k = self.top_k if top_k is None else top_k
+        if self.rerank:  # (a top_k past depth searched and reranked top_k, not depth, without a word)
+            check_depth(k, self.depth, "top_k")
         self.warm_up()
         first = self._index.search(query, max(self.depth, k))
         if self._reranker is None:
