@@ -169,7 +169,9 @@ def test_serve_builds_its_pruner_as_ask_does(tmp_path, monkeypatch):
     (rerank, prune), (_, plain) = seen
     assert (prune.attention, prune.state_cache_mb, prune.block_positions) == ("block", 32, "rotated")
     assert (prune.model, prune.dtype, prune.heads) == (rerank.model, rerank.dtype, "all")
-    assert plain.attention == "full" and plain.heads == "0-1"  # a preset's block attention is the reranker's
+    # a preset's block attention is the reranker's; the pruner reads every head, as ask's does
+    # without --prune-heads (it read the reranker's --heads)
+    assert plain.attention == "full" and plain.heads == "all"
 
 
 def test_registry_lookups_fail_before_any_model_or_index_loads(home, tmp_path, monkeypatch, built_retriever):

@@ -142,17 +142,24 @@ def test_preset_likelihood_reads_the_passage_cut_and_refuses_attention_flags(tmp
     assert r.exit_code == 2 and "--heads configure(s) attention" in r.output and not (tmp_path / "h.trec").exists()
 
 
-def test_attention_flags_at_their_defaults_or_read_by_the_default_pass_the_check():
-    """Before any model loads: a flag at its default value changes nothing; --max-doc-words alone
-    stays with the default (it reads it); an attention flag under a preset without attention is
-    refused naming that preset."""
+def test_attention_flags_the_configuration_does_not_read_are_refused():
+    """Before any model loads: --max-doc-words alone stays with the default (it reads it); an
+    attention flag under a preset without attention is refused naming that preset, and naming
+    the flag as typed; so is one given at its default value, which selects no preset (it ran the
+    default likelihood, computing no attention, with exit 0)."""
     import pytest
     import typer
 
     from attnrank.cli.options import check_attention_computed
 
-    check_attention_computed(None, {"heads": "auto-or-all", "reweight": None})
     check_attention_computed(None, {"max_doc_words": 40})
+    for given, flag in (({"attention": "full"}, "--attention"), ({"heads": "auto-or-all"}, "--heads")):
+        with pytest.raises(typer.BadParameter, match=f"{flag} configure.*--preset likelihood does not compute"):
+            check_attention_computed(None, given)
+    with pytest.raises(typer.BadParameter, match="--no-calibrate configure.*--preset signals"):
+        check_attention_computed("signals", {"calibrate": False})
+    with pytest.raises(typer.BadParameter, match="--calibrate configure.*--preset signals"):
+        check_attention_computed("signals", {"calibrate": True})  # (its default: accepted before)
     check_attention_computed(None, {"heads": "all"})  # selects fused: attention is computed
     with pytest.raises(typer.BadParameter, match="--heads configure.*--preset likelihood does not compute"):
         check_attention_computed("likelihood", {"heads": "all", "max_doc_words": 40})

@@ -346,18 +346,20 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
 
 
 def check_attention_computed(preset: str | None, overrides: dict[str, Any]) -> None:
-    """Attention options on a configuration that computes no attention (``--preset signals``,
-    ``--preset likelihood`` or ``--signals only`` named) would be ignored: refused naming the
-    flags, before the model loads. Without a preset they select ``fused``
-    (:func:`~attnrank.rerank.config.preset_for`); given at their default values they change nothing."""
-    defaults = field_defaults()
-    given = [k for k in overrides if k in ATTENTION_FIELDS and overrides[k] != defaults[k]]
+    """Attention options (``overrides``: the flags given) on a configuration that computes no
+    attention would be ignored: refused naming the flags, before the model loads. Without a
+    preset, those given at other than their default values select ``fused``
+    (:func:`~attnrank.rerank.config.preset_for`); one given at its default value selects nothing,
+    so under the default preset it is refused too (``--attention full`` alone ran the default
+    ``likelihood``, which computes no attention, as if it had been honoured)."""
+    given = [k for k in overrides if k in ATTENTION_FIELDS]
     if not given:
         return
     signals = {k: v for k, v in overrides.items() if k == "signals"}
     config = RERANK_PRESETS[preset_for(preset, overrides)].with_options(**signals)
     read = LIKELIHOOD_FIELDS if config.uses_likelihood else ()  # the query likelihood cuts passages too
-    flags = [f"--{k.replace('_', '-')}" for k in given if k not in read]
+    # (a switch named as typed: --no-calibrate, not --calibrate)
+    flags = [f"--{'no-' if overrides[k] is False else ''}{k.replace('_', '-')}" for k in given if k not in read]
     if not flags or config.uses_attention:
         return
     what = f"--signals {signals['signals']}" if signals else f"--preset {config.name}"

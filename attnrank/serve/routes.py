@@ -120,8 +120,6 @@ async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
     server.check(body.query, [])
     if body.top_k > body.depth and body.rerank:
         raise InputError(f"top_k={body.top_k} exceeds depth={body.depth}; lower top_k or raise depth")
-    if not body.rerank and "depth" in body.model_fields_set:  # (nothing reads it, as the CLI refuses)
-        raise InputError(f"depth={body.depth} sizes the reranked candidates, but rerank is false; drop depth")
     server.check_count("top_k", body.top_k)
     if body.rerank:
         server.check_count("depth", body.depth)

@@ -413,8 +413,6 @@ def test_unknown_fields_of_attnrank_bodies_are_refused(url):
     assert r.status_code == 422 and r.json()["message"].startswith("budget: not a field")
     r = post("/v1/ask", {"query": QUERY, "depth": 4, "top_k": 2, "max_tokens": 6})
     assert r.status_code == 422 and r.json()["message"].startswith("max_tokens: not a field")
-    r = post("/v1/search", {"query": QUERY, "rerank": False, "depth": 50})  # depth was ignored
-    assert r.status_code == 422 and "rerank is false; drop depth" in r.json()["message"], r.json()
     r = post("/v1/ask", {"query": QUERY, "k": 10})  # was depth here, top_k in /v1/search: 5 of 10 kept
     assert r.status_code == 422 and "k is ambiguous in /v1/ask" in r.json()["message"], r.json()
     r = post("/v1/prune", {"query": QUERY, "documents": DOCS, "keep_ratio": True})  # was a ratio of 1.0
