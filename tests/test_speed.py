@@ -183,3 +183,16 @@ def test_compare_modes_keys_its_cache_by_what_runs_not_by_the_label(tmp_path, ll
     other = replace(llm, fingerprint="e" * 64)  # another model's weights, the same options
     speed.compare_modes([("toy", ds, {"q": docs})], {"mode": {}}, other, cache)
     assert ran == ["full", "full"]
+
+
+def test_speed_ups_divide_only_cells_of_one_machine_and_day():
+    """A resumed run keeps its earlier cells: a Xeon's full prompt of one day was divided by an
+    EPYC's warm run of another, labelled "(same run)", and set a target."""
+    full = {**_row("dl19", 20, "full", "float32", 5.46), "cpu": "Xeon", "measured": "2026-12-03"}
+    cold = {**_row("dl19", 20, "block-cold", "float32", 2.0), "cpu": "EPYC", "measured": "2026-12-02"}
+    warm = {**_row("dl19", 20, "block-warm", "float32", 0.117), "cpu": "EPYC", "measured": "2026-12-02"}
+    page = blocks_markdown([full, cold, warm], [], {}, ENV)
+    assert "| dl19 | float32 | 20 | block-warm |" not in page.split("Speed-ups")[1] and "46.7" not in page
+    assert not any("full prompt" in t["target"] for t in block_targets([full, cold, warm], "float32"))
+    same_day = {**full, "cpu": "EPYC", "measured": "2026-12-02"}
+    assert "| dl19 | float32 | 20 | block-warm | 46.7 | 46.7 |" in blocks_markdown([same_day, cold, warm], [], {}, ENV)

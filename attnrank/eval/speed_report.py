@@ -14,13 +14,33 @@ WARM_TARGETS = {20: 0.3, 100: 1.0}
 COLD_SPEEDUP = 1.5
 
 
-def _row(rows: list[dict[str, Any]], dataset: str, k: int, mode: str, dtype: str) -> dict[str, Any] | None:
-    """The speed cell of (dataset, K, mode, dtype), if measured."""
-    return next((r for r in rows if (r["dataset"], r["K"], r["mode"], r["dtype"]) == (dataset, k, mode, dtype)), None)
+def _row(
+    rows: list[dict[str, Any]], dataset: str, k: int, mode: str, dtype: str, like: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The speed cell of (dataset, K, mode, dtype), if measured; with ``like``, only one measured
+    on the same machine the same day (:func:`_comparable`)."""
+    return next(
+        (
+            r
+            for r in rows
+            if (r["dataset"], r["K"], r["mode"], r["dtype"]) == (dataset, k, mode, dtype)
+            and (like is None or _comparable(r, like))
+        ),
+        None,
+    )
 
 
-def _cell(rows: list[dict[str, Any]], dataset: str, k: int, mode: str, dtype: str) -> float | None:
-    hit = _row(rows, dataset, k, mode, dtype)
+def _comparable(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two cells whose times may be divided: the same CPU and the same day. A resumed run keeps
+    its earlier cells, and the machines are shared and differ: a ratio of cells of two machines
+    or days measures them, not the modes."""
+    return a.get("cpu") == b.get("cpu") and a.get("measured") == b.get("measured")
+
+
+def _cell(
+    rows: list[dict[str, Any]], dataset: str, k: int, mode: str, dtype: str, like: dict[str, Any] | None = None
+) -> float | None:
+    hit = _row(rows, dataset, k, mode, dtype, like)
     return None if hit is None else hit.get("s/query")
 
 
@@ -75,8 +95,10 @@ def block_targets(rows: list[dict[str, Any]], dtype: str) -> list[dict[str, Any]
     out: list[dict[str, Any]] = []
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         warm = {k: s for k in WARM_TARGETS if (s := _cell(rows, dataset, k, "block-warm", dtype)) is not None}
-        cold = _cell(rows, dataset, 20, "block-cold", dtype)
-        fulls = {base: _cell(rows, dataset, 20, "full", base) for base in dict.fromkeys((dtype, "float32"))}
+        cold_row = _row(rows, dataset, 20, "block-cold", dtype)
+        cold = None if cold_row is None else cold_row.get("s/query")
+        # the full prompt of the same machine and day only (a ratio across them measures the machines)
+        fulls = {base: _cell(rows, dataset, 20, "full", base, cold_row) for base in dict.fromkeys((dtype, "float32"))}
         colds = [(base, full / cold, "") for base, full in fulls.items() if cold and full]
         per = {k: s / k for k in (10, 20, 50, 100) if (s := _cell(rows, dataset, k, "block-cold", dtype))}
         out += _target_rows(dataset, warm, colds, per, "10/20/50/100")
@@ -210,8 +232,8 @@ def blocks_markdown(
     for r in speed_rows:
         if "s/query" not in r:
             continue
-        same = _row(speed_rows, r["dataset"], r["K"], "full", r["dtype"])
-        f32 = _row(speed_rows, r["dataset"], r["K"], "full", "float32")
+        same = _row(speed_rows, r["dataset"], r["K"], "full", r["dtype"], r)
+        f32 = _row(speed_rows, r["dataset"], r["K"], "full", "float32", r)
         row = {**r}
         if r.get("mode") != "full" and same and "s/query" in same:
             row["speed-up vs full"] = same["s/query"] / r["s/query"]
@@ -220,8 +242,9 @@ def blocks_markdown(
         if len(row) > len(r):
             ratio_rows.append(row)
     out += [
-        "Speed-ups against the full-prompt capture of the same dtype, and against today's float32 full-prompt "
-        "capture (same run):",
+        "Speed-ups against the full-prompt capture of the same dtype, and against the float32 full-prompt "
+        "capture (the capture before block attention), each from cells of the same machine and day (blank "
+        "where there is none):",
         "",
     ]
     cols = ["dataset", "dtype", "K", "mode", "speed-up vs full", "speed-up vs float32 full"]
