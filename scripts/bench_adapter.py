@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import positive_int
 
 from attnrank.benchmarks import dl19_sets, hotpot_set, icr_scores, locomo_set
 from attnrank.config import set_torch_threads
@@ -86,10 +87,10 @@ def compare(name, ds, qids, metrics, base, adapted, bm25) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--hotpot-train", type=int, default=300, help="HotpotQA questions 0..N-1 train")
-    ap.add_argument("--hotpot-test", type=int, default=100, help="the next N questions test")
-    ap.add_argument("--locomo-questions", type=int, default=150, help="seeded LoCoMo sample (train)")
-    ap.add_argument("--dl19-queries", type=int, default=None, help="first N DL19 topics (default all 43)")
+    ap.add_argument("--hotpot-train", type=positive_int, default=300, help="HotpotQA questions 0..N-1 train")
+    ap.add_argument("--hotpot-test", type=positive_int, default=100, help="the next N questions test")
+    ap.add_argument("--locomo-questions", type=positive_int, default=150, help="seeded LoCoMo sample (train)")
+    ap.add_argument("--dl19-queries", type=positive_int, default=None, help="first N DL19 topics (default all 43)")
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--rank", type=int, default=8)

@@ -44,10 +44,12 @@ import argparse
 import hashlib
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import non_negative_int, positive_int
 
 from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root, hotpotqa_rows
@@ -103,6 +105,28 @@ def load_questions(
         for p in r["paragraphs"]
     ]
     return out, pool
+
+
+def probe_overlap(trained_on: str, skip: int) -> str | None:
+    """Why the sentence probe (its registry record's ``trained_on``) may not be evaluated after the
+    first ``skip`` questions, or None. bench_prune trains it on the first sentence-labelled
+    questions in file order ("83 HotpotQA distractor dev questions ..."), the order evaluated here:
+    a smaller ``skip`` scores it on questions it was trained on."""
+    if "hotpotqa" not in trained_on.lower():
+        return None  # trained on other data: every question here is held out
+    m = re.match(r"\s*(\d+) HotpotQA", trained_on, re.IGNORECASE)
+    if m is None:
+        return (
+            f"--prune-method probe: the registered probe was trained on HotpotQA ({trained_on!r}) but its record "
+            "does not say how many questions; retrain it with scripts/bench_prune.py --ship or use --prune-method query"
+        )
+    n = int(m[1])
+    if skip < n:
+        return (
+            f"--prune-method probe with --skip {skip}: the registered probe was trained on the first {n} labelled "
+            f"HotpotQA questions, which would be evaluated; give --skip {n} or more (with --include-unlabelled)"
+        )
+    return None
 
 
 class QuestionBM25:
@@ -362,18 +386,22 @@ def markdown(quality, latency, results, args, env, profile_note, model) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--questions", type=int, default=0, help="first N sentence-labelled questions (0 = all 83)")
+    ap.add_argument(
+        "--questions", type=non_negative_int, default=0, help="first N sentence-labelled questions (0 = all 83)"
+    )
     ap.add_argument("--include-unlabelled", action="store_true", help="continue with the 317 paragraph-level questions")
     ap.add_argument(
         "--skip",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="leave out the first N questions (e.g. 83: the probe's training questions, with --include-unlabelled)",
     )
     ap.add_argument("--heads", default=None, help="reranker/pruner heads: 'all' (default), 'l-h,...' or a JSON file")
-    ap.add_argument("--rerank-k", type=int, default=5)
+    ap.add_argument("--rerank-k", type=positive_int, default=5)
     ap.add_argument("--prune-ratio", type=float, default=0.25)
-    ap.add_argument("--pipeline-budget", type=int, default=None, help="pipeline prune budget (default: Pipeline's 300)")
+    ap.add_argument(
+        "--pipeline-budget", type=positive_int, default=None, help="pipeline prune budget (default: Pipeline's 300)"
+    )
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--profile-trials", type=int, default=24, help="trials if the slot profile has to be measured")
     ap.add_argument("--prune-method", default="query", help="pruner of the pruned/pipeline arms: query | focus | probe")
@@ -399,10 +427,18 @@ def main() -> None:
         args.include_unlabelled,
         args.skip,
     )
+    if not questions:
+        raise SystemExit(
+            f"--skip {args.skip} leaves no question to evaluate; give a smaller --skip or add --include-unlabelled"
+        )
     llm = load_llm(None)
     reranker = AttentionReranker(llm, args.heads, signals=None)
     # a probe scores with its own heads (given heads would be refused)
     pruner = ContextPruner(llm, None if args.prune_method == "probe" else args.heads, method=args.prune_method)
+    if pruner.probe is not None:
+        refusal = probe_overlap(pruner.probe.trained_on, args.skip)
+        if refusal:
+            raise SystemExit(refusal)
     gen = Generator(llm, args.max_new_tokens)
     pipe = Pipeline(None, reranker, pruner, gen, depth=10, top_k=args.rerank_k, budget_tokens=args.pipeline_budget)
     profile, profile_note = slot_profile(reranker, pool, args.rerank_k, args.profile_trials, args.ship)

@@ -36,6 +36,7 @@ import logging
 import time
 from pathlib import Path
 
+from _common import non_negative_int, positive_int
 from bench_likelihood import FIRST, METRICS, PRESET, SCIFACT_INDEX, SIGNALS, candidate_sets, set_examples
 
 from attnrank.benchmarks import locomo_set, scifact_set
@@ -139,9 +140,13 @@ EARLIER = 400  # the queries the presets were chosen on, per dataset (the first 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--offset", type=int, default=400, help="where the new queries start in the seeded order")
-    ap.add_argument("--scifact-queries", type=int, default=None, help="how many new SciFact queries (default: all)")
-    ap.add_argument("--locomo-questions", type=int, default=400)
+    ap.add_argument(
+        "--offset", type=non_negative_int, default=400, help="where the new queries start in the seeded order"
+    )
+    ap.add_argument(
+        "--scifact-queries", type=positive_int, default=None, help="how many new SciFact queries (default: all)"
+    )
+    ap.add_argument("--locomo-questions", type=positive_int, default=400)
     ap.add_argument("--dtype", default="auto", help="the LLM's precision (auto: bfloat16 on a CPU that has it)")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from _common import positive_int
 
 from attnrank.benchmarks import (
     cached_likelihoods,
@@ -501,9 +502,9 @@ def ship(data: dict, rr: AttentionReranker, args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--scifact-queries", type=int, default=100)
-    ap.add_argument("--hotpot-questions", type=int, default=400)
-    ap.add_argument("--locomo-questions", type=int, default=400)
+    ap.add_argument("--scifact-queries", type=positive_int, default=100)
+    ap.add_argument("--hotpot-questions", type=positive_int, default=400)
+    ap.add_argument("--locomo-questions", type=positive_int, default=400)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument(

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import non_negative_int, positive_int
 
 from attnrank.benchmarks import (
     dl19_sets,
@@ -274,10 +275,10 @@ def latency(rr_all, head_sets, setups, n=5) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--hotpot-questions", type=int, default=400)
-    ap.add_argument("--scifact-queries", type=int, default=50)
+    ap.add_argument("--hotpot-questions", type=positive_int, default=400)
+    ap.add_argument("--scifact-queries", type=positive_int, default=50)
     ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--random-draws", type=int, default=5)
+    ap.add_argument("--random-draws", type=positive_int, default=5)
     ap.add_argument("--l2", type=float, default=10.0)
     ap.add_argument("--copy-lengths", default="500,1000,2000")
     ap.add_argument("--copy-depths", default="0,50,100")
@@ -292,7 +293,9 @@ def main() -> None:
         help="heads of the shipped learned weights: the pooled qr-ndcg top-32 (default; faster, "
         "better held-out on SciFact and DL19) or all",
     )
-    ap.add_argument("--latency-queries", type=int, default=5, help="DL19 queries timed per head set (0: skip)")
+    ap.add_argument(
+        "--latency-queries", type=non_negative_int, default=5, help="DL19 queries timed per head set (0: skip)"
+    )
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

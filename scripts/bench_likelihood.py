@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import positive_int
 
 from attnrank.benchmarks import (
     CandidateSet,
@@ -400,9 +401,9 @@ def rules_markdown(rows: list[dict]) -> list[str]:
 def add_set_arguments(ap: argparse.ArgumentParser) -> None:
     """The data folder and the sizes of the four candidate sets (:func:`candidate_sets`)."""
     ap.add_argument("--data", default=None)
-    ap.add_argument("--scifact-queries", type=int, default=400)
-    ap.add_argument("--hotpot-questions", type=int, default=400)
-    ap.add_argument("--locomo-questions", type=int, default=400)
+    ap.add_argument("--scifact-queries", type=positive_int, default=400)
+    ap.add_argument("--hotpot-questions", type=positive_int, default=400)
+    ap.add_argument("--locomo-questions", type=positive_int, default=400)
 
 
 def candidate_sets(root: Path, args: argparse.Namespace) -> dict[str, CandidateSet]:

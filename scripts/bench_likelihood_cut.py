@@ -25,6 +25,7 @@ import logging
 import time
 from pathlib import Path
 
+from _common import positive_int
 from bench_likelihood import CACHE, METRICS, add_set_arguments, candidate_sets, examples
 
 from attnrank.benchmarks import cached_likelihoods
@@ -87,8 +88,8 @@ def timing(llm, ds, cands: dict, words: int, n: int) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--words", type=int, default=150)
-    ap.add_argument("--time-queries", type=int, default=30)
+    ap.add_argument("--words", type=positive_int, default=150)
+    ap.add_argument("--time-queries", type=positive_int, default=30)
     add_set_arguments(ap)
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()
@@ -121,7 +122,14 @@ def main() -> None:
                 "timed queries": min(args.time_queries, len(cands)) if seconds else 0,
             }
         )
-    payload = {"date": time.strftime("%Y-%m-%d"), "env": environment(), "words": words, "rows": rows, "cost": cost}
+    payload = {
+        "date": time.strftime("%Y-%m-%d"),
+        "env": environment(),
+        "dtype": str(llm.dtype).removeprefix("torch."),  # as loaded: dtype="auto" is bfloat16 only on some CPUs
+        "words": words,
+        "rows": rows,
+        "cost": cost,
+    }
     command = "python scripts/bench_likelihood_cut.py" + ("" if words == 150 else f" --words {words}")
     js, md = write_outputs(f"likelihood_cut_{words}", payload, markdown(payload, command), args.out or OUT)
     log.info("wrote %s and %s", js, md)
@@ -133,7 +141,7 @@ def markdown(p: dict, command: str) -> str:
         f"# The default's query likelihood with passages cut to {w} words ({p['date']}, "
         f"{p['env'].get('cpus', '?')} CPUs, {p['env'].get('cpu', '')})",
         "",
-        f"Command: `{command}`. SmolLM2-135M-Instruct (bfloat16). The default cuts each passage to "
+        f"Command: `{command}`. SmolLM2-135M-Instruct ({p['dtype']}). The default cuts each passage to "
         f"{DEFAULT_MAX_DOC_WORDS} words before its query-likelihood prompt; this cuts to {w}. Quality: "
         "every query of each set (the candidate sets of bench_likelihood); Δ, wins/losses and p (sign "
         "test) against the default preset. Cost: prompt tokens per query (every query), and s/query "

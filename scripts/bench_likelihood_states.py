@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from _common import positive_int, positive_ints
 
 from attnrank.benchmarks import dl19_sets, locomo_set, scifact_set
 from attnrank.config import set_torch_threads
@@ -155,18 +156,17 @@ def markdown(p: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--dl19-depths", default="20,100")
-    ap.add_argument("--dl19-queries", type=int, default=None, help="the first N topics (default: all 43)")
-    ap.add_argument("--scifact-queries", type=int, default=100)
-    ap.add_argument("--locomo-questions", type=int, default=200)
+    ap.add_argument("--dl19-depths", type=positive_ints, default="20,100")
+    ap.add_argument("--dl19-queries", type=positive_int, default=None, help="the first N topics (default: all 43)")
+    ap.add_argument("--scifact-queries", type=positive_int, default=100)
+    ap.add_argument("--locomo-questions", type=positive_int, default=200)
     ap.add_argument("--out", default=str(REPO / "docs" / "results"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     set_torch_threads()
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
-    depths = [int(k) for k in args.dl19_depths.split(",") if k]
     sets = [
-        *dl19_sets(root, depths, args.dl19_queries),
+        *dl19_sets(root, args.dl19_depths, args.dl19_queries),
         scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX),
         by_conversation(*locomo_set(root, args.locomo_questions)),
     ]

@@ -37,6 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from _common import positive_int
 from bench_likelihood import CACHE, METRICS, add_set_arguments, candidate_sets, chosen_rows, examples, wide_table
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
@@ -104,7 +105,7 @@ def rows_for(data: dict[str, list[FusionExample]], tokens: dict[str, dict]) -> l
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_set_arguments(ap)
-    ap.add_argument("--first", type=int, default=None, help="only the first N queries of each set")
+    ap.add_argument("--first", type=positive_int, default=None, help="only the first N queries of each set")
     ap.add_argument("--out", default=None, help="output folder (default docs/results)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

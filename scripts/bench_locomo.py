@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import non_negative_int, positive_int
 
 from attnrank.config import set_torch_threads
 from attnrank.errors import AttnrankError
@@ -238,8 +239,9 @@ class Runner:
 
 
 # -- report -------------------------------------------------------------------------------------
-def retrieval(results: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
-    """``{ranking: {qid: {metric: value}}}`` against the full evidence qrels."""
+def retrieval(results: list[dict], k: int) -> dict[str, dict[str, dict[str, float]]]:
+    """``{ranking: {qid: {metric: value}}}`` against the full evidence qrels (``R@k``: recall of
+    the ``k`` candidates, the ceiling of every ranking)."""
     qrels = {r["id"]: {d: 1 for d in r["evidence"]} for r in results}
     out = {}
     for name in results[0]["rankings"]:
@@ -247,12 +249,12 @@ def retrieval(results: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
             r["id"]: {d: float(len(r["rankings"][name]) - i) for i, d in enumerate(r["rankings"][name])}
             for r in results
         }
-        out[name] = evaluate_per_query(run, qrels, [*RETRIEVAL, "R@20"])
+        out[name] = evaluate_per_query(run, qrels, list(dict.fromkeys([*RETRIEVAL, f"R@{k}"])))
     return out
 
 
 def summarise(results: list[dict], args) -> dict[str, Any]:
-    per = retrieval(results)
+    per = retrieval(results, args.k)
     arms = list(results[0]["arms"])
     fs_f1 = np.array([r["arms"]["first-stage"]["f1"] for r in results])
     quality, latency, tests = [], [], []
@@ -300,13 +302,13 @@ def summarise(results: list[dict], args) -> dict[str, Any]:
             f = [r["arms"][arm]["f1"] for r in results if r["category"] == c]
             row[f"cat {c} (n={len(f)})"] = float(np.mean(f)) if f else float("nan")
         by_cat.append(row)
-    ceiling = float(np.mean([per["first-stage"][r["id"]]["R@20"] for r in results]))
+    ceiling = float(np.mean([per["first-stage"][r["id"]][f"R@{args.k}"] for r in results]))
     return {
         "quality": quality,
         "latency": latency,
         "tests": tests,
         "by_category": by_cat,
-        "R@20 of candidates": ceiling,
+        f"R@{args.k} of candidates": ceiling,
     }
 
 
@@ -333,7 +335,7 @@ def markdown(s: dict, results: list[dict], args, env, model: str, notes: list[st
         f"left out: its gold answer is usually absent), after the first {args.skip} ids of the seeded order "
         "(LoCoMo's training share of the fused scorer). Candidates: each question's BM25 top-"
         f"{args.k} turns of its own conversation (`attnrank.benchmarks.locomo_set`); evidence R@{args.k} of "
-        f"the candidates = {s['R@20 of candidates']:.3f} (the ceiling of every ranking). Model {model} reranks, "
+        f"the candidates = {s[f'R@{args.k} of candidates']:.3f} (the ceiling of every ranking). Model {model} reranks, "
         f"prunes and answers (greedy, max_new_tokens={args.max_new_tokens}). `first-stage` = BM25 top-{args.top}; "
         f"`rerank-P` = `AttentionReranker(config=RerankConfig.preset(P))` over the {args.k} candidates, top-{args.top}; "
         f"`+pruned` = those turns pruned by `ContextPruner` (default PruneConfig: method 'query', all heads) to "
@@ -380,15 +382,15 @@ def markdown(s: dict, results: list[dict], args, env, model: str, notes: list[st
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--questions", type=int, default=100, help="sampled questions of categories 1-4")
+    ap.add_argument("--questions", type=positive_int, default=100, help="sampled questions of categories 1-4")
     ap.add_argument(
         "--skip",
-        type=int,
+        type=non_negative_int,
         default=400,
         help="leave out the first N ids of the seeded order (the fused scorer's training)",
     )
-    ap.add_argument("--k", type=int, default=20, help="first-stage candidates per question")
-    ap.add_argument("--top", type=int, default=5, help="turns given to the generator")
+    ap.add_argument("--k", type=positive_int, default=20, help="first-stage candidates per question")
+    ap.add_argument("--top", type=positive_int, default=5, help="turns given to the generator")
     ap.add_argument("--presets", default="qrhead,fused", help="reranker presets, comma-separated")
     ap.add_argument("--keep-ratio", type=float, default=0.5, help="pruned arms: fraction of sentence tokens kept")
     ap.add_argument("--max-new-tokens", type=int, default=32)
@@ -399,6 +401,8 @@ def main() -> None:
     ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"), help="'' = no cache")
     ap.add_argument("--out-dir", default=str(OUT))
     args = ap.parse_args()
+    if args.top > args.k:
+        ap.error(f"--top {args.top} is more than the --k {args.k} candidates; give --top at most {args.k}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("attnrank").setLevel(logging.WARNING)
     set_torch_threads()

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import positive_int
 
 from attnrank.benchmarks import dl19_sets, scifact_retriever, scifact_set
 from attnrank.config import set_torch_threads
@@ -151,7 +152,7 @@ def markdown(p: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--scifact-queries", type=int, default=20)
+    ap.add_argument("--scifact-queries", type=positive_int, default=20)
     ap.add_argument(
         "--presets",
         default="likelihood,signals,fused",

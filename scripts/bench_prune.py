@@ -59,6 +59,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import non_negative_int, positive_int
 
 from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root, hotpotqa_rows
@@ -461,10 +462,12 @@ def markdown(rows, target, timing, questions, args, env, lingua, png) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--questions", type=int, default=0, help="first N questions, sentence-labelled first (0 = all 400)")
+    ap.add_argument(
+        "--questions", type=non_negative_int, default=0, help="first N questions, sentence-labelled first (0 = all 400)"
+    )
     ap.add_argument("--ratios", default=DEFAULT_RATIOS)
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"from {','.join(ALL_METHODS)}")
-    ap.add_argument("--seeds", type=int, default=5, help="random-baseline draws averaged (>= 3)")
+    ap.add_argument("--seeds", type=positive_int, default=5, help="random-baseline draws averaged (>= 3)")
     ap.add_argument("--heads", default=None, help="pruner heads: 'all' (default), 'l-h,...' or a JSON file")
     ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"), help="'' = no score cache")
     ap.add_argument("--out-dir", default=str(OUT))
@@ -487,8 +490,6 @@ def main() -> None:
     bad = set(methods) - set(ALL_METHODS)
     if bad:
         raise SystemExit(f"unknown methods {sorted(bad)}; choose from {ALL_METHODS}")
-    if "random" in methods and args.seeds < 1:
-        raise SystemExit("--seeds must be >= 1")
     ratios = [float(x) for x in args.ratios.split(",")]
     questions = load_questions(data_root(args.data, default=REPO.parent / "shared" / "data"), args.questions or None)
     scorers = Scorers(methods, args.heads, args.dtype, args.attention)

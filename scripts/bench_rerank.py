@@ -53,6 +53,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import non_negative_int, positive_int, positive_ints
 
 from attnrank.benchmarks import dl19_sets, head_quality, icr_scores, scifact_set
 from attnrank.config import set_torch_threads
@@ -155,6 +156,7 @@ def quality(setups, reranker, args) -> tuple[list[dict], dict]:
         log.info("%s done", name)
     best_heads = {n: [list(heads[i]) for i in np.argsort(-v)[:16]] for n, v in head_nd.items()}
     return rows, {
+        "llm_dtype": str(reranker.llm.dtype).removeprefix("torch."),  # as loaded (dtype="auto": by CPU)
         "head_selections": selections,
         "top16_by_dataset": best_heads,
         "per_head_ndcg": {n: v.round(4).tolist() for n, v in head_nd.items()},
@@ -209,6 +211,7 @@ def speed_worker(impl: str, k: int, n_queries: int, heads: str | None) -> dict:
         "impl": impl,
         "K": k,
         "heads": heads or "all",
+        "dtype": str(rr.llm.dtype).removeprefix("torch."),
         "prompt tokens": float(np.mean(tokens)),
         "s/query": float(np.mean(times)),
         "peak extra MB": float(np.max(peaks)),
@@ -389,10 +392,13 @@ def precision_markdown(rows, info, env, args) -> str:
 
 
 def markdown(q_rows, s_rows, extra, env, args) -> str:
+    # the precision each LLM actually ran in (dtype="auto": bfloat16 on AMX / AVX-512 BF16 CPUs, else float32)
+    dtypes = sorted({d for d in [extra.get("llm_dtype"), *(r.get("dtype") for r in s_rows)] if d})
     out = [
         f"# Attention reranking benchmark ({env['date']}, {env['cpus']} CPUs, torch {env['torch']})",
         "",
-        "LLM: SmolLM2-135M-Instruct (packaged GGUF, de-quantized, float32) for every LLM method. "
+        f"LLM: SmolLM2-135M-Instruct (packaged GGUF, de-quantized, {' and '.join(dtypes) or 'not loaded'}) for "
+        "every LLM method. "
         "nDCG@10 with trec_eval linear gain (ir-measures); wins/losses = queries whose nDCG@10 rose/fell "
         "against the first stage. s/query is wall time on this CPU.",
         "",
@@ -490,9 +496,13 @@ def blocks_section(args, root: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--dl19-depths", default="20,50")
-    ap.add_argument("--dl19-queries", type=int, default=0, help="limit DL19 queries (0 = all 43; for smoke runs)")
-    ap.add_argument("--scifact-queries", type=int, default=50)
+    ap.add_argument("--dl19-depths", type=positive_ints, default="20,50")
+    ap.add_argument(
+        "--dl19-queries", type=non_negative_int, default=0, help="limit DL19 queries (0 = all 43; for smoke runs)"
+    )
+    ap.add_argument(
+        "--scifact-queries", type=non_negative_int, default=50, help="seeded SciFact sample (0 = no SciFact)"
+    )
     ap.add_argument("--listwise-max-k", type=int, default=20, help="RankGPT only on candidate lists up to this size")
     ap.add_argument("--listwise-on", default="DL19", help="datasets (first word of the setting) to run RankGPT on")
     ap.add_argument("--skip-baselines", action="store_true")
@@ -502,7 +512,7 @@ def main() -> None:
     ap.add_argument("--skip-quality", action="store_true")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--speed-ks", default="10,20,50")
-    ap.add_argument("--speed-queries", type=int, default=3)
+    ap.add_argument("--speed-queries", type=positive_int, default=3)
     ap.add_argument("--speed-heads", default="")
     ap.add_argument("--speed-worker", nargs=2, default=None)
     ap.add_argument("--naive-max-gb", type=float, default=12.0, help="skip naive runs whose attention maps exceed this")
@@ -522,14 +532,16 @@ def main() -> None:
         default=RerankConfig.block_positions,
         help="block positions of the interleaved timing, comma-separated (the preset fused reads 'shared')",
     )
-    ap.add_argument("--blocks-hotpot", type=int, default=60, help="HotpotQA questions in the quality comparison")
-    ap.add_argument("--blocks-scifact", type=int, default=12, help="SciFact queries in the quality comparison")
+    ap.add_argument(
+        "--blocks-hotpot", type=positive_int, default=60, help="HotpotQA questions in the quality comparison"
+    )
+    ap.add_argument("--blocks-scifact", type=positive_int, default=12, help="SciFact queries in the quality comparison")
     ap.add_argument("--kernels", action="store_true", help="only SDPA vs the few-rows kernel (rerank_kernels.*)")
     ap.add_argument(
         "--name", default="", help="output name for --blocks or --kernels (docs/results/NAME.*; default: the section's)"
     )
     ap.add_argument("--int8", action="store_true", help="only the precision comparison (docs/results/rerank_int8.*)")
-    ap.add_argument("--int8-k", type=int, default=20, help="DL19 BM25 candidates per query for --int8")
+    ap.add_argument("--int8-k", type=positive_int, default=20, help="DL19 BM25 candidates per query for --int8")
     ap.add_argument("--int8-dtypes", default="float32,int8", help="precisions for --int8; the first is the reference")
     ap.add_argument("--int8-preset", default="qrhead")
     ap.add_argument("--int8-name", default="rerank_int8", help="output name for --int8 (docs/results/NAME.*)")
@@ -570,7 +582,7 @@ def main() -> None:
     if not args.skip_quality:
         from attnrank.rerank.attention import AttentionReranker
 
-        setups = dl19_sets(root, [int(x) for x in args.dl19_depths.split(",")], args.dl19_queries)
+        setups = dl19_sets(root, args.dl19_depths, args.dl19_queries)
         if args.scifact_queries:
             setups.append(scifact_set(root, args.scifact_queries, index_dir=SCIFACT_INDEX))
         q_rows, extra = quality(setups, AttentionReranker(config="icr"), args)

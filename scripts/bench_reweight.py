@@ -40,6 +40,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
+from _common import non_negative_int
 
 from attnrank.benchmarks import dl19_sets, head_quality, scifact_set
 from attnrank.config import set_torch_threads
@@ -476,7 +477,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
     ap.add_argument("--settings", default="dl19-20,dl19-50,scifact", help=f"subset of {','.join(SETTINGS)}")
-    ap.add_argument("--max-queries", type=int, default=0, help="first N queries per setting (smoke runs; 0 = all)")
+    ap.add_argument(
+        "--max-queries", type=non_negative_int, default=0, help="first N queries per setting (smoke runs; 0 = all)"
+    )
     ap.add_argument("--no-selected", action="store_true", help="all heads only (no cross-dataset head list)")
     ap.add_argument("--seed", type=int, default=0, help="fold split seed")
     ap.add_argument("--profile-trials", type=int, default=24)

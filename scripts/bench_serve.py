@@ -32,9 +32,11 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from _common import positive_int, positive_ints
 
 from attnrank.corpus import load_corpus
 from attnrank.demo import demo_corpus_path, demo_queries
+from attnrank.eval.report import environment
 from attnrank.llm.models import load_llm
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.serve.app import create_app
@@ -134,11 +136,14 @@ def baseline(reranker: AttentionReranker, bodies: list[dict], n: int) -> dict:
 
 
 def markdown(result: dict) -> str:
-    s = result["settings"]
+    s, env = result["settings"], result["environment"]
+    answered = ", ".join(f"{lv['ok']} at {lv['clients']} client(s)" for lv in result["levels"])
     lines = [
         "# attnrank serve: loopback load test",
         "",
         f"Command: `{result['command']}`",
+        "",
+        f"Run {env['date']} on {env['cpu']} ({env['cpus']} CPUs available; Python {env['python']}, torch {env['torch']}).",
         "",
         (
             f"Model `{s['model']}` on {s['cpus']} CPU thread(s) ({s['machine']}); POST /rerank (TEI shape) with "
@@ -168,7 +173,8 @@ def markdown(result: dict) -> str:
     lines += [
         "",
         (
-            "Latency is per request as the client sees it (queue wait included), over the 200 answers. "
+            "Latency is per request as the client sees it (queue wait included), over each level's answered "
+            f"requests (status 200: {answered}). "
             "One model serves all requests one at a time, so throughput stays at the model's rate and latency "
             "grows with the number of clients waiting; 503s would only appear with more clients than "
             "queue places (+1 running)."
@@ -183,19 +189,22 @@ def markdown(result: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="LLM (default: packaged SmolLM2-135M)")
-    ap.add_argument("--levels", default="1,4,16", help="concurrent clients per level")
-    ap.add_argument("--requests", type=int, default=16, help="requests per level")
+    ap.add_argument("--levels", type=positive_ints, default="1,4,16", help="concurrent clients per level")
+    ap.add_argument("--requests", type=positive_int, default=16, help="requests per level")
     ap.add_argument("--max-seconds", type=float, default=120.0, help="time cap per level (requests in flight finish)")
-    ap.add_argument("--docs", type=int, default=4, help="candidates per request")
-    ap.add_argument("--doc-chars", type=int, default=150, help="characters kept of each passage")
-    ap.add_argument("--max-queued", type=int, default=16)
-    ap.add_argument("--baseline-calls", type=int, default=4)
+    ap.add_argument("--docs", type=positive_int, default=4, help="candidates per request")
+    ap.add_argument("--doc-chars", type=positive_int, default=150, help="characters kept of each passage")
+    ap.add_argument("--max-queued", type=positive_int, default=16)
+    ap.add_argument("--baseline-calls", type=positive_int, default=4)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--name", default="serve", help="result file stem (NAME.json, NAME.md)")
     args = ap.parse_args()
-    levels = [int(x) for x in args.levels.split(",")]
-    if args.requests < 1 or args.requests > 2000 or max(levels) > 64 or args.max_seconds > 1200:
-        sys.exit("bounded load only: --requests in [1, 2000], at most 64 clients, --max-seconds <= 1200")
+    levels = args.levels
+    if args.requests > 2000 or max(levels) > 64 or not 0 < args.max_seconds <= 1200:
+        sys.exit(
+            f"bounded load only (--requests {args.requests}, --levels {','.join(map(str, levels))}, --max-seconds "
+            f"{args.max_seconds:g}): give --requests 1 to 2000, at most 64 clients a level, --max-seconds in (0, 1200]"
+        )
     import torch
 
     llm = load_llm(args.model)
@@ -215,6 +224,7 @@ def main() -> None:
     base = {"before": before, "after": after}
     result = {
         "command": "python scripts/bench_serve.py " + " ".join(sys.argv[1:]),
+        "environment": environment(),
         "settings": {
             "model": llm.model_id,
             "levels": levels,

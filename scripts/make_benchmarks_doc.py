@@ -1,6 +1,8 @@
 """Assemble docs/benchmarks.md from the benchmark outputs in docs/results/*.md.
 
-python scripts/make_benchmarks_doc.py
+python scripts/make_benchmarks_doc.py [--check]
+
+``--check`` writes nothing: it exits 1 if the page differs from what the records assemble to.
 
 The page: the opening paragraph, "At a glance" (computed from the JSON records,
 scripts/benchmarks_glance.py), notes by date, then every record of :data:`ORDER`. A record in
@@ -9,6 +11,7 @@ docs/results that ORDER does not list is refused, so that no result drops out of
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from benchmarks_glance import glance
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "results"
+PAGE = REPO / "docs" / "benchmarks.md"
 
 ORDER = [
     "first_stage",
@@ -71,6 +75,7 @@ COMMANDS = {
         "python scripts/bench_likelihood.py on an AMD EPYC (AVX-512 BF16, no AMX), likelihoods recomputed "
         "there (files renamed to likelihood_avx512_bf16.*)"
     ),
+    "confirm": "python scripts/bench_confirm.py --offset 400 --locomo-questions 400 --scifact-queries 200",
     "likelihood_states": "python scripts/bench_likelihood_states.py",
     "likelihood_states_avx512_bf16": (
         "python scripts/bench_likelihood_states.py on an AMD EPYC (AVX-512 BF16, no AMX), after the suffix pass "
@@ -409,10 +414,20 @@ def assemble(results: Path = OUT) -> str:
     return "".join(parts)
 
 
-def main() -> None:
-    page = REPO / "docs" / "benchmarks.md"
-    page.write_text(assemble(), encoding="utf-8")
-    sys.stdout.write(f"wrote {page}\n")
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if the page is not what the records give"
+    )
+    args = ap.parse_args(argv)
+    page = assemble()
+    if args.check:
+        if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != page:
+            raise SystemExit(f"{PAGE} is not what docs/results assembles to; run python scripts/make_benchmarks_doc.py")
+        sys.stdout.write(f"{PAGE} is up to date\n")
+        return
+    PAGE.write_text(page, encoding="utf-8")
+    sys.stdout.write(f"wrote {PAGE}\n")
 
 
 if __name__ == "__main__":

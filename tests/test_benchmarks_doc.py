@@ -68,3 +68,181 @@ def test_every_benchmark_script_loads_against_the_package(script):
     import runpy
 
     runpy.run_path(str(REPO / "scripts" / script), run_name="loaded by a test")  # module level only
+
+
+def test_a_listed_record_not_run_yet_names_its_command(results: Path):
+    """ORDER listed confirm without a command: a page assembled without its record raised KeyError."""
+    assert set(make_benchmarks_doc.ORDER) <= set(make_benchmarks_doc.COMMANDS)
+    (results / "confirm.md").unlink()
+    page = make_benchmarks_doc.assemble(results)
+    assert (
+        "## confirm\n\nNot run yet (`python scripts/bench_confirm.py --offset 400 --locomo-questions 400 "
+        "--scifact-queries 200`)." in page
+    )
+
+
+def test_the_page_generator_reads_its_arguments_before_writing(tmp_path: Path, monkeypatch, capsys):
+    """main() ignored argv: --help or a typo regenerated docs/benchmarks.md."""
+    page = tmp_path / "benchmarks.md"
+    monkeypatch.setattr(make_benchmarks_doc, "PAGE", page)
+    for argv, code in ((["--help"], 0), (["--chek"], 2)):
+        with pytest.raises(SystemExit) as e:
+            make_benchmarks_doc.main(argv)
+        assert e.value.code == code and not page.exists()
+    with pytest.raises(SystemExit, match="is not what docs/results assembles to"):
+        make_benchmarks_doc.main(["--check"])
+    assert not page.exists()
+    make_benchmarks_doc.main([])
+    assert page.read_text(encoding="utf-8") == make_benchmarks_doc.assemble()
+    make_benchmarks_doc.main(["--check"])
+    assert capsys.readouterr().out.endswith("is up to date\n")
+
+
+class _Parsed(Exception):
+    """Raised in place of running a benchmark once its arguments are parsed."""
+
+
+def _parse(monkeypatch, script: str, argv: list[str]):
+    """Run ``script``'s main() up to its parse_args() with ``argv``: its namespace, or the parser's SystemExit."""
+    import argparse
+    import runpy
+
+    parse = argparse.ArgumentParser.parse_args
+
+    def parse_and_stop(self, args=None, namespace=None):
+        raise _Parsed(parse(self, args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_and_stop)
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    with pytest.raises(_Parsed) as e:
+        runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")
+    return e.value.args[0]
+
+
+COUNTS = [
+    ("bench_locomo.py", ["--questions", "0"], "argument --questions: '0' is not a whole number >= 1; give 1 or more"),
+    ("bench_locomo.py", ["--skip", "-5"], "argument --skip: '-5' is not a whole number >= 0; give 0 or more"),
+    ("bench_locomo.py", ["--k", "-1"], "argument --k: '-1'"),
+    ("bench_locomo.py", ["--top", "0"], "argument --top: '0'"),
+    ("bench_ask.py", ["--skip", "-5"], "argument --skip: '-5' is not a whole number >= 0"),
+    ("bench_ask.py", ["--questions", "-1"], "argument --questions: '-1'"),
+    ("bench_prune.py", ["--questions", "-3"], "argument --questions: '-3'"),
+    ("bench_likelihood_tokens.py", ["--first", "0"], "argument --first: '0'"),
+    ("bench_rerank.py", ["--dl19-queries", "-1"], "argument --dl19-queries: '-1'"),
+    ("bench_rerank.py", ["--dl19-depths", "20,-5"], "argument --dl19-depths: '-5' is not a whole number >= 1"),
+    ("bench_likelihood_states.py", ["--dl19-depths", "0"], "argument --dl19-depths: '0'"),
+    ("bench_likelihood_states.py", ["--dl19-queries", "-2"], "argument --dl19-queries: '-2'"),
+    ("bench_reweight.py", ["--max-queries", "-1"], "argument --max-queries: '-1'"),
+    ("bench_fusion.py", ["--hotpot-questions", "-1"], "argument --hotpot-questions: '-1'"),
+    ("bench_heads.py", ["--hotpot-questions", "0"], "argument --hotpot-questions: '0'"),
+    ("bench_likelihood.py", ["--locomo-questions", "-400"], "argument --locomo-questions: '-400'"),
+    ("bench_serve.py", ["--levels", "1,0"], "argument --levels: '0'"),
+]
+
+
+@pytest.mark.parametrize(("script", "argv", "message"), COUNTS)
+def test_a_benchmark_refuses_a_count_it_would_slice_wrongly(monkeypatch, capsys, script, argv, message):
+    """A negative count sliced from the end (--skip -5: only the last 5 questions) and 0 kept
+    nothing or everything, under a table that named the count asked for."""
+    with pytest.raises(SystemExit) as e:
+        _parse(monkeypatch, script, argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("script", "option", "default"),
+    [("bench_rerank.py", "dl19_depths", [20, 50]), ("bench_likelihood_states.py", "dl19_depths", [20, 100])]
+    + [("bench_serve.py", "levels", [1, 4, 16])],
+)
+def test_a_list_of_counts_is_checked_as_parsed_its_default_too(monkeypatch, script, option, default):
+    """The depths were split and int()-ed after parsing, unchecked ("20,-5" cut the last 5)."""
+    assert getattr(_parse(monkeypatch, script, []), option) == default  # argparse types a string default
+
+
+def test_bench_ask_refuses_to_evaluate_the_probe_on_its_training_questions():
+    """--prune-method probe with --skip 0 scored the registered probe on the 83 labelled questions
+    it was trained on (its record's trained_on), the order bench_ask evaluates first."""
+    import bench_ask
+
+    trained = "83 HotpotQA distractor dev questions with sentence-level supporting facts"
+    assert "--prune-method probe with --skip 0: the registered probe was trained on the first 83" in (
+        bench_ask.probe_overlap(trained, 0) or ""
+    )
+    assert "give --skip 83 or more" in (bench_ask.probe_overlap(trained, 82) or "")
+    assert bench_ask.probe_overlap(trained, 83) is None
+    assert "does not say how many" in (bench_ask.probe_overlap("HotpotQA dev questions", 400) or "")
+    assert bench_ask.probe_overlap("200 SciFact queries", 0) is None  # nothing evaluated here was seen
+
+
+def test_bench_locomo_reports_the_candidates_recall_at_the_k_it_ran():
+    """The report said "evidence R@{k}" for --k but always computed R@20 (1.0 here at k = 5)."""
+    from types import SimpleNamespace
+
+    import bench_locomo
+
+    cands = [f"c{i}" for i in range(10)]
+    arm = {
+        "f1": 0.5,
+        "em": 0.0,
+        "contains": 1.0,
+        "evidence_in_context": 0.0,
+        "context_tokens": 10,
+        "timings": {"retrieve": 0.1, "generate": 1.0, "total": 1.1},
+    }
+    results = [
+        {
+            "id": "q",
+            "category": 1,
+            "evidence": ["c7"],  # outside the top 5, inside the top 20
+            "rankings": {"first-stage": cands},
+            "arms": {"none": dict(arm), "first-stage": dict(arm)},
+        }
+    ]
+    args = SimpleNamespace(k=5, skip=400, top=3, max_new_tokens=32, keep_ratio=0.5, wall=1.0)
+    s = bench_locomo.summarise(results, args)
+    assert s["R@5 of candidates"] == 0.0 and "R@20 of candidates" not in s
+    md = bench_locomo.markdown(s, results, args, {"threads": 2, "cpus": 2}, "m", [])
+    assert "evidence R@5 of the candidates = 0.000" in md
+
+
+def test_bench_rerank_and_likelihood_cut_print_the_dtype_they_loaded():
+    """The reports said float32 (bench_rerank) and bfloat16 (bench_likelihood_cut) whatever
+    dtype="auto" loaded on the machine."""
+    import bench_likelihood_cut
+    import bench_rerank
+
+    env = {"date": "2026-01-01", "cpus": 2, "torch": "2", "cpu": "c"}
+    md = bench_rerank.markdown([], [], {"llm_dtype": "bfloat16"}, env, None)
+    assert "de-quantized, bfloat16) for every LLM method" in md and "float32" not in md
+    cost = [{"dataset": "DL19", "x faster": 1.0}]
+    p = {"words": 150, "date": "2026-01-01", "env": env, "dtype": "float32", "cost": cost, "rows": []}
+    assert "SmolLM2-135M-Instruct (float32)." in bench_likelihood_cut.markdown(p, "cmd")
+
+
+def test_bench_serve_reports_each_levels_answers_and_its_environment():
+    """The report said "over the 200 answers" whatever was answered, and recorded no date or CPU."""
+    import bench_serve
+
+    level = {"requests_sent": 16, "rejected_503": 0, "errors": 0, "throughput_rps": 1.0, "stopped_by_time_cap": False}
+    level |= {"p50": 1.0, "p95": 2.0, "p99": 3.0}
+    result = {
+        "command": "python scripts/bench_serve.py",
+        "environment": {"date": "2026-01-02", "cpu": "Some CPU (amx_bf16)", "cpus": 2, "python": "3", "torch": "2"},
+        "settings": {
+            "model": "m",
+            "cpus": 2,
+            "machine": "x86_64",
+            "docs": 4,
+            "doc_chars": 150,
+            "max_queued": 16,
+            "requests": 16,
+            "max_seconds": 120,
+            "cores": 2,
+            "loadavg_1m_before_after": [0.1, 0.2],
+        },
+        "baseline": {},
+        "levels": [{**level, "clients": 1, "ok": 16}, {**level, "clients": 4, "ok": 9}],
+    }
+    md = bench_serve.markdown(result)
+    assert "Run 2026-01-02 on Some CPU (amx_bf16)" in md and "200 answers" not in md
+    assert "(status 200: 16 at 1 client(s), 9 at 4 client(s))" in md

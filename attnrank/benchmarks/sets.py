@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from ..config import RRF_K, index_root
-from ..errors import AttnrankError
+from ..errors import AttnrankError, InputError
 from ..eval.datasets import Dataset, check_sample_size, dl19, hotpotqa, locomo, sample_order, sample_queries, scifact
 from ..index.bm25 import BM25Index
 from ..index.retriever import HybridRetriever
 from ..index.store import corpus_checksum
-from ..types import Document
+from ..types import Document, is_count
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +32,16 @@ CandidateSet = tuple[str, Dataset, dict[str, list[Document]]]
 
 
 def dl19_sets(root: Path, depths: Sequence[int], max_queries: int | None = None) -> list[CandidateSet]:
-    """DL19 BM25 top-``k`` for each ``k`` in ``depths`` (the first ``max_queries`` topics if set)."""
+    """DL19 BM25 top-``k`` for each ``k`` in ``depths`` (the first ``max_queries`` topics if set);
+    a depth must be a count no deeper than the stored run (a negative one cut from the end)."""
+    check_sample_size(max_queries)
     ds = dl19(root)
+    deepest = max((len(c) for c in ds.candidates.values()), default=0)
+    for k in depths:
+        if not is_count(k) or k > deepest:
+            raise InputError(
+                f"DL19 depth {k!r}: the BM25 run holds up to {deepest} candidates a topic; give 1 to {deepest}"
+            )
     if max_queries:
         ds = ds.subset(list(ds.queries)[:max_queries])
     docs = {d.id: d for d in ds.docs}
@@ -105,6 +113,7 @@ def _bm25_ordered(ds: Dataset, qids: Sequence[str], k: int | None = None) -> dic
 
 def hotpot_set(root: Path, n_queries: int | None = None) -> CandidateSet:
     """HotpotQA distractor: the first ``n_queries`` questions, their paragraphs in BM25 order."""
+    check_sample_size(n_queries)
     ds = hotpotqa(root)
     ds = ds.subset(list(ds.queries)[:n_queries] if n_queries else list(ds.queries))
     return (f"HotpotQA distractor BM25-ordered ({len(ds.queries)} questions)", ds, _bm25_ordered(ds, list(ds.queries)))

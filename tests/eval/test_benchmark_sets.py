@@ -35,6 +35,20 @@ def test_dl19_sets_cut_the_run_at_each_depth(shared_mini, dl19_mini):
     assert [d.id for d in sets[1][2]["264014"]] == top5 and [d.id for d in sets[0][2]["264014"]] == top5[:3]
 
 
+def test_dl19_and_hotpot_sets_refuse_a_count_they_would_slice_wrongly(shared_mini):
+    """A negative count sliced from the end: dl19_sets(root, [20], -1) gave all topics but the last
+    as "DL19 BM25 top-20", a depth of -5 "top--5"; a depth past the run was named as if it held it."""
+    with pytest.raises(InputError, match="n=-1 queries"):
+        dl19_sets(shared_mini, [3], max_queries=-1)
+    for depth in (-5, 0, 21, 2.5):
+        with pytest.raises(InputError, match=f"DL19 depth {depth!r}: the BM25 run holds up to 20 .* give 1 to 20"):
+            dl19_sets(shared_mini, [3, depth])
+    assert [s[0] for s in dl19_sets(shared_mini, [20], max_queries=0)] == ["DL19 BM25 top-20"]  # 0: all topics
+    with pytest.raises(InputError, match="n=-1 queries"):
+        hotpot_set(shared_mini, -1)
+    assert hotpot_set(shared_mini, 0)[0] == "HotpotQA distractor BM25-ordered (3 questions)"
+
+
 def test_hotpot_and_locomo_sets_are_bm25_ordered(shared_mini):
     name, ds, cands = hotpot_set(shared_mini, 2)
     assert name == "HotpotQA distractor BM25-ordered (2 questions)" and list(cands) == list(ds.queries)

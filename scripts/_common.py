@@ -1,0 +1,40 @@
+"""Argument types shared by the benchmark scripts (imported as ``from _common import ...``: a script's
+own folder is on ``sys.path`` when it runs).
+
+A count option is sliced (``items[:n]``, ``items[skip:]``): a negative value would cut from the
+end and 0 would keep nothing, and the table would be named for a set it did not score. argparse
+turns the :class:`argparse.ArgumentTypeError` into one error line naming the option, the value,
+the limit and the fix, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _count(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {minimum}; give {minimum} or more")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A count of at least 1 (questions, candidates, folds, ...)."""
+    return _count(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """A count of at least 0: an offset or skip, or a limit whose 0 means "all"."""
+    return _count(text, 0)
+
+
+def positive_ints(text: str) -> list[int]:
+    """A comma-separated list of counts of at least 1 (``"20,50"``: candidate depths)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r} holds no number; give counts >= 1, comma-separated (e.g. 20,50)")
+    return [_count(p, 1) for p in parts]
