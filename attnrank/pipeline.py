@@ -32,7 +32,7 @@ from .prune.pruner import ContextPruner
 from .rerank.attention import AttentionReranker
 from .rerank.config import RerankConfig
 from .rerank.inputs import check_unique_ids
-from .rerank.position import SlotProfile, load_profile, reorder_for_generation
+from .rerank.position import SlotProfile, check_basin, load_profile, reorder_for_generation
 from .types import Document, RankedResults, ScoredDocument, as_documents, check_unicode, is_count
 
 logger = logging.getLogger(__name__)
@@ -115,6 +115,7 @@ class Pipeline:
 
     def _profile(self, reorder: SlotProfile | bool) -> SlotProfile | None:
         if isinstance(reorder, SlotProfile):
+            check_basin(reorder)  # (else refused at the first run, after every stage had run)
             return reorder
         if not isinstance(reorder, bool):  # (a path failed at the first run, after every stage had run)
             raise InputError(
@@ -131,7 +132,7 @@ class Pipeline:
                 "reorder=True reads the generator model's registered slot profile, but no stage "
                 "has a model; pass a SlotProfile or build the pipeline with Pipeline.from_model"
             )
-        return load_profile("auto", llm.model_id, llm.fingerprint, n_slots=self.top_k)
+        return load_profile("auto", llm.model_id, llm.fingerprint, n_slots=self.top_k, calibrated=False)
 
     @classmethod
     def from_model(

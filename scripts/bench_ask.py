@@ -152,21 +152,24 @@ class QuestionBM25:
 
 
 # -- slot profile ---------------------------------------------------------------------------------
-def slot_profile(reranker, pool: list[Document], k: int, trials: int, ship: bool) -> tuple[object, str]:
+def slot_profile(llm, pool: list[Document], k: int, trials: int, ship: bool) -> tuple[object, str]:
+    """The model's raw-attention profile at ``k`` slots (the basin reorder_for_generation reads):
+    registered, else measured here (every head, uncalibrated, unfiltered, as bench_slot_profiles.py)."""
+    from attnrank.rerank.attention import AttentionReranker
     from attnrank.rerank.position import load_stored_profile, store_profile
     from attnrank.rerank.profile import measure_slot_profile
 
-    llm = reranker.llm
     try:
-        p = load_stored_profile(llm.model_id, llm.fingerprint, n_slots=k)
+        p = load_stored_profile(llm.model_id, llm.fingerprint, n_slots=k, calibrated=False)
         if p.n_slots == k:
-            return p, f"registered profile (n_slots={p.n_slots}, {p.n_trials} trials, measured {p.date})"
+            return p, f"registered raw-attention profile (n_slots={p.n_slots}, {p.n_trials} trials, measured {p.date})"
     except Exception as e:
         log.info("no registered slot profile: %s", e)
     t = time.perf_counter()
-    p = measure_slot_profile(reranker, pool, n_slots=k, n_trials=trials, seed=0)
+    raw = AttentionReranker(llm, config="icr", calibrate=False, token_filter=False)
+    p = measure_slot_profile(raw, pool, n_slots=k, n_trials=trials, seed=0)
     note = (
-        f"no registered {k}-slot profile for this model: measured here with measure_slot_profile "
+        f"no registered {k}-slot raw-attention profile for this model: measured here with measure_slot_profile "
         f"(n_slots={k}, {trials} trials, paragraphs of non-evaluated questions, {time.perf_counter() - t:.0f} s)"
     )
     if ship:
@@ -441,7 +444,7 @@ def main() -> None:
             raise SystemExit(refusal)
     gen = Generator(llm, args.max_new_tokens)
     pipe = Pipeline(None, reranker, pruner, gen, depth=10, top_k=args.rerank_k, budget_tokens=args.pipeline_budget)
-    profile, profile_note = slot_profile(reranker, pool, args.rerank_k, args.profile_trials, args.ship)
+    profile, profile_note = slot_profile(llm, pool, args.rerank_k, args.profile_trials, args.ship)
     args.profile_curve = profile.curve(args.rerank_k).tolist()
     log.info("slot profile: %s; curve %s", profile_note, np.round(args.profile_curve, 5).tolist())
     results = []

@@ -62,6 +62,7 @@ ORDER = [
     "prune_bfloat16_block",
     "ask",
     "ask_40q_query",
+    "slot_profiles",
     "serve",
     "serve_tiny",
     "sharded",
@@ -75,6 +76,7 @@ COMMANDS = {
         "python scripts/bench_likelihood.py on an AMD EPYC (AVX-512 BF16, no AMX), likelihoods recomputed "
         "there (files renamed to likelihood_avx512_bf16.*)"
     ),
+    "slot_profiles": "python scripts/bench_slot_profiles.py --slots 5,20 --trials 40 --ship",
     "confirm": "python scripts/bench_confirm.py --offset 400 --locomo-questions 400 --scifact-queries 200",
     "likelihood_states": "python scripts/bench_likelihood_states.py",
     "likelihood_states_avx512_bf16": (
@@ -169,6 +171,17 @@ evidence turns relevant).
 """
 NOTES = """
 ## Notes on the records, by date
+
+**On 2026-12-05 reordering passages for generation started reading raw attention**
+(`reorder_for_generation`, `ask --reorder`, `Pipeline(reorder=True)`): it read the registered
+profile of *calibrated* scores (real minus "N/A"), whose calibration cancels most of the
+positional bias. For SmolLM2 that residual ranked the 5 slots best-first (so the `ask` records'
+"reordered" arm equals the reranked order on 100 of 100 questions) and, at 20 slots, put the best
+passage at slot 18 and the weakest next to the question. The raw attention each slot receives
+("Slot profiles" below, `python scripts/bench_slot_profiles.py --slots 5,20 --trials 40 --ship`) is
+the basin AttnRank describes, high at both ends (5 slots: 26.5, 11.9, 10.1, 9.9, 20.5), and is now
+registered and read; a calibrated profile is refused for reordering. The `ask` records below were
+measured before, with the calibrated profile; their reordered arm was not measured again.
 
 **On 2026-12-05 the LoCoMo loader was corrected** (`attnrank.eval.datasets.locomo`): two evidence
 ids that the source spells otherwise than its turns ("D30:05", "D:11:26") are read (one question had

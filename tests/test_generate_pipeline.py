@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -173,13 +174,17 @@ def test_pipeline_reorders_passages_by_slot_profile(llm, built_retriever, tmp_pa
     from attnrank.rerank.position import SlotProfile, store_profile
 
     # a profile that attends most to the last slot: the best passage goes last
-    profile = SlotProfile(3, (0.0, 0.1, 0.5), (0.0,) * 3, llm.model_id, llm.fingerprint, 1, "2026-01-01")
+    profile = SlotProfile(
+        3, (0.0, 0.1, 0.5), (0.0,) * 3, llm.model_id, llm.fingerprint, 1, "2026-01-01", calibrated=False
+    )
+    with pytest.raises(InputError, match="holds calibrated scores"):  # a residual bias, not the basin
+        Pipeline(built_retriever, depth=4, top_k=3, reorder=replace(profile, calibrated=True))
     plain = Pipeline(built_retriever, depth=4, top_k=3).run(QUESTION)
     res = Pipeline(built_retriever, depth=4, top_k=3, reorder=profile).run(QUESTION)
     best = plain.sources
     assert res.sources == [best[2], best[1], best[0]]
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
-    with pytest.raises(InputError, match="no slot profile is registered"):
+    with pytest.raises(InputError, match="no raw-attention slot profile is registered"):
         Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, reorder=True)
     store_profile(profile)
     pipe = Pipeline.from_model(
@@ -296,6 +301,7 @@ def test_shipped_artifacts_of_the_default_model(tmp_path):
     pruned = pruner.prune(q["text"], ranked, keep_ratio=0.25)
     assert pruned.method == "probe" and 0 < pruned.kept_tokens <= pruned.budget_tokens
     assert load_profile("auto", llm.model_id, llm.fingerprint, n_slots=5).n_slots >= 5
+    assert load_profile("auto", llm.model_id, llm.fingerprint, n_slots=5, calibrated=False).n_slots == 5
     path = ix.save(tmp_path / "demo")
     r = runner.invoke(
         app,

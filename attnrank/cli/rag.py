@@ -155,7 +155,9 @@ def ask(
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Keep the first-stage order."),
     no_prune: bool = typer.Option(False, "--no-prune", help="Give the whole passages to the generator."),
     reorder: bool = typer.Option(
-        False, "--reorder", help="Place passages at the model's highest-attention slots (registered slot profile)."
+        False,
+        "--reorder",
+        help="Place passages at the model's highest-attention slots (registered raw-attention profile).",
     ),
     generator_model: Optional[str] = typer.Option(
         None, "--generator-model", help="Another LLM for the answer (default: --model)."
@@ -248,5 +250,5 @@ def _registered_profile(model, generator_model, reorder: bool, k: int):
     if reorder:  # the generator's model: generation reads the passages in that order
         from ..rerank.position import load_profile
 
-        profile = load_profile("auto", *unloaded_model(generator_model or model), n_slots=k)
+        profile = load_profile("auto", *unloaded_model(generator_model or model), n_slots=k, calibrated=False)
     return profile

@@ -180,11 +180,13 @@ class AttentionReranker:
         self.show_progress = show_progress
         self.reweight = cfg.reweight
         self.slot_profile = (
-            None if cfg.slot_profile is None else load_profile(cfg.slot_profile, self.model_id, self.fingerprint)
+            None
+            if cfg.slot_profile is None
+            else load_profile(cfg.slot_profile, self.model_id, self.fingerprint, calibrated=self.calibrate)
         )
         self._profiles: dict[int, SlotProfile] = {}  # "auto": the registered profile per window size
         adapter = self._llm.adapter if self._llm is not None else ""
-        check_setup(self.reweight, self.slot_profile, self.model_id, self.fingerprint, adapter)
+        check_setup(self.reweight, self.slot_profile, self.model_id, self.fingerprint, adapter, self.calibrate)
 
     @property
     def llm(self) -> LLM:
@@ -416,7 +418,9 @@ class AttentionReranker:
         if not (isinstance(self.config.slot_profile, str) and self.config.slot_profile == "auto"):
             return self.slot_profile
         if n_slots not in self._profiles:
-            self._profiles[n_slots] = load_profile("auto", self.model_id, self.fingerprint, n_slots=n_slots)
+            self._profiles[n_slots] = load_profile(
+                "auto", self.model_id, self.fingerprint, n_slots=n_slots, calibrated=self.calibrate
+            )
         return self._profiles[n_slots]
 
     def windows(self, query: str, docs: list[Document]) -> list[WindowRows]:

@@ -8,12 +8,17 @@ aggregation of that paper is public; what follows is our reconstruction:
 
 - :func:`~attnrank.rerank.profile.measure_slot_profile`: prompts of ``n_slots`` documents drawn at random from a pool,
   with a content-free query; per prompt slot (position ``0..n_slots−1``, 0 = first document in
-  the prompt), the mean and std over trials of the reranker's calibrated document score. With
-  random documents in random slots, content averages out and what remains is the attention a
-  slot gets for being that slot.
+  the prompt), the mean and std over trials of the reranker's document score. With random
+  documents in random slots, content averages out and what remains is what a slot gets for
+  being that slot. A reranker with ``calibrate=False`` (and no token filter) measures the raw
+  attention each slot receives: the basin itself (``SlotProfile.calibrated`` False). A
+  calibrated one measures what is left of it after ICR's calibration (the "N/A" pass shares
+  most of the positional bias and cancels it): the residual bias its scores carry.
 - :func:`slot_correct`: subtract each slot's bias (profile value at the slot minus the mean over
-  slots) from the scores of a window (found-in-the-middle style calibration).
-- :func:`reorder_for_generation`: AttnRank's basin permutation of a best-first list.
+  slots) from the scores of a window (found-in-the-middle style calibration), from a profile
+  measured as the reranker scores (calibrated or not).
+- :func:`reorder_for_generation`: AttnRank's basin permutation of a best-first list, from a raw
+  attention profile (a calibrated one is refused: its residual is not the basin).
 
 A profile measured at ``n_slots`` is applied to a prompt of ``K`` documents by linear
 interpolation: slot ``k`` of ``K`` reads the profile at fractional slot ``k·(n_slots−1)/(K−1)``
@@ -49,12 +54,14 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class SlotProfile:
-    """Mean (and std) calibrated document score per prompt slot, for one model.
+    """Mean (and std) document score per prompt slot, for one model.
 
     ``mean_score[k]``/``std[k]``: over ``n_trials`` random prompts, of the score of the document
     at prompt position ``k`` (0 = first in the prompt). ``date``: ISO-8601 UTC time of measuring.
     ``adapter``: the head adapter merged into the model it was measured on (``LLM.adapter``; such a
-    profile is saved to a file and used, never registered as the base weights').
+    profile is saved to a file and used, never registered as the base weights'). ``calibrated``:
+    measured on calibrated scores (real − "N/A"; every profile before the field was), else on raw
+    attention (the basin that :func:`reorder_for_generation` reads).
     """
 
     n_slots: int
@@ -65,6 +72,7 @@ class SlotProfile:
     n_trials: int
     date: str
     adapter: str = ""
+    calibrated: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean_score", tuple(float(x) for x in self.mean_score))
@@ -133,14 +141,15 @@ def load_profile(
     *,
     n_slots: int | None = None,
     root: Path | None = None,
+    calibrated: bool = True,
 ) -> SlotProfile:
     """A profile given as an object, the path of its JSON file, or ``"auto"``: the one registered
     for ``model_id``/``fingerprint`` with ``n_slots`` closest to ``n_slots`` (the largest when
-    None)."""
+    None), of calibrated scores or raw attention (``calibrated``)."""
     if isinstance(profile, SlotProfile):
         return profile
     if str(profile) == "auto":
-        return load_stored_profile(model_id, fingerprint, n_slots=n_slots, root=root)
+        return load_stored_profile(model_id, fingerprint, n_slots=n_slots, root=root, calibrated=calibrated)
     return SlotProfile.load(profile)
 
 
@@ -154,28 +163,46 @@ def store_profile(profile: SlotProfile, *, root: Path | None = None) -> Path:
             "or measure it on the model without the adapter to register it"
         )
 
+    key = _key(profile.n_slots, profile.calibrated)
+
     def with_this_one(stored: dict[str, Any] | None) -> dict[str, Any]:
-        profiles = {k: v for k, v in (stored or {}).get("profiles", {}).items() if k != str(profile.n_slots)}
-        profiles[str(profile.n_slots)] = json.loads(profile.to_json())
+        profiles = {k: v for k, v in (stored or {}).get("profiles", {}).items() if k != key}
+        profiles[key] = json.loads(profile.to_json())
         return {"profiles": profiles}
 
     return update_artifact(ARTIFACT, profile.model_id, profile.fingerprint, with_this_one, root=root)
 
 
+_RAW = "-raw"  # the registry key's suffix of a raw attention profile (calibrated ones: the slot count alone)
+
+
+def _key(n_slots: int, calibrated: bool) -> str:
+    return f"{n_slots}{'' if calibrated else _RAW}"
+
+
 def load_stored_profile(
-    model_id: str, fingerprint: str, *, n_slots: int | None = None, root: Path | None = None
+    model_id: str,
+    fingerprint: str,
+    *,
+    n_slots: int | None = None,
+    root: Path | None = None,
+    calibrated: bool = True,
 ) -> SlotProfile:
-    """The registered profile of this model closest to ``n_slots`` slots (user registry before
-    the shipped one; ties go to the larger profile)."""
+    """The registered profile of this model closest to ``n_slots`` slots, of calibrated scores or
+    of raw attention (``calibrated``); user registry before the shipped one; ties go to the
+    larger profile."""
     stored = (load_artifact(ARTIFACT, model_id, fingerprint, root=root) or {}).get("profiles", {})
-    if not stored:
+    mine = {int(k.removesuffix(_RAW)): v for k, v in stored.items() if k.endswith(_RAW) != calibrated}
+    if not mine:
+        what = "calibrated-score" if calibrated else "raw-attention"
+        how = "a reranker" if calibrated else "a reranker with calibrate=False, token_filter=False"
         raise InputError(
-            f"no slot profile is registered for model {model_id!r} (fingerprint {fingerprint[:12]}); "
-            "measure one with measure_slot_profile(...) and store_profile(profile)"
+            f"no {what} slot profile is registered for model {model_id!r} (fingerprint {fingerprint[:12]}); "
+            f"measure one with measure_slot_profile({how}, ...) and store_profile(profile)"
         )
-    target = max(int(k) for k in stored) if n_slots is None else n_slots
-    best = min(stored, key=lambda k: (abs(int(k) - target), -int(k)))
-    return SlotProfile.from_json(json.dumps(stored[best]))
+    target = max(mine) if n_slots is None else n_slots
+    best = min(mine, key=lambda k: (abs(k - target), -k))
+    return SlotProfile.from_json(json.dumps(mine[best]))
 
 
 def resample_profile(values: Sequence[float], k: int) -> np.ndarray:
@@ -212,12 +239,23 @@ def slot_correct(scores: np.ndarray, slots: Sequence[int] | np.ndarray, profile:
     return scores - (curve - curve.mean())[where] if k else scores.copy()
 
 
+def check_basin(profile: SlotProfile) -> None:
+    """Refuse a calibrated-score profile for placing passages: calibration cancels most of the
+    positional bias, and its residual ranked SmolLM2's 5 slots best-first, the basin never."""
+    if profile.calibrated:
+        raise InputError(
+            f"this {profile.n_slots}-slot profile of {profile.model_id} holds calibrated scores, not the raw "
+            "attention each slot receives; measure one with measure_slot_profile(AttentionReranker(..., "
+            "calibrate=False, token_filter=False), ...) to reorder by it"
+        )
+
+
 def reorder_for_generation(docs_best_first: Sequence[Any], profile: SlotProfile) -> list:
     """AttnRank's basin permutation: the best document at the highest-attention slot, the
     second best at the next highest, and so on; returns the documents in prompt order.
-
-    Ties between slots go to the earlier slot.
+    ``profile``: of raw attention (``calibrated`` False). Ties between slots go to the earlier slot.
     """
+    check_basin(profile)
     docs = list(docs_best_first)
     if not docs:
         return []

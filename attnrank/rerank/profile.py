@@ -39,7 +39,9 @@ def measure_slot_profile(
     queries: str | Sequence[str] = PROFILE_QUERIES,
 ) -> SlotProfile:
     """Measure the model's per-slot score profile with ``reranker`` (its heads, calibration and
-    re-weighting, minus slot correction).
+    re-weighting, minus slot correction): with ``calibrate=False`` and no token filter, the raw
+    attention each slot receives (the basin :func:`~attnrank.rerank.position.reorder_for_generation`
+    reads); calibrated, the residual bias that slot correction removes.
 
     Each trial puts ``n_slots`` distinct documents drawn at random (``seed``) from ``docs_pool``
     into one prompt with a content-free query (cycled from ``queries``) and records the score of
@@ -85,4 +87,5 @@ def measure_slot_profile(
         n_trials,
         date,
         reranker.llm.adapter,
+        calibrated=reranker.calibrate,
     )

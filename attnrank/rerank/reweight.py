@@ -375,11 +375,17 @@ def _reweighted(
 
 
 def check_setup(
-    cfg: Reweighting | None, profile: SlotProfile | None, model_id: str, fingerprint: str, adapter: str = ""
+    cfg: Reweighting | None,
+    profile: SlotProfile | None,
+    model_id: str,
+    fingerprint: str,
+    adapter: str = "",
+    calibrate: bool | None = None,
 ) -> None:
-    """Warn about a profile that is unused, from another model, or measured with another head
-    adapter (``adapter``: the model's, ``LLM.adapter``); slot correction without a profile is
-    refused where it is configured (:func:`~attnrank.rerank.config.check_attention_inputs`)."""
+    """Warn about a profile that is unused, from another model, measured with another head
+    adapter (``adapter``: the model's, ``LLM.adapter``) or on scores calibrated otherwise than the
+    reranker's (``calibrate``); slot correction without a profile is refused where it is
+    configured (:func:`~attnrank.rerank.config.check_attention_inputs`)."""
     wants = cfg is not None and cfg.slot_correction
     if profile is not None and not wants:
         logger.warning("slot_profile given but reweight.slot_correction is off: the profile is not used")
@@ -390,6 +396,12 @@ def check_setup(
             profile.fingerprint[:12],
             model_id,
             fingerprint[:12],
+        )
+    if profile is not None and calibrate is not None and profile.calibrated != calibrate:
+        logger.warning(
+            "slot profile of %s scores used to correct %s scores: its per-slot bias is not theirs",
+            "calibrated" if profile.calibrated else "raw-attention",
+            "calibrated" if calibrate else "uncalibrated",
         )
     if profile is not None and profile.adapter != adapter:  # (its slot bias is another model's)
         logger.warning(

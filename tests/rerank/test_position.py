@@ -25,8 +25,10 @@ from attnrank.types import Document
 DATE = "2026-01-01T00:00:00+00:00"
 
 
-def profile(means, model_id="org/model", fingerprint="abcdef0123456789"):
-    return SlotProfile(len(means), tuple(means), (0.1,) * len(means), model_id, fingerprint, 5, DATE)
+def profile(means, model_id="org/model", fingerprint="abcdef0123456789", calibrated=True):
+    return SlotProfile(
+        len(means), tuple(means), (0.1,) * len(means), model_id, fingerprint, 5, DATE, calibrated=calibrated
+    )
 
 
 def test_slot_correct_subtracts_per_slot_bias():
@@ -51,11 +53,19 @@ def test_prompt_slots_rank_span_starts():
 
 
 def test_reorder_for_generation_puts_best_at_highest_attention_slots():
-    p = profile([5.0, 1.0, 3.0, 4.0])  # slots by attention: 0, 3, 2, 1
+    p = profile([5.0, 1.0, 3.0, 4.0], calibrated=False)  # slots by attention: 0, 3, 2, 1
     assert reorder_for_generation(["a", "b", "c", "d"], p) == ["a", "d", "c", "b"]
     assert reorder_for_generation([], p) == []
     # K differs from n_slots: a U-shaped basin over 3 slots read at 5
-    assert reorder_for_generation(list("abcde"), profile([3.0, 0.0, 2.0])) == ["a", "c", "e", "d", "b"]
+    basin = profile([3.0, 0.0, 2.0], calibrated=False)
+    assert reorder_for_generation(list("abcde"), basin) == ["a", "c", "e", "d", "b"]
+
+
+def test_reorder_refuses_a_profile_of_calibrated_scores():
+    """AttnRank places passages by the attention each slot receives; a calibrated profile holds
+    what the "N/A" pass left of it (SmolLM2's ranked its 5 slots best-first: no basin at all)."""
+    with pytest.raises(InputError, match="holds calibrated scores, not the raw attention"):
+        reorder_for_generation(["a", "b"], profile([1.0, 0.0]))
 
 
 def test_json_round_trip_and_storage(tmp_path, monkeypatch):
@@ -68,7 +78,7 @@ def test_json_round_trip_and_storage(tmp_path, monkeypatch):
         p.save(tmp_path / "notes.json")  # before: overwritten
     assert (tmp_path / "notes.json").read_text(encoding="utf-8") == '{"mine": 1}'
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
-    with pytest.raises(InputError, match="no slot profile is registered"):
+    with pytest.raises(InputError, match="no calibrated-score slot profile is registered"):
         load_stored_profile("org/model", p.fingerprint)
     path = store_profile(p)
     assert path.parent == tmp_path / "home" / "heads"
@@ -83,8 +93,16 @@ def test_json_round_trip_and_storage(tmp_path, monkeypatch):
     store_profile(other, root=tmp_path / "ship")
     assert load_stored_profile("org/model", p.fingerprint, n_slots=3, root=tmp_path / "ship") == other
     assert load_stored_profile("org/model", p.fingerprint, n_slots=3) == p
-    with pytest.raises(InputError, match="no slot profile is registered"):
+    with pytest.raises(InputError, match="no calibrated-score slot profile is registered"):
         load_stored_profile("other", "x")
+    # raw-attention profiles are registered beside the calibrated ones, and read apart from them
+    with pytest.raises(InputError, match="no raw-attention slot profile is registered.*calibrate=False"):
+        load_stored_profile("org/model", p.fingerprint, calibrated=False)
+    raw = profile([0.2, 0.1, 0.3], calibrated=False)
+    store_profile(raw)
+    assert load_stored_profile("org/model", p.fingerprint, n_slots=3, calibrated=False) == raw
+    assert load_stored_profile("org/model", p.fingerprint, n_slots=3) == p  # kept, not replaced
+    assert load_profile("auto", "org/model", p.fingerprint, n_slots=9, calibrated=False) == raw
     with pytest.raises(InputError, match="not valid JSON"):
         SlotProfile.from_json("{")
     with pytest.raises(InputError, match="n_slots=2 but 3 means"):
@@ -109,6 +127,10 @@ def test_measure_slot_profile_end_to_end(llm, tmp_path):
     assert np.isfinite(prof.mean_score).all() and np.isfinite(prof.std).all()
     assert SlotProfile.from_json(prof.to_json()) == prof
     assert measure_slot_profile(rr, POOL, n_slots=3, n_trials=2, seed=0).mean_score == prof.mean_score
+    assert prof.calibrated  # as the reranker scores; uncalibrated, the raw attention basin
+    raw_rr = AttentionReranker(llm, signals=None, calibrate=False, token_filter=False)
+    raw = measure_slot_profile(raw_rr, POOL, n_slots=3, n_trials=2, seed=0)
+    assert not raw.calibrated and raw.mean_score != prof.mean_score and min(raw.mean_score) > 0  # attention mass
 
     # the reranker applies it (given as a path): plain scores minus the bias of each doc's slot
     query, docs = "capital of France?", POOL[:4]
