@@ -172,6 +172,11 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**The head adapter records ("adapter", "adapter_lr1e-3") call their test queries held out**: the
+adapter never trained on them, so its delta is held out, but the registered heads it adapts were
+chosen on data that includes them (every DL19 topic, HotpotQA dev 0-399), so the "heads" columns
+against the BM25 order are in-sample for that choice (`bench_adapter.py` says so since 2026-12-05).
+
 **On 2026-12-05 reordering passages for generation started reading raw attention**
 (`reorder_for_generation`, `ask --reorder`, `Pipeline(reorder=True)`): it read the registered
 profile of *calibrated* scores (real minus "N/A"), whose calibration cancels most of the
