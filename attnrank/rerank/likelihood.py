@@ -6,6 +6,12 @@ question's tokens after the passage and an instruction to write a question about
 
     ``s(z) = 1/|q| · Σ_t log p(q_t | q_<t, "Passage: z. Please write a question based on this passage.")``
 
+Our prompt (:func:`passage_prompt`) differs in form, for a decoder-only model: the title (if any)
+on the passage's first line, newlines between the parts, and a ``Question:`` cue the query
+follows, ``"Passage: {title}\n{text}\nPlease write a question based on this passage.\nQuestion:"``;
+the query is scored as ``" " + q`` (the tokenizer's own BOS before the prompt, no special token
+after it), and no end-of-sequence token is scored (UPR's T5 scores the question's closing ``</s>``).
+
 The mean and the sum order one query's candidates alike (``|q|`` is the same for all); the mean
 keeps the value comparable across queries. Each passage is its own prompt, so a passage's score
 does not depend on the other candidates or their order. It is a fused scorer feature
