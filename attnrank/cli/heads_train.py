@@ -55,7 +55,10 @@ def _parse_heads(text: str) -> int | None:
 def _head_ndcg(feats: list[Any], qrels: dict, rel: int, k: int = 10) -> Any:
     """Per-head nDCG@k of each head's passage scores used alone, mean over ``feats`` (QRHead's
     qr-ndcg selection; the same numbers :func:`~attnrank.heads.queryfocused.query_focused_scores` gives
-    from the rows these features were built from)."""
+    from the rows these features were built from). Unlike QRHead's detection (and ``heads detect``),
+    the candidates are not shuffled: they sit in the first-stage order the reranker reads them in,
+    so a head that attends to the slot nearest the query scores as the first stage does and may be
+    chosen for it (the weights are trained, and reported, on that same order)."""
     import numpy as np
 
     from ..eval.metrics import per_query_ndcg_of_each
