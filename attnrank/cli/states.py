@@ -3,25 +3,26 @@
 The states are those the block-attention reranker of the same ``--preset``/``--model``/
 ``--max-doc-words`` computes (:mod:`attnrank.llm.statestore`); ``search --rerank N --preset fused``
 (or another preset with ``--attention block``) then reads them from the index instead of encoding the passages
-(:func:`index_reranker`, which ``search --rerank`` and ``rerank --index`` build their reranker with).
+(:func:`attnrank.rerank.over_index.index_reranker`, which ``search --rerank``, ``rerank --index`` and
+``serve --index`` build their reranker with).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
 from ..config import PASSAGE_STATES_FOLDER, STATE_STORAGES
 from ..rerank.config import RerankConfig
+from ..rerank.over_index import index_reranker
 from ..types import Document
 from . import option_errors
 
-logger = logging.getLogger(__name__)
+__all__ = ["index_reranker"]  # (search and rerank build their reranker with it)
 
 PASSAGE_STATES = typer.Option(
     None,
@@ -87,25 +88,3 @@ def state_writer(docs: Sequence[Document], storage: str, cfg: RerankConfig, prog
         )
 
     return write
-
-
-def index_reranker(config: RerankConfig, index: Path, retriever: Any) -> Any:
-    """The reranker of an index's documents: the index's stored passage states attached where
-    ``config`` reads block states at reusable positions and names no store itself (a store the
-    setup cannot use is warned of and skipped: it was not asked for), and the candidates' dense
-    signal read from the index's vectors rather than embedded again."""
-    from ..llm.statestore import StoreSetupError
-    from ..rerank.attention import AttentionReranker
-
-    stored = index / PASSAGE_STATES_FOLDER
-    attach = config.attention == "block" and config.block_positions != "sequential"  # (sequential: none reused)
-    found = attach and config.passage_states is None and stored.is_dir()
-    try:
-        reranker = AttentionReranker(config=config.with_options(passage_states=str(stored)) if found else config)
-    except StoreSetupError as e:  # the index's own store, attached unasked: not for this setup
-        if not found:
-            raise
-        logger.warning("not reading the index's passage states: %s", e)
-        reranker = AttentionReranker(config=config)
-    reranker.use_index(retriever)  # the hits' dense signal from the index's vectors, not a second embedding
-    return reranker

@@ -41,6 +41,7 @@ def build_engine(
     from ..llm.models import load_llm
     from ..prune.pruner import ContextPruner
     from ..rerank.attention import AttentionReranker
+    from ..rerank.over_index import index_reranker
 
     config = rerank or RerankConfig.preset()
     check_shared_model(config.model, config.dtype, config.device, prune, where="build_engine's RerankConfig")
@@ -52,9 +53,8 @@ def build_engine(
     # preset signals reranks without the model: loaded only for a pruner or generator
     needs_model = config.uses_llm or prune or (generate and retriever is not None)
     llm = load_llm(config.model, dtype=config.dtype, device=config.device) if needs_model else None
-    reranker = AttentionReranker(llm, config=config)
-    if retriever is not None:  # candidates from the index: their dense signal is read back from it
-        reranker.use_index(retriever)
+    # over an index, as search --rerank: its stored passage states, and its vectors for the dense signal
+    reranker = AttentionReranker(llm, config=config) if index is None else index_reranker(config, index, retriever, llm)
     if prune is True:
         prune = PruneConfig()
     pruner = ContextPruner(llm, config=prune) if llm is not None and prune else None

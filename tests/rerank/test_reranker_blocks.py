@@ -115,7 +115,7 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
     # A reranker with another truncation does not read the index's own store (it was attached
     # unasked): it reranks without it and says why. Before, the search failed, asking to drop a
     # --passage-states that was never given.
-    with caplog.at_level("WARNING", logger="attnrank.cli.states"):
+    with caplog.at_level("WARNING", logger="attnrank.rerank.over_index"):
         r = runner.invoke(app, [*search, "--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "80", "-q"])
     assert r.exit_code == 0, r.output
     assert "not reading the index's passage states" in caplog.text and "max_doc_words" in caplog.text
@@ -128,13 +128,20 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
     rerank += ["--depth", "3", "--attention", "block", "--heads", "all", "-q"]
     for words, warned in (("40", False), ("80", True)):
         caplog.clear()
-        with caplog.at_level("WARNING", logger="attnrank.cli.states"):
+        with caplog.at_level("WARNING", logger="attnrank.rerank.over_index"):
             out = tmp_path / f"reranked-{words}.trec"
             r = runner.invoke(
                 app, [*rerank, "--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", words, "-o", str(out)]
             )
         assert r.exit_code == 0, r.output
         assert ("not reading the index's passage states" in caplog.text) is warned, caplog.text
+    # and the server over the index, as search does (it recomputed every state)
+    from attnrank.rerank.config import RerankConfig
+    from attnrank.serve.engine import build_engine
+
+    config = RerankConfig.preset("fused", model=str(tiny_dir), max_doc_words=40, heads="all")
+    engine = build_engine(config, index=ix, prune=False, generate=False)
+    assert engine.reranker.config.passage_states == str(ix / "passage_states")
 
 
 def test_index_rejects_state_options_without_states(tmp_path, scifact_mini):
