@@ -74,6 +74,17 @@ def reranker_settings(
     return built_settings(settings)  # YAML's [[layer, head], ...] as pairs, a reweight dict as Reweighting
 
 
+def legacy_scorer(data: dict[str, Any]) -> dict[str, Any]:
+    """A serialised component as its current ``__init__`` reads it: components saved before
+    2026-12-05 wrote their default ``scorer="sum"``, which now counts as given (a saved retriever
+    with ``rerank=False`` refused it, a saved ``reranker_kwargs`` preset "learned" scored the head
+    sum): read as None, the preset's (the same scorer for every preset but "learned")."""
+    params = data.get("init_parameters", {})
+    if params.get("scorer") != "sum":
+        return data
+    return {**data, "init_parameters": {**params, "scorer": None}}
+
+
 def check_top_k(top_k: Any) -> None:
     """``top_k``: None (keep all) or an integer >= 1 (:func:`~attnrank.integrations.shared.check_top_n`)."""
     check_top_n(top_k, "top_k")

@@ -140,3 +140,17 @@ def test_the_components_leave_the_scorer_to_the_preset():
     assert config.scorer == "learned" and config == RerankConfig.preset("learned")
     explicit = AttnrankRanker(scorer="sum", reranker_kwargs={"config": "learned"})._settings
     assert explicit["scorer"] == "sum"  # given: applied
+
+
+def test_components_saved_before_the_scorer_default_changed_load_as_they_were_meant(demo_index):
+    """Saved components wrote scorer "sum" (the old default), which now counts as given: a saved
+    retriever with rerank=False refused it, and a saved ranker's preset "learned" scored the sum."""
+    from attnrank.rerank.config import RerankConfig
+
+    retriever = AttnrankRetriever(str(demo_index), top_k=3, depth=4, rerank=False).to_dict()
+    retriever["init_parameters"]["scorer"] = "sum"
+    assert AttnrankRetriever.from_dict(retriever).rerank is False
+    ranker = AttnrankRanker(reranker_kwargs={"config": "learned"}).to_dict()
+    ranker["init_parameters"]["scorer"] = "sum"
+    settings = dict(AttnrankRanker.from_dict(ranker)._settings)
+    assert RerankConfig.preset(settings.pop("config"), **settings).scorer == "learned"

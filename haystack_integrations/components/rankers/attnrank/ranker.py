@@ -13,6 +13,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from attnrank.integrations.haystack import (
     check_top_k,
+    legacy_scorer,
     reranker_settings,
     to_attnrank,
     to_haystack,
@@ -67,7 +68,7 @@ class AttnrankRanker:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttnrankRanker:
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, legacy_scorer(data))
 
     @component.output_types(documents=list[Document])
     def run(self, query: str, documents: list[Document], top_k: int | None = None) -> dict[str, list[Document]]:

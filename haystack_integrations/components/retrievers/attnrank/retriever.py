@@ -11,7 +11,7 @@ require("haystack", "haystack", "the attnrank Haystack retriever")  # before hay
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from attnrank.integrations.haystack import check_top_k, from_index, reranker_settings
+from attnrank.integrations.haystack import check_top_k, from_index, legacy_scorer, reranker_settings
 from attnrank.integrations.shared import check_depth, model_lock, renamed, shared_index, shared_reranker
 
 
@@ -77,7 +77,7 @@ class AttnrankRetriever:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttnrankRetriever:
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, legacy_scorer(data))
 
     @component.output_types(documents=list[Document])
     def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
