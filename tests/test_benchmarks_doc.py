@@ -70,6 +70,78 @@ def test_every_benchmark_script_loads_against_the_package(script):
     runpy.run_path(str(REPO / "scripts" / script), run_name="loaded by a test")  # module level only
 
 
+def _package_imports(tree):
+    """``(line, module, names)`` of every ``import attnrank...`` / ``from attnrank... import ...``
+    anywhere in ``tree`` (in functions too), but for those under ``if TYPE_CHECKING:``; ``names``
+    is empty for a plain ``import``."""
+    import ast
+
+    def type_checking(test) -> bool:
+        return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+        )
+
+    def walk(node):
+        if isinstance(node, ast.If) and type_checking(node.test):
+            children = node.orelse  # (its body never runs)
+        else:
+            children = list(ast.iter_child_nodes(node))
+        for child in children:
+            if isinstance(child, ast.Import):
+                yield from ((child.lineno, a.name, ()) for a in child.names if a.name.split(".")[0] == "attnrank")
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module.split(".")[0] == "attnrank":
+                yield child.lineno, child.module, tuple(a.name for a in child.names if a.name != "*")
+            yield from walk(child)
+
+    return list(walk(tree))
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "scripts").glob("*.py")))
+def test_every_package_import_of_a_script_resolves_in_functions_too(script):
+    """runpy above runs module-level code only; most scripts import attnrank inside their
+    functions (bench_rerank, bench_ask, bench_locomo, bench_prune, bench_sharded...), where a
+    renamed or removed module or name failed only once the benchmark ran. Each must resolve."""
+    import ast
+    import importlib
+    import importlib.util
+
+    tree = ast.parse((REPO / "scripts" / script).read_text(encoding="utf-8"), filename=script)
+    missing = []
+    for line, module, names in _package_imports(tree):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as e:
+            missing.append(f"{script}:{line}: {module} ({e})")
+            continue
+        for name in names:  # an attribute, or a submodule `from attnrank.x import y` imports
+            package = hasattr(mod, "__path__")  # (find_spec of a name under a plain module raises)
+            if not hasattr(mod, name) and not (package and importlib.util.find_spec(f"{module}.{name}")):
+                missing.append(f"{script}:{line}: {module} has no {name}")
+    assert not missing, missing
+
+
+def test_the_import_walk_sees_function_bodies_and_skips_type_checking():
+    import ast
+
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "import attnrank.eval as ev\n"
+        "if TYPE_CHECKING:\n"
+        "    from attnrank.gone import Nothing\n"
+        "else:\n"
+        "    from attnrank.types import Document\n"
+        "def main():\n"
+        "    if True:\n"
+        "        from attnrank.rerank.attention import AttentionReranker, Missing\n"
+        "from os import path\n"
+    )
+    assert _package_imports(tree) == [
+        (2, "attnrank.eval", ()),
+        (6, "attnrank.types", ("Document",)),
+        (9, "attnrank.rerank.attention", ("AttentionReranker", "Missing")),
+    ]
+
+
 def test_a_listed_record_not_run_yet_names_its_command(results: Path):
     """ORDER listed confirm without a command: a page assembled without its record raised KeyError."""
     assert set(make_benchmarks_doc.ORDER) <= set(make_benchmarks_doc.COMMANDS)

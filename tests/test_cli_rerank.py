@@ -3,9 +3,32 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from attnrank.cli import app
-from attnrank.eval import read_run
+from attnrank.eval import read_run, trec_order
 
 runner = CliRunner()
+
+
+def _assert_head_is_the_librarys(written, dl19_mini, depth, **options):
+    """The head of each query of the ``written`` run is what :class:`AttentionReranker`, built from
+    the configuration the same flags give, ranks of the run's top ``depth`` corpus documents (in
+    run order): the same ids in the same order, with its scores (written with 6 decimals)."""
+    import pytest
+
+    from attnrank.cli.options import build_rerank_config
+    from attnrank.corpus import load_corpus, load_queries
+    from attnrank.rerank.attention import AttentionReranker
+
+    reranker = AttentionReranker(config=build_rerank_config(**options))
+    queries = load_queries(dl19_mini / "topics.tsv")
+    docs = {d.id: d for d in load_corpus(dl19_mini / "passages.jsonl")[0]}
+    first = read_run(dl19_mini / "run.bm25.trec")
+    assert written.keys() == first.keys()
+    for qid, ranking in first.items():
+        head = [docs[d] for d, _ in trec_order(ranking)[:depth]]
+        res = reranker.rank(queries[qid], head, query_id=qid)
+        got = trec_order(written[qid])[:depth]
+        assert [d for d, _ in got] == res.ids, qid
+        assert [s for _, s in got] == pytest.approx(res.scores, abs=1e-6), qid
 
 
 def test_rerank_run_file(tmp_path, dl19_mini, tiny_dir):
@@ -39,6 +62,8 @@ def test_rerank_run_file(tmp_path, dl19_mini, tiny_dir):
         by_first = sorted(docs, key=lambda d: -docs[d])
         assert set(ranked[:3]) == set(by_first[:3])  # the head is reordered among itself
         assert ranked[3:] == by_first[3:]  # the tail keeps its first-stage order
+    # ... as the library ranks it, with its scores (not the first stage's, nor under other ids)
+    _assert_head_is_the_librarys(again, dl19_mini, 3, heads="1-0,2-3", model=str(tiny_dir))
 
 
 def test_rerank_reports_missing_documents(tmp_path, dl19_mini, tiny_dir):
@@ -138,6 +163,7 @@ def test_preset_likelihood_reads_the_passage_cut_and_refuses_attention_flags(tmp
     for qid, docs in first.items():
         ranked, by_first = sorted(run[qid], key=lambda d: -run[qid][d]), sorted(docs, key=lambda d: -docs[d])
         assert set(ranked[:3]) == set(by_first[:3]) and ranked[3:] == by_first[3:]
+    _assert_head_is_the_librarys(run, dl19_mini, 3, preset="likelihood", max_doc_words=40, model=str(tiny_dir))
     r = runner.invoke(app, [*args, "--heads", "1-0", "-o", str(tmp_path / "h.trec")])
     assert r.exit_code == 2 and "--heads configure(s) attention" in r.output and not (tmp_path / "h.trec").exists()
 

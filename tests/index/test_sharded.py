@@ -84,7 +84,7 @@ def test_shards_have_global_bm25_and_dense_scores(sharded, built_retriever, scif
     assert sr.num_shards == 4 and sr.num_docs == built_retriever.num_docs
     for q in scifact_queries.values():
         single = built_retriever.bm25.get_scores(q)
-        parts = [(s["start"], b.get_scores(q)) for s, b in zip(sr.manifest["shards"], sr.shard_bm25)]
+        parts = [(s["start"], b.get_scores(q)) for s, b in zip(sr.manifest["shards"], sr.shard_bm25, strict=True)]
         joined = np.concatenate([p for _, p in sorted(parts, key=lambda x: x[0])])
         assert np.max(np.abs(joined - single)) <= 1e-6
     ids, scores = sr.candidates(list(scifact_queries.values()), 55, "dense")[1]
@@ -98,7 +98,7 @@ def test_sharded_topk_equals_single(sharded, built_retriever, scifact_queries, m
     sr = ShardedRetriever.load(sharded)
     a = built_retriever.search_batch(scifact_queries, 30, mode=mode)
     b = sr.search_batch(scifact_queries, 30, mode=mode)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.ids == y.ids and x.query_id == y.query_id
         assert np.allclose(x.scores, y.scores, atol=1e-6)
         assert [d.stage_scores.keys() for d in x] == [d.stage_scores.keys() for d in y]
@@ -401,16 +401,22 @@ def test_a_rebuild_swapped_in_during_a_load_restarts_it(sharded, tmp_path, scifa
 
 def test_the_document_ids_of_a_sharded_index_are_read_without_loading_it(sharded, built_retriever, tmp_path):
     """What attnrank batch checks before a run whose run file must hold every id."""
+    import shutil
+
     from attnrank.batch.runner import index_doc_ids
 
     assert list(index_doc_ids(sharded)) == [d.id for d in ShardedRetriever.load(sharded).docs]
     built_retriever.save(tmp_path / "one")
     assert list(index_doc_ids(tmp_path / "one")) == [d.id for d in built_retriever.docs]
     damaged = _copy(sharded, tmp_path)
+    # the first shard, intact, outside the index: only its name is wrong (its manifest's SHA-256,
+    # ids and files all match), so the name check alone refuses it
+    shutil.copytree(damaged / "shard-00000", tmp_path / "outside")
     manifest = json.loads((damaged / "manifest.json").read_text())
-    manifest["shards"][0]["name"] = "../one"  # read docs outside the index; a load refuses the name
+    assert manifest["shards"][0]["name"] == "shard-00000"
+    manifest["shards"][0]["name"] = "../outside"  # read docs outside the index; a load refuses the name
     (damaged / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(IndexFormatError):
+    with pytest.raises(IndexFormatError, match="lacks or mangles its list of shards"):
         list(index_doc_ids(damaged))
 
 

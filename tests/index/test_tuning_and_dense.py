@@ -5,7 +5,7 @@ import pytest
 
 from attnrank.corpus import load_queries
 from attnrank.errors import InputError
-from attnrank.eval import read_qrels
+from attnrank.eval import evaluate, read_qrels, results_to_run
 from attnrank.index.dense import DenseIndex
 from attnrank.index.tuning import tune_alpha
 
@@ -18,6 +18,15 @@ def test_tune_alpha_on_labelled_queries(built_retriever, scifact_mini):
         best = tune_alpha(built_retriever, queries, qrels, alphas=[0.0, 0.5, 1.0], norms=["minmax"])
         assert len(best.table) == 3 and best.score == max(r["nDCG@10"] for r in best.table)
         assert built_retriever.fusion == "convex" and built_retriever.alpha == best.alpha
+        # each row fused with its own alpha (the weight on dense): the rows differ, and the two
+        # ends score what BM25 alone and dense alone score on the same labelled queries
+        by_alpha = {r["alpha"]: r["nDCG@10"] for r in best.table}
+        assert len(set(by_alpha.values())) > 1, best.table
+        labelled = {q: t for q, t in queries.items() if q in qrels}
+        for alpha, mode in ((0.0, "bm25"), (1.0, "dense")):
+            alone = built_retriever.search_batch(labelled, 10, mode=mode)
+            want = evaluate(results_to_run(alone), qrels, ["nDCG@10"])["nDCG@10"]
+            assert by_alpha[alpha] == pytest.approx(want, abs=1e-9), (alpha, mode, best.table)
     finally:  # the session's shared retriever: later tests expect its default fusion
         built_retriever.set_fusion(before[0], alpha=before[1], norm=before[2])
     with pytest.raises(InputError, match="none of the given queries has relevance judgments"):

@@ -259,7 +259,7 @@ def test_suffix_passes_run_in_the_room_after_the_context(llm):
         want = capturer.capture(ids, prefix=plain, position_start=at)
         assert torch.equal(got, want)
     assert torch.equal(layer.keys, context) and layer.keys.data_ptr() == layer.buffer_keys.data_ptr()
-    for k, v in zip(plain.cache.layers[: capturer.deepest_layer + 1], roomy.cache.layers):
+    for k, v in zip(plain.cache.layers[: capturer.deepest_layer + 1], roomy.cache.layers, strict=True):
         assert torch.equal(k.keys, v.keys) and torch.equal(k.values, v.values)
     assert plain.length == roomy.length == len(prompt.context_ids)
 
@@ -277,7 +277,7 @@ def test_packed_blocks_equal_padded_batches(family):
     padded = encode_blocks(capturer, prefix, prompt.blocks, starts, pack_tokens=0)
     for pack in (10_000, len(prompt.blocks[0]) + 1):
         packed = encode_blocks(capturer, prefix, prompt.blocks, starts, pack_tokens=pack)
-        for a, b in zip(padded, packed):
+        for a, b in zip(padded, packed, strict=True):
             assert a.keys.shape == b.keys.shape
             assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
 

@@ -47,7 +47,7 @@ def test_windows_in_one_pass_equal_each_window_alone(family, positions):
     prefix = capturer.prefill(prompts[0].prefix_ids)
     together = capture_block_windows(capturer, prompts, prefix, fingerprint="t", positions=positions)
     assert len(together) == len(prompts)
-    for prompt, rows in zip(prompts, together):
+    for prompt, rows in zip(prompts, together, strict=True):
         alone = capture_blocks(capturer, prompt, prefix, fingerprint="t", positions=positions)
         assert rows.real.shape == alone.real.shape == (3, len(prompt.context_ids))
         np.testing.assert_allclose(rows.real, alone.real, rtol=0, atol=1e-6)
@@ -71,7 +71,7 @@ def test_padding_is_never_read_even_where_the_kept_memory_held_nan():
     poisoned = buffer._memory[0].data_ptr()
     kept = capture_block_windows(capturer, prompts, prefix, fingerprint="t", positions="rotated", buffer=buffer)
     assert buffer._memory[0].data_ptr() == poisoned  # the NaN memory was what the windows were assembled in
-    for a, b in zip(kept, fresh):
+    for a, b in zip(kept, fresh, strict=True):
         assert np.isfinite(a.real).all() and np.array_equal(a.real, b.real) and np.array_equal(a.null, b.null)
 
 
@@ -83,7 +83,7 @@ def test_a_small_batch_budget_runs_the_windows_in_several_passes_with_the_same_r
     one = capture_block_windows(capturer, prompts, prefix, fingerprint="t", states=cache)
     assert len(cache) == len(TEXTS)  # each block encoded once (block 2 sits in two windows)
     each = capture_block_windows(capturer, prompts, prefix, fingerprint="t", states=cache, batch_bytes=1)
-    for a, b in zip(one, each):
+    for a, b in zip(one, each, strict=True):
         np.testing.assert_allclose(a.real, b.real, rtol=0, atol=1e-6)
 
 
@@ -135,7 +135,7 @@ def test_rotary_frequencies_that_follow_the_batch_run_one_window_per_pass():
     plain = AttentionCapturer(tiny_model("llama", layers=3), [(1, 0)])
     assert not one_window_per_pass(plain, plain.prefill(prompts[0].prefix_ids))
     together = capture_block_windows(capturer, prompts, prefix, fingerprint="t", positions="sequential")
-    for prompt, rows in zip(prompts, together):
+    for prompt, rows in zip(prompts, together, strict=True):
         alone = capture_blocks(capturer, prompt, prefix, fingerprint="t", positions="sequential")
         np.testing.assert_array_equal(rows.real, alone.real)
 

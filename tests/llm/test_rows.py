@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.llm.rows import WindowRows, document_scores, per_head_document_scores, token_scores, window_features
+from attnrank.llm.rows import (
+    WindowRows,
+    document_scores,
+    keep_mask,
+    per_head_document_scores,
+    token_scores,
+    window_features,
+)
 
 
 def test_token_scores_sum_and_weights():
@@ -22,6 +29,13 @@ def test_filter_drops_tokens_below_mean_minus_two_std():
     s = document_scores(tokens, [(0, 10)])
     assert s[0] == pytest.approx(0.9)
     assert document_scores(tokens, [(0, 10)], use_filter=False)[0] == pytest.approx(-4.1)
+    # ... and the std is the unbiased one: -2.2 lies above mean - 2*std with ddof=1 (-2.365), below
+    # it with ddof=0 (-2.129), so the biased std would drop it (4.3 instead of 2.1)
+    tokens = np.array([1.6, 1.3, 0.6, -2.2, 0.1, 0.7])
+    assert tokens.mean() - 2 * tokens.std(ddof=1) < -2.2 < tokens.mean() - 2 * tokens.std(ddof=0)
+    assert keep_mask(tokens).all()
+    assert document_scores(tokens, [(0, 6)])[0] == pytest.approx(2.1)
+    assert per_head_document_scores(tokens[None], [(0, 6)])[0, 0] == pytest.approx(2.1)  # each head's own mask
 
 
 def test_scores_per_span_and_no_length_normalisation():
