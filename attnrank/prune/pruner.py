@@ -250,6 +250,10 @@ class ContextPruner:
                 out.append(locate_sentences(doc.text, pre))
                 continue
             meta = doc.metadata.get("sentences") if doc.metadata else None
+            if meta is not None and not (isinstance(meta, (list, tuple)) and all(isinstance(x, str) for x in meta)):
+                # (framework metadata reaches here: a loader's sentence count, or a dict, is no split)
+                logger.warning("document %s: metadata sentences are not a list of strings; segmenting", doc.id)
+                meta = None
             if meta is not None:
                 try:
                     out.append(locate_sentences(doc.text, meta))

@@ -186,5 +186,8 @@ def test_pruner_reads_pre_split_sentences_from_the_metadata(settings, query):
     pruner = AttnrankPruner(budget_tokens=100_000, model=settings["model"])  # everything fits: no model runs
     one = LCDocument(page_content=text, metadata={"sentences": [text]})
     two = LCDocument(page_content=text, metadata={})
-    kept = [len(d.metadata["kept_sentences"]) for d in pruner.compress_documents([one, two], query)]
-    assert kept == [1, 2]
+    # a loader's own "sentences" (a count, a dict) is no split: segmented, not a TypeError
+    count = LCDocument(page_content=text, metadata={"sentences": 3})
+    keys = LCDocument(page_content=text, metadata={"sentences": {text: 1}})
+    out = pruner.compress_documents([one, two, count, keys], query)
+    assert [len(d.metadata["kept_sentences"]) for d in out] == [1, 2, 2, 2]
