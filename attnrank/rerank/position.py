@@ -25,7 +25,7 @@ interpolation: slot ``k`` of ``K`` reads the profile at fractional slot ``k·(n_
 (first and last slots map onto each other). This is an approximation: score magnitudes shrink
 as ``K`` grows (the query's attention is shared by more documents), so measure the profile at
 the ``K`` actually used where possible. Profiles are stored with the head registry
-(:mod:`attnrank.registry`, artifact ``"slot-profiles"``, one entry per ``n_slots``): the
+(:mod:`attnrank.registry`, artifact ``"slot-profiles"``, one entry per ``n_slots`` and calibration): the
 default model's ship inside the package, :func:`store_profile` writes user ones, and
 ``load_profile("auto", model_id, fingerprint, n_slots=K)`` picks the registered profile whose
 ``n_slots`` is closest to ``K``. A profile can also be saved to / loaded from its own JSON file.
@@ -45,7 +45,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..files import atomic_path, check_file_target, refuse_replacing
-from ..registry import load_artifact, update_artifact
+from ..registry import SHIPPED_DIR, load_artifact, update_artifact
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +60,10 @@ class SlotProfile:
     at prompt position ``k`` (0 = first in the prompt). ``date``: ISO-8601 UTC time of measuring.
     ``adapter``: the head adapter merged into the model it was measured on (``LLM.adapter``; such a
     profile is saved to a file and used, never registered as the base weights'). ``calibrated``:
-    measured on calibrated scores (real − "N/A"; every profile before the field was), else on raw
-    attention (the basin that :func:`reorder_for_generation` reads).
+    measured on calibrated scores (real − "N/A"), else on raw attention (the basin that
+    :func:`reorder_for_generation` reads). A profile saved before the field existed reads as
+    calibrated, as the reranker's default and every shipped one was; one measured with
+    ``calibrate=False`` before then must be measured again.
     """
 
     n_slots: int
@@ -82,6 +84,8 @@ class SlotProfile:
                 f"slot profile has n_slots={self.n_slots} but {len(self.mean_score)} means and "
                 f"{len(self.std)} stds; all three must agree (n_slots >= 1)"
             )
+        if not isinstance(self.calibrated, bool):  # (JSON "false" as a string would read as True)
+            raise InputError(f"slot profile calibrated={self.calibrated!r} is not true or false; measure it again")
         if not all(math.isfinite(x) for x in self.mean_score + self.std):
             raise InputError("slot profile holds non-finite values; measure it again")
 
@@ -155,7 +159,7 @@ def load_profile(
 
 def store_profile(profile: SlotProfile, *, root: Path | None = None) -> Path:
     """Register ``profile`` with its model's head-registry entry (replacing one of the same
-    ``n_slots``); ``root``: the registry folder (default: the user registry). Returns the file."""
+    ``n_slots`` and calibration); ``root``: the registry folder (default: the user registry). Returns the file."""
     if profile.adapter:  # the registry keys it by the fingerprint, which the adapted copy keeps
         raise InputError(
             f"this slot profile was measured on {profile.model_id} with head adapter {profile.adapter} merged in; "
@@ -189,9 +193,13 @@ def load_stored_profile(
     calibrated: bool = True,
 ) -> SlotProfile:
     """The registered profile of this model closest to ``n_slots`` slots, of calibrated scores or
-    of raw attention (``calibrated``); user registry before the shipped one; ties go to the
-    larger profile."""
-    stored = (load_artifact(ARTIFACT, model_id, fingerprint, root=root) or {}).get("profiles", {})
+    of raw attention (``calibrated``); a user's profile of a slot count before the shipped one
+    (the two registries' profiles together); ties go to the larger profile."""
+    # the shipped entries under the user's (a user registry written before the raw-attention
+    # profiles shipped holds only calibrated ones, and hid the shipped raw ones entirely)
+    shipped = load_artifact(ARTIFACT, model_id, fingerprint, root=SHIPPED_DIR, user_only=True) or {}
+    registered = load_artifact(ARTIFACT, model_id, fingerprint, root=root) or {}
+    stored = {**shipped.get("profiles", {}), **registered.get("profiles", {})}
     mine = {int(k.removesuffix(_RAW)): v for k, v in stored.items() if k.endswith(_RAW) != calibrated}
     if not mine:
         what = "calibrated-score" if calibrated else "raw-attention"

@@ -186,3 +186,30 @@ def test_a_profile_with_a_value_that_is_no_number_is_one_line(tmp_path):
     bad.write_text(json.dumps({"format": FORMAT_VERSION, **fields, "date": "2026-12-05"}))
     with pytest.raises(InputError, match="slot profile fields are wrong"):
         SlotProfile.load(bad)
+
+
+def test_a_user_registry_of_calibrated_profiles_does_not_hide_the_shipped_raw_ones(tmp_path, monkeypatch):
+    """A user who stored a profile before the raw-attention ones shipped held only calibrated
+    ones, and the user's entry hid the shipped one whole: ask --reorder found no profile."""
+    import json
+
+    from attnrank.registry import SHIPPED_DIR
+
+    shipped = json.loads(next(SHIPPED_DIR.glob("smollm2-135m-*.json")).read_text())
+    model_id, fingerprint = shipped["model_id"], shipped["fingerprint"]
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    mine = profile([0.3, 0.2, 0.1, 0.0, -0.1], model_id=model_id, fingerprint=fingerprint)
+    path = store_profile(mine)  # (it copies what is registered: drop the raw ones, as an older release wrote)
+    doc = json.loads(path.read_text())
+    stored = doc["artifacts"]["slot-profiles"]["payload"]["profiles"]
+    for key in [k for k in stored if k.endswith("-raw")]:
+        del stored[key]
+    path.write_text(json.dumps(doc))
+    assert load_stored_profile(model_id, fingerprint, n_slots=5) == mine  # the user's, before the shipped one
+    raw = load_stored_profile(model_id, fingerprint, n_slots=5, calibrated=False)
+    assert not raw.calibrated and raw.n_slots == 5 and raw.mean_score[0] > raw.mean_score[2]  # the basin
+
+
+def test_a_profiles_calibration_is_a_bool():
+    with pytest.raises(InputError, match="calibrated='false' is not true or false"):
+        SlotProfile(2, (1.0, 0.0), (0.0, 0.0), "m", "f", 1, DATE, calibrated="false")  # type: ignore[arg-type]
