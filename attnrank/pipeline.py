@@ -91,8 +91,8 @@ class Pipeline:
     """Retrieve ``depth`` passages, rerank them and keep ``top_k`` (the first-stage top ``top_k``
     without a reranker), prune them to a budget, answer from what is left.
 
-    ``reorder``: a :class:`~attnrank.rerank.position.SlotProfile`, or True for the generator
-    model's registered profile (Attention Basin placement), or False."""
+    ``reorder``: a raw-attention :class:`~attnrank.rerank.position.SlotProfile`, or True for the
+    generator model's registered one (Attention Basin placement), or False."""
 
     def __init__(
         self,
