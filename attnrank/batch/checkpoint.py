@@ -29,7 +29,6 @@ _LATER = (
     "registry",
     "signals_version",
     "likelihood_model",
-    "candidate_stemmer",  # (2026-12-05; every earlier checkpoint stemmed: without PyStemmer it could not run)
     "dtype",  # resolved by the driver since 2026-12-05; before, "auto" decided by each actor
 )
 
@@ -56,6 +55,13 @@ def check_folder(parts_dir: Path) -> None:
     parts_dir.mkdir(parents=True, exist_ok=True)
 
 
+def _unrecorded(theirs: dict[str, Any]) -> dict[str, Any]:
+    """Settings a checkpoint holds without recording them: what every run before the record did.
+    ``candidate_stemmer`` (2026-12-05): a run that computed signals stemmed (it could not run
+    without PyStemmer), so a resume without it is refused, not mixed."""
+    return {"candidate_stemmer": "porter" if theirs.get("signals_version") is not None else None}
+
+
 def check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
     """With the checkpoint locked (:func:`locked_checkpoint`: two runs starting at once never both write
     settings): start it with the run's settings ``mine``, or accept it if written with the same."""
@@ -67,6 +73,7 @@ def check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
     theirs = read_settings(path)
     if isinstance(theirs.get("index"), str):  # (checkpoints before 2026-12-05 kept the folder as typed)
         theirs = {**theirs, "index": str(Path(theirs["index"]).resolve())}
+    theirs = {**_unrecorded(theirs), **theirs}
     diff = sorted(k for k in mine if mine[k] != theirs.get(k) and not (k in _LATER and k not in theirs))
     if diff and not any(parts_dir.glob("part-*.parquet")):  # no rows yet (a run that failed to start)
         logger.info("checkpoint %s holds no rows: its settings are replaced (%s)", parts_dir, ", ".join(diff))

@@ -350,6 +350,7 @@ def _pipeline(
                 "index": config.index,
                 "threads": threads,
                 "index_tag": index_tag,
+                "stemmer": candidate_terms().stemmer,  # the driver's, which the checkpoint records
             },
             batch_size=res.rerank_batch,
             batch_format="pyarrow",

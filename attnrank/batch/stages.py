@@ -96,7 +96,7 @@ class RerankStage:
     ``attnrank search --rerank`` does). Each such actor loads the index's documents to match ids
     and texts (memory-mapped vectors; the documents and an id map in memory). ``threads`` caps
     torch's intra-op threads to the CPUs the actor declared; ``index_tag``: as :func:`load_index`
-    checks it.
+    checks it; ``stemmer``: the driver's candidate BM25 stemmer (refused where this worker's differs).
     """
 
     def __init__(
@@ -108,10 +108,17 @@ class RerankStage:
         index: str | None = None,
         threads: int | None = None,
         index_tag: str | None = None,
+        stemmer: str | None = None,
     ):
         from ..config import set_torch_threads
         from ..rerank.attention import AttentionReranker
+        from ..rerank.signals import candidate_terms
 
+        if stemmer is not None and candidate_terms().stemmer != stemmer:  # (a node without PyStemmer, or with)
+            raise StageError(
+                f"this worker's candidate BM25 stems with {candidate_terms().stemmer!r}, the run's with {stemmer!r}: "
+                "install the same extras (attnrank[stem]) on every node; one run never mixes the two"
+            )
         self.reranker = AttentionReranker(config=config)
         if index is not None and self.reranker.fused is not None:  # attention alone reads no vectors
             self.reranker.use_index(load_index(index, index_tag))

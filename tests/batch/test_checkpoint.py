@@ -667,3 +667,29 @@ def test_tied_scores_are_written_in_each_rows_order(tmp_path):
     sink.add([row])
     sink.finish(["q1"], trec=tmp_path / "r.trec", parquet=None, tag="attnrank-test")
     assert [line.split()[2] for line in (tmp_path / "r.trec").read_text().splitlines()] == ["d1", "d9"]
+
+
+def test_a_checkpoint_before_the_stemmer_was_recorded_resumes_only_where_it_stems(
+    fake_ray, tmp_path, index, monkeypatch
+):
+    """The candidate stemmer was first recorded on 2026-12-05, and a missing record was accepted:
+    a core install (no PyStemmer) resumed an earlier checkpoint, whose rows all stemmed, with
+    unstemmed ones. A worker whose stemmer differs from the driver's is refused too."""
+    from dataclasses import replace
+
+    from attnrank.batch import runner, stages
+    from attnrank.rerank import signals
+
+    model = save_tiny(tmp_path / "model")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    assert _drop_settings(out, "candidate_stemmer")[0] == {"candidate_stemmer": "porter"}
+    run_batch({"q1": "apple"}, config, output=out, progress=False)  # stems here too: resumed
+    unstemmed = replace(signals.candidate_terms(), stemmer="none")
+    monkeypatch.setattr(runner, "candidate_terms", lambda: unstemmed)
+    with pytest.raises(InputError, match=r"other settings \(candidate_stemmer\)"):
+        run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+    monkeypatch.setattr(signals, "candidate_terms", lambda: unstemmed)
+    with pytest.raises(stages.StageError, match="stems with 'none', the run's with 'porter'"):
+        stages.RerankStage(5, 5, config=config.rerank_config(), stemmer="porter")
