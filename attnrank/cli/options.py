@@ -345,14 +345,22 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
     return config
 
 
+# Reranking options the pruner reads too where a command prunes (one --attention for both stages):
+# given at their default values they are not refused for a reranker that computes no attention.
+PRUNER_SHARED = ("attention", "block_positions", "state_cache_mb")
+
+
 def check_attention_computed(preset: str | None, overrides: dict[str, Any]) -> None:
     """Attention options (``overrides``: the flags given) on a configuration that computes no
     attention would be ignored: refused naming the flags, before the model loads. Without a
     preset, those given at other than their default values select ``fused``
     (:func:`~attnrank.rerank.config.preset_for`); one given at its default value selects nothing,
     so under the default preset it is refused too (``--attention full`` alone ran the default
-    ``likelihood``, which computes no attention, as if it had been honoured)."""
-    given = [k for k in overrides if k in ATTENTION_FIELDS]
+    ``likelihood``, which computes no attention, as if it had been honoured), except those the
+    pruner reads too (``ask``, ``serve``, ``demo``: ``--attention``, ``--block-positions``,
+    ``--state-cache-mb``), which there configure the pruner alone."""
+    defaults = field_defaults()
+    given = [k for k in overrides if k in ATTENTION_FIELDS and (k not in PRUNER_SHARED or overrides[k] != defaults[k])]
     if not given:
         return
     signals = {k: v for k, v in overrides.items() if k == "signals"}
