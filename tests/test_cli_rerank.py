@@ -172,7 +172,7 @@ def test_attention_flags_the_configuration_does_not_read_are_refused():
     """Before any model loads: --max-doc-words alone stays with the default (it reads it); an
     attention flag under a preset without attention is refused naming that preset, and naming
     the flag as typed; so is one given at its default value, which selects no preset (it ran the
-    default likelihood, computing no attention, with exit 0), unless the pruner reads it too."""
+    default likelihood, computing no attention, with exit 0), unless the command's pruner reads it too."""
     import pytest
     import typer
 
@@ -182,8 +182,14 @@ def test_attention_flags_the_configuration_does_not_read_are_refused():
     for given, flag in (({"token_filter": True}, "--token-filter"), ({"heads": "auto-or-all"}, "--heads")):
         with pytest.raises(typer.BadParameter, match=f"{flag} configure.*--preset likelihood does not compute"):
             check_attention_computed(None, given)
-    # one the pruner reads too (ask --no-rerank --attention full configures the pruner): not refused
-    check_attention_computed(None, {"attention": "full"})
+    # one a command's pruner reads too: refused where none prunes (search, rerank), not in ask or
+    # serve (ask --no-rerank --attention full configures the pruner)
+    with pytest.raises(typer.BadParameter, match="--attention configure.*--preset likelihood does not compute"):
+        check_attention_computed(None, {"attention": "full"})
+    with pytest.raises(typer.BadParameter, match="--block-positions configure.*--preset signals"):
+        check_attention_computed("signals", {"block_positions": "rotated"})
+    check_attention_computed(None, {"attention": "full"}, pruner_reads=True)
+    check_attention_computed("signals", {"block_positions": "rotated"}, pruner_reads=True)
     with pytest.raises(typer.BadParameter, match="--no-calibrate configure.*--preset signals"):
         check_attention_computed("signals", {"calibrate": False})
     with pytest.raises(typer.BadParameter, match="--calibrate configure.*--preset signals"):

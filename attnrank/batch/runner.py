@@ -345,13 +345,7 @@ def _pipeline(
         ds = ds.map_batches(
             RerankStage,
             fn_constructor_args=(config.rerank, config.k),
-            fn_constructor_kwargs={
-                "config": config.rerank_config(),
-                "index": config.index,
-                "threads": threads,
-                "index_tag": index_tag,
-                "stemmer": candidate_terms().stemmer,  # the driver's, which the checkpoint records
-            },
+            fn_constructor_kwargs=rerank_stage_kwargs(config, threads, index_tag),
             batch_size=res.rerank_batch,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=res.rerank_actors),
@@ -359,6 +353,20 @@ def _pipeline(
             num_gpus=res.rerank_gpus or None,
         )
     return ds
+
+
+def rerank_stage_kwargs(config: BatchConfig, threads: int, index_tag: str | None) -> dict[str, Any]:
+    """The keyword arguments every :class:`RerankStage` actor is made with: the reranker's
+    configuration, the index it checks, its threads, and the driver's candidate BM25 stemmer,
+    which the checkpoint records (where candidate BM25 runs at all: None for attention alone)."""
+    rerank = config.rerank_config()
+    return {
+        "config": rerank,
+        "index": config.index,
+        "threads": threads,
+        "index_tag": index_tag,
+        "stemmer": candidate_terms().stemmer if rerank.signals is not None else None,
+    }
 
 
 def _index_mode(index: str) -> str:

@@ -309,8 +309,9 @@ def parse_reweight(text: str) -> Reweighting | None:
     )
 
 
-def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig:
-    """The preset with every option the user gave (not None) applied."""
+def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False, **given: Any) -> RerankConfig:
+    """The preset with every option the user gave (not None) applied; ``pruner_reads``: the
+    command also prunes, and its pruner reads :data:`PRUNER_SHARED` (``ask``, ``serve``)."""
     overrides = {k: v for k, v in given.items() if v is not None}
     if "reweight" in overrides:
         overrides["reweight"] = parse_reweight(overrides["reweight"])
@@ -318,7 +319,7 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
         overrides["signals"] = signals_setting(overrides["signals"])
     with option_errors():  # an option value the configuration refuses
         _check_heads(overrides.get("heads"), model=overrides.get("model"))
-        check_attention_computed(preset, overrides)
+        check_attention_computed(preset, overrides, pruner_reads)
         config = RerankConfig.preset(preset or "", **overrides)
     defaults = field_defaults()  # a default spelled out changes nothing
     changed = {k for k in ("block_positions", "state_cache_mb") if k in overrides and overrides[k] != defaults[k]}
@@ -350,17 +351,18 @@ def build_rerank_config(preset: str | None = None, **given: Any) -> RerankConfig
 PRUNER_SHARED = ("attention", "block_positions", "state_cache_mb")
 
 
-def check_attention_computed(preset: str | None, overrides: dict[str, Any]) -> None:
+def check_attention_computed(preset: str | None, overrides: dict[str, Any], pruner_reads: bool = False) -> None:
     """Attention options (``overrides``: the flags given) on a configuration that computes no
     attention would be ignored: refused naming the flags, before the model loads. Without a
     preset, those given at other than their default values select ``fused``
     (:func:`~attnrank.rerank.config.preset_for`); one given at its default value selects nothing,
     so under the default preset it is refused too (``--attention full`` alone ran the default
-    ``likelihood``, which computes no attention, as if it had been honoured), except those the
-    pruner reads too (``ask``, ``serve``, ``demo``: ``--attention``, ``--block-positions``,
-    ``--state-cache-mb``), which there configure the pruner alone."""
+    ``likelihood``, which computes no attention, as if it had been honoured), except, where the
+    command's pruner reads them too (``pruner_reads``: ``ask``, ``serve``), those of
+    :data:`PRUNER_SHARED` at their defaults, which there configure the pruner alone."""
     defaults = field_defaults()
-    given = [k for k in overrides if k in ATTENTION_FIELDS and (k not in PRUNER_SHARED or overrides[k] != defaults[k])]
+    shared = PRUNER_SHARED if pruner_reads else ()
+    given = [k for k in overrides if k in ATTENTION_FIELDS and (k not in shared or overrides[k] != defaults[k])]
     if not given:
         return
     signals = {k: v for k, v in overrides.items() if k == "signals"}
@@ -382,6 +384,12 @@ def rerank_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give a Typer command the shared reranking options; it receives ``rerank_config`` (and, if it
     takes ``rerank_given``, the flags the user set)."""
     return option_group(func, _OPTIONS, build_rerank_config, "rerank")
+
+
+def rerank_and_prune_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`rerank_options` for a command whose pruner reads ``--attention``,
+    ``--block-positions`` and ``--state-cache-mb`` too (``ask``, ``serve``)."""
+    return option_group(func, _OPTIONS, functools.partial(build_rerank_config, pruner_reads=True), "rerank")
 
 
 def option_group(

@@ -21,7 +21,7 @@ from .options import (
     pruning_config,
     refuse_unread_block_options,
     refuse_when_off,
-    rerank_options,
+    rerank_and_prune_options,
 )
 from .prune_options import check_method, prune_options
 
@@ -138,7 +138,7 @@ def prune(
 
 
 @app.command()
-@rerank_options
+@rerank_and_prune_options
 def ask(
     question: str = typer.Argument(..., help="The question to answer."),
     name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
@@ -174,8 +174,8 @@ def ask(
     verify: bool = Verify,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
-    rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
-    rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_options
+    rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_and_prune_options
+    rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_and_prune_options
 ) -> None:
     """Answer a question: retrieve, rerank, prune sentences by attention, generate (streamed)."""
     _setup(quiet, verbose)

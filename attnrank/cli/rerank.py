@@ -26,7 +26,6 @@ from . import (
     app,
 )
 from .options import check_registry_lookups, rerank_options
-from .states import index_reranker
 
 
 @app.command()
@@ -72,6 +71,7 @@ def rerank(
         docs = {d.id: d for d in index.docs}
     _check_run(first, qs, docs, queries)  # every query and document, before the model loads
     from ..rerank.attention import AttentionReranker
+    from ..rerank.over_index import index_reranker
 
     # over an index, as search --rerank: its stored passage states and its vectors for the dense signal
     reranker = (

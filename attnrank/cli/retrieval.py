@@ -36,7 +36,6 @@ from .states import (
     STATES_PRESET,
     STATES_WORDS,
     check_storage,
-    index_reranker,
     state_writer,
     states_config,
 )
@@ -210,6 +209,8 @@ def search(
         )
     results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
     if rerank > 0:
+        from ..rerank.over_index import index_reranker  # heavy (torch): only once the input is known good
+
         reranker = index_reranker(rerank_config, _index_path(name, index_dir), r)
         todo = results
         if progress and len(qs) > 1:  # rank() scores one query; the bar counts queries

@@ -10,11 +10,11 @@ import typer
 
 from ..rerank.config import RerankConfig
 from . import Verbose, _index_path, _setup, app
-from .options import check_pruner_lookups, check_registry_lookups, pruning_config, rerank_options
+from .options import check_pruner_lookups, check_registry_lookups, pruning_config, rerank_and_prune_options
 
 
 @app.command()
-@rerank_options
+@rerank_and_prune_options
 def serve(
     name: str | None = typer.Option(
         None, "--index", "-n", help="Index name under ./indexes (enables /v1/search, /v1/prune over it, /v1/ask)."
@@ -27,8 +27,8 @@ def serve(
     max_document_chars: int = typer.Option(20_000, "--max-document-chars", help="Characters per document (413 above)."),
     max_total_tokens: int = typer.Option(65_536, "--max-total-tokens", help="Tokens of query + documents (413 above)."),
     verbose: bool = Verbose,
-    rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
-    rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_options
+    rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_and_prune_options
+    rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_and_prune_options
 ) -> None:
     """Serve reranking (Cohere v2 and TEI shapes), search, pruning and streamed answers over HTTP."""
     from ..errors import require

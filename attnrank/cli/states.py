@@ -18,11 +18,8 @@ import typer
 
 from ..config import PASSAGE_STATES_FOLDER, STATE_STORAGES
 from ..rerank.config import RerankConfig
-from ..rerank.over_index import index_reranker
 from ..types import Document
 from . import option_errors
-
-__all__ = ["index_reranker"]  # (search and rerank build their reranker with it)
 
 PASSAGE_STATES = typer.Option(
     None,

@@ -66,6 +66,12 @@ def reranker_settings(
             )
         own[key] = extra.pop(key)
     settings = {**own, **extra}
+    if own["scorer"] == "sum" and settings.get("config") == "learned":
+        # (saved, scorer "sum" reads back as the preset's: components saved before 2026-12-05 wrote it by default)
+        raise InputError(
+            "scorer='sum' with preset 'learned' (reranker_kwargs['config']) scores the plain head sum, not the "
+            "learned weights; drop scorer, or use preset 'qrhead' for the head sum"
+        )
     for key in ("heads", "scorer"):  # None: the preset's (heads: the fused weights', else the registered set, else all)
         if own[key] is None:
             del settings[key]
@@ -78,7 +84,9 @@ def legacy_scorer(data: dict[str, Any]) -> dict[str, Any]:
     """A serialised component as its current ``__init__`` reads it: components saved before
     2026-12-05 wrote their default ``scorer="sum"``, which now counts as given (a saved retriever
     with ``rerank=False`` refused it, a saved ``reranker_kwargs`` preset "learned" scored the head
-    sum): read as None, the preset's (the same scorer for every preset but "learned")."""
+    sum): read as None, the preset's. That is "sum" for every preset but "learned", with which an
+    explicit ``scorer="sum"`` is refused (:func:`reranker_settings`), so no component saved now
+    changes on load."""
     params = data.get("init_parameters", {})
     if params.get("scorer") != "sum":
         return data

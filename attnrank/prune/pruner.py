@@ -50,7 +50,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -250,7 +250,7 @@ class ContextPruner:
                 out.append(locate_sentences(doc.text, pre))
                 continue
             meta = doc.metadata.get("sentences") if doc.metadata else None
-            if meta is not None and not (isinstance(meta, (list, tuple)) and all(isinstance(x, str) for x in meta)):
+            if meta is not None and not _sentence_list(meta):
                 # (framework metadata reaches here: a loader's sentence count, or a dict, is no split)
                 logger.warning("document %s: metadata sentences are not a list of strings; segmenting", doc.id)
                 meta = None
@@ -346,3 +346,11 @@ class ContextPruner:
             mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans, labelled=False)
             return sink_filtered_rows(w.real, w.null, mask)
         return w.rows
+
+
+def _sentence_list(value: Any) -> bool:
+    """Whether a document's metadata ``"sentences"`` is a split: a sequence (a list, a tuple, an
+    array read back from Parquet) of strings, not a string, a mapping or a count."""
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__") or not hasattr(value, "__len__"):
+        return False
+    return all(isinstance(x, str) for x in value)

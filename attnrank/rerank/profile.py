@@ -87,5 +87,5 @@ def measure_slot_profile(
         n_trials,
         date,
         reranker.llm.adapter,
-        calibrated=reranker.calibrate,
+        calibrated=bool(reranker.calibrate),
     )

@@ -686,10 +686,17 @@ def test_a_checkpoint_before_the_stemmer_was_recorded_resumes_only_where_it_stem
     run_batch({"q1": "apple"}, config, output=out, progress=False)
     assert _drop_settings(out, "candidate_stemmer")[0] == {"candidate_stemmer": "porter"}
     run_batch({"q1": "apple"}, config, output=out, progress=False)  # stems here too: resumed
-    unstemmed = replace(signals.candidate_terms(), stemmer="none")
+    stemming = signals.candidate_terms
+    unstemmed = replace(stemming(), stemmer="none")
     monkeypatch.setattr(runner, "candidate_terms", lambda: unstemmed)
     with pytest.raises(InputError, match=r"other settings \(candidate_stemmer\)"):
         run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
     monkeypatch.setattr(signals, "candidate_terms", lambda: unstemmed)
     with pytest.raises(stages.StageError, match="stems with 'none', the run's with 'porter'"):
         stages.RerankStage(5, 5, config=config.rerank_config(), stemmer="porter")
+    # a preset without candidate BM25 (attention alone) never asks a worker for its stemmer
+    # (the driver stems, this worker does not: a run that computes no BM25 was refused for it)
+    monkeypatch.setattr(runner, "candidate_terms", stemming)
+    alone = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset="qrhead", heads="0-1")
+    stages.RerankStage(5, 5, **runner.rerank_stage_kwargs(alone, 1, None))
+    assert runner.rerank_stage_kwargs(config, 1, None)["stemmer"] == "porter"

@@ -138,8 +138,11 @@ def test_the_components_leave_the_scorer_to_the_preset():
     settings = dict(AttnrankRanker(reranker_kwargs={"config": "learned"})._settings)
     config = RerankConfig.preset(settings.pop("config"), **settings)
     assert config.scorer == "learned" and config == RerankConfig.preset("learned")
-    explicit = AttnrankRanker(scorer="sum", reranker_kwargs={"config": "learned"})._settings
-    assert explicit["scorer"] == "sum"  # given: applied
+    # an explicit "sum" with preset learned is refused: saved, "sum" reads back as the preset's
+    # (components saved before wrote it by default), so it would change meaning on load
+    with pytest.raises(InputError, match="scorer='sum' with preset 'learned'"):
+        AttnrankRanker(scorer="sum", reranker_kwargs={"config": "learned"})
+    assert AttnrankRanker(scorer="sum")._settings["scorer"] == "sum"  # with another preset: applied
 
 
 def test_components_saved_before_the_scorer_default_changed_load_as_they_were_meant(demo_index):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 pytest.importorskip("langchain_core", reason="needs the 'langchain' extra")
@@ -189,5 +190,6 @@ def test_pruner_reads_pre_split_sentences_from_the_metadata(settings, query):
     # a loader's own "sentences" (a count, a dict) is no split: segmented, not a TypeError
     count = LCDocument(page_content=text, metadata={"sentences": 3})
     keys = LCDocument(page_content=text, metadata={"sentences": {text: 1}})
-    out = pruner.compress_documents([one, two, count, keys], query)
-    assert [len(d.metadata["kept_sentences"]) for d in out] == [1, 2, 2, 2]
+    array = LCDocument(page_content=text, metadata={"sentences": np.array([text])})  # (read back from Parquet)
+    out = pruner.compress_documents([one, two, count, keys, array], query)
+    assert [len(d.metadata["kept_sentences"]) for d in out] == [1, 2, 2, 2, 1]

@@ -131,6 +131,9 @@ def test_measure_slot_profile_end_to_end(llm, tmp_path):
     raw_rr = AttentionReranker(llm, signals=None, calibrate=False, token_filter=False)
     raw = measure_slot_profile(raw_rr, POOL, n_slots=3, n_trials=2, seed=0)
     assert not raw.calibrated and raw.mean_score != prof.mean_score and min(raw.mean_score) > 0  # attention mass
+    # a reranker's calibrate given as 1 (accepted there) is recorded as True, not refused after every trial
+    one = AttentionReranker(llm, signals=None, calibrate=1)
+    assert measure_slot_profile(one, POOL, n_slots=2, n_trials=1).calibrated is True
 
     # the reranker applies it (given as a path): plain scores minus the bias of each doc's slot
     query, docs = "capital of France?", POOL[:4]
