@@ -295,6 +295,7 @@ class PassageStateStore:
         self.by_key = {key: i for i, (_, key) in enumerate(passages)}
         self.key_of_id = {doc_id: key for doc_id, key in passages}
         self.stale = 0  # lookups of a stored passage id whose text changed
+        self._warned: set[str] = set()  # the ids warned of
 
     def _check(self, head_dim: int | None, n: int) -> None:
         """Arrays of the recorded storage, geometry and token count; offsets from 0, increasing."""
@@ -385,7 +386,13 @@ class PassageStateStore:
         if row is None:
             if doc_id in self.key_of_id:
                 self.stale += 1
-                logger.warning("passage %r changed since its states were stored; encoding it afresh", doc_id)
+                if doc_id not in self._warned:  # (once: a server's /v1/rerank may send other texts under these ids)
+                    self._warned.add(doc_id)
+                    logger.warning(
+                        "passage %r changed since its states were stored (or another text came under its id); "
+                        "encoding it afresh",
+                        doc_id,
+                    )
             return None
         a, b = int(self.offsets[row]), int(self.offsets[row + 1])
         self.served += 1
