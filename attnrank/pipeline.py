@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from .config import DEFAULT_BUDGET_TOKENS
+from .config import DEFAULT_BUDGET_TOKENS, DEFAULT_LLM
 from .errors import InputError
 from .generate import Answer, Generator, StreamCallback, check_max_new_tokens
 from .index.retriever import HybridRetriever
@@ -316,7 +316,7 @@ def check_shared_model(
         if not isinstance(cfg, (RerankConfig, PruneConfig)):
             continue
         what = type(cfg).__name__
-        if cfg.model is not None and cfg.model != model:
+        if cfg.model is not None and _model_name(cfg.model) != _model_name(model):
             raise InputError(
                 f"{what}(model={cfg.model!r}) but the pipeline's model is {model!r}: {where} loads one model "
                 f"for every stage; pass model={cfg.model!r} to {where}"
@@ -327,6 +327,11 @@ def check_shared_model(
                     f"{what}({key}={getattr(cfg, key)!r}) but {where}({key}={value!r}) loads the "
                     f"model every stage shares; pass {key}={getattr(cfg, key)!r} to {where}"
                 )
+
+
+def _model_name(model: str | None) -> str:
+    """``model`` as :func:`~attnrank.llm.models.load_llm` names it: None is the offline default."""
+    return DEFAULT_LLM if model is None else str(model)
 
 
 def _given(question: str, candidates: Any, query_id: str | None) -> RankedResults:

@@ -508,6 +508,10 @@ def test_the_engine_is_built_from_one_rerank_config(tiny_dir):
 
     with pytest.raises(InputError, match=r"PruneConfig\(model='other'\) but the pipeline's model"):
         build_engine(RerankConfig.preset(model=str(tiny_dir)), prune=PruneConfig(model="other"))
+    from attnrank.config import DEFAULT_LLM
+    from attnrank.pipeline import check_shared_model
+
+    check_shared_model(None, "auto", "cpu", PruneConfig(model=DEFAULT_LLM))  # the default, named: the same model
     with pytest.raises(InputError, match=r"PruneConfig\(dtype='bfloat16'\)"):
         build_engine(RerankConfig.preset(model=str(tiny_dir), dtype="float32"), prune=PruneConfig(dtype="bfloat16"))
 
