@@ -117,12 +117,13 @@ class HybridRetriever:
 
     # -- build -------------------------------------------------------------------------------
     def index(self, docs: Sequence[Document] | str | Path, *, show_progress: bool = True) -> HybridRetriever:
-        """Index documents (or a corpus path, see :func:`attnrank.corpus.load_corpus`)."""
+        """Index documents (or a corpus path, see :func:`attnrank.corpus.load_corpus`). The
+        retriever changes only once both indexes are built: a build that fails leaves it as it was
+        (BM25 of the new corpus beside the old documents answered with the wrong ones)."""
+        corpus_path = None
         if isinstance(docs, (str, Path)):
-            self.corpus_path = Path(docs).resolve()  # never replaced by a save, whatever force says
+            corpus_path = Path(docs).resolve()  # never replaced by a save, whatever force says
             docs, _ = load_corpus(docs)
-        else:
-            self.corpus_path = None
         docs = list(docs)
         if not docs:
             raise InputError("cannot index an empty corpus (0 documents); give at least one document")
@@ -136,12 +137,12 @@ class HybridRetriever:
             raise InputError(f"duplicate document id {dup!r}; document ids must be unique")
         texts = [d.full_text for d in docs]
         t0 = time.perf_counter()
-        self.bm25 = BM25Index(self.bm25_params, resolve_config(self.stopwords, self.stemmer)).index(texts)
+        bm25 = BM25Index(self.bm25_params, resolve_config(self.stopwords, self.stemmer)).index(texts)
         t1 = time.perf_counter()
-        self.dense = DenseIndex(self.embedder, self.dense_kind, device=self.device, backend=self.embed_backend)
-        self.dense.index(texts, show_progress)
+        dense = DenseIndex(self.embedder, self.dense_kind, device=self.device, backend=self.embed_backend)
+        dense.index(texts, show_progress)
         t2 = time.perf_counter()
-        self.docs = docs
+        self.bm25, self.dense, self.docs, self.corpus_path = bm25, dense, docs, corpus_path
         self.build_info = {"bm25_seconds": round(t1 - t0, 3), "dense_seconds": round(t2 - t1, 3)}
         logger.info("indexed %d documents (BM25 %.1fs, dense %.1fs)", len(docs), t1 - t0, t2 - t1)
         return self

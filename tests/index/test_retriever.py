@@ -340,3 +340,23 @@ def test_fusion_none_is_refused():
 
     with pytest.raises(InputError, match="fusion None is not one of"):
         HybridRetriever(fusion=None)  # type: ignore[arg-type]
+
+
+def test_a_failed_rebuild_leaves_the_retriever_as_it_was(monkeypatch):
+    """BM25 of the new corpus was kept beside the old documents when the dense build failed:
+    a caller that caught the error got the old corpus's texts under the new ranking."""
+    from attnrank.errors import InputError
+    from attnrank.index import dense as dense_module
+
+    r = HybridRetriever().index(
+        [Document("a1", "apples are red"), Document("a2", "bananas are yellow")], show_progress=False
+    )
+
+    def fail(self, texts, show_progress=True):
+        raise InputError("embedding failed")
+
+    monkeypatch.setattr(dense_module.DenseIndex, "index", fail)
+    with pytest.raises(InputError, match="embedding failed"):
+        r.index([Document("b1", "cherries"), Document("b2", "apples apples apples")], show_progress=False)
+    hits = r.search("apples", 1, mode="bm25")
+    assert hits.ids == ["a1"] and hits[0].text == "apples are red" and r.corpus_path is None
