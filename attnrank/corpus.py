@@ -94,6 +94,15 @@ def _text(value: object) -> str | None:
     return None
 
 
+def _id_text(value: object) -> str | None:
+    """A JSON id as a string: as :func:`_text`, except that a number with a fraction is refused
+    (None: JSON's 1.10 reads as 1.1, so the id would match no qrels that spell it as written) and a
+    whole float is written as an integer (pandas writes an id column with a gap as 1.0, 2.0, ...)."""
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() and abs(value) < 2**53 else None
+    return _text(value)
+
+
 def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problems) -> None:
     if not doc.id:
         problem(where, "empty document id")
@@ -135,10 +144,12 @@ def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[D
             problem(where, f"missing 'id'/'_id' or 'text' (keys: {sorted(obj)[:6]})")
             continue
         raw = {"id": did, "text": obj["text"], "title": obj.get("title")}
-        fields = {k: _text(v) for k, v in raw.items()}
+        fields = {k: (_id_text if k == "id" else _text)(v) for k, v in raw.items()}
         bad = next((k for k, v in fields.items() if v is None), None)
         if bad is not None:
-            problem(where, f"{bad!r} is a JSON {type(raw[bad]).__name__}, not a string or number")
+            fraction = bad == "id" and isinstance(raw[bad], float) and math.isfinite(raw[bad])
+            what = "a number with a fraction" if fraction else f"a JSON {type(raw[bad]).__name__}"
+            problem(where, f"{bad!r} is {what}, not a string or number" + ("; write it as a string" * (bad == "id")))
             continue
         meta = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
         # ids are trimmed, as in CSV and as TREC qrels and runs (split at whitespace) read them
@@ -231,7 +242,13 @@ def _csv_columns(path: Path, fieldnames: Sequence[str] | None) -> dict[str, str]
     cols = {c.lower().strip(): c for c in fieldnames or []}
     if len(cols) != len(fieldnames or []):
         raise InputError(f"{path}:1: header {fieldnames} names a column twice; give every column its own name")
-    id_col = cols.get("id") or cols.get("_id") or cols.get("doc_id") or cols.get("docid")
+    ids = [cols[k] for k in ("id", "_id", "doc_id", "docid") if k in cols]
+    if len(ids) > 1:  # (JSON refuses an _id that differs from id; here the second went to metadata)
+        raise InputError(
+            f"{path}:1: header {fieldnames} names the document id twice ({', '.join(map(repr, ids))}); "
+            "keep one id column, or rename the other"
+        )
+    id_col = ids[0] if ids else None
     if id_col is None or "text" not in cols:
         raise InputError(
             f"{path}:1: header {fieldnames} lacks an 'id' and a 'text' column; "
@@ -409,15 +426,17 @@ _TEXT_HEADERS = {"text", "query", "query-text", "query_text", "title"}
 
 
 def _is_header(qid: str, text: str) -> bool:
-    """Whether the first line of a queries TSV names its columns (``id<TAB>text``)."""
-    return qid.lower() in _ID_HEADERS and text.strip().lower() in _TEXT_HEADERS
+    """Whether the first line of a queries TSV names its columns (``id<TAB>text``, or
+    ``qid<TAB>question`` and the like: an id column's name before any second name; a header
+    whose second column was not in a fixed list was searched as a query named "id")."""
+    return qid.lower() in _ID_HEADERS and (text.strip().lower() in _TEXT_HEADERS or " " not in text.strip())
 
 
 def _json_id(obj: dict) -> tuple[Any, str | None]:
     """A JSON record's id (``_id`` or ``id``, whichever is not null) and a problem where both are
     given and differ (one of them would have been dropped without a word)."""
     given = {k: obj[k] for k in ("_id", "id") if obj.get(k) is not None}
-    if len(given) == 2 and _text(given["_id"]) != _text(given["id"]):
+    if len(given) == 2 and _id_text(given["_id"]) != _id_text(given["id"]):
         return None, f"'_id' {given['_id']!r} and 'id' {given['id']!r} differ; keep one of them"
     return next(iter(given.values()), None), None
 
@@ -431,7 +450,7 @@ def _query_record(line: str, where: str) -> tuple[str, str]:
     given, clash = _json_id(obj) if isinstance(obj, dict) else (None, None)
     if clash:
         raise InputError(f"{where}: {clash}")
-    qid = _text(given) if given is not None else None
+    qid = _id_text(given) if given is not None else None
     qid = None if qid is None else qid.strip()  # (trimmed, as qrels and runs read ids)
     text = obj.get("text") if isinstance(obj, dict) else None
     if not qid or not isinstance(text, str):

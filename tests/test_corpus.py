@@ -329,3 +329,25 @@ def test_queries_tsv_with_old_mac_line_endings(tmp_path):
     path = tmp_path / "q.tsv"
     path.write_bytes(b"q1\tfirst query\rq2\tsecond query\r")
     assert load_queries(path) == {"q1": "first query", "q2": "second query"}
+
+
+def test_ids_are_kept_as_written_or_refused(tmp_path):
+    """A JSON id 1.10 was read as "1.1" (and 1e3 as "1000.0"), matching no qrels that spell it as
+    written: a fraction is refused, a whole float (pandas writes an id column with a gap so) is an
+    integer. A CSV naming two id columns kept one and put the other in the metadata."""
+    rows = ['{"id": 1.10, "text": "a"}', '{"id": 2.0, "text": "b"}', '{"_id": 7, "text": "c"}']
+    (tmp_path / "c.jsonl").write_text("\n".join(rows) + "\n")
+    docs, report = load_corpus(tmp_path / "c.jsonl", skip_invalid=True)
+    assert [d.id for d in docs] == ["2", "7"]
+    assert "'id' is a number with a fraction" in report.skipped[0][1] and "write it as a string" in report.skipped[0][1]
+    (tmp_path / "c.csv").write_text("id,_id,text\n0,D17,hello\n")
+    with pytest.raises(InputError, match=r"names the document id twice \('id', '_id'\)"):
+        load_corpus(tmp_path / "c.csv")
+
+
+def test_a_queries_header_with_another_column_name_is_not_a_query(tmp_path):
+    """"id<TAB>question" was read as a query named "id" (only a fixed list of names counted)."""
+    (tmp_path / "q.tsv").write_text("id\tquestion\n1\twhat is x\n")
+    assert load_queries(tmp_path / "q.tsv") == {"1": "what is x"}
+    (tmp_path / "q2.tsv").write_text("qid\twhat is the id of x\n")  # a real query: more than one word
+    assert load_queries(tmp_path / "q2.tsv") == {"qid": "what is the id of x"}
