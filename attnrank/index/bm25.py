@@ -4,7 +4,9 @@ rank-bm25 (``BM25Okapi``) computes the corpus statistics (document frequencies, 
 epsilon floor for very common terms, document lengths). Scoring every document in Python per
 query, as rank-bm25 does, is slow; following bm25s (Lù, 2024) the per-(term, document) BM25
 weights are computed once at index time and stored column-wise, so a query is a sum of a few
-array slices. Rankings are identical to ``BM25Okapi.get_scores`` (tested).
+array slices. Rankings are identical to ``BM25Okapi.get_scores`` (tested), except that its idf
+floor is kept at 0 or above (:func:`nonnegative_idf`: it is negative only in a small corpus whose
+documents share most terms, where it inverted the ranking).
 
 Methods:
 
@@ -80,6 +82,14 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return idx, scores[idx]
 
 
+def nonnegative_idf(idf: Mapping[str, float]) -> dict[str, float]:
+    """rank-bm25's Okapi idf with its floor kept at 0 or above. It replaces a negative idf (a term
+    in more than half the documents) by ``epsilon`` times the mean idf, which is itself negative
+    in a small corpus whose terms most documents share (any corpus of 2): matching more query
+    terms then lowered a score, and the ranking inverted. Unchanged wherever the mean is positive."""
+    return {t: max(v, 0.0) for t, v in idf.items()}
+
+
 class BM25Index:
     """BM25 over a list of texts. Four verbs: :meth:`index`, :meth:`retrieve`, :meth:`save`, :meth:`load`."""
 
@@ -106,7 +116,7 @@ class BM25Index:
         p = self.params
         stats = BM25Okapi(tokens, k1=p.k1, b=p.b, epsilon=p.epsilon)
         idf = (
-            stats.idf
+            nonnegative_idf(stats.idf)
             if p.method == "okapi"
             else {t: math.log(1.0 + (stats.corpus_size - df + 0.5) / (df + 0.5)) for t, df in _doc_freq(stats).items()}
         )

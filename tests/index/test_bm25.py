@@ -143,3 +143,16 @@ def test_indexes_built_before_unicode_normalisation_keep_their_terms(tmp_path):
     assert tok(unicodedata.normalize("NFD", "café")) != tok("café")
     with pytest.raises(InputError, match="unicode='nfd' is not one of nfkc, none"):
         TokenizerConfig(unicode="nfd")
+
+
+def test_a_small_corpus_of_shared_terms_never_inverts_the_ranking():
+    """rank-bm25 floors a negative idf at epsilon times the mean idf, itself negative where most
+    documents share most terms (any corpus of 2): a document matching more query terms scored
+    lower. The floor is kept at 0; a corpus with a positive mean idf is unchanged."""
+    from attnrank.index.bm25 import BM25Index, BM25Params
+
+    ix = BM25Index(BM25Params(method="okapi")).index(["apple banana", "apple banana", "apple cherry"])
+    scores = ix.get_scores("apple banana")
+    assert (scores >= 0).all() and scores[0] >= scores[2]
+    two = BM25Index(BM25Params(method="okapi")).index(["red apples", "green apples and pears"])
+    assert (two.get_scores("green apples") >= 0).all()

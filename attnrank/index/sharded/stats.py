@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import IndexFormatError, InputError
-from ..bm25 import BM25Params
+from ..bm25 import BM25Params, nonnegative_idf
 from ..tokenize import TokenizerConfig, make_tokenizer
 
 
@@ -56,7 +56,7 @@ class CorpusStats:
         okapi = BM25Okapi.__new__(BM25Okapi)
         okapi.corpus_size, okapi.epsilon, okapi.idf = self.num_docs, params.epsilon, {}
         okapi._calc_idf(dict(sorted(self.df.items())))
-        return okapi.idf
+        return nonnegative_idf(okapi.idf)
 
     # -- persistence: sorted vocabulary + int64 counts ---------------------------------------
     def save(self, path: Path) -> None:
