@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..config import fault_point
 from ..errors import InputError
-from ..files import atomic_path, check_file_target
+from ..files import atomic_path, check_file_target, is_attnrank_run, replace_guard
 from ..types import RankedResults
 
 Qrels = dict[str, dict[str, int]]
@@ -196,22 +196,35 @@ def _check_run(run: Mapping[str, Mapping[str, float]]) -> None:
                 )
 
 
+# What write_run replaces by default: an empty file or a run attnrank wrote (tag "attnrank...").
+RUN_FILE_GUARD = replace_guard(is_attnrank_run, "a TREC run", "the run file")
+
+
 def write_run(
     run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults],
     path: str | Path,
     tag: str = "attnrank",
-    guard: Callable[[Path], None] | None = None,
+    guard: Callable[[Path], None] | None = RUN_FILE_GUARD,
 ) -> None:
     """Write a TREC run file atomically, ranked in :func:`trec_order` (ties by doc id descending,
     as trec_eval ranks them whatever the rank column says). Scores have
     6 decimals, or, in a query where that would tie two different scores, their full value: trec_eval
-    re-ranks tied scores by doc id, so rounding would change the ranking it evaluates. ``guard``:
-    called on the path just before it is replaced (:func:`attnrank.files.atomic_path`)."""
+    re-ranks tied scores by doc id, so rounding would change the ranking it evaluates. ``tag``: the
+    last column (no whitespace). ``guard``: called on the path before writing and just before it is
+    replaced (:func:`attnrank.files.atomic_path`); by default it refuses to replace a file that is
+    not a run attnrank wrote (a run whose every tag starts "attnrank"); None replaces anything."""
     if not isinstance(run, Mapping):
         run = results_to_run(run)
     _check_run(run)
+    if not isinstance(tag, str) or not tag or any(c.isspace() for c in tag):
+        raise InputError(
+            f"run tag {tag!r} is empty or holds whitespace, which a TREC run's last column cannot hold; "
+            "give a tag without spaces"
+        )
     p = Path(path)
     check_file_target(p, "the run file")
+    if guard is not None:  # (before the work, not only at the rename)
+        guard(p)
     with atomic_path(p, guard=guard) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for qid, docs in run.items():
             ranked = trec_order(docs)

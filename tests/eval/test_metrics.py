@@ -297,3 +297,20 @@ def test_qrels_refuse_empty_ids_and_ignore_trailing_tabs(tmp_path):
     trailing = tmp_path / "trailing.tsv"
     trailing.write_text("q1\td1\t1\t\n")
     assert read_qrels(trailing) == {"q1": {"d1": 1}}
+
+
+def test_write_run_replaces_only_a_run_attnrank_wrote(tmp_path):
+    """The library's write_run replaced any file (a user's notes at the path were lost), and a tag
+    with a space wrote 7-column lines that read_run then refused."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("precious notes\n")
+    with pytest.raises(InputError, match="exists and is not a TREC run attnrank wrote"):
+        write_run({"q": {"d": 1.0}}, notes)
+    assert notes.read_text() == "precious notes\n"
+    write_run({"q": {"d": 1.0}}, notes, guard=None)  # asked for: replaced
+    run = tmp_path / "r.trec"
+    write_run({"q": {"d": 1.0}}, run)
+    write_run({"q": {"d": 2.0}}, run)  # its own run: replaced
+    assert read_run(run) == {"q": {"d": 2.0}}
+    with pytest.raises(InputError, match="run tag 'my run' is empty or holds whitespace"):
+        write_run({"q": {"d": 1.0}}, tmp_path / "t.trec", tag="my run")
