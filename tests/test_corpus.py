@@ -346,7 +346,7 @@ def test_ids_are_kept_as_written_or_refused(tmp_path):
 
 
 def test_a_queries_header_with_another_column_name_is_not_a_query(tmp_path):
-    """"id<TAB>question" was read as a query named "id" (only a fixed list of names counted)."""
+    """ "id<TAB>question" was read as a query named "id" (only a fixed list of names counted)."""
     (tmp_path / "q.tsv").write_text("id\tquestion\n1\twhat is x\n")
     assert load_queries(tmp_path / "q.tsv") == {"1": "what is x"}
     (tmp_path / "q2.tsv").write_text("qid\twhat is the id of x\n")  # a real query: more than one word

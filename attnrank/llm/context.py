@@ -22,6 +22,7 @@ from transformers.cache_utils import DynamicLayer
 from attnrank.errors import InputError, ModelError
 
 from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, rotary_follows_length, sliding_window
+from .quantize import is_int8
 from .rotary import nope_layers, rotate_into, rotation
 from .states import BlockState, layer_kv, prefix_states
 
@@ -74,10 +75,10 @@ class ContextBuffer:
 
 def one_window_per_pass(capturer: AttentionCapturer, prefix: PrefixCache) -> bool:
     """Whether this model's windows must run one per suffix pass: sliding-window layers (their
-    caches keep a window of the context), or a rotary embedding whose frequencies follow the
+    caches keep a window of the context), a rotary embedding whose frequencies follow the
     longest position in the batch (dynamic NTK, LongRoPE), which would let one window's length
-    change another's positions."""
-    return has_sliding_layers(prefix.cache) or rotary_follows_length(capturer.decoder)
+    change another's positions, or dynamic int8 linears (one input scale over the batch)."""
+    return has_sliding_layers(prefix.cache) or rotary_follows_length(capturer.decoder) or is_int8(capturer.model)
 
 
 def windows_shape(

@@ -75,6 +75,8 @@ def continuation_logprob(
                 f"context #{i} with its continuation is {len(s)} tokens, over the {llm.context_length}-token "
                 f"context of {llm.model_id}; shorten it (e.g. max_doc_words / max_doc_tokens)"
             )
+    if llm.quantization == "int8":  # (its linears scale a batch's input as one: each row's scores would
+        batch_tokens = 0  # depend on the rows beside it, and the states kept under its ids too): one per pass
     if states is None or states.max_bytes == 0 or not reuses_states(llm):
         out = np.empty((len(seqs), len(cont)), dtype=np.float32)
         for batch in _batches(list(range(len(seqs))), [len(s) for s in seqs], batch_tokens):
@@ -103,7 +105,7 @@ def _reusing_states(
     states.check_room(held, f"the {len(seqs)} prompts of one query likelihood call")
     warm = {i: f for i, f in enumerate(found) if f is not None}
     past = [0 if f is None else f.n_tokens for f in found]
-    for batch in _batches(list(warm), past, DEFAULT_PAST_TOKENS):
+    for batch in _batches(list(warm), past, DEFAULT_PAST_TOKENS if batch_tokens else 0):
         suffixes = [seqs[i][-n_cont - 1 : -1] for i in batch]
         out[batch] = _suffix_logprob(llm, [warm[i] for i in batch], suffixes, target, buffer)
     return out

@@ -127,3 +127,50 @@ def test_int8_block_states_do_not_depend_on_the_blocks_encoded_beside_them():
     alone = encode_blocks(capturer, prefix, [short], [prefix.length])[0]
     beside = encode_blocks(capturer, prefix, [short, long], [prefix.length, prefix.length])[0]
     assert torch.equal(alone.keys, beside.keys) and torch.equal(alone.values, beside.values)
+
+
+def test_an_int8_models_query_likelihood_does_not_depend_on_the_other_passages():
+    """The likelihood's passes batched several passages' prompts: in int8 one input scale over the
+    batch made a passage's log-probabilities depend on its neighbours (and the states kept under
+    its ids too). They run one per pass there, cold and warm alike."""
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.likelihood import continuation_logprob
+    from attnrank.llm.models import LLM
+    from attnrank.llm.states import StateCache
+
+    model = tiny_model("llama", layers=2)
+    quantize.quantize_int8(model)
+    tok = tiny_tokenizer()
+    llm = LLM(model=model, tokenizer=tok, model_id="tiny-int8", fingerprint="c" * 64, quantization="int8")
+    a = tok("Passage: Paris is in France. Question:", add_special_tokens=False)["input_ids"]
+    b = tok("Passage: " + "ZZZZ " * 40 + "Question:", add_special_tokens=False)["input_ids"]
+    cont = tok(" where is Paris", add_special_tokens=False)["input_ids"]
+    alone = continuation_logprob(llm, [a], cont)[0]
+    beside = continuation_logprob(llm, [a, b], cont)[0]
+    np.testing.assert_array_equal(alone, beside)
+    cache = StateCache(64 * 2**20)
+    continuation_logprob(llm, [a, b], cont, states=cache)  # cold, keeps the states
+    warm = continuation_logprob(llm, [a, b], cont, states=cache)[0]  # suffixes over them
+    np.testing.assert_array_equal(warm, continuation_logprob(llm, [a], cont, states=cache)[0])
+    np.testing.assert_allclose(warm, alone, atol=5e-3)  # (the suffix alone meets int8's scale otherwise)
+
+
+def test_an_int8_models_block_windows_are_each_scored_alone():
+    """Windows batched into one suffix pass shared int8's input scale, so a window's rows changed
+    with the others in the pass: they run one per pass, as for sliding-window models."""
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.attention import AttentionCapturer
+    from attnrank.llm.blocks import build_block_prompts
+    from attnrank.llm.capture import capture_block_windows
+
+    model = tiny_model("llama", layers=2)
+    quantize.quantize_int8(model)
+    capturer = AttentionCapturer(model, [(0, 1), (1, 0)])
+    whole = build_block_prompts(tiny_tokenizer(), "Where is Paris?", ["Paris is in France.", "Rome is in Italy. " * 8])
+    first, second = whole.select([0], "forward"), whole.select([1], "forward")
+    prefix = capturer.prefill(first.prefix_ids)
+    alone = capture_block_windows(capturer, [first], prefix, fingerprint="t", positions="rotated")[0]
+    beside = capture_block_windows(capturer, [first, second], prefix, fingerprint="t", positions="rotated")[0]
+    np.testing.assert_array_equal(alone.real, beside.real)
