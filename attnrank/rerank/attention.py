@@ -289,10 +289,10 @@ class AttentionReranker:
         return res if k is None else res.top_k(k)
 
     def _check_query(self, query: Any) -> None:
-        """A query text; with attention, not the content-free calibration query itself (its
-        calibrated scores would all be 0: the first-stage order, labelled as attention's)."""
+        """A query text; with calibrated attention, not the content-free calibration query itself
+        (its calibrated scores would all be 0: the first-stage order, labelled as attention's)."""
         check_query(query)
-        if self.uses_attention and query.strip() == CALIBRATION_QUERY:
+        if self.uses_attention and self.calibrate and query.strip() == CALIBRATION_QUERY:
             raise InputError(
                 f"query {query!r} is the calibration query attention is measured against; rephrase the query"
             )
@@ -332,7 +332,7 @@ class AttentionReranker:
         """The reranker's score of each document, in input order: the calibrated attention score,
         or with ``signals`` the fused score (ScoredDocument candidates give learned weights their
         first-stage and stage scores, as in :meth:`rank`)."""
-        check_query(query)
+        self._check_query(query)  # (the calibration query scored all zeros here, where rank refused it)
         documents, previous = as_documents(docs)
         check_texts(documents)
         if not documents:  # as rank() gives no results, whatever the preset computes
@@ -425,7 +425,7 @@ class AttentionReranker:
 
     def windows(self, query: str, docs: list[Document]) -> list[WindowRows]:
         """Score ``docs`` window by window; returns the per-head rows (features for learned scorers)."""
-        check_query(query)
+        self._check_query(query)
         tok, kw = self.llm.tokenizer, self.prompt_kw
         if self.config.attention == "block":  # tokenized once; windows select their blocks
             whole = build_block_prompts(tok, query, docs, memo=self._blocks_memo, **kw)

@@ -236,6 +236,11 @@ def test_the_calibration_query_and_a_bad_query_in_a_batch_are_refused_first(llm)
     docs = rerank_docs()[:2]
     with pytest.raises(InputError, match="is the calibration query"):
         reranker.rank(" N/A ", docs)
+    for entry in (reranker.score, reranker.windows):  # (they returned all zeros, and fed them to head training)
+        with pytest.raises(InputError, match="is the calibration query"):
+            entry("N/A", docs)
+    uncalibrated = AttentionReranker(llm, None, signals=None, calibrate=False)
+    assert uncalibrated.score("N/A", docs).shape == (2,)  # nothing to cancel it against: a query like any
     calls = []
     original = reranker.windows
     reranker.windows = lambda *a, **k: calls.append(1) or original(*a, **k)  # type: ignore[method-assign]
