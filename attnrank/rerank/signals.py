@@ -46,6 +46,7 @@ from ..index.bm25 import BM25Index, BM25Params
 from ..index.embed import encode, load_embedder, resolve_embedder_path
 from ..index.retriever import HybridRetriever
 from ..index.tokenize import TokenizerConfig, resolve_config
+from ..types import Document
 
 SIGNALS = ("bm25", "dense", "rank")
 # Candidate vectors a SignalComputer keeps (text -> unit vector, least recently used dropped): a
@@ -101,18 +102,19 @@ class IndexVectors:
 
     def __init__(self, retriever: HybridRetriever):
         self.retriever = retriever
-        self._map()
+        self._mapped = self._map()
 
-    def _map(self) -> None:
-        self.docs = self.retriever.docs
-        self.positions = {d.id: i for i, d in enumerate(self.docs)}
+    def _map(self) -> tuple[list[Document], dict[str, int]]:
+        docs = self.retriever.docs
+        return docs, {d.id: i for i, d in enumerate(docs)}
 
     def lookup(self, ids: Sequence[str], texts: Sequence[str]) -> list[np.ndarray | None]:
         """One stored vector per candidate, None where the index does not hold that text."""
-        if self.retriever.docs is not self.docs:  # re-indexed or re-loaded: positions moved
-            self._map()
-        pos = [self.positions.get(i) for i in ids]
-        pos = [p if p is not None and self.docs[p].full_text == t else None for p, t in zip(pos, texts)]
+        docs, positions = self._mapped  # (one pair: another thread may map again meanwhile)
+        if self.retriever.docs is not docs:  # re-indexed or re-loaded: positions moved
+            self._mapped = docs, positions = self._map()
+        pos = [positions.get(i) for i in ids]
+        pos = [p if p is not None and docs[p].full_text == t else None for p, t in zip(pos, texts)]
         found = [p for p in pos if p is not None]
         vecs = self.retriever.stored_vectors(found) if found else None
         if vecs is None:
