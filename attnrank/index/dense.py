@@ -215,7 +215,9 @@ class DenseIndex:
         return self
 
     def check(self, path: str | Path, *, num_docs: int, dim: int) -> None:
-        """Cheap structural checks on load: vector count, dimension and metric as recorded at build."""
+        """Cheap structural checks on load: vector count, dimension and metric as recorded at build,
+        and an IVF index's stored ids (its lists name each vector's document: a damaged list of the
+        right size returned other documents, or failed past the last one)."""
         import faiss
 
         ix = self.faiss_index
@@ -225,6 +227,28 @@ class DenseIndex:
                 f"{ix.d}, the manifest says {num_docs} of dimension {dim} (inner product); "
                 "the index is corrupted, rebuild it"
             )
+        if faiss_kind(ix) == "ivf" and not np.array_equal(stored_ids(ix), np.arange(num_docs)):
+            raise IndexFormatError(
+                f"dense index {Path(path) / 'index.faiss'}: its vector ids are not the documents 0..{num_docs - 1}; "
+                "the index is corrupted, rebuild it"
+            )
+
+
+def stored_ids(index: Any) -> np.ndarray:
+    """The ids a shard's FAISS index returns: its ``IndexIDMap`` (flat) or the IVF lists' ids."""
+    import faiss
+
+    if hasattr(index, "id_map"):
+        return faiss.vector_to_array(index.id_map).astype(np.int64)
+    invlists: Any = faiss.extract_index_ivf(index).invlists
+    parts = [np.empty(0, dtype=np.int64)]
+    for lst in range(invlists.nlist):
+        size = invlists.list_size(lst)
+        if size:
+            ptr = invlists.get_ids(lst)
+            parts.append(faiss.rev_swig_ptr(ptr, size).astype(np.int64))
+            invlists.release_ids(lst, ptr)
+    return np.sort(np.concatenate(parts))
 
 
 def faiss_kind(index: Any) -> str:

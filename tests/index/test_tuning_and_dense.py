@@ -126,3 +126,31 @@ def test_the_packaged_embedders_names_in_any_case_and_the_load_device(built_retr
     assert resolve_embedder_path(" sentence-transformers/all-minilm-l6-v2 ") == resolve_embedder_path(None)
     built_retriever.save(tmp_path / "idx")
     assert HybridRetriever.load(tmp_path / "idx", device="cuda:1").dense.device == "cuda:1"
+
+
+def test_an_ivf_index_whose_ids_name_other_documents_is_refused_on_load(tmp_path):
+    """Only the vector count, dimension and metric were checked: an IVF list of the right size
+    with other ids returned other documents (or failed past the last one)."""
+    import faiss
+    import numpy as np
+
+    from attnrank.errors import IndexFormatError
+    from attnrank.index.dense import DenseIndex
+
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((40, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+
+    def ivf(ids):
+        quantizer = faiss.IndexFlatIP(8)
+        ix = faiss.IndexIVFFlat(quantizer, 8, 4, faiss.METRIC_INNER_PRODUCT)
+        ix.train(vecs)
+        ix.add_with_ids(vecs, ids)
+        return ix
+
+    dense = DenseIndex(kind="ivf")
+    dense.faiss_index = ivf(np.arange(40, dtype=np.int64))
+    dense.check(tmp_path, num_docs=40, dim=8)  # the ids a build writes
+    dense.faiss_index = ivf(np.arange(1, 41, dtype=np.int64))  # one past each document
+    with pytest.raises(IndexFormatError, match="vector ids are not the documents 0..39"):
+        dense.check(tmp_path, num_docs=40, dim=8)

@@ -17,26 +17,9 @@ import numpy as np
 from ...errors import IndexFormatError
 from ...types import Document
 from ..bm25 import BM25Index
-from ..dense import DenseIndex
+from ..dense import DenseIndex, stored_ids
 from ..store import corpus_checksum
 from ..tokenize import TokenizerConfig
-
-
-def stored_ids(index: Any) -> np.ndarray:
-    """The ids a shard's FAISS index returns: its ``IndexIDMap`` (flat) or the IVF lists' ids."""
-    import faiss
-
-    if hasattr(index, "id_map"):
-        return faiss.vector_to_array(index.id_map).astype(np.int64)
-    invlists: Any = faiss.extract_index_ivf(index).invlists
-    parts = [np.empty(0, dtype=np.int64)]
-    for lst in range(invlists.nlist):
-        size = invlists.list_size(lst)
-        if size:
-            ptr = invlists.get_ids(lst)
-            parts.append(faiss.rev_swig_ptr(ptr, size).astype(np.int64))
-            invlists.release_ids(lst, ptr)
-    return np.sort(np.concatenate(parts))
 
 
 def check_shard(
