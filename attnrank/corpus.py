@@ -94,13 +94,22 @@ def _text(value: object) -> str | None:
     return None
 
 
-def _id_text(value: object) -> str | None:
-    """A JSON id as a string: as :func:`_text`, except that a number with a fraction is refused
-    (None: JSON's 1.10 reads as 1.1, so the id would match no qrels that spell it as written) and a
-    whole float is written as an integer (pandas writes an id column with a gap as 1.0, 2.0, ...)."""
+def id_text(value: object) -> str | None:
+    """A JSON id as a string: as :func:`_text`, except that a float is written as an integer when
+    it is one exactly (pandas writes an id column with a gap as 1.0, 2.0, ...) and refused (None)
+    otherwise (JSON's 1.10 reads as 1.1, 1e16 as a float that may not be the id written, so the id
+    would match no qrels that spell it as written): see :func:`id_problem`."""
     if isinstance(value, float) and math.isfinite(value):
         return str(int(value)) if value.is_integer() and abs(value) < 2**53 else None
     return _text(value)
+
+
+def id_problem(value: object) -> str:
+    """Why :func:`id_text` refuses ``value``, and the fix, in words."""
+    if isinstance(value, float) and math.isfinite(value):
+        what = "has a fraction" if not value.is_integer() else "is too large to be exact as a float"
+        return f"id {value!r} is a JSON number that {what}; write the id as a string"
+    return f"id {value!r} is a JSON {type(value).__name__}, not a string or number; write the id as a string"
 
 
 def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problems) -> None:
@@ -144,12 +153,11 @@ def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[D
             problem(where, f"missing 'id'/'_id' or 'text' (keys: {sorted(obj)[:6]})")
             continue
         raw = {"id": did, "text": obj["text"], "title": obj.get("title")}
-        fields = {k: (_id_text if k == "id" else _text)(v) for k, v in raw.items()}
+        fields = {k: (id_text if k == "id" else _text)(v) for k, v in raw.items()}
         bad = next((k for k, v in fields.items() if v is None), None)
         if bad is not None:
-            fraction = bad == "id" and isinstance(raw[bad], float) and math.isfinite(raw[bad])
-            what = "a number with a fraction" if fraction else f"a JSON {type(raw[bad]).__name__}"
-            problem(where, f"{bad!r} is {what}, not a string or number" + ("; write it as a string" * (bad == "id")))
+            why = id_problem(raw[bad]) if bad == "id" else f"{bad!r} is a JSON {type(raw[bad]).__name__}"
+            problem(where, why if bad == "id" else f"{why}, not a string or number")
             continue
         meta = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
         # ids are trimmed, as in CSV and as TREC qrels and runs (split at whitespace) read them
@@ -403,6 +411,7 @@ def load_queries(path: str | Path) -> dict[str, str]:
                 )
             qid, text = parts[0].strip(), parts[1]  # (trimmed, as qrels and runs read ids)
             if not queries and _is_header(qid, text):  # a header line ("id<TAB>text") is not a query
+                logger.info("%s: read as a header, not a query: %r", where, line.strip()[:80])
                 continue
             if not qid:
                 raise InputError(f"{where}: empty query id before the tab; give every query an id")
@@ -436,7 +445,7 @@ def _json_id(obj: dict) -> tuple[Any, str | None]:
     """A JSON record's id (``_id`` or ``id``, whichever is not null) and a problem where both are
     given and differ (one of them would have been dropped without a word)."""
     given = {k: obj[k] for k in ("_id", "id") if obj.get(k) is not None}
-    if len(given) == 2 and _id_text(given["_id"]) != _id_text(given["id"]):
+    if len(given) == 2 and id_text(given["_id"]) != id_text(given["id"]):
         return None, f"'_id' {given['_id']!r} and 'id' {given['id']!r} differ; keep one of them"
     return next(iter(given.values()), None), None
 
@@ -450,7 +459,9 @@ def _query_record(line: str, where: str) -> tuple[str, str]:
     given, clash = _json_id(obj) if isinstance(obj, dict) else (None, None)
     if clash:
         raise InputError(f"{where}: {clash}")
-    qid = _id_text(given) if given is not None else None
+    qid = id_text(given) if given is not None else None
+    if given is not None and qid is None:
+        raise InputError(f"{where}: query {id_problem(given)}")
     qid = None if qid is None else qid.strip()  # (trimmed, as qrels and runs read ids)
     text = obj.get("text") if isinstance(obj, dict) else None
     if not qid or not isinstance(text, str):

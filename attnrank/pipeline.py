@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from .config import DEFAULT_BUDGET_TOKENS, DEFAULT_LLM
+from .config import DEFAULT_BUDGET_TOKENS
 from .errors import InputError
 from .generate import Answer, Generator, StreamCallback, check_max_new_tokens
 from .index.retriever import HybridRetriever
-from .llm.models import LLM, load_llm, unloaded_model
+from .llm.models import LLM, checked_model_id, load_llm, unloaded_model
 from .prune.config import PruneConfig
 from .prune.context import PrunedContext, check_budget, check_neighbours
 from .prune.pruner import ContextPruner
@@ -330,8 +330,9 @@ def check_shared_model(
 
 
 def _model_name(model: str | None) -> str:
-    """``model`` as :func:`~attnrank.llm.models.load_llm` names it: None is the offline default."""
-    return DEFAULT_LLM if model is None else str(model)
+    """``model`` as :func:`~attnrank.llm.models.load_llm` names it (None and "" the offline
+    default, a path expanded, spaces trimmed)."""
+    return checked_model_id(model)
 
 
 def _given(question: str, candidates: Any, query_id: str | None) -> RankedResults:

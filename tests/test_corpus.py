@@ -339,7 +339,13 @@ def test_ids_are_kept_as_written_or_refused(tmp_path):
     (tmp_path / "c.jsonl").write_text("\n".join(rows) + "\n")
     docs, report = load_corpus(tmp_path / "c.jsonl", skip_invalid=True)
     assert [d.id for d in docs] == ["2", "7"]
-    assert "'id' is a number with a fraction" in report.skipped[0][1] and "write it as a string" in report.skipped[0][1]
+    assert "id 1.1 is a JSON number that has a fraction; write the id as a string" in report.skipped[0][1]
+    (tmp_path / "q.jsonl").write_text('{"_id": 1.5, "text": "a"}\n')
+    with pytest.raises(InputError, match="query id 1.5 is a JSON number that has a fraction"):
+        load_queries(tmp_path / "q.jsonl")
+    (tmp_path / "big.jsonl").write_text('{"id": 1e16, "text": "a"}\n')
+    with pytest.raises(InputError, match="is too large to be exact as a float"):
+        load_corpus(tmp_path / "big.jsonl")
     (tmp_path / "c.csv").write_text("id,_id,text\n0,D17,hello\n")
     with pytest.raises(InputError, match=r"names the document id twice \('id', '_id'\)"):
         load_corpus(tmp_path / "c.csv")

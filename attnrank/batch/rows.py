@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..corpus import load_queries
+from ..corpus import id_problem, id_text, load_queries
 from ..errors import InputError
 from ..rerank.fused import FUSED_STAGE, LIKELIHOOD
 from ..types import RankedResults, ScoredDocument
@@ -49,7 +49,9 @@ def read_queries(path: str | Path) -> dict[str, str]:
     for row, (qid, text) in enumerate(zip(table.column(idc).to_pylist(), table.column(textc).to_pylist()), 1):
         if qid is None or str(qid).strip() == "":  # str(None) would be a query named "None"
             raise InputError(f"{p}: row {row} has no query id (column {idc!r}); every query needs one")
-        qid = str(qid).strip()  # (trimmed, as JSONL and TSV queries, qrels and runs read ids)
+        if id_text(qid) is None:  # (as JSONL queries: a float column's 1.0 is "1", 1.5 is refused)
+            raise InputError(f"{p}: row {row}: query {id_problem(qid)}")
+        qid = str(id_text(qid)).strip()  # (trimmed, as JSONL and TSV queries, qrels and runs read ids)
         if qid in out:
             raise InputError(f"{p}: duplicate query id {qid!r}; query ids must be unique")
         if not isinstance(text, str) or not text.strip():

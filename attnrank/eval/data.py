@@ -196,23 +196,36 @@ def _check_run(run: Mapping[str, Mapping[str, float]]) -> None:
                 )
 
 
-# What write_run replaces by default: an empty file or a run attnrank wrote (tag "attnrank...").
-RUN_FILE_GUARD = replace_guard(is_attnrank_run, "a TREC run", "the run file")
+def _run_tagged(path: Path, tag: str) -> bool:
+    """Every non-blank line of ``path`` is a 6-column run line tagged ``tag`` (and there is one)."""
+    lines = 0
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                parts = raw.split()
+                if parts and (len(parts) != 6 or parts[5].decode("utf-8", "replace") != tag):
+                    return False
+                lines += bool(parts)
+    except OSError:
+        return False
+    return lines > 0
 
 
 def write_run(
     run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults],
     path: str | Path,
     tag: str = "attnrank",
-    guard: Callable[[Path], None] | None = RUN_FILE_GUARD,
+    guard: Callable[[Path], None] | None = None,
+    *,
+    force: bool = False,
 ) -> None:
     """Write a TREC run file atomically, ranked in :func:`trec_order` (ties by doc id descending,
     as trec_eval ranks them whatever the rank column says). Scores have
     6 decimals, or, in a query where that would tie two different scores, their full value: trec_eval
     re-ranks tied scores by doc id, so rounding would change the ranking it evaluates. ``tag``: the
     last column (no whitespace). ``guard``: called on the path before writing and just before it is
-    replaced (:func:`attnrank.files.atomic_path`); by default it refuses to replace a file that is
-    not a run attnrank wrote (a run whose every tag starts "attnrank"); None replaces anything."""
+    replaced (:func:`attnrank.files.atomic_path`); without one, a file is replaced only if empty, a
+    run attnrank wrote (every tag "attnrank...") or a run of this ``tag``, unless ``force``."""
     if not isinstance(run, Mapping):
         run = results_to_run(run)
     _check_run(run)
@@ -223,6 +236,8 @@ def write_run(
         )
     p = Path(path)
     check_file_target(p, "the run file")
+    if guard is None and not force:
+        guard = replace_guard(lambda f: is_attnrank_run(f) or _run_tagged(f, tag), "a TREC run", "the run file")
     if guard is not None:  # (before the work, not only at the rename)
         guard(p)
     with atomic_path(p, guard=guard) as tmp, open(tmp, "w", encoding="utf-8") as f:

@@ -54,6 +54,8 @@ class BM25Params:
         values = (self.k1, self.b, self.epsilon)
         if not all(isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) for v in values):
             raise InputError(f"BM25 k1, b and epsilon must be finite numbers, got {values}")
+        if self.epsilon < 0:  # (a negative floor would turn the most common terms' weights negative)
+            raise InputError(f"BM25 epsilon {self.epsilon} must be >= 0 (the floor of a common term's idf)")
         if self.k1 < 0 or not 0 <= self.b <= 1:
             raise InputError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
 

@@ -227,19 +227,22 @@ class DenseIndex:
                 f"{ix.d}, the manifest says {num_docs} of dimension {dim} (inner product); "
                 "the index is corrupted, rebuild it"
             )
-        if faiss_kind(ix) == "ivf" and not np.array_equal(stored_ids(ix), np.arange(num_docs)):
+        if faiss_kind(ix) == "ivf" and not _each_once(_list_ids(ix), num_docs):
             raise IndexFormatError(
                 f"dense index {Path(path) / 'index.faiss'}: its vector ids are not the documents 0..{num_docs - 1}; "
                 "the index is corrupted, rebuild it"
             )
 
 
-def stored_ids(index: Any) -> np.ndarray:
-    """The ids a shard's FAISS index returns: its ``IndexIDMap`` (flat) or the IVF lists' ids."""
+def _each_once(ids: np.ndarray, n: int) -> bool:
+    """Whether ``ids`` holds each of 0..n-1 exactly once (linear: no sort of a large index's ids)."""
+    return ids.size == n and bool(((ids >= 0) & (ids < n)).all()) and bool((np.bincount(ids, minlength=n) == 1).all())
+
+
+def _list_ids(index: Any) -> np.ndarray:
+    """The ids an IVF index's lists hold, in list order."""
     import faiss
 
-    if hasattr(index, "id_map"):
-        return faiss.vector_to_array(index.id_map).astype(np.int64)
     invlists: Any = faiss.extract_index_ivf(index).invlists
     parts = [np.empty(0, dtype=np.int64)]
     for lst in range(invlists.nlist):
@@ -248,7 +251,17 @@ def stored_ids(index: Any) -> np.ndarray:
             ptr = invlists.get_ids(lst)
             parts.append(faiss.rev_swig_ptr(ptr, size).astype(np.int64))
             invlists.release_ids(lst, ptr)
-    return np.sort(np.concatenate(parts))
+    return np.concatenate(parts)
+
+
+def stored_ids(index: Any) -> np.ndarray:
+    """The ids a shard's FAISS index returns: its ``IndexIDMap``'s in vector order (flat), or the
+    IVF lists' ids, sorted."""
+    import faiss
+
+    if hasattr(index, "id_map"):
+        return faiss.vector_to_array(index.id_map).astype(np.int64)
+    return np.sort(_list_ids(index))
 
 
 def faiss_kind(index: Any) -> str:

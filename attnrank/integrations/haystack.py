@@ -66,7 +66,7 @@ def reranker_settings(
             )
         own[key] = extra.pop(key)
     settings = {**own, **extra}
-    if own["scorer"] == "sum" and settings.get("config") == "learned":
+    if own["scorer"] == "sum" and str(settings.get("config") or "").strip().lower() == "learned":
         # (saved, scorer "sum" reads back as the preset's: components saved before 2026-12-05 wrote it by default)
         raise InputError(
             "scorer='sum' with preset 'learned' (reranker_kwargs['config']) scores the plain head sum, not the "

@@ -120,9 +120,11 @@ class PointwiseReranker:
         tok, model = self.llm.tokenizer, self.llm.model
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         out = []
-        for i in range(0, len(docs), self.batch_size):
-            rows = [_chat_ids(tok, self._messages(query, d)) for d in docs[i : i + self.batch_size]]
-            for d, row in zip(docs[i : i + self.batch_size], rows):
+        # (int8 linears scale a batch's input as one: a passage's score would depend on its neighbours)
+        size = 1 if self.llm.quantization == "int8" else self.batch_size
+        for i in range(0, len(docs), size):
+            rows = [_chat_ids(tok, self._messages(query, d)) for d in docs[i : i + size]]
+            for d, row in zip(docs[i : i + size], rows):
                 if len(row) > self.llm.context_length:  # (past its positions the model's output means nothing)
                     raise InputError(
                         f"the prompt of document {d.id!r} is {len(row)} tokens, over the "

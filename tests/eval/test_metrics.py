@@ -307,10 +307,14 @@ def test_write_run_replaces_only_a_run_attnrank_wrote(tmp_path):
     with pytest.raises(InputError, match="exists and is not a TREC run attnrank wrote"):
         write_run({"q": {"d": 1.0}}, notes)
     assert notes.read_text() == "precious notes\n"
-    write_run({"q": {"d": 1.0}}, notes, guard=None)  # asked for: replaced
+    write_run({"q": {"d": 1.0}}, notes, force=True)  # asked for: replaced
     run = tmp_path / "r.trec"
     write_run({"q": {"d": 1.0}}, run)
     write_run({"q": {"d": 2.0}}, run)  # its own run: replaced
     assert read_run(run) == {"q": {"d": 2.0}}
+    write_run({"q": {"d": 1.0}}, tmp_path / "b.trec", tag="bm25")
+    write_run({"q": {"d": 3.0}}, tmp_path / "b.trec", tag="bm25")  # a run of its own tag too
+    with pytest.raises(InputError, match="exists and is not a TREC run attnrank wrote"):
+        write_run({"q": {"d": 3.0}}, tmp_path / "b.trec", tag="other")
     with pytest.raises(InputError, match="run tag 'my run' is empty or holds whitespace"):
         write_run({"q": {"d": 1.0}}, tmp_path / "t.trec", tag="my run")

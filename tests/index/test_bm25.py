@@ -156,3 +156,11 @@ def test_a_small_corpus_of_shared_terms_never_inverts_the_ranking():
     assert (scores >= 0).all() and scores[0] >= scores[2]
     two = BM25Index(BM25Params(method="okapi")).index(["red apples", "green apples and pears"])
     assert (two.get_scores("green apples") >= 0).all()
+
+
+def test_a_negative_epsilon_is_refused():
+    from attnrank.errors import InputError
+    from attnrank.index.bm25 import BM25Params
+
+    with pytest.raises(InputError, match="BM25 epsilon -0.1 must be >= 0"):
+        BM25Params(epsilon=-0.1)

@@ -140,8 +140,9 @@ def test_the_components_leave_the_scorer_to_the_preset():
     assert config.scorer == "learned" and config == RerankConfig.preset("learned")
     # an explicit "sum" with preset learned is refused: saved, "sum" reads back as the preset's
     # (components saved before wrote it by default), so it would change meaning on load
-    with pytest.raises(InputError, match="scorer='sum' with preset 'learned'"):
-        AttnrankRanker(scorer="sum", reranker_kwargs={"config": "learned"})
+    for name in ("learned", " Learned "):  # (a preset name is read as preset_for reads it)
+        with pytest.raises(InputError, match="scorer='sum' with preset 'learned'"):
+            AttnrankRanker(scorer="sum", reranker_kwargs={"config": name})
     assert AttnrankRanker(scorer="sum")._settings["scorer"] == "sum"  # with another preset: applied
 
 

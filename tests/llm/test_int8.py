@@ -174,3 +174,20 @@ def test_an_int8_models_block_windows_are_each_scored_alone():
     alone = capture_block_windows(capturer, [first], prefix, fingerprint="t", positions="rotated")[0]
     beside = capture_block_windows(capturer, [first, second], prefix, fingerprint="t", positions="rotated")[0]
     np.testing.assert_array_equal(alone.real, beside.real)
+
+
+def test_an_int8_models_pointwise_scores_do_not_depend_on_the_batch():
+    """The pointwise (yes/no) reranker batched its prompts: in int8 a passage's score moved with
+    the passages beside it."""
+    from _tiny import rerank_docs, tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+    from attnrank.rerank.generative import PointwiseReranker
+
+    model = tiny_model("llama", layers=2)
+    quantize.quantize_int8(model)
+    llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-int8", fingerprint="d" * 64, quantization="int8")
+    docs = rerank_docs()[:3]
+    batched = PointwiseReranker(llm, batch_size=3).score("capital of France?", docs)
+    alone = [PointwiseReranker(llm, batch_size=1).score("capital of France?", [d])[0] for d in docs]
+    np.testing.assert_array_equal(batched, alone)

@@ -1,0 +1,22 @@
+"""Reading batch queries: every format gives a query the same id."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnrank.errors import InputError
+
+
+def test_parquet_query_ids_read_as_jsonl_ones(tmp_path):
+    """A float id column (pandas writes one where a value is missing) gave "1.0" from Parquet and
+    "1" from JSONL: the same queries got other ids by format, and stopped matching their qrels."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from attnrank.batch.rows import read_queries
+
+    pq.write_table(pa.table({"id": [1.0, 2.0], "text": ["a", "b"]}), tmp_path / "q.parquet")
+    assert read_queries(tmp_path / "q.parquet") == {"1": "a", "2": "b"}
+    pq.write_table(pa.table({"id": [1.0, 2.5], "text": ["a", "b"]}), tmp_path / "f.parquet")
+    with pytest.raises(InputError, match="row 2: query id 2.5 is a JSON number that has a fraction"):
+        read_queries(tmp_path / "f.parquet")
