@@ -185,8 +185,12 @@ positional bias. For SmolLM2 that residual ranked the 5 slots best-first (so the
 passage at slot 18 and the weakest next to the question. The raw attention each slot receives
 ("Slot profiles" below, `python scripts/bench_slot_profiles.py --slots 5,20 --trials 40 --ship`) is
 the basin AttnRank describes, high at both ends (5 slots: 26.5, 11.9, 10.1, 9.9, 20.5), and is now
-registered and read; a calibrated profile is refused for reordering. The `ask` records below were
-measured before, with the calibrated profile; their reordered arm was not measured again.
+registered and read; a calibrated profile is refused for reordering. "ask" was run again with it
+(2026-12-05, EPYC; the same command): the reordered top 5 differs from the reranked order on every
+question and changes the answer on 31 of 100, at F1 -0.012 against the same passages in the
+first-stage order (0.061 against 0.073; the earlier run, with the calibrated profile on another
+machine: +0.010, on 15 of 100). A 135M model answers too poorly for either figure to say much.
+"ask_40q_query" was measured before, with the calibrated profile, and not again.
 
 **On 2026-12-05 the LoCoMo loader was corrected** (`attnrank.eval.datasets.locomo`): two evidence
 ids that the source spells otherwise than its turns ("D30:05", "D:11:26") are read (one question had
