@@ -8,6 +8,8 @@ import json
 import math
 import numbers
 import platform
+import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,14 @@ from ..files import atomic_path
 
 
 def environment() -> dict[str, Any]:
-    """Date, Python and torch versions, CPUs this process may use, torch threads, machine, CPU model."""
+    """Date, Python and torch versions, CPUs this process may use, torch threads, machine, CPU
+    model, and the command line that ran (a record's own provenance: a command retyped into a
+    page by hand dropped flags)."""
     import torch
 
     return {
         "date": _dt.date.today().isoformat(),
+        "command": command_line(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cpus": available_cpus(),
@@ -29,6 +34,19 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "cpu": cpu_model(),
     }
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """``python <script> <args>`` as this process was started (``argv``: :data:`sys.argv`), the
+    script's path relative to the working folder where it lies inside it, quoted for a shell."""
+    args = list(sys.argv if argv is None else argv)
+    if args:
+        script = Path(args[0])
+        try:
+            args[0] = str(script.resolve().relative_to(Path.cwd().resolve()))
+        except ValueError:
+            args[0] = str(script)
+    return shlex.join(["python", *args])
 
 
 def cpu_model() -> str:

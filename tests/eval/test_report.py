@@ -33,3 +33,18 @@ def test_md_table_formats_numpy_floats_and_their_nan():
 
     rows = [{"m": np.float32(0.123456), "n": np.int64(3)}, {"m": np.float32("nan"), "n": np.int64(4)}]
     assert md_table(rows, ["m", "n"]).splitlines()[2:] == ["| 0.1235 | 3 |", "| — | 4 |"]
+
+
+def test_the_environment_records_the_command_line_that_ran(tmp_path, monkeypatch):
+    """Records stored no command: the page printed one typed by hand, which dropped flags the run
+    was made with (bench_confirm's --scifact-queries, bench_likelihood's --dtype)."""
+    from attnrank.eval.report import command_line, environment
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "bench_x.py"
+    assert command_line([str(script), "--offset", "400", "--note", "a b"]) == (
+        "python scripts/bench_x.py --offset 400 --note 'a b'"
+    )
+    monkeypatch.setattr("sys.argv", [str(script), "--k", "3"])
+    assert environment()["command"] == "python scripts/bench_x.py --k 3"
