@@ -161,6 +161,11 @@ class Pipeline:
         unknown = sorted(set(kw) - set(CONSTRUCTOR_OPTIONS))
         if unknown:  # (else a TypeError from the constructor, after the model loaded)
             raise InputError(f"unknown Pipeline option(s) {unknown}; the options are {', '.join(CONSTRUCTOR_OPTIONS)}")
+        if not isinstance(prune, (bool, PruneConfig)):  # (None, "focus", a dict: each built the default pruner)
+            raise InputError(
+                f"prune={prune!r} is not True, False or a PruneConfig; e.g. prune=False for none, "
+                "prune=PruneConfig(method='focus')"
+            )
         llm = model if isinstance(model, LLM) else None
         check_shared_model(model, dtype, device, rerank, prune)
         # the constructor's checks, before the model loads and every stage is built
@@ -226,6 +231,8 @@ class Pipeline:
             raise InputError(
                 "budget_tokens/keep_ratio size the pruned context, but this pipeline has no pruner; drop them"
             )
+        if self.generator is None and stream is not None:  # (it was never called: no text, no error)
+            raise InputError("stream= receives the answer's text, but this pipeline has no generator; drop it")
         if budget_tokens is None and keep_ratio is None:  # the run's own budget, else the pipeline's
             budget_tokens = self.budget_tokens
         if self.pruner is not None:  # before the search and the reranking (a missing one too)

@@ -481,3 +481,19 @@ def test_another_answer_length_shares_the_model_and_the_stop_tokens(llm):
     assert short.answer("Who is mean?", ["Mr Green is mean."]).tokens <= 2
     with pytest.raises(InputError, match="max_new_tokens=0"):
         gen.with_max_new_tokens(0)
+
+
+def test_inputs_a_pipeline_or_generator_would_misread_are_refused(llm, built_retriever):
+    """prune=None (or "focus", a dict) built the default pruner; a bytes question was answered as
+    "b'what'"; a passage holding a lone surrogate failed inside the tokenizer; stream= without a
+    generator was never called."""
+    gen = Generator(llm, max_new_tokens=1)
+    for prune in (None, "focus", {"method": "probe"}):
+        with pytest.raises(InputError, match=r"prune=.* is not True, False or a PruneConfig"):
+            Pipeline.from_model(built_retriever, llm, rerank=False, prune=prune)
+    with pytest.raises(InputError, match="question b'what' is a bytes; pass the question as a str"):
+        gen.answer(b"what", [])  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="context passage"):
+        gen.answer("what?", ["bad \ud800 text"])
+    with pytest.raises(InputError, match="stream= receives the answer's text, but this pipeline has no generator"):
+        Pipeline(built_retriever, depth=3, top_k=1).run(QUESTION, stream=lambda piece: None)

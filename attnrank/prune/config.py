@@ -75,6 +75,8 @@ class PruneConfig:
                 f"focus_hint={self.focus_hint!r} is read by method='focus' only, not {self.method!r}; drop focus_hint "
                 "or use method='focus'"
             )
+        if not isinstance(self.focus_hint, str):
+            raise InputError(f"focus_hint={self.focus_hint!r} is not a string; pass the answer hint's text")
         if self.method == "focus" and not self.focus_hint.strip():
             raise InputError(f"focus_hint is empty; method='focus' needs an answer hint such as {FOCUS_HINT!r}")
         words = self.max_sentence_words

@@ -238,7 +238,9 @@ def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
     out: list[Sentence] = []
     cursor = 0
     for i, raw in enumerate(sentences):
-        sent = str(raw).strip()
+        if not isinstance(raw, str):  # (str() made None "None" and 1 "1", then searched for in the text)
+            raise InputError(f"pre-split sentence #{i} is {raw!r}, not a string; pass a list of strings, or None")
+        sent = raw.strip()
         if not sent:
             continue
         at = text.find(sent, cursor)
@@ -250,6 +252,11 @@ def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
             )
         out.append(Sentence(sent, at, at + len(sent), given=i))  # i counts the skipped empty ones too
         cursor = at + len(sent)
+    if not out and text.strip():  # (the passage would drop out of the pruned context without a word)
+        raise InputError(
+            f"the pre-split sentences {list(sentences)[:3]!r} hold no sentence of a non-empty text; pass its "
+            "sentences, or None to segment it automatically"
+        )
     return out
 
 

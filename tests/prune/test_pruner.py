@@ -423,3 +423,22 @@ def test_long_contexts_are_cut_into_the_fewest_balanced_chunks(llm):
     balanced = planner.pack(QUERY, docs, sents, pieces)
     assert [len(c.pieces) for c in balanced] == [3, 2]
     assert all(c.length <= planner.max_prompt_tokens for c in balanced)
+
+
+def test_a_passage_whose_metadata_split_is_empty_is_segmented_not_dropped(llm):
+    """metadata["sentences"] == [] gave the passage no sentence: it left the pruned context while
+    the note said everything was kept."""
+    from attnrank.prune.pruner import ContextPruner
+    from attnrank.types import Document
+
+    docs = [
+        Document("a", "Paris is the capital of France."),
+        Document("b", "Berlin is in Germany. It has a wall.", metadata={"sentences": []}),
+    ]
+    pruned = ContextPruner(llm).prune("capital of France?", docs, budget_tokens=1000)
+    assert [d.id for d in pruned.documents()] == ["a", "b"]
+
+
+def test_a_focus_hint_that_is_no_string_is_one_line():
+    with pytest.raises(InputError, match="focus_hint=5 is not a string"):
+        PruneConfig(method="focus", focus_hint=5)  # type: ignore[arg-type]

@@ -170,3 +170,15 @@ def test_a_long_run_is_never_cut_into_a_sliver(length, max_words):
     assert "".join(s.text for s in sents).replace(" ", "") == text.replace(" ", "")
     assert all(text[s.start : s.end] == s.text for s in sents)
     assert all(len(s.text) >= WORD_CHARS // 2 for s in sents[1:]), [len(s.text) for s in sents]
+
+
+def test_pre_split_sentences_are_strings_and_cover_a_non_empty_text():
+    """str() made None "None" and 1 "1", then searched for in the text; an empty split of a passage
+    with text gave no sentence, and the passage dropped out of the pruned context."""
+    with pytest.raises(InputError, match="pre-split sentence #1 is 1, not a string"):
+        locate_sentences("A 1 b.", ["A", 1])
+    with pytest.raises(InputError, match="hold no sentence of a non-empty text"):
+        locate_sentences("Berlin is in Germany.", [])
+    with pytest.raises(InputError, match="hold no sentence of a non-empty text"):
+        locate_sentences("Berlin is in Germany.", ["", " "])
+    assert locate_sentences("  ", []) == []  # an empty text: nothing to cover
