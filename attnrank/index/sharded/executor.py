@@ -89,10 +89,14 @@ class RayExecutor:
             return self.ray.get(refs)
         except BaseException:
             # the others are stopped before the caller cleans up: a shard task still running wrote its
-            # shard into the temporary folder the failed build had just removed (and made it again)
-            for ref in refs:
-                self.ray.cancel(ref, force=True)
-            self.ray.wait(refs, num_returns=len(refs), timeout=30)
+            # shard into the temporary folder the failed build had just removed (and made it again).
+            # Cancelled again until each has ended: a task dispatched as the first cancel went out
+            # (to the CPU the failed one freed) was not stopped by it, and ran to its end.
+            pending, deadline = list(refs), time.monotonic() + 30
+            while pending and time.monotonic() < deadline:
+                for ref in pending:
+                    self.ray.cancel(ref, force=True)
+                _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=0.5)
             raise
 
     def tree_reduce(self, fn: Callable, items: list[Any]) -> Any:
