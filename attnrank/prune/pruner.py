@@ -68,7 +68,7 @@ from ..llm.states import StateCache
 from ..llm.texts import tokenize
 from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
-from ..types import Document, as_documents, check_unicode
+from ..types import Document, as_documents, check_unicode, encodable
 from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, resolve_budget, select
 from .planning import Chunk, PromptPlanner, Span, scored_sentences
@@ -230,6 +230,12 @@ class ContextPruner:
         documents = as_documents(docs)[0]
         if not documents:
             raise InputError("no documents to prune; pass at least one passage")
+        bad = next((i for i, d in enumerate(documents) if not encodable(d.full_text)), None)
+        if bad is not None:  # (named by input position: the planner's check counted its pieces)
+            raise InputError(
+                f"document #{bad} ({documents[bad].id!r}) holds a lone surrogate (a \\ud800-style escape), "
+                "which no tokenizer reads; fix or re-encode it as UTF-8"
+            )
         if sentences is not None and len(sentences) != len(documents):
             raise InputError(
                 f"sentences has {len(sentences)} entries for {len(documents)} documents; "

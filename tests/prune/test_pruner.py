@@ -442,3 +442,12 @@ def test_a_passage_whose_metadata_split_is_empty_is_segmented_not_dropped(llm):
 def test_a_focus_hint_that_is_no_string_is_one_line():
     with pytest.raises(InputError, match="focus_hint=5 is not a string"):
         PruneConfig(method="focus", focus_hint=5)  # type: ignore[arg-type]
+
+
+def test_a_passage_that_is_not_valid_unicode_is_named_by_its_input_position(llm):
+    """The planner's check counted its pieces, so an empty first passage shifted the number named
+    (input #2 was reported as #1), and it printed the piece's text with a leading newline."""
+    from attnrank.prune.pruner import ContextPruner
+
+    with pytest.raises(InputError, match=r"document #2 \('2'\) holds a lone surrogate"):
+        ContextPruner(llm).prune("q?", ["", "Fine text.", "Bad \ud800 text."], budget_tokens=10)
