@@ -244,20 +244,25 @@ def replace_guard(ours: Callable[[Path], bool], what: str, option: str) -> Calla
     return lambda path: refuse_replacing(path, ours, what, option)
 
 
-def is_attnrank_run(path: Path) -> bool:
-    """Every non-blank line is ``qid Q0 docid rank score tag`` with an ``attnrank`` tag, and there
-    is at least one (a file of blank lines is not recognisably attnrank's)."""
+def is_run(path: Path, tag_ok: Callable[[bytes], bool]) -> bool:
+    """Every non-blank line is ``qid Q0 docid rank score tag`` with a tag ``tag_ok`` accepts, and
+    there is at least one (a file of blank lines is no run)."""
     lines = 0
     try:
         with open(path, "rb") as f:
             for raw in f:
                 parts = raw.split()
-                if parts and (len(parts) != 6 or not parts[5].startswith(b"attnrank")):
+                if parts and (len(parts) != 6 or not tag_ok(parts[5])):
                     return False
                 lines += bool(parts)
     except OSError:
         return False
     return lines > 0
+
+
+def is_attnrank_run(path: Path) -> bool:
+    """A run (:func:`is_run`) whose every tag starts with ``attnrank``: one attnrank wrote."""
+    return is_run(path, lambda tag: tag.startswith(b"attnrank"))
 
 
 # The guard of every TREC run attnrank writes at ``-o`` (rerank, search, batch).

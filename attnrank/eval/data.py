@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..config import fault_point
 from ..errors import InputError
-from ..files import atomic_path, check_file_target, is_attnrank_run, replace_guard
+from ..files import atomic_path, check_file_target, is_attnrank_run, is_run, replace_guard
 from ..types import RankedResults
 
 Qrels = dict[str, dict[str, int]]
@@ -196,21 +196,6 @@ def _check_run(run: Mapping[str, Mapping[str, float]]) -> None:
                 )
 
 
-def _run_tagged(path: Path, tag: str) -> bool:
-    """Every non-blank line of ``path`` is a 6-column run line tagged ``tag`` (and there is one)."""
-    lines = 0
-    try:
-        with open(path, "rb") as f:
-            for raw in f:
-                parts = raw.split()
-                if parts and (len(parts) != 6 or parts[5].decode("utf-8", "replace") != tag):
-                    return False
-                lines += bool(parts)
-    except OSError:
-        return False
-    return lines > 0
-
-
 def write_run(
     run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults],
     path: str | Path,
@@ -237,7 +222,12 @@ def write_run(
     p = Path(path)
     check_file_target(p, "the run file")
     if guard is None and not force:
-        guard = replace_guard(lambda f: is_attnrank_run(f) or _run_tagged(f, tag), "a TREC run", "the run file")
+        own = tag  # (a run of this tag: one the caller wrote before)
+        guard = replace_guard(
+            lambda f: is_attnrank_run(f) or is_run(f, lambda t: t.decode("utf-8", "replace") == own),
+            "a TREC run",
+            "the run file",
+        )
     if guard is not None:  # (before the work, not only at the rename)
         guard(p)
     with atomic_path(p, guard=guard) as tmp, open(tmp, "w", encoding="utf-8") as f:
