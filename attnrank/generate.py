@@ -104,11 +104,7 @@ class Generator:
         n_new = int(n_new)
         if not isinstance(question, str):  # (b"what" was answered as "b'what'", a number failed inside)
             raise InputError(f"question {question!r} is a {type(question).__name__}; pass the question as a str")
-        check_unicode([question], "question")  # (the prompt refuses an empty one)
-        check_unicode(
-            [getattr(d, "full_text", d) for d in context_docs if isinstance(getattr(d, "full_text", d), str)],
-            "context passage",
-        )  # (a lone surrogate failed inside the tokenizer, naming no passage)
+        check_unicode([question], "question")  # (the prompt refuses an empty one, and checks the passages)
         tok = self.llm.tokenizer
         ids = encode_text(tok, self.prompt(question, context_docs))  # (no passage text is a control token)
         if len(ids) + n_new > self.llm.context_length:

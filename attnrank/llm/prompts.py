@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnrank.errors import InputError, ModelError
-from attnrank.types import Document, ScoredDocument, as_documents, check_texts
+from attnrank.types import Document, ScoredDocument, as_documents, check_texts, check_unicode
 
 from .texts import Span, tokenize
 from .truncation import Truncation, truncate_texts
@@ -223,6 +223,7 @@ def build_answer_prompt(tokenizer: Any, question: str, context_passages: Sequenc
         _block(i, "", p) if isinstance(p, str) else _block(i, p.title, p.text)
         for i, p in enumerate(context_passages, start=1)
     ]
+    check_unicode(blocks, "context passage")  # (a lone surrogate failed inside the tokenizer, naming none)
     parts = [ANSWER_INSTRUCTION]
     if blocks:
         parts.append("Context:\n" + SEPARATOR.join(blocks))

@@ -50,7 +50,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -68,7 +68,7 @@ from ..llm.states import StateCache
 from ..llm.texts import tokenize
 from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
-from ..types import Document, as_documents, check_unicode, encodable
+from ..types import Document, as_documents, check_unicode
 from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, resolve_budget, select
 from .planning import Chunk, PromptPlanner, Span, scored_sentences
@@ -230,12 +230,8 @@ class ContextPruner:
         documents = as_documents(docs)[0]
         if not documents:
             raise InputError("no documents to prune; pass at least one passage")
-        bad = next((i for i, d in enumerate(documents) if not encodable(d.full_text)), None)
-        if bad is not None:  # (named by input position: the planner's check counted its pieces)
-            raise InputError(
-                f"document #{bad} ({documents[bad].id!r}) holds a lone surrogate (a \\ud800-style escape), "
-                "which no tokenizer reads; fix or re-encode it as UTF-8"
-            )
+        # by input position (the planner's own check counted its pieces)
+        check_unicode((d.full_text for d in documents), "document")
         if sentences is not None and len(sentences) != len(documents):
             raise InputError(
                 f"sentences has {len(sentences)} entries for {len(documents)} documents; "
@@ -256,10 +252,6 @@ class ContextPruner:
                 out.append(locate_sentences(doc.text, pre))
                 continue
             meta = doc.metadata.get("sentences") if doc.metadata else None
-            if meta is not None and not _sentence_list(meta):
-                # (framework metadata reaches here: a loader's sentence count, or a dict, is no split)
-                logger.warning("document %s: metadata sentences are not a list of strings; segmenting", doc.id)
-                meta = None
             if meta is not None:
                 try:
                     out.append(locate_sentences(doc.text, meta))
@@ -352,11 +344,3 @@ class ContextPruner:
             mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans, labelled=False)
             return sink_filtered_rows(w.real, w.null, mask)
         return w.rows
-
-
-def _sentence_list(value: Any) -> bool:
-    """Whether a document's metadata ``"sentences"`` is a split: a sequence (a list, a tuple, an
-    array read back from Parquet) of strings, not a string, a mapping or a count."""
-    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__") or not hasattr(value, "__len__"):
-        return False
-    return all(isinstance(x, str) for x in value)

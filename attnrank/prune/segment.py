@@ -34,7 +34,7 @@ Pre-split sentences (HotpotQA ships ``sentences``) are located verbatim and in o
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -235,6 +235,8 @@ def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
     skipped. Raises :class:`InputError` naming the first sentence that is not found."""
     if isinstance(sentences, str):  # a str would be a sequence of 1-character "sentences"
         raise InputError(f"pre-split sentences {sentences[:40]!r} are one string; pass a list of sentences, or None")
+    if isinstance(sentences, Mapping) or not isinstance(sentences, Iterable):  # (a loader's count; a dict's keys)
+        raise InputError(f"pre-split sentences {sentences!r} are no list of sentences; pass a list of strings, or None")
     out: list[Sentence] = []
     cursor = 0
     for i, raw in enumerate(sentences):
