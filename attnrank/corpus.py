@@ -156,8 +156,8 @@ def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[D
         fields = {k: (id_text if k == "id" else _text)(v) for k, v in raw.items()}
         bad = next((k for k, v in fields.items() if v is None), None)
         if bad is not None:
-            why = id_problem(raw[bad]) if bad == "id" else f"{bad!r} is a JSON {type(raw[bad]).__name__}"
-            problem(where, why if bad == "id" else f"{why}, not a string or number")
+            kind = type(raw[bad]).__name__
+            problem(where, id_problem(raw[bad]) if bad == "id" else f"{bad!r} is a JSON {kind}, not a string or number")
             continue
         meta = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
         # ids are trimmed, as in CSV and as TREC qrels and runs (split at whitespace) read them

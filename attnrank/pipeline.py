@@ -323,7 +323,8 @@ def check_shared_model(
         if not isinstance(cfg, (RerankConfig, PruneConfig)):
             continue
         what = type(cfg).__name__
-        if cfg.model is not None and _model_name(cfg.model) != _model_name(model):
+        # (compared as load_llm names them: None and "" the offline default, a path expanded)
+        if cfg.model is not None and checked_model_id(cfg.model) != checked_model_id(model):
             raise InputError(
                 f"{what}(model={cfg.model!r}) but the pipeline's model is {model!r}: {where} loads one model "
                 f"for every stage; pass model={cfg.model!r} to {where}"
@@ -334,12 +335,6 @@ def check_shared_model(
                     f"{what}({key}={getattr(cfg, key)!r}) but {where}({key}={value!r}) loads the "
                     f"model every stage shares; pass {key}={getattr(cfg, key)!r} to {where}"
                 )
-
-
-def _model_name(model: str | None) -> str:
-    """``model`` as :func:`~attnrank.llm.models.load_llm` names it (None and "" the offline
-    default, a path expanded, spaces trimmed)."""
-    return checked_model_id(model)
 
 
 def _given(question: str, candidates: Any, query_id: str | None) -> RankedResults:
