@@ -13,7 +13,8 @@ Rules of :func:`split_sentences`, in order:
 2. Blank lines end paragraphs (Windows ``CRLF`` line ends too). Inside a paragraph a line
    break is a boundary before a list item (``-``, ``*``, ``•``, ``1.``, ``2)``, ``a)``,
    ``[ ]``), around a Markdown heading, after a list item unless the next line is indented (a
-   continuation), and after a short title-like line (<= 8 words, no final punctuation)
+   continuation; a line opening with a name's initial, ``J. Smith``, after a line that stops
+   mid-sentence is no list item unless a list item is beside it), and after a short title-like line (<= 8 words, no final punctuation)
    followed by a capitalised line; other line breaks are soft (hard-wrapped prose).
 3. A paragraph with no sentence-final punctuation at all (``.``, ``!``, ``?``, ``…`` followed
    by whitespace or the end, or a CJK ``。！？``) is split at every line break instead.
@@ -27,8 +28,8 @@ Rules of :func:`split_sentences`, in order:
 5. Any unit longer than ``max_words`` whitespace-separated words is cut into consecutive
    chunks of at most ``max_words`` words (text without any punctuation ends up here).
 
-Pre-split sentences (HotpotQA ships ``sentences``) are located verbatim and in order with
-:func:`locate_sentences`; :func:`segment` picks one or the other.
+Pre-split sentences (HotpotQA ships ``sentences``) are located verbatim and in order, at whole
+words where they can be, with :func:`locate_sentences`; :func:`segment` picks one or the other.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*(?:\n.*?^[ \t]*\1[ \t\r]*$|.*\Z)
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r]*\n")
 _LIST_ITEM = re.compile(r"[ \t]*(?:[-*+•‣◦▪●–—]|\(?\d{1,3}[.)]|\(?[a-zA-Z][.)]|\[[ xX]?\])[ \t]+\S")
 _LIST_MARKER = re.compile(r"\s*\(?(?:\d{1,3}|[a-zA-Z])[.)]")
+_INITIAL_LINE = re.compile(r"[ \t]*[A-Z]\.[ \t]+[A-Z][a-z]")  # "J. Smith": an initial, or item "A." of a list
 _HEADING = re.compile(r"[ \t]*#{1,6}[ \t]+\S")
 _WORD = re.compile(r"\S+")
 _ACRONYM = re.compile(r"(?:[a-z]\.)+[a-z]")
@@ -245,7 +247,7 @@ def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
         sent = raw.strip()
         if not sent:
             continue
-        at = text.find(sent, cursor)
+        at = _find_whole(text, sent, cursor)
         if at < 0:
             raise InputError(
                 f"pre-split sentence #{i} {sent[:40]!r} is not in the text after "
@@ -260,6 +262,21 @@ def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
             "sentences, or None to segment it automatically"
         )
     return out
+
+
+def _find_whole(text: str, sent: str, start: int) -> int:
+    """The first place of ``sent`` in ``text`` from ``start`` that cuts no word at either edge, else
+    its first place at all (-1 if none). Why: a short pre-split sentence ("Cat.") also occurs inside
+    an earlier word ("Tomcat."), where taking it would misplace it and every sentence after it."""
+    first = at = text.find(sent, start)
+    while at >= 0:
+        end = at + len(sent)
+        cuts_before = at > 0 and text[at - 1].isalnum() and sent[0].isalnum()
+        cuts_after = end < len(text) and text[end].isalnum() and sent[-1].isalnum()
+        if not cuts_before and not cuts_after:
+            return at
+        at = text.find(sent, at + 1)
+    return first
 
 
 def split_sentences(text: str, *, max_words: int = DEFAULT_MAX_WORDS) -> list[Sentence]:
@@ -325,9 +342,10 @@ def _units(text: str, lines: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Group a paragraph's lines into units that sentence splitting never crosses."""
     units: list[list[int]] = []
     prev = ""
-    for s, e in lines:
+    for i, (s, e) in enumerate(lines):
         line = text[s:e]
-        if not units or _hard_break(prev, line):
+        after = text[slice(*lines[i + 1])] if i + 1 < len(lines) else ""
+        if not units or _hard_break(prev, line, after):
             units.append([s, e])
         else:
             units[-1][1] = e
@@ -335,14 +353,27 @@ def _units(text: str, lines: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(s, e) for s, e in units]
 
 
-def _hard_break(prev: str, line: str) -> bool:
-    if _LIST_ITEM.match(line) or _HEADING.match(line) or _HEADING.match(prev):
+def _hard_break(prev: str, line: str, after: str) -> bool:
+    """Whether a unit ends between the lines ``prev`` and ``line`` (``after``: the line after ``line``)."""
+    if _HEADING.match(line) or _HEADING.match(prev):
+        return True
+    if _LIST_ITEM.match(line) and not _initial_continues(prev, line, after):
         return True
     if _LIST_ITEM.match(prev) and not line[:1].isspace():
         return True
     p = prev.strip()
     title_like = p[:1].isupper() and len(p.split()) <= 8 and p[-1].isalnum() and line.lstrip()[:1].isupper()
     return title_like
+
+
+def _initial_continues(prev: str, line: str, after: str) -> bool:
+    """Whether ``line`` opens with a name's initial ("J. Smith") that carries on the sentence of
+    ``prev`` (which stops mid-sentence, on a word or a comma), not an item "J." of a list: neither
+    ``prev`` nor the line ``after`` it is a list item."""
+    end = prev.rstrip()[-1:]
+    mid_sentence = end.isalnum() or end in ",;"
+    in_list = bool(_LIST_ITEM.match(prev) or _LIST_ITEM.match(after))
+    return bool(_INITIAL_LINE.match(line)) and mid_sentence and not in_list
 
 
 def _split_unit(text: str, a: int, b: int) -> list[tuple[int, int]]:

@@ -182,3 +182,25 @@ def test_pre_split_sentences_are_strings_and_cover_a_non_empty_text():
     with pytest.raises(InputError, match="hold no sentence of a non-empty text"):
         locate_sentences("Berlin is in Germany.", ["", " "])
     assert locate_sentences("  ", []) == []  # an empty text: nothing to cover
+
+
+def test_a_name_s_initial_at_a_line_start_carries_on_the_sentence():
+    """A hard-wrapped line opening with "J. Smith" was read as list item "J." and cut the sentence."""
+    wrapped = "The method that we use throughout this paper was first described by\nJ. Smith and colleagues. It works."
+    assert texts(wrapped) == [wrapped[: wrapped.index(" It")], "It works."]
+    # a list of lettered items stays a list, with or without a colon before it
+    for intro in ("Options:", "Pick exactly one of the following answers from the list below"):
+        assert texts(f"{intro}\nA. The first one\nB. The second one") == [
+            intro,
+            "A. The first one",
+            "B. The second one",
+        ]
+
+
+def test_pre_split_sentences_are_located_at_whole_words():
+    """A short sentence also found inside an earlier word ("concat sat.") was placed there."""
+    text = "The concat sat. The cat sat."
+    [found] = locate_sentences(text, ["cat sat."])
+    assert (found.start, text[found.start - 1]) == (20, " ")
+    # no whole-word place: the first place, as before (text without spaces between sentences)
+    assert [s.start for s in locate_sentences("我爱你他好", ["我爱你", "他好"])] == [0, 3]
