@@ -12,10 +12,11 @@ Rules of :func:`split_sentences`, in order:
    of whole lines of at most ``max_words`` words.
 2. Blank lines end paragraphs (Windows ``CRLF`` line ends too). Inside a paragraph a line
    break is a boundary before a list item (``-``, ``*``, ``•``, ``1.``, ``2)``, ``a)``,
-   ``[ ]``), around a Markdown heading, after a list item unless the next line is indented (a
-   continuation; a line opening with a name's initial, ``J. Smith``, after a line that stops
-   mid-sentence is no list item unless a list item is beside it), and after a short title-like line (<= 8 words, no final punctuation)
-   followed by a capitalised line; other line breaks are soft (hard-wrapped prose).
+   ``[ ]``; a line opening with a name's initial, ``J. Smith``, after a line that stops
+   mid-sentence is no list item unless a list item is beside it), around a Markdown heading,
+   after a list item unless the next line is indented (a continuation), and after a short
+   title-like line (<= 8 words, no final punctuation) followed by a capitalised line; other line
+   breaks are soft (hard-wrapped prose).
 3. A paragraph with no sentence-final punctuation at all (``.``, ``!``, ``?``, ``…`` followed
    by whitespace or the end, or a CJK ``。！？``) is split at every line break instead.
 4. Elsewhere a sentence ends at ``.``/``!``/``?``/``…`` runs, with any closing quotes or
