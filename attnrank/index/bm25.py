@@ -257,6 +257,8 @@ class BM25Index:
                 f"BM25 index at {path} cannot be read ({e}); rebuild it with `attnrank index`"
             ) from None
         self._check_structure(path, corpus_docs)
+        if len(self.data) and float(self.data.min()) < 0:
+            self.data = _floored(path, self.data)
         return self
 
     def _check_structure(self, path: Path, corpus_docs: int | None = None) -> None:
@@ -297,6 +299,18 @@ class BM25Index:
         terms = list(self.vocab)
         if len(terms) != len(self.vocab) or any(a >= b for a, b in zip(terms, terms[1:])):
             raise bad("vocabulary not sorted and unique")
+
+
+def _floored(path: Path, data: np.ndarray) -> np.ndarray:
+    """The weights of an index built before :func:`nonnegative_idf`, with the floor applied: a
+    negative weight comes only from a negative idf (the rest of a weight is positive), and a term
+    whose idf the floor raises to 0 weighs 0 in every document, so this equals a rebuild."""
+    logger.warning(
+        "BM25 index at %s has negative term weights (built before attnrank floored rank-bm25's idf at 0, "
+        "which inverted rankings in small corpora); reading them floored at 0, as a rebuild would",
+        path,
+    )
+    return np.maximum(data, np.float32(0))
 
 
 def _doc_freq(stats) -> dict[str, int]:

@@ -164,3 +164,23 @@ def test_a_negative_epsilon_is_refused():
 
     with pytest.raises(InputError, match="BM25 epsilon -0.1 must be >= 0"):
         BM25Params(epsilon=-0.1)
+
+
+def test_an_index_built_before_the_idf_floor_loads_as_a_rebuild_scores(tmp_path, monkeypatch, caplog):
+    """Indexes saved before the floor keep negative weights on disk: read, they are floored as a
+    rebuild would floor them (and the files are left as they are)."""
+    import attnrank.index.bm25 as bm25
+
+    texts = ["red apples", "green apples and pears"]
+    with monkeypatch.context() as m:  # the builder as it was: rank-bm25's idf as it comes
+        m.setattr(bm25, "nonnegative_idf", dict)
+        old = BM25Index(BM25Params(method="okapi")).index(texts)
+    assert float(old.data.min()) < 0
+    old.save(tmp_path / "old")
+    on_disk = np.load(tmp_path / "old" / "data.npy").copy()
+    loaded = BM25Index.load(tmp_path / "old")
+    assert "negative term weights" in caplog.text
+    rebuilt = BM25Index(BM25Params(method="okapi")).index(texts)
+    for query in ("green apples", "red", "apples pears"):
+        np.testing.assert_array_equal(loaded.get_scores(query), rebuilt.get_scores(query))
+    np.testing.assert_array_equal(np.load(tmp_path / "old" / "data.npy"), on_disk)
