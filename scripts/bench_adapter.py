@@ -3,7 +3,8 @@ of the default model, trained with a listwise contrastive loss, against the same
 
     flock /tmp/attnrank-heavy.lock python scripts/bench_adapter.py [--steps 150] [--locomo-questions 150]
 
-Train: HotpotQA dev questions 0..299 (10 paragraphs each, BM25-ordered) + a seeded LoCoMo sample
+Train: HotpotQA dev questions 0..299 of the seeded order (10 paragraphs each, BM25-ordered; until
+2026-12-05 the file's order, whose questions 300..399 are all comparison questions) + a seeded LoCoMo sample
 (BM25 top-20 turns; lists without an evidence turn, or all evidence, are skipped). Test:
 DL19 BM25 top-20 (43 topics, rel >= 2; a dataset never trained on) and HotpotQA questions
 300..399 (in-domain, held out). Both sides score the registered 16 "qrhead" heads from the same
@@ -24,7 +25,7 @@ from _common import positive_int
 
 from attnrank.benchmarks import dl19_sets, hotpot_set, icr_scores, locomo_set
 from attnrank.config import set_torch_threads
-from attnrank.eval.datasets import data_root
+from attnrank.eval.datasets import data_root, sample_order
 from attnrank.eval.metrics import evaluate_per_query, sign_test, wins_losses
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.eval.rows import first_stage_run
@@ -87,7 +88,9 @@ def compare(name, ds, qids, metrics, base, adapted, bm25) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--hotpot-train", type=positive_int, default=300, help="HotpotQA questions 0..N-1 train")
+    ap.add_argument(
+        "--hotpot-train", type=positive_int, default=300, help="HotpotQA questions 0..N-1 of the seeded order train"
+    )
     ap.add_argument("--hotpot-test", type=positive_int, default=100, help="the next N questions test")
     ap.add_argument("--locomo-questions", type=positive_int, default=150, help="seeded LoCoMo sample (train)")
     ap.add_argument("--dl19-queries", type=positive_int, default=None, help="first N DL19 topics (default all 43)")
@@ -108,7 +111,7 @@ def main() -> None:
     heads = resolve_heads("auto", llm)
 
     _, hp, hp_cands = hotpot_set(root, args.hotpot_train + args.hotpot_test)
-    hp_q = list(hp.queries)
+    hp_q = sample_order(hp)  # (the file's order puts every comparison question after the bridge ones)
     hp_train, hp_test = hp_q[: args.hotpot_train], hp_q[args.hotpot_train :]
     _, lo, lo_cands = locomo_set(root, args.locomo_questions)
     _, dl, dl_cands = dl19_sets(root, [20], args.dl19_queries)[0]

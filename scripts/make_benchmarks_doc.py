@@ -172,6 +172,16 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**HotpotQA records of fewer than 201 questions read one question type.** The data file holds its
+200 bridge questions before its 200 comparison questions, and the scripts took a subset as the
+file's first questions. So the HotpotQA rows of `rerank_blocks`, `rerank_blocks_xeon` and
+`rerank_kernels_xeon` (60 questions), `prune_selected_heads` (40) and `ask` (100, after the 83
+sentence-labelled) are of bridge questions only, and `adapter`/`adapter_lr1e-3` test on questions
+300-399, comparison questions only (after training on 200 bridge and 100 comparison questions).
+Every record of all 400 questions, and `prune_sink` (the 83 labelled: 66 bridge, 17 comparison),
+reads both. Since 2026-12-05 `attnrank.benchmarks.hotpot_set` draws a subset from the seeded order
+(60 questions: 32 bridge, 28 comparison); the records above were not re-run.
+
 **The head adapter records ("adapter", "adapter_lr1e-3") call their test queries held out**: the
 adapter never trained on them, so its delta is held out, but the registered heads it adapts were
 chosen on data that includes them (every DL19 topic, HotpotQA dev 0-399), so the "heads" columns

@@ -112,10 +112,15 @@ def _bm25_ordered(ds: Dataset, qids: Sequence[str], k: int | None = None) -> dic
 
 
 def hotpot_set(root: Path, n_queries: int | None = None) -> CandidateSet:
-    """HotpotQA distractor: the first ``n_queries`` questions, their paragraphs in BM25 order."""
+    """HotpotQA distractor: every question in file order, or ``n_queries`` of them, the first of
+    the seeded order (:func:`~attnrank.eval.datasets.sample_order`); their paragraphs in BM25 order.
+
+    Why not the file's first ``n``: the file holds its 200 bridge questions before its 200
+    comparison ones, so any part of it shorter than 201 questions was of one type."""
     check_sample_size(n_queries)
     ds = hotpotqa(root)
-    ds = ds.subset(list(ds.queries)[:n_queries] if n_queries else list(ds.queries))
+    every = list(ds.queries)
+    ds = ds.subset(_sampled(ds, n_queries, 0) if n_queries and n_queries < len(every) else every)
     return (f"HotpotQA distractor BM25-ordered ({len(ds.queries)} questions)", ds, _bm25_ordered(ds, list(ds.queries)))
 
 

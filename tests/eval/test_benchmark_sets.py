@@ -181,3 +181,16 @@ def test_the_scifact_retriever_fuses_with_rrf_k_60_whatever_its_index_saved(tmp_
     assert (r.fusion, r.rrf_k) == ("rrf", 60)
     with pytest.raises(InputError, match="rrf_k=0 must be a positive integer"):
         r.set_fusion("rrf", rrf_k=0)
+
+
+def test_a_hotpot_subset_is_drawn_from_the_seeded_order(shared_mini):
+    """The file holds its 200 bridge questions before its 200 comparison ones: a subset of its
+    first questions was of one type. A subset is the seeded order's first; the whole set keeps the
+    file's order (as every record of all 400 questions read it)."""
+    from attnrank.eval.datasets import hotpotqa, sample_order
+
+    every = list(hotpotqa(shared_mini).queries)
+    seeded = sample_order(hotpotqa(shared_mini))
+    assert seeded[:2] != every[:2]  # (else this slice could not tell the two apart)
+    assert list(hotpot_set(shared_mini, 2)[1].queries) == seeded[:2]
+    assert list(hotpot_set(shared_mini, None)[1].queries) == every == list(hotpot_set(shared_mini, 3)[1].queries)
