@@ -3,7 +3,8 @@
 The prompt is :func:`attnrank.llm.prompts.build_answer_prompt` (chat template, short-answer
 instruction, ``[i] title\\ntext`` passages, then the question). Decoding is greedy (no
 sampling, one beam) and stops at the tokenizer's or the generation config's end-of-sequence
-tokens, at the chat template's end of an assistant turn, or after ``max_new_tokens``. The
+tokens, at the chat template's end of an assistant turn (a prompt without a chat template: at the
+end of the answer's first line), or after ``max_new_tokens``. The
 generator may be another (bigger) Hugging Face model than the reranker's; pass the same
 :class:`~attnrank.llm.models.LLM` object to share one load.
 Streaming hands each decoded piece (whole words, as transformers' ``TextStreamer`` flushes
@@ -23,9 +24,9 @@ from typing import Any
 import torch
 
 from .errors import InputError
-from .llm.decoding import greedy_config
+from .llm.decoding import FirstLine, first_line, greedy_config
 from .llm.models import LLM, load_llm
-from .llm.prompts import build_answer_prompt, encode_text, turn_end_ids
+from .llm.prompts import build_answer_prompt, chat_frame, encode_text, turn_end_ids
 from .llm.recording import forward_lock
 from .types import check_unicode, is_count, refuse_one_passage
 
@@ -77,7 +78,7 @@ class Generator:
         """This generator with another answer length limit, sharing its model and the stop tokens
         it found (a server's request asks for its own limit; the chat template is not rendered again)."""
         check_max_new_tokens(max_new_tokens)
-        self._stop_ids  # noqa: B018 - found once, here, and kept by the copy
+        self._stop_ids, self._plain  # noqa: B018 - found once, here, and kept by the copy
         other = copy.copy(self)
         other.max_new_tokens = int(max_new_tokens)
         return other
@@ -119,6 +120,7 @@ class Generator:
                 f"max_new_tokens={n_new} it exceeds the model's {self.llm.context_length}-token context; {fix}"
             )
         input_ids = torch.tensor([ids], device=self.llm.device)
+        plain = self._plain
         start = time.perf_counter()
         with forward_lock(self.llm.model), torch.inference_mode():
             out = self.llm.model.generate(
@@ -126,6 +128,7 @@ class Generator:
                 attention_mask=torch.ones_like(input_ids),
                 generation_config=self._config(n_new),
                 streamer=_streamer(tok, stream) if stream is not None else None,
+                stopping_criteria=[FirstLine(tok, len(ids))] if plain else None,
             )
         seconds = time.perf_counter() - start
         new = out[0, len(ids) :].tolist()
@@ -133,8 +136,16 @@ class Generator:
         while new and new[-1] in stops:
             new.pop()
         text = tok.decode(new, skip_special_tokens=True).strip()
+        if plain:
+            text = first_line(text)
         logger.info("generated %d tokens in %.2f s (prompt %d tokens)", len(new), seconds, len(ids))
         return Answer(text, len(new), seconds, len(ids), self.llm.model_id)
+
+    @cached_property
+    def _plain(self) -> bool:
+        """Whether the prompt has no chat template (a base model's ``...\\nAnswer:``): the answer
+        then ends with its first line, where nothing else would end it."""
+        return not chat_frame(self.llm.tokenizer).prefix
 
     @cached_property
     def _stop_ids(self) -> list[int]:

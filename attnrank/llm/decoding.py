@@ -38,3 +38,30 @@ def greedy_config(
         pad_token_id=pad_token_id,
         **NEUTRAL,
     )
+
+
+class FirstLine:
+    """A stopping criterion: stop once the text generated after ``prompt_length`` tokens holds a
+    line break after some non-blank text. For a prompt without a chat template (a base model's
+    ``...\\nAnswer:``), where nothing else ends the answer: the model goes on with the next
+    "Question:" of an imagined exam. Decodes the new tokens at each step (an answer is short)."""
+
+    def __init__(self, tokenizer: Any, prompt_length: int):
+        self.tokenizer = tokenizer
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        done = [ended_line(self.tokenizer.decode(row[self.prompt_length :].tolist())) for row in input_ids]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def ended_line(text: str) -> bool:
+    """Whether ``text`` holds a line break after non-blank text."""
+    return "\n" in text.lstrip()
+
+
+def first_line(text: str) -> str:
+    """``text``'s first non-blank line, stripped."""
+    return text.strip().split("\n", 1)[0].strip()
