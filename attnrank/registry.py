@@ -361,12 +361,14 @@ def update_artifact(
     root: Path | None = None,
 ) -> Path:
     """Store ``update(current)`` under ``kind`` in the user registry, ``current`` being the payload
-    registered now (:func:`load_artifact`: user before shipped, None if none), read and replaced
-    with the file locked, so that two updates (e.g. slot profiles of two sizes) keep each other's."""
+    the user registry holds now (:func:`load_artifact` ``user_only``, None if none), read and
+    replaced with the file locked, so that two updates (e.g. slot profiles of two sizes) keep each
+    other's. Never the shipped payload: copied into the user's file, it would hide what a later
+    release ships under a frozen copy."""
     if not kind or not fingerprint:
         raise InputError(f"artifact kind {kind!r} and fingerprint {fingerprint!r} must be non-empty")
     with _updated_user_doc(model_id, fingerprint, root) as (path, doc):
-        payload = update(load_artifact(kind, model_id, fingerprint, root=root))
+        payload = update(load_artifact(kind, model_id, fingerprint, root=root, user_only=True))
         doc["artifacts"][kind] = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "payload": payload}
     return path
 

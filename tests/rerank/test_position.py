@@ -202,12 +202,10 @@ def test_a_user_registry_of_calibrated_profiles_does_not_hide_the_shipped_raw_on
     model_id, fingerprint = shipped["model_id"], shipped["fingerprint"]
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
     mine = profile([0.3, 0.2, 0.1, 0.0, -0.1], model_id=model_id, fingerprint=fingerprint)
-    path = store_profile(mine)  # (it copies what is registered: drop the raw ones, as an older release wrote)
-    doc = json.loads(path.read_text())
-    stored = doc["artifacts"]["slot-profiles"]["payload"]["profiles"]
-    for key in [k for k in stored if k.endswith("-raw")]:
-        del stored[key]
-    path.write_text(json.dumps(doc))
+    path = store_profile(mine)  # a user's entry of calibrated profiles only
+    assert not any(
+        k.endswith("-raw") for k in json.loads(path.read_text())["artifacts"]["slot-profiles"]["payload"]["profiles"]
+    )
     assert load_stored_profile(model_id, fingerprint, n_slots=5) == mine  # the user's, before the shipped one
     raw = load_stored_profile(model_id, fingerprint, n_slots=5, calibrated=False)
     assert not raw.calibrated and raw.n_slots == 5 and raw.mean_score[0] > raw.mean_score[2]  # the basin
@@ -216,3 +214,20 @@ def test_a_user_registry_of_calibrated_profiles_does_not_hide_the_shipped_raw_on
 def test_a_profiles_calibration_is_a_bool():
     with pytest.raises(InputError, match="calibrated='false' is not true or false"):
         SlotProfile(2, (1.0, 0.0), (0.0, 0.0), "m", "f", 1, DATE, calibrated="false")  # type: ignore[arg-type]
+
+
+def test_storing_a_profile_writes_the_users_own_not_a_copy_of_the_shipped_ones(tmp_path, monkeypatch):
+    """The first profile a user stored for the default model copied every shipped profile into the
+    user's file, where the frozen copies ranked above what a later release would ship."""
+    import json
+
+    from attnrank.registry import SHIPPED_DIR
+
+    shipped = json.loads(next(SHIPPED_DIR.glob("smollm2-135m-*.json")).read_text())
+    assert shipped["artifacts"]["slot-profiles"]["payload"]["profiles"]  # (else nothing could be copied)
+    model_id, fingerprint = shipped["model_id"], shipped["fingerprint"]
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    path = store_profile(profile([0.3, 0.2, 0.1, 0.0, -0.1, 0.2, 0.4], model_id=model_id, fingerprint=fingerprint))
+    assert list(json.loads(path.read_text())["artifacts"]["slot-profiles"]["payload"]["profiles"]) == ["7"]
+    path = store_profile(profile([0.3, 0.2, 0.1], model_id=model_id, fingerprint=fingerprint))
+    assert sorted(json.loads(path.read_text())["artifacts"]["slot-profiles"]["payload"]["profiles"]) == ["3", "7"]
