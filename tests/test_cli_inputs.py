@@ -278,6 +278,8 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
             "slot_profile 'p.json' (--slot-profile) is not a file",
         ),
         # options no stage that runs reads (they were ignored, exit 0)
+        ([*ask, "--slot-profile", "auto"], "(--slot-profile) is read only by slot correction, which is off"),
+        ([*ask, "--preset", "icr", "--slot-profile", "auto"], "add reweight=Reweighting(slot_correction=True)"),
         ([*ask, "--preset", "icr", "--block-positions", "shared"], "--block-positions configure(s) block attention"),
         (
             [

@@ -186,7 +186,7 @@ class AttentionReranker:
         )
         self._profiles: dict[int, SlotProfile] = {}  # "auto": the registered profile per window size
         adapter = self._llm.adapter if self._llm is not None else ""
-        check_setup(self.reweight, self.slot_profile, self.model_id, self.fingerprint, adapter, self.calibrate)
+        check_setup(self.slot_profile, self.model_id, self.fingerprint, adapter, self.calibrate)
 
     @property
     def llm(self) -> LLM:

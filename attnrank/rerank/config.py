@@ -309,6 +309,12 @@ def check_attention_inputs(heads: Any, reweight: Any, slot_profile: Any) -> None
             "registered profile), a SlotProfile or its JSON file; measure one with "
             "attnrank.rerank.profile.measure_slot_profile"
         )
+    if slot_profile is not None and (reweight is None or not reweight.slot_correction):
+        # (read by nothing else: it was warned of only after the model loaded, and picked preset fused)
+        raise InputError(
+            f"slot_profile={str(slot_profile)[:60]!r} (--slot-profile) is read only by slot correction, which is off; "
+            "add reweight=Reweighting(slot_correction=True) (--reweight slot), or drop the profile"
+        )
     if isinstance(slot_profile, (str, Path)) and str(slot_profile) != "auto" and not Path(slot_profile).is_file():
         raise InputError(
             f"slot_profile {str(slot_profile)!r} (--slot-profile) is not a file; give 'auto' or a profile JSON file"

@@ -375,20 +375,16 @@ def _reweighted(
 
 
 def check_setup(
-    cfg: Reweighting | None,
     profile: SlotProfile | None,
     model_id: str,
     fingerprint: str,
     adapter: str = "",
     calibrate: bool | None = None,
 ) -> None:
-    """Warn about a profile that is unused, from another model, measured with another head
+    """Warn about a profile from another model, measured with another head
     adapter (``adapter``: the model's, ``LLM.adapter``) or on scores calibrated otherwise than the
-    reranker's (``calibrate``); slot correction without a profile is refused where it is
-    configured (:func:`~attnrank.rerank.config.check_attention_inputs`)."""
-    wants = cfg is not None and cfg.slot_correction
-    if profile is not None and not wants:
-        logger.warning("slot_profile given but reweight.slot_correction is off: the profile is not used")
+    reranker's (``calibrate``); slot correction without a profile, and a profile without slot
+    correction, are refused where they are configured (:func:`~attnrank.rerank.config.check_attention_inputs`)."""
     if profile is not None and (profile.model_id, profile.fingerprint) != (model_id, fingerprint):
         logger.warning(
             "slot profile of %s (%s) used with model %s (%s)",

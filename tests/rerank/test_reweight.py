@@ -334,9 +334,9 @@ def test_a_slot_profile_of_an_adapted_model_is_named_when_used_without_the_adapt
 
     profile = SlotProfile(2, (0.1, 0.2), (0.01, 0.01), "m", "f" * 64, 5, "2026-12-05", adapter="a" * 12)
     with caplog.at_level(logging.WARNING, logger="attnrank.rerank.reweight"):
-        check_setup(Reweighting(slot_correction=True), profile, "m", "f" * 64)
+        check_setup(profile, "m", "f" * 64)
     assert "measured with the head adapter aaaaaaaaaaaa used with a model without one" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="attnrank.rerank.reweight"):
-        check_setup(Reweighting(slot_correction=True), profile, "m", "f" * 64, "a" * 12)
+        check_setup(profile, "m", "f" * 64, "a" * 12)
     assert not caplog.text
