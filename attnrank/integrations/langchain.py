@@ -187,7 +187,14 @@ class AttnrankRetriever(BaseRetriever):
     :class:`~attnrank.index.retriever.HybridRetriever`. The first stage returns
     ``depth`` passages; with ``rerank=True`` the reranker keeps the best ``k``
     (else the first-stage top ``k``). Other keyword arguments configure the reranker.
-    ``.index`` and ``.reranker`` (None without ``rerank``) hold the loaded objects.
+    ``.index`` and ``.reranker`` hold the loaded objects.
+
+    ``rerank`` is read at each query, so it may be set later or made configurable
+    (``configurable_fields(rerank=ConfigurableField(id="rerank"))``): a ``rerank=False`` query
+    returns the first-stage top ``k`` and leaves a given reranker unused. ``.reranker`` is None
+    when made with ``rerank=False`` and no reranker object, until a query reranks (then the
+    default one is built). Reranker settings with ``rerank=False`` are refused: nothing would
+    read them.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -204,17 +211,22 @@ class AttnrankRetriever(BaseRetriever):
         fields, settings = _split_settings(type(self), kwargs)
         check_depth(fields.get("k", 4), fields.get("depth", 20), "k")
         super().__init__(**fields)
+        if not self.rerank and settings:
+            # nothing would read them: a misspelt count (top_n=) would silently be ignored
+            raise InputError(f"rerank=False but reranker settings were given ({sorted(settings)})")
         self.index = shared_index(index)
-        if self.rerank:
+        # a reranker object given with rerank=False is kept: LangChain rebuilds a configured
+        # retriever with it (configurable_fields), and rerank may be switched on later
+        if self.rerank or reranker is not None:
             self.reranker = shared_reranker(reranker, index=self.index, **settings)
-        elif reranker is not None or settings:
-            raise InputError(f"rerank=False but reranker settings were given ({sorted(settings) or 'reranker'})")
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[LCDocument]:
         check_depth(self.k, self.depth, "k")  # (again: fields may be set after construction)
         first = self.index.search(query, self.depth)
-        if self.reranker is None:
+        if not self.rerank:  # read here: it may be set, or configured, after construction
             return [to_langchain(r) for r in first.top_k(self.k)]
+        if self.reranker is None:  # made with rerank=False, switched on since: the default reranker
+            self.reranker = shared_reranker(index=self.index)
         with model_lock(self.reranker):
             res = self.reranker.rank(query, first, k=self.k)
         return [to_langchain(r) for r in res]

@@ -62,6 +62,11 @@ from .shared import (
 __all__ = ["AttnrankPruner", "AttnrankRerank", "AttnrankRetriever"]
 
 _SCORE_KEYS = ["relevance_score", "rank", "stage_scores", "retrieval_score"]
+# A corpus's pre-split "sentences" (every sentence of the passage, pruned ones too): kept in the
+# metadata for the pruner, never in the text the LLM and the embedder read (a pruned node carried
+# every sentence there, a retrieved one its passage twice)
+_SENTENCE_KEYS = ["sentences"]
+_PRUNE_KEYS = ["pruned", "kept_sentences"]
 
 
 def _text(n: NodeWithScore) -> str:
@@ -79,12 +84,18 @@ def _documents(nodes: list[NodeWithScore]) -> list[Document] | list[ScoredDocume
     return keep_stages(docs, [n.node.metadata for n in nodes])
 
 
-def _hide_scores(node: Any) -> None:
-    """Keep attnrank's score fields out of the text the LLM and the embedder read."""
-    for key in _SCORE_KEYS:
+def _hide(node: Any, keys: list[str]) -> None:
+    """Keep metadata ``keys`` out of the text the LLM and the embedder read."""
+    for key in keys:
         for excluded in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
             if key not in excluded:
                 excluded.append(key)
+
+
+def _hide_scores(node: Any) -> None:
+    """Keep attnrank's score fields and the pre-split ``"sentences"`` out of the text the LLM and
+    the embedder read."""
+    _hide(node, _SCORE_KEYS + _SENTENCE_KEYS)
 
 
 def _query(query_bundle: QueryBundle | None) -> str:
@@ -204,7 +215,9 @@ class AttnrankPruner(BaseNodePostprocessor):
     """Replace each node's text by the sentences the LLM's attention marks as relevant.
 
     Budget over all nodes: ``budget_tokens`` (sentence tokens, hard cap) or ``keep_ratio``.
-    Metadata gains ``kept_sentences`` and ``pruned``; scores are left as they were.
+    Metadata gains ``kept_sentences`` and ``pruned``; scores are left as they were. These and a
+    corpus's pre-split ``sentences`` (the removed ones among them) stay in the metadata, out of
+    the text the LLM and the embedder read.
     """
 
     budget_tokens: int | None = Field(default=300, description="Sentence tokens kept over all nodes.")
@@ -268,10 +281,7 @@ class AttnrankPruner(BaseNodePostprocessor):
             node = src.node.model_copy(deep=True)
             node.set_content(d.text)
             node.metadata.update(pruned=True, kept_sentences=d.metadata["kept_sentences"])
-            for key in ("pruned", "kept_sentences"):
-                if key not in node.excluded_llm_metadata_keys:
-                    node.excluded_llm_metadata_keys.append(key)
-                    node.excluded_embed_metadata_keys.append(key)
+            _hide(node, _PRUNE_KEYS + _SENTENCE_KEYS)
             out.append(NodeWithScore(node=node, score=src.score))
         return out
 

@@ -15,6 +15,7 @@ classic = pytest.importorskip(
 from langchain_core.documents import Document as LCDocument
 
 from attnrank.errors import InputError
+from attnrank.integrations import langchain as lc
 from attnrank.integrations.langchain import (
     AttnrankPruner,
     AttnrankReranker,
@@ -193,3 +194,34 @@ def test_pruner_reads_pre_split_sentences_from_the_metadata(settings, query):
     array = LCDocument(page_content=text, metadata={"sentences": np.array([text])})  # (read back from Parquet)
     out = pruner.compress_documents([one, two, count, keys, array], query)
     assert [len(d.metadata["kept_sentences"]) for d in out] == [1, 2, 2, 2, 1]
+
+
+def test_retriever_rerank_is_read_when_queried(settings, demo_index, query, monkeypatch):
+    """``rerank`` as a configurable field: rerank=False raised "reranker settings were given"
+    (LangChain rebuilds the retriever with its reranker), and setting ``.rerank = False`` was
+    ignored. A rerank=False query returns the first stage's top k; the reranker is kept for the
+    queries that rerank."""
+    from langchain_core.runnables import ConfigurableField
+
+    first = [d.id for d in AttnrankRetriever(index=demo_index, k=2, depth=5, rerank=False).invoke(query)]
+    base = AttnrankRetriever(index=demo_index, k=2, depth=5, **settings)
+    reranked = [d.id for d in base.invoke(query)]
+    assert reranked != first  # (else the test could not tell them apart)
+    conf = base.configurable_fields(rerank=ConfigurableField(id="rerank"))
+    off = conf.invoke(query, config={"configurable": {"rerank": False}})
+    assert [d.id for d in off] == first and all("likelihood" not in d.metadata["stage_scores"] for d in off)
+    on = conf.invoke(query, config={"configurable": {"rerank": True}})
+    assert [d.id for d in on] == reranked and all("likelihood" in d.metadata["stage_scores"] for d in on)
+    assert [d.id for d in conf.invoke(query)] == reranked
+    base.rerank = False  # set after construction
+    assert [d.id for d in base.invoke(query)] == first and base.reranker is not None
+    base.rerank = True
+    assert [d.id for d in base.invoke(query)] == reranked
+    # made without a reranker, switched on later: the default reranker (here the test's) is built
+    plain = AttnrankRetriever(index=demo_index, k=2, depth=5, rerank=False)
+    assert plain.reranker is None
+    monkeypatch.setattr(lc, "shared_reranker", lambda **kw: base.reranker if kw == {"index": plain.index} else None)
+    plain.rerank = True
+    assert [d.id for d in plain.invoke(query)] == reranked and plain.reranker is base.reranker
+    with pytest.raises(InputError, match=r"rerank=False.*top_n"):  # settings nothing would read: refused
+        AttnrankRetriever(index=demo_index, k=2, depth=5, rerank=False, top_n=3)

@@ -251,3 +251,34 @@ def test_pruner_reads_pre_split_sentences_from_the_metadata(settings, query):
     pruner = AttnrankPruner(budget_tokens=100_000, model=settings["model"])
     out = pruner.postprocess_nodes(nodes, query_str=query)
     assert [len(n.node.metadata["kept_sentences"]) for n in out] == [1, 2]
+
+
+def test_the_pre_split_sentences_stay_out_of_the_llm_and_embedding_text(settings, query):
+    """A corpus's "sentences" (every sentence of the passage, the pruned ones too) stayed in the
+    text LlamaIndex renders for the LLM and the embedder: a pruned node still carried every
+    sentence, and a retrieved one its passage twice. They stay in the metadata (the pruner reads
+    them)."""
+    from llama_index.core.schema import MetadataMode
+
+    from attnrank.index.retriever import HybridRetriever
+
+    sentences = [f"Sentence {w} mentions the {w} topic only." for w in ("alpha", "bravo", "charlie", "delta")]
+    node = TextNode(text=" ".join(sentences), metadata={"sentences": sentences, "title": "T"})
+    pruner = AttnrankPruner(keep_ratio=0.3, model=settings["model"])
+    (out,) = pruner.postprocess_nodes([NodeWithScore(node=node, score=1.0)], query_str=query)
+    kept = out.node.metadata["kept_sentences"]  # (positions in "sentences")
+    removed = [s for i, s in enumerate(sentences) if i not in kept]
+    assert kept and removed and out.node.metadata["sentences"] == sentences
+    assert not [s for s in removed if s in out.node.text]
+    for mode in (MetadataMode.LLM, MetadataMode.EMBED):
+        rendered = out.node.get_content(metadata_mode=mode)
+        assert "title: T" in rendered and not [s for s in removed if s in rendered], mode
+
+    docs = [Document(f"d{i}", s, metadata={"sentences": [s]}) for i, s in enumerate(sentences)]
+    index = HybridRetriever().index(docs, show_progress=False)
+    nodes = AttnrankRetriever(index, similarity_top_k=2, depth=4, rerank=False).retrieve("alpha topic")
+    reranked = AttnrankRerank(top_n=2, **settings).postprocess_nodes(nodes, query_str="alpha topic")
+    for n in nodes + reranked:
+        assert n.node.metadata["sentences"] == [n.node.text]
+        for mode in (MetadataMode.LLM, MetadataMode.EMBED):
+            assert n.node.get_content(metadata_mode=mode).count(n.node.text) == 1, mode
