@@ -519,10 +519,13 @@ def test_learned_scorer_refuses_calibration_options_it_would_ignore(tmp_path, dl
     base += ["--corpus", str(dl19_mini / "passages.jsonl"), "-o", str(tmp_path / "o.trec"), "-q"]
     for extra, given in [
         (["--preset", "learned", "--no-calibrate"], "--no-calibrate"),
-        (["--preset", "fused", "--scorer", "learned", "--token-filter"], "--token-filter"),
+        (["--preset", "learned", "--token-filter"], "--token-filter"),
     ]:
         r = runner.invoke(app, [*base, *extra])
         assert r.exit_code == 2 and f"weights were trained with, so {given} would be ignored" in _text(r), _text(r)
+    # the learned score took the place of the summed attention the fused weights were fitted to
+    r = runner.invoke(app, [*base, "--preset", "fused", "--scorer", "learned"])
+    assert r.exit_code == 2 and "scorer='learned' scores attention alone (preset learned)" in _text(r), _text(r)
 
 
 def test_prompt_token_limits_are_rerank_options(tmp_path, dl19_mini, tiny_dir):

@@ -180,6 +180,14 @@ class RerankConfig:
             if value is not None and not is_count(value):
                 raise InputError(f"{key}={value!r} must be a positive integer or None (no limit)")
             object.__setattr__(self, key, None if value is None else int(value))
+        if self.scorer != "sum" and self.signals is not None and self.uses_attention:
+            # fused weights were fitted to the summed attention of their heads: the learned score
+            # would silently take that feature's place
+            raise InputError(
+                "scorer='learned' scores attention alone (preset learned), and the fused weights of "
+                f"signals={self.signals if isinstance(self.signals, str) else 'FusedWeights'!r} read the heads' summed "
+                "attention; drop the scorer (--scorer), or use signals=None (--signals none)"
+            )
         if self.scorer != "sum" and self.heads not in (None, AUTO_OR_ALL):
             raise InputError(f"scorer='learned' reads the heads its weights were trained on; drop heads={self.heads!r}")
         check_attention_inputs(self.heads, self.reweight, self.slot_profile)
