@@ -51,7 +51,7 @@ def serve(
     _setup(quiet=False, verbose=True)  # the server logs one line per request at INFO
     if not verbose:
         logging.getLogger("attnrank").setLevel(logging.INFO)
-    index = _index_path(name, index_dir) if (name or index_dir) else None
+    index = _index_path(name, index_dir) if name is not None or index_dir is not None else None
     if index is not None and not index.is_dir():
         raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")
     # the pruner as `attnrank ask` builds it: --attention, --block-positions, --state-cache-mb reach it where given

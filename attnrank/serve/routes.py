@@ -118,6 +118,11 @@ async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
     server = _server(request)
     index = server.need("index")
     server.check(body.query, [])
+    if not body.rerank and "depth" in body.model_fields_set:  # (it was dropped without a word)
+        raise InputError(
+            f"depth={body.depth} sizes the first-stage candidates reranked, but rerank is false "
+            f"(the index's top_k={body.top_k} hits come back as they are); drop depth or set rerank true"
+        )
     if body.top_k > body.depth and body.rerank:
         raise InputError(f"top_k={body.top_k} exceeds depth={body.depth}; lower top_k or raise depth")
     server.check_count("top_k", body.top_k)
@@ -142,12 +147,19 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
     server = _server(request)
     pruner = server.need("pruner")
     texts = None if body.documents is None else texts_of(body.documents)
+    if texts is not None and "top_k" in body.model_fields_set:  # (it was dropped without a word)
+        raise InputError(
+            f"top_k={body.top_k} applies to index hits, but all {len(texts)} documents given are pruned; "
+            "drop top_k (or drop documents to prune the index's top_k hits)"
+        )
     index = server.need("index") if texts is None else None
     server.jobs.check_room()  # a full queue answers 503 before the documents are tokenized
     await asyncio.to_thread(server.check, body.query, texts or [])  # tokenizing them: off the event loop
     if texts is None:
         server.check_count("top_k", body.top_k)
-    budget = body.budget_tokens if body.budget_tokens is not None or body.keep_ratio is not None else 300
+    budget = (
+        body.budget_tokens if body.budget_tokens is not None or body.keep_ratio is not None else DEFAULT_BUDGET_TOKENS
+    )
 
     def work(job: Job) -> PrunedContext:
         if index is not None:

@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from ..config import DEFAULT_BUDGET_TOKENS
+
 
 class TextDocument(BaseModel):
     """Cohere v1 also accepts documents as ``{"text": ...}`` objects."""
@@ -63,7 +65,7 @@ class SearchRequest(BaseModel):
         20,
         ge=1,
         strict=True,
-        description="First-stage candidates reranked.",
+        description="First-stage candidates reranked; only with rerank true.",
         validation_alias=AliasChoices("depth", "first_stage_k"),
     )
     rerank: bool = True
@@ -79,10 +81,15 @@ class PruneRequest(BaseModel):
         5,
         ge=1,
         strict=True,
-        description="Index hits pruned when no documents are given.",
+        description="Index hits pruned; only without documents (which are all pruned).",
         validation_alias=AliasChoices("top_k", "k"),
     )
-    budget_tokens: int | None = Field(None, ge=1, strict=True)
+    budget_tokens: int | None = Field(
+        None,
+        ge=1,
+        strict=True,
+        description=f"Sentence tokens kept (default {DEFAULT_BUDGET_TOKENS} unless keep_ratio is given).",
+    )
     keep_ratio: float | None = Field(None, gt=0, le=1, strict=True)  # (JSON true is no ratio; 1 is)
     neighbours: int = Field(0, ge=0, strict=True)
 
@@ -99,7 +106,7 @@ class AskRequest(BaseModel):
         validation_alias=AliasChoices("top_k", "rerank_k"),
     )
     budget_tokens: int | None = Field(
-        None, ge=1, strict=True, description="Sentence tokens kept by pruning (default 300)."
+        None, ge=1, strict=True, description=f"Sentence tokens kept by pruning (default {DEFAULT_BUDGET_TOKENS})."
     )
     keep_ratio: float | None = Field(None, gt=0, le=1, strict=True)  # (JSON true is no ratio; 1 is)
     max_new_tokens: int = Field(64, ge=1, le=1024, strict=True)

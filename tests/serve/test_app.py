@@ -355,6 +355,46 @@ def test_index_routes_keep_to_the_limits(url):
     assert r.status_code == 200 and len(r.json()["results"]) == 6
 
 
+def test_prune_refuses_top_k_with_documents(url):
+    """top_k with documents (all pruned) was dropped without a word: 200 (`prune` refuses -k with --corpus)."""
+    for name in ("top_k", "k"):  # (the name before top_k too)
+        body = {"query": QUERY, "documents": DOCS[:2], name: 50, "budget_tokens": 40}
+        r = httpx.post(f"{url}/v1/prune", json=body, timeout=30)
+        assert r.status_code == 422, r.text
+        assert r.json()["message"] == (
+            "top_k=50 applies to index hits, but all 2 documents given are pruned; "
+            "drop top_k (or drop documents to prune the index's top_k hits)"
+        )
+
+
+def test_search_refuses_depth_without_rerank(url):
+    """depth with rerank false (no candidates are reranked) was dropped without a word: 200."""
+
+    def post(path, body):
+        return httpx.post(f"{url}{path}", json=body, timeout=30)
+
+    for name in ("depth", "first_stage_k"):  # (the name before depth too)
+        r = post("/v1/search", {"query": QUERY, "top_k": 5, name: 1, "rerank": False})
+        assert r.status_code == 422, r.text
+        assert r.json()["message"] == (
+            "depth=1 sizes the first-stage candidates reranked, but rerank is false "
+            "(the index's top_k=5 hits come back as they are); drop depth or set rerank true"
+        )
+    r = post("/v1/search", {"query": QUERY, "top_k": 2, "rerank": False})  # its default depth: not given
+    assert r.status_code == 200 and len(r.json()["results"]) == 2
+
+
+def test_the_default_prune_budget_is_the_package_one(url, monkeypatch):
+    """/v1/prune without a budget keeps DEFAULT_BUDGET_TOKENS, as its schema says (it was a literal 300)."""
+    from attnrank.config import DEFAULT_BUDGET_TOKENS
+    from attnrank.serve.schemas import PruneRequest
+
+    monkeypatch.setattr(routes, "DEFAULT_BUDGET_TOKENS", 7)  # the live server runs in this process
+    r = httpx.post(f"{url}/v1/prune", json={"query": QUERY, "documents": DOCS}, timeout=30)
+    assert r.status_code == 200 and r.json()["budget_tokens"] == 7, r.text
+    assert f"default {DEFAULT_BUDGET_TOKENS} " in PruneRequest.model_fields["budget_tokens"].description
+
+
 def test_empty_document_lists_are_refused(url):
     r = httpx.post(f"{url}/v1/rerank", json={"query": QUERY, "documents": []})
     assert r.status_code == 422 and r.json()["message"].startswith("documents:")
@@ -446,7 +486,8 @@ def test_search_results_keep_the_corpus_metadata(llm, rerank):
     docs = [Document(f"d{i}", t, f"T{i}", {"url": f"https://x/{i}"}) for i, t in enumerate(DOCS)]
     index = HybridRetriever().index(docs, show_progress=False)
     with live_server(create_app(Engine(AttentionReranker(llm, config="fused", max_doc_words=40), index=index))) as base:
-        r = httpx.post(f"{base}/v1/search", json={"query": QUERY, "top_k": 3, "depth": 4, "rerank": rerank}, timeout=60)
+        body = {"query": QUERY, "top_k": 3, "rerank": rerank, **({"depth": 4} if rerank else {})}  # (no depth unranked)
+        r = httpx.post(f"{base}/v1/search", json=body, timeout=60)
     assert r.status_code == 200, r.text
     res = r.json()["results"]
     assert len(res) == 3 and all(x["metadata"] == {"url": f"https://x/{x['id'][1:]}"} for x in res)
