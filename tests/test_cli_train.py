@@ -316,3 +316,17 @@ def test_train_fused_replaces_registered_weights_that_do_not_load(home, dl19_min
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "The fused weights registered for the model do not load" in r.output
     assert FusedWeights.load(*key).features == ["attention", "bm25", "dense", "rank"]
+
+
+def test_the_fused_report_says_preset_signals_keeps_equal_weights_without_a_model_to_read():
+    """Fused weights whose model without attention came out all 0 keep none, and preset signals
+    then reads equal weights: the report said their model without attention replaced them, at the
+    score of an all-tied ranking."""
+    from attnrank.cli.train import _what_registering_changes
+    from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION
+
+    ndcg = {EQUAL: 0.61, NO_ATTENTION: 0.5131, WITH_ATTENTION: 0.64}
+    kept = _what_registering_changes(ndcg, "equal weights", False, no_base=False)
+    assert "with their model without attention (0.5131)" in kept
+    none = _what_registering_changes(ndcg, "equal weights", False, no_base=True)
+    assert "preset signals uses equal weights (held out 0.6100)" in none and "0.5131" not in none

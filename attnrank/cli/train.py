@@ -12,7 +12,8 @@ held out, then register them for the model.
   model's registry entry they go to; the LLM options are not read).
 - ``--preset fused``: the attention score (the chosen heads, calibrated) with BM25, dense and
   rank; ``--preset fused`` reads them, and the preset ``signals``, unless it has weights of its
-  own, reads their model without attention (``base_weights``, trained alongside).
+  own, reads their model without attention (``base_weights``, trained alongside), where one was
+  kept and it did not score below equal weights in the report (else equal weights).
 
 Candidates and labels come as for ``heads train``: BEIR/TREC qrels with queries and a corpus
 (candidates from a TREC run, else BM25 top-``--depth``), or a shared data set; or, here, an index
@@ -311,19 +312,29 @@ def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current:
     )
     weights.metrics = recorded_metrics(rows, METRICS, folds)
     ndcg = {r["method"]: r["nDCG@10"] for r in rows}
-    text = [*_table(rows, header), _what_registering_changes(ndcg, current, weights.base_scored_below_equal())]
+    no_base = (
+        weights.uses_attention and not weights.base_weights
+    )  # (came out all 0: preset signals keeps equal weights)
+    text = [*_table(rows, header), _what_registering_changes(ndcg, current, weights.base_scored_below_equal(), no_base)]
     return "\n".join(text), weights
 
 
-def _what_registering_changes(ndcg: dict[str, float], current: str, base_below_equal: bool) -> str:
+def _what_registering_changes(ndcg: dict[str, float], current: str, base_below_equal: bool, no_base: bool) -> str:
     """The presets these weights take over once registered, with their held-out nDCG@10 (``current``:
     what preset signals reads now, empty where it reads its own SignalsWeights, which these leave;
     ``base_below_equal``: their model without attention scored below equal weights, so preset
-    signals does not read it, :meth:`~attnrank.rerank.fused.FusedWeights.base_scored_below_equal`)."""
+    signals does not read it, :meth:`~attnrank.rerank.fused.FusedWeights.base_scored_below_equal`;
+    ``no_base``: they keep no model without attention (it came out all 0), so preset signals reads
+    equal weights)."""
     from ..rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION
 
     if not current:
         signals = "leave preset signals its own registered weights (--preset signals), and"
+    elif no_base:
+        signals = (
+            f"keep no model without attention (trained on every query it came out all 0), so preset signals "
+            f"uses equal weights (held out {ndcg[EQUAL]:.4f}), and"
+        )
     elif base_below_equal:
         signals = (
             f"make preset signals use equal weights (held out {ndcg[EQUAL]:.4f}; their model without attention "
