@@ -20,6 +20,7 @@ from itertools import accumulate
 from typing import TypeVar
 
 import numpy as np
+import torch
 
 from ..errors import InputError
 from .attention import AttentionCapturer, PrefixCache
@@ -33,6 +34,7 @@ from .context import (
     windows_shape,
 )
 from .prompts import RerankPromptPair
+from .quantize import is_int8
 from .rows import QUERY_SPANS, Span, WindowRows
 from .states import BlockState, StateCache, check_rotation, encode_blocks, layer_kv, state_keys
 from .statestore import PassageStateStore
@@ -230,10 +232,17 @@ def suffix_rows(
 ) -> list[list[np.ndarray]]:
     """Per context of ``context`` (a batch of windows, or one), each suffix's (``extra_ids``
     appended) attention rows over it, in float64, all from one pass
-    (:meth:`~attnrank.llm.attention.AttentionCapturer.capture_suffixes_each`). ``positions``:
+    (:meth:`~attnrank.llm.attention.AttentionCapturer.capture_suffixes_each`; one per suffix for
+    dynamic int8 linears, whose input scale spans the pass). ``positions``:
     each context's first suffix position (default: right after the context)."""
     passes = [list(s) + list(extra_ids) for s in suffixes]
     starts = [len(ids) - 1 if query_span == "last" else 0 for ids in passes]
     at = [context.length] if positions is None else list(positions)
-    rows = capturer.capture_suffixes_each(passes, starts, prefix=context, position_starts=at)
+    if is_int8(capturer.model):  # (one input scale per pass: the real query's rows moved with the "N/A" beside it)
+        each = [
+            capturer.capture_suffixes_each([p], [s], prefix=context, position_starts=at) for p, s in zip(passes, starts)
+        ]
+        rows = [torch.cat([one[c] for one in each]) for c in range(len(each[0]))]
+    else:
+        rows = capturer.capture_suffixes_each(passes, starts, prefix=context, position_starts=at)
     return [list(r.double().cpu().numpy()) for r in rows]

@@ -191,3 +191,21 @@ def test_an_int8_models_pointwise_scores_do_not_depend_on_the_batch():
     batched = PointwiseReranker(llm, batch_size=3).score("capital of France?", docs)
     alone = [PointwiseReranker(llm, batch_size=1).score("capital of France?", [d])[0] for d in docs]
     np.testing.assert_array_equal(batched, alone)
+
+
+def test_an_int8_models_query_rows_do_not_depend_on_the_calibration_suffix():
+    """The real query and the "N/A" calibration suffix ran in one pass, sharing int8's input
+    scale: the query's rows moved with the "N/A" beside it (and would with a longer one)."""
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.attention import AttentionCapturer
+    from attnrank.llm.capture import capture_window
+    from attnrank.llm.prompts import build_rerank_prompts
+
+    model = tiny_model("llama", layers=2)
+    quantize.quantize_int8(model)
+    capturer = AttentionCapturer(model, [(0, 1), (1, 0)])
+    pair = build_rerank_prompts(tiny_tokenizer(), "Where is Paris?", ["Paris is in France.", "Rome is in Italy."])
+    calibrated = capture_window(capturer, pair, calibrate=True, query_span="full")
+    alone = capture_window(capturer, pair, calibrate=False, query_span="full")
+    np.testing.assert_array_equal(calibrated.real, alone.real)
