@@ -255,7 +255,7 @@ def test_heads_detect_reads_its_inputs_before_the_model(tmp_path, dl19_mini, no_
         assert r.exit_code in (1, 2) and message in _text(r), (extra, _text(r))
 
 
-def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl19_mini, no_model):
+def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl19_mini, tiny_dir, no_model):
     ask = ["ask", "q", "--index-dir", str(index_dir)]
     prune = ["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9"]
     cases = [
@@ -263,6 +263,7 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         ([*ask, "--no-prune", "--budget-tokens", "50"], "--no-prune turns pruning off, but --budget-tokens"),
         ([*ask, "--no-prune", "--method", "focus"], "but --method configure(s) it"),
         ([*ask, "--no-rerank", "--preset", "icr", "--signals", "none"], "but --preset, --signals configure(s) it"),
+        ([*ask, "--no-rerank", "--depth", "30"], "--no-rerank turns reranking off, but --depth configure(s) it"),
         ([*ask, "--prune-heads", "1"], "--prune-heads '1'"),
         ([*ask, "--heads", "1-x"], "--heads '1-x'"),
         (["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9", "--heads", "x"], "'x'"),
@@ -279,6 +280,16 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         ),
         # options no stage that runs reads (they were ignored, exit 0)
         ([*ask, "--slot-profile", "auto"], "(--slot-profile) is read only by slot correction, which is off"),
+        # looked up after the model (and the index) had loaded
+        (
+            ["search", "q", "--index-dir", str(index_dir), "--rerank", "2", "--preset", "fused"]
+            + ["--passage-states", str(tmp_path / "nope")],
+            "holds no passage-state store",
+        ),
+        (
+            [*ask, "--model", str(tiny_dir), "--preset", "icr", "--reweight", "slot", "--slot-profile", "auto"],
+            "no calibrated-score slot profile is registered for model",
+        ),
         ([*ask, "--preset", "icr", "--slot-profile", "auto"], "add reweight=Reweighting(slot_correction=True)"),
         ([*ask, "--preset", "icr", "--block-positions", "shared"], "--block-positions configure(s) block attention"),
         (
@@ -312,6 +323,23 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
     for args, message in cases:
         r = runner.invoke(app, args)
         assert r.exit_code in (1, 2) and message in _text(r), (args, _text(r))
+
+
+def test_ask_without_reranking_sizes_its_first_stage_by_k(index_dir, monkeypatch):
+    """--depth is refused with --no-rerank (above), so -k above its default 20 needs no --depth."""
+    import attnrank.pipeline
+
+    seen = {}
+
+    def from_model(*args, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(attnrank.pipeline.Pipeline, "from_model", from_model)
+    r = runner.invoke(app, ["ask", "q", "--index-dir", str(index_dir), "--no-rerank", "-k", "30", "-q"])
+    assert r.exit_code == 0 and (seen["depth"], seen["top_k"]) == (30, 30), _text(r)
+    r = runner.invoke(app, ["ask", "q", "--index-dir", str(index_dir), "-q"])
+    assert r.exit_code == 0 and (seen["depth"], seen["top_k"]) == (20, 5), _text(r)
 
 
 def test_heads_outside_the_model_are_refused_before_it_loads(tmp_path, index_dir, dl19_mini, tiny_dir, no_model):
@@ -561,12 +589,14 @@ def test_pruning_options_that_would_be_ignored_are_refused(tmp_path, index_dir, 
         assert r.exit_code == 2 and message in _text(r), (args, _text(r))
 
 
-def test_head_and_fusion_training_refuse_inputs_they_would_ignore(tmp_path, dl19_mini, no_model):
-    """--dataset brings its own queries, qrels and corpus; --method copy reads none of the qr inputs."""
+def test_head_and_fusion_training_refuse_inputs_they_would_ignore(tmp_path, index_dir, dl19_mini, no_model):
+    """--dataset brings its own queries, qrels and corpus; --method copy reads none of the qr inputs;
+    --skip-invalid reads a corpus file, which --dataset and an index replace."""
     needles = tmp_path / "niah" / "retrieval_head" / "needles.jsonl"
     needles.parent.mkdir(parents=True)
     needles.write_text('{"needle": "n", "question": "q?", "real_needle": "n"}\n')
     topics, corpus = str(dl19_mini / "topics.tsv"), str(dl19_mini / "passages.jsonl")
+    qrels = str(dl19_mini / "qrels.txt")
     cases = [
         (
             ["heads", "detect", "--dataset", "dl19", "--data", str(tmp_path), "--queries", topics],
@@ -576,6 +606,15 @@ def test_head_and_fusion_training_refuse_inputs_they_would_ignore(tmp_path, dl19
         (
             ["heads", "detect", "--method", "copy", "--data", str(tmp_path), "--queries", topics, "--rel", "2"],
             "--queries, --rel configure(s) --method qr, not copy",
+        ),
+        # no corpus file is read, so --skip-invalid would be ignored (exit 0)
+        *(
+            ([*cmd, "--dataset", "dl19", "--data", str(tmp_path), "--skip-invalid"], "--dataset dl19 brings its own")
+            for cmd in (["train"], ["heads", "detect"], ["heads", "train"])
+        ),
+        (
+            ["train", "--index-dir", str(index_dir), "--queries", topics, "--qrels", qrels, "--skip-invalid"],
+            "--skip-invalid applies to --corpus; an index holds only valid records; drop it",
         ),
     ]
     for args, message in cases:

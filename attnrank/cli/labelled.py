@@ -119,6 +119,11 @@ def labelled_set(
                 f"the index gives the candidates and their documents, so {', '.join(given)} would be ignored; "
                 "drop them, or the index"
             )
+    if skip_invalid and corpus is None and (dataset is not None or index is not None):  # (it was ignored)
+        source = (
+            f"--dataset {dataset} brings its own corpus" if dataset is not None else "an index holds only valid records"
+        )
+        raise typer.BadParameter(f"--skip-invalid applies to --corpus; {source}; drop it")
     if dataset is not None:
         mixed = [o for o, v in (("--queries", queries), ("--qrels", qrels), ("--corpus", corpus)) if v is not None]
         if mixed:

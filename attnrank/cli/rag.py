@@ -25,6 +25,8 @@ from .options import (
 )
 from .prune_options import check_method, prune_options
 
+ASK_DEPTH = 20  # first-stage hits `ask` reranks by default
+
 
 def _budget(budget_tokens: Optional[int], keep_ratio: Optional[float], default: Optional[int]):
     """(budget_tokens, keep_ratio) from the two exclusive CLI options."""
@@ -143,7 +145,9 @@ def ask(
     question: str = typer.Argument(..., help="The question to answer."),
     name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder."),
-    depth: int = typer.Option(20, "--depth", help="First-stage hits reranked."),
+    depth: Optional[int] = typer.Option(
+        None, "--depth", help=f"First-stage hits reranked (default {ASK_DEPTH}; none with --no-rerank)."
+    ),
     k: int = typer.Option(5, "--top-k", "-k", help="Passages kept after reranking."),
     budget_tokens: Optional[int] = typer.Option(
         None, "--budget-tokens", help="Sentence tokens kept by pruning (default 300)."
@@ -185,8 +189,9 @@ def ask(
         0 if neighbours is None else neighbours, "--neighbours", "sentences kept on each side", minimum=0
     )
     rerank_only = sorted(rerank_given - set(SHARED_WITH_PRUNING))
-    if no_rerank:
-        refuse_when_off("--no-rerank", "reranking", rerank_only)
+    if no_rerank:  # (--depth was ignored: the first stage's top -k is kept)
+        refuse_when_off("--no-rerank", "reranking", rerank_only + (["--depth"] if depth is not None else []))
+    depth = (max(k, ASK_DEPTH) if no_rerank else ASK_DEPTH) if depth is None else depth  # (the pipeline: k <= depth)
     budget, ratio = _budget(budget_tokens, keep_ratio, DEFAULT_BUDGET_TOKENS)
     _positive(depth, "--depth", "first-stage hits")
     _positive(k, "-k", "passages kept after reranking")

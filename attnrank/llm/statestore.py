@@ -268,6 +268,20 @@ def _pack(x: np.ndarray, storage: str) -> tuple[np.ndarray, np.ndarray | None]:
     return q, scale[..., 0]
 
 
+def store_folder(path: str | Path) -> Path:
+    """The passage-state store of ``path`` (an index folder or its ``passage_states``), checked to
+    hold a store's header without the model (the header's settings are checked when it opens)."""
+    folder = Path(path)
+    if (folder / PASSAGE_STATES_FOLDER).is_dir():
+        folder = folder / PASSAGE_STATES_FOLDER
+    if not (folder / "states.json").is_file():
+        raise InputError(
+            f"passage_states={str(path)!r} holds no passage-state store (no {folder / 'states.json'}); give an "
+            "index built with `attnrank index CORPUS --passage-states float16`, or its passage_states folder"
+        )
+    return folder
+
+
 class PassageStateStore:
     """A memory-mapped store opened for one reranker (see the module docstring).
 
@@ -345,9 +359,7 @@ class PassageStateStore:
         max_doc_tokens: int | None,
     ) -> PassageStateStore:
         """Open ``path`` (an index folder or its ``passage_states``) if it fits this reranker."""
-        folder = Path(path)
-        if (folder / PASSAGE_STATES_FOLDER).is_dir():
-            folder = folder / PASSAGE_STATES_FOLDER
+        folder = store_folder(path)
         try:
             header = json.loads((folder / "states.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:

@@ -10,10 +10,12 @@ from typing import Any
 from ..errors import InputError, ModelError
 from ..llm.headspec import HeadsArg
 from ..llm.models import LLM, unloaded_model
+from ..llm.statestore import store_folder
 from ..registry import resolve_heads
 from .config import AUTO_OR_ALL, RerankConfig
 from .fused_resolve import resolve_fused
 from .learned import LearnedHeadWeights
+from .position import load_stored_profile
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +55,16 @@ def resolve_config_heads(heads: HeadsArg, llm: LLM | ModelRef, fitted: HeadsArg 
 
 def check_lookups(cfg: RerankConfig, *, warn: bool = True) -> None:
     """Look up once, without loading the model, what a reranker built from ``cfg`` looks up in the
-    head registry (learned head weights, fused weights, an ``"auto"`` head set), so that a run of
+    head registry (learned head weights, fused weights, an ``"auto"`` head set, an ``"auto"`` slot
+    profile) and its passage-state store's folder, so that a run of
     many rerankers (``attnrank batch``'s actors) with nothing registered fails before it starts,
     naming what is missing, as :class:`~attnrank.rerank.attention.AttentionReranker` would. A model
     whose config cannot be read here (a path only the workers have) is left to them, with a warning
     (``warn=False``: without one, for a reranker about to load the model itself)."""
     if not cfg.uses_llm:
         return
+    if cfg.passage_states is not None:  # (it was opened after the model and the index had loaded)
+        store_folder(cfg.passage_states)
     try:
         model_id, fingerprint = unloaded_model(cfg.model)
     except ModelError as e:  # e.g. a path only the workers have: they will look it up themselves
@@ -70,6 +75,8 @@ def check_lookups(cfg: RerankConfig, *, warn: bool = True) -> None:
     fused = resolve_fused(cfg.signals, model_id, fingerprint)
     if learned is None and cfg.uses_attention and (fused is None or fused.uses_attention):  # heads are read
         resolve_config_heads(cfg.heads, ModelRef(model_id, fingerprint), None if fused is None else fused.heads)
+    if isinstance(cfg.slot_profile, str) and cfg.slot_profile == "auto":  # some profile of this calibration
+        load_stored_profile(model_id, fingerprint, calibrated=cfg.calibrate)
 
 
 def learned_weights(scorer: Any, model_id: str, fingerprint: str) -> LearnedHeadWeights | None:
