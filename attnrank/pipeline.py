@@ -33,6 +33,7 @@ from .rerank.attention import AttentionReranker
 from .rerank.config import RerankConfig
 from .rerank.inputs import check_unique_ids
 from .rerank.position import SlotProfile, check_basin, load_profile, reorder_for_generation
+from .rerank.resolve import check_lookups
 from .types import Document, RankedResults, ScoredDocument, as_documents, check_unicode, is_count
 
 logger = logging.getLogger(__name__)
@@ -188,6 +189,8 @@ class Pipeline:
         needed = (
             (config is not None and config.uses_llm) or prune is not False or (generate and generator_model is None)
         )
+        if llm is None and config is not None and config.uses_llm:  # what the registry lacks, before the load
+            check_lookups(config.with_options(model=model) if isinstance(model, str) else config, warn=False)
         if llm is None and needed:
             llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
         reranker = pruner = generator = None

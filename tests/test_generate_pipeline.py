@@ -448,6 +448,8 @@ def test_from_model_checks_its_counts_before_the_model_loads(tmp_path, monkeypat
         (dict(neighbours=-1), "neighbours=-1 must be"),
         (dict(max_new_tokens=0), "max_new_tokens=0 must be"),
         (dict(topk=5), r"unknown Pipeline option\(s\) \['topk'\]; the options are depth, top_k"),  # was a TypeError
+        # what the reranker looks up in the registry (this model has nothing registered)
+        (dict(rerank="learned"), "no learned head weights"),
     ]
     for kw, message in cases:
         with pytest.raises(InputError, match=message):
