@@ -432,9 +432,12 @@ def test_a_missing_embedder_folder_is_named_not_taken_for_a_hub_id(tmp_path, sci
 
 def test_demo_checks_its_options_before_indexing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for option, message in [("-k", "-k 0 must be at least 1"), ("--depth", "--depth 0 must be at least 1")]:
-        r = runner.invoke(app, ["demo", "--no-rerank", "-q", option, "0"])
-        assert r.exit_code == 2 and message in _text(r)
+    r = runner.invoke(app, ["demo", "--no-rerank", "-q", "-k", "0"])
+    assert r.exit_code == 2 and "-k 0 must be at least 1" in _text(r)
+    r = runner.invoke(app, ["demo", "-q", "--depth", "0"])
+    assert r.exit_code == 2 and "--depth 0 must be at least 1" in _text(r)
+    r = runner.invoke(app, ["demo", "--no-rerank", "-q", "--depth", "30"])  # (ignored: the first stage's top -k)
+    assert r.exit_code == 2 and "--no-rerank turns reranking off, but --depth configure(s) it" in _text(r)
     r = runner.invoke(app, ["demo", "--no-rerank", "-q", "--answers", "-1"])
     assert r.exit_code == 2 and "--answers -1 must be at least 0" in _text(r)
     # before: accepted and ignored (nothing answered, exit 0), or silently capped at the 8 questions

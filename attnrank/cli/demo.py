@@ -11,12 +11,16 @@ from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, _positive, _print_results, _setup, app
 from .options import check_k_within_depth, check_registry_lookups, refuse_when_off, rerank_options
 
+DEMO_DEPTH = 10  # first-stage hits the demo reranks by default
+
 
 @app.command()
 @rerank_options
 def demo(
     k: int = typer.Option(3, "--top-k", "-k", help="Results shown per question."),
-    depth: int = typer.Option(10, "--depth", help="First-stage hits reranked."),
+    depth: Optional[int] = typer.Option(
+        None, "--depth", help=f"First-stage hits reranked (default {DEMO_DEPTH}; none with --no-rerank)."
+    ),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Stop after the first stage."),
     answers: Optional[int] = typer.Option(
         None, "--answers", help="Questions pruned and answered at the end (0 = none; default 2, none with --no-rerank)."
@@ -34,6 +38,9 @@ def demo(
     from ..index.store import corpus_checksum
 
     progress = _setup(quiet, verbose)
+    if no_rerank and depth is not None:  # (it was ignored: the first stage's top -k is shown)
+        refuse_when_off("--no-rerank", "reranking", ["--depth"])
+    depth = (max(k, DEMO_DEPTH) if no_rerank else DEMO_DEPTH) if depth is None else depth
     _positive(k, "-k", "results shown per question")
     _positive(depth, "--depth", "first-stage hits reranked")
     check_k_within_depth(k, depth, "shown")
