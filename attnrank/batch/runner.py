@@ -13,13 +13,17 @@ Ray Data restarts a dead actor and retries its batch (``max_restarts=-1``,
 requires exactly one row per query, so a crash neither loses nor duplicates rows. A rerun with the
 same checkpoint folder and settings resumes where the last one stopped; a checkpoint is refused when
 its settings, its index (rebuilt since) or a query's text differ, when it is in use by another run,
-and when the folder is not an attnrank checkpoint (it is never written into).
+and when the folder is not an attnrank checkpoint (it is never written into); a rerank actor refuses
+a model whose weights or registered heads differ from those the checkpoint records (where the driver
+could read the model: a path only the workers have is recorded by its name).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
@@ -45,7 +49,7 @@ from ..rerank.signals import SIGNALS_VERSION, candidate_terms
 from .checkpoint import check_checkpoint, check_folder, locked_checkpoint
 from .rows import read_queries
 from .sink import CheckpointSink
-from .stages import RerankStage, RetrievalStage, StageError
+from .stages import DriverModel, RerankStage, RetrievalStage, StageError
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +78,12 @@ class BatchConfig:
         return RerankConfig.preset(self.preset or "", device=self.device, dtype=self.dtype, state_cache_mb=0, **given)
 
     def resolved(self) -> BatchConfig:
-        """This configuration with ``dtype="auto"`` on a CPU decided here, once, by the driver:
-        "auto" means bfloat16 on a CPU that multiplies it in hardware and float32 elsewhere, so
-        actors on other machines (a resume there, a mixed Ray cluster) would otherwise each decide,
-        and mix precisions in one run. (On a GPU "auto" stays: the actors' device decides.)"""
+        """This configuration with ``dtype="auto"`` decided here, once, by the driver, for
+        ``device`` "cpu" and "auto": "auto" means bfloat16 on a CPU that multiplies it in hardware
+        and float32 elsewhere, so actors on other machines (a resume there, a mixed Ray cluster)
+        would otherwise each decide, and mix precisions in one run. With ``device="auto"`` the
+        precision is the one for the driver's CPU even where an actor then runs on a GPU; only
+        ``device="cuda"``/``"cuda:N"`` keeps "auto" for the actors' GPU to decide."""
         if self.dtype.strip().lower() != "auto" or self.device not in ("cpu", "auto"):
             return self
         return replace(self, dtype=cpu_auto_dtype())
@@ -151,12 +157,18 @@ def index_doc_ids(root: Path) -> Iterator[str]:
     return (i for s in manifest["shards"] for i in read_doc_ids(root / s["name"] / "docs.jsonl"))
 
 
-def _settings(config: BatchConfig) -> dict[str, Any]:
+def _model(config: BatchConfig) -> tuple[str | None, str | None]:
+    """(model id, fingerprint) of the reranker's model as the driver sees it (None, None without reranking)."""
+    return model_fingerprint(config.model) if config.rerank else (None, None)
+
+
+def _settings(config: BatchConfig, model: tuple[str | None, str | None] | None = None) -> dict[str, Any]:
     """What a resume must match: the run's options, the index build and (when reranking) the
     model's weights, the heads in a ``--heads`` file and what the head registry holds for the
     model (registered heads, fused weights), so new weights at the same ``--model`` path, new
-    heads in the same file, or newly registered heads or weights are never mixed with old rows."""
-    model_id, weights = model_fingerprint(config.model) if config.rerank else (None, None)
+    heads in the same file, or newly registered heads or weights are never mixed with old rows.
+    ``model``: :func:`_model`'s (computed here when not given)."""
+    model_id, weights = _model(config) if model is None else model
     rerank = config.rerank_config() if config.rerank else None
     registry = registry_digest(model_id, weights) if model_id is not None and weights is not None else None
     in_file = None
@@ -197,6 +209,18 @@ def _settings(config: BatchConfig) -> dict[str, Any]:
         "heads_in_file": in_file,
         "registry": registry,
     }
+
+
+def driver_model(model: tuple[str | None, str | None], settings: dict[str, Any]) -> DriverModel | None:
+    """What every rerank actor checks its loaded model against: the fingerprint and registry digest
+    the checkpoint records (``settings``), when the driver read the model's weights. A model the
+    driver cannot read (a path only the workers have) is fingerprinted by the SHA-256 of its name
+    (:func:`~attnrank.llm.fingerprint.pretrained_fingerprint`), which no loaded model has: None then,
+    nothing to check against."""
+    model_id, weights = model
+    if model_id is None or weights is None or weights == hashlib.sha256(model_id.encode()).hexdigest():
+        return None
+    return DriverModel(model_id, weights, settings.get("registry"))
 
 
 def _signals_model(
@@ -245,7 +269,8 @@ def run_batch(
         )
     parts_dir = checkpoint or Path(f"{output or parquet}.parts")
     _check_parts_dir(parts_dir, output, parquet, queries)
-    mine = _settings(config)
+    model = _model(config)
+    mine = _settings(config, model)
     check_folder(parts_dir)
     with locked_checkpoint(parts_dir):
         check_checkpoint(parts_dir, mine)
@@ -259,7 +284,7 @@ def run_batch(
             stats["ray_startup_seconds"] = round(ex.startup_seconds, 3)
             try:
                 rows = [{"qid": q, "query": qs[q]} for q in todo]
-                ds = _pipeline(ex.ray, rows, config, res, progress, mine["index_tag"])
+                ds = _pipeline(ex.ray, rows, config, res, progress, mine["index_tag"], model=driver_model(model, mine))
                 seconds = _drain(ds, sink, len(qs), len(qs) - len(todo), on_commit)
                 stats["pipeline_seconds"] = round(seconds, 3)
                 stats["queries_per_second"] = round(len(todo) / max(seconds, 1e-9), 4)
@@ -311,18 +336,40 @@ def _drain(
                 "batch: %d/%d queries, %.2f q/s", done, total, (done - resumed) / max(time.perf_counter() - t1, 1e-9)
             )
     except Exception as e:
-        cause = getattr(e, "cause", e)  # Ray's task error carries the stage's exception as ``cause``
-        if isinstance(cause, StageError):  # one line naming the query, not Ray's traceback
-            raise StageError(cause.line) from None
+        line = _stage_line(e)
+        if line is not None:  # one line naming the query (or the model, the index), not Ray's traceback
+            raise StageError(line) from None
         raise
     return time.perf_counter() - t1
 
 
+_RAISED_IN_ACTOR = re.compile(rf"^{re.escape(f'{StageError.__module__}.{StageError.__qualname__}')}: (.+)$", re.M)
+
+
+def _stage_line(e: BaseException) -> str | None:
+    """The :class:`StageError` a stage raised, as Ray hands it to the driver: a task's error carries
+    it as ``cause``; an actor that died in its constructor (the model or index it loaded is not the
+    run's) reaches the driver as an ``ActorDiedError`` whose message ends with the error's line."""
+    cause = getattr(e, "cause", e)
+    if isinstance(cause, StageError):
+        return cause.line
+    message = getattr(e, "error_msg", None)
+    found = _RAISED_IN_ACTOR.findall(message) if isinstance(message, str) else []
+    return found[-1] if found else None
+
+
 def _pipeline(
-    ray, rows: list[dict[str, str]], config: BatchConfig, res: Resources, progress: bool, index_tag: str | None
+    ray,
+    rows: list[dict[str, str]],
+    config: BatchConfig,
+    res: Resources,
+    progress: bool,
+    index_tag: str | None,
+    *,
+    model: DriverModel | None = None,
 ):
     """The Ray Data dataset: retrieval actors, then (if ``rerank``) reranking actors (``ray.data``
-    imported by :func:`run_batch`'s check of the extra)."""
+    imported by :func:`run_batch`'s check of the extra); ``model``: :func:`driver_model`'s."""
     _warn_unplaceable(ray, res, config.rerank > 0)
     if not progress:  # Ray Data logs each dataset's plan and progress at INFO (set up when it is imported)
         logging.getLogger("ray.data").setLevel(logging.WARNING)
@@ -345,7 +392,7 @@ def _pipeline(
         ds = ds.map_batches(
             RerankStage,
             fn_constructor_args=(config.rerank, config.k),
-            fn_constructor_kwargs=rerank_stage_kwargs(config, threads, index_tag),
+            fn_constructor_kwargs=rerank_stage_kwargs(config, threads, index_tag, model=model),
             batch_size=res.rerank_batch,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=res.rerank_actors),
@@ -355,10 +402,13 @@ def _pipeline(
     return ds
 
 
-def rerank_stage_kwargs(config: BatchConfig, threads: int, index_tag: str | None) -> dict[str, Any]:
+def rerank_stage_kwargs(
+    config: BatchConfig, threads: int, index_tag: str | None, *, model: DriverModel | None = None
+) -> dict[str, Any]:
     """The keyword arguments every :class:`RerankStage` actor is made with: the reranker's
-    configuration, the index it checks, its threads, and the driver's candidate BM25 stemmer,
-    which the checkpoint records (where candidate BM25 runs at all: None for attention alone)."""
+    configuration, the index it checks, its threads, the driver's candidate BM25 stemmer, which
+    the checkpoint records (where candidate BM25 runs at all: None for attention alone), and the
+    model's fingerprint and registry digest the checkpoint records (``model``: :func:`driver_model`'s)."""
     rerank = config.rerank_config()
     return {
         "config": rerank,
@@ -366,6 +416,7 @@ def rerank_stage_kwargs(config: BatchConfig, threads: int, index_tag: str | None
         "threads": threads,
         "index_tag": index_tag,
         "stemmer": candidate_terms().stemmer if rerank.signals is not None else None,
+        "model": model,
     }
 
 

@@ -8,7 +8,7 @@ plain callables, so they run unchanged without Ray (the tests compare both ways)
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from ..errors import AttnrankError
 from ..index.retriever import HybridRetriever
 from ..index.sharded import ShardedRetriever, is_sharded
 from ..index.store import manifest_tag
+from ..registry import registry_digest
 from ..rerank.config import RerankConfig
 from ..types import RankedResults
 from .rows import results_to_row, row_to_results
@@ -44,6 +45,43 @@ def load_index(path: str | Path, tag: str | None = None) -> HybridRetriever:
             "removed (or another --checkpoint): one run never mixes two builds' results"
         )
     return index
+
+
+@dataclass(frozen=True)
+class DriverModel:
+    """The reranker's model as the driver fingerprinted it when the run began (recorded in the
+    checkpoint): ``fingerprint`` of its weights and ``registry``, the digest of what the head
+    registry holds for it (:func:`~attnrank.registry.registry_digest`; None: not recorded)."""
+
+    model_id: str
+    fingerprint: str
+    registry: str | None = None
+
+
+def check_model(reranker: Any, model: DriverModel | None) -> None:
+    """Refuse a loaded reranker whose model is not the one the run's checkpoint records: other
+    weights at the same path (replaced on this worker since the run began, or another copy on
+    this node) or another head registry would mix two models' rows in one run."""
+    if model is None:
+        return
+    fix = (
+        "start a new output (another -o/--parquet, or --checkpoint) or remove the checkpoint to rerun without "
+        "resuming, with the same weights and registry on every node: one run never mixes two models' rows"
+    )
+    if reranker.fingerprint != model.fingerprint:
+        raise StageError(
+            f"this worker's model {reranker.model_id} has the weights fingerprint {reranker.fingerprint}, the run's "
+            f"(recorded when it began) {model.fingerprint}; {fix}"
+        )
+    if model.registry is None:
+        return
+    # (the driver's model id: the registry as the checkpoint recorded it, however this worker spells the path)
+    digest = registry_digest(model.model_id, reranker.fingerprint)
+    if digest != model.registry:
+        raise StageError(
+            f"this worker's head registry for {model.model_id} has the digest {digest}, the run's (recorded when "
+            f"it began) {model.registry}: heads or weights registered since, or another registry on this node; {fix}"
+        )
 
 
 def rerank_head(reranker: Any, res: RankedResults, depth: int) -> RankedResults:
@@ -96,7 +134,9 @@ class RerankStage:
     ``attnrank search --rerank`` does). Each such actor loads the index's documents to match ids
     and texts (memory-mapped vectors; the documents and an id map in memory). ``threads`` caps
     torch's intra-op threads to the CPUs the actor declared; ``index_tag``: as :func:`load_index`
-    checks it; ``stemmer``: the driver's candidate BM25 stemmer (refused where this worker's differs).
+    checks it; ``stemmer``: the driver's candidate BM25 stemmer (refused where this worker's differs);
+    ``model``: the model's fingerprint and registry digest the run records (refused where the
+    loaded model's differ: :func:`check_model`).
     """
 
     def __init__(
@@ -109,6 +149,7 @@ class RerankStage:
         threads: int | None = None,
         index_tag: str | None = None,
         stemmer: str | None = None,
+        model: DriverModel | None = None,
     ):
         from ..config import set_torch_threads
         from ..rerank.attention import AttentionReranker
@@ -120,6 +161,7 @@ class RerankStage:
                 "install the same extras (attnrank[stem]) on every node; one run never mixes the two"
             )
         self.reranker = AttentionReranker(config=config)
+        check_model(self.reranker, model)
         if index is not None and self.reranker.fused is not None:  # attention alone reads no vectors
             self.reranker.use_index(load_index(index, index_tag))
         self.threads = threads

@@ -3,6 +3,7 @@ behind ``attnrank index --shards N``."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -11,8 +12,10 @@ from typing import Optional
 
 import typer
 
-from . import Quiet, Verbose, _check_heads, _check_output, _positive, _setup, app, option_errors
+from . import Quiet, Verbose, _check_heads, _check_output, _index_path, _positive, _setup, app, option_errors
 from .options import Dtype, check_attention_computed, refuse_without_rerank
+
+logger = logging.getLogger(__name__)
 
 
 def build_sharded(
@@ -92,6 +95,37 @@ def _check_device(device: str, ray_address: Optional[str]) -> None:
             )
 
 
+def _batch_index(name: Optional[str], index_dir: Optional[Path]) -> Path:
+    """The index folder of ``--index NAME`` (under ./indexes) or ``--index-dir DIR``, as every other
+    command resolves them. ``batch --index`` once took a folder path: a value with a path separator
+    that is an existing folder, and no index name, is still taken as one, with a warning."""
+    from ..config import index_root
+
+    if name and index_dir is None and ("/" in name or os.sep in name):
+        path = Path(name).expanduser()
+        if not path.is_absolute() and (index_root() / name).is_dir():
+            return _index_path(name, index_dir)  # (refused as a name: it is not a plain one)
+        if not path.is_dir():
+            raise typer.BadParameter(
+                f"index {name!r} is not a folder; build one with `attnrank index` (--index takes an index "
+                f"name under {index_root()}; give a folder as --index-dir DIR)"
+            )
+        logger.warning(
+            "--index %s is a folder path, read as one; --index takes an index name under %s: "
+            "give the folder as --index-dir %s",
+            name,
+            index_root(),
+            name,
+        )
+        return path
+    target = _index_path(name, index_dir)
+    if name and index_dir is None and not target.exists() and Path(name).is_dir():  # (e.g. `--index idx` of old)
+        raise typer.BadParameter(
+            f"no index named {name!r} under {index_root()}; for the folder {name} give --index-dir {name}"
+        )
+    return target
+
+
 def _check_outputs(queries: Path, output: Optional[Path], parquet: Optional[Path]) -> None:
     """Outputs replace only files attnrank wrote (a run, a batch Parquet file), never the queries."""
     from ..files import is_batch_parquet
@@ -107,7 +141,12 @@ def _check_outputs(queries: Path, output: Optional[Path], parquet: Optional[Path
 @app.command()
 def batch(
     queries: Path = typer.Argument(..., help="Queries: BEIR queries.jsonl, TSV id<TAB>text, or Parquet (id, text)."),
-    index: Path = typer.Option(..., "--index", help="Index folder, ordinary or sharded."),
+    index_name: Optional[str] = typer.Option(
+        None, "--index", "-n", help="Index name under ./indexes (ordinary or sharded; as `attnrank index --index`)."
+    ),
+    index_dir: Optional[Path] = typer.Option(
+        None, "--index-dir", help="Or an explicit index folder, ordinary or sharded (every Ray worker reads it)."
+    ),
     k: int = typer.Option(10, "--top-k", "-k", help="Results per query."),
     rerank: int = typer.Option(0, "--rerank", help="Rerank the top K hits (--preset; default likelihood; 0 = off)."),
     mode: Optional[str] = typer.Option(None, help="bm25 | dense | hybrid (default: the index's setting)."),
@@ -164,6 +203,7 @@ def batch(
             if v
         ]
         refuse_without_rerank(given)
+    index = _batch_index(index_name, index_dir)
     _check_outputs(queries, output, parquet)
     config = BatchConfig(
         str(index), k=k, rerank=rerank, mode=mode, model=model, heads=heads, device=device, preset=preset, dtype=dtype

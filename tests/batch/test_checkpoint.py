@@ -61,9 +61,10 @@ def fake_ray(monkeypatch):
         def close(self):
             pass
 
-    def pipeline(ray, rows, config, res, progress, index_tag):
+    def pipeline(ray, rows, config, res, progress, index_tag, *, model=None):
         state["calls"] += 1
         state["index_tag"] = index_tag  # what the actors check the index they load against
+        state["model"] = model  # and the model they load
         return FakeDataset(rows, state["during"])
 
     monkeypatch.setattr(runner, "RayExecutor", Executor)
@@ -409,6 +410,86 @@ def test_resume_refuses_heads_registered_since(fake_ray, tmp_path, index, monkey
     with pytest.raises(InputError, match=r"other settings \(registry\)"):
         run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
     assert fake_ray["calls"] == 1
+
+
+def test_an_actor_refuses_weights_replaced_since_the_run_began(fake_ray, tmp_path, index, home):
+    """The driver recorded the model's fingerprint, but the actors never checked the model they
+    loaded: weights replaced on the workers between a run and its resume (or a restarted actor)
+    scored the remaining queries, two models' rows in one run with exit 0."""
+    from dataclasses import replace
+
+    from attnrank.batch import stages
+
+    model = save_tiny(tmp_path / "model")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))
+    run_batch({"q1": "apple"}, config, output=tmp_path / "run.trec", progress=False)
+    recorded = fake_ray["model"]  # what the driver hands its rerank actors
+    settings = json.loads((tmp_path / "run.trec.parts" / "settings.json").read_text())
+    assert recorded.fingerprint == settings["model_fingerprint"] and recorded.registry == settings["registry"]
+    kwargs = runner.rerank_stage_kwargs(config.resolved(), 1, None, model=recorded)
+    save_tiny(model, initializer_range=0.05)  # other weights at the same path, as on a worker
+    with pytest.raises(stages.StageError) as e:
+        stages.RerankStage(5, 5, **kwargs)
+    fresh = runner._model(config)[1]
+    assert fresh is not None and fresh != recorded.fingerprint
+    message = str(e.value)
+    assert recorded.fingerprint in message and fresh in message and "start a new output" in message, message
+    # a new run records the new weights, and its actors load them
+    stages.RerankStage(
+        5, 5, **runner.rerank_stage_kwargs(config.resolved(), 1, None, model=replace(recorded, fingerprint=fresh))
+    )
+
+
+def test_an_actor_refuses_a_registry_changed_since_the_run_began(fake_ray, tmp_path, index, home):
+    """Heads registered on a worker since the run began (or a worker with another registry)
+    would score its queries with other heads than the rows already written."""
+    from attnrank.batch import stages
+    from attnrank.registry import save_head_set
+
+    model = save_tiny(tmp_path / "model")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))
+    run_batch({"q1": "apple"}, config, output=tmp_path / "run.trec", progress=False)
+    recorded = fake_ray["model"]
+    kwargs = runner.rerank_stage_kwargs(config.resolved(), 1, None, model=recorded)
+    stages.RerankStage(5, 5, **kwargs)  # the same model and registry: accepted
+    save_head_set(recorded.model_id, recorded.fingerprint, "qrhead", [(0, 1)], name="mine")
+    with pytest.raises(stages.StageError, match=f"head registry .* digest .*, the run's .* {recorded.registry}"):
+        stages.RerankStage(5, 5, **kwargs)
+
+
+def test_an_actor_that_refused_its_model_is_one_line_at_the_driver(tmp_path):
+    """An actor whose constructor raises reaches the driver as Ray's ActorDiedError, the stage's
+    line buried in a traceback (tried with a real Ray: its ``error_msg`` ends as below)."""
+    from attnrank.batch.stages import StageError
+
+    class ActorDiedError(Exception):
+        error_msg = (
+            "The actor died because of an error raised in its creation task\nTraceback (most recent call last):\n"
+            '  File "stages.py", line 1, in __init__\n'
+            "attnrank.batch.stages.StageError: this worker's model m has the weights fingerprint a, the run's b"
+        )
+
+    class Dying:
+        def iter_batches(self, **_):
+            raise ActorDiedError("died")
+            yield
+
+    with pytest.raises(StageError, match=r"^this worker's model m has the weights fingerprint a, the run's b$"):
+        runner._drain(Dying(), CheckpointSink(tmp_path / "parts"), 1, 0, None)
+    ActorDiedError.error_msg = "no stage error here"
+    with pytest.raises(ActorDiedError):
+        runner._drain(Dying(), CheckpointSink(tmp_path / "parts"), 1, 0, None)
+
+
+def test_a_model_only_the_workers_have_is_not_checked_against_its_name(tmp_path, index):
+    """The driver fingerprints a model it cannot read by the SHA-256 of its name, which no loaded
+    model has: the actors are given nothing to check (else every actor would refuse it)."""
+    missing = str(tmp_path / "only-on-workers")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=missing)
+    model = runner._model(config)
+    assert model[0] == missing and runner.driver_model(model, runner._settings(config, model)) is None
+    real = runner._model(BatchConfig(str(index), rerank=5, model=str(save_tiny(tmp_path / "m"))))
+    assert runner.driver_model(real, {"registry": "r"}).fingerprint == real[1]
 
 
 def test_a_run_refused_for_a_checkpoint_in_use_leaves_its_settings_alone(fake_ray, tmp_path, index):
