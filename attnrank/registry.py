@@ -302,7 +302,16 @@ def save_head_set(
         n_heads=n_heads,
     )
     with _updated_user_doc(model_id, fingerprint, root) as (path, doc):
+        replaced = [s for s in doc["sets"] if s.get("name") == entry.name]
         doc["sets"] = [s for s in doc["sets"] if s.get("name") != entry.name] + [entry.to_json()]
+    for old in replaced:  # (sets are named after their method: a second detection replaced the first silently)
+        logger.warning(
+            "head set %r of %s replaced: the one detected %s%s; give another name to keep both",
+            entry.name,
+            model_id,
+            old.get("date", "at an unknown date"),
+            f" on {old['data']}" if old.get("data") else "",
+        )
     logger.info("saved %d %s heads of %s to %s", len(pairs), method, model_id, path)
     return path
 

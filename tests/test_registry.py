@@ -580,3 +580,13 @@ def test_cli_detect_copy_refuses_a_length_its_haystack_cannot_fill_before_the_mo
     assert "context length 2000 does not fit" in cli_text(r) and "the haystack has" in cli_text(r)
     r = runner.invoke(app, [*args, "--haystack", "essays", "--lengths", "100,2", "-q"])  # shorter than the needle
     assert r.exit_code == 1 and not loaded and "context length 2 does not fit" in cli_text(r)
+
+
+def test_replacing_a_head_set_is_warned_of(roots, caplog):
+    """Sets are named after their method, so a second detection replaced the first without a word."""
+    save_head_set("org/m", FP, "qr-ndcg", ["1-1"], data="scifact", date="2026-01-01")
+    assert "replaced" not in caplog.text
+    save_head_set("org/m", FP, "qr-ndcg", ["2-2"], data="hotpotqa")
+    assert "head set 'qr-ndcg' of org/m replaced: the one detected 2026-01-01 on scifact" in caplog.text
+    save_head_set("org/m", FP, "qr-ndcg", ["3-3"], name="second")  # another name keeps both
+    assert sorted(s.name for s in load_head_sets("org/m", FP)) == ["qr-ndcg", "second"]
