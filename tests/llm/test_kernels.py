@@ -23,18 +23,23 @@ from attnrank.llm.kernels import (
 
 FEW_ROWS = kernels.few_rows_attention
 SPLIT = kernels.context_split_attention
+GROUP_ROWS = kernels._group_rows
 
 
 @pytest.mark.parametrize("mask_kind", ["bool", "additive", None])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_grouped_query_sdpa_equals_transformers(mask_kind, dtype):
+@pytest.mark.parametrize("n_q", [5, 50])  # 3 heads x 5 rows: folded into rows (_group_rows); x 50: not
+def test_grouped_query_sdpa_equals_transformers(mask_kind, dtype, n_q, monkeypatch):
+    folded = []
+    monkeypatch.setattr(kernels, "_group_rows", lambda *a: folded.append(1) or GROUP_ROWS(*a))
     torch.manual_seed(0)
     module = types.SimpleNamespace(num_key_value_groups=3, is_causal=True)
-    n_q, n_k = 5, 40  # a suffix of 5 tokens over 35 cached ones
-    q = torch.randn(1, 6, n_q, 8, dtype=dtype)
-    k, v = torch.randn(1, 2, n_k, 8, dtype=dtype), torch.randn(1, 2, n_k, 8, dtype=dtype)
-    allowed = torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q)[None, None]
-    allowed[..., 3] = False  # a padded key: the mask must be honoured, not assumed causal
+    n_k = n_q + 35  # a suffix of n_q tokens over 35 cached ones
+    q = torch.randn(2, n_q, 6, 8, dtype=dtype).transpose(1, 2)  # (as the attention layers hand it over)
+    k, v = torch.randn(2, 2, n_k, 8, dtype=dtype), torch.randn(2, 2, n_k, 8, dtype=dtype)
+    allowed = torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q)[None, None].repeat(2, 1, 1, 1)
+    allowed[0, ..., 3] = False  # padded keys, other in each row: the mask must be honoured, not assumed causal
+    allowed[1, ..., :6] = False
     mask = {
         "bool": allowed,
         "additive": torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min),
@@ -42,7 +47,8 @@ def test_grouped_query_sdpa_equals_transformers(mask_kind, dtype):
     }[mask_kind]
     ours = sdpa_forward(module, q, k, v, mask, 8**-0.5)
     theirs = sdpa_attention_forward(module, q, k, v, mask, scaling=8**-0.5)[0]
-    assert ours.shape == theirs.shape == (1, n_q, 6, 8)
+    assert ours.shape == theirs.shape == (2, n_q, 6, 8)
+    assert bool(folded) == (mask_kind is not None and n_q == 5)
     tol = 1e-6 if dtype == torch.float32 else 2e-2
     assert torch.allclose(ours.float(), theirs.float(), atol=tol)
 
