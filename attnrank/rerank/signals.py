@@ -43,7 +43,7 @@ import numpy as np
 from ..config import cpu_auto_dtype
 from ..errors import InputError
 from ..index.bm25 import BM25Index, BM25Params
-from ..index.embed import encode, load_embedder, resolve_embedder_path
+from ..index.embed import check_probe, encode, load_embedder, resolve_embedder_path
 from ..index.retriever import HybridRetriever
 from ..index.tokenize import TokenizerConfig, resolve_config
 from ..types import Document
@@ -172,13 +172,18 @@ class SignalComputer:
         this embedder and can return float vectors (flat or HNSW, or a flat sharded index; not IVF, not built by
         ``onnx-int8``). True when it will. Scores then agree with embedding the candidates to the
         embedder's precision (stored float32 vectors against bfloat16 ones: ~5e-3 in a cosine).
-        Any other object with ``search`` is left alone (False)."""
+        Any other object with ``search`` is left alone (False). An embedder that no longer embeds the
+        index's probe text as at its build (a model replaced at the same path) is refused."""
         if not isinstance(retriever, HybridRetriever) or not retriever.docs:
             return False
         if retriever.stored_vectors([0]) is None:
             return False
         if resolve_embedder_path(retriever.embedder) != resolve_embedder_path(self.embedder_name):
             return False
+        # the model at that path must still be the one that wrote the vectors (else the cosines of
+        # its query vectors with them mean nothing): checked as a dense search checks it
+        recorded = getattr(retriever, "probe", None) or getattr(retriever.dense, "probe", None)
+        check_probe(self.embedder, recorded, retriever.embedder)
         self.index = IndexVectors(retriever)
         return True
 

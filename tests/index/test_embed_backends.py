@@ -201,6 +201,11 @@ def test_an_embedder_replaced_since_the_build_is_refused(encoder_dir, tmp_path):
     assert r.search(SENTENCES[0], k=2, mode="bm25").documents()  # BM25 needs no embedder
     with pytest.raises(InputError, match=r"embeds a probe text differently .* the model changed since the build"):
         r.search(SENTENCES[0], k=2, mode="dense")
+    # nor are the index's vectors read for the reranker's dense signal (they were, beside the new query vectors)
+    from attnrank.rerank.signals import SignalComputer
+
+    with pytest.raises(InputError, match=r"embeds a probe text differently .* the model changed since the build"):
+        SignalComputer(str(model)).use_index(r)
 
 
 def test_an_index_built_with_a_relative_embedder_path_loads_from_another_folder(encoder_dir, tmp_path, monkeypatch):
