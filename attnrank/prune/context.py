@@ -93,11 +93,14 @@ class PrunedContext:
         """Pruned passages in input order, those with no kept sentence left out. Adjacent kept
         sentences are copied with the original whitespace between them; gaps (and text outside
         given pre-split sentences) become one space, or a newline where the omitted text held
-        one. Titles stay if ``keep_titles``."""
+        one. Titles stay if ``keep_titles``: a passage of a title alone (no sentence to prune)
+        stays as it is then, with no text (it was left out, even where everything was kept)."""
         out = []
         for i, doc in enumerate(self.docs):
             kept = [s for s in self.sentences if s.doc_index == i and s.kept]
             if not kept:
+                if self.keep_titles and (doc.title or "").strip() and not any(s.doc_index == i for s in self.sentences):
+                    out.append(Document(doc.id, "", doc.title, {**doc.metadata, "pruned": True, "kept_sentences": []}))
                 continue
             parts = [kept[0].text]
             for prev, cur in zip(kept, kept[1:]):

@@ -451,3 +451,16 @@ def test_a_passage_that_is_not_valid_unicode_is_named_by_its_input_position(llm)
 
     with pytest.raises(InputError, match=r"document #2 \('Bad .*'\) is not valid Unicode \(it holds a lone surrogate"):
         ContextPruner(llm).prune("q?", ["", "Fine text.", "Bad \ud800 text."], budget_tokens=10)
+
+
+def test_a_passage_of_a_title_alone_stays_in_the_pruned_context(llm):
+    """A title-only passage (the reranker accepts and may rank it first) has no sentence to prune:
+    it was left out of the pruned passages even where everything was kept."""
+    docs = [DOCS[0], Document("title-only", "   ", "Paris is the capital of France")]
+    res = ContextPruner(llm).prune(QUERY, docs, budget_tokens=1000)
+    assert res.kept_all
+    pruned = res.documents()
+    assert [d.id for d in pruned] == ["paris", "title-only"]
+    assert (pruned[1].title, pruned[1].text, pruned[1].metadata["kept_sentences"]) == (docs[1].title, "", [])
+    res.keep_titles = False  # without titles it holds nothing to give
+    assert [d.id for d in res.documents()] == ["paris"]
