@@ -19,6 +19,9 @@ from ..llm.rows import WindowRows, document_scores, keep_mask, token_scores
 from .position import SlotProfile
 from .reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
 
+# the evidence an attention stage gives each passage (return_evidence): its token scores, and which counted
+ATTENTION_EVIDENCE = ("attention_tokens", "attention_counted")
+
 
 def window_document_scores(
     windows: Sequence[WindowRows],
@@ -44,9 +47,10 @@ def window_document_scores(
         for j, (i, (s, e)) in enumerate(zip(w.doc_index, w.spans)):
             scores[i] = doc_s[j]
             if ev is not None:
-                ev[i]["attention_tokens"] = list(zip(w.input_ids[s:e], tok[s:e].round(6).tolist()))
+                tokens, counted = ATTENTION_EVIDENCE
+                ev[i][tokens] = list(zip(w.input_ids[s:e], tok[s:e].round(6).tolist()))
                 # which tokens the μ − 2σ filter counted, decided on the unrounded scores
-                ev[i]["attention_counted"] = keep_mask(tok[s:e], token_filter).tolist()
+                ev[i][counted] = keep_mask(tok[s:e], token_filter).tolist()
     return scores, ev
 
 

@@ -43,7 +43,7 @@ from ..llm.rows import WindowRows
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
-from .aggregation import window_document_scores
+from .aggregation import ATTENTION_EVIDENCE, window_document_scores
 from .config import RerankConfig
 from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD, UNTRAINED
 from .fused_resolve import resolve_fused
@@ -277,6 +277,8 @@ class AttentionReranker:
         attention, evidence = None, None
         if self.uses_attention:
             attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
+            if previous is not None:  # an earlier attention stage's token scores are not this one's
+                previous = [_without_attention_evidence(p) for p in previous]
         stage, scores = "attention", attention
         if self.fused is not None:  # keep the LLM's own scores (attention, likelihood) beside the fused one
             scores, kept = self._fuse(query, documents, attention)
@@ -488,3 +490,11 @@ class AttentionReranker:
             store=None if self.config.block_positions == "sequential" else self.store,
             buffer=self._context_buffer,
         )
+
+
+def _without_attention_evidence(doc: ScoredDocument) -> ScoredDocument:
+    """``doc`` without an earlier attention stage's token evidence (explained as this stage's, it
+    would not add up to this stage's scores)."""
+    if not any(k in doc.evidence for k in ATTENTION_EVIDENCE):
+        return doc
+    return replace(doc, evidence={k: v for k, v in doc.evidence.items() if k not in ATTENTION_EVIDENCE})

@@ -247,3 +247,24 @@ def test_the_calibration_query_and_a_bad_query_in_a_batch_are_refused_first(llm)
     with pytest.raises(InputError, match=r"query #2: query '' is empty"):
         reranker.rank_batch(["capital of France?", "yellow fruit?", ""], [docs, docs, docs])
     assert calls == []
+
+
+def test_reranking_drops_an_earlier_attention_stages_token_evidence(llm):
+    """Results that held one reranker's per-token evidence kept it through another's reranking
+    without return_evidence, and were explained as the new scores (off by ~0.03 each)."""
+    first = RankedResults(
+        QUERY, [ScoredDocument(d.id, 1.0 - i / 10, i + 1, d.text, d.title) for i, d in enumerate(DOCS)]
+    )
+    with_evidence = AttentionReranker(llm, signals=None).rank(QUERY, first, return_evidence=True)
+    assert all("attention_tokens" in d.evidence for d in with_evidence)
+    again = AttentionReranker(llm, heads="0-1,1-2", signals=None).rank(QUERY, with_evidence)
+    assert not any("attention_tokens" in d.evidence or "attention_counted" in d.evidence for d in again)
+    fresh = AttentionReranker(llm, heads="0-1,1-2", signals=None).rank(QUERY, with_evidence, return_evidence=True)
+    for d in fresh:  # asked for: this stage's own, adding up to its score
+        assert (
+            abs(
+                sum(v for (_, v), c in zip(d.evidence["attention_tokens"], d.evidence["attention_counted"]) if c)
+                - d.score
+            )
+            < 1e-3
+        )
