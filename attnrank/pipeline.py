@@ -219,8 +219,9 @@ class Pipeline:
         checkpoint: Callable[[str], object] | None = None,
     ) -> PipelineResult:
         """Run every configured stage for ``question``. ``candidates``: a first-stage list to use
-        instead of searching (e.g. a benchmark's fixed candidates; Documents, ScoredDocuments or
-        strings, best first), of which the top ``depth`` are reranked, as a search's would be (the
+        instead of searching (e.g. a benchmark's fixed candidates; Documents or strings best first,
+        ScoredDocuments ordered by their scores, highest first, as a :class:`RankedResults` orders
+        them), of which the top ``depth`` are reranked, as a search's would be (the
         result's ``first_stage`` keeps them all). The pruning budget is
         ``budget_tokens``, else ``keep_ratio``, else the pipeline's ``budget_tokens``; ``stream``
         receives the answer's text pieces as they are generated. ``checkpoint`` is called with
@@ -341,7 +342,8 @@ def check_shared_model(
 
 
 def _given(question: str, candidates: Any, query_id: str | None) -> RankedResults:
-    """Fixed candidates as a first-stage result; unscored ones keep their order (score 0)."""
+    """Fixed candidates as a first-stage result; unscored ones keep their order (score 0), scored
+    ones are ordered by score (highest first), as :class:`RankedResults` orders every list."""
     docs, scored = as_documents(candidates)  # (a number or another non-list: one line, not a TypeError)
     check_unique_ids(docs, "candidate")  # (the reranker checks too; without one they reached the answer twice)
     if isinstance(candidates, RankedResults):  # run()'s query_id names them unless it is None
