@@ -73,7 +73,14 @@ def explain(
 
     # checked again as they are replaced: the folder was checked before the index and the model loaded
     guard = replace_guard(is_explain_page, "an explain page", "--output")
-    page = write_html(output / "explain.html", query, explanations, model=reranker.llm.model_id, guard=guard)
+    page = write_html(
+        output / "explain.html",
+        query,
+        explanations,
+        model=reranker.llm.model_id,
+        fused=reranker.fused is not None,
+        guard=guard,
+    )
     for e in explanations:
         top = ", ".join(repr(t.text.strip()) for t in e.top_tokens(3))
         typer.echo(

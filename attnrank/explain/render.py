@@ -34,9 +34,16 @@ def _scale(explanations: Sequence[PassageExplanation]) -> float:
     return max((abs(t.score) for e in explanations for t in e.tokens if t.counted), default=0.0)
 
 
-def to_html(query: str, explanations: Sequence[PassageExplanation], *, model: str = "") -> str:
-    """The page: one block per passage (rank, id, attention score = sum of its counted token scores)."""
+def to_html(query: str, explanations: Sequence[PassageExplanation], *, model: str = "", fused: bool = True) -> str:
+    """The page: one block per passage (rank, id, attention score = sum of its counted token scores);
+    ``fused``: the ranking fused attention with the first-stage signals (else it is attention alone)."""
     scale = _scale(explanations)
+    ranked_by = (
+        "the passages are ranked by the reranker's score, which fuses it with the first-stage signals "
+        "(BM25, dense, rank), so a lower attention score can rank higher"
+        if fused
+        else "the passages are ranked by it"
+    )
     parts = [
         (
             f"<!doctype html><html><head><meta charset='utf-8'><title>attnrank explain</title>"
@@ -49,8 +56,7 @@ def to_html(query: str, explanations: Sequence[PassageExplanation], *, model: st
             f"<span style='background:{_colour(scale, scale)}'>more</span>"
             f"<span style='background:{_colour(-scale, scale)}'>less</span>"
             "<span class='x'>left out by the μ−2σ filter</span>. A passage's attention score is the sum "
-            "of its counted token scores; the passages are ranked by the reranker's score, which fuses it "
-            "with the first-stage signals (BM25, dense, rank), so a lower attention score can rank higher.</p>"
+            f"of its counted token scores; {ranked_by}.</p>"
         ),
     ]
     for e in explanations:
@@ -80,13 +86,14 @@ def write_html(
     explanations: Sequence[PassageExplanation],
     *,
     model: str = "",
+    fused: bool = True,
     guard: Callable[[Path], None] | None = None,
 ) -> Path:
-    """The page (:func:`to_html`) at ``path``; ``guard``: checked just before the file is replaced
-    (:func:`attnrank.files.atomic_path`)."""
+    """The page (:func:`to_html`, ``fused`` as there) at ``path``; ``guard``: checked just before
+    the file is replaced (:func:`attnrank.files.atomic_path`)."""
     path = Path(path)
     with atomic_path(path, fsync=False, guard=guard) as tmp:
-        tmp.write_text(to_html(query, explanations, model=model), encoding="utf-8")
+        tmp.write_text(to_html(query, explanations, model=model, fused=fused), encoding="utf-8")
     return path
 
 

@@ -207,3 +207,11 @@ def test_a_users_own_matplotlib_image_beside_an_explain_page_is_not_replaced(tmp
     fig.savefig(tmp_path / "explain.png")  # the user's plot (matplotlib's own Software text)
     plt.close(fig)
     assert not is_explain_png(tmp_path / "explain.png")
+
+
+def test_the_legend_says_fusion_only_where_the_ranking_fused(explained):
+    """The page said the ranking fused attention with the first-stage signals whatever ranked it."""
+    ex = explained[1]
+    assert "fuses it with the first-stage signals" in to_html("q", ex, model="tiny")
+    alone = to_html("q", ex, model="tiny", fused=False)
+    assert "fuses" not in alone and "the passages are ranked by it." in alone
