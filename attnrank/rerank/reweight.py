@@ -24,7 +24,9 @@ Steps, in order (notation: ``Δ_j`` = calibrated score of context token ``j``, s
    keep 1. ``Δ'_j = w_j · Δ_j``. (The reconstruction in ../shared/REFERENCES.md §4.3 divides by
    the mean idf instead; dividing by the largest idf a term can have keeps every weight ≤ 1, so
    the step only down-weights terms common across the candidates, as the abstract describes, and
-   a window's weights do not rescale with its vocabulary.)
+   a window's weights do not rescale with its vocabulary.) The counts are the window's, not the
+   query's whole candidate list: where the candidates exceed one prompt and run in several windows
+   (``max_prompt_tokens``), a document's weights depend on the others in its window.
 3. **Aggregation** per document: ICR's μ − 2σ filter over ``J_d`` (Chen et al., ICLR 2025), sum.
 4. **Entropy regularization** (``entropy``; ReAttn-style, our formula, no public one exists).
    ``"blend"``: ``p_j = max(Δ'_j, 0) / Σ_{J_d} max(Δ', 0)``,
