@@ -24,6 +24,7 @@ from ..eval.datasets import Dataset, check_sample_size, dl19, hotpotqa, locomo, 
 from ..index.bm25 import BM25Index
 from ..index.retriever import HybridRetriever
 from ..index.store import corpus_checksum
+from ..index.tokenize import resolve_config
 from ..types import Document, is_count
 
 logger = logging.getLogger(__name__)
@@ -52,20 +53,33 @@ def dl19_sets(root: Path, depths: Sequence[int], max_queries: int | None = None)
 
 def scifact_retriever(ds: Dataset, index_dir: Path | None = None):
     """The hybrid retriever over ``ds.docs``, loaded from ``index_dir`` (default
-    ``<index root>/bench-scifact``) if it holds this corpus, else built and saved there; it fuses
-    with RRF (k = 60) whatever the index records, as the published candidate sets did."""
+    ``<index root>/bench-scifact``) if it holds this corpus and was built with the default settings
+    (embedder, dense index, BM25 and its tokenizer), else built and saved there; it fuses with RRF
+    (k = 60) and the default depth whatever the index records, as the published candidate sets did."""
 
     path = Path(index_dir) if index_dir is not None else index_root() / "bench-scifact"
+    fresh = HybridRetriever(fusion="rrf")
     try:
         r = HybridRetriever.load(path)
     except (AttnrankError, OSError) as e:  # none yet, or unreadable: rebuild below
         logger.info("building the SciFact benchmark index (%s)", e)
         r = None
+    if r is not None and _built_otherwise(r, fresh):  # (reused, it changed every candidate set silently)
+        logger.warning("the SciFact benchmark index at %s was built with other settings: rebuilding it", path)
+        r = None
     if r is None or corpus_checksum(r.docs) != corpus_checksum(ds.docs):
-        r = HybridRetriever(fusion="rrf").index(ds.docs, show_progress=False)
+        r = fresh.index(ds.docs, show_progress=False)
         r.save(path)
     r.set_fusion("rrf", rrf_k=RRF_K)  # (an index saved with another k keeps it otherwise)
+    r.depth = fresh.depth
     return r
+
+
+def _built_otherwise(r: HybridRetriever, fresh: HybridRetriever) -> bool:
+    """Whether ``r`` was built with other settings than ``fresh`` would build it with now."""
+    built = (r.embedder, r.dense_kind, r.embed_backend, r.bm25_params, r.bm25.tokenizer_config.to_dict())
+    now = (fresh.embedder, fresh.dense_kind, fresh.embed_backend, fresh.bm25_params)
+    return built != (*now, resolve_config(fresh.stopwords, fresh.stemmer).to_dict())
 
 
 def scifact_set(

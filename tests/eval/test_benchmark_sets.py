@@ -21,6 +21,7 @@ from attnrank.benchmarks import (
 from attnrank.errors import InputError
 from attnrank.eval.rows import capture_all
 from attnrank.index.bm25 import BM25Index
+from attnrank.index.retriever import HybridRetriever
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.types import Document
 
@@ -194,3 +195,19 @@ def test_a_hotpot_subset_is_drawn_from_the_seeded_order(shared_mini):
     assert seeded[:2] != every[:2]  # (else this slice could not tell the two apart)
     assert list(hotpot_set(shared_mini, 2)[1].queries) == seeded[:2]
     assert list(hotpot_set(shared_mini, None)[1].queries) == every == list(hotpot_set(shared_mini, 3)[1].queries)
+
+
+def test_the_scifact_benchmark_index_is_rebuilt_when_built_otherwise(shared_mini, tmp_path, caplog):
+    """Only the corpus was compared: an index at the benchmark's path built with other settings
+    (another stemmer, dense index, BM25) was reused, and every candidate set changed silently."""
+    from attnrank.benchmarks.sets import scifact_retriever
+    from attnrank.eval.datasets import scifact
+    from attnrank.index.bm25 import BM25Params
+
+    ds = scifact(shared_mini)
+    HybridRetriever(bm25=BM25Params(k1=1.5)).index(ds.docs, show_progress=False).save(tmp_path / "bench")
+    r = scifact_retriever(ds, tmp_path / "bench")
+    assert "built with other settings: rebuilding it" in caplog.text and r.bm25_params == BM25Params()
+    caplog.clear()
+    scifact_retriever(ds, tmp_path / "bench")  # built as the benchmark builds it: reused
+    assert "rebuilding" not in caplog.text
