@@ -10,12 +10,12 @@ import numbers
 import platform
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import available_cpus
-from ..files import atomic_path
+from ..files import atomic_path, refuse_replacing, replace_guard
 
 
 def environment() -> dict[str, Any]:
@@ -64,19 +64,41 @@ def cpu_model() -> str:
     return f"{name} ({', '.join(bf16)})" if bf16 else name
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    with atomic_path(path, fsync=False) as tmp:
+def _atomic_write(path: Path, text: str, ours: Callable[[Path], bool]) -> None:
+    with atomic_path(path, fsync=False, guard=replace_guard(ours, "a benchmark record", "the record")) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def is_record_json(path: Path) -> bool:
+    """Whether ``path`` holds what :func:`write_outputs` writes as JSON: one JSON object."""
+    try:
+        return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def is_record_page(path: Path) -> bool:
+    """Whether ``path`` is a record's markdown page: a "# " title, beside its JSON record if any."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            titled = f.readline().startswith("# ")
+    except (OSError, ValueError):
+        return False
+    beside = path.with_suffix(".json")
+    return titled and (not beside.exists() or is_record_json(beside))
 
 
 def write_outputs(name: str, payload: Mapping[str, Any], markdown: str, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``payload`` as ``<out_dir>/<name>.json`` (indent 1) and ``markdown`` as ``.md``
-    (each atomically); returns both paths."""
+    (each atomically); returns both paths. Either replaces only a record of the same kind
+    (:func:`is_record_json`, :func:`is_record_page`): a file of the user's by that name is refused."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / f"{name}.json", out / f"{name}.md"
-    _atomic_write(js, json.dumps(payload, indent=1))
-    _atomic_write(md, markdown)
+    for path, ours in ((js, is_record_json), (md, is_record_page)):  # (both checked before either is written)
+        refuse_replacing(path, ours, "a benchmark record", "the record")
+    _atomic_write(js, json.dumps(payload, indent=1), is_record_json)
+    _atomic_write(md, markdown, is_record_page)
     return js, md
 
 

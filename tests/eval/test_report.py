@@ -48,3 +48,23 @@ def test_the_environment_records_the_command_line_that_ran(tmp_path, monkeypatch
     )
     monkeypatch.setattr("sys.argv", [str(script), "--k", "3"])
     assert environment()["command"] == "python scripts/bench_x.py --k 3"
+
+
+def test_write_outputs_replaces_only_records(tmp_path):
+    """Any <name>.json / <name>.md in the output folder was replaced, the user's own notes too."""
+    import pytest
+
+    from attnrank.errors import InputError
+
+    out = tmp_path / "out"
+    write_outputs("x", {"a": 1}, "# X\n", out)
+    write_outputs("x", {"a": 2}, "# X again\n", out)  # its own record: replaced
+    assert json.loads((out / "x.json").read_text()) == {"a": 2}
+    (out / "notes.md").write_text("my own notes\n")
+    with pytest.raises(InputError, match="exists and is not a benchmark record attnrank wrote"):
+        write_outputs("notes", {"a": 1}, "# Notes\n", out)
+    assert (out / "notes.md").read_text() == "my own notes\n" and not (out / "notes.json").exists()
+    (out / "data.json").write_text("[1, 2, 3]")  # a JSON list: not a record
+    with pytest.raises(InputError, match="not a benchmark record"):
+        write_outputs("data", {"a": 1}, "# Data\n", out)
+    assert (out / "data.json").read_text() == "[1, 2, 3]"
