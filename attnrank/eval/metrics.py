@@ -83,14 +83,20 @@ def evaluate(
     *,
     rel: int = 1,
 ) -> dict[str, float]:
-    """Mean of each metric over the queries that have judgments (missing runs count as 0)."""
+    """Mean of each metric over the queries that have judgments (missing runs count as 0); refused
+    where no query has one (a mean over none read as a score of 0)."""
     names = list(_parse(metrics, rel))
     _check_input(run, qrels)  # here too: a run id 1 would not meet the qrels' "1" and score 0
     judged = judged_queries(qrels)
+    if not judged:
+        raise InputError(
+            f"the qrels judge no query ({len(qrels)} given, none with a judgment), so there is no mean to "
+            "report; pass the qrels of the run's queries"
+        )
     # queries with judgments but no run score 0, as trec_eval -c does
     full_run = {q: dict(run.get(q, {})) for q in judged}
     per = evaluate_per_query(full_run, judged, metrics, rel=rel)
-    return {n: (sum(v[n] for v in per.values()) / len(per) if per else 0.0) for n in names}
+    return {n: sum(v[n] for v in per.values()) / len(per) for n in names}
 
 
 def evaluate_per_query(

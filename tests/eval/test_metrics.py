@@ -138,6 +138,10 @@ def test_queries_without_judgments_are_not_averaged():
     qrels = {"q1": {"a": 1}, "q2": {}}  # q2 has no judgments: trec_eval would not know it
     assert evaluate({"q1": {"a": 1.0}, "q2": {"a": 1.0}}, qrels, ["nDCG@10"])["nDCG@10"] == 1.0
     assert set(evaluate_per_query({"q1": {"a": 1.0}}, qrels, ["nDCG@10"])) == {"q1"}
+    # none judged: no mean (it was 0.0, read as a very bad score)
+    for none in ({}, {"q2": {}}):
+        with pytest.raises(InputError, match="the qrels judge no query"):
+            evaluate({"q1": {"a": 1.0}}, none, ["nDCG@10"])
 
 
 def test_ndcg_of_each_scorer_leaves_out_queries_without_judgments():
