@@ -328,3 +328,19 @@ def test_learned_weights_over_heads_in_training_order_score_each_head_with_its_w
 def test_max_pairs_per_query_is_checked():
     with pytest.raises(InputError, match="max_pairs_per_query=0 must be an integer >= 1"):
         train_head_weights(synthetic(n_queries=4), learner="pairwise", max_pairs_per_query=0)
+
+
+def test_weights_record_how_their_features_were_read():
+    """query_features(..., calibrate=False) then train_head_weights(...) saved weights marked
+    calibrate=True: a reranker fed them calibrated features."""
+    from dataclasses import replace
+
+    raw = [replace(q, calibrate=False, use_filter=True) for q in synthetic()]
+    w = train_head_weights(raw)
+    assert (w.config.calibrate, w.config.use_filter) == (False, True)
+    with pytest.raises(InputError, match="calibrate=True but the features were read with calibrate=False"):
+        train_head_weights(raw, calibrate=True)
+    mixed = raw[:-1] + [replace(raw[-1], calibrate=True)]
+    with pytest.raises(InputError, match="read with calibrate=True and calibrate=False"):
+        train_head_weights(mixed)
+    assert train_head_weights(synthetic()).config.calibrate is True  # unrecorded: as before

@@ -36,6 +36,8 @@ class QueryFeatures:
     rel: int | None = None  # this query's minimum relevant label (overrides the helpers' ``rel``)
     stages: dict[str, np.ndarray] = field(default_factory=dict)  # earlier stages' scores by name (NaN: none)
     qrels: dict[str, int] = field(default_factory=dict)
+    calibrate: bool | None = None  # whether the features are calibrated scores (None: not recorded)
+    use_filter: bool | None = None  # whether ICR's μ − 2σ filter counted their tokens (None: not recorded)
 
 
 def query_features(
@@ -75,6 +77,8 @@ def query_features(
         rel,
         st,
         {str(d): int(v) for d, v in (qrels or {}).get(qid, {}).items()},
+        calibrate,
+        use_filter,
     )
 
 

@@ -55,8 +55,8 @@ def train_head_weights(
     stages: Sequence[str] = (),
     max_pairs_per_query: int = 500,
     seed: int = 0,
-    calibrate: bool = True,
-    use_filter: bool = True,
+    calibrate: bool | None = None,
+    use_filter: bool | None = None,
     max_layer: int | None = None,
     trained_on: str = "",
     capture: str = "full",
@@ -64,6 +64,9 @@ def train_head_weights(
 ) -> LearnedHeadWeights:
     """Fit head weights on standardised per-query features (see the module doc for the learners);
     ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores;
+    ``calibrate``/``use_filter``: how the features were read, recorded with the weights (None: as
+    the features record it, :func:`query_features`; True where they do not; given otherwise than
+    they record, refused);
     ``capture``: how the features' attention was captured (recorded, so that a reranker that
     captures it otherwise warns); ``adapter``: the head adapter of the model they came from
     (``LLM.adapter``; recorded, so that a reranker on another model refuses them)."""
@@ -78,6 +81,8 @@ def train_head_weights(
             f"max_pairs_per_query={max_pairs_per_query!r} must be an integer >= 1 (pairs sampled per query); e.g. 500"
         )
     heads = _check(examples)
+    calibrate = _read_as(examples, "calibrate", calibrate)
+    use_filter = _read_as(examples, "use_filter", use_filter)
     if max_layer is not None and max(l for l, _ in heads) > max_layer:
         raise InputError(
             f"the features include heads above max_layer={max_layer}; build them with "
@@ -219,3 +224,15 @@ def leave_one_group_out(
     (:func:`attnrank.eval.crossval.group_splits` over ``QueryFeatures.group``)."""
     check_unique_queries(examples)
     return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in group_splits(examples, lambda q: q.group)]
+
+
+def _read_as(examples: Sequence[QueryFeatures], name: str, given: bool | None) -> bool:
+    """How the features were read (``calibrate`` or ``use_filter``): as they record it, or
+    ``given`` (True where neither says); refused where they disagree with each other or with it
+    (weights marked otherwise would be applied to features read otherwise)."""
+    recorded = {getattr(q, name) for q in examples} - {None}
+    if len(recorded) > 1:
+        raise InputError(f"the features were read with {name}=True and {name}=False; build them alike")
+    if given is not None and recorded and given not in recorded:
+        raise InputError(f"{name}={given} but the features were read with {name}={recorded.pop()}; drop {name}=")
+    return given if given is not None else (recorded.pop() if recorded else True)
