@@ -308,7 +308,14 @@ def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current:
             "data holds these queries, the rows with attention are held out for the weights but not for the heads"
         )
     weights = train_fused(
-        examples, learner=learner, l2=l2, gate=gate, trained_on=desc, heads=rr.heads or "all", capture=rr.config.capture
+        examples,
+        learner=learner,
+        l2=l2,
+        gate=gate,
+        trained_on=desc,
+        heads=rr.heads or "all",
+        capture=rr.config.capture,
+        adapter=rr.llm.adapter,
     )
     weights.metrics = recorded_metrics(rows, METRICS, folds)
     ndcg = {r["method"]: r["nDCG@10"] for r in rows}

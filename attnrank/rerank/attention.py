@@ -128,6 +128,8 @@ class AttentionReranker:
             self.fused = self.fused.without_attention()
         if self.fused is not None:
             self.fused.warn_if_cut_otherwise(cfg.max_doc_words)
+            if self._llm is not None:
+                self.fused.check_adapter(self._llm.adapter)
         # the candidates' embedder runs in the model's precision: the config's, or a given model's
         dtype = cfg.dtype if self._llm is None else str(self._llm.dtype).removeprefix("torch.")
         # state_cache_mb=0: nothing kept from one query to the next, the candidates' vectors neither

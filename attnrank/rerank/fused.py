@@ -144,6 +144,7 @@ class FusedWeights(RegistryArtifact):
     heads: list[str] | str | None = None  # the attention feature's heads ("l-h" or "all"; None: not recorded)
     capture: str | None = None  # how that attention was captured (llm.blocks.capture_name; None: not recorded)
     max_doc_words: int | None = None  # the passage cut (words) their LLM feature was read with (None: not recorded)
+    adapter: str = ""  # the head adapter merged into the model their LLM feature came from (LLM.adapter; "": none)
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in KNOWN_FEATURES]
@@ -235,6 +236,7 @@ class FusedWeights(RegistryArtifact):
             embedder=self.embedder,
             signals_version=self.signals_version,
             max_doc_words=self.max_doc_words,  # (the cut a likelihood among the base features was read with)
+            adapter=self.adapter,
         )
 
     def warn_if_stale(self, source: str) -> None:
@@ -341,9 +343,28 @@ class FusedWeights(RegistryArtifact):
             )
 
     def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
-        """Register these weights for the model (:meth:`check_informative` first)."""
+        """Register these weights for the model (:meth:`check_informative` first); refused for
+        weights whose LLM feature came from a model with a head adapter merged in (the registry
+        keys weights by the base model's fingerprint, which the adapted copy keeps)."""
         self.check_informative()
+        if self.adapter and self.uses_llm:
+            raise InputError(
+                f"these {self.LABEL} were fitted to the LLM feature of {model_id!r} with the head adapter "
+                f"{self.adapter} merged in, and the registry keys weights by the base model's fingerprint; pass "
+                "them as signals= instead, or fit them on the model without the adapter"
+            )
         return super().save(model_id, fingerprint, root=root)
+
+    def check_adapter(self, adapter: str) -> None:
+        """Refuse to score on a model whose head adapter (``adapter``, ``""``: none) is not the one
+        the LLM feature of these weights came from (its attention or likelihood is another model's)."""
+        if self.uses_llm and adapter != self.adapter:
+            had = f"with the head adapter {self.adapter}" if self.adapter else "without a head adapter"
+            has = f"has the head adapter {adapter}" if adapter else "has none"
+            raise InputError(
+                f"these {self.LABEL} were fitted to the LLM feature of a model {had}, and this model {has}; "
+                f"fit them on this model ({self.TRAIN})"
+            )
 
 
 @dataclass

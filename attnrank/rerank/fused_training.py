@@ -24,7 +24,7 @@ from ..eval.crossval import check_unique_queries
 from ..eval.metrics import evaluate_per_query
 from ..eval.rows import scores_by_id
 from ..types import Document
-from .fused import ATTENTION, FEATURES, FusedWeights, FusionExample, attention_confidence, feature_matrix
+from .fused import ATTENTION, FEATURES, LLM_FEATURES, FusedWeights, FusionExample, attention_confidence, feature_matrix
 from .inputs import check_unique_ids
 from .signals import SIGNALS_VERSION, SignalComputer
 
@@ -188,6 +188,7 @@ def train_fused(
     signed: bool = False,
     heads: Any = None,
     capture: str | None = None,
+    adapter: str = "",
 ) -> FusedWeights:
     """Fit fused weights on labelled queries (see the module doc), and the same model without
     attention (``base_weights``) where there is attention; ``gate``: choose the fallback threshold;
@@ -197,7 +198,9 @@ def train_fused(
     did not beat the non-negative weights held out, docs/benchmarks.md); ``heads`` / ``capture``: the
     heads the examples' attention was read from and how it was captured
     (:func:`~attnrank.llm.blocks.capture_name`), recorded so that a reranker applies the weights
-    to the attention they were fitted to."""
+    to the attention they were fitted to; ``adapter``: the head adapter of the model the LLM
+    features came from (``LLM.adapter``; recorded: a reranker on another model refuses them, and
+    the registry refuses them)."""
     require("sklearn", "train", "Training the fused scorer")
     if learner not in LEARNERS:
         raise InputError(f"learner={learner!r} is not one of {LEARNERS}")
@@ -222,6 +225,7 @@ def train_fused(
         signals_version=SIGNALS_VERSION,
         heads=heads if ATTENTION in features else None,
         capture=capture if ATTENTION in features else None,
+        adapter=adapter if any(f in LLM_FEATURES for f in features) else "",
     )
     # the gate's fallback, and the `signals` preset's model once registered (signals_only), unless
     # the user registered SignalsWeights

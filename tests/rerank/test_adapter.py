@@ -304,3 +304,25 @@ def test_learned_weights_record_the_adapter_and_score_only_on_its_model(trained,
     plain = train_head_weights(ex)  # and the other way round
     with pytest.raises(InputError, match="without a head adapter, and this one has the head adapter lora-"):
         AttentionReranker(adapted, scorer=plain, signals=None)
+
+
+def test_fused_weights_record_the_adapter_and_score_only_on_its_model(trained, tmp_path):
+    """Fused weights fitted to an adapted model's attention were saved under the base fingerprint,
+    and applied to the plain model's attention (or base ones to the adapted model's) unchecked."""
+    from attnrank.rerank.fused import FusedWeights
+
+    llm, adapter = trained
+    adapted = adapter.apply(llm)
+    heads = [f"{l}-{h}" for l, h in HEADS]
+    fitted = FusedWeights(["attention", "bm25"], [1.0, 0.5], base_weights=[1.0], heads=heads, adapter=adapted.adapter)
+    with pytest.raises(InputError, match="head adapter lora-.*registry keys weights by the base"):
+        fitted.save(llm.model_id, llm.fingerprint, root=tmp_path / "registry")
+    assert not (tmp_path / "registry").exists()
+    with pytest.raises(InputError, match="model with the head adapter lora-.* this model has none"):
+        AttentionReranker(llm, signals=fitted)
+    assert AttentionReranker(adapted, signals=fitted).fused is not None
+    plain = FusedWeights(["attention", "bm25"], [1.0, 0.5], base_weights=[1.0], heads=heads)
+    with pytest.raises(InputError, match="without a head adapter, and this model has the head adapter lora-"):
+        AttentionReranker(adapted, signals=plain)
+    # weights that read no LLM feature are the model's whatever adapter it carries
+    assert AttentionReranker(adapted, signals=FusedWeights(["bm25", "dense"], [1.0, 1.0])).fused is not None
