@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import available_cpus
-from ..files import atomic_path, refuse_replacing, replace_guard
+from ..errors import InputError
+from ..files import atomic_path
 
 
 def environment() -> dict[str, Any]:
@@ -64,8 +65,8 @@ def cpu_model() -> str:
     return f"{name} ({', '.join(bf16)})" if bf16 else name
 
 
-def _atomic_write(path: Path, text: str, ours: Callable[[Path], bool]) -> None:
-    with atomic_path(path, fsync=False, guard=replace_guard(ours, "a benchmark record", "the record")) as tmp:
+def _atomic_write(path: Path, text: str) -> None:
+    with atomic_path(path, fsync=False) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
@@ -78,28 +79,41 @@ def is_record_json(path: Path) -> bool:
 
 
 def is_record_page(path: Path) -> bool:
-    """Whether ``path`` is a record's markdown page: a "# " title, beside its JSON record if any."""
+    """Whether ``path`` is a record's markdown page: a "# " title, beside its JSON record (a page
+    is always written with one)."""
     try:
         with path.open(encoding="utf-8") as f:
             titled = f.readline().startswith("# ")
     except (OSError, ValueError):
         return False
-    beside = path.with_suffix(".json")
-    return titled and (not beside.exists() or is_record_json(beside))
+    return titled and is_record_json(path.with_suffix(".json"))
 
 
 def write_outputs(name: str, payload: Mapping[str, Any], markdown: str, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``payload`` as ``<out_dir>/<name>.json`` (indent 1) and ``markdown`` as ``.md``
-    (each atomically); returns both paths. Either replaces only a record of the same kind
-    (:func:`is_record_json`, :func:`is_record_page`): a file of the user's by that name is refused."""
+    (each atomically); returns both paths. They replace only a record (:func:`is_record_json`,
+    :func:`is_record_page`): where a file of another kind has the name, the record is written as
+    ``<name>.attnrank-new.json``/``.md`` instead and :class:`InputError` raised naming both, so that
+    neither the file nor a finished benchmark's figures are lost."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / f"{name}.json", out / f"{name}.md"
-    for path, ours in ((js, is_record_json), (md, is_record_page)):  # (both checked before either is written)
-        refuse_replacing(path, ours, "a benchmark record", "the record")
-    _atomic_write(js, json.dumps(payload, indent=1), is_record_json)
-    _atomic_write(md, markdown, is_record_page)
+    foreign = [p for p, ours in ((js, is_record_json), (md, is_record_page)) if _taken(p, ours)]
+    if foreign:
+        js, md = out / f"{name}.attnrank-new.json", out / f"{name}.attnrank-new.md"
+    _atomic_write(js, json.dumps(payload, indent=1))
+    _atomic_write(md, markdown)
+    if foreign:
+        raise InputError(
+            f"{', '.join(map(str, foreign))} exist(s) and is no benchmark record attnrank wrote; the record "
+            f"was written to {js} and {md} instead; move one or the other"
+        )
     return js, md
+
+
+def _taken(path: Path, ours: Callable[[Path], bool]) -> bool:
+    """Whether ``path`` is a non-empty file that ``ours`` does not recognise."""
+    return path.is_file() and path.stat().st_size > 0 and not ours(path)
 
 
 def md_table(rows: Sequence[Mapping[str, Any]], cols: Sequence[str], fmt: Mapping[str, str] | None = None) -> str:

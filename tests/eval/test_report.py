@@ -51,7 +51,8 @@ def test_the_environment_records_the_command_line_that_ran(tmp_path, monkeypatch
 
 
 def test_write_outputs_replaces_only_records(tmp_path):
-    """Any <name>.json / <name>.md in the output folder was replaced, the user's own notes too."""
+    """Any <name>.json / <name>.md in the output folder was replaced, the user's own notes too.
+    Now such a file stays, and the finished record is written beside it, not lost."""
     import pytest
 
     from attnrank.errors import InputError
@@ -59,12 +60,14 @@ def test_write_outputs_replaces_only_records(tmp_path):
     out = tmp_path / "out"
     write_outputs("x", {"a": 1}, "# X\n", out)
     write_outputs("x", {"a": 2}, "# X again\n", out)  # its own record: replaced
-    assert json.loads((out / "x.json").read_text()) == {"a": 2}
-    (out / "notes.md").write_text("my own notes\n")
-    with pytest.raises(InputError, match="exists and is not a benchmark record attnrank wrote"):
-        write_outputs("notes", {"a": 1}, "# Notes\n", out)
-    assert (out / "notes.md").read_text() == "my own notes\n" and not (out / "notes.json").exists()
+    assert json.loads((out / "x.json").read_text()) == {"a": 2} and (out / "x.md").read_text() == "# X again\n"
+    for mine in ("my own notes\n", "# My notes\n"):  # a title alone does not make a page a record
+        (out / "notes.md").write_text(mine)
+        with pytest.raises(InputError, match="notes.md exist.* no benchmark record .* written to .*notes.attnrank-new"):
+            write_outputs("notes", {"a": 1}, "# Notes\n", out)
+        assert (out / "notes.md").read_text() == mine and not (out / "notes.json").exists()
+        assert json.loads((out / "notes.attnrank-new.json").read_text()) == {"a": 1}
     (out / "data.json").write_text("[1, 2, 3]")  # a JSON list: not a record
-    with pytest.raises(InputError, match="not a benchmark record"):
+    with pytest.raises(InputError, match="no benchmark record"):
         write_outputs("data", {"a": 1}, "# Data\n", out)
-    assert (out / "data.json").read_text() == "[1, 2, 3]"
+    assert (out / "data.json").read_text() == "[1, 2, 3]" and (out / "data.attnrank-new.md").read_text() == "# Data\n"
