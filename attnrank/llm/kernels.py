@@ -130,7 +130,13 @@ def sdpa_forward(
     grouped = query.shape[1] != key.shape[1]
     if grouped and mask is not None and query.device.type == "cpu" and kwargs.get("position_bias") is None:
         dropout = kwargs.get("dropout", 0.0)
-        if not dropout and mask.shape[1] == 1 and query.shape[2] * query.shape[1] // key.shape[1] <= FOLDED_ROWS:
+        same_batch = query.shape[0] == key.shape[0]  # (where only the keys carry it, SDPA broadcasts the query)
+        if (
+            not dropout
+            and same_batch
+            and mask.shape[1] == 1
+            and query.shape[2] * query.shape[1] // key.shape[1] <= FOLDED_ROWS
+        ):
             return _group_rows(query, key, value, mask, scaling)
         out = F.scaled_dot_product_attention(
             query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=True
