@@ -268,7 +268,7 @@ def quality_sets(
     root: Path, hotpot_queries: int, scifact_queries: int
 ) -> list[tuple[str, Any, dict[str, list[Document]]]]:
     """The candidate sets the attention modes are compared on: DL19 BM25 top-20 (all 43 topics),
-    the first HotpotQA questions (their 10 paragraphs, BM25 order) and a seeded SciFact sample
+    a seeded sample of HotpotQA questions (their 10 paragraphs, BM25 order) and a seeded SciFact sample
     (BM25 top-20 over the whole corpus)."""
     return [
         *dl19_sets(root, [20]),

@@ -110,8 +110,8 @@ def main() -> None:
     llm = load_llm(None)
     heads = resolve_heads("auto", llm)
 
-    _, hp, hp_cands = hotpot_set(root, args.hotpot_train + args.hotpot_test)
-    hp_q = sample_order(hp)  # (the file's order puts every comparison question after the bridge ones)
+    _, hp, hp_cands = hotpot_set(root)  # every question; the split is the seeded order's first N and the next
+    hp_q = sample_order(hp)[: args.hotpot_train + args.hotpot_test]  # (the file's puts comparison after bridge)
     hp_train, hp_test = hp_q[: args.hotpot_train], hp_q[args.hotpot_train :]
     _, lo, lo_cands = locomo_set(root, args.locomo_questions)
     _, dl, dl_cands = dl19_sets(root, [20], args.dl19_queries)[0]

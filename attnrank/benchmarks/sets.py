@@ -77,6 +77,8 @@ def scifact_retriever(ds: Dataset, index_dir: Path | None = None):
 
 def _built_otherwise(r: HybridRetriever, fresh: HybridRetriever) -> bool:
     """Whether ``r`` was built with other settings than ``fresh`` would build it with now."""
+    if r.bm25 is None:
+        return True
     built = (r.embedder, r.dense_kind, r.embed_backend, r.bm25_params, r.bm25.tokenizer_config.to_dict())
     now = (fresh.embedder, fresh.dense_kind, fresh.embed_backend, fresh.bm25_params)
     return built != (*now, resolve_config(fresh.stopwords, fresh.stemmer).to_dict())
@@ -130,12 +132,15 @@ def hotpot_set(root: Path, n_queries: int | None = None) -> CandidateSet:
     the seeded order (:func:`~attnrank.eval.datasets.sample_order`); their paragraphs in BM25 order.
 
     Why not the file's first ``n``: the file holds its 200 bridge questions before its 200
-    comparison ones, so any part of it shorter than 201 questions was of one type."""
+    comparison ones, so any part of it shorter than 201 questions was of one type. A sample's
+    setting says so ("seeded"): caches keyed by the setting held the file's first questions."""
     check_sample_size(n_queries)
     ds = hotpotqa(root)
     every = list(ds.queries)
-    ds = ds.subset(_sampled(ds, n_queries, 0) if n_queries and n_queries < len(every) else every)
-    return (f"HotpotQA distractor BM25-ordered ({len(ds.queries)} questions)", ds, _bm25_ordered(ds, list(ds.queries)))
+    sample = n_queries is not None and 0 < n_queries < len(every)
+    ds = ds.subset(_sampled(ds, n_queries, 0) if sample else every)
+    count = f"{len(ds.queries)} {'seeded ' if sample else ''}questions"
+    return (f"HotpotQA distractor BM25-ordered ({count})", ds, _bm25_ordered(ds, list(ds.queries)))
 
 
 def locomo_set(root: Path, n_queries: int | None = None, k: int = 20, offset: int = 0) -> CandidateSet:

@@ -52,7 +52,7 @@ def test_dl19_and_hotpot_sets_refuse_a_count_they_would_slice_wrongly(shared_min
 
 def test_hotpot_and_locomo_sets_are_bm25_ordered(shared_mini):
     name, ds, cands = hotpot_set(shared_mini, 2)
-    assert name == "HotpotQA distractor BM25-ordered (2 questions)" and list(cands) == list(ds.queries)
+    assert name == "HotpotQA distractor BM25-ordered (2 seeded questions)" and list(cands) == list(ds.queries)
     bm25 = BM25Index().index([d.full_text for d in ds.docs])
     pos = {d.id: i for i, d in enumerate(ds.docs)}
     for q, docs in cands.items():
