@@ -39,10 +39,12 @@ from .recording import ATTN_IMPLEMENTATION, attn_implementation, decoder_of, ens
 from .states import BlockState, StateCache, layer_kv, row_state
 
 DEFAULT_BATCH_TOKENS = 2048
-# Cached context tokens (padding included) assembled for one suffix pass: about 280 MB of
+# Cached context tokens (padding included) assembled for one suffix pass: about 370 MB of
 # SmolLM2-135M states in bfloat16; the pass itself computes only the suffixes. Room for 20 SciFact
-# abstracts or 100 DL19 passages in one pass: 8,192 split the first in two, 10 % slower (2 cores).
-DEFAULT_PAST_TOKENS = 12288
+# abstracts (cut at 300 words, titled: up to ~800 tokens each once padded to the longest) or 100
+# DL19 passages in one pass: 8,192 split the first in two, 10 % slower (2 cores), and so did
+# 12,288 where one long abstract was among the 20.
+DEFAULT_PAST_TOKENS = 16384
 
 
 def continuation_logprob(
