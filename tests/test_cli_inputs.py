@@ -540,7 +540,7 @@ def test_reranker_options_without_reranking_are_refused(tmp_path, index_dir, sci
     monkeypatch.chdir(tmp_path)
     r = runner.invoke(app, ["demo", "--no-rerank", "--preset", "icr", "-q"])
     assert r.exit_code == 2 and "--no-rerank turns reranking off, but --preset configure(s) it" in _text(r)
-    r = runner.invoke(app, ["demo", "--no-rerank", "-k", "5", "--depth", "3", "-q"])
+    r = runner.invoke(app, ["demo", "-k", "5", "--depth", "3", "-q"])
     assert r.exit_code == 2 and "-k 5 is more than --depth 3" in _text(r)
     assert not (tmp_path / "indexes").exists()
 

@@ -59,24 +59,26 @@ _HEADING = re.compile(r"[ \t]*#{1,6}[ \t]+\S")
 _WORD = re.compile(r"\S+")
 _ACRONYM = re.compile(r"(?:[a-z]\.)+[a-z]")
 
+
+def _words(text: str) -> frozenset[str]:
+    """The words of ``text`` (a list of abbreviations written as one string: one per line took 130 lines)."""
+    return frozenset(text.split())
+
+
 # Never a sentence end before a capitalised word: titles and reference/Latin abbreviations.
-_NEVER = frozenset(
-    (
-        "mr mrs ms mx dr prof rev hon fr gen col lt sgt capt cmdr adm gov sen rep pres st mt ft e.g "
-        "i.e cf vs viz al approx ca fig figs eq eqs sec ch vol vols pp ed eds dept univ assn ref refs"
-    ).split()
+_NEVER = _words(
+    "mr mrs ms mx dr prof rev hon fr gen col lt sgt capt cmdr adm gov sen rep pres st mt ft e.g "
+    "i.e cf vs viz al approx ca fig figs eq eqs sec ch vol vols pp ed eds dept univ assn ref refs"
 )
 # A sentence end only if a common sentence opener follows.
-_AMBIGUOUS = frozenset(
-    ("etc inc ltd co corp jr sr bros llc plc no nos op ph.d jan feb mar apr jun jul aug sep sept oct nov dec").split()
+_AMBIGUOUS = _words(
+    "etc inc ltd co corp jr sr bros llc plc no nos op ph.d jan feb mar apr jun jul aug sep sept oct nov dec"
 )
-_OPENER_WORDS = frozenset(
-    (
-        "the a an this that these those it its he she they we i you his her their our my there here "
-        "in on at for but however yet so then also after before when while as if although though "
-        "since during thus hence therefore moreover furthermore meanwhile some many most all one not "
-        "each every both what which who how why where today later finally"
-    ).split()
+_OPENER_WORDS = _words(
+    "the a an this that these those it its he she they we i you his her their our my there here "
+    "in on at for but however yet so then also after before when while as if although though "
+    "since during thus hence therefore moreover furthermore meanwhile some many most all one not "
+    "each every both what which who how why where today later finally"
 )
 
 

@@ -123,13 +123,12 @@ class AttentionReranker:
             (self._llm.model_id, self._llm.fingerprint) if self._llm is not None else unloaded_model(cfg.model)
         )
         self.learned = learned_weights(cfg.scorer, self.model_id, self.fingerprint)
-        self.fused = resolve_fused(cfg.signals, self.model_id, self.fingerprint)
+        loaded_adapter = self._llm.adapter if self._llm is not None else None  # (None: no model loaded)
+        self.fused = resolve_fused(cfg.signals, self.model_id, self.fingerprint, loaded_adapter)
         if self.fused is not None and not cfg.uses_attention:
             self.fused = self.fused.without_attention()
         if self.fused is not None:
             self.fused.warn_if_cut_otherwise(cfg.max_doc_words)
-            if self._llm is not None:
-                self.fused.check_adapter(self._llm.adapter)
         # the candidates' embedder runs in the model's precision: the config's, or a given model's
         dtype = cfg.dtype if self._llm is None else str(self._llm.dtype).removeprefix("torch.")
         # state_cache_mb=0: nothing kept from one query to the next, the candidates' vectors neither

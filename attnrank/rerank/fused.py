@@ -357,8 +357,9 @@ class FusedWeights(RegistryArtifact):
 
     def check_adapter(self, adapter: str) -> None:
         """Refuse to score on a model whose head adapter (``adapter``, ``""``: none) is not the one
-        the LLM feature of these weights came from (its attention or likelihood is another model's)."""
-        if self.uses_llm and adapter != self.adapter:
+        the LLM feature of these weights came from (its attention or likelihood is another model's);
+        untrained equal weights fit every model."""
+        if self.uses_llm and adapter != self.adapter and self.trained_on != UNTRAINED:
             had = f"with the head adapter {self.adapter}" if self.adapter else "without a head adapter"
             has = f"has the head adapter {adapter}" if adapter else "has none"
             raise InputError(

@@ -123,22 +123,18 @@ def fitted_heads(model_id: str, fingerprint: str) -> list[str] | str | None:
     return fused.heads if fused.uses_attention else None
 
 
-def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights | None:
+def resolve_fused(signals: Any, model_id: str, fingerprint: str, adapter: str | None = None) -> FusedWeights | None:
     """``signals``: None (attention alone), a :class:`FusedWeights`, ``"only"`` (:func:`signals_only`),
     ``"likelihood"`` (:func:`likelihood_weights`) or ``"auto"``: the weights registered for this
     model, else the ones shipped for the packaged model (logged: features are z-scored per query,
-    so they transfer, but they were not trained on this model's attention)."""
-    if signals is None or isinstance(signals, FusedWeights):
-        return signals
-    if signals == SIGNALS_ONLY:
-        return signals_only(model_id, fingerprint)
-    if signals == SIGNALS_LIKELIHOOD:
-        return likelihood_weights(model_id, fingerprint)
-    registered = load_artifact(FusedWeights.KIND, model_id, fingerprint)
-    if registered is not None:
-        # Registered ones that do not load (malformed, other features) are an error, not a reason
-        # to score with another model's weights in their place.
-        return _stored(FusedWeights, registered, f"the fused weights registered for {model_id}")
+    so they transfer, but they were not trained on this model's attention). ``adapter``: the head
+    adapter of the loaded model (None: not loaded), which weights given or registered for it must
+    have been fitted with (:meth:`FusedWeights.check_adapter`)."""
+    found = _for_this_model(signals, model_id, fingerprint)
+    if found is not None and adapter is not None:
+        found.check_adapter(adapter)
+    if found is not None or signals is None or signals in (SIGNALS_ONLY, SIGNALS_LIKELIHOOD):
+        return found
     payload = shipped_artifact(FusedWeights.KIND, DEFAULT_LLM)
     if payload is None:
         return FusedWeights.load(model_id, fingerprint)  # raises: none registered, none shipped
@@ -150,6 +146,23 @@ def resolve_fused(signals: Any, model_id: str, fingerprint: str) -> FusedWeights
     )
     shipped = _stored(FusedWeights, payload, f"the fused weights shipped for {DEFAULT_LLM}")
     return replace(shipped, heads=None)  # another model's heads need not exist in this one
+
+
+def _for_this_model(signals: Any, model_id: str, fingerprint: str) -> FusedWeights | None:
+    """The weights of ``signals`` given, or registered for this model (or the untrained equal
+    weights of ``"only"``/``"likelihood"``); None for attention alone or where ``"auto"`` finds none."""
+    if signals is None or isinstance(signals, FusedWeights):
+        return signals
+    if signals == SIGNALS_ONLY:
+        return signals_only(model_id, fingerprint)
+    if signals == SIGNALS_LIKELIHOOD:
+        return likelihood_weights(model_id, fingerprint)
+    registered = load_artifact(FusedWeights.KIND, model_id, fingerprint)
+    if registered is None:
+        return None
+    # Registered ones that do not load (malformed, other features) are an error, not a reason
+    # to score with another model's weights in their place.
+    return _stored(FusedWeights, registered, f"the fused weights registered for {model_id}")
 
 
 def _stored(kind: type[FusedWeights], payload: dict[str, Any], source: str) -> FusedWeights:

@@ -309,7 +309,7 @@ def test_learned_weights_record_the_adapter_and_score_only_on_its_model(trained,
 def test_fused_weights_record_the_adapter_and_score_only_on_its_model(trained, tmp_path):
     """Fused weights fitted to an adapted model's attention were saved under the base fingerprint,
     and applied to the plain model's attention (or base ones to the adapted model's) unchecked."""
-    from attnrank.rerank.fused import FusedWeights
+    from attnrank.rerank.fused import UNTRAINED, FusedWeights
 
     llm, adapter = trained
     adapted = adapter.apply(llm)
@@ -324,5 +324,6 @@ def test_fused_weights_record_the_adapter_and_score_only_on_its_model(trained, t
     plain = FusedWeights(["attention", "bm25"], [1.0, 0.5], base_weights=[1.0], heads=heads)
     with pytest.raises(InputError, match="without a head adapter, and this model has the head adapter lora-"):
         AttentionReranker(adapted, signals=plain)
-    # weights that read no LLM feature are the model's whatever adapter it carries
+    # weights that read no LLM feature, or trained on nothing, are the model's whatever adapter it carries
     assert AttentionReranker(adapted, signals=FusedWeights(["bm25", "dense"], [1.0, 1.0])).fused is not None
+    assert AttentionReranker(adapted, config="likelihood").fused.trained_on == UNTRAINED
