@@ -3,7 +3,8 @@
 Public API (re-exports only):
 
 - first stage: :class:`HybridRetriever`, :func:`load_corpus`, :func:`load_queries`
-- reranking: :class:`AttentionReranker` (ICR / QRHead), :class:`PointwiseReranker`,
+- reranking: :class:`AttentionReranker` (the default preset: the query likelihood, UPR, fused with
+  BM25 and dense scores; attention presets: ICR / QRHead, fused), :class:`PointwiseReranker`,
   :class:`ListwiseReranker` (baselines), :class:`Reweighting`, :class:`LearnedHeadWeights`,
   :class:`SlotProfile` and :func:`reorder_for_generation` (position bias)
 - pruning and generation: :class:`ContextPruner`, :class:`PrunedContext`, :class:`Generator`,

@@ -64,8 +64,13 @@ SkipInvalid = typer.Option(
 Run = typer.Option(
     None,
     "--run",
-    help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus; train also "
-    "takes --index/--index-dir, the hits that search --rerank reranks).",
+    help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus).",
+)
+TrainRun = typer.Option(
+    None,
+    "--run",
+    help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus, or with "
+    "--index/--index-dir the hits that search --rerank reranks).",
 )
 Rel = typer.Option(None, "--rel", help="Minimum relevant label (default 1; 2 for dl19).")
 Verify = typer.Option(

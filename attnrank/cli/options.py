@@ -31,7 +31,8 @@ from ..rerank.reweight import Reweighting
 from . import _check_heads, _setup, option_errors
 
 DTYPE_HELP = (
-    "Precision of the LLM, and on CPU of the candidates' embedder (bfloat16 or float32): "
+    "Precision of the LLM, and on CPU of the candidates' embedder where the command embeds them (bfloat16 or "
+    "float32): "
     "auto (CPU: bfloat16 with AMX or AVX-512 BF16, else float32; ATTNRANK_CPU_DTYPE overrides) | float32 | bfloat16 | "
     "float16 (GPU) | int8 (CPU: dynamic int8 linear layers)."
 )
@@ -56,7 +57,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             "and dense scores and the LLM's query likelihood given each (UPR), z-scored per query and summed, or "
             "weighed by your `attnrank train` weights, no attention; signals: BM25 and dense alone (or your registered weights), no LLM, fastest; fused: block "
             "attention from the heads its weights were fitted to, fused with them, also chosen when attention "
-            "options come without a preset). The "
+            "options come without a preset, except --scorer learned alone (learned) and --signals none (qrhead)). The "
             "options below override it.",
         ),
     ),

@@ -48,9 +48,9 @@ from . import (
     Queries,
     Quiet,
     Rel,
-    Run,
     Save,
     SkipInvalid,
+    TrainRun,
     Verbose,
     _check_heads,
     _index_path,
@@ -88,7 +88,7 @@ def train(
     qrels: Optional[Path] = Qrels,
     corpus: Optional[Path] = Corpus,
     skip_invalid: bool = SkipInvalid,
-    run: Optional[Path] = Run,
+    run: Optional[Path] = TrainRun,
     index_name: Optional[str] = typer.Option(
         None, "--index", help="Index name under ./indexes: its search's top --depth hits are the candidates."
     ),

@@ -47,7 +47,11 @@ class TEIRerankRequest(BaseModel):
         description="Accepted for compatibility: every text is always cut to the reranker's max_doc_words "
         "in the prompt, and texts over the server's limits are refused either way.",
     )
-    raw_scores: bool = Field(False, description="Accepted for compatibility: attention scores are always raw.")
+    raw_scores: bool = Field(
+        False,
+        description="Accepted for compatibility: the scores are always the reranker's own (no sigmoid), "
+        "whatever its preset (the default's is a sum of per-query z-scores).",
+    )
     return_text: bool = False
 
 
