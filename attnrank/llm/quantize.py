@@ -29,6 +29,8 @@ import torch
 
 from attnrank.errors import ModelError
 
+from .recording import decoder_of
+
 logger = logging.getLogger(__name__)
 
 INT8 = "int8"
@@ -77,8 +79,10 @@ def _is_linear(module: Any) -> bool:
 
 
 def _decoder_layers(model: Any) -> torch.nn.ModuleList:
-    """The ``ModuleList`` of decoder layers (``model.model.layers`` for Llama-like models)."""
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.ModuleList) and name.endswith("layers") and len(module) > 0:
-            return module
-    raise ModelError(f"{type(model).__name__}: no decoder layer list ('*.layers') found; int8 cannot be applied")
+    """The ``ModuleList`` of the language decoder's layers (``model.model.layers`` for Llama-like
+    models): the decoder's own (``get_decoder()``), not the first list named ``*layers`` (a
+    multimodal model's vision tower comes first, and int8 went to it)."""
+    layers = getattr(decoder_of(model), "layers", None)
+    if isinstance(layers, torch.nn.ModuleList) and len(layers) > 0:
+        return layers
+    raise ModelError(f"{type(model).__name__}: no decoder layer list found; int8 cannot be applied")

@@ -209,3 +209,36 @@ def test_an_int8_models_query_rows_do_not_depend_on_the_calibration_suffix():
     calibrated = capture_window(capturer, pair, calibrate=True, query_span="full")
     alone = capture_window(capturer, pair, calibrate=False, query_span="full")
     np.testing.assert_array_equal(calibrated.real, alone.real)
+
+
+def test_int8_quantizes_the_language_decoder_of_a_multimodal_model():
+    """The first module list named "*layers" was quantized: in a multimodal model, the vision
+    tower's, while the language decoder kept running in float32 and the model said int8."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    torch.manual_seed(0)
+    cfg = Gemma3Config(
+        text_config=dict(
+            vocab_size=300,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=28,
+            patch_size=14,
+        ),
+        mm_tokens_per_image=4,
+    )
+    model = Gemma3ForConditionalGeneration(cfg).eval()
+    quantize.quantize_int8(model)
+    quantized = [n for n, m in model.named_modules() if isinstance(m, DynamicInt8Linear)]
+    assert quantized and all(n.startswith("model.language_model.layers.") for n in quantized)
