@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .attention import AttentionCapturer, PrefixCache
+from .attention import AttentionCapturer, PrefixCache, rotary_follows_length
 from .blocks import BlockPrompt, check_positions
 from .context import (
     DEFAULT_BATCH_BYTES,
@@ -233,12 +233,15 @@ def suffix_rows(
     """Per context of ``context`` (a batch of windows, or one), each suffix's (``extra_ids``
     appended) attention rows over it, in float64, all from one pass
     (:meth:`~attnrank.llm.attention.AttentionCapturer.capture_suffixes_each`; one per suffix for
-    dynamic int8 linears, whose input scale spans the pass). ``positions``:
+    dynamic int8 linears, whose input scale spans the pass, and for rotary frequencies that follow
+    the pass's length). ``positions``:
     each context's first suffix position (default: right after the context)."""
     passes = [list(s) + list(extra_ids) for s in suffixes]
     starts = [len(ids) - 1 if query_span == "last" else 0 for ids in passes]
     at = [context.length] if positions is None else list(positions)
-    if is_int8(capturer.model):  # (one input scale per pass: the real query's rows moved with the "N/A" beside it)
+    # one input scale per pass (int8), or rotary frequencies that follow the pass's longest position
+    # (dynamic NTK, LongRoPE): the real query's rows moved with the "N/A" beside it, and back
+    if is_int8(capturer.model) or rotary_follows_length(capturer.decoder):
         each = [
             capturer.capture_suffixes_each([p], [s], prefix=context, position_starts=at) for p, s in zip(passes, starts)
         ]

@@ -78,8 +78,11 @@ def continuation_logprob(
                 f"context #{i} with its continuation is {len(s)} tokens, over the {llm.context_length}-token "
                 f"context of {llm.model_id}; shorten it (e.g. max_doc_words / max_doc_tokens)"
             )
-    if llm.quantization == "int8":  # (its linears scale a batch's input as one: each row's scores would
-        batch_tokens = 0  # depend on the rows beside it, and the states kept under its ids too): one per pass
+    # one per pass where a row's scores would depend on the rows beside it (and the states kept under
+    # its ids too): int8 linears scale a batch's input as one, and dynamic NTK / LongRoPE frequencies
+    # follow the batch's longest sequence
+    if llm.quantization == "int8" or rotary_follows_length(decoder_of(llm.model)):
+        batch_tokens = 0
     if states is None or states.max_bytes == 0 or not reuses_states(llm):
         out = np.empty((len(seqs), len(cont)), dtype=np.float32)
         for batch in _batches(list(range(len(seqs))), [len(s) for s in seqs], batch_tokens):

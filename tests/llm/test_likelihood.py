@@ -177,3 +177,37 @@ def test_models_whose_states_depend_on_the_pass_are_scored_in_full_each_time(fam
     assert len(states) == 0
     want = [_reference(llm, c, cont) for c in contexts]
     np.testing.assert_allclose(got[1], want, rtol=0, atol=1e-5)
+
+
+def _longrope_llm() -> LLM:
+    """A tiny Phi-3 whose LongRoPE switches to its long frequencies past 40 positions."""
+    rope = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "short_factor": [1.0] * 4,
+        "long_factor": [4.0] * 4,
+        "original_max_position_embeddings": 40,
+        "factor": 4.0,
+    }
+    model = tiny_model(
+        "Phi3",
+        layers=2,
+        max_positions=160,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+        rope_parameters=rope,
+        original_max_position_embeddings=40,
+    )
+    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="phi3-longrope", fingerprint="l")
+
+
+def test_rotary_that_follows_the_batch_scores_each_context_alone():
+    """LongRoPE (and dynamic NTK) frequencies follow the pass's longest sequence: a short context
+    batched beside a long one was scored with the long one's frequencies."""
+    llm = _longrope_llm()
+    short, long = list(range(2, 22)), list(range(2, 47))
+    cont = [50, 51, 52, 53]
+    both = continuation_logprob(llm, [short, long], cont)
+    alone = [continuation_logprob(llm, [c], cont)[0] for c in (short, long)]
+    np.testing.assert_array_equal(both, np.stack(alone))
