@@ -246,8 +246,9 @@ def clear_llm_cache() -> None:
 
 
 def load_tokenizer(model: str | None = None) -> Any:
-    """Only the tokenizer of ``model`` (fast; a GGUF's comes from its de-quantized cache if any)."""
-    model_id = model or config.DEFAULT_LLM
+    """Only the tokenizer of ``model`` (fast; a GGUF's comes from its de-quantized cache if any),
+    the model named as :func:`load_llm` reads it (a ``~`` path expanded, spaces stripped)."""
+    model_id = checked_model_id(model)
     gguf = gguf_source(model_id)
     if gguf is None:
         source, local_only = config.model_source(model_id)

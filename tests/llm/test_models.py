@@ -395,3 +395,16 @@ def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tiny_dir, 
     assert loaded.fingerprint == "0123abc"
     assert loaded.num_layers == 3
     clear_llm_cache()
+
+
+def test_the_tokenizer_alone_reads_a_model_named_as_load_llm_reads_it(tmp_path, monkeypatch):
+    """load_tokenizer took "~/m" (and " ~/m ") as a hub id: the tokenizer of a model load_llm
+    loads failed to load alone."""
+    from _tiny import save_tiny
+
+    from attnrank.llm.models import load_tokenizer
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    save_tiny(tmp_path / "m", layers=1)
+    for name in ("~/m", " ~/m "):
+        assert load_tokenizer(name)("abc")["input_ids"]
