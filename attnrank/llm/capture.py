@@ -36,7 +36,15 @@ from .context import (
 from .prompts import RerankPromptPair
 from .quantize import is_int8
 from .rows import QUERY_SPANS, Span, WindowRows
-from .states import BlockState, StateCache, check_rotation, encode_blocks, layer_kv, state_keys
+from .states import (
+    BlockState,
+    StateCache,
+    check_one_head_size,
+    check_rotation,
+    encode_blocks,
+    layer_kv,
+    state_keys,
+)
 from .statestore import PassageStateStore
 
 T = TypeVar("T")
@@ -140,6 +148,7 @@ def capture_block_windows(
     shared = (first.prefix_ids, first.real_suffix_ids, first.calibration_suffix_ids)
     if any((p.prefix_ids, p.real_suffix_ids, p.calibration_suffix_ids) != shared for p in prompts):
         raise InputError("the windows of one block-attention pass must share their prefix and suffixes")
+    check_one_head_size(prefix)  # before any block is encoded and kept
     if positions == "rotated":  # computed (and cached) at the shared positions, then moved
         check_rotation(capturer, prefix)
     starts = [p.starts("shared" if positions == "rotated" else positions) for p in prompts]

@@ -19,12 +19,12 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from attnrank.errors import InputError, ModelError
+from attnrank.errors import InputError
 
 from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, rotary_follows_length, sliding_window
 from .quantize import is_int8
 from .rotary import nope_layers, rotate_into, rotation
-from .states import BlockState, layer_kv, prefix_states
+from .states import BlockState, check_one_head_size, layer_kv, prefix_states
 
 # Most bytes of contexts assembled side by side for one suffix pass (more windows run in several
 # passes). Five 8,000-token windows of SmolLM2-135M in bfloat16 (100 SciFact abstracts) take
@@ -86,12 +86,7 @@ def windows_shape(
 ) -> tuple[int, int, int, int, int]:
     """The shape of :func:`assemble_windows`'s keys (and values):
     ``[layers, windows, kv_heads, longest window's tokens + room, head_dim]``."""
-    k0, v0 = layer_kv(prefix.cache.layers[0])
-    if v0.shape[3] != k0.shape[3]:
-        raise ModelError(
-            f"block attention assembles keys and values of one head size, and this model's are {k0.shape[3]} and "
-            f"{v0.shape[3]} wide (multi-head latent attention, as DeepSeek's); use attention='full'"
-        )
+    k0 = check_one_head_size(prefix)
     length = max(_length(prefix, states) for states in windows)
     return (capturer.deepest_layer + 1, len(windows), int(k0.shape[1]), length + room, int(k0.shape[3]))
 

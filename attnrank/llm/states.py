@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from attnrank.errors import InputError
+from attnrank.errors import InputError, ModelError
 
 from .attention import AttentionCapturer, PrefixCache, rotary_follows_length, sliding_window
 from .kernels import segment_mask
@@ -95,6 +95,19 @@ def layer_kv(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
             "use attention='full'"
         )
     return keys, values
+
+
+def check_one_head_size(prefix: PrefixCache) -> torch.Tensor:
+    """The first layer's keys of ``prefix``, refused (ModelError) where keys and values differ in
+    width (DeepSeek's multi-head latent attention), which block states cannot be assembled from:
+    checked before any block is encoded or stored."""
+    k0, v0 = layer_kv(prefix.cache.layers[0])
+    if v0.shape[3] != k0.shape[3]:
+        raise ModelError(
+            f"block attention assembles keys and values of one head size, and this model's are {k0.shape[3]} and "
+            f"{v0.shape[3]} wide (multi-head latent attention, as DeepSeek's); use attention='full'"
+        )
+    return k0
 
 
 def encode_blocks(

@@ -38,7 +38,7 @@ from attnrank.types import Document
 
 from .attention import AttentionCapturer
 from .blocks import block_prefix_ids, encode_blocks_text
-from .states import BlockState, check_block_window, encode_blocks, state_keys
+from .states import BlockState, check_block_window, check_one_head_size, encode_blocks, state_keys
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +169,7 @@ def write_store(
         raise InputError(f"{folder} exists; passage states are written to a new folder: remove it or give another")
     prefix_ids = block_prefix_ids(tokenizer)
     prefix = capturer.prefill(prefix_ids)
+    check_one_head_size(prefix)  # (a store of latent-attention states was written, then refused as damaged)
     blocks = encode_blocks_text(tokenizer, list(docs), max_doc_words, max_doc_tokens)[0]
     check_block_window(capturer, len(prefix_ids), max(len(b) for b in blocks))  # before any batch is encoded
     offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks], dtype=np.int64)]).astype(np.int64)

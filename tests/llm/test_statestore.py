@@ -268,3 +268,17 @@ def test_a_store_is_written_whole_or_not_at_all_and_never_into_an_existing_folde
     with pytest.raises(KeyboardInterrupt):  # nothing is left behind
         build(tmp_path, llm, capturer, "int8", batch_docs=1, progress=interrupted)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["float16", "one"]
+
+
+def test_a_latent_attention_model_is_refused_before_anything_is_stored(tmp_path):
+    """DeepSeek's latent attention keeps keys and values of two widths: a store of its states was
+    written whole, then every open refused it as damaged (and advised a rebuild, which did the same)."""
+    from _tiny import tiny_latent_attention_model, tiny_tokenizer
+
+    from attnrank.errors import ModelError
+
+    capturer = AttentionCapturer(tiny_latent_attention_model(), [(1, 0)])
+    docs = [Document("a", "hello world"), Document("b", "another passage")]
+    with pytest.raises(ModelError, match="one head size.*use attention='full'"):
+        write_store(tmp_path / "ps", capturer, tiny_tokenizer(), docs, model_id="t", fingerprint="t")
+    assert not (tmp_path / "ps").exists() and not list(tmp_path.iterdir())
