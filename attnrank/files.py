@@ -227,11 +227,16 @@ def check_file_target(path: str | Path, what: str) -> None:
         raise InputError(f"{what} {path}: {blocker} is a file, not a folder; choose another path")
 
 
+def foreign_file(path: str | Path, ours: Callable[[Path], bool]) -> bool:
+    """Whether ``path`` is an existing, non-empty file that ``ours`` does not recognise."""
+    path = Path(path)
+    return path.is_file() and path.stat().st_size > 0 and not ours(path)
+
+
 def refuse_replacing(path: str | Path, ours: Callable[[Path], bool], what: str, option: str) -> None:
     """Raise :class:`InputError` if ``path`` is an existing, non-empty file that ``ours`` does not
     recognise as ``what`` attnrank wrote (e.g. ``"a TREC run"``): outputs replace only attnrank's own."""
-    path = Path(path)
-    if path.is_file() and path.stat().st_size > 0 and not ours(path):
+    if foreign_file(path, ours):
         raise InputError(
             f"{option} {path} exists and is not {what} attnrank wrote; refusing to replace it; "
             "choose another path or move the file away"

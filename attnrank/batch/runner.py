@@ -20,7 +20,6 @@ could read the model: a path only the workers have is recorded by its name).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -38,7 +37,7 @@ from ..index.retriever import INDEX_FILES, MODES, RETRIEVAL_VERSION
 from ..index.sharded.executor import RayExecutor
 from ..index.sharded.layout import is_sharded, read_sharded
 from ..index.store import manifest_tag, read_doc_ids, read_manifest
-from ..llm.fingerprint import model_fingerprint
+from ..llm.fingerprint import model_fingerprint, name_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import registry_digest
 from ..rerank.config import RerankConfig
@@ -215,10 +214,10 @@ def driver_model(model: tuple[str | None, str | None], settings: dict[str, Any])
     """What every rerank actor checks its loaded model against: the fingerprint and registry digest
     the checkpoint records (``settings``), when the driver read the model's weights. A model the
     driver cannot read (a path only the workers have) is fingerprinted by the SHA-256 of its name
-    (:func:`~attnrank.llm.fingerprint.pretrained_fingerprint`), which no loaded model has: None then,
+    (:func:`~attnrank.llm.fingerprint.name_fingerprint`), which no loaded model has: None then,
     nothing to check against."""
     model_id, weights = model
-    if model_id is None or weights is None or weights == hashlib.sha256(model_id.encode()).hexdigest():
+    if model_id is None or weights is None or weights == name_fingerprint(model_id):
         return None
     return DriverModel(model_id, weights, settings.get("registry"))
 

@@ -10,13 +10,13 @@ import numbers
 import platform
 import shlex
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import available_cpus
 from ..errors import InputError
-from ..files import atomic_path
+from ..files import atomic_path, foreign_file
 
 
 def environment() -> dict[str, Any]:
@@ -98,7 +98,7 @@ def write_outputs(name: str, payload: Mapping[str, Any], markdown: str, out_dir:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / f"{name}.json", out / f"{name}.md"
-    foreign = [p for p, ours in ((js, is_record_json), (md, is_record_page)) if _taken(p, ours)]
+    foreign = [p for p, ours in ((js, is_record_json), (md, is_record_page)) if foreign_file(p, ours)]
     if foreign:
         js, md = out / f"{name}.attnrank-new.json", out / f"{name}.attnrank-new.md"
     _atomic_write(js, json.dumps(payload, indent=1))
@@ -109,11 +109,6 @@ def write_outputs(name: str, payload: Mapping[str, Any], markdown: str, out_dir:
             f"was written to {js} and {md} instead; move one or the other"
         )
     return js, md
-
-
-def _taken(path: Path, ours: Callable[[Path], bool]) -> bool:
-    """Whether ``path`` is a non-empty file that ``ours`` does not recognise."""
-    return path.is_file() and path.stat().st_size > 0 and not ours(path)
 
 
 def md_table(rows: Sequence[Mapping[str, Any]], cols: Sequence[str], fmt: Mapping[str, str] | None = None) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .attention import AttentionCapturer, PrefixCache, rotary_follows_length
+from .attention import AttentionCapturer, PrefixCache
 from .blocks import BlockPrompt, check_positions
 from .context import (
     DEFAULT_BATCH_BYTES,
@@ -34,7 +34,6 @@ from .context import (
     windows_shape,
 )
 from .prompts import RerankPromptPair
-from .quantize import is_int8
 from .rows import QUERY_SPANS, Span, WindowRows
 from .states import (
     BlockState,
@@ -43,6 +42,7 @@ from .states import (
     check_rotation,
     encode_blocks,
     layer_kv,
+    rows_share_the_pass,
     state_keys,
 )
 from .statestore import PassageStateStore
@@ -250,7 +250,7 @@ def suffix_rows(
     at = [context.length] if positions is None else list(positions)
     # one input scale per pass (int8), or rotary frequencies that follow the pass's longest position
     # (dynamic NTK, LongRoPE): the real query's rows moved with the "N/A" beside it, and back
-    if is_int8(capturer.model) or rotary_follows_length(capturer.decoder):
+    if rows_share_the_pass(capturer.model, capturer.decoder):
         each = [
             capturer.capture_suffixes_each([p], [s], prefix=context, position_starts=at) for p, s in zip(passes, starts)
         ]

@@ -21,10 +21,9 @@ from transformers.cache_utils import DynamicLayer
 
 from attnrank.errors import InputError
 
-from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, rotary_follows_length, sliding_window
-from .quantize import is_int8
+from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, sliding_window
 from .rotary import nope_layers, rotate_into, rotation
-from .states import BlockState, check_one_head_size, layer_kv, prefix_states
+from .states import BlockState, check_one_head_size, layer_kv, prefix_states, rows_share_the_pass
 
 # Most bytes of contexts assembled side by side for one suffix pass (more windows run in several
 # passes). Five 8,000-token windows of SmolLM2-135M in bfloat16 (100 SciFact abstracts) take
@@ -78,7 +77,7 @@ def one_window_per_pass(capturer: AttentionCapturer, prefix: PrefixCache) -> boo
     caches keep a window of the context), a rotary embedding whose frequencies follow the
     longest position in the batch (dynamic NTK, LongRoPE), which would let one window's length
     change another's positions, or dynamic int8 linears (one input scale over the batch)."""
-    return has_sliding_layers(prefix.cache) or rotary_follows_length(capturer.decoder) or is_int8(capturer.model)
+    return has_sliding_layers(prefix.cache) or rows_share_the_pass(capturer.model, capturer.decoder)
 
 
 def windows_shape(

@@ -71,12 +71,17 @@ def file_sha256(path: Path) -> str:
     return known[key]
 
 
+def name_fingerprint(model_id: str) -> str:
+    """The fingerprint of a model whose weights cannot be read here: the sha256 of its name."""
+    return hashlib.sha256(model_id.encode()).hexdigest()
+
+
 def pretrained_fingerprint(model_id: str) -> str:
     """The hub commit of a cached hub model, else the sha256 of its local weight files."""
     folder = config.local_model_folder(model_id)
     if folder is None:
         logger.warning("no local snapshot of %s found; fingerprint = sha256 of its name", model_id)
-        return hashlib.sha256(model_id.encode()).hexdigest()
+        return name_fingerprint(model_id)
     if not Path(model_id).expanduser().exists() and folder.parent.name == "snapshots":
         return folder.name
     files = sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES)

@@ -36,7 +36,7 @@ from .attention import cache_argument, rotary_follows_length
 from .context import ContextBuffer, ContextLayer
 from .models import LLM
 from .recording import ATTN_IMPLEMENTATION, attn_implementation, decoder_of, ensure_registered, forward_lock
-from .states import BlockState, StateCache, layer_kv, row_state
+from .states import BlockState, StateCache, layer_kv, row_state, rows_share_the_pass
 
 DEFAULT_BATCH_TOKENS = 2048
 # Cached context tokens (padding included) assembled for one suffix pass: about 370 MB of
@@ -81,7 +81,7 @@ def continuation_logprob(
     # one per pass where a row's scores would depend on the rows beside it (and the states kept under
     # its ids too): int8 linears scale a batch's input as one, and dynamic NTK / LongRoPE frequencies
     # follow the batch's longest sequence
-    if llm.quantization == "int8" or rotary_follows_length(decoder_of(llm.model)):
+    if rows_share_the_pass(llm.model, decoder_of(llm.model)):
         batch_tokens = 0
     if states is None or states.max_bytes == 0 or not reuses_states(llm):
         out = np.empty((len(seqs), len(cont)), dtype=np.float32)

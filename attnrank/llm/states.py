@@ -97,6 +97,13 @@ def layer_kv(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return keys, values
 
 
+def rows_share_the_pass(model: Any, decoder: Any) -> bool:
+    """Whether a sequence's outputs depend on the other sequences of its pass: rotary frequencies
+    that follow the pass's longest position (dynamic NTK, LongRoPE), or dynamic int8 linears (one
+    input scale over the pass). Such a model runs each block, window, suffix or context alone."""
+    return rotary_follows_length(decoder) or is_int8(model)
+
+
 def check_one_head_size(prefix: PrefixCache) -> torch.Tensor:
     """The first layer's keys of ``prefix``, refused (ModelError) where keys and values differ in
     width (DeepSeek's multi-head latent attention), which block states cannot be assembled from:
@@ -139,7 +146,7 @@ def encode_blocks(
     pack = DEFAULT_PACK_TOKENS if pack_tokens is None else pack_tokens
     # (int8: a dynamic int8 linear's input scale spans the pass, so a block's states would depend
     # on its neighbours, which the cache key does not hold)
-    alone = rotary_follows_length(capturer.decoder) or is_int8(capturer.model)
+    alone = rows_share_the_pass(capturer.model, capturer.decoder)
     if alone or window is not None:  # (sliding-window caches keep the latest tokens of the pass)
         pack = 0
     out: list[BlockState | None] = [None] * len(blocks)
