@@ -78,6 +78,29 @@ def tiny_latent_attention_model():
     return DeepseekV3ForCausalLM(cfg).eval()
 
 
+def tiny_longrope_model(max_positions: int = 160):
+    """A tiny random Phi-3 whose LongRoPE switches to its long rotary frequencies past 40 positions
+    (frequencies that follow the pass's longest position)."""
+    rope = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "short_factor": [1.0] * 4,
+        "long_factor": [4.0] * 4,
+        "original_max_position_embeddings": 40,
+        "factor": 4.0,
+    }
+    return tiny_model(
+        "Phi3",
+        layers=2,
+        max_positions=max_positions,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+        rope_parameters=rope,
+        original_max_position_embeddings=40,
+    )
+
+
 def save_tiny(path: Path, family: str = "llama", **kw) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     tiny_tokenizer().save_pretrained(path)

@@ -156,29 +156,12 @@ def test_rotary_that_follows_the_pass_captures_the_query_without_the_calibration
     """LongRoPE frequencies follow the pass's longest position: the real query and "N/A" packed
     in one pass gave each the frequencies of the longer one (the calibration row moved with the
     query's length)."""
-    from _tiny import tiny_model as make
+    from _tiny import tiny_longrope_model
 
     from attnrank.llm.capture import capture_window
     from attnrank.llm.prompts import build_rerank_prompts
 
-    rope = {
-        "rope_type": "longrope",
-        "rope_theta": 10000.0,
-        "short_factor": [1.0] * 4,
-        "long_factor": [4.0] * 4,
-        "original_max_position_embeddings": 40,
-        "factor": 4.0,
-    }
-    model = make(
-        "Phi3",
-        layers=2,
-        max_positions=400,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=1,
-        rope_parameters=rope,
-        original_max_position_embeddings=40,
-    )
+    model = tiny_longrope_model(max_positions=400)
     capturer = AttentionCapturer(model, [(1, 0), (1, 3)])
     pair = build_rerank_prompts(tiny_tokenizer(), "Where is Paris, the capital city?", ["Paris is in France.", "Rome."])
     calibrated = capture_window(capturer, pair, calibrate=True, query_span="full")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _tiny import tiny_model, tiny_tokenizer
+from _tiny import tiny_longrope_model, tiny_model, tiny_tokenizer
 
 from attnrank.errors import InputError
 from attnrank.llm.context import ContextBuffer
@@ -180,26 +180,7 @@ def test_models_whose_states_depend_on_the_pass_are_scored_in_full_each_time(fam
 
 
 def _longrope_llm() -> LLM:
-    """A tiny Phi-3 whose LongRoPE switches to its long frequencies past 40 positions."""
-    rope = {
-        "rope_type": "longrope",
-        "rope_theta": 10000.0,
-        "short_factor": [1.0] * 4,
-        "long_factor": [4.0] * 4,
-        "original_max_position_embeddings": 40,
-        "factor": 4.0,
-    }
-    model = tiny_model(
-        "Phi3",
-        layers=2,
-        max_positions=160,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=1,
-        rope_parameters=rope,
-        original_max_position_embeddings=40,
-    )
-    return LLM(model=model, tokenizer=tiny_tokenizer(), model_id="phi3-longrope", fingerprint="l")
+    return LLM(model=tiny_longrope_model(), tokenizer=tiny_tokenizer(), model_id="phi3-longrope", fingerprint="l")
 
 
 def test_rotary_that_follows_the_batch_scores_each_context_alone():
