@@ -195,7 +195,7 @@ def blocks_markdown(
         "candidate's state in memory (only the query's suffix runs); peak extra MB = peak RSS growth "
         "during the query; SciFact candidates are random abstracts (300-word cap). Cold blocks are "
         "encoded packed, up to 4,096 tokens a sequence, each block attending to the prefix and itself "
-        "only (llm.kernels.segmented_forward). Candidates past one window (about 8,000 positions) are "
+        "only (llm.layouts.segmented_forward). Candidates past one window (about 8,000 positions) are "
         "cut into windows, assembled side by side and read by one suffix pass (llm.context; its kept "
         "memory is in peak extra MB only the first time). In bfloat16 the blocks and suffixes attend "
         f"by this CPU's default kernel, {env.get('attention kernel', 'few-rows')} (llm.kernels.default_kernel: "

@@ -133,7 +133,7 @@ def assemble_windows(
     longest; its :attr:`~attnrank.llm.attention.PrefixCache.lengths` are the windows' own lengths
     (one window: None). Why in front: each window's keys and its suffix's then lie together, so
     the suffix pass attends over a view of its own keys only, not over the padding
-    (:func:`~attnrank.llm.kernels.windowed_forward`). ``memory``: (keys, values) of
+    (:func:`~attnrank.llm.layouts.windowed_forward`). ``memory``: (keys, values) of
     :func:`windows_shape`."""
     lengths = [_length(prefix, states) for states in windows]
     cache = DynamicCache(config=capturer.decoder.config)

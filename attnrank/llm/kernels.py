@@ -4,9 +4,8 @@
 :func:`eager_forward` serves soft-capped logits (Gemma 2), which SDPA cannot compute;
 :func:`masked_scores` gives the float32 masked logits both the capture and the eager path read;
 :func:`additive_mask` is the registered mask function and :func:`segment_mask` the mask of
-segments that must not see each other; :func:`segmented_forward` computes what that mask gives
-without the products it masks out, and :func:`windowed_forward` the same for windows padded in
-front. In bfloat16 on a CPU without AMX those two run few query rows over many keys by
+segments that must not see each other (:mod:`attnrank.llm.layouts` computes what such masks give
+without the products they mask out). In bfloat16 on a CPU without AMX those run few query rows over many keys by
 :func:`few_rows_attention` (matrix products, as transformers' eager attention), which was 1.3x to
 2.7x faster per layer than CPU SDPA's flash kernel at the capture's shapes on an AMD EPYC; on an
 Intel Xeon with AMX, SDPA was the faster one (:func:`default_kernel`). There, a suffix over a long
@@ -17,7 +16,7 @@ scores is measured in ``docs/results/rerank_kernels.md``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cache
@@ -165,85 +164,6 @@ def _group_rows(
     masks = mask.expand(b, group, rows, mask.shape[-1]).reshape(b, 1, group * rows, mask.shape[-1])
     out = F.scaled_dot_product_attention(folded, key, value, attn_mask=masks, scale=scaling)
     return out.view(b, heads, rows, dim).transpose(1, 2).contiguous()
-
-
-def segmented_forward(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    n_prefix: int,
-    lengths: Sequence[int],
-    scaling: float,
-    masks: dict[int, torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Layer output ``[b, rows, heads, head_dim]`` of packed segments (query rows ``lengths`` long
-    each, in order; keys ``n_prefix`` cached ones, then the rows' own): each segment attends to
-    the prefix and causally to itself, as under :func:`segment_mask`, but by one SDPA per segment
-    over ``prefix + own keys`` instead of one over everything with the other segments masked.
-
-    Why: a masked SDPA still computes every masked product. Twenty DL19 passages (about 120 tokens
-    each) packed into 1,024-token sequences made about ten times the products block attention
-    needs, as many as the full prompt's causal attention. ``masks`` caches each length's additive
-    mask across the layers of one pass. bfloat16 on CPU runs :func:`few_rows_attention` where it serves."""
-    masks = {} if masks is None else masks
-    out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], value.shape[-1])  # (MLA: v dims)
-    grouped = query.shape[1] != key.shape[1]
-    prefix_k, prefix_v = key[:, :, :n_prefix], value[:, :, :n_prefix]
-    at = 0
-    for n in lengths:
-        mask = masks.get(n)
-        if mask is None:
-            own = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
-            mask = masks[n] = to_additive(torch.cat([own.new_ones(n, n_prefix), own], dim=1), query.dtype)
-        keys = torch.cat([prefix_k, key[:, :, n_prefix + at : n_prefix + at + n]], dim=2)
-        values = torch.cat([prefix_v, value[:, :, n_prefix + at : n_prefix + at + n]], dim=2)
-        rows = query[:, :, at : at + n]
-        if serves_few_rows(rows, n_prefix + n):
-            for b in range(query.shape[0]):
-                out[b, at : at + n] = few_rows_attention(rows[b], keys[b], values[b], mask[None, :, n_prefix:], scaling)
-        else:
-            attended = F.scaled_dot_product_attention(
-                rows, keys, values, attn_mask=mask, scale=scaling, enable_gqa=grouped
-            )
-            out[:, at : at + n] = attended.transpose(1, 2)
-        at += n
-    return out
-
-
-def windowed_forward(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    mask: torch.Tensor,
-    pads: Sequence[int],
-    scaling: float,
-) -> torch.Tensor:
-    """Layer output ``[b, rows, heads, head_dim]`` of a batch of contexts padded in front (row
-    ``i`` by ``pads[i]`` keys, masked out by ``mask``), each row's rows attending to its whole
-    context after the padding and, as ``mask`` says, to the pass's own rows: per batch row, one
-    attention over the keys after its padding, the same as one SDPA over the batch under ``mask``
-    without the padding's products (by :func:`few_rows_attention` or :func:`context_split_attention`
-    where they serve)."""
-    out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], value.shape[-1])  # (MLA: v dims)
-    grouped = query.shape[1] != key.shape[1]
-    own = mask[:, :, :, mask.shape[-1] - query.shape[2] :]
-    for i, pad in enumerate(pads):
-        if serves_few_rows(query, key.shape[2] - pad):
-            out[i] = few_rows_attention(query[i], key[i, :, pad:], value[i, :, pad:], own[i], scaling)
-            continue
-        if serves_context_split(query, key.shape[2] - pad):
-            out[i] = context_split_attention(query[i], key[i, :, pad:], value[i, :, pad:], own[i], scaling)
-            continue
-        rows = F.scaled_dot_product_attention(
-            query[i : i + 1],
-            key[i : i + 1, :, pad:],
-            value[i : i + 1, :, pad:],
-            attn_mask=mask[i : i + 1, :, :, pad:],
-            scale=scaling,
-            enable_gqa=grouped,
-        )
-        out[i] = rows[0].transpose(0, 1)
-    return out
 
 
 # The most logits few_rows_attention holds at once (heads x rows x keys; 64 MiB in bfloat16).

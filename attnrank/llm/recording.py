@@ -5,7 +5,7 @@
 output as SDPA does and, while a :class:`CaptureSession` is active (:data:`ACTIVE_SESSION`), the
 float32 softmax rows of the session's chosen heads and query rows only; :func:`stop_at` ends the
 forward inside the deepest needed layer; under :func:`packed_segments` each packed segment
-attends to the prefix and itself only (:func:`~attnrank.llm.kernels.segmented_forward`).
+attends to the prefix and itself only (:func:`~attnrank.llm.layouts.segmented_forward`).
 :class:`~attnrank.llm.attention.AttentionCapturer` drives it.
 """
 
@@ -25,7 +25,8 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from attnrank.errors import AttnrankError, ModelError
 
-from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward, segmented_forward, windowed_forward
+from .kernels import additive_mask, eager_forward, masked_scores, sdpa_forward
+from .layouts import grouped_forward, padding_groups, segmented_forward, windowed_forward
 
 ATTN_IMPLEMENTATION = "attnrank_capture"
 
@@ -125,6 +126,15 @@ class PaddedWindows:
 
     pads: list[int]
     n_context: int
+    grouped: bool = False  # rows in groups over shared keys (grouped_forward), not each alone
+    _groups: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def groups(self, query: torch.Tensor, key: torch.Tensor) -> list[tuple[int, int]]:
+        """:func:`~attnrank.llm.layouts.padding_groups` of this layer's shapes, made once per pass."""
+        per_key = query.shape[1] * query.shape[2]
+        if per_key not in self._groups:
+            self._groups[per_key] = padding_groups(self.pads, key.shape[2], per_key)
+        return self._groups[per_key]
 
     def serves(self, query: torch.Tensor, key: torch.Tensor, softcap: float | None, kwargs: dict[str, Any]) -> bool:
         """Whether this layer's keys are the padded contexts and the pass's own, in a layer SDPA
@@ -150,13 +160,15 @@ def packed_segments(lengths: list[int], n_prefix: int) -> Iterator[None]:
 
 
 @contextmanager
-def padded_windows(pads: list[int], n_context: int) -> Iterator[None]:
+def padded_windows(pads: list[int], n_context: int, *, grouped: bool = False) -> Iterator[None]:
     """For the passes run inside: batch row ``i`` is a context of ``n_context`` cached tokens whose
     first ``pads[i]`` are padding, then the pass's own rows; each row attends to all of its context
     past the padding and, as the pass's mask says, to the pass's own rows
-    (:func:`~attnrank.llm.kernels.windowed_forward`). The pass's mask must still mask the padding
-    (layers this path cannot serve use it)."""
-    token = _WINDOWS.set(PaddedWindows(list(pads), n_context))
+    (:func:`~attnrank.llm.layouts.windowed_forward`). The pass's mask must still mask the padding
+    (layers this path cannot serve use it). ``grouped``: rows of similar padding attend together
+    (:func:`~attnrank.llm.layouts.grouped_forward`: many short contexts) rather than each alone
+    (long windows, each with its own kernel)."""
+    token = _WINDOWS.set(PaddedWindows(list(pads), n_context, grouped))
     try:
         yield
     finally:
@@ -190,7 +202,12 @@ def capture_attention(
     if segments is not None and segments.serves(key, softcap, kwargs):
         out = segmented_forward(query, key, value, segments.n_prefix, segments.lengths, scaling, segments.masks)
     elif windows is not None and attention_mask is not None and windows.serves(query, key, softcap, kwargs):
-        out = windowed_forward(query, key, value, attention_mask, windows.pads, scaling)
+        if windows.grouped:
+            out = grouped_forward(
+                module, query, key, value, attention_mask, windows.pads, windows.groups(query, key), scaling
+            )
+        else:
+            out = windowed_forward(query, key, value, attention_mask, windows.pads, scaling)
     elif softcap is None:
         out = sdpa_forward(module, query, key, value, attention_mask, scaling, **kwargs)
     else:

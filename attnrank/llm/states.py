@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_TOKENS = 4096  # padded block tokens per encoding batch (models that are not packed)
 # Block tokens per packed sequence (0: pad instead). Packed blocks attend by one SDPA each
-# (kernels.segmented_forward), so packing wastes nothing; longer packs feed the linear layers
+# (layouts.segmented_forward), so packing wastes nothing; longer packs feed the linear layers
 # larger matrices. Cold encoding, bfloat16, 2 CPUs, median of 3-5 interleaved rounds (s/query):
 # DL19 top-20 0.65 at 4096 against 0.90 at 1024 and 1.20 padded; SciFact top-20 2.46 against
 # 2.45 and 3.63; DL19 top-100 2.35 against 2.71 and 2.87. (Under one block-diagonal mask per

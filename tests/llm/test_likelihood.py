@@ -9,11 +9,13 @@ import torch
 from _tiny import tiny_longrope_model, tiny_model, tiny_tokenizer
 
 from attnrank.errors import InputError
+from attnrank.llm import layouts, recording
 from attnrank.llm.context import ContextBuffer
 from attnrank.llm.likelihood import continuation_logprob, reuses_states
 from attnrank.llm.models import LLM
 from attnrank.llm.states import StateCache
 
+GROUPED = recording.grouped_forward
 CONTEXTS = ["Passage: the cat sat on the mat.\nQuestion:", "Passage: x\nQuestion:", "A longer passage " * 6]
 QUERY = " where did the cat sit?"
 
@@ -83,9 +85,15 @@ def test_bad_inputs_are_refused_naming_the_limit(llm):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gemma", "Phi3"])
-def test_reused_context_states_give_the_scores_computed_in_full(family):
+@pytest.mark.parametrize("call_products", [layouts.GROUP_CALL_PRODUCTS, 0])  # 0: rows of each length apart
+def test_reused_context_states_give_the_scores_computed_in_full(family, call_products, monkeypatch):
     """A context scored once keeps its states; later calls (another continuation, another order,
-    a new context beside it) run only the suffix over them and match full scoring to 1e-5."""
+    a new context beside it) run only the suffix over them, a layer's states copied as the pass
+    reaches it and rows attending by groups over the keys past their padding, and match full
+    scoring to 1e-5."""
+    monkeypatch.setattr(layouts, "GROUP_CALL_PRODUCTS", call_products)
+    grouped = []
+    monkeypatch.setattr(recording, "grouped_forward", lambda *a: grouped.append(a[6]) or GROUPED(*a))
     tok = tiny_tokenizer()
     model = tiny_model(family, layers=2, max_positions=512, **FAMILIES.get(family, {}))
     llm = LLM(model=model, tokenizer=tok, model_id=f"tiny-{family}", fingerprint="t")
@@ -101,6 +109,8 @@ def test_reused_context_states_give_the_scores_computed_in_full(family):
     assert states.hits == 2 and len(states) == 3  # the two seen contexts reused, the new one kept
     np.testing.assert_allclose(warm, _scores(llm, contexts[::-1], other), rtol=0, atol=1e-5)
     np.testing.assert_allclose(warm[:1], _scores(llm, contexts[2:], other), rtol=0, atol=1e-5)
+    assert len(grouped) == 2  # the warm pass's two layers
+    assert len(grouped[0]) == (1 if call_products else 2)  # two lengths: apart only where a call is free
 
 
 def test_padding_before_shorter_reused_contexts_is_never_read_even_where_the_memory_held_nan(llm):
@@ -177,6 +187,22 @@ def test_models_whose_states_depend_on_the_pass_are_scored_in_full_each_time(fam
     assert len(states) == 0
     want = [_reference(llm, c, cont) for c in contexts]
     np.testing.assert_allclose(got[1], want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("shared", "reused"),
+    [({"num_kv_shared_layers": 1}, False), ({"kv_source_layers": [0, 0]}, False), ({"kv_source_layers": [0, 1]}, True)],
+)
+def test_models_whose_layers_read_another_layers_keys_keep_no_states(shared, reused):
+    """A suffix pass over kept states lends every layer one buffer: a layer that reads an earlier
+    layer's keys (declared in the config: Gemma 3n/4, Kolibri, Mistral Large 4) would read the
+    wrong layer's, so such a model scores every context in full."""
+    tok = tiny_tokenizer()
+    model = tiny_model("llama", layers=2, max_positions=512)
+    for name, value in shared.items():
+        setattr(model.config, name, value)
+    llm = LLM(model=model, tokenizer=tok, model_id="shared-kv", fingerprint="t")
+    assert reuses_states(llm) is reused
 
 
 def _longrope_llm() -> LLM:
