@@ -227,6 +227,22 @@ def check_file_target(path: str | Path, what: str) -> None:
         raise InputError(f"{what} {path}: {blocker} is a file, not a folder; choose another path")
 
 
+def check_new_folder(path: str | Path, what: str) -> None:
+    """Raise :class:`InputError` unless ``path`` is absent or an empty folder. For ``what`` (e.g.
+    ``"BM25Index.save"``), a part of an index that writes its files by fixed names: into a folder
+    of other files it would replace one of the same name (``params.json``, ``vocab.json``) that
+    attnrank did not write. A whole index is saved by ``HybridRetriever.save``, which replaces only
+    an index it recognises."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{what}: {path} is a file; give a new or empty folder")
+    if path.is_dir() and any(path.iterdir()):
+        raise InputError(
+            f"{what} writes into a new or empty folder; {path} holds files, which it could replace; choose "
+            "another folder (a whole index is saved by HybridRetriever.save, which replaces only an index it wrote)"
+        )
+
+
 def foreign_file(path: str | Path, ours: Callable[[Path], bool]) -> bool:
     """Whether ``path`` is an existing, non-empty file that ``ours`` does not recognise."""
     path = Path(path)

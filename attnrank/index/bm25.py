@@ -35,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import IndexFormatError, InputError
+from ..files import check_new_folder
 from ..types import is_count
 from .tokenize import TokenizerConfig, make_tokenizer, tokenize_all
 
@@ -223,8 +224,10 @@ class BM25Index:
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
+        """Write the index into ``path``, a new or empty folder (:func:`attnrank.files.check_new_folder`)."""
         self._check_built()
         path = Path(path)
+        check_new_folder(path, "BM25Index.save")
         path.mkdir(parents=True, exist_ok=True)
         np.save(path / "data.npy", self.data)
         np.save(path / "indices.npy", self.indices)

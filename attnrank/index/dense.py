@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import IndexFormatError, InputError
+from ..files import check_new_folder
 from .bm25 import check_k
 from .embed import check_probe, embedder_probe, encode, load_embedder
 from .embed_export import check_backend
@@ -154,9 +155,11 @@ class DenseIndex:
         return np.asarray(vecs, dtype=np.float32).reshape(len(positions), self.dim)
 
     def save(self, path: str | Path) -> None:
+        """Write the FAISS index into ``path``, a new or empty folder (:func:`attnrank.files.check_new_folder`)."""
         import faiss
 
         path = Path(path)
+        check_new_folder(path, "DenseIndex.save")
         path.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self.faiss_index, str(path / "index.faiss"))
 

@@ -8,7 +8,11 @@ import pytest
 
 from attnrank.errors import InputError
 from attnrank.index import folders
+from attnrank.index.bm25 import BM25Index
+from attnrank.index.dense import DenseIndex
 from attnrank.index.folders import check_target, remove_stale, swap_in
+from attnrank.index.sharded.stats import block_stats
+from attnrank.index.tokenize import TokenizerConfig
 
 
 def _index(path, tag="x"):
@@ -126,3 +130,33 @@ def test_a_temporary_folder_whose_build_holds_its_lock_is_kept_whatever_its_pid(
     finally:
         os.close(lock)
     assert held.is_dir() and not left.exists()
+
+
+@pytest.mark.parametrize("part", ["bm25", "dense", "stats"])
+def test_an_index_part_saves_only_into_a_new_or_empty_folder(tmp_path, scifact_docs, part):
+    """BM25Index, DenseIndex and CorpusStats write files of fixed names (params.json, vocab.json,
+    index.faiss, totals.json): into a folder of the user's files they replaced a namesake. They
+    now refuse any folder that holds files, naming it, and leave it as it was."""
+    texts = [d.full_text for d in scifact_docs[:20]]
+    if part == "bm25":
+        built, name = BM25Index().index(texts), "params.json"
+    elif part == "dense":
+        built, name = DenseIndex().index(texts), "index.faiss"
+    else:
+        built, name = block_stats(texts, TokenizerConfig()), "totals.json"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / name).write_text("the user's own file")
+    with pytest.raises(InputError, match=r"new or empty folder; .*mine holds files"):
+        built.save(mine)
+    assert [p.name for p in mine.iterdir()] == [name]
+    assert (mine / name).read_text() == "the user's own file"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="is a file"):
+        built.save(tmp_path / "file")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    built.save(empty)
+    built.save(tmp_path / "new" / "part")
+    assert {p.name for p in empty.iterdir()} == {p.name for p in (tmp_path / "new" / "part").iterdir()}
+    assert name in {p.name for p in empty.iterdir()}

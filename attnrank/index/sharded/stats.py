@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import IndexFormatError, InputError
+from ...files import check_new_folder
 from ..bm25 import BM25Params, nonnegative_idf
 from ..tokenize import TokenizerConfig, make_tokenizer
 
@@ -60,6 +61,8 @@ class CorpusStats:
 
     # -- persistence: sorted vocabulary + int64 counts ---------------------------------------
     def save(self, path: Path) -> None:
+        """Write the statistics into ``path``, a new or empty folder (:func:`attnrank.files.check_new_folder`)."""
+        check_new_folder(path, "CorpusStats.save")
         path.mkdir(parents=True, exist_ok=True)
         terms = sorted(self.df)
         (path / "terms.json").write_text(json.dumps(terms), encoding="utf-8")
