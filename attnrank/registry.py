@@ -424,6 +424,24 @@ def registry_digest(model_id: str, fingerprint: str, *, root: Path | None = None
     return hashlib.sha256(json.dumps(held, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def warn_if_set_otherwise(label: str, recorded: dict[str, Any] | None, now: dict[str, Any], retrain: str) -> None:
+    """Log a warning naming each setting in ``recorded`` (how the ``label``, e.g. ``"fused weights"``,
+    were fitted: the attention prompt and how it is read) that ``now`` (a reranker's) gives otherwise:
+    they still score, but not as they measured. Nothing recorded (fitted before it was): not checked."""
+    changed = [
+        f"{k}={v!r} (this reranker: {now[k]!r})"
+        for k, v in sorted((recorded or {}).items())
+        if k in now and now[k] != v
+    ]
+    if changed:
+        logger.warning(
+            "the %s were fitted with %s, so they do not score as they measured; use those options, or retrain them with %s",
+            label,
+            ", ".join(changed),
+            retrain,
+        )
+
+
 class RegistryArtifact:
     """Mixin for a per-model object stored as one registry artifact: a subclass sets ``KIND``
     (the artifact key), ``LABEL`` and ``HINT`` (for the error when none is registered), is a

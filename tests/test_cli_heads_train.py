@@ -46,6 +46,7 @@ _text = cli_text
 def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny_dir):
     from attnrank.llm.fingerprint import model_fingerprint
     from attnrank.rerank.attention import AttentionReranker
+    from attnrank.rerank.config import RerankConfig
     from attnrank.rerank.learned import LearnedHeadWeights
 
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "top4", "--l2", "1", "--rel", "2"))
@@ -61,6 +62,7 @@ def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny
     assert "saved to" in r.output and str(home) in r.output
     w = LearnedHeadWeights.load(*model_fingerprint(str(tiny_dir)))
     assert w is not None and len(w.heads) == 4 and w.weights.shape == (4,)
+    assert w.config.prompt == RerankConfig().prompt_settings()  # the prompt the features were read from
     assert w.metrics["n_queries"] == 3 and w.metrics["heldout"]["learned nDCG@10"] == pytest.approx(
         scores["learned"], abs=1e-4
     )

@@ -40,6 +40,7 @@ def _args(dl, tiny_dir, *extra, preset: str | None = "fused"):
 def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny_dir):
     from attnrank.llm.fingerprint import model_fingerprint
     from attnrank.rerank.attention import AttentionReranker
+    from attnrank.rerank.config import RerankConfig
     from attnrank.rerank.fused import FusedWeights
 
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2"))
@@ -63,6 +64,7 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     w = FusedWeights.load(*model_fingerprint(str(tiny_dir)))
     assert w.features == ["attention", "bm25", "dense", "rank"] and len(w.weights) == 4
     assert w.heads == "all" and w.capture == "block:shared"  # the attention preset fused reads, as it captures it
+    assert w.prompt == RerankConfig.preset("fused").prompt_settings()  # the prompt that attention was read from
     assert w.metrics["heldout"]["fused with attention"]["nDCG@10"] == pytest.approx(
         float(rows["fused with attention"]), abs=1e-4
     )

@@ -122,15 +122,17 @@ def heads_train(
     )
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
     check_saveable(model, save)
-    feats, llm = _capture(model, device, dtype, qs, cands, qr, rel, progress)
+    feats, llm, prompt = _capture(model, device, dtype, qs, cands, qr, rel, progress)
     report, weights = _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc)
+    weights.config.prompt = prompt  # what the features' attention was read from
     typer.echo(report)
     if save:
         typer.echo(f"saved to {weights.save(llm.model_id, llm.fingerprint)}")
 
 
 def _capture(model, device, dtype, qs, cands, qr, rel, progress):
-    """Every head's features per query (one forward pass per query over its candidates)."""
+    """Every head's features per query (one forward pass per query over its candidates), the
+    model, and the prompt settings they were read with."""
     from tqdm.auto import tqdm
 
     from ..llm.models import load_llm
@@ -153,7 +155,7 @@ def _capture(model, device, dtype, qs, cands, qr, rel, progress):
                 first_stage=[float(len(docs) - i) for i in range(len(docs))],
             )
         )
-    return feats, llm
+    return feats, llm, rr.config.prompt_settings()
 
 
 def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc):

@@ -169,6 +169,8 @@ def train(
     typer.echo(report)
     if weights is not None and weights.uses_llm:
         weights.max_doc_words = max_doc_words  # the cut their LLM feature was read with
+    if preset == ATTENTION_PRESET and weights is not None and weights.uses_attention:
+        weights.prompt = rr.config.prompt_settings()  # the prompt their attention feature was read from
     if save and weights is not None:
         typer.echo(f"saved to {weights.save(*key)}")
 

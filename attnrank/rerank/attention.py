@@ -129,6 +129,7 @@ class AttentionReranker:
             self.fused = self.fused.without_attention()
         if self.fused is not None:
             self.fused.warn_if_cut_otherwise(cfg.max_doc_words)
+            self.fused.warn_if_prompted_otherwise(cfg.prompt_settings())
         # the candidates' embedder runs in the model's precision: the config's, or a given model's
         dtype = cfg.dtype if self._llm is None else str(self._llm.dtype).removeprefix("torch.")
         # state_cache_mb=0: nothing kept from one query to the next, the candidates' vectors neither
@@ -141,6 +142,7 @@ class AttentionReranker:
         if self.learned is not None:  # the weights fix the heads, calibration and filter
             self.learned.check_adapter(self._llm.adapter if self._llm is not None else "")
             self.learned.warn_if_captured_otherwise(cfg.capture)
+            self.learned.warn_if_prompted_otherwise(cfg.prompt_settings())
             heads = self.learned.heads
             calibrate, token_filter = self.learned.fixed_options(calibrate, token_filter)
         elif not self.uses_attention:  # heads are never read: no registered set needed, none warned of

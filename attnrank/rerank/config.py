@@ -88,6 +88,9 @@ ATTENTION_FIELDS = (
 SIGNALS_SETTINGS = (None, SIGNALS_AUTO, SIGNALS_ONLY, SIGNALS_LIKELIHOOD)  # and FusedWeights
 # Attention fields the query likelihood reads too: it cuts the passages of its prompts the same way.
 LIKELIHOOD_FIELDS = ("max_doc_words", "max_doc_tokens")
+# How the attention prompt is built and read: weights fitted to its scores record them
+# (RerankConfig.prompt_settings) and warn where a reranker sets them otherwise.
+PROMPT_FIELDS = ("instruction", "order", "query_span", "calibrate", "token_filter", "max_doc_words", "max_doc_tokens")
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,11 @@ class RerankConfig:
                 "scorer='learned' scores the heads' plain calibrated passage scores, so reweight= would not "
                 "be applied; drop reweight (--reweight none) or use scorer='sum'"
             )
+
+    def prompt_settings(self) -> dict[str, Any]:
+        """The settings of :data:`PROMPT_FIELDS` (how the attention prompt is built and read), as
+        weights fitted to its scores record them."""
+        return {name: getattr(self, name) for name in PROMPT_FIELDS}
 
     @property
     def capture(self) -> str:

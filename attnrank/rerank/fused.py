@@ -50,7 +50,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..llm.headspec import format_heads, parse_heads
-from ..registry import RegistryArtifact
+from ..registry import RegistryArtifact, warn_if_set_otherwise
 from .learned.features import standardise
 from .signals import SIGNALS, SIGNALS_VERSION
 
@@ -145,6 +145,8 @@ class FusedWeights(RegistryArtifact):
     capture: str | None = None  # how that attention was captured (llm.blocks.capture_name; None: not recorded)
     max_doc_words: int | None = None  # the passage cut (words) their LLM feature was read with (None: not recorded)
     adapter: str = ""  # the head adapter merged into the model their LLM feature came from (LLM.adapter; "": none)
+    # the prompt their attention feature was read from (RerankConfig.prompt_settings; None: not recorded)
+    prompt: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in KNOWN_FEATURES]
@@ -238,6 +240,15 @@ class FusedWeights(RegistryArtifact):
             max_doc_words=self.max_doc_words,  # (the cut a likelihood among the base features was read with)
             adapter=self.adapter,
         )
+
+    def warn_if_prompted_otherwise(self, settings: dict[str, Any]) -> None:
+        """Log a warning naming each prompt setting their attention feature was read with that a
+        reranker's ``settings`` (:meth:`~attnrank.rerank.config.RerankConfig.prompt_settings`) give
+        otherwise (the passage cut is :meth:`warn_if_cut_otherwise`'s). Unfitted or unrecorded: not checked."""
+        if not self.uses_attention or self.learner == "equal":
+            return
+        fitted = {k: v for k, v in (self.prompt or {}).items() if k != "max_doc_words"}
+        warn_if_set_otherwise(self.LABEL, fitted, settings, self.TRAIN)
 
     def warn_if_stale(self, source: str) -> None:
         """Log a warning when these weights were fitted to signals computed otherwise than this

@@ -7,6 +7,7 @@ import pytest
 
 from attnrank.errors import InputError
 from attnrank.registry import shipped_artifact
+from attnrank.rerank.config import RerankConfig
 from attnrank.rerank.fused import (
     FusedWeights,
     FusionExample,
@@ -74,6 +75,31 @@ def test_weights_record_the_heads_and_capture_of_their_attention(tmp_path, caplo
         assert "heads" not in caplog.text
         fused.warn_if_applied_otherwise(None, "block:shared")
     assert "fitted to the attention of heads 2 (0-2,3-1); this reranker reads all" in caplog.text
+
+
+def test_weights_warn_where_their_attention_is_read_from_another_prompt(tmp_path, caplog, make_examples):
+    """The prompt the attention feature was fitted to (instruction, order, query span, calibration,
+    token filter) is stored with the weights; a reranker that sets it otherwise is told which."""
+    fused = train_fused(make_examples(30, "a", 0.5, 5), heads="all", capture="full")
+    fused.prompt = RerankConfig.preset("fused").prompt_settings()
+    fused.save("some/model", "f" * 64, root=tmp_path)
+    back = FusedWeights.load("some/model", "f" * 64, root=tmp_path)
+    assert back.prompt == fused.prompt
+    with caplog.at_level("WARNING", logger="attnrank.registry"):
+        back.warn_if_prompted_otherwise(RerankConfig.preset("fused").prompt_settings())
+        back.warn_if_prompted_otherwise(
+            RerankConfig.preset("fused", max_doc_words=20).prompt_settings()
+        )  # the cut: warn_if_cut_otherwise's
+        FusedWeights(
+            ["attention", "bm25"], [1.0, 1.0], learner="equal", prompt={"order": "x"}
+        ).warn_if_prompted_otherwise({"order": "y"})
+        back.without_attention().warn_if_prompted_otherwise({"order": "y"})  # no attention: nothing read from a prompt
+        assert not caplog.text
+        back.warn_if_prompted_otherwise(
+            RerankConfig.preset("fused", query_span="last", token_filter=False).prompt_settings()
+        )
+    assert "the fused scorer weights were fitted with query_span='full' (this reranker: 'last')" in caplog.text
+    assert "token_filter=True (this reranker: False)" in caplog.text
 
 
 def test_malformed_weights_and_missing_features_are_refused(make_examples):

@@ -9,6 +9,7 @@ import pytest
 from attnrank.errors import InputError
 from attnrank.llm.rows import window_features
 from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.config import RerankConfig
 from attnrank.rerank.learned import (
     LearnedHeadWeights,
     QueryFeatures,
@@ -297,6 +298,31 @@ def test_learned_weights_read_from_attention_captured_otherwise_warn(llm, caplog
         assert "captured as" not in caplog.text
         AttentionReranker(llm, scorer=w, signals=None, attention="block")
     assert "trained on attention captured as 'full'" in caplog.text and "'block:rotated'" in caplog.text
+
+
+def test_learned_weights_read_from_another_prompt_warn_naming_the_settings(llm, caplog):
+    """They recorded nothing of the prompt their features' attention was read from: a reranker
+    with another instruction, order, query span or passage cut scored them without a word."""
+    import logging
+
+    heads = [(0, 1), (1, 2)]
+    ex = [
+        QueryFeatures(f"q{i}", ["a", "b"], np.random.default_rng(i).normal(size=(2, 2)), np.array([1, 0]), heads)
+        for i in range(4)
+    ]
+    prompt = RerankConfig(instruction="qa").prompt_settings()
+    w = train_head_weights(ex, prompt=prompt)
+    assert LearnedHeadWeights.from_json(w.to_json()).config.prompt == prompt
+    with caplog.at_level(logging.WARNING, logger="attnrank.registry"):
+        AttentionReranker(llm, scorer=w, signals=None, instruction="qa", calibrate=False)  # the weights fix calibrate
+        AttentionReranker(llm, scorer=train_head_weights(ex), signals=None)  # nothing recorded: not checked
+        assert "fitted with" not in caplog.text
+        AttentionReranker(llm, scorer=w, signals=None, order="forward", max_doc_words=50)
+    assert "the learned head weights were fitted with instruction='qa' (this reranker: 'ie')" in caplog.text
+    assert (
+        "max_doc_words=300 (this reranker: 50)" in caplog.text
+        and "order='reverse' (this reranker: 'forward')" in caplog.text
+    )
 
 
 def test_head_weights_stored_before_the_learner_rename_still_load():

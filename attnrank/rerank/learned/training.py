@@ -61,6 +61,7 @@ def train_head_weights(
     trained_on: str = "",
     capture: str = "full",
     adapter: str = "",
+    prompt: dict[str, Any] | None = None,
 ) -> LearnedHeadWeights:
     """Fit head weights on standardised per-query features (see the module doc for the learners);
     ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores;
@@ -69,7 +70,9 @@ def train_head_weights(
     they record, refused);
     ``capture``: how the features' attention was captured (recorded, so that a reranker that
     captures it otherwise warns); ``adapter``: the head adapter of the model they came from
-    (``LLM.adapter``; recorded, so that a reranker on another model refuses them)."""
+    (``LLM.adapter``; recorded, so that a reranker on another model refuses them); ``prompt``: the
+    prompt settings the features' attention was read with (``RerankConfig.prompt_settings()``;
+    recorded, so that a reranker that builds its prompt otherwise warns)."""
     require("sklearn", "train", "Training learned head weights")
     from sklearn.linear_model import LogisticRegression
 
@@ -116,6 +119,7 @@ def train_head_weights(
         stages=list(stages),
         capture=capture,
         adapter=adapter,
+        prompt=dict(prompt or {}),
     )
     n = len(heads) + int(first_stage)
     return LearnedHeadWeights(

@@ -15,7 +15,7 @@ import numpy as np
 from ...errors import InputError
 from ...llm.headspec import format_heads, parse_heads
 from ...llm.rows import window_features
-from ...registry import RegistryArtifact
+from ...registry import RegistryArtifact, warn_if_set_otherwise
 from .features import Scores, feature_matrix
 
 logger = logging.getLogger(__name__)
@@ -28,8 +28,10 @@ class FeatureConfig:
     """How features were built: the heads (``"l-h"``, feature order), calibration, filter,
     layer limit, whether the first-stage score is a feature, the standardisation, how the
     attention was captured (:func:`~attnrank.llm.blocks.capture_name`; weights trained before it
-    was recorded read full-prompt attention) and the head adapter merged into the model the
-    features came from (:attr:`LLM.adapter <attnrank.llm.models.LLM.adapter>`, ``""``: none)."""
+    was recorded read full-prompt attention), the head adapter merged into the model the
+    features came from (:attr:`LLM.adapter <attnrank.llm.models.LLM.adapter>`, ``""``: none) and
+    the prompt the attention was read from (``prompt``: instruction, order, query span, passage
+    cut; :meth:`~attnrank.rerank.config.RerankConfig.prompt_settings`; empty: not recorded)."""
 
     heads: list[str]
     calibrate: bool = True
@@ -40,6 +42,7 @@ class FeatureConfig:
     stages: list[str] = field(default_factory=list)
     capture: str = "full"
     adapter: str = ""
+    prompt: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -96,6 +99,13 @@ class LearnedHeadWeights(RegistryArtifact):
                 self.config.capture,
                 capture,
             )
+
+    def warn_if_prompted_otherwise(self, settings: dict[str, Any]) -> None:
+        """Log a warning naming each prompt setting these weights' features were read with that a
+        reranker's ``settings`` (:meth:`~attnrank.rerank.config.RerankConfig.prompt_settings`) give
+        otherwise (calibration and the token filter excepted: the weights apply their own)."""
+        fitted = {k: v for k, v in self.config.prompt.items() if k not in ("calibrate", "token_filter")}
+        warn_if_set_otherwise(self.LABEL, fitted, settings, "attnrank heads train")
 
     def check_adapter(self, adapter: str) -> None:
         """Refuse to score on a model whose head adapter (``adapter``, ``""``: none) is not the
