@@ -485,6 +485,7 @@ def ship(data: dict, rr: AttentionReranker, args) -> dict:
         l2=args.l2,
         heads=heads,
         capture=capture,
+        prompt=rr.config.prompt_settings(),
         trained_on=f"{desc}; attention: their top-16 heads, {capture} attention, {args.dtype} rows",
     )
     fused.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)

@@ -428,6 +428,7 @@ def ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args) -> N
         l2=args.l2,
         first_stage=args.ship_first_stage,
         trained_on=f"{data} ({len(every)} queries); heads: {heads}",
+        prompt=rr.config.prompt_settings(),
     )
     model.save(rr.llm.model_id, rr.llm.fingerprint, root=SHIP)
 

@@ -289,6 +289,8 @@ def scale_section(root: Path, n_docs: int, shards: int, tmp: Path) -> None:
     texts = [" ".join(vocab[w] for w in words[cuts[i] : cuts[i + 1]]) for i in range(n_docs)]
     del words
     tok, params = resolve_config(), BM25Params()
+    for old in [*tmp.glob("syn-*")]:  # a rerun writes fresh folders (an index part saves only into one)
+        shutil.rmtree(old)
     ex = RayExecutor(num_cpus=2, object_store_mb=1024)
     try:
         t0 = time.perf_counter()

@@ -169,8 +169,6 @@ def train(
     typer.echo(report)
     if weights is not None and weights.uses_llm:
         weights.max_doc_words = max_doc_words  # the cut their LLM feature was read with
-    if preset == ATTENTION_PRESET and weights is not None and weights.uses_attention:
-        weights.prompt = rr.config.prompt_settings()  # the prompt their attention feature was read from
     if save and weights is not None:
         typer.echo(f"saved to {weights.save(*key)}")
 
@@ -318,6 +316,7 @@ def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current:
         heads=rr.heads or "all",
         capture=rr.config.capture,
         adapter=rr.llm.adapter,
+        prompt=rr.config.prompt_settings(),
     )
     weights.metrics = recorded_metrics(rows, METRICS, folds)
     ndcg = {r["method"]: r["nDCG@10"] for r in rows}

@@ -5,7 +5,8 @@
 :func:`masked_scores` gives the float32 masked logits both the capture and the eager path read;
 :func:`additive_mask` is the registered mask function and :func:`segment_mask` the mask of
 segments that must not see each other (:mod:`attnrank.llm.layouts` computes what such masks give
-without the products they mask out). In bfloat16 on a CPU without AMX those run few query rows over many keys by
+without the products they mask out). In bfloat16 on a CPU without AMX, packed segments and padded
+windows run few query rows over many keys by
 :func:`few_rows_attention` (matrix products, as transformers' eager attention), which was 1.3x to
 2.7x faster per layer than CPU SDPA's flash kernel at the capture's shapes on an AMD EPYC; on an
 Intel Xeon with AMX, SDPA was the faster one (:func:`default_kernel`). There, a suffix over a long

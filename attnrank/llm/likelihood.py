@@ -276,8 +276,10 @@ class KeptStatesLayer(ContextLayer):
     bfloat16) went out to memory and came back for each layer's attention; one layer's (7 MB),
     copied just before its attention, are still in the CPU's cache when it reads them, and the
     buffer is a thirtieth of the size. A warm query of 20 SciFact abstracts ran 7 % faster (30
-    queries, both in turn, bfloat16, 2 cores, Intel Xeon with AMX); DL19's twenty short passages
-    gained 2 %, a hundred of them nothing. Sound only because each layer's keys are read by that
+    queries, both in turn, bfloat16, 2 cores, Intel Xeon with AMX), and 5.4 % with the row groups
+    of :func:`~attnrank.llm.layouts.grouped_forward` against the code before both (40 queries,
+    another hour; docs/benchmarks.md); DL19's twenty short passages gained 1-2 %, a hundred of
+    them nothing, LoCoMo's turns nothing. Sound only because each layer's keys are read by that
     layer's attention alone, as :func:`reuses_states` requires (no layer reads another's keys)."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, states: Sequence[BlockState], layer: int):

@@ -56,7 +56,7 @@ from ..config import check_flags, check_precision_names
 from ..errors import InputError
 from ..llm.blocks import capture_name, check_attention_mode, check_positions
 from ..llm.headspec import parse_heads
-from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
+from ..llm.prompts import DEFAULT_MAX_DOC_WORDS, late_instruction
 from ..llm.rows import QUERY_SPANS
 from ..types import is_count
 from .fused import LIKELIHOOD, SIGNALS_AUTO, SIGNALS_LIKELIHOOD, SIGNALS_ONLY, FusedWeights
@@ -88,8 +88,9 @@ ATTENTION_FIELDS = (
 SIGNALS_SETTINGS = (None, SIGNALS_AUTO, SIGNALS_ONLY, SIGNALS_LIKELIHOOD)  # and FusedWeights
 # Attention fields the query likelihood reads too: it cuts the passages of its prompts the same way.
 LIKELIHOOD_FIELDS = ("max_doc_words", "max_doc_tokens")
-# How the attention prompt is built and read: weights fitted to its scores record them
-# (RerankConfig.prompt_settings) and warn where a reranker sets them otherwise.
+# How the attention prompt is built and read: weights fitted to its scores record them where
+# their trainer is given them (RerankConfig.prompt_settings; the CLI and the ship scripts give
+# them), and warn where a reranker sets them otherwise.
 PROMPT_FIELDS = ("instruction", "order", "query_span", "calibrate", "token_filter", "max_doc_words", "max_doc_tokens")
 
 
@@ -202,8 +203,11 @@ class RerankConfig:
 
     def prompt_settings(self) -> dict[str, Any]:
         """The settings of :data:`PROMPT_FIELDS` (how the attention prompt is built and read), as
-        weights fitted to its scores record them."""
-        return {name: getattr(self, name) for name in PROMPT_FIELDS}
+        weights fitted to its scores record them; the instruction as the text the prompt holds
+        (``"ie"``, ``"IE"`` and that text build one prompt)."""
+        settings = {name: getattr(self, name) for name in PROMPT_FIELDS}
+        settings["instruction"] = late_instruction(self.instruction)
+        return settings
 
     @property
     def capture(self) -> str:

@@ -189,6 +189,7 @@ def train_fused(
     heads: Any = None,
     capture: str | None = None,
     adapter: str = "",
+    prompt: dict[str, Any] | None = None,
 ) -> FusedWeights:
     """Fit fused weights on labelled queries (see the module doc), and the same model without
     attention (``base_weights``) where there is attention; ``gate``: choose the fallback threshold;
@@ -200,7 +201,9 @@ def train_fused(
     (:func:`~attnrank.llm.blocks.capture_name`), recorded so that a reranker applies the weights
     to the attention they were fitted to; ``adapter``: the head adapter of the model the LLM
     features came from (``LLM.adapter``; recorded: a reranker on another model refuses them, and
-    the registry refuses them)."""
+    the registry refuses them); ``prompt``: the prompt settings the attention was read from
+    (``RerankConfig.prompt_settings()``; recorded, so that a reranker that builds its prompt
+    otherwise warns)."""
     require("sklearn", "train", "Training the fused scorer")
     if learner not in LEARNERS:
         raise InputError(f"learner={learner!r} is not one of {LEARNERS}")
@@ -226,6 +229,7 @@ def train_fused(
         heads=heads if ATTENTION in features else None,
         capture=capture if ATTENTION in features else None,
         adapter=adapter if any(f in LLM_FEATURES for f in features) else "",
+        prompt=dict(prompt) if prompt is not None and ATTENTION in features else None,
     )
     # the gate's fallback, and the `signals` preset's model once registered (signals_only), unless
     # the user registered SignalsWeights

@@ -105,6 +105,12 @@ def test_padding_groups_cover_the_rows_in_order_and_part_where_padding_costs_mor
     assert padding_groups(pads, 1000, 1) == [(0, 6)]  # 1 product per row and key: never worth a call
     assert padding_groups(pads, 1000, call // 100) == [(0, 3), (3, 5), (5, 6)]
     assert padding_groups(pads, 1000, call) == [(i, i + 1) for i in range(6)]  # ten keys cost a call
+    assert padding_groups([5, 5, 5, 0], 1000, call) == [(0, 3), (3, 4)]  # rows of one padding never part
+    many = sorted(range(0, 20_000, 2), reverse=True)  # 10,000 rows, all paddings different
+    groups = padding_groups(many, 20_001, call)
+    assert groups[0][0] == 0 and groups[-1][1] == len(many)
+    assert all(a[1] == b[0] for a, b in zip(groups, groups[1:]))
+    assert max(b - a for a, b in groups) <= layouts.GROUP_SPAN
 
 
 @pytest.mark.parametrize("heads", [(6, 2), (4, 4)])

@@ -316,9 +316,11 @@ def test_learned_weights_read_from_another_prompt_warn_naming_the_settings(llm, 
     with caplog.at_level(logging.WARNING, logger="attnrank.registry"):
         AttentionReranker(llm, scorer=w, signals=None, instruction="qa", calibrate=False)  # the weights fix calibrate
         AttentionReranker(llm, scorer=train_head_weights(ex), signals=None)  # nothing recorded: not checked
+        AttentionReranker(llm, scorer=w, signals=None, instruction="QA")  # the same prompt, spelt otherwise
         assert "fitted with" not in caplog.text
         AttentionReranker(llm, scorer=w, signals=None, order="forward", max_doc_words=50)
-    assert "the learned head weights were fitted with instruction='qa' (this reranker: 'ie')" in caplog.text
+    qa, ie = (RerankConfig(instruction=i).prompt_settings()["instruction"] for i in ("qa", "ie"))
+    assert f"the learned head weights were fitted with instruction={qa!r} (this reranker: {ie!r})" in caplog.text
     assert (
         "max_doc_words=300 (this reranker: 50)" in caplog.text
         and "order='reverse' (this reranker: 'forward')" in caplog.text

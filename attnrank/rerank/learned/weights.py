@@ -30,8 +30,11 @@ class FeatureConfig:
     attention was captured (:func:`~attnrank.llm.blocks.capture_name`; weights trained before it
     was recorded read full-prompt attention), the head adapter merged into the model the
     features came from (:attr:`LLM.adapter <attnrank.llm.models.LLM.adapter>`, ``""``: none) and
-    the prompt the attention was read from (``prompt``: instruction, order, query span, passage
-    cut; :meth:`~attnrank.rerank.config.RerankConfig.prompt_settings`; empty: not recorded)."""
+    the prompt the attention was read from (``prompt``:
+    :meth:`~attnrank.rerank.config.RerankConfig.prompt_settings`, instruction, order, query span,
+    calibration, token filter, passage cut; empty: not recorded). A reranker is warned where it
+    sets the prompt otherwise; calibration and the filter are not checked, as the weights apply
+    their own (``calibrate``, ``use_filter``)."""
 
     heads: list[str]
     calibrate: bool = True
