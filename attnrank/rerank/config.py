@@ -257,7 +257,8 @@ class RerankConfig:
         """A copy with ``overrides`` (field names; an unknown name is an error naming the fields).
         Overrides that turn attention off (``signals="only"`` or ``"likelihood"``) also reset the attention fields this
         configuration set (e.g. preset ``fused``'s block attention) and they did not give: nothing
-        would read them; attention fields they do give are refused."""
+        would read them; attention fields they do give are refused. The copy is then named for the
+        preset it equals (``signals``, ``likelihood``), else ``custom``."""
         check_fields(type(self), overrides)
         if not overrides:
             return self
@@ -267,7 +268,14 @@ class RerankConfig:
             kept = LIKELIHOOD_FIELDS if _reads_likelihood(signals_setting(overrides["signals"])) else ()
             reset = {k: defaults[k] for k in ATTENTION_FIELDS if k not in kept}
             overrides = {**reset, **overrides}
-        return replace(self, **overrides)
+        out = replace(self, **overrides)
+        if self.uses_attention and not out.uses_attention and "name" not in overrides:
+            # named for what it now computes (run tags, repr): the preset whose method it has (the
+            # model and how it runs aside), else custom
+            method = ("signals", *ATTENTION_FIELDS)
+            same = [n for n, p in RERANK_PRESETS.items() if all(getattr(p, f) == getattr(out, f) for f in method)]
+            out = replace(out, name=same[0] if same else "custom")
+        return out
 
 
 def check_prompt_options(order: str, instruction: str) -> None:

@@ -97,6 +97,20 @@ def test_switching_to_the_likelihood_keeps_the_passage_cut_and_names_are_stored_
     assert (cfg.device, cfg.dtype) == ("cpu", "bfloat16")
 
 
+def test_a_preset_whose_attention_is_switched_off_is_named_for_what_it_computes(tiny_dir):
+    """preset fused with signals="only" scored as preset signals does, but kept the name fused in
+    run tags (attnrank-fused) and repr; it now takes the name of the preset it equals, else custom."""
+    from attnrank.rerank.attention import AttentionReranker
+    from attnrank.rerank.config import RerankConfig
+
+    assert RerankConfig.preset("fused", signals="only").name == "signals"
+    assert RerankConfig.preset("icr", signals="likelihood").name == "likelihood"
+    assert RerankConfig.preset("fused", signals="likelihood", max_doc_words=50).name == "custom"
+    assert RerankConfig.preset("fused", dtype="float32").name == "fused"  # attention still on: its own name
+    assert RerankConfig.preset("fused").with_options(signals="only", name="mine").name == "mine"
+    assert "preset='signals'" in repr(AttentionReranker(str(tiny_dir), config="fused", signals="only"))
+
+
 def test_a_learned_scorer_without_a_preset_builds_the_learned_preset():
     """It selected fused (signals, block attention at shared positions): learned head weights then
     read a capture they were not trained on, fused with the signals, and no warning said so."""
