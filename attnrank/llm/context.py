@@ -66,7 +66,10 @@ class ContextBuffer:
                 or memory[0].device != like.device
             ):
                 self._memory = None  # (freed before the larger one is allocated)
-                memory = self._memory = (like.new_empty(n), like.new_empty(n))
+                # never an inference tensor, even when taken inside inference mode: kept memory is
+                # written again by later callers, which may run outside it (torch refuses that)
+                with torch.inference_mode(False):
+                    memory = self._memory = (like.new_empty(n), like.new_empty(n))
             yield memory[0][:n].view(shape), memory[1][:n].view(shape)
         finally:
             self._lock.release()

@@ -6,8 +6,9 @@ batch of contexts that share the continuation (the query-likelihood reranker of
 left-padded so that every sequence ends with the continuation at the same positions: the model
 then computes logits for those few positions only (``logits_to_keep``), not for the whole prompt
 over the vocabulary. Position ids count real tokens only, so a padded sequence is scored as the
-same sequence alone. Sequences go in batches of about ``batch_tokens`` tokens (padding included),
-sorted by length so that little padding is computed.
+same sequence alone. Sequences computed in full go in batches of about ``batch_tokens`` tokens
+(padding included), sorted by length so that little padding is computed; passes over kept states
+take up to :data:`DEFAULT_PAST_TOKENS` kept tokens each (assembled one layer at a time).
 
 Reusable context states: a context does not depend on the continuation, so with a
 :class:`~attnrank.llm.states.StateCache` the keys and values of every layer over a context (all
@@ -36,6 +37,7 @@ from attnrank.errors import InputError
 from .attention import cache_argument, rotary_follows_length
 from .context import ContextBuffer, ContextLayer
 from .models import LLM
+from .quantize import is_int8
 from .recording import (
     ATTN_IMPLEMENTATION,
     attn_implementation,
@@ -70,7 +72,8 @@ def continuation_logprob(
     mean log-probability per token is its row's mean). Each context needs at least one token, and
     context plus continuation must fit the model's context length. With ``states``, contexts seen
     before reuse their kept states and new ones are kept there; ``buffer`` lends the memory the
-    reused states are assembled in (kept from call to call)."""
+    reused states are assembled in (kept from call to call). ``batch_tokens`` bounds the passes
+    computed in full; a pass over kept states holds up to :data:`DEFAULT_PAST_TOKENS` of them."""
     cont = [int(t) for t in continuation]
     if not cont:
         raise InputError("the continuation is empty; give at least one token to score")
@@ -110,7 +113,7 @@ def _reusing_states(
     found = [states.get(k) if len(s) > n_cont + 1 else None for k, s in zip(keys, seqs)]
     out = np.empty((len(seqs), n_cont), dtype=np.float32)
     todo = [i for i, f in enumerate(found) if f is None]
-    held = sum(f.nbytes for f in found if f is not None)
+    held = sum(f.nbytes for f in {k: f for k, f in zip(keys, found) if f is not None}.values())  # (a repeat once)
     for batch in _batches(todo, [len(s) for s in seqs], batch_tokens):
         out[batch], kept = _batch_logprob(llm, [seqs[i] for i in batch], n_cont, True)
         for i, state in zip(batch, kept):
@@ -144,7 +147,8 @@ def reuses_states(llm: LLM) -> bool:
     """Whether a context's states can be kept and reused: every layer of ``llm`` keeps the keys
     and values of every token (no sliding window, no linear attention), of one head size (not
     DeepSeek's latent attention), and its rotary frequencies do not follow the longest position
-    of the pass (dynamic NTK, LongRoPE), and no layer reads another's keys (a suffix pass over kept
+    of the pass (dynamic NTK, LongRoPE), its linears are not dynamic int8 (whose input scale spans the
+    pass, the query's tokens with the context's), and no layer reads another's keys (a suffix pass over kept
     states lends every layer one buffer, :class:`KeptStatesLayer`)."""
     layers = DynamicCache(config=llm.model.config).layers
     full = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
@@ -152,7 +156,15 @@ def reuses_states(llm: LLM) -> bool:
     value_dim = getattr(decoder.config, "v_head_dim", None)  # multi-head latent attention (DeepSeek): values narrower
     key_dim = getattr(decoder.config, "qk_head_dim", None) or getattr(decoder.config, "head_dim", None)
     same = value_dim is None or value_dim == key_dim  # (kept states are assembled in one head size)
-    return full and same and not rotary_follows_length(decoder) and not shares_keys(decoder.config)
+    # dynamic int8 scales each linear's input over the whole pass: states kept from a pass that ran
+    # the query too would depend on that query, and a suffix pass over them scales apart
+    return (
+        full
+        and same
+        and not rotary_follows_length(decoder)
+        and not shares_keys(decoder.config)
+        and not is_int8(llm.model)
+    )
 
 
 def shares_keys(config: Any) -> bool:

@@ -189,6 +189,39 @@ def test_models_whose_states_depend_on_the_pass_are_scored_in_full_each_time(fam
     np.testing.assert_allclose(got[1], want, rtol=0, atol=1e-5)
 
 
+def test_an_int8_model_keeps_no_states_and_scores_each_context_alone_of_the_query_order():
+    """Dynamic int8 scales each linear's input over the whole pass: states kept from a pass that
+    ran the first query's tokens depended on that query, so a second query over them scored
+    otherwise than it does cold (5e-4 nats on a tiny model)."""
+    from attnrank.llm.quantize import quantize_int8
+
+    tok = tiny_tokenizer()
+    model = tiny_model("llama", layers=2, max_positions=512)
+    quantize_int8(model)
+    llm = LLM(model=model, tokenizer=tok, model_id="int8", fingerprint="t", quantization="int8")
+    assert not reuses_states(llm)
+    contexts = [tok(c, add_special_tokens=False)["input_ids"] for c in CONTEXTS]
+    first, second = (tok(q, add_special_tokens=False)["input_ids"] for q in (QUERY, " what is on the mat?"))
+    states = StateCache(1 << 30)
+    _scores(llm, contexts, first, states=states)
+    assert len(states) == 0
+    np.testing.assert_array_equal(_scores(llm, contexts, second, states=states), _scores(llm, contexts, second))
+
+
+def test_a_buffer_first_taken_in_inference_mode_serves_a_later_call_outside_it(llm):
+    """The kept memory was allocated as an inference tensor when a call ran inside
+    torch.inference_mode(): a later call outside it then failed writing the padding."""
+    tok = llm.tokenizer
+    contexts = [tok(c, add_special_tokens=False)["input_ids"] for c in CONTEXTS]
+    cont = tok(QUERY, add_special_tokens=False)["input_ids"]
+    states, buffer = StateCache(1 << 30), ContextBuffer()
+    _scores(llm, contexts, cont, states=states, buffer=buffer)
+    with torch.inference_mode():
+        inside = _scores(llm, contexts, cont, states=states, buffer=buffer)
+    assert buffer.nbytes > 0 and not buffer._memory[0].is_inference()
+    np.testing.assert_allclose(_scores(llm, contexts, cont, states=states, buffer=buffer), inside, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("shared", "reused"),
     [({"num_kv_shared_layers": 1}, False), ({"kv_source_layers": [0, 0]}, False), ({"kv_source_layers": [0, 1]}, True)],
