@@ -200,6 +200,10 @@ states are one layer's. The warm target (0.3 s at 20 SciFact abstracts) stays mi
 changes were tried and not kept: the output layer and its log-softmax over the vocabulary a slice
 at a time (no faster here, in repeated timings) and a per-candidate attention call without any
 padding (the calls' overhead cost more than the padding).
+Also that evening: an int8 model keeps no likelihood states any more (dynamic int8 scales a pass's
+whole input, so a state kept from a pass that ran one query's tokens depended on that query). The
+int8 record of 2026-12-04 ("likelihood_int8_avx512_bf16") is unaffected: its DL19 queries each ran
+once over candidates of their own topic, which reuse none (0.0 % in "likelihood_states").
 
 **On 2026-12-05 the default's pass over kept states got faster** (the suffix pass of "The default
 preset with reused passage states"). A profile of the warm query likelihood (20 SciFact abstracts,
