@@ -103,7 +103,9 @@ def segment(text: str, sentences: Sequence[str] | None = None, *, max_words: int
 
 def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
     """Find pre-split ``sentences`` (whitespace-trimmed) in ``text``, in order; empty ones are
-    skipped. Raises :class:`InputError` naming the first sentence that is not found."""
+    skipped. Raises :class:`InputError` naming the first sentence that is not found, and where
+    text other than whitespace lies outside every sentence (a highlight list of some of a
+    passage's sentences): that text would drop out of the pruned context unscored."""
     if isinstance(sentences, str):  # a str would be a sequence of 1-character "sentences"
         raise InputError(f"pre-split sentences {sentences[:40]!r} are one string; pass a list of sentences, or None")
     if isinstance(sentences, Mapping) or not isinstance(sentences, Iterable):  # (a loader's count; a dict's keys)
@@ -125,12 +127,29 @@ def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:
             )
         out.append(Sentence(sent, at, at + len(sent), given=i))  # i counts the skipped empty ones too
         cursor = at + len(sent)
+    if out:
+        _check_covered(text, out)
     if not out and text.strip():  # (the passage would drop out of the pruned context without a word)
         raise InputError(
             f"the pre-split sentences {list(sentences)[:3]!r} hold no sentence of a non-empty text; pass its "
             "sentences, or None to segment it automatically"
         )
     return out
+
+
+def _check_covered(text: str, located: list[Sentence]) -> None:
+    """Refuse ``located`` (in order) where text other than whitespace lies between, before or
+    after them."""
+    at = 0
+    for start, end in [*((s.start, s.end) for s in located), (len(text), len(text))]:
+        if text[at:start].strip():
+            gap = text[at:start].strip()
+            raise InputError(
+                f"the pre-split sentences leave text of the passage out ({gap[:40]!r} at character "
+                f"{at + text[at:start].index(gap[0])}), which pruning would drop unscored; pass every sentence "
+                "of the text, or none to segment it automatically"
+            )
+        at = max(at, end)
 
 
 def _find_whole(text: str, sent: str, start: int) -> int:

@@ -301,6 +301,20 @@ def test_pre_split_sentences(llm):
     assert len(scored) == 1
 
 
+def test_pre_split_sentences_that_leave_text_out_are_refused_or_segmented(llm, caplog):
+    """Given as sentences=, a list of some of the passage's sentences is refused; found in a
+    document's metadata, it is set aside for automatic segmentation with a warning. Before, the
+    rest of the passage left the pruned context though the note said everything was kept."""
+    text = "Aspirin helps. Dose: 100 mg daily, not more. Take with food."
+    part = ["Aspirin helps.", "Take with food."]
+    with pytest.raises(InputError, match="leave text of the passage out"):
+        ContextPruner(llm).prune(QUERY, [Document("a", text)], budget_tokens=1000, sentences=[part])
+    with caplog.at_level("WARNING", logger="attnrank.prune.pruner"):
+        pruned = ContextPruner(llm).prune(QUERY, [Document("a", text, "", {"sentences": part})], budget_tokens=1000)
+    assert "metadata sentences unusable" in caplog.text
+    assert pruned.documents()[0].text == text and len(pruned.sentences) == 3
+
+
 def test_kept_sentences_number_the_callers_pre_split_list_with_its_empty_entries(llm):
     """Empty entries were skipped and the rest renumbered: the caller's sentence 1 came back as 0."""
     text = "Paris is the capital. It is big. Rome is old."

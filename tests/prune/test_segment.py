@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.prune.segment import locate_sentences, segment, split_sentences
+from attnrank.prune.segment import _find_whole, locate_sentences, segment, split_sentences
 
 
 def texts(text: str, **kw) -> list[str]:
@@ -197,10 +197,33 @@ def test_a_name_s_initial_at_a_line_start_carries_on_the_sentence():
         ]
 
 
+def test_pre_split_sentences_that_leave_text_out_are_refused_naming_it():
+    """A list of some of a passage's sentences (highlights) was located and the rest of the text
+    dropped from the pruned context without a word, though the note said everything was kept."""
+    text = "Aspirin helps. Dose: 100 mg daily, not more. Take with food."
+    with pytest.raises(
+        InputError, match=r"leave text of the passage out \('Dose: 100 mg daily, not more.' at character 15\)"
+    ):
+        locate_sentences(text, ["Aspirin helps.", "Take with food."])
+    with pytest.raises(InputError, match="'Take with food.' at character 45"):
+        locate_sentences(text, ["Aspirin helps.", "Dose: 100 mg daily, not more."])
+    with pytest.raises(InputError, match="'Aspirin helps.' at character 0"):
+        locate_sentences(text, ["Dose: 100 mg daily, not more.", "Take with food."])
+    assert (
+        len(
+            locate_sentences(
+                " \n" + text + "\n ", ["Aspirin helps.", "Dose: 100 mg daily, not more.", "Take with food."]
+            )
+        )
+        == 3
+    )
+
+
 def test_pre_split_sentences_are_located_at_whole_words():
     """A short sentence also found inside an earlier word ("concat sat.") was placed there."""
     text = "The concat sat. The cat sat."
-    [found] = locate_sentences(text, ["cat sat."])
-    assert (found.start, text[found.start - 1]) == (20, " ")
+    assert _find_whole(text, "cat sat.", 0) == 20 and text[19] == " "
+    found = locate_sentences(text, ["The concat sat.", "The", "cat sat."])
+    assert [(s.start, s.end) for s in found] == [(0, 15), (16, 19), (20, 28)]
     # no whole-word place: the first place, as before (text without spaces between sentences)
     assert [s.start for s in locate_sentences("我爱你他好", ["我爱你", "他好"])] == [0, 3]
