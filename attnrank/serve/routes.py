@@ -27,7 +27,15 @@ from ..pipeline import Pipeline
 from ..prune.context import PrunedContext, check_budget
 from ..types import Document, RankedResults
 from .jobs import Job
-from .schemas import AskRequest, CohereRerankRequest, PruneRequest, SearchRequest, TEIRerankRequest, texts_of
+from .schemas import (
+    AskRequest,
+    CohereRerankRequest,
+    PruneDocument,
+    PruneRequest,
+    SearchRequest,
+    TEIRerankRequest,
+    texts_of,
+)
 from .server import Server, request_info
 
 router = APIRouter()
@@ -146,7 +154,15 @@ async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
 async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
     server = _server(request)
     pruner = server.need("pruner")
-    texts = None if body.documents is None else texts_of(body.documents)
+    given = (
+        None
+        if body.documents is None
+        else [
+            PruneDocument(text=d).document(i) if isinstance(d, str) else d.document(i)
+            for i, d in enumerate(body.documents)
+        ]
+    )
+    texts = None if given is None else [d.full_text for d in given]
     if texts is not None and "top_k" in body.model_fields_set:  # (it was dropped without a word)
         raise InputError(
             f"top_k={body.top_k} applies to index hits, but all {len(texts)} documents given are pruned; "
@@ -166,7 +182,7 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
             docs = index.search(body.query, body.top_k).documents()
             server.check_tokens(body.query, [d.full_text for d in docs], "ask for fewer (lower top_k)")
         else:
-            docs = [Document(str(i), t) for i, t in enumerate(texts or [])]
+            docs = given or []
         job.check()
         return pruner.prune(
             body.query, docs, budget_tokens=budget, keep_ratio=body.keep_ratio, neighbours=body.neighbours

@@ -16,12 +16,29 @@ from typing import Any
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from ..config import DEFAULT_BUDGET_TOKENS
+from ..types import Document
 
 
 class TextDocument(BaseModel):
     """Cohere v1 also accepts documents as ``{"text": ...}`` objects."""
 
     text: str
+
+
+class PruneDocument(BaseModel):
+    """A passage to prune: its text, and where known its id, title and pre-split sentences (every
+    sentence of the text, in order; :func:`attnrank.prune.segment.locate_sentences`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str
+    id: str | None = None
+    title: str = ""
+    sentences: list[str] | None = None
+
+    def document(self, position: int) -> Document:
+        """As the pruner reads it (``id``: the position in the request where none is given)."""
+        meta = {} if self.sentences is None else {"sentences": list(self.sentences)}
+        return Document(str(position) if self.id is None else self.id, self.text, self.title, meta)
 
 
 class CohereRerankRequest(BaseModel):
@@ -78,8 +95,10 @@ class SearchRequest(BaseModel):
 class PruneRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str
-    documents: list[str | TextDocument] | None = Field(
-        None, description="Passages to prune; default: the index's top k."
+    documents: list[str | PruneDocument] | None = Field(
+        None,
+        description="Passages to prune (texts, or objects with text and optional id, title and sentences); "
+        "default: the index's top k.",
     )
     top_k: int = Field(
         5,

@@ -457,6 +457,16 @@ def test_unknown_fields_of_attnrank_bodies_are_refused(url):
     assert r.status_code == 422 and "k is ambiguous in /v1/ask" in r.json()["message"], r.json()
     r = post("/v1/prune", {"query": QUERY, "documents": DOCS, "keep_ratio": True})  # was a ratio of 1.0
     assert r.status_code == 422 and r.json()["message"].startswith("keep_ratio"), r.json()
+    # a document's id, title and pre-split sentences were dropped: its passage came back as "0"
+    doc = {"id": "d7", "title": "Bones", "text": DOCS[0], "sentences": [DOCS[0]]}
+    r = post("/v1/prune", {"query": QUERY, "documents": [doc, DOCS[1]], "budget_tokens": 1000})
+    assert r.status_code == 200, r.text
+    assert [(d["id"], d["title"]) for d in r.json()["documents"]] == [("d7", "Bones"), ("1", "")]
+    assert r.json()["documents"][0]["metadata"] == {"sentences": [DOCS[0]]}
+    r = post("/v1/prune", {"query": QUERY, "documents": [{"text": DOCS[0], "url": "x"}]})
+    assert r.status_code == 422 and any(
+        e["loc"][-1] == "url" and e["type"] == "extra_forbidden" for e in r.json()["detail"]
+    )
 
 
 def test_cohere_v2_client_reranks_through_the_server(url, engine):
