@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .errors import InputError
-from .llm.decoding import FirstLine, first_line, greedy_config
+from .llm.decoding import FirstLine, first_line, greedy_config, own_settings_off
 from .llm.models import LLM, load_llm
 from .llm.prompts import build_answer_prompt, chat_frame, encode_text, turn_end_ids
 from .llm.recording import forward_lock
@@ -122,7 +122,7 @@ class Generator:
         input_ids = torch.tensor([ids], device=self.llm.device)
         plain = self._plain
         start = time.perf_counter()
-        with forward_lock(self.llm.model), torch.inference_mode():
+        with forward_lock(self.llm.model), torch.inference_mode(), own_settings_off(self.llm.model):
             out = self.llm.model.generate(
                 input_ids=input_ids,
                 attention_mask=torch.ones_like(input_ids),

@@ -473,6 +473,32 @@ def test_generator_decodes_greedily_whatever_the_checkpoint_sets(llm):
     assert Generator(gen.llm, max_new_tokens=np.int64(3)).max_new_tokens == 3  # numpy integers were refused
 
 
+def test_greedy_calls_read_none_of_the_checkpoints_own_generation_settings():
+    """Tokens the checkpoint suppresses, bans or biases away, its minimum length and forced end
+    were filled into every "plain greedy" call (transformers fills what a call leaves unset)."""
+    import torch
+    from _tiny import tiny_model
+
+    from attnrank.llm.decoding import greedy_config, own_settings_off
+
+    model = tiny_model("llama", layers=2)
+    x = torch.tensor([[1, 5, 7, 9]])
+
+    def run() -> list[int]:
+        with torch.inference_mode(), own_settings_off(model):
+            config = greedy_config(6, eos_token_id=2, pad_token_id=0)
+            return model.generate(x, attention_mask=torch.ones_like(x), generation_config=config)[0, 4:].tolist()
+
+    free = run()
+    settings = model.generation_config
+    settings.suppress_tokens = settings.begin_suppress_tokens = free
+    settings.bad_words_ids = [[i] for i in free]
+    settings.sequence_bias = {(i,): -100.0 for i in free}
+    settings.min_length, settings.forced_eos_token_id = 40, 2
+    assert run() == free
+    assert model.generation_config is settings and settings.suppress_tokens == free  # put back after the call
+
+
 def test_another_answer_length_shares_the_model_and_the_stop_tokens(llm):
     """The server built a Generator per /v1/ask request, finding the chat template's stop tokens
     again each time."""

@@ -32,7 +32,7 @@ import torch
 from ..config import COPY_DEPTHS, COPY_HAYSTACK, COPY_LENGTHS, COPY_MAX_NEW_TOKENS
 from ..errors import InputError
 from ..llm.attention import AttentionCapturer
-from ..llm.decoding import greedy_config
+from ..llm.decoding import greedy_config, own_settings_off
 from ..llm.prompts import chat_frame
 from ..llm.recording import forward_lock
 from ..types import is_count
@@ -203,7 +203,7 @@ def generate_answer(llm: Any, ids: list[int], max_new_tokens: int) -> list[int]:
     """Greedy answer ids, cut after EOS or after a newline once some text was produced."""
     model, tok = llm.model, llm.tokenizer
     x = torch.tensor([ids], device=llm.device)
-    with forward_lock(model), torch.inference_mode():
+    with forward_lock(model), torch.inference_mode(), own_settings_off(model):
         out = model.generate(
             x,
             attention_mask=torch.ones_like(x),

@@ -5,13 +5,20 @@ model's ``generation_config`` (transformers 5): a checkpoint that ships a repeti
 (Qwen2/2.5-Instruct: 1.05-1.1) would then penalise every token already in the prompt, the
 passages' included, so an answer copied out of its context (the generator's, and Wu et al.'s
 copy-paste trials, :mod:`attnrank.heads.copypaste`) would be discouraged. :func:`greedy_config`
-sets the logits processors that apply to greedy search to values that change nothing.
+sets the logits processors that apply to greedy search to values that change nothing, and
+:func:`own_settings_off` hides the rest of the checkpoint's settings (suppressed or banned tokens,
+a sequence bias, a minimum length, a forced end) while a call generates: some of those cannot be
+given a value that changes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+# The checkpoint's generation settings a plain greedy call keeps: its special token ids.
+TOKEN_IDS = ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id")
 
 NEUTRAL = {  # the processors greedy search applies, each switched off
     "repetition_penalty": 1.0,
@@ -38,6 +45,25 @@ def greedy_config(
         pad_token_id=pad_token_id,
         **NEUTRAL,
     )
+
+
+@contextmanager
+def own_settings_off(model: Any) -> Iterator[None]:
+    """While inside (under the model's forward lock: it swaps an attribute of the model), the
+    model's ``generation_config`` holds only the checkpoint's special token ids
+    (:data:`TOKEN_IDS`), so that ``model.generate`` fills nothing else from it."""
+    from transformers import GenerationConfig
+
+    kept = getattr(model, "generation_config", None)
+    if kept is None:  # (nothing to fill from)
+        yield
+        return
+    ids = {k: getattr(kept, k, None) for k in TOKEN_IDS}
+    model.generation_config = GenerationConfig(**{k: v for k, v in ids.items() if v is not None})
+    try:
+        yield
+    finally:
+        model.generation_config = kept
 
 
 class FirstLine:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..llm.decoding import greedy_config
+from ..llm.decoding import greedy_config, own_settings_off
 from ..llm.models import LLM, load_llm
 from ..llm.prompts import render_chat
 from ..llm.recording import forward_lock
@@ -211,7 +211,7 @@ class ListwiseReranker:
                 f"{6 * len(docs)}-token answer is over the {self.llm.context_length}-token context of "
                 f"{self.llm.model_id}; lower window or max_doc_words"
             )
-        with forward_lock(self.llm.model):
+        with forward_lock(self.llm.model), own_settings_off(self.llm.model):
             gen = self.llm.model.generate(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
