@@ -349,8 +349,10 @@ _ROTATION_OK: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 def check_rotation(capturer: AttentionCapturer, prefix: PrefixCache) -> None:
     """Refuse ``"rotated"`` positions for a model whose rotary embedding does not compose as
-    :func:`rotate_keys` assumes: a probe block's first-layer keys, rotated by 7 positions, must
-    equal the keys computed 7 positions on (checked once per model). A rotary embedding per
+    :func:`rotate_keys` assumes: a probe block's keys in the first layer with rotary embeddings
+    (NoPE layers before it see no position), rotated by 7 positions, must equal the keys computed
+    7 positions on (checked once per model), and the embedding must not scale its cosines and
+    sines (YaRN's attention scaling, which a rotation by δ would apply twice). A rotary embedding per
     layer type (Gemma 3's local and global bases) or over part of each head (partial rotary:
     Phi, StableLM) is refused without that comparison: one rotation of whole heads cannot serve it."""
     key = capturer.decoder
@@ -361,14 +363,24 @@ def check_rotation(capturer: AttentionCapturer, prefix: PrefixCache) -> None:
         else:
             probe = [[1, 2, 3, 4]]
             at = encode_blocks(capturer, prefix, probe, [prefix.length])[0]
-            if rotation(capturer, 7, at.keys)[0].shape[-1] != at.keys.shape[-1]:  # partial rotary
+            if (
+                rotation(capturer, 7, at.keys)[0].shape[-1] != at.keys.shape[-1]
+                or float(getattr(rotary, "attention_scaling", 1.0) or 1.0) != 1.0
+            ):  # partial rotary
                 _ROTATION_OK[key] = False
             else:
-                moved = encode_blocks(capturer, prefix, probe, [prefix.length + 7])[0]
-                turned = rotate_keys(capturer, at, 7).keys[0]
-                scale = float(moved.keys[0].abs().max()) or 1.0
-                tolerance = 1e-4 if moved.keys.dtype == torch.float32 else 3e-2  # half precision rounds
-                _ROTATION_OK[key] = float((turned - moved.keys[0]).float().abs().max()) <= tolerance * scale
+                # the first layer with rotary embeddings: a NoPE layer before it sees no position,
+                # so its input is the same at both places and its keys compare exactly
+                nope = set(nope_layers(capturer))
+                first = next((i for i in range(at.keys.shape[0]) if i not in nope), None)
+                if first is None:  # no layer the scorer reads has a position: nothing to rotate
+                    _ROTATION_OK[key] = True
+                else:
+                    moved = encode_blocks(capturer, prefix, probe, [prefix.length + 7])[0].keys[first]
+                    turned = rotate_keys(capturer, at, 7).keys[first]
+                    scale = float(moved.abs().max()) or 1.0
+                    tolerance = 1e-4 if moved.dtype == torch.float32 else 3e-2  # half precision rounds
+                    _ROTATION_OK[key] = float((turned - moved).float().abs().max()) <= tolerance * scale
     if not _ROTATION_OK[key]:
         raise InputError(
             f"block_positions='rotated': the rotary embedding of {type(capturer.decoder).__name__} does not "

@@ -188,6 +188,22 @@ def test_nope_layers_keep_their_keys_when_a_block_moves():
     assert torch.equal(k1[0, :, 3:8], at.keys[1])
 
 
+@pytest.mark.parametrize("no_rope", [[1, 1], [0, 1]])  # SmolLM3's 0: a NoPE layer (layer 0 here, then layer 1)
+def test_a_scaled_rotary_embedding_is_refused_whichever_layer_has_it_first(no_rope):
+    """YaRN scales cosines and sines, which rotating kept keys applies twice; the probe compared
+    layer 0's keys only, so a model whose layer 0 is NoPE passed with YaRN in the layers after it."""
+    from attnrank.llm.states import check_rotation
+
+    rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512, "rope_theta": 10000.0}
+    model = tiny_model(
+        "SmolLM3", layers=2, max_positions=2048, no_rope_layers=no_rope, pad_token_id=0, rope_parameters=rope
+    )
+    capturer = AttentionCapturer(model, [(1, 0)])
+    prefix = capturer.prefill([5, 6, 7])
+    with pytest.raises(InputError, match="does not compose as standard RoPE"):
+        check_rotation(capturer, prefix)
+
+
 def test_rotated_positions_on_a_model_without_positions_equal_sequential():
     """A model whose every layer is NoPE: no key has a position, so rotated positions are exactly
     sequential ones (they were refused: the first-layer probe saw its rotated keys differ)."""
