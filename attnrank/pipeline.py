@@ -321,7 +321,7 @@ def check_shared_model(
     loads one model for every stage, from its own ``model``, ``dtype`` and ``device``: a stage
     config asking for another would be silently overridden (a loaded :class:`LLM` given as
     ``model`` is used as it is)."""
-    if isinstance(model, LLM):
+    if isinstance(model, LLM):  # used as it is (each stage warns of a config naming another model)
         return
     for cfg in configs:
         if not isinstance(cfg, (RerankConfig, PruneConfig)):

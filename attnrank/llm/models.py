@@ -197,6 +197,27 @@ def model_shape(model: str | None = None) -> tuple[int, int] | None:
         return None
 
 
+def warn_if_named_otherwise(llm: LLM, name: str | os.PathLike[str] | None, what: str) -> None:
+    """Log a warning where a configuration (``what``, e.g. ``"PruneConfig"``) names a model
+    (``name``) other than the loaded ``llm`` it is given with, which is what runs: a loaded model
+    is used as it is (its device and precision too). Names are compared as :func:`load_llm` reads
+    them; one model under two names (an alias and its hub id) is warned of too."""
+    if name is None:
+        return
+    try:
+        named = checked_model_id(name)
+    except ModelError:
+        named = os.fspath(name)
+    if named != llm.model_id:
+        logger.warning(
+            "%s names the model %r, but the loaded model %r was given and is what runs; drop the model from the "
+            "configuration, or pass the model it names",
+            what,
+            os.fspath(name),
+            llm.model_id,
+        )
+
+
 def check_prompt_budget(max_prompt_tokens: int | None, model: LLM | str | None) -> None:
     """Refuse a prompt budget past ``model``'s context (positions it was never trained on): a
     loaded :class:`LLM`'s, or a model name's from its config alone, before its weights load."""

@@ -18,6 +18,7 @@ from attnrank.llm.prompts import build_rerank_prompts
 from attnrank.prune.config import FOCUS_HINT, PruneConfig
 from attnrank.prune.context import PrunedContext, ScoredSentence, select
 from attnrank.prune.pruner import ContextPruner
+from attnrank.rerank.config import RerankConfig
 from attnrank.types import Document
 
 DOCS = [
@@ -313,6 +314,21 @@ def test_pre_split_sentences_that_leave_text_out_are_refused_or_segmented(llm, c
         pruned = ContextPruner(llm).prune(QUERY, [Document("a", text, "", {"sentences": part})], budget_tokens=1000)
     assert "metadata sentences unusable" in caplog.text
     assert pruned.documents()[0].text == text and len(pruned.sentences) == 3
+
+
+def test_a_config_naming_another_model_than_the_one_given_is_warned_of(llm, caplog):
+    """ContextPruner(llm, config=PruneConfig(model="other")) and the reranker alike ran the model
+    given without a word about the one the configuration names."""
+    from attnrank.rerank.attention import AttentionReranker
+
+    with caplog.at_level("WARNING", logger="attnrank.llm.models"):
+        ContextPruner(llm, config=PruneConfig(model=llm.model_id))
+        AttentionReranker(llm, config="qrhead", heads="all")
+        assert "names the model" not in caplog.text
+        ContextPruner(llm, config=PruneConfig(model="some/other-model"))
+        AttentionReranker(llm, config=RerankConfig(model="some/other-model", heads="all"))
+    assert caplog.text.count("names the model 'some/other-model', but the loaded model") == 2
+    assert "PruneConfig names" in caplog.text and "RerankConfig names" in caplog.text
 
 
 def test_kept_sentences_number_the_callers_pre_split_list_with_its_empty_entries(llm):
