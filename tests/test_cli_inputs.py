@@ -309,7 +309,7 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         ),
         ([*prune, "--focus-hint", "So"], "--focus-hint is the answer hint of --method focus, not query"),
         ([*prune, "--block-positions", "shared"], "--block-positions configure(s) block attention's passage states"),
-        ([*prune, "--method", "probe", "--no-token-filter"], "so --token-filter False would be ignored"),
+        ([*prune, "--method", "probe", "--token-filter"], "so --token-filter True would be ignored"),
         # signals only computes no attention: attention options would be ignored
         ([*ask, "--preset", "fused", "--signals", "only", "--heads", "all"], "--heads configure(s) attention, which "),
         ([*ask, "--signals", "likelihood", "--heads", "all"], "--heads configure(s) attention, which "),
@@ -705,3 +705,17 @@ def test_search_checks_its_fusion_options_before_loading_the_index(tmp_path, opt
     """They were refused after the index had loaded (and, with --verify, been hashed whole)."""
     r = runner.invoke(app, ["search", "q", "--index-dir", str(tmp_path / "no-index"), *option])
     assert r.exit_code == 2 and said in cli_text(r), cli_text(r)
+
+
+def test_the_probe_s_own_settings_spelt_out_are_accepted_as_the_config_accepts_them():
+    """--method probe --no-token-filter was refused as an option the probe would ignore, though the
+    probe scores unfiltered and PruneConfig(method="probe", token_filter=False) is accepted. Heads
+    and a length normalisation, even the defaults, are still refused: the probe's own replace them."""
+    import typer
+
+    from attnrank.cli.prune_options import build_prune_config
+
+    assert build_prune_config(method="probe", token_filter=False).token_filter is False
+    for option in ({"token_filter": True}, {"heads": "all"}, {"length_norm": "sqrt"}):  # its heads, its norm
+        with pytest.raises(typer.BadParameter, match="would be ignored"):
+            build_prune_config(method="probe", **option)

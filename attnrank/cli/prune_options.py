@@ -92,13 +92,20 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
+# Values of the options the probe fixes that say what it does anyway: it scores unfiltered (its
+# heads and length normalisation are its own, whatever is named).
+PROBE_OWN: dict[str, tuple[Any, ...]] = {"--token-filter": (False,)}
+
+
 def check_method(method: str, fixed: dict[str, Any]) -> str:
     """``--method`` one of the pruning methods; with ``probe``, none of the options it fixes given
-    (``fixed``: flag -> value, None where not given): the probe would ignore them."""
+    (``fixed``: flag -> value, None where not given) but as the probe has them (:data:`PROBE_OWN`):
+    the probe would ignore them."""
     if method not in PRUNE_METHODS:
         raise typer.BadParameter(f"--method {method!r} is not one of {', '.join(PRUNE_METHODS)}")
     for flag, value in fixed.items():
-        if method == "probe" and value is not None:
+        # (what the probe does anyway, spelt out, is no option ignored: PruneConfig takes it too)
+        if method == "probe" and value is not None and value not in PROBE_OWN.get(flag, ()):
             raise typer.BadParameter(
                 f"--method probe scores sentences with the heads, length normalisation and unfiltered features its "
                 f"probe was trained with, so {flag} {value!r} would be ignored; drop {flag} or use --method query|focus"
