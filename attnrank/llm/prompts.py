@@ -137,12 +137,15 @@ def render_chat(tokenizer: Any, messages: list[dict[str, str]], **kwargs: Any) -
     :data:`TEMPLATE_DATE`: ``date_string`` is what Llama's template reads when it is given, and a
     template that calls ``strftime_now`` regardless gets a macro of that name in front, which
     shadows the clock for the formats it names (render variables cannot: transformers passes a
-    function given as one as the text "<function>")."""
+    function given as one as the text "<function>"). With thinking off (``enable_thinking=False``,
+    which Qwen3's and SmolLM3's templates read and others ignore): else the generator's answer
+    opens with the model's reasoning, and the reranker reads a prompt that invites it."""
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, str) and "strftime_now" in template:
         formats = {m[1] for m in re.findall(r"strftime_now\(\s*(['\"])(.*?)\1\s*\)", template)}
         table = ", ".join(f"{json.dumps(f)}: {json.dumps(TEMPLATE_DATE.strftime(f))}" for f in sorted(formats))
         kwargs["chat_template"] = f"{{%- macro strftime_now(f) -%}}{{{{ {{{table}}}[f] }}}}{{%- endmacro -%}}{template}"
+    kwargs = {"enable_thinking": False, **kwargs}
     return tokenizer.apply_chat_template(
         messages, tokenize=False, date_string=TEMPLATE_DATE.strftime("%d %b %Y"), **kwargs
     )

@@ -270,6 +270,19 @@ def test_a_template_that_stamps_today_renders_the_same_prompt_every_day(stamp, m
     assert "Today Date: 26 Jul 2024" in first.prefix
 
 
+def test_a_template_with_a_thinking_mode_renders_it_off():
+    """Qwen3's template opens the assistant's turn for reasoning unless enable_thinking=False:
+    the answer was the start of the model's reasoning, cut at the token limit."""
+    tok = make_tokenizer(chat=False)
+    tok.chat_template = (
+        CHAT_TEMPLATE + "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}"
+    )
+    assert chat_frame(tok).suffix.endswith("<think></think>")
+    plain = make_tokenizer(chat=False)
+    plain.chat_template = CHAT_TEMPLATE  # a template without a thinking mode renders as before
+    assert "think" not in chat_frame(plain).suffix
+
+
 # --------------------------------------------------------------------------- real tokenizer
 
 
