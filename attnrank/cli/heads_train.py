@@ -123,8 +123,7 @@ def heads_train(
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
     check_saveable(model, save)
     feats, llm, prompt = _capture(model, device, dtype, qs, cands, qr, rel, progress)
-    report, weights = _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc)
-    weights.config.prompt = prompt  # what the features' attention was read from
+    report, weights = _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc, prompt)
     typer.echo(report)
     if save:
         typer.echo(f"saved to {weights.save(llm.model_id, llm.fingerprint)}")
@@ -158,8 +157,9 @@ def _capture(model, device, dtype, qs, cands, qr, rel, progress):
     return feats, llm, rr.config.prompt_settings()
 
 
-def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc):
-    """(the held-out report text, the weights trained on all ``feats``)."""
+def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc, prompt):
+    """(the held-out report text, the weights trained on all ``feats``, recording ``prompt``, the
+    prompt settings the features' attention was read from)."""
     import numpy as np
 
     from ..eval.crossval import cross_validate, kfold_splits, pool
@@ -173,7 +173,7 @@ def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc):
             ndcg = _head_ndcg(train, qr, rel)
             chosen = [heads_all[i] for i in np.argsort(-ndcg, kind="stable")[:top]]
         sub = [restrict_heads(q, chosen) for q in train]
-        return chosen, train_head_weights(sub, learner=learner, l2=l2, rel=rel, first_stage=first_stage)
+        return chosen, train_head_weights(sub, learner=learner, l2=l2, rel=rel, first_stage=first_stage, prompt=prompt)
 
     def evaluate(fitted, test):
         chosen, w = fitted

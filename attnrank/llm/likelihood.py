@@ -34,10 +34,9 @@ from transformers.cache_utils import DynamicLayer
 
 from attnrank.errors import InputError
 
-from .attention import cache_argument, rotary_follows_length
+from .attention import cache_argument
 from .context import ContextBuffer, ContextLayer
 from .models import LLM
-from .quantize import is_int8
 from .recording import (
     ATTN_IMPLEMENTATION,
     attn_implementation,
@@ -156,15 +155,10 @@ def reuses_states(llm: LLM) -> bool:
     value_dim = getattr(decoder.config, "v_head_dim", None)  # multi-head latent attention (DeepSeek): values narrower
     key_dim = getattr(decoder.config, "qk_head_dim", None) or getattr(decoder.config, "head_dim", None)
     same = value_dim is None or value_dim == key_dim  # (kept states are assembled in one head size)
-    # dynamic int8 scales each linear's input over the whole pass: states kept from a pass that ran
-    # the query too would depend on that query, and a suffix pass over them scales apart
-    return (
-        full
-        and same
-        and not rotary_follows_length(decoder)
-        and not shares_keys(decoder.config)
-        and not is_int8(llm.model)
-    )
+    # (rows_share_the_pass: dynamic int8 scales each linear's input over the whole pass, so states
+    # kept from a pass that ran the query too would depend on that query, and a suffix pass over
+    # them scales apart; length-following rotary frequencies move with the pass's longest row)
+    return full and same and not rows_share_the_pass(llm.model, decoder) and not shares_keys(decoder.config)
 
 
 def shares_keys(config: Any) -> bool:

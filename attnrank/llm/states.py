@@ -364,9 +364,9 @@ def check_rotation(capturer: AttentionCapturer, prefix: PrefixCache) -> None:
             probe = [[1, 2, 3, 4]]
             at = encode_blocks(capturer, prefix, probe, [prefix.length])[0]
             if (
-                rotation(capturer, 7, at.keys)[0].shape[-1] != at.keys.shape[-1]
-                or float(getattr(rotary, "attention_scaling", 1.0) or 1.0) != 1.0
-            ):  # partial rotary
+                rotation(capturer, 7, at.keys)[0].shape[-1] != at.keys.shape[-1]  # partial rotary
+                or float(getattr(rotary, "attention_scaling", 1.0) or 1.0) != 1.0  # YaRN: cos and sin scaled
+            ):
                 _ROTATION_OK[key] = False
             else:
                 # the first layer with rotary embeddings: a NoPE layer before it sees no position,
