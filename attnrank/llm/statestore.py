@@ -49,8 +49,9 @@ def _hash_ids(ids: Sequence[int]) -> str:
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
 
 
-# The config fields the stored keys and values depend on beyond the weights (a local model's
-# fingerprint hashes its weight files only: an edited config.json, e.g. its RoPE settings, keeps it).
+# The config fields the stored keys and values depend on beyond the weights (a hub model's
+# fingerprint is its snapshot's commit: a config.json edited in the cache, e.g. its RoPE settings,
+# keeps it).
 _CONFIG_FIELDS = (
     "hidden_size",
     "num_hidden_layers",

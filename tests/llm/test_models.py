@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import struct
 import types
 from pathlib import Path
@@ -42,10 +43,27 @@ def test_load_local_path(tiny_dir):
     assert (llm.num_layers, llm.num_heads, llm.num_kv_heads) == (3, 4, 2)
     assert llm.context_length == 16384  # the fixture model's max_position_embeddings
     assert llm.model.config._attn_implementation == "sdpa"
-    weights = (tiny_dir / "model.safetensors").read_bytes()
-    assert llm.fingerprint == hashlib.sha256(weights).hexdigest()
+    assert llm.fingerprint == fingerprint.pretrained_fingerprint(str(tiny_dir))
     enc = llm.tokenizer("ab c", return_offsets_mapping=True)
     assert enc["offset_mapping"][-1] == (3, 4)
+
+
+def test_a_local_folder_is_fingerprinted_by_its_weights_configuration_and_tokenizer(tiny_dir, tmp_path):
+    """Editing the configuration or the tokenizer of a folder changes what its weights compute: its
+    kept states and trained weights must then be refused, so its fingerprint changes too."""
+    folder = tmp_path / "copy"
+    shutil.copytree(tiny_dir, folder)
+    first = fingerprint.pretrained_fingerprint(str(folder))
+    assert fingerprint.pretrained_fingerprint(str(tiny_dir)) == first  # the place does not count
+    (folder / "README.md").write_text("notes")  # a file that changes nothing
+    assert fingerprint.pretrained_fingerprint(str(folder)) == first
+    seen = {first}
+    for name in ("config.json", "tokenizer_config.json", "model.safetensors"):
+        path = folder / name
+        path.write_bytes(path.read_bytes() + b" ")
+        now = fingerprint.pretrained_fingerprint(str(folder))
+        assert now not in seen, name
+        seen.add(now)
 
 
 def test_process_cache(tiny_dir):
