@@ -12,6 +12,7 @@ Any other string is a Hugging Face id, a local model folder, or a local ``.gguf`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -197,25 +198,62 @@ def model_shape(model: str | None = None) -> tuple[int, int] | None:
         return None
 
 
-def warn_if_named_otherwise(llm: LLM, name: str | os.PathLike[str] | None, what: str) -> None:
-    """Log a warning where a configuration (``what``, e.g. ``"PruneConfig"``) names a model
-    (``name``) other than the loaded ``llm`` it is given with, which is what runs: a loaded model
-    is used as it is (its device and precision too). Names are compared as :func:`load_llm` reads
-    them; one model under two names (an alias and its hub id) is warned of too."""
-    if name is None:
-        return
-    try:
-        named = checked_model_id(name)
-    except ModelError:
-        named = os.fspath(name)
-    if named != llm.model_id:
+def warn_if_configured_otherwise(llm: LLM, cfg: Any, what: str) -> None:
+    """Log a warning where a stage's configuration ``cfg`` (``what``, e.g. ``"PruneConfig"``)
+    names a model other than the loaded ``llm`` it is given with, or a device or precision set
+    (not left at its default) other than the one ``llm`` is loaded in: a loaded model is used
+    as it is. Names are compared as :func:`load_llm` reads them (one model under two names, an
+    alias and its hub id, is warned of too)."""
+    name = getattr(cfg, "model", None)
+    if name is not None:
+        try:
+            named = checked_model_id(name)
+        except ModelError:
+            named = os.fspath(name)
+        if named != llm.model_id:
+            logger.warning(
+                "%s names the model %r, but the loaded model %r was given and is what runs; drop the model from "
+                "the configuration, or pass the model it names",
+                what,
+                os.fspath(name),
+                llm.model_id,
+            )
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)} if dataclasses.is_dataclass(cfg) else {}
+    device, dtype = getattr(cfg, "device", None), getattr(cfg, "dtype", None)
+    if device is not None and device != defaults.get("device") and _device_differs(llm.device, device):
         logger.warning(
-            "%s names the model %r, but the loaded model %r was given and is what runs; drop the model from the "
-            "configuration, or pass the model it names",
+            "%s sets device=%r, but the loaded model %r was given on %s and runs there; drop device from the "
+            "configuration, or load the model on that device",
             what,
-            os.fspath(name),
+            device,
             llm.model_id,
+            llm.device,
         )
+    if dtype is not None and dtype not in (defaults.get("dtype"), "auto") and _precision_differs(llm, dtype):
+        loaded = llm.quantization or str(llm.dtype).removeprefix("torch.")
+        logger.warning(
+            "%s sets dtype=%r, but the loaded model %r was given in %s and runs in it; drop dtype from the "
+            "configuration, or load the model in that precision",
+            what,
+            dtype,
+            llm.model_id,
+            loaded,
+        )
+
+
+def _device_differs(loaded: torch.device, device: str) -> bool:
+    name = config.check_device_name(device)
+    if name == "auto":
+        return False
+    want = torch.device("cuda:0" if name == "cuda" else name)
+    return (want.type, want.index or 0) != (loaded.type, loaded.index or 0)
+
+
+def _precision_differs(llm: LLM, dtype: str) -> bool:
+    name = config.check_dtype_name(dtype)
+    if name in QUANTIZED:
+        return llm.quantization != name
+    return bool(llm.quantization and not llm.adapter) or DTYPES[name] != llm.dtype
 
 
 def check_prompt_budget(max_prompt_tokens: int | None, model: LLM | str | None) -> None:

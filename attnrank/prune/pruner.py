@@ -61,7 +61,7 @@ from ..llm.blocks import BlockPrompt
 from ..llm.capture import capture_blocks, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import LLM, check_prompt_budget, load_llm, warn_if_named_otherwise
+from ..llm.models import LLM, check_prompt_budget, load_llm, warn_if_configured_otherwise
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
@@ -115,7 +115,7 @@ class ContextPruner:
             raise InputError(f"a probe was given, but method={cfg.method!r} reads none; pass method='probe' too")
         check_prompt_budget(cfg.max_prompt_tokens, model if isinstance(model, LLM) else cfg.model)  # before the load
         if isinstance(model, LLM):
-            warn_if_named_otherwise(model, cfg.model, "PruneConfig")
+            warn_if_configured_otherwise(model, cfg, "PruneConfig")
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None
         spec: Any = cfg.heads

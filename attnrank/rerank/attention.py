@@ -37,7 +37,7 @@ from ..llm.blocks import BlockMemo, BlockPrompt, EncodedBlock, build_block_promp
 from ..llm.capture import capture_block_windows, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model, warn_if_named_otherwise
+from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model, warn_if_configured_otherwise
 from ..llm.prompts import CALIBRATION_QUERY, RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows
 from ..llm.states import StateCache
@@ -114,7 +114,7 @@ class AttentionReranker:
         # Reranking by the signals alone never runs the model: it is loaded only if asked for (.llm).
         self._llm = model if isinstance(model, LLM) else None
         if self._llm is not None:
-            warn_if_named_otherwise(self._llm, cfg.model, "RerankConfig")
+            warn_if_configured_otherwise(self._llm, cfg, "RerankConfig")
         self._llm_lock = threading.Lock()
         if cfg.uses_attention:  # untrained positions: before the weights load where the config tells
             check_prompt_budget(cfg.max_prompt_tokens, self._llm or cfg.model)

@@ -331,6 +331,24 @@ def test_a_config_naming_another_model_than_the_one_given_is_warned_of(llm, capl
     assert "PruneConfig names" in caplog.text and "RerankConfig names" in caplog.text
 
 
+def test_a_config_setting_another_precision_or_device_than_the_model_given_is_warned_of(llm, caplog):
+    """A loaded model runs in its own precision and on its own device; a configuration that sets
+    others (not left at their defaults) was silently ignored."""
+    from attnrank.rerank.attention import AttentionReranker
+
+    assert llm.dtype == torch.float32 and llm.device == torch.device("cpu")
+    with caplog.at_level("WARNING", logger="attnrank.llm.models"):
+        ContextPruner(llm, config=PruneConfig(dtype="float32", device="cpu"))
+        AttentionReranker(llm, config=RerankConfig(heads="all", dtype="auto", device="auto"))
+        assert "sets" not in caplog.text
+        ContextPruner(llm, config=PruneConfig(dtype="bfloat16"))
+        AttentionReranker(llm, config=RerankConfig(heads="all", dtype="int8"))
+        AttentionReranker(llm, config=RerankConfig(heads="all", device="cuda:1"))
+    assert "PruneConfig sets dtype='bfloat16', but the loaded model 'tiny-llama' was given in float32" in caplog.text
+    assert "RerankConfig sets dtype='int8'" in caplog.text
+    assert "RerankConfig sets device='cuda:1', but the loaded model 'tiny-llama' was given on cpu" in caplog.text
+
+
 def test_kept_sentences_number_the_callers_pre_split_list_with_its_empty_entries(llm):
     """Empty entries were skipped and the rest renumbered: the caller's sentence 1 came back as 0."""
     text = "Paris is the capital. It is big. Rome is old."
