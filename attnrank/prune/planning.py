@@ -6,12 +6,13 @@ call; :class:`~attnrank.prune.pruner.ContextPruner` decides when to chunk (see i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..errors import InputError
 from ..llm.blocks import BlockPrompt, build_block_prompts
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.texts import tokenize
+from ..rerank.windows import block_extent
 from ..types import Document
 from .context import ScoredSentence
 from .segment import Sentence
@@ -135,6 +136,28 @@ class PromptPlanner:
         prompt = build_block_prompts(self.tokenizer, query, texts, **self.prompt_kw)
         spans = block_sentence_spans(prompt, texts, pieces, sents)
         return Chunk(pieces, prompt, spans, len(prompt.context_ids) + len(prompt.real_suffix_ids))
+
+    def block_reach(self, chunk: Chunk, positions: str) -> int:
+        """Positions a block-attention chunk spans: its suffix's start by the ``positions``
+        scheme, its longer suffix and the focus hint."""
+        return block_extent(cast(BlockPrompt, chunk.pair), positions) + len(self.hint_ids)
+
+    def check_frame(self, block_positions: str | None) -> None:
+        """Refuse a budget that no prompt fits: the prompt of a one-word query around a one-word
+        passage (instructions, focus hint; block attention with ``block_positions``, else full)
+        spans more. Found when the pruner is built, rather than at its first call."""
+        docs, sents = [Document("frame", "x")], [[Sentence("x", 0, 1)]]
+        pieces = [make_piece(0, sents[0], [0])]
+        if block_positions is None:
+            frame = self.build("x", docs, sents, pieces).length
+        else:
+            frame = self.block_reach(self.build_blocks("x", docs, sents, pieces), block_positions)
+        if frame > self.max_prompt_tokens:
+            raise InputError(
+                f"max_prompt_tokens={self.max_prompt_tokens} leaves no room for a passage: the pruning prompt's "
+                f"instructions with a one-word query and passage already span {frame} positions; raise "
+                "max_prompt_tokens (None: the model's context less 64)"
+            )
 
 
 def consecutive_groups(weights: list[int], n: int) -> list[list[int]]:

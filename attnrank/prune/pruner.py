@@ -51,7 +51,7 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -139,6 +139,7 @@ class ContextPruner:
             self.hint_ids = tokenize(self.llm.tokenizer, self.focus_hint)["input_ids"]
         check_prompt_budget(cfg.max_prompt_tokens, self.llm)  # (a model whose config could not be read before)
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
+        self._planner().check_frame(cfg.block_positions if cfg.attention == "block" else None)
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None
@@ -263,17 +264,18 @@ class ContextPruner:
             out.append(segment(doc.text, max_words=self.max_sentence_words))
         return out
 
-    def _plan(self, query: str, docs: list[Document], sents: list[list[Sentence]]) -> list[Chunk]:
-        """Prompts covering every sentence, each within ``max_prompt_tokens``."""
-        planner = PromptPlanner(
+    def _planner(self) -> PromptPlanner:
+        return PromptPlanner(
             self.llm.tokenizer, self.prompt_kw, self.max_prompt_tokens, self.hint_ids, self.max_sentence_words
         )
+
+    def _plan(self, query: str, docs: list[Document], sents: list[list[Sentence]]) -> list[Chunk]:
+        """Prompts covering every sentence, each within ``max_prompt_tokens``."""
+        planner = self._planner()
         pieces = [make_piece(i, s, range(len(s))) for i, s in enumerate(sents) if s]
         if self.config.attention == "block":  # blocks are independent: one prompt holds them all
             chunk = planner.build_blocks(query, docs, sents, pieces)
-            prompt = cast(BlockPrompt, chunk.pair)
-            suffix = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids))
-            needed = prompt.suffix_start(self.config.block_positions) + suffix + len(self.hint_ids)
+            needed = planner.block_reach(chunk, self.config.block_positions)
             if needed > self.max_prompt_tokens:
                 raise InputError(
                     f"the block-attention pruning prompt reaches position {needed} > max_prompt_tokens="

@@ -53,7 +53,7 @@ from .position import SlotProfile, load_profile
 from .resolve import check_lookups, learned_weights, resolve_config_heads
 from .reweight import check_setup
 from .signals import VECTOR_CACHE, SignalComputer, signal_embedder_setup
-from .windows import block_windows, fit_windows
+from .windows import block_windows, check_frame, fit_windows, prompt_extent
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +165,10 @@ class AttentionReranker:
         )
         if self.uses_attention:  # (a model whose config could not be read before its load)
             check_prompt_budget(cfg.max_prompt_tokens, self.llm)
+            block = cfg.block_positions if cfg.attention == "block" else None
+            check_frame(
+                self.llm.tokenizer, self.prompt_kw, self.max_prompt_tokens, calibrate=calibrate, block_positions=block
+            )
         self.states = StateCache(cfg.state_cache_mb << 20)  # reusable passage states (block attention, likelihood)
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None  # block_prefix_ids depend on the tokenizer only
@@ -443,8 +447,7 @@ class AttentionReranker:
         return fit_windows(
             len(docs),
             lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
-            # the calibration prompt ("N/A") may be the longer one, after a one-word query
-            lambda p: max(len(p.real.input_ids), len(p.calibration.input_ids) if self.calibrate else 0),
+            lambda p: prompt_extent(p, self.calibrate),
             self._window,
             self.max_prompt_tokens,
             [d.id for d in docs],

@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from ..errors import InputError
-from ..llm.blocks import BlockPrompt
+from ..llm.blocks import BlockPrompt, build_block_prompts
+from ..llm.prompts import RerankPromptPair, build_rerank_prompts
+from ..types import Document
 
 logger = logging.getLogger(__name__)
 
@@ -75,23 +77,50 @@ def _check_alone(sizes: list[int], max_prompt_tokens: int, ids: Sequence[str] | 
     )
 
 
+def prompt_extent(pair: RerankPromptPair, calibrate: bool) -> int:
+    """Positions a full prompt spans: its real prompt's, or its calibration prompt's ("N/A") when
+    that is calibrated and longer (after a one-word query)."""
+    return max(len(pair.real.input_ids), len(pair.calibration.input_ids) if calibrate else 0)
+
+
+def block_extent(prompt: BlockPrompt, positions: str) -> int:
+    """Positions a block prompt spans: its suffix's start (by the ``positions`` scheme) plus the
+    longer of its two suffixes."""
+    suffix = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids))
+    return prompt.suffix_start(positions) + suffix
+
+
 def block_windows(
     whole: BlockPrompt, order: str, positions: str, max_prompt_tokens: int
 ) -> list[tuple[BlockPrompt, list[int]]]:
     """The block prompts of the windows :func:`fit_windows` cuts ``whole`` (every candidate's block,
-    arranged by ``order``) into, each with the input indices it holds; a block prompt spans its
-    suffix's start (by the ``positions`` scheme) plus the longer of its two suffixes."""
-
-    def extent(prompt: BlockPrompt) -> int:
-        suffix = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids))
-        return prompt.suffix_start(positions) + suffix
-
+    arranged by ``order``) into, each with the input indices it holds (:func:`block_extent`)."""
     n = len(whole.blocks)
     return fit_windows(
         n,
         lambda g: whole if len(g) == n else whole.select(g, order),
-        extent,
+        lambda prompt: block_extent(prompt, positions),
         lambda prompt, g: (prompt, g),
         max_prompt_tokens,
         whole.doc_ids or None,
     )
+
+
+def check_frame(
+    tokenizer: object, prompt_kw: dict, max_prompt_tokens: int, *, calibrate: bool, block_positions: str | None
+) -> None:
+    """Refuse a budget that no prompt fits: the prompt of a one-word query and one one-word
+    passage (instructions and chat template, ``prompt_kw`` as the prompts are built; block
+    attention with ``block_positions``, else the full prompt) spans more. Found here, when a
+    reranker is built, rather than at its first query."""
+    docs = [Document("frame", "x")]
+    if block_positions is not None:
+        frame = block_extent(build_block_prompts(tokenizer, "x", docs, **prompt_kw), block_positions)
+    else:
+        frame = prompt_extent(build_rerank_prompts(tokenizer, "x", docs, **prompt_kw), calibrate)
+    if frame > max_prompt_tokens:
+        raise InputError(
+            f"max_prompt_tokens={max_prompt_tokens} leaves no room for a passage: the prompt's instructions with "
+            f"a one-word query and passage already span {frame} positions; raise max_prompt_tokens (None: the "
+            "model's context less 64)"
+        )

@@ -419,14 +419,26 @@ def test_bad_input(llm):
     for words in (0, -2, True):  # refused when configured, not at the first prune (0 was a crash there)
         with pytest.raises(InputError, match=f"max_sentence_words={words!r} must be an integer >= 1"):
             PruneConfig(max_sentence_words=words)
-    with pytest.raises(InputError, match="does not fit max_prompt_tokens=120 even alone; lower max_sentence_words"):
-        ContextPruner(llm, max_prompt_tokens=120).prune(QUERY, [Document("x", "word " * 60)], budget_tokens=5)
+    with pytest.raises(InputError, match="does not fit max_prompt_tokens=200 even alone; lower max_sentence_words"):
+        ContextPruner(llm, max_prompt_tokens=200).prune(QUERY, [Document("x", "word " * 60)], budget_tokens=5)
     # a pre-split sentence is never cut by max_sentence_words: the advice names what can help
     given = ["", "word " * 59 + "word"]  # numbered as the caller numbers it (#1)
     with pytest.raises(InputError, match="pre-split sentence #1 of document 'x' .* split it in the sentences given"):
-        ContextPruner(llm, max_prompt_tokens=120).prune(
+        ContextPruner(llm, max_prompt_tokens=200).prune(
             QUERY, [Document("x", "word " * 60)], budget_tokens=5, sentences=[given]
         )
+
+
+def test_a_prompt_budget_below_the_prompts_own_frame_is_refused_when_built(llm):
+    """A budget that not even a one-word passage fits was found at the first prune or rerank
+    (after a first stage), and the pruner's advice named the sentence (lower max_sentence_words)."""
+    from attnrank.rerank.attention import AttentionReranker
+
+    for cls, options in ((ContextPruner, {}), (AttentionReranker, {"config": "qrhead", "heads": "all"})):
+        for attention in ("full", "block"):
+            with pytest.raises(InputError, match=r"max_prompt_tokens=120 leaves no room for a passage: .* span 1\d\d "):
+                cls(llm, max_prompt_tokens=120, attention=attention, **options)
+            cls(llm, max_prompt_tokens=200, attention=attention, **options)  # room for a short passage
 
 
 def test_a_query_too_long_for_the_window_is_named(small_window):
