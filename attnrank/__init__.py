@@ -20,8 +20,9 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from .corpus import load_corpus, load_queries
+from .corpus import load_corpus
 from .errors import AttnrankError, IndexFormatError, InputError, MissingExtraError, ModelError
+from .queries import load_queries
 from .types import Document, RankedResults, ScoredDocument
 
 _LAZY = {

@@ -1,4 +1,4 @@
-"""Load and validate corpora and query sets.
+"""Load and validate corpora (query sets: :mod:`attnrank.queries`).
 
 Formats (chosen by :func:`load_corpus` from the path):
 
@@ -65,7 +65,7 @@ def _open_text(path: Path) -> io.TextIOBase:
     return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline="")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     # decode line by line (not through a buffered text wrapper) so errors name the right line
     with gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
@@ -133,7 +133,7 @@ def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problem
 def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
     report = LoadReport(str(path))
     problem, docs = _Problems(report, skip_invalid), dict[str, Document]()
-    for lineno, line in _lines(path):
+    for lineno, line in text_lines(path):
         where = f"{path}:{lineno}"
         if not line.strip():
             continue
@@ -145,7 +145,7 @@ def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[D
         if not isinstance(obj, dict):
             problem(where, "expected a JSON object with 'id' and 'text'")
             continue
-        did, clash = _json_id(obj)
+        did, clash = json_id(obj)
         if clash:
             problem(where, clash)
             continue
@@ -195,12 +195,12 @@ _FIELD_LIMIT = 1 << 30  # documents can be far longer than the csv module's defa
 
 class _TsvReader:
     """``csv.DictReader``'s rows of a TSV corpus (no quoting: one record a line), its lines split
-    at newlines only (:func:`_tsv_lines`), as :func:`load_queries` reads TSV: the csv module also
+    at newlines only (:func:`tsv_lines`), as :func:`~attnrank.queries.load_queries` reads TSV: the csv module also
     ends a record at a lone carriage return, which cut a text there (the rest taken for a record of
     its own)."""
 
     def __init__(self, path: Path):
-        self._lines = _tsv_lines(path)
+        self._lines = tsv_lines(path)
         self.line_num: int = 0
         self.fieldnames: list[str] | None = None
         for number, first in self._lines:
@@ -221,10 +221,10 @@ class _TsvReader:
             yield row
 
 
-def _tsv_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """:func:`_lines` of a TSV file, and of one with old Mac line endings (lone carriage returns:
+def tsv_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """:func:`text_lines` of a TSV file, and of one with old Mac line endings (lone carriage returns:
     read as one "line") its lines split at those."""
-    lines = _lines(path)
+    lines = text_lines(path)
     for number, first in lines:
         if "\r" in first.removesuffix("\n").removesuffix("\r"):
             yield from enumerate((first + "".join(line for _, line in lines)).split("\r"), start=1)
@@ -385,85 +385,10 @@ def _single_text(p: Path) -> tuple[list[Document], LoadReport]:
     return _finish(docs, report)
 
 
-def load_queries(path: str | Path) -> dict[str, str]:
-    """Read queries from BEIR ``queries.jsonl`` (``_id``, ``text``) or TSV ``id<TAB>text``."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "queries.jsonl"
-    if not p.exists():
-        raise InputError(f"queries file {str(p)!r} does not exist; give a BEIR queries.jsonl or a TSV of id<TAB>text")
-    queries: dict[str, str] = {}
-    is_jsonl = p.name.lower().endswith((".jsonl", ".jsonl.gz", ".json", ".ndjson"))  # as load_corpus reads them
-    for lineno, line in _lines(p) if is_jsonl else _tsv_lines(p):
-        if not line.strip():
-            continue
-        where = f"{p}:{lineno}"
-        if is_jsonl:
-            qid, text = _query_record(line, where)
-        else:
-            parts = line.rstrip("\r\n").split("\t")
-            while len(parts) > 2 and not parts[-1].strip():  # trailing tabs add nothing
-                parts.pop()
-            if len(parts) != 2:  # a third column was searched as part of the query
-                raise InputError(
-                    f"{where}: {len(parts)} tab-separated field(s), expected 'id<TAB>text' (a query "
-                    f"cannot hold a tab); got {line.strip()[:60]!r}"
-                )
-            qid, text = parts[0].strip(), parts[1]  # (trimmed, as qrels and runs read ids)
-            if not queries and _is_header(qid, text):  # a header line ("id<TAB>text") is not a query
-                logger.info("%s: read as a header, not a query: %r", where, line.strip()[:80])
-                continue
-            if not qid:
-                raise InputError(f"{where}: empty query id before the tab; give every query an id")
-        if qid in queries:
-            raise InputError(f"{where}: duplicate query id {qid!r}; query ids must be unique")
-        if not text.strip():
-            raise InputError(f"{where}: query {qid!r} is empty")
-        if not encodable(qid, text):
-            raise InputError(
-                f"{where}: query {qid!r} holds a lone surrogate (a \\ud800-style JSON escape); fix or "
-                "re-encode it as UTF-8"
-            )
-        queries[qid] = text.strip()
-    if not queries:
-        raise InputError(f"{p}: no queries found")
-    return queries
-
-
-_ID_HEADERS = {"id", "_id", "qid", "query-id", "query_id", "queryid"}
-_TEXT_HEADERS = {"text", "query", "query-text", "query_text", "title"}
-
-
-def _is_header(qid: str, text: str) -> bool:
-    """Whether the first line of a queries TSV names its columns (``id<TAB>text``, or
-    ``qid<TAB>question`` and the like: an id column's name before any second name; a header
-    whose second column was not in a fixed list was searched as a query named "id")."""
-    return qid.lower() in _ID_HEADERS and (text.strip().lower() in _TEXT_HEADERS or " " not in text.strip())
-
-
-def _json_id(obj: dict) -> tuple[Any, str | None]:
+def json_id(obj: dict) -> tuple[Any, str | None]:
     """A JSON record's id (``_id`` or ``id``, whichever is not null) and a problem where both are
     given and differ (one of them would have been dropped without a word)."""
     given = {k: obj[k] for k in ("_id", "id") if obj.get(k) is not None}
     if len(given) == 2 and id_text(given["_id"]) != id_text(given["id"]):
         return None, f"'_id' {given['_id']!r} and 'id' {given['id']!r} differ; keep one of them"
     return next(iter(given.values()), None), None
-
-
-def _query_record(line: str, where: str) -> tuple[str, str]:
-    """``(id, text)`` of a queries.jsonl line; a missing id or a text that is not a string is an error."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError:
-        obj = None
-    given, clash = _json_id(obj) if isinstance(obj, dict) else (None, None)
-    if clash:
-        raise InputError(f"{where}: {clash}")
-    qid = id_text(given) if given is not None else None
-    if given is not None and qid is None:
-        raise InputError(f"{where}: query {id_problem(given)}")
-    qid = None if qid is None else qid.strip()  # (trimmed, as qrels and runs read ids)
-    text = obj.get("text") if isinstance(obj, dict) else None
-    if not qid or not isinstance(text, str):
-        raise InputError(f"{where}: expected a JSON object with '_id' (or 'id') and a string 'text'")
-    return qid, text

@@ -30,7 +30,7 @@ import numpy as np
 
 from attnrank.batch import BatchConfig, Resources, run_batch
 from attnrank.batch.stages import rerank_head
-from attnrank.corpus import load_corpus, load_queries
+from attnrank.corpus import load_corpus
 from attnrank.eval import write_run
 from attnrank.eval.datasets import data_root
 from attnrank.eval.report import environment, md_table, write_outputs
@@ -41,6 +41,7 @@ from attnrank.index.sharded.build import global_stats, peak_rss_mb
 from attnrank.index.sharded.layout import shard_bounds
 from attnrank.index.sharded.merge import merge_bm25
 from attnrank.index.tokenize import resolve_config, tokenize_all
+from attnrank.queries import load_queries
 
 log = logging.getLogger("bench_sharded")
 RESULTS: dict = {}

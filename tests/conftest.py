@@ -42,7 +42,7 @@ def scifact_docs(scifact_mini):
 
 @pytest.fixture(scope="session")
 def scifact_queries(scifact_mini):
-    from attnrank.corpus import load_queries
+    from attnrank.queries import load_queries
 
     return load_queries(scifact_mini / "queries.jsonl")
 

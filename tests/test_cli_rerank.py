@@ -15,7 +15,8 @@ def _assert_head_is_the_librarys(written, dl19_mini, depth, **options):
     import pytest
 
     from attnrank.cli.options import build_rerank_config
-    from attnrank.corpus import load_corpus, load_queries
+    from attnrank.corpus import load_corpus
+    from attnrank.queries import load_queries
     from attnrank.rerank.attention import AttentionReranker
 
     reranker = AttentionReranker(config=build_rerank_config(**options))

@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from attnrank.corpus import load_corpus, load_queries
+from attnrank.corpus import load_corpus
 from attnrank.errors import InputError
+from attnrank.queries import load_queries
 
 
 def test_beir_folder(scifact_mini):
@@ -96,16 +97,6 @@ def test_missing_path_and_unknown_format(tmp_path):
         load_corpus(tmp_path / "c.parquet")
 
 
-def test_queries_jsonl_and_tsv(scifact_mini, tmp_path):
-    q = load_queries(scifact_mini / "queries.jsonl")
-    assert len(q) == 12
-    (tmp_path / "q.tsv").write_text("1\tfirst query\n2\tsecond\n")
-    assert load_queries(tmp_path / "q.tsv") == {"1": "first query", "2": "second"}
-    (tmp_path / "bad.tsv").write_text("1\tok\n2\t \n")
-    with pytest.raises(InputError, match=r"bad\.tsv:2: query '2' is empty"):
-        load_queries(tmp_path / "bad.tsv")
-
-
 def test_byte_order_mark_is_not_data(tmp_path):
     """Excel and Notepad start UTF-8 files with a BOM: it must not rename a column or an id."""
     bom = "\ufeff".encode()
@@ -155,13 +146,6 @@ def test_json_values_that_are_not_text_are_reported(tmp_path):
     assert [(d.id, d.text) for d in load_corpus(p, skip_invalid=True)[0]] == [("7", "3.5")]
 
 
-def test_queries_jsonl_needs_an_id_and_a_text(tmp_path):
-    for i, line in enumerate(['{"qid": "1", "text": "x"}', '{"_id": "1", "text": null}']):
-        (tmp_path / f"q{i}.jsonl").write_text(line + "\n")
-        with pytest.raises(InputError, match=r":1: expected a JSON object with '_id'"):
-            load_queries(tmp_path / f"q{i}.jsonl")
-
-
 def test_csv_row_missing_its_text_field_is_reported_not_shifted(tmp_path):
     """A short row put its text under 'title' and loaded as a passage with no text (exit 0)."""
     (tmp_path / "c.csv").write_text("id,title,text\nd1,The whole passage text\nd2,T,real text\n")
@@ -172,20 +156,6 @@ def test_csv_row_missing_its_text_field_is_reported_not_shifted(tmp_path):
     assert report.skipped[0][0].endswith("c.csv:2")
     (tmp_path / "c.tsv").write_text("id\ttext\ttitle\nd1\tsome text\n")  # only a title left off: still fine
     assert [(d.id, d.title, d.text) for d in load_corpus(tmp_path / "c.tsv")[0]] == [("d1", "", "some text")]
-
-
-def test_tsv_query_without_an_id_is_refused(tmp_path):
-    (tmp_path / "q.tsv").write_text("q1\tfirst\n\tsecond\n")
-    with pytest.raises(InputError, match=r"q\.tsv:2: empty query id"):
-        load_queries(tmp_path / "q.tsv")
-
-
-@pytest.mark.parametrize("name", ["queries.json", "queries.ndjson", "QUERIES.JSONL"])
-def test_queries_read_json_lines_under_the_names_load_corpus_accepts(tmp_path, name):
-    """load_corpus reads .json/.ndjson as JSON lines; load_queries read them as TSV and failed
-    with "expected 'id<TAB>text'" on every valid record."""
-    (tmp_path / name).write_text('{"_id": "q1", "text": "first query"}\n{"_id": "q2", "text": "second"}\n')
-    assert load_queries(tmp_path / name) == {"q1": "first query", "q2": "second"}
 
 
 def test_a_nan_field_is_missing_not_the_text_nan(tmp_path):
@@ -227,16 +197,6 @@ def test_ids_are_trimmed_in_every_format_as_qrels_read_them(tmp_path):
         load_queries(tmp_path / "blank.tsv")
 
 
-def test_a_queries_tsv_header_is_not_a_query(tmp_path):
-    from attnrank.corpus import load_queries
-
-    p = tmp_path / "q.tsv"
-    p.write_text("id\ttext\nq1\tkyoto temples\n")
-    assert load_queries(p) == {"q1": "kyoto temples"}
-    p.write_text("q1\tkyoto temples\nid\ttext\n")  # only a first line can be a header
-    assert load_queries(p) == {"q1": "kyoto temples", "id": "text"}
-
-
 def test_a_json_array_corpus_is_refused_with_the_conversion(tmp_path):
     """Read as JSON Lines it failed at line 1 advising skip_invalid, which kept only stray lines."""
     from attnrank.corpus import load_corpus
@@ -263,16 +223,6 @@ def test_a_record_with_both_ids_keeps_them_only_where_they_agree(tmp_path):
     queries.write_text('{"_id": "1", "id": "2", "text": "which?"}\n')
     with pytest.raises(InputError, match="'_id' '1' and 'id' '2' differ"):
         load_queries(queries)
-
-
-def test_a_queries_tsv_with_a_third_column_is_refused(tmp_path):
-    """The third column was kept in the query's text ("what is covid\\t2020") and searched."""
-    p = tmp_path / "q.tsv"
-    p.write_text("q1\twhat is covid\t2020\n")
-    with pytest.raises(InputError, match="q.tsv:1: 3 tab-separated field\\(s\\), expected 'id<TAB>text'"):
-        load_queries(p)
-    p.write_text("q1\twhat is covid\t\n")  # a trailing tab is not a column
-    assert load_queries(p) == {"q1": "what is covid"}
 
 
 def test_a_lone_surrogate_is_refused_while_reading(tmp_path):
@@ -321,16 +271,6 @@ def test_a_tsv_with_carriage_return_line_endings_still_reads():
         assert [(x.id, x.text) for x in load_corpus(path)[0]] == [("1", "hello"), ("2", "world")]
 
 
-def test_queries_tsv_with_old_mac_line_endings(tmp_path):
-    """A file of lone carriage returns was one "line", refused as "a query cannot hold a tab"; the
-    corpus TSV reader already split such files."""
-    from attnrank.corpus import load_queries
-
-    path = tmp_path / "q.tsv"
-    path.write_bytes(b"q1\tfirst query\rq2\tsecond query\r")
-    assert load_queries(path) == {"q1": "first query", "q2": "second query"}
-
-
 def test_ids_are_kept_as_written_or_refused(tmp_path):
     """A JSON id 1.10 was read as "1.1" (and 1e3 as "1000.0"), matching no qrels that spell it as
     written: a fraction is refused, a whole float (pandas writes an id column with a gap so) is an
@@ -349,11 +289,3 @@ def test_ids_are_kept_as_written_or_refused(tmp_path):
     (tmp_path / "c.csv").write_text("id,_id,text\n0,D17,hello\n")
     with pytest.raises(InputError, match=r"names the document id twice \('id', '_id'\)"):
         load_corpus(tmp_path / "c.csv")
-
-
-def test_a_queries_header_with_another_column_name_is_not_a_query(tmp_path):
-    """ "id<TAB>question" was read as a query named "id" (only a fixed list of names counted)."""
-    (tmp_path / "q.tsv").write_text("id\tquestion\n1\twhat is x\n")
-    assert load_queries(tmp_path / "q.tsv") == {"1": "what is x"}
-    (tmp_path / "q2.tsv").write_text("qid\twhat is the id of x\n")  # a real query: more than one word
-    assert load_queries(tmp_path / "q2.tsv") == {"qid": "what is the id of x"}

@@ -16,8 +16,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..corpus import id_problem, id_text, load_queries
+from ..corpus import id_problem, id_text
 from ..errors import InputError
+from ..queries import load_queries
 from ..rerank.fused import FUSED_STAGE, LIKELIHOOD
 from ..types import RankedResults, ScoredDocument
 

@@ -104,8 +104,8 @@ def labelled_set(
     and their documents, instead of a run or BM25 over a corpus."""
     import random
 
-    from ..corpus import load_queries
     from ..eval import read_qrels, read_run, trec_order
+    from ..queries import load_queries
 
     if max_queries < 0:
         raise typer.BadParameter(f"--max-queries {max_queries} must be at least 0 (0: all labelled queries)")

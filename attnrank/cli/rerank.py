@@ -47,8 +47,8 @@ def rerank(
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_options
 ) -> None:
     """Rerank a TREC run (default preset: BM25, dense and the LLM's query likelihood) and write a TREC run."""
-    from ..corpus import load_queries
     from ..eval import read_run, trec_order, write_run
+    from ..queries import load_queries
     from ..types import RankedResults, ScoredDocument
 
     progress = _setup(quiet, verbose)

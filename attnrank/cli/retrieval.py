@@ -178,9 +178,9 @@ def search(
     rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_options
 ) -> None:
     """Search an index with one query (printed) or a queries file (TREC run file)."""
-    from ..corpus import load_queries
     from ..eval import check_run_ids, write_run
     from ..index.retriever import check_queries
+    from ..queries import load_queries
 
     progress = _setup(quiet, verbose)
     if (query is None) == (queries is None):

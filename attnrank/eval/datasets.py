@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..corpus import load_corpus, load_queries
+from ..corpus import load_corpus
 from ..errors import InputError
+from ..queries import load_queries
 from ..types import Document, is_count
 from .data import read_qrels
 

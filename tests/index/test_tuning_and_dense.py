@@ -3,11 +3,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnrank.corpus import load_queries
 from attnrank.errors import InputError
 from attnrank.eval import evaluate, read_qrels, results_to_run
 from attnrank.index.dense import DenseIndex
 from attnrank.index.tuning import tune_alpha
+from attnrank.queries import load_queries
 
 
 def test_tune_alpha_on_labelled_queries(built_retriever, scifact_mini):

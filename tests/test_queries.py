@@ -1,0 +1,77 @@
+"""Query sets (attnrank.queries): BEIR queries.jsonl and id<TAB>text TSV, as load_queries reads them."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnrank.errors import InputError
+from attnrank.queries import load_queries
+
+
+def test_queries_jsonl_and_tsv(scifact_mini, tmp_path):
+    q = load_queries(scifact_mini / "queries.jsonl")
+    assert len(q) == 12
+    (tmp_path / "q.tsv").write_text("1\tfirst query\n2\tsecond\n")
+    assert load_queries(tmp_path / "q.tsv") == {"1": "first query", "2": "second"}
+    (tmp_path / "bad.tsv").write_text("1\tok\n2\t \n")
+    with pytest.raises(InputError, match=r"bad\.tsv:2: query '2' is empty"):
+        load_queries(tmp_path / "bad.tsv")
+
+
+def test_queries_jsonl_needs_an_id_and_a_text(tmp_path):
+    for i, line in enumerate(['{"qid": "1", "text": "x"}', '{"_id": "1", "text": null}']):
+        (tmp_path / f"q{i}.jsonl").write_text(line + "\n")
+        with pytest.raises(InputError, match=r":1: expected a JSON object with '_id'"):
+            load_queries(tmp_path / f"q{i}.jsonl")
+
+
+def test_tsv_query_without_an_id_is_refused(tmp_path):
+    (tmp_path / "q.tsv").write_text("q1\tfirst\n\tsecond\n")
+    with pytest.raises(InputError, match=r"q\.tsv:2: empty query id"):
+        load_queries(tmp_path / "q.tsv")
+
+
+@pytest.mark.parametrize("name", ["queries.json", "queries.ndjson", "QUERIES.JSONL"])
+def test_queries_read_json_lines_under_the_names_load_corpus_accepts(tmp_path, name):
+    """load_corpus reads .json/.ndjson as JSON lines; load_queries read them as TSV and failed
+    with "expected 'id<TAB>text'" on every valid record."""
+    (tmp_path / name).write_text('{"_id": "q1", "text": "first query"}\n{"_id": "q2", "text": "second"}\n')
+    assert load_queries(tmp_path / name) == {"q1": "first query", "q2": "second"}
+
+
+def test_a_queries_tsv_header_is_not_a_query(tmp_path):
+    from attnrank.queries import load_queries
+
+    p = tmp_path / "q.tsv"
+    p.write_text("id\ttext\nq1\tkyoto temples\n")
+    assert load_queries(p) == {"q1": "kyoto temples"}
+    p.write_text("q1\tkyoto temples\nid\ttext\n")  # only a first line can be a header
+    assert load_queries(p) == {"q1": "kyoto temples", "id": "text"}
+
+
+def test_a_queries_tsv_with_a_third_column_is_refused(tmp_path):
+    """The third column was kept in the query's text ("what is covid\\t2020") and searched."""
+    p = tmp_path / "q.tsv"
+    p.write_text("q1\twhat is covid\t2020\n")
+    with pytest.raises(InputError, match="q.tsv:1: 3 tab-separated field\\(s\\), expected 'id<TAB>text'"):
+        load_queries(p)
+    p.write_text("q1\twhat is covid\t\n")  # a trailing tab is not a column
+    assert load_queries(p) == {"q1": "what is covid"}
+
+
+def test_queries_tsv_with_old_mac_line_endings(tmp_path):
+    """A file of lone carriage returns was one "line", refused as "a query cannot hold a tab"; the
+    corpus TSV reader already split such files."""
+    from attnrank.queries import load_queries
+
+    path = tmp_path / "q.tsv"
+    path.write_bytes(b"q1\tfirst query\rq2\tsecond query\r")
+    assert load_queries(path) == {"q1": "first query", "q2": "second query"}
+
+
+def test_a_queries_header_with_another_column_name_is_not_a_query(tmp_path):
+    """ "id<TAB>question" was read as a query named "id" (only a fixed list of names counted)."""
+    (tmp_path / "q.tsv").write_text("id\tquestion\n1\twhat is x\n")
+    assert load_queries(tmp_path / "q.tsv") == {"1": "what is x"}
+    (tmp_path / "q2.tsv").write_text("qid\twhat is the id of x\n")  # a real query: more than one word
+    assert load_queries(tmp_path / "q2.tsv") == {"qid": "what is the id of x"}
