@@ -1,7 +1,7 @@
 """Batch rows: one row per query, from queries to retrieval, reranking and the run file.
 
 Queries come from BEIR ``queries.jsonl``, ``id<TAB>text`` TSV (both through
-:func:`attnrank.corpus.load_queries`) or Parquet (columns ``id``/``_id``/``qid`` and ``text``/``query``).
+:func:`attnrank.queries.load_queries`) or Parquet (columns ``id``/``_id``/``qid`` and ``text``/``query``).
 A row carries the query's whole candidate list, so one rerank call sees all its candidates:
 
 ``qid``, ``query``, ``doc_ids`` (best first), ``scores`` (the row's current score per document),
