@@ -38,13 +38,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..artifacts import RegistryArtifact
 from ..config import check_l2
 from ..errors import InputError, require
 from ..eval.crossval import check_folds, check_unique_queries
 from ..index.bm25 import BM25Index
 from ..index.tokenize import resolve_config
 from ..llm.headspec import format_heads, parse_heads
-from ..registry import RegistryArtifact
 from ..rerank.learned.features import standardise
 
 logger = logging.getLogger(__name__)

@@ -48,9 +48,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..artifacts import RegistryArtifact, warn_if_set_otherwise
 from ..errors import InputError
 from ..llm.headspec import format_heads, parse_heads
-from ..registry import RegistryArtifact, warn_if_set_otherwise
 from .learned.features import standardise
 from .signals import SIGNALS, SIGNALS_VERSION
 

@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ...artifacts import RegistryArtifact, warn_if_set_otherwise
 from ...errors import InputError
 from ...llm.headspec import format_heads, parse_heads
 from ...llm.rows import window_features
-from ...registry import RegistryArtifact, warn_if_set_otherwise
 from .features import Scores, feature_matrix
 
 logger = logging.getLogger(__name__)
