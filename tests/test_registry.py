@@ -306,7 +306,7 @@ def test_cli_detect_copy_refuses_lengths_past_the_models_context_before_it_loads
 ):
     """Trials ran at positions the model was never trained on (or failed half-way through a run)."""
     from attnrank.llm import models
-    from attnrank.llm.models import model_context_length
+    from attnrank.llm.modelconfig import model_context_length
 
     _niah(tmp_path)
     context = model_context_length(str(tiny_dir))

@@ -148,7 +148,7 @@ def _check_heads(spec: Optional[str], option: str = "--heads", model: Optional[s
     if spec is None or word in ("all", "auto", "auto-or-all") or word.startswith("auto:"):
         return  # (anything else beginning "auto", e.g. "autox", is read as a list below and refused)
     from ..llm.headspec import check_head_range, parse_heads
-    from ..llm.models import model_shape
+    from ..llm.modelconfig import model_shape
 
     try:
         heads = parse_heads(spec) or []

@@ -164,7 +164,8 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
     from ..heads.copypaste import check_copy_inputs, check_copy_lengths, detect_copy_heads, load_needles, niah_folder
     from ..heads.scores import RETRIEVAL_THRESHOLD
     from ..llm.headspec import format_heads
-    from ..llm.models import load_llm, load_tokenizer, model_context_length
+    from ..llm.modelconfig import model_context_length
+    from ..llm.models import load_llm, load_tokenizer
 
     lens, deps = _numbers(lengths, "--lengths"), _numbers(depths, "--depths", float)
     if not lens or min(lens) < 1:

@@ -16,10 +16,8 @@ import dataclasses
 import functools
 import logging
 import os
-import struct
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,36 +25,23 @@ from typing import Any
 import torch
 
 from attnrank import config
-from attnrank.errors import AttnrankError, InputError, ModelError
+from attnrank.errors import InputError, ModelError
 
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
-from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir, gguf_context_length, gguf_shape
+from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir
+from .modelconfig import (
+    check_attention_modules,
+    check_causal_lm_config,
+    clear_config_cache,
+    model_context_length,
+    model_shape,
+    read_config,
+    text_context_length,
+)
 from .quantize import INT8, quantize_int8
-from .recording import decoder_of
 
 logger = logging.getLogger(__name__)
-
-# Bidirectional encoders whose *LMHeadModel only becomes causal with is_decoder=True.
-_ENCODER_TYPES = set(
-    [
-        "bert",
-        "roberta",
-        "xlm-roberta",
-        "xlm-roberta-xl",
-        "camembert",
-        "electra",
-        "ernie",
-        "rembert",
-        "data2vec-text",
-        "bert-generation",
-        "big_bird",
-        "megatron-bert",
-        "roc_bert",
-        "roformer",
-        "xmod",
-    ]
-)
 
 ADAPTED = "lora-"  # LLM.quantization's prefix for a model with a head adapter merged in
 
@@ -116,7 +101,7 @@ class LLM:
     @property
     def context_length(self) -> int:
         """The longest prompt the model takes, in tokens (``max_position_embeddings``; 4096 if unset)."""
-        return _context_length(self.model.config.get_text_config())
+        return text_context_length(self.model.config.get_text_config())
 
     @property
     def device(self) -> torch.device:
@@ -180,22 +165,6 @@ def unloaded_model(model: str | os.PathLike[str] | None) -> tuple[str, str]:
             "model in the local cache); give a model that loads, or none for the packaged default"
         )
     return model_fingerprint(model_id)
-
-
-# What reading a model's config or GGUF header raises when it cannot be read here (loading reports why)
-_UNREADABLE = (AttnrankError, OSError, ValueError, TypeError, AttributeError, struct.error)
-
-
-def model_shape(model: str | None = None) -> tuple[int, int] | None:
-    """``(layers, heads per layer)`` of ``model`` from its config alone, without its weights (a
-    GGUF's from its metadata); None when the config cannot be read here (loading reports why).
-
-    Read once per model per process, like the models :func:`load_llm` keeps (a command checks
-    several head options against one model); a failed read is not remembered."""
-    try:
-        return _config_shape((model or config.DEFAULT_LLM).strip())
-    except _UNREADABLE:
-        return None
 
 
 def warn_if_configured_otherwise(llm: LLM, cfg: Any, what: str) -> None:
@@ -268,40 +237,11 @@ def check_prompt_budget(max_prompt_tokens: int | None, model: LLM | str | None) 
         )
 
 
-def model_context_length(model: str | None = None) -> int | None:
-    """The longest prompt ``model`` takes (:attr:`LLM.context_length`) from its config alone,
-    without its weights (a GGUF's from its metadata); None when it cannot be read here."""
-    try:
-        return _from_config((model or config.DEFAULT_LLM).strip(), gguf_context_length, _context_length)
-    except _UNREADABLE:
-        return None
-
-
-@functools.lru_cache(maxsize=8)
-def _config_shape(model_id: str) -> tuple[int, int]:
-    """:func:`model_shape`'s read; it raises when it fails, so only successes are cached."""
-    return _from_config(model_id, gguf_shape, lambda c: (int(c.num_hidden_layers), int(c.num_attention_heads)))
-
-
-def _from_config(model_id: str, from_gguf: Callable[[Path], Any], from_text_config: Callable[[Any], Any]) -> Any:
-    """What ``from_gguf`` reads of a GGUF file's header, or ``from_text_config`` of any other
-    model's text config; no weights are read."""
-    gguf = gguf_source(model_id)
-    if gguf is not None:
-        return from_gguf(gguf)
-    return from_text_config(_text_config(_read_config(*config.model_source(model_id), model_id)))
-
-
-def _context_length(text_config: Any) -> int:
-    """``max_position_embeddings`` of a text config; 4096 if unset."""
-    return int(getattr(text_config, "max_position_embeddings", 0) or 4096)
-
-
 def clear_llm_cache() -> None:
     """Forget the models loaded in this process (frees them once no one else holds them) and
     the shapes read from their configs."""
     _load_cached.cache_clear()
-    _config_shape.cache_clear()
+    clear_config_cache()
 
 
 def load_tokenizer(model: str | None = None) -> Any:
@@ -357,7 +297,7 @@ def _load_folder(
     """Config check first (cheap, clear errors), then tokenizer and weights (SDPA, eval mode)."""
     from transformers import AutoModelForCausalLM
 
-    cfg = _read_config(source, local_files_only, model_id)
+    cfg = read_config(source, local_files_only, model_id)
     check_causal_lm_config(cfg, model_id)
     tokenizer = _tokenizer(source, model_id, local_files_only=local_files_only)
     device_map = str(dev) if dev.type == "cuda" else None  # straight to the GPU, no CPU copy
@@ -375,70 +315,6 @@ def _load_folder(
     model = (model if device_map else model.to(dev)).eval()  # type: ignore[arg-type]
     check_attention_modules(model, model_id)
     return LLM(model, tokenizer, model_id, fingerprint="")
-
-
-def check_causal_lm_config(cfg: Any, model_id: str) -> None:
-    """Raise :class:`ModelError` unless ``cfg`` describes a supported decoder-only causal LM."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    model_type = getattr(cfg, "model_type", "?")
-    archs = list(getattr(cfg, "architectures", None) or [])
-    arch = ", ".join(archs) or model_type
-    causal = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
-    causal_names = {causal} if isinstance(causal, str) else set(causal or ())
-    is_causal = (
-        causal is not None
-        and not getattr(cfg, "is_encoder_decoder", False)
-        and not (model_type in _ENCODER_TYPES and not getattr(cfg, "is_decoder", False))
-        and (not archs or any(a in causal_names or a.endswith("ForCausalLM") for a in archs))
-    )
-    if not is_causal:
-        raise ModelError(
-            f"{model_id!r} is a {model_type!r} model (architecture {arch}), not a "
-            "decoder-only causal LM; attention reranking needs a decoder-only "
-            "causal LM such as Llama, Qwen2, Mistral or Gemma"
-        )
-    if not getattr(_text_config(cfg), "num_attention_heads", None):
-        raise ModelError(
-            f"{model_id!r} ({arch}): its config has no num_attention_heads, so its "
-            "attention heads cannot be addressed; this architecture is unsupported"
-        )
-
-
-def check_attention_modules(model: Any, model_id: str) -> None:
-    """Raise :class:`ModelError` unless the decoder has attention modules and each has a
-    ``layer_idx`` (the capture tells layers apart by it). Attention modules: those named
-    ``self_attn`` or of a class named ``...Attention`` (GPT-NeoX's ``attention``, Falcon's
-    ``self_attention``), in the decoder only (a multimodal model's vision tower has its own)."""
-    decoder = decoder_of(model)
-    mods = [
-        (n, m)
-        for n, m in decoder.named_modules()
-        if n.endswith("self_attn") or (n and type(m).__name__.endswith("Attention"))
-    ]
-    bad = [n for n, m in mods if not isinstance(getattr(m, "layer_idx", None), int)]
-    if not mods or bad:
-        what = f"attention module {bad[0]} has no layer_idx" if bad else "no attention module ('*.self_attn')"
-        raise ModelError(
-            f"{model_id!r} ({type(model).__name__}): {what}, which attention "
-            "capture needs; this architecture is unsupported"
-        )
-
-
-def _read_config(source: str | Path, local_files_only: bool, model_id: str) -> Any:
-    """The transformers config of ``source`` (a folder or hub id; no weights are read), or a
-    :class:`ModelError` naming ``model_id`` when it cannot be read."""
-    from transformers import AutoConfig  # ~1 s to import: only for a folder or hub id
-
-    try:
-        return AutoConfig.from_pretrained(source, local_files_only=local_files_only)
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load the config of {model_id!r}: {e}") from e
-
-
-def _text_config(cfg: Any) -> Any:
-    """The text decoder's part of ``cfg``: its own sub-config in a multimodal model, else ``cfg``."""
-    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
 def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:

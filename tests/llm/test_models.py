@@ -18,7 +18,7 @@ import torch
 from attnrank import config
 from attnrank.errors import InputError, ModelError
 from attnrank.llm import device as llm_device
-from attnrank.llm import fingerprint, models
+from attnrank.llm import fingerprint, modelconfig
 from attnrank.llm import gguf as llm_gguf
 from attnrank.llm.models import LLM, clear_llm_cache, load_llm
 
@@ -175,14 +175,14 @@ def test_encoder_decoder_is_refused(tmp_path):
 def test_config_without_heads_is_refused():
     cfg = types.SimpleNamespace(model_type="llama", architectures=["LlamaForCausalLM"])
     with pytest.raises(ModelError, match="num_attention_heads"):
-        models.check_causal_lm_config(cfg, "odd-model")
+        modelconfig.check_causal_lm_config(cfg, "odd-model")
 
 
 def test_attention_without_layer_idx_is_refused():
     model = tiny_model()
     del model.model.layers[1].self_attn.layer_idx
     with pytest.raises(ModelError, match=r"layers\.1\.self_attn has no layer_idx"):
-        models.check_attention_modules(model, "odd-model")
+        modelconfig.check_attention_modules(model, "odd-model")
 
 
 def test_attention_modules_of_other_names_are_found():
@@ -190,10 +190,10 @@ def test_attention_modules_of_other_names_are_found():
     having no '*.self_attn' module, although the capture reads it (layer_idx is what it needs)."""
     model = tiny_model("GPTNeoX")
     assert not any(n.endswith("self_attn") for n, _ in model.named_modules())
-    models.check_attention_modules(model, "neox")
+    modelconfig.check_attention_modules(model, "neox")
     del model.gpt_neox.layers[0].attention.layer_idx
     with pytest.raises(ModelError, match=r"layers\.0\.attention has no layer_idx"):
-        models.check_attention_modules(model, "neox")
+        modelconfig.check_attention_modules(model, "neox")
 
 
 def test_missing_default_wheel(monkeypatch):
@@ -351,9 +351,9 @@ def test_gguf_shape_reads_layers_and_heads_from_the_header(tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     assert llm_gguf.gguf_shape(path) == (7, 5)
-    assert models.model_shape(str(path)) == (7, 5)
+    assert modelconfig.model_shape(str(path)) == (7, 5)
     (tmp_path / "bad.gguf").write_bytes(b"GGUF" + bytes(4))  # truncated header
-    assert models.model_shape(str(tmp_path / "bad.gguf")) is None
+    assert modelconfig.model_shape(str(tmp_path / "bad.gguf")) is None
     zip_file = tmp_path / "x.gguf"
     zip_file.write_bytes(b"PK\x03\x04" + bytes(20))
     with pytest.raises(ModelError, match="not a GGUF file"):
@@ -362,10 +362,10 @@ def test_gguf_shape_reads_layers_and_heads_from_the_header(tmp_path):
 
 def test_model_shape_of_a_folder_and_of_nothing(tmp_path):
     folder = save_tiny(tmp_path / "tiny", layers=3)
-    assert models.model_shape(str(folder)) == (3, 4)
-    assert models.model_shape(str(tmp_path / "missing")) is None
+    assert modelconfig.model_shape(str(folder)) == (3, 4)
+    assert modelconfig.model_shape(str(tmp_path / "missing")) is None
     save_tiny(tmp_path / "missing", layers=2)  # a failed read is not remembered
-    assert models.model_shape(str(tmp_path / "missing")) == (2, 4)
+    assert modelconfig.model_shape(str(tmp_path / "missing")) == (2, 4)
 
 
 @pytest.mark.parametrize("content", [b"GGUF" + bytes(100), b""], ids=["bad-header", "empty"])
@@ -385,7 +385,7 @@ def test_gguf_shape_of_a_corrupt_string_length(tmp_path):
     path.write_bytes(struct.pack("<4sIQQ", b"GGUF", 3, 0, 1) + struct.pack("<Q", 2**62) + b"abc")
     with pytest.raises(ModelError, match="runs past the end of the file"):
         llm_gguf.gguf_shape(path)
-    assert models.model_shape(str(path)) is None
+    assert modelconfig.model_shape(str(path)) is None
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "config.json"])

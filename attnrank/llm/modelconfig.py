@@ -1,0 +1,152 @@
+"""What a model's configuration says, read without its weights (a GGUF's from its header), and
+the checks that a model is one attnrank can read attention from: a decoder-only causal LM whose
+attention modules name their layer. :mod:`attnrank.llm.models` loads what these accept."""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from attnrank import config
+from attnrank.errors import AttnrankError, ModelError
+
+from .fingerprint import gguf_source
+from .gguf import gguf_context_length, gguf_shape
+from .recording import decoder_of
+
+# Bidirectional encoders whose *LMHeadModel only becomes causal with is_decoder=True.
+_ENCODER_TYPES = set(
+    [
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "xlm-roberta-xl",
+        "camembert",
+        "electra",
+        "ernie",
+        "rembert",
+        "data2vec-text",
+        "bert-generation",
+        "big_bird",
+        "megatron-bert",
+        "roc_bert",
+        "roformer",
+        "xmod",
+    ]
+)
+
+# What reading a model's config or GGUF header raises when it cannot be read here (loading reports why)
+_UNREADABLE = (AttnrankError, OSError, ValueError, TypeError, AttributeError, struct.error)
+
+
+def model_shape(model: str | None = None) -> tuple[int, int] | None:
+    """``(layers, heads per layer)`` of ``model`` from its config alone, without its weights (a
+    GGUF's from its metadata); None when the config cannot be read here (loading reports why).
+
+    Read once per model per process, like the models :func:`~attnrank.llm.models.load_llm` keeps (a command checks
+    several head options against one model); a failed read is not remembered."""
+    try:
+        return _config_shape((model or config.DEFAULT_LLM).strip())
+    except _UNREADABLE:
+        return None
+
+
+def model_context_length(model: str | None = None) -> int | None:
+    """The longest prompt ``model`` takes (:attr:`~attnrank.llm.models.LLM.context_length`) from its config alone,
+    without its weights (a GGUF's from its metadata); None when it cannot be read here."""
+    try:
+        return from_config((model or config.DEFAULT_LLM).strip(), gguf_context_length, text_context_length)
+    except _UNREADABLE:
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _config_shape(model_id: str) -> tuple[int, int]:
+    """:func:`model_shape`'s read; it raises when it fails, so only successes are cached."""
+    return from_config(model_id, gguf_shape, lambda c: (int(c.num_hidden_layers), int(c.num_attention_heads)))
+
+
+def from_config(model_id: str, from_gguf: Callable[[Path], Any], from_text_config: Callable[[Any], Any]) -> Any:
+    """What ``from_gguf`` reads of a GGUF file's header, or ``from_text_config`` of any other
+    model's text config; no weights are read."""
+    gguf = gguf_source(model_id)
+    if gguf is not None:
+        return from_gguf(gguf)
+    return from_text_config(text_config(read_config(*config.model_source(model_id), model_id)))
+
+
+def text_context_length(text_config: Any) -> int:
+    """``max_position_embeddings`` of a text config; 4096 if unset."""
+    return int(getattr(text_config, "max_position_embeddings", 0) or 4096)
+
+
+def check_causal_lm_config(cfg: Any, model_id: str) -> None:
+    """Raise :class:`ModelError` unless ``cfg`` describes a supported decoder-only causal LM."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model_type = getattr(cfg, "model_type", "?")
+    archs = list(getattr(cfg, "architectures", None) or [])
+    arch = ", ".join(archs) or model_type
+    causal = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    causal_names = {causal} if isinstance(causal, str) else set(causal or ())
+    is_causal = (
+        causal is not None
+        and not getattr(cfg, "is_encoder_decoder", False)
+        and not (model_type in _ENCODER_TYPES and not getattr(cfg, "is_decoder", False))
+        and (not archs or any(a in causal_names or a.endswith("ForCausalLM") for a in archs))
+    )
+    if not is_causal:
+        raise ModelError(
+            f"{model_id!r} is a {model_type!r} model (architecture {arch}), not a "
+            "decoder-only causal LM; attention reranking needs a decoder-only "
+            "causal LM such as Llama, Qwen2, Mistral or Gemma"
+        )
+    if not getattr(text_config(cfg), "num_attention_heads", None):
+        raise ModelError(
+            f"{model_id!r} ({arch}): its config has no num_attention_heads, so its "
+            "attention heads cannot be addressed; this architecture is unsupported"
+        )
+
+
+def check_attention_modules(model: Any, model_id: str) -> None:
+    """Raise :class:`ModelError` unless the decoder has attention modules and each has a
+    ``layer_idx`` (the capture tells layers apart by it). Attention modules: those named
+    ``self_attn`` or of a class named ``...Attention`` (GPT-NeoX's ``attention``, Falcon's
+    ``self_attention``), in the decoder only (a multimodal model's vision tower has its own)."""
+    decoder = decoder_of(model)
+    mods = [
+        (n, m)
+        for n, m in decoder.named_modules()
+        if n.endswith("self_attn") or (n and type(m).__name__.endswith("Attention"))
+    ]
+    bad = [n for n, m in mods if not isinstance(getattr(m, "layer_idx", None), int)]
+    if not mods or bad:
+        what = f"attention module {bad[0]} has no layer_idx" if bad else "no attention module ('*.self_attn')"
+        raise ModelError(
+            f"{model_id!r} ({type(model).__name__}): {what}, which attention "
+            "capture needs; this architecture is unsupported"
+        )
+
+
+def read_config(source: str | Path, local_files_only: bool, model_id: str) -> Any:
+    """The transformers config of ``source`` (a folder or hub id; no weights are read), or a
+    :class:`ModelError` naming ``model_id`` when it cannot be read."""
+    from transformers import AutoConfig  # ~1 s to import: only for a folder or hub id
+
+    try:
+        return AutoConfig.from_pretrained(source, local_files_only=local_files_only)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load the config of {model_id!r}: {e}") from e
+
+
+def text_config(cfg: Any) -> Any:
+    """The text decoder's part of ``cfg``: its own sub-config in a multimodal model, else ``cfg``."""
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+def clear_config_cache() -> None:
+    """Forget the shapes read from models' configs (:func:`model_shape`)."""
+    _config_shape.cache_clear()
