@@ -11,11 +11,13 @@ one query-attention budget each, are merged as they are.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..llm.rows import WindowRows, document_scores, keep_mask, token_scores
+from ..types import ScoredDocument
 from .position import SlotProfile
 from .reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
 
@@ -71,3 +73,11 @@ def reweighted_window_scores(
     tokens = tokenizer.convert_ids_to_tokens(window.input_ids)
     terms = tokenized_query_terms(tokenizer, query, steps.idf_unit)
     return reweighted_document_scores(window, tokens, terms, steps, use_filter=token_filter, slot_profile=slot_profile)
+
+
+def without_attention_evidence(doc: ScoredDocument) -> ScoredDocument:
+    """``doc`` without an earlier attention stage's token evidence (explained as this stage's, it
+    would not add up to this stage's scores)."""
+    if not any(k in doc.evidence for k in ATTENTION_EVIDENCE):
+        return doc
+    return replace(doc, evidence={k: v for k, v in doc.evidence.items() if k not in ATTENTION_EVIDENCE})

@@ -43,7 +43,7 @@ from ..llm.rows import WindowRows
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
-from .aggregation import ATTENTION_EVIDENCE, window_document_scores
+from .aggregation import window_document_scores, without_attention_evidence
 from .config import RerankConfig
 from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD, UNTRAINED
 from .fused_resolve import resolve_fused
@@ -61,36 +61,20 @@ _UNSET: Any = object()  # ``heads`` not given: the configuration's heads
 
 
 class AttentionReranker:
-    """Rerank passages by the attention a query pays them, read from selected heads.
+    """Rerank passages by the LLM's reading of them: its query likelihood or the attention a
+    query pays them in selected heads, alone or fused with the candidates' first-stage signals.
 
-    Configured by a :class:`~attnrank.rerank.config.RerankConfig`: ``config`` is a preset name
-    (default ``"likelihood"``: the candidates' BM25, dense cosine and the LLM's query likelihood
-    given each, z-scored and summed with equal weights or a user's ``attnrank train`` weights, no
-    attention; ``"signals"``: the same
-    without the likelihood, no LLM run; ``"fused"``: block attention from the heads its trained
-    weights record, fused with BM25 and dense by those weights) or a config
-    object, and keyword ``options`` override its fields (``model`` may also be a loaded
-    :class:`LLM`; the preset ``signals`` loads none until :attr:`llm` is read, ``likelihood`` loads it
-    to score the query likelihood). The fields, as the
-    reranker reads them:
-
-    ``heads``: None/"all" (ICR: every head), a list of (layer, head) pairs, "l-h,l-h" text, or a
-    JSON file (QRHead). ``calibrate``: subtract the content-free "N/A" query's attention.
-    ``query_span``: "full" (instruction through chat suffix, as ICR/QRHead) or "last" (only the
-    last token: ICR's attention-sorting ablation). ``token_filter``: ICR's μ − 2σ filter.
-    ``reweight``: re-weighting steps (:class:`~attnrank.rerank.reweight.Reweighting`; None =
-    plain ICR aggregation); ``slot_profile``: the profile (or its JSON path, or ``"auto"``: for
-    each window, the model's registered profile closest to its number of documents,
-    :meth:`profile_for`) that ``reweight.slot_correction`` needs. Evidence tokens always hold the plain calibrated scores.
-    ``heads="auto"`` / ``"auto:METHOD"``: the model's registered set (:mod:`attnrank.registry`).
-    ``signals``: fuse the attention score with the candidates' BM25, dense cosine and first-stage
-    rank (:mod:`attnrank.rerank.fused`; ``"auto"``: the registered fused weights, else the packaged
-    model's; ``"only"``: no attention, :func:`~attnrank.rerank.fused_resolve.signals_only`; ``"likelihood"``:
-    those signals and the query likelihood, :func:`~attnrank.rerank.fused_resolve.likelihood_weights`;
-    None: attention alone).
-    ``scorer``: "sum" (default), "learned" (the model's registered linear head weights,
-    :mod:`attnrank.rerank.learned`; they fix heads, calibration and filter) or a
-    :class:`~attnrank.rerank.learned.LearnedHeadWeights`.
+    Configured by a :class:`~attnrank.rerank.config.RerankConfig`, whose docstring says what each
+    field does: ``config`` is a preset name (default ``"likelihood"``: the candidates' BM25, dense
+    cosine and the LLM's query likelihood given each, z-scored and summed with equal weights or a
+    user's ``attnrank train`` weights, no attention; ``"signals"``: the same without the
+    likelihood, no LLM run; ``"fused"``: block attention from the heads its trained weights
+    record, fused with BM25 and dense by those weights; ``"qrhead"``, ``"icr"``, ...: attention
+    alone) or a config object, and keyword ``options`` override its fields. ``model`` may also be
+    a loaded :class:`LLM`, used as it is; the preset ``signals`` loads none until :attr:`llm` is
+    read. With ``slot_profile="auto"`` each window is corrected by the model's registered profile
+    closest to its number of documents (:meth:`profile_for`); evidence tokens always hold the
+    plain calibrated scores.
     """
 
     def __init__(
@@ -287,7 +271,7 @@ class AttentionReranker:
         if self.uses_attention:
             attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
             if previous is not None:  # an earlier attention stage's token scores are not this one's
-                previous = [_without_attention_evidence(p) for p in previous]
+                previous = [without_attention_evidence(p) for p in previous]
         stage, scores = "attention", attention
         if self.fused is not None:  # keep the LLM's own scores (attention, likelihood) beside the fused one
             scores, kept = self._fuse(query, documents, attention)
@@ -498,11 +482,3 @@ class AttentionReranker:
             store=None if self.config.block_positions == "sequential" else self.store,
             buffer=self._context_buffer,
         )
-
-
-def _without_attention_evidence(doc: ScoredDocument) -> ScoredDocument:
-    """``doc`` without an earlier attention stage's token evidence (explained as this stage's, it
-    would not add up to this stage's scores)."""
-    if not any(k in doc.evidence for k in ATTENTION_EVIDENCE):
-        return doc
-    return replace(doc, evidence={k: v for k, v in doc.evidence.items() if k not in ATTENTION_EVIDENCE})
