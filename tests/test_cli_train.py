@@ -332,3 +332,37 @@ def test_the_fused_report_says_preset_signals_keeps_equal_weights_without_a_mode
     assert "with their model without attention (0.5131)" in kept
     none = _what_registering_changes(ndcg, "equal weights", False, no_base=True)
     assert "preset signals uses equal weights (held out 0.6100)" in none and "0.5131" not in none
+
+
+def test_a_datasets_candidates_come_in_the_benchmarks_bm25_order(shared_mini):
+    """HotpotQA's paragraphs and LoCoMo's turns are stored in source order: `attnrank train
+    --dataset locomo` trained on a conversation's first turns, and HotpotQA's "first stage" was the
+    file's paragraph order. They are ranked by BM25 now, as the benchmark sets rank them."""
+    from attnrank.benchmarks.sets import bm25_order
+    from attnrank.cli.labelled import labelled_set
+    from attnrank.eval.datasets import load_dataset
+
+    for name in ("hotpotqa", "locomo"):
+        qs, cands, _, _, desc = labelled_set(name, shared_mini, None, None, None, None, 4, 0, None)
+        ds = load_dataset(name, shared_mini)
+        order = bm25_order(ds)
+        assert qs and all([d.id for d in cands[q]] == order[q][:4] for q in qs), name
+        assert any(order[q][:4] != list(dict.fromkeys(ds.candidates[q]))[:4] for q in qs), name  # (not the file's)
+        assert "top-4 candidates" in desc
+
+
+def test_labelled_queries_the_run_lacks_are_named_not_dropped_silently(scifact_mini, tmp_path, capsys):
+    """A run that spells a query's id otherwise ("001" for "1"), or covers other queries, shrank
+    the report without a word."""
+    from attnrank.cli.labelled import labelled_set
+    from attnrank.eval import read_qrels
+
+    qrels = read_qrels(scifact_mini / "qrels" / "train.tsv")
+    qids = sorted(q for q, judged in qrels.items() if any(v >= 1 for v in judged.values()))
+    run = tmp_path / "run.trec"
+    run.write_text("".join(f"{q} Q0 {next(iter(qrels[q]))} 1 1.0 r\n" for q in qids[1:]))
+    args = (None, None, scifact_mini / "queries.jsonl", scifact_mini / "qrels" / "train.tsv", scifact_mini, run)
+    kept, *_ = labelled_set(*args, 5, 0, None)
+    assert qids[0] not in kept and len(kept) == len(qids) - 1
+    err = capsys.readouterr().err
+    assert f"1 of the {len(qids)} labelled queries have no candidates in the run (e.g. {qids[0]!r})" in err

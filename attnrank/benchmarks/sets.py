@@ -114,16 +114,26 @@ def scifact_bm25_set(root: Path, n_queries: int, k: int = 20) -> CandidateSet:
     return (f"SciFact train BM25 top-{k} ({len(ds.queries)} queries)", ds, cands)
 
 
-def _bm25_ordered(ds: Dataset, qids: Sequence[str], k: int | None = None) -> dict[str, list[Document]]:
-    """Each query's candidates (deduplicated) by BM25 over the pooled ``ds.docs``, top ``k``."""
-
-    bm25 = BM25Index().index([d.full_text for d in ds.docs])
-    pos = {d.id: i for i, d in enumerate(ds.docs)}
-    out = {}
+def bm25_order(ds: Dataset, qids: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """Each query's candidate ids (``ds.candidates``, deduplicated) by BM25, ties in stored order:
+    the first stage the benchmark sets rank HotpotQA's paragraphs and LoCoMo's turns by. LoCoMo's
+    BM25 has the statistics of the question's own conversation (every question of one conversation
+    has its turns as candidates); any other dataset's, of the pooled ``ds.docs``."""
+    qids = list(ds.queries) if qids is None else list(qids)
+    per_list = ds.name.startswith("locomo")
+    groups: dict[tuple[str, ...], list[str]] = {}
     for q in qids:
-        scores = bm25.get_scores(ds.queries[q])
-        ids = sorted(dict.fromkeys(ds.candidates[q]), key=lambda d: -scores[pos[d]])
-        out[q] = [ds.docs[pos[d]] for d in ids[:k]]
+        groups.setdefault(tuple(dict.fromkeys(ds.candidates[q])) if per_list else (), []).append(q)
+    by_id = {d.id: d for d in ds.docs}
+    out: dict[str, list[str]] = {}
+    for key, members in groups.items():
+        pool = [by_id[d] for d in key] if per_list else ds.docs
+        bm25 = BM25Index().index([d.full_text for d in pool])
+        at = {d.id: i for i, d in enumerate(pool)}
+        for q in members:
+            ids = list(dict.fromkeys(ds.candidates[q]))
+            scores = bm25.get_scores(ds.queries[q])[[at[d] for d in ids]]
+            out[q] = [ids[i] for i in np.argsort(-scores, kind="stable")]
     return out
 
 
@@ -140,7 +150,9 @@ def hotpot_set(root: Path, n_queries: int | None = None) -> CandidateSet:
     sample = n_queries is not None and 0 < n_queries < len(every)
     ds = ds.subset(_sampled(ds, n_queries, 0) if sample else every)
     count = f"{len(ds.queries)} {'seeded ' if sample else ''}questions"
-    return (f"HotpotQA distractor BM25-ordered ({count})", ds, _bm25_ordered(ds, list(ds.queries)))
+    docs = {d.id: d for d in ds.docs}
+    cands = {q: [docs[i] for i in ids] for q, ids in bm25_order(ds).items()}
+    return (f"HotpotQA distractor BM25-ordered ({count})", ds, cands)
 
 
 def locomo_set(root: Path, n_queries: int | None = None, k: int = 20, offset: int = 0) -> CandidateSet:
@@ -151,16 +163,7 @@ def locomo_set(root: Path, n_queries: int | None = None, k: int = 20, offset: in
     ds = locomo(root)
     ds = ds.subset(_sampled(ds, n_queries, offset))
     docs = {d.id: d for d in ds.docs}
-    cands: dict[str, list[Document]] = {}
-    by_conv: dict[str, list[str]] = {}
-    for q in ds.queries:
-        by_conv.setdefault(q.split(":")[0], []).append(q)
-    for qids in by_conv.values():
-        turns = [docs[i] for i in ds.candidates[qids[0]]]
-        bm25 = BM25Index().index([d.full_text for d in turns])
-        for q in qids:
-            order = np.argsort(-bm25.get_scores(ds.queries[q]), kind="stable")[:k]
-            cands[q] = [turns[i] for i in order]
+    cands = {q: [docs[i] for i in ids[:k]] for q, ids in bm25_order(ds).items()}
     return (f"LoCoMo turns BM25 top-{k} ({len(ds.queries)} queries)", ds, cands)
 
 

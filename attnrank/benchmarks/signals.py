@@ -52,7 +52,7 @@ def _signals(
     root: Path, setting: str, ds: Dataset, cands: dict[str, list[Document]], qids: list[str], index_dir: Path | None
 ) -> dict[str, dict[str, list[float]]]:
 
-    if setting.startswith("SciFact"):  # the hybrid retriever's own stage scores
+    if setting.startswith("SciFact train hybrid"):  # the hybrid retriever's own stage scores (scifact_set)
         res = scifact_retriever(ds, index_dir).search_batch(
             {q: ds.queries[q] for q in qids}, len(cands[qids[0]]), mode="hybrid"
         )

@@ -64,12 +64,14 @@ SkipInvalid = typer.Option(
 Run = typer.Option(
     None,
     "--run",
-    help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus).",
+    help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus; with --dataset, "
+    "DL19's BM25 run, HotpotQA's paragraphs and LoCoMo's turns by BM25, as the benchmarks rank them).",
 )
 TrainRun = typer.Option(
     None,
     "--run",
-    help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus, or with "
+    help="TREC run giving the candidates in first-stage order (default: BM25 over the corpus; with --dataset, "
+    "DL19's BM25 run, HotpotQA's paragraphs and LoCoMo's turns by BM25, as the benchmarks rank them; with "
     "--index/--index-dir the hits that search --rerank reranks).",
 )
 Rel = typer.Option(None, "--rel", help="Minimum relevant label (default 1; 2 for dl19).")

@@ -141,6 +141,10 @@ def labelled_set(
             raise typer.BadParameter(f"--dataset {dataset!r} is not one of {', '.join(LOADERS)}")
         ds = load_dataset(dataset, data_root(data))
         docs, qs, qr, rel, cands = ds.docs, ds.queries, ds.qrels, rel or ds.rel, ds.candidates
+        if dataset in ("hotpotqa", "locomo") and run is None:  # stored in source order: rank them as the benchmarks
+            from ..benchmarks.sets import bm25_order
+
+            cands = bm25_order(ds)
     else:
         if data is not None:  # (only --dataset reads it here)
             raise typer.BadParameter(
@@ -173,9 +177,18 @@ def labelled_set(
     out = {q: [by_id[d] for d in cands.get(q, [])[:depth] if d in by_id] for q in qids}
     source = f" of the index {Path(index).name}" if index is not None else ""
     kept = {q: qs[q] for q in qids if out[q]}  # a query without candidates is not trained or reported on
+    if len(kept) < len(qids):  # (a run of other queries, or one that spells their ids otherwise)
+        lost = [q for q in qids if not out[q]]
+        where = "the run" if run is not None else "the index's hits" if index is not None else "the candidates"
+        typer.echo(
+            f"warning: {len(lost)} of the {len(qids)} labelled queries have no candidates in {where} (e.g. "
+            f"{lost[0]!r}) and are left out",
+            err=True,
+        )
+    longest = max((len(v) for v in out.values()), default=0)
     desc = (
         f"{dataset or Path(queries).name}: {len(kept)} queries with relevant labels >= {rel}, "
-        f"top-{depth} candidates{source}"
+        f"top-{min(depth, longest)} candidates{source}"
     )
     return kept, out, qr, rel, desc
 

@@ -198,6 +198,16 @@ def test_features_from_windows(llm):
     np.testing.assert_allclose(qf.features, window_features(wins, 3)[:8].T)
 
 
+def test_integer_candidate_ids_get_the_labels_their_string_judgments_give(llm):
+    """Ids read as integers (a run's, a DataFrame's) looked up no label in string-keyed qrels: the
+    weights trained on no relevant candidate while the report's evaluation found one."""
+    rr = AttentionReranker(llm, None, signals=None)
+    wins = rr.windows("capital of France?", [Document(str(i), d.text) for i, d in enumerate(DOCS)])
+    qf = query_features("q", wins, [0, 1, 2], rr.head_list, {"q": {"0": 1, "2": 2}})
+    np.testing.assert_array_equal(qf.labels, [1, 0, 2])
+    assert qf.doc_ids == ["0", "1", "2"] and qf.qrels == {"0": 1, "2": 2}
+
+
 def test_reranker_with_learned_scorer(llm, monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
     with pytest.raises(InputError, match="no learned head weights in the head registry for model 'tiny-llama'"):

@@ -63,7 +63,9 @@ def query_features(
     if not keep:
         raise InputError(f"no head of layer <= max_layer={max_layer}; raise max_layer")
     f = window_features(windows, len(doc_ids), calibrate=calibrate, use_filter=use_filter)[keep].T
-    labels = np.array([(qrels or {}).get(qid, {}).get(d, 0) for d in doc_ids], dtype=np.int64)
+    judged = {str(d): int(v) for d, v in (qrels or {}).get(qid, (qrels or {}).get(str(qid), {})).items()}
+    # ids as stored (strings): an integer id read from a run looked up no label in string-keyed qrels
+    labels = np.array([judged.get(str(d), 0) for d in doc_ids], dtype=np.int64)
     fs = None if first_stage is None else np.asarray(first_stage, dtype=np.float64)
     st = {k: np.asarray(v, dtype=np.float64) for k, v in (stages or {}).items()}
     return QueryFeatures(
@@ -76,7 +78,7 @@ def query_features(
         group,
         rel,
         st,
-        {str(d): int(v) for d, v in (qrels or {}).get(qid, {}).items()},
+        judged,
         calibrate,
         use_filter,
     )
