@@ -67,6 +67,13 @@ def check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
     settings): start it with the run's settings ``mine``, or accept it if written with the same."""
     path = parts_dir / SETTINGS
     if not path.exists():
+        part = next(iter(sorted(parts_dir.glob("part-*.parquet"))), None)
+        if part is not None:  # (a run writes its settings before any row): whose rows they are is unknown
+            raise InputError(
+                f"checkpoint {parts_dir} holds rows ({part.name}) but no {SETTINGS}, so the settings they were "
+                "computed with are unknown and they cannot be resumed; delete the folder's part files, or give "
+                "another --checkpoint"
+            )
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(mine, indent=1), encoding="utf-8")
         return

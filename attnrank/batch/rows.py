@@ -39,13 +39,16 @@ def read_queries(path: str | Path) -> dict[str, str]:
         table = pq.read_table(p)
     except Exception as e:  # (pyarrow's ArrowInvalid, OSError, ...: not Parquet, or damaged)
         raise InputError(f"{p} is not a readable Parquet file ({e}); give JSONL, TSV or Parquet queries") from None
-    idc = next((c for c in ("id", "_id", "qid") if c in table.column_names), None)
-    textc = next((c for c in ("text", "query") if c in table.column_names), None)
-    if idc is None or textc is None:
+    idcs = [c for c in ("id", "_id", "qid") if c in table.column_names]
+    textcs = [c for c in ("text", "query") if c in table.column_names]
+    if not idcs or not textcs:
         raise InputError(
             f"{p}: Parquet queries need an id column (id, _id or qid) and a text column (text or query); "
             f"found {table.column_names}"
         )
+    idc, textc = idcs[0], textcs[0]
+    _check_agree(p, table, idcs, lambda v: None if v is None else id_text(v))
+    _check_agree(p, table, textcs, lambda v: v.strip() if isinstance(v, str) else v)
     out: dict[str, str] = {}
     for row, (qid, text) in enumerate(zip(table.column(idc).to_pylist(), table.column(textc).to_pylist()), 1):
         if qid is None or str(qid).strip() == "":  # str(None) would be a query named "None"
@@ -61,6 +64,20 @@ def read_queries(path: str | Path) -> dict[str, str]:
     if not out:
         raise InputError(f"{p}: no queries found")
     return out
+
+
+def _check_agree(p: Path, table: Any, columns: list[str], norm: Any) -> None:
+    """Refuse a row where two of ``columns`` (say ``id`` and ``_id``) give different values (as
+    ``norm`` reads them): one would be read and the other dropped without a word, as a JSON
+    record with both ids is refused (:func:`attnrank.corpus.json_id`)."""
+    if len(columns) < 2:
+        return
+    values = [table.column(c).to_pylist() for c in columns]
+    for row, given in enumerate(zip(*values), 1):
+        read = [norm(v) for v in given]
+        if any(r != read[0] for r in read[1:]):
+            shown = ", ".join(f"{c!r} {v!r}" for c, v in zip(columns, given))
+            raise InputError(f"{p}: row {row}: the columns {shown} differ; keep one of them")
 
 
 def results_to_row(res: RankedResults, *, with_text: bool) -> dict[str, Any]:

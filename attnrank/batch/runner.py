@@ -379,7 +379,7 @@ def _pipeline(
     depth = max(config.k, config.rerank)
     ds = ds.map_batches(
         RetrievalStage,
-        fn_constructor_args=(config.index, depth),
+        fn_constructor_args=(str(Path(config.index).resolve()), depth),  # (a worker runs in its own folder)
         fn_constructor_kwargs={"mode": config.mode, "keep_text": config.rerank > 0, "index_tag": index_tag},
         batch_size=res.retrieval_batch,
         batch_format="pyarrow",
@@ -409,9 +409,13 @@ def rerank_stage_kwargs(
     the checkpoint records (where candidate BM25 runs at all: None for attention alone), and the
     model's fingerprint and registry digest the checkpoint records (``model``: :func:`driver_model`'s)."""
     rerank = config.rerank_config()
+    if isinstance(rerank.heads, str) and rerank.heads.endswith(".json"):  # parse_heads' rule, as _settings reads it
+        # read here, once: each actor read the file itself, from its own folder and whenever Ray
+        # (re)started it, so an edit during a run, or another node's file, mixed two head sets
+        rerank = replace(rerank, heads=parse_heads(rerank.heads))
     return {
         "config": rerank,
-        "index": config.index,
+        "index": str(Path(config.index).resolve()),
         "threads": threads,
         "index_tag": index_tag,
         "stemmer": candidate_terms().stemmer if rerank.signals is not None else None,

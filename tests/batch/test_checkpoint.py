@@ -457,6 +457,19 @@ def test_an_actor_refuses_a_registry_changed_since_the_run_began(fake_ray, tmp_p
         stages.RerankStage(5, 5, **kwargs)
 
 
+def test_actors_get_the_heads_file_read_once_and_the_index_path_resolved(tmp_path, index, monkeypatch):
+    """Each actor read --heads FILE itself (from its own folder, whenever Ray started it: an edit
+    during the run mixed two head sets) and opened the index path as typed (relative to the
+    driver's folder, not a worker's)."""
+    heads = tmp_path / "heads.json"
+    heads.write_text(json.dumps({"heads": ["0-1", "1-0"]}))
+    monkeypatch.chdir(index.parent)
+    config = BatchConfig(index.name, mode="bm25", rerank=5, heads=str(heads))
+    kwargs = runner.rerank_stage_kwargs(config.resolved(), 1, None)
+    heads.write_text(json.dumps({"heads": ["0-0"]}))  # edited after the run began
+    assert kwargs["config"].heads == [(0, 1), (1, 0)] and kwargs["index"] == str(index.resolve())
+
+
 def test_an_actor_that_refused_its_model_is_one_line_at_the_driver(tmp_path):
     """An actor whose constructor raises reaches the driver as Ray's ActorDiedError, the stage's
     line buried in a traceback (tried with a real Ray: its ``error_msg`` ends as below)."""
@@ -533,6 +546,22 @@ def test_parquet_queries_without_an_id_are_refused(tmp_path):
         read_queries(path)
 
 
+def test_parquet_queries_whose_id_columns_disagree_are_refused(tmp_path):
+    """A row number in ``id`` beside BEIR's ``_id`` was read as the query id (the run then matched
+    no qrels), where a JSON record with both ids is refused."""
+    from attnrank.batch.rows import read_queries
+
+    path = tmp_path / "q.parquet"
+    pq.write_table(pa.table({"id": [0, 1], "_id": ["q7", "q9"], "text": ["a b", "c d"]}), path)
+    with pytest.raises(InputError, match=r"row 1: the columns 'id' 0, '_id' 'q7' differ; keep one of them"):
+        read_queries(path)
+    pq.write_table(pa.table({"id": ["q7", "q9"], "_id": ["q7", "q9"], "text": ["a b", "c d"]}), path)
+    assert read_queries(path) == {"q7": "a b", "q9": "c d"}  # agreeing columns are one
+    pq.write_table(pa.table({"id": ["q7"], "text": ["a b"], "query": ["other"]}), path)
+    with pytest.raises(InputError, match="the columns 'text' 'a b', 'query' 'other' differ"):
+        read_queries(path)
+
+
 def test_auto_precision_is_decided_once_by_the_driver_and_resumed_only_alike(fake_ray, tmp_path, index, monkeypatch):
     """dtype "auto" is bfloat16 on one CPU and float32 on another: a resume elsewhere (or actors on
     a mixed cluster) would mix precisions in one run. The driver decides it, and it is recorded."""
@@ -594,6 +623,22 @@ def test_a_checkpoint_without_rows_takes_the_settings_of_the_next_run(fake_ray, 
     assert json.loads((parts / "settings.json").read_text())["mode"] == "bm25"
     with pytest.raises(InputError, match=r"other settings \(mode\)"):  # rows now: refused as before
         run_batch({"q1": "apple"}, BatchConfig(str(index), mode="dense"), output=out, progress=False)
+
+
+def test_rows_whose_settings_file_is_gone_are_refused_not_resumed(fake_ray, tmp_path, index):
+    """Parts without settings.json (copied to a new folder, or the file deleted "to reset") got the
+    next run's settings, and their rows were resumed into a run of other settings."""
+    out, parts = tmp_path / "run.trec", tmp_path / "run.trec.parts"
+    run_batch({"q1": "apple"}, BatchConfig(str(index), k=5, mode="bm25"), output=out, progress=False)
+    parts.mkdir(exist_ok=True)
+    sink = CheckpointSink(parts)
+    sink.add([_row("q1", "apple")])
+    sink.commit()
+    (parts / "settings.json").unlink()
+    out.unlink()
+    with pytest.raises(InputError, match=r"holds rows \(part-00000.parquet\) but no settings.json"):
+        run_batch({"q1": "apple"}, BatchConfig(str(index), k=10, mode="dense"), output=out, progress=False)
+    assert not (parts / "settings.json").exists() and not out.exists()
 
 
 def test_the_sink_drops_a_query_committed_or_buffered_before(tmp_path):
