@@ -25,6 +25,7 @@ from ..explain import check_explainable, explain_results
 from ..llm.states import StateCache
 from ..pipeline import Pipeline
 from ..prune.context import PrunedContext, check_budget
+from ..rerank.inputs import check_unique_ids
 from ..types import Document, RankedResults
 from .jobs import Job
 from .schemas import (
@@ -163,6 +164,11 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
         ]
     )
     texts = None if given is None else [d.full_text for d in given]
+    sentences = None
+    if body.documents is not None and any(not isinstance(d, str) and d.sentences is not None for d in body.documents):
+        sentences = [None if isinstance(d, str) else d.sentences for d in body.documents]
+    if given is not None:  # the answer names each sentence's document by its id alone
+        check_unique_ids(given)
     if texts is not None and "top_k" in body.model_fields_set:  # (it was dropped without a word)
         raise InputError(
             f"top_k={body.top_k} applies to index hits, but all {len(texts)} documents given are pruned; "
@@ -185,7 +191,12 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
             docs = given or []
         job.check()
         return pruner.prune(
-            body.query, docs, budget_tokens=budget, keep_ratio=body.keep_ratio, neighbours=body.neighbours
+            body.query,
+            docs,
+            budget_tokens=budget,
+            keep_ratio=body.keep_ratio,
+            neighbours=body.neighbours,
+            sentences=sentences,
         )
 
     return _pruned(body.query, await server.run(request, work, len(texts) if texts is not None else body.top_k))
@@ -270,20 +281,20 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
     )
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue[str] = asyncio.Queue()
-    ready: asyncio.Future[None] = loop.create_future()  # set once the searched passages passed the limits
+    ready: asyncio.Future[None] = loop.create_future()  # set at the answer's first token
     info = request_info(request)
     info["candidates"] = body.depth
 
     def work(job: Job):
         def on_piece(text: str) -> None:
             job.check()  # stops generation once the client has gone
+            loop.call_soon_threadsafe(_settle, ready)  # (the first token starts the stream)
             loop.call_soon_threadsafe(pieces.put_nowait, text)
 
         first, searched = _timed(index.search, body.query, body.depth)
         # the model stages read these passages (whole, or as the reranker truncates them)
         read = first.top_k(body.depth if pipe.reranker is not None else body.top_k)
         server.check_tokens(body.query, [d.document.full_text for d in read], "ask for fewer (lower depth or top_k)")
-        loop.call_soon_threadsafe(_settle, ready)
 
         def stop(stage: str) -> None:  # a client gone stops the next stage
             job.check()
@@ -302,8 +313,10 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
         return res
 
     job = server.jobs.submit(work)  # a full queue answers 503 before the stream starts
-    # The stream starts once the search passed the limits: a 413 (or another error of the
-    # search) is then an HTTP status, not an event of a stream already answered 200.
+    # The stream starts with the answer's first token (or the job's end): an error before it (a
+    # 413 of the search, a budget no sentence fits, an answer prompt over the model's context) is
+    # then an HTTP status, not an event of a stream already answered 200. Nothing is streamed
+    # before the first token, so waiting for it delays nothing.
     await server.wait(request, job, ready)
     if not ready.done():
         job.future.result()  # (raises what the job failed with)

@@ -36,9 +36,10 @@ class PruneDocument(BaseModel):
     sentences: list[str] | None = None
 
     def document(self, position: int) -> Document:
-        """As the pruner reads it (``id``: the position in the request where none is given)."""
-        meta = {} if self.sentences is None else {"sentences": list(self.sentences)}
-        return Document(str(position) if self.id is None else self.id, self.text, self.title, meta)
+        """As the pruner reads it (``id``: the position in the request where none is given; the
+        sentences go to the pruner's ``sentences=``, which refuses a list that does not cover the
+        text, where metadata's would be set aside for its own split with a log line only)."""
+        return Document(str(position) if self.id is None else self.id, self.text, self.title)
 
 
 class CohereRerankRequest(BaseModel):

@@ -147,6 +147,9 @@ def test_search_prune_ask(roomy_url):
     both = {"query": "Does vitamin D help bones?", "depth": 4, "top_k": 2, "budget_tokens": 400, "keep_ratio": 0.5}
     r = httpx.post(f"{url}/v1/ask", json=both)  # keep_ratio was dropped without a word
     assert r.status_code == 422 and "both size the pruned context" in r.json()["message"], r.text
+    # an error before the first token is an HTTP status: it was a 200 stream with an error event
+    r = httpx.post(f"{url}/v1/ask", json={"query": QUERY, "depth": 2, "top_k": 1, "budget_tokens": 1}, timeout=60)
+    assert r.status_code == 422 and "fits the budget of 1 tokens" in r.json()["message"], r.text
     with httpx.stream(
         "POST",
         f"{url}/v1/ask",
@@ -462,7 +465,15 @@ def test_unknown_fields_of_attnrank_bodies_are_refused(url):
     r = post("/v1/prune", {"query": QUERY, "documents": [doc, DOCS[1]], "budget_tokens": 1000})
     assert r.status_code == 200, r.text
     assert [(d["id"], d["title"]) for d in r.json()["documents"]] == [("d7", "Bones"), ("1", "")]
-    assert r.json()["documents"][0]["metadata"] == {"sentences": [DOCS[0]]}
+    assert r.json()["documents"][0]["metadata"] == {}
+    # pre-split sentences are the pruner's sentences=: a list that leaves text out was set aside for
+    # the pruner's own split (a log line), and the answer's sentence numbers counted that split
+    partial = {"text": "Alpha one. Beta two. Gamma three.", "sentences": ["Alpha one.", "Gamma three."]}
+    r = post("/v1/prune", {"query": QUERY, "documents": [partial], "budget_tokens": 1000})
+    assert r.status_code == 422 and "leave text of the passage out" in r.json()["message"], r.json()
+    # ids name each sentence's document in the answer: two documents under one id were one
+    r = post("/v1/prune", {"query": QUERY, "documents": [{"text": DOCS[0], "id": "1"}, DOCS[1]]})
+    assert r.status_code == 422 and "document #1 repeats the id '1'" in r.json()["message"], r.json()
     r = post("/v1/prune", {"query": QUERY, "documents": [{"text": DOCS[0], "url": "x"}]})
     assert r.status_code == 422 and any(
         e["loc"][-1] == "url" and e["type"] == "extra_forbidden" for e in r.json()["detail"]
