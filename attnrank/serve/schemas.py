@@ -55,6 +55,28 @@ class CohereRerankRequest(BaseModel):
         None, ge=1, strict=True, description="Truncate each document to this many tokens."
     )
     explain: bool = Field(False, description="Add per-token attention evidence to each result.")
+    rank_fields: list[str] | None = Field(
+        None, description="Cohere v1: the fields of object documents ranked on; only ['text'] is supported."
+    )
+    relevant_spans: dict[str, Any] | None = Field(
+        None, description="Cohere's relevant spans: not supported (mode 'enabled' is refused; see explain)."
+    )
+
+    @model_validator(mode="after")
+    def _supported(self) -> CohereRerankRequest:
+        """Refuse what Cohere's API takes and this server cannot do: each was dropped without a
+        word (the answer then looked like one ranked on other fields, or with no span found)."""
+        if self.rank_fields not in (None, ["text"]):
+            raise ValueError(
+                f"rank_fields={self.rank_fields} is not supported: documents are ranked on their text; "
+                "drop rank_fields, or put what to rank on in text"
+            )
+        if self.relevant_spans is not None and self.relevant_spans.get("mode", "disabled") != "disabled":
+            raise ValueError(
+                f"relevant_spans={self.relevant_spans} is not supported; drop it, or ask for explain=true "
+                "(per-token attention evidence)"
+            )
+        return self
 
 
 class TEIRerankRequest(BaseModel):
@@ -62,8 +84,9 @@ class TEIRerankRequest(BaseModel):
     texts: list[str] = Field(min_length=1, description="At least one text.")
     truncate: bool = Field(
         False,
-        description="Accepted for compatibility: every text is always cut to the reranker's max_doc_words "
-        "in the prompt, and texts over the server's limits are refused either way.",
+        description="Accepted for compatibility: the reranker cuts texts as it is configured (to max_doc_words "
+        "in an LLM prompt; preset signals reads whole texts), and texts over the server's limits are refused "
+        "either way.",
     )
     raw_scores: bool = Field(
         False,

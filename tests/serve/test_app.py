@@ -83,6 +83,15 @@ def test_rerank_cohere_and_tei_shapes(url, engine):
     tei = r.json()
     assert [x["index"] for x in tei] == order and [x["score"] for x in tei] == pytest.approx(ref.scores, abs=1e-6)
     assert tei[0]["text"] == DOCS[order[0]]
+    # what Cohere's API takes and this server cannot do is refused (it was dropped without a word)
+    for extra, named in (
+        ({"rank_fields": ["title"]}, "rank_fields"),
+        ({"relevant_spans": {"mode": "enabled"}}, "relevant_spans"),
+    ):
+        r = httpx.post(f"{url}/v2/rerank", json={"query": QUERY, "documents": DOCS, **extra})
+        assert r.status_code == 422 and f"{named}=" in r.text and "not supported" in r.text, r.text
+    r = httpx.post(f"{url}/v2/rerank", json={"query": QUERY, "documents": DOCS, "rank_fields": ["text"]})
+    assert r.status_code == 200, r.text
 
 
 def test_rerank_explain_tokens_add_up(url):
