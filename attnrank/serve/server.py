@@ -125,9 +125,15 @@ class Server:
                 "(preset signals, no pruner); cut the documents before sending them, or drop max_tokens_per_doc"
             )
         out = []
-        for t in texts:
+        for i, t in enumerate(texts):
             offsets = tokenize(self.tokenizer, t, offsets=True)["offset_mapping"]  # (as the model will read it)
-            out.append(t if len(offsets) <= max_tokens else t[: offsets[max_tokens - 1][1]])
+            cut = t if len(offsets) <= max_tokens else t[: offsets[max_tokens - 1][1]]
+            if t.strip() and not cut.strip():  # (else refused as a document without text, which it is not)
+                raise InputError(
+                    f"max_tokens_per_doc={max_tokens} leaves document #{i} only the whitespace it begins with; "
+                    "raise max_tokens_per_doc, or strip the documents' leading whitespace"
+                )
+            out.append(cut)
         return out
 
     def need(self, what: str) -> Any:

@@ -119,6 +119,9 @@ def test_error_statuses_name_the_limit(url):
     # the documents as sent: max_tokens_per_doc cut them after the check, and on the event loop
     r = post("/v1/rerank", {"query": QUERY, "documents": ["y " * 30_000], "max_tokens_per_doc": 5})
     assert r.status_code == 413 and "has 60000 characters > max_document_chars=400" in r.json()["message"]
+    # a cut that leaves only the whitespace a document begins with names the cut, not "no text"
+    r = post("/v1/rerank", {"query": QUERY, "documents": ["\n\nBones need vitamin D."], "max_tokens_per_doc": 2})
+    assert r.status_code == 422 and "max_tokens_per_doc=2 leaves document #0 only the whitespace" in r.text, r.text
     r = post("/rerank", {"query": QUERY, "texts": ["z " * 199] * 5})  # ~2000 byte tokens
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
     # special-token text counted as the model reads it (split into its characters' tokens), not as one
