@@ -174,6 +174,10 @@ class AttnrankPruner(BaseDocumentCompressor):
                 "kept_sentences": d.metadata["kept_sentences"],
                 "source_id": _source_id(src, i),
             }
+            if (
+                "sentences" in d.metadata
+            ):  # the split kept_sentences numbers (the pruner's own, where the corpus's was unusable)
+                meta["sentences"] = d.metadata["sentences"]
             if not pruned.kept_all:  # kept_all: the model did not run, every score is NaN
                 meta["sentence_scores"] = [s.score for s in pruned.kept if s.doc_index == i]
             out.append(LCDocument(page_content=d.text, id=src.id, metadata=meta))

@@ -281,6 +281,10 @@ class AttnrankPruner(BaseNodePostprocessor):
             node = src.node.model_copy(deep=True)
             node.set_content(d.text)
             node.metadata.update(pruned=True, kept_sentences=d.metadata["kept_sentences"])
+            if (
+                "sentences" in d.metadata
+            ):  # the split kept_sentences numbers (the pruner's own, where the node's was unusable)
+                node.metadata["sentences"] = d.metadata["sentences"]
             _hide(node, _PRUNE_KEYS + _SENTENCE_KEYS)
             out.append(NodeWithScore(node=node, score=src.score))
         return out

@@ -111,6 +111,10 @@ class PrunedContext:
                 else:
                     parts.append(("\n" if "\n" in gap else " ") + cur.text)
             meta = {**doc.metadata, "pruned": True, "kept_sentences": [s.source_index for s in kept]}
+            if isinstance(meta.get("sentences"), (list, tuple)) and kept[0].given_index is None:  # set aside
+                # kept_sentences numbers the split that was scored: the list beside it must be that one
+                # (a loader's own "sentences" of another kind, a count, is no split and stays)
+                meta["sentences"] = [s.text for s in self.sentences if s.doc_index == i]
             out.append(Document(doc.id, "".join(parts), doc.title if self.keep_titles else "", meta))
         return out
 

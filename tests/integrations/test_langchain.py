@@ -192,8 +192,13 @@ def test_pruner_reads_pre_split_sentences_from_the_metadata(settings, query):
     count = LCDocument(page_content=text, metadata={"sentences": 3})
     keys = LCDocument(page_content=text, metadata={"sentences": {text: 1}})
     array = LCDocument(page_content=text, metadata={"sentences": np.array([text])})  # (read back from Parquet)
-    out = pruner.compress_documents([one, two, count, keys, array], query)
-    assert [len(d.metadata["kept_sentences"]) for d in out] == [1, 2, 2, 2, 1]
+    part = LCDocument(page_content=text, metadata={"sentences": ["Delta epsilon zeta."]})  # leaves text out
+    out = pruner.compress_documents([one, two, count, keys, array, part], query)
+    assert [len(d.metadata["kept_sentences"]) for d in out] == [1, 2, 2, 2, 1, 2]
+    # kept_sentences counts the split that was scored, and "sentences" beside it is that split (the
+    # corpus's unusable list came back, and kept_sentences [0, 1] pointed past its one entry)
+    assert out[5].metadata["sentences"] == ["Alpha beta gamma.", "Delta epsilon zeta."]
+    assert out[2].metadata["sentences"] == 3 and out[0].metadata["sentences"] == [text]  # not a split / used
 
 
 def test_retriever_rerank_is_read_when_queried(settings, demo_index, query, monkeypatch):

@@ -314,6 +314,13 @@ def test_pre_split_sentences_that_leave_text_out_are_refused_or_segmented(llm, c
         pruned = ContextPruner(llm).prune(QUERY, [Document("a", text, "", {"sentences": part})], budget_tokens=1000)
     assert "metadata sentences unusable" in caplog.text
     assert pruned.documents()[0].text == text and len(pruned.sentences) == 3
+    # kept_sentences numbers the split that was scored, and the sentences beside it are that split
+    # (they were the caller's unusable list: kept_sentences [0, 1, 2] pointed past its two entries)
+    meta = pruned.documents()[0].metadata
+    assert meta["sentences"] == [s.text for s in pruned.sentences] and meta["kept_sentences"] == [0, 1, 2]
+    usable = ["Aspirin helps.", "Dose: 100 mg daily, not more.", "Take with food."]
+    pruned = ContextPruner(llm).prune(QUERY, [Document("a", text, "", {"sentences": usable})], budget_tokens=1000)
+    assert pruned.documents()[0].metadata["sentences"] == usable  # a list that was used stays as given
 
 
 def test_a_config_naming_another_model_than_the_one_given_is_warned_of(llm, caplog):
