@@ -46,6 +46,7 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2"))
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "held-out 3-fold over 3 queries" in r.output
+    assert "Few labelled queries (3 < 80): the report is noisy" in r.output  # (said for preset likelihood only)
     rows = dict(
         re.findall(r"^\| (fused with attention|fused without attention|rank alone) \| ([0-9.]+) \|", r.output, re.M)
     )

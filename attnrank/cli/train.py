@@ -277,16 +277,20 @@ def _fit_unless_worse(examples, preset, learner, l2, folds, seed, desc, model_id
             f"Registered, these weights replace the current {current} of preset {preset} (equal weights: held out "
             f"{untrained:.4f}) with the trained fusion ({trained:.4f}); --no-save keeps what is registered."
         )
-    few = []
-    if len(examples) < FEW_QUERIES:
-        few = [
-            f"Few labelled queries ({len(examples)} < {FEW_QUERIES}): the report is noisy. Measured nested on four "
-            "datasets (docs/results/likelihood_avx512_bf16.md, by the number of labelled queries), what this rule "
-            "registered with 10-40 queries lost up to 2.7 nDCG@10 points on held-out queries; from 80 on, at most "
-            "0.3.",
-            "",
-        ]
-    return "\n".join([*_table(rows, header), *few, last]), weights
+    return "\n".join([*_table(rows, header), *_few_queries(len(examples)), last]), weights
+
+
+def _few_queries(n: int) -> list[str]:
+    """The report's caveat where ``n`` labelled queries are fewer than :data:`FEW_QUERIES`."""
+    if n >= FEW_QUERIES:
+        return []
+    return [
+        f"Few labelled queries ({n} < {FEW_QUERIES}): the report is noisy. Measured nested on four datasets "
+        "(docs/results/likelihood_avx512_bf16.md, by the number of labelled queries), what the rule of preset "
+        "likelihood registered with 10-40 queries lost up to 2.7 nDCG@10 points on held-out queries; from 80 on, "
+        "at most 0.3.",
+        "",
+    ]
 
 
 def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current: str, heads: str) -> tuple[str, Any]:
@@ -323,7 +327,8 @@ def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current:
     no_base = (
         weights.uses_attention and not weights.base_weights
     )  # (came out all 0: preset signals keeps equal weights)
-    text = [*_table(rows, header), _what_registering_changes(ndcg, current, weights.base_scored_below_equal(), no_base)]
+    text = [*_table(rows, header), *_few_queries(len(examples))]
+    text.append(_what_registering_changes(ndcg, current, weights.base_scored_below_equal(), no_base))
     return "\n".join(text), weights
 
 
