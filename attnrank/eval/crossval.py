@@ -79,9 +79,12 @@ def cross_validate(
 
 def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, float]:
     """Numeric columns of per-fold rows averaged with weights ``row[n]`` (test items per fold);
-    columns that are not numbers (Python or NumPy) in every row are left out."""
+    a column holding a dict of them (``{"learned": {"nDCG@10": ...}}``, as
+    :func:`~attnrank.rerank.learned.kfold_evaluate` gives) is pooled per key, as ``"learned
+    nDCG@10"``; columns that are not numbers (Python or NumPy) in every row are left out."""
     if not rows:
         raise InputError("no fold rows to pool")
+    rows = [_flat(r) for r in rows]
     total = sum(r[n] for r in rows)
     if not total > 0:  # (every fold empty divided by zero)
         raise InputError(f"the fold rows hold no test items ({n} sums to {total}); nothing to pool")
@@ -92,6 +95,13 @@ def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, floa
         and all(isinstance(r.get(c), numbers.Real) and not isinstance(r.get(c), bool) for r in rows)
     ]
     return {c: sum(r[c] * r[n] for r in rows) / total for c in keys}
+
+
+def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        out.update({f"{k} {ik}": iv for ik, iv in v.items()} if isinstance(v, Mapping) else {k: v})
+    return out
 
 
 def check_folds(folds: int, n: int, what: str) -> None:

@@ -82,3 +82,12 @@ def test_pool_keeps_numpy_number_columns():
         {"fold": "1", "n_test": 3, "ndcg": np.float32(0.0), "hits": np.int64(6), "ok": np.bool_(False)},
     ]
     assert pool(rows) == {"ndcg": pytest.approx(0.25), "hits": pytest.approx(5.0)}
+
+
+def test_pool_pools_the_metrics_of_nested_method_columns():
+    """kfold_evaluate's rows hold each method's metrics as a dict: pooled, they came out {}."""
+    rows = [
+        {"fold": "0", "n_train": 3, "n_test": 1, "learned": {"nDCG@10": 1.0}, "first-stage": {"nDCG@10": 0.5}},
+        {"fold": "1", "n_train": 1, "n_test": 3, "learned": {"nDCG@10": 0.0}, "first-stage": {"nDCG@10": 0.5}},
+    ]
+    assert pool(rows) == {"learned nDCG@10": pytest.approx(0.25), "first-stage nDCG@10": pytest.approx(0.5)}
