@@ -2,7 +2,8 @@
 (head weights, the sentence probe, slot profiles), with one save/load protocol.
 
 A head set is only valid for the weights it was detected on, so every entry is keyed by the
-model id and :attr:`attnrank.llm.models.LLM.fingerprint` (hub commit or weights sha256). A
+model id and :attr:`attnrank.llm.models.LLM.fingerprint` (hub commit, or the sha256 of a GGUF or of
+a folder's weight and defining files, :mod:`attnrank.llm.fingerprint`). A
 registry document (JSON) holds one model's entries::
 
     {"format": "attnrank-heads/1", "model_id": "...", "fingerprint": "...",
@@ -143,14 +144,45 @@ def _matches(doc: dict[str, Any], model_id: str, fingerprint: str) -> int:
 
 
 def _documents(model_id: str, fingerprint: str, root: Path | None):
-    """(source, match level, path, doc) for every matching document, user files first."""
+    """(source, match level, path, doc) for every matching document, user files first; where the
+    user registry holds the model's id under other fingerprints only, that is warned of once."""
     roots = [("user", root or user_dir()), ("shipped", SHIPPED_DIR)]
     for source, folder in roots:
+        others: list[tuple[Path, str]] = []
+        found = False
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             for doc in _read_docs(path):
                 level = _matches(doc, model_id, fingerprint)
                 if level:
+                    found = True
                     yield source, level, path, doc
+                elif source == "user" and doc["model_id"] == model_id:
+                    others.append((path, doc["fingerprint"]))
+        if others and not found:
+            _warn_other_fingerprints(model_id, fingerprint, others)
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _warn_other_fingerprints(model_id: str, fingerprint: str, others: list[tuple[Path, str]]) -> None:
+    """Say (once per model and fingerprint) that what a user registered for ``model_id`` is keyed
+    by other weights: a lookup that finds nothing falls back (equal weights, all heads), which
+    would otherwise pass for the user's own trained weights."""
+    if (model_id, fingerprint) in _WARNED:
+        return
+    _WARNED.add((model_id, fingerprint))
+    path, other = others[0]
+    logger.warning(
+        "the head registry holds entries for %r under another fingerprint (%s, in %s; this model's is %s): they "
+        "are not used. The model's weights, configuration or tokenizer differ from those they were made for (or "
+        "they were made before 2026-12-06, when a local folder's fingerprint hashed its weight files alone); "
+        "retrain them for this model, or load the one they were made for",
+        model_id,
+        other[:12],
+        path,
+        fingerprint[:12],
+    )
 
 
 def load_head_sets(model_id: str, fingerprint: str, *, root: Path | None = None) -> list[HeadSet]:

@@ -67,6 +67,24 @@ def test_round_trip(roots):
         save_head_set("org/m", "", "copy", ["1-1"])
 
 
+def test_entries_kept_under_another_fingerprint_of_the_model_are_warned_of_once(roots, caplog, monkeypatch):
+    """A folder's fingerprint that changed (its config edited, or keyed by an earlier rule) found
+    nothing: the reranker fell back to equal weights or all heads without a word about the user's
+    own trained ones."""
+    monkeypatch.setattr(registry, "_WARNED", set())
+    save_artifact("likelihood-weights", "/models/mine", FP, {"w": 1})
+    with caplog.at_level("WARNING", logger="attnrank.registry"):
+        assert load_artifact("likelihood-weights", "/models/mine", "b" * 64) is None
+        assert load_head_sets("/models/mine", "b" * 64) == []
+        assert load_artifact("likelihood-weights", "/models/other", "b" * 64) is None  # another model: silent
+    assert caplog.text.count("holds entries for '/models/mine' under another fingerprint (aaaaaaaaaaaa") == 1
+    assert "this model's is bbbbbbbbbbbb" in caplog.text and "other" not in caplog.text.split("mine")[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank.registry"):
+        assert load_artifact("likelihood-weights", "/models/mine", FP) == {"w": 1}  # its own: found, silent
+    assert "another fingerprint" not in caplog.text
+
+
 def test_precedence(roots):
     llm = SimpleNamespace(model_id="Org/Model-7B", fingerprint=FP)
     set_ = {"method": "copy", "heads": ["3-3"], "date": "2025-01-01"}

@@ -379,7 +379,7 @@ def _pipeline(
     depth = max(config.k, config.rerank)
     ds = ds.map_batches(
         RetrievalStage,
-        fn_constructor_args=(str(Path(config.index).resolve()), depth),  # (a worker runs in its own folder)
+        fn_constructor_args=(str(Path(config.index).absolute()), depth),  # (a worker runs in its own folder)
         fn_constructor_kwargs={"mode": config.mode, "keep_text": config.rerank > 0, "index_tag": index_tag},
         batch_size=res.retrieval_batch,
         batch_format="pyarrow",
@@ -415,7 +415,7 @@ def rerank_stage_kwargs(
         rerank = replace(rerank, heads=parse_heads(rerank.heads))
     return {
         "config": rerank,
-        "index": str(Path(config.index).resolve()),
+        "index": str(Path(config.index).absolute()),  # (not resolved: a link may name it on every node)
         "threads": threads,
         "index_tag": index_tag,
         "stemmer": candidate_terms().stemmer if rerank.signals is not None else None,

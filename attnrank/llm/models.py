@@ -61,7 +61,7 @@ class LLM:
     model: Any  # transformers.PreTrainedModel (causal LM, eval mode)
     tokenizer: Any  # fast tokenizer (supports return_offsets_mapping)
     model_id: str
-    fingerprint: str  # HF commit hash if known, else sha256 of the weights file(s)
+    fingerprint: str  # hub commit, else sha256 of the GGUF or of the folder's weight and defining files
     quantization: str = ""  # "int8" (attnrank.llm.quantize) or "" (weights as loaded)
 
     @property

@@ -8,7 +8,9 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import InputError
 from ..types import Document, is_count
@@ -111,12 +113,18 @@ class PrunedContext:
                 else:
                     parts.append(("\n" if "\n" in gap else " ") + cur.text)
             meta = {**doc.metadata, "pruned": True, "kept_sentences": [s.source_index for s in kept]}
-            if isinstance(meta.get("sentences"), (list, tuple)) and kept[0].given_index is None:  # set aside
+            if _is_split(meta.get("sentences")) and kept[0].given_index is None:  # set aside (unusable)
                 # kept_sentences numbers the split that was scored: the list beside it must be that one
                 # (a loader's own "sentences" of another kind, a count, is no split and stays)
                 meta["sentences"] = [s.text for s in self.sentences if s.doc_index == i]
             out.append(Document(doc.id, "".join(parts), doc.title if self.keep_titles else "", meta))
         return out
+
+
+def _is_split(value: Any) -> bool:
+    """Whether a metadata value is a list of sentences as the pruner takes one (any sequence or
+    array, e.g. one read back from Parquet, that is not a text)."""
+    return hasattr(value, "__len__") and hasattr(value, "__iter__") and not isinstance(value, (str, bytes, Mapping))
 
 
 def check_budget(budget_tokens: int | None, keep_ratio: float | None) -> None:

@@ -167,8 +167,8 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
     sentences = None
     if body.documents is not None and any(not isinstance(d, str) and d.sentences is not None for d in body.documents):
         sentences = [None if isinstance(d, str) else d.sentences for d in body.documents]
-    if given is not None:  # the answer names each sentence's document by its id alone
-        check_unique_ids(given)
+    if given is not None and body.documents is not None:  # the answer names each sentence's document by id alone
+        _check_prune_ids(body.documents, given)
     if texts is not None and "top_k" in body.model_fields_set:  # (it was dropped without a word)
         raise InputError(
             f"top_k={body.top_k} applies to index hits, but all {len(texts)} documents given are pruned; "
@@ -200,6 +200,20 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
         )
 
     return _pruned(body.query, await server.run(request, work, len(texts) if texts is not None else body.top_k))
+
+
+def _check_prune_ids(sent: list[Any], given: list[Document]) -> None:
+    """Refuse two documents under one id: two the client gave, or a document without one (named
+    by its position) whose position is another's id."""
+    named = [not isinstance(s, str) and s.id is not None for s in sent]
+    check_unique_ids([d for d, n in zip(given, named) if n])
+    claimed = {d.id: i for i, (d, n) in enumerate(zip(given, named)) if n}
+    for i, (d, n) in enumerate(zip(given, named)):
+        if not n and d.id in claimed:
+            raise InputError(
+                f"document #{i} has no id, and its position {d.id!r}, which names it, is the id of document "
+                f"#{claimed[d.id]}; give every document an id, or none"
+            )
 
 
 PRUNER_KEYS = ("pruned", "kept_sentences")  # what the pruner adds to a document's metadata

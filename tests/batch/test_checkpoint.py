@@ -467,7 +467,7 @@ def test_actors_get_the_heads_file_read_once_and_the_index_path_resolved(tmp_pat
     config = BatchConfig(index.name, mode="bm25", rerank=5, heads=str(heads))
     kwargs = runner.rerank_stage_kwargs(config.resolved(), 1, None)
     heads.write_text(json.dumps({"heads": ["0-0"]}))  # edited after the run began
-    assert kwargs["config"].heads == [(0, 1), (1, 0)] and kwargs["index"] == str(index.resolve())
+    assert kwargs["config"].heads == [(0, 1), (1, 0)] and kwargs["index"] == str(index.absolute())
 
 
 def test_an_actor_that_refused_its_model_is_one_line_at_the_driver(tmp_path):

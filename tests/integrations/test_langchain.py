@@ -193,8 +193,10 @@ def test_pruner_reads_pre_split_sentences_from_the_metadata(settings, query):
     keys = LCDocument(page_content=text, metadata={"sentences": {text: 1}})
     array = LCDocument(page_content=text, metadata={"sentences": np.array([text])})  # (read back from Parquet)
     part = LCDocument(page_content=text, metadata={"sentences": ["Delta epsilon zeta."]})  # leaves text out
-    out = pruner.compress_documents([one, two, count, keys, array, part], query)
-    assert [len(d.metadata["kept_sentences"]) for d in out] == [1, 2, 2, 2, 1, 2]
+    part_array = LCDocument(page_content=text, metadata={"sentences": np.array(["Delta epsilon zeta."])})
+    out = pruner.compress_documents([one, two, count, keys, array, part, part_array], query)
+    assert [len(d.metadata["kept_sentences"]) for d in out] == [1, 2, 2, 2, 1, 2, 2]
+    assert out[6].metadata["sentences"] == ["Alpha beta gamma.", "Delta epsilon zeta."]  # (from Parquet)
     # kept_sentences counts the split that was scored, and "sentences" beside it is that split (the
     # corpus's unusable list came back, and kept_sentences [0, 1] pointed past its one entry)
     assert out[5].metadata["sentences"] == ["Alpha beta gamma.", "Delta epsilon zeta."]

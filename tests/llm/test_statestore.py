@@ -119,8 +119,8 @@ def test_foreign_store_is_refused(tmp_path, llm, capturer, change, fragment):
 
 
 def test_a_store_built_before_the_models_config_changed_is_refused(tmp_path, llm, capturer, monkeypatch):
-    """A local model's fingerprint hashes its weight files only: an edited config.json (here its
-    RoPE base) keeps it, while the stored keys were rotated under the old one."""
+    """A hub model's fingerprint is its snapshot's commit: a config.json edited in the cache (here
+    its RoPE base) keeps it, while the stored keys were rotated under the old one."""
     folder = build(tmp_path, llm, capturer, "float16")
     config = capturer.decoder.config
     with monkeypatch.context() as m:

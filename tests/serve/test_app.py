@@ -484,8 +484,10 @@ def test_unknown_fields_of_attnrank_bodies_are_refused(url):
     r = post("/v1/prune", {"query": QUERY, "documents": [partial], "budget_tokens": 1000})
     assert r.status_code == 422 and "leave text of the passage out" in r.json()["message"], r.json()
     # ids name each sentence's document in the answer: two documents under one id were one
+    r = post("/v1/prune", {"query": QUERY, "documents": [{"text": DOCS[0], "id": "x"}, {"text": DOCS[1], "id": "x"}]})
+    assert r.status_code == 422 and "document #1 repeats the id 'x'" in r.json()["message"], r.json()
     r = post("/v1/prune", {"query": QUERY, "documents": [{"text": DOCS[0], "id": "1"}, DOCS[1]]})
-    assert r.status_code == 422 and "document #1 repeats the id '1'" in r.json()["message"], r.json()
+    assert r.status_code == 422 and "document #1 has no id, and its position '1'" in r.json()["message"], r.json()
     r = post("/v1/prune", {"query": QUERY, "documents": [{"text": DOCS[0], "url": "x"}]})
     assert r.status_code == 422 and any(
         e["loc"][-1] == "url" and e["type"] == "extra_forbidden" for e in r.json()["detail"]
