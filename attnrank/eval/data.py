@@ -46,6 +46,11 @@ def read_qrels(path: str | Path) -> Qrels:
     for lineno, line in _lines(p):
         # tab-separated (BEIR) fields may hold spaces; TREC qrels are whitespace-separated
         parts = [x.strip() for x in line.rstrip("\r\n").split("\t")] if "\t" in line else line.split()
+        fields = line.split()
+        if len(parts) < 4 and len(fields) == 4 and fields[1] in ("0", "Q0") and any(" " in x for x in parts):
+            # TREC's columns with a tab among them ("q1 0<TAB>d1<TAB>1": its iteration column "0"), not a
+            # query "q1 0"; a BEIR id may hold a space ("q1<TAB>doc a<TAB>1" stays three fields)
+            parts = fields
         while len(parts) > 3 and not parts[-1]:  # trailing tabs add nothing (they moved the columns)
             parts.pop()
         if not any(parts):
@@ -89,8 +94,8 @@ def read_run(path: str | Path) -> Run:
     """Read a TREC run file (``qid Q0 docid rank score tag``).
 
     A (query, document) pair listed more than once keeps its FIRST line (the one a reader of the
-    file meets first, as trec_eval's input order suggests); the later lines are dropped and a
-    warning says how many and where the first one is.
+    file meets first; trec_eval refuses such a run); the later lines are dropped and a warning
+    says how many and where the first one is.
     """
     p = Path(path)
     if not p.is_file():
@@ -147,6 +152,10 @@ def results_to_run(results: Iterable[RankedResults]) -> Run:
                 + (" (a result without a query id is numbered by its position)" if res.query_id is None else "")
                 + "; give each ranking its own query_id"
             )
+        seen = {r.id for r in res}
+        if len(seen) < len(res):  # (the run keeps one score a document: the later, lower one was written)
+            twice = next(d for d in (r.id for r in res) if sum(x.id == d for x in res) > 1)
+            raise InputError(f"results of query {qid!r} list the document {twice!r} twice; a ranking lists each once")
         run[qid] = strictly_decreasing((r.id, r.score) for r in res)
     return run
 

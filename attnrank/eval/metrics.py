@@ -115,11 +115,23 @@ def evaluate_per_query(
     per: dict[str, dict[str, float]] = {q: {n: 0.0 for ns in names_of.values() for n in ns} for q in judged}
     _check_input(run, qrels)
     run_d = {q: _trec_order(d) for q, d in run.items() if d}
+    # A judged query the run lacks is ranked as one unjudged document (ir-measures reports nothing
+    # for a query without one): every metric then reads as trec_eval -c gives it for an empty
+    # ranking, counts of the qrels (NumRel) included, which a 0 filled in here got wrong; only
+    # NumRet would count that document, and is 0.
+    empty = [q for q in judged if q not in run_d]
+    run_d.update({q: {_NOTHING: 1.0} for q in empty})
     for metric in irm.iter_calc(list(names_of), judged, run_d):
         if metric.query_id in per:
+            value = float(metric.value)
+            if metric.query_id in empty and metric.measure.NAME == "NumRet" and "rel" not in metric.measure.params:
+                value = 0.0
             for name in names_of[metric.measure]:
-                per[metric.query_id][name] = float(metric.value)
+                per[metric.query_id][name] = value
     return per
+
+
+_NOTHING = "\x00attnrank: no document"  # (no qrels can judge it: an id holds no NUL in a TREC file)
 
 
 def wins_losses(deltas: Iterable[float], eps: float = 1e-9) -> tuple[int, int]:

@@ -2,7 +2,8 @@
 
 Embeddings are L2-normalised, so inner product equals cosine. Index types (FAISS factory
 strings): ``flat`` (exact, the default), ``hnsw`` (``HNSW32,Flat``; approximate, no training),
-``ivf`` (``IVF{nlist},Flat``, trained on the corpus; ``nprobe`` settable). ``backend``: how the
+``ivf`` (``IVF{nlist},Flat``, trained on the corpus; ``nprobe`` 16, an argument of
+:class:`DenseIndex` and its ``load``, not of the retriever or the CLI). ``backend``: how the
 embedder runs (``torch``, ``onnx``, ``onnx-int8``, ``openvino``; :mod:`attnrank.index.embed`). Saved as
 ``index.faiss`` and loaded memory-mapped where FAISS allows it (``IO_FLAG_MMAP_IFC`` for flat
 codes, ``IO_FLAG_MMAP`` for IVF lists).

@@ -153,7 +153,8 @@ class HybridRetriever:
 
     # -- search ------------------------------------------------------------------------------
     def search(self, query: str, k: int = 10, *, mode: str | None = None, query_id: str | None = None) -> RankedResults:
-        """Top-``k`` documents for one query, best first; ``k`` beyond the corpus returns it all."""
+        """Top-``k`` documents for one query, best first (``k`` beyond the corpus: every document
+        a side retrieves; in ``bm25`` mode only those holding a query term)."""
         return self.search_batch([query], k, mode=mode, query_ids=None if query_id is None else [query_id])[0]
 
     def search_batch(

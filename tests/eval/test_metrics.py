@@ -79,6 +79,16 @@ def test_missing_query_counts_zero():
     assert evaluate_per_query({"q1": {"a": 1.0}}, qrels, ["nDCG@10"])["q2"]["nDCG@10"] == 0.0
 
 
+def test_a_query_the_run_lacks_is_evaluated_as_an_empty_ranking_for_every_metric():
+    """Every metric of a judged query missing from the run was filled in as 0: NumRel (a count of
+    the qrels) too, where trec_eval -c reports the query's relevant documents."""
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1, "c": 2, "d": 0}}
+    per = evaluate_per_query({"q1": {"a": 1.0, "z": 0.5}}, qrels, ["NumRel", "NumRet", "NumRelRet", "nDCG@10", "P@5"])
+    assert per["q2"] == {"NumRel": 2.0, "NumRet": 0.0, "NumRelRet": 0.0, "nDCG@10": 0.0, "P@5": 0.0}
+    assert per["q1"]["NumRet"] == 2.0 and per["q1"]["NumRel"] == 1.0
+    assert evaluate({"q1": {"a": 1.0}}, qrels, ["NumRel"])["NumRel"] == pytest.approx(1.5)
+
+
 def test_dl19_bm25_slice(dl19_mini):
     vals = evaluate(
         read_run(dl19_mini / "run.bm25.trec"), read_qrels(dl19_mini / "qrels.txt"), ["nDCG@10", "R@20"], rel=2
@@ -289,6 +299,27 @@ def test_a_ranking_with_tied_scores_is_written_and_evaluated_in_its_own_order(tm
     assert [line.split()[2] for line in lines if line] == ["d1", "d9"]
     back = read_run(tmp_path / "r.trec")["q1"]
     assert back["d1"] > back["d9"]  # read back, trec_eval ranks them as the reranker did
+
+
+def test_trec_qrels_with_a_tab_among_their_columns_are_read_by_whitespace(tmp_path):
+    """ "q1 0<TAB>d1<TAB>1" was split on its tabs only: a query named "q1 0", which no run holds."""
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text("q1 0\td1\t1\nq1 0 d2 0\n")
+    assert read_qrels(mixed) == {"q1": {"d1": 1, "d2": 0}}
+    beir = tmp_path / "beir.tsv"  # a BEIR id may hold a space: three tab fields stay three
+    beir.write_text("query-id\tcorpus-id\tscore\nq 1\td 1\t1\n")
+    assert read_qrels(beir) == {"q 1": {"d 1": 1}}
+
+
+def test_a_ranking_listing_a_document_twice_is_refused_not_written_with_its_last_score():
+    from attnrank.eval.data import results_to_run
+    from attnrank.types import RankedResults, ScoredDocument
+
+    twice = RankedResults(
+        "q", [ScoredDocument("a", 3.0, 1, ""), ScoredDocument("b", 2.0, 2, ""), ScoredDocument("a", 1.0, 3, "")], "q1"
+    )
+    with pytest.raises(InputError, match="results of query 'q1' list the document 'a' twice"):
+        results_to_run([twice])
 
 
 def test_qrels_refuse_empty_ids_and_ignore_trailing_tabs(tmp_path):
