@@ -28,8 +28,9 @@ logger = logging.getLogger(__name__)
 MODES = ("bm25", "dense", "hybrid")
 # What a query's first-stage results are, beyond the index and the options: bumped when a change
 # moves them (2: 2026-12-05, BM25 candidates hold a query term, and convex fusion of an all-tied
-# list), so that a batch checkpoint never resumes old rows beside new ones.
-RETRIEVAL_VERSION = 2
+# list; 3: 2026-12-06, hybrid results past the fusion depth ranked below the depth's fusion), so
+# that a batch checkpoint never resumes old rows beside new ones.
+RETRIEVAL_VERSION = 3
 FUSIONS = ("rrf", "convex")
 INDEX_FILES = (
     "docs.jsonl",
@@ -218,12 +219,8 @@ class HybridRetriever:
         elif mode == "dense":
             keep = dense[0][qi] >= 0
             ids, scores = dense[0][qi][keep][:k], dense[1][qi][keep][:k]
-        elif self.fusion == "rrf":
-            ids, scores = hybrid.rrf([sparse[0][qi], dense[0][qi]], k, rrf_k=self.rrf_k)
         else:
-            ids, scores = hybrid.convex(
-                (sparse[0][qi], sparse[1][qi]), (dense[0][qi], dense[1][qi]), k, alpha=self.alpha, norm=self.norm
-            )
+            ids, scores = self._hybrid(sparse, dense, qi, k)
         if not np.all(np.isfinite(scores)):
             raise IndexFormatError(
                 f"query {query[:40]!r} got non-finite {mode} scores: the index is corrupted; "
@@ -237,6 +234,29 @@ class HybridRetriever:
                 per_stage["hybrid"] = float(s)
             results.append(ScoredDocument(d.id, float(s), r, d.text, d.title, per_stage, metadata=d.metadata))
         return RankedResults(query, results, qid, stage=mode)
+
+    def _hybrid(self, sparse, dense, qi: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The fusion of each side's top ``depth`` (the index's setting, what its fusion was tuned
+        at), then, for ``k`` past those, the fusion of the longer lists' other documents below them:
+        fused over the longer lists alone, the top of ``search -k 300`` was not ``search -k 10``'s
+        (convex fusion's normalisation, and RRF's sums, read every document fetched)."""
+        lists = [(sparse[0][qi], sparse[1][qi]), (dense[0][qi], dense[1][qi])]
+        depth = min(self.depth, self.num_docs)
+        ids, scores = self._fuse_lists([(i[:depth], s[:depth]) for i, s in lists], k)
+        if len(ids) >= k or all(len(i) <= depth for i, _ in lists):
+            return ids, scores
+        more_ids, more = self._fuse_lists(lists, k)
+        new = ~np.isin(more_ids, ids)
+        more_ids, more = more_ids[new], more[new]
+        if len(more) and len(scores) and more[0] >= scores[-1]:  # below the top ``depth``'s fusion
+            more = more - (more[0] - scores[-1]) - max(1e-6, abs(float(scores[-1])) * 1e-9)
+        return np.concatenate([ids, more_ids])[:k], np.concatenate([scores, more])[:k]
+
+    def _fuse_lists(self, lists: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+        (sp_ids, sp), (de_ids, de) = lists
+        if self.fusion == "rrf":
+            return hybrid.rrf([sp_ids, de_ids], k, rrf_k=self.rrf_k)
+        return hybrid.convex((sp_ids, sp), (de_ids, de), k, alpha=self.alpha, norm=self.norm)
 
     def stored_vectors(self, positions: Sequence[int]) -> np.ndarray | None:
         """The dense index's unit vectors of the documents at ``positions`` (None: it cannot give

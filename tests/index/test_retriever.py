@@ -91,6 +91,20 @@ def test_k_larger_than_corpus_returns_everything(built_retriever):
     assert all(r.score > 0 for r in res)
 
 
+def test_more_results_than_the_fusion_depth_keep_the_top_the_depth_fuses(built_retriever, monkeypatch):
+    """Hybrid search fetched max(k, depth) from each side and fused those: convex fusion's
+    normalisation (and RRF's sums) then read every document fetched, so the top 10 of -k 40 was
+    not the top 10 of -k 10, nor the fusion at the depth the index records."""
+    monkeypatch.setattr(built_retriever, "depth", 8)
+    queries = [QUERY, "cancer cells and mutations", "blood pressure in children", "antibiotic resistance"]
+    for fusion in ("convex", "rrf"):
+        monkeypatch.setattr(built_retriever, "fusion", fusion)
+        for q in queries:
+            top, more = built_retriever.search(q, 5), built_retriever.search(q, 40)
+            assert more.ids[:5] == top.ids and more.scores[:5] == pytest.approx(top.scores), (fusion, q)
+            assert len(more) == 40 == len(set(more.ids)) and all(np.diff(more.scores) <= 0), (fusion, q)
+
+
 def test_documents_without_a_query_term_get_no_rank_fusion_credit():
     """BM25's list held, after the documents that match, the others in corpus order: RRF credited
     them by that order, so results depended on it. Reversing the corpus now changes nothing."""
