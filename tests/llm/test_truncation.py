@@ -26,3 +26,14 @@ def test_a_limit_below_one_is_refused_naming_it(kw):
     name = "max_doc_words" if kw["max_words"] is not None else "max_doc_tokens"
     with pytest.raises(InputError, match=rf"{name}=-?\d+ must be >= 1"):
         truncate_texts(None, [Document("a", "text")], **kw)
+
+
+def test_a_token_cut_counts_the_text_the_prompts_hold_not_its_leading_whitespace():
+    """The prompts strip a text; its leading whitespace counted against max_doc_tokens, and a cut
+    could keep nothing else (recorded "13->2 tokens", the passage scored on its slot label alone)."""
+    from _tiny import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    texts, cuts = truncate_texts(tok, [Document("a", "\n\nhello world"), Document("b", "ok")], None, 4)
+    assert texts == ["hell", "ok"]
+    assert cuts == [Truncation(0, "a", "tokens", len(tok("\n\nhello world")["input_ids"]), 4)]
