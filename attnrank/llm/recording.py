@@ -191,6 +191,11 @@ def capture_attention(
             f"{type(module).__name__} has attention sinks (a learned logit each head's softmax also "
             "spreads over: GPT-OSS), which attnrank's attention does not compute; use another model"
         )
+    if kwargs.get("position_bias") is not None:  # (transformers' SDPA drops it, and the rows never add it)
+        raise ModelError(
+            f"{type(module).__name__} adds a relative position bias to its attention scores (position_bias: "
+            "Inkling), which attnrank's attention does not compute; use another model"
+        )
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     session = ACTIVE_SESSION.get()
     if session is not None:

@@ -345,3 +345,12 @@ def test_a_model_with_attention_sinks_is_refused_not_read_wrong():
                 p.fill_(3.0)
     with pytest.raises(ModelError, match="GptOssAttention has attention sinks"):
         AttentionCapturer(model, heads=[(1, 0)]).capture(_ids(10))
+
+
+def test_a_model_with_a_relative_position_bias_is_refused_not_read_wrong():
+    """Inkling passes a relative position bias to its attention function: SDPA ignored it and the
+    captured rows never added it (off by 2.7e-4 at layer 0 on a tiny model, argmax moved with a
+    larger bias)."""
+    model = tiny_model("InklingText")
+    with pytest.raises(ModelError, match="adds a relative position bias to its attention scores"):
+        AttentionCapturer(model, heads=[(0, 0)]).capture(_ids(10))
