@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - older transformers 5
 
 from attnrank.errors import InputError, ModelError
 
-from .headspec import check_head_range
+from .headspec import check_head_range, head_pair
 from .kernels import segment_mask
 from .recording import (
     ACTIVE_SESSION,
@@ -72,7 +72,7 @@ def _validate_heads(heads: HeadSpec, n_layers: int, n_heads: int, max_layer: int
     if heads is None:
         last = n_layers - 1 if max_layer is None else max_layer
         return [(layer, head) for layer in range(last + 1) for head in range(n_heads)]
-    pairs = sorted({(int(layer), int(head)) for layer, head in heads})
+    pairs = sorted({head_pair(h) for h in heads})  # (int() cut 1.7 to 1 without a word)
     if not pairs:
         raise InputError("the head list is empty; pass at least one (layer, head) pair, or None for all heads")
     check_head_range(pairs, n_layers, n_heads, max_layer)

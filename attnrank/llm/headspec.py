@@ -21,7 +21,8 @@ def _index(value) -> int:
     return int(value)
 
 
-def _pair(item) -> tuple[int, int]:
+def head_pair(item) -> tuple[int, int]:
+    """One ``(layer, head)`` pair from a pair or ``"l-h"`` text (whole numbers only: 13.5 is refused)."""
     try:
         if isinstance(item, str):
             layer, head = item.replace(":", "-").replace(",", "-").split("-")
@@ -56,7 +57,7 @@ def parse_heads(spec: HeadsArg) -> HeadList | None:
             raise InputError(f"head file {path} must hold a list of 'layer-head' or {{\"heads\": [...]}}")
     elif isinstance(spec, str):
         spec = [s for s in spec.replace(" ", "").split(",") if s]
-    heads = sorted({_pair(x) for x in spec})
+    heads = sorted({head_pair(x) for x in spec})
     if not heads:
         raise InputError("the head list is empty; give at least one 'layer-head' pair, or 'all'")
     if any(l < 0 or h < 0 for l, h in heads):

@@ -47,3 +47,12 @@ def test_unreadable_head_files_are_one_line_errors(tmp_path):
         parse_heads(binary)
     with pytest.raises(InputError, match="does not exist"):
         parse_heads(tmp_path / "missing.json")
+
+
+def test_the_capturer_refuses_head_indices_that_are_not_whole_numbers(llm):
+    """AttentionCapturer(model, [(1.7, 2.9)]) read head (1, 2) without a word; parse_heads refused it."""
+    from attnrank.llm.attention import AttentionCapturer
+
+    with pytest.raises(InputError, match=r"head \(1.7, 2.9\) is not a \(layer, head\) pair"):
+        AttentionCapturer(llm.model, [(1.7, 2.9)])
+    assert AttentionCapturer(llm.model, [(1.0, 2), "0-1"]).heads == [(0, 1), (1, 2)]
