@@ -78,15 +78,15 @@ def tiny_latent_attention_model():
     return DeepseekV3ForCausalLM(cfg).eval()
 
 
-def tiny_longrope_model(max_positions: int = 160):
-    """A tiny random Phi-3 whose LongRoPE switches to its long rotary frequencies past 40 positions
-    (frequencies that follow the pass's longest position)."""
+def tiny_longrope_model(max_positions: int = 160, switch: int = 40):
+    """A tiny random Phi-3 whose LongRoPE switches to its long rotary frequencies past ``switch``
+    positions (frequencies that follow the pass's longest position)."""
     rope = {
         "rope_type": "longrope",
         "rope_theta": 10000.0,
         "short_factor": [1.0] * 4,
         "long_factor": [4.0] * 4,
-        "original_max_position_embeddings": 40,
+        "original_max_position_embeddings": switch,
         "factor": 4.0,
     }
     return tiny_model(
@@ -97,7 +97,7 @@ def tiny_longrope_model(max_positions: int = 160):
         eos_token_id=1,
         bos_token_id=1,
         rope_parameters=rope,
-        original_max_position_embeddings=40,
+        original_max_position_embeddings=switch,
     )
 
 

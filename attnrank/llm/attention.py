@@ -396,6 +396,24 @@ def rotary_follows_length(decoder: Any) -> bool:
     return "dynamic" in rope or rope == "longrope"
 
 
+def rotary_switch(decoder: Any) -> int | None:
+    """For rotary frequencies that follow a pass's longest position (:func:`rotary_follows_length`),
+    the positions a pass may span before they switch to another set (LongRoPE's
+    ``original_max_position_embeddings``, dynamic NTK's original length), else None. A prompt
+    within them reads one set of frequencies in each of its passes (prefill, suffixes, blocks)."""
+    if not rotary_follows_length(decoder):
+        return None
+    emb = decoder.rotary_emb
+    if str(emb.rope_type) == "longrope":
+        params = getattr(emb.config, "rope_parameters", None) or getattr(emb.config, "rope_scaling", None) or {}
+        value = params.get("original_max_position_embeddings") or getattr(
+            emb.config, "original_max_position_embeddings", None
+        )
+    else:
+        value = getattr(emb, "original_max_seq_len", None)
+    return int(value) if value else None
+
+
 def naive_attention_rows(
     model: Any, input_ids: torch.Tensor | list[int], query_start: int, heads: HeadSpec = None
 ) -> torch.Tensor:

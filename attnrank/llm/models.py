@@ -27,6 +27,7 @@ import torch
 from attnrank import config
 from attnrank.errors import InputError, ModelError
 
+from .attention import rotary_switch
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
 from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir
@@ -40,6 +41,7 @@ from .modelconfig import (
     text_context_length,
 )
 from .quantize import INT8, quantize_int8
+from .recording import decoder_of
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +81,16 @@ class LLM:
         is registered for its base weights, whose fingerprint it keeps, but what is measured on it
         must not be registered as theirs."""
         return self.quantization if self.quantization.startswith(ADAPTED) else ""
+
+    @property
+    def prompt_budget(self) -> int:
+        """Positions one attention prompt (a window) spans at most by default: the context less 64,
+        and where the rotary frequencies follow a pass's length (LongRoPE, dynamic NTK) at most the
+        positions they keep one set for (:func:`~attnrank.llm.attention.rotary_switch`): a prompt's
+        passes (its prefill and suffixes, or its blocks) then read the same frequencies, as one pass
+        over the whole prompt does."""
+        switch = rotary_switch(decoder_of(self.model))
+        return self.context_length - 64 if switch is None else min(self.context_length - 64, switch)
 
     @property
     def short_key(self) -> str:
@@ -229,11 +241,19 @@ def check_prompt_budget(max_prompt_tokens: int | None, model: LLM | str | None) 
     """Refuse a prompt budget past ``model``'s context (positions it was never trained on): a
     loaded :class:`LLM`'s, or a model name's from its config alone, before its weights load."""
     context = model.context_length if isinstance(model, LLM) else model_context_length(model)
+    name = model.model_id if isinstance(model, LLM) else model or config.DEFAULT_LLM
     if context is not None and (max_prompt_tokens or 0) > context:
-        name = model.model_id if isinstance(model, LLM) else model or config.DEFAULT_LLM
         raise InputError(
             f"max_prompt_tokens={max_prompt_tokens} exceeds the {context}-token context of {name}; lower it "
             "(None: the context minus 64)"
+        )
+    switch = rotary_switch(decoder_of(model.model)) if isinstance(model, LLM) else None
+    if switch is not None and (max_prompt_tokens or 0) > switch:
+        raise InputError(
+            f"max_prompt_tokens={max_prompt_tokens} exceeds the {switch} positions over which the rotary "
+            f"frequencies of {name} stay one set (LongRoPE or dynamic NTK switch to others for a longer pass): a "
+            f"prompt's prefill and its query, or its blocks, would read different ones; lower it to {switch} or "
+            "less (None: that)"
         )
 
 

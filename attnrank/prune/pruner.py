@@ -138,7 +138,7 @@ class ContextPruner:
         if cfg.method == "focus":
             self.hint_ids = tokenize(self.llm.tokenizer, self.focus_hint)["input_ids"]
         check_prompt_budget(cfg.max_prompt_tokens, self.llm)  # (a model whose config could not be read before)
-        self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.context_length - 64
+        self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.prompt_budget
         self._planner().check_frame(cfg.block_positions if cfg.attention == "block" else None)
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in

@@ -200,8 +200,8 @@ class AttentionReranker:
 
     @property
     def max_prompt_tokens(self) -> int:
-        """Tokens one prompt (window) may span: the config's, else the model's context minus 64."""
-        return self.config.max_prompt_tokens or self.llm.context_length - 64
+        """Tokens one prompt (window) may span: the config's, else :attr:`LLM.prompt_budget`."""
+        return self.config.max_prompt_tokens or self.llm.prompt_budget
 
     def use_index(self, retriever: HybridRetriever) -> bool:
         """Candidates from ``retriever``'s corpus get their dense signal from its stored vectors

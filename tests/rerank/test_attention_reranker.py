@@ -268,3 +268,25 @@ def test_reranking_drops_an_earlier_attention_stages_token_evidence(llm):
             )
             < 1e-3
         )
+
+
+def test_prompts_stay_within_one_set_of_rotary_frequencies_where_they_follow_the_pass_length():
+    """LongRoPE (and dynamic NTK) pick their frequencies by a pass's longest position: a context
+    prefilled below the switch and a query run past it read different ones (8e-5 off an eager
+    pass over the whole prompt on a tiny model; far more on Phi-3.5, whose long factors are far
+    from 1). The default window stays within the switch, and a budget past it is refused."""
+    from _tiny import tiny_longrope_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+    from attnrank.prune.pruner import ContextPruner
+
+    llm = LLM(tiny_longrope_model(max_positions=2000, switch=300), tiny_tokenizer(), "tiny-phi3", "p" * 64)
+    assert llm.prompt_budget == 300 and llm.context_length - 64 > 300
+    for cls, options in ((AttentionReranker, {"config": "qrhead", "heads": "all"}), (ContextPruner, {})):
+        with pytest.raises(InputError, match="max_prompt_tokens=500 exceeds the 300 positions over which the rotary"):
+            cls(llm, max_prompt_tokens=500, **options)
+    rr = AttentionReranker(llm, config="qrhead", heads="all")
+    assert rr.max_prompt_tokens == 300
+    docs = [Document(str(i), f"Passage {i} tells of the capital of France and its river. " * 2) for i in range(6)]
+    wins = rr.windows("capital of France?", docs)
+    assert len(wins) > 1 and all(len(w.input_ids) < 300 for w in wins)  # cut into windows within the switch
