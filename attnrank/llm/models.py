@@ -245,7 +245,7 @@ def check_prompt_budget(max_prompt_tokens: int | None, model: LLM | str | None) 
     if context is not None and (max_prompt_tokens or 0) > context:
         raise InputError(
             f"max_prompt_tokens={max_prompt_tokens} exceeds the {context}-token context of {name}; lower it "
-            "(None: the context minus 64)"
+            "(None: the context minus 64, LLM.prompt_budget)"
         )
     switch = rotary_switch(decoder_of(model.model)) if isinstance(model, LLM) else None
     if switch is not None and (max_prompt_tokens or 0) > switch:

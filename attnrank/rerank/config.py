@@ -88,6 +88,9 @@ ATTENTION_FIELDS = (
 SIGNALS_SETTINGS = (None, SIGNALS_AUTO, SIGNALS_ONLY, SIGNALS_LIKELIHOOD)  # and FusedWeights
 # Attention fields the query likelihood reads too: it cuts the passages of its prompts the same way.
 LIKELIHOOD_FIELDS = ("max_doc_words", "max_doc_tokens")
+# What a reranker computes, beyond how it reads it (cuts, prompt wording, calibration): a preset
+# with another of these is named for the preset it then equals (RerankConfig.with_options).
+METHOD_FIELDS = ("signals", "heads", "scorer", "reweight", "attention", "block_positions")
 # How the attention prompt is built and read: weights fitted to its scores record them where
 # their trainer is given them (RerankConfig.prompt_settings; the CLI and the ship scripts give
 # them), and warn where a reranker sets them otherwise.
@@ -109,8 +112,9 @@ class RerankConfig:
     ``slot_profile``: a profile JSON path or ``"auto"`` (needed by slot correction).
     ``instruction``: ``"ie"``, ``"qa"`` or custom text; ``order``: document order in the prompt.
     ``max_doc_words`` / ``max_doc_tokens``: per-passage truncation; ``max_prompt_tokens``: window
-    size (None: the model's context minus 64). ``device``/``dtype``: where and how the LLM runs
-    (``dtype="int8"``: CPU only, the decoder's linear layers in dynamic int8, :mod:`attnrank.llm.quantize`).
+    size (None: :attr:`~attnrank.llm.models.LLM.prompt_budget`, the model's context minus 64).
+    ``device``/``dtype``: where and how the LLM runs (``dtype="int8"``: CPU only, the decoder's
+    linear layers in dynamic int8, :mod:`attnrank.llm.quantize`).
     ``attention``: ``"full"`` (one causal prompt) or ``"block"`` (passages encoded independently,
     :mod:`attnrank.llm.blocks`); ``block_positions``: ``"shared"``, ``"sequential"`` or ``"rotated"``;
     ``state_cache_mb``: in-memory budget of reusable passage states, block attention's and the
@@ -257,8 +261,11 @@ class RerankConfig:
         """A copy with ``overrides`` (field names; an unknown name is an error naming the fields).
         Overrides that turn attention off (``signals="only"`` or ``"likelihood"``) also reset the attention fields this
         configuration set (e.g. preset ``fused``'s block attention) and they did not give: nothing
-        would read them; attention fields they do give are refused. The copy is then named for the
-        preset it equals (``signals``, ``likelihood``), else ``custom``."""
+        would read them; attention fields they do give are refused. Overrides of what it computes
+        (:data:`METHOD_FIELDS`) name the copy for what it now computes (run tags, ``repr``): the
+        preset whose method it has (``--preset qrhead --heads all`` is ``icr``; ``--preset
+        likelihood --signals only`` is ``signals``), else this preset's name and the fields that
+        differ from it (``fused+heads``), or ``custom`` (another ``signals``, no preset's)."""
         check_fields(type(self), overrides)
         if not overrides:
             return self
@@ -269,13 +276,30 @@ class RerankConfig:
             reset = {k: defaults[k] for k in ATTENTION_FIELDS if k not in kept}
             overrides = {**reset, **overrides}
         out = replace(self, **overrides)
-        if self.uses_attention and not out.uses_attention and "name" not in overrides:
-            # named for what it now computes (run tags, repr): the preset whose method it has (the
-            # model and how it runs aside), else custom
-            method = ("signals", *ATTENTION_FIELDS)
-            same = [n for n, p in RERANK_PRESETS.items() if all(getattr(p, f) == getattr(out, f) for f in method)]
-            out = replace(out, name=same[0] if same else "custom")
+        if "name" not in overrides and any(k in METHOD_FIELDS for k in overrides):
+            out = replace(out, name=_method_name(self.name, out))
         return out
+
+
+def _method_name(previous: str, out: RerankConfig) -> str:
+    """The name of ``out`` (a copy of preset ``previous`` with options): see :meth:`RerankConfig.with_options`."""
+    same = [n for n, p in RERANK_PRESETS.items() if _method(p) == _method(out)]
+    if same:
+        return previous if previous in same else same[0]
+    base = RERANK_PRESETS.get(previous)
+    if base is None or _method(base)[0] != _method(out)[0]:  # (another fusion is another method)
+        return "custom"
+    return "+".join([previous, *(f for f, a, b in zip(METHOD_FIELDS, _method(base), _method(out)) if a != b)])
+
+
+def _method(cfg: RerankConfig) -> tuple[Any, ...]:
+    """``cfg``'s :data:`METHOD_FIELDS`, its fused weights as the setting they stand in for
+    (weights without attention read as ``signals`` or ``likelihood`` does, with it as ``auto``)."""
+    signals = cfg.signals
+    if isinstance(signals, FusedWeights):
+        reads = SIGNALS_LIKELIHOOD if _reads_likelihood(signals) else SIGNALS_ONLY
+        signals = SIGNALS_AUTO if signals.uses_attention else reads
+    return (signals, *(getattr(cfg, f) for f in METHOD_FIELDS[1:]))
 
 
 def check_prompt_options(order: str, instruction: str) -> None:

@@ -105,7 +105,7 @@ def test_a_preset_whose_attention_is_switched_off_is_named_for_what_it_computes(
 
     assert RerankConfig.preset("fused", signals="only").name == "signals"
     assert RerankConfig.preset("icr", signals="likelihood").name == "likelihood"
-    assert RerankConfig.preset("fused", signals="likelihood", max_doc_words=50).name == "custom"
+    assert RerankConfig.preset("fused", signals="likelihood", max_doc_words=50).name == "likelihood"  # (its cut)
     assert RerankConfig.preset("fused", dtype="float32").name == "fused"  # attention still on: its own name
     assert RerankConfig.preset("fused").with_options(signals="only", name="mine").name == "mine"
     assert "preset='signals'" in repr(AttentionReranker(str(tiny_dir), config="fused", signals="only"))
@@ -117,7 +117,7 @@ def test_a_learned_scorer_without_a_preset_builds_the_learned_preset():
     from attnrank.rerank.config import RerankConfig
 
     assert RerankConfig.preset(scorer="learned") == RerankConfig.preset("learned")
-    assert RerankConfig.preset(heads="all").name == "fused"  # other attention options: as before
+    assert RerankConfig.preset(heads="all").name == "fused+heads"  # other attention options: fused, its heads not
 
 
 def test_on_off_settings_refuse_strings():
@@ -176,3 +176,23 @@ def test_what_the_registry_lacks_is_named_before_the_model_loads(home, tiny_dir,
             shutil.copy(tiny_dir / name, config_only / name)
     with pytest.raises(InputError, match="learned head weights"):
         AttentionReranker(str(config_only), config="learned")
+
+
+@pytest.mark.parametrize(
+    ("preset", "options", "name"),
+    [
+        ("likelihood", {"signals": "only"}, "signals"),  # no likelihood, no LLM
+        ("signals", {"signals": "likelihood"}, "likelihood"),  # runs the LLM
+        ("likelihood", {"signals": None}, "qrhead"),  # attention alone
+        ("signals", {"signals": "auto"}, "custom"),  # fused over a full-prompt capture: no preset's
+        ("qrhead", {"heads": "all"}, "icr"),
+        ("fused", {"signals": None}, "custom"),  # attention alone at block positions
+        ("fused", {"heads": "all"}, "fused+heads"),
+        ("likelihood", {"max_doc_words": 150}, "likelihood"),  # how it reads, not what it computes
+        ("qrhead", {"calibrate": False}, "qrhead"),
+    ],
+)
+def test_a_preset_with_options_is_named_for_what_it_computes(preset, options, name):
+    """The name is the run tag (attnrank-<name>) and the repr's preset: `--preset likelihood
+    --signals only` was tagged attnrank-likelihood though it computed no likelihood."""
+    assert RerankConfig.preset(preset, **options).name == name

@@ -68,7 +68,7 @@ def test_the_weights_heads_are_read_unless_heads_are_given(llm, caplog):
 def test_fused_preset_and_bad_signals_value():
     fused = RerankConfig.preset("fused")
     assert RerankConfig.preset(signals="auto") == fused  # fusing attention without a preset: fused
-    assert RerankConfig.preset(signals="none", heads="all").name == "qrhead"  # attention alone, default fields
+    assert RerankConfig.preset(signals="none", heads="all").name == "icr"  # attention alone over every head
     assert fused.signals == "auto" and (fused.attention, fused.block_positions) == ("block", "shared")
     off = RerankConfig.preset("fused", signals="only")  # the preset's own attention settings go with attention
     assert not off.uses_attention and off.attention == "full" and off.attention_options() == []
@@ -105,13 +105,13 @@ def test_attention_options_without_a_preset_select_fused(llm, caplog):
     assert RerankConfig.preset().name == "likelihood"
     with caplog.at_level("INFO", logger="attnrank.rerank.config"):
         cfg = RerankConfig.preset(heads="all", max_doc_words=50)
-    assert cfg.name == "fused" and cfg.heads == "all" and cfg.uses_attention and "preset 'fused'" in caplog.text
-    assert RerankConfig.preset(signals=None, heads="all").name == "qrhead"  # attention alone
+    assert cfg.name == "fused+heads" and cfg.heads == "all" and cfg.uses_attention and "preset 'fused'" in caplog.text
+    assert RerankConfig.preset(signals=None, heads="all").name == "icr"  # attention alone, every head
     cut = RerankConfig.preset(max_doc_words=50)  # the default reads the passage cut: no attention needed
     assert cut.name == "likelihood" and cut.max_doc_words == 50
     assert RerankConfig.preset(signals=None, heads="all").uses_attention  # (attention alone)
     rr = AttentionReranker(llm, "0-1,2-3")  # heads, no preset
-    assert rr.config.name == "fused" and rr.uses_attention and rr.head_list == [(0, 1), (2, 3)]
+    assert rr.config.name == "fused+heads" and rr.uses_attention and rr.head_list == [(0, 1), (2, 3)]
     assert not AttentionReranker(llm).uses_attention
 
 
