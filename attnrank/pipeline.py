@@ -152,7 +152,9 @@ class Pipeline:
     ) -> Pipeline:
         """A pipeline whose reranker, pruner and generator share one loaded LLM (``model``).
 
-        ``rerank``: a :class:`RerankConfig`, a preset name, True (the default preset) or False;
+        ``rerank``: a :class:`RerankConfig` (``RerankConfig.preset(...)`` for the default preset with
+        options: a bare ``RerankConfig(...)`` computes attention alone), a preset name, True (the
+        default preset) or False;
         ``prune``: a :class:`PruneConfig`, True (its defaults) or False; ``generator_model`` gives
         the generator another model; a config's ``model``, ``device`` and ``dtype`` (when set) must be
         the ones given here, which load the shared model. ``kw`` go to the constructor (``depth``, ``top_k``,
@@ -162,6 +164,11 @@ class Pipeline:
         unknown = sorted(set(kw) - set(CONSTRUCTOR_OPTIONS))
         if unknown:  # (else a TypeError from the constructor, after the model loaded)
             raise InputError(f"unknown Pipeline option(s) {unknown}; the options are {', '.join(CONSTRUCTOR_OPTIONS)}")
+        if not isinstance(rerank, (bool, str, RerankConfig)):  # (None, 0, {}: each built the default reranker)
+            raise InputError(
+                f"rerank={rerank!r} is not True, False, a preset name or a RerankConfig; e.g. rerank=False for "
+                "none, rerank='signals'"
+            )
         if not isinstance(prune, (bool, PruneConfig)):  # (None, "focus", a dict: each built the default pruner)
             raise InputError(
                 f"prune={prune!r} is not True, False or a PruneConfig; e.g. prune=False for none, "
@@ -176,6 +183,10 @@ class Pipeline:
         )
         if generate:
             check_max_new_tokens(max_new_tokens)
+        elif max_new_tokens != 64:  # (dropped without a word)
+            raise InputError(
+                f"max_new_tokens={max_new_tokens!r} sizes the answer, but generate=False; drop one of them"
+            )
         if generator_model is not None and not generate:
             raise InputError("generator_model is given but generate=False; drop one of them")
         if isinstance(generator_model, (str, os.PathLike)):
@@ -312,6 +323,16 @@ def _check_counts(depth: Any, top_k: Any, budget_tokens: Any, neighbours: Any, p
         if budget_tokens is not None:
             check_budget(budget_tokens, None)
         check_neighbours(neighbours)
+        return
+    given = [
+        f"{n}={v!r}"
+        for n, v, d in (("budget_tokens", budget_tokens, DEFAULT_BUDGET_TOKENS), ("neighbours", neighbours, 0))
+        if v != d
+    ]
+    if given:  # (dropped without a word, though run() refuses a budget without a pruner)
+        raise InputError(
+            f"{', '.join(given)} size(s) the pruned context, but this pipeline has no pruner; drop it, or add a pruner"
+        )
 
 
 def check_shared_model(

@@ -203,6 +203,24 @@ def test_from_model_shares_one_llm(llm, built_retriever):
     assert res.pruned.kept_tokens <= res.pruned.budget_tokens
 
 
+def test_options_a_pipeline_would_drop_are_refused(llm, built_retriever):
+    """rerank=None (or 0, {}) built the default reranker, which runs the LLM over every candidate;
+    a budget or neighbours without a pruner, and max_new_tokens without a generator, were dropped
+    without a word (run() refuses a budget without a pruner)."""
+    for value in (None, 0, {}):
+        with pytest.raises(InputError, match=rf"rerank={value!r} is not True, False, a preset name or a RerankConfig"):
+            Pipeline.from_model(built_retriever, llm, rerank=value)
+    with pytest.raises(
+        InputError, match=r"budget_tokens=50 size\(s\) the pruned context, but this pipeline has no pruner"
+    ):
+        Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, generate=False, budget_tokens=50)
+    with pytest.raises(InputError, match=r"neighbours=3 size\(s\) the pruned context"):
+        Pipeline(built_retriever, neighbours=3)
+    with pytest.raises(InputError, match="max_new_tokens=5 sizes the answer, but generate=False"):
+        Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, generate=False, max_new_tokens=5)
+    assert Pipeline(built_retriever).pruner is None  # the defaults, left alone, are no option given
+
+
 def test_cli_prune_and_ask(tmp_path, tiny_dir, built_retriever):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(
