@@ -55,10 +55,12 @@ def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny
     scores = {
         who: float(v)
         for who, v in re.findall(
-            r"^\s+(first stage|sum of all heads|learned)\b.*?nDCG@10 ([0-9.]+)", r.output, re.MULTILINE
+            r"^\s+(first stage|sum of per-head scores|learned)\b.*?nDCG@10 ([0-9.]+)", r.output, re.MULTILINE
         )
     }
-    assert set(scores) == {"first stage", "sum of all heads", "learned"} and all(0 <= v <= 1 for v in scores.values())
+    assert set(scores) == {"first stage", "sum of per-head scores", "learned"} and all(
+        0 <= v <= 1 for v in scores.values()
+    )
     assert "saved to" in r.output and str(home) in r.output
     w = LearnedHeadWeights.load(*model_fingerprint(str(tiny_dir)))
     assert w is not None and len(w.heads) == 4 and w.weights.shape == (4,)

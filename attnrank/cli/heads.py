@@ -154,6 +154,17 @@ def heads_detect(
         scored = [v for _, v in res.ranked()]
         if res.n_used and len(set(scored)) <= 1:  # every head alike: the "top" would be the first ones
             typer.echo(f"{name}: not saved: every head scored the same")
+        elif res.n_used and res.method == "copy":  # (a head that never copied is no retrieval head)
+            from ..heads.scores import RETRIEVAL_THRESHOLD
+
+            copied = res.top_positive(top)
+            strong = len(set(copied) & set(res.above(RETRIEVAL_THRESHOLD)))
+            typer.echo(
+                f"{name}: saved the {len(copied)} best heads that copied at all (of the top {top} asked; "
+                f"{strong} above Wu et al.'s retrieval-head threshold {RETRIEVAL_THRESHOLD}) to {res.save(heads=copied)}"
+                if copied
+                else f"{name}: not saved: no head copied"
+            )
         elif res.n_used:
             typer.echo(f"{name}: saved top {top} to {res.save(top)}")
 

@@ -180,7 +180,7 @@ def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc, pro
         rows = {f"first stage {m}": v for m, v in _scores_eval(test, lambda q: q.first_stage, qr, rel).items()}
         rows.update(
             {
-                f"sum of all heads {m}": v
+                f"sum of per-head scores {m}": v
                 for m, v in _scores_eval(test, lambda q: q.features.sum(axis=1), qr, rel).items()
             }
         )
@@ -203,9 +203,13 @@ def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc, pro
             "the training folds only:"
         )
     ]
-    for who in ("first stage", "sum of all heads", "learned"):
+    for who in ("first stage", "sum of per-head scores", "learned"):
         vals = "  ".join(f"{m} {held[f'{who} {m}']:.4f}" for m in METRICS)
         lines.append(f"  {who + (f' ({learner}, {label})' if who == 'learned' else ''):<58} {vals}")
+    lines.append(
+        "  (sum of per-head scores: the learned weights' features summed, each head's through its own token "
+        "filter where it is on; ICR's sum, preset icr, filters the summed scores once)"
+    )
     lines.append(
         f"  learned - first stage: {100 * (held['learned nDCG@10'] - held['first stage nDCG@10']):+.1f} nDCG@10 points"
     )

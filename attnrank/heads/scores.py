@@ -48,6 +48,11 @@ class HeadScores:
             raise InputError(f"n={n} heads: give at least 1 (the number of best heads to keep)")
         return [pair for pair, _ in self.ranked()[:n]]
 
+    def top_positive(self, n: int = 16) -> HeadList:
+        """The ``n`` best heads that scored above 0: for copy-paste scores, a head that never
+        copied is no retrieval head (``top`` filled a set with them, tied at 0, in head order)."""
+        return [pair for pair, v in self.ranked() if v > 0][:n]
+
     def above(self, threshold: float = RETRIEVAL_THRESHOLD) -> HeadList:
         """Heads scoring strictly above ``threshold``, best first."""
         return [pair for pair, v in self.ranked() if v > threshold]

@@ -255,6 +255,16 @@ def test_top_needs_a_positive_count():
             res.top(n)
 
 
+def test_a_copy_set_holds_only_heads_that_copied():
+    """heads detect --method copy --top 32 saved heads at 0 (they never copied), chosen by head
+    order among the tied: SmolLM2's shipped matrix has 102 heads above 0 and 168 at 0."""
+    from attnrank.heads.scores import HeadScores
+
+    res = HeadScores(np.array([[0.0, 0.3], [0.05, 0.0]]), "copy")
+    assert res.top(3) == [(0, 1), (1, 0), (0, 0)]  # the third never copied
+    assert res.top_positive(3) == [(0, 1), (1, 0)] and res.top_positive(1) == [(0, 1)]
+
+
 def test_copy_trials_decode_greedily_whatever_the_checkpoint_sets(llm):
     """model.generate filled unset settings from the model's generation_config: a checkpoint's
     repetition penalty (Qwen2.5-Instruct ships 1.05) penalised copying the needle out of the prompt."""
