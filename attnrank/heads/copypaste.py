@@ -31,10 +31,10 @@ import torch
 
 from ..config import COPY_DEPTHS, COPY_HAYSTACK, COPY_LENGTHS, COPY_MAX_NEW_TOKENS
 from ..errors import InputError
-from ..llm.attention import AttentionCapturer
+from ..llm.attention import AttentionCapturer, rotary_switch
 from ..llm.decoding import greedy_config, own_settings_off
 from ..llm.prompts import chat_frame
-from ..llm.recording import forward_lock
+from ..llm.recording import decoder_of, forward_lock
 from ..types import is_count
 from .scores import HeadScores
 
@@ -333,6 +333,15 @@ def detect_copy_heads(
         raise InputError(
             f"lengths up to {max(lengths)} plus max_new_tokens={max_new_tokens} exceed the {llm.context_length}-token "
             f"context of {llm.model_id}; give lengths up to {llm.context_length - max_new_tokens}"
+        )
+    switch = rotary_switch(decoder_of(llm.model))
+    crossing = [n for n in lengths if switch is not None and n <= switch < n + max_new_tokens]
+    if crossing:  # (the answer decoded past the switch, the pass that reads its attention with one set)
+        raise InputError(
+            f"lengths {crossing} with max_new_tokens={max_new_tokens} cross position {switch}, where the rotary "
+            f"frequencies of {llm.model_id} switch (LongRoPE or dynamic NTK): a trial's answer would be generated "
+            f"with other frequencies than the pass that reads its attention; give lengths up to "
+            f"{switch - max_new_tokens} or above {switch}"
         )
     check_copy_lengths(llm.tokenizer, inputs, haystack)  # (a length too short failed half-way through the trials)
     capturer = AttentionCapturer(llm.model)

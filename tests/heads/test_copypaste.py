@@ -235,6 +235,18 @@ def test_bad_needles_and_depths_are_input_errors(llm, niah):
         detect_copy_heads(llm, data=niah, lengths=[llm.context_length], depths=[0], needles=[0])
 
 
+def test_lengths_whose_trials_cross_a_rotary_switch_are_refused(niah):
+    """A LongRoPE model's prompt prefilled below its switch and its answer decoded past it read
+    other frequencies than the teacher-forced pass over both, whose attention scores the trial."""
+    from _tiny import tiny_longrope_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+
+    llm = LLM(tiny_longrope_model(max_positions=2000, switch=300), tiny_tokenizer(), "tiny-phi3", "p" * 64)
+    with pytest.raises(InputError, match=r"lengths \[290\] with max_new_tokens=20 cross position 300"):
+        detect_copy_heads(llm, data=niah, lengths=[200, 290, 400], depths=[0], needles=[0], max_new_tokens=20)
+
+
 def test_unreadable_niah_files_are_input_errors(tmp_path):
     folder = tmp_path / "retrieval_head"
     folder.mkdir()
