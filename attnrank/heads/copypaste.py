@@ -336,7 +336,7 @@ def detect_copy_heads(
         )
     switch = rotary_switch(decoder_of(llm.model))
     crossing = [n for n in lengths if switch is not None and n <= switch < n + max_new_tokens]
-    if crossing:  # (the answer decoded past the switch, the pass that reads its attention with one set)
+    if switch is not None and crossing:  # (the answer decoded past the switch, the pass reading it with one set)
         raise InputError(
             f"lengths {crossing} with max_new_tokens={max_new_tokens} cross position {switch}, where the rotary "
             f"frequencies of {llm.model_id} switch (LongRoPE or dynamic NTK): a trial's answer would be generated "
