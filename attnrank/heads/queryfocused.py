@@ -44,10 +44,13 @@ def query_focused_scores(
     model_id: str = "",
     fingerprint: str = "",
     adapter: str = "",
+    read: Mapping[str, Any] | None = None,
 ) -> dict[str, HeadScores]:
     """QR scores from precomputed window rows: ``items`` yields ``(qid, windows, candidate ids)``
     (``windows`` from :meth:`AttentionReranker.windows` over the candidates in that order, rows in
-    ``head_list`` order). Returns ``{"qr-score", "qr-ndcg", "contrastive"}`` → :class:`HeadScores`."""
+    ``head_list`` order); ``read``: how the rows were captured (capture mode, prompt settings),
+    recorded in each result's params. Returns ``{"qr-score", "qr-ndcg", "contrastive"}`` →
+    :class:`HeadScores`."""
     start = time.perf_counter()
     n = len(head_list)
     sums = {"qr-score": np.zeros(n), "contrastive": np.zeros(n)}
@@ -85,7 +88,7 @@ def query_focused_scores(
         if m:
             for (l, h), v in zip(head_list, vec / m):
                 matrix[l, h] = v
-        params = {"rel": rel, "k": k, "calibrate": calibrate, "use_filter": use_filter}
+        params = {"rel": rel, "k": k, "calibrate": calibrate, "use_filter": use_filter, **(read or {})}
         out[method] = HeadScores(
             matrix,
             method,
@@ -113,8 +116,11 @@ def detect_query_focused(
     show_progress: bool = False,
     shuffle_seed: int | None = 42,
 ) -> dict[str, HeadScores]:
-    """Run ``reranker.windows`` (build it with ``heads=None`` to score every head) for each
-    labelled query over its candidate documents, then :func:`query_focused_scores`.
+    """Run ``reranker.windows`` for each labelled query over its candidate documents, then
+    :func:`query_focused_scores`. Build the reranker as the heads will be read: every head over
+    the full prompt is ``AttentionReranker(llm, config="icr")`` (``heads=None`` alone selects the
+    default preset with attention, ``fused``, whose rows are block attention's). How its rows were
+    captured (capture mode, prompt settings, the shuffle seed) is recorded in the results' params.
 
     Each query's candidates are shuffled first (``random.Random(shuffle_seed)``, 42 as QRHead's
     detection seeds it; None: kept in the given order): in first-stage order, a head that attends
@@ -151,4 +157,9 @@ def detect_query_focused(
         model_id=llm.model_id,
         fingerprint=llm.fingerprint,
         adapter=llm.adapter,
+        read={
+            "capture": reranker.config.capture,
+            "prompt": reranker.config.prompt_settings(),
+            "shuffle_seed": shuffle_seed,
+        },
     )

@@ -24,10 +24,13 @@ QRELS = {"q1": {"paris": 1}, "q2": {"banana": 2, "rome": 0}, "q3": {"rome": 1}}
 
 
 def test_query_focused_detection_end_to_end(llm, tmp_path):
-    reranker = AttentionReranker(llm, None)
+    reranker = AttentionReranker(llm, config="icr")  # every head over the full prompt
     cands = {q: DOCS for q in QUERIES}
     res = detect_query_focused(reranker, QUERIES, cands, QRELS, shuffle_seed=None)  # in DOCS order, as by hand
     assert set(res) == {"qr-score", "qr-ndcg", "contrastive"}
+    # how the rows were read goes with the scores (heads ranked on block attention read otherwise)
+    assert res["qr-ndcg"].params["capture"] == "full" and res["qr-ndcg"].params["shuffle_seed"] is None
+    assert res["qr-ndcg"].params["prompt"] == reranker.config.prompt_settings()
     for name, hs in res.items():
         assert isinstance(hs, HeadScores) and hs.method == name and hs.scores.shape == (4, 4)
         assert np.isfinite(hs.scores).all() and hs.n_used == 3 and len(hs.top(16)) == 16
