@@ -51,7 +51,7 @@ from .inputs import check_documents, check_k, check_query, check_texts
 from .likelihood import PromptIds, query_likelihood
 from .position import SlotProfile, load_profile
 from .resolve import check_lookups, learned_weights, resolve_config_heads
-from .reweight import check_setup
+from .reweight import check_setup, heads_label
 from .signals import VECTOR_CACHE, SignalComputer, signal_embedder_setup
 from .windows import block_windows, check_frame, fit_windows, prompt_extent
 
@@ -179,7 +179,8 @@ class AttentionReranker:
         )
         self._profiles: dict[int, SlotProfile] = {}  # "auto": the registered profile per window size
         adapter = self._llm.adapter if self._llm is not None else ""
-        check_setup(self.slot_profile, self.model_id, self.fingerprint, adapter, self.calibrate)
+        label = heads_label(self.heads) if self.uses_attention else None
+        check_setup(self.slot_profile, self.model_id, self.fingerprint, adapter, self.calibrate, label)
 
     @property
     def llm(self) -> LLM:
@@ -413,9 +414,11 @@ class AttentionReranker:
         if not (isinstance(self.config.slot_profile, str) and self.config.slot_profile == "auto"):
             return self.slot_profile
         if n_slots not in self._profiles:
-            self._profiles[n_slots] = load_profile(
-                "auto", self.model_id, self.fingerprint, n_slots=n_slots, calibrated=self.calibrate
+            profile = load_profile("auto", self.model_id, self.fingerprint, n_slots=n_slots, calibrated=self.calibrate)
+            check_setup(
+                profile, self.model_id, self.fingerprint, self.llm.adapter, self.calibrate, heads_label(self.heads)
             )
+            self._profiles[n_slots] = profile
         return self._profiles[n_slots]
 
     def windows(self, query: str, docs: list[Document]) -> list[WindowRows]:

@@ -63,7 +63,9 @@ class SlotProfile:
     measured on calibrated scores (real − "N/A"), else on raw attention (the basin that
     :func:`reorder_for_generation` reads). A profile saved before the field existed reads as
     calibrated, as the reranker's default and every shipped one was; one measured with
-    ``calibrate=False`` before then must be measured again.
+    ``calibrate=False`` before then must be measured again. ``heads``: the heads whose scores it
+    measured (``"all"``, or ``"l-h,l-h"``): a slot bias is on the scale of a sum over those heads
+    (a profile saved before the field existed reads as all heads, as every shipped one was measured).
     """
 
     n_slots: int
@@ -75,6 +77,7 @@ class SlotProfile:
     date: str
     adapter: str = ""
     calibrated: bool = True
+    heads: str = "all"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean_score", tuple(float(x) for x in self.mean_score))

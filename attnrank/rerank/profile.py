@@ -15,7 +15,7 @@ from ..errors import InputError
 from ..types import Document
 from .attention import AttentionReranker
 from .position import SlotProfile, prompt_slots
-from .reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
+from .reweight import Reweighting, heads_label, reweighted_document_scores, tokenized_query_terms
 
 logger = logging.getLogger(__name__)
 
@@ -88,4 +88,5 @@ def measure_slot_profile(
         date,
         reranker.llm.adapter,
         calibrated=bool(reranker.calibrate),
+        heads=heads_label(reranker.heads),
     )

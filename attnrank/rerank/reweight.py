@@ -56,6 +56,7 @@ import numpy as np
 
 from ..config import check_flags
 from ..errors import InputError
+from ..llm.headspec import format_heads
 from ..llm.rows import WindowRows, check_finite, check_spans, document_scores, keep_mask, token_scores
 from ..llm.texts import tokenize
 from .position import SlotProfile, prompt_slots, slot_correct
@@ -382,10 +383,11 @@ def check_setup(
     fingerprint: str,
     adapter: str = "",
     calibrate: bool | None = None,
+    heads: str | None = None,
 ) -> None:
     """Warn about a profile from another model, measured with another head
-    adapter (``adapter``: the model's, ``LLM.adapter``) or on scores calibrated otherwise than the
-    reranker's (``calibrate``); slot correction without a profile, and a profile without slot
+    adapter (``adapter``: the model's, ``LLM.adapter``), on scores calibrated otherwise than the
+    reranker's (``calibrate``) or over other heads (``heads``, as :func:`heads_label` names them); slot correction without a profile, and a profile without slot
     correction, are refused where they are configured (:func:`~attnrank.rerank.config.check_attention_inputs`)."""
     if profile is not None and (profile.model_id, profile.fingerprint) != (model_id, fingerprint):
         logger.warning(
@@ -401,9 +403,21 @@ def check_setup(
             "calibrated" if profile.calibrated else "raw-attention",
             "calibrated" if calibrate else "uncalibrated",
         )
+    if profile is not None and heads is not None and profile.heads != heads:  # (a sum over other heads: its scale)
+        logger.warning(
+            "slot profile measured on the scores of %s heads used to correct the scores of %s heads: its per-slot "
+            "bias is on another scale; measure one with this reranker (attnrank.rerank.profile.measure_slot_profile)",
+            profile.heads,
+            heads if heads == "all" else len(heads.split(",")),
+        )
     if profile is not None and profile.adapter != adapter:  # (its slot bias is another model's)
         logger.warning(
             "slot profile measured %s used with a model %s: its per-slot bias is not this model's",
             f"with the head adapter {profile.adapter}" if profile.adapter else "without a head adapter",
             f"with the head adapter {adapter}" if adapter else "without one",
         )
+
+
+def heads_label(heads: Any) -> str:
+    """How a slot profile names the heads it was measured over: ``"all"`` (None), else ``"l-h,l-h"``."""
+    return "all" if heads is None else format_heads(heads)
