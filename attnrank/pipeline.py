@@ -327,7 +327,7 @@ def _check_counts(depth: Any, top_k: Any, budget_tokens: Any, neighbours: Any, p
     given = [
         f"{n}={v!r}"
         for n, v, d in (("budget_tokens", budget_tokens, DEFAULT_BUDGET_TOKENS), ("neighbours", neighbours, 0))
-        if v != d
+        if v is not None and v != d  # (budget None: no budget, nothing given)
     ]
     if given:  # (dropped without a word, though run() refuses a budget without a pruner)
         raise InputError(

@@ -219,6 +219,7 @@ def test_options_a_pipeline_would_drop_are_refused(llm, built_retriever):
     with pytest.raises(InputError, match="max_new_tokens=5 sizes the answer, but generate=False"):
         Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, generate=False, max_new_tokens=5)
     assert Pipeline(built_retriever).pruner is None  # the defaults, left alone, are no option given
+    assert Pipeline(built_retriever, budget_tokens=None).pruner is None  # no budget is none given either
 
 
 def test_cli_prune_and_ask(tmp_path, tiny_dir, built_retriever):

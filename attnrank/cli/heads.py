@@ -71,7 +71,9 @@ def heads_detect(
         None, "--max-queries", help="qr: labelled queries used (default 128, as QRHead)."
     ),
     rel: Optional[int] = Rel,
-    top: int = typer.Option(16, "--top", help="Heads registered per method."),
+    top: int = typer.Option(
+        16, "--top", help="Heads registered per method (copy: at most these, of those that copied at all)."
+    ),
     lengths: Optional[str] = typer.Option(
         None, "--lengths", help=f"copy: context lengths in tokens (default {_listed(COPY_LENGTHS)})."
     ),

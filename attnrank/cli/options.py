@@ -332,8 +332,8 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
         unread.append("--state-cache-mb")
     if unread and config.uses_attention:  # (a preset without attention: check_attention_computed named them)
         raise typer.BadParameter(
-            f"{', '.join(unread)} configure(s) block attention's passage states, which --preset {config.name} "
-            "(full attention) does not use; add --attention block or drop them"
+            f"{', '.join(unread)} configure(s) block attention's passage states, which --preset "
+            f"{preset or config.name.split('+')[0]} with full attention does not use; add --attention block or drop them"
         )
     fixed = [
         f"--{'' if v else 'no-'}{k.replace('_', '-')}"

@@ -73,7 +73,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None,
             "--max-prompt-tokens",
             min=1,
-            help="Tokens per prompt; a longer context is pruned in chunks (default: the model's context - 64).",
+            help="Tokens per prompt; a longer context is pruned in chunks (default: the model's context - 64, at "
+            "most the positions its LongRoPE or dynamic-NTK frequencies keep one set for).",
         ),
     ),
     "attention": (

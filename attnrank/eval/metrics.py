@@ -34,8 +34,11 @@ def _parse(metrics: Sequence[str], rel: int) -> dict[str, Any]:
         if cutoff is not None and not is_count(cutoff):
             # trec_eval aborts the whole process (not an exception) on a cutoff below 1
             raise InputError(f"metric {m!r} has cutoff {cutoff!r}; a cutoff is a whole number >= 1 (e.g. R@100)")
-        # every measure with a threshold (Rprec, Bpref, SetP, ... too), unless the name sets its own
-        if rel != 1 and "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params:
+        # every measure with a threshold (Rprec, Bpref, SetP, ... too), unless the name sets its own;
+        # not NumRet, which counts every document retrieved (with rel it is NumRelRet)
+        if rel != 1 and "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params and measure.NAME != "NumRet":
+            if measure.NAME == "NumRel":  # (no ir-measures provider computes it: a ValueError deep inside)
+                raise InputError(f"metric {m!r} at rel={rel} is not computed by ir-measures; give it at rel 1")
             measure = measure(rel=rel)
         # keyed as given: ir-measures' own spelling (NDCG@10 -> nDCG@10, MRR@10 -> RR@10) is not
         # the name a caller looks its figure up by
@@ -83,7 +86,8 @@ def evaluate(
     *,
     rel: int = 1,
 ) -> dict[str, float]:
-    """Mean of each metric over the queries that have judgments (missing runs count as 0); refused
+    """Mean of each metric over the queries that have judgments (a query the run lacks is an empty
+    ranking, as trec_eval -c: 0 for every ranking metric); refused
     where no query has one (a mean over none read as a score of 0)."""
     names = list(_parse(metrics, rel))
     _check_input(run, qrels)  # here too: a run id 1 would not meet the qrels' "1" and score 0
@@ -106,7 +110,8 @@ def evaluate_per_query(
     *,
     rel: int = 1,
 ) -> dict[str, dict[str, float]]:
-    """``{query_id: {metric: value}}`` for every judged query (0 where the run has nothing)."""
+    """``{query_id: {metric: value}}`` for every judged query (a query the run lacks is evaluated
+    as an empty ranking: 0 for every ranking metric, NumRel and NumQ as trec_eval -c gives them)."""
     irm = require("ir_measures", "eval", "Evaluation metrics")
     names_of: dict[Any, list[str]] = {}
     for name, measure in _parse(metrics, rel).items():

@@ -191,13 +191,15 @@ def capture_attention(
             f"{type(module).__name__} has attention sinks (a learned logit each head's softmax also "
             "spreads over: GPT-OSS), which attnrank's attention does not compute; use another model"
         )
-    if kwargs.get("position_bias") is not None:  # (transformers' SDPA drops it, and the rows never add it)
-        raise ModelError(
-            f"{type(module).__name__} adds a relative position bias to its attention scores (position_bias: "
-            "Inkling), which attnrank's attention does not compute; use another model"
-        )
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     session = ACTIVE_SESSION.get()
+    if session is not None and kwargs.get("position_bias") is not None:
+        # (the layer's output is right: transformers' SDPA adds the bias; the recorded rows would not)
+        raise ModelError(
+            f"{type(module).__name__} adds a relative position bias to its attention scores (position_bias: "
+            "Inkling), which attnrank's captured attention rows do not add; rerank it by its query likelihood "
+            "(the default preset) or use another model"
+        )
     if session is not None:
         session.record(module, query, key, attention_mask, scaling, softcap)
     stop = _STOP_LAYER.get()

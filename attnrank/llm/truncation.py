@@ -67,14 +67,13 @@ def truncate_texts(
                 text = text[: words[max_words - 1].end()]
                 cuts.append(Truncation(i, doc.id, "words", len(words), max_words))
         if max_tokens is not None:
-            offsets = tokenize(tokenizer, text, offsets=True)["offset_mapping"]
+            # count what the prompts hold: they strip the text, so its leading whitespace counted
+            # against the limit, and a cut could keep nothing else ("13->2 tokens", no text)
+            rest = text.lstrip() or text  # (a text of whitespace alone is refused before, as empty)
+            offsets = tokenize(tokenizer, rest, offsets=True)["offset_mapping"]
             n = len(offsets)
             if n > max_tokens:
-                # cut what the prompts hold: they strip the text, so its leading whitespace counted
-                # against the limit, and a cut could keep nothing else ("13->2 tokens", no text)
-                rest = text.lstrip() or text  # (a text of whitespace alone is refused before, as empty)
-                rest_offsets = tokenize(tokenizer, rest, offsets=True)["offset_mapping"]
-                text, kept = _cut_to_tokens(tokenizer, rest, rest_offsets, max_tokens)
+                text, kept = _cut_to_tokens(tokenizer, rest, offsets, max_tokens)
                 cuts.append(Truncation(i, doc.id, "tokens", n, kept))
         texts.append(text)
     if cuts:

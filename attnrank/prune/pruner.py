@@ -38,8 +38,8 @@ brings the ``n`` sentences on each side within its passage, if that group fits, 
 alone. The kept sentences are always emitted in reading order. A budget covering the whole
 context keeps everything without running the model (scores are NaN then).
 
-Long contexts: when the prompt exceeds ``max_prompt_tokens`` (default: the model's context
-length − 64), consecutive passages are packed into chunks that fit (a passage that cannot fit
+Long contexts: when the prompt exceeds ``max_prompt_tokens`` (default:
+:attr:`~attnrank.llm.models.LLM.prompt_budget`, the model's context length − 64), consecutive passages are packed into chunks that fit (a passage that cannot fit
 alone is cut between sentences); each chunk is its own prompt and its scores are merged as
 they are for one global selection (AttentionRAG's chunked processing; logged when used; the
 prompts are built by :mod:`attnrank.prune.planning`).

@@ -276,7 +276,7 @@ class RerankConfig:
             reset = {k: defaults[k] for k in ATTENTION_FIELDS if k not in kept}
             overrides = {**reset, **overrides}
         out = replace(self, **overrides)
-        if "name" not in overrides and any(k in METHOD_FIELDS for k in overrides):
+        if "name" not in overrides and _method(out) != _method(self):
             out = replace(out, name=_method_name(self.name, out))
         return out
 
@@ -286,10 +286,11 @@ def _method_name(previous: str, out: RerankConfig) -> str:
     same = [n for n, p in RERANK_PRESETS.items() if _method(p) == _method(out)]
     if same:
         return previous if previous in same else same[0]
-    base = RERANK_PRESETS.get(previous)
+    base_name = previous.split("+")[0]  # (fused+heads: preset fused with other heads)
+    base = RERANK_PRESETS.get(base_name)
     if base is None or _method(base)[0] != _method(out)[0]:  # (another fusion is another method)
         return "custom"
-    return "+".join([previous, *(f for f, a, b in zip(METHOD_FIELDS, _method(base), _method(out)) if a != b)])
+    return "+".join([base_name, *(f for f, a, b in zip(METHOD_FIELDS, _method(base), _method(out)) if a != b)])
 
 
 def _method(cfg: RerankConfig) -> tuple[Any, ...]:
@@ -299,7 +300,10 @@ def _method(cfg: RerankConfig) -> tuple[Any, ...]:
     if isinstance(signals, FusedWeights):
         reads = SIGNALS_LIKELIHOOD if _reads_likelihood(signals) else SIGNALS_ONLY
         signals = SIGNALS_AUTO if signals.uses_attention else reads
-    return (signals, *(getattr(cfg, f) for f in METHOD_FIELDS[1:]))
+    heads = cfg.heads
+    if heads is None or (isinstance(heads, str) and heads.strip().lower() == "all"):  # every head, however spelt
+        heads = "all"
+    return (signals, heads, *(getattr(cfg, f) for f in METHOD_FIELDS[2:]))
 
 
 def check_prompt_options(order: str, instruction: str) -> None:

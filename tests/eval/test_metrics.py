@@ -87,6 +87,10 @@ def test_a_query_the_run_lacks_is_evaluated_as_an_empty_ranking_for_every_metric
     assert per["q2"] == {"NumRel": 2.0, "NumRet": 0.0, "NumRelRet": 0.0, "nDCG@10": 0.0, "P@5": 0.0}
     assert per["q1"]["NumRet"] == 2.0 and per["q1"]["NumRel"] == 1.0
     assert evaluate({"q1": {"a": 1.0}}, qrels, ["NumRel"])["NumRel"] == pytest.approx(1.5)
+    # with rel=2, NumRet still counts what was retrieved (it became NumRelRet), and NumRel is refused in one line
+    assert evaluate_per_query({"q1": {"a": 1.0, "z": 0.5}}, qrels, ["NumRet"], rel=2)["q1"]["NumRet"] == 2.0
+    with pytest.raises(InputError, match="metric 'NumRel' at rel=2 is not computed by ir-measures"):
+        evaluate_per_query({}, qrels, ["NumRel"], rel=2)
 
 
 def test_dl19_bm25_slice(dl19_mini):

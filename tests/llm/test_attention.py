@@ -354,3 +354,17 @@ def test_a_model_with_a_relative_position_bias_is_refused_not_read_wrong():
     model = tiny_model("InklingText")
     with pytest.raises(ModelError, match="adds a relative position bias to its attention scores"):
         AttentionCapturer(model, heads=[(0, 0)]).capture(_ids(10))
+    # a pass that records no rows is the model's own (transformers' SDPA adds the bias): its query
+    # likelihood scores as a plain forward does
+    from _tiny import tiny_tokenizer
+
+    from attnrank.llm.likelihood import continuation_logprob
+    from attnrank.llm.models import LLM
+
+    llm = LLM(model, tiny_tokenizer(), "tiny-inkling", "i" * 64)
+    ids = _ids(12)[0].tolist()
+    got = continuation_logprob(llm, [ids[:8]], ids[8:])[0]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
+    want = torch.tensor([logits[7 + i, t].item() for i, t in enumerate(ids[8:])])
+    torch.testing.assert_close(torch.from_numpy(got), want, atol=1e-5, rtol=0)

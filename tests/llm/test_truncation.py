@@ -36,4 +36,7 @@ def test_a_token_cut_counts_the_text_the_prompts_hold_not_its_leading_whitespace
     tok = tiny_tokenizer()
     texts, cuts = truncate_texts(tok, [Document("a", "\n\nhello world"), Document("b", "ok")], None, 4)
     assert texts == ["hell", "ok"]
-    assert cuts == [Truncation(0, "a", "tokens", len(tok("\n\nhello world")["input_ids"]), 4)]
+    assert cuts == [Truncation(0, "a", "tokens", len(tok("hello world")["input_ids"]), 4)]
+    # whitespace alone over the limit cuts nothing (and read past the text's tokens: an IndexError)
+    texts, cuts = truncate_texts(tok, [Document("a", "     hi")], None, 5)
+    assert texts == ["     hi"] and cuts == []

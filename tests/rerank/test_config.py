@@ -196,3 +196,14 @@ def test_a_preset_with_options_is_named_for_what_it_computes(preset, options, na
     """The name is the run tag (attnrank-<name>) and the repr's preset: `--preset likelihood
     --signals only` was tagged attnrank-likelihood though it computed no likelihood."""
     assert RerankConfig.preset(preset, **options).name == name
+
+
+def test_a_name_changes_only_with_what_is_computed_whatever_the_order_or_spelling():
+    mine = RerankConfig(heads=[(0, 1)], name="mine")
+    assert mine.with_options(heads=[(0, 1)]).name == "mine"  # the same heads again: nothing changed
+    assert RerankConfig.preset("qrhead", heads=None).name == RerankConfig.preset("qrhead", heads="ALL").name == "icr"
+    assert RerankConfig.preset("learned", scorer="sum").name == "icr"  # every head, summed
+    both = RerankConfig.preset("fused", heads="all", attention="full").name
+    assert (
+        both == RerankConfig.preset("fused", heads="all").with_options(attention="full").name == "fused+heads+attention"
+    )
