@@ -14,6 +14,7 @@ Lists are arrays of document positions (``-1`` = no hit) and scores, best first.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -88,3 +89,31 @@ def _missing_score(normalized: np.ndarray) -> float:
         return 0.0
     lo = float(normalized.min())
     return lo - 1.0 if float(normalized.max()) - lo < 1e-12 else lo
+
+
+Ranked = tuple[np.ndarray, np.ndarray]  # document positions (-1: no hit) and scores, best first
+
+
+def fuse_at_depth(lists: Sequence[Ranked], depth: int, k: int, fusion: str, **settings: Any) -> Ranked:
+    """The top ``k`` of the sparse and dense ``lists`` fused by ``fusion`` (:func:`rrf` or
+    :func:`convex`, with their ``settings``): each side's top ``depth`` (the index's setting, what
+    its fusion was tuned at) fused first, then, for ``k`` past those, the fusion of the longer
+    lists' other documents ranked below them. Fused over the longer lists alone, the top of
+    ``search -k 300`` was not ``search -k 10``'s: convex fusion's normalisation, and RRF's sums,
+    read every document fetched."""
+
+    def fuse(pair: Sequence[Ranked]) -> Ranked:
+        (sp_ids, sp), (de_ids, de) = pair
+        if fusion == "rrf":
+            return rrf([sp_ids, de_ids], k, **settings)
+        return convex((sp_ids, sp), (de_ids, de), k, **settings)
+
+    ids, scores = fuse([(i[:depth], s[:depth]) for i, s in lists])
+    if len(ids) >= k or all(len(i) <= depth for i, _ in lists):
+        return ids, scores
+    more_ids, more = fuse(lists)
+    new = ~np.isin(more_ids, ids)
+    more_ids, more = more_ids[new], more[new]
+    if len(more) and len(scores) and more[0] >= scores[-1]:  # below the top ``depth``'s fusion
+        more = more - (more[0] - scores[-1]) - max(1e-6, abs(float(scores[-1])) * 1e-9)
+    return np.concatenate([ids, more_ids])[:k], np.concatenate([scores, more])[:k]

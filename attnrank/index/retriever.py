@@ -236,27 +236,10 @@ class HybridRetriever:
         return RankedResults(query, results, qid, stage=mode)
 
     def _hybrid(self, sparse, dense, qi: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The fusion of each side's top ``depth`` (the index's setting, what its fusion was tuned
-        at), then, for ``k`` past those, the fusion of the longer lists' other documents below them:
-        fused over the longer lists alone, the top of ``search -k 300`` was not ``search -k 10``'s
-        (convex fusion's normalisation, and RRF's sums, read every document fetched)."""
+        """:func:`~attnrank.index.hybrid.fuse_at_depth` of one query's lists by this index's fusion."""
         lists = [(sparse[0][qi], sparse[1][qi]), (dense[0][qi], dense[1][qi])]
-        depth = min(self.depth, self.num_docs)
-        ids, scores = self._fuse_lists([(i[:depth], s[:depth]) for i, s in lists], k)
-        if len(ids) >= k or all(len(i) <= depth for i, _ in lists):
-            return ids, scores
-        more_ids, more = self._fuse_lists(lists, k)
-        new = ~np.isin(more_ids, ids)
-        more_ids, more = more_ids[new], more[new]
-        if len(more) and len(scores) and more[0] >= scores[-1]:  # below the top ``depth``'s fusion
-            more = more - (more[0] - scores[-1]) - max(1e-6, abs(float(scores[-1])) * 1e-9)
-        return np.concatenate([ids, more_ids])[:k], np.concatenate([scores, more])[:k]
-
-    def _fuse_lists(self, lists: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
-        (sp_ids, sp), (de_ids, de) = lists
-        if self.fusion == "rrf":
-            return hybrid.rrf([sp_ids, de_ids], k, rrf_k=self.rrf_k)
-        return hybrid.convex((sp_ids, sp), (de_ids, de), k, alpha=self.alpha, norm=self.norm)
+        settings = {"rrf_k": self.rrf_k} if self.fusion == "rrf" else {"alpha": self.alpha, "norm": self.norm}
+        return hybrid.fuse_at_depth(lists, min(self.depth, self.num_docs), k, self.fusion, **settings)
 
     def stored_vectors(self, positions: Sequence[int]) -> np.ndarray | None:
         """The dense index's unit vectors of the documents at ``positions`` (None: it cannot give
