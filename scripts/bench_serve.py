@@ -36,7 +36,7 @@ from _common import positive_int, positive_ints
 
 from attnrank.corpus import load_corpus
 from attnrank.demo import demo_corpus_path, demo_queries
-from attnrank.eval.report import environment
+from attnrank.eval.report import environment, write_outputs
 from attnrank.llm.models import load_llm
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.serve.app import create_app
@@ -244,9 +244,7 @@ def main() -> None:
             len(llm.tokenizer(b["query"] + " ".join(b["texts"]))["input_ids"]) for b in bodies
         ),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{args.name}.md").write_text(markdown(result))
+    write_outputs(args.name, result, markdown(result), args.out)  # (it replaces only a record it wrote)
     print(markdown(result))
 
 

@@ -70,12 +70,20 @@ def _atomic_write(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+RECORD_MARK = "attnrank_record"  # the key write_outputs adds to every record it writes
+# What a record written before the mark holds (its machine), and no other JSON of a project does
+_LEGACY_KEYS = ("environment", "env")
+
+
 def is_record_json(path: Path) -> bool:
-    """Whether ``path`` holds what :func:`write_outputs` writes as JSON: one JSON object."""
+    """Whether ``path`` holds what :func:`write_outputs` writes as JSON: one JSON object with its
+    mark (:data:`RECORD_MARK`), or, written before the mark, with the machine it ran on (any JSON
+    object passed: a project's ``package.json`` beside a benchmark name was replaced)."""
     try:
-        return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
+    return isinstance(data, dict) and (RECORD_MARK in data or any(k in data for k in _LEGACY_KEYS))
 
 
 def is_record_page(path: Path) -> bool:
@@ -101,7 +109,7 @@ def write_outputs(name: str, payload: Mapping[str, Any], markdown: str, out_dir:
     foreign = [p for p, ours in ((js, is_record_json), (md, is_record_page)) if foreign_file(p, ours)]
     if foreign:
         js, md = out / f"{name}.attnrank-new.json", out / f"{name}.attnrank-new.md"
-    _atomic_write(js, json.dumps(payload, indent=1))
+    _atomic_write(js, json.dumps({RECORD_MARK: 1, **payload}, indent=1))
     _atomic_write(md, markdown)
     if foreign:
         raise InputError(

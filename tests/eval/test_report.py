@@ -18,7 +18,7 @@ def test_md_table_formats_and_marks_unmeasured():
 
 def test_write_outputs(tmp_path):
     js, md = write_outputs("x", {"a": [1, 2]}, "# X\n", tmp_path / "out")
-    assert json.loads(js.read_text()) == {"a": [1, 2]} and md.read_text() == "# X\n"
+    assert json.loads(js.read_text()) == {"attnrank_record": 1, "a": [1, 2]} and md.read_text() == "# X\n"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x.json", "x.md"]  # no temporary left
 
 
@@ -60,14 +60,24 @@ def test_write_outputs_replaces_only_records(tmp_path):
     out = tmp_path / "out"
     write_outputs("x", {"a": 1}, "# X\n", out)
     write_outputs("x", {"a": 2}, "# X again\n", out)  # its own record: replaced
-    assert json.loads((out / "x.json").read_text()) == {"a": 2} and (out / "x.md").read_text() == "# X again\n"
+    assert json.loads((out / "x.json").read_text())["a"] == 2 and (out / "x.md").read_text() == "# X again\n"
     for mine in ("my own notes\n", "# My notes\n"):  # a title alone does not make a page a record
         (out / "notes.md").write_text(mine)
         with pytest.raises(InputError, match="notes.md exist.* no benchmark record .* written to .*notes.attnrank-new"):
             write_outputs("notes", {"a": 1}, "# Notes\n", out)
         assert (out / "notes.md").read_text() == mine and not (out / "notes.json").exists()
-        assert json.loads((out / "notes.attnrank-new.json").read_text()) == {"a": 1}
+        assert json.loads((out / "notes.attnrank-new.json").read_text())["a"] == 1
     (out / "data.json").write_text("[1, 2, 3]")  # a JSON list: not a record
     with pytest.raises(InputError, match="no benchmark record"):
         write_outputs("data", {"a": 1}, "# Data\n", out)
     assert (out / "data.json").read_text() == "[1, 2, 3]" and (out / "data.attnrank-new.md").read_text() == "# Data\n"
+    # any JSON object passed for a record: a project's package.json (and its page) beside the name
+    (out / "package.json").write_text('{"name": "my-app", "version": "1.0.0"}')
+    (out / "package.md").write_text("# My app\n")
+    with pytest.raises(InputError, match="no benchmark record"):
+        write_outputs("package", {"a": 1}, "# Bench\n", out)
+    assert json.loads((out / "package.json").read_text())["name"] == "my-app"
+    (out / "old.json").write_text('{"environment": {"cpus": 2}, "rows": []}')  # a record from before the mark
+    (out / "old.md").write_text("# Old\n")
+    write_outputs("old", {"a": 1}, "# New\n", out)
+    assert (out / "old.md").read_text() == "# New\n"
