@@ -14,7 +14,7 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
+import re
 from pathlib import Path
 
 from attnrank import config, files
@@ -63,29 +63,50 @@ def gguf_source(model_id: str) -> Path | None:
     return Path(model_id) if model_id.endswith(".gguf") and Path(model_id).is_file() else None
 
 
+HASHES = "attnrank-hashes.json"  # the memo of file_sha256, in cache_dir()
+_HASHES_FORMAT = "attnrank-hashes/1"
+_HEX = re.compile(r"[0-9a-f]{64}")
+
+
 def file_sha256(path: Path) -> str:
-    """sha256 of a file, remembered in ``cache_dir()/hashes.json`` by path, size, mtime, inode and
-    ctime (a file replaced by one of the same size with its mtime kept, by ``cp -p`` or ``rsync
-    -a``, has another inode or ctime: its old hash would have loaded the old weights)."""
+    """sha256 of a file, remembered in ``cache_dir()/attnrank-hashes.json`` by path, size, mtime,
+    inode and ctime (a file replaced by one of the same size with its mtime kept, by ``cp -p`` or
+    ``rsync -a``, has another inode or ctime: its old hash would have loaded the old weights).
+    The memo is read and replaced with its lock held, and only where it is attnrank's (its format
+    mark): a file of that name that is not is left alone, and nothing is remembered."""
     path = Path(path).resolve()
     stat = path.stat()
     key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}|{stat.st_ctime_ns}"
-    store = config.cache_dir() / "hashes.json"
-    try:
-        known = json.loads(store.read_text())
-    except (OSError, ValueError):
-        known = {}
-    if key in known:
+    store = config.cache_dir() / HASHES
+    known = _read_hashes(store)
+    if known is not None and key in known:
         return known[key]
-    known[key] = files.file_sha256(path)
+    digest = files.file_sha256(path)
     try:
-        store.parent.mkdir(parents=True, exist_ok=True)
-        tmp = store.with_name(f".hashes.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1))
-        os.replace(tmp, store)
+        with files.held_lock(store.with_name(f".{HASHES}.lock")):
+            known = _read_hashes(store)  # (again, locked: another process's entries are kept)
+            if known is None:
+                logger.debug("%s is not attnrank's hash memo: left alone", store)
+                return digest
+            known[key] = digest
+            with files.atomic_path(store, fsync=False) as tmp:
+                tmp.write_text(json.dumps({"format": _HASHES_FORMAT, "hashes": known}, indent=1))
     except OSError as e:  # a read-only cache only costs re-hashing
         logger.debug("cannot write %s: %s", store, e)
-    return known[key]
+    return digest
+
+
+def _read_hashes(store: Path) -> dict[str, str] | None:
+    """The memo's entries ({} where there is none yet), or None where ``store`` is not attnrank's."""
+    try:
+        data = json.loads(store.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):
+        return None
+    ours = isinstance(data, dict) and data.get("format") == _HASHES_FORMAT and isinstance(data.get("hashes"), dict)
+    entries = data["hashes"] if ours else {}
+    return {k: v for k, v in entries.items() if isinstance(v, str) and _HEX.fullmatch(v)} if ours else None
 
 
 def name_fingerprint(model_id: str) -> str:

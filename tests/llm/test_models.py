@@ -206,10 +206,25 @@ def test_file_sha256_is_cached_by_size_and_mtime(tmp_path):
     f = tmp_path / "w.bin"
     f.write_bytes(b"abc")
     assert fingerprint.file_sha256(f) == hashlib.sha256(b"abc").hexdigest()
-    store = json.loads((config.cache_dir() / "hashes.json").read_text())
-    assert list(store.values()) == [hashlib.sha256(b"abc").hexdigest()]
+    store = json.loads((config.cache_dir() / "attnrank-hashes.json").read_text())
+    assert store["format"] == "attnrank-hashes/1" and list(store["hashes"].values()) == [
+        hashlib.sha256(b"abc").hexdigest()
+    ]
     f.write_bytes(b"abcd")
     assert fingerprint.file_sha256(f) == hashlib.sha256(b"abcd").hexdigest()
+
+
+def test_a_file_of_the_memos_name_that_is_not_attnranks_is_left_alone(tmp_path):
+    """With ATTNRANK_HOME a folder the user keeps files in, its hashes.json (a sha256sum list) was
+    read as nothing and replaced by attnrank's memo; a JSON list there was a TypeError."""
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"abc")
+    config.cache_dir().mkdir(parents=True, exist_ok=True)
+    theirs = {"hashes.json": "abc123  model.bin\n", "attnrank-hashes.json": "[1, 2]"}
+    for name, text in theirs.items():
+        (config.cache_dir() / name).write_text(text)
+    assert fingerprint.file_sha256(f) == hashlib.sha256(b"abc").hexdigest()
+    assert {n: (config.cache_dir() / n).read_text() for n in theirs} == theirs
 
 
 def test_a_file_replaced_with_the_same_size_and_mtime_is_hashed_again(tmp_path):
