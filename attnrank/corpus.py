@@ -24,6 +24,7 @@ import io
 import json
 import logging
 import math
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,18 +66,35 @@ def _open_text(path: Path) -> io.TextIOBase:
     return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline="")
 
 
+# What reading a damaged or mislabelled .gz raises (a truncated download: EOFError, which the CLI
+# showed as a bare "Aborted!")
+_GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def gzip_problem(path: Path, e: Exception) -> InputError:
+    """The one-line error for a ``.gz`` file that cannot be read to its end."""
+    return InputError(
+        f"{path}: not a complete gzip file ({type(e).__name__}: {e}); download it again, or drop the .gz suffix "
+        "of a file that is not compressed"
+    )
+
+
 def text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    # decode line by line (not through a buffered text wrapper) so errors name the right line
-    with gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                # a byte-order mark starts the first line only; it is no part of the first id/record
-                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(
-                    f"{path}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
-                    "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
-                ) from None
+    """Numbered lines of a UTF-8 text file (``.gz``: decompressed), each decoded on its own, so
+    that an error names its line."""
+    try:
+        with gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    # a byte-order mark starts the first line only; it is no part of the first id/record
+                    yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(
+                        f"{path}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
+                        "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                    ) from None
+    except _GZIP_ERRORS as e:
+        raise gzip_problem(path, e) from None
 
 
 def _text(value: object) -> str | None:
@@ -182,6 +200,8 @@ def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Doc
                 _add_row(docs, row, cols, where, problem, tsv)
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: bytes that are not valid UTF-8 ({e.reason}); re-encode the file as UTF-8") from None
+    except _GZIP_ERRORS as e:
+        raise gzip_problem(path, e) from None
     except csv.Error as e:
         raise InputError(
             f"{path}:{line}: broken CSV quoting ({e}); a field that starts with a quote must end with one "

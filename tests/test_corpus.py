@@ -289,3 +289,19 @@ def test_ids_are_kept_as_written_or_refused(tmp_path):
     (tmp_path / "c.csv").write_text("id,_id,text\n0,D17,hello\n")
     with pytest.raises(InputError, match=r"names the document id twice \('id', '_id'\)"):
         load_corpus(tmp_path / "c.csv")
+
+
+@pytest.mark.parametrize("name", ["c.jsonl.gz", "c.csv.gz"])
+def test_a_truncated_or_mislabelled_gzip_is_one_line_naming_the_file(tmp_path, name):
+    """A download cut short raised EOFError (the CLI's bare "Aborted!"); a plain file named .gz
+    raised "Not a gzipped file" without its path."""
+    row = '{"id": "d1", "text": "some text"}\n' if "jsonl" in name else "id,text\nd1,some text\n"
+    whole = gzip.compress((row * 200).encode())
+    cut = tmp_path / name
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(InputError, match=rf"{name}: not a complete gzip file .*download it again"):
+        load_corpus(cut)
+    plain = tmp_path / f"plain-{name}"
+    plain.write_text(row)
+    with pytest.raises(InputError, match=rf"plain-{name}: not a complete gzip file"):
+        load_corpus(plain)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 from attnrank.errors import InputError
@@ -75,3 +77,11 @@ def test_a_queries_header_with_another_column_name_is_not_a_query(tmp_path):
     assert load_queries(tmp_path / "q.tsv") == {"1": "what is x"}
     (tmp_path / "q2.tsv").write_text("qid\twhat is the id of x\n")  # a real query: more than one word
     assert load_queries(tmp_path / "q2.tsv") == {"qid": "what is the id of x"}
+
+
+def test_a_truncated_gzip_queries_file_is_one_line_naming_it(tmp_path):
+    whole = gzip.compress(("q1\tsome query\n" * 300).encode())
+    cut = tmp_path / "q.tsv.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(InputError, match=r"q.tsv.gz: not a complete gzip file"):
+        load_queries(cut)
