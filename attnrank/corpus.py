@@ -220,6 +220,7 @@ class _TsvReader:
     its own)."""
 
     def __init__(self, path: Path):
+        self.path = path
         self._lines = tsv_lines(path)
         self.line_num: int = 0
         self.fieldnames: list[str] | None = None
@@ -234,6 +235,7 @@ class _TsvReader:
             fields = _tsv_fields(line)
             if fields == [""]:  # a blank line (DictReader skips them too)
                 continue
+            check_unquoted(fields, f"{self.path}:{number}")
             row: dict = dict(zip(names, fields))
             if len(fields) > len(names):
                 row[None] = fields[len(names) :]
@@ -256,6 +258,19 @@ def tsv_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 def _tsv_fields(line: str) -> list[str]:
     return line.removesuffix("\n").removesuffix("\r").split("\t")
+
+
+def check_unquoted(fields: Sequence[str], where: str) -> None:
+    """Refuse a TSV field written with CSV quoting (a csv writer with a tab delimiter, and pandas,
+    wrap a field that holds a quote in quotes and double the quotes inside it): TSV is read
+    without quoting, so the text would be read with its quotes doubled and wrapped, silently."""
+    for value in fields:
+        f = value.strip()
+        if len(f) >= 2 and f[0] == f[-1] == '"' and '""' in f[1:-1]:
+            raise InputError(
+                f"{where}: the field {f[:40]!r} looks quoted as CSV; a TSV is read without quoting, so write it "
+                "without (csv quoting=csv.QUOTE_NONE, pandas to_csv(quoting=3)) or save it as .csv"
+            )
 
 
 def _dict_reader(f: io.TextIOBase) -> csv.DictReader:

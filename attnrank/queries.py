@@ -8,7 +8,7 @@ import json
 import logging
 from pathlib import Path
 
-from .corpus import id_problem, id_text, json_id, text_lines, tsv_lines
+from .corpus import check_unquoted, id_problem, id_text, json_id, text_lines, tsv_lines
 from .errors import InputError
 from .types import encodable
 
@@ -39,6 +39,7 @@ def load_queries(path: str | Path) -> dict[str, str]:
                     f"{where}: {len(parts)} tab-separated field(s), expected 'id<TAB>text' (a query "
                     f"cannot hold a tab); got {line.strip()[:60]!r}"
                 )
+            check_unquoted(parts, where)
             qid, text = parts[0].strip(), parts[1]  # (trimmed, as qrels and runs read ids)
             if not queries and _is_header(qid, text):  # a header line ("id<TAB>text") is not a query
                 logger.info("%s: read as a header, not a query: %r", where, line.strip()[:80])

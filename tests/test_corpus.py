@@ -305,3 +305,23 @@ def test_a_truncated_or_mislabelled_gzip_is_one_line_naming_the_file(tmp_path, n
     plain.write_text(row)
     with pytest.raises(InputError, match=rf"plain-{name}: not a complete gzip file"):
         load_corpus(plain)
+
+
+def test_a_tsv_written_with_csv_quoting_is_refused_not_read_with_its_quotes(tmp_path):
+    """csv.writer(delimiter="\\t") and pandas quote a field holding a quote: the text was read as
+    '"He said ""hi"" to me"', exit 0."""
+    import csv
+
+    from attnrank.queries import load_queries
+
+    corpus, queries = tmp_path / "c.tsv", tmp_path / "q.tsv"
+    with corpus.open("w", newline="") as f:
+        csv.writer(f, delimiter="\t").writerows([["id", "text"], ["d1", 'He said "hi" to me']])
+    with pytest.raises(InputError, match=r"c.tsv:2: the field .* looks quoted as CSV"):
+        load_corpus(corpus)
+    with queries.open("w", newline="") as f:
+        csv.writer(f, delimiter="\t").writerow(["q1", 'what is "hi"?'])
+    with pytest.raises(InputError, match=r"q.tsv:1: the field .* looks quoted as CSV"):
+        load_queries(queries)
+    corpus.write_text('id\ttext\nd1\tHe said "hi" to me\nd2\t"quoted" whole\n')  # quotes as text: read as written
+    assert [d.text for d in load_corpus(corpus)[0]] == ['He said "hi" to me', '"quoted" whole']
