@@ -24,6 +24,7 @@ import io
 import json
 import logging
 import math
+import os
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -328,10 +329,42 @@ def _add_row(
     _add(docs, doc, where, problem)
 
 
+_RECORD_FILES = (
+    ".jsonl",
+    ".jsonl.gz",
+    ".ndjson",
+    ".csv",
+    ".tsv",
+    ".csv.gz",
+    ".tsv.gz",
+)  # (not .json: a config beside notes)
+
+
+def _text_files(path: Path) -> list[Path]:
+    """The .txt/.md files under ``path``, in linked folders too (``rglob`` does not enter them: a
+    corpus of linked folders lost their documents), each real folder walked once (no loops)."""
+    seen: set[str] = set()
+    found = []
+    for root, dirs, names in os.walk(path, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        found += [Path(root) / n for n in names if Path(n).suffix.lower() in (".txt", ".md")]
+    return sorted(f for f in found if f.is_file())
+
+
 def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
+    records = sorted(p.name for p in path.iterdir() if p.name.lower().endswith(_RECORD_FILES))
+    if records:  # (its .txt/.md alone were read: a README beside part-0.jsonl, part-1.jsonl was the corpus)
+        raise InputError(
+            f"{path} holds record files ({', '.join(records[:3])}) but no corpus.jsonl, so it is no BEIR folder; "
+            "give one of the files to load, or a folder of .txt/.md files only"
+        )
     report = LoadReport(str(path))
     problem, docs = _Problems(report, skip_invalid), dict[str, Document]()
-    for f in sorted(p for p in path.rglob("*") if p.suffix.lower() in (".txt", ".md") and p.is_file()):
+    for f in _text_files(path):
         try:
             text = f.read_bytes().decode("utf-8-sig")  # without a leading byte-order mark
         except UnicodeDecodeError as e:

@@ -57,6 +57,26 @@ def test_text_directory(tmp_path):
     assert [(d.id, d.title) for d in docs] == [("a.txt", ""), ("sub/b.md", "Heading")]
 
 
+def test_a_text_folder_reads_linked_folders_and_refuses_record_files_without_a_corpus(tmp_path):
+    """rglob does not enter linked folders (their documents were lost, exit 0); a folder of
+    part-0.jsonl, part-1.jsonl and a README loaded the README alone."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "b.txt").write_text("linked text")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("plain text")
+    (corpus / "linked").symlink_to(elsewhere)
+    (corpus / "loop").symlink_to(corpus)  # walked once, not forever
+    assert [d.id for d in load_corpus(corpus)[0]] == ["a.txt", "linked/b.txt"]
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for name in ("part-0.jsonl", "part-1.jsonl", "README.md"):
+        (parts / name).write_text('{"id": "d", "text": "t"}\n' if name.endswith("jsonl") else "# About\n")
+    with pytest.raises(InputError, match=r"holds record files \(part-0.jsonl, part-1.jsonl\) but no corpus.jsonl"):
+        load_corpus(parts)
+
+
 def test_duplicate_id_names_file_and_line(tmp_path):
     p = tmp_path / "c.jsonl"
     p.write_text('{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n{"id": "a", "text": "z"}\n')
