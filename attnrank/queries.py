@@ -8,8 +8,8 @@ import json
 import logging
 from pathlib import Path
 
-from .corpus import check_unquoted, id_problem, id_text, json_id, text_lines, tsv_lines
 from .errors import InputError
+from .records import check_unquoted, id_problem, id_text, json_id, text_lines, tsv_lines
 from .types import encodable
 
 logger = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..corpus import id_problem, id_text
 from ..errors import InputError
 from ..queries import load_queries
+from ..records import id_problem, id_text
 from ..rerank.fused import FUSED_STAGE, LIKELIHOOD
 from ..types import RankedResults, ScoredDocument
 

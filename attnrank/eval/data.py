@@ -5,32 +5,19 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ..config import fault_point
 from ..errors import InputError
 from ..files import atomic_path, check_file_target, is_attnrank_run, is_run, replace_guard
+from ..records import text_lines
 from ..types import RankedResults
 
 Qrels = dict[str, dict[str, int]]
 Run = dict[str, dict[str, float]]
 
 logger = logging.getLogger(__name__)
-
-
-def _lines(p: Path) -> Iterator[tuple[int, str]]:
-    """Numbered lines of a text file; bytes that are not UTF-8 are an error naming file and line.
-    A leading byte-order mark (Windows editors write one) is not data: it would join the first id."""
-    with open(p, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(
-                    f"{p}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
-                    "re-encode the file as UTF-8"
-                ) from None
 
 
 def read_qrels(path: str | Path) -> Qrels:
@@ -43,7 +30,7 @@ def read_qrels(path: str | Path) -> Qrels:
         raise InputError(f"qrels file {str(p)!r} does not exist; give a TREC qrels file or a BEIR qrels/*.tsv")
     qrels: Qrels = {}
     dups: list[str] = []
-    for lineno, line in _lines(p):
+    for lineno, line in text_lines(p):
         # tab-separated (BEIR) fields may hold spaces; TREC qrels are whitespace-separated
         parts = [x.strip() for x in line.rstrip("\r\n").split("\t")] if "\t" in line else line.split()
         fields = line.split()
@@ -102,7 +89,7 @@ def read_run(path: str | Path) -> Run:
         raise InputError(f"run file {str(p)!r} does not exist")
     run: Run = {}
     dups: list[str] = []
-    for lineno, line in _lines(p):
+    for lineno, line in text_lines(p):
         parts = line.split()
         if not parts:
             continue

@@ -1,0 +1,117 @@
+"""How attnrank reads users' text files and the values in them: numbered lines (strict UTF-8,
+a leading byte-order mark dropped, ``.gz`` decompressed, each error naming file and line), TSV
+lines and fields (no quoting), and the JSON values that become ids and texts. Corpora
+(:mod:`attnrank.corpus`) and query sets (:mod:`attnrank.queries`) read their files through these."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+# What reading a damaged or mislabelled .gz raises (a truncated download: EOFError, which the CLI
+# showed as a bare "Aborted!")
+GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def gzip_problem(path: Path, e: Exception) -> InputError:
+    """The one-line error for a ``.gz`` file that cannot be read to its end."""
+    return InputError(
+        f"{path}: not a complete gzip file ({type(e).__name__}: {e}); download it again, or drop the .gz suffix "
+        "of a file that is not compressed"
+    )
+
+
+def text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines of a UTF-8 text file (``.gz``: decompressed), each decoded on its own, so
+    that an error names its line."""
+    try:
+        with gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    # a byte-order mark starts the first line only; it is no part of the first id/record
+                    yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(
+                        f"{path}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
+                        "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                    ) from None
+    except GZIP_ERRORS as e:
+        raise gzip_problem(path, e) from None
+
+
+def field_text(value: object) -> str | None:
+    """A JSON id, text or title as a string: strings and numbers as written, null and NaN (how
+    pandas and json.dumps write a missing value) as ''; None for lists, objects, booleans and
+    infinities, which have no faithful text form."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and math.isinf(value):
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def id_text(value: object) -> str | None:
+    """A JSON id as a string: as :func:`field_text`, except that a float is written as an integer when
+    it is one exactly (pandas writes an id column with a gap as 1.0, 2.0, ...) and refused (None)
+    otherwise (JSON's 1.10 reads as 1.1, 1e16 as a float that may not be the id written, so the id
+    would match no qrels that spell it as written): see :func:`id_problem`."""
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() and abs(value) < 2**53 else None
+    return field_text(value)
+
+
+def id_problem(value: object) -> str:
+    """Why :func:`id_text` refuses ``value``, and the fix, in words."""
+    if isinstance(value, float) and math.isfinite(value):
+        what = "has a fraction" if not value.is_integer() else "is too large to be exact as a float"
+        return f"id {value!r} is a JSON number that {what}; write the id as a string"
+    return f"id {value!r} is a JSON {type(value).__name__}, not a string or number; write the id as a string"
+
+
+def tsv_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """:func:`text_lines` of a TSV file, and of one with old Mac line endings (lone carriage returns:
+    read as one "line") its lines split at those."""
+    lines = text_lines(path)
+    for number, first in lines:
+        if "\r" in first.removesuffix("\n").removesuffix("\r"):
+            yield from enumerate((first + "".join(line for _, line in lines)).split("\r"), start=1)
+        else:
+            yield number, first
+            yield from lines
+        return
+
+
+def tsv_fields(line: str) -> list[str]:
+    return line.removesuffix("\n").removesuffix("\r").split("\t")
+
+
+def check_unquoted(fields: Sequence[str], where: str) -> None:
+    """Refuse a TSV field written with CSV quoting (a csv writer with a tab delimiter, and pandas,
+    wrap a field that holds a quote in quotes and double the quotes inside it): TSV is read
+    without quoting, so the text would be read with its quotes doubled and wrapped, silently."""
+    for value in fields:
+        f = value.strip()
+        if len(f) >= 2 and f[0] == f[-1] == '"' and '""' in f[1:-1]:
+            raise InputError(
+                f"{where}: the field {f[:40]!r} looks quoted as CSV; a TSV is read without quoting, so write it "
+                "without (csv quoting=csv.QUOTE_NONE, pandas to_csv(quoting=3)) or save it as .csv"
+            )
+
+
+def json_id(obj: dict) -> tuple[Any, str | None]:
+    """A JSON record's id (``_id`` or ``id``, whichever is not null) and a problem where both are
+    given and differ (one of them would have been dropped without a word)."""
+    given = {k: obj[k] for k in ("_id", "id") if obj.get(k) is not None}
+    if len(given) == 2 and id_text(given["_id"]) != id_text(given["id"]):
+        return None, f"'_id' {given['_id']!r} and 'id' {given['id']!r} differ; keep one of them"
+    return next(iter(given.values()), None), None
