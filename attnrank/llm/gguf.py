@@ -22,6 +22,7 @@ import torch
 
 from attnrank import config
 from attnrank.errors import ModelError
+from attnrank.files import fsync_folder, fsync_tree, held_lock
 
 from .fingerprint import file_sha256
 
@@ -48,8 +49,20 @@ def load_gguf_uncached(gguf: Path) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
+def ensure_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
+    """:func:`build_gguf_cache` unless ``folder`` holds a complete cache, with the build's lock held:
+    two first loads at once de-quantize once (the second waits, then finds the cache)."""
+    if cache_complete(folder):
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with held_lock(folder.with_name(f".{folder.name}.lock")):
+        if not cache_complete(folder):
+            build_gguf_cache(gguf, folder, digest)
+
+
 def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
-    """De-quantize ``gguf`` and write config, weights and tokenizer to ``folder`` atomically."""
+    """De-quantize ``gguf`` and write config, weights and tokenizer to ``folder`` atomically and
+    durably (fsynced before the rename), with each file's size recorded for :func:`cache_complete`."""
     from safetensors.torch import save_file
 
     logger.info("de-quantizing %s once into %s (later loads read the cache)", gguf.name, folder)
@@ -65,7 +78,9 @@ def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
         cfg.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         _verify_cache(model, tmp)
-        (tmp / "attnrank.json").write_text(json.dumps({"source": str(gguf), "sha256": digest}))
+        sizes = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
+        (tmp / _META).write_text(json.dumps({"source": str(gguf), "sha256": digest, "sizes": sizes}))
+        fsync_tree(tmp)  # durable before it is renamed in: a power loss must not leave a torn cache
         if folder.exists() and not cache_complete(folder):  # a damaged copy: replace it
             shutil.rmtree(folder)
         try:
@@ -73,6 +88,7 @@ def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
         except OSError:  # another process finished first: keep its copy
             if not cache_complete(folder):
                 raise
+        fsync_folder(folder.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -114,10 +130,21 @@ def gguf_cache_dir(gguf: Path, digest: str | None = None) -> Path:
     return config.cache_dir() / "models" / f"{gguf.stem}-{digest[:12]}"
 
 
+_META = "attnrank.json"
+
+
 def cache_complete(folder: Path) -> bool:
-    return all(
-        (folder / f).is_file() for f in ("config.json", "model.safetensors", "tokenizer_config.json", "attnrank.json")
-    )
+    """Whether ``folder`` holds a whole de-quantized cache: its files, each of the size recorded
+    when it was written (a cache written before sizes were recorded: its files present). A file
+    cut short (a power loss before the cache was fsynced) made every load fail on it."""
+    needed = ("config.json", "model.safetensors", "tokenizer_config.json", _META)
+    if not all((folder / f).is_file() for f in needed):
+        return False
+    try:
+        sizes = json.loads((folder / _META).read_text(encoding="utf-8")).get("sizes", {})
+        return all((folder / name).stat().st_size == size for name, size in sizes.items())
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 # GGUF metadata value types (gguf spec): fixed-size scalars by struct code, 8 = string, 9 = array.

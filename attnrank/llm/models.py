@@ -30,7 +30,7 @@ from attnrank.errors import InputError, ModelError
 from .attention import rotary_switch
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
-from .gguf import build_gguf_cache, cache_complete, gguf_cache_dir
+from .gguf import cache_complete, ensure_gguf_cache, gguf_cache_dir
 from .modelconfig import (
     check_attention_modules,
     check_causal_lm_config,
@@ -288,8 +288,7 @@ def _load_cached(model_id: str, precision: str, device: str) -> LLM:
     if gguf is not None:  # through the de-quantized cache folder, built on first use
         digest = file_sha256(gguf)
         folder = gguf_cache_dir(gguf, digest)
-        if not cache_complete(folder):
-            build_gguf_cache(gguf, folder, digest)
+        ensure_gguf_cache(gguf, folder, digest)
         llm = _load_folder(folder, model_id, torch_dtype, dev, local_files_only=True)
         llm.fingerprint = digest
     else:

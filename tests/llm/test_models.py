@@ -292,6 +292,20 @@ def test_gguf_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
     assert load_llm(str(gguf)).num_layers == 2 and (folder / "model.safetensors").is_file()
 
 
+def test_gguf_cache_with_a_file_cut_short_is_rebuilt(tmp_path, monkeypatch):
+    """A power loss before the cache was on disk could leave its files present but short (or
+    empty): every later load failed on them, and the cache was never rebuilt."""
+    gguf, _ = _fake_gguf(tmp_path, monkeypatch)
+    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{load_llm(str(gguf)).fingerprint[:12]}"
+    assert llm_gguf.cache_complete(folder)
+    weights = folder / "model.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[: size // 2])
+    assert not llm_gguf.cache_complete(folder)
+    clear_llm_cache()
+    assert load_llm(str(gguf)).num_layers == 2 and weights.stat().st_size == size
+
+
 def test_gguf_cache_failed_write_leaves_nothing(tmp_path, monkeypatch):
     gguf, _ = _fake_gguf(tmp_path, monkeypatch)
 
@@ -301,7 +315,7 @@ def test_gguf_cache_failed_write_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(llm_gguf, "_verify_cache", broken)
     with pytest.raises(ModelError, match="simulated"):
         load_llm(str(gguf))
-    assert list((config.cache_dir() / "models").iterdir()) == []
+    assert [p.name for p in (config.cache_dir() / "models").iterdir() if not p.name.endswith(".lock")] == []
 
 
 # --------------------------------------------------------------------------- the real default
@@ -390,7 +404,9 @@ def test_corrupt_gguf_is_a_model_error(tmp_path, content):
     gguf.write_bytes(content)
     with pytest.raises(ModelError, match=r"cannot read .*broken\.Q4_0\.gguf as a GGUF model.*download it again"):
         load_llm(str(gguf))
-    assert not any((config.cache_dir() / "models").glob("*"))  # nothing half-written is left
+    assert not [
+        p for p in (config.cache_dir() / "models").glob("*") if not p.name.endswith(".lock")
+    ]  # nothing half-written
 
 
 def test_gguf_shape_of_a_corrupt_string_length(tmp_path):
