@@ -305,3 +305,26 @@ def is_batch_parquet(path: Path) -> bool:
     except Exception:  # not Parquet, unreadable, or pyarrow missing: not recognisably ours
         return False
     return all(metadata.get(k) == v for k, v in BATCH_PARQUET_MARK.items())
+
+
+PNG_SOFTWARE = "attnrank"  # the PNG "Software" text chunk of the images attnrank writes itself
+_SOFTWARE = b"tEXtSoftware\x00"
+
+
+def png_software(path: Path) -> str:
+    """The PNG's "Software" text (matplotlib writes its own unless told another), or ``""``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)  # the text chunks precede the image data
+    except OSError:
+        return ""
+    at = head.find(_SOFTWARE)
+    if not head.startswith(b"\x89PNG\r\n\x1a\n") or at < 8:
+        return ""
+    length = int.from_bytes(head[at - 4 : at], "big") - len(_SOFTWARE) + 4  # tEXt is 4 of the chunk's type
+    return head[at + len(_SOFTWARE) : at + len(_SOFTWARE) + max(length, 0)].decode("latin-1")
+
+
+def has_png_mark(path: Path) -> bool:
+    """A PNG attnrank wrote with ``metadata={"Software": PNG_SOFTWARE}``."""
+    return png_software(path).startswith(PNG_SOFTWARE)

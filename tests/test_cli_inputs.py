@@ -169,7 +169,7 @@ def test_explain_output_checked_before_the_model(tmp_path, index_dir, no_model):
 
 def test_heads_show_png_replaces_only_its_own_heat_map(tmp_path, monkeypatch, tiny_dir):
     pytest.importorskip("matplotlib")
-    from attnrank.cli.outputs import has_png_mark
+    from attnrank.files import has_png_mark
     from attnrank.llm.fingerprint import model_fingerprint
     from attnrank.registry import save_head_set
 

@@ -255,7 +255,8 @@ def heads_show(
 
     _setup(True)
     if png is not None:
-        from .outputs import check_output_path, check_replaceable, has_png_mark
+        from ..files import has_png_mark
+        from .outputs import check_output_path, check_replaceable
 
         check_output_path(png, "--png")
         check_replaceable(png, has_png_mark, "a heat map", "--png")
@@ -280,8 +281,7 @@ def heads_show(
 
 def _heat_map(head_set, path: Path) -> None:
     from ..errors import require
-    from ..files import atomic_path, replace_guard
-    from .outputs import PNG_SOFTWARE, has_png_mark
+    from ..files import PNG_SOFTWARE, atomic_path, has_png_mark, replace_guard
 
     require("matplotlib", "plot", "The head heat map")
     import matplotlib

@@ -15,12 +15,10 @@ from typing import Optional
 
 import typer
 
-from ..files import check_file_target, is_attnrank_run, refuse_replacing
+from ..files import check_file_target, has_png_mark, is_attnrank_run, refuse_replacing
 from . import option_errors
 
 EXPLAIN_HTML_START = b"<!doctype html><html><head><meta charset='utf-8'><title>attnrank explain</title>"
-PNG_SOFTWARE = "attnrank"  # the PNG "Software" text chunk of the images attnrank writes itself
-_SOFTWARE = b"tEXtSoftware\x00"
 
 
 def check_output_path(path: Path, option: str = "--output") -> None:
@@ -53,25 +51,6 @@ def check_run_output(path: Optional[Path], inputs: Mapping[str, Optional[Path]] 
 
 def is_explain_page(path: Path) -> bool:
     return _starts_with(path, EXPLAIN_HTML_START)
-
-
-def png_software(path: Path) -> str:
-    """The PNG's "Software" text (matplotlib writes its own unless told another), or ``""``."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)  # the text chunks precede the image data
-    except OSError:
-        return ""
-    at = head.find(_SOFTWARE)
-    if not head.startswith(b"\x89PNG\r\n\x1a\n") or at < 8:
-        return ""
-    length = int.from_bytes(head[at - 4 : at], "big") - len(_SOFTWARE) + 4  # tEXt is 4 of the chunk's type
-    return head[at + len(_SOFTWARE) : at + len(_SOFTWARE) + max(length, 0)].decode("latin-1")
-
-
-def has_png_mark(path: Path) -> bool:
-    """A PNG attnrank wrote with ``metadata={"Software": PNG_SOFTWARE}``."""
-    return png_software(path).startswith(PNG_SOFTWARE)
 
 
 def is_explain_png(path: Path) -> bool:

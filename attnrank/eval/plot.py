@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, require
+from ..files import PNG_SOFTWARE, atomic_path, foreign_file, has_png_mark, replace_guard
+
+logger = logging.getLogger(__name__)
 
 
 def recall_curves(
@@ -56,8 +60,7 @@ def recall_curves(
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    save_png(fig, path)
     plt.close(fig)
     return True
 
@@ -91,6 +94,21 @@ def slot_profiles(profiles: dict[int, Any], path: Path) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(f"Slot profile of {p.model_id} (all heads, plain ICR, random DL19 passages)", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    save_png(fig, path)
     plt.close(fig)
+
+
+def save_png(fig: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` atomically, marked as attnrank's (its PNG "Software" text), and
+    return where it went: a file there that is not a plot attnrank wrote stays, and the plot goes
+    beside it as ``<name>.attnrank-new.png`` with a warning (a benchmark's ``--name`` once wrote
+    over any PNG of that name, and a killed run left half an image; plots written before the
+    mark are such files: move them, or delete them, to write in their place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if foreign_file(path, has_png_mark):
+        new = path.with_name(f"{path.stem}.attnrank-new.png")
+        logger.warning("%s exists and is no plot attnrank marked as its own; the plot is written to %s", path, new)
+        path = new
+    with atomic_path(path, guard=replace_guard(has_png_mark, "a plot", "the plot path")) as tmp:
+        fig.savefig(tmp, dpi=120, format="png", metadata={"Software": f"{PNG_SOFTWARE} plot"})
+    return path

@@ -37,3 +37,18 @@ def test_no_slot_profiles_is_one_input_error(tmp_path):
     with pytest.raises(InputError, match="no slot profiles to plot"):
         slot_profiles({}, tmp_path / "p.png")
     assert not (tmp_path / "p.png").exists()
+
+
+def test_a_plot_replaces_only_a_plot_attnrank_wrote(tmp_path):
+    """savefig wrote over any PNG of the name (bench_prune --name X wrote X_recall.png over a user's)."""
+    pytest.importorskip("matplotlib")
+    from attnrank.files import png_software
+
+    png = tmp_path / "r.png"
+    assert recall_curves(ROWS, ["query"], png) and png_software(png) == "attnrank plot"
+    assert recall_curves(ROWS, ["random"], png)  # its own: replaced
+    theirs = tmp_path / "mine.png"
+    theirs.write_bytes(b"\x89PNG\r\n\x1a\n" + b"a user's image")
+    assert recall_curves(ROWS, ["query"], theirs)  # (a long benchmark's plot is not lost either)
+    assert theirs.read_bytes().endswith(b"a user's image")
+    assert png_software(tmp_path / "mine.attnrank-new.png") == "attnrank plot"

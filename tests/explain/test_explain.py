@@ -11,10 +11,10 @@ from _tiny import RERANK_QUERY, rerank_docs, save_tiny, tiny_llm
 from typer.testing import CliRunner
 
 from attnrank.cli import app
-from attnrank.cli.outputs import png_software
 from attnrank.errors import InputError
 from attnrank.explain import explain_results
 from attnrank.explain.render import to_html, write_html
+from attnrank.files import png_software
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.types import Document
 
