@@ -114,15 +114,14 @@ def scifact_bm25_set(root: Path, n_queries: int, k: int = 20) -> CandidateSet:
     return (f"SciFact train BM25 top-{k} ({len(ds.queries)} queries)", ds, cands)
 
 
-def bm25_order(ds: Dataset, qids: Sequence[str] | None = None) -> dict[str, list[str]]:
+def bm25_order(ds: Dataset) -> dict[str, list[str]]:
     """Each query's candidate ids (``ds.candidates``, deduplicated) by BM25, ties in stored order:
     the first stage the benchmark sets rank HotpotQA's paragraphs and LoCoMo's turns by. LoCoMo's
     BM25 has the statistics of the question's own conversation (every question of one conversation
     has its turns as candidates); any other dataset's, of the pooled ``ds.docs``."""
-    qids = list(ds.queries) if qids is None else list(qids)
     per_list = ds.name.startswith("locomo")
     groups: dict[tuple[str, ...], list[str]] = {}
-    for q in qids:
+    for q in ds.queries:
         groups.setdefault(tuple(dict.fromkeys(ds.candidates[q])) if per_list else (), []).append(q)
     by_id = {d.id: d for d in ds.docs}
     out: dict[str, list[str]] = {}

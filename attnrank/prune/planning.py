@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..llm.blocks import BlockPrompt, build_block_prompts
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.texts import tokenize
-from ..rerank.windows import block_extent
+from ..rerank.windows import block_extent, prompt_extent
 from ..types import Document
 from .context import ScoredSentence
 from .segment import Sentence
@@ -127,7 +127,7 @@ class PromptPlanner:
         ]
         pair = build_rerank_prompts(self.tokenizer, query, texts, **self.prompt_kw)
         spans = sentence_spans(pair, texts, pieces, sents)
-        length = max(len(pair.real.input_ids), len(pair.calibration.input_ids)) + len(self.hint_ids)
+        length = prompt_extent(pair, calibrate=True) + len(self.hint_ids)
         return Chunk(pieces, pair, spans, length)
 
     def build_blocks(self, query: str, docs: list[Document], sents, pieces: list[Piece]) -> Chunk:
@@ -156,7 +156,7 @@ class PromptPlanner:
             raise InputError(
                 f"max_prompt_tokens={self.max_prompt_tokens} leaves no room for a passage: the pruning prompt's "
                 f"instructions with a one-word query and passage already span {frame} positions; raise "
-                "max_prompt_tokens (None: the model's context less 64)"
+                "max_prompt_tokens (None: LLM.prompt_budget, the model's context less 64)"
             )
 
 

@@ -121,6 +121,6 @@ def check_frame(
     if frame > max_prompt_tokens:
         raise InputError(
             f"max_prompt_tokens={max_prompt_tokens} leaves no room for a passage: the prompt's instructions with "
-            f"a one-word query and passage already span {frame} positions; raise max_prompt_tokens (None: the "
-            "model's context less 64)"
+            f"a one-word query and passage already span {frame} positions; raise max_prompt_tokens (None: "
+            "LLM.prompt_budget, the model's context less 64)"
         )

@@ -155,20 +155,18 @@ async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
 async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
     server = _server(request)
     pruner = server.need("pruner")
-    given = (
-        None
-        if body.documents is None
-        else [
+    given: list[Document] | None = None
+    texts: list[str] | None = None
+    sentences: list[list[str] | None] | None = None
+    if body.documents is not None:
+        given = [
             PruneDocument(text=d).document(i) if isinstance(d, str) else d.document(i)
             for i, d in enumerate(body.documents)
         ]
-    )
-    texts = None if given is None else [d.full_text for d in given]
-    sentences = None
-    if body.documents is not None and any(not isinstance(d, str) and d.sentences is not None for d in body.documents):
-        sentences = [None if isinstance(d, str) else d.sentences for d in body.documents]
-    if given is not None and body.documents is not None:  # the answer names each sentence's document by id alone
-        _check_prune_ids(body.documents, given)
+        texts = [d.full_text for d in given]
+        _check_prune_ids(body.documents, given)  # the answer names each sentence's document by id alone
+        if any(not isinstance(d, str) and d.sentences is not None for d in body.documents):
+            sentences = [None if isinstance(d, str) else d.sentences for d in body.documents]
     if texts is not None and "top_k" in body.model_fields_set:  # (it was dropped without a word)
         raise InputError(
             f"top_k={body.top_k} applies to index hits, but all {len(texts)} documents given are pruned; "
