@@ -25,7 +25,7 @@ from .config import DEFAULT_BUDGET_TOKENS
 from .errors import InputError
 from .generate import Answer, Generator, StreamCallback, check_max_new_tokens
 from .index.retriever import HybridRetriever
-from .llm.models import LLM, checked_model_id, load_llm, unloaded_model
+from .llm.models import LLM, check_prompt_budget, checked_model_id, load_llm, unloaded_model
 from .prune.config import PruneConfig
 from .prune.context import PrunedContext, check_budget, check_neighbours
 from .prune.pruner import ContextPruner
@@ -202,7 +202,11 @@ class Pipeline:
         )
         if llm is None and config is not None and config.uses_llm:  # what the registry lacks, before the load
             check_lookups(config.with_options(model=model) if isinstance(model, str) else config, warn=False)
-        if llm is None and needed:
+        if llm is None and needed:  # each stage's prompt window, checked against the model's config first
+            windows = [config.max_prompt_tokens] if config is not None and config.uses_llm else []
+            windows += [prune.max_prompt_tokens] if isinstance(prune, PruneConfig) else []
+            for window in windows:
+                check_prompt_budget(window, model)
             llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
         reranker = pruner = generator = None
         if config is not None:

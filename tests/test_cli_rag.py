@@ -247,3 +247,16 @@ def test_serve_finds_its_port_taken_before_loading_anything(tmp_path, tiny_dir):
         port = taken.getsockname()[1]
         r = runner.invoke(app, ["serve", "--model", str(config_only), "--port", str(port)])
     assert r.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in cli_text(r), cli_text(r)
+
+
+def test_prune_prints_no_score_where_everything_was_kept(tmp_path, tiny_dir):
+    """A budget over the whole context keeps everything unscored (NaN scores): each line read
+    "+nan", like a broken score."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "a", "text": "Vitamin D is made in the skin. It helps bones."}\n', encoding="utf-8")
+    args = ["prune", "vitamin D?", "--corpus", str(corpus), "--model", str(tiny_dir), "-q"]
+    r = runner.invoke(app, [*args, "--budget-tokens", "100000"])
+    assert r.exit_code == 0, cli_text(r)
+    assert "nan" not in r.output and r.output.count("    kept (") == 2, r.output
+    r = runner.invoke(app, [*args, "--budget-tokens", "8"])  # scored: a signed score per kept line
+    assert r.exit_code == 0 and "    kept (" not in r.output, cli_text(r)

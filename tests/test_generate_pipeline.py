@@ -19,6 +19,7 @@ from attnrank.prune.config import PruneConfig
 from attnrank.prune.context import PrunedContext
 from attnrank.prune.pruner import ContextPruner
 from attnrank.rerank.attention import AttentionReranker
+from attnrank.rerank.config import RerankConfig
 from attnrank.types import Document, RankedResults, ScoredDocument
 
 runner = CliRunner()
@@ -344,7 +345,6 @@ def test_generator_names_the_question_when_it_alone_overflows(llm):
 def test_from_model_refuses_stage_configs_asking_for_another_model(built_retriever, monkeypatch):
     """from_model loads one model from its own arguments: a config's model or device was ignored."""
     import attnrank.pipeline
-    from attnrank.rerank.config import RerankConfig
 
     def loaded(*args, **kwargs):
         raise AssertionError("a model was loaded")
@@ -469,6 +469,9 @@ def test_from_model_checks_its_counts_before_the_model_loads(tmp_path, monkeypat
         (dict(topk=5), r"unknown Pipeline option\(s\) \['topk'\]; the options are depth, top_k"),  # was a TypeError
         # what the reranker looks up in the registry (this model has nothing registered)
         (dict(rerank="learned"), "no learned head weights"),
+        # each stage's prompt window against the model's context (read from its config)
+        (dict(prune=PruneConfig(max_prompt_tokens=10**6)), "max_prompt_tokens=1000000 exceeds the"),
+        (dict(rerank=RerankConfig.preset("icr", max_prompt_tokens=10**6)), "max_prompt_tokens=1000000 exceeds the"),
     ]
     for kw, message in cases:
         with pytest.raises(InputError, match=message):

@@ -64,7 +64,11 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "max_sentence_words": (
         Optional[int],
         typer.Option(
-            None, "--max-sentence-words", min=1, help=f"Longer sentences are split (default {DEFAULT_MAX_WORDS} words)."
+            None,
+            "--max-sentence-words",
+            min=1,
+            help=f"Longer sentences are split (default {DEFAULT_MAX_WORDS} words; a run without spaces counts "
+            "one word per 32 characters).",
         ),
     ),
     "max_prompt_tokens": (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -80,7 +81,8 @@ def _print_pruned(pruned) -> None:
             doc = pruned.docs[s.doc_index]
             typer.echo(f"\n[{s.doc_id}] {doc.title}".rstrip())
             last = s.doc_index
-        typer.echo(f"  {s.score:+.4f} ({s.tokens:>3} tok) #{s.source_index}: {s.text}")
+        score = "    kept" if math.isnan(s.score) else f"{s.score:+.4f}"  # (NaN: everything kept, nothing scored)
+        typer.echo(f"  {score} ({s.tokens:>3} tok) #{s.source_index}: {s.text}")
 
 
 @app.command()

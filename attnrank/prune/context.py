@@ -102,7 +102,8 @@ class PrunedContext:
             kept = [s for s in self.sentences if s.doc_index == i and s.kept]
             if not kept:
                 if self.keep_titles and (doc.title or "").strip() and not any(s.doc_index == i for s in self.sentences):
-                    out.append(Document(doc.id, "", doc.title, {**doc.metadata, "pruned": True, "kept_sentences": []}))
+                    meta = {**(doc.metadata or {}), "pruned": True, "kept_sentences": []}
+                    out.append(Document(doc.id, "", doc.title, meta))
                 continue
             parts = [kept[0].text]
             for prev, cur in zip(kept, kept[1:]):
@@ -112,8 +113,8 @@ class PrunedContext:
                     parts.append(gap + cur.text)
                 else:
                     parts.append(("\n" if "\n" in gap else " ") + cur.text)
-            meta = {**doc.metadata, "pruned": True, "kept_sentences": [s.source_index for s in kept]}
-            if _is_split(meta.get("sentences")) and kept[0].given_index is None:  # set aside (unusable)
+            meta = {**(doc.metadata or {}), "pruned": True, "kept_sentences": [s.source_index for s in kept]}
+            if is_split(meta.get("sentences")) and kept[0].given_index is None:  # set aside (unusable)
                 # kept_sentences numbers the split that was scored: the list beside it must be that one
                 # (a loader's own "sentences" of another kind, a count, is no split and stays)
                 meta["sentences"] = [s.text for s in self.sentences if s.doc_index == i]
@@ -121,7 +122,7 @@ class PrunedContext:
         return out
 
 
-def _is_split(value: Any) -> bool:
+def is_split(value: Any) -> bool:
     """Whether a metadata value is a list of sentences as the pruner takes one (any sequence or
     array, e.g. one read back from Parquet, that is not a text)."""
     return hasattr(value, "__len__") and hasattr(value, "__iter__") and not isinstance(value, (str, bytes, Mapping))

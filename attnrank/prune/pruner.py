@@ -51,6 +51,7 @@ import logging
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -70,7 +71,7 @@ from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents, check_unicode
 from .config import PruneConfig
-from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, resolve_budget, select
+from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, is_split, resolve_budget, select
 from .planning import Chunk, PromptPlanner, Span, scored_sentences
 from .probe import SentenceProbe, lexical_scores, probe_capture
 from .segment import Sentence, locate_sentences, segment
@@ -171,6 +172,8 @@ class ContextPruner:
         """
         check_budget(budget_tokens, keep_ratio)
         check_neighbours(neighbours)
+        if not isinstance(keep_titles, (bool, np.bool_)):  # (a truthy "no" kept them)
+            raise InputError(f"keep_titles={keep_titles!r} is not True or False")
         documents, chunks, scored = self._prepare(query, docs, sentences)
         original = sum(s.tokens for s in scored)
         target, source = resolve_budget(budget_tokens, keep_ratio, original)
@@ -241,6 +244,13 @@ class ContextPruner:
                 "give one list (or None) per document"
             )
         sents = self._sentences(documents, sentences)
+        if sentences is not None:  # kept_sentences numbers the given list: the metadata's own must not stand beside it
+            documents = [
+                replace(d, metadata={**d.metadata, "sentences": list(pre)})
+                if pre is not None and d.metadata and is_split(d.metadata.get("sentences"))
+                else d
+                for d, pre in zip(documents, sentences)
+            ]
         if not any(sents):
             raise InputError(f"the {len(documents)} document(s) hold no text to prune; pass non-empty passages")
         chunks = self._plan(query, documents, sents)

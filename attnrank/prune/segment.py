@@ -26,8 +26,10 @@ Rules of :func:`split_sentences`, in order:
    after ambiguous ones (``etc.``, ``Inc.``, ``U.S.``, ``Ph.D.``, initials such as ``J. R. R.``,
    months) unless the next word is a common sentence opener ("The", "He", "In", ...). Decimals (``3.5``), ``e.g.``'s inner
    period and URLs have no whitespace after the period, so they never split.
-5. Any unit longer than ``max_words`` whitespace-separated words is cut into consecutive
-   chunks of at most ``max_words`` words (text without any punctuation ends up here).
+5. Any unit longer than ``max_words`` words is cut into consecutive chunks of at most
+   ``max_words`` words (text without any punctuation ends up here). A word is a run without
+   whitespace, counted as one word per :data:`WORD_CHARS` (32) characters, so a long URL or a
+   run of CJK text without spaces is cut too (inside the run where it alone exceeds the limit).
 
 Pre-split sentences (HotpotQA ships ``sentences``) are located verbatim and in order, at whole
 words where they can be, with :func:`locate_sentences`; :func:`segment` picks one or the other.

@@ -323,6 +323,39 @@ def test_pre_split_sentences_that_leave_text_out_are_refused_or_segmented(llm, c
     assert pruned.documents()[0].metadata["sentences"] == usable  # a list that was used stays as given
 
 
+def test_sentences_given_beside_a_metadata_split_replace_it_in_the_result(llm):
+    """sentences= wins over a document's metadata["sentences"], and kept_sentences numbers the list
+    given; the result's metadata kept the other split, so looking the numbers up in it read other
+    sentences."""
+    text = "Alpha one here. Beta two here. Gamma three here."
+    given = ["Alpha one here.", "Beta two here.", "Gamma three here."]
+    doc = Document("a", text, "", {"sentences": ["Alpha one here. Beta two here.", "Gamma three here."]})
+    pruned = ContextPruner(llm).prune(QUERY, [doc], keep_ratio=0.7, sentences=[given])
+    assert 0 < len(pruned.kept) < 3
+    out = pruned.documents()[0]
+    assert out.metadata["sentences"] == given
+    assert [out.metadata["sentences"][i] for i in out.metadata["kept_sentences"]] == [s.text for s in pruned.kept]
+    assert doc.metadata["sentences"] != given  # the caller's document is left as it was
+
+
+def test_a_document_without_metadata_and_keep_titles_checked(llm):
+    """A Document whose metadata is None crashed in documents() after scoring; keep_titles="no" kept
+    the titles (any truthy value did)."""
+    doc = Document("a", "One two. Three four five.", "T", None)  # type: ignore[arg-type]
+    pruned = ContextPruner(llm).prune(QUERY, [doc], budget_tokens=1000)
+    assert pruned.documents()[0].metadata["kept_sentences"] == [0, 1]
+    with pytest.raises(InputError, match="keep_titles='no'"):
+        ContextPruner(llm).prune(QUERY, [doc], budget_tokens=1000, keep_titles="no")  # type: ignore[arg-type]
+
+
+def test_a_head_list_of_bad_syntax_is_refused_by_the_configuration():
+    """PruneConfig(heads="1-x") was accepted and refused only after the model loaded."""
+    for heads in ("1-x", "0-0,zz", [(1,)]):
+        with pytest.raises(InputError):
+            PruneConfig(heads=heads)
+    assert PruneConfig(heads="0-1,2-3").heads == "0-1,2-3"
+
+
 def test_a_config_naming_another_model_than_the_one_given_is_warned_of(llm, caplog):
     """ContextPruner(llm, config=PruneConfig(model="other")) and the reranker alike ran the model
     given without a word about the one the configuration names."""
