@@ -25,6 +25,7 @@ import torch
 
 from .errors import InputError
 from .llm.decoding import FirstLine, first_line, greedy_config, own_settings_off
+from .llm.modelconfig import model_context_length
 from .llm.models import LLM, load_llm
 from .llm.prompts import build_answer_prompt, chat_frame, encode_text, turn_end_ids
 from .llm.recording import forward_lock
@@ -173,3 +174,15 @@ class Generator:
 def check_max_new_tokens(n: int) -> None:
     if not is_count(n):  # (numpy integers too)
         raise InputError(f"max_new_tokens={n!r} must be an integer >= 1 (tokens generated at most), e.g. 64")
+
+
+def check_answer_room(n: int, model: str | None) -> None:
+    """``max_new_tokens`` under the context of ``model`` (a name, None for the default), read from
+    its config before anything loads (else found at the answer, after retrieval and pruning)."""
+    check_max_new_tokens(n)
+    context = model_context_length(model)
+    if context is not None and n >= context:
+        raise InputError(
+            f"max_new_tokens={n} leaves no room for the prompt in the {context}-token context of "
+            f"{model or 'the default model'}; give fewer (e.g. 64)"
+        )

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from .config import DEFAULT_BUDGET_TOKENS
 from .errors import InputError
-from .generate import Answer, Generator, StreamCallback, check_max_new_tokens
+from .generate import Answer, Generator, StreamCallback, check_answer_room, check_max_new_tokens
 from .index.retriever import HybridRetriever
 from .llm.models import LLM, check_prompt_budget, checked_model_id, load_llm, unloaded_model
 from .prune.config import PruneConfig
@@ -181,8 +181,12 @@ class Pipeline:
         _check_counts(
             **counts, budget_tokens=kw.get("budget_tokens", DEFAULT_BUDGET_TOKENS), pruning=prune is not False
         )
-        if generate:
-            check_max_new_tokens(max_new_tokens)
+        if generate:  # the generator's model as a name (a loaded one's context is checked at the answer)
+            named = generator_model if generator_model is not None else model
+            if isinstance(named, LLM):
+                check_max_new_tokens(max_new_tokens)
+            else:
+                check_answer_room(max_new_tokens, os.fspath(named) if named is not None else None)
         elif max_new_tokens != 64:  # (dropped without a word)
             raise InputError(
                 f"max_new_tokens={max_new_tokens!r} sizes the answer, but generate=False; drop one of them"

@@ -266,6 +266,8 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         ([*ask, "--no-rerank", "--depth", "30"], "--no-rerank turns reranking off, but --depth configure(s) it"),
         ([*ask, "--prune-heads", "1"], "--prune-heads '1'"),
         ([*ask, "--heads", "1-x"], "--heads '1-x'"),
+        # over the generator's context: failed at the answer, after retrieval, reranking and pruning
+        ([*ask, "--max-new-tokens", "9000"], "--max-new-tokens 9000 leaves no room for the prompt in the 8192-token"),
         (["prune", "q", "--corpus", str(dl19_mini / "passages.jsonl"), "--budget-tokens", "9", "--heads", "x"], "'x'"),
         ([*prune, "--heads", "autox"], "'autox'"),  # was refused only once the model had loaded (exit 1)
         ([*ask, "--prune-heads", "auto-x"], "'auto-x'"),
@@ -719,3 +721,14 @@ def test_the_probe_s_own_settings_spelt_out_are_accepted_as_the_config_accepts_t
     for option in ({"token_filter": True}, {"heads": "all"}, {"length_norm": "sqrt"}):  # its heads, its norm
         with pytest.raises(typer.BadParameter, match="would be ignored"):
             build_prune_config(method="probe", **option)
+
+
+def test_an_empty_model_or_embedder_name_is_refused_not_read_as_the_default(tmp_path, scifact_mini):
+    """--model "" (an unset $MODEL) ran the packaged default, so train and heads detect saved under
+    its name; --embedder "" was the working directory (Path("") is ".")."""
+    for blank in ("", " "):
+        r = runner.invoke(app, ["heads", "show", "--model", blank])
+        assert r.exit_code == 1 and f"model {blank!r} is empty" in _text(r), r.output
+        target = tmp_path / "ix"
+        r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(target), "--embedder", blank, "-q"])
+        assert r.exit_code == 1 and f"embedder {blank!r} is empty" in _text(r) and not target.exists()

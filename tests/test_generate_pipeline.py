@@ -466,6 +466,7 @@ def test_from_model_checks_its_counts_before_the_model_loads(tmp_path, monkeypat
         (dict(budget_tokens=0), "budget_tokens=0 must be"),
         (dict(neighbours=-1), "neighbours=-1 must be"),
         (dict(max_new_tokens=0), "max_new_tokens=0 must be"),
+        (dict(max_new_tokens=10**6), "max_new_tokens=1000000 leaves no room for the prompt"),  # (found at the answer)
         (dict(topk=5), r"unknown Pipeline option\(s\) \['topk'\]; the options are depth, top_k"),  # was a TypeError
         # what the reranker looks up in the registry (this model has nothing registered)
         (dict(rerank="learned"), "no learned head weights"),

@@ -83,8 +83,12 @@ def _check_cpus(actor_cpus: float, num_cpus: Optional[int], ray_address: Optiona
 def _check_device(device: str, ray_address: Optional[str]) -> None:
     """A bad device fails in every rerank actor (retried without end); a local Ray without a GPU
     never places an actor that declares one: refuse both before Ray starts."""
-    if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", device):
-        raise typer.BadParameter(f"--device {device!r} is not one of cpu, cuda, cuda:N, auto")
+    if not re.fullmatch(r"cpu|cuda(:0)?", device):
+        # (Ray shows a rerank actor only the one GPU it declares, as cuda:0: cuda:1 failed in every
+        # actor, and auto declared none, so it ran on the CPU)
+        raise typer.BadParameter(
+            f"--device {device!r} is not cpu or cuda (each rerank actor declares one GPU, which Ray shows it as cuda)"
+        )
     if device.startswith("cuda") and ray_address is None:
         import torch
 

@@ -68,7 +68,7 @@ def heads_detect(
     run: Optional[Path] = Run,
     depth: Optional[int] = typer.Option(None, "--depth", help="qr: candidates per query (default 20)."),
     max_queries: Optional[int] = typer.Option(
-        None, "--max-queries", help="qr: labelled queries used (default 128, as QRHead)."
+        None, "--max-queries", help="qr: labelled queries used (default 128, as QRHead; 0: all)."
     ),
     rel: Optional[int] = Rel,
     top: int = typer.Option(

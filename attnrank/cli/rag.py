@@ -10,6 +10,7 @@ import typer
 
 from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError
+from ..generate import check_answer_room
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from ..types import check_unicode
@@ -199,6 +200,10 @@ def ask(
     _positive(k, "-k", "passages kept after reranking")
     check_k_within_depth(k, depth, "kept")
     _positive(max_new_tokens, "--max-new-tokens", "answer length in tokens")
+    try:  # under the generator's context, before the index and the models load
+        check_answer_room(max_new_tokens, generator_model or rerank_config.model)
+    except InputError as e:
+        raise typer.BadParameter(str(e).replace("max_new_tokens=", "--max-new-tokens ", 1)) from None
     method = check_method(method or "query", {"--prune-heads": prune_heads})
     _check_heads(prune_heads, "--prune-heads", model=rerank_config.model)
     if not question.strip():

@@ -30,7 +30,10 @@ _ALIASES = {
 
 def local_or_hub(model: str | None) -> str | None:
     """An embedder as an index records it: a local folder as its absolute path (the index is read
-    from other working directories, by other processes), a hub id or None as given."""
+    from other working directories, by other processes), a hub id or None as given; an empty name
+    is refused (``Path("")`` is the working directory, which it was read as)."""
+    if isinstance(model, str) and not model.strip():
+        raise ModelError(f"embedder {model!r} is empty; give a model id or folder, or none for the packaged one")
     if model is None or not Path(model).expanduser().exists():
         return model
     return str(Path(model).expanduser().resolve())

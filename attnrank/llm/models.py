@@ -151,8 +151,11 @@ _LOADING_GUARD = threading.Lock()
 
 def checked_model_id(model: str | os.PathLike[str] | None) -> str:
     """The id :func:`load_llm` loads ``model`` under (a local path expanded), checked without
-    loading: a path that does not exist, or a file that is not a ``.gguf``, is a ModelError."""
-    model_id = (os.fspath(model) if model is not None else config.DEFAULT_LLM).strip() or config.DEFAULT_LLM
+    loading: a path that does not exist, or a file that is not a ``.gguf``, is a ModelError, and so
+    is an empty name (an unset ``$MODEL`` ran the packaged default and saved under its name)."""
+    model_id = (os.fspath(model) if model is not None else config.DEFAULT_LLM).strip()
+    if not model_id:
+        raise ModelError(f"model {model!r} is empty; give a model id or path, or none for the packaged default")
     if config.looks_like_path(model_id):
         if not Path(model_id).expanduser().exists():
             raise ModelError(f"model {model_id!r}: no such local model folder or .gguf file")

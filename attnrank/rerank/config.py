@@ -310,7 +310,9 @@ def check_prompt_options(order: str, instruction: str) -> None:
     """The prompt options the reranker and the pruner share: a known ``order``, a non-empty ``instruction``."""
     if order not in ORDERS:
         raise InputError(f"order={order!r} is not one of {ORDERS}")
-    if not str(instruction).strip():
+    if not isinstance(instruction, str):  # (str(None) is "None": it was found after the model loaded)
+        raise InputError(f"instruction={instruction!r} is not a text; use 'ie', 'qa' or a custom instruction text")
+    if not instruction.strip():
         raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
 
 

@@ -82,3 +82,12 @@ def test_batch_index_still_takes_a_folder_path_with_a_warning(workdir, tmp_path,
         assert r.exit_code == 0, _text(r)
         assert Path(workdir[-1].index).resolve() == (tmp_path / "folder-idx").resolve()
         assert f"give the folder as --index-dir {given}" in caplog.text
+
+
+def test_batch_takes_the_devices_a_rerank_actor_can_use(workdir):
+    """Ray shows a rerank actor only the one GPU it declares: --device cuda:1 failed in every actor
+    (retried without end), and --device auto declared no GPU and ran on the CPU."""
+    for device in ("cuda:1", "auto", "gpu"):
+        r = _batch("--index", "scifact", "--rerank", "5", "--device", device)
+        assert r.exit_code == 2 and f"--device '{device}' is not cpu or cuda" in _text(r), _text(r)
+    assert not workdir

@@ -207,3 +207,15 @@ def test_a_name_changes_only_with_what_is_computed_whatever_the_order_or_spellin
     assert (
         both == RerankConfig.preset("fused", heads="all").with_options(attention="full").name == "fused+heads+attention"
     )
+
+
+def test_an_instruction_that_is_not_a_text_is_refused_when_configured():
+    """instruction=None passed (str(None) is "None") and failed after the model loaded; 5 was an
+    AttributeError from prompt_settings()."""
+    from attnrank.prune.config import PruneConfig
+
+    for bad in (None, 5):
+        with pytest.raises(InputError, match=f"instruction={bad!r} is not a text"):
+            RerankConfig(instruction=bad)
+        with pytest.raises(InputError, match=f"instruction={bad!r} is not a text"):
+            PruneConfig(instruction=bad)
