@@ -608,3 +608,32 @@ def test_replacing_a_head_set_is_warned_of(roots, caplog):
     assert "head set 'qr-ndcg' of org/m replaced: the one detected 2026-01-01 on scifact" in caplog.text
     save_head_set("org/m", FP, "qr-ndcg", ["3-3"], name="second")  # another name keeps both
     assert sorted(s.name for s in load_head_sets("org/m", FP)) == ["qr-ndcg", "second"]
+
+
+def test_weights_fitted_to_bm25_of_another_stemmer_are_named_stale(roots, caplog):
+    """Candidate BM25 stems only where PyStemmer imports (the 'stem' extra); weights fitted on one
+    install and applied on the other read BM25 of other terms without a word."""
+    from attnrank.rerank.fused import FusedWeights, FusionExample
+    from attnrank.rerank.fused_resolve import resolve_fused
+    from attnrank.rerank.fused_training import train_fused
+    from attnrank.rerank.signals import SIGNALS_VERSION, candidate_terms
+
+    here = candidate_terms().stemmer
+    other = "none" if here == "porter" else "porter"
+    weights = FusedWeights(["attention", "bm25", "dense"], [1.0, 0.5, 0.25], base_weights=[0.5, 0.25])
+    weights.signals_version = SIGNALS_VERSION
+    for stemmer, warned in ((None, False), (here, False), (other, True)):
+        caplog.clear()
+        weights.bm25_stemmer = stemmer
+        weights.save("org/m", FP)
+        assert resolve_fused("auto", "org/m", FP).bm25_stemmer == stemmer  # type: ignore[union-attr]
+        assert (
+            f"candidate BM25 with stemmer {other!r}; this install computes it with {here!r}" in caplog.text
+        ) is warned
+    rng = np.random.default_rng(0)
+    ex = [
+        FusionExample(f"q{i}", ["a", "b", "c"], {"bm25": rng.random(3), "dense": rng.random(3)}, np.array([1, 0, 0]))
+        for i in range(4)
+    ]
+    assert train_fused(ex, ["bm25", "dense"], gate=False).bm25_stemmer == here  # recorded when fitted
+    assert train_fused(ex, ["dense"], gate=False).bm25_stemmer is None

@@ -52,7 +52,7 @@ from ..artifacts import RegistryArtifact, warn_if_set_otherwise
 from ..errors import InputError
 from ..llm.headspec import format_heads, parse_heads
 from .learned.features import standardise
-from .signals import SIGNALS, SIGNALS_VERSION
+from .signals import SIGNALS, SIGNALS_VERSION, candidate_terms
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +141,9 @@ class FusedWeights(RegistryArtifact):
     date: str = ""
     embedder: str | None = None  # whose cosines the dense weight was fitted to (None: the packaged MiniLM)
     signals_version: int | None = None  # the signals' SIGNALS_VERSION they were fitted to (None: not recorded)
+    bm25_stemmer: str | None = (
+        None  # the candidate BM25's stemmer they were fitted to ("porter", "none"; None: not recorded)
+    )
     heads: list[str] | str | None = None  # the attention feature's heads ("l-h" or "all"; None: not recorded)
     capture: str | None = None  # how that attention was captured (llm.blocks.capture_name; None: not recorded)
     max_doc_words: int | None = None  # the passage cut (words) their LLM feature was read with (None: not recorded)
@@ -237,6 +240,7 @@ class FusedWeights(RegistryArtifact):
             date=self.date,
             embedder=self.embedder,
             signals_version=self.signals_version,
+            bm25_stemmer=self.bm25_stemmer,
             max_doc_words=self.max_doc_words,  # (the cut a likelihood among the base features was read with)
             adapter=self.adapter,
         )
@@ -255,8 +259,20 @@ class FusedWeights(RegistryArtifact):
         attnrank computes them (:data:`~attnrank.rerank.signals.SIGNALS_VERSION`), or when that
         was not recorded: they still score (every feature is z-scored per query), but not as
         they measured. ``source``: what they are, for the message."""
-        if self.learner == "equal" or not self.base_features or self.signals_version == SIGNALS_VERSION:
-            return  # nothing fitted to the signals' values, or fitted to these
+        if self.learner == "equal" or not self.base_features:
+            return  # nothing fitted to the signals' values
+        stemmer = candidate_terms().stemmer  # (PyStemmer installed or not: the 'stem' extra)
+        if "bm25" in self.features and self.bm25_stemmer not in (None, stemmer):
+            logger.warning(
+                "%s were fitted to candidate BM25 with stemmer %r; this install computes it with %r, so they do not "
+                "score as they measured; install attnrank[stem] where they were fitted with it, or retrain them with %s",
+                source,
+                self.bm25_stemmer,
+                stemmer,
+                self.TRAIN,
+            )
+        if self.signals_version == SIGNALS_VERSION:
+            return  # fitted to these
         fitted = (
             "signals computed before their versions were recorded"
             if self.signals_version is None
@@ -287,15 +303,23 @@ class FusedWeights(RegistryArtifact):
             self.TRAIN,
         )
 
-    def warn_if_applied_otherwise(self, heads: Any, capture: str) -> None:
+    def warn_if_applied_otherwise(self, heads: Any, capture: str, reweighted: bool = False) -> None:
         """Log a warning when these weights' attention feature is read from other ``heads`` (None:
         all) than they record, or captured otherwise than ``capture``
         (:func:`~attnrank.llm.blocks.capture_name`) captures it: e.g. weights fitted to block
         attention at shared positions, applied to full-prompt attention, whose scores follow the
-        candidates' slots (docs/benchmarks.md). They still score, but not as they measured. Weights
-        that record no capture were fitted before it was recorded, to full attention."""
+        candidates' slots (docs/benchmarks.md); or ``reweighted`` (sink, IDF, entropy, slot
+        correction: no trainer fits weights to re-weighted attention, and its confidence gate reads
+        how peaked the scores are). They still score, but not as they measured. Weights that record
+        no capture were fitted before it was recorded, to full attention."""
         if not self.uses_attention or self.learner == "equal":  # nothing fitted to attention's values
             return
+        if reweighted:
+            logger.warning(
+                "the fused weights were fitted to attention without re-weighting; this reranker re-weights it, so "
+                "they (and their confidence gate) do not score as they measured; drop reweight, or use preset icr or "
+                "qrhead with it"
+            )
         fitted = self.capture or "full"
         if fitted != capture:
             logger.warning(

@@ -26,7 +26,7 @@ from ..eval.rows import scores_by_id
 from ..types import Document
 from .fused import ATTENTION, FEATURES, LLM_FEATURES, FusedWeights, FusionExample, attention_confidence, feature_matrix
 from .inputs import check_unique_ids
-from .signals import SIGNALS_VERSION, SignalComputer
+from .signals import SIGNALS_VERSION, SignalComputer, candidate_terms
 
 logger = logging.getLogger(__name__)
 
@@ -226,6 +226,7 @@ def train_fused(
         date=_dt.datetime.now().isoformat(timespec="seconds"),
         embedder=embedders.pop(),
         signals_version=SIGNALS_VERSION,
+        bm25_stemmer=candidate_terms().stemmer if "bm25" in features else None,
         heads=heads if ATTENTION in features else None,
         capture=capture if ATTENTION in features else None,
         adapter=adapter if any(f in LLM_FEATURES for f in features) else "",

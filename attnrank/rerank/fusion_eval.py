@@ -126,6 +126,7 @@ def fit_unless_worse(
     l2: float = 1.0,
     trained_on: str = "",
     metrics: Sequence[str] = ("nDCG@10",),
+    adapter: str = "",
 ) -> tuple[list[dict[str, Any]], FusedWeights | None]:
     """What ``attnrank train`` does for a preset whose untrained model is equal weights: with
     ``llm_feature`` the query likelihood, the default ``likelihood``; None, ``signals``. Returns the
@@ -135,7 +136,8 @@ def fit_unless_worse(
     :class:`~attnrank.rerank.fused.SignalsWeights`), or None where held out they scored below the
     untrained equal weights (in the first of ``metrics``; a tie keeps the trained ones): the
     preset then keeps those. The report estimates the gain on new queries of the same kind; it
-    does not guarantee it (nested in-domain, ``scripts/bench_likelihood.py``)."""
+    does not guarantee it (nested in-domain, ``scripts/bench_likelihood.py``). ``adapter``: the head
+    adapter merged into the model the likelihood came from (``LLM.adapter``), which the weights record."""
     if llm_feature not in (LIKELIHOOD, None):  # the presets whose untrained model is equal weights
         raise InputError(f"llm_feature={llm_feature!r} is not {LIKELIHOOD!r} or None (the preset signals)")
     rows = kfold_rows(
@@ -146,7 +148,7 @@ def fit_unless_worse(
     if score[trained_label] < score[own_untrained(llm_feature)[0]]:
         return rows, None
     kind = SignalsWeights if llm_feature is None else LikelihoodWeights
-    fitted = train_fused(examples, features, learner=learner, l2=l2, gate=False, trained_on=trained_on)
+    fitted = train_fused(examples, features, learner=learner, l2=l2, gate=False, trained_on=trained_on, adapter=adapter)
     weights = kind(**fitted.to_json())
     weights.metrics = recorded_metrics(rows, metrics, folds)
     return rows, weights

@@ -343,3 +343,18 @@ def test_registered_weights_without_attention_need_no_head_set(tmp_path, home):
     check_lookups(RerankConfig.preset("fused", model=path, heads="auto"))
     rr = AttentionReranker(path, config="fused", heads="auto")
     assert not rr.uses_attention and len(rr.rank(RERANK_QUERY, rerank_docs())) == 4
+
+
+def test_weights_fitted_to_attention_warn_where_it_is_re_weighted(llm, caplog):
+    """Re-weighted attention (sink, IDF, ...) was scored with weights fitted to plain attention, and
+    gated on its changed peakedness, without a word (no trainer fits weights to re-weighted attention)."""
+    from attnrank.rerank.reweight import Reweighting
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank.rerank.fused"):
+        AttentionReranker(llm, signals=FUSED, reweight=Reweighting())  # every step off: nothing re-weighted
+        AttentionReranker(llm, signals=FusedWeights(FUSED.features, FUSED.weights, learner="equal"),
+                          reweight=Reweighting(sink=True))  # fmt: skip
+        assert "re-weight" not in caplog.text
+        AttentionReranker(llm, signals=FUSED, reweight=Reweighting(sink=True, idf=True))
+    assert "fitted to attention without re-weighting; this reranker re-weights it" in caplog.text
