@@ -113,12 +113,22 @@ def _reusing_states(
     out = np.empty((len(seqs), n_cont), dtype=np.float32)
     todo = [i for i, f in enumerate(found) if f is None]
     held = sum(f.nbytes for f in {k: f for k, f in zip(keys, found) if f is not None}.values())  # (a repeat once)
-    for batch in _batches(todo, [len(s) for s in seqs], batch_tokens):
+    # a context given twice (one passage under two ids) is computed once, and states kept under one
+    # key (the context but its last token, which two contexts may share) are counted once
+    first: dict[tuple[int, ...], int] = {}
+    for i in todo:
+        first.setdefault(tuple(seqs[i]), i)
+    counted = {k for k, f in zip(keys, found) if f is not None}
+    for batch in _batches(list(first.values()), [len(s) for s in seqs], batch_tokens):
         out[batch], kept = _batch_logprob(llm, [seqs[i] for i in batch], n_cont, True)
         for i, state in zip(batch, kept):
             if state.n_tokens:
                 states.put(keys[i], state)
-                held += state.nbytes
+                if keys[i] not in counted:
+                    counted.add(keys[i])
+                    held += state.nbytes
+    for i in todo:
+        out[i] = out[first[tuple(seqs[i])]]
     states.check_room(held, f"the {len(seqs)} prompts of one query likelihood call")
     warm = {i: f for i, f in enumerate(found) if f is not None}
     past = [0 if f is None else f.n_tokens for f in found]

@@ -4,7 +4,8 @@
 the index (inside the same atomic build, so the index manifest lists and checksums its files):
 
 - ``states.json``: format, model id and weights key (fingerprint + quantization), model dtype, layers kept, KV geometry, the
-  prompt settings (truncation, position scheme), the prefix ids' hash, the storage, and per
+  prompt settings (truncation; the position scheme is always ``shared``, and each state key
+  holds its start position), the prefix ids' hash, the storage, and per
   passage its id and state key (:func:`attnrank.llm.states.state_keys`, a hash of everything the
   states depend on, the passage's block ids included);
 - ``keys.npy``, ``values.npy``: ``[tokens, layers, kv_heads, head_dim]``, float16, or int8 with
@@ -14,7 +15,7 @@ the index (inside the same atomic build, so the index manifest lists and checksu
 Arrays are memory-mapped on load. A store built for another model, dtype, head depth, prompt
 settings or chat template is refused with an error naming the difference; a passage whose text
 changed since the build has another state key, so its stored states are never used (it is
-encoded afresh, and the count is logged).
+encoded afresh, with a warning naming the passage once; :attr:`PassageStateStore.stale` counts them).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from attnrank.config import PASSAGE_STATES_FOLDER, STATE_STORAGES
 from attnrank.errors import InputError
 from attnrank.types import Document
 
+from ..files import fsync_folder, fsync_tree
 from .attention import AttentionCapturer
 from .blocks import block_prefix_ids, encode_blocks_text
 from .states import BlockState, check_block_window, check_one_head_size, encode_blocks, state_keys
@@ -194,7 +196,11 @@ def write_store(
             "samples": samples,
         }
         (tmp / "states.json").write_text(json.dumps(header), encoding="utf-8")
+        # (on disk before the rename: a power loss could leave a store whose states.json is empty,
+        # which every open refuses and remove_store, finding no header of ours, does not remove)
+        fsync_tree(tmp)
         os.rename(tmp, folder)
+        fsync_folder(folder.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return header

@@ -169,6 +169,23 @@ def test_a_budget_too_small_for_one_calls_states_is_named_once(llm, caplog):
     assert not [r for r in caplog.records if r.name.startswith("attnrank")]
 
 
+def test_a_context_given_twice_is_computed_and_kept_once(llm, caplog):
+    """One passage under two ids: both rows were computed, kept and counted against the budget,
+    so a cache that holds every context warned that a repeat reuses almost none."""
+    contexts = [[5, 6, 7, 8], [5, 6, 7, 9], [5, 6, 7, 8], [4, 4], [4, 4]]
+    roomy = StateCache(1 << 30)
+    alone = _scores(llm, contexts, [10, 20, 30], states=roomy)
+    np.testing.assert_array_equal(alone[0], alone[2])
+    np.testing.assert_array_equal(alone[3], alone[4])
+    exact = StateCache(roomy.nbytes)  # room for the distinct contexts' states, no more
+    with caplog.at_level("WARNING", logger="attnrank.llm.states"):
+        _scores(llm, contexts, [10, 20, 30], states=exact)
+        again = _scores(llm, contexts, [10, 20, 30], states=exact)
+    assert not [r for r in caplog.records if "state cache" in r.getMessage()]
+    assert exact.hits == 5 and len(exact) == 2  # (states are kept but for the last token: [5, 6, 7] and [4])
+    np.testing.assert_allclose(again, alone, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("family", "options"),
     [("mistral", {}), ("Gemma3Text", {}), ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}})],

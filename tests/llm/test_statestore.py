@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 
 import numpy as np
 import pytest
@@ -282,3 +283,18 @@ def test_a_latent_attention_model_is_refused_before_anything_is_stored(tmp_path)
     with pytest.raises(ModelError, match="one head size.*use attention='full'"):
         write_store(tmp_path / "ps", capturer, tiny_tokenizer(), docs, model_id="t", fingerprint="t")
     assert not (tmp_path / "ps").exists() and not list(tmp_path.iterdir())
+
+
+def test_a_store_is_on_disk_before_it_is_renamed_into_place(tmp_path, llm, capturer, monkeypatch):
+    """Outside an index build (whose atomic folder syncs everything) the header and offsets were
+    renamed into place unsynced: a power loss could leave an empty states.json that every open
+    refuses and remove_store does not remove."""
+    from attnrank.llm import statestore
+
+    synced: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(statestore, "fsync_tree", lambda root: synced.append(("tree", sorted(os.listdir(root)))))
+    monkeypatch.setattr(statestore, "fsync_folder", lambda folder: synced.append(("folder", [str(folder)])))
+    folder = tmp_path / "sub" / "ps"
+    write_store(folder, capturer, llm.tokenizer, DOCS, model_id="tiny", fingerprint=llm.fingerprint)
+    assert synced[0] == ("tree", ["keys.npy", "offsets.npy", "states.json", "values.npy"])  # every file, before
+    assert synced[1] == ("folder", [str(folder.parent)]) and folder.is_dir()  # the rename, after
