@@ -201,7 +201,7 @@ FEATURES3 = list(LIKELIHOOD_FEATURES)
 RULES = {  # name -> (reads raw values: False = per-query z-scores, rule)
     DEFAULT_RULE: (False, lambda z: z.sum(1)),
     "min-max scaled, summed": (True, _minmax),
-    "reciprocal-rank fusion (k 60)": (True, lambda x: (1 / (60 + _ranks(x))).sum(1)),
+    "reciprocal-rank fusion (k 60)": (True, lambda x: (1 / (61 + _ranks(x))).sum(1)),  # (ranks from 1)
     "z-scores of ranks, summed": (True, lambda x: standardise(-_ranks(x)).sum(1)),
     "BM25 at half weight": (False, lambda z: z @ np.array([0.5, 1.0, 1.0])),
     "agreement weights, soft: 1 + r": (False, lambda z: z @ (1 + _agreement(z))),

@@ -182,6 +182,16 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**2026-12-06: three corrections no record was re-run for.** The fusion-rule ablation of
+`bench_likelihood.py` ("reciprocal-rank fusion (k 60)") counted ranks from 0, so its recorded rows
+fused with k 59 in effect; it counts them from 1 now, as `attnrank.index.hybrid.rrf` does.
+`bench_confirm.py` leaves out of its new LoCoMo questions those of `bench_locomo`'s record
+(`docs/results/locomo.json`); the recorded run rebuilt that set with the loader of its own day,
+which left out 97 of the record's 100 and 3 others (none of the record's questions is among the
+ones it scored; 3 were among the earlier 400 it trained on). The query likelihood computes a
+passage given twice in one call (one text under two ids) once and gives both its scores: in
+bfloat16 the copy could have differed in its last digits, computed in another batch.
+
 **Later on 2026-12-05 the pass over kept states read them a layer at a time** (the suffix pass of
 "The default preset with reused passage states"). Each layer's kept states are now copied into one
 small buffer as the pass reaches that layer, where they are still in the CPU's cache when its
