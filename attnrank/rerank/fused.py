@@ -35,12 +35,14 @@ preset ``likelihood`` adds z(likelihood) with weight 1 (docs/results/likelihood.
 has registered :class:`LikelihoodWeights` for the model (``attnrank train``). Which weights a
 reranker reads: :mod:`attnrank.rerank.fused_resolve`. Which model, features and fallback each
 preset uses was chosen by leave-one-dataset-out evaluation (``scripts/bench_fusion.py``,
-docs/benchmarks.md). Training: :mod:`attnrank.rerank.fused_training`.
+docs/benchmarks.md). Training: :mod:`attnrank.rerank.fused_training`; the warnings of weights
+applied otherwise than fitted: :mod:`attnrank.rerank.fused_checks`.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,11 +50,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..artifacts import RegistryArtifact, warn_if_set_otherwise
+from ..artifacts import RegistryArtifact
 from ..errors import InputError
 from ..llm.headspec import format_heads, parse_heads
+from .fused_checks import AppliedOtherwise
 from .learned.features import standardise
-from .signals import SIGNALS, SIGNALS_VERSION, candidate_terms
+from .signals import SIGNALS, SIGNALS_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +123,7 @@ def feature_matrix(signals: Mapping[str, Any], features: Sequence[str]) -> np.nd
 
 
 @dataclass
-class FusedWeights(RegistryArtifact):
+class FusedWeights(AppliedOtherwise, RegistryArtifact):
     """Linear weights over per-query z-scored ``features`` (and ``base_weights`` over the same
     features without ``attention``, used when the attention confidence is below ``gate``)."""
 
@@ -134,6 +137,9 @@ class FusedWeights(RegistryArtifact):
     weights: list[float]
     base_weights: list[float] = field(default_factory=list)
     gate: float | None = None
+    # the fewest and most candidates per query the gate was chosen on (None: not recorded): a query's
+    # confidence grows with its number of candidates, so the gate reads lists of other lengths otherwise
+    gate_candidates: list[int] | None = None
     learner: str = "pointwise"
     l2: float = 1.0
     trained_on: str = ""
@@ -181,6 +187,16 @@ class FusedWeights(RegistryArtifact):
                 )
             pairs = parse_heads(self.heads)  # checked on load, not at the first query
             self.heads = "all" if pairs is None else format_heads(pairs).split(",")
+        counts = self.gate_candidates
+        if counts is not None and not (
+            isinstance(counts, list)
+            and len(counts) == 2
+            and all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts)
+            and counts[0] <= counts[1]
+        ):
+            raise InputError(
+                f"fused gate_candidates={counts!r} is not [fewest, most] candidates per query; retrain them with {self.TRAIN}"
+            )
         if self.gate is not None and not (self.uses_attention and self.base_weights):
             raise InputError(
                 f"fused gate={self.gate} falls back to base_weights, which these weights over {self.features} "
@@ -206,9 +222,27 @@ class FusedWeights(RegistryArtifact):
         return [f for f in self.features if f != ATTENTION]
 
     def confident(self, signals: Mapping[str, Any]) -> bool | None:
-        """Whether attention is used for this query (None: no gate, always)."""
+        """Whether attention is used for this query (None: no gate, always). Warned once where the
+        query has fewer or more candidates than any the gate was chosen on: the top z-score of
+        ``n`` candidates is at most ``sqrt(n - 1)`` and grows with ``n`` even on noise."""
         if not (self.uses_attention and self.gate is not None and self.base_weights):
             return None
+        n = len(signals[ATTENTION])
+        fitted = self.gate_candidates
+        if fitted and not fitted[0] <= n <= fitted[-1] and not getattr(self, "_told_candidates", False):
+            self._told_candidates = True
+            logger.warning(
+                "the fused weights' confidence gate (%.3g) was chosen on queries of %s candidates; this one has %d, "
+                "whose top attention z-score reads otherwise (it grows with the number of candidates, and cannot "
+                "pass %.3g below %d), so attention is used or set aside unlike in training; rerank as many "
+                "candidates as it was trained on (--depth), or retrain them with %s at this depth",
+                self.gate,
+                fitted[0] if fitted[0] == fitted[-1] else f"{fitted[0]}-{fitted[-1]}",
+                n,
+                self.gate,
+                math.ceil(self.gate**2 + 1),
+                self.TRAIN,
+            )
         return attention_confidence(signals[ATTENTION]) >= self.gate
 
     def base_scored_below_equal(self) -> bool:
@@ -244,99 +278,6 @@ class FusedWeights(RegistryArtifact):
             max_doc_words=self.max_doc_words,  # (the cut a likelihood among the base features was read with)
             adapter=self.adapter,
         )
-
-    def warn_if_prompted_otherwise(self, settings: dict[str, Any]) -> None:
-        """Log a warning naming each prompt setting their attention feature was read with that a
-        reranker's ``settings`` (:meth:`~attnrank.rerank.config.RerankConfig.prompt_settings`) give
-        otherwise (the passage cut is :meth:`warn_if_cut_otherwise`'s). Unfitted or unrecorded: not checked."""
-        if not self.uses_attention or self.learner == "equal":
-            return
-        fitted = {k: v for k, v in (self.prompt or {}).items() if k != "max_doc_words"}
-        warn_if_set_otherwise(self.LABEL, fitted, settings, self.TRAIN)
-
-    def warn_if_stale(self, source: str) -> None:
-        """Log a warning when these weights were fitted to signals computed otherwise than this
-        attnrank computes them (:data:`~attnrank.rerank.signals.SIGNALS_VERSION`), or when that
-        was not recorded: they still score (every feature is z-scored per query), but not as
-        they measured. ``source``: what they are, for the message."""
-        if self.learner == "equal" or not self.base_features:
-            return  # nothing fitted to the signals' values
-        stemmer = candidate_terms().stemmer  # (PyStemmer installed or not: the 'stem' extra)
-        if "bm25" in self.features and self.bm25_stemmer not in (None, stemmer):
-            logger.warning(
-                "%s were fitted to candidate BM25 with stemmer %r; this install computes it with %r, so they do not "
-                "score as they measured; install attnrank[stem] where they were fitted with it, or retrain them with %s",
-                source,
-                self.bm25_stemmer,
-                stemmer,
-                self.TRAIN,
-            )
-        if self.signals_version == SIGNALS_VERSION:
-            return  # fitted to these
-        fitted = (
-            "signals computed before their versions were recorded"
-            if self.signals_version is None
-            else f"version {self.signals_version} of the signals"
-        )
-        logger.warning(
-            "%s were fitted to %s; this attnrank computes version %d (rerank.signals.SIGNALS_VERSION), so they "
-            "do not score as they measured; retrain them with %s",
-            source,
-            fitted,
-            SIGNALS_VERSION,
-            self.TRAIN,
-        )
-
-    def warn_if_cut_otherwise(self, max_doc_words: int | None) -> None:
-        """Log a warning when their LLM feature (attention, likelihood) is read from passages cut
-        to other than the ``max_doc_words`` it was fitted with: the scores still rank, but not as
-        they measured. Weights that record no cut are not checked."""
-        if not self.uses_llm or self.max_doc_words is None or self.max_doc_words == max_doc_words:
-            return
-        logger.warning(
-            "the %s were fitted to passages cut to %d words; this reranker cuts them to %s, so they do not "
-            "score as they measured; use max_doc_words=%d (--max-doc-words), or retrain them with %s",
-            self.LABEL,
-            self.max_doc_words,
-            max_doc_words,
-            self.max_doc_words,
-            self.TRAIN,
-        )
-
-    def warn_if_applied_otherwise(self, heads: Any, capture: str, reweighted: bool = False) -> None:
-        """Log a warning when these weights' attention feature is read from other ``heads`` (None:
-        all) than they record, or captured otherwise than ``capture``
-        (:func:`~attnrank.llm.blocks.capture_name`) captures it: e.g. weights fitted to block
-        attention at shared positions, applied to full-prompt attention, whose scores follow the
-        candidates' slots (docs/benchmarks.md); or ``reweighted`` (sink, IDF, entropy, slot
-        correction: no trainer fits weights to re-weighted attention, and its confidence gate reads
-        how peaked the scores are). They still score, but not as they measured. Weights that record
-        no capture were fitted before it was recorded, to full attention."""
-        if not self.uses_attention or self.learner == "equal":  # nothing fitted to attention's values
-            return
-        if reweighted:
-            logger.warning(
-                "the fused weights were fitted to attention without re-weighting; this reranker re-weights it, so "
-                "they (and their confidence gate) do not score as they measured; drop reweight, or use preset icr or "
-                "qrhead with it"
-            )
-        fitted = self.capture or "full"
-        if fitted != capture:
-            logger.warning(
-                "the fused weights were fitted to attention captured as %r; this reranker captures it as %r, "
-                "so they do not score as they measured; use the attention options they record, or retrain "
-                "them with %s",
-                fitted,
-                capture,
-                self.TRAIN,
-            )
-        if self.heads is not None and parse_heads(self.heads) != parse_heads(heads):
-            logger.warning(
-                "the fused weights were fitted to the attention of heads %s; this reranker reads %s, so they do "
-                "not score as they measured; leave heads at their default to read theirs",
-                _shown(self.heads),
-                _shown(heads),
-            )
 
     def score(self, signals: Mapping[str, Any]) -> np.ndarray:
         """Scores of one query's candidates from ``{feature: values}`` (input order)."""
@@ -473,8 +414,3 @@ def equal_weights(features: Sequence[str] = EQUAL_FEATURES) -> FusedWeights:
         trained_on=UNTRAINED,
         signals_version=SIGNALS_VERSION,
     )
-
-
-def _shown(heads: Any) -> str:
-    pairs = parse_heads(heads)
-    return "all" if pairs is None else f"{len(pairs)} ({format_heads(pairs[:4])}{', ...' if len(pairs) > 4 else ''})"

@@ -173,6 +173,8 @@ def _choose_gate(examples: Sequence[FusionExample], fused: FusedWeights) -> floa
         if value > best + 1e-9:
             best, best_gate = value, fused.gate
     fused.gate = best_gate
+    sizes = [len(e.doc_ids) for e in examples]
+    fused.gate_candidates = None if best_gate is None else [min(sizes), max(sizes)]
     return best_gate
 
 

@@ -216,3 +216,26 @@ def test_a_candidate_listed_twice_is_refused_for_training():
     docs = [Document("d1", "a"), Document("d2", "b"), Document("d1", "a")]
     with pytest.raises(InputError, match=r"candidate of query 'q1' #2 repeats the id 'd1'"):
         fusion_examples({}, {"q1": "a"}, {"q1": docs}, {})
+
+
+def test_a_gate_applied_to_lists_of_other_lengths_than_it_was_chosen_on_is_warned_of(make_examples, caplog):
+    """The top z-score of n candidates is at most sqrt(n - 1) and grows with n even on noise: a gate
+    chosen on 10 candidates per query set attention aside on short lists, and used it on noise in
+    long ones, without a word."""
+    rng = np.random.default_rng(3)
+    ex = make_examples(80, "a", 0.3, 4)
+    for e in ex[:40]:
+        e.signals["attention"] = rng.normal(0, 1.0, 10)
+    fused = train_fused(ex, balance=False, gate=True)
+    assert fused.gate is not None and fused.gate_candidates == [10, 10]
+    back = FusedWeights.from_json(fused.to_json())
+    assert back.gate_candidates == [10, 10]
+    with caplog.at_level("WARNING", logger="attnrank.rerank.fused"):
+        back.score(ex[50].signals)  # as trained: nothing said
+        assert not caplog.text
+        short = {k: v[:4] for k, v in ex[50].signals.items()}
+        back.score(short)
+        back.score(short)
+    assert caplog.text.count("was chosen on queries of 10 candidates; this one has 4") == 1
+    with pytest.raises(InputError, match="gate_candidates"):
+        FusedWeights.from_json({**fused.to_json(), "gate_candidates": [10]})
