@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from typer.testing import CliRunner
 
 from attnrank.cli import app
@@ -232,3 +234,27 @@ def test_preset_picked_by_options_is_logged_under_verbose(tmp_path, dl19_mini, c
         attnrank_logger.setLevel(before)
     assert r.exit_code != 0  # the run file is missing: nothing loads
     assert any("without a preset" in rec.getMessage() for rec in caplog.records), caplog.text
+
+
+def test_rerank_needs_the_text_of_the_reranked_head_only(tmp_path, dl19_mini, tiny_dir):
+    """Documents below --depth keep their place by id and score: a corpus without them was refused
+    (a run from a larger collection could not be reranked over the passages it reranks)."""
+    first = read_run(dl19_mini / "run.bm25.trec")
+    heads = {d for ranking in first.values() for d, _ in trec_order(ranking)[:3]}
+    corpus = tmp_path / "head.jsonl"
+    with (dl19_mini / "passages.jsonl").open(encoding="utf-8") as lines:
+        kept = [line for line in lines if json.loads(line)["_id"] in heads]
+    corpus.write_text("".join(kept), encoding="utf-8")
+    assert 0 < len(kept) < sum(len(r) for r in first.values())
+    args = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
+    args += ["--corpus", str(corpus), "--model", str(tiny_dir), "--heads", "1-0,2-3", "-q"]
+    out = tmp_path / "reranked.trec"
+    r = runner.invoke(app, [*args, "--depth", "3", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    again = read_run(out)
+    for qid, docs in first.items():  # every document written, the tail in its first-stage order
+        assert set(again[qid]) == set(docs)
+        ranked = [d for d, _ in trec_order(again[qid])]
+        assert ranked[3:] == [d for d, _ in trec_order(docs)][3:]
+    r = runner.invoke(app, [*args, "--depth", "4", "-o", str(tmp_path / "deeper.trec")])
+    assert r.exit_code != 0 and "is not in the corpus/index" in str(r.exception)

@@ -11,6 +11,7 @@ import typer
 from ..errors import AttnrankError
 from ..files import RUN_GUARD
 from ..rerank.config import RerankConfig
+from ..types import Document
 from . import (
     Quiet,
     SkipInvalid,
@@ -69,7 +70,9 @@ def rerank(
     else:
         index = _load_index(name, index_dir, verify)
         docs = {d.id: d for d in index.docs}
-    _check_run(first, qs, docs, queries)  # every query and document, before the model loads
+    # the first-stage order trec_eval scores for this run
+    ordered_runs = {qid: trec_order(ranking) for qid, ranking in first.items()}
+    _check_run(ordered_runs, qs, docs, queries, depth)  # every query and reranked document, before the model loads
     from ..rerank.attention import AttentionReranker
     from ..rerank.over_index import index_reranker
 
@@ -80,17 +83,16 @@ def rerank(
         else index_reranker(rerank_config, _index_path(name, index_dir), index)
     )
     out = []
-    items = list(first.items())
+    items = list(ordered_runs.items())
     if progress:
         from tqdm.auto import tqdm
 
         items = tqdm(items, desc="rerank", unit="q")
-    for qid, ranking in items:
-        ordered = trec_order(ranking)  # the first-stage order trec_eval scores for this run
+    for qid, ordered in items:
         res = RankedResults(
             qs[qid],
-            [
-                ScoredDocument(d, s, r, docs[d].text, docs[d].title, {"first_stage": s})
+            [  # (below --depth only the id and score are written: a document there may be missing)
+                ScoredDocument(d, s, r, *_text(docs.get(d)), {"first_stage": s})
                 for r, (d, s) in enumerate(ordered, start=1)
             ],
             qid,
@@ -102,12 +104,18 @@ def rerank(
     typer.echo(f"reranked up to the top {deepest} of each of {len(out)} queries into {output}")
 
 
-def _check_run(first: dict, qs: dict, docs: dict, queries: Path) -> None:
-    """Every query of the run must be in the queries file and every document in the corpus/index."""
-    for qid, ranking in first.items():
+def _text(doc: Document | None) -> tuple[str, str]:
+    return ("", "") if doc is None else (doc.text, doc.title)
+
+
+def _check_run(ordered: dict, qs: dict, docs: dict, queries: Path, depth: int) -> None:
+    """Every query of the run (``ordered``: each query's ``(doc id, score)`` in rank order) must be
+    in the queries file, and every document of its top ``depth`` (those reranked; the rest keeps
+    its place by id and score) in the corpus/index."""
+    for qid, ranking in ordered.items():
         if qid not in qs:
             raise AttnrankError(f"query {qid!r} of the run is not in {queries}; give the matching queries file")
-        missing = [d for d in ranking if d not in docs]
+        missing = [d for d, _ in ranking[:depth] if d not in docs]
         if missing:
             raise AttnrankError(
                 f"document {missing[0]!r} (query {qid!r}) of the run is not in the corpus/index; give the matching one"
