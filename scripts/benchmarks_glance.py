@@ -114,7 +114,7 @@ def _signals_defined(rows: dict[str, dict[str, dict]]) -> str:
     rank = "first stage: rank alone"
     dl19, scifact = rows["DL19"], rows["SciFact"]
     return (
-        "A first-stage signal is each candidate's BM25 or dense score over the candidates (as the issue "
+        "A first-stage signal is each candidate's BM25 or dense score over the candidates (as issue #14 "
         "defines the baseline), not always the retriever's own order: DL19's run brings BM25 alone, so its "
         "dense signal is the MiniLM cosine over the run's BM25 top-20, itself a reranking (the run's own "
         f"order scores {dl19[rank]['nDCG@10']:.4f}; the default is "

@@ -81,6 +81,10 @@ def check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
     if isinstance(theirs.get("index"), str):  # (checkpoints before 2026-12-05 kept the folder as typed)
         theirs = {**theirs, "index": str(Path(theirs["index"]).resolve())}
     theirs = {**_unrecorded(theirs), **theirs}
+    # devices batch took before it refused them: "auto" declared no GPU (the actors ran on the CPU) and
+    # Ray shows an actor its one GPU as cuda:0, so their rows are cpu's and cuda's
+    theirs["device"] = _RENAMED_DEVICES.get(str(theirs["device"]), theirs["device"])
+    mine = {**mine, "device": _RENAMED_DEVICES.get(str(mine["device"]), mine["device"])}
     diff = sorted(k for k in mine if mine[k] != theirs.get(k) and not (k in _LATER and k not in theirs))
     if diff and not any(parts_dir.glob("part-*.parquet")):  # no rows yet (a run that failed to start)
         logger.info("checkpoint %s holds no rows: its settings are replaced (%s)", parts_dir, ", ".join(diff))
@@ -94,6 +98,7 @@ def check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
         )
 
 
+_RENAMED_DEVICES = {"auto": "cpu", "cuda:0": "cuda"}
 # The options every checkpoint's settings have recorded since the first (BatchConfig's fields then).
 _RECORDED = ("index", "k", "rerank", "mode", "model", "heads", "device")
 _CHECKPOINT_FILE = re.compile(

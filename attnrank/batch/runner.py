@@ -78,11 +78,11 @@ class BatchConfig:
 
     def resolved(self) -> BatchConfig:
         """This configuration with ``dtype="auto"`` decided here, once, by the driver, for
-        ``device`` "cpu" and "auto": "auto" means bfloat16 on a CPU that multiplies it in hardware
-        and float32 elsewhere, so actors on other machines (a resume there, a mixed Ray cluster)
-        would otherwise each decide, and mix precisions in one run. With ``device="auto"`` the
-        precision is the one for the driver's CPU even where an actor then runs on a GPU; only
-        ``device="cuda"``/``"cuda:N"`` keeps "auto" for the actors' GPU to decide."""
+        ``device="cpu"``: "auto" means bfloat16 on a CPU that multiplies it in hardware and float32
+        elsewhere, so actors on other machines (a resume there, a mixed Ray cluster) would otherwise
+        each decide, and mix precisions in one run; ``device="cuda"`` keeps "auto" for the actors'
+        GPU to decide. (``attnrank batch`` takes ``cpu`` or ``cuda``; ``"auto"``, taken before,
+        ran on the CPU and is read as ``cpu`` here.)"""
         if self.dtype.strip().lower() != "auto" or self.device not in ("cpu", "auto"):
             return self
         return replace(self, dtype=cpu_auto_dtype())

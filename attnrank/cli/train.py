@@ -162,10 +162,10 @@ def train(
             examples, learner, l2, gate is not False, folds, seed, desc, rr, current, heads or AUTO_OR_ALL
         )
     else:  # the presets whose untrained model is equal weights: likelihood (an LLM feature) and signals
-        scorers, key = _llm_scorers(preset, model, max_doc_words, device, dtype)
+        scorers, key, adapter = _llm_scorers(preset, model, max_doc_words, device, dtype)
         current = current_label(likelihood_weights if scorers else signals_only, *key)
         examples = fusion_examples(scorers, qs, cands, qr, rel=rel, group=desc, progress=progress)
-        report, weights = _fit_unless_worse(examples, preset, learner, l2, folds, seed, desc, key[0], current)
+        report, weights = _fit_unless_worse(examples, preset, learner, l2, folds, seed, desc, key[0], current, adapter)
     typer.echo(report)
     if weights is not None and weights.uses_llm:
         weights.max_doc_words = max_doc_words  # the cut their LLM feature was read with
@@ -199,8 +199,11 @@ def _check_preset(preset: str, heads: str | None, gate: bool | None, max_doc_wor
     return chosen
 
 
-def _llm_scorers(preset: str, model: str | None, max_doc_words: int, device: str, dtype: str) -> tuple[dict, tuple]:
-    """({feature: score(query, docs)} of the LLM features ``preset`` fuses, (model id, fingerprint)):
+def _llm_scorers(
+    preset: str, model: str | None, max_doc_words: int, device: str, dtype: str
+) -> tuple[dict, tuple, str]:
+    """({feature: score(query, docs)} of the LLM features ``preset`` fuses, (model id, fingerprint),
+    the model's head adapter (``LLM.adapter``, which the weights record)):
     for ``likelihood`` the query likelihood as the preset computes it (its equal weights given, so
     weights registered for the model are not read, or refused, here); for ``signals`` none, and
     no model is loaded (the weights are registered under its id and fingerprint)."""
@@ -209,7 +212,7 @@ def _llm_scorers(preset: str, model: str | None, max_doc_words: int, device: str
     from ..rerank.fused import LIKELIHOOD_FEATURES, equal_weights
 
     if preset == SIGNALS_PRESET:
-        return {}, unloaded_model(model)
+        return {}, unloaded_model(model), ""
     rr = AttentionReranker(
         model,
         config=LIKELIHOOD_PRESET,
@@ -218,7 +221,7 @@ def _llm_scorers(preset: str, model: str | None, max_doc_words: int, device: str
         device=device,
         dtype=dtype,
     )
-    return {LIKELIHOOD: rr.likelihood}, (rr.llm.model_id, rr.llm.fingerprint)
+    return {LIKELIHOOD: rr.likelihood}, (rr.llm.model_id, rr.llm.fingerprint), rr.llm.adapter
 
 
 def _attention_alone(model: str | None, heads: str, max_doc_words: int, device: str, dtype: str) -> Any:
@@ -254,14 +257,22 @@ def _table(rows: list[dict[str, Any]], header: str) -> list[str]:
     ]
 
 
-def _fit_unless_worse(examples, preset, learner, l2, folds, seed, desc, model_id, current) -> tuple[str, Any]:
+def _fit_unless_worse(examples, preset, learner, l2, folds, seed, desc, model_id, current, adapter) -> tuple[str, Any]:
     """(the held-out report text, the weights trained on all ``examples``, or None where they scored
     below the untrained equal weights held out: the preset keeps what it reads now, ``current``)."""
     from ..rerank.fusion_eval import TRAINED, fit_unless_worse, own_untrained
 
     feature = LIKELIHOOD if preset == LIKELIHOOD_PRESET else None
     rows, weights = fit_unless_worse(
-        examples, feature, folds=folds, seed=seed, learner=learner, l2=l2, trained_on=desc, metrics=METRICS
+        examples,
+        feature,
+        folds=folds,
+        seed=seed,
+        learner=learner,
+        l2=l2,
+        trained_on=desc,
+        metrics=METRICS,
+        adapter=adapter,
     )
     what = f"query likelihood of {model_id}" if feature else f"first-stage signals only (no LLM run; for {model_id})"
     header = f"held-out {folds}-fold over {len(examples)} queries ({desc}); trained on the training folds only; {what}"

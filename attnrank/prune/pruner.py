@@ -243,6 +243,8 @@ class ContextPruner:
                 f"sentences has {len(sentences)} entries for {len(documents)} documents; "
                 "give one list (or None) per document"
             )
+        if sentences is not None:  # one list each: an iterator was used up locating it, then kept as []
+            sentences = [pre if pre is None or isinstance(pre, str) else list(pre) for pre in sentences]
         sents = self._sentences(documents, sentences)
         if sentences is not None:  # kept_sentences numbers the given list: the metadata's own must not stand beside it
             documents = [

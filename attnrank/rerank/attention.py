@@ -51,7 +51,7 @@ from .inputs import check_documents, check_k, check_query, check_texts
 from .likelihood import PromptIds, query_likelihood
 from .position import SlotProfile, load_profile
 from .resolve import check_lookups, learned_weights, resolve_config_heads
-from .reweight import Reweighting, check_setup, heads_label
+from .reweight import check_setup, heads_label
 from .signals import VECTOR_CACHE, SignalComputer, signal_embedder_setup
 from .windows import block_windows, check_frame, fit_windows, prompt_extent
 
@@ -137,7 +137,7 @@ class AttentionReranker:
             heads = resolve_config_heads(cfg.heads, self.llm, None if self.fused is None else self.fused.heads)
         self.heads = parse_heads(heads)
         if self.uses_attention and self.fused is not None and self.learned is None:
-            reweighted = cfg.reweight is not None and cfg.reweight != Reweighting()
+            reweighted = cfg.reweight is not None and (cfg.reweight.changes_tokens or cfg.reweight.slot_correction)
             self.fused.warn_if_applied_otherwise(self.heads, cfg.capture, reweighted)
         if self.uses_attention:  # checks the heads against the model now, not at the first query
             self.capturer  # noqa: B018

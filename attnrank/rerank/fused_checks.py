@@ -61,12 +61,15 @@ class AppliedOtherwise:
             return  # nothing fitted to the signals' values
         stemmer = candidate_terms().stemmer  # (PyStemmer installed or not: the 'stem' extra)
         if "bm25" in self.features and self.bm25_stemmer not in (None, stemmer):
+            # (candidate BM25 stems wherever PyStemmer imports: the extra is the fix one way only)
+            fix = "install attnrank[stem] (PyStemmer)" if stemmer == "none" else "uninstall PyStemmer"
             logger.warning(
                 "%s were fitted to candidate BM25 with stemmer %r; this install computes it with %r, so they do not "
-                "score as they measured; install attnrank[stem] where they were fitted with it, or retrain them with %s",
+                "score as they measured; %s, or retrain them here with %s",
                 source,
                 self.bm25_stemmer,
                 stemmer,
+                fix,
                 self.TRAIN,
             )
         if self.signals_version == SIGNALS_VERSION:

@@ -826,3 +826,17 @@ def test_a_checkpoint_before_the_stemmer_was_recorded_resumes_only_where_it_stem
     alone = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset="qrhead", heads="0-1")
     stages.RerankStage(5, 5, **runner.rerank_stage_kwargs(alone, 1, None))
     assert runner.rerank_stage_kwargs(config, 1, None)["stemmer"] == "porter"
+
+
+def test_a_checkpoint_of_a_device_batch_no_longer_takes_resumes_on_the_one_it_ran_on(fake_ray, tmp_path, index):
+    """batch took --device auto (which declared no GPU: its actors ran on the CPU) and cuda:0 (the
+    one GPU Ray shows an actor) before it refused them; their checkpoints were refused for other
+    settings (device) on a resume with cpu or cuda, and their rows lost."""
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm25", device="auto"), output=out, progress=False)
+    stats = run_batch(
+        {"q1": "apple", "q2": "pear"}, BatchConfig(str(index), mode="bm25", device="cpu"), output=out, progress=False
+    )
+    assert stats["resumed_skipped"] == 1
+    with pytest.raises(InputError, match=r"other settings \(device\)"):  # another device still is
+        run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm25", device="cuda"), output=out, progress=False)

@@ -336,6 +336,8 @@ def test_sentences_given_beside_a_metadata_split_replace_it_in_the_result(llm):
     assert out.metadata["sentences"] == given
     assert [out.metadata["sentences"][i] for i in out.metadata["kept_sentences"]] == [s.text for s in pruned.kept]
     assert doc.metadata["sentences"] != given  # the caller's document is left as it was
+    again = ContextPruner(llm).prune(QUERY, [doc], keep_ratio=0.7, sentences=[iter(given)])  # (kept as [])
+    assert again.documents()[0].metadata["sentences"] == given
 
 
 def test_a_document_without_metadata_and_keep_titles_checked(llm):

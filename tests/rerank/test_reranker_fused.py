@@ -358,3 +358,13 @@ def test_weights_fitted_to_attention_warn_where_it_is_re_weighted(llm, caplog):
         assert "re-weight" not in caplog.text
         AttentionReranker(llm, signals=FUSED, reweight=Reweighting(sink=True, idf=True))
     assert "fitted to attention without re-weighting; this reranker re-weights it" in caplog.text
+
+
+def test_a_reweighting_that_applies_no_step_is_not_warned_of(llm, caplog):
+    """Reweighting(idf_eps=0.3) sets an option of a step that is off: nothing is re-weighted."""
+    from attnrank.rerank.reweight import Reweighting
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank.rerank.fused"):
+        AttentionReranker(llm, signals=FUSED, reweight=Reweighting(idf_eps=0.3))
+    assert "re-weight" not in caplog.text
