@@ -92,8 +92,9 @@ class Pipeline:
     """Retrieve ``depth`` passages, rerank them and keep ``top_k`` (the first-stage top ``top_k``
     without a reranker), prune them to a budget, answer from what is left.
 
-    ``reorder``: a raw-attention :class:`~attnrank.rerank.position.SlotProfile`, or True for the
-    generator model's registered one (Attention Basin placement), or False."""
+    ``reorder``: a raw-attention :class:`~attnrank.rerank.position.SlotProfile` (stretched to the
+    passages a run keeps), or True for the generator model's registered ones (each run reads the
+    one whose number of slots is closest to the passages it keeps; Attention Basin placement), or False."""
 
     def __init__(
         self,
@@ -112,6 +113,8 @@ class Pipeline:
         self.retriever, self.reranker, self.pruner, self.generator = retriever, reranker, pruner, generator
         self.depth, self.top_k = depth, top_k
         self.budget_tokens, self.neighbours = budget_tokens, neighbours
+        self._profiles_of: tuple[str, str] | None = None  # (model id, fingerprint) of reorder=True
+        self._profiles: dict[int, SlotProfile] = {}
         self.reorder = self._profile(reorder)
 
     def _profile(self, reorder: SlotProfile | bool) -> SlotProfile | None:
@@ -133,7 +136,21 @@ class Pipeline:
                 "reorder=True reads the generator model's registered slot profile, but no stage "
                 "has a model; pass a SlotProfile or build the pipeline with Pipeline.from_model"
             )
+        self._profiles_of = (llm.model_id, llm.fingerprint)  # looked up again for the passages a run keeps
         return load_profile("auto", llm.model_id, llm.fingerprint, n_slots=self.top_k, calibrated=False)
+
+    def _profile_for(self, n: int) -> SlotProfile:
+        """The reordering profile for ``n`` passages: with ``reorder=True`` the registered one with
+        the number of slots closest to ``n`` (pruning leaves out passages with no kept sentence,
+        and the first stage may find fewer than ``top_k``: a profile of ``top_k`` slots stretched
+        over them placed the best passage where a profile measured for ``n`` puts the worst);
+        a profile given is stretched to any ``n``."""
+        assert self.reorder is not None
+        if self._profiles_of is None or n == self.reorder.n_slots:
+            return self.reorder
+        if n not in self._profiles:
+            self._profiles[n] = load_profile("auto", *self._profiles_of, n_slots=n, calibrated=False)
+        return self._profiles[n]
 
     @classmethod
     def from_model(
@@ -294,7 +311,7 @@ class Pipeline:
             context = pruned.documents()
             timings["prune"] = time.perf_counter() - t
         if self.reorder is not None:  # after pruning, which reads the passages best-first
-            context = reorder_for_generation(context, self.reorder)
+            context = reorder_for_generation(context, self._profile_for(len(context)))
         answer = None
         if self.generator is not None:
             if not context:  # an answer from no passage would read as one from the corpus

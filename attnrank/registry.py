@@ -445,12 +445,12 @@ def shipped_artifact(kind: str, model_id: str) -> dict[str, Any] | None:
 
 def registry_digest(model_id: str, fingerprint: str, *, root: Path | None = None) -> str:
     """SHA-256 of everything the registry holds for this model (its head sets and artifacts, user
-    and shipped, and the shipped fallbacks for its name): what a reranker without explicit heads
-    and weights reads. A batch resume compares it, so rows scored with other registered heads or
+    and shipped, and the shipped fallbacks for its name, and for the packaged model's, whose fused
+    weights score a model with none of its own): what a reranker without explicit heads and
+    weights reads. A batch resume compares it, so rows scored with other registered heads or
     weights are never mixed with new ones."""
     held = [(source, path.name, doc) for source, _, path, doc in _documents(model_id, fingerprint, root)]
+    names = {_base(model_id), _base(config.DEFAULT_LLM)}
     for path in sorted(SHIPPED_DIR.glob("*.json")) if SHIPPED_DIR.is_dir() else []:
-        held += [
-            ("fallback", path.name, d) for d in _read_docs(path) if _base(d.get("model_id", "")) == _base(model_id)
-        ]
+        held += [("fallback", path.name, d) for d in _read_docs(path) if _base(d.get("model_id", "")) in names]
     return hashlib.sha256(json.dumps(held, sort_keys=True, default=str).encode()).hexdigest()

@@ -130,7 +130,7 @@ def test_batch_outputs_and_resources_checked_before_ray(tmp_path, scifact_mini, 
         (["-o", str(tmp_path / "r.trec"), "--num-cpus", "2", "--ray-address", "auto"], "drop one of them"),
         (["-o", str(tmp_path / "r.trec"), "--actor-cpus", "nan"], "--actor-cpus nan must be a finite number > 0"),
         (["-o", str(tmp_path / "r.trec"), "--rerank-actors", "3"], "--rerank-actors"),
-        (["-o", str(tmp_path / "r.trec"), "--rerank", "2", "--device", "gpu"], "--device 'gpu' is not one of"),
+        (["-o", str(tmp_path / "r.trec"), "--rerank", "2", "--device", "gpu"], "--device 'gpu' is not cpu or cuda"),
         (["-o", str(tmp_path / "r.trec"), "--rerank", "2", "--heads", "x-y"], "--heads 'x-y'"),
     ]
     for extra, message in cases:

@@ -637,3 +637,16 @@ def test_weights_fitted_to_bm25_of_another_stemmer_are_named_stale(roots, caplog
     ]
     assert train_fused(ex, ["bm25", "dense"], gate=False).bm25_stemmer == here  # recorded when fitted
     assert train_fused(ex, ["dense"], gate=False).bm25_stemmer is None
+
+
+def test_the_registry_digest_covers_the_packaged_models_fallback_weights(roots):
+    """A model with no fused weights of its own is scored with the packaged model's shipped ones;
+    the digest a batch resume compares left them out, so rows scored with two of them could mix."""
+    from attnrank.rerank.fused import FusedWeights
+
+    def ship(weight: float) -> str:
+        payload = FusedWeights(["attention", "bm25"], [weight, 1.0], base_weights=[1.0]).to_json()
+        _ship(roots, "smollm2-135m", "*", [], {"fused-weights": {"payload": payload}}, name="packaged.json")
+        return registry.registry_digest("other/model", FP)
+
+    assert ship(1.0) != ship(1.5)  # an upgrade that ships other weights

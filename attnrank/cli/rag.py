@@ -230,7 +230,7 @@ def ask(
         generator_model=generator_model,
         rerank=False if no_rerank else cfg,
         prune=False if no_prune else prune_cfg,
-        reorder=profile or False,
+        reorder=profile is not None,  # (checked above; each run reads the one for the passages it keeps)
         max_new_tokens=max_new_tokens,
         depth=depth,
         top_k=k,

@@ -49,24 +49,37 @@ def model_shape(model: str | None = None) -> tuple[int, int] | None:
     Read once per model per process, like the models :func:`~attnrank.llm.models.load_llm` keeps (a command checks
     several head options against one model); a failed read is not remembered."""
     try:
-        return _config_shape((model or config.DEFAULT_LLM).strip())
+        return _config_facts((model or config.DEFAULT_LLM).strip())[0]
     except _UNREADABLE:
         return None
 
 
 def model_context_length(model: str | None = None) -> int | None:
     """The longest prompt ``model`` takes (:attr:`~attnrank.llm.models.LLM.context_length`) from its config alone,
-    without its weights (a GGUF's from its metadata); None when it cannot be read here."""
+    without its weights (a GGUF's from its metadata); None when it cannot be read here. Read once
+    per model per process, with :func:`model_shape`."""
     try:
-        return from_config((model or config.DEFAULT_LLM).strip(), gguf_context_length, text_context_length)
+        return _config_facts((model or config.DEFAULT_LLM).strip())[1]
     except _UNREADABLE:
         return None
 
 
 @functools.lru_cache(maxsize=8)
-def _config_shape(model_id: str) -> tuple[int, int]:
-    """:func:`model_shape`'s read; it raises when it fails, so only successes are cached."""
-    return from_config(model_id, gguf_shape, lambda c: (int(c.num_hidden_layers), int(c.num_attention_heads)))
+def _config_facts(model_id: str) -> tuple[tuple[int, int], int | None]:
+    """((layers, heads), context length or None) of one read of the config; it raises when the
+    shape cannot be read, so only successes are cached."""
+    return from_config(
+        model_id,
+        lambda path: (gguf_shape(path), _or_none(gguf_context_length, path)),
+        lambda c: ((int(c.num_hidden_layers), int(c.num_attention_heads)), text_context_length(c)),
+    )
+
+
+def _or_none(read: Callable[[Path], int], path: Path) -> int | None:
+    try:
+        return read(path)
+    except _UNREADABLE:
+        return None
 
 
 def from_config(model_id: str, from_gguf: Callable[[Path], Any], from_text_config: Callable[[Any], Any]) -> Any:
@@ -148,5 +161,5 @@ def text_config(cfg: Any) -> Any:
 
 
 def clear_config_cache() -> None:
-    """Forget the shapes read from models' configs (:func:`model_shape`)."""
-    _config_shape.cache_clear()
+    """Forget the shapes and context lengths read from models' configs (:func:`model_shape`)."""
+    _config_facts.cache_clear()

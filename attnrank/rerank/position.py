@@ -46,6 +46,7 @@ import numpy as np
 from ..errors import InputError
 from ..files import atomic_path, check_file_target, refuse_replacing
 from ..registry import SHIPPED_DIR, load_artifact, update_artifact
+from ..types import refuse_one_passage
 
 logger = logging.getLogger(__name__)
 
@@ -267,6 +268,7 @@ def reorder_for_generation(docs_best_first: Sequence[Any], profile: SlotProfile)
     ``profile``: of raw attention (``calibrated`` False). Ties between slots go to the earlier slot.
     """
     check_basin(profile)
+    refuse_one_passage(docs_best_first, "docs_best_first is", "passages")  # (a str was split into characters)
     docs = list(docs_best_first)
     if not docs:
         return []

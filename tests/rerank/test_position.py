@@ -59,6 +59,8 @@ def test_reorder_for_generation_puts_best_at_highest_attention_slots():
     # K differs from n_slots: a U-shaped basin over 3 slots read at 5
     basin = profile([3.0, 0.0, 2.0], calibrated=False)
     assert reorder_for_generation(list("abcde"), basin) == ["a", "c", "e", "d", "b"]
+    with pytest.raises(InputError, match="one str, not a list of passages"):  # (one passage per character)
+        reorder_for_generation("Paris is the capital", p)
 
 
 def test_reorder_refuses_a_profile_of_calibrated_scores():
