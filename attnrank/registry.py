@@ -143,10 +143,11 @@ def _matches(doc: dict[str, Any], model_id: str, fingerprint: str) -> int:
     return int(fp == ANY_FINGERPRINT and _base(doc.get("model_id", "")) == _base(model_id))
 
 
-def _documents(model_id: str, fingerprint: str, root: Path | None):
-    """(source, match level, path, doc) for every matching document, user files first; where the
-    user registry holds the model's id under other fingerprints only, that is warned of once."""
-    roots = [("user", root or user_dir()), ("shipped", SHIPPED_DIR)]
+def _documents(model_id: str, fingerprint: str, root: Path | None, shipped_only: bool = False):
+    """(source, match level, path, doc) for every matching document, user files first (none with
+    ``shipped_only``); where the user registry holds the model's id under other fingerprints only,
+    that is warned of once."""
+    roots = [("user", root or user_dir()), ("shipped", SHIPPED_DIR)][1 if shipped_only else 0 :]
     for source, folder in roots:
         others: list[tuple[Path, str]] = []
         found = False
@@ -415,12 +416,19 @@ def update_artifact(
 
 
 def load_artifact(
-    kind: str, model_id: str, fingerprint: str, *, root: Path | None = None, user_only: bool = False
+    kind: str,
+    model_id: str,
+    fingerprint: str,
+    *,
+    root: Path | None = None,
+    user_only: bool = False,
+    shipped_only: bool = False,
 ) -> dict[str, Any] | None:
     """The ``kind`` payload registered for this model (user before shipped, exact fingerprint
-    before ``"*"``, then the newest), or None; ``user_only``: a user's, never a shipped one."""
+    before ``"*"``, then the newest), or None; ``user_only``: a user's, never a shipped one;
+    ``shipped_only``: a shipped one (the user registry is not read, nor warned of)."""
     best = None
-    for source, level, _, doc in _documents(model_id, fingerprint, root):
+    for source, level, _, doc in _documents(model_id, fingerprint, root, shipped_only):
         if user_only and source != "user":
             continue
         item = doc.get("artifacts", {}).get(kind)

@@ -1,6 +1,7 @@
 """Reranking speed and quality by attention mode (used by ``scripts/bench_rerank.py --blocks``).
 
-Modes, all with the same reranker configuration (default preset) and candidates:
+Modes, all with the same reranker configuration (preset ``qrhead``: attention alone over its
+registered heads, ``signals=None``) and candidates:
 
 - ``full``: today's capture — the whole prompt prefilled causally, then the two suffixes;
 - ``block-cold``: block attention (:mod:`attnrank.llm.blocks`) with no cached passage state:
@@ -220,12 +221,14 @@ def run_cells(
 ) -> list[dict[str, Any]]:
     """Measure each ``(dataset, K, mode, dtype, n_queries)`` cell in a fresh process
     (``python -m attnrank.speed``), skipping cells already in ``results`` (JSON list, rewritten
-    after every cell, so an interrupted run resumes). Rows come back in the order of ``cells``."""
+    after every cell, so an interrupted run resumes; a cell that failed or timed out is measured
+    again, its row replaced). Rows come back in the order of ``cells``."""
     done: list[dict[str, Any]] = json.loads(results.read_text()) if results.exists() else []
-    have = {(r["dataset"], r["K"], r["mode"], r["dtype"]) for r in done}
+    have = {(r["dataset"], r["K"], r["mode"], r["dtype"]) for r in done if "error" not in r}
     for dataset, k, mode, dtype, n in cells:
         if (dataset, k, mode, dtype) in have:
             continue
+        done[:] = [r for r in done if (r["dataset"], r["K"], r["mode"], r["dtype"]) != (dataset, k, mode, dtype)]
         cmd = [sys.executable, "-m", "attnrank.speed", dataset, str(root), str(k), mode, dtype, str(n)]
         cell = {"dataset": dataset, "K": k, "mode": mode, "dtype": dtype}
         try:
@@ -329,8 +332,8 @@ def compare_modes(
 
 def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
     """Bytes per passage token and the size of a passage-state store for the SciFact corpus and
-    the DL19 BM25 top-20/top-100 candidates, from their block token counts (default preset: the
-    layers up to its deepest head; float32 in memory, float16 or int8 on disk)."""
+    the DL19 BM25 top-20/top-100 candidates, from their block token counts (preset ``qrhead``: the
+    layers up to its deepest head; the model's dtype in memory, float16 or int8 on disk)."""
     reranker = AttentionReranker(attention="block", signals=None)
     cfg = reranker.capturer.decoder.config
     layers = reranker.capturer.deepest_layer + 1
@@ -338,7 +341,8 @@ def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
         int(cfg.num_key_value_heads),
         int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads),
     )
-    per_token = {"float32 (memory)": 2 * layers * kv * dim * 4}
+    dtype = next(reranker.llm.model.parameters()).dtype  # what the in-memory cache holds
+    per_token = {f"{str(dtype).removeprefix('torch.')} (memory)": 2 * layers * kv * dim * dtype.itemsize}
     for storage in STATE_STORAGES:
         values = 2 * layers * kv * dim * (2 if storage == "float16" else 1)
         per_token[storage] = values + (2 * layers * kv * 2 if storage == "int8" else 0)  # + float16 scales
@@ -359,8 +363,8 @@ def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
 
 
 def build_store(root: Path, folder: Path, storage: str = "float16", depth: int = 20) -> dict[str, Any]:
-    """Build a real passage-state store for the DL19 BM25 top-``depth`` candidates (default
-    preset); its seconds, bytes on disk and bytes per token."""
+    """Build a real passage-state store for the DL19 BM25 top-``depth`` candidates (preset
+    ``qrhead``); its seconds, bytes on disk and bytes per token."""
     if folder.exists() and any(folder.iterdir()):
         remove_store(folder)  # the previous run's store, and only a store (refused otherwise)
     elif folder.exists():

@@ -85,6 +85,21 @@ def test_entries_kept_under_another_fingerprint_of_the_model_are_warned_of_once(
     assert "another fingerprint" not in caplog.text
 
 
+def test_the_shipped_folder_read_for_its_entries_alone_is_not_warned_of_as_the_users(roots, caplog, monkeypatch):
+    """Slot profiles read the shipped folder as a user root (its entries alone, under the user's):
+    under another fingerprint of the packaged model that warned of the package's own file, "retrain
+    them", and, warned once, hid the warning about the user's own entries."""
+    from attnrank.rerank.position import load_stored_profile
+
+    monkeypatch.setattr(registry, "_WARNED", set())
+    _ship(roots, "smollm2-135m", FP, [], {"slot-profiles": {"payload": {"profiles": {}}}}, name="packaged.json")
+    save_artifact("likelihood-weights", "smollm2-135m", "c" * 64, {"w": 1})  # the user's, under other weights
+    with caplog.at_level("WARNING", logger="attnrank.registry"), pytest.raises(InputError, match="no raw-attention"):
+        load_stored_profile("smollm2-135m", "b" * 64, calibrated=False)
+    assert "packaged.json" not in caplog.text
+    assert caplog.text.count("under another fingerprint (cccccccccccc") == 1
+
+
 def test_precedence(roots):
     llm = SimpleNamespace(model_id="Org/Model-7B", fingerprint=FP)
     set_ = {"method": "copy", "heads": ["3-3"], "date": "2025-01-01"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -159,6 +160,14 @@ def test_a_cell_that_times_out_is_a_row_that_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(speed.subprocess, "run", slow)
     rows = speed.run_cells([("dl19", 10, "full", "auto", 1)], tmp_path, tmp_path / "cells.json", timeout=0.5)
     assert rows[0]["error"] == "timed out after 0.5 s" and (tmp_path / "cells.json").is_file()
+    # a rerun measures it again and replaces the row (the failed row was kept as if measured)
+    measured = {"dataset": "dl19", "K": 10, "mode": "full", "dtype": "auto", "s/query": 1.5}
+    monkeypatch.setattr(
+        speed.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, json.dumps(measured), "")
+    )
+    rows = speed.run_cells([("dl19", 10, "full", "auto", 1)], tmp_path, tmp_path / "cells.json", timeout=60)
+    assert len(rows) == 1 and rows[0]["s/query"] == 1.5 and "error" not in rows[0]
+    assert len(json.loads((tmp_path / "cells.json").read_text())) == 1
 
 
 def test_compare_modes_keys_its_cache_by_what_runs_not_by_the_label(tmp_path, llm, monkeypatch):

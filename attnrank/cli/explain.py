@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import typer
 from ..errors import InputError
 from . import Quiet, Verbose, _check_heads, _index_path, _setup, app, option_errors
 from .options import Dtype, check_registry_lookups
+
+logger = logging.getLogger(__name__)
 
 
 @app.command()
@@ -35,12 +38,13 @@ def explain(
     attention score (HTML + PNG).
 
     Writes explain.html (a self-contained heat map over each passage) and explain.png; the
-    counted token scores of a passage add up to its score."""
+    counted token scores of a passage add up to its attention score (which the fused score
+    combines with the first-stage signals)."""
     from ..explain import explain_results
     from ..explain.render import write_html, write_png
     from ..index.retriever import HybridRetriever
-    from ..rerank.attention import AttentionReranker
     from ..rerank.config import RerankConfig
+    from ..rerank.over_index import index_reranker
 
     _setup(quiet, verbose)
     if k < 1:
@@ -65,7 +69,8 @@ def explain(
             f"no passage was retrieved for {query!r} (a keyword-only index and no query word in it?); "
             "rephrase the query or search a dense or hybrid index"
         )
-    reranker = AttentionReranker(config=config)
+    # as search --rerank ranks them: the index's stored passage states and its vectors for the dense signal
+    reranker = index_reranker(config, _index_path(name, index_dir), retriever)
     res = reranker.rank(query, first, return_evidence=True)
     explanations = explain_results(reranker, res)
     from ..files import replace_guard
@@ -91,6 +96,10 @@ def explain(
     if png:
         png_guard = replace_guard(is_explain_png, "an explain image", "--output")
         typer.echo(f"wrote {write_png(output / 'explain.png', query, explanations, guard=png_guard)}")
+    elif (output / "explain.png").is_file():  # (an earlier run's image of another query, beside this page)
+        logger.warning(
+            "%s is an earlier run's image, not this page's; remove it or run without --no-png", output / "explain.png"
+        )
 
 
 def _check_folder(output: Path, png: bool) -> None:

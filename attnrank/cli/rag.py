@@ -10,7 +10,6 @@ import typer
 
 from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError
-from ..generate import check_answer_room
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from ..types import check_unicode
@@ -200,6 +199,8 @@ def ask(
     _positive(k, "-k", "passages kept after reranking")
     check_k_within_depth(k, depth, "kept")
     _positive(max_new_tokens, "--max-new-tokens", "answer length in tokens")
+    from ..generate import check_answer_room  # heavy (torch), as the model checks below
+
     try:  # under the generator's context, before the index and the models load
         check_answer_room(max_new_tokens, generator_model or rerank_config.model)
     except InputError as e:

@@ -24,12 +24,11 @@ def recall_curves(
     """Supporting-fact recall vs compression, one panel per recall column present; ``solid``:
     methods drawn with solid lines (the rest dashed); ``target``: (compression, recall) guides.
     Writes ``path`` (PNG); False (nothing written) when no recall column has a value."""
-    matplotlib = require("matplotlib", "plot", "Benchmark plots")
+    require("matplotlib", "plot", "Benchmark plots")
     solid = set(solid)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
+    from matplotlib import ticker
+    from matplotlib.figure import Figure  # (not pyplot: a caller's backend, e.g. a notebook's, stays)
 
     panels = [
         (c, t)
@@ -41,7 +40,8 @@ def recall_curves(
     ]
     if not panels:
         return False
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    fig = Figure(figsize=(6 * len(panels), 4.5))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (col, title) in zip(axes[0], panels):
         for m in methods:
             pts = sorted((r["compression"], r[col]) for r in rows if r["method"] == m and r[col] == r[col])
@@ -51,9 +51,9 @@ def recall_curves(
             ax.axvline(target[0], color="grey", lw=0.8)
             ax.axhline(target[1], color="grey", lw=0.8)
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([2, 3, 4, 5, 6, 8, 10, 15, 20]))
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
-        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.xaxis.set_major_locator(ticker.FixedLocator([2, 3, 4, 5, 6, 8, 10, 15, 20]))
+        ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%gx"))
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
         ax.set_xlabel("compression (sentence tokens / kept tokens)")
         ax.set_ylabel("supporting-fact recall")
         ax.set_ylim(0, 1.02)
@@ -61,7 +61,6 @@ def recall_curves(
         ax.legend(fontsize=8)
     fig.tight_layout()
     save_png(fig, path)
-    plt.close(fig)
     return True
 
 
@@ -71,14 +70,13 @@ def slot_profiles(profiles: dict[int, Any], path: Path) -> None:
     ``std``, ``n_trials``, ``model_id``); writes ``path`` (PNG)."""
     if not profiles:
         raise InputError("no slot profiles to plot; give at least one {k: SlotProfile}")
-    matplotlib = require("matplotlib", "plot", "Benchmark plots")
+    require("matplotlib", "plot", "Benchmark plots")
     import numpy as np
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, len(profiles), figsize=(max(8, 6 * len(profiles)), 4.5), squeeze=False)
+    fig = Figure(figsize=(max(8, 6 * len(profiles)), 4.5))
+    axes = fig.subplots(1, len(profiles), squeeze=False)
     for ax, (k, p) in zip(axes[0], sorted(profiles.items())):
         x = np.arange(1, k + 1)
         m, s = np.array(p.mean_score), np.array(p.std)
@@ -95,7 +93,6 @@ def slot_profiles(profiles: dict[int, Any], path: Path) -> None:
     fig.suptitle(f"Slot profile of {p.model_id} (all heads, plain ICR, random DL19 passages)", fontsize=10)
     fig.tight_layout()
     save_png(fig, path)
-    plt.close(fig)
 
 
 def save_png(fig: Any, path: Path) -> Path:

@@ -107,17 +107,15 @@ def write_png(
     """One strip per passage: its token scores along the passage (same colours as the page), the
     five highest-scoring tokens named; ``guard`` as for :func:`write_html`."""
     require("matplotlib", "plot", "the explanation PNG")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.figure import Figure  # (not pyplot: a caller's backend, e.g. a notebook's, stays)
 
     path = Path(path)
     if not explanations:
         raise InputError("no explanations to draw; explain at least one passage")
     scale = _scale(explanations) or 1.0
-    fig, axes = plt.subplots(len(explanations), 1, figsize=(10, 0.9 + 0.8 * len(explanations)), squeeze=False)
+    fig = Figure(figsize=(10, 0.9 + 0.8 * len(explanations)))
+    axes = fig.subplots(len(explanations), 1, squeeze=False)
     for ax, e in zip(axes[:, 0], explanations):
         vals = np.array([[t.score if t.counted else 0.0 for t in e.tokens]])
         ax.imshow(vals, aspect="auto", cmap="bwr", vmin=-scale, vmax=scale, interpolation="nearest")
@@ -129,10 +127,7 @@ def write_png(
         top = ", ".join(repr(t.text.strip()) for t in e.top_tokens(5))
         ax.set_title(f"top tokens: {top}", fontsize=7, loc="left", parse_math=False)  # (a "$" is text)
     fig.suptitle(f"attnrank explain: {query[:90]}", fontsize=9, parse_math=False)
-    try:
-        fig.tight_layout()
-        with atomic_path(path, fsync=False, guard=guard) as tmp:
-            fig.savefig(tmp, dpi=110, format="png", metadata={"Software": PNG_SOFTWARE})
-    finally:  # (a refused or failed write kept the figure open, as heads show does not)
-        plt.close(fig)
+    fig.tight_layout()
+    with atomic_path(path, fsync=False, guard=guard) as tmp:
+        fig.savefig(tmp, dpi=110, format="png", metadata={"Software": PNG_SOFTWARE})
     return path

@@ -82,7 +82,7 @@ def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
 
 def check_explainable(reranker: Any) -> None:
     """Raise :class:`InputError` unless ``reranker``'s results can be explained token by token:
-    its scores are calibrated attention summed over tokens (no learned weights, no re-weighting)
+    its scores are calibrated attention summed over tokens (calibrated, no learned weights, no re-weighting)
     and its preset computes attention. Cheap: call it before the ranking it would otherwise fail after."""
     if getattr(reranker, "learned", None) is None and not getattr(reranker, "uses_attention", True):
         name = getattr(getattr(reranker, "config", None), "name", "?")
@@ -98,6 +98,11 @@ def check_explainable(reranker: Any) -> None:
         raise InputError(
             "explanations need reweight=None: re-weighted scores are not the sum of the calibrated "
             "token scores shown; rerank without re-weighting to explain"
+        )
+    if getattr(reranker, "calibrate", True) is False:  # (the page said "calibrated" over raw attention)
+        raise InputError(
+            "explanations need calibrate=True: the page and its scores are calibrated attention (the query's "
+            "minus a content-free query's); rerank with calibration to explain"
         )
 
 

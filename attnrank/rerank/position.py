@@ -45,7 +45,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..files import atomic_path, check_file_target, refuse_replacing
-from ..registry import SHIPPED_DIR, load_artifact, update_artifact
+from ..registry import load_artifact, update_artifact
 from ..types import refuse_one_passage
 
 logger = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def load_stored_profile(
     (the two registries' profiles together); ties go to the larger profile."""
     # the shipped entries under the user's (a user registry written before the raw-attention
     # profiles shipped holds only calibrated ones, and hid the shipped raw ones entirely)
-    shipped = load_artifact(ARTIFACT, model_id, fingerprint, root=SHIPPED_DIR, user_only=True) or {}
+    shipped = load_artifact(ARTIFACT, model_id, fingerprint, shipped_only=True) or {}
     registered = load_artifact(ARTIFACT, model_id, fingerprint, root=root) or {}
     stored = {**shipped.get("profiles", {}), **registered.get("profiles", {})}
     mine = {int(k.removesuffix(_RAW)): v for k, v in stored.items() if k.endswith(_RAW) != calibrated}

@@ -61,6 +61,9 @@ def test_needs_evidence_and_plain_scorer(reranker):
     res = reranker.rank(RERANK_QUERY, rerank_docs())  # no evidence
     with pytest.raises(InputError, match="return_evidence=True"):
         explain_results(reranker, res)
+    raw = AttentionReranker(reranker.llm, config="icr", calibrate=False)  # the page said "calibrated" over it
+    with pytest.raises(InputError, match="explanations need calibrate=True"):
+        explain_results(raw, raw.rank(RERANK_QUERY, rerank_docs(), return_evidence=True))
 
 
 def test_html_is_self_contained(explained):
@@ -118,7 +121,7 @@ def test_a_page_that_appeared_while_explaining_is_not_replaced(explained, tmp_pa
     assert image.read_bytes() == b"not a png"
 
 
-def test_cli_explain(tmp_path, built_retriever):
+def test_cli_explain(tmp_path, built_retriever, caplog):
     pytest.importorskip("matplotlib", reason="needs the 'plot' extra")
     model = save_tiny(tmp_path / "tiny", layers=2, max_positions=16384)
     index = built_retriever.save(tmp_path / "index")
@@ -146,6 +149,10 @@ def test_cli_explain(tmp_path, built_retriever):
     # the token sum is named as attention's: the ranks come from the fused score, which the page says
     assert r.output.count("attention ") >= 3 and "ranked by the reranker's score" in (out / "explain.html").read_text()
     assert "vitamin D and fractures" in (out / "explain.html").read_text()
+    again = ["explain", "vitamin D", "--index-dir", str(index), "-k", "2", "--model", str(model), "--output", str(out)]
+    with caplog.at_level("WARNING", logger="attnrank"):  # the image beside the new page is the last run's
+        r = CliRunner().invoke(app, [*again, "--dtype", "float32", "--no-png", "-q"])
+    assert r.exit_code == 0 and "explain.png is an earlier run's image, not this page's" in caplog.text
     r = CliRunner().invoke(app, ["explain", "q", "--index-dir", str(index), "-k", "0"])
     assert r.exit_code != 0 and "-k 0 must be at least 1" in r.output
     r = CliRunner().invoke(app, ["explain", "q", "--index-dir", str(index), "--dtype", "float64", "--no-png"])
