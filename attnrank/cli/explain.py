@@ -40,10 +40,13 @@ def explain(
     Writes explain.html (a self-contained heat map over each passage) and explain.png; the
     counted token scores of a passage add up to its attention score (which the fused score
     combines with the first-stage signals)."""
+    import numpy as np
+
     from ..explain import explain_results
     from ..explain.render import write_html, write_png
     from ..index.retriever import HybridRetriever
     from ..rerank.config import RerankConfig
+    from ..rerank.fused import ATTENTION
     from ..rerank.over_index import index_reranker
 
     _setup(quiet, verbose)
@@ -78,14 +81,20 @@ def explain(
 
     # checked again as they are replaced: the folder was checked before the index and the model loaded
     guard = replace_guard(is_explain_page, "an explain page", "--output")
+    fused = reranker.fused
+    # (gated weights rank a query whose attention is not confident by the first-stage signals alone)
+    set_aside = fused is not None and fused.confident({ATTENTION: np.array([e.score for e in explanations])}) is False
     page = write_html(
         output / "explain.html",
         query,
         explanations,
         model=reranker.llm.model_id,
-        fused=reranker.fused is not None,
+        fused=fused is not None,
+        set_aside=set_aside,
         guard=guard,
     )
+    if set_aside:
+        typer.echo("attention was set aside for this query (confidence below the gate): ranked by the first-stage signals")
     for e in explanations:
         top = ", ".join(repr(t.text.strip()) for t in e.top_tokens(3))
         typer.echo(

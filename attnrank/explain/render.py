@@ -34,12 +34,24 @@ def _scale(explanations: Sequence[PassageExplanation]) -> float:
     return max((abs(t.score) for e in explanations for t in e.tokens if t.counted), default=0.0)
 
 
-def to_html(query: str, explanations: Sequence[PassageExplanation], *, model: str = "", fused: bool = True) -> str:
+def to_html(
+    query: str,
+    explanations: Sequence[PassageExplanation],
+    *,
+    model: str = "",
+    fused: bool = True,
+    set_aside: bool = False,
+) -> str:
     """The page: one block per passage (rank, id, attention score = sum of its counted token scores);
-    ``fused``: the ranking fused attention with the first-stage signals (else it is attention alone)."""
+    ``fused``: the ranking fused attention with the first-stage signals (else it is attention alone);
+    ``set_aside``: the fused weights' confidence gate set attention aside for this query, so the
+    first-stage signals alone ranked it (:meth:`~attnrank.rerank.fused.FusedWeights.confident`)."""
     scale = _scale(explanations)
     ranked_by = (
-        "the passages are ranked by the reranker's score, which fuses it with the first-stage signals "
+        "attention was set aside for this query (its confidence is below the fused weights' gate): the "
+        "passages are ranked by the first-stage signals alone (BM25, dense, rank)"
+        if fused and set_aside
+        else "the passages are ranked by the reranker's score, which fuses it with the first-stage signals "
         "(BM25, dense, rank), so a lower attention score can rank higher"
         if fused
         else "the passages are ranked by it"
@@ -87,13 +99,15 @@ def write_html(
     *,
     model: str = "",
     fused: bool = True,
+    set_aside: bool = False,
     guard: Callable[[Path], None] | None = None,
 ) -> Path:
-    """The page (:func:`to_html`, ``fused`` as there) at ``path``; ``guard``: checked just before
-    the file is replaced (:func:`attnrank.files.atomic_path`)."""
+    """The page (:func:`to_html`, ``fused`` and ``set_aside`` as there) at ``path``; ``guard``:
+    checked just before the file is replaced (:func:`attnrank.files.atomic_path`)."""
     path = Path(path)
     with atomic_path(path, fsync=False, guard=guard) as tmp:
-        tmp.write_text(to_html(query, explanations, model=model, fused=fused), encoding="utf-8")
+        page = to_html(query, explanations, model=model, fused=fused, set_aside=set_aside)
+        tmp.write_text(page, encoding="utf-8")
     return path
 
 

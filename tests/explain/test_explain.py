@@ -222,3 +222,11 @@ def test_the_legend_says_fusion_only_where_the_ranking_fused(explained):
     assert "fuses it with the first-stage signals" in to_html("q", ex, model="tiny")
     alone = to_html("q", ex, model="tiny", fused=False)
     assert "fuses" not in alone and "the passages are ranked by it." in alone
+
+
+def test_the_page_says_where_the_gate_set_attention_aside(explained):
+    """Gated fused weights rank a query whose attention is not confident by the first-stage signals
+    alone; the page still said the ranking fused attention with them."""
+    ex = explained[1]
+    page = to_html("q", ex, model="tiny", set_aside=True)
+    assert "attention was set aside for this query" in page and "fuses it" not in page
