@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .errors import InputError
-from .registry import load_artifact, save_artifact
+from .registry import load_artifact
+from .registry_save import save_artifact
 
 logger = logging.getLogger(__name__)
 

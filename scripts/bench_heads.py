@@ -401,7 +401,7 @@ def main() -> None:
 
 
 def ship(rr, full, pooled, pooled_top, pooled32, copy, setups, feats, args) -> None:
-    from attnrank.registry import save_head_set
+    from attnrank.registry_save import save_head_set
 
     data = " + ".join(n for n, _, _ in setups)
     save_head_set(

@@ -171,7 +171,7 @@ def test_heads_show_png_replaces_only_its_own_heat_map(tmp_path, monkeypatch, ti
     pytest.importorskip("matplotlib")
     from attnrank.files import has_png_mark
     from attnrank.llm.fingerprint import model_fingerprint
-    from attnrank.registry import save_head_set
+    from attnrank.registry_save import save_head_set
 
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
     model_id, fp = model_fingerprint(str(tiny_dir))

@@ -291,7 +291,7 @@ def test_train_refuses_an_unreadable_registry_file_before_the_scoring(home, dl19
     from attnrank import registry
     from attnrank.llm.fingerprint import model_fingerprint
 
-    path = registry._user_file(*model_fingerprint(str(tiny_dir)), None)
+    path = registry.user_file(*model_fingerprint(str(tiny_dir)), None)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{not json")
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", preset="signals"))

@@ -12,18 +12,13 @@ from _cli import cli_text
 from _tiny import tiny_model, tiny_tokenizer
 from typer.testing import CliRunner
 
-from attnrank import registry
+from attnrank import registry, registry_save
 from attnrank.cli import app
 from attnrank.errors import InputError, MissingExtraError
 from attnrank.llm.fingerprint import model_fingerprint
 from attnrank.llm.models import LLM
-from attnrank.registry import (
-    load_artifact,
-    load_head_sets,
-    resolve_heads,
-    save_artifact,
-    save_head_set,
-)
+from attnrank.registry import load_artifact, load_head_sets, resolve_heads
+from attnrank.registry_save import save_artifact, save_head_set
 from attnrank.rerank.attention import AttentionReranker
 
 FP = "a" * 64
@@ -381,7 +376,7 @@ def test_cli_detect_copy_reports_no_accepted_trial(roots, tiny_dir, tmp_path):
 
 # --------------------------------------------------------------------------- corrupt or shared files
 def _user_doc(roots, text: str | bytes, model_id="org/m", fingerprint=FP):
-    path = registry._user_file(model_id, fingerprint, None)
+    path = registry.user_file(model_id, fingerprint, None)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     return path
@@ -443,14 +438,14 @@ def test_save_refuses_a_registry_file_attnrank_did_not_write_for_this_model(root
         with pytest.raises(InputError, match=why):
             save()
         with pytest.raises(InputError, match="move it away"):
-            registry.check_saveable("org/m", FP)
+            registry_save.check_saveable("org/m", FP)
     assert path.read_bytes() == before
 
 
 def test_saving_keeps_what_attnrank_wrote_before(roots):
     save_head_set("org/m", FP, "copy", ["0-1"])
     save_artifact("w", "org/m", FP, {"v": 1})
-    registry.check_saveable("org/m", FP)
+    registry_save.check_saveable("org/m", FP)
     save_artifact("v", "org/m", FP, {"v": 2})
     assert load_artifact("w", "org/m", FP) == {"v": 1} and load_artifact("v", "org/m", FP) == {"v": 2}
     assert [s.pairs for s in load_head_sets("org/m", FP)][0] == [(0, 1)]
@@ -534,7 +529,7 @@ def test_two_saves_at_once_keep_each_others_entries(roots, monkeypatch):
     import contextlib
     import threading
 
-    read = registry._load_user_doc
+    read = registry_save._load_user_doc
     both_read = threading.Barrier(2)
 
     def slow_read(*args, **kwargs):  # both saves reach the write together, unless one waits for the other
@@ -543,7 +538,7 @@ def test_two_saves_at_once_keep_each_others_entries(roots, monkeypatch):
             both_read.wait(timeout=1)
         return doc
 
-    monkeypatch.setattr(registry, "_load_user_doc", slow_read)
+    monkeypatch.setattr(registry_save, "_load_user_doc", slow_read)
     saves = [
         threading.Thread(target=save_head_set, args=("org/m", FP, "copy", ["1-2"])),
         threading.Thread(target=save_artifact, args=("head-weights", "org/m", FP, {"w": [1.0]})),

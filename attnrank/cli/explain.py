@@ -94,7 +94,9 @@ def explain(
         guard=guard,
     )
     if set_aside:
-        typer.echo("attention was set aside for this query (confidence below the gate): ranked by the first-stage signals")
+        typer.echo(
+            "attention was set aside for this query (confidence below the gate): ranked by the first-stage signals"
+        )
     for e in explanations:
         top = ", ".join(repr(t.text.strip()) for t in e.top_tokens(3))
         typer.echo(

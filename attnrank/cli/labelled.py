@@ -71,12 +71,12 @@ def relevant(q: str, cands: dict, qrels: dict, rel: int) -> list[bool]:
 
 def check_saveable(model: str | None, save: bool) -> None:
     """Before the long part of a train command: the user registry can take what it will save for
-    ``model`` (not an unreadable or foreign file there, :func:`attnrank.registry.check_saveable`)."""
+    ``model`` (not an unreadable or foreign file there, :func:`attnrank.registry_save.check_saveable`)."""
     if not save:
         return
     from ..errors import InputError
     from ..llm.models import unloaded_model
-    from ..registry import check_saveable as registry_check
+    from ..registry_save import check_saveable as registry_check
 
     key = unloaded_model(model)  # a model that cannot load fails here, as loading it would
     try:

@@ -2,7 +2,8 @@
 returning :class:`attnrank.heads.scores.HeadScores`) and the per-model registry."""
 
 from ..llm.headspec import format_heads, parse_heads
-from ..registry import load_artifact, load_head_sets, resolve_heads, save_artifact, save_head_set
+from ..registry import load_artifact, load_head_sets, resolve_heads
+from ..registry_save import save_artifact, save_head_set
 
 __all__ = [
     "parse_heads",

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..llm.headspec import HeadList
-from ..registry import save_head_set
+from ..registry_save import save_head_set
 
 RETRIEVAL_THRESHOLD = 0.1  # Wu et al.: heads with RS_h > 0.1 are retrieval heads
 

@@ -45,7 +45,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..files import atomic_path, check_file_target, refuse_replacing
-from ..registry import load_artifact, update_artifact
+from ..registry import load_artifact
+from ..registry_save import update_artifact
 from ..types import refuse_one_passage
 
 logger = logging.getLogger(__name__)

@@ -396,7 +396,7 @@ def test_resume_refuses_heads_registered_since(fake_ray, tmp_path, index, monkey
     """Without --heads the reranker reads the registry's heads (and weights); heads registered for
     the model between a run and its resume would score the remaining queries with other heads."""
     from attnrank.llm.fingerprint import model_fingerprint
-    from attnrank.registry import save_head_set
+    from attnrank.registry_save import save_head_set
 
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
     model = save_tiny(tmp_path / "model")
@@ -444,7 +444,7 @@ def test_an_actor_refuses_a_registry_changed_since_the_run_began(fake_ray, tmp_p
     """Heads registered on a worker since the run began (or a worker with another registry)
     would score its queries with other heads than the rows already written."""
     from attnrank.batch import stages
-    from attnrank.registry import save_head_set
+    from attnrank.registry_save import save_head_set
 
     model = save_tiny(tmp_path / "model")
     config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))

@@ -10,7 +10,7 @@ from attnrank.errors import InputError, ModelError
 from attnrank.llm import device as llm_device
 from attnrank.llm import quantize
 from attnrank.llm.models import clear_llm_cache, load_llm
-from attnrank.registry import save_head_set
+from attnrank.registry_save import save_head_set
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.types import Document
 

@@ -202,7 +202,7 @@ def test_probe_method_scores_with_the_probe(llm, tmp_path, monkeypatch):
 
 
 def test_pruner_auto_heads_from_the_registry(llm, tmp_path, monkeypatch):
-    from attnrank.registry import save_head_set
+    from attnrank.registry_save import save_head_set
 
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
     save_head_set(llm.model_id, llm.fingerprint, "qr-ndcg", [(1, 2), (0, 3)])

@@ -144,7 +144,7 @@ def test_stored_weights_that_do_not_fit_their_features_are_refused_on_load():
 
 
 def test_auto_refuses_registered_weights_that_do_not_load(monkeypatch, tmp_path, caplog):
-    from attnrank.registry import save_artifact
+    from attnrank.registry_save import save_artifact
 
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path))
     bad = {"features": ["attention", "splade"], "weights": [1.0, 1.0]}  # e.g. from another attnrank version
