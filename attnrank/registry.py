@@ -293,14 +293,20 @@ def shipped_artifact(kind: str, model_id: str) -> dict[str, Any] | None:
     return None
 
 
+_FUSED = "fused-weights"  # (FusedWeights.KIND, of a layer above this one)
+
+
 def registry_digest(model_id: str, fingerprint: str, *, root: Path | None = None) -> str:
     """SHA-256 of everything the registry holds for this model (its head sets and artifacts, user
-    and shipped, and the shipped fallbacks for its name, and for the packaged model's, whose fused
-    weights score a model with none of its own): what a reranker without explicit heads and
+    and shipped, the shipped fallbacks for its name, and the packaged model's shipped fused weights
+    where it has none of its own, which it is scored with then): what a reranker without explicit heads and
     weights reads. A batch resume compares it, so rows scored with other registered heads or
     weights are never mixed with new ones."""
-    held = [(source, path.name, doc) for source, _, path, doc in _documents(model_id, fingerprint, root)]
-    names = {_base(model_id), _base(config.DEFAULT_LLM)}
+    held: list[Any] = [(source, path.name, doc) for source, _, path, doc in _documents(model_id, fingerprint, root)]
     for path in sorted(SHIPPED_DIR.glob("*.json")) if SHIPPED_DIR.is_dir() else []:
-        held += [("fallback", path.name, d) for d in _read_docs(path) if _base(d.get("model_id", "")) in names]
+        held += [
+            ("fallback", path.name, d) for d in _read_docs(path) if _base(d.get("model_id", "")) == _base(model_id)
+        ]
+    if load_artifact(_FUSED, model_id, fingerprint, root=root) is None:  # what fused weights it reads then
+        held.append(("fallback fused weights", shipped_artifact(_FUSED, config.DEFAULT_LLM)))
     return hashlib.sha256(json.dumps(held, sort_keys=True, default=str).encode()).hexdigest()

@@ -102,3 +102,10 @@ def test_heads_train_rejects_bad_options_before_loading_a_model(home, dl19_mini,
     r = runner.invoke(app, _args(dl19_mini, tmp_path / "no-such-model", *extra))
     assert r.exit_code != 0
     assert message in _text(r)
+
+
+def test_heads_train_names_every_head_where_top_asks_for_more_than_the_model_has(home, dl19_mini, tiny_dir):
+    """--heads top50 on a model of 12 heads trained on all of them, but the report said "top-50 heads"."""
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "top50", "--rel", "2", "--no-save"))
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "all heads" in r.output and "top-50" not in r.output

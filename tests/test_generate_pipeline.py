@@ -196,8 +196,12 @@ def test_pipeline_reorders_passages_by_slot_profile(llm, built_retriever, tmp_pa
     # measured for 2, not the 3-slot one stretched over them, which placed them the other way round
     two = SlotProfile(2, (0.5, 0.0), (0.0,) * 2, llm.model_id, llm.fingerprint, 1, "2026-01-01", calibrated=False)
     store_profile(two)
-    pipe = Pipeline.from_model(built_retriever, llm, rerank=False, prune=False, reorder=True, depth=4, top_k=3)
+    pipe = Pipeline.from_model(
+        built_retriever, llm, rerank=False, prune=False, reorder=True, max_new_tokens=1, depth=4, top_k=3
+    )
     assert pipe._profile_for(3) == profile and pipe._profile_for(2) == two
+    kept = [Document("a", "Paris is in France."), Document("b", "Rome is in Italy.")]  # best first
+    assert [d.id for d in pipe.run(QUESTION, kept).context] == ["a", "b"]  # two's best slot is the first
     assert Pipeline(built_retriever, depth=4, top_k=3, reorder=profile)._profile_for(2) == profile  # given: stretched
 
 

@@ -654,9 +654,13 @@ def test_the_registry_digest_covers_the_packaged_models_fallback_weights(roots):
     the digest a batch resume compares left them out, so rows scored with two of them could mix."""
     from attnrank.rerank.fused import FusedWeights
 
-    def ship(weight: float) -> str:
+    def ship(weight: float, profiles: int = 0) -> str:
         payload = FusedWeights(["attention", "bm25"], [weight, 1.0], base_weights=[1.0]).to_json()
-        _ship(roots, "smollm2-135m", "*", [], {"fused-weights": {"payload": payload}}, name="packaged.json")
+        artifacts = {"fused-weights": {"payload": payload}, "slot-profiles": {"payload": {"n": profiles}}}
+        _ship(roots, "smollm2-135m", "*", [], artifacts, name="packaged.json")
         return registry.registry_digest("other/model", FP)
 
     assert ship(1.0) != ship(1.5)  # an upgrade that ships other weights
+    assert ship(1.0) == ship(1.0, profiles=1)  # what it does not read of the packaged model's: not counted
+    registry_save.save_artifact("fused-weights", "other/model", FP, {"w": 1})  # its own weights: the fallback unread
+    assert ship(1.0) == ship(1.5)

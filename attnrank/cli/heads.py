@@ -284,14 +284,12 @@ def _heat_map(head_set, path: Path) -> None:
     from ..files import PNG_SOFTWARE, atomic_path, has_png_mark, replace_guard
 
     require("matplotlib", "plot", "The head heat map")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.figure import Figure  # (not pyplot: the backend of a caller in-process stays)
 
     m = np.array([[np.nan if v is None else v for v in row] for row in head_set.scores], dtype=float)
-    fig, ax = plt.subplots(figsize=(max(4, m.shape[1] * 0.3), max(3, m.shape[0] * 0.25)))
+    fig = Figure(figsize=(max(4, m.shape[1] * 0.3), max(3, m.shape[0] * 0.25)))
+    ax = fig.subplots()
     im = ax.imshow(m, aspect="auto", cmap="viridis", origin="lower")
     ax.set(xlabel="head", ylabel="layer", title=f"{head_set.model_id}: {head_set.method} ({head_set.name})")
     fig.colorbar(im, ax=ax)
@@ -299,8 +297,5 @@ def _heat_map(head_set, path: Path) -> None:
     # a PNG whatever the suffix (--png), marked so that a later run recognises it as its own; written
     # aside and renamed, so that a write that fails never leaves a cut image that passes for one
     guard = replace_guard(has_png_mark, "a heat map", "--png")
-    try:
-        with atomic_path(path, fsync=False, guard=guard) as tmp:
-            fig.savefig(tmp, dpi=120, format="png", metadata={"Software": f"{PNG_SOFTWARE} heads show"})
-    finally:
-        plt.close(fig)
+    with atomic_path(path, fsync=False, guard=guard) as tmp:
+        fig.savefig(tmp, dpi=120, format="png", metadata={"Software": f"{PNG_SOFTWARE} heads show"})

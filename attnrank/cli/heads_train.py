@@ -196,7 +196,8 @@ def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc, pro
         return rows
 
     held = pool(cross_validate(kfold_splits(feats, folds, seed=seed), fit, evaluate))
-    label = "all heads" if top is None else f"top-{top} heads by nDCG@10 alone"
+    n_heads = len(heads_all)
+    label = "all heads" if top is None or top >= n_heads else f"top-{top} heads by nDCG@10 alone"
     lines = [
         (
             f"held-out {folds}-fold over {len(feats)} queries ({desc}); heads chosen and weights trained on "
@@ -207,13 +208,15 @@ def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc, pro
         vals = "  ".join(f"{m} {held[f'{who} {m}']:.4f}" for m in METRICS)
         lines.append(f"  {who + (f' ({learner}, {label})' if who == 'learned' else ''):<58} {vals}")
     lines.append(
-        "  (sum of per-head scores: the learned weights' features summed, each head's through its own token "
-        "filter where it is on; ICR's sum, preset icr, filters the summed scores once)"
+        "  (sum of per-head scores: every head's features summed, whatever --heads the learned weights read, "
+        "each head's through its own token filter where it is on; ICR's sum, preset icr, filters the summed "
+        "scores once)"
     )
     lines.append(
         f"  learned - first stage: {100 * (held['learned nDCG@10'] - held['first stage nDCG@10']):+.1f} nDCG@10 points"
     )
     chosen, weights = fit(feats)
-    weights.trained_on = f"{desc}; heads: {label}" + (f" ({','.join(f'{l}-{h}' for l, h in chosen)})" if top else "")
+    listed = top is not None and top < n_heads
+    weights.trained_on = f"{desc}; heads: {label}" + (f" ({','.join(f'{l}-{h}' for l, h in chosen)})" if listed else "")
     weights.metrics = {"heldout": held, "folds": folds, "seed": seed, "n_queries": len(feats)}
     return "\n".join(lines), weights

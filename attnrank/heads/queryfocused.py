@@ -125,6 +125,13 @@ def detect_query_focused(
     Each query's candidates are shuffled first (``random.Random(shuffle_seed)``, 42 as QRHead's
     detection seeds it; None: kept in the given order): in first-stage order, a head that attends
     to the slot nearest the query would score as the first stage does, and be chosen for it."""
+    reweight = getattr(reranker, "reweight", None)
+    if reweight is not None and (reweight.changes_tokens or reweight.slot_correction):
+        # (the rows are scored as captured: a set detected "for" re-weighted attention was plain attention's)
+        raise InputError(
+            f"detection scores each head's plain rows, so a reranker with reweight={reweight!r} would detect "
+            "the heads of attention without it; build the reranker without reweight to detect"
+        )
     qids = [q for q in queries if q in candidates]
     if not qids:
         raise InputError("no query has candidates; give candidates for the labelled queries")

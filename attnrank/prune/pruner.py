@@ -50,7 +50,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -243,8 +243,8 @@ class ContextPruner:
                 f"sentences has {len(sentences)} entries for {len(documents)} documents; "
                 "give one list (or None) per document"
             )
-        if sentences is not None:  # one list each: an iterator was used up locating it, then kept as []
-            sentences = [pre if pre is None or isinstance(pre, str) else list(pre) for pre in sentences]
+        if sentences is not None:  # an iterator was used up locating it, then kept as []: read once
+            sentences = [list(pre) if isinstance(pre, Iterator) else pre for pre in sentences]
         sents = self._sentences(documents, sentences)
         if sentences is not None:  # kept_sentences numbers the given list: the metadata's own must not stand beside it
             documents = [

@@ -93,6 +93,20 @@ def test_png(explained, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["e.png"]  # written via a temporary name, none left
 
 
+def test_drawing_the_png_leaves_the_callers_matplotlib_backend(explained, tmp_path):
+    """matplotlib.use("Agg") switched a notebook's inline backend: plt.show() then showed nothing."""
+    matplotlib = pytest.importorskip("matplotlib", reason="needs the 'plot' extra")
+    from attnrank.explain.render import write_png
+
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")
+    try:
+        write_png(tmp_path / "e.png", RERANK_QUERY, explained[1])
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
+
+
 def test_a_page_that_appeared_while_explaining_is_not_replaced(explained, tmp_path):
     """The folder was checked before the index and the model loaded; the page and image were then
     replaced whatever was there by the time they were written."""

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from attnrank.errors import InputError
 from attnrank.heads.queryfocused import detect_query_focused
 from attnrank.heads.scores import HeadScores
 from attnrank.rerank.attention import AttentionReranker
@@ -66,6 +67,18 @@ def test_query_focused_with_a_head_subset_and_no_gold(llm):
     # judged but nothing relevant among the candidates: every head's nDCG 0, which registered an
     # arbitrary head set (the lowest layers') as qr-ndcg, the preferred method of heads="auto"
     assert res["qr-ndcg"].n_used == 0 and np.isnan(res["qr-ndcg"].scores).all() and res["qr-ndcg"].top() == []
+
+
+def test_a_reranker_that_re_weights_attention_is_refused(llm):
+    """Detection scores each head's plain rows: a set "detected" through a reranker with sink
+    filtering was plain attention's, recorded as the re-weighted preset's."""
+    from attnrank.rerank.reweight import Reweighting
+
+    reranker = AttentionReranker(llm, "1-2,2-0", signals=None, reweight=Reweighting(sink=True))
+    with pytest.raises(InputError, match="build the reranker without reweight to detect"):
+        detect_query_focused(reranker, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
+    plain = AttentionReranker(llm, "1-2,2-0", signals=None, reweight=Reweighting(idf_eps=0.3))  # no step on
+    detect_query_focused(plain, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
 
 
 def test_detection_shuffles_each_querys_candidates_as_qrhead_does(llm):

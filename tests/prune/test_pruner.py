@@ -338,6 +338,9 @@ def test_sentences_given_beside_a_metadata_split_replace_it_in_the_result(llm):
     assert doc.metadata["sentences"] != given  # the caller's document is left as it was
     again = ContextPruner(llm).prune(QUERY, [doc], keep_ratio=0.7, sentences=[iter(given)])  # (kept as [])
     assert again.documents()[0].metadata["sentences"] == given
+    for bad in ({s: 1.0 for s in given}, 3):  # no list of sentences: refused as before, not read as one
+        with pytest.raises(InputError, match="are no list of sentences"):
+            ContextPruner(llm).prune(QUERY, [doc], keep_ratio=0.7, sentences=[bad])
 
 
 def test_a_document_without_metadata_and_keep_titles_checked(llm):
