@@ -100,7 +100,9 @@ def fuse_at_depth(lists: Sequence[Ranked], depth: int, k: int, fusion: str, **se
     its fusion was tuned at) fused first, then, for ``k`` past those, the fusion of the longer
     lists' other documents ranked below them. Fused over the longer lists alone, the top of
     ``search -k 300`` was not ``search -k 10``'s: convex fusion's normalisation, and RRF's sums,
-    read every document fetched."""
+    read every document fetched. The order past the fused head (the union of each side's top
+    ``depth``) still follows the lists' length, so ``k``: ``-k 300`` and ``-k 1000`` rank that tail
+    otherwise (a known limit; the head, what reranking reads at ``--rerank`` <= depth, does not)."""
 
     def fuse(pair: Sequence[Ranked]) -> Ranked:
         (sp_ids, sp), (de_ids, de) = pair

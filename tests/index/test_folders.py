@@ -160,3 +160,18 @@ def test_an_index_part_saves_only_into_a_new_or_empty_folder(tmp_path, scifact_d
     built.save(tmp_path / "new" / "part")
     assert {p.name for p in empty.iterdir()} == {p.name for p in (tmp_path / "new" / "part").iterdir()}
     assert name in {p.name for p in empty.iterdir()}
+
+
+def test_a_folder_inside_a_folder_corpus_is_never_an_index_target(tmp_path):
+    """`attnrank index corpus --index-dir corpus/sub --force` indexed corpus/sub's documents and then
+    replaced the folder holding them (only a target that is or contains the corpus was refused)."""
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    (corpus / "sub" / "doc1.txt").write_text("part of the corpus")
+    with pytest.raises(InputError, match="lies inside the corpus folder"):
+        check_target(corpus / "sub", force=True, protect=[corpus])
+    assert (corpus / "sub" / "doc1.txt").read_text() == "part of the corpus"
+    check_target(corpus / "new-index", force=True, protect=[corpus])  # a new folder there, as ./indexes of "."
+    check_target(tmp_path / "elsewhere", force=True, protect=[corpus])
+    (tmp_path / "c.jsonl").write_text("{}\n")  # a corpus file: a folder beside it is no part of it
+    check_target(tmp_path / "ix", force=True, protect=[tmp_path / "c.jsonl"])
