@@ -20,7 +20,16 @@ from .bm25 import BM25Index, BM25Params
 from .dense import DenseIndex, check_index_type, recorded_probe
 from .embed import local_or_hub
 from .embed_export import check_backend
-from .store import atomic_dir, corpus_checksum, load_unchanged, read_docs, read_manifest, write_docs, write_manifest
+from .store import (
+    atomic_dir,
+    corpus_checksum,
+    keep_passage_states,
+    load_unchanged,
+    read_docs,
+    read_manifest,
+    write_docs,
+    write_manifest,
+)
 from .tokenize import check_names, resolve_config
 
 logger = logging.getLogger(__name__)
@@ -276,7 +285,8 @@ class HybridRetriever:
         non-empty folder, never one holding the working directory or a ``protect`` path
         (:mod:`attnrank.index.folders`), nor the corpus file or folder :meth:`index` read.
         ``extra(folder)`` may add files (e.g. passage states)
-        inside the same build: the manifest lists and checksums them with the rest.
+        inside the same build: the manifest lists and checksums them with the rest. Saved over
+        an index of the same corpus, its passage states are kept where ``extra`` writes none.
         """
         if not self.docs:
             raise InputError("nothing to save: the retriever has no documents")
@@ -290,7 +300,9 @@ class HybridRetriever:
             self.dense.save(tmp / "dense")
             if extra is not None:
                 extra(tmp)
-            write_manifest(tmp, self._manifest_info())
+            info = self._manifest_info()
+            keep_passage_states(path, tmp, info["corpus_sha256"])
+            write_manifest(tmp, info)
         logger.info("saved index with %d documents to %s", self.num_docs, path)
         return path
 

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
-from ..config import fault_point
+from ..config import PASSAGE_STATES_FOLDER, fault_point
 from ..errors import IndexFormatError
 from ..files import file_sha256, fsync_folder, fsync_tree, hold_writer_lock, sibling
 from ..types import Document
@@ -281,3 +281,22 @@ def _confined(root: Path, inside: Path, name: object, manifest: Path) -> Path:
             "the manifest is damaged or crafted, rebuild the index"
         )
     return f
+
+
+def keep_passage_states(target: Path, build: Path, corpus_sha256: str) -> None:
+    """Copy the passage states of the index at ``target`` into ``build`` (a new build of it, not
+    yet in place) where the build writes none and indexes the same corpus: an index loaded and
+    saved over itself (``load``, ``set_fusion``, ``save``) dropped its states without a word. A
+    passage's stored states are keyed by its text, so none is served for another."""
+    states = target / PASSAGE_STATES_FOLDER
+    if (build / PASSAGE_STATES_FOLDER).exists() or not states.is_dir():
+        return
+    try:
+        built_for = read_manifest(target).get("corpus_sha256")
+    except (IndexFormatError, OSError, ValueError):  # (no index of ours: nothing of it to keep)
+        return
+    if built_for != corpus_sha256:
+        logger.info("not keeping the passage states of %s: they were built for another corpus", target)
+        return
+    shutil.copytree(states, build / PASSAGE_STATES_FOLDER)
+    logger.info("kept the passage states of %s", target)

@@ -374,3 +374,21 @@ def test_a_failed_rebuild_leaves_the_retriever_as_it_was(monkeypatch):
         r.index([Document("b1", "cherries"), Document("b2", "apples apples apples")], show_progress=False)
     hits = r.search("apples", 1, mode="bm25")
     assert hits.ids == ["a1"] and hits[0].text == "apples are red" and r.corpus_path is None
+
+
+def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_docs):
+    """README's load -> set_fusion -> save replaced the folder without its passage states."""
+    from attnrank.config import PASSAGE_STATES_FOLDER
+
+    def states(folder):
+        (folder / PASSAGE_STATES_FOLDER).mkdir()
+        (folder / PASSAGE_STATES_FOLDER / "states.json").write_text('{"kept": true}')
+
+    path = HybridRetriever().index(scifact_docs, show_progress=False).save(tmp_path / "ix", extra=states)
+    loaded = HybridRetriever.load(path)
+    loaded.set_fusion("rrf")
+    loaded.save(path)
+    assert (path / PASSAGE_STATES_FOLDER / "states.json").read_text() == '{"kept": true}'
+    assert HybridRetriever.load(path, verify=True).fusion == "rrf"  # listed in the manifest, checksummed
+    HybridRetriever().index(scifact_docs[:3], show_progress=False).save(path)  # another corpus: not kept
+    assert not (path / PASSAGE_STATES_FOLDER).exists()
