@@ -47,7 +47,8 @@ invalid option value), printed by the parser with a usage hint.
 What a save may replace: an attnrank index (a folder with its `manifest.json`, ordinary or sharded,
 holding nothing its manifest does not list) or an empty folder. Any other folder, and an index
 folder the user has put files of their own into (a run file, notes), is refused; `--force` overrides that for a non-empty folder, never for one that is
-or contains the corpus or the working directory. Every load runs cheap structural checks (manifest
+or contains the corpus or the working directory, nor for one inside a folder corpus that holds
+files other than an attnrank index's (the corpus's own documents, perhaps). Every load runs cheap structural checks (manifest
 paths confined to the folder, file sizes, BM25 CSC layout and weight bound, FAISS vector count and
 dimension, document count and corpus checksum); `--verify` also recomputes every file's SHA-256.
 A change that keeps every value plausible (the lowest bit of one number) is found only by `--verify`.

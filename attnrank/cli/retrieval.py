@@ -75,7 +75,8 @@ def index(
         False,
         "--force",
         help="Also replace an existing non-empty folder that is not an "
-        "attnrank index (never one holding the corpus or the working directory).",
+        "attnrank index (never one holding the corpus or the working directory, nor one inside a folder "
+        "corpus that holds files of its own).",
     ),
     shards: int = typer.Option(
         0, "--shards", help="Build N shards with global BM25 statistics (0 = one ordinary index)."
@@ -97,7 +98,8 @@ def index(
     """Build a BM25 + dense index over a corpus (written atomically).
 
     Replaces only an existing attnrank index or an empty folder (``--force``: any other folder,
-    except one holding the corpus or the working directory). The fusion settings are stored in
+    except one holding the corpus or the working directory, or one inside a folder corpus that
+    holds files of its own). The fusion settings are stored in
     the index; ``search`` uses them unless told otherwise."""
     from ..index.embed_export import BACKENDS
     from ..index.folders import check_target

@@ -8,7 +8,8 @@ Rules (issue 12, "nothing lost"):
   folder the user has put files of their own into, such as a run file) is refused;
   ``force=True`` (CLI ``--force``) overrides that for a non-empty folder.
 - Never, not even with ``force``: a folder that is, or contains, the working directory or a
-  path the caller protects (the corpus being indexed).
+  path the caller protects (the corpus being indexed), nor a folder inside a protected folder
+  (a folder corpus) that holds files other than an attnrank index's own.
 - Temporary and previous-index folders are siblings named ``.NAME.tmp-PID-HEX`` and
   ``.NAME.old-PID-HEX``, where PID is the writing process. A later save of the same NAME
   removes those whose writing process is gone (a build killed by ``kill -9`` or a power cut) and
@@ -127,7 +128,11 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
                 "choose a new folder (--force does not override this)"
             )
     # (--force replaced a folder of a folder corpus's own documents: only an index may be replaced there)
-    held = target.is_dir() and any(target.iterdir()) and (not is_index_folder(target) or bool(unlisted_files(target)))
+    held = (
+        target.is_dir()
+        and any(p.name not in _OS_FILES for p in target.iterdir())
+        and (not is_index_folder(target) or bool(unlisted_files(target)))
+    )
     for p in map(Path, protect):
         if held and _real(p).is_dir() and contains(_real(p), resolved):
             raise InputError(

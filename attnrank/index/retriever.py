@@ -101,6 +101,7 @@ class HybridRetriever:
         self.dense: DenseIndex | None = None
         self.build_info: dict = {}
         self.corpus_path: Path | None = None  # the file or folder index() read, protected from save()
+        self.loaded_from: Path | None = None  # the index folder load() read (its passage states kept by a save over it)
 
     # -- configuration -----------------------------------------------------------------------
     def set_fusion(
@@ -153,6 +154,7 @@ class HybridRetriever:
         dense.index(texts, show_progress)
         t2 = time.perf_counter()
         self.bm25, self.dense, self.docs, self.corpus_path = bm25, dense, docs, corpus_path
+        self.loaded_from = None
         self.build_info = {"bm25_seconds": round(t1 - t0, 3), "dense_seconds": round(t2 - t1, 3)}
         logger.info("indexed %d documents (BM25 %.1fs, dense %.1fs)", len(docs), t1 - t0, t2 - t1)
         return self
@@ -285,8 +287,9 @@ class HybridRetriever:
         non-empty folder, never one holding the working directory or a ``protect`` path
         (:mod:`attnrank.index.folders`), nor the corpus file or folder :meth:`index` read.
         ``extra(folder)`` may add files (e.g. passage states)
-        inside the same build: the manifest lists and checksums them with the rest. Saved over
-        an index of the same corpus, its passage states are kept where ``extra`` writes none.
+        inside the same build: the manifest lists and checksums them with the rest. A retriever
+        loaded from ``path`` and saved over it keeps the index's passage states where ``extra``
+        writes none (:func:`~attnrank.index.store.keep_passage_states`).
         """
         if not self.docs:
             raise InputError("nothing to save: the retriever has no documents")
@@ -301,7 +304,8 @@ class HybridRetriever:
             if extra is not None:
                 extra(tmp)
             info = self._manifest_info()
-            keep_passage_states(path, tmp, info["corpus_sha256"])
+            if self.loaded_from is not None and self.loaded_from == path.resolve():  # saved over itself
+                keep_passage_states(path, tmp, info["corpus_sha256"])
             write_manifest(tmp, info)
         logger.info("saved index with %d documents to %s", self.num_docs, path)
         return path
@@ -397,6 +401,7 @@ class HybridRetriever:
             device=device,  # (queries were embedded on the CPU whatever device was asked for)
         )
         self.build_info = m.get("build", {})
+        self.loaded_from = path.resolve()
         if not (len(self.docs) == self.bm25.num_docs == num_docs):
             raise IndexFormatError(
                 f"{path}: {len(self.docs)} documents in docs.jsonl, {self.bm25.num_docs} in BM25, "

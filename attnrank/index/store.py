@@ -284,19 +284,33 @@ def _confined(root: Path, inside: Path, name: object, manifest: Path) -> Path:
 
 
 def keep_passage_states(target: Path, build: Path, corpus_sha256: str) -> None:
-    """Copy the passage states of the index at ``target`` into ``build`` (a new build of it, not
-    yet in place) where the build writes none and indexes the same corpus: an index loaded and
-    saved over itself (``load``, ``set_fusion``, ``save``) dropped its states without a word. A
-    passage's stored states are keyed by its text, so none is served for another."""
+    """Copy the passage states of the index at ``target`` into ``build`` (its new build, not yet
+    in place; a retriever loaded from ``target`` saved over it: ``load``, ``set_fusion``, ``save``
+    dropped them without a word) where the build writes none and indexes the same corpus. Only the
+    files ``target``'s manifest lists, each checked against its SHA-256 first: the new manifest
+    checksums what is copied, and must not bless damaged bytes (nothing is kept then, with a
+    warning). A passage's stored states are keyed by its text, so none is served for another."""
     states = target / PASSAGE_STATES_FOLDER
     if (build / PASSAGE_STATES_FOLDER).exists() or not states.is_dir():
         return
     try:
-        built_for = read_manifest(target).get("corpus_sha256")
+        manifest = read_manifest(target)
     except (IndexFormatError, OSError, ValueError):  # (no index of ours: nothing of it to keep)
         return
-    if built_for != corpus_sha256:
+    if manifest.get("corpus_sha256") != corpus_sha256:
         logger.info("not keeping the passage states of %s: they were built for another corpus", target)
         return
-    shutil.copytree(states, build / PASSAGE_STATES_FOLDER)
-    logger.info("kept the passage states of %s", target)
+    prefix = f"{PASSAGE_STATES_FOLDER}/"
+    listed = {name: entry for name, entry in manifest.get("files", {}).items() if name.startswith(prefix)}
+    damaged = [name for name, entry in listed.items() if file_sha256(target / name) != entry.get("sha256")]
+    if not listed or damaged:
+        logger.warning(
+            "not keeping the passage states of %s: %s; rebuild them with attnrank index --passage-states",
+            target,
+            f"{damaged[0]} does not match its checksum" if damaged else "its manifest lists none",
+        )
+        return
+    for name in listed:
+        (build / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(target / name, build / name)
+    logger.warning("kept the passage states of %s (%d files)", target, len(listed))

@@ -172,6 +172,18 @@ def test_a_folder_inside_a_folder_corpus_is_never_an_index_target(tmp_path):
         check_target(corpus / "sub", force=True, protect=[corpus])
     assert (corpus / "sub" / "doc1.txt").read_text() == "part of the corpus"
     check_target(corpus / "new-index", force=True, protect=[corpus])  # a new folder there, as ./indexes of "."
+    (corpus / "os").mkdir()
+    (corpus / "os" / ".DS_Store").write_text("x")  # a file manager's own: nothing to lose
+    check_target(corpus / "os", force=True, protect=[corpus])
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    ix = HybridRetriever().index([Document("d1", "apples"), Document("d2", "pears")], show_progress=False)
+    ix.save(corpus / "ix")
+    check_target(corpus / "ix", force=True, protect=[corpus])  # re-indexing into its own index there
+    (corpus / "ix" / "notes.txt").write_text("mine")  # ... unless it holds a file of the user's own
+    with pytest.raises(InputError, match="lies inside the corpus folder"):
+        check_target(corpus / "ix", force=True, protect=[corpus])
     check_target(tmp_path / "elsewhere", force=True, protect=[corpus])
     (tmp_path / "c.jsonl").write_text("{}\n")  # a corpus file: a folder beside it is no part of it
     check_target(tmp_path / "ix", force=True, protect=[tmp_path / "c.jsonl"])

@@ -390,5 +390,11 @@ def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_d
     loaded.save(path)
     assert (path / PASSAGE_STATES_FOLDER / "states.json").read_text() == '{"kept": true}'
     assert HybridRetriever.load(path, verify=True).fusion == "rrf"  # listed in the manifest, checksummed
-    HybridRetriever().index(scifact_docs[:3], show_progress=False).save(path)  # another corpus: not kept
+    HybridRetriever().index(scifact_docs, show_progress=False).save(path)  # a new build: the states go
+    assert not (path / PASSAGE_STATES_FOLDER).exists()
+    # damaged since they were listed (same size, other bytes): not blessed by the new manifest's checksums
+    path = HybridRetriever().index(scifact_docs, show_progress=False).save(tmp_path / "ix2", extra=states)
+    (path / PASSAGE_STATES_FOLDER / "states.json").write_text('{"kept": fals}')
+    loaded = HybridRetriever.load(path)
+    loaded.save(path)
     assert not (path / PASSAGE_STATES_FOLDER).exists()
