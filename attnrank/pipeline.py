@@ -120,6 +120,17 @@ class Pipeline:
     def _profile(self, reorder: SlotProfile | bool) -> SlotProfile | None:
         if isinstance(reorder, SlotProfile):
             check_basin(reorder)  # (else refused at the first run, after every stage had run)
+            gen = getattr(self.generator, "llm", None)
+            if isinstance(gen, LLM) and reorder.fingerprint != gen.fingerprint:
+                # (placement follows the attention of the model that reads the passages: the generator's)
+                logger.warning(
+                    "the reorder profile was measured on %s (fingerprint %s); the generator is %s (%s), whose "
+                    "attention may favour other slots; measure one on the generator's model",
+                    reorder.model_id,
+                    reorder.fingerprint[:12],
+                    gen.model_id,
+                    gen.fingerprint[:12],
+                )
             return reorder
         if not isinstance(reorder, bool):  # (a path failed at the first run, after every stage had run)
             raise InputError(

@@ -587,3 +587,19 @@ def test_a_prompt_without_a_chat_template_is_answered_with_its_first_line():
     assert gen.prompt("Who?").endswith("\nAnswer:")
     answer = gen.answer("Who?")
     assert (answer.text, answer.tokens) == ("A", 2)
+
+
+def test_a_reorder_profile_of_another_model_than_the_generators_is_warned_of(llm, built_retriever, caplog):
+    """Placement follows the attention of the model that reads the passages; a profile measured on
+    another model was used for the generator without a word (slot correction warns of it)."""
+    from attnrank.rerank.position import SlotProfile
+
+    def profile(fingerprint: str) -> SlotProfile:
+        return SlotProfile(3, (0.0, 0.1, 0.5), (0.0,) * 3, "other", fingerprint, 1, "2026-01-01", calibrated=False)
+
+    gen = Generator(llm, max_new_tokens=1)
+    with caplog.at_level("WARNING", logger="attnrank.pipeline"):
+        Pipeline(built_retriever, generator=gen, depth=4, top_k=3, reorder=profile(llm.fingerprint))
+        assert not caplog.text
+        Pipeline(built_retriever, generator=gen, depth=4, top_k=3, reorder=profile("0" * 64))
+    assert "the reorder profile was measured on other (fingerprint 000000000000)" in caplog.text

@@ -171,7 +171,7 @@ class DenseIndex:
         *,
         model: str | None,
         kind: str,
-        nprobe: int = 16,
+        nprobe: int | None = None,
         mmap: bool = True,
         device: str = "cpu",
         backend: str = "torch",
@@ -180,10 +180,11 @@ class DenseIndex:
     ) -> DenseIndex:
         """``probe``: the build's embedding of the probe text (from the manifest), checked
         against the embedder at the first query; None skips the check. ``built_with``: the
-        backend the manifest says embedded the documents (None: ``backend``)."""
+        backend the manifest says embedded the documents (None: ``backend``). ``nprobe``: the
+        IVF lists searched (None: the value saved in the index; 16 overrode a saved 1)."""
         import faiss
 
-        self = cls(model, kind, nprobe=nprobe, device=device, backend=backend)
+        self = cls(model, kind, nprobe=16 if nprobe is None else nprobe, device=device, backend=backend)
         self.probe, self.built_with = probe, built_with or backend
         if self.built_with != backend:  # allowed (the probe check bounds the difference), but said
             logger.warning(
@@ -212,7 +213,10 @@ class DenseIndex:
                 f"dense index {file} is a {found} index, the manifest says {kind}; the index is corrupted, rebuild it"
             )
         if kind == "ivf":
-            faiss.extract_index_ivf(self.faiss_index).nprobe = nprobe
+            ivf = faiss.extract_index_ivf(self.faiss_index)
+            if nprobe is not None:
+                ivf.nprobe = nprobe
+            self.nprobe = int(ivf.nprobe)
         elif kind == "hnsw":
             self.faiss_index.hnsw.efSearch = 128
         self.dim = self.faiss_index.d

@@ -115,6 +115,12 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
+def _holds_files(folder: Path) -> bool:
+    """Whether ``folder`` holds a file at any depth other than a file manager's own (empty
+    subfolders and ``.DS_Store`` hold nothing to lose)."""
+    return any(p.name not in _OS_FILES and not p.is_dir() for p in folder.rglob("*"))
+
+
 def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] = ()) -> None:
     """Raise :class:`InputError` unless a save may replace ``target`` (see the module rules)."""
     target = Path(target)
@@ -128,11 +134,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
                 "choose a new folder (--force does not override this)"
             )
     # (--force replaced a folder of a folder corpus's own documents: only an index may be replaced there)
-    held = (
-        target.is_dir()
-        and any(p.name not in _OS_FILES for p in target.iterdir())
-        and (not is_index_folder(target) or bool(unlisted_files(target)))
-    )
+    held = target.is_dir() and _holds_files(target) and (not is_index_folder(target) or bool(unlisted_files(target)))
     for p in map(Path, protect):
         if held and _real(p).is_dir() and contains(_real(p), resolved):
             raise InputError(
@@ -144,7 +146,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
         return
     if not target.is_dir():
         raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--index")
-    if not any(target.iterdir()):
+    if not _holds_files(target):  # (empty, or only a file manager's files and empty folders)
         return
     if not is_index_folder(target):
         what = f"{target} exists and is not an attnrank index (no valid {MANIFEST})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -288,8 +289,10 @@ class HybridRetriever:
         (:mod:`attnrank.index.folders`), nor the corpus file or folder :meth:`index` read.
         ``extra(folder)`` may add files (e.g. passage states)
         inside the same build: the manifest lists and checksums them with the rest. A retriever
-        loaded from ``path`` and saved over it keeps the index's passage states where ``extra``
-        writes none (:func:`~attnrank.index.store.keep_passage_states`).
+        loaded from ``path``, not indexed anew since, and saved over it keeps the index's passage
+        states where ``extra`` writes none, the corpus is the same and each listed state file
+        passes its checksum (:func:`~attnrank.index.store.keep_passage_states`); any other save
+        over an index drops them.
         """
         if not self.docs:
             raise InputError("nothing to save: the retriever has no documents")
@@ -304,11 +307,21 @@ class HybridRetriever:
             if extra is not None:
                 extra(tmp)
             info = self._manifest_info()
-            if self.loaded_from is not None and self.loaded_from == path.resolve():  # saved over itself
+            if self._loaded_from(path):  # saved over itself
                 keep_passage_states(path, tmp, info["corpus_sha256"])
             write_manifest(tmp, info)
         logger.info("saved index with %d documents to %s", self.num_docs, path)
         return path
+
+    def _loaded_from(self, path: Path) -> bool:
+        """Whether this retriever was loaded from the folder ``path`` (another spelling of it too:
+        a case-insensitive disk, a bind mount) and not indexed anew since."""
+        if self.loaded_from is None:
+            return False
+        try:
+            return self.loaded_from == path.resolve() or os.path.samefile(self.loaded_from, path)
+        except OSError:  # (either is gone)
+            return False
 
     def _manifest_info(self) -> dict:
         assert self.bm25 is not None and self.dense is not None

@@ -295,10 +295,11 @@ def keep_passage_states(target: Path, build: Path, corpus_sha256: str) -> None:
         return
     try:
         manifest = read_manifest(target)
-    except (IndexFormatError, OSError, ValueError):  # (no index of ours: nothing of it to keep)
+    except (IndexFormatError, OSError, ValueError) as e:  # (damaged, or no index of ours)
+        logger.warning("not keeping the passage states of %s: its manifest does not hold (%s)", target, e)
         return
     if manifest.get("corpus_sha256") != corpus_sha256:
-        logger.info("not keeping the passage states of %s: they were built for another corpus", target)
+        logger.warning("not keeping the passage states of %s: they were built for another corpus", target)
         return
     prefix = f"{PASSAGE_STATES_FOLDER}/"
     listed = {name: entry for name, entry in manifest.get("files", {}).items() if name.startswith(prefix)}
@@ -313,4 +314,4 @@ def keep_passage_states(target: Path, build: Path, corpus_sha256: str) -> None:
     for name in listed:
         (build / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(target / name, build / name)
-    logger.warning("kept the passage states of %s (%d files)", target, len(listed))
+    logger.info("kept the passage states of %s (%d files)", target, len(listed))

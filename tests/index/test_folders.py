@@ -187,3 +187,18 @@ def test_a_folder_inside_a_folder_corpus_is_never_an_index_target(tmp_path):
     check_target(tmp_path / "elsewhere", force=True, protect=[corpus])
     (tmp_path / "c.jsonl").write_text("{}\n")  # a corpus file: a folder beside it is no part of it
     check_target(tmp_path / "ix", force=True, protect=[tmp_path / "c.jsonl"])
+
+
+def test_a_folder_of_a_file_managers_files_and_empty_folders_holds_nothing_to_lose(tmp_path):
+    """A folder Finder had opened (.DS_Store) was refused without --force, and one of empty
+    subfolders inside a folder corpus even with it, as holding "files"."""
+    fresh = tmp_path / "fresh"
+    (fresh / "empty").mkdir(parents=True)
+    (fresh / ".DS_Store").write_text("x")
+    check_target(fresh)
+    corpus = tmp_path / "corpus"
+    (corpus / "sub" / "empty").mkdir(parents=True)
+    check_target(corpus / "sub", force=True, protect=[corpus])
+    (corpus / "sub" / "empty" / "doc.txt").write_text("mine")  # a file at any depth is
+    with pytest.raises(InputError, match="lies inside the corpus folder"):
+        check_target(corpus / "sub", force=True, protect=[corpus])

@@ -376,7 +376,7 @@ def test_a_failed_rebuild_leaves_the_retriever_as_it_was(monkeypatch):
     assert hits.ids == ["a1"] and hits[0].text == "apples are red" and r.corpus_path is None
 
 
-def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_docs):
+def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_docs, monkeypatch):
     """README's load -> set_fusion -> save replaced the folder without its passage states."""
     from attnrank.config import PASSAGE_STATES_FOLDER
 
@@ -390,7 +390,12 @@ def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_d
     loaded.save(path)
     assert (path / PASSAGE_STATES_FOLDER / "states.json").read_text() == '{"kept": true}'
     assert HybridRetriever.load(path, verify=True).fusion == "rrf"  # listed in the manifest, checksummed
-    HybridRetriever().index(scifact_docs, show_progress=False).save(path)  # a new build: the states go
+    monkeypatch.chdir(tmp_path)  # loaded by its absolute path, saved by a relative one: the same folder
+    loaded = HybridRetriever.load(path)
+    loaded.save("ix")
+    assert (path / PASSAGE_STATES_FOLDER / "states.json").is_file()
+    loaded.index(scifact_docs, show_progress=False)  # indexed anew since the load: the states go
+    loaded.save(path)
     assert not (path / PASSAGE_STATES_FOLDER).exists()
     # damaged since they were listed (same size, other bytes): not blessed by the new manifest's checksums
     path = HybridRetriever().index(scifact_docs, show_progress=False).save(tmp_path / "ix2", extra=states)

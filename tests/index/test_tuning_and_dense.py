@@ -154,3 +154,27 @@ def test_an_ivf_index_whose_ids_name_other_documents_is_refused_on_load(tmp_path
     dense.faiss_index = ivf(np.arange(1, 41, dtype=np.int64))  # one past each document
     with pytest.raises(IndexFormatError, match="vector ids are not the documents 0..39"):
         dense.check(tmp_path, num_docs=40, dim=8)
+
+
+def test_loading_an_ivf_index_keeps_its_saved_nprobe_unless_told(tmp_path):
+    """DenseIndex.load set nprobe 16 over the value saved in the index (1 searched one list in memory,
+    16 once loaded: another result set for the same query)."""
+    import faiss
+    import numpy as np
+
+    from attnrank.index.dense import DenseIndex
+
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((80, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    quantizer = faiss.IndexFlatIP(8)
+    ix = faiss.IndexIVFFlat(quantizer, 8, 8, faiss.METRIC_INNER_PRODUCT)
+    ix.train(vecs)
+    ix.add_with_ids(vecs, np.arange(80, dtype=np.int64))
+    ix.nprobe = 1
+    dense = DenseIndex(kind="ivf", nprobe=1)
+    dense.faiss_index = ix
+    dense.save(tmp_path / "d")
+    loaded = DenseIndex.load(tmp_path / "d", model=None, kind="ivf")
+    assert loaded.nprobe == faiss.extract_index_ivf(loaded.faiss_index).nprobe == 1
+    assert DenseIndex.load(tmp_path / "d", model=None, kind="ivf", nprobe=4).nprobe == 4
