@@ -217,7 +217,7 @@ def ask(
         if no_prune:
             refuse_when_off("--no-rerank --no-prune", "both attention stages", sorted({"--attention"} & rerank_given))
         refuse_unread_block_options(rerank_given, not no_prune and prune_cfg.attention == "block")
-    profile = _registered_profile(rerank_config.model, generator_model, reorder, k)
+    _check_registered_profile(rerank_config.model, generator_model, reorder, k)
     if not no_prune:
         check_pruner_lookups(prune_cfg)
     if not no_rerank:
@@ -231,7 +231,7 @@ def ask(
         generator_model=generator_model,
         rerank=False if no_rerank else cfg,
         prune=False if no_prune else prune_cfg,
-        reorder=profile is not None,  # (checked above; each run reads the one for the passages it keeps)
+        reorder=reorder,  # (checked above; each run reads the profile for the passages it keeps)
         max_new_tokens=max_new_tokens,
         depth=depth,
         top_k=k,
@@ -253,15 +253,12 @@ def ask(
     typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in res.timings.items()))
 
 
-def _registered_profile(model, generator_model, reorder: bool, k: int):
-    """The generator model's slot profile for ``ask --reorder`` (None without it), read from the
-    head registry by the model's id and fingerprint before any model loads: a missing one is named
-    now, not after the model has loaded."""
-    from ..llm.models import unloaded_model
-
-    profile = None
+def _check_registered_profile(model, generator_model, reorder: bool, k: int) -> None:
+    """With ``ask --reorder``, that the generator model has a registered slot profile, read from
+    the head registry by the model's id and fingerprint before any model loads: a missing one is
+    named now, not after the model has loaded (the pipeline reads the one for each run's passages)."""
     if reorder:  # the generator's model: generation reads the passages in that order
+        from ..llm.models import unloaded_model
         from ..rerank.position import load_profile
 
-        profile = load_profile("auto", *unloaded_model(generator_model or model), n_slots=k, calibrated=False)
-    return profile
+        load_profile("auto", *unloaded_model(generator_model or model), n_slots=k, calibrated=False)

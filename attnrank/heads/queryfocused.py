@@ -126,7 +126,7 @@ def detect_query_focused(
     detection seeds it; None: kept in the given order): in first-stage order, a head that attends
     to the slot nearest the query would score as the first stage does, and be chosen for it."""
     reweight = getattr(reranker, "reweight", None)
-    if reweight is not None and (reweight.changes_tokens or reweight.slot_correction):
+    if reweight is not None and reweight.changes_scores:
         # (the rows are scored as captured: a set detected "for" re-weighted attention was plain attention's)
         raise InputError(
             f"detection scores each head's plain rows, so a reranker with reweight={reweight!r} would detect "

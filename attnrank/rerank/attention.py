@@ -137,7 +137,7 @@ class AttentionReranker:
             heads = resolve_config_heads(cfg.heads, self.llm, None if self.fused is None else self.fused.heads)
         self.heads = parse_heads(heads)
         if self.uses_attention and self.fused is not None and self.learned is None:
-            reweighted = cfg.reweight is not None and (cfg.reweight.changes_tokens or cfg.reweight.slot_correction)
+            reweighted = cfg.reweight is not None and cfg.reweight.changes_scores
             self.fused.warn_if_applied_otherwise(self.heads, cfg.capture, reweighted)
         if self.uses_attention:  # checks the heads against the model now, not at the first query
             self.capturer  # noqa: B018

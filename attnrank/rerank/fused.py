@@ -147,9 +147,8 @@ class FusedWeights(AppliedOtherwise, RegistryArtifact):
     date: str = ""
     embedder: str | None = None  # whose cosines the dense weight was fitted to (None: the packaged MiniLM)
     signals_version: int | None = None  # the signals' SIGNALS_VERSION they were fitted to (None: not recorded)
-    bm25_stemmer: str | None = (
-        None  # the candidate BM25's stemmer they were fitted to ("porter", "none"; None: not recorded)
-    )
+    # the candidate BM25's stemmer they were fitted to ("porter", "none"; None: not recorded)
+    bm25_stemmer: str | None = None
     heads: list[str] | str | None = None  # the attention feature's heads ("l-h" or "all"; None: not recorded)
     capture: str | None = None  # how that attention was captured (llm.blocks.capture_name; None: not recorded)
     max_doc_words: int | None = None  # the passage cut (words) their LLM feature was read with (None: not recorded)

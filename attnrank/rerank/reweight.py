@@ -108,6 +108,11 @@ class Reweighting:
         """True if any token- or document-level step (all but slot correction) is on."""
         return self.sink or self.idf or self.entropy
 
+    @property
+    def changes_scores(self) -> bool:
+        """True if any step is on (slot correction too): the scores are not plain attention's."""
+        return self.changes_tokens or self.slot_correction
+
 
 # --------------------------------------------------------------------------- token texts
 
