@@ -133,15 +133,6 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
                 f"refusing to write an index at {target}: it is or contains {what} ({p}); "
                 "choose a new folder (--force does not override this)"
             )
-    # (--force replaced a folder of a folder corpus's own documents: only an index may be replaced there)
-    held = target.is_dir() and _holds_files(target) and (not is_index_folder(target) or bool(unlisted_files(target)))
-    for p in map(Path, protect):
-        if held and _real(p).is_dir() and contains(_real(p), resolved):
-            raise InputError(
-                f"refusing to write an index at {target}: it lies inside the corpus folder {p} and holds files "
-                "that are no attnrank index (the corpus's own documents, perhaps); choose a new folder "
-                "(--force does not override this)"
-            )
     if not target.exists():
         return
     if not target.is_dir():
@@ -155,6 +146,14 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
         what = f"{target} is an attnrank index but holds files its manifest does not list ({shown})"
     else:
         return
+    # (--force replaced a folder of a folder corpus's own documents: only an index may be replaced there)
+    corpus = next((p for p in map(Path, protect) if _real(p).is_dir() and contains(_real(p), resolved)), None)
+    if corpus is not None:
+        raise InputError(
+            f"refusing to write an index at {target}: it lies inside the corpus folder {corpus} and holds files "
+            f"that are no attnrank index's ({what}; the corpus's own documents, perhaps); choose a new folder "
+            "(--force does not override this)"
+        )
     if force:
         logger.warning("replacing %s because of --force: %s", target, what)
         return

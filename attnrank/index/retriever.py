@@ -316,11 +316,9 @@ class HybridRetriever:
     def _loaded_from(self, path: Path) -> bool:
         """Whether this retriever was loaded from the folder ``path`` (another spelling of it too:
         a case-insensitive disk, a bind mount) and not indexed anew since."""
-        if self.loaded_from is None:
-            return False
         try:
-            return self.loaded_from == path.resolve() or os.path.samefile(self.loaded_from, path)
-        except OSError:  # (either is gone)
+            return self.loaded_from is not None and os.path.samefile(self.loaded_from, path)
+        except OSError:  # (either is gone: no states there to keep)
             return False
 
     def _manifest_info(self) -> dict:

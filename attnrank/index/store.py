@@ -287,8 +287,8 @@ def keep_passage_states(target: Path, build: Path, corpus_sha256: str) -> None:
     """Copy the passage states of the index at ``target`` into ``build`` (its new build, not yet
     in place; a retriever loaded from ``target`` saved over it: ``load``, ``set_fusion``, ``save``
     dropped them without a word) where the build writes none and indexes the same corpus. Only the
-    files ``target``'s manifest lists, each checked against its SHA-256 first: the new manifest
-    checksums what is copied, and must not bless damaged bytes (nothing is kept then, with a
+    files ``target``'s manifest lists, each copy checked against the SHA-256 listed there: the new
+    manifest checksums what is kept, and must not bless damaged bytes (nothing is kept then, with a
     warning). A passage's stored states are keyed by its text, so none is served for another."""
     states = target / PASSAGE_STATES_FOLDER
     if (build / PASSAGE_STATES_FOLDER).exists() or not states.is_dir():
@@ -303,15 +303,16 @@ def keep_passage_states(target: Path, build: Path, corpus_sha256: str) -> None:
         return
     prefix = f"{PASSAGE_STATES_FOLDER}/"
     listed = {name: entry for name, entry in manifest.get("files", {}).items() if name.startswith(prefix)}
-    damaged = [name for name, entry in listed.items() if file_sha256(target / name) != entry.get("sha256")]
+    for name in listed:  # copied first, the copy then checked: the bytes checked are the bytes kept
+        (build / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(target / name, build / name)
+    damaged = [name for name, entry in listed.items() if file_sha256(build / name) != entry.get("sha256")]
     if not listed or damaged:
+        shutil.rmtree(build / PASSAGE_STATES_FOLDER, ignore_errors=True)
         logger.warning(
             "not keeping the passage states of %s: %s; rebuild them with attnrank index --passage-states",
             target,
             f"{damaged[0]} does not match its checksum" if damaged else "its manifest lists none",
         )
         return
-    for name in listed:
-        (build / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(target / name, build / name)
     logger.info("kept the passage states of %s (%d files)", target, len(listed))
