@@ -41,7 +41,7 @@ from .eval.speed_report import MODES, row_positions
 from .eval.timing import timed_peak
 from .files import atomic_path
 from .llm.blocks import encode_blocks_text
-from .llm.statestore import remove_store
+from .llm.statestore_write import remove_store
 from .rerank.attention import AttentionReranker
 from .rerank.config import RerankConfig
 from .types import Document

@@ -63,7 +63,7 @@ def test_build_store_keeps_a_users_files_beside_a_states_json(tmp_path, header):
 
 
 def test_a_store_attnrank_wrote_is_removed_file_by_file(tmp_path):
-    from attnrank.llm.statestore import remove_store
+    from attnrank.llm.statestore_write import remove_store
 
     folder = tmp_path / "ps"
     folder.mkdir()

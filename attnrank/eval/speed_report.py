@@ -264,7 +264,7 @@ def blocks_markdown(
                 {f"{k} GiB": ".2f" for k in per_token},
             ),
             "",
-            "Stores built for real (`attnrank.llm.statestore.write_store`, default preset):",
+            "Stores built for real (`attnrank.llm.statestore_write.write_store`, default preset):",
             "",
             md_table(
                 stores["built"],

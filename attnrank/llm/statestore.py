@@ -1,9 +1,10 @@
-"""On-disk passage states: every corpus passage's block states, built once at index time.
+"""On-disk passage states: every corpus passage's block states, built once at index time
+(written by :mod:`attnrank.llm.statestore_write`, read here).
 
 ``attnrank index CORPUS --passage-states float16|int8`` writes a ``passage_states/`` folder into
 the index (inside the same atomic build, so the index manifest lists and checksums its files):
 
-- ``states.json``: format, model id and weights key (fingerprint + quantization), model dtype, layers kept, KV geometry, the
+- ``states.json``: format, encoder version (:data:`ENCODER`), model id and weights key (fingerprint + quantization), model dtype, layers kept, KV geometry, the
   prompt settings (truncation; the position scheme is always ``shared``, and each state key
   holds its start position), the prefix ids' hash, the storage, and per
   passage its id and state key (:func:`attnrank.llm.states.state_keys`, a hash of everything the
@@ -23,10 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +33,19 @@ import torch
 
 from attnrank.config import PASSAGE_STATES_FOLDER, STATE_STORAGES
 from attnrank.errors import InputError
-from attnrank.types import Document
 
-from ..files import fsync_folder, fsync_tree
 from .attention import AttentionCapturer
-from .blocks import block_prefix_ids, encode_blocks_text
-from .states import BlockState, check_block_window, check_one_head_size, encode_blocks, state_keys
+from .blocks import block_prefix_ids
+from .states import BlockState, rows_share_the_pass
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "attnrank-passage-states"
+# How the stored states were encoded. 2 (2026-12-06): every store since block states were fixed for
+# dynamic int8 linears and length-following rotary frequencies (each block encoded alone), sliding
+# windows (checked before any block) and layers without rotary (EXAONE 4). A store without the
+# field predates it: its states are right only for a model none of those fixes touched.
+ENCODER = 2
 
 
 def _hash_ids(ids: Sequence[int]) -> str:
@@ -129,130 +130,8 @@ class StoreSetupError(InputError):
 STORE_FILES = ("states.json", "offsets.npy", "keys.npy", "values.npy", "key_scales.npy", "value_scales.npy")
 
 
-def remove_store(folder: Path) -> None:
-    """Remove a passage-state store that attnrank wrote (its ``states.json`` says so) and nothing
-    else: a folder holding anything but the store's own files is refused, not emptied."""
-    try:
-        header = json.loads((folder / "states.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        header = None
-    others = sorted(p.name for p in folder.iterdir() if p.name not in STORE_FILES)
-    if not isinstance(header, dict) or header.get("format") != FORMAT or others:
-        what = f"holds {', '.join(others[:5])}" if others else "has no states.json attnrank wrote"
-        raise InputError(f"{folder} is not a passage-state store attnrank wrote (it {what}); give another folder")
-    for name in STORE_FILES:
-        (folder / name).unlink(missing_ok=True)
-    folder.rmdir()
-
-
-def write_store(
-    folder: Path,
-    capturer: AttentionCapturer,
-    tokenizer: Any,
-    docs: Sequence[Document],
-    *,
-    model_id: str,
-    fingerprint: str,
-    storage: str = "float16",
-    max_doc_words: int | None = None,
-    max_doc_tokens: int | None = None,
-    batch_docs: int = 64,
-    progress: Callable[[int], object] | None = None,
-) -> dict[str, Any]:
-    """Encode every passage's block states and write them to the new folder ``folder``; returns
-    the header. The arrays are written as they are encoded (memory-mapped, sized from a first
-    pass that only tokenizes), so a store larger than memory can be built; everything goes to a
-    temporary sibling first, renamed to ``folder`` once complete."""
-    if storage not in STATE_STORAGES:
-        raise InputError(f"passage state storage {storage!r} is not one of {STATE_STORAGES}")
-    folder = Path(folder)
-    if not docs:
-        raise InputError("no passages to store; give at least one document")
-    if folder.exists():
-        raise InputError(f"{folder} exists; passage states are written to a new folder: remove it or give another")
-    prefix_ids = block_prefix_ids(tokenizer)
-    prefix = capturer.prefill(prefix_ids)
-    check_one_head_size(prefix)  # (a store of latent-attention states was written, then refused as damaged)
-    blocks = encode_blocks_text(tokenizer, list(docs), max_doc_words, max_doc_tokens)[0]
-    check_block_window(capturer, len(prefix_ids), max(len(b) for b in blocks))  # before any batch is encoded
-    offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks], dtype=np.int64)]).astype(np.int64)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
-    try:
-        entries = _write_arrays(
-            tmp, capturer, (prefix_ids, prefix), blocks, offsets, fingerprint, storage, batch_docs, progress
-        )
-        samples = {name: sample_digest(np.load(tmp / f"{name}.npy", mmap_mode="r")) for name in _ARRAYS[storage]}
-        np.save(tmp / "offsets.npy", offsets)
-        header = {
-            "format": FORMAT,
-            "version": 1,
-            "model_id": model_id,
-            "storage": storage,
-            **store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens),
-            "tokens": int(offsets[-1]),
-            "passages": [[d.id, key] for d, key in zip(docs, entries)],
-            "samples": samples,
-        }
-        (tmp / "states.json").write_text(json.dumps(header), encoding="utf-8")
-        # (on disk before the rename: a power loss could leave a store whose states.json is empty,
-        # which every open refuses and remove_store, finding no header of ours, does not remove)
-        fsync_tree(tmp)
-        os.rename(tmp, folder)
-        fsync_folder(folder.parent)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return header
-
-
 # the arrays of a store, by storage (int8 keeps a scale per token, layer and head besides)
-_ARRAYS = {"float16": ("keys", "values"), "int8": ("keys", "values", "key_scales", "value_scales")}
-
-
-def _write_arrays(
-    folder: Path,
-    capturer: AttentionCapturer,
-    prefix: tuple[list[int], Any],
-    blocks: list[list[int]],
-    offsets: np.ndarray,
-    fingerprint: str,
-    storage: str,
-    batch_docs: int,
-    progress: Callable[[int], object] | None,
-) -> list[str]:
-    """Encode ``blocks`` ``batch_docs`` at a time into memory-mapped ``.npy`` arrays of
-    ``offsets[-1]`` rows (opened at the first state, whose shape they take); returns each
-    block's state key. ``prefix``: the instruction's ids and their prefilled cache."""
-    prefix_ids, cache = prefix
-    start = len(prefix_ids)
-    arrays: dict[str, np.memmap] = {}
-    keys_out: list[str] = []
-    for lo in range(0, len(blocks), batch_docs):
-        part = blocks[lo : lo + batch_docs]
-        starts = [start] * len(part)
-        keys = state_keys(capturer, fingerprint, prefix_ids, part, starts)
-        for i, state in enumerate(encode_blocks(capturer, cache, part, starts), start=lo):
-            at, to = int(offsets[i]), int(offsets[i + 1])
-            for name, t in (("keys", state.keys), ("values", state.values)):
-                data, scales = _pack(t.permute(2, 0, 1, 3).float().cpu().numpy(), storage)
-                for array_name, rows in ((name, data), (name[:-1] + "_scales", scales)):
-                    if rows is None:
-                        continue
-                    if array_name not in arrays:
-                        arrays[array_name] = np.lib.format.open_memmap(
-                            folder / f"{array_name}.npy",
-                            mode="w+",
-                            dtype=rows.dtype,
-                            shape=(int(offsets[-1]), *rows.shape[1:]),
-                        )
-                    arrays[array_name][at:to] = rows
-        keys_out += keys
-        if progress is not None:
-            progress(len(part))
-    for array in arrays.values():
-        array.flush()
-    return keys_out
+ARRAYS = {"float16": ("keys", "values"), "int8": ("keys", "values", "key_scales", "value_scales")}
 
 
 def sample_digest(array: np.ndarray, rows: int = 64) -> str:
@@ -264,16 +143,6 @@ def sample_digest(array: np.ndarray, rows: int = 64) -> str:
     for row in np.unique(np.linspace(0, n - 1, num=min(n, rows)).astype(np.int64)) if n else ():
         digest.update(np.ascontiguousarray(array[row]).tobytes())
     return digest.hexdigest()
-
-
-def _pack(x: np.ndarray, storage: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """``x`` ``[tokens, layers, kv, head_dim]`` as float16, or int8 with absmax scales."""
-    if storage == "float16":
-        return x.astype(np.float16), None
-    scale = np.abs(x).max(axis=-1, keepdims=True) / 127.0
-    scale = np.where(scale == 0, 1.0, scale).astype(np.float16)
-    q = np.clip(np.rint(x / scale.astype(np.float32)), -127, 127).astype(np.int8)
-    return q, scale[..., 0]
 
 
 def store_folder(path: str | Path) -> Path:
@@ -382,6 +251,7 @@ class PassageStateStore:
             or header.get("storage") not in STATE_STORAGES
         ):
             raise InputError(f"{folder}/states.json is not an attnrank passage-state store (version 1)")
+        check_encoder(folder, header, capturer)
         want = store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens)
         if "config_sha256" not in header:  # written before the config was recorded
             del want["config_sha256"]
@@ -430,6 +300,26 @@ class PassageStateStore:
     @property
     def nbytes(self) -> int:
         return sum(p.stat().st_size for p in self.folder.glob("*.npy"))
+
+
+def check_encoder(folder: Path, header: dict[str, Any], capturer: AttentionCapturer) -> None:
+    """Refuse a store whose states an earlier or later attnrank encoded otherwise than this one
+    would for ``capturer``'s model: a store without :data:`ENCODER` serves only a model that none of
+    the encoder's fixes touched (no dynamic int8 linears, no length-following rotary frequencies, no
+    sliding window, mixed layer types or layers without rotary)."""
+    encoder = header.get("encoder", 1)
+    if not isinstance(encoder, int) or encoder > ENCODER:
+        raise StoreSetupError(
+            f"the passage states at {folder} were written by a newer attnrank (encoder {encoder!r}, this one "
+            f"reads up to {ENCODER}); upgrade attnrank, or rebuild them with `attnrank index --passage-states`"
+        )
+    touched = rows_share_the_pass(capturer.model, capturer.decoder) or bool(_later_fields(capturer.decoder.config))
+    if encoder < ENCODER and touched:
+        raise StoreSetupError(
+            f"the passage states at {folder} were written by an earlier attnrank (encoder {encoder}, now {ENCODER}) "
+            "that encoded this model's blocks otherwise (int8 linears, length-following rotary, sliding window or "
+            "layers without rotary); rebuild them with `attnrank index --passage-states`, or drop --passage-states"
+        )
 
 
 def _damaged(folder: Path, what: str) -> InputError:

@@ -41,7 +41,8 @@ from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model, war
 from ..llm.prompts import CALIBRATION_QUERY, RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows
 from ..llm.states import StateCache
-from ..llm.statestore import PassageStateStore, write_store
+from ..llm.statestore import PassageStateStore
+from ..llm.statestore_write import write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
 from .aggregation import window_document_scores, without_attention_evidence
 from .config import RerankConfig

@@ -14,7 +14,8 @@ from attnrank.errors import InputError
 from attnrank.llm.attention import AttentionCapturer
 from attnrank.llm.blocks import block_prefix_ids, build_block_prompts
 from attnrank.llm.capture import capture_blocks
-from attnrank.llm.statestore import PassageStateStore, sample_digest, write_store
+from attnrank.llm.statestore import PassageStateStore, sample_digest
+from attnrank.llm.statestore_write import write_store
 from attnrank.types import Document
 
 DOCS = [
@@ -289,12 +290,47 @@ def test_a_store_is_on_disk_before_it_is_renamed_into_place(tmp_path, llm, captu
     """Outside an index build (whose atomic folder syncs everything) the header and offsets were
     renamed into place unsynced: a power loss could leave an empty states.json that every open
     refuses and remove_store does not remove."""
-    from attnrank.llm import statestore
+    from attnrank.llm import statestore_write
 
     synced: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(statestore, "fsync_tree", lambda root: synced.append(("tree", sorted(os.listdir(root)))))
-    monkeypatch.setattr(statestore, "fsync_folder", lambda folder: synced.append(("folder", [str(folder)])))
+    monkeypatch.setattr(statestore_write, "fsync_tree", lambda root: synced.append(("tree", sorted(os.listdir(root)))))
+    monkeypatch.setattr(statestore_write, "fsync_folder", lambda folder: synced.append(("folder", [str(folder)])))
     folder = tmp_path / "sub" / "ps"
     write_store(folder, capturer, llm.tokenizer, DOCS, model_id="tiny", fingerprint=llm.fingerprint)
     assert synced[0] == ("tree", ["keys.npy", "offsets.npy", "states.json", "values.npy"])  # every file, before
     assert synced[1] == ("folder", [str(folder.parent)]) and folder.is_dir()  # the rename, after
+
+
+def _written_by(folder, encoder):
+    header = json.loads((folder / "states.json").read_text())
+    if encoder is None:
+        del header["encoder"]  # a store written before the field
+    else:
+        header["encoder"] = encoder
+    (folder / "states.json").write_text(json.dumps(header))
+
+
+def test_a_store_from_an_earlier_encoder_serves_only_models_it_encoded_alike(tmp_path, llm, capturer):
+    """Stores written before block states were fixed for length-following rotary (and int8, sliding
+    windows, layers without rotary) hold states encoded otherwise for such models: refused for them,
+    still served to a model the fixes did not touch."""
+    from _tiny import tiny_longrope_model
+
+    from attnrank.llm.models import LLM
+
+    folder = build(tmp_path, llm, capturer, "float16")
+    assert json.loads((folder / "states.json").read_text())["encoder"] == 2
+    _written_by(folder, None)
+    assert open_store(folder, llm, capturer).served == 0  # a plain model: opens as before
+    _written_by(folder, 3)
+    with pytest.raises(InputError, match="newer attnrank"):
+        open_store(folder, llm, capturer)
+
+    model = tiny_longrope_model(max_positions=2048, switch=1024)
+    longrope = LLM(model=model, tokenizer=llm.tokenizer, model_id="tiny-longrope", fingerprint="l" * 64)
+    rope_capturer = AttentionCapturer(model, [(1, 0)])
+    folder = build(tmp_path / "longrope", longrope, rope_capturer, "float16")
+    assert open_store(folder, longrope, rope_capturer).served == 0
+    _written_by(folder, None)
+    with pytest.raises(InputError, match="earlier attnrank .* rebuild"):
+        open_store(folder, longrope, rope_capturer)
