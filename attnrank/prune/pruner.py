@@ -62,7 +62,7 @@ from ..llm.blocks import BlockPrompt
 from ..llm.capture import capture_blocks, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import LLM, check_prompt_budget, load_llm, warn_if_configured_otherwise
+from ..llm.models import LLM, check_prompt_budget, load_llm, load_tokenizer, warn_if_configured_otherwise
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
@@ -115,8 +115,13 @@ class ContextPruner:
         if probe is not None and cfg.method != "probe":
             raise InputError(f"a probe was given, but method={cfg.method!r} reads none; pass method='probe' too")
         check_prompt_budget(cfg.max_prompt_tokens, model if isinstance(model, LLM) else cfg.model)  # before the load
+        self.prompt_kw: dict[str, Any] = dict(
+            instruction=cfg.instruction, order=cfg.order, max_doc_words=None, max_doc_tokens=None
+        )
         if isinstance(model, LLM):
             warn_if_configured_otherwise(model, cfg, "PruneConfig")
+        elif cfg.max_prompt_tokens is not None:  # a budget no prompt fits, found with the tokenizer alone
+            self._check_frame(load_tokenizer(cfg.model), cfg.max_prompt_tokens)
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None
         spec: Any = cfg.heads
@@ -131,16 +136,11 @@ class ContextPruner:
         self.capturer = AttentionCapturer(self.llm.model, self.heads)
         self.method, self.calibrate, self.length_norm, self.sink = cfg.method, cfg.calibrate, length_norm, cfg.sink
         self.token_filter, self.max_sentence_words = cfg.token_filter, cfg.max_sentence_words
-        self.prompt_kw: dict[str, Any] = dict(
-            instruction=cfg.instruction, order=cfg.order, max_doc_words=None, max_doc_tokens=None
-        )
         self.focus_hint = cfg.focus_hint.strip()
-        self.hint_ids: list[int] = []
-        if cfg.method == "focus":
-            self.hint_ids = tokenize(self.llm.tokenizer, self.focus_hint)["input_ids"]
+        self.hint_ids = self._hint_ids(self.llm.tokenizer)
         check_prompt_budget(cfg.max_prompt_tokens, self.llm)  # (a model whose config could not be read before)
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.prompt_budget
-        self._planner().check_frame(cfg.block_positions if cfg.attention == "block" else None)
+        self._check_frame(self.llm.tokenizer, self.max_prompt_tokens)
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None
@@ -275,6 +275,18 @@ class ContextPruner:
                     logger.warning("document %s: metadata sentences unusable (%s); segmenting", doc.id, e)
             out.append(segment(doc.text, max_words=self.max_sentence_words))
         return out
+
+    def _hint_ids(self, tokenizer: Any) -> list[int]:
+        """The focus hint's token ids (method ``focus``; none otherwise)."""
+        return tokenize(tokenizer, self.config.focus_hint.strip())["input_ids"] if self.config.method == "focus" else []
+
+    def _check_frame(self, tokenizer: Any, max_prompt_tokens: int) -> None:
+        """Refuse a budget that not even a one-word passage's prompt fits (PromptPlanner.check_frame)."""
+        cfg = self.config
+        planner = PromptPlanner(
+            tokenizer, self.prompt_kw, max_prompt_tokens, self._hint_ids(tokenizer), cfg.max_sentence_words
+        )
+        planner.check_frame(cfg.block_positions if cfg.attention == "block" else None)
 
     def _planner(self) -> PromptPlanner:
         return PromptPlanner(

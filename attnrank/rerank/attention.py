@@ -37,7 +37,14 @@ from ..llm.blocks import BlockMemo, BlockPrompt, EncodedBlock, build_block_promp
 from ..llm.capture import capture_block_windows, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model, warn_if_configured_otherwise
+from ..llm.models import (
+    LLM,
+    check_prompt_budget,
+    load_llm,
+    load_tokenizer,
+    unloaded_model,
+    warn_if_configured_otherwise,
+)
 from ..llm.prompts import CALIBRATION_QUERY, RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows
 from ..llm.states import StateCache
@@ -105,6 +112,17 @@ class AttentionReranker:
             check_prompt_budget(cfg.max_prompt_tokens, self._llm or cfg.model)
         if self._llm is None and cfg.uses_llm:
             check_lookups(cfg, warn=False)  # what the registry lacks, named before the weights load
+            # a budget no prompt fits, found with the tokenizer alone (calibration's prompt may only
+            # add to the frame; weights that turn out to read no attention would never build one)
+            if cfg.uses_attention and cfg.max_prompt_tokens is not None:
+                block = cfg.block_positions if cfg.attention == "block" else None
+                check_frame(
+                    load_tokenizer(cfg.model),
+                    cfg.prompt_kw,
+                    cfg.max_prompt_tokens,
+                    calibrate=False,
+                    block_positions=block,
+                )
             self._llm = load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.model_id, self.fingerprint = (
             (self._llm.model_id, self._llm.fingerprint) if self._llm is not None else unloaded_model(cfg.model)
@@ -143,12 +161,7 @@ class AttentionReranker:
         if self.uses_attention:  # checks the heads against the model now, not at the first query
             self.capturer  # noqa: B018
         self.calibrate, self.query_span, self.token_filter = calibrate, cfg.query_span, token_filter
-        self.prompt_kw: dict[str, Any] = dict(
-            instruction=cfg.instruction,
-            order=cfg.order,
-            max_doc_words=cfg.max_doc_words,
-            max_doc_tokens=cfg.max_doc_tokens,
-        )
+        self.prompt_kw: dict[str, Any] = cfg.prompt_kw
         if self.uses_attention:  # (a model whose config could not be read before its load)
             check_prompt_budget(cfg.max_prompt_tokens, self.llm)
             block = cfg.block_positions if cfg.attention == "block" else None

@@ -60,6 +60,7 @@ from ..llm.prompts import DEFAULT_MAX_DOC_WORDS, late_instruction
 from ..llm.rows import QUERY_SPANS
 from ..types import is_count
 from .fused import LIKELIHOOD, SIGNALS_AUTO, SIGNALS_LIKELIHOOD, SIGNALS_ONLY, FusedWeights
+from .position import SlotProfile
 from .reweight import Reweighting
 
 logger = logging.getLogger(__name__)
@@ -212,6 +213,17 @@ class RerankConfig:
         settings = {name: getattr(self, name) for name in PROMPT_FIELDS}
         settings["instruction"] = late_instruction(self.instruction)
         return settings
+
+    @property
+    def prompt_kw(self) -> dict[str, Any]:
+        """The arguments the attention prompts are built with (:func:`~attnrank.llm.prompts.build_rerank_prompts`,
+        :func:`~attnrank.llm.blocks.build_block_prompts`)."""
+        return dict(
+            instruction=self.instruction,
+            order=self.order,
+            max_doc_words=self.max_doc_words,
+            max_doc_tokens=self.max_doc_tokens,
+        )
 
     @property
     def capture(self) -> str:
@@ -377,6 +389,8 @@ def check_attention_inputs(heads: Any, reweight: Any, slot_profile: Any) -> None
         raise InputError(
             f"slot_profile {str(slot_profile)!r} (--slot-profile) is not a file; give 'auto' or a profile JSON file"
         )
+    if isinstance(slot_profile, (str, Path)) and str(slot_profile) != "auto":
+        SlotProfile.load(slot_profile)  # its content too (was found wrong only after the model loaded)
 
 
 def preset_for(name: str | None, overrides: dict[str, Any]) -> str:

@@ -486,6 +486,26 @@ def test_a_prompt_budget_below_the_prompts_own_frame_is_refused_when_built(llm):
             cls(llm, max_prompt_tokens=200, attention=attention, **options)  # room for a short passage
 
 
+def test_a_prompt_budget_below_the_frame_is_refused_before_the_model_loads(tiny_dir, monkeypatch):
+    """Named from the tokenizer alone: the model's weights were loaded first (seconds for a real
+    model), then the budget refused."""
+    import attnrank.prune.pruner
+    import attnrank.rerank.attention
+    from attnrank.rerank.attention import AttentionReranker
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the model was loaded before the budget was checked")
+
+    monkeypatch.setattr(attnrank.prune.pruner, "load_llm", loaded)
+    monkeypatch.setattr(attnrank.rerank.attention, "load_llm", loaded)
+    for cls, options in ((ContextPruner, {}), (AttentionReranker, {"config": "qrhead", "heads": "all"})):
+        for attention in ("full", "block"):
+            with pytest.raises(InputError, match=r"max_prompt_tokens=120 leaves no room for a passage"):
+                cls(str(tiny_dir), max_prompt_tokens=120, attention=attention, **options)
+            with pytest.raises(AssertionError, match="loaded"):  # a budget that fits goes on to the load
+                cls(str(tiny_dir), max_prompt_tokens=200, attention=attention, **options)
+
+
 def test_a_query_too_long_for_the_window_is_named(small_window):
     long_query = "Which capital is meant here? " * 20  # ~580 tokens, the window is 512 - 64 = 448
     with pytest.raises(InputError, match=r"the query \(\d+ tokens\).*max_prompt_tokens=448.*shorten the query"):

@@ -142,13 +142,20 @@ def test_weights_without_attention_name_the_preset_whose_features_they_read():
     assert RerankConfig.preset(signals=equal_weights(LIKELIHOOD_FEATURES)).name == "likelihood"
 
 
-def test_attention_inputs_that_need_no_model_are_checked_when_configured():
+def test_attention_inputs_that_need_no_model_are_checked_when_configured(tmp_path):
     """A bad head list, a missing slot profile file and slot correction without a profile were
-    found by AttentionReranker after it had loaded the model (the CLI checked them, the API not)."""
+    found by AttentionReranker after it had loaded the model (the CLI checked them, the API not),
+    and so was a profile file that holds no profile."""
     from attnrank.rerank.attention import AttentionReranker
     from attnrank.rerank.reweight import Reweighting
 
+    not_a_profile = tmp_path / "notes.json"
+    not_a_profile.write_text('{"weights": [1, 2]}')
     for options, said in (
+        (
+            {"reweight": Reweighting(slot_correction=True), "slot_profile": str(not_a_profile)},
+            "slot profile is not of format version",
+        ),
         ({"heads": "13-x"}, "13-x"),
         ({"heads": "no-such-file.json"}, "head file 'no-such-file.json' does not exist"),
         ({"reweight": Reweighting(slot_correction=True)}, r"needs slot_profile= \(--slot-profile\)"),
