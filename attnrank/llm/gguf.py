@@ -13,7 +13,6 @@ import logging
 import os
 import shutil
 import struct
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import torch
 
 from attnrank import config
 from attnrank.errors import ModelError
-from attnrank.files import fsync_folder, fsync_tree, held_lock
+from attnrank.files import SIBLING, fsync_folder, fsync_tree, held_lock, process_alive, sibling
 
 from .fingerprint import file_sha256
 
@@ -57,7 +56,29 @@ def ensure_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     with held_lock(folder.with_name(f".{folder.name}.lock")):
         if not cache_complete(folder):
+            remove_killed_builds(folder)
             build_gguf_cache(gguf, folder, digest)
+
+
+def remove_killed_builds(folder: Path) -> list[Path]:
+    """Remove the temporary folders that builds of ``folder`` killed midway left beside it
+    (``.NAME.tmp-PID-HEX`` of a process gone here; hundreds of MB each). Called with the build's
+    lock held, so no live build of this machine is writing one; a folder of a process that runs
+    (or one in another container, whose PID may be reused here) is left."""
+    removed = []
+    for p in folder.parent.iterdir():
+        m = SIBLING.match(p.name)
+        if not (m and m["kind"] == "tmp" and m["name"] == folder.name and p.is_dir() and not p.is_symlink()):
+            continue
+        if process_alive(int(m["pid"])):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        if not p.exists():
+            removed.append(p)
+            logger.warning(
+                "removed %s, left by a de-quantizing build that was killed (process %s is gone)", p, m["pid"]
+            )
+    return removed
 
 
 def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
@@ -68,8 +89,8 @@ def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
     logger.info("de-quantizing %s once into %s (later loads read the cache)", gguf.name, folder)
     model, tokenizer = load_gguf_uncached(gguf)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary folder
+    tmp = sibling(folder, "tmp")  # (its PID tells a killed build's leftover: remove_killed_builds)
+    tmp.mkdir()
     try:
         save_file(_dedup_state_dict(model), str(tmp / "model.safetensors"), {"format": "pt"})
         cfg = copy.deepcopy(model.config)

@@ -318,6 +318,28 @@ def test_gguf_cache_failed_write_leaves_nothing(tmp_path, monkeypatch):
     assert [p.name for p in (config.cache_dir() / "models").iterdir() if not p.name.endswith(".lock")] == []
 
 
+def test_gguf_cache_build_removes_what_killed_builds_left(tmp_path, monkeypatch):
+    """A build killed midway (its process gone) left its temporary folder, hundreds of MB, for
+    ever; a live process's folder, and a folder of the same shape for another cache, stay."""
+    import subprocess
+    import sys
+
+    gguf, _ = _fake_gguf(tmp_path, monkeypatch)
+    models = config.cache_dir() / "models"
+    folder = models / f"tiny.Q4_0-{fingerprint.file_sha256(gguf)[:12]}"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    killed = models / f".{folder.name}.tmp-{dead}-0123abcd"
+    live = models / f".{folder.name}.tmp-{os.getpid()}-89abcdef"
+    other = models / f".other-cache.tmp-{dead}-0123abcd"
+    for p in (killed, live, other):
+        p.mkdir(parents=True)
+        (p / "model.safetensors").write_bytes(b"half")
+    load_llm(str(gguf))
+    assert not killed.exists() and live.is_dir() and other.is_dir()
+    assert llm_gguf.cache_complete(folder)
+
+
 # --------------------------------------------------------------------------- the real default
 
 
