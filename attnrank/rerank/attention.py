@@ -23,9 +23,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,42 +31,33 @@ import numpy as np
 from ..errors import InputError
 from ..index.retriever import HybridRetriever
 from ..llm.attention import AttentionCapturer, PrefixCache
-from ..llm.blocks import BlockMemo, BlockPrompt, EncodedBlock, build_block_prompts
-from ..llm.capture import capture_block_windows, capture_window
+from ..llm.blocks import BlockMemo, EncodedBlock
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import (
-    LLM,
-    check_prompt_budget,
-    load_llm,
-    load_tokenizer,
-    unloaded_model,
-    warn_if_configured_otherwise,
-)
-from ..llm.prompts import CALIBRATION_QUERY, RerankPromptPair, build_rerank_prompts
-from ..llm.rows import WindowRows
+from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model, warn_if_configured_otherwise
+from ..llm.prompts import CALIBRATION_QUERY
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore
-from ..llm.statestore_write import write_store
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
 from .aggregation import window_document_scores, without_attention_evidence
+from .capturing import WindowCapture
 from .config import RerankConfig
 from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD, UNTRAINED
 from .fused_resolve import resolve_fused
 from .inputs import check_documents, check_k, check_query, check_texts
 from .likelihood import PromptIds, query_likelihood
 from .position import SlotProfile, load_profile
-from .resolve import check_lookups, learned_weights, resolve_config_heads
+from .resolve import check_before_load, learned_weights, resolve_config_heads
 from .reweight import check_setup, heads_label
 from .signals import VECTOR_CACHE, SignalComputer, signal_embedder_setup
-from .windows import block_windows, check_frame, fit_windows, prompt_extent
+from .windows import check_frame
 
 logger = logging.getLogger(__name__)
 
 _UNSET: Any = object()  # ``heads`` not given: the configuration's heads
 
 
-class AttentionReranker:
+class AttentionReranker(WindowCapture):
     """Rerank passages by the LLM's reading of them: its query likelihood or the attention a
     query pays them in selected heads, alone or fused with the candidates' first-stage signals.
 
@@ -108,21 +97,8 @@ class AttentionReranker:
         if self._llm is not None:
             warn_if_configured_otherwise(self._llm, cfg, "RerankConfig")
         self._llm_lock = threading.Lock()
-        if cfg.uses_attention:  # untrained positions: before the weights load where the config tells
-            check_prompt_budget(cfg.max_prompt_tokens, self._llm or cfg.model)
+        check_before_load(cfg, self._llm)
         if self._llm is None and cfg.uses_llm:
-            check_lookups(cfg, warn=False)  # what the registry lacks, named before the weights load
-            # a budget no prompt fits, found with the tokenizer alone (calibration's prompt may only
-            # add to the frame; weights that turn out to read no attention would never build one)
-            if cfg.uses_attention and cfg.max_prompt_tokens is not None:
-                block = cfg.block_positions if cfg.attention == "block" else None
-                check_frame(
-                    load_tokenizer(cfg.model),
-                    cfg.prompt_kw,
-                    cfg.max_prompt_tokens,
-                    calibrate=False,
-                    block_positions=block,
-                )
             self._llm = load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.model_id, self.fingerprint = (
             (self._llm.model_id, self._llm.fingerprint) if self._llm is not None else unloaded_model(cfg.model)
@@ -143,31 +119,7 @@ class AttentionReranker:
             *signal_embedder_setup(cfg.device, dtype),
             cache_vectors=VECTOR_CACHE if cfg.state_cache_mb else 0,
         )
-        calibrate, token_filter = cfg.calibrate, cfg.token_filter
-        if self.learned is not None:  # the weights fix the heads, calibration and filter
-            self.learned.check_adapter(self._llm.adapter if self._llm is not None else "")
-            self.learned.warn_if_captured_otherwise(cfg.capture)
-            self.learned.warn_if_prompted_otherwise(cfg.prompt_settings())
-            heads = self.learned.heads
-            calibrate, token_filter = self.learned.fixed_options(calibrate, token_filter)
-        elif not self.uses_attention:  # heads are never read: no registered set needed, none warned of
-            heads = None
-        else:
-            heads = resolve_config_heads(cfg.heads, self.llm, None if self.fused is None else self.fused.heads)
-        self.heads = parse_heads(heads)
-        if self.uses_attention and self.fused is not None and self.learned is None:
-            reweighted = cfg.reweight is not None and cfg.reweight.changes_scores
-            self.fused.warn_if_applied_otherwise(self.heads, cfg.capture, reweighted)
-        if self.uses_attention:  # checks the heads against the model now, not at the first query
-            self.capturer  # noqa: B018
-        self.calibrate, self.query_span, self.token_filter = calibrate, cfg.query_span, token_filter
-        self.prompt_kw: dict[str, Any] = cfg.prompt_kw
-        if self.uses_attention:  # (a model whose config could not be read before its load)
-            check_prompt_budget(cfg.max_prompt_tokens, self.llm)
-            block = cfg.block_positions if cfg.attention == "block" else None
-            check_frame(
-                self.llm.tokenizer, self.prompt_kw, self.max_prompt_tokens, calibrate=calibrate, block_positions=block
-            )
+        self._set_heads(cfg)
         self.states = StateCache(cfg.state_cache_mb << 20)  # reusable passage states (block attention, likelihood)
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None  # block_prefix_ids depend on the tokenizer only
@@ -196,6 +148,40 @@ class AttentionReranker:
         adapter = self._llm.adapter if self._llm is not None else ""
         label = heads_label(self.heads) if self.uses_attention else None
         check_setup(self.slot_profile, self.model_id, self.fingerprint, adapter, self.calibrate, label)
+
+    def _set_heads(self, cfg: RerankConfig) -> None:
+        """The heads read and how (calibration, token filter, query span, prompt arguments): the
+        learned weights' where they fix them, else the config's; checked against the model now,
+        not at the first query."""
+        calibrate, token_filter = cfg.calibrate, cfg.token_filter
+        heads: HeadsArg
+        if self.learned is not None:  # the weights fix the heads, calibration and filter
+            self.learned.check_adapter(self._llm.adapter if self._llm is not None else "")
+            self.learned.warn_if_captured_otherwise(cfg.capture)
+            self.learned.warn_if_prompted_otherwise(cfg.prompt_settings())
+            heads = self.learned.heads
+            calibrate, token_filter = self.learned.fixed_options(calibrate, token_filter)
+        elif not self.uses_attention:  # heads are never read: no registered set needed, none warned of
+            heads = None
+        else:
+            heads = resolve_config_heads(cfg.heads, self.llm, None if self.fused is None else self.fused.heads)
+        self.heads = parse_heads(heads)
+        if self.uses_attention and self.fused is not None and self.learned is None:
+            reweighted = cfg.reweight is not None and cfg.reweight.changes_scores
+            self.fused.warn_if_applied_otherwise(self.heads, cfg.capture, reweighted)
+        if self.uses_attention:  # checks the heads against the model now, not at the first query
+            self.capturer  # noqa: B018
+        self.calibrate, self.query_span, self.token_filter = calibrate, cfg.query_span, token_filter
+        self.prompt_kw: dict[str, Any] = cfg.prompt_kw
+        if self.uses_attention:  # (a model whose config could not be read before its load)
+            check_prompt_budget(cfg.max_prompt_tokens, self.llm)
+            check_frame(
+                self.llm.tokenizer,
+                self.prompt_kw,
+                self.max_prompt_tokens,
+                calibrate=calibrate,
+                block_positions=cfg.block_positions_read,
+            )
 
     @property
     def llm(self) -> LLM:
@@ -435,68 +421,3 @@ class AttentionReranker:
             )
             self._profiles[n_slots] = profile
         return self._profiles[n_slots]
-
-    def windows(self, query: str, docs: list[Document]) -> list[WindowRows]:
-        """Score ``docs`` window by window; returns the per-head rows (features for learned scorers)."""
-        self._check_query(query)
-        tok, kw = self.llm.tokenizer, self.prompt_kw
-        if self.config.attention == "block":  # tokenized once; windows select their blocks
-            whole = build_block_prompts(tok, query, docs, memo=self._blocks_memo, **kw)
-            cfg = self.config
-            cut = block_windows(whole, cfg.order, cfg.block_positions, self.max_prompt_tokens)
-            rows = self._block_windows([prompt for prompt, _ in cut])
-            return [replace(w, doc_index=g) for w, (_, g) in zip(rows, cut)]
-        return fit_windows(
-            len(docs),
-            lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
-            lambda p: prompt_extent(p, self.calibrate),
-            self._window,
-            self.max_prompt_tokens,
-            [d.id for d in docs],
-        )
-
-    def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:
-        return capture_window(
-            self.capturer, pair, calibrate=self.calibrate, query_span=self.query_span, doc_index=doc_index
-        )
-
-    def write_passage_states(
-        self,
-        folder: Path,
-        docs: Sequence[Document],
-        *,
-        storage: str = "float16",
-        progress: Callable[[int], object] | None = None,
-    ) -> dict[str, Any]:
-        """Store every passage's block states in ``folder`` for this reranker's model, heads and
-        truncation: what ``passage_states=`` then serves (:mod:`attnrank.llm.statestore`)."""
-        return write_store(
-            folder,
-            self.capturer,
-            self.llm.tokenizer,
-            docs,
-            model_id=self.llm.model_id,
-            fingerprint=self.llm.weights_key,
-            storage=storage,
-            max_doc_words=self.config.max_doc_words,
-            max_doc_tokens=self.config.max_doc_tokens,
-            progress=progress,
-        )
-
-    def _block_windows(self, prompts: list[BlockPrompt]) -> list[WindowRows]:
-        """Block-attention windows: each block attends to the prefix and itself; their states
-        come from :attr:`states` (or the store) when seen before."""
-        if self._block_prefix is None:  # the same for every query: prefilled once
-            self._block_prefix = self.capturer.prefill(prompts[0].prefix_ids)
-        return capture_block_windows(
-            self.capturer,
-            prompts,
-            self._block_prefix,
-            fingerprint=self.llm.weights_key,
-            positions=self.config.block_positions,
-            calibrate=self.calibrate,
-            query_span=self.query_span,
-            states=self.states,
-            store=None if self.config.block_positions == "sequential" else self.store,
-            buffer=self._context_buffer,
-        )

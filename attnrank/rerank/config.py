@@ -226,6 +226,11 @@ class RerankConfig:
         )
 
     @property
+    def block_positions_read(self) -> str | None:
+        """The block position scheme with block attention; None with the full prompt."""
+        return self.block_positions if self.attention == "block" else None
+
+    @property
     def capture(self) -> str:
         """How attention is captured, as one name (:func:`~attnrank.llm.blocks.capture_name`)."""
         return capture_name(self.attention, self.block_positions)

@@ -9,13 +9,14 @@ from typing import Any
 
 from ..errors import InputError, ModelError
 from ..llm.headspec import HeadsArg
-from ..llm.models import LLM, unloaded_model
+from ..llm.models import LLM, check_prompt_budget, load_tokenizer, unloaded_model
 from ..llm.statestore import store_folder
 from ..registry import resolve_heads
 from .config import AUTO_OR_ALL, RerankConfig
 from .fused_resolve import resolve_fused
 from .learned import LearnedHeadWeights
 from .position import load_stored_profile
+from .windows import check_frame
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,27 @@ def check_lookups(cfg: RerankConfig, *, warn: bool = True) -> None:
         resolve_config_heads(cfg.heads, ModelRef(model_id, fingerprint), None if fused is None else fused.heads)
     if isinstance(cfg.slot_profile, str) and cfg.slot_profile == "auto":  # some profile of this calibration
         load_stored_profile(model_id, fingerprint, calibrated=cfg.calibrate)
+
+
+def check_before_load(cfg: RerankConfig, llm: LLM | None) -> None:
+    """What ``cfg`` alone tells before a model's weights load (``llm``: a model given loaded): a
+    prompt budget past the model's context (untrained positions), what the registry lacks, and a
+    budget that not even a one-word passage's prompt fits, read with the tokenizer alone
+    (calibration's prompt may only add to that frame; weights that turn out to read no attention
+    would never build one)."""
+    if cfg.uses_attention:
+        check_prompt_budget(cfg.max_prompt_tokens, llm or cfg.model)
+    if llm is not None or not cfg.uses_llm:
+        return
+    check_lookups(cfg, warn=False)
+    if cfg.uses_attention and cfg.max_prompt_tokens is not None:
+        check_frame(
+            load_tokenizer(cfg.model),
+            cfg.prompt_kw,
+            cfg.max_prompt_tokens,
+            calibrate=False,
+            block_positions=cfg.block_positions_read,
+        )
 
 
 def learned_weights(scorer: Any, model_id: str, fingerprint: str) -> LearnedHeadWeights | None:

@@ -1,0 +1,120 @@
+"""How an :class:`~attnrank.rerank.attention.AttentionReranker` reads attention: the candidates'
+prompts cut into windows that fit the model (:mod:`attnrank.rerank.windows`), each captured with
+the full prompt or block attention (:mod:`attnrank.llm.capture`), and passage states kept in
+memory, read from a store or written to one (:mod:`attnrank.llm.statestore`). A mixin of the
+reranker, which sets the attributes declared here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..llm.attention import AttentionCapturer, PrefixCache
+from ..llm.blocks import BlockMemo, BlockPrompt, EncodedBlock, build_block_prompts
+from ..llm.capture import capture_block_windows, capture_window
+from ..llm.context import ContextBuffer
+from ..llm.models import LLM
+from ..llm.prompts import RerankPromptPair, build_rerank_prompts
+from ..llm.rows import WindowRows
+from ..llm.states import StateCache
+from ..llm.statestore import PassageStateStore
+from ..llm.statestore_write import write_store
+from ..types import Document
+from .config import RerankConfig
+from .windows import block_windows, fit_windows, prompt_extent
+
+
+class WindowCapture:
+    """Attention rows of a query's candidates, window by window."""
+
+    config: RerankConfig
+    prompt_kw: dict[str, Any]
+    calibrate: bool
+    query_span: str
+    states: StateCache
+    store: PassageStateStore | None
+    _context_buffer: ContextBuffer
+    _block_prefix: PrefixCache | None
+    _blocks_memo: BlockMemo[EncodedBlock]
+
+    @property
+    def llm(self) -> LLM:
+        raise NotImplementedError
+
+    @property
+    def capturer(self) -> AttentionCapturer:
+        raise NotImplementedError
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        raise NotImplementedError
+
+    def _check_query(self, query: Any) -> None:
+        raise NotImplementedError
+
+    def windows(self, query: str, docs: list[Document]) -> list[WindowRows]:
+        """Score ``docs`` window by window; returns the per-head rows (features for learned scorers)."""
+        self._check_query(query)
+        tok, kw = self.llm.tokenizer, self.prompt_kw
+        if self.config.attention == "block":  # tokenized once; windows select their blocks
+            whole = build_block_prompts(tok, query, docs, memo=self._blocks_memo, **kw)
+            cfg = self.config
+            cut = block_windows(whole, cfg.order, cfg.block_positions, self.max_prompt_tokens)
+            rows = self._block_windows([prompt for prompt, _ in cut])
+            return [replace(w, doc_index=g) for w, (_, g) in zip(rows, cut)]
+        return fit_windows(
+            len(docs),
+            lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
+            lambda p: prompt_extent(p, self.calibrate),
+            self._window,
+            self.max_prompt_tokens,
+            [d.id for d in docs],
+        )
+
+    def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:
+        return capture_window(
+            self.capturer, pair, calibrate=self.calibrate, query_span=self.query_span, doc_index=doc_index
+        )
+
+    def write_passage_states(
+        self,
+        folder: Path,
+        docs: Sequence[Document],
+        *,
+        storage: str = "float16",
+        progress: Callable[[int], object] | None = None,
+    ) -> dict[str, Any]:
+        """Store every passage's block states in ``folder`` for this reranker's model, heads and
+        truncation: what ``passage_states=`` then serves (:mod:`attnrank.llm.statestore`)."""
+        return write_store(
+            folder,
+            self.capturer,
+            self.llm.tokenizer,
+            docs,
+            model_id=self.llm.model_id,
+            fingerprint=self.llm.weights_key,
+            storage=storage,
+            max_doc_words=self.config.max_doc_words,
+            max_doc_tokens=self.config.max_doc_tokens,
+            progress=progress,
+        )
+
+    def _block_windows(self, prompts: list[BlockPrompt]) -> list[WindowRows]:
+        """Block-attention windows: each block attends to the prefix and itself; their states
+        come from :attr:`states` (or the store) when seen before."""
+        if self._block_prefix is None:  # the same for every query: prefilled once
+            self._block_prefix = self.capturer.prefill(prompts[0].prefix_ids)
+        return capture_block_windows(
+            self.capturer,
+            prompts,
+            self._block_prefix,
+            fingerprint=self.llm.weights_key,
+            positions=self.config.block_positions,
+            calibrate=self.calibrate,
+            query_span=self.query_span,
+            states=self.states,
+            store=None if self.config.block_positions == "sequential" else self.store,
+            buffer=self._context_buffer,
+        )
