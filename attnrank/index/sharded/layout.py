@@ -26,8 +26,8 @@ from typing import Any
 
 from ...errors import IndexFormatError
 from ...files import file_sha256
-from ..retriever import INDEX_FILES as SHARD_FILES
-from ..retriever import manifest_settings
+from ..settings import INDEX_FILES as SHARD_FILES
+from ..settings import manifest_settings
 from ..store import MANIFEST, check_files, file_entries, read_manifest
 
 SHARDED_FORMAT = "attnrank-sharded-index"
