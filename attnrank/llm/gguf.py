@@ -11,6 +11,7 @@ import copy
 import json
 import logging
 import os
+import re
 import shutil
 import struct
 import time
@@ -28,6 +29,10 @@ from .fingerprint import file_sha256
 logger = logging.getLogger(__name__)
 
 
+# what the GGUF reader raises for a truncated or foreign file (not memory or other faults)
+GGUF_READ_ERRORS = (ValueError, KeyError, IndexError, TypeError, EOFError, OSError, struct.error)
+
+
 def load_gguf_uncached(gguf: Path) -> tuple[Any, Any]:
     """(model, tokenizer) de-quantized straight from a GGUF by transformers (slow, float32)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -38,8 +43,7 @@ def load_gguf_uncached(gguf: Path) -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, attn_implementation="sdpa", dtype=torch.float32
         )
-    except (ValueError, KeyError, IndexError, TypeError, EOFError, OSError, struct.error) as e:
-        # what the GGUF reader raises for a truncated or foreign file (not memory or other faults)
+    except GGUF_READ_ERRORS as e:
         raise ModelError(
             f"cannot read {gguf} as a GGUF model ({type(e).__name__}: {e}); check that the file is "
             "complete (download it again) and holds an architecture transformers can de-quantize"
@@ -62,23 +66,27 @@ def ensure_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
 
 def remove_killed_builds(folder: Path) -> list[Path]:
     """Remove the temporary folders that builds of ``folder`` killed midway left beside it
-    (``.NAME.tmp-PID-HEX`` of a process gone here; hundreds of MB each). Called with the build's
-    lock held, so no live build of this machine is writing one; a folder of a process that runs
-    (or one in another container, whose PID may be reused here) is left."""
+    (``.NAME.tmp-PID-HEX``, and ``.NAME.tmp-XXXXXXXX`` of attnrank before 2026-12-06; hundreds of
+    MB each). Called with the build's lock held and before this build makes its own, so every one
+    is a leftover where the lock works; where it does not (some network file systems), a folder
+    named by another process that runs here is left."""
     removed = []
     for p in folder.parent.iterdir():
         m = SIBLING.match(p.name)
-        if not (m and m["kind"] == "tmp" and m["name"] == folder.name and p.is_dir() and not p.is_symlink()):
+        old = m is None and _MKDTEMP.match(p.name) is not None and p.name.startswith(f".{folder.name}.tmp-")
+        if not (old or (m and m["kind"] == "tmp" and m["name"] == folder.name)) or not p.is_dir() or p.is_symlink():
             continue
-        if process_alive(int(m["pid"])):
+        if m is not None and int(m["pid"]) != os.getpid() and process_alive(int(m["pid"])):
             continue
         shutil.rmtree(p, ignore_errors=True)
         if not p.exists():
             removed.append(p)
-            logger.warning(
-                "removed %s, left by a de-quantizing build that was killed (process %s is gone)", p, m["pid"]
-            )
+            logger.warning("removed %s, left by a de-quantizing build that was killed", p)
     return removed
+
+
+# the temporary folders of builds before 2026-12-06 (tempfile.mkdtemp: 8 characters after "tmp-")
+_MKDTEMP = re.compile(r"^\..+\.tmp-[a-z0-9_]{8}$")
 
 
 def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:

@@ -30,7 +30,7 @@ from attnrank.errors import InputError, ModelError
 from .attention import rotary_switch
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
-from .gguf import cache_complete, ensure_gguf_cache, gguf_cache_dir
+from .gguf import GGUF_READ_ERRORS, cache_complete, ensure_gguf_cache, gguf_cache_dir
 from .modelconfig import (
     check_attention_modules,
     check_causal_lm_config,
@@ -343,9 +343,11 @@ def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
     """Load a tokenizer, insist on a fast one (offsets), and give it a pad token."""
     from transformers import AutoTokenizer
 
+    # (a GGUF's tokenizer is read from the file: what its reader raises for a truncated one too)
+    errors = GGUF_READ_ERRORS if "gguf_file" in kwargs else (OSError, ValueError)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-    except (OSError, ValueError) as e:
+    except errors as e:
         raise ModelError(f"cannot load the tokenizer of {model_id!r}: {e}") from e
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(

@@ -42,9 +42,10 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "attnrank-passage-states"
 # How the stored states were encoded. 2 (2026-12-06): every store since block states were fixed for
-# dynamic int8 linears and length-following rotary frequencies (each block encoded alone), sliding
-# windows (checked before any block) and layers without rotary (EXAONE 4). A store without the
-# field predates it: its states are right only for a model none of those fixes touched.
+# dynamic int8 linears and length-following rotary frequencies (each block encoded alone) and
+# sliding windows (checked before any block). A store without the field predates it: its states
+# are right only for a model none of those fixes touched (fixes to how kept keys are rotated when
+# blocks are assembled, as for EXAONE 4's layers without rotary, change no stored state).
 ENCODER = 2
 
 
@@ -251,7 +252,6 @@ class PassageStateStore:
             or header.get("storage") not in STATE_STORAGES
         ):
             raise InputError(f"{folder}/states.json is not an attnrank passage-state store (version 1)")
-        check_encoder(folder, header, capturer)
         want = store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens)
         if "config_sha256" not in header:  # written before the config was recorded
             del want["config_sha256"]
@@ -262,6 +262,7 @@ class PassageStateStore:
                 "with `attnrank index --passage-states` and the same --model/--preset/--max-doc-words, or drop "
                 "--passage-states"
             )
+        check_encoder(folder, header, capturer)  # (after the settings: a store for another setup is named as such)
         cfg = capturer.decoder.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         store = cls(folder, header, int(head_dim))
@@ -306,19 +307,20 @@ def check_encoder(folder: Path, header: dict[str, Any], capturer: AttentionCaptu
     """Refuse a store whose states an earlier or later attnrank encoded otherwise than this one
     would for ``capturer``'s model: a store without :data:`ENCODER` serves only a model that none of
     the encoder's fixes touched (no dynamic int8 linears, no length-following rotary frequencies, no
-    sliding window, mixed layer types or layers without rotary)."""
+    sliding-window layers)."""
     encoder = header.get("encoder", 1)
     if not isinstance(encoder, int) or encoder > ENCODER:
         raise StoreSetupError(
             f"the passage states at {folder} were written by a newer attnrank (encoder {encoder!r}, this one "
             f"reads up to {ENCODER}); upgrade attnrank, or rebuild them with `attnrank index --passage-states`"
         )
-    touched = rows_share_the_pass(capturer.model, capturer.decoder) or bool(_later_fields(capturer.decoder.config))
+    sliding = {"layer_types", "sliding_window"} & set(_later_fields(capturer.decoder.config))
+    touched = rows_share_the_pass(capturer.model, capturer.decoder) or bool(sliding)
     if encoder < ENCODER and touched:
         raise StoreSetupError(
             f"the passage states at {folder} were written by an earlier attnrank (encoder {encoder}, now {ENCODER}) "
-            "that encoded this model's blocks otherwise (int8 linears, length-following rotary, sliding window or "
-            "layers without rotary); rebuild them with `attnrank index --passage-states`, or drop --passage-states"
+            "that encoded this model's blocks otherwise (int8 linears, length-following rotary or sliding-window "
+            "layers); rebuild them with `attnrank index --passage-states`, or drop --passage-states"
         )
 
 

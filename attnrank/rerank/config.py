@@ -395,7 +395,13 @@ def check_attention_inputs(heads: Any, reweight: Any, slot_profile: Any) -> None
             f"slot_profile {str(slot_profile)!r} (--slot-profile) is not a file; give 'auto' or a profile JSON file"
         )
     if isinstance(slot_profile, (str, Path)) and str(slot_profile) != "auto":
-        SlotProfile.load(slot_profile)  # its content too (was found wrong only after the model loaded)
+        try:  # its content too (was found wrong only after the model loaded)
+            SlotProfile.load(slot_profile)
+        except (InputError, OSError, UnicodeDecodeError) as e:
+            raise InputError(
+                f"slot_profile {str(slot_profile)!r} (--slot-profile) holds no slot profile ({e}); give 'auto' or a "
+                "profile saved with SlotProfile.save"
+            ) from None
 
 
 def preset_for(name: str | None, overrides: dict[str, Any]) -> str:

@@ -319,8 +319,9 @@ def test_gguf_cache_failed_write_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_gguf_cache_build_removes_what_killed_builds_left(tmp_path, monkeypatch):
-    """A build killed midway (its process gone) left its temporary folder, hundreds of MB, for
-    ever; a live process's folder, and a folder of the same shape for another cache, stay."""
+    """A build killed midway left its temporary folder, hundreds of MB, for ever (named by its
+    process now; an older build's by tempfile, and a restarted container's build may carry this
+    process's PID). A folder of another process that runs here, and another cache's, stay."""
     import subprocess
     import sys
 
@@ -328,16 +329,36 @@ def test_gguf_cache_build_removes_what_killed_builds_left(tmp_path, monkeypatch)
     models = config.cache_dir() / "models"
     folder = models / f"tiny.Q4_0-{fingerprint.file_sha256(gguf)[:12]}"
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead = int(gone.stdout)
-    killed = models / f".{folder.name}.tmp-{dead}-0123abcd"
-    live = models / f".{folder.name}.tmp-{os.getpid()}-89abcdef"
-    other = models / f".other-cache.tmp-{dead}-0123abcd"
-    for p in (killed, live, other):
-        p.mkdir(parents=True)
-        (p / "model.safetensors").write_bytes(b"half")
-    load_llm(str(gguf))
-    assert not killed.exists() and live.is_dir() and other.is_dir()
-    assert llm_gguf.cache_complete(folder)
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        killed = models / f".{folder.name}.tmp-{int(gone.stdout)}-0123abcd"
+        same_pid = models / f".{folder.name}.tmp-{os.getpid()}-4567abcd"
+        older = models / f".{folder.name}.tmp-k3_9zq1x"
+        live = models / f".{folder.name}.tmp-{running.pid}-89abcdef"
+        other = models / f".other-cache.tmp-{int(gone.stdout)}-0123abcd"
+        for p in (killed, same_pid, older, live, other):
+            p.mkdir(parents=True)
+            (p / "model.safetensors").write_bytes(b"half")
+        load_llm(str(gguf))
+        assert not killed.exists() and not same_pid.exists() and not older.exists()
+        assert live.is_dir() and other.is_dir()
+        assert llm_gguf.cache_complete(folder)
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_a_truncated_gguf_is_named_when_its_tokenizer_is_read_alone(tmp_path):
+    """The check of a prompt budget reads the tokenizer before the model: a GGUF cut short raised
+    struct.error there, where loading the model names the file and the fix."""
+    import struct
+
+    from attnrank.llm.models import load_tokenizer
+
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(struct.pack("<4sIQQ", b"GGUF", 3, 0, 1) + struct.pack("<Q", 5) + b"ab")
+    with pytest.raises(ModelError, match="cannot load the tokenizer"):
+        load_tokenizer(str(cut))
 
 
 # --------------------------------------------------------------------------- the real default

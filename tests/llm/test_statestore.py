@@ -334,3 +334,31 @@ def test_a_store_from_an_earlier_encoder_serves_only_models_it_encoded_alike(tmp
     _written_by(folder, None)
     with pytest.raises(InputError, match="earlier attnrank .* rebuild"):
         open_store(folder, longrope, rope_capturer)
+
+
+def test_an_earlier_encoders_store_is_refused_for_int8_and_sliding_window_models(tmp_path, llm):
+    from attnrank.llm.quantize import int8_available, quantize_int8
+
+    sliding = copy.deepcopy(llm.model)
+    sliding.config.sliding_window, sliding.config.use_sliding_window = 4096, True
+    models = {"sliding": sliding}
+    if int8_available():
+        models["int8"] = copy.deepcopy(llm.model)
+        quantize_int8(models["int8"])
+    for name, model in models.items():
+        capturer = AttentionCapturer(model, HEADS)
+        folder = build(tmp_path / name, llm, capturer, "float16")
+        assert open_store(folder, llm, capturer).served == 0
+        _written_by(folder, None)
+        with pytest.raises(InputError, match="earlier attnrank"):
+            open_store(folder, llm, capturer)
+    # a field the store's digest covers but no encoder fix touched (here unread by Llama) opens as before
+    scaled = copy.deepcopy(llm.model)
+    scaled.config.query_pre_attn_scalar = 64
+    capturer = AttentionCapturer(scaled, HEADS)
+    folder = build(tmp_path / "scaled", llm, capturer, "float16")
+    _written_by(folder, None)
+    assert open_store(folder, llm, capturer).served == 0
+    # a store for another setup is named as such, not as an earlier encoder's
+    with pytest.raises(InputError, match="max_doc_words"):
+        open_store(tmp_path / "sliding" / "float16", llm, AttentionCapturer(sliding, HEADS), max_doc_words=3)

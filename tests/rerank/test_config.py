@@ -151,10 +151,16 @@ def test_attention_inputs_that_need_no_model_are_checked_when_configured(tmp_pat
 
     not_a_profile = tmp_path / "notes.json"
     not_a_profile.write_text('{"weights": [1, 2]}')
+    png = tmp_path / "plot.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
     for options, said in (
         (
             {"reweight": Reweighting(slot_correction=True), "slot_profile": str(not_a_profile)},
-            "slot profile is not of format version",
+            r"notes.json' \(--slot-profile\) holds no slot profile \(slot profile is not of format version",
+        ),
+        (
+            {"reweight": Reweighting(slot_correction=True), "slot_profile": str(png)},
+            r"plot.png' \(--slot-profile\) holds no slot profile",
         ),
         ({"heads": "13-x"}, "13-x"),
         ({"heads": "no-such-file.json"}, "head file 'no-such-file.json' does not exist"),
