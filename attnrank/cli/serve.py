@@ -20,7 +20,9 @@ def serve(
         None, "--index", "-n", help="Index name under ./indexes (enables /v1/search, /v1/prune over it, /v1/ask)."
     ),
     index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
+    host: str = typer.Option(
+        "127.0.0.1", help="Address to bind (loopback by default; 0.0.0.0 or :: exposes the server to the network)."
+    ),
     port: int = typer.Option(8000, help="TCP port."),
     max_queued: int = typer.Option(16, "--max-queued", help="Requests waiting for the model before 503."),
     max_documents: int = typer.Option(256, "--max-documents", help="Documents per request (413 above)."),
@@ -33,6 +35,10 @@ def serve(
     """Serve reranking (Cohere v2 and TEI shapes), search, pruning and streamed answers over HTTP."""
     from ..errors import require
 
+    if not host.strip():  # (bind(("", port)) listens on every interface)
+        raise typer.BadParameter(
+            f"--host {host!r} is empty; give an address (127.0.0.1, the default, or 0.0.0.0 to listen on every interface)"
+        )
     for opt, value, low in (
         ("--port", port, 0),
         ("--max-queued", max_queued, 1),
@@ -48,9 +54,8 @@ def serve(
     from ..serve.engine import build_engine
     from ..serve.schemas import Limits
 
-    _setup(quiet=False, verbose=True)  # the server logs one line per request at INFO
-    if not verbose:
-        logging.getLogger("attnrank").setLevel(logging.INFO)
+    _setup(quiet=False, verbose=verbose)
+    logging.getLogger("attnrank.serve.access").setLevel(logging.INFO)  # one line per request, --verbose or not
     index = _index_path(name, index_dir) if name is not None or index_dir is not None else None
     if index is not None and not index.is_dir():
         raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")

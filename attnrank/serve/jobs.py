@@ -69,6 +69,11 @@ class Job:
         return (self.started or time.perf_counter()) - self.enqueued
 
 
+def _gone(job: Job) -> Any:
+    """The work of a job cancelled before it started (its own is dropped with the request's data)."""
+    raise Cancelled()
+
+
 def _resolve(job: Job, result: Any = None, error: BaseException | None = None) -> None:
     fut = job.future
     if fut.done():
@@ -179,6 +184,9 @@ class JobQueue:
             job.cancel()
             self.counts["disconnected"] += 1
             self._leave(job)
+            # a cancelled job stays in the queue until the worker reaches it: without its work (whose
+            # closure holds the request's documents) it holds bytes, not megabytes, however many pile up
+            job.fn = _gone
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker after the running job (queued jobs are cancelled); waits ``timeout``

@@ -26,7 +26,7 @@ from ..llm.states import StateCache
 from ..pipeline import Pipeline
 from ..prune.context import PrunedContext, check_budget
 from ..rerank.inputs import check_unique_ids
-from ..types import Document, RankedResults
+from ..types import Document, RankedResults, check_unicode
 from .jobs import Job
 from .schemas import (
     AskRequest,
@@ -132,21 +132,22 @@ async def search(body: SearchRequest, request: Request) -> dict[str, Any]:
             f"depth={body.depth} sizes the first-stage candidates reranked, but rerank is false "
             f"(the index's top_k={body.top_k} hits come back as they are); drop depth or set rerank true"
         )
-    if body.top_k > body.depth and body.rerank:
-        raise InputError(f"top_k={body.top_k} exceeds depth={body.depth}; lower top_k or raise depth")
-    server.check_count("top_k", body.top_k)
+    top_k, depth = _counts(body, server)
+    if top_k > depth and body.rerank:
+        raise InputError(f"top_k={top_k} exceeds depth={depth}; lower top_k or raise depth")
+    server.check_count("top_k", top_k)
     if body.rerank:
-        server.check_count("depth", body.depth)
+        server.check_count("depth", depth)
 
     def work(job: Job) -> RankedResults:
-        first = index.search(body.query, max(body.top_k, body.depth) if body.rerank else body.top_k)
+        first = index.search(body.query, max(top_k, depth) if body.rerank else top_k)
         if not body.rerank:
             return first
         server.check_tokens(body.query, [d.document.full_text for d in first], "ask for fewer (lower depth)")
         job.check()
-        return server.engine.reranker.rank(body.query, first, k=body.top_k)
+        return server.engine.reranker.rank(body.query, first, k=top_k)
 
-    res = await server.run(request, work, body.depth if body.rerank else body.top_k)
+    res = await server.run(request, work, depth if body.rerank else top_k)
     fields = ("id", "title", "text", "score", "rank", "stage_scores", "metadata")  # the corpus's metadata too
     return {"query": body.query, "results": [{f: getattr(r, f) for f in fields} for r in res]}
 
@@ -173,17 +174,18 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
             "drop top_k (or drop documents to prune the index's top_k hits)"
         )
     index = server.need("index") if texts is None else None
+    top_k = _counts(body, server)[0]
     server.jobs.check_room()  # a full queue answers 503 before the documents are tokenized
     await asyncio.to_thread(server.check, body.query, texts or [])  # tokenizing them: off the event loop
     if texts is None:
-        server.check_count("top_k", body.top_k)
+        server.check_count("top_k", top_k)
     budget = (
         body.budget_tokens if body.budget_tokens is not None or body.keep_ratio is not None else DEFAULT_BUDGET_TOKENS
     )
 
     def work(job: Job) -> PrunedContext:
         if index is not None:
-            docs = index.search(body.query, body.top_k).documents()
+            docs = index.search(body.query, top_k).documents()
             server.check_tokens(body.query, [d.full_text for d in docs], "ask for fewer (lower top_k)")
         else:
             docs = given or []
@@ -197,13 +199,28 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
             sentences=sentences,
         )
 
-    return _pruned(body.query, await server.run(request, work, len(texts) if texts is not None else body.top_k))
+    return _pruned(body.query, await server.run(request, work, len(texts) if texts is not None else top_k))
+
+
+def _counts(body: SearchRequest | PruneRequest | AskRequest, server: Server) -> tuple[int, int]:
+    """``(top_k, depth)`` of ``body`` (``depth`` 0 where it has none), each as sent, or where the
+    client sent none its default within the server's ``max_documents`` (depth at least top_k): a
+    default is no request, and was refused (a server run with --max-documents 10 answered a bare
+    query with 413 "depth=20 > max_documents=10", and top_k=25 with "exceeds depth=20")."""
+    lim, sent = server.limits.max_documents, body.model_fields_set
+    top_k = body.top_k if "top_k" in sent else min(body.top_k, lim)
+    depth = getattr(body, "depth", 0)
+    if depth and "depth" not in sent:
+        depth = max(top_k, min(depth, lim))
+    return top_k, depth
 
 
 def _check_prune_ids(sent: list[Any], given: list[Document]) -> None:
     """Refuse two documents under one id: two the client gave, or a document without one (named
     by its position) whose position is another's id."""
     named = [not isinstance(s, str) and s.id is not None for s in sent]
+    # (a lone surrogate passed, the pruner ran, and writing the answer failed: a 500)
+    check_unicode([d.id for d in given], "document id")
     check_unique_ids([d for d, n in zip(given, named) if n])
     claimed = {d.id: i for i, (d, n) in enumerate(zip(given, named)) if n}
     for i, (d, n) in enumerate(zip(given, named)):
@@ -273,8 +290,9 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
     server = _server(request)
     index, generator = server.need("index"), server.need("generator")
     server.check(body.query, [])
-    server.check_count("depth", body.depth)
-    server.check_count("top_k", body.top_k)
+    top_k, depth = _counts(body, server)
+    server.check_count("depth", depth)
+    server.check_count("top_k", top_k)
     budget = body.budget_tokens
     if server.engine.pruner is None and (budget is not None or body.keep_ratio is not None):
         raise InputError("budget_tokens/keep_ratio size the pruned context, but this server runs without a pruner")
@@ -287,15 +305,15 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
         server.engine.reranker,
         server.engine.pruner,
         generator.with_max_new_tokens(body.max_new_tokens),
-        depth=body.depth,
-        top_k=body.top_k,
+        depth=depth,
+        top_k=top_k,
         budget_tokens=budget,
     )
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue[str] = asyncio.Queue()
     ready: asyncio.Future[None] = loop.create_future()  # set at the answer's first token
     info = request_info(request)
-    info["candidates"] = body.depth
+    info["candidates"] = depth
 
     def work(job: Job):
         def on_piece(text: str) -> None:
@@ -303,9 +321,9 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
             loop.call_soon_threadsafe(_settle, ready)  # (the first token starts the stream)
             loop.call_soon_threadsafe(pieces.put_nowait, text)
 
-        first, searched = _timed(index.search, body.query, body.depth)
+        first, searched = _timed(index.search, body.query, depth)
         # the model stages read these passages (whole, or as the reranker truncates them)
-        read = first.top_k(body.depth if pipe.reranker is not None else body.top_k)
+        read = first.top_k(depth if pipe.reranker is not None else top_k)
         server.check_tokens(body.query, [d.document.full_text for d in read], "ask for fewer (lower depth or top_k)")
 
         def stop(stage: str) -> None:  # a client gone stops the next stage

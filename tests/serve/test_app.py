@@ -368,6 +368,21 @@ def test_index_routes_keep_to_the_limits(url):
     assert r.status_code == 413 and "max_total_tokens=1500; ask for fewer" in r.json()["message"]
     r = post("/v1/search", {"query": QUERY, "top_k": 6, "rerank": False})  # no model reads them
     assert r.status_code == 200 and len(r.json()["results"]) == 6
+    # defaults the client never sent keep within the limits: top_k 10 and depth 20 were refused
+    # ("top_k=10 > max_documents=6"), naming fields the request did not hold
+    r = post("/v1/search", {"query": QUERY, "rerank": False})
+    assert r.status_code == 200 and len(r.json()["results"]) == 6
+    r = post("/v1/search", {"query": QUERY, "top_k": 2})  # depth 6 here: six abstracts, over the tokens
+    assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
+    r = post("/v1/ask", {"query": QUERY, "top_k": 2})
+    assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
+
+
+def test_a_document_id_that_is_not_unicode_is_refused_before_the_model_runs(url):
+    """A lone surrogate in an id passed, the pruner ran, and writing the answer failed: a 500."""
+    body = {"query": QUERY, "documents": [{"text": DOCS[0], "id": "\ud800"}], "budget_tokens": 5}
+    r = httpx.post(f"{url}/v1/prune", content=json.dumps(body), headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["message"].startswith("document id #0 ")
 
 
 def test_prune_refuses_top_k_with_documents(url):

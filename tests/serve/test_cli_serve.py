@@ -24,3 +24,32 @@ def test_serve_refuses_an_empty_index_name_before_loading_anything(monkeypatch):
     assert r.exit_code == 2, cli_text(r)
     assert "give --index NAME (stored under ./indexes) or --index-dir DIR" in cli_text(r)
     assert "attnrank serving" not in r.output and loaded == []
+
+
+def test_serve_refuses_an_empty_host_and_logs_at_info_only_its_request_lines(monkeypatch):
+    """``--host ""`` bound every interface (a `--host "$HOST"` with the variable unset exposed the
+    server); and serve set every attnrank logger to INFO, so --verbose changed nothing and each
+    prune or answer logged the stages' lines beside its one request line."""
+    import logging
+
+    import uvicorn
+
+    from attnrank.serve import engine
+
+    ran = []
+    monkeypatch.setattr(engine, "build_engine", lambda *a, **k: object())
+    monkeypatch.setattr("attnrank.serve.app.create_app", lambda *a, **k: object())
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: ran.append("run"))
+    r = runner.invoke(app, ["serve", "--host", " ", "--port", "0"])
+    assert r.exit_code == 2 and "--host ' ' is empty" in cli_text(r) and ran == []
+    levels = {name: logging.getLogger(name).level for name in ("", "attnrank", "attnrank.serve.access")}
+    try:
+        for flags, stages in (([], logging.WARNING), (["--verbose"], logging.INFO)):
+            r = runner.invoke(app, ["serve", "--port", "0", *flags])
+            assert r.exit_code == 0, cli_text(r)
+            assert logging.getLogger("attnrank.serve.access").getEffectiveLevel() == logging.INFO
+            assert logging.getLogger("attnrank.prune").getEffectiveLevel() == stages
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+    assert ran == ["run", "run"]

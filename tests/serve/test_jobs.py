@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from attnrank.serve.jobs import JobQueue
+from attnrank.serve.jobs import Cancelled, JobQueue
 
 
 def test_a_queue_started_again_while_its_old_worker_finishes_a_long_job_runs_new_jobs():
@@ -47,6 +47,44 @@ def test_a_queue_started_again_while_its_old_worker_finishes_a_long_job_runs_new
     assert asyncio.run(submit_new(True)) == "new"
     assert asyncio.run(submit_new(False)) == "new"  # the old worker's end left the new one running
     assert order == ["new", "new"]  # one job at a time: never beside the old worker's
+    jobs.close()
+
+
+def test_jobs_cancelled_while_waiting_do_not_keep_their_requests_data():
+    """Cancelled jobs wait in the queue until the worker reaches them; each held its closure (the
+    request's documents, megabytes), so clients that gave up and retried behind one long job grew
+    memory without bound while the queue's places stayed free."""
+    import gc
+    import weakref
+
+    jobs, gate, entered = JobQueue(max_queued=2), threading.Event(), threading.Event()
+
+    class Payload:  # stands in for a request's documents
+        pass
+
+    held: list[weakref.ref] = []
+
+    async def pile_up():
+        jobs.submit(lambda job: entered.set() or gate.wait(10))
+        assert await asyncio.to_thread(entered.wait, 10)
+        waiting = []
+        for _ in range(50):
+            data = Payload()
+            held.append(weakref.ref(data))
+            job = jobs.submit(lambda job, data=data: data)
+            jobs.cancel(job)
+            waiting.append(job)
+        del data
+        gc.collect()
+        alive = sum(ref() is not None for ref in held)
+        gate.set()
+        for job in waiting:
+            with pytest.raises(Cancelled):
+                await asyncio.wait_for(job.future, 10)
+        return alive
+
+    assert asyncio.run(pile_up()) == 0
+    assert jobs.stats()["cancelled"] == 50
     jobs.close()
 
 
