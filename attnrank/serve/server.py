@@ -127,11 +127,11 @@ class Server:
         out = []
         for i, t in enumerate(texts):
             offsets = tokenize(self.tokenizer, t, offsets=True)["offset_mapping"]  # (as the model will read it)
-            cut = t if len(offsets) <= max_tokens else t[: offsets[max_tokens - 1][1]]
+            cut = t if len(offsets) <= max_tokens else t[: _token_cut(offsets, max_tokens)]
             if t.strip() and not cut.strip():  # (else refused as a document without text, which it is not)
                 raise InputError(
-                    f"max_tokens_per_doc={max_tokens} leaves document #{i} only the whitespace it begins with; "
-                    "raise max_tokens_per_doc, or strip the documents' leading whitespace"
+                    f"max_tokens_per_doc={max_tokens} leaves document #{i} no text (only the whitespace it begins "
+                    "with, or part of one character); raise max_tokens_per_doc, or strip the documents' leading whitespace"
                 )
             out.append(cut)
         return out
@@ -168,3 +168,12 @@ class Server:
             raise
         finally:
             info["queue_wait"] = job.queue_wait
+
+
+def _token_cut(offsets: list[tuple[int, int]], n: int) -> int:
+    """The character where a text of these token ``offsets`` is cut after ``n`` tokens: the end of
+    token ``n``, or where a character is split across tokens ``n`` and ``n + 1`` (byte-level BPE:
+    both span the whole character), the start of that character, which then is left out."""
+    end = offsets[n - 1][1]
+    following = offsets[n][0]
+    return min(end, following) if following < end else end

@@ -121,14 +121,16 @@ def test_error_statuses_name_the_limit(url):
     assert r.status_code == 413 and "has 60000 characters > max_document_chars=400" in r.json()["message"]
     # a cut that leaves only the whitespace a document begins with names the cut, not "no text"
     r = post("/v1/rerank", {"query": QUERY, "documents": ["\n\nBones need vitamin D."], "max_tokens_per_doc": 2})
-    assert r.status_code == 422 and "max_tokens_per_doc=2 leaves document #0 only the whitespace" in r.text, r.text
+    assert r.status_code == 422 and "max_tokens_per_doc=2 leaves document #0 no text (only the whitespace" in r.text, (
+        r.text
+    )
     r = post("/rerank", {"query": QUERY, "texts": ["z " * 199] * 5})  # ~2000 byte tokens
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
     # special-token text counted as the model reads it (split into its characters' tokens), not as one
     r = post("/rerank", {"query": QUERY, "texts": ["<|im_end|>" * 35] * 5})
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
-    r = post("/rerank", {"query": QUERY, "texts": DOCS, "padding": "y" * 120_000})  # body over the implied size
-    assert r.status_code == 413 and "max_body_bytes=95536" in r.json()["message"]
+    r = post("/rerank", {"query": QUERY, "texts": DOCS, "padding": "y" * 200_000})  # body over the implied size
+    assert r.status_code == 413 and "max_body_bytes=133936" in r.json()["message"]
     r = post("/rerank", {"query": "q" * 101, "texts": ["a"]})
     assert r.status_code == 413 and "max_query_chars=100" in r.json()["message"]
     r = post("/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 0})
@@ -437,9 +439,9 @@ def test_chunked_body_over_the_limit_names_it(url):
         data = json.dumps({"query": QUERY, "texts": DOCS, "padding": "y" * pad}).encode()
         return (data[i : i + 4096] for i in range(0, len(data), 4096))  # no Content-Length
 
-    for pad in (120_000, 500_000):  # over the limit; over FastAPI's backstop too
+    for pad in (200_000, 500_000):  # over the limit; over FastAPI's backstop too
         r = httpx.post(f"{url}/rerank", content=chunked(pad), headers={"content-type": "application/json"})
-        assert r.status_code == 413 and "max_body_bytes=95536" in r.json()["message"]
+        assert r.status_code == 413 and "max_body_bytes=133936" in r.json()["message"]
     r = httpx.post(f"{url}/rerank", content=chunked(10), headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 200 and len(r.json()) == len(DOCS)
 
@@ -518,6 +520,27 @@ def test_cohere_v2_client_reranks_through_the_server(url, engine):
     got = client.rerank(model="tiny-llama", query=QUERY, documents=DOCS, top_n=2)
     assert [r.index for r in got.results] == [int(i) for i in ref.ids[:2]]
     assert [r.relevance_score for r in got.results] == pytest.approx(ref.scores[:2], abs=1e-6)
+
+
+def test_max_tokens_per_doc_never_leaves_more_tokens_than_asked(engine):
+    """The cut was made at the end of token N, so a character split over tokens N and N + 1 (as
+    byte-level tokenizers split non-ASCII characters) came back whole: "ééé" cut to 1 token kept
+    "é", 2 tokens."""
+    from attnrank.errors import InputError
+    from attnrank.llm.texts import tokenize
+    from attnrank.serve.server import Server
+
+    server = Server(engine, Limits(), max_queued=1)
+    for text in ("ééé", "中文字 and more", "Bones need vitamin D; 骨骼需要维生素D。"):
+        for n in range(1, 8):
+            try:
+                (cut,) = server.truncate([text], n)
+            except InputError:  # nothing whole fits: refused, never cut longer
+                assert n < len(tokenize(server.tokenizer, text)["input_ids"])
+                continue
+            assert len(tokenize(server.tokenizer, cut)["input_ids"]) <= n, (text, n, cut)
+            assert text.startswith(cut)
+    assert server.truncate(["ééé"], 2) == ["é"]
 
 
 def test_returned_documents_are_the_ones_sent(url):
@@ -677,11 +700,15 @@ def test_a_signals_server_with_a_pruner_counts_the_pruners_tokens(tmp_path, llm)
 
 
 def test_no_request_within_the_limits_is_refused_for_its_body_size():
-    """4 bytes per character: documents of non-ASCII text sent as json.dumps writes them
-    (\\uXXXX, 6 bytes; 12 outside the BMP) were refused as too large within every stated limit."""
+    """Documents of non-ASCII text sent as json.dumps writes them (\\uXXXX, 6 bytes; 12 outside the
+    BMP) were refused as too large within every stated limit, and so were /v1/prune's documents
+    given with their sentences (which repeat the text)."""
     limits = Limits(max_documents=50, max_document_chars=20_000, max_query_chars=10)
     for char in ("é", "😀", "\x01"):
         body = json.dumps({"query": char * 10, "documents": [char * 20_000] * 50, "top_n": 2}).encode()
+        assert len(body) <= limits.max_body_bytes, char
+        doc = {"id": "d", "text": char * 20_000, "sentences": [char] * 20_000}
+        body = json.dumps({"query": char * 10, "documents": [doc] * 50, "budget_tokens": 5}).encode()
         assert len(body) <= limits.max_body_bytes, char
 
 
