@@ -22,8 +22,9 @@ require("haystack", "haystack", "the attnrank Haystack components")
 
 from haystack import Document as HSDocument
 
+from ..rerank.config import RerankConfig
 from ..types import Document, RankedResults, ScoredDocument
-from .shared import built_settings, check_top_n, keep_stages, score_fields
+from .shared import built_settings, check_top_n, keep_stages, resolved_settings, score_fields
 
 __all__ = ["from_index", "reranker_settings", "to_attnrank", "to_haystack"]
 
@@ -77,7 +78,11 @@ def reranker_settings(
             del settings[key]
     for k, v in settings.items():
         _check_basic(k, v)
-    return built_settings(settings)  # YAML's [[layer, head], ...] as pairs, a reweight dict as Reweighting
+    built = built_settings(settings)  # YAML's [[layer, head], ...] as pairs, a reweight dict as Reweighting
+    # the configuration they describe, built now (no model loads): a misspelt option was saved in the
+    # pipeline's YAML and refused only at warm_up or the first run (the other adapters refuse it here)
+    resolved_settings(built, RerankConfig)
+    return built
 
 
 def legacy_scorer(data: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,8 @@ compressor and a pruning compressor. Extra: ``pip install 'attnrank[langchain]'`
 Only ``langchain_core`` is imported (``BaseRetriever``, ``BaseDocumentCompressor``,
 ``Document``); the compressors plug into ``langchain_classic``'s
 ``ContextualCompressionRetriever`` / ``DocumentCompressorPipeline`` (LangChain 1.x moved them
-there) or into any runnable chain. Reranked documents carry ``metadata["relevance_score"]`` (the
+there), or a chain through ``RunnableLambda(compressor.compress_documents)``: a compressor is no
+runnable itself (the retriever is). Reranked documents carry ``metadata["relevance_score"]`` (the
 reranker's score: the fused score with the default preset, the calibrated attention score of
 ICR, Chen et al. ICLR 2025, with an attention-only one; higher is better), ``metadata["rank"]``
 (1-based) and ``metadata["stage_scores"]`` (every stage's score by name, ``attention`` among them
@@ -17,8 +18,8 @@ arguments share one object and one loaded model (:mod:`attnrank.integrations.sha
 
 Counts, in LangChain's own names where it has them:
 
-- ``AttnrankRetriever(k=4, depth=20)``: ``k`` results returned (LangChain retrievers' ``k``),
-  out of ``depth`` first-stage candidates (attnrank's ``depth``, as in ``Pipeline`` and the
+- ``AttnrankRetriever(k=4, depth=20)``: ``k`` results returned (LangChain retrievers' ``k``;
+  also per call, ``invoke(query, k=8)``, with ``depth``), out of ``depth`` first-stage candidates (attnrank's ``depth``, as in ``Pipeline`` and the
   CLI; the old name ``first_stage_k`` still works, with a DeprecationWarning);
 - ``AttnrankReranker(top_n=3)``: documents kept (``top_n``, as LangChain's reranking
   compressors, e.g. ``CrossEncoderReranker``, name it); attnrank's ``top_k``.
@@ -33,10 +34,15 @@ from ..errors import InputError, require
 
 require("langchain_core", "langchain", "attnrank.integrations.langchain")
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun, Callbacks
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+    Callbacks,
+)
 from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.documents import Document as LCDocument
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..prune.context import check_budget, check_neighbours
@@ -122,7 +128,8 @@ class AttnrankPruner(BaseDocumentCompressor):
 
     Returns new documents holding only the kept sentences (reading order, the source's id and
     metadata kept, plus ``kept_sentences``, ``pruned`` and ``sentence_scores``, the kept
-    sentences' attention scores); a document with no kept sentence is left out. Budget:
+    sentences' attention scores); a document with no kept sentence is left out, except one of a
+    title and no text (nothing to prune), which comes back as it was. Budget:
     ``budget_tokens`` (sentence tokens kept over all documents, hard cap) or ``keep_ratio``
     (fraction of them). A budget covering the whole context keeps everything without running the
     model, so ``sentence_scores`` is left out then.
@@ -224,13 +231,29 @@ class AttnrankRetriever(BaseRetriever):
         if self.rerank or reranker is not None:
             self.reranker = shared_reranker(reranker, index=self.index, **settings)
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[LCDocument]:
-        check_depth(self.k, self.depth, "k")  # (again: fields may be set after construction)
-        first = self.index.search(query, self.depth)
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **counts: Any
+    ) -> list[LCDocument]:
+        """``counts``: ``k`` and ``depth`` for this call (``retriever.invoke(query, k=8)``, as
+        LangChain's vector-store retrievers take ``k``); the fields' otherwise."""
+        unknown = sorted(set(counts) - {"k", "depth"})
+        if unknown:  # (LangChain passes every keyword of invoke: a misspelt one would be ignored)
+            raise InputError(f"AttnrankRetriever takes k and depth per call, not {unknown}")
+        k, depth = counts.get("k", self.k), counts.get("depth", self.depth)
+        check_depth(k, depth, "k")  # (again: fields may be set after construction)
+        first = self.index.search(query, depth)
         if not self.rerank:  # read here: it may be set, or configured, after construction
-            return [to_langchain(r) for r in first.top_k(self.k)]
+            return [to_langchain(r) for r in first.top_k(k)]
         if self.reranker is None:  # made with rerank=False, switched on since: the default reranker
             self.reranker = shared_reranker(index=self.index)
         with model_lock(self.reranker):
-            res = self.reranker.rank(query, first, k=self.k)
+            res = self.reranker.rank(query, first, k=k)
         return [to_langchain(r) for r in res]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **counts: Any
+    ) -> list[LCDocument]:
+        """:meth:`_get_relevant_documents` off the event loop (LangChain's default passes no ``counts``)."""
+        return await run_in_executor(
+            None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), **counts
+        )

@@ -13,7 +13,8 @@ reranking node postprocessor and a pruning node postprocessor. Extra:
 - :class:`AttnrankPruner`: the analogue of ``SentenceEmbeddingOptimizer`` / LongLLMLingua's
   postprocessor: each node's text is replaced by its kept sentences
   (:class:`~attnrank.prune.pruner.ContextPruner`; new nodes, same ids and metadata); nodes with
-  no kept sentence are dropped.
+  no kept sentence are dropped, except a node of a title and no text (nothing to prune), which
+  comes back as it was.
 
 The reranker/pruner (and so the model) sits in a private attribute; adapters built with the
 same settings share it (:mod:`attnrank.integrations.shared`).
@@ -211,6 +212,9 @@ class AttnrankRerank(BaseNodePostprocessor):
         return out
 
 
+_DEFAULT_BUDGET: Any = object()  # budget_tokens not given (None given is no budget, refused as LangChain's)
+
+
 class AttnrankPruner(BaseNodePostprocessor):
     """Replace each node's text by the sentences the LLM's attention marks as relevant.
 
@@ -233,7 +237,7 @@ class AttnrankPruner(BaseNodePostprocessor):
         self,
         *,
         pruner: Any = None,
-        budget_tokens: int | None = None,
+        budget_tokens: Any = _DEFAULT_BUDGET,
         keep_ratio: float | None = None,
         neighbours: int = 0,
         pruner_settings: dict[str, Any] | None = None,
@@ -241,8 +245,8 @@ class AttnrankPruner(BaseNodePostprocessor):
         callback_manager: Any = None,
         **settings: Any,
     ):
-        if budget_tokens is None and keep_ratio is None:
-            budget_tokens = 300  # the default budget; a ratio alone replaces it
+        if budget_tokens is _DEFAULT_BUDGET:  # 300 tokens; a ratio alone replaces it (None given: refused)
+            budget_tokens = 300 if keep_ratio is None else None
         stage = _stage_fields(
             "AttnrankPruner", "pruner", given=pruner, saved=pruner_settings, custom=custom_pruner, settings=settings
         )

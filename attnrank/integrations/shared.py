@@ -52,7 +52,7 @@ def _unhashable(value: Any) -> Any:
     return f"<{type(value).__name__} at {id(value):#x}>"
 
 
-def _settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
+def resolved_settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
     """The constructor arguments resolved to the one configuration object they describe (a
     preset plus overrides: ``heads=None`` given or not, spelled out or left to the preset, is the
     same configuration and must share the same object). Unknown options raise naming them."""
@@ -128,20 +128,21 @@ def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
             built.use_index(index)
         return built
 
-    settings = _settings(kwargs, RerankConfig)
+    settings = resolved_settings(kwargs, RerankConfig)
     return _cached("AttentionReranker", settings if index is None else {**settings, "index": index}, build)
 
 
 def shared_pruner(pruner: Any = None, **kwargs: Any):
-    """Like :func:`shared_reranker`, for :class:`~attnrank.prune.pruner.ContextPruner`."""
+    """Like :func:`shared_reranker`, for :class:`~attnrank.prune.pruner.ContextPruner`, except
+    that ``heads=None`` is all heads, as ``ContextPruner(heads=None)`` reads it (a pruner has no
+    preset whose heads it would stand for)."""
     if pruner is not None:
         if kwargs:
             raise InputError(f"got a pruner object and settings {sorted(kwargs)}; give one or the other")
         return pruner
     from ..prune.pruner import ContextPruner
 
-    kwargs = _preset_heads(kwargs)
-    return _cached("ContextPruner", _settings(kwargs, PruneConfig), lambda: ContextPruner(**kwargs))
+    return _cached("ContextPruner", resolved_settings(kwargs, PruneConfig), lambda: ContextPruner(**kwargs))
 
 
 def _preset_heads(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -93,13 +93,24 @@ def test_reranker_kwargs_reweight_dict(settings):
     serializes) becomes the reranker's re-weighting; an unknown step is one clear error."""
     kwargs = {"max_doc_words": 40, "reweight": {"sink": True}}
     ranker = AttnrankRanker(model=settings["model"], top_k=1, reranker_kwargs=kwargs)
-    assert AttnrankRanker.from_dict(ranker.to_dict()).to_dict() == ranker.to_dict()
+    again = AttnrankRanker.from_dict(ranker.to_dict())
+    assert again.to_dict() == ranker.to_dict()
+    assert again._settings == ranker._settings  # what the reranker is built from, not only what is saved
     ranker.warm_up()
     assert ranker._reranker.reweight is not None and ranker._reranker.reweight.sink
     docs = [Document(content="Paris is the capital of France."), Document(content="Bananas are yellow.")]
     assert len(ranker.run("capital of France?", docs)["documents"]) == 1
     with pytest.raises(InputError, match=r"reweight.*no_such_step"):
         AttnrankRanker(model=settings["model"], reranker_kwargs={"reweight": {"no_such_step": True}})
+
+
+def test_a_misspelt_reranker_option_is_refused_when_the_component_is_made(settings, demo_index):
+    """It was saved in the pipeline's YAML and refused only at warm_up or the first run (the
+    LangChain and LlamaIndex adapters refuse it when made)."""
+    with pytest.raises(InputError, match="max_doc_wrds"):
+        AttnrankRanker(model=settings["model"], reranker_kwargs={"max_doc_wrds": 40})
+    with pytest.raises(InputError, match="top_n"):
+        AttnrankRetriever(str(demo_index), top_k=3, depth=4, reranker_kwargs={"top_n": 3})
 
 
 def test_retriever_without_reranking_refuses_reranker_settings(demo_index):

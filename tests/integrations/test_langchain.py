@@ -232,3 +232,18 @@ def test_retriever_rerank_is_read_when_queried(settings, demo_index, query, monk
     assert [d.id for d in plain.invoke(query)] == reranked and plain.reranker is base.reranker
     with pytest.raises(InputError, match=r"rerank=False.*top_n"):  # settings nothing would read: refused
         AttnrankRetriever(index=demo_index, k=2, depth=5, rerank=False, top_n=3)
+
+
+def test_retriever_takes_k_and_depth_per_call(settings, demo_index, query):
+    """invoke(query, k=2) returned the field's k results: LangChain drops the keywords of invoke
+    for a retriever whose method takes none (its vector-store retrievers read k per call)."""
+    import asyncio
+
+    retriever = AttnrankRetriever(index=demo_index, k=4, depth=5, rerank=False)
+    assert len(retriever.invoke(query)) == 4
+    assert [d.id for d in retriever.invoke(query, k=2)] == [d.id for d in retriever.invoke(query)][:2]
+    assert len(asyncio.run(retriever.ainvoke(query, k=3))) == 3
+    with pytest.raises(InputError, match=r"k=6 .*depth=5|depth=5"):
+        retriever.invoke(query, k=6)
+    with pytest.raises(InputError, match=r"not \['top_k'\]"):
+        retriever.invoke(query, top_k=2)

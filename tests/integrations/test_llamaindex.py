@@ -239,6 +239,11 @@ def test_pruner_budget_is_checked_when_made(settings):
         AttnrankPruner(neighbours=-1, model=settings["model"])
     with pytest.raises(InputError, match="both size the pruned context"):  # keep_ratio was dropped, in a note
         AttnrankPruner(budget_tokens=100, keep_ratio=0.5, model=settings["model"])
+    # None given is no budget (refused, as LangChain's pruner refuses it), not the default 300 tokens
+    with pytest.raises(InputError):
+        AttnrankPruner(budget_tokens=None, model=settings["model"])
+    assert AttnrankPruner(model=settings["model"]).budget_tokens == 300
+    assert AttnrankPruner(keep_ratio=0.5, model=settings["model"]).budget_tokens is None
 
 
 def test_pruner_reads_pre_split_sentences_from_the_metadata(settings, query):

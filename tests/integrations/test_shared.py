@@ -32,6 +32,17 @@ def test_heads_none_is_the_presets_heads_in_every_adapter(settings):
     assert shared_reranker(**reranker_settings(settings["model"], None, "sum", extra)) is none
 
 
+def test_a_pruners_heads_none_is_all_heads_as_context_pruner_reads_it(settings):
+    """shared_pruner dropped heads=None as the reranker's adapters do, so a config's heads stayed:
+    AttnrankPruner(config=PruneConfig(heads=...), heads=None) pruned with them, ContextPruner with all."""
+    from attnrank.prune.config import PruneConfig
+
+    config = PruneConfig(heads=[(1, 2)])
+    model = settings["model"]
+    assert shared_pruner(model=model, config=config).heads == [(1, 2)]
+    assert shared_pruner(model=model, config=config, heads=None).heads is None
+
+
 def test_reranker_and_pruner_on_one_model_share_its_lock(settings):
     reranker = shared_reranker(**settings)
     pruner = shared_pruner(model=settings["model"])
