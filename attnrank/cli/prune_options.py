@@ -12,7 +12,7 @@ import typer
 
 from ..prune.config import LENGTH_NORMS, PRUNE_METHODS, PruneConfig
 from ..prune.segment import DEFAULT_MAX_WORDS
-from ..rerank.config import ORDERS
+from ..rerank.config_checks import ORDERS
 from . import _check_heads, option_errors
 from .options import MODEL_RUN_OPTIONS, option_group, refuse_unread_block_options
 

@@ -24,7 +24,8 @@ from typing import Any
 from ..errors import InputError
 from ..llm.recording import forward_lock
 from ..prune.config import PruneConfig
-from ..rerank.config import RerankConfig, check_fields
+from ..rerank.config import RerankConfig
+from ..rerank.config_checks import check_fields
 from ..rerank.reweight import Reweighting
 from ..types import Document, ScoredDocument, is_count
 

@@ -49,25 +49,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 from ..config import check_flags, check_precision_names
 from ..errors import InputError
 from ..llm.blocks import capture_name, check_attention_mode, check_positions
-from ..llm.headspec import parse_heads
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS, late_instruction
 from ..llm.rows import QUERY_SPANS
 from ..types import is_count
+from .config_checks import AUTO_OR_ALL, check_attention_inputs, check_fields, check_prompt_options
 from .fused import LIKELIHOOD, SIGNALS_AUTO, SIGNALS_LIKELIHOOD, SIGNALS_ONLY, FusedWeights
-from .position import SlotProfile
 from .reweight import Reweighting
 
 logger = logging.getLogger(__name__)
 
 SCORERS = ("sum", "learned")
-ORDERS = ("reverse", "forward")
-AUTO_OR_ALL = "auto-or-all"
 # Fields only attention reads: with signals="only" or "likelihood" a value other than the default would be ignored.
 ATTENTION_FIELDS = (
     "heads",
@@ -323,16 +319,6 @@ def _method(cfg: RerankConfig) -> tuple[Any, ...]:
     return (signals, heads, *(getattr(cfg, f) for f in METHOD_FIELDS[2:]))
 
 
-def check_prompt_options(order: str, instruction: str) -> None:
-    """The prompt options the reranker and the pruner share: a known ``order``, a non-empty ``instruction``."""
-    if order not in ORDERS:
-        raise InputError(f"order={order!r} is not one of {ORDERS}")
-    if not isinstance(instruction, str):  # (str(None) is "None": it was found after the model loaded)
-        raise InputError(f"instruction={instruction!r} is not a text; use 'ie', 'qa' or a custom instruction text")
-    if not instruction.strip():
-        raise InputError("instruction is empty; use 'ie', 'qa' or a custom instruction text")
-
-
 def store_precision_names(cfg: Any) -> None:
     """Check a frozen configuration's ``device`` and ``dtype`` names, and store them lower-cased
     (checked in any case, "CPU" reached the embedder as typed)."""
@@ -363,45 +349,6 @@ def _computes_attention(signals: Any) -> bool:
     if isinstance(signals, FusedWeights):
         return signals.uses_attention
     return signals not in (SIGNALS_ONLY, SIGNALS_LIKELIHOOD)
-
-
-def check_attention_inputs(heads: Any, reweight: Any, slot_profile: Any) -> None:
-    """What needs no model among the attention options, checked when they are configured (the
-    reranker found them after loading the model): a head list's syntax (or its file), the
-    re-weighting object, and the slot profile that slot correction reads."""
-    if isinstance(heads, (str, Path)) and str(heads).strip().lower() not in ("all", "auto", AUTO_OR_ALL):
-        if not str(heads).strip().lower().startswith("auto:"):
-            parse_heads(heads)
-    elif isinstance(heads, (list, tuple)):
-        parse_heads(heads)
-    if reweight is not None and not isinstance(reweight, Reweighting):  # (an AttributeError, model loaded)
-        raise InputError(
-            f"reweight={reweight!r} is not a Reweighting or None; give e.g. Reweighting(sink=True) (--reweight sink)"
-        )
-    if reweight is not None and reweight.slot_correction and slot_profile is None:
-        raise InputError(
-            "reweight.slot_correction=True (--reweight slot) needs slot_profile= (--slot-profile): 'auto' (the "
-            "registered profile), a SlotProfile or its JSON file; measure one with "
-            "attnrank.rerank.profile.measure_slot_profile"
-        )
-    if slot_profile is not None and (reweight is None or not reweight.slot_correction):
-        # (read by nothing else: it was warned of only after the model loaded, and picked preset fused)
-        raise InputError(
-            f"slot_profile={str(slot_profile)[:60]!r} (--slot-profile) is read only by slot correction, which is off; "
-            "add reweight=Reweighting(slot_correction=True) (--reweight slot), or drop the profile"
-        )
-    if isinstance(slot_profile, (str, Path)) and str(slot_profile) != "auto" and not Path(slot_profile).is_file():
-        raise InputError(
-            f"slot_profile {str(slot_profile)!r} (--slot-profile) is not a file; give 'auto' or a profile JSON file"
-        )
-    if isinstance(slot_profile, (str, Path)) and str(slot_profile) != "auto":
-        try:  # its content too (was found wrong only after the model loaded)
-            SlotProfile.load(slot_profile)
-        except (InputError, OSError, UnicodeDecodeError) as e:
-            raise InputError(
-                f"slot_profile {str(slot_profile)!r} (--slot-profile) holds no slot profile ({e}); give 'auto' or a "
-                "profile saved with SlotProfile.save"
-            ) from None
 
 
 def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
@@ -445,13 +392,6 @@ def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
         )
         return ATTENTION_PRESET
     return DEFAULT_PRESET
-
-
-def check_fields(cls: type, values: dict[str, Any]) -> None:
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise InputError(f"unknown {cls.__name__} option(s) {unknown}; known: {sorted(known - {'name'})}")
 
 
 RERANK_PRESETS: dict[str, RerankConfig] = {

@@ -393,7 +393,7 @@ def check_setup(
     """Warn about a profile from another model, measured with another head
     adapter (``adapter``: the model's, ``LLM.adapter``), on scores calibrated otherwise than the
     reranker's (``calibrate``) or over other heads (``heads``, as :func:`heads_label` names them); slot correction without a profile, and a profile without slot
-    correction, are refused where they are configured (:func:`~attnrank.rerank.config.check_attention_inputs`)."""
+    correction, are refused where they are configured (:func:`~attnrank.rerank.config_checks.check_attention_inputs`)."""
     if profile is not None and (profile.model_id, profile.fingerprint) != (model_id, fingerprint):
         logger.warning(
             "slot profile of %s (%s) used with model %s (%s)",
