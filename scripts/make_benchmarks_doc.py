@@ -182,6 +182,22 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**2026-12-06: where a warm query of the default goes, and two ways to speed it that were tried and
+not kept** (ad hoc, no record; SciFact train hybrid top-20, preset `likelihood`, bfloat16, 2 cores,
+Intel Xeon with AMX, each query ranked twice in a row so that the second finds every candidate's
+states kept). Of a warm query (median 0.33-0.37 s over 30 queries, in three processes one after
+another), about 0.03 s is everything but the model (BM25 and cosine over the candidates, the
+query's tokens) and the rest the one pass of the query's tokens over the 20 kept contexts (0.26-0.61
+s by query: its tokens times 20 rows, 160-340 tokens through all 30 layers and the output layer). A
+profile of 10 such queries: matrix products 0.103 s per query, attention over the kept states 0.053 s,
+copying them 0.031 s, the small element-wise operations and Python the rest. The 211 matrix products
+of a pass of 260 tokens take 0.072 s alone on this machine (0.070 s with oneDNN's pre-packed
+weights: no gain), so the products are near what the CPU gives, and the 0.3 s target at 20 SciFact
+abstracts needs fewer tokens through the model, not faster kernels. `torch.compile` (inductor,
+dynamic shapes) was tried on the decoder layers' MLPs and norms (median 0.363 s against 0.328 s
+uncompiled in the next process, first query 24 s) and on whole decoder layers (0.356 s, graph
+breaks at the kept-state cache and recompiles: one query took 12 s); neither is kept.
+
 **2026-12-06: three corrections no record was re-run for.** The fusion-rule ablation of
 `bench_likelihood.py` ("reciprocal-rank fusion (k 60)") counted ranks from 0, so its recorded rows
 fused with k 59 in effect; it counts them from 1 now, as `attnrank.index.hybrid.rrf` does.
