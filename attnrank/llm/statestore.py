@@ -291,6 +291,18 @@ class PassageStateStore:
             self._tensor(self.keys, self.key_scales, a, b), self._tensor(self.values, self.value_scales, a, b)
         )
 
+    def stats(self) -> dict[str, Any]:
+        """What the store holds and has served: its folder, passages, tokens and storage, passages
+        served from it, and lookups of a stored id whose text had changed (encoded afresh)."""
+        return {
+            "folder": str(self.folder),
+            "passages": len(self.by_key),
+            "tokens": int(self.offsets[-1]) if len(self.offsets) else 0,
+            "storage": self.header.get("storage"),
+            "served": self.served,
+            "stale": self.stale,
+        }
+
     def _tensor(self, data: np.ndarray, scales: np.ndarray | None, a: int, b: int) -> torch.Tensor:
         x = np.asarray(data[a:b], dtype=np.float32)
         if scales is not None:

@@ -23,6 +23,7 @@ from fastapi.responses import StreamingResponse
 from ..config import DEFAULT_BUDGET_TOKENS
 from ..explain import check_explainable, explain_results
 from ..llm.states import StateCache
+from ..llm.statestore import PassageStateStore
 from ..pipeline import Pipeline
 from ..prune.context import PrunedContext, check_budget
 from ..rerank.inputs import check_unique_ids
@@ -61,12 +62,17 @@ async def health(request: Request) -> dict[str, Any]:
 
 
 def _state_stats(server: Server) -> dict[str, Any]:
-    """The reranker's and the pruner's reusable passage states (what ``--state-cache-mb`` sizes)."""
-    out = {}
+    """The reranker's and the pruner's reusable passage states (what ``--state-cache-mb`` sizes),
+    and the index's stored ones the reranker reads (``stored``: passages served, and ``stale``:
+    lookups of a passage whose text changed since the store was built, encoded afresh)."""
+    out: dict[str, Any] = {}
     for name, stage in (("reranker", server.engine.reranker), ("pruner", server.engine.pruner)):
         states = getattr(stage, "states", None)
         if isinstance(states, StateCache):
             out[name] = states.stats()
+    store = getattr(server.engine.reranker, "store", None)
+    if isinstance(store, PassageStateStore):
+        out["stored"] = store.stats()
     return out
 
 

@@ -142,6 +142,19 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
     config = RerankConfig.preset("fused", model=str(tiny_dir), max_doc_words=40, heads="all")
     engine = build_engine(config, index=ix, prune=False, generate=False)
     assert engine.reranker.config.passage_states == str(ix / "passage_states")
+    # whose /health tells what the stored states serve
+    import httpx
+
+    from attnrank.serve.app import create_app
+    from attnrank.serve.background import background_server
+
+    with background_server(create_app(engine)) as base:
+        assert (
+            httpx.post(f"{base}/v1/search", json={"query": "cell therapy", "top_k": 2, "depth": 3}).status_code == 200
+        )
+        stored = httpx.get(f"{base}/health").json()["passage_states"]["stored"]
+    assert stored["served"] == 3 and stored["stale"] == 0 and stored["storage"] == "int8"
+    assert stored["folder"] == str(ix / "passage_states") and stored["passages"] > 3
 
 
 def test_index_rejects_state_options_without_states(tmp_path, scifact_mini):
