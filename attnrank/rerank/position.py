@@ -164,7 +164,7 @@ def load_profile(
 
 def store_profile(profile: SlotProfile, *, root: Path | None = None) -> Path:
     """Register ``profile`` with its model's head-registry entry (replacing one of the same
-    ``n_slots`` and calibration); ``root``: the registry folder (default: the user registry). Returns the file."""
+    ``n_slots`` and calibration, with a warning where that one was measured on other heads); ``root``: the registry folder (default: the user registry). Returns the file."""
     if profile.adapter:  # the registry keys it by the fingerprint, which the adapted copy keeps
         raise InputError(
             f"this slot profile was measured on {profile.model_id} with head adapter {profile.adapter} merged in; "
@@ -175,7 +175,19 @@ def store_profile(profile: SlotProfile, *, root: Path | None = None) -> Path:
     key = _key(profile.n_slots, profile.calibrated)
 
     def with_this_one(stored: dict[str, Any] | None) -> dict[str, Any]:
-        profiles = {k: v for k, v in (stored or {}).get("profiles", {}).items() if k != key}
+        profiles = dict((stored or {}).get("profiles", {}))
+        replaced = profiles.pop(key, None)
+        heads = replaced.get("heads", "all") if isinstance(replaced, dict) else None
+        if heads is not None and heads != profile.heads:  # (one profile per slot count: the other heads' goes)
+            logger.warning(
+                "replacing the registered %d-slot %s profile of %s measured on heads %s by this one of heads %s; "
+                "a reranker reading the other heads will refuse it (save one of them to a file to keep both)",
+                profile.n_slots,
+                "calibrated" if profile.calibrated else "raw",
+                profile.model_id,
+                heads,
+                profile.heads,
+            )
         profiles[key] = json.loads(profile.to_json())
         return {"profiles": profiles}
 

@@ -250,3 +250,19 @@ def test_storing_a_profile_writes_the_users_own_not_a_copy_of_the_shipped_ones(t
     assert list(json.loads(path.read_text())["artifacts"]["slot-profiles"]["payload"]["profiles"]) == ["7"]
     path = store_profile(profile([0.3, 0.2, 0.1], model_id=model_id, fingerprint=fingerprint))
     assert sorted(json.loads(path.read_text())["artifacts"]["slot-profiles"]["payload"]["profiles"]) == ["3", "7"]
+
+
+def test_registering_a_profile_of_other_heads_over_one_warns(tmp_path, monkeypatch, caplog):
+    """The registry keeps one profile per slot count and calibration: a profile of other heads
+    replaced the stored one without a word, and rerankers of the old heads then refused it."""
+    from dataclasses import replace
+
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    p = profile([0.3, 0.2, 0.1])
+    store_profile(p)
+    with caplog.at_level("WARNING", logger="attnrank.rerank.position"):
+        store_profile(replace(p, mean_score=(0.1, 0.2, 0.3)))  # the same heads: replaced quietly
+        assert caplog.text == ""
+        store_profile(replace(p, heads="3-1,4-0"))
+    assert "measured on heads all by this one of heads 3-1,4-0" in caplog.text
+    assert load_stored_profile("org/model", p.fingerprint, n_slots=3).heads == "3-1,4-0"
