@@ -278,6 +278,8 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
     sets = load_head_sets(model_id, fp)
     assert [s.method for s in sets] == ["qr-ndcg", "qr-score", "contrastive"]
     assert all(len(s.heads) == 3 and len(s.scores) == 3 for s in sets)  # scores: one row per layer
+    # which set --heads auto reads from now on is said (a user's set outranks the shipped ones)
+    assert f"--heads auto now reads the user set {sets[0].name!r} (qr-ndcg, 3 heads)" in r.output
     shown = runner.invoke(app, ["heads", "show", "--model", str(tiny_dir)])
     assert shown.exit_code == 0 and "3 head set(s)" in shown.output and "qr-ndcg [qr-ndcg, user]" in shown.output
     png = roots / "heat.png"

@@ -152,6 +152,7 @@ def heads_detect(
     for name, res in results.items():  # every method's result shown before any is saved
         ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])
         typer.echo(f"{name}: {ranked or res.note}")
+    saved = None
     for name, res in results.items() if save else ():
         scored = [v for _, v in res.ranked()]
         if res.n_used and len(set(scored)) <= 1:  # every head alike: the "top" would be the first ones
@@ -167,8 +168,18 @@ def heads_detect(
                 if copied
                 else f"{name}: not saved: no head copied"
             )
+            saved = res if copied else saved
         elif res.n_used:
             typer.echo(f"{name}: saved top {top} to {res.save(top)}")
+            saved = res
+    if saved is not None:  # the user's sets come first: a copy-paste set outranks a shipped query-focused one
+        from ..registry import load_head_sets
+
+        best = load_head_sets(saved.model_id, saved.fingerprint)[0]
+        typer.echo(
+            f"--heads auto now reads the {best.source} set {best.name!r} ({best.method}, {len(best.heads)} heads); "
+            "--heads auto:METHOD reads another method's set"
+        )
 
 
 def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, qr_given=()) -> dict:
