@@ -79,14 +79,19 @@ def id_problem(value: object) -> str:
 
 
 def tsv_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """:func:`text_lines` of a TSV file, and of one with old Mac line endings (lone carriage returns:
-    read as one "line") its lines split at those."""
+    """:func:`text_lines` of a TSV file, and of one with old Mac line endings (lone carriage returns
+    only: read as one "line") its lines split at those. A file with line feeds is read by them,
+    a carriage return inside one of its lines kept as text (it was taken for old Mac endings, and the
+    whole file split at carriage returns only: its lines glued together, an id renamed)."""
     lines = text_lines(path)
     for number, first in lines:
-        if "\r" in first.removesuffix("\n").removesuffix("\r"):
-            yield from enumerate((first + "".join(line for _, line in lines)).split("\r"), start=1)
-        else:
-            yield number, first
+        second = next(lines, None)
+        if second is None and "\r" in first.removesuffix("\n").removesuffix("\r"):
+            yield from enumerate(first.split("\r"), start=1)
+            return
+        yield number, first
+        if second is not None:
+            yield second
             yield from lines
         return
 

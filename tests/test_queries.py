@@ -69,6 +69,10 @@ def test_queries_tsv_with_old_mac_line_endings(tmp_path):
     path = tmp_path / "q.tsv"
     path.write_bytes(b"q1\tfirst query\rq2\tsecond query\r")
     assert load_queries(path) == {"q1": "first query", "q2": "second query"}
+    # a carriage return inside a line of a file with line feeds is text, not a line ending (the
+    # whole file was split at carriage returns only: query 2 came out as 'bar\n2')
+    path.write_bytes(b"1\tfoo\rbar\n2\tbaz\n")
+    assert list(load_queries(path)) == ["1", "2"]
 
 
 def test_a_queries_header_with_another_column_name_is_not_a_query(tmp_path):

@@ -53,8 +53,8 @@ def read_qrels(path: str | Path) -> Qrels:
         try:
             value = float(rel)
         except ValueError:
-            if lineno == 1:  # BEIR header "query-id corpus-id score"
-                continue
+            if lineno == 1 and len(parts) == 3 and _header_like(parts):
+                continue  # BEIR's header "query-id corpus-id score"
             raise InputError(f"{p}:{lineno}: relevance {rel!r} is not a number") from None
         if not math.isfinite(value) or not value.is_integer():  # int() truncated 0.6 to 0, silently
             raise InputError(f"{p}:{lineno}: relevance {rel!r} is not a whole number; give graded labels 0, 1, 2, ...")
@@ -147,15 +147,22 @@ def results_to_run(results: Iterable[RankedResults]) -> Run:
     return run
 
 
+def _header_like(parts: list[str]) -> bool:
+    """Whether a qrels line's three fields name columns (BEIR's ``query-id corpus-id score``), not a
+    judgment whose label is mistyped (which is refused, not dropped as a header)."""
+    names = {p.strip().lower().replace("_", "-") for p in parts}
+    return bool(names & {"query-id", "qid", "query", "corpus-id", "doc-id", "docid", "score", "relevance", "label"})
+
+
 def strictly_decreasing(ranked: Iterable[tuple[str, float]]) -> dict[str, float]:
     """``{doc id: score}`` of ``(doc id, score)`` pairs in rank order, each tied score made the next
     float below the one before, so that trec_eval ranks them in this order (not by doc id). NaN
     (ranked last) stays NaN; so do ties at -inf, which have no float below them."""
     scores: dict[str, float] = {}
-    last = math.inf
+    last = None  # (not +inf: a first score of +inf became the largest finite float, past the finiteness check)
     for doc_id, value in ranked:  # (ranked: scores never rise)
         score = float(value)
-        if score >= last:
+        if last is not None and score >= last:
             score = math.nextafter(last, -math.inf)
         scores[doc_id] = score
         last = score if not math.isnan(score) else last

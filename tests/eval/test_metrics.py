@@ -45,12 +45,35 @@ def test_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
         ({"q": {"d\t2": 1.0}}, "holds whitespace"),
         ({"": {"d": 1.0}}, "query id ''"),
         ({"q": {"d": float("nan")}}, "score nan"),
+        ({"q": {"d": float("inf"), "e": float("inf"), "f": 0.5}}, "score inf"),
     ],
 )
 def test_runs_a_trec_file_cannot_hold_are_refused(tmp_path, run, fragment):
     with pytest.raises(InputError, match=fragment):
         write_run(run, tmp_path / "r.trec")
     assert not (tmp_path / "r.trec").exists()
+
+
+def test_an_infinite_score_of_ranked_results_is_refused_not_written_as_a_huge_number(tmp_path):
+    """Tie-breaking started below +inf: a first score of +inf became 1.8e308, past the check."""
+    from attnrank.types import RankedResults, ScoredDocument
+
+    res = RankedResults("q", [ScoredDocument("d1", float("inf"), 1), ScoredDocument("d2", 0.5, 2)], "q1")
+    with pytest.raises(InputError, match="score inf"):
+        write_run([res], tmp_path / "r.trec")
+
+
+def test_a_mistyped_label_on_the_first_qrels_line_is_refused_not_taken_for_a_header(tmp_path):
+    """Any first line whose label was no number was dropped as BEIR's header: a judgment lost, exit 0."""
+    path = tmp_path / "q.txt"
+    path.write_text("q1 0 d1 two\nq1 0 d2 1\n")
+    with pytest.raises(InputError, match="relevance 'two' is not a number"):
+        read_qrels(path)
+    path.write_text("q1\td1\tx\nq1\td2\t1\n")
+    with pytest.raises(InputError, match="relevance 'x' is not a number"):
+        read_qrels(path)
+    path.write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\n")  # BEIR's header: skipped
+    assert read_qrels(path) == {"q1": {"d2": 1}}
 
 
 def test_run_is_never_renamed_over_a_pipe(tmp_path):
