@@ -8,8 +8,8 @@ Formats (chosen by :func:`load_corpus` from the path):
   optional ``title``; other keys go to ``metadata``.
 - CSV/TSV file with a header that names ``id`` and ``text`` columns (``title`` optional); other
   columns go to ``metadata`` (as strings).
-- A directory of ``.txt`` / ``.md`` files: the relative path is the id, the first Markdown
-  heading (if any) the title.
+- A directory of ``.txt`` / ``.md`` files (hidden ones left out): the relative path is the id; a
+  Markdown file whose first line is a heading (``# Title``) has it as the title, out of the text.
 
 Every problem is reported with file and line. With ``skip_invalid=True`` bad records are
 skipped instead, and :class:`LoadReport` says which and why.
@@ -24,6 +24,7 @@ import io
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +147,8 @@ def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Doc
                 where, line = f"{path}:{reader.line_num if tsv else line}", reader.line_num + 1
                 _add_row(docs, row, cols, where, problem, tsv)
     except UnicodeDecodeError as e:
+        for _ in text_lines(path):  # (raises naming the line and column: the reader decodes ahead of its records)
+            pass
         raise InputError(f"{path}: bytes that are not valid UTF-8 ({e.reason}); re-encode the file as UTF-8") from None
     except GZIP_ERRORS as e:
         raise gzip_problem(path, e) from None
@@ -240,7 +243,8 @@ def _add_row(
         return
     title = row.get(cols["title"], "") if "title" in cols else ""
     named = {cols["id"], cols["text"], cols.get("title")}
-    meta = {k: v for k, v in row.items() if k not in named}  # other columns, as a JSONL record's other keys
+    # other columns, as a JSONL record's other keys (as strings: a field a short row leaves out is "", not None)
+    meta = {k: "" if v is None else v for k, v in row.items() if k not in named}
     doc = Document(str(row[cols["id"]] or "").strip(), row[cols["text"]] or "", title or "", meta)
     _add(docs, doc, where, problem)
 
@@ -258,7 +262,9 @@ _RECORD_FILES = (
 
 def _text_files(path: Path) -> list[Path]:
     """The .txt/.md files under ``path``, in linked folders too (``rglob`` does not enter them: a
-    corpus of linked folders lost their documents), each real folder walked once (no loops)."""
+    corpus of linked folders lost their documents), each real folder walked once (no loops); hidden
+    files and folders (a name starting with ".") left out: Jupyter's checkpoints and an editor's
+    trash hold copies, which became documents of their own."""
     seen: set[str] = set()
     found = []
     for root, dirs, names in os.walk(path, followlinks=True):
@@ -267,7 +273,8 @@ def _text_files(path: Path) -> list[Path]:
             dirs[:] = []
             continue
         seen.add(real)
-        found += [Path(root) / n for n in names if Path(n).suffix.lower() in (".txt", ".md")]
+        dirs[:] = [d for d in dirs if not d.startswith(".")]  # (hidden: .ipynb_checkpoints, .trash, .git copies)
+        found += [Path(root) / n for n in names if Path(n).suffix.lower() in (".txt", ".md") and not n.startswith(".")]
     return sorted(f for f in found if f.is_file())
 
 
@@ -286,13 +293,22 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
         except UnicodeDecodeError as e:
             problem(f"{f}", f"bytes that are not valid UTF-8 at byte {e.start}", "re-encode the file as UTF-8")
             continue
-        title = ""
-        if f.suffix.lower() == ".md":
-            first = text.lstrip().splitlines()[0] if text.strip() else ""
-            if first.startswith("#"):
-                title = first.lstrip("#").strip()
+        title, text = _markdown_title(text) if f.suffix.lower() == ".md" else ("", text)
         _add(docs, Document(str(f.relative_to(path)), text.strip(), title), str(f), problem)
     return _finish(docs, report)
+
+
+_HEADING = re.compile(r"^#{1,6}(?:[ \t]+(.*?))?[ \t#]*$")  # an ATX heading: "# Title", not "#hashtag"
+
+
+def _markdown_title(text: str) -> tuple[str, str]:
+    """``(title, text)`` of a Markdown file: its first non-blank line as the title where that is a
+    heading, taken out of the text (the title and the text are read together: the heading's words
+    counted twice), else no title and the text as it is."""
+    lines = text.strip().splitlines()
+    m = _HEADING.match(lines[0].strip()) if lines else None
+    title = (m.group(1) or "").strip() if m else ""
+    return (title, "\n".join(lines[1:])) if title else ("", text)
 
 
 def _finish(docs: dict[str, Document], report: LoadReport) -> tuple[list[Document], LoadReport]:
@@ -301,7 +317,11 @@ def _finish(docs: dict[str, Document], report: LoadReport) -> tuple[list[Documen
         # the report carries them (the CLI prints it); a warning here would say it twice
         logger.info("%s: skipped %d invalid record(s), e.g. %s", report.source, len(report.skipped), report.skipped[0])
     if not docs:
-        raise InputError(f"{report.source}: no documents found (0 valid records); check the path and format")
+        why = ""
+        if report.skipped:  # (--skip-invalid: the reason was in the report the error kept from being printed)
+            where, reason = report.skipped[0]
+            why = f"; all {len(report.skipped)} record(s) were skipped as invalid, the first at {where}: {reason}"
+        raise InputError(f"{report.source}: no documents found (0 valid records){why}; check the path and format")
     return list(docs.values()), report
 
 

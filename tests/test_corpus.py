@@ -57,6 +57,46 @@ def test_text_directory(tmp_path):
     assert [(d.id, d.title) for d in docs] == [("a.txt", ""), ("sub/b.md", "Heading")]
 
 
+def test_a_text_folder_leaves_out_hidden_copies_and_takes_the_heading_out_of_the_text(tmp_path):
+    """Jupyter's .ipynb_checkpoints copies became documents of their own (duplicate results); the
+    heading was both the title and the text's first line (its words counted twice, as the two are
+    read together); '#hashtag' was taken for a heading."""
+    (tmp_path / "a.md").write_text("# Title\nbody words")
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    (tmp_path / ".ipynb_checkpoints" / "a-checkpoint.md").write_text("# Title\nbody words")
+    (tmp_path / ".draft.md").write_text("hidden")
+    (tmp_path / "tweet.md").write_text("#hashtag news\nmore")
+    (tmp_path / "only.md").write_text("## Just a heading ##\n")
+    docs = {d.id: d for d in load_corpus(tmp_path)[0]}
+    assert sorted(docs) == ["a.md", "only.md", "tweet.md"]
+    assert (docs["a.md"].title, docs["a.md"].text) == ("Title", "body words")
+    assert (docs["tweet.md"].title, docs["tweet.md"].text) == ("", "#hashtag news\nmore")
+    assert (docs["only.md"].title, docs["only.md"].text) == ("Just a heading", "")
+
+
+def test_every_record_skipped_names_why(tmp_path):
+    """With --skip-invalid, a file of bad records only said "no documents found": the reason was in
+    the report the error kept from being printed."""
+    path = tmp_path / "allbad.csv"
+    path.write_text("id,text\n,hello\n,world\n")
+    with pytest.raises(
+        InputError, match=r"all 2 record\(s\) were skipped as invalid, the first at .*allbad.csv:2: empty"
+    ):
+        load_corpus(path, skip_invalid=True)
+
+
+def test_csv_short_rows_keep_string_metadata_and_bad_bytes_name_their_line(tmp_path):
+    """A field a short row leaves out was None in the metadata (documented as strings); a CSV's bad
+    bytes named no line (JSONL and TSV do)."""
+    path = tmp_path / "c.csv"
+    path.write_text("id,text,source\n1,hello,web\n2,world\n")
+    docs = load_corpus(path)[0]
+    assert [d.metadata for d in docs] == [{"source": "web"}, {"source": ""}]
+    path.write_bytes(b"id,text\n1,hello\n2,caf\xe9 au lait\n")
+    with pytest.raises(InputError, match=r"c.csv:3: bytes that are not valid UTF-8 .* iconv"):
+        load_corpus(path)
+
+
 def test_a_text_folder_reads_linked_folders_and_refuses_record_files_without_a_corpus(tmp_path):
     """rglob does not enter linked folders (their documents were lost, exit 0); a folder of
     part-0.jsonl, part-1.jsonl and a README loaded the README alone."""

@@ -51,11 +51,13 @@ def read_queries(path: str | Path) -> dict[str, str]:
     _check_agree(p, table, textcs, lambda v: v.strip() if isinstance(v, str) else v)
     out: dict[str, str] = {}
     for row, (qid, text) in enumerate(zip(table.column(idc).to_pylist(), table.column(textc).to_pylist()), 1):
-        if qid is None or str(qid).strip() == "":  # str(None) would be a query named "None"
-            raise InputError(f"{p}: row {row} has no query id (column {idc!r}); every query needs one")
-        if id_text(qid) is None:  # (as JSONL queries: a float column's 1.0 is "1", 1.5 is refused)
+        text_id = None if qid is None else id_text(qid)
+        if qid is not None and text_id is None:  # (as JSONL queries: a float column's 1.0 is "1", 1.5 is refused)
             raise InputError(f"{p}: row {row}: query {id_problem(qid)}")
-        qid = str(id_text(qid)).strip()  # (trimmed, as JSONL and TSV queries, qrels and runs read ids)
+        # None, blank, or NaN (how pandas writes a missing value in a float column): str() gave "None"/"nan"
+        if text_id is None or not text_id.strip():
+            raise InputError(f"{p}: row {row} has no query id (column {idc!r}, a missing value); every query needs one")
+        qid = text_id.strip()  # (trimmed, as JSONL and TSV queries, qrels and runs read ids)
         if qid in out:
             raise InputError(f"{p}: duplicate query id {qid!r}; query ids must be unique")
         if not isinstance(text, str) or not text.strip():

@@ -537,6 +537,10 @@ def test_parquet_queries_without_an_id_are_refused(tmp_path):
         read_queries(path)
     pq.write_table(pa.table({"qid": [7, 8], "query": ["first", "second"]}), path)
     assert read_queries(path) == {"7": "first", "8": "second"}
+    # a missing value in a float id column (NaN, as pandas writes it) was the query id ""
+    pq.write_table(pa.table({"id": [1.0, float("nan"), 3.0], "text": ["a", "b", "c"]}), path)
+    with pytest.raises(InputError, match="row 2 has no query id"):
+        read_queries(path)
     # ids trimmed as JSONL and TSV queries' are (" q1" was another query than "q1"); a file that is
     # not Parquet is one line, not pyarrow's traceback
     pq.write_table(pa.table({"id": [" q1 ", "q2"], "text": ["first", "second"]}), path)
