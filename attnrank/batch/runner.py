@@ -20,6 +20,7 @@ could read the model: a path only the workers have is recorded by its name).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -80,8 +81,8 @@ class BatchConfig:
         """This configuration with ``dtype="auto"`` decided here, once, by the driver, for
         ``device="cpu"``: "auto" means bfloat16 on a CPU that multiplies it in hardware and float32
         elsewhere, so actors on other machines (a resume there, a mixed Ray cluster) would otherwise
-        each decide, and mix precisions in one run; ``device="cuda"`` keeps "auto" for the actors'
-        GPU to decide. (``attnrank batch`` takes ``cpu`` or ``cuda``; ``"auto"``, taken before,
+        each decide, and mix precisions in one run; with ``device="cuda"``, "auto" is refused by
+        :meth:`check` for the same reason. (``attnrank batch`` takes ``cpu`` or ``cuda``; ``"auto"``, taken before,
         ran on the CPU and is read as ``cpu`` here.)"""
         if self.dtype.strip().lower() != "auto" or self.device not in ("cpu", "auto"):
             return self
@@ -102,6 +103,13 @@ class BatchConfig:
         read_sharded(root) if is_sharded(root) else read_manifest(root, required=INDEX_FILES)
         if self.rerank:  # e.g. heads with a preset that computes no attention, or nothing registered
             check_lookups(self.rerank_config())
+        if self.rerank and self.device.startswith("cuda") and self.dtype.strip().lower() == "auto":
+            # each actor's GPU would decide (bfloat16 where it has it, float16 elsewhere), and a run
+            # resumed or scheduled on other GPUs would mix precisions under one recorded "auto"
+            raise InputError(
+                "--dtype auto with --device cuda lets each worker's GPU choose bfloat16 or float16, so one run "
+                "could mix them; give --dtype bfloat16 (A100, H100, L4, ...) or --dtype float16 (T4, V100)"
+            )
 
 
 @dataclass
@@ -283,8 +291,9 @@ def run_batch(
             stats["ray_startup_seconds"] = round(ex.startup_seconds, 3)
             try:
                 rows = [{"qid": q, "query": qs[q]} for q in todo]
-                ds = _pipeline(ex.ray, rows, config, res, progress, mine["index_tag"], model=driver_model(model, mine))
-                seconds = _drain(ds, sink, len(qs), len(qs) - len(todo), on_commit)
+                with _ray_data_settings(ex.ray, progress):
+                    ds = _pipeline(ex.ray, rows, config, res, mine["index_tag"], model=driver_model(model, mine))
+                    seconds = _drain(ds, sink, len(qs), len(qs) - len(todo), on_commit)
                 stats["pipeline_seconds"] = round(seconds, 3)
                 stats["queries_per_second"] = round(len(todo) / max(seconds, 1e-9), 4)
             finally:
@@ -299,6 +308,25 @@ def run_batch(
     stats["seconds"] = round(time.perf_counter() - t0, 3)
     stats.setdefault("queries_per_second", None)  # None: everything was resumed
     return stats
+
+
+@contextlib.contextmanager
+def _ray_data_settings(ray: Any, progress: bool) -> Iterator[None]:
+    """Ray Data's process-wide settings for one run, put back after it (a notebook's or a caller's
+    own Ray Data work kept them): its logger at WARNING unless ``progress`` (it logs each dataset's
+    plan and progress at INFO), progress bars as ``progress``, and a stage's error raised as itself."""
+    log = logging.getLogger("ray.data")
+    ctx = ray.data.DataContext.get_current()
+    before = (log.level, ctx.enable_progress_bars, ctx.raise_original_map_exception)
+    if not progress:
+        log.setLevel(logging.WARNING)
+    ctx.enable_progress_bars = progress
+    ctx.raise_original_map_exception = True  # a stage's StageError reaches the driver (else a bare UserCodeException)
+    try:
+        yield
+    finally:
+        log.setLevel(before[0])
+        ctx.enable_progress_bars, ctx.raise_original_map_exception = before[1], before[2]
 
 
 def _warn_unplaceable(ray: Any, res: Resources, rerank: bool) -> None:
@@ -325,10 +353,11 @@ def _drain(
 ) -> float:
     """Commit the dataset's rows as they come; returns the seconds it took."""
     t1 = time.perf_counter()
+    done = resumed  # (this run's queries: the checkpoint may hold others, of an earlier queries file)
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             sink.add(batch.to_pylist())
-            done = len(sink.done) + len(sink.buffer)
+            done += batch.num_rows
             if on_commit is not None:
                 on_commit(done, total)
             logger.info(
@@ -362,7 +391,6 @@ def _pipeline(
     rows: list[dict[str, str]],
     config: BatchConfig,
     res: Resources,
-    progress: bool,
     index_tag: str | None,
     *,
     model: DriverModel | None = None,
@@ -370,17 +398,17 @@ def _pipeline(
     """The Ray Data dataset: retrieval actors, then (if ``rerank``) reranking actors (``ray.data``
     imported by :func:`run_batch`'s check of the extra); ``model``: :func:`driver_model`'s."""
     _warn_unplaceable(ray, res, config.rerank > 0)
-    if not progress:  # Ray Data logs each dataset's plan and progress at INFO (set up when it is imported)
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = progress
-    ctx.raise_original_map_exception = True  # a stage's StageError reaches the driver (else a bare UserCodeException)
     ds = ray.data.from_items(rows, override_num_blocks=max(1, len(rows) // res.retrieval_batch))
     depth = max(config.k, config.rerank)
     ds = ds.map_batches(
         RetrievalStage,
         fn_constructor_args=(str(Path(config.index).absolute()), depth),  # (a worker runs in its own folder)
-        fn_constructor_kwargs={"mode": config.mode, "keep_text": config.rerank > 0, "index_tag": index_tag},
+        fn_constructor_kwargs={
+            "mode": config.mode,
+            "keep_text": config.rerank > 0,
+            "index_tag": index_tag,
+            "threads": max(1, round(res.retrieval_cpus)),
+        },
         batch_size=res.retrieval_batch,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=res.retrieval_actors),
@@ -413,6 +441,9 @@ def rerank_stage_kwargs(
         # read here, once: each actor read the file itself, from its own folder and whenever Ray
         # (re)started it, so an edit during a run, or another node's file, mixed two head sets
         rerank = replace(rerank, heads=parse_heads(rerank.heads))
+    if isinstance(rerank.model, str) and not Path(rerank.model).is_absolute() and Path(rerank.model).exists():
+        # a model folder or file named relative to the driver's folder: each worker runs in its own
+        rerank = replace(rerank, model=str(Path(rerank.model).absolute()))
     return {
         "config": rerank,
         "index": str(Path(config.index).absolute()),  # (not resolved: a link may name it on every node)

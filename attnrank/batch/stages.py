@@ -104,24 +104,41 @@ def _table(rows: list[dict[str, Any]]):
 
 
 class RetrievalStage:
-    """First stage per actor: ``search_batch`` over the batch's queries, ``k`` candidates each.
+    """First stage per actor: each of the batch's queries searched alone, ``k`` candidates each.
 
-    ``keep_text`` adds the candidates' titles and texts to the rows (the reranker needs them);
-    ``index_tag``: as :func:`load_index` checks it.
+    Alone: a query embedded beside others is padded to the longest and computed in other shapes
+    (its vector moved by ~1e-7), so the rows of a query would depend on which queries a batch, a
+    resume or the actors' split put beside it. ``keep_text`` adds the candidates' titles and texts
+    to the rows (the reranker needs them); ``threads`` caps torch's intra-op threads to the CPUs the
+    actor declared (loading the embedder sets them to every core); ``index_tag``: as
+    :func:`load_index` checks it.
     """
 
     def __init__(
-        self, index: str, k: int, *, mode: str | None = None, keep_text: bool = True, index_tag: str | None = None
+        self,
+        index: str,
+        k: int,
+        *,
+        mode: str | None = None,
+        keep_text: bool = True,
+        index_tag: str | None = None,
+        threads: int | None = None,
     ):
         self.retriever = load_index(index, index_tag)
-        self.k, self.mode, self.keep_text = k, mode, keep_text
+        self.k, self.mode, self.keep_text, self.threads = k, mode, keep_text, threads
 
     def __call__(self, batch):
+        from ..config import set_torch_threads
+
         qids, texts = batch.column("qid").to_pylist(), batch.column("query").to_pylist()
-        try:
-            results = self.retriever.search_batch(texts, self.k, mode=self.mode, query_ids=qids)
-        except AttnrankError as e:
-            raise StageError(f"retrieval of {len(qids)} queries from {qids[0]!r}: {e}") from None
+        results = []
+        for qid, text in zip(qids, texts):
+            if self.threads:  # (the embedder's first load set torch to every core)
+                set_torch_threads(self.threads)
+            try:
+                results += self.retriever.search_batch([text], self.k, mode=self.mode, query_ids=[qid])
+            except AttnrankError as e:
+                raise StageError(f"retrieval of query {qid!r}: {e}") from None
         return _table([results_to_row(r, with_text=self.keep_text) for r in results])
 
 

@@ -6,6 +6,7 @@ query text), so a stale row shows as a document of the old text.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
@@ -61,7 +62,7 @@ def fake_ray(monkeypatch):
         def close(self):
             pass
 
-    def pipeline(ray, rows, config, res, progress, index_tag, *, model=None):
+    def pipeline(ray, rows, config, res, index_tag, *, model=None):
         state["calls"] += 1
         state["index_tag"] = index_tag  # what the actors check the index they load against
         state["model"] = model  # and the model they load
@@ -69,6 +70,7 @@ def fake_ray(monkeypatch):
 
     monkeypatch.setattr(runner, "RayExecutor", Executor)
     monkeypatch.setattr(runner, "_pipeline", pipeline)
+    monkeypatch.setattr(runner, "_ray_data_settings", lambda ray, progress: contextlib.nullcontext())
     return state
 
 
@@ -844,3 +846,37 @@ def test_a_checkpoint_of_a_device_batch_no_longer_takes_resumes_on_the_one_it_ra
     assert stats["resumed_skipped"] == 1
     with pytest.raises(InputError, match=r"other settings \(device\)"):  # another device still is
         run_batch({"q1": "apple"}, BatchConfig(str(index), mode="bm25", device="cuda"), output=out, progress=False)
+
+
+def test_reranking_on_gpus_needs_a_precision_the_driver_names(tmp_path, index):
+    """--device cuda with --dtype auto left each actor's GPU to choose bfloat16 or float16: a run
+    resumed or scheduled on other GPUs mixed them under one recorded "auto" (exit 0)."""
+    config = BatchConfig(str(index), mode="bm25", rerank=5, preset="signals", device="cuda")
+    with pytest.raises(InputError, match="--dtype auto with --device cuda .* give --dtype bfloat16"):
+        config.check()
+    BatchConfig(str(index), mode="bm25", rerank=5, preset="signals", device="cuda", dtype="float16").check()
+    BatchConfig(str(index), mode="bm25", device="cuda").check()  # no reranking: no model, no precision
+
+
+def test_progress_counts_this_runs_queries_and_workers_get_an_absolute_model_path(
+    fake_ray, tmp_path, index, monkeypatch
+):
+    """Progress counted every query the checkpoint held, of earlier queries files too (130/100); a
+    model folder named relative to the driver's folder was given to workers, which run in their own."""
+    from attnrank.batch import runner
+
+    out = tmp_path / "run.trec"
+    run_batch({"a": "apple", "b": "pear"}, BatchConfig(str(index), mode="bm25"), output=out, progress=False)
+    seen: list[tuple[int, int]] = []
+    stats = run_batch(
+        {"b": "pear", "c": "plum"},
+        BatchConfig(str(index), mode="bm25"),
+        output=out,
+        progress=False,
+        on_commit=lambda done, total: seen.append((done, total)),
+    )
+    assert stats["resumed_skipped"] == 1 and seen and seen[-1] == (2, 2)
+    (tmp_path / "m").mkdir()
+    monkeypatch.chdir(tmp_path)
+    kwargs = runner.rerank_stage_kwargs(BatchConfig(str(index), rerank=5, preset="signals", model="m"), 1, None)
+    assert kwargs["config"].model == str(tmp_path / "m")

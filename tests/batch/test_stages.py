@@ -56,6 +56,28 @@ def test_a_rerank_stage_keeps_its_thread_share_after_a_lazy_load(tmp_path, tiny_
         set_torch_threads(before)
 
 
+def test_retrieval_rows_do_not_depend_on_the_queries_beside_them(tmp_path):
+    """Queries embedded together are padded and computed in other shapes (vectors moved by ~1e-7):
+    a query's dense scores depended on its batch, so a resumed or redistributed run wrote other
+    bytes than one clean run. The stage also keeps to its thread share (the embedder's load set
+    torch to every core)."""
+    import torch
+
+    from attnrank.config import set_torch_threads
+
+    docs = [Document(str(i), t) for i, t in enumerate(["apples are red", "pears are green", "sky is blue"] * 3)]
+    HybridRetriever().index(docs, show_progress=False).save(tmp_path / "idx")
+    queries = [{"qid": f"q{i}", "query": q} for i, q in enumerate(["red", "which fruit is green and sweet", "sky"])]
+    before = torch.get_num_threads()
+    try:
+        stage = RetrievalStage(str(tmp_path / "idx"), 4, mode="dense", threads=1)
+        together = stage(pa.Table.from_pylist(queries)).to_pylist()
+        alone = [stage(pa.Table.from_pylist([q])).to_pylist()[0] for q in queries]
+        assert repr(together) == repr(alone) and torch.get_num_threads() == 1  # (repr: NaN != NaN)
+    finally:
+        set_torch_threads(before)
+
+
 def test_an_actor_refuses_an_index_rebuilt_since_the_run_began(tmp_path, tiny_dir):
     """A Ray actor restarted after a rebuild loaded the new build and served its rows beside the
     old one's in one run (exit 0)."""
