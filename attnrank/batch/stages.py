@@ -88,8 +88,9 @@ def rerank_head(reranker: Any, res: RankedResults, depth: int) -> RankedResults:
     """Rerank the top ``depth`` of ``res``; the rest keeps its first-stage order below them.
 
     The same policy as ``attnrank search --rerank`` (``attnrank.cli._rerank_head``), so a batch
-    run ranks as the single-process run does (up to bfloat16 rounding: ``search`` keeps
-    states between queries and batch does not: :meth:`BatchConfig.rerank_config`).
+    run ranks as the single-process run does, up to rounding: ``search`` keeps states between
+    queries and reads an index's stored passage states, batch does neither
+    (:meth:`BatchConfig.rerank_config`).
     """
     head = reranker.rank(res.query, res.results[:depth], query_id=res.query_id)
     floor = min(head.scores, default=0.0)
