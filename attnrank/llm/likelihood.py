@@ -6,7 +6,9 @@ batch of contexts that share the continuation (the query-likelihood reranker of
 left-padded so that every sequence ends with the continuation at the same positions: the model
 then computes logits for those few positions only (``logits_to_keep``), not for the whole prompt
 over the vocabulary. Position ids count real tokens only, so a padded sequence is scored as the
-same sequence alone. Sequences computed in full go in batches of about ``batch_tokens`` tokens
+same sequence alone (but for attention that reads a token's index in the pass rather than its
+position id: Llama 4's temperature tuning of its NoPE layers, whose steps of 8,192 positions a
+pass of the default ``batch_tokens`` never reaches). Sequences computed in full go in batches of about ``batch_tokens`` tokens
 (padding included), sorted by length so that little padding is computed; passes over kept states
 take up to :data:`DEFAULT_PAST_TOKENS` kept tokens each (assembled one layer at a time).
 
@@ -161,14 +163,19 @@ def reuses_states(llm: LLM) -> bool:
     states lends every layer one buffer, :class:`KeptStatesLayer`)."""
     layers = DynamicCache(config=llm.model.config).layers
     full = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    if not full:  # (Gemma 4, whose sliding layers keep no full cache, also has no one head_dim to read)
+        return False
     decoder = decoder_of(llm.model)
     value_dim = getattr(decoder.config, "v_head_dim", None)  # multi-head latent attention (DeepSeek): values narrower
-    key_dim = getattr(decoder.config, "qk_head_dim", None) or getattr(decoder.config, "head_dim", None)
+    try:  # (a head size set per layer: transformers raises a RuntimeError, which getattr's default misses)
+        key_dim = getattr(decoder.config, "qk_head_dim", None) or getattr(decoder.config, "head_dim", None)
+    except RuntimeError:
+        return False
     same = value_dim is None or value_dim == key_dim  # (kept states are assembled in one head size)
     # (rows_share_the_pass: dynamic int8 scales each linear's input over the whole pass, so states
     # kept from a pass that ran the query too would depend on that query, and a suffix pass over
     # them scales apart; length-following rotary frequencies move with the pass's longest row)
-    return full and same and not rows_share_the_pass(llm.model, decoder) and not shares_keys(decoder.config)
+    return same and not rows_share_the_pass(llm.model, decoder) and not shares_keys(decoder.config)
 
 
 def shares_keys(config: Any) -> bool:

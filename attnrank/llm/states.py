@@ -106,14 +106,25 @@ def rows_share_the_pass(model: Any, decoder: Any) -> bool:
 
 def check_one_head_size(prefix: PrefixCache) -> torch.Tensor:
     """The first layer's keys of ``prefix``, refused (ModelError) where keys and values differ in
-    width (DeepSeek's multi-head latent attention), which block states cannot be assembled from:
-    checked before any block is encoded or stored."""
+    width (DeepSeek's multi-head latent attention), or where layers differ in key/value heads or
+    head size (Gemma 4's full-attention layers beside its sliding ones): block states are
+    assembled as one array of every layer. Checked before any block is encoded or stored."""
     k0, v0 = layer_kv(prefix.cache.layers[0])
     if v0.shape[3] != k0.shape[3]:
         raise ModelError(
             f"block attention assembles keys and values of one head size, and this model's are {k0.shape[3]} and "
             f"{v0.shape[3]} wide (multi-head latent attention, as DeepSeek's); use attention='full'"
         )
+    for i, layer in enumerate(prefix.cache.layers[1:], start=1):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            continue  # (past the deepest layer the prefill ran: never read)
+        if keys.shape[1::2] != k0.shape[1::2] or values.shape[1::2] != v0.shape[1::2]:
+            raise ModelError(
+                f"block attention assembles every layer's states as one array, and this model's layer {i} has "
+                f"{keys.shape[1]} key/value heads of size {keys.shape[3]} where layer 0 has {k0.shape[1]} of size "
+                f"{k0.shape[3]} (as Gemma 4's full-attention layers); use attention='full'"
+            )
     return k0
 
 

@@ -117,3 +117,34 @@ def test_a_block_past_a_sliding_window_is_refused_before_any_state_is_kept():
     warm = capture_blocks(capturer, later, prefix, fingerprint="t", positions="shared", states=cache)
     cold = capture_blocks(capturer, later, prefix, fingerprint="t", positions="shared")
     assert np.array_equal(warm.real, cold.real)
+
+
+def test_a_model_whose_layers_differ_in_head_size_scores_in_full_and_refuses_block_attention():
+    """Gemma 4: its full-attention layers have another head size than its sliding ones. Block
+    attention stacked every layer's states and failed with a raw "stack expects each tensor to be
+    equal size" after encoding the blocks; the query likelihood with a state cache failed reading
+    the config's head_dim (a RuntimeError for a head size set per layer)."""
+    from attnrank.errors import ModelError
+    from attnrank.llm.models import LLM
+    from attnrank.rerank.attention import AttentionReranker
+    from attnrank.types import Document
+
+    try:
+        model = tiny_model(
+            "Gemma4Text",
+            layers=3,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            sliding_window=512,
+            global_head_dim=16,
+            vocab_size_per_layer_input=259,
+            hidden_size_per_layer_input=8,
+        )
+    except (AttributeError, TypeError, ValueError) as e:  # a transformers without Gemma 4
+        pytest.skip(f"no Gemma 4 in this transformers: {e}")
+    llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-gemma4", fingerprint="g" * 64)
+    docs = [Document("a", "Paris is in France."), Document("b", "Rome is in Italy.")]
+    scores = AttentionReranker(llm, config="likelihood").score("Where is Paris?", docs)
+    assert np.isfinite(scores).all()
+    block = AttentionReranker(llm, heads=[(0, 1), (2, 0)], attention="block", block_positions="shared", signals=None)
+    with pytest.raises(ModelError, match="layer 2 has 2 key/value heads of size 16 .* use attention='full'"):
+        block.score("Where is Paris?", docs)
