@@ -126,16 +126,26 @@ def test_batches_are_sized_padded_to_their_longest_window():
 
 def test_rotary_frequencies_that_follow_the_batch_run_one_window_per_pass():
     """Dynamic NTK rotary frequencies follow the longest position of the pass: windows side by
-    side would move each other's positions; they run alone, with the rows they get alone."""
-    model = tiny_model("llama", layers=3, max_positions=2048, rope_parameters={"rope_type": "dynamic", "factor": 2.0})
-    capturer = AttentionCapturer(model, [(1, 0), (2, 3)])
+    side would move each other's positions; they run alone, with the rows they get alone. The
+    model's original context sits between the windows' lengths, so that the longest one's pass
+    switches frequencies and the others' do not; each reference is a fresh model (dynamic NTK keeps
+    frequencies it grew from one pass to the next)."""
     prompts = windows(tiny_tokenizer())
-    prefix = capturer.prefill(prompts[0].prefix_ids)
+    extents = sorted(p.suffix_start("sequential") + len(p.real_suffix_ids) for p in prompts)
+
+    def fresh() -> tuple[AttentionCapturer, object]:
+        rope = {"rope_type": "dynamic", "factor": 2.0}
+        model = tiny_model("llama", layers=3, max_positions=(extents[0] + extents[-1]) // 2, rope_parameters=rope)
+        capturer = AttentionCapturer(model, [(1, 0), (2, 3)])
+        return capturer, capturer.prefill(prompts[0].prefix_ids)
+
+    capturer, prefix = fresh()
     assert one_window_per_pass(capturer, prefix)
     plain = AttentionCapturer(tiny_model("llama", layers=3), [(1, 0)])
     assert not one_window_per_pass(plain, plain.prefill(prompts[0].prefix_ids))
     together = capture_block_windows(capturer, prompts, prefix, fingerprint="t", positions="sequential")
     for prompt, rows in zip(prompts, together, strict=True):
+        capturer, prefix = fresh()
         alone = capture_blocks(capturer, prompt, prefix, fingerprint="t", positions="sequential")
         np.testing.assert_array_equal(rows.real, alone.real)
 
@@ -159,11 +169,20 @@ def test_rotary_that_follows_the_pass_captures_the_query_without_the_calibration
     from _tiny import tiny_longrope_model
 
     from attnrank.llm.capture import capture_window
-    from attnrank.llm.prompts import build_rerank_prompts
+    from attnrank.llm.prompts import CALIBRATION_QUERY, build_rerank_prompts
 
-    model = tiny_longrope_model(max_positions=400)
+    docs = ["Paris is in France.", "Rome."]
+    pair = build_rerank_prompts(tiny_tokenizer(), "Where is Paris, the capital city?", docs)
+    n_prefix, n_real, n_null = len(pair.prefix_ids), len(pair.real_suffix_ids), len(pair.calibration_suffix_ids)
+    assert n_null < n_real
+    # the frequencies switch between the two suffixes' ends: packed, "N/A" got the query's long set
+    model = tiny_longrope_model(max_positions=n_prefix + n_real + 64, switch=n_prefix + (n_real + n_null) // 2)
     capturer = AttentionCapturer(model, [(1, 0), (1, 3)])
-    pair = build_rerank_prompts(tiny_tokenizer(), "Where is Paris, the capital city?", ["Paris is in France.", "Rome."])
     calibrated = capture_window(capturer, pair, calibrate=True, query_span="full")
     alone = capture_window(capturer, pair, calibrate=False, query_span="full")
     np.testing.assert_array_equal(calibrated.real, alone.real)
+    na = build_rerank_prompts(tiny_tokenizer(), CALIBRATION_QUERY, docs)  # its real suffix: the "N/A" one
+    assert na.real_suffix_ids == pair.calibration_suffix_ids and na.prefix_ids == pair.prefix_ids
+    np.testing.assert_array_equal(
+        calibrated.null, capture_window(capturer, na, calibrate=False, query_span="full").real
+    )
