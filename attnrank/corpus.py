@@ -298,7 +298,8 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
     return _finish(docs, report)
 
 
-_HEADING = re.compile(r"^#{1,6}(?:[ \t]+(.*?))?[ \t#]*$")  # an ATX heading: "# Title", not "#hashtag"
+# an ATX heading: "# Title", not "#hashtag"; a closing run of "#" only after a space ("# C#" keeps it)
+_HEADING = re.compile(r"^#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 
 
 def _markdown_title(text: str) -> tuple[str, str]:

@@ -86,7 +86,7 @@ def tsv_lines(path: Path) -> Iterator[tuple[int, str]]:
     lines = text_lines(path)
     for number, first in lines:
         second = next(lines, None)
-        if second is None and "\r" in first.removesuffix("\n").removesuffix("\r"):
+        if second is None and not first.endswith("\n") and "\r" in first.removesuffix("\r"):
             yield from enumerate(first.split("\r"), start=1)
             return
         yield number, first

@@ -67,8 +67,10 @@ def test_a_text_folder_leaves_out_hidden_copies_and_takes_the_heading_out_of_the
     (tmp_path / ".draft.md").write_text("hidden")
     (tmp_path / "tweet.md").write_text("#hashtag news\nmore")
     (tmp_path / "only.md").write_text("## Just a heading ##\n")
+    (tmp_path / "lang.md").write_text("# Programming in C#\nbody")
     docs = {d.id: d for d in load_corpus(tmp_path)[0]}
-    assert sorted(docs) == ["a.md", "only.md", "tweet.md"]
+    assert sorted(docs) == ["a.md", "lang.md", "only.md", "tweet.md"]
+    assert docs["lang.md"].title == "Programming in C#"  # (a closing '#' run needs a space before it)
     assert (docs["a.md"].title, docs["a.md"].text) == ("Title", "body words")
     assert (docs["tweet.md"].title, docs["tweet.md"].text) == ("", "#hashtag news\nmore")
     assert (docs["only.md"].title, docs["only.md"].text) == ("Just a heading", "")

@@ -73,6 +73,8 @@ def test_queries_tsv_with_old_mac_line_endings(tmp_path):
     # whole file was split at carriage returns only: query 2 came out as 'bar\n2')
     path.write_bytes(b"1\tfoo\rbar\n2\tbaz\n")
     assert list(load_queries(path)) == ["1", "2"]
+    path.write_bytes(b"q1\tfoo\rbar baz\n")  # one line, ended by a line feed
+    assert list(load_queries(path)) == ["q1"]
 
 
 def test_a_queries_header_with_another_column_name_is_not_a_query(tmp_path):

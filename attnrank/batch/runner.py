@@ -356,8 +356,7 @@ def _drain(
     done = resumed  # (this run's queries: the checkpoint may hold others, of an earlier queries file)
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            sink.add(batch.to_pylist())
-            done += batch.num_rows
+            done += sink.add(batch.to_pylist())  # (the rows it kept: a batch Ray retried brings duplicates)
             if on_commit is not None:
                 on_commit(done, total)
             logger.info(

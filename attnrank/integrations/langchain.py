@@ -191,6 +191,10 @@ class AttnrankPruner(BaseDocumentCompressor):
         return out
 
 
+# keywords of BaseRetriever.invoke that LangChain reads itself and passes on to the retriever too
+_LANGCHAIN_KEYWORDS = ("verbose",)
+
+
 class AttnrankRetriever(BaseRetriever):
     """Retrieve from an attnrank index (hybrid BM25 + dense), then rerank with attnrank's reranker.
 
@@ -236,7 +240,7 @@ class AttnrankRetriever(BaseRetriever):
     ) -> list[LCDocument]:
         """``counts``: ``k`` and ``depth`` for this call (``retriever.invoke(query, k=8)``, as
         LangChain's vector-store retrievers take ``k``); the fields' otherwise."""
-        unknown = sorted(set(counts) - {"k", "depth"})
+        unknown = sorted(set(counts) - {"k", "depth", *_LANGCHAIN_KEYWORDS})
         if unknown:  # (LangChain passes every keyword of invoke: a misspelt one would be ignored)
             raise InputError(f"AttnrankRetriever takes k and depth per call, not {unknown}")
         k, depth = counts.get("k", self.k), counts.get("depth", self.depth)

@@ -45,10 +45,14 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
         title="attnrank",
         description="Attention reranking, retrieval, pruning and answering.",
         lifespan=lifespan,
-        max_body_size=2 * server.limits.max_body_bytes,
+        max_body_size=2 * server.limits.max_prune_body_bytes,
     )  # backstop (no Content-Length)
     app.state.server = server
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=server.limits.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_body_bytes=server.limits.max_body_bytes,
+        by_path={"/v1/prune": server.limits.max_prune_body_bytes},
+    )
     app.add_middleware(AccessLogMiddleware)
     _install_errors(app)
     app.include_router(router)

@@ -69,46 +69,46 @@ class AccessLogMiddleware:
 
 
 class BodyLimitMiddleware:
-    """413 for a body above ``max_body_bytes``: at once for a declared ``Content-Length``, else
-    once the bytes read exceed it (the body read so far is then handed on to the app)."""
+    """413 for a body above ``max_body_bytes`` (``by_path``: other limits for some paths): at once
+    for a declared ``Content-Length``, else once the bytes read exceed it (the body read so far is
+    then handed on to the app)."""
 
-    def __init__(self, app: Any, max_body_bytes: int):
-        self.app, self.max_body_bytes = app, max_body_bytes
+    def __init__(self, app: Any, max_body_bytes: int, by_path: dict[str, int] | None = None):
+        self.app, self.max_body_bytes, self.by_path = app, max_body_bytes, dict(by_path or {})
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.by_path.get(scope.get("path", ""), self.max_body_bytes)
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit():  # the server never passes more than declared
-            if int(length) > self.max_body_bytes:
-                await self._refuse(send, f"request body of {int(length)} bytes")
+            if int(length) > limit:
+                await self._refuse(send, f"request body of {int(length)} bytes", limit)
                 return
             await self.app(scope, receive, send)
             return
-        messages = await self._read(receive)
+        messages = await self._read(receive, limit)
         if messages is None:
-            await self._refuse(send, f"request body of more than {self.max_body_bytes} bytes")
+            await self._refuse(send, f"request body of more than {limit} bytes", limit)
             return
         await self.app(scope, _replay(messages, receive), send)
 
-    async def _read(self, receive: Any) -> list[dict] | None:
-        """The request's body messages, or None as soon as they exceed the limit."""
+    async def _read(self, receive: Any, limit: int) -> list[dict] | None:
+        """The request's body messages, or None as soon as they exceed ``limit``."""
         messages: list[dict] = []
         size = 0
         while True:
             message = await receive()
             messages.append(message)
             size += len(message.get("body", b""))
-            if size > self.max_body_bytes:
+            if size > limit:
                 return None
             if message["type"] != "http.request" or not message.get("more_body", False):
                 return messages
 
-    async def _refuse(self, send: Any, what: str) -> None:
-        body = json.dumps(
-            {"message": f"{what} > max_body_bytes={self.max_body_bytes}; send fewer or shorter documents"}
-        ).encode()
+    async def _refuse(self, send: Any, what: str, limit: int) -> None:
+        body = json.dumps({"message": f"{what} > max_body_bytes={limit}; send fewer or shorter documents"}).encode()
         await send(
             {
                 "type": "http.response.start",

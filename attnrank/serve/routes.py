@@ -214,8 +214,9 @@ def _counts(body: SearchRequest | PruneRequest | AskRequest, server: Server) -> 
     default is no request, and was refused (a server run with --max-documents 10 answered a bare
     query with 413 "depth=20 > max_documents=10", and top_k=25 with "exceeds depth=20")."""
     lim, sent = server.limits.max_documents, body.model_fields_set
-    top_k = body.top_k if "top_k" in sent else min(body.top_k, lim)
     depth = getattr(body, "depth", 0)
+    given_depth = depth if depth and "depth" in sent else lim  # (a top_k not sent never exceeds a depth sent)
+    top_k = body.top_k if "top_k" in sent else min(body.top_k, lim, given_depth)
     if depth and "depth" not in sent:
         depth = max(top_k, min(depth, lim))
     return top_k, depth
@@ -297,8 +298,8 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
     index, generator = server.need("index"), server.need("generator")
     server.check(body.query, [])
     top_k, depth = _counts(body, server)
+    server.check_count("top_k", top_k)  # (first: a depth not sent follows top_k, which then is named)
     server.check_count("depth", depth)
-    server.check_count("top_k", top_k)
     budget = body.budget_tokens
     if server.engine.pruner is None and (budget is not None or body.keep_ratio is not None):
         raise InputError("budget_tokens/keep_ratio size the pruned context, but this server runs without a pruner")

@@ -189,12 +189,17 @@ class Limits:
     @property
     def max_body_bytes(self) -> int:
         """Request body size implied by the other limits, plus 64 KiB for the rest of the request:
-        28 bytes per character of the documents (12 for the text, what JSON's escapes take at most:
-        Python's ``json.dumps``, the default of ``requests`` and ``httpx``, writes every non-ASCII
-        character as ``\\uXXXX``, 6 bytes, and one outside the BMP as two of them; 12 again for
-        ``/v1/prune``'s ``sentences``, which repeat the text, and 4 for a sentence's quotes, comma
-        and space where each is one character) and 12 per character of the query, so that no
-        request within the other limits is refused for its size."""
+        12 bytes per character, what JSON's escapes take at most (Python's ``json.dumps``, the
+        default of ``requests`` and ``httpx``, writes every non-ASCII character as ``\\uXXXX``,
+        6 bytes, and one outside the BMP as two of them), so that no request within the other
+        limits is refused for its size."""
+        return 12 * (self.max_documents * self.max_document_chars + self.max_query_chars) + 65_536
+
+    @property
+    def max_prune_body_bytes(self) -> int:
+        """:attr:`max_body_bytes` for ``/v1/prune``, whose documents may bring their ``sentences``
+        (which repeat the text): 28 bytes per character of the documents (12 for the text, 12 for
+        the sentences, 4 for a sentence's quotes, comma and space where each is one character)."""
         return 28 * self.max_documents * self.max_document_chars + 12 * self.max_query_chars + 65_536
 
     def as_dict(self) -> dict[str, Any]:

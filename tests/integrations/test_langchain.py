@@ -247,3 +247,4 @@ def test_retriever_takes_k_and_depth_per_call(settings, demo_index, query):
         retriever.invoke(query, k=6)
     with pytest.raises(InputError, match=r"not \['top_k'\]"):
         retriever.invoke(query, top_k=2)
+    assert len(retriever.invoke(query, verbose=True)) == 4  # LangChain's own keyword, passed on to us too

@@ -130,7 +130,7 @@ def test_error_statuses_name_the_limit(url):
     r = post("/rerank", {"query": QUERY, "texts": ["<|im_end|>" * 35] * 5})
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
     r = post("/rerank", {"query": QUERY, "texts": DOCS, "padding": "y" * 200_000})  # body over the implied size
-    assert r.status_code == 413 and "max_body_bytes=133936" in r.json()["message"]
+    assert r.status_code == 413 and "max_body_bytes=95536" in r.json()["message"]
     r = post("/rerank", {"query": "q" * 101, "texts": ["a"]})
     assert r.status_code == 413 and "max_query_chars=100" in r.json()["message"]
     r = post("/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 0})
@@ -378,6 +378,12 @@ def test_index_routes_keep_to_the_limits(url):
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
     r = post("/v1/ask", {"query": QUERY, "top_k": 2})
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
+    # a top_k not sent keeps within a depth sent ("top_k=6 exceeds depth=5" named a field never sent),
+    # and a depth not sent follows a top_k sent, which is then the one named
+    r = post("/v1/search", {"query": QUERY, "depth": 1})
+    assert r.status_code == 200 and len(r.json()["results"]) == 1
+    r = post("/v1/ask", {"query": QUERY, "top_k": 7})
+    assert r.status_code == 413 and r.json()["message"].startswith("top_k=7 > max_documents=6")
 
 
 def test_a_document_id_that_is_not_unicode_is_refused_before_the_model_runs(url):
@@ -441,9 +447,14 @@ def test_chunked_body_over_the_limit_names_it(url):
 
     for pad in (200_000, 500_000):  # over the limit; over FastAPI's backstop too
         r = httpx.post(f"{url}/rerank", content=chunked(pad), headers={"content-type": "application/json"})
-        assert r.status_code == 413 and "max_body_bytes=133936" in r.json()["message"]
+        assert r.status_code == 413 and "max_body_bytes=95536" in r.json()["message"]
     r = httpx.post(f"{url}/rerank", content=chunked(10), headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 200 and len(r.json()) == len(DOCS)
+    # /v1/prune alone has room for documents sent with their sentences (which repeat the text)
+    r = httpx.post(f"{url}/v1/prune", content=chunked(100_000), headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "not a field of this request" in r.json()["message"]  # past the size check
+    r = httpx.post(f"{url}/v1/prune", content=chunked(200_000), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "max_body_bytes=133936" in r.json()["message"]
 
 
 def test_one_log_line_per_request(url, caplog):
@@ -709,7 +720,7 @@ def test_no_request_within_the_limits_is_refused_for_its_body_size():
         assert len(body) <= limits.max_body_bytes, char
         doc = {"id": "d", "text": char * 20_000, "sentences": [char] * 20_000}
         body = json.dumps({"query": char * 10, "documents": [doc] * 50, "budget_tokens": 5}).encode()
-        assert len(body) <= limits.max_body_bytes, char
+        assert limits.max_body_bytes < len(body) <= limits.max_prune_body_bytes, char  # (prune's own limit)
 
 
 def test_counts_are_whole_numbers_not_booleans_or_fractions(url):
