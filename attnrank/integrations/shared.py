@@ -143,6 +143,8 @@ def shared_pruner(pruner: Any = None, **kwargs: Any):
         return pruner
     from ..prune.pruner import ContextPruner
 
+    if "heads" in kwargs and kwargs["heads"] is None:  # one key for one configuration: PruneConfig says "all"
+        kwargs = {**kwargs, "heads": "all"}
     return _cached("ContextPruner", resolved_settings(kwargs, PruneConfig), lambda: ContextPruner(**kwargs))
 
 

@@ -41,6 +41,7 @@ def test_a_pruners_heads_none_is_all_heads_as_context_pruner_reads_it(settings):
     model = settings["model"]
     assert shared_pruner(model=model, config=config).heads == [(1, 2)]
     assert shared_pruner(model=model, config=config, heads=None).heads is None
+    assert shared_pruner(model=model, heads=None) is shared_pruner(model=model)  # one configuration, one pruner
 
 
 def test_reranker_and_pruner_on_one_model_share_its_lock(settings):
