@@ -150,8 +150,21 @@ def save_artifact(
     kind: str, model_id: str, fingerprint: str, payload: dict[str, Any], *, root: Path | None = None
 ) -> Path:
     """Store a per-model JSON ``payload`` under ``kind`` (e.g. ``"head-weights"``,
-    ``"slot-profiles"``) in the user registry, replacing the previous one of that kind."""
-    return update_artifact(kind, model_id, fingerprint, lambda _: payload, root=root)
+    ``"slot-profiles"``) in the user registry, replacing the previous one of that kind (with a
+    warning naming it: the user's earlier weights are gone)."""
+
+    def replacing(current: dict[str, Any] | None) -> dict[str, Any]:
+        if current is not None and current != payload:
+            trained = current.get("trained_on") if isinstance(current, dict) else None
+            logger.warning(
+                "replacing the %s registered for %s in the user registry%s",
+                kind,
+                model_id,
+                f" (trained on {trained})" if trained else "",
+            )
+        return payload
+
+    return update_artifact(kind, model_id, fingerprint, replacing, root=root)
 
 
 def update_artifact(

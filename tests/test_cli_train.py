@@ -66,6 +66,7 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     assert w.features == ["attention", "bm25", "dense", "rank"] and len(w.weights) == 4
     assert w.heads == "all" and w.capture == "block:shared"  # the attention preset fused reads, as it captures it
     assert w.prompt == RerankConfig.preset("fused").prompt_settings()  # the prompt that attention was read from
+    assert w.metrics["n_queries"] == 3 and w.metrics["seed"] == 0  # (the report can be matched and run again)
     assert w.metrics["heldout"]["fused with attention"]["nDCG@10"] == pytest.approx(
         float(rows["fused with attention"]), abs=1e-4
     )
@@ -224,8 +225,16 @@ def test_train_signals_fits_the_fast_presets_weights_without_the_model(home, sci
     assert signals_only(*key).weights == w.weights
     # fused training reads attention; its report says preset signals keeps its own weights, even
     # ones that no longer load (they are another kind: fused weights never replace them)
+    import json
+
+    from attnrank.errors import InputError
+
     path = SignalsWeights(["bm25"], [1.0]).save(*key)
-    path.write_text(path.read_text().replace('"rank"', '"attention"').replace('["bm25"]', '["attention"]'))
+    doc = json.loads(path.read_text())
+    doc["artifacts"][SignalsWeights.KIND]["payload"]["features"] = ["attention"]  # edited: no longer loads
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError):
+        SignalsWeights.load(*key)
     fused = [*args[:2], "fused", "--heads", "all", *args[3:], "--no-save"]
     r = runner.invoke(app, fused)
     assert r.exit_code == 0 and "leave preset signals its own registered weights" in r.output, r.output
@@ -367,3 +376,17 @@ def test_labelled_queries_the_run_lacks_are_named_not_dropped_silently(scifact_m
     assert qids[0] not in kept and len(kept) == len(qids) - 1
     err = capsys.readouterr().err
     assert f"1 of the {len(qids)} labelled queries have no candidates in the run (e.g. {qids[0]!r})" in err
+
+
+def test_training_embeds_the_candidates_as_the_trained_preset_will(tiny_dir):
+    """train computed the dense signal with a float32 embedder, while the reranker that reads the
+    weights embeds in bfloat16 where its model runs so: weights fitted to other signals."""
+    from attnrank.cli.train import _llm_scorers
+    from attnrank.rerank.attention import AttentionReranker
+
+    for dtype in ("bfloat16", "float32"):
+        signals = _llm_scorers("signals", str(tiny_dir), 300, "cpu", dtype)[3]
+        rr = AttentionReranker(str(tiny_dir), config="signals", dtype=dtype)
+        assert (signals.device, signals.backend) == (rr.signals.device, rr.signals.backend)
+    likelihood = _llm_scorers("likelihood", str(tiny_dir), 300, "cpu", "bfloat16")[3]
+    assert likelihood.backend == "torch-bf16"

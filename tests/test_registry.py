@@ -666,3 +666,15 @@ def test_the_registry_digest_covers_the_packaged_models_fallback_weights(roots):
     assert ship(1.0) == ship(1.0, profiles=1)  # what it does not read of the packaged model's: not counted
     registry_save.save_artifact("fused-weights", "other/model", FP, {"w": 1})  # its own weights: the fallback unread
     assert ship(1.0) == ship(1.5)
+
+
+def test_replacing_registered_weights_names_them(roots, caplog):
+    """heads train and train --preset fused replaced the user's registered weights without a word
+    (save_head_set warned; the weights of a long earlier run were simply gone)."""
+    save_artifact("head-weights", "org/m", FP, {"trained_on": "dataset A", "w": [1]})
+    with caplog.at_level("WARNING", logger="attnrank.registry"):
+        save_artifact("head-weights", "org/m", FP, {"trained_on": "dataset A", "w": [1]})  # the same: quiet
+        assert caplog.text == ""
+        save_artifact("head-weights", "org/m", FP, {"trained_on": "dataset B", "w": [2]})
+    assert "replacing the head-weights registered for org/m in the user registry (trained on dataset A)" in caplog.text
+    assert load_artifact("head-weights", "org/m", FP)["trained_on"] == "dataset B"

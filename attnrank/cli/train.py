@@ -157,14 +157,17 @@ def train(
         # these weights never replace, loadable or not)
         own = load_artifact(SignalsWeights.KIND, *key, user_only=True) is not None
         current = "" if own else current_label(signals_only, *key)
-        examples = fusion_examples({ATTENTION: rr.score}, qs, cands, qr, rel=rel, group=desc, progress=progress)
+        # (the candidates' dense signal embedded as the reranker embeds it: bfloat16 where its model runs so)
+        examples = fusion_examples(
+            {ATTENTION: rr.score}, qs, cands, qr, rel=rel, group=desc, signals=rr.signals, progress=progress
+        )
         report, weights = _report_and_fit(
             examples, learner, l2, gate is not False, folds, seed, desc, rr, current, heads or AUTO_OR_ALL
         )
     else:  # the presets whose untrained model is equal weights: likelihood (an LLM feature) and signals
-        scorers, key, adapter = _llm_scorers(preset, model, max_doc_words, device, dtype)
+        scorers, key, adapter, signals = _llm_scorers(preset, model, max_doc_words, device, dtype)
         current = current_label(likelihood_weights if scorers else signals_only, *key)
-        examples = fusion_examples(scorers, qs, cands, qr, rel=rel, group=desc, progress=progress)
+        examples = fusion_examples(scorers, qs, cands, qr, rel=rel, group=desc, signals=signals, progress=progress)
         report, weights = _fit_unless_worse(examples, preset, learner, l2, folds, seed, desc, key[0], current, adapter)
     typer.echo(report)
     if weights is not None and weights.uses_llm:
@@ -201,18 +204,20 @@ def _check_preset(preset: str, heads: str | None, gate: bool | None, max_doc_wor
 
 def _llm_scorers(
     preset: str, model: str | None, max_doc_words: int, device: str, dtype: str
-) -> tuple[dict, tuple, str]:
+) -> tuple[dict, tuple, str, Any]:
     """({feature: score(query, docs)} of the LLM features ``preset`` fuses, (model id, fingerprint),
-    the model's head adapter (``LLM.adapter``, which the weights record)):
+    the model's head adapter (``LLM.adapter``, which the weights record), the signals' computer as
+    the preset's reranker sets it up: its embedder's device and precision):
     for ``likelihood`` the query likelihood as the preset computes it (its equal weights given, so
     weights registered for the model are not read, or refused, here); for ``signals`` none, and
     no model is loaded (the weights are registered under its id and fingerprint)."""
     from ..llm.models import unloaded_model
     from ..rerank.attention import AttentionReranker
     from ..rerank.fused import LIKELIHOOD_FEATURES, equal_weights
+    from ..rerank.signals import SignalComputer, signal_embedder_setup
 
     if preset == SIGNALS_PRESET:
-        return {}, unloaded_model(model), ""
+        return {}, unloaded_model(model), "", SignalComputer(None, *signal_embedder_setup(device, dtype))
     rr = AttentionReranker(
         model,
         config=LIKELIHOOD_PRESET,
@@ -221,7 +226,7 @@ def _llm_scorers(
         device=device,
         dtype=dtype,
     )
-    return {LIKELIHOOD: rr.likelihood}, (rr.llm.model_id, rr.llm.fingerprint), rr.llm.adapter
+    return {LIKELIHOOD: rr.likelihood}, (rr.llm.model_id, rr.llm.fingerprint), rr.llm.adapter, rr.signals
 
 
 def _attention_alone(model: str | None, heads: str, max_doc_words: int, device: str, dtype: str) -> Any:
@@ -333,7 +338,7 @@ def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current:
         adapter=rr.llm.adapter,
         prompt=rr.config.prompt_settings(),
     )
-    weights.metrics = recorded_metrics(rows, METRICS, folds)
+    weights.metrics = recorded_metrics(rows, METRICS, folds, seed=seed, n_queries=len(examples))
     ndcg = {r["method"]: r["nDCG@10"] for r in rows}
     no_base = (
         weights.uses_attention and not weights.base_weights

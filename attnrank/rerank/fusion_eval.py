@@ -150,7 +150,7 @@ def fit_unless_worse(
     kind = SignalsWeights if llm_feature is None else LikelihoodWeights
     fitted = train_fused(examples, features, learner=learner, l2=l2, gate=False, trained_on=trained_on, adapter=adapter)
     weights = kind(**fitted.to_json())
-    weights.metrics = recorded_metrics(rows, metrics, folds)
+    weights.metrics = recorded_metrics(rows, metrics, folds, seed=seed, n_queries=len(examples))
     return rows, weights
 
 
@@ -196,9 +196,17 @@ def registration_curve(
     return rows
 
 
-def recorded_metrics(rows: Sequence[dict[str, Any]], metrics: Sequence[str], folds: int) -> dict[str, Any]:
-    """What trained weights record of their k-fold report (``metrics`` of each :func:`compare` row)."""
-    return {"heldout": {r["method"]: {m: r[m] for m in metrics} for r in rows}, "folds": folds}
+def recorded_metrics(
+    rows: Sequence[dict[str, Any]], metrics: Sequence[str], folds: int, *, seed: int = 0, n_queries: int | None = None
+) -> dict[str, Any]:
+    """What trained weights record of their k-fold report (``metrics`` of each :func:`compare` row),
+    with the folds' seed and the number of queries, so that the report can be matched and run again."""
+    return {
+        "heldout": {r["method"]: {m: r[m] for m in metrics} for r in rows},
+        "folds": folds,
+        "seed": seed,
+        "n_queries": n_queries,
+    }
 
 
 def compare(

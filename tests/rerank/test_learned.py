@@ -108,7 +108,7 @@ def test_bad_training_input():
         q.labels[:] = 0
     with pytest.raises(InputError, match="same label"):
         train_head_weights(ex)
-    with pytest.raises(InputError, match="no query has candidates with different labels"):
+    with pytest.raises(InputError, match="no query has a relevant candidate"):
         train_head_weights(ex, learner="pairwise")
     with pytest.raises(InputError, match="learner='listwise'"):
         train_head_weights(ex, learner="listwise")
@@ -382,3 +382,18 @@ def test_weights_record_how_their_features_were_read():
     with pytest.raises(InputError, match="read with calibrate=True and calibrate=False"):
         train_head_weights(mixed)
     assert train_head_weights(synthetic()).config.calibrate is True  # unrecorded: as before
+
+
+def test_pairwise_training_orders_only_pairs_with_a_relevant_first():
+    """With rel=2, a label-1 candidate was trained above a label-0 one (both non-relevant), where
+    pointwise reads them alike: labels 0/1 only at rel 2 trained weights from noise."""
+    heads = [(0, 0), (0, 1)]
+    ex = [
+        QueryFeatures(
+            f"q{i}", ["a", "b", "c"], np.random.default_rng(i).normal(size=(3, 2)), np.array([1, 0, 0]), heads
+        )
+        for i in range(6)
+    ]
+    with pytest.raises(InputError, match=r"no query has a relevant candidate \(label >= rel\)"):
+        train_head_weights(ex, learner="pairwise", rel=2)
+    assert train_head_weights(ex, learner="pairwise", rel=1).weights is not None

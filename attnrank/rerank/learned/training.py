@@ -38,8 +38,14 @@ def _check(examples: Sequence[QueryFeatures]) -> list[tuple[int, int]]:
     return heads
 
 
-def _pairs(q: QueryFeatures, x: np.ndarray, cap: int, rng: random.Random) -> np.ndarray:
-    pairs = [(i, j) for i in range(len(q.labels)) for j in range(len(q.labels)) if q.labels[i] > q.labels[j]]
+def _pairs(q: QueryFeatures, x: np.ndarray, cap: int, rng: random.Random, rel: int) -> np.ndarray:
+    """Feature differences of candidate pairs whose first is graded above the second and counts as
+    relevant (label >= ``rel``): two candidates below ``rel`` are alike non-relevant, never ordered
+    (with --rel 2 a label-1 passage was trained above a label-0 one, as pointwise never reads it)."""
+    labels = q.labels
+    pairs = [
+        (i, j) for i in range(len(labels)) for j in range(len(labels)) if labels[i] > labels[j] and labels[i] >= rel
+    ]
     if len(pairs) > cap:
         pairs = rng.sample(pairs, cap)
     return np.array([x[i] - x[j] for i, j in pairs]).reshape(len(pairs), x.shape[1])
@@ -104,9 +110,13 @@ def train_head_weights(
         w, b = clf.coef_[0], float(clf.intercept_[0])
     else:
         rng = random.Random(seed)
-        d = np.vstack([_pairs(q, x, max_pairs_per_query, rng) for q, x in zip(examples, xs)])
+        d = np.vstack(
+            [_pairs(q, x, max_pairs_per_query, rng, rel if q.rel is None else q.rel) for q, x in zip(examples, xs)]
+        )
         if len(d) == 0:
-            raise InputError("no query has candidates with different labels; pairwise training needs them")
+            raise InputError(
+                "no query has a relevant candidate (label >= rel) graded above another; pairwise training needs them"
+            )
         clf = LogisticRegression(C=1.0 / l2, fit_intercept=False, max_iter=2000)
         clf.fit(np.vstack([d, -d]), np.r_[np.ones(len(d)), np.zeros(len(d))])
         w, b = clf.coef_[0], 0.0
