@@ -19,13 +19,21 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from .config import DEFAULT_BUDGET_TOKENS
 from .errors import InputError
 from .generate import Answer, Generator, StreamCallback, check_answer_room, check_max_new_tokens
 from .index.retriever import HybridRetriever
-from .llm.models import LLM, check_prompt_budget, checked_model_id, load_llm, unloaded_model
+from .llm.models import (
+    LLM,
+    check_prompt_budget,
+    checked_model_id,
+    load_llm,
+    unloaded_model,
+    warn_if_configured_otherwise,
+)
 from .prune.config import PruneConfig
 from .prune.context import PrunedContext, check_budget, check_neighbours
 from .prune.pruner import ContextPruner
@@ -185,7 +193,8 @@ class Pipeline:
         default preset) or False;
         ``prune``: a :class:`PruneConfig`, True (its defaults) or False; ``generator_model`` gives
         the generator another model; a config's ``model``, ``device`` and ``dtype`` (when set) must be
-        the ones given here, which load the shared model. ``kw`` go to the constructor (``depth``, ``top_k``,
+        the ones given here, which load the shared model (a loaded :class:`LLM` given as ``model`` is
+        used as it is: a ``device`` or ``dtype`` other than its own is warned of). ``kw`` go to the constructor (``depth``, ``top_k``,
         ``budget_tokens``, ``neighbours``, ``reorder``)."""
         if isinstance(model, os.PathLike):  # a model folder given as a Path
             model = os.fspath(model)
@@ -294,9 +303,9 @@ class Pipeline:
             if self.retriever is None:
                 raise InputError("this pipeline has no retriever; pass candidates= to run()")
             first = self.retriever.search(question, self.depth, query_id=query_id)
-        else:
+            timings["retrieve"] = time.perf_counter() - start
+        else:  # (no retrieval ran: timing the wrapping of given candidates as "retrieve" misled)
             first = _given(question, candidates, query_id)
-        timings["retrieve"] = time.perf_counter() - start
         reranked = None
         top = first.top_k(self.top_k)
         if self.reranker is not None:
@@ -379,6 +388,9 @@ def check_shared_model(
     config asking for another would be silently overridden (a loaded :class:`LLM` given as
     ``model`` is used as it is)."""
     if isinstance(model, LLM):  # used as it is (each stage warns of a config naming another model)
+        # and so are the device and precision it was loaded in: set otherwise here, they are warned of
+        given = SimpleNamespace(model=None, device=None if device == "cpu" else device, dtype=dtype)
+        warn_if_configured_otherwise(model, given, where)
         return
     for cfg in configs:
         if not isinstance(cfg, (RerankConfig, PruneConfig)):

@@ -171,7 +171,8 @@ class Runner:
         return cache[key]
 
     def _prune(self, q: dict, docs: list[Document], cache: dict) -> dict:
-        key = "prune:" + _key(self.prune_id, [(d.id, d.title, d.text) for d in docs])
+        # (the ratio too: a run with another --keep-ratio read the pruned contexts of the first)
+        key = "prune:" + _key(self.prune_id, self.args.keep_ratio, [(d.id, d.title, d.text) for d in docs])
         if key not in cache:
             t = time.perf_counter()
             p = self.pruner.prune(q["question"], docs, keep_ratio=self.args.keep_ratio)

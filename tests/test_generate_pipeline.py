@@ -127,6 +127,7 @@ def test_pipeline_with_plain_candidates(llm):
     pipe = Pipeline(None, AttentionReranker(llm), ContextPruner(llm), depth=2, top_k=2)
     res = pipe.run("capital of France?", docs, budget_tokens=30)
     assert res.first_stage.ids == ["p", "b"] and res.first_stage.stage == "given"
+    assert list(res.timings) == ["rerank", "prune", "total"]  # no retrieval ran: no "retrieve" time
     assert sorted(res.reranked.ids) == ["b", "p"] and res.pruned.kept_tokens <= 30
     assert {d.title for d in res.context} <= {"Paris", ""}
     plain = Pipeline(None, depth=2, top_k=1).run("capital?", ["Paris is in France.", "Berlin is cold."])
@@ -603,3 +604,13 @@ def test_a_reorder_profile_of_another_model_than_the_generators_is_warned_of(llm
         assert not caplog.text
         Pipeline(built_retriever, generator=gen, depth=4, top_k=3, reorder=profile("0" * 64))
     assert "the reorder profile was measured on other (fingerprint 000000000000)" in caplog.text
+
+
+def test_from_model_warns_where_a_loaded_model_is_not_moved_as_asked(llm, caplog):
+    """from_model(llm, device=..., dtype=...) ran on the loaded model's device and precision
+    without a word, where the docstring says they load the shared model."""
+    with caplog.at_level("WARNING", logger="attnrank.llm.models"):
+        Pipeline.from_model(None, llm, generate=False, prune=False)
+        assert caplog.text == ""
+        Pipeline.from_model(None, llm, dtype="bfloat16", generate=False, prune=False)
+    assert "sets dtype='bfloat16', but the loaded model" in caplog.text

@@ -345,7 +345,7 @@ async def ask(body: AskRequest, request: Request) -> StreamingResponse:
             stream=on_piece,
             checkpoint=stop,
         )
-        res.timings["retrieve"] = searched  # (the pipeline was handed the search's result)
+        res.timings = {"retrieve": searched, **res.timings}  # (the pipeline was handed the search's result)
         res.timings["total"] += searched
         return res
 
