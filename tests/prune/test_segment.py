@@ -197,6 +197,24 @@ def test_a_name_s_initial_at_a_line_start_carries_on_the_sentence():
         ]
 
 
+def test_a_number_at_a_line_start_ends_the_sentence_it_carries_on():
+    """A hard-wrapped line opening with "250." was read as list item "250.": the sentence before it
+    lost its end, and the number stuck to the next sentence; numbered lists stay lists."""
+    wrapped = "The town had a population of about\n250. It grew quickly after the war ended."
+    assert texts(wrapped) == ["The town had a population of about\n250.", "It grew quickly after the war ended."]
+    assert texts("Do the following\n1. Step one\n2. Step two") == ["Do the following", "1. Step one", "2. Step two"]
+
+
+def test_a_fullwidth_full_stop_ends_a_sentence():
+    """Japanese technical writing ends sentences with '．': three sentences were one unit, then cut
+    every 32 characters, mid-sentence."""
+    assert texts("これはペンです．それは本です．あれは机です．") == [
+        "これはペンです．",
+        "それは本です．",
+        "あれは机です．",
+    ]
+
+
 def test_pre_split_sentences_that_leave_text_out_are_refused_naming_it():
     """A list of some of a passage's sentences (highlights) was located and the rest of the text
     dropped from the pruned context without a word, though the note said everything was kept."""
