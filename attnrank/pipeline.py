@@ -194,7 +194,8 @@ class Pipeline:
         ``prune``: a :class:`PruneConfig`, True (its defaults) or False; ``generator_model`` gives
         the generator another model; a config's ``model``, ``device`` and ``dtype`` (when set) must be
         the ones given here, which load the shared model (a loaded :class:`LLM` given as ``model`` is
-        used as it is: a ``device`` or ``dtype`` other than its own is warned of). ``kw`` go to the constructor (``depth``, ``top_k``,
+        used as it is: a ``device`` other than the default ``"cpu"`` or a ``dtype`` other than
+        ``"auto"`` that differs from its own is warned of). ``kw`` go to the constructor (``depth``, ``top_k``,
         ``budget_tokens``, ``neighbours``, ``reorder``)."""
         if isinstance(model, os.PathLike):  # a model folder given as a Path
             model = os.fspath(model)

@@ -86,7 +86,10 @@ def tsv_lines(path: Path) -> Iterator[tuple[int, str]]:
     lines = text_lines(path)
     for number, first in lines:
         second = next(lines, None)
-        if second is None and not first.endswith("\n") and "\r" in first.removesuffix("\r"):
+        # (one line: lone carriage returns inside it are old Mac line ends, unless a line feed alone
+        # ends it, which makes them text; a last line ended by CR LF is an old Mac file's too)
+        mac = not first.endswith("\n") or first.endswith("\r\n")
+        if second is None and mac and "\r" in first.removesuffix("\n").removesuffix("\r"):
             yield from enumerate(first.split("\r"), start=1)
             return
         yield number, first

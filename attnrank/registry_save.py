@@ -150,16 +150,20 @@ def save_artifact(
     kind: str, model_id: str, fingerprint: str, payload: dict[str, Any], *, root: Path | None = None
 ) -> Path:
     """Store a per-model JSON ``payload`` under ``kind`` (e.g. ``"head-weights"``,
-    ``"slot-profiles"``) in the user registry, replacing the previous one of that kind (with a
+    ``"likelihood-weights"``) in the user registry, replacing the previous one of that kind (with a
     warning naming it: the user's earlier weights are gone)."""
 
     def replacing(current: dict[str, Any] | None) -> dict[str, Any]:
         if current is not None and current != payload:
             trained = current.get("trained_on") if isinstance(current, dict) else None
-            logger.warning(
-                "replacing the %s registered for %s in the user registry%s",
+            # (a user's weights are gone: warned; a registry folder given, as the benchmarks re-ship to
+            # the package's, is replaced on purpose: logged)
+            logger.log(
+                logging.WARNING if root is None else logging.INFO,
+                "replacing the %s registered for %s in %s%s",
                 kind,
                 model_id,
+                user_file(model_id, fingerprint, root),
                 f" (trained on {trained})" if trained else "",
             )
         return payload

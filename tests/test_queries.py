@@ -75,6 +75,8 @@ def test_queries_tsv_with_old_mac_line_endings(tmp_path):
     assert list(load_queries(path)) == ["1", "2"]
     path.write_bytes(b"q1\tfoo\rbar baz\n")  # one line, ended by a line feed
     assert list(load_queries(path)) == ["q1"]
+    path.write_bytes(b"q1\tfirst query\rq2\tsecond query\r\n")  # old Mac, its last line ended by CR LF
+    assert load_queries(path) == {"q1": "first query", "q2": "second query"}
 
 
 def test_a_queries_header_with_another_column_name_is_not_a_query(tmp_path):

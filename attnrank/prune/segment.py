@@ -48,18 +48,18 @@ WORD_CHARS = 32  # characters of a run without spaces counted as one word when s
 
 _OPENERS = "\"'“‘«([{「『（【《〈"
 _CLOSERS = "\"'”’»)]}」』）】》〉"
-_CJK_STOPS = (
-    "。！？｡．"  # CJK text puts no space after a sentence: these end one without it (．: Japanese technical writing)
-)
-_END = re.compile(r"[.!?…" + _CJK_STOPS + r"]+[" + re.escape(_CLOSERS) + r"]*")
-_TERMINAL = re.compile(r"[.!?…][" + re.escape(_CLOSERS) + r"]*(?:\s|$)|[" + _CJK_STOPS + r"]")
+_CJK_STOPS = "。！？｡．"  # CJK text puts no space after a sentence: these end one without it
+# (the fullwidth full stop of Japanese technical writing only after kana or a kanji: "３．１４",
+# "１．はじめに" and "Ｖｅｒ．２" keep theirs)
+_STOP = r"(?:[。！？｡]|(?<=[\u3040-\u30ff\u3400-\u9fff])．)"
+_END = re.compile(r"(?:[.!?…]|" + _STOP + r")+[" + re.escape(_CLOSERS) + r"]*")
+_TERMINAL = re.compile(r"[.!?…][" + re.escape(_CLOSERS) + r"]*(?:\s|$)|" + _STOP)
 # \r before a line break is whitespace: Windows line ends must not hide blank lines or fence ends
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*(?:\n.*?^[ \t]*\1[ \t\r]*$|.*\Z)", re.M | re.S)
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r]*\n")
 _LIST_ITEM = re.compile(r"[ \t]*(?:[-*+•‣◦▪●–—]|\(?\d{1,3}[.)]|\(?[a-zA-Z][.)]|\[[ xX]?\])[ \t]+\S")
 _LIST_MARKER = re.compile(r"\s*\(?(?:\d{1,3}|[a-zA-Z])[.)]")
-# "J. Smith": an initial, or item "A." of a list; "250. It grew": a number ending a sentence, or item "250."
-_INITIAL_LINE = re.compile(r"[ \t]*(?:[A-Z]\.[ \t]+[A-Z][a-z]|\d{1,3}\.[ \t]+\S)")
+_INITIAL_LINE = re.compile(r"[ \t]*[A-Z]\.[ \t]+[A-Z][a-z]")  # "J. Smith": an initial, or item "A." of a list
 _HEADING = re.compile(r"[ \t]*#{1,6}[ \t]+\S")
 _WORD = re.compile(r"\S+")
 _ACRONYM = re.compile(r"(?:[a-z]\.)+[a-z]")
@@ -260,9 +260,10 @@ def _hard_break(prev: str, line: str, after: str) -> bool:
 
 
 def _initial_continues(prev: str, line: str, after: str) -> bool:
-    """Whether ``line`` opens with a name's initial ("J. Smith") or a number ("250. It grew") that
-    carries on the sentence of ``prev`` (which stops mid-sentence, on a word or a comma), not an
-    item "J." or "250." of a list: neither ``prev`` nor the line ``after`` it is a list item."""
+    """Whether ``line`` opens with a name's initial ("J. Smith") that carries on the sentence of
+    ``prev`` (which stops mid-sentence, on a word or a comma), not an item "J." of a list: neither
+    ``prev`` nor the line ``after`` it is a list item. (A line opening with a number, "250. It
+    grew", is read as a list item: told apart from "1. Open the box" after a heading it is not.)"""
     end = prev.rstrip()[-1:]
     mid_sentence = end.isalnum() or end in ",;"
     in_list = bool(_LIST_ITEM.match(prev) or _LIST_ITEM.match(after))

@@ -80,7 +80,11 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.by_path.get(scope.get("path", ""), self.max_body_bytes)
+        path = str(scope.get("path", ""))
+        root = str(scope.get("root_path", ""))
+        if root and path.startswith(root):  # (behind a proxy's prefix: uvicorn --root-path)
+            path = path[len(root) :]
+        limit = self.by_path.get(path.rstrip("/") or "/", self.max_body_bytes)
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit():  # the server never passes more than declared
             if int(length) > limit:

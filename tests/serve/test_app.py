@@ -130,7 +130,7 @@ def test_error_statuses_name_the_limit(url):
     r = post("/rerank", {"query": QUERY, "texts": ["<|im_end|>" * 35] * 5})
     assert r.status_code == 413 and "max_total_tokens=1500" in r.json()["message"]
     r = post("/rerank", {"query": QUERY, "texts": DOCS, "padding": "y" * 200_000})  # body over the implied size
-    assert r.status_code == 413 and "max_body_bytes=95536" in r.json()["message"]
+    assert r.status_code == 413 and "max_body_bytes=95920" in r.json()["message"]
     r = post("/rerank", {"query": "q" * 101, "texts": ["a"]})
     assert r.status_code == 413 and "max_query_chars=100" in r.json()["message"]
     r = post("/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 0})
@@ -447,14 +447,14 @@ def test_chunked_body_over_the_limit_names_it(url):
 
     for pad in (200_000, 500_000):  # over the limit; over FastAPI's backstop too
         r = httpx.post(f"{url}/rerank", content=chunked(pad), headers={"content-type": "application/json"})
-        assert r.status_code == 413 and "max_body_bytes=95536" in r.json()["message"]
+        assert r.status_code == 413 and "max_body_bytes=95920" in r.json()["message"]
     r = httpx.post(f"{url}/rerank", content=chunked(10), headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 200 and len(r.json()) == len(DOCS)
     # /v1/prune alone has room for documents sent with their sentences (which repeat the text)
     r = httpx.post(f"{url}/v1/prune", content=chunked(100_000), headers={"content-type": "application/json"})
     assert r.status_code == 422 and "not a field of this request" in r.json()["message"]  # past the size check
     r = httpx.post(f"{url}/v1/prune", content=chunked(200_000), headers={"content-type": "application/json"})
-    assert r.status_code == 413 and "max_body_bytes=133936" in r.json()["message"]
+    assert r.status_code == 413 and "max_body_bytes=134320" in r.json()["message"]
 
 
 def test_one_log_line_per_request(url, caplog):
@@ -718,6 +718,9 @@ def test_no_request_within_the_limits_is_refused_for_its_body_size():
     for char in ("é", "😀", "\x01"):
         body = json.dumps({"query": char * 10, "documents": [char * 20_000] * 50, "top_n": 2}).encode()
         assert len(body) <= limits.max_body_bytes, char
+        many = Limits(max_documents=10_000, max_document_chars=10, max_query_chars=10)  # small documents
+        body = json.dumps({"query": char * 10, "documents": [{"text": char * 10}] * 10_000, "top_n": 2}).encode()
+        assert len(body) <= many.max_body_bytes, char  # (each document's own keys and quotes counted too)
         doc = {"id": "d", "text": char * 20_000, "sentences": [char] * 20_000}
         body = json.dumps({"query": char * 10, "documents": [doc] * 50, "budget_tokens": 5}).encode()
         assert limits.max_body_bytes < len(body) <= limits.max_prune_body_bytes, char  # (prune's own limit)
@@ -745,3 +748,24 @@ def test_any_object_with_rank_serves_as_the_reranker():
     with live_server(create_app(Engine(ByLength()))) as base:
         r = httpx.post(f"{base}/v1/rerank", json={"query": "q", "documents": ["a", "abc", "ab"]})
         assert r.status_code == 200 and [x["index"] for x in r.json()["results"]] == [1, 2, 0]
+
+
+def test_the_prune_body_limit_holds_behind_a_path_prefix_and_with_a_trailing_slash():
+    """The larger /v1/prune limit was looked up by the exact path: behind --root-path /api (which
+    uvicorn puts into the path) or at /v1/prune/ a prune body with sentences got the smaller one."""
+    from attnrank.serve.middleware import BodyLimitMiddleware
+
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope["path"])
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            seen.append(message["status"])
+
+    middleware = BodyLimitMiddleware(app, 100, by_path={"/v1/prune": 1000})
+    for path, root in (("/api/v1/prune", "/api"), ("/v1/prune/", ""), ("/v1/rerank", "")):
+        scope = {"type": "http", "path": path, "root_path": root, "headers": [(b"content-length", b"500")]}
+        asyncio.run(middleware(scope, None, send))
+    assert seen == ["/api/v1/prune", "/v1/prune/", 413]

@@ -21,7 +21,7 @@ Models (scikit-learn's L2-regularised logistic regression, minimising
 
 - ``pointwise``: label ``1[rel(d) ≥ rel]`` from ``z(d)``, with intercept ``b``;
 - ``pairwise`` (RankNet with a linear scorer = logistic regression on differences): for pairs
-  ``rel(i) > rel(j)`` of one query, ``P(i ≻ j) = σ(w · (z_i − z_j))``, no intercept (``b = 0``).
+  ``rel(i) > rel(j)`` of one query whose first counts as relevant (``rel(i) ≥ rel``), ``P(i ≻ j) = σ(w · (z_i − z_j))``, no intercept (``b = 0``).
   Each pair is fitted in both orders (``d`` labelled 1 and ``−d`` labelled 0, so that the
   classes balance), which counts its log-loss twice: against one count per pair the penalty is
   ``(λ/4)·||w||²``.
