@@ -183,7 +183,7 @@ class _TsvReader:
         for number, line in self._lines:
             self.line_num = number
             fields = tsv_fields(line)
-            if fields == [""]:  # a blank line (DictReader skips them too)
+            if not "".join(fields).strip():  # a blank line, or one of tabs and spaces (as query files skip them)
                 continue
             check_unquoted(fields, f"{self.path}:{number}")
             row: dict = dict(zip(names, fields))

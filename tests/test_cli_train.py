@@ -390,3 +390,18 @@ def test_training_embeds_the_candidates_as_the_trained_preset_will(tiny_dir):
         assert (signals.device, signals.backend) == (rr.signals.device, rr.signals.backend)
     likelihood = _llm_scorers("likelihood", str(tiny_dir), 300, "cpu", "bfloat16")[3]
     assert likelihood.backend == "torch-bf16"
+
+
+def test_weights_that_came_out_all_zero_are_said_not_registered_before_the_report_claims_them(
+    home, dl19_mini, tiny_dir, monkeypatch
+):
+    """A fit that comes out all 0 printed a report ending "Registered, these weights ...", then
+    the save refused them with exit 1."""
+    from attnrank.cli import train as train_cli
+    from attnrank.rerank.fused import LikelihoodWeights
+
+    zero = LikelihoodWeights(["bm25", "dense", "rank", "likelihood"], [0.0, 0.0, 0.0, 0.0])
+    monkeypatch.setattr(train_cli, "_fit_unless_worse", lambda *a, **k: ("REPORT", zero))
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", preset="likelihood"))
+    assert r.exit_code != 0 and "not registered: " in str(r.exception) and "are all 0" in str(r.exception)
+    assert "REPORT" in r.output and "saved to" not in r.output

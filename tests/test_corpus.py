@@ -76,6 +76,12 @@ def test_a_text_folder_leaves_out_hidden_copies_and_takes_the_heading_out_of_the
     assert (docs["only.md"].title, docs["only.md"].text) == ("Just a heading", "")
 
 
+def test_a_tsv_corpus_skips_a_line_of_tabs_and_spaces_as_query_files_do(tmp_path):
+    path = tmp_path / "c.tsv"
+    path.write_text("id\ttext\n1\thello\n\t \t\n2\tworld\n")
+    assert [d.id for d in load_corpus(path)[0]] == ["1", "2"]
+
+
 def test_every_record_skipped_names_why(tmp_path):
     """With --skip-invalid, a file of bad records only said "no documents found": the reason was in
     the report the error kept from being printed."""

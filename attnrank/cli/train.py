@@ -169,6 +169,12 @@ def train(
         current = current_label(likelihood_weights if scorers else signals_only, *key)
         examples = fusion_examples(scorers, qs, cands, qr, rel=rel, group=desc, signals=signals, progress=progress)
         report, weights = _fit_unless_worse(examples, preset, learner, l2, folds, seed, desc, key[0], current, adapter)
+    if save and weights is not None:  # (all 0: the report reads as if they were registered, then the save failed)
+        try:
+            weights.check_informative()
+        except InputError as e:
+            typer.echo(report)
+            raise InputError(f"not registered: {e}") from None
     typer.echo(report)
     if weights is not None and weights.uses_llm:
         weights.max_doc_words = max_doc_words  # the cut their LLM feature was read with
