@@ -46,7 +46,10 @@ def test_train_reports_heldout_and_registers_fused_weights(home, dl19_mini, tiny
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2"))
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "held-out 3-fold over 3 queries" in r.output
-    assert "Few labelled queries (3 < 80): the report is noisy" in r.output  # (said for preset likelihood only)
+    assert "Few labelled queries (3 < 80): the report is noisy" in r.output
+    # fused has no register-unless-worse rule: the caveat no longer describes the likelihood preset's
+    assert "Preset fused registers its trained weights whatever this report shows" in r.output
+    assert "what the rule of preset likelihood registered" not in r.output
     rows = dict(
         re.findall(r"^\| (fused with attention|fused without attention|rank alone) \| ([0-9.]+) \|", r.output, re.M)
     )

@@ -302,17 +302,22 @@ def _fit_unless_worse(examples, preset, learner, l2, folds, seed, desc, model_id
     return "\n".join([*_table(rows, header), *_few_queries(len(examples)), last]), weights
 
 
-def _few_queries(n: int) -> list[str]:
-    """The report's caveat where ``n`` labelled queries are fewer than :data:`FEW_QUERIES`."""
+def _few_queries(n: int, fused: bool = False) -> list[str]:
+    """The report's caveat where ``n`` labelled queries are fewer than :data:`FEW_QUERIES`
+    (``fused``: for preset fused, whose weights are registered whatever the report shows)."""
     if n >= FEW_QUERIES:
         return []
-    return [
-        f"Few labelled queries ({n} < {FEW_QUERIES}): the report is noisy. Measured nested on four datasets "
-        "(docs/results/likelihood_avx512_bf16.md, by the number of labelled queries), what the rule of preset "
-        "likelihood registered with 10-40 queries lost up to 2.7 nDCG@10 points on held-out queries; from 80 on, "
-        "at most 0.3.",
-        "",
-    ]
+    measured = (
+        "Measured nested on four datasets (docs/results/likelihood_avx512_bf16.md, by the number of labelled "
+        "queries), what the rule of preset likelihood registered with 10-40 queries lost up to 2.7 nDCG@10 points "
+        "on held-out queries; from 80 on, at most 0.3."
+    )
+    if fused:  # (no register-unless-worse rule here: the measurement above is another preset's)
+        measured = (
+            "Preset fused registers its trained weights whatever this report shows (no rule keeps the untrained "
+            "ones): read the held-out rows before keeping them, or pass --no-save."
+        )
+    return [f"Few labelled queries ({n} < {FEW_QUERIES}): the report is noisy. {measured}", ""]
 
 
 def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current: str, heads: str) -> tuple[str, Any]:
@@ -349,7 +354,7 @@ def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current:
     no_base = (
         weights.uses_attention and not weights.base_weights
     )  # (came out all 0: preset signals keeps equal weights)
-    text = [*_table(rows, header), *_few_queries(len(examples))]
+    text = [*_table(rows, header), *_few_queries(len(examples), fused=True)]
     text.append(_what_registering_changes(ndcg, current, weights.base_scored_below_equal(), no_base))
     return "\n".join(text), weights
 

@@ -21,11 +21,18 @@ logger = logging.getLogger(__name__)
 
 
 def read_qrels(path: str | Path) -> Qrels:
-    """Read TREC qrels (4 columns) or BEIR qrels TSV (3 columns, optional header). A pair judged
-    twice with different labels keeps the last one, with a warning naming where."""
+    """Read TREC qrels (4 columns) or BEIR qrels TSV (3 columns, optional header); a BEIR folder's
+    ``qrels/test.tsv``, else ``dev.tsv``, else ``train.tsv`` (logged where it holds several: give
+    the file to read another). A pair judged twice with different labels keeps the last one, with a
+    warning naming where."""
     p = Path(path)
     if p.is_dir():  # a BEIR folder: prefer test, then dev, then train
-        p = next((p / "qrels" / f"{s}.tsv" for s in ("test", "dev", "train") if (p / "qrels" / f"{s}.tsv").exists()), p)
+        found = [p / "qrels" / f"{s}.tsv" for s in ("test", "dev", "train") if (p / "qrels" / f"{s}.tsv").exists()]
+        if len(found) > 1:  # (which split is evaluated was not said)
+            logger.info(
+                "%s: reading the qrels of %s (beside %s)", p, found[0].name, ", ".join(f.name for f in found[1:])
+            )
+        p = found[0] if found else p
     if not p.is_file():
         raise InputError(f"qrels file {str(p)!r} does not exist; give a TREC qrels file or a BEIR qrels/*.tsv")
     qrels: Qrels = {}

@@ -380,3 +380,12 @@ def test_write_run_replaces_only_a_run_attnrank_wrote(tmp_path):
         write_run({"q": {"d": 3.0}}, tmp_path / "b.trec", tag="other")
     with pytest.raises(InputError, match="run tag 'my run' is empty or holds whitespace"):
         write_run({"q": {"d": 1.0}}, tmp_path / "t.trec", tag="my run")
+
+
+def test_a_beir_folder_says_which_qrels_split_it_reads(tmp_path, caplog):
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "qrels" / "train.tsv").write_text("q1\td1\t1\n")
+    (tmp_path / "qrels" / "test.tsv").write_text("q2\td2\t1\n")
+    with caplog.at_level("INFO", logger="attnrank.eval.data"):
+        assert read_qrels(tmp_path) == {"q2": {"d2": 1}}
+    assert "reading the qrels of test.tsv (beside train.tsv)" in caplog.text
