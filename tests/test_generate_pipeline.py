@@ -614,3 +614,31 @@ def test_from_model_warns_where_a_loaded_model_is_not_moved_as_asked(llm, caplog
         assert caplog.text == ""
         Pipeline.from_model(None, llm, dtype="bfloat16", generate=False, prune=False)
     assert "sets dtype='bfloat16', but the loaded model" in caplog.text
+
+
+def test_the_streamed_pieces_are_the_answer_word_for_word():
+    """The streaming test compared empty texts (the tiny random model writes line breaks), so a
+    stream that dropped, repeated or reordered text would pass; ``ask`` prints only the stream.
+    Here a model that writes "Paris" and then a line break (each token chosen by the one before)."""
+    import torch
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+
+    tok = tiny_tokenizer()
+    tok.chat_template = None
+    model = tiny_model("llama", layers=1)
+    model.lm_head.weight = torch.nn.Parameter(torch.zeros_like(model.lm_head.weight))  # (untied)
+    follows = {":": "P", "P": "a", "a": "r", "r": "i", "i": "s", "s": "\n", "\n": "\n"}
+    ids = {c: tok.convert_tokens_to_ids(tok.tokenize(c))[0] for c in follows}
+    with torch.no_grad():  # the layer adds nothing: each position's state is its token's embedding
+        model.model.layers[0].self_attn.o_proj.weight.zero_()
+        model.model.layers[0].mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight.zero_()
+        for k, (before, after) in enumerate(follows.items()):
+            model.model.embed_tokens.weight[ids[before], k] = 1.0
+            model.lm_head.weight[ids[after], k] = 10.0
+    gen = Generator(LLM(model=model, tokenizer=tok, model_id="tiny", fingerprint="f" * 64), max_new_tokens=8)
+    pieces: list[str] = []
+    answer = gen.answer("Where?", stream=pieces.append)
+    assert answer.text == "Paris" and "".join(pieces).strip() == "Paris" and len(pieces) > 1
