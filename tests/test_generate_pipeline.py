@@ -562,10 +562,10 @@ def test_inputs_a_pipeline_or_generator_would_misread_are_refused(llm, built_ret
         Pipeline(built_retriever, depth=3, top_k=1).run(QUESTION, stream=lambda piece: None)
 
 
-def test_a_prompt_without_a_chat_template_is_answered_with_its_first_line():
-    """A base model's prompt ends "...\\nAnswer:", and nothing ended its answer: it ran on into the
-    next line ("Question: ..." of an imagined exam) until max_new_tokens. Here a model that writes
-    "A", a line break, then "B" and line breaks for ever (each token chosen by the one before)."""
+def _chain_generator(follows: dict[str, str]) -> Generator:
+    """A generator (no chat template, greedy, 8 new tokens) over a one-layer model that writes, after
+    each character of ``follows``, the character it maps to: the layer adds nothing, so each
+    position's state is its token's embedding, and the output layer reads it."""
     import torch
     from _tiny import tiny_model, tiny_tokenizer
 
@@ -575,16 +575,22 @@ def test_a_prompt_without_a_chat_template_is_answered_with_its_first_line():
     tok.chat_template = None
     model = tiny_model("llama", layers=1)
     model.lm_head.weight = torch.nn.Parameter(torch.zeros_like(model.lm_head.weight))  # (untied)
-    ids = {c: tok.convert_tokens_to_ids(tok.tokenize(c))[0] for c in (":", "A", "\n", "B")}
-    follows = {":": "A", "A": "\n", "\n": "B", "B": "\n"}
-    with torch.no_grad():  # the layer adds nothing: each position's state is its token's embedding
+    ids = {c: tok.convert_tokens_to_ids(tok.tokenize(c))[0] for c in {*follows, *follows.values()}}
+    with torch.no_grad():
         model.model.layers[0].self_attn.o_proj.weight.zero_()
         model.model.layers[0].mlp.down_proj.weight.zero_()
         model.model.embed_tokens.weight.zero_()
         for k, (before, after) in enumerate(follows.items()):
             model.model.embed_tokens.weight[ids[before], k] = 1.0
             model.lm_head.weight[ids[after], k] = 10.0
-    gen = Generator(LLM(model=model, tokenizer=tok, model_id="tiny", fingerprint="f" * 64), max_new_tokens=8)
+    return Generator(LLM(model=model, tokenizer=tok, model_id="tiny", fingerprint="f" * 64), max_new_tokens=8)
+
+
+def test_a_prompt_without_a_chat_template_is_answered_with_its_first_line():
+    """A base model's prompt ends "...\\nAnswer:", and nothing ended its answer: it ran on into the
+    next line ("Question: ..." of an imagined exam) until max_new_tokens. Here a model that writes
+    "A", a line break, then "B" and line breaks for ever (each token chosen by the one before)."""
+    gen = _chain_generator({":": "A", "A": "\n", "\n": "B", "B": "\n"})
     assert gen.prompt("Who?").endswith("\nAnswer:")
     answer = gen.answer("Who?")
     assert (answer.text, answer.tokens) == ("A", 2)
@@ -620,25 +626,7 @@ def test_the_streamed_pieces_are_the_answer_word_for_word():
     """The streaming test compared empty texts (the tiny random model writes line breaks), so a
     stream that dropped, repeated or reordered text would pass; ``ask`` prints only the stream.
     Here a model that writes "Paris" and then a line break (each token chosen by the one before)."""
-    import torch
-    from _tiny import tiny_model, tiny_tokenizer
-
-    from attnrank.llm.models import LLM
-
-    tok = tiny_tokenizer()
-    tok.chat_template = None
-    model = tiny_model("llama", layers=1)
-    model.lm_head.weight = torch.nn.Parameter(torch.zeros_like(model.lm_head.weight))  # (untied)
-    follows = {":": "P", "P": "a", "a": "r", "r": "i", "i": "s", "s": "\n", "\n": "\n"}
-    ids = {c: tok.convert_tokens_to_ids(tok.tokenize(c))[0] for c in follows}
-    with torch.no_grad():  # the layer adds nothing: each position's state is its token's embedding
-        model.model.layers[0].self_attn.o_proj.weight.zero_()
-        model.model.layers[0].mlp.down_proj.weight.zero_()
-        model.model.embed_tokens.weight.zero_()
-        for k, (before, after) in enumerate(follows.items()):
-            model.model.embed_tokens.weight[ids[before], k] = 1.0
-            model.lm_head.weight[ids[after], k] = 10.0
-    gen = Generator(LLM(model=model, tokenizer=tok, model_id="tiny", fingerprint="f" * 64), max_new_tokens=8)
+    gen = _chain_generator({":": "P", "P": "a", "a": "r", "r": "i", "i": "s", "s": "\n", "\n": "\n"})
     pieces: list[str] = []
     answer = gen.answer("Where?", stream=pieces.append)
     assert answer.text == "Paris" and "".join(pieces).strip() == "Paris" and len(pieces) > 1
