@@ -121,7 +121,8 @@ class ContextPruner:
         if isinstance(model, LLM):
             warn_if_configured_otherwise(model, cfg, "PruneConfig")
         elif cfg.max_prompt_tokens is not None:  # a budget no prompt fits, found with the tokenizer alone
-            self._check_frame(load_tokenizer(cfg.model), cfg.max_prompt_tokens)
+            tokenizer = load_tokenizer(cfg.model)
+            self._check_frame(tokenizer, cfg.max_prompt_tokens, self._hint_ids(tokenizer))
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None
         spec: Any = cfg.heads
@@ -140,7 +141,7 @@ class ContextPruner:
         self.hint_ids = self._hint_ids(self.llm.tokenizer)
         check_prompt_budget(cfg.max_prompt_tokens, self.llm)  # (a model whose config could not be read before)
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.prompt_budget
-        self._check_frame(self.llm.tokenizer, self.max_prompt_tokens)
+        self._check_frame(self.llm.tokenizer, self.max_prompt_tokens, self.hint_ids)
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None
@@ -280,12 +281,10 @@ class ContextPruner:
         """The focus hint's token ids (method ``focus``; none otherwise)."""
         return tokenize(tokenizer, self.config.focus_hint.strip())["input_ids"] if self.config.method == "focus" else []
 
-    def _check_frame(self, tokenizer: Any, max_prompt_tokens: int) -> None:
+    def _check_frame(self, tokenizer: Any, max_prompt_tokens: int, hint_ids: list[int]) -> None:
         """Refuse a budget that not even a one-word passage's prompt fits (PromptPlanner.check_frame)."""
         cfg = self.config
-        planner = PromptPlanner(
-            tokenizer, self.prompt_kw, max_prompt_tokens, self._hint_ids(tokenizer), cfg.max_sentence_words
-        )
+        planner = PromptPlanner(tokenizer, self.prompt_kw, max_prompt_tokens, hint_ids, cfg.max_sentence_words)
         planner.check_frame(cfg.block_positions if cfg.attention == "block" else None)
 
     def _planner(self) -> PromptPlanner:
