@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from attnrank.config import STATE_STORAGES
 from attnrank.errors import InputError
 from attnrank.types import Document
 
-from ..files import fsync_folder, fsync_tree
+from ..files import fsync_folder, fsync_tree, sibling
 from .attention import AttentionCapturer
 from .blocks import block_prefix_ids, encode_blocks_text
 from .states import check_block_window, check_one_head_size, encode_blocks, state_keys
@@ -76,7 +75,7 @@ def write_store(
     check_block_window(capturer, len(prefix_ids), max(len(b) for b in blocks))  # before any batch is encoded
     offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks], dtype=np.int64)]).astype(np.int64)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp = sibling(folder, "tmp")
     tmp.mkdir()
     try:
         entries = _write_arrays(
