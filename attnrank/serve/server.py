@@ -174,6 +174,4 @@ def _token_cut(offsets: list[tuple[int, int]], n: int) -> int:
     """The character where a text of these token ``offsets`` is cut after ``n`` tokens: the end of
     token ``n``, or where a character is split across tokens ``n`` and ``n + 1`` (byte-level BPE:
     both span the whole character), the start of that character, which then is left out."""
-    end = offsets[n - 1][1]
-    following = offsets[n][0]
-    return min(end, following) if following < end else end
+    return min(offsets[n - 1][1], offsets[n][0])
