@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError, require
 
 require("langchain_core", "langchain", "attnrank.integrations.langchain")
@@ -136,7 +137,7 @@ class AttnrankPruner(BaseDocumentCompressor):
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
-    budget_tokens: int | None = 300
+    budget_tokens: int | None = DEFAULT_BUDGET_TOKENS
     keep_ratio: float | None = None
     neighbours: int = 0
     _pruner: Any = PrivateAttr()

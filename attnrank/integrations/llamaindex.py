@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError, require
 
 require("llama_index.core", "llamaindex", "attnrank.integrations.llamaindex")
@@ -224,7 +225,7 @@ class AttnrankPruner(BaseNodePostprocessor):
     the text the LLM and the embedder read.
     """
 
-    budget_tokens: int | None = Field(default=300, description="Sentence tokens kept over all nodes.")
+    budget_tokens: int | None = Field(default=DEFAULT_BUDGET_TOKENS, description="Sentence tokens kept over all nodes.")
     keep_ratio: float | None = Field(default=None, description="Or the fraction of sentence tokens kept.")
     neighbours: int = Field(default=0, description="Sentences kept on each side of a chosen one.")
     pruner_settings: dict[str, Any] = Field(
@@ -245,8 +246,8 @@ class AttnrankPruner(BaseNodePostprocessor):
         callback_manager: Any = None,
         **settings: Any,
     ):
-        if budget_tokens is _DEFAULT_BUDGET:  # 300 tokens; a ratio alone replaces it (None given: refused)
-            budget_tokens = 300 if keep_ratio is None else None
+        if budget_tokens is _DEFAULT_BUDGET:  # the default budget; a ratio alone replaces it (None given: refused)
+            budget_tokens = DEFAULT_BUDGET_TOKENS if keep_ratio is None else None
         stage = _stage_fields(
             "AttnrankPruner", "pruner", given=pruner, saved=pruner_settings, custom=custom_pruner, settings=settings
         )
