@@ -9,7 +9,8 @@ Formats (chosen by :func:`load_corpus` from the path):
 - CSV/TSV file with a header that names ``id`` and ``text`` columns (``title`` optional); other
   columns go to ``metadata`` (as strings).
 - A directory of ``.txt`` / ``.md`` files (hidden ones left out): the relative path is the id; a
-  Markdown file whose first line is a heading (``# Title``) has it as the title, out of the text.
+  Markdown file whose first line is a heading (``# Title``) has it as the title, out of the text;
+  YAML front matter (``---`` lines) is left out of the text, and its ``title:`` is the title.
 
 Every problem is reported with file and line. With ``skip_invalid=True`` bad records are
 skipped instead, and :class:`LoadReport` says which and why.
@@ -303,13 +304,43 @@ _HEADING = re.compile(r"^#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 
 
 def _markdown_title(text: str) -> tuple[str, str]:
-    """``(title, text)`` of a Markdown file: its first non-blank line as the title where that is a
-    heading, taken out of the text (the title and the text are read together: the heading's words
-    counted twice), else no title and the text as it is."""
-    lines = text.strip().splitlines()
+    """``(title, text)`` of a Markdown file: YAML front matter (a first line ``---``, closed by
+    ``---`` or ``...``) is metadata, taken out of the text, and its ``title:`` is the title; else
+    the first non-blank line (after any front matter) is the title where that is a heading, taken
+    out of the text (the title and the text are read together: the heading's words counted
+    twice; so is a heading that repeats the front matter's title); else no title and the text."""
+    meta, body = _front_matter_title(text)
+    lines = body.strip().splitlines()
     m = _HEADING.match(lines[0].strip()) if lines else None
-    title = (m.group(1) or "").strip() if m else ""
-    return (title, "\n".join(lines[1:])) if title else ("", text)
+    heading = (m.group(1) or "").strip() if m else ""
+    if meta:  # (a heading that repeats the front matter's title goes, as a heading title does)
+        return meta, "\n".join(lines[1:] if heading.casefold() == meta.casefold() else lines)
+    return (heading, "\n".join(lines[1:])) if heading else ("", body)
+
+
+_TITLE_KEY = re.compile(r"^title[ \t]*:[ \t]*(.*?)[ \t]*$")
+
+
+def _front_matter_title(text: str) -> tuple[str, str]:
+    """``(title, text after the front matter)``: the ``title:`` of a Jekyll/Hugo-style YAML front
+    matter block (a plain or quoted one-line value; "" where it has none), and ``("", text)`` where
+    the file opens with no such block (a ``---`` never closed is a thematic break, not metadata)."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        return "", text
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() in ("---", "...")), None)
+    if end is None:
+        return "", text
+    title = ""
+    for line in lines[1:end]:
+        m = _TITLE_KEY.match(line)  # (top-level key only: an indented "title:" belongs to a mapping)
+        if m:
+            value = m.group(1)
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            title = value.strip()
+            break
+    return title, "\n".join(lines[end + 1 :])
 
 
 def _finish(docs: dict[str, Document], report: LoadReport) -> tuple[list[Document], LoadReport]:

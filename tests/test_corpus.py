@@ -76,6 +76,18 @@ def test_a_text_folder_leaves_out_hidden_copies_and_takes_the_heading_out_of_the
     assert (docs["only.md"].title, docs["only.md"].text) == ("Just a heading", "")
 
 
+def test_markdown_front_matter_is_metadata_and_names_the_title(tmp_path):
+    """A Jekyll/Hugo post's YAML front matter was read as the text's first lines (its keys and
+    dates ranked as passage words) and hid the heading below it from the title."""
+    (tmp_path / "post.md").write_text('---\ntitle: "Tea in Kyoto"\ndate: 2021-04-01\n---\n# Tea in Kyoto\nMatcha.')
+    (tmp_path / "untitled.md").write_text("---\ntags: [a]\n...\n\n# Heading\nbody")
+    (tmp_path / "rule.md").write_text("---\nA thematic break, never closed.")
+    docs = {d.id: d for d in load_corpus(tmp_path)[0]}
+    assert (docs["post.md"].title, docs["post.md"].text) == ("Tea in Kyoto", "Matcha.")
+    assert (docs["untitled.md"].title, docs["untitled.md"].text) == ("Heading", "body")
+    assert (docs["rule.md"].title, docs["rule.md"].text) == ("", "---\nA thematic break, never closed.")
+
+
 def test_a_tsv_corpus_skips_a_line_of_tabs_and_spaces_as_query_files_do(tmp_path):
     path = tmp_path / "c.tsv"
     path.write_text("id\ttext\n1\thello\n\t \t\n2\tworld\n")
