@@ -20,7 +20,7 @@ evidence turns. One model (the default LLM) reranks, prunes and answers (greedy,
   text"``, no date), its top ``--top``;
 - ``rerank-<preset>+pruned``: those turns pruned by :class:`ContextPruner` (the package's default
   :class:`PruneConfig`: method "query", all heads) to ``--keep-ratio`` (0.5) of their sentence
-  tokens.
+  tokens, given in conversation order (the prompt the generator then reads, not the rank order).
 
 The generator reads every arm's turns alike: in conversation order (arms holding the same turns
 get the same prompt), each turn one passage titled ``(<session date_time>) <speaker>`` with the
