@@ -29,8 +29,13 @@ from ..rerank.config_checks import check_fields
 from ..rerank.reweight import Reweighting
 from ..types import Document, ScoredDocument, is_count
 
-_LOCK = threading.Lock()  # guards the two dicts below, never held while anything is built
+_LOCK = threading.Lock()  # guards the three dicts below, never held while anything is built
 _CACHE: dict[tuple[str, str], Any] = {}
+# rerankers made for an index object the caller loaded or built (not one of _CACHE's loads): kept
+# while an adapter holds them, so the index they hold goes with its last adapter (kept here for
+# good, every index a long process built per session stayed in memory); while one lives, its
+# index does too, so the index's id in its key names no other object
+_HELD: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDictionary()
 _BUILDING: dict[tuple[str, str], threading.Lock] = {}
 
 
@@ -84,22 +89,25 @@ def resolved_settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
     return {**values, **extra, "llm": None if model is None or isinstance(model, str) else model}
 
 
-def _cached(kind: str, kwargs: Mapping[str, Any], build):
+def _cached(kind: str, kwargs: Mapping[str, Any], build, store: Any = _CACHE):
     """The object built for ``kwargs``, built once per configuration even when adapters are
-    created concurrently. Why a lock per configuration: a build loads a model or an index
+    created concurrently, kept in ``store`` (:data:`_CACHE`, or :data:`_HELD` for as long as
+    someone holds it). Why a lock per configuration: a build loads a model or an index
     (minutes), and one lock for all held other configurations' builds and lookups that long."""
     key = _key(kind, kwargs)
     with _LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
+        found = store.get(key)  # (get: a weak entry may go between a membership test and a read)
+        if found is not None:
+            return found
         building = _BUILDING.setdefault(key, threading.Lock())
     with building:
         with _LOCK:
-            if key in _CACHE:  # built by the thread this one waited for
-                return _CACHE[key]
+            found = store.get(key)  # built by the thread this one waited for
+            if found is not None:
+                return found
         built = build()  # a failed build leaves its lock: the next tries wait for each other, never build twice
         with _LOCK:
-            _CACHE[key] = built
+            store[key] = built
             _BUILDING.pop(key, None)
         return built
 
@@ -130,7 +138,11 @@ def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
         return built
 
     settings = resolved_settings(kwargs, RerankConfig)
-    return _cached("AttentionReranker", settings if index is None else {**settings, "index": index}, build)
+    if index is None:
+        return _cached("AttentionReranker", settings, build)
+    with _LOCK:
+        ours = any(v is index for v in _CACHE.values())  # loaded by shared_index, which keeps it
+    return _cached("AttentionReranker", {**settings, "index": index}, build, _CACHE if ours else _HELD)
 
 
 def shared_pruner(pruner: Any = None, **kwargs: Any):
@@ -259,6 +271,7 @@ def clear_shared() -> None:
     """Forget the shared rerankers, pruners and indexes built so far (for tests and reloads)."""
     with _LOCK:
         _CACHE.clear()
+        _HELD.clear()
 
 
 def deprecated_name(old: str, new: str, where: str, stacklevel: int = 3) -> None:

@@ -176,3 +176,23 @@ def test_an_index_rebuilt_at_its_path_is_loaded_again(tmp_path):
     from attnrank.integrations import shared
 
     assert sum(k[0] == "HybridRetriever" and str(path) in k[1] for k in shared._CACHE) == 1  # the earlier build: let go
+
+
+def test_an_index_object_goes_with_the_last_reranker_made_for_it(settings):
+    """A reranker made for an index the caller built (not a folder shared_index loads) was kept in
+    the process-wide cache for good, and the index with it: a service that built one index per
+    session held every one of them."""
+    import gc
+    import weakref
+
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.integrations import shared
+    from attnrank.types import Document
+
+    index = HybridRetriever().index([Document("a", "apples are red")], show_progress=False)
+    gone = weakref.ref(index)
+    reranker = shared_reranker(index=index, **settings)
+    assert shared_reranker(index=index, **settings) is reranker  # shared while it is held
+    del index, reranker
+    gc.collect()
+    assert gone() is None and not any("HybridRetriever" in k[1] for k in shared._HELD)
