@@ -35,11 +35,23 @@ def _parse(metrics: Sequence[str], rel: int) -> dict[str, Any]:
             # trec_eval aborts the whole process (not an exception) on a cutoff below 1
             raise InputError(f"metric {m!r} has cutoff {cutoff!r}; a cutoff is a whole number >= 1 (e.g. R@100)")
         # every measure with a threshold (Rprec, Bpref, SetP, ... too), unless the name sets its own;
-        # not NumRet, which counts every document retrieved (with rel it is NumRelRet)
-        if rel != 1 and "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params and measure.NAME != "NumRet":
+        # not NumRet, which counts every document retrieved (with rel it is NumRelRet, an alias
+        # that reads as NumRet(rel=1): its rel is the caller's where the name gives none)
+        alias = m.strip().startswith("NumRelRet") and "rel=" not in m
+        if rel != 1 and alias:
+            measure = measure(rel=rel)
+        elif (
+            rel != 1 and "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params and measure.NAME != "NumRet"
+        ):
             if measure.NAME == "NumRel":  # (no ir-measures provider computes it: a ValueError deep inside)
                 raise InputError(f"metric {m!r} at rel={rel} is not computed by ir-measures; give it at rel 1")
             measure = measure(rel=rel)
+        try:  # (ir-measures checks a measure's parameters only deep inside its calculation)
+            measure.validate_params()
+        except AssertionError as e:
+            raise InputError(
+                f"metric {m!r} is not computed by ir-measures ({e}); e.g. NumRet takes no @cutoff"
+            ) from None
         # keyed as given: ir-measures' own spelling (NDCG@10 -> nDCG@10, MRR@10 -> RR@10) is not
         # the name a caller looks its figure up by
         out[m] = measure

@@ -116,6 +116,16 @@ def test_a_query_the_run_lacks_is_evaluated_as_an_empty_ranking_for_every_metric
         evaluate_per_query({}, qrels, ["NumRel"], rel=2)
 
 
+def test_numrelret_counts_at_the_callers_rel_and_a_cutoff_it_takes_not_is_one_line():
+    """NumRelRet reads as NumRet(rel=1) in ir-measures: at rel=2 it counted label-1 documents too;
+    NumRet@10 failed with an AssertionError from deep inside ir-measures."""
+    qrels, run = {"q1": {"a": 2, "b": 1, "c": 0}}, {"q1": {"a": 1.0, "b": 2.0, "c": 3.0}}
+    per = evaluate_per_query(run, qrels, ["NumRelRet", "NumRet(rel=1)", "NumRet"], rel=2)["q1"]
+    assert per == {"NumRelRet": 1.0, "NumRet(rel=1)": 2.0, "NumRet": 3.0}  # a rel the name gives is kept
+    with pytest.raises(InputError, match="metric 'NumRet@10' is not computed by ir-measures"):
+        evaluate(run, qrels, ["NumRet@10"])
+
+
 def test_dl19_bm25_slice(dl19_mini):
     vals = evaluate(
         read_run(dl19_mini / "run.bm25.trec"), read_qrels(dl19_mini / "qrels.txt"), ["nDCG@10", "R@20"], rel=2
