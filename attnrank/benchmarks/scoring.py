@@ -148,7 +148,12 @@ def head_quality(
     reranker: Any,
 ) -> np.ndarray:
     """nDCG@10 of every captured head used alone (QRHead's BEIR selection, :func:`query_focused_scores`),
-    averaged over the queries, in ``reranker.head_list`` order."""
+    averaged over the queries, in ``reranker.head_list`` order.
+
+    Over the benchmark's captured rows, whose candidates stand in first-stage order (unlike
+    :func:`~attnrank.heads.queryfocused.detect_query_focused`, which shuffles them as QRHead does):
+    a head that attends to the slot the first stage's best candidate holds scores here as the
+    first stage does, and may be chosen for it. The benchmark head sets are chosen so."""
 
     items = [(q, c["windows"], [d.id for d in cands[q]]) for q, c in captured.items()]
     llm = reranker.llm
