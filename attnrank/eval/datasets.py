@@ -19,7 +19,7 @@ import logging
 import os
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,8 +240,8 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
                     )
                 )
         known = set(turns)
-        repeats = _repeated(s["qa"])
-        repeated += len(repeats & {i for i, qa in enumerate(s["qa"]) if qa.get("category") in keep})
+        repeats = _repeated(s["qa"], keep)
+        repeated += len(repeats)
         for i, qa in enumerate(s["qa"]):
             if qa.get("category") in keep and known & {f"{sid}:{t}" for t in _evidence_tokens(qa.get("evidence", []))}:
                 legacy.append(f"{sid}:q{i}")  # (repeats read twice, misspelled evidence not read)
@@ -271,19 +271,21 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
     return Dataset("locomo10", docs, queries, qrels, candidates=cands, answers=answers, sample_ids=legacy)
 
 
-def _repeated(qa: list[dict]) -> set[int]:
-    """Indices of the QA items that repeat an earlier one of the conversation (the same question
-    and evidence; the source repeats 11 of conv-48's): one question is counted once. Where one
-    is answerable (categories 1-4) and its repeat adversarial (5; conv-30's "What did Gina
-    receive from a dance contest?"), the answerable one, with its answer, is kept."""
+def _repeated(qa: list[dict], keep: Collection[int]) -> set[int]:
+    """Indices of the QA items of categories ``keep`` that repeat an earlier one of them in the
+    conversation (the same question and evidence; the source repeats 11 of conv-48's): one
+    question is counted once. Where one is answerable (categories 1-4) and its repeat adversarial
+    (5; conv-30's "What did Gina receive from a dance contest?"), the answerable one, with its
+    answer, is kept (an item of a category not loaded repeats nothing: ``keep=(5,)`` loads Gina's)."""
     first: dict[tuple, int] = {}
-    for i, item in sorted(enumerate(qa), key=lambda x: x[1].get("category") == 5):  # answerable first
+    kept = [(i, item) for i, item in enumerate(qa) if item.get("category") in keep]
+    for i, item in sorted(kept, key=lambda x: x[1].get("category") == 5):  # answerable first
         asked = (
             " ".join(str(item["question"]).lower().split()),
             tuple(sorted(_evidence_ids(item.get("evidence", [])))),
         )
         first.setdefault(asked, i)
-    return set(range(len(qa))) - set(first.values())
+    return {i for i, _ in kept} - set(first.values())
 
 
 LOADERS = {"scifact": scifact, "hotpotqa": hotpotqa, "dl19": dl19, "locomo": locomo}

@@ -127,6 +127,8 @@ def test_locomo_reads_misspelled_evidence_and_counts_a_repeated_question_once(tm
     assert "conv-26:q3" in ds.queries and "conv-26:q4" in ds.queries  # the first, answerable, copies
     assert len(ds.queries) == 6 + 2 and list(ds.queries)[:3] == ["conv-26:q0", "conv-26:q1", "conv-26:q2"]
     assert _evidence_ids(["D30:05", "D:11:26", "D"]) == ["D30:5", "D11:26", "D"]
+    # the adversarial copy alone (categories 5): its answerable twin is not loaded, so it is no repeat
+    assert f"conv-26:q{n + 2}" in locomo(tmp_path, categories=(5,)).queries
 
 
 def test_a_datasets_sample_ids_keep_its_seeded_order_when_questions_come_and_go():
