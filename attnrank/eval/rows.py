@@ -66,8 +66,10 @@ class StoredRows:
 
 
 def setting_key(setting: str) -> str:
-    """A file-name key for a setting without its sample size: larger samples are supersets of
-    smaller ones (seeded shuffle / file order), so rows captured for 50 queries serve a run over 200."""
+    """A file-name key for a setting without its sample size ``(N queries)`` / ``(N questions)``:
+    larger samples are supersets of smaller ones (seeded shuffle / file order), so rows captured
+    for 50 queries serve a run over 200. HotpotQA's ``(N seeded questions)`` keeps its size in the
+    key (the caches recorded runs read are named so): each size captures its own rows."""
     return re.sub(r"[^A-Za-z0-9]+", "_", re.sub(r"\s*\(\d+ (queries|questions)\)", "", setting))
 
 
