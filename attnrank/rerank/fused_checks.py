@@ -29,6 +29,7 @@ class _Fitted(Protocol):
     max_doc_words: int | None
     heads: list[str] | str | None
     capture: str | None
+    gate: float | None
 
     @property
     def uses_attention(self) -> bool: ...
@@ -43,11 +44,17 @@ class _Fitted(Protocol):
 class AppliedOtherwise:
     """The warnings of weights applied otherwise than they were fitted."""
 
+    @property
+    def fitted_to_attention(self: _Fitted) -> bool:
+        """Whether anything was chosen on attention's values: fitted weights over it, or equal
+        weights' confidence gate (``--learner equal`` still chooses one on the training queries)."""
+        return self.uses_attention and (self.learner != "equal" or self.gate is not None)
+
     def warn_if_prompted_otherwise(self: _Fitted, settings: dict[str, Any]) -> None:
         """Log a warning naming each prompt setting their attention feature was read with that a
         reranker's ``settings`` (:meth:`~attnrank.rerank.config.RerankConfig.prompt_settings`) give
         otherwise (the passage cut is :meth:`warn_if_cut_otherwise`'s). Unfitted or unrecorded: not checked."""
-        if not self.uses_attention or self.learner == "equal":
+        if not self.fitted_to_attention:
             return
         fitted = {k: v for k, v in (self.prompt or {}).items() if k != "max_doc_words"}
         warn_if_set_otherwise(self.LABEL, fitted, settings, self.TRAIN)
@@ -113,7 +120,7 @@ class AppliedOtherwise:
         correction: no trainer fits weights to re-weighted attention, and its confidence gate reads
         how peaked the scores are). They still score, but not as they measured. Weights that record
         no capture were fitted before it was recorded, to full attention."""
-        if not self.uses_attention or self.learner == "equal":  # nothing fitted to attention's values
+        if not self.fitted_to_attention:
             return
         if reweighted:
             logger.warning(

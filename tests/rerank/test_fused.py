@@ -77,6 +77,20 @@ def test_weights_record_the_heads_and_capture_of_their_attention(tmp_path, caplo
     assert "fitted to the attention of heads 2 (0-2,3-1); this reranker reads all" in caplog.text
 
 
+def test_equal_weights_with_a_gate_warn_where_their_attention_is_read_otherwise(caplog):
+    """--learner equal still chooses the confidence gate on attention's values: applied to
+    attention captured, prompted or re-weighted otherwise, it read other values without a warning."""
+    equal = FusedWeights(
+        ["attention", "bm25"], [1.0, 1.0], base_weights=[1.0], gate=0.5, learner="equal",
+        capture="block:shared", prompt={"order": "x"},
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        equal.warn_if_applied_otherwise(None, "full", reweighted=True)
+        equal.warn_if_prompted_otherwise({"order": "y"})
+    assert "re-weights it" in caplog.text and "captured as 'block:shared'" in caplog.text
+    assert "order" in caplog.text
+
+
 def test_weights_warn_where_their_attention_is_read_from_another_prompt(tmp_path, caplog, make_examples):
     """The prompt the attention feature was fitted to (instruction, order, query span, calibration,
     token filter) is stored with the weights; a reranker that sets it otherwise is told which."""
