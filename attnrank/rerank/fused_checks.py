@@ -40,6 +40,9 @@ class _Fitted(Protocol):
     @property
     def base_features(self) -> list[str]: ...
 
+    @property
+    def fitted_to_attention(self) -> bool: ...
+
 
 class AppliedOtherwise:
     """The warnings of weights applied otherwise than they were fitted."""
