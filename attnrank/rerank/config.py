@@ -278,10 +278,13 @@ class RerankConfig:
         (:data:`METHOD_FIELDS`) name the copy for what it now computes (run tags, ``repr``): the
         preset whose method it has (``--preset qrhead --heads all`` is ``icr``; ``--preset
         likelihood --signals only`` is ``signals``), else this preset's name and the fields that
-        differ from it (``fused+heads``), or ``custom`` (another ``signals``, no preset's)."""
+        differ from it (``fused+heads``), or ``custom`` (another ``signals``, no preset's). Other
+        ``block_positions`` where attention is read from the full prompt are refused: nothing would
+        read them."""
         check_fields(type(self), overrides)
         if not overrides:
             return self
+        positions = overrides.get("block_positions", self.block_positions)  # as given, before any reset
         if "signals" in overrides and not _computes_attention(overrides["signals"]):
             defaults = field_defaults()
             # the passage cuts stay for a setting that reads the likelihood (its prompts cut them)
@@ -289,6 +292,11 @@ class RerankConfig:
             reset = {k: defaults[k] for k in ATTENTION_FIELDS if k not in kept}
             overrides = {**reset, **overrides}
         out = replace(self, **overrides)
+        if out.uses_attention and out.attention != "block" and positions != self.block_positions:
+            raise InputError(
+                f"block_positions={out.block_positions!r} is read by block attention only, and this reranker "
+                f"reads attention={out.attention!r}; add attention='block' (--attention block), or drop block_positions"
+            )
         if "name" not in overrides and _method(out) != _method(self):
             out = replace(out, name=_method_name(self.name, out))
         return out
@@ -303,7 +311,10 @@ def _method_name(previous: str, out: RerankConfig) -> str:
     base = RERANK_PRESETS.get(base_name)
     if base is None or _method(base)[0] != _method(out)[0]:  # (another fusion is another method)
         return "custom"
-    return "+".join([base_name, *(f for f, a, b in zip(METHOD_FIELDS, _method(base), _method(out)) if a != b)])
+    differ = [f for f, a, b in zip(METHOD_FIELDS, _method(base), _method(out)) if a != b and f != "block_positions"]
+    if out.attention == "block" and out.block_positions != base.block_positions:  # (named where blocks are read)
+        differ.append("block_positions")
+    return "+".join([base_name, *differ])
 
 
 def _method(cfg: RerankConfig) -> tuple[Any, ...]:
@@ -316,7 +327,9 @@ def _method(cfg: RerankConfig) -> tuple[Any, ...]:
     heads = cfg.heads
     if heads is None or (isinstance(heads, str) and heads.strip().lower() == "all"):  # every head, however spelt
         heads = "all"
-    return (signals, heads, *(getattr(cfg, f) for f in METHOD_FIELDS[2:]))
+    # (block positions where blocks are read: preset fused with the full prompt computes the full prompt)
+    rest = (cfg.block_positions_read if f == "block_positions" else getattr(cfg, f) for f in METHOD_FIELDS[2:])
+    return (signals, heads, *rest)
 
 
 def store_precision_names(cfg: Any) -> None:

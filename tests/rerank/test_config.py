@@ -232,3 +232,15 @@ def test_an_instruction_that_is_not_a_text_is_refused_when_configured():
             RerankConfig(instruction=bad)
         with pytest.raises(InputError, match=f"instruction={bad!r} is not a text"):
             PruneConfig(instruction=bad)
+
+
+def test_block_positions_without_block_attention_are_refused_and_name_nothing():
+    """preset('qrhead', block_positions='shared') captured the full prompt but was named
+    'qrhead+block_positions' (a run tag claiming another method), and preset('fused',
+    attention='full') was charged for the preset's own shared positions."""
+    with pytest.raises(InputError, match="block_positions='shared' is read by block attention only"):
+        RerankConfig.preset("qrhead", block_positions="shared")
+    assert RerankConfig.preset("fused", attention="full").name == "fused+attention"
+    assert RerankConfig.preset("icr", attention="block").name == "icr+attention"
+    assert RerankConfig.preset("icr", attention="block", block_positions="shared").name == "icr+attention+block_positions"
+    assert RerankConfig.preset("fused", signals="likelihood").name == "likelihood"  # reset, not refused
