@@ -242,5 +242,7 @@ def test_block_positions_without_block_attention_are_refused_and_name_nothing():
         RerankConfig.preset("qrhead", block_positions="shared")
     assert RerankConfig.preset("fused", attention="full").name == "fused+attention"
     assert RerankConfig.preset("icr", attention="block").name == "icr+attention"
-    assert RerankConfig.preset("icr", attention="block", block_positions="shared").name == "icr+attention+block_positions"
+    assert (
+        RerankConfig.preset("icr", attention="block", block_positions="shared").name == "icr+attention+block_positions"
+    )
     assert RerankConfig.preset("fused", signals="likelihood").name == "likelihood"  # reset, not refused
