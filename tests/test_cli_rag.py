@@ -260,3 +260,16 @@ def test_prune_prints_no_score_where_everything_was_kept(tmp_path, tiny_dir):
     assert "nan" not in r.output and r.output.count("    kept (") == 2, r.output
     r = runner.invoke(app, [*args, "--budget-tokens", "8"])  # scored: a signed score per kept line
     assert r.exit_code == 0 and "    kept (" not in r.output, cli_text(r)
+
+
+def test_block_positions_given_for_the_rerankers_blocks_do_not_reach_a_full_attention_pruner():
+    """ask --preset fused --block-positions sequential: the positions are the reranker's blocks';
+    handed to the pruner (full attention), its configuration refused them."""
+    from attnrank.cli.options import pruning_config
+    from attnrank.rerank.config import RerankConfig
+
+    rerank = RerankConfig.preset("fused", block_positions="sequential")
+    prune = pruning_config(rerank, {"--block-positions"})
+    assert (prune.attention, prune.block_positions) == ("full", "rotated")
+    both = pruning_config(rerank, {"--block-positions", "--attention"})
+    assert (both.attention, both.block_positions) == ("block", "sequential")

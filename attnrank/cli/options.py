@@ -207,6 +207,8 @@ def pruning_config(rerank: RerankConfig, given: Iterable[str], **own: Any) -> Pr
         for flag, name in SHARED_WITH_PRUNING.items()
         if flag not in _PRUNING_WHEN_GIVEN or flag in given
     }
+    if shared.get("attention", "full") != "block":  # the positions were the reranker's blocks' alone
+        shared.pop("block_positions", None)
     with option_errors():
         return PruneConfig(**shared, **own)
 

@@ -57,6 +57,11 @@ class PruneConfig:
         check_attention_inputs(self.heads, None, None)  # a head list's syntax, before a model loads
         check_attention_mode(self.attention)
         check_positions(self.block_positions)
+        if self.attention != "block" and self.block_positions != type(self).block_positions:  # (nothing reads them)
+            raise InputError(
+                f"block_positions={self.block_positions!r} is read by block attention only, and this pruner reads "
+                f"attention={self.attention!r}; add attention='block' (--attention block), or drop block_positions"
+            )
         if not is_count(self.state_cache_mb, 0):
             raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
         object.__setattr__(self, "state_cache_mb", int(self.state_cache_mb))  # a NumPy integer written as JSON

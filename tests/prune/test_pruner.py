@@ -361,6 +361,14 @@ def test_a_head_list_of_bad_syntax_is_refused_by_the_configuration():
     assert PruneConfig(heads="0-1,2-3").heads == "0-1,2-3"
 
 
+def test_block_positions_without_block_attention_are_refused_by_the_configuration():
+    """PruneConfig(attention="full", block_positions="shared") was accepted and read by nothing
+    (the CLI refused the same flags; the Python API and Pipeline did not)."""
+    with pytest.raises(InputError, match="block_positions='shared' is read by block attention only"):
+        PruneConfig(block_positions="shared")
+    assert PruneConfig(attention="block", block_positions="shared").block_positions == "shared"
+
+
 def test_a_config_naming_another_model_than_the_one_given_is_warned_of(llm, caplog):
     """ContextPruner(llm, config=PruneConfig(model="other")) and the reranker alike ran the model
     given without a word about the one the configuration names."""
