@@ -116,6 +116,8 @@ class RerankConfig:
     :mod:`attnrank.llm.blocks`); ``block_positions``: ``"shared"``, ``"sequential"`` or ``"rotated"``;
     ``state_cache_mb``: in-memory budget of reusable passage states, block attention's and the
     query likelihood's (0: none; a passage seen by an earlier query then costs only the new query);
+    any other value also keeps the candidates' dense vectors from query to query (a fixed number
+    of them, :data:`~attnrank.rerank.signals.VECTOR_CACHE`; 0 keeps none);
     ``passage_states``: an index folder (or its ``passage_states`` folder) with states built by
     ``attnrank index --passage-states``.
     ``signals``: None (attention alone), ``"auto"`` (fuse attention with the candidates' BM25,

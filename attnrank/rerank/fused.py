@@ -26,7 +26,8 @@ on the labelled queries of several datasets, pooled (``balance``: each dataset g
 with 400, no gate scored best, so the shipped weights have none). The same model is also trained without the attention
 feature (``base_weights``); a query whose attention is not confident — its ``confidence``
 (:func:`attention_confidence`) below ``gate`` — is scored by the base model alone, i.e. by the
-first-stage signals. ``gate`` is the threshold that scores best on the training queries.
+weights' other features (the first-stage signals, and the query likelihood where they read it).
+``gate`` is the threshold that scores best on the training queries.
 
 **Untrained** (:func:`equal_weights`): weight 1 on z(BM25) and z(dense). The preset ``signals``
 uses it unless a user has registered :class:`SignalsWeights` or fused weights for the model: left out of training and tested

@@ -181,7 +181,8 @@ def store_profile(profile: SlotProfile, *, root: Path | None = None) -> Path:
         if heads is not None and heads != profile.heads:  # (one profile per slot count: the other heads' goes)
             logger.warning(
                 "replacing the registered %d-slot %s profile of %s measured on heads %s by this one of heads %s; "
-                "a reranker reading the other heads will refuse it (save one of them to a file to keep both)",
+                "a reranker reading the other heads is warned that it corrects on another scale (save one of them to "
+                "a file to keep both)",
                 profile.n_slots,
                 "calibrated" if profile.calibrated else "raw",
                 profile.model_id,
