@@ -210,7 +210,7 @@ def window_states(
     if store is not None:
         doc_ids = [d for p in prompts for d in p.doc_ids]
         for j, key in enumerate(keys):
-            if found[j] is None and (stored := store.get(doc_ids[j], key)) is not None:
+            if found[j] is None and (stored := store.get(doc_ids[j], key, len(ids[j]))) is not None:
                 found[j] = stored
                 if states is not None:
                     states.put(key, stored)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -172,8 +173,10 @@ class PassageStateStore:
         self.dtype = torch.float32  # of the states get returns: the model's, once opened for one
         self.device = torch.device("cpu")  # of the states get returns: the model's, once opened for one
         self.served = 0  # passages whose states get returned
+        self._counting = threading.Lock()  # (served/stale: a server's rerank threads share one store)
         self.header = header
         passages = _passages(folder, header)
+        self.n_passages = len(passages)  # (by_key holds one row per text: duplicates are counted here)
         int8 = header.get("storage") == "int8"
         try:
             self.offsets = np.load(folder / "offsets.npy")
@@ -224,6 +227,8 @@ class PassageStateStore:
         ):
             if array is not None and name in samples and sample_digest(array) != samples[name]:
                 raise _damaged(self.folder, f"{name}.npy is not the array written with this store")
+        if "offsets" in samples and sample_digest(off, len(off)) != samples["offsets"]:  # (every row: it is small)
+            raise _damaged(self.folder, "offsets.npy is not the array written with this store")
 
     @classmethod
     def open(
@@ -271,12 +276,15 @@ class PassageStateStore:
         store.device = weight.device  # where the states computed afresh live, and where they are read
         return store
 
-    def get(self, doc_id: str, key: str) -> BlockState | None:
-        """The stored states of passage ``doc_id`` if its current ``key`` matches the stored one."""
+    def get(self, doc_id: str, key: str, n_tokens: int | None = None) -> BlockState | None:
+        """The stored states of passage ``doc_id`` if its current ``key`` matches the stored one;
+        ``n_tokens``: its block's token count, which the stored rows must have (else the store is
+        damaged: an :class:`InputError`, never states cut at other rows)."""
         row = self.by_key.get(key)
         if row is None:
             if doc_id in self.key_of_id:
-                self.stale += 1
+                with self._counting:
+                    self.stale += 1
                 if doc_id not in self._warned:  # (once: a server's /v1/rerank may send other texts under these ids)
                     self._warned.add(doc_id)
                     logger.warning(
@@ -286,7 +294,10 @@ class PassageStateStore:
                     )
             return None
         a, b = int(self.offsets[row]), int(self.offsets[row + 1])
-        self.served += 1
+        if n_tokens is not None and b - a != n_tokens:
+            raise _damaged(self.folder, f"passage {doc_id!r} has {b - a} stored token rows, its block {n_tokens}")
+        with self._counting:
+            self.served += 1
         return BlockState(
             self._tensor(self.keys, self.key_scales, a, b), self._tensor(self.values, self.value_scales, a, b)
         )
@@ -296,7 +307,7 @@ class PassageStateStore:
         served from it, and lookups of a stored id whose text had changed (encoded afresh)."""
         return {
             "folder": str(self.folder),
-            "passages": len(self.by_key),
+            "passages": self.n_passages,
             "tokens": int(self.offsets[-1]) if len(self.offsets) else 0,
             "storage": self.header.get("storage"),
             "served": self.served,

@@ -83,6 +83,7 @@ def write_store(
         )
         samples = {name: sample_digest(np.load(tmp / f"{name}.npy", mmap_mode="r")) for name in ARRAYS[storage]}
         np.save(tmp / "offsets.npy", offsets)
+        samples["offsets"] = sample_digest(offsets, len(offsets))  # (all of it: opening reads it whole anyway)
         header = {
             "format": FORMAT,
             "version": 1,

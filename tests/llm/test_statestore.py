@@ -222,6 +222,29 @@ def test_arrays_of_equal_shape_swapped_are_refused_at_open(tmp_path, llm, captur
         open_store(folder, llm, capturer)
 
 
+def test_offsets_of_another_build_are_refused_and_duplicates_counted(tmp_path, llm, capturer):
+    """offsets.npy was checked for shape only: another build's, of the same passage count and
+    token total, cut every passage's states at other rows. Two passages of one text were counted
+    as one passage in stats() (/health)."""
+    twin = Document("paris-copy", DOCS[0].text, DOCS[0].title)
+    folder = build(tmp_path, llm, capturer, "float16", docs=[*DOCS, twin])
+    store = open_store(folder, llm, capturer)
+    assert store.stats()["passages"] == 4
+    offsets = np.load(folder / "offsets.npy")
+    moved = offsets.copy()
+    moved[1] += 1  # the first passage one token longer, the second one shorter: the same total
+    np.save(folder / "offsets.npy", moved)
+    with pytest.raises(InputError, match="offsets.npy is not the array written with this store"):
+        open_store(folder, llm, capturer)
+    header = json.loads((folder / "states.json").read_text())
+    del header["samples"]["offsets"]  # (a store written before offsets were sampled)
+    (folder / "states.json").write_text(json.dumps(header))
+    prompt = build_block_prompts(llm.tokenizer, "capital of France?", DOCS)
+    prefix = capturer.prefill(block_prefix_ids(llm.tokenizer))
+    with pytest.raises(InputError, match="stored token rows, its block"):
+        capture_blocks(capturer, prompt, prefix, fingerprint=llm.fingerprint, store=open_store(folder, llm, capturer))
+
+
 def test_stores_without_samples_still_open(tmp_path, llm, capturer):
     """A store written before the samples were recorded opens as before."""
     folder = build(tmp_path, llm, capturer, "float16")
