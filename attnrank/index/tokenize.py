@@ -2,13 +2,23 @@
 
 The defaults follow Lucene's ``EnglishAnalyzer`` as used by Pyserini's BM25 baselines (the
 published SciFact BM25-flat figure): its 33 English stopwords and the Porter stemmer. Tokens
-are maximal runs of Unicode word characters (``\\w+``); possessive ``'s`` is dropped as
-Lucene does. Stemming uses PyStemmer (the ``stem`` extra); ``stemmer="auto"`` uses it when it
-is installed and otherwise indexes unstemmed, recording the choice in the index manifest.
+are words by the word rule below (maximal runs of Unicode word characters, ``\\w+``, in indexes
+built before it); possessive ``'s`` is dropped as Lucene does. Stemming uses PyStemmer (the
+``stem`` extra); ``stemmer="auto"`` uses it when it is installed and otherwise indexes unstemmed,
+recording the choice in the index manifest.
 Unicode NFKC normalisation (new indexes since 2026-12-05, recorded as ``unicode``) makes a
 decomposed "café" (e + combining accent) or full-width letters the same terms as the composed,
 ASCII-width text; an index built before it keeps its terms (``unicode="none"``), and its queries
 are tokenized the same way.
+
+Word rule (new indexes since 2026-12-06, recorded as ``words="scripts"``): a term is a letter,
+digit or ``_`` followed by a run of letters, combining marks, digits and ``_``, and each Han
+ideograph or hiragana character is a term of its own, as Lucene's StandardTokenizer (UAX #29)
+makes them; a lowered "İ" (i + combining dot) reads as "i". Python's ``\\w`` leaves combining
+marks and vowel signs out, so ``\\w+`` cut Devanagari, Thai or voweled Arabic words into letters
+("हिन्दी" into ह, न, द), and read a Chinese or Japanese sentence, written without spaces, as one
+term that no query matched. An index built before it keeps ``\\w+`` (``words="w"``). On the
+four benchmark datasets' texts both rules give the same terms but for HotpotQA's 82 with "İ".
 """
 
 from __future__ import annotations
@@ -19,6 +29,8 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+
+import regex
 
 from ..errors import InputError, require
 
@@ -63,7 +75,14 @@ LUCENE_STOPWORDS = frozenset(
     ]
 )
 _TOKEN = re.compile(r"\w+", re.UNICODE)
+# (the regex package, which transformers needs, has Unicode's script and mark classes; re has not)
+# (a mark continues a word, never starts one: an emoji's variation selector or a stray accent is no term)
+_SCRIPT_TOKEN = regex.compile(
+    r"[\p{Han}\p{Hiragana}]|[[\p{L}\p{N}_]--[\p{Han}\p{Hiragana}]][[\p{L}\p{M}\p{N}_]--[\p{Han}\p{Hiragana}]]*",
+    regex.V1,
+)
 UNICODE_FORMS = ("nfkc", "none")
+WORD_RULES = ("scripts", "w")
 STOPWORD_LISTS = ("lucene", "sklearn", "none")
 STEMMERS = ("porter", "none")
 _POSSESSIVE = re.compile(r"(\w)['’]s\b", re.UNICODE)
@@ -77,17 +96,21 @@ class TokenizerConfig:
     stopwords: str = "lucene"  # "lucene" (33 words), "sklearn" (318 words) or "none"
     stemmer: str = "porter"  # "porter" or "none"
     unicode: str = "none"  # "nfkc" (new indexes: resolve_config) or "none" (as indexes built before it)
+    words: str = "w"  # "scripts" (new indexes: resolve_config) or "w" (as indexes built before it)
 
     def __post_init__(self) -> None:
         if self.unicode not in UNICODE_FORMS:
             raise InputError(f"unicode={self.unicode!r} is not one of {', '.join(UNICODE_FORMS)}")
+        if self.words not in WORD_RULES:
+            raise InputError(f"words={self.words!r} is not one of {', '.join(WORD_RULES)}")
 
     def to_dict(self) -> dict:
-        """The stored form; ``unicode="none"`` is left out, so an index built before the setting
-        existed writes, and is checked against, exactly the manifest it was built with."""
+        """The stored form; ``unicode="none"`` and ``words="w"`` are left out, so an index built
+        before the settings existed writes, and is checked against, exactly the manifest it was built with."""
         stored = asdict(self)
-        if stored["unicode"] == "none":
-            del stored["unicode"]
+        for name, before in (("unicode", "none"), ("words", "w")):
+            if stored[name] == before:
+                del stored[name]
         return stored
 
 
@@ -104,7 +127,7 @@ def resolve_config(stopwords: str = "lucene", stemmer: str = "auto") -> Tokenize
     check_names(stopwords, stemmer)
     if stemmer == "auto":
         stemmer = "porter" if _has_stemmer() else "none"
-    return TokenizerConfig(stopwords=stopwords, stemmer=stemmer, unicode="nfkc")
+    return TokenizerConfig(stopwords=stopwords, stemmer=stemmer, unicode="nfkc", words="scripts")
 
 
 @functools.cache
@@ -134,6 +157,7 @@ def make_tokenizer(config: TokenizerConfig) -> Callable[[str], list[str]]:
     """A function ``text -> list of terms`` for ``config``."""
     stop = _stopword_set(config.stopwords)
     stem_words: Callable[[list[str]], list[str]] | None = None
+    pattern = _SCRIPT_TOKEN if config.words == "scripts" else _TOKEN
     if config.stemmer == "porter":
         Stemmer = require("Stemmer", "stem", "Porter stemming for BM25")
         stem_words = Stemmer.Stemmer("porter").stemWords
@@ -143,7 +167,9 @@ def make_tokenizer(config: TokenizerConfig) -> Callable[[str], list[str]]:
             text = unicodedata.normalize("NFKC", text)
         if config.lowercase:
             text = text.lower()
-        words = [w for w in _TOKEN.findall(_POSSESSIVE.sub(r"\1", text)) if w not in stop]
+            if config.words == "scripts":  # (İ lowers to i + a combining dot: "İzmir" as "izmir", as Lucene lowers it)
+                text = text.replace("i\u0307", "i")
+        words = [w for w in pattern.findall(_POSSESSIVE.sub(r"\1", text)) if w not in stop]
         return stem_words(words) if stem_words else words
 
     return tokenize

@@ -83,7 +83,7 @@ def lexical_scores(query: str, texts: Sequence[str]) -> np.ndarray:
     """BM25 of ``query`` against each sentence (statistics over these sentences; 0 if none has a term)."""
     try:
         # (Porter stems where PyStemmer is installed, as the probe was trained; else none, warned)
-        terms = replace(resolve_config("lucene", "auto"), unicode="none")
+        terms = replace(resolve_config("lucene", "auto"), unicode="none", words="w")
         return BM25Index(tokenizer=terms).index(list(texts)).get_scores(query).astype(np.float64)
     except InputError:  # every sentence empty after tokenization
         return np.zeros(len(texts))

@@ -7,7 +7,9 @@ the query and the candidate texts:
 
 - ``bm25``: BM25 over the candidate texts (Lucene idf ``log(1 + (N − df + 0.5)/(df + 0.5))``,
   which stays positive when every candidate holds a query term; k1 = 0.9, b = 0.4 as Pyserini;
-  Porter stems where PyStemmer is installed), without scikit-learn's 318 English stopwords. Why that list and not Lucene's 33
+  Porter stems where PyStemmer is installed; the terms of indexes built before NFKC and the
+  script word rule, as every fused weight was fitted: :mod:`attnrank.index.tokenize`), without
+  scikit-learn's 318 English stopwords. Why that list and not Lucene's 33
   words, as an index uses: idf from a score of candidates is high for any word only some of them
   hold, so a question's function words ("what", "does", "which") outweighed its content words.
   On the fused scorer's benchmark candidates BM25 alone gained 1.5 to 5.1 nDCG@10 points (DL19
@@ -64,7 +66,7 @@ def candidate_terms() -> TokenizerConfig:
     """How candidate BM25 makes terms (see the module docstring): Porter stems where PyStemmer is
     installed (the ``stem`` extra, with which every preset was measured), else none, warned once
     (a core install reranks too)."""
-    return dataclasses.replace(resolve_config("sklearn", "auto"), unicode="none")
+    return dataclasses.replace(resolve_config("sklearn", "auto"), unicode="none", words="w")
 
 
 def candidate_bm25(query: str, texts: Sequence[str]) -> np.ndarray:

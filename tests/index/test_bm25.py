@@ -145,6 +145,27 @@ def test_indexes_built_before_unicode_normalisation_keep_their_terms(tmp_path):
         TokenizerConfig(unicode="nfd")
 
 
+def test_new_indexes_keep_words_of_marked_scripts_whole_and_split_chinese_and_japanese():
+    """\\w leaves out combining marks and vowel signs: "हिन्दी" became the letters ह, न, द (matching
+    Marathi text too), and a Chinese or Japanese sentence, written without spaces, one term no
+    query matched. An index built before the rule (no words field) keeps its terms."""
+    docs = ["हिन्दी भाषा", "मराठी भाषा नदी", "東京の天気は晴れです", "大阪の天気は雨です", "İzmir port"]
+    bm25 = BM25Index(BM25Params(), resolve_config(stemmer="none")).index(docs)
+    assert bm25.get_scores("हिन्दी")[1] == 0 and bm25.get_scores("हिन्दी")[0] > 0
+    tokyo = bm25.get_scores("東京")
+    assert tokyo[2] > 0 and tokyo[3] == 0
+    assert bm25.get_scores("izmir")[4] > 0  # İ lowers to i + a combining dot: read as i
+    tok = make_tokenizer(resolve_config(stemmer="none"))
+    assert tok("Keep it up! \U0001f9d8\u200d\u2640\ufe0f") == ["keep", "up"]  # (a variation selector is no term)
+    stored = resolve_config(stemmer="none").to_dict()
+    assert stored["words"] == "scripts"
+    old = TokenizerConfig(**{k: v for k, v in stored.items() if k != "words"})
+    assert old.words == "w" and make_tokenizer(old)("東京の天気") == ["東京の天気"]
+    assert "words" not in old.to_dict()  # (the manifest it was built with)
+    with pytest.raises(InputError, match="words='x' is not one of scripts, w"):
+        TokenizerConfig(words="x")
+
+
 def test_a_small_corpus_of_shared_terms_never_inverts_the_ranking():
     """rank-bm25 floors a negative idf at epsilon times the mean idf, itself negative where most
     documents share most terms (any corpus of 2): a document matching more query terms scored
