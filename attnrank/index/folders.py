@@ -116,9 +116,10 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def _holds_files(folder: Path) -> bool:
-    """Whether ``folder`` holds a file at any depth other than a file manager's own (empty
-    subfolders and ``.DS_Store`` hold nothing to lose)."""
-    return any(p.name not in _OS_FILES and not p.is_dir() for p in folder.rglob("*"))
+    """Whether ``folder`` holds a file or a link at any depth other than a file manager's own
+    (empty subfolders and ``.DS_Store`` hold nothing to lose; a link to a folder is the user's, as
+    :func:`unlisted_files` counts it, though is_dir follows it and rglob does not enter it)."""
+    return any(p.name not in _OS_FILES and (p.is_symlink() or not p.is_dir()) for p in folder.rglob("*"))
 
 
 def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] = ()) -> None:

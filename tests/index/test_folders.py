@@ -202,3 +202,16 @@ def test_a_folder_of_a_file_managers_files_and_empty_folders_holds_nothing_to_lo
     (corpus / "sub" / "empty" / "doc.txt").write_text("mine")  # a file at any depth is
     with pytest.raises(InputError, match="lies inside the corpus folder"):
         check_target(corpus / "sub", force=True, protect=[corpus])
+
+
+def test_a_folder_holding_a_link_to_a_folder_is_not_empty(tmp_path):
+    """is_dir follows a link and rglob does not enter it: a folder holding only a link to the
+    user's data folder was judged empty, replaced without --force, and the link deleted."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "doc.txt").write_text("mine")
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "mydata").symlink_to(data, target_is_directory=True)
+    with pytest.raises(InputError):
+        check_target(target)
