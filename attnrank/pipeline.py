@@ -252,8 +252,9 @@ class Pipeline:
             llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
         reranker = pruner = generator = None
         if config is not None:
-            if llm is None and isinstance(model, str):  # (its registered weights are the model's)
-                config = config.with_options(model=model)
+            if llm is None:  # no shared model: the reranker's own embedder (and registry) read these
+                named = {"model": model} if isinstance(model, str) else {}  # (its registered weights are the model's)
+                config = config.with_options(dtype=dtype, device=device, **named)
             reranker = AttentionReranker(llm, config=config)
             if isinstance(retriever, HybridRetriever):  # the hits' dense signal: read back, not embedded again
                 reranker.use_index(retriever)

@@ -453,6 +453,11 @@ def test_from_model_loads_the_shared_model_only_for_a_stage_that_runs_it(built_r
     pipe = Pipeline.from_model(built_retriever, str(tiny_dir), rerank="signals", prune=False, generate=False)
     assert loads == [] and pipe.reranker is not None and not pipe.reranker.uses_llm
     assert pipe.reranker.model_id == str(tiny_dir)  # its registered weights are looked up for this model
+    # the precision asked for reaches the candidates' embedder (it stayed "auto": bfloat16 on AMX)
+    exact = Pipeline.from_model(
+        built_retriever, str(tiny_dir), rerank="signals", prune=False, generate=False, dtype="float32"
+    )
+    assert exact.reranker.config.dtype == "float32" and exact.reranker.signals.backend == "torch"
     with pytest.raises(InputError, match="generator_model is given but generate=False"):
         Pipeline.from_model(
             built_retriever, str(tiny_dir), rerank="signals", prune=False, generate=False, generator_model=str(tiny_dir)
