@@ -55,7 +55,12 @@ _STOP = r"(?:[。！？｡]|(?<=[\u3040-\u30ff\u3400-\u9fff])．)"
 _END = re.compile(r"(?:[.!?…]|" + _STOP + r")+[" + re.escape(_CLOSERS) + r"]*")
 _TERMINAL = re.compile(r"[.!?…][" + re.escape(_CLOSERS) + r"]*(?:\s|$)|" + _STOP)
 # \r before a line break is whitespace: Windows line ends must not hide blank lines or fence ends
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*(?:\n.*?^[ \t]*\1[ \t\r]*$|.*\Z)", re.M | re.S)
+# (CommonMark: a backtick fence's info string holds no backtick, or "```x``` y" is an inline span;
+# a fence closes at a run of its character at least as long; one never closed runs to the end)
+_FENCE = re.compile(
+    r"^[ \t]*(?:(`{3,})[^`\n]*$(?:\n.*?^[ \t]*\1`*[ \t\r]*$|.*\Z)|(~{3,})[^\n]*(?:\n.*?^[ \t]*\2~*[ \t\r]*$|.*\Z))",
+    re.M | re.S,
+)
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r]*\n")
 _LIST_ITEM = re.compile(r"[ \t]*(?:[-*+•‣◦▪●–—]|\(?\d{1,3}[.)]|\(?[a-zA-Z][.)]|\[[ xX]?\])[ \t]+\S")
 _LIST_MARKER = re.compile(r"\s*\(?(?:\d{1,3}|[a-zA-Z])[.)]")
@@ -312,8 +317,8 @@ def _line_chunks(text: str, a: int, b: int, max_words: int) -> list[tuple[int, i
     out: list[tuple[int, int]] = []
     cur: list[int] | None = None
     words = 0
-    for s, e in _lines(text, a, b):
-        n = len(text[s:e].split())
+    for s, e in _lines(text, a, b):  # (words counted as _word_chunks counts them: a long run is several)
+        n = sum(len(_run_words(m.start(), m.end())) for m in _WORD.finditer(text, s, e))
         if cur is not None and words + n <= max_words:
             cur[1], words = e, words + n
         else:

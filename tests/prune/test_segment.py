@@ -81,6 +81,25 @@ def test_long_code_block_becomes_line_chunks():
     assert "\n".join(out) == f"```\n{code}\n```"
 
 
+def test_an_inline_span_is_no_fence_and_a_longer_run_closes_one():
+    """CommonMark: '```rm -rf /``` deletes...' is an inline span (a backtick fence's info string
+    holds no backtick), and '````' closes a '```' fence. Read as unclosed fences, both swallowed
+    the rest of the passage as one block of code."""
+    inline = "```rm -rf /``` deletes everything. Be careful.\n\nSecond paragraph. Another one."
+    assert texts(inline) == ["```rm -rf /``` deletes everything.", "Be careful.", "Second paragraph.", "Another one."]
+    longer = "Use a fence:\n```\ncode\n````\nAfter the code. Second sentence."
+    assert texts(longer) == ["Use a fence:", "```\ncode\n````", "After the code.", "Second sentence."]
+    assert texts("Open.\n```\nnever closed. really.") == ["Open.", "```\nnever closed. really."]
+
+
+def test_long_code_lines_are_chunked_at_line_ends():
+    """Lines were counted in spaces' words, then cut in runs of WORD_CHARS characters: a chunk of
+    'whole lines' ended inside its seventh line of 321 characters."""
+    lines = ["x" * 321] * 8
+    out = texts("```\n" + "\n".join(lines) + "\n```")
+    assert len(out) > 1 and all(t.split("\n")[-1].strip("`") in ("", lines[0]) for t in out)
+
+
 def test_no_punctuation_falls_back_to_lines_and_word_chunks():
     assert texts("first line of words\nsecond line here\nthird") == ["first line of words", "second line here", "third"]
     words = " ".join(f"w{i}" for i in range(150))
