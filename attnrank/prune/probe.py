@@ -46,6 +46,7 @@ from ..index.bm25 import BM25Index
 from ..index.tokenize import resolve_config
 from ..llm.headspec import format_heads, parse_heads
 from ..rerank.learned.features import standardise
+from .config import LENGTH_NORMS
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +154,10 @@ class SentenceProbe(RegistryArtifact):
     metrics: dict[str, Any] = field(default_factory=dict)
     date: str = ""
     capture: dict[str, Any] = field(default_factory=dict)  # how its features were captured (empty: DEFAULT_CAPTURE)
+
+    def __post_init__(self) -> None:
+        if self.length_norm not in LENGTH_NORMS:  # (the pruner reads anything but "sqrt" as "none")
+            raise InputError(f"sentence probe length_norm={self.length_norm!r} is not one of {LENGTH_NORMS}")
 
     @property
     def head_pairs(self) -> list[tuple[int, int]]:

@@ -254,3 +254,16 @@ def test_a_probe_read_otherwise_than_it_was_trained_warns(llm, caplog):
     assert SentenceProbe.from_json(json.loads(json.dumps(trained.to_json()))).capture == DEFAULT_CAPTURE
     with pytest.raises(InputError, match="stored sentence probe is malformed .capture 'full' is not an object"):
         SentenceProbe.from_json({**trained.to_json(), "capture": "full"})
+
+
+def test_a_probe_of_an_unknown_length_norm_is_refused():
+    """The pruner reads anything but "sqrt" as no normalisation: a probe saved with "SQRT" scored
+    features sqrt(n_tokens) times those it was trained on, silently."""
+    import numpy as np
+
+    from attnrank.errors import InputError
+    from attnrank.prune.probe import SentenceProbe
+
+    with pytest.raises(InputError, match="length_norm='SQRT' is not one of"):
+        SentenceProbe(np.zeros(1), 0.0, ["0-1"], [], "SQRT")
+    assert SentenceProbe(np.zeros(1), 0.0, ["0-1"], [], "none").length_norm == "none"
