@@ -31,7 +31,10 @@ class PruneConfig:
     score divided by ``sqrt(tokens)`` or not; ``sink``: sink filtering of the sentence rows;
     ``focus_hint``: the answer hint of ``focus``; ``max_sentence_words``: longer sentences split.
     ``attention``, ``block_positions``, ``state_cache_mb``: block attention, as in
-    :class:`RerankConfig` (in block mode every passage is one block and no chunking is needed).
+    :class:`RerankConfig` (in block mode every passage is one block of one prompt, never chunked:
+    with ``"shared"`` positions each block reaches only the prefix's length plus its own, with
+    ``"rotated"`` and ``"sequential"`` the blocks follow one another, and a context that reaches
+    past ``max_prompt_tokens`` is refused, where full attention scores it in chunks).
     """
 
     model: str | None = None
