@@ -112,6 +112,14 @@ class PromptPlanner:
             name, fix = f"pre-split sentence #{sentence.given}", "split it in the sentences given"
         else:
             name, fix = f"sentence {piece.sent_ids[0]}", f"lower max_sentence_words (now {self.max_sentence_words})"
+        frame = alone.length - (e - s)
+        if frame > e - s:  # the room went to the frame (a long title, the instructions): a shorter sentence won't do
+            return InputError(
+                f"the prompt around {name} of document {docs[piece.doc_index].id!r} (the query, the instructions "
+                f"and the document's title) takes {frame} tokens of {where}, leaving "
+                f"{max(self.max_prompt_tokens - frame, 0)} for its {e - s}; shorten the title or raise "
+                "max_prompt_tokens (at most the model's context)"
+            )
         return InputError(
             f"{name} of document {docs[piece.doc_index].id!r} ({e - s} tokens) does not fit {where} even alone; "
             f"{fix} or raise max_prompt_tokens (at most the model's context)"

@@ -480,6 +480,10 @@ def test_bad_input(llm):
         ContextPruner(llm, max_prompt_tokens=200).prune(
             QUERY, [Document("x", "word " * 60)], budget_tokens=5, sentences=[given]
         )
+    # a long title took the room: lowering max_sentence_words, as the message said, could not help
+    titled = Document("t", "Short one. Tiny.", "A very long title " * 20)
+    with pytest.raises(InputError, match="the prompt around sentence 0 of document 't' .* shorten the title"):
+        ContextPruner(llm, max_prompt_tokens=400).prune(QUERY, [titled], budget_tokens=5)
 
 
 def test_a_prompt_budget_below_the_prompts_own_frame_is_refused_when_built(llm):
