@@ -367,7 +367,7 @@ def markdown(quality, latency, results, args, env, profile_note, model) -> str:
         ),
         "",
         f"Pruned vs full F1: {f1['pruned'] - f1['full']:+.3f}; reordered vs first-stage order F1 (same passages): "
-        f"{np.mean(paired):+.3f} (changed on {sum(1 for p in paired if p)} of {len(paired)} questions).",
+        f"{np.mean(paired):+.3f} (F1 changed on {sum(1 for p in paired if p)} of {len(paired)} questions).",
         "",
         f"Slot profile: {profile_note}; curve at k={args.rerank_k} (slot 0 = first in the prompt): "
         f"{[round(float(x), 4) for x in args.profile_curve]}. The reordered list equals the reranked best-first "

@@ -271,9 +271,9 @@ passage at slot 18 and the weakest next to the question. The raw attention each 
 the basin AttnRank describes, high at both ends (5 slots: 26.5, 11.9, 10.1, 9.9, 20.5), and is now
 registered and read; a calibrated profile is refused for reordering. "ask" was run again with it
 (2026-12-05, EPYC; the same command): the reordered top 5 differs from the reranked order on every
-question and changes the answer on 31 of 100, at F1 -0.012 against the same passages in the
+question and changes the answer's F1 on 31 of 100 (its text on 80), at F1 -0.012 against the same passages in the
 first-stage order (0.061 against 0.073; the earlier run, with the calibrated profile on another
-machine: +0.010, on 15 of 100). A 135M model answers too poorly for either figure to say much.
+machine: +0.010, F1 changed on 15 of 100). A 135M model answers too poorly for either figure to say much.
 "ask_40q_query" was measured before, with the calibrated profile, and not again.
 
 **On 2026-12-05 the LoCoMo loader was corrected** (`attnrank.eval.datasets.locomo`): two evidence
@@ -332,7 +332,7 @@ on average held out (the best ablation, picked by its held-out figures, +0.75 ag
 likelihood it adds nothing that holds: +0.16 points with equal weights against the untrained
 default, and trained +0.18 over the same trained fusion without attention but -0.30 against the
 untrained default ("--ablation likelihood" below). It costs one prompt per candidate through the whole model: 0.90 s per DL19
-query and 2.9 s per SciFact query of 20 candidates, 9x and 17x `signals` ("Reranking presets"), the
+query and 2.9 s per SciFact query of 20 candidates, 9x and 18x `signals` ("Reranking presets"), the
 first time; a passage an earlier query brought costs only the new query's tokens, its prompt's
 states kept: with every candidate cached, 3.4x to 7.7x faster, nDCG@10 0.00 to +0.39 points from recomputing them (bfloat16 rounds a reused state differently) ("The default
 preset with reused passage states"). Which of the query's tokens the likelihood averages was
@@ -358,7 +358,7 @@ fold shuffles), what it registers for the default lost up to 1.4 points on LoCoM
 (2.7 in the worst shuffle) and up to 0.7 on SciFact with 20-40, and from 80 queries on stayed
 within -0.2 to +1.1 of the equal weights on every dataset; train's report warns below 80. The
 default preset's linear layers in dynamic int8 on the same CPU ("likelihood_int8_avx512_bf16", DL19
-BM25 top-20, 43 queries) ran 1.03x the bfloat16 speed and lost 1.85 nDCG@10 points (Spearman 0.83
+BM25 top-20, 43 queries) ran 1.03x the bfloat16 speed and lost 1.84 nDCG@10 points (Spearman 0.83
 with the bfloat16 scores): int8 stays an option, not a default.
 
 The fused scorer judged as a user meets it: trained on the other datasets and
