@@ -195,12 +195,20 @@ def run_interleaved(
     rows from before positions were recorded are ``"rotated"``, the default then as now:
     :func:`~attnrank.eval.speed_report.row_positions`)."""
     done: list[dict[str, Any]] = json.loads(results.read_text()) if results.exists() else []
-    have = {(r["dataset"], r["K"], r["dtype"], row_positions(r)) for r in done}
     for dataset, k, n in interleaved_grid():
-        if (dataset, k, dtype, positions) in have:
+        key = (dataset, k, dtype, positions)
+        same = [r for r in done if (r["dataset"], r["K"], r["dtype"], row_positions(r)) == key]
+        if same and all(_enough(r, n) for r in same):
             continue
+        done[:] = [r for r in done if r not in same]  # (measured over fewer queries than the grid asks now)
         _record(measure_interleaved(dataset, root, k, dtype, n, positions=positions), done, results)
     return done
+
+
+def _enough(row: dict[str, Any], n: int) -> bool:
+    """Whether a stored row was measured over at least the ``n`` queries its cell asks now (a
+    row that records no count is taken as it is): a grid raised from 5 to 20 queries measures again."""
+    return row.get("queries", n) >= n
 
 
 def mode_quality(
@@ -222,13 +230,19 @@ def run_cells(
     """Measure each ``(dataset, K, mode, dtype, n_queries)`` cell in a fresh process
     (``python -m attnrank.speed``), skipping cells already in ``results`` (JSON list, rewritten
     after every cell, so an interrupted run resumes; a cell that failed or timed out is measured
-    again, its row replaced). Rows come back in the order of ``cells``."""
+    again, its row replaced, and so is one measured over fewer queries than its cell asks now).
+    Rows come back in the order of ``cells``."""
     done: list[dict[str, Any]] = json.loads(results.read_text()) if results.exists() else []
-    have = {(r["dataset"], r["K"], r["mode"], r["dtype"]) for r in done if "error" not in r}
+    asked = {(d, k, m, t): n for d, k, m, t, n in cells}
+
+    def cell_of(r: dict[str, Any]) -> tuple[str, int, str, str]:
+        return r["dataset"], r["K"], r["mode"], r["dtype"]
+
+    have = {cell_of(r) for r in done if "error" not in r and _enough(r, asked.get(cell_of(r), 0))}
     for dataset, k, mode, dtype, n in cells:
         if (dataset, k, mode, dtype) in have:
             continue
-        done[:] = [r for r in done if (r["dataset"], r["K"], r["mode"], r["dtype"]) != (dataset, k, mode, dtype)]
+        done[:] = [r for r in done if cell_of(r) != (dataset, k, mode, dtype)]
         cmd = [sys.executable, "-m", "attnrank.speed", dataset, str(root), str(k), mode, dtype, str(n)]
         cell = {"dataset": dataset, "K": k, "mode": mode, "dtype": dtype}
         try:

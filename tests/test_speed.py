@@ -170,6 +170,28 @@ def test_a_cell_that_times_out_is_a_row_that_says_so(tmp_path, monkeypatch):
     assert len(json.loads((tmp_path / "cells.json").read_text())) == 1
 
 
+def test_a_cell_measured_over_fewer_queries_than_asked_is_measured_again(tmp_path, monkeypatch):
+    """Resuming kept a row of 5 queries after the grid asked 20 (the cell's key held no count)."""
+    import subprocess
+
+    from attnrank import speed
+
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        row = {"dataset": "dl19", "K": 10, "mode": "full", "dtype": "auto", "s/query": 2.0, "queries": int(cmd[-1])}
+        return subprocess.CompletedProcess(cmd, 0, json.dumps(row), "")
+
+    monkeypatch.setattr(speed.subprocess, "run", run)
+    results = tmp_path / "cells.json"
+    speed.run_cells([("dl19", 10, "full", "auto", 5)], tmp_path, results)
+    speed.run_cells([("dl19", 10, "full", "auto", 5)], tmp_path, results)  # as many: kept
+    assert len(calls) == 1
+    rows = speed.run_cells([("dl19", 10, "full", "auto", 20)], tmp_path, results)
+    assert len(calls) == 2 and [r["queries"] for r in rows] == [20]
+
+
 def test_compare_modes_keys_its_cache_by_what_runs_not_by_the_label(tmp_path, llm, monkeypatch):
     """The label "block (shared positions)" kept serving runs made before block attention's
     default positions changed: the cache is keyed by the resolved configuration and the model."""
