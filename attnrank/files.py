@@ -225,6 +225,24 @@ def check_file_target(path: str | Path, what: str) -> None:
     blocker = next((p for p in path.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise InputError(f"{what} {path}: {blocker} is a file, not a folder; choose another path")
+    check_writable(path, what)
+
+
+def check_writable(path: str | Path, what: str) -> None:
+    """Raise :class:`InputError` (naming ``what``) unless a file can be created in the folder that
+    would hold ``path``'s temporary sibling (its nearest existing ancestor: folders that do not
+    exist yet are made there), tried by creating and removing an empty one. Why: the write comes
+    after the work (a search, an index build) and failed only then, the work lost; os.access
+    passes as root on a read-only or permission-less mount."""
+    folder = next((p for p in Path(path).absolute().parents if p.exists()), None)
+    if folder is None or not folder.is_dir():
+        return  # (named by the checks above)
+    probe = sibling(folder / Path(path).name, "tmp")
+    try:
+        probe.touch(exist_ok=False)
+        probe.unlink()
+    except OSError as e:
+        raise InputError(f"{what} {path}: cannot write in {folder} ({e.strerror or e}); choose another path") from None
 
 
 def check_new_folder(path: str | Path, what: str) -> None:

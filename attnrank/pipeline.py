@@ -253,7 +253,9 @@ class Pipeline:
         reranker = pruner = generator = None
         if config is not None:
             if llm is None:  # no shared model: the reranker's own embedder (and registry) read these
-                given_model = {"model": model} if isinstance(model, str) else {}  # (its registered weights are the model's)
+                given_model = (
+                    {"model": model} if isinstance(model, str) else {}
+                )  # (its registered weights are the model's)
                 config = config.with_options(dtype=dtype, device=device, **given_model)
             reranker = AttentionReranker(llm, config=config)
             if isinstance(retriever, HybridRetriever):  # the hits' dense signal: read back, not embedded again

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from ..errors import InputError
-from ..files import SIBLING, process_alive, sibling, stale
+from ..files import SIBLING, check_writable, process_alive, sibling, stale
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
                 f"refusing to write an index at {target}: it is or contains {what} ({p}); "
                 "choose a new folder (--force does not override this)"
             )
+    check_writable(target, "index folder")  # (before the corpus is read and embedded, not after)
     if not target.exists():
         return
     if not target.is_dir():
