@@ -94,3 +94,15 @@ def test_the_cli_starts_without_torch():
     code = "import sys, attnrank.cli; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_index_names_a_missing_embedder_folder_before_reading_the_corpus(tmp_path):
+    """A typo in --embedder was found inside the dense build: after the corpus was read and BM25
+    built (with --passage-states, after the LLM had loaded)."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("{not json\n")  # read first, this would be the error
+    r = runner.invoke(
+        app, ["index", str(corpus), "--index-dir", str(tmp_path / "ix"), "--embedder", "./typo-model", "-q"]
+    )
+    assert r.exit_code != 0 and "no such local model folder" in (r.output + str(r.exception))
+    assert not (tmp_path / "ix").exists()

@@ -140,6 +140,9 @@ def index(
                 f"--dense-index {r.dense_kind} is not one a sharded build takes ({', '.join(SHARDED_DENSE)}): HNSW "
                 "graphs cannot be shared between shards; use --dense-index flat or ivf"
             )
+    from ..index.embed import check_embedder
+
+    check_embedder(embedder, "cpu", embed_backend)  # (a missing folder or extra: before the corpus and the LLM)
     check_target(target, force=force, protect=[corpus])  # before any work
     docs = _read_corpus(corpus, skip_invalid)
     if shards:  # issue 17: sharded build (attnrank.cli.batch)

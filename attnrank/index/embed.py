@@ -18,7 +18,7 @@ import numpy as np
 from ..config import DEFAULT_EMBEDDER, looks_like_path, model_source, set_torch_threads
 from ..errors import InputError, ModelError
 from ..types import check_unicode
-from .embed_export import check_backend, load_exported
+from .embed_export import check_backend, load_exported, require_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +58,11 @@ def resolve_embedder_path(model: str | None) -> str:
     return local_or_hub(model) or model
 
 
-@functools.lru_cache(maxsize=4)
-def load_embedder(model: str | None = None, device: str = "cpu", backend: str = "torch"):
-    """Load a sentence-transformers model once per process (offline for local paths).
-
-    ``backend`` other than ``"torch"`` runs the model's cached ONNX export on CPU
-    (:func:`attnrank.index.embed_export.load_exported`); it needs a local model folder."""
+def check_embedder(model: str | None, device: str = "cpu", backend: str = "torch") -> str:
+    """What :func:`load_embedder` can tell before loading anything (a command calls it before it
+    reads a corpus or loads an LLM): a local folder that is not there, a backend that is no
+    backend, runs off the CPU, needs a local folder or an extra that is not installed. Returns
+    the model's path or id, as it loads."""
     path = resolve_embedder_path(model)
     if path.startswith("~"):
         path = str(Path(path).expanduser())
@@ -73,9 +72,6 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
             f"embedder {path!r}: no such local model folder; give a sentence-transformers model folder, "
             f"a hub id, or none for the packaged {DEFAULT_EMBEDDER}"
         )
-    from sentence_transformers import SentenceTransformer
-
-    set_torch_threads()
     if check_backend(backend) not in ("torch", "torch-bf16"):
         if device != "cpu":
             raise InputError(f"embed backend {backend!r} runs on CPU, not device={device!r}; use backend 'torch'")
@@ -84,6 +80,21 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
                 f"embed backend {backend!r} exports a local model folder; {path!r} is not one "
                 "(download it first, or use backend 'torch')"
             )
+        require_runtime(backend)
+    return path
+
+
+@functools.lru_cache(maxsize=4)
+def load_embedder(model: str | None = None, device: str = "cpu", backend: str = "torch"):
+    """Load a sentence-transformers model once per process (offline for local paths).
+
+    ``backend`` other than ``"torch"`` runs the model's cached ONNX export on CPU
+    (:func:`attnrank.index.embed_export.load_exported`); it needs a local model folder."""
+    path = check_embedder(model, device, backend)
+    from sentence_transformers import SentenceTransformer
+
+    set_torch_threads()
+    if backend not in ("torch", "torch-bf16"):
         return load_exported(path, backend)
     try:
         source, local_only = model_source(path)  # a cached hub id loads from its snapshot, as the LLM does

@@ -332,9 +332,14 @@ class ExportedEmbedder:
         return out
 
 
+def require_runtime(backend: str) -> None:
+    """The runtime of an exported ``backend`` (onnxruntime, OpenVINO), or the ImportError naming its extra."""
+    require(_RUNTIME[backend], _EXTRA[backend], f"embed backend {backend!r}")
+
+
 def load_exported(model_path: str | Path, backend: str) -> ExportedEmbedder:
     """The embedder of ``model_path`` for ``backend`` (exported on first use, then read from the cache)."""
-    require(_RUNTIME[backend], _EXTRA[backend], f"embed backend {backend!r}")
+    require_runtime(backend)
     variant = "onnx-int8" if backend == "onnx-int8" else "onnx"  # OpenVINO compiles the float32 graph
     key = export_key(model_path, variant)
     folder = export_dir(model_path, variant, key)
