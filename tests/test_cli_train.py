@@ -117,9 +117,9 @@ def test_train_refuses_bad_options_before_loading_a_model(home, dl19_mini, tiny_
     assert r.exit_code != 0 and "fewer than --folds 9" in r.output
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--learner", "listwise", "--l2", "5"))  # was ignored
     assert r.exit_code == 2 and "--l2 5.0 is not read by --learner listwise" in " ".join(r.output.split())
-    for given in (["--dtype", "float32"], ["--device", "cpu"]):  # preset signals runs no model: they were ignored
-        r = runner.invoke(app, _args(dl19_mini, tiny_dir, *given, preset="signals"))
-        assert r.exit_code == 2 and f"{given[0]} set(s) how the LLM runs" in cli_text(r), cli_text(r)
+    # preset signals runs no LLM, but its embedder runs where and as --device/--dtype say: checked too
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--dtype", "float99", preset="signals"))
+    assert r.exit_code == 2 and "float99" in cli_text(r), cli_text(r)
     assert not home.exists()
     args = [a for a in _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2") if a not in ("--heads", "all")]
     r = runner.invoke(app, [*args, "--heads", "auto:contrastive"])  # none registered: was found after the load
@@ -254,6 +254,7 @@ def test_train_takes_the_candidates_from_an_index_as_search_reranks_them(home, s
     index = HybridRetriever().index(load_corpus(sf)[0], show_progress=False).save(tmp_path / "ix")
     labelled = ["train", "--preset", "signals", "--queries", str(sf / "queries.jsonl")]
     labelled += ["--qrels", str(sf / "qrels/train.tsv"), "--depth", "6", "--folds", "3", "--model", str(tiny_dir)]
+    labelled += ["--dtype", "float32"]  # (its embedder's precision: refused as an LLM option before)
     r = runner.invoke(app, [*labelled, "--index-dir", str(index), "--no-save", "-q"])
     assert r.exit_code == 0, r.output + repr(r.exception)
     from attnrank import load_queries

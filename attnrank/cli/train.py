@@ -9,7 +9,8 @@ held out, then register them for the model.
   nested in-domain, this rule lost 0.3 nDCG@10 points on SciFact and gained up to 1.3 elsewhere).
 - ``--preset signals``: weights over BM25, dense and rank alone, by the same rule against the
   preset's equal weights over BM25 and dense; no LLM is loaded or run (the model names which
-  model's registry entry they go to; the LLM options are not read).
+  model's registry entry they go to; ``--device``/``--dtype`` set the candidates' embedder, as
+  the preset's reranker sets it).
 - ``--preset fused``: the attention score (the chosen heads, calibrated) with BM25, dense and
   rank; ``--preset fused`` reads them, and the preset ``signals``, unless it has weights of its
   own, reads their model without attention (``base_weights``, trained alongside), where one was
@@ -68,7 +69,6 @@ FEW_QUERIES = 80  # below this, the report warns (bench_likelihood's curve: up t
 
 @app.command("train")
 def train(
-    ctx: typer.Context,
     model: Optional[str] = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),
     preset: str = typer.Option(
         DEFAULT_PRESET,
@@ -129,14 +129,9 @@ def train(
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank train")  # before any model is loaded
     preset = _check_preset(preset, heads, gate, max_doc_words)
-    ran = [o for o, name in (("--device", "device"), ("--dtype", "dtype")) if _given(ctx, name)]
-    if preset == SIGNALS_PRESET and ran:  # (they were ignored: no model runs)
-        raise typer.BadParameter(
-            f"{', '.join(ran)} set(s) how the LLM runs, which --preset signals does not run; drop it"
-        )
-    if preset != SIGNALS_PRESET:
-        with option_errors():  # (found by load_llm, after the labelled set was read and searched)
-            check_precision_names(device, dtype)
+    # (with --preset signals no LLM runs; they set the candidates' embedder, as the preset's reranker's)
+    with option_errors():  # (found by load_llm, after the labelled set was read and searched)
+        check_precision_names(device, dtype)
     max_doc_words = max_doc_words or DEFAULT_MAX_DOC_WORDS
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=1.0)
     _check_heads(heads, model=model)
@@ -180,12 +175,6 @@ def train(
         weights.max_doc_words = max_doc_words  # the cut their LLM feature was read with
     if save and weights is not None:
         typer.echo(f"saved to {weights.save(*key)}")
-
-
-def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether the option ``name`` was given (on the command line or in the environment), not left at its default."""
-    source = ctx.get_parameter_source(name)  # (by name: typer may bring its own click's enum)
-    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def _check_preset(preset: str, heads: str | None, gate: bool | None, max_doc_words: int | None) -> str:
