@@ -28,16 +28,17 @@ def build_sharded(
     force: bool = False,
     protect=(),
     num_cpus: int | None = None,
+    progress: bool = True,
 ) -> str:
     """Build ``shards`` shards of ``docs`` into ``target`` (Ray tasks when ``ray_address`` is given;
-    ``num_cpus``: the CPUs of a local one); ``force``/``protect`` as for an ordinary index
-    (:func:`attnrank.index.folders.check_target`)."""
+    ``num_cpus``: the CPUs of a local one; without ``progress`` (``--quiet``), Ray's INFO logs off);
+    ``force``/``protect`` as for an ordinary index (:func:`attnrank.index.folders.check_target`)."""
     from ..index.sharded import LocalExecutor, RayExecutor, ShardedIndexer
 
     executor = (
         LocalExecutor()
         if ray_address is None
-        else RayExecutor(None if ray_address == "local" else ray_address, num_cpus=num_cpus)
+        else RayExecutor(None if ray_address == "local" else ray_address, num_cpus=num_cpus, quiet=not progress)
     )
     try:
         ShardedIndexer(retriever, shards=shards, executor=executor).build(docs, target, force=force, protect=protect)

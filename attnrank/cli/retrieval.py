@@ -149,7 +149,17 @@ def index(
         from .batch import build_sharded
 
         typer.echo(
-            build_sharded(docs, target, shards, r, ray_address, force=force, protect=[corpus], num_cpus=num_cpus)
+            build_sharded(
+                docs,
+                target,
+                shards,
+                r,
+                ray_address,
+                force=force,
+                protect=[corpus],
+                num_cpus=num_cpus,
+                progress=progress,
+            )
         )
         return
     writer = None
