@@ -155,6 +155,8 @@ def test_explain_output_checked_before_the_model(tmp_path, index_dir, no_model):
     a_file.write_text("x")
     r = runner.invoke(app, [*args, str(a_file)])
     assert r.exit_code == 2 and "is a file; give a folder" in _text(r)
+    r = runner.invoke(app, [*args, str(tmp_path / "page.html")])  # (became a folder page.html/, exit 0)
+    assert r.exit_code == 2 and "names a file, but explain writes a folder" in _text(r)
     page = tmp_path / "out" / "explain.html"
     page.parent.mkdir()
     page.write_text("<html>my page</html>")

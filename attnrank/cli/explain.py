@@ -120,6 +120,11 @@ def _check_folder(output: Path, png: bool) -> None:
 
     if output.exists() and not output.is_dir():
         raise typer.BadParameter(f"--output {output} is a file; give a folder for explain.html and explain.png")
+    if not output.exists() and output.suffix.lower() in (".html", ".htm", ".png"):  # (made a folder page.html/)
+        raise typer.BadParameter(
+            f"--output {output} names a file, but explain writes a folder (explain.html, explain.png in it); "
+            f"give a folder, e.g. --output {output.with_suffix('')}"
+        )
     blocker = next((p for p in output.parents if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise typer.BadParameter(f"--output {output}: {blocker} is a file, not a folder; choose another path")
