@@ -734,3 +734,13 @@ def test_an_empty_model_or_embedder_name_is_refused_not_read_as_the_default(tmp_
         target = tmp_path / "ix"
         r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(target), "--embedder", blank, "-q"])
         assert r.exit_code == 1 and f"embedder {blank!r} is empty" in _text(r) and not target.exists()
+
+
+def test_an_empty_query_argument_and_a_rerank_without_documents_are_usage_errors(tmp_path, dl19_mini, index_dir):
+    """search '' exited 1 where prune, ask and explain exit 2 for an empty QUERY; rerank given
+    neither --corpus nor an index was told to give an index, never --corpus."""
+    r = runner.invoke(app, ["search", "  ", "--index-dir", str(index_dir), "-q"])
+    assert r.exit_code == 2 and "empty" in _text(r), _text(r)
+    base = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
+    r = runner.invoke(app, [*base, "-o", str(tmp_path / "o.trec"), "-q"])
+    assert r.exit_code == 2 and "--corpus PATH, or --index NAME / --index-dir DIR" in _text(r), _text(r)

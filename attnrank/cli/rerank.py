@@ -57,6 +57,8 @@ def rerank(
     _check_output(output, {"--run": run, "--queries": queries, "--corpus": corpus})
     if corpus is not None and (name is not None or index_dir is not None):
         raise typer.BadParameter("give --corpus PATH or --index NAME / --index-dir DIR, not both")
+    if corpus is None and name is None and index_dir is None:  # (the message named the index options alone)
+        raise typer.BadParameter("give the run's documents: --corpus PATH, or --index NAME / --index-dir DIR")
     unread = (
         "--verify" if corpus is not None and verify else "--skip-invalid" if corpus is None and skip_invalid else ""
     )

@@ -206,6 +206,9 @@ def search(
         refuse_without_rerank(rerank_given)
     _check_output(output, {"--queries": queries})
     qs = {"q1": query} if queries is None else load_queries(queries)
+    if query is not None:  # the QUERY argument: a usage error (exit 2), as prune's, ask's, explain's
+        with option_errors():
+            check_queries([query])
     check_queries(list(qs.values()))  # said before the index loads
     if output is not None:
         check_run_ids("query", qs, f"give {queries} ids without whitespace")
