@@ -669,7 +669,8 @@ def test_attention_options_on_a_preset_without_attention_are_refused_before_the_
 
 def test_an_empty_search_query_is_refused_before_the_index_loads(tmp_path):
     r = runner.invoke(app, ["search", "  ", "--index-dir", str(tmp_path / "no-index"), "-q"])
-    assert r.exit_code == 1 and "query #0 is empty" in _text(r) and "no-index" not in _text(r)
+    # a usage error (exit 2), as an empty QUERY of prune, ask and explain is (it exited 1)
+    assert r.exit_code == 2 and "query #0 is empty" in _text(r) and "no-index" not in _text(r)
 
 
 def test_prune_names_a_bad_attention_mode_before_the_corpus_loads(tmp_path):
@@ -736,11 +737,8 @@ def test_an_empty_model_or_embedder_name_is_refused_not_read_as_the_default(tmp_
         assert r.exit_code == 1 and f"embedder {blank!r} is empty" in _text(r) and not target.exists()
 
 
-def test_an_empty_query_argument_and_a_rerank_without_documents_are_usage_errors(tmp_path, dl19_mini, index_dir):
-    """search '' exited 1 where prune, ask and explain exit 2 for an empty QUERY; rerank given
-    neither --corpus nor an index was told to give an index, never --corpus."""
-    r = runner.invoke(app, ["search", "  ", "--index-dir", str(index_dir), "-q"])
-    assert r.exit_code == 2 and "empty" in _text(r), _text(r)
+def test_a_rerank_without_documents_names_corpus_too(tmp_path, dl19_mini):
+    """rerank given neither --corpus nor an index was told to give an index, never --corpus."""
     base = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
     r = runner.invoke(app, [*base, "-o", str(tmp_path / "o.trec"), "-q"])
     assert r.exit_code == 2 and "--corpus PATH, or --index NAME / --index-dir DIR" in _text(r), _text(r)
