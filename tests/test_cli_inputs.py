@@ -569,8 +569,20 @@ def test_prompt_token_limits_are_rerank_options(tmp_path, dl19_mini, tiny_dir):
     base += ["--preset", "qrhead", "--model", str(tiny_dir), "--depth", "4"]
     r = runner.invoke(app, [*base, "--max-doc-tokens", "0"])
     assert r.exit_code == 2 and "--max-doc-tokens" in _text(r)
-    r = runner.invoke(app, [*base, "--max-prompt-tokens", "1000000"])  # reaches the reranker, which checks it
-    assert r.exit_code == 1 and "max_prompt_tokens=1000000 exceeds the" in _text(r)
+    r = runner.invoke(app, [*base, "--max-prompt-tokens", "1000000"])  # an option error, before the corpus is read
+    assert r.exit_code == 2 and "--max-prompt-tokens 1000000 exceeds the" in _text(r)
+    prune = [
+        "prune",
+        "q?",
+        "--corpus",
+        str(tmp_path / "missing.jsonl"),
+        "--budget-tokens",
+        "5",
+        "--model",
+        str(tiny_dir),
+    ]
+    r = runner.invoke(app, [*prune, "--max-prompt-tokens", "1000000"])  # (exit 1 after the corpus was read)
+    assert r.exit_code == 2 and "--max-prompt-tokens 1000000 exceeds the" in _text(r) and "missing" not in _text(r)
     r = runner.invoke(app, [*base, "--max-doc-tokens", "6", "--max-prompt-tokens", "240"])
     assert r.exit_code == 0, _text(r)
     assert (tmp_path / "o.trec").read_text().strip()

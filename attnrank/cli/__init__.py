@@ -143,6 +143,19 @@ def option_errors() -> Iterator[None]:
         raise typer.BadParameter(str(e)) from None
 
 
+def check_prompt_window(max_prompt_tokens: Optional[int], model: Optional[str]) -> None:
+    """``--max-prompt-tokens`` past ``model``'s context (read from its config alone): an option
+    error before the corpus is read and the model loads (the library found it at the first prompt)."""
+    if max_prompt_tokens is None:
+        return
+    from ..llm.models import check_prompt_budget  # (torch: only where a window is given)
+
+    try:
+        check_prompt_budget(max_prompt_tokens, model)
+    except InputError as e:
+        raise typer.BadParameter(str(e).replace("max_prompt_tokens=", "--max-prompt-tokens ", 1)) from None
+
+
 def _check_heads(spec: Optional[str], option: str = "--heads", model: Optional[str] = None) -> None:
     """Read a head list or head file and check it against ``model``'s config (None: the default
     LLM) before any weights load; only the registered sets (``auto``) need the model itself."""

@@ -28,7 +28,7 @@ from ..rerank.config import (
     signals_setting,
 )
 from ..rerank.reweight import Reweighting
-from . import _check_heads, _setup, option_errors
+from . import _check_heads, _setup, check_prompt_window, option_errors
 
 DTYPE_HELP = (
     "Precision of the LLM, and on CPU of the candidates' embedder where the command embeds them (bfloat16 or "
@@ -343,6 +343,8 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
     if "block_positions" in overrides:
         with option_errors():
             config = config.with_options(block_positions=overrides["block_positions"])
+    if config.uses_attention:  # (a window the reranker reads: past the model's context, before any load)
+        check_prompt_window(config.max_prompt_tokens, config.model)
     fixed = [
         f"--{'' if v else 'no-'}{k.replace('_', '-')}"
         for k in ("calibrate", "token_filter")

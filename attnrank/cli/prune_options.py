@@ -13,7 +13,7 @@ import typer
 from ..prune.config import LENGTH_NORMS, PRUNE_METHODS, PruneConfig
 from ..prune.segment import DEFAULT_MAX_WORDS
 from ..rerank.config_checks import ORDERS
-from . import _check_heads, option_errors
+from . import _check_heads, check_prompt_window, option_errors
 from .options import MODEL_RUN_OPTIONS, option_group, refuse_unread_block_options
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
@@ -141,7 +141,9 @@ def build_prune_config(**given: Any) -> PruneConfig:
     refuse_unread_block_options(block, str(overrides.get("attention", "full")).strip().lower() == "block")
     _check_heads(overrides.get("heads"), model=overrides.get("model"))
     with option_errors():
-        return PruneConfig(**overrides)
+        config = PruneConfig(**overrides)
+    check_prompt_window(config.max_prompt_tokens, config.model)
+    return config
 
 
 def prune_options(func: Callable[..., Any]) -> Callable[..., Any]:
