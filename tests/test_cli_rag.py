@@ -172,6 +172,14 @@ def test_serve_builds_its_pruner_as_ask_does(tmp_path, monkeypatch):
     # a preset's block attention is the reranker's; the pruner reads every head, as ask's does
     # without --prune-heads (it read the reranker's --heads)
     assert plain.attention == "full" and plain.heads == "all"
+    # --quiet: no info logs (the access log's line per request either), as every command's (it had none)
+    import logging
+
+    access = logging.getLogger("attnrank.serve.access")
+    access.setLevel(logging.NOTSET)
+    r = runner.invoke(app, ["serve", "--quiet"])
+    assert isinstance(r.exception, _Stop), r.output
+    assert access.level != logging.INFO and logging.getLogger("attnrank").level == logging.WARNING
 
 
 def test_registry_lookups_fail_before_any_model_or_index_loads(home, tmp_path, monkeypatch, built_retriever):

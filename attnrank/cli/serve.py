@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ..rerank.config import RerankConfig
-from . import Verbose, _index_path, _setup, app
+from . import Quiet, Verbose, _index_path, _setup, app
 from .options import check_pruner_lookups, check_registry_lookups, pruning_config, rerank_and_prune_options
 
 
@@ -28,6 +28,7 @@ def serve(
     max_documents: int = typer.Option(256, "--max-documents", help="Documents per request (413 above)."),
     max_document_chars: int = typer.Option(20_000, "--max-document-chars", help="Characters per document (413 above)."),
     max_total_tokens: int = typer.Option(65_536, "--max-total-tokens", help="Tokens of query + documents (413 above)."),
+    quiet: bool = Quiet,
     verbose: bool = Verbose,
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_and_prune_options
     rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_and_prune_options
@@ -54,8 +55,9 @@ def serve(
     from ..serve.engine import build_engine
     from ..serve.schemas import Limits
 
-    _setup(quiet=False, verbose=verbose)
-    logging.getLogger("attnrank.serve.access").setLevel(logging.INFO)  # one line per request, --verbose or not
+    _setup(quiet=quiet, verbose=verbose)
+    if not quiet:  # one line per request, --verbose or not (--quiet: no info logs, no bars, as every command)
+        logging.getLogger("attnrank.serve.access").setLevel(logging.INFO)
     index = _index_path(name, index_dir) if name is not None or index_dir is not None else None
     if index is not None and not index.is_dir():
         raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")
