@@ -137,6 +137,8 @@ def test_batch_outputs_and_resources_checked_before_ray(tmp_path, scifact_mini, 
         r = runner.invoke(app, [*base, *extra])
         assert r.exit_code != 0 and message in _text(r), (extra, _text(r))
     assert notes.read_text() == "mine\n"
+    r = runner.invoke(app, base)  # no output: a usage error (it exited 1)
+    assert r.exit_code == 2 and "give an output: -o RUN.trec and/or --parquet FILE" in _text(r), _text(r)
     option_values = [  # the library's refusals of option values: exit 2 with the usage hint (were exit 1)
         (["-k", "0"], "--top-k 0 must be at least 1"),
         (["--mode", "fuzzy"], "--mode 'fuzzy' is not one of"),

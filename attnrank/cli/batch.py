@@ -136,6 +136,8 @@ def _check_outputs(queries: Path, output: Optional[Path], parquet: Optional[Path
     from ..files import is_batch_parquet
     from .outputs import check_not_input, check_output_path, check_replaceable
 
+    if output is None and parquet is None:  # (a missing option: a usage error, exit 2)
+        raise typer.BadParameter("give an output: -o RUN.trec and/or --parquet FILE")
     _check_output(output, {"queries": queries})
     if parquet is not None:
         check_output_path(parquet, "--parquet")
