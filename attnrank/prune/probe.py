@@ -19,7 +19,10 @@ made to fit :class:`~attnrank.prune.pruner.ContextPruner`:
   statistics over the context's sentences): a lexical signal fused with attention (not part of
   Sentinel; off unless named).
 - Every column is z-scored **within one question** (the candidates of one prompt are what is
-  compared; scales differ between prompts), as in :mod:`attnrank.rerank.learned`.
+  compared; scales differ between prompts), as in :mod:`attnrank.rerank.learned`. A context the
+  pruner scores in several chunks (full attention past ``max_prompt_tokens``) is z-scored as one
+  pool over its chunks' prompts, whose scales may differ (the probe was trained on one prompt per
+  question).
 - Model: scikit-learn's L2-regularised logistic regression (``C = 1/λ``), pointwise, label =
   the sentence is a supporting fact. Selection then uses the probe's score like any other.
 
