@@ -286,7 +286,7 @@ class RerankConfig:
         check_fields(type(self), overrides)
         if not overrides:
             return self
-        positions = overrides.get("block_positions", self.block_positions)  # as given, before any reset
+        positions = overrides.get("block_positions")  # as the caller gave them, before any reset
         if "signals" in overrides and not _computes_attention(overrides["signals"]):
             defaults = field_defaults()
             # the passage cuts stay for a setting that reads the likelihood (its prompts cut them)
@@ -294,7 +294,10 @@ class RerankConfig:
             reset = {k: defaults[k] for k in ATTENTION_FIELDS if k not in kept}
             overrides = {**reset, **overrides}
         out = replace(self, **overrides)
-        if out.uses_attention and out.attention != "block" and positions != self.block_positions:
+        # (refused where given other than the default: a preset's own positions carried into the full
+        # prompt, or the default spelled out, change nothing)
+        unread = positions is not None and positions != field_defaults()["block_positions"]
+        if unread and out.uses_attention and out.attention != "block":
             raise InputError(
                 f"block_positions={out.block_positions!r} is read by block attention only, and this reranker "
                 f"reads attention={out.attention!r}; add attention='block' (--attention block), or drop block_positions"

@@ -408,7 +408,7 @@ CASES = [
         "search",
         "an empty query `'   '`",
         ["search", "   ", "--index", "a", "--mode", "bm25"],
-        1,
+        2,
         ["query #0 is empty"],
     ),
     Case(

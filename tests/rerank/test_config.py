@@ -246,3 +246,6 @@ def test_block_positions_without_block_attention_are_refused_and_name_nothing():
         RerankConfig.preset("icr", attention="block", block_positions="shared").name == "icr+attention+block_positions"
     )
     assert RerankConfig.preset("fused", signals="likelihood").name == "likelihood"  # reset, not refused
+    with pytest.raises(InputError, match="read by block attention only"):  # the preset's own value, given
+        RerankConfig.preset("fused", attention="full", block_positions="shared")
+    assert RerankConfig.preset("fused", attention="full", block_positions="rotated").name == "fused+attention"
