@@ -25,13 +25,13 @@ import io
 import json
 import logging
 import os
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .markdown import markdown_title
 from .records import (
     GZIP_ERRORS,
     check_unquoted,
@@ -294,53 +294,9 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
         except UnicodeDecodeError as e:
             problem(f"{f}", f"bytes that are not valid UTF-8 at byte {e.start}", "re-encode the file as UTF-8")
             continue
-        title, text = _markdown_title(text) if f.suffix.lower() == ".md" else ("", text)
+        title, text = markdown_title(text) if f.suffix.lower() == ".md" else ("", text)
         _add(docs, Document(str(f.relative_to(path)), text.strip(), title), str(f), problem)
     return _finish(docs, report)
-
-
-# an ATX heading: "# Title", not "#hashtag"; a closing run of "#" only after a space ("# C#" keeps it)
-_HEADING = re.compile(r"^#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
-
-
-def _markdown_title(text: str) -> tuple[str, str]:
-    """``(title, text)`` of a Markdown file: YAML front matter (a first line ``---``, closed by
-    ``---`` or ``...``) is metadata, taken out of the text, and its ``title:`` is the title; else
-    the first non-blank line (after any front matter) is the title where that is a heading, taken
-    out of the text (the title and the text are read together: the heading's words counted
-    twice; so is a heading that repeats the front matter's title); else no title and the text."""
-    meta, body = _front_matter_title(text)
-    lines = body.strip().splitlines()
-    m = _HEADING.match(lines[0].strip()) if lines else None
-    heading = (m.group(1) or "").strip() if m else ""
-    if meta:  # (a heading that repeats the front matter's title goes, as a heading title does)
-        return meta, "\n".join(lines[1:] if heading.casefold() == meta.casefold() else lines)
-    return (heading, "\n".join(lines[1:])) if heading else ("", body)
-
-
-_TITLE_KEY = re.compile(r"^title[ \t]*:[ \t]*(.*?)[ \t]*$")
-
-
-def _front_matter_title(text: str) -> tuple[str, str]:
-    """``(title, text after the front matter)``: the ``title:`` of a Jekyll/Hugo-style YAML front
-    matter block (a plain or quoted one-line value; "" where it has none), and ``("", text)`` where
-    the file opens with no such block (a ``---`` never closed is a thematic break, not metadata)."""
-    lines = text.splitlines()
-    if not lines or lines[0].strip() != "---":
-        return "", text
-    end = next((i for i in range(1, len(lines)) if lines[i].strip() in ("---", "...")), None)
-    if end is None:
-        return "", text
-    title = ""
-    for line in lines[1:end]:
-        m = _TITLE_KEY.match(line)  # (top-level key only: an indented "title:" belongs to a mapping)
-        if m:
-            value = m.group(1)
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                value = value[1:-1]
-            title = value.strip()
-            break
-    return title, "\n".join(lines[end + 1 :])
 
 
 def _finish(docs: dict[str, Document], report: LoadReport) -> tuple[list[Document], LoadReport]:

@@ -86,6 +86,12 @@ def test_markdown_front_matter_is_metadata_and_names_the_title(tmp_path):
     assert (docs["post.md"].title, docs["post.md"].text) == ("Tea in Kyoto", "Matcha.")
     assert (docs["untitled.md"].title, docs["untitled.md"].text) == ("Heading", "body")
     assert (docs["rule.md"].title, docs["rule.md"].text) == ("", "---\nA thematic break, never closed.")
+    # prose between two thematic breaks is text, not metadata; a folded title is read whole
+    (tmp_path / "breaks.md").write_text("---\n\nThe first section.\n\n---\n\nThe second section.\n")
+    (tmp_path / "folded.md").write_text("---\ntitle: >\n  A long\n  title\n---\nBody.")
+    docs = {d.id: d for d in load_corpus(tmp_path)[0]}
+    assert "The first section." in docs["breaks.md"].text and docs["breaks.md"].title == ""
+    assert (docs["folded.md"].title, docs["folded.md"].text) == ("A long title", "Body.")
 
 
 def test_a_tsv_corpus_skips_a_line_of_tabs_and_spaces_as_query_files_do(tmp_path):
