@@ -234,10 +234,11 @@ def check_writable(path: str | Path, what: str) -> None:
     exist yet are made there), tried by creating and removing an empty one. Why: the write comes
     after the work (a search, an index build) and failed only then, the work lost; os.access
     passes as root on a read-only or permission-less mount."""
-    folder = next((p for p in Path(path).absolute().parents if p.exists()), None)
+    path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)  # (written through, as atomic_path)
+    folder = next((p for p in path.absolute().parents if p.exists()), None)
     if folder is None or not folder.is_dir():
         return  # (named by the checks above)
-    probe = sibling(folder / Path(path).name, "tmp")
+    probe = sibling(folder / path.name, "tmp")
     try:
         probe.touch(exist_ok=False)
         probe.unlink()

@@ -72,6 +72,10 @@ def test_check_file_target_refuses_a_folder_it_cannot_write_in(tmp_path):
         check_file_target(locked / "x" / "run.trec", "-o")
     check_file_target(tmp_path / "fine" / "run.trec", "-o")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # the tried file went
+    link = tmp_path / "latest.trec"  # written through: its target's folder is the one tried
+    link.symlink_to(locked / "today.trec")
+    with pytest.raises(InputError, match=f"cannot write in {locked}"):
+        check_file_target(link, "-o")
 
 
 def test_a_symbolic_link_is_written_through_not_replaced(tmp_path):
