@@ -32,10 +32,13 @@ from ..types import Document, ScoredDocument, is_count
 _LOCK = threading.Lock()  # guards the three dicts below, never held while anything is built
 _CACHE: dict[tuple[str, str], Any] = {}
 # rerankers made for an index object the caller loaded or built (not one of _CACHE's loads): kept
-# while an adapter holds them, so the index they hold goes with its last adapter (kept here for
-# good, every index a long process built per session stayed in memory); while one lives, its
-# index does too, so the index's id in its key names no other object
+# while an adapter holds them, so the index goes with its last adapter (kept here for good, every
+# index a long process built per session stayed in memory)
 _HELD: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDictionary()
+# the index each reranker was made for, held as long as the reranker lives (a reranker that reads
+# no vectors from it holds no reference of its own): the index's id in the reranker's key then
+# names no other object
+_INDEX_OF: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _BUILDING: dict[tuple[str, str], threading.Lock] = {}
 
 
@@ -135,6 +138,8 @@ def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
         built = AttentionReranker(**kwargs)
         if index is not None:
             built.use_index(index)
+            with _LOCK:
+                _INDEX_OF[built] = index
         return built
 
     settings = resolved_settings(kwargs, RerankConfig)

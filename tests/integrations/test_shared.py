@@ -196,3 +196,14 @@ def test_an_index_object_goes_with_the_last_reranker_made_for_it(settings):
     del index, reranker
     gc.collect()
     assert gone() is None and not any("HybridRetriever" in k[1] for k in shared._HELD)
+    # a reranker that reads no vectors from its index (preset icr) still holds it while it lives:
+    # collected earlier, another index at its id would have been given this reranker
+    index = HybridRetriever().index([Document("a", "apples are red")], show_progress=False)
+    gone = weakref.ref(index)
+    icr = shared_reranker(index=index, config="icr", **settings)
+    del index
+    gc.collect()
+    assert gone() is not None
+    del icr
+    gc.collect()
+    assert gone() is None
