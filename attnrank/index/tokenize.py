@@ -17,8 +17,11 @@ ideograph or hiragana character is a term of its own, as Lucene's StandardTokeni
 makes them; a lowered "İ" (i + combining dot) reads as "i". Python's ``\\w`` leaves combining
 marks and vowel signs out, so ``\\w+`` cut Devanagari, Thai or voweled Arabic words into letters
 ("हिन्दी" into ह, न, द), and read a Chinese or Japanese sentence, written without spaces, as one
-term that no query matched. An index built before it keeps ``\\w+`` (``words="w"``). On the
-four benchmark datasets' texts both rules give the same terms but for HotpotQA's 82 with "İ".
+term that no query matched. Emoji variation selectors and enclosing marks are dropped ("1️⃣" is
+"1"). As in StandardTokenizer, a Thai run without spaces stays one term and Arabic vowel marks stay
+in their word (Lucene's Thai and Arabic analyzers segment and strip them; this does neither). An
+index built before it keeps ``\\w+`` (``words="w"``). On the four benchmark datasets' texts both
+rules give the same terms but for HotpotQA's 82 with "İ".
 """
 
 from __future__ import annotations
@@ -86,6 +89,9 @@ WORD_RULES = ("scripts", "w")
 STOPWORD_LISTS = ("lucene", "sklearn", "none")
 STEMMERS = ("porter", "none")
 _POSSESSIVE = re.compile(r"(\w)['’]s\b", re.UNICODE)
+_SCRIPT_POSSESSIVE = regex.compile(r"([\p{L}\p{M}\p{N}_])['’]s\b")  # ("हिन्दी's": its last letter is a mark)
+# emoji presentation: variation selectors and enclosing marks ("1️⃣" is 1, U+FE0F, U+20E3) are no part of a word
+_PRESENTATION = regex.compile(r"[\p{Me}\uFE00-\uFE0F\U000E0100-\U000E01EF]")
 
 
 @dataclass(frozen=True)
@@ -169,7 +175,11 @@ def make_tokenizer(config: TokenizerConfig) -> Callable[[str], list[str]]:
             text = text.lower()
             if config.words == "scripts":  # (İ lowers to i + a combining dot: "İzmir" as "izmir", as Lucene lowers it)
                 text = text.replace("i\u0307", "i")
-        words = [w for w in pattern.findall(_POSSESSIVE.sub(r"\1", text)) if w not in stop]
+        if config.words == "scripts":
+            text = _SCRIPT_POSSESSIVE.sub(r"\1", _PRESENTATION.sub("", text))
+        else:
+            text = _POSSESSIVE.sub(r"\1", text)
+        words = [w for w in pattern.findall(text) if w not in stop]
         return stem_words(words) if stem_words else words
 
     return tokenize

@@ -157,6 +157,7 @@ def test_new_indexes_keep_words_of_marked_scripts_whole_and_split_chinese_and_ja
     assert bm25.get_scores("izmir")[4] > 0  # İ lowers to i + a combining dot: read as i
     tok = make_tokenizer(resolve_config(stemmer="none"))
     assert tok("Keep it up! \U0001f9d8\u200d\u2640\ufe0f") == ["keep", "up"]  # (a variation selector is no term)
+    assert tok("1\ufe0f\u20e3 step, हिन्दी's grammar") == ["1", "step", "हिन्दी", "grammar"]  # keycap; possessive
     stored = resolve_config(stemmer="none").to_dict()
     assert stored["words"] == "scripts"
     old = TokenizerConfig(**{k: v for k, v in stored.items() if k != "words"})
