@@ -21,6 +21,10 @@ from .spans import Piece, block_sentence_spans, make_piece, sentence_spans
 Span = tuple[int, int]
 
 
+# Fewer tokens than this left by the prompt around a sentence: no sentence fits, whatever its cut.
+MIN_ROOM = 8
+
+
 @dataclass
 class Chunk:
     """One scoring prompt: its pieces, the real/"N/A" prompt pair, each sentence's token span."""
@@ -113,7 +117,7 @@ class PromptPlanner:
         else:
             name, fix = f"sentence {piece.sent_ids[0]}", f"lower max_sentence_words (now {self.max_sentence_words})"
         frame = alone.length - (e - s)
-        if frame > e - s:  # the room went to the frame (a long title, the instructions): a shorter sentence won't do
+        if self.max_prompt_tokens - frame < MIN_ROOM:  # the frame (a long title, the instructions) took the room
             return InputError(
                 f"the prompt around {name} of document {docs[piece.doc_index].id!r} (the query, the instructions "
                 f"and the document's title) takes {frame} tokens of {where}, leaving "
@@ -121,8 +125,8 @@ class PromptPlanner:
                 "max_prompt_tokens (at most the model's context)"
             )
         return InputError(
-            f"{name} of document {docs[piece.doc_index].id!r} ({e - s} tokens) does not fit {where} even alone; "
-            f"{fix} or raise max_prompt_tokens (at most the model's context)"
+            f"{name} of document {docs[piece.doc_index].id!r} ({e - s} tokens) does not fit {where} even alone "
+            f"(the prompt around it takes {frame}); {fix} or raise max_prompt_tokens (at most the model's context)"
         )
 
     def fits(self, query: str, docs, sents, piece: Piece) -> bool:
