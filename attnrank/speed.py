@@ -201,14 +201,15 @@ def run_interleaved(
         if same and all(_enough(r, n) for r in same):
             continue
         done[:] = [r for r in done if r not in same]  # (measured over fewer queries than the grid asks now)
-        _record(measure_interleaved(dataset, root, k, dtype, n, positions=positions), done, results)
+        _record({**measure_interleaved(dataset, root, k, dtype, n, positions=positions), "asked": n}, done, results)
     return done
 
 
 def _enough(row: dict[str, Any], n: int) -> bool:
-    """Whether a stored row was measured over at least the ``n`` queries its cell asks now (a
-    row that records no count is taken as it is): a grid raised from 5 to 20 queries measures again."""
-    return row.get("queries", n) >= n
+    """Whether a stored row was asked for at least the ``n`` queries its cell asks now (``asked``;
+    rows from before it was recorded: the queries measured; neither: taken as it is): a grid raised
+    from 5 to 20 queries measures again, a dataset with fewer than asked does not each time."""
+    return row.get("asked", row.get("queries", n)) >= n
 
 
 def mode_quality(
@@ -252,6 +253,7 @@ def run_cells(
         else:
             tail = (p.stderr.strip().splitlines() or ["?"])[-1]
             row = {**cell, "error": tail[:200]} if p.returncode != 0 else json.loads(p.stdout.strip().splitlines()[-1])
+        row["asked"] = n
         _record(row, done, results)
     return in_grid_order(done, cells)
 

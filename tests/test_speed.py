@@ -180,7 +180,15 @@ def test_a_cell_measured_over_fewer_queries_than_asked_is_measured_again(tmp_pat
 
     def run(cmd, **kw):
         calls.append(cmd)
-        row = {"dataset": "dl19", "K": 10, "mode": "full", "dtype": "auto", "s/query": 2.0, "queries": int(cmd[-1])}
+        # (a dataset of 8 queries: a cell asking more measures 8, and is not measured again each resume)
+        row = {
+            "dataset": "dl19",
+            "K": 10,
+            "mode": "full",
+            "dtype": "auto",
+            "s/query": 2.0,
+            "queries": min(int(cmd[-1]), 8),
+        }
         return subprocess.CompletedProcess(cmd, 0, json.dumps(row), "")
 
     monkeypatch.setattr(speed.subprocess, "run", run)
@@ -189,7 +197,9 @@ def test_a_cell_measured_over_fewer_queries_than_asked_is_measured_again(tmp_pat
     speed.run_cells([("dl19", 10, "full", "auto", 5)], tmp_path, results)  # as many: kept
     assert len(calls) == 1
     rows = speed.run_cells([("dl19", 10, "full", "auto", 20)], tmp_path, results)
-    assert len(calls) == 2 and [r["queries"] for r in rows] == [20]
+    assert len(calls) == 2 and [(r["queries"], r["asked"]) for r in rows] == [(8, 20)]
+    speed.run_cells([("dl19", 10, "full", "auto", 20)], tmp_path, results)
+    assert len(calls) == 2
 
 
 def test_compare_modes_keys_its_cache_by_what_runs_not_by_the_label(tmp_path, llm, monkeypatch):
