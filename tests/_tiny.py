@@ -159,8 +159,9 @@ ENCODER_WORDS = [
 ]
 
 
-def save_tiny_encoder(path: Path, seed: int = 0) -> Path:
-    """A random 2-layer BERT with a WordPiece vocabulary, as a sentence-transformers folder (mean pooling)."""
+def save_tiny_encoder(path: Path, seed: int = 0, prompts: dict[str, str] | None = None) -> Path:
+    """A random 2-layer BERT with a WordPiece vocabulary, as a sentence-transformers folder (mean
+    pooling; ``prompts``: its role prompts, e.g. e5's ``{"query": "query: ", "document": "passage: "}``)."""
     from sentence_transformers import SentenceTransformer, models
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
@@ -175,6 +176,8 @@ def save_tiny_encoder(path: Path, seed: int = 0) -> Path:
     )
     BertModel(cfg).save_pretrained(raw)
     transformer = models.Transformer(str(raw), max_seq_length=24)
-    st = SentenceTransformer(modules=[transformer, models.Pooling(32, "mean"), models.Normalize()], device="cpu")
+    st = SentenceTransformer(
+        modules=[transformer, models.Pooling(32, "mean"), models.Normalize()], device="cpu", prompts=prompts
+    )
     st.save(str(path))
     return path

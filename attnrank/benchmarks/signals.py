@@ -70,8 +70,8 @@ def _signals(
         bm25 = {q: index.get_scores(ds.queries[q])[[pos[d.id] for d in cands[q]]].tolist() for q in qids}
     model = load_embedder()
     docs = {d.id: d for q in qids for d in cands[q]}
-    emb = dict(zip(docs, encode(model, [d.full_text for d in docs.values()])))
-    qemb = encode(model, [ds.queries[q] for q in qids])
+    emb = dict(zip(docs, encode(model, [d.full_text for d in docs.values()], role="document")))
+    qemb = encode(model, [ds.queries[q] for q in qids], role="query")
     return {q: {"bm25": bm25[q], "dense": [float(emb[d.id] @ v) for d in cands[q]]} for q, v in zip(qids, qemb)}
 
 

@@ -86,6 +86,9 @@ class DenseIndex:
         self.probe: list[float] | None = None
         self._probe_checked = False
         self.built_with = self.backend  # the backend that embedded the stored vectors (load: the manifest's)
+        # documents embedded with the model's document prompt, so queries take its query prompt
+        # (embed.role_prompt); False for an index built before roles were applied: neither then
+        self.prompts = True
 
     @property
     def encoder(self):
@@ -94,8 +97,11 @@ class DenseIndex:
     def index(self, texts: Sequence[str], show_progress: bool = False) -> DenseIndex:
         if len(texts) == 0:
             raise InputError("cannot build a dense index over 0 documents; give a non-empty corpus")
-        emb = encode(self.encoder, list(texts), batch_size=self.batch_size, show_progress=show_progress)
+        emb = encode(
+            self.encoder, list(texts), role="document", batch_size=self.batch_size, show_progress=show_progress
+        )
         self.dim = emb.shape[1]
+        self.prompts = True
         self.faiss_index = _build_faiss(emb, self.kind, self.nprobe)
         self.probe, self._probe_checked = embedder_probe(self.encoder), True
         return self
@@ -108,7 +114,12 @@ class DenseIndex:
         if not self._probe_checked:
             check_probe(self.encoder, self.probe, self.model_name)
             self._probe_checked = True
-        return encode(self.encoder, list(queries), batch_size=self.batch_size)
+        return encode(self.encoder, list(queries), role=self.query_role, batch_size=self.batch_size)
+
+    @property
+    def query_role(self) -> str | None:
+        """How queries are embedded: ``"query"`` where the documents took the document prompt."""
+        return "query" if self.prompts else None
 
     def retrieve(
         self, queries: Sequence[str], k: int = 10, *, query_embeddings: np.ndarray | None = None
@@ -177,15 +188,17 @@ class DenseIndex:
         backend: str = "torch",
         probe: list[float] | None = None,
         built_with: str | None = None,
+        prompts: bool = False,
     ) -> DenseIndex:
         """``probe``: the build's embedding of the probe text (from the manifest), checked
         against the embedder at the first query; None skips the check. ``built_with``: the
-        backend the manifest says embedded the documents (None: ``backend``). ``nprobe``: the
+        backend the manifest says embedded the documents (None: ``backend``). ``prompts``: whether
+        they took the model's document prompt (the manifest's ``prompts``; before it: no). ``nprobe``: the
         IVF lists searched (None: the value saved in the index; 16 overrode a saved 1)."""
         import faiss
 
         self = cls(model, kind, nprobe=16 if nprobe is None else nprobe, device=device, backend=backend)
-        self.probe, self.built_with = probe, built_with or backend
+        self.probe, self.built_with, self.prompts = probe, built_with or backend, prompts
         if self.built_with != backend:  # allowed (the probe check bounds the difference), but said
             logger.warning(
                 "the documents of %s were embedded with backend %s; its queries are embedded with %s",

@@ -9,9 +9,11 @@ exported graph, ``"onnx"``, ``"onnx-int8"``, ``"openvino"`` or ``"openvino-bf16"
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,8 +82,24 @@ def check_embedder(model: str | None, device: str = "cpu", backend: str = "torch
                 f"embed backend {backend!r} exports a local model folder; {path!r} is not one "
                 "(download it first, or use backend 'torch')"
             )
+        prompted = sorted(n for n, text in folder_prompts(Path(path)).items() if text)
+        if prompted:  # (the exported graph embeds texts as given: the model's role prompts would be lost)
+            raise InputError(
+                f"embed backend {backend!r} does not put {path!r}'s prompts ({', '.join(prompted)}) before the "
+                "texts; use backend 'torch' or 'torch-bf16'"
+            )
         require_runtime(backend)
     return path
+
+
+def folder_prompts(folder: Path) -> dict[str, str]:
+    """The ``prompts`` a sentence-transformers model folder declares ({} where it declares none)."""
+    try:
+        config = json.loads((folder / "config_sentence_transformers.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    prompts = config.get("prompts") if isinstance(config, dict) else None
+    return {str(k): str(v) for k, v in prompts.items()} if isinstance(prompts, dict) else {}
 
 
 @functools.lru_cache(maxsize=4)
@@ -108,17 +126,38 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
     return st
 
 
-def encode(model, texts: list[str], *, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
-    """Unit-norm float32 embeddings, shape (len(texts), dim): inner product = cosine.
+# The prompt names sentence-transformers reads for each role (SentenceTransformer.encode_query and
+# encode_document): e5's "query: "/"passage: ", an instruction before a query, ...
+ROLE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus")}
+
+
+def role_prompt(model: Any, role: str | None) -> str | None:
+    """The text ``model`` puts before a text of ``role`` (``"query"``, ``"document"``; None: none),
+    from its ``prompts`` (sentence-transformers' ``config_sentence_transformers.json``); None where
+    it defines none or an empty one (the packaged MiniLM: ``{"query": "", "document": ""}``)."""
+    if role is None:
+        return None
+    prompts = getattr(model, "prompts", None) or {}
+    return next((prompts[name] for name in ROLE_PROMPTS[role] if prompts.get(name)), None)
+
+
+def encode(
+    model, texts: list[str], *, role: str | None = None, batch_size: int = 64, show_progress: bool = False
+) -> np.ndarray:
+    """Unit-norm float32 embeddings, shape (len(texts), dim): inner product = cosine. ``role``:
+    ``"query"`` or ``"document"``, whose prompt the model defines goes before each text
+    (:func:`role_prompt`, as ``encode_query``/``encode_document`` do); None: the texts as they are.
 
     Normalised again in float32: a bfloat16 model's unit vectors are off by up to ~4e-3."""
     check_unicode(texts)
+    prompt = role_prompt(model, role)
     emb = model.encode(
         texts,
         batch_size=batch_size,
         show_progress_bar=show_progress,
         convert_to_numpy=True,
         normalize_embeddings=True,
+        **({"prompt": prompt} if prompt else {}),
     )
     emb = np.array(emb, dtype=np.float32)
     if emb.ndim == 2:

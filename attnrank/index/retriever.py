@@ -323,6 +323,7 @@ class HybridRetriever:
                 "backend": self.dense.built_with,
                 "dim": self.dense.dim,
                 "probe": self.dense.probe,
+                "prompts": self.dense.prompts,  # documents embedded with the model's document prompt
                 "normalized": True,
                 "metric": "cosine (inner product)",
             },
@@ -393,6 +394,7 @@ class HybridRetriever:
             backend=self.embed_backend,
             probe=probe,
             built_with=dense.get("backend", "torch"),
+            prompts=bool(dense.get("prompts", False)),
             device=device,  # (queries were embedded on the CPU whatever device was asked for)
         )
         self.build_info = m.get("build", {})

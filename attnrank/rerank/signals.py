@@ -45,7 +45,7 @@ import numpy as np
 from ..config import cpu_auto_dtype
 from ..errors import InputError
 from ..index.bm25 import BM25Index, BM25Params
-from ..index.embed import check_probe, encode, load_embedder, resolve_embedder_path
+from ..index.embed import check_probe, encode, load_embedder, resolve_embedder_path, role_prompt
 from ..index.retriever import HybridRetriever
 from ..index.tokenize import TokenizerConfig, resolve_config
 from ..types import Document
@@ -82,15 +82,21 @@ def candidate_vectors(
     query: str, texts: Sequence[str], embedder: Any, stored: Sequence[np.ndarray | None] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The query's unit vector and the texts' (``[n, dim]``): ``stored[i]`` where given, else
-    embedded (with the query, in one batch)."""
+    embedded, each with the embedder's prompt for its role (:func:`~attnrank.index.embed.role_prompt`;
+    with the query in one batch where the two prompts are the same, as for the packaged MiniLM's none)."""
     todo = [i for i in range(len(texts)) if stored is None or stored[i] is None]
-    vecs = encode(embedder, [query, *(texts[i] for i in todo)])
-    docs = np.empty((len(texts), vecs.shape[1]), dtype=np.float32)
-    docs[todo] = vecs[1:]
+    if role_prompt(embedder, "query") == role_prompt(embedder, "document"):
+        vecs = encode(embedder, [query, *(texts[i] for i in todo)])
+        query_vec, fresh = vecs[0], vecs[1:]
+    else:
+        query_vec = encode(embedder, [query], role="query")[0]
+        fresh = encode(embedder, [texts[i] for i in todo], role="document") if todo else np.empty((0, len(query_vec)))
+    docs = np.empty((len(texts), len(query_vec)), dtype=np.float32)
+    docs[todo] = fresh
     for i, vec in enumerate(stored or ()):
         if vec is not None:
             docs[i] = vec
-    return vecs[0], docs
+    return query_vec, docs
 
 
 def rank_signal(n: int) -> np.ndarray:
@@ -182,6 +188,9 @@ class SignalComputer:
             return False
         if resolve_embedder_path(retriever.embedder) != resolve_embedder_path(self.embedder_name):
             return False
+        prompted = role_prompt(self.embedder, "query") or role_prompt(self.embedder, "document")
+        if prompted and not (retriever.dense is not None and retriever.dense.prompts):
+            return False  # (built before roles were applied: its vectors are not those of the document prompt)
         # the model at that path must still be the one that wrote the vectors (else the cosines of
         # its query vectors with them mean nothing): checked as a dense search checks it
         recorded = getattr(retriever, "probe", None) or getattr(retriever.dense, "probe", None)

@@ -30,3 +30,37 @@ def test_a_hub_id_in_the_local_cache_loads_from_its_snapshot_without_the_hub(tmp
 def test_a_missing_local_path_is_named_before_loading(tmp_path):
     with pytest.raises(ModelError, match="no such local model folder"):
         load_embedder(str(tmp_path / "missing" / "encoder"))
+
+
+def test_a_prompted_embedder_embeds_documents_and_queries_with_their_prompts(tmp_path):
+    """e5-style models define a query and a document prompt (sentence-transformers' encode_query /
+    encode_document): both sides were embedded bare. An index built before roles were applied keeps
+    bare queries, and its stored vectors are not read as the document prompt's."""
+    from attnrank.errors import InputError
+    from attnrank.index.embed import check_embedder
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.rerank.signals import SignalComputer
+    from attnrank.types import Document
+
+    enc = save_tiny_encoder(tmp_path / "enc", prompts={"query": "query: ", "document": "passage: "})
+    model = load_embedder(str(enc))
+    texts = ["the cat sat on the mat", "a dog ran in the park"]
+    np.testing.assert_allclose(
+        encode(model, texts, role="document"), encode(model, [f"passage: {t}" for t in texts]), atol=1e-6
+    )
+    assert not np.allclose(encode(model, texts, role="document"), encode(model, texts), atol=1e-3)
+    r = HybridRetriever(embedder=str(enc)).index(
+        [Document(str(i), t) for i, t in enumerate(texts)], show_progress=False
+    )
+    np.testing.assert_allclose(r.dense.vectors([0, 1]), encode(model, texts, role="document"), atol=1e-5)
+    np.testing.assert_allclose(r.dense.encode_queries(["cat"]), encode(model, ["query: cat"]), atol=1e-6)
+    r.save(tmp_path / "ix")
+    loaded = HybridRetriever.load(tmp_path / "ix")
+    assert loaded.dense.prompts and loaded.dense.query_role == "query"
+    signals = SignalComputer(str(enc))
+    assert signals.use_index(loaded)
+    loaded.dense.prompts = False  # (as an index built before roles: bare queries, its vectors not read)
+    np.testing.assert_allclose(loaded.dense.encode_queries(["cat"]), encode(model, ["cat"]), atol=1e-6)
+    assert not SignalComputer(str(enc)).use_index(loaded)
+    with pytest.raises(InputError, match="does not put .* prompts \\(document, query\\) before the texts"):
+        check_embedder(str(enc), "cpu", "onnx")

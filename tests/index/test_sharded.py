@@ -507,3 +507,22 @@ def test_a_failed_ray_task_stops_the_others_before_the_caller_cleans_up(ray_loca
         ex.map(_slow_write, [(i, str(tmp_path)) for i in range(3)])
     time.sleep(max(0.0, 12 - (time.monotonic() - start)))  # past the tasks' writes, had they run on
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_prompted_embedders_shards_and_merge_embed_as_one_index(tmp_path):
+    """Shards embedded their documents bare and searched with bare queries: with an e5-style
+    embedder, a sharded index ranked otherwise than the single index built from the same corpus."""
+    from _tiny import save_tiny_encoder
+
+    from attnrank.types import Document
+
+    enc = str(save_tiny_encoder(tmp_path / "enc", prompts={"query": "query: ", "document": "passage: "}))
+    docs = [Document(str(i), t) for i, t in enumerate(["the cat sat", "a dog ran", "the bird sang", "a cat ran"])]
+    single = HybridRetriever(embedder=enc).index(docs, show_progress=False)
+    path = ShardedIndexer(HybridRetriever(embedder=enc), shards=2).build(docs, tmp_path / "sh")
+    sr = ShardedRetriever.load(path)
+    merged = HybridRetriever.load(merge_shards(path, tmp_path / "merged"))
+    for other in (sr, merged):
+        a, b = single.search("cat", 4, mode="dense"), other.search("cat", 4, mode="dense")
+        assert a.ids == b.ids and np.allclose(a.scores, b.scores, atol=1e-5)
+    assert merged.dense.prompts and sr.dense.prompts

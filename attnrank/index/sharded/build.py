@@ -97,7 +97,8 @@ def build_shard(
     bm25 = BM25Index(settings["bm25_params"], tok).index_tokens(tokenize_all(texts, tok), idf, avgdl)
     t1 = time.perf_counter()
     if embeddings is None:
-        embeddings = encode(load_embedder(settings["embedder"], settings["device"], settings["embed_backend"]), texts)
+        embedder = load_embedder(settings["embedder"], settings["device"], settings["embed_backend"])
+        embeddings = encode(embedder, texts, role="document")
     dense = dense_shard_index(embeddings, np.arange(start, start + len(docs)), settings["dense_index"], template)
     t2 = time.perf_counter()
     name = shard_name(shard)
@@ -297,7 +298,7 @@ class ShardedIndexer:
             sample = embeddings[pick]
         else:
             embedder = load_embedder(self.r.embedder, self.r.device, self.r.embed_backend)
-            sample = encode(embedder, [docs[i].full_text for i in pick])
+            sample = encode(embedder, [docs[i].full_text for i in pick], role="document")
         return ivf_template(np.ascontiguousarray(sample, dtype=np.float32), len(docs))
 
     def _info(self, docs: list[Document], stats: CorpusStats, tok: TokenizerConfig) -> dict[str, Any]:
@@ -314,6 +315,7 @@ class ShardedIndexer:
                 "index": r.dense_kind,
                 "backend": r.embed_backend,
                 "probe": embedder_probe(load_embedder(r.embedder, r.device, r.embed_backend)),
+                "prompts": True,  # documents embedded with the model's document prompt (given embeddings: the caller's)
                 "normalized": True,
                 "metric": "cosine (inner product)",
                 "ids": "global: the position in the corpus",

@@ -97,6 +97,7 @@ def merge_shards(src: str | Path, target: str | Path, *, force: bool = False) ->
     )
     dense_index.dim = faiss_index.d
     dense_index.probe = sr.manifest["dense"].get("probe")  # checked on load, like every setting
+    dense_index.prompts = bool(sr.manifest["dense"].get("prompts", False))  # (how the shards embedded)
     r.docs = list(sr.docs)
     r.build_info = {
         "merged_from": str(src),

@@ -146,6 +146,7 @@ class ShardedRetriever(HybridRetriever):
                 mmap=mmap,
                 backend=settings["embed_backend"],
                 built_with=built_with,
+                prompts=bool(m["dense"].get("prompts", False)),
             )
             docs = read_docs(folder / "docs.jsonl")
             check_shard(folder, sm, docs, bm25, dense, tokenizer)
@@ -178,7 +179,7 @@ class ShardedRetriever(HybridRetriever):
             if not self._probe_checked:
                 check_probe(embedder, self.probe, self.embedder)
                 self._probe_checked = True
-            q = encode(embedder, list(queries))
+            q = encode(embedder, list(queries), role=None if self.dense is None else self.dense.query_role)
             dense = merge_topk([d.retrieve(queries, depth, query_embeddings=q) for d in self.shard_dense], depth)
         return sparse, dense
 
