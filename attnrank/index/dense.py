@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import IndexFormatError, InputError
 from ..files import check_new_folder
 from .bm25 import check_k
-from .embed import check_probe, embedder_probe, encode, load_embedder
+from .embed import check_probe, check_prompts, embedder_probe, encode, load_embedder, role_prompts
 from .embed_export import check_backend
 
 logger = logging.getLogger(__name__)
@@ -86,9 +86,9 @@ class DenseIndex:
         self.probe: list[float] | None = None
         self._probe_checked = False
         self.built_with = self.backend  # the backend that embedded the stored vectors (load: the manifest's)
-        # documents embedded with the model's document prompt, so queries take its query prompt
-        # (embed.role_prompt); False for an index built before roles were applied: neither then
-        self.prompts = True
+        # the role prompts the documents were embedded with (embed.role_prompts), queries then with
+        # the query's; None for an index built before roles were applied: bare queries, as its documents
+        self.prompts: dict[str, str | None] | None = None
 
     @property
     def encoder(self):
@@ -101,7 +101,7 @@ class DenseIndex:
             self.encoder, list(texts), role="document", batch_size=self.batch_size, show_progress=show_progress
         )
         self.dim = emb.shape[1]
-        self.prompts = True
+        self.prompts = role_prompts(self.encoder)
         self.faiss_index = _build_faiss(emb, self.kind, self.nprobe)
         self.probe, self._probe_checked = embedder_probe(self.encoder), True
         return self
@@ -113,13 +113,14 @@ class DenseIndex:
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         if not self._probe_checked:
             check_probe(self.encoder, self.probe, self.model_name)
+            check_prompts(self.encoder, self.prompts, self.model_name)
             self._probe_checked = True
         return encode(self.encoder, list(queries), role=self.query_role, batch_size=self.batch_size)
 
     @property
     def query_role(self) -> str | None:
         """How queries are embedded: ``"query"`` where the documents took the document prompt."""
-        return "query" if self.prompts else None
+        return None if self.prompts is None else "query"
 
     def retrieve(
         self, queries: Sequence[str], k: int = 10, *, query_embeddings: np.ndarray | None = None
@@ -188,12 +189,12 @@ class DenseIndex:
         backend: str = "torch",
         probe: list[float] | None = None,
         built_with: str | None = None,
-        prompts: bool = False,
+        prompts: dict[str, str | None] | None = None,
     ) -> DenseIndex:
         """``probe``: the build's embedding of the probe text (from the manifest), checked
         against the embedder at the first query; None skips the check. ``built_with``: the
-        backend the manifest says embedded the documents (None: ``backend``). ``prompts``: whether
-        they took the model's document prompt (the manifest's ``prompts``; before it: no). ``nprobe``: the
+        backend the manifest says embedded the documents (None: ``backend``). ``prompts``: the role
+        prompts they were embedded with (the manifest's; None before it was recorded: none). ``nprobe``: the
         IVF lists searched (None: the value saved in the index; 16 overrode a saved 1)."""
         import faiss
 
@@ -310,3 +311,14 @@ def recorded_probe(dense: dict[str, Any], dim: int) -> list[float] | None:
     if not isinstance(probe, list) or len(probe) != dim or not all(isinstance(x, (int, float)) for x in probe):
         raise ValueError(f"dense probe is not {dim} numbers")
     return [float(x) for x in probe]
+
+
+def recorded_prompts(dense: dict[str, Any]) -> dict[str, str | None] | None:
+    """A manifest's ``dense.prompts`` (None: an index built before they were recorded, whose
+    queries are embedded bare); ValueError when it is not a query and a document prompt."""
+    prompts = dense.get("prompts")
+    if prompts is None:
+        return None
+    if not isinstance(prompts, dict) or not all(v is None or isinstance(v, str) for v in prompts.values()):
+        raise ValueError(f"dense prompts {prompts!r} are not {{'query': text or null, 'document': text or null}}")
+    return {"query": prompts.get("query"), "document": prompts.get("document")}

@@ -126,38 +126,46 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
     return st
 
 
-# The prompt names sentence-transformers reads for each role (SentenceTransformer.encode_query and
-# encode_document): e5's "query: "/"passage: ", an instruction before a query, ...
-ROLE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus")}
-
-
-def role_prompt(model: Any, role: str | None) -> str | None:
-    """The text ``model`` puts before a text of ``role`` (``"query"``, ``"document"``; None: none),
-    from its ``prompts`` (sentence-transformers' ``config_sentence_transformers.json``); None where
-    it defines none or an empty one (the packaged MiniLM: ``{"query": "", "document": ""}``)."""
-    if role is None:
-        return None
+def role_prompts(model: Any) -> dict[str, str | None]:
+    """The text sentence-transformers' ``encode_query`` / ``encode_document`` put before a query and
+    a document for ``model`` (None: none): its ``prompts``' ``"query"``, and the first of
+    ``"document"``, ``"passage"``, ``"corpus"`` it names, else its default prompt. What an index
+    records of how its documents were embedded (the packaged MiniLM: none for either)."""
     prompts = getattr(model, "prompts", None) or {}
-    return next((prompts[name] for name in ROLE_PROMPTS[role] if prompts.get(name)), None)
+    default = getattr(model, "default_prompt_name", None)
+    fallback = prompts.get(default) if default else None
+    name = next((n for n in ("document", "passage", "corpus") if n in prompts), None)
+    query = prompts.get("query", fallback)
+    document = prompts[name] if name is not None else fallback
+    return {"query": query or None, "document": document or None}
+
+
+def uses_roles(model: Any) -> bool:
+    """Whether ``model`` embeds a query or a document otherwise than a bare text: another prompt
+    for either role than its default one, or a Router module that sends each role its own way."""
+    default = getattr(model, "default_prompt_name", None)
+    bare = ((getattr(model, "prompts", None) or {}).get(default) if default else None) or None
+    routed = any(type(m).__name__ == "Router" for m in model) if hasattr(model, "__iter__") else False
+    return routed or any(p != bare for p in role_prompts(model).values())
 
 
 def encode(
     model, texts: list[str], *, role: str | None = None, batch_size: int = 64, show_progress: bool = False
 ) -> np.ndarray:
     """Unit-norm float32 embeddings, shape (len(texts), dim): inner product = cosine. ``role``:
-    ``"query"`` or ``"document"``, whose prompt the model defines goes before each text
-    (:func:`role_prompt`, as ``encode_query``/``encode_document`` do); None: the texts as they are.
+    ``"query"`` or ``"document"``, embedded as sentence-transformers' ``encode_query`` /
+    ``encode_document`` embed them (the model's prompt for the role, its task route); None: as
+    ``encode`` does (an exported model, which has no roles, always so).
 
     Normalised again in float32: a bfloat16 model's unit vectors are off by up to ~4e-3."""
     check_unicode(texts)
-    prompt = role_prompt(model, role)
-    emb = model.encode(
+    run = getattr(model, f"encode_{role}", model.encode) if role is not None else model.encode
+    emb = run(
         texts,
         batch_size=batch_size,
         show_progress_bar=show_progress,
         convert_to_numpy=True,
         normalize_embeddings=True,
-        **({"prompt": prompt} if prompt else {}),
     )
     emb = np.array(emb, dtype=np.float32)
     if emb.ndim == 2:
@@ -172,6 +180,20 @@ PROBE_TEXT = "attnrank embedder probe: does vitamin D intake lower the risk of b
 # Backends of one model agree far above this (torch vs bfloat16/ONNX/OpenVINO); two different
 # models' embeddings of one text are near orthogonal.
 PROBE_MIN_COSINE = 0.95
+
+
+def check_prompts(model, recorded: dict[str, str | None] | None, name: str | None) -> None:
+    """Refuse an embedder whose role prompts (:func:`role_prompts`) are not those an index recorded
+    at build (``recorded`` None: built before they were recorded, its queries embedded bare): its
+    documents carry the old prompt, the probe text none, so the probe cannot tell."""
+    if recorded is None:
+        return
+    now = role_prompts(model)
+    if now != {"query": recorded.get("query"), "document": recorded.get("document")}:
+        raise InputError(
+            f"the embedder {name or DEFAULT_EMBEDDER!r} puts prompts {now} before queries and documents; this "
+            f"index's documents were embedded with {recorded}: use the model as it was at the build, or rebuild the index"
+        )
 
 
 def embedder_probe(model) -> list[float]:

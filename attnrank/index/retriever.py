@@ -16,7 +16,7 @@ from ..errors import IndexFormatError, InputError
 from ..types import Document, RankedResults, ScoredDocument, is_count
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
-from .dense import DenseIndex, recorded_probe
+from .dense import DenseIndex, recorded_probe, recorded_prompts
 from .embed import local_or_hub
 from .embed_export import check_backend
 from .settings import (
@@ -323,7 +323,7 @@ class HybridRetriever:
                 "backend": self.dense.built_with,
                 "dim": self.dense.dim,
                 "probe": self.dense.probe,
-                "prompts": self.dense.prompts,  # documents embedded with the model's document prompt
+                "prompts": self.dense.prompts,  # the role prompts the documents were embedded with
                 "normalized": True,
                 "metric": "cosine (inner product)",
             },
@@ -394,7 +394,7 @@ class HybridRetriever:
             backend=self.embed_backend,
             probe=probe,
             built_with=dense.get("backend", "torch"),
-            prompts=bool(dense.get("prompts", False)),
+            prompts=recorded_prompts(dense),
             device=device,  # (queries were embedded on the CPU whatever device was asked for)
         )
         self.build_info = m.get("build", {})

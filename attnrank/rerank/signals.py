@@ -45,7 +45,7 @@ import numpy as np
 from ..config import cpu_auto_dtype
 from ..errors import InputError
 from ..index.bm25 import BM25Index, BM25Params
-from ..index.embed import check_probe, encode, load_embedder, resolve_embedder_path, role_prompt
+from ..index.embed import check_probe, encode, load_embedder, resolve_embedder_path, role_prompts, uses_roles
 from ..index.retriever import HybridRetriever
 from ..index.tokenize import TokenizerConfig, resolve_config
 from ..types import Document
@@ -82,10 +82,11 @@ def candidate_vectors(
     query: str, texts: Sequence[str], embedder: Any, stored: Sequence[np.ndarray | None] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The query's unit vector and the texts' (``[n, dim]``): ``stored[i]`` where given, else
-    embedded, each with the embedder's prompt for its role (:func:`~attnrank.index.embed.role_prompt`;
-    with the query in one batch where the two prompts are the same, as for the packaged MiniLM's none)."""
+    embedded: as a query and as documents where the embedder has roles
+    (:func:`~attnrank.index.embed.uses_roles`: e5's prompts), else bare, with the query in one batch
+    (the packaged MiniLM)."""
     todo = [i for i in range(len(texts)) if stored is None or stored[i] is None]
-    if role_prompt(embedder, "query") == role_prompt(embedder, "document"):
+    if not uses_roles(embedder):
         vecs = encode(embedder, [query, *(texts[i] for i in todo)])
         query_vec, fresh = vecs[0], vecs[1:]
     else:
@@ -188,9 +189,9 @@ class SignalComputer:
             return False
         if resolve_embedder_path(retriever.embedder) != resolve_embedder_path(self.embedder_name):
             return False
-        prompted = role_prompt(self.embedder, "query") or role_prompt(self.embedder, "document")
-        if prompted and not (retriever.dense is not None and retriever.dense.prompts):
-            return False  # (built before roles were applied: its vectors are not those of the document prompt)
+        built = None if retriever.dense is None else retriever.dense.prompts
+        if built != role_prompts(self.embedder) and (built is not None or uses_roles(self.embedder)):
+            return False  # (documents embedded with other prompts, or bare before roles: not this signal's)
         # the model at that path must still be the one that wrote the vectors (else the cosines of
         # its query vectors with them mean nothing): checked as a dense search checks it
         recorded = getattr(retriever, "probe", None) or getattr(retriever.dense, "probe", None)

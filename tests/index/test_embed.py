@@ -34,33 +34,66 @@ def test_a_missing_local_path_is_named_before_loading(tmp_path):
 
 def test_a_prompted_embedder_embeds_documents_and_queries_with_their_prompts(tmp_path):
     """e5-style models define a query and a document prompt (sentence-transformers' encode_query /
-    encode_document): both sides were embedded bare. An index built before roles were applied keeps
-    bare queries, and its stored vectors are not read as the document prompt's."""
+    encode_document): both sides were embedded bare. An index records the prompts its documents
+    took; one built before keeps bare queries, and its stored vectors are not read as the document
+    prompt's; a model whose prompts changed since the build is refused."""
+    import json
+
     from attnrank.errors import InputError
-    from attnrank.index.embed import check_embedder
+    from attnrank.index.embed import check_embedder, role_prompts
     from attnrank.index.retriever import HybridRetriever
     from attnrank.rerank.signals import SignalComputer
     from attnrank.types import Document
 
-    enc = save_tiny_encoder(tmp_path / "enc", prompts={"query": "query: ", "document": "passage: "})
+    prompts = {"query": "query: ", "document": "passage: "}
+    enc = save_tiny_encoder(tmp_path / "enc", prompts=prompts)
     model = load_embedder(str(enc))
     texts = ["the cat sat on the mat", "a dog ran in the park"]
-    np.testing.assert_allclose(
-        encode(model, texts, role="document"), encode(model, [f"passage: {t}" for t in texts]), atol=1e-6
-    )
-    assert not np.allclose(encode(model, texts, role="document"), encode(model, texts), atol=1e-3)
+    docs = encode(model, texts, role="document")
+    np.testing.assert_allclose(docs, encode(model, [f"passage: {t}" for t in texts]), atol=1e-6)
+    assert not np.allclose(docs, encode(model, texts), atol=1e-3)
     r = HybridRetriever(embedder=str(enc)).index(
         [Document(str(i), t) for i, t in enumerate(texts)], show_progress=False
     )
-    np.testing.assert_allclose(r.dense.vectors([0, 1]), encode(model, texts, role="document"), atol=1e-5)
+    np.testing.assert_allclose(r.dense.vectors([0, 1]), docs, atol=1e-5)
     np.testing.assert_allclose(r.dense.encode_queries(["cat"]), encode(model, ["query: cat"]), atol=1e-6)
     r.save(tmp_path / "ix")
     loaded = HybridRetriever.load(tmp_path / "ix")
-    assert loaded.dense.prompts and loaded.dense.query_role == "query"
-    signals = SignalComputer(str(enc))
-    assert signals.use_index(loaded)
-    loaded.dense.prompts = False  # (as an index built before roles: bare queries, its vectors not read)
+    assert loaded.dense.prompts == prompts == role_prompts(model)
+    # the reranker's dense signal: the index's stored vectors, or its own embedding, the same values
+    from_index = SignalComputer(str(enc))
+    assert from_index.use_index(loaded)
+    got = from_index("cat", texts, ["dense"], ids=["0", "1"])["dense"]
+    np.testing.assert_allclose(got, SignalComputer(str(enc))("cat", texts, ["dense"])["dense"], atol=1e-5)
+    loaded.dense.prompts = None  # (as an index built before roles: bare queries, its vectors not read)
     np.testing.assert_allclose(loaded.dense.encode_queries(["cat"]), encode(model, ["cat"]), atol=1e-6)
     assert not SignalComputer(str(enc)).use_index(loaded)
     with pytest.raises(InputError, match="does not put .* prompts \\(document, query\\) before the texts"):
         check_embedder(str(enc), "cpu", "onnx")
+    # the model's prompts edited since the build: its documents carry the old one
+    config = enc / "config_sentence_transformers.json"
+    config.write_text(
+        json.dumps({**json.loads(config.read_text()), "prompts": {"query": "q: ", "document": "passage: "}})
+    )
+    load_embedder.cache_clear()
+    with pytest.raises(InputError, match="this index's documents were embedded with"):
+        HybridRetriever.load(tmp_path / "ix").search("cat", 2, mode="dense")
+
+
+def test_a_default_prompt_and_equal_prompts_are_read_as_sentence_transformers_reads_them(tmp_path):
+    """An empty document prompt beside a default query prompt took the default (every document
+    embedded as a query); equal query and document prompts were dropped from the dense signal."""
+    from sentence_transformers import SentenceTransformer
+
+    from attnrank.index.embed import role_prompts, uses_roles
+
+    enc = save_tiny_encoder(tmp_path / "enc", prompts={"query": "query: ", "document": ""})
+    st = SentenceTransformer(str(enc), device="cpu", default_prompt_name="query")
+    assert role_prompts(st) == {"query": "query: ", "document": None} and uses_roles(st)
+    texts = ["the cat sat on the mat"]
+    np.testing.assert_allclose(
+        encode(st, texts, role="document"), st.encode_document(texts, normalize_embeddings=True), atol=1e-6
+    )
+    assert not np.allclose(encode(st, texts, role="document"), encode(st, texts), atol=1e-3)  # bare: the default
+    same = load_embedder(str(save_tiny_encoder(tmp_path / "same", prompts={"query": "query: ", "document": "query: "})))
+    assert uses_roles(same) and role_prompts(same) == {"query": "query: ", "document": "query: "}

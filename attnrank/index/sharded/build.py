@@ -27,7 +27,7 @@ from ...corpus import load_corpus
 from ...errors import InputError
 from ...types import Document, is_count
 from ..bm25 import BM25Index
-from ..embed import embedder_probe, encode, load_embedder
+from ..embed import embedder_probe, encode, load_embedder, role_prompts
 from ..folders import check_target
 from ..retriever import HybridRetriever
 from ..settings import attnrank_version
@@ -156,7 +156,9 @@ class ShardedIndexer:
     its shard into the target's temporary folder: on a multi-node cluster the target must be on
     storage every node shares, else the build is refused once the shards are built). ``embeddings``
     (unit-norm, one row per document) skips the embedding step, e.g. to build a sharded and a
-    single index from the same vectors.
+    single index from the same vectors; they must be this embedder's document vectors
+    (``embed.encode(model, texts, role="document")``, as an index built since 2026-12-06 stores
+    them), since the manifest records its document prompt and queries take its query prompt.
     """
 
     def __init__(
@@ -315,7 +317,9 @@ class ShardedIndexer:
                 "index": r.dense_kind,
                 "backend": r.embed_backend,
                 "probe": embedder_probe(load_embedder(r.embedder, r.device, r.embed_backend)),
-                "prompts": True,  # documents embedded with the model's document prompt (given embeddings: the caller's)
+                # the role prompts the documents were embedded with (given embeddings: embed.encode(...,
+                # role="document") of this embedder, as the docstring asks)
+                "prompts": role_prompts(load_embedder(r.embedder, r.device, r.embed_backend)),
                 "normalized": True,
                 "metric": "cosine (inner product)",
                 "ids": "global: the position in the corpus",

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...errors import IndexFormatError, InputError
 from ..bm25 import BM25Index
-from ..dense import DenseIndex
+from ..dense import DenseIndex, recorded_prompts
 from ..folders import check_target, contains
 from ..retriever import HybridRetriever
 from .layout import retriever_settings
@@ -97,7 +97,7 @@ def merge_shards(src: str | Path, target: str | Path, *, force: bool = False) ->
     )
     dense_index.dim = faiss_index.d
     dense_index.probe = sr.manifest["dense"].get("probe")  # checked on load, like every setting
-    dense_index.prompts = bool(sr.manifest["dense"].get("prompts", False))  # (how the shards embedded)
+    dense_index.prompts = recorded_prompts(sr.manifest["dense"])  # (how the shards embedded)
     r.docs = list(sr.docs)
     r.build_info = {
         "merged_from": str(src),

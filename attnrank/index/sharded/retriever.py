@@ -22,8 +22,8 @@ import numpy as np
 from ...errors import IndexFormatError, InputError
 from ...types import Document
 from ..bm25 import BM25Index
-from ..dense import DenseIndex, check_positions, recorded_probe
-from ..embed import check_probe, encode, load_embedder
+from ..dense import DenseIndex, check_positions, recorded_probe, recorded_prompts
+from ..embed import check_probe, check_prompts, encode, load_embedder
 from ..retriever import HybridRetriever
 from ..store import load_unchanged, read_docs
 from ..tokenize import TokenizerConfig
@@ -146,7 +146,7 @@ class ShardedRetriever(HybridRetriever):
                 mmap=mmap,
                 backend=settings["embed_backend"],
                 built_with=built_with,
-                prompts=bool(m["dense"].get("prompts", False)),
+                prompts=recorded_prompts(m["dense"]),
             )
             docs = read_docs(folder / "docs.jsonl")
             check_shard(folder, sm, docs, bm25, dense, tokenizer)
@@ -178,6 +178,7 @@ class ShardedRetriever(HybridRetriever):
             embedder = load_embedder(self.embedder, self.device, self.embed_backend)
             if not self._probe_checked:
                 check_probe(embedder, self.probe, self.embedder)
+                check_prompts(embedder, None if self.dense is None else self.dense.prompts, self.embedder)
                 self._probe_checked = True
             q = encode(embedder, list(queries), role=None if self.dense is None else self.dense.query_role)
             dense = merge_topk([d.retrieve(queries, depth, query_embeddings=q) for d in self.shard_dense], depth)
