@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,10 @@ def check_embedder(model: str | None, device: str = "cpu", backend: str = "torch
                 f"embed backend {backend!r} exports a local model folder; {path!r} is not one "
                 "(download it first, or use backend 'torch')"
             )
-        prompted = sorted(n for n, text in folder_prompts(Path(path)).items() if text)
-        if prompted:  # (the exported graph embeds texts as given: the model's role prompts would be lost)
+        prompts, default = folder_prompts(Path(path))
+        # (the exported graph embeds texts as given: a query's or a document's prompt would be lost)
+        prompted = sorted(n for n in ("query", "document", "passage", "corpus", default) if n and prompts.get(n))
+        if prompted:
             raise InputError(
                 f"embed backend {backend!r} does not put {path!r}'s prompts ({', '.join(prompted)}) before the "
                 "texts; use backend 'torch' or 'torch-bf16'"
@@ -92,14 +95,18 @@ def check_embedder(model: str | None, device: str = "cpu", backend: str = "torch
     return path
 
 
-def folder_prompts(folder: Path) -> dict[str, str]:
-    """The ``prompts`` a sentence-transformers model folder declares ({} where it declares none)."""
+def folder_prompts(folder: Path) -> tuple[dict[str, str], str | None]:
+    """The ``prompts`` and ``default_prompt_name`` a sentence-transformers model folder declares
+    ({} and None where it declares none)."""
     try:
         config = json.loads((folder / "config_sentence_transformers.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
-    prompts = config.get("prompts") if isinstance(config, dict) else None
-    return {str(k): str(v) for k, v in prompts.items()} if isinstance(prompts, dict) else {}
+        return {}, None
+    if not isinstance(config, dict):
+        return {}, None
+    prompts, default = config.get("prompts"), config.get("default_prompt_name")
+    found = {str(k): str(v) for k, v in prompts.items() if v} if isinstance(prompts, dict) else {}
+    return found, default if isinstance(default, str) else None
 
 
 @functools.lru_cache(maxsize=4)
@@ -129,8 +136,10 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
 def role_prompts(model: Any) -> dict[str, str | None]:
     """The text sentence-transformers' ``encode_query`` / ``encode_document`` put before a query and
     a document for ``model`` (None: none): its ``prompts``' ``"query"``, and the first of
-    ``"document"``, ``"passage"``, ``"corpus"`` it names, else its default prompt. What an index
-    records of how its documents were embedded (the packaged MiniLM: none for either)."""
+    ``"document"``, ``"passage"``, ``"corpus"`` it names (sentence-transformers 6 names
+    ``"document"`` for every model, so a model's ``"passage"`` prompt is not read there), else its
+    default prompt. What an index records of how its documents were embedded (the packaged
+    MiniLM: none for either)."""
     prompts = getattr(model, "prompts", None) or {}
     default = getattr(model, "default_prompt_name", None)
     fallback = prompts.get(default) if default else None
@@ -140,32 +149,46 @@ def role_prompts(model: Any) -> dict[str, str | None]:
     return {"query": query or None, "document": document or None}
 
 
+# Whether a model embeds a query or a document otherwise than a bare text, found once per model
+_USES_ROLES: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_ROLE_TEXT = ["attnrank role check: vitamin D and bone fractures"]
+
+
 def uses_roles(model: Any) -> bool:
-    """Whether ``model`` embeds a query or a document otherwise than a bare text: another prompt
-    for either role than its default one, or a Router module that sends each role its own way."""
-    default = getattr(model, "default_prompt_name", None)
-    bare = ((getattr(model, "prompts", None) or {}).get(default) if default else None) or None
-    routed = any(type(m).__name__ == "Router" for m in model) if hasattr(model, "__iter__") else False
-    return routed or any(p != bare for p in role_prompts(model).values())
+    """Whether ``model`` embeds a text as a query or as a document otherwise than bare: tried on
+    one text, as every effect of a role counts (a prompt, a task route, sentence-transformers 6's
+    per-role lengths and templates) and no list of them would stay complete."""
+    known = _USES_ROLES.get(model)
+    if known is None:
+        bare = encode(model, _ROLE_TEXT)
+        known = not all(np.array_equal(bare, encode(model, _ROLE_TEXT, role=r)) for r in ("query", "document"))
+        _USES_ROLES[model] = known
+    return known
 
 
 def encode(
     model, texts: list[str], *, role: str | None = None, batch_size: int = 64, show_progress: bool = False
 ) -> np.ndarray:
     """Unit-norm float32 embeddings, shape (len(texts), dim): inner product = cosine. ``role``:
-    ``"query"`` or ``"document"``, embedded as sentence-transformers' ``encode_query`` /
-    ``encode_document`` embed them (the model's prompt for the role, its task route); None: as
+    ``"query"`` or ``"document"``, embedded by sentence-transformers' ``encode_query`` /
+    ``encode_document`` (the model's prompt for the role, its task route; before
+    sentence-transformers 5, which lacks them, by ``encode`` with the role's prompt); None: as
     ``encode`` does (an exported model, which has no roles, always so).
 
     Normalised again in float32: a bfloat16 model's unit vectors are off by up to ~4e-3."""
     check_unicode(texts)
-    run = getattr(model, f"encode_{role}", model.encode) if role is not None else model.encode
+    run, extra = model.encode, {}
+    if role is not None and hasattr(model, f"encode_{role}"):
+        run = getattr(model, f"encode_{role}")
+    elif role is not None and (prompt := role_prompts(model)[role]):
+        extra = {"prompt": prompt}
     emb = run(
         texts,
         batch_size=batch_size,
         show_progress_bar=show_progress,
         convert_to_numpy=True,
         normalize_embeddings=True,
+        **extra,
     )
     emb = np.array(emb, dtype=np.float32)
     if emb.ndim == 2:
@@ -183,16 +206,18 @@ PROBE_MIN_COSINE = 0.95
 
 
 def check_prompts(model, recorded: dict[str, str | None] | None, name: str | None) -> None:
-    """Refuse an embedder whose role prompts (:func:`role_prompts`) are not those an index recorded
-    at build (``recorded`` None: built before they were recorded, its queries embedded bare): its
-    documents carry the old prompt, the probe text none, so the probe cannot tell."""
+    """Refuse an embedder whose query prompt (:func:`role_prompts`) is not the one an index
+    recorded at build (``recorded`` None: built before they were recorded, its queries embedded
+    bare): its documents were embedded to meet that one, and the probe text, embedded bare, cannot
+    tell. (A search embeds queries only: a changed document prompt matters where documents are
+    embedded again, the reranker's dense signal, which then reads none of the index's vectors.)"""
     if recorded is None:
         return
-    now = role_prompts(model)
-    if now != {"query": recorded.get("query"), "document": recorded.get("document")}:
+    now = role_prompts(model)["query"]
+    if now != recorded.get("query"):
         raise InputError(
-            f"the embedder {name or DEFAULT_EMBEDDER!r} puts prompts {now} before queries and documents; this "
-            f"index's documents were embedded with {recorded}: use the model as it was at the build, or rebuild the index"
+            f"the embedder {name or DEFAULT_EMBEDDER!r} puts {now!r} before a query; this index's documents were "
+            f"embedded to meet {recorded.get('query')!r}: use the model as it was at the build, or rebuild the index"
         )
 
 

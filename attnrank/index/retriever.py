@@ -378,7 +378,7 @@ class HybridRetriever:
             self = cls(**{**settings, "embed_backend": embed_backend or settings["embed_backend"]}, device=device)
             dense, b = m["dense"], m["bm25"]
             num_docs, dim = int(m["num_docs"]), int(dense["dim"])
-            probe = recorded_probe(dense, dim)
+            probe, prompts = recorded_probe(dense, dim), recorded_prompts(dense)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise IndexFormatError(
                 f"{path}/manifest.json lacks or mangles a setting ({e}); rebuild the index"
@@ -394,7 +394,7 @@ class HybridRetriever:
             backend=self.embed_backend,
             probe=probe,
             built_with=dense.get("backend", "torch"),
-            prompts=recorded_prompts(dense),
+            prompts=prompts,
             device=device,  # (queries were embedded on the CPU whatever device was asked for)
         )
         self.build_info = m.get("build", {})

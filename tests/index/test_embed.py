@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from _tiny import save_tiny_encoder
@@ -70,14 +72,22 @@ def test_a_prompted_embedder_embeds_documents_and_queries_with_their_prompts(tmp
     assert not SignalComputer(str(enc)).use_index(loaded)
     with pytest.raises(InputError, match="does not put .* prompts \\(document, query\\) before the texts"):
         check_embedder(str(enc), "cpu", "onnx")
-    # the model's prompts edited since the build: its documents carry the old one
+    # the model's prompts edited since the build: a search embeds queries only, so a new document
+    # prompt is no matter there (the dense signal then embeds its own), a new query prompt is
     config = enc / "config_sentence_transformers.json"
-    config.write_text(
-        json.dumps({**json.loads(config.read_text()), "prompts": {"query": "q: ", "document": "passage: "}})
-    )
+    stored = json.loads(config.read_text())
+    config.write_text(json.dumps({**stored, "prompts": {"query": "query: ", "document": "doc: "}}))
     load_embedder.cache_clear()
-    with pytest.raises(InputError, match="this index's documents were embedded with"):
+    assert HybridRetriever.load(tmp_path / "ix").search("cat", 2, mode="dense").ids
+    assert not SignalComputer(str(enc)).use_index(HybridRetriever.load(tmp_path / "ix"))
+    config.write_text(json.dumps({**stored, "prompts": {"query": "q: ", "document": "passage: "}}))
+    load_embedder.cache_clear()
+    with pytest.raises(InputError, match="this index's documents were embedded to meet 'query: '"):
         HybridRetriever.load(tmp_path / "ix").search("cat", 2, mode="dense")
+    # a prompt no role reads does not keep the exported backends away
+    plain = save_tiny_encoder(tmp_path / "cls", prompts={"classification": "Classify: "})
+    with contextlib.suppress(ImportError):  # (the onnx extra not installed: past the prompts' check)
+        check_embedder(str(plain), "cpu", "onnx")
 
 
 def test_a_default_prompt_and_equal_prompts_are_read_as_sentence_transformers_reads_them(tmp_path):

@@ -403,3 +403,18 @@ def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_d
     loaded = HybridRetriever.load(path)
     loaded.save(path)
     assert not (path / PASSAGE_STATES_FOLDER).exists()
+
+
+def test_a_manifest_whose_dense_prompts_are_mangled_is_an_index_format_error(tmp_path, built_retriever):
+    """recorded_prompts' ValueError came out bare, not as the "rebuild the index" error."""
+    import json
+
+    from attnrank.errors import IndexFormatError
+
+    built_retriever.save(tmp_path / "ix")
+    manifest = tmp_path / "ix" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    assert m["dense"]["prompts"] == {"query": None, "document": None}  # (the packaged MiniLM: none)
+    manifest.write_text(json.dumps({**m, "dense": {**m["dense"], "prompts": ["query: "]}}))
+    with pytest.raises(IndexFormatError, match="dense prompts .* rebuild the index"):
+        HybridRetriever.load(tmp_path / "ix")

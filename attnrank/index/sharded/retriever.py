@@ -135,6 +135,10 @@ class ShardedRetriever(HybridRetriever):
         self = cls(**settings, device=device)
         self.manifest = m
         tokenizer = _tokenizer(m)
+        try:
+            prompts = recorded_prompts(m["dense"])
+        except ValueError as e:
+            raise IndexFormatError(f"{path}/manifest.json: {e}; rebuild the index") from None
         self.shard_bm25, self.shard_dense, parts = [], [], []
         for s, sm in zip(m["shards"], shard_manifests):
             folder = path / s["name"]
@@ -146,7 +150,7 @@ class ShardedRetriever(HybridRetriever):
                 mmap=mmap,
                 backend=settings["embed_backend"],
                 built_with=built_with,
-                prompts=recorded_prompts(m["dense"]),
+                prompts=prompts,
             )
             docs = read_docs(folder / "docs.jsonl")
             check_shard(folder, sm, docs, bm25, dense, tokenizer)
