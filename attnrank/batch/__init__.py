@@ -1,5 +1,6 @@
 """Offline batch search + rerank on Ray Data (extra ``ray``): see :mod:`attnrank.batch.runner`."""
 
-from .runner import BatchConfig, Resources, run_batch
+from .config import BatchConfig, Resources
+from .runner import run_batch
 
 __all__ = ["BatchConfig", "Resources", "run_batch"]

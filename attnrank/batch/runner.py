@@ -20,109 +20,36 @@ could read the model: a path only the workers have is recorded by its name).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..config import cpu_auto_dtype
 from ..errors import InputError, require
 from ..eval.data import check_run_ids
 from ..files import check_file_target, is_attnrank_run, is_batch_parquet, refuse_replacing
-from ..index.settings import INDEX_FILES, MODES, RETRIEVAL_VERSION
+from ..index.settings import RETRIEVAL_VERSION
 from ..index.sharded.executor import RayExecutor
 from ..index.sharded.layout import is_sharded, read_sharded
-from ..index.store import manifest_tag, read_doc_ids, read_manifest
+from ..index.store import manifest_tag, read_doc_ids
 from ..llm.fingerprint import model_fingerprint, name_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..registry import registry_digest
 from ..rerank.config import RerankConfig
 from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
 from ..rerank.fused_resolve import likelihood_weights, signals_only
-from ..rerank.resolve import check_lookups
 from ..rerank.signals import SIGNALS_VERSION, candidate_terms
 from .checkpoint import check_checkpoint, check_folder, locked_checkpoint
+from .config import BatchConfig, Resources
+from .dataset import build_dataset, drain, ray_data_settings
 from .rows import read_queries
 from .sink import CheckpointSink
-from .stages import DriverModel, RerankStage, RetrievalStage, StageError
+from .stages import DriverModel
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class BatchConfig:
-    """What a batch run computes (recorded in the checkpoint; a resume must match it)."""
-
-    index: str
-    k: int = 10
-    rerank: int = 0
-    mode: str | None = None
-    model: str | None = None
-    heads: str | None = None
-    device: str = "cpu"
-    preset: str | None = None  # the reranking preset (None: the default), with model, heads, device on top
-    dtype: str = "auto"  # the reranker's; "auto" on a CPU is resolved in the driver (:meth:`resolved`)
-
-    def rerank_config(self) -> RerankConfig:
-        """The reranker's one configuration object: the preset with the options given, and nothing
-        kept from one query to the next (``state_cache_mb=0``). Why: states and vectors reused from
-        an earlier query are computed in other shapes, so in bfloat16 a query's scores would move
-        with the history of the actor that reranks it; each query reranked as if alone, a resumed
-        or redistributed run writes the run one clean process writes."""
-        given = {k: v for k, v in (("model", self.model), ("heads", self.heads)) if v is not None}
-        return RerankConfig.preset(self.preset or "", device=self.device, dtype=self.dtype, state_cache_mb=0, **given)
-
-    def resolved(self) -> BatchConfig:
-        """This configuration with ``dtype="auto"`` decided here, once, by the driver, for
-        ``device="cpu"``: "auto" means bfloat16 on a CPU that multiplies it in hardware and float32
-        elsewhere, so actors on other machines (a resume there, a mixed Ray cluster) would otherwise
-        each decide, and mix precisions in one run; with ``device="cuda"``, "auto" is refused by
-        :meth:`check` for the same reason. (``attnrank batch`` takes ``cpu`` or ``cuda``; ``"auto"``, taken before,
-        ran on the CPU and is read as ``cpu`` here.)"""
-        if self.dtype.strip().lower() != "auto" or self.device not in ("cpu", "auto"):
-            return self
-        return replace(self, dtype=cpu_auto_dtype())
-
-    def check(self) -> None:
-        if self.k < 1:
-            raise InputError(f"--top-k {self.k} must be at least 1 (results per query)")
-        if self.mode is not None and self.mode not in MODES:
-            raise InputError(f"--mode {self.mode!r} is not one of {', '.join(MODES)} (or none: the index's own)")
-        if self.rerank < 0:
-            raise InputError(f"--rerank {self.rerank} must be 0 (off) or a positive depth")
-        if not Path(self.index).is_dir():
-            raise InputError(f"index {self.index!r} is not a folder; build one with `attnrank index` (--shards N)")
-        # its manifest (format, version, listed files) before Ray starts: every actor's load failed
-        # in its constructor otherwise, which Ray retries without end
-        root = Path(self.index)
-        read_sharded(root) if is_sharded(root) else read_manifest(root, required=INDEX_FILES)
-        if self.rerank:  # e.g. heads with a preset that computes no attention, or nothing registered
-            check_lookups(self.rerank_config())
-        if self.rerank and self.device.startswith("cuda") and self.dtype.strip().lower() == "auto":
-            # each actor's GPU would decide (bfloat16 where it has it, float16 elsewhere), and a run
-            # resumed or scheduled on other GPUs would mix precisions under one recorded "auto"
-            raise InputError(
-                "--dtype auto with --device cuda lets each worker's GPU choose bfloat16 or float16, so one run "
-                "could mix them; give --dtype bfloat16 (A100, H100, L4, ...) or --dtype float16 (T4, V100)"
-            )
-
-
-@dataclass
-class Resources:
-    """Actors per stage and what each declares to Ray (CPUs may be fractions)."""
-
-    retrieval_actors: int = 1
-    rerank_actors: int = 1
-    retrieval_cpus: float = 1.0
-    rerank_cpus: float = 1.0
-    rerank_gpus: float = 0.0
-    retrieval_batch: int = 16
-    rerank_batch: int = 4
 
 
 def _check_outputs(output: Path | None, parquet: Path | None, queries: str | Path | dict[str, str]) -> None:
@@ -291,9 +218,9 @@ def run_batch(
             stats["ray_startup_seconds"] = round(ex.startup_seconds, 3)
             try:
                 rows = [{"qid": q, "query": qs[q]} for q in todo]
-                with _ray_data_settings(ex.ray, progress):
-                    ds = _pipeline(ex.ray, rows, config, res, mine["index_tag"], model=driver_model(model, mine))
-                    seconds = _drain(ds, sink, len(qs), len(qs) - len(todo), on_commit)
+                with ray_data_settings(ex.ray, progress):
+                    ds = build_dataset(ex.ray, rows, config, res, mine["index_tag"], model=driver_model(model, mine))
+                    seconds = drain(ds, sink, len(qs), len(qs) - len(todo), on_commit)
                 stats["pipeline_seconds"] = round(seconds, 3)
                 stats["queries_per_second"] = round(len(todo) / max(seconds, 1e-9), 4)
             finally:
@@ -308,149 +235,6 @@ def run_batch(
     stats["seconds"] = round(time.perf_counter() - t0, 3)
     stats.setdefault("queries_per_second", None)  # None: everything was resumed
     return stats
-
-
-@contextlib.contextmanager
-def _ray_data_settings(ray: Any, progress: bool) -> Iterator[None]:
-    """Ray Data's process-wide settings for one run, put back after it (a notebook's or a caller's
-    own Ray Data work kept them): its logger at WARNING unless ``progress`` (it logs each dataset's
-    plan and progress at INFO), progress bars as ``progress``, and a stage's error raised as itself."""
-    log = logging.getLogger("ray.data")
-    ctx = ray.data.DataContext.get_current()
-    before = (log.level, ctx.enable_progress_bars, ctx.raise_original_map_exception)
-    if not progress:
-        log.setLevel(logging.WARNING)
-    ctx.enable_progress_bars = progress
-    ctx.raise_original_map_exception = True  # a stage's StageError reaches the driver (else a bare UserCodeException)
-    try:
-        yield
-    finally:
-        log.setLevel(before[0])
-        ctx.enable_progress_bars, ctx.raise_original_map_exception = before[1], before[2]
-
-
-def _warn_unplaceable(ray: Any, res: Resources, rerank: bool) -> None:
-    """Say why a run would wait: Ray queues an actor until a node offers what it declares, so on a
-    cluster that lacks it now (a GPU, enough CPUs) the run waits for nodes to join (autoscaling)
-    instead of failing. A local Ray was checked before it started (``attnrank batch``)."""
-    have = ray.cluster_resources()
-    needs = [("CPU", res.retrieval_cpus)]
-    if rerank:
-        needs += [("CPU", res.rerank_cpus), ("GPU", res.rerank_gpus)]
-    for kind, amount in needs:
-        if amount > have.get(kind, 0.0):
-            logger.warning(
-                "the Ray cluster offers %s %s now and an actor needs %s; the run waits until a node with "
-                "them joins (lower --actor-cpus, or --device cpu, if none will)",
-                have.get(kind, 0.0),
-                kind,
-                amount,
-            )
-
-
-def _drain(
-    ds: Any, sink: CheckpointSink, total: int, resumed: int, on_commit: Callable[[int, int], None] | None
-) -> float:
-    """Commit the dataset's rows as they come; returns the seconds it took."""
-    t1 = time.perf_counter()
-    done = resumed  # (this run's queries: the checkpoint may hold others, of an earlier queries file)
-    try:
-        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            done += sink.add(batch.to_pylist())  # (the rows it kept: a batch Ray retried brings duplicates)
-            if on_commit is not None:
-                on_commit(done, total)
-            logger.info(
-                "batch: %d/%d queries, %.2f q/s", done, total, (done - resumed) / max(time.perf_counter() - t1, 1e-9)
-            )
-    except Exception as e:
-        line = _stage_line(e)
-        if line is not None:  # one line naming the query (or the model, the index), not Ray's traceback
-            raise StageError(line) from None
-        raise
-    return time.perf_counter() - t1
-
-
-_RAISED_IN_ACTOR = re.compile(rf"^{re.escape(f'{StageError.__module__}.{StageError.__qualname__}')}: (.+)$", re.M)
-
-
-def _stage_line(e: BaseException) -> str | None:
-    """The :class:`StageError` a stage raised, as Ray hands it to the driver: a task's error carries
-    it as ``cause``; an actor that died in its constructor (the model or index it loaded is not the
-    run's) reaches the driver as an ``ActorDiedError`` whose message ends with the error's line."""
-    cause = getattr(e, "cause", e)
-    if isinstance(cause, StageError):
-        return cause.line
-    message = getattr(e, "error_msg", None)
-    found = _RAISED_IN_ACTOR.findall(message) if isinstance(message, str) else []
-    return found[-1] if found else None
-
-
-def _pipeline(
-    ray,
-    rows: list[dict[str, str]],
-    config: BatchConfig,
-    res: Resources,
-    index_tag: str | None,
-    *,
-    model: DriverModel | None = None,
-):
-    """The Ray Data dataset: retrieval actors, then (if ``rerank``) reranking actors (``ray.data``
-    imported by :func:`run_batch`'s check of the extra); ``model``: :func:`driver_model`'s."""
-    _warn_unplaceable(ray, res, config.rerank > 0)
-    ds = ray.data.from_items(rows, override_num_blocks=max(1, len(rows) // res.retrieval_batch))
-    depth = max(config.k, config.rerank)
-    ds = ds.map_batches(
-        RetrievalStage,
-        fn_constructor_args=(str(Path(config.index).absolute()), depth),  # (a worker runs in its own folder)
-        fn_constructor_kwargs={
-            "mode": config.mode,
-            "keep_text": config.rerank > 0,
-            "index_tag": index_tag,
-            "threads": max(1, round(res.retrieval_cpus)),
-        },
-        batch_size=res.retrieval_batch,
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=res.retrieval_actors),
-        num_cpus=res.retrieval_cpus,
-    )
-    if config.rerank > 0:
-        threads = max(1, round(res.rerank_cpus))
-        ds = ds.map_batches(
-            RerankStage,
-            fn_constructor_args=(config.rerank, config.k),
-            fn_constructor_kwargs=rerank_stage_kwargs(config, threads, index_tag, model=model),
-            batch_size=res.rerank_batch,
-            batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=res.rerank_actors),
-            num_cpus=res.rerank_cpus,
-            num_gpus=res.rerank_gpus or None,
-        )
-    return ds
-
-
-def rerank_stage_kwargs(
-    config: BatchConfig, threads: int, index_tag: str | None, *, model: DriverModel | None = None
-) -> dict[str, Any]:
-    """The keyword arguments every :class:`RerankStage` actor is made with: the reranker's
-    configuration, the index it checks, its threads, the driver's candidate BM25 stemmer, which
-    the checkpoint records (where candidate BM25 runs at all: None for attention alone), and the
-    model's fingerprint and registry digest the checkpoint records (``model``: :func:`driver_model`'s)."""
-    rerank = config.rerank_config()
-    if isinstance(rerank.heads, str) and rerank.heads.endswith(".json"):  # parse_heads' rule, as _settings reads it
-        # read here, once: each actor read the file itself, from its own folder and whenever Ray
-        # (re)started it, so an edit during a run, or another node's file, mixed two head sets
-        rerank = replace(rerank, heads=parse_heads(rerank.heads))
-    if isinstance(rerank.model, str) and not Path(rerank.model).is_absolute() and Path(rerank.model).exists():
-        # a model folder or file named relative to the driver's folder: each worker runs in its own
-        rerank = replace(rerank, model=str(Path(rerank.model).absolute()))
-    return {
-        "config": rerank,
-        "index": str(Path(config.index).absolute()),  # (not resolved: a link may name it on every node)
-        "threads": threads,
-        "index_tag": index_tag,
-        "stemmer": candidate_terms().stemmer if rerank.signals is not None else None,
-        "model": model,
-    }
 
 
 def _index_mode(index: str) -> str:

@@ -207,7 +207,7 @@ def test_a_rerank_with_nothing_registered_is_refused_before_ray(
 def test_a_cluster_lacking_what_an_actor_declares_is_named(ray_local, caplog):
     """The local Ray has 2 CPUs and no GPU: a GPU rerank actor or a 3-CPU actor would wait for a
     node to join; the run says so instead of waiting in silence. What fits says nothing."""
-    from attnrank.batch.runner import _warn_unplaceable
+    from attnrank.batch.dataset import _warn_unplaceable
 
     with caplog.at_level("WARNING", logger="attnrank.batch.runner"):
         _warn_unplaceable(ray_local, Resources(rerank_gpus=0.0), True)

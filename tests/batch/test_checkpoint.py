@@ -20,6 +20,7 @@ pytest.importorskip("ray.data", reason="run_batch needs the 'ray' extra")
 
 from _tiny import save_tiny
 
+import attnrank.batch.dataset as dataset
 import attnrank.batch.runner as runner
 from attnrank.batch import BatchConfig, run_batch
 from attnrank.batch.rows import STAGES
@@ -69,8 +70,8 @@ def fake_ray(monkeypatch):
         return FakeDataset(rows, state["during"])
 
     monkeypatch.setattr(runner, "RayExecutor", Executor)
-    monkeypatch.setattr(runner, "_pipeline", pipeline)
-    monkeypatch.setattr(runner, "_ray_data_settings", lambda ray, progress: contextlib.nullcontext())
+    monkeypatch.setattr(runner, "build_dataset", pipeline)
+    monkeypatch.setattr(runner, "ray_data_settings", lambda ray, progress: contextlib.nullcontext())
     return state
 
 
@@ -428,7 +429,7 @@ def test_an_actor_refuses_weights_replaced_since_the_run_began(fake_ray, tmp_pat
     recorded = fake_ray["model"]  # what the driver hands its rerank actors
     settings = json.loads((tmp_path / "run.trec.parts" / "settings.json").read_text())
     assert recorded.fingerprint == settings["model_fingerprint"] and recorded.registry == settings["registry"]
-    kwargs = runner.rerank_stage_kwargs(config.resolved(), 1, None, model=recorded)
+    kwargs = dataset.rerank_stage_kwargs(config.resolved(), 1, None, model=recorded)
     save_tiny(model, initializer_range=0.05)  # other weights at the same path, as on a worker
     with pytest.raises(stages.StageError) as e:
         stages.RerankStage(5, 5, **kwargs)
@@ -438,7 +439,7 @@ def test_an_actor_refuses_weights_replaced_since_the_run_began(fake_ray, tmp_pat
     assert recorded.fingerprint in message and fresh in message and "start a new output" in message, message
     # a new run records the new weights, and its actors load them
     stages.RerankStage(
-        5, 5, **runner.rerank_stage_kwargs(config.resolved(), 1, None, model=replace(recorded, fingerprint=fresh))
+        5, 5, **dataset.rerank_stage_kwargs(config.resolved(), 1, None, model=replace(recorded, fingerprint=fresh))
     )
 
 
@@ -452,7 +453,7 @@ def test_an_actor_refuses_a_registry_changed_since_the_run_began(fake_ray, tmp_p
     config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))
     run_batch({"q1": "apple"}, config, output=tmp_path / "run.trec", progress=False)
     recorded = fake_ray["model"]
-    kwargs = runner.rerank_stage_kwargs(config.resolved(), 1, None, model=recorded)
+    kwargs = dataset.rerank_stage_kwargs(config.resolved(), 1, None, model=recorded)
     stages.RerankStage(5, 5, **kwargs)  # the same model and registry: accepted
     save_head_set(recorded.model_id, recorded.fingerprint, "qrhead", [(0, 1)], name="mine")
     with pytest.raises(stages.StageError, match=f"head registry .* digest .*, the run's .* {recorded.registry}"):
@@ -467,7 +468,7 @@ def test_actors_get_the_heads_file_read_once_and_the_index_path_resolved(tmp_pat
     heads.write_text(json.dumps({"heads": ["0-1", "1-0"]}))
     monkeypatch.chdir(index.parent)
     config = BatchConfig(index.name, mode="bm25", rerank=5, heads=str(heads))
-    kwargs = runner.rerank_stage_kwargs(config.resolved(), 1, None)
+    kwargs = dataset.rerank_stage_kwargs(config.resolved(), 1, None)
     heads.write_text(json.dumps({"heads": ["0-0"]}))  # edited after the run began
     assert kwargs["config"].heads == [(0, 1), (1, 0)] and kwargs["index"] == str(index.absolute())
 
@@ -490,10 +491,10 @@ def test_an_actor_that_refused_its_model_is_one_line_at_the_driver(tmp_path):
             yield
 
     with pytest.raises(StageError, match=r"^this worker's model m has the weights fingerprint a, the run's b$"):
-        runner._drain(Dying(), CheckpointSink(tmp_path / "parts"), 1, 0, None)
+        dataset.drain(Dying(), CheckpointSink(tmp_path / "parts"), 1, 0, None)
     ActorDiedError.error_msg = "no stage error here"
     with pytest.raises(ActorDiedError):
-        runner._drain(Dying(), CheckpointSink(tmp_path / "parts"), 1, 0, None)
+        dataset.drain(Dying(), CheckpointSink(tmp_path / "parts"), 1, 0, None)
 
 
 def test_a_model_only_the_workers_have_is_not_checked_against_its_name(tmp_path, index):
@@ -830,8 +831,8 @@ def test_a_checkpoint_before_the_stemmer_was_recorded_resumes_only_where_it_stem
     # (the driver stems, this worker does not: a run that computes no BM25 was refused for it)
     monkeypatch.setattr(runner, "candidate_terms", stemming)
     alone = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset="qrhead", heads="0-1")
-    stages.RerankStage(5, 5, **runner.rerank_stage_kwargs(alone, 1, None))
-    assert runner.rerank_stage_kwargs(config, 1, None)["stemmer"] == "porter"
+    stages.RerankStage(5, 5, **dataset.rerank_stage_kwargs(alone, 1, None))
+    assert dataset.rerank_stage_kwargs(config, 1, None)["stemmer"] == "porter"
 
 
 def test_a_checkpoint_of_a_device_batch_no_longer_takes_resumes_on_the_one_it_ran_on(fake_ray, tmp_path, index):
@@ -863,7 +864,6 @@ def test_progress_counts_this_runs_queries_and_workers_get_an_absolute_model_pat
 ):
     """Progress counted every query the checkpoint held, of earlier queries files too (130/100); a
     model folder named relative to the driver's folder was given to workers, which run in their own."""
-    from attnrank.batch import runner
 
     out = tmp_path / "run.trec"
     run_batch({"a": "apple", "b": "pear"}, BatchConfig(str(index), mode="bm25"), output=out, progress=False)
@@ -878,5 +878,5 @@ def test_progress_counts_this_runs_queries_and_workers_get_an_absolute_model_pat
     assert stats["resumed_skipped"] == 1 and seen and seen[-1] == (2, 2)
     (tmp_path / "m").mkdir()
     monkeypatch.chdir(tmp_path)
-    kwargs = runner.rerank_stage_kwargs(BatchConfig(str(index), rerank=5, preset="signals", model="m"), 1, None)
+    kwargs = dataset.rerank_stage_kwargs(BatchConfig(str(index), rerank=5, preset="signals", model="m"), 1, None)
     assert kwargs["config"].model == str(tmp_path / "m")
