@@ -180,3 +180,18 @@ def shared_mini(tmp_path_factory) -> Path:
     _gz(DATA / "hotpotqa_mini" / "hotpotqa.jsonl", root / "hotpotqa" / "hotpotqa_dev_distractor_400.jsonl.gz")
     _gz(DATA / "locomo_mini" / "locomo.json", root / "locomo" / "locomo10.json.gz")
     return root
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path) -> Path:
+    """A folder no file can be created in: one without write permission, or as root (who writes
+    through permission bits) a kernel folder that refuses new files."""
+    if os.geteuid() == 0:
+        locked = Path("/proc")
+        if not locked.is_dir():
+            pytest.skip("no folder that refuses root's writes")
+        return locked
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    return locked

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import pytest
 
@@ -57,17 +56,10 @@ def test_check_file_target_refuses_what_atomic_path_cannot_write(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "new").exists()
 
 
-def test_check_file_target_refuses_a_folder_it_cannot_write_in(tmp_path):
+def test_check_file_target_refuses_a_folder_it_cannot_write_in(tmp_path, unwritable_dir):
     """The temporary file was first created after the work (a search, an index build): an
     unwritable folder failed only then, the work lost. os.access passes as root, so a file is tried."""
-    if os.geteuid() == 0:  # (root writes through permission bits: a kernel folder refuses it)
-        locked = Path("/proc")
-        if not locked.is_dir():
-            pytest.skip("no folder that refuses root's writes")
-    else:
-        locked = tmp_path / "locked"
-        locked.mkdir()
-        locked.chmod(0o500)
+    locked = unwritable_dir
     with pytest.raises(InputError, match=f"-o {re.escape(str(locked))}/x/run.trec: cannot write in {locked}"):
         check_file_target(locked / "x" / "run.trec", "-o")
     check_file_target(tmp_path / "fine" / "run.trec", "-o")
