@@ -163,7 +163,8 @@ def make_tokenizer(config: TokenizerConfig) -> Callable[[str], list[str]]:
     """A function ``text -> list of terms`` for ``config``."""
     stop = _stopword_set(config.stopwords)
     stem_words: Callable[[list[str]], list[str]] | None = None
-    pattern = _SCRIPT_TOKEN if config.words == "scripts" else _TOKEN
+    scripts = config.words == "scripts"  # (the word rule, decided once: every text of a corpus passes here)
+    pattern, possessive = (_SCRIPT_TOKEN, _SCRIPT_POSSESSIVE) if scripts else (_TOKEN, _POSSESSIVE)
     if config.stemmer == "porter":
         Stemmer = require("Stemmer", "stem", "Porter stemming for BM25")
         stem_words = Stemmer.Stemmer("porter").stemWords
@@ -173,13 +174,11 @@ def make_tokenizer(config: TokenizerConfig) -> Callable[[str], list[str]]:
             text = unicodedata.normalize("NFKC", text)
         if config.lowercase:
             text = text.lower()
-            if config.words == "scripts":  # (İ lowers to i + a combining dot: "İzmir" as "izmir", as Lucene lowers it)
+            if scripts:  # (İ lowers to i + a combining dot: "İzmir" as "izmir", as Lucene lowers it)
                 text = text.replace("i\u0307", "i")
-        if config.words == "scripts":
-            text = _SCRIPT_POSSESSIVE.sub(r"\1", _PRESENTATION.sub("", text))
-        else:
-            text = _POSSESSIVE.sub(r"\1", text)
-        words = [w for w in pattern.findall(text) if w not in stop]
+        if scripts:
+            text = _PRESENTATION.sub("", text)
+        words = [w for w in pattern.findall(possessive.sub(r"\1", text)) if w not in stop]
         return stem_words(words) if stem_words else words
 
     return tokenize
