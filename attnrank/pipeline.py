@@ -252,11 +252,9 @@ class Pipeline:
             llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
         reranker = pruner = generator = None
         if config is not None:
-            if llm is None:  # no shared model: the reranker's own embedder (and registry) read these
-                given_model = (
-                    {"model": model} if isinstance(model, str) else {}
-                )  # (its registered weights are the model's)
-                config = config.with_options(dtype=dtype, device=device, **given_model)
+            if llm is None:  # no shared model: the reranker's own embedder reads these, its registry the model's
+                own = {"model": model} if isinstance(model, str) else {}
+                config = config.with_options(dtype=dtype, device=device, **own)
             reranker = AttentionReranker(llm, config=config)
             if isinstance(retriever, HybridRetriever):  # the hits' dense signal: read back, not embedded again
                 reranker.use_index(retriever)
