@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -180,4 +181,20 @@ def save_tiny_encoder(path: Path, seed: int = 0, prompts: dict[str, str] | None 
         modules=[transformer, models.Pooling(32, "mean"), models.Normalize()], device="cpu", prompts=prompts
     )
     st.save(str(path))
+    return path
+
+
+def save_tiny_router(path: Path) -> Path:
+    """A sentence-transformers Router over two tiny encoders (mean pooling for queries, CLS for
+    documents) without a default route: it embeds no text without a role."""
+    from sentence_transformers import SentenceTransformer, models
+
+    save_tiny_encoder(path.parent / f"{path.name}-base")
+    raw = str(path.parent / f"{path.name}-base-hf")
+
+    def route(pooling: str) -> list[Any]:
+        return [models.Transformer(raw, max_seq_length=24), models.Pooling(32, pooling), models.Normalize()]
+
+    router = models.Router.for_query_document(route("mean"), route("cls"), default_route=None, allow_empty_key=False)
+    SentenceTransformer(modules=[router], device="cpu").save(str(path))
     return path

@@ -97,13 +97,14 @@ class DenseIndex:
     def index(self, texts: Sequence[str], show_progress: bool = False) -> DenseIndex:
         if len(texts) == 0:
             raise InputError("cannot build a dense index over 0 documents; give a non-empty corpus")
+        probe = embedder_probe(self.encoder)  # (first: a model that cannot embed it fails before the corpus)
         emb = encode(
             self.encoder, list(texts), role="document", batch_size=self.batch_size, show_progress=show_progress
         )
         self.dim = emb.shape[1]
         self.prompts = role_prompts(self.encoder)
         self.faiss_index = _build_faiss(emb, self.kind, self.nprobe)
-        self.probe, self._probe_checked = embedder_probe(self.encoder), True
+        self.probe, self._probe_checked = probe, True
         return self
 
     @property
@@ -112,7 +113,7 @@ class DenseIndex:
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         if not self._probe_checked:
-            check_probe(self.encoder, self.probe, self.model_name)
+            check_probe(self.encoder, self.probe, self.model_name, self.prompts)
             check_prompts(self.encoder, self.prompts, self.model_name)
             self._probe_checked = True
         return encode(self.encoder, list(queries), role=self.query_role, batch_size=self.batch_size)

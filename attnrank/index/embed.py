@@ -157,11 +157,16 @@ _ROLE_TEXT = ["attnrank role check: vitamin D and bone fractures"]
 def uses_roles(model: Any) -> bool:
     """Whether ``model`` embeds a text as a query or as a document otherwise than bare: tried on
     one text, as every effect of a role counts (a prompt, a task route, sentence-transformers 6's
-    per-role lengths and templates) and no list of them would stay complete."""
+    per-role lengths and templates) and no list of them would stay complete. A model that embeds
+    no text without a role (a Router without a default route) uses them."""
     known = _USES_ROLES.get(model)
     if known is None:
-        bare = encode(model, _ROLE_TEXT)
-        known = not all(np.array_equal(bare, encode(model, _ROLE_TEXT, role=r)) for r in ("query", "document"))
+        try:
+            bare = encode(model, _ROLE_TEXT)
+        except ValueError:  # (sentence-transformers' Router without a default route: no text without a role)
+            known = True
+        else:
+            known = not all(np.array_equal(bare, encode(model, _ROLE_TEXT, role=r)) for r in ("query", "document"))
         _USES_ROLES[model] = known
     return known
 
@@ -221,17 +226,30 @@ def check_prompts(model, recorded: dict[str, str | None] | None, name: str | Non
         )
 
 
-def embedder_probe(model) -> list[float]:
-    """The unit embedding of :data:`PROBE_TEXT`, rounded for a manifest (6 decimals)."""
-    return [round(float(x), 6) for x in encode(model, [PROBE_TEXT])[0]]
+def probe_role(prompts: dict[str, str | None] | None) -> str | None:
+    """How an index's :data:`PROBE_TEXT` is embedded, given the role prompts its manifest records
+    (``dense.prompts``): as a document, as its documents were, where it records them; bare for an
+    index built before they were recorded (its probe was embedded bare). A model that embeds
+    nothing without a role (a Router without a default route) can then build and search."""
+    return None if prompts is None else "document"
 
 
-def check_probe(model, recorded: Sequence[float] | None, name: str | None) -> None:
+def embedder_probe(model, role: str | None = "document") -> list[float]:
+    """The unit embedding of :data:`PROBE_TEXT` (as a ``role``: :func:`probe_role`), rounded for a
+    manifest (6 decimals)."""
+    return [round(float(x), 6) for x in encode(model, [PROBE_TEXT], role=role)[0]]
+
+
+def check_probe(
+    model, recorded: Sequence[float] | None, name: str | None, prompts: dict[str, str | None] | None
+) -> None:
     """Refuse an embedder whose :data:`PROBE_TEXT` embedding is not the one recorded at build
-    (``recorded`` None: an index built before probes were recorded, nothing to compare)."""
+    (``recorded`` None: an index built before probes were recorded, nothing to compare), embedded
+    as the index's ``prompts`` say (:func:`probe_role`)."""
     if recorded is None:
         return
-    got, want = encode(model, [PROBE_TEXT])[0], np.asarray(recorded, dtype=np.float32)
+    got = encode(model, [PROBE_TEXT], role=probe_role(prompts))[0]
+    want = np.asarray(recorded, dtype=np.float32)
     if got.shape != want.shape:
         return  # another dimension: the dense index's own check names it
     cosine = float(got @ want / max(float(np.linalg.norm(want)), 1e-12))

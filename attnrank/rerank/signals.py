@@ -195,7 +195,7 @@ class SignalComputer:
         # the model at that path must still be the one that wrote the vectors (else the cosines of
         # its query vectors with them mean nothing): checked as a dense search checks it
         recorded = getattr(retriever, "probe", None) or getattr(retriever.dense, "probe", None)
-        check_probe(self.embedder, recorded, retriever.embedder)
+        check_probe(self.embedder, recorded, retriever.embedder, built)
         self.index = IndexVectors(retriever)
         return True
 

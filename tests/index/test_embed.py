@@ -107,3 +107,55 @@ def test_a_default_prompt_and_equal_prompts_are_read_as_sentence_transformers_re
     assert not np.allclose(encode(st, texts, role="document"), encode(st, texts), atol=1e-3)  # bare: the default
     same = load_embedder(str(save_tiny_encoder(tmp_path / "same", prompts={"query": "query: ", "document": "query: "})))
     assert uses_roles(same) and role_prompts(same) == {"query": "query: ", "document": "query: "}
+
+
+def test_a_router_without_a_default_route_builds_searches_and_feeds_the_dense_signal(tmp_path):
+    """A Router embeds no text without a role; the index's probe text was embedded bare, after the
+    whole corpus (the build failed at its end), and the reranker's check for roles embedded bare too."""
+    from _tiny import save_tiny_router
+
+    from attnrank.index.embed import PROBE_TEXT, uses_roles
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.index.sharded import ShardedIndexer, ShardedRetriever
+    from attnrank.rerank.signals import SignalComputer
+    from attnrank.types import Document
+
+    router = str(save_tiny_router(tmp_path / "router"))
+    model = load_embedder(router)
+    with pytest.raises(ValueError, match="route"):
+        encode(model, ["the cat"])  # (the premise: no text without a role)
+    assert uses_roles(model)
+    texts = ["the cat sat on the mat", "a dog ran in the park", "the bird sang"]
+    docs = [Document(str(i), t) for i, t in enumerate(texts)]
+    HybridRetriever(embedder=router).index(docs, show_progress=False).save(tmp_path / "ix")
+    loaded = HybridRetriever.load(tmp_path / "ix")
+    np.testing.assert_allclose(loaded.dense.probe, encode(model, [PROBE_TEXT], role="document")[0], atol=1e-5)
+    hits = loaded.search("cat", 3, mode="dense")
+    query = encode(model, ["cat"], role="query")[0]
+    np.testing.assert_allclose(hits.scores, np.sort(encode(model, texts, role="document") @ query)[::-1], atol=1e-5)
+    sharded = ShardedRetriever.load(
+        ShardedIndexer(HybridRetriever(embedder=router), shards=2).build(docs, tmp_path / "sh")
+    )
+    assert sharded.search("cat", 3, mode="dense").ids == hits.ids
+    signal = SignalComputer(router)
+    assert signal.use_index(loaded)
+    np.testing.assert_allclose(
+        signal("cat", texts, ["dense"], ids=["0", "1", "2"])["dense"],
+        SignalComputer(router)("cat", texts, ["dense"])["dense"],
+        atol=1e-5,
+    )
+
+
+def test_the_probe_of_an_index_built_before_roles_is_checked_bare(tmp_path):
+    """An index whose manifest records no role prompts embedded its probe bare: read as a
+    document's, a prompted model's probe would differ from it and the index be refused."""
+    from attnrank.index.embed import PROBE_TEXT, check_probe, embedder_probe
+
+    model = load_embedder(
+        str(save_tiny_encoder(tmp_path / "enc", prompts={"query": "query: ", "document": "passage: "}))
+    )
+    bare = embedder_probe(model, role=None)
+    assert not np.allclose(bare, embedder_probe(model), atol=1e-3)
+    check_probe(model, bare, "enc", None)  # built before roles: no error
+    check_probe(model, embedder_probe(model), "enc", {"query": "query: ", "document": "passage: "})
+    np.testing.assert_allclose(embedder_probe(model), encode(model, [PROBE_TEXT], role="document")[0], atol=1e-5)

