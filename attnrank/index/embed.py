@@ -130,16 +130,34 @@ def load_embedder(model: str | None = None, device: str = "cpu", backend: str = 
         import torch
 
         st = st.to(torch.bfloat16)
+    _warn_unread_document_prompt(st, model)
     return st
+
+
+def _warn_unread_document_prompt(st: Any, model: str | None) -> None:
+    """Say where a model's ``"passage"`` or ``"corpus"`` prompt is not put before documents, as
+    ``encode_document`` reads an empty ``"document"`` prompt first (:func:`role_prompts`)."""
+    prompts = getattr(st, "prompts", None) or {}
+    unread = [n for n in ("passage", "corpus") if prompts.get(n)]
+    if unread and "document" in prompts and not prompts["document"]:
+        logger.warning(
+            "the embedder %r has a %r prompt (%r) that sentence-transformers does not put before documents "
+            "(it reads its empty 'document' prompt first): documents are embedded bare; to embed them with it, "
+            "set 'document' in the model's config_sentence_transformers.json prompts",
+            model or DEFAULT_EMBEDDER,
+            unread[0],
+            prompts[unread[0]],
+        )
 
 
 def role_prompts(model: Any) -> dict[str, str | None]:
     """The text sentence-transformers' ``encode_query`` / ``encode_document`` put before a query and
     a document for ``model`` (None: none): its ``prompts``' ``"query"``, and the first of
-    ``"document"``, ``"passage"``, ``"corpus"`` it names (sentence-transformers 6 names
-    ``"document"`` for every model, so a model's ``"passage"`` prompt is not read there), else its
-    default prompt. What an index records of how its documents were embedded (the packaged
-    MiniLM: none for either)."""
+    ``"document"``, ``"passage"``, ``"corpus"`` it names (``encode_document``'s order;
+    sentence-transformers 6 gives every model it loads a ``"document"`` prompt, empty where the
+    model has none, so an e5 ``"passage"`` prompt is not read there: :func:`load_embedder` warns),
+    else its default prompt. What an index records of how its documents were embedded (the
+    packaged MiniLM: none for either)."""
     prompts = getattr(model, "prompts", None) or {}
     default = getattr(model, "default_prompt_name", None)
     fallback = prompts.get(default) if default else None

@@ -159,3 +159,30 @@ def test_the_probe_of_an_index_built_before_roles_is_checked_bare(tmp_path):
     check_probe(model, bare, "enc", None)  # built before roles: no error
     check_probe(model, embedder_probe(model), "enc", {"query": "query: ", "document": "passage: "})
     np.testing.assert_allclose(embedder_probe(model), encode(model, [PROBE_TEXT], role="document")[0], atol=1e-5)
+
+
+def test_a_passage_prompt_that_encode_document_does_not_read_is_warned_of(tmp_path, caplog):
+    """sentence-transformers 6 gives every model an empty "document" prompt, which encode_document
+    reads before an e5 model's "passage" prompt: its documents are embedded bare. What the index
+    records (role_prompts) is what was put before them, and the user is told."""
+    import json
+
+    from attnrank.index.embed import role_prompts
+
+    enc = save_tiny_encoder(tmp_path / "enc")
+    config = enc / "config_sentence_transformers.json"
+    config.write_text(
+        json.dumps({**json.loads(config.read_text()), "prompts": {"query": "query: ", "passage": "passage: "}})
+    )
+    with caplog.at_level("WARNING", logger="attnrank"):
+        model = load_embedder(str(enc))
+    texts = ["the cat sat on the mat"]
+    document = encode(model, texts, role="document")
+    if model.prompts.get("document") == "":  # (sentence-transformers 6)
+        assert "'passage' prompt ('passage: ') that sentence-transformers does not put before documents" in caplog.text
+        assert role_prompts(model) == {"query": "query: ", "document": None}
+        np.testing.assert_allclose(document, encode(model, texts), atol=1e-6)
+    else:  # (before 6: the passage prompt is the document prompt)
+        assert "does not put before documents" not in caplog.text
+        assert role_prompts(model) == {"query": "query: ", "document": "passage: "}
+        np.testing.assert_allclose(document, encode(model, ["passage: " + texts[0]]), atol=1e-6)
