@@ -59,8 +59,8 @@ from attnrank.rerank.profile import measure_slot_profile
 from attnrank.rerank.reweight import (
     Reweighting,
     reweighted_document_scores,
-    tokenized_query_terms,
 )
+from attnrank.rerank.terms import tokenized_query_terms
 
 log = logging.getLogger("bench_reweight")
 REPO = Path(__file__).resolve().parents[1]

@@ -273,7 +273,7 @@ def test_prune_prints_no_score_where_everything_was_kept(tmp_path, tiny_dir):
 def test_block_positions_given_for_the_rerankers_blocks_do_not_reach_a_full_attention_pruner():
     """ask --preset fused --block-positions sequential: the positions are the reranker's blocks';
     handed to the pruner (full attention), its configuration refused them."""
-    from attnrank.cli.options import pruning_config
+    from attnrank.cli.rerank_config import pruning_config
     from attnrank.rerank.config import RerankConfig
 
     rerank = RerankConfig.preset("fused", block_positions="sequential")

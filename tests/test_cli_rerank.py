@@ -16,7 +16,7 @@ def _assert_head_is_the_librarys(written, dl19_mini, depth, **options):
     run order): the same ids in the same order, with its scores (written with 6 decimals)."""
     import pytest
 
-    from attnrank.cli.options import build_rerank_config
+    from attnrank.cli.rerank_config import build_rerank_config
     from attnrank.corpus import load_corpus
     from attnrank.queries import load_queries
     from attnrank.rerank.attention import AttentionReranker
@@ -179,7 +179,7 @@ def test_attention_flags_the_configuration_does_not_read_are_refused():
     import pytest
     import typer
 
-    from attnrank.cli.options import check_attention_computed
+    from attnrank.cli.rerank_config import check_attention_computed
 
     check_attention_computed(None, {"max_doc_words": 40})
     for given, flag in (({"token_filter": True}, "--token-filter"), ({"heads": "auto-or-all"}, "--heads")):

@@ -13,7 +13,8 @@ from typing import Optional
 import typer
 
 from . import Quiet, Verbose, _check_heads, _check_output, _index_path, _positive, _setup, app, option_errors
-from .options import Dtype, check_attention_computed, refuse_without_rerank
+from .options import Dtype, refuse_without_rerank
+from .rerank_config import check_attention_computed
 
 logger = logging.getLogger(__name__)
 

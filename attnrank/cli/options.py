@@ -3,7 +3,10 @@
 :func:`rerank_options` adds the same options, with the same names, to every command that reranks,
 and hands the command one :class:`~attnrank.rerank.config.RerankConfig` (argument
 ``rerank_config``): the preset (``--preset``, default ``likelihood``) with the options the user gave
-applied on top. Each option is named after the :class:`RerankConfig` field it sets.
+applied on top (:mod:`attnrank.cli.rerank_config` builds it). Each option is named after the
+:class:`RerankConfig` field it sets. Beside it, the checks commands make of the options they were
+given, before anything loads: options for a stage that does not run, and what a configuration
+reads from the head registry.
 """
 
 from __future__ import annotations
@@ -16,19 +19,9 @@ from typing import Any, Optional
 import typer
 
 from ..prune.config import PruneConfig
-from ..rerank.config import (
-    ATTENTION_FIELDS,
-    DEFAULT_PRESET,
-    LIKELIHOOD_FIELDS,
-    RERANK_PRESETS,
-    SCORERS,
-    RerankConfig,
-    field_defaults,
-    preset_for,
-    signals_setting,
-)
-from ..rerank.reweight import Reweighting
-from . import _check_heads, _setup, check_prompt_window, option_errors
+from ..rerank.config import DEFAULT_PRESET, RERANK_PRESETS, SCORERS, RerankConfig
+from . import _setup
+from .rerank_config import REWEIGHT_STEPS, build_rerank_config
 
 DTYPE_HELP = (
     "Precision of the LLM, and on CPU of the candidates' embedder where the command embeds them (bfloat16 or "
@@ -38,8 +31,6 @@ DTYPE_HELP = (
 )
 
 Dtype = typer.Option("auto", help=DTYPE_HELP)
-
-REWEIGHT_STEPS = ("sink", "idf", "entropy", "slot")
 
 # How the model runs: options of every command that loads it for reranking or pruning.
 MODEL_RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
@@ -184,35 +175,6 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
-# Reranking options that also configure the pruner (the model and how it runs), flag -> PruneConfig field.
-SHARED_WITH_PRUNING = {
-    "--model": "model",
-    "--device": "device",
-    "--dtype": "dtype",
-    "--attention": "attention",
-    "--block-positions": "block_positions",
-    "--state-cache-mb": "state_cache_mb",
-}
-# Of those, what the pruner reads only when given: a preset's block attention is the reranker's.
-_PRUNING_WHEN_GIVEN = ("--attention", "--block-positions", "--state-cache-mb")
-
-
-def pruning_config(rerank: RerankConfig, given: Iterable[str], **own: Any) -> PruneConfig:
-    """The pruner's configuration beside ``rerank`` (``ask``, ``serve``): its model, device and
-    dtype; ``--attention``, ``--block-positions`` and ``--state-cache-mb`` where the user gave
-    them (``given``: the flags set), else the pruner's defaults; ``own``: the pruner's own options."""
-    given = set(given)
-    shared = {
-        name: getattr(rerank, name)
-        for flag, name in SHARED_WITH_PRUNING.items()
-        if flag not in _PRUNING_WHEN_GIVEN or flag in given
-    }
-    if shared.get("attention", "full") != "block":  # the positions were the reranker's blocks' alone
-        shared.pop("block_positions", None)
-    with option_errors():
-        return PruneConfig(**shared, **own)
-
-
 def refuse_unread_block_options(given: Iterable[str], read: bool) -> None:
     """``--block-positions``/``--state-cache-mb`` given (``given``: the flags set) where no stage
     that runs reads them (``read`` False) would size nothing: refused."""
@@ -295,101 +257,6 @@ def check_k_within_depth(k: int, depth: int, what: str) -> None:
         raise typer.BadParameter(
             f"-k {k} is more than --depth {depth}: only first-stage hits can be {what}; lower -k or raise --depth"
         )
-
-
-def parse_reweight(text: str) -> Reweighting | None:
-    """``--reweight sink,idf`` → :class:`Reweighting`; ``none`` → None."""
-    steps = [s.strip().lower() for s in text.split(",") if s.strip()]
-    if steps == ["none"]:
-        return None
-    bad = sorted(set(steps) - set(REWEIGHT_STEPS))
-    if bad or not steps:
-        raise typer.BadParameter(
-            f"--reweight {text!r}: unknown step(s) {bad}; use a comma-separated subset of "
-            f"{','.join(REWEIGHT_STEPS)} or 'none'"
-        )
-    return Reweighting(
-        sink="sink" in steps, idf="idf" in steps, entropy="entropy" in steps, slot_correction="slot" in steps
-    )
-
-
-def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False, **given: Any) -> RerankConfig:
-    """The preset with every option the user gave (not None) applied; ``pruner_reads``: the
-    command also prunes, and its pruner reads :data:`PRUNER_SHARED` (``ask``, ``serve``)."""
-    overrides = {k: v for k, v in given.items() if v is not None}
-    if "reweight" in overrides:
-        overrides["reweight"] = parse_reweight(overrides["reweight"])
-    if "signals" in overrides:
-        overrides["signals"] = signals_setting(overrides["signals"])
-    with option_errors():  # an option value the configuration refuses
-        _check_heads(overrides.get("heads"), model=overrides.get("model"))
-        check_attention_computed(preset, overrides, pruner_reads)
-        # (the positions last: the configuration refuses them without block attention, the check
-        # below names the flags)
-        chosen = preset_for(preset, overrides)  # (chosen with the positions: they select the attention preset)
-        config = RerankConfig.preset(chosen, **{k: v for k, v in overrides.items() if k != "block_positions"})
-    defaults = field_defaults()  # a default spelled out changes nothing
-    changed = {k for k in ("block_positions", "state_cache_mb") if k in overrides and overrides[k] != defaults[k]}
-    unread = ["--block-positions"] if "block_positions" in changed and config.attention != "block" else []
-    # the state cache also keeps the candidates' vectors where the signals are read
-    reads_cache = config.attention == "block" or config.uses_likelihood or config.signals is not None
-    if "state_cache_mb" in changed and not reads_cache:
-        unread.append("--state-cache-mb")
-    if unread and config.uses_attention:  # (a preset without attention: check_attention_computed named them)
-        raise typer.BadParameter(
-            f"{', '.join(unread)} configure(s) block attention's passage states, which --preset "
-            f"{preset or config.name.split('+')[0]} with full attention does not use; add --attention block or drop them"
-        )
-    if "block_positions" in overrides:
-        with option_errors():
-            config = config.with_options(block_positions=overrides["block_positions"])
-    if config.uses_attention:  # (a window the reranker reads: past the model's context, before any load)
-        check_prompt_window(config.max_prompt_tokens, config.model)
-    fixed = [
-        f"--{'' if v else 'no-'}{k.replace('_', '-')}"
-        for k in ("calibrate", "token_filter")
-        if (v := given.get(k)) is not None
-    ]
-    if config.scorer == "learned" and fixed:  # the weights fix them (AttentionReranker would ignore the options)
-        raise typer.BadParameter(
-            f"the learned scorer (--scorer learned, --preset learned) uses the calibration and token filter its "
-            f"weights were trained with, so {', '.join(fixed)} would be ignored; drop it or use --scorer sum"
-        )
-    return config
-
-
-# Reranking options the pruner reads too where a command prunes (one --attention for both stages):
-# given at their default values they are not refused for a reranker that computes no attention.
-PRUNER_SHARED = ("attention", "block_positions", "state_cache_mb")
-
-
-def check_attention_computed(preset: str | None, overrides: dict[str, Any], pruner_reads: bool = False) -> None:
-    """Attention options (``overrides``: the flags given) on a configuration that computes no
-    attention would be ignored: refused naming the flags, before the model loads. Without a
-    preset, those given at other than their default values select ``fused``
-    (:func:`~attnrank.rerank.config.preset_for`); one given at its default value selects nothing,
-    so under the default preset it is refused too (``--attention full`` alone ran the default
-    ``likelihood``, which computes no attention, as if it had been honoured), except, where the
-    command's pruner reads them too (``pruner_reads``: ``ask``, ``serve``), those of
-    :data:`PRUNER_SHARED` at their defaults, which there configure the pruner alone."""
-    defaults = field_defaults()
-    shared = PRUNER_SHARED if pruner_reads else ()
-    given = [k for k in overrides if k in ATTENTION_FIELDS and (k not in shared or overrides[k] != defaults[k])]
-    if not given:
-        return
-    signals = {k: v for k, v in overrides.items() if k == "signals"}
-    config = RERANK_PRESETS[preset_for(preset, overrides)].with_options(**signals)
-    read = LIKELIHOOD_FIELDS if config.uses_likelihood else ()  # the query likelihood cuts passages too
-    # (a switch named as typed: --no-calibrate, not --calibrate)
-    flags = [f"--{'no-' if overrides[k] is False else ''}{k.replace('_', '-')}" for k in given if k not in read]
-    if not flags or config.uses_attention:
-        return
-    what = f"--signals {signals['signals']}" if signals else f"--preset {config.name}"
-    raise typer.BadParameter(
-        f"{', '.join(flags)} configure(s) attention, which {what} does not compute (it fuses the candidates' "
-        "BM25 and dense scores, with the query likelihood for likelihood); use --preset fused (attention fused "
-        "with them) or --preset qrhead|icr|learned (attention alone), or drop them"
-    )
 
 
 def rerank_options(func: Callable[..., Any]) -> Callable[..., Any]:

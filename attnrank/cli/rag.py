@@ -15,16 +15,15 @@ from ..rerank.config import RerankConfig
 from ..types import check_unicode
 from . import Quiet, SkipInvalid, Verbose, Verify, _check_heads, _load_index, _positive, _read_corpus, _setup, app
 from .options import (
-    SHARED_WITH_PRUNING,
     check_k_within_depth,
     check_pruner_lookups,
     check_registry_lookups,
-    pruning_config,
     refuse_unread_block_options,
     refuse_when_off,
     rerank_and_prune_options,
 )
 from .prune_options import check_method, prune_options
+from .rerank_config import SHARED_WITH_PRUNING, pruning_config
 
 ASK_DEPTH = 20  # first-stage hits `ask` reranks by default
 

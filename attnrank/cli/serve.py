@@ -10,7 +10,8 @@ import typer
 
 from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, _index_path, _setup, app
-from .options import check_pruner_lookups, check_registry_lookups, pruning_config, rerank_and_prune_options
+from .options import check_pruner_lookups, check_registry_lookups, rerank_and_prune_options
+from .rerank_config import pruning_config
 
 
 @app.command()

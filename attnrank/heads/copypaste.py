@@ -31,10 +31,11 @@ import torch
 
 from ..config import COPY_DEPTHS, COPY_HAYSTACK, COPY_LENGTHS, COPY_MAX_NEW_TOKENS
 from ..errors import InputError
-from ..llm.attention import AttentionCapturer, rotary_switch
+from ..llm.attention import AttentionCapturer
 from ..llm.decoding import greedy_config, own_settings_off
 from ..llm.prompts import chat_frame
 from ..llm.recording import decoder_of, forward_lock
+from ..llm.rotary import rotary_switch
 from ..types import is_count
 from .scores import HeadScores
 

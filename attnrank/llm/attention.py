@@ -19,7 +19,6 @@ suffixes (ICR's calibration). :func:`naive_attention_rows` is the slow eager ref
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,15 +26,11 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-try:  # the transformers releases with hybrid caches; before, no cache layer held such a state
-    from transformers.cache_utils import LinearAttentionCacheLayerMixin as _RecurrentLayer
-except ImportError:  # pragma: no cover - older transformers 5
-    _RecurrentLayer = None  # type: ignore[assignment,misc]
-
 from attnrank.errors import InputError, ModelError
 
 from .headspec import check_head_range, head_pair
 from .kernels import segment_mask
+from .kvcache import cache_argument, has_sliding_layers, is_recurrent
 from .recording import (
     ACTIVE_SESSION,
     ATTN_IMPLEMENTATION,
@@ -116,7 +111,9 @@ class PrefixCache:
         is never polluted), without copying them; the states of a convolution or recurrent layer
         (hybrid models: LFM2) are updated in place, so those are copied."""
         forked = copy.copy(self.cache)
-        forked.layers = [copy.deepcopy(layer) if _recurrent(layer) else copy.copy(layer) for layer in self.cache.layers]
+        forked.layers = [
+            copy.deepcopy(layer) if is_recurrent(layer) else copy.copy(layer) for layer in self.cache.layers
+        ]
         return forked
 
 
@@ -244,7 +241,7 @@ class AttentionCapturer:
         n_prefix = prefix.length
         # Layers that keep a window, or run over the sequence in order (convolution, recurrence),
         # would let one suffix see another in a packed pass: one pass per suffix.
-        if has_sliding_layers(prefix.cache) or any(_recurrent(layer) for layer in prefix.cache.layers):
+        if has_sliding_layers(prefix.cache) or any(is_recurrent(layer) for layer in prefix.cache.layers):
             if len(lengths) != 1:
                 raise InputError(
                     "a model with sliding-window, convolution or recurrent layers takes one context per pass"
@@ -361,57 +358,6 @@ def _common_start(suffixes: Sequence[Sequence[int]]) -> int:
         if any(s[i] != suffixes[0][i] for s in suffixes):
             return i
     return max(n, 0)
-
-
-def _recurrent(layer: Any) -> bool:
-    """Whether a cache layer holds a convolution or recurrent state (updated in place, in order)."""
-    if _RecurrentLayer is None:  # pragma: no cover - older transformers 5
-        return hasattr(layer, "conv_states") or hasattr(layer, "recurrent_states")
-    return isinstance(layer, _RecurrentLayer)
-
-
-def has_sliding_layers(cache: DynamicCache) -> bool:
-    """Whether any layer of ``cache`` keeps only a sliding window of recent tokens."""
-    return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
-
-
-def sliding_window(cache: DynamicCache) -> int | None:
-    """The smallest window of ``cache``'s sliding-window layers (sliding or chunked attention:
-    they keep only the latest tokens), None without such layers."""
-    sizes = (getattr(layer, "sliding_window", None) for layer in cache.layers if getattr(layer, "is_sliding", False))
-    windows = [int(size) for size in sizes if size is not None]
-    return min(windows, default=None)
-
-
-def cache_argument(module: Any) -> str:
-    """The forward argument of ``module`` (a decoder or a causal LM) that takes a cache:
-    transformers 5.x renamed ``past_key_values`` to ``cache``."""
-    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
-
-
-def rotary_follows_length(decoder: Any) -> bool:
-    """Whether ``decoder``'s rotary frequencies follow the longest position of a pass (dynamic
-    NTK, LongRoPE): states computed in one pass then differ from those of a longer one."""
-    rope = str(getattr(getattr(decoder, "rotary_emb", None), "rope_type", "default"))
-    return "dynamic" in rope or rope == "longrope"
-
-
-def rotary_switch(decoder: Any) -> int | None:
-    """For rotary frequencies that follow a pass's longest position (:func:`rotary_follows_length`),
-    the positions a pass may span before they switch to another set (LongRoPE's
-    ``original_max_position_embeddings``, dynamic NTK's original length), else None. A prompt
-    within them reads one set of frequencies in each of its passes (prefill, suffixes, blocks)."""
-    if not rotary_follows_length(decoder):
-        return None
-    emb = decoder.rotary_emb
-    if str(emb.rope_type) == "longrope":
-        params = getattr(emb.config, "rope_parameters", None) or getattr(emb.config, "rope_scaling", None) or {}
-        value = params.get("original_max_position_embeddings") or getattr(
-            emb.config, "original_max_position_embeddings", None
-        )
-    else:
-        value = getattr(emb, "original_max_seq_len", None)
-    return int(value) if value else None
 
 
 def naive_attention_rows(

@@ -21,7 +21,8 @@ from transformers.cache_utils import DynamicLayer
 
 from attnrank.errors import InputError
 
-from .attention import AttentionCapturer, PrefixCache, has_sliding_layers, sliding_window
+from .attention import AttentionCapturer, PrefixCache
+from .kvcache import has_sliding_layers, sliding_window
 from .rotary import nope_layers, rotate_into, rotation
 from .states import BlockState, check_one_head_size, layer_kv, prefix_states, rows_share_the_pass
 

@@ -36,8 +36,8 @@ from transformers.cache_utils import DynamicLayer
 
 from attnrank.errors import InputError
 
-from .attention import cache_argument
 from .context import ContextBuffer, ContextLayer
+from .kvcache import cache_argument
 from .models import LLM
 from .recording import (
     ATTN_IMPLEMENTATION,

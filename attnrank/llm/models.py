@@ -27,7 +27,6 @@ import torch
 from attnrank import config
 from attnrank.errors import InputError, ModelError
 
-from .attention import rotary_switch
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
 from .gguf import GGUF_READ_ERRORS, cache_complete, ensure_gguf_cache, gguf_cache_dir
@@ -42,6 +41,7 @@ from .modelconfig import (
 )
 from .quantize import INT8, quantize_int8
 from .recording import decoder_of
+from .rotary import rotary_switch
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class LLM:
     def prompt_budget(self) -> int:
         """Positions one attention prompt (a window) spans at most by default: the context less 64,
         and where the rotary frequencies follow a pass's length (LongRoPE, dynamic NTK) at most the
-        positions they keep one set for (:func:`~attnrank.llm.attention.rotary_switch`): a prompt's
+        positions they keep one set for (:func:`~attnrank.llm.rotary.rotary_switch`): a prompt's
         passes (its prefill and suffixes, or its blocks) then read the same frequencies, as one pass
         over the whole prompt does."""
         switch = rotary_switch(decoder_of(self.model))

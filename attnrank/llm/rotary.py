@@ -4,10 +4,14 @@ Rotary embeddings compose, ``R(a)R(b) = R(a+b)``: keys computed at position ``p`
 ``δ`` are the keys computed at ``p+δ`` (exactly in the first layer; block attention's
 ``"rotated"`` positions, :mod:`attnrank.llm.blocks`). :func:`rotation` reads the model's own
 rotary embedding at ``δ``; :func:`rotate_into` applies it; :func:`nope_layers` names the layers
-without one, whose keys stay as they are.
+without one, whose keys stay as they are. :func:`rotary_follows_length` and :func:`rotary_switch`
+tell the rotary frequencies that follow a pass's longest position (dynamic NTK, LongRoPE), with
+which states computed in one pass differ from those of a longer one.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -60,3 +64,28 @@ def rotate_into(out: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torc
     torch.mul(k, cos, out=out)
     out[..., :half].addcmul_(k[..., half:], sin[:half], value=-1)
     out[..., half:].addcmul_(k[..., :half], sin[half:])
+
+
+def rotary_follows_length(decoder: Any) -> bool:
+    """Whether ``decoder``'s rotary frequencies follow the longest position of a pass (dynamic
+    NTK, LongRoPE): states computed in one pass then differ from those of a longer one."""
+    rope = str(getattr(getattr(decoder, "rotary_emb", None), "rope_type", "default"))
+    return "dynamic" in rope or rope == "longrope"
+
+
+def rotary_switch(decoder: Any) -> int | None:
+    """For rotary frequencies that follow a pass's longest position (:func:`rotary_follows_length`),
+    the positions a pass may span before they switch to another set (LongRoPE's
+    ``original_max_position_embeddings``, dynamic NTK's original length), else None. A prompt
+    within them reads one set of frequencies in each of its passes (prefill, suffixes, blocks)."""
+    if not rotary_follows_length(decoder):
+        return None
+    emb = decoder.rotary_emb
+    if str(emb.rope_type) == "longrope":
+        params = getattr(emb.config, "rope_parameters", None) or getattr(emb.config, "rope_scaling", None) or {}
+        value = params.get("original_max_position_embeddings") or getattr(
+            emb.config, "original_max_position_embeddings", None
+        )
+    else:
+        value = getattr(emb, "original_max_seq_len", None)
+    return int(value) if value else None

@@ -25,11 +25,12 @@ from transformers import DynamicCache
 
 from attnrank.errors import InputError, ModelError
 
-from .attention import AttentionCapturer, PrefixCache, rotary_follows_length, sliding_window
+from .attention import AttentionCapturer, PrefixCache
 from .kernels import segment_mask
+from .kvcache import sliding_window
 from .quantize import is_int8
 from .recording import packed_segments
-from .rotary import nope_layers, rotate_into, rotation
+from .rotary import nope_layers, rotary_follows_length, rotate_into, rotation
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,11 @@ When stages use the same LLM object it is loaded once (:meth:`Pipeline.from_mode
 :class:`~attnrank.rerank.position.SlotProfile`) the kept passages are placed for generation by
 :func:`~attnrank.rerank.position.reorder_for_generation` (Attention Basin: the best passage at
 the slot the model attends to most) instead of best-first.
+
+- :mod:`attnrank.pipeline.stages`: the stages' protocols and :class:`PipelineResult` (both
+  importable from here).
+- :mod:`attnrank.pipeline.checks`: the checks of the pipeline's counts and shared model, made
+  before any model loads.
 """
 
 from __future__ import annotations
@@ -18,80 +23,27 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from types import SimpleNamespace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
-from .config import DEFAULT_BUDGET_TOKENS
-from .errors import InputError
-from .generate import Answer, Generator, StreamCallback, check_answer_room, check_max_new_tokens
-from .index.retriever import HybridRetriever
-from .llm.models import (
-    LLM,
-    check_prompt_budget,
-    checked_model_id,
-    load_llm,
-    unloaded_model,
-    warn_if_configured_otherwise,
-)
-from .prune.config import PruneConfig
-from .prune.context import PrunedContext, check_budget, check_neighbours
-from .prune.pruner import ContextPruner
-from .rerank.attention import AttentionReranker
-from .rerank.config import RerankConfig
-from .rerank.inputs import check_unique_ids
-from .rerank.position import SlotProfile, check_basin, load_profile, reorder_for_generation
-from .rerank.resolve import check_lookups
-from .types import Document, RankedResults, ScoredDocument, as_documents, check_unicode, is_count
+from ..config import DEFAULT_BUDGET_TOKENS
+from ..errors import InputError
+from ..generate import Generator, StreamCallback, check_answer_room, check_max_new_tokens
+from ..index.retriever import HybridRetriever
+from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model
+from ..prune.config import PruneConfig
+from ..prune.context import check_budget
+from ..prune.pruner import ContextPruner
+from ..rerank.attention import AttentionReranker
+from ..rerank.config import RerankConfig
+from ..rerank.inputs import check_unique_ids
+from ..rerank.position import SlotProfile, check_basin, load_profile, reorder_for_generation
+from ..rerank.resolve import check_lookups
+from ..types import RankedResults, ScoredDocument, as_documents, check_unicode
+from .checks import check_counts, check_shared_model
+from .stages import PipelineResult, Pruner, Reranker, Retriever
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class PipelineResult:
-    """Every stage's typed output for one question, and each stage's wall time in seconds
-    (``timings`` keys: ``retrieve``, ``rerank``, ``prune``, ``generate`` for the stages that
-    ran, and ``total``). ``context`` is what the generator read (or would read)."""
-
-    question: str
-    first_stage: RankedResults
-    reranked: RankedResults | None
-    pruned: PrunedContext | None
-    answer: Answer | None
-    context: list[Document]
-    timings: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def sources(self) -> list[str]:
-        """Ids of the passages given to the generator, in the order it read them."""
-        return [d.id for d in self.context]
-
-
-class Retriever(Protocol):
-    """First stage: anything with ``search(query, k, *, query_id=None) -> RankedResults``."""
-
-    def search(self, query: str, k: int = ..., *, query_id: str | None = ...) -> RankedResults: ...
-
-
-class Reranker(Protocol):
-    """Second stage: ``rank(query, candidates, k) -> RankedResults`` (best first)."""
-
-    def rank(self, query: str, docs: Any, k: int | None = ..., *, query_id: str | None = ...) -> RankedResults: ...
-
-
-class Pruner(Protocol):
-    """Third stage: keeps the useful sentences of the passages within a budget."""
-
-    def prune(
-        self,
-        query: str,
-        docs: Any,
-        *,
-        budget_tokens: int | None = ...,
-        keep_ratio: float | None = ...,
-        neighbours: int = ...,
-    ) -> PrunedContext: ...
-
 
 CONSTRUCTOR_OPTIONS = ("depth", "top_k", "budget_tokens", "neighbours", "reorder")  # what from_model passes on
 
@@ -117,7 +69,7 @@ class Pipeline:
         neighbours: int = 0,
         reorder: SlotProfile | bool = False,
     ):
-        _check_counts(depth, top_k, budget_tokens, neighbours, pruner is not None)
+        check_counts(depth, top_k, budget_tokens, neighbours, pruner is not None)
         self.retriever, self.reranker, self.pruner, self.generator = retriever, reranker, pruner, generator
         self.depth, self.top_k = depth, top_k
         self.budget_tokens, self.neighbours = budget_tokens, neighbours
@@ -216,9 +168,7 @@ class Pipeline:
         check_shared_model(model, dtype, device, rerank, prune)
         # the constructor's checks, before the model loads and every stage is built
         counts = {k: kw.get(k, v) for k, v in (("depth", 20), ("top_k", 5), ("neighbours", 0))}
-        _check_counts(
-            **counts, budget_tokens=kw.get("budget_tokens", DEFAULT_BUDGET_TOKENS), pruning=prune is not False
-        )
+        check_counts(**counts, budget_tokens=kw.get("budget_tokens", DEFAULT_BUDGET_TOKENS), pruning=prune is not False)
         if generate:  # the generator's model as a name (a loaded one's context is checked at the answer)
             named = generator_model if generator_model is not None else model
             if isinstance(named, LLM):
@@ -352,64 +302,6 @@ class Pipeline:
 
 def _no_checkpoint(stage: str) -> None:
     """:meth:`Pipeline.run`'s default checkpoint: nothing stops the run."""
-
-
-def _check_counts(depth: Any, top_k: Any, budget_tokens: Any, neighbours: Any, pruning: bool) -> None:
-    """The pipeline's counts: ``depth`` and ``top_k`` integers >= 1, ``top_k <= depth``; with a
-    pruner, its budget (None: every run gives one) and ``neighbours`` (found here, not by run()
-    after the retrieval and the reranking)."""
-    for name, value in (("depth", depth), ("top_k", top_k)):
-        if not is_count(value):
-            raise InputError(f"{name}={value!r} must be an integer >= 1")
-    if top_k > depth:
-        raise InputError(
-            f"top_k={top_k} exceeds depth={depth}; the reranker can only keep passages the "
-            "first stage found: lower top_k or raise depth"
-        )
-    if pruning:
-        if budget_tokens is not None:
-            check_budget(budget_tokens, None)
-        check_neighbours(neighbours)
-        return
-    given = [
-        f"{n}={v!r}"
-        for n, v, d in (("budget_tokens", budget_tokens, DEFAULT_BUDGET_TOKENS), ("neighbours", neighbours, 0))
-        if v is not None and v != d  # (budget None: no budget, nothing given)
-    ]
-    if given:  # (dropped without a word, though run() refuses a budget without a pruner)
-        raise InputError(
-            f"{', '.join(given)} size(s) the pruned context, but this pipeline has no pruner; drop it, or add a pruner"
-        )
-
-
-def check_shared_model(
-    model: str | LLM | None, dtype: str, device: str, *configs: Any, where: str = "Pipeline.from_model"
-) -> None:
-    """:meth:`Pipeline.from_model` (and the server's :func:`~attnrank.serve.engine.build_engine`)
-    loads one model for every stage, from its own ``model``, ``dtype`` and ``device``: a stage
-    config asking for another would be silently overridden (a loaded :class:`LLM` given as
-    ``model`` is used as it is)."""
-    if isinstance(model, LLM):  # used as it is (each stage warns of a config naming another model)
-        # and so are the device and precision it was loaded in: set otherwise here, they are warned of
-        given = SimpleNamespace(model=None, device=None if device == "cpu" else device, dtype=dtype)
-        warn_if_configured_otherwise(model, given, where)
-        return
-    for cfg in configs:
-        if not isinstance(cfg, (RerankConfig, PruneConfig)):
-            continue
-        what = type(cfg).__name__
-        # (compared as load_llm names them: None and "" the offline default, a path expanded)
-        if cfg.model is not None and checked_model_id(cfg.model) != checked_model_id(model):
-            raise InputError(
-                f"{what}(model={cfg.model!r}) but the pipeline's model is {model!r}: {where} loads one model "
-                f"for every stage; pass model={cfg.model!r} to {where}"
-            )
-        for key, value in (("device", device), ("dtype", dtype)):  # a config's default defers to the shared one
-            if getattr(cfg, key) not in (value, getattr(type(cfg)(), key)):
-                raise InputError(
-                    f"{what}({key}={getattr(cfg, key)!r}) but {where}({key}={value!r}) loads the "
-                    f"model every stage shares; pass {key}={getattr(cfg, key)!r} to {where}"
-                )
 
 
 def _given(question: str, candidates: Any, query_id: str | None) -> RankedResults:

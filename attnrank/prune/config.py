@@ -10,8 +10,7 @@ from typing import Any
 from ..config import check_flags
 from ..errors import InputError
 from ..llm.blocks import check_attention_mode, check_positions
-from ..rerank.config import store_precision_names
-from ..rerank.config_checks import check_attention_inputs, check_fields, check_prompt_options
+from ..rerank.config_checks import check_attention_inputs, check_fields, check_prompt_options, store_precision_names
 from ..types import is_count
 from .segment import DEFAULT_MAX_WORDS
 

@@ -19,7 +19,8 @@ import numpy as np
 from ..llm.rows import WindowRows, document_scores, keep_mask, token_scores
 from ..types import ScoredDocument
 from .position import SlotProfile
-from .reweight import Reweighting, reweighted_document_scores, tokenized_query_terms
+from .reweight import Reweighting, reweighted_document_scores
+from .terms import tokenized_query_terms
 
 # the evidence an attention stage gives each passage (return_evidence): its token scores, and which counted
 ATTENTION_EVIDENCE = ("attention_tokens", "attention_counted")

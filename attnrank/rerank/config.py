@@ -51,47 +51,36 @@ import logging
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..config import check_flags, check_precision_names
+from ..config import check_flags
 from ..errors import InputError
 from ..llm.blocks import capture_name, check_attention_mode, check_positions
 from ..llm.prompts import DEFAULT_MAX_DOC_WORDS, late_instruction
 from ..llm.rows import QUERY_SPANS
 from ..types import is_count
-from .config_checks import AUTO_OR_ALL, check_attention_inputs, check_fields, check_prompt_options
-from .fused import LIKELIHOOD, SIGNALS_AUTO, SIGNALS_LIKELIHOOD, SIGNALS_ONLY, FusedWeights
+from .config_checks import (
+    AUTO_OR_ALL,
+    check_attention_inputs,
+    check_fields,
+    check_prompt_options,
+    store_precision_names,
+)
+from .config_fields import (
+    ATTENTION_FIELDS,
+    LIKELIHOOD_FIELDS,
+    METHOD_FIELDS,
+    PROMPT_FIELDS,
+    SIGNALS_SETTINGS,
+    computes_attention,
+    method_of,
+    reads_likelihood,
+    signals_setting,
+)
+from .fused import SIGNALS_AUTO, SIGNALS_LIKELIHOOD, SIGNALS_ONLY, FusedWeights
 from .reweight import Reweighting
 
 logger = logging.getLogger(__name__)
 
 SCORERS = ("sum", "learned")
-# Fields only attention reads: with signals="only" or "likelihood" a value other than the default would be ignored.
-ATTENTION_FIELDS = (
-    "heads",
-    "scorer",
-    "calibrate",
-    "token_filter",
-    "query_span",
-    "reweight",
-    "slot_profile",
-    "instruction",
-    "order",
-    "max_doc_words",
-    "max_doc_tokens",
-    "max_prompt_tokens",
-    "attention",
-    "block_positions",
-    "passage_states",
-)
-SIGNALS_SETTINGS = (None, SIGNALS_AUTO, SIGNALS_ONLY, SIGNALS_LIKELIHOOD)  # and FusedWeights
-# Attention fields the query likelihood reads too: it cuts the passages of its prompts the same way.
-LIKELIHOOD_FIELDS = ("max_doc_words", "max_doc_tokens")
-# What a reranker computes, beyond how it reads it (cuts, prompt wording, calibration): a preset
-# with another of these is named for the preset it then equals (RerankConfig.with_options).
-METHOD_FIELDS = ("signals", "heads", "scorer", "reweight", "attention", "block_positions")
-# How the attention prompt is built and read: weights fitted to its scores record them where
-# their trainer is given them (RerankConfig.prompt_settings; the CLI and the ship scripts give
-# them), and warn where a reranker sets them otherwise.
-PROMPT_FIELDS = ("instruction", "order", "query_span", "calibrate", "token_filter", "max_doc_words", "max_doc_tokens")
 
 
 @dataclass(frozen=True)
@@ -205,9 +194,9 @@ class RerankConfig:
             )
 
     def prompt_settings(self) -> dict[str, Any]:
-        """The settings of :data:`PROMPT_FIELDS` (how the attention prompt is built and read), as
-        weights fitted to its scores record them; the instruction as the text the prompt holds
-        (``"ie"``, ``"IE"`` and that text build one prompt)."""
+        """The settings of :data:`~attnrank.rerank.config_fields.PROMPT_FIELDS` (how the attention
+        prompt is built and read), as weights fitted to its scores record them; the instruction as
+        the text the prompt holds (``"ie"``, ``"IE"`` and that text build one prompt)."""
         settings = {name: getattr(self, name) for name in PROMPT_FIELDS}
         settings["instruction"] = late_instruction(self.instruction)
         return settings
@@ -237,7 +226,7 @@ class RerankConfig:
     def uses_attention(self) -> bool:
         """Whether reranking computes attention (False: the fused signals alone, with the query
         likelihood where the weights read it: :attr:`uses_llm`)."""
-        return _computes_attention(self.signals)
+        return computes_attention(self.signals)
 
     @property
     def uses_llm(self) -> bool:
@@ -247,7 +236,7 @@ class RerankConfig:
     @property
     def uses_likelihood(self) -> bool:
         """Whether the fused weights read the LLM's query likelihood (:mod:`attnrank.rerank.likelihood`)."""
-        return _reads_likelihood(self.signals)
+        return reads_likelihood(self.signals)
 
     def attention_options(self) -> list[str]:
         """The attention fields set to other than their defaults that this configuration would not
@@ -277,8 +266,8 @@ class RerankConfig:
         Overrides that turn attention off (``signals="only"`` or ``"likelihood"``) also reset the attention fields this
         configuration set (e.g. preset ``fused``'s block attention) and they did not give: nothing
         would read them; attention fields they do give are refused. Overrides of what it computes
-        (:data:`METHOD_FIELDS`) name the copy for what it now computes (run tags, ``repr``): the
-        preset whose method it has (``--preset qrhead --heads all`` is ``icr``; ``--preset
+        (:data:`~attnrank.rerank.config_fields.METHOD_FIELDS`) name the copy for what it now
+        computes (run tags, ``repr``): the preset whose method it has (``--preset qrhead --heads all`` is ``icr``; ``--preset
         likelihood --signals only`` is ``signals``), else this preset's name and the fields that
         differ from it (``fused+heads``), or ``custom`` (another ``signals``, no preset's). Other
         ``block_positions`` where attention is read from the full prompt are refused: nothing would
@@ -287,10 +276,10 @@ class RerankConfig:
         if not overrides:
             return self
         positions = overrides.get("block_positions")  # as the caller gave them, before any reset
-        if "signals" in overrides and not _computes_attention(overrides["signals"]):
+        if "signals" in overrides and not computes_attention(overrides["signals"]):
             defaults = field_defaults()
             # the passage cuts stay for a setting that reads the likelihood (its prompts cut them)
-            kept = LIKELIHOOD_FIELDS if _reads_likelihood(signals_setting(overrides["signals"])) else ()
+            kept = LIKELIHOOD_FIELDS if reads_likelihood(signals_setting(overrides["signals"])) else ()
             reset = {k: defaults[k] for k in ATTENTION_FIELDS if k not in kept}
             overrides = {**reset, **overrides}
         out = replace(self, **overrides)
@@ -302,71 +291,29 @@ class RerankConfig:
                 f"block_positions={out.block_positions!r} is read by block attention only, and this reranker "
                 f"reads attention={out.attention!r}; add attention='block' (--attention block), or drop block_positions"
             )
-        if "name" not in overrides and _method(out) != _method(self):
+        if "name" not in overrides and method_of(out) != method_of(self):
             out = replace(out, name=_method_name(self.name, out))
         return out
 
 
 def _method_name(previous: str, out: RerankConfig) -> str:
     """The name of ``out`` (a copy of preset ``previous`` with options): see :meth:`RerankConfig.with_options`."""
-    same = [n for n, p in RERANK_PRESETS.items() if _method(p) == _method(out)]
+    same = [n for n, p in RERANK_PRESETS.items() if method_of(p) == method_of(out)]
     if same:
         return previous if previous in same else same[0]
     base_name = previous.split("+")[0]  # (fused+heads: preset fused with other heads)
     base = RERANK_PRESETS.get(base_name)
-    if base is None or _method(base)[0] != _method(out)[0]:  # (another fusion is another method)
+    if base is None or method_of(base)[0] != method_of(out)[0]:  # (another fusion is another method)
         return "custom"
-    differ = [f for f, a, b in zip(METHOD_FIELDS, _method(base), _method(out)) if a != b and f != "block_positions"]
+    differ = [f for f, a, b in zip(METHOD_FIELDS, method_of(base), method_of(out)) if a != b and f != "block_positions"]
     if out.attention == "block" and out.block_positions != base.block_positions:  # (named where blocks are read)
         differ.append("block_positions")
     return "+".join([base_name, *differ])
 
 
-def _method(cfg: RerankConfig) -> tuple[Any, ...]:
-    """``cfg``'s :data:`METHOD_FIELDS`, its fused weights as the setting they stand in for
-    (weights without attention read as ``signals`` or ``likelihood`` does, with it as ``auto``)."""
-    signals = cfg.signals
-    if isinstance(signals, FusedWeights):
-        reads = SIGNALS_LIKELIHOOD if _reads_likelihood(signals) else SIGNALS_ONLY
-        signals = SIGNALS_AUTO if signals.uses_attention else reads
-    heads = cfg.heads
-    if heads is None or (isinstance(heads, str) and heads.strip().lower() == "all"):  # every head, however spelt
-        heads = "all"
-    # (block positions where blocks are read: preset fused with the full prompt computes the full prompt)
-    rest = (cfg.block_positions_read if f == "block_positions" else getattr(cfg, f) for f in METHOD_FIELDS[2:])
-    return (signals, heads, *rest)
-
-
-def store_precision_names(cfg: Any) -> None:
-    """Check a frozen configuration's ``device`` and ``dtype`` names, and store them lower-cased
-    (checked in any case, "CPU" reached the embedder as typed)."""
-    check_precision_names(cfg.device, cfg.dtype)
-    object.__setattr__(cfg, "device", str(cfg.device).strip().lower())
-    object.__setattr__(cfg, "dtype", str(cfg.dtype).strip().lower())
-
-
-def signals_setting(value: Any) -> Any:
-    """``signals`` as the configuration holds it: the word ``"none"`` (any case, as the CLI and
-    YAML give it) is None, attention alone; anything else as given."""
-    return None if isinstance(value, str) and value.strip().lower() == "none" else value
-
-
 def field_defaults() -> dict[str, Any]:
     """Every :class:`RerankConfig` field's default value, by name."""
     return {f.name: f.default for f in fields(RerankConfig)}
-
-
-def _reads_likelihood(signals: Any) -> bool:
-    """Whether ``signals`` (as the configuration holds it) reads the LLM's query likelihood."""
-    if isinstance(signals, FusedWeights):
-        return LIKELIHOOD in signals.features
-    return signals == SIGNALS_LIKELIHOOD
-
-
-def _computes_attention(signals: Any) -> bool:
-    if isinstance(signals, FusedWeights):
-        return signals.uses_attention
-    return signals not in (SIGNALS_ONLY, SIGNALS_LIKELIHOOD)
 
 
 def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
@@ -395,8 +342,8 @@ def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
         if signals == SIGNALS_LIKELIHOOD:
             return LIKELIHOOD_PRESET
         if isinstance(signals, FusedWeights) and not signals.uses_attention:  # named by what they read
-            return LIKELIHOOD_PRESET if _reads_likelihood(signals) else SIGNALS_PRESET
-        given = ["signals", *given] if _computes_attention(signals) else []
+            return LIKELIHOOD_PRESET if reads_likelihood(signals) else SIGNALS_PRESET
+        given = ["signals", *given] if computes_attention(signals) else []
     if given and "signals" not in given and overrides.get("scorer", "sum") != "sum":
         # learned head weights score attention alone, as captured for them (preset learned): fused
         # with the signals at block positions they would read a capture they were not trained on

@@ -8,6 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from ..config import check_precision_names
 from ..errors import InputError
 from ..llm.headspec import parse_heads
 from .position import SlotProfile
@@ -71,3 +72,11 @@ def check_fields(cls: type, values: dict[str, Any]) -> None:
     unknown = sorted(set(values) - known)
     if unknown:
         raise InputError(f"unknown {cls.__name__} option(s) {unknown}; known: {sorted(known - {'name'})}")
+
+
+def store_precision_names(cfg: Any) -> None:
+    """Check a frozen configuration's ``device`` and ``dtype`` names, and store them lower-cased
+    (checked in any case, "CPU" reached the embedder as typed)."""
+    check_precision_names(cfg.device, cfg.dtype)
+    object.__setattr__(cfg, "device", str(cfg.device).strip().lower())
+    object.__setattr__(cfg, "dtype", str(cfg.dtype).strip().lower())

@@ -15,7 +15,8 @@ from ..errors import InputError
 from ..types import Document
 from .attention import AttentionReranker
 from .position import SlotProfile, prompt_slots
-from .reweight import Reweighting, heads_label, reweighted_document_scores, tokenized_query_terms
+from .reweight import Reweighting, heads_label, reweighted_document_scores
+from .terms import tokenized_query_terms
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ Steps, in order (notation: ``Δ_j`` = calibrated score of context token ``j``, s
 2. **Cross-document IDF** (``idf``; ReAttn-style, our reconstruction: ReAttn, Tian et al.,
    arXiv 2602.19969, states the idea but no formula). Terms are normalized token texts
    (space markers ``Ġ``/``▁`` decoded, lower-cased, punctuation dropped), per token
-   (``"piece"``) or per whole word (``"word"``). Over the window's ``K`` documents,
+   (``"piece"``) or per whole word (``"word"``; :mod:`attnrank.rerank.terms`). Over the window's ``K`` documents,
    ``df(v)`` = #documents containing ``v``, ``idf(v) = log((K+1)/(df(v)+1)) + ε`` and the token
    weight ``w_j = idf(v_j) / (log((K+1)/2) + ε)``: a term in one document keeps weight 1, a
    term in all ``K`` gets ``ε / (log((K+1)/2) + ε)``. With ``idf_query_only`` only tokens whose
@@ -58,13 +58,12 @@ from ..config import check_flags
 from ..errors import InputError
 from ..llm.headspec import format_heads
 from ..llm.rows import WindowRows, check_finite, check_spans, document_scores, keep_mask, token_scores
-from ..llm.texts import tokenize
 from .position import SlotProfile, prompt_slots, slot_correct
+from .terms import IDF_UNITS, has_content, normalize_text, token_terms, token_texts
 
 logger = logging.getLogger(__name__)
 
 Span = tuple[int, int]
-IDF_UNITS = ("piece", "word")
 ENTROPY_MODES = ("blend", "temper")
 
 
@@ -114,114 +113,10 @@ class Reweighting:
         return self.changes_tokens or self.slot_correction
 
 
-# --------------------------------------------------------------------------- token texts
+# --------------------------------------------------------------------------- steps
 
-
-def _byte_decoder() -> dict[str, int]:
-    """Inverse of the GPT-2 byte-level alphabet: printable bytes map to themselves, the other
-    bytes to ``chr(256 + n)`` in byte order (``Ġ`` = space, ``Ċ`` = newline)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {b: chr(b) for b in printable}
-    extra = (b for b in range(256) if b not in table)
-    table.update({b: chr(256 + n) for n, b in enumerate(extra)})
-    return {c: b for b, c in table.items()}
-
-
-_BYTE_DECODER = _byte_decoder()
-# <|im_start|>, <s>, </s>, <start_of_turn>, and DeepSeek's full-width <｜begin▁of▁sentence｜> (whose ▁
-# would otherwise read a byte-level window as SentencePiece)
-_SPECIAL = re.compile(r"<\|[^<>]*\|>|<｜[^<>]*｜>|</?[A-Za-z_]+>")
-_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece byte pieces
 _LABEL_FULL = re.compile(r"\s*\[\d+\]\s*")
 _LABEL_PREFIX = re.compile(r"\s*(\[\d*)?")
-
-
-def token_bytes(token_strings: Sequence[str | None]) -> list[bytes]:
-    """The surface bytes of each token; special tokens give ``b""``.
-
-    The vocabulary style is read off the window: SentencePiece if any token holds ``▁``
-    (``▁`` → space, ``<0xNN>`` → that byte), else GPT-2 byte-level if every token is in the
-    byte-level alphabet, else the strings as they are.
-    """
-    toks = ["" if t is None or _SPECIAL.fullmatch(t) else t for t in token_strings]
-    if any("▁" in t for t in toks):
-        return [
-            bytes([int(m.group(1), 16)]) if (m := _BYTE_FALLBACK.fullmatch(t)) else t.replace("▁", " ").encode("utf-8")
-            for t in toks
-        ]
-    if all(c in _BYTE_DECODER for t in toks for c in t):
-        return [bytes(_BYTE_DECODER[c] for c in t) for t in toks]
-    return [t.encode("utf-8") for t in toks]
-
-
-def token_texts(token_strings: Sequence[str | None]) -> list[str]:
-    """Surface text of each token (see :func:`token_bytes`); a split multi-byte character
-    shows as U+FFFD."""
-    return [b.decode("utf-8", "replace") for b in token_bytes(token_strings)]
-
-
-def normalize_text(text: str) -> str:
-    """Lower-cased letters and digits of ``text`` (whitespace and punctuation dropped)."""
-    return "".join(c for c in text.lower() if c.isalnum())
-
-
-def _has_content(text: str) -> bool:
-    return any(c.isalnum() or c == "\ufffd" for c in text)
-
-
-def _word_char(c: str) -> bool:
-    return c.isalnum() or c == "\ufffd"
-
-
-def token_terms(token_strings: Sequence[str | None], unit: str = "piece") -> list[str]:
-    """The normalized term of each token (``""`` for none: punctuation, whitespace, special).
-
-    ``"piece"``: the token's own normalized text. ``"word"``: the normalized text of the whole
-    word the token belongs to; a word starts at a token beginning with whitespace or
-    punctuation, or after a token ending with one, and punctuation-only tokens belong to none.
-    """
-    if unit not in IDF_UNITS:
-        raise InputError(f"unit={unit!r} is not one of {IDF_UNITS}")
-    raw = token_bytes(token_strings)
-    texts = [b.decode("utf-8", "replace") for b in raw]
-    if unit == "piece":
-        return [normalize_text(t) for t in texts]
-    terms = [""] * len(texts)
-    word: list[int] = []
-
-    def close() -> None:
-        term = normalize_text(b"".join(raw[i] for i in word).decode("utf-8", "replace"))
-        for i in word:
-            terms[i] = term
-        word.clear()
-
-    for i, text in enumerate(texts):
-        if not _has_content(text):
-            close()
-            continue
-        if word and (not _word_char(text[0]) or not _word_char(texts[i - 1][-1])):
-            close()
-        word.append(i)
-    close()
-    return terms
-
-
-def query_terms(token_strings: Sequence[str | None], unit: str = "piece") -> set[str]:
-    """The set of non-empty terms (:func:`token_terms`) of a tokenized query."""
-    return {t for t in token_terms(token_strings, unit) if t}
-
-
-def tokenized_query_terms(tokenizer: Any, query: str, unit: str = "piece") -> set[str]:
-    """Query terms as the documents' tokens would show them: the union over the query
-    tokenized alone and after a space (word-initial pieces differ in byte-level BPE)."""
-    terms: set[str] = set()
-    for text in (query.strip(), " " + query.strip()):
-        ids = tokenize(tokenizer, text)["input_ids"]
-        terms |= query_terms(tokenizer.convert_ids_to_tokens(ids), unit)
-    return terms
-
-
-# --------------------------------------------------------------------------- steps
 
 
 def _label_length(texts: Sequence[str], s: int, e: int) -> int:
@@ -246,7 +141,7 @@ def content_mask(token_strings: Sequence[str | None], spans: Sequence[Span], *, 
     mask = np.zeros(len(texts), dtype=bool)
     for s, e in spans:
         for j in range(s + (_label_length(texts, s, e) if labelled else 0), e):
-            mask[j] = _has_content(texts[j])
+            mask[j] = has_content(texts[j])
     return mask
 
 
@@ -336,7 +231,7 @@ def reweighted_document_scores(
     """Document scores of one window (in ``window.doc_index`` order) with ``cfg``'s steps.
 
     ``token_strings``: the ``P`` context tokens' strings; ``query_terms``: normalized query
-    terms in ``cfg.idf_unit`` (:func:`tokenized_query_terms`); ``use_filter``: ICR's μ − 2σ
+    terms in ``cfg.idf_unit`` (:func:`~attnrank.rerank.terms.tokenized_query_terms`); ``use_filter``: ICR's μ − 2σ
     filter; ``slot_profile``: needed when ``cfg.slot_correction``.
     """
     n = window.real.shape[1]

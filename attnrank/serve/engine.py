@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..pipeline import check_shared_model
+from ..pipeline.checks import check_shared_model
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 

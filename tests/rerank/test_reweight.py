@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from _tiny import RERANK_QUERY, rerank_docs, tiny_tokenizer
+from _tiny import RERANK_QUERY, rerank_docs
 
 from attnrank.errors import InputError
 from attnrank.llm.rows import WindowRows, document_scores, token_scores
@@ -20,10 +20,8 @@ from attnrank.rerank.reweight import (
     normalized_entropy,
     reweighted_document_scores,
     sink_filtered_rows,
-    token_terms,
-    token_texts,
-    tokenized_query_terms,
 )
+from attnrank.rerank.terms import token_terms, tokenized_query_terms
 
 # -- sink filtering ---------------------------------------------------------------------------
 SINK_TOKENS = [
@@ -96,33 +94,12 @@ def test_sink_scores_through_the_entry():
 # -- token texts and terms ---------------------------------------------------------------------
 
 
-def test_piece_vs_word_terms():
-    toks = ["Ġca", "t", "Ġdo", "g", ".", "ĠCat"]
-    assert token_terms(toks, "piece") == ["ca", "t", "do", "g", "", "cat"]
-    assert token_terms(toks, "word") == ["cat", "cat", "dog", "dog", "", "cat"]
-    # a new word after punctuation inside a token run, and bytes of one character split in two
-    assert token_terms(["Ġco", "-", "op", "Ġcaf", "Ã", "©"], "word") == ["co", "", "op", "café", "café", "café"]
-    assert token_texts(["Ġcaf", "Ã", "©"])[0] == " caf"
-
-
 def test_deepseek_full_width_special_tokens_are_special():
     """DeepSeek's BOS <｜begin▁of▁sentence｜> holds ▁: the window was read as SentencePiece, so Ġ
     and Ċ were never decoded (terms 'ġthe', and 'ĊĊ' counted as content by sink filtering)."""
     toks = ["<｜begin▁of▁sentence｜>", "Ġthe", "ĊĊ", "Ġcat"]
     assert token_terms(toks) == ["", "the", "", "cat"]
     assert content_mask(toks, [(0, 4)], labelled=False).tolist() == [False, True, False, True]
-
-
-def test_sentencepiece_terms_and_byte_fallback():
-    toks = ["<s>", "▁Par", "is", "▁is", "<0x0A>", "▁big"]
-    assert token_texts(toks) == ["", " Par", "is", " is", "\n", " big"]
-    assert token_terms(toks, "word") == ["", "paris", "paris", "is", "", "big"]
-
-
-def test_tokenized_query_terms_matches_document_pieces():
-    tok = tiny_tokenizer()
-    assert tokenized_query_terms(tok, "Capital of France?", "word") == {"capital", "of", "france"}
-    assert "c" in tokenized_query_terms(tok, "Capital of France?", "piece")
 
 
 # -- IDF ----------------------------------------------------------------------------------------

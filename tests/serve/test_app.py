@@ -16,7 +16,7 @@ from starlette.requests import Request
 from attnrank.generate import Generator
 from attnrank.prune.pruner import ContextPruner
 from attnrank.rerank.attention import AttentionReranker
-from attnrank.serve import routes
+from attnrank.serve import routes, streaming
 from attnrank.serve.app import create_app
 from attnrank.serve.background import background_server as live_server
 from attnrank.serve.engine import Engine
@@ -306,7 +306,7 @@ def test_an_answer_stream_dropped_before_it_began_cancels_its_job(llm):
 
     async def drop_unstarted():
         job = server.jobs.submit(work)
-        stream = routes._stream(Request({"type": "http"}), server, job, asyncio.Queue(), {})
+        stream = streaming.event_stream(Request({"type": "http"}), server, job, asyncio.Queue(), {})
         del stream  # as the server drops a response it never began
         gc.collect()
         await asyncio.sleep(0)  # (the finalizer cancels from the event loop)
@@ -634,7 +634,7 @@ def test_the_engine_is_built_from_one_rerank_config(tiny_dir):
     with pytest.raises(InputError, match=r"PruneConfig\(model='other'\) but the pipeline's model"):
         build_engine(RerankConfig.preset(model=str(tiny_dir)), prune=PruneConfig(model="other"))
     from attnrank.config import DEFAULT_LLM
-    from attnrank.pipeline import check_shared_model
+    from attnrank.pipeline.checks import check_shared_model
 
     check_shared_model(None, "auto", "cpu", PruneConfig(model=DEFAULT_LLM))  # the default, named: the same model
     with pytest.raises(InputError, match=r"PruneConfig\(dtype='bfloat16'\)"):

@@ -1,0 +1,75 @@
+"""The checks :class:`~attnrank.pipeline.Pipeline` makes of its options when it is made, before
+any model loads or any stage runs: its counts and budget (:func:`check_counts`), and that every
+stage's configuration asks for the one model :meth:`~attnrank.pipeline.Pipeline.from_model` (and
+the server) loads for all of them (:func:`check_shared_model`)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from ..config import DEFAULT_BUDGET_TOKENS
+from ..errors import InputError
+from ..llm.models import LLM, checked_model_id, warn_if_configured_otherwise
+from ..prune.config import PruneConfig
+from ..prune.context import check_budget, check_neighbours
+from ..rerank.config import RerankConfig
+from ..types import is_count
+
+
+def check_counts(depth: Any, top_k: Any, budget_tokens: Any, neighbours: Any, pruning: bool) -> None:
+    """The pipeline's counts: ``depth`` and ``top_k`` integers >= 1, ``top_k <= depth``; with a
+    pruner, its budget (None: every run gives one) and ``neighbours`` (found here, not by run()
+    after the retrieval and the reranking)."""
+    for name, value in (("depth", depth), ("top_k", top_k)):
+        if not is_count(value):
+            raise InputError(f"{name}={value!r} must be an integer >= 1")
+    if top_k > depth:
+        raise InputError(
+            f"top_k={top_k} exceeds depth={depth}; the reranker can only keep passages the "
+            "first stage found: lower top_k or raise depth"
+        )
+    if pruning:
+        if budget_tokens is not None:
+            check_budget(budget_tokens, None)
+        check_neighbours(neighbours)
+        return
+    given = [
+        f"{n}={v!r}"
+        for n, v, d in (("budget_tokens", budget_tokens, DEFAULT_BUDGET_TOKENS), ("neighbours", neighbours, 0))
+        if v is not None and v != d  # (budget None: no budget, nothing given)
+    ]
+    if given:  # (dropped without a word, though run() refuses a budget without a pruner)
+        raise InputError(
+            f"{', '.join(given)} size(s) the pruned context, but this pipeline has no pruner; drop it, or add a pruner"
+        )
+
+
+def check_shared_model(
+    model: str | LLM | None, dtype: str, device: str, *configs: Any, where: str = "Pipeline.from_model"
+) -> None:
+    """:meth:`Pipeline.from_model` (and the server's :func:`~attnrank.serve.engine.build_engine`)
+    loads one model for every stage, from its own ``model``, ``dtype`` and ``device``: a stage
+    config asking for another would be silently overridden (a loaded :class:`LLM` given as
+    ``model`` is used as it is)."""
+    if isinstance(model, LLM):  # used as it is (each stage warns of a config naming another model)
+        # and so are the device and precision it was loaded in: set otherwise here, they are warned of
+        given = SimpleNamespace(model=None, device=None if device == "cpu" else device, dtype=dtype)
+        warn_if_configured_otherwise(model, given, where)
+        return
+    for cfg in configs:
+        if not isinstance(cfg, (RerankConfig, PruneConfig)):
+            continue
+        what = type(cfg).__name__
+        # (compared as load_llm names them: None and "" the offline default, a path expanded)
+        if cfg.model is not None and checked_model_id(cfg.model) != checked_model_id(model):
+            raise InputError(
+                f"{what}(model={cfg.model!r}) but the pipeline's model is {model!r}: {where} loads one model "
+                f"for every stage; pass model={cfg.model!r} to {where}"
+            )
+        for key, value in (("device", device), ("dtype", dtype)):  # a config's default defers to the shared one
+            if getattr(cfg, key) not in (value, getattr(type(cfg)(), key)):
+                raise InputError(
+                    f"{what}({key}={getattr(cfg, key)!r}) but {where}({key}={value!r}) loads the "
+                    f"model every stage shares; pass {key}={getattr(cfg, key)!r} to {where}"
+                )
