@@ -24,10 +24,11 @@ from typing import Any
 import torch
 
 from .errors import InputError
+from .llm.chat import chat_frame, encode_text, turn_end_ids
 from .llm.decoding import FirstLine, first_line, greedy_config, own_settings_off
 from .llm.modelconfig import model_context_length
 from .llm.models import LLM, load_llm
-from .llm.prompts import build_answer_prompt, chat_frame, encode_text, turn_end_ids
+from .llm.prompts import build_answer_prompt
 from .llm.recording import forward_lock
 from .types import check_unicode, is_count, refuse_one_passage
 

@@ -50,7 +50,8 @@ from attnrank.eval.crossval import kfold_splits
 from attnrank.eval.datasets import data_root
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.llm.models import load_llm
-from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, FusionExample, equal_weights, feature_matrix
+from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, equal_weights
+from attnrank.rerank.fused_features import FusionExample, feature_matrix
 from attnrank.rerank.fused_training import train_fused
 from attnrank.rerank.fusion_eval import compare, fit_unless_worse, own_untrained, registration_curve
 from attnrank.rerank.learned.features import standardise

@@ -32,8 +32,9 @@ from attnrank.benchmarks import cached_likelihoods
 from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root
 from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.llm.chat import encode_text
 from attnrank.llm.models import load_llm
-from attnrank.llm.prompts import DEFAULT_MAX_DOC_WORDS, encode_text
+from attnrank.llm.prompts import DEFAULT_MAX_DOC_WORDS
 from attnrank.llm.truncation import truncate_texts
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RerankConfig

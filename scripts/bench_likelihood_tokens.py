@@ -46,7 +46,8 @@ from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.llm.models import load_llm
-from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, FusionExample, equal_weights
+from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, equal_weights
+from attnrank.rerank.fused_features import FusionExample
 from attnrank.rerank.fusion_eval import compare
 from attnrank.rerank.likelihood import query_ids
 

@@ -298,7 +298,7 @@ def precision_compare(root: Path, args) -> tuple[list[dict], dict]:
 def kernels_compare(root: Path, args) -> list[dict]:
     from attnrank.llm.kernels import attention_kernel
     from attnrank.rerank.attention import AttentionReranker
-    from attnrank.speed import quality_sets
+    from attnrank.speed.quality import quality_sets
 
     llm = AttentionReranker(signals=None, dtype="bfloat16").llm
     rows = []
@@ -446,7 +446,8 @@ def markdown(q_rows, s_rows, extra, env, args) -> str:
 
 def blocks_section(args, root: Path) -> None:
     from attnrank.eval.speed_report import blocks_markdown
-    from attnrank.speed import compare_modes, in_grid_order, quality_sets, run_cells, speed_cells
+    from attnrank.speed.quality import compare_modes, quality_sets
+    from attnrank.speed.timing import in_grid_order, run_cells, speed_cells
 
     cells = speed_cells(args.blocks_dtypes.split(","))
     results = REPO / "build" / "blocks" / "cells.json"
@@ -456,7 +457,7 @@ def blocks_section(args, root: Path) -> None:
         speed_rows = run_cells(cells, root, results)
     store_path = REPO / "build" / "blocks" / "stores.json"
     if not args.blocks_skip_speed and not store_path.exists():
-        from attnrank.speed import build_store, store_sizes
+        from attnrank.speed.stores import build_store, store_sizes
 
         built = [build_store(root, REPO / "build" / "blocks" / f"states-{s}", s) for s in ("float16", "int8")]
         store_path.write_text(json.dumps({"sizes": store_sizes(root), "built": built}, indent=1))
@@ -481,7 +482,7 @@ def blocks_section(args, root: Path) -> None:
     if args.blocks_skip_interleaved:
         interleaved = json.loads(interleaved_path.read_text()) if interleaved_path.exists() else []
     else:
-        from attnrank.speed import run_interleaved
+        from attnrank.speed.timing import run_interleaved
 
         dtype = args.blocks_dtypes.split(",")[0]
         for positions in args.blocks_positions.split(","):

@@ -421,8 +421,8 @@ def test_generation_stops_at_the_chat_templates_turn_end():
     model's <|endoftext|> under a ChatML template) ran on past <|im_end|>: it stops there now."""
     from _tiny import tiny_model, tiny_tokenizer
 
+    from attnrank.llm.chat import turn_end_ids
     from attnrank.llm.models import LLM
-    from attnrank.llm.prompts import turn_end_ids
 
     tok = tiny_tokenizer()
     tok.eos_token = "<|endoftext|>"

@@ -625,7 +625,8 @@ def test_replacing_a_head_set_is_warned_of(roots, caplog):
 def test_weights_fitted_to_bm25_of_another_stemmer_are_named_stale(roots, caplog):
     """Candidate BM25 stems only where PyStemmer imports (the 'stem' extra); weights fitted on one
     install and applied on the other read BM25 of other terms without a word."""
-    from attnrank.rerank.fused import FusedWeights, FusionExample
+    from attnrank.rerank.fused import FusedWeights
+    from attnrank.rerank.fused_features import FusionExample
     from attnrank.rerank.fused_resolve import resolve_fused
     from attnrank.rerank.fused_training import train_fused
     from attnrank.rerank.signals import SIGNALS_VERSION, candidate_terms

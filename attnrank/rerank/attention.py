@@ -15,6 +15,9 @@ one prompt would exceed ``max_prompt_tokens``; window scores become document sco
 Optional re-weighting (``reweight=``: sink filtering, cross-document IDF, entropy
 regularization, slot correction) replaces the plain aggregation; see
 :mod:`attnrank.rerank.reweight` and :mod:`attnrank.rerank.position`.
+
+With fused weights the candidates' first-stage signals and the query likelihood join attention's
+scores: :mod:`attnrank.rerank.fusing`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..index.retriever import HybridRetriever
 from ..llm.attention import AttentionCapturer, PrefixCache
 from ..llm.blocks import BlockMemo, EncodedBlock
 from ..llm.context import ContextBuffer
@@ -42,10 +44,11 @@ from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_
 from .aggregation import window_document_scores, without_attention_evidence
 from .capturing import WindowCapture
 from .config import RerankConfig
-from .fused import ATTENTION, FUSED_STAGE, LIKELIHOOD, UNTRAINED
+from .fused import FUSED_STAGE, UNTRAINED
 from .fused_resolve import resolve_fused
+from .fusing import FusedScoring
 from .inputs import check_documents, check_k, check_query, check_texts
-from .likelihood import PromptIds, query_likelihood
+from .likelihood import PromptIds
 from .position import SlotProfile, load_profile
 from .resolve import check_before_load, learned_weights, resolve_config_heads
 from .reweight import check_setup, heads_label
@@ -57,7 +60,7 @@ logger = logging.getLogger(__name__)
 _UNSET: Any = object()  # ``heads`` not given: the configuration's heads
 
 
-class AttentionReranker(WindowCapture):
+class AttentionReranker(WindowCapture, FusedScoring):
     """Rerank passages by the LLM's reading of them: its query likelihood or the attention a
     query pays them in selected heads, alone or fused with the candidates' first-stage signals.
 
@@ -205,13 +208,6 @@ class AttentionReranker(WindowCapture):
         """Tokens one prompt (window) may span: the config's, else :attr:`LLM.prompt_budget`."""
         return self.config.max_prompt_tokens or self.llm.prompt_budget
 
-    def use_index(self, retriever: HybridRetriever) -> bool:
-        """Candidates from ``retriever``'s corpus get their dense signal from its stored vectors
-        instead of a pass of the embedder over them (:meth:`SignalComputer.use_index`; same
-        embedder only; scores agree with embedding them to the embedder's precision). True when
-        the vectors will be read."""
-        return self.fused is not None and self.signals.use_index(retriever)
-
     @property
     def uses_attention(self) -> bool:
         """False when the fused weights have no attention feature: then the candidates' first-stage
@@ -342,51 +338,6 @@ class AttentionReranker(WindowCapture):
             return self._fuse(query, docs, None)[0], None
         scores, ev = self._attention_scores(query, docs, evidence, previous)
         return (scores if self.fused is None else self._fuse(query, docs, scores)[0]), ev
-
-    def _fuse(
-        self, query: str, docs: list[Document], attention: np.ndarray | None
-    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The fused score (:mod:`attnrank.rerank.fused`) of the candidates from their attention
-        (None: weights without attention), and the LLM's scores it read (attention, likelihood)."""
-        assert self.fused is not None
-        texts, ids = [d.full_text for d in docs], [d.id for d in docs]
-        signals: dict[str, Any] = dict(self.signals(query, texts, self.fused.text_signals, ids=ids))
-        kept: dict[str, np.ndarray] = {}
-        if attention is not None:
-            kept[ATTENTION] = attention
-        if LIKELIHOOD in self.fused.features:
-            kept[LIKELIHOOD] = self._likelihood(query, docs)
-        return self.fused.score({**signals, **kept}), kept
-
-    def likelihood(self, query: str, docs: Sequence[Document | ScoredDocument | str] | RankedResults) -> np.ndarray:
-        """UPR's score of each of ``docs`` (Sachan et al. EMNLP 2022): the mean log-probability of
-        the query's tokens after a prompt with the passage, in nats per token, cut as configured
-        (:func:`~attnrank.rerank.likelihood.query_likelihood`); what the preset ``likelihood`` fuses.
-        The documents are taken and checked as :meth:`score` takes them."""
-        check_query(query)
-        documents, _ = as_documents(docs)
-        check_texts(documents)
-        return self._likelihood(query, documents)
-
-    def _likelihood(self, query: str, docs: Sequence[Document]) -> np.ndarray:
-        """Each document's UPR score: the mean log-probability (nats) of the query's tokens."""
-        scores = query_likelihood(
-            self.llm,
-            query,
-            docs,
-            max_doc_words=self.config.max_doc_words,
-            max_doc_tokens=self.config.max_doc_tokens,
-            states=self.states,
-            buffer=self._context_buffer,
-            memo=self._prompt_memo,
-        ).mean(axis=1, dtype=np.float64)
-        bad = np.flatnonzero(~np.isfinite(scores))
-        if bad.size:  # (the fusion's message told the user to give the signal a value)
-            raise InputError(
-                f"the query likelihood of document {docs[int(bad[0])].id!r} is {scores[bad[0]]}; check the model's "
-                "dtype (an overflow: use float32 or bfloat16, --dtype)"
-            )
-        return scores
 
     def _attention_scores(
         self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None

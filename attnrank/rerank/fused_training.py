@@ -1,6 +1,6 @@
 """Training the fused scorer (:mod:`attnrank.rerank.fused`): weights fitted on labelled queries.
 
-:func:`fusion_examples` turns labelled queries into :class:`~attnrank.rerank.fused.FusionExample`
+:func:`fusion_examples` turns labelled queries into :class:`~attnrank.rerank.fused_features.FusionExample`
 (attention plus the first-stage signals of each candidate); :func:`train_fused` fits
 :class:`~attnrank.rerank.fused.FusedWeights` on them with one of :data:`LEARNERS` (pointwise
 logistic regression, pairwise RankNet, a listwise grid over the simplex, or equal weights), the
@@ -24,7 +24,8 @@ from ..eval.crossval import check_unique_queries
 from ..eval.metrics import evaluate_per_query
 from ..eval.rows import scores_by_id
 from ..types import Document
-from .fused import ATTENTION, FEATURES, LLM_FEATURES, FusedWeights, FusionExample, attention_confidence, feature_matrix
+from .fused import ATTENTION, FEATURES, LLM_FEATURES, FusedWeights
+from .fused_features import FusionExample, attention_confidence, feature_matrix
 from .inputs import check_unique_ids
 from .signals import SIGNALS_VERSION, SignalComputer, candidate_terms
 

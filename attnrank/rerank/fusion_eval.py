@@ -27,11 +27,11 @@ from .fused import (
     LIKELIHOOD_TRAINED,
     NO_ATTENTION,
     FusedWeights,
-    FusionExample,
     LikelihoodWeights,
     SignalsWeights,
     equal_weights,
 )
+from .fused_features import FusionExample
 from .fused_training import mean_ndcg, per_query_metrics, train_fused
 from .signals import SIGNALS
 

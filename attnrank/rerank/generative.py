@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..llm.chat import render_chat
 from ..llm.decoding import greedy_config, own_settings_off
 from ..llm.models import LLM, load_llm
-from ..llm.prompts import render_chat
 from ..llm.recording import forward_lock
 from ..llm.texts import holds_special, tokenize
 from ..types import Document, RankedResults, as_documents, is_count, rank_documents

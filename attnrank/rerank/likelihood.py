@@ -30,10 +30,10 @@ import numpy as np
 
 from ..errors import InputError
 from ..llm.blocks import BlockMemo, memo_key
+from ..llm.chat import encode_text
 from ..llm.context import ContextBuffer
 from ..llm.likelihood import DEFAULT_BATCH_TOKENS, continuation_logprob
 from ..llm.models import LLM
-from ..llm.prompts import encode_text
 from ..llm.states import StateCache
 from ..llm.texts import tokenize
 from ..llm.truncation import truncate_texts

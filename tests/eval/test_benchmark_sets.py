@@ -129,7 +129,7 @@ def test_complementary_heads_prefer_what_the_signals_miss_over_the_best_head_alo
     """Head 0 copies the signals (the better head alone); head 1 finds the relevant passage on the
     third of the queries where the signals rank it last, and is noise elsewhere."""
     from attnrank.benchmarks.scoring import _ndcg10_of_candidates
-    from attnrank.rerank.fused import FusionExample
+    from attnrank.rerank.fused_features import FusionExample
 
     rng = np.random.default_rng(0)
     examples, per_head = [], {}

@@ -14,14 +14,12 @@ from _tiny import tiny_model
 from attnrank.errors import InputError
 from attnrank.heads import copypaste
 from attnrank.heads.copypaste import (
-    Needle,
-    build_niah_prompt,
     copy_paste_counts,
     copy_paste_score,
     detect_copy_heads,
-    load_haystack,
     rouge1_recall,
 )
+from attnrank.heads.niah import Needle, build_niah_prompt, load_haystack, load_needles
 from attnrank.llm.attention import AttentionCapturer
 
 
@@ -252,7 +250,7 @@ def test_unreadable_niah_files_are_input_errors(tmp_path):
     folder.mkdir()
     (folder / "needles.jsonl").write_text('{"needle": "a", "question": "b", "real_needle": "a"}\n{"needle": "x"\n')
     with pytest.raises(InputError, match=r"needles.jsonl line 2 is not a needle"):
-        copypaste.load_needles(tmp_path)
+        load_needles(tmp_path)
     with pytest.raises(InputError, match=r"haystack_part1_p1.txt.gz does not exist.*essays"):
         load_haystack(tmp_path, 1)
 

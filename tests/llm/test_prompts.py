@@ -7,12 +7,11 @@ import logging
 import pytest
 
 from attnrank.errors import InputError, ModelError
+from attnrank.llm.chat import chat_frame, encode_text
 from attnrank.llm.prompts import (
     INSTRUCTIONS,
     build_answer_prompt,
     build_rerank_prompts,
-    chat_frame,
-    encode_text,
 )
 from attnrank.types import Document
 
@@ -232,7 +231,7 @@ def test_answer_prompt(tok):
 def test_template_failure_falls_back(caplog):
     tok = make_tokenizer(chat=False)
     tok.chat_template = "{{ raise_exception('no user role') }}"
-    with caplog.at_level(logging.WARNING, logger="attnrank.llm.prompts"):
+    with caplog.at_level(logging.WARNING, logger="attnrank.llm.chat"):
         frame = chat_frame(tok)
     assert (frame.prefix, frame.suffix) == ("", "\n") and "failed" in caplog.text
 
@@ -347,7 +346,8 @@ def test_the_text_of_a_special_token_in_a_passage_or_query_is_text_not_a_control
     from _tiny import tiny_tokenizer
 
     from attnrank.llm.blocks import build_block_prompts
-    from attnrank.llm.prompts import build_answer_prompt, build_rerank_prompts, encode_text, framed_controls
+    from attnrank.llm.chat import encode_text, framed_controls
+    from attnrank.llm.prompts import build_answer_prompt, build_rerank_prompts
     from attnrank.llm.truncation import truncate_texts
     from attnrank.rerank.likelihood import query_ids
 

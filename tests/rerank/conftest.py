@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from attnrank.rerank.fused import FusionExample
+from attnrank.rerank.fused_features import FusionExample
 
 
 def _examples(n: int, group: str, att_noise: float, seed: int) -> list[FusionExample]:

@@ -8,12 +8,8 @@ import pytest
 from attnrank.errors import InputError
 from attnrank.registry import shipped_artifact
 from attnrank.rerank.config import RerankConfig
-from attnrank.rerank.fused import (
-    FusedWeights,
-    FusionExample,
-    attention_confidence,
-    equal_weights,
-)
+from attnrank.rerank.fused import FusedWeights, equal_weights
+from attnrank.rerank.fused_features import FusionExample, attention_confidence
 from attnrank.rerank.fused_resolve import resolve_fused
 from attnrank.rerank.fused_training import train_fused
 from attnrank.rerank.fusion_eval import compare

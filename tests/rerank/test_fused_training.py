@@ -7,7 +7,8 @@ import pytest
 
 from attnrank.errors import InputError
 from attnrank.eval.crossval import group_splits
-from attnrank.rerank.fused import FusedWeights, FusionExample, equal_weights
+from attnrank.rerank.fused import FusedWeights, equal_weights
+from attnrank.rerank.fused_features import FusionExample
 from attnrank.rerank.fused_training import fusion_examples, train_fused
 from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION, compare, fit_unless_worse, heldout_scores
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.rerank.fused import FusionExample
+from attnrank.rerank.fused_features import FusionExample
 from attnrank.rerank.fused_training import mean_ndcg
 from attnrank.rerank.fusion_eval import compare
 
@@ -35,7 +35,7 @@ def test_examples_that_share_a_query_id_are_refused():
 
 
 def test_attention_confidence_refuses_non_finite_scores_and_reads_equal_ones_as_zero():
-    from attnrank.rerank.fused import attention_confidence
+    from attnrank.rerank.fused_features import attention_confidence
 
     assert attention_confidence(np.full(3, 0.1)) == 0.0  # rounding made it -1.0
     assert attention_confidence(np.array([0.0, 0.0, 3.0])) == pytest.approx(np.sqrt(2))

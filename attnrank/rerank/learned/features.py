@@ -118,7 +118,7 @@ def stage_feature(scores: Scores) -> np.ndarray:
 def standardise(x: np.ndarray) -> np.ndarray:
     """Per-query z-score of each column of ``x [D, F]`` (population std; constant → 0, constant up
     to rounding too: its std is not 0, and z-scores of rounding noise would be ±1 like a real
-    signal's; the rule of :func:`~attnrank.rerank.fused.attention_confidence`)."""
+    signal's; the rule of :func:`~attnrank.rerank.fused_features.attention_confidence`)."""
     x = np.asarray(x, dtype=np.float64)
     if x.size == 0:
         return x.copy()

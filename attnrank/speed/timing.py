@@ -1,18 +1,10 @@
-"""Reranking speed and quality by attention mode (used by ``scripts/bench_rerank.py --blocks``).
-
-Modes, all with the same reranker configuration (preset ``qrhead``: attention alone over its
-registered heads, ``signals=None``) and candidates:
-
-- ``full``: today's capture — the whole prompt prefilled causally, then the two suffixes;
-- ``block-cold``: block attention (:mod:`attnrank.llm.blocks`) with no cached passage state:
-  every block is encoded for this query;
-- ``block-warm``: block attention with every candidate's state already in memory (the query
-  was ranked once before): only the two suffixes run.
+"""Reranking speed by attention mode: seconds per query of each mode (see :mod:`attnrank.speed`).
 
 :func:`measure` times one (dataset, K, mode, dtype) cell in the calling process and reads its
-peak RSS; the script runs each cell in a fresh process so the peaks do not mix.
-:func:`measure_interleaved` times the three modes in turn on each query in one process: the
-speed-ups the issue's targets ask for, free of the drift between cells timed minutes apart.
+peak RSS; :func:`run_cells` runs each cell in a fresh process (``python -m attnrank.speed``) so
+the peaks do not mix. :func:`measure_interleaved` times the three modes in turn on each query in
+one process: the speed-ups the issue's targets ask for, free of the drift between cells timed
+minutes apart. Both grids resume from their results file.
 """
 
 from __future__ import annotations
@@ -25,26 +17,20 @@ import random
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
-from .config import STATE_STORAGES, set_torch_threads
-from .eval import evaluate_per_query, sign_test, wins_losses
-from .eval.datasets import dl19, sample_queries, scifact
-from .eval.report import cpu_model
-from .eval.speed_report import MODES, row_positions
-from .eval.timing import timed_peak
-from .files import atomic_path
-from .llm.blocks import encode_blocks_text
-from .llm.statestore_write import remove_store
-from .rerank.attention import AttentionReranker
-from .rerank.config import RerankConfig
-from .types import Document
+from ..eval.datasets import dl19, sample_queries, scifact
+from ..eval.report import cpu_model
+from ..eval.speed_report import MODES, row_positions
+from ..eval.timing import timed_peak
+from ..files import atomic_path
+from ..rerank.attention import AttentionReranker
+from ..rerank.config import RerankConfig
+from ..types import Document
 
 logger = logging.getLogger(__name__)
 
@@ -212,18 +198,6 @@ def _enough(row: dict[str, Any], n: int) -> bool:
     return row.get("asked", row.get("queries", n)) >= n
 
 
-def mode_quality(
-    reranker: AttentionReranker, cands: dict[str, list[Document]], queries: dict[str, str]
-) -> tuple[dict[str, dict[str, float]], float]:
-    """One reranker's run over a candidate set (``{qid: {doc id: score}}``) and its s/query."""
-    run: dict[str, dict[str, float]] = {}
-    t = time.perf_counter()
-    for q, text in queries.items():
-        run[q] = {d.id: d.score for d in reranker.rank(text, cands[q])}
-        reranker.states.clear()  # each query cold, as a first visit
-    return run, (time.perf_counter() - t) / max(len(queries), 1)
-
-
 # -- the benchmark section: cells in fresh processes, resumable -----------------------------------
 def run_cells(
     cells: list[tuple[str, int, str, str, int]], root: Path, results: Path, timeout: float = 3600
@@ -275,133 +249,6 @@ def in_grid_order(rows: list[dict[str, Any]], cells: list[tuple[str, int, str, s
     """Speed rows in the order of ``cells`` (rows of other cells last)."""
     place = {(d, k, m, t): i for i, (d, k, m, t, _) in enumerate(cells)}
     return sorted(rows, key=lambda r: place.get((r["dataset"], r["K"], r["mode"], r["dtype"]), len(place)))
-
-
-if __name__ == "__main__":  # one cell: python -m attnrank.speed DATASET ROOT K MODE DTYPE N
-    set_torch_threads()
-    ds_name, data, k_s, mode_s, dtype_s, n_s = sys.argv[1:7]
-    print(json.dumps(measure(ds_name, Path(data), int(k_s), mode_s, dtype_s, int(n_s))))
-
-
-def quality_sets(
-    root: Path, hotpot_queries: int, scifact_queries: int
-) -> list[tuple[str, Any, dict[str, list[Document]]]]:
-    """The candidate sets the attention modes are compared on: DL19 BM25 top-20 (all 43 topics),
-    a seeded sample of HotpotQA questions (their 10 paragraphs, BM25 order) and a seeded SciFact sample
-    (BM25 top-20 over the whole corpus)."""
-    return [
-        *dl19_sets(root, [20]),
-        hotpot_set(root, hotpot_queries),
-        scifact_bm25_set(root, scifact_queries, 20),
-    ]
-
-
-def compare_modes(
-    sets: list[tuple[str, Any, dict[str, list[Document]]]],
-    modes: dict[str, dict[str, Any]],
-    llm: Any,
-    cache: Path | None = None,
-) -> list[dict[str, Any]]:
-    """nDCG@10 of the first stage and of each reranker mode (``{label: RerankConfig options}``,
-    the first being the reference) on each set; wins/losses and a sign test against the reference.
-    ``cache``: a JSON file of finished (setting, mode) runs, reused and extended (resumable)."""
-    done: dict[str, Any] = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
-    rows: list[dict[str, Any]] = []
-    for setting, ds, cands in sets:
-        first = {q: {d.id: float(len(c) - i) for i, d in enumerate(c)} for q, c in cands.items()}
-        per = {"first stage": evaluate_per_query(first, ds.qrels, ["nDCG@10"], rel=ds.rel)}
-        secs: dict[str, float] = {}
-        measured: dict[str, str] = {}
-        for label, options in modes.items():
-            # keyed by what runs, the resolved configuration and the model's weights and precision, not
-            # the label: a default that changed (block positions) or another model must not read old runs
-            config = RerankConfig.preset("", **{"signals": None, **options})
-            what = json.dumps(asdict(config), sort_keys=True, default=str)
-            key = f"{setting} | {label} | {what} | {getattr(llm, 'weights_key', '')}"
-            if key not in done:
-                run, s = mode_quality(AttentionReranker(llm, config=config), cands, ds.queries)
-                done[key] = [run, s, datetime.date.today().isoformat()]
-                if cache is not None:
-                    with atomic_path(cache) as tmp:
-                        tmp.write_text(json.dumps(done))
-            run, secs[label], *day = done[key]  # runs cached before dates were kept have none
-            measured[label] = day[0] if day else ""
-            per[label] = evaluate_per_query(run, ds.qrels, ["nDCG@10"], rel=ds.rel)
-            logger.info("%s %s nDCG@10 %.4f", setting, label, np.mean([v["nDCG@10"] for v in per[label].values()]))
-        ref = next(iter(modes))
-        for label, scores in per.items():
-            diff = [scores[q]["nDCG@10"] - per[ref][q]["nDCG@10"] for q in scores]
-            wins, losses = wins_losses(diff)
-            rows.append(
-                {
-                    "setting": setting,
-                    "mode": label,
-                    "nDCG@10": float(np.mean([v["nDCG@10"] for v in scores.values()])),
-                    f"wins/losses vs {ref}": f"{wins}/{losses}",
-                    "sign test p": sign_test(wins, losses),
-                    "s/query": secs.get(label),
-                    "measured": measured.get(label, ""),
-                }
-            )
-    return rows
-
-
-def store_sizes(root: Path, max_doc_words: int = 300) -> list[dict[str, Any]]:
-    """Bytes per passage token and the size of a passage-state store for the SciFact corpus and
-    the DL19 BM25 top-20/top-100 candidates, from their block token counts (preset ``qrhead``: the
-    layers up to its deepest head; the model's dtype in memory, float16 or int8 on disk)."""
-    reranker = AttentionReranker(attention="block", signals=None)
-    cfg = reranker.capturer.decoder.config
-    layers = reranker.capturer.deepest_layer + 1
-    kv, dim = (
-        int(cfg.num_key_value_heads),
-        int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads),
-    )
-    dtype = next(reranker.llm.model.parameters()).dtype  # what the in-memory cache holds
-    per_token = {f"{str(dtype).removeprefix('torch.')} (memory)": 2 * layers * kv * dim * dtype.itemsize}
-    for storage in STATE_STORAGES:
-        values = 2 * layers * kv * dim * (2 if storage == "float16" else 1)
-        per_token[storage] = values + (2 * layers * kv * 2 if storage == "int8" else 0)  # + float16 scales
-    sets: dict[str, list[Document]] = {"SciFact corpus": scifact(root).docs}
-    ds = dl19(root)
-    docs = {d.id: d for d in ds.docs}
-    for depth in (20, 100):
-        ids = dict.fromkeys(i for q in ds.queries for i in ds.candidates[q][:depth])
-        sets[f"DL19 BM25 top-{depth} candidates"] = [docs[i] for i in ids]
-    rows = []
-    for name, passages in sets.items():
-        blocks = encode_blocks_text(reranker.llm.tokenizer, passages, max_doc_words, None)[0]
-        tokens = sum(len(b) for b in blocks)
-        row: dict[str, Any] = {"passages": name, "count": len(passages), "tokens": tokens}
-        row |= {f"{k} GiB": tokens * v / 2**30 for k, v in per_token.items()}
-        rows.append(row)
-    return [{"bytes/token": per_token}, *rows]
-
-
-def build_store(root: Path, folder: Path, storage: str = "float16", depth: int = 20) -> dict[str, Any]:
-    """Build a real passage-state store for the DL19 BM25 top-``depth`` candidates (preset
-    ``qrhead``); its seconds, bytes on disk and bytes per token."""
-    if folder.exists() and any(folder.iterdir()):
-        remove_store(folder)  # the previous run's store, and only a store (refused otherwise)
-    elif folder.exists():
-        folder.rmdir()
-    reranker = AttentionReranker(attention="block", signals=None)
-    ds = dl19(root)
-    docs = {d.id: d for d in ds.docs}
-    passages = [docs[i] for i in dict.fromkeys(i for q in ds.queries for i in ds.candidates[q][:depth])]
-    t = time.perf_counter()
-    header = reranker.write_passage_states(folder, passages, storage=storage)
-    secs = time.perf_counter() - t
-    size = sum(p.stat().st_size for p in folder.iterdir())
-    return {
-        "passages": f"DL19 BM25 top-{depth} candidates",
-        "storage": storage,
-        "count": len(passages),
-        "tokens": header["tokens"],
-        "build s": secs,
-        "MiB on disk": size / 2**20,
-        "bytes/token": size / header["tokens"],
-    }
 
 
 def speed_cells(dtypes: list[str]) -> list[tuple[str, int, str, str, int]]:
