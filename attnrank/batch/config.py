@@ -3,6 +3,7 @@ runs it on (:class:`Resources`): the settings of :func:`attnrank.batch.runner.ru
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -56,6 +57,16 @@ class BatchConfig:
             raise InputError(f"--mode {self.mode!r} is not one of {', '.join(MODES)} (or none: the index's own)")
         if self.rerank < 0:
             raise InputError(f"--rerank {self.rerank} must be 0 (off) or a positive depth")
+        if self.heads is not None and not isinstance(self.heads, str):
+            # (a checkpoint records the settings as JSON: a list of pairs read back as lists never matched)
+            raise InputError(
+                f"heads={self.heads!r} is not a string; give 'all', 'l-h,l-h' (e.g. '13-18,14-2') or a JSON file's path"
+            )
+        if self.rerank and not re.fullmatch(r"cpu|auto|cuda(:0)?", self.device):
+            # (Ray shows a rerank actor only the one GPU it declares, as cuda:0: cuda:1 failed in every actor)
+            raise InputError(
+                f"device={self.device!r} is not cpu or cuda (each rerank actor declares one GPU, which Ray shows it as cuda)"
+            )
         if not Path(self.index).is_dir():
             raise InputError(f"index {self.index!r} is not a folder; build one with `attnrank index` (--shards N)")
         # its manifest (format, version, listed files) before Ray starts: every actor's load failed
@@ -70,6 +81,28 @@ class BatchConfig:
             raise InputError(
                 "--dtype auto with --device cuda lets each worker's GPU choose bfloat16 or float16, so one run "
                 "could mix them; give --dtype bfloat16 (A100, H100, L4, ...) or --dtype float16 (T4, V100)"
+            )
+
+
+def check_device(device: str, ray_address: str | None, gpus: float) -> None:
+    """A cuda reranker whose actors could never see a GPU, refused before Ray starts: actors that
+    declare none (``gpus``: :attr:`Resources.rerank_gpus`), as Ray hides the GPUs from them, or a
+    local Ray (``ray_address`` None) on a machine without one. Each failed in every actor, retried
+    without end, or waited for a node that never joins."""
+    if not device.startswith("cuda"):
+        return
+    if not gpus > 0:
+        raise InputError(
+            f"device={device!r} with rerank_gpus={gpus}: Ray hides the GPUs from an actor that declares none; "
+            "give Resources(rerank_gpus=1), or device='cpu'"
+        )
+    if ray_address is None:
+        import torch  # (a cuda device only: torch's CUDA check)
+
+        if not torch.cuda.is_available():
+            raise InputError(
+                f"device {device!r}: this machine has no CUDA GPU for the local Ray; use device cpu "
+                "or the address of a Ray cluster with GPUs (--ray-address)"
             )
 
 

@@ -5,7 +5,7 @@ Queries come from BEIR ``queries.jsonl``, ``id<TAB>text`` TSV (both through
 A row carries the query's whole candidate list, so one rerank call sees all its candidates:
 
 ``qid``, ``query``, ``doc_ids`` (best first), ``scores`` (the row's current score per document),
-and per-stage score lists ``stage_<name>`` (``bm25``, ``dense``, ``hybrid``, ``attention``, ``fused``;
+and per-stage score lists ``stage_<name>`` (``bm25``, ``dense``, ``hybrid``, ``attention``, ``likelihood``, ``fused``;
 NaN where a document has no score from that stage). Between retrieval and reranking a row also
 carries ``titles`` and ``texts``; they are dropped before writing.
 """
@@ -60,7 +60,12 @@ def read_queries(path: str | Path) -> dict[str, str]:
         qid = text_id.strip()  # (trimmed, as JSONL and TSV queries, qrels and runs read ids)
         if qid in out:
             raise InputError(f"{p}: duplicate query id {qid!r}; query ids must be unique")
-        if not isinstance(text, str) or not text.strip():
+        if text is not None and not isinstance(text, str):  # (a binary or list column: not an empty query)
+            raise InputError(
+                f"{p}: column {textc!r} holds {table.schema.field(textc).type} values, not strings; "
+                "write the query texts as a string column"
+            )
+        if text is None or not text.strip():
             raise InputError(f"{p}: query {qid!r} is empty")
         out[qid] = text.strip()
     if not out:

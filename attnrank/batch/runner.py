@@ -37,13 +37,14 @@ from ..index.sharded.layout import is_sharded, read_sharded
 from ..index.store import manifest_tag, read_doc_ids
 from ..llm.fingerprint import model_fingerprint, name_fingerprint
 from ..llm.headspec import format_heads, parse_heads
+from ..llm.models import unloaded_model
 from ..registry import registry_digest
 from ..rerank.config import RerankConfig
 from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
 from ..rerank.fused_resolve import likelihood_weights, signals_only
 from ..rerank.signals import SIGNALS_VERSION, candidate_terms
 from .checkpoint import check_checkpoint, check_folder, locked_checkpoint
-from .config import BatchConfig, Resources
+from .config import BatchConfig, Resources, check_device
 from .dataset import build_dataset, drain, ray_data_settings
 from .rows import read_queries
 from .sink import CheckpointSink
@@ -184,9 +185,12 @@ def run_batch(
 ) -> dict[str, Any]:
     """Run the pipeline; returns counts, timings and throughput (queries/s)."""
     require("ray.data", "ray", "attnrank batch")  # (before anything is read or made: pyarrow comes with it)
+    ray_address = None if ray_address == "local" else ray_address  # (as ray.init reads it: a local Ray)
     config.check()
     config = config.resolved()
     res = resources or Resources()
+    if config.rerank:
+        check_device(config.device, ray_address, res.rerank_gpus)
     _check_outputs(output, parquet, queries)
     qs = queries if isinstance(queries, dict) else read_queries(queries)
     if not qs:
@@ -204,6 +208,8 @@ def run_batch(
     parts_dir = checkpoint or Path(f"{output or parquet}.parts")
     _check_parts_dir(parts_dir, output, parquet, queries)
     model = _model(config)
+    if ray_address is None and model[0] is not None and model[1] == name_fingerprint(model[0]):
+        unloaded_model(model[0])  # (a model this machine cannot read: its actors could not either)
     mine = _settings(config, model)
     check_folder(parts_dir)
     with locked_checkpoint(parts_dir):

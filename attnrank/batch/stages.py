@@ -8,6 +8,8 @@ plain callables, so they run unchanged without Ray (the tests compare both ways)
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,18 @@ class StageError(AttnrankError):
     def __init__(self, message: str):
         super().__init__(message)
         self.line = message
+
+
+@contextmanager
+def _loading(what: str) -> Iterator[None]:
+    """An attnrank error while an actor loads ``what`` as a :class:`StageError`: the driver shows
+    its one line (:func:`~attnrank.batch.dataset.drain`), not the traceback of the actor that died."""
+    try:
+        yield
+    except StageError:
+        raise
+    except AttnrankError as e:
+        raise StageError(f"loading {what}: {e}") from None
 
 
 def load_index(path: str | Path, tag: str | None = None) -> HybridRetriever:
@@ -125,7 +139,8 @@ class RetrievalStage:
         index_tag: str | None = None,
         threads: int | None = None,
     ):
-        self.retriever = load_index(index, index_tag)
+        with _loading("the index"):
+            self.retriever = load_index(index, index_tag)
         self.k, self.mode, self.keep_text, self.threads = k, mode, keep_text, threads
 
     def __call__(self, batch):
@@ -178,17 +193,18 @@ class RerankStage:
                 f"this worker's candidate BM25 stems with {candidate_terms().stemmer!r}, the run's with {stemmer!r}: "
                 "install the same extras (attnrank[stem]) on every node; one run never mixes the two"
             )
-        self.reranker = AttentionReranker(config=config)
-        check_model(self.reranker, model)
-        if index is not None and self.reranker.fused is not None:  # attention alone reads no vectors
-            self.reranker.use_index(load_index(index, index_tag))
-        self.threads = threads
-        if threads:  # loaded now, not at the first query: loading sets torch to every core, then the share
-            if self.reranker.uses_llm:
-                self.reranker.llm  # noqa: B018 - the lazy load itself
-            if self.reranker.fused is not None:
-                self.reranker.signals.embedder  # noqa: B018
-            set_torch_threads(threads)
+        with _loading("the reranker"):
+            self.reranker = AttentionReranker(config=config)
+            check_model(self.reranker, model)
+            if index is not None and self.reranker.fused is not None:  # attention alone reads no vectors
+                self.reranker.use_index(load_index(index, index_tag))
+            self.threads = threads
+            if threads:  # loaded now, not at the first query: loading sets torch to every core, then the share
+                if self.reranker.uses_llm:
+                    self.reranker.llm  # noqa: B018 - the lazy load itself
+                if self.reranker.fused is not None:
+                    self.reranker.signals.embedder  # noqa: B018
+                set_torch_threads(threads)
         self.depth, self.k = depth, k
 
     def __call__(self, batch):

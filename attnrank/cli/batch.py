@@ -91,14 +91,10 @@ def _check_device(device: str, ray_address: Optional[str]) -> None:
         raise typer.BadParameter(
             f"--device {device!r} is not cpu or cuda (each rerank actor declares one GPU, which Ray shows it as cuda)"
         )
-    if device.startswith("cuda") and ray_address is None:
-        import torch
+    from ..batch.config import check_device
 
-        if not torch.cuda.is_available():
-            raise typer.BadParameter(
-                f"--device {device}: this machine has no CUDA GPU for the local Ray; use --device cpu "
-                "or --ray-address of a cluster with GPUs"
-            )
+    with option_errors():
+        check_device(device, ray_address, 1.0)  # (each rerank actor declares one GPU: batch's Resources)
 
 
 def _batch_index(name: Optional[str], index_dir: Optional[Path]) -> Path:
@@ -174,10 +170,12 @@ def batch(
         None, "--parquet", help="Parquet file, one row per query with per-stage scores."
     ),
     checkpoint: Optional[Path] = typer.Option(
-        None, "--checkpoint", help="Checkpoint folder (default: OUTPUT.parts); reruns resume."
+        None,
+        "--checkpoint",
+        help="Checkpoint folder (default: -o's path + .parts, else --parquet's); a rerun with the same folder resumes.",
     ),
     ray_address: Optional[str] = typer.Option(
-        None, "--ray-address", help="Ray cluster ('auto', 'ray://host:10001'); default: a local Ray."
+        None, "--ray-address", help="Ray cluster ('auto', 'ray://host:10001'); default (or 'local'): a local Ray."
     ),
     num_cpus: Optional[int] = typer.Option(None, "--num-cpus", help="CPUs of the local Ray (default: all)."),
     retrieval_actors: int = typer.Option(1, "--retrieval-actors", help="Retrieval actors (one index each)."),
@@ -190,6 +188,7 @@ def batch(
     from ..batch import BatchConfig, Resources, run_batch
 
     progress = _setup(quiet, verbose)
+    ray_address = None if ray_address == "local" else ray_address  # (as `index --ray-address local`: a local Ray)
     for name, value in (("--retrieval-actors", retrieval_actors), ("--rerank-actors", rerank_actors)):
         if value < 1:
             raise typer.BadParameter(f"{name} {value} must be at least 1")

@@ -91,3 +91,12 @@ def test_batch_takes_the_devices_a_rerank_actor_can_use(workdir):
         r = _batch("--index", "scifact", "--rerank", "5", "--device", device)
         assert r.exit_code == 2 and f"--device '{device}' is not cpu or cuda" in _text(r), _text(r)
     assert not workdir
+
+
+def test_ray_address_local_is_a_local_ray(workdir):
+    """`--ray-address local` (as `index` takes it) started a local Ray, yet was checked as a
+    cluster's address: --num-cpus was refused and the local Ray's checks were skipped."""
+    r = _batch("--index", "scifact", "--ray-address", "local", "--num-cpus", "1")
+    assert r.exit_code == 0, _text(r)
+    r = _batch("--index", "scifact", "--ray-address", "local", "--actor-cpus", "64", "--num-cpus", "2")
+    assert r.exit_code == 2 and "more than the 2 CPUs of the local Ray" in _text(r), _text(r)

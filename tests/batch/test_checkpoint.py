@@ -880,3 +880,39 @@ def test_progress_counts_this_runs_queries_and_workers_get_an_absolute_model_pat
     monkeypatch.chdir(tmp_path)
     kwargs = dataset.rerank_stage_kwargs(BatchConfig(str(index), rerank=5, preset="signals", model="m"), 1, None)
     assert kwargs["config"].model == str(tmp_path / "m")
+
+
+def test_a_model_a_local_ray_cannot_load_is_refused_before_ray_starts(fake_ray, tmp_path, index):
+    """A mistyped model path was only fingerprinted by its name (a model only a cluster's workers
+    have); a local Ray then started, and every rerank actor died loading it (Ray's traceback)."""
+    from attnrank.errors import ModelError
+
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(tmp_path / "models" / "typo"))
+    with pytest.raises(ModelError, match="typo"):
+        run_batch({"q1": "apple"}, config, output=tmp_path / "r.trec", progress=False)
+    with pytest.raises(ModelError, match="typo"):  # ('local' is a local Ray too, as ray.init reads it)
+        run_batch({"q1": "apple"}, config, output=tmp_path / "r.trec", progress=False, ray_address="local")
+    assert fake_ray["calls"] == 0
+    run_batch({"q1": "apple"}, config, output=tmp_path / "r.trec", progress=False, ray_address="auto")
+    assert fake_ray["calls"] == 1  # (a cluster's workers may have it: their actors check it)
+
+
+@pytest.mark.parametrize(
+    ("options", "resources", "message"),
+    [
+        ({"heads": [(1, 2)]}, {}, r"heads=\[\(1, 2\)\] is not a string; give 'all', 'l-h,l-h'"),
+        ({"device": "cuda:1", "dtype": "bfloat16"}, {}, "device='cuda:1' is not cpu or cuda"),
+        ({"device": "cuda", "dtype": "bfloat16"}, {}, "device='cuda' with rerank_gpus=0.0: Ray hides the GPUs"),
+    ],
+)
+def test_settings_no_rerank_actor_could_run_are_refused_before_ray_starts(
+    fake_ray, tmp_path, index, options, resources, message
+):
+    """Heads given as a list ran, but their checkpoint (JSON: lists) never matched them again, so
+    no run could resume; a device an actor cannot see failed in every actor (the CLI alone checked it)."""
+    from attnrank.batch import Resources
+
+    config = BatchConfig(str(index), mode="bm25", rerank=5, **options)
+    with pytest.raises(InputError, match=message):
+        run_batch({"q1": "apple"}, config, output=tmp_path / "r.trec", resources=Resources(**resources), progress=False)
+    assert fake_ray["calls"] == 0

@@ -20,3 +20,18 @@ def test_parquet_query_ids_read_as_jsonl_ones(tmp_path):
     pq.write_table(pa.table({"id": [1.0, 2.5], "text": ["a", "b"]}), tmp_path / "f.parquet")
     with pytest.raises(InputError, match="row 2: query id 2.5 is a JSON number that has a fraction"):
         read_queries(tmp_path / "f.parquet")
+
+
+def test_parquet_query_texts_that_are_not_strings_are_named_so(tmp_path):
+    """A binary or list text column was reported as "query 'q1' is empty"."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from attnrank.batch.rows import read_queries
+
+    pq.write_table(pa.table({"id": ["q1"], "text": [b"red apples"]}), tmp_path / "b.parquet")
+    with pytest.raises(InputError, match="column 'text' holds binary values, not strings"):
+        read_queries(tmp_path / "b.parquet")
+    pq.write_table(pa.table({"id": ["q1"], "text": [["red", "apples"]]}), tmp_path / "l.parquet")
+    with pytest.raises(InputError, match=r"column .text. holds list<\w+: string> values, not strings"):
+        read_queries(tmp_path / "l.parquet")

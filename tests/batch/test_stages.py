@@ -92,3 +92,12 @@ def test_an_actor_refuses_an_index_rebuilt_since_the_run_began(tmp_path, tiny_di
         RetrievalStage(str(path), 1, index_tag=tag)
     with pytest.raises(StageError, match="was rebuilt since this batch run began"):
         RerankStage(1, 1, config=RerankConfig.preset(model=str(tiny_dir)), index=str(path), index_tag=tag)
+
+
+def test_an_index_or_model_an_actor_cannot_load_is_one_stage_line(tmp_path):
+    """An actor's constructor raised the library's error, which reached the driver as Ray's
+    ActorDiedError traceback: only a StageError's line is read out of it."""
+    with pytest.raises(StageError, match=r"^loading the index: .*missing"):
+        RetrievalStage(str(tmp_path / "missing"), 1)
+    with pytest.raises(StageError, match=r"^loading the reranker: .*no-model"):
+        RerankStage(1, 1, config=RerankConfig.preset("qrhead", heads="all", model=str(tmp_path / "no-model")))
