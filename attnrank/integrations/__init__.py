@@ -7,8 +7,9 @@
 - Haystack components live in the namespace package ``haystack_integrations`` (extra ``haystack``):
   ``haystack_integrations.components.rankers.attnrank`` and ``…retrievers.attnrank``.
 
-Every adapter takes either a built :class:`~attnrank.rerank.attention.AttentionReranker` /
-:class:`~attnrank.prune.pruner.ContextPruner` or the keyword arguments of its constructor;
-adapters built from the same arguments share one object (and so one loaded model), see
-:mod:`attnrank.integrations.shared`.
+The LangChain and LlamaIndex adapters take either a built
+:class:`~attnrank.rerank.attention.AttentionReranker` / :class:`~attnrank.prune.pruner.ContextPruner`
+or the keyword arguments of its constructor; the Haystack components take settings only (a pipeline
+is saved as YAML of basic types). Adapters built from the same arguments share one object (and so
+one loaded model), see :mod:`attnrank.integrations.shared`.
 """

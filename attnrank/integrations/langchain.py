@@ -50,6 +50,7 @@ from ..prune.context import check_budget, check_neighbours
 from ..types import Document, ScoredDocument
 from .shared import (
     check_depth,
+    check_reranker_settings,
     check_top_n,
     keep_stages,
     model_lock,
@@ -69,7 +70,8 @@ def _source_id(doc: LCDocument, position: int) -> str:
 
 def to_attnrank(docs: Sequence[LCDocument]) -> list[Document] | list[ScoredDocument]:
     """LangChain documents -> attnrank documents, keyed by their input position (``"0"``, ``"1"``,
-    ...; the source id stays in the metadata). ``metadata["title"]`` becomes the title; documents
+    ...; :func:`to_langchain` given the source gives a result back its ``id`` and metadata).
+    ``metadata["title"]`` becomes the title; documents
     from :class:`AttnrankRetriever` keep their earlier stages' scores (:func:`keep_stages`)."""
     plain = [
         Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""), dict(d.metadata))
@@ -130,7 +132,8 @@ class AttnrankPruner(BaseDocumentCompressor):
     Returns new documents holding only the kept sentences (reading order, the source's id and
     metadata kept, plus ``kept_sentences``, ``pruned`` and ``sentence_scores``, the kept
     sentences' attention scores); a document with no kept sentence is left out, except one of a
-    title and no text (nothing to prune), which comes back as it was. Budget:
+    title and no text (nothing to prune), which comes back with its title, no kept sentence and
+    ``pruned`` True. Budget:
     ``budget_tokens`` (sentence tokens kept over all documents, hard cap) or ``keep_ratio``
     (fraction of them). A budget covering the whole context keeps everything without running the
     model, so ``sentence_scores`` is left out then.
@@ -230,6 +233,8 @@ class AttnrankRetriever(BaseRetriever):
         if not self.rerank and settings:
             # nothing would read them: a misspelt count (top_n=) would silently be ignored
             raise InputError(f"rerank=False but reranker settings were given ({sorted(settings)})")
+        if self.rerank or reranker is not None:
+            check_reranker_settings(reranker, **settings)  # (before the index loads)
         self.index = shared_index(index)
         # a reranker object given with rerank=False is kept: LangChain rebuilds a configured
         # retriever with it (configurable_fields), and rerank may be switched on later

@@ -14,7 +14,7 @@ reranking node postprocessor and a pruning node postprocessor. Extra:
   postprocessor: each node's text is replaced by its kept sentences
   (:class:`~attnrank.prune.pruner.ContextPruner`; new nodes, same ids and metadata); nodes with
   no kept sentence are dropped, except a node of a title and no text (nothing to prune), which
-  comes back as it was.
+  comes back with its title, no kept sentence and ``pruned`` True.
 
 The reranker/pruner (and so the model) sits in a private attribute; adapters built with the
 same settings share it (:mod:`attnrank.integrations.shared`).
@@ -50,6 +50,7 @@ from ..types import Document, ScoredDocument
 from .shared import (
     built_settings,
     check_depth,
+    check_reranker_settings,
     check_top_n,
     keep_stages,
     model_lock,
@@ -322,6 +323,8 @@ class AttnrankRetriever(BaseRetriever):
             raise InputError(f"rerank=False but reranker settings were given ({sorted(settings) or 'reranker'})")
         super().__init__(callback_manager=callback_manager)
         self.similarity_top_k, self.depth = similarity_top_k, depth
+        if rerank:
+            check_reranker_settings(reranker, **settings)  # (before the index loads)
         self._index = shared_index(index)
         self._reranker = shared_reranker(reranker, index=self._index, **settings) if rerank else None
 

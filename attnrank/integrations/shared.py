@@ -115,6 +115,17 @@ def _cached(kind: str, kwargs: Mapping[str, Any], build, store: Any = _CACHE):
         return built
 
 
+def check_reranker_settings(reranker: Any = None, **kwargs: Any) -> None:
+    """Refuse what :func:`shared_reranker` would refuse of its arguments (a reranker object beside
+    settings; an unknown or invalid setting) without loading anything: a retriever adapter checks
+    them before it loads its index (a misspelt ``top_n=`` was found after the index had loaded)."""
+    if reranker is not None:
+        if kwargs:
+            raise InputError(f"got a reranker object and settings {sorted(kwargs)}; give one or the other")
+        return
+    resolved_settings(_preset_heads(kwargs), RerankConfig)
+
+
 def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
     """``reranker`` if given (any object with ``rank(query, docs, k)``), else the process-wide
     :class:`~attnrank.rerank.attention.AttentionReranker` built from ``kwargs`` (its constructor's
@@ -126,9 +137,8 @@ def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
     reads their dense signal from the index's vectors (:meth:`~attnrank.rerank.attention.AttentionReranker.use_index`),
     so it is one of its own: a reranker shared with adapters of other inputs embeds them, and its
     scores never depend on which adapters a process created first. A given ``reranker`` is used as it is."""
+    check_reranker_settings(reranker, **kwargs)
     if reranker is not None:
-        if kwargs:
-            raise InputError(f"got a reranker object and settings {sorted(kwargs)}; give one or the other")
         return reranker
     from ..rerank.attention import AttentionReranker
 

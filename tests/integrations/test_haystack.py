@@ -169,3 +169,50 @@ def test_components_saved_before_the_scorer_default_changed_load_as_they_were_me
     ranker["init_parameters"]["scorer"] = "sum"
     settings = dict(AttnrankRanker.from_dict(ranker)._settings)
     assert RerankConfig.preset(settings.pop("config"), **settings).scorer == "learned"
+
+
+def test_async_warm_up_loads_off_the_event_loop(settings, demo_index, monkeypatch):
+    """Haystack's run_async warms components up on its event loop: a model or index load stalled
+    every other coroutine of the process (a web server's requests) while it ran."""
+    import asyncio
+    import threading
+
+    from haystack_integrations.components.rankers.attnrank import ranker as ranker_module
+    from haystack_integrations.components.retrievers.attnrank import retriever as retriever_module
+
+    loaded_in: list[str] = []
+    for module, name in ((ranker_module, "shared_reranker"), (retriever_module, "shared_index")):
+        real = getattr(module, name)
+
+        def recording(*a, _real=real, **k):
+            loaded_in.append(threading.current_thread().name)
+            return _real(*a, **k)
+
+        monkeypatch.setattr(module, name, recording)
+    kwargs = {k: v for k, v in settings.items() if k != "model"}
+    ranker = AttnrankRanker(model=settings["model"], reranker_kwargs=kwargs)
+    retriever = AttnrankRetriever(str(demo_index), top_k=2, depth=5, rerank=False)
+
+    async def warm() -> None:
+        await asyncio.gather(ranker.warm_up_async(), retriever.warm_up_async())
+
+    asyncio.run(warm())
+    assert ranker._reranker is shared_reranker(**settings) and retriever._index is not None
+    assert len(loaded_in) == 2 and threading.main_thread().name not in loaded_in
+
+
+def test_a_retriever_reads_rerank_as_set_now(settings, demo_index, query):
+    """run() reranked whenever a reranker had been loaded: rerank=False set after a warm-up still reranked."""
+    kwargs = {k: v for k, v in settings.items() if k != "model"}
+    comp = AttnrankRetriever(str(demo_index), top_k=3, depth=5, model=settings["model"], reranker_kwargs=kwargs)
+    plain = AttnrankRetriever(str(demo_index), top_k=3, depth=5, rerank=False).run(query)["documents"]
+
+    def stages(docs) -> list:
+        return [(d.id, sorted(d.meta["stage_scores"])) for d in docs]
+
+    reranked = stages(comp.run(query)["documents"])
+    assert reranked != stages(plain)  # (the reranker's own stage scores)
+    comp.rerank = False
+    assert stages(comp.run(query)["documents"]) == stages(plain)
+    comp.rerank = True
+    assert stages(comp.run(query)["documents"]) == reranked

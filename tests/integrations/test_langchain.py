@@ -248,3 +248,9 @@ def test_retriever_takes_k_and_depth_per_call(settings, demo_index, query):
     with pytest.raises(InputError, match=r"not \['top_k'\]"):
         retriever.invoke(query, top_k=2)
     assert len(retriever.invoke(query, verbose=True)) == 4  # LangChain's own keyword, passed on to us too
+
+
+def test_a_misspelt_reranker_setting_is_refused_before_the_index_loads(tmp_path):
+    """The retriever loaded its index (kept in the process-wide cache) and only then found top_n."""
+    with pytest.raises(InputError, match=r"unknown RerankConfig option\(s\) \['top_n'\]"):
+        AttnrankRetriever(index=tmp_path / "no-index-here", k=2, top_n=3)

@@ -287,3 +287,9 @@ def test_the_pre_split_sentences_stay_out_of_the_llm_and_embedding_text(settings
         assert n.node.metadata["sentences"] == [n.node.text]
         for mode in (MetadataMode.LLM, MetadataMode.EMBED):
             assert n.node.get_content(metadata_mode=mode).count(n.node.text) == 1, mode
+
+
+def test_a_misspelt_reranker_setting_is_refused_before_the_index_loads(tmp_path):
+    """The retriever loaded its index (kept in the process-wide cache) and only then found top_n."""
+    with pytest.raises(InputError, match=r"unknown RerankConfig option\(s\) \['top_n'\]"):
+        AttnrankRetriever(tmp_path / "no-index-here", similarity_top_k=2, top_n=3)

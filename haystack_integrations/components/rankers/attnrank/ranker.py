@@ -3,6 +3,7 @@ al. ICLR 2025; QRHead, Zhang et al. EMNLP 2025), via :class:`attnrank.AttentionR
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from attnrank.errors import require
@@ -55,6 +56,11 @@ class AttnrankRanker:
         """Load the model (once per process for the same settings)."""
         if self._reranker is None:
             self._reranker = shared_reranker(**self._settings)
+
+    async def warm_up_async(self) -> None:
+        """:meth:`warm_up` in a worker thread: an async pipeline warms its components up on its
+        event loop, which loading the model would stall for every other coroutine."""
+        await asyncio.to_thread(self.warm_up)
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(

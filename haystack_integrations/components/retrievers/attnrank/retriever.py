@@ -3,6 +3,7 @@ with attnrank's reranker (:class:`attnrank.HybridRetriever` + :class:`attnrank.A
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from attnrank.errors import InputError, require
@@ -62,6 +63,11 @@ class AttnrankRetriever:
         if self.rerank and self._reranker is None:
             self._reranker = shared_reranker(index=self._index, **self._settings)
 
+    async def warm_up_async(self) -> None:
+        """:meth:`warm_up` in a worker thread: an async pipeline warms its components up on its
+        event loop, which loading the index and the model would stall for every other coroutine."""
+        await asyncio.to_thread(self.warm_up)
+
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
             self,
@@ -88,7 +94,7 @@ class AttnrankRetriever:
             check_depth(k, self.depth, "top_k")
         self.warm_up()
         first = self._index.search(query, max(self.depth, k))
-        if self._reranker is None:
+        if not self.rerank:  # (as set now: a reranker loaded before stays loaded, unread)
             return {"documents": from_index(first.top_k(k))}
         with model_lock(self._reranker):
             res = self._reranker.rank(query, first, k=k)
