@@ -388,6 +388,19 @@ def test_generator_refuses_one_string_as_the_context(llm):
     assert "[2]" not in gen.prompt("What is the capital of France?", ["Paris is the capital of France."])
 
 
+def test_generator_refuses_a_passage_of_another_type_in_one_line(llm):
+    """A dict (or a framework's document) failed inside the prompt builder: AttributeError."""
+    gen = Generator(llm, max_new_tokens=2)
+    for bad in ({"text": "Paris is the capital of France."}, 3):
+        with pytest.raises(
+            InputError, match=f"document #1 is a {type(bad).__name__}; pass Document, ScoredDocument or str"
+        ):
+            gen.answer("What is the capital of France?", [Document("d0", "France"), bad])
+    texts = ["Paris is the capital of France.", "Lyon is a city."]
+    docs = [Document(str(i), t) for i, t in enumerate(texts)]
+    assert gen.prompt("Capital?", texts) == gen.prompt("Capital?", docs)
+
+
 def test_a_budget_without_a_pruner_is_refused():
     """budget_tokens/keep_ratio size the pruned context: without a pruner they were silently ignored."""
     pipe = Pipeline(None, depth=2, top_k=1)
