@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 from pathlib import Path
@@ -12,6 +13,8 @@ from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, _index_path, _setup, app
 from .options import check_pruner_lookups, check_registry_lookups, rerank_and_prune_options
 from .rerank_config import pruning_config
+
+logger = logging.getLogger(__name__)
 
 
 @app.command()
@@ -51,8 +54,9 @@ def serve(
         if value < low or (opt == "--port" and value > 65535):
             limit = "0-65535 (0: a free port)" if opt == "--port" else f"at least {low}"
             raise typer.BadParameter(f"{opt} {value} is out of range ({limit})")
-    uvicorn = require("uvicorn", "serve", "attnrank serve")
-    from ..serve.app import create_app
+    require("uvicorn", "serve", "attnrank serve")
+    from ..serve.app import LOOPBACK_HOSTS, create_app
+    from ..serve.background import uvicorn_server
     from ..serve.engine import build_engine
     from ..serve.schemas import Limits
 
@@ -72,6 +76,7 @@ def serve(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+            sock.listen()  # (bound alone, a second serve on the port bound it too, and failed after its model load)
         except OSError as e:
             raise typer.BadParameter(
                 f"cannot listen on {host}:{port} ({e.strerror}); give another --host/--port"
@@ -80,8 +85,30 @@ def serve(
         limits = Limits(
             max_documents=max_documents, max_document_chars=max_document_chars, max_total_tokens=max_total_tokens
         )
-        app = create_app(engine, limits=limits, max_queued=max_queued)
-        config = uvicorn.Config(app, log_level="info" if verbose else "warning", access_log=False)
+        loopback = _is_loopback(host)
+        if not loopback:
+            logger.warning(
+                "serving on %s: every route answers anyone who reaches this address, without authentication; "
+                "bind 127.0.0.1 (the default), or put the server behind a proxy that authenticates",
+                host,
+            )
+        app = create_app(
+            engine, limits=limits, max_queued=max_queued, allowed_hosts=LOOPBACK_HOSTS if loopback else None
+        )
+        # (a job still running when a shutdown began is given this long; the queued ones are answered 503 at once)
+        server = uvicorn_server(
+            app, log_level="info" if verbose else "warning", access_log=False, timeout_graceful_shutdown=30
+        )
         shown = f"[{host}]" if ":" in host else host
         typer.echo(f"attnrank serving on http://{shown}:{sock.getsockname()[1]}")
-        uvicorn.Server(config).run(sockets=[sock])
+        server.run(sockets=[sock])
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address, or ``localhost``) is this machine's loopback interface alone."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip()).is_loopback
+    except ValueError:  # (a name: whatever it resolves to)
+        return False

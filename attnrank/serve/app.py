@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from ..errors import InputError, require
+from ..errors import AttnrankError, InputError, MissingExtraError, require
 
 require("fastapi", "serve", "attnrank serve")
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from .engine import Engine
@@ -30,9 +31,20 @@ from .routes import router
 from .schemas import Limits
 from .server import CLIENT_CLOSED, ClientGone, LimitExceeded, NotAvailable, Server
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")  # the Host headers of a loopback server's own clients
 
-def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int = 16) -> FastAPI:
-    """The app over ``engine`` with ``limits`` and at most ``max_queued`` waiting model jobs."""
+
+def create_app(
+    engine: Engine,
+    *,
+    limits: Limits | None = None,
+    max_queued: int = 16,
+    allowed_hosts: Sequence[str] | None = None,
+) -> FastAPI:
+    """The app over ``engine`` with ``limits`` and at most ``max_queued`` waiting model jobs.
+    ``allowed_hosts``: the Host headers it answers (others: 400; e.g. :data:`LOOPBACK_HOSTS` for a
+    server bound to loopback, as ``attnrank serve`` gives them: a web page the user opens could
+    otherwise reach it through a name that resolves to 127.0.0.1, DNS rebinding); None: any."""
     server = Server(engine, limits or Limits(), max_queued)
 
     @contextlib.asynccontextmanager
@@ -53,6 +65,8 @@ def create_app(engine: Engine, *, limits: Limits | None = None, max_queued: int 
         max_body_bytes=server.limits.max_body_bytes,
         by_path={"/v1/prune": server.limits.max_prune_body_bytes},
     )
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     app.add_middleware(AccessLogMiddleware)
     _install_errors(app)
     app.include_router(router)
@@ -93,6 +107,16 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(Cancelled)
     async def _cancelled(request: Request, e: Cancelled) -> Response:
         return _message(503, "the server is shutting down; retry", **{"Retry-After": "5"})
+
+    @app.exception_handler(MissingExtraError)
+    async def _extra(request: Request, e: MissingExtraError) -> Response:
+        return _message(503, str(e))
+
+    @app.exception_handler(AttnrankError)
+    async def _failed(request: Request, e: AttnrankError) -> Response:
+        # (a model's non-finite attention, an index's damaged scores: the one line the CLI prints,
+        # not a bare "Internal Server Error")
+        return _message(500, str(e))
 
 
 def _invalid_message(request: Request, errors: Any) -> str:

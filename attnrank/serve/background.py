@@ -1,11 +1,12 @@
-"""Run the app under uvicorn in a background thread (benchmarks, tests, notebooks).
-
-:func:`background_server` binds 127.0.0.1 on a free port (or the one given), waits until
-uvicorn accepts connections, yields the base URL, and stops the server on exit.
+"""Run the app under uvicorn: :func:`uvicorn_server` (what ``attnrank serve`` runs), and
+:func:`background_server`, in a background thread (benchmarks, tests, notebooks): it binds
+127.0.0.1 on a free port (or the one given), waits until uvicorn accepts connections, yields the
+base URL, and stops the server on exit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
@@ -19,18 +20,37 @@ from ..errors import require
 logger = logging.getLogger(__name__)
 
 
+def uvicorn_server(app: Any, **config: Any) -> Any:
+    """uvicorn's server for ``app`` (``config``: :class:`uvicorn.Config`'s keywords) that closes
+    the app's job queue (:meth:`~attnrank.serve.jobs.JobQueue.close`) as its shutdown begins. Why:
+    uvicorn waits for every open connection before the app's own shutdown, and a request waiting
+    in the queue holds one, so a shutdown ran every queued job first (minutes of answers for
+    clients told nothing); now they are answered 503 "shutting down" and the running job finishes."""
+    uvicorn = require("uvicorn", "serve", "attnrank serve")
+    base: Any = uvicorn.Server  # (an optional extra: imported here, after the check that names it)
+
+    class Server(base):
+        async def shutdown(self, sockets: Any = None) -> None:
+            jobs = getattr(getattr(app.state, "server", None), "jobs", None)
+            if jobs is not None:
+                await asyncio.to_thread(jobs.close)
+            await super().shutdown(sockets)
+
+    return Server(uvicorn.Config(app, **config))
+
+
 @contextlib.contextmanager
 def background_server(
     app: Any, *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 30.0, log_level: str = "warning"
 ) -> Iterator[str]:
     """Serve ``app`` on ``host``:``port`` (0 = a free port) while the ``with`` block runs."""
-    uvicorn = require("uvicorn", "serve", "attnrank serve")
+    require("uvicorn", "serve", "attnrank serve")  # (before the socket)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:  # (a bind or a config that fails must not leave the socket open)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         bound = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False))
+        server = uvicorn_server(app, log_level=log_level, lifespan="on", access_log=False)
     except BaseException:
         sock.close()
         raise

@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from typing import Any
+from urllib.parse import quote
 
 logger = logging.getLogger("attnrank.serve.access")
 
@@ -44,7 +45,7 @@ class AccessLogMiddleware:
             logger.info(
                 "%s %s %s latency=%.3fs queue_wait=%s candidates=%s%s",
                 scope["method"],
-                scope["path"],
+                quote(scope["path"]),  # (decoded: a %0A in the URL wrote a second, forged line)
                 status["code"] or 499,
                 time.perf_counter() - start,
                 "-" if wait is None else f"{wait:.3f}s",

@@ -178,6 +178,8 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
         )
     index = server.need("index") if texts is None else None
     top_k = _counts(body, server)[0]
+    if body.budget_tokens is not None or body.keep_ratio is not None:  # (both: refused after the queue and search)
+        check_budget(body.budget_tokens, body.keep_ratio)
     server.jobs.check_room()  # a full queue answers 503 before the documents are tokenized
     await asyncio.to_thread(server.check, body.query, texts or [])  # tokenizing them: off the event loop
     if texts is None:

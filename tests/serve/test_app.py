@@ -769,3 +769,69 @@ def test_the_prune_body_limit_holds_behind_a_path_prefix_and_with_a_trailing_sla
         scope = {"type": "http", "path": path, "root_path": root, "headers": [(b"content-length", b"500")]}
         asyncio.run(middleware(scope, None, send))
     assert seen == ["/api/v1/prune", "/v1/prune/", 413]
+
+
+def test_a_shutdown_answers_the_queued_jobs_and_lets_the_running_one_finish(llm):
+    """uvicorn waits for every open connection before the app's own shutdown, and a queued request
+    holds one: a shutdown ran every queued job first (minutes of answers for nobody waiting on them)."""
+    gated = GatedReranker(AttentionReranker(llm))
+    app = create_app(Engine(gated), max_queued=4)
+    body = {"query": QUERY, "texts": DOCS}
+    with ThreadPoolExecutor(3) as pool:
+        with live_server(app) as base:
+            running = pool.submit(httpx.post, f"{base}/rerank", json=body, timeout=30)
+            assert gated.entered.wait(10)
+            queued = [pool.submit(httpx.post, f"{base}/rerank", json=body, timeout=30) for _ in range(2)]
+            _wait_for(base, lambda q: q["queued"] == 2)
+            threading.Timer(1.0, gated.gate.set).start()  # the running job ends a second into the shutdown
+        assert running.result().status_code == 200
+        for r in (f.result() for f in queued):
+            assert r.status_code == 503 and r.json()["message"] == "the server is shutting down; retry"
+    assert gated.calls == 1
+
+
+class FailingReranker:
+    """A reranker that fails as the library does where a model cannot score (a stand-in for the model)."""
+
+    def rank(self, *args, **kwargs):
+        from attnrank.errors import ModelError
+
+        raise ModelError("model tiny cannot score these passages; use another model")
+
+
+def test_the_librarys_other_errors_are_one_json_line():
+    """A ModelError (non-finite attention, a damaged index's scores, ...) was a bare
+    'Internal Server Error' in plain text, its one line lost."""
+    with live_server(create_app(Engine(FailingReranker()))) as base:
+        r = httpx.post(f"{base}/rerank", json={"query": QUERY, "texts": DOCS}, timeout=30)
+    assert r.status_code == 500 and r.json() == {"message": "model tiny cannot score these passages; use another model"}
+
+
+def test_a_loopback_server_answers_its_own_host_names_only(engine):
+    """A web page could reach a server on 127.0.0.1 through a name of its own that resolves there
+    (DNS rebinding) and read the index's passages; /health named the state folder's path."""
+    from attnrank.serve.app import LOOPBACK_HOSTS
+
+    with live_server(create_app(engine, allowed_hosts=LOOPBACK_HOSTS)) as base:
+        assert httpx.get(f"{base}/health").status_code == 200
+        assert httpx.get(f"{base}/health", headers={"host": "localhost:8000"}).status_code == 200
+        r = httpx.get(f"{base}/health", headers={"host": "attacker.example"})
+        assert r.status_code == 400 and "Invalid host header" in r.text
+
+
+def test_prune_refuses_two_budgets_before_it_queues_or_searches(url):
+    """/v1/ask checked the budget up front; /v1/prune searched the index in the queue first."""
+    before = httpx.get(f"{url}/health").json()["queue"]
+    r = httpx.post(f"{url}/v1/prune", json={"query": QUERY, "budget_tokens": 40, "keep_ratio": 0.5}, timeout=30)
+    assert r.status_code == 422 and "both size the pruned context" in r.json()["message"]
+    after = httpx.get(f"{url}/health").json()["queue"]
+    assert after["failed"] == before["failed"] and after["done"] == before["done"]
+
+
+def test_a_path_with_a_line_break_is_one_log_line(url, caplog):
+    """The access log wrote the decoded path: %0A in a URL forged a second request line."""
+    with caplog.at_level("INFO", logger="attnrank.serve.access"):
+        httpx.get(f"{url}/nothing%0A127.0.0.1%20POST%20/v1/rerank%20200")
+        time.sleep(0.1)
+    lines = [r.getMessage() for r in caplog.records if r.name == "attnrank.serve.access"]
+    assert len(lines) == 1 and "\n" not in lines[0] and lines[0].startswith("GET /nothing%0A127.0.0.1")

@@ -53,3 +53,40 @@ def test_serve_refuses_an_empty_host_and_logs_at_info_only_its_request_lines(mon
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
     assert ran == ["run", "run"]
+
+
+def test_serve_listens_at_once_and_restricts_hosts_on_loopback_only(monkeypatch, caplog):
+    """Bound but not listening, the port was bound by a second serve too (SO_REUSEADDR), which
+    failed only after its model had loaded; a loopback server now answers its own host names only,
+    and serving on every interface is warned of."""
+    import logging
+    import socket
+
+    import uvicorn
+
+    from attnrank.serve import engine
+    from attnrank.serve.app import LOOPBACK_HOSTS
+
+    seen = []
+    monkeypatch.setattr(engine, "build_engine", lambda *a, **k: object())
+    monkeypatch.setattr("attnrank.serve.app.create_app", lambda *a, **k: seen.append(k["allowed_hosts"]) or object())
+
+    def run(self, sockets=None):
+        (sock,) = sockets
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        with socket.socket() as second:
+            second.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                second.bind(sock.getsockname())
+            except OSError:
+                seen.append("second bind refused")
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    with caplog.at_level(logging.WARNING, logger="attnrank.cli.serve"):
+        r = runner.invoke(app, ["serve", "--port", "0", "-q"])
+        assert r.exit_code == 0, cli_text(r)
+        assert "without authentication" not in caplog.text
+        r = runner.invoke(app, ["serve", "--host", "0.0.0.0", "--port", "0", "-q"])
+        assert r.exit_code == 0, cli_text(r)
+    assert seen == [LOOPBACK_HOSTS, "second bind refused", None, "second bind refused"]
+    assert "serving on 0.0.0.0: every route answers anyone" in caplog.text
