@@ -63,7 +63,11 @@ def create_app(
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=server.limits.max_body_bytes,
-        by_path={"/v1/prune": server.limits.max_prune_body_bytes},
+        by_path={
+            "/v1/prune": server.limits.max_prune_body_bytes,
+            "/v1/search": server.limits.max_query_body_bytes,
+            "/v1/ask": server.limits.max_query_body_bytes,
+        },
     )
     if allowed_hosts is not None:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))

@@ -203,6 +203,13 @@ class Limits:
         return 28 * self.max_documents * self.max_document_chars + 12 * self.max_query_chars + self._framing
 
     @property
+    def max_query_body_bytes(self) -> int:
+        """:attr:`max_body_bytes` for ``/v1/search`` and ``/v1/ask``, whose one text is the query:
+        12 bytes per character of it and 64 KiB for the rest (the whole limit let such a request
+        bring tens of MB, buffered and parsed on the event loop before any count was checked)."""
+        return 12 * self.max_query_chars + 65_536
+
+    @property
     def _framing(self) -> int:
         """Bytes beside the texts: 64 bytes a document (its object's keys, quotes and commas: a
         Cohere document of ten emoji had 34 past its 120) and 64 KiB for the rest."""

@@ -835,3 +835,15 @@ def test_a_path_with_a_line_break_is_one_log_line(url, caplog):
         time.sleep(0.1)
     lines = [r.getMessage() for r in caplog.records if r.name == "attnrank.serve.access"]
     assert len(lines) == 1 and "\n" not in lines[0] and lines[0].startswith("GET /nothing%0A127.0.0.1")
+
+
+def test_search_and_ask_bodies_are_limited_to_a_query(url):
+    """Their one text is the query, yet they took a body as large as a rerank's (tens of MB by
+    default), buffered and parsed before any count was checked."""
+    limit = 12 * 100 + 65_536  # the url fixture's max_query_chars=100
+    for path in ("/v1/search", "/v1/ask"):
+        body = {"query": QUERY, "padding": "y" * 100_000}
+        r = httpx.post(f"{url}{path}", json=body, timeout=30)
+        assert r.status_code == 413 and f"max_body_bytes={limit}" in r.json()["message"], r.text
+    r = httpx.post(f"{url}/v1/search", json={"query": QUERY, "top_k": 2, "rerank": False}, timeout=30)
+    assert r.status_code == 200
