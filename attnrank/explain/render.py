@@ -39,11 +39,12 @@ def to_html(
     explanations: Sequence[PassageExplanation],
     *,
     model: str = "",
-    fused: bool = True,
+    fused: bool | None = None,
     set_aside: bool = False,
 ) -> str:
     """The page: one block per passage (rank, id, attention score = sum of its counted token scores);
-    ``fused``: the ranking fused attention with the first-stage signals (else it is attention alone);
+    ``fused``: the ranking fused attention with the first-stage signals (False: it is attention
+    alone; None, not known: the page says it may have);
     ``set_aside``: the fused weights' confidence gate set attention aside for this query, so the
     first-stage signals alone ranked it (:meth:`~attnrank.rerank.fused.FusedWeights.confident`)."""
     scale = _scale(explanations)
@@ -55,6 +56,9 @@ def to_html(
         "(BM25, dense, rank), so a lower attention score can rank higher"
         if fused
         else "the passages are ranked by it"
+        if fused is False
+        else "the passages are in the reranker's order, whose score may fuse it with the first-stage signals "
+        "(BM25, dense, rank)"
     )
     parts = [
         (
@@ -98,7 +102,7 @@ def write_html(
     explanations: Sequence[PassageExplanation],
     *,
     model: str = "",
-    fused: bool = True,
+    fused: bool | None = None,
     set_aside: bool = False,
     guard: Callable[[Path], None] | None = None,
 ) -> Path:

@@ -231,16 +231,19 @@ def test_a_users_own_matplotlib_image_beside_an_explain_page_is_not_replaced(tmp
 
 
 def test_the_legend_says_fusion_only_where_the_ranking_fused(explained):
-    """The page said the ranking fused attention with the first-stage signals whatever ranked it."""
+    """The page said the ranking fused attention with the first-stage signals whatever ranked it
+    (an API caller who did not say how it was ranked, too: it is "may" then)."""
     ex = explained[1]
-    assert "fuses it with the first-stage signals" in to_html("q", ex, model="tiny")
+    assert "fuses it with the first-stage signals" in to_html("q", ex, model="tiny", fused=True)
     alone = to_html("q", ex, model="tiny", fused=False)
-    assert "fuses" not in alone and "the passages are ranked by it." in alone
+    assert "fuse" not in alone and "the passages are ranked by it." in alone
+    unknown = to_html("q", ex, model="tiny")
+    assert "fuses it" not in unknown and "whose score may fuse it with the first-stage signals" in unknown
 
 
 def test_the_page_says_where_the_gate_set_attention_aside(explained):
     """Gated fused weights rank a query whose attention is not confident by the first-stage signals
     alone; the page still said the ranking fused attention with them."""
     ex = explained[1]
-    page = to_html("q", ex, model="tiny", set_aside=True)
+    page = to_html("q", ex, model="tiny", fused=True, set_aside=True)
     assert "attention was set aside for this query" in page and "fuses it" not in page
