@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .files import atomic_path, held_lock
+from .files import atomic_path, check_file_target, held_lock
 from .llm.headspec import check_head_range, format_heads, parse_heads
-from .registry import FORMAT, HeadSet, load_artifact, user_file, well_formed
+from .registry import FORMAT, HeadSet, user_file, well_formed
 
 logger = logging.getLogger("attnrank.registry")  # (the registry's own, as before the split)
 
@@ -80,9 +80,11 @@ def _updated_user_doc(model_id: str, fingerprint: str, root: Path | None) -> Ite
 
 def check_saveable(model_id: str, fingerprint: str, *, root: Path | None = None) -> None:
     """Raise InputError now if saving a head set or artifact for this model would be refused
-    (an unreadable or foreign user registry file): a command that trains first checks this before
-    it spends the time."""
-    _load_user_doc(user_file(model_id, fingerprint, root), model_id, fingerprint)
+    (an unreadable or foreign user registry file) or could not be written (a read-only folder, a
+    file where a folder would be): a command that trains first checks this before it spends the time."""
+    path = user_file(model_id, fingerprint, root)
+    _load_user_doc(path, model_id, fingerprint)
+    check_file_target(path, "the head registry file")
 
 
 def save_head_set(
@@ -180,13 +182,13 @@ def update_artifact(
     root: Path | None = None,
 ) -> Path:
     """Store ``update(current)`` under ``kind`` in the user registry, ``current`` being the payload
-    the user registry holds now (:func:`load_artifact` ``user_only``, None if none), read and
-    replaced with the file locked, so that two updates (e.g. slot profiles of two sizes) keep each
-    other's. Never the shipped payload: copied into the user's file, it would hide what a later
-    release ships under a frozen copy."""
+    this model's user registry file holds now (None if none), read and replaced with the file
+    locked, so that two updates (e.g. slot profiles of two sizes) keep each other's. Never the
+    shipped payload: copied into the user's file, it would hide what a later release ships under a
+    frozen copy; nor another file's (another id of the same weights), which it would copy here."""
     if not kind or not fingerprint:
         raise InputError(f"artifact kind {kind!r} and fingerprint {fingerprint!r} must be non-empty")
     with _updated_user_doc(model_id, fingerprint, root) as (path, doc):
-        payload = update(load_artifact(kind, model_id, fingerprint, root=root, user_only=True))
+        payload = update((doc["artifacts"].get(kind) or {}).get("payload"))
         doc["artifacts"][kind] = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "payload": payload}
     return path

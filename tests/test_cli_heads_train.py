@@ -98,10 +98,15 @@ def test_heads_train_no_save_writes_nothing(home, dl19_mini, tiny_dir):
         (["--max-queries", "2", "--folds", "3"], "2 labelled queries with candidates are fewer"),
     ],
 )
-def test_heads_train_rejects_bad_options_before_loading_a_model(home, dl19_mini, tmp_path, extra, message):
-    r = runner.invoke(app, _args(dl19_mini, tmp_path / "no-such-model", *extra))
+def test_heads_train_rejects_bad_options_before_loading_a_model(home, dl19_mini, tiny_dir, monkeypatch, extra, message):
+    from attnrank.llm import models
+
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, *extra))
     assert r.exit_code != 0
     assert message in _text(r)
+    assert loads == []
 
 
 def test_heads_train_names_every_head_where_top_asks_for_more_than_the_model_has(home, dl19_mini, tiny_dir):

@@ -409,3 +409,22 @@ def test_weights_that_came_out_all_zero_are_said_not_registered_before_the_repor
     r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--rel", "2", preset="likelihood"))
     assert r.exit_code != 0 and "not registered: " in str(r.exception) and "are all 0" in str(r.exception)
     assert "REPORT" in r.output and "saved to" not in r.output
+
+
+@pytest.mark.parametrize("command", ["train", "heads train"])
+def test_a_model_that_cannot_load_is_named_before_the_labelled_set_is_read(
+    home, dl19_mini, tmp_path, monkeypatch, command
+):
+    """With --no-save the model was first read at its load, after the corpus and the candidates
+    (BM25 over the corpus for a dataset) had been read."""
+    from attnrank.cli import heads_train, train
+
+    read = []
+    for module in (train, heads_train):
+        monkeypatch.setattr(module, "labelled_set", lambda *a, **k: read.append(a))
+    args = _args(dl19_mini, tmp_path / "typo", "--no-save")
+    if command == "heads train":
+        args = ["heads", "train", *[a for a in args[1:] if a not in ("--preset", "fused")]]
+    r = runner.invoke(app, args)
+    assert r.exit_code != 0 and "typo" in cli_text(r) + str(r.exception), cli_text(r)
+    assert read == []

@@ -681,3 +681,30 @@ def test_replacing_registered_weights_names_them(roots, caplog):
         "replacing the head-weights registered for org/m in " in caplog.text and "(trained on dataset A)" in caplog.text
     )
     assert load_artifact("head-weights", "org/m", FP)["trained_on"] == "dataset B"
+
+
+def test_an_update_reads_this_models_file_alone(roots, caplog):
+    """The current payload came from any user file of the same weights (another id's): a slot-profile
+    merge copied that id's profiles into this file, frozen, and a first save warned of replacing them."""
+    from attnrank.registry_save import update_artifact
+
+    save_artifact("slot-profiles", "/models/a", FP, {"20": [1]})
+    seen = []
+    update_artifact("slot-profiles", "/models/b", FP, lambda current: seen.append(current) or {"40": [2]})
+    assert seen == [None]
+    b = json.loads(registry.user_file("/models/b", FP, None).read_text())
+    assert b["artifacts"]["slot-profiles"]["payload"] == {"40": [2]}
+    with caplog.at_level("WARNING", logger="attnrank.registry"):
+        save_artifact("head-weights", "/models/a", FP, {"v": 1})
+        save_artifact("head-weights", "/models/b", FP, {"v": 2})
+    assert "replacing" not in caplog.text
+
+
+def test_a_registry_it_cannot_write_is_named_before_training(roots):
+    """check_saveable only read the file: a file where the registry folder would be (or a read-only
+    one) failed at the save, after the capture and the fit, and the trained weights were lost."""
+    folder = registry.user_file("org/m", FP, None).parent  # (ATTNRANK_HOME/heads)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.write_text("not a folder")
+    with pytest.raises(InputError, match="is a file, not a folder"):
+        registry_save.check_saveable("org/m", FP)

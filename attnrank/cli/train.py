@@ -136,6 +136,9 @@ def train(
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=1.0)
     _check_heads(heads, model=model)
     index = None if index_name is None and index_dir is None else _index_path(index_name, index_dir)
+    from ..llm.models import readable_model
+
+    readable_model(model)  # (before the labelled set is read: a mistyped --model named at once)
     qs, cands, qr, rel, desc = labelled_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid, index=index
     )

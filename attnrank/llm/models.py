@@ -169,9 +169,9 @@ def checked_model_id(model: str | os.PathLike[str] | None) -> str:
     return model_id
 
 
-def unloaded_model(model: str | os.PathLike[str] | None) -> tuple[str, str]:
-    """``(model id, fingerprint)`` of ``model`` as :func:`load_llm` would give them, without loading
-    its weights; a model whose config cannot be read here (a missing path, a folder without
+def readable_model(model: str | os.PathLike[str] | None) -> str:
+    """The model id :func:`load_llm` would give ``model``, its config read (nothing written, no
+    weights hashed); a model whose config cannot be read here (a missing path, a folder without
     ``config.json``, a hub id not in the local cache) is a ModelError, as loading it would be."""
     model_id = checked_model_id(model)
     if model_shape(model_id) is None:
@@ -179,7 +179,13 @@ def unloaded_model(model: str | os.PathLike[str] | None) -> tuple[str, str]:
             f"model {model_id!r}: its config cannot be read (not a model folder, .gguf file or hub "
             "model in the local cache); give a model that loads, or none for the packaged default"
         )
-    return model_fingerprint(model_id)
+    return model_id
+
+
+def unloaded_model(model: str | os.PathLike[str] | None) -> tuple[str, str]:
+    """``(model id, fingerprint)`` of ``model`` as :func:`load_llm` would give them, without loading
+    its weights (:func:`readable_model` first)."""
+    return model_fingerprint(readable_model(model))
 
 
 def warn_if_configured_otherwise(llm: LLM, cfg: Any, what: str) -> None:

@@ -397,3 +397,33 @@ def test_pairwise_training_orders_only_pairs_with_a_relevant_first():
     with pytest.raises(InputError, match=r"no query has a relevant candidate \(label >= rel\)"):
         train_head_weights(ex, learner="pairwise", rel=2)
     assert train_head_weights(ex, learner="pairwise", rel=1).weights is not None
+
+
+def test_a_non_finite_head_feature_is_refused_not_zeroed():
+    """standardise turned a column with a NaN or inf into zeros: a plausible, wrong order with exit 0
+    (the fused scorer refuses such values)."""
+    w = train_head_weights(synthetic(n_queries=20))
+    for bad in (np.nan, np.inf):
+        x = synthetic(n_queries=1, seed=3)[0].features.copy()
+        x[4, 2] = bad
+        with pytest.raises(InputError, match=f"head feature 2 of candidate #4 is {bad}; learned weights need finite"):
+            w.score_features(x)
+    examples = synthetic(n_queries=4)
+    examples[1].features[0, 0] = np.nan
+    with pytest.raises(InputError, match="need finite values"):
+        train_head_weights(examples)
+
+
+def test_all_zero_weights_are_not_registered(tmp_path):
+    """Features constant within every query fit to w = 0, which was saved: scorer='learned' then
+    ranked every candidate alike (by tie-breaking) with exit 0. The error names the CLI to train with."""
+    flat = [
+        QueryFeatures(f"q{q}", [f"d{i}" for i in range(3)], np.ones((3, 2)), np.array([1, 0, 0]), [(0, 0), (0, 1)])
+        for q in range(4)
+    ]
+    w = train_head_weights(flat)
+    assert not np.any(w.weights)
+    with pytest.raises(InputError, match="are all 0: they would rank every candidate alike"):
+        w.save("org/m", "f" * 64, root=tmp_path)
+    with pytest.raises(InputError, match="attnrank heads train --model MODEL"):
+        LearnedHeadWeights.load("org/m", "f" * 64, root=tmp_path)

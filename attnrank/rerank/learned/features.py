@@ -139,6 +139,14 @@ def feature_matrix(
     """The standardised design matrix ``[D, F (+1 rank) (+ stages)]`` of one query: the raw head
     scores, the first-stage rank if ``use_first_stage``, and the ``use_stages`` scores by name."""
     cols = [np.asarray(features, dtype=np.float64)]
+    bad = np.argwhere(~np.isfinite(cols[0]))
+    if bad.size:  # (standardise made its column 0: a plausible, wrong order, as the fused scorer's once)
+        d, h = (int(i) for i in bad[0][-2:]) if cols[0].ndim > 1 else (int(bad[0][0]), 0)
+        value = cols[0][d, h] if cols[0].ndim > 1 else cols[0][d]
+        raise InputError(
+            f"{who}: head feature {h} of candidate #{d} is {value}; learned weights need finite values "
+            "(attention that overflowed: load the model in bfloat16 or float32)"
+        )
     if use_first_stage:
         if first_stage is None:
             raise InputError(

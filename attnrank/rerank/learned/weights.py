@@ -57,7 +57,8 @@ class LearnedHeadWeights(RegistryArtifact):
     KIND: ClassVar[str] = ARTIFACT
     LABEL: ClassVar[str] = "learned head weights"
     HINT: ClassVar[str] = (
-        "train them with train_head_weights(...) and .save(model_id, fingerprint), or use scorer='sum'"
+        "train them with `attnrank heads train --model MODEL` (or train_head_weights(...).save(model_id, "
+        "fingerprint)), or use scorer='sum'"
     )
     RENAMED: ClassVar[dict[str, str]] = {"model": "learner"}  # (before 2026-12-05)
 
@@ -124,7 +125,15 @@ class LearnedHeadWeights(RegistryArtifact):
     def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
         """Register these weights for the model; refused for weights trained with a head adapter
         (the registry keys them by the base weights' fingerprint, whose heads they do not weigh:
-        pass them to the reranker as ``scorer=`` instead)."""
+        pass them to the reranker as ``scorer=`` instead), and for weights that are all 0 (every
+        feature constant within each training query: they would rank every candidate alike, so
+        registered they would replace the head sum with tie-breaking)."""
+        w = np.concatenate([self.weights, [self.first_stage_weight], self.stage_weights])
+        if not np.any(w):
+            raise InputError(
+                f"these {self.LABEL} are all 0: they would rank every candidate alike; retrain them on labelled "
+                "queries whose candidates' head scores differ (more queries, or other heads)"
+            )
         if self.config.adapter:
             raise InputError(
                 f"these learned head weights were trained on {model_id!r} with the head adapter "
