@@ -79,6 +79,43 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def compute_threads(sys_root: Path = Path("/sys")) -> int:
+    """Torch threads for the cores this process has: one per physical core among the CPUs it may
+    run on (SMT siblings share a core's matrix units: two threads on one core contend), at most its
+    cgroup's CPU quota rounded up (``docker --cpus=2`` on a 64-CPU host: 2, not 64). ``sys_root``:
+    where sysfs is mounted (read to count cores and the quota; without it, the CPUs it may run on)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return available_cpus()
+    cores = set()
+    for cpu in cpus:
+        try:
+            cores.add((sys_root / f"devices/system/cpu/cpu{cpu}/topology/core_cpus_list").read_text().strip())
+        except OSError:
+            cores.add(str(cpu))  # (no topology: each CPU its own core)
+    quota = _cpu_quota(sys_root / "fs/cgroup")
+    return max(1, min(len(cores), quota if quota is not None else len(cores)))
+
+
+def _cpu_quota(cgroup: Path) -> int | None:
+    """The CPUs a cgroup quota grants (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over its period),
+    rounded up; None without a quota."""
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = (cgroup / "cpu/cpu.cfs_quota_us").read_text().strip()
+            period = (cgroup / "cpu/cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    try:
+        q, per = int(quota), int(period)
+    except ValueError:  # ("max": no quota)
+        return None
+    return -(-q // per) if q > 0 and per > 0 else None
+
+
 _threads_set = False
 CPU_DTYPES = ("float32", "bfloat16")
 
@@ -111,7 +148,8 @@ def hardware_bf16(capabilities: Mapping[str, object]) -> bool:
 
 
 def set_torch_threads(n: int | None = None) -> int:
-    """Set torch's intra-op threads to the cores actually available.
+    """Set torch's intra-op threads to the cores actually available (:func:`compute_threads`,
+    or ``ATTNRANK_THREADS``).
 
     Oversubscribed thread pools make CPU forward passes several times slower, so every entry
     point that runs a model calls this once. Returns the thread count in effect.
@@ -121,7 +159,7 @@ def set_torch_threads(n: int | None = None) -> int:
 
     if n is None:
         env = os.environ.get("ATTNRANK_THREADS", "").strip()
-        n = int(env) if env.isdigit() else available_cpus() if not env else 0
+        n = int(env) if env.isdigit() else compute_threads() if not env else 0
         if n < 1:  # else a ValueError or torch's RuntimeError traceback, naming no variable
             raise InputError(
                 f"ATTNRANK_THREADS={env!r} is not a whole number >= 1 (torch threads; this process may "

@@ -42,3 +42,35 @@ def test_folder_variables_expand_home_and_treat_empty_as_unset(monkeypatch, tmp_
     assert cache_dir() == Path.home() / ".cache" / "attnrank" and index_root() == Path("indexes")
     monkeypatch.setenv("ATTNRANK_HOME", "~/ah")
     assert cache_dir() == tmp_path / "ah"
+
+
+def _sysfs(root, cores: dict[int, str], cgroup: dict[str, str]):
+    """A sysfs tree the test builds: each CPU's core (its core_cpus_list) and cgroup files."""
+    for cpu, siblings in cores.items():
+        topology = root / f"devices/system/cpu/cpu{cpu}/topology"
+        topology.mkdir(parents=True)
+        (topology / "core_cpus_list").write_text(siblings + "\n")
+    for name, text in cgroup.items():
+        path = root / "fs/cgroup" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    return root
+
+
+def test_torch_threads_are_the_physical_cores_within_the_cpu_quota(tmp_path, monkeypatch):
+    """Threads were the logical CPUs of the affinity: both SMT siblings of a core (they share its
+    matrix units) and, under `docker --cpus=2` on a 64-CPU host, 64 threads for 2 CPUs of quota."""
+    from attnrank.config import compute_threads
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
+    smt = {c: f"{c - c % 2}-{c - c % 2 + 1}" for c in range(8)}  # 4 cores of 2 threads
+    assert compute_threads(_sysfs(tmp_path / "a", smt, {})) == 4
+    own = {c: str(c) for c in range(8)}
+    assert compute_threads(_sysfs(tmp_path / "b", own, {"cpu.max": "200000 100000"})) == 2
+    assert compute_threads(_sysfs(tmp_path / "c", own, {"cpu.max": "150000 100000"})) == 2  # (1.5 CPUs: 2)
+    assert compute_threads(_sysfs(tmp_path / "d", own, {"cpu.max": "max 100000"})) == 8
+    v1 = {"cpu/cpu.cfs_quota_us": "300000", "cpu/cpu.cfs_period_us": "100000"}
+    assert compute_threads(_sysfs(tmp_path / "e", own, v1)) == 3
+    v1_none = {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}
+    assert compute_threads(_sysfs(tmp_path / "f", own, v1_none)) == 8
+    assert compute_threads(tmp_path / "no-sysfs") == 8  # (no topology, no quota: the CPUs it may run on)

@@ -52,8 +52,9 @@ def _find_decoder(model: Any) -> Any:
     decoder = decoder_of(model)
     if not isinstance(getattr(decoder, "layers", None), torch.nn.ModuleList):
         raise InputError(
-            f"{type(model).__name__} has no decoder with a `layers` list (found {type(decoder).__name__}); "
-            "pass a decoder-only causal LM such as a Llama, Qwen2, Mistral or Gemma model"
+            f"{type(model).__name__} keeps its decoder layers elsewhere than in a `layers` list (found "
+            f"{type(decoder).__name__}; GPT-2, Falcon, Bloom and GPT-J name theirs `h`): attnrank reads the "
+            "attention of Llama-style decoders; use such a model (Llama, Qwen2, Mistral, Gemma, SmolLM, ...)"
         )
     return decoder
 

@@ -7,6 +7,8 @@ import torch
 from attnrank import config
 from attnrank.errors import InputError
 
+from . import quantize
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Quantized precisions: name -> the dtype the weights are loaded in before quantization
 # (:mod:`attnrank.llm.quantize`).
@@ -51,6 +53,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
                 f"dtype={dtype!r} (dynamic int8 linear layers) runs on CPU only, not on {device}; "
                 "use device='cpu', or dtype='bfloat16'/'float16' on a GPU"
             )
+        quantize.check_int8()  # (before the weights load: on a CPU without an engine it failed after them)
         return QUANTIZED[name]
     if name == "float16" and device.type == "cpu":
         raise InputError(config.FLOAT16_ON_CPU)

@@ -49,7 +49,7 @@ def model_shape(model: str | None = None) -> tuple[int, int] | None:
     Read once per model per process, like the models :func:`~attnrank.llm.models.load_llm` keeps (a command checks
     several head options against one model); a failed read is not remembered."""
     try:
-        return _config_facts((model or config.DEFAULT_LLM).strip())[0]
+        return _config_facts(_name(model))[0]
     except _UNREADABLE:
         return None
 
@@ -59,9 +59,16 @@ def model_context_length(model: str | None = None) -> int | None:
     without its weights (a GGUF's from its metadata); None when it cannot be read here. Read once
     per model per process, with :func:`model_shape`."""
     try:
-        return _config_facts((model or config.DEFAULT_LLM).strip())[1]
+        return _config_facts(_name(model))[1]
     except _UNREADABLE:
         return None
+
+
+def _name(model: str | None) -> str:
+    """``model`` as loading reads its name: blank is the default model, ``~`` the home folder
+    (a ``~/x.gguf`` was read as no GGUF, so the checks made before a load were skipped)."""
+    name = (model or "").strip() or config.DEFAULT_LLM
+    return str(Path(name).expanduser()) if name.startswith("~") else name
 
 
 @functools.lru_cache(maxsize=8)

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import logging
 import os
+import pickle
 import threading
 import time
 from dataclasses import dataclass
@@ -23,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from attnrank import config
 from attnrank.errors import InputError, ModelError
 
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
-from .gguf import GGUF_READ_ERRORS, cache_complete, ensure_gguf_cache, gguf_cache_dir
+from .gguf import GGUF_READ_ERRORS, cache_complete, ensure_gguf_cache, gguf_cache_dir, load_gguf_uncached
 from .modelconfig import (
     check_attention_modules,
     check_causal_lm_config,
@@ -297,8 +299,12 @@ def _load_cached(model_id: str, precision: str, device: str) -> LLM:
     if gguf is not None:  # through the de-quantized cache folder, built on first use
         digest = file_sha256(gguf)
         folder = gguf_cache_dir(gguf, digest)
-        ensure_gguf_cache(gguf, folder, digest)
-        llm = _load_folder(folder, model_id, torch_dtype, dev, local_files_only=True)
+        try:
+            ensure_gguf_cache(gguf, folder, digest)
+        except OSError as e:  # (a read-only home: the packaged default model could not load at all)
+            llm = _gguf_in_memory(gguf, model_id, torch_dtype, dev, e)
+        else:
+            llm = _load_folder(folder, model_id, torch_dtype, dev, local_files_only=True)
         llm.fingerprint = digest
     else:
         source, local_only = config.model_source(model_id)
@@ -340,9 +346,29 @@ def _load_folder(
         )
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load {model_id!r} as a causal LM with SDPA attention: {e}") from e
+    except (SafetensorError, pickle.UnpicklingError, RuntimeError) as e:  # (a weights file cut short: a traceback)
+        raise ModelError(
+            f"cannot read the weights of {model_id!r} ({type(e).__name__}: {e}); a weights file may be incomplete: "
+            "copy or download the model again"
+        ) from e
     model = (model if device_map else model.to(dev)).eval()  # type: ignore[arg-type]
     check_attention_modules(model, model_id)
     return LLM(model, tokenizer, model_id, fingerprint="")
+
+
+def _gguf_in_memory(gguf: Path, model_id: str, torch_dtype: torch.dtype, dev: torch.device, why: OSError) -> LLM:
+    """``gguf`` de-quantized in memory, where its cache folder cannot be written (``why``): every
+    load then de-quantizes again."""
+    logger.warning(
+        "cannot write the de-quantized cache of %s (%s); de-quantizing in memory, again at every load "
+        "(set ATTNRANK_HOME to a writable folder to keep it)",
+        gguf.name,
+        why,
+    )
+    model, tokenizer = load_gguf_uncached(gguf)
+    model = model.to(device=dev, dtype=torch_dtype).eval()
+    check_attention_modules(model, model_id)
+    return LLM(model, _checked_tokenizer(tokenizer, model_id), model_id, fingerprint="")
 
 
 def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
@@ -355,6 +381,11 @@ def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     except errors as e:
         raise ModelError(f"cannot load the tokenizer of {model_id!r}: {e}") from e
+    return _checked_tokenizer(tokenizer, model_id)
+
+
+def _checked_tokenizer(tokenizer: Any, model_id: str) -> Any:
+    """``tokenizer`` if fast (offsets), given a pad token where it has none."""
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(
             f"the tokenizer of {model_id!r} ({type(tokenizer).__name__}) is not a "

@@ -44,14 +44,19 @@ def int8_available() -> bool:
     return hasattr(quantization, "quantize_dynamic") and bool(engines & {"x86", "fbgemm", "onednn"})
 
 
-def quantize_int8(model: Any) -> int:
-    """Replace the ``nn.Linear`` modules of ``model``'s decoder layers, in place, by dynamic int8
-    linears (per-channel weights); returns how many were replaced. CPU only."""
+def check_int8() -> None:
+    """Refuse ``dtype='int8'`` where this torch cannot run it (:func:`int8_available`)."""
     if not int8_available():
         raise ModelError(
             f"dtype='int8' needs torch's dynamic int8 quantization (torch.ao.quantization.quantize_dynamic "
             f"with an x86/fbgemm engine), which torch {torch.__version__} lacks; use dtype='float32' or 'bfloat16'"
         )
+
+
+def quantize_int8(model: Any) -> int:
+    """Replace the ``nn.Linear`` modules of ``model``'s decoder layers, in place, by dynamic int8
+    linears (per-channel weights); returns how many were replaced. CPU only."""
+    check_int8()
     layers = _decoder_layers(model)
     names = [f"{i}.{n}" for i, layer in enumerate(layers) for n, m in layer.named_modules() if _is_linear(m)]
     if not names:

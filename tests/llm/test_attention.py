@@ -368,3 +368,12 @@ def test_a_model_with_a_relative_position_bias_is_refused_not_read_wrong():
         logits = model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
     want = torch.tensor([logits[7 + i, t].item() for i, t in enumerate(ids[8:])])
     torch.testing.assert_close(torch.from_numpy(got), want, atol=1e-5, rtol=0)
+
+
+def test_a_model_with_its_layers_under_another_name_is_named_so():
+    """GPT-2 was told to "pass a decoder-only causal LM", which it is: its layers are `h`, not `layers`."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=16, n_positions=16))
+    with pytest.raises(InputError, match="keeps its decoder layers elsewhere than in a `layers` list"):
+        AttentionCapturer(model)

@@ -100,10 +100,16 @@ def test_int8_off_cpu_is_refused():
     assert llm_device.dtype_name("auto", torch.device("cpu")) in ("float32", "bfloat16")  # never int8
 
 
-def test_int8_without_an_engine_names_the_fix(tiny_dir, monkeypatch):
+def test_int8_without_an_engine_names_the_fix_before_the_weights_load(tiny_dir, monkeypatch):
+    """On a CPU without an int8 engine (ARM's qnnpack only) the weights loaded, then it was refused."""
+    from attnrank.llm import models
+
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_folder", lambda *a, **k: loads.append(a))
     monkeypatch.setattr(quantize, "int8_available", lambda: False)
     with pytest.raises(ModelError, match=r"dtype='int8'.*use dtype='float32' or 'bfloat16'"):
         load_llm(str(tiny_dir), dtype="int8")
+    assert loads == []
 
 
 def test_int8_block_states_do_not_depend_on_the_blocks_encoded_beside_them():

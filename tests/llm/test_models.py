@@ -500,3 +500,53 @@ def test_the_tokenizer_alone_reads_a_model_named_as_load_llm_reads_it(tmp_path, 
     save_tiny(tmp_path / "m", layers=1)
     for name in ("~/m", " ~/m "):
         assert load_tokenizer(name)("abc")["input_ids"]
+
+
+def test_a_gguf_whose_cache_cannot_be_written_is_de_quantized_in_memory(tmp_path, monkeypatch, caplog):
+    """A read-only home (or ATTNRANK_HOME under a file): the cache's mkdir failed and the packaged
+    default model could not load at all."""
+    from attnrank.llm import models
+
+    gguf, model = _fake_gguf(tmp_path, monkeypatch)
+    monkeypatch.setattr(models, "load_gguf_uncached", llm_gguf.load_gguf_uncached)  # (the stand-in, here too)
+    (tmp_path / "afile").write_text("not a folder")
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "afile" / "home"))
+    with caplog.at_level("WARNING", logger="attnrank"):
+        llm = load_llm(str(gguf), dtype="float32")
+    assert "de-quantizing in memory" in caplog.text and "ATTNRANK_HOME" in caplog.text
+    assert llm.fingerprint == hashlib.sha256(gguf.read_bytes()).hexdigest() and llm.tokenizer.pad_token is not None
+    ids = torch.tensor([[1, 2, 3, 200, 250]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, llm.model(ids).logits)
+
+
+def test_a_weights_file_cut_short_is_a_model_error(tmp_path):
+    """An interrupted copy or download left model.safetensors short: safetensors' own error was
+    a traceback (it is no OSError or ValueError)."""
+    from _tiny import save_tiny
+
+    from attnrank.errors import ModelError
+
+    folder = save_tiny(tmp_path / "m")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    with pytest.raises(ModelError, match="cannot read the weights of .*copy or download the model again"):
+        load_llm(str(folder))
+
+
+def test_a_model_under_the_home_folder_is_read_before_its_load(tmp_path, monkeypatch):
+    """model_shape and model_context_length did not expand ~ (checked_model_id and the fingerprint
+    did): for --model ~/x.gguf the checks made before the load (head ranges, prompt budgets) were skipped."""
+    gguf_lib = pytest.importorskip("gguf")
+    writer = gguf_lib.GGUFWriter(str(tmp_path / "x.gguf"), "llama")
+    writer.add_block_count(7)
+    writer.add_head_count(5)
+    writer.add_context_length(2048)
+    writer.add_tensor("w", np.zeros((2, 2), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert modelconfig.model_shape("~/x.gguf") == (7, 5)
+    assert modelconfig.model_context_length("~/x.gguf") == 2048
