@@ -27,6 +27,12 @@ def positive_int(text: str) -> int:
     return _count(text, 1)
 
 
+def fold_count(text: str) -> int:
+    """Cross-validation folds: at least 2 (a fold needs a training set); the scripts check the upper
+    bound, the smallest set's queries, once the sets are read."""
+    return _count(text, 2)
+
+
 def non_negative_int(text: str) -> int:
     """A count of at least 0: an offset or skip, or a limit whose 0 means "all"."""
     return _count(text, 0)

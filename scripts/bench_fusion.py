@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _common import positive_int
+from _common import fold_count, positive_int
 
 from attnrank.benchmarks import (
     cached_likelihoods,
@@ -44,7 +44,7 @@ from attnrank.benchmarks import (
 )
 from attnrank.config import set_torch_threads
 from attnrank.eval import sign_test
-from attnrank.eval.crossval import Split, kfold_splits
+from attnrank.eval.crossval import Split, check_folds, kfold_splits
 from attnrank.eval.datasets import data_root
 from attnrank.eval.fusion_report import fusion_markdown
 from attnrank.eval.metrics import per_query_ndcg_of_each
@@ -506,7 +506,7 @@ def main() -> None:
     ap.add_argument("--scifact-queries", type=positive_int, default=100)
     ap.add_argument("--hotpot-questions", type=positive_int, default=400)
     ap.add_argument("--locomo-questions", type=positive_int, default=400)
-    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--folds", type=fold_count, default=5)
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument(
         "--learner",
@@ -549,6 +549,8 @@ def main() -> None:
     # every head: the cached rows serve every head set
     rr = AttentionReranker(config="icr", dtype=args.dtype, attention=args.attention, **prompt_options(args))
     data = load(args, root, rr)
+    for g, d in data.items():  # (in_domain's folds, checked before the leave-one-dataset-out hours)
+        check_folds(args.folds, len(d["cands"]), f"{g} queries")
     precise = args.dtype != "float32" and args.attention == "full" and not args.prompt and not args.ablation
     icr32 = AttentionReranker(config="icr", dtype="float32") if precise else None
     held, paired, against_default = lodo(data, args)

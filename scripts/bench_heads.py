@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import non_negative_int, positive_int
+from _common import fold_count, non_negative_int, positive_int
 
 from attnrank.benchmarks import (
     dl19_sets,
@@ -277,7 +277,7 @@ def main() -> None:
     ap.add_argument("--data", default=None)
     ap.add_argument("--hotpot-questions", type=positive_int, default=400)
     ap.add_argument("--scifact-queries", type=positive_int, default=50)
-    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--folds", type=fold_count, default=5)
     ap.add_argument("--random-draws", type=positive_int, default=5)
     ap.add_argument("--l2", type=float, default=10.0)
     ap.add_argument("--copy-lengths", default="500,1000,2000")

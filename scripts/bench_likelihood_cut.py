@@ -12,8 +12,9 @@ cut to 300 words (``max_doc_words``); its cost grows with the passage. This comp
   are all within ``--words`` words gets the same prompts at both cuts, so its scores are reused,
   not recomputed;
 - cost: the prompt tokens per query at each cut, and the seconds per query of the preset
-  (``state_cache_mb=0``: every prompt computed) on the first ``--time-queries`` queries of each
-  dataset that the cut changes, the two cuts alternating query by query in one process.
+  (``state_cache_mb=0``: every prompt computed) on the first ``--time-queries`` queries (cut or
+  not) of each dataset in which the cut changes a passage, the two cuts alternating query by query
+  in one process.
 
 Writes docs/results/likelihood_cut_<words>.{json,md}.
 """
@@ -147,7 +148,7 @@ def markdown(p: dict, command: str) -> str:
         "every query of each set (the candidate sets of bench_likelihood); Δ, wins/losses and p (sign "
         "test) against the default preset. Cost: prompt tokens per query (every query), and s/query "
         "of the preset with nothing reused (`state_cache_mb=0`), the two cuts alternating query by "
-        "query on the first queries of each set that the cut changes.",
+        "query on the first queries (cut or not) of each set in which the cut changes a passage.",
         "",
         "## Cost",
         "",

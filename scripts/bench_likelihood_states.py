@@ -36,6 +36,7 @@ from _common import positive_int, positive_ints
 
 from attnrank.benchmarks import dl19_sets, locomo_set, scifact_set
 from attnrank.config import set_torch_threads
+from attnrank.eval.data import strictly_decreasing
 from attnrank.eval.datasets import data_root
 from attnrank.eval.metrics import evaluate
 from attnrank.eval.report import environment, md_table, write_outputs
@@ -71,7 +72,7 @@ def measure(llm, setting: str, ds, cands: dict) -> list[dict]:
             s, peak = timed_peak(lambda rr=rr: out.append(rr.rank(ds.queries[q], docs)))
             secs[arm].append(s)
             peaks[arm] = max(peaks[arm], peak)
-            runs[arm][q] = {d.id: d.score for d in out[0]}
+            runs[arm][q] = strictly_decreasing((d.id, d.score) for d in out[0])  # (ties in its order)
             scores[arm][q] = {d.id: d.stage_scores["likelihood"] for d in out[0]}
             if arm == "first visit":
                 reused += rr.states.hits - hits

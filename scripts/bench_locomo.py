@@ -93,8 +93,8 @@ def dated(doc: Document) -> Document:
 # -- data -----------------------------------------------------------------------------------------
 def load(root: Path, n: int, k: int, skip: int) -> tuple[list[dict], float]:
     """The sampled questions of categories 1–4 (after the first ``skip`` of the seeded order) with
-    their candidates, and the first stage's seconds per question (candidate sets of all 1,986
-    questions built, divided by their count)."""
+    their candidates, and the first stage's seconds per question (the candidate sets of all the
+    questions the loader reads built, divided by their count)."""
     from attnrank.benchmarks import locomo_set
 
     category = {q: c for c in (1, 2, 3, 4) for q in locomo(root, categories=[c]).queries}
@@ -364,7 +364,7 @@ def markdown(s: dict, results: list[dict], args, env, model: str, notes: list[st
         "",
         "## Seconds per question by stage (mean)",
         "",
-        "retrieve = building the BM25 candidate sets of all 1,986 questions (JSON load included) divided by "
+        "retrieve = building the BM25 candidate sets of all the questions the loader reads (JSON load included) divided by "
         "their number; rerank = one `rank` call over the candidates; prune = one `prune` call; generate = one "
         "greedy generation. Arms whose prompt is identical to another's (same turns) reuse that answer and "
         f"its measured time. Threads: {env['threads']} of {env['cpus']} CPUs.",
@@ -414,14 +414,18 @@ def main() -> None:
     from attnrank.prune.config import PruneConfig
     from attnrank.prune.pruner import ContextPruner
     from attnrank.rerank.attention import AttentionReranker
-    from attnrank.rerank.config import RerankConfig
+    from attnrank.rerank.config import RERANK_PRESETS, RerankConfig
 
+    presets = [p.strip() for p in args.presets.split(",") if p.strip()]
+    unknown = [p for p in presets if p not in RERANK_PRESETS]
+    if unknown:  # (refused by the reranker, it was a note: the record was written without that arm)
+        ap.error(f"--presets {unknown} are not among {sorted(RERANK_PRESETS)}")
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
     questions, retrieve_s = load(root, args.questions, args.k, args.skip)
     llm = load_llm(None)
     notes: list[str] = []
     rerankers = {}
-    for preset in [p.strip() for p in args.presets.split(",") if p.strip()]:
+    for preset in presets:
         try:
             rerankers[preset] = AttentionReranker(llm, config=RerankConfig.preset(preset))
             notes.append(f"rerank-{preset}: {rerankers[preset]!r}")

@@ -33,6 +33,7 @@ from _common import positive_int
 
 from attnrank.benchmarks import dl19_sets, scifact_retriever, scifact_set
 from attnrank.config import set_torch_threads
+from attnrank.eval.data import strictly_decreasing
 from attnrank.eval.datasets import data_root, scifact
 from attnrank.eval.metrics import evaluate
 from attnrank.eval.report import environment, md_table, write_outputs
@@ -81,7 +82,7 @@ def measure(sets: list, presets: list[str]) -> list[dict]:
                 t = time.perf_counter()
                 res = rr.rank(ds.queries[q], docs)
                 secs[p].append(time.perf_counter() - t)
-                runs[p][q] = {d.id: d.score for d in res}
+                runs[p][q] = strictly_decreasing((d.id, d.score) for d in res)  # (ties in its order)
         probes.append((probe_gflops("bfloat16"), probe_gflops("float32")))
         rate = " / ".join(f"{np.mean([p[i] for p in probes]):.0f}" for i in (0, 1))
         for name, run in runs.items():

@@ -59,7 +59,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import non_negative_int, positive_int
+from _common import fold_count, non_negative_int, positive_int
 
 from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root, hotpotqa_rows
@@ -471,7 +471,7 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="pruner heads: 'all' (default), 'l-h,...' or a JSON file")
     ap.add_argument("--cache-dir", default=str(REPO / "indexes" / "bench-cache"), help="'' = no score cache")
     ap.add_argument("--out-dir", default=str(OUT))
-    ap.add_argument("--folds", type=int, default=5, help="probe cross-fitting folds over labelled questions")
+    ap.add_argument("--folds", type=fold_count, default=5, help="probe cross-fitting folds over labelled questions")
     ap.add_argument(
         "--l2", default="1,10,100,1000", help="probe L2 penalties, chosen by inner CV on training questions"
     )

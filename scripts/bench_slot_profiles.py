@@ -4,8 +4,9 @@
     python scripts/bench_slot_profiles.py [--slots 5,20] [--trials 40] [--ship]
 
 For each slot count K: ``--trials`` prompts of K HotpotQA distractor paragraphs drawn at random
-(paragraphs of the questions without sentence-level labels, which ``bench_ask.py`` never
-evaluates) with a content-free question; per prompt slot, the mean attention the document there
+(paragraphs of the questions without sentence-level labels; ``bench_ask.py`` evaluates those
+only with ``--include-unlabelled``, as its record ``ask`` did: the shipped profile had seen their
+paragraphs, never their labels or questions) with a content-free question; per prompt slot, the mean attention the document there
 receives from the question (every head, no calibration, no token filter:
 :func:`attnrank.rerank.profile.measure_slot_profile`). Beside it, the registered profile of
 calibrated scores at the same K (what ``reorder_for_generation`` read before 2026-12-05), and the
@@ -33,7 +34,8 @@ log = logging.getLogger("bench_slot_profiles")
 
 
 def pool(root: Path) -> list[Document]:
-    """Paragraphs of the HotpotQA questions without sentence-level labels (never evaluated)."""
+    """Paragraphs of the HotpotQA questions without sentence-level labels (evaluated by
+    ``bench_ask.py --include-unlabelled`` only)."""
     return [
         Document(f"{r['id']}_{p['pid']}", p["text"], p["title"])
         for r in hotpotqa_rows(root)

@@ -138,13 +138,19 @@ def evaluate_per_query(
     # NumRet would count that document, and is 0.
     empty = [q for q in judged if q not in run_d]
     run_d.update({q: {_NOTHING: 1.0} for q in empty})
-    for metric in irm.iter_calc(list(names_of), judged, run_d):
-        if metric.query_id in per:
-            value = float(metric.value)
-            if metric.query_id in empty and metric.measure.NAME == "NumRet" and "rel" not in metric.measure.params:
-                value = 0.0
-            for name in names_of[metric.measure]:
-                per[metric.query_id][name] = value
+    try:
+        for metric in irm.iter_calc(list(names_of), judged, run_d):
+            if metric.query_id in per:
+                value = float(metric.value)
+                if metric.query_id in empty and metric.measure.NAME == "NumRet" and "rel" not in metric.measure.params:
+                    value = 0.0
+                for name in names_of[metric.measure]:
+                    per[metric.query_id][name] = value
+    except Exception as e:  # (a provider that fails, as gdeval's ERR@10 on any input: its own traceback)
+        raise InputError(
+            f"ir-measures could not compute {list(metrics)} ({type(e).__name__}: {e}); leave out the metric "
+            "it fails on (e.g. ERR@10) or compute it with its own tool"
+        ) from e
     return per
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..benchmarks import dl19_sets, hotpot_set, scifact_bm25_set
 from ..eval import evaluate_per_query, sign_test, wins_losses
+from ..eval.data import strictly_decreasing
 from ..files import atomic_path
 from ..rerank.attention import AttentionReranker
 from ..rerank.config import RerankConfig
@@ -34,7 +35,7 @@ def mode_quality(
     run: dict[str, dict[str, float]] = {}
     t = time.perf_counter()
     for q, text in queries.items():
-        run[q] = {d.id: d.score for d in reranker.rank(text, cands[q])}
+        run[q] = strictly_decreasing((d.id, d.score) for d in reranker.rank(text, cands[q]))  # (ties: its order)
         reranker.states.clear()  # each query cold, as a first visit
     return run, (time.perf_counter() - t) / max(len(queries), 1)
 

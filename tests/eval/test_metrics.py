@@ -399,3 +399,10 @@ def test_a_beir_folder_says_which_qrels_split_it_reads(tmp_path, caplog):
     with caplog.at_level("INFO", logger="attnrank.eval.data"):
         assert read_qrels(tmp_path) == {"q2": {"d2": 1}}
     assert "reading the qrels of test.tsv (beside train.tsv)" in caplog.text
+
+
+def test_a_metric_its_provider_fails_on_is_one_input_error():
+    """ERR@10 goes to ir-measures' gdeval, which failed on any input: the API raised perl's
+    CalledProcessError (the CLI refused the name first; the Python API did not)."""
+    with pytest.raises(InputError, match=r"ir-measures could not compute \['ERR@10'\]"):
+        evaluate({"q": {"d": 1.0, "e": 0.5}}, {"q": {"d": 1}}, ["ERR@10"])
