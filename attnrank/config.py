@@ -5,7 +5,9 @@ Environment variables:
 - ``ATTNRANK_HOME``: cache root (de-quantized models, user head registries); default
   ``~/.cache/attnrank``.
 - ``ATTNRANK_INDEX_DIR``: where named indexes live; default ``./indexes``.
-- ``ATTNRANK_THREADS``: torch intra-op threads; default = the CPUs this process may use.
+- ``ATTNRANK_THREADS``: model threads (torch's intra-op pool, an exported embedder's runtime);
+  default: one per physical core this process may use, within its cgroup CPU quota
+  (:func:`compute_threads`).
 - ``ATTNRANK_CPU_DTYPE``: what ``dtype="auto"`` means on a CPU: ``float32`` or ``bfloat16``; default
   bfloat16 where the CPU multiplies bfloat16 in hardware (AMX-BF16 or AVX-512 BF16), else float32
   (:func:`cpu_auto_dtype`).
@@ -147,6 +149,19 @@ def hardware_bf16(capabilities: Mapping[str, object]) -> bool:
     return bool(capabilities.get("amx_bf16") or capabilities.get("avx512_bf16"))
 
 
+def thread_count() -> int:
+    """The threads a model runs on here: ``ATTNRANK_THREADS`` if set, else :func:`compute_threads`
+    (torch's intra-op pool, and an exported embedder's runtime)."""
+    env = os.environ.get("ATTNRANK_THREADS", "").strip()
+    n = int(env) if env.isdigit() else compute_threads() if not env else 0
+    if n < 1:  # else a ValueError or torch's RuntimeError traceback, naming no variable
+        raise InputError(
+            f"ATTNRANK_THREADS={env!r} is not a whole number >= 1 (model threads; this process has "
+            f"{compute_threads()} cores to run on); set it to e.g. {compute_threads()} or unset it"
+        )
+    return n
+
+
 def set_torch_threads(n: int | None = None) -> int:
     """Set torch's intra-op threads to the cores actually available (:func:`compute_threads`,
     or ``ATTNRANK_THREADS``).
@@ -158,13 +173,7 @@ def set_torch_threads(n: int | None = None) -> int:
     import torch
 
     if n is None:
-        env = os.environ.get("ATTNRANK_THREADS", "").strip()
-        n = int(env) if env.isdigit() else compute_threads() if not env else 0
-        if n < 1:  # else a ValueError or torch's RuntimeError traceback, naming no variable
-            raise InputError(
-                f"ATTNRANK_THREADS={env!r} is not a whole number >= 1 (torch threads; this process may "
-                f"use {available_cpus()} CPUs); set it to e.g. {available_cpus()} or unset it"
-            )
+        n = thread_count()
     if not _threads_set or torch.get_num_threads() != n:
         torch.set_num_threads(n)
         _threads_set = True

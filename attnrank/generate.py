@@ -30,7 +30,7 @@ from .llm.modelconfig import model_context_length
 from .llm.models import LLM, load_llm
 from .llm.prompts import build_answer_prompt
 from .llm.recording import forward_lock
-from .types import as_documents, check_unicode, is_count, refuse_one_passage
+from .types import check_unicode, is_count, refuse_one_passage
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +88,7 @@ class Generator:
     def prompt(self, question: str, context_docs: Sequence[Any] = ()) -> str:
         """The chat prompt text the model reads (see :func:`build_answer_prompt`)."""
         refuse_one_passage(context_docs, "context_docs is", "passages")
-        # (any other passage type is refused in one line: a dict failed inside, as an AttributeError)
-        return build_answer_prompt(self.llm.tokenizer, question, as_documents(context_docs)[0])
+        return build_answer_prompt(self.llm.tokenizer, question, context_docs)
 
     def answer(
         self,

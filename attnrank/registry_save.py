@@ -189,6 +189,7 @@ def update_artifact(
     if not kind or not fingerprint:
         raise InputError(f"artifact kind {kind!r} and fingerprint {fingerprint!r} must be non-empty")
     with _updated_user_doc(model_id, fingerprint, root) as (path, doc):
-        payload = update((doc["artifacts"].get(kind) or {}).get("payload"))
+        item = doc["artifacts"].get(kind)
+        payload = update(item.get("payload") if isinstance(item, dict) else None)  # (a malformed one: replaced)
         doc["artifacts"][kind] = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "payload": payload}
     return path

@@ -88,6 +88,8 @@ def load(args, root: Path, rr: AttentionReranker) -> dict:
         "HotpotQA": hotpot_set(root, args.hotpot_questions),
         "LoCoMo": locomo_set(root, args.locomo_questions),
     }
+    for g, (_, _, cands) in sets.items():  # (in_domain's folds: before any capture, hours on a cold cache)
+        check_folds(args.folds, len(cands), f"{g} queries")
     out = {}
     for g, (setting, ds, cands) in sets.items():
         mode = "" if rr.config.attention == "full" else f" {rr.config.attention} attention {rr.config.block_positions}"
@@ -549,8 +551,6 @@ def main() -> None:
     # every head: the cached rows serve every head set
     rr = AttentionReranker(config="icr", dtype=args.dtype, attention=args.attention, **prompt_options(args))
     data = load(args, root, rr)
-    for g, d in data.items():  # (in_domain's folds, checked before the leave-one-dataset-out hours)
-        check_folds(args.folds, len(d["cands"]), f"{g} queries")
     precise = args.dtype != "float32" and args.attention == "full" and not args.prompt and not args.ablation
     icr32 = AttentionReranker(config="icr", dtype="float32") if precise else None
     held, paired, against_default = lodo(data, args)

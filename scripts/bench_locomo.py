@@ -409,17 +409,20 @@ def main() -> None:
     set_torch_threads()
     start = time.perf_counter()
 
+    from attnrank.errors import InputError
     from attnrank.generate import Generator
     from attnrank.llm.models import load_llm
     from attnrank.prune.config import PruneConfig
     from attnrank.prune.pruner import ContextPruner
     from attnrank.rerank.attention import AttentionReranker
-    from attnrank.rerank.config import RERANK_PRESETS, RerankConfig
+    from attnrank.rerank.config import RerankConfig, preset_for
 
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]
-    unknown = [p for p in presets if p not in RERANK_PRESETS]
-    if unknown:  # (refused by the reranker, it was a note: the record was written without that arm)
-        ap.error(f"--presets {unknown} are not among {sorted(RERANK_PRESETS)}")
+    for name in presets:  # (refused by the reranker, it was a note: the record was written without that arm)
+        try:
+            preset_for(name, {})
+        except InputError as e:
+            ap.error(f"--presets: {e}")
     root = data_root(args.data, default=REPO.parent / "shared" / "data")
     questions, retrieve_s = load(root, args.questions, args.k, args.skip)
     llm = load_llm(None)

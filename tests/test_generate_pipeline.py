@@ -399,6 +399,10 @@ def test_generator_refuses_a_passage_of_another_type_in_one_line(llm):
     texts = ["Paris is the capital of France.", "Lyon is a city."]
     docs = [Document(str(i), t) for i, t in enumerate(texts)]
     assert gen.prompt("Capital?", texts) == gen.prompt("Capital?", docs)
+    from attnrank.llm.prompts import build_answer_prompt  # (the public builder itself, too)
+
+    with pytest.raises(InputError, match="document #0 is a dict"):
+        build_answer_prompt(llm.tokenizer, "Capital?", [{"text": "Paris"}])
 
 
 def test_a_budget_without_a_pruner_is_refused():

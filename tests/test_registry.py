@@ -698,6 +698,12 @@ def test_an_update_reads_this_models_file_alone(roots, caplog):
         save_artifact("head-weights", "/models/a", FP, {"v": 1})
         save_artifact("head-weights", "/models/b", FP, {"v": 2})
     assert "replacing" not in caplog.text
+    path = registry.user_file("/models/b", FP, None)  # an entry that is no object (hand-edited) is replaced
+    doc = json.loads(path.read_text())
+    doc["artifacts"]["slot-profiles"] = ["not", "an", "entry"]
+    path.write_text(json.dumps(doc))
+    update_artifact("slot-profiles", "/models/b", FP, lambda current: seen.append(current) or {"60": [3]})
+    assert seen[-1] is None and json.loads(path.read_text())["artifacts"]["slot-profiles"]["payload"] == {"60": [3]}
 
 
 def test_a_registry_it_cannot_write_is_named_before_training(roots):

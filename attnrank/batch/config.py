@@ -15,6 +15,9 @@ from ..index.store import read_manifest
 from ..rerank.config import RerankConfig
 from ..rerank.resolve import check_lookups
 
+# The devices a rerank actor can use: Ray shows it only the one GPU it declares, as cuda:0
+ACTOR_DEVICES = re.compile(r"cpu|cuda(:0)?")
+
 
 @dataclass
 class BatchConfig:
@@ -62,7 +65,7 @@ class BatchConfig:
             raise InputError(
                 f"heads={self.heads!r} is not a string; give 'all', 'l-h,l-h' (e.g. '13-18,14-2') or a JSON file's path"
             )
-        if self.rerank and not re.fullmatch(r"cpu|auto|cuda(:0)?", self.device):
+        if self.rerank and self.device != "auto" and not ACTOR_DEVICES.fullmatch(self.device):  # (auto: cpu)
             # (Ray shows a rerank actor only the one GPU it declares, as cuda:0: cuda:1 failed in every actor)
             raise InputError(
                 f"device={self.device!r} is not cpu or cuda (each rerank actor declares one GPU, which Ray shows it as cuda)"

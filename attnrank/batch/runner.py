@@ -37,7 +37,7 @@ from ..index.sharded.layout import is_sharded, read_sharded
 from ..index.store import manifest_tag, read_doc_ids
 from ..llm.fingerprint import model_fingerprint, name_fingerprint
 from ..llm.headspec import format_heads, parse_heads
-from ..llm.models import unloaded_model
+from ..llm.models import readable_model
 from ..registry import registry_digest
 from ..rerank.config import RerankConfig
 from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
@@ -209,7 +209,7 @@ def run_batch(
     _check_parts_dir(parts_dir, output, parquet, queries)
     model = _model(config)
     if ray_address is None and model[0] is not None and model[1] == name_fingerprint(model[0]):
-        unloaded_model(model[0])  # (a model this machine cannot read: its actors could not either)
+        readable_model(model[0])  # (a model this machine cannot read: its actors could not either)
     mine = _settings(config, model)
     check_folder(parts_dir)
     with locked_checkpoint(parts_dir):

@@ -55,8 +55,8 @@ def serve(
             limit = "0-65535 (0: a free port)" if opt == "--port" else f"at least {low}"
             raise typer.BadParameter(f"{opt} {value} is out of range ({limit})")
     require("uvicorn", "serve", "attnrank serve")
-    from ..serve.app import LOOPBACK_HOSTS, create_app
-    from ..serve.background import uvicorn_server
+    from ..serve.app import create_app
+    from ..serve.background import LOOPBACK_HOSTS, uvicorn_server
     from ..serve.engine import build_engine
     from ..serve.schemas import Limits
 
@@ -93,7 +93,11 @@ def serve(
                 host,
             )
         app = create_app(
-            engine, limits=limits, max_queued=max_queued, allowed_hosts=LOOPBACK_HOSTS if loopback else None
+            # (an IPv6 bind is not restricted: Starlette before 2026-08 read "[::1]:8000" as the host "[")
+            engine,
+            limits=limits,
+            max_queued=max_queued,
+            allowed_hosts=LOOPBACK_HOSTS if loopback and ":" not in host else None,
         )
         # (a job still running when a shutdown began is given this long; the queued ones are answered 503 at once)
         server = uvicorn_server(

@@ -51,7 +51,7 @@ def to_html(
     ranked_by = (
         "attention was set aside for this query (its confidence is below the fused weights' gate): the "
         "passages are ranked by the first-stage signals alone (BM25, dense, rank)"
-        if fused and set_aside
+        if set_aside and fused is not False
         else "the passages are ranked by the reranker's score, which fuses it with the first-stage signals "
         "(BM25, dense, rank), so a lower attention score can rank higher"
         if fused

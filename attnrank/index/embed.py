@@ -231,8 +231,8 @@ PROBE_MIN_COSINE = 0.95
 def check_prompts(model, recorded: dict[str, str | None] | None, name: str | None) -> None:
     """Refuse an embedder whose query prompt (:func:`role_prompts`) is not the one an index
     recorded at build (``recorded`` None: built before they were recorded, its queries embedded
-    bare): its documents were embedded to meet that one, and the probe text, embedded bare, cannot
-    tell. (A search embeds queries only: a changed document prompt matters where documents are
+    bare): its documents were embedded to meet that one, and the probe text, embedded as a
+    document, cannot tell. (A search embeds queries only: a changed document prompt matters where documents are
     embedded again, the reranker's dense signal, which then reads none of the index's vectors.)"""
     if recorded is None:
         return

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import available_cpus, cache_dir
+from ..config import cache_dir, thread_count
 from ..errors import InputError, ModelError, require
 from ..files import file_sha256, fsync_folder, fsync_tree, held_lock
 from .folders import swap_in
@@ -65,11 +65,6 @@ def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise InputError(f"embed backend {backend!r} is not one of {BACKENDS}; use 'torch' (the default) or 'onnx'")
     return backend
-
-
-def _threads() -> int:
-    env = os.environ.get("ATTNRANK_THREADS")
-    return int(env) if env else available_cpus()
 
 
 # -- the cache key and folder ------------------------------------------------------------------
@@ -280,7 +275,7 @@ class ExportedEmbedder:
     def _onnxruntime(self):
         ort = require("onnxruntime", _EXTRA[self.backend], f"embed backend {self.backend!r}")
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = _threads()
+        opts.intra_op_num_threads = thread_count()
         opts.inter_op_num_threads = 1
         session = ort.InferenceSession(str(self.folder / _GRAPH), opts, providers=["CPUExecutionProvider"])
         return lambda feeds: session.run(None, feeds)[0]
@@ -289,7 +284,7 @@ class ExportedEmbedder:
         ov = require("openvino", "openvino", f"embed backend {self.backend!r}")
         core = ov.Core()
         settings = {
-            "INFERENCE_NUM_THREADS": _threads(),
+            "INFERENCE_NUM_THREADS": thread_count(),
             "PERFORMANCE_HINT": "LATENCY",
             "INFERENCE_PRECISION_HINT": _OPENVINO_PRECISION[self.backend],
         }

@@ -115,15 +115,16 @@ def _cached(kind: str, kwargs: Mapping[str, Any], build, store: Any = _CACHE):
         return built
 
 
-def check_reranker_settings(reranker: Any = None, **kwargs: Any) -> None:
-    """Refuse what :func:`shared_reranker` would refuse of its arguments (a reranker object beside
-    settings; an unknown or invalid setting) without loading anything: a retriever adapter checks
-    them before it loads its index (a misspelt ``top_n=`` was found after the index had loaded)."""
+def check_reranker_settings(reranker: Any = None, **kwargs: Any) -> dict[str, Any] | None:
+    """What :func:`shared_reranker` refuses of its arguments (a reranker object beside settings; an
+    unknown or invalid setting), found without loading anything: a retriever adapter checks them
+    before it loads its index (a misspelt ``top_n=`` was found after the index had loaded).
+    Returns the resolved settings (None for a given reranker)."""
     if reranker is not None:
         if kwargs:
             raise InputError(f"got a reranker object and settings {sorted(kwargs)}; give one or the other")
-        return
-    resolved_settings(_preset_heads(kwargs), RerankConfig)
+        return None
+    return resolved_settings(_preset_heads(kwargs), RerankConfig)
 
 
 def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
@@ -137,8 +138,8 @@ def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
     reads their dense signal from the index's vectors (:meth:`~attnrank.rerank.attention.AttentionReranker.use_index`),
     so it is one of its own: a reranker shared with adapters of other inputs embeds them, and its
     scores never depend on which adapters a process created first. A given ``reranker`` is used as it is."""
-    check_reranker_settings(reranker, **kwargs)
-    if reranker is not None:
+    settings = check_reranker_settings(reranker, **kwargs)
+    if settings is None:
         return reranker
     from ..rerank.attention import AttentionReranker
 
@@ -152,7 +153,6 @@ def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
                 _INDEX_OF[built] = index
         return built
 
-    settings = resolved_settings(kwargs, RerankConfig)
     if index is None:
         return _cached("AttentionReranker", settings, build)
     with _LOCK:

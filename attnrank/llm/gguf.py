@@ -52,6 +52,20 @@ def load_gguf_uncached(gguf: Path) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
+def cache_unwritable(folder: Path) -> OSError | None:
+    """Why the de-quantized cache ``folder`` cannot be written here (its parent cannot be made, or
+    takes no file: a read-only home, ``ATTNRANK_HOME`` under a file), tried before any work; None
+    where it can."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        probe = sibling(folder, "tmp")
+        probe.touch(exist_ok=False)
+        probe.unlink()
+    except OSError as e:
+        return e
+    return None
+
+
 def ensure_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
     """:func:`build_gguf_cache` unless ``folder`` holds a complete cache, with the build's lock held:
     two first loads at once de-quantize once (the second waits, then finds the cache)."""

@@ -31,7 +31,14 @@ from attnrank.errors import InputError, ModelError
 
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
-from .gguf import GGUF_READ_ERRORS, cache_complete, ensure_gguf_cache, gguf_cache_dir, load_gguf_uncached
+from .gguf import (
+    GGUF_READ_ERRORS,
+    cache_complete,
+    cache_unwritable,
+    ensure_gguf_cache,
+    gguf_cache_dir,
+    load_gguf_uncached,
+)
 from .modelconfig import (
     check_attention_modules,
     check_causal_lm_config,
@@ -299,11 +306,11 @@ def _load_cached(model_id: str, precision: str, device: str) -> LLM:
     if gguf is not None:  # through the de-quantized cache folder, built on first use
         digest = file_sha256(gguf)
         folder = gguf_cache_dir(gguf, digest)
-        try:
-            ensure_gguf_cache(gguf, folder, digest)
-        except OSError as e:  # (a read-only home: the packaged default model could not load at all)
-            llm = _gguf_in_memory(gguf, model_id, torch_dtype, dev, e)
+        why = None if cache_complete(folder) else cache_unwritable(folder)
+        if why is not None:  # (a read-only home: the packaged default model could not load at all)
+            llm = _gguf_in_memory(gguf, model_id, torch_dtype, dev, why)
         else:
+            ensure_gguf_cache(gguf, folder, digest)
             llm = _load_folder(folder, model_id, torch_dtype, dev, local_files_only=True)
         llm.fingerprint = digest
     else:
@@ -346,7 +353,7 @@ def _load_folder(
         )
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load {model_id!r} as a causal LM with SDPA attention: {e}") from e
-    except (SafetensorError, pickle.UnpicklingError, RuntimeError) as e:  # (a weights file cut short: a traceback)
+    except (SafetensorError, pickle.UnpicklingError, EOFError) as e:  # (a weights file cut short: a traceback)
         raise ModelError(
             f"cannot read the weights of {model_id!r} ({type(e).__name__}: {e}); a weights file may be incomplete: "
             "copy or download the model again"
@@ -366,6 +373,7 @@ def _gguf_in_memory(gguf: Path, model_id: str, torch_dtype: torch.dtype, dev: to
         why,
     )
     model, tokenizer = load_gguf_uncached(gguf)
+    check_causal_lm_config(model.config, model_id)
     model = model.to(device=dev, dtype=torch_dtype).eval()
     check_attention_modules(model, model_id)
     return LLM(model, _checked_tokenizer(tokenizer, model_id), model_id, fingerprint="")

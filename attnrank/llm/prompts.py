@@ -138,16 +138,15 @@ def build_rerank_prompts(
 def build_answer_prompt(tokenizer: Any, question: str, context_passages: Sequence[Any] = ()) -> str:
     """A chat-formatted prompt asking for a short answer to ``question`` from the passages.
 
-    Passages may be :class:`Document`, :class:`~attnrank.types.ScoredDocument` or ``str``.
+    Passages may be :class:`Document`, :class:`~attnrank.types.ScoredDocument` or ``str`` (or a
+    :class:`~attnrank.types.RankedResults`); any other type is refused.
     Encode the returned text with :func:`~attnrank.llm.chat.encode_text` (it may already contain
     the BOS token).
     """
     if not question or not question.strip():
         raise InputError("question is empty; pass the question to answer")
-    blocks = [
-        _block(i, "", p) if isinstance(p, str) else _block(i, p.title, p.text)
-        for i, p in enumerate(context_passages, start=1)
-    ]
+    # (as_documents refuses any other type in one line: a dict failed here, as an AttributeError)
+    blocks = [_block(i, p.title, p.text) for i, p in enumerate(as_documents(context_passages)[0], start=1)]
     check_unicode(blocks, "context passage")  # (a lone surrogate failed inside the tokenizer, naming none)
     parts = [ANSWER_INSTRUCTION]
     if blocks:

@@ -31,8 +31,6 @@ from .routes import router
 from .schemas import Limits
 from .server import CLIENT_CLOSED, ClientGone, LimitExceeded, NotAvailable, Server
 
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")  # the Host headers of a loopback server's own clients
-
 
 def create_app(
     engine: Engine,
@@ -42,7 +40,8 @@ def create_app(
     allowed_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
     """The app over ``engine`` with ``limits`` and at most ``max_queued`` waiting model jobs.
-    ``allowed_hosts``: the Host headers it answers (others: 400; e.g. :data:`LOOPBACK_HOSTS` for a
+    ``allowed_hosts``: the Host headers it answers (others: 400; e.g.
+    :data:`~attnrank.serve.background.LOOPBACK_HOSTS` for a
     server bound to loopback, as ``attnrank serve`` gives them: a web page the user opens could
     otherwise reach it through a name that resolves to 127.0.0.1, DNS rebinding); None: any."""
     server = Server(engine, limits or Limits(), max_queued)

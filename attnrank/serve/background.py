@@ -19,6 +19,11 @@ from ..errors import require
 
 logger = logging.getLogger(__name__)
 
+# The Host headers of a loopback server's own clients: a server bound to loopback answers these
+# only, so that a web page cannot reach it through a name of its own that resolves to 127.0.0.1
+# (DNS rebinding). ("[::1]" is read as such by Starlette since 2026-08; an IPv6 bind is not restricted.)
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
 
 def uvicorn_server(app: Any, **config: Any) -> Any:
     """uvicorn's server for ``app`` (``config``: :class:`uvicorn.Config`'s keywords) that closes
@@ -28,15 +33,26 @@ def uvicorn_server(app: Any, **config: Any) -> Any:
     clients told nothing); now they are answered 503 "shutting down" and the running job finishes."""
     uvicorn = require("uvicorn", "serve", "attnrank serve")
     base: Any = uvicorn.Server  # (an optional extra: imported here, after the check that names it)
+    jobs = _jobs_of(app)
 
     class Server(base):
         async def shutdown(self, sockets: Any = None) -> None:
-            jobs = getattr(getattr(app.state, "server", None), "jobs", None)
             if jobs is not None:
                 await asyncio.to_thread(jobs.close)
             await super().shutdown(sockets)
 
     return Server(uvicorn.Config(app, **config))
+
+
+def _jobs_of(app: Any) -> Any:
+    """The job queue of an attnrank app (:func:`~attnrank.serve.app.create_app`), found through
+    middleware wrapped around it (each holds the next as ``.app``); None for another app."""
+    while app is not None:
+        jobs = getattr(getattr(getattr(app, "state", None), "server", None), "jobs", None)
+        if jobs is not None:
+            return jobs
+        app = getattr(app, "app", None)
+    return None
 
 
 @contextlib.contextmanager
@@ -50,7 +66,12 @@ def background_server(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         bound = sock.getsockname()[1]
-        server = uvicorn_server(app, log_level=log_level, lifespan="on", access_log=False)
+        served = app
+        if host in ("127.0.0.1", "localhost"):  # (as `attnrank serve` on loopback: its own host names only)
+            from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+            served = TrustedHostMiddleware(app, allowed_hosts=list(LOOPBACK_HOSTS))
+        server = uvicorn_server(served, log_level=log_level, lifespan="on", access_log=False)
     except BaseException:
         sock.close()
         raise

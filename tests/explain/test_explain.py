@@ -247,3 +247,5 @@ def test_the_page_says_where_the_gate_set_attention_aside(explained):
     ex = explained[1]
     page = to_html("q", ex, model="tiny", fused=True, set_aside=True)
     assert "attention was set aside for this query" in page and "fuses it" not in page
+    unknown = to_html("q", ex, model="tiny", set_aside=True)  # (fused not given: the gate still speaks)
+    assert "attention was set aside for this query" in unknown

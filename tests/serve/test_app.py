@@ -810,13 +810,14 @@ def test_the_librarys_other_errors_are_one_json_line():
 def test_a_loopback_server_answers_its_own_host_names_only(engine):
     """A web page could reach a server on 127.0.0.1 through a name of its own that resolves there
     (DNS rebinding) and read the index's passages; /health named the state folder's path."""
-    from attnrank.serve.app import LOOPBACK_HOSTS
+    from attnrank.serve.background import LOOPBACK_HOSTS
 
-    with live_server(create_app(engine, allowed_hosts=LOOPBACK_HOSTS)) as base:
-        assert httpx.get(f"{base}/health").status_code == 200
-        assert httpx.get(f"{base}/health", headers={"host": "localhost:8000"}).status_code == 200
-        r = httpx.get(f"{base}/health", headers={"host": "attacker.example"})
-        assert r.status_code == 400 and "Invalid host header" in r.text
+    for app in (create_app(engine, allowed_hosts=LOOPBACK_HOSTS), create_app(engine)):  # (and background_server's)
+        with live_server(app) as base:
+            assert httpx.get(f"{base}/health").status_code == 200
+            assert httpx.get(f"{base}/health", headers={"host": "localhost:8000"}).status_code == 200
+            r = httpx.get(f"{base}/health", headers={"host": "attacker.example"})
+            assert r.status_code == 400 and "Invalid host header" in r.text
 
 
 def test_prune_refuses_two_budgets_before_it_queues_or_searches(url):

@@ -65,7 +65,7 @@ def test_serve_listens_at_once_and_restricts_hosts_on_loopback_only(monkeypatch,
     import uvicorn
 
     from attnrank.serve import engine
-    from attnrank.serve.app import LOOPBACK_HOSTS
+    from attnrank.serve.background import LOOPBACK_HOSTS
 
     seen = []
     monkeypatch.setattr(engine, "build_engine", lambda *a, **k: object())
