@@ -73,7 +73,10 @@ def truncate_texts(
             offsets = tokenize(tokenizer, rest, offsets=True)["offset_mapping"]
             n = len(offsets)
             if n > max_tokens:
-                text, kept = _cut_to_tokens(tokenizer, rest, offsets, max_tokens)
+                cut, kept = _cut_to_tokens(tokenizer, rest, offsets, max_tokens)
+                # (the leading whitespace kept: characters count from the text's start, as an uncut
+                # text's do, and the prompts strip it all the same)
+                text = text[: len(text) - len(rest)] + cut
                 cuts.append(Truncation(i, doc.id, "tokens", n, kept))
         texts.append(text)
     if cuts:

@@ -35,7 +35,10 @@ def test_a_token_cut_counts_the_text_the_prompts_hold_not_its_leading_whitespace
 
     tok = tiny_tokenizer()
     texts, cuts = truncate_texts(tok, [Document("a", "\n\nhello world"), Document("b", "ok")], None, 4)
-    assert texts == ["hell", "ok"]
+    # a prefix of the text, its leading whitespace kept: a cut text's characters count from the text's
+    # start as an uncut one's do (the blocks' offsets lost the whitespace's length, and sentence
+    # spans mapped to tokens that many characters off)
+    assert texts == ["\n\nhell", "ok"]
     assert cuts == [Truncation(0, "a", "tokens", len(tok("hello world")["input_ids"]), 4)]
     # whitespace alone over the limit cuts nothing (and read past the text's tokens: an IndexError)
     texts, cuts = truncate_texts(tok, [Document("a", "     hi")], None, 5)
