@@ -80,28 +80,38 @@ def _message(status: int, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"message": message}, status_code=status, headers=headers or None)
 
 
+# Each error class answered with its one line as JSON ({"message"}) under its status; a class not
+# named here by a subclass falls to its base: attnrank's others (a model's non-finite attention, an
+# index's damaged scores) are a 500 with the line the CLI prints, not a bare "Internal Server Error".
+_STATUSES: tuple[tuple[type[Exception], int], ...] = (
+    (LimitExceeded, 413),
+    (InputError, 422),
+    (NotAvailable, 404),
+    (MissingExtraError, 503),
+    (AttnrankError, 500),
+)
+
+
+def _answer(status: int) -> Any:
+    async def handler(request: Request, e: Exception) -> Response:
+        return _message(status, str(e))
+
+    return handler
+
+
 def _install_errors(app: FastAPI) -> None:
+    for kind, status in _STATUSES:
+        app.add_exception_handler(kind, _answer(status))
+
     @app.exception_handler(QueueFull)
     async def _full(request: Request, e: QueueFull) -> Response:
         return _message(503, str(e), **{"Retry-After": str(e.retry_after)})
-
-    @app.exception_handler(LimitExceeded)
-    async def _limit(request: Request, e: LimitExceeded) -> Response:
-        return _message(413, str(e))
-
-    @app.exception_handler(InputError)
-    async def _input(request: Request, e: InputError) -> Response:
-        return _message(422, str(e))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> Response:
         # the inputs are left out of the detail: one may be bytes or NaN (no JSON), or the whole body
         detail = [{k: err[k] for k in ("type", "loc", "msg") if k in err} for err in e.errors()]
         return JSONResponse({"message": _invalid_message(request, e.errors()), "detail": detail}, status_code=422)
-
-    @app.exception_handler(NotAvailable)
-    async def _missing(request: Request, e: NotAvailable) -> Response:
-        return _message(404, str(e))
 
     @app.exception_handler(ClientGone)
     async def _gone(request: Request, e: ClientGone) -> Response:
@@ -110,16 +120,6 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(Cancelled)
     async def _cancelled(request: Request, e: Cancelled) -> Response:
         return _message(503, "the server is shutting down; retry", **{"Retry-After": "5"})
-
-    @app.exception_handler(MissingExtraError)
-    async def _extra(request: Request, e: MissingExtraError) -> Response:
-        return _message(503, str(e))
-
-    @app.exception_handler(AttnrankError)
-    async def _failed(request: Request, e: AttnrankError) -> Response:
-        # (a model's non-finite attention, an index's damaged scores: the one line the CLI prints,
-        # not a bare "Internal Server Error")
-        return _message(500, str(e))
 
 
 def _invalid_message(request: Request, errors: Any) -> str:
