@@ -199,15 +199,10 @@ def check_registry_lookups(config: RerankConfig) -> None:
 
 def check_pruner_lookups(config: PruneConfig) -> None:
     """What a pruner of ``config`` reads from the head registry (its sentence probe, an ``auto``
-    head set), looked up before anything loads (:func:`check_registered_heads`)."""
-    from ..prune.probe import SentenceProbe
+    head set), looked up before anything loads (:func:`attnrank.prune.lookups.check_pruner_lookups`)."""
+    from ..prune.lookups import check_pruner_lookups as lookups
 
-    if config.method == "probe":
-        key = _model_key(config.model)
-        if key is not None:
-            SentenceProbe.load(*key)
-        return
-    check_registered_heads(config.model, config.heads)
+    lookups(config)
 
 
 def check_registered_heads(model: str | None, heads: Any) -> None:

@@ -33,6 +33,7 @@ from ..index.retriever import HybridRetriever
 from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model
 from ..prune.config import PruneConfig
 from ..prune.context import check_budget
+from ..prune.lookups import check_pruner_lookups
 from ..prune.pruner import ContextPruner
 from ..rerank.attention import AttentionReranker
 from ..rerank.config import RerankConfig
@@ -194,6 +195,8 @@ class Pipeline:
         )
         if llm is None and config is not None and config.uses_llm:  # what the registry lacks, before the load
             check_lookups(config.with_options(model=model) if isinstance(model, str) else config, warn=False)
+        if llm is None and isinstance(prune, PruneConfig):  # and the pruner's (its probe, an "auto" set)
+            check_pruner_lookups(prune.with_options(model=model) if isinstance(model, str) else prune)
         if llm is None and needed:  # each stage's prompt window, checked against the model's config first
             windows = [config.max_prompt_tokens] if config is not None and config.uses_llm else []
             windows += [prune.max_prompt_tokens] if isinstance(prune, PruneConfig) else []

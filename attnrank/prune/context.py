@@ -92,11 +92,12 @@ class PrunedContext:
         return self.kept_tokens / self.original_tokens if self.original_tokens else 0.0
 
     def documents(self) -> list[Document]:
-        """Pruned passages in input order, those with no kept sentence left out. Adjacent kept
-        sentences are copied with the original whitespace between them; gaps (and text outside
-        given pre-split sentences) become one space, or a newline where the omitted text held
-        one. Titles stay if ``keep_titles``: a passage of a title alone (no sentence to prune)
-        stays as it is then, with no text (it was left out, even where everything was kept)."""
+        """Pruned passages in input order, as :class:`Document` (a scored input's score, rank and
+        stage scores are not carried; its metadata is), those with no kept sentence left out.
+        Adjacent kept sentences are copied with the original whitespace between them; gaps become
+        one space, or a newline where the omitted text held one. Titles stay if ``keep_titles``: a
+        passage of a title alone (no sentence to prune) stays as it is then, with no text (it was
+        left out, even where everything was kept)."""
         out = []
         for i, doc in enumerate(self.docs):
             kept = [s for s in self.sentences if s.doc_index == i and s.kept]
@@ -108,7 +109,6 @@ class PrunedContext:
             parts = [kept[0].text]
             for prev, cur in zip(kept, kept[1:]):
                 gap = doc.text[prev.end : cur.start]
-                # text between given sentences was never counted against the budget: not copied
                 if cur.sentence_index == prev.sentence_index + 1 and not gap.strip():
                     parts.append(gap + cur.text)
                 else:

@@ -48,6 +48,7 @@ from ..eval.crossval import check_folds, check_unique_queries
 from ..index.bm25 import BM25Index
 from ..index.tokenize import resolve_config
 from ..llm.headspec import format_heads, parse_heads
+from ..llm.prompts import INSTRUCTIONS
 from ..rerank.learned.features import standardise
 from .config import LENGTH_NORMS
 
@@ -78,9 +79,16 @@ def probe_capture(config: Any) -> dict[str, Any]:
         "attention": attention,
         "calibrate": config.calibrate,
         "sink": config.sink,
-        "instruction": config.instruction,
+        "instruction": _instruction_key(config.instruction),
         "order": config.order,
     }
+
+
+def _instruction_key(instruction: str) -> str:
+    """An instruction as the prompt reads it: a built-in's name in lower case (``"QA"``, ``" qa "``
+    and ``"qa"`` build one prompt), another text as given."""
+    key = instruction.strip().lower()
+    return key if key in INSTRUCTIONS else instruction
 
 
 def lexical_scores(query: str, texts: Sequence[str]) -> np.ndarray:
@@ -161,6 +169,14 @@ class SentenceProbe(RegistryArtifact):
     def __post_init__(self) -> None:
         if self.length_norm not in LENGTH_NORMS:  # (the pruner reads anything but "sqrt" as "none")
             raise InputError(f"sentence probe length_norm={self.length_norm!r} is not one of {LENGTH_NORMS}")
+        # the pruner reads the heads' scores sorted (head_pairs): weights given in another order would
+        # each score another head
+        given = [pair for h in self.heads for pair in parse_heads([h]) or []]
+        if given != self.head_pairs:
+            raise InputError(
+                f"sentence probe heads {list(self.heads)[:8]} are not each once in (layer, head) order, the order "
+                "its weights are read in; sort the heads with their weights (train_probe does)"
+            )
 
     @property
     def head_pairs(self) -> list[tuple[int, int]]:
@@ -202,16 +218,8 @@ class SentenceProbe(RegistryArtifact):
             if not isinstance(data.get("capture", {}), dict):
                 raise TypeError(f"capture {data['capture']!r} is not an object")
             probe = cls(**{**data, "weights": np.asarray(data["weights"], dtype=np.float64)})
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, InputError) as e:  # (InputError: heads out of order, a length_norm)
             raise InputError(f"stored sentence probe is malformed ({e}); train and save it again") from None
-        # the pruner reads the heads' scores sorted (head_pairs): weights stored in another order would
-        # each score another head
-        given = [pair for h in probe.heads for pair in parse_heads([h]) or []]
-        if given != probe.head_pairs:
-            raise InputError(
-                f"stored sentence probe's heads {probe.heads[:8]} are not each once in (layer, head) order, the "
-                "order its weights are read in; train and save it again (train_probe sorts them)"
-            )
         return probe
 
 

@@ -72,6 +72,7 @@ from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents, check_unicode
 from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, is_split, resolve_budget, select
+from .lookups import check_pruner_lookups
 from .planning import Chunk, PromptPlanner, Span, scored_sentences
 from .probe import SentenceProbe, lexical_scores, probe_capture
 from .segment import Sentence, locate_sentences, segment
@@ -120,7 +121,9 @@ class ContextPruner:
         )
         if isinstance(model, LLM):
             warn_if_configured_otherwise(model, cfg, "PruneConfig")
-        elif cfg.max_prompt_tokens is not None:  # a budget no prompt fits, found with the tokenizer alone
+        else:  # what the registry lacks (a probe, an "auto" set), before the load
+            check_pruner_lookups(cfg, probe_given=probe is not None)
+        if not isinstance(model, LLM) and cfg.max_prompt_tokens is not None:  # a budget no prompt fits
             tokenizer = load_tokenizer(cfg.model)
             self._check_frame(tokenizer, cfg.max_prompt_tokens, self._hint_ids(tokenizer))
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
@@ -129,6 +132,14 @@ class ContextPruner:
         length_norm = cfg.length_norm
         if cfg.method == "probe":  # the probe fixes heads and length normalisation
             self.probe = probe or SentenceProbe.load(self.llm.model_id, self.llm.fingerprint)
+            if self.llm.adapter and self.probe.capture.get("adapter", "") != self.llm.adapter:
+                # (an adapted model keeps its base's fingerprint, so the base's probe was found and
+                # scored another model's attention, as learned and fused weights refuse to)
+                raise InputError(
+                    f"the sentence probe was trained on a model without the head adapter {self.llm.adapter} "
+                    "merged into this one: its features would be another model's; prune with method='query', "
+                    "or on the model without the adapter"
+                )
             self.probe.warn_if_applied_otherwise(probe_capture(cfg))
             spec, length_norm = self.probe.head_pairs, self.probe.length_norm
         else:  # "auto", "auto:METHOD" and "auto-or-all" as the reranker reads them
@@ -239,6 +250,8 @@ class ContextPruner:
             raise InputError("no documents to prune; pass at least one passage")
         # by input position (the planner's own check counted its pieces)
         check_unicode((d.full_text for d in documents), "document")
+        if sentences is not None and not isinstance(sentences, Sequence):  # (a generator: len() a TypeError)
+            sentences = list(sentences)
         if sentences is not None and len(sentences) != len(documents):
             raise InputError(
                 f"sentences has {len(sentences)} entries for {len(documents)} documents; "
@@ -265,7 +278,10 @@ class ContextPruner:
         for i, doc in enumerate(docs):
             pre = given[i] if given is not None else None
             if pre is not None:
-                out.append(locate_sentences(doc.text, pre))
+                try:
+                    out.append(locate_sentences(doc.text, pre))
+                except InputError as e:  # (which of the passages it means)
+                    raise InputError(f"document #{i} ({doc.id!r}): {e}") from None
                 continue
             meta = doc.metadata.get("sentences") if doc.metadata else None
             if meta is not None:

@@ -132,6 +132,25 @@ def test_a_stored_probe_with_unsorted_heads_is_refused():
     assert SentenceProbe.from_json(data).heads == ["0-0", "0-1", "1-0"]
     with pytest.raises(InputError, match=r"heads \['1-0', '0-0', '0-1'\] are not each once in \(layer, head\) order"):
         SentenceProbe.from_json({**data, "heads": ["1-0", "0-0", "0-1"]})
+    # given as probe= (no stored file): its weights were applied to the sorted heads, another's each
+    with pytest.raises(InputError, match=r"are not each once in \(layer, head\) order"):
+        SentenceProbe(np.array([1.0, -1.0]), 0.0, ["1-3", "0-0"], [])
+
+
+def test_an_instruction_spelt_otherwise_is_the_same_capture(caplog):
+    """ "QA" and " qa " build the prompt "qa" builds; the probe warned it was applied otherwise."""
+    from attnrank.prune.config import PruneConfig
+    from attnrank.prune.probe import probe_capture
+
+    probe = train_probe(synthetic(), [(0, 0), (0, 1), (1, 0)], extras=["first"])
+    with caplog.at_level("WARNING", logger="attnrank"):
+        for spelt in ("QA", " qa "):
+            probe.warn_if_applied_otherwise(probe_capture(PruneConfig(instruction=spelt)))
+    assert "does not score as it measured" not in caplog.text
+    assert (
+        probe_capture(PruneConfig(instruction="Which sentences answer it?"))["instruction"]
+        == "Which sentences answer it?"
+    )
 
 
 def test_average_precision():

@@ -601,3 +601,49 @@ def test_a_passage_of_a_title_alone_stays_in_the_pruned_context(llm):
     assert (pruned[1].title, pruned[1].text, pruned[1].metadata["kept_sentences"]) == (docs[1].title, "", [])
     res.keep_titles = False  # without titles it holds nothing to give
     assert [d.id for d in res.documents()] == ["paris"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"method": "probe"}, "no sentence probe"), ({"heads": "auto"}, "head set is registered")],
+)
+def test_what_the_registry_lacks_is_named_before_the_model_loads(home, tiny_dir, monkeypatch, options, message):
+    """ContextPruner and Pipeline.from_model loaded the model, then found no probe or head set
+    registered (only the CLI looked them up first)."""
+    from attnrank.llm import models
+    from attnrank.pipeline import Pipeline
+
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    with pytest.raises(InputError, match=message):
+        ContextPruner(str(tiny_dir), **options)
+    with pytest.raises(InputError, match=message):
+        Pipeline.from_model(None, str(tiny_dir), rerank="signals", prune=PruneConfig(**options), generate=False)
+    assert loads == []
+
+
+def test_pre_split_sentences_name_their_document_and_may_come_from_a_generator(llm):
+    """An error in one passage's given sentences did not say which passage; a generator of the
+    per-document lists was a TypeError (len)."""
+    pruner = ContextPruner(llm, heads="all")
+    docs = [Document("a", "One two. Three four."), Document("b", "Five six. Seven eight."), Document("c", "Nine.")]
+    with pytest.raises(
+        InputError, match=r"^document #1 \('b'\): pre-split sentence #1 'Seven nine.' is not in the text"
+    ):
+        pruner.prune("seven?", docs, budget_tokens=5, sentences=[None, ["Five six.", "Seven nine."], None])
+    given = [["One two.", "Three four."], ["Five six.", "Seven eight."], ["Nine."]]
+    from_generator = pruner.prune("seven?", docs, budget_tokens=5, sentences=(s for s in given))
+    assert from_generator.kept_tokens == pruner.prune("seven?", docs, budget_tokens=5, sentences=given).kept_tokens
+
+
+def test_a_probe_is_refused_on_a_model_with_a_head_adapter_merged_in(llm):
+    """An adapted model keeps its base's fingerprint: the base's probe was found and scored the
+    adapted attention without a word (learned and fused weights refuse this)."""
+    from dataclasses import replace as dc_replace
+
+    from attnrank.prune.probe import SentenceProbe
+
+    probe = SentenceProbe(np.array([1.0, -1.0]), 0.0, ["0-0", "0-1"], [])
+    with pytest.raises(InputError, match="without the head adapter lora-deadbeef merged into this one"):
+        ContextPruner(dc_replace(llm, quantization="lora-deadbeef"), method="probe", probe=probe)
+    assert ContextPruner(llm, method="probe", probe=probe).probe is probe

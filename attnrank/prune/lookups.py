@@ -1,0 +1,33 @@
+"""What a pruner looks up in the head registry (its sentence probe, an ``"auto"`` head set), found
+before its model loads: :func:`check_pruner_lookups` (the pruner, ``Pipeline.from_model`` and the
+CLI call it; the probe or set missing was named only after the load)."""
+
+from __future__ import annotations
+
+from ..errors import ModelError
+from ..llm.models import unloaded_model
+from ..registry import resolve_heads
+from ..rerank.resolve import ModelRef
+from .config import PruneConfig
+from .probe import SentenceProbe
+
+
+def check_pruner_lookups(config: PruneConfig, *, probe_given: bool = False) -> None:
+    """Look up, without loading the model, what a pruner of ``config`` reads from the head
+    registry: its sentence probe (``method="probe"``, unless one is given: ``probe_given``), or a
+    registered ``"auto"`` / ``"auto:METHOD"`` head set (``"auto-or-all"`` falls back to every head;
+    other specs read nothing). A model whose config cannot be read here is left to the load, which
+    names it."""
+    if config.method == "probe" and probe_given:
+        return
+    spec = config.heads.strip().lower() if isinstance(config.heads, str) else ""
+    if config.method != "probe" and not (spec == "auto" or spec.startswith("auto:")):
+        return
+    try:
+        key = unloaded_model(config.model)
+    except ModelError:
+        return
+    if config.method == "probe":
+        SentenceProbe.load(*key)
+    else:
+        resolve_heads(config.heads, ModelRef(*key))
