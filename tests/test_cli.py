@@ -106,3 +106,27 @@ def test_index_names_a_missing_embedder_folder_before_reading_the_corpus(tmp_pat
     )
     assert r.exit_code != 0 and "no such local model folder" in (r.output + str(r.exception))
     assert not (tmp_path / "ix").exists()
+
+
+def test_a_search_without_hits_says_so_and_writes_no_empty_run(tmp_path, scifact_mini):
+    """Nothing was printed (exit 0), and -o wrote a 0-byte run that eval and rerank then refused."""
+    ix = tmp_path / "ix"
+    assert runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(ix), "-q"]).exit_code == 0
+    r = runner.invoke(app, ["search", "zzzz qqqq", "--index-dir", str(ix), "--mode", "bm25", "-q"])
+    assert r.exit_code == 0 and "no hits" in r.output, r.output
+    run = tmp_path / "empty.trec"
+    r = runner.invoke(app, ["search", "zzzz qqqq", "--index-dir", str(ix), "--mode", "bm25", "-o", str(run), "-q"])
+    assert r.exit_code == 1 and "no query had a hit, so nothing was written" in r.output + str(r.exception)
+    assert not run.exists()
+
+
+def test_a_model_that_cannot_load_is_named_before_the_index_loads(tmp_path, scifact_mini, monkeypatch):
+    """A mistyped --model was read only after the index, the embedder and the first stage had run."""
+    from attnrank.index.retriever import HybridRetriever
+
+    loads = []
+    monkeypatch.setattr(HybridRetriever, "load", classmethod(lambda cls, *a, **k: loads.append(a)))
+    r = runner.invoke(
+        app, ["search", "vitamin", "--index-dir", str(tmp_path), "--rerank", "2", "--model", str(tmp_path / "nope")]
+    )
+    assert r.exit_code != 0 and "nope" in r.output + str(r.exception) and loads == []

@@ -217,6 +217,8 @@ def _rerank_head(reranker, res, depth: int):
 
 
 def _print_results(res) -> None:
+    if not len(res):  # (nothing printed and exit 0 read as a failure to run)
+        typer.echo("no hits (no indexed document shares a term with the query, or the index is empty)")
     for d in res:
         stages = " ".join(f"{k}={v:.3f}" for k, v in d.stage_scores.items())
         head = (d.title + ": " if d.title else "") + d.text

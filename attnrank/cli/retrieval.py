@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import AttnrankError
+from ..errors import AttnrankError, InputError
 from ..files import RUN_GUARD
 from ..rerank.config import RerankConfig
 from . import (
@@ -236,6 +236,9 @@ def search(
 
             todo = tqdm(results, desc="rerank", unit="q")
         results = [_rerank_head(reranker, res, rerank).top_k(k) for res in todo]
+    if output is not None and not any(len(x) for x in results):
+        # (an empty run file, which eval and rerank refuse as empty: nothing is written)
+        raise InputError(f"no query had a hit, so nothing was written to {output}; check the queries and the index")
     if output is not None:
         # the run's tag says what ranked it: the reranking preset (as `attnrank rerank` writes), else the first stage
         tag = f"attnrank-{rerank_config.name}" if rerank else f"attnrank-{mode or r.mode}"
