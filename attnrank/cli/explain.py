@@ -10,7 +10,7 @@ import typer
 
 from ..errors import InputError
 from . import Quiet, Verbose, _check_heads, _index_path, _setup, app, option_errors
-from .options import Dtype, check_registry_lookups
+from .options import Dtype, check_model_readable, check_registry_lookups
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ def explain(
     given: dict[str, Any] = {"heads": heads} if heads else {}
     with option_errors():  # an option value it refuses (a dtype, a device)
         config = RerankConfig.preset("fused", model=model, device=device, dtype=dtype, **given)
+    check_model_readable(config.model)  # before the index loads
     check_registry_lookups(config)  # the fused weights and heads, before the index and the model load
     retriever = HybridRetriever.load(_index_path(name, index_dir))
     first = retriever.search(query, k)

@@ -189,24 +189,28 @@ def refuse_unread_block_options(given: Iterable[str], read: bool) -> None:
 def check_registry_lookups(config: RerankConfig) -> None:
     """What a reranker of ``config`` reads from the head registry (learned or fused weights, an
     ``auto`` head set), looked up by the model's id and fingerprint before anything loads: a
-    missing one is named now, not after the index and the model have loaded; so is a model whose
-    config cannot be read here (this process loads it)."""
-    from ..llm.models import readable_model
+    missing one is named now, not after the index and the model have loaded. A model whose config
+    cannot be read is left to the load, which names it after the command's own input is checked
+    (:func:`check_model_readable` names it before an index loads)."""
     from ..rerank.resolve import check_lookups  # (torch: only for commands that rerank)
 
-    if config.uses_llm:
-        readable_model(config.model)
+    if config.uses_llm and _model_key(config.model) is not None:
         check_lookups(config)
+
+
+def check_model_readable(model: str | None) -> None:
+    """A model whose config cannot be read here, named before an index loads (and embeds, and
+    searches): a mistyped --model was found only after the first stage had run."""
+    from ..llm.models import readable_model
+
+    readable_model(model)
 
 
 def check_pruner_lookups(config: PruneConfig) -> None:
     """What a pruner of ``config`` reads from the head registry (its sentence probe, an ``auto``
-    head set), and its model's config, looked up before anything loads
-    (:func:`attnrank.prune.lookups.check_pruner_lookups`)."""
-    from ..llm.models import readable_model
+    head set), looked up before anything loads (:func:`attnrank.prune.lookups.check_pruner_lookups`)."""
     from ..prune.lookups import check_pruner_lookups as lookups
 
-    readable_model(config.model)
     lookups(config)
 
 

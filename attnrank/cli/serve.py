@@ -11,7 +11,7 @@ import typer
 
 from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, _index_path, _setup, app
-from .options import check_pruner_lookups, check_registry_lookups, rerank_and_prune_options
+from .options import check_model_readable, check_pruner_lookups, check_registry_lookups, rerank_and_prune_options
 from .rerank_config import pruning_config
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ def serve(
         raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")
     # the pruner as `attnrank ask` builds it: --attention, --block-positions, --state-cache-mb reach it where given
     prune = pruning_config(rerank_config, rerank_given, heads="all")  # (ask: --prune-heads, default all)
+    check_model_readable(rerank_config.model)  # (the one model of every stage) before the index loads
     check_registry_lookups(rerank_config)  # what both stages read from the head registry, before any load
     check_pruner_lookups(prune)
     # bound before the index and the model load (a port in use was found minutes later), so that the
