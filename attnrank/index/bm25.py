@@ -59,6 +59,8 @@ class BM25Params:
             raise InputError(f"BM25 epsilon {self.epsilon} must be >= 0 (the floor of a common term's idf)")
         if self.k1 < 0 or not 0 <= self.b <= 1:
             raise InputError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
+        for name in ("k1", "b", "epsilon"):  # (a NumPy float failed the save's JSON, after the whole build)
+            object.__setattr__(self, name, float(getattr(self, name)))
 
 
 def check_k(k: object) -> None:

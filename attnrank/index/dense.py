@@ -89,6 +89,9 @@ class DenseIndex:
         # the role prompts the documents were embedded with (embed.role_prompts), queries then with
         # the query's; None for an index built before roles were applied: bare queries, as its documents
         self.prompts: dict[str, str | None] | None = None
+        # the file a memory-mapped IVF index reads its lists from, and how it stood at the load
+        # (its identity): FAISS writes such an index as offsets into that file alone (see save)
+        self._lists_file: tuple[Path, tuple[int, int, int]] | None = None
 
     @property
     def encoder(self):
@@ -175,7 +178,32 @@ class DenseIndex:
         path = Path(path)
         check_new_folder(path, "DenseIndex.save")
         path.mkdir(parents=True, exist_ok=True)
-        faiss.write_index(self.faiss_index, str(path / "index.faiss"))
+        faiss.write_index(self._writable(), str(path / "index.faiss"))
+
+    def _writable(self) -> Any:
+        """The FAISS index to write. A memory-mapped IVF index reads its lists from its file
+        (``OnDiskInvertedLists``), and FAISS writes it as offsets into that file, no vector: saved
+        (over itself, after the swap removed the file), the index was a stub of a few hundred bytes
+        that crashed the next search. Its file is read in whole instead, as loaded, and kept in
+        memory from then on (a save over itself replaces that file)."""
+        if self._lists_file is None:
+            return self.faiss_index
+        import faiss
+
+        source, identity = self._lists_file
+        try:
+            now = _identity(source)
+        except OSError:
+            now = None
+        if now != identity:
+            raise IndexFormatError(
+                f"the IVF index was read from {source}, which changed or went away since: its vectors are no longer "
+                "there to save; load the index again (or with mmap=False) and save that"
+            )
+        whole = faiss.read_index(str(source))
+        faiss.extract_index_ivf(whole).nprobe = self.nprobe
+        self.faiss_index, self._lists_file = whole, None
+        return whole
 
     @classmethod
     def load(
@@ -232,6 +260,8 @@ class DenseIndex:
             if nprobe is not None:
                 ivf.nprobe = nprobe
             self.nprobe = int(ivf.nprobe)
+            if flags & faiss.IO_FLAG_MMAP:
+                self._lists_file = (file.resolve(), _identity(file))
         elif kind == "hnsw":
             self.faiss_index.hnsw.efSearch = 128
         self.dim = self.faiss_index.d
@@ -323,3 +353,9 @@ def recorded_prompts(dense: dict[str, Any]) -> dict[str, str | None] | None:
     if not isinstance(prompts, dict) or not all(v is None or isinstance(v, str) for v in prompts.values()):
         raise ValueError(f"dense prompts {prompts!r} are not {{'query': text or null, 'document': text or null}}")
     return {"query": prompts.get("query"), "document": prompts.get("document")}
+
+
+def _identity(file: Path) -> tuple[int, int, int]:
+    """A file's device, inode and modification time (ns): another file, or this one rewritten, differs."""
+    st = file.stat()
+    return st.st_dev, st.st_ino, st.st_mtime_ns

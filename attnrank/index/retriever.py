@@ -76,7 +76,7 @@ class HybridRetriever:
         self.embedder, self.dense_kind, self.device = local_or_hub(embedder), dense_index, device
         self.embed_backend = check_backend(embed_backend)
         self.bm25_params, self.stopwords, self.stemmer = bm25 or BM25Params(), stopwords, stemmer
-        self.rrf_k, self.depth = rrf_k, depth
+        self.rrf_k, self.depth = int(rrf_k), int(depth)  # (NumPy counts failed the save's JSON, after the build)
         self.set_fusion(fusion, alpha=alpha, norm=norm)
         self.mode = self._check_mode(mode)
         self.docs: list[Document] = []
@@ -96,10 +96,10 @@ class HybridRetriever:
         check_fusion(fusion, alpha, norm)
         if rrf_k is not None:
             check_settings(self.dense_kind, self.stopwords, self.stemmer, rrf_k, self.depth)
-            self.rrf_k = rrf_k
+            self.rrf_k = int(rrf_k)
         self.fusion = fusion
         if alpha is not None:
-            self.alpha = alpha
+            self.alpha = float(alpha)
         if norm is not None:
             self.norm = norm
 
@@ -162,6 +162,8 @@ class HybridRetriever:
         show_progress: bool = False,
     ) -> list[RankedResults]:
         """Search many queries; a mapping ``{query_id: text}`` is accepted too."""
+        if isinstance(queries, str):  # (searched one character at a time, exit 0)
+            raise InputError("search_batch takes a list of queries, not one string; use search(query) for one")
         if isinstance(queries, Mapping):
             query_ids, queries = list(queries.keys()), list(queries.values())
         queries = list(queries)

@@ -246,8 +246,10 @@ def load_unchanged(path: Path, load: Callable[[], T]) -> T:
         try:
             loaded = load()
         except IndexFormatError:
-            if tag is not None and manifest_tag(path) not in (tag, None):
-                continue  # swapped while we read it: read the new one
+            # swapped while we read it: read the new one; or in the middle of a swap's two renames
+            # (where the folder cannot be exchanged at once: NFS, macOS), its manifest gone for a moment
+            if tag is not None and manifest_tag(path) != tag:
+                continue
             raise
         if manifest_tag(path) == tag:
             return loaded

@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..eval import evaluate, results_to_run
 from .bm25 import check_k
 from .retriever import HybridRetriever
+from .settings import check_fusion
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,12 @@ def tune_alpha(
     when the search fails) its fusion settings are left as they were.
     """
     check_k(k)
+    alphas, norms = list(alphas), list(norms)
+    if not alphas or not norms:
+        raise InputError(f"alphas {alphas} and norms {norms} must each hold a value to try")
+    for norm in norms:  # (a bad value was found after every labelled query had been searched)
+        for alpha in alphas:
+            check_fusion("convex", alpha, norm)
     labelled = {q: t for q, t in queries.items() if q in qrels}
     if not labelled:
         raise InputError("none of the given queries has relevance judgments; tuning needs labelled queries")

@@ -418,3 +418,40 @@ def test_a_manifest_whose_dense_prompts_are_mangled_is_an_index_format_error(tmp
     manifest.write_text(json.dumps({**m, "dense": {**m["dense"], "prompts": ["query: "]}}))
     with pytest.raises(IndexFormatError, match="dense prompts .* rebuild the index"):
         HybridRetriever.load(tmp_path / "ix")
+
+
+def test_a_load_in_the_middle_of_a_two_rename_swap_waits_for_the_new_index(tmp_path, monkeypatch):
+    """Where the folder cannot be exchanged at once (NFS, macOS) a save renames the old index away,
+    then the new one in: a load that met the gap failed ("no index at ...") instead of reading the new one."""
+    import os
+
+    docs = [Document("a", "apples are red"), Document("b", "pears are green")]
+    HybridRetriever().index(docs, show_progress=False).save(tmp_path / "ix")
+    HybridRetriever().index([*docs, Document("c", "plums are blue")], show_progress=False).save(tmp_path / "new")
+    real, calls = HybridRetriever._load_once, []
+
+    def mid_swap(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:  # the first rename lands as the load reads: the folder is gone for a moment
+            os.replace(tmp_path / "ix", tmp_path / ".ix.old-1")
+            raise IndexFormatError(f"no index at {tmp_path / 'ix'}")
+        if len(calls) == 2:  # the second rename: the new index in place
+            os.replace(tmp_path / "new", tmp_path / "ix")
+        return real(*a, **k)
+
+    monkeypatch.setattr(HybridRetriever, "_load_once", mid_swap)
+    assert HybridRetriever.load(tmp_path / "ix").num_docs == 3
+
+
+def test_numpy_settings_save_and_one_string_is_no_batch(tmp_path):
+    """NumPy counts and floats passed every check, then failed the save's JSON after the whole
+    build; search_batch("vitamin") searched each character as a query, exit 0."""
+    from attnrank.index.bm25 import BM25Params
+
+    docs = [Document("a", "apples are red"), Document("b", "pears are green")]
+    r = HybridRetriever(bm25=BM25Params(k1=np.float32(1.2)), depth=np.int64(50), alpha=np.float32(0.3))
+    r.index(docs, show_progress=False).save(tmp_path / "ix")
+    loaded = HybridRetriever.load(tmp_path / "ix")
+    assert loaded.depth == 50 and loaded.bm25_params.k1 == pytest.approx(1.2) and loaded.alpha == pytest.approx(0.3)
+    with pytest.raises(InputError, match="search_batch takes a list of queries, not one string"):
+        r.search_batch("apples", 2)

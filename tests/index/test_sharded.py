@@ -526,3 +526,10 @@ def test_a_prompted_embedders_shards_and_merge_embed_as_one_index(tmp_path):
         a, b = single.search("cat", 4, mode="dense"), other.search("cat", 4, mode="dense")
         assert a.ids == b.ids and np.allclose(a.scores, b.scores, atol=1e-5)
     assert merged.dense.prompts and sr.dense.prompts
+
+
+@pytest.mark.parametrize(("option", "value"), [("ivf_sample", 0), ("block_size", 0.5), ("shards", 0)])
+def test_sharded_build_settings_are_checked_when_made(option, value):
+    """ivf_sample=0 failed as an IndexError after the corpus statistics; block_size=0.5 in range()."""
+    with pytest.raises(InputError, match=f"{option}={value!r} must be a positive integer"):
+        ShardedIndexer(HybridRetriever(dense_index="ivf"), **{option: value})

@@ -178,3 +178,46 @@ def test_loading_an_ivf_index_keeps_its_saved_nprobe_unless_told(tmp_path):
     loaded = DenseIndex.load(tmp_path / "d", model=None, kind="ivf")
     assert loaded.nprobe == faiss.extract_index_ivf(loaded.faiss_index).nprobe == 1
     assert DenseIndex.load(tmp_path / "d", model=None, kind="ivf", nprobe=4).nprobe == 4
+
+
+def test_a_loaded_ivf_index_saved_again_keeps_its_vectors(tmp_path, scifact_docs):
+    """Loaded memory-mapped, an IVF index reads its lists from its file, and FAISS wrote it as
+    offsets into that file: saved over itself (load, set_fusion, save), index.faiss became a stub of
+    a few hundred bytes and the next search crashed the process."""
+    import os
+
+    from attnrank.errors import IndexFormatError
+    from attnrank.index.retriever import HybridRetriever
+
+    built = HybridRetriever(dense_index="ivf").index(scifact_docs, show_progress=False)
+    built.save(tmp_path / "ix")
+    size = (tmp_path / "ix" / "dense" / "index.faiss").stat().st_size
+    want = built.search("vitamin D", 5, mode="dense")
+    loaded = HybridRetriever.load(tmp_path / "ix")  # memory-mapped
+    loaded.set_fusion("rrf")
+    loaded.save(tmp_path / "ix")  # over itself
+    loaded.save(tmp_path / "copy")
+    for folder in ("ix", "copy"):
+        assert (tmp_path / folder / "dense" / "index.faiss").stat().st_size == size
+        got = HybridRetriever.load(tmp_path / folder).search("vitamin D", 5, mode="dense")
+        assert got.ids == want.ids
+    again = HybridRetriever.load(tmp_path / "ix")
+    os.utime(tmp_path / "ix" / "dense" / "index.faiss", ns=(1, 1))  # (rewritten since the load)
+    with pytest.raises(IndexFormatError, match="changed or went away since"):
+        again.save(tmp_path / "third")
+
+
+def test_a_bad_tuning_grid_is_refused_before_any_query_is_searched(built_retriever, monkeypatch):
+    """An unknown norm, an alpha outside [0, 1] or an empty grid was found after every labelled
+    query had been embedded and searched."""
+    searched = []
+    monkeypatch.setattr(built_retriever, "candidates", lambda *a, **k: searched.append(a))
+    qrels = {"q": {"d": 1}}
+    for grid, message in (
+        ({"norms": ("l2",)}, "norm"),
+        ({"alphas": (1.5,)}, "alpha"),
+        ({"alphas": ()}, "must each hold"),
+    ):
+        with pytest.raises(InputError, match=message):
+            tune_alpha(built_retriever, {"q": "vitamin"}, qrels, **grid)
+    assert searched == []

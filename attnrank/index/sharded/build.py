@@ -177,9 +177,10 @@ class ShardedIndexer:
                 f"a sharded build takes dense index {SHARDED_DENSE}, not {self.r.dense_kind!r} "
                 "(HNSW graphs cannot be shared between shards); use --dense-index flat or ivf"
             )
-        if not is_count(shards):
-            raise InputError(f"shards={shards!r} must be a positive integer")
-        self.shards, self.block_size, self.ivf_sample, self.seed = int(shards), block_size, ivf_sample, seed
+        for name, value in (("shards", shards), ("block_size", block_size), ("ivf_sample", ivf_sample)):
+            if not is_count(value):  # (ivf_sample=0 failed as an IndexError after the corpus statistics)
+                raise InputError(f"{name}={value!r} must be a positive integer")
+        self.shards, self.block_size, self.ivf_sample, self.seed = int(shards), int(block_size), int(ivf_sample), seed
         self.executor = executor or LocalExecutor()
         self.build_info: dict[str, Any] = {}
 
