@@ -130,3 +130,13 @@ def test_a_model_that_cannot_load_is_named_before_the_index_loads(tmp_path, scif
         app, ["search", "vitamin", "--index-dir", str(tmp_path), "--rerank", "2", "--model", str(tmp_path / "nope")]
     )
     assert r.exit_code != 0 and "nope" in r.output + str(r.exception) and loads == []
+
+
+def test_a_query_that_is_not_utf8_is_an_option_error_before_the_index_loads(tmp_path, monkeypatch):
+    """Undecodable bytes in QUERY (a lone surrogate) were refused only after the index had loaded, exit 1."""
+    from attnrank.index.retriever import HybridRetriever
+
+    loads = []
+    monkeypatch.setattr(HybridRetriever, "load", classmethod(lambda cls, *a, **k: loads.append(a)))
+    r = runner.invoke(app, ["search", "caf\udcff", "--index-dir", str(tmp_path)])
+    assert r.exit_code == 2 and loads == [], r.output

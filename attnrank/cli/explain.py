@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from ..errors import InputError
+from ..types import check_unicode
 from . import Quiet, Verbose, _check_heads, _index_path, _setup, app, option_errors
 from .options import Dtype, check_model_readable, check_registry_lookups
 
@@ -54,6 +55,8 @@ def explain(
         raise typer.BadParameter(f"-k {k} must be at least 1 (hits explained)")
     if not query.strip():
         raise typer.BadParameter("the query is empty; give the query text")
+    with option_errors():  # (undecodable bytes: refused after the index loaded, exit 1)
+        check_unicode([query], "QUERY")
     if png:
         from ..errors import require
 

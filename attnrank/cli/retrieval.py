@@ -11,6 +11,7 @@ import typer
 from ..errors import AttnrankError, InputError
 from ..files import RUN_GUARD
 from ..rerank.config import RerankConfig
+from ..types import check_unicode
 from . import (
     OldName,
     Quiet,
@@ -209,6 +210,7 @@ def search(
     if query is not None:  # the QUERY argument: a usage error (exit 2), as prune's, ask's, explain's
         with option_errors():
             check_queries([query])
+            check_unicode([query], "QUERY")  # (undecodable bytes: refused after the index loaded, exit 1)
     check_queries(list(qs.values()))  # said before the index loads
     if output is not None:
         check_run_ids("query", qs, f"give {queries} ids without whitespace")
