@@ -268,6 +268,8 @@ def test_prune_prints_no_score_where_everything_was_kept(tmp_path, tiny_dir):
     assert "nan" not in r.output and r.output.count("    kept (") == 2, r.output
     r = runner.invoke(app, [*args, "--budget-tokens", "8"])  # scored: a signed score per kept line
     assert r.exit_code == 0 and "    kept (" not in r.output, cli_text(r)
+    r = runner.invoke(app, [*args, "--budget-tokens", "1"])  # no sentence fits: it printed "infx compression"
+    assert r.exit_code == 0 and "nothing kept" in r.output and "inf" not in r.output, cli_text(r)
 
 
 def test_block_positions_given_for_the_rerankers_blocks_do_not_reach_a_full_attention_pruner():

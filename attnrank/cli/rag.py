@@ -65,11 +65,16 @@ def _no_prune_conflicts(
     refuse_when_off("--no-prune", "pruning", given)
 
 
+def _compression(pruned) -> str:
+    """``12.3x compression``, or what keeping nothing is (it printed "infx")."""
+    return "nothing kept" if not pruned.kept_tokens else f"{pruned.compression:.1f}x compression"
+
+
 def _print_pruned(pruned) -> None:
     kept = pruned.kept
     typer.echo(
         f"kept {len(kept)} of {len(pruned.sentences)} sentences, {pruned.kept_tokens} of "
-        f"{pruned.original_tokens} tokens ({pruned.compression:.1f}x compression; budget "
+        f"{pruned.original_tokens} tokens ({_compression(pruned)}; budget "
         f"{pruned.budget_tokens} tokens from {pruned.budget_source}, {pruned.chunks} prompt(s))"
     )
     for note in pruned.notes:
@@ -245,7 +250,7 @@ def ask(
     typer.echo("")
     if res.pruned is not None:
         p = res.pruned
-        typer.echo(f"[context] {p.kept_tokens} of {p.original_tokens} sentence tokens kept ({p.compression:.1f}x)")
+        typer.echo(f"[context] {p.kept_tokens} of {p.original_tokens} sentence tokens kept ({_compression(p)})")
     typer.echo("[sources]")
     for i, d in enumerate(res.context, start=1):
         typer.echo(f"  {i}. {d.id}" + (f" ({d.title})" if d.title else "") + f": {d.text[:100]}")
