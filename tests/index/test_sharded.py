@@ -533,3 +533,17 @@ def test_sharded_build_settings_are_checked_when_made(option, value):
     """ivf_sample=0 failed as an IndexError after the corpus statistics; block_size=0.5 in range()."""
     with pytest.raises(InputError, match=f"{option}={value!r} must be a positive integer"):
         ShardedIndexer(HybridRetriever(dense_index="ivf"), **{option: value})
+
+
+def test_merging_an_ordinary_index_says_it_needs_none(tmp_path):
+    """merge-shards on an ordinary index said only that its manifest is not a sharded one."""
+    from attnrank.errors import IndexFormatError
+    from attnrank.types import Document
+
+    HybridRetriever().index([Document("a", "apples"), Document("b", "pears")], show_progress=False).save(
+        tmp_path / "ix"
+    )
+    with pytest.raises(
+        IndexFormatError, match="is an ordinary \\(single\\) attnrank index, not a sharded one: it needs no merging"
+    ):
+        merge_shards(tmp_path / "ix", tmp_path / "merged")

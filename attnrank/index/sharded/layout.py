@@ -118,6 +118,11 @@ def _top_manifest(root: Path) -> dict[str, Any]:
         raise IndexFormatError(f"{root} has no {MANIFEST}: not an index or an incomplete build; rebuild it") from None
     except (OSError, ValueError) as e:
         raise IndexFormatError(f"{path} cannot be read ({e}); rebuild the sharded index") from None
+    if isinstance(m, dict) and m.get("format") == "attnrank-index":  # (merge-shards named no fix)
+        raise IndexFormatError(
+            f"{root} is an ordinary (single) attnrank index, not a sharded one: it needs no merging; "
+            "load or search it as it is"
+        )
     if not isinstance(m, dict) or m.get("format") != SHARDED_FORMAT:
         raise IndexFormatError(f"{path} is not a sharded attnrank index manifest")
     if m.get("format_version") != SHARDED_VERSION:
