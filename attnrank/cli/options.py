@@ -214,19 +214,6 @@ def check_pruner_lookups(config: PruneConfig) -> None:
     lookups(config)
 
 
-def check_registered_heads(model: str | None, heads: Any) -> None:
-    """An ``"auto"`` / ``"auto:METHOD"`` head spec's registered set, looked up by the model's id and
-    fingerprint before anything loads (``"auto-or-all"`` falls back to every head; other specs
-    read nothing); a model whose config cannot be read here is left to the load."""
-    from ..registry import resolve_heads
-    from ..rerank.resolve import ModelRef
-
-    spec = heads.strip().lower() if isinstance(heads, str) else ""
-    key = _model_key(model) if spec == "auto" or spec.startswith("auto:") else None
-    if key is not None:
-        resolve_heads(heads, ModelRef(*key))
-
-
 def _model_key(model: str | None) -> tuple[str, str] | None:
     """The model's (id, fingerprint) read without loading it, or None where its config cannot be read."""
     from ..errors import ModelError

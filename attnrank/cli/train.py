@@ -60,7 +60,7 @@ from . import (
     option_errors,
 )
 from .labelled import check_labelled, check_saveable, check_training, labelled_set
-from .options import Dtype, check_registered_heads
+from .options import Dtype
 
 METRICS = ("nDCG@10", "RR@10")
 PRESETS = (LIKELIHOOD_PRESET, SIGNALS_PRESET, ATTENTION_PRESET)  # the presets whose weights train fits
@@ -144,9 +144,11 @@ def train(
     )
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
     check_saveable(model, save)
+    from ..rerank.fused_resolve import current_label, likelihood_weights, signals_only
+    from ..rerank.resolve import check_registered_heads
+
     if preset == ATTENTION_PRESET:  # a registered set named: looked up before the model loads
         check_registered_heads(model, heads)
-    from ..rerank.fused_resolve import current_label, likelihood_weights, signals_only
 
     if preset == ATTENTION_PRESET:
         rr = _attention_alone(model, heads or AUTO_OR_ALL, max_doc_words, device, dtype)

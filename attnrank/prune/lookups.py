@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from ..errors import ModelError
 from ..llm.models import unloaded_model
-from ..registry import resolve_heads
-from ..rerank.resolve import ModelRef
+from ..rerank.resolve import check_registered_heads
 from .config import PruneConfig
 from .probe import SentenceProbe
 
@@ -18,16 +17,13 @@ def check_pruner_lookups(config: PruneConfig, *, probe_given: bool = False) -> N
     registered ``"auto"`` / ``"auto:METHOD"`` head set (``"auto-or-all"`` falls back to every head;
     other specs read nothing). A model whose config cannot be read here is left to the load, which
     names it."""
-    if config.method == "probe" and probe_given:
+    if config.method != "probe":
+        check_registered_heads(config.model, config.heads)
         return
-    spec = config.heads.strip().lower() if isinstance(config.heads, str) else ""
-    if config.method != "probe" and not (spec == "auto" or spec.startswith("auto:")):
+    if probe_given:
         return
     try:
         key = unloaded_model(config.model)
     except ModelError:
         return
-    if config.method == "probe":
-        SentenceProbe.load(*key)
-    else:
-        resolve_heads(config.heads, ModelRef(*key))
+    SentenceProbe.load(*key)

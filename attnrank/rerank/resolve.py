@@ -54,6 +54,20 @@ def resolve_config_heads(heads: HeadsArg, llm: LLM | ModelRef, fitted: HeadsArg 
     return resolve_heads(heads, llm) if spec.startswith("auto") else heads
 
 
+def check_registered_heads(model: str | None, heads: Any) -> None:
+    """An ``"auto"`` / ``"auto:METHOD"`` head spec's registered set, looked up by the model's id and
+    fingerprint before anything loads (``"auto-or-all"`` falls back to every head; other specs
+    read nothing); a model whose config cannot be read here is left to the load, which names it."""
+    spec = heads.strip().lower() if isinstance(heads, str) else ""
+    if not (spec == "auto" or spec.startswith("auto:")):
+        return
+    try:
+        key = unloaded_model(model)
+    except ModelError:
+        return
+    resolve_heads(heads, ModelRef(*key))
+
+
 def check_lookups(cfg: RerankConfig, *, warn: bool = True) -> None:
     """Look up once, without loading the model, what a reranker built from ``cfg`` looks up in the
     head registry (learned head weights, fused weights, an ``"auto"`` head set, an ``"auto"`` slot
