@@ -123,9 +123,9 @@ class ContextPruner:
             warn_if_configured_otherwise(model, cfg, "PruneConfig")
         else:  # what the registry lacks (a probe, an "auto" set), before the load
             check_pruner_lookups(cfg, probe_given=probe is not None)
-        if not isinstance(model, LLM) and cfg.max_prompt_tokens is not None:  # a budget no prompt fits
-            tokenizer = load_tokenizer(cfg.model)
-            self._check_frame(tokenizer, cfg.max_prompt_tokens, self._hint_ids(tokenizer))
+            if cfg.max_prompt_tokens is not None:  # a budget no prompt fits, found with the tokenizer alone
+                tokenizer = load_tokenizer(cfg.model)
+                self._check_frame(tokenizer, cfg.max_prompt_tokens, self._hint_ids(tokenizer))
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None
         spec: Any = cfg.heads
