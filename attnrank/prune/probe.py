@@ -85,9 +85,10 @@ def probe_capture(config: Any) -> dict[str, Any]:
 
 
 def _instruction_key(instruction: str) -> str:
-    """An instruction as the prompt reads it: a built-in's name in lower case (``"QA"``, ``" qa "``
-    and ``"qa"`` build one prompt), another text as given."""
-    key = instruction.strip().lower()
+    """An instruction as the prompt reads it (:func:`~attnrank.llm.prompts.late_instruction`): a
+    built-in's name in any case (``"QA"`` and ``"qa"`` build one prompt), another text as given
+    (``" qa "`` is no built-in's name there: the prompt holds the text "qa")."""
+    key = instruction.lower()
     return key if key in INSTRUCTIONS else instruction
 
 

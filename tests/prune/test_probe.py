@@ -138,15 +138,18 @@ def test_a_stored_probe_with_unsorted_heads_is_refused():
 
 
 def test_an_instruction_spelt_otherwise_is_the_same_capture(caplog):
-    """ "QA" and " qa " build the prompt "qa" builds; the probe warned it was applied otherwise."""
+    """ "QA" builds the prompt "qa" builds; the probe warned it was applied otherwise. (" qa " is no
+    built-in's name to the prompt, which then holds the text "qa": that one is warned of.)"""
     from attnrank.prune.config import PruneConfig
     from attnrank.prune.probe import probe_capture
 
     probe = train_probe(synthetic(), [(0, 0), (0, 1), (1, 0)], extras=["first"])
     with caplog.at_level("WARNING", logger="attnrank"):
-        for spelt in ("QA", " qa "):
-            probe.warn_if_applied_otherwise(probe_capture(PruneConfig(instruction=spelt)))
+        probe.warn_if_applied_otherwise(probe_capture(PruneConfig(instruction="QA")))
     assert "does not score as it measured" not in caplog.text
+    with caplog.at_level("WARNING", logger="attnrank"):
+        probe.warn_if_applied_otherwise(probe_capture(PruneConfig(instruction=" qa ")))
+    assert "does not score as it measured" in caplog.text
     assert (
         probe_capture(PruneConfig(instruction="Which sentences answer it?"))["instruction"]
         == "Which sentences answer it?"
