@@ -547,3 +547,25 @@ def test_merging_an_ordinary_index_says_it_needs_none(tmp_path):
         IndexFormatError, match="is an ordinary \\(single\\) attnrank index, not a sharded one: it needs no merging"
     ):
         merge_shards(tmp_path / "ix", tmp_path / "merged")
+
+
+def test_a_sharded_index_refuses_an_embedder_replaced_since_its_build(tmp_path):
+    """Queries are embedded by the first shard's DenseIndex, as an ordinary index's: the probe text
+    embedded otherwise than at the build (another model at the same path) is refused."""
+    from _tiny import save_tiny_encoder
+
+    from attnrank.types import Document
+
+    enc = save_tiny_encoder(tmp_path / "enc")
+    docs = [Document(str(i), t) for i, t in enumerate(["the cat sat", "a dog ran", "the bird sang", "a cat ran"])]
+    path = ShardedIndexer(HybridRetriever(embedder=str(enc)), shards=2).build(docs, tmp_path / "sh")
+    assert ShardedRetriever.load(path).search("cat", 2, mode="dense").ids
+    import shutil
+
+    from attnrank.index.embed import load_embedder
+
+    shutil.rmtree(enc)
+    save_tiny_encoder(enc, seed=1)  # same path, same dimension, another vector space
+    load_embedder.cache_clear()
+    with pytest.raises(InputError, match="embeds a probe text differently"):
+        ShardedRetriever.load(path).search("cat", 2, mode="dense")

@@ -23,7 +23,6 @@ from ...errors import IndexFormatError, InputError
 from ...types import Document
 from ..bm25 import BM25Index
 from ..dense import DenseIndex, check_positions, recorded_probe, recorded_prompts
-from ..embed import check_probe, check_prompts, encode, load_embedder
 from ..retriever import HybridRetriever
 from ..store import load_unchanged, read_docs
 from ..tokenize import TokenizerConfig
@@ -92,8 +91,6 @@ class ShardedRetriever(HybridRetriever):
     manifest: dict
     shard_bm25: list[BM25Index]
     shard_dense: list[DenseIndex]
-    probe: list[float] | None  # the build's embedding of embed.PROBE_TEXT, checked at the first query
-    _probe_checked: bool
     _inner: dict[int, DenseIndex]  # per shard: its flat vectors in shard order (stored_vectors)
 
     def index(self, docs, *, show_progress: bool = True):
@@ -148,6 +145,7 @@ class ShardedRetriever(HybridRetriever):
                 model=settings["embedder"],
                 kind=settings["dense_index"],
                 mmap=mmap,
+                device=device,
                 backend=settings["embed_backend"],
                 built_with=built_with,
                 prompts=prompts,
@@ -161,8 +159,8 @@ class ShardedRetriever(HybridRetriever):
         self.docs = ShardDocs(parts)  # type: ignore[assignment]
         self.build_info = m.get("build", {})
         self.bm25, self.dense = self.shard_bm25[0], self.shard_dense[0]  # tokenizer and encoder of the index
-        try:
-            self.probe, self._probe_checked = recorded_probe(m["dense"], self.dense.dim), False
+        try:  # (checked at the first query by the encoder's DenseIndex, as an ordinary index's)
+            self.dense.probe = recorded_probe(m["dense"], self.dense.dim)
         except ValueError as e:
             raise IndexFormatError(f"{path}/manifest.json: {e}; rebuild the index") from None
         self._inner = {}
@@ -179,13 +177,8 @@ class ShardedRetriever(HybridRetriever):
         if mode in ("bm25", "hybrid"):
             sparse = merge_topk([self._bm25_shard(i, queries, depth) for i in range(self.num_shards)], depth)
         if mode in ("dense", "hybrid"):
-            embedder = load_embedder(self.embedder, self.device, self.embed_backend)
-            if not self._probe_checked:
-                prompts = None if self.dense is None else self.dense.prompts
-                check_probe(embedder, self.probe, self.embedder, prompts)
-                check_prompts(embedder, prompts, self.embedder)
-                self._probe_checked = True
-            q = encode(embedder, list(queries), role=None if self.dense is None else self.dense.query_role)
+            assert self.dense is not None  # (the first shard's, set at the load)
+            q = self.dense.encode_queries(queries)
             dense = merge_topk([d.retrieve(queries, depth, query_embeddings=q) for d in self.shard_dense], depth)
         return sparse, dense
 
