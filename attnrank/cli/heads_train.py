@@ -37,7 +37,7 @@ from . import (
 )
 from .heads import heads_app
 from .labelled import check_labelled, check_saveable, check_training, labelled_set
-from .options import Dtype
+from .options import Dtype, check_model_readable
 
 METRICS = ("nDCG@10", "RR@10")
 
@@ -117,9 +117,7 @@ def heads_train(
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=10.0)
     with option_errors():  # (found by load_llm, after the labelled set was read)
         check_precision_names(device, dtype)
-    from ..llm.models import readable_model
-
-    readable_model(model)  # (before the labelled set is read: a mistyped --model named at once)
+    check_model_readable(model)  # (before the labelled set is read: a mistyped --model named at once)
     qs, cands, qr, rel, desc = labelled_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
     )

@@ -211,7 +211,8 @@ def search(
         with option_errors():
             check_queries([query])
             check_unicode([query], "QUERY")  # (undecodable bytes: refused after the index loaded, exit 1)
-    check_queries(list(qs.values()))  # said before the index loads
+    if queries is not None:  # (the QUERY argument was checked above)
+        check_queries(list(qs.values()))  # said before the index loads
     if output is not None:
         check_run_ids("query", qs, f"give {queries} ids without whitespace")
     name = _index_name(name, old_name)

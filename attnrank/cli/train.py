@@ -60,7 +60,7 @@ from . import (
     option_errors,
 )
 from .labelled import check_labelled, check_saveable, check_training, labelled_set
-from .options import Dtype
+from .options import Dtype, check_model_readable
 
 METRICS = ("nDCG@10", "RR@10")
 PRESETS = (LIKELIHOOD_PRESET, SIGNALS_PRESET, ATTENTION_PRESET)  # the presets whose weights train fits
@@ -136,9 +136,7 @@ def train(
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=1.0)
     _check_heads(heads, model=model)
     index = None if index_name is None and index_dir is None else _index_path(index_name, index_dir)
-    from ..llm.models import readable_model
-
-    readable_model(model)  # (before the labelled set is read: a mistyped --model named at once)
+    check_model_readable(model)  # (before the labelled set is read: a mistyped --model named at once)
     qs, cands, qr, rel, desc = labelled_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid, index=index
     )
