@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import socket
 from pathlib import Path
 
 import typer
@@ -56,7 +54,7 @@ def serve(
             raise typer.BadParameter(f"{opt} {value} is out of range ({limit})")
     require("uvicorn", "serve", "attnrank serve")
     from ..serve.app import create_app
-    from ..serve.background import LOOPBACK_HOSTS, uvicorn_server
+    from ..serve.background import allowed_hosts, bound_socket, url_host, uvicorn_server
     from ..serve.engine import build_engine
     from ..serve.schemas import Limits
 
@@ -73,47 +71,26 @@ def serve(
     check_pruner_lookups(prune)
     # bound before the index and the model load (a port in use was found minutes later), so that the
     # address is printed whatever uvicorn logs (with --port 0, the port it got)
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-            sock.listen()  # (bound alone, a second serve on the port bound it too, and failed after its model load)
-        except OSError as e:
-            raise typer.BadParameter(
-                f"cannot listen on {host}:{port} ({e.strerror}); give another --host/--port"
-            ) from None
+    try:
+        sock = bound_socket(host, port)
+    except OSError as e:
+        raise typer.BadParameter(f"cannot listen on {host}:{port} ({e.strerror}); give another --host/--port") from None
+    with sock:
         engine = build_engine(rerank_config, index=index, prune=prune)
         limits = Limits(
             max_documents=max_documents, max_document_chars=max_document_chars, max_total_tokens=max_total_tokens
         )
-        loopback = _is_loopback(host)
-        if not loopback:
+        hosts = allowed_hosts(host)
+        if hosts is None:
             logger.warning(
                 "serving on %s: every route answers anyone who reaches this address, without authentication; "
                 "bind 127.0.0.1 (the default), or put the server behind a proxy that authenticates",
                 host,
             )
-        app = create_app(
-            # (an IPv6 bind is not restricted: Starlette before 2026-08 read "[::1]:8000" as the host "[")
-            engine,
-            limits=limits,
-            max_queued=max_queued,
-            allowed_hosts=LOOPBACK_HOSTS if loopback and ":" not in host else None,
-        )
+        app = create_app(engine, limits=limits, max_queued=max_queued, allowed_hosts=hosts)
         # (a job still running when a shutdown began is given this long; the queued ones are answered 503 at once)
         server = uvicorn_server(
             app, log_level="info" if verbose else "warning", access_log=False, timeout_graceful_shutdown=30
         )
-        shown = f"[{host}]" if ":" in host else host
-        typer.echo(f"attnrank serving on http://{shown}:{sock.getsockname()[1]}")
+        typer.echo(f"attnrank serving on http://{url_host(host)}:{sock.getsockname()[1]}")
         server.run(sockets=[sock])
-
-
-def _is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address, or ``localhost``) is this machine's loopback interface alone."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip()).is_loopback
-    except ValueError:  # (a name: whatever it resolves to)
-        return False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import socket
 import threading
@@ -21,8 +22,46 @@ logger = logging.getLogger(__name__)
 
 # The Host headers of a loopback server's own clients: a server bound to loopback answers these
 # only, so that a web page cannot reach it through a name of its own that resolves to 127.0.0.1
-# (DNS rebinding). ("[::1]" is read as such by Starlette since 2026-08; an IPv6 bind is not restricted.)
+# (DNS rebinding). (Starlette reads "[::1]:8000" as the host "[::1]" since 1.7, which the extra
+# requires; before, as "[", and an IPv6 loopback server answered nobody.)
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address, or ``localhost``) is this machine's loopback interface alone."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip()).is_loopback
+    except ValueError:  # (a name: whatever it resolves to)
+        return False
+
+
+def allowed_hosts(host: str) -> tuple[str, ...] | None:
+    """The Host headers a server bound to ``host`` answers: :data:`LOOPBACK_HOSTS` on loopback
+    (:func:`is_loopback`), any (None) on another address, which other machines reach by names
+    of their own."""
+    return LOOPBACK_HOSTS if is_loopback(host) else None
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (IPv6 where the address has a colon) and listening;
+    closed again where either fails. Listening at once: bound alone, a second server on the port
+    bound it too (SO_REUSEADDR) and failed only when it served, after its model load."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen()
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def uvicorn_server(app: Any, **config: Any) -> Any:
@@ -61,16 +100,15 @@ def background_server(
 ) -> Iterator[str]:
     """Serve ``app`` on ``host``:``port`` (0 = a free port) while the ``with`` block runs."""
     require("uvicorn", "serve", "attnrank serve")  # (before the socket)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:  # (a bind or a config that fails must not leave the socket open)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+    sock = bound_socket(host, port)
+    try:  # (a config that fails must not leave the socket open)
         bound = sock.getsockname()[1]
         served = app
-        if host in ("127.0.0.1", "localhost"):  # (as `attnrank serve` on loopback: its own host names only)
+        hosts = allowed_hosts(host)
+        if hosts is not None:  # (as `attnrank serve` on loopback: its own host names only)
             from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-            served = TrustedHostMiddleware(app, allowed_hosts=list(LOOPBACK_HOSTS))
+            served = TrustedHostMiddleware(app, allowed_hosts=list(hosts))
         server = uvicorn_server(served, log_level=log_level, lifespan="on", access_log=False)
     except BaseException:
         sock.close()
@@ -85,7 +123,7 @@ def background_server(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"uvicorn did not start on {host}:{bound} within {start_timeout} s")
             time.sleep(0.02)
-        yield f"http://{host}:{bound}"
+        yield f"http://{url_host(host)}:{bound}"
     finally:
         server.should_exit = True
         thread.join(10)

@@ -74,7 +74,7 @@ def test_serve_listens_at_once_and_restricts_hosts_on_loopback_only(monkeypatch,
     def run(self, sockets=None):
         (sock,) = sockets
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
-        with socket.socket() as second:
+        with socket.socket(sock.family) as second:
             second.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 second.bind(sock.getsockname())
@@ -86,7 +86,10 @@ def test_serve_listens_at_once_and_restricts_hosts_on_loopback_only(monkeypatch,
         r = runner.invoke(app, ["serve", "--port", "0", "-q"])
         assert r.exit_code == 0, cli_text(r)
         assert "without authentication" not in caplog.text
+        r = runner.invoke(app, ["serve", "--host", "::1", "--port", "0", "-q"])  # (was not restricted)
+        assert r.exit_code == 0 and "serving on http://[::1]:" in r.output, cli_text(r)
+        assert "without authentication" not in caplog.text
         r = runner.invoke(app, ["serve", "--host", "0.0.0.0", "--port", "0", "-q"])
         assert r.exit_code == 0, cli_text(r)
-    assert seen == [LOOPBACK_HOSTS, "second bind refused", None, "second bind refused"]
+    assert seen == [LOOPBACK_HOSTS, "second bind refused"] * 2 + [None, "second bind refused"]
     assert "serving on 0.0.0.0: every route answers anyone" in caplog.text

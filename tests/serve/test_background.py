@@ -1,0 +1,40 @@
+"""The background server and the loopback rule that ``attnrank serve`` shares with it."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from attnrank.serve.background import LOOPBACK_HOSTS, allowed_hosts, background_server, is_loopback
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost", " LocalHost "])
+def test_a_loopback_address_answers_its_own_host_names_only(host):
+    assert is_loopback(host) and allowed_hosts(host) == LOOPBACK_HOSTS
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1", "fe80::1", "example.org"])
+def test_another_address_answers_any_host_name(host):
+    assert not is_loopback(host) and allowed_hosts(host) is None
+
+
+def _hello() -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/hello")
+    def hello() -> dict[str, str]:
+        return {"hello": "world"}
+
+    return app
+
+
+def test_an_ipv6_loopback_server_serves_and_checks_the_host_header():
+    """background_server bound IPv4 alone (an IPv6 address failed to bind), and an IPv6 loopback
+    `attnrank serve` was not host-restricted (Starlette before 1.7 read "[::1]:8000" as "[")."""
+    with background_server(_hello(), host="::1") as base:
+        assert base.startswith("http://[::1]:")
+        assert httpx.get(f"{base}/hello").json() == {"hello": "world"}  # (Host: [::1]:port)
+        assert httpx.get(f"{base}/hello", headers={"host": "localhost"}).status_code == 200
+        r = httpx.get(f"{base}/hello", headers={"host": "attacker.example"})
+        assert r.status_code == 400 and "Invalid host header" in r.text
