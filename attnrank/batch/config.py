@@ -65,11 +65,8 @@ class BatchConfig:
             raise InputError(
                 f"heads={self.heads!r} is not a string; give 'all', 'l-h,l-h' (e.g. '13-18,14-2') or a JSON file's path"
             )
-        if self.rerank and self.device != "auto" and not ACTOR_DEVICES.fullmatch(self.device):  # (auto: cpu)
-            # (Ray shows a rerank actor only the one GPU it declares, as cuda:0: cuda:1 failed in every actor)
-            raise InputError(
-                f"device={self.device!r} is not cpu or cuda (each rerank actor declares one GPU, which Ray shows it as cuda)"
-            )
+        if self.rerank and self.device != "auto":  # (auto, taken before: cpu)
+            check_actor_device(self.device)
         if not Path(self.index).is_dir():
             raise InputError(f"index {self.index!r} is not a folder; build one with `attnrank index` (--shards N)")
         # its manifest (format, version, listed files) before Ray starts: every actor's load failed
@@ -85,6 +82,16 @@ class BatchConfig:
                 "--dtype auto with --device cuda lets each worker's GPU choose bfloat16 or float16, so one run "
                 "could mix them; give --dtype bfloat16 (A100, H100, L4, ...) or --dtype float16 (T4, V100)"
             )
+
+
+def check_actor_device(device: str, spelled: str = "device=") -> None:
+    """Refuse a rerank actor's ``device`` other than cpu or cuda (:data:`ACTOR_DEVICES`), named as
+    ``spelled`` writes the option (``"--device "`` in the CLI). Why: Ray shows an actor only the one
+    GPU it declares, as cuda:0, so cuda:1 failed in every actor, retried without end."""
+    if not ACTOR_DEVICES.fullmatch(device):
+        raise InputError(
+            f"{spelled}{device!r} is not cpu or cuda (each rerank actor declares one GPU, which Ray shows it as cuda)"
+        )
 
 
 def check_device(device: str, ray_address: str | None, gpus: float) -> None:

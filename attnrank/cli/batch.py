@@ -84,15 +84,10 @@ def _check_cpus(actor_cpus: float, num_cpus: Optional[int], ray_address: Optiona
 def _check_device(device: str, ray_address: Optional[str]) -> None:
     """A bad device fails in every rerank actor (retried without end); a local Ray without a GPU
     never places an actor that declares one: refuse both before Ray starts."""
-    from ..batch.config import ACTOR_DEVICES, check_device
+    from ..batch.config import check_actor_device, check_device
 
-    if not ACTOR_DEVICES.fullmatch(device):
-        # (Ray shows a rerank actor only the one GPU it declares, as cuda:0: cuda:1 failed in every
-        # actor, and auto declared none, so it ran on the CPU)
-        raise typer.BadParameter(
-            f"--device {device!r} is not cpu or cuda (each rerank actor declares one GPU, which Ray shows it as cuda)"
-        )
     with option_errors():
+        check_actor_device(device, "--device ")  # (auto, which BatchConfig reads as cpu, declared no GPU: refused)
         check_device(device, ray_address, 1.0)  # (each rerank actor declares one GPU: batch's Resources)
 
 
