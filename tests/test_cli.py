@@ -140,3 +140,23 @@ def test_a_query_that_is_not_utf8_is_an_option_error_before_the_index_loads(tmp_
     monkeypatch.setattr(HybridRetriever, "load", classmethod(lambda cls, *a, **k: loads.append(a)))
     r = runner.invoke(app, ["search", "caf\udcff", "--index-dir", str(tmp_path)])
     assert r.exit_code == 2 and loads == [], r.output
+
+
+def test_every_option_of_one_name_has_the_same_short_form():
+    """One name per concept: `train --index` had no -n, which every other command's --index has."""
+    import typer.main
+
+    short: dict[str, set[tuple[str, ...]]] = {}
+
+    def walk(command) -> None:  # (Typer's own click: a group holds .commands, an option is an "option")
+        for sub in getattr(command, "commands", {}).values():
+            walk(sub)
+        for p in command.params:
+            if p.param_type_name == "option":
+                for name in [o for o in p.opts if o.startswith("--")]:
+                    short.setdefault(name, set()).add(tuple(sorted(o for o in p.opts if not o.startswith("--"))))
+
+    walk(typer.main.get_command(app))
+    assert len(short) > 50 and short["--index"] == {("-n",)}
+    mixed = {name: forms for name, forms in short.items() if len(forms) > 1}
+    assert mixed == {"--index-dir": {(), ("-o",)}}, mixed  # (merge-shards: -o, as every command's output)
