@@ -115,14 +115,15 @@ def name_fingerprint(model_id: str) -> str:
 
 
 def pretrained_fingerprint(model_id: str) -> str:
-    """The hub commit of a cached hub model, else the sha256 of its local folder's weight files
-    and defining files (``name:sha256`` lines, sorted by name)."""
+    """The hub commit of a cached hub model (named by its id or by its snapshot folder's path: the
+    same weights, the same fingerprint), else the sha256 of its local folder's weight files and
+    defining files (``name:sha256`` lines, sorted by name)."""
     folder = config.local_model_folder(model_id)
     if folder is None:
         logger.warning("no local snapshot of %s found; fingerprint = sha256 of its name", model_id)
         return name_fingerprint(model_id)
-    if not Path(model_id).expanduser().exists() and folder.parent.name == "snapshots":
-        return folder.name
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.name  # (the hub cache's layout: the folder's name is the commit)
     files = sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES or p.name in _DEFINING_FILES)
     lines = "".join(f"{p.name}:{file_sha256(p)}\n" for p in files)
     return hashlib.sha256(lines.encode()).hexdigest()

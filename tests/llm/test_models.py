@@ -489,6 +489,26 @@ def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tiny_dir, 
     clear_llm_cache()
 
 
+def test_a_hub_snapshot_named_by_its_path_has_the_fingerprint_of_its_id(tiny_dir, offline_hub, home):
+    """By its snapshot folder's path the same weights were keyed by a hash of the files, by its id
+    by the commit: what was registered under one spelling was not found under the other."""
+    from types import SimpleNamespace
+
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.registry import resolve_heads
+    from attnrank.registry_save import save_head_set
+
+    snapshot = offline_hub.snapshot("attnrank-test/tiny", "0123abc", source=tiny_dir)
+    assert model_fingerprint(str(snapshot))[1] == model_fingerprint("attnrank-test/tiny")[1] == "0123abc"
+    save_head_set(*model_fingerprint("attnrank-test/tiny"), "qr-ndcg", [[1, 0], [2, 1]])
+    by_path = SimpleNamespace(**dict(zip(("model_id", "fingerprint"), model_fingerprint(str(snapshot)))))
+    assert [tuple(p) for p in resolve_heads("auto:qr-ndcg", by_path)] == [(1, 0), (2, 1)]
+    # a folder of that name outside the hub cache's layout is an ordinary folder: its files' hash
+    other = tiny_dir.parent / "elsewhere" / "snapshots" / "0123abc"
+    shutil.copytree(tiny_dir, other)
+    assert model_fingerprint(str(other))[1] not in ("0123abc", "")
+
+
 def test_the_tokenizer_alone_reads_a_model_named_as_load_llm_reads_it(tmp_path, monkeypatch):
     """load_tokenizer took "~/m" (and " ~/m ") as a hub id: the tokenizer of a model load_llm
     loads failed to load alone."""
