@@ -44,7 +44,10 @@ UPR_INSTRUCTION = "Please write a question based on this passage."
 
 
 def passage_prompt(title: str | None, text: str) -> str:
-    """The prompt the query follows (UPR's, with the passage's title on its first line)."""
+    """The prompt the query follows (UPR's, with the passage's title on its first line). The text's
+    leading whitespace is dropped, as the token cut (:func:`~attnrank.llm.truncation.truncate_texts`)
+    counts the text without it: kept, a cut text overran its limit by that whitespace's tokens."""
+    text = text.lstrip()
     passage = f"{title}\n{text}" if title else text
     return f"Passage: {passage}\n{UPR_INSTRUCTION}\nQuestion:"
 

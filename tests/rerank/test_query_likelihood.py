@@ -208,6 +208,15 @@ def test_a_passage_cut_to_the_context_is_scored_alike_beside_a_long_title():
     np.testing.assert_allclose(query_likelihood(small, "a question?", [a, titled])[:1], alone, atol=1e-6)
 
 
+def test_a_texts_leading_whitespace_is_not_in_its_prompt():
+    """The token cut counts a text without its leading whitespace; the prompt kept it, so a cut
+    text overran the context by that whitespace's tokens and the whole query failed."""
+    small = tiny_llm(layers=1, max_positions=256)
+    padded, bare = Document("a", " \n" * 40 + "a" * 300), Document("a", "a" * 300)
+    np.testing.assert_array_equal(_ql(small, "a question?", [padded]), _ql(small, "a question?", [bare]))
+    assert passage_prompt("T", "  text") == passage_prompt("T", "text")
+
+
 @pytest.mark.parametrize("query", ["   ", "", "capital \ud800?"])
 def test_the_likelihood_functions_refuse_a_query_with_no_text_or_bad_unicode(llm, query):
     with pytest.raises(InputError, match="query"):
