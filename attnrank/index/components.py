@@ -28,7 +28,7 @@ def dense_settings(
     backend: str,
     dim: int,
     probe: list[float] | None,
-    prompts: dict[str, str | None],
+    prompts: dict[str, str | None] | None,
 ) -> dict[str, Any]:
     """What a manifest records of a dense index (single or sharded): the ``embedder`` and the
     ``backend`` that embedded the stored vectors (a loaded index's queries may run another), the
