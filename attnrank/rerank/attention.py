@@ -308,7 +308,9 @@ class AttentionReranker(WindowCapture, FusedScoring):
         for i, (query, docs) in enumerate(zip(queries, docs_per_query)):  # all before any work, not query by query
             try:
                 self._check_query(query)
-                check_documents(as_documents(docs)[0])
+                documents = as_documents(docs)[0]
+                check_documents(documents)
+                self._check_fits(query, documents)
             except InputError as e:
                 raise InputError(f"query #{i}: {e}") from None
         it = range(len(queries))

@@ -21,7 +21,7 @@ from ..types import Document, RankedResults, ScoredDocument, as_documents
 from .config import RerankConfig
 from .fused import ATTENTION, LIKELIHOOD, FusedWeights
 from .inputs import check_query, check_texts
-from .likelihood import PromptIds, query_likelihood
+from .likelihood import PromptIds, query_likelihood, text_room
 from .signals import SignalComputer
 
 
@@ -52,6 +52,7 @@ class FusedScoring:
         """The fused score (:mod:`attnrank.rerank.fused`) of the candidates from their attention
         (None: weights without attention), and the LLM's scores it read (attention, likelihood)."""
         assert self.fused is not None
+        self._check_fits(query, docs)  # (a query too long for the likelihood: named before the signals run)
         texts, ids = [d.full_text for d in docs], [d.id for d in docs]
         signals: dict[str, Any] = dict(self.signals(query, texts, self.fused.text_signals, ids=ids))
         kept: dict[str, np.ndarray] = {}
@@ -60,6 +61,12 @@ class FusedScoring:
         if LIKELIHOOD in self.fused.features:
             kept[LIKELIHOOD] = self._likelihood(query, docs)
         return self.fused.score({**signals, **kept}), kept
+
+    def _check_fits(self, query: str, docs: Sequence[Document]) -> None:
+        """Where the query likelihood is read: :class:`InputError` unless the query and each
+        title leave a passage room in the model's context (:func:`text_room`; tokenizing only)."""
+        if self.fused is not None and LIKELIHOOD in self.fused.features:
+            text_room(self.llm, query, docs)
 
     def likelihood(self, query: str, docs: Sequence[Document | ScoredDocument | str] | RankedResults) -> np.ndarray:
         """UPR's score of each of ``docs`` (Sachan et al. EMNLP 2022): the mean log-probability of

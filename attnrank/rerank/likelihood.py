@@ -113,6 +113,18 @@ def query_likelihood(
     query) reuses its kept key/value states, so only the query's tokens are computed
     (:func:`~attnrank.llm.likelihood.continuation_logprob`); ``memo`` keeps the prompts'
     token ids, so a passage seen before is not tokenized again."""
+    tok = llm.tokenizer
+    ids, room, title_tokens = text_room(llm, query, docs)
+    # (a max_doc_tokens below 1 reaches truncate_texts, which refuses it)
+    limits = [min(room - n, room if max_doc_tokens is None else max_doc_tokens) for n in title_tokens]
+    contexts = prompt_ids(tok, docs, max_doc_words, limits, memo)
+    return continuation_logprob(llm, contexts, ids, batch_tokens=batch_tokens, states=states, buffer=buffer)
+
+
+def text_room(llm: LLM, query: str, docs: Sequence[Document]) -> tuple[list[int], int, list[int]]:
+    """The query's ids (:func:`query_ids`), the tokens the context leaves a passage's title and
+    text beside them, and each document's title tokens; :class:`InputError` where the query or a
+    title leaves a passage no room. Cheap (tokenizing only): a batch checks it before any work."""
     check_query(query)
     tok = llm.tokenizer
     ids = query_ids(tok, query)
@@ -132,10 +144,7 @@ def query_likelihood(
                 f"the title of document {d.id!r} is {n} tokens, more than the {room} the "
                 f"{llm.context_length}-token context leaves beside the query; shorten it"
             )
-    # (a max_doc_tokens below 1 reaches truncate_texts, which refuses it)
-    limits = [min(room - n, room if max_doc_tokens is None else max_doc_tokens) for n in title_tokens]
-    contexts = prompt_ids(tok, docs, max_doc_words, limits, memo)
-    return continuation_logprob(llm, contexts, ids, batch_tokens=batch_tokens, states=states, buffer=buffer)
+    return ids, room, title_tokens
 
 
 def query_ids(tok: Any, query: str) -> list[int]:

@@ -262,3 +262,16 @@ def test_a_non_finite_likelihood_names_the_document_and_the_dtype():
     llm.model.get_output_embeddings().weight.data[:] = float("nan")
     with pytest.raises(InputError, match=r"query likelihood of document '.+' is nan; check the model's dtype"):
         reranker.rank(RERANK_QUERY, docs)
+
+
+def test_a_batch_names_a_query_too_long_for_the_likelihood_before_any_work(embedded):
+    """It was refused inside the likelihood of its own turn: the earlier queries were scored,
+    their results lost, and the message named no query."""
+    rr = AttentionReranker(tiny_llm(layers=1, max_positions=256), config="likelihood")
+    docs = rerank_docs()
+    with pytest.raises(InputError, match=r"^query #2: the query is \d+ tokens, too long"):
+        rr.rank_batch(["a", "b", "q " * 150], [docs] * 3)
+    assert embedded == [] and len(rr.states) == 0
+    with pytest.raises(InputError, match="too long for a passage"):  # one query: before its signals
+        rr.rank("q " * 150, docs)
+    assert embedded == []
