@@ -161,6 +161,35 @@ def store_folder(path: str | Path) -> Path:
     return folder
 
 
+def check_store_fits(folder: Path, fingerprint: str, max_doc_words: int | None, max_doc_tokens: int | None) -> None:
+    """What a store's header (``folder``: :func:`store_folder`'s) tells without the model: the
+    weights it was built from (``fingerprint``: the model's, without its dtype or quantization)
+    and the passage cuts. A store for another model or cut was refused only on opening, after the
+    model's load (minutes for a large one); the rest of its setup is checked then, as before.
+    An unreadable header is left to that opening, which names it."""
+    try:
+        header = json.loads((folder / "states.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(header, dict) or not isinstance(header.get("fingerprint"), str):
+        return
+    want = {
+        "fingerprint": fingerprint,
+        "max_doc_words": max_doc_words,
+        "max_doc_tokens": max_doc_tokens,
+    }
+    have = {**header, "fingerprint": header["fingerprint"].split("+")[0]}
+    diff = [f"{k}: store {have.get(k)!r}, reranker {v!r}" for k, v in want.items() if have.get(k) != v]
+    if diff:
+        raise StoreSetupError(_SETUP_MESSAGE.format(folder=folder, diff="; ".join(diff)))
+
+
+_SETUP_MESSAGE = (
+    "the passage states at {folder} were built for another setup ({diff}); rebuild them with `attnrank index "
+    "--passage-states` and the same --model/--preset/--max-doc-words, or drop --passage-states"
+)
+
+
 class PassageStateStore:
     """A memory-mapped store opened for one reranker (see the module docstring).
 
@@ -262,11 +291,7 @@ class PassageStateStore:
             del want["config_sha256"]
         diff = [f"{k}: store {header.get(k)!r}, reranker {v!r}" for k, v in want.items() if header.get(k) != v]
         if diff:
-            raise StoreSetupError(
-                f"the passage states at {folder} were built for another setup ({'; '.join(diff)}); rebuild them "
-                "with `attnrank index --passage-states` and the same --model/--preset/--max-doc-words, or drop "
-                "--passage-states"
-            )
+            raise StoreSetupError(_SETUP_MESSAGE.format(folder=folder, diff="; ".join(diff)))
         check_encoder(folder, header, capturer)  # (after the settings: a store for another setup is named as such)
         cfg = capturer.decoder.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

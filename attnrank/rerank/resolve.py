@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import InputError, ModelError
 from ..llm.headspec import HeadsArg
 from ..llm.models import LLM, check_prompt_budget, load_tokenizer, unloaded_model
-from ..llm.statestore import store_folder
+from ..llm.statestore import check_store_fits, store_folder
 from ..registry import resolve_heads
 from .config import AUTO_OR_ALL, RerankConfig
 from .fused_resolve import resolve_fused
@@ -78,14 +78,15 @@ def check_lookups(cfg: RerankConfig, *, warn: bool = True) -> None:
     (``warn=False``: without one, for a reranker about to load the model itself)."""
     if not cfg.uses_llm:
         return
-    if cfg.passage_states is not None:  # (it was opened after the model and the index had loaded)
-        store_folder(cfg.passage_states)
+    store = None if cfg.passage_states is None else store_folder(cfg.passage_states)  # (was opened after the loads)
     try:
         model_id, fingerprint = unloaded_model(cfg.model)
     except ModelError as e:  # e.g. a path only the workers have: they will look it up themselves
         if warn:
             logger.warning("the registry lookups are left to the rerankers: %s", e)
         return
+    if store is not None:  # (another model's or cut's store: named before the load, not after it)
+        check_store_fits(store, fingerprint, cfg.max_doc_words, cfg.max_doc_tokens)
     learned = learned_weights(cfg.scorer, model_id, fingerprint)
     fused = resolve_fused(cfg.signals, model_id, fingerprint)
     if learned is None and cfg.uses_attention and (fused is None or fused.uses_attention):  # heads are read

@@ -200,3 +200,30 @@ def test_index_checks_the_passage_states_preset_before_reading_the_corpus(tmp_pa
     assert r.exit_code == 2 and "preset 'bogus' is not one of" in cli_text(r), r.output
     r = runner.invoke(app, [*args, "--preset", "signals"])
     assert r.exit_code == 2 and "--preset signals computes no attention" in cli_text(r), r.output
+
+
+def test_a_store_of_another_model_or_cut_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    """Only the store's folder was checked before the load; its model and cut were compared when
+    it opened, after the model had loaded (minutes for a large one)."""
+    from _tiny import save_tiny
+
+    from attnrank.llm import models
+    from attnrank.llm.attention import AttentionCapturer
+    from attnrank.llm.statestore import StoreSetupError
+    from attnrank.llm.statestore_write import write_store
+
+    built, other = save_tiny(tmp_path / "built", layers=2), save_tiny(tmp_path / "other", layers=3)
+    llm = models.load_llm(str(built), dtype="float32")
+    store = tmp_path / "states"
+    write_store(
+        store, AttentionCapturer(llm.model, [(1, 0)]), llm.tokenizer, rerank_docs(), model_id=llm.model_id,
+        fingerprint=llm.weights_key, storage="float16", max_doc_words=300,
+    )  # fmt: skip
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    block = dict(attention="block", block_positions="shared", heads="1-0", passage_states=str(store))
+    for model, cut, fragment in [(other, 300, "fingerprint: store"), (built, 100, "max_doc_words: store 300")]:
+        config = RerankConfig.preset("qrhead", calibrate=False, max_doc_words=cut, **block)
+        with pytest.raises(StoreSetupError, match=fragment):
+            AttentionReranker(str(model), config=config)
+    assert loads == []
