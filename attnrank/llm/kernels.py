@@ -127,6 +127,12 @@ def sdpa_forward(
     of its group (same output; a suffix over 40k cached tokens ran 3.5x faster per layer). A pass
     of a few query rows over many keys (a suffix over kept states) goes further: the query heads
     of a group become rows of one head (:func:`_group_rows`), so each key/value head is read once."""
+    rows, keys = query.shape[2], key.shape[2]
+    if mask is None and 1 < rows < keys:
+        # (Gemma 4's KV-shared layers cut their queries to the kept logits' rows after the mask
+        # was skipped as causal: SDPA's causal flag would align them upper-left, on the first keys)
+        causal = torch.ones(rows, keys, dtype=torch.bool, device=query.device).tril(keys - rows)
+        mask = to_additive(causal[None, None], query.dtype)
     grouped = query.shape[1] != key.shape[1]
     if grouped and mask is not None and query.device.type == "cpu" and kwargs.get("position_bias") is None:
         dropout = kwargs.get("dropout", 0.0)

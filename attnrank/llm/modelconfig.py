@@ -149,6 +149,13 @@ def check_attention_modules(model: Any, model_id: str) -> None:
             f"{model_id!r} ({type(model).__name__}): {what}, which attention "
             "capture needs; this architecture is unsupported"
         )
+    sinks = [n for n, m in mods if getattr(m, "sinks", None) is not None]
+    if sinks:  # (refused at its first query before: after the load, under every preset)
+        raise ModelError(
+            f"{model_id!r} ({type(model).__name__}): attention module {sinks[0]} has attention sinks (a learned "
+            "logit each head's softmax also spreads over: GPT-OSS), which attnrank's attention does not compute; "
+            "use another model"
+        )
 
 
 def read_config(source: str | Path, local_files_only: bool, model_id: str) -> Any:

@@ -186,10 +186,15 @@ def capture_attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """The registered attention function: plain SDPA, plus the rows of the active capture."""
-    if kwargs.get("s_aux") is not None:  # (SDPA and the rows would leave the sink out: wrong, silently)
+    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:  # (left out by SDPA and the rows)
         raise ModelError(
             f"{type(module).__name__} has attention sinks (a learned logit each head's softmax also "
             "spreads over: GPT-OSS), which attnrank's attention does not compute; use another model"
+        )
+    if kwargs.get("indices") is not None:  # (DeepSeek-V3.2's sparse attention: SDPA would attend densely)
+        raise ModelError(
+            f"{type(module).__name__} attends to a top-k selection of keys (sparse attention indices), which "
+            "attnrank's attention does not compute; use another model"
         )
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     session = ACTIVE_SESSION.get()

@@ -347,6 +347,21 @@ def test_a_model_with_attention_sinks_is_refused_not_read_wrong():
         AttentionCapturer(model, heads=[(1, 0)]).capture(_ids(10))
 
 
+@pytest.mark.parametrize(
+    "kwarg, fragment", [("sinks", "has attention sinks"), ("s_aux", "has attention sinks"), ("indices", "top-k")]
+)
+def test_attention_that_sdpa_would_compute_otherwise_is_refused_outside_a_capture_too(kwarg, fragment):
+    """Only s_aux was refused: a model passing its sinks as sinks= (Inkling 2), or its sparse
+    top-k keys as indices= (DeepSeek-V3.2), had its likelihood computed by dense SDPA without them."""
+    from attnrank.llm.recording import capture_attention
+
+    module = tiny_model().model.layers[0].self_attn
+    q = k = v = torch.zeros(1, 4, 3, 8)
+    assert capture_attention(module, q, k[:, :2], v[:, :2], None)[0].shape == (1, 3, 4, 8)
+    with pytest.raises(ModelError, match=fragment):
+        capture_attention(module, q, k[:, :2], v[:, :2], None, **{kwarg: torch.zeros(4)})
+
+
 def test_a_model_with_a_relative_position_bias_is_refused_not_read_wrong():
     """Inkling passes a relative position bias to its attention function: SDPA ignored it and the
     captured rows never added it (off by 2.7e-4 at layer 0 on a tiny model, argmax moved with a

@@ -268,3 +268,21 @@ def test_rotary_that_follows_the_batch_scores_each_context_alone():
     both = continuation_logprob(llm, [short, long], cont)
     alone = [continuation_logprob(llm, [c], cont)[0] for c in (short, long)]
     np.testing.assert_array_equal(both, np.stack(alone))
+
+
+def test_gemma4s_kv_shared_layers_give_the_models_own_likelihood():
+    """Gemma 4 (E2B/E4B) cuts its KV-shared layers' queries to the kept logits after the mask was
+    skipped as causal; SDPA's causal flag then aligned them on the first keys: other scores, exit 0."""
+    types = ["sliding_attention", "full_attention"] * 2
+    model = tiny_model(
+        "Gemma4Text", layers=4, layer_types=types, num_kv_shared_layers=2, sliding_window=8,
+        hidden_size_per_layer_input=8, global_head_dim=8, num_global_key_value_heads=2,
+    )  # fmt: skip
+    llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-gemma4", fingerprint="test")
+    contexts, continuation = [list(range(10, 30)), list(range(40, 60))], [5, 6, 7, 8]
+    got = continuation_logprob(llm, contexts, continuation)
+    with torch.no_grad():
+        for row, context in zip(got, contexts):
+            logits = model(input_ids=torch.tensor([context + continuation])).logits[0].float().log_softmax(-1)
+            own = [float(logits[len(context) - 1 + i, t]) for i, t in enumerate(continuation)]
+            np.testing.assert_allclose(row, own, atol=1e-5)

@@ -185,6 +185,13 @@ def test_attention_without_layer_idx_is_refused():
         modelconfig.check_attention_modules(model, "odd-model")
 
 
+def test_a_model_with_attention_sinks_is_refused_at_its_load():
+    """GPT-OSS was refused at its first query, after the load, under every preset."""
+    model = tiny_model("GptOss", num_local_experts=4, num_experts_per_tok=2, sliding_window=64)
+    with pytest.raises(ModelError, match=r"'gpt-oss' \(GptOssForCausalLM\): attention module .*has attention sinks"):
+        modelconfig.check_attention_modules(model, "gpt-oss")
+
+
 def test_attention_modules_of_other_names_are_found():
     """GPT-NeoX names its attention "attention" (Falcon "self_attention"): refused after the load as
     having no '*.self_attn' module, although the capture reads it (layer_idx is what it needs)."""
