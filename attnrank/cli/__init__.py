@@ -162,14 +162,10 @@ def _check_heads(spec: Optional[str], option: str = "--heads", model: Optional[s
     word = "" if spec is None else spec.strip().lower()
     if spec is None or word in ("all", "auto", "auto-or-all") or word.startswith("auto:"):
         return  # (anything else beginning "auto", e.g. "autox", is read as a list below and refused)
-    from ..llm.headspec import check_head_range, parse_heads
-    from ..llm.modelconfig import model_shape
+    from ..rerank.resolve import check_head_list
 
     try:
-        heads = parse_heads(spec) or []
-        shape = model_shape(model)
-        if shape is not None:
-            check_head_range(heads, *shape)
+        check_head_list(spec, model)
     except InputError as e:  # a head list or file that is wrong: an option error (exit 2)
         raise typer.BadParameter(f"{option} {spec!r}: {e}") from None
     except AttnrankError as e:  # the model's config could not be read

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError, ModelError
-from ..llm.headspec import HeadsArg
+from ..llm.headspec import HeadsArg, check_head_range, parse_heads
+from ..llm.modelconfig import model_shape
 from ..llm.models import LLM, check_prompt_budget, load_tokenizer, unloaded_model
 from ..llm.statestore import check_store_fits, store_folder
 from ..registry import resolve_heads
@@ -52,6 +53,20 @@ def resolve_config_heads(heads: HeadsArg, llm: LLM | ModelRef, fitted: HeadsArg 
             )
             return None
     return resolve_heads(heads, llm) if spec.startswith("auto") else heads
+
+
+def check_head_list(heads: Any, model: str | None) -> None:
+    """An explicit head list or head file (not ``"all"``, nor a registered set's ``"auto…"``)
+    read and checked against ``model``'s config alone, before any weights load: pairs outside
+    the model are an :class:`InputError` naming them (the load found them, after it). A model
+    whose config cannot be read here is left to the load, which names it."""
+    word = heads.strip().lower() if isinstance(heads, str) else ""
+    if heads is None or word in ("auto", AUTO_OR_ALL) or word.startswith("auto:"):
+        return  # (registered sets: check_registered_heads; anything else, "autox" too, is read as a list)
+    pairs = parse_heads(heads)
+    shape = model_shape(model) if pairs else None
+    if shape is not None:
+        check_head_range(pairs or [], *shape)
 
 
 def check_registered_heads(model: str | None, heads: Any) -> None:
@@ -105,6 +120,8 @@ def check_before_load(cfg: RerankConfig, llm: LLM | None) -> None:
         check_prompt_budget(cfg.max_prompt_tokens, llm or cfg.model)
     if llm is not None or not cfg.uses_llm:
         return
+    if cfg.uses_attention:
+        check_head_list(cfg.heads, cfg.model)
     check_lookups(cfg, warn=False)
     if cfg.uses_attention and cfg.max_prompt_tokens is not None:
         check_frame(

@@ -290,3 +290,22 @@ def test_prompts_stay_within_one_set_of_rotary_frequencies_where_they_follow_the
     docs = [Document(str(i), f"Passage {i} tells of the capital of France and its river. " * 2) for i in range(6)]
     wins = rr.windows("capital of France?", docs)
     assert len(wins) > 1 and all(len(w.input_ids) < 300 for w in wins)  # cut into windows within the switch
+
+
+def test_heads_outside_the_model_are_refused_before_it_loads(tmp_path, monkeypatch):
+    """The CLI checked them against the model's config; the Python API (and the framework
+    adapters) loaded the weights first."""
+    from _tiny import save_tiny
+
+    from attnrank.llm import models
+
+    path = str(save_tiny(tmp_path / "m"))  # 2 layers, 4 heads
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    with pytest.raises(InputError, match=r"head pairs 99-0 are out of range: this model has 2 layers"):
+        AttentionReranker(path, heads="1-0,99-0", config="icr")
+    heads = tmp_path / "heads.json"
+    heads.write_text('{"heads": ["0-9"]}')
+    with pytest.raises(InputError, match=r"head pairs 0-9 are out of range"):
+        AttentionReranker(path, heads=str(heads), config="icr")
+    assert loads == []
