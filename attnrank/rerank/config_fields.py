@@ -72,5 +72,7 @@ def method_of(cfg: Any) -> tuple[Any, ...]:
     if heads is None or (isinstance(heads, str) and heads.strip().lower() == "all"):  # every head, however spelt
         heads = "all"
     # (block positions where blocks are read: preset fused with the full prompt computes the full prompt)
-    rest = (cfg.block_positions_read if f == "block_positions" else getattr(cfg, f) for f in METHOD_FIELDS[2:])
+    rest = [cfg.block_positions_read if f == "block_positions" else getattr(cfg, f) for f in METHOD_FIELDS[2:]]
+    if not isinstance(rest[0], str):  # learned head weights given: the scorer they stand in for
+        rest[0] = "learned"
     return (signals, heads, *rest)

@@ -427,3 +427,14 @@ def test_all_zero_weights_are_not_registered(tmp_path):
         w.save("org/m", "f" * 64, root=tmp_path)
     with pytest.raises(InputError, match="attnrank heads train --model MODEL"):
         LearnedHeadWeights.load("org/m", "f" * 64, root=tmp_path)
+
+
+def test_configurations_holding_weights_compare_and_swap_them():
+    """Weights given for weights raised 'truth value of an array is ambiguous' (their dataclass
+    compared the arrays), as did two configurations holding them; the copy was named learned+scorer."""
+    w1, w2 = train_head_weights(synthetic(n_queries=20)), train_head_weights(synthetic(n_queries=20, seed=1))
+    first = RerankConfig.preset("learned", scorer=w1)
+    swapped = first.with_options(scorer=w2)
+    assert swapped.scorer is w2 and swapped.name == first.name == "learned"
+    assert first == RerankConfig.preset("learned", scorer=w1) and first != swapped
+    assert w1 == w1 and w1 != w2

@@ -48,11 +48,12 @@ class FeatureConfig:
     prompt: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(eq=False)
 class LearnedHeadWeights(RegistryArtifact):
     """A linear head weighting: ``score(d) = Σ_h w_h z_h(d) (+ w_fs z_fs(d)) (+ Σ_s w_s z_s(d)) + bias``
     (``s``: the ``config.stages`` scores, weights ``stage_weights``); stored
-    with :meth:`save` / :meth:`load` in the head registry."""
+    with :meth:`save` / :meth:`load` in the head registry. Equal only to itself (its arrays have no
+    one truth value: comparing two raised, and with them two configurations holding them)."""
 
     KIND: ClassVar[str] = ARTIFACT
     LABEL: ClassVar[str] = "learned head weights"
