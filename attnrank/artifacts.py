@@ -34,6 +34,18 @@ def warn_if_set_otherwise(label: str, recorded: dict[str, Any] | None, now: dict
         )
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with numpy arrays and numbers (``.tolist()``/``.item()``) made Python's, in lists,
+    tuples and dict values too."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 class RegistryArtifact:
     """Mixin for a per-model object stored as one registry artifact: a subclass sets ``KIND``
     (the artifact key), ``LABEL`` and ``HINT`` (for the error when none is registered), is a
@@ -55,8 +67,11 @@ class RegistryArtifact:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        """The dataclass fields as JSON-ready values (numpy arrays become lists)."""
-        return {k: v.tolist() if hasattr(v, "tolist") else v for k, v in asdict(self).items()}  # type: ignore[call-overload]
+        """The dataclass fields as JSON-ready values: numpy arrays and numbers, at any depth (in
+        a list of weights, in ``metrics``), as Python's lists and numbers. Why at any depth: the
+        numbers a trainer computes are often numpy's, which ``json`` refuses, and the save failed
+        after the whole training."""
+        return {k: _plain(v) for k, v in asdict(self).items()}  # type: ignore[call-overload]
 
     def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
         """Register this object for the model (user registry, or ``root``); returns the file."""

@@ -46,6 +46,16 @@ def test_weights_round_trip_the_registry(tmp_path, make_examples):
     assert back.gate == fused.gate and back.trained_on == "synthetic"
 
 
+def test_weights_of_numpy_numbers_save_at_any_depth(tmp_path):
+    """The weights take numpy numbers, which json refuses inside a list or the metrics: the save
+    failed after the training."""
+    f32 = np.float32
+    fused = FusedWeights(["bm25", "dense"], [f32(0.5), f32(0.25)], metrics={"nDCG@10": f32(0.75), "n": np.int64(3)})
+    fused.save("some/model", "f" * 64, root=tmp_path)
+    back = FusedWeights.load("some/model", "f" * 64, root=tmp_path)
+    assert back.weights == [0.5, 0.25] and back.metrics == {"nDCG@10": 0.75, "n": 3}
+
+
 def test_weights_record_the_heads_and_capture_of_their_attention(tmp_path, caplog, make_examples):
     ex = make_examples(30, "a", 0.5, 5)
     fused = train_fused(ex, heads=[(3, 1), "0-2"], capture="block:shared")
