@@ -373,5 +373,7 @@ def _single_text(p: Path) -> tuple[list[Document], LoadReport]:
         raise InputError(
             f"{p}: bytes that are not valid UTF-8 at byte {e.start}; re-encode the file as UTF-8"
         ) from None
-    _add(docs, Document(p.name, text.strip()), str(p), problem)
+    # (read as a folder's file is: a Markdown file's front matter and first heading are its title)
+    title, text = markdown_title(text) if p.suffix.lower() == ".md" else ("", text)
+    _add(docs, Document(p.name, text.strip(), title), str(p), problem)
     return _finish(docs, report)

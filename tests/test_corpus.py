@@ -57,6 +57,16 @@ def test_text_directory(tmp_path):
     assert [(d.id, d.title) for d in docs] == [("a.txt", ""), ("sub/b.md", "Heading")]
 
 
+def test_a_markdown_file_alone_is_read_as_in_a_folder(tmp_path):
+    """Alone, its front matter and heading stayed in the text (indexed) and its title was empty."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "note.md").write_text("---\ntitle: Scurvy\n---\n# Scurvy\n\nVitamin C prevents it.\n")
+    (alone,), _ = load_corpus(tmp_path / "notes" / "note.md")
+    (in_folder,), _ = load_corpus(tmp_path / "notes")
+    assert (alone.id, alone.title, alone.text) == ("note.md", "Scurvy", "Vitamin C prevents it.")
+    assert (in_folder.title, in_folder.text) == (alone.title, alone.text)
+
+
 def test_a_text_folder_leaves_out_hidden_copies_and_takes_the_heading_out_of_the_text(tmp_path):
     """Jupyter's .ipynb_checkpoints copies became documents of their own (duplicate results); the
     heading was both the title and the text's first line (its words counted twice, as the two are
