@@ -122,9 +122,11 @@ def detect_query_focused(
     default preset with attention, ``fused``, whose rows are block attention's). How its rows were
     captured (capture mode, prompt settings, the shuffle seed) is recorded in the results' params.
 
-    Each query's candidates are shuffled first (``random.Random(shuffle_seed)``, 42 as QRHead's
-    detection seeds it; None: kept in the given order): in first-stage order, a head that attends
-    to the slot nearest the query would score as the first stage does, and be chosen for it."""
+    Each query's candidates are shuffled first (seeded by ``shuffle_seed``, 42 as QRHead's
+    detection seeds it, and the query's id, so that a query's order does not depend on the
+    queries before it; None: kept in the given order): in first-stage order, a head that attends
+    to the slot nearest the query would score as the first stage does, and be chosen for it.
+    Candidate ids and relevance are checked before any query runs."""
     reweight = getattr(reranker, "reweight", None)
     if reweight is not None and reweight.changes_scores:
         # (the rows are scored as captured: a set detected "for" re-weighted attention was plain attention's)
@@ -135,6 +137,15 @@ def detect_query_focused(
     qids = [q for q in queries if q in candidates]
     if not qids:
         raise InputError("no query has candidates; give candidates for the labelled queries")
+    ids = {q: [str(getattr(d, "id", i)) for i, d in enumerate(candidates[q])] for q in qids}
+    for q in qids:  # (found in the query's turn before, after the model had run the ones before it)
+        if len(set(ids[q])) != len(ids[q]):
+            raise InputError(f"query {q!r} has duplicate candidate ids; give each candidate once")
+    if not any(qrels.get(q, {}).get(d, 0) >= rel for q in qids for d in ids[q]):
+        raise InputError(
+            f"no candidate of the {len(qids)} queries is relevant (a qrels grade >= {rel} for a query and document "
+            "id of theirs), so no head can be scored; check that the qrels' ids match the queries' and candidates'"
+        )
 
     def items():
         it = qids
@@ -142,11 +153,10 @@ def detect_query_focused(
             from tqdm.auto import tqdm
 
             it = tqdm(qids, desc="detect", unit="q")
-        rng = None if shuffle_seed is None else random.Random(shuffle_seed)
         for q in it:
             docs = [(getattr(d, "id", str(i)), d) for i, d in enumerate(candidates[q])]  # (ids before the shuffle)
-            if rng is not None:
-                rng.shuffle(docs)
+            if shuffle_seed is not None:
+                random.Random(f"{shuffle_seed}:{q}").shuffle(docs)
             yield q, reranker.windows(queries[q], [d for _, d in docs]), [i for i, _ in docs]
 
     llm = reranker.llm

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.heads.queryfocused import detect_query_focused
+from attnrank.heads.queryfocused import detect_query_focused, query_focused_scores
 from attnrank.heads.scores import HeadScores
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.types import Document
@@ -61,12 +61,29 @@ def test_query_focused_detection_end_to_end(llm, tmp_path):
 
 def test_query_focused_with_a_head_subset_and_no_gold(llm):
     reranker = AttentionReranker(llm, "1-2,2-0")
-    res = detect_query_focused(reranker, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
+    # nothing relevant among any query's candidates (qrels of other ids): refused before the model
+    # runs (every query ran first, to give all-NaN scores and a note)
+    with pytest.raises(InputError, match="no candidate of the 1 queries is relevant"):
+        detect_query_focused(reranker, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
+    res = query_focused_scores(iter([("q9", reranker.windows("anything", DOCS), [d.id for d in DOCS])]),
+                               {"q9": {"nope": 1}}, reranker.head_list, llm.num_layers, llm.num_heads)  # fmt: skip
     assert res["qr-score"].n_used == 0 and "no usable query" in res["qr-score"].note
     assert res["qr-score"].top() == []
     # judged but nothing relevant among the candidates: every head's nDCG 0, which registered an
     # arbitrary head set (the lowest layers') as qr-ndcg, the preferred method of heads="auto"
     assert res["qr-ndcg"].n_used == 0 and np.isnan(res["qr-ndcg"].scores).all() and res["qr-ndcg"].top() == []
+
+
+def test_detection_checks_every_querys_candidates_before_the_model_runs(llm, monkeypatch):
+    """A duplicate id in the last query was found in its turn, every earlier query computed and lost."""
+    reranker = AttentionReranker(llm, "1-2,2-0")
+    ran: list[str] = []
+    real = reranker.windows
+    monkeypatch.setattr(reranker, "windows", lambda q, docs: ran.append(q) or real(q, docs))
+    cands = {**{q: DOCS for q in QUERIES}, "q3": [*DOCS, DOCS[0]]}
+    with pytest.raises(InputError, match="query 'q3' has duplicate candidate ids"):
+        detect_query_focused(reranker, QUERIES, cands, QRELS)
+    assert ran == []
 
 
 def test_a_reranker_that_re_weights_attention_is_refused(llm):
@@ -78,20 +95,20 @@ def test_a_reranker_that_re_weights_attention_is_refused(llm):
     with pytest.raises(InputError, match="build the reranker without reweight to detect"):
         detect_query_focused(reranker, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
     plain = AttentionReranker(llm, "1-2,2-0", signals=None, reweight=Reweighting(idf_eps=0.3))  # no step on
-    detect_query_focused(plain, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
+    detect_query_focused(plain, {"q1": QUERIES["q1"]}, {"q1": DOCS}, QRELS)
 
 
 def test_detection_shuffles_each_querys_candidates_as_qrhead_does(llm):
     """In first-stage order a head that attends to the slot nearest the query scored as the first
-    stage does; QRHead shuffles the documents (seed 42) before detection."""
+    stage does; QRHead shuffles the documents (seed 42) before detection. Each query's shuffle is
+    seeded by its id too: one generator for all made a query's order depend on the queries before it."""
     import random
 
     reranker = AttentionReranker(llm, None)
-    rng = random.Random(42)
     shuffled = {}
     for q in QUERIES:
         docs = list(DOCS)
-        rng.shuffle(docs)
+        random.Random(f"42:{q}").shuffle(docs)
         shuffled[q] = docs
     default = detect_query_focused(reranker, QUERIES, {q: DOCS for q in QUERIES}, QRELS)
     by_hand = detect_query_focused(reranker, QUERIES, shuffled, QRELS, shuffle_seed=None)
