@@ -234,15 +234,18 @@ def resolve_heads(spec: str, llm: Any, *, root: Path | None = None) -> HeadList:
     kind, _, method = spec.strip().partition(":")
     if kind.lower() != "auto":
         raise InputError(f"head spec {spec!r} is not 'auto' or 'auto:METHOD'")
-    sets = load_head_sets(llm.model_id, llm.fingerprint, root=root)
-    if method:
-        sets = [s for s in sets if s.method == method.strip()]
+    every = load_head_sets(llm.model_id, llm.fingerprint, root=root)
+    method = method.strip().lower()  # (a method's name in any case, as "auto" itself)
+    sets = [s for s in every if s.method.lower() == method] if method else every
     if not sets:
-        what = f"{method.strip()!r} head set" if method else "head set"
+        what = f"{method!r} head set" if method else "head set"
+        registered = sorted({s.method for s in every})
+        # (the sets there are, by method: `heads detect --method qr` registers qr-score, qr-ndcg and contrastive)
+        hint = f"registered: {', '.join(f'auto:{m}' for m in registered)}" if registered else _detect_hint(llm.model_id)
         raise InputError(
             f"heads='{spec}': no {what} is registered for model {llm.model_id!r} "
             f"(fingerprint {llm.fingerprint[:12]}) in {root or user_dir()} or the "
-            f"shipped sets; {_detect_hint(llm.model_id)}"
+            f"shipped sets; {hint}"
         )
     best = sets[0]
     logger.info(

@@ -119,8 +119,12 @@ def test_auto_error_says_how_to_detect(roots):
     msg = str(err.value)
     assert "no head set is registered for model 'tiny-llama'" in msg and "attnrank heads detect" in msg
     save_head_set("tiny-llama", FP, "copy", ["0-1"])
-    with pytest.raises(InputError, match="no 'qr-ndcg' head set"):
-        resolve_heads("auto:qr-ndcg", llm)
+    save_head_set("tiny-llama", FP, "qr-ndcg", ["0-2"])
+    # a method in any case, as "auto"; one not registered names those that are (it said to run the
+    # detection that registered them: `--method qr` registers qr-score, qr-ndcg, contrastive)
+    assert resolve_heads("AUTO:QR-NDCG", llm) == [(0, 2)]
+    with pytest.raises(InputError, match=r"no 'qr' head set.*registered: auto:copy, auto:qr-ndcg$"):
+        resolve_heads("auto:qr", llm)
     with pytest.raises(InputError, match="not 'auto'"):
         resolve_heads("13-1", llm)
 
