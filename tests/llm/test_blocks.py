@@ -12,7 +12,7 @@ from transformers import DynamicCache
 
 from attnrank.errors import InputError
 from attnrank.llm.attention import AttentionCapturer
-from attnrank.llm.blocks import BlockMemo, build_block_prompts, memo_key
+from attnrank.llm.blocks import ENTRY_OVERHEAD, BlockMemo, build_block_prompts, memo_key
 from attnrank.llm.capture import capture_blocks
 from attnrank.llm.context import ContextLayer, assemble
 from attnrank.llm.recording import attn_implementation
@@ -349,7 +349,7 @@ def test_memo_keeps_to_its_byte_budget():
     probe = BlockMemo()
     build_block_prompts(tok, QUERY, DOCS, memo=probe)
     keys = [memo_key(Document(str(i), d), None, None) for i, d in enumerate(DOCS)]
-    sizes = [probe.get(k).nbytes for k in keys]
+    sizes = [probe.get(k).nbytes + ENTRY_OVERHEAD for k in keys]
     assert probe.nbytes == sum(sizes)
     memo = BlockMemo(max_bytes=sizes[1] + sizes[2])
     build_block_prompts(tok, QUERY, DOCS, memo=memo)
@@ -367,7 +367,7 @@ def test_memo_shared_by_threads_keeps_its_entries_and_count():
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show within the test
     try:
-        memo = BlockMemo(max_bytes=320)
+        memo = BlockMemo(max_bytes=320 + 4 * ENTRY_OVERHEAD)
         errors: list[BaseException] = []
 
         def work(seed: int) -> None:
@@ -387,7 +387,27 @@ def test_memo_shared_by_threads_keeps_its_entries_and_count():
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[:1]
-    assert memo.nbytes == sum(e.nbytes for e in memo._entries.values()) <= memo.max_bytes
+    assert memo.nbytes == sum(e.nbytes + ENTRY_OVERHEAD for e in memo._entries.values()) <= memo.max_bytes
+
+
+def test_the_memo_counts_what_its_entries_hold_in_memory():
+    """Counted by their arrays alone, short passages' entries held about twice their count."""
+    import tracemalloc
+
+    import numpy as np
+
+    from attnrank.rerank.likelihood import PromptIds
+
+    docs = [Document(str(i), f"passage {i} " * 5) for i in range(2000)]
+    tracemalloc.start()
+    try:
+        memo = BlockMemo(max_bytes=1 << 40)
+        for d in docs:
+            memo.put(memo_key(d, 300, None), PromptIds(np.arange(80, dtype=np.int32)))
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert 0.8 < memo.nbytes / held < 1.25, (memo.nbytes, held)
 
 
 def test_a_passage_cut_twice_reports_both_cuts_with_or_without_the_memo():
@@ -435,7 +455,7 @@ def test_memo_serves_one_tokenizer():
     assert plain.blocks != build_block_prompts(ours, QUERY, DOCS).blocks
     assert theirs.blocks == plain.blocks and theirs.offsets == plain.offsets
     keys = [memo_key(Document(str(i), d), None, None) for i, d in enumerate(DOCS)]
-    assert len(memo) == 3 and memo.nbytes == sum(memo.get(k).nbytes for k in keys)
+    assert len(memo) == 3 and memo.nbytes == sum(memo.get(k).nbytes + ENTRY_OVERHEAD for k in keys)
 
 
 def test_exaone4_full_attention_layers_keep_their_keys_when_a_block_moves():
