@@ -124,6 +124,14 @@ def assemble(
     return assemble_windows(capturer, prefix, [states], None if shifts is None else [shifts], room, batched)
 
 
+def context_limit(capturer: AttentionCapturer) -> int | None:
+    """The most prefix and block tokens one block-attention context may hold: a model with
+    sliding-window layers keeps fewer than its window (the cache's own: Llama 4's chunked layers
+    have no ``config.sliding_window``), None for a model without such layers."""
+    window = sliding_window(DynamicCache(config=capturer.decoder.config))
+    return None if window is None else window - 1
+
+
 def assemble_windows(
     capturer: AttentionCapturer,
     prefix: PrefixCache,
@@ -141,12 +149,11 @@ def assemble_windows(
     :func:`windows_shape`."""
     lengths = [_length(prefix, states) for states in windows]
     cache = DynamicCache(config=capturer.decoder.config)
-    window = sliding_window(cache)  # (the cache's own: Llama 4's chunked layers have no config.sliding_window)
-    sliding = has_sliding_layers(cache)
-    if window is not None and max(lengths) >= window:
+    sliding, limit = has_sliding_layers(cache), context_limit(capturer)
+    if limit is not None and max(lengths) > limit:
         raise InputError(
             f"the block-attention context holds {max(lengths)} tokens, more than this model's sliding window of "
-            f"{window}; rerank fewer or shorter passages, or use attention='full'"
+            f"{limit + 1}; rerank fewer or shorter passages, or use attention='full'"
         )
     if sliding and len(windows) > 1:
         raise InputError("a model with sliding-window layers takes one block-attention window per pass")

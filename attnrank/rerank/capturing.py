@@ -14,7 +14,7 @@ from typing import Any
 from ..llm.attention import AttentionCapturer, PrefixCache
 from ..llm.blocks import BlockMemo, BlockPrompt, EncodedBlock, build_block_prompts
 from ..llm.capture import capture_block_windows, capture_window
-from ..llm.context import ContextBuffer
+from ..llm.context import ContextBuffer, context_limit
 from ..llm.models import LLM
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows
@@ -61,7 +61,8 @@ class WindowCapture:
         if self.config.attention == "block":  # tokenized once; windows select their blocks
             whole = build_block_prompts(tok, query, docs, memo=self._blocks_memo, **kw)
             cfg = self.config
-            cut = block_windows(whole, cfg.order, cfg.block_positions, self.max_prompt_tokens)
+            limit = context_limit(self.capturer)  # (a sliding window's: the windows keep below it)
+            cut = block_windows(whole, cfg.order, cfg.block_positions, self.max_prompt_tokens, limit)
             rows = self._block_windows([prompt for prompt, _ in cut])
             return [replace(w, doc_index=g) for w, (_, g) in zip(rows, cut)]
         return fit_windows(

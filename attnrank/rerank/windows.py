@@ -91,15 +91,38 @@ def block_extent(prompt: BlockPrompt, positions: str) -> int:
 
 
 def block_windows(
-    whole: BlockPrompt, order: str, positions: str, max_prompt_tokens: int
+    whole: BlockPrompt, order: str, positions: str, max_prompt_tokens: int, max_context_tokens: int | None = None
 ) -> list[tuple[BlockPrompt, list[int]]]:
     """The block prompts of the windows :func:`fit_windows` cuts ``whole`` (every candidate's block,
-    arranged by ``order``) into, each with the input indices it holds (:func:`block_extent`)."""
+    arranged by ``order``) into, each with the input indices it holds (:func:`block_extent`).
+    ``max_context_tokens``: at most this many prefix and block tokens in one window besides (a
+    model with sliding-window layers: its window, less one; the positions alone let shared
+    positions put more blocks in a window than such a model's cache keeps, refused only after
+    every block had been encoded)."""
     n = len(whole.blocks)
+    if max_context_tokens is None:
+        size = lambda prompt: block_extent(prompt, positions)  # noqa: E731
+    else:
+        prefix = len(whole.prefix_ids)
+        too_long = [i for i, b in enumerate(whole.blocks) if prefix + len(b) > max_context_tokens]
+        if too_long:
+            i = too_long[0]
+            name = repr(whole.doc_ids[i]) if whole.doc_ids else f"#{i}"
+            raise InputError(
+                f"document {name} with the block prompt's prefix is {prefix + len(whole.blocks[i])} tokens, more than "
+                f"this model's sliding window keeps ({max_context_tokens + 1}); shorten it (max_doc_words / "
+                "max_doc_tokens), or use attention='full'"
+            )
+
+        def size(prompt: BlockPrompt) -> int:  # (a window over the sliding window's tokens: cut further)
+            context = len(prompt.prefix_ids) + sum(len(b) for b in prompt.blocks)
+            extent = block_extent(prompt, positions)
+            return extent if context <= max_context_tokens else max(extent, max_prompt_tokens + 1)
+
     return fit_windows(
         n,
         lambda g: whole if len(g) == n else whole.select(g, order),
-        lambda prompt: block_extent(prompt, positions),
+        size,
         lambda prompt, g: (prompt, g),
         max_prompt_tokens,
         whole.doc_ids or None,

@@ -227,3 +227,23 @@ def test_a_store_of_another_model_or_cut_is_refused_before_the_model_loads(tmp_p
         with pytest.raises(StoreSetupError, match=fragment):
             AttentionReranker(str(model), config=config)
     assert loads == []
+
+
+@pytest.mark.parametrize("positions", ["rotated", "shared"])
+def test_block_windows_keep_below_a_sliding_window(positions):
+    """Windows were cut by positions alone: 12 passages in one block-attention window held more
+    tokens than a sliding-window model keeps, refused after every block had been encoded."""
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+    from attnrank.types import Document
+
+    model = tiny_model("mistral", layers=2, sliding_window=128, max_positions=2048)
+    llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-mistral", fingerprint="test")
+    reranker = AttentionReranker(llm, heads="0-1,1-2", config="icr", attention="block", block_positions=positions)
+    docs = [Document(f"d{i}", f"topic {i} text") for i in range(12)]
+    windows = reranker.windows("topic 3", docs)
+    assert len(windows) > 1 and sorted(i for w in windows for i in w.doc_index) == list(range(12))
+    assert {d.id for d in reranker.rank("topic 3", docs)} == {d.id for d in docs}
+    with pytest.raises(InputError, match=r"document 'long' with the block prompt's prefix is \d+ tokens, more than"):
+        reranker.rank("topic 3", [*docs, Document("long", "word " * 60)])
