@@ -69,7 +69,10 @@ class Generator:
     def __init__(
         self, model: str | LLM | None = None, max_new_tokens: int = 64, *, dtype: str = "auto", device: str = "cpu"
     ):
-        check_max_new_tokens(max_new_tokens)
+        if isinstance(model, LLM):
+            check_max_new_tokens(max_new_tokens)  # (its context is checked at each answer, with the prompt)
+        else:  # under the model's context, from its config, before the load (it was found at the answer)
+            check_answer_room(max_new_tokens, model)
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
         self.max_new_tokens = int(max_new_tokens)
 

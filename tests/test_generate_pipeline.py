@@ -38,6 +38,20 @@ def test_generator_is_greedy_and_streams(llm):
     assert "Paris is the capital of France." in gen.prompt("q?", docs)
 
 
+def test_a_generator_by_name_checks_the_answer_length_before_its_load(tmp_path, monkeypatch):
+    """It was found at the first answer, after the model had loaded."""
+    from _tiny import save_tiny
+
+    from attnrank.llm import models
+
+    path = str(save_tiny(tmp_path / "m", max_positions=256))
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    with pytest.raises(InputError, match="max_new_tokens=256"):
+        Generator(path, max_new_tokens=256)
+    assert loads == []
+
+
 def test_generator_bad_input(llm):
     with pytest.raises(InputError, match="max_new_tokens=0 must be"):
         Generator(llm, max_new_tokens=0)
