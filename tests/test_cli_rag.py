@@ -182,6 +182,32 @@ def test_serve_builds_its_pruner_as_ask_does(tmp_path, monkeypatch):
     assert access.level != logging.INFO and logging.getLogger("attnrank").level == logging.WARNING
 
 
+def test_block_attention_reaches_the_pruner_beside_a_reranker_without_attention(monkeypatch):
+    """--preset likelihood --attention block was refused (the reranker computes no attention), so
+    the default reranker could not run beside a block-attention pruner."""
+    pytest.importorskip("uvicorn")
+    from attnrank.serve import engine
+
+    seen = []
+
+    def capture(rerank, *, index=None, prune=True, **kwargs):
+        seen.append((rerank, prune))
+        raise _Stop
+
+    monkeypatch.setattr(engine, "build_engine", capture)
+    block = ["--attention", "block", "--block-positions", "shared", "--state-cache-mb", "32"]
+    r = runner.invoke(app, ["serve", "--preset", "likelihood", *block])
+    assert isinstance(r.exception, _Stop), r.output
+    ((rerank, prune),) = seen
+    assert rerank.name == "likelihood" and not rerank.uses_attention and rerank.state_cache_mb == 32
+    assert (prune.attention, prune.block_positions, prune.state_cache_mb) == ("block", "shared", 32)
+    # the positions alone configure no stage that runs: refused, as before
+    r = runner.invoke(app, ["serve", "--preset", "likelihood", "--block-positions", "shared"])
+    assert r.exit_code == 2 and "--block-positions configure(s) block attention, which neither" in cli_text(r)
+    r = runner.invoke(app, ["serve", "--preset", "likelihood", "--heads", "0-1"])  # the reranker's own: refused
+    assert r.exit_code == 2 and "--heads configure(s) attention, which --preset likelihood" in cli_text(r)
+
+
 def test_registry_lookups_fail_before_any_model_or_index_loads(home, tmp_path, monkeypatch, built_retriever):
     """--scorer learned (rerank, search, ask, serve), an 'auto' head set (prune, ask --prune-heads)
     and prune's --method probe with nothing registered were named only after the index and the

@@ -262,6 +262,19 @@ def rerank_and_prune_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return option_group(func, _OPTIONS, functools.partial(build_rerank_config, pruner_reads=True), "rerank")
 
 
+class GivenOptions(frozenset):
+    """The flags a user set (a frozenset of their names, ``--attention``), with the values given
+    (:attr:`values`, by flag): what a stage beside the configuration's own reads (``ask``'s pruner
+    takes ``--attention block`` where the reranker computes no attention)."""
+
+    values: dict[str, Any]
+
+    def __new__(cls, values: dict[str, Any]) -> GivenOptions:
+        self = super().__new__(cls, values)
+        self.values = dict(values)
+        return self
+
+
 def option_group(
     func: Callable[..., Any], options: dict[str, tuple[Any, Any]], build: Callable[..., Any], stage: str
 ) -> Callable[..., Any]:
@@ -285,7 +298,7 @@ def option_group(
             _setup(bool(kwargs.get("quiet", False)), bool(kwargs["verbose"]))
         kwargs[config_arg] = build(**given)
         if wants_given:
-            kwargs[given_arg] = frozenset(f"--{n.replace('_', '-')}" for n, v in given.items() if v is not None)
+            kwargs[given_arg] = GivenOptions({f"--{n.replace('_', '-')}": v for n, v in given.items() if v is not None})
         return func(*args, **kwargs)
 
     command.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]

@@ -30,19 +30,28 @@ SHARED_WITH_PRUNING = {
 }
 # Of those, what the pruner reads only when given: a preset's block attention is the reranker's.
 _PRUNING_WHEN_GIVEN = ("--attention", "--block-positions", "--state-cache-mb")
+# Of those, the fields a reranker without attention refuses: given there, they configure the pruner alone.
+_PRUNER_ATTENTION = ("attention", "block_positions")
 
 
 def pruning_config(rerank: RerankConfig, given: Iterable[str], **own: Any) -> PruneConfig:
     """The pruner's configuration beside ``rerank`` (``ask``, ``serve``): its model, device and
     dtype; ``--attention``, ``--block-positions`` and ``--state-cache-mb`` where the user gave
     them (``given``: the flags set), else the pruner's defaults; ``own``: the pruner's own options."""
+    values = getattr(given, "values", {})  # (GivenOptions: what a reranker without attention does not hold)
     given = set(given)
     shared = {
-        name: getattr(rerank, name)
+        name: values[flag] if flag in values and flag in _PRUNING_WHEN_GIVEN else getattr(rerank, name)
         for flag, name in SHARED_WITH_PRUNING.items()
         if flag not in _PRUNING_WHEN_GIVEN or flag in given
     }
     if shared.get("attention", "full") != "block":  # the positions were the reranker's blocks' alone
+        if "--block-positions" in given and not rerank.uses_attention:  # (and this reranker has none)
+            raise typer.BadParameter(
+                f"--block-positions configure(s) block attention, which neither the reranker (--preset "
+                f"{rerank.name.split('+')[0]} computes no attention) nor the pruner (full attention) reads; add "
+                "--attention block or drop it"
+            )
         shared.pop("block_positions", None)
     with option_errors():
         return PruneConfig(**shared, **own)
@@ -72,6 +81,12 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
         overrides["reweight"] = parse_reweight(overrides["reweight"])
     if "signals" in overrides:
         overrides["signals"] = signals_setting(overrides["signals"])
+    if pruner_reads:  # attention options a reranker without attention would refuse: the pruner's alone
+        signals = {k: v for k, v in overrides.items() if k == "signals"}
+        with option_errors():
+            reranker = RERANK_PRESETS[preset_for(preset, overrides)].with_options(**signals)
+        if not reranker.uses_attention:
+            overrides = {k: v for k, v in overrides.items() if k not in _PRUNER_ATTENTION}
     with option_errors():  # an option value the configuration refuses
         _check_heads(overrides.get("heads"), model=overrides.get("model"))
         check_attention_computed(preset, overrides, pruner_reads)
