@@ -309,3 +309,24 @@ def test_block_positions_given_for_the_rerankers_blocks_do_not_reach_a_full_atte
     assert (prune.attention, prune.block_positions) == ("full", "rotated")
     both = pruning_config(rerank, {"--block-positions", "--attention"})
     assert (both.attention, both.block_positions) == ("block", "sequential")
+
+
+def test_ask_and_prune_name_a_mistyped_model_before_the_index_loads(tmp_path, monkeypatch, built_retriever):
+    """serve and explain named it first; ask and prune loaded (and prune searched) the index first."""
+    from attnrank.index.retriever import HybridRetriever
+
+    built_retriever.save(tmp_path / "ix")
+    loads: list[object] = []
+    monkeypatch.setattr(HybridRetriever, "load", classmethod(lambda cls, *a, **k: loads.append(a)))
+    ix, typo = ["--index-dir", str(tmp_path / "ix")], str(tmp_path / "typo")
+    for args in (
+        ["ask", "q?", *ix, "--model", typo],
+        ["ask", "q?", *ix, "--generator-model", typo],
+        ["prune", "q?", *ix, "--budget-tokens", "50", "--model", typo],
+    ):
+        r = runner.invoke(app, args)
+        assert r.exit_code != 0 and "typo" in cli_text(r), cli_text(r)
+    assert loads == []
+    # the index is input: one that is not there is still named first
+    r = runner.invoke(app, ["ask", "q?", "--index-dir", str(tmp_path / "nope"), "--model", typo])
+    assert r.exit_code != 0 and "no index at" in cli_text(r)

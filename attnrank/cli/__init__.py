@@ -193,6 +193,14 @@ def _read_corpus(corpus: Path, skip_invalid: bool = False) -> list:
     return docs
 
 
+def _check_index(name: Optional[str], index_dir: Optional[Path]) -> None:
+    """The index of ``--index``/``--index-dir``, its manifest read and checked (format, its files'
+    sizes) without loading it: an index is the command's input, named before its models are."""
+    from ..index.store import read_manifest
+
+    read_manifest(_index_path(name, index_dir))
+
+
 def _load_index(name: Optional[str], index_dir: Optional[Path], verify: bool = False):
     from ..index.retriever import HybridRetriever
 

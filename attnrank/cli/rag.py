@@ -13,9 +13,22 @@ from ..errors import InputError
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from ..types import check_unicode
-from . import Quiet, SkipInvalid, Verbose, Verify, _check_heads, _load_index, _positive, _read_corpus, _setup, app
+from . import (
+    Quiet,
+    SkipInvalid,
+    Verbose,
+    Verify,
+    _check_heads,
+    _check_index,
+    _load_index,
+    _positive,
+    _read_corpus,
+    _setup,
+    app,
+)
 from .options import (
     check_k_within_depth,
+    check_model_readable,
     check_pruner_lookups,
     check_registry_lookups,
     refuse_unread_block_options,
@@ -135,6 +148,8 @@ def prune(
     if corpus is not None:
         docs = _read_corpus(corpus, skip_invalid)
     else:
+        _check_index(name, index_dir)
+        check_model_readable(prune_config.model)  # (a mistyped --model: before the index loads and searches)
         docs = _load_index(name, index_dir, verify).search(query, k).documents()
     if not docs:  # (the pruner says so too, but after loading the model)
         raise InputError(f"the index found nothing for {query!r}: no passages to prune; try other words")
@@ -226,6 +241,10 @@ def ask(
         check_pruner_lookups(prune_cfg)
     if not no_rerank:
         check_registry_lookups(cfg)
+    _check_index(name, index_dir)  # (the input first, then the models, before the index loads)
+    check_model_readable(cfg.model)
+    if generator_model is not None:
+        check_model_readable(generator_model)
     retriever = _load_index(name, index_dir, verify)
     from ..pipeline import Pipeline  # heavy (torch): only once the input is known good
 
