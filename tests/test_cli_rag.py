@@ -147,6 +147,10 @@ def test_ask_refuses_block_options_no_stage_reads(tmp_path, built_retriever):
     assert r.exit_code == 2 and "--state-cache-mb" in r.output
     r = runner.invoke(app, [*base, "--no-prune", "--attention", "block"])
     assert r.exit_code == 2 and "--no-rerank --no-prune turns both attention stages off" in cli_text(r)
+    # a reranker without attention leaves them to the pruner: with --no-prune, to no stage
+    on = [a for a in base if a != "--no-rerank"]
+    r = runner.invoke(app, [*on, "--preset", "signals", "--no-prune", "--attention", "block"])
+    assert r.exit_code == 2 and "--no-prune turns pruning off, but --attention configure(s) it" in cli_text(r)
 
 
 def test_serve_builds_its_pruner_as_ask_does(tmp_path, monkeypatch):

@@ -236,6 +236,8 @@ def ask(
         if no_prune:
             refuse_when_off("--no-rerank --no-prune", "both attention stages", sorted({"--attention"} & rerank_given))
         refuse_unread_block_options(rerank_given, not no_prune and prune_cfg.attention == "block")
+    elif no_prune and not cfg.uses_attention:  # (a reranker without attention left them to the pruner)
+        refuse_when_off("--no-prune", "pruning", sorted({"--attention", "--block-positions"} & rerank_given))
     _check_registered_profile(rerank_config.model, generator_model, reorder, k)
     if not no_prune:
         check_pruner_lookups(prune_cfg)
