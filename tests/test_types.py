@@ -83,7 +83,9 @@ def test_counts_given_as_numpy_integers_are_stored_as_python_integers():
     from attnrank.rerank.config import RerankConfig
 
     rc = RerankConfig(max_doc_words=np.int64(300), state_cache_mb=np.int32(8))
-    pc = PruneConfig(max_sentence_words=np.int64(40), max_prompt_tokens=np.int64(512), state_cache_mb=np.int16(4))
+    pc = PruneConfig(
+        max_sentence_words=np.int64(40), max_prompt_tokens=np.int64(512), attention="block", state_cache_mb=np.int16(4)
+    )
     ac = AdapterConfig(rank=np.int64(4), steps=np.int64(10))
     for cfg, keys in (
         (rc, ("max_doc_words", "state_cache_mb")),

@@ -53,6 +53,7 @@ def pruning_config(rerank: RerankConfig, given: Iterable[str], **own: Any) -> Pr
                 "--attention block or drop it"
             )
         shared.pop("block_positions", None)
+        shared.pop("state_cache_mb", None)  # (the reranker's cache: the likelihood or the signals read it)
     with option_errors():
         return PruneConfig(**shared, **own)
 

@@ -67,6 +67,11 @@ class PruneConfig:
         if not is_count(self.state_cache_mb, 0):
             raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
         object.__setattr__(self, "state_cache_mb", int(self.state_cache_mb))  # a NumPy integer written as JSON
+        if self.attention != "block" and self.state_cache_mb != type(self).state_cache_mb:  # (nothing reads it)
+            raise InputError(
+                f"state_cache_mb={self.state_cache_mb} sizes block attention's passage states, and this pruner reads "
+                f"attention={self.attention!r}; add attention='block' (--attention block), or drop state_cache_mb"
+            )
         if self.method not in PRUNE_METHODS:
             raise InputError(f"method={self.method!r} is not one of {PRUNE_METHODS}")
         if self.length_norm not in LENGTH_NORMS:

@@ -367,6 +367,10 @@ def test_block_positions_without_block_attention_are_refused_by_the_configuratio
     with pytest.raises(InputError, match="block_positions='shared' is read by block attention only"):
         PruneConfig(block_positions="shared")
     assert PruneConfig(attention="block", block_positions="shared").block_positions == "shared"
+    # the state cache too: only block attention's passage states are kept (it was accepted and unread)
+    with pytest.raises(InputError, match="state_cache_mb=4096 sizes block attention's passage states"):
+        PruneConfig(state_cache_mb=4096)
+    assert PruneConfig(attention="block", state_cache_mb=4096).state_cache_mb == 4096
 
 
 def test_a_config_naming_another_model_than_the_one_given_is_warned_of(llm, caplog):
