@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from _cli import cli_text
 from _tiny import save_tiny
@@ -296,10 +298,11 @@ def test_prune_prints_no_score_where_everything_was_kept(tmp_path, tiny_dir):
     r = runner.invoke(app, [*args, "--budget-tokens", "100000"])
     assert r.exit_code == 0, cli_text(r)
     assert "nan" not in r.output and r.output.count("    kept (") == 2, r.output
-    r = runner.invoke(app, [*args, "--budget-tokens", "8"])  # scored: a signed score per kept line
-    assert r.exit_code == 0 and "    kept (" not in r.output, cli_text(r)
-    r = runner.invoke(app, [*args, "--budget-tokens", "1"])  # no sentence fits: it printed "infx compression"
-    assert r.exit_code == 0 and "nothing kept" in r.output and "inf" not in r.output, cli_text(r)
+    r = runner.invoke(app, [*args, "--budget-tokens", "20"])  # scored: a signed score per kept line
+    assert r.exit_code == 0 and "kept 1 of 2 sentences" in r.output and "    kept (" not in r.output, cli_text(r)
+    assert re.search(r"\n  [+-]\d\.\d{4} \(", r.output), r.output
+    r = runner.invoke(app, [*args, "--budget-tokens", "1"])  # no sentence fits: printed with exit 0, as if pruned
+    assert r.exit_code == 1 and "no sentence of the passages fits the budget of 1 tokens" in cli_text(r), cli_text(r)
 
 
 def test_block_positions_given_for_the_rerankers_blocks_do_not_reach_a_full_attention_pruner():

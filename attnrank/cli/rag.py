@@ -157,6 +157,7 @@ def prune(
 
     pruner = ContextPruner(config=prune_config)
     pruned = pruner.prune(query, docs, budget_tokens=budget, keep_ratio=ratio, neighbours=neighbours)
+    pruned.check_kept()  # (an empty context printed with exit 0 read as a pruned one; ask refused it)
     _print_pruned(pruned)
 
 

@@ -277,12 +277,7 @@ class Pipeline:
             pruned = self.pruner.prune(
                 question, context, budget_tokens=budget_tokens, keep_ratio=keep_ratio, neighbours=self.neighbours
             )
-            if pruned.sentences and not pruned.kept:  # an answer from no context would look like one from them
-                shortest = min(s.tokens for s in pruned.sentences)
-                raise InputError(
-                    f"no sentence of the retrieved passages fits the budget of {pruned.budget_tokens} tokens (the "
-                    f"shortest has {shortest}); raise the budget to at least {shortest} tokens"
-                )
+            pruned.check_kept()
             context = pruned.documents()
             timings["prune"] = time.perf_counter() - t
         if self.reorder is not None:  # after pruning, which reads the passages best-first

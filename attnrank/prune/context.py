@@ -91,6 +91,16 @@ class PrunedContext:
     def achieved_ratio(self) -> float:
         return self.kept_tokens / self.original_tokens if self.original_tokens else 0.0
 
+    def check_kept(self) -> None:
+        """:class:`InputError` where the passages had sentences and none fits the budget: an
+        answer (or a printed context) from nothing would look like one from them."""
+        if self.sentences and not self.kept:
+            shortest = min(s.tokens for s in self.sentences)
+            raise InputError(
+                f"no sentence of the passages fits the budget of {self.budget_tokens} tokens (the shortest has "
+                f"{shortest}); raise the budget to at least {shortest} tokens"
+            )
+
     def documents(self) -> list[Document]:
         """Pruned passages in input order, as :class:`Document` (a scored input's score, rank and
         stage scores are not carried; its metadata is), those with no kept sentence left out.
