@@ -170,6 +170,23 @@ def test_given_candidates_with_a_repeated_id_are_refused_without_a_reranker_too(
         Pipeline(None, reorder="profile.json")  # failed at the first run, after every stage
 
 
+def test_from_model_checks_reorder_before_the_model_loads(tmp_path, monkeypatch, home):
+    """A profile path, or reorder=True with no profile registered for the model, was refused when
+    the pipeline was made, after the shared model had loaded and every stage was built."""
+    from _tiny import save_tiny
+
+    from attnrank.llm import models
+
+    path = str(save_tiny(tmp_path / "m"))
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    with pytest.raises(InputError, match="reorder='profile.json' is not True, False or a SlotProfile"):
+        Pipeline.from_model(None, path, rerank=False, prune=False, reorder="profile.json")
+    with pytest.raises(InputError, match="slot profile"):
+        Pipeline.from_model(None, path, rerank=False, prune=False, reorder=True)
+    assert loads == []
+
+
 def test_given_candidates_are_cut_to_depth_before_reranking():
     """run(candidates=...) reranks the top ``depth`` of the list, as it would a search's hits; it
     reranked every candidate given, so depth was ignored (and 100 candidates cost 100 passages)."""

@@ -38,10 +38,10 @@ from ..prune.pruner import ContextPruner
 from ..rerank.attention import AttentionReranker
 from ..rerank.config import RerankConfig
 from ..rerank.inputs import check_unique_ids
-from ..rerank.position import SlotProfile, check_basin, load_profile, reorder_for_generation
+from ..rerank.position import SlotProfile, load_profile, reorder_for_generation
 from ..rerank.resolve import check_lookups
 from ..types import RankedResults, ScoredDocument, as_documents, check_unicode
-from .checks import check_counts, check_shared_model
+from .checks import check_counts, check_reorder, check_shared_model
 from .stages import PipelineResult, Pruner, Reranker, Retriever
 
 logger = logging.getLogger(__name__)
@@ -79,8 +79,8 @@ class Pipeline:
         self.reorder = self._profile(reorder)
 
     def _profile(self, reorder: SlotProfile | bool) -> SlotProfile | None:
+        check_reorder(reorder)
         if isinstance(reorder, SlotProfile):
-            check_basin(reorder)  # (else refused at the first run, after every stage had run)
             gen = getattr(self.generator, "llm", None)
             if isinstance(gen, LLM) and reorder.fingerprint != gen.fingerprint:
                 # (placement follows the attention of the model that reads the passages: the generator's)
@@ -93,11 +93,6 @@ class Pipeline:
                     gen.fingerprint[:12],
                 )
             return reorder
-        if not isinstance(reorder, bool):  # (a path failed at the first run, after every stage had run)
-            raise InputError(
-                f"reorder={reorder!r} is not True, False or a SlotProfile; for a profile file pass "
-                "SlotProfile.load(path)"
-            )
         if not reorder:
             return None
         stages = (self.generator, self.reranker, self.pruner)  # not a reranker that runs no model: it loads none
@@ -184,6 +179,10 @@ class Pipeline:
             raise InputError("generator_model is given but generate=False; drop one of them")
         if isinstance(generator_model, (str, os.PathLike)):
             unloaded_model(generator_model)  # a model that cannot load is named before the shared one loads
+        # the reorder profile: the generator's model's, else the shared one's (the stages' order in _profile)
+        reads = generator_model if generate and generator_model is not None else model
+        check_reorder(kw.get("reorder", False), os.fspath(reads) if isinstance(reads, os.PathLike) else reads,
+                      counts["top_k"])  # fmt: skip
         config = None
         if rerank is not False:
             config = (

@@ -9,11 +9,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..config import DEFAULT_BUDGET_TOKENS
-from ..errors import InputError
-from ..llm.models import LLM, checked_model_id, warn_if_configured_otherwise
+from ..errors import InputError, ModelError
+from ..llm.models import LLM, checked_model_id, unloaded_model, warn_if_configured_otherwise
 from ..prune.config import PruneConfig
 from ..prune.context import check_budget, check_neighbours
 from ..rerank.config import RerankConfig
+from ..rerank.position import SlotProfile, check_basin, load_profile
 from ..types import is_count
 
 
@@ -73,3 +74,23 @@ def check_shared_model(
                     f"{what}({key}={getattr(cfg, key)!r}) but {where}({key}={value!r}) loads the "
                     f"model every stage shares; pass {key}={getattr(cfg, key)!r} to {where}"
                 )
+
+
+def check_reorder(reorder: Any, model: Any = None, top_k: int = 5) -> None:
+    """``reorder``: True, False or a :class:`SlotProfile` (its basin checked); with True and
+    ``model`` a name (None: the default), its registered slot profile of ``top_k`` slots is looked up
+    without loading the model (a path, or nothing registered, failed after every stage was built).
+    A model whose config cannot be read here is left to its load."""
+    if isinstance(reorder, SlotProfile):
+        check_basin(reorder)  # (else refused at the first run, after every stage had run)
+        return
+    if not isinstance(reorder, bool):  # (a path failed at the first run, after every stage had run)
+        raise InputError(
+            f"reorder={reorder!r} is not True, False or a SlotProfile; for a profile file pass SlotProfile.load(path)"
+        )
+    if reorder and not isinstance(model, LLM):
+        try:
+            key = unloaded_model(model)
+        except ModelError:
+            return
+        load_profile("auto", *key, n_slots=top_k, calibrated=False)
