@@ -170,7 +170,7 @@ def test_given_candidates_with_a_repeated_id_are_refused_without_a_reranker_too(
         Pipeline(None, reorder="profile.json")  # failed at the first run, after every stage
 
 
-def test_from_model_checks_reorder_before_the_model_loads(tmp_path, monkeypatch, home):
+def test_from_model_checks_reorder_and_the_pruning_window_before_the_model_loads(tmp_path, monkeypatch, home):
     """A profile path, or reorder=True with no profile registered for the model, was refused when
     the pipeline was made, after the shared model had loaded and every stage was built."""
     from _tiny import save_tiny
@@ -184,6 +184,9 @@ def test_from_model_checks_reorder_before_the_model_loads(tmp_path, monkeypatch,
         Pipeline.from_model(None, path, rerank=False, prune=False, reorder="profile.json")
     with pytest.raises(InputError, match="slot profile"):
         Pipeline.from_model(None, path, rerank=False, prune=False, reorder=True)
+    # a pruning window no prompt fits, found with the tokenizer alone (after the load before)
+    with pytest.raises(InputError, match="max_prompt_tokens=40 leaves no room for a passage"):
+        Pipeline.from_model(None, path, rerank=False, prune=PruneConfig(max_prompt_tokens=40))
     assert loads == []
 
 

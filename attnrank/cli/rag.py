@@ -145,6 +145,14 @@ def prune(
     if (corpus is None) == (name is None and index_dir is None):
         raise typer.BadParameter("give either --corpus PATH or --index NAME / --index-dir DIR")
     check_pruner_lookups(prune_config)  # before the corpus or index loads, and the model
+    if prune_config.max_prompt_tokens is not None:  # a window no prompt fits, with the tokenizer alone
+        from ..llm.models import load_tokenizer
+        from ..prune.planning import check_prune_frame
+
+        try:
+            check_prune_frame(load_tokenizer(prune_config.model), prune_config, prune_config.max_prompt_tokens)
+        except InputError as e:
+            raise typer.BadParameter(str(e).replace("max_prompt_tokens=", "--max-prompt-tokens ", 1)) from None
     if corpus is not None:
         docs = _read_corpus(corpus, skip_invalid)
     else:

@@ -30,10 +30,11 @@ from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError
 from ..generate import Generator, StreamCallback, check_answer_room, check_max_new_tokens
 from ..index.retriever import HybridRetriever
-from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model
+from ..llm.models import LLM, check_prompt_budget, load_llm, load_tokenizer, unloaded_model
 from ..prune.config import PruneConfig
 from ..prune.context import check_budget
 from ..prune.lookups import check_pruner_lookups
+from ..prune.planning import check_prune_frame
 from ..prune.pruner import ContextPruner
 from ..rerank.attention import AttentionReranker
 from ..rerank.config import RerankConfig
@@ -201,6 +202,10 @@ class Pipeline:
             windows += [prune.max_prompt_tokens] if isinstance(prune, PruneConfig) else []
             for window in windows:
                 check_prompt_budget(window, model)
+            if isinstance(prune, PruneConfig) and prune.max_prompt_tokens is not None:  # with the tokenizer alone
+                check_prune_frame(
+                    load_tokenizer(model if isinstance(model, str) else None), prune, prune.max_prompt_tokens
+                )
             llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
         reranker = pruner = generator = None
         if config is not None:

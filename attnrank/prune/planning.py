@@ -14,6 +14,7 @@ from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.texts import tokenize
 from ..rerank.windows import block_extent, prompt_extent
 from ..types import Document
+from .config import PruneConfig
 from .context import ScoredSentence
 from .segment import Sentence
 from .spans import Piece, block_sentence_spans, make_piece, sentence_spans
@@ -170,6 +171,26 @@ class PromptPlanner:
                 f"instructions with a one-word query and passage already span {frame} positions; raise "
                 "max_prompt_tokens (None: LLM.prompt_budget, the model's context less 64)"
             )
+
+
+def prompt_settings(cfg: PruneConfig) -> dict[str, Any]:
+    """The pruner's prompt arguments (:func:`~attnrank.llm.prompts.build_rerank_prompts`'s) from its
+    configuration: the sentences are the passages' own, never cut by words or tokens."""
+    return dict(instruction=cfg.instruction, order=cfg.order, max_doc_words=None, max_doc_tokens=None)
+
+
+def hint_ids(tokenizer: Any, cfg: PruneConfig) -> list[int]:
+    """The focus hint's token ids (method ``focus``; none otherwise)."""
+    return tokenize(tokenizer, cfg.focus_hint.strip())["input_ids"] if cfg.method == "focus" else []
+
+
+def check_prune_frame(tokenizer: Any, cfg: PruneConfig, max_prompt_tokens: int) -> None:
+    """Refuse a ``max_prompt_tokens`` that not even a one-word passage's pruning prompt of ``cfg``
+    fits (:meth:`PromptPlanner.check_frame`), read with ``tokenizer`` alone: before a model loads."""
+    planner = PromptPlanner(
+        tokenizer, prompt_settings(cfg), max_prompt_tokens, hint_ids(tokenizer, cfg), cfg.max_sentence_words
+    )
+    planner.check_frame(cfg.block_positions if cfg.attention == "block" else None)
 
 
 def consecutive_groups(weights: list[int], n: int) -> list[list[int]]:

@@ -66,14 +66,13 @@ from ..llm.models import LLM, check_prompt_budget, load_llm, load_tokenizer, war
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
-from ..llm.texts import tokenize
 from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents, check_unicode
 from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, is_split, resolve_budget, select
 from .lookups import check_pruner_lookups
-from .planning import Chunk, PromptPlanner, Span, scored_sentences
+from .planning import Chunk, PromptPlanner, Span, check_prune_frame, hint_ids, prompt_settings, scored_sentences
 from .probe import SentenceProbe, lexical_scores, probe_capture
 from .segment import Sentence, locate_sentences, segment
 from .spans import make_piece
@@ -116,16 +115,13 @@ class ContextPruner:
         if probe is not None and cfg.method != "probe":
             raise InputError(f"a probe was given, but method={cfg.method!r} reads none; pass method='probe' too")
         check_prompt_budget(cfg.max_prompt_tokens, model if isinstance(model, LLM) else cfg.model)  # before the load
-        self.prompt_kw: dict[str, Any] = dict(
-            instruction=cfg.instruction, order=cfg.order, max_doc_words=None, max_doc_tokens=None
-        )
+        self.prompt_kw: dict[str, Any] = prompt_settings(cfg)
         if isinstance(model, LLM):
             warn_if_configured_otherwise(model, cfg, "PruneConfig")
         else:  # what the registry lacks (a probe, an "auto" set), before the load
             check_pruner_lookups(cfg, probe_given=probe is not None)
             if cfg.max_prompt_tokens is not None:  # a budget no prompt fits, found with the tokenizer alone
-                tokenizer = load_tokenizer(cfg.model)
-                self._check_frame(tokenizer, cfg.max_prompt_tokens, self._hint_ids(tokenizer))
+                check_prune_frame(load_tokenizer(cfg.model), cfg, cfg.max_prompt_tokens)
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None
         spec: Any = cfg.heads
@@ -149,10 +145,10 @@ class ContextPruner:
         self.method, self.calibrate, self.length_norm, self.sink = cfg.method, cfg.calibrate, length_norm, cfg.sink
         self.token_filter, self.max_sentence_words = cfg.token_filter, cfg.max_sentence_words
         self.focus_hint = cfg.focus_hint.strip()
-        self.hint_ids = self._hint_ids(self.llm.tokenizer)
+        self.hint_ids = hint_ids(self.llm.tokenizer, cfg)
         check_prompt_budget(cfg.max_prompt_tokens, self.llm)  # (a model whose config could not be read before)
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.prompt_budget
-        self._check_frame(self.llm.tokenizer, self.max_prompt_tokens, self.hint_ids)
+        check_prune_frame(self.llm.tokenizer, cfg, self.max_prompt_tokens)
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in
         self._block_prefix: PrefixCache | None = None
@@ -292,16 +288,6 @@ class ContextPruner:
                     logger.warning("document %s: metadata sentences unusable (%s); segmenting", doc.id, e)
             out.append(segment(doc.text, max_words=self.max_sentence_words))
         return out
-
-    def _hint_ids(self, tokenizer: Any) -> list[int]:
-        """The focus hint's token ids (method ``focus``; none otherwise)."""
-        return tokenize(tokenizer, self.config.focus_hint.strip())["input_ids"] if self.config.method == "focus" else []
-
-    def _check_frame(self, tokenizer: Any, max_prompt_tokens: int, hint_ids: list[int]) -> None:
-        """Refuse a budget that not even a one-word passage's prompt fits (PromptPlanner.check_frame)."""
-        cfg = self.config
-        planner = PromptPlanner(tokenizer, self.prompt_kw, max_prompt_tokens, hint_ids, cfg.max_sentence_words)
-        planner.check_frame(cfg.block_positions if cfg.attention == "block" else None)
 
     def _planner(self) -> PromptPlanner:
         return PromptPlanner(
