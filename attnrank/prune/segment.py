@@ -78,12 +78,14 @@ def _words(text: str) -> frozenset[str]:
 # Never a sentence end before a capitalised word: titles and reference/Latin abbreviations.
 _NEVER = _words(
     "mr mrs ms mx dr prof rev hon fr gen col lt sgt capt cmdr adm gov sen rep pres st mt ft e.g "
-    "i.e cf vs viz al approx ca fig figs eq eqs sec ch vol vols pp ed eds dept univ assn ref refs"
+    "i.e cf vs viz approx ca fig figs eq eqs sec ch vol vols pp ed eds dept univ assn ref refs"
 )
-# A sentence end only if a common sentence opener follows.
+# A sentence end only if a common sentence opener follows ("et al." ends a sentence that cites).
 _AMBIGUOUS = _words(
-    "etc inc ltd co corp jr sr bros llc plc no nos op ph.d jan feb mar apr jun jul aug sep sept oct nov dec"
+    "etc inc ltd co corp jr sr bros llc plc no nos op ph.d al jan feb mar apr jun jul aug sep sept oct nov dec"
 )
+# Words a line of hard-wrapped prose stops on mid-sentence, which no title ends with.
+_CONTINUING = _words("a an the of in on at by to for from with and or but as than that into onto via")
 _OPENER_WORDS = _words(
     "the a an this that these those it its he she they we i you his her their our my there here "
     "in on at for but however yet so then also after before when while as if although though "
@@ -261,7 +263,8 @@ def _hard_break(prev: str, line: str, after: str) -> bool:
         return True
     p = prev.strip()
     title_like = p[:1].isupper() and len(p.split()) <= 8 and p[-1].isalnum() and line.lstrip()[:1].isupper()
-    return title_like
+    # ("The trial was led by\nJohn Smith." is one sentence: a line ending on "by" is no title)
+    return title_like and p.split()[-1] not in _CONTINUING
 
 
 def _initial_continues(prev: str, line: str, after: str) -> bool:

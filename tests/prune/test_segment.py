@@ -34,6 +34,24 @@ def test_abbreviations_initials_and_decimals():
     ]
 
 
+def test_a_citation_ends_a_sentence_and_a_wrapped_line_on_a_function_word_does_not():
+    """ "et al." never ended a sentence ("Smith et al. The method works." was one); a short wrapped
+    line ending on "by" or "in" before a capitalised name was read as a title and cut the sentence."""
+    assert texts("This was shown by Smith et al. The method works. Jones et al. Nature 2019 agrees.") == [
+        "This was shown by Smith et al.",
+        "The method works.",
+        "Jones et al. Nature 2019 agrees.",
+    ]
+    assert texts("The vaccine trial was led by\nJohn Smith at Oxford in 2020. It enrolled 500 people.") == [
+        "The vaccine trial was led by\nJohn Smith at Oxford in 2020.",
+        "It enrolled 500 people.",
+    ]
+    assert texts("Results were published in\nNature Medicine last year.") == [
+        "Results were published in\nNature Medicine last year."
+    ]
+    assert texts("Methods\nWe enrolled 500 people.") == ["Methods", "We enrolled 500 people."]  # a title still
+
+
 def test_ellipses_quotes_brackets_and_question_marks():
     text = (
         'He said "Stop." Then he left... And then? Nothing! (It was late.) She asked "why?" and '
