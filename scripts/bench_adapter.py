@@ -201,9 +201,7 @@ def main() -> None:
                 ["test set", "s/query heads", "s/query heads + adapter"],
                 {"s/query heads": ".2f", "s/query heads + adapter": ".2f"},
             ),
-            "Command: `flock /tmp/attnrank-heavy.lock python scripts/bench_adapter.py "
-            f"--steps {args.steps} --max-train-seconds {args.max_train_seconds:g} --locomo-questions {args.locomo_questions} "
-            f"--lr {args.lr:g}`",
+            f"Command: `{payload['environment']['command']}`",  # (as this process ran: a retyped line dropped options)
         ]
     )
     write_outputs("adapter", payload, md + "\n", Path(args.out) if args.out else OUT)

@@ -191,9 +191,7 @@ def main() -> None:
         "sizes": "; ".join(sizes),
         "rows": rows,
     }
-    command = f"python scripts/bench_confirm.py --offset {args.offset} --locomo-questions {args.locomo_questions}"
-    if args.scifact_queries:
-        command += f" --scifact-queries {args.scifact_queries}"
+    command = payload["env"]["command"]  # (as this process ran: options a retyped line dropped)
     js, md = write_outputs("confirm", payload, markdown(payload, command), args.out or OUT)
     log.info("wrote %s and %s", js, md)
 

@@ -443,7 +443,7 @@ def main() -> None:
         "rules": rule_rows(data),
         "train curve": train_curve(data),
     }
-    command = "python scripts/bench_likelihood.py"
+    command = payload["env"]["command"]  # (as this process ran: options a retyped line dropped)
     js, md = write_outputs("likelihood", payload, markdown(payload, command), args.out or OUT)
     log.info("wrote %s and %s", js, md)
 

@@ -132,7 +132,7 @@ def main() -> None:
         "rows": rows,
         "cost": cost,
     }
-    command = "python scripts/bench_likelihood_cut.py" + ("" if words == 150 else f" --words {words}")
+    command = payload["env"]["command"]  # (as this process ran: options a retyped line dropped)
     js, md = write_outputs(f"likelihood_cut_{words}", payload, markdown(payload, command), args.out or OUT)
     log.info("wrote %s and %s", js, md)
 

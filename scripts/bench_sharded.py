@@ -493,9 +493,7 @@ def main() -> None:
     if PARTIAL.exists() and set(sections) != set(ALL_SECTIONS):  # rerunning some sections: keep the others
         RESULTS.update(json.loads(PARTIAL.read_text(encoding="utf-8")))
     RESULTS["environment"] = environment()
-    command = "python scripts/bench_sharded.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v not in (None, False)
-    )
+    command = RESULTS["environment"]["command"]  # (as this process ran)
     RESULTS["commands"] = [
         *RESULTS.get("commands", []),
         *([RESULTS.pop("command")] if "command" in RESULTS else []),

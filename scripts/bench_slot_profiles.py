@@ -97,9 +97,7 @@ def main() -> None:
         if args.ship:
             store_profile(raw, root=REPO / "attnrank" / "heads" / "data")
     env = environment()
-    command = "python scripts/bench_slot_profiles.py " + " ".join(
-        [f"--slots {','.join(map(str, args.slots))}", f"--trials {args.trials}", *(["--ship"] if args.ship else [])]
-    )
+    command = env["command"]  # (as this process ran: a retyped line dropped options)
     md = "\n".join(
         [
             "# Slot profiles: raw attention per prompt slot (Attention Basin / AttnRank)",

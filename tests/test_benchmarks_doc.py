@@ -318,3 +318,19 @@ def test_bench_serve_reports_each_levels_answers_and_its_environment():
     md = bench_serve.markdown(result)
     assert "Run 2026-01-02 on Some CPU (amx_bf16)" in md and "200 answers" not in md
     assert "(status 200: 16 at 1 client(s), 9 at 4 client(s))" in md
+
+
+def test_no_script_retypes_its_command_line():
+    """Records printed a command built by hand, which dropped options (--dtype, set sizes, the
+    adapter's --rank and --alpha): the page showed a command that did not make the table. Every
+    script writes the command its process ran (attnrank.eval.report.command_line)."""
+    import re
+
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    retyped = [
+        f"{p.name}:{i}"
+        for p in sorted(scripts.glob("bench_*.py"))
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"""(command\s*=\s*f?["']|Command: `)(flock|python )""", line)
+    ]
+    assert not retyped, retyped
