@@ -518,13 +518,13 @@ def main() -> None:
         timing.update({m: timing["query"] for m in probes})
     lingua = llmlingua2_status()
     out_dir = Path(args.out_dir)
-    png = out_dir / f"{args.name}_recall.png"
-    png = (
-        png
-        if recall_curves(
-            rows, methods, png, solid=ATTENTION + tuple(PROBES), target=(TARGET_COMPRESSION, TARGET_RECALL)
-        )
-        else None
+    # (where it went: beside a PNG there that is not attnrank's, which the page must not link)
+    png = recall_curves(
+        rows,
+        methods,
+        out_dir / f"{args.name}_recall.png",
+        solid=ATTENTION + tuple(PROBES),
+        target=(TARGET_COMPRESSION, TARGET_RECALL),
     )
     args.wall = time.perf_counter() - start
     env = environment()

@@ -523,12 +523,12 @@ def main() -> None:
             bank.measure(k).save(out_dir / f"slot_profile_{k}.json")
             if args.ship:  # the package's registry entry for the default model
                 store_profile(bank.base[k], root=REPO / "attnrank" / "heads" / "data")
-        slot_profiles(bank.base, out_dir / "slot_profile.png")
+        png = slot_profiles(bank.base, out_dir / "slot_profile.png")  # (beside a PNG there not attnrank's)
         extra["profile"] = {
             "n_trials": args.profile_trials,
             "seed": bank.seed,
             "pool": len(bank.pool),
-            "png": "slot_profile.png",
+            "png": png.name,
             "files": [f"slot_profile_{k}.json" for k in ks],
             "profiles": {str(k): json.loads(p.to_json()) for k, p in bank.base.items()},
             "summary": [profile_summary(bank.base[k]) for k in ks],

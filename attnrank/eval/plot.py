@@ -20,10 +20,12 @@ def recall_curves(
     *,
     solid: Iterable[str] = (),
     target: tuple[float, float] | None = None,
-) -> bool:
+) -> Path | None:
     """Supporting-fact recall vs compression, one panel per recall column present; ``solid``:
     methods drawn with solid lines (the rest dashed); ``target``: (compression, recall) guides.
-    Writes ``path`` (PNG); False (nothing written) when no recall column has a value."""
+    Writes ``path`` (PNG) and returns where it went (:func:`save_png`: beside a file there that
+    is not attnrank's plot, which a page must not link as this one); None (nothing written) when
+    no recall column has a value."""
     require("matplotlib", "plot", "Benchmark plots")
     solid = set(solid)
 
@@ -39,7 +41,7 @@ def recall_curves(
         if any(r[c] == r[c] for r in rows)
     ]
     if not panels:
-        return False
+        return None
     fig = Figure(figsize=(6 * len(panels), 4.5))
     axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (col, title) in zip(axes[0], panels):
@@ -60,14 +62,14 @@ def recall_curves(
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    save_png(fig, path)
-    return True
+    return save_png(fig, path)
 
 
-def slot_profiles(profiles: dict[int, Any], path: Path) -> None:
+def slot_profiles(profiles: dict[int, Any], path: Path) -> Path:
     """One panel per slot count ``k``: a slot profile's mean calibrated document score per prompt
     slot ± its std over trials (``profiles``: ``{k: SlotProfile}``, read through ``mean_score``,
-    ``std``, ``n_trials``, ``model_id``); writes ``path`` (PNG)."""
+    ``std``, ``n_trials``, ``model_id``); writes ``path`` (PNG) and returns where it went
+    (:func:`save_png`)."""
     if not profiles:
         raise InputError("no slot profiles to plot; give at least one {k: SlotProfile}")
     require("matplotlib", "plot", "Benchmark plots")
@@ -92,7 +94,7 @@ def slot_profiles(profiles: dict[int, Any], path: Path) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(f"Slot profile of {p.model_id} (all heads, plain ICR, random DL19 passages)", fontsize=10)
     fig.tight_layout()
-    save_png(fig, path)
+    return save_png(fig, path)
 
 
 def save_png(fig: Any, path: Path) -> Path:

@@ -45,10 +45,12 @@ def test_a_plot_replaces_only_a_plot_attnrank_wrote(tmp_path):
     from attnrank.files import png_software
 
     png = tmp_path / "r.png"
-    assert recall_curves(ROWS, ["query"], png) and png_software(png) == "attnrank plot"
-    assert recall_curves(ROWS, ["random"], png)  # its own: replaced
+    assert recall_curves(ROWS, ["query"], png) == png and png_software(png) == "attnrank plot"
+    assert recall_curves(ROWS, ["random"], png) == png  # its own: replaced
     theirs = tmp_path / "mine.png"
     theirs.write_bytes(b"\x89PNG\r\n\x1a\n" + b"a user's image")
-    assert recall_curves(ROWS, ["query"], theirs)  # (a long benchmark's plot is not lost either)
+    # (a long benchmark's plot is not lost either, and where it went is returned: a page linked
+    # the user's image as the plot)
+    assert recall_curves(ROWS, ["query"], theirs) == tmp_path / "mine.attnrank-new.png"
     assert theirs.read_bytes().endswith(b"a user's image")
     assert png_software(tmp_path / "mine.attnrank-new.png") == "attnrank plot"
