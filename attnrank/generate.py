@@ -27,7 +27,7 @@ from .errors import InputError
 from .llm.chat import chat_frame, encode_text, turn_end_ids
 from .llm.decoding import FirstLine, first_line, greedy_config, own_settings_off
 from .llm.modelconfig import model_context_length
-from .llm.models import LLM, load_llm
+from .llm.models import LLM, check_model_arg, load_llm
 from .llm.prompts import build_answer_prompt
 from .llm.recording import forward_lock
 from .types import check_unicode, is_count, refuse_one_passage
@@ -69,6 +69,7 @@ class Generator:
     def __init__(
         self, model: str | LLM | None = None, max_new_tokens: int = 64, *, dtype: str = "auto", device: str = "cpu"
     ):
+        check_model_arg(model)
         if isinstance(model, LLM):
             check_max_new_tokens(max_new_tokens)  # (its context is checked at each answer, with the prompt)
         else:  # under the model's context, from its config, before the load (it was found at the answer)

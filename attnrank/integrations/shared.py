@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..llm.models import check_model_arg
 from ..llm.recording import forward_lock
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
@@ -67,6 +68,7 @@ def resolved_settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
     same configuration and must share the same object). Unknown options raise naming them."""
     opts = dict(kwargs)
     model, config = opts.pop("model", None), opts.pop("config", None)
+    check_model_arg(model)  # (any other object was keyed as one and built as the default model)
     if isinstance(model, os.PathLike):  # a model folder as a path object: the same model as its str
         model = os.fspath(model)
     extra: dict[str, Any] = {k: opts.pop(k) for k in ("show_progress", "probe") if k in opts}
@@ -243,17 +245,22 @@ def reweighting_of(values: dict[str, Any]) -> Reweighting:
 
 
 def shared_index(index: Any) -> Any:
-    """A loaded :class:`~attnrank.index.retriever.HybridRetriever`: the object itself, or the
-    index folder ``index`` (str/Path) loaded once per process and build."""
-    if not isinstance(index, (str, Path)):
-        if not hasattr(index, "search"):
+    """A loaded :class:`~attnrank.index.retriever.HybridRetriever` (or sharded one): the object
+    itself, or the index folder ``index`` (a str or path object) loaded once per process and build."""
+    from ..index.retriever import HybridRetriever
+    from ..index.sharded.retriever import ShardedRetriever
+    from ..index.store import manifest_tag
+
+    if isinstance(index, os.PathLike):
+        index = os.fspath(index)
+    if not isinstance(index, str):
+        # (any object with a search(), a framework's vector store, was taken, and failed at the first query)
+        if not isinstance(index, (HybridRetriever, ShardedRetriever)):
             raise InputError(
-                f"index {index!r} is neither an index folder nor a retriever with search(); "
-                "pass a path or a HybridRetriever"
+                f"index is a {type(index).__name__}, neither an attnrank index folder nor a retriever; pass the "
+                "folder's path or a HybridRetriever (HybridRetriever.load(path))"
             )
         return index
-    from ..index.retriever import HybridRetriever
-    from ..index.store import manifest_tag
 
     path = str(Path(index).expanduser().resolve())
     # keyed by the build too: an index rebuilt at the same path in this process is loaded again,

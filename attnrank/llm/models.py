@@ -158,6 +158,17 @@ _LOADING: dict[tuple[str, str, str], threading.Lock] = {}
 _LOADING_GUARD = threading.Lock()
 
 
+def check_model_arg(model: object) -> None:
+    """Refuse a ``model`` argument that is neither a model's name or path (str, path object), an
+    :class:`LLM` nor None (the default). Why: a transformers model or a framework's LLM object
+    was taken as no model given, and the packaged default reranked in its place, exit 0."""
+    if model is not None and not isinstance(model, (str, os.PathLike, LLM)):
+        raise InputError(
+            f"model is a {type(model).__name__}, not a model name, folder or attnrank LLM; pass its name or path, "
+            "or wrap a loaded one: attnrank.load_llm(name) / LLM(model=..., tokenizer=..., model_id=..., fingerprint=...)"
+        )
+
+
 def checked_model_id(model: str | os.PathLike[str] | None) -> str:
     """The id :func:`load_llm` loads ``model`` under (a local path expanded), checked without
     loading: a path that does not exist, or a file that is not a ``.gguf``, is a ModelError, and so

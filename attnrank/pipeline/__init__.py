@@ -30,7 +30,7 @@ from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError
 from ..generate import Generator, StreamCallback, check_answer_room, check_max_new_tokens
 from ..index.retriever import HybridRetriever
-from ..llm.models import LLM, check_prompt_budget, load_llm, load_tokenizer, unloaded_model
+from ..llm.models import LLM, check_model_arg, check_prompt_budget, load_llm, load_tokenizer, unloaded_model
 from ..prune.config import PruneConfig
 from ..prune.context import check_budget
 from ..prune.lookups import check_pruner_lookups
@@ -146,6 +146,8 @@ class Pipeline:
         used as it is: a ``device`` other than the default ``"cpu"`` or a ``dtype`` other than
         ``"auto"`` that differs from its own is warned of). ``kw`` go to the constructor (``depth``, ``top_k``,
         ``budget_tokens``, ``neighbours``, ``reorder``)."""
+        check_model_arg(model)
+        check_model_arg(generator_model)
         if isinstance(model, os.PathLike):  # a model folder given as a Path
             model = os.fspath(model)
         unknown = sorted(set(kw) - set(CONSTRUCTOR_OPTIONS))

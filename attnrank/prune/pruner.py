@@ -62,7 +62,14 @@ from ..llm.blocks import BlockPrompt
 from ..llm.capture import capture_blocks, capture_window
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import LLM, check_prompt_budget, load_llm, load_tokenizer, warn_if_configured_otherwise
+from ..llm.models import (
+    LLM,
+    check_model_arg,
+    check_prompt_budget,
+    load_llm,
+    load_tokenizer,
+    warn_if_configured_otherwise,
+)
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
@@ -107,6 +114,7 @@ class ContextPruner:
         probe: SentenceProbe | None = None,
         **options: Any,
     ):
+        check_model_arg(model)
         if heads is not _UNSET:
             options["heads"] = heads
         if isinstance(model, (str, os.PathLike)):  # a Path is a model folder too

@@ -36,7 +36,14 @@ from ..llm.attention import AttentionCapturer, PrefixCache
 from ..llm.blocks import BlockMemo, EncodedBlock
 from ..llm.context import ContextBuffer
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
-from ..llm.models import LLM, check_prompt_budget, load_llm, unloaded_model, warn_if_configured_otherwise
+from ..llm.models import (
+    LLM,
+    check_model_arg,
+    check_prompt_budget,
+    load_llm,
+    unloaded_model,
+    warn_if_configured_otherwise,
+)
 from ..llm.prompts import CALIBRATION_QUERY
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore
@@ -86,6 +93,7 @@ class AttentionReranker(WindowCapture, FusedScoring):
         show_progress: bool = False,
         **options: Any,
     ):
+        check_model_arg(model)
         if heads is not _UNSET:
             options["heads"] = heads
         if isinstance(model, (str, os.PathLike)):  # a Path is a model folder too

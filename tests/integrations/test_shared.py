@@ -207,3 +207,46 @@ def test_an_index_object_goes_with_the_last_reranker_made_for_it(settings):
     del icr
     gc.collect()
     assert gone() is None
+
+
+def test_a_model_object_that_is_no_attnrank_llm_is_refused_not_replaced_by_the_default(settings, monkeypatch):
+    """A transformers model (or a framework's LLM object) was taken as no model given: the packaged
+    default reranked in its place, exit 0."""
+    from _tiny import tiny_model
+
+    from attnrank.integrations.langchain import AttnrankReranker
+    from attnrank.llm import models
+    from attnrank.prune.pruner import ContextPruner
+    from attnrank.rerank.attention import AttentionReranker
+
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    for wrong in (tiny_model(), 123):
+        for build in (
+            lambda m: AttentionReranker(m),
+            lambda m: ContextPruner(m),
+            lambda m: AttnrankReranker(**{**settings, "model": m}),
+        ):
+            with pytest.raises(InputError, match=r"model is a (LlamaForCausalLM|int), not a model name"):
+                build(wrong)
+    assert loads == []
+
+
+def test_an_index_is_a_folder_path_or_an_attnrank_retriever(demo_index):
+    """Any object with a search() was taken (a LangChain vector store: a traceback at the first
+    query), and a path object other than pathlib's was refused."""
+    import os
+
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from attnrank.integrations.shared import shared_index
+
+    with pytest.raises(InputError, match="index is a InMemoryVectorStore, neither an attnrank index folder"):
+        shared_index(InMemoryVectorStore(DeterministicFakeEmbedding(size=4)))
+
+    class Folder(os.PathLike):
+        def __fspath__(self) -> str:
+            return str(demo_index)
+
+    assert shared_index(Folder()) is shared_index(str(demo_index))
