@@ -179,11 +179,12 @@ class AttnrankPruner(BaseDocumentCompressor):
         for d in pruned.documents():
             i = int(d.id)
             src = documents[i]
+            # (source_id: where the source has none of its own; a user's, e.g. "chunk-7 of report.pdf", stays)
             meta = {
+                "source_id": _source_id(src, i),
                 **src.metadata,
                 "pruned": True,
                 "kept_sentences": d.metadata["kept_sentences"],
-                "source_id": _source_id(src, i),
             }
             if (
                 "sentences" in d.metadata

@@ -45,7 +45,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-from ..prune.context import check_budget, check_neighbours
+from ..prune.context import check_budget, check_neighbours, is_split
 from ..types import Document, ScoredDocument
 from .shared import (
     built_settings,
@@ -96,9 +96,14 @@ def _hide(node: Any, keys: list[str]) -> None:
 
 
 def _hide_scores(node: Any) -> None:
-    """Keep attnrank's score fields and the pre-split ``"sentences"`` out of the text the LLM and
-    the embedder read."""
-    _hide(node, _SCORE_KEYS + _SENTENCE_KEYS)
+    """Keep attnrank's score fields and a pre-split ``"sentences"`` list out of the text the LLM
+    and the embedder read (a loader's own ``"sentences"`` of another kind, a count, stays in it)."""
+    _hide(node, _SCORE_KEYS + _split_keys(node))
+
+
+def _split_keys(node: Any) -> list[str]:
+    """The sentence keys of ``node``'s metadata that hold a split (:func:`~attnrank.prune.context.is_split`)."""
+    return [k for k in _SENTENCE_KEYS if is_split(node.metadata.get(k))]
 
 
 def _query(query_bundle: QueryBundle | None) -> str:
@@ -291,7 +296,7 @@ class AttnrankPruner(BaseNodePostprocessor):
                 "sentences" in d.metadata
             ):  # the split kept_sentences numbers (the pruner's own, where the node's was unusable)
                 node.metadata["sentences"] = d.metadata["sentences"]
-            _hide(node, _PRUNE_KEYS + _SENTENCE_KEYS)
+            _hide(node, _PRUNE_KEYS + _split_keys(node))
             out.append(NodeWithScore(node=node, score=src.score))
         return out
 

@@ -88,6 +88,13 @@ def test_pruner_keeps_sentences_and_source(settings, demo_docs, query):
         assert d.metadata["source"] == "demo" and d.metadata["source_id"] == d.id and d.metadata["pruned"]
         assert d.metadata["kept_sentences"] and set(d.page_content.split()) <= set(src.page_content.split())
     assert sum(len(d.page_content) for d in out) < sum(len(d.page_content) for d in lc)
+    # a source's own "source_id" stays (it was overwritten with the position)
+    own = [
+        LCDocument(page_content=d.page_content, metadata={**d.metadata, "source_id": f"chunk-{i}"})
+        for i, d in enumerate(lc)
+    ]
+    out = AttnrankPruner(budget_tokens=150, model=settings["model"]).compress_documents(own, query)
+    assert out and all(d.metadata["source_id"].startswith("chunk-") for d in out)
 
 
 def test_pruner_in_pipeline_after_reranker(settings, demo_index, query):

@@ -287,6 +287,10 @@ def test_the_pre_split_sentences_stay_out_of_the_llm_and_embedding_text(settings
         assert n.node.metadata["sentences"] == [n.node.text]
         for mode in (MetadataMode.LLM, MetadataMode.EMBED):
             assert n.node.get_content(metadata_mode=mode).count(n.node.text) == 1, mode
+    # a loader's own "sentences" of another kind (a count) is no split: it stays in the text (it was hidden)
+    counted = NodeWithScore(node=TextNode(text=sentences[0], metadata={"sentences": 1, "author": "x"}), score=1.0)
+    (out,) = AttnrankRerank(top_n=1, **settings).postprocess_nodes([counted], query_str="alpha topic")
+    assert "sentences: 1" in out.node.get_content(metadata_mode=MetadataMode.LLM)
 
 
 def test_a_misspelt_reranker_setting_is_refused_before_the_index_loads(tmp_path):
