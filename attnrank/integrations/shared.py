@@ -71,7 +71,9 @@ def resolved_settings(kwargs: Mapping[str, Any], kind: type) -> dict[str, Any]:
     check_model_arg(model)  # (any other object was keyed as one and built as the default model)
     if isinstance(model, os.PathLike):  # a model folder as a path object: the same model as its str
         model = os.fspath(model)
-    extra: dict[str, Any] = {k: opts.pop(k) for k in ("show_progress", "probe") if k in opts}
+    # (a probe is the pruner's: given to a reranker it was passed here, and refused after the index loaded)
+    own = ("show_progress", "probe") if kind is PruneConfig else ("show_progress",)
+    extra: dict[str, Any] = {k: opts.pop(k) for k in own if k in opts}
     if isinstance(model, str):
         opts["model"] = model
     # anything else would be keyed, and built, as the default configuration: a wrong stage, silently

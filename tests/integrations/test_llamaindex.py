@@ -297,3 +297,5 @@ def test_a_misspelt_reranker_setting_is_refused_before_the_index_loads(tmp_path)
     """The retriever loaded its index (kept in the process-wide cache) and only then found top_n."""
     with pytest.raises(InputError, match=r"unknown RerankConfig option\(s\) \['top_n'\]"):
         AttnrankRetriever(tmp_path / "no-index-here", similarity_top_k=2, top_n=3)
+    with pytest.raises(InputError, match=r"unknown RerankConfig option\(s\) \['probe'\]"):  # the pruner's
+        AttnrankRetriever(tmp_path / "no-index-here", similarity_top_k=2, probe="x")
