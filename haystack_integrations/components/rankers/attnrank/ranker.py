@@ -1,5 +1,7 @@
-"""``AttnrankRanker``: rerank Haystack documents by the attention an LLM pays them (ICR, Chen et
-al. ICLR 2025; QRHead, Zhang et al. EMNLP 2025), via :class:`attnrank.AttentionReranker`."""
+"""``AttnrankRanker``: rerank Haystack documents with an LLM, via :class:`attnrank.AttentionReranker`:
+by default (preset ``likelihood``) the candidates' BM25 and dense scores fused with the LLM's query
+likelihood (UPR, Sachan et al. EMNLP 2022); with an attention preset by the attention the LLM pays
+them (ICR, Chen et al. ICLR 2025; QRHead, Zhang et al. EMNLP 2025)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,10 @@ class AttnrankRanker:
     ``relevance_score``, ``rank`` and ``stage_scores``.
 
     ``model``: an HF id, a local folder or .gguf, or None (the packaged SmolLM2-135M); ``heads``:
-    None (the default preset's: the registered set, else all heads), "all", "auto", "l-h,l-h" or ``[[layer, head], ...]``; ``scorer``: None (the preset's), "sum" or "learned";
+    None (the preset's: the default ``likelihood`` reads no attention; an attention preset its
+    registered set, else all heads), "all", "auto", "l-h,l-h" or ``[[layer, head], ...]`` (given
+    without a preset, they choose ``fused``, as ``AttentionReranker(heads=...)`` does); ``scorer``:
+    None (the preset's), "sum" or "learned";
     ``reranker_kwargs``: further :class:`attnrank.AttentionReranker` keyword arguments (basic
     types; ``reweight`` as a dict of :class:`attnrank.rerank.reweight.Reweighting` fields). The
     model loads in :meth:`warm_up` (shared by components with the same settings).
