@@ -107,10 +107,8 @@ def to_attnrank(documents: list[HSDocument]) -> list[Document] | list[ScoredDocu
     """Haystack documents -> attnrank documents keyed by input position (``meta["title"]`` = title;
     documents from the attnrank retriever keep their earlier stages' scores)."""
     out = []
-    for i, d in enumerate(documents):
-        if d.content is None:
-            raise InputError(f"document #{i} (id {d.id!r}) has no text content; the attention reranker reads text")
-        out.append(Document(str(i), d.content, str(d.meta.get("title", "") or "")))
+    for i, d in enumerate(documents):  # (no content: no text, ranked after the others, rank_text_first)
+        out.append(Document(str(i), d.content or "", str(d.meta.get("title", "") or "")))
     return keep_stages(out, [d.meta for d in documents])
 
 

@@ -54,6 +54,7 @@ from .shared import (
     check_top_n,
     keep_stages,
     model_lock,
+    rank_text_first,
     renamed,
     score_fields,
     shared_index,
@@ -122,8 +123,8 @@ class AttnrankReranker(BaseDocumentCompressor):
         if not documents:
             return []
         with model_lock(self._reranker):
-            res = self._reranker.rank(query, to_attnrank(documents), k=self.top_n)
-        return [to_langchain(r, documents[int(r.id)]) for r in res]
+            res, empty = rank_text_first(self._reranker, query, to_attnrank(documents), self.top_n)
+        return [to_langchain(r, documents[int(r.id)]) for r in res] + [documents[i] for i in empty]
 
 
 class AttnrankPruner(BaseDocumentCompressor):

@@ -54,6 +54,7 @@ from .shared import (
     check_top_n,
     keep_stages,
     model_lock,
+    rank_text_first,
     renamed,
     score_fields,
     shared_index,
@@ -205,7 +206,7 @@ class AttnrankRerank(BaseNodePostprocessor):
         }
         with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:  # type: ignore[arg-type]
             with model_lock(self._reranker):
-                res = self._reranker.rank(query, _documents(nodes), k=self.top_n)
+                res, empty = rank_text_first(self._reranker, query, _documents(nodes), self.top_n)
             out = []
             for r in res:
                 src = nodes[int(r.id)]
@@ -215,6 +216,7 @@ class AttnrankRerank(BaseNodePostprocessor):
                 node.metadata.update(score_fields(r))
                 _hide_scores(node)
                 out.append(NodeWithScore(node=node, score=r.score))
+            out += [NodeWithScore(node=nodes[i].node.model_copy(deep=True), score=None) for i in empty]  # unscored
             event.on_end(payload={EventPayload.NODES: out})
         return out
 

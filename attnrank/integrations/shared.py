@@ -15,7 +15,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from ..rerank.config_checks import check_fields
 from ..rerank.reweight import Reweighting
-from ..types import Document, ScoredDocument, is_count
+from ..types import Document, RankedResults, ScoredDocument, is_count
 
 _LOCK = threading.Lock()  # guards the three dicts below, never held while anything is built
 _CACHE: dict[tuple[str, str], Any] = {}
@@ -333,6 +333,24 @@ def check_top_n(top_n: Any, name: str = "top_n") -> None:
     """``top_n``: None (keep all) or an integer >= 1."""
     if top_n is not None and not is_count(top_n):
         raise InputError(f"{name}={top_n!r} must be None (keep all) or an integer >= 1")
+
+
+def rank_text_first(
+    reranker: Any, query: str, docs: Sequence[Document | ScoredDocument], k: int | None
+) -> tuple[RankedResults, list[int]]:
+    """``reranker.rank`` of the documents that hold some text (or a title), and the positions in
+    ``docs`` of those that hold none, which a framework's list gets after the ranked ones,
+    unscored, as far as ``k`` leaves room. Why: one empty chunk (a PDF loader's, an image node's)
+    failed the whole rerank, naming its position; the reranker refuses to score one (its slot
+    label alone would draw attention, :func:`~attnrank.types.check_texts`)."""
+    empty = [i for i, d in enumerate(docs) if not str(d.text).strip() and not (d.title or "").strip()]
+    if not empty:
+        return reranker.rank(query, docs, k=k), []
+    skip = set(empty)
+    scorable = [d for i, d in enumerate(docs) if i not in skip]
+    res = reranker.rank(query, scorable, k=k) if scorable else RankedResults(query, [])
+    room = len(empty) if k is None else max(0, k - len(res))
+    return res, empty[:room]
 
 
 def keep_stages(docs: list[Document], metadata: list[Mapping[str, Any]]) -> list[Document] | list[ScoredDocument]:

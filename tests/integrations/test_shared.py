@@ -250,3 +250,31 @@ def test_an_index_is_a_folder_path_or_an_attnrank_retriever(demo_index):
             return str(demo_index)
 
     assert shared_index(Folder()) is shared_index(str(demo_index))
+
+
+def test_documents_without_text_come_after_the_ranked_ones_in_every_adapter(settings):
+    """One empty chunk (a PDF loader's, an image node's) failed the whole rerank, naming its
+    position: it is left unscored after the ranked documents, as far as top_n leaves room."""
+    from haystack import Document as HSDocument
+    from langchain_core.documents import Document as LCDocument
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from attnrank.integrations.langchain import AttnrankReranker
+    from attnrank.integrations.llamaindex import AttnrankRerank
+    from haystack_integrations.components.rankers.attnrank import AttnrankRanker
+
+    texts = ["", "Paris is the capital of France.", "Bananas are yellow."]
+    query = "capital of France?"
+    lc = AttnrankReranker(top_n=None, **settings).compress_documents(
+        [LCDocument(page_content=t, id=f"d{i}") for i, t in enumerate(texts)], query
+    )
+    assert sorted(d.id for d in lc[:2]) == ["d1", "d2"] and lc[2].id == "d0" and "relevance_score" not in lc[2].metadata
+    nodes = [NodeWithScore(node=TextNode(text=t, id_=f"d{i}"), score=1.0) for i, t in enumerate(texts)]
+    li = AttnrankRerank(top_n=3, **settings).postprocess_nodes(nodes, query_str=query)
+    assert [n.node.node_id for n in li][2] == "d0" and li[2].score is None and li[0].score is not None
+    assert len(AttnrankRerank(top_n=2, **settings).postprocess_nodes(nodes, query_str=query)) == 2  # no room left
+    ranker = AttnrankRanker(model=settings["model"], top_k=None, reranker_kwargs={"max_doc_words": 40})
+    hs = ranker.run(query, [HSDocument(id=f"d{i}", content=t or None) for i, t in enumerate(texts)])["documents"]
+    assert [d.id for d in hs][2] == "d0" and hs[2].score is None
+    only_empty = AttnrankReranker(top_n=2, **settings).compress_documents([LCDocument(page_content=" ")], query)
+    assert [d.page_content for d in only_empty] == [" "]

@@ -6,6 +6,7 @@ them (ICR, Chen et al. ICLR 2025; QRHead, Zhang et al. EMNLP 2025)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from attnrank.errors import require
@@ -21,7 +22,7 @@ from attnrank.integrations.haystack import (
     to_attnrank,
     to_haystack,
 )
-from attnrank.integrations.shared import model_lock, shared_reranker
+from attnrank.integrations.shared import model_lock, rank_text_first, shared_reranker
 
 
 @component
@@ -90,5 +91,6 @@ class AttnrankRanker:
             return {"documents": []}
         self.warm_up()
         with model_lock(self._reranker):
-            res = self._reranker.rank(query, to_attnrank(documents), k=k)
-        return {"documents": to_haystack(res, documents)}
+            res, empty = rank_text_first(self._reranker, query, to_attnrank(documents), k)
+        unscored = [replace(documents[i], score=None) for i in empty]  # (no text: after the ranked ones)
+        return {"documents": to_haystack(res, documents) + unscored}
