@@ -107,6 +107,17 @@ def _split_keys(node: Any) -> list[str]:
     return [k for k in _SENTENCE_KEYS if is_split(node.metadata.get(k))]
 
 
+def _check_picklable(adapter: Any, kind: str) -> None:
+    """Refuse to pickle an adapter built around a given reranker or pruner object: LlamaIndex
+    drops the object (its model is not picklable) and the copy came back without it, failing at
+    its first query; one built from settings is rebuilt from them."""
+    if getattr(adapter, f"custom_{kind}", False):
+        raise InputError(
+            f"{type(adapter).__name__} built around a given {kind} object cannot be pickled (the {kind} and its model "
+            f"are not); build it from the {kind}'s settings (model=..., heads=..., ...), which a copy rebuilds"
+        )
+
+
 def _query(query_bundle: QueryBundle | None) -> str:
     if query_bundle is None:
         raise InputError(
@@ -187,6 +198,10 @@ class AttnrankRerank(BaseNodePostprocessor):
     @classmethod
     def class_name(cls) -> str:
         return "AttnrankRerank"
+
+    def __getstate__(self) -> dict[str, Any]:
+        _check_picklable(self, "reranker")
+        return super().__getstate__()
 
     @property
     def reranker(self) -> Any:
@@ -273,6 +288,10 @@ class AttnrankPruner(BaseNodePostprocessor):
     @classmethod
     def class_name(cls) -> str:
         return "AttnrankPruner"
+
+    def __getstate__(self) -> dict[str, Any]:
+        _check_picklable(self, "pruner")
+        return super().__getstate__()
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None

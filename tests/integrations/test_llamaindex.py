@@ -299,3 +299,18 @@ def test_a_misspelt_reranker_setting_is_refused_before_the_index_loads(tmp_path)
         AttnrankRetriever(tmp_path / "no-index-here", similarity_top_k=2, top_n=3)
     with pytest.raises(InputError, match=r"unknown RerankConfig option\(s\) \['probe'\]"):  # the pruner's
         AttnrankRetriever(tmp_path / "no-index-here", similarity_top_k=2, probe="x")
+
+
+def test_an_adapter_around_a_given_stage_refuses_pickling_and_one_from_settings_round_trips(settings, query):
+    """LlamaIndex drops an unpicklable private attribute: a copy of an adapter built around a given
+    reranker came back without it and failed at its first query (AttributeError)."""
+    import pickle
+
+    from attnrank.rerank.attention import AttentionReranker
+
+    nodes = [NodeWithScore(node=TextNode(text="Paris is the capital of France.", id_="p"), score=1.0)]
+    given = AttnrankRerank(reranker=AttentionReranker(**settings), top_n=1)
+    with pytest.raises(InputError, match="AttnrankRerank built around a given reranker object cannot be pickled"):
+        pickle.dumps(given)
+    copy = pickle.loads(pickle.dumps(AttnrankRerank(top_n=1, **settings)))
+    assert [n.node.node_id for n in copy.postprocess_nodes(nodes, query_str=query)] == ["p"]
