@@ -340,6 +340,12 @@ class BlockMemo(Generic[E]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clear(self) -> None:
+        """Forget every entry."""
+        with self._lock:
+            self._entries.clear()
+            self.nbytes = 0
+
     def get(self, key: tuple) -> E | None:
         with self._lock:
             entry = self._entries.get(key)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..index.retriever import HybridRetriever
-from ..llm.blocks import BlockMemo
+from ..llm.blocks import BlockMemo, EncodedBlock
 from ..llm.context import ContextBuffer
 from ..llm.models import LLM
 from ..llm.states import StateCache
@@ -34,10 +34,20 @@ class FusedScoring:
     states: StateCache
     _context_buffer: ContextBuffer
     _prompt_memo: BlockMemo[PromptIds]
+    _blocks_memo: BlockMemo[EncodedBlock]
 
     @property
     def llm(self) -> LLM:
         raise NotImplementedError
+
+    def forget_passages(self) -> None:
+        """Forget what was kept from earlier queries (passage states, tokenized passages and
+        prompts, candidates' vectors): the next query runs as a first visit does. Benchmarks time
+        cold queries so; a reranker that kept the tokenization was timed cold without it."""
+        self.states.clear()
+        self._blocks_memo.clear()
+        self._prompt_memo.clear()
+        self.signals.forget()
 
     def use_index(self, retriever: HybridRetriever) -> bool:
         """Candidates from ``retriever``'s corpus get their dense signal from its stored vectors

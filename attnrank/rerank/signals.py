@@ -168,6 +168,11 @@ class SignalComputer:
         # moved, evicted) and the lazy embedder load are guarded
         self._lock = threading.RLock()
 
+    def forget(self) -> None:
+        """Forget the candidates' vectors kept from earlier calls."""
+        with self._lock:
+            self.vectors.clear()
+
     @property
     def embedder(self) -> Any:
         with self._lock:

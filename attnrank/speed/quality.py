@@ -36,7 +36,7 @@ def mode_quality(
     t = time.perf_counter()
     for q, text in queries.items():
         run[q] = strictly_decreasing((d.id, d.score) for d in reranker.rank(text, cands[q]))  # (ties: its order)
-        reranker.states.clear()  # each query cold, as a first visit
+        reranker.forget_passages()  # each query cold, as a first visit
     return run, (time.perf_counter() - t) / max(len(queries), 1)
 
 

@@ -275,3 +275,17 @@ def test_a_batch_names_a_query_too_long_for_the_likelihood_before_any_work(embed
     with pytest.raises(InputError, match="too long for a passage"):  # one query: before its signals
         rr.rank("q " * 150, docs)
     assert embedded == []
+
+
+def test_forget_passages_makes_the_next_query_a_first_visit(llm):
+    """Benchmarks cleared the passage states alone: a 'cold' query then found its passages
+    tokenized and embedded by the warm-up query, and was timed faster than a first visit."""
+    rr = AttentionReranker(llm, config="likelihood")
+    docs = rerank_docs()
+    first = rr.rank(RERANK_QUERY, docs)
+    assert len(rr.states) and len(rr._prompt_memo) and rr.signals.vectors
+    rr.forget_passages()
+    assert not len(rr.states) and not len(rr._prompt_memo) and not rr.signals.vectors and not len(rr._blocks_memo)
+    assert rr._prompt_memo.nbytes == 0 and rr.states.nbytes == 0
+    again = rr.rank(RERANK_QUERY, docs)
+    assert [d.id for d in again] == [d.id for d in first]
