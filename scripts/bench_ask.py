@@ -56,6 +56,7 @@ from attnrank.eval.datasets import data_root, hotpotqa_rows
 from attnrank.eval.qa import answer_metrics
 from attnrank.eval.report import environment, md_table, write_outputs
 from attnrank.eval.rows import file_stem
+from attnrank.registry import registry_digest
 from attnrank.types import Document, RankedResults, ScoredDocument
 
 log = logging.getLogger("bench_ask")
@@ -179,12 +180,15 @@ def slot_profile(llm, pool: list[Document], k: int, trials: int, ship: bool) -> 
 
 
 def cache_file(args, llm, profile, qid: str) -> Path | None:
-    """Per-question result file, keyed by the model and every argument that changes answers."""
+    """Per-question result file, keyed by the model, every argument that changes answers and what
+    the registry holds for the model (the probe and head sets the pruner and reranker read: a
+    retrained probe was served the answers of the old one)."""
     if not args.cache_dir:
         return None
     key = json.dumps(
         [
             llm.fingerprint,
+            registry_digest(llm.model_id, llm.fingerprint),
             args.heads,
             args.rerank_k,
             args.prune_ratio,
