@@ -182,6 +182,34 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**Later on 2026-12-06: how some records were timed, corrected in the scripts, no record re-run.**
+A review of the benchmark scripts found four ways their timings or pages differ from what they
+say; each is fixed for the next run, and the records keep the figures they were measured with:
+- Cold queries (the `block-cold` cells and interleaved comparisons of `rerank_blocks*`, the
+  kernel comparisons `rerank_kernels*`, `speed.quality`'s modes) cleared the passage states alone,
+  so a passage seen by an earlier query (or by the warm-up) was not tokenized or embedded again,
+  and `likelihood_states*`' no-reuse arm kept its tokenized prompts between queries;
+  `AttentionReranker.forget_passages()` now forgets those too. Tokenizing is a small part of a
+  cold query (the model's pass is most of it), so those cold seconds are a little low, and the
+  warm-over-cold ratios a little low with them.
+- `rerank_presets` and `likelihood_states*` warmed up on their first query's own candidates and
+  then timed that query with every cache filled (a review's tiny-model check: its first timed query
+  found all its states); the rest of their queries were timed as labelled. The kernel comparisons
+  ran SDPA before few-rows on every query; they alternate now.
+- Six scripts wrote a command line built by hand in their record, which could drop options
+  (`likelihood*`'s `--dtype`, set sizes, `adapter*`'s `--rank` and `--alpha`); they write the
+  command their process ran now. The recorded lines stay as written.
+- `bench_prune` and `bench_reweight` linked `<name>.png` even where they had written their plot
+  beside a PNG there that attnrank did not write; they link the file they wrote now. The recorded
+  plots are attnrank's own.
+Two more stay as they are, said here: the LoCoMo loader keeps the lowest-numbered copy of a repeated
+question, so six questions that the presets' earlier 400 held (under the loader before 2026-12-05)
+have twins at positions 854-1314 of the seeded order, which `bench_confirm` with more than 454 new
+questions, or a larger `bench_locomo`, would score as unseen (the recorded runs stop before them);
+and `bench_fusion`'s head selection (`top_heads`) averages nDCG over every judged query while
+`heads detect`'s qr-ndcg averages over those with a relevant candidate, so across datasets the two
+weight them differently.
+
 **2026-12-06: where a warm query of the default goes, and two ways to speed it that were tried and
 not kept** (ad hoc, no record; SciFact train hybrid top-20, preset `likelihood`, bfloat16, 2 cores,
 Intel Xeon with AMX, each query ranked twice in a row so that the second finds every candidate's
