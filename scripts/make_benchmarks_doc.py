@@ -189,9 +189,11 @@ say; each is fixed for the next run, and the records keep the figures they were 
   kernel comparisons `rerank_kernels*`, `speed.quality`'s modes) cleared the passage states alone,
   so a passage seen by an earlier query (or by the warm-up) was not tokenized or embedded again,
   and `likelihood_states*`' no-reuse arm kept its tokenized prompts between queries;
-  `AttentionReranker.forget_passages()` now forgets those too. Tokenizing is a small part of a
-  cold query (the model's pass is most of it), so those cold seconds are a little low, and the
-  warm-over-cold ratios a little low with them.
+  `AttentionReranker.forget_passages()` now forgets those too. It mattered only for a
+  passage that recurs across queries (few do: each DL19 topic and SciFact claim has candidates of
+  its own) and tokenizing is a small part of a cold query, but where it did, those cold seconds
+  are a little low: block attention's cold speed-ups over the full prompt (which tokenizes afresh,
+  and keeps nothing) a little high, and warm-over-cold ratios a little low.
 - `rerank_presets` and `likelihood_states*` warmed up on their first query's own candidates and
   then timed that query with every cache filled (a review's tiny-model check: its first timed query
   found all its states); the rest of their queries were timed as labelled. The kernel comparisons
