@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -73,7 +74,7 @@ class Generator:
         if isinstance(model, LLM):
             check_max_new_tokens(max_new_tokens)  # (its context is checked at each answer, with the prompt)
         else:  # under the model's context, from its config, before the load (it was found at the answer)
-            check_answer_room(max_new_tokens, model)
+            check_answer_room(max_new_tokens, None if model is None else os.fspath(model))
         self.llm = model if isinstance(model, LLM) else load_llm(model, dtype=dtype, device=device)
         self.max_new_tokens = int(max_new_tokens)
 

@@ -49,6 +49,8 @@ def test_a_generator_by_name_checks_the_answer_length_before_its_load(tmp_path, 
     monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
     with pytest.raises(InputError, match="max_new_tokens=256"):
         Generator(path, max_new_tokens=256)
+    with pytest.raises(InputError, match="max_new_tokens=256"):  # a path object too (its check read nothing)
+        Generator(tmp_path / "m", max_new_tokens=256)
     assert loads == []
 
 

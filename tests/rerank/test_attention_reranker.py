@@ -308,4 +308,8 @@ def test_heads_outside_the_model_are_refused_before_it_loads(tmp_path, monkeypat
     heads.write_text('{"heads": ["0-9"]}')
     with pytest.raises(InputError, match=r"head pairs 0-9 are out of range"):
         AttentionReranker(path, heads=str(heads), config="icr")
+    from attnrank.prune.pruner import ContextPruner
+
+    with pytest.raises(InputError, match=r"head pairs 99-0 are out of range"):  # the pruner's too
+        ContextPruner(path, heads="99-0")
     assert loads == []
