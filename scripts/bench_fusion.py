@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import json
 import logging
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +47,7 @@ from attnrank.eval.crossval import Split, check_folds, kfold_splits
 from attnrank.eval.datasets import data_root
 from attnrank.eval.fusion_report import fusion_markdown
 from attnrank.eval.metrics import per_query_ndcg_of_each
-from attnrank.eval.report import environment, write_outputs
+from attnrank.eval.report import command_line, environment, write_outputs
 from attnrank.eval.rows import capture_all
 from attnrank.llm.blocks import capture_name
 from attnrank.llm.headspec import parse_heads
@@ -571,7 +570,7 @@ def main() -> None:
         "coarse_to_fine": coarse_to_fine(data, rr, args) if args.coarse_to_fine else None,
         "precision": precision(load(args, root, icr32), data, rr) if icr32 is not None else None,
     }
-    md = fusion_markdown(payload, " ".join(["python scripts/bench_fusion.py", *sys.argv[1:]]))
+    md = fusion_markdown(payload, command_line())
     variant = [f"{k}-{v}" for k, v in prompt_options(args).items()] + [args.ablation] * bool(args.ablation)
     name = "_".join(
         ["fusion"] + [args.dtype] * (args.dtype != "float32") + ["block"] * (args.attention == "block") + variant

@@ -18,7 +18,6 @@ import argparse
 import logging
 import math
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate
 from attnrank.eval.crossval import group_splits, kfold_splits, pool
 from attnrank.eval.datasets import data_root
-from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.report import command_line, environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all, first_stage_run
 from attnrank.heads.copypaste import detect_copy_heads
 from attnrank.heads.queryfocused import query_focused_scores
@@ -439,7 +438,7 @@ def markdown(p, args) -> str:
     out = [
         f"# Retrieval heads of SmolLM2-135M-Instruct ({env['date']}, {env['cpus']} CPUs)",
         "",
-        "Command: `" + " ".join(["python scripts/bench_heads.py", *sys.argv[1:]]) + "`",
+        f"Command: `{command_line()}`",
         "",
         "## Targets: learned weighting against the best first-stage signal (held-out)",
         "",

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,7 @@ from attnrank.config import set_torch_threads
 from attnrank.eval.data import strictly_decreasing
 from attnrank.eval.datasets import data_root
 from attnrank.eval.metrics import evaluate
-from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.report import command_line, environment, md_table, write_outputs
 from attnrank.eval.timing import timed_peak
 from attnrank.llm.models import load_llm
 from attnrank.rerank.attention import AttentionReranker
@@ -136,7 +135,7 @@ def markdown(p: dict) -> str:
         [
             f"# The default preset with reused passage states ({env['date']}, {env['cpus']} CPUs, {env.get('cpu', '')})",
             "",
-            "Command: `" + " ".join(["python scripts/bench_likelihood_states.py", *sys.argv[1:]]) + "`",
+            f"Command: `{command_line()}`",
             "",
             f"SmolLM2-135M-Instruct ({p['dtype']}), preset `likelihood` (z(BM25) + z(dense) + z(query likelihood)). "
             "`no reuse`: every candidate's prompt computed in full (`state_cache_mb=0`); `first visit`: the default "

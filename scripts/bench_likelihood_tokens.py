@@ -44,7 +44,7 @@ from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from attnrank.benchmarks import TOKEN_LIKELIHOOD, TOKEN_PRIOR, cached_likelihoods
 from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root
-from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.report import command_line, environment, md_table, write_outputs
 from attnrank.llm.models import load_llm
 from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, equal_weights
 from attnrank.rerank.fused_features import FusionExample
@@ -130,7 +130,7 @@ def main() -> None:
         "sizes": ", ".join(f"{g} {len(d)} queries" for g, d in data.items()),
         "rows": rows_for(data, tokens),
     }
-    payload["command"] = "python scripts/bench_likelihood_tokens.py" + (f" --first {args.first}" if args.first else "")
+    payload["command"] = command_line()  # (as this process ran: the set sizes too)
     js, md = write_outputs("likelihood_tokens", payload, markdown(payload), args.out or OUT)
     log.info("wrote %s and %s", js, md)
 

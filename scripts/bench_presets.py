@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from attnrank.config import set_torch_threads
 from attnrank.eval.data import strictly_decreasing
 from attnrank.eval.datasets import data_root, scifact
 from attnrank.eval.metrics import evaluate
-from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.report import command_line, environment, md_table, write_outputs
 from attnrank.llm.models import load_llm
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.speed import probe_gflops
@@ -130,7 +129,7 @@ def markdown(p: dict) -> str:
         [
             f"# Reranking presets: cost and nDCG@10 ({env['date']}, {env['cpus']} CPUs, {env.get('cpu', '')})",
             "",
-            "Command: `" + " ".join(["python scripts/bench_presets.py", *sys.argv[1:]]) + "`",
+            f"Command: `{command_line()}`",
             "",
             f"SmolLM2-135M-Instruct ({p['dtype']}); every preset reranks each query in turn in one process. The "
             "default preset `likelihood` and the preset `signals` are untrained (equal weights on per-query z-scores: "

@@ -33,8 +33,6 @@ import json
 import logging
 import math
 import random
-import shlex
-import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -47,7 +45,7 @@ from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate, evaluate_per_query, sign_test, wins_losses
 from attnrank.eval.datasets import data_root, dl19
 from attnrank.eval.plot import slot_profiles
-from attnrank.eval.report import environment, md_table, write_outputs
+from attnrank.eval.report import command_line, environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all, load_windows, run_of, save_windows
 from attnrank.llm.rows import WindowRows
 from attnrank.rerank.position import (
@@ -489,7 +487,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(OUT), help="output folder (default docs/results)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    cmd = "python " + " ".join(shlex.quote(a) for a in ["scripts/bench_reweight.py", *sys.argv[1:]])
+    cmd = command_line()  # (as this process ran)
     tic = time.perf_counter()
     set_torch_threads()
     aliases = [a.strip() for a in args.settings.split(",") if a.strip()]

@@ -36,7 +36,7 @@ from _common import positive_int, positive_ints
 
 from attnrank.corpus import load_corpus
 from attnrank.demo import demo_corpus_path, demo_queries
-from attnrank.eval.report import environment, write_outputs
+from attnrank.eval.report import command_line, environment, write_outputs
 from attnrank.llm.models import load_llm
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.serve.app import create_app
@@ -223,7 +223,7 @@ def main() -> None:
     load_after = os.getloadavg()
     base = {"before": before, "after": after}
     result = {
-        "command": "python scripts/bench_serve.py " + " ".join(sys.argv[1:]),
+        "command": command_line(),
         "environment": environment(),
         "settings": {
             "model": llm.model_id,
