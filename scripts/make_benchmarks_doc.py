@@ -198,9 +198,9 @@ say; each is fixed for the next run, and the records keep the figures they were 
   then timed that query with every cache filled (a review's tiny-model check: its first timed query
   found all its states); the rest of their queries were timed as labelled. The kernel comparisons
   ran SDPA before few-rows on every query; they alternate now.
-- Six scripts wrote a command line built by hand in their record, which could drop options
-  (`likelihood*`'s `--dtype`, set sizes, `adapter*`'s `--rank` and `--alpha`); they write the
-  command their process ran now. The recorded lines stay as written.
+- Seven scripts wrote a command line built by hand in their record, which could drop options
+  (`likelihood*`'s `--dtype`, set sizes, `likelihood_tokens`' set sizes, `adapter*`'s `--rank` and
+  `--alpha`); every script writes the command its process ran now. The recorded lines stay as written.
 - `bench_prune` and `bench_reweight` linked `<name>.png` even where they had written their plot
   beside a PNG there that attnrank did not write; they link the file they wrote now. The recorded
   plots are attnrank's own.
