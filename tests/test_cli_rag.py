@@ -338,6 +338,13 @@ def test_ask_and_prune_name_a_mistyped_model_before_the_index_loads(tmp_path, mo
     r = runner.invoke(app, ["prune", "q?", *ix, "--budget-tokens", "50", "--max-prompt-tokens", "40"])
     assert r.exit_code == 2 and "--max-prompt-tokens 40 leaves no room for a passage" in cli_text(r), cli_text(r)
     assert loads == []
-    # the index is input: one that is not there is still named first
-    r = runner.invoke(app, ["ask", "q?", "--index-dir", str(tmp_path / "nope"), "--model", typo])
-    assert r.exit_code != 0 and "no index at" in cli_text(r)
+    # the index is input: one that is not there is still named first (also where a pruning
+    # window or --reorder read the model: they named the model first)
+    nope = ["--index-dir", str(tmp_path / "nope"), "--model", typo]
+    for args in (
+        ["ask", "q?", *nope],
+        ["ask", "q?", *nope, "--reorder"],
+        ["prune", "q?", *nope, "--budget-tokens", "50", "--max-prompt-tokens", "40"],
+    ):
+        r = runner.invoke(app, args)
+        assert r.exit_code != 0 and "no index at" in cli_text(r), (args, cli_text(r))

@@ -145,19 +145,13 @@ def prune(
     if (corpus is None) == (name is None and index_dir is None):
         raise typer.BadParameter("give either --corpus PATH or --index NAME / --index-dir DIR")
     check_pruner_lookups(prune_config)  # before the corpus or index loads, and the model
-    if prune_config.max_prompt_tokens is not None:  # a window no prompt fits, with the tokenizer alone
-        from ..llm.models import load_tokenizer
-        from ..prune.planning import check_prune_frame
-
-        try:
-            check_prune_frame(load_tokenizer(prune_config.model), prune_config, prune_config.max_prompt_tokens)
-        except InputError as e:
-            raise typer.BadParameter(str(e).replace("max_prompt_tokens=", "--max-prompt-tokens ", 1)) from None
-    if corpus is not None:
+    if corpus is not None:  # the input first (the corpus; the index's manifest), then the model
         docs = _read_corpus(corpus, skip_invalid)
     else:
         _check_index(name, index_dir)
         check_model_readable(prune_config.model)  # (a mistyped --model: before the index loads and searches)
+    _check_prune_window(prune_config)
+    if corpus is None:
         docs = _load_index(name, index_dir, verify).search(query, k).documents()
     if not docs:  # (the pruner says so too, but after loading the model)
         raise InputError(f"the index found nothing for {query!r}: no passages to prune; try other words")
@@ -247,15 +241,19 @@ def ask(
         refuse_unread_block_options(rerank_given, not no_prune and prune_cfg.attention == "block")
     elif no_prune and not cfg.uses_attention:  # (a reranker without attention left them to the pruner)
         refuse_when_off("--no-prune", "pruning", sorted({"--attention", "--block-positions"} & rerank_given))
-    _check_registered_profile(rerank_config.model, generator_model, reorder, k)
+    _check_index(name, index_dir)  # (the input first, then the models, before the index loads)
+    if (not no_rerank and cfg.uses_llm) or not no_prune or generator_model is None:  # (the shared model runs)
+        check_model_readable(cfg.model)
+    if generator_model is not None:
+        check_model_readable(generator_model)
+    from ..pipeline.checks import check_reorder  # heavy (torch), as the model checks below
+
+    # the generator's model's registered slot profile (generation reads the passages in that order)
+    check_reorder(reorder, generator_model or cfg.model, k)
     if not no_prune:
         check_pruner_lookups(prune_cfg)
     if not no_rerank:
         check_registry_lookups(cfg)
-    _check_index(name, index_dir)  # (the input first, then the models, before the index loads)
-    check_model_readable(cfg.model)
-    if generator_model is not None:
-        check_model_readable(generator_model)
     retriever = _load_index(name, index_dir, verify)
     from ..pipeline import Pipeline  # heavy (torch): only once the input is known good
 
@@ -287,12 +285,15 @@ def ask(
     typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in res.timings.items()))
 
 
-def _check_registered_profile(model, generator_model, reorder: bool, k: int) -> None:
-    """With ``ask --reorder``, that the generator model has a registered slot profile, read from
-    the head registry by the model's id and fingerprint before any model loads: a missing one is
-    named now, not after the model has loaded (the pipeline reads the one for each run's passages)."""
-    if reorder:  # the generator's model: generation reads the passages in that order
-        from ..llm.models import unloaded_model
-        from ..rerank.position import load_profile
+def _check_prune_window(config: PruneConfig) -> None:
+    """A ``--max-prompt-tokens`` that no pruning prompt fits, with the model's tokenizer alone
+    (before the index loads and searches, and the model loads)."""
+    if config.max_prompt_tokens is None:
+        return
+    from ..llm.models import load_tokenizer
+    from ..prune.planning import check_prune_frame
 
-        load_profile("auto", *unloaded_model(generator_model or model), n_slots=k, calibrated=False)
+    try:
+        check_prune_frame(load_tokenizer(config.model), config, config.max_prompt_tokens)
+    except InputError as e:
+        raise typer.BadParameter(str(e).replace("max_prompt_tokens=", "--max-prompt-tokens ", 1)) from None
