@@ -122,6 +122,28 @@ def _holds_files(folder: Path) -> bool:
     return any(p.name not in _OS_FILES and (p.is_symlink() or not p.is_dir()) for p in folder.rglob("*"))
 
 
+def check_no_mounts(target: Path) -> None:
+    """Refuse a folder the save would replace that is, or holds, a mount point: the old folder is
+    removed after the swap, and the removal went through a mount under it (a corpus or a home
+    bind-mounted there was deleted); a folder that is itself one (a Docker volume) failed at the
+    swap, after the whole build ("Device or resource busy"). A folder on the same device as its
+    parent, and every folder under it on the same device as the target, is no mount."""
+    if os.path.ismount(target):
+        raise InputError(
+            f"index folder {target} is a mount point, which a save cannot replace; give a folder inside it "
+            f"(e.g. {target / 'index'})"
+        )
+    device = target.stat().st_dev
+    for folder, subfolders, _ in os.walk(target):
+        for name in subfolders:
+            sub = Path(folder) / name
+            if not sub.is_symlink() and (os.path.ismount(sub) or sub.stat().st_dev != device):
+                raise InputError(
+                    f"refusing to replace {target}: it holds a mount point ({sub}), whose files the removal of the "
+                    "old folder would delete; unmount it, or choose another folder (--force does not override this)"
+                )
+
+
 def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] = ()) -> None:
     """Raise :class:`InputError` unless a save may replace ``target`` (see the module rules)."""
     target = Path(target)
@@ -135,10 +157,13 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
                 "choose a new folder (--force does not override this)"
             )
     check_writable(target, "index folder")  # (before the corpus is read and embedded, not after)
+    if target.name == "..":  # (its swap failed after the whole build: a folder cannot be renamed through "..")
+        raise InputError(f"index folder {target} ends in '..'; give the folder's own path ({resolved})")
     if not target.exists():
         return
     if not target.is_dir():
         raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--index")
+    check_no_mounts(target)
     if not _holds_files(target):  # (empty, or only a file manager's files and empty folders)
         return
     if not is_index_folder(target):

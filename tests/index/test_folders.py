@@ -46,6 +46,27 @@ def test_check_target_rules(tmp_path, monkeypatch):
         check_target(tmp_path / "user", force=True, protect=[tmp_path / "user" / "thesis.txt"])
 
 
+def test_a_folder_that_is_or_holds_a_mount_point_is_never_replaced(tmp_path, monkeypatch):
+    """The old folder is removed after the swap: a corpus bind-mounted under the target was deleted
+    through its mount point, --force or not; a target that is itself a mount (a Docker volume)
+    failed at the swap, after the whole build. A path ending in '..' failed there too."""
+    import os
+
+    ix = _index(tmp_path / "ix")
+    (ix / "mnt").mkdir()
+    mounts = {str(ix / "mnt")}
+    real = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: str(p) in mounts or real(p))  # (a bind mount needs root)
+    for force in (False, True):
+        with pytest.raises(InputError, match=r"it holds a mount point \(.*mnt\), whose files the removal"):
+            check_target(ix, force=force)
+    mounts = {str(ix)}
+    with pytest.raises(InputError, match="is a mount point, which a save cannot replace; give a folder inside it"):
+        check_target(ix)
+    with pytest.raises(InputError, match=r"ends in '\.\.'"):
+        check_target(ix / "mnt" / "..")
+
+
 def test_swap_without_exchange_and_restore_after_crash(tmp_path, monkeypatch):
     target, new = _index(tmp_path / "a", "old"), _index(tmp_path / ".a.tmp-1-00000000", "new")
     monkeypatch.setattr(folders, "_exchange", lambda a, b: False)  # a file system without RENAME_EXCHANGE
