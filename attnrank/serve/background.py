@@ -38,10 +38,14 @@ def is_loopback(host: str) -> bool:
 
 
 def allowed_hosts(host: str) -> tuple[str, ...] | None:
-    """The Host headers a server bound to ``host`` answers: :data:`LOOPBACK_HOSTS` on loopback
-    (:func:`is_loopback`), any (None) on another address, which other machines reach by names
-    of their own."""
-    return LOOPBACK_HOSTS if is_loopback(host) else None
+    """The Host headers a server bound to ``host`` answers: on loopback (:func:`is_loopback`),
+    :data:`LOOPBACK_HOSTS` and the address as its URL writes it (127.0.0.2, [0:0:0:0:0:0:0:1]:
+    the server's own URL was refused); any (None) on another address, which other machines reach
+    by names of their own."""
+    if not is_loopback(host):
+        return None
+    own = url_host(host.strip()).lower()
+    return LOOPBACK_HOSTS if own in LOOPBACK_HOSTS else (*LOOPBACK_HOSTS, own)
 
 
 def url_host(host: str) -> str:

@@ -9,9 +9,19 @@ from fastapi import FastAPI
 from attnrank.serve.background import LOOPBACK_HOSTS, allowed_hosts, background_server, is_loopback
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost", " LocalHost "])
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", " LocalHost "])
 def test_a_loopback_address_answers_its_own_host_names_only(host):
     assert is_loopback(host) and allowed_hosts(host) == LOOPBACK_HOSTS
+
+
+@pytest.mark.parametrize("host, own", [("127.0.0.2", "127.0.0.2"), ("0:0:0:0:0:0:0:1", "[0:0:0:0:0:0:0:1]")])
+def test_another_loopback_spelling_answers_its_own_url_too(host, own):
+    """is_loopback took all of 127.0.0.0/8 and any spelling of ::1, but only the three usual
+    names were answered: a server on 127.0.0.2 refused its own URL (400)."""
+    assert allowed_hosts(host) == (*LOOPBACK_HOSTS, own)
+    with background_server(_hello(), host=host) as base:
+        assert httpx.get(f"{base}/hello").json() == {"hello": "world"}
+        assert httpx.get(f"{base}/hello", headers={"host": "attacker.example"}).status_code == 400
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1", "fe80::1", "example.org"])
