@@ -243,3 +243,24 @@ def test_an_index_folder_in_a_folder_it_cannot_write_in_is_refused_before_the_bu
     creating the temporary folder."""
     with pytest.raises(InputError, match="cannot write in"):
         check_target(unwritable_dir / "idx")
+
+
+def test_force_never_replaces_the_folder_of_the_embedder_the_index_records(tmp_path, monkeypatch):
+    """save(models_folder, force=True) deleted the local embedder it had just embedded with (the
+    index then recorded a model that no longer existed), in the single and the sharded build."""
+    from _tiny import save_tiny_encoder
+
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.index.sharded.build import ShardedIndexer
+    from attnrank.types import Document
+
+    monkeypatch.chdir(tmp_path)
+    models = tmp_path / "models"
+    encoder = save_tiny_encoder(models / "enc")
+    docs = [Document(f"d{i}", f"passage {i} about topic {i % 2}") for i in range(4)]
+    r = HybridRetriever(embedder=str(encoder)).index(docs, show_progress=False)
+    with pytest.raises(InputError, match="it is or contains the corpus"):
+        r.save(models, force=True)
+    with pytest.raises(InputError, match="it is or contains the corpus"):
+        ShardedIndexer(HybridRetriever(embedder=str(encoder)), shards=2).build(docs, models, force=True)
+    assert (encoder / "config.json").exists()
