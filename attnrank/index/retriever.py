@@ -13,7 +13,7 @@ import numpy as np
 from ..config import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORM, RRF_K, fault_point
 from ..corpus import load_corpus
 from ..errors import IndexFormatError, InputError
-from ..types import Document, RankedResults, ScoredDocument, is_count
+from ..types import Document, RankedResults, ScoredDocument, check_ids, is_count
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
 from .components import mangled, manifest_info, read_components
@@ -121,14 +121,7 @@ class HybridRetriever:
         docs = list(docs)
         if not docs:
             raise InputError("cannot index an empty corpus (0 documents); give at least one document")
-        ids = [d.id for d in docs]
-        if len(set(ids)) != len(ids):
-            seen: set[str] = set()  # (one pass: count() per id was quadratic)
-            for dup in ids:
-                if dup in seen:
-                    break
-                seen.add(dup)
-            raise InputError(f"duplicate document id {dup!r}; document ids must be unique")
+        check_ids(docs)
         texts = [d.full_text for d in docs]
         t0 = time.perf_counter()
         bm25 = BM25Index(self.bm25_params, resolve_config(self.stopwords, self.stemmer)).index(texts)

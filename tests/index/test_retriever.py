@@ -455,3 +455,17 @@ def test_numpy_settings_save_and_one_string_is_no_batch(tmp_path):
     assert loaded.depth == 50 and loaded.bm25_params.k1 == pytest.approx(1.2) and loaded.alpha == pytest.approx(0.3)
     with pytest.raises(InputError, match="search_batch takes a list of queries, not one string"):
         r.search_batch("apples", 2)
+
+
+def test_document_ids_are_strings(tmp_path):
+    """Ids 1 and "1" indexed as two documents: a run wrote "1" twice, and qrels read as text never
+    matched the integer (evaluation scored 0); refused in the single and the sharded build."""
+    from attnrank.index.sharded.build import ShardedIndexer
+
+    docs = [Document(1, "one passage"), Document("1", "another passage")]  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"document #0's id 1 is a int, not a string; give ids as strings"):
+        HybridRetriever().index(docs, show_progress=False)
+    with pytest.raises(InputError, match=r"document #0's id 1 is a int"):
+        ShardedIndexer(HybridRetriever(), shards=2).build(docs, tmp_path / "ix")
+    with pytest.raises(InputError, match="duplicate document id '1'"):
+        HybridRetriever().index([Document("1", "a"), Document("1", "b")], show_progress=False)

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...corpus import load_corpus
 from ...errors import InputError
-from ...types import Document, is_count
+from ...types import Document, check_ids, is_count
 from ..bm25 import BM25Index
 from ..components import dense_settings
 from ..embed import embedder_probe, encode, load_embedder, role_prompts
@@ -275,11 +275,7 @@ class ShardedIndexer:
             raise InputError(
                 f"--shards {self.shards} exceeds the {len(docs)} documents; use at most {len(docs)} shards"
             )
-        seen: set[str] = set()
-        for d in docs:
-            if d.id in seen:
-                raise InputError(f"duplicate document id {d.id!r}; document ids must be unique")
-            seen.add(d.id)
+        check_ids(docs)
         if embeddings is not None:
             self._check_embeddings(embeddings, len(docs))
 
