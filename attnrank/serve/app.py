@@ -63,9 +63,15 @@ def create_app(
         BodyLimitMiddleware,
         max_body_bytes=server.limits.max_body_bytes,
         by_path={
-            "/v1/prune": server.limits.max_prune_body_bytes,
-            "/v1/search": server.limits.max_query_body_bytes,
-            "/v1/ask": server.limits.max_query_body_bytes,
+            "/v1/prune": (
+                server.limits.max_prune_body_bytes,
+                "max_prune_body_bytes",
+                "send fewer or shorter documents",
+            ),
+            **{
+                path: (server.limits.max_query_body_bytes, "max_query_body_bytes", "send a shorter query")
+                for path in ("/v1/search", "/v1/ask")
+            },
         },
     )
     if allowed_hosts is not None:

@@ -223,6 +223,7 @@ class Limits:
             "max_total_tokens": self.max_total_tokens,
             "max_body_bytes": self.max_body_bytes,
             "max_prune_body_bytes": self.max_prune_body_bytes,
+            "max_query_body_bytes": self.max_query_body_bytes,
         }
 
 

@@ -454,7 +454,31 @@ def test_chunked_body_over_the_limit_names_it(url):
     r = httpx.post(f"{url}/v1/prune", content=chunked(100_000), headers={"content-type": "application/json"})
     assert r.status_code == 422 and "not a field of this request" in r.json()["message"]  # past the size check
     r = httpx.post(f"{url}/v1/prune", content=chunked(200_000), headers={"content-type": "application/json"})
-    assert r.status_code == 413 and "max_body_bytes=134320" in r.json()["message"]
+    assert r.status_code == 413 and "max_prune_body_bytes=134320" in r.json()["message"]
+
+
+def test_a_small_declared_length_beside_a_chunked_body_does_not_pass_the_limit(url):
+    """With both Content-Length: 10 and Transfer-Encoding: chunked the limit trusted the length,
+    and the server read the whole chunked body (200 KB to /v1/search, whose limit is 66 KB)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    body = json.dumps({"query": QUERY, "padding": "y" * 200_000}).encode()
+    chunked = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i : i + 4096]), body[i : i + 4096]) for i in range(0, len(body), 4096)
+    )
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    head = (
+        f"POST /v1/search HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 10\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall(head + chunked[:90_000])  # past the limit; the server answers before the rest
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    status = answer.split(b"\r\n", 1)[0]
+    assert b" 413 " in status + b" " and b"max_query_body_bytes" in answer, answer[:300]
 
 
 def test_one_log_line_per_request(url, caplog):
@@ -764,7 +788,7 @@ def test_the_prune_body_limit_holds_behind_a_path_prefix_and_with_a_trailing_sla
         if message["type"] == "http.response.start":
             seen.append(message["status"])
 
-    middleware = BodyLimitMiddleware(app, 100, by_path={"/v1/prune": 1000})
+    middleware = BodyLimitMiddleware(app, 100, by_path={"/v1/prune": (1000, "max_prune_body_bytes", "fewer")})
     for path, root in (("/api/v1/prune", "/api"), ("/v1/prune/", ""), ("/v1/rerank", "")):
         scope = {"type": "http", "path": path, "root_path": root, "headers": [(b"content-length", b"500")]}
         asyncio.run(middleware(scope, None, send))
@@ -845,6 +869,7 @@ def test_search_and_ask_bodies_are_limited_to_a_query(url):
     for path in ("/v1/search", "/v1/ask"):
         body = {"query": QUERY, "padding": "y" * 100_000}
         r = httpx.post(f"{url}{path}", json=body, timeout=30)
-        assert r.status_code == 413 and f"max_body_bytes={limit}" in r.json()["message"], r.text
+        message = r.json()["message"]  # (it named max_body_bytes, the documents' limit, and their fix)
+        assert r.status_code == 413 and f"max_query_body_bytes={limit}; send a shorter query" in message, r.text
     r = httpx.post(f"{url}/v1/search", json={"query": QUERY, "top_k": 2, "rerank": False}, timeout=30)
     assert r.status_code == 200
