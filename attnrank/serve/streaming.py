@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AttnrankError
 from .jobs import Job
 from .server import Server  # (it names the serve extra if fastapi is missing)
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # (only annotated here: fastapi is imported by .server, after its check)
     from fastapi import Request
@@ -67,7 +70,12 @@ async def _events(
         info["queue_wait"] = job.queue_wait
         err = job.future.exception()
         if err is not None:
-            yield _sse("error", {"message": str(err) if isinstance(err, AttnrankError) else repr(err)})
+            if isinstance(err, AttnrankError):  # (its one line names the value and the fix)
+                message = str(err)
+            else:  # (as every other route answers it: no exception text, which may hold paths, to the client)
+                logger.error("/v1/ask failed mid-stream", exc_info=err)
+                message = "internal error; see the server log"
+            yield _sse("error", {"message": message})
             return
         res = job.future.result()
         timings = {k: round(v, 4) for k, v in res.timings.items()}

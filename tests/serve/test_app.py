@@ -873,3 +873,20 @@ def test_search_and_ask_bodies_are_limited_to_a_query(url):
         assert r.status_code == 413 and f"max_query_body_bytes={limit}; send a shorter query" in message, r.text
     r = httpx.post(f"{url}/v1/search", json={"query": QUERY, "top_k": 2, "rerank": False}, timeout=30)
     assert r.status_code == 200
+
+
+def test_an_unexpected_error_mid_stream_sends_no_exception_text(llm, built_retriever, caplog):
+    """After the first token, an error that is not the library's went to the client as its repr
+    (paths and all); every other route answers such an error with a fixed message."""
+
+    class BrokenGenerator(Generator):
+        def answer(self, question, context_docs=(), stream=None, **kw):
+            stream("The ")
+            raise RuntimeError("failed reading /home/someone/secret/weights.bin")
+
+    engine = Engine(AttentionReranker(llm, max_doc_words=40), None, BrokenGenerator(llm, 8), built_retriever, "tiny")
+    with caplog.at_level("ERROR", logger="attnrank.serve.streaming"), live_server(create_app(engine)) as base:
+        r = httpx.post(f"{base}/v1/ask", json={"query": QUERY, "depth": 3, "top_k": 1}, timeout=60)
+    assert r.status_code == 200 and "event: error" in r.text
+    assert "internal error; see the server log" in r.text and "secret" not in r.text
+    assert "secret/weights.bin" in caplog.text  # (the server's log keeps it)
