@@ -148,11 +148,12 @@ class JobQueue:
         """Queue ``fn`` (call from the event loop); raises :class:`QueueFull` when full."""
         loop = asyncio.get_running_loop()
         job = Job(fn, loop.create_future(), loop)
-        with self._lock:
+        with self._lock:  # (queued under the lock: a close() between the check and the put drained the
+            # queue first, and the job landed after its stop marker, never answered, its place held)
             self._refuse_when_full()
             self.waiting += 1
             job.waiting = True
-        self._queue.put_nowait(job)
+            self._queue.put_nowait(job)
         return job
 
     def check_room(self) -> None:

@@ -139,3 +139,37 @@ def test_a_server_that_fails_to_start_says_so_at_once():
     ):
         pass
     assert time.monotonic() - t < 20
+
+
+def test_a_job_queued_while_the_queue_closes_is_answered_not_lost():
+    """submit checked the queue open under its lock but queued the job after releasing it: a
+    close() in between drained the queue first, and the job landed after the stop marker, never
+    answered (its client hung until the shutdown's grace ran out) and its place held for good."""
+    jobs, gate, entered = JobQueue(), threading.Event(), threading.Event()
+    real_put = jobs._queue.put_nowait
+
+    def put_while_closing(job):  # a close() from another thread, as uvicorn's shutdown calls it
+        if job is not None and not entered.is_set():
+            return real_put(job)
+        closer = threading.Thread(target=jobs.close, kwargs={"timeout": 0.1})
+        closer.start()
+        closer.join(0.3)  # (with the job queued under the lock, the close waits for it)
+        return real_put(job)
+
+    async def race():
+        jobs.submit(lambda job: entered.set() or gate.wait(10))  # the worker busy
+        assert await asyncio.to_thread(entered.wait, 10)
+        jobs._queue.put_nowait = put_while_closing
+        job = jobs.submit(lambda job: "answered")
+        try:
+            await asyncio.wait_for(asyncio.shield(job.future), 3)
+        except Cancelled:
+            return "cancelled"
+        except asyncio.TimeoutError:
+            return "lost"
+        finally:
+            gate.set()
+        return job.future.result()
+
+    assert asyncio.run(race()) == "cancelled"
+    assert jobs.waiting == 0
