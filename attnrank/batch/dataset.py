@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..llm.headspec import parse_heads
 from ..rerank.signals import candidate_terms
 from .config import BatchConfig, Resources
@@ -41,15 +42,22 @@ def ray_data_settings(ray: Any, progress: bool) -> Iterator[None]:
         ctx.enable_progress_bars, ctx.raise_original_map_exception = before[1], before[2]
 
 
-def _warn_unplaceable(ray: Any, res: Resources, rerank: bool) -> None:
-    """Say why a run would wait: Ray queues an actor until a node offers what it declares, so on a
-    cluster that lacks it now (a GPU, enough CPUs) the run waits for nodes to join (autoscaling)
-    instead of failing. A local Ray was checked before it started (``attnrank batch``)."""
+def _check_placeable(ray: Any, res: Resources, rerank: bool, local: bool) -> None:
+    """Ray queues an actor until a node offers what it declares. A local Ray (``local``) never
+    gains a node, so an actor it cannot place now is refused (the run waited for ever: the CLI
+    checked it, ``run_batch`` did not); on a cluster that lacks it now (a GPU, enough CPUs) the run
+    waits for nodes to join (autoscaling), which is said."""
     have = ray.cluster_resources()
     needs = [("CPU", res.retrieval_cpus)]
     if rerank:
         needs += [("CPU", res.rerank_cpus), ("GPU", res.rerank_gpus)]
     for kind, amount in needs:
+        if amount > have.get(kind, 0.0) and local:
+            raise InputError(
+                f"an actor needs {amount} {kind} and the local Ray has {have.get(kind, 0.0)}; it would wait for ever: "
+                "give Resources with fewer CPUs per actor (--actor-cpus), device='cpu' without a GPU, or the "
+                "address of a Ray cluster that has them"
+            )
         if amount > have.get(kind, 0.0):
             logger.warning(
                 "the Ray cluster offers %s %s now and an actor needs %s; the run waits until a node with "
@@ -105,10 +113,12 @@ def build_dataset(
     index_tag: str | None,
     *,
     model: DriverModel | None = None,
+    local: bool = False,
 ):
     """The Ray Data dataset: retrieval actors, then (if ``rerank``) reranking actors (``ray.data``
-    imported by :func:`run_batch`'s check of the extra); ``model``: :func:`~attnrank.batch.runner.driver_model`'s."""
-    _warn_unplaceable(ray, res, config.rerank > 0)
+    imported by :func:`run_batch`'s check of the extra); ``model``: :func:`~attnrank.batch.runner.driver_model`'s;
+    ``local``: a Ray started in this process (:func:`_check_placeable`)."""
+    _check_placeable(ray, res, config.rerank > 0, local)
     ds = ray.data.from_items(rows, override_num_blocks=max(1, len(rows) // res.retrieval_batch))
     depth = max(config.k, config.rerank)
     ds = ds.map_batches(

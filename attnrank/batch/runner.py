@@ -225,7 +225,15 @@ def run_batch(
             try:
                 rows = [{"qid": q, "query": qs[q]} for q in todo]
                 with ray_data_settings(ex.ray, progress):
-                    ds = build_dataset(ex.ray, rows, config, res, mine["index_tag"], model=driver_model(model, mine))
+                    ds = build_dataset(
+                        ex.ray,
+                        rows,
+                        config,
+                        res,
+                        mine["index_tag"],
+                        model=driver_model(model, mine),
+                        local=ray_address is None,
+                    )
                     seconds = drain(ds, sink, len(qs), len(qs) - len(todo), on_commit)
                 stats["pipeline_seconds"] = round(seconds, 3)
                 stats["queries_per_second"] = round(len(todo) / max(seconds, 1e-9), 4)

@@ -206,19 +206,24 @@ def test_a_rerank_with_nothing_registered_is_refused_before_ray(
 
 def test_a_cluster_lacking_what_an_actor_declares_is_named(ray_local, caplog):
     """The local Ray has 2 CPUs and no GPU: a GPU rerank actor or a 3-CPU actor would wait for a
-    node to join; the run says so instead of waiting in silence. What fits says nothing."""
-    from attnrank.batch.dataset import _warn_unplaceable
+    node to join; on a cluster the run says so instead of waiting in silence, and a local Ray,
+    which no node ever joins, refuses it (run_batch waited for ever). What fits says nothing."""
+    from attnrank.batch.dataset import _check_placeable
 
     with caplog.at_level("WARNING", logger="attnrank.batch.runner"):
-        _warn_unplaceable(ray_local, Resources(rerank_gpus=0.0), True)
+        for local in (False, True):
+            _check_placeable(ray_local, Resources(rerank_gpus=0.0), True, local)
+            _check_placeable(ray_local, Resources(rerank_gpus=1.0), False, local)  # no reranking: no GPU asked for
         assert not [r for r in caplog.records if r.name.startswith("attnrank")]
-        _warn_unplaceable(ray_local, Resources(rerank_gpus=1.0), True)
-        _warn_unplaceable(ray_local, Resources(rerank_gpus=1.0), False)  # no reranking: the GPU is not asked for
-        _warn_unplaceable(ray_local, Resources(retrieval_cpus=3.0), False)
+        _check_placeable(ray_local, Resources(rerank_gpus=1.0), True, False)
+        _check_placeable(ray_local, Resources(retrieval_cpus=3.0), False, False)
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2, messages
     assert "offers 0.0 GPU now and an actor needs 1.0" in messages[0] and "--device cpu" in messages[0]
     assert "offers 2.0 CPU now and an actor needs 3.0" in messages[1]
+    for res, rerank in ((Resources(rerank_gpus=1.0), True), (Resources(retrieval_cpus=3.0), False)):
+        with pytest.raises(InputError, match=r"an actor needs \d\.0 (GPU|CPU) and the local Ray has"):
+            _check_placeable(ray_local, res, rerank, True)
 
 
 def test_the_drivers_lookups_leave_a_model_it_cannot_read_to_the_workers(tmp_path, caplog):

@@ -63,7 +63,7 @@ def fake_ray(monkeypatch):
         def close(self):
             pass
 
-    def pipeline(ray, rows, config, res, index_tag, *, model=None):
+    def pipeline(ray, rows, config, res, index_tag, *, model=None, local=False):
         state["calls"] += 1
         state["index_tag"] = index_tag  # what the actors check the index they load against
         state["model"] = model  # and the model they load
