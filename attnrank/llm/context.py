@@ -152,8 +152,8 @@ def assemble_windows(
     sliding, limit = has_sliding_layers(cache), context_limit(capturer)
     if limit is not None and max(lengths) > limit:
         raise InputError(
-            f"the block-attention context holds {max(lengths)} tokens, more than this model's sliding window of "
-            f"{limit + 1}; rerank fewer or shorter passages, or use attention='full'"
+            f"the block-attention context holds {max(lengths)} tokens; this model's sliding window of {limit + 1} "
+            f"takes at most {limit} before the query; rerank fewer or shorter passages, or use attention='full'"
         )
     if sliding and len(windows) > 1:
         raise InputError("a model with sliding-window layers takes one block-attention window per pass")

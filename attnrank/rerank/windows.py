@@ -109,9 +109,9 @@ def block_windows(
             i = too_long[0]
             name = repr(whole.doc_ids[i]) if whole.doc_ids else f"#{i}"
             raise InputError(
-                f"document {name} with the block prompt's prefix is {prefix + len(whole.blocks[i])} tokens, more than "
-                f"this model's sliding window keeps ({max_context_tokens + 1}); shorten it (max_doc_words / "
-                "max_doc_tokens), or use attention='full'"
+                f"document {name} with the block prompt's prefix is {prefix + len(whole.blocks[i])} tokens; this "
+                f"model's sliding window of {max_context_tokens + 1} takes at most {max_context_tokens} before the "
+                "query; shorten it (max_doc_words / max_doc_tokens), or use attention='full'"
             )
 
         def size(prompt: BlockPrompt) -> int:  # (a window over the sliding window's tokens: cut further)

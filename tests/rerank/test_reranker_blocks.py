@@ -245,5 +245,8 @@ def test_block_windows_keep_below_a_sliding_window(positions):
     windows = reranker.windows("topic 3", docs)
     assert len(windows) > 1 and sorted(i for w in windows for i in w.doc_index) == list(range(12))
     assert {d.id for d in reranker.rank("topic 3", docs)} == {d.id for d in docs}
-    with pytest.raises(InputError, match=r"document 'long' with the block prompt's prefix is \d+ tokens, more than"):
+    with pytest.raises(
+        InputError,
+        match=r"document 'long' with the block prompt's prefix is \d+ tokens; this model's sliding window of 128 takes at most 127",
+    ):
         reranker.rank("topic 3", [*docs, Document("long", "word " * 60)])
