@@ -155,19 +155,27 @@ def test_ask_refuses_block_options_no_stage_reads(tmp_path, built_retriever):
     assert r.exit_code == 2 and "--no-prune turns pruning off, but --attention configure(s) it" in cli_text(r)
 
 
-def test_serve_builds_its_pruner_as_ask_does(tmp_path, monkeypatch):
-    """The server's pruner took only the reranker's heads: --attention, --block-positions and
-    --state-cache-mb reached the reranker alone."""
+@pytest.fixture
+def served(monkeypatch) -> list:
+    """The (reranker config, pruner config) pairs `attnrank serve` builds its engine with; the
+    command stops there (_Stop), before any model or socket."""
     pytest.importorskip("uvicorn")
     from attnrank.serve import engine
 
-    seen = []
+    seen: list = []
 
     def capture(rerank, *, index=None, prune=True, **kwargs):
         seen.append((rerank, prune))
         raise _Stop
 
     monkeypatch.setattr(engine, "build_engine", capture)
+    return seen
+
+
+def test_serve_builds_its_pruner_as_ask_does(served):
+    """The server's pruner took only the reranker's heads: --attention, --block-positions and
+    --state-cache-mb reached the reranker alone."""
+    seen = served
     r = runner.invoke(app, ["serve", "--preset", "fused", "--attention", "block", "--state-cache-mb", "32"])
     assert isinstance(r.exception, _Stop), r.output
     r = runner.invoke(app, ["serve", "--preset", "fused", "--heads", "0-1"])
@@ -188,19 +196,10 @@ def test_serve_builds_its_pruner_as_ask_does(tmp_path, monkeypatch):
     assert access.level != logging.INFO and logging.getLogger("attnrank").level == logging.WARNING
 
 
-def test_block_attention_reaches_the_pruner_beside_a_reranker_without_attention(monkeypatch):
+def test_block_attention_reaches_the_pruner_beside_a_reranker_without_attention(served):
     """--preset likelihood --attention block was refused (the reranker computes no attention), so
     the default reranker could not run beside a block-attention pruner."""
-    pytest.importorskip("uvicorn")
-    from attnrank.serve import engine
-
-    seen = []
-
-    def capture(rerank, *, index=None, prune=True, **kwargs):
-        seen.append((rerank, prune))
-        raise _Stop
-
-    monkeypatch.setattr(engine, "build_engine", capture)
+    seen = served
     block = ["--attention", "block", "--block-positions", "shared", "--state-cache-mb", "32"]
     r = runner.invoke(app, ["serve", "--preset", "likelihood", *block])
     assert isinstance(r.exception, _Stop), r.output

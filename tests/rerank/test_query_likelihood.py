@@ -287,5 +287,6 @@ def test_forget_passages_makes_the_next_query_a_first_visit(llm):
     rr.forget_passages()
     assert not len(rr.states) and not len(rr._prompt_memo) and not rr.signals.vectors and not len(rr._blocks_memo)
     assert rr._prompt_memo.nbytes == 0 and rr.states.nbytes == 0
-    again = rr.rank(RERANK_QUERY, docs)
-    assert [d.id for d in again] == [d.id for d in first]
+    misses = rr.states.misses
+    again = rr.rank(RERANK_QUERY, docs)  # a first visit: every prompt's states computed again
+    assert rr.states.misses == misses + len(docs) and [d.id for d in again] == [d.id for d in first]
