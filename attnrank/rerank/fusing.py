@@ -21,7 +21,7 @@ from ..types import Document, RankedResults, ScoredDocument, as_documents
 from .config import RerankConfig
 from .fused import ATTENTION, LIKELIHOOD, FusedWeights
 from .inputs import check_query, check_texts
-from .likelihood import PromptIds, query_likelihood, text_room
+from .likelihood import PromptIds, TextRoom, query_likelihood, text_room
 from .signals import SignalComputer
 
 
@@ -62,21 +62,23 @@ class FusedScoring:
         """The fused score (:mod:`attnrank.rerank.fused`) of the candidates from their attention
         (None: weights without attention), and the LLM's scores it read (attention, likelihood)."""
         assert self.fused is not None
-        self._check_fits(query, docs)  # (a query too long for the likelihood: named before the signals run)
+        room = self._check_fits(query, docs)  # (a query too long for the likelihood: named before the signals run)
         texts, ids = [d.full_text for d in docs], [d.id for d in docs]
         signals: dict[str, Any] = dict(self.signals(query, texts, self.fused.text_signals, ids=ids))
         kept: dict[str, np.ndarray] = {}
         if attention is not None:
             kept[ATTENTION] = attention
         if LIKELIHOOD in self.fused.features:
-            kept[LIKELIHOOD] = self._likelihood(query, docs)
+            kept[LIKELIHOOD] = self._likelihood(query, docs, room)
         return self.fused.score({**signals, **kept}), kept
 
-    def _check_fits(self, query: str, docs: Sequence[Document]) -> None:
+    def _check_fits(self, query: str, docs: Sequence[Document]) -> TextRoom | None:
         """Where the query likelihood is read: :class:`InputError` unless the query and each
-        title leave a passage room in the model's context (:func:`text_room`; tokenizing only)."""
+        title leave a passage room in the model's context (:func:`text_room`, returned for the
+        likelihood to read; tokenizing only)."""
         if self.fused is not None and LIKELIHOOD in self.fused.features:
-            text_room(self.llm, query, docs)
+            return text_room(self.llm, query, docs)
+        return None
 
     def likelihood(self, query: str, docs: Sequence[Document | ScoredDocument | str] | RankedResults) -> np.ndarray:
         """UPR's score of each of ``docs`` (Sachan et al. EMNLP 2022): the mean log-probability of
@@ -89,12 +91,14 @@ class FusedScoring:
         check_texts(documents)
         return self._likelihood(query, documents)
 
-    def _likelihood(self, query: str, docs: Sequence[Document]) -> np.ndarray:
-        """Each document's UPR score: the mean log-probability (nats) of the query's tokens."""
+    def _likelihood(self, query: str, docs: Sequence[Document], room: TextRoom | None = None) -> np.ndarray:
+        """Each document's UPR score: the mean log-probability (nats) of the query's tokens
+        (``room``: :func:`text_room` of these, where the caller has it)."""
         scores = query_likelihood(
             self.llm,
             query,
             docs,
+            room=room,
             max_doc_words=self.config.max_doc_words,
             max_doc_tokens=self.config.max_doc_tokens,
             states=self.states,

@@ -104,6 +104,7 @@ def query_likelihood(
     states: StateCache | None = None,
     buffer: ContextBuffer | None = None,
     memo: BlockMemo[PromptIds] | None = None,
+    room: TextRoom | None = None,
 ) -> np.ndarray:
     """Log-probability (nats, float32) of each of ``query``'s tokens (:func:`query_ids`) after
     each document's prompt (:func:`passage_prompt`): shape [docs, query tokens], input order;
@@ -112,16 +113,21 @@ def query_likelihood(
     leaves beside the query. With ``states``, a prompt scored before (for any
     query) reuses its kept key/value states, so only the query's tokens are computed
     (:func:`~attnrank.llm.likelihood.continuation_logprob`); ``memo`` keeps the prompts'
-    token ids, so a passage seen before is not tokenized again."""
+    token ids, so a passage seen before is not tokenized again. ``room``: :func:`text_room` of
+    this query and these documents where the caller has it (it checked them before any work)."""
     tok = llm.tokenizer
-    ids, room, title_tokens = text_room(llm, query, docs)
+    ids, space, title_tokens = room if room is not None else text_room(llm, query, docs)
     # (a max_doc_tokens below 1 reaches truncate_texts, which refuses it)
-    limits = [min(room - n, room if max_doc_tokens is None else max_doc_tokens) for n in title_tokens]
+    limits = [min(space - n, space if max_doc_tokens is None else max_doc_tokens) for n in title_tokens]
     contexts = prompt_ids(tok, docs, max_doc_words, limits, memo)
     return continuation_logprob(llm, contexts, ids, batch_tokens=batch_tokens, states=states, buffer=buffer)
 
 
-def text_room(llm: LLM, query: str, docs: Sequence[Document]) -> tuple[list[int], int, list[int]]:
+# The query's token ids, the tokens a passage's title and text have beside them, each document's title tokens.
+TextRoom = tuple[list[int], int, list[int]]
+
+
+def text_room(llm: LLM, query: str, docs: Sequence[Document]) -> TextRoom:
     """The query's ids (:func:`query_ids`), the tokens the context leaves a passage's title and
     text beside them, and each document's title tokens; :class:`InputError` where the query or a
     title leaves a passage no room. Cheap (tokenizing only): a batch checks it before any work."""
