@@ -191,8 +191,11 @@ def test_attention_flags_the_configuration_does_not_read_are_refused():
         check_attention_computed(None, {"attention": "full"})
     with pytest.raises(typer.BadParameter, match="--block-positions configure.*--preset signals"):
         check_attention_computed("signals", {"block_positions": "rotated"})
-    check_attention_computed(None, {"attention": "full"}, pruner_reads=True)
-    check_attention_computed("signals", {"block_positions": "rotated"}, pruner_reads=True)
+    from attnrank.cli.rerank_config import build_rerank_config
+
+    # where a pruner reads them (ask, serve), the configuration gives them to it alone: accepted
+    assert build_rerank_config(None, attention="full", pruner_reads=True).name == "likelihood"
+    assert build_rerank_config("signals", block_positions="rotated", pruner_reads=True).name == "signals"
     with pytest.raises(typer.BadParameter, match="--no-calibrate configure.*--preset signals"):
         check_attention_computed("signals", {"calibrate": False})
     with pytest.raises(typer.BadParameter, match="--calibrate configure.*--preset signals"):

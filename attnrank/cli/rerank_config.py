@@ -76,21 +76,21 @@ def parse_reweight(text: str) -> Reweighting | None:
 
 def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False, **given: Any) -> RerankConfig:
     """The preset with every option the user gave (not None) applied; ``pruner_reads``: the
-    command also prunes, and its pruner reads :data:`PRUNER_SHARED` (``ask``, ``serve``)."""
+    command also prunes, and its pruner reads ``--attention``, ``--block-positions`` and
+    ``--state-cache-mb`` too (``ask``, ``serve``; :func:`pruning_config`)."""
     overrides = {k: v for k, v in given.items() if v is not None}
     if "reweight" in overrides:
         overrides["reweight"] = parse_reweight(overrides["reweight"])
     if "signals" in overrides:
         overrides["signals"] = signals_setting(overrides["signals"])
     if pruner_reads:  # attention options a reranker without attention would refuse: the pruner's alone
-        signals = {k: v for k, v in overrides.items() if k == "signals"}
         with option_errors():
-            reranker = RERANK_PRESETS[preset_for(preset, overrides)].with_options(**signals)
+            reranker = chosen_preset(preset, overrides)
         if not reranker.uses_attention:
             overrides = {k: v for k, v in overrides.items() if k not in _PRUNER_ATTENTION}
     with option_errors():  # an option value the configuration refuses
         _check_heads(overrides.get("heads"), model=overrides.get("model"))
-        check_attention_computed(preset, overrides, pruner_reads)
+        check_attention_computed(preset, overrides)
         # (the positions last: the configuration refuses them without block attention, the check
         # below names the flags)
         chosen = preset_for(preset, overrides)  # (chosen with the positions: they select the attention preset)
@@ -125,27 +125,27 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
     return config
 
 
-# Reranking options the pruner reads too where a command prunes (one --attention for both stages):
-# given at their default values they are not refused for a reranker that computes no attention.
-PRUNER_SHARED = ("attention", "block_positions", "state_cache_mb")
+def chosen_preset(preset: str | None, overrides: dict[str, Any]) -> RerankConfig:
+    """The preset ``preset`` (or the one the options choose, :func:`~attnrank.rerank.config.preset_for`)
+    with the ``signals`` given: what decides whether attention is computed."""
+    signals = {k: v for k, v in overrides.items() if k == "signals"}
+    return RERANK_PRESETS[preset_for(preset, overrides)].with_options(**signals)
 
 
-def check_attention_computed(preset: str | None, overrides: dict[str, Any], pruner_reads: bool = False) -> None:
+def check_attention_computed(preset: str | None, overrides: dict[str, Any]) -> None:
     """Attention options (``overrides``: the flags given) on a configuration that computes no
     attention would be ignored: refused naming the flags, before the model loads. Without a
     preset, those given at other than their default values select ``fused``
     (:func:`~attnrank.rerank.config.preset_for`); one given at its default value selects nothing,
     so under the default preset it is refused too (``--attention full`` alone ran the default
-    ``likelihood``, which computes no attention, as if it had been honoured), except, where the
-    command's pruner reads them too (``pruner_reads``: ``ask``, ``serve``), those of
-    :data:`PRUNER_SHARED` at their defaults, which there configure the pruner alone."""
-    defaults = field_defaults()
-    shared = PRUNER_SHARED if pruner_reads else ()
-    given = [k for k in overrides if k in ATTENTION_FIELDS and (k not in shared or overrides[k] != defaults[k])]
+    ``likelihood``, which computes no attention, as if it had been honoured). (Where the
+    command's pruner reads ``--attention`` and ``--block-positions`` too, ``ask`` and ``serve``,
+    :func:`build_rerank_config` gives them to the pruner alone beside such a reranker.)"""
+    given = [k for k in overrides if k in ATTENTION_FIELDS]
     if not given:
         return
     signals = {k: v for k, v in overrides.items() if k == "signals"}
-    config = RERANK_PRESETS[preset_for(preset, overrides)].with_options(**signals)
+    config = chosen_preset(preset, overrides)
     read = LIKELIHOOD_FIELDS if config.uses_likelihood else ()  # the query likelihood cuts passages too
     # (a switch named as typed: --no-calibrate, not --calibrate)
     flags = [f"--{'no-' if overrides[k] is False else ''}{k.replace('_', '-')}" for k in given if k not in read]
