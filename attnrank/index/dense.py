@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import IndexFormatError, InputError
 from ..files import check_new_folder
+from ..types import is_count
 from .bm25 import check_k
 from .embed import check_probe, check_prompts, embedder_probe, encode, load_embedder, role_prompts
 from .embed_export import check_backend
@@ -28,6 +29,13 @@ from .embed_export import check_backend
 logger = logging.getLogger(__name__)
 
 INDEX_TYPES = ("flat", "hnsw", "ivf")
+
+
+def check_nprobe(nprobe: object) -> None:
+    """``nprobe`` (IVF lists searched per query) an integer >= 1: 0 built the index after the whole
+    corpus was embedded and failed in every search inside FAISS, -1 overflowed."""
+    if not is_count(nprobe):
+        raise InputError(f"nprobe={nprobe!r} must be an integer >= 1 (IVF lists searched per query; default 16)")
 
 
 def _build_faiss(emb: np.ndarray, kind: str, nprobe: int):
@@ -78,6 +86,7 @@ class DenseIndex:
         backend: str = "torch",
     ):
         check_index_type(kind)
+        check_nprobe(nprobe)
         self.model_name, self.kind, self.nprobe = model, kind, nprobe
         self.batch_size, self.device, self.backend = batch_size, device, check_backend(backend)
         self.faiss_index: Any = None
@@ -258,6 +267,7 @@ class DenseIndex:
         if kind == "ivf":
             ivf = faiss.extract_index_ivf(self.faiss_index)
             if nprobe is not None:
+                check_nprobe(nprobe)
                 ivf.nprobe = nprobe
             self.nprobe = int(ivf.nprobe)
             if flags & faiss.IO_FLAG_MMAP:

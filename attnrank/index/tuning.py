@@ -54,6 +54,8 @@ def tune_alpha(
     labelled = {q: t for q, t in queries.items() if q in qrels}
     if not labelled:
         raise InputError("none of the given queries has relevance judgments; tuning needs labelled queries")
+    # a search's own checks (documents indexed, every query a text): candidates() makes none
+    retriever._check_search(list(labelled.values()), k)
     before = (retriever.fusion, retriever.alpha, retriever.norm)
     try:
         best = _grid(retriever, labelled, qrels, alphas, norms, metric, min(k, retriever.num_docs), rel)

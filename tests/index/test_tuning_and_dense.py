@@ -31,6 +31,18 @@ def test_tune_alpha_on_labelled_queries(built_retriever, scifact_mini):
         built_retriever.set_fusion(before[0], alpha=before[1], norm=before[2])
     with pytest.raises(InputError, match="none of the given queries has relevance judgments"):
         tune_alpha(built_retriever, {"x": "unlabelled"}, qrels)
+    # a search's own checks: an empty labelled query was embedded and scored into the grid
+    qid = next(iter(qrels))
+    with pytest.raises(InputError, match="empty"):
+        tune_alpha(built_retriever, {qid: "   "}, qrels)
+
+
+@pytest.mark.parametrize("nprobe", [0, -1, 2.5, True])
+def test_nprobe_is_a_positive_count(nprobe):
+    """0 built an IVF index after the whole corpus was embedded, then failed in every search
+    inside FAISS; -1 overflowed."""
+    with pytest.raises(InputError, match=f"nprobe={nprobe!r} must be an integer >= 1"):
+        DenseIndex(kind="ivf", nprobe=nprobe)
 
 
 @pytest.mark.parametrize("kind", ["hnsw", "ivf"])
