@@ -8,6 +8,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -347,3 +348,28 @@ def png_software(path: Path) -> str:
 def has_png_mark(path: Path) -> bool:
     """A PNG attnrank wrote with ``metadata={"Software": PNG_SOFTWARE}``."""
     return png_software(path).startswith(PNG_SOFTWARE)
+
+
+_MKDTEMP = re.compile(r"^\..+\.tmp-[a-z0-9_]{8}$")  # tempfile.mkdtemp's names, as builds once named theirs
+
+
+def remove_killed_builds(folder: Path, what: str = "a build") -> list[Path]:
+    """Remove the temporary folders that builds of ``folder`` (``what``: a de-quantized GGUF, an
+    embedder export) killed midway left beside it (``.NAME.tmp-PID-HEX``, and
+    ``.NAME.tmp-XXXXXXXX`` that ``tempfile.mkdtemp`` named before 2026-12-06; hundreds of MB
+    each). Called with the build's lock held and before this build makes its own, so every one is
+    a leftover where the lock works; where it does not (some network file systems), a folder
+    named by another process that runs here is left."""
+    removed = []
+    for p in folder.parent.iterdir():
+        m = SIBLING.match(p.name)
+        old = m is None and _MKDTEMP.match(p.name) is not None and p.name.startswith(f".{folder.name}.tmp-")
+        if not (old or (m and m["kind"] == "tmp" and m["name"] == folder.name)) or not p.is_dir() or p.is_symlink():
+            continue
+        if m is not None and int(m["pid"]) != os.getpid() and process_alive(int(m["pid"])):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        if not p.exists():
+            removed.append(p)
+            logger.warning("removed %s, left by %s that was killed", p, what)
+    return removed

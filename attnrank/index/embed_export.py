@@ -33,9 +33,7 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -44,7 +42,7 @@ import numpy as np
 
 from ..config import cache_dir, thread_count
 from ..errors import InputError, ModelError, require
-from ..files import file_sha256, fsync_folder, fsync_tree, held_lock
+from ..files import file_sha256, fsync_folder, fsync_tree, held_lock, remove_killed_builds, sibling
 from .folders import swap_in
 
 logger = logging.getLogger(__name__)
@@ -190,8 +188,11 @@ def build_export(model_path: str | Path, variant: str, folder: Path, key: str) -
     max_len = int(st.max_seq_length or tokenizer.model_max_length)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max(max_len, 2))
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    os.chmod(tmp, 0o755)
+    # (named by this process, as the GGUF cache's builds are: a killed export's graph, hundreds of
+    # MB, was left for good under a mkdtemp name; the next export, under the lock, removes it)
+    remove_killed_builds(folder, "an embedder export")
+    tmp = sibling(folder, "tmp")
+    tmp.mkdir(mode=0o755)
     try:
         module = _pooled_module(st, mode)
         with torch.no_grad():

@@ -11,7 +11,6 @@ import copy
 import json
 import logging
 import os
-import re
 import shutil
 import struct
 import time
@@ -22,7 +21,7 @@ import torch
 
 from attnrank import config
 from attnrank.errors import ModelError
-from attnrank.files import SIBLING, fsync_folder, fsync_tree, held_lock, process_alive, sibling
+from attnrank.files import fsync_folder, fsync_tree, held_lock, remove_killed_builds, sibling
 
 from .fingerprint import file_sha256
 
@@ -74,33 +73,11 @@ def ensure_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     with held_lock(folder.with_name(f".{folder.name}.lock")):
         if not cache_complete(folder):
-            remove_killed_builds(folder)
+            remove_killed_builds(folder, "a de-quantizing build")
             build_gguf_cache(gguf, folder, digest)
 
 
-def remove_killed_builds(folder: Path) -> list[Path]:
-    """Remove the temporary folders that builds of ``folder`` killed midway left beside it
-    (``.NAME.tmp-PID-HEX``, and ``.NAME.tmp-XXXXXXXX`` of attnrank before 2026-12-06; hundreds of
-    MB each). Called with the build's lock held and before this build makes its own, so every one
-    is a leftover where the lock works; where it does not (some network file systems), a folder
-    named by another process that runs here is left."""
-    removed = []
-    for p in folder.parent.iterdir():
-        m = SIBLING.match(p.name)
-        old = m is None and _MKDTEMP.match(p.name) is not None and p.name.startswith(f".{folder.name}.tmp-")
-        if not (old or (m and m["kind"] == "tmp" and m["name"] == folder.name)) or not p.is_dir() or p.is_symlink():
-            continue
-        if m is not None and int(m["pid"]) != os.getpid() and process_alive(int(m["pid"])):
-            continue
-        shutil.rmtree(p, ignore_errors=True)
-        if not p.exists():
-            removed.append(p)
-            logger.warning("removed %s, left by a de-quantizing build that was killed", p)
-    return removed
-
-
 # the temporary folders of builds before 2026-12-06 (tempfile.mkdtemp: 8 characters after "tmp-")
-_MKDTEMP = re.compile(r"^\..+\.tmp-[a-z0-9_]{8}$")
 
 
 def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:

@@ -234,3 +234,26 @@ def test_a_bad_embed_backend_at_load_names_the_argument_not_the_index(encoder_di
     with pytest.raises(InputError, match="embed backend 'bogus' is not one of") as e:  # was: rebuild the index
         HybridRetriever.load(tmp_path / "idx", embed_backend="bogus")
     assert not isinstance(e.value, IndexFormatError)
+
+
+def test_an_export_removes_what_killed_exports_left(encoder_dir):
+    """An export killed midway left its tempfile-named folder (its graph, hundreds of MB for a real
+    model) for good; exports name theirs by their process now, and the next one removes a killed
+    one's, as the GGUF cache's builds do. Another cache's folder stays."""
+    import subprocess
+    import sys
+
+    embed_export.load_exported(encoder_dir, "onnx")
+    folder = _export_folder(encoder_dir)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = folder.with_name(f".{folder.name}.tmp-{int(gone.stdout)}-0123abcd")
+    older = folder.with_name(f".{folder.name}.tmp-k3_9zq1x")
+    other = folder.with_name(f".other-export.tmp-{int(gone.stdout)}-0123abcd")
+    for p in (killed, older, other):
+        p.mkdir()
+        (p / "float32.onnx").write_bytes(b"half")
+    meta = folder / "attnrank.json"
+    meta.write_text(meta.read_text().replace('"key"', '"key_"', 1))  # not reusable: exported again
+    embed_export.load_exported(encoder_dir, "onnx")
+    assert not killed.exists() and not older.exists() and other.is_dir()
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}.tmp-")]
