@@ -194,9 +194,10 @@ say; each is fixed for the next run, and the records keep the figures they were 
   its own) and tokenizing is a small part of a cold query, but where it did, those cold seconds
   are a little low: block attention's cold speed-ups over the full prompt (which tokenizes afresh,
   and keeps nothing) a little high, and warm-over-cold ratios a little low.
-- `rerank_presets` and `likelihood_states*` warmed up on their first query's own candidates and
-  then timed that query with every cache filled (a review's tiny-model check: its first timed query
-  found all its states); the rest of their queries were timed as labelled. The kernel comparisons
+- `rerank_presets` warmed up on its first query's own candidates and then timed that query with
+  every cache filled (a review's tiny-model check: its first timed query found all its states);
+  `likelihood_states*` cleared the states after the same warm-up but kept the tokenization and
+  vectors. The rest of their queries were timed as labelled. The kernel comparisons
   ran SDPA before few-rows on every query; they alternate now.
 - Seven scripts wrote a command line built by hand in their record, which could drop options
   (`likelihood*`'s `--dtype`, set sizes, `likelihood_tokens`' set sizes, `adapter*`'s `--rank` and
