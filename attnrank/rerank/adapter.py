@@ -211,9 +211,16 @@ class HeadAdapter:
             raise InputError(f"adapter folder {out} is a file; give a folder for {WEIGHTS_FILE} and {META_FILE}")
         for name in (WEIGHTS_FILE, META_FILE):
             check_file_target(out / name, "head adapter file")
-        ours = _is_adapter_meta(out / META_FILE)
-        for name, what in ((WEIGHTS_FILE, "a head adapter's tensors file"), (META_FILE, "a head adapter's metadata")):
-            refuse_replacing(out / name, lambda p: ours or _is_adapter_weights(p), what, "head adapter file")
+        # each file by its own test: a user's file under the tensors' name was replaced wherever the
+        # metadata beside it was an adapter's (the tensors file it describes, by its SHA-256, may go)
+        described = _described_weights(out / META_FILE)
+        refuse_replacing(
+            out / WEIGHTS_FILE,
+            lambda p: _is_adapter_weights(p) or described == file_sha256(p),
+            "a head adapter's tensors file",
+            "head adapter file",
+        )
+        refuse_replacing(out / META_FILE, _is_adapter_meta, "a head adapter's metadata", "head adapter file")
         tensors = {k: v.detach().cpu().contiguous() for k, v in self.tensors.items()}
         with atomic_path(out / WEIGHTS_FILE) as tmp:
             save_file(tensors, str(tmp), metadata={"attnrank": ADAPTER_MARK})
@@ -294,6 +301,15 @@ def _is_adapter_meta(path: Path) -> bool:
     except InputError:
         return False
     return True
+
+
+def _described_weights(meta: Path) -> str | None:
+    """The SHA-256 of the tensors file that the head adapter metadata ``meta`` describes (None where
+    ``meta`` is no adapter's, or records none)."""
+    try:
+        return _read_adapter_meta(meta).get("weights_sha256")
+    except InputError:
+        return None
 
 
 def _is_adapter_weights(path: Path) -> bool:

@@ -228,6 +228,12 @@ def test_save_replaces_only_a_head_adapter(tmp_path):
     adapter.save(ours)
     HeadAdapter({"w": torch.zeros(3)}, [(1, 2)], 1, 8, 16.0, "tiny", "a" * 64).save(ours)
     assert HeadAdapter.load(ours).heads == [(1, 2)]
+    # a user's file under the tensors' name beside an adapter's metadata: refused (it was replaced,
+    # as the metadata was attnrank's)
+    (ours / "adapter.safetensors").write_bytes(b"USER DATA")
+    with pytest.raises(InputError, match="adapter.safetensors exists and is not a head adapter's tensors"):
+        adapter.save(ours)
+    assert (ours / "adapter.safetensors").read_bytes() == b"USER DATA"
 
 
 def test_load_refuses_tensors_the_metadata_was_not_saved_with(tmp_path):
