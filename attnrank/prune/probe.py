@@ -113,6 +113,12 @@ def design(
     x = np.asarray(head_scores, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] != len(positions):
         raise InputError(f"head scores of shape {x.shape} do not match {len(positions)} sentence positions")
+    if not np.isfinite(x).all():  # (standardising zeroed such a column: every sentence tied, without a word)
+        s, h = (int(i) for i in np.argwhere(~np.isfinite(x))[0])
+        raise InputError(
+            f"head score {x[s, h]} (sentence {s}, head column {h}) is not finite; check the model's dtype "
+            "(an overflow: use float32 or bfloat16)"
+        )
     bad = set(extras) - set(EXTRAS)
     if bad:
         raise InputError(f"unknown probe extras {sorted(bad)}; choose from {EXTRAS}")
@@ -178,6 +184,20 @@ class SentenceProbe(RegistryArtifact):
                 f"sentence probe heads {list(self.heads)[:8]} are not each once in (layer, head) order, the order "
                 "its weights are read in; sort the heads with their weights (train_probe does)"
             )
+        # (each of these was found at the first prune, after the model had loaded, or never: NaN
+        # weights scored every sentence NaN)
+        bad = sorted(set(self.extras) - set(EXTRAS))
+        if bad:
+            raise InputError(f"sentence probe extras {bad} are unknown; the extras are {EXTRAS}")
+        weights = np.asarray(self.weights, dtype=np.float64)
+        columns = len(self.heads) * (1 + ("passage-heads" in self.extras)) + sum(
+            e != "passage-heads" for e in self.extras
+        )
+        if weights.shape != (columns,) or not np.isfinite(weights).all() or not np.isfinite(self.bias):
+            raise InputError(
+                f"sentence probe weights (shape {weights.shape}) are not {columns} finite numbers, one per feature "
+                f"of its {len(self.heads)} heads and extras {list(self.extras)}; train the probe again"
+            )
 
     @property
     def head_pairs(self) -> list[tuple[int, int]]:
@@ -219,7 +239,7 @@ class SentenceProbe(RegistryArtifact):
             if not isinstance(data.get("capture", {}), dict):
                 raise TypeError(f"capture {data['capture']!r} is not an object")
             probe = cls(**{**data, "weights": np.asarray(data["weights"], dtype=np.float64)})
-        except (KeyError, TypeError, InputError) as e:  # (InputError: heads out of order, a length_norm)
+        except (KeyError, TypeError, ValueError, InputError) as e:  # (InputError: heads out of order, a length_norm)
             raise InputError(f"stored sentence probe is malformed ({e}); train and save it again") from None
         return probe
 

@@ -289,3 +289,26 @@ def test_a_probe_of_an_unknown_length_norm_is_refused():
     with pytest.raises(InputError, match="length_norm='SQRT' is not one of"):
         SentenceProbe(np.zeros(1), 0.0, ["0-1"], [], "SQRT")
     assert SentenceProbe(np.zeros(1), 0.0, ["0-1"], [], "none").length_norm == "none"
+
+
+def test_a_probe_is_checked_when_made_or_loaded_not_at_its_first_prune():
+    """NaN weights scored every sentence NaN; a weight count or extras that do not match its
+    features, and weights that are not numbers, were found at the first prune after the model
+    had loaded (or as a ValueError traceback)."""
+    with pytest.raises(InputError, match=r"not 2 finite numbers"):
+        SentenceProbe(np.array([np.nan, 1.0]), 0.0, ["0-1", "2-3"], [])
+    with pytest.raises(InputError, match=r"not 2 finite numbers"):
+        SentenceProbe(np.zeros(3), 0.0, ["0-1", "2-3"], [])
+    with pytest.raises(InputError, match=r"extras \['bogus'\] are unknown"):
+        SentenceProbe(np.zeros(3), 0.0, ["0-1", "2-3"], ["bogus"])
+    good = SentenceProbe(np.zeros(8), 0.0, ["0-1", "2-3"], list(EXTRAS))  # 2 heads, 2 per-head passage, 4 more
+    data = {**good.to_json(), "weights": ["x", 1]}
+    with pytest.raises(InputError, match="stored sentence probe is malformed"):
+        SentenceProbe.from_json(data)
+
+
+def test_a_non_finite_head_score_is_refused_not_zeroed():
+    """Standardising zeroed a column holding NaN: every sentence tied, without a word."""
+    probe = SentenceProbe(np.array([1.0, 1.0]), 0.0, ["0-1", "2-3"], [])
+    with pytest.raises(InputError, match=r"head score nan \(sentence 1, head column 0\) is not finite"):
+        probe.score(np.array([[1.0, 5.0], [np.nan, 0.0], [3.0, 1.0]]), [(0, 0), (0, 1), (0, 2)])
