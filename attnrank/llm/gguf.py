@@ -29,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 
 # what the GGUF reader raises for a truncated or foreign file (not memory or other faults)
-GGUF_READ_ERRORS = (ValueError, KeyError, IndexError, TypeError, EOFError, OSError, struct.error)
+# (NotImplementedError: a quantization type gguf-py cannot de-quantize, a model type transformers cannot read)
+GGUF_READ_ERRORS = (ValueError, KeyError, IndexError, TypeError, EOFError, OSError, struct.error, NotImplementedError)
 
 
 def load_gguf_uncached(gguf: Path) -> tuple[Any, Any]:

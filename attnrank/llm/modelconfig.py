@@ -124,6 +124,17 @@ def check_causal_lm_config(cfg: Any, model_id: str) -> None:
             "decoder-only causal LM; attention reranking needs a decoder-only "
             "causal LM such as Llama, Qwen2, Mistral or Gemma"
         )
+    quantized = getattr(cfg, "quantization_config", None) or {}
+    method = str(
+        quantized.get("quant_method", "?") if isinstance(quantized, dict) else getattr(quantized, "quant_method", "?")
+    )
+    # (loaded, it needed its library, and where installed ran quantized whatever dtype was asked; a
+    # GGUF's is attnrank's own de-quantization)
+    if quantized and method.lower() != "gguf":
+        raise ModelError(
+            f"{model_id!r} ({arch}) is pre-quantized ({method}); attnrank loads float weights (and quantizes them "
+            "itself with --dtype int8): give the model's unquantized weights"
+        )
     if not getattr(text_config(cfg), "num_attention_heads", None):
         raise ModelError(
             f"{model_id!r} ({arch}): its config has no num_attention_heads, so its "

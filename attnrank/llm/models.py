@@ -354,22 +354,32 @@ def _load_folder(
     tokenizer = _tokenizer(source, model_id, local_files_only=local_files_only)
     device_map = str(dev) if dev.type == "cuda" else None  # straight to the GPU, no CPU copy
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
             source,
             config=cfg,
             dtype=torch_dtype,
             attn_implementation="sdpa",
             local_files_only=local_files_only,
             device_map=device_map,
+            output_loading_info=True,
         )
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load {model_id!r} as a causal LM with SDPA attention: {e}") from e
+        model, info = loaded
+    except (OSError, ValueError, RuntimeError, ImportError) as e:  # (RuntimeError: weights of other shapes)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"cannot load {model_id!r} as a causal LM with SDPA attention: {first}") from e
     except (SafetensorError, pickle.UnpicklingError, EOFError) as e:  # (a weights file cut short: a traceback)
         raise ModelError(
             f"cannot read the weights of {model_id!r} ({type(e).__name__}: {e}); a weights file may be incomplete: "
             "copy or download the model again"
         ) from e
-    model = (model if device_map else model.to(dev)).eval()  # type: ignore[arg-type]
+    missing = list(info.get("missing_keys") or [])
+    if missing:  # (transformers fills them with random values and only prints a report: a partly random model)
+        shown = ", ".join(sorted(missing)[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ModelError(
+            f"the weights of {model_id!r} lack {len(missing)} tensor(s) its config asks for ({shown}); a weights file "
+            "is incomplete or of another model: copy or download the model again"
+        )
+    model = (model if device_map else model.to(dev)).eval()
     check_attention_modules(model, model_id)
     return LLM(model, tokenizer, model_id, fingerprint="")
 
@@ -395,11 +405,16 @@ def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
     from transformers import AutoTokenizer
 
     # (a GGUF's tokenizer is read from the file: what its reader raises for a truncated one too)
-    errors = GGUF_READ_ERRORS if "gguf_file" in kwargs else (OSError, ValueError)
+    # (tokenizers raises a bare Exception for a tokenizer.json it cannot read, e.g. a newer one's)
+    errors = GGUF_READ_ERRORS if "gguf_file" in kwargs else (Exception,)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     except errors as e:
-        raise ModelError(f"cannot load the tokenizer of {model_id!r}: {e}") from e
+        raise ModelError(
+            f"cannot load the tokenizer of {model_id!r}: {e} (a tokenizer.json of a newer tokenizers: upgrade it)"
+            if type(e) is Exception
+            else f"cannot load the tokenizer of {model_id!r}: {e}"
+        ) from e
     return _checked_tokenizer(tokenizer, model_id)
 
 

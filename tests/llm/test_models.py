@@ -577,3 +577,43 @@ def test_a_model_under_the_home_folder_is_read_before_its_load(tmp_path, monkeyp
     monkeypatch.setenv("HOME", str(tmp_path))
     assert modelconfig.model_shape("~/x.gguf") == (7, 5)
     assert modelconfig.model_context_length("~/x.gguf") == 2048
+
+
+def test_a_folder_whose_weights_lack_tensors_is_refused_not_filled_at_random(tmp_path):
+    """transformers fills missing tensors with random values and prints a report: attnrank
+    reranked with a partly random model, exit 0."""
+    from _tiny import save_tiny
+    from safetensors.torch import load_file, save_file
+
+    folder = save_tiny(tmp_path / "m", layers=2)
+    weights = folder / "model.safetensors"
+    tensors = {k: v for k, v in load_file(str(weights)).items() if "layers.1.self_attn" not in k}
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    with pytest.raises(ModelError, match=r"lack \d+ tensor\(s\) its config asks for \(model\.layers\.1\.self_attn"):
+        load_llm(str(folder), dtype="float32")
+
+
+def test_a_pre_quantized_or_mismatched_model_is_one_line_not_a_traceback(tmp_path):
+    """A config with a quantization_config raised ImportError (its library missing) or loaded
+    quantized whatever dtype was asked; weights of other shapes raised RuntimeError; a
+    tokenizer.json the installed tokenizers cannot read raised a bare Exception."""
+    import json
+
+    from _tiny import save_tiny
+
+    quant = save_tiny(tmp_path / "q", layers=1)
+    cfg = json.loads((quant / "config.json").read_text())
+    (quant / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "bitsandbytes"}}))
+    with pytest.raises(ModelError, match=r"is pre-quantized \(bitsandbytes\); attnrank loads float weights"):
+        load_llm(str(quant), dtype="float32")
+    other = save_tiny(tmp_path / "o", layers=1)
+    cfg = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**cfg, "intermediate_size": cfg["intermediate_size"] // 2}))
+    with pytest.raises(ModelError, match=r"cannot load .* as a causal LM with SDPA attention: \S"):
+        load_llm(str(other), dtype="float32")
+    broken = save_tiny(tmp_path / "t", layers=1)
+    tok = json.loads((broken / "tokenizer.json").read_text())
+    tok["model"]["type"] = "Foo"
+    (broken / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(ModelError, match="cannot load the tokenizer of"):
+        load_llm(str(broken), dtype="float32")
