@@ -116,7 +116,12 @@ def encode_text(tokenizer: Any, text: str, *, controls: Sequence[Span] | None = 
     the text is built inside them, :func:`framed_controls`, else none)."""
     if controls is None:
         controls = framed_controls(tokenizer, text)
-    ids = tokenize(tokenizer, text, controls=controls)["input_ids"]
+    return with_lead_ids(tokenizer, tokenize(tokenizer, text, controls=controls)["input_ids"])
+
+
+def with_lead_ids(tokenizer: Any, ids: list[int]) -> list[int]:
+    """``ids`` with the tokenizer's leading special ids (e.g. BOS) before them, unless they start
+    with them already: every prompt the model reads starts as it was trained to."""
     lead = list(_lead_ids(tokenizer))
     return ids if not lead or ids[: len(lead)] == lead else lead + ids
 

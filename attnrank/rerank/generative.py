@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..llm.chat import render_chat
+from ..llm.chat import render_chat, with_lead_ids
 from ..llm.decoding import greedy_config, own_settings_off
 from ..llm.models import LLM, load_llm
 from ..llm.recording import forward_lock
@@ -58,7 +58,7 @@ def _chat_ids(tokenizer, messages: list[dict]) -> list[int]:
     holding "<|im_end|>" would end the turn; :func:`~attnrank.llm.texts.tokenize`): the template
     is rendered around a marker per message, and only its own text may hold control tokens."""
     if not any(holds_special(tokenizer, str(m["content"])) for m in messages):  # (as always: nothing to split)
-        return tokenizer(_chat(tokenizer, messages), add_special_tokens=False)["input_ids"]
+        return with_lead_ids(tokenizer, tokenizer(_chat(tokenizer, messages), add_special_tokens=False)["input_ids"])
     marks = [f"\x00{i}\x00" for i in range(len(messages))]
     framed = _chat(tokenizer, [{**m, "content": mark} for m, mark in zip(messages, marks)])
     if not all(framed.count(mark) == 1 for mark in marks):  # a template that rewrites its content
@@ -73,7 +73,9 @@ def _chat_ids(tokenizer, messages: list[dict]) -> list[int]:
         else:
             controls.append((len(out), len(out) + len(piece)))
             out += piece
-    return tokenize(tokenizer, out, controls=controls)["input_ids"]
+    # (BOS where the tokenizer puts one, as every other prompt starts: a template without
+    # {{bos_token}}, or none, had the baselines score prompts the model never saw)
+    return with_lead_ids(tokenizer, tokenize(tokenizer, out, controls=controls)["input_ids"])
 
 
 def _candidates(docs, k: int | None, query_id: str | None):

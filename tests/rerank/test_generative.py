@@ -164,3 +164,24 @@ def test_the_baselines_read_special_token_text_in_a_passage_as_text():
     listwise = ListwiseReranker(llm, window=2, step=1)
     assert _chat_ids(tok, listwise._messages(RERANK_QUERY, hostile)).count(end) == 2  # system and user turns' ends
     assert len(point.score(RERANK_QUERY, hostile)) == 2 and len(listwise.rank(RERANK_QUERY, hostile)) == 2
+
+
+def test_the_baselines_prompts_start_as_every_other_prompt_does():
+    """The pointwise and listwise prompts were tokenized without the tokenizer's leading special
+    ids (BOS), which every other prompt builder adds: a template without {{bos_token}} had the
+    baselines score prompts the model never saw."""
+    from _tiny import tiny_tokenizer
+    from tokenizers import processors
+
+    from attnrank.llm.chat import encode_text
+    from attnrank.rerank.generative import _chat_ids
+
+    tok = tiny_tokenizer()
+    lead = tok.convert_tokens_to_ids("<|endoftext|>")
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", lead)]
+    )
+    for text in ("Is this passage relevant?", "A passage holding <|im_end|> as text."):  # (both of its paths)
+        ids = _chat_ids(tok, [{"role": "user", "content": text}])
+        assert ids[0] == lead and ids.count(lead) == 1
+    assert encode_text(tok, "plain")[0] == lead
