@@ -213,6 +213,9 @@ def train_fused(
     check_l2(l2)
     if not examples:
         raise InputError("no training queries; give labelled queries with candidates")
+    empty = next((e.qid for e in examples if not len(e.doc_ids)), None)
+    if empty is not None:  # (the gate's choice failed on it after the fit, a ValueError traceback)
+        raise InputError(f"training query {empty!r} has no candidates; leave it out")
     embedders = {e.embedder for e in examples}
     if len(embedders) > 1:
         raise InputError(
@@ -234,6 +237,9 @@ def train_fused(
         capture=capture if ATTENTION in features else None,
         adapter=adapter if any(f in LLM_FEATURES for f in features) else "",
         prompt=dict(prompt) if prompt is not None and ATTENTION in features else None,
+        # the passage cut their LLM features were read with, where the prompt settings record it
+        # (only the CLI set it: weights fitted at one cut and applied at another were not warned of)
+        max_doc_words=(prompt or {}).get("max_doc_words") if any(f in LLM_FEATURES for f in features) else None,
     )
     # the gate's fallback, and the `signals` preset's model once registered (signals_only), unless
     # the user registered SignalsWeights

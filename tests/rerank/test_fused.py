@@ -227,3 +227,26 @@ def test_weights_stored_before_the_learner_rename_still_load():
     assert "model" not in FusedWeights.from_json({**base, "model": "equal"}).to_json()
     with pytest.raises(InputError, match="malformed"):
         FusedWeights.from_json({**base, "model": "pairwise", "learner": "pointwise"})
+
+
+def test_training_records_the_passage_cut_and_refuses_a_query_without_candidates(make_examples, caplog):
+    """train_fused stored the cut only inside its prompt record, which no check read: weights fitted
+    at one cut and applied at another were not warned of (only the CLI set max_doc_words). A query
+    without candidates failed in the gate's choice, after the fit, as a ValueError."""
+    from dataclasses import replace
+
+    examples = make_examples(20, "a", 0.5, 1)
+    fused = train_fused(examples, prompt={"max_doc_words": 50, "instruction": "qa"}, capture="full")
+    assert fused.max_doc_words == 50
+    with caplog.at_level("WARNING"):
+        fused.warn_if_cut_otherwise(300)
+    assert "fitted to passages cut to 50 words" in caplog.text
+    empty = replace(
+        examples[0],
+        qid="q-empty",
+        doc_ids=[],
+        labels=np.zeros(0),
+        signals={k: np.zeros(0) for k in examples[0].signals},
+    )
+    with pytest.raises(InputError, match="training query 'q-empty' has no candidates"):
+        train_fused([*examples, empty])
