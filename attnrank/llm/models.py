@@ -135,7 +135,9 @@ class LLM:
 
 
 def load_llm(model: str | os.PathLike[str] | None = None, *, dtype: str = "auto", device: str = "cpu") -> LLM:
-    """Load a causal LM for attention reranking (once per process per model/dtype/device).
+    """Load a causal LM for attention reranking (once per process per model/dtype/device, for the
+    two most recently loaded: a third evicts the oldest, and loading that one again loads a second
+    copy beside one still held; hold the LLM and pass it to every stage instead).
 
     ``model``: ``None`` / ``"smollm2-135m"`` (offline default), a Hugging Face id, a local model
     folder or a local ``.gguf`` file (a str or a :class:`~pathlib.Path`). ``dtype``: ``"auto"`` (on CPU bfloat16 with AMX or AVX-512 BF16, else
