@@ -379,10 +379,16 @@ def train_head_adapter(
         item = usable[i]
         scores = list_scores(capturer, llm.tokenizer, item.query, item.docs, prompt)
         loss = listwise_loss(scores, item.labels, cfg.temperature, cfg.normalize)
+        if not torch.isfinite(loss):  # (the next capture failed as "check the dtype": the wrong cause)
+            raise InputError(f"adapter training diverged at step {step + 1} (loss {loss.item()}); lower lr={cfg.lr:g}")
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.clip_norm)
         optim.step()
+        if not all(bool(torch.isfinite(p).all()) for p in params):
+            raise InputError(
+                f"adapter training diverged at step {step + 1}: its weights are no longer finite; lower lr={cfg.lr:g}"
+            )
         losses.append(loss.item())
         if progress is not None:
             progress(step, losses[-1])

@@ -333,3 +333,11 @@ def test_fused_weights_record_the_adapter_and_score_only_on_its_model(trained, t
     # weights that read no LLM feature, or trained on nothing, are the model's whatever adapter it carries
     assert AttentionReranker(adapted, signals=FusedWeights(["bm25", "dense"], [1.0, 1.0])).fused is not None
     assert AttentionReranker(adapted, config="likelihood").fused.trained_on == UNTRAINED
+
+
+def test_training_that_diverges_says_so_naming_the_step_and_the_learning_rate():
+    """At a learning rate far too high the weights left the finite numbers, and the next capture
+    failed as 'check the model weights and dtype (float16 overflow)': the wrong cause."""
+    llm = _llm()
+    with pytest.raises(InputError, match=r"adapter training diverged at step \d+.*lower lr=1e\+06"):
+        train_head_adapter(llm, HEADS, _lists(), config=AdapterConfig(rank=4, alpha=8.0, steps=24, lr=1e6))
