@@ -504,7 +504,14 @@ def main() -> None:
     heads = pruner.heads or [(l, h) for l in range(pruner.llm.num_layers) for h in range(pruner.llm.num_heads)]
     from attnrank.prune.probe import probe_capture
 
-    probes = probe_scores(questions, recs, methods, heads, args, probe_capture(scorers.pruners["query"].config))
+    probes = probe_scores(
+        questions,
+        recs,
+        methods,
+        heads,
+        args,
+        probe_capture(scorers.pruners["query"].config, scorers.pruners["query"].llm.adapter),
+    )
     if args.ship and "probe" in probes:
         probes["probe"].save(args.model_id, args.model_fp, root=REPO / "attnrank" / "heads" / "data")
     rows, per_q = evaluate(questions, recs, methods, ratios, args.seeds)

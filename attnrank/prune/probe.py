@@ -37,6 +37,7 @@ import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -71,11 +72,14 @@ DEFAULT_CAPTURE: dict[str, Any] = {
 }
 
 
-def probe_capture(config: Any) -> dict[str, Any]:
+def probe_capture(config: Any, adapter: str = "") -> dict[str, Any]:
     """The settings of a pruner's configuration (:class:`~attnrank.prune.config.PruneConfig`)
-    that its sentence features depend on (block attention named with its positions)."""
+    that its sentence features depend on (block attention named with its positions), and the
+    head adapter of its model (``LLM.adapter``; recorded only where there is one, as probes saved
+    before it was recorded are of models without)."""
     attention = config.attention if config.attention != "block" else f"block:{config.block_positions}"
     return {
+        **({"adapter": adapter} if adapter else {}),
         "attention": attention,
         "calibrate": config.calibrate,
         "sink": config.sink,
@@ -232,6 +236,19 @@ class SentenceProbe(RegistryArtifact):
                 f"probe's {len(self.heads)} heads"
             )
         return standardise(x) @ self.weights + self.bias
+
+    def save(self, model_id: str, fingerprint: str, *, root: Path | None = None) -> Path:
+        """Register the probe for the model, refused for one trained on a model with a head
+        adapter merged in: the registry keys it by the base model's fingerprint, where the base
+        model would find it (as learned and fused weights are refused)."""
+        adapter = self.capture.get("adapter", "")
+        if adapter:
+            raise InputError(
+                f"this sentence probe was trained on {model_id!r} with the head adapter {adapter} merged in, and the "
+                "registry keys probes by the base model's fingerprint; pass it as probe= instead, or train it on "
+                "the model without the adapter"
+            )
+        return super().save(model_id, fingerprint, root=root)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SentenceProbe:

@@ -137,15 +137,18 @@ class ContextPruner:
         length_norm = cfg.length_norm
         if cfg.method == "probe":  # the probe fixes heads and length normalisation
             self.probe = probe or SentenceProbe.load(self.llm.model_id, self.llm.fingerprint)
-            if self.llm.adapter and self.probe.capture.get("adapter", "") != self.llm.adapter:
+            trained_with = self.probe.capture.get("adapter", "")
+            if trained_with != self.llm.adapter:
                 # (an adapted model keeps its base's fingerprint, so the base's probe was found and
-                # scored another model's attention, as learned and fused weights refuse to)
+                # scored another model's attention, as learned and fused weights refuse to; and a
+                # probe of an adapted model scored the base model's)
+                with_ = lambda a: f"the head adapter {a}" if a else "no head adapter"  # noqa: E731
                 raise InputError(
-                    f"the sentence probe was trained on a model without the head adapter {self.llm.adapter} "
-                    "merged into this one: its features would be another model's; prune with method='query', "
-                    "or on the model without the adapter"
+                    f"the sentence probe was trained on a model with {with_(trained_with)}, and this one has "
+                    f"{with_(self.llm.adapter)}: its features would be another model's; prune with method='query', "
+                    "or on the model it was trained on"
                 )
-            self.probe.warn_if_applied_otherwise(probe_capture(cfg))
+            self.probe.warn_if_applied_otherwise(probe_capture(cfg, self.llm.adapter))
             spec, length_norm = self.probe.head_pairs, self.probe.length_norm
         else:  # "auto", "auto:METHOD" and "auto-or-all" as the reranker reads them
             spec = resolve_config_heads(spec, self.llm)

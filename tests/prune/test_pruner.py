@@ -640,7 +640,7 @@ def test_pre_split_sentences_name_their_document_and_may_come_from_a_generator(l
     assert from_generator.kept_tokens == pruner.prune("seven?", docs, budget_tokens=5, sentences=given).kept_tokens
 
 
-def test_a_probe_is_refused_on_a_model_with_a_head_adapter_merged_in(llm):
+def test_a_probe_is_refused_on_a_model_with_a_head_adapter_merged_in(llm, tmp_path):
     """An adapted model keeps its base's fingerprint: the base's probe was found and scored the
     adapted attention without a word (learned and fused weights refuse this)."""
     from dataclasses import replace as dc_replace
@@ -648,6 +648,20 @@ def test_a_probe_is_refused_on_a_model_with_a_head_adapter_merged_in(llm):
     from attnrank.prune.probe import SentenceProbe
 
     probe = SentenceProbe(np.array([1.0, -1.0]), 0.0, ["0-0", "0-1"], [])
-    with pytest.raises(InputError, match="without the head adapter lora-deadbeef merged into this one"):
-        ContextPruner(dc_replace(llm, quantization="lora-deadbeef"), method="probe", probe=probe)
+    adapted = dc_replace(llm, quantization="lora-deadbeef")
+    with pytest.raises(
+        InputError, match="trained on a model with no head adapter, and this one has the head adapter lora-deadbeef"
+    ):
+        ContextPruner(adapted, method="probe", probe=probe)
     assert ContextPruner(llm, method="probe", probe=probe).probe is probe
+    # a probe trained on the adapted model records its adapter (probe_capture): it applies there
+    # (it was refused as the base's), and is refused on the base model (it was taken without a word)
+    from attnrank.prune.config import PruneConfig
+    from attnrank.prune.probe import probe_capture
+
+    own = dc_replace(probe, capture=probe_capture(PruneConfig(method="probe"), adapted.adapter))
+    assert ContextPruner(adapted, method="probe", probe=own).probe is own
+    with pytest.raises(InputError, match="trained on a model with the head adapter lora-deadbeef, and this one has no"):
+        ContextPruner(llm, method="probe", probe=own)
+    with pytest.raises(InputError, match="registry keys probes by the base model's fingerprint"):
+        own.save("tiny", "f" * 64, root=tmp_path)
