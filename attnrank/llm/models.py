@@ -48,7 +48,7 @@ from .modelconfig import (
     read_config,
     text_context_length,
 )
-from .quantize import INT8, quantize_int8
+from .quantize import INT8, check_int8_architecture, quantize_int8
 from .recording import decoder_of
 from .rotary import rotary_switch
 
@@ -328,7 +328,7 @@ def _load_cached(model_id: str, precision: str, device: str) -> LLM:
         llm.fingerprint = digest
     else:
         source, local_only = config.model_source(model_id)
-        llm = _load_folder(source, model_id, torch_dtype, dev, local_files_only=local_only)
+        llm = _load_folder(source, model_id, torch_dtype, dev, local_files_only=local_only, int8=precision == INT8)
         llm.fingerprint = pretrained_fingerprint(model_id)
     if precision == INT8:
         quantize_int8(llm.model)
@@ -346,13 +346,25 @@ def _load_cached(model_id: str, precision: str, device: str) -> LLM:
 
 
 def _load_folder(
-    source: str | Path, model_id: str, torch_dtype: torch.dtype, dev: torch.device, *, local_files_only: bool
+    source: str | Path,
+    model_id: str,
+    torch_dtype: torch.dtype,
+    dev: torch.device,
+    *,
+    local_files_only: bool,
+    int8: bool = False,
 ) -> LLM:
-    """Config check first (cheap, clear errors), then tokenizer and weights (SDPA, eval mode)."""
+    """Config check first (cheap, clear errors; with ``int8``, that int8 can quantize this
+    architecture), then tokenizer and weights (SDPA, eval mode)."""
     from transformers import AutoModelForCausalLM
 
     cfg = read_config(source, local_files_only, model_id)
     check_causal_lm_config(cfg, model_id)
+    if int8:
+        try:
+            check_int8_architecture(cfg)
+        except ModelError as e:
+            raise ModelError(f"{model_id!r}: {e}") from None
     tokenizer = _tokenizer(source, model_id, local_files_only=local_files_only)
     device_map = str(dev) if dev.type == "cuda" else None  # straight to the GPU, no CPU copy
     try:

@@ -58,9 +58,7 @@ def quantize_int8(model: Any) -> int:
     linears (per-channel weights); returns how many were replaced. CPU only."""
     check_int8()
     layers = _decoder_layers(model)
-    names = [f"{i}.{n}" for i, layer in enumerate(layers) for n, m in layer.named_modules() if _is_linear(m)]
-    if not names:
-        raise ModelError(f"{type(model).__name__}: no nn.Linear in its decoder layers, nothing to quantize to int8")
+    names = int8_targets(model)
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     with warnings.catch_warnings():  # torch warns on every call that the API moves to torchao (see above)
@@ -81,6 +79,28 @@ def is_int8(model: Any) -> bool:
 
 def _is_linear(module: Any) -> bool:
     return type(module) is torch.nn.Linear
+
+
+def int8_targets(model: Any) -> list[str]:
+    """The names (``"layer.module"``) of the ``nn.Linear`` modules of ``model``'s decoder layers,
+    which int8 quantizes; :class:`ModelError` where there are none, or no decoder layer list. Read
+    from a model built on the meta device as well (:func:`check_int8_architecture`)."""
+    layers = _decoder_layers(model)
+    names = [f"{i}.{n}" for i, layer in enumerate(layers) for n, m in layer.named_modules() if _is_linear(m)]
+    if not names:
+        raise ModelError(f"{type(model).__name__}: no nn.Linear in its decoder layers, nothing to quantize to int8")
+    return names
+
+
+def check_int8_architecture(cfg: Any) -> None:
+    """Refuse, from ``cfg`` alone (the model built on the meta device: no weights read), an
+    architecture int8 cannot quantize (GPT-2's ``.h`` list, Conv1D projections): it was refused
+    after the whole model had loaded."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    int8_targets(model)
 
 
 def _decoder_layers(model: Any) -> torch.nn.ModuleList:

@@ -250,3 +250,22 @@ def test_int8_quantizes_the_language_decoder_of_a_multimodal_model():
     quantize.quantize_int8(model)
     quantized = [n for n, m in model.named_modules() if isinstance(m, DynamicInt8Linear)]
     assert quantized and all(n.startswith("model.language_model.layers.") for n in quantized)
+
+
+def test_an_architecture_int8_cannot_quantize_is_refused_before_its_weights_load(tmp_path, monkeypatch):
+    """GPT-2 (its layers in `.h`, Conv1D projections) loaded in full, then int8 refused it."""
+    from _tiny import tiny_tokenizer
+    from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(vocab_size=259, n_embd=32, n_layer=2, n_head=4, n_positions=256)).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    weights: list[object] = []
+    real_from = AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(
+        AutoModelForCausalLM, "from_pretrained", lambda *a, **k: weights.append(a) or real_from(*a, **k)
+    )
+    clear_llm_cache()
+    with pytest.raises(ModelError, match="no decoder layer list found; int8 cannot be applied"):
+        load_llm(str(folder), dtype="int8")
+    assert weights == []  # refused from its config, no weights read
