@@ -249,10 +249,15 @@ def check_ids(documents: Sequence[Document]) -> None:
         seen.add(d.id)
 
 
+def has_text(doc: Document | ScoredDocument) -> bool:
+    """Whether ``doc`` holds some text, or a title (what a reranker can score)."""
+    return bool(str(doc.text).strip() or (doc.title or "").strip())
+
+
 def check_texts(documents: Sequence[Document]) -> None:
     """Some text in each document: an empty passage would be scored by the attention its bare
     slot label draws, and could outrank real ones (and valid Unicode, :func:`check_unicode`)."""
     for i, d in enumerate(documents):
-        if not str(d.text).strip() and not (d.title or "").strip():
+        if not has_text(d):
             raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before reranking")
     check_unicode((f"{d.title or ''}\n{d.text}" for d in documents), "document")

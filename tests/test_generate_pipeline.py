@@ -189,6 +189,8 @@ def test_from_model_checks_reorder_and_the_pruning_window_before_the_model_loads
     # a pruning window no prompt fits, found with the tokenizer alone (after the load before)
     with pytest.raises(InputError, match="max_prompt_tokens=40 leaves no room for a passage"):
         Pipeline.from_model(None, path, rerank=False, prune=PruneConfig(max_prompt_tokens=40))
+    with pytest.raises(InputError, match="head pairs 99-0 are out of range"):  # the pruner's heads too
+        Pipeline.from_model(None, path, rerank=False, prune=PruneConfig(heads="99-0"))
     assert loads == []
 
 

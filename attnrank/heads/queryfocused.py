@@ -154,7 +154,7 @@ def detect_query_focused(
 
             it = tqdm(qids, desc="detect", unit="q")
         for q in it:
-            docs = [(getattr(d, "id", str(i)), d) for i, d in enumerate(candidates[q])]  # (ids before the shuffle)
+            docs = list(zip(ids[q], candidates[q]))  # (the ids checked above, paired before the shuffle)
             if shuffle_seed is not None:
                 random.Random(f"{shuffle_seed}:{q}").shuffle(docs)
             yield q, reranker.windows(queries[q], [d for _, d in docs]), [i for i, _ in docs]

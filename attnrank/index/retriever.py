@@ -276,11 +276,7 @@ class HybridRetriever:
         path = Path(path)
         assert self.bm25 is not None and self.dense is not None, "index() before save()"
         protected = [Path(p) for p in protect] + ([self.corpus_path] if self.corpus_path is not None else [])
-        # the embedder's own folder, where it is a local one: --force replaced it, and the index
-        # recorded a model it had just deleted
-        embedder_folder = Path(self.embedder).expanduser() if self.embedder else None
-        if embedder_folder is not None and embedder_folder.exists():
-            protected.append(embedder_folder)
+        protected += self.embedder_folder()
         with atomic_dir(path, force=force, protect=protected) as tmp:
             write_docs(tmp / "docs.jsonl", self.docs)
             fault_point("save-in-tmp", tmp / "bm25")
@@ -294,6 +290,12 @@ class HybridRetriever:
             write_manifest(tmp, info)
         logger.info("saved index with %d documents to %s", self.num_docs, path)
         return path
+
+    def embedder_folder(self) -> list[Path]:
+        """The embedder's own folder where it is a local one (else none): a save never replaces it,
+        as it does the corpus (--force replaced it, and the index recorded a model it had just deleted)."""
+        folder = Path(self.embedder).expanduser() if self.embedder else None
+        return [folder] if folder is not None and folder.exists() else []
 
     def _loaded_from(self, path: Path) -> bool:
         """Whether this retriever was loaded from the folder ``path`` (another spelling of it too:

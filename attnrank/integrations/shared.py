@@ -28,7 +28,7 @@ from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from ..rerank.config_checks import check_fields
 from ..rerank.reweight import Reweighting
-from ..types import Document, RankedResults, ScoredDocument, is_count
+from ..types import Document, RankedResults, ScoredDocument, has_text, is_count
 
 _LOCK = threading.Lock()  # guards the three dicts below, never held while anything is built
 _CACHE: dict[tuple[str, str], Any] = {}
@@ -343,7 +343,7 @@ def rank_text_first(
     unscored, as far as ``k`` leaves room. Why: one empty chunk (a PDF loader's, an image node's)
     failed the whole rerank, naming its position; the reranker refuses to score one (its slot
     label alone would draw attention, :func:`~attnrank.types.check_texts`)."""
-    empty = [i for i, d in enumerate(docs) if not str(d.text).strip() and not (d.title or "").strip()]
+    empty = [i for i, d in enumerate(docs) if not has_text(d)]
     if not empty:
         return reranker.rank(query, docs, k=k), []
     skip = set(empty)

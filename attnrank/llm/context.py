@@ -124,11 +124,12 @@ def assemble(
     return assemble_windows(capturer, prefix, [states], None if shifts is None else [shifts], room, batched)
 
 
-def context_limit(capturer: AttentionCapturer) -> int | None:
+def context_limit(capturer: AttentionCapturer, cache: DynamicCache | None = None) -> int | None:
     """The most prefix and block tokens one block-attention context may hold: a model with
     sliding-window layers keeps fewer than its window (the cache's own: Llama 4's chunked layers
-    have no ``config.sliding_window``), None for a model without such layers."""
-    window = sliding_window(DynamicCache(config=capturer.decoder.config))
+    have no ``config.sliding_window``; ``cache``: one of the model's, where the caller has one),
+    None for a model without such layers."""
+    window = sliding_window(cache if cache is not None else DynamicCache(config=capturer.decoder.config))
     return None if window is None else window - 1
 
 
@@ -149,7 +150,7 @@ def assemble_windows(
     :func:`windows_shape`."""
     lengths = [_length(prefix, states) for states in windows]
     cache = DynamicCache(config=capturer.decoder.config)
-    sliding, limit = has_sliding_layers(cache), context_limit(capturer)
+    sliding, limit = has_sliding_layers(cache), context_limit(capturer, cache)
     if limit is not None and max(lengths) > limit:
         raise InputError(
             f"the block-attention context holds {max(lengths)} tokens; this model's sliding window of {limit + 1} "

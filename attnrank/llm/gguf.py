@@ -78,9 +78,6 @@ def ensure_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
             build_gguf_cache(gguf, folder, digest)
 
 
-# the temporary folders of builds before 2026-12-06 (tempfile.mkdtemp: 8 characters after "tmp-")
-
-
 def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
     """De-quantize ``gguf`` and write config, weights and tokenizer to ``folder`` atomically and
     durably (fsynced before the rename), with each file's size recorded for :func:`cache_complete`."""

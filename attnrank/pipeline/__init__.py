@@ -30,11 +30,10 @@ from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError
 from ..generate import Generator, StreamCallback, check_answer_room, check_max_new_tokens
 from ..index.retriever import HybridRetriever
-from ..llm.models import LLM, check_model_arg, check_prompt_budget, load_llm, load_tokenizer, unloaded_model
+from ..llm.models import LLM, check_model_arg, check_prompt_budget, load_llm, unloaded_model
 from ..prune.config import PruneConfig
 from ..prune.context import check_budget
-from ..prune.lookups import check_pruner_lookups
-from ..prune.planning import check_prune_frame
+from ..prune.lookups import check_pruner_before_load
 from ..prune.pruner import ContextPruner
 from ..rerank.attention import AttentionReranker
 from ..rerank.config import RerankConfig
@@ -197,17 +196,13 @@ class Pipeline:
         )
         if llm is None and config is not None and config.uses_llm:  # what the registry lacks, before the load
             check_lookups(config.with_options(model=model) if isinstance(model, str) else config, warn=False)
-        if llm is None and isinstance(prune, PruneConfig):  # and the pruner's (its probe, an "auto" set)
-            check_pruner_lookups(prune.with_options(model=model) if isinstance(model, str) else prune)
+        if llm is None and isinstance(prune, PruneConfig):  # and the pruner's (the pruner is built on the loaded model)
+            check_pruner_before_load(prune.with_options(model=model) if isinstance(model, str) else prune)
         if llm is None and needed:  # each stage's prompt window, checked against the model's config first
             windows = [config.max_prompt_tokens] if config is not None and config.uses_llm else []
             windows += [prune.max_prompt_tokens] if isinstance(prune, PruneConfig) else []
             for window in windows:
                 check_prompt_budget(window, model)
-            if isinstance(prune, PruneConfig) and prune.max_prompt_tokens is not None:  # with the tokenizer alone
-                check_prune_frame(
-                    load_tokenizer(model if isinstance(model, str) else None), prune, prune.max_prompt_tokens
-                )
             llm = load_llm(model if isinstance(model, str) else None, dtype=dtype, device=device)
         reranker = pruner = generator = None
         if config is not None:

@@ -5,10 +5,22 @@ CLI call it; the probe or set missing was named only after the load)."""
 from __future__ import annotations
 
 from ..errors import ModelError
-from ..llm.models import unloaded_model
-from ..rerank.resolve import check_registered_heads
+from ..llm.models import load_tokenizer, unloaded_model
+from ..rerank.resolve import check_head_list, check_registered_heads
 from .config import PruneConfig
+from .planning import check_prune_frame
 from .probe import SentenceProbe
+
+
+def check_pruner_before_load(config: PruneConfig, *, probe_given: bool = False) -> None:
+    """What a pruner of ``config`` checks before its model loads (:class:`ContextPruner` and
+    ``Pipeline.from_model``, which builds it on the loaded model): its registry lookups
+    (:func:`check_pruner_lookups`), explicit heads against the model's config, and a
+    ``max_prompt_tokens`` no prompt fits, with the tokenizer alone."""
+    check_pruner_lookups(config, probe_given=probe_given)
+    check_head_list(config.heads, config.model)
+    if config.max_prompt_tokens is not None:
+        check_prune_frame(load_tokenizer(config.model), config, config.max_prompt_tokens)
 
 
 def check_pruner_lookups(config: PruneConfig, *, probe_given: bool = False) -> None:

@@ -67,18 +67,17 @@ from ..llm.models import (
     check_model_arg,
     check_prompt_budget,
     load_llm,
-    load_tokenizer,
     warn_if_configured_otherwise,
 )
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
-from ..rerank.resolve import check_head_list, resolve_config_heads
+from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents, check_unicode
 from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, is_split, resolve_budget, select
-from .lookups import check_pruner_lookups
+from .lookups import check_pruner_before_load
 from .planning import Chunk, PromptPlanner, Span, check_prune_frame, hint_ids, prompt_settings, scored_sentences
 from .probe import SentenceProbe, lexical_scores, probe_capture
 from .segment import Sentence, locate_sentences, segment
@@ -126,11 +125,8 @@ class ContextPruner:
         self.prompt_kw: dict[str, Any] = prompt_settings(cfg)
         if isinstance(model, LLM):
             warn_if_configured_otherwise(model, cfg, "PruneConfig")
-        else:  # what the registry lacks (a probe, an "auto" set), and heads outside the model, before the load
-            check_pruner_lookups(cfg, probe_given=probe is not None)
-            check_head_list(cfg.heads, cfg.model)
-            if cfg.max_prompt_tokens is not None:  # a budget no prompt fits, found with the tokenizer alone
-                check_prune_frame(load_tokenizer(cfg.model), cfg, cfg.max_prompt_tokens)
+        else:  # what the registry lacks, heads outside the model, a window no prompt fits: before the load
+            check_pruner_before_load(cfg, probe_given=probe is not None)
         self.llm = model if isinstance(model, LLM) else load_llm(cfg.model, dtype=cfg.dtype, device=cfg.device)
         self.probe = None
         spec: Any = cfg.heads

@@ -202,8 +202,7 @@ class ShardedIndexer:
         target, guard = Path(target), [Path(p) for p in protect]
         if isinstance(docs, (str, Path)):
             guard.append(Path(docs))
-        if self.r.embedder and Path(self.r.embedder).expanduser().exists():  # (a local embedder's own folder)
-            guard.append(Path(self.r.embedder).expanduser())
+        guard += self.r.embedder_folder()
         check_target(target, force=force, protect=guard)
         if isinstance(docs, (str, Path)):
             docs, _ = load_corpus(docs)
