@@ -8,9 +8,11 @@ Formats (chosen by :func:`load_corpus` from the path):
   optional ``title``; other keys go to ``metadata``.
 - CSV/TSV file with a header that names ``id`` and ``text`` columns (``title`` optional); other
   columns go to ``metadata`` (as strings).
-- A directory of ``.txt`` / ``.md`` files (hidden ones left out): the relative path is the id; a
-  Markdown file whose first line is a heading (``# Title``) has it as the title, out of the text;
-  YAML front matter (``---`` lines) is left out of the text, and its ``title:`` is the title.
+- A directory of ``.txt`` / ``.md`` / ``.markdown`` files (hidden ones left out; other files are
+  named in a warning): the relative path is the id; a Markdown file whose first line is a heading
+  (``# Title``) has it as the title, out of the text; YAML front matter (``---`` lines) is left
+  out of the text, and its ``title:`` is the title. One such file given alone is one document,
+  its name the id (a file of one passage a line is no corpus of passages: make it a .tsv or .jsonl).
 
 Every problem is reported with file and line. With ``skip_invalid=True`` bad records are
 skipped instead, and :class:`LoadReport` says which and why.
@@ -34,12 +36,13 @@ from .errors import InputError
 from .markdown import markdown_title
 from .records import (
     GZIP_ERRORS,
-    check_unquoted,
+    QUOTED_FIX,
     field_text,
     gzip_problem,
     id_problem,
     id_text,
     json_id,
+    quoted_field,
     text_lines,
     tsv_fields,
     tsv_lines,
@@ -141,7 +144,7 @@ def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Doc
     line = 1  # the line the next record starts on
     try:
         with contextlib.nullcontext(None) if tsv else _open_text(path) as f:
-            reader: Any = _TsvReader(path) if f is None else _dict_reader(f)
+            reader: Any = _TsvReader(path, problem) if f is None else _dict_reader(f)
             cols = _csv_columns(path, reader.fieldnames)
             line = reader.line_num + 1
             for row in reader:  # (a TSV record is its one line; a CSV one may span several)
@@ -170,8 +173,8 @@ class _TsvReader:
     ends a record at a lone carriage return, which cut a text there (the rest taken for a record of
     its own)."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, problem: _Problems):
+        self.path, self.problem = path, problem
         self._lines = tsv_lines(path)
         self.line_num: int = 0
         self.fieldnames: list[str] | None = None
@@ -186,7 +189,10 @@ class _TsvReader:
             fields = tsv_fields(line)
             if not "".join(fields).strip():  # a blank line, or one of tabs and spaces (as query files skip them)
                 continue
-            check_unquoted(fields, f"{self.path}:{number}")
+            quoted = quoted_field(fields)
+            if quoted:  # (a bad record as any other: skipped with --skip-invalid)
+                self.problem(f"{self.path}:{number}", quoted, QUOTED_FIX)
+                continue
             row: dict = dict(zip(names, fields))
             if len(fields) > len(names):
                 row[None] = fields[len(names) :]
@@ -261,8 +267,13 @@ _RECORD_FILES = (
 )  # (not .json: a config beside notes)
 
 
-def _text_files(path: Path) -> list[Path]:
-    """The .txt/.md files under ``path``, in linked folders too (``rglob`` does not enter them: a
+_TEXT_SUFFIXES = (".txt", ".md", ".markdown")
+_MARKDOWN = (".md", ".markdown")
+_BEIR_CORPUS = ("corpus.jsonl", "corpus.jsonl.gz")
+
+
+def _files(path: Path) -> list[Path]:
+    """Every file name under ``path``, in linked folders too (``rglob`` does not enter them: a
     corpus of linked folders lost their documents), each real folder walked once (no loops); hidden
     files and folders (a name starting with ".") left out: Jupyter's checkpoints and an editor's
     trash hold copies, which became documents of their own."""
@@ -275,26 +286,44 @@ def _text_files(path: Path) -> list[Path]:
             continue
         seen.add(real)
         dirs[:] = [d for d in dirs if not d.startswith(".")]  # (hidden: .ipynb_checkpoints, .trash, .git copies)
-        found += [Path(root) / n for n in names if Path(n).suffix.lower() in (".txt", ".md") and not n.startswith(".")]
-    return sorted(f for f in found if f.is_file())
+        found += [Path(root) / n for n in names if not n.startswith(".")]
+    return sorted(found)
 
 
 def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
-    records = sorted(p.name for p in path.iterdir() if p.name.lower().endswith(_RECORD_FILES))
-    if records:  # (its .txt/.md alone were read: a README beside part-0.jsonl, part-1.jsonl was the corpus)
+    files = _files(path)
+    # record files beside the text (a README beside part-0.jsonl, part-1.jsonl: the corpus), and a BEIR
+    # corpus in a subfolder (notes.md beside beir/scifact/corpus.jsonl): only the notes were indexed
+    records = [
+        str(f.relative_to(path))
+        for f in files
+        if f.name.lower().endswith(_RECORD_FILES) and (f.parent == path or f.name.lower() in _BEIR_CORPUS)
+    ]
+    if records:
         raise InputError(
-            f"{path} holds record files ({', '.join(records[:3])}) but no corpus.jsonl, so it is no BEIR folder; "
-            "give one of the files to load, or a folder of .txt/.md files only"
+            f"{path} holds record files ({', '.join(records[:3])}) but no corpus.jsonl of its own, so it is no "
+            "BEIR folder; give one of the files or folders to load, or a folder of .txt/.md files only"
+        )
+    texts = [f for f in files if f.suffix.lower() in _TEXT_SUFFIXES and f.is_file()]
+    kept = set(texts)
+    others = [str(f.relative_to(path)) for f in files if f not in kept]
+    if others:  # (said, not silent: a folder's .rst, .html or PDF files, or a broken link, are no documents)
+        logger.warning(
+            "%s: left out %d file(s) that are not .txt/.md/.markdown files (e.g. %s); convert them to text "
+            "or JSONL to index them",
+            path,
+            len(others),
+            ", ".join(others[:3]),
         )
     report = LoadReport(str(path))
     problem, docs = _Problems(report, skip_invalid), dict[str, Document]()
-    for f in _text_files(path):
+    for f in texts:
         try:
             text = f.read_bytes().decode("utf-8-sig")  # without a leading byte-order mark
         except UnicodeDecodeError as e:
             problem(f"{f}", f"bytes that are not valid UTF-8 at byte {e.start}", "re-encode the file as UTF-8")
             continue
-        title, text = markdown_title(text) if f.suffix.lower() == ".md" else ("", text)
+        title, text = markdown_title(text) if f.suffix.lower() in _MARKDOWN else ("", text)
         _add(docs, Document(str(f.relative_to(path)), text.strip(), title), str(f), problem)
     return _finish(docs, report)
 
@@ -314,7 +343,7 @@ def _finish(docs: dict[str, Document], report: LoadReport) -> tuple[list[Documen
 
 
 def _beir_corpus_file(path: Path) -> Path | None:
-    for name in ("corpus.jsonl", "corpus.jsonl.gz"):
+    for name in _BEIR_CORPUS:
         if (path / name).exists():
             return path / name
     return None
@@ -343,7 +372,7 @@ def load_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[D
         return read_jsonl_corpus(p, skip_invalid=skip_invalid)
     if name.endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
         return read_csv_corpus(p, skip_invalid=skip_invalid)
-    if name.endswith((".txt", ".md")):
+    if name.endswith(_TEXT_SUFFIXES):
         return _single_text(p)
     raise InputError(
         f"{p}: unknown corpus format {p.suffix!r}; use .jsonl, .csv, .tsv, a BEIR folder or a folder of .txt/.md"
@@ -374,6 +403,6 @@ def _single_text(p: Path) -> tuple[list[Document], LoadReport]:
             f"{p}: bytes that are not valid UTF-8 at byte {e.start}; re-encode the file as UTF-8"
         ) from None
     # (read as a folder's file is: a Markdown file's front matter and first heading are its title)
-    title, text = markdown_title(text) if p.suffix.lower() == ".md" else ("", text)
+    title, text = markdown_title(text) if p.suffix.lower() in _MARKDOWN else ("", text)
     _add(docs, Document(p.name, text.strip(), title), str(p), problem)
     return _finish(docs, report)

@@ -29,13 +29,15 @@ def gzip_problem(path: Path, e: Exception) -> InputError:
 
 def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Numbered lines of a UTF-8 text file (``.gz``: decompressed), each decoded on its own, so
-    that an error names its line."""
+    that an error names its line, and without a leading byte-order mark."""
     try:
         with gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
                 try:
-                    # a byte-order mark starts the first line only; it is no part of the first id/record
-                    yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                    # a byte-order mark is no part of a line's first id: the first line's, and one starting a later
+                    # line, where files that each begin with one were joined (cat a.tsv b.tsv): "\ufeffq5" matched
+                    # no qrels, and strip() keeps it
+                    yield lineno, raw.decode("utf-8").removeprefix("\ufeff")
                 except UnicodeDecodeError as e:
                     raise InputError(
                         f"{path}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
@@ -103,17 +105,26 @@ def tsv_fields(line: str) -> list[str]:
     return line.removesuffix("\n").removesuffix("\r").split("\t")
 
 
-def check_unquoted(fields: Sequence[str], where: str) -> None:
-    """Refuse a TSV field written with CSV quoting (a csv writer with a tab delimiter, and pandas,
-    wrap a field that holds a quote in quotes and double the quotes inside it): TSV is read
-    without quoting, so the text would be read with its quotes doubled and wrapped, silently."""
+QUOTED_FIX = "write it without (csv quoting=csv.QUOTE_NONE, pandas to_csv(quoting=3)) or save it as .csv"
+
+
+def quoted_field(fields: Sequence[str]) -> str | None:
+    """Why a TSV line's fields are refused where one was written with CSV quoting (a csv writer with
+    a tab delimiter, and pandas, wrap a field that holds a quote in quotes and double the quotes
+    inside it): TSV is read without quoting, so the text would be read with its quotes doubled and
+    wrapped, silently. None where no field looks quoted; the fix is :data:`QUOTED_FIX`."""
     for value in fields:
         f = value.strip()
         if len(f) >= 2 and f[0] == f[-1] == '"' and '""' in f[1:-1]:
-            raise InputError(
-                f"{where}: the field {f[:40]!r} looks quoted as CSV; a TSV is read without quoting, so write it "
-                "without (csv quoting=csv.QUOTE_NONE, pandas to_csv(quoting=3)) or save it as .csv"
-            )
+            return f"the field {f[:40]!r} looks quoted as CSV; a TSV is read without quoting"
+    return None
+
+
+def check_unquoted(fields: Sequence[str], where: str) -> None:
+    """Refuse a TSV line with a field written with CSV quoting (:func:`quoted_field`)."""
+    reason = quoted_field(fields)
+    if reason:
+        raise InputError(f"{where}: {reason}, so {QUOTED_FIX}")
 
 
 def json_id(obj: dict) -> tuple[Any, str | None]:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 
 import pytest
 
@@ -421,3 +422,42 @@ def test_a_tsv_written_with_csv_quoting_is_refused_not_read_with_its_quotes(tmp_
         load_queries(queries)
     corpus.write_text('id\ttext\nd1\tHe said "hi" to me\nd2\t"quoted" whole\n')  # quotes as text: read as written
     assert [d.text for d in load_corpus(corpus)[0]] == ['He said "hi" to me', '"quoted" whole']
+
+
+def test_a_folder_names_what_it_leaves_out_and_refuses_a_beir_corpus_below_it(tmp_path, caplog):
+    """notes.md beside beir/scifact/corpus.jsonl indexed the note alone, and a folder's .markdown,
+    .rst files and broken links were dropped without a word, exit 0."""
+    corpus = tmp_path / "notes"
+    (corpus / "sub").mkdir(parents=True)
+    (corpus / "a.md").write_text("# A\nalpha\n")
+    (corpus / "sub" / "b.markdown").write_text("# Bee\nbeta\n")
+    (corpus / "c.rst").write_text("gamma\n")
+    (corpus / "gone.txt").symlink_to(tmp_path / "missing.txt")
+    with caplog.at_level(logging.WARNING, logger="attnrank.corpus"):
+        docs = load_corpus(corpus)[0]
+    assert [(d.id, d.title) for d in docs] == [("a.md", "A"), ("sub/b.markdown", "Bee")]
+    assert "left out 2 file(s)" in caplog.text and "c.rst" in caplog.text and "gone.txt" in caplog.text
+    (corpus / "sub" / "beir").mkdir()
+    (corpus / "sub" / "beir" / "corpus.jsonl").write_text('{"_id": "d", "text": "t"}\n')
+    with pytest.raises(InputError, match=r"holds record files \(sub/beir/corpus.jsonl\)"):
+        load_corpus(corpus)
+
+
+def test_skip_invalid_skips_a_tsv_line_quoted_as_csv(tmp_path):
+    """The check raised past --skip-invalid, so one such line stopped the whole load."""
+    p = tmp_path / "c.tsv"
+    p.write_text('id\ttext\nd1\tplain\nd2\t"say ""hi"""\n')
+    docs, report = load_corpus(p, skip_invalid=True)
+    assert [d.id for d in docs] == ["d1"]
+    assert report.skipped[0][0].endswith("c.tsv:3") and "looks quoted as CSV" in report.skipped[0][1]
+
+
+def test_a_byte_order_mark_starting_a_later_line_is_no_part_of_its_id(tmp_path):
+    """Files that each begin with a byte-order mark, joined: the second's first id kept it
+    (strip() does not remove U+FEFF) and matched no qrels."""
+    from attnrank.queries import load_queries
+
+    (tmp_path / "q.tsv").write_bytes("\ufeffq1\tfirst\n\ufeffq5\tsecond\n".encode())
+    assert list(load_queries(tmp_path / "q.tsv")) == ["q1", "q5"]
+    (tmp_path / "c.tsv").write_bytes("id\ttext\nd1\tone\n\ufeffd2\ttwo\n".encode())
+    assert [d.id for d in load_corpus(tmp_path / "c.tsv")[0]] == ["d1", "d2"]
