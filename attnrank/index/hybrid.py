@@ -83,12 +83,14 @@ def convex(
 
 
 def _missing_score(normalized: np.ndarray) -> float:
-    """What a document missing from a list gets: the list's lowest score, or one below its hits
-    where they all tie (else a lone match would score as the documents that do not match)."""
+    """What a document missing from a list gets: just below the list's lowest score, or one below
+    its hits where they all tie. Never the lowest score itself: the list's last hit would then
+    score as the documents it holds no term of, and at ``alpha`` 0 (BM25 alone, the first point
+    of :func:`~attnrank.index.tuning.tune_alpha`'s grid) lose to them on the tie-break."""
     if not normalized.size:
         return 0.0
     lo = float(normalized.min())
-    return lo - 1.0 if float(normalized.max()) - lo < 1e-12 else lo
+    return lo - 1.0 if float(normalized.max()) - lo < 1e-12 else lo - max(1e-9, abs(lo) * 1e-9)
 
 
 Ranked = tuple[np.ndarray, np.ndarray]  # document positions (-1: no hit) and scores, best first
@@ -102,7 +104,9 @@ def fuse_at_depth(lists: Sequence[Ranked], depth: int, k: int, fusion: str, **se
     ``search -k 300`` was not ``search -k 10``'s: convex fusion's normalisation, and RRF's sums,
     read every document fetched. The order past the fused head (the union of each side's top
     ``depth``) still follows the lists' length, so ``k``: ``-k 300`` and ``-k 1000`` rank that tail
-    otherwise (a known limit; the head, what reranking reads at ``--rerank`` <= depth, does not)."""
+    otherwise (a known limit; the head, what reranking reads at ``--rerank`` <= depth, does not,
+    but for an HNSW dense index: FAISS widens its search beam to the hits asked for, ``efSearch``
+    128 or ``k`` if larger, so a larger ``k`` can find other, nearer, dense hits for the head too)."""
 
     def fuse(pair: Sequence[Ranked]) -> Ranked:
         (sp_ids, sp), (de_ids, de) = pair

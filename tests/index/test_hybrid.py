@@ -30,14 +30,15 @@ def test_normalize():
         normalize(np.array([1.0]), "l3")
 
 
-def test_convex_minmax_missing_gets_list_minimum():
+def test_convex_minmax_missing_gets_just_below_the_list_minimum():
     sparse = (np.array([0, 1, 2]), np.array([10.0, 5.0, 0.0]))
     dense = (np.array([3, 0, 1]), np.array([0.9, 0.5, 0.1]))
     ids, scores = convex(sparse, dense, k=4, alpha=0.25, norm="minmax")
     # doc 0: .75*1 + .25*.5 ; doc 3: .75*0 (missing) + .25*1 ; doc 1: .75*.5 + 0 ; doc 2: 0 + 0 (missing)
     expected = {0: 0.875, 1: 0.375, 3: 0.25, 2: 0.0}
     assert list(ids) == [0, 1, 3, 2]
-    np.testing.assert_allclose(scores, [expected[i] for i in ids])
+    np.testing.assert_allclose(scores, [expected[i] for i in ids], atol=1e-8)
+    assert scores[2] < 0.25 and scores[3] < 0.0  # (each missing one just below its list's lowest)
 
 
 @pytest.mark.parametrize("norm", ["minmax", "zscore", "none"])
@@ -54,6 +55,16 @@ def test_a_lone_or_tied_sparse_match_outranks_documents_that_do_not_match(norm):
     ids, scores = convex((np.array([], dtype=np.int64), np.array([])), dense, 3, alpha=0.45, norm=norm)
     no_match = dict(zip(ids.tolist(), scores.tolist()))
     assert one_match[2] - one_match[1] > no_match[2] - no_match[1]  # matching counts
+
+
+@pytest.mark.parametrize("norm", ["minmax", "zscore"])
+def test_the_last_of_several_sparse_matches_outranks_documents_that_do_not_match(norm):
+    """Missing documents got the list's minimum, the score of its last hit: at alpha=0 that hit tied
+    with every document holding no query term and lost to them on position (the dense side too)."""
+    sparse = (np.array([8, 9]), np.array([3.1, 1.2]))
+    dense = (np.arange(10), np.linspace(0.9, 0.1, 10))
+    assert list(convex(sparse, dense, 3, alpha=0.0, norm=norm)[0])[:2] == [8, 9]
+    assert list(convex(dense, sparse, 3, alpha=1.0, norm=norm)[0])[:2] == [8, 9]
 
 
 def test_convex_alpha_extremes_reproduce_single_lists():
