@@ -428,3 +428,67 @@ def test_a_model_that_cannot_load_is_named_before_the_labelled_set_is_read(
     r = runner.invoke(app, args)
     assert r.exit_code != 0 and "typo" in cli_text(r) + str(r.exception), cli_text(r)
     assert read == []
+
+
+def test_a_broken_registry_is_named_before_the_index_is_searched(home, scifact_mini, tiny_dir, monkeypatch, tmp_path):
+    """With --index the labelled set loads its embedder and searches every query; the registry
+    checks, which need neither, ran after that."""
+    from attnrank import registry
+    from attnrank.cli import train
+    from attnrank.llm.fingerprint import model_fingerprint
+
+    path = registry.user_file(*model_fingerprint(str(tiny_dir)), None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{not json")
+    read = []
+    monkeypatch.setattr(train, "labelled_set", lambda *a, **k: read.append(a))
+    args = ["train", "--preset", "signals", "--queries", str(scifact_mini / "queries.jsonl"), "--qrels"]
+    args += [str(scifact_mini / "qrels/train.tsv"), "--index-dir", str(tmp_path), "--model", str(tiny_dir), "-q"]
+    r = runner.invoke(app, args)
+    assert r.exit_code != 0 and "move it away" in cli_text(r), cli_text(r)
+    assert read == []
+
+
+def test_a_beir_qrels_folder_of_several_splits_is_refused_for_training(home, scifact_mini, tiny_dir, tmp_path):
+    """read_qrels takes its test.tsv (said at INFO only): the weights were trained on the queries
+    an `attnrank eval` of that folder then scores."""
+    import shutil
+
+    beir = tmp_path / "beir"
+    shutil.copytree(scifact_mini, beir)
+    shutil.copy(beir / "qrels/train.tsv", beir / "qrels/test.tsv")
+    args = ["train", "--preset", "signals", "--queries", str(beir / "queries.jsonl"), "--qrels", str(beir)]
+    args += ["--corpus", str(beir / "corpus.jsonl"), "--model", str(tiny_dir), "-q"]
+    r = runner.invoke(app, args)
+    said = cli_text(r)
+    assert r.exit_code == 2 and "holds the qrels of 2 splits (test.tsv, train.tsv)" in said, said
+    assert str(beir / "qrels" / "train.tsv") in said.replace(" ", "") and not home.exists()
+
+
+def test_the_fused_report_says_when_attention_lost_held_out_whatever_the_query_count():
+    """Preset fused registers its weights whatever the report shows; with 80 or more queries
+    nothing said so, where the fusion with attention scored below the one without."""
+    from attnrank.cli.train import FEW_QUERIES, _fused_scored_below
+    from attnrank.rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION
+
+    lost = {EQUAL: 0.61, NO_ATTENTION: 0.63, WITH_ATTENTION: 0.60}
+    said = " ".join(_fused_scored_below(lost, FEW_QUERIES))
+    assert "(0.6000) scored below fused without attention (0.6300)" in said and "--no-save" in said
+    assert _fused_scored_below({**lost, WITH_ATTENTION: 0.64}, FEW_QUERIES) == []
+    assert _fused_scored_below(lost, FEW_QUERIES - 1) == []  # (_few_queries says it there)
+
+
+def test_bm25_candidates_of_a_corpus_are_hits_only(tmp_path):
+    """Documents that share no query term filled a short candidate list in corpus order, and were
+    trained and reported on as BM25's candidates."""
+    from attnrank.cli.labelled import labelled_set
+
+    (tmp_path / "c.jsonl").write_text(
+        "".join(f'{{"id": "d{i}", "text": "{t}"}}\n' for i, t in enumerate(["zebra stripes", "a cat", "a dog"]))
+    )
+    (tmp_path / "q.tsv").write_text("q1\tzebra\n")
+    (tmp_path / "qrels.txt").write_text("q1 0 d0 1\nq1 0 d1 0\n")
+    qs, cands, *_ = labelled_set(
+        None, None, tmp_path / "q.tsv", tmp_path / "qrels.txt", tmp_path / "c.jsonl", None, 3, 0, None, False
+    )
+    assert list(qs) == ["q1"] and [d.id for d in cands["q1"]] == ["d0"]

@@ -105,6 +105,7 @@ def labelled_set(
     import random
 
     from ..eval import read_qrels, read_run, trec_order
+    from ..eval.data import qrels_splits
     from ..queries import load_queries
 
     if max_queries < 0:
@@ -156,6 +157,12 @@ def labelled_set(
                 "give --dataset scifact|dl19|hotpotqa|locomo (with --data DIR), or --queries, --qrels and --corpus "
                 "(or an index)"
             )
+        splits = qrels_splits(qrels) if qrels.is_dir() else []
+        if len(splits) > 1:  # (read_qrels takes test.tsv: trained on the queries an evaluation then scores)
+            raise typer.BadParameter(
+                f"--qrels {qrels} holds the qrels of {len(splits)} splits ({', '.join(f.name for f in splits)}); "
+                f"give the file of the split to train on, e.g. --qrels {qrels / 'qrels' / splits[-1].name}"
+            )
         docs = [] if corpus is None else _read_corpus(corpus, skip_invalid)
         qs, qr, rel = load_queries(queries), read_qrels(qrels), rel or 1
     if run is not None:
@@ -170,10 +177,13 @@ def labelled_set(
         cands, by_id = _index_candidates(index, {q: qs[q] for q in qids}, depth)
     elif not cands:
         from ..index.bm25 import BM25Index
+        from ..index.tokenize import resolve_config
 
-        bm25 = BM25Index().index([d.full_text for d in docs])
-        idx, _ = bm25.retrieve([qs[q] for q in qids], depth)
-        cands = {q: [docs[i].id for i in row] for q, row in zip(qids, idx)}
+        # the terms `attnrank index` makes by default, and hits only: documents sharing no query term
+        # had filled a short list in corpus order (and position -1, "no hit", read the last document)
+        bm25 = BM25Index(tokenizer=resolve_config()).index([d.full_text for d in docs])
+        idx, _ = bm25.retrieve([qs[q] for q in qids], depth, matched_only=True)
+        cands = {q: [docs[i].id for i in row if i >= 0] for q, row in zip(qids, idx)}
     out = {q: [by_id[d] for d in cands.get(q, [])[:depth] if d in by_id] for q in qids}
     source = f" of the index {Path(index).name}" if index is not None else ""
     kept = {q: qs[q] for q in qids if out[q]}  # a query without candidates is not trained or reported on

@@ -137,16 +137,22 @@ def train(
     _check_heads(heads, model=model)
     index = None if index_name is None and index_dir is None else _index_path(index_name, index_dir)
     check_model_readable(model)  # (before the labelled set is read: a mistyped --model named at once)
+    from ..rerank.fused_resolve import current_label, likelihood_weights, signals_only
+    from ..rerank.resolve import check_registered_heads
+
+    def check_registry() -> None:  # what the save and a registered head set need (hashing the model's weights)
+        check_saveable(model, save)
+        if preset == ATTENTION_PRESET:  # a registered set named
+            check_registered_heads(model, heads)
+
+    if index is not None:  # the labelled set loads the index's embedder and searches every query: checked first
+        check_registry()
     qs, cands, qr, rel, desc = labelled_set(
         dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid, index=index
     )
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
-    check_saveable(model, save)
-    from ..rerank.fused_resolve import current_label, likelihood_weights, signals_only
-    from ..rerank.resolve import check_registered_heads
-
-    if preset == ATTENTION_PRESET:  # a registered set named: looked up before the model loads
-        check_registered_heads(model, heads)
+    if index is None:  # (after the labelled set's own checks, as before: nothing hashed for a refused input)
+        check_registry()
 
     if preset == ATTENTION_PRESET:
         rr = _attention_alone(model, heads or AUTO_OR_ALL, max_doc_words, device, dtype)
@@ -312,6 +318,23 @@ def _few_queries(n: int, fused: bool = False) -> list[str]:
     return [f"Few labelled queries ({n} < {FEW_QUERIES}): the report is noisy. {measured}", ""]
 
 
+def _fused_scored_below(ndcg: dict[str, float], n: int) -> list[str]:
+    """Where the held-out fusion with attention scored below the same fusion without it or equal
+    weights, the report says so and that preset fused registers it all the same (with fewer than
+    :data:`FEW_QUERIES` queries :func:`_few_queries` says the latter for every report)."""
+    from ..rerank.fusion_eval import EQUAL, NO_ATTENTION, WITH_ATTENTION
+
+    better = max((NO_ATTENTION, EQUAL), key=lambda m: ndcg.get(m, float("-inf")))
+    if n < FEW_QUERIES or better not in ndcg or ndcg[WITH_ATTENTION] >= ndcg[better]:
+        return []
+    return [
+        f"Held out, the fusion with attention ({ndcg[WITH_ATTENTION]:.4f}) scored below {better} "
+        f"({ndcg[better]:.4f}); preset fused registers its trained weights whatever this report shows (no rule "
+        "keeps the current ones): pass --no-save to keep what is registered.",
+        "",
+    ]
+
+
 def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current: str, heads: str) -> tuple[str, Any]:
     """(the held-out report text, the weights trained on all ``examples``); ``heads``: the head
     spec the attention feature was read with."""
@@ -346,7 +369,7 @@ def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current:
     no_base = (
         weights.uses_attention and not weights.base_weights
     )  # (came out all 0: preset signals keeps equal weights)
-    text = [*_table(rows, header), *_few_queries(len(examples), fused=True)]
+    text = [*_table(rows, header), *_few_queries(len(examples), fused=True), *_fused_scored_below(ndcg, len(examples))]
     text.append(_what_registering_changes(ndcg, current, weights.base_scored_below_equal(), no_base))
     return "\n".join(text), weights
 

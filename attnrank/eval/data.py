@@ -20,6 +20,11 @@ Run = dict[str, dict[str, float]]
 logger = logging.getLogger(__name__)
 
 
+def qrels_splits(folder: Path) -> list[Path]:
+    """A BEIR folder's qrels files, ``qrels/test.tsv``, ``dev.tsv``, ``train.tsv`` in that order, those that exist."""
+    return [folder / "qrels" / f"{s}.tsv" for s in ("test", "dev", "train") if (folder / "qrels" / f"{s}.tsv").exists()]
+
+
 def read_qrels(path: str | Path) -> Qrels:
     """Read TREC qrels (4 columns) or BEIR qrels TSV (3 columns, optional header); a BEIR folder's
     ``qrels/test.tsv``, else ``dev.tsv``, else ``train.tsv`` (logged where it holds several: give
@@ -27,7 +32,7 @@ def read_qrels(path: str | Path) -> Qrels:
     warning naming where."""
     p = Path(path)
     if p.is_dir():  # a BEIR folder: prefer test, then dev, then train
-        found = [p / "qrels" / f"{s}.tsv" for s in ("test", "dev", "train") if (p / "qrels" / f"{s}.tsv").exists()]
+        found = qrels_splits(p)
         if len(found) > 1:  # (which split is evaluated was not said)
             logger.info(
                 "%s: reading the qrels of %s (beside %s)", p, found[0].name, ", ".join(f.name for f in found[1:])
