@@ -65,6 +65,15 @@ def test_one_string_is_not_split_into_a_passage_per_character():
     assert [d.text for d in as_documents(["Paris is big"])[0]] == ["Paris is big"]
 
 
+def test_a_dict_or_set_of_candidates_is_refused_not_ranked_by_its_keys():
+    """list() of {id: text} is its keys: the ids were ranked as the texts, exit 0; a set came in
+    hash order, another each run."""
+    with pytest.raises(InputError, match=r"the candidates are a dict; pass a list, e.g. \[Document\(i, t\)"):
+        as_documents({"d1": "Paris is the capital of France.", "d2": "Berlin"})
+    with pytest.raises(InputError, match="the candidates are a frozenset"):
+        as_documents(frozenset({"Paris", "Berlin"}))
+
+
 def test_is_count_takes_python_and_numpy_integers_not_bools_floats_or_small_ones():
     from attnrank.types import is_count
 
@@ -82,7 +91,7 @@ def test_counts_given_as_numpy_integers_are_stored_as_python_integers():
     from attnrank.rerank.adapter import AdapterConfig
     from attnrank.rerank.config import RerankConfig
 
-    rc = RerankConfig(max_doc_words=np.int64(300), state_cache_mb=np.int32(8))
+    rc = RerankConfig(max_doc_words=np.int64(300), attention="block", state_cache_mb=np.int32(8))
     pc = PruneConfig(
         max_sentence_words=np.int64(40), max_prompt_tokens=np.int64(512), attention="block", state_cache_mb=np.int16(4)
     )

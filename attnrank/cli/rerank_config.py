@@ -91,10 +91,11 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
     with option_errors():  # an option value the configuration refuses
         _check_heads(overrides.get("heads"), model=overrides.get("model"))
         check_attention_computed(preset, overrides)
-        # (the positions last: the configuration refuses them without block attention, the check
-        # below names the flags)
+        # (the positions and the state cache last: the configuration refuses them where nothing reads
+        # them, the check below names the flags)
         chosen = preset_for(preset, overrides)  # (chosen with the positions: they select the attention preset)
-        config = RerankConfig.preset(chosen, **{k: v for k, v in overrides.items() if k != "block_positions"})
+        late = ("block_positions", "state_cache_mb")
+        config = RerankConfig.preset(chosen, **{k: v for k, v in overrides.items() if k not in late})
     defaults = field_defaults()  # a default spelled out changes nothing
     changed = {k for k in ("block_positions", "state_cache_mb") if k in overrides and overrides[k] != defaults[k]}
     unread = ["--block-positions"] if "block_positions" in changed and config.attention != "block" else []
@@ -107,9 +108,9 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
             f"{', '.join(unread)} configure(s) block attention's passage states, which --preset "
             f"{preset or config.name.split('+')[0]} with full attention does not use; add --attention block or drop them"
         )
-    if "block_positions" in overrides:
+    if any(k in overrides for k in late):
         with option_errors():
-            config = config.with_options(block_positions=overrides["block_positions"])
+            config = config.with_options(**{k: overrides[k] for k in late if k in overrides})
     if config.uses_attention:  # (a window the reranker reads: past the model's context, before any load)
         check_prompt_window(config.max_prompt_tokens, config.model)
     fixed = [

@@ -10,7 +10,13 @@ from typing import Any
 from ..config import check_flags
 from ..errors import InputError
 from ..llm.blocks import check_attention_mode, check_positions
-from ..rerank.config_checks import check_attention_inputs, check_fields, check_prompt_options, store_precision_names
+from ..rerank.config_checks import (
+    check_attention_inputs,
+    check_fields,
+    check_model_field,
+    check_prompt_options,
+    store_precision_names,
+)
 from ..types import is_count
 from .segment import DEFAULT_MAX_WORDS
 
@@ -56,6 +62,7 @@ class PruneConfig:
 
     def __post_init__(self) -> None:
         check_flags(self, ("calibrate", "token_filter", "sink"))
+        check_model_field(self)
         check_attention_inputs(self.heads, None, None)  # a head list's syntax, before a model loads
         check_attention_mode(self.attention)
         check_positions(self.block_positions)

@@ -61,6 +61,7 @@ from .config_checks import (
     AUTO_OR_ALL,
     check_attention_inputs,
     check_fields,
+    check_model_field,
     check_prompt_options,
     store_precision_names,
 )
@@ -152,6 +153,7 @@ class RerankConfig:
         check_prompt_options(self.order, self.instruction)
         check_attention_mode(self.attention)
         check_positions(self.block_positions)
+        check_model_field(self)
         store_precision_names(self)  # they also set the embedder's, with or without attention
         if not is_count(self.state_cache_mb, 0):
             raise InputError(f"state_cache_mb={self.state_cache_mb!r} must be an integer >= 0 (0: no state cache)")
@@ -171,6 +173,15 @@ class RerankConfig:
             )
         if not self.uses_attention:
             self._check_no_attention_options()
+        # what keeps states (block attention, the likelihood's prompts) or the candidates' vectors (the signals);
+        # 0, keep nothing, is always allowed (a batch's actors set it for every preset)
+        reads_cache = self.attention == "block" or self.uses_likelihood or self.signals is not None
+        if self.state_cache_mb not in (0, type(self).state_cache_mb) and not reads_cache:  # (nothing reads it)
+            raise InputError(
+                f"state_cache_mb={self.state_cache_mb} sizes passage states and vectors that this reranker (attention "
+                f"alone, attention={self.attention!r}) never keeps; add attention='block' (--attention block), or "
+                "drop state_cache_mb"
+            )
         for key in ("max_doc_words", "max_doc_tokens", "max_prompt_tokens"):
             value = getattr(self, key)
             if value is not None and not is_count(value):
@@ -265,7 +276,11 @@ class RerankConfig:
         """A copy with ``overrides`` (field names; an unknown name is an error naming the fields).
         Overrides that turn attention off (``signals="only"`` or ``"likelihood"``) also reset the attention fields this
         configuration set (e.g. preset ``fused``'s block attention) and they did not give: nothing
-        would read them; attention fields they do give are refused. Overrides of what it computes
+        would read them; attention fields they do give are refused. Overrides that turn attention on
+        where this configuration computes none (``signals="auto"`` on preset ``likelihood``) take the
+        attention fields they and it did not set from the preset :func:`preset_for` picks for them, as
+        with no preset (:data:`ATTENTION_PRESET` for ``signals="auto"``).
+        Overrides of what it computes
         (:data:`~attnrank.rerank.config_fields.METHOD_FIELDS`) name the copy for what it now
         computes (run tags, ``repr``): the preset whose method it has (``--preset qrhead --heads all`` is ``icr``; ``--preset
         likelihood --signals only`` is ``signals``), else this preset's name and the fields that
@@ -282,6 +297,16 @@ class RerankConfig:
             kept = LIKELIHOOD_FIELDS if reads_likelihood(signals_setting(overrides["signals"])) else ()
             reset = {k: defaults[k] for k in ATTENTION_FIELDS if k not in kept}
             overrides = {**reset, **overrides}
+        elif "signals" in overrides and computes_attention(overrides["signals"]) and not self.uses_attention:
+            # attention switched on where none was computed: captured as with no preset (fused with the signals:
+            # the default with attention, as its weights were fitted; alone: qrhead's); --preset likelihood
+            # --signals auto read the full prompt at rotated positions, preset fused's weights beside it (the
+            # fields this configuration set are kept)
+            defaults, base = field_defaults(), RERANK_PRESETS[preset_for("", overrides)]
+            taken = {
+                k: getattr(base, k) for k in ATTENTION_FIELDS if k not in overrides and getattr(self, k) == defaults[k]
+            }
+            overrides = {**taken, **overrides}
         out = replace(self, **overrides)
         # (refused where given other than the default: a preset's own positions carried into the full
         # prompt, or the default spelled out, change nothing)

@@ -4,6 +4,7 @@ list's syntax, re-weighting, the slot profile), and option names."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,16 @@ def check_fields(cls: type, values: dict[str, Any]) -> None:
     unknown = sorted(set(values) - known)
     if unknown:
         raise InputError(f"unknown {cls.__name__} option(s) {unknown}; known: {sorted(known - {'name'})}")
+
+
+def check_model_field(cfg: Any) -> None:
+    """A frozen configuration's ``model``: None (the packaged default), a name or a path. Why:
+    ``model=123`` (or a loaded model object) reached the registry lookups as a bare TypeError."""
+    if cfg.model is not None and not isinstance(cfg.model, (str, os.PathLike)):
+        raise InputError(
+            f"{type(cfg).__name__}(model=...) is a {type(cfg.model).__name__}, not a model name or folder; pass "
+            "its name or path (a loaded attnrank LLM goes to the reranker or pruner, not to its configuration)"
+        )
 
 
 def store_precision_names(cfg: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.rerank.config import RerankConfig
+from attnrank.rerank.config import RERANK_PRESETS, RerankConfig
 from attnrank.rerank.reweight import Reweighting
 
 
@@ -197,7 +197,7 @@ def test_what_the_registry_lacks_is_named_before_the_model_loads(home, tiny_dir,
         ("likelihood", {"signals": "only"}, "signals"),  # no likelihood, no LLM
         ("signals", {"signals": "likelihood"}, "likelihood"),  # runs the LLM
         ("likelihood", {"signals": None}, "qrhead"),  # attention alone
-        ("signals", {"signals": "auto"}, "custom"),  # fused over a full-prompt capture: no preset's
+        ("signals", {"signals": "auto"}, "fused"),  # captured as preset fused (its weights were fitted so)
         ("qrhead", {"heads": "all"}, "icr"),
         ("fused", {"signals": None}, "custom"),  # attention alone at block positions
         ("fused", {"heads": "all"}, "fused+heads"),
@@ -249,3 +249,39 @@ def test_block_positions_without_block_attention_are_refused_and_name_nothing():
     with pytest.raises(InputError, match="read by block attention only"):  # the preset's own value, given
         RerankConfig.preset("fused", attention="full", block_positions="shared")
     assert RerankConfig.preset("fused", attention="full", block_positions="rotated").name == "fused+attention"
+
+
+def test_attention_switched_on_over_a_preset_without_it_is_captured_as_with_no_preset():
+    """--preset likelihood --signals auto read the full prompt at rotated positions, beside
+    preset fused's weights, fitted to block attention at shared positions; with no preset the same
+    option chose preset fused. Both are now that capture; fields the caller set are kept."""
+    bare = RerankConfig.preset(signals="auto")
+    for name in ("likelihood", "signals"):
+        turned = RerankConfig.preset(name, signals="auto")
+        assert (
+            (turned.attention, turned.block_positions, turned.heads)
+            == (
+                bare.attention,
+                bare.block_positions,
+                bare.heads,
+            )
+            == ("block", "shared", RERANK_PRESETS["fused"].heads)
+        )
+        assert turned.name == "fused"
+    full = RerankConfig.preset("likelihood", signals="auto", attention="full")
+    assert full.attention == "full" and full.name != "likelihood"
+
+
+def test_a_config_refuses_a_model_that_is_no_name_and_a_state_cache_nothing_reads():
+    """model=123 reached the registry lookups as a bare TypeError; state_cache_mb on attention
+    alone over the full prompt was accepted in Python (refused by the CLI) and never read."""
+    from attnrank.prune.config import PruneConfig
+
+    for make in (RerankConfig, PruneConfig):
+        with pytest.raises(InputError, match=r"\(model=\.\.\.\) is a int, not a model name or folder"):
+            make(model=123)
+    with pytest.raises(InputError, match="state_cache_mb=4096 sizes passage states and vectors"):
+        RerankConfig.preset("qrhead", state_cache_mb=4096)
+    assert RerankConfig.preset("qrhead", state_cache_mb=0).state_cache_mb == 0  # (keep nothing: batch actors)
+    assert RerankConfig.preset("qrhead", attention="block", state_cache_mb=4096).state_cache_mb == 4096
+    assert RerankConfig.preset("likelihood", state_cache_mb=4096).state_cache_mb == 4096
