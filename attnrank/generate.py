@@ -40,13 +40,16 @@ StreamCallback = Callable[[str], Any]
 
 @dataclass
 class Answer:
-    """A generated answer: its text, how many tokens were generated, and the wall time (s)."""
+    """A generated answer: its text, how many tokens were generated, and the wall time (s);
+    ``truncated``: it stopped at ``max_new_tokens``, not at its end (an end-of-turn token, or a
+    base model's first line), so its text may be cut mid-sentence."""
 
     text: str
     tokens: int
     seconds: float
     prompt_tokens: int = 0
     model_id: str = ""
+    truncated: bool = False
 
 
 def _streamer(tokenizer: Any, callback: StreamCallback) -> Any:
@@ -140,13 +143,18 @@ class Generator:
         seconds = time.perf_counter() - start
         new = out[0, len(ids) :].tolist()
         stops = set(self._stop_ids) | ({tok.pad_token_id} if tok.pad_token_id is not None else set())
+        ended = bool(new) and new[-1] in stops
         while new and new[-1] in stops:
             new.pop()
         text = tok.decode(new, skip_special_tokens=True).strip()
         if plain:
+            ended = ended or "\n" in text  # (its first line ended: what follows is not the answer)
             text = first_line(text)
+        truncated = len(out[0]) - len(ids) >= n_new and not ended
+        if truncated:  # (printed as a whole answer, exit 0)
+            logger.warning("the answer reached max_new_tokens=%d before its end: it may be cut; raise it", n_new)
         logger.info("generated %d tokens in %.2f s (prompt %d tokens)", len(new), seconds, len(ids))
-        return Answer(text, len(new), seconds, len(ids), self.llm.model_id)
+        return Answer(text, len(new), seconds, len(ids), self.llm.model_id, truncated)
 
     @cached_property
     def _plain(self) -> bool:

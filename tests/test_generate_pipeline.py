@@ -3,6 +3,7 @@ tiny random Llama; one slow test runs `ask` with the real default model."""
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from dataclasses import replace
@@ -191,6 +192,11 @@ def test_from_model_checks_reorder_and_the_pruning_window_before_the_model_loads
         Pipeline.from_model(None, path, rerank=False, prune=PruneConfig(max_prompt_tokens=40))
     with pytest.raises(InputError, match="head pairs 99-0 are out of range"):  # the pruner's heads too
         Pipeline.from_model(None, path, rerank=False, prune=PruneConfig(heads="99-0"))
+    # and the reranker's, and its window (the reranker, given the loaded model, skipped both)
+    with pytest.raises(InputError, match="head pairs 99-0 are out of range"):
+        Pipeline.from_model(None, path, rerank=RerankConfig.preset("icr", heads="99-0"), prune=False)
+    with pytest.raises(InputError, match="max_prompt_tokens=16"):
+        Pipeline.from_model(None, path, rerank=RerankConfig.preset("icr", max_prompt_tokens=16), prune=False)
     assert loads == []
 
 
@@ -469,6 +475,17 @@ def test_a_bad_budget_given_to_run_is_refused_before_the_search_and_the_rerankin
             pipe.run("what is a cell?", **kw)
     assert Counting.calls == 0
     assert pipe.run("what is a cell?", keep_ratio=0.5).pruned is not None and Counting.calls == 1
+
+
+def test_an_answer_cut_at_max_new_tokens_says_so(llm, caplog):
+    """An answer stopped by max_new_tokens, not by its end, was printed as a whole one, exit 0."""
+    docs = [Document("a", "Paris is the capital of France.", "Paris")]
+    with caplog.at_level(logging.WARNING, logger="attnrank.generate"):
+        cut = Generator(llm, max_new_tokens=2).answer("What is the capital of France?", docs)
+    assert cut.tokens == 2 and cut.truncated  # (the tiny random model ends no turn in two tokens)
+    assert "reached max_new_tokens=2 before its end" in caplog.text
+    whole = Answer("Paris", 1, 0.1)
+    assert not whole.truncated
 
 
 def test_generation_stops_at_the_chat_templates_turn_end():

@@ -13,7 +13,7 @@ from ..index.settings import INDEX_FILES, MODES
 from ..index.sharded.layout import is_sharded, read_sharded
 from ..index.store import read_manifest
 from ..rerank.config import RerankConfig
-from ..rerank.resolve import check_lookups
+from ..rerank.resolve import check_head_list, check_lookups
 
 # The devices a rerank actor can use: Ray shows it only the one GPU it declares, as cuda:0
 ACTOR_DEVICES = re.compile(r"cpu|cuda(:0)?")
@@ -73,8 +73,13 @@ class BatchConfig:
         # in its constructor otherwise, which Ray retries without end
         root = Path(self.index)
         read_sharded(root) if is_sharded(root) else read_manifest(root, required=INDEX_FILES)
-        if self.rerank:  # e.g. heads with a preset that computes no attention, or nothing registered
-            check_lookups(self.rerank_config())
+        if (
+            self.rerank
+        ):  # e.g. heads with a preset that computes no attention, nothing registered, heads outside the model
+            cfg = self.rerank_config()
+            if cfg.uses_attention:
+                check_head_list(cfg.heads, cfg.model)
+            check_lookups(cfg)
         if self.rerank and self.device.startswith("cuda") and self.dtype.strip().lower() == "auto":
             # each actor's GPU would decide (bfloat16 where it has it, float16 elsewhere), and a run
             # resumed or scheduled on other GPUs would mix precisions under one recorded "auto"

@@ -230,3 +230,5 @@ def batch(
         f"wrote {stats['rows']} queries ({stats['resumed_skipped']} resumed) to {output or parquet}"
         + (f"; {qps:.2f} queries/s" if qps else "")
     )
+    if stats.get("no_hits"):  # (absent from a TREC run: a query without lines)
+        typer.echo(f"warning: {stats['no_hits']} of {stats['rows']} queries had no hit (no line in a TREC run)")

@@ -39,7 +39,7 @@ from ..rerank.attention import AttentionReranker
 from ..rerank.config import RerankConfig
 from ..rerank.inputs import check_unique_ids
 from ..rerank.position import SlotProfile, load_profile, reorder_for_generation
-from ..rerank.resolve import check_lookups
+from ..rerank.resolve import check_before_load
 from ..types import RankedResults, ScoredDocument, as_documents, check_unicode
 from .checks import check_counts, check_reorder, check_shared_model
 from .stages import PipelineResult, Pruner, Reranker, Retriever
@@ -195,7 +195,8 @@ class Pipeline:
             (config is not None and config.uses_llm) or prune is not False or (generate and generator_model is None)
         )
         if llm is None and config is not None and config.uses_llm:  # what the registry lacks, before the load
-            check_lookups(config.with_options(model=model) if isinstance(model, str) else config, warn=False)
+            # (and heads outside the model, a window no prompt fits: the reranker, given the loaded model, skips them)
+            check_before_load(config.with_options(model=model) if isinstance(model, str) else config, None)
         if llm is None and isinstance(prune, PruneConfig):  # and the pruner's (the pruner is built on the loaded model)
             check_pruner_before_load(prune.with_options(model=model) if isinstance(model, str) else prune)
         if llm is None and needed:  # each stage's prompt window, checked against the model's config first

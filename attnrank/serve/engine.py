@@ -39,9 +39,11 @@ def build_engine(
     (``/v1/ask`` answers over it)."""
     from ..generate import Generator
     from ..llm.models import load_llm
+    from ..prune.lookups import check_pruner_before_load
     from ..prune.pruner import ContextPruner
     from ..rerank.attention import AttentionReranker
     from ..rerank.over_index import index_reranker
+    from ..rerank.resolve import check_before_load
 
     config = rerank or RerankConfig.preset()
     check_shared_model(config.model, config.dtype, config.device, prune, where="build_engine's RerankConfig")
@@ -50,6 +52,11 @@ def build_engine(
         from ..index.retriever import HybridRetriever
 
         retriever = HybridRetriever.load(index)
+    # what the stages read from the registry, their heads and windows: before the model loads, as the CLI checks them
+    if config.uses_llm:
+        check_before_load(config, None)
+    if prune:
+        check_pruner_before_load((PruneConfig() if prune is True else prune).with_options(model=config.model))
     # preset signals reranks without the model: loaded only for a pruner or generator
     needs_model = config.uses_llm or prune or (generate and retriever is not None)
     llm = load_llm(config.model, dtype=config.dtype, device=config.device) if needs_model else None

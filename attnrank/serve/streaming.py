@@ -79,7 +79,8 @@ async def _events(
             return
         res = job.future.result()
         timings = {k: round(v, 4) for k, v in res.timings.items()}
-        yield _sse("done", {"answer": res.answer.text, "sources": res.sources, "timings": timings})
+        done = {"answer": res.answer.text, "truncated": res.answer.truncated, "sources": res.sources}
+        yield _sse("done", {**done, "timings": timings})
     finally:
         if get is not None:
             get.cancel()  # (a no-op once it has its piece)

@@ -106,6 +106,20 @@ def test_resume_skips_written_queries_and_refuses_other_settings(ray_local, tmp_
         run_batch(qs, BatchConfig(str(indexes / "single"), k=7, mode="bm25"), output=out, checkpoint=ckpt)
 
 
+def test_queries_without_a_hit_are_counted_and_a_run_of_none_is_refused(ray_local, tmp_path, indexes, scifact_mini):
+    """A query no document shares a term with has no line in a TREC run: written without a word,
+    and a run of only such queries left an empty run file, exit 0 (`search -o` refuses it)."""
+    real = next(iter(read_queries(scifact_mini / "queries.jsonl").values()))
+    config = BatchConfig(str(indexes / "single"), k=3, mode="bm25")
+    stats = run_batch(
+        {"hit": real, "none": "zzqx qqzv"}, config, output=tmp_path / "run.trec", resources=SMALL, progress=False
+    )
+    assert stats["no_hits"] == 1 and stats["rows"] == 2
+    with pytest.raises(InputError, match="no query had a hit, so nothing was written"):
+        run_batch({"none": "zzqx qqzv"}, config, output=tmp_path / "none.trec", resources=SMALL, progress=False)
+    assert not (tmp_path / "none.trec").exists()
+
+
 def _rerank_actor_pids(ray) -> list[int]:
     from ray._private import (
         state,  # the actor table with process ids (needs no dashboard)
@@ -173,11 +187,15 @@ def test_an_error_in_a_stage_is_one_line_naming_the_query(ray_local, tmp_path, t
     assert "\n" not in message and not out.exists()
 
 
-def test_bad_input_is_refused_before_ray(tmp_path, indexes):
+def test_bad_input_is_refused_before_ray(tmp_path, indexes, tiny_dir):
     with pytest.raises(InputError, match="is not a folder"):
         run_batch({"q": "x"}, BatchConfig(str(tmp_path / "none")), output=tmp_path / "o")
     with pytest.raises(InputError, match="--rerank -1"):
         run_batch({"q": "x"}, BatchConfig(str(indexes / "single"), rerank=-1), output=tmp_path / "o")
+    # heads outside the model: failed in every actor, after Ray started and each loaded the model
+    bad = BatchConfig(str(indexes / "single"), rerank=3, model=str(tiny_dir), preset="icr", heads="99-0")
+    with pytest.raises(InputError, match="head pairs 99-0 are out of range"):
+        run_batch({"q": "x"}, bad, output=tmp_path / "o")
     pq.write_table(pa.table({"name": ["a"], "text": ["b"]}), tmp_path / "q.parquet")
     with pytest.raises(InputError, match="id column"):
         read_queries(tmp_path / "q.parquet")

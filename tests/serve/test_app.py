@@ -176,6 +176,7 @@ def test_search_prune_ask(roomy_url):
     assert parsed[-1][0] == "done" and 1 <= len(parsed[-1][1]["sources"]) <= 2
     tokens = "".join(d["text"] for kind, d in parsed if kind == "token")
     assert tokens.strip() == parsed[-1][1]["answer"]
+    assert isinstance(parsed[-1][1]["truncated"], bool)  # (whether max_new_tokens cut the answer)
     gc.collect()  # a finished stream, collected, is not counted as abandoned
     queue = _wait_for(url, lambda q: q["running"] == 0)
     assert queue["disconnected"] == 0 and queue["cancelled"] == 0
@@ -663,6 +664,24 @@ def test_the_engine_is_built_from_one_rerank_config(tiny_dir):
     check_shared_model(None, "auto", "cpu", PruneConfig(model=DEFAULT_LLM))  # the default, named: the same model
     with pytest.raises(InputError, match=r"PruneConfig\(dtype='bfloat16'\)"):
         build_engine(RerankConfig.preset(model=str(tiny_dir), dtype="float32"), prune=PruneConfig(dtype="bfloat16"))
+
+
+def test_the_engine_checks_its_stages_before_the_model_loads(tiny_dir, monkeypatch):
+    """build_engine ran no registry lookup nor head check before the load: heads outside the model
+    (the reranker's or the pruner's) failed after it."""
+    from attnrank.errors import InputError
+    from attnrank.llm import models
+    from attnrank.prune.config import PruneConfig
+    from attnrank.rerank.config import RerankConfig
+    from attnrank.serve.engine import build_engine
+
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    with pytest.raises(InputError, match="head pairs 99-0 are out of range"):
+        build_engine(RerankConfig.preset("icr", model=str(tiny_dir), heads="99-0"), prune=False)
+    with pytest.raises(InputError, match="head pairs 99-0 are out of range"):
+        build_engine(RerankConfig.preset(model=str(tiny_dir)), prune=PruneConfig(heads="99-0"))
+    assert loads == []
 
 
 def test_an_app_served_again_after_its_shutdown_still_answers(llm):
