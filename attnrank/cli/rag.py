@@ -279,6 +279,10 @@ def ask(
     if res.pruned is not None:
         p = res.pruned
         typer.echo(f"[context] {p.kept_tokens} of {p.original_tokens} sentence tokens kept ({_compression(p)})")
+        for note in p.notes:  # (e.g. a top sentence left out for room, which prune prints too)
+            typer.echo(f"[note] {note}")
+    if res.answer is not None and res.answer.truncated:
+        typer.echo(f"[note] the answer reached --max-new-tokens {max_new_tokens} before its end; raise it")
     typer.echo("[sources]")
     for i, d in enumerate(res.context, start=1):
         typer.echo(f"  {i}. {d.id}" + (f" ({d.title})" if d.title else "") + f": {d.text[:100]}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,9 +96,12 @@ class PrunedContext:
         answer (or a printed context) from nothing would look like one from them."""
         if self.sentences and not self.kept:
             shortest = min(s.tokens for s in self.sentences)
+            fix = f"raise the budget to at least {shortest} tokens"
+            if self.budget_source == "keep_ratio" and self.original_tokens:  # (the ratio was given, not the budget)
+                fix = f"raise keep_ratio (--keep-ratio) to at least {math.ceil(1000 * shortest / self.original_tokens) / 1000:g}"
             raise InputError(
                 f"no sentence of the passages fits the budget of {self.budget_tokens} tokens (the shortest has "
-                f"{shortest}); raise the budget to at least {shortest} tokens"
+                f"{shortest}); {fix}"
             )
 
     def documents(self) -> list[Document]:
@@ -183,9 +186,25 @@ def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original
     return target, "keep_ratio"
 
 
-def select(scored: list[ScoredSentence], target: int, neighbours: int) -> None:
-    """Greedy by score (ties: reading order); a misfit is skipped; neighbours come if they fit."""
+def skipped_note(skipped: Sequence[ScoredSentence], target: int) -> list[str]:
+    """A note where :func:`select` skipped sentences for want of room while lower-scored ones were
+    kept after them (``skipped``): their evidence is not in the context, which nothing said."""
+    if not skipped:
+        return []
+    best = max(skipped, key=lambda s: s.score)
+    return [
+        f"{len(skipped)} sentence(s) scored above kept ones but did not fit what was left of the budget of "
+        f"{target} tokens, the best {best.tokens} tokens long (passage {best.doc_id!r}, sentence "
+        f"{best.source_index}); raise the budget to keep it"
+    ]
+
+
+def select(scored: list[ScoredSentence], target: int, neighbours: int) -> list[ScoredSentence]:
+    """Greedy by score (ties: reading order); a misfit is skipped; neighbours come if they fit.
+    Returns the sentences skipped for want of room before a lower-scored one was kept."""
     used = 0
+    skipped: list[int] = []
+    missed: list[int] = []  # skipped since the last sentence kept
     for g in sorted(range(len(scored)), key=lambda j: (-scored[j].score, j)):
         if scored[g].kept:
             continue
@@ -203,3 +222,9 @@ def select(scored: list[ScoredSentence], target: int, neighbours: int) -> None:
                     scored[j].kept = True
                 used += cost
                 break
+        else:
+            missed.append(g)
+            continue
+        skipped += missed
+        missed = []
+    return [scored[j] for j in skipped]

@@ -76,7 +76,16 @@ from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_mask, sink_filtered_rows
 from ..types import Document, as_documents, check_unicode
 from .config import PruneConfig
-from .context import PrunedContext, ScoredSentence, check_budget, check_neighbours, is_split, resolve_budget, select
+from .context import (
+    PrunedContext,
+    ScoredSentence,
+    check_budget,
+    check_neighbours,
+    is_split,
+    resolve_budget,
+    select,
+    skipped_note,
+)
 from .lookups import check_pruner_before_load
 from .planning import Chunk, PromptPlanner, Span, check_prune_frame, hint_ids, prompt_settings, scored_sentences
 from .probe import SentenceProbe, lexical_scores, probe_capture
@@ -207,10 +216,13 @@ class ContextPruner:
                 s.kept = True
             return result
         self._score(query, chunks, scored)
-        select(scored, target, neighbours)
+        skipped = select(scored, target, neighbours)
         if not result.kept:
             note = f"no sentence fits the budget of {target} tokens: nothing kept"
             logger.warning(note)
+            result.notes.append(note)
+        for note in skipped_note(skipped, target):
+            logger.info(note)
             result.notes.append(note)
         logger.info(
             "pruned %d -> %d sentence tokens (%.1fx, budget %d, %d chunk(s))",

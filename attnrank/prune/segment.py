@@ -18,9 +18,11 @@ Rules of :func:`split_sentences`, in order:
    title-like line (<= 8 words, no final punctuation) followed by a capitalised line; other line
    breaks are soft (hard-wrapped prose).
 3. A paragraph with no sentence-final punctuation at all (``.``, ``!``, ``?``, ``…`` followed
-   by whitespace or the end, or a CJK ``。！？``) is split at every line break instead.
+   by whitespace or the end, or a CJK ``。！？``, or another script's stop: Devanagari ``।``/``॥``,
+   Arabic ``؟``, Urdu ``۔``, Ethiopic ``።``, Myanmar ``။``) is split at every line break instead.
 4. Elsewhere a sentence ends at ``.``/``!``/``?``/``…`` runs, with any closing quotes or
-   brackets after them, followed by whitespace (none needed after CJK ``。！？``), unless the
+   brackets after them, followed by whitespace (none needed after CJK ``。！？`` or the other
+   scripts' stops), unless the
    next word starts lowercase; a single period is not a boundary after title/reference
    abbreviations (``Dr.``, ``e.g.``, ``Fig.``, ``St.``, ...), after a list marker (``1.``), and
    after ambiguous ones (``etc.``, ``Inc.``, ``U.S.``, ``Ph.D.``, initials such as ``J. R. R.``,
@@ -48,10 +50,14 @@ WORD_CHARS = 32  # characters of a run without spaces counted as one word when s
 
 _OPENERS = "\"'“‘«([{「『（【《〈"
 _CLOSERS = "\"'”’»)]}」』）】》〉"
-_CJK_STOPS = "。！？｡．"  # CJK text puts no space after a sentence: these end one without it
+# Stops of scripts without the Latin period (Devanagari's danda and double danda, the Arabic question
+# mark, the Urdu full stop, Ethiopic and Myanmar full stops): sentences of Hindi or Urdu had run into
+# 64-word chunks of several hundred tokens, which a pruning budget then skipped whole
+_SCRIPT_STOPS = "।॥؟۔።။"
+_CJK_STOPS = "。！？｡．" + _SCRIPT_STOPS  # CJK text puts no space after a sentence: these end one without it
 # (the fullwidth full stop of Japanese technical writing only after kana or a kanji: "３．１４",
 # "１．はじめに" and "Ｖｅｒ．２" keep theirs)
-_STOP = r"(?:[。！？｡]|(?<=[\u3040-\u30ff\u3400-\u9fff])．)"
+_STOP = r"(?:[。！？｡" + _SCRIPT_STOPS + r"]|(?<=[\u3040-\u30ff\u3400-\u9fff])．)"
 _END = re.compile(r"(?:[.!?…]|" + _STOP + r")+[" + re.escape(_CLOSERS) + r"]*")
 _TERMINAL = re.compile(r"[.!?…][" + re.escape(_CLOSERS) + r"]*(?:\s|$)|" + _STOP)
 # \r before a line break is whitespace: Windows line ends must not hide blank lines or fence ends

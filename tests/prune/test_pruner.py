@@ -212,6 +212,21 @@ def test_adjacent_sentences_keep_the_original_text_between_them():
     assert ctx.compression == 25 / 15
 
 
+def test_nothing_kept_under_a_keep_ratio_names_the_ratio_to_give():
+    """The error told a user who gave --keep-ratio to raise a budget they never gave."""
+    doc = Document("d", "One sentence of twelve tokens.", "")
+    sents = [ScoredSentence(0, "d", 0, doc.text, 0, len(doc.text), 12, 1.0, False)]
+    ctx = PrunedContext("q", "query", [doc], sents, 3, "keep_ratio", keep_ratio=0.3)
+    with pytest.raises(InputError, match=r"raise keep_ratio \(--keep-ratio\) to at least 1$"):
+        ctx.check_kept()
+    sents.append(ScoredSentence(0, "d", 1, "More.", 0, 5, 36, 0.5, False))
+    with pytest.raises(InputError, match=r"to at least 0.25$"):
+        ctx.check_kept()
+    ctx.budget_source = "budget_tokens"
+    with pytest.raises(InputError, match=r"raise the budget to at least 12 tokens$"):
+        ctx.check_kept()
+
+
 def test_text_outside_the_given_sentences_is_not_copied():
     """Pre-split sentences need not cover the text; what lies between two adjacent kept ones was
     never counted against the budget, so it must not reach the pruned passage."""
@@ -243,6 +258,21 @@ def test_selection_with_neighbours():
     sents = _sentences([5, 5, 5, 5, 5, 5, 5], [0.1, 0.2, 0.9, 0.3, 0.0, 0.95, 0.4], docs)
     select(sents, 100, neighbours=1)  # neighbours never cross into another document
     assert all(s.kept for s in sents)
+
+
+def test_a_sentence_skipped_for_room_before_lower_ones_were_kept_is_named():
+    """The best sentence, too long for the budget, was left out while weaker ones filled it, and
+    nothing said so (the answer came from them, exit 0)."""
+    from attnrank.prune.context import skipped_note
+
+    docs = [(0, 0), (0, 1), (0, 2), (1, 0)]
+    sents = _sentences([70, 20, 20, 50], [0.9, 0.5, 0.4, 0.1], docs)
+    skipped = select(sents, 60, neighbours=0)
+    assert [s.kept for s in sents] == [False, True, True, False] and skipped == [sents[0]]
+    note = " ".join(skipped_note(skipped, 60))
+    assert "1 sentence(s) scored above kept ones" in note and "70 tokens long (passage '0', sentence 0)" in note
+    sents = _sentences([20, 20, 70], [0.9, 0.5, 0.4], docs[:3])
+    assert select(sents, 60, neighbours=0) == []  # (skipped after the last kept: nothing weaker took its room)
 
 
 def test_neighbours_with_the_model(llm):

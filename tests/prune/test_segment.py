@@ -278,3 +278,20 @@ def test_pre_split_sentences_are_located_at_whole_words():
     assert [(s.start, s.end) for s in found] == [(0, 15), (16, 19), (20, 28)]
     # no whole-word place: the first place, as before (text without spaces between sentences)
     assert [s.start for s in locate_sentences("我爱你他好", ["我爱你", "他好"])] == [0, 3]
+
+
+@pytest.mark.parametrize(
+    "text, n",
+    [
+        ("यह पहला वाक्य है। यह दूसरा वाक्य है। और यह तीसरा॥", 3),  # Hindi: danda, double danda
+        ("یہ پہلا جملہ ہے۔ کیا یہ دوسرا ہے؟ یہ تیسرا ہے۔", 3),  # Urdu full stop, Arabic question mark
+        ("ይህ የመጀመሪያው ነው። ይህ ሁለተኛው ነው።", 2),  # Ethiopic full stop
+        ("ပထမစာကြောင်း။ဒုတိယစာကြောင်း။", 2),  # Myanmar: no space after the stop
+    ],
+)
+def test_the_stops_of_other_scripts_end_sentences(text, n):
+    """Only . ! ? … and the CJK stops ended a sentence: Hindi or Urdu ran into 64-word chunks of
+    several hundred tokens, which a pruning budget skipped whole."""
+    sentences = split_sentences(text)
+    assert len(sentences) == n, sentences
+    assert all(text[s.start : s.end] == s.text for s in sentences)
