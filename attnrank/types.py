@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,9 +34,10 @@ class Document:
 class ScoredDocument:
     """A document with the score and 1-based rank given by the last stage that ranked it.
 
-    ``stage_scores`` keeps every stage's score by name (``bm25``, ``dense``, ``hybrid``,
-    ``attention``, ...) so that a result explains how it got where it is; ``evidence`` holds
-    optional bulkier per-stage data (e.g. per-token attention scores).
+    ``stage_scores`` keeps every stage's score by name (the retriever's ``bm25``, ``dense``,
+    ``hybrid``; the reranker's ``attention``, ``likelihood``, ``fused``, ...); the BM25 and cosine a
+    fused reranker computes over the candidates are not kept (they are not the retriever's).
+    ``evidence`` holds optional bulkier per-stage data (e.g. per-token attention scores).
     """
 
     id: str
@@ -146,6 +148,10 @@ def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None
         raise InputError(
             f"the candidates are {docs!r}, a {type(docs).__name__}; pass a list of documents, texts or "
             "scored documents, or a RankedResults"
+        )
+    if isinstance(docs, (Mapping, AbstractSet)):  # (a dict's keys were ranked as the texts; a set has no order)
+        raise InputError(
+            f"the candidates are a {type(docs).__name__}; pass a list, e.g. [Document(i, t) for i, t in d.items()]"
         )
     docs = list(docs)
     if docs and all(isinstance(d, ScoredDocument) for d in docs):

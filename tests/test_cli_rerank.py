@@ -261,3 +261,20 @@ def test_rerank_needs_the_text_of_the_reranked_head_only(tmp_path, dl19_mini, ti
         assert ranked[3:] == [d for d, _ in trec_order(docs)][3:]
     r = runner.invoke(app, [*args, "--depth", "4", "-o", str(tmp_path / "deeper.trec")])
     assert r.exit_code != 0 and "is not in the corpus/index" in str(r.exception)
+
+
+def test_every_query_of_the_run_is_checked_before_the_first_is_reranked(tmp_path, tiny_dir):
+    """A query the reranker refuses (here the calibration query, under calibrated attention) was
+    found when its turn came, after the queries before it were reranked, and all of that work was
+    lost (nothing is written): it is named, by its id, before any."""
+    from _cli import cli_text
+
+    (tmp_path / "c.jsonl").write_text('{"id": "d1", "text": "apples are red"}\n{"id": "d2", "text": "pears"}\n')
+    (tmp_path / "q.tsv").write_text("q1\tred apples\nq2\tN/A\n")
+    (tmp_path / "r.trec").write_text("".join(f"{q} Q0 d{i} {i} {3 - i}.0 t\n" for q in ("q1", "q2") for i in (1, 2)))
+    args = ["rerank", "--run", str(tmp_path / "r.trec"), "--queries", str(tmp_path / "q.tsv")]
+    args += ["--corpus", str(tmp_path / "c.jsonl"), "-o", str(tmp_path / "o.trec"), "--preset", "icr"]
+    r = runner.invoke(app, [*args, "--model", str(tiny_dir), "-q"])
+    said = cli_text(r)
+    assert r.exit_code != 0 and "query 'q2': query 'N/A' is the calibration query" in said, said
+    assert not (tmp_path / "o.trec").exists()

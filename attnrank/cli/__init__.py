@@ -207,6 +207,21 @@ def _load_index(name: Optional[str], index_dir: Optional[Path], verify: bool = F
     return HybridRetriever.load(_index_path(name, index_dir), verify=verify)
 
 
+def _rerank_heads(reranker, results: list, depth: int, progress: bool) -> list:
+    """Rerank the top ``depth`` of each of ``results`` (the rest keeps its order below them), every
+    query checked first: a query the reranker refuses (too long for the likelihood, say) is named
+    before the first is reranked, not after hundreds were and nothing was written."""
+    reranker.check_batch(
+        [r.query for r in results], [r.results[:depth] for r in results], [r.query_id for r in results]
+    )
+    todo = results
+    if progress and len(results) > 1:  # rank() scores one query; the bar counts queries
+        from tqdm.auto import tqdm
+
+        todo = tqdm(results, desc="rerank", unit="q")
+    return [_rerank_head(reranker, res, depth) for res in todo]
+
+
 def _rerank_head(reranker, res, depth: int):
     """Rerank the top ``depth`` of ``res``; the rest keeps its order below them."""
     from dataclasses import replace

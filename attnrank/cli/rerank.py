@@ -22,7 +22,7 @@ from . import (
     _load_index,
     _positive,
     _read_corpus,
-    _rerank_head,
+    _rerank_heads,
     _setup,
     app,
 )
@@ -84,14 +84,8 @@ def rerank(
         if index is None
         else index_reranker(rerank_config, _index_path(name, index_dir), index)
     )
-    out = []
-    items = list(ordered_runs.items())
-    if progress:
-        from tqdm.auto import tqdm
-
-        items = tqdm(items, desc="rerank", unit="q")
-    for qid, ordered in items:
-        res = RankedResults(
+    runs = [
+        RankedResults(
             qs[qid],
             [  # (below --depth only the id and score are written: a document there may be missing)
                 ScoredDocument(d, s, r, *_text(docs.get(d)), {"first_stage": s})
@@ -99,7 +93,9 @@ def rerank(
             ],
             qid,
         )
-        out.append(_rerank_head(reranker, res, depth))
+        for qid, ordered in ordered_runs.items()
+    ]
+    out = _rerank_heads(reranker, runs, depth, progress)
     # the run's tag names the preset that ranked it; the guard checks -o again, as it is replaced
     write_run(out, output, tag=f"attnrank-{rerank_config.name}", guard=RUN_GUARD)
     deepest = max((min(depth, len(r)) for r in first.values()), default=0)

@@ -25,7 +25,7 @@ from . import (
     _positive,
     _print_results,
     _read_corpus,
-    _rerank_head,
+    _rerank_heads,
     _setup,
     app,
     option_errors,
@@ -46,7 +46,9 @@ logger = logging.getLogger(__name__)
 
 @app.command()
 def index(
-    corpus: Path = typer.Argument(..., help="BEIR folder, .jsonl, .csv/.tsv, or a folder of .txt/.md files."),
+    corpus: Path = typer.Argument(
+        ..., help="BEIR folder, .jsonl, .csv/.tsv, or a folder of .txt/.md files (one such file alone: one document)."
+    ),
     name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name (stored in ./indexes/NAME)."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder instead of --index."),
     dense_index: str = typer.Option("flat", help="FAISS index type: flat | hnsw | ivf."),
@@ -235,12 +237,7 @@ def search(
         from ..rerank.over_index import index_reranker  # heavy (torch): only once the input is known good
 
         reranker = index_reranker(rerank_config, _index_path(name, index_dir), r)
-        todo = results
-        if progress and len(qs) > 1:  # rank() scores one query; the bar counts queries
-            from tqdm.auto import tqdm
-
-            todo = tqdm(results, desc="rerank", unit="q")
-        results = [_rerank_head(reranker, res, rerank).top_k(k) for res in todo]
+        results = [res.top_k(k) for res in _rerank_heads(reranker, results, rerank, progress)]
     if output is not None and not any(len(x) for x in results):
         # (an empty run file, which eval and rerank refuse as empty: nothing is written)
         raise InputError(f"no query had a hit, so nothing was written to {output}; check the queries and the index")

@@ -313,14 +313,7 @@ class AttentionReranker(WindowCapture, FusedScoring):
         if query_ids is not None and len(query_ids) != len(queries):
             raise InputError(f"{len(queries)} queries but {len(query_ids)} query_ids; give one id per query")
         check_k(k)
-        for i, (query, docs) in enumerate(zip(queries, docs_per_query)):  # all before any work, not query by query
-            try:
-                self._check_query(query)
-                documents = as_documents(docs)[0]
-                check_documents(documents)
-                self._check_fits(query, documents)
-            except InputError as e:
-                raise InputError(f"query #{i}: {e}") from None
+        self.check_batch(queries, docs_per_query, query_ids)  # all before any work, not query by query
         it = range(len(queries))
         if self.show_progress:
             from tqdm.auto import tqdm
@@ -331,10 +324,29 @@ class AttentionReranker(WindowCapture, FusedScoring):
             for i in it
         ]
 
+    def check_batch(
+        self,
+        queries: Sequence[str],
+        docs_per_query: Sequence[Sequence[Any]],
+        query_ids: Sequence[str] | None = None,
+    ) -> None:
+        """What :meth:`rank` would refuse in any of these queries, all named before any work (tokenizing
+        only): :class:`InputError` naming the query (its id where given, else its number). A caller
+        that ranks query by query (the CLI over a run) loses nothing to its last query's mistake."""
+        for i, (query, docs) in enumerate(zip(queries, docs_per_query)):
+            try:
+                self._check_query(query)
+                documents = as_documents(docs)[0]
+                check_documents(documents)
+                self._check_fits(query, documents)
+            except InputError as e:
+                raise InputError(f"query {'#' + str(i) if query_ids is None else repr(query_ids[i])}: {e}") from None
+
     def score(self, query: str, docs: Sequence[Document | ScoredDocument | str] | RankedResults) -> np.ndarray:
         """The reranker's score of each document, in input order: the calibrated attention score,
-        or with ``signals`` the fused score (ScoredDocument candidates give learned weights their
-        first-stage and stage scores, as in :meth:`rank`)."""
+        or with ``signals`` the fused score, a sum of z-scores over these documents: comparable
+        within one call only (a lone document scores 0). ScoredDocument candidates give learned
+        weights their first-stage and stage scores, as in :meth:`rank`."""
         self._check_query(query)  # (the calibration query scored all zeros here, where rank refused it)
         documents, previous = as_documents(docs)
         check_texts(documents)
