@@ -65,6 +65,7 @@ def state_writer(docs: Sequence[Document], storage: str, cfg: RerankConfig, prog
     from ..rerank.attention import AttentionReranker  # torch: only once states are asked for
 
     reranker = AttentionReranker(config=cfg)
+    reranker.check_passage_states(docs)  # (refused once the corpus was embedded, before)
 
     def write(folder: Path) -> None:
         bar = None

@@ -129,6 +129,10 @@ class StoreSetupError(InputError):
     """A passage-state store built for another model or prompt settings than the reranker's."""
 
 
+class StoreDamagedError(InputError):
+    """A passage-state store that cannot be read as written (its header or arrays)."""
+
+
 STORE_FILES = ("states.json", "offsets.npy", "keys.npy", "values.npy", "key_scales.npy", "value_scales.npy")
 
 
@@ -275,7 +279,7 @@ class PassageStateStore:
         try:
             header = json.loads((folder / "states.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
-            raise InputError(
+            raise StoreDamagedError(
                 f"no readable passage-state store at {path} ({e}); build one with "
                 "`attnrank index CORPUS --passage-states float16`"
             ) from None
@@ -285,7 +289,7 @@ class PassageStateStore:
             or header.get("version") != 1
             or header.get("storage") not in STATE_STORAGES
         ):
-            raise InputError(f"{folder}/states.json is not an attnrank passage-state store (version 1)")
+            raise StoreDamagedError(f"{folder}/states.json is not an attnrank passage-state store (version 1)")
         want = store_settings(capturer, tokenizer, fingerprint, max_doc_words, max_doc_tokens)
         if "config_sha256" not in header:  # written before the config was recorded
             del want["config_sha256"]
@@ -372,8 +376,8 @@ def check_encoder(folder: Path, header: dict[str, Any], capturer: AttentionCaptu
         )
 
 
-def _damaged(folder: Path, what: str) -> InputError:
-    return InputError(
+def _damaged(folder: Path, what: str) -> StoreDamagedError:
+    return StoreDamagedError(
         f"the passage states at {folder} are damaged ({what}); rebuild them with "
         "`attnrank index --passage-states`, or drop --passage-states"
     )

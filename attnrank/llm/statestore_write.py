@@ -68,11 +68,7 @@ def write_store(
         raise InputError("no passages to store; give at least one document")
     if folder.exists():
         raise InputError(f"{folder} exists; passage states are written to a new folder: remove it or give another")
-    prefix_ids = block_prefix_ids(tokenizer)
-    prefix = capturer.prefill(prefix_ids)
-    check_one_head_size(prefix)  # (a store of latent-attention states was written, then refused as damaged)
-    blocks = encode_blocks_text(tokenizer, list(docs), max_doc_words, max_doc_tokens)[0]
-    check_block_window(capturer, len(prefix_ids), max(len(b) for b in blocks))  # before any batch is encoded
+    prefix_ids, prefix, blocks = _checked_blocks(capturer, tokenizer, docs, max_doc_words, max_doc_tokens)
     offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks], dtype=np.int64)]).astype(np.int64)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = sibling(folder, "tmp")
@@ -104,6 +100,37 @@ def write_store(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return header
+
+
+def check_store(
+    capturer: AttentionCapturer,
+    tokenizer: Any,
+    docs: Sequence[Document],
+    max_doc_words: int | None = None,
+    max_doc_tokens: int | None = None,
+) -> None:
+    """What :func:`write_store` would refuse of this model and these passages (states of more than
+    one head size; a passage past a sliding window), found by tokenizing them and prefilling the
+    instruction alone. Why: an index build writes its store last, after embedding the whole corpus
+    (hours on a large one), which was then thrown away."""
+    if docs:
+        _checked_blocks(capturer, tokenizer, docs, max_doc_words, max_doc_tokens)
+
+
+def _checked_blocks(
+    capturer: AttentionCapturer,
+    tokenizer: Any,
+    docs: Sequence[Document],
+    max_doc_words: int | None,
+    max_doc_tokens: int | None,
+) -> tuple[list[int], Any, list[list[int]]]:
+    """(the instruction's ids, its prefilled cache, each passage's block ids), checked for a store."""
+    prefix_ids = block_prefix_ids(tokenizer)
+    prefix = capturer.prefill(prefix_ids)
+    check_one_head_size(prefix)  # (a store of latent-attention states was written, then refused as damaged)
+    blocks = encode_blocks_text(tokenizer, list(docs), max_doc_words, max_doc_tokens)[0]
+    check_block_window(capturer, len(prefix_ids), max(len(b) for b in blocks))  # before any batch is encoded
+    return prefix_ids, prefix, blocks
 
 
 def _write_arrays(

@@ -20,7 +20,7 @@ from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore
-from ..llm.statestore_write import write_store
+from ..llm.statestore_write import check_store, write_store
 from ..types import Document
 from .config import RerankConfig
 from .windows import block_windows, fit_windows, prompt_extent
@@ -101,6 +101,11 @@ class WindowCapture:
             max_doc_tokens=self.config.max_doc_tokens,
             progress=progress,
         )
+
+    def check_passage_states(self, docs: Sequence[Document]) -> None:
+        """What :meth:`write_passage_states` would refuse of ``docs`` with this model (tokenizing
+        them only): checked before an index build embeds the corpus, not after it."""
+        check_store(self.capturer, self.llm.tokenizer, docs, self.config.max_doc_words, self.config.max_doc_tokens)
 
     def _block_windows(self, prompts: list[BlockPrompt]) -> list[WindowRows]:
         """Block-attention windows: each block attends to the prefix and itself; their states

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..config import PASSAGE_STATES_FOLDER
 from ..llm.models import LLM
-from ..llm.statestore import StoreSetupError
+from ..llm.statestore import StoreDamagedError, StoreSetupError
 from .attention import AttentionReranker
 from .config import RerankConfig
 
@@ -22,14 +22,15 @@ def index_reranker(
     """The reranker of the documents of the index folder ``index`` (loaded as ``retriever``; on
     ``llm`` if given, else the configuration's model): the index's stored passage states attached
     where ``config`` reads block states at reusable positions and names no store itself (a store
-    the setup cannot use is warned of and skipped: it was not asked for), and the candidates'
+    the setup cannot use, or cannot read, is warned of and skipped: it was not asked for), and the candidates'
     dense signal read from the index's vectors rather than embedded again."""
     stored = Path(index) / PASSAGE_STATES_FOLDER
     attach = config.attention == "block" and config.block_positions != "sequential"  # (sequential: none reused)
     found = attach and config.passage_states is None and stored.is_dir()
     try:
         reranker = AttentionReranker(llm, config=config.with_options(passage_states=str(stored)) if found else config)
-    except StoreSetupError as e:  # the index's own store, attached unasked: not for this setup
+    except (StoreSetupError, StoreDamagedError) as e:  # the index's own store, attached unasked: not for this setup
+        # (or damaged: its advice to drop --passage-states named an option the user never gave)
         if not found:
             raise
         logger.warning("not reading the index's passage states: %s", e)

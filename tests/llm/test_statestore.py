@@ -385,3 +385,20 @@ def test_an_earlier_encoders_store_is_refused_for_int8_and_sliding_window_models
     # a store for another setup is named as such, not as an earlier encoder's
     with pytest.raises(InputError, match="max_doc_words"):
         open_store(tmp_path / "sliding" / "float16", llm, AttentionCapturer(sliding, HEADS), max_doc_words=3)
+
+
+def test_what_a_store_refuses_is_found_before_anything_is_encoded():
+    """An index build writes its store last: a passage past a sliding window (or a latent-attention
+    model) was refused after the whole corpus had been embedded. check_store finds both first."""
+    from _tiny import tiny_latent_attention_model, tiny_model, tiny_tokenizer
+
+    from attnrank.errors import ModelError
+    from attnrank.llm.statestore_write import check_store
+
+    docs = [Document("a", "hello world"), Document("b", " ".join(["word"] * 400))]
+    sliding = AttentionCapturer(tiny_model("mistral", sliding_window=1024, max_positions=4096), [(1, 0)])
+    with pytest.raises(InputError, match="reaches this model's sliding window of 1024"):
+        check_store(sliding, tiny_tokenizer(), docs)
+    check_store(sliding, tiny_tokenizer(), docs, max_doc_words=5)  # cut below the window: fine
+    with pytest.raises(ModelError, match="one head size"):
+        check_store(AttentionCapturer(tiny_latent_attention_model(), [(1, 0)]), tiny_tokenizer(), docs)

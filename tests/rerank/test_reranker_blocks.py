@@ -155,6 +155,15 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
         stored = httpx.get(f"{base}/health").json()["passage_states"]["stored"]
     assert stored["served"] == 3 and stored["stale"] == 0 and stored["storage"] == "int8"
     assert stored["folder"] == str(ix / "passage_states") and stored["passages"] > 3
+    # a damaged store the index holds, attached unasked, is skipped with a warning too: the search
+    # failed, advising to drop a --passage-states that was never given
+    header = ix / "passage_states" / "states.json"
+    header.write_bytes(b"{" + b" " * (header.stat().st_size - 1))  # (its size kept: the index's own check passes)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank.rerank.over_index"):
+        r = runner.invoke(app, [*search, "--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "not reading the index's passage states" in caplog.text and "no readable" in caplog.text
 
 
 def test_index_rejects_state_options_without_states(tmp_path, scifact_mini):
