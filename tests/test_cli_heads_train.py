@@ -49,7 +49,7 @@ def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny
     from attnrank.rerank.config import RerankConfig
     from attnrank.rerank.learned import LearnedHeadWeights
 
-    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "top4", "--l2", "1", "--rel", "2"))
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--top", "4", "--l2", "1", "--rel", "2"))
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "held-out 3-fold over 3 queries" in r.output
     scores = {
@@ -110,7 +110,13 @@ def test_heads_train_rejects_bad_options_before_loading_a_model(home, dl19_mini,
 
 
 def test_heads_train_names_every_head_where_top_asks_for_more_than_the_model_has(home, dl19_mini, tiny_dir):
-    """--heads top50 on a model of 12 heads trained on all of them, but the report said "top-50 heads"."""
-    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "top50", "--rel", "2", "--no-save"))
+    """--top 50 on a model of 12 heads trained on all of them, but the report said "top-50 heads".
+    --heads topN, its old spelling (every other command reads --heads as a head list), still works, warned."""
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--top", "50", "--rel", "2", "--no-save"))
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "all heads" in r.output and "top-50" not in r.output
+    old = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--heads", "top50", "--rel", "2", "--no-save"))
+    assert old.exit_code == 0 and "--heads top50 is now --top 50" in old.output, old.output
+    assert "all heads" in old.output and "top-50" not in old.output
+    both = runner.invoke(app, _args(dl19_mini, tiny_dir, "--top", "4", "--heads", "top4", "--no-save"))
+    assert both.exit_code == 2 and "give --top N alone" in cli_text(both)

@@ -718,3 +718,23 @@ def test_a_registry_it_cannot_write_is_named_before_training(roots):
     folder.write_text("not a folder")
     with pytest.raises(InputError, match="is a file, not a folder"):
         registry_save.check_saveable("org/m", FP)
+
+
+def test_cli_detect_that_saves_nothing_exits_non_zero(roots, tmp_path, scifact_mini):
+    """`heads detect` printed "not saved: every head scored the same" and exited 0, read by a script
+    as a registered set (`--heads auto` still read the one before)."""
+    import torch
+    from _tiny import tiny_model, tiny_tokenizer
+
+    model = tiny_model("llama", max_positions=4096)  # (room for a SciFact abstract's prompt)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()  # every attention weight alike: every head scores the same
+    folder = tmp_path / "flat"
+    model.save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    data = ["--queries", str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv")]
+    args = ["heads", "detect", "--method", "qr", "--model", str(folder), *data, "--max-queries", "3", "-q"]
+    r = runner.invoke(app, [*args, "--corpus", str(scifact_mini / "corpus.jsonl")])
+    assert "not saved: every head scored the same" in r.output, cli_text(r)
+    assert r.exit_code == 1 and "no head set was saved" in cli_text(r), cli_text(r)

@@ -9,7 +9,13 @@ import typer
 
 from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, _positive, _print_results, _setup, app
-from .options import check_k_within_depth, check_registry_lookups, refuse_when_off, rerank_options
+from .options import (
+    check_k_within_depth,
+    check_model_readable,
+    check_registry_lookups,
+    refuse_when_off,
+    rerank_options,
+)
 
 DEMO_DEPTH = 10  # first-stage hits the demo reranks by default
 
@@ -56,6 +62,8 @@ def demo(
             f"--answers {answers}: the demo has {len(questions)} questions; give 0 to {len(questions)}"
         )
     if not no_rerank:  # what the reranker reads from the head registry, before indexing and loading it
+        if rerank_config.uses_llm:  # (a mistyped --model was found after the demo index was rebuilt)
+            check_model_readable(rerank_config.model)
         check_registry_lookups(rerank_config)
     target = index_root() / "demo"
     docs, _ = load_corpus(demo_corpus_path())

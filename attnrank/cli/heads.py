@@ -180,6 +180,11 @@ def heads_detect(
             f"--heads auto now reads the {best.source} set {best.name!r} ({best.method}, {len(best.heads)} heads); "
             "--heads auto:METHOD reads another method's set"
         )
+    elif save:  # (exit 0 read as a registered set: --heads auto still reads the one it read before)
+        raise AttnrankError(
+            "no head set was saved (see above); --heads auto reads what it read before: detect with more queries "
+            "or another --method, or pass --no-save to only look"
+        )
 
 
 def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, qr_given=()) -> dict:

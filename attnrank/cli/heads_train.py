@@ -42,14 +42,25 @@ from .options import Dtype, check_model_readable
 METRICS = ("nDCG@10", "RR@10")
 
 
-def _parse_heads(text: str) -> int | None:
-    """``all`` → None; ``topN`` → N."""
-    m = re.fullmatch(r"top(\d+)", text.strip())
-    if text.strip() == "all":
-        return None
-    if not m or int(m.group(1)) < 1:
-        raise typer.BadParameter(f"--heads {text!r} is not 'all' or 'topN' (N >= 1), e.g. top32")
-    return int(m.group(1))
+DEFAULT_TOP = 32
+
+
+def _top_heads(top: int | None, heads: str | None) -> int | None:
+    """The heads the weights read: ``--top N`` (0: every head; None: :data:`DEFAULT_TOP`), or the old
+    spelling ``--heads all|topN``, which every other command reads as a head list (warned of).
+    Returns N, or None for every head."""
+    if heads is None:
+        if top is not None and top < 0:
+            raise typer.BadParameter(f"--top {top} must be at least 0 (0: every head)")
+        top = DEFAULT_TOP if top is None else top
+        return top or None
+    if top is not None:
+        raise typer.BadParameter("give --top N alone (--heads all|topN is its old spelling)")
+    m = re.fullmatch(r"top(\d+)", heads.strip())
+    if heads.strip() != "all" and (not m or int(m.group(1)) < 1):
+        raise typer.BadParameter(f"--heads {heads!r} is not 'all' or 'topN' (N >= 1); give --top N (0: every head)")
+    typer.echo(f"warning: --heads {heads} is now --top {m.group(1) if m else 0} (--heads names head lists elsewhere)")
+    return int(m.group(1)) if m else None
 
 
 def _head_ndcg(feats: list[Any], qrels: dict, rel: int, k: int = 10) -> Any:
@@ -89,9 +100,13 @@ def heads_train(
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth the weights are for)."),
     max_queries: int = typer.Option(0, "--max-queries", help="Labelled queries used (0: all)."),
     rel: Optional[int] = Rel,
-    heads: str = typer.Option(
-        "top32", "--heads", help="all | topN: the N heads with the best nDCG@10 alone on the training queries."
+    top: Optional[int] = typer.Option(
+        None,
+        "--top",
+        help=f"The N heads with the best nDCG@10 alone on the training folds (default {DEFAULT_TOP}; 0: every head), "
+        "as heads detect --top.",
     ),
+    heads: Optional[str] = typer.Option(None, "--heads", hidden=True, help="Old spelling of --top: all | topN."),
     learner: str = typer.Option("pointwise", "--learner", help="pointwise (logistic regression) | pairwise (RankNet)."),
     l2: Optional[float] = typer.Option(None, "--l2", help="L2 penalty λ (sklearn C = 1/λ; default 10)."),
     first_stage: bool = typer.Option(
@@ -113,7 +128,7 @@ def heads_train(
 
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank heads train")  # before any model is loaded
-    top = _parse_heads(heads)
+    top = _top_heads(top, heads)
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=10.0)
     with option_errors():  # (found by load_llm, after the labelled set was read)
         check_precision_names(device, dtype)
@@ -209,7 +224,7 @@ def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc, pro
         vals = "  ".join(f"{m} {held[f'{who} {m}']:.4f}" for m in METRICS)
         lines.append(f"  {who + (f' ({learner}, {label})' if who == 'learned' else ''):<58} {vals}")
     lines.append(
-        "  (sum of per-head scores: every head's features summed, whatever --heads the learned weights read, "
+        "  (sum of per-head scores: every head's features summed, whatever --top the learned weights read, "
         "each head's through its own token filter where it is on; ICR's sum, preset icr, filters the summed "
         "scores once)"
     )
