@@ -66,6 +66,7 @@ def gguf_source(model_id: str) -> Path | None:
 HASHES = "attnrank-hashes.json"  # the memo of file_sha256, in cache_dir()
 _HASHES_FORMAT = "attnrank-hashes/1"
 _HEX = re.compile(r"[0-9a-f]{64}")
+_COMMIT = re.compile(r"[0-9a-f]{40}")  # a git commit: the name of a hub snapshot folder
 
 
 def file_sha256(path: Path) -> str:
@@ -122,8 +123,9 @@ def pretrained_fingerprint(model_id: str) -> str:
     if folder is None:
         logger.warning("no local snapshot of %s found; fingerprint = sha256 of its name", model_id)
         return name_fingerprint(model_id)
-    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
-        return folder.name  # (the hub cache's layout: the folder's name is the commit)
+    hub = folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--")
+    if hub and _COMMIT.fullmatch(folder.name):
+        return folder.name  # (the hub cache's layout: the folder's name is the commit; any other name is hashed)
     files = sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES or p.name in _DEFINING_FILES)
     lines = "".join(f"{p.name}:{file_sha256(p)}\n" for p in files)
     return hashlib.sha256(lines.encode()).hexdigest()

@@ -25,6 +25,8 @@ from attnrank.llm.models import LLM, clear_llm_cache, load_llm
 _USER_HOME = os.environ.get("ATTNRANK_HOME")
 from _tiny import save_tiny, tiny_model, tiny_tokenizer
 
+COMMIT = "0123abc000000000000000000000000000000000"  # a hub snapshot folder is named by its 40-hex commit
+
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch):
@@ -482,7 +484,7 @@ def test_a_model_file_is_refused_naming_its_folder(tiny_dir, name):
 def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tiny_dir, offline_hub):
     """A cached hub id is read from its snapshot: no connection (where there is no network that
     costs minutes of retries), and the weights are the snapshot its fingerprint names."""
-    snapshot = offline_hub.snapshot("attnrank-test/tiny", "0123abc", source=tiny_dir)
+    snapshot = offline_hub.snapshot("attnrank-test/tiny", COMMIT, source=tiny_dir)
     assert config.local_model_folder("attnrank-test/tiny") == snapshot
     assert config.local_model_folder("attnrank-test/not-cached") is None
     # what reading a config (model_shape) leaves cached: loaded by id, the hub fills it in
@@ -491,7 +493,7 @@ def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tiny_dir, 
     clear_llm_cache()
     loaded = load_llm("attnrank-test/tiny", dtype="float32")
     assert offline_hub.tried == []
-    assert loaded.fingerprint == "0123abc"
+    assert loaded.fingerprint == COMMIT
     assert loaded.num_layers == 3
     clear_llm_cache()
 
@@ -505,15 +507,20 @@ def test_a_hub_snapshot_named_by_its_path_has_the_fingerprint_of_its_id(tiny_dir
     from attnrank.registry import resolve_heads
     from attnrank.registry_save import save_head_set
 
-    snapshot = offline_hub.snapshot("attnrank-test/tiny", "0123abc", source=tiny_dir)
-    assert model_fingerprint(str(snapshot))[1] == model_fingerprint("attnrank-test/tiny")[1] == "0123abc"
+    snapshot = offline_hub.snapshot("attnrank-test/tiny", COMMIT, source=tiny_dir)
+    assert model_fingerprint(str(snapshot))[1] == model_fingerprint("attnrank-test/tiny")[1] == COMMIT
     save_head_set(*model_fingerprint("attnrank-test/tiny"), "qr-ndcg", [[1, 0], [2, 1]])
     by_path = SimpleNamespace(**dict(zip(("model_id", "fingerprint"), model_fingerprint(str(snapshot)))))
     assert [tuple(p) for p in resolve_heads("auto:qr-ndcg", by_path)] == [(1, 0), (2, 1)]
     # a folder of that name outside the hub cache's layout is an ordinary folder: its files' hash
-    other = tiny_dir.parent / "elsewhere" / "snapshots" / "0123abc"
+    other = tiny_dir.parent / "elsewhere" / "snapshots" / COMMIT
     shutil.copytree(tiny_dir, other)
-    assert model_fingerprint(str(other))[1] not in ("0123abc", "")
+    assert model_fingerprint(str(other))[1] not in (COMMIT, "")
+    # and in the hub cache's layout, a folder whose name is no commit (a user's folder, weights saved
+    # over a snapshot under another name): its files' hash, not its name
+    renamed = snapshot.parent / "my-finetune"
+    shutil.copytree(tiny_dir, renamed)
+    assert model_fingerprint(str(renamed))[1] not in ("my-finetune", "")
 
 
 def test_the_tokenizer_alone_reads_a_model_named_as_load_llm_reads_it(tmp_path, monkeypatch):
