@@ -79,8 +79,10 @@ async def _events(
             return
         res = job.future.result()
         timings = {k: round(v, 4) for k, v in res.timings.items()}
-        done = {"answer": res.answer.text, "truncated": res.answer.truncated, "sources": res.sources}
-        yield _sse("done", {**done, "timings": timings})
+        answer = res.answer
+        yield _sse(
+            "done", {"answer": answer.text, "truncated": answer.truncated, "sources": res.sources, "timings": timings}
+        )
     finally:
         if get is not None:
             get.cancel()  # (a no-op once it has its piece)
