@@ -60,6 +60,7 @@ from .shared import (
     shared_index,
     shared_pruner,
     shared_reranker,
+    without_scores,
 )
 
 __all__ = ["AttnrankPruner", "AttnrankReranker", "AttnrankRetriever", "to_attnrank", "to_langchain"]
@@ -124,7 +125,8 @@ class AttnrankReranker(BaseDocumentCompressor):
             return []
         with model_lock(self._reranker):
             res, empty = rank_text_first(self._reranker, query, to_attnrank(documents), self.top_n)
-        return [to_langchain(r, documents[int(r.id)]) for r in res] + [documents[i] for i in empty]
+        unscored = [documents[i].model_copy(update={"metadata": without_scores(documents[i].metadata)}) for i in empty]
+        return [to_langchain(r, documents[int(r.id)]) for r in res] + unscored
 
 
 class AttnrankPruner(BaseDocumentCompressor):
@@ -176,6 +178,7 @@ class AttnrankPruner(BaseDocumentCompressor):
             pruned = self._pruner.prune(
                 query, docs, budget_tokens=self.budget_tokens, keep_ratio=self.keep_ratio, neighbours=self.neighbours
             )
+        pruned.check_kept()  # (no sentence fits: an empty context, answered from as if pruned, raised as the CLI does)
         out = []
         for d in pruned.documents():
             i = int(d.id)

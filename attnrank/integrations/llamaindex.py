@@ -61,6 +61,7 @@ from .shared import (
     shared_pruner,
     shared_reranker,
     stored_settings,
+    without_scores,
 )
 
 __all__ = ["AttnrankPruner", "AttnrankRerank", "AttnrankRetriever"]
@@ -231,7 +232,10 @@ class AttnrankRerank(BaseNodePostprocessor):
                 node.metadata.update(score_fields(r))
                 _hide_scores(node)
                 out.append(NodeWithScore(node=node, score=r.score))
-            out += [NodeWithScore(node=nodes[i].node.model_copy(deep=True), score=None) for i in empty]  # unscored
+            for i in empty:  # unscored, without an earlier stage's scores
+                node = nodes[i].node.model_copy(deep=True)
+                node.metadata = without_scores(node.metadata)
+                out.append(NodeWithScore(node=node, score=None))
             event.on_end(payload={EventPayload.NODES: out})
         return out
 
@@ -307,6 +311,7 @@ class AttnrankPruner(BaseNodePostprocessor):
                 keep_ratio=self.keep_ratio,
                 neighbours=self.neighbours,
             )
+        pruned.check_kept()  # (no sentence fits: an empty context, answered from as if pruned, raised as the CLI does)
         out = []
         for d in pruned.documents():
             src = nodes[int(d.id)]

@@ -396,6 +396,13 @@ def score_fields(d: ScoredDocument) -> dict[str, Any]:
     return {"relevance_score": d.score, "rank": d.rank, "stage_scores": dict(d.stage_scores)}
 
 
+def without_scores(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``metadata`` without the keys of :func:`score_fields`: a document returned unscored
+    (no text) kept an earlier stage's ``relevance_score`` (another reranker's, on another scale),
+    which a chain sorting by it put above the ranked ones."""
+    return {k: v for k, v in metadata.items() if k not in ("relevance_score", "rank", "stage_scores")}
+
+
 _STAGE_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
 _STAGE_GUARD = threading.Lock()
 _UNKEYED_LOCK = threading.Lock()

@@ -261,3 +261,9 @@ def test_a_misspelt_reranker_setting_is_refused_before_the_index_loads(tmp_path)
     """The retriever loaded its index (kept in the process-wide cache) and only then found top_n."""
     with pytest.raises(InputError, match=r"unknown RerankConfig option\(s\) \['top_n'\]"):
         AttnrankRetriever(index=tmp_path / "no-index-here", k=2, top_n=3)
+
+
+def test_pruner_refuses_a_budget_no_sentence_fits(settings, demo_docs, query):
+    """It returned [] (the warning aside): the chain answered from no passage as if pruned."""
+    with pytest.raises(InputError, match="no sentence of the passages fits the budget of 1 tokens"):
+        AttnrankPruner(budget_tokens=1, model=settings["model"]).compress_documents(_lc_docs(demo_docs, 2), query)

@@ -314,3 +314,11 @@ def test_an_adapter_around_a_given_stage_refuses_pickling_and_one_from_settings_
         pickle.dumps(given)
     copy = pickle.loads(pickle.dumps(AttnrankRerank(top_n=1, **settings)))
     assert [n.node.node_id for n in copy.postprocess_nodes(nodes, query_str=query)] == ["p"]
+
+
+def test_pruner_refuses_a_budget_no_sentence_fits(settings, demo_docs, query):
+    """It returned the nodes emptied (the warning aside): the engine answered "Empty Response"."""
+    with pytest.raises(InputError, match="no sentence of the passages fits the budget of 1 tokens"):
+        AttnrankPruner(budget_tokens=1, model=settings["model"]).postprocess_nodes(
+            _nodes(demo_docs, 2), query_str=query
+        )

@@ -265,16 +265,25 @@ def test_documents_without_text_come_after_the_ranked_ones_in_every_adapter(sett
 
     texts = ["", "Paris is the capital of France.", "Bananas are yellow."]
     query = "capital of France?"
+    # an earlier reranker's scores (another scale) are not kept on the unscored one: a chain sorting by
+    # relevance_score put it first
+    earlier = {"relevance_score": 0.98, "rank": 1, "stage_scores": {"cohere": 0.98}, "source": "a.pdf"}
     lc = AttnrankReranker(top_n=None, **settings).compress_documents(
-        [LCDocument(page_content=t, id=f"d{i}") for i, t in enumerate(texts)], query
+        [LCDocument(page_content=t, id=f"d{i}", metadata=dict(earlier)) for i, t in enumerate(texts)], query
     )
-    assert sorted(d.id for d in lc[:2]) == ["d1", "d2"] and lc[2].id == "d0" and "relevance_score" not in lc[2].metadata
-    nodes = [NodeWithScore(node=TextNode(text=t, id_=f"d{i}"), score=1.0) for i, t in enumerate(texts)]
+    assert sorted(d.id for d in lc[:2]) == ["d1", "d2"] and lc[2].id == "d0" and lc[2].metadata == {"source": "a.pdf"}
+    nodes = [
+        NodeWithScore(node=TextNode(text=t, id_=f"d{i}", metadata=dict(earlier)), score=1.0)
+        for i, t in enumerate(texts)
+    ]
     li = AttnrankRerank(top_n=3, **settings).postprocess_nodes(nodes, query_str=query)
     assert [n.node.node_id for n in li][2] == "d0" and li[2].score is None and li[0].score is not None
+    assert li[2].node.metadata == {"source": "a.pdf"} and nodes[0].node.metadata == earlier  # (the caller's untouched)
     assert len(AttnrankRerank(top_n=2, **settings).postprocess_nodes(nodes, query_str=query)) == 2  # no room left
     ranker = AttnrankRanker(model=settings["model"], top_k=None, reranker_kwargs={"max_doc_words": 40})
-    hs = ranker.run(query, [HSDocument(id=f"d{i}", content=t or None) for i, t in enumerate(texts)])["documents"]
-    assert [d.id for d in hs][2] == "d0" and hs[2].score is None
+    hs = ranker.run(
+        query, [HSDocument(id=f"d{i}", content=t or None, meta=dict(earlier)) for i, t in enumerate(texts)]
+    )["documents"]
+    assert [d.id for d in hs][2] == "d0" and hs[2].score is None and hs[2].meta == {"source": "a.pdf"}
     only_empty = AttnrankReranker(top_n=2, **settings).compress_documents([LCDocument(page_content=" ")], query)
     assert [d.page_content for d in only_empty] == [" "]

@@ -22,7 +22,7 @@ from attnrank.integrations.haystack import (
     to_attnrank,
     to_haystack,
 )
-from attnrank.integrations.shared import model_lock, rank_text_first, shared_reranker
+from attnrank.integrations.shared import model_lock, rank_text_first, shared_reranker, without_scores
 
 
 @component
@@ -92,5 +92,6 @@ class AttnrankRanker:
         self.warm_up()
         with model_lock(self._reranker):
             res, empty = rank_text_first(self._reranker, query, to_attnrank(documents), k)
-        unscored = [replace(documents[i], score=None) for i in empty]  # (no text: after the ranked ones)
+        # (no text: after the ranked ones, without an earlier stage's scores)
+        unscored = [replace(documents[i], score=None, meta=without_scores(documents[i].meta)) for i in empty]
         return {"documents": to_haystack(res, documents) + unscored}
