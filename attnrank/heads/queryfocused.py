@@ -6,7 +6,9 @@ calibrated, per-head μ−2σ-filtered document score (:func:`per_head_document_
 
 - ``qr-score``:    mean over queries of Σ_{d∈D⁺} S_h(d)            (QRHead's QRScore)
 - ``qr-ndcg``:     mean nDCG@10 of S_h used alone as the reranker   (QRHead's BEIR selection)
-- ``contrastive``: mean over queries of mean_{D⁺} S_h − mean_{D⁻} S_h (CoRe)
+- ``contrastive``: mean over queries of mean_{D⁺} S_h − mean_{D⁻} S_h (CoRe-style: CoRe contrasts
+  the raw attention mass to relevant and irrelevant documents; here the same calibrated, filtered
+  ``S_h`` as the other two)
 
 Every detector returns :class:`HeadScores` (an ``L×H`` matrix, NaN = not measured).
 """

@@ -1,4 +1,4 @@
-"""Attention-guided context pruning before generation (seeds: AttentionRAG, Sentinel, EHPC).
+"""Attention-guided context pruning before generation (seeds: AttentionRAG, Sentinel; EHPC's head choice only).
 
 - :mod:`attnrank.prune.segment`: sentences with exact character spans.
 - :mod:`attnrank.prune.pruner`: :class:`ContextPruner` (loads torch on first use).

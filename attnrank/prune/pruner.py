@@ -4,7 +4,9 @@ Methods followed: AttentionRAG (Fang et al., arXiv 2503.10720: the question reca
 as next-token prediction with an answer hint, the attention of that one *focus* token to the
 context, processed in chunks, sentences kept), Sentinel (Zhang et al., arXiv 2505.23277:
 sentence-level attention features of a small proxy LLM, greedy selection under a token budget,
-original order) and EHPC (Fei et al., arXiv 2501.12959: a few evaluator heads suffice).
+original order), and from EHPC (Fei et al., arXiv 2501.12959) only its point that a few heads
+suffice (``heads=``; its evaluator-layer choice, observation window and token pooling are not
+implemented, and every head is read by default).
 
 Prompt: the ICR layout of the reranker (:func:`attnrank.llm.prompts.build_rerank_prompts`), one
 ``[i] title\\n<sentences>`` block per passage and the late instruction and query after them, in

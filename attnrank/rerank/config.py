@@ -198,6 +198,14 @@ class RerankConfig:
         if self.scorer != "sum" and self.heads not in (None, AUTO_OR_ALL):
             raise InputError(f"scorer='learned' reads the heads its weights were trained on; drop heads={self.heads!r}")
         check_attention_inputs(self.heads, self.reweight, self.slot_profile)
+        shared = self.attention == "block" and self.block_positions == "shared"
+        if shared and self.reweight is not None and self.reweight.slot_correction:
+            # (a full prompt's profile, subtracted: the passage placed last gained about 0.1 in the shipped one)
+            raise InputError(
+                "reweight slot correction (--reweight slot) removes the bias of a passage's place in the prompt, which "
+                "block attention at shared positions does not have (every passage at the same positions); drop it, "
+                "or use block_positions='rotated' / attention='full'"
+            )
         if self.scorer != "sum" and self.reweight is not None:  # the learned scorer reads plain head scores
             raise InputError(
                 "scorer='learned' scores the heads' plain calibrated passage scores, so reweight= would not "

@@ -285,3 +285,15 @@ def test_a_config_refuses_a_model_that_is_no_name_and_a_state_cache_nothing_read
     assert RerankConfig.preset("qrhead", state_cache_mb=0).state_cache_mb == 0  # (keep nothing: batch actors)
     assert RerankConfig.preset("qrhead", attention="block", state_cache_mb=4096).state_cache_mb == 4096
     assert RerankConfig.preset("likelihood", state_cache_mb=4096).state_cache_mb == 4096
+
+
+def test_slot_correction_is_refused_where_every_passage_has_the_same_positions():
+    """A full prompt's slot profile was subtracted from block attention at shared positions, which
+    has no slot bias: the shipped profile raised the passage placed last by about 0.1."""
+    slot = Reweighting(slot_correction=True)
+    with pytest.raises(InputError, match="block attention at shared positions does not have"):
+        RerankConfig.preset("icr", attention="block", block_positions="shared", reweight=slot, slot_profile="auto")
+    rotated = RerankConfig.preset(
+        "icr", attention="block", block_positions="rotated", reweight=slot, slot_profile="auto"
+    )
+    assert rotated.reweight == slot
