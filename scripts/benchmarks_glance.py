@@ -21,7 +21,7 @@ LIKELIHOOD = "likelihood_avx512_bf16"  # the default preset's record on the mach
 ATTENTION = "fusion_bfloat16_block_block_positions-shared"  # the preset fused (block attention, shared positions)
 BESIDE = "fusion_bfloat16_block_block_positions-shared_likelihood"  # attention beside the likelihood
 FULL, BLOCK = "fusion_bfloat16", "fusion_bfloat16_block"  # fused retrained in full and block mode, same queries
-PRESETS, STATES, BLOCKS, INDEX = "rerank_presets", "likelihood_states", "rerank_blocks_xeon", "index_build"
+PRESETS, STATES, BLOCKS, INDEX = "rerank_presets", "likelihood_states", "rerank_blocks_forget", "index_build"
 STATES_NOW = "likelihood_states_forget"  # the same measured again on the current code (not at top-100)
 CONFIRM = "confirm"  # the same methods on queries after those every choice was made on
 # bench_likelihood's row names

@@ -132,6 +132,10 @@ def test_interleaved_rows_set_the_targets_and_the_cells_stay_beside_them():
     assert page.index("timed in turn on each query") < page.index("The same targets from the bfloat16 cells")
     assert "| scifact | cold K=20 >= 1.5x the bfloat16 full prompt | 1.20x | no |" in page  # the cells' own
     assert "Targets (issue 15), bfloat16 cells:" not in page
+    # an interleaved timing alone (no cells): no empty cell tables on the page
+    alone = blocks_markdown([], [], {}, ENV, rows)
+    assert "timed in turn on each query" in alone and "| dataset | dtype | K | mode | queries |" not in alone
+    assert "Speed-ups against the full-prompt capture" not in alone
 
 
 def test_interleaved_targets_are_kept_apart_by_block_positions():

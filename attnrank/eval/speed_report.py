@@ -207,6 +207,10 @@ def blocks_markdown(
         "",
         *interleaved_markdown(interleaved or [], dtypes[0] if dtypes else ""),
         *targets_markdown(speed_rows, dtypes[0] if dtypes else "", bool(interleaved)),
+    ]
+    if not speed_rows:  # (an interleaved timing alone: no cells, no empty tables)
+        return "\n".join([*out, *_stores_and_quality(stores, q_rows)]) + "\n"
+    out += [
         md_table(
             speed_rows,
             [
@@ -249,6 +253,12 @@ def blocks_markdown(
     ]
     cols = ["dataset", "dtype", "K", "mode", "speed-up vs full", "speed-up vs float32 full"]
     out += [md_table(ratio_rows, cols, {c: ".1f" for c in cols[4:]}), ""]
+    return "\n".join([*out, *_stores_and_quality(stores, q_rows)]) + "\n"
+
+
+def _stores_and_quality(stores: dict[str, Any], q_rows: list[dict[str, Any]]) -> list[str]:
+    """The block section's store sizes and quality comparison, where the run has them."""
+    out: list[str] = []
     if stores:
         per_token = stores["sizes"][0]["bytes/token"]
         out += [
@@ -287,4 +297,4 @@ def blocks_markdown(
                 {"nDCG@10": ".4f", "sign test p": ".3f", "s/query": ".2f"},
             ),
         ]
-    return "\n".join(out) + "\n"
+    return out
