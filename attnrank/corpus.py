@@ -270,6 +270,7 @@ _RECORD_FILES = (
 _TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 _MARKDOWN = (".md", ".markdown")
 _BEIR_CORPUS = ("corpus.jsonl", "corpus.jsonl.gz")
+_JSON_LINES = (".jsonl", ".jsonl.gz", ".ndjson")
 
 
 def _files(path: Path) -> list[Path]:
@@ -292,12 +293,13 @@ def _files(path: Path) -> list[Path]:
 
 def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
     files = _files(path)
-    # record files beside the text (a README beside part-0.jsonl, part-1.jsonl: the corpus), and a BEIR
-    # corpus in a subfolder (notes.md beside beir/scifact/corpus.jsonl): only the notes were indexed
+    # record files beside the text (a README beside part-0.jsonl, part-1.jsonl: the corpus), and JSON Lines
+    # below it (notes.md beside beir/scifact/corpus.jsonl, or data/part-0.jsonl: only the notes were
+    # indexed); a CSV or TSV in a subfolder, more often a table the notes carry, is named in the warning
     records = [
         str(f.relative_to(path))
         for f in files
-        if f.name.lower().endswith(_RECORD_FILES) and (f.parent == path or f.name.lower() in _BEIR_CORPUS)
+        if f.name.lower().endswith(_RECORD_FILES) and (f.parent == path or f.name.lower().endswith(_JSON_LINES))
     ]
     if records:
         raise InputError(
@@ -306,8 +308,9 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
         )
     texts = [f for f in files if f.suffix.lower() in _TEXT_SUFFIXES and f.is_file()]
     kept = set(texts)
-    others = [str(f.relative_to(path)) for f in files if f not in kept]
-    if others:  # (said, not silent: a folder's .rst, .html or PDF files, or a broken link, are no documents)
+    broken = [str(f.relative_to(path)) for f in files if not f.exists()]
+    others = [str(f.relative_to(path)) for f in files if f.exists() and f not in kept]
+    if others:  # (said, not silent: a folder's .rst, .html or PDF files are no documents)
         logger.warning(
             "%s: left out %d file(s) that are not .txt/.md/.markdown files (e.g. %s); convert them to text "
             "or JSONL to index them",
@@ -315,6 +318,8 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
             len(others),
             ", ".join(others[:3]),
         )
+    if broken:
+        logger.warning("%s: left out %d link(s) that lead nowhere (e.g. %s)", path, len(broken), ", ".join(broken[:3]))
     report = LoadReport(str(path))
     problem, docs = _Problems(report, skip_invalid), dict[str, Document]()
     for f in texts:

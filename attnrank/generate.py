@@ -146,9 +146,10 @@ class Generator:
         ended = bool(new) and new[-1] in stops
         while new and new[-1] in stops:
             new.pop()
-        text = tok.decode(new, skip_special_tokens=True).strip()
-        if plain:
-            ended = ended or "\n" in text  # (its first line ended: what follows is not the answer)
+        raw = tok.decode(new, skip_special_tokens=True)
+        text = raw.strip()
+        if plain:  # its first line ended (a newline after some text, the last token's too): the answer is whole
+            ended = ended or "\n" in raw.lstrip()
             text = first_line(text)
         truncated = len(out[0]) - len(ids) >= n_new and not ended
         if truncated:  # (printed as a whole answer, exit 0)

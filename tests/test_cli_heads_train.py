@@ -119,4 +119,6 @@ def test_heads_train_names_every_head_where_top_asks_for_more_than_the_model_has
     assert old.exit_code == 0 and "--heads top50 is now --top 50" in old.output, old.output
     assert "all heads" in old.output and "top-50" not in old.output
     both = runner.invoke(app, _args(dl19_mini, tiny_dir, "--top", "4", "--heads", "top4", "--no-save"))
-    assert both.exit_code == 2 and "give --top N alone" in cli_text(both)
+    assert both.exit_code == 2 and "--top 4 and --heads top4 both set it" in cli_text(both)
+    zero = runner.invoke(app, _args(dl19_mini, tiny_dir, "--top", "0", "--no-save"))  # (refused, as heads detect's)
+    assert zero.exit_code == 2 and "--top '0' is not a count >= 1 or 'all'" in cli_text(zero)

@@ -452,8 +452,9 @@ def test_demo_checks_its_options_before_indexing(tmp_path, monkeypatch):
     r = runner.invoke(app, ["demo", "-q", "--answers", "9"])
     assert r.exit_code == 2 and "--answers 9: the demo has 8 questions" in _text(r)
     # a mistyped --model: named before the demo index is built (after it, before)
-    r = runner.invoke(app, ["demo", "-q", "--model", str(tmp_path / "typo")])
-    assert r.exit_code != 0 and "typo" in _text(r), _text(r)
+    for preset in ("likelihood", "signals"):  # (signals reranks without the model; its answers load it)
+        r = runner.invoke(app, ["demo", "-q", "--preset", preset, "--model", str(tmp_path / "typo")])
+        assert r.exit_code != 0 and "typo" in _text(r), _text(r)
     assert not (tmp_path / "indexes").exists()
 
 

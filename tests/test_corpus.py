@@ -436,11 +436,19 @@ def test_a_folder_names_what_it_leaves_out_and_refuses_a_beir_corpus_below_it(tm
     with caplog.at_level(logging.WARNING, logger="attnrank.corpus"):
         docs = load_corpus(corpus)[0]
     assert [(d.id, d.title) for d in docs] == [("a.md", "A"), ("sub/b.markdown", "Bee")]
-    assert "left out 2 file(s)" in caplog.text and "c.rst" in caplog.text and "gone.txt" in caplog.text
-    (corpus / "sub" / "beir").mkdir()
-    (corpus / "sub" / "beir" / "corpus.jsonl").write_text('{"_id": "d", "text": "t"}\n')
-    with pytest.raises(InputError, match=r"holds record files \(sub/beir/corpus.jsonl\)"):
-        load_corpus(corpus)
+    assert "left out 1 file(s) that are not .txt/.md/.markdown files (e.g. c.rst)" in caplog.text
+    assert "left out 1 link(s) that lead nowhere (e.g. gone.txt)" in caplog.text
+    (corpus / "sub" / "table.csv").write_text("a,b\n1,2\n")  # (a table the notes carry: named, not refused)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnrank.corpus"):
+        assert len(load_corpus(corpus)[0]) == 2
+    assert "sub/table.csv" in caplog.text
+    for part in ("beir/corpus.jsonl", "data/part-0.jsonl"):
+        (corpus / "sub" / part).parent.mkdir(exist_ok=True)
+        (corpus / "sub" / part).write_text('{"_id": "d", "text": "t"}\n')
+        with pytest.raises(InputError, match=rf"holds record files \(sub/{part}\)"):
+            load_corpus(corpus)
+        (corpus / "sub" / part).unlink()
 
 
 def test_skip_invalid_skips_a_tsv_line_quoted_as_csv(tmp_path):

@@ -122,19 +122,20 @@ class CheckpointSink:
                 f"{len(missing)} queries have no row in {self.dir} (first: {missing[0]!r}; a stage failed); "
                 "rerun the same command to resume"
             )
+        if parquet is not None:  # (its rows hold the queries without a hit too: written whatever the run)
+            _write_parquet([rows[q] for q in qids], Path(parquet))
         empty = [q for q in qids if not rows[q]["doc_ids"]]
         if trec is not None and qids and len(empty) == len(qids):  # (an empty run file, which eval and rerank refuse)
             raise InputError(
-                f"no query had a hit, so nothing was written to {trec}; check the queries and the index (as `search "
-                "-o` refuses it)"
+                f"no query had a hit, so nothing was written to {trec}"
+                + (f" (the rows went to {parquet})" if parquet is not None else "")
+                + "; check the queries and the index (as `search -o` refuses it)"
             )
         if trec is not None:
             # checked again now: the run began hours ago, and only a file attnrank wrote is replaced
             # ties in each row's own order, as `search -o` writes them (trec_eval would order them by doc id)
             run = {q: strictly_decreasing(zip(rows[q]["doc_ids"], rows[q]["scores"])) for q in qids}
             write_run(run, trec, tag=tag, guard=RUN_GUARD)
-        if parquet is not None:
-            _write_parquet([rows[q] for q in qids], Path(parquet))
         return {"rows": len(qids), "duplicates_dropped": self.duplicates, "no_hits": len(empty)}
 
 

@@ -45,22 +45,28 @@ METRICS = ("nDCG@10", "RR@10")
 DEFAULT_TOP = 32
 
 
-def _top_heads(top: int | None, heads: str | None) -> int | None:
-    """The heads the weights read: ``--top N`` (0: every head; None: :data:`DEFAULT_TOP`), or the old
-    spelling ``--heads all|topN``, which every other command reads as a head list (warned of).
-    Returns N, or None for every head."""
-    if heads is None:
-        if top is not None and top < 0:
-            raise typer.BadParameter(f"--top {top} must be at least 0 (0: every head)")
-        top = DEFAULT_TOP if top is None else top
-        return top or None
-    if top is not None:
-        raise typer.BadParameter("give --top N alone (--heads all|topN is its old spelling)")
-    m = re.fullmatch(r"top(\d+)", heads.strip())
-    if heads.strip() != "all" and (not m or int(m.group(1)) < 1):
-        raise typer.BadParameter(f"--heads {heads!r} is not 'all' or 'topN' (N >= 1); give --top N (0: every head)")
-    typer.echo(f"warning: --heads {heads} is now --top {m.group(1) if m else 0} (--heads names head lists elsewhere)")
-    return int(m.group(1)) if m else None
+def _top_heads(top: str | None, heads: str | None) -> int | None:
+    """The heads the weights read: ``--top N`` (N >= 1, as heads detect --top; ``all``: every head;
+    None: :data:`DEFAULT_TOP`), or the old spelling ``--heads all|topN``, which every other command
+    reads as a head list (warned of). Returns N, or None for every head."""
+    if heads is not None and top is not None:
+        raise typer.BadParameter(
+            f"--top {top} and --heads {heads} both set it; give --top alone (--heads is its old spelling)"
+        )
+    if heads is not None:
+        m = re.fullmatch(r"top(\d+)", heads.strip())
+        if heads.strip() != "all" and (not m or int(m.group(1)) < 1):
+            raise typer.BadParameter(f"--heads {heads!r} is not 'all' or 'topN' (N >= 1); give --top N or --top all")
+        typer.echo(
+            f"warning: --heads {heads} is now --top {m.group(1) if m else 'all'} (--heads names head lists elsewhere)"
+        )
+        return int(m.group(1)) if m else None
+    word = (top or str(DEFAULT_TOP)).strip().lower()
+    if word == "all":
+        return None
+    if not word.isdigit() or int(word) < 1:
+        raise typer.BadParameter(f"--top {top!r} is not a count >= 1 or 'all' (every head)")
+    return int(word)
 
 
 def _head_ndcg(feats: list[Any], qrels: dict, rel: int, k: int = 10) -> Any:
@@ -100,11 +106,11 @@ def heads_train(
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth the weights are for)."),
     max_queries: int = typer.Option(0, "--max-queries", help="Labelled queries used (0: all)."),
     rel: Optional[int] = Rel,
-    top: Optional[int] = typer.Option(
+    top: Optional[str] = typer.Option(
         None,
         "--top",
-        help=f"The N heads with the best nDCG@10 alone on the training folds (default {DEFAULT_TOP}; 0: every head), "
-        "as heads detect --top.",
+        help=f"The N heads with the best nDCG@10 alone on the training folds, as heads detect --top (default "
+        f"{DEFAULT_TOP}), or all.",
     ),
     heads: Optional[str] = typer.Option(None, "--heads", hidden=True, help="Old spelling of --top: all | topN."),
     learner: str = typer.Option("pointwise", "--learner", help="pointwise (logistic regression) | pairwise (RankNet)."),
@@ -128,7 +134,7 @@ def heads_train(
 
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank heads train")  # before any model is loaded
-    top = _top_heads(top, heads)
+    n_top = _top_heads(top, heads)
     l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=10.0)
     with option_errors():  # (found by load_llm, after the labelled set was read)
         check_precision_names(device, dtype)
@@ -139,7 +145,7 @@ def heads_train(
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
     check_saveable(model, save)
     feats, llm, prompt = _capture(model, device, dtype, qs, cands, qr, rel, progress)
-    report, weights = _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc, prompt)
+    report, weights = _train(feats, qr, rel, n_top, learner, l2, first_stage, folds, seed, desc, prompt)
     typer.echo(report)
     if save:
         typer.echo(f"saved to {weights.save(llm.model_id, llm.fingerprint)}")

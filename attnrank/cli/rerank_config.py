@@ -101,7 +101,9 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
     unread = ["--block-positions"] if "block_positions" in changed and config.attention != "block" else []
     # the state cache also keeps the candidates' vectors where the signals are read
     reads_cache = config.attention == "block" or config.uses_likelihood or config.signals is not None
-    if "state_cache_mb" in changed and not reads_cache:
+    if (
+        "state_cache_mb" in changed and overrides["state_cache_mb"] != 0 and not reads_cache
+    ):  # (0: keep nothing, as Python)
         unread.append("--state-cache-mb")
     if unread and config.uses_attention:  # (a preset without attention: check_attention_computed named them)
         raise typer.BadParameter(

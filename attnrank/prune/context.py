@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..errors import InputError
 from ..types import Document, is_count
 
@@ -98,7 +100,7 @@ class PrunedContext:
             shortest = min(s.tokens for s in self.sentences)
             fix = f"raise the budget to at least {shortest} tokens"
             if self.budget_source == "keep_ratio" and self.original_tokens:  # (the ratio was given, not the budget)
-                fix = f"raise keep_ratio (--keep-ratio) to at least {math.ceil(1000 * shortest / self.original_tokens) / 1000:g}"
+                fix = f"{_raise('keep_ratio')} to at least {math.ceil(1000 * shortest / self.original_tokens) / 1000:g}"
             raise InputError(
                 f"no sentence of the passages fits the budget of {self.budget_tokens} tokens (the shortest has "
                 f"{shortest}); {fix}"
@@ -186,17 +188,30 @@ def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original
     return target, "keep_ratio"
 
 
-def skipped_note(skipped: Sequence[ScoredSentence], target: int) -> list[str]:
-    """A note where :func:`select` skipped sentences for want of room while lower-scored ones were
-    kept after them (``skipped``): their evidence is not in the context, which nothing said."""
-    if not skipped:
+def skipped_note(
+    skipped: Sequence[ScoredSentence], kept: Sequence[ScoredSentence], target: int, budget_source: str
+) -> list[str]:
+    """A note where :func:`select` skipped, for want of room, a sentence that scored above the median
+    kept one while weaker ones were kept after it (``skipped``): its evidence is not in the context,
+    which nothing said (a sentence just above the weakest kept ones, skipped as the budget filled, is
+    the greedy fill's ordinary work, not noted)."""
+    if not skipped or not kept:
         return []
-    best = max(skipped, key=lambda s: s.score)
+    middle = float(np.median([s.score for s in kept]))
+    material = [s for s in skipped if s.score > middle]
+    if not material:
+        return []
+    best = max(material, key=lambda s: s.score)
     return [
-        f"{len(skipped)} sentence(s) scored above kept ones but did not fit what was left of the budget of "
+        f"{len(material)} sentence(s) scored above most kept ones but did not fit what was left of the budget of "
         f"{target} tokens, the best {best.tokens} tokens long (passage {best.doc_id!r}, sentence "
-        f"{best.source_index}); raise the budget to keep it"
+        f"{best.source_index}); {_raise(budget_source)} to keep it"
     ]
+
+
+def _raise(budget_source: str) -> str:
+    """The option to raise, in the words of the one the user gave (a keep ratio or a token budget)."""
+    return "raise keep_ratio (--keep-ratio)" if budget_source == "keep_ratio" else "raise the budget (--budget-tokens)"
 
 
 def select(scored: list[ScoredSentence], target: int, neighbours: int) -> list[ScoredSentence]:

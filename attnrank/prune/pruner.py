@@ -223,7 +223,7 @@ class ContextPruner:
             note = f"no sentence fits the budget of {target} tokens: nothing kept"
             logger.warning(note)
             result.notes.append(note)
-        for note in skipped_note(skipped, target):
+        for note in skipped_note(skipped, result.kept, target, source):
             logger.info(note)
             result.notes.append(note)
         logger.info(

@@ -299,6 +299,7 @@ class RerankConfig:
         if not overrides:
             return self
         positions = overrides.get("block_positions")  # as the caller gave them, before any reset
+        previous = self.name  # what the copy is named from (the preset it stands for)
         if "signals" in overrides and not computes_attention(overrides["signals"]):
             defaults = field_defaults()
             # the passage cuts stay for a setting that reads the likelihood (its prompts cut them)
@@ -310,10 +311,13 @@ class RerankConfig:
             # the default with attention, as its weights were fitted; alone: qrhead's); --preset likelihood
             # --signals auto read the full prompt at rotated positions, preset fused's weights beside it (the
             # fields this configuration set are kept)
-            defaults, base = field_defaults(), RERANK_PRESETS[preset_for("", overrides)]
+            defaults, previous = field_defaults(), preset_for("", overrides)
+            base = RERANK_PRESETS[previous]
             taken = {
                 k: getattr(base, k) for k in ATTENTION_FIELDS if k not in overrides and getattr(self, k) == defaults[k]
             }
+            if overrides.get("attention", base.attention) != "block":  # (positions nothing reads, kept for later)
+                taken.pop("block_positions", None)
             overrides = {**taken, **overrides}
         out = replace(self, **overrides)
         # (refused where given other than the default: a preset's own positions carried into the full
@@ -324,8 +328,8 @@ class RerankConfig:
                 f"block_positions={out.block_positions!r} is read by block attention only, and this reranker "
                 f"reads attention={out.attention!r}; add attention='block' (--attention block), or drop block_positions"
             )
-        if "name" not in overrides and method_of(out) != method_of(self):
-            out = replace(out, name=_method_name(self.name, out))
+        if "name" not in overrides and method_of(out) != method_of(self):  # (named as with no preset, where that chose)
+            out = replace(out, name=_method_name(previous, out))
         return out
 
 

@@ -269,10 +269,17 @@ def test_a_sentence_skipped_for_room_before_lower_ones_were_kept_is_named():
     sents = _sentences([70, 20, 20, 50], [0.9, 0.5, 0.4, 0.1], docs)
     skipped = select(sents, 60, neighbours=0)
     assert [s.kept for s in sents] == [False, True, True, False] and skipped == [sents[0]]
-    note = " ".join(skipped_note(skipped, 60))
-    assert "1 sentence(s) scored above kept ones" in note and "70 tokens long (passage '0', sentence 0)" in note
+    kept = [s for s in sents if s.kept]
+    note = " ".join(skipped_note(skipped, kept, 60, "budget_tokens"))
+    assert "1 sentence(s) scored above most kept ones" in note and "70 tokens long (passage '0', sentence 0)" in note
+    assert note.endswith("raise the budget (--budget-tokens) to keep it")
+    assert "raise keep_ratio (--keep-ratio)" in " ".join(skipped_note(skipped, kept, 60, "keep_ratio"))
     sents = _sentences([20, 20, 70], [0.9, 0.5, 0.4], docs[:3])
     assert select(sents, 60, neighbours=0) == []  # (skipped after the last kept: nothing weaker took its room)
+    # the greedy fill's ordinary work: a sentence below most kept ones, skipped as the budget filled
+    sents = _sentences([20, 20, 20, 30, 10], [0.9, 0.8, 0.7, 0.3, 0.2], [(0, i) for i in range(5)])
+    skipped = select(sents, 70, neighbours=0)
+    assert skipped == [sents[3]] and skipped_note(skipped, [s for s in sents if s.kept], 70, "budget_tokens") == []
 
 
 def test_neighbours_with_the_model(llm):

@@ -269,7 +269,10 @@ def test_attention_switched_on_over_a_preset_without_it_is_captured_as_with_no_p
         )
         assert turned.name == "fused"
     full = RerankConfig.preset("likelihood", signals="auto", attention="full")
-    assert full.attention == "full" and full.name != "likelihood"
+    assert full.attention == "full" and full.block_positions == RerankConfig.block_positions
+    for options in ({"attention": "full"}, {"heads": "all"}):  # one configuration, one name (and run tag)
+        same = RerankConfig.preset(signals="auto", **options)
+        assert RerankConfig.preset("likelihood", signals="auto", **options).name == same.name != "custom"
 
 
 def test_a_config_refuses_a_model_that_is_no_name_and_a_state_cache_nothing_reads():
