@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..errors import AttnrankError, InputError, MissingExtraError, require
+from ..llm.statestore import StoreDamagedError, StoreSetupError
 
 require("fastapi", "serve", "attnrank serve")
 
@@ -30,6 +32,8 @@ from .middleware import AccessLogMiddleware, BodyLimitMiddleware
 from .routes import router
 from .schemas import Limits
 from .server import CLIENT_CLOSED, ClientGone, LimitExceeded, NotAvailable, Server
+
+logger = logging.getLogger(__name__)
 
 
 def create_app(
@@ -108,6 +112,15 @@ def _answer(status: int) -> Any:
 def _install_errors(app: FastAPI) -> None:
     for kind, status in _STATUSES:
         app.add_exception_handler(kind, _answer(status))
+
+    async def _store(request: Request, e: Exception) -> Response:
+        # the server's own passage-state store, damaged or built for another setup: not the client's input
+        # (a 422 it would not retry), and its paths and rebuild advice are for the operator's log
+        logger.error("the passage-state store failed a request: %s", e)
+        return _message(500, "the server's passage-state store cannot be used; see the server log")
+
+    for kind in (StoreDamagedError, StoreSetupError):
+        app.add_exception_handler(kind, _store)
 
     @app.exception_handler(QueueFull)
     async def _full(request: Request, e: QueueFull) -> Response:

@@ -37,7 +37,7 @@ def build_engine(
     (``attnrank serve`` builds it as ``attnrank ask`` does), True for the default one on the same
     model (every head, as :class:`~attnrank.pipeline.Pipeline` prunes), or False for none; the generator is only built with an index
     (``/v1/ask`` answers over it)."""
-    from ..generate import Generator
+    from ..generate import Generator, check_answer_room
     from ..llm.models import load_llm
     from ..prune.lookups import check_pruner_before_load
     from ..prune.pruner import ContextPruner
@@ -53,6 +53,8 @@ def build_engine(
 
         retriever = HybridRetriever.load(index)
     # what the stages read from the registry, their heads and windows: before the model loads, as the CLI checks them
+    if generate and index is not None:  # (the answer's length against the model's context, as Pipeline.from_model)
+        check_answer_room(max_new_tokens, config.model)
     if config.uses_llm:
         check_before_load(config, None)
     if prune:

@@ -195,7 +195,7 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
         else:
             docs = given or []
         job.check()
-        return pruner.prune(
+        pruned = pruner.prune(
             body.query,
             docs,
             budget_tokens=budget,
@@ -203,6 +203,8 @@ async def prune(body: PruneRequest, request: Request) -> dict[str, Any]:
             neighbours=body.neighbours,
             sentences=sentences,
         )
+        pruned.check_kept()  # (an empty context answered 200, read as a pruned one: a 422, as /v1/ask answers)
+        return pruned
 
     return _pruned(body.query, await server.run(request, work, len(texts) if texts is not None else top_k))
 

@@ -43,7 +43,9 @@ class PruneDocument(BaseModel):
 
 
 class CohereRerankRequest(BaseModel):
-    model_config = ConfigDict(protected_namespaces=())
+    # unknown fields refused, as attnrank's own bodies refuse them (Voyage's top_k, a misspelt
+    # return_document or max_tokens_per_document were dropped: all documents, no text, no cut, 200)
+    model_config = ConfigDict(protected_namespaces=(), extra="forbid")
     model: str | None = Field(
         None, description="Accepted for compatibility and not checked: the server has one model (see /health)."
     )
@@ -61,6 +63,9 @@ class CohereRerankRequest(BaseModel):
     relevant_spans: dict[str, Any] | None = Field(
         None, description="Cohere's relevant spans: not supported (mode 'enabled' is refused; see explain)."
     )
+    max_chunks_per_doc: int | None = Field(
+        None, description="Cohere v1's chunking of long documents: not supported (a value is refused)."
+    )
 
     @model_validator(mode="after")
     def _supported(self) -> CohereRerankRequest:
@@ -71,6 +76,11 @@ class CohereRerankRequest(BaseModel):
                 f"rank_fields={self.rank_fields} is not supported: documents are ranked on their text; "
                 "drop rank_fields, or put what to rank on in text"
             )
+        if self.max_chunks_per_doc is not None:
+            raise ValueError(
+                f"max_chunks_per_doc={self.max_chunks_per_doc} is not supported: a document is read whole, cut as "
+                "the reranker is configured (or to max_tokens_per_doc); drop it, or split long documents yourself"
+            )
         if self.relevant_spans is not None and self.relevant_spans.get("mode", "disabled") != "disabled":
             raise ValueError(
                 f"relevant_spans={self.relevant_spans} is not supported; drop it, or ask for explain=true "
@@ -80,6 +90,7 @@ class CohereRerankRequest(BaseModel):
 
 
 class TEIRerankRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # (as Cohere's: a misspelt field was dropped, 200)
     query: str
     texts: list[str] = Field(min_length=1, description="At least one text.")
     truncate: bool = Field(
@@ -94,6 +105,9 @@ class TEIRerankRequest(BaseModel):
         "whatever its preset (the default's is a sum of per-query z-scores).",
     )
     return_text: bool = False
+    truncation_direction: str = Field(
+        "Right", description="Accepted for compatibility, as truncate: the reranker cuts texts as it is configured."
+    )
 
 
 # The CLI's and Pipeline's names: ``top_k`` results kept, ``depth`` first-stage candidates. The names

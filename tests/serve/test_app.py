@@ -87,9 +87,19 @@ def test_rerank_cohere_and_tei_shapes(url, engine):
     for extra, named in (
         ({"rank_fields": ["title"]}, "rank_fields"),
         ({"relevant_spans": {"mode": "enabled"}}, "relevant_spans"),
+        ({"max_chunks_per_doc": 3}, "max_chunks_per_doc"),
     ):
         r = httpx.post(f"{url}/v2/rerank", json={"query": QUERY, "documents": DOCS, **extra})
         assert r.status_code == 422 and f"{named}=" in r.text and "not supported" in r.text, r.text
+    # and a field neither API has (Voyage's top_k, a misspelling): it was dropped, every document back, 200
+    for path, body in (
+        ("/v1/rerank", {"documents": DOCS, "top_k": 2}),
+        ("/rerank", {"texts": DOCS, "retrun_text": True}),
+    ):
+        r = httpx.post(f"{url}{path}", json={"query": QUERY, **body})
+        assert r.status_code == 422 and ("top_k" in r.text or "retrun_text" in r.text), r.text
+    r = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": DOCS, "truncation_direction": "Right"})
+    assert r.status_code == 200, r.text  # (TEI's own field: accepted, as truncate is)
     r = httpx.post(f"{url}/v2/rerank", json={"query": QUERY, "documents": DOCS, "rank_fields": ["text"]})
     assert r.status_code == 200, r.text
 
@@ -163,6 +173,9 @@ def test_search_prune_ask(roomy_url):
     assert r.status_code == 422 and "both size the pruned context" in r.json()["message"], r.text
     # an error before the first token is an HTTP status: it was a 200 stream with an error event
     r = httpx.post(f"{url}/v1/ask", json={"query": QUERY, "depth": 2, "top_k": 1, "budget_tokens": 1}, timeout=60)
+    assert r.status_code == 422 and "fits the budget of 1 tokens" in r.json()["message"], r.text
+    # /v1/prune too: an empty context answered 200, read as a pruned one
+    r = httpx.post(f"{url}/v1/prune", json={"query": QUERY, "documents": DOCS, "budget_tokens": 1}, timeout=60)
     assert r.status_code == 422 and "fits the budget of 1 tokens" in r.json()["message"], r.text
     with httpx.stream(
         "POST",
@@ -428,9 +441,9 @@ def test_the_default_prune_budget_is_the_package_one(url, monkeypatch):
     from attnrank.config import DEFAULT_BUDGET_TOKENS
     from attnrank.serve.schemas import PruneRequest
 
-    monkeypatch.setattr(routes, "DEFAULT_BUDGET_TOKENS", 7)  # the live server runs in this process
+    monkeypatch.setattr(routes, "DEFAULT_BUDGET_TOKENS", 37)  # the live server runs in this process
     r = httpx.post(f"{url}/v1/prune", json={"query": QUERY, "documents": DOCS}, timeout=30)
-    assert r.status_code == 200 and r.json()["budget_tokens"] == 7, r.text
+    assert r.status_code == 200 and r.json()["budget_tokens"] == 37, r.text
     assert f"default {DEFAULT_BUDGET_TOKENS} " in PruneRequest.model_fields["budget_tokens"].description
 
 
@@ -443,7 +456,8 @@ def test_empty_document_lists_are_refused(url):
 
 def test_chunked_body_over_the_limit_names_it(url):
     def chunked(pad: int):
-        data = json.dumps({"query": QUERY, "texts": DOCS, "padding": "y" * pad}).encode()
+        # (the padding in a text's trailing spaces: a field neither API has is refused now)
+        data = json.dumps({"query": QUERY, "texts": [*DOCS[:-1], DOCS[-1] + " " * pad]}).encode()
         return (data[i : i + 4096] for i in range(0, len(data), 4096))  # no Content-Length
 
     for pad in (200_000, 500_000):  # over the limit; over FastAPI's backstop too
@@ -666,7 +680,7 @@ def test_the_engine_is_built_from_one_rerank_config(tiny_dir):
         build_engine(RerankConfig.preset(model=str(tiny_dir), dtype="float32"), prune=PruneConfig(dtype="bfloat16"))
 
 
-def test_the_engine_checks_its_stages_before_the_model_loads(tiny_dir, monkeypatch):
+def test_the_engine_checks_its_stages_before_the_model_loads(tiny_dir, monkeypatch, built_retriever, tmp_path):
     """build_engine ran no registry lookup nor head check before the load: heads outside the model
     (the reranker's or the pruner's) failed after it."""
     from attnrank.errors import InputError
@@ -681,6 +695,9 @@ def test_the_engine_checks_its_stages_before_the_model_loads(tiny_dir, monkeypat
         build_engine(RerankConfig.preset("icr", model=str(tiny_dir), heads="99-0"), prune=False)
     with pytest.raises(InputError, match="head pairs 99-0 are out of range"):
         build_engine(RerankConfig.preset(model=str(tiny_dir)), prune=PruneConfig(heads="99-0"))
+    index = built_retriever.save(tmp_path / "ix")
+    with pytest.raises(InputError, match="max_new_tokens=0 must be an integer >= 1"):  # (its generator's)
+        build_engine(RerankConfig.preset(model=str(tiny_dir)), index=index, max_new_tokens=0)
     assert loads == []
 
 
@@ -748,7 +765,7 @@ def test_a_signals_server_with_a_pruner_counts_the_pruners_tokens(tmp_path, llm)
     with live_server(app) as base:
         r = httpx.post(f"{base}/v1/prune", json={"query": QUERY, "documents": ["z " * 199] * 2}, timeout=60)
         assert r.status_code == 413 and "max_total_tokens=300" in r.json()["message"]
-        r = httpx.post(f"{base}/v1/prune", json={"query": QUERY, "documents": DOCS, "budget_tokens": 10}, timeout=60)
+        r = httpx.post(f"{base}/v1/prune", json={"query": QUERY, "documents": DOCS, "budget_tokens": 40}, timeout=60)
         assert r.status_code == 200, r.text
     assert rr._llm is None
 
@@ -848,6 +865,26 @@ def test_the_librarys_other_errors_are_one_json_line():
     with live_server(create_app(Engine(FailingReranker()))) as base:
         r = httpx.post(f"{base}/rerank", json={"query": QUERY, "texts": DOCS}, timeout=30)
     assert r.status_code == 500 and r.json() == {"message": "model tiny cannot score these passages; use another model"}
+
+
+class DamagedStoreReranker:
+    """A reranker whose index's passage-state store turns out damaged mid-request, as the library raises it."""
+
+    def rank(self, *args, **kwargs):
+        from attnrank.llm.statestore import StoreDamagedError
+
+        raise StoreDamagedError("the passage states at /srv/private/ix/passage_states are damaged; rebuild them")
+
+
+def test_a_damaged_passage_state_store_is_the_servers_fault_not_the_clients(caplog):
+    """It was a 422 (the client's input, not retried) naming the server's paths and the operator's fix."""
+    with (
+        caplog.at_level("ERROR", logger="attnrank.serve.app"),
+        live_server(create_app(Engine(DamagedStoreReranker()))) as base,
+    ):
+        r = httpx.post(f"{base}/rerank", json={"query": QUERY, "texts": DOCS}, timeout=30)
+    assert r.status_code == 500 and "/srv/private" not in r.text and "see the server log" in r.json()["message"]
+    assert "/srv/private/ix/passage_states are damaged" in caplog.text
 
 
 def test_a_loopback_server_answers_its_own_host_names_only(engine):
