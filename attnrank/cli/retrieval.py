@@ -146,7 +146,7 @@ def index(
     from ..index.embed import check_embedder
 
     check_embedder(embedder, "cpu", embed_backend)  # (a missing folder or extra: before the corpus and the LLM)
-    check_target(target, force=force, protect=[corpus])  # before any work
+    check_target(target, force=force, protect=[corpus, *r.embedder_folder()])  # before any work (the embedding too)
     docs = _read_corpus(corpus, skip_invalid)
     if shards:  # issue 17: sharded build (attnrank.cli.batch)
         from .batch import build_sharded

@@ -150,7 +150,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
     if target.is_symlink():
         raise InputError(f"index folder {target} is a symbolic link; give the folder it points to, or another path")
     resolved = _real(target)
-    for what, p in [("the working directory", Path.cwd()), *(("the corpus", Path(x)) for x in protect)]:
+    for what, p in [("the working directory", Path.cwd()), *(("the corpus or the embedder", Path(x)) for x in protect)]:
         if contains(resolved, _real(p)):
             raise InputError(
                 f"refusing to write an index at {target}: it is or contains {what} ({p}); "
@@ -210,6 +210,11 @@ def remove_stale(target: Path) -> list[Path]:
             logger.warning("restored %s from %s, left by an index build killed mid-swap", target, p)
             continue
         shutil.rmtree(p, ignore_errors=True)
+        if p.exists():  # (a read-only folder inside it: said, not logged as removed)
+            logger.warning(
+                "could not remove %s, left by a killed index build (process %s); remove it by hand", p, m["pid"]
+            )
+            continue
         removed.append(p)
         logger.warning("removed %s, left by an index build that was killed (process %s is gone)", p, m["pid"])
     return removed

@@ -288,6 +288,9 @@ class HybridRetriever:
             if self._loaded_from(path):  # saved over itself
                 keep_passage_states(path, tmp, info["corpus_sha256"])
             write_manifest(tmp, info)
+            # the build checked whole before it replaces anything: a file another process removed from the
+            # temporary folder (a stale-folder sweep in another container) left an index without it
+            read_manifest(tmp, required=INDEX_FILES)
         logger.info("saved index with %d documents to %s", self.num_docs, path)
         return path
 

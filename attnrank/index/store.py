@@ -89,6 +89,8 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Path] = (
         fault_point("save-after-swap", target)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+            if old.exists():  # (the new index is in place; the previous one stays hidden beside it otherwise)
+                logger.warning("could not remove the previous index, kept at %s; remove it by hand", old)
     except BaseException:
         if not swapped:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -264,3 +264,33 @@ def test_force_never_replaces_the_folder_of_the_embedder_the_index_records(tmp_p
     with pytest.raises(InputError, match="it is or contains the corpus"):
         ShardedIndexer(HybridRetriever(embedder=str(encoder)), shards=2).build(docs, models, force=True)
     assert (encoder / "config.json").exists()
+    # and `attnrank index` refuses it before the corpus is read and embedded (after, before)
+    from typer.testing import CliRunner
+
+    from attnrank.cli import app
+
+    (tmp_path / "c.jsonl").write_text("{not json\n")  # read first, this would be the error
+    args = ["index", str(tmp_path / "c.jsonl"), "--index-dir", str(models), "--embedder", str(encoder), "--force"]
+    r = CliRunner().invoke(app, [*args, "-q"])
+    said = " ".join((r.output + str(r.exception)).split())
+    assert r.exit_code != 0 and "it is or contains the corpus or the embedder" in said, said
+    assert (encoder / "config.json").exists()
+
+
+def test_a_build_missing_a_file_never_replaces_the_index(tmp_path, built_retriever, monkeypatch, caplog):
+    """A file removed from the temporary folder during the build (another container's sweep of
+    stale folders) left an index without it, swapped in over the good one; and a previous index
+    that could not be removed after the swap stayed hidden beside it while nothing said so."""
+    from attnrank.errors import IndexFormatError
+    from attnrank.index import store
+    from attnrank.index.retriever import HybridRetriever
+
+    target = built_retriever.save(tmp_path / "ix")
+    before = sorted(p.name for p in target.iterdir())
+    with pytest.raises(IndexFormatError):
+        built_retriever.save(target, extra=lambda tmp: (tmp / "docs.jsonl").unlink())
+    assert sorted(p.name for p in target.iterdir()) == before and HybridRetriever.load(target).num_docs
+    monkeypatch.setattr(store.shutil, "rmtree", lambda *a, **k: None)  # the old folder's removal fails
+    with caplog.at_level("WARNING", logger="attnrank.index.store"):
+        built_retriever.save(target, force=True)
+    assert "could not remove the previous index, kept at" in caplog.text
