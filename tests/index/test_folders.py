@@ -153,6 +153,15 @@ def test_a_temporary_folder_whose_build_holds_its_lock_is_kept_whatever_its_pid(
     assert held.is_dir() and not left.exists()
 
 
+def test_a_stale_folder_that_could_not_be_removed_is_said_not_logged_as_removed(tmp_path, monkeypatch, caplog):
+    """remove_stale logged "removed ..." and returned the folder where rmtree (ignoring errors) had failed."""
+    left = _index(tmp_path / f".a.tmp-{_dead_pid()}-0000000c")
+    monkeypatch.setattr(folders.shutil, "rmtree", lambda *a, **k: None)  # a removal that fails
+    with caplog.at_level("WARNING", logger="attnrank.index.folders"):
+        assert remove_stale(tmp_path / "a") == []
+    assert left.is_dir() and "could not remove" in caplog.text and "removed" not in caplog.text.replace("remove it", "")
+
+
 @pytest.mark.parametrize("part", ["bm25", "dense", "stats"])
 def test_an_index_part_saves_only_into_a_new_or_empty_folder(tmp_path, scifact_docs, part):
     """BM25Index, DenseIndex and CorpusStats write files of fixed names (params.json, vocab.json,
