@@ -133,6 +133,23 @@ def context_limit(capturer: AttentionCapturer, cache: DynamicCache | None = None
     return None if window is None else window - 1
 
 
+def read_window(capturer: AttentionCapturer) -> int | None:
+    """The most tokens one full prompt may hold for every captured head to read all of it: one
+    less than the smallest sliding window among the layers holding a captured head (a sliding layer
+    keeps and attends to its latest keys only), None where no captured head sits in one. Why: a
+    passage further back than the window was read by no head of such a layer, recorded as zero
+    attention, and ranked as if read and found irrelevant (Gemma 3: 5 of 6 layers slide over 512 or
+    1,024 tokens)."""
+    cache = DynamicCache(config=capturer.decoder.config)
+    layers = {layer for layer, _ in capturer.heads}
+    sizes = [
+        int(layer.sliding_window)
+        for i, layer in enumerate(cache.layers)
+        if i in layers and getattr(layer, "is_sliding", False) and getattr(layer, "sliding_window", None) is not None
+    ]
+    return min(sizes) - 1 if sizes else None
+
+
 def assemble_windows(
     capturer: AttentionCapturer,
     prefix: PrefixCache,

@@ -62,7 +62,7 @@ from ..errors import InputError
 from ..llm.attention import AttentionCapturer, PrefixCache
 from ..llm.blocks import BlockPrompt
 from ..llm.capture import capture_blocks, capture_window
-from ..llm.context import ContextBuffer
+from ..llm.context import ContextBuffer, read_window
 from ..llm.headspec import HeadsArg, format_heads, parse_heads
 from ..llm.models import (
     LLM,
@@ -167,6 +167,9 @@ class ContextPruner:
         self.hint_ids = hint_ids(self.llm.tokenizer, cfg)
         check_prompt_budget(cfg.max_prompt_tokens, self.llm)  # (a model whose config could not be read before)
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.prompt_budget
+        window = read_window(self.capturer) if cfg.attention != "block" else None  # (block: its own windows)
+        if window is not None and window < self.max_prompt_tokens:  # heads of sliding layers read no further back
+            self.max_prompt_tokens = window
         check_prune_frame(self.llm.tokenizer, cfg, self.max_prompt_tokens)
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
         self._context_buffer = ContextBuffer()  # and the memory their windows are assembled in

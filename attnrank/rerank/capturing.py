@@ -14,7 +14,7 @@ from typing import Any
 from ..llm.attention import AttentionCapturer, PrefixCache
 from ..llm.blocks import BlockMemo, BlockPrompt, EncodedBlock, build_block_prompts
 from ..llm.capture import capture_block_windows, capture_window
-from ..llm.context import ContextBuffer, context_limit
+from ..llm.context import ContextBuffer, context_limit, read_window
 from ..llm.models import LLM
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.rows import WindowRows
@@ -65,12 +65,13 @@ class WindowCapture:
             cut = block_windows(whole, cfg.order, cfg.block_positions, self.max_prompt_tokens, limit)
             rows = self._block_windows([prompt for prompt, _ in cut])
             return [replace(w, doc_index=g) for w, (_, g) in zip(rows, cut)]
+        budget, window = self.max_prompt_tokens, read_window(self.capturer)  # (a sliding layer's heads: within it)
         return fit_windows(
             len(docs),
             lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
             lambda p: prompt_extent(p, self.calibrate),
             self._window,
-            self.max_prompt_tokens,
+            budget if window is None else min(budget, window),
             [d.id for d in docs],
         )
 

@@ -259,3 +259,24 @@ def test_block_windows_keep_below_a_sliding_window(positions):
         match=r"document 'long' with the block prompt's prefix is \d+ tokens; this model's sliding window of 128 takes at most 127",
     ):
         reranker.rank("topic 3", [*docs, Document("long", "word " * 60)])
+
+
+def test_a_full_prompt_keeps_within_the_sliding_window_of_its_heads_layers():
+    """A full prompt longer than a sliding layer's window: its heads read none of the passages further
+    back, recorded as zero attention and ranked as read (Gemma 3, Mistral v0.1). The prompt is cut into
+    windows within it now, the pruner's too; a model without such layers reads one prompt as before."""
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+    from attnrank.prune.pruner import ContextPruner
+    from attnrank.types import Document
+
+    docs = [Document(f"d{i}", f"topic {i} text about the subject number {i}, told at some length") for i in range(12)]
+    for window, cut in ((512, True), (None, False)):
+        extra = {"sliding_window": window} if window else {}
+        model = tiny_model("mistral", layers=2, max_positions=4096, **extra)
+        llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-mistral", fingerprint="test")
+        reranker = AttentionReranker(llm, heads="0-1,1-2", config="icr")
+        windows = reranker.windows("topic 3", docs)
+        assert (len(windows) > 1) is cut and sorted(i for w in windows for i in w.doc_index) == list(range(12))
+        assert (ContextPruner(llm).max_prompt_tokens == 511) is cut
