@@ -143,7 +143,7 @@ def read_window(capturer: AttentionCapturer) -> int | None:
     cache = DynamicCache(config=capturer.decoder.config)
     layers = {layer for layer, _ in capturer.heads}
     sizes = [
-        int(layer.sliding_window)
+        int(getattr(layer, "sliding_window"))  # noqa: B009 - (not every cache layer type declares it)
         for i, layer in enumerate(cache.layers)
         if i in layers and getattr(layer, "is_sliding", False) and getattr(layer, "sliding_window", None) is not None
     ]
