@@ -105,7 +105,7 @@ def index(
     holds files of its own). The fusion settings are stored in
     the index; ``search`` uses them unless told otherwise."""
     from ..index.embed_export import BACKENDS
-    from ..index.folders import check_target
+    from ..index.folders import check_target, embedder_paths
     from ..index.retriever import HybridRetriever
 
     if embed_backend not in BACKENDS:
@@ -146,7 +146,7 @@ def index(
     from ..index.embed import check_embedder
 
     check_embedder(embedder, "cpu", embed_backend)  # (a missing folder or extra: before the corpus and the LLM)
-    check_target(target, force=force, protect=[corpus, *r.embedder_folder()])  # before any work (the embedding too)
+    check_target(target, force=force, protect=[corpus, *embedder_paths(r.embedder_folder())])  # before any work
     docs = _read_corpus(corpus, skip_invalid)
     if shards:  # issue 17: sharded build (attnrank.cli.batch)
         from .batch import build_sharded

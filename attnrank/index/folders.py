@@ -144,13 +144,28 @@ def check_no_mounts(target: Path) -> None:
                 )
 
 
-def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] = ()) -> None:
+Protected = (
+    Path | str | tuple[str, Path]
+)  # a path a save never replaces; with its name ("the embedder"), else the corpus
+
+
+def embedder_paths(folders: Iterable[Path]) -> list[tuple[str, Path]]:
+    """The local embedder's folders as :func:`check_target` names them."""
+    return [("the embedder", Path(p)) for p in folders]
+
+
+def _named(protect: Iterable[Protected]) -> list[tuple[str, Path]]:
+    return [(x[0], Path(x[1])) if isinstance(x, tuple) else ("the corpus", Path(x)) for x in protect]
+
+
+def check_target(target: Path, *, force: bool = False, protect: Iterable[Protected] = ()) -> None:
     """Raise :class:`InputError` unless a save may replace ``target`` (see the module rules)."""
     target = Path(target)
     if target.is_symlink():
         raise InputError(f"index folder {target} is a symbolic link; give the folder it points to, or another path")
     resolved = _real(target)
-    for what, p in [("the working directory", Path.cwd()), *(("the corpus or the embedder", Path(x)) for x in protect)]:
+    named = _named(protect)
+    for what, p in [("the working directory", Path.cwd()), *named]:
         if contains(resolved, _real(p)):
             raise InputError(
                 f"refusing to write an index at {target}: it is or contains {what} ({p}); "
@@ -174,7 +189,9 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Path] =
     else:
         return
     # (--force replaced a folder of a folder corpus's own documents: only an index may be replaced there)
-    corpus = next((p for p in map(Path, protect) if _real(p).is_dir() and contains(_real(p), resolved)), None)
+    corpus = next(
+        (p for what, p in named if what == "the corpus" and _real(p).is_dir() and contains(_real(p), resolved)), None
+    )
     if corpus is not None:
         raise InputError(
             f"refusing to write an index at {target}: it lies inside the corpus folder {corpus} and holds files "

@@ -20,6 +20,7 @@ from .components import mangled, manifest_info, read_components
 from .dense import DenseIndex
 from .embed import local_or_hub
 from .embed_export import check_backend
+from .folders import Protected, embedder_paths
 from .settings import (
     FUSIONS,
     INDEX_FILES,
@@ -31,6 +32,7 @@ from .settings import (
 )
 from .store import (
     atomic_dir,
+    check_built,
     keep_passage_states,
     load_unchanged,
     read_manifest,
@@ -256,7 +258,7 @@ class HybridRetriever:
         path: str | Path,
         *,
         force: bool = False,
-        protect: Sequence[str | Path] = (),
+        protect: Sequence[Protected] = (),
         extra: Callable[[Path], object] | None = None,
     ) -> Path:
         """Write the index folder atomically (see :mod:`attnrank.index.store`).
@@ -275,8 +277,9 @@ class HybridRetriever:
             raise InputError("nothing to save: the retriever has no documents")
         path = Path(path)
         assert self.bm25 is not None and self.dense is not None, "index() before save()"
-        protected = [Path(p) for p in protect] + ([self.corpus_path] if self.corpus_path is not None else [])
-        protected += self.embedder_folder()
+        protected: list[Protected] = list(protect)
+        protected += [self.corpus_path] if self.corpus_path is not None else []
+        protected += embedder_paths(self.embedder_folder())
         with atomic_dir(path, force=force, protect=protected) as tmp:
             write_docs(tmp / "docs.jsonl", self.docs)
             fault_point("save-in-tmp", tmp / "bm25")
@@ -288,9 +291,7 @@ class HybridRetriever:
             if self._loaded_from(path):  # saved over itself
                 keep_passage_states(path, tmp, info["corpus_sha256"])
             write_manifest(tmp, info)
-            # the build checked whole before it replaces anything: a file another process removed from the
-            # temporary folder (a stale-folder sweep in another container) left an index without it
-            read_manifest(tmp, required=INDEX_FILES)
+            check_built(tmp, lambda folder: read_manifest(folder, required=INDEX_FILES))  # whole, before the swap
         logger.info("saved index with %d documents to %s", self.num_docs, path)
         return path
 

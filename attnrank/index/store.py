@@ -34,7 +34,7 @@ from ..config import PASSAGE_STATES_FOLDER, fault_point
 from ..errors import IndexFormatError
 from ..files import file_sha256, fsync_folder, fsync_tree, hold_writer_lock, sibling
 from ..types import Document
-from .folders import SHARDED_FORMAT, check_target, remove_stale, swap_in
+from .folders import SHARDED_FORMAT, Protected, check_target, remove_stale, swap_in
 
 T = TypeVar("T")
 
@@ -60,8 +60,20 @@ def _jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(metadata, ensure_ascii=False, default=str))
 
 
+def check_built(tmp: Path, read: Callable[[Path], object]) -> None:
+    """``read`` (a manifest reader, e.g. :func:`read_manifest` with the required files) of a build's
+    temporary folder ``tmp`` before :func:`atomic_dir` swaps it in: a file another process removed
+    during the build (a stale-folder sweep in another container) is refused, and nothing replaced."""
+    try:
+        read(tmp)
+    except IndexFormatError as e:
+        raise IndexFormatError(
+            f"the build lost a file before it was saved ({e}); nothing was replaced: build again"
+        ) from None
+
+
 @contextmanager
-def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Path] = ()) -> Iterator[Path]:
+def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected] = ()) -> Iterator[Path]:
     """Yield a temporary folder; on success it replaces ``target`` in one atomic swap.
 
     ``target`` must be absent, empty, or an attnrank index (``force`` admits any other folder,

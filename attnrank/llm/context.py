@@ -140,13 +140,20 @@ def read_window(capturer: AttentionCapturer) -> int | None:
     passage further back than the window was read by no head of such a layer, recorded as zero
     attention, and ranked as if read and found irrelevant (Gemma 3: 5 of 6 layers slide over 512 or
     1,024 tokens)."""
-    cache = DynamicCache(config=capturer.decoder.config)
-    layers = {layer for layer, _ in capturer.heads}
-    sizes = [
-        int(getattr(layer, "sliding_window"))  # noqa: B009 - (not every cache layer type declares it)
-        for i, layer in enumerate(cache.layers)
-        if i in layers and getattr(layer, "is_sliding", False) and getattr(layer, "sliding_window", None) is not None
-    ]
+    config = capturer.decoder.config
+    cache = DynamicCache(config=config)
+    types = list(getattr(config, "layer_types", None) or [])
+    sizes = []
+    for layer in {layer for layer, _ in capturer.heads}:
+        kept = cache.layers[layer] if layer < len(cache.layers) else None
+        if getattr(kept, "is_sliding", False) and getattr(kept, "sliding_window", None) is not None:
+            sizes.append(int(getattr(kept, "sliding_window")))  # noqa: B009 - (not every layer type declares it)
+        elif layer < len(types) and types[layer] in ("sliding_attention", "chunked_attention"):
+            # (a layer keeping no cache of its own, Gemma 4's KV-shared ones, still attends within its window)
+            size = getattr(config, "sliding_window", None) if types[layer] == "sliding_attention" else None
+            size = size or getattr(config, "attention_chunk_size", None)
+            if size:
+                sizes.append(int(size))
     return min(sizes) - 1 if sizes else None
 
 

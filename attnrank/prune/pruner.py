@@ -41,7 +41,9 @@ alone. The kept sentences are always emitted in reading order. A budget covering
 context keeps everything without running the model (scores are NaN then).
 
 Long contexts: when the prompt exceeds ``max_prompt_tokens`` (default:
-:attr:`~attnrank.llm.models.LLM.prompt_budget`, the model's context length − 64), consecutive passages are packed into chunks that fit (a passage that cannot fit
+:attr:`~attnrank.llm.models.LLM.prompt_budget`, the model's context length − 64; with full attention,
+at most one less than the sliding window of a layer holding a head: :func:`~attnrank.llm.context.read_window`,
+logged), consecutive passages are packed into chunks that fit (a passage that cannot fit
 alone is cut between sentences); each chunk is its own prompt and its scores are merged as
 they are for one global selection (AttentionRAG's chunked processing; logged when used; the
 prompts are built by :mod:`attnrank.prune.planning`).
@@ -169,6 +171,7 @@ class ContextPruner:
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.prompt_budget
         window = read_window(self.capturer) if cfg.attention != "block" else None  # (block: its own windows)
         if window is not None and window < self.max_prompt_tokens:  # heads of sliding layers read no further back
+            logger.info("pruning prompts kept within %d tokens: a sliding-window layer holds a head", window)
             self.max_prompt_tokens = window
         check_prune_frame(self.llm.tokenizer, cfg, self.max_prompt_tokens)
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states

@@ -66,13 +66,15 @@ class WindowCapture:
             rows = self._block_windows([prompt for prompt, _ in cut])
             return [replace(w, doc_index=g) for w, (_, g) in zip(rows, cut)]
         budget, window = self.max_prompt_tokens, read_window(self.capturer)  # (a sliding layer's heads: within it)
+        limit = window if window is not None and window < budget else budget
         return fit_windows(
             len(docs),
             lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
             lambda p: prompt_extent(p, self.calibrate),
             self._window,
-            budget if window is None else min(budget, window),
+            limit,
             [d.id for d in docs],
+            sliding=limit != budget,
         )
 
     def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:

@@ -32,18 +32,20 @@ def fit_windows(
     capture: Callable[[P, list[int]], R],
     max_prompt_tokens: int,
     ids: Sequence[str] | None = None,
+    sliding: bool = False,
 ) -> list[R]:
     """``capture`` of the one prompt ``build`` makes of all ``n_docs`` documents (by input index)
     when it spans at most ``max_prompt_tokens`` positions (``size``), else of each of the fewest
     round-robin windows that fit, with the input indices it holds. A document too long even alone
-    is refused (named by ``ids``) before any window is tried."""
+    is refused (named by ``ids``) before any window is tried; ``sliding``: the budget is a sliding
+    window's, which raising max_prompt_tokens does not move (the refusal says so)."""
     everything = list(range(n_docs))
     whole = build(everything)
     if size(whole) <= max_prompt_tokens:
         return [capture(whole, everything)]
     # each alone first: one that never fits was found after every window count had been built
     # and tokenized (quadratic in the candidates)
-    _check_alone([size(build([i])) for i in range(n_docs)], max_prompt_tokens, ids)
+    _check_alone([size(build([i])) for i in range(n_docs)], max_prompt_tokens, ids, sliding)
     for n_windows in range(math.ceil(size(whole) / max_prompt_tokens), n_docs + 1):
         groups = [list(range(w, n_docs, n_windows)) for w in range(n_windows)]
         prompts = [build(g) for g in groups]
@@ -58,22 +60,30 @@ def fit_windows(
     raise AssertionError("one document per window fits, as checked")  # pragma: no cover
 
 
-def _check_alone(sizes: list[int], max_prompt_tokens: int, ids: Sequence[str] | None) -> None:
+def _check_alone(sizes: list[int], max_prompt_tokens: int, ids: Sequence[str] | None, sliding: bool = False) -> None:
     """Refuse a document whose one-document prompt (``sizes[i]`` positions) exceeds the budget:
     name it, or say that none fits alone."""
     if all(s <= max_prompt_tokens for s in sizes):
         return
+    limit, other = (
+        (
+            f"the {max_prompt_tokens} tokens a sliding-window layer of the heads reads",
+            "choose heads of full-attention layers",
+        )
+        if sliding
+        else (f"max_prompt_tokens={max_prompt_tokens}", "raise max_prompt_tokens")
+    )
     if not any(s <= max_prompt_tokens for s in sizes):
         raise InputError(
-            f"no document fits max_prompt_tokens={max_prompt_tokens} even alone (the shortest one-document "
-            f"prompt, query and instructions included, spans {min(sizes)} positions); lower max_doc_words/"
-            "max_doc_tokens, shorten the query, or raise max_prompt_tokens"
+            f"no document fits {limit} even alone (the shortest one-document prompt, query and instructions "
+            f"included, spans {min(sizes)} positions); lower max_doc_words/max_doc_tokens, shorten the query, "
+            f"or {other}"
         )
     worst = max(range(len(sizes)), key=sizes.__getitem__)
     name = f"#{worst}" + (f" ({ids[worst]!r})" if ids is not None else "")
     raise InputError(
-        f"document {name} does not fit max_prompt_tokens={max_prompt_tokens} even alone ({sizes[worst]} "
-        "positions with the query); lower max_doc_words/max_doc_tokens or raise max_prompt_tokens"
+        f"document {name} does not fit {limit} even alone ({sizes[worst]} positions with the query); lower "
+        f"max_doc_words/max_doc_tokens or {other}"
     )
 
 

@@ -11,7 +11,7 @@ queries.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
@@ -66,6 +66,9 @@ class CohereRerankRequest(BaseModel):
     max_chunks_per_doc: int | None = Field(
         None, description="Cohere v1's chunking of long documents: not supported (a value is refused)."
     )
+    priority: int | None = Field(
+        None, description="Cohere v2's request priority (its SDK sends it where given): accepted, not used."
+    )
 
     @model_validator(mode="after")
     def _supported(self) -> CohereRerankRequest:
@@ -105,9 +108,20 @@ class TEIRerankRequest(BaseModel):
         "whatever its preset (the default's is a sum of per-query z-scores).",
     )
     return_text: bool = False
-    truncation_direction: str = Field(
-        "Right", description="Accepted for compatibility, as truncate: the reranker cuts texts as it is configured."
+    truncation_direction: Literal["Left", "Right"] = Field(
+        "Right",
+        description="TEI's side a cut text keeps: the reranker keeps a text's start (Right); Left with truncate "
+        "is refused.",
     )
+
+    @model_validator(mode="after")
+    def _supported(self) -> TEIRerankRequest:
+        if self.truncate and self.truncation_direction == "Left":  # (a cut text's start kept, its end asked for)
+            raise ValueError(
+                "truncation_direction='Left' keeps a cut text's end; this reranker keeps its start "
+                "(max_doc_words): drop it, or cut the texts yourself"
+            )
+        return self
 
 
 # The CLI's and Pipeline's names: ``top_k`` results kept, ``depth`` first-stage candidates. The names

@@ -272,11 +272,35 @@ def test_a_full_prompt_keeps_within_the_sliding_window_of_its_heads_layers():
     from attnrank.types import Document
 
     docs = [Document(f"d{i}", f"topic {i} text about the subject number {i}, told at some length") for i in range(12)]
-    for window, cut in ((512, True), (None, False)):
-        extra = {"sliding_window": window} if window else {}
-        model = tiny_model("mistral", layers=2, max_positions=4096, **extra)
+    from attnrank.llm.context import read_window
+
+    for window, cut in ((512, True), (None, False)):  # (Mistral's config slides over 4,096 unless told None)
+        model = tiny_model("mistral", layers=2, max_positions=4096, sliding_window=window)
         llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-mistral", fingerprint="test")
         reranker = AttentionReranker(llm, heads="0-1,1-2", config="icr")
         windows = reranker.windows("topic 3", docs)
         assert (len(windows) > 1) is cut and sorted(i for w in windows for i in w.doc_index) == list(range(12))
         assert (ContextPruner(llm).max_prompt_tokens == 511) is cut
+        assert read_window(reranker.capturer) == (511 if cut else None)
+    with pytest.raises(InputError, match="does not fit the 511 tokens a sliding-window layer of the heads reads"):
+        model = tiny_model("mistral", layers=2, max_positions=4096, sliding_window=512)
+        llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-mistral", fingerprint="test")
+        AttentionReranker(llm, heads="0-1,1-2", config="icr").rank("topic", [*docs, Document("long", "word " * 120)])
+
+
+def test_the_read_window_counts_gemma4s_kv_shared_sliding_layers():
+    """Gemma 4's KV-shared layers keep no cache layer of their own (a placeholder without is_sliding):
+    heads there read within the window all the same, and were taken to read the whole prompt."""
+    from _tiny import tiny_model
+
+    from attnrank.llm.attention import AttentionCapturer
+    from attnrank.llm.context import read_window
+
+    types = ["sliding_attention", "full_attention"] * 2
+    model = tiny_model(
+        "Gemma4Text", layers=4, layer_types=types, num_kv_shared_layers=2, sliding_window=8,
+        hidden_size_per_layer_input=8, global_head_dim=8, num_global_key_value_heads=2,
+    )  # fmt: skip
+    assert read_window(AttentionCapturer(model, [(2, 0)])) == 7  # layer 2: sliding, KV-shared
+    assert read_window(AttentionCapturer(model, [(0, 0)])) == 7  # layer 0: sliding, its own cache
+    assert read_window(AttentionCapturer(model, [(1, 0), (3, 0)])) is None  # full-attention layers only

@@ -100,6 +100,11 @@ def test_rerank_cohere_and_tei_shapes(url, engine):
         assert r.status_code == 422 and ("top_k" in r.text or "retrun_text" in r.text), r.text
     r = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": DOCS, "truncation_direction": "Right"})
     assert r.status_code == 200, r.text  # (TEI's own field: accepted, as truncate is)
+    left = {"query": QUERY, "texts": DOCS, "truncate": True, "truncation_direction": "Left"}
+    assert httpx.post(f"{url}/rerank", json=left).status_code == 422  # (the end kept, asked for; the start kept)
+    assert httpx.post(f"{url}/rerank", json={**left, "truncation_direction": "banana"}).status_code == 422
+    r = httpx.post(f"{url}/v2/rerank", json={"query": QUERY, "documents": DOCS, "priority": 1})  # (cohere SDK's)
+    assert r.status_code == 200, r.text
     r = httpx.post(f"{url}/v2/rerank", json={"query": QUERY, "documents": DOCS, "rank_fields": ["text"]})
     assert r.status_code == 200, r.text
 

@@ -29,13 +29,13 @@ from ...types import Document, check_ids, is_count
 from ..bm25 import BM25Index
 from ..components import dense_settings
 from ..embed import embedder_probe, encode, load_embedder, role_prompts
-from ..folders import check_target
+from ..folders import Protected, check_target, embedder_paths
 from ..retriever import HybridRetriever
-from ..settings import attnrank_version
-from ..store import atomic_dir, corpus_checksum, write_docs, write_manifest
+from ..settings import INDEX_FILES, attnrank_version
+from ..store import atomic_dir, check_built, corpus_checksum, read_manifest, write_docs, write_manifest
 from ..tokenize import TokenizerConfig, resolve_config, tokenize_all
 from .executor import LocalExecutor
-from .layout import shard_bounds, shard_name, write_top_manifest
+from .layout import read_sharded, shard_bounds, shard_name, write_top_manifest
 from .stats import CorpusStats, block_stats, merge_stats
 
 logger = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ def build_shard(
                 "dense_dim": int(dense.d),
             },
         )
+        check_built(tmp, lambda folder: read_manifest(folder, required=INDEX_FILES))  # whole, before the swap
     return {
         "name": name,
         "start": start,
@@ -199,10 +200,10 @@ class ShardedIndexer:
         ``target`` follows the rules of :meth:`HybridRetriever.save` (checked before any work):
         an existing index or an empty folder; ``force=True`` any other folder but one that holds
         the working directory or a ``protect`` path (a corpus path given here is protected)."""
-        target, guard = Path(target), [Path(p) for p in protect]
+        target, guard = Path(target), list[Protected](Path(p) for p in protect)
         if isinstance(docs, (str, Path)):
             guard.append(Path(docs))
-        guard += self.r.embedder_folder()
+        guard += embedder_paths(self.r.embedder_folder())
         check_target(target, force=force, protect=guard)
         if isinstance(docs, (str, Path)):
             docs, _ = load_corpus(docs)
@@ -264,6 +265,7 @@ class ShardedIndexer:
                 "embeddings_given": embeddings is not None,
             }
             write_top_manifest(tmp, self._info(docs, stats, tok, probe, role_prompts(embedder)), shard_info)
+            check_built(tmp, read_sharded)  # every shard whole, before the swap
         logger.info("built %d shards over %d documents in %.1fs", self.shards, len(docs), time.perf_counter() - t0)
         return target
 

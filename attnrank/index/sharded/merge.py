@@ -86,7 +86,9 @@ def merge_shards(src: str | Path, target: str | Path, *, force: bool = False) ->
     t0 = time.perf_counter()
     src, target = Path(src), Path(target)
     _check_outside(src, target)
-    check_target(target, force=force, protect=[src])  # before the load and merge (the save checks it again)
+    check_target(
+        target, force=force, protect=[("the sharded index", src)]
+    )  # before the load and merge (the save checks it again)
     sr = ShardedRetriever.load(src, mmap=False, verify=True)  # (new checksums must not bless damaged bytes)
     settings = retriever_settings(sr.manifest)
     r = HybridRetriever(**settings)
@@ -105,7 +107,7 @@ def merge_shards(src: str | Path, target: str | Path, *, force: bool = False) ->
         "sharded_build": sr.build_info,
         "merge_seconds": round(time.perf_counter() - t0, 3),
     }
-    return r.save(target, force=force, protect=[src])
+    return r.save(target, force=force, protect=[("the sharded index", src)])
 
 
 def _check_outside(src: Path, target: Path) -> None:
