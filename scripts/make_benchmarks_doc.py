@@ -197,11 +197,14 @@ shared positions, bfloat16, Xeon with AMX, 2 cores; the grid of "rerank_blocks_x
 cold query forgets its passages' tokenization and vectors too (the correction below). Cold block
 attention against the full prompt at K=20: DL19 1.03x (per query 0.42-1.37x; 1.18x in
 "rerank_blocks_xeon"), SciFact 1.70x (1.71x). So issue 15's cold target (1.5x at K=20) is missed on
-DL19 by 0.47x, more than recorded before: DL19's twenty passages of about 80 tokens leave the full
-prompt little attention to save, and the cold block pass costs about as much as the full one. From
-K=50 on DL19 gains 1.45x and 1.76x (K=100), SciFact 1.25x at K=10 to 1.83x at K=100. Warm (every
-state cached): DL19 0.08 / 0.15 s and SciFact 0.14 / 0.70 s at K=20 / 100, within the warm targets.
-The glance and the targets table read this record.
+DL19 by 0.47x, more than recorded before: DL19's twenty passages of about 92 tokens (78,886 tokens
+over 860 candidates) leave the full prompt little attention to save, and the cold block pass costs
+about as much as the full one. The correction is not the whole of the drop: the machine's bfloat16
+rate around the DL19 K=20 row was 1,279 GFLOP/s against 1,478 in "rerank_blocks_xeon", and every
+cold speed-up fell (DL19 K=50 1.63x to 1.45x, SciFact K=100 1.94x to 1.83x). From K=50 on DL19 gains
+1.45x and 1.76x (K=100), SciFact 1.25x at K=10 to 1.83x at K=100. Warm (every state cached): DL19
+0.08 / 0.15 s and SciFact 0.14 / 0.70 s at K=20 / 100, within the warm targets. The glance and the
+targets table read this record.
 
 **Last on 2026-12-06 the default's warm seconds were measured again** ("likelihood_states_forget":
 the command of "likelihood_states_layered", after the timing correction below, on that day's code,
@@ -209,10 +212,12 @@ whose pass over kept states is unchanged since "likelihood_states_layered"). Xeo
 2 cores, shared: every candidate cached, 0.137 / 0.385 / 0.248 s per DL19, SciFact and LoCoMo query,
 7.8x, 9.1x and 3.6x faster than no reuse in the same run (no reuse 1.07 / 3.49 / 0.90 s; in
 "likelihood_states_layered", on a slower hour, 1.05 / 3.85 / 0.97 s and warm 0.148 / 0.450 / 0.292 s).
-Issue 15's warm target (0.3 s at 20 candidates) stays missed on SciFact, by 0.085 s. An ad hoc
-profile the same day (4 SciFact queries warm, 0.27 s each) put the model's pass at 41 % matrix
-products, 21 % attention over the kept states and 11 % copying those states; the rest is the 20
-candidates times the query's ~20 tokens run through all 30 layers, which the likelihood needs.
+Issue 15's warm target (0.3 s at 20 candidates) stays missed on SciFact, by 0.085 s. The two runs
+differ in the hour of the shared machine and in the timing correction below (the warm-up's
+tokenization forgotten), and every speed-up over no reuse rose (7.1x to 7.8x, 8.6x to 9.1x, 3.3x to
+3.6x); they cannot be told apart here. An ad hoc profile of four warm SciFact queries that day split
+the pass as the profile of ten below did (matrix products 41 %, attention over the kept states
+21 %, copying them 11 %).
 
 **Later on 2026-12-06: how some records were timed, corrected in the scripts, no record re-run.**
 A review of the benchmark scripts found four ways their timings or pages differ from what they
