@@ -323,6 +323,9 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
     report = LoadReport(str(path))
     problem, docs = _Problems(report, skip_invalid), dict[str, Document]()
     for f in texts:
+        if not encodable(str(f.relative_to(path))):  # (a Latin-1 name: named as such, not as the text's surrogate)
+            problem(f"{path}", f"the file name {str(f.relative_to(path))!r} is not valid UTF-8", "rename the file")
+            continue
         try:
             text = f.read_bytes().decode("utf-8-sig")  # without a leading byte-order mark
         except UnicodeDecodeError as e:

@@ -664,6 +664,12 @@ def test_search_refuses_ids_a_run_cannot_hold_before_reranking(tmp_path, no_mode
     )
     assert r.exit_code == 1 and "document id 'my notes.md' is empty or holds whitespace" in _text(r)
     assert "rename the document" in _text(r) and not out.exists()  # checked before the search, naming the fix
+    # and `attnrank index` says so when it indexes them (a run could never name them)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "my notes.md").write_text("vitamin D and bones\n")
+    (tmp_path / "notes" / "b.md").write_text("cats sleep\n")
+    r = runner.invoke(app, ["index", str(tmp_path / "notes"), "--index-dir", str(tmp_path / "ix2"), "-q"])
+    assert r.exit_code == 0 and "warning: 1 document id(s) hold whitespace (e.g. 'my notes.md')" in _text(r), _text(r)
 
 
 def test_attention_options_on_a_preset_without_attention_are_refused_before_the_model(

@@ -469,3 +469,18 @@ def test_a_byte_order_mark_starting_a_later_line_is_no_part_of_its_id(tmp_path):
     assert list(load_queries(tmp_path / "q.tsv")) == ["q1", "q5"]
     (tmp_path / "c.tsv").write_bytes("id\ttext\nd1\tone\n\ufeffd2\ttwo\n".encode())
     assert [d.id for d in load_corpus(tmp_path / "c.tsv")[0]] == ["d1", "d2"]
+
+
+def test_a_file_name_that_is_not_utf8_is_named_as_a_file_name(tmp_path):
+    """A Latin-1 name (café.md on Linux) became an id with a lone surrogate, refused as if the text
+    held one ("re-encode it as UTF-8", which the file's text needed not)."""
+    import os
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "ok.md").write_text("fine\n")
+    with open(os.path.join(os.fsencode(folder), b"caf\xe9.md"), "w") as f:
+        f.write("text\n")
+    with pytest.raises(InputError, match=r"the file name 'caf\\udce9.md' is not valid UTF-8; rename the file"):
+        load_corpus(folder)
+    assert [d.id for d in load_corpus(folder, skip_invalid=True)[0]] == ["ok.md"]

@@ -148,6 +148,12 @@ def index(
     check_embedder(embedder, "cpu", embed_backend)  # (a missing folder or extra: before the corpus and the LLM)
     check_target(target, force=force, protect=[corpus, *embedder_paths(r.embedder_folder())])  # before any work
     docs = _read_corpus(corpus, skip_invalid)
+    spaced = [d.id for d in docs if any(c.isspace() for c in d.id)]
+    if spaced:  # (indexed, then refused by search -o after the index loaded, and never matched by rerank --corpus)
+        typer.echo(
+            f"warning: {len(spaced)} document id(s) hold whitespace (e.g. {spaced[0]!r}), which a TREC run cannot "
+            "hold: search -o refuses them and a run cannot name them; rename them (a folder corpus: its files)"
+        )
     if shards:  # issue 17: sharded build (attnrank.cli.batch)
         from .batch import build_sharded
 
