@@ -31,13 +31,13 @@ from attnrank.errors import InputError, ModelError
 from .headspec import check_head_range, head_pair
 from .kernels import segment_mask
 from .kvcache import cache_argument, has_sliding_layers, is_recurrent
+from .modelconfig import check_decoder_layers
 from .recording import (
     ACTIVE_SESSION,
     ATTN_IMPLEMENTATION,
     CaptureSession,
     NonFiniteAttentionError,
     attn_implementation,
-    decoder_of,
     ensure_registered,
     forward_lock,
     padded_windows,
@@ -46,17 +46,6 @@ from .recording import (
 
 HeadSpec = list[tuple[int, int]] | None  # None = all heads of all layers (up to max_layer)
 REDUCTIONS = ("mean", "argmax")  # AttentionCapturer.capture(reduce=...)
-
-
-def _find_decoder(model: Any) -> Any:
-    decoder = decoder_of(model)
-    if not isinstance(getattr(decoder, "layers", None), torch.nn.ModuleList):
-        raise InputError(
-            f"{type(model).__name__} keeps its decoder layers elsewhere than in a `layers` list (found "
-            f"{type(decoder).__name__}; GPT-2, Falcon, Bloom and GPT-J name theirs `h`): attnrank reads the "
-            "attention of Llama-style decoders; use such a model (Llama, Qwen2, Mistral, Gemma, SmolLM, ...)"
-        )
-    return decoder
 
 
 def _validate_heads(heads: HeadSpec, n_layers: int, n_heads: int, max_layer: int | None) -> list[tuple[int, int]]:
@@ -130,7 +119,7 @@ class AttentionCapturer:
     def __init__(self, model: Any, heads: HeadSpec = None, max_layer: int | None = None):
         ensure_registered()
         self.model = model
-        self.decoder = _find_decoder(model)
+        self.decoder = check_decoder_layers(model)
         self.num_layers = int(self.decoder.config.num_hidden_layers)
         self.num_heads = int(self.decoder.config.num_attention_heads)
         self.heads = _validate_heads(heads, self.num_layers, self.num_heads, max_layer)
@@ -367,7 +356,7 @@ def naive_attention_rows(
     """Slow reference for tests and benchmarks: a full eager forward with ``output_attentions=True``
     (all layers, all heads, full attention matrices), then the rows ``query_start:`` averaged.
     Same output layout as :meth:`AttentionCapturer.capture` without a prefix."""
-    decoder = _find_decoder(model)
+    decoder = check_decoder_layers(model)
     pairs = _validate_heads(heads, int(decoder.config.num_hidden_layers), int(decoder.config.num_attention_heads), None)
     ids = _as_ids(input_ids, model.device)
     with forward_lock(decoder), torch.inference_mode(), attn_implementation(decoder.config, "eager"):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from attnrank import config
-from attnrank.errors import AttnrankError, ModelError
+from attnrank.errors import AttnrankError, InputError, ModelError
 
 from .fingerprint import gguf_source
 from .gguf import gguf_context_length, gguf_shape
@@ -140,6 +140,40 @@ def check_causal_lm_config(cfg: Any, model_id: str) -> None:
             f"{model_id!r} ({arch}): its config has no num_attention_heads, so its "
             "attention heads cannot be addressed; this architecture is unsupported"
         )
+
+
+def check_decoder_layers(model: Any) -> Any:
+    """``model``'s decoder, whose layers attnrank's capture reads from its ``layers`` list;
+    :class:`InputError` where it keeps them elsewhere."""
+    import torch
+
+    decoder = decoder_of(model)
+    if not isinstance(getattr(decoder, "layers", None), torch.nn.ModuleList):
+        raise InputError(
+            f"{type(model).__name__} keeps its decoder layers elsewhere than in a `layers` list (found "
+            f"{type(decoder).__name__}; GPT-2, Falcon, Bloom and GPT-J name theirs `h`): attnrank reads the "
+            "attention of Llama-style decoders; use such a model (Llama, Qwen2, Mistral, Gemma, SmolLM, ...)"
+        )
+    return decoder
+
+
+def check_attention_architecture(model: str | None) -> None:
+    """:func:`check_decoder_layers` from ``model``'s config alone (built on the meta device: no
+    weights read): such a model was refused at the first query, after the whole model had loaded. A
+    GGUF file, or a config that cannot be read or built here, is left to the load."""
+    import torch  # (heavy: only where a check needs the model's modules)
+    from transformers import AutoModelForCausalLM
+
+    name = _name(model)
+    if gguf_source(name) is not None:
+        return
+    try:
+        cfg = read_config(*config.model_source(name), name)
+        with torch.device("meta"):
+            meta = AutoModelForCausalLM.from_config(cfg)
+    except (*_UNREADABLE, ImportError, RuntimeError, KeyError):
+        return
+    check_decoder_layers(meta)
 
 
 def check_attention_modules(model: Any, model_id: str) -> None:

@@ -5,6 +5,7 @@ CLI call it; the probe or set missing was named only after the load)."""
 from __future__ import annotations
 
 from ..errors import ModelError
+from ..llm.modelconfig import check_attention_architecture
 from ..llm.models import load_tokenizer, unloaded_model
 from ..rerank.resolve import check_head_list, check_registered_heads
 from .config import PruneConfig
@@ -18,6 +19,7 @@ def check_pruner_before_load(config: PruneConfig, *, probe_given: bool = False) 
     (:func:`check_pruner_lookups`), explicit heads against the model's config, and a
     ``max_prompt_tokens`` no prompt fits, with the tokenizer alone."""
     check_pruner_lookups(config, probe_given=probe_given)
+    check_attention_architecture(config.model)  # (GPT-2's layers: refused at the first prune, model loaded)
     check_head_list(config.heads, config.model)
     if config.max_prompt_tokens is not None:
         check_prune_frame(load_tokenizer(config.model), config, config.max_prompt_tokens)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import InputError, ModelError
 from ..llm.headspec import HeadsArg, check_head_range, parse_heads
-from ..llm.modelconfig import model_shape
+from ..llm.modelconfig import check_attention_architecture, model_shape
 from ..llm.models import LLM, check_prompt_budget, load_tokenizer, unloaded_model
 from ..llm.statestore import check_store_fits, store_folder
 from ..registry import resolve_heads
@@ -121,6 +121,7 @@ def check_before_load(cfg: RerankConfig, llm: LLM | None) -> None:
     if llm is not None or not cfg.uses_llm:
         return
     if cfg.uses_attention:
+        check_attention_architecture(cfg.model)  # (GPT-2's layers: refused at the first query, model loaded)
         check_head_list(cfg.heads, cfg.model)
     check_lookups(cfg, warn=False)
     if cfg.uses_attention and cfg.max_prompt_tokens is not None:

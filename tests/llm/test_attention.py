@@ -392,3 +392,31 @@ def test_a_model_with_its_layers_under_another_name_is_named_so():
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=16, n_positions=16))
     with pytest.raises(InputError, match="keeps its decoder layers elsewhere than in a `layers` list"):
         AttentionCapturer(model)
+
+
+def test_a_model_attention_cannot_read_is_refused_before_its_weights_load(tmp_path, monkeypatch):
+    """GPT-2 (layers under `h`) passed every check made before the load, loaded whole, and was refused
+    at the first query; its config alone, built on the meta device, says so now. The likelihood
+    preset, which captures no attention, still takes it."""
+    from _tiny import tiny_tokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from attnrank.llm import models
+    from attnrank.prune.config import PruneConfig
+    from attnrank.prune.lookups import check_pruner_before_load
+    from attnrank.rerank.attention import AttentionReranker
+
+    folder = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=259, n_positions=64)).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    with pytest.raises(InputError, match="keeps its decoder layers elsewhere than in a `layers` list"):
+        AttentionReranker(str(folder), config="icr")
+    with pytest.raises(InputError, match="keeps its decoder layers elsewhere than in a `layers` list"):
+        check_pruner_before_load(PruneConfig(model=str(folder)))
+    assert loads == []
+    from attnrank.rerank.config import RerankConfig
+    from attnrank.rerank.resolve import check_before_load
+
+    check_before_load(RerankConfig.preset("likelihood", model=str(folder)), None)  # (no attention read)
