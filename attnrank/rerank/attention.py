@@ -339,6 +339,8 @@ class AttentionReranker(WindowCapture, FusedScoring):
                 documents = as_documents(docs)[0]
                 check_documents(documents)
                 self._check_fits(query, documents)
+                if self.uses_attention:  # (a passage its window cannot hold: at its turn, all before it done)
+                    self.check_prompts_fit(query, documents)
             except InputError as e:
                 raise InputError(f"query {'#' + str(i) if query_ids is None else repr(query_ids[i])}: {e}") from None
 

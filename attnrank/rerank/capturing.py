@@ -23,7 +23,7 @@ from ..llm.statestore import PassageStateStore
 from ..llm.statestore_write import check_store, write_store
 from ..types import Document
 from .config import RerankConfig
-from .windows import block_windows, fit_windows, prompt_extent
+from .windows import block_windows, check_fit_alone, fit_windows, prompt_extent
 
 
 class WindowCapture:
@@ -65,8 +65,7 @@ class WindowCapture:
             cut = block_windows(whole, cfg.order, cfg.block_positions, self.max_prompt_tokens, limit)
             rows = self._block_windows([prompt for prompt, _ in cut])
             return [replace(w, doc_index=g) for w, (_, g) in zip(rows, cut)]
-        budget, window = self.max_prompt_tokens, read_window(self.capturer)  # (a sliding layer's heads: within it)
-        limit = window if window is not None and window < budget else budget
+        limit = self._window_limit()
         return fit_windows(
             len(docs),
             lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
@@ -74,7 +73,28 @@ class WindowCapture:
             self._window,
             limit,
             [d.id for d in docs],
-            sliding=limit != budget,
+            sliding=limit != self.max_prompt_tokens,
+        )
+
+    def _window_limit(self) -> int:
+        """The most positions one full prompt takes: the budget, or less where a sliding-window layer
+        holds a head (:func:`~attnrank.llm.context.read_window`: its heads read no further back)."""
+        budget, window = self.max_prompt_tokens, read_window(self.capturer)
+        return window if window is not None and window < budget else budget
+
+    def check_prompts_fit(self, query: str, docs: Sequence[Document]) -> None:
+        """What :meth:`windows` refuses of ``docs`` over the full prompt (a document whose prompt alone
+        does not fit), tokenizing only: a batch names it before its first query is scored."""
+        if self.config.attention == "block":  # (its windows are cut and checked as its blocks are built)
+            return
+        tok, kw, limit = self.llm.tokenizer, self.prompt_kw, self._window_limit()
+        check_fit_alone(
+            len(docs),
+            lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
+            lambda p: prompt_extent(p, self.calibrate),
+            limit,
+            [d.id for d in docs],
+            sliding=limit != self.max_prompt_tokens,
         )
 
     def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:

@@ -45,7 +45,7 @@ def fit_windows(
         return [capture(whole, everything)]
     # each alone first: one that never fits was found after every window count had been built
     # and tokenized (quadratic in the candidates)
-    _check_alone([size(build([i])) for i in range(n_docs)], max_prompt_tokens, ids, sliding)
+    check_fit_alone(n_docs, build, size, max_prompt_tokens, ids, sliding, whole)
     for n_windows in range(math.ceil(size(whole) / max_prompt_tokens), n_docs + 1):
         groups = [list(range(w, n_docs, n_windows)) for w in range(n_windows)]
         prompts = [build(g) for g in groups]
@@ -58,6 +58,23 @@ def fit_windows(
             )
             return [capture(p, g) for p, g in zip(prompts, groups)]
     raise AssertionError("one document per window fits, as checked")  # pragma: no cover
+
+
+def check_fit_alone(
+    n_docs: int,
+    build: Callable[[list[int]], P],
+    size: Callable[[P], int],
+    max_prompt_tokens: int,
+    ids: Sequence[str] | None = None,
+    sliding: bool = False,
+    whole: P | None = None,
+) -> None:
+    """What :func:`fit_windows` refuses, without capturing anything: a document whose prompt alone
+    spans more than ``max_prompt_tokens`` (tokenizing only; ``whole``: the prompt of all the
+    documents where the caller has built it)."""
+    if size(build(list(range(n_docs))) if whole is None else whole) <= max_prompt_tokens:
+        return
+    _check_alone([size(build([i])) for i in range(n_docs)], max_prompt_tokens, ids, sliding)
 
 
 def _check_alone(sizes: list[int], max_prompt_tokens: int, ids: Sequence[str] | None, sliding: bool = False) -> None:

@@ -282,10 +282,15 @@ def test_a_full_prompt_keeps_within_the_sliding_window_of_its_heads_layers():
         assert (len(windows) > 1) is cut and sorted(i for w in windows for i in w.doc_index) == list(range(12))
         assert (ContextPruner(llm).max_prompt_tokens == 511) is cut
         assert read_window(reranker.capturer) == (511 if cut else None)
+    model = tiny_model("mistral", layers=2, max_positions=4096, sliding_window=512)
+    llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-mistral", fingerprint="test")
+    reranker = AttentionReranker(llm, heads="0-1,1-2", config="icr")
+    long = [*docs, Document("long", "word " * 120)]
     with pytest.raises(InputError, match="does not fit the 511 tokens a sliding-window layer of the heads reads"):
-        model = tiny_model("mistral", layers=2, max_positions=4096, sliding_window=512)
-        llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-mistral", fingerprint="test")
-        AttentionReranker(llm, heads="0-1,1-2", config="icr").rank("topic", [*docs, Document("long", "word " * 120)])
+        reranker.rank("topic", long)
+    # and a batch names it before its first query is scored (a run's last query lost all the work before it)
+    with pytest.raises(InputError, match=r"query #1: document #12 \('long'\) does not fit the 511 tokens"):
+        reranker.check_batch(["topic", "topic"], [docs, long])
 
 
 def test_the_read_window_counts_gemma4s_kv_shared_sliding_layers():
