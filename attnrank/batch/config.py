@@ -73,9 +73,8 @@ class BatchConfig:
         # in its constructor otherwise, which Ray retries without end
         root = Path(self.index)
         read_sharded(root) if is_sharded(root) else read_manifest(root, required=INDEX_FILES)
-        if (
-            self.rerank
-        ):  # e.g. heads with a preset that computes no attention, nothing registered, heads outside the model
+        # e.g. heads with a preset that computes no attention, nothing registered, heads outside the model
+        if self.rerank:
             cfg = self.rerank_config()
             if cfg.uses_attention:
                 check_head_list(cfg.heads, cfg.model)

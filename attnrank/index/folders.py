@@ -144,9 +144,8 @@ def check_no_mounts(target: Path) -> None:
                 )
 
 
-Protected = (
-    Path | str | tuple[str, Path]
-)  # a path a save never replaces; with its name ("the embedder"), else the corpus
+# a path a save never replaces; with its name ("the embedder"), else the corpus
+Protected = Path | str | tuple[str, Path]
 
 
 def embedder_paths(folders: Iterable[Path]) -> list[tuple[str, Path]]:

@@ -86,9 +86,8 @@ def merge_shards(src: str | Path, target: str | Path, *, force: bool = False) ->
     t0 = time.perf_counter()
     src, target = Path(src), Path(target)
     _check_outside(src, target)
-    check_target(
-        target, force=force, protect=[("the sharded index", src)]
-    )  # before the load and merge (the save checks it again)
+    # before the load and merge (the save checks it again)
+    check_target(target, force=force, protect=[("the sharded index", src)])
     sr = ShardedRetriever.load(src, mmap=False, verify=True)  # (new checksums must not bless damaged bytes)
     settings = retriever_settings(sr.manifest)
     r = HybridRetriever(**settings)
