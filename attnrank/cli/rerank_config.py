@@ -99,11 +99,8 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
     defaults = field_defaults()  # a default spelled out changes nothing
     changed = {k for k in ("block_positions", "state_cache_mb") if k in overrides and overrides[k] != defaults[k]}
     unread = ["--block-positions"] if "block_positions" in changed and config.attention != "block" else []
-    # the state cache also keeps the candidates' vectors where the signals are read
-    reads_cache = config.attention == "block" or config.uses_likelihood or config.signals is not None
-    if (
-        "state_cache_mb" in changed and overrides["state_cache_mb"] != 0 and not reads_cache
-    ):  # (0: keep nothing, as Python)
+    # (0, keep nothing, allowed as in Python)
+    if "state_cache_mb" in changed and overrides["state_cache_mb"] != 0 and not config.reads_state_cache:
         unread.append("--state-cache-mb")
     if unread and config.uses_attention:  # (a preset without attention: check_attention_computed named them)
         raise typer.BadParameter(

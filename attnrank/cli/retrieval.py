@@ -104,6 +104,7 @@ def index(
     except one holding the corpus or the working directory, or one inside a folder corpus that
     holds files of its own). The fusion settings are stored in
     the index; ``search`` uses them unless told otherwise."""
+    from ..eval.data import unrunnable_ids
     from ..index.embed_export import BACKENDS
     from ..index.folders import check_target, embedder_paths
     from ..index.retriever import HybridRetriever
@@ -148,7 +149,7 @@ def index(
     check_embedder(embedder, "cpu", embed_backend)  # (a missing folder or extra: before the corpus and the LLM)
     check_target(target, force=force, protect=[corpus, *embedder_paths(r.embedder_folder())])  # before any work
     docs = _read_corpus(corpus, skip_invalid)
-    spaced = [d.id for d in docs if any(c.isspace() for c in d.id)]
+    spaced = unrunnable_ids(d.id for d in docs)
     if spaced:  # (indexed, then refused by search -o after the index loaded, and never matched by rerank --corpus)
         typer.echo(
             f"warning: {len(spaced)} document id(s) hold whitespace (e.g. {spaced[0]!r}), which a TREC run cannot "

@@ -188,10 +188,15 @@ def trec_order(scores: Mapping[str, float]) -> list[tuple[str, float]]:
     return sorted(scores.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
 
 
+def unrunnable_ids(ids: Iterable[object]) -> list[str]:
+    """The ids a TREC run line cannot hold (one field each): empty, or holding whitespace."""
+    return [str(i) for i in ids if not str(i) or any(c.isspace() for c in str(i))]
+
+
 def check_run_ids(kind: str, ids: Iterable[object], fix: str = "give ids without spaces") -> None:
     """Ids a TREC run line can hold (one field each), or one line naming the first that cannot be
     (``kind``: "query" or "document"; ``fix``: what the user should do)."""
-    bad = next((str(i) for i in ids if not str(i) or any(c.isspace() for c in str(i))), None)
+    bad = next(iter(unrunnable_ids(ids)), None)
     if bad is not None:
         raise InputError(
             f"{kind} id {bad!r} is empty or holds whitespace, which a TREC run cannot hold (one field per column); {fix}"

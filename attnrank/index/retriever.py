@@ -291,7 +291,7 @@ class HybridRetriever:
             if self._loaded_from(path):  # saved over itself
                 keep_passage_states(path, tmp, info["corpus_sha256"])
             write_manifest(tmp, info)
-            check_built(tmp, lambda folder: read_manifest(folder, required=INDEX_FILES))  # whole, before the swap
+            check_built(tmp)  # whole, before the swap
         logger.info("saved index with %d documents to %s", self.num_docs, path)
         return path
 

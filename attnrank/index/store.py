@@ -35,6 +35,7 @@ from ..errors import IndexFormatError
 from ..files import file_sha256, fsync_folder, fsync_tree, hold_writer_lock, sibling
 from ..types import Document
 from .folders import SHARDED_FORMAT, Protected, check_target, remove_stale, swap_in
+from .settings import INDEX_FILES
 
 T = TypeVar("T")
 
@@ -60,12 +61,13 @@ def _jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(metadata, ensure_ascii=False, default=str))
 
 
-def check_built(tmp: Path, read: Callable[[Path], object]) -> None:
-    """``read`` (a manifest reader, e.g. :func:`read_manifest` with the required files) of a build's
-    temporary folder ``tmp`` before :func:`atomic_dir` swaps it in: a file another process removed
-    during the build (a stale-folder sweep in another container) is refused, and nothing replaced."""
+def check_built(tmp: Path, read: Callable[[Path], object] | None = None) -> None:
+    """``read`` (a manifest reader; default :func:`read_manifest` with an index's required files)
+    of a build's temporary folder ``tmp`` before :func:`atomic_dir` swaps it in: a file another
+    process removed during the build (a stale-folder sweep in another container) is refused, and
+    nothing replaced."""
     try:
-        read(tmp)
+        read(tmp) if read is not None else read_manifest(tmp, required=INDEX_FILES)
     except IndexFormatError as e:
         raise IndexFormatError(
             f"the build lost a file before it was saved ({e}); nothing was replaced: build again"

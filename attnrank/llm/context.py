@@ -22,7 +22,7 @@ from transformers.cache_utils import DynamicLayer
 from attnrank.errors import InputError
 
 from .attention import AttentionCapturer, PrefixCache
-from .kvcache import has_sliding_layers, sliding_window
+from .kvcache import has_sliding_layers, layer_window, sliding_window
 from .rotary import nope_layers, rotate_into, rotation
 from .states import BlockState, check_one_head_size, layer_kv, prefix_states, rows_share_the_pass
 
@@ -145,9 +145,9 @@ def read_window(capturer: AttentionCapturer) -> int | None:
     types = list(getattr(config, "layer_types", None) or [])
     sizes = []
     for layer in {layer for layer, _ in capturer.heads}:
-        kept = cache.layers[layer] if layer < len(cache.layers) else None
-        if getattr(kept, "is_sliding", False) and getattr(kept, "sliding_window", None) is not None:
-            sizes.append(int(getattr(kept, "sliding_window")))  # noqa: B009 - (not every layer type declares it)
+        window = layer_window(cache.layers[layer]) if layer < len(cache.layers) else None
+        if window is not None:
+            sizes.append(window)
         elif layer < len(types) and types[layer] in ("sliding_attention", "chunked_attention"):
             # (a layer keeping no cache of its own, Gemma 4's KV-shared ones, still attends within its window)
             size = getattr(config, "sliding_window", None) if types[layer] == "sliding_attention" else None

@@ -31,12 +31,17 @@ def has_sliding_layers(cache: DynamicCache) -> bool:
     return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
 
 
+def layer_window(layer: Any) -> int | None:
+    """The window of a cache layer that keeps only its latest tokens (sliding or chunked
+    attention), None for one that keeps every token (or declares no window)."""
+    size = getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None
+    return None if size is None else int(size)
+
+
 def sliding_window(cache: DynamicCache) -> int | None:
-    """The smallest window of ``cache``'s sliding-window layers (sliding or chunked attention:
-    they keep only the latest tokens), None without such layers."""
-    sizes = (getattr(layer, "sliding_window", None) for layer in cache.layers if getattr(layer, "is_sliding", False))
-    windows = [int(size) for size in sizes if size is not None]
-    return min(windows, default=None)
+    """The smallest window of ``cache``'s sliding-window layers (:func:`layer_window`), None
+    without such layers."""
+    return min((w for w in map(layer_window, cache.layers) if w is not None), default=None)
 
 
 def cache_argument(module: Any) -> str:

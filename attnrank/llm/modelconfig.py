@@ -157,20 +157,24 @@ def check_decoder_layers(model: Any) -> Any:
     return decoder
 
 
+def meta_model(cfg: Any) -> Any:
+    """The causal LM of ``cfg`` built on the meta device: its modules, no weights read or allocated."""
+    import torch  # (heavy: only where a check needs the model's modules)
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(cfg)
+
+
 def check_attention_architecture(model: str | None) -> None:
     """:func:`check_decoder_layers` from ``model``'s config alone (built on the meta device: no
     weights read): such a model was refused at the first query, after the whole model had loaded. A
     GGUF file, or a config that cannot be read or built here, is left to the load."""
-    import torch  # (heavy: only where a check needs the model's modules)
-    from transformers import AutoModelForCausalLM
-
     name = _name(model)
     if gguf_source(name) is not None:
         return
     try:
-        cfg = read_config(*config.model_source(name), name)
-        with torch.device("meta"):
-            meta = AutoModelForCausalLM.from_config(cfg)
+        meta = meta_model(read_config(*config.model_source(name), name))
     except (*_UNREADABLE, ImportError, RuntimeError, KeyError):
         return
     check_decoder_layers(meta)

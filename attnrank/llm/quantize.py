@@ -29,6 +29,7 @@ import torch
 
 from attnrank.errors import ModelError
 
+from .modelconfig import meta_model
 from .recording import decoder_of
 
 logger = logging.getLogger(__name__)
@@ -96,11 +97,7 @@ def check_int8_architecture(cfg: Any) -> None:
     """Refuse, from ``cfg`` alone (the model built on the meta device: no weights read), an
     architecture int8 cannot quantize (GPT-2's ``.h`` list, Conv1D projections): it was refused
     after the whole model had loaded."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
-    int8_targets(model)
+    int8_targets(meta_model(cfg))
 
 
 def _decoder_layers(model: Any) -> torch.nn.ModuleList:

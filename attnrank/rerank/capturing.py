@@ -65,37 +65,30 @@ class WindowCapture:
             cut = block_windows(whole, cfg.order, cfg.block_positions, self.max_prompt_tokens, limit)
             rows = self._block_windows([prompt for prompt, _ in cut])
             return [replace(w, doc_index=g) for w, (_, g) in zip(rows, cut)]
-        limit = self._window_limit()
-        return fit_windows(
-            len(docs),
+        build, size, limit, sliding = self._full_prompts(query, docs)
+        return fit_windows(len(docs), build, size, self._window, limit, [d.id for d in docs], sliding=sliding)
+
+    def _full_prompts(self, query: str, docs: Sequence[Document]) -> tuple[Callable, Callable, int, bool]:
+        """How full prompts of ``docs`` are built (by input indices) and sized, the most positions one
+        takes, and whether that is a sliding window's: less than the budget where a sliding-window
+        layer holds a head (:func:`~attnrank.llm.context.read_window`: its heads read no further back)."""
+        tok, kw = self.llm.tokenizer, self.prompt_kw
+        budget, window = self.max_prompt_tokens, read_window(self.capturer)
+        limit = window if window is not None and window < budget else budget
+        return (
             lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
             lambda p: prompt_extent(p, self.calibrate),
-            self._window,
             limit,
-            [d.id for d in docs],
-            sliding=limit != self.max_prompt_tokens,
+            limit != budget,
         )
-
-    def _window_limit(self) -> int:
-        """The most positions one full prompt takes: the budget, or less where a sliding-window layer
-        holds a head (:func:`~attnrank.llm.context.read_window`: its heads read no further back)."""
-        budget, window = self.max_prompt_tokens, read_window(self.capturer)
-        return window if window is not None and window < budget else budget
 
     def check_prompts_fit(self, query: str, docs: Sequence[Document]) -> None:
         """What :meth:`windows` refuses of ``docs`` over the full prompt (a document whose prompt alone
         does not fit), tokenizing only: a batch names it before its first query is scored."""
         if self.config.attention == "block":  # (its windows are cut and checked as its blocks are built)
             return
-        tok, kw, limit = self.llm.tokenizer, self.prompt_kw, self._window_limit()
-        check_fit_alone(
-            len(docs),
-            lambda g: build_rerank_prompts(tok, query, [docs[i] for i in g], **kw),
-            lambda p: prompt_extent(p, self.calibrate),
-            limit,
-            [d.id for d in docs],
-            sliding=limit != self.max_prompt_tokens,
-        )
+        build, size, limit, sliding = self._full_prompts(query, docs)
+        check_fit_alone(len(docs), build, size, limit, [d.id for d in docs], sliding)
 
     def _window(self, pair: RerankPromptPair, doc_index: list[int]) -> WindowRows:
         return capture_window(

@@ -173,10 +173,8 @@ class RerankConfig:
             )
         if not self.uses_attention:
             self._check_no_attention_options()
-        # what keeps states (block attention, the likelihood's prompts) or the candidates' vectors (the signals);
         # 0, keep nothing, is always allowed (a batch's actors set it for every preset)
-        reads_cache = self.attention == "block" or self.uses_likelihood or self.signals is not None
-        if self.state_cache_mb not in (0, type(self).state_cache_mb) and not reads_cache:  # (nothing reads it)
+        if self.state_cache_mb not in (0, type(self).state_cache_mb) and not self.reads_state_cache:
             raise InputError(
                 f"state_cache_mb={self.state_cache_mb} sizes passage states and vectors that this reranker (attention "
                 f"alone, attention={self.attention!r}) never keeps; add attention='block' (--attention block), or "
@@ -256,6 +254,12 @@ class RerankConfig:
     def uses_likelihood(self) -> bool:
         """Whether the fused weights read the LLM's query likelihood (:mod:`attnrank.rerank.likelihood`)."""
         return reads_likelihood(self.signals)
+
+    @property
+    def reads_state_cache(self) -> bool:
+        """Whether ``state_cache_mb`` sizes anything: block attention's passage states, the
+        likelihood's prompt states, or the candidates' vectors the signals keep."""
+        return self.attention == "block" or self.uses_likelihood or self.signals is not None
 
     def attention_options(self) -> list[str]:
         """The attention fields set to other than their defaults that this configuration would not

@@ -31,8 +31,8 @@ from ..components import dense_settings
 from ..embed import embedder_probe, encode, load_embedder, role_prompts
 from ..folders import Protected, check_target, embedder_paths
 from ..retriever import HybridRetriever
-from ..settings import INDEX_FILES, attnrank_version
-from ..store import atomic_dir, check_built, corpus_checksum, read_manifest, write_docs, write_manifest
+from ..settings import attnrank_version
+from ..store import atomic_dir, check_built, corpus_checksum, write_docs, write_manifest
 from ..tokenize import TokenizerConfig, resolve_config, tokenize_all
 from .executor import LocalExecutor
 from .layout import read_sharded, shard_bounds, shard_name, write_top_manifest
@@ -118,7 +118,7 @@ def build_shard(
                 "dense_dim": int(dense.d),
             },
         )
-        check_built(tmp, lambda folder: read_manifest(folder, required=INDEX_FILES))  # whole, before the swap
+        check_built(tmp)  # whole, before the swap
     return {
         "name": name,
         "start": start,
@@ -200,7 +200,7 @@ class ShardedIndexer:
         ``target`` follows the rules of :meth:`HybridRetriever.save` (checked before any work):
         an existing index or an empty folder; ``force=True`` any other folder but one that holds
         the working directory or a ``protect`` path (a corpus path given here is protected)."""
-        target, guard = Path(target), list[Protected](Path(p) for p in protect)
+        target, guard = Path(target), list[Protected](protect)
         if isinstance(docs, (str, Path)):
             guard.append(Path(docs))
         guard += embedder_paths(self.r.embedder_folder())
