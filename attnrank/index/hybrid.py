@@ -76,17 +76,18 @@ def convex(
     for ids, scores in (sparse, dense):
         keep = ids >= 0
         ids, s = ids[keep], normalize(scores[keep], norm)
-        parts.append((dict(zip(ids.tolist(), s.tolist())), _missing_score(s)))
+        parts.append((dict(zip(ids.tolist(), s.tolist())), score_below(s)))
     (sp, sp_min), (de, de_min) = parts
     fused = {d: (1 - alpha) * sp.get(d, sp_min) + alpha * de.get(d, de_min) for d in set(sp) | set(de)}
     return _sorted(fused, k)
 
 
-def _missing_score(normalized: np.ndarray) -> float:
-    """What a document missing from a list gets: just below the list's lowest score, or one below
-    its hits where they all tie. Never the lowest score itself: the list's last hit would then
-    score as the documents it holds no term of, and at ``alpha`` 0 (BM25 alone, the first point
-    of :func:`~attnrank.index.tuning.tune_alpha`'s grid) lose to them on the tie-break."""
+def score_below(normalized: np.ndarray) -> float:
+    """A score just below every one of ``normalized`` (one below where they all tie; 0 if there
+    are none). What a document missing from a list gets in convex fusion: never the lowest score
+    itself, or the list's last hit would score as the documents it holds no term of, and at
+    ``alpha`` 0 (BM25 alone, the first point of :func:`~attnrank.index.tuning.tune_alpha`'s grid)
+    lose to them on the tie-break."""
     if not normalized.size:
         return 0.0
     lo = float(normalized.min())

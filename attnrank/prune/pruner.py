@@ -77,7 +77,7 @@ from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
 from ..rerank.resolve import resolve_config_heads
-from ..rerank.reweight import content_mask, sink_filtered_rows
+from ..rerank.reweight import content_free_last, content_mask, sink_filtered_rows
 from ..types import Document, as_documents, check_unicode
 from .config import PruneConfig
 from .context import (
@@ -356,10 +356,12 @@ class ContextPruner:
         per-head sentence scores ``[S, H]`` when asked for (or needed by the probe)."""
         index = {(s.doc_index, s.sentence_index): i for i, s in enumerate(scored)}
         feats = None
+        content_free: set[int] = set()  # (sink filtering: sentences it reads no token of)
         for chunk in chunks:
             flat = [span for spans in chunk.spans for span in spans]
-            rows = self._rows(chunk.pair, flat)
+            rows, empty = self._rows(chunk.pair, flat)
             at = [index[(p.doc_index, k)] for p in chunk.pieces for k in p.sent_ids]
+            content_free.update(i for i, e in zip(at, empty) if e)
             norms = np.array([math.sqrt(e - s) if self.length_norm == "sqrt" else 1.0 for s, e in flat])
             sums = document_scores(token_scores(rows), flat, use_filter=self.token_filter)
             for i, value, norm in zip(at, sums, norms):
@@ -372,11 +374,18 @@ class ContextPruner:
             values = self.probe.score(feats, [(s.doc_index, s.sentence_index) for s in scored], lexical)
             for s, value in zip(scored, values):
                 s.score = float(value)
+        if content_free:
+            values = content_free_last(
+                np.array([s.score for s in scored]), [i in content_free for i in range(len(scored))]
+            )
+            for s, value in zip(scored, values):
+                s.score = float(value)
         return feats
 
-    def _rows(self, pair: RerankPromptPair | BlockPrompt, spans: list[Span]) -> np.ndarray:
+    def _rows(self, pair: RerankPromptPair | BlockPrompt, spans: list[Span]) -> tuple[np.ndarray, list[bool]]:
         """``[heads, context tokens]`` rows of the query span or focus token, calibrated (and
-        sink-filtered over the content tokens of ``spans`` when ``sink``)."""
+        sink-filtered over the content tokens of ``spans`` when ``sink``), and for each span
+        whether sink filtering read none of its tokens (none has content)."""
         span = "last" if self.method == "focus" else "full"
         if isinstance(pair, BlockPrompt):
             if self._block_prefix is None:  # the same for every query: prefilled once
@@ -399,5 +408,5 @@ class ContextPruner:
             )
         if self.sink:
             mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans, labelled=False)
-            return sink_filtered_rows(w.real, w.null, mask)
-        return w.rows
+            return sink_filtered_rows(w.real, w.null, mask), [not mask[s:e].any() for s, e in spans]
+        return w.rows, [False] * len(spans)

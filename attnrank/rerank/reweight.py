@@ -56,6 +56,7 @@ import numpy as np
 
 from ..config import check_flags
 from ..errors import InputError
+from ..index.hybrid import score_below
 from ..llm.headspec import format_heads
 from ..llm.rows import WindowRows, check_finite, check_spans, document_scores, keep_mask, token_scores
 from .position import SlotProfile, prompt_slots, slot_correct
@@ -248,7 +249,26 @@ def reweighted_document_scores(
     if cfg.slot_correction:
         assert slot_profile is not None
         scores = slot_correct(scores, prompt_slots(window.spans), slot_profile)
+    if cfg.sink:
+        mask = content_mask(token_strings, window.spans, labelled=window.labelled)
+        scores = content_free_last(scores, [not mask[s:e].any() for s, e in window.spans])
     return scores
+
+
+def content_free_last(scores: np.ndarray, empty: Sequence[bool]) -> np.ndarray:
+    """``scores`` with those of ``empty`` spans (no content token: punctuation, a "---" rule)
+    just below every other span's, unless every span is empty.
+
+    Why: sink filtering makes each head's calibrated row sum to about 0 over the content tokens,
+    so the real spans' scores straddle 0, and a span whose tokens it reads none of, summed to 0,
+    ranked above about half of them (a "... !!!" passage above a real one; a pruner keeping "---"
+    and dropping a sentence)."""
+    empty_at = np.asarray(empty, dtype=bool)
+    if not empty_at.any() or empty_at.all():
+        return scores
+    out = np.array(scores, dtype=np.float64)
+    out[empty_at] = score_below(out[~empty_at])
+    return out
 
 
 def _reweighted(

@@ -317,7 +317,7 @@ def test_chunked_selection_equals_unchunked_for_chunk_independent_scores(llm):
     docs = DOCS + [long_doc]
 
     def by_token(pair, spans):  # a score that depends on each token only, not on its chunk
-        return (np.asarray(pair.prefix_ids, dtype=np.float64) % 7 / 100.0)[None, :]
+        return (np.asarray(pair.prefix_ids, dtype=np.float64) % 7 / 100.0)[None, :], [False] * len(spans)
 
     results = []
     for limit in (None, 300):
@@ -702,3 +702,15 @@ def test_a_probe_is_refused_on_a_model_with_a_head_adapter_merged_in(llm, tmp_pa
         ContextPruner(llm, method="probe", probe=own)
     with pytest.raises(InputError, match="registry keys probes by the base model's fingerprint"):
         own.save("tiny", "f" * 64, root=tmp_path)
+
+
+def test_sink_filtering_drops_sentences_with_no_content_token_first(llm):
+    """Under sink=True a sentence of punctuation alone ("...", "!!!") scored 0 while the real
+    sentences' scores straddle 0: half the budget went to them, real sentences were dropped."""
+    docs = [Document("a", "Paris is the capital of France. It is large. ... !!! Berlin is in Germany.")]
+    pruner = ContextPruner(llm, sink=True)
+    scored = pruner.score_sentences(QUERY, docs)
+    empty = [s.score for s in scored if s.text in ("...", "!!!")]
+    real = [s.score for s in scored if s.text not in ("...", "!!!")]
+    assert len(empty) == 2 and len(real) == 3
+    assert max(empty) < min(real)

@@ -22,6 +22,7 @@ from attnrank.rerank.reweight import (
     sink_filtered_rows,
 )
 from attnrank.rerank.terms import token_terms, tokenized_query_terms
+from attnrank.types import Document
 
 # -- sink filtering ---------------------------------------------------------------------------
 SINK_TOKENS = [
@@ -317,3 +318,21 @@ def test_a_slot_profile_of_an_adapted_model_is_named_when_used_without_the_adapt
     with caplog.at_level(logging.WARNING, logger="attnrank.rerank.reweight"):
         check_setup(profile, "m", "f" * 64, "a" * 12)
     assert not caplog.text
+
+
+def test_a_passage_with_no_content_token_ranks_below_every_real_one_under_sink_filtering(llm):
+    """Sink-filtered scores straddle 0 over the real passages, so a passage of punctuation alone
+    (whose tokens sink filtering reads none of), left at 0, ranked above about half of them."""
+    docs = [
+        Document("a", "Paris is the capital of France."),
+        Document("b", "Berlin is in Germany."),
+        Document("dots", "... !!!"),
+        Document("c", "Bananas are yellow."),
+    ]
+    for reweight in (Reweighting(sink=True), Reweighting(sink=True, entropy=True)):
+        res = AttentionReranker(llm, signals=None, heads="all", reweight=reweight).rank("capital of France?", docs)
+        assert res.ids[-1] == "dots"
+        assert res.scores[-1] < min(res.scores[:-1])
+    every = [Document("x", "..."), Document("y", "!!!")]  # nothing to put them below: left as they were
+    res = AttentionReranker(llm, signals=None, heads="all", reweight=Reweighting(sink=True)).rank("capital?", every)
+    assert list(res.scores) == [0.0, 0.0]
