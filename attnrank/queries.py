@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .errors import InputError
 from .records import check_unquoted, id_problem, id_text, json_id, text_lines, tsv_lines
-from .types import encodable
+from .types import encodable, is_blank
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def load_queries(path: str | Path) -> dict[str, str]:
                 raise InputError(f"{where}: empty query id before the tab; give every query an id")
         if qid in queries:
             raise InputError(f"{where}: duplicate query id {qid!r}; query ids must be unique")
-        if not text.strip():
+        if is_blank(text):
             raise InputError(f"{where}: query {qid!r} is empty")
         if not encodable(qid, text):
             raise InputError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -255,9 +256,17 @@ def check_ids(documents: Sequence[Document]) -> None:
         seen.add(d.id)
 
 
+def is_blank(text: str) -> bool:
+    """Whether ``text`` holds nothing to read: only whitespace and invisible format or control
+    characters (a zero-width space, a byte-order mark, a soft hyphen). Why not ``str.strip()``:
+    a query of U+200B alone passed it, tokenizers dropped it, and the candidates were ranked
+    against nothing (by their cosine with an empty text), a confident meaningless order."""
+    return all(c.isspace() or unicodedata.category(c) in ("Cf", "Cc") for c in text)
+
+
 def has_text(doc: Document | ScoredDocument) -> bool:
     """Whether ``doc`` holds some text, or a title (what a reranker can score)."""
-    return bool(str(doc.text).strip() or (doc.title or "").strip())
+    return not is_blank(str(doc.text)) or not is_blank(doc.title or "")
 
 
 def check_texts(documents: Sequence[Document]) -> None:

@@ -18,6 +18,9 @@ def test_queries_jsonl_and_tsv(scifact_mini, tmp_path):
     (tmp_path / "bad.tsv").write_text("1\tok\n2\t \n")
     with pytest.raises(InputError, match=r"bad\.tsv:2: query '2' is empty"):
         load_queries(tmp_path / "bad.tsv")
+    (tmp_path / "invisible.tsv").write_text("1\tok\n2\t\u200b\n", encoding="utf-8")  # a zero-width space alone
+    with pytest.raises(InputError, match=r"invisible\.tsv:2: query '2' is empty"):
+        load_queries(tmp_path / "invisible.tsv")
 
 
 def test_queries_jsonl_needs_an_id_and_a_text(tmp_path):

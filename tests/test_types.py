@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.types import Document, RankedResults, ScoredDocument, as_documents, rank_documents
+from attnrank.types import Document, RankedResults, ScoredDocument, as_documents, is_blank, rank_documents
 
 
 def test_results_are_sorted_and_reranked_from_one():
@@ -104,3 +104,10 @@ def test_counts_given_as_numpy_integers_are_stored_as_python_integers():
         assert all(type(getattr(cfg, k)) is int for k in keys)
         json.dumps({k: getattr(cfg, k) for k in keys})
     assert dataclasses.replace(rc, max_doc_words=None).max_doc_words is None
+
+
+def test_text_of_only_invisible_characters_is_blank():
+    for blank in ("", " \n\t", "\u200b", "\ufeff", "\u00ad", "\u200b \u2060\x00"):
+        assert is_blank(blank), repr(blank)
+    for text in ("a", " x ", "\u200bword", "\u00e9", "...", "\u4e2d"):
+        assert not is_blank(text), repr(text)

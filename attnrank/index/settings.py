@@ -8,7 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ..errors import InputError
-from ..types import is_count
+from ..types import is_blank, is_count
 from . import hybrid
 from .bm25 import BM25Params
 from .dense import check_index_type
@@ -77,7 +77,7 @@ def check_fusion(fusion: str | None, alpha: float | None = None, norm: str | Non
 def check_queries(queries: Sequence[Any]) -> None:
     """Each query a text with some non-space character (a search for nothing ranks nothing)."""
     for i, q in enumerate(queries):
-        if not isinstance(q, str) or not q.strip():
+        if not isinstance(q, str) or is_blank(q):
             raise InputError(f"query #{i} is empty ({q!r}); give a non-empty query text")
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnrank.errors import InputError, ModelError
-from attnrank.types import Document, ScoredDocument, as_documents, check_texts, check_unicode
+from attnrank.types import Document, ScoredDocument, as_documents, check_texts, check_unicode, is_blank
 
 from .chat import ChatFrame, chat_frame
 from .texts import Span, tokenize
@@ -143,7 +143,7 @@ def build_answer_prompt(tokenizer: Any, question: str, context_passages: Sequenc
     Encode the returned text with :func:`~attnrank.llm.chat.encode_text` (it may already contain
     the BOS token).
     """
-    if not question or not question.strip():
+    if not question or is_blank(question):
         raise InputError("question is empty; pass the question to answer")
     # (as_documents refuses any other type in one line: a dict failed here, as an AttributeError)
     blocks = [_block(i, p.title, p.text) for i, p in enumerate(as_documents(context_passages)[0], start=1)]
@@ -190,7 +190,7 @@ def suffix_range(text: str, frame: ChatFrame) -> Span:
 
 def query_tail(instruction: str, query: str, frame: ChatFrame) -> str:
     """The query part of a reranking prompt: late instruction, query, chat suffix."""
-    if not query or not query.strip():
+    if not query or is_blank(query):
         raise InputError(
             f"query is empty; pass the query to rerank for (the calibration query is {CALIBRATION_QUERY!r})"
         )

@@ -40,7 +40,7 @@ from ..rerank.config import RerankConfig
 from ..rerank.inputs import check_unique_ids
 from ..rerank.position import SlotProfile, load_profile, reorder_for_generation
 from ..rerank.resolve import check_before_load
-from ..types import RankedResults, ScoredDocument, as_documents, check_unicode
+from ..types import RankedResults, ScoredDocument, as_documents, check_unicode, is_blank
 from .checks import check_counts, check_reorder, check_shared_model
 from .stages import PipelineResult, Pruner, Reranker, Retriever
 
@@ -241,7 +241,7 @@ class Pipeline:
         each stage's name (``rerank``, ``prune``, ``generate``) before it runs; whatever it raises
         ends the run there (a server stops the work of a client that has gone)."""
         check = checkpoint or _no_checkpoint
-        if not isinstance(question, str) or not question.strip():
+        if not isinstance(question, str) or is_blank(question):
             raise InputError(f"question {question!r} is empty; pass the question to answer")
         check_unicode([question], "question")  # before any stage: the first tokenizer to meet it fails
         if self.pruner is None and (budget_tokens is not None or keep_ratio is not None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InputError
-from ..types import Document, check_texts, check_unicode, is_count
+from ..types import Document, check_texts, check_unicode, is_blank, is_count
 
 
 def check_query(query: Any) -> None:
@@ -13,7 +13,7 @@ def check_query(query: Any) -> None:
     (by their BM25 and dense scores against nothing), a meaningless order."""
     if not isinstance(query, str):
         raise InputError(f"query {query!r} is a {type(query).__name__}, not a text; give the query as a string")
-    if not query.strip():
+    if is_blank(query):
         raise InputError(f"query {query!r} is empty; give a non-empty query text")
     check_unicode([query], "query")
 

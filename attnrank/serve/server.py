@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import AttnrankError, InputError, require
 from ..llm.texts import holds_special, tokenize
-from ..types import check_unicode
+from ..types import check_unicode, is_blank
 
 require("fastapi", "serve", "attnrank serve")
 
@@ -72,7 +72,7 @@ class Server:
     def check_texts(self, query: str, texts: list[str]) -> None:
         """The limits that need no tokenizer: the query, the number of documents, their characters."""
         lim = self.limits
-        if not isinstance(query, str) or not query.strip():
+        if not isinstance(query, str) or is_blank(query):
             raise InputError("query is empty; send a non-empty query text")
         check_unicode([query], "query")  # a lone surrogate made the tokenizer fail: a bare 500
         if len(query) > lim.max_query_chars:

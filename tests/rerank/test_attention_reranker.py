@@ -130,6 +130,9 @@ def test_bad_input(llm):
     rr = AttentionReranker(llm, signals=None)
     with pytest.raises(InputError, match="query '  ' is empty"):
         rr.rank("  ", DOCS)
+    for invisible in ("\u200b", "\ufeff", "\u00ad\n"):  # (zero-width space, BOM, soft hyphen: no text)
+        with pytest.raises(InputError, match="is empty"):
+            rr.rank(invisible, DOCS)
     assert len(rr.rank(QUERY, [])) == 0
     with pytest.raises(InputError, match=r"head pairs 9-0 are out of range"):
         AttentionReranker(llm, heads="9-0", signals=None)
@@ -145,7 +148,7 @@ def test_plain_strings_and_batch(llm):
     assert [r.query_id for r in out] == ["a", "b"] and sorted(out[0].ids) == ["0", "1", "2", "3"]
 
 
-@pytest.mark.parametrize("empty", ["", "  \n\t"])
+@pytest.mark.parametrize("empty", ["", "  \n\t", "\u200b", "\ufeff \u00ad"])
 def test_an_empty_document_is_refused_not_scored(llm, empty):
     reranker = AttentionReranker(llm, heads="all", signals=None)
     docs = [Document("a", "Paris is the capital of France."), Document("b", empty)]
