@@ -8,6 +8,7 @@ scores rank as trec_eval ranks them, by document id descending, for every metric
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from math import comb
 from typing import Any
@@ -22,6 +23,8 @@ def _parse(metrics: Sequence[str], rel: int) -> dict[str, Any]:
     """``{name as given (without rel): measure with rel applied}`` for the names in ``metrics``;
     two names may share one measure (``R@5`` and ``R(rel=2)@5`` with ``rel=2``)."""
     irm = require("ir_measures", "eval", "Evaluation metrics")
+    if not is_count(rel):  # (rel=-1 counted a label 0 as relevant for RR but not for R or AP)
+        raise InputError(f"rel={rel!r} must be a whole number >= 1: the lowest label that counts as relevant")
     out = {}
     for m in metrics:
         try:
@@ -77,12 +80,33 @@ def _check_input(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Map
                     "as in TREC files: convert them with str()"
                 )
     for q, docs in run.items():
-        bad = next((d for d, score in docs.items() if score != score), None)
-        if bad is not None:
+        for d, score in docs.items():
+            if not is_number(score):  # (None or "2" failed in the sort, a TypeError)
+                raise InputError(
+                    f"query {q!r}, document {d!r} has score {score!r}, a {type(score).__name__}; a run's scores are numbers"
+                )
+            if score != score:
+                raise InputError(
+                    f"query {q!r}, document {d!r} has score nan; a run needs numbers to rank by "
+                    "(check the model's dtype and weights, or give unscored documents a low finite score)"
+                )
+    for q, docs in qrels.items():
+        bad = next((d for d, label in docs.items() if not is_label(label)), None)
+        if bad is not None:  # (a label "1" or 1.7 failed inside ir-measures, blamed on a metric)
             raise InputError(
-                f"query {q!r}, document {bad!r} has score nan; a run needs numbers to rank by "
-                "(check the model's dtype and weights, or give unscored documents a low finite score)"
+                f"qrels of query {q!r}, document {bad!r}: label {docs[bad]!r} is not a whole number; "
+                "relevance labels are integers (0 = not relevant)"
             )
+
+
+def is_number(value: Any) -> bool:
+    """A real number (not a bool, not a string holding one)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_label(value: Any) -> bool:
+    """A relevance label: an integer (numpy's too; not a bool, not a float)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def judged_queries(qrels: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
@@ -128,9 +152,10 @@ def evaluate_per_query(
     names_of: dict[Any, list[str]] = {}
     for name, measure in _parse(metrics, rel).items():
         names_of.setdefault(measure, []).append(name)
-    judged = judged_queries(qrels)
-    per: dict[str, dict[str, float]] = {q: {n: 0.0 for ns in names_of.values() for n in ns} for q in judged}
     _check_input(run, qrels)
+    # (labels as Python ints, checked integers above: pytrec_eval refused numpy's, blamed on a metric)
+    judged = {q: {d: int(label) for d, label in v.items()} for q, v in judged_queries(qrels).items()}
+    per: dict[str, dict[str, float]] = {q: {n: 0.0 for ns in names_of.values() for n in ns} for q in judged}
     run_d = {q: _trec_order(d) for q, d in run.items() if d}
     # A judged query the run lacks is ranked as one unjudged document (ir-measures reports nothing
     # for a query without one): every metric then reads as trec_eval -c gives it for an empty

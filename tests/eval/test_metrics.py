@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 
 import numpy as np
@@ -406,3 +407,27 @@ def test_a_metric_its_provider_fails_on_is_one_input_error():
     CalledProcessError (the CLI refused the name first; the Python API did not)."""
     with pytest.raises(InputError, match=r"ir-measures could not compute \['ERR@10'\]"):
         evaluate({"q": {"d": 1.0, "e": 0.5}}, {"q": {"d": 1}}, ["ERR@10"])
+
+
+@pytest.mark.parametrize(
+    "run, qrels, rel, message",
+    [
+        ({"q": {"a": 2.0, "b": 1.0}}, {"q": {"a": 1, "b": 0}}, -1, "rel=-1 must be a whole number >= 1"),
+        ({"q": {"a": 2.0, "b": 1.0}}, {"q": {"a": 1, "b": 0}}, 0, "rel=0 must be a whole number >= 1"),
+        ({"q": {"a": None, "b": 1.0}}, {"q": {"a": 1}}, 1, "document 'a' has score None, a NoneType"),
+        ({"q": {"a": "2", "b": 1.0}}, {"q": {"a": 1}}, 1, "document 'a' has score '2', a str"),
+        ({"q": {"a": 2.0}}, {"q": {"a": "1"}}, 1, "document 'a': label '1' is not a whole number"),
+        ({"q": {"a": 2.0}}, {"q": {"a": 1.7}}, 1, "document 'a': label 1.7 is not a whole number"),
+    ],
+)
+def test_a_threshold_score_or_label_of_the_wrong_kind_is_one_line_naming_it(run, qrels, rel, message):
+    """rel=-1 counted a label 0 as relevant for RR but not for R or AP, exit 0; a score None failed
+    in the sort (a TypeError); a label "1" failed inside ir-measures, blamed on a metric."""
+    for fn in (evaluate, evaluate_per_query):
+        with pytest.raises(InputError, match=re.escape(message)):
+            fn(run, qrels, ["RR@10", "R@1", "AP"], rel=rel)
+
+
+def test_numpy_labels_and_scores_are_numbers_like_any_other():
+    got = evaluate({"q": {"a": np.float32(2.0), "b": 1}}, {"q": {"a": np.int64(1), "b": np.int32(0)}}, ["nDCG@10"])
+    assert got == {"nDCG@10": 1.0}
