@@ -106,6 +106,12 @@ def is_count(value: Any, minimum: int = 1) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= minimum
 
 
+def is_real(value: Any) -> bool:
+    """Whether ``value`` is a real number (a Python or NumPy one; not a bool, not a string): the
+    type check before any range check of a numeric option (``None < 0`` is a TypeError)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def check_unicode(texts: Iterable[str], what: str = "text") -> None:
     """Refuse a text holding a lone surrogate (from a ``\\ud800`` JSON escape or undecodable bytes
     in a command-line argument): tokenizers fail on it with a TypeError, hashing with a

@@ -11,7 +11,6 @@ robin into ``folds`` folds (``order[i::folds]``); a fold's training items keep t
 
 from __future__ import annotations
 
-import numbers
 import random
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import (
 )
 
 from ..errors import InputError
+from ..types import is_count, is_real
 
 T = TypeVar("T")
 M = TypeVar("M")
@@ -88,12 +88,7 @@ def pool(rows: Sequence[Mapping[str, Any]], n: str = "n_test") -> dict[str, floa
     total = sum(r[n] for r in rows)
     if not total > 0:  # (every fold empty divided by zero)
         raise InputError(f"the fold rows hold no test items ({n} sums to {total}); nothing to pool")
-    keys = [
-        c
-        for c in rows[0]
-        if c not in (n, "n_train", "fold")
-        and all(isinstance(r.get(c), numbers.Real) and not isinstance(r.get(c), bool) for r in rows)
-    ]
+    keys = [c for c in rows[0] if c not in (n, "n_train", "fold") and all(is_real(r.get(c)) for r in rows)]
     return {c: sum(r[c] * r[n] for r in rows) / total for c in keys}
 
 
@@ -106,8 +101,8 @@ def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_folds(folds: int, n: int, what: str) -> None:
     """``folds`` (the number of k-fold parts, as every k-fold in attnrank names it) within 2..``n``."""
-    if not 2 <= folds <= n:
-        raise InputError(f"folds={folds} needs 2 <= folds <= {n} (the number of {what})")
+    if not is_count(folds, 2) or folds > n:
+        raise InputError(f"folds={folds!r} needs a whole number 2 <= folds <= {n} (the number of {what})")
 
 
 def check_unique_queries(examples: Iterable[Any]) -> None:

@@ -14,7 +14,7 @@ from math import comb
 from typing import Any
 
 from ..errors import InputError, require
-from ..types import is_count
+from ..types import is_count, is_real
 
 DEFAULT_METRICS = ("nDCG@10", "R@20", "R@100", "RR@10")
 
@@ -81,7 +81,7 @@ def _check_input(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Map
                 )
     for q, docs in run.items():
         for d, score in docs.items():
-            if not is_number(score):  # (None or "2" failed in the sort, a TypeError)
+            if not is_real(score):  # (None or "2" failed in the sort, a TypeError)
                 raise InputError(
                     f"query {q!r}, document {d!r} has score {score!r}, a {type(score).__name__}; a run's scores are numbers"
                 )
@@ -97,11 +97,6 @@ def _check_input(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Map
                 f"qrels of query {q!r}, document {bad!r}: label {docs[bad]!r} is not a whole number; "
                 "relevance labels are integers (0 = not relevant)"
             )
-
-
-def is_number(value: Any) -> bool:
-    """A real number (not a bool, not a string holding one)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def is_label(value: Any) -> bool:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..llm.rows import keep_mask
-from ..types import RankedResults, ScoredDocument
+from ..types import RankedResults, ScoredDocument, is_count
 
 
 @dataclass
@@ -54,6 +54,9 @@ class PassageExplanation:
         return sum(not t.counted for t in self.tokens)
 
     def top_tokens(self, n: int = 5) -> list[TokenScore]:
+        """The ``n`` highest-scoring counted tokens that hold some text."""
+        if not is_count(n):  # (n=-1 returned all but the last: a Python slice)
+            raise InputError(f"n={n!r} tokens: give a whole number >= 1")
         return sorted((t for t in self.tokens if t.counted and t.text.strip()), key=lambda t: -t.score)[:n]
 
     def as_dict(self) -> dict[str, Any]:

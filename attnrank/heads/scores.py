@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import InputError
 from ..llm.headspec import HeadList
 from ..registry_save import save_head_set
+from ..types import is_count
 
 RETRIEVAL_THRESHOLD = 0.1  # Wu et al.: heads with RS_h > 0.1 are retrieval heads
 
@@ -44,13 +45,13 @@ class HeadScores:
 
     def top(self, n: int = 16) -> HeadList:
         """The ``n`` best heads (empty when nothing could be measured, see :attr:`note`)."""
-        if n < 1:
-            raise InputError(f"n={n} heads: give at least 1 (the number of best heads to keep)")
+        _check_n(n)
         return [pair for pair, _ in self.ranked()[:n]]
 
     def top_positive(self, n: int = 16) -> HeadList:
         """The ``n`` best heads that scored above 0: for copy-paste scores, a head that never
         copied is no retrieval head (``top`` filled a set with them, tied at 0, in head order)."""
+        _check_n(n)  # (n=-1 returned all but the weakest: a Python slice)
         return [pair for pair, v in self.ranked() if v > 0][:n]
 
     def above(self, threshold: float = RETRIEVAL_THRESHOLD) -> HeadList:
@@ -89,3 +90,8 @@ class HeadScores:
                 "seconds": round(self.seconds, 2),
             },
         )
+
+
+def _check_n(n: Any) -> None:
+    if not is_count(n):
+        raise InputError(f"n={n!r} heads: give a whole number >= 1 (the number of best heads to keep)")

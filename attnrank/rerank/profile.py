@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from ..errors import InputError
-from ..types import Document
+from ..types import Document, is_count
 from .attention import AttentionReranker
 from .position import SlotProfile, prompt_slots
 from .reweight import Reweighting, heads_label, reweighted_document_scores
@@ -49,12 +49,12 @@ def measure_slot_profile(
     the document at each slot.
     """
     queries = [queries] if isinstance(queries, str) else list(queries)
-    if not 1 <= n_slots <= len(docs_pool):
+    if not is_count(n_slots) or n_slots > len(docs_pool):
         raise InputError(
-            f"n_slots={n_slots} must be in 1..{len(docs_pool)} (the pool size); lower n_slots or give more documents"
+            f"n_slots={n_slots!r} must be a whole number in 1..{len(docs_pool)} (the pool size); lower n_slots or give more documents"
         )
-    if n_trials < 1:
-        raise InputError(f"n_trials={n_trials} must be >= 1")
+    if not is_count(n_trials):
+        raise InputError(f"n_trials={n_trials!r} must be a whole number >= 1")
     if not queries or (reranker.calibrate and any(q.strip() == "N/A" for q in queries)):
         raise InputError(
             f"queries={queries!r} must be non-empty and not the calibration query 'N/A' "

@@ -59,6 +59,7 @@ from ..errors import InputError
 from ..index.hybrid import score_below
 from ..llm.headspec import format_heads
 from ..llm.rows import WindowRows, check_finite, check_spans, document_scores, keep_mask, token_scores
+from ..types import is_real
 from .position import SlotProfile, prompt_slots, slot_correct
 from .terms import IDF_UNITS, has_content, normalize_text, token_terms, token_texts
 
@@ -93,6 +94,9 @@ class Reweighting:
             raise InputError(f"idf_unit={self.idf_unit!r} is not one of {IDF_UNITS}")
         if self.entropy_mode not in ENTROPY_MODES:
             raise InputError(f"entropy_mode={self.entropy_mode!r} is not one of {ENTROPY_MODES}")
+        for name in ("idf_eps", "entropy_beta", "temper_gamma"):
+            if not is_real(getattr(self, name)):  # (None or "1" failed the range checks below with a TypeError)
+                raise InputError(f"{name}={getattr(self, name)!r} must be a number")
         if not 0 < self.idf_eps < math.inf:
             raise InputError(
                 f"idf_eps={self.idf_eps} must be finite and > 0 (it keeps a term found in every document "

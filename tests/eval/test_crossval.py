@@ -44,10 +44,12 @@ def test_group_splits_order_and_errors():
         group_splits([("a", 1)], lambda x: x[0])
     with pytest.raises(InputError, match=r"groups \['a'\] are named more than once"):  # was held out twice
         group_splits(items, lambda x: x[0], groups=["a", "b", "a"])
-    with pytest.raises(InputError, match="folds=1 needs 2 <= folds"):
+    with pytest.raises(InputError, match="folds=1 needs a whole number 2 <= folds"):
         kfold_splits(items, 1)
-    with pytest.raises(InputError, match="folds=5 needs 2 <= folds <= 4 .the number of items."):
+    with pytest.raises(InputError, match="folds=5 needs a whole number 2 <= folds <= 4 .the number of items."):
         kfold_splits(items, 5)
+    with pytest.raises(InputError, match="folds=2.5 needs a whole number"):  # (a float failed later, a TypeError)
+        kfold_splits(items, 2.5)
 
 
 def test_cross_validate_fits_on_train_only_and_pools_by_test_size():

@@ -30,6 +30,14 @@ def explained(reranker):
     return res, explain_results(reranker, res)
 
 
+def test_top_tokens_are_a_positive_number_of_them(explained):
+    _, ex = explained
+    assert len(ex[0].top_tokens(2)) == 2
+    for n in (0, -1):  # (-1 returned every counted token but the last)
+        with pytest.raises(InputError, match=f"n={n} tokens"):
+            ex[0].top_tokens(n)
+
+
 def test_token_scores_add_up_to_the_passage_score(explained):
     res, ex = explained
     assert [e.id for e in ex] == res.ids and [e.rank for e in ex] == [1, 2, 3, 4]

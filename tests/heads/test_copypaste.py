@@ -273,6 +273,9 @@ def test_a_copy_set_holds_only_heads_that_copied():
     res = HeadScores(np.array([[0.0, 0.3], [0.05, 0.0]]), "copy")
     assert res.top(3) == [(0, 1), (1, 0), (0, 0)]  # the third never copied
     assert res.top_positive(3) == [(0, 1), (1, 0)] and res.top_positive(1) == [(0, 1)]
+    for n in (0, -1, 2.5):  # (-1 returned every head above 0 but the weakest)
+        with pytest.raises(InputError, match=f"n={n!r} heads"):
+            res.top_positive(n)
 
 
 def test_copy_trials_decode_greedily_whatever_the_checkpoint_sets(llm):

@@ -119,7 +119,9 @@ def test_held_out_scores_do_not_depend_on_the_order_heads_are_given_in():
 
 
 def test_probe_folds_are_checked_before_anything_is_fitted():
-    with pytest.raises(InputError, match="folds=0 needs 2 <= folds <= 30"):  # before: returned the first l2
+    with pytest.raises(
+        InputError, match="folds=0 needs a whole number 2 <= folds <= 30"
+    ):  # before: returned the first l2
         select_l2(synthetic(), [(0, 0), (0, 1), (1, 0)], [1.0, 10.0], folds=0)
     # before: the inner 3-fold search failed on a 2-question training part with "no training questions"
     with pytest.raises(InputError, match="3-fold cross-validation inside each training part.* leave 2 to train on"):
@@ -172,7 +174,7 @@ def test_train_probe_bad_input():
         e.labels[:] = False
     with pytest.raises(InputError, match="same label"):
         train_probe(ex, [(0, 0), (0, 1), (1, 0)])
-    with pytest.raises(InputError, match="folds=5 needs 2 <= folds"):
+    with pytest.raises(InputError, match="folds=5 needs a whole number 2 <= folds"):
         crossfit_scores(ex, [(0, 0), (0, 1), (1, 0)], folds=5)
 
 

@@ -89,7 +89,7 @@ def test_kfold_and_leave_one_group_out():
     groups = leave_one_group_out(ex, learner="pairwise", first_stage=True, metrics=("nDCG@10", "RR@10"))
     assert [g["fold"] for g in groups] == ["dl19", "scifact"] and "first-stage" in groups[0]
     assert set(groups[0]["learned"]) == {"nDCG@10", "RR@10"}
-    with pytest.raises(InputError, match="folds=1 needs 2 <= folds"):
+    with pytest.raises(InputError, match="folds=1 needs a whole number 2 <= folds"):
         kfold_evaluate(ex, folds=1)
     with pytest.raises(InputError, match="at least 2 groups"):
         leave_one_group_out(synthetic(n_queries=4))

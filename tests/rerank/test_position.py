@@ -136,6 +136,9 @@ def test_measure_slot_profile_end_to_end(llm, tmp_path):
     # a reranker's calibrate given as 1 (accepted there) is recorded as True, not refused after every trial
     one = AttentionReranker(llm, signals=None, calibrate=1)
     assert measure_slot_profile(one, POOL, n_slots=2, n_trials=1).calibrated is True
+    for bad in ({"n_slots": 2.5}, {"n_trials": 2.5}, {"n_trials": 0}):  # (2.5 failed after the checks: a TypeError)
+        with pytest.raises(InputError, match=f"{next(iter(bad))}={next(iter(bad.values()))!r} must be a whole number"):
+            measure_slot_profile(rr, POOL, **{"n_slots": 2, "n_trials": 1, **bad})
 
     # the reranker applies it (given as a path): plain scores minus the bias of each doc's slot
     query, docs = "capital of France?", POOL[:4]
@@ -167,7 +170,7 @@ def test_a_slot_profile_over_other_heads_is_warned_of(llm, tmp_path, caplog):
 
 def test_measure_slot_profile_bad_input(llm):
     rr = AttentionReranker(llm, signals=None)
-    with pytest.raises(InputError, match="n_slots=9 must be in 1..5"):
+    with pytest.raises(InputError, match="n_slots=9 must be a whole number in 1..5"):
         measure_slot_profile(rr, POOL, n_slots=9, n_trials=1)
     with pytest.raises(InputError, match="not the calibration query 'N/A'"):
         measure_slot_profile(rr, POOL, n_slots=2, n_trials=1, queries="N/A")

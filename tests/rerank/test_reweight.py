@@ -225,6 +225,13 @@ def test_bad_settings_and_inputs(entropy_window):
         Reweighting(temper_gamma=1.5)
     with pytest.raises(InputError, match="entropy_mode='x'"):
         Reweighting(entropy_mode="x")
+    for name, value in (
+        ("idf_eps", None),
+        ("entropy_beta", "1"),
+        ("temper_gamma", True),
+    ):  # (a TypeError, or True as 1)
+        with pytest.raises(InputError, match=f"{name}={value!r} must be a number"):
+            Reweighting(**{name: value})
     with pytest.raises(InputError, match="3 token strings for 8"):
         reweighted_document_scores(entropy_window, ["a", "b", "c"], set(), Reweighting(sink=True))
     # a string turned sink filtering on; a string for the whole setting failed once the model had loaded
