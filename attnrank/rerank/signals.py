@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -51,14 +52,21 @@ from ..index.tokenize import TokenizerConfig, resolve_config
 from ..types import Document
 
 SIGNALS = ("bm25", "dense", "rank")
-# Candidate vectors a SignalComputer keeps (text -> unit vector, least recently used dropped): a
-# passage that an earlier query brought is not embedded again. 20,000 MiniLM vectors: about 30 MB.
+# Candidate vectors a SignalComputer keeps (text digest -> unit vector, least recently used dropped): a
+# passage that an earlier query brought is not embedded again. 20,000 MiniLM vectors: about 32 MB with their keys.
 VECTOR_CACHE = 20_000
 # How the signals are computed, as a number that grows with every change that moves their values
 # (weights fitted to one version are stale under another; batch checkpoints must not mix them):
 # 1: candidate BM25 without Lucene's 33 stopwords (until 2026-12-02); 2: without scikit-learn's 318.
 SIGNALS_VERSION = 2
 _LUCENE = BM25Params(method="lucene")
+
+
+def text_key(text: str) -> bytes:
+    """What a kept candidate vector is looked up by: a 16-byte digest of its text. Why not the
+    text: 20,000 kept server passages of up to 20,000 characters held about 400 MB of keys
+    beside 30 MB of vectors, outside every stated budget."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 @functools.cache
@@ -147,8 +155,8 @@ class SignalComputer:
     """Computes :data:`SIGNALS` for candidate lists; the embedder (``embedder``: a model name or
     folder, None = the packaged MiniLM; ``backend``: how it runs, ``"torch"`` or ``"torch-bf16"``,
     :func:`attnrank.index.embed.load_embedder`) is loaded on first use. The vectors of the last
-    ``cache_vectors`` candidate texts it embedded are kept (:attr:`vectors`, text -> unit vector)
-    and reused (0: none)."""
+    ``cache_vectors`` candidate texts it embedded are kept (:attr:`vectors`, :func:`text_key` of
+    the text -> unit vector) and reused (0: none)."""
 
     def __init__(
         self,
@@ -163,7 +171,7 @@ class SignalComputer:
         self._embedder: Any = None
         self.index: IndexVectors | None = None
         self.cache_vectors = cache_vectors
-        self.vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.vectors: OrderedDict[bytes, np.ndarray] = OrderedDict()  # text_key(text) -> unit vector
         # one reranker serves a server's or a framework's threads: the kept vectors (looked up,
         # moved, evicted) and the lazy embedder load are guarded
         self._lock = threading.RLock()
@@ -231,17 +239,18 @@ class SignalComputer:
         stored: list[np.ndarray | None] = (
             [None] * len(texts) if self.index is None or ids is None else self.index.lookup(ids, texts)
         )
+        keys = [text_key(t) for t in texts]
         with self._lock:
-            for i, text in enumerate(texts):
-                if stored[i] is None and (kept := self.vectors.get(text)) is not None:
-                    self.vectors.move_to_end(text)
+            for i, key in enumerate(keys):
+                if stored[i] is None and (kept := self.vectors.get(key)) is not None:
+                    self.vectors.move_to_end(key)
                     stored[i] = kept
         fresh = [i for i, v in enumerate(stored) if v is None]
         query_vec, docs = candidate_vectors(query, texts, self.embedder, stored)
         if self.cache_vectors:
             with self._lock:
                 for i in fresh:
-                    self.vectors[texts[i]] = docs[i].copy()
+                    self.vectors[keys[i]] = docs[i].copy()
                 while len(self.vectors) > self.cache_vectors:
                     self.vectors.popitem(last=False)
         return np.asarray(docs @ query_vec, dtype=np.float64)

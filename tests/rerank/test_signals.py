@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.rerank.signals import SIGNALS, SignalComputer, candidate_bm25, rank_signal
+from attnrank.rerank.signals import SIGNALS, SignalComputer, candidate_bm25, rank_signal, text_key
 
 
 def test_candidate_bm25_prefers_the_passage_with_the_rare_query_term():
@@ -145,7 +145,8 @@ def test_a_candidate_embedded_once_is_not_embedded_again(scifact_docs, embedded)
         got, SignalComputer(cache_vectors=0)("bone fractures", texts[:3], ["dense"])["dense"], atol=1e-6
     )
     sc("bone fractures", texts[2:], ["dense"])  # two new texts: five kept would pass the bound of four
-    assert embedded[-1] == 3 and len(sc.vectors) == 4 and texts[0] not in sc.vectors
+    assert embedded[-1] == 3 and len(sc.vectors) == 4 and text_key(texts[0]) not in sc.vectors
+    assert all(len(k) == 16 for k in sc.vectors)  # digests, not the passages' texts
     none = SignalComputer(cache_vectors=0)
     none("q", texts[:2], ["dense"])
     none("q", texts[:2], ["dense"])
