@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -109,12 +110,33 @@ def folder_prompts(folder: Path) -> tuple[dict[str, str], str | None]:
     return found, default if isinstance(default, str) else None
 
 
-@functools.lru_cache(maxsize=4)
 def load_embedder(model: str | None = None, device: str = "cpu", backend: str = "torch"):
-    """Load a sentence-transformers model once per process (offline for local paths).
+    """Load a sentence-transformers model once per process (offline for local paths; the four
+    most recently loaded are kept, :func:`clear_embedders` forgets them).
 
     ``backend`` other than ``"torch"`` runs the model's cached ONNX export on CPU
     (:func:`attnrank.index.embed_export.load_exported`); it needs a local model folder."""
+    key = (model, device, backend)
+    with _LOADING_GUARD:
+        loading = _LOADING.setdefault(key, threading.Lock())
+    # (lru_cache alone let two threads' first queries load the embedder twice: a framework's
+    # batch on a fresh retriever held two copies, and a reranker kept one of them for good)
+    with loading:
+        return _load_embedder(model, device, backend)
+
+
+def clear_embedders() -> None:
+    """Forget the embedders :func:`load_embedder` keeps (the next call loads again)."""
+    _load_embedder.cache_clear()
+
+
+# One lock per embedder, device and backend: a load holds up only loads of the same embedder.
+_LOADING: dict[tuple[str | None, str, str], threading.Lock] = {}
+_LOADING_GUARD = threading.Lock()
+
+
+@functools.lru_cache(maxsize=4)
+def _load_embedder(model: str | None, device: str, backend: str) -> Any:
     path = check_embedder(model, device, backend)
     from sentence_transformers import SentenceTransformer
 

@@ -9,14 +9,14 @@ import pytest
 from _tiny import save_tiny_encoder
 
 from attnrank.errors import ModelError
-from attnrank.index.embed import encode, load_embedder
+from attnrank.index.embed import clear_embedders, encode, load_embedder
 
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    load_embedder.cache_clear()
+    clear_embedders()
     yield
-    load_embedder.cache_clear()
+    clear_embedders()
 
 
 def test_a_hub_id_in_the_local_cache_loads_from_its_snapshot_without_the_hub(tmp_path, offline_hub):
@@ -77,11 +77,11 @@ def test_a_prompted_embedder_embeds_documents_and_queries_with_their_prompts(tmp
     config = enc / "config_sentence_transformers.json"
     stored = json.loads(config.read_text())
     config.write_text(json.dumps({**stored, "prompts": {"query": "query: ", "document": "doc: "}}))
-    load_embedder.cache_clear()
+    clear_embedders()
     assert HybridRetriever.load(tmp_path / "ix").search("cat", 2, mode="dense").ids
     assert not SignalComputer(str(enc)).use_index(HybridRetriever.load(tmp_path / "ix"))
     config.write_text(json.dumps({**stored, "prompts": {"query": "q: ", "document": "passage: "}}))
-    load_embedder.cache_clear()
+    clear_embedders()
     with pytest.raises(InputError, match="this index's documents were embedded to meet 'query: '"):
         HybridRetriever.load(tmp_path / "ix").search("cat", 2, mode="dense")
     # a prompt no role reads does not keep the exported backends away
@@ -186,3 +186,29 @@ def test_a_passage_prompt_that_encode_document_does_not_read_is_warned_of(tmp_pa
         assert "does not put before documents" not in caplog.text
         assert role_prompts(model) == {"query": "query: ", "document": "passage: "}
         np.testing.assert_allclose(document, encode(model, ["passage: " + texts[0]]), atol=1e-6)
+
+
+def test_two_threads_loading_one_embedder_at_once_share_one_copy(tmp_path, monkeypatch):
+    """lru_cache alone let two threads' first calls both miss and load the embedder twice (a
+    framework's batch on a fresh retriever held two copies; a reranker kept one for good). The
+    check before the load is slowed so that the two calls overlap."""
+    import threading
+    import time
+
+    from attnrank.index import embed
+
+    enc = str(save_tiny_encoder(tmp_path / "enc"))
+    check = embed.check_embedder
+
+    def slow_check(*args):
+        time.sleep(0.3)
+        return check(*args)
+
+    monkeypatch.setattr(embed, "check_embedder", slow_check)
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(load_embedder(enc))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 2 and got[0] is got[1]

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from attnrank.cli import app
 from attnrank.errors import IndexFormatError, InputError, MissingExtraError
 from attnrank.index import embed_export
-from attnrank.index.embed import encode, load_embedder
+from attnrank.index.embed import clear_embedders, encode, load_embedder
 from attnrank.index.retriever import HybridRetriever
 from attnrank.types import Document
 
@@ -40,9 +40,9 @@ def encoder_dir(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
-    load_embedder.cache_clear()
+    clear_embedders()
     yield
-    load_embedder.cache_clear()
+    clear_embedders()
 
 
 def _export_folder(model: Path, variant: str = "onnx") -> Path:
@@ -199,7 +199,7 @@ def test_an_embedder_replaced_since_the_build_is_refused(encoder_dir, tmp_path):
     HybridRetriever.load(tmp_path / "idx", embed_backend="onnx").search(SENTENCES[0], k=2, mode="dense")
     shutil.rmtree(model)
     save_tiny_encoder(model, seed=1)  # same path, same dimension, another vector space
-    load_embedder.cache_clear()
+    clear_embedders()
     r = HybridRetriever.load(tmp_path / "idx")
     assert r.search(SENTENCES[0], k=2, mode="bm25").documents()  # BM25 needs no embedder
     with pytest.raises(InputError, match=r"embeds a probe text differently .* the model changed since the build"):
@@ -221,7 +221,7 @@ def test_an_index_built_with_a_relative_embedder_path_loads_from_another_folder(
     docs = [Document(f"d{i}", t) for i, t in enumerate(SENTENCES)]
     HybridRetriever(embedder="./encoder").index(docs, show_progress=False).save(tmp_path / "idx")
     monkeypatch.chdir(elsewhere)
-    load_embedder.cache_clear()
+    clear_embedders()
     r = HybridRetriever.load(tmp_path / "idx")
     assert r.embedder == str((build / "encoder").resolve())
     assert r.search(SENTENCES[0], k=2, mode="dense").documents()[0].id == "d0"

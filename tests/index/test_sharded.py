@@ -562,10 +562,10 @@ def test_a_sharded_index_refuses_an_embedder_replaced_since_its_build(tmp_path):
     assert ShardedRetriever.load(path).search("cat", 2, mode="dense").ids
     import shutil
 
-    from attnrank.index.embed import load_embedder
+    from attnrank.index.embed import clear_embedders
 
     shutil.rmtree(enc)
     save_tiny_encoder(enc, seed=1)  # same path, same dimension, another vector space
-    load_embedder.cache_clear()
+    clear_embedders()
     with pytest.raises(InputError, match="embeds a probe text differently"):
         ShardedRetriever.load(path).search("cat", 2, mode="dense")
