@@ -111,9 +111,10 @@ class JobQueue:
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "rejected": 0, "disconnected": 0}
         self.running = 0
         self._mean_seconds = 1.0  # running mean of job durations, for Retry-After
+        # no worker until the app is served (:meth:`start`) or its first job comes: one started
+        # here outlived every app built and dropped unserved (a thread per create_app)
         self._thread: threading.Thread | None = None
         self._closing = False
-        self.start()
 
     def start(self) -> None:
         """Start the worker unless it runs (an app served again after its shutdown closed it). A
@@ -121,13 +122,17 @@ class JobQueue:
         reads next: the new worker gets a new queue, so it never reads that marker, and waits for the
         old one to finish before it runs a job (one job at a time: they share the stages' caches)."""
         with self._lock:
-            if self._closing or self._thread is None or not self._thread.is_alive():
-                self._queue = queue.Queue()
-                self._thread = threading.Thread(
-                    target=self._work, args=(self._queue, self._thread), name="attnrank-model", daemon=True
-                )
-                self._closing = False
-                self._thread.start()
+            self._start()
+
+    def _start(self) -> None:
+        """(with the lock held) :meth:`start`."""
+        if self._closing or self._thread is None or not self._thread.is_alive():
+            self._queue = queue.Queue()
+            self._thread = threading.Thread(
+                target=self._work, args=(self._queue, self._thread), name="attnrank-model", daemon=True
+            )
+            self._closing = False
+            self._thread.start()
 
     @property
     def queued(self) -> int:
@@ -164,7 +169,10 @@ class JobQueue:
             self._refuse_when_full()
 
     def _refuse_when_full(self) -> None:
-        """(with the lock held) The refusal of a job that would find the queue full or closed."""
+        """(with the lock held) The refusal of a job that would find the queue full or closed; the
+        worker started by the first job of a queue never started nor closed."""
+        if self._thread is None and not self._closing:
+            self._start()
         if self._closing or self._thread is None or not self._thread.is_alive():  # closed: nothing would run it
             raise Cancelled("the model worker is stopped (the server is shutting down)")
         if self.waiting >= self.max_queued:

@@ -146,6 +146,7 @@ def test_a_job_queued_while_the_queue_closes_is_answered_not_lost():
     close() in between drained the queue first, and the job landed after the stop marker, never
     answered (its client hung until the shutdown's grace ran out) and its place held for good."""
     jobs, gate, entered = JobQueue(), threading.Event(), threading.Event()
+    jobs.start()  # (as a served app's lifespan does: the queue below is then the worker's)
     real_put = jobs._queue.put_nowait
 
     def put_while_closing(job):  # a close() from another thread, as uvicorn's shutdown calls it
@@ -173,3 +174,22 @@ def test_a_job_queued_while_the_queue_closes_is_answered_not_lost():
 
     assert asyncio.run(race()) == "cancelled"
     assert jobs.waiting == 0
+
+
+def test_a_queue_starts_no_worker_until_it_is_started_or_given_a_job():
+    """Every JobQueue started its worker when made, so each app built and dropped unserved (tests,
+    notebooks) left a thread behind; the first job of a queue never started still runs."""
+    before = {t for t in threading.enumerate() if t.name == "attnrank-model"}
+    idle = [JobQueue() for _ in range(5)]
+    assert {t for t in threading.enumerate() if t.name == "attnrank-model"} == before
+    jobs = idle[0]
+
+    async def run_one():
+        return await asyncio.wait_for(jobs.submit(lambda job: "done").future, 10)
+
+    assert asyncio.run(run_one()) == "done"
+    jobs.close()
+    closed = JobQueue()
+    closed.close()  # closed before it ever ran: refused, not started by the job
+    with pytest.raises(Cancelled):
+        closed.check_room()
