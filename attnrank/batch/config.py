@@ -131,3 +131,13 @@ class Resources:
     rerank_gpus: float = 0.0
     retrieval_batch: int = 16
     rerank_batch: int = 4
+
+    @property
+    def retrieval_threads(self) -> int:
+        """The torch threads of a retrieval actor: its CPUs, rounded, at least one."""
+        return max(1, round(self.retrieval_cpus))
+
+    @property
+    def rerank_threads(self) -> int:
+        """The torch threads of a rerank actor: its CPUs, rounded, at least one."""
+        return max(1, round(self.rerank_cpus))

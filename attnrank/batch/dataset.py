@@ -128,7 +128,7 @@ def build_dataset(
             "mode": config.mode,
             "keep_text": config.rerank > 0,
             "index_tag": index_tag,
-            "threads": max(1, round(res.retrieval_cpus)),
+            "threads": res.retrieval_threads,
         },
         batch_size=res.retrieval_batch,
         batch_format="pyarrow",
@@ -136,7 +136,7 @@ def build_dataset(
         num_cpus=res.retrieval_cpus,
     )
     if config.rerank > 0:
-        threads = max(1, round(res.rerank_cpus))
+        threads = res.rerank_threads
         ds = ds.map_batches(
             RerankStage,
             fn_constructor_args=(config.rerank, config.k),

@@ -39,7 +39,7 @@ from ..llm.fingerprint import model_fingerprint, name_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..llm.models import readable_model
 from ..registry import registry_digest
-from ..rerank.config import RerankConfig
+from ..rerank.config import SCORING_VERSION, RerankConfig
 from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
 from ..rerank.fused_resolve import likelihood_weights, signals_only
 from ..rerank.signals import SIGNALS_VERSION, candidate_terms
@@ -97,12 +97,16 @@ def _model(config: BatchConfig) -> tuple[str | None, str | None]:
     return model_fingerprint(config.model) if config.rerank else (None, None)
 
 
-def _settings(config: BatchConfig, model: tuple[str | None, str | None] | None = None) -> dict[str, Any]:
+def _settings(
+    config: BatchConfig, model: tuple[str | None, str | None] | None = None, res: Resources | None = None
+) -> dict[str, Any]:
     """What a resume must match: the run's options, the index build and (when reranking) the
     model's weights, the heads in a ``--heads`` file and what the head registry holds for the
     model (registered heads, fused weights), so new weights at the same ``--model`` path, new
-    heads in the same file, or newly registered heads or weights are never mixed with old rows.
-    ``model``: :func:`_model`'s (computed here when not given)."""
+    heads in the same file, or newly registered heads or weights are never mixed with old rows;
+    and the torch threads of each stage's actors (``res``). ``model``: :func:`_model`'s
+    (computed here when not given)."""
+    res = res or Resources()
     model_id, weights = _model(config) if model is None else model
     rerank = config.rerank_config() if config.rerank else None
     registry = registry_digest(model_id, weights) if model_id is not None and weights is not None else None
@@ -140,6 +144,14 @@ def _settings(config: BatchConfig, model: tuple[str | None, str | None] | None =
         # How the first stage turns the index into results (2026-12-05: BM25 and convex fusion changed);
         # not in _LATER: a checkpoint without it holds rows of the first stage before, and is refused.
         "retrieval_version": RETRIEVAL_VERSION,
+        # How the reranker turns its passes into scores (SCORING_VERSION, since 2026-12-06).
+        "scoring_version": SCORING_VERSION if rerank is not None else None,
+        # The torch threads each stage's actors run (--actor-cpus): bfloat16 products sum in another
+        # order on 1 thread than on 2, and the default preset's scores moved by up to 0.05 between them.
+        "torch_threads": {
+            "retrieval": res.retrieval_threads,
+            "rerank": res.rerank_threads if config.rerank else None,
+        },
         "model_fingerprint": weights,
         "heads_in_file": in_file,
         "registry": registry,
@@ -195,6 +207,13 @@ def run_batch(
     qs = queries if isinstance(queries, dict) else read_queries(queries)
     if not qs:
         raise InputError("no queries given; give at least one query")
+    for qid in qs:  # (a file's are read so; a dict's " q1" beside "q1" made two rows every reader trims to one)
+        if not isinstance(qid, str):
+            raise InputError(f"query id {qid!r} is a {type(qid).__name__}, not a string; give ids as strings")
+        if qid != qid.strip() or not qid:
+            raise InputError(
+                f"query id {qid!r} has spaces around it or is empty; give ids as a file reads them, trimmed"
+            )
     empty = next((q for q, text in qs.items() if not isinstance(text, str) or not text.strip()), None)
     if empty is not None:  # read_queries checks a file's; the retrieval stage would name its place in a Ray batch
         raise InputError(f"query {empty!r} is empty; give every query a text")
@@ -210,7 +229,7 @@ def run_batch(
     model = _model(config)
     if ray_address is None and model[0] is not None and model[1] == name_fingerprint(model[0]):
         readable_model(model[0])  # (a model this machine cannot read: its actors could not either)
-    mine = _settings(config, model)
+    mine = _settings(config, model, res)
     check_folder(parts_dir)
     with locked_checkpoint(parts_dir):
         check_checkpoint(parts_dir, mine)

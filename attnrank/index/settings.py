@@ -17,9 +17,10 @@ from .tokenize import check_names
 MODES = ("bm25", "dense", "hybrid")
 # What a query's first-stage results are, beyond the index and the options: bumped when a change
 # moves them (2: 2026-12-05, BM25 candidates hold a query term, and convex fusion of an all-tied
-# list; 3: 2026-12-06, hybrid results past the fusion depth ranked below the depth's fusion), so
-# that a batch checkpoint never resumes old rows beside new ones.
-RETRIEVAL_VERSION = 3
+# list; 3: 2026-12-06, hybrid results past the fusion depth ranked below the depth's fusion; 4:
+# 2026-12-06, convex fusion gives a document missing from a list a score just below its last hit),
+# so that a batch checkpoint never resumes old rows beside new ones.
+RETRIEVAL_VERSION = 4
 FUSIONS = ("rrf", "convex")
 INDEX_FILES = (
     "docs.jsonl",

@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -915,4 +916,48 @@ def test_settings_no_rerank_actor_could_run_are_refused_before_ray_starts(
     config = BatchConfig(str(index), mode="bm25", rerank=5, **options)
     with pytest.raises(InputError, match=message):
         run_batch({"q1": "apple"}, config, output=tmp_path / "r.trec", resources=Resources(**resources), progress=False)
+    assert fake_ray["calls"] == 0
+
+
+def test_resume_refuses_rows_scored_before_the_scoring_version_or_on_other_thread_counts(fake_ray, tmp_path, index):
+    """Scores moved on 2026-12-06 (the likelihood prompt, sliding windows, sink filtering) with no
+    stamp: a rerank checkpoint without the scoring version is refused. The actors' torch threads
+    follow --actor-cpus, and bfloat16 sums in another order on another count (the default preset's
+    scores moved by up to 0.05): a resume with other actor CPUs is refused too."""
+    from attnrank.batch import Resources
+    from attnrank.rerank.config import SCORING_VERSION
+
+    model = save_tiny(tmp_path / "model")
+    config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))
+    out = tmp_path / "run.trec"
+    run_batch({"q1": "apple"}, config, output=out, progress=False)
+    held, left = _drop_settings(out, "scoring_version")
+    assert held == {"scoring_version": SCORING_VERSION} and left["torch_threads"] == {"retrieval": 1, "rerank": 1}
+    with pytest.raises(InputError, match=r"other settings \(scoring_version\)"):
+        run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+    plain, plain_out = BatchConfig(str(index), mode="bm25"), tmp_path / "plain.trec"
+    run_batch({"q1": "apple"}, plain, output=plain_out, progress=False)
+    with pytest.raises(InputError, match=r"other settings \(torch_threads\)"):
+        run_batch(
+            {"q1": "apple", "q2": "pear"},
+            plain,
+            output=plain_out,
+            resources=Resources(retrieval_cpus=2),
+            progress=False,
+        )
+    stats = run_batch(
+        {"q1": "apple", "q2": "pear"}, plain, output=plain_out, resources=Resources(retrieval_cpus=1.2), progress=False
+    )
+    assert stats["resumed_skipped"] == 1  # (1.2 CPUs run one thread, as 1 does)
+
+
+@pytest.mark.parametrize(
+    "queries, message",
+    [({" q1": "apple", "q1": "pear"}, "query id ' q1' has spaces around it"), ({1: "apple"}, "query id 1 is a int")],
+)
+def test_query_ids_of_a_dict_are_checked_as_a_file_reads_them(fake_ray, tmp_path, index, queries, message):
+    """A dict's ids were not checked: ' q1' beside 'q1' gave two rows every reader trims to one id,
+    and an id 1 failed in pyarrow after the queries were computed."""
+    with pytest.raises(InputError, match=re.escape(message)):
+        run_batch(queries, BatchConfig(str(index), mode="bm25"), output=tmp_path / "run.trec", progress=False)
     assert fake_ray["calls"] == 0
