@@ -27,15 +27,20 @@ def qrels_splits(folder: Path) -> list[Path]:
 
 def read_qrels(path: str | Path) -> Qrels:
     """Read TREC qrels (4 columns) or BEIR qrels TSV (3 columns, optional header); a BEIR folder's
-    ``qrels/test.tsv``, else ``dev.tsv``, else ``train.tsv`` (logged where it holds several: give
-    the file to read another). A pair judged twice with different labels keeps the last one, with a
+    ``qrels/test.tsv``, else ``dev.tsv``, else ``train.tsv`` (a warning names the choice where it
+    holds several: give the file to read another). A pair judged twice with different labels keeps the last one, with a
     warning naming where."""
     p = Path(path)
     if p.is_dir():  # a BEIR folder: prefer test, then dev, then train
         found = qrels_splits(p)
-        if len(found) > 1:  # (which split is evaluated was not said)
-            logger.info(
-                "%s: reading the qrels of %s (beside %s)", p, found[0].name, ", ".join(f.name for f in found[1:])
+        if (
+            len(found) > 1
+        ):  # (logged at INFO, never shown by `attnrank eval`: the other splits' queries went unscored unsaid)
+            logger.warning(
+                "%s: reading the qrels of %s (beside %s); give the qrels file to read another",
+                p,
+                found[0].name,
+                ", ".join(f.name for f in found[1:]),
             )
         p = found[0] if found else p
     if not p.is_file():

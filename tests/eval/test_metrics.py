@@ -397,7 +397,7 @@ def test_a_beir_folder_says_which_qrels_split_it_reads(tmp_path, caplog):
     (tmp_path / "qrels").mkdir()
     (tmp_path / "qrels" / "train.tsv").write_text("q1\td1\t1\n")
     (tmp_path / "qrels" / "test.tsv").write_text("q2\td2\t1\n")
-    with caplog.at_level("INFO", logger="attnrank.eval.data"):
+    with caplog.at_level("WARNING", logger="attnrank.eval.data"):  # (at INFO `attnrank eval` never showed it)
         assert read_qrels(tmp_path) == {"q2": {"d2": 1}}
     assert "reading the qrels of test.tsv (beside train.tsv)" in caplog.text
 
