@@ -175,6 +175,8 @@ def test_train_likelihood_registers_nothing_that_scored_below_the_equal_weights(
     trained, untrained = _likelihood_rows(r.output)
     assert trained < untrained and "Not registered" in r.output and "saved to" not in r.output
     assert "Few labelled queries (3 < 80): the report is noisy." in r.output
+    # (the rule read these same held-out figures to choose: the report says so, whatever the query count)
+    assert "The choice between trained and equal weights was made on these same held-out figures" in r.output
     assert load_artifact(LikelihoodWeights.KIND, *model_fingerprint(str(tiny_dir))) is None
 
 
