@@ -19,6 +19,7 @@ Environment variables:
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import numbers
 import os
@@ -66,7 +67,9 @@ def _env_path(name: str, default: Path) -> Path:
 
 
 def cache_dir() -> Path:
-    return _env_path("ATTNRANK_HOME", Path.home() / ".cache" / "attnrank")
+    if os.environ.get("ATTNRANK_HOME", "").strip():  # (Path.home() fails where no home is known: set it)
+        return _env_path("ATTNRANK_HOME", Path())
+    return Path.home() / ".cache" / "attnrank"
 
 
 def index_root() -> Path:
@@ -242,7 +245,21 @@ def local_model_folder(model_id: str) -> Path | None:
     # only a whole snapshot: reading a model's config (to check options) caches config.json alone
     weights = any(p.suffix in (".safetensors", ".bin", ".gguf") for p in snapshot.iterdir())
     tokenizer = any((snapshot / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
-    return snapshot if weights and tokenizer else None
+    return snapshot if weights and tokenizer and _all_shards(snapshot) else None
+
+
+def _all_shards(folder: Path) -> bool:
+    """Whether every weights file the folder's shard indexes (``*.index.json``) name is there: an
+    interrupted download left some out, and loading the snapshot offline failed every time where
+    loading by id fetches them."""
+    for index in folder.glob("*.index.json"):
+        try:
+            names = set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
+        except (OSError, ValueError, AttributeError):
+            return False
+        if not all((folder / str(n)).is_file() for n in names):
+            return False
+    return True
 
 
 def model_source(model_id: str) -> tuple[str, bool]:

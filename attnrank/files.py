@@ -210,7 +210,17 @@ def held_lock(path: Path, *, wait: bool = True) -> Iterator[None]:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise
+        except OSError as e:  # (no locks on this file system: an NFS home without lockd says ENOLCK)
+            # raised, the default model could not load at all, and a training's save failed after the work
+            logger.warning(
+                "cannot lock %s (%s): going on without the lock; run one attnrank process on it at a time",
+                path,
+                e.strerror or e,
+            )
         yield  # closing the file releases the lock
 
 

@@ -42,6 +42,14 @@ def test_folder_variables_expand_home_and_treat_empty_as_unset(monkeypatch, tmp_
     assert cache_dir() == Path.home() / ".cache" / "attnrank" and index_root() == Path("indexes")
     monkeypatch.setenv("ATTNRANK_HOME", "~/ah")
     assert cache_dir() == tmp_path / "ah"
+    # where no home is known, the folder set is read (Path.home() raised first, a RuntimeError traceback)
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "set"))
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert cache_dir() == tmp_path / "set"
 
 
 def _sysfs(root, cores: dict[int, str], cgroup: dict[str, str]):

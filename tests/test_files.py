@@ -6,7 +6,7 @@ import re
 import pytest
 
 from attnrank.errors import InputError
-from attnrank.files import atomic_path, check_file_target, hold_writer_lock, lock_held
+from attnrank.files import atomic_path, check_file_target, held_lock, hold_writer_lock, lock_held
 
 
 def test_atomic_path_replaces_only_a_complete_file(tmp_path):
@@ -144,3 +144,26 @@ def test_temporary_files_of_a_killed_write_are_removed_and_nothing_else(tmp_path
         os.close(lock)
     assert not stale.exists() and live.exists() and running.exists() and other.exists() and mine.exists()
     assert (tmp_path / "run.trec").read_text() == "new"
+
+
+def test_a_file_system_without_locks_is_warned_of_not_fatal(tmp_path, monkeypatch, caplog):
+    """An NFS home without lockd fails flock with ENOLCK: raised, the default model could not load
+    at all, and a training's save failed after the work."""
+    import errno
+    import fcntl
+
+    def no_locks(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    ran = False
+    with caplog.at_level("WARNING", logger="attnrank.files"), held_lock(tmp_path / "x.lock"):
+        ran = True
+    assert ran and "cannot lock" in caplog.text and "No locks available" in caplog.text
+
+    def held(*args):
+        raise BlockingIOError(errno.EWOULDBLOCK, "held")
+
+    monkeypatch.setattr(fcntl, "flock", held)  # another process holding it is still said so
+    with pytest.raises(BlockingIOError), held_lock(tmp_path / "x.lock", wait=False):
+        pass

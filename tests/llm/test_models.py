@@ -490,6 +490,14 @@ def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tiny_dir, 
     # what reading a config (model_shape) leaves cached: loaded by id, the hub fills it in
     offline_hub.snapshot("attnrank-test/partial", "89ab", files=(snapshot / "config.json",))
     assert config.local_model_folder("attnrank-test/partial") is None
+    # an interrupted download of sharded weights: loaded offline from it, it failed every time
+    sharded = offline_hub.snapshot("attnrank-test/sharded", "cdef", source=tiny_dir)
+    (sharded / "model.safetensors").rename(sharded / "model-00001-of-00002.safetensors")
+    weight_map = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert config.local_model_folder("attnrank-test/sharded") is None
+    (sharded / "model-00002-of-00002.safetensors").write_bytes(b"")
+    assert config.local_model_folder("attnrank-test/sharded") == sharded
     clear_llm_cache()
     loaded = load_llm("attnrank-test/tiny", dtype="float32")
     assert offline_hub.tried == []
