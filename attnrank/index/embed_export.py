@@ -80,13 +80,22 @@ def source_digest(model_path: str | Path) -> str:
 
 def export_key(model_path: str | Path, variant: str) -> str:
     """What an export depends on: the model's files, the variant, the exporter (:data:`EXPORT_VERSION`)
-    and the versions of what writes the graph (torch, onnx, onnxscript; onnxruntime quantizes int8)."""
+    and the versions of what writes the graph (torch, onnx, onnxscript; onnxruntime quantizes int8)
+    and of what defines the traced forward and the tokenizer saved beside it (transformers,
+    sentence-transformers): an upgrade of either kept reading a graph traced by the one before."""
     parts = [source_digest(model_path), variant, str(EXPORT_VERSION), *_exporter_versions(variant)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def _exporter_versions(variant: str) -> list[str]:
-    packages = ["torch", "onnx", "onnxscript", *(["onnxruntime"] if variant == "onnx-int8" else [])]
+    packages = [
+        "torch",
+        "onnx",
+        "onnxscript",
+        "transformers",
+        "sentence-transformers",
+        *(["onnxruntime"] if variant == "onnx-int8" else []),
+    ]
     out = []
     for name in packages:
         try:
