@@ -197,7 +197,7 @@ def run_batch(
 ) -> dict[str, Any]:
     """Run the pipeline; returns counts, timings and throughput (queries/s)."""
     require("ray.data", "ray", "attnrank batch")  # (before anything is read or made: pyarrow comes with it)
-    ray_address = None if ray_address == "local" else ray_address  # (as ray.init reads it: a local Ray)
+    ray_address = None if ray_address == "local" else ray_address  # (RayExecutor(None): a new local Ray)
     config.check()
     config = config.resolved()
     res = resources or Resources()

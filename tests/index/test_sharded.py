@@ -569,3 +569,38 @@ def test_a_sharded_index_refuses_an_embedder_replaced_since_its_build(tmp_path):
     clear_embedders()
     with pytest.raises(InputError, match="embeds a probe text differently"):
         ShardedRetriever.load(path).search("cat", 2, mode="dense")
+
+
+def test_a_failed_tasks_own_error_reaches_the_caller_as_itself(ray_local):
+    """Ray wrapped a task's InputError in a RayTaskError, which the CLI printed as a coloured
+    remote traceback of several lines instead of its one-line message."""
+    from attnrank.errors import InputError
+
+    def _refuse(i: int) -> int:  # (nested: pickled by value for the workers)
+        from attnrank.errors import InputError
+
+        raise InputError(f"embedder folder /models/x{i} is missing")
+
+    with pytest.raises(InputError) as caught:
+        RayExecutor().map(_refuse, [(0,)])
+    assert type(caught.value) is InputError and str(caught.value) == "embedder folder /models/x0 is missing"
+
+
+def test_a_local_ray_is_started_even_where_ray_address_names_a_cluster(tmp_path):
+    """RayExecutor(None) passed None to ray.init, which attaches to the cluster RAY_ADDRESS (or a
+    `ray start` on this machine) names: a local build ran on a cluster, and with num_cpus failed in a
+    traceback. In a fresh process: this one may hold a Ray already."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from attnrank.index.sharded.executor import RayExecutor\n"
+        "ex = RayExecutor(None, num_cpus=1, quiet=True)\n"
+        "print('owned', ex.owned, ex.map(lambda x: -x, [(-3,)]))\n"
+        "ex.close()\n"
+    )
+    env = {**os.environ, "RAY_ADDRESS": "10.255.255.1:6379"}  # (nothing there)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "owned True [3]" in r.stdout

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...errors import require
+from ...errors import AttnrankError, require
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,14 @@ class LocalExecutor:
 
     def close(self) -> None:
         pass
+
+
+def task_cause(error: BaseException) -> BaseException:
+    """What a Ray task raised, where it is one of attnrank's errors or an OSError (else ``error``):
+    Ray wraps it in a RayTaskError, which the CLI printed as a coloured remote traceback of several
+    lines instead of its one-line message."""
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, (AttnrankError, OSError)) else error
 
 
 class RayExecutor:
@@ -68,7 +76,10 @@ class RayExecutor:
                 kw.update(
                     num_cpus=num_cpus, object_store_memory=None if object_store_mb is None else object_store_mb << 20
                 )
-            self.ray.init(address=address, **kw)
+            # None to ray.init means "the cluster RAY_ADDRESS or `ray start` names, else a new one": a
+            # local build or batch attached to a cluster, and with num_cpus failed in a traceback.
+            # "local" always starts one in this process.
+            self.ray.init(address="local" if address is None else address, **kw)
             self.owned = True
         elif address is not None or num_cpus is not None or object_store_mb is not None:
             # (they were ignored without a word: a run meant for a cluster ran on this process's Ray)
@@ -87,7 +98,7 @@ class RayExecutor:
         refs = [remote.remote(*a) for a in args]
         try:
             return self.ray.get(refs)
-        except BaseException:
+        except BaseException as e:
             # the others are stopped before the caller cleans up: a shard task still running wrote its
             # shard into the temporary folder the failed build had just removed (and made it again).
             # Cancelled again until each has ended: a task dispatched as the first cancel went out
@@ -97,6 +108,9 @@ class RayExecutor:
                 for ref in pending:
                     self.ray.cancel(ref, force=True)
                 _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            cause = task_cause(e)
+            if cause is not e:
+                raise cause from None
             raise
 
     def tree_reduce(self, fn: Callable, items: list[Any]) -> Any:
