@@ -41,10 +41,21 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
                 except UnicodeDecodeError as e:
                     raise InputError(
                         f"{path}:{lineno}: bytes that are not valid UTF-8 ({e.reason} at column {e.start}); "
-                        "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                        f"{recoding_hint(raw)}"
                     ) from None
     except GZIP_ERRORS as e:
         raise gzip_problem(path, e) from None
+
+
+def recoding_hint(start: bytes) -> str:
+    """What to do with bytes that are not UTF-8, by how ``start`` (a file's first bytes) begins:
+    gzip data, UTF-16, else re-encoding from a legacy code page. Why: the one hint (iconv -f
+    latin1) led a gzip or UTF-16 file into invalid JSON, a dead end."""
+    if start.startswith(b"\x1f\x8b"):
+        return "it is gzip data: name it with .gz, or gunzip it"
+    if start.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in start[:200]:
+        return "it is UTF-16: re-encode it as UTF-8 (e.g. iconv -f utf-16 -t utf-8)"
+    return "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
 
 
 def field_text(value: object) -> str | None:

@@ -484,3 +484,31 @@ def test_a_file_name_that_is_not_utf8_is_named_as_a_file_name(tmp_path):
     with pytest.raises(InputError, match=r"the file name 'caf\\udce9.md' is not valid UTF-8; rename the file"):
         load_corpus(folder)
     assert [d.id for d in load_corpus(folder, skip_invalid=True)[0]] == ["ok.md"]
+
+
+def test_utf16_and_gzip_files_are_named_as_such_not_read_as_text(tmp_path):
+    """UTF-16 without a byte-order mark decodes as UTF-8 (its NUL bytes too): a text folder indexed
+    "G l a c i e r s", which no keyword matched, exit 0. And every file that was not UTF-8 got the
+    one hint iconv -f latin1, which led a gzip or UTF-16 file into invalid JSON."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes("Glaciers carve valleys.".encode("utf-16-le"))
+    (folder / "b.txt").write_text("Rivers carry silt.", encoding="utf-8")
+    with pytest.raises(InputError, match=r"a\.txt: NUL bytes in the text; it is UTF-16: .*iconv -f utf-16"):
+        load_corpus(folder)
+    docs, report = load_corpus(folder, skip_invalid=True)
+    assert [d.id for d in docs] == ["b.txt"] and len(report.skipped) == 1
+    single = tmp_path / "one.txt"
+    single.write_bytes("Glaciers carve valleys.".encode("utf-16-le"))
+    with pytest.raises(InputError, match=r"one\.txt: NUL bytes in the text; it is UTF-16"):
+        load_corpus(single)
+    packed = tmp_path / "c.jsonl"
+    packed.write_bytes(gzip.compress(b'{"_id": "1", "text": "x"}\n'))
+    with pytest.raises(
+        InputError, match=r"c\.jsonl:1: bytes that are not valid UTF-8 .*it is gzip data: name it with \.gz"
+    ):
+        load_corpus(packed)
+    wide = tmp_path / "w.jsonl"
+    wide.write_bytes('{"_id": "1", "text": "x"}\n'.encode("utf-16"))  # (with its byte-order mark)
+    with pytest.raises(InputError, match=r"w\.jsonl:1: bytes that are not valid UTF-8 .*it is UTF-16"):
+        load_corpus(wide)
