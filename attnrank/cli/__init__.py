@@ -269,7 +269,8 @@ def _os_message(e: OSError) -> str:
 def main() -> None:
     """Console entry point. Exit codes: 0 success; 1 an attnrank error (bad input file, damaged
     index, a file system error), printed as one line ``error: ...``; 2 an option error (missing or
-    invalid option values, reported by the command-line parser with a usage hint); 130 interrupted."""
+    invalid option values, reported by the command-line parser with a usage hint); 130 interrupted
+    (Ctrl-C: the command-line parser ends it with nothing printed but the shell's ^C)."""
     try:
         app()
     except AttnrankError as e:

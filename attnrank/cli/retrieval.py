@@ -312,6 +312,16 @@ def eval_cmd(
             f"none of the {len(first)} queries of {run} has judgments in {qrels} ({len(judged)} judged queries); "
             "give the qrels of the run's queries"
         )
+    ranked = [(q, d) for q, docs in first.items() for d in docs]
+    example = next(((q2, next(iter(v))) for q2, v in judged.items() if v), None)
+    if (
+        ranked and example and not any(d in judged.get(q, {}) for q, d in ranked)
+    ):  # (another corpus's ids: all 0, exit 0)
+        (q, d), (jq, jd) = ranked[0], example
+        raise AttnrankError(
+            f"no document {run} ranks is judged in {qrels} (the run ranks {d!r} for {q!r}; the qrels judge {jd!r} "
+            f"for {jq!r}); every metric would read 0: give the qrels of the run's corpus, or ids spelled as they spell them"
+        )
     scored = list(judged_queries(judged))
     unranked = [q for q in scored if not first.get(q)]
     if unranked:  # averaged in as 0, as trec_eval -c does: said, since it lowers every mean

@@ -43,6 +43,10 @@ def read_qrels(path: str | Path) -> Qrels:
                 ", ".join(f.name for f in found[1:]),
             )
         p = found[0] if found else p
+    if p.is_dir():  # (a qrels folder itself, or any other: "does not exist" said of a folder that does)
+        raise InputError(
+            f"{str(p)!r} is a folder with no qrels/test.tsv, dev.tsv or train.tsv; give the qrels .tsv file"
+        )
     if not p.is_file():
         raise InputError(f"qrels file {str(p)!r} does not exist; give a TREC qrels file or a BEIR qrels/*.tsv")
     qrels: Qrels = {}

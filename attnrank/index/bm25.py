@@ -257,6 +257,8 @@ class BM25Index:
             if len(self.vocab) != len(terms):
                 raise ValueError("vocab.json repeats a term")
             self.num_docs = params["num_docs"]
+        except PermissionError:  # (a chmod fixes it: "rebuild" cost hours of a large corpus)
+            raise
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise IndexFormatError(
                 f"BM25 index at {path} cannot be read ({e}); rebuild it with `attnrank index`"

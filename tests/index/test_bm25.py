@@ -206,3 +206,20 @@ def test_an_index_built_before_the_idf_floor_loads_as_a_rebuild_scores(tmp_path,
     for query in ("green apples", "red", "apples pears"):
         np.testing.assert_array_equal(loaded.get_scores(query), rebuilt.get_scores(query))
     np.testing.assert_array_equal(np.load(tmp_path / "old" / "data.npy"), on_disk)
+
+
+def test_a_file_it_may_not_read_is_a_permission_error_not_a_corrupted_index(tmp_path, monkeypatch):
+    """A chmod 000 data.npy was called a damaged index to rebuild (hours of a large corpus) where a
+    chmod fixes it; the CLI names an OSError's path and its fix."""
+    ix = BM25Index().index(["coffee and tea", "gene expression in mice"])
+    ix.save(tmp_path / "bm25")
+    real = np.load
+
+    def refused(path, *args, **kwargs):
+        if str(path).endswith("data.npy"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(np, "load", refused)
+    with pytest.raises(PermissionError):
+        BM25Index.load(tmp_path / "bm25")

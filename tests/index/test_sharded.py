@@ -604,3 +604,14 @@ def test_a_local_ray_is_started_even_where_ray_address_names_a_cluster(tmp_path)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "owned True [3]" in r.stdout
+
+
+def test_a_file_given_as_a_sharded_index_is_named_a_file(tmp_path):
+    """merge-shards run.trec said "run.trec/manifest.json cannot be read (Not a directory);
+    rebuild the sharded index"."""
+    from attnrank.errors import IndexFormatError
+    from attnrank.index.sharded.layout import read_sharded
+
+    (tmp_path / "run.trec").write_text("q1 Q0 d1 1 1.0 x\n")
+    with pytest.raises(IndexFormatError, match=r"run\.trec is a file, not a sharded index folder"):
+        read_sharded(tmp_path / "run.trec")

@@ -112,6 +112,8 @@ def read_sharded(root: Path, *, verify: bool = False) -> tuple[dict[str, Any], l
 def _top_manifest(root: Path) -> dict[str, Any]:
     """The parsed top-level manifest, of the sharded format and version this attnrank reads."""
     path = root / MANIFEST
+    if root.is_file():  # ("run.trec/manifest.json cannot be read (Not a directory); rebuild" misled)
+        raise IndexFormatError(f"{root} is a file, not a sharded index folder; give the folder of the sharded index")
     try:
         m = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
