@@ -184,7 +184,7 @@ def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc, pro
     prompt settings the features' attention was read from)."""
     import numpy as np
 
-    from ..eval.crossval import cross_validate, kfold_splits, pool
+    from ..eval.crossval import cross_validate, labelled_splits, pool, relevant_links
     from ..rerank.learned import restrict_heads, train_head_weights
 
     heads_all = feats[0].heads
@@ -217,7 +217,7 @@ def _train(feats, qr, rel, top, learner, l2, first_stage, folds, seed, desc, pro
         )
         return rows
 
-    held = pool(cross_validate(kfold_splits(feats, folds, seed=seed), fit, evaluate))
+    held = pool(cross_validate(labelled_splits(feats, folds, seed=seed, links=relevant_links(rel)), fit, evaluate))
     n_heads = len(heads_all)
     label = "all heads" if top is None or top >= n_heads else f"top-{top} heads by nDCG@10 alone"
     lines = [

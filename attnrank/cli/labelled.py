@@ -44,17 +44,23 @@ def check_folds(n_queries: int, folds: int) -> None:
 
 def check_labelled(queries: dict, cands: dict, qrels: dict, rel: int, folds: int, seed: int, depth: int) -> None:
     """Before any model is loaded: enough labelled queries for ``folds`` folds, and in every
-    training part (the folds :func:`~attnrank.eval.crossval.kfold_splits` makes of ``queries`` in
+    training part (the folds :func:`~attnrank.eval.crossval.labelled_splits` makes of ``queries`` in
     this order, as the reports do) at least one query whose candidates hold both a relevant
     (label >= ``rel``) and a non-relevant document. A query without both cannot tell any weights
     apart: trained on none, the report ties every method at the same score and would register
     whatever was fitted."""
-    from ..eval.crossval import kfold_splits
+    from ..eval.crossval import labelled_splits
 
     check_folds(len(queries), folds)
 
     useful = {q for q in queries if 0 < sum(flags := relevant(q, cands, qrels, rel)) < len(flags)}
-    starved = [s.name for s in kfold_splits(list(queries), folds, seed=seed) if not useful & set(s.train)]
+
+    def links(q: str) -> list[str]:  # (the reports' relevant_links over the same judgements: the same folds)
+        return [d for d, label in qrels.get(q, {}).items() if label >= rel]
+
+    starved = [
+        s.name for s in labelled_splits(list(queries), folds, seed=seed, links=links) if not useful & set(s.train)
+    ]
     if starved:
         raise typer.BadParameter(
             f"{len(useful)} of {len(queries)} labelled queries have both a relevant and a non-relevant document "

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..eval.crossval import Split, kfold_splits
+from ..eval.crossval import Split, labelled_splits
 from ..eval.metrics import sign_test, wins_losses
 from .fused import (
     ATTENTION,
@@ -72,8 +72,8 @@ def kfold_rows(
     metrics: Sequence[str] = ("nDCG@10",),
 ) -> list[dict[str, Any]]:
     """The held-out ``folds``-fold report over ``examples``: :func:`heldout_scores` on
-    :func:`~attnrank.eval.crossval.kfold_splits`, as :func:`compare` rows."""
-    splits = kfold_splits(list(examples), folds, seed=seed)
+    :func:`~attnrank.eval.crossval.labelled_splits`, as :func:`compare` rows."""
+    splits = labelled_splits(list(examples), folds, seed=seed)
     scores = heldout_scores(splits, llm_feature=llm_feature, learner=learner, l2=l2, gate=gate)
     return compare(examples, scores, metrics)
 
@@ -174,7 +174,7 @@ def registration_curve(
     for n in sizes:
         deltas, kept, decided = [], 0, 0
         for seed in range(seeds):
-            splits = kfold_splits(list(examples), folds, seed=seed)
+            splits = labelled_splits(list(examples), folds, seed=seed)
             if min(len(sp.train) for sp in splits) < n:
                 break
             scores: dict[str, np.ndarray] = {}

@@ -93,3 +93,51 @@ def test_pool_pools_the_metrics_of_nested_method_columns():
         {"fold": "1", "n_train": 1, "n_test": 3, "learned": {"nDCG@10": 0.0}, "first-stage": {"nDCG@10": 0.5}},
     ]
     assert pool(rows) == {"learned nDCG@10": pytest.approx(0.25), "first-stage nDCG@10": pytest.approx(0.5)}
+
+
+def test_linked_items_stay_in_one_fold_and_unlinked_ones_are_dealt_as_before():
+    """LoCoMo questions about one conversation share evidence turns (and SciFact repeats claims
+    with their judgements): dealt one by one, a question's twin sat in the training part."""
+    from types import SimpleNamespace
+
+    from attnrank.eval.crossval import relevant_links
+
+    items = list(range(20))
+    plain = kfold_splits(items, 4, seed=3)
+    unlinked = kfold_splits(items, 4, seed=3, links=lambda x: [f"doc{x}"])
+    assert [(s.train, s.test) for s in unlinked] == [(s.train, s.test) for s in plain]
+
+    linked = kfold_splits(items, 4, seed=3, links=lambda x: [x // 5] if x < 10 else [f"own{x}"])  # two sets of 5
+    for group in (set(range(5)), set(range(5, 10))):
+        assert sum(bool(group & set(s.test)) for s in linked) == 1  # each in one fold's test part only
+    assert sorted(x for s in linked for x in s.test) == items and max(len(s.test) for s in linked) <= 6
+    chained = kfold_splits(
+        items, 2, links=lambda x: [x, x + 1] if x < 3 else [f"own{x}"]
+    )  # 0-1-2 through 1 and 2: one set
+    assert sum(bool({0, 1, 2} & set(s.test)) for s in chained) == 1
+    with pytest.raises(InputError, match=r"folds=3 needs .* <= 2 .the number of sets of linked items"):
+        kfold_splits(items, 3, links=lambda x: [x % 2])
+
+    q = SimpleNamespace(doc_ids=["a", "b"], labels=[1, 0], qrels={"a": 2, "c": 1, "b": 0}, rel=None, group="locomo")
+    assert relevant_links(rel=2)(q) == [("locomo", "a")] and relevant_links()(q) == [("locomo", "a"), ("locomo", "c")]
+    bare = SimpleNamespace(doc_ids=["a", "b"], labels=[0, 1], qrels=None, rel=1, group="")
+    assert relevant_links()(bare) == [("", "b")]
+
+
+def test_labelled_queries_sharing_few_relevant_documents_are_dealt_one_by_one_and_warned(caplog):
+    """Where a few documents are relevant to many queries (a FAQ), keeping linked queries together
+    would leave fewer sets than folds: they are dealt one by one, and that is said."""
+    from types import SimpleNamespace
+
+    from attnrank.eval.crossval import labelled_splits
+
+    def query(i: int, doc: str) -> SimpleNamespace:
+        return SimpleNamespace(qid=str(i), doc_ids=[doc, "x"], labels=[1, 0], qrels=None, rel=1, group="")
+
+    twins = [query(i, f"d{i // 2}") for i in range(10)]  # five pairs
+    splits = labelled_splits(twins, 5, seed=1)
+    assert all({q.doc_ids[0] for q in s.test} & {q.doc_ids[0] for q in s.train} == set() for s in splits)
+    faq = [query(i, f"answer{i % 2}") for i in range(10)]  # two sets only
+    with caplog.at_level("WARNING", logger="attnrank.eval.crossval"):
+        splits = labelled_splits(faq, 5, seed=1)
+    assert [len(s.test) for s in splits] == [2] * 5 and "dealt one by one" in caplog.text

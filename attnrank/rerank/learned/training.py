@@ -14,7 +14,7 @@ import numpy as np
 
 from ...config import check_l2
 from ...errors import InputError, require
-from ...eval.crossval import check_unique_queries, group_splits, kfold_splits
+from ...eval.crossval import check_unique_queries, group_splits, labelled_splits, relevant_links
 from ...eval.metrics import evaluate, evaluate_per_query, judged_queries
 from ...eval.rows import scores_by_id
 from ...llm.headspec import format_heads
@@ -224,11 +224,14 @@ def kfold_evaluate(
     rel: int = 1,
     **train_kw: Any,
 ) -> list[dict[str, Any]]:
-    """``folds``-fold cross-validation over queries (:func:`attnrank.eval.crossval.kfold_splits`, shuffled
+    """``folds``-fold cross-validation over queries (:func:`attnrank.eval.crossval.labelled_splits`, shuffled
     with ``seed``): per fold, the test metrics of the learned weights and of the baselines
     (``sum-of-heads``, ``first-stage``)."""
     check_unique_queries(examples)  # two with one id: one would replace the other in a fold's run
-    return [_fold(s.name, s.train, s.test, metrics, rel, train_kw) for s in kfold_splits(examples, folds, seed=seed)]
+    return [
+        _fold(s.name, s.train, s.test, metrics, rel, train_kw)
+        for s in labelled_splits(examples, folds, seed=seed, links=relevant_links(rel))
+    ]
 
 
 def leave_one_group_out(
