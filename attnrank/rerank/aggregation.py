@@ -19,7 +19,7 @@ import numpy as np
 from ..llm.rows import WindowRows, document_scores, keep_mask, token_scores
 from ..types import ScoredDocument
 from .position import SlotProfile
-from .reweight import Reweighting, reweighted_document_scores
+from .reweight import Reweighting, content_free_last, content_free_spans, reweighted_document_scores
 from .terms import tokenized_query_terms
 
 # the evidence an attention stage gives each passage (return_evidence): its token scores, and which counted
@@ -41,12 +41,16 @@ def window_document_scores(
     ICR's plain sum; the evidence holds the plain scores either way."""
     scores = np.zeros(n_docs)
     ev: list[dict[str, Any]] | None = [{} for _ in range(n_docs)] if evidence else None
+    tokenizer = reweighting[0] if reweighting is not None and reweighting[2].sink else None
+    empty = np.zeros(n_docs, dtype=bool)  # (sink filtering: candidates it reads no token of)
     for w in windows:
         tok = token_scores(w.rows)
         if reweighting is None:
             doc_s = document_scores(tok, w.spans, use_filter=token_filter)
         else:
             doc_s = reweighted_window_scores(w, *reweighting, token_filter=token_filter)
+        if tokenizer is not None:
+            empty[list(w.doc_index)] = content_free_spans(w, tokenizer.convert_ids_to_tokens(w.input_ids))
         for j, (i, (s, e)) in enumerate(zip(w.doc_index, w.spans)):
             scores[i] = doc_s[j]
             if ev is not None:
@@ -54,7 +58,8 @@ def window_document_scores(
                 ev[i][tokens] = list(zip(w.input_ids[s:e], tok[s:e].round(6).tolist()))
                 # which tokens the μ − 2σ filter counted, decided on the unrounded scores
                 ev[i][counted] = keep_mask(tok[s:e], token_filter).tolist()
-    return scores, ev
+    # over the whole list, not per window: a window's lowest is not the list's (windows are merged)
+    return (content_free_last(scores, empty.tolist()) if tokenizer is not None else scores), ev
 
 
 def reweighted_window_scores(

@@ -253,10 +253,14 @@ def reweighted_document_scores(
     if cfg.slot_correction:
         assert slot_profile is not None
         scores = slot_correct(scores, prompt_slots(window.spans), slot_profile)
-    if cfg.sink:
-        mask = content_mask(token_strings, window.spans, labelled=window.labelled)
-        scores = content_free_last(scores, [not mask[s:e].any() for s, e in window.spans])
     return scores
+
+
+def content_free_spans(window: WindowRows, token_strings: Sequence[str | None]) -> list[bool]:
+    """For each of ``window``'s spans, whether it holds no content token (:func:`content_mask`):
+    what sink filtering reads none of, put last over the whole ranking by :func:`content_free_last`."""
+    mask = content_mask(token_strings, window.spans, labelled=window.labelled)
+    return [not mask[s:e].any() for s, e in window.spans]
 
 
 def content_free_last(scores: np.ndarray, empty: Sequence[bool]) -> np.ndarray:

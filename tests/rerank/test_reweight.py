@@ -343,3 +343,26 @@ def test_a_passage_with_no_content_token_ranks_below_every_real_one_under_sink_f
     every = [Document("x", "..."), Document("y", "!!!")]  # nothing to put them below: left as they were
     res = AttentionReranker(llm, signals=None, heads="all", reweight=Reweighting(sink=True)).rank("capital?", every)
     assert list(res.scores) == [0.0, 0.0]
+
+
+def test_a_passage_with_no_content_token_ranks_last_across_windows_too(llm):
+    """Put below the lowest of its own window only, a punctuation passage still outranked real
+    ones of other windows once the windows' scores were merged (here 7th of 11)."""
+    texts = [
+        "Rivers run to the sea.",
+        "Towns grow by rivers.",
+        "Bananas are yellow.",
+        "A river has banks.",
+        "Cats sleep a lot.",
+        "Mountains are tall.",
+        "Rivers carry silt downstream.",
+        "Apples fall.",
+        "The Nile is a river.",
+        "Tea is hot.",
+    ]
+    docs = [Document(f"d{i}", t) for i, t in enumerate(texts)]
+    docs.insert(2, Document("dots", "... !!!"))
+    rr = AttentionReranker(llm, signals=None, heads="all", reweight=Reweighting(sink=True), max_prompt_tokens=200)
+    assert len(rr.windows("rivers?", docs)) > 1
+    res = rr.rank("rivers?", docs)
+    assert res.ids[-1] == "dots" and res.scores[-1] < min(res.scores[:-1])
