@@ -249,17 +249,20 @@ def local_model_folder(model_id: str) -> Path | None:
 
 
 def _all_shards(folder: Path) -> bool:
-    """Whether every weights file the folder's shard indexes (``*.index.json``) name is there: an
-    interrupted download left some out, and loading the snapshot offline failed every time where
-    loading by id fetches them."""
-    for index in folder.glob("*.index.json"):
-        try:
-            names = set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
-        except (OSError, ValueError, AttributeError):
-            return False
-        if not all((folder / str(n)).is_file() for n in names):
-            return False
-    return True
+    """Whether one of the folder's shard indexes (``*.index.json``), if it has any, names only
+    weights files that are there: an interrupted download left some out, and loading the snapshot
+    offline failed every time where loading by id fetches them. One whole index is enough: a repo
+    that ships safetensors and .bin indexes is often downloaded with its safetensors only."""
+    indexes = list(folder.glob("*.index.json"))
+    return not indexes or any(_index_whole(folder, index) for index in indexes)
+
+
+def _index_whole(folder: Path, index: Path) -> bool:
+    try:
+        names = set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return all((folder / str(n)).is_file() for n in names)
 
 
 def model_source(model_id: str) -> tuple[str, bool]:
