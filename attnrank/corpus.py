@@ -48,7 +48,7 @@ from .records import (
     tsv_fields,
     tsv_lines,
 )
-from .types import Document, encodable
+from .types import Document, encodable, is_blank
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def _add(docs: dict[str, Document], doc: Document, where: str, problem: _Problem
         problem(where, "empty document id")
     elif doc.id in docs:
         problem(where, f"duplicate document id {doc.id!r}", "document ids must be unique")
-    elif not doc.text.strip() and not doc.title.strip():
+    elif is_blank(doc.text) and is_blank(doc.title):  # (U+200B alone: indexed, then refused by every reranker)
         problem(where, f"document {doc.id!r} has empty text")
     elif not encodable(doc.id, doc.title, doc.text, json.dumps(doc.metadata, ensure_ascii=False, default=str)):
         # (else found after the BM25 build, by the embedder, or by the index save for metadata)

@@ -48,13 +48,17 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def recoding_hint(start: bytes) -> str:
-    """What to do with bytes that are not UTF-8, by how ``start`` (a file's first bytes) begins:
-    gzip data, UTF-16, else re-encoding from a legacy code page. Why: the one hint (iconv -f
-    latin1) led a gzip or UTF-16 file into invalid JSON, a dead end."""
+    """What to do with bytes that are not UTF-8 (or that hold NUL bytes), by how ``start`` (a
+    file's first bytes) begins: gzip data, UTF-16 (a byte-order mark, or NUL bytes in a quarter of
+    the first 200), stray NUL bytes, else re-encoding from a legacy code page. Why: the one hint
+    (iconv -f latin1) led a gzip or UTF-16 file into invalid JSON, a dead end."""
+    head = start[:200]
     if start.startswith(b"\x1f\x8b"):
         return "it is gzip data: name it with .gz, or gunzip it"
-    if start.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in start[:200]:
+    if start.startswith((b"\xff\xfe", b"\xfe\xff")) or head.count(b"\x00") * 4 >= len(head) > 0:
         return "it is UTF-16: re-encode it as UTF-8 (e.g. iconv -f utf-16 -t utf-8)"
+    if b"\x00" in start:
+        return "remove its NUL bytes (e.g. tr -d '\\000')"
     return "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
 
 

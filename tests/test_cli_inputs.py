@@ -233,10 +233,12 @@ def test_eval_checks_metrics_rel_and_query_overlap(tmp_path):
     r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "more.tsv"), "--metrics", "RR@10"])
     assert r.exit_code == 0 and r.stdout == "RR@10\t0.5000\n"
     assert "1 of the 2 judged queries (first: 'q7') have no ranking" in r.stderr
-    # a run of another corpus (or ids spelled otherwise): every metric read 0, exit 0
+    # a run of another corpus (or ids spelled otherwise): every metric read 0, unsaid (said now; not
+    # refused: a run that found no judged document scores 0 as well)
     (tmp_path / "elsewhere.tsv").write_text("q1\tdoc-d1\t1\n")
-    r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "elsewhere.tsv")])
-    assert r.exit_code == 1 and "no document" in _text(r) and "the qrels judge 'doc-d1' for 'q1'" in _text(r)
+    r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "elsewhere.tsv"), "--metrics", "RR@10"])
+    assert r.exit_code == 0 and r.stdout == "RR@10\t0.0000\n"
+    assert "no document" in r.stderr and "the qrels judge 'doc-d1' for 'q1'" in r.stderr
     # a folder with no qrels in it: it "did not exist"
     r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path)])
     assert r.exit_code == 1 and "is a folder with no qrels/test.tsv, dev.tsv or train.tsv" in _text(r)

@@ -512,3 +512,23 @@ def test_utf16_and_gzip_files_are_named_as_such_not_read_as_text(tmp_path):
     wide.write_bytes('{"_id": "1", "text": "x"}\n'.encode("utf-16"))  # (with its byte-order mark)
     with pytest.raises(InputError, match=r"w\.jsonl:1: bytes that are not valid UTF-8 .*it is UTF-16"):
         load_corpus(wide)
+
+
+def test_the_recoding_hint_tells_utf16_from_a_stray_nul():
+    """A UTF-8 file holding one NUL was told to iconv -f latin1 (which turns "Café" into "CafÃ©")."""
+    from attnrank.records import recoding_hint
+
+    assert recoding_hint("Café\x00 au lait, ".encode() * 30).startswith("remove its NUL bytes")  # (a stray NUL)
+    assert recoding_hint("abc".encode("utf-16-le")).startswith("it is UTF-16")
+    assert recoding_hint(b"caf\xe9").startswith("re-encode the file as UTF-8")
+
+
+def test_a_jsonl_document_of_invisible_characters_is_refused(tmp_path):
+    """A passage of U+200B alone was indexed, retrieved, and then refused by every reranker, so its
+    query could not be reranked at all."""
+    p = tmp_path / "c.jsonl"
+    p.write_text('{"_id": "1", "text": "real"}\n{"_id": "2", "text": "\\u200b"}\n', encoding="utf-8")
+    with pytest.raises(InputError, match="document '2' has empty text"):
+        load_corpus(p)
+    docs, report = load_corpus(p, skip_invalid=True)
+    assert [d.id for d in docs] == ["1"] and len(report.skipped) == 1

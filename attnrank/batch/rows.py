@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..queries import load_queries
 from ..records import id_problem, id_text
 from ..rerank.fused import FUSED_STAGE, LIKELIHOOD
-from ..types import RankedResults, ScoredDocument
+from ..types import RankedResults, ScoredDocument, is_blank
 
 STAGES = ("bm25", "dense", "hybrid", "attention", LIKELIHOOD, FUSED_STAGE)
 TEXT_COLUMNS = ("titles", "texts")
@@ -65,7 +65,7 @@ def read_queries(path: str | Path) -> dict[str, str]:
                 f"{p}: column {textc!r} holds {table.schema.field(textc).type} values, not strings; "
                 "write the query texts as a string column"
             )
-        if text is None or not text.strip():
+        if text is None or is_blank(text):
             raise InputError(f"{p}: query {qid!r} is empty")
         out[qid] = text.strip()
     if not out:

@@ -43,6 +43,7 @@ from ..rerank.config import SCORING_VERSION, RerankConfig
 from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
 from ..rerank.fused_resolve import likelihood_weights, signals_only
 from ..rerank.signals import SIGNALS_VERSION, candidate_terms
+from ..types import is_blank
 from .checkpoint import check_checkpoint, check_folder, locked_checkpoint
 from .config import BatchConfig, Resources, check_device
 from .dataset import build_dataset, drain, ray_data_settings
@@ -214,7 +215,7 @@ def run_batch(
             raise InputError(
                 f"query id {qid!r} has spaces around it or is empty; give ids as a file reads them, trimmed"
             )
-    empty = next((q for q, text in qs.items() if not isinstance(text, str) or not text.strip()), None)
+    empty = next((q for q, text in qs.items() if not isinstance(text, str) or is_blank(text)), None)
     if empty is not None:  # read_queries checks a file's; the retrieval stage would name its place in a Ray batch
         raise InputError(f"query {empty!r} is empty; give every query a text")
     if output is not None:  # the run file is written last: an id it cannot hold would fail after all the work

@@ -314,13 +314,15 @@ def eval_cmd(
         )
     ranked = [(q, d) for q, docs in first.items() for d in docs]
     example = next(((q2, next(iter(v))) for q2, v in judged.items() if v), None)
-    if (
-        ranked and example and not any(d in judged.get(q, {}) for q, d in ranked)
-    ):  # (another corpus's ids: all 0, exit 0)
+    # another corpus's ids (or ids spelled otherwise) read 0 in every metric, unsaid; said, not refused:
+    # a run that found none of the documents judged relevant scores 0 too
+    if ranked and example and not any(d in judged.get(q, {}) for q, d in ranked):
         (q, d), (jq, jd) = ranked[0], example
-        raise AttnrankError(
+        typer.echo(
             f"no document {run} ranks is judged in {qrels} (the run ranks {d!r} for {q!r}; the qrels judge {jd!r} "
-            f"for {jq!r}); every metric would read 0: give the qrels of the run's corpus, or ids spelled as they spell them"
+            f"for {jq!r}), so every metric reads 0; if the ids are another corpus's or spelled otherwise, give the "
+            "qrels of the run's corpus",
+            err=True,
         )
     scored = list(judged_queries(judged))
     unranked = [q for q in scored if not first.get(q)]

@@ -529,7 +529,20 @@ def test_a_query_without_text_is_refused_before_any_work(fake_ray, tmp_path, ind
     config = BatchConfig(str(index), mode="bm25")
     with pytest.raises(InputError, match="query 'q2' is empty; give every query a text"):
         run_batch({"q1": "apple", "q2": "  "}, config, output=tmp_path / "r.trec", progress=False)
+    with pytest.raises(InputError, match="query 'q2' is empty"):  # (a zero-width space: refused by an actor, late)
+        run_batch({"q1": "apple", "q2": "\u200b"}, config, output=tmp_path / "r.trec", progress=False)
     assert fake_ray["calls"] == 0
+
+
+def test_a_file_an_actor_may_not_read_is_one_line_at_the_driver(tmp_path):
+    """A PermissionError while an actor loaded its index killed it: Ray's multi-line traceback."""
+    from attnrank.batch.stages import StageError, _loading
+
+    with (
+        pytest.raises(StageError, match=r"^loading the index: Permission denied: /idx/bm25/data\.npy$"),
+        _loading("the index"),
+    ):
+        raise PermissionError(13, "Permission denied", "/idx/bm25/data.npy")
 
 
 def test_parquet_queries_without_an_id_are_refused(tmp_path):

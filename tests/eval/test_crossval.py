@@ -141,3 +141,19 @@ def test_labelled_queries_sharing_few_relevant_documents_are_dealt_one_by_one_an
     with caplog.at_level("WARNING", logger="attnrank.eval.crossval"):
         splits = labelled_splits(faq, 5, seed=1)
     assert [len(s.test) for s in splits] == [2] * 5 and "dealt one by one" in caplog.text
+
+
+def test_one_linked_set_larger_than_a_fold_is_dealt_one_by_one_not_lopsided(caplog):
+    """96 of 100 queries sharing one relevant document passed (5 sets for 5 folds): one fold tested
+    96 queries with a model trained on 4."""
+    from types import SimpleNamespace
+
+    from attnrank.eval.crossval import labelled_splits
+
+    qs = [
+        SimpleNamespace(doc_ids=["faq1" if i < 96 else f"d{i}"], labels=[1], qrels=None, rel=1, group="")
+        for i in range(100)
+    ]
+    with caplog.at_level("WARNING", logger="attnrank.eval.crossval"):
+        splits = labelled_splits(qs, 5, seed=2)
+    assert [len(s.test) for s in splits] == [20] * 5 and "dealt one by one" in caplog.text
