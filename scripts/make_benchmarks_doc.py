@@ -192,6 +192,17 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**Last on 2026-12-06 the in-domain k-fold rows keep questions that share a relevant document in one
+fold** (attnrank.eval.crossval.labelled_splits, as `attnrank train` and `heads train` now deal their
+folds; queries linked to none are dealt exactly as before). Every in-domain row recorded before
+dealt questions one by one, and a review found 313 of 394 test questions of a LoCoMo fold with an
+evidence turn relevant to a training question. An ad hoc check (not a record; "likelihood_avx512_bf16"'s
+candidate sets, Xeon with AMX, bfloat16) ran bench_likelihood's in-domain rows both ways: DL19's 43
+topics share no relevant passage, so its folds and figures are unchanged; LoCoMo's 400 questions form
+324 linked sets (the largest of 6), and `attnrank train` in-domain scored 0.5376 with linked questions
+kept together against 0.5363 dealt one by one (BM25 over the candidates 0.4903 on this machine): the
+leak did not flatter the recorded figure. The records keep their figures until they are run again.
+
 **Last on 2026-12-06 block attention's interleaved timing was measured again** ("rerank_blocks_forget",
 shared positions, bfloat16, Xeon with AMX, 2 cores; the grid of "rerank_blocks_xeon"), now that a
 cold query forgets its passages' tokenization and vectors too (the correction below). Cold block
