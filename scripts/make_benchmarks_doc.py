@@ -201,7 +201,9 @@ candidate sets, Xeon with AMX, bfloat16) ran bench_likelihood's in-domain rows b
 topics share no relevant passage, so its folds and figures are unchanged; LoCoMo's 400 questions form
 324 linked sets (the largest of 6), and `attnrank train` in-domain scored 0.5376 with linked questions
 kept together against 0.5363 dealt one by one (BM25 over the candidates 0.4903 on this machine): the
-leak did not flatter the recorded figure. The records keep their figures until they are run again.
+leak did not flatter the recorded figure. HotpotQA's 400 questions form 392 sets (8 pairs): 0.9190
+kept together against 0.9214 (BM25 0.8791), the folds dealt otherwise throughout, so fold noise as
+much as leak. The records keep their figures until they are run again.
 
 **Last on 2026-12-06 block attention's interleaved timing was measured again** ("rerank_blocks_forget",
 shared positions, bfloat16, Xeon with AMX, 2 cores; the grid of "rerank_blocks_xeon"), now that a
