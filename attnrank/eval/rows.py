@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import InputError
+from ..files import atomic_path, held_lock
 from ..types import Document
 
 logger = logging.getLogger(__name__)
@@ -121,9 +122,10 @@ def save_windows(path: Path, wins: Sequence[Any], seconds: float, doc_ids: Seque
                 f"w{i}_labelled": np.array(getattr(w, "labelled", True)),
             }
         )
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)
+    # (a temporary name of this writer's own: with one fixed name, two runs sharing a cache renamed
+    # each other's half-written file into place)
+    with atomic_path(path, fsync=False) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def stored_candidates(path: Path) -> str | None:
@@ -245,11 +247,13 @@ def cached_signals(
         for q in fresh if digest else ():
             fresh[q][CANDIDATES_KEY] = digest[q]
         known.update(fresh)
-        if path is not None:
+        if path is not None:  # (read again under a lock: two runs sharing a cache dropped each other's entries)
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(known))
-            tmp.replace(path)
+            with held_lock(path.with_name(f".{path.name}.lock")):
+                current = json.loads(path.read_text()) if path.exists() else {}
+                current.update(fresh)
+                with atomic_path(path, fsync=False) as tmp:
+                    tmp.write_text(json.dumps(current))
     return {q: {k: np.array(v, dtype=np.float64) for k, v in known[q].items() if k != CANDIDATES_KEY} for q in qids}
 
 

@@ -166,3 +166,17 @@ def test_run_of_refuses_scores_that_do_not_cover_the_candidates():
     docs = rerank_docs()
     with pytest.raises(InputError, match="query 'q' has 1 scores for 2 candidates"):
         run_of({"q": docs[:2]}, {"q": [1.0]})
+
+
+def test_two_runs_sharing_a_signals_cache_keep_each_others_entries(tmp_path):
+    """Each run wrote back what it had read at its start plus its own: the one that finished last
+    dropped the other's entries (and both wrote through one fixed temporary name)."""
+
+    def compute(qids):
+        if qids == ["a"]:  # run one, still computing, while run two computes and saves "b"
+            cached_signals("set", ["b"], lambda q: {x: {"bm25": [2.0]} for x in q}, tmp_path)
+        return {q: {"bm25": [1.0]} for q in qids}
+
+    cached_signals("set", ["a"], compute, tmp_path)
+    assert set(json.loads((tmp_path / "signals_set.json").read_text())) == {"a", "b"}
+    assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name] == []
