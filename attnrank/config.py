@@ -249,12 +249,16 @@ def local_model_folder(model_id: str) -> Path | None:
 
 
 def _all_shards(folder: Path) -> bool:
-    """Whether one of the folder's shard indexes (``*.index.json``), if it has any, names only
-    weights files that are there: an interrupted download left some out, and loading the snapshot
-    offline failed every time where loading by id fetches them. One whole index is enough: a repo
-    that ships safetensors and .bin indexes is often downloaded with its safetensors only."""
-    indexes = list(folder.glob("*.index.json"))
-    return not indexes or any(_index_whole(folder, index) for index in indexes)
+    """Whether the shard index transformers loads from (``model.safetensors.index.json`` where
+    there is one, else ``pytorch_model.bin.index.json``), if there is one, names only weights files
+    that are there: an interrupted download left some out, and loading the snapshot offline failed
+    every time where loading by id fetches them. Only that index: a repo that ships both is often
+    downloaded with its safetensors only, and one with its .bin only loads from the safetensors
+    index where that is there."""
+    for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (folder / name).is_file():
+            return _index_whole(folder, folder / name)
+    return True
 
 
 def _index_whole(folder: Path, index: Path) -> bool:

@@ -334,7 +334,7 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
             problem(f"{f}", f"bytes that are not valid UTF-8 at byte {e.start}", recoding_hint(raw))
             continue
         if "\x00" in text:  # (UTF-16 without a byte-order mark decodes as UTF-8: indexed as "G l a c i e r s")
-            problem(f"{f}", "NUL bytes in the text", recoding_hint(raw))
+            problem(f"{f}", "NUL bytes in the text", recoding_hint(raw, decoded=True))
             continue
         title, text = markdown_title(text) if f.suffix.lower() in _MARKDOWN else ("", text)
         _add(docs, Document(str(f.relative_to(path)), text.strip(), title), str(f), problem)
@@ -415,7 +415,7 @@ def _single_text(p: Path) -> tuple[list[Document], LoadReport]:
     except UnicodeDecodeError as e:
         raise InputError(f"{p}: bytes that are not valid UTF-8 at byte {e.start}; {recoding_hint(raw)}") from None
     if "\x00" in text:  # (UTF-16 without a byte-order mark decodes as UTF-8: indexed as "G l a c i e r s")
-        raise InputError(f"{p}: NUL bytes in the text; {recoding_hint(raw)}")
+        raise InputError(f"{p}: NUL bytes in the text; {recoding_hint(raw, decoded=True)}")
     # (read as a folder's file is: a Markdown file's front matter and first heading are its title)
     title, text = markdown_title(text) if p.suffix.lower() in _MARKDOWN else ("", text)
     _add(docs, Document(p.name, text.strip(), title), str(p), problem)

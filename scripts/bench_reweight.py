@@ -56,6 +56,8 @@ from attnrank.rerank.position import (
 from attnrank.rerank.profile import measure_slot_profile
 from attnrank.rerank.reweight import (
     Reweighting,
+    content_free_last,
+    content_free_spans,
     reweighted_document_scores,
 )
 from attnrank.rerank.terms import tokenized_query_terms
@@ -136,11 +138,14 @@ class Scorer:
         key = (qid, cfg, profile)
         if key not in self._scores:
             s = np.zeros(len(self.cands[qid]))
+            empty = np.zeros(len(self.cands[qid]), dtype=bool)
             for w, toks in zip(self.windows[qid], self.strings[qid]):
                 s[w.doc_index] = reweighted_document_scores(
                     w, toks, self.terms(qid, cfg.idf_unit), cfg, use_filter=True, slot_profile=profile
                 )
-            self._scores[key] = s
+                empty[w.doc_index] = content_free_spans(w, toks)
+            # (as the reranker scores: a candidate sink filtering reads no token of goes last over the list)
+            self._scores[key] = content_free_last(s, empty.tolist()) if cfg.sink else s
         return self._scores[key]
 
     def run(self, cfg: Reweighting, profile: SlotProfile | None = None, qids=None) -> dict:

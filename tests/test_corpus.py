@@ -518,9 +518,14 @@ def test_the_recoding_hint_tells_utf16_from_a_stray_nul():
     """A UTF-8 file holding one NUL was told to iconv -f latin1 (which turns "Café" into "CafÃ©")."""
     from attnrank.records import recoding_hint
 
-    assert recoding_hint("Café\x00 au lait, ".encode() * 30).startswith("remove its NUL bytes")  # (a stray NUL)
-    assert recoding_hint("abc".encode("utf-16-le")).startswith("it is UTF-16")
-    assert recoding_hint(b"caf\xe9").startswith("re-encode the file as UTF-8")
+    assert recoding_hint("Café au lait, \x00".encode() * 3, decoded=True).startswith("remove its NUL bytes")
+    assert recoding_hint("abcdef".encode("utf-16-le")).startswith("it is UTF-16")
+    # Russian in UTF-16 without a byte-order mark is valid UTF-8: NULs only after its spaces (12 %)
+    russian = "Привет мир, как дела? Всё хорошо, спасибо.".encode("utf-16-le")
+    assert russian.decode("utf-8") and recoding_hint(russian, decoded=True).startswith("it is UTF-16")
+    assert recoding_hint("第 1 章: 中文 文本, 没有 字节 顺序 标记.".encode("utf-16-le")).startswith("it is UTF-16")
+    assert recoding_hint(b"caf\xe9 \x00").startswith("re-encode the file as UTF-8")  # (Latin-1, a stray NUL)
+    assert recoding_hint(b"").startswith("re-encode the file as UTF-8")
 
 
 def test_a_jsonl_document_of_invisible_characters_is_refused(tmp_path):

@@ -46,7 +46,8 @@ def _loading(what: str) -> Iterator[None]:
     except AttnrankError as e:
         raise StageError(f"loading {what}: {e}") from None
     except OSError as e:  # (a file it may not read: Ray's multi-line actor-death traceback at the driver)
-        raise StageError(f"loading {what}: {e.strerror or e}: {e.filename}") from None
+        where = f": {e.filename}" if e.filename else ""
+        raise StageError(f"loading {what}: {e.strerror or e}{where}") from None
 
 
 def load_index(path: str | Path, tag: str | None = None) -> HybridRetriever:

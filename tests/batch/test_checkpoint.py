@@ -974,3 +974,11 @@ def test_query_ids_of_a_dict_are_checked_as_a_file_reads_them(fake_ray, tmp_path
     with pytest.raises(InputError, match=re.escape(message)):
         run_batch(queries, BatchConfig(str(index), mode="bm25"), output=tmp_path / "run.trec", progress=False)
     assert fake_ray["calls"] == 0
+
+
+def test_an_os_error_naming_no_file_is_one_line_without_a_none(tmp_path):
+    """The one line read "No space left on device: None" where the error named no file."""
+    from attnrank.batch.stages import StageError, _loading
+
+    with pytest.raises(StageError, match=r"^loading the index: No space left on device$"), _loading("the index"):
+        raise OSError(28, "No space left on device")

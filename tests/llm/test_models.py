@@ -498,9 +498,14 @@ def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tiny_dir, 
     assert config.local_model_folder("attnrank-test/sharded") is None
     (sharded / "model-00002-of-00002.safetensors").write_bytes(b"")
     assert config.local_model_folder("attnrank-test/sharded") == sharded
-    # a repo shipping .bin shards too, downloaded with its safetensors only: one whole index is enough
+    # a repo shipping .bin shards too, downloaded with its safetensors only: whole, as transformers
+    # reads the safetensors index where there is one
     (sharded / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"a": "pytorch_model-1.bin"}}))
     assert config.local_model_folder("attnrank-test/sharded") == sharded
+    # downloaded with its .bin only: transformers still reads the safetensors index, whose shards are not there
+    (sharded / "model-00002-of-00002.safetensors").unlink()
+    (sharded / "pytorch_model-1.bin").write_bytes(b"")
+    assert config.local_model_folder("attnrank-test/sharded") is None
     clear_llm_cache()
     loaded = load_llm("attnrank-test/tiny", dtype="float32")
     assert offline_hub.tried == []
