@@ -56,12 +56,21 @@ def kfold_splits(
     Why links: LoCoMo questions about one conversation share evidence turns, and SciFact repeats
     some claims with their judgements; dealt one by one, 313 of 394 test questions of a LoCoMo
     fold had an evidence turn relevant to a training question."""
+    return _dealt(items, folds, seed, None if links is None else _linked_sets(items, links))
+
+
+def _dealt(items: Sequence[T], folds: int, seed: int, sets: list[list[int]] | None) -> list[Split[T]]:
+    """:func:`kfold_splits` of ``items`` with the linked ``sets`` (positions; None: each item alone)."""
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
-    sets = _linked_sets(items, order, links)
-    check_folds(folds, len(sets), "items" if links is None else "sets of linked items")
+    if sets is None:
+        groups = [[j] for j in order]
+    else:  # each set in the shuffled order, the sets by their first member's turn
+        turn = {j: t for t, j in enumerate(order)}
+        groups = sorted((sorted(m, key=turn.__getitem__) for m in sets), key=lambda m: turn[m[0]])
+    check_folds(folds, len(groups), "items" if sets is None else "sets of linked items")
     tests: list[list[int]] = [[] for _ in range(folds)]
-    for members in sets:
+    for members in groups:
         min(tests, key=len).extend(members)  # (min: the first of the smallest)
     out = []
     for i, test in enumerate(tests):
@@ -70,13 +79,8 @@ def kfold_splits(
     return out
 
 
-def _linked_sets(
-    items: Sequence[T], order: list[int], links: Callable[[T], Iterable[Hashable]] | None
-) -> list[list[int]]:
-    """The positions of ``items`` in ``order``, grouped into sets that share a link (each set in
-    ``order``, the sets ordered by their first member)."""
-    if links is None:
-        return [[j] for j in order]
+def _linked_sets(items: Sequence[T], links: Callable[[T], Iterable[Hashable]]) -> list[list[int]]:
+    """The positions of ``items`` grouped into sets that share a link, directly or through others."""
     parent = list(range(len(items)))
 
     def root(j: int) -> int:
@@ -86,12 +90,11 @@ def _linked_sets(
         return j
 
     owner: dict[Hashable, int] = {}
-    for j in order:
-        for key in links(items[j]):
-            first = owner.setdefault(key, j)
-            parent[root(j)] = root(first)
+    for j, item in enumerate(items):
+        for key in links(item):
+            parent[root(j)] = root(owner.setdefault(key, j))
     sets: dict[int, list[int]] = {}
-    for j in order:
+    for j in range(len(items)):
         sets.setdefault(root(j), []).append(j)
     return list(sets.values())
 
@@ -104,11 +107,10 @@ def labelled_splits(
     none larger than a fold; else (a few documents relevant to many queries, as in a FAQ, whose
     folds would be lopsided: 96 of 100 queries tested by a model trained on 4) dealt one by one,
     warned once."""
-    links = links or relevant_links()
     check_folds(folds, len(items), "items")
-    sets = _linked_sets(items, list(range(len(items))), links)
+    sets = _linked_sets(items, links or relevant_links())
     if len(sets) >= folds and max(map(len, sets)) <= math.ceil(len(items) / folds):
-        return kfold_splits(items, folds, seed=seed, links=links)
+        return _dealt(items, folds, seed, sets)
     if (len(items), folds) not in _WARNED:
         _WARNED.add((len(items), folds))
         logger.warning(
@@ -118,7 +120,7 @@ def labelled_splits(
             len(items),
             folds,
         )
-    return kfold_splits(items, folds, seed=seed)
+    return _dealt(items, folds, seed, None)
 
 
 _WARNED: set[tuple[int, int]] = set()
