@@ -378,9 +378,8 @@ def _report_and_fit(examples, learner, l2, gate, folds, seed, desc, rr, current:
     )  # (came out all 0: preset signals keeps equal weights)
     text = [*_table(rows, header), *_few_queries(len(examples), fused=True), *_fused_scored_below(ndcg, len(examples))]
     text.append(_what_registering_changes(ndcg, current, weights.base_scored_below_equal(), no_base))
-    if (
-        current and not no_base
-    ):  # (preset signals took the model without attention, or kept equal weights, by these figures)
+    # (preset signals took the model without attention, or kept equal weights, by these figures)
+    if current and not no_base:
         text.append(CHOSEN_ON_THESE)
     return "\n".join(text), weights
 

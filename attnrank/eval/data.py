@@ -33,9 +33,8 @@ def read_qrels(path: str | Path) -> Qrels:
     p = Path(path)
     if p.is_dir():  # a BEIR folder: prefer test, then dev, then train
         found = qrels_splits(p)
-        if (
-            len(found) > 1
-        ):  # (logged at INFO, never shown by `attnrank eval`: the other splits' queries went unscored unsaid)
+        # (a warning: logged at INFO, never shown by `attnrank eval`, the other splits' queries went unscored unsaid)
+        if len(found) > 1:
             logger.warning(
                 "%s: reading the qrels of %s (beside %s); give the qrels file to read another",
                 p,
