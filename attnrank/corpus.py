@@ -327,18 +327,24 @@ def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Docum
         if not encodable(str(f.relative_to(path))):  # (a Latin-1 name: named as such, not as the text's surrogate)
             problem(f"{path}", f"the file name {str(f.relative_to(path))!r} is not valid UTF-8", "rename the file")
             continue
-        raw = f.read_bytes()
-        try:
-            text = raw.decode("utf-8-sig")  # without a leading byte-order mark
-        except UnicodeDecodeError as e:
-            problem(f"{f}", f"bytes that are not valid UTF-8 at byte {e.start}", recoding_hint(raw))
-            continue
-        if "\x00" in text:  # (UTF-16 without a byte-order mark decodes as UTF-8: indexed as "G l a c i e r s")
-            problem(f"{f}", "NUL bytes in the text", recoding_hint(raw, decoded=True))
-            continue
-        title, text = markdown_title(text) if f.suffix.lower() in _MARKDOWN else ("", text)
-        _add(docs, Document(str(f.relative_to(path)), text.strip(), title), str(f), problem)
+        _add_text_file(docs, f, str(f.relative_to(path)), problem)
     return _finish(docs, report)
+
+
+def _add_text_file(docs: dict[str, Document], f: Path, doc_id: str, problem: _Problems) -> None:
+    """The text file ``f`` as the document ``doc_id`` (UTF-8, a leading byte-order mark left out; a
+    Markdown file's front matter and first heading are its title), or its problem."""
+    raw = f.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        problem(f"{f}", f"bytes that are not valid UTF-8 at byte {e.start}", recoding_hint(raw))
+        return
+    if "\x00" in text:  # (UTF-16 without a byte-order mark decodes as UTF-8: indexed as "G l a c i e r s")
+        problem(f"{f}", "NUL bytes in the text", recoding_hint(raw, decoded=True))
+        return
+    title, text = markdown_title(text) if f.suffix.lower() in _MARKDOWN else ("", text)
+    _add(docs, Document(doc_id, text.strip(), title), str(f), problem)
 
 
 def _finish(docs: dict[str, Document], report: LoadReport) -> tuple[list[Document], LoadReport]:
@@ -408,15 +414,5 @@ def _refuse_json_array(p: Path) -> None:
 
 def _single_text(p: Path) -> tuple[list[Document], LoadReport]:
     docs, report = dict[str, Document](), LoadReport(str(p))
-    problem = _Problems(report, False)
-    raw = p.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: bytes that are not valid UTF-8 at byte {e.start}; {recoding_hint(raw)}") from None
-    if "\x00" in text:  # (UTF-16 without a byte-order mark decodes as UTF-8: indexed as "G l a c i e r s")
-        raise InputError(f"{p}: NUL bytes in the text; {recoding_hint(raw, decoded=True)}")
-    # (read as a folder's file is: a Markdown file's front matter and first heading are its title)
-    title, text = markdown_title(text) if p.suffix.lower() in _MARKDOWN else ("", text)
-    _add(docs, Document(p.name, text.strip(), title), str(p), problem)
+    _add_text_file(docs, p, p.name, _Problems(report, False))  # (read as a folder's file is)
     return _finish(docs, report)
