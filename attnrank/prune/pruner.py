@@ -77,7 +77,7 @@ from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
 from ..rerank.resolve import resolve_config_heads
-from ..rerank.reweight import content_free_last, content_mask, sink_filtered_rows
+from ..rerank.reweight import content_free_last, content_mask, sink_filtered_rows, spans_without
 from ..types import Document, as_documents, check_unicode
 from .config import PruneConfig
 from .context import (
@@ -408,5 +408,5 @@ class ContextPruner:
             )
         if self.sink:
             mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans, labelled=False)
-            return sink_filtered_rows(w.real, w.null, mask), [not mask[s:e].any() for s, e in spans]
+            return sink_filtered_rows(w.real, w.null, mask), spans_without(mask, spans)
         return w.rows, [False] * len(spans)

@@ -259,8 +259,12 @@ def reweighted_document_scores(
 def content_free_spans(window: WindowRows, token_strings: Sequence[str | None]) -> list[bool]:
     """For each of ``window``'s spans, whether it holds no content token (:func:`content_mask`):
     what sink filtering reads none of, put last over the whole ranking by :func:`content_free_last`."""
-    mask = content_mask(token_strings, window.spans, labelled=window.labelled)
-    return [not mask[s:e].any() for s, e in window.spans]
+    return spans_without(content_mask(token_strings, window.spans, labelled=window.labelled), window.spans)
+
+
+def spans_without(mask: np.ndarray, spans: Sequence[Span]) -> list[bool]:
+    """For each of ``spans``, whether ``mask`` holds none of its tokens."""
+    return [not mask[s:e].any() for s, e in spans]
 
 
 def content_free_last(scores: np.ndarray, empty: Sequence[bool]) -> np.ndarray:
