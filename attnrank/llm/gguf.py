@@ -1,13 +1,17 @@
 """The packaged GGUF default, de-quantized once into a cached float32 folder.
 
 transformers de-quantizes a GGUF on every load (~20-30 s on CPU), so the float32 weights, config
-and tokenizer are written once to ``config.cache_dir()/models/<name>-<hash12>/`` (atomically,
-verified bit for bit against the in-memory model) and later loads read that folder.
+and tokenizer are written once to ``config.cache_dir()/models/<name>-<hash12>-<versions>/``
+(atomically, verified bit for bit against the in-memory model) and later loads read that folder.
+The versions of transformers and gguf that de-quantized it are part of its name: a copy written by
+others keeps their tensor mapping (a fix to it never reached a cached model), and one written by a
+newer transformers may not load in an older one.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import json
 import logging
 import os
@@ -76,6 +80,15 @@ def ensure_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
         if not cache_complete(folder):
             remove_killed_builds(folder, "a de-quantizing build")
             build_gguf_cache(gguf, folder, digest)
+            older = other_copies(folder, digest)
+            if older:  # (left: another environment on other versions may still read them)
+                logger.info(
+                    "other de-quantized copies of %s, written by other versions of transformers or gguf, take "
+                    "%.0f MB: %s; delete them if no other Python environment here uses them",
+                    gguf.name,
+                    sum(f.stat().st_size for p in older for f in p.iterdir() if f.is_file()) / 1e6,
+                    ", ".join(str(p) for p in older),
+                )
 
 
 def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
@@ -144,8 +157,38 @@ def _verify_cache(model: Any, folder: Path) -> None:
 
 
 def gguf_cache_dir(gguf: Path, digest: str | None = None) -> Path:
+    """Where ``gguf``'s de-quantized copy is cached: named by the file's SHA-256 (``digest``, computed
+    if not given) and by the versions of the libraries that de-quantize it (:func:`reader_versions`)."""
     digest = digest or file_sha256(gguf)
-    return config.cache_dir() / "models" / f"{gguf.stem}-{digest[:12]}"
+    return config.cache_dir() / "models" / f"{gguf.stem}-{digest[:12]}-{reader_versions()}"
+
+
+def reader_versions() -> str:
+    """The versions of transformers and gguf installed here, as a cache folder's name holds them
+    ("transformers-5.1.0-gguf-0.17.1"; "none" for a package that is not installed)."""
+    out = []
+    for name in ("transformers", "gguf"):
+        try:
+            out.append(f"{name}-{importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{name}-none")
+    return "-".join(out)
+
+
+def other_copies(folder: Path, digest: str) -> list[Path]:
+    """Complete de-quantized copies of the same GGUF (``digest``) beside ``folder``, written by other
+    versions of transformers or gguf (or, without a version in their name, before it was added)."""
+    stem = folder.name.removesuffix(f"-{reader_versions()}")
+    found = []
+    for p in sorted(folder.parent.iterdir()):
+        if p == folder or not p.name.startswith(stem) or not p.is_dir() or not cache_complete(p):
+            continue
+        try:
+            if json.loads((p / _META).read_text(encoding="utf-8")).get("sha256") == digest:
+                found.append(p)
+        except (OSError, ValueError, AttributeError):
+            continue
+    return found
 
 
 _META = "attnrank.json"

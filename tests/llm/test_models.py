@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -278,7 +279,7 @@ def _fake_gguf(tmp_path: Path, monkeypatch) -> tuple[Path, torch.nn.Module]:
 def test_gguf_cache_round_trip(tmp_path, monkeypatch):
     gguf, model = _fake_gguf(tmp_path, monkeypatch)
     llm = load_llm(str(gguf), dtype="float32")  # compared bit for bit with the float32 source
-    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{llm.fingerprint[:12]}"
+    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{llm.fingerprint[:12]}-{llm_gguf.reader_versions()}"
     assert llm.fingerprint == hashlib.sha256(gguf.read_bytes()).hexdigest()
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
@@ -293,9 +294,34 @@ def test_gguf_cache_round_trip(tmp_path, monkeypatch):
     assert load_llm(str(gguf)).fingerprint == llm.fingerprint
 
 
+def test_gguf_cache_of_other_library_versions_is_not_read(tmp_path, monkeypatch, caplog):
+    """The cache was named by the GGUF's hash alone: a copy de-quantized by an older transformers
+    (whose tensor mapping a later release fixed) was read for ever after an upgrade, and one written
+    by a newer transformers was read by an older one. Each pair of versions has its own copy now, and
+    a first load says where the others lie (it does not delete them: another environment may use them)."""
+    import importlib.metadata
+
+    gguf, _ = _fake_gguf(tmp_path, monkeypatch)
+    first = llm_gguf.gguf_cache_dir(gguf)
+    assert importlib.metadata.version("transformers") in first.name
+    load_llm(str(gguf))
+    assert llm_gguf.cache_complete(first)
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "99.0.0" if name == "transformers" else real(name)
+    )
+    clear_llm_cache()
+    with caplog.at_level(logging.INFO, logger="attnrank.llm.gguf"):
+        load_llm(str(gguf))
+    second = llm_gguf.gguf_cache_dir(gguf)
+    assert second != first and "transformers-99.0.0" in second.name
+    assert llm_gguf.cache_complete(second) and llm_gguf.cache_complete(first)
+    assert str(first) in caplog.text and "delete them if no other Python environment" in caplog.text
+
+
 def test_gguf_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
     gguf, _ = _fake_gguf(tmp_path, monkeypatch)
-    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{load_llm(str(gguf)).fingerprint[:12]}"
+    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{load_llm(str(gguf)).fingerprint[:12]}-{llm_gguf.reader_versions()}"
     (folder / "model.safetensors").unlink()
     clear_llm_cache()
     assert load_llm(str(gguf)).num_layers == 2 and (folder / "model.safetensors").is_file()
@@ -305,7 +331,7 @@ def test_gguf_cache_with_a_file_cut_short_is_rebuilt(tmp_path, monkeypatch):
     """A power loss before the cache was on disk could leave its files present but short (or
     empty): every later load failed on them, and the cache was never rebuilt."""
     gguf, _ = _fake_gguf(tmp_path, monkeypatch)
-    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{load_llm(str(gguf)).fingerprint[:12]}"
+    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{load_llm(str(gguf)).fingerprint[:12]}-{llm_gguf.reader_versions()}"
     assert llm_gguf.cache_complete(folder)
     weights = folder / "model.safetensors"
     size = weights.stat().st_size
@@ -336,7 +362,7 @@ def test_gguf_cache_build_removes_what_killed_builds_left(tmp_path, monkeypatch)
 
     gguf, _ = _fake_gguf(tmp_path, monkeypatch)
     models = config.cache_dir() / "models"
-    folder = models / f"tiny.Q4_0-{fingerprint.file_sha256(gguf)[:12]}"
+    folder = models / f"tiny.Q4_0-{fingerprint.file_sha256(gguf)[:12]}-{llm_gguf.reader_versions()}"
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
