@@ -307,9 +307,7 @@ def test_gguf_cache_of_other_library_versions_is_not_read(tmp_path, monkeypatch,
     load_llm(str(gguf))
     assert llm_gguf.cache_complete(first)
     real = importlib.metadata.version
-    monkeypatch.setattr(
-        importlib.metadata, "version", lambda name: "99.0.0" if name == "transformers" else real(name)
-    )
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "99.0.0" if name == "transformers" else real(name))
     clear_llm_cache()
     with caplog.at_level(logging.INFO, logger="attnrank.llm.gguf"):
         load_llm(str(gguf))
@@ -321,7 +319,8 @@ def test_gguf_cache_of_other_library_versions_is_not_read(tmp_path, monkeypatch,
 
 def test_gguf_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
     gguf, _ = _fake_gguf(tmp_path, monkeypatch)
-    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{load_llm(str(gguf)).fingerprint[:12]}-{llm_gguf.reader_versions()}"
+    load_llm(str(gguf))
+    folder = llm_gguf.gguf_cache_dir(gguf)
     (folder / "model.safetensors").unlink()
     clear_llm_cache()
     assert load_llm(str(gguf)).num_layers == 2 and (folder / "model.safetensors").is_file()
@@ -331,7 +330,8 @@ def test_gguf_cache_with_a_file_cut_short_is_rebuilt(tmp_path, monkeypatch):
     """A power loss before the cache was on disk could leave its files present but short (or
     empty): every later load failed on them, and the cache was never rebuilt."""
     gguf, _ = _fake_gguf(tmp_path, monkeypatch)
-    folder = config.cache_dir() / "models" / f"tiny.Q4_0-{load_llm(str(gguf)).fingerprint[:12]}-{llm_gguf.reader_versions()}"
+    load_llm(str(gguf))
+    folder = llm_gguf.gguf_cache_dir(gguf)
     assert llm_gguf.cache_complete(folder)
     weights = folder / "model.safetensors"
     size = weights.stat().st_size
