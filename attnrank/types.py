@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import unicodedata
@@ -260,6 +261,30 @@ def check_ids(documents: Sequence[Document]) -> None:
         if d.id in seen:
             raise InputError(f"duplicate document id {d.id!r}; document ids must be unique")
         seen.add(d.id)
+
+
+def check_indexable(documents: Sequence[Document]) -> None:
+    """What :func:`attnrank.corpus.load_corpus` refuses in a file, refused in documents given to an
+    index build: ids (:func:`check_ids`), a document with no text or title (indexed, it was a dense
+    hit for unrelated queries, and every reranker refused the results that held it), and text,
+    title or metadata that is not valid Unicode (found after the BM25 build, by the embedder or by
+    the save)."""
+    check_ids(documents)
+    for i, d in enumerate(documents):
+        if not has_text(d):
+            raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before indexing")
+        try:
+            meta = json.dumps(d.metadata, ensure_ascii=False, default=str)
+        except (TypeError, ValueError) as e:  # (keys that are not text, a circular reference)
+            raise InputError(
+                f"document #{i} ({d.id!r}) has metadata that cannot be written as JSON ({e}); give a dict with "
+                "string keys"
+            ) from None
+        if not encodable(d.id, d.title or "", str(d.text), meta):
+            raise InputError(
+                f"document #{i} ({d.id!r}) holds a lone surrogate (a \\ud800-style escape or bytes that are not "
+                "UTF-8) in its id, title, text or metadata; fix or re-encode it as UTF-8"
+            )
 
 
 def is_blank(text: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import IndexFormatError
 from ..types import Document
-from .bm25 import BM25Index, BM25Params
+from .bm25 import BM25Index
 from .dense import DenseIndex, recorded_probe, recorded_prompts
 from .settings import attnrank_version
 from .store import corpus_checksum, read_docs
@@ -48,30 +48,28 @@ def dense_settings(
 
 def manifest_info(
     docs: Sequence[Document],
-    bm25_params: BM25Params,
     bm25: BM25Index,
     dense: DenseIndex,
     *,
-    embedder: str | None,
-    dense_kind: str,
     fusion: dict[str, Any],
     build: dict,
 ) -> dict:
     """What an index's manifest records besides its files: the attnrank version, the document
-    count and corpus checksum, the BM25 and dense settings with what each index holds, the
-    ``fusion`` settings and the ``build`` timings."""
+    count and corpus checksum, the BM25 and dense settings each index was built with (read from
+    the indexes themselves, which the files come from), the ``fusion`` settings and the ``build``
+    timings."""
     return {
         "attnrank_version": attnrank_version(),
         "num_docs": len(docs),
         "corpus_sha256": corpus_checksum(docs),
         "bm25": {
-            **bm25_params.__dict__,
+            **bm25.params.__dict__,
             "tokenizer": bm25.tokenizer_config.to_dict(),
             "vocab_size": len(bm25.vocab),
         },
         "dense": dense_settings(
-            embedder=embedder,
-            kind=dense_kind,
+            embedder=dense.model_name,
+            kind=dense.kind,
             backend=dense.built_with,
             dim=dense.dim,
             probe=dense.probe,

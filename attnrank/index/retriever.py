@@ -13,7 +13,7 @@ import numpy as np
 from ..config import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORM, RRF_K, fault_point
 from ..corpus import load_corpus
 from ..errors import IndexFormatError, InputError
-from ..types import Document, RankedResults, ScoredDocument, check_ids, is_count
+from ..types import Document, RankedResults, ScoredDocument, check_indexable, is_count
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
 from .components import mangled, manifest_info, read_components
@@ -123,7 +123,7 @@ class HybridRetriever:
         docs = list(docs)
         if not docs:
             raise InputError("cannot index an empty corpus (0 documents); give at least one document")
-        check_ids(docs)
+        check_indexable(docs)
         texts = [d.full_text for d in docs]
         t0 = time.perf_counter()
         bm25 = BM25Index(self.bm25_params, resolve_config(self.stopwords, self.stemmer)).index(texts)
@@ -192,6 +192,8 @@ class HybridRetriever:
         self, queries: Sequence[str], candidates, k: int, mode: str = "hybrid", query_ids: Sequence[str] | None = None
     ) -> list[RankedResults]:
         """Turn :meth:`candidates` output into results with the current fusion settings."""
+        if not is_count(k):  # (a negative k reached the slicing: k=-1 dropped the last result)
+            raise InputError(f"k={k!r} must be a positive integer (the number of results per query)")
         sparse, dense = candidates
         return [
             self._fuse_one(q, None if query_ids is None else query_ids[i], i, sparse, dense, mode, k)
@@ -298,8 +300,8 @@ class HybridRetriever:
     def embedder_folder(self) -> list[Path]:
         """The embedder's own folder where it is a local one (else none): a save never replaces it,
         as it does the corpus (--force replaced it, and the index recorded a model it had just deleted)."""
-        folder = Path(self.embedder).expanduser() if self.embedder else None
-        return [folder] if folder is not None and folder.exists() else []
+        names = {self.embedder, self.dense.model_name if self.dense is not None else None}
+        return [f for f in (Path(n).expanduser() for n in sorted(filter(None, names))) if f.exists()]
 
     def _loaded_from(self, path: Path) -> bool:
         """Whether this retriever was loaded from the folder ``path`` (another spelling of it too:
@@ -320,16 +322,19 @@ class HybridRetriever:
             "depth": self.depth,
             "mode": self.mode,
         }
-        return manifest_info(
-            self.docs,
-            self.bm25_params,
-            self.bm25,
-            self.dense,
-            embedder=self.embedder,
-            dense_kind=self.dense_kind,
-            fusion=fusion,
-            build=self.build_info,
-        )
+        built = {
+            "bm25_params": (self.bm25_params, self.bm25.params),
+            "embedder": (self.embedder, self.dense.model_name),
+            "dense_kind": (self.dense_kind, self.dense.kind),
+        }
+        changed = [f"{k}={new!r} (built with {old!r})" for k, (new, old) in built.items() if new != old]
+        if changed:  # (the manifest recorded them, and the folder then failed to load as corrupted)
+            logger.warning(
+                "%s changed since the index was built; the save records what it was built with, and they "
+                "apply at the next index()",
+                ", ".join(changed),
+            )
+        return manifest_info(self.docs, self.bm25, self.dense, fusion=fusion, build=self.build_info)
 
     @classmethod
     def load(

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
 
 from attnrank.errors import IndexFormatError, InputError
+from attnrank.index.bm25 import BM25Params
 from attnrank.index.retriever import HybridRetriever
 from attnrank.index.store import read_manifest
 from attnrank.types import Document, RankedResults
@@ -258,8 +260,48 @@ def test_query_that_is_not_valid_unicode(built_retriever, mode):
 
 
 def test_document_that_is_not_valid_unicode():
-    with pytest.raises(InputError, match="text #1 .* not valid Unicode"):
+    with pytest.raises(InputError, match=r"document #1 \('b'\) holds a lone surrogate"):
         HybridRetriever().index([Document("a", "fine"), Document("b", "bad \ud800 text")], show_progress=False)
+
+
+@pytest.mark.parametrize("text", ["", "  \n", "\u200b", "\ufeff\u00ad"])
+def test_a_document_without_text_is_refused_before_the_build(text):
+    """load_corpus refused a blank document in a file, but index() took one given in Python: it was
+    then a dense hit for unrelated queries, and every reranker refused the results that held it."""
+    docs = [Document("a", "glaciers retreat"), Document("b", text), Document("c", "ice sheets")]
+    with pytest.raises(InputError, match=r"document #1 \('b'\) has no text; drop empty documents before indexing"):
+        HybridRetriever().index(docs, show_progress=False)
+    assert HybridRetriever().index([Document("t", "", title="A title alone")], show_progress=False).num_docs == 1
+
+
+def test_metadata_that_json_cannot_write_is_refused_before_the_build():
+    with pytest.raises(InputError, match=r"document #0 \('a'\) has metadata that cannot be written as JSON"):
+        HybridRetriever().index([Document("a", "text", metadata={(1, 2): "tuple key"})], show_progress=False)
+    with pytest.raises(InputError, match="lone surrogate"):
+        HybridRetriever().index([Document("a", "text", metadata={"k": "bad \udcff"})], show_progress=False)
+
+
+def test_a_save_records_the_settings_the_index_was_built_with(tmp_path, built_retriever, caplog):
+    """Settings changed on a loaded retriever went into the manifest while the files kept what the
+    index was built with: the save replaced a good index with one refused at load as corrupted."""
+    built_retriever.save(tmp_path / "ix")
+    r = HybridRetriever.load(tmp_path / "ix")
+    before = r.search(QUERY, 5, mode="bm25")
+    r.bm25_params = BM25Params(k1=1.2)
+    with caplog.at_level(logging.WARNING, logger="attnrank.index.retriever"):
+        r.save(tmp_path / "ix")
+    assert "bm25_params=" in caplog.text and "apply at the next index()" in caplog.text
+    again = HybridRetriever.load(tmp_path / "ix")
+    assert again.bm25_params == BM25Params() and again.search(QUERY, 5, mode="bm25").ids == before.ids
+
+
+@pytest.mark.parametrize("k", [0, -1, -3])
+def test_fuse_refuses_a_k_below_one(built_retriever, k):
+    """fuse() took any k: -1 gave all but the last result in bm25 mode, -3 three in hybrid, 0 none."""
+    candidates = built_retriever.candidates([QUERY], 5)
+    with pytest.raises(InputError, match=f"k={k} must be a positive integer"):
+        built_retriever.fuse([QUERY], candidates, k)
+    assert len(built_retriever.fuse([QUERY], candidates, 3)[0].ids) == 3
 
 
 @pytest.mark.parametrize("mode", ["dense", "hybrid"])

@@ -23,6 +23,7 @@ from attnrank.index.sharded import (
     merge_stats,
 )
 from attnrank.index.tokenize import TokenizerConfig, tokenize_all
+from attnrank.types import Document
 
 TOK = TokenizerConfig(stemmer="none")
 
@@ -168,7 +169,10 @@ def test_bad_settings_are_refused(scifact_docs, tmp_path):
     dup = list(scifact_docs[:3]) + [scifact_docs[0]]
     with pytest.raises(InputError, match="duplicate document id"):
         ShardedIndexer(shards=2).build(dup, tmp_path / "y")
-    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    blank = list(scifact_docs[:3]) + [Document("blank", "\u200b")]  # (refused by load_corpus, taken here)
+    with pytest.raises(InputError, match=r"document #3 \('blank'\) has no text"):
+        ShardedIndexer(shards=2).build(blank, tmp_path / "z")
+    assert not any((tmp_path / n).exists() for n in "xyz")
 
 
 def test_top_k_keeps_lowest_indexes_among_ties():
@@ -284,7 +288,6 @@ def test_small_shards_with_global_idf_load(tmp_path):
     (log(2n + 2)): a valid build of many small shards must load and score as the single index."""
     from attnrank.index.bm25 import BM25Index
     from attnrank.index.tokenize import resolve_config
-    from attnrank.types import Document
 
     docs = [Document(f"d{i}", f"word{i} word{i} word{i} common text here") for i in range(20)]
     rng = np.random.default_rng(0)

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...corpus import load_corpus
 from ...errors import InputError
-from ...types import Document, check_ids, is_count
+from ...types import Document, check_indexable, is_count
 from ..bm25 import BM25Index
 from ..components import dense_settings
 from ..embed import embedder_probe, encode, load_embedder, role_prompts
@@ -276,7 +276,7 @@ class ShardedIndexer:
             raise InputError(
                 f"--shards {self.shards} exceeds the {len(docs)} documents; use at most {len(docs)} shards"
             )
-        check_ids(docs)
+        check_indexable(docs)
         if embeddings is not None:
             self._check_embeddings(embeddings, len(docs))
 
