@@ -48,8 +48,9 @@ from ..errors import InputError
 DEFAULT_MAX_WORDS = 64
 WORD_CHARS = 32  # characters of a run without spaces counted as one word when sentences are cut to max_words
 
-_OPENERS = "\"'“‘«([{「『（【《〈"
-_CLOSERS = "\"'”’»)]}」』）】》〉"
+# (German closes quotes with “ and ‘, which open them in English: „Nein.“ ended no sentence)
+_OPENERS = "\"'“‘„‚«»([{「『（【《〈"
+_CLOSERS = "\"'”’“‘»«)]}」』）】》〉"
 # Stops of scripts without the Latin period (Devanagari's danda and double danda, the Arabic question
 # mark, the Urdu full stop, Ethiopic and Myanmar full stops): sentences of Hindi or Urdu had run into
 # 64-word chunks of several hundred tokens, which a pruning budget then skipped whole
@@ -58,7 +59,9 @@ _CJK_STOPS = "。！？｡．" + _SCRIPT_STOPS  # CJK text puts no space after a
 # (the fullwidth full stop of Japanese technical writing only after kana or a kanji: "３．１４",
 # "１．はじめに" and "Ｖｅｒ．２" keep theirs)
 _STOP = r"(?:[。！？｡" + _SCRIPT_STOPS + r"]|(?<=[\u3040-\u30ff\u3400-\u9fff])．)"
-_END = re.compile(r"(?:[.!?…]|" + _STOP + r")+[" + re.escape(_CLOSERS) + r"]*")
+# French sets its closing guillemet after a space ("« Non. » Puis"): taken where the space or the
+# end follows it (German's »Nein« opens with it: "sagte. »Nein" keeps its split before »)
+_END = re.compile(r"(?:[.!?…]|" + _STOP + r")+(?:[ \u00a0\u202f][»›](?=\s|$))?[" + re.escape(_CLOSERS) + r"]*")
 _TERMINAL = re.compile(r"[.!?…][" + re.escape(_CLOSERS) + r"]*(?:\s|$)|" + _STOP)
 # \r before a line break is whitespace: Windows line ends must not hide blank lines or fence ends
 # (CommonMark: a backtick fence's info string holds no backtick, or "```x``` y" is an inline span;
@@ -73,6 +76,7 @@ _LIST_MARKER = re.compile(r"\s*\(?(?:\d{1,3}|[a-zA-Z])[.)]")
 _INITIAL_LINE = re.compile(r"[ \t]*[A-Z]\.[ \t]+[A-Z][a-z]")  # "J. Smith": an initial, or item "A." of a list
 _HEADING = re.compile(r"[ \t]*#{1,6}[ \t]+\S")
 _WORD = re.compile(r"\S+")
+_LATIN_WORD = re.compile(r"[A-Za-z]+")
 _ACRONYM = re.compile(r"(?:[a-z]\.)+[a-z]")
 
 
@@ -306,18 +310,33 @@ def _is_boundary(text: str, start: int, m: re.Match, b: int) -> bool:
         return True
     if text[k].islower():
         return False
-    if m.group() != ".":  # ! ? … runs, and periods followed by a closing quote/bracket
+    run = m.group()
+    if run[-1] in "»›" and run[-2:-1].isspace():  # (a French closing guillemet: "etc. »" is an abbreviation's)
+        run = run[:-2]
+    if run != ".":  # ! ? … runs, and periods followed by a closing quote/bracket
         return True
-    if _LIST_MARKER.fullmatch(text[start : m.end()]):
+    # (matched in place, never sliced to the end: a copy per period made a paragraph of 800 KB
+    # with many abbreviations take 13 s)
+    if _LIST_MARKER.fullmatch(text, start, m.end()):
         return False
-    last = text[start : m.start()].rsplit(None, 1)[-1:] or [""]
-    word = last[0].lstrip(_OPENERS).lower()
+    word = _word_before(text, start, m.start()).lstrip(_OPENERS).lower()
     if word in _NEVER:
         return False
     if word in _AMBIGUOUS or len(word) == 1 and word.isalpha() or _ACRONYM.fullmatch(word):
-        nxt = re.match(r"[A-Za-z]+", text[k:b])
+        nxt = _LATIN_WORD.match(text, k, b)
         return nxt is not None and nxt.group().lower() in _OPENER_WORDS
     return True
+
+
+def _word_before(text: str, start: int, end: int) -> str:
+    """The last whitespace-separated word of ``text[start:end]`` ("" if none), found by scanning
+    back from ``end``."""
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    j = end
+    while j > start and not text[j - 1].isspace():
+        j -= 1
+    return text[j:end]
 
 
 def _line_chunks(text: str, a: int, b: int, max_words: int) -> list[tuple[int, int]]:

@@ -295,3 +295,23 @@ def test_the_stops_of_other_scripts_end_sentences(text, n):
     sentences = split_sentences(text)
     assert len(sentences) == n, sentences
     assert all(text[s.start : s.end] == s.text for s in sentences)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # French sets its closing guillemet after a (no-break) space: it went to the next sentence
+        ("Il a dit : « Non. » Puis il partit.", ["Il a dit : « Non. »", "Puis il partit."]),
+        ("Il a dit : «\u00a0Quoi\u00a0?\u00a0» Puis rien.", ["Il a dit : «\u00a0Quoi\u00a0?\u00a0»", "Puis rien."]),
+        # German closes with “ and ‘ (English openers): no sentence ended
+        ("Er sagte: „Nein.“ Dann ging er.", ["Er sagte: „Nein.“", "Dann ging er."]),
+        ("Er sagte: ‚Nein.‘ Dann ging er.", ["Er sagte: ‚Nein.‘", "Dann ging er."]),
+        # German's »…« opens with »: the split before it stays
+        ("Er sagte. »Nein.« Dann ging er.", ["Er sagte.", "»Nein.«", "Dann ging er."]),
+        # an abbreviation before a spaced guillemet is still one
+        ("Il a vu M. » Dupont.", ["Il a vu M. » Dupont."]),
+        ('He said "Yes." Then he left.', ['He said "Yes."', "Then he left."]),
+    ],
+)
+def test_quotes_of_french_and_german_close_their_sentences(text, expected):
+    assert [s.text for s in split_sentences(text)] == expected
