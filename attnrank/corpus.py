@@ -278,7 +278,17 @@ def _files(path: Path) -> list[Path]:
     """Every file name under ``path``, in linked folders too (``rglob`` does not enter them: a
     corpus of linked folders lost their documents), each real folder walked once (no loops); hidden
     files and folders (a name starting with ".") left out: Jupyter's checkpoints and an editor's
-    trash hold copies, which became documents of their own."""
+    trash hold copies, which became documents of their own. A folder reached both by its own path
+    and through a link is read at its own path, so that its documents' ids do not depend on the
+    order the file system lists folders in (they did: ``alias/x.txt`` here, ``real/x.txt`` on a copy)."""
+
+    def visible(dirs: list[str]) -> list[str]:  # (hidden: .ipynb_checkpoints, .trash, .git copies)
+        return sorted(d for d in dirs if not d.startswith("."))
+
+    direct = set()  # the folders under path reached without a link
+    for root, dirs, _ in os.walk(path):
+        dirs[:] = visible(dirs)
+        direct.add(os.path.realpath(root))
     seen: set[str] = set()
     found = []
     for root, dirs, names in os.walk(path, followlinks=True):
@@ -287,9 +297,13 @@ def _files(path: Path) -> list[Path]:
             dirs[:] = []
             continue
         seen.add(real)
-        dirs[:] = [d for d in dirs if not d.startswith(".")]  # (hidden: .ipynb_checkpoints, .trash, .git copies)
+        dirs[:] = [d for d in visible(dirs) if not (os.path.islink(os.path.join(root, d)) and _real(root, d) in direct)]
         found += [Path(root) / n for n in names if not n.startswith(".")]
     return sorted(found)
+
+
+def _real(root: str, name: str) -> str:
+    return os.path.realpath(os.path.join(root, name))
 
 
 def read_text_dir(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:

@@ -154,6 +154,21 @@ def test_a_text_folder_reads_linked_folders_and_refuses_record_files_without_a_c
         load_corpus(parts)
 
 
+def test_a_folder_reached_by_its_path_and_by_a_link_is_read_at_its_path(tmp_path):
+    """The first path os.walk reached a folder by claimed it, in the file system's listing order:
+    the same corpus gave ids "a_alias/x.txt" here and "b_real/x.txt" on a copy, and qrels written
+    for one no longer matched the other (exit 0)."""
+    corpus = tmp_path / "corpus"
+    (corpus / "b_real").mkdir(parents=True)
+    (corpus / "b_real" / "x.txt").write_text("real text")
+    (corpus / "a_alias").symlink_to(corpus / "b_real")
+    (corpus / "a" / "deeper").mkdir(parents=True)
+    (corpus / "a" / "deeper" / "link").symlink_to(corpus / "c")
+    (corpus / "c").mkdir()
+    (corpus / "c" / "y.txt").write_text("more text")
+    assert [d.id for d in load_corpus(corpus)[0]] == ["b_real/x.txt", "c/y.txt"]
+
+
 def test_duplicate_id_names_file_and_line(tmp_path):
     p = tmp_path / "c.jsonl"
     p.write_text('{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n{"id": "a", "text": "z"}\n')
