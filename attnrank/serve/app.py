@@ -22,9 +22,11 @@ from ..llm.statestore import StoreDamagedError, StoreSetupError
 require("fastapi", "serve", "attnrank serve")
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .engine import Engine
 from .jobs import Cancelled, QueueFull
@@ -60,11 +62,11 @@ def create_app(
         title="attnrank",
         description="Attention reranking, retrieval, pruning and answering.",
         lifespan=lifespan,
-        max_body_size=2 * server.limits.max_prune_body_bytes,
-    )  # backstop (no Content-Length)
+    )  # (no max_body_size: FastAPI puts its own limit before every middleware, answered in plain text)
     app.state.server = server
     app.add_middleware(
         BodyLimitMiddleware,
+        limits=server.limits,
         max_body_bytes=server.limits.max_body_bytes,
         by_path={
             "/v1/prune": (
@@ -131,6 +133,16 @@ def _install_errors(app: FastAPI) -> None:
         # the inputs are left out of the detail: one may be bytes or NaN (no JSON), or the whole body
         detail = [{k: err[k] for k in ("type", "loc", "msg") if k in err} for err in e.errors()]
         return JSONResponse({"message": _invalid_message(request, e.errors()), "detail": detail}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException) -> Response:
+        if e.status_code == 400:  # FastAPI's "error parsing the body": bytes not UTF-8, JSON nested past Python's limit
+            return _message(
+                422,
+                "the body could not be read as JSON (it is not UTF-8, or nests too deeply); send one JSON object "
+                "in UTF-8",
+            )
+        return await http_exception_handler(request, e)  # (a 404 or 405 as FastAPI answers it)
 
     @app.exception_handler(ClientGone)
     async def _gone(request: Request, e: ClientGone) -> Response:

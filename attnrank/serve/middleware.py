@@ -2,7 +2,8 @@
 
 :class:`BodyLimitMiddleware` answers 413 (JSON message naming ``max_body_bytes``) before reading
 a body whose ``Content-Length`` is too large, and for a body without a length (chunked) as soon
-as the bytes read pass the limit; FastAPI's own ``max_body_size`` stays behind it as a backstop.
+as the bytes read pass the limit (the only body limit: FastAPI's own ``max_body_size`` ran before it and
+answered in plain text). It also lends the app's limits to the request models (``schemas.REQUEST_LIMITS``).
 :class:`AccessLogMiddleware` writes one log line per request, when its last byte is sent
 (streams included).
 
@@ -18,6 +19,8 @@ import logging
 import time
 from typing import Any
 from urllib.parse import quote
+
+from .schemas import REQUEST_LIMITS, Limits
 
 logger = logging.getLogger("attnrank.serve.access")
 
@@ -77,13 +80,27 @@ class BodyLimitMiddleware:
     server reads the chunked body then, whatever length was declared, and a small declared length
     let any body past the limit."""
 
-    def __init__(self, app: Any, max_body_bytes: int, by_path: dict[str, tuple[int, str, str]] | None = None):
+    def __init__(
+        self,
+        app: Any,
+        max_body_bytes: int,
+        by_path: dict[str, tuple[int, str, str]] | None = None,
+        limits: Limits | None = None,
+    ):
         self.app, self.max_body_bytes, self.by_path = app, max_body_bytes, dict(by_path or {})
+        self.limits = limits
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        token = REQUEST_LIMITS.set(self.limits)  # (the request models count their lists against them)
+        try:
+            await self._limited(scope, receive, send)
+        finally:
+            REQUEST_LIMITS.reset(token)
+
+    async def _limited(self, scope: dict, receive: Any, send: Any) -> None:
         path = str(scope.get("path", ""))
         root = str(scope.get("root_path", ""))
         if root and path.startswith(root):  # (behind a proxy's prefix: uvicorn --root-path)

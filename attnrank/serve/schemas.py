@@ -10,13 +10,41 @@ queries.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from ..config import DEFAULT_BUDGET_TOKENS
+from ..errors import AttnrankError
 from ..types import Document
+
+
+class LimitExceeded(AttnrankError):
+    """A request over one of the server's limits (answered 413)."""
+
+
+def count_limit(name: str, n: int, limit: int) -> None:
+    """Refuse ``n`` documents (or index hits) over the server's ``max_documents``."""
+    if n > limit:
+        raise LimitExceeded(f"{name}={n} > max_documents={limit}; ask for at most {limit} documents")
+
+
+# The limits of the app a request is for, set by its body-limit middleware: a body's lists are
+# counted before their items are validated. A body of 60 MB within max_body_bytes held 4.7 million
+# one-letter documents, whose validation took 26 s and 3.3 GB (the server answered nothing else)
+# before the count refused them.
+REQUEST_LIMITS: ContextVar[Limits | None] = ContextVar("attnrank_request_limits", default=None)
+
+
+def _counted(data: Any, field: str) -> Any:
+    """``data`` (a request body as parsed JSON), once its list ``field`` is within the limits."""
+    limits = REQUEST_LIMITS.get()
+    if limits is not None and isinstance(data, dict) and isinstance(data.get(field), list):
+        # (LimitExceeded is no ValueError: pydantic passes it on, answered 413 as the routes' own count)
+        count_limit(field, len(data[field]), limits.max_documents)
+    return data
 
 
 class TextDocument(BaseModel):
@@ -70,6 +98,11 @@ class CohereRerankRequest(BaseModel):
         None, description="Cohere v2's request priority (its SDK sends it where given): accepted, not used."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _count(cls, data: Any) -> Any:
+        return _counted(data, "documents")
+
     @model_validator(mode="after")
     def _supported(self) -> CohereRerankRequest:
         """Refuse what Cohere's API takes and this server cannot do: each was dropped without a
@@ -113,6 +146,11 @@ class TEIRerankRequest(BaseModel):
         description="TEI's side a cut text keeps: the reranker keeps a text's start (Right); Left with truncate "
         "is refused.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count(cls, data: Any) -> Any:
+        return _counted(data, "texts")
 
     @model_validator(mode="after")
     def _supported(self) -> TEIRerankRequest:
@@ -167,6 +205,11 @@ class PruneRequest(BaseModel):
     )
     keep_ratio: float | None = Field(None, gt=0, le=1, strict=True)  # (JSON true is no ratio; 1 is)
     neighbours: int = Field(0, ge=0, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count(cls, data: Any) -> Any:
+        return _counted(data, "documents")
 
 
 class AskRequest(BaseModel):

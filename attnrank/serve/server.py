@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import AttnrankError, InputError, require
+from ..errors import InputError, require
 from ..llm.texts import holds_special, tokenize
 from ..types import check_unicode, is_blank
 
@@ -17,13 +17,9 @@ from fastapi import Request
 
 from .engine import Engine
 from .jobs import Job, JobQueue
-from .schemas import Limits
+from .schemas import LimitExceeded, Limits, count_limit
 
 CLIENT_CLOSED = 499  # nginx's "client closed request": never seen by the client, shown in the log
-
-
-class LimitExceeded(AttnrankError):
-    """A request over one of the server's limits (answered 413)."""
 
 
 class ClientGone(Exception):
@@ -111,9 +107,7 @@ class Server:
 
     def check_count(self, name: str, n: int) -> None:
         """``n`` index hits asked for (``top_k``/``depth``) within ``max_documents``."""
-        lim = self.limits.max_documents
-        if n > lim:
-            raise LimitExceeded(f"{name}={n} > max_documents={lim}; ask for at most {lim} documents")
+        count_limit(name, n, self.limits.max_documents)
 
     def truncate(self, texts: list[str], max_tokens: int | None) -> list[str]:
         """Cut each text after ``max_tokens`` model tokens (at a token boundary)."""
