@@ -67,18 +67,25 @@ def reranker_settings(
             )
         own[key] = extra.pop(key)
     settings = {**own, **extra}
-    if own["scorer"] == "sum" and str(settings.get("config") or "").strip().lower() == "learned":
-        # (saved, scorer "sum" reads back as the preset's: components saved before 2026-12-05 wrote it by default)
-        raise InputError(
-            "scorer='sum' with preset 'learned' (reranker_kwargs['config']) scores the plain head sum, not the "
-            "learned weights; drop scorer, or use preset 'qrhead' for the head sum"
-        )
     for key in ("heads", "scorer"):  # None: the preset's (heads: the fused weights', else the registered set, else all)
         if own[key] is None:
             del settings[key]
     for k, v in settings.items():
         _check_basic(k, v)
     built = built_settings(settings)  # YAML's [[layer, head], ...] as pairs, a reweight dict as Reweighting
+    config = built.get("config")
+    learned = (
+        config.scorer == "learned"
+        if isinstance(config, RerankConfig)
+        else str(config or "").strip().lower() == "learned"
+    )
+    if own["scorer"] == "sum" and learned:
+        # (saved, scorer "sum" reads back as the preset's: components saved before 2026-12-05 wrote it by
+        # default; a configuration given as a dict was not looked into, and changed scorer on reload)
+        raise InputError(
+            "scorer='sum' with a learned-weights configuration (reranker_kwargs['config']) scores the plain head "
+            "sum, not the learned weights; drop scorer, or use preset 'qrhead' for the head sum"
+        )
     # the configuration they describe, built now (no model loads): a misspelt option was saved in the
     # pipeline's YAML and refused only at warm_up or the first run (the other adapters refuse it here)
     resolved_settings(built, RerankConfig)

@@ -47,7 +47,7 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..prune.context import check_budget, check_neighbours
-from ..types import Document, ScoredDocument
+from ..types import Document, ScoredDocument, has_text
 from .shared import (
     check_depth,
     check_reranker_settings,
@@ -174,6 +174,8 @@ class AttnrankPruner(BaseDocumentCompressor):
             Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""), metadata=dict(d.metadata))
             for i, d in enumerate(documents)
         ]
+        if not any(map(has_text, docs)):  # (nothing to prune or return, as an empty one beside others; not an error)
+            return []
         with model_lock(self._pruner):
             pruned = self._pruner.prune(
                 query, docs, budget_tokens=self.budget_tokens, keep_ratio=self.keep_ratio, neighbours=self.neighbours

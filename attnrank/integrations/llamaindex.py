@@ -46,7 +46,7 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from ..prune.context import check_budget, check_neighbours, is_split
-from ..types import Document, ScoredDocument
+from ..types import Document, ScoredDocument, has_text
 from .shared import (
     built_settings,
     check_depth,
@@ -119,7 +119,11 @@ def _check_picklable(adapter: Any, kind: str) -> None:
         )
 
 
-def _query(query_bundle: QueryBundle | None) -> str:
+def _query(query_bundle: QueryBundle | str | None) -> str:
+    """The query of a postprocessor call; a string given where the bundle goes (``postprocess_nodes(nodes,
+    "question")``, as the README's examples read) is the query itself (it raised an AttributeError)."""
+    if isinstance(query_bundle, str):
+        return query_bundle
     if query_bundle is None:
         raise InputError(
             "no query given to the attnrank postprocessor; call postprocess_nodes(nodes, "
@@ -301,12 +305,13 @@ class AttnrankPruner(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         query = _query(query_bundle)
-        if not nodes:
+        docs = _documents(nodes)
+        if not any(map(has_text, docs)):  # (nothing to prune or return, as an empty one beside others; not an error)
             return []
         with model_lock(self._pruner):
             pruned = self._pruner.prune(
                 query,
-                _documents(nodes),
+                docs,
                 budget_tokens=self.budget_tokens,
                 keep_ratio=self.keep_ratio,
                 neighbours=self.neighbours,

@@ -85,13 +85,14 @@ class PrunedContext:
 
     @property
     def compression(self) -> float:
-        """original_tokens / kept_tokens (inf when nothing was kept)."""
+        """original_tokens / kept_tokens (inf when nothing was kept; 1 when there was nothing to keep:
+        passages of titles alone)."""
         kept = self.kept_tokens
-        return self.original_tokens / kept if kept else math.inf
+        return self.original_tokens / kept if kept else (math.inf if self.original_tokens else 1.0)
 
     @property
     def achieved_ratio(self) -> float:
-        return self.kept_tokens / self.original_tokens if self.original_tokens else 0.0
+        return self.kept_tokens / self.original_tokens if self.original_tokens else 1.0  # (titles alone: all kept)
 
     def check_kept(self) -> None:
         """:class:`InputError` where the passages had sentences and none fits the budget: an

@@ -78,7 +78,7 @@ from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
 from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_free_last, content_mask, sink_filtered_rows, spans_without
-from ..types import Document, as_documents, check_unicode
+from ..types import Document, as_documents, check_unicode, is_blank
 from .config import PruneConfig
 from .context import (
     PrunedContext,
@@ -258,6 +258,8 @@ class ContextPruner:
         of :mod:`attnrank.prune.probe`. With ``token_filter=False`` a row sums to the
         ``method="query"`` score."""
         _, chunks, scored = self._prepare(query, docs, sentences)
+        if not scored:  # (titles alone: no sentence, no pass)
+            return scored, np.zeros((0, len(self.capturer.heads)), dtype=np.float32)
         feats = self._score(query, chunks, scored, features=True)
         assert feats is not None  # features=True always fills them
         return scored, feats
@@ -291,8 +293,12 @@ class ContextPruner:
                 else d
                 for d, pre in zip(documents, sentences)
             ]
-        if not any(sents):
+        # (titles alone: nothing to prune, and each comes back with its title, as beside a passage with text;
+        # refused, a retrieval of image nodes or title-only records failed a whole chain)
+        if not any(sents) and all(is_blank(d.title or "") for d in documents):
             raise InputError(f"the {len(documents)} document(s) hold no text to prune; pass non-empty passages")
+        if not any(sents):
+            return documents, [], []
         chunks = self._plan(query, documents, sents)
         return documents, chunks, scored_sentences(documents, sents, chunks)
 

@@ -141,6 +141,21 @@ def test_numpy_counts_are_kept_as_ints(tmp_path):
     json.dumps(ranker.to_dict())
 
 
+def test_heads_given_as_tuples_dump_as_plain_yaml(demo_index):
+    """Pairs given as tuples were stored as given: Pipeline.dumps() wrote !!python/tuple tags, which
+    yaml.safe_load refuses, against the components' promise of basic types only."""
+    pipe = Pipeline()
+    pipe.add_component("ranker", AttnrankRanker(heads=[(0, 1), (1, 2)], reranker_kwargs={"reweight": {}}))
+    pipe.add_component(
+        "retriever", AttnrankRetriever(str(demo_index), heads=((0, 1),), reranker_kwargs={"max_doc_words": 40})
+    )
+    data = yaml.safe_load(pipe.dumps())
+    assert data["components"]["ranker"]["init_parameters"]["heads"] == [[0, 1], [1, 2]]
+    assert data["components"]["retriever"]["init_parameters"]["heads"] == [[0, 1]]
+    again = Pipeline.loads(pipe.dumps()).get_component("ranker")
+    assert again._settings["heads"] == AttnrankRanker(heads=[(0, 1), (1, 2)])._settings["heads"]
+
+
 def test_the_components_leave_the_scorer_to_the_preset():
     """The components always passed their default scorer="sum", which turned preset "learned"
     (given in reranker_kwargs) into the plain head sum over all heads, still named "learned"."""
@@ -152,9 +167,17 @@ def test_the_components_leave_the_scorer_to_the_preset():
     # an explicit "sum" with preset learned is refused: saved, "sum" reads back as the preset's
     # (components saved before wrote it by default), so it would change meaning on load
     for name in ("learned", " Learned "):  # (a preset name is read as preset_for reads it)
-        with pytest.raises(InputError, match="scorer='sum' with preset 'learned'"):
+        with pytest.raises(InputError, match="scorer='sum' with a learned-weights configuration"):
             AttnrankRanker(scorer="sum", reranker_kwargs={"config": name})
     assert AttnrankRanker(scorer="sum")._settings["scorer"] == "sum"  # with another preset: applied
+    # the same configuration given as a dict (as to_dict writes one) was not looked into: "sum" was taken,
+    # and read back as None after a save, the learned weights scored instead
+    from attnrank.integrations.shared import stored_settings
+
+    as_dict = stored_settings({"config": RerankConfig.preset("learned")})["config"]
+    assert isinstance(as_dict, dict)
+    with pytest.raises(InputError, match="scorer='sum' with a learned-weights configuration"):
+        AttnrankRanker(scorer="sum", reranker_kwargs={"config": as_dict})
 
 
 def test_components_saved_before_the_scorer_default_changed_load_as_they_were_meant(demo_index):

@@ -168,6 +168,18 @@ def test_pruner_metadata_has_no_nan_when_everything_fits(settings, demo_docs, qu
         assert len(scores) == len(d.metadata["kept_sentences"]) and all(math.isfinite(s) for s in scores)
 
 
+def test_pruner_returns_documents_of_titles_alone_and_drops_empty_ones(settings, query):
+    """A retrieval of title-only (or empty) documents made compress_documents raise "no text to
+    prune", where the same documents beside one with text came back (titles) or were left out."""
+    pruner = AttnrankPruner(budget_tokens=40, model=settings["model"])
+    titled = LCDocument(page_content="", metadata={"title": "Only a title"})
+    out = pruner.compress_documents([titled, LCDocument(page_content=" \n ")], query)
+    assert [(d.page_content, d.metadata["title"], d.metadata["kept_sentences"]) for d in out] == [
+        ("", "Only a title", [])
+    ]
+    assert pruner.compress_documents([LCDocument(page_content=" \n ")], query) == []
+
+
 def test_pruner_budget_is_checked_when_made(settings):
     with pytest.raises(InputError, match="budget_tokens=0"):  # was refused only at the first query
         AttnrankPruner(budget_tokens=0, model=settings["model"])

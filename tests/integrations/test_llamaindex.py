@@ -88,6 +88,22 @@ def test_pruner_round_trips_through_to_dict(settings, demo_docs, query):
     assert AttnrankPruner.from_dict(custom.to_dict(), pruner=post._pruner).budget_tokens == 40
 
 
+def test_postprocessors_take_the_query_given_where_the_bundle_goes(settings, demo_docs, query):
+    """postprocess_nodes(nodes, "question") raised AttributeError: 'str' object has no attribute
+    'query_str'; a string there is the query. A pruner given title-only nodes returns them."""
+    nodes = [NodeWithScore(node=TextNode(text=d.text, id_=d.id), score=0.0) for d in demo_docs[:3]]
+    post = AttnrankRerank(top_n=2, **settings)
+    assert [n.node.id_ for n in post.postprocess_nodes(nodes, query)] == [
+        n.node.id_ for n in post.postprocess_nodes(nodes, query_str=query)
+    ]
+    pruner = AttnrankPruner(keep_ratio=0.5, model=settings["model"])
+    assert len(pruner.postprocess_nodes(nodes, query)) >= 1
+    titled = [NodeWithScore(node=TextNode(text="", metadata={"title": "Only a title"}), score=1.0)]
+    out = pruner.postprocess_nodes(titled, query)
+    assert [(n.node.get_content(), n.node.metadata["kept_sentences"]) for n in out] == [("", [])]
+    assert pruner.postprocess_nodes([NodeWithScore(node=TextNode(text="  "), score=1.0)], query) == []
+
+
 def test_query_engine_with_echo_llm(settings, demo_index, query, offline_tokenizer):
     """Retriever -> rerank -> prune in a RetrieverQueryEngine whose mock LLM echoes its prompt: the
     answer holds exactly the context the postprocessors let through."""

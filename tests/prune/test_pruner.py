@@ -644,6 +644,24 @@ def test_a_passage_of_a_title_alone_stays_in_the_pruned_context(llm):
     assert [d.id for d in res.documents()] == ["paris"]
 
 
+
+def test_passages_of_titles_alone_come_back_with_their_titles(llm):
+    """Beside a passage with text a title-only one came back; alone (a retrieval of title-only
+    records or image nodes) they were refused as "no text to prune", and a whole chain failed."""
+    docs = [Document("t", "", "Paris is the capital of France"), Document("empty", "  ")]
+    for budget in ({"budget_tokens": 40}, {"keep_ratio": 0.5}):
+        res = ContextPruner(llm).prune(QUERY, docs, **budget)
+        res.check_kept()
+        assert res.kept_all and (res.compression, res.achieved_ratio) == (1.0, 1.0)
+        assert [(d.id, d.title, d.text, d.metadata["kept_sentences"]) for d in res.documents()] == [
+            ("t", docs[0].title, "", [])
+        ]
+    scored, feats = ContextPruner(llm).sentence_features(QUERY, docs[:1])
+    assert scored == [] and feats.shape == (0, llm.num_layers * llm.num_heads)
+    with pytest.raises(InputError, match="hold no text to prune"):  # (neither text nor title: nothing at all)
+        ContextPruner(llm).prune(QUERY, docs[1:], budget_tokens=40)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [({"method": "probe"}, "no sentence probe"), ({"heads": "auto"}, "head set is registered")],

@@ -22,7 +22,7 @@ from attnrank.integrations.haystack import (
     to_attnrank,
     to_haystack,
 )
-from attnrank.integrations.shared import model_lock, rank_text_first, shared_reranker, without_scores
+from attnrank.integrations.shared import model_lock, rank_text_first, shared_reranker, stored_settings, without_scores
 
 
 @component
@@ -72,10 +72,11 @@ class AttnrankRanker:
         return default_to_dict(
             self,
             model=self.model,
-            heads=self.heads,
+            # (tuples as lists: pairs given as tuples were dumped as !!python/tuple, which safe YAML refuses)
+            heads=stored_settings({"heads": self.heads})["heads"],
             scorer=self.scorer,
             top_k=self.top_k,
-            reranker_kwargs=self.reranker_kwargs,
+            reranker_kwargs=stored_settings(self.reranker_kwargs),
         )
 
     @classmethod

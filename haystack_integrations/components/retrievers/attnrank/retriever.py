@@ -13,7 +13,14 @@ require("haystack", "haystack", "the attnrank Haystack retriever")  # before hay
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from attnrank.integrations.haystack import check_top_k, from_index, legacy_scorer, reranker_settings
-from attnrank.integrations.shared import check_depth, model_lock, renamed, shared_index, shared_reranker
+from attnrank.integrations.shared import (
+    check_depth,
+    model_lock,
+    renamed,
+    shared_index,
+    shared_reranker,
+    stored_settings,
+)
 
 
 @component
@@ -76,9 +83,10 @@ class AttnrankRetriever:
             depth=self.depth,
             rerank=self.rerank,
             model=self.model,
-            heads=self.heads,
+            # (tuples as lists: pairs given as tuples were dumped as !!python/tuple, which safe YAML refuses)
+            heads=stored_settings({"heads": self.heads})["heads"],
             scorer=self.scorer,
-            reranker_kwargs=self.reranker_kwargs,
+            reranker_kwargs=stored_settings(self.reranker_kwargs),
         )
 
     @classmethod
