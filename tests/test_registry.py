@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -487,14 +488,32 @@ def test_saving_the_scores_of_a_loaded_set_again(roots):
 
 def test_registry_writes_are_fsynced(roots, monkeypatch):
     """The registry holds detections and trained weights that cannot be regenerated cheaply."""
+    import os
+    import stat
+
     import attnrank.files
 
-    synced = []
+    synced: list[tuple[str, Path]] = []
     real = attnrank.files.os.fsync
-    monkeypatch.setattr(attnrank.files.os, "fsync", lambda fd: synced.append(fd) or real(fd))
-    save_head_set("org/m", FP, "copy", ["0-1"])
-    save_artifact("head-weights", "org/m", FP, {"v": 1})
-    assert len(synced) >= 2  # at least one per registry write
+
+    def spy(fd):  # what each fsync reached: the written file, or a folder (for the rename)
+        kind = "folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
+        synced.append((kind, Path(os.readlink(f"/proc/self/fd/{fd}"))))
+        return real(fd)
+
+    monkeypatch.setattr(attnrank.files.os, "fsync", spy)
+    for write in (
+        lambda: save_head_set("org/m", FP, "copy", ["0-1"]),
+        lambda: save_artifact("head-weights", "org/m", FP, {"v": 1}),
+    ):
+        synced.clear()
+        saved = Path(write())
+        # the file's bytes before the rename, then its folder (a power loss could leave an empty file,
+        # or bring the old one back): the count alone (>= 2 over both writes) passed without either
+        kinds = [k for k, _ in synced]
+        assert "file" in kinds and ("folder", saved.parent) in synced, synced
+        assert kinds.index("file") < synced.index(("folder", saved.parent))
+        assert all(p.parent == saved.parent for k, p in synced if k == "file")
 
 
 def test_cli_detect_qr_refuses_queries_without_a_relevant_candidate(roots, tiny_dir, tmp_path, scifact_mini):

@@ -63,17 +63,6 @@ def test_build_store_keeps_a_users_files_beside_a_states_json(tmp_path, header):
     assert (folder / "thesis.tex").read_text() == "keep me" and (folder / "states.json").read_text() == header
 
 
-def test_a_store_attnrank_wrote_is_removed_file_by_file(tmp_path):
-    from attnrank.llm.statestore_write import remove_store
-
-    folder = tmp_path / "ps"
-    folder.mkdir()
-    (folder / "states.json").write_text('{"format": "attnrank-passage-states"}')
-    (folder / "keys.npy").write_bytes(b"x")
-    remove_store(folder)
-    assert not folder.exists()
-
-
 def test_targets_read_the_cells_they_name():
     rows = [
         _row("dl19", 20, "full", "bfloat16", 1.5),
@@ -96,6 +85,26 @@ def test_the_machine_probe_is_a_positive_rate():
     for dtype in ("bfloat16", "float32", "int8"):
         rate = probe_gflops(dtype, n=64, reps=2)
         assert math.isfinite(rate) and rate > 0
+
+
+def test_the_machine_probe_counts_the_flops_of_its_products_in_the_cells_precision(monkeypatch):
+    """Only a positive rate was checked: a probe in float32 for a bfloat16 cell, or one counting n**2
+    operations a product, passed. Over a clock that moves 0.5 s a reading, the rate is exact."""
+    import itertools
+
+    import torch
+
+    from attnrank.speed import timing
+
+    clock = itertools.count(step=0.5)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    made = []
+    real = torch.randn
+    monkeypatch.setattr(timing.torch, "randn", lambda *a, **kw: made.append(kw["dtype"]) or real(*a, **kw))
+    for dtype, kind in (("bfloat16", torch.bfloat16), ("float32", torch.float32), ("int8", torch.float32)):
+        made.clear()
+        assert probe_gflops(dtype, n=64, reps=3) == 2 * 64**3 * 3 / 0.5 / 1e9
+        assert made == [kind, kind]
 
 
 def _interleaved(

@@ -230,12 +230,15 @@ def test_a_users_own_matplotlib_image_beside_an_explain_page_is_not_replaced(tmp
     """Any matplotlib PNG named explain.png beside attnrank's page passed for explain's image."""
     plt = pytest.importorskip("matplotlib.pyplot", reason="needs the 'plot' extra")
     from attnrank.cli.outputs import is_explain_png
+    from attnrank.explain.render import write_png
 
     write_html(tmp_path / "explain.html", RERANK_QUERY, explained[1], model="tiny")
     fig = plt.figure()
     fig.savefig(tmp_path / "explain.png")  # the user's plot (matplotlib's own Software text)
     plt.close(fig)
     assert not is_explain_png(tmp_path / "explain.png")
+    # and attnrank's own image is told as one (else a second explain into the folder refused it)
+    assert is_explain_png(write_png(tmp_path / "ours.png", RERANK_QUERY, explained[1]))
 
 
 def test_the_legend_says_fusion_only_where_the_ranking_fused(explained):

@@ -500,6 +500,7 @@ def test_a_failed_ray_task_stops_the_others_before_the_caller_cleans_up(ray_loca
 
         if i == 0:
             raise ValueError("shard 0 failed")
+        (Path(folder) / f"started-{i}").write_text(str(time.time()))
         time.sleep(10)  # (room for the failure to reach the driver on a loaded machine)
         (Path(folder) / f"written-{i}").write_text("late")
         return i
@@ -509,7 +510,9 @@ def test_a_failed_ray_task_stops_the_others_before_the_caller_cleans_up(ray_loca
     with pytest.raises(Exception, match="shard 0 failed"):
         ex.map(_slow_write, [(i, str(tmp_path)) for i in range(3)])
     time.sleep(max(0.0, 12 - (time.monotonic() - start)))  # past the tasks' writes, had they run on
-    assert list(tmp_path.iterdir()) == []
+    for started in tmp_path.glob("started-*"):  # (and past a late-starting task's: it would write late)
+        time.sleep(max(0.0, float(started.read_text()) + 12 - time.time()))
+    assert list(tmp_path.glob("written-*")) == []
 
 
 def test_a_prompted_embedders_shards_and_merge_embed_as_one_index(tmp_path):

@@ -402,3 +402,32 @@ def test_what_a_store_refuses_is_found_before_anything_is_encoded():
     check_store(sliding, tiny_tokenizer(), docs, max_doc_words=5)  # cut below the window: fine
     with pytest.raises(ModelError, match="one head size"):
         check_store(AttentionCapturer(tiny_latent_attention_model(), [(1, 0)]), tiny_tokenizer(), docs)
+
+
+def test_a_store_attnrank_wrote_is_removed_file_by_file(tmp_path, monkeypatch):
+    """The store's own files are unlinked one by one and the folder removed empty: a file that
+    appears in it after the check (a user's, saved there meanwhile) stops the removal and stays."""
+    import pathlib
+
+    from attnrank.llm.statestore_write import remove_store
+
+    folder = tmp_path / "ps"
+    folder.mkdir()
+    (folder / "states.json").write_text('{"format": "attnrank-passage-states"}')
+    (folder / "keys.npy").write_bytes(b"x")
+    remove_store(folder)
+    assert not folder.exists()
+
+    folder.mkdir()
+    (folder / "states.json").write_text('{"format": "attnrank-passage-states"}')
+    listed = pathlib.Path.iterdir
+
+    def then_a_file_appears(self):
+        names = list(listed(self))
+        (folder / "notes.txt").write_text("keep me")
+        return iter(names)
+
+    monkeypatch.setattr(pathlib.Path, "iterdir", then_a_file_appears)
+    with pytest.raises(OSError):
+        remove_store(folder)
+    assert (folder / "notes.txt").read_text() == "keep me" and not (folder / "states.json").exists()

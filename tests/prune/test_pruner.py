@@ -644,7 +644,6 @@ def test_a_passage_of_a_title_alone_stays_in_the_pruned_context(llm):
     assert [d.id for d in res.documents()] == ["paris"]
 
 
-
 def test_passages_of_titles_alone_come_back_with_their_titles(llm):
     """Beside a passage with text a title-only one came back; alone (a retrieval of title-only
     records or image nodes) they were refused as "no text to prune", and a whole chain failed."""

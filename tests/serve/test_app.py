@@ -288,9 +288,8 @@ def test_queue_full_answers_503_with_retry_after(llm):
         queued = pool.submit(httpx.post, f"{base}/rerank", json=body, timeout=30)
         _wait_for(base, lambda q: q["queued"] == 1)
         before = len(tokenized)
-        t = time.monotonic()
-        r = httpx.post(f"{base}/rerank", json=body, timeout=5)
-        assert r.status_code == 503 and time.monotonic() - t < 5  # refused at once, not after a wait
+        r = httpx.post(f"{base}/rerank", json=body, timeout=5)  # (a wait for room would time out: no 503)
+        assert r.status_code == 503
         assert int(r.headers["Retry-After"]) >= 1 and "queue is full" in r.json()["message"]
         cut = {"query": QUERY, "documents": DOCS, "max_tokens_per_doc": 3}
         assert httpx.post(f"{base}/v1/rerank", json=cut, timeout=5).status_code == 503

@@ -120,7 +120,6 @@ def test_a_server_that_fails_to_start_says_so_at_once():
     """A lifespan startup that raised ended uvicorn's thread at once, and the error read "did not
     start within 30 s"."""
     import contextlib
-    import time
 
     import pytest
     from fastapi import FastAPI
@@ -132,13 +131,11 @@ def test_a_server_that_fails_to_start_says_so_at_once():
         raise RuntimeError("startup failed")
         yield
 
-    t = time.monotonic()
     with (
         pytest.raises(RuntimeError, match="uvicorn stopped while starting"),
         background_server(FastAPI(lifespan=broken), log_level="critical"),
     ):
         pass
-    assert time.monotonic() - t < 20
 
 
 def test_a_job_queued_while_the_queue_closes_is_answered_not_lost():
