@@ -157,6 +157,10 @@ def test_train_likelihood_registers_weights_the_default_preset_reads(home, dl19_
     assert w.max_doc_words == 300 and "fitted to passages cut to" not in caplog.text
     AttentionReranker(rr.llm, max_doc_words=150)  # read from other cuts than fitted to: still scores, warned
     assert "fitted to passages cut to 300 words; this reranker cuts them to 150" in caplog.text
+    # a token cut changes the likelihood too: it was not recorded, and weights applied under one were not warned of
+    caplog.clear()
+    AttentionReranker(rr.llm, max_doc_tokens=8)
+    assert "fitted to passages cut to 300 words; this reranker cuts them to 300 words and 8 tokens" in caplog.text
     again = runner.invoke(app, [*args, "--no-save"])
     assert again.exit_code == 0 and "current registered weights (trained on topics.tsv" in again.output
 

@@ -120,7 +120,7 @@ class AttentionReranker(WindowCapture, FusedScoring):
         if self.fused is not None and not cfg.uses_attention:
             self.fused = self.fused.without_attention()
         if self.fused is not None:
-            self.fused.warn_if_cut_otherwise(cfg.max_doc_words)
+            self.fused.warn_if_cut_otherwise(cfg.max_doc_words, cfg.max_doc_tokens)
             self.fused.warn_if_prompted_otherwise(cfg.prompt_settings())
         # the candidates' embedder runs in the model's precision: the config's, or a given model's
         dtype = cfg.dtype if self._llm is None else str(self._llm.dtype).removeprefix("torch.")

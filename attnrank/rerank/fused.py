@@ -103,6 +103,8 @@ class FusedWeights(AppliedOtherwise, RegistryArtifact):
     heads: list[str] | str | None = None  # the attention feature's heads ("l-h" or "all"; None: not recorded)
     capture: str | None = None  # how that attention was captured (llm.blocks.capture_name; None: not recorded)
     max_doc_words: int | None = None  # the passage cut (words) their LLM feature was read with (None: not recorded)
+    # the token cut beside it (None: none; recorded with max_doc_words, read only where that is recorded)
+    max_doc_tokens: int | None = None
     adapter: str = ""  # the head adapter merged into the model their LLM feature came from (LLM.adapter; "": none)
     # the prompt their attention feature was read from (RerankConfig.prompt_settings; None: not recorded)
     prompt: dict[str, Any] | None = None
@@ -226,6 +228,7 @@ class FusedWeights(AppliedOtherwise, RegistryArtifact):
             signals_version=self.signals_version,
             bm25_stemmer=self.bm25_stemmer,
             max_doc_words=self.max_doc_words,  # (the cut a likelihood among the base features was read with)
+            max_doc_tokens=self.max_doc_tokens,
             adapter=self.adapter,
         )
 

@@ -27,6 +27,7 @@ class _Fitted(Protocol):
     signals_version: int | None
     bm25_stemmer: str | None
     max_doc_words: int | None
+    max_doc_tokens: int | None
     heads: list[str] | str | None
     capture: str | None
     gate: float | None
@@ -98,19 +99,29 @@ class AppliedOtherwise:
             self.TRAIN,
         )
 
-    def warn_if_cut_otherwise(self: _Fitted, max_doc_words: int | None) -> None:
+    def warn_if_cut_otherwise(self: _Fitted, max_doc_words: int | None, max_doc_tokens: int | None = None) -> None:
         """Log a warning when their LLM feature (attention, likelihood) is read from passages cut
-        to other than the ``max_doc_words`` it was fitted with: the scores still rank, but not as
-        they measured. Weights that record no cut are not checked."""
-        if not self.uses_llm or self.max_doc_words is None or self.max_doc_words == max_doc_words:
+        otherwise (``max_doc_words``, ``max_doc_tokens``) than it was fitted with: the scores still
+        rank, but not as they measured. Weights that record no cut are not checked. (The token cut
+        was not recorded: likelihood weights fitted at one and applied at another were not warned of.)"""
+        if not self.uses_llm or self.max_doc_words is None:
             return
+        fitted, used = (self.max_doc_words, self.max_doc_tokens), (max_doc_words, max_doc_tokens)
+        if fitted == used:
+            return
+
+        def cut(words: int | None, tokens: int | None) -> str:
+            return f"{words} words" + ("" if tokens is None else f" and {tokens} tokens")
+
         logger.warning(
-            "the %s were fitted to passages cut to %d words; this reranker cuts them to %s, so they do not "
-            "score as they measured; use max_doc_words=%d (--max-doc-words), or retrain them with %s",
+            "the %s were fitted to passages cut to %s; this reranker cuts them to %s, so they do not "
+            "score as they measured; use max_doc_words=%d and max_doc_tokens=%s (--max-doc-words, --max-doc-tokens), "
+            "or retrain them with %s",
             self.LABEL,
+            cut(*fitted),
+            cut(*used),
             self.max_doc_words,
-            max_doc_words,
-            self.max_doc_words,
+            self.max_doc_tokens,
             self.TRAIN,
         )
 

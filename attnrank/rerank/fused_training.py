@@ -240,6 +240,7 @@ def train_fused(
         # the passage cut their LLM features were read with, where the prompt settings record it
         # (only the CLI set it: weights fitted at one cut and applied at another were not warned of)
         max_doc_words=(prompt or {}).get("max_doc_words") if any(f in LLM_FEATURES for f in features) else None,
+        max_doc_tokens=(prompt or {}).get("max_doc_tokens") if any(f in LLM_FEATURES for f in features) else None,
     )
     # the gate's fallback, and the `signals` preset's model once registered (signals_only), unless
     # the user registered SignalsWeights
