@@ -41,6 +41,7 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,10 +141,18 @@ def _matches(doc: dict[str, Any], model_id: str, fingerprint: str) -> int:
     return int(fp == ANY_FINGERPRINT and _base(doc.get("model_id", "")) == _base(model_id))
 
 
-def _documents(model_id: str, fingerprint: str, root: Path | None, shipped_only: bool = False):
+def _documents(
+    model_id: str,
+    fingerprint: str,
+    root: Path | None,
+    shipped_only: bool = False,
+    holds: Callable[[dict[str, Any]], bool] = lambda doc: True,
+):
     """(source, match level, path, doc) for every matching document, user files first (none with
-    ``shipped_only``); where the user registry holds the model's id under other fingerprints only,
-    that is warned of once."""
+    ``shipped_only``); where the user registry holds what the lookup reads (``holds``) for the
+    model's id under other fingerprints only, that is warned of once. (Read per kind: once any
+    entry was saved under the new fingerprint, weights left under the old one fell back to equal
+    weights without a word.)"""
     roots = [("user", root or user_dir()), ("shipped", SHIPPED_DIR)][1 if shipped_only else 0 :]
     for source, folder in roots:
         others: list[tuple[Path, str]] = []
@@ -152,9 +161,9 @@ def _documents(model_id: str, fingerprint: str, root: Path | None, shipped_only:
             for doc in _read_docs(path):
                 level = _matches(doc, model_id, fingerprint)
                 if level:
-                    found = True
+                    found = found or holds(doc)
                     yield source, level, path, doc
-                elif source == "user" and doc["model_id"] == model_id:
+                elif source == "user" and doc["model_id"] == model_id and holds(doc):
                     others.append((path, doc["fingerprint"]))
         if others and not found:
             _warn_other_fingerprints(model_id, fingerprint, others)
@@ -186,7 +195,7 @@ def _warn_other_fingerprints(model_id: str, fingerprint: str, others: list[tuple
 def load_head_sets(model_id: str, fingerprint: str, *, root: Path | None = None) -> list[HeadSet]:
     """Every head set registered for this model and fingerprint, best first (see module doc)."""
     found = []
-    for source, level, path, doc in _documents(model_id, fingerprint, root):
+    for source, level, path, doc in _documents(model_id, fingerprint, root, holds=lambda d: bool(d.get("sets"))):
         for entry in doc.get("sets", []):
             try:
                 if not isinstance(entry, dict):
@@ -273,7 +282,9 @@ def load_artifact(
     before ``"*"``, then the newest), or None; ``user_only``: a user's, never a shipped one;
     ``shipped_only``: a shipped one (the user registry is not read, nor warned of)."""
     best = None
-    for source, level, _, doc in _documents(model_id, fingerprint, root, shipped_only):
+    for source, level, _, doc in _documents(
+        model_id, fingerprint, root, shipped_only, lambda d: kind in d["artifacts"]
+    ):
         if user_only and source != "user":
             continue
         item = doc.get("artifacts", {}).get(kind)

@@ -81,6 +81,22 @@ def test_entries_kept_under_another_fingerprint_of_the_model_are_warned_of_once(
     assert "another fingerprint" not in caplog.text
 
 
+def test_weights_left_under_an_old_fingerprint_are_warned_of_beside_other_entries_under_the_new(
+    roots, caplog, monkeypatch
+):
+    """The warning went silent once anything was saved under the new fingerprint (a head set from
+    heads detect): the user's likelihood weights, left under the old one, fell back to equal weights
+    without a word. What a lookup reads is looked for under the other fingerprints, kind by kind."""
+    monkeypatch.setattr(registry, "_WARNED", set())
+    save_artifact("likelihood-weights", "/models/m", FP, {"w": 1})
+    save_head_set("/models/m", "b" * 64, "copy", ["0-1"])
+    with caplog.at_level("WARNING", logger="attnrank.registry"):
+        assert load_head_sets("/models/m", "b" * 64)[0].heads == ["0-1"]  # found: nothing to warn of
+        assert "another fingerprint" not in caplog.text
+        assert load_artifact("likelihood-weights", "/models/m", "b" * 64) is None
+    assert caplog.text.count("holds entries for '/models/m' under another fingerprint (aaaaaaaaaaaa") == 1
+
+
 def test_the_shipped_folder_read_for_its_entries_alone_is_not_warned_of_as_the_users(roots, caplog, monkeypatch):
     """Slot profiles read the shipped folder as a user root (its entries alone, under the user's):
     under another fingerprint of the packaged model that warned of the package's own file, "retrain
@@ -89,7 +105,7 @@ def test_the_shipped_folder_read_for_its_entries_alone_is_not_warned_of_as_the_u
 
     monkeypatch.setattr(registry, "_WARNED", set())
     _ship(roots, "smollm2-135m", FP, [], {"slot-profiles": {"payload": {"profiles": {}}}}, name="packaged.json")
-    save_artifact("likelihood-weights", "smollm2-135m", "c" * 64, {"w": 1})  # the user's, under other weights
+    save_artifact("slot-profiles", "smollm2-135m", "c" * 64, {"profiles": {}})  # the user's, under other weights
     with caplog.at_level("WARNING", logger="attnrank.registry"), pytest.raises(InputError, match="no raw-attention"):
         load_stored_profile("smollm2-135m", "b" * 64, calibrated=False)
     assert "packaged.json" not in caplog.text
