@@ -16,6 +16,22 @@ from .registry_save import save_artifact
 logger = logging.getLogger(__name__)
 
 
+def warn_if_scored_otherwise(label: str, recorded: int | None, current: int, retrain: str) -> None:
+    """Log a warning where the ``label`` were fitted to scores of another version of attnrank's
+    scoring (``recorded``; ``current``: :data:`attnrank.rerank.versions.SCORING_VERSION`): they still
+    score, but not as they measured. Weights that record none (fitted before it was) are not checked."""
+    if recorded is None or recorded == current:
+        return
+    logger.warning(
+        "the %s were fitted to scores of version %d of attnrank's scoring; this attnrank computes version %d "
+        "(attnrank.rerank.versions.SCORING_VERSION), so they do not score as they measured; retrain them with %s",
+        label,
+        recorded,
+        current,
+        retrain,
+    )
+
+
 def warn_if_set_otherwise(label: str, recorded: dict[str, Any] | None, now: dict[str, Any], retrain: str) -> None:
     """Log a warning naming each setting in ``recorded`` (how the ``label``, e.g. ``"fused weights"``,
     were fitted: the attention prompt and how it is read) that ``now`` (a reranker's) gives otherwise:

@@ -39,10 +39,11 @@ from ..llm.fingerprint import model_fingerprint, name_fingerprint
 from ..llm.headspec import format_heads, parse_heads
 from ..llm.models import readable_model
 from ..registry import registry_digest
-from ..rerank.config import SCORING_VERSION, RerankConfig
+from ..rerank.config import RerankConfig
 from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
 from ..rerank.fused_resolve import likelihood_weights, signals_only
 from ..rerank.signals import SIGNALS_VERSION, candidate_terms
+from ..rerank.versions import SCORING_VERSION
 from ..types import is_blank
 from .checkpoint import check_checkpoint, check_folder, locked_checkpoint
 from .config import BatchConfig, Resources, check_device

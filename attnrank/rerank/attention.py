@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..artifacts import warn_if_scored_otherwise
 from ..errors import InputError
 from ..llm.attention import AttentionCapturer, PrefixCache
 from ..llm.blocks import BlockMemo, EncodedBlock
@@ -60,6 +61,7 @@ from .position import SlotProfile, load_profile
 from .resolve import check_before_load, learned_weights, resolve_config_heads
 from .reweight import check_setup, heads_label
 from .signals import VECTOR_CACHE, SignalComputer, signal_embedder_setup
+from .versions import SCORING_VERSION
 from .windows import check_frame
 
 logger = logging.getLogger(__name__)
@@ -121,6 +123,10 @@ class AttentionReranker(WindowCapture, FusedScoring):
             self.fused = self.fused.without_attention()
         if self.fused is not None:
             self.fused.warn_if_cut_otherwise(cfg.max_doc_words, cfg.max_doc_tokens)
+            if self.fused.uses_llm:
+                warn_if_scored_otherwise(
+                    self.fused.LABEL, self.fused.scoring_version, SCORING_VERSION, self.fused.TRAIN
+                )
             self.fused.warn_if_prompted_otherwise(cfg.prompt_settings())
         # the candidates' embedder runs in the model's precision: the config's, or a given model's
         dtype = cfg.dtype if self._llm is None else str(self._llm.dtype).removeprefix("torch.")
@@ -170,6 +176,9 @@ class AttentionReranker(WindowCapture, FusedScoring):
             self.learned.check_adapter(self._llm.adapter if self._llm is not None else "")
             self.learned.warn_if_captured_otherwise(cfg.capture)
             self.learned.warn_if_prompted_otherwise(cfg.prompt_settings())
+            warn_if_scored_otherwise(
+                self.learned.LABEL, self.learned.config.scoring_version, SCORING_VERSION, "attnrank heads train"
+            )
             heads = self.learned.heads
             calibrate, token_filter = self.learned.fixed_options(calibrate, token_filter)
         elif not self.uses_attention:  # heads are never read: no registered set needed, none warned of

@@ -82,11 +82,6 @@ from .reweight import Reweighting
 logger = logging.getLogger(__name__)
 
 SCORERS = ("sum", "learned")
-# How the reranker turns its passes into scores, as a number that grows with every change that
-# moves them, so that a batch checkpoint never resumes old rows beside new ones (1: 2026-12-06, the
-# likelihood prompt trims a passage's edge whitespace, full-prompt attention on sliding-window
-# models reads only the window, sink filtering puts a passage with no content token last).
-SCORING_VERSION = 1
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,8 @@ class FusedWeights(AppliedOtherwise, RegistryArtifact):
     max_doc_words: int | None = None  # the passage cut (words) their LLM feature was read with (None: not recorded)
     # the token cut beside it (None: none; recorded with max_doc_words, read only where that is recorded)
     max_doc_tokens: int | None = None
+    # the version of attnrank's scoring (rerank.versions.SCORING_VERSION) their LLM feature was read with
+    scoring_version: int | None = None
     adapter: str = ""  # the head adapter merged into the model their LLM feature came from (LLM.adapter; "": none)
     # the prompt their attention feature was read from (RerankConfig.prompt_settings; None: not recorded)
     prompt: dict[str, Any] | None = None
@@ -229,6 +231,7 @@ class FusedWeights(AppliedOtherwise, RegistryArtifact):
             bm25_stemmer=self.bm25_stemmer,
             max_doc_words=self.max_doc_words,  # (the cut a likelihood among the base features was read with)
             max_doc_tokens=self.max_doc_tokens,
+            scoring_version=self.scoring_version,
             adapter=self.adapter,
         )
 

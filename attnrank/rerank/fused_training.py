@@ -28,6 +28,7 @@ from .fused import ATTENTION, FEATURES, LLM_FEATURES, FusedWeights
 from .fused_features import FusionExample, attention_confidence, feature_matrix
 from .inputs import check_unique_ids
 from .signals import SIGNALS_VERSION, SignalComputer, candidate_terms
+from .versions import SCORING_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -241,6 +242,7 @@ def train_fused(
         # (only the CLI set it: weights fitted at one cut and applied at another were not warned of)
         max_doc_words=(prompt or {}).get("max_doc_words") if any(f in LLM_FEATURES for f in features) else None,
         max_doc_tokens=(prompt or {}).get("max_doc_tokens") if any(f in LLM_FEATURES for f in features) else None,
+        scoring_version=SCORING_VERSION if any(f in LLM_FEATURES for f in features) else None,
     )
     # the gate's fallback, and the `signals` preset's model once registered (signals_only), unless
     # the user registered SignalsWeights

@@ -170,9 +170,11 @@ def test_killed_rerank_actor_neither_loses_nor_duplicates_rows(ray_local, tmp_pa
 
 
 def test_an_error_in_a_stage_is_one_line_naming_the_query(ray_local, tmp_path, tiny_dir):
-    idx = tmp_path / "idx"  # the Python API lets a document without text into an index
-    docs = [Document("a", "apples are red"), Document("b", "pears are green"), Document("empty", "")]
-    HybridRetriever().index(docs, show_progress=False).save(idx)
+    idx = tmp_path / "idx"  # an index holding a document without text (as index() took before 2026-12-06)
+    docs = [Document("a", "apples are red"), Document("b", "pears are green"), Document("empty", "red")]
+    built = HybridRetriever().index(docs, show_progress=False)
+    built.docs[2] = Document("empty", "")
+    built.save(idx)
     out = tmp_path / "run.trec"
     with pytest.raises(StageError) as e:  # not Ray's traceback of a UserCodeException
         run_batch(

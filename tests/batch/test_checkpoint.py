@@ -938,7 +938,7 @@ def test_resume_refuses_rows_scored_before_the_scoring_version_or_on_other_threa
     follow --actor-cpus, and bfloat16 sums in another order on another count (the default preset's
     scores moved by up to 0.05): a resume with other actor CPUs is refused too."""
     from attnrank.batch import Resources
-    from attnrank.rerank.config import SCORING_VERSION
+    from attnrank.rerank.versions import SCORING_VERSION
 
     model = save_tiny(tmp_path / "model")
     config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model))

@@ -14,10 +14,13 @@ from attnrank.types import Document
 
 @pytest.fixture(scope="module")
 def index_with_an_empty_document(tmp_path_factory):
-    """Built through the Python API, which (unlike a corpus file) lets a document without text in."""
+    """An index holding a document without text, as the Python API's index() took one before
+    2026-12-06 (a corpus file never let one in)."""
     path = tmp_path_factory.mktemp("idx") / "idx"
-    docs = [Document("a", "apples are red"), Document("b", "pears are green"), Document("empty", "")]
-    HybridRetriever().index(docs, show_progress=False).save(path)
+    docs = [Document("a", "apples are red"), Document("b", "pears are green"), Document("empty", "red")]
+    built = HybridRetriever().index(docs, show_progress=False)
+    built.docs[2] = Document("empty", "")
+    built.save(path)
     return path
 
 

@@ -368,3 +368,36 @@ def test_a_reweighting_that_applies_no_step_is_not_warned_of(llm, caplog):
     with caplog.at_level("WARNING", logger="attnrank.rerank.fused"):
         AttentionReranker(llm, signals=FUSED, reweight=Reweighting(idf_eps=0.3))
     assert "re-weight" not in caplog.text
+
+
+def test_weights_fitted_to_another_scoring_version_are_warned_of(llm, caplog, make_examples):
+    """Weights record the version of the scoring their LLM feature was read with (it moves the
+    attention and likelihood scores: a batch checkpoint refused to mix them, but registered weights
+    were applied across a change without a word). Weights that record none are not checked."""
+    from dataclasses import replace
+
+    from attnrank.rerank.fused_training import train_fused
+    from attnrank.rerank.learned import train_head_weights
+    from attnrank.rerank.learned.features import QueryFeatures
+    from attnrank.rerank.versions import SCORING_VERSION
+
+    fitted = train_fused(make_examples(20, "a", 0.5, 1), capture="full")
+    assert fitted.scoring_version == SCORING_VERSION
+    with caplog.at_level("WARNING"):
+        AttentionReranker(llm, signals=fitted)
+        AttentionReranker(llm, signals=replace(fitted, scoring_version=None))
+        assert "version" not in caplog.text
+        AttentionReranker(llm, signals=replace(fitted, scoring_version=SCORING_VERSION - 1))
+    assert f"fitted to scores of version {SCORING_VERSION - 1} of attnrank's scoring" in caplog.text
+    heads = [(0, 2), (1, 1)]
+    rng = np.random.default_rng(0)
+    ex = [
+        QueryFeatures(f"q{i}", ["a", "b", "c"], rng.normal(size=(3, 2)), np.array([1, 0, 0]), heads) for i in range(6)
+    ]
+    learned = train_head_weights(ex)
+    assert learned.config.scoring_version == SCORING_VERSION
+    caplog.clear()
+    learned.config.scoring_version = SCORING_VERSION + 1
+    with caplog.at_level("WARNING"):
+        AttentionReranker(llm, scorer=learned, signals=None)
+    assert "learned head weights were fitted to scores of version" in caplog.text

@@ -19,6 +19,7 @@ from ...eval.metrics import evaluate, evaluate_per_query, judged_queries
 from ...eval.rows import scores_by_id
 from ...llm.headspec import format_heads
 from ...types import is_count
+from ..versions import SCORING_VERSION
 from .features import QueryFeatures, design
 from .weights import FeatureConfig, LearnedHeadWeights
 
@@ -130,6 +131,7 @@ def train_head_weights(
         capture=capture,
         adapter=adapter,
         prompt=dict(prompt or {}),
+        scoring_version=SCORING_VERSION,
     )
     n = len(heads) + int(first_stage)
     return LearnedHeadWeights(

@@ -46,6 +46,7 @@ class FeatureConfig:
     capture: str = "full"
     adapter: str = ""
     prompt: dict[str, Any] = field(default_factory=dict)
+    scoring_version: int | None = None  # rerank.versions.SCORING_VERSION of the features (None: not recorded)
 
 
 @dataclass(eq=False)
