@@ -229,6 +229,9 @@ def test_eval_checks_metrics_rel_and_query_overlap(tmp_path):
     assert r.exit_code == 1 and "none of the 1 queries of" in _text(r)
     r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--metrics", "RR@10"])
     assert r.exit_code == 0 and r.output == "RR@10\t1.0000\n"
+    # NumRelRet (trec_eval's num_rel_ret) reads in ir-measures as NumRet(rel=1): refused as "sets rel itself"
+    r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--metrics", "NumRelRet"])
+    assert r.exit_code == 0 and r.output == "NumRelRet\t1.0000\n", _text(r)
     (tmp_path / "more.tsv").write_text("q1\td1\t1\nq7\td1\t1\n")  # q7 judged, not ranked: it scores 0
     r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "more.tsv"), "--metrics", "RR@10"])
     assert r.exit_code == 0 and r.stdout == "RR@10\t0.5000\n"

@@ -364,7 +364,9 @@ def _metric_problem(name: str) -> str | None:
         # trec_eval aborts the process (not an exception) on a cutoff below 1
         if cutoff is not None and (not isinstance(cutoff, int) or cutoff < 1):
             return unknown
-        if "rel" in params:  # evaluate() names metrics without rel= and applies --rel to them
+        # evaluate() names metrics without rel= and applies --rel to them (NumRelRet's rel is ir-measures'
+        # alias for NumRet(rel=1), not the user's: refused, trec_eval's num_rel_ret had no spelling here)
+        if "rel" in params and "rel=" in name.replace(" ", ""):
             return f"sets rel itself; give the metric without it and the threshold as --rel {params['rel']}"
         evaluate({"q": {"d": 1.0}}, {"q": {"d": 1}}, [name])  # an unsupported measure raises here
     except Exception:

@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import numpy as np
+
 from ..config import fault_point
 from ..errors import InputError
 from ..files import atomic_path, check_file_target, is_attnrank_run, is_run, replace_guard
@@ -174,26 +176,36 @@ def _header_like(parts: list[str]) -> bool:
     return bool(names & {"query-id", "qid", "query", "corpus-id", "doc-id", "docid", "score", "relevance", "label"})
 
 
+def trec_score(score: float) -> float:
+    """``score`` as trec_eval holds a run's score: a 32-bit float (its ``float sim``; pytrec_eval
+    and ir-measures read runs so too). Two scores that differ only past 32-bit precision are a tie
+    there, broken by doc id: ranked by their 64-bit values, attnrank evaluated and wrote another
+    order than trec_eval reads (RR 1.0 where trec_eval gave 0.5)."""
+    with np.errstate(over="ignore"):  # (past float32's range: inf, as trec_eval reads such a score)
+        return float(np.float32(score))
+
+
 def strictly_decreasing(ranked: Iterable[tuple[str, float]]) -> dict[str, float]:
-    """``{doc id: score}`` of ``(doc id, score)`` pairs in rank order, each tied score made the next
-    float below the one before, so that trec_eval ranks them in this order (not by doc id). NaN
-    (ranked last) stays NaN; so do ties at -inf, which have no float below them."""
+    """``{doc id: score}`` of ``(doc id, score)`` pairs in rank order, each score that is not below
+    the one before as trec_eval reads scores (:func:`trec_score`) made the next 32-bit float below
+    it, so that trec_eval ranks them in this order (not by doc id). NaN (ranked last) stays NaN; so
+    do ties at -inf, which have no float below them."""
     scores: dict[str, float] = {}
     last = None  # (not +inf: a first score of +inf became the largest finite float, past the finiteness check)
     for doc_id, value in ranked:  # (ranked: scores never rise)
         score = float(value)
-        if last is not None and score >= last:
-            score = math.nextafter(last, -math.inf)
+        if last is not None and trec_score(score) >= last:
+            score = float(np.nextafter(np.float32(last), np.float32(-np.inf)))
         scores[doc_id] = score
-        last = score if not math.isnan(score) else last
+        last = trec_score(score) if not math.isnan(score) else last
     return scores
 
 
 def trec_order(scores: Mapping[str, float]) -> list[tuple[str, float]]:
-    """One query's ``(doc id, score)`` pairs in the order trec_eval ranks them: score descending,
-    ties by doc id *descending* (trec_eval ignores the rank column), so the order attnrank reads
-    from or writes into a run is the one its evaluation sees."""
-    return sorted(scores.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    """One query's ``(doc id, score)`` pairs in the order trec_eval ranks them: score descending as
+    a 32-bit float (:func:`trec_score`), ties by doc id *descending* (trec_eval ignores the rank
+    column), so the order attnrank reads from or writes into a run is the one its evaluation sees."""
+    return sorted(scores.items(), key=lambda kv: (trec_score(kv[1]), kv[0]), reverse=True)
 
 
 def unrunnable_ids(ids: Iterable[object]) -> list[str]:
@@ -264,8 +276,9 @@ def write_run(
             text = [f"{score:.6f}" for _, score in ranked]
             # two different scores that read back alike (0.000000 and -0.000000 too) would let
             # trec_eval reorder them by doc id
-            back = [float(t) for t in text]
-            if any(back[i] == back[i + 1] and ranked[i][1] != ranked[i + 1][1] for i in range(len(text) - 1)):
+            back = [trec_score(float(t)) for t in text]
+            held = [trec_score(score) for _, score in ranked]
+            if any(back[i] == back[i + 1] and held[i] != held[i + 1] for i in range(len(text) - 1)):
                 text = [repr(float(score)) for _, score in ranked]
             for rank, ((did, _), score) in enumerate(zip(ranked, text), start=1):
                 f.write(f"{qid} Q0 {did} {rank} {score} {tag}\n")

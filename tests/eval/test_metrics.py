@@ -142,6 +142,12 @@ def test_wins_losses_and_sign_test_match_scipy():
     for w, l in [(25, 14), (7, 21), (0, 3), (5, 5), (12, 0)]:
         assert sign_test(w, l) == pytest.approx(scipy_stats.binomtest(w, w + l, 0.5).pvalue, rel=1e-12)
     assert sign_test(0, 0) == 1.0
+    # the exact sums the records were computed with (docs/benchmarks.md: 19/20 p 1, 76/28 p 2.7e-06)
+    assert sign_test(19, 20) == 1.0 and sign_test(76, 28) == pytest.approx(2.736780589985e-06, rel=1e-9)
+    assert sign_test(np.int64(3), 0) == 0.25
+    for bad in [(-1, 3), (2.5, 1), (True, 1)]:  # (a negative count gave p 0, a significant-looking figure)
+        with pytest.raises(InputError, match="wins and losses are counts"):
+            sign_test(*bad)
 
 
 def test_tied_scores_rank_as_trec_eval_for_every_metric():
@@ -337,6 +343,31 @@ def test_a_ranking_with_tied_scores_is_written_and_evaluated_in_its_own_order(tm
     assert [line.split()[2] for line in lines if line] == ["d1", "d9"]
     back = read_run(tmp_path / "r.trec")["q1"]
     assert back["d1"] > back["d9"]  # read back, trec_eval ranks them as the reranker did
+
+
+def test_scores_tied_as_32_bit_floats_rank_as_trec_eval_ranks_them(tmp_path):
+    """trec_eval (and pytrec_eval, which ir-measures runs nDCG on) holds a run's scores as 32-bit
+    floats: scores that differ only past that are a tie, broken by doc id. attnrank ranked them by
+    their 64-bit values: RR 1.0 where trec_eval gave 0.5 for a third party's run, and its own run
+    of two tied results, written one 64-bit step apart, was evaluated in one order and read by
+    trec_eval in the other. (ir-measures' own RR provider ranks by 64-bit values: not the reference.)"""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    from attnrank.eval.data import results_to_run
+    from attnrank.types import RankedResults, ScoredDocument
+
+    def trec_eval(run, qrels):
+        got = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank", "ndcg_cut_10"}).evaluate(run)["q1"]
+        return {"RR@10": got["recip_rank"], "nDCG@10": got["ndcg_cut_10"]}
+
+    qrels = {"q1": {"a": 1}}
+    run = {"q1": {"a": -450.123456, "b": -450.123457}}  # one 32-bit float: b first, by doc id
+    assert evaluate(run, qrels, metrics=["RR@10", "nDCG@10"]) == pytest.approx(trec_eval(run, qrels))
+    assert trec_eval(run, qrels)["RR@10"] == 0.5
+    tied = RankedResults("q", [ScoredDocument("a", 0.5, 1, "x"), ScoredDocument("b", 0.5, 2, "x")], "q1")
+    write_run([tied], tmp_path / "r.trec")
+    back = read_run(tmp_path / "r.trec")
+    ours = evaluate(results_to_run([tied]), qrels, metrics=["RR@10", "nDCG@10"])
+    assert ours == pytest.approx(trec_eval(back, qrels)) and ours["RR@10"] == 1.0  # a ranked first, both ways
 
 
 def test_trec_qrels_with_a_tab_among_their_columns_are_read_by_whitespace(tmp_path):
