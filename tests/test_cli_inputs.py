@@ -547,6 +547,35 @@ def test_sharded_index_options_are_refused_before_the_corpus_is_read(tmp_path, m
 # -- options that would be ignored ---------------------------------------------------------------
 
 
+def test_a_model_that_cannot_load_is_named_before_the_index_loads_with_preset_signals(
+    tmp_path, index_dir, dl19_mini, monkeypatch, no_model
+):
+    """Preset signals reads the model's registered weights (by its id and fingerprint), so a
+    mistyped --model failed it too, but only after the index had loaded and searched (rerank: after
+    the run and documents were read; preset likelihood there as well)."""
+    from attnrank.index.retriever import HybridRetriever
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the index was loaded before the model was checked")
+
+    monkeypatch.setattr(HybridRetriever, "load", loaded)
+    bad = ["--model", "/no/such/model"]
+    for args in (
+        ["search", "cells", "--index-dir", str(index_dir), "--rerank", "3", "--preset", "signals", *bad],
+        ["ask", "cells", "--index-dir", str(index_dir), "--preset", "signals", "--no-prune", *bad],
+        *(
+            ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
+            + ["--index-dir", str(index_dir), "-o", str(tmp_path / "o.trec"), *preset, *bad]
+            for preset in (["--preset", "signals"], [])
+        ),
+    ):
+        r = runner.invoke(app, args)
+        assert r.exit_code != 0 and "model '/no/such/model': no such local model folder" in cli_text(r), (
+            args,
+            cli_text(r),
+        )
+
+
 def test_reranker_options_without_reranking_are_refused(tmp_path, index_dir, scifact_mini, monkeypatch, no_model):
     """search and batch rerank only with --rerank K, demo only without --no-rerank: reranking options
     given without it were ignored (a first-stage run written, exit 0)."""

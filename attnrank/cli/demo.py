@@ -62,8 +62,8 @@ def demo(
             f"--answers {answers}: the demo has {len(questions)} questions; give 0 to {len(questions)}"
         )
     if not no_rerank:  # what the reranker reads from the head registry, before indexing and loading it
-        if rerank_config.uses_llm or answers:  # (a mistyped --model was found after the demo index was rebuilt)
-            check_model_readable(rerank_config.model)
+        # (a mistyped --model was found after the demo index was rebuilt; signals reads its registered weights)
+        check_model_readable(rerank_config.model)
         check_registry_lookups(rerank_config)
     target = index_root() / "demo"
     docs, _ = load_corpus(demo_corpus_path())

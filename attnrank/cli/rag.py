@@ -242,7 +242,8 @@ def ask(
     elif no_prune and not cfg.uses_attention:  # (a reranker without attention left them to the pruner)
         refuse_when_off("--no-prune", "pruning", sorted({"--attention", "--block-positions"} & rerank_given))
     _check_index(name, index_dir)  # (the input first, then the models, before the index loads)
-    if (not no_rerank and cfg.uses_llm) or not no_prune or generator_model is None:  # (the shared model runs)
+    # (the shared model runs, or its registered weights are read: preset signals reads them by its id)
+    if not no_rerank or not no_prune or generator_model is None:
         check_model_readable(cfg.model)
     if generator_model is not None:
         check_model_readable(generator_model)

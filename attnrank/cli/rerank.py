@@ -26,7 +26,7 @@ from . import (
     _setup,
     app,
 )
-from .options import check_registry_lookups, rerank_options
+from .options import check_model_readable, check_registry_lookups, rerank_options
 
 
 @app.command()
@@ -64,6 +64,7 @@ def rerank(
     )
     if unread:  # (each was ignored: --verify checks an index, --skip-invalid reads a corpus file)
         raise typer.BadParameter(f"{unread} applies to {'an index' if unread == '--verify' else '--corpus'}; drop it")
+    check_model_readable(rerank_config.model)  # (a mistyped --model: named before the run and documents are read)
     check_registry_lookups(rerank_config)  # what the reranker reads from the head registry: before any load
     qs, first = load_queries(queries), read_run(run)
     index = None

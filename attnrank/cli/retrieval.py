@@ -226,8 +226,8 @@ def search(
         check_run_ids("query", qs, f"give {queries} ids without whitespace")
     name = _index_name(name, old_name)
     if rerank > 0:  # what the reranker reads from the head registry: before the index and the model load
-        if rerank_config.uses_llm:
-            check_model_readable(rerank_config.model)
+        # (every preset: signals reads the model's registered weights, keyed by its id and fingerprint)
+        check_model_readable(rerank_config.model)
         check_registry_lookups(rerank_config)
     _check_fusion_options(mode, fusion, alpha, norm)  # before the index loads (and --verify hashes it)
     r = _load_index(name, index_dir, verify)
