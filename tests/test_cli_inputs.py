@@ -576,6 +576,22 @@ def test_a_model_that_cannot_load_is_named_before_the_index_loads_with_preset_si
         )
 
 
+def test_a_window_no_reranking_prompt_fits_is_an_option_error_before_the_index_loads(
+    index_dir, tiny_dir, monkeypatch, no_model
+):
+    """search refused it (exit 1) only once the reranker was built, after the index had loaded and
+    searched; prune refused its own such window as an option error first."""
+    from attnrank.index.retriever import HybridRetriever
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the index was loaded before the window was checked")
+
+    monkeypatch.setattr(HybridRetriever, "load", loaded)
+    args = ["search", "cells", "--index-dir", str(index_dir), "--rerank", "3", "--preset", "icr"]
+    r = runner.invoke(app, [*args, "--model", str(tiny_dir), "--max-prompt-tokens", "20"])
+    assert r.exit_code == 2 and "--max-prompt-tokens 20 leaves no room for a passage" in cli_text(r), cli_text(r)
+
+
 def test_reranker_options_without_reranking_are_refused(tmp_path, index_dir, scifact_mini, monkeypatch, no_model):
     """search and batch rerank only with --rerank K, demo only without --no-rerank: reranking options
     given without it were ignored (a first-stage run written, exit 0)."""

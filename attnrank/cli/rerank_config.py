@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from ..errors import InputError
 from ..prune.config import PruneConfig
 from ..rerank.config import RERANK_PRESETS, RerankConfig, field_defaults, preset_for
 from ..rerank.config_fields import ATTENTION_FIELDS, LIKELIHOOD_FIELDS, signals_setting
@@ -112,6 +113,7 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
             config = config.with_options(**{k: overrides[k] for k in late if k in overrides})
     if config.uses_attention:  # (a window the reranker reads: past the model's context, before any load)
         check_prompt_window(config.max_prompt_tokens, config.model)
+        _check_frame(config)
     fixed = [
         f"--{'' if v else 'no-'}{k.replace('_', '-')}"
         for k in ("calibrate", "token_filter")
@@ -123,6 +125,19 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
             f"weights were trained with, so {', '.join(fixed)} would be ignored; drop it or use --scorer sum"
         )
     return config
+
+
+def _check_frame(config: RerankConfig) -> None:
+    """A ``--max-prompt-tokens`` that no reranking prompt fits, with the model's tokenizer alone: an
+    option error before the index loads and searches (it was found when the reranker was built)."""
+    if config.max_prompt_tokens is None:
+        return
+    from ..rerank.resolve import check_window  # (torch: only where a window is given)
+
+    try:
+        check_window(config)
+    except InputError as e:
+        raise typer.BadParameter(str(e).replace("max_prompt_tokens=", "--max-prompt-tokens ", 1)) from None
 
 
 def chosen_preset(preset: str | None, overrides: dict[str, Any]) -> RerankConfig:

@@ -124,12 +124,20 @@ def check_before_load(cfg: RerankConfig, llm: LLM | None) -> None:
         check_attention_architecture(cfg.model)  # (GPT-2's layers: refused at the first query, model loaded)
         check_head_list(cfg.heads, cfg.model)
     check_lookups(cfg, warn=False)
+    check_window(cfg)
+
+
+def check_window(cfg: RerankConfig) -> None:
+    """Refuse a ``max_prompt_tokens`` that not even a one-word passage's prompt fits, read with the
+    tokenizer alone: the calibration prompt's frame too where the head sum builds it (learned
+    weights may fix calibration off; the frame without it was checked for every scorer, and a
+    window 2 positions short of the calibration prompt passed, refused after the model loaded)."""
     if cfg.uses_attention and cfg.max_prompt_tokens is not None:
         check_frame(
             load_tokenizer(cfg.model),
             cfg.prompt_kw,
             cfg.max_prompt_tokens,
-            calibrate=False,
+            calibrate=cfg.calibrate and isinstance(cfg.scorer, str) and cfg.scorer == "sum",
             block_positions=cfg.block_positions_read,
         )
 

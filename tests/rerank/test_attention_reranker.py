@@ -295,6 +295,35 @@ def test_prompts_stay_within_one_set_of_rotary_frequencies_where_they_follow_the
     assert len(wins) > 1 and all(len(w.input_ids) < 300 for w in wins)  # cut into windows within the switch
 
 
+def test_a_window_the_calibration_prompt_does_not_fit_is_refused_before_the_model_loads(tiny_dir, monkeypatch):
+    """The check before the load built the prompt's frame without calibration, which the head sum
+    adds (2 positions here): a window of the frame's size passed, refused once the model had loaded."""
+    from attnrank.llm import models
+    from attnrank.rerank.config import RerankConfig
+    from attnrank.rerank.resolve import check_window
+
+    fits = next(
+        n
+        for n in range(100, 400)
+        if _fits(check_window, RerankConfig.preset("icr", model=str(tiny_dir), max_prompt_tokens=n))
+    )
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    with pytest.raises(InputError, match=f"max_prompt_tokens={fits - 1} leaves no room for a passage"):
+        AttentionReranker(str(tiny_dir), config="icr", max_prompt_tokens=fits - 1)
+    without = RerankConfig.preset("icr", model=str(tiny_dir), max_prompt_tokens=fits - 1, calibrate=False)
+    assert _fits(check_window, without)  # the calibration prompt is the longer one
+    assert loads == []
+
+
+def _fits(check, config) -> bool:
+    try:
+        check(config)
+    except InputError:
+        return False
+    return True
+
+
 def test_heads_outside_the_model_are_refused_before_it_loads(tmp_path, monkeypatch):
     """The CLI checked them against the model's config; the Python API (and the framework
     adapters) loaded the weights first."""
