@@ -280,6 +280,11 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         ([*ask, "--no-prune", "--method", "focus"], "but --method configure(s) it"),
         ([*ask, "--no-rerank", "--preset", "icr", "--signals", "none"], "but --preset, --signals configure(s) it"),
         ([*ask, "--no-rerank", "--depth", "30"], "--no-rerank turns reranking off, but --depth configure(s) it"),
+        # a switch named as typed (it was named --calibrate, which the user did not give)
+        (
+            [*ask, "--no-rerank", "--no-calibrate"],
+            "--no-rerank turns reranking off, but --no-calibrate configure(s) it",
+        ),
         ([*ask, "--prune-heads", "1"], "--prune-heads '1'"),
         ([*ask, "--heads", "1-x"], "--heads '1-x'"),
         # over the generator's context: failed at the answer, after retrieval, reranking and pruning

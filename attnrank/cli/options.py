@@ -150,7 +150,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             None,
             "--state-cache-mb",
             min=0,
-            help="Memory for reusable passage states (block attention, query likelihood), MB (default 1024).",
+            help="Memory for reusable passage states (block attention, query likelihood), MB (default 1024); "
+            "0 keeps nothing between queries (the candidates' vectors neither, whose cache is not sized by it).",
         ),
     ),
     "passage_states": (
@@ -275,6 +276,13 @@ class GivenOptions(frozenset):
         return self
 
 
+def _typed(name: str, value: Any, option: Any) -> str:
+    """The flag of option ``name`` as the user typed it: ``--no-x`` for a ``--x/--no-x`` switch set off."""
+    flag = name.replace("_", "-")
+    switch = any(f"/--no-{flag}" in d for d in getattr(option, "param_decls", None) or ())
+    return f"--no-{flag}" if switch and value is False else f"--{flag}"
+
+
 def option_group(
     func: Callable[..., Any], options: dict[str, tuple[Any, Any]], build: Callable[..., Any], stage: str
 ) -> Callable[..., Any]:
@@ -297,8 +305,10 @@ def option_group(
         if "verbose" in kwargs:  # building the configuration logs its choices (a preset picked by options)
             _setup(bool(kwargs.get("quiet", False)), bool(kwargs["verbose"]))
         kwargs[config_arg] = build(**given)
-        if wants_given:
-            kwargs[given_arg] = GivenOptions({f"--{n.replace('_', '-')}": v for n, v in given.items() if v is not None})
+        if wants_given:  # (each flag as typed: "--no-calibrate" where it was, not "--calibrate")
+            kwargs[given_arg] = GivenOptions(
+                {_typed(n, v, options[n][1]): v for n, v in given.items() if v is not None}
+            )
         return func(*args, **kwargs)
 
     command.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]

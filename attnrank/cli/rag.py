@@ -205,7 +205,12 @@ def ask(
     rerank_config: RerankConfig = None,  # type: ignore[assignment]  # filled in by @rerank_and_prune_options
     rerank_given: frozenset[str] = frozenset(),  # filled in by @rerank_and_prune_options
 ) -> None:
-    """Answer a question: retrieve, rerank, prune sentences by attention, generate (streamed)."""
+    """Answer a question: retrieve, rerank, prune sentences by attention, generate (streamed).
+
+    The reranking options configure the reranker alone (given without --preset, an attention option such
+    as --no-calibrate chooses an attention preset, as in search); the pruner shares only --model,
+    --device, --dtype, --attention, --block-positions and --state-cache-mb, and reads its own
+    --method, --prune-heads, --budget-tokens, --keep-ratio and --neighbours."""
     _setup(quiet, verbose)
     if no_prune:
         _no_prune_conflicts(budget_tokens, keep_ratio, method, prune_heads, neighbours)
