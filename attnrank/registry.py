@@ -296,6 +296,21 @@ def load_artifact(
     return None if best is None else best[2]
 
 
+def load_user_artifacts(
+    kind: str, model_id: str, fingerprint: str, *, root: Path | None = None
+) -> list[dict[str, Any]]:
+    """Every ``kind`` payload the user registered for this model, under each id it was saved with
+    (one set of weights saved as ``models/m`` and as ``/work/models/m``), in the order of
+    :func:`load_artifact`'s choice reversed: ``"*"`` entries before exact ones, older before newer
+    (a caller merging them lets the later win)."""
+    found = []
+    for source, level, _, doc in _documents(model_id, fingerprint, root, holds=lambda d: kind in d["artifacts"]):
+        item = doc.get("artifacts", {}).get(kind)
+        if source == "user" and isinstance(item, dict) and "payload" in item:
+            found.append((level, str(item.get("date", "")), item["payload"]))
+    return [payload for _, _, payload in sorted(found, key=lambda f: (f[0], f[1]))]
+
+
 def shipped_artifact(kind: str, model_id: str) -> dict[str, Any] | None:
     """The ``kind`` payload shipped with attnrank for a model named ``model_id`` (any weights),
     or None: a fallback for models that have none of their own."""

@@ -128,7 +128,7 @@ def save_head_set(
         name=name or method,
         scores=matrix,
         data=data,
-        date=date or _dt.datetime.now().isoformat(timespec="seconds"),
+        date=date or _dt.datetime.now().isoformat(timespec="microseconds"),
         params=dict(params or {}),
         n_layers=n_layers,
         n_heads=n_heads,
@@ -191,5 +191,5 @@ def update_artifact(
     with _updated_user_doc(model_id, fingerprint, root) as (path, doc):
         item = doc["artifacts"].get(kind)
         payload = update(item.get("payload") if isinstance(item, dict) else None)  # (a malformed one: replaced)
-        doc["artifacts"][kind] = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "payload": payload}
+        doc["artifacts"][kind] = {"date": _dt.datetime.now().isoformat(timespec="microseconds"), "payload": payload}
     return path

@@ -45,7 +45,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..files import atomic_path, check_file_target, refuse_replacing
-from ..registry import load_artifact
+from ..registry import load_artifact, load_user_artifacts
 from ..registry_save import update_artifact
 from ..types import refuse_one_passage
 
@@ -215,9 +215,11 @@ def load_stored_profile(
     (the two registries' profiles together); ties go to the larger profile."""
     # the shipped entries under the user's (a user registry written before the raw-attention
     # profiles shipped holds only calibrated ones, and hid the shipped raw ones entirely)
-    shipped = load_artifact(ARTIFACT, model_id, fingerprint, shipped_only=True) or {}
-    registered = load_artifact(ARTIFACT, model_id, fingerprint, root=root) or {}
-    stored = {**shipped.get("profiles", {}), **registered.get("profiles", {})}
+    # the user's under every id the same weights were saved with, the newer over the older (the
+    # newest file alone was read: a profile of 5 slots saved under a second id hid every other size)
+    stored = dict((load_artifact(ARTIFACT, model_id, fingerprint, shipped_only=True) or {}).get("profiles", {}))
+    for registered in load_user_artifacts(ARTIFACT, model_id, fingerprint, root=root):
+        stored.update(registered.get("profiles", {}))
     mine = {int(k.removesuffix(_RAW)): v for k, v in stored.items() if k.endswith(_RAW) != calibrated}
     if not mine:
         what = "calibrated-score" if calibrated else "raw-attention"

@@ -269,3 +269,20 @@ def test_registering_a_profile_of_other_heads_over_one_warns(tmp_path, monkeypat
         store_profile(replace(p, heads="3-1,4-0"))
     assert "measured on heads all by this one of heads 3-1,4-0" in caplog.text
     assert load_stored_profile("org/model", p.fingerprint, n_slots=3).heads == "3-1,4-0"
+
+
+def test_profiles_stored_under_two_ids_of_the_same_weights_are_read_together(tmp_path, monkeypatch):
+    """One set of weights saved under two ids (a relative and an absolute path): the newest file
+    alone was read, and a 5-slot profile stored under the second id hid the 20-slot one under the
+    first (asked for 20 slots, the 5-slot curve came back)."""
+    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
+    fp = "e" * 64
+    twenty = profile([0.1 * i for i in range(20)], model_id="models/m", fingerprint=fp)
+    five = profile([0.5, 0.4, 0.3, 0.2, 0.1], model_id="/work/models/m", fingerprint=fp)
+    store_profile(twenty)
+    store_profile(five)
+    assert load_stored_profile("models/m", fp, n_slots=20) == twenty
+    assert load_stored_profile("/work/models/m", fp, n_slots=5) == five
+    newer = profile([0.2 * i for i in range(20)], model_id="/work/models/m", fingerprint=fp)
+    store_profile(newer)  # the same slot count under the other id: the newer one is read
+    assert load_stored_profile("models/m", fp, n_slots=20) == newer
