@@ -165,4 +165,10 @@ def query_prior(llm: LLM, query: str) -> np.ndarray:
     information with the passage."""
     check_query(query)
     context = encode_text(llm.tokenizer, passage_prompt(None, ""), controls=())
-    return continuation_logprob(llm, [context], query_ids(llm.tokenizer, query))[0]
+    ids = query_ids(llm.tokenizer, query)
+    if len(context) + len(ids) > llm.context_length:  # (the generic check advised a passage cut: there is none)
+        raise InputError(
+            f"the query is {len(ids)} tokens, too long for the {llm.context_length}-token context of "
+            f"{llm.model_id} after the prompt's {len(context)}; shorten the query"
+        )
+    return continuation_logprob(llm, [context], ids)[0]

@@ -225,6 +225,16 @@ def test_the_likelihood_functions_refuse_a_query_with_no_text_or_bad_unicode(llm
         query_prior(llm, query)
 
 
+def test_a_query_too_long_for_the_prior_says_to_shorten_the_query():
+    """query_prior's query past the context was refused by the generic check, which advised cutting
+    the passage (max_doc_words / max_doc_tokens): the prior's passage is empty."""
+    small = tiny_llm(layers=1, max_positions=256)
+    with pytest.raises(
+        InputError, match=r"the query is \d+ tokens, too long for the 256-token context.*shorten the query"
+    ):
+        query_prior(small, "q " * 300)
+
+
 def test_max_doc_tokens_zero_is_refused_not_read_as_no_limit(llm):
     with pytest.raises(InputError, match="max_doc_tokens=0 must be >= 1"):
         query_likelihood(llm, "a question?", rerank_docs(), max_doc_tokens=0)
