@@ -283,7 +283,7 @@ def load_artifact(
     ``shipped_only``: a shipped one (the user registry is not read, nor warned of)."""
     best = None
     for source, level, _, doc in _documents(
-        model_id, fingerprint, root, shipped_only, lambda d: kind in d["artifacts"]
+        model_id, fingerprint, root, shipped_only, lambda d: kind in d.get("artifacts", {})
     ):
         if user_only and source != "user":
             continue
@@ -304,7 +304,9 @@ def load_user_artifacts(
     :func:`load_artifact`'s choice reversed: ``"*"`` entries before exact ones, older before newer
     (a caller merging them lets the later win)."""
     found = []
-    for source, level, _, doc in _documents(model_id, fingerprint, root, holds=lambda d: kind in d["artifacts"]):
+    for source, level, _, doc in _documents(
+        model_id, fingerprint, root, holds=lambda d: kind in d.get("artifacts", {})
+    ):
         item = doc.get("artifacts", {}).get(kind)
         if source == "user" and isinstance(item, dict) and "payload" in item:
             found.append((level, str(item.get("date", "")), item["payload"]))

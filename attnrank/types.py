@@ -271,6 +271,13 @@ def check_indexable(documents: Sequence[Document]) -> None:
     the save)."""
     check_ids(documents)
     for i, d in enumerate(documents):
+        for part, value in (("text", d.text), ("title", d.title)):
+            if not isinstance(value, str) and not (part == "title" and value is None):
+                # (NaN: a data frame's missing title, indexed as the word "nan"; or a traceback further on)
+                raise InputError(
+                    f"document #{i} ({d.id!r}) has a {part} that is not text ({value!r}, of type {type(value).__name__}); "
+                    f"give a string{' or None' if part == 'title' else ''}"
+                )
         if not has_text(d):
             raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before indexing")
         try:

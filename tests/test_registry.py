@@ -97,6 +97,25 @@ def test_weights_left_under_an_old_fingerprint_are_warned_of_beside_other_entrie
     assert caplog.text.count("holds entries for '/models/m' under another fingerprint (aaaaaaaaaaaa") == 1
 
 
+def test_a_user_file_of_head_sets_alone_is_read_by_artifact_lookups(roots, monkeypatch):
+    """A file may hold only head sets (no "artifacts" key, as older files do): the lookup of an
+    artifact kind read d["artifacts"] and failed every reranker of the model with a KeyError."""
+    monkeypatch.setattr(registry, "_WARNED", set())
+    home = registry.user_dir()
+    home.mkdir(parents=True, exist_ok=True)
+    for fp, name in ((FP, "same.json"), ("c" * 64, "other.json")):
+        doc = {
+            "format": registry.FORMAT,
+            "model_id": "org/m",
+            "fingerprint": fp,
+            "sets": [{"method": "copy", "heads": ["0-1"]}],
+        }
+        (home / name).write_text(json.dumps({"models": [doc]}))
+    assert load_artifact("head-weights", "org/m", FP) is None
+    assert load_artifact("head-weights", "org/m", "b" * 64) is None
+    assert registry.load_user_artifacts("slot-profiles", "org/m", FP) == []
+
+
 def test_the_shipped_folder_read_for_its_entries_alone_is_not_warned_of_as_the_users(roots, caplog, monkeypatch):
     """Slot profiles read the shipped folder as a user root (its entries alone, under the user's):
     under another fingerprint of the packaged model that warned of the package's own file, "retrain

@@ -64,18 +64,19 @@ def rerank(
     )
     if unread:  # (each was ignored: --verify checks an index, --skip-invalid reads a corpus file)
         raise typer.BadParameter(f"{unread} applies to {'an index' if unread == '--verify' else '--corpus'}; drop it")
-    check_model_readable(rerank_config.model)  # (a mistyped --model: named before the run and documents are read)
     check_registry_lookups(rerank_config)  # what the reranker reads from the head registry: before any load
     qs, first = load_queries(queries), read_run(run)
     index = None
     if corpus is not None:
         docs = {d.id: d for d in _read_corpus(corpus, skip_invalid)}
     else:
+        check_model_readable(rerank_config.model)  # (a mistyped --model: named before the index loads)
         index = _load_index(name, index_dir, verify)
         docs = {d.id: d for d in index.docs}
     # the first-stage order trec_eval scores for this run
     ordered_runs = {qid: trec_order(ranking) for qid, ranking in first.items()}
     _check_run(ordered_runs, qs, docs, queries, depth)  # every query and reranked document, before the model loads
+    check_model_readable(rerank_config.model)  # (after the input files, as every command checks them first)
     from ..rerank.attention import AttentionReranker
     from ..rerank.over_index import index_reranker
 

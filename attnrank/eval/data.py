@@ -192,12 +192,20 @@ def strictly_decreasing(ranked: Iterable[tuple[str, float]]) -> dict[str, float]
     do ties at -inf, which have no float below them."""
     scores: dict[str, float] = {}
     last = None  # (not +inf: a first score of +inf became the largest finite float, past the finiteness check)
+    previous = 0.0  # the last score given, as given
     for doc_id, value in ranked:  # (ranked: scores never rise)
         score = float(value)
         if last is not None and trec_score(score) >= last:
-            score = float(np.nextafter(np.float32(last), np.float32(-np.inf)))
+            stepped = float(np.nextafter(np.float32(last), np.float32(-np.inf)))
+            # (past float32's range, a finite score has no 32-bit step below: a 64-bit one, not -inf)
+            score = (
+                stepped
+                if math.isfinite(stepped) or not math.isfinite(previous)
+                else math.nextafter(previous, -math.inf)
+            )
         scores[doc_id] = score
-        last = trec_score(score) if not math.isnan(score) else last
+        if not math.isnan(score):
+            last, previous = trec_score(score), score
     return scores
 
 

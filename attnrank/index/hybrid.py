@@ -91,7 +91,8 @@ def score_below(normalized: np.ndarray) -> float:
     if not normalized.size:
         return 0.0
     lo = float(normalized.min())
-    return lo - 1.0 if float(normalized.max()) - lo < 1e-12 else lo - max(1e-9, abs(lo) * 1e-9)
+    # (a millionth: below float32's resolution, 1e-9 vanished where a run is read as trec_eval reads it)
+    return lo - 1.0 if float(normalized.max()) - lo < 1e-12 else lo - max(1e-6, abs(lo) * 1e-6)
 
 
 Ranked = tuple[np.ndarray, np.ndarray]  # document positions (-1: no hit) and scores, best first

@@ -81,14 +81,25 @@ def ensure_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:
             remove_killed_builds(folder, "a de-quantizing build")
             build_gguf_cache(gguf, folder, digest)
             older = other_copies(folder, digest)
-            if older:  # (left: another environment on other versions may still read them)
-                logger.info(
+            if older:  # (left: another environment on other versions may still read them; said once, here)
+                logger.warning(
                     "other de-quantized copies of %s, written by other versions of transformers or gguf, take "
                     "%.0f MB: %s; delete them if no other Python environment here uses them",
                     gguf.name,
-                    sum(f.stat().st_size for p in older for f in p.iterdir() if f.is_file()) / 1e6,
+                    sum(map(_size, older)) / 1e6,
                     ", ".join(str(p) for p in older),
                 )
+
+
+def _size(folder: Path) -> int:
+    """Bytes of the files in ``folder`` (0 for one removed meanwhile: another process may delete it)."""
+    total = 0
+    try:
+        for f in folder.iterdir():
+            total += f.stat().st_size if f.is_file() else 0
+    except OSError:
+        pass
+    return total
 
 
 def build_gguf_cache(gguf: Path, folder: Path, digest: str) -> None:

@@ -48,9 +48,12 @@ from ..errors import InputError
 DEFAULT_MAX_WORDS = 64
 WORD_CHARS = 32  # characters of a run without spaces counted as one word when sentences are cut to max_words
 
-# (German closes quotes with “ and ‘, which open them in English: „Nein.“ ended no sentence)
 _OPENERS = "\"'“‘„‚«»([{「『（【《〈"
-_CLOSERS = "\"'”’“‘»«)]}」』）】》〉"
+_CLOSERS = "\"'”’»)]}」』）】》〉"
+# German closes quotes with “ and ‘ (and »…« with «), which open them elsewhere: „Nein.“ ended no
+# sentence. Taken as closers only where whitespace or the end follows (after a CJK stop, “ opens the
+# next sentence: 他说。“你好。”)
+_SPACED_CLOSERS = "“‘«"
 # Stops of scripts without the Latin period (Devanagari's danda and double danda, the Arabic question
 # mark, the Urdu full stop, Ethiopic and Myanmar full stops): sentences of Hindi or Urdu had run into
 # 64-word chunks of several hundred tokens, which a pruning budget then skipped whole
@@ -61,7 +64,16 @@ _CJK_STOPS = "。！？｡．" + _SCRIPT_STOPS  # CJK text puts no space after a
 _STOP = r"(?:[。！？｡" + _SCRIPT_STOPS + r"]|(?<=[\u3040-\u30ff\u3400-\u9fff])．)"
 # French sets its closing guillemet after a space ("« Non. » Puis"): taken where the space or the
 # end follows it (German's »Nein« opens with it: "sagte. »Nein" keeps its split before »)
-_END = re.compile(r"(?:[.!?…]|" + _STOP + r")+(?:[ \u00a0\u202f][»›](?=\s|$))?[" + re.escape(_CLOSERS) + r"]*")
+_END = re.compile(
+    r"(?:[.!?…]|"
+    + _STOP
+    + r")+(?:[ \u00a0\u202f][»›](?=\s|$))?["
+    + re.escape(_CLOSERS)
+    + r"]*"
+    + r"(?:["
+    + _SPACED_CLOSERS
+    + r"](?=\s|$))?"
+)
 _TERMINAL = re.compile(r"[.!?…][" + re.escape(_CLOSERS) + r"]*(?:\s|$)|" + _STOP)
 # \r before a line break is whitespace: Windows line ends must not hide blank lines or fence ends
 # (CommonMark: a backtick fence's info string holds no backtick, or "```x``` y" is an inline span;

@@ -57,10 +57,10 @@ class AppliedOtherwise:
     def warn_if_prompted_otherwise(self: _Fitted, settings: dict[str, Any]) -> None:
         """Log a warning naming each prompt setting their attention feature was read with that a
         reranker's ``settings`` (:meth:`~attnrank.rerank.config.RerankConfig.prompt_settings`) give
-        otherwise (the passage cut is :meth:`warn_if_cut_otherwise`'s). Unfitted or unrecorded: not checked."""
+        otherwise (the passage cut, words and tokens, is :meth:`warn_if_cut_otherwise`'s). Unfitted or unrecorded: not checked."""
         if not self.fitted_to_attention:
             return
-        fitted = {k: v for k, v in (self.prompt or {}).items() if k != "max_doc_words"}
+        fitted = {k: v for k, v in (self.prompt or {}).items() if k not in ("max_doc_words", "max_doc_tokens")}
         warn_if_set_otherwise(self.LABEL, fitted, settings, self.TRAIN)
 
     def warn_if_stale(self: _Fitted, source: str) -> None:
@@ -106,7 +106,9 @@ class AppliedOtherwise:
         was not recorded: likelihood weights fitted at one and applied at another were not warned of.)"""
         if not self.uses_llm or self.max_doc_words is None:
             return
-        fitted, used = (self.max_doc_words, self.max_doc_tokens), (max_doc_words, max_doc_tokens)
+        # (weights saved before the token cut was recorded beside the words hold it in their prompt, if any)
+        tokens = self.max_doc_tokens if self.max_doc_tokens is not None else (self.prompt or {}).get("max_doc_tokens")
+        fitted, used = (self.max_doc_words, tokens), (max_doc_words, max_doc_tokens)
         if fitted == used:
             return
 
@@ -121,7 +123,7 @@ class AppliedOtherwise:
             cut(*fitted),
             cut(*used),
             self.max_doc_words,
-            self.max_doc_tokens,
+            tokens,
             self.TRAIN,
         )
 

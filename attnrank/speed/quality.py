@@ -74,7 +74,9 @@ def compare_modes(
             # the label: a default that changed (block positions) or another model must not read old runs
             config = RerankConfig.preset("", **{"signals": None, **options})
             what = json.dumps(asdict(config), sort_keys=True, default=str)
-            key = f"{setting} | {label} | {what} | {getattr(llm, 'weights_key', '')}"
+            # ("trec32": runs whose ties were stepped below in 32-bit floats, as evaluation now reads scores;
+            # a run cached before broke them by a 64-bit step, which reads back as a tie broken by doc id)
+            key = f"{setting} | {label} | {what} | {getattr(llm, 'weights_key', '')} | trec32"
             if key not in done:
                 run, s = mode_quality(AttentionReranker(llm, config=config), cands, ds.queries)
                 done[key] = [run, s, datetime.date.today().isoformat()]

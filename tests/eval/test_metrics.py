@@ -370,6 +370,16 @@ def test_scores_tied_as_32_bit_floats_rank_as_trec_eval_ranks_them(tmp_path):
     assert ours == pytest.approx(trec_eval(back, qrels)) and ours["RR@10"] == 1.0  # a ranked first, both ways
 
 
+def test_tied_scores_past_the_32_bit_range_stay_finite(tmp_path):
+    """A tie below -3.4e38 has no 32-bit step below it: it became -inf, which write_run refused."""
+    from attnrank.eval.data import strictly_decreasing
+
+    out = strictly_decreasing([("a", -1e39), ("b", -1e39), ("c", -1e39)])
+    assert all(math.isfinite(v) for v in out.values()) and out["a"] > out["b"] > out["c"]
+    write_run({"q": out}, tmp_path / "r.trec")  # (written; trec_eval reads all three as -inf, a tie by doc id)
+    assert len((tmp_path / "r.trec").read_text().splitlines()) == 3
+
+
 def test_trec_qrels_with_a_tab_among_their_columns_are_read_by_whitespace(tmp_path):
     """ "q1 0<TAB>d1<TAB>1" was split on its tabs only: a query named "q1 0", which no run holds."""
     mixed = tmp_path / "mixed.txt"

@@ -274,6 +274,15 @@ def test_a_document_without_text_is_refused_before_the_build(text):
     assert HybridRetriever().index([Document("t", "", title="A title alone")], show_progress=False).num_docs == 1
 
 
+def test_a_title_or_text_that_is_not_text_is_refused_in_one_line():
+    """A data frame's missing title (NaN) failed the new check with an AttributeError; before it,
+    the build indexed the word "nan"."""
+    with pytest.raises(InputError, match=r"document #0 \('a'\) has a title that is not text \(nan, of type float\)"):
+        HybridRetriever().index([Document("a", "some text", float("nan"))], show_progress=False)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"document #0 \('a'\) has a text that is not text \(3, of type int\)"):
+        HybridRetriever().index([Document("a", 3)], show_progress=False)  # type: ignore[arg-type]
+
+
 def test_metadata_that_json_cannot_write_is_refused_before_the_build():
     with pytest.raises(InputError, match=r"document #0 \('a'\) has metadata that cannot be written as JSON"):
         HybridRetriever().index([Document("a", "text", metadata={(1, 2): "tuple key"})], show_progress=False)

@@ -309,7 +309,7 @@ def test_gguf_cache_of_other_library_versions_is_not_read(tmp_path, monkeypatch,
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "99.0.0" if name == "transformers" else real(name))
     clear_llm_cache()
-    with caplog.at_level(logging.INFO, logger="attnrank.llm.gguf"):
+    with caplog.at_level(logging.WARNING, logger="attnrank.llm.gguf"):
         load_llm(str(gguf))
     second = llm_gguf.gguf_cache_dir(gguf)
     assert second != first and "transformers-99.0.0" in second.name

@@ -308,6 +308,9 @@ def test_the_stops_of_other_scripts_end_sentences(text, n):
         ("Er sagte: ‚Nein.‘ Dann ging er.", ["Er sagte: ‚Nein.‘", "Dann ging er."]),
         # German's »…« opens with »: the split before it stays
         ("Er sagte. »Nein.« Dann ging er.", ["Er sagte.", "»Nein.«", "Dann ging er."]),
+        # Chinese opens a sentence with “ right after the stop: it stays with its sentence
+        ("他说。“你好。”她笑了。“再见！”", ["他说。", "“你好。”", "她笑了。", "“再见！”"]),
+        ("他走了。‘好的。’", ["他走了。", "‘好的。’"]),
         # an abbreviation before a spaced guillemet is still one
         ("Il a vu M. » Dupont.", ["Il a vu M. » Dupont."]),
         ('He said "Yes." Then he left.', ['He said "Yes."', "Then he left."]),

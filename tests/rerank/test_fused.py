@@ -229,6 +229,23 @@ def test_weights_stored_before_the_learner_rename_still_load():
         FusedWeights.from_json({**base, "model": "pairwise", "learner": "pointwise"})
 
 
+def test_weights_saved_before_the_token_cut_was_recorded_read_it_from_their_prompt(make_examples, caplog):
+    """Weights fitted at 128 tokens before max_doc_tokens was recorded beside the words hold it in
+    their prompt: read as "no token cut", applied at 128 they were warned of, with advice to drop it."""
+    from dataclasses import replace
+
+    fused = train_fused(make_examples(20, "a", 0.5, 1), prompt={"max_doc_words": 220, "max_doc_tokens": 128})
+    assert (fused.max_doc_words, fused.max_doc_tokens) == (220, 128)
+    older = replace(fused, max_doc_tokens=None)  # (as such a file loads)
+    with caplog.at_level("WARNING"):
+        older.warn_if_cut_otherwise(220, 128)
+        older.warn_if_prompted_otherwise({**(older.prompt or {}), "max_doc_tokens": 128})
+        assert not caplog.text
+        older.warn_if_cut_otherwise(220, None)
+    assert "fitted to passages cut to 220 words and 128 tokens; this reranker cuts them to 220 words" in caplog.text
+    assert caplog.text.count("fitted") == 1
+
+
 def test_training_records_the_passage_cut_and_refuses_a_query_without_candidates(make_examples, caplog):
     """train_fused stored the cut only inside its prompt record, which no check read: weights fitted
     at one cut and applied at another were not warned of (only the CLI set max_doc_words). A query
