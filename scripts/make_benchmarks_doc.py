@@ -192,6 +192,20 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**Later on 2026-12-06 evaluation ranks scores as 32-bit floats, as trec_eval reads them**
+(attnrank.eval.data.trec_score; no record re-run). trec_eval, pytrec_eval and so ir-measures' nDCG
+hold a run's scores as 32-bit floats: scores that differ only past that precision are a tie, broken by
+doc id descending. attnrank ranked them by their 64-bit values, so a third party's run could score
+otherwise here than in trec_eval (a review's example: RR 1.0 against trec_eval's 0.5), and attnrank's
+own tied results were written one 64-bit step apart, which trec_eval read back as a tie. Ties are now
+stepped below in 32-bit floats, and a score "just below" others (a document missing from one list in
+convex fusion, a sink-filtered passage without content) is a millionth below the lowest instead of a
+billionth. An ad hoc A/B in one process (not a record: bench_likelihood's untrained rows, every
+first-stage signal, `signals`, the likelihood alone and the default, on the cached candidate sets of
+DL19 top-20, LoCoMo 400 and HotpotQA 400; Xeon, bfloat16) gave the same nDCG@10 to six decimals on
+all 27 rows. The sign test is SciPy's exact binomial test now (the same p-values, to 5.6e-16, for
+every split up to 39 queries; the exact sum took seconds from 8,000 queries on).
+
 **Last on 2026-12-06 the in-domain k-fold rows keep questions that share a relevant document in one
 fold** (attnrank.eval.crossval.labelled_splits, as `attnrank train` and `heads train` now deal their
 folds; queries linked to none are dealt exactly as before). Every in-domain row recorded before
