@@ -198,7 +198,7 @@ class Runner:
             ids = [d.id for d in docs]
             arms[arm] = {
                 "answer": g["answer"],
-                **answer_metrics(g["answer"], q["answers"]),
+                **answer_metrics(g["answer"], q["answers"], yes_no=False),  # (LoCoMo: plain SQuAD F1)
                 "prompt_tokens": g["prompt_tokens"],
                 "generated_tokens": g["generated_tokens"],
                 "evidence_in_context": len(evidence & set(ids)) / len(evidence),

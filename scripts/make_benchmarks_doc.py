@@ -192,6 +192,15 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**Later on 2026-12-06 LoCoMo's answers are scored as LoCoMo's scorer reads its golds** (no record
+re-run). A category-3 gold answer (a judgement) kept its rationale after ";" ("Likely no; though she
+likes ..."), which LoCoMo's own scorer drops: a right short answer scored EM 0 and F1 0.31. And
+bench_locomo scored F1 with HotpotQA's yes/no rule, under which "Yes, she would." against "Yes" is 0
+(plain SQuAD F1, as the page says it uses, gives 0.5). Both are fixed (`attnrank.eval.datasets.locomo`,
+`answer_metrics(..., yes_no=False)`). Of the 100 questions of "locomo", 2 have such a category-3 gold
+(conv-42:q66, conv-50:q13) and 2 a yes/no gold (conv-48:q11, conv-50:q13); their answer figures are
+recorded under the old reading. Retrieval (evidence turns) is unaffected.
+
 **Later on 2026-12-06 evaluation ranks scores as 32-bit floats, as trec_eval reads them**
 (attnrank.eval.data.trec_score; no record re-run). trec_eval, pytrec_eval and so ir-measures' nDCG
 hold a run's scores as 32-bit floats: scores that differ only past that precision are a tie, broken by

@@ -193,6 +193,17 @@ def _evidence_tokens(evidence: Iterable[str]) -> list[str]:
     return [t for e in evidence for t in re.split(r"[;,\s]+", str(e)) if t]
 
 
+def _gold_answer(qa: dict) -> str:
+    """A LoCoMo question's gold answer as LoCoMo's own scorer reads it: a category-3 answer (a
+    judgement, "Likely no; though she likes ...") without the rationale after its first ";", which
+    made a right short answer score EM 0 and F1 0.31 and let a wrong one outscore it."""
+    answer = str(qa["answer"])
+    if qa.get("category") == 3 and ";" in answer:
+        head = answer.split(";")[0].strip()
+        return head or answer
+    return answer
+
+
 def _evidence_ids(evidence: Iterable[str]) -> list[str]:
     """Turn ids of a QA's evidence; two source strings spell one otherwise than the turns do
     (``"D30:05"``, ``"D:11:26"``): read as ``D30:5``, ``D11:26``."""
@@ -208,8 +219,9 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
     ``"speaker: text"``, the speaker and the session's number and date in ``metadata``); a question (``"<sample_id>:q<i>"``)
     of the given ``categories`` (5 = adversarial) has its conversation's turns as candidates (in
     conversation order) and its evidence turns as relevant (label 1). Evidence ids that name no
-    turn are skipped (4 in the source, once two misspelled ones are read and repeated items counted
-    once); questions left without evidence are dropped (4), and a repeated question is read once (12)."""
+    turn are skipped (3 in the source, once two misspelled ones are read and repeated items counted
+    once); questions left without evidence are dropped (4), and a repeated question is read once (12).
+    A category-3 answer's rationale after ";" is not part of the gold answer (:func:`_gold_answer`)."""
     with gzip.open(_need(Path(root) / "locomo" / LOCOMO_FILE), "rt", encoding="utf-8") as f:
         samples = json.load(f)
     keep = set(categories)
@@ -247,7 +259,7 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
                 legacy.append(f"{sid}:q{i}")  # (repeats read twice, misspelled evidence not read)
             if qa.get("category") not in keep or i in repeats:
                 continue
-            ev = [f"{sid}:{t}" for t in _evidence_ids(qa.get("evidence", []))]
+            ev = list(dict.fromkeys(f"{sid}:{t}" for t in _evidence_ids(qa.get("evidence", []))))  # (once each)
             rel = {t: 1 for t in ev if t in known}
             missed += len(ev) - len(rel)
             if not rel:
@@ -255,7 +267,7 @@ def locomo(root: Path, *, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> Datase
                 continue
             qid = f"{sid}:q{i}"
             queries[qid], qrels[qid], cands[qid] = qa["question"], rel, turns
-            answers[qid] = [str(qa["answer"])] if "answer" in qa else []
+            answers[qid] = [_gold_answer(qa)] if "answer" in qa else []
     if missed:
         logger.info("LoCoMo: %d evidence ids name no turn and were skipped", missed)
     if repeated:

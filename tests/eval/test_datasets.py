@@ -116,6 +116,7 @@ def test_locomo_reads_misspelled_evidence_and_counts_a_repeated_question_once(tm
         {"question": qa[3]["question"], "evidence": qa[3]["evidence"], "category": 1, "answer": qa[3]["answer"]},
         {"question": qa[4]["question"], "evidence": qa[4]["evidence"], "category": 5, "adversarial_answer": "y"},
         {"question": "What did Caroline research, again?", "evidence": ["D:2:8"], "category": 1, "answer": "z"},
+        {"question": "Would Caroline go?", "evidence": ["D1:3", "D1:3"], "category": 3, "answer": "Likely no; she is busy"},
     ]  # fmt: skip
     (tmp_path / "locomo").mkdir()
     with gzip.open(tmp_path / "locomo" / "locomo10.json.gz", "wt", encoding="utf-8") as f:
@@ -125,7 +126,10 @@ def test_locomo_reads_misspelled_evidence_and_counts_a_repeated_question_once(tm
     assert ds.qrels[f"conv-26:q{n + 3}"] == {"conv-26:D2:8": 1}  # "D:2:8"
     assert f"conv-26:q{n + 1}" not in ds.queries and f"conv-26:q{n + 2}" not in ds.queries  # repeats
     assert "conv-26:q3" in ds.queries and "conv-26:q4" in ds.queries  # the first, answerable, copies
-    assert len(ds.queries) == 6 + 2 and list(ds.queries)[:3] == ["conv-26:q0", "conv-26:q1", "conv-26:q2"]
+    assert len(ds.queries) == 6 + 3 and list(ds.queries)[:3] == ["conv-26:q0", "conv-26:q1", "conv-26:q2"]
+    # a category-3 gold without its rationale after ";", as LoCoMo's scorer reads it (a right "Likely no"
+    # scored EM 0); an evidence id given twice is one label, not one found and one "naming no turn"
+    assert ds.answers[f"conv-26:q{n + 4}"] == ["Likely no"] and ds.qrels[f"conv-26:q{n + 4}"] == {"conv-26:D1:3": 1}
     assert _evidence_ids(["D30:05", "D:11:26", "D"]) == ["D30:5", "D11:26", "D"]
     # the adversarial copy alone (categories 5): its answerable twin is not loaded, so it is no repeat
     assert f"conv-26:q{n + 2}" in locomo(tmp_path, categories=(5,)).queries

@@ -33,6 +33,14 @@ def test_yes_no_score_only_on_exact_match():
     assert f1_score("no", "no way") == 0.0
 
 
+def test_plain_squad_f1_without_hotpotqas_yes_no_rule():
+    """bench_locomo scored LoCoMo with HotpotQA's yes/no rule: "Yes, she would." against "Yes"
+    scored F1 0, where SQuAD's F1 (and LoCoMo's own scorer) gives 0.5."""
+    assert f1_score("Yes, she would.", "Yes", yes_no=False) == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))
+    assert answer_metrics("Yes, she would.", ["Yes"], yes_no=False)["f1"] == 0.5
+    assert answer_metrics("Yes, she would.", ["Yes"])["f1"] == 0.0  # HotpotQA's, the default
+
+
 def test_contains_and_max_over_golds():
     assert contains("I think it was Shirley Temple in 1945", "Shirley Temple") == 1.0
     assert contains("Templeton", "Temple") == 0.0  # whole words only
