@@ -58,6 +58,8 @@ def _streamer(tokenizer: Any, callback: StreamCallback) -> Any:
 
     class _CallbackStreamer(TextStreamer):
         def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+            if stream_end:  # (the last flush: a character cut by max_new_tokens decodes to U+FFFD)
+                text = text.rstrip("\ufffd")
             if text:
                 callback(text)
 
@@ -153,6 +155,7 @@ class Generator:
             text = first_line(text)
         truncated = len(out[0]) - len(ids) >= n_new and not ended
         if truncated:  # (printed as a whole answer, exit 0)
+            text = text.rstrip("\ufffd").rstrip()  # a character cut by the limit: its bytes, not U+FFFD
             logger.warning("the answer reached max_new_tokens=%d before its end: it may be cut; raise it", n_new)
         logger.info("generated %d tokens in %.2f s (prompt %d tokens)", len(new), seconds, len(ids))
         return Answer(text, len(new), seconds, len(ids), self.llm.model_id, truncated)

@@ -39,6 +39,27 @@ def test_generator_is_greedy_and_streams(llm):
     assert "Paris is the capital of France." in gen.prompt("q?", docs)
 
 
+def test_an_answer_cut_inside_a_character_ends_without_a_replacement_character():
+    """An answer cut by max_new_tokens inside a character of several bytes ended with U+FFFD, in
+    the text and in the stream's last flush (the real model, asked for Japanese: "(パッ\ufffd")."""
+    import torch
+    from _tiny import tiny_llm
+
+    llm = tiny_llm(layers=1)
+    tok = llm.tokenizer
+    first_byte = tok.convert_tokens_to_ids(tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str("日")[0][0][0])
+    head = torch.nn.Linear(llm.model.config.hidden_size, llm.model.config.vocab_size, bias=True)
+    with torch.no_grad():  # every step: the first byte of 日 (0xE6), never a whole character
+        head.weight.zero_()
+        head.bias.fill_(-10.0)
+        head.bias[first_byte] = 10.0
+    llm.model.lm_head = head
+    pieces: list[str] = []
+    answer = Generator(llm, max_new_tokens=4).answer("q?", [Document("a", "text")], stream=pieces.append)
+    assert answer.truncated and answer.tokens == 4
+    assert "\ufffd" not in answer.text and "\ufffd" not in "".join(pieces)
+
+
 def test_a_generator_by_name_checks_the_answer_length_before_its_load(tmp_path, monkeypatch):
     """It was found at the first answer, after the model had loaded."""
     from _tiny import save_tiny

@@ -76,9 +76,19 @@ def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     out, prev = [], ""
     for i in range(len(ids)):
         cur = tokenizer.decode(list(ids[: i + 1]), skip_special_tokens=False)
-        if i + 1 < len(ids):  # a prefix ending inside a character decodes to U+FFFD: not yet shown
+        last = i + 1 == len(ids)
+        if not last:  # a prefix ending inside a character decodes to U+FFFD: not yet shown
             cur = cur.rstrip("\ufffd")
-        out.append(cur[len(prev) :] if cur.startswith(prev) else tokenizer.decode([ids[i]]))
+        if cur.startswith(prev):
+            out.append(cur[len(prev) :])
+        elif not last:
+            # (SentencePiece's byte fallback decodes a whole run of byte tokens to U+FFFDs while any is
+            # incomplete, taking back a character already shown: "😀😀" came out "😀�😀😀". Nothing is
+            # shown until a prefix extends the one shown)
+            out.append("")
+            continue
+        else:
+            out.append(tokenizer.decode([ids[i]]))
         prev = cur
     return out
 
