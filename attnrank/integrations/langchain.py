@@ -233,7 +233,9 @@ class AttnrankRetriever(BaseRetriever):
     reranker: Any = Field(default=None, exclude=True, repr=False)
 
     def __init__(self, *, index: Any, reranker: Any = None, **kwargs: Any):
-        kwargs["depth"] = renamed(kwargs, "first_stage_k", "depth", "AttnrankRetriever", kwargs.get("depth", 20), 20)
+        kwargs["depth"] = renamed(
+            kwargs, "first_stage_k", "depth", "AttnrankRetriever", kwargs.get("depth", 20), 20, given="depth" in kwargs
+        )
         fields, settings = _split_settings(type(self), kwargs)
         check_depth(fields.get("k", 4), fields.get("depth", 20), "k")
         super().__init__(**fields)

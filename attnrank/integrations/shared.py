@@ -304,15 +304,19 @@ def deprecated_name(old: str, new: str, where: str, stacklevel: int = 3) -> None
     warnings.warn(f"{where}: {old}= is deprecated, use {new}=", DeprecationWarning, stacklevel=stacklevel)
 
 
-def renamed(kwargs: dict[str, Any], old: str, new: str, where: str, value: Any, default: Any) -> Any:
+def renamed(
+    kwargs: dict[str, Any], old: str, new: str, where: str, value: Any, default: Any, *, given: bool | None = None
+) -> Any:
     """The value of ``new``: ``value``, or that of the deprecated keyword ``old`` popped from
-    ``kwargs`` (warning that ``new`` replaces it). Both given (``value`` not its ``default``) with
-    different values is an :class:`InputError`: neither silently wins."""
+    ``kwargs`` (warning that ``new`` replaces it). Both given with different values is an
+    :class:`InputError`: neither silently wins. ``given``: whether ``new`` was given (where the
+    caller can tell; else read as "``value`` is not its ``default``", which takes an explicit
+    default for none: the old name then won)."""
     if old not in kwargs:
         return value
     deprecated_name(old, new, where, stacklevel=4)
     legacy = kwargs.pop(old)
-    if value != default and value != legacy:
+    if (value != default if given is None else given) and value != legacy:
         raise InputError(f"{old}={legacy!r} (the old name of {new}) contradicts {new}={value!r}; give {new} only")
     return legacy
 

@@ -136,6 +136,9 @@ def test_retriever_old_first_stage_k_still_read(demo_index):
         AttnrankRetriever(index=demo_index, k=2, depth=5, first_stage_k=3, rerank=False)  # before: depth won silently
     with pytest.warns(DeprecationWarning):
         assert AttnrankRetriever(index=demo_index, k=2, depth=3, first_stage_k=3, rerank=False).depth == 3
+    # an explicit depth equal to its default counts as given (the old name won silently: depth 10)
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="first_stage_k=10 .* contradicts depth=20"):
+        AttnrankRetriever(index=demo_index, k=2, depth=20, first_stage_k=10, rerank=False)
 
 
 def test_retriever_configurable_fields(settings, demo_index, query):
