@@ -190,7 +190,8 @@ def check_store_fits(folder: Path, fingerprint: str, max_doc_words: int | None, 
 
 _SETUP_MESSAGE = (
     "the passage states at {folder} were built for another setup ({diff}); rebuild them with `attnrank index "
-    "--passage-states` and the same --model/--preset/--max-doc-words, or drop --passage-states"
+    "--passage-states` for this setup (it sets --model, --preset and --max-doc-words; a store for another "
+    "token cut, precision or head set cannot be built there yet), or rerank without them"
 )
 
 
@@ -217,8 +218,8 @@ class PassageStateStore:
             self.values = np.load(folder / "values.npy", mmap_mode="r")
             self.key_scales = np.load(folder / "key_scales.npy", mmap_mode="r") if int8 else None
             self.value_scales = np.load(folder / "value_scales.npy", mmap_mode="r") if int8 else None
-        except (OSError, ValueError) as e:
-            raise _damaged(folder, f"an array cannot be read: {e}") from None
+        except (OSError, ValueError, EOFError) as e:  # (EOFError: an empty file, which the CLI read as "Aborted!")
+            raise _damaged(folder, f"an array cannot be read: {e or type(e).__name__}") from None
         self._check(head_dim, len(passages))
         self.by_key = {key: i for i, (_, key) in enumerate(passages)}
         self.key_of_id = {doc_id: key for doc_id, key in passages}
@@ -252,6 +253,8 @@ class PassageStateStore:
         ):
             raise _damaged(self.folder, "offsets do not match the stored passages")
         samples = h.get("samples") or {}  # stores written before samples were recorded are not checked
+        if not isinstance(samples, dict):
+            raise _damaged(self.folder, f"its header's samples are a {type(samples).__name__}, not a mapping")
         for name, array in (
             ("keys", keys),
             ("values", self.values),

@@ -173,6 +173,10 @@ def _drop(path):
     path.unlink()
 
 
+def _empty(path):  # (an interrupted copy: np.load raised EOFError, which the CLI printed as "Aborted!")
+    path.write_bytes(b"")
+
+
 @pytest.mark.parametrize(
     "storage, file, damage",
     [
@@ -181,6 +185,8 @@ def _drop(path):
         ("int8", "key_scales.npy", _drop),
         ("int8", "value_scales.npy", _fewer_tokens),
         ("float16", "offsets.npy", _fewer_tokens),
+        ("float16", "offsets.npy", _empty),
+        ("int8", "keys.npy", _empty),
     ],
 )
 def test_damaged_store_is_refused_in_one_line(tmp_path, llm, capturer, storage, file, damage):
@@ -198,6 +204,14 @@ def test_mangled_header_is_refused(tmp_path, llm, capturer, passages):
     header = json.loads((folder / "states.json").read_text())
     (folder / "states.json").write_text(json.dumps({**header, "passages": passages}))
     with pytest.raises(InputError, match="damaged"):
+        open_store(folder, llm, capturer)
+
+
+def test_a_header_whose_samples_are_no_mapping_is_refused(tmp_path, llm, capturer):
+    folder = build(tmp_path, llm, capturer, "float16")
+    header = json.loads((folder / "states.json").read_text())
+    (folder / "states.json").write_text(json.dumps({**header, "samples": ["keys"]}))
+    with pytest.raises(InputError, match="damaged.*samples are a list"):  # (a TypeError traceback)
         open_store(folder, llm, capturer)
 
 
