@@ -33,8 +33,10 @@ from . import (
 from .options import check_model_readable, check_registry_lookups, refuse_without_rerank, rerank_options
 from .states import (
     PASSAGE_STATES,
+    STATES_DTYPE,
     STATES_MODEL,
     STATES_PRESET,
+    STATES_TOKENS,
     STATES_WORDS,
     check_storage,
     state_writer,
@@ -94,6 +96,8 @@ def index(
     preset: Optional[str] = STATES_PRESET,
     model: Optional[str] = STATES_MODEL,
     max_doc_words: Optional[int] = STATES_WORDS,
+    max_doc_tokens: Optional[int] = STATES_TOKENS,
+    dtype: Optional[str] = STATES_DTYPE,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
     old_name: Optional[str] = OldName,
@@ -114,9 +118,11 @@ def index(
     progress = _setup(quiet, verbose)
     target = _index_path(_index_name(name, old_name), index_dir)
     check_storage(passage_states)
-    if passage_states is None and (preset or model or max_doc_words):
-        raise typer.BadParameter("--preset/--model/--max-doc-words configure --passage-states; add --passage-states")
-    states = None if passage_states is None else states_config(preset, model, max_doc_words)
+    given = [f for f, v in (("--preset", preset), ("--model", model), ("--max-doc-words", max_doc_words),
+                            ("--max-doc-tokens", max_doc_tokens), ("--dtype", dtype)) if v is not None]  # fmt: skip
+    if passage_states is None and given:
+        raise typer.BadParameter(f"{', '.join(given)} configure(s) --passage-states; add --passage-states")
+    states = None if passage_states is None else states_config(preset, model, max_doc_words, max_doc_tokens, dtype)
     if ray_address is not None and not shards:
         raise typer.BadParameter("--ray-address runs a sharded build; add --shards N (or drop --ray-address)")
     if num_cpus is not None and ray_address != "local":  # (a cluster's CPUs are its own)

@@ -33,6 +33,12 @@ STATES_PRESET = typer.Option(
 STATES_DEFAULT_PRESET = "fused"  # the default preset computes no attention; fused is block attention already
 STATES_MODEL = typer.Option(None, "--model", help="With --passage-states: the LLM (default: packaged SmolLM2).")
 STATES_WORDS = typer.Option(None, "--max-doc-words", min=1, help="With --passage-states: words kept per passage.")
+STATES_TOKENS = typer.Option(
+    None, "--max-doc-tokens", min=1, help="With --passage-states: tokens kept per passage (after the word cut)."
+)
+STATES_DTYPE = typer.Option(
+    None, "--dtype", help="With --passage-states: the LLM's precision they are computed in (default auto)."
+)
 
 
 def check_storage(storage: Optional[str]) -> None:
@@ -40,14 +46,23 @@ def check_storage(storage: Optional[str]) -> None:
         raise typer.BadParameter(f"--passage-states {storage!r} is not one of {', '.join(STATE_STORAGES)}")
 
 
-def states_config(preset: Optional[str], model: Optional[str], max_doc_words: Optional[int]) -> RerankConfig:
+def states_config(
+    preset: Optional[str],
+    model: Optional[str],
+    max_doc_words: Optional[int],
+    max_doc_tokens: Optional[int] = None,
+    dtype: Optional[str] = None,
+) -> RerankConfig:
     """The block-attention reranker configuration whose passage states ``--passage-states`` stores,
-    checked (exit 2 for a preset that is not one, or computes no attention) before the corpus is read."""
+    checked (exit 2 for a preset that is not one, or computes no attention) before the corpus is read.
+    (The token cut and the precision are the store's too: a search that sets them otherwise refuses
+    the store, and none could be built for them.)"""
     overrides: dict[str, object] = {"attention": "block"}
     if model:
         overrides["model"] = model
-    if max_doc_words is not None:
-        overrides["max_doc_words"] = max_doc_words
+    for name, value in (("max_doc_words", max_doc_words), ("max_doc_tokens", max_doc_tokens), ("dtype", dtype)):
+        if value is not None:
+            overrides[name] = value
     name = preset or STATES_DEFAULT_PRESET
     with option_errors():
         base = RerankConfig.preset(name)

@@ -89,6 +89,38 @@ def test_bad_block_options(options, fragment):
 runner = CliRunner()
 
 
+def test_index_builds_passage_states_for_a_token_cut_and_a_precision(tmp_path, scifact_mini, tiny_dir, caplog):
+    """index had no --max-doc-tokens or --dtype: a search with either refused the store (re-encoding
+    every passage), and its advice, a rebuild with the same options, could not be followed."""
+    ix = tmp_path / "ix"
+    args = ["--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40", "--max-doc-tokens", "30"]
+    args += ["--dtype", "float32"]
+    r = runner.invoke(
+        app, ["index", str(scifact_mini), "--index-dir", str(ix), "--passage-states", "float16", *args, "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    header = json.loads((ix / "passage_states" / "states.json").read_text())
+    assert header["max_doc_tokens"] == 30
+    search = [
+        "search",
+        "cell therapy",
+        "--index-dir",
+        str(ix),
+        "--rerank",
+        "3",
+        "--attention",
+        "block",
+        "--heads",
+        "all",
+    ]
+    with caplog.at_level("WARNING"):
+        r = runner.invoke(app, [*search, *args, "-q"])
+    assert r.exit_code == 0, r.output
+    assert "not reading the index's passage states" not in caplog.text and "another setup" not in caplog.text
+    r = runner.invoke(app, ["index", str(scifact_mini), "--index-dir", str(tmp_path / "x"), "--max-doc-tokens", "30"])
+    assert r.exit_code == 2 and "--max-doc-tokens configure(s) --passage-states" in r.output
+
+
 def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_dir, caplog):
     ix = tmp_path / "ix"
     args = ["--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40"]
