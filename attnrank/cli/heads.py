@@ -243,9 +243,10 @@ def _detect_qr(
     )
     if not qs:
         raise AttnrankError(f"{desc}: no labelled query has candidates; give queries, qrels and a corpus that match")
-    # a query without a relevant candidate scores 0 on every head: it cannot rank them (dropping it
-    # keeps their order), and with none left every head tied at 0 and the first ones were registered
-    found = {q: t for q, t in qs.items() if any(relevant(q, cands, qr, rel))}
+    # a query without a judged candidate scores 0 on every head: it cannot rank them (dropping it
+    # keeps their order), and with none left every head tied at 0 and the first ones were registered.
+    # (Judged, not >= --rel: qr-ndcg's graded gains read a grade-1 candidate at --rel 2 too)
+    found = {q: t for q, t in qs.items() if any(relevant(q, cands, qr, 1))}
     if not found:
         raise typer.BadParameter(
             f"{desc}: no labelled query has a relevant document among its top-{depth} candidates, so no head can "

@@ -67,8 +67,11 @@ def query_focused_scores(
         labels = np.array([qrels.get(qid, {}).get(d, 0) for d in cand])
         gold = labels >= rel
         seen += 1
-        if gold.any():  # (a query without one scores 0 for every head: qr-ndcg counts only these, as qr-score)
+        # qr-ndcg: nDCG's gains are the graded labels (rel does not cut them), so a query with any judged
+        # candidate can tell heads apart (at rel 2, one of grade-1 passages alone was dropped: heads tied)
+        if (labels > 0).any():
             feats[qid] = (cand, f)
+        if gold.any():  # (a query without one scores 0 for every head under qr-score)
             sums["qr-score"] += f[:, gold].sum(1)
             used["qr-score"] += 1
         if gold.any() and (~gold).any():
@@ -143,9 +146,9 @@ def detect_query_focused(
     for q in qids:  # (found in the query's turn before, after the model had run the ones before it)
         if len(set(ids[q])) != len(ids[q]):
             raise InputError(f"query {q!r} has duplicate candidate ids; give each candidate once")
-    if not any(qrels.get(q, {}).get(d, 0) >= rel for q in qids for d in ids[q]):
+    if not any(qrels.get(q, {}).get(d, 0) >= 1 for q in qids for d in ids[q]):  # (qr-ndcg reads grades below rel)
         raise InputError(
-            f"no candidate of the {len(qids)} queries is relevant (a qrels grade >= {rel} for a query and document "
+            f"no candidate of the {len(qids)} queries is judged relevant (a qrels grade >= 1 for a query and document "
             "id of theirs), so no head can be scored; check that the qrels' ids match the queries' and candidates'"
         )
 

@@ -8,7 +8,8 @@ of the query span, only up to the deepest chosen layer (:class:`~attnrank.llm.at
 :class:`~attnrank.llm.rows.WindowRows` over the context tokens.
 
 ``query_span``: ``"full"`` averages the rows over the whole suffix (instruction through chat
-suffix, as ICR/QRHead), ``"last"`` takes only its last token (ICR's attention-sorting ablation;
+suffix, as ICR/QRHead), ``"last"`` takes only its last token (ICR's attention-sorting ablation
+with ``calibrate=False, token_filter=False``, which are on by default;
 with ``extra_ids`` this is AttentionRAG's answer-hint token, which the pruner's ``focus`` method
 reads).
 """

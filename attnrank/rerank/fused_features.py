@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from .learned.features import standardise
+from .learned.features import standardise, varies
 
 
 def attention_confidence(attention: np.ndarray) -> float:
@@ -21,7 +21,8 @@ def attention_confidence(attention: np.ndarray) -> float:
     a = np.asarray(attention, dtype=np.float64)
     if not np.isfinite(a).all():  # NaN made the std NaN, read as "all equal": the gate then hid it
         raise InputError(f"attention scores {a.tolist()[:5]} hold NaN or inf; check the model's dtype and weights")
-    if np.ptp(a) <= 1e-12 * max(1.0, float(np.abs(a).max())):  # all equal (up to rounding: the std is not 0)
+    # no candidate (a query without any: a traceback in k-fold evaluation), or all equal up to rounding
+    if a.size == 0 or not varies(a):
         return 0.0
     return float((a.max() - a.mean()) / a.std())
 

@@ -24,7 +24,7 @@ from ..eval.crossval import check_unique_queries
 from ..eval.metrics import evaluate_per_query
 from ..eval.rows import scores_by_id
 from ..types import Document
-from .fused import ATTENTION, FEATURES, LLM_FEATURES, FusedWeights
+from .fused import ATTENTION, FEATURES, KNOWN_FEATURES, LLM_FEATURES, FusedWeights
 from .fused_features import FusionExample, attention_confidence, feature_matrix
 from .inputs import check_unique_ids
 from .signals import SIGNALS_VERSION, SignalComputer, candidate_terms
@@ -212,6 +212,10 @@ def train_fused(
     if learner not in LEARNERS:
         raise InputError(f"learner={learner!r} is not one of {LEARNERS}")
     check_l2(l2)
+    features = list(features)
+    if not features or len(set(features)) < len(features) or not set(features) <= set(KNOWN_FEATURES):
+        # (checked by the weights only after the fit: an empty list failed inside NumPy, a traceback)
+        raise InputError(f"features={features} must be among {KNOWN_FEATURES}, each once, at least one")
     if not examples:
         raise InputError("no training queries; give labelled queries with candidates")
     empty = next((e.qid for e in examples if not len(e.doc_ids)), None)

@@ -63,7 +63,7 @@ def test_query_focused_with_a_head_subset_and_no_gold(llm):
     reranker = AttentionReranker(llm, "1-2,2-0")
     # nothing relevant among any query's candidates (qrels of other ids): refused before the model
     # runs (every query ran first, to give all-NaN scores and a note)
-    with pytest.raises(InputError, match="no candidate of the 1 queries is relevant"):
+    with pytest.raises(InputError, match="no candidate of the 1 queries is judged relevant"):
         detect_query_focused(reranker, {"q9": "anything"}, {"q9": DOCS}, {"q9": {"nope": 1}})
     res = query_focused_scores(iter([("q9", reranker.windows("anything", DOCS), [d.id for d in DOCS])]),
                                {"q9": {"nope": 1}}, reranker.head_list, llm.num_layers, llm.num_heads)  # fmt: skip
@@ -127,3 +127,15 @@ def test_a_query_with_an_empty_judgment_set_is_not_counted(llm):
     more = detect_query_focused(reranker, {**qs, "q4": "anything"}, {q: DOCS for q in [*qs, "q4"]}, {**QRELS, "q4": {}})
     np.testing.assert_allclose(more["qr-ndcg"].scores, base.scores)
     assert more["qr-ndcg"].n_used == 2
+
+
+def test_qr_ndcg_reads_queries_of_lower_grades_at_a_higher_rel(llm):
+    """At rel 2 a query whose candidates are judged grade 1 only was left out of qr-ndcg, though
+    nDCG's graded gains let it tell heads apart (the one query that did, in a review's example,
+    was dropped and the heads tied). QR-score still counts only queries with gold (>= rel)."""
+    reranker = AttentionReranker(llm, "0-1,1-1,3-2")
+    qs = {"q1": QUERIES["q1"], "q2": QUERIES["q2"]}
+    out = detect_query_focused(reranker, qs, {q: DOCS for q in qs}, QRELS, rel=2)
+    assert out["qr-ndcg"].n_used == 2 and out["qr-score"].n_used == 1
+    alone = detect_query_focused(reranker, {"q1": QUERIES["q1"]}, {"q1": DOCS}, QRELS, rel=2)["qr-ndcg"]
+    assert alone.n_used == 1 and np.isfinite(alone.scores).any()

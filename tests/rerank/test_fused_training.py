@@ -240,3 +240,22 @@ def test_a_gate_applied_to_lists_of_other_lengths_than_it_was_chosen_on_is_warne
     assert caplog.text.count("was chosen on queries of 10 candidates; this one has 4") == 1
     with pytest.raises(InputError, match="gate_candidates"):
         FusedWeights.from_json({**fused.to_json(), "gate_candidates": [10]})
+
+
+def test_empty_features_a_query_without_candidates_and_rounding_noise(make_examples):
+    """train_fused(features=[]) failed inside NumPy (a traceback); the gate's confidence of a query
+    without candidates failed in np.ptp (k-fold evaluation, when such a query fell in a test fold);
+    float32 jitter of a constant below magnitude 1 was z-scored like a real signal (±1.75)."""
+    from attnrank.rerank.fused_features import attention_confidence
+    from attnrank.rerank.learned.features import standardise
+
+    examples = make_examples(20, "a", 0.5, 1)
+    for bad in ([], ["bm25", "bm25"], ["nope"]):
+        with pytest.raises(InputError, match="features=.* must be among"):
+            train_fused(examples, bad)
+    assert attention_confidence(np.array([])) == 0.0
+    gated = train_fused(examples, gate=True)
+    assert gated.score({f: np.array([]) for f in gated.features}).shape == (0,)
+    jitter = np.float32(0.0123) + np.array([0.0, 1.9e-9, -1e-9, 5e-10])
+    assert not standardise(jitter[:, None]).any() and attention_confidence(jitter) == 0.0
+    assert standardise(np.array([[0.01], [0.02], [0.03]])).ravel() == pytest.approx([-1.2247449, 0, 1.2247449])

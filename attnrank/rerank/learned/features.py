@@ -115,16 +115,29 @@ def stage_feature(scores: Scores) -> np.ndarray:
     return np.where(ok, s, np.where(s == np.inf, high + max(1.0, high - low), low))
 
 
+# A column whose values differ by less than this fraction of their magnitude is constant up to
+# rounding: the signals come from float32 (dense cosines) or bfloat16/float32 models, whose rounding
+# is about 1e-7 relative and more once summed (an absolute 1e-12 below magnitude 1 let float32 jitter
+# of a constant 0.0123 through as z-scores of ±1.75).
+ROUNDING = 1e-6
+
+
+def varies(x: np.ndarray) -> np.ndarray:
+    """Per column of ``x [D, F]`` (or for a vector), whether its values differ by more than rounding
+    (:data:`ROUNDING` of their largest magnitude)."""
+    return np.ptp(x, axis=0) > ROUNDING * np.abs(x).max(axis=0)
+
+
 def standardise(x: np.ndarray) -> np.ndarray:
     """Per-query z-score of each column of ``x [D, F]`` (population std; constant → 0, constant up
-    to rounding too: its std is not 0, and z-scores of rounding noise would be ±1 like a real
-    signal's; the rule of :func:`~attnrank.rerank.fused_features.attention_confidence`)."""
+    to rounding too (:func:`varies`): its std is not 0, and z-scores of rounding noise would be ±1
+    like a real signal's; the rule of :func:`~attnrank.rerank.fused_features.attention_confidence`)."""
     x = np.asarray(x, dtype=np.float64)
     if x.size == 0:
         return x.copy()
     sd = x.std(axis=0)
-    varies = np.ptp(x, axis=0) > 1e-12 * np.maximum(1.0, np.abs(x).max(axis=0))
-    return np.where(varies, (x - x.mean(axis=0)) / np.where(varies, sd, 1.0), 0.0)
+    moves = varies(x)
+    return np.where(moves, (x - x.mean(axis=0)) / np.where(moves, sd, 1.0), 0.0)
 
 
 def feature_matrix(
