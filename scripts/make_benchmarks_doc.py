@@ -201,6 +201,13 @@ bench_locomo scored F1 with HotpotQA's yes/no rule, under which "Yes, she would.
 (conv-42:q66, conv-50:q13) and 2 a yes/no gold (conv-48:q11, conv-50:q13); their answer figures are
 recorded under the old reading. Retrieval (evidence turns) is unaffected.
 
+**Later on 2026-12-06 per-query z-scores treat a column as constant up to a millionth of its
+magnitude** (attnrank.rerank.learned.features.varies; no record re-run). The tolerance was 1e-12
+absolute below magnitude 1, so float32 jitter of a constant 0.0123 was z-scored like a signal
+(±1.75), and the fused scorer's gate read it as confident attention. An ad hoc A/B in one process
+(not a record: the untrained `signals` and default rows on the cached candidate sets of DL19 top-20,
+LoCoMo 400 and HotpotQA 400; Xeon, bfloat16) gave the same nDCG@10 to six decimals both ways.
+
 **Later on 2026-12-06 evaluation ranks scores as 32-bit floats, as trec_eval reads them**
 (attnrank.eval.data.trec_score; no record re-run). trec_eval, pytrec_eval and so ir-measures' nDCG
 hold a run's scores as 32-bit floats: scores that differ only past that precision are a tie, broken by
