@@ -89,30 +89,27 @@ def test_bad_block_options(options, fragment):
 runner = CliRunner()
 
 
+def _index_with_states(corpus, ix, storage: str, args: list[str]):
+    """`attnrank index CORPUS --passage-states STORAGE` with the reranker options ``args``."""
+    return runner.invoke(app, ["index", str(corpus), "--index-dir", str(ix), "--passage-states", storage, *args, "-q"])
+
+
+def _block_search(ix) -> list[str]:
+    """A block-attention `search --rerank 3` over the index ``ix`` (reranker options to be added)."""
+    return ["search", "cell therapy", "--index-dir", str(ix), "--rerank", "3", "--attention", "block", "--heads", "all"]
+
+
 def test_index_builds_passage_states_for_a_token_cut_and_a_precision(tmp_path, scifact_mini, tiny_dir, caplog):
     """index had no --max-doc-tokens or --dtype: a search with either refused the store (re-encoding
     every passage), and its advice, a rebuild with the same options, could not be followed."""
     ix = tmp_path / "ix"
     args = ["--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40", "--max-doc-tokens", "30"]
     args += ["--dtype", "float32"]
-    r = runner.invoke(
-        app, ["index", str(scifact_mini), "--index-dir", str(ix), "--passage-states", "float16", *args, "-q"]
-    )
+    r = _index_with_states(scifact_mini, ix, "float16", args)
     assert r.exit_code == 0, r.output
     header = json.loads((ix / "passage_states" / "states.json").read_text())
     assert header["max_doc_tokens"] == 30
-    search = [
-        "search",
-        "cell therapy",
-        "--index-dir",
-        str(ix),
-        "--rerank",
-        "3",
-        "--attention",
-        "block",
-        "--heads",
-        "all",
-    ]
+    search = _block_search(ix)
     with caplog.at_level("WARNING"):
         r = runner.invoke(app, [*search, *args, "-q"])
     assert r.exit_code == 0, r.output
@@ -124,23 +121,10 @@ def test_index_builds_passage_states_for_a_token_cut_and_a_precision(tmp_path, s
 def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_dir, caplog):
     ix = tmp_path / "ix"
     args = ["--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40"]
-    r = runner.invoke(
-        app, ["index", str(scifact_mini), "--index-dir", str(ix), "--passage-states", "int8", *args, "-q"]
-    )
+    r = _index_with_states(scifact_mini, ix, "int8", args)
     assert r.exit_code == 0, r.output
     assert (ix / "passage_states" / "states.json").is_file() and "bytes/token" in r.output
-    search = [
-        "search",
-        "cell therapy",
-        "--index-dir",
-        str(ix),
-        "--rerank",
-        "3",
-        "--attention",
-        "block",
-        "--heads",
-        "all",
-    ]
+    search = _block_search(ix)
     r = runner.invoke(app, [*search, *args, "-q"])
     assert r.exit_code == 0, r.output
     assert "attention=" in r.output
