@@ -76,7 +76,8 @@ def rerank(
     # the first-stage order trec_eval scores for this run
     ordered_runs = {qid: trec_order(ranking) for qid, ranking in first.items()}
     _check_run(ordered_runs, qs, docs, queries, depth)  # every query and reranked document, before the model loads
-    check_model_readable(rerank_config.model)  # (after the input files, as every command checks them first)
+    if index is None:  # (over an index it was checked before the index loaded)
+        check_model_readable(rerank_config.model)  # (after the input files, as every command checks them first)
     from ..rerank.attention import AttentionReranker
     from ..rerank.over_index import index_reranker
 
