@@ -136,6 +136,8 @@ def _install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> Response:
+        if e.status_code == 400 and isinstance(e.__cause__, InputError):  # a key given twice (strict.unique_keys)
+            return _message(422, str(e.__cause__))
         if e.status_code == 400:  # FastAPI's "error parsing the body": bytes not UTF-8, JSON nested past Python's limit
             return _message(
                 422,

@@ -36,8 +36,9 @@ from .schemas import (
 )
 from .server import Server, request_info
 from .streaming import event_stream
+from .strict import StrictJSONRoute
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 
 
 def _server(request: Request) -> Server:

@@ -551,6 +551,22 @@ def test_a_body_not_read_as_json_is_a_422_naming_the_fix(url):
     assert r.status_code == 422 and r.json()["message"].startswith("body: Input should be")
 
 
+def test_a_key_given_twice_is_refused_not_read_as_its_last_value(url):
+    # Python's json keeps the last of two equal keys: this body was reranked for "Bananas" (200),
+    # while whatever read the first "query" (a proxy, a log) saw the other question
+    as_json = {"content-type": "application/json"}
+    twice = b'{"query": "capital of France?", "texts": ["Paris."], "query": "Bananas"}'
+    r = httpx.post(f"{url}/rerank", content=twice, headers=as_json)
+    assert r.status_code == 422 and r.json()["message"] == (
+        "the body gives the key 'query' twice in one object; send each key once"
+    ), r.text
+    nested = b'{"query": "q", "documents": [{"text": "Paris.", "id": "a", "id": "b"}], "budget_tokens": 100}'
+    r = httpx.post(f"{url}/v1/prune", content=nested, headers=as_json)
+    assert r.status_code == 422 and "the key 'id' twice" in r.json()["message"], r.text
+    once = b'{"query": "capital of France?", "texts": ["Paris.", "Rome."]}'
+    assert httpx.post(f"{url}/rerank", content=once, headers=as_json).status_code == 200
+
+
 def test_unknown_fields_of_attnrank_bodies_are_refused(url):
     def post(path, body):
         return httpx.post(f"{url}{path}", json=body, timeout=30)
