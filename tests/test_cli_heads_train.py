@@ -73,6 +73,21 @@ def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny
     assert rr.heads == w.heads
 
 
+def test_heads_train_cuts_passages_as_the_reranker_its_advice_names(home, dl19_mini, tiny_dir):
+    """A passage too long for the model's window was refused with "lower max_doc_words/max_doc_tokens",
+    options heads train did not have; it takes them now, and the weights record the cut they read."""
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.rerank.learned import LearnedHeadWeights
+
+    small = save_tiny(tiny_dir.parent / "small", layers=3, max_positions=512)
+    r = runner.invoke(app, _args(dl19_mini, small, "--folds", "3", "--top", "2", "--rel", "2"))
+    assert r.exit_code != 0 and "lower max_doc_words/max_doc_tokens" in _text(r), _text(r)
+    r = runner.invoke(app, _args(dl19_mini, small, "--folds", "3", "--top", "2", "--rel", "2", "--max-doc-words", "12"))
+    assert r.exit_code == 0, _text(r)
+    w = LearnedHeadWeights.load(*model_fingerprint(str(small)))
+    assert w is not None and w.config.prompt["max_doc_words"] == 12 and w.config.prompt["max_doc_tokens"] is None
+
+
 def test_heads_train_no_save_writes_nothing(home, dl19_mini, tiny_dir):
     r = runner.invoke(
         app,

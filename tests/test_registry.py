@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from _cli import cli_text
-from _tiny import tiny_model, tiny_tokenizer
+from _tiny import save_tiny, tiny_model, tiny_tokenizer
 from typer.testing import CliRunner
 
 from attnrank import registry, registry_save
@@ -330,6 +330,23 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
         assert isinstance(plotted.exception, MissingExtraError) and "attnrank[plot]" in str(plotted.exception)
     else:
         assert plotted.exit_code == 0 and png.stat().st_size > 0
+
+
+def test_cli_detect_qr_cuts_passages_as_the_advice_it_gives_says(roots, tiny_dir, scifact_mini):
+    """A candidate too long for the model's window was refused with "lower
+    max_doc_words/max_doc_tokens", options heads detect did not have."""
+    small = save_tiny(roots / "small", layers=3, max_positions=640)
+    data = ["--queries", str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv")]
+    args = ["heads", "detect", "--model", str(small), *data, "--corpus", str(scifact_mini / "corpus.jsonl")]
+    args += ["--max-queries", "2", "--depth", "4", "--no-save", "-q"]
+    r = runner.invoke(app, args)
+    assert r.exit_code != 0 and "lower max_doc_words/max_doc_tokens" in cli_text(r), cli_text(r)
+    r = runner.invoke(app, [*args, "--max-doc-words", "12"])
+    assert r.exit_code == 0 and "qr-ndcg:" in r.output, cli_text(r)
+    _niah(roots / "niah-data")
+    copy = ["heads", "detect", "--method", "copy", "--model", str(small), "--data", str(roots / "niah-data")]
+    r = runner.invoke(app, [*copy, "--max-doc-tokens", "9"])
+    assert r.exit_code == 2 and "--max-doc-tokens configure(s) --method qr" in cli_text(r), cli_text(r)
 
 
 def test_cli_detect_names_a_registry_file_it_cannot_save_to_before_detecting(

@@ -27,7 +27,7 @@ from . import (
     option_errors,
 )
 from .labelled import check_saveable, labelled_set, relevant
-from .options import Dtype
+from .options import Dtype, MaxDocTokens, MaxDocWords, truncation
 
 heads_app = typer.Typer(
     help="Detect, register and inspect retrieval heads (per model and weights).",
@@ -86,6 +86,8 @@ def heads_detect(
     max_new_tokens: Optional[int] = typer.Option(
         None, "--max-new-tokens", help=f"copy: greedy answer length limit (default {COPY_MAX_NEW_TOKENS})."
     ),
+    max_doc_words: Optional[int] = MaxDocWords,
+    max_doc_tokens: Optional[int] = MaxDocTokens,
     device: str = Device,
     dtype: str = Dtype,
     save: bool = Save,
@@ -95,7 +97,8 @@ def heads_detect(
     """Detect retrieval heads of a model and register them (used by --heads auto).
 
     --method qr reads labelled queries (--dataset, or --queries, --qrels and --corpus, with
-    --run, --depth, --max-queries and --rel); --method copy reads the needle data in --data."""
+    --run, --depth, --max-queries and --rel; --max-doc-words and --max-doc-tokens cut each candidate as
+    the reranker does); --method copy reads the needle data in --data."""
     progress = _setup(quiet, verbose)
     if method not in ("qr", "copy"):
         raise typer.BadParameter(f"--method {method!r} is not qr or copy")
@@ -112,6 +115,8 @@ def heads_detect(
         "--depth": depth,
         "--max-queries": max_queries,
         "--skip-invalid": skip_invalid or None,
+        "--max-doc-words": max_doc_words,
+        "--max-doc-tokens": max_doc_tokens,
     }
     copy_only = {"--lengths": lengths, "--depths": depths, "--haystack": haystack, "--max-new-tokens": max_new_tokens}
     other = copy_only if method == "qr" else qr_only
@@ -148,6 +153,7 @@ def heads_detect(
             128 if max_queries is None else max_queries,
             rel,
             skip_invalid,
+            truncation(max_doc_words, max_doc_tokens),
         )
     for name, res in results.items():  # every method's result shown before any is saved
         ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])
@@ -229,9 +235,24 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
 
 
 def _detect_qr(
-    model, device, dtype, progress, dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
+    model,
+    device,
+    dtype,
+    progress,
+    dataset,
+    data,
+    queries,
+    qrels,
+    corpus,
+    run,
+    depth,
+    max_queries,
+    rel,
+    skip_invalid,
+    cut,
 ):
-    """QRHead detection; the labelled queries and candidates are read before the model loads."""
+    """QRHead detection; the labelled queries and candidates are read before the model loads
+    (``cut``: the reranker's truncation options given)."""
     from ..heads.queryfocused import detect_query_focused
     from ..llm.models import load_llm
     from ..rerank.attention import AttentionReranker
@@ -256,7 +277,7 @@ def _detect_qr(
         typer.echo(f"{len(qs) - len(found)} of {len(qs)} queries have no relevant candidate; detecting on {len(found)}")
     qs = found
     llm = load_llm(model, dtype=dtype, device=device)
-    reranker = AttentionReranker(llm, None, signals=None)
+    reranker = AttentionReranker(llm, None, signals=None, **cut)
     return detect_query_focused(reranker, qs, cands, qr, rel=rel, data=desc, show_progress=progress)
 
 

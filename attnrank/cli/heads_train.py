@@ -37,7 +37,7 @@ from . import (
 )
 from .heads import heads_app
 from .labelled import check_labelled, check_saveable, check_training, labelled_set
-from .options import Dtype, check_model_readable
+from .options import Dtype, MaxDocTokens, MaxDocWords, check_model_readable, truncation
 
 METRICS = ("nDCG@10", "RR@10")
 
@@ -120,6 +120,8 @@ def heads_train(
         "--first-stage/--no-first-stage",
         help="Also weight the first-stage rank (then only candidates with a first-stage order can be scored).",
     ),
+    max_doc_words: Optional[int] = MaxDocWords,
+    max_doc_tokens: Optional[int] = MaxDocTokens,
     folds: int = Folds,
     seed: int = FoldSeed,
     device: str = Device,
@@ -144,16 +146,17 @@ def heads_train(
     )
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
     check_saveable(model, save)
-    feats, llm, prompt = _capture(model, device, dtype, qs, cands, qr, rel, progress)
+    cut = truncation(max_doc_words, max_doc_tokens)
+    feats, llm, prompt = _capture(model, device, dtype, qs, cands, qr, rel, progress, cut)
     report, weights = _train(feats, qr, rel, n_top, learner, l2, first_stage, folds, seed, desc, prompt)
     typer.echo(report)
     if save:
         typer.echo(f"saved to {weights.save(llm.model_id, llm.fingerprint)}")
 
 
-def _capture(model, device, dtype, qs, cands, qr, rel, progress):
+def _capture(model, device, dtype, qs, cands, qr, rel, progress, cut):
     """Every head's features per query (one forward pass per query over its candidates), the
-    model, and the prompt settings they were read with."""
+    model, and the prompt settings they were read with (``cut``: the truncation options given)."""
     from tqdm.auto import tqdm
 
     from ..llm.models import load_llm
@@ -161,7 +164,7 @@ def _capture(model, device, dtype, qs, cands, qr, rel, progress):
     from ..rerank.learned import query_features
 
     llm = load_llm(model, dtype=dtype, device=device)
-    rr = AttentionReranker(llm, None, signals=None)  # all heads, attention alone
+    rr = AttentionReranker(llm, None, signals=None, **cut)  # all heads, attention alone
     feats = []
     for qid in tqdm(list(qs), desc="capturing attention rows", unit="query", disable=not progress):
         docs = cands[qid]

@@ -176,6 +176,19 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
+# How much of each passage the prompt keeps: also options of the commands that read attention for
+# training (heads detect, heads train), named as the reranker's, whose windows their advice names.
+MaxDocWords = _OPTIONS["max_doc_words"][1]
+MaxDocTokens = _OPTIONS["max_doc_tokens"][1]
+
+
+def truncation(max_doc_words: int | None, max_doc_tokens: int | None) -> dict[str, int]:
+    """The reranker options of ``--max-doc-words`` / ``--max-doc-tokens`` that were given (the
+    others keep the preset's)."""
+    given = {"max_doc_words": max_doc_words, "max_doc_tokens": max_doc_tokens}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def refuse_unread_block_options(given: Iterable[str], read: bool) -> None:
     """``--block-positions``/``--state-cache-mb`` given (``given``: the flags set) where no stage
     that runs reads them (``read`` False) would size nothing: refused."""
