@@ -80,8 +80,13 @@ def tiny_dir(tmp_path_factory) -> Path:
 def ray_local():
     """A local Ray (2 logical CPUs, 200 MiB object store, no dashboard), shut down after the session."""
     ray = pytest.importorskip("ray")
-    ray.init(
-        num_cpus=2, object_store_memory=200 << 20, include_dashboard=False, log_to_driver=False, logging_level="WARNING"
+    ray.init(  # "local": not the cluster a RAY_ADDRESS of the environment names (refused with num_cpus)
+        address="local",
+        num_cpus=2,
+        object_store_memory=200 << 20,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="WARNING",
     )
     yield ray
     ray.shutdown()

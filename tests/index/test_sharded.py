@@ -515,6 +515,33 @@ def test_a_failed_ray_task_stops_the_others_before_the_caller_cleans_up(ray_loca
     assert list(tmp_path.glob("written-*")) == []
 
 
+def test_a_submission_that_fails_stops_the_tasks_submitted_before_it(ray_local, tmp_path):
+    """The tasks were submitted outside the cleanup's reach: when a later submission failed (an
+    argument Ray cannot pickle), the shards already started wrote on after the caller cleaned up."""
+    import threading
+    import time
+
+    def _slow_write(i: int, folder: str, _lock: object) -> int:  # (nested: pickled by value for the workers)
+        import time
+        from pathlib import Path
+
+        (Path(folder) / f"started-{i}").write_text(str(time.time()))
+        time.sleep(6)
+        (Path(folder) / f"written-{i}").write_text("late")
+        return i
+
+    ex = RayExecutor()
+    with pytest.raises(TypeError):
+        ex.map(_slow_write, [(0, str(tmp_path), None), (1, str(tmp_path), threading.Lock())])
+    deadline = time.monotonic() + 20  # the first task, had it run on: started, then written 6 s later
+    while time.monotonic() < deadline and not list(tmp_path.glob("written-*")):
+        started = list(tmp_path.glob("started-*"))
+        if started and time.time() > float(started[0].read_text()) + 8:
+            break
+        time.sleep(0.5)
+    assert list(tmp_path.glob("written-*")) == []
+
+
 def test_a_prompted_embedders_shards_and_merge_embed_as_one_index(tmp_path):
     """Shards embedded their documents bare and searched with bare queries: with an e5-style
     embedder, a sharded index ranked otherwise than the single index built from the same corpus."""

@@ -95,23 +95,33 @@ class RayExecutor:
 
     def map(self, fn: Callable, args: Sequence[tuple], *, num_cpus: float = 1, num_gpus: float = 0) -> list[Any]:
         remote = self.ray.remote(fn).options(num_cpus=num_cpus, num_gpus=num_gpus)
-        refs = [remote.remote(*a) for a in args]
-        try:
+        refs: list[Any] = []
+        try:  # (submitted inside: a submission that fails, e.g. an argument Ray cannot pickle, stops the earlier ones)
+            for a in args:
+                refs.append(remote.remote(*a))
             return self.ray.get(refs)
         except BaseException as e:
-            # the others are stopped before the caller cleans up: a shard task still running wrote its
-            # shard into the temporary folder the failed build had just removed (and made it again).
-            # Cancelled again until each has ended: a task dispatched as the first cancel went out
-            # (to the CPU the failed one freed) was not stopped by it, and ran to its end.
-            pending, deadline = list(refs), time.monotonic() + 30
-            while pending and time.monotonic() < deadline:
-                for ref in pending:
-                    self.ray.cancel(ref, force=True)
-                _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            self._stop(refs)
             cause = task_cause(e)
             if cause is not e:
                 raise cause from None
             raise
+
+    def _stop(self, refs: list[Any]) -> None:
+        """Cancel ``refs`` until every one has ended, before the caller cleans up: a shard task still
+        running wrote its shard into the temporary folder the failed build had just removed (and made
+        it again). Cancelled again until each has ended: a task dispatched as the first cancel went
+        out (to the CPU the failed one freed) was not stopped by it, and ran to its end. No deadline:
+        returning with one still running would let it write after the cleanup (a warning every 30 s
+        says what is awaited)."""
+        pending, warn_at = list(refs), time.monotonic() + 30
+        while pending:
+            for ref in pending:
+                self.ray.cancel(ref, force=True)
+            _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            if pending and time.monotonic() > warn_at:
+                logger.warning("waiting for %d cancelled Ray task(s) to end before cleaning up", len(pending))
+                warn_at = time.monotonic() + 30
 
     def tree_reduce(self, fn: Callable, items: list[Any]) -> Any:
         remote = self.ray.remote(fn).options(num_cpus=1)
