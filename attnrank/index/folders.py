@@ -267,3 +267,26 @@ def swap_in(tmp: Path, target: Path) -> Path | None:
         os.replace(old, target)  # put the previous index back
         raise
     return old
+
+
+def private_folder(tmp: Path) -> int:
+    """Make the new folder ``tmp`` readable by its owner alone while it is built (it sits beside
+    the target under a hidden name); return the mode it was made with (the umask's)."""
+    made = tmp.stat().st_mode & 0o7777
+    os.chmod(tmp, 0o700)
+    return made
+
+
+def carry_mode(tmp: Path, target: Path, made: int) -> None:
+    """Before ``tmp`` replaces ``target``: the folder takes ``target``'s mode (``made``, the mode
+    it was made with, where there is no target), and every entry inside loses the group and
+    other permissions ``target`` withheld. Why: a rebuild of a folder the user had made private
+    (``chmod 700``) came back world-readable (755, its files 644), as a new folder does."""
+    old = target.stat().st_mode & 0o7777 if target.is_dir() else made
+    withheld = ~old & 0o077
+    for root, dirs, files in os.walk(tmp):
+        for name in dirs + files:
+            entry = os.path.join(root, name)
+            if not os.path.islink(entry):
+                os.chmod(entry, os.stat(entry).st_mode & 0o7777 & ~withheld)
+    os.chmod(tmp, old)

@@ -34,7 +34,7 @@ from ..config import PASSAGE_STATES_FOLDER, fault_point
 from ..errors import IndexFormatError
 from ..files import file_sha256, fsync_folder, fsync_tree, hold_writer_lock, sibling
 from ..types import Document
-from .folders import SHARDED_FORMAT, Protected, check_target, remove_stale, swap_in
+from .folders import SHARDED_FORMAT, Protected, carry_mode, check_target, private_folder, remove_stale, swap_in
 from .settings import INDEX_FILES
 
 T = TypeVar("T")
@@ -90,13 +90,15 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
     fault_point("save-before-tmp", target)
     tmp = sibling(target, "tmp")
     tmp.mkdir()
+    made = private_folder(tmp)
     lock = hold_writer_lock(tmp)  # a later build's remove_stale keeps this folder while it is held
     swapped = False
     try:
         yield tmp
         fault_point("save-before-swap", tmp)
-        fsync_tree(tmp)
         check_target(target, force=force, protect=protect)  # it may have changed during the build
+        carry_mode(tmp, target, made)  # (a private index stays private)
+        fsync_tree(tmp)
         old = swap_in(tmp, target)
         swapped = True
         fsync_folder(target.parent)

@@ -100,6 +100,32 @@ def test_index_folder_holding_user_files_is_not_replaced(tmp_path, monkeypatch, 
     built_retriever.save(target)  # a clean index is replaced as before
 
 
+def test_a_private_index_stays_private_when_it_is_saved_again(tmp_path, built_retriever):
+    """A rebuild came back with the new folder's modes: a folder the user had made private (700,
+    its files 600) became world-readable (755, 644)."""
+    import stat
+
+    from attnrank.index.retriever import HybridRetriever
+
+    def modes(folder):
+        return {p: stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.rglob("*")] if not p.is_symlink()}
+
+    target = built_retriever.save(tmp_path / "idx")
+    fresh = modes(target)
+    assert any(m & 0o044 for m in fresh.values())  # (the umask's modes: readable by others, as made)
+    target.chmod(0o700)
+    (target / "docs.jsonl").chmod(0o600)
+    built_retriever.save(target)
+    again = modes(target)
+    assert again[target] == 0o700 and all(m & 0o077 == 0 for m in again.values()), again
+    assert {p.relative_to(target) for p in again} == {p.relative_to(target) for p in fresh}
+    assert HybridRetriever.load(target, verify=True).num_docs == built_retriever.num_docs
+    target.chmod(0o750)  # a group the user shares it with keeps reading it, others do not
+    built_retriever.save(target)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o750
+    assert all(m & 0o007 == 0 and m & 0o040 for m in modes(target).values())
+
+
 def test_sharded_index_counts_as_an_index(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shard = _index(tmp_path / "sh" / "shard-00000")
