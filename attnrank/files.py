@@ -126,6 +126,30 @@ def remove_stale_temps(path: Path) -> list[Path]:
     return removed
 
 
+def remove_stale_folders(folder: Path, what: str) -> list[Path]:
+    """Remove the temporary folders (``.NAME.tmp-PID-HEX``) that writes of ``folder`` (``what``:
+    a passage-state store) left when they were killed (:func:`stale`: its process gone and its
+    lock free); a write under way, here or on another machine that holds its lock, is left."""
+    removed: list[Path] = []
+    try:
+        siblings = list(folder.parent.iterdir())
+    except OSError:
+        return removed
+    for p in siblings:
+        m = SIBLING.match(p.name)
+        if not (m and m["kind"] == "tmp" and m["name"] == folder.name and p.is_dir() and not p.is_symlink()):
+            continue
+        if not stale(p, int(m["pid"])):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        if p.exists():
+            logger.warning("could not remove %s, left by %s that was killed; remove it by hand", p, what)
+            continue
+        removed.append(p)
+        logger.warning("removed %s, left by %s that was killed (process %s is gone)", p, what, m["pid"])
+    return removed
+
+
 @contextmanager
 def atomic_path(
     path: str | Path,

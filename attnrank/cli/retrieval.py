@@ -110,7 +110,7 @@ def index(
     the index; ``search`` uses them unless told otherwise."""
     from ..eval.data import unrunnable_ids
     from ..index.embed_export import BACKENDS
-    from ..index.folders import check_target, embedder_paths
+    from ..index.folders import Protected, check_target, embedder_paths, model_paths
     from ..index.retriever import HybridRetriever
 
     if embed_backend not in BACKENDS:
@@ -153,7 +153,9 @@ def index(
     from ..index.embed import check_embedder
 
     check_embedder(embedder, "cpu", embed_backend)  # (a missing folder or extra: before the corpus and the LLM)
-    check_target(target, force=force, protect=[corpus, *embedder_paths(r.embedder_folder())])  # before any work
+    # (the states' model too: --force replaced the folder of the model it had just encoded them with)
+    protect: list[Protected] = [corpus, *model_paths(None if states is None else states.model)]
+    check_target(target, force=force, protect=[*protect, *embedder_paths(r.embedder_folder())])  # before any work
     docs = _read_corpus(corpus, skip_invalid)
     spaced = unrunnable_ids(d.id for d in docs)
     if spaced:  # (indexed, then refused by search -o after the index loaded, and never matched by rerank --corpus)
@@ -181,7 +183,7 @@ def index(
     writer = None
     if passage_states is not None and states is not None:  # the model loads (and fails) before the index is built
         writer = state_writer(docs, passage_states, states, progress)
-    r.index(docs, show_progress=progress).save(target, force=force, protect=[corpus], extra=writer)
+    r.index(docs, show_progress=progress).save(target, force=force, protect=protect, extra=writer)
     typer.echo(f"indexed {r.num_docs} documents into {target}")
 
 

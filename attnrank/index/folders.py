@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from ..config import cache_dir
 from ..errors import InputError
 from ..files import SIBLING, check_writable, process_alive, sibling, stale
 
@@ -153,6 +154,21 @@ def embedder_paths(folders: Iterable[Path]) -> list[tuple[str, Path]]:
     return [("the embedder", Path(p)) for p in folders]
 
 
+def model_paths(model: str | None) -> list[tuple[str, Path]]:
+    """The LLM's local folder or file (``model`` as given: a path, an HF id or None) as
+    :func:`check_target` names it: ``index --force --passage-states`` replaced the folder of the
+    model it had just encoded the states with."""
+    return [("the model", Path(model))] if model and Path(model).exists() else []
+
+
+def _home() -> list[tuple[str, Path]]:
+    """attnrank's home (its registry of trained weights and head sets, its caches): never replaced."""
+    try:
+        return [("attnrank's home (its registry and caches)", cache_dir())]
+    except RuntimeError:  # (Path.home() where no home is known: nothing there to replace)
+        return []
+
+
 def _named(protect: Iterable[Protected]) -> list[tuple[str, Path]]:
     return [(x[0], Path(x[1])) if isinstance(x, tuple) else ("the corpus", Path(x)) for x in protect]
 
@@ -164,7 +180,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
         raise InputError(f"index folder {target} is a symbolic link; give the folder it points to, or another path")
     resolved = _real(target)
     named = _named(protect)
-    for what, p in [("the working directory", Path.cwd()), *named]:
+    for what, p in [("the working directory", Path.cwd()), *_home(), *named]:
         if contains(resolved, _real(p)):
             raise InputError(
                 f"refusing to write an index at {target}: it is or contains {what} ({p}); "

@@ -87,6 +87,7 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
     check_target(target, force=force, protect=protect)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(target)
+    found = _identity(target)
     fault_point("save-before-tmp", target)
     tmp = sibling(target, "tmp")
     tmp.mkdir()
@@ -97,6 +98,11 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
         yield tmp
         fault_point("save-before-swap", tmp)
         check_target(target, force=force, protect=protect)  # it may have changed during the build
+        if _identity(target) != found:  # (two builds of one folder: both said they had built it)
+            raise IndexFormatError(
+                f"{target} was written by another process during this build; nothing was replaced (it holds the "
+                "other build's index): build again to replace it"
+            )
         carry_mode(tmp, target, made)  # (a private index stays private)
         fsync_tree(tmp)
         old = swap_in(tmp, target)
@@ -114,6 +120,20 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
     finally:
         if lock is not None:
             os.close(lock)
+
+
+def _identity(target: Path) -> tuple[int, int, int] | None:
+    """What tells ``target`` (a folder or nothing) from one another process swapped in: its inode
+    and its manifest's inode and modification time (None where there is no folder)."""
+    try:
+        folder = target.stat()
+    except FileNotFoundError:
+        return None
+    try:
+        manifest = (target / MANIFEST).stat()
+    except OSError:
+        return (folder.st_ino, 0, 0)
+    return (folder.st_ino, manifest.st_ino, manifest.st_mtime_ns)
 
 
 def write_docs(path: Path, docs: Sequence[Document]) -> None:

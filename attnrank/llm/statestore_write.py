@@ -20,7 +20,7 @@ from attnrank.config import STATE_STORAGES
 from attnrank.errors import InputError
 from attnrank.types import Document
 
-from ..files import fsync_folder, fsync_tree, sibling
+from ..files import fsync_folder, fsync_tree, hold_writer_lock, remove_stale_folders, sibling
 from .attention import AttentionCapturer
 from .blocks import block_prefix_ids, encode_blocks_text
 from .states import check_block_window, check_one_head_size, encode_blocks, state_keys
@@ -71,8 +71,10 @@ def write_store(
     prefix_ids, prefix, blocks = _checked_blocks(capturer, tokenizer, docs, max_doc_words, max_doc_tokens)
     offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks], dtype=np.int64)]).astype(np.int64)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_folders(folder, "a passage-state write")  # (gigabytes each, at a corpus's scale)
     tmp = sibling(folder, "tmp")
     tmp.mkdir()
+    lock = hold_writer_lock(tmp)  # (a later write keeps this folder while it is held)
     try:
         entries = _write_arrays(
             tmp, capturer, (prefix_ids, prefix), blocks, offsets, fingerprint, storage, batch_docs, progress
@@ -99,6 +101,8 @@ def write_store(
         fsync_folder(folder.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
     return header
 
 

@@ -126,6 +126,38 @@ def test_a_private_index_stays_private_when_it_is_saved_again(tmp_path, built_re
     assert all(m & 0o007 == 0 and m & 0o040 for m in modes(target).values())
 
 
+def test_attnranks_home_is_never_an_index_target(tmp_path, monkeypatch, built_retriever):
+    """--force replaced any folder but the working directory: attnrank's home (the user's trained
+    weights and head sets) too."""
+    home = tmp_path / "home"
+    (home / "registry").mkdir(parents=True)
+    (home / "registry" / "weights.json").write_text("{}")
+    monkeypatch.setenv("ATTNRANK_HOME", str(home))
+    for target in (home, tmp_path):
+        with pytest.raises(InputError, match="attnrank's home"):
+            built_retriever.save(target, force=True)
+    assert (home / "registry" / "weights.json").read_text() == "{}"
+    built_retriever.save(home / "indexes" / "mine")  # an index inside it is fine
+
+
+def test_of_two_builds_of_one_folder_the_later_is_refused_not_reported_built(tmp_path, built_retriever, scifact_docs):
+    """Two `attnrank index` runs into one new folder both said "indexed N documents"; the folder
+    held the one that swapped in last, and the other user searched a corpus not theirs."""
+    from attnrank.errors import IndexFormatError
+    from attnrank.index.retriever import HybridRetriever
+
+    target = tmp_path / "race"
+    other = HybridRetriever().index(scifact_docs[:3], show_progress=False)
+
+    def meanwhile(folder):  # another build of the same folder ends while this one runs
+        other.save(target)
+
+    with pytest.raises(IndexFormatError, match="written by another process during this build; nothing was replaced"):
+        built_retriever.save(target, extra=meanwhile)
+    assert HybridRetriever.load(target, verify=True).num_docs == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["race"]  # (no temporary folder left)
+
+
 def test_sharded_index_counts_as_an_index(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shard = _index(tmp_path / "sh" / "shard-00000")

@@ -309,6 +309,30 @@ def test_a_store_is_written_whole_or_not_at_all_and_never_into_an_existing_folde
     assert sorted(p.name for p in tmp_path.iterdir()) == ["float16", "one"]
 
 
+def test_a_killed_writes_folder_is_removed_by_the_next_write_and_a_live_ones_kept(tmp_path, llm, capturer):
+    """A write killed outright (SIGKILL, SIGTERM: no finally) left its temporary folder, gigabytes
+    at a corpus's scale, beside the store for good; index builds removed theirs."""
+    import subprocess
+    import sys
+
+    from attnrank.files import hold_writer_lock
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+    killed = tmp_path / f".float16.tmp-{dead}-0f5c592d"
+    (killed / "keys.npy").parent.mkdir()
+    (killed / "keys.npy").write_bytes(b"x" * 1000)
+    live = tmp_path / f".float16.tmp-{dead}-1a2b3c4d"  # (its writer on another machine holds its lock)
+    live.mkdir()
+    lock = hold_writer_lock(live)
+    try:
+        build(tmp_path, llm, capturer, "float16")
+    finally:
+        if lock is not None:
+            os.close(lock)
+    assert not killed.exists() and live.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["float16", live.name])
+
+
 def test_a_latent_attention_model_is_refused_before_anything_is_stored(tmp_path):
     """DeepSeek's latent attention keeps keys and values of two widths: a store of its states was
     written whole, then every open refused it as damaged (and advised a rebuild, which did the same)."""

@@ -118,6 +118,18 @@ def test_index_builds_passage_states_for_a_token_cut_and_a_precision(tmp_path, s
     assert r.exit_code == 2 and "--max-doc-tokens configure(s) --passage-states" in r.output
 
 
+def test_index_force_never_replaces_the_folder_of_the_states_model(tmp_path, scifact_mini):
+    """`index --force --passage-states --model models/tiny --index-dir models` encoded the states,
+    then replaced models/ (the model folder with it): exit 0, an index recording a deleted model."""
+    from _tiny import save_tiny
+
+    model = save_tiny(tmp_path / "models" / "tiny", layers=2)
+    args = ["--preset", "fused", "--model", str(model), "--max-doc-words", "40", "--force"]
+    r = _index_with_states(scifact_mini, tmp_path / "models", "float16", args)
+    assert r.exit_code != 0 and "it is or contains the model" in (r.output + str(r.exception)), r.output
+    assert (model / "config.json").is_file()
+
+
 def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_dir, caplog):
     ix = tmp_path / "ix"
     args = ["--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40"]
