@@ -56,7 +56,7 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -169,8 +169,9 @@ class ContextPruner:
         self.hint_ids = hint_ids(self.llm.tokenizer, cfg)
         check_prompt_budget(cfg.max_prompt_tokens, self.llm)  # (a model whose config could not be read before)
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.prompt_budget
-        window = read_window(self.capturer) if cfg.attention != "block" else None  # (block: its own windows)
-        if window is not None and window < self.max_prompt_tokens:  # heads of sliding layers read no further back
+        self.read_window = read_window(self.capturer)  # heads of sliding layers read no further back
+        window = self.read_window if cfg.attention != "block" else None  # (block: checked per prompt, _plan)
+        if window is not None and window < self.max_prompt_tokens:
             logger.info("pruning prompts kept within %d tokens: a sliding-window layer holds a head", window)
             self.max_prompt_tokens = window
         check_prune_frame(self.llm.tokenizer, cfg, self.max_prompt_tokens)
@@ -340,6 +341,16 @@ class ContextPruner:
                     f"the block-attention pruning prompt reaches position {needed} > max_prompt_tokens="
                     f"{self.max_prompt_tokens}; give fewer or shorter passages, or prune with attention='full', "
                     "which scores a long context in chunks"
+                )
+            # (the query's rows come after every block in the cache: a sliding layer's read its latest keys only)
+            prompt = cast(BlockPrompt, chunk.pair)
+            suffix = max(len(prompt.real_suffix_ids), len(prompt.calibration_suffix_ids)) + len(planner.hint_ids)
+            held = len(prompt.context_ids) + suffix
+            if self.read_window is not None and held > self.read_window:
+                raise InputError(
+                    f"the block-attention pruning prompt holds {held} tokens > "
+                    f"{self.read_window}, the most a sliding-window layer of the heads reads; give fewer or shorter "
+                    "passages, or prune with attention='full', which scores a long context in chunks"
                 )
             return [chunk]
         whole = planner.build(query, docs, sents, pieces)

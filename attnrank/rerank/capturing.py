@@ -62,7 +62,8 @@ class WindowCapture:
             whole = build_block_prompts(tok, query, docs, memo=self._blocks_memo, **kw)
             cfg = self.config
             limit = context_limit(self.capturer)  # (a sliding window's: the windows keep below it)
-            cut = block_windows(whole, cfg.order, cfg.block_positions, self.max_prompt_tokens, limit)
+            read = read_window(self.capturer)  # (and its heads' rows read every token of their window)
+            cut = block_windows(whole, cfg.order, cfg.block_positions, self.max_prompt_tokens, limit, read)
             rows = self._block_windows([prompt for prompt, _ in cut])
             return [replace(w, doc_index=g) for w, (_, g) in zip(rows, cut)]
         build, size, limit, sliding = self._full_prompts(query, docs)

@@ -118,33 +118,54 @@ def block_extent(prompt: BlockPrompt, positions: str) -> int:
 
 
 def block_windows(
-    whole: BlockPrompt, order: str, positions: str, max_prompt_tokens: int, max_context_tokens: int | None = None
+    whole: BlockPrompt,
+    order: str,
+    positions: str,
+    max_prompt_tokens: int,
+    max_context_tokens: int | None = None,
+    max_read_tokens: int | None = None,
 ) -> list[tuple[BlockPrompt, list[int]]]:
     """The block prompts of the windows :func:`fit_windows` cuts ``whole`` (every candidate's block,
     arranged by ``order``) into, each with the input indices it holds (:func:`block_extent`).
-    ``max_context_tokens``: at most this many prefix and block tokens in one window besides (a
-    model with sliding-window layers: its window, less one; the positions alone let shared
-    positions put more blocks in a window than such a model's cache keeps, refused only after
-    every block had been encoded)."""
+    Where a model has sliding-window layers, at most ``max_context_tokens`` prefix and block
+    tokens in one window (its window less one: the positions alone let shared positions put more
+    blocks in a window than such a model's cache keeps, refused only after every block had been
+    encoded), and at most ``max_read_tokens`` with the suffix (:func:`~attnrank.llm.context.read_window`,
+    where a captured head sits in a sliding layer). Why the suffix counts: the query's rows come
+    after every block in the cache, and a sliding layer's row reads its latest keys only; the
+    prefix and the first blocks were read by no query row, recorded as zero attention, and the
+    passage ranked as if read."""
     n = len(whole.blocks)
-    if max_context_tokens is None:
+    suffix = max(len(whole.real_suffix_ids), len(whole.calibration_suffix_ids))
+    limits = [
+        (limit, extra, fix)
+        for limit, extra, fix in (
+            (max_context_tokens, 0, "this model's sliding window of {} takes at most {} before the query"),
+            (max_read_tokens, suffix, "a sliding-window layer of the heads reads at most {1} with the query"),
+        )
+        if limit is not None
+    ]
+    if not limits:
         size = lambda prompt: block_extent(prompt, positions)  # noqa: E731
     else:
         prefix = len(whole.prefix_ids)
-        too_long = [i for i, b in enumerate(whole.blocks) if prefix + len(b) > max_context_tokens]
-        if too_long:
-            i = too_long[0]
-            name = repr(whole.doc_ids[i]) if whole.doc_ids else f"#{i}"
-            raise InputError(
-                f"document {name} with the block prompt's prefix is {prefix + len(whole.blocks[i])} tokens; this "
-                f"model's sliding window of {max_context_tokens + 1} takes at most {max_context_tokens} before the "
-                "query; shorten it (max_doc_words / max_doc_tokens), or use attention='full'"
-            )
+        for limit, extra, fix in limits:
+            too_long = [i for i, b in enumerate(whole.blocks) if prefix + len(b) + extra > limit]
+            if too_long:
+                i = too_long[0]
+                name = repr(whole.doc_ids[i]) if whole.doc_ids else f"#{i}"
+                with_ = " and the query's suffix" if extra else ""
+                raise InputError(
+                    f"document {name} with the block prompt's prefix{with_} is {prefix + len(whole.blocks[i]) + extra} "
+                    f"tokens; {fix.format(limit + 1, limit)}; shorten it (max_doc_words / max_doc_tokens), or use "
+                    "attention='full'"
+                )
 
         def size(prompt: BlockPrompt) -> int:  # (a window over the sliding window's tokens: cut further)
             context = len(prompt.prefix_ids) + sum(len(b) for b in prompt.blocks)
             extent = block_extent(prompt, positions)
-            return extent if context <= max_context_tokens else max(extent, max_prompt_tokens + 1)
+            fits = all(context + extra <= limit for limit, extra, _ in limits)
+            return extent if fits else max(extent, max_prompt_tokens + 1)
 
     return fit_windows(
         n,

@@ -270,23 +270,55 @@ def test_a_store_of_another_model_or_cut_is_refused_before_the_model_loads(tmp_p
 def test_block_windows_keep_below_a_sliding_window(positions):
     """Windows were cut by positions alone: 12 passages in one block-attention window held more
     tokens than a sliding-window model keeps, refused after every block had been encoded."""
+    import numpy as np
     from _tiny import tiny_model, tiny_tokenizer
 
     from attnrank.llm.models import LLM
     from attnrank.types import Document
 
-    model = tiny_model("mistral", layers=2, sliding_window=128, max_positions=2048)
+    model = tiny_model("mistral", layers=2, sliding_window=256, max_positions=2048)
     llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-mistral", fingerprint="test")
-    reranker = AttentionReranker(llm, heads="0-1,1-2", config="icr", attention="block", block_positions=positions)
-    docs = [Document(f"d{i}", f"topic {i} text") for i in range(12)]
+    kw = dict(config="icr", attention="block", block_positions=positions, query_span="last")  # (the query's rows)
+    reranker = AttentionReranker(llm, heads="0-1,1-2", **kw)
+    docs = [Document(f"d{i}", f"topic {i} text about the subject number {i}") for i in range(12)]
     windows = reranker.windows("topic 3", docs)
     assert len(windows) > 1 and sorted(i for w in windows for i in w.doc_index) == list(range(12))
+    # the query's rows come after every block in the cache: a window of prefix and blocks within the
+    # window, but not with the suffix, left its first ~60 tokens (the prefix, a passage's start) unread
+    for w in windows:
+        assert np.all(w.real.sum(0) > 0), "a context token no query row of a sliding layer read"
     assert {d.id for d in reranker.rank("topic 3", docs)} == {d.id for d in docs}
     with pytest.raises(
         InputError,
-        match=r"document 'long' with the block prompt's prefix is \d+ tokens; this model's sliding window of 128 takes at most 127",
+        match=r"document 'long' with the block prompt's prefix is \d+ tokens; this model's sliding window of 256 takes at most 255",
     ):
         reranker.rank("topic 3", [*docs, Document("long", "word " * 60)])
+    with pytest.raises(  # within the window alone, not with the query's suffix after it
+        InputError,
+        match=r"document 'mid' with the block prompt's prefix and the query's suffix is \d+ tokens; a sliding-window "
+        "layer of the heads reads at most 255 with the query",
+    ):
+        reranker.rank("topic 3", [*docs, Document("mid", "word " * 30)])
+
+
+def test_a_block_pruning_prompt_keeps_within_the_sliding_window_of_its_heads_layers():
+    """The pruner's block prompt was checked against max_prompt_tokens alone: past a sliding layer's
+    window, the query's rows read none of the first passages, scored as irrelevant sentences."""
+    from _tiny import tiny_model, tiny_tokenizer
+
+    from attnrank.llm.models import LLM
+    from attnrank.prune.pruner import ContextPruner
+    from attnrank.types import Document
+
+    model = tiny_model("mistral", layers=2, max_positions=4096, sliding_window=512)
+    llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-mistral", fingerprint="test")
+    pruner = ContextPruner(llm, heads="0-1,1-2", attention="block")
+    few = [Document(f"d{i}", f"Topic {i} is told here. It has a second sentence.") for i in range(2)]
+    assert pruner.prune("topic 1", few, budget_tokens=40).documents
+    many = [Document(f"d{i}", f"Topic {i} is told here. It has a second sentence.") for i in range(8)]
+    with pytest.raises(InputError, match=r"holds \d+ tokens > 511, the most a sliding-window layer of the heads reads"):
+        pruner.prune("topic 1", many, budget_tokens=40)
+    assert ContextPruner(llm, heads="0-1,1-2").prune("topic 1", many, budget_tokens=40).documents  # full: in chunks
 
 
 def test_a_full_prompt_keeps_within_the_sliding_window_of_its_heads_layers():
