@@ -110,6 +110,7 @@ def read_run(path: str | Path) -> Run:
     if not p.is_file():
         raise InputError(f"run file {str(p)!r} does not exist")
     run: Run = {}
+    ranks: dict[str, dict[str, int]] = {}
     dups: list[str] = []
     for lineno, line in text_lines(p):
         parts = line.split()
@@ -118,7 +119,7 @@ def read_run(path: str | Path) -> Run:
         if len(parts) != 6:
             raise InputError(f"{p}:{lineno}: expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
         try:
-            int(parts[3])
+            rank = int(parts[3])
         except ValueError:  # e.g. rank and score swapped: the order would come out reversed
             raise InputError(
                 f"{p}:{lineno}: rank {parts[3]!r} is not an integer; the columns are 'qid Q0 docid rank score tag'"
@@ -134,8 +135,10 @@ def read_run(path: str | Path) -> Run:
             dups.append(f"{p}:{lineno}")
             continue
         docs[parts[2]] = score
+        ranks.setdefault(parts[0], {})[parts[2]] = rank
     if not run:
         raise InputError(f"{p}: empty run file")
+    _warn_ties_against_ranks(p, run, ranks)
     if dups:
         logger.warning(
             "%s: %d duplicate (query, document) line(s), first at %s; kept the first line of each pair",
@@ -144,6 +147,30 @@ def read_run(path: str | Path) -> Run:
             dups[0],
         )
     return run
+
+
+def _warn_ties_against_ranks(path: Path, run: Run, ranks: dict[str, dict[str, int]]) -> None:
+    """Say where tied scores put a query's documents in another order than its rank column: such a
+    run is read, reranked and evaluated in trec_eval's order (:func:`trec_order`: ties by doc id),
+    so a run that ranks by its rank column alone (every score 1.0) lost its order without a word,
+    and ``rerank --depth`` took its first documents by id."""
+    changed = []
+    for qid, scores in run.items():
+        order = [d for d, _ in trec_order(scores)]
+        by_rank = sorted(order, key=lambda d: ranks[qid][d])  # (stable: equal ranks keep trec_eval's order)
+        if order != by_rank:
+            tied = any(trec_score(scores[a]) == trec_score(scores[b]) for a, b in zip(order, order[1:]))
+            if tied:
+                changed.append(qid)
+    if changed:
+        logger.warning(
+            "%s: %d quer(ies) (first %r) have tied scores that the rank column orders otherwise; read as "
+            "trec_eval ranks them (score, then doc id descending), not by rank: give strictly decreasing "
+            "scores (e.g. the negated rank) for the rank column's order",
+            path,
+            len(changed),
+            changed[0],
+        )
 
 
 def results_to_run(results: Iterable[RankedResults]) -> Run:

@@ -32,6 +32,25 @@ def test_run_round_trip(tmp_path, dl19_mini):
         read_run(tmp_path / "bad")
 
 
+def test_a_run_whose_tied_scores_contradict_its_rank_column_is_read_as_trec_eval_reads_it_and_said(
+    tmp_path, caplog
+):
+    """A run ranked by its rank column alone (every score 1.0) was read in doc-id order without a
+    word: `rerank --depth 2` reranked the two documents with the largest ids, not its first two."""
+    tied = tmp_path / "tied.trec"
+    tied.write_text("q1 Q0 a 1 1.0 x\nq1 Q0 c 2 1.0 x\nq1 Q0 b 3 1.0 x\nq2 Q0 a 1 2.0 x\nq2 Q0 b 2 1.0 x\n")
+    with caplog.at_level("WARNING"):
+        run = read_run(tied)
+    assert list(run["q1"]) == ["a", "c", "b"]  # (as listed; the order read is trec_eval's)
+    assert "1 quer(ies) (first 'q1') have tied scores that the rank column orders otherwise" in caplog.text
+    caplog.clear()
+    agree = tmp_path / "agree.trec"  # ties the rank column orders as trec_eval does (doc id descending)
+    agree.write_text("q1 Q0 c 1 1.0 x\nq1 Q0 b 2 1.0 x\nq1 Q0 a 3 0.5 x\n")
+    with caplog.at_level("WARNING"):
+        read_run(agree)
+    assert "rank column" not in caplog.text
+
+
 def test_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
     (tmp_path / "q.txt").write_bytes("\ufeffq1 0 d1 1\nq2 0 d2 1\n".encode())
     (tmp_path / "r.trec").write_bytes("\ufeffq1 Q0 d1 1 2.0 x\n".encode())
