@@ -32,9 +32,7 @@ def test_run_round_trip(tmp_path, dl19_mini):
         read_run(tmp_path / "bad")
 
 
-def test_a_run_whose_tied_scores_contradict_its_rank_column_is_read_as_trec_eval_reads_it_and_said(
-    tmp_path, caplog
-):
+def test_a_run_whose_tied_scores_contradict_its_rank_column_is_read_as_trec_eval_reads_it_and_said(tmp_path, caplog):
     """A run ranked by its rank column alone (every score 1.0) was read in doc-id order without a
     word: `rerank --depth 2` reranked the two documents with the largest ids, not its first two."""
     tied = tmp_path / "tied.trec"
