@@ -271,8 +271,10 @@ def check_writable(path: str | Path, what: str) -> None:
     passes as root on a read-only or permission-less mount."""
     path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)  # (written through, as atomic_path)
     folder = next((p for p in path.absolute().parents if p.exists()), None)
-    if folder is None or not folder.is_dir():
-        return  # (named by the checks above)
+    if folder is None:
+        return
+    if not folder.is_dir():  # (an index folder's checks had no other: refused only after the build)
+        raise InputError(f"{what} {path}: {folder} is a file, not a folder; choose another path")
     probe = sibling(folder / path.name, "tmp")
     try:
         probe.touch(exist_ok=False)

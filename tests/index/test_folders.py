@@ -158,6 +158,15 @@ def test_of_two_builds_of_one_folder_the_later_is_refused_not_reported_built(tmp
     assert [p.name for p in tmp_path.iterdir()] == ["race"]  # (no temporary folder left)
 
 
+def test_an_index_folder_under_a_file_is_refused_before_the_build(tmp_path):
+    """`index --index-dir notes.jsonl/sub` built the whole index (the passage states too), then
+    failed at the save: "File exists: notes.jsonl"."""
+    (tmp_path / "notes.jsonl").write_text("mine")
+    with pytest.raises(InputError, match=r"notes\.jsonl is a file, not a folder; choose another path"):
+        check_target(tmp_path / "notes.jsonl" / "sub")
+    assert (tmp_path / "notes.jsonl").read_text() == "mine"
+
+
 def test_sharded_index_counts_as_an_index(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shard = _index(tmp_path / "sh" / "shard-00000")
