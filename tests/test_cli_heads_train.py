@@ -111,6 +111,7 @@ def test_heads_train_no_save_writes_nothing(home, dl19_mini, tiny_dir):
         (["--folds", "1"], "--folds"),
         (["--folds", "4"], "fewer than --folds 4"),
         (["--max-queries", "2", "--folds", "3"], "2 labelled queries with candidates are fewer"),
+        (["--rel", "5"], "--rel 5 is above every label of the qrels (the highest is 3)"),  # blamed on --folds
     ],
 )
 def test_heads_train_rejects_bad_options_before_loading_a_model(home, dl19_mini, tiny_dir, monkeypatch, extra, message):

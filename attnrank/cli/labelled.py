@@ -111,7 +111,7 @@ def labelled_set(
     import random
 
     from ..eval import read_qrels, read_run, trec_order
-    from ..eval.data import qrels_splits
+    from ..eval.data import check_relevance_level, qrels_splits
     from ..queries import load_queries
 
     if max_queries < 0:
@@ -171,6 +171,7 @@ def labelled_set(
             )
         docs = [] if corpus is None else _read_corpus(corpus, skip_invalid)
         qs, qr, rel = load_queries(queries), read_qrels(qrels), rel or 1
+    check_relevance_level(qr, rel)  # (else: "0 labelled queries ... fewer than --folds", blaming --folds)
     if run is not None:
         cands = {q: [d for d, _ in trec_order(r)] for q, r in read_run(run).items()}
     qids = sorted(q for q in qs if any(v >= rel for v in qr.get(q, {}).values()))

@@ -149,6 +149,18 @@ def read_run(path: str | Path) -> Run:
     return run
 
 
+def check_relevance_level(qrels: Qrels, rel: int, option: str = "--rel") -> None:
+    """Refuse a relevance level ``rel`` above every label of ``qrels``: no document is relevant
+    then, so every binary metric (recall, RR, P) reads 0 with nothing said (graded nDCG does not),
+    and training finds no relevant candidate. The message names the highest label."""
+    top = max((label for judged in qrels.values() for label in judged.values()), default=0)
+    if 1 <= top < rel:  # (qrels judging nothing relevant at any level are the user's to evaluate)
+        raise InputError(
+            f"{option} {rel} is above every label of the qrels (the highest is {top}), so no document counts as "
+            f"relevant and every binary metric reads 0; give {option} {top} or lower"
+        )
+
+
 def _warn_ties_against_ranks(path: Path, run: Run, ranks: dict[str, dict[str, int]]) -> None:
     """Say where tied scores put a query's documents in another order than its rank column: such a
     run is read, reranked and evaluated in trec_eval's order (:func:`trec_order`: ties by doc id),
