@@ -831,3 +831,20 @@ def test_a_rerank_without_documents_names_corpus_too(tmp_path, dl19_mini):
     base = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
     r = runner.invoke(app, [*base, "-o", str(tmp_path / "o.trec"), "-q"])
     assert r.exit_code == 2 and "--corpus PATH, or --index NAME / --index-dir DIR" in _text(r), _text(r)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["search", "q", "--index-dir", "ix"],
+        ["rerank", "--queries", "q.tsv", "--run", "r.trec"],
+        ["index", "c.jsonl", "--passage-states", "float16"],
+        ["batch", "q.tsv", "--index-dir", "ix", "--rerank", "20"],
+        ["serve", "--index-dir", "no-such-index"],  # (unfixed: refused for the index, not served)
+    ],
+)
+def test_an_empty_preset_is_refused_not_read_as_the_default(command):
+    """--preset "" (a shell variable left empty) ran the default preset with exit 0: the library
+    reads "" as no preset."""
+    r = runner.invoke(app, [*command, "--preset", " "])
+    assert r.exit_code == 2 and "--preset is empty; give a preset's name" in _text(r), _text(r)

@@ -133,6 +133,14 @@ def _positive(value: int, option: str, what: str, minimum: int = 1) -> int:
     return value
 
 
+def named_preset(value: str | None) -> str | None:
+    """A ``--preset`` callback: a blank name is refused (the library reads "" as no preset, so
+    ``--preset ""``, a shell variable left empty, ran the default without a word)."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("--preset is empty; give a preset's name, or leave --preset out for the default")
+    return value
+
+
 @contextmanager
 def option_errors() -> Iterator[None]:
     """Inside, an :class:`InputError` (an option's value that the library refuses) is an option

@@ -11,7 +11,18 @@ from typing import Optional
 
 import typer
 
-from . import Quiet, Verbose, _check_heads, _check_output, _index_path, _positive, _setup, app, option_errors
+from . import (
+    Quiet,
+    Verbose,
+    _check_heads,
+    _check_output,
+    _index_path,
+    _positive,
+    _setup,
+    app,
+    named_preset,
+    option_errors,
+)
 from .options import Dtype, refuse_without_rerank
 from .rerank_config import check_attention_computed
 
@@ -152,6 +163,7 @@ def batch(
     preset: Optional[str] = typer.Option(
         None,
         "--preset",
+        callback=named_preset,
         help="Reranking preset for --rerank (default: likelihood; 'signals' runs no LLM; 'fused' adds attention).",
     ),
     heads: Optional[str] = typer.Option(

@@ -20,7 +20,7 @@ import typer
 
 from ..prune.config import PruneConfig
 from ..rerank.config import DEFAULT_PRESET, RERANK_PRESETS, SCORERS, RerankConfig
-from . import _setup
+from . import _setup, named_preset
 from .rerank_config import REWEIGHT_STEPS, build_rerank_config
 
 DTYPE_HELP = (
@@ -44,6 +44,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(
             None,
             "--preset",
+            callback=named_preset,
             help=f"Reranking preset: {' | '.join(RERANK_PRESETS)} (default: {DEFAULT_PRESET}: the candidates' BM25 "
             "and dense scores and the LLM's query likelihood given each (UPR), z-scored per query and summed, or "
             "weighed by your `attnrank train` weights, no attention; signals: BM25 and dense alone (or your registered weights), no LLM, fastest; fused: block "

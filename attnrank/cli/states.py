@@ -19,7 +19,7 @@ import typer
 from ..config import PASSAGE_STATES_FOLDER, STATE_STORAGES
 from ..rerank.config import RerankConfig
 from ..types import Document
-from . import option_errors
+from . import named_preset, option_errors
 
 PASSAGE_STATES = typer.Option(
     None,
@@ -28,7 +28,10 @@ PASSAGE_STATES = typer.Option(
     "`search --rerank N --preset fused` (block attention).",
 )
 STATES_PRESET = typer.Option(
-    None, "--preset", help="With --passage-states: the reranking preset they serve (default: fused)."
+    None,
+    "--preset",
+    callback=named_preset,
+    help="With --passage-states: the reranking preset they serve (default: fused).",
 )
 STATES_DEFAULT_PRESET = "fused"  # the default preset computes no attention; fused is block attention already
 STATES_MODEL = typer.Option(None, "--model", help="With --passage-states: the LLM (default: packaged SmolLM2).")
