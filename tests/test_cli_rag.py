@@ -153,6 +153,9 @@ def test_ask_refuses_block_options_no_stage_reads(tmp_path, built_retriever):
     on = [a for a in base if a != "--no-rerank"]
     r = runner.invoke(app, [*on, "--preset", "signals", "--no-prune", "--attention", "block"])
     assert r.exit_code == 2 and "--no-prune turns pruning off, but --attention configure(s) it" in cli_text(r)
+    # nothing but the answer runs: --model was read by no stage, and the answer came from --generator-model
+    r = runner.invoke(app, [*base, "--no-prune", "--generator-model", "g", "--model", "/no/such/model"])
+    assert r.exit_code == 2 and "--model is read by no stage" in cli_text(r), cli_text(r)
 
 
 @pytest.fixture

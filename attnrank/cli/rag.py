@@ -243,6 +243,11 @@ def ask(
     if no_rerank:  # only the pruner could read them, and only in block mode
         if no_prune:
             refuse_when_off("--no-rerank --no-prune", "both attention stages", sorted({"--attention"} & rerank_given))
+        if no_prune and generator_model is not None and "--model" in rerank_given:  # (answered, --model unread)
+            raise typer.BadParameter(
+                "--model is read by no stage: --no-rerank and --no-prune leave the answer alone, which "
+                "--generator-model gives; drop --model or --generator-model"
+            )
         refuse_unread_block_options(rerank_given, not no_prune and prune_cfg.attention == "block")
     elif no_prune and not cfg.uses_attention:  # (a reranker without attention left them to the pruner)
         refuse_when_off("--no-prune", "pruning", sorted({"--attention", "--block-positions"} & rerank_given))
