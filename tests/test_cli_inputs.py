@@ -848,3 +848,13 @@ def test_an_empty_preset_is_refused_not_read_as_the_default(command):
     reads "" as no preset."""
     r = runner.invoke(app, [*command, "--preset", " "])
     assert r.exit_code == 2 and "--preset is empty; give a preset's name" in _text(r), _text(r)
+
+
+def test_a_folder_for_a_run_and_a_file_for_an_index_are_named_as_such(tmp_path):
+    """`eval FOLDER qrels` said the run file did not exist; `serve --index-dir FILE` said the index
+    folder did not exist."""
+    (tmp_path / "qrels.tsv").write_text("q1\td1\t1\n")
+    r = runner.invoke(app, ["eval", str(tmp_path), str(tmp_path / "qrels.tsv")])
+    assert r.exit_code == 1 and "is a folder; give the run's file" in _text(r), _text(r)
+    r = runner.invoke(app, ["serve", "--index-dir", str(tmp_path / "qrels.tsv")])
+    assert r.exit_code == 2 and "qrels.tsv is a file; give the folder" in _text(r), _text(r)

@@ -62,6 +62,8 @@ def serve(
     if not quiet:  # one line per request, --verbose or not (--quiet: no info logs, no bars, as every command)
         logging.getLogger("attnrank.serve.access").setLevel(logging.INFO)
     index = _index_path(name, index_dir) if name is not None or index_dir is not None else None
+    if index is not None and index.exists() and not index.is_dir():
+        raise typer.BadParameter(f"index folder {index} is a file; give the folder `attnrank index` built")
     if index is not None and not index.is_dir():
         raise typer.BadParameter(f"index folder {index} does not exist; build it with `attnrank index`")
     # the pruner as `attnrank ask` builds it: --attention, --block-positions, --state-cache-mb reach it where given

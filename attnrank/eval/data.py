@@ -107,6 +107,8 @@ def read_run(path: str | Path) -> Run:
     says how many and where the first one is.
     """
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"run file {str(p)!r} is a folder; give the run's file (qid Q0 docid rank score tag)")
     if not p.is_file():
         raise InputError(f"run file {str(p)!r} does not exist")
     run: Run = {}
