@@ -350,3 +350,17 @@ def test_ask_and_prune_name_a_mistyped_model_before_the_index_loads(tmp_path, mo
     ):
         r = runner.invoke(app, args)
         assert r.exit_code != 0 and "no index at" in cli_text(r), (args, cli_text(r))
+
+
+def test_an_answer_prompt_over_the_context_is_refused_in_asks_own_terms(tmp_path, built_retriever):
+    """The refusal came after "Q: ... A:" was printed, and advised pruning harder (smaller
+    budget_tokens) under --no-prune, with the library's argument names."""
+    from _tiny import save_tiny
+
+    built_retriever.save(tmp_path / "ix")
+    small = save_tiny(tmp_path / "small", layers=2, max_positions=600)
+    args = ["ask", "vitamin D?", "--index-dir", str(tmp_path / "ix"), "--no-rerank", "--no-prune", "-k", "3"]
+    r = runner.invoke(app, [*args, "--generator-model", str(small), "--max-new-tokens", "8", "-q"])
+    text = cli_text(r)
+    assert r.exit_code == 1 and "with --max-new-tokens 8 it exceeds the model's 600-token context" in text, text
+    assert text.rstrip().endswith("lower -k") and "budget" not in text and "Q: vitamin" not in r.output

@@ -282,10 +282,22 @@ def ask(
         dtype=cfg.dtype,
         device=cfg.device,
     )
-    typer.echo(f"Q: {question}\nA: ", nl=False)
     if no_prune:  # the default budget sizes nothing (budget options with --no-prune were refused above)
         budget = ratio = None
-    res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=lambda s: typer.echo(s, nl=False))
+    begun: list[bool] = []
+
+    def stream(piece: str) -> None:  # (the answer's head once it begins: not before a refusal of its prompt)
+        if not begun:
+            typer.echo(f"Q: {question}\nA: ", nl=False)
+            begun.append(True)
+        typer.echo(piece, nl=False)
+
+    try:
+        res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=stream)
+    except InputError as e:  # (named as ask's options: the library's advice names its arguments)
+        raise InputError(_ask_names(str(e), no_prune)) from None
+    if not begun:
+        typer.echo(f"Q: {question}\nA: ", nl=False)
     typer.echo("")
     if res.pruned is not None:
         p = res.pruned
@@ -298,6 +310,20 @@ def ask(
     for i, d in enumerate(res.context, start=1):
         typer.echo(f"  {i}. {d.id}" + (f" ({d.title})" if d.title else "") + f": {d.text[:100]}")
     typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in res.timings.items()))
+
+
+def _ask_names(message: str, no_prune: bool) -> str:
+    """``message`` (the generator's or the pruner's refusal) with ask's option names for the
+    library's arguments, and without advice to prune where ``--no-prune`` was given."""
+    if no_prune:
+        message = message.replace("prune the context harder (smaller budget_tokens) or pass fewer passages", "lower -k")
+    for name, option in (
+        ("max_new_tokens=", "--max-new-tokens "),
+        ("smaller budget_tokens", "a smaller --budget-tokens"),
+        ("pass fewer passages", "lower -k"),
+    ):
+        message = message.replace(name, option)
+    return message
 
 
 def _check_prune_window(config: PruneConfig) -> None:
