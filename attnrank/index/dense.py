@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IndexFormatError, InputError
+from ..errors import IndexFormatError, InputError, ModelError
 from ..files import check_new_folder
 from ..types import is_count
 from .bm25 import check_k
@@ -148,6 +148,11 @@ class DenseIndex:
                 f"the embedder gives {q.shape[-1]}-dimensional vectors, the dense index holds "
                 f"{self.dim}-dimensional ones; use the embedder the index was built with"
             )
+        if not np.all(np.isfinite(q)):  # (FAISS found nothing for them: "no hits", exit 0)
+            raise ModelError(
+                f"the embedder {self.model_name} gave query vectors that are not finite; check its files "
+                "(or its precision: float16 on CPU overflows) and search again"
+            )
         k = min(int(k), self.num_docs)  # FAISS takes a Python int, not a NumPy one
         scores, idx = self.faiss_index.search(q, k)
         # unit vectors: a cosine outside [-1, 1] (or NaN) means damaged vectors, never a result
@@ -155,6 +160,13 @@ class DenseIndex:
             raise IndexFormatError(
                 "the dense index returned cosine scores outside [-1, 1]: its vectors are "
                 "corrupted; rebuild the index with `attnrank index`"
+            )
+        # an exact index returns k hits of every query; FAISS leaves out a vector whose cosine is NaN
+        # (a corrupted one), so a short list read as "no hits" with exit 0 (a hybrid one: BM25's alone)
+        if self.kind == "flat" and np.any(idx < 0):
+            raise IndexFormatError(
+                "the dense index left documents out of an exact search: its vectors are corrupted (not finite); "
+                "check it with --verify and rebuild the index with `attnrank index`"
             )
         # approximate indexes may return fewer than k hits (-1); keep arrays rectangular
         idx = np.where(idx < 0, -1, idx).astype(np.int64)

@@ -233,3 +233,24 @@ def test_a_bad_tuning_grid_is_refused_before_any_query_is_searched(built_retriev
         with pytest.raises(InputError, match=message):
             tune_alpha(built_retriever, {"q": "vitamin"}, qrels, **grid)
     assert searched == []
+
+
+def test_non_finite_vectors_are_refused_not_read_as_no_hits(scifact_docs):
+    """A corrupted vector (NaN) is left out of FAISS's exact search: a dense search answered "no
+    hits" with exit 0, a hybrid one BM25's alone; a NaN query vector found nothing either."""
+    import faiss
+
+    from attnrank.errors import IndexFormatError, ModelError
+
+    dense = DenseIndex().index([d.full_text for d in scifact_docs[:6]])
+    q = dense.encode_queries(["cell therapy"])
+    dense.retrieve([], 3, query_embeddings=q)  # (a sound index and query: no refusal)
+    with pytest.raises(ModelError, match="gave query vectors that are not finite"):
+        dense.retrieve(["x"], 3, query_embeddings=np.full_like(q, np.nan))
+    vectors = dense.faiss_index.reconstruct_n(0, dense.num_docs)
+    vectors[:] = np.nan
+    broken = faiss.IndexFlatIP(vectors.shape[1])
+    broken.add(vectors)
+    dense.faiss_index = broken
+    with pytest.raises(IndexFormatError, match="left documents out of an exact search: its vectors are corrupted"):
+        dense.retrieve(["x"], 3, query_embeddings=q)
