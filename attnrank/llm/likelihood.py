@@ -98,9 +98,10 @@ def continuation_logprob(
         batch_tokens = 0
     if states is None or states.max_bytes == 0 or not reuses_states(llm):
         out = np.empty((len(seqs), len(cont)), dtype=np.float32)
-        for batch in _batches(list(range(len(seqs))), [len(s) for s in seqs], batch_tokens):
+        first = _first_of_each(seqs)  # (a copy in another batch could score otherwise in bfloat16)
+        for batch in _batches(sorted(set(first)), [len(s) for s in seqs], batch_tokens):
             out[batch] = _batch_logprob(llm, [seqs[i] for i in batch], len(cont), False)[0]
-        return out
+        return out[first]
     return _reusing_states(llm, seqs, len(cont), batch_tokens, states, buffer)
 
 
@@ -195,6 +196,13 @@ def context_keys(llm: LLM, contexts: Sequence[Sequence[int]]) -> list[str]:
         h.update(",".join(map(str, ids)).encode())
         keys.append(h.hexdigest())
     return keys
+
+
+def _first_of_each(seqs: list[list[int]]) -> list[int]:
+    """For each sequence, the index of its first copy in ``seqs`` (a passage given under two ids
+    is computed once and both read its scores)."""
+    first: dict[tuple[int, ...], int] = {}
+    return [first.setdefault(tuple(s), i) for i, s in enumerate(seqs)]
 
 
 def _batches(rows: list[int], lengths: list[int], budget: int) -> Iterator[list[int]]:

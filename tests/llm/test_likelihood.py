@@ -186,6 +186,27 @@ def test_a_context_given_twice_is_computed_and_kept_once(llm, caplog):
     np.testing.assert_allclose(again, alone, atol=1e-5)
 
 
+def test_a_context_given_twice_scores_alike_without_kept_states_too(monkeypatch):
+    """Without a state cache (attnrank batch, --dtype int8, sliding-window models) a passage under
+    two ids was computed twice, in other batches: its two bfloat16 scores differed (6.5e-5)."""
+    from attnrank.llm import likelihood
+
+    model = tiny_model("llama", layers=2, max_positions=512).to(torch.bfloat16)
+    llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-bf16", fingerprint="bf16")
+    contexts = [[5, 6, 7, 8, 9, 10], [4] * 9, [3] * 7, [5, 6, 7, 8, 9, 10], [2] * 8]
+    rows: list[int] = []
+    computed = likelihood._batch_logprob
+
+    def counted(llm_, seqs, n_cont, keep):  # (the rows each pass computes)
+        rows.append(len(seqs))
+        return computed(llm_, seqs, n_cont, keep)
+
+    monkeypatch.setattr(likelihood, "_batch_logprob", counted)
+    out = continuation_logprob(llm, contexts, [11, 12, 13], batch_tokens=24)
+    assert sum(rows) == 4 and len(rows) > 1  # (the copy is computed in no batch again)
+    np.testing.assert_array_equal(out[0], out[3])
+
+
 @pytest.mark.parametrize(
     ("family", "options"),
     [("mistral", {}), ("Gemma3Text", {}), ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}})],
