@@ -120,7 +120,9 @@ def _index_path(name: Optional[str], index_dir: Optional[Path]) -> Path:
     if index_dir is not None:
         return index_dir
     if not name:
-        raise typer.BadParameter("give --index NAME (stored under ./indexes) or --index-dir DIR")
+        raise typer.BadParameter(
+            "give --index NAME (stored under ./indexes, or $ATTNRANK_INDEX_DIR) or --index-dir DIR"
+        )
     if "/" in name or name.startswith("."):
         raise typer.BadParameter(f"index name {name!r} must be a plain name; use --index-dir for a path")
     return index_root() / name

@@ -151,7 +151,10 @@ def _check_outputs(queries: Path, output: Optional[Path], parquet: Optional[Path
 def batch(
     queries: Path = typer.Argument(..., help="Queries: BEIR queries.jsonl, TSV id<TAB>text, or Parquet (id, text)."),
     index_name: Optional[str] = typer.Option(
-        None, "--index", "-n", help="Index name under ./indexes (ordinary or sharded; as `attnrank index --index`)."
+        None,
+        "--index",
+        "-n",
+        help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR) (ordinary or sharded; as `attnrank index --index`).",
     ),
     index_dir: Optional[Path] = typer.Option(
         None, "--index-dir", help="Or an explicit index folder, ordinary or sharded (every Ray worker reads it)."

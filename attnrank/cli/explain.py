@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 @app.command()
 def explain(
     query: str = typer.Argument(..., help="The query to retrieve, rerank and explain."),
-    name: str | None = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
+    name: str | None = typer.Option(None, "--index", "-n", help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR)."),
     index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
     k: int = typer.Option(5, "--top-k", "-k", help="First-stage hits reranked and explained."),
     model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),

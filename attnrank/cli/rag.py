@@ -167,7 +167,9 @@ def prune(
 @rerank_and_prune_options
 def ask(
     question: str = typer.Argument(..., help="The question to answer."),
-    name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
+    name: Optional[str] = typer.Option(
+        None, "--index", "-n", help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR)."
+    ),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder."),
     depth: Optional[int] = typer.Option(
         None, "--depth", help=f"First-stage hits reranked (default {ASK_DEPTH}; none with --no-rerank)."

@@ -51,7 +51,9 @@ def index(
     corpus: Path = typer.Argument(
         ..., help="BEIR folder, .jsonl, .csv/.tsv, or a folder of .txt/.md files (one such file alone: one document)."
     ),
-    name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name (stored in ./indexes/NAME)."),
+    name: Optional[str] = typer.Option(
+        None, "--index", "-n", help="Index name (stored in ./indexes/NAME, or $ATTNRANK_INDEX_DIR/NAME)."
+    ),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder instead of --index."),
     dense_index: str = typer.Option("flat", help="FAISS index type: flat | hnsw | ivf."),
     embedder: Optional[str] = typer.Option(
@@ -191,7 +193,9 @@ def index(
 @rerank_options
 def search(
     query: Optional[str] = typer.Argument(None, help="One query (or use --queries FILE)."),
-    name: Optional[str] = typer.Option(None, "--index", "-n", help="Index name under ./indexes."),
+    name: Optional[str] = typer.Option(
+        None, "--index", "-n", help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR)."
+    ),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder."),
     queries: Optional[Path] = typer.Option(None, "--queries", help="BEIR queries.jsonl or TSV id<TAB>text."),
     k: int = typer.Option(10, "--top-k", "-k", help="Results per query."),

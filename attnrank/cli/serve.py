@@ -19,7 +19,10 @@ logger = logging.getLogger(__name__)
 @rerank_and_prune_options
 def serve(
     name: str | None = typer.Option(
-        None, "--index", "-n", help="Index name under ./indexes (enables /v1/search, /v1/prune over it, /v1/ask)."
+        None,
+        "--index",
+        "-n",
+        help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR) (enables /v1/search, /v1/prune over it, /v1/ask).",
     ),
     index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
     host: str = typer.Option(

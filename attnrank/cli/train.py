@@ -97,7 +97,10 @@ def train(
     skip_invalid: bool = SkipInvalid,
     run: Optional[Path] = TrainRun,
     index_name: Optional[str] = typer.Option(
-        None, "--index", "-n", help="Index name under ./indexes: its search's top --depth hits are the candidates."
+        None,
+        "--index",
+        "-n",
+        help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR): its search's top --depth hits are the candidates.",
     ),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder instead of --index."),
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth)."),

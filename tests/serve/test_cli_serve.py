@@ -22,7 +22,7 @@ def test_serve_refuses_an_empty_index_name_before_loading_anything(monkeypatch):
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: loaded.append("run"))
     r = runner.invoke(app, ["serve", "--index", "", "--port", "0"])
     assert r.exit_code == 2, cli_text(r)
-    assert "give --index NAME (stored under ./indexes) or --index-dir DIR" in cli_text(r)
+    assert "give --index NAME (stored under ./indexes, or $ATTNRANK_INDEX_DIR) or --index-dir DIR" in cli_text(r)
     assert "attnrank serving" not in r.output and loaded == []
 
 
