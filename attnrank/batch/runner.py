@@ -44,7 +44,7 @@ from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
 from ..rerank.fused_resolve import likelihood_weights, signals_only
 from ..rerank.signals import SIGNALS_VERSION, candidate_terms
 from ..rerank.versions import SCORING_VERSION
-from ..types import is_blank
+from ..types import encodable, is_blank
 from .checkpoint import check_checkpoint, check_folder, locked_checkpoint
 from .config import BatchConfig, Resources, check_device
 from .dataset import build_dataset, drain, ray_data_settings
@@ -219,6 +219,12 @@ def run_batch(
     empty = next((q for q, text in qs.items() if not isinstance(text, str) or is_blank(text)), None)
     if empty is not None:  # read_queries checks a file's; the retrieval stage would name its place in a Ray batch
         raise InputError(f"query {empty!r} is empty; give every query a text")
+    bad = next((q for q, text in qs.items() if not encodable(q, text)), None)
+    if bad is not None:  # (read_queries checks a file's; a dict's failed in a Ray task, after the checkpoint began)
+        raise InputError(
+            f"query {bad!r} is not valid Unicode (its id or text holds a lone surrogate, such as a \\ud800 escape); "
+            "fix or re-encode it as UTF-8"
+        )
     if output is not None:  # the run file is written last: an id it cannot hold would fail after all the work
         check_run_ids("query", qs, "give query ids without spaces, or write --parquet only")
         check_run_ids(  # (the index's every id: found after the run, the hours of work stayed in the checkpoint)

@@ -45,11 +45,9 @@ class CheckpointSink:
         return sorted(self.dir.glob("part-*.parquet"))
 
     def _committed(self) -> dict[str, str]:
-        import pyarrow.parquet as pq
-
         done: dict[str, str] = {}
         for p in self._parts():
-            t = pq.read_table(p, columns=["qid", "query"])
+            t = read_part(p, columns=["qid", "query"])
             done.update(zip(t.column("qid").to_pylist(), t.column("query").to_pylist()))
         return done
 
@@ -101,15 +99,13 @@ class CheckpointSink:
 
     def finish(self, qids: list[str], *, trec: Path | None, parquet: Path | None, tag: str) -> dict[str, Any]:
         """Commit, check one row per query, write the outputs (in ``qids`` order); returns counts."""
-        import pyarrow.parquet as pq
-
         from ..eval import write_run
         from ..eval.data import strictly_decreasing
 
         self.commit()
         rows: dict[str, dict[str, Any]] = {}
         for part in self._parts():  # the first of identical rows is kept (a part written twice by an interrupt)
-            for row in pq.read_table(part).to_pylist():
+            for row in read_part(part).to_pylist():
                 seen = rows.setdefault(row["qid"], row)
                 if seen is not row and _key(seen) != _key(row):
                     raise InputError(
@@ -154,6 +150,22 @@ def batch_table(rows: list[dict[str, Any]]) -> Any:
 
     table = pa.Table.from_pylist(rows)
     return table.replace_schema_metadata({**(table.schema.metadata or {}), **BATCH_PARQUET_MARK})
+
+
+def read_part(part: Path, columns: list[str] | None = None) -> Any:
+    """The table of the committed part ``part``; a part that cannot be read (truncated or damaged
+    by a disk or a copy: its rename made it whole when written) is an :class:`InputError` naming
+    it, not pyarrow's traceback. Deleting it is safe: its queries count as not run, and run again."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(part, columns=columns)
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(
+            f"checkpoint part {part} cannot be read ({str(e).splitlines()[0]}); delete it (its queries are run "
+            "again on resume) or the whole checkpoint"
+        ) from None
 
 
 def _key(row: dict[str, Any]) -> str:

@@ -69,7 +69,10 @@ def test_batch_index_refusals_name_the_fix(workdir, tmp_path):
     r = _batch("--index", "./none")
     assert r.exit_code == 2 and "is not a folder" in _text(r) and "--index-dir" in _text(r)
     r = _batch()
-    assert r.exit_code == 2 and "give --index NAME (stored under ./indexes, or $ATTNRANK_INDEX_DIR) or --index-dir DIR" in _text(r)
+    assert (
+        r.exit_code == 2
+        and "give --index NAME (stored under ./indexes, or $ATTNRANK_INDEX_DIR) or --index-dir DIR" in _text(r)
+    )
     assert not workdir
 
 

@@ -243,6 +243,20 @@ def test_parts_are_never_replaced_after_one_was_removed(tmp_path):
     assert sorted(CheckpointSink(tmp_path).done) == ["a", "b", "c"]
 
 
+def test_a_damaged_part_is_named_in_one_line_and_deleting_it_runs_its_queries_again(tmp_path):
+    """A part truncated by a disk or a copy was pyarrow's multi-frame traceback at the next run."""
+    sink = CheckpointSink(tmp_path)
+    for q in ("a", "b"):
+        sink.add([_row(q, q)])
+        sink.commit()
+    part = tmp_path / "part-00001.parquet"
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    with pytest.raises(InputError, match=r"checkpoint part .*part-00001\.parquet cannot be read \(.*\); delete it"):
+        CheckpointSink(tmp_path)
+    part.unlink()
+    assert sorted(CheckpointSink(tmp_path).done) == ["a"]
+
+
 def test_a_part_of_queries_without_hits_still_finishes(tmp_path):
     sink = CheckpointSink(tmp_path / "ckpt")
     sink.add([_row("q1", "apple")])
@@ -531,7 +545,9 @@ def test_a_query_without_text_is_refused_before_any_work(fake_ray, tmp_path, ind
         run_batch({"q1": "apple", "q2": "  "}, config, output=tmp_path / "r.trec", progress=False)
     with pytest.raises(InputError, match="query 'q2' is empty"):  # (a zero-width space: refused by an actor, late)
         run_batch({"q1": "apple", "q2": "\u200b"}, config, output=tmp_path / "r.trec", progress=False)
-    assert fake_ray["calls"] == 0
+    with pytest.raises(InputError, match="query 'q2' is not valid Unicode"):  # (a Ray task's UnicodeEncodeError)
+        run_batch({"q1": "apple", "q2": "bad \ud800 text"}, config, output=tmp_path / "r.trec", progress=False)
+    assert fake_ray["calls"] == 0 and not (tmp_path / "r.trec.parts").exists()
 
 
 def test_a_file_an_actor_may_not_read_is_one_line_at_the_driver(tmp_path):
