@@ -224,6 +224,11 @@ class ContextPruner:
             for s in scored:
                 s.kept = True
             return result
+        if min(s.tokens for s in scored) > target:  # (said before the attention pass, which could keep nothing)
+            note = f"no sentence fits the budget of {target} tokens: nothing kept"
+            logger.warning(note)
+            result.notes.append(note)
+            return result
         self._score(query, chunks, scored)
         skipped = select(scored, target, neighbours)
         if not result.kept:

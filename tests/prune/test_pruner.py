@@ -480,6 +480,21 @@ def test_budget_covering_the_context_keeps_everything_without_scoring(llm, caplo
     assert pruner.prune(QUERY, DOCS, keep_ratio=1.0).kept_all
 
 
+def test_a_budget_no_sentence_fits_keeps_nothing_without_scoring(llm, caplog):
+    """Every sentence was scored (an attention pass over the whole context) before a budget below
+    the shortest sentence kept nothing."""
+    pruner = ContextPruner(llm)
+
+    def fail(pair):
+        raise AssertionError("the model must not run")
+
+    pruner._rows = fail
+    with caplog.at_level(logging.WARNING, logger="attnrank.prune.pruner"):
+        res = pruner.prune(QUERY, DOCS, budget_tokens=1)
+    assert res.kept_tokens == 0 and not res.kept and "no sentence fits the budget of 1 tokens" in res.notes[0]
+    assert "nothing kept" in caplog.text
+
+
 def test_bad_input(llm):
     pruner = ContextPruner(llm)
     with pytest.raises(InputError, match="no documents to prune"):
