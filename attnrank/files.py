@@ -105,6 +105,18 @@ def remove_stale_temps(path: Path) -> list[Path]:
     """Remove the temporary files :func:`atomic_path` left beside ``path`` when its write was
     killed (``.NAME.tmp-PID-HEX``, :func:`stale`); nothing else is touched, and a leftover that
     cannot be removed (another user's, in a sticky folder) is left and logged."""
+    return _remove_stale_siblings(path, "a write", folders=False)
+
+
+def remove_stale_folders(folder: Path, what: str) -> list[Path]:
+    """Remove the temporary folders (``.NAME.tmp-PID-HEX``) that writes of ``folder`` (``what``:
+    a passage-state store) left when they were killed (:func:`stale`: its process gone and its
+    lock free); a write under way, here or on another machine that holds its lock, is left."""
+    return _remove_stale_siblings(folder, what, folders=True)
+
+
+def _remove_stale_siblings(path: Path, what: str, *, folders: bool) -> list[Path]:
+    """The temporary files (or ``folders``) of killed writes of ``path`` removed (and logged)."""
     removed: list[Path] = []
     try:
         siblings = list(path.parent.iterdir())
@@ -112,38 +124,15 @@ def remove_stale_temps(path: Path) -> list[Path]:
         return removed
     for p in siblings:
         m = SIBLING.match(p.name)
-        if not (m and m["kind"] == "tmp" and m["name"] == path.name and p.is_file() and not p.is_symlink()):
+        kind = p.is_dir() if folders else p.is_file()
+        if not (m and m["kind"] == "tmp" and m["name"] == path.name and kind and not p.is_symlink()):
             continue
         if not stale(p, int(m["pid"])):
             continue
         try:
-            p.unlink(missing_ok=True)
+            shutil.rmtree(p) if folders else p.unlink(missing_ok=True)
         except OSError as e:  # (the write it guards still proceeds)
-            logger.warning("could not remove %s, left by a write that was killed: %s", p, e)
-            continue
-        removed.append(p)
-        logger.warning("removed %s, left by a write that was killed (process %s is gone)", p, m["pid"])
-    return removed
-
-
-def remove_stale_folders(folder: Path, what: str) -> list[Path]:
-    """Remove the temporary folders (``.NAME.tmp-PID-HEX``) that writes of ``folder`` (``what``:
-    a passage-state store) left when they were killed (:func:`stale`: its process gone and its
-    lock free); a write under way, here or on another machine that holds its lock, is left."""
-    removed: list[Path] = []
-    try:
-        siblings = list(folder.parent.iterdir())
-    except OSError:
-        return removed
-    for p in siblings:
-        m = SIBLING.match(p.name)
-        if not (m and m["kind"] == "tmp" and m["name"] == folder.name and p.is_dir() and not p.is_symlink()):
-            continue
-        if not stale(p, int(m["pid"])):
-            continue
-        shutil.rmtree(p, ignore_errors=True)
-        if p.exists():
-            logger.warning("could not remove %s, left by %s that was killed; remove it by hand", p, what)
+            logger.warning("could not remove %s, left by %s that was killed: %s; remove it by hand", p, what, e)
             continue
         removed.append(p)
         logger.warning("removed %s, left by %s that was killed (process %s is gone)", p, what, m["pid"])
