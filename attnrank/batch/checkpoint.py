@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..files import atomic_path, held_lock, is_batch_parquet
+from .parts import FINISH_FILE
 from .sink import PART_FILE
 
 logger = logging.getLogger(__name__)
@@ -101,8 +102,9 @@ def check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
 _RENAMED_DEVICES = {"auto": "cpu", "cuda:0": "cuda"}
 # The options every checkpoint's settings have recorded since the first (BatchConfig's fields then).
 _RECORDED = ("index", "k", "rerank", "mode", "model", "heads", "device")
-_CHECKPOINT_FILE = re.compile(
-    rf"^(\.lock|{re.escape(SETTINGS)}|part-\d+\.parquet|\.(part-\d+\.parquet|{re.escape(SETTINGS)})\.tmp-.+)$"
+_CHECKPOINT_FILE = re.compile(  # (FINISH_FILE's temporary copy: left where a finish was killed)
+    rf"^(\.lock|{re.escape(SETTINGS)}|part-\d+\.parquet|\.(part-\d+\.parquet|{re.escape(SETTINGS)}|"
+    rf"{re.escape(FINISH_FILE)})\.tmp-.+)$"
 )
 
 

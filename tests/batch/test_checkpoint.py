@@ -257,37 +257,34 @@ def test_a_damaged_part_is_named_in_one_line_and_deleting_it_runs_its_queries_ag
     assert sorted(CheckpointSink(tmp_path).done) == ["a"]
 
 
-def test_finish_reads_the_parts_a_few_at_a_time_and_writes_every_row_in_query_order(tmp_path, monkeypatch):
-    """finish held every saved row as a dict (~43 KB a query at k=100: 40 GB at a million, at each
-    resume); it reads parts as the rows are written now, at most CACHED_PARTS at once, in any order."""
-    from attnrank.batch import parts
+def test_finish_writes_every_row_in_query_order_from_an_arrow_copy_it_removes(tmp_path):
+    """finish held every saved row as a dict (~39 KB a query at k=100: 40 GB at a million, at each
+    resume); it reads them from a memory-mapped Arrow copy of the parts now, in any query order,
+    and removes the copy (one left by a killed finish is no refusal of the checkpoint)."""
+    from attnrank.batch.checkpoint import is_checkpoint_file
     from attnrank.eval import read_run
 
-    monkeypatch.setattr(parts, "CACHED_PARTS", 2)
-    reads: list[str] = []
-    read = parts.read_part
-    monkeypatch.setattr(parts, "read_part", lambda p, columns=None: reads.append(p.name) or read(p, columns))
-    sink = CheckpointSink(tmp_path / "ckpt", commit_rows=3)
+    ckpt = tmp_path / "ckpt"
+    sink = CheckpointSink(ckpt, commit_rows=3)
     qids = [f"q{i:02d}" for i in range(20)]
+    expected = {q: _row(q, f"text-{q}", docs=(0 if q == "q07" else 1 + int(q[1:]) % 3)) for q in qids}
     for q in qids:  # (parts of 3 rows: 7 parts)
-        sink.add([_row(q, f"text-{q}", docs=(0 if q == "q07" else 1 + int(q[1:]) % 3))])
+        sink.add([expected[q]])
     sink.commit()
     sink.add([_row("q04", "text-q04", docs=2)])  # (kept once: a row already committed)
+    killed = ckpt / ".finish.arrow.tmp-999999999-0a1b2c3d"  # (a finish killed midway; no such process)
+    killed.write_bytes(b"arrow")
+    assert is_checkpoint_file(killed)
     order = qids[::-1][::2] + qids[::-1][1::2]  # scattered over the parts
     out, trec = tmp_path / "rows.parquet", tmp_path / "r.trec"
     assert sink.finish(order, trec=trec, parquet=out, tag="t") == {"rows": 20, "duplicates_dropped": 1, "no_hits": 1}
     table = pq.read_table(out)
-    assert table.column("qid").to_pylist() == order
-    assert table.column("doc_ids").to_pylist()[order.index("q07")] == []
-    expected = {q: _row(q, f"text-{q}", docs=(0 if q == "q07" else 1 + int(q[1:]) % 3)) for q in qids}
+    assert table.column("qid").to_pylist() == order and table.schema.metadata[b"attnrank"] == b"batch"
     assert [r["doc_ids"] for r in table.to_pylist()] == [expected[q]["doc_ids"] for q in order]
     run = read_run(trec)
-    assert list(run) == [q for q in order if q != "q07"] and run["q05"] == {
-        "d-text-q05-0": 3.0,
-        "d-text-q05-1": 2.0,
-        "d-text-q05-2": 1.0,
-    }
-    assert len(reads) > 7  # (7 parts, each read once for its ids and again as the cache let it go)
+    assert list(run) == [q for q in order if q != "q07"]
+    assert run["q05"] == {"d-text-q05-0": 3.0, "d-text-q05-1": 2.0, "d-text-q05-2": 1.0}
+    assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith(".finish")) == []
 
 
 def test_a_part_of_queries_without_hits_still_finishes(tmp_path):
