@@ -158,7 +158,8 @@ def model_paths(model: str | None) -> list[tuple[str, Path]]:
     """The LLM's local folder or file (``model`` as given: a path, an HF id or None) as
     :func:`check_target` names it: ``index --force --passage-states`` replaced the folder of the
     model it had just encoded the states with."""
-    return [("the model", Path(model))] if model and Path(model).exists() else []
+    path = Path(model).expanduser() if model else None  # (as the model loads: --model=~/m reaches the shell unexpanded)
+    return [("the model", path)] if path is not None and path.exists() else []
 
 
 def _home() -> list[tuple[str, Path]]:
@@ -289,7 +290,7 @@ def private_folder(tmp: Path) -> int:
     """Make the new folder ``tmp`` readable by its owner alone while it is built (it sits beside
     the target under a hidden name); return the mode it was made with (the umask's)."""
     made = tmp.stat().st_mode & 0o7777
-    os.chmod(tmp, 0o700)
+    os.chmod(tmp, 0o700 | (made & 0o7000))  # (a setgid folder's group still reaches what is made in it)
     return made
 
 

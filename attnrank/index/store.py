@@ -97,14 +97,14 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
     try:
         yield tmp
         fault_point("save-before-swap", tmp)
+        carry_mode(tmp, target, made)  # (a private index stays private)
+        fsync_tree(tmp)  # (before the checks: what is slow, seconds for a large index, comes first)
         check_target(target, force=force, protect=protect)  # it may have changed during the build
         if _identity(target) != found:  # (two builds of one folder: both said they had built it)
             raise IndexFormatError(
                 f"{target} was written by another process during this build; nothing was replaced (it holds the "
                 "other build's index): build again to replace it"
             )
-        carry_mode(tmp, target, made)  # (a private index stays private)
-        fsync_tree(tmp)
         old = swap_in(tmp, target)
         swapped = True
         fsync_folder(target.parent)
@@ -122,18 +122,16 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
             os.close(lock)
 
 
-def _identity(target: Path) -> tuple[int, int, int] | None:
-    """What tells ``target`` (a folder or nothing) from one another process swapped in: its inode
-    and its manifest's inode and modification time (None where there is no folder)."""
-    try:
-        folder = target.stat()
-    except FileNotFoundError:
+def _identity(target: Path) -> str | None:
+    """What tells ``target`` (a folder or nothing) from one another process swapped in: the
+    SHA-256 of its manifest ("" without one; None where there is no folder). Not inodes: some
+    network and user-space file systems number a file anew once it leaves their cache."""
+    if not target.exists():
         return None
     try:
-        manifest = (target / MANIFEST).stat()
+        return hashlib.sha256((target / MANIFEST).read_bytes()).hexdigest()
     except OSError:
-        return (folder.st_ino, 0, 0)
-    return (folder.st_ino, manifest.st_ino, manifest.st_mtime_ns)
+        return ""
 
 
 def write_docs(path: Path, docs: Sequence[Document]) -> None:

@@ -126,6 +126,39 @@ def test_a_private_index_stays_private_when_it_is_saved_again(tmp_path, built_re
     assert all(m & 0o007 == 0 and m & 0o040 for m in modes(target).values())
 
 
+def test_an_index_built_in_a_setgid_folder_stays_its_groups(tmp_path, built_retriever):
+    """The build folder was made private with chmod 700, which clears setgid: in a shared group
+    folder (2770), the index's files came out in the builder's own group, unreadable to the rest."""
+    import os
+    import stat
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    group = 1 if os.getgid() != 1 else 2
+    try:
+        os.chown(shared, -1, group)
+    except PermissionError:
+        pytest.skip("changing a folder's group needs root or membership of another group")
+    shared.chmod(0o2770)
+    target = built_retriever.save(shared / "ix")
+    for p in [target, *target.rglob("*")]:
+        assert p.stat().st_gid == group, p
+        if p.is_dir():
+            assert p.stat().st_mode & stat.S_ISGID, p
+
+
+def test_a_model_given_under_the_home_folders_tilde_is_protected(tmp_path, monkeypatch):
+    """--model=~/models/tiny reaches attnrank unexpanded (bash expands no ~ after '='): the model
+    loads from the home folder, but --force replaced ~/models, the folder holding it."""
+    from attnrank.index.folders import model_paths
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    (tmp_path / "models" / "tiny" / "config.json").write_text("{}")
+    with pytest.raises(InputError, match="it is or contains the model"):
+        check_target(tmp_path / "models", force=True, protect=model_paths("~/models/tiny"))
+
+
 def test_attnranks_home_is_never_an_index_target(tmp_path, monkeypatch, built_retriever):
     """--force replaced any folder but the working directory: attnrank's home (the user's trained
     weights and head sets) too."""
