@@ -23,7 +23,7 @@ from ..llm.statestore import PassageStateStore
 from ..llm.statestore_write import check_store, write_store
 from ..types import Document
 from .config import RerankConfig
-from .windows import block_windows, check_fit_alone, fit_windows, prompt_extent
+from .windows import block_windows, check_blocks_alone, check_fit_alone, fit_windows, prompt_extent
 
 
 class WindowCapture:
@@ -106,6 +106,7 @@ class WindowCapture:
     ) -> dict[str, Any]:
         """Store every passage's block states in ``folder`` for this reranker's model, heads and
         truncation: what ``passage_states=`` then serves (:mod:`attnrank.llm.statestore`)."""
+        self._check_read_window(docs)
         return write_store(
             folder,
             self.capturer,
@@ -123,6 +124,17 @@ class WindowCapture:
         """What :meth:`write_passage_states` would refuse of ``docs`` with this model (tokenizing
         them only): checked before an index build embeds the corpus, not after it."""
         check_store(self.capturer, self.llm.tokenizer, docs, self.config.max_doc_words, self.config.max_doc_tokens)
+        self._check_read_window(docs)
+
+    def _check_read_window(self, docs: Sequence[Document]) -> None:
+        """Refuse a passage that no search could read where heads sit in sliding-window layers: its
+        block with the prefix and a one-word query's suffix past what they read (as :meth:`windows`
+        refuses it; a store of hours was built, then refused at every search)."""
+        read = read_window(self.capturer)
+        if read is None or not docs:
+            return
+        whole = build_block_prompts(self.llm.tokenizer, "x", list(docs), **self.prompt_kw)
+        check_blocks_alone(whole, context_limit(self.capturer), read)
 
     def _block_windows(self, prompts: list[BlockPrompt]) -> list[WindowRows]:
         """Block-attention windows: each block attends to the prefix and itself; their states

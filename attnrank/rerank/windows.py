@@ -136,30 +136,10 @@ def block_windows(
     prefix and the first blocks were read by no query row, recorded as zero attention, and the
     passage ranked as if read."""
     n = len(whole.blocks)
-    suffix = max(len(whole.real_suffix_ids), len(whole.calibration_suffix_ids))
-    limits = [
-        (limit, extra, fix)
-        for limit, extra, fix in (
-            (max_context_tokens, 0, "this model's sliding window of {} takes at most {} before the query"),
-            (max_read_tokens, suffix, "a sliding-window layer of the heads reads at most {1} with the query"),
-        )
-        if limit is not None
-    ]
+    limits = check_blocks_alone(whole, max_context_tokens, max_read_tokens)
     if not limits:
         size = lambda prompt: block_extent(prompt, positions)  # noqa: E731
     else:
-        prefix = len(whole.prefix_ids)
-        for limit, extra, fix in limits:
-            too_long = [i for i, b in enumerate(whole.blocks) if prefix + len(b) + extra > limit]
-            if too_long:
-                i = too_long[0]
-                name = repr(whole.doc_ids[i]) if whole.doc_ids else f"#{i}"
-                with_ = " and the query's suffix" if extra else ""
-                raise InputError(
-                    f"document {name} with the block prompt's prefix{with_} is {prefix + len(whole.blocks[i]) + extra} "
-                    f"tokens; {fix.format(limit + 1, limit)}; shorten it (max_doc_words / max_doc_tokens), or use "
-                    "attention='full'"
-                )
 
         def size(prompt: BlockPrompt) -> int:  # (a window over the sliding window's tokens: cut further)
             context = len(prompt.prefix_ids) + sum(len(b) for b in prompt.blocks)
@@ -175,6 +155,36 @@ def block_windows(
         max_prompt_tokens,
         whole.doc_ids or None,
     )
+
+
+def check_blocks_alone(
+    whole: BlockPrompt, max_context_tokens: int | None, max_read_tokens: int | None
+) -> list[tuple[int, int, str]]:
+    """Refuse a block that no window holds under :func:`block_windows`' sliding-window limits (with
+    the prefix, and with the query's suffix where ``max_read_tokens`` is given), naming it; returns
+    the limits as (tokens, suffix tokens counted, what the limit is)."""
+    suffix = max(len(whole.real_suffix_ids), len(whole.calibration_suffix_ids))
+    limits = [
+        (limit, extra, fix)
+        for limit, extra, fix in (
+            (max_context_tokens, 0, "this model's sliding window of {} takes at most {} before the query"),
+            (max_read_tokens, suffix, "a sliding-window layer of the heads reads at most {1} with the query"),
+        )
+        if limit is not None
+    ]
+    prefix = len(whole.prefix_ids)
+    for limit, extra, fix in limits:
+        too_long = [i for i, b in enumerate(whole.blocks) if prefix + len(b) + extra > limit]
+        if too_long:
+            i = too_long[0]
+            name = repr(whole.doc_ids[i]) if whole.doc_ids else f"#{i}"
+            with_ = " and the query's suffix" if extra else ""
+            raise InputError(
+                f"document {name} with the block prompt's prefix{with_} is {prefix + len(whole.blocks[i]) + extra} "
+                f"tokens; {fix.format(limit + 1, limit)}; shorten it (max_doc_words / max_doc_tokens), or use "
+                "attention='full'"
+            )
+    return limits
 
 
 def check_frame(

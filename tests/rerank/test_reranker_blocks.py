@@ -299,6 +299,10 @@ def test_block_windows_keep_below_a_sliding_window(positions):
         "layer of the heads reads at most 255 with the query",
     ):
         reranker.rank("topic 3", [*docs, Document("mid", "word " * 30)])
+    # and a passage-state store refuses it before encoding any (it was written, then every search refused it)
+    with pytest.raises(InputError, match="document 'mid' with the block prompt's prefix and the query's suffix"):
+        reranker.check_passage_states([*docs, Document("mid", "word " * 30)])
+    reranker.check_passage_states(docs)
 
 
 def test_a_block_pruning_prompt_keeps_within_the_sliding_window_of_its_heads_layers():
