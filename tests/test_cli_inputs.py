@@ -230,6 +230,10 @@ def test_eval_checks_metrics_rel_and_query_overlap(tmp_path):
     # binary qrels at --rel 2: every recall and RR read 0, exit 0, unsaid
     r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--rel", "2"])
     assert r.exit_code == 1 and "--rel 2 is above every label of the qrels (the highest is 1)" in _text(r), _text(r)
+    r = runner.invoke(
+        app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--rel", "2", "--metrics", "nDCG@10"]
+    )
+    assert r.exit_code == 0 and r.output.startswith("nDCG@10\t"), _text(r)  # (graded: --rel reaches no metric)
     r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--metrics", "RR@10"])
     assert r.exit_code == 0 and r.output == "RR@10\t1.0000\n"
     # NumRelRet (trec_eval's num_rel_ret) reads in ir-measures as NumRet(rel=1): refused as "sets rel itself"

@@ -321,6 +321,7 @@ def _ask_names(message: str, no_prune: bool) -> str:
         message = message.replace("prune the context harder (smaller budget_tokens) or pass fewer passages", "lower -k")
     for name, option in (
         ("max_new_tokens=", "--max-new-tokens "),
+        ("lower max_new_tokens", "lower --max-new-tokens"),
         ("smaller budget_tokens", "a smaller --budget-tokens"),
         ("pass fewer passages", "lower -k"),
     ):

@@ -314,13 +314,14 @@ def eval_cmd(
     """Evaluate a run file against qrels (ir-measures)."""
     from ..eval import evaluate, read_qrels, read_run
     from ..eval.data import check_relevance_level
-    from ..eval.metrics import judged_queries
+    from ..eval.metrics import judged_queries, reads_rel
 
     _setup(True)
     _positive(rel, "--rel", "the lowest label a binary metric counts as relevant")
     names = _check_metrics(metrics)
     first, judged = read_run(run), read_qrels(qrels)
-    check_relevance_level(judged, rel)
+    if reads_rel(names):  # (nDCG alone reads graded labels: any --rel gives its figure)
+        check_relevance_level(judged, rel)
     if not first.keys() & judged.keys():
         raise AttnrankError(
             f"none of the {len(first)} queries of {run} has judgments in {qrels} ({len(judged)} judged queries); "

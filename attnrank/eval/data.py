@@ -164,26 +164,25 @@ def check_relevance_level(qrels: Qrels, rel: int, option: str = "--rel") -> None
 
 
 def _warn_ties_against_ranks(path: Path, run: Run, ranks: dict[str, dict[str, int]]) -> None:
-    """Say where tied scores put a query's documents in another order than its rank column: such a
-    run is read, reranked and evaluated in trec_eval's order (:func:`trec_order`: ties by doc id),
-    so a run that ranks by its rank column alone (every score 1.0) lost its order without a word,
-    and ``rerank --depth`` took its first documents by id."""
-    changed = []
+    """Say where a query's scores put its documents in another order than its rank column: such
+    a run is read, reranked and evaluated in trec_eval's order (:func:`trec_order`: by score, ties
+    by doc id), so a run ranked by its rank column alone (every score 1.0, or the rank written as
+    the score) lost its order without a word, and ``rerank --depth`` took other documents."""
+    changed, tied = [], 0
     for qid, scores in run.items():
         order = [d for d, _ in trec_order(scores)]
-        by_rank = sorted(order, key=lambda d: ranks[qid][d])  # (stable: equal ranks keep trec_eval's order)
-        if order != by_rank:
-            tied = any(trec_score(scores[a]) == trec_score(scores[b]) for a, b in zip(order, order[1:]))
-            if tied:
-                changed.append(qid)
+        if order != sorted(order, key=lambda d: ranks[qid][d]):  # (stable: equal ranks keep trec_eval's order)
+            changed.append(qid)
+            tied += any(trec_score(scores[a]) == trec_score(scores[b]) for a, b in zip(order, order[1:]))
     if changed:
         logger.warning(
-            "%s: %d quer(ies) (first %r) have tied scores that the rank column orders otherwise; read as "
-            "trec_eval ranks them (score, then doc id descending), not by rank: give strictly decreasing "
-            "scores (e.g. the negated rank) for the rank column's order",
+            "%s: %d quer(ies) (first %r; %d with tied scores) rank documents in another order by their scores "
+            "than by their rank column; read by score (ties by doc id descending), as trec_eval reads them: give "
+            "scores that fall as the rank rises (e.g. the negated rank) for the rank column's order",
             path,
             len(changed),
             changed[0],
+            tied,
         )
 
 

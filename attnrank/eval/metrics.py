@@ -111,6 +111,14 @@ def judged_queries(qrels: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str
     return {q: dict(v) for q, v in qrels.items() if v}
 
 
+def reads_rel(metrics: Sequence[str]) -> bool:
+    """Whether ``--rel`` reaches any of ``metrics`` (a binary measure not setting its own rel;
+    graded nDCG reads the labels themselves)."""
+    irm = require("ir_measures", "eval", "Evaluation metrics")
+    measures = [irm.parse_measure(m) for m in metrics]
+    return any("rel" in m.SUPPORTED_PARAMS and "rel" not in m.params and m.NAME != "NumRet" for m in measures)
+
+
 def evaluate(
     run: Mapping[str, Mapping[str, float]],
     qrels: Mapping[str, Mapping[str, int]],

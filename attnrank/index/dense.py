@@ -113,6 +113,12 @@ class DenseIndex:
         emb = encode(
             self.encoder, list(texts), role="document", batch_size=self.batch_size, show_progress=show_progress
         )
+        bad = np.flatnonzero(~np.isfinite(emb).all(axis=1))
+        if bad.size:  # (indexed, such a vector is left out of every search: its document never found)
+            raise ModelError(
+                f"the embedder {self.model_name} gave {bad.size} document vector(s) that are not finite (first: "
+                f"document #{int(bad[0])}); check its files or its precision (float16 on CPU overflows)"
+            )
         self.dim = emb.shape[1]
         self.prompts = role_prompts(self.encoder)
         self.faiss_index = _build_faiss(emb, self.kind, self.nprobe)
@@ -166,7 +172,7 @@ class DenseIndex:
         if self.kind == "flat" and np.any(idx < 0):
             raise IndexFormatError(
                 "the dense index left documents out of an exact search: its vectors are corrupted (not finite); "
-                "check it with --verify and rebuild the index with `attnrank index`"
+                "rebuild the index with `attnrank index`"
             )
         # approximate indexes may return fewer than k hits (-1); keep arrays rectangular
         idx = np.where(idx < 0, -1, idx).astype(np.int64)

@@ -40,7 +40,13 @@ def test_a_run_whose_tied_scores_contradict_its_rank_column_is_read_as_trec_eval
     with caplog.at_level("WARNING"):
         run = read_run(tied)
     assert list(run["q1"]) == ["a", "c", "b"]  # (as listed; the order read is trec_eval's)
-    assert "1 quer(ies) (first 'q1') have tied scores that the rank column orders otherwise" in caplog.text
+    assert "1 quer(ies) (first 'q1'; 1 with tied scores) rank documents in another order by their scores" in caplog.text
+    caplog.clear()
+    ascending = tmp_path / "ascending.trec"  # the rank written as the score: read c, b, a
+    ascending.write_text("q1 Q0 a 1 1 x\nq1 Q0 b 2 2 x\nq1 Q0 c 3 3 x\n")
+    with caplog.at_level("WARNING"):
+        assert list(read_run(ascending)["q1"]) == ["a", "b", "c"]
+    assert "(first 'q1'; 0 with tied scores) rank documents in another order" in caplog.text
     caplog.clear()
     agree = tmp_path / "agree.trec"  # ties the rank column orders as trec_eval does (doc id descending)
     agree.write_text("q1 Q0 c 1 1.0 x\nq1 Q0 b 2 1.0 x\nq1 Q0 a 3 0.5 x\n")

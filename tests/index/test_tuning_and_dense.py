@@ -235,12 +235,13 @@ def test_a_bad_tuning_grid_is_refused_before_any_query_is_searched(built_retriev
     assert searched == []
 
 
-def test_non_finite_vectors_are_refused_not_read_as_no_hits(scifact_docs):
+def test_non_finite_vectors_are_refused_not_read_as_no_hits(scifact_docs, monkeypatch):
     """A corrupted vector (NaN) is left out of FAISS's exact search: a dense search answered "no
     hits" with exit 0, a hybrid one BM25's alone; a NaN query vector found nothing either."""
     import faiss
 
     from attnrank.errors import IndexFormatError, ModelError
+    from attnrank.index import dense as dense_module
 
     dense = DenseIndex().index([d.full_text for d in scifact_docs[:6]])
     q = dense.encode_queries(["cell therapy"])
@@ -254,3 +255,15 @@ def test_non_finite_vectors_are_refused_not_read_as_no_hits(scifact_docs):
     dense.faiss_index = broken
     with pytest.raises(IndexFormatError, match="left documents out of an exact search: its vectors are corrupted"):
         dense.retrieve(["x"], 3, query_embeddings=q)
+    # and none is indexed: a NaN vector among sound ones was left out of a top-k below their count
+    # (exit 0, the document never found), which the search cannot tell
+    encode = dense_module.encode
+
+    def one_nan(*args, **kwargs):
+        emb = encode(*args, **kwargs)
+        emb[2] = np.nan
+        return emb
+
+    monkeypatch.setattr(dense_module, "encode", one_nan)
+    with pytest.raises(ModelError, match=r"gave 1 document vector\(s\) that are not finite \(first: document #2\)"):
+        DenseIndex().index([d.full_text for d in scifact_docs[:6]])
