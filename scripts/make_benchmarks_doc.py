@@ -192,6 +192,14 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**Late on 2026-12-06 (no record re-run: this session's data folder held HotpotQA alone).** The
+query likelihood now computes a passage given twice in one call once also where no states are kept
+(`state_cache_mb=0`, as `attnrank batch` runs, `--dtype int8`, sliding-window models); the note of
+2026-12-06 below held for kept states only. The "no reuse" arms of the passage-state records ran
+with `state_cache_mb=0`: where a query's candidates hold one text twice, their bfloat16 scores could
+move in the last digits. Block attention on models with sliding-window layers now keeps the query's
+suffix within what the heads' sliding layers read; SmolLM2 has none, so no recorded figure moves.
+
 **Later on 2026-12-06 LoCoMo's answers are scored as LoCoMo's scorer reads its golds** (no record
 re-run). A category-3 gold answer (a judgement) kept its rationale after ";" ("Likely no; though she
 likes ..."), which LoCoMo's own scorer drops: a right short answer scored EM 0 and F1 0.31. And
