@@ -862,3 +862,25 @@ def test_a_folder_for_a_run_and_a_file_for_an_index_are_named_as_such(tmp_path):
     assert r.exit_code == 1 and "is a folder; give the run's file" in _text(r), _text(r)
     r = runner.invoke(app, ["serve", "--index-dir", str(tmp_path / "qrels.tsv")])
     assert r.exit_code == 2 and "qrels.tsv is a file; give the folder" in _text(r), _text(r)
+
+
+def test_a_query_too_long_for_the_likelihood_is_refused_before_the_model_loads(
+    tmp_path, dl19_mini, index_dir, no_model
+):
+    """The query likelihood's "the query is N tokens, too long" came after the model had loaded
+    (rerank over a run, search --rerank): the tokenizer alone tells."""
+    from _tiny import save_tiny
+
+    small = save_tiny(tmp_path / "small", layers=2, max_positions=256)
+    long = "word " * 300
+    topics = tmp_path / "topics.tsv"
+    lines = (dl19_mini / "topics.tsv").read_text().splitlines()
+    first = lines[0].split("\t")[0]
+    topics.write_text("\n".join([f"{first}\t{long}", *lines[1:]]) + "\n")
+    args = ["--run", str(dl19_mini / "run.bm25.trec"), "--corpus", str(dl19_mini / "passages.jsonl")]
+    r = runner.invoke(
+        app, ["rerank", "--queries", str(topics), *args, "--model", str(small), "-o", str(tmp_path / "o")]
+    )
+    assert r.exit_code == 1 and f"query {first!r}: the query is" in _text(r) and "too long" in _text(r), _text(r)
+    r = runner.invoke(app, ["search", long, "--index-dir", str(index_dir), "--rerank", "3", "--model", str(small)])
+    assert r.exit_code == 1 and "query 'q1': the query is" in _text(r), _text(r)

@@ -26,7 +26,7 @@ from . import (
     _setup,
     app,
 )
-from .options import check_model_readable, check_registry_lookups, rerank_options
+from .options import check_model_readable, check_queries_fit, check_registry_lookups, rerank_options
 
 
 @app.command()
@@ -78,6 +78,7 @@ def rerank(
     _check_run(ordered_runs, qs, docs, queries, depth)  # every query and reranked document, before the model loads
     if index is None:  # (over an index it was checked before the index loaded)
         check_model_readable(rerank_config.model)  # (after the input files, as every command checks them first)
+    check_queries_fit(rerank_config, {qid: qs[qid] for qid in ordered_runs})  # (the tokenizer's, before the model)
     from ..rerank.attention import AttentionReranker
     from ..rerank.over_index import index_reranker
 

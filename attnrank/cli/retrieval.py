@@ -30,7 +30,13 @@ from . import (
     app,
     option_errors,
 )
-from .options import check_model_readable, check_registry_lookups, refuse_without_rerank, rerank_options
+from .options import (
+    check_model_readable,
+    check_queries_fit,
+    check_registry_lookups,
+    refuse_without_rerank,
+    rerank_options,
+)
 from .states import (
     PASSAGE_STATES,
     STATES_DTYPE,
@@ -242,6 +248,8 @@ def search(
         check_model_readable(rerank_config.model)
         check_registry_lookups(rerank_config)
     _check_fusion_options(mode, fusion, alpha, norm)  # before the index loads (and --verify hashes it)
+    if rerank > 0:  # (the tokenizer's, before the index and the model load)
+        check_queries_fit(rerank_config, {q: t for q, t in qs.items() if t is not None})
     r = _load_index(name, index_dir, verify)
     _set_fusion(r, mode, fusion, alpha, norm)
     if output is not None:  # before searching: write_run would refuse them after all the work

@@ -127,21 +127,39 @@ def query_likelihood(
 TextRoom = tuple[list[int], int, list[int]]
 
 
+def query_room(tok: Any, context_length: int, model_id: str, query: str) -> tuple[list[int], int]:
+    """The query's ids (:func:`query_ids`) and the tokens a ``context_length``-token context leaves
+    a passage's title and text beside them; :class:`InputError` where it leaves none. Tokenizing
+    only, with the tokenizer alone: checked before the model loads (:func:`check_queries_fit`)."""
+    check_query(query)
+    ids = query_ids(tok, query)
+    # each prompt starts with BOS where the model's tokenizer puts one (Llama, Gemma), as it was trained
+    frame = len(encode_text(tok, passage_prompt(None, ""), controls=()))
+    room = context_length - len(ids) - frame - 8  # 8: a title line's joins re-tokenized
+    if room < 1:
+        raise InputError(
+            f"the query is {len(ids)} tokens, too long for a passage beside it in the "
+            f"{context_length}-token context of {model_id}; shorten the query"
+        )
+    return ids, room
+
+
+def check_queries_fit(tok: Any, context_length: int, model_id: str, queries: dict[str, str]) -> None:
+    """:func:`query_room` of every query (``{query id: text}``), the first refused named by its id:
+    a run's queries checked with the tokenizer before the model loads, not after."""
+    for qid, query in queries.items():
+        try:
+            query_room(tok, context_length, model_id, query)
+        except InputError as e:
+            raise InputError(f"query {qid!r}: {e}") from None
+
+
 def text_room(llm: LLM, query: str, docs: Sequence[Document]) -> TextRoom:
     """The query's ids (:func:`query_ids`), the tokens the context leaves a passage's title and
     text beside them, and each document's title tokens; :class:`InputError` where the query or a
     title leaves a passage no room. Cheap (tokenizing only): a batch checks it before any work."""
-    check_query(query)
     tok = llm.tokenizer
-    ids = query_ids(tok, query)
-    # each prompt starts with BOS where the model's tokenizer puts one (Llama, Gemma), as it was trained
-    frame = len(encode_text(tok, passage_prompt(None, ""), controls=()))
-    room = llm.context_length - len(ids) - frame - 8  # 8: a title line's joins re-tokenized
-    if room < 1:
-        raise InputError(
-            f"the query is {len(ids)} tokens, too long for a passage beside it in the "
-            f"{llm.context_length}-token context of {llm.model_id}; shorten the query"
-        )
+    ids, room = query_room(tok, llm.context_length, llm.model_id, query)
     # each passage's own limit: its score must not depend on the other candidates' titles
     title_tokens = [len(tokenize(tok, d.title)["input_ids"]) if d.title else 0 for d in docs]
     for d, n in zip(docs, title_tokens):
