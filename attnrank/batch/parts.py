@@ -54,6 +54,9 @@ class PartRows:
         import pyarrow.parquet as pq
 
         remove_stale_temps(self.folder / FINISH_FILE)  # (a finish that was killed)
+        self.path: Path | None = None
+        if not self.parts:  # (no row at all: every query is missing, as the caller says)
+            return self
         self.schema = pa.unify_schemas([pq.read_schema(p) for p in self.parts], promote_options="permissive")
         self.path = sibling(self.folder / FINISH_FILE, "tmp")
         try:
@@ -94,7 +97,8 @@ class PartRows:
 
     def __exit__(self, *exc: object) -> None:
         self.table = None
-        self.path.unlink(missing_ok=True)
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
     def __contains__(self, qid: str) -> bool:
         return qid in self.where

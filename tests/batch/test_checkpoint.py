@@ -285,6 +285,8 @@ def test_finish_writes_every_row_in_query_order_from_an_arrow_copy_it_removes(tm
     assert list(run) == [q for q in order if q != "q07"]
     assert run["q05"] == {"d-text-q05-0": 3.0, "d-text-q05-1": 2.0, "d-text-q05-2": 1.0}
     assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith(".finish")) == []
+    with pytest.raises(InputError, match="1 queries have no row in"):  # (no part at all: no schema to unify)
+        CheckpointSink(tmp_path / "empty").finish(["q1"], trec=tmp_path / "e.trec", parquet=None, tag="t")
 
 
 def test_a_part_of_queries_without_hits_still_finishes(tmp_path):
