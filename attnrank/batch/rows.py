@@ -59,14 +59,14 @@ def read_queries(path: str | Path) -> dict[str, str]:
             raise InputError(f"{p}: row {row} has no query id (column {idc!r}, a missing value); every query needs one")
         qid = text_id.strip()  # (trimmed, as JSONL and TSV queries, qrels and runs read ids)
         if qid in out:
-            raise InputError(f"{p}: duplicate query id {qid!r}; query ids must be unique")
+            raise InputError(f"{p}: row {row}: duplicate query id {qid!r}; query ids must be unique")
         if text is not None and not isinstance(text, str):  # (a binary or list column: not an empty query)
             raise InputError(
                 f"{p}: column {textc!r} holds {table.schema.field(textc).type} values, not strings; "
                 "write the query texts as a string column"
             )
         if text is None or is_blank(text):
-            raise InputError(f"{p}: query {qid!r} is empty")
+            raise InputError(f"{p}: row {row}: query {qid!r} is empty")
         out[qid] = text.strip()
     if not out:
         raise InputError(f"{p}: no queries found")

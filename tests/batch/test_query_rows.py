@@ -35,3 +35,18 @@ def test_parquet_query_texts_that_are_not_strings_are_named_so(tmp_path):
     pq.write_table(pa.table({"id": ["q1"], "text": [["red", "apples"]]}), tmp_path / "l.parquet")
     with pytest.raises(InputError, match=r"column .text. holds list<\w+: string> values, not strings"):
         read_queries(tmp_path / "l.parquet")
+
+
+def test_a_parquet_queries_files_duplicate_and_blank_rows_are_named_by_row(tmp_path):
+    """A duplicate id (' b' beside 'b', trimmed alike) and a blank text named the file alone."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from attnrank.batch.rows import read_queries
+
+    pq.write_table(pa.table({"id": ["a", "b", "c", " b"], "text": ["x", "y", "z", "w"]}), tmp_path / "d.parquet")
+    with pytest.raises(InputError, match=r"d\.parquet: row 4: duplicate query id 'b'"):
+        read_queries(tmp_path / "d.parquet")
+    pq.write_table(pa.table({"id": ["a", "b"], "text": ["x", "  "]}), tmp_path / "e.parquet")
+    with pytest.raises(InputError, match=r"e\.parquet: row 2: query 'b' is empty"):
+        read_queries(tmp_path / "e.parquet")
