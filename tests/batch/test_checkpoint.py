@@ -1030,3 +1030,31 @@ def test_an_os_error_naming_no_file_is_one_line_without_a_none(tmp_path):
 
     with pytest.raises(StageError, match=r"^loading the index: No space left on device$"), _loading("the index"):
         raise OSError(28, "No space left on device")
+
+
+def test_sigterm_commits_the_buffered_rows_as_ctrl_c_does(fake_ray, tmp_path, index):
+    """SIGTERM (SLURM, Kubernetes, `kill`) ended a run without committing the rows buffered since
+    the last part: up to 64 rows or 30 s of work, recomputed on resume."""
+    import os
+    import signal
+
+    seen = []
+
+    def terminated_at_the_third():
+        seen.append(1)
+        if len(seen) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def unhandled(signum, frame):  # (the test process's own: without the fix, SIGTERM reaches it, not the run)
+        raise RuntimeError("SIGTERM reached the process, not the run")
+
+    fake_ray["during"] = terminated_at_the_third
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        queries = {f"q{i}": f"apple {i}" for i in range(5)}
+        with pytest.raises(KeyboardInterrupt):
+            run_batch(queries, BatchConfig(str(index), mode="bm25"), output=tmp_path / "r.trec", progress=False)
+        assert signal.getsignal(signal.SIGTERM) is unhandled  # (the process's own handler is back)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert sorted(CheckpointSink(tmp_path / "r.trec.parts").done) == ["q0", "q1"]  # (the two drained before it)
