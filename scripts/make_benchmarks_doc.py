@@ -200,6 +200,26 @@ with `state_cache_mb=0`: where a query's candidates hold one text twice, their b
 move in the last digits. Block attention on models with sliding-window layers now keeps the query's
 suffix within what the heads' sliding layers read; SmolLM2 has none, so no recorded figure moves.
 
+A review of the benchmark code found four ways its figures mislead. The code is corrected for the
+next runs of the first two; the other two are said here; the records keep their figures until they
+are run again. (1) The note "the in-domain k-fold rows keep
+questions that share a relevant document in one fold" held for `bench_likelihood` and the training
+commands only: `bench_fusion` and `bench_heads` dealt their in-domain folds one by one (with the
+recorded folds, 111 of LoCoMo's 400 test questions share an evidence turn with a training question,
+16 of HotpotQA's), which flatters their in-domain rows; both now deal linked questions into one
+fold. (2) The issue-15 target "block within 1 point of full attention" reads preset `fused` under
+both attentions; it read the field "default preset nDCG@10", which in records after 2026-12-01 holds
+the default preset (no attention), so a re-run would have compared a preset with itself. The
+figures shown come from the 2026-12-01 records, when `fused` was the default, and are right. (3)
+"index_build" times torch first and cold, and its table's ratios divide by that build: run 2 has
+torch at 59.1 s first and 29.0 s last in the same run, so the table's openvino-bf16 5.26x is 2.58x
+against the later build (the figure "At a glance" and the targets use). (4) The fused preset's
+settings (16 heads, the pointwise learner, the gate, shared block positions) were chosen by looking
+at the leave-one-dataset-out tables that report it, which flatters "What attention adds" as the
+likelihood table's caveat says of its presets. Timed arms that always run in one order
+(`bench_likelihood_states`' "no reuse" first, `bench_rerank`'s precision comparison) and LoCoMo/ask
+latencies reused from cached per-question results are not yet corrected.
+
 **Later on 2026-12-06 LoCoMo's answers are scored as LoCoMo's scorer reads its golds** (no record
 re-run). A category-3 gold answer (a judgement) kept its rationale after ";" ("Likely no; though she
 likes ..."), which LoCoMo's own scorer drops: a right short answer scored EM 0 and F1 0.31. And
