@@ -201,7 +201,7 @@ move in the last digits. Block attention on models with sliding-window layers no
 suffix within what the heads' sliding layers read; SmolLM2 has none, so no recorded figure moves.
 
 A review of the benchmark code found four ways its figures mislead. The code is corrected for the
-next runs of the first two; the other two are said here; the records keep their figures until they
+next runs of the first three; the fourth is said here; the records keep their figures until they
 are run again. (1) The note "the in-domain k-fold rows keep
 questions that share a relevant document in one fold" held for `bench_likelihood` and the training
 commands only: `bench_fusion` and `bench_heads` dealt their in-domain folds one by one (with the
@@ -213,7 +213,8 @@ the default preset (no attention), so a re-run would have compared a preset with
 figures shown come from the 2026-12-01 records, when `fused` was the default, and are right. (3)
 "index_build" times torch first and cold, and its table's ratios divide by that build: run 2 has
 torch at 59.1 s first and 29.0 s last in the same run, so the table's openvino-bf16 5.26x is 2.58x
-against the later build (the figure "At a glance" and the targets use). (4) The fused preset's
+against the later build (the figure "At a glance" and the targets use); `bench_index` now warms up
+before it times and divides by the last torch build. (4) The fused preset's
 settings (16 heads, the pointwise learner, the gate, shared block positions) were chosen by looking
 at the leave-one-dataset-out tables that report it, which flatters "What attention adds" as the
 likelihood table's caveat says of its presets. Timed arms that always run in one order
