@@ -65,8 +65,11 @@ def measure(llm, setting: str, ds, cands: dict) -> list[dict]:
     peaks: dict[str, float] = {a: 0.0 for a in ARMS}
     scores: dict[str, dict[str, dict[str, float]]] = {a: {} for a in ARMS}
     reused = seen = 0
-    for q, docs in cands.items():
-        for arm, rr in zip(ARMS, (none, reuse, reuse)):
+    for n, (q, docs) in enumerate(cands.items()):
+        turns = list(zip(ARMS, (none, reuse, reuse)))
+        # "no reuse" first on one query, last on the next: the arm timed first met the caches the
+        # previous query left, and the one after it the pages this query's first arm brought in
+        for arm, rr in turns if n % 2 == 0 else turns[1:] + turns[:1]:
             hits = rr.states.hits
             out: list = []
             s, peak = timed_peak(lambda rr=rr: out.append(rr.rank(ds.queries[q], docs)))

@@ -269,7 +269,8 @@ def precision_compare(root: Path, args) -> tuple[list[dict], dict]:
     scores: dict[str, dict[str, list[float]]] = {d: {} for d in args.int8_dtypes}
     secs: dict[str, list[float]] = {d: [] for d in args.int8_dtypes}
     for i, (q, text) in enumerate(ds.queries.items(), 1):
-        for dtype, rr in rerankers.items():
+        turns = list(rerankers.items())  # (in turn, the order reversed each query: no arm always first)
+        for dtype, rr in turns if i % 2 else turns[::-1]:
             t = time.perf_counter()
             scores[dtype][q] = rr.score(text, cands[q]).tolist()
             secs[dtype].append(time.perf_counter() - t)

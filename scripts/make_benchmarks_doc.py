@@ -217,9 +217,10 @@ against the later build (the figure "At a glance" and the targets use); `bench_i
 before it times and divides by the last torch build. (4) The fused preset's
 settings (16 heads, the pointwise learner, the gate, shared block positions) were chosen by looking
 at the leave-one-dataset-out tables that report it, which flatters "What attention adds" as the
-likelihood table's caveat says of its presets. Timed arms that always run in one order
-(`bench_likelihood_states`' "no reuse" first, `bench_rerank`'s precision comparison) and LoCoMo/ask
-latencies reused from cached per-question results are not yet corrected.
+likelihood table's caveat says of its presets. Timed arms ran in one order in
+`bench_likelihood_states` ("no reuse" first) and in `bench_rerank`'s precision comparison (the
+reference first); both alternate the order per query now. LoCoMo and ask latencies reused from
+cached per-question results are not yet corrected.
 
 **Later on 2026-12-06 LoCoMo's answers are scored as LoCoMo's scorer reads its golds** (no record
 re-run). A category-3 gold answer (a judgement) kept its rationale after ";" ("Likely no; though she
