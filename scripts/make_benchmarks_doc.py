@@ -213,8 +213,10 @@ the default preset (no attention), so a re-run would have compared a preset with
 figures shown come from the 2026-12-01 records, when `fused` was the default, and are right. (3)
 "index_build" times torch first and cold, and its table's ratios divide by that build: run 2 has
 torch at 59.1 s first and 29.0 s last in the same run, so the table's openvino-bf16 5.26x is 2.58x
-against the later build (the figure "At a glance" and the targets use); `bench_index` now warms up
-before it times and divides by the last torch build. (4) The fused preset's
+against the later build. The issue-15 target shows the full corpus's 2.41x, which divides by a
+first torch build too (303.1 s): had it paid the subset's ~30 s of cold cost, about 2.2x warm, still
+over the target's 2x. `bench_index` now warms up before it times and divides by the last torch
+build. (4) The fused preset's
 settings (16 heads, the pointwise learner, the gate, shared block positions) were chosen by looking
 at the leave-one-dataset-out tables that report it, which flatters "What attention adds" as the
 likelihood table's caveat says of its presets. Timed arms ran in one order in
