@@ -290,8 +290,17 @@ def private_folder(tmp: Path) -> int:
     """Make the new folder ``tmp`` readable by its owner alone while it is built (it sits beside
     the target under a hidden name); return the mode it was made with (the umask's)."""
     made = tmp.stat().st_mode & 0o7777
-    os.chmod(tmp, 0o700 | (made & 0o7000))  # (a setgid folder's group still reaches what is made in it)
+    _chmod(tmp, 0o700 | (made & 0o7000))  # (a setgid folder's group still reaches what is made in it)
     return made
+
+
+def _chmod(path: str | Path, mode: int) -> None:
+    """``os.chmod``, where the file system takes it: some (a CIFS share, FAT) refuse any mode, and a
+    save must not fail after its build for a permission it cannot set (logged, not raised)."""
+    try:
+        os.chmod(path, mode)
+    except OSError as e:
+        logger.debug("could not set the mode of %s (%s): left as the file system made it", path, e)
 
 
 def carry_mode(tmp: Path, target: Path, made: int) -> None:
@@ -305,5 +314,5 @@ def carry_mode(tmp: Path, target: Path, made: int) -> None:
         for name in dirs + files:
             entry = os.path.join(root, name)
             if not os.path.islink(entry):
-                os.chmod(entry, os.stat(entry).st_mode & 0o7777 & ~withheld)
-    os.chmod(tmp, old)
+                _chmod(entry, os.stat(entry).st_mode & 0o7777 & ~withheld)
+    _chmod(tmp, old)

@@ -126,6 +126,24 @@ def test_a_private_index_stays_private_when_it_is_saved_again(tmp_path, built_re
     assert all(m & 0o007 == 0 and m & 0o040 for m in modes(target).values())
 
 
+def test_a_file_system_that_refuses_modes_still_saves(tmp_path, built_retriever, monkeypatch):
+    """Some file systems (a CIFS share, FAT) refuse chmod: making the build folder private, or
+    carrying the old folder's mode over, must not fail the save after its build."""
+    import os
+
+    from attnrank.index.retriever import HybridRetriever
+
+    def refused(path, mode, *a, **k):
+        raise PermissionError(1, "Operation not permitted", str(path))
+
+    target = built_retriever.save(tmp_path / "ix")
+    monkeypatch.setattr(os, "chmod", refused)
+    built_retriever.save(target)  # over an index, and anew
+    built_retriever.save(tmp_path / "ix2")
+    monkeypatch.undo()
+    assert HybridRetriever.load(tmp_path / "ix2", verify=True).num_docs == built_retriever.num_docs
+
+
 def test_an_index_built_in_a_setgid_folder_stays_its_groups(tmp_path, built_retriever):
     """The build folder was made private with chmod 700, which clears setgid: in a shared group
     folder (2770), the index's files came out in the builder's own group, unreadable to the rest."""
