@@ -234,6 +234,10 @@ def test_eval_checks_metrics_rel_and_query_overlap(tmp_path):
         app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--rel", "2", "--metrics", "nDCG@10"]
     )
     assert r.exit_code == 0 and r.output.startswith("nDCG@10\t"), _text(r)  # (graded: --rel reaches no metric)
+    r = runner.invoke(
+        app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--rel", "2", "--metrics", "NumRelRet"]
+    )
+    assert r.exit_code == 1 and "--rel 2 is above every label" in _text(r), _text(r)  # (NumRelRet takes --rel)
     r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "qrels.tsv"), "--metrics", "RR@10"])
     assert r.exit_code == 0 and r.output == "RR@10\t1.0000\n"
     # NumRelRet (trec_eval's num_rel_ret) reads in ir-measures as NumRet(rel=1): refused as "sets rel itself"

@@ -37,15 +37,7 @@ def _parse(metrics: Sequence[str], rel: int) -> dict[str, Any]:
         if cutoff is not None and not is_count(cutoff):
             # trec_eval aborts the whole process (not an exception) on a cutoff below 1
             raise InputError(f"metric {m!r} has cutoff {cutoff!r}; a cutoff is a whole number >= 1 (e.g. R@100)")
-        # every measure with a threshold (Rprec, Bpref, SetP, ... too), unless the name sets its own;
-        # not NumRet, which counts every document retrieved (with rel it is NumRelRet, an alias
-        # that reads as NumRet(rel=1): its rel is the caller's where the name gives none)
-        alias = m.strip().startswith("NumRelRet") and "rel=" not in m
-        if rel != 1 and alias:
-            measure = measure(rel=rel)
-        elif (
-            rel != 1 and "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params and measure.NAME != "NumRet"
-        ):
+        if rel != 1 and _takes_rel(m, measure):
             if measure.NAME == "NumRel":  # (no ir-measures provider computes it: a ValueError deep inside)
                 raise InputError(f"metric {m!r} at rel={rel} is not computed by ir-measures; give it at rel 1")
             measure = measure(rel=rel)
@@ -111,12 +103,20 @@ def judged_queries(qrels: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str
     return {q: dict(v) for q, v in qrels.items() if v}
 
 
+def _takes_rel(name: str, measure: Any) -> bool:
+    """Whether the caller's ``rel`` applies to the metric ``name`` (parsed: ``measure``): every
+    measure with a threshold (Rprec, Bpref, SetP, ... too), unless the name sets its own; not
+    NumRet, which counts every document retrieved (with rel it is NumRelRet, an alias that reads as
+    NumRet(rel=1): its rel is the caller's where the name gives none). Graded nDCG takes none."""
+    if name.strip().startswith("NumRelRet") and "rel=" not in name:
+        return True
+    return "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params and measure.NAME != "NumRet"
+
+
 def reads_rel(metrics: Sequence[str]) -> bool:
-    """Whether ``--rel`` reaches any of ``metrics`` (a binary measure not setting its own rel;
-    graded nDCG reads the labels themselves)."""
+    """Whether ``--rel`` reaches any of ``metrics`` (as :func:`evaluate` applies it)."""
     irm = require("ir_measures", "eval", "Evaluation metrics")
-    measures = [irm.parse_measure(m) for m in metrics]
-    return any("rel" in m.SUPPORTED_PARAMS and "rel" not in m.params and m.NAME != "NumRet" for m in measures)
+    return any(_takes_rel(m, irm.parse_measure(m)) for m in metrics)
 
 
 def evaluate(
