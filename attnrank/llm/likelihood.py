@@ -118,11 +118,9 @@ def _reusing_states(
     held = sum(f.nbytes for f in {k: f for k, f in zip(keys, found) if f is not None}.values())  # (a repeat once)
     # a context given twice (one passage under two ids) is computed once, and states kept under one
     # key (the context but its last token, which two contexts may share) are counted once
-    first: dict[tuple[int, ...], int] = {}
-    for i in todo:
-        first.setdefault(tuple(seqs[i]), i)
+    first = _first_of_each(seqs)  # (a copy of a context to compute is one to compute too: the same key)
     counted = {k for k, f in zip(keys, found) if f is not None}
-    for batch in _batches(list(first.values()), [len(s) for s in seqs], batch_tokens):
+    for batch in _batches(sorted({first[i] for i in todo}), [len(s) for s in seqs], batch_tokens):
         out[batch], kept = _batch_logprob(llm, [seqs[i] for i in batch], n_cont, True)
         for i, state in zip(batch, kept):
             if state.n_tokens:
@@ -131,7 +129,7 @@ def _reusing_states(
                     counted.add(keys[i])
                     held += state.nbytes
     for i in todo:
-        out[i] = out[first[tuple(seqs[i])]]
+        out[i] = out[first[i]]
     states.check_room(held, f"the {len(seqs)} prompts of one query likelihood call")
     warm = {i: f for i, f in enumerate(found) if f is not None}
     past = [0 if f is None else f.n_tokens for f in found]
