@@ -465,13 +465,19 @@ def test_pre_split_sentences_given_as_one_string_are_not_characters(llm):
     assert [s.text for s in ContextPruner(llm).score_sentences(QUERY, docs)] == ["Paris is big.", "It is old."]
 
 
-def test_budget_covering_the_context_keeps_everything_without_scoring(llm, caplog):
+def _unscored(llm) -> ContextPruner:
+    """A pruner whose attention pass fails the test if it runs."""
     pruner = ContextPruner(llm)
 
     def fail(pair):
         raise AssertionError("the model must not run")
 
     pruner._rows = fail
+    return pruner
+
+
+def test_budget_covering_the_context_keeps_everything_without_scoring(llm, caplog):
+    pruner = _unscored(llm)
     with caplog.at_level(logging.INFO, logger="attnrank.prune.pruner"):
         res = pruner.prune(QUERY, DOCS, budget_tokens=10_000)
     assert res.kept_all and res.kept_tokens == res.original_tokens and res.compression == 1.0
@@ -483,12 +489,7 @@ def test_budget_covering_the_context_keeps_everything_without_scoring(llm, caplo
 def test_a_budget_no_sentence_fits_keeps_nothing_without_scoring(llm, caplog):
     """Every sentence was scored (an attention pass over the whole context) before a budget below
     the shortest sentence kept nothing."""
-    pruner = ContextPruner(llm)
-
-    def fail(pair):
-        raise AssertionError("the model must not run")
-
-    pruner._rows = fail
+    pruner = _unscored(llm)
     with caplog.at_level(logging.WARNING, logger="attnrank.prune.pruner"):
         res = pruner.prune(QUERY, DOCS, budget_tokens=1)
     assert res.kept_tokens == 0 and not res.kept and "no sentence fits the budget of 1 tokens" in res.notes[0]
