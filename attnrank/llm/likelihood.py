@@ -13,11 +13,12 @@ pass of the default ``batch_tokens`` never reaches). Sequences computed in full 
 take up to :data:`DEFAULT_PAST_TOKENS` kept tokens each (assembled one layer at a time).
 
 Reusable context states: a context does not depend on the continuation, so with a
-:class:`~attnrank.llm.states.StateCache` the keys and values of every layer over a context (all
-but its last token) are kept after the first pass, and a later call with the same context runs
-only its last token and the continuation over them (:func:`_suffix_logprob`; not the
-continuation's last token, which nothing reads: one token in ~20 of such a pass) — for the query
-likelihood, a passage seen by an earlier query costs the new query's tokens, not the passage's.
+:class:`~attnrank.llm.states.StateCache` the keys and values of every layer over a context, and
+the logits its last token gave (which predict any continuation's first token), are kept after the
+first pass (:class:`ContextState`); a later call with the same context runs only the continuation
+but its last token over them (:func:`_suffix_logprob`: the last token predicts nothing that is
+scored) — for the query likelihood, a passage seen by an earlier query costs the new query's
+tokens, not the passage's.
 Models with sliding-window or non-attention layers (whose caches do not keep every token) are
 always computed in full.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,6 +59,24 @@ DEFAULT_BATCH_TOKENS = 2048
 # DL19 passages in one pass: 8,192 split the first in two, 10 % slower (2 cores), and so did
 # 12,288 where one long abstract was among the 20.
 DEFAULT_PAST_TOKENS = 16384
+
+
+@dataclass(frozen=True)
+class ContextState(BlockState):
+    """A context's kept states: every layer's keys and values over all its tokens
+    (``[layers, kv_heads, tokens, head_dim]``), and the logits its last token gave (``[vocab]``,
+    the model's dtype), which predict any continuation's first token.
+
+    Why the logits: without them a later pass must run the context's last token again to predict
+    the continuation's first, one more token per row than the continuation needs (a SciFact claim
+    is 8-17 tokens). They cost the vocabulary in the model's dtype (96 KB for SmolLM2-135M in
+    bfloat16) beside 22.5 KB of states per context token."""
+
+    next_logits: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return super().nbytes + self.next_logits.nbytes
 
 
 def continuation_logprob(
@@ -108,35 +128,41 @@ def continuation_logprob(
 def _reusing_states(
     llm: LLM, seqs: list[list[int]], n_cont: int, batch_tokens: int, states: StateCache, buffer: ContextBuffer | None
 ) -> np.ndarray:
-    """:func:`continuation_logprob` with kept context states: sequences whose context (but its last
-    token) has states in ``states`` run their suffix over them; the others run in full and keep theirs."""
-    keys = context_keys(llm, [s[: -n_cont - 1] for s in seqs])
-    target = torch.tensor(seqs[0][-n_cont:], dtype=torch.long)
-    found = [states.get(k) if len(s) > n_cont + 1 else None for k, s in zip(keys, seqs)]
+    """:func:`continuation_logprob` with kept context states: sequences whose context has states in
+    ``states`` run the continuation over them; the others run in full and keep theirs."""
+    keys = context_keys(llm, [s[:-n_cont] for s in seqs])
+    cont = seqs[0][-n_cont:]
+    found = [_kept(states, k) for k in keys]
     out = np.empty((len(seqs), n_cont), dtype=np.float32)
     todo = [i for i, f in enumerate(found) if f is None]
     held = sum(f.nbytes for f in {k: f for k, f in zip(keys, found) if f is not None}.values())  # (a repeat once)
-    # a context given twice (one passage under two ids) is computed once, and states kept under one
-    # key (the context but its last token, which two contexts may share) are counted once
+    # a context given twice (one passage under two ids) is computed, kept and counted once
     first = _first_of_each(seqs)  # (a copy of a context to compute is one to compute too: the same key)
     counted = {k for k, f in zip(keys, found) if f is not None}
     for batch in _batches(sorted({first[i] for i in todo}), [len(s) for s in seqs], batch_tokens):
         out[batch], kept = _batch_logprob(llm, [seqs[i] for i in batch], n_cont, True)
         for i, state in zip(batch, kept):
-            if state.n_tokens:
-                states.put(keys[i], state)
-                if keys[i] not in counted:
-                    counted.add(keys[i])
-                    held += state.nbytes
+            states.put(keys[i], state)
+            if keys[i] not in counted:
+                counted.add(keys[i])
+                held += state.nbytes
     for i in todo:
         out[i] = out[first[i]]
     states.check_room(held, f"the {len(seqs)} prompts of one query likelihood call")
     warm = {i: f for i, f in enumerate(found) if f is not None}
+    for i, f in warm.items():  # the first token: predicted by the context's last, whose logits are kept
+        out[i, 0] = torch.log_softmax(f.next_logits.float(), dim=-1)[cont[0]].item()
     past = [0 if f is None else f.n_tokens for f in found]
-    for batch in _batches(list(warm), past, DEFAULT_PAST_TOKENS if batch_tokens else 0):
-        suffixes = [seqs[i][-n_cont - 1 : -1] for i in batch]
-        out[batch] = _suffix_logprob(llm, [warm[i] for i in batch], suffixes, target, buffer)
+    target = torch.tensor(cont[1:], dtype=torch.long)
+    for batch in _batches(list(warm) if n_cont > 1 else [], past, DEFAULT_PAST_TOKENS if batch_tokens else 0):
+        out[batch, 1:] = _suffix_logprob(llm, [warm[i] for i in batch], cont[:-1], target, buffer)
     return out
+
+
+def _kept(states: StateCache, key: str) -> ContextState | None:
+    """The context states kept under ``key`` (a likelihood key: :func:`context_keys`), if any."""
+    state = states.get(key)
+    return state if isinstance(state, ContextState) else None
 
 
 @contextmanager
@@ -215,9 +241,9 @@ def _batches(rows: list[int], lengths: list[int], budget: int) -> Iterator[list[
         start = end
 
 
-def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int, keep: bool) -> tuple[np.ndarray, list[BlockState]]:
+def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int, keep: bool) -> tuple[np.ndarray, list[ContextState]]:
     """The scores of ``seqs`` (context + continuation each) in one left-padded pass, and with
-    ``keep`` each context's states but its last token's (what :func:`_suffix_logprob` reuses)."""
+    ``keep`` each context's states (:class:`ContextState`, what :func:`_suffix_logprob` reuses)."""
     width = max(map(len, seqs))
     pad = llm.tokenizer.pad_token_id
     pad = 0 if pad is None else int(pad)
@@ -242,32 +268,34 @@ def _batch_logprob(llm: LLM, seqs: list[list[int]], n_cont: int, keep: bool) -> 
             if cache is None:
                 cache = output.past_key_values
             layers = [layer_kv(layer) for layer in cache.layers]
-            for row, s in enumerate(seqs):  # the context's tokens but its last: from width - len(s)
-                kept.append(row_state(layers, row, width - len(s), len(s) - n_cont - 1))
+            for row, s in enumerate(seqs):  # the context's tokens, from width - len(s)
+                state = row_state(layers, row, width - len(s), len(s) - n_cont)
+                # (the context's last position; sliced from the end, as _token_logprobs reads them)
+                logits = output.logits[row, -n_cont - 1].clone()
+                kept.append(ContextState(state.keys, state.values, logits))
     # the last position's logits predict past the continuation (one token in hundreds: kept, so
     # that the pass's shapes, and bfloat16's rounding, stay those of the recorded figures)
     return _token_logprobs(output.logits[:, :-1], ids[0, -n_cont:]), kept
 
 
 def _suffix_logprob(
-    llm: LLM, states: list[BlockState], suffixes: list[list[int]], target: torch.Tensor, buffer: ContextBuffer | None
+    llm: LLM, states: list[ContextState], suffix: list[int], target: torch.Tensor, buffer: ContextBuffer | None
 ) -> np.ndarray:
-    """The scores of ``target`` after contexts whose states are kept: each row runs its context's
-    last token and ``target`` but its last (``suffixes``, equal lengths) over its states, left-padded
-    to the longest: the last target token is read, never run (its logits would predict past it, and
-    nothing attends to it).
+    """The scores of ``target`` (a continuation but its first token) after contexts whose states
+    are kept: each row runs ``suffix`` (the continuation but its last token, which would predict
+    past it and which nothing attends to) over its context's states, left-padded to the longest.
     Each layer's states are copied into ``buffer``'s memory as the pass reaches the layer
     (:class:`KeptStatesLayer`), with room after them for the suffix's own, and rows of similar
     length attend together over the keys past their padding
     (:func:`~attnrank.llm.layouts.grouped_forward`)."""
-    n_past, n_new = max(s.n_tokens for s in states), len(suffixes[0])
+    n_past, n_new = max(s.n_tokens for s in states), len(suffix)
     first = states[0].keys
     layers, kv_heads, _, dim = first.shape
     pads = [n_past - s.n_tokens for s in states]
     mask = torch.zeros((len(states), n_past + n_new), dtype=torch.long)
     for row, pad in enumerate(pads):
         mask[row, pad:] = 1
-    ids = torch.tensor(suffixes, dtype=torch.long)
+    ids = torch.tensor([suffix] * len(states), dtype=torch.long)
     positions = torch.tensor([s.n_tokens for s in states])[:, None] + torch.arange(n_new)
     device = llm.device
     shape = (len(states), kv_heads, n_past + n_new, dim)

@@ -113,6 +113,28 @@ def test_reused_context_states_give_the_scores_computed_in_full(family, call_pro
     assert len(grouped[0]) == (1 if call_products else 2)  # two lengths: apart only where a call is free
 
 
+@pytest.mark.parametrize("n_cont", [1, 2, 5])
+def test_a_kept_context_runs_only_the_continuation_but_its_last_token(llm, n_cont):
+    """The context's last token is not run again: its logits, which predict the continuation's
+    first token, are kept with its states (a one-token continuation then runs no pass at all)."""
+    contexts = [[5, 6, 7, 8], [9, 10, 11]]
+    cont = list(range(20, 20 + n_cont))
+    states = StateCache(1 << 30)
+    full = _scores(llm, contexts, cont)
+    _scores(llm, contexts, cont, states=states)
+    widths = []
+    hook = llm.model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        warm = _scores(llm, contexts, cont, states=states)
+    finally:
+        hook.remove()
+    assert states.hits == 2
+    assert widths == ([n_cont - 1] if n_cont > 1 else [])
+    np.testing.assert_allclose(warm, full, rtol=0, atol=1e-5)
+
+
 def test_padding_before_shorter_reused_contexts_is_never_read_even_where_the_memory_held_nan(llm):
     """The kept memory is uninitialised between calls: padding in front of a shorter context left
     as found (here NaN) would reach its rows through the softmax."""
@@ -140,10 +162,10 @@ def test_context_states_are_keyed_by_the_weights_and_the_tokens(llm):
     _scores(other, [[5, 6, 7]], [8, 9], states=states)
     _scores(llm, [[5, 4, 7]], [8, 9], states=states)
     assert states.hits == 0 and len(states) == 3
-    _scores(llm, [[5, 6, 4]], [8, 9], states=states)  # kept: all but the last token
-    assert states.hits == 1 and len(states) == 3
+    _scores(llm, [[5, 6, 4]], [8, 9], states=states)  # only the last token differs: another context
+    assert states.hits == 0 and len(states) == 4
     _scores(llm, [[5, 6, 7]], [3], states=states)  # the same context, another continuation
-    assert states.hits == 2
+    assert states.hits == 1
     empty = StateCache(0)  # a budget of 0 keeps nothing
     _scores(llm, [[5, 6, 7]], [3], states=empty)
     assert len(empty) == 0 and empty.misses == 0
@@ -182,7 +204,7 @@ def test_a_context_given_twice_is_computed_and_kept_once(llm, caplog):
         _scores(llm, contexts, [10, 20, 30], states=exact)
         again = _scores(llm, contexts, [10, 20, 30], states=exact)
     assert not [r for r in caplog.records if "state cache" in r.getMessage()]
-    assert exact.hits == 5 and len(exact) == 2  # (states are kept but for the last token: [5, 6, 7] and [4])
+    assert exact.hits == 5 and len(exact) == 3
     np.testing.assert_allclose(again, alone, atol=1e-5)
 
 
