@@ -22,7 +22,7 @@ ATTENTION = "fusion_bfloat16_block_block_positions-shared"  # the preset fused (
 BESIDE = "fusion_bfloat16_block_block_positions-shared_likelihood"  # attention beside the likelihood
 FULL, BLOCK = "fusion_bfloat16", "fusion_bfloat16_block"  # fused retrained in full and block mode, same queries
 PRESETS, STATES, BLOCKS, INDEX = "rerank_presets", "likelihood_states", "rerank_blocks_forget", "index_build"
-STATES_NOW = "likelihood_states_forget"  # the same measured again on the current code (not at top-100)
+STATES_NOW = "likelihood_states_logits"  # the same measured again on the current code (not at top-100)
 CONFIRM = "confirm"  # the same methods on queries after those every choice was made on
 # bench_likelihood's row names
 SIGNALS = "preset signals: z(BM25) + z(dense), untrained (the default until 2026-12-04)"
