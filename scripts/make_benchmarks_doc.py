@@ -56,6 +56,7 @@ ORDER = [
     "rerank_kernels_xeon",
     "rerank_int8",
     "rerank_precision_avx512_bf16",
+    "index_build_warm",
     "index_build",
     "likelihood_int8_avx512_bf16",
     "heads",
@@ -74,6 +75,10 @@ ORDER = [
     "regeneration",
 ]
 COMMANDS = {
+    "index_build_warm": (
+        "python scripts/bench_index.py --full-backends torch,openvino-bf16,torch --subset-backends '' "
+        "(files renamed to index_build_warm.*)"
+    ),
     "index_build": "python scripts/bench_index.py, twice (each run's options under its table)",
     "first_stage": "python scripts/bench_first_stage.py",
     "likelihood": "python scripts/bench_likelihood.py",
@@ -196,6 +201,15 @@ evidence turns relevant).
 """
 NOTES = """
 ## Notes on the records, by date
+
+**On 2026-12-07 the dense index build was timed again with torch warm** ("index_build_warm":
+`bench_index.py` after the correction of 2026-12-06 below, whole SciFact corpus, torch first and
+last after an untimed warm-up, the ratios against the last torch build). Torch took 167.8 s first
+and 153.2 s last (303.1 s in "index_build", a run another job disturbed), `openvino-bf16` 64.8 s:
+2.36x against the last torch build (2.59x against the first), nDCG@10 0.6602 against 0.6602
+(embeddings within 1.5e-3). Issue 15's index target (2x at ≤ 0.5 points) stays met, now against a
+warm baseline; the targets table reads this record instead of "index_build" (2.41x against its
+first, cold build).
 
 **On 2026-12-07 a warm query of the default stopped running each prompt's last token, and its
 warm seconds were measured again** ("likelihood_states_logits": the command of
