@@ -202,6 +202,23 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**On 2026-12-07 the query likelihood under the instruct model's chat template was tried and not
+kept** (ad hoc, not a record; `/tmp` script, the candidate sets of `bench_likelihood.py`, first
+queries of each, the cached likelihoods of the default for comparison). The prompt was UPR's passage
+and instruction as the user's turn of SmolLM2's chat template (its default system turn included),
+the query scored as the assistant's reply, against the default's plain prompt. nDCG@10, likelihood
+alone and in the default preset's place:
+
+| set (queries) | plain alone | chat alone | plain in the preset | chat in the preset (wins/losses) |
+|---|---|---|---|---|
+| DL19 (43) | 0.5731 | 0.5686 | 0.5812 | 0.5861 (19/14, p 0.49) |
+| HotpotQA (150) | 0.8597 | 0.8515 | 0.8913 | 0.8888 (17/20, p 0.74) |
+| LoCoMo (150) | 0.5249 | 0.5085 | 0.5417 | 0.5409 (12/12, p 1) |
+
+The chat prompt ranks worse alone on all three and within noise in the preset (+0.49, −0.25, −0.08
+points); SciFact was not run. Its frame is also 27 tokens longer per passage (44 against 17, the
+system turn included), so a cold query costs more. The default keeps UPR's plain prompt.
+
 **On 2026-12-07 the dense index build was timed again with torch warm** ("index_build_warm":
 `bench_index.py` after the correction of 2026-12-06 below, whole SciFact corpus, torch first and
 last after an untimed warm-up, the ratios against the last torch build). Torch took 167.8 s first
