@@ -10,6 +10,8 @@ the limit and the fix, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import time
+from collections import Counter
 
 
 def _count(text: str, minimum: int) -> int:
@@ -44,3 +46,31 @@ def positive_ints(text: str) -> list[int]:
     if not parts:
         raise argparse.ArgumentTypeError(f"{text!r} holds no number; give counts >= 1, comma-separated (e.g. 20,50)")
     return [_count(p, 1) for p in parts]
+
+
+def measured_on(env: dict) -> str:
+    """The run a per-question cache entry is timed in: its start (UTC, to the second: two runs of one
+    day on one machine differ) and CPU (from :func:`attnrank.eval.report.environment`), stored in
+    the entry as ``"measured"``. Call it once per run."""
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, {env.get('cpu', 'CPU not recorded')}"
+
+
+def timing_sources(timed: Counter[str], now: str, what: str = "model results") -> str:
+    """One line saying where a table's seconds come from: ``timed`` counts the ``what`` by the
+    run that timed them (``now`` = this run's :func:`measured_on`; ``""`` = a cached entry that
+    recorded none). Why: a per-question cache serves results, seconds included, from earlier runs
+    on other machines and hours, which a table of this run's seconds would otherwise pass as its own."""
+    total = sum(timed.values())
+    here = timed.get(now, 0)
+    if here == total:
+        return f"Seconds: {total} of {total} {what} were timed in this run."
+    earlier = ", ".join(
+        f"{n} timed {'in a run that recorded no date or CPU' if tag == '' else 'on ' + tag}"
+        for tag, n in sorted(timed.items(), key=lambda kv: -kv[1])
+        if tag != now
+    )
+    return (
+        f"Seconds: {here} of {total} {what} were timed in this run; the others were read from the "
+        f"per-question cache of earlier runs ({earlier}), so their seconds are those runs' (other times, "
+        "maybe other machines). `--cache-dir ''` times everything afresh."
+    )

@@ -46,10 +46,11 @@ import json
 import logging
 import re
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from _common import non_negative_int, positive_int
+from _common import measured_on, non_negative_int, positive_int, timing_sources
 
 from attnrank.config import set_torch_threads
 from attnrank.eval.datasets import data_root, hotpotqa_rows
@@ -382,7 +383,7 @@ def markdown(quality, latency, results, args, env, profile_note, model) -> str:
         "",
         "Each arm's end-to-end time is the sum of the stages it uses (retrieve = BM25 over the question's "
         "paragraphs; the top-k arms reuse the pipeline's rerank); `pipeline` is attnrank.Pipeline's own timing. "
-        f"Threads: {env['threads']} of {env['cpus']} CPUs.",
+        f"Threads: {env['threads']} of {env['cpus']} CPUs. {args.timing_sources}",
         "",
         md_table(latency, lcols, lfmt),
         "",
@@ -456,18 +457,21 @@ def main() -> None:
     args.profile_curve = profile.curve(args.rerank_k).tolist()
     log.info("slot profile: %s; curve %s", profile_note, np.round(args.profile_curve, 5).tolist())
     results = []
+    now, timed = measured_on(environment()), Counter()  # (the run that timed each question's seconds)
     for i, q in enumerate(questions, 1):
         path = cache_file(args, llm, profile, q["id"])
         if path is not None and path.exists():
             results.append(json.loads(path.read_text()))
         else:
-            results.append(run_question(q, pipe, gen, pruner, profile, args))
+            results.append({**run_question(q, pipe, gen, pruner, profile, args), "measured": now})
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.with_suffix(".tmp").write_text(json.dumps(results[-1]))
                 path.with_suffix(".tmp").replace(path)
+        timed[results[-1].get("measured", "")] += 1
         if i % 5 == 0 or i == len(questions):
             log.info("%d/%d questions (%.0f s)", i, len(questions), time.perf_counter() - start)
+    args.timing_sources = timing_sources(timed, now, "questions")
     quality, latency = summarise(results)
     args.wall = time.perf_counter() - start
     env = environment()

@@ -49,12 +49,13 @@ import json
 import logging
 import re
 import time
+from collections import Counter
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import non_negative_int, positive_int
+from _common import measured_on, non_negative_int, positive_int, timing_sources
 
 from attnrank.config import set_torch_threads
 from attnrank.errors import AttnrankError
@@ -126,6 +127,8 @@ class Runner:
     def __init__(self, llm, rerankers: dict, pruner, gen, args, retrieve_s: float):
         self.llm, self.rerankers, self.pruner, self.gen, self.args = llm, rerankers, pruner, gen, args
         self.retrieve_s = retrieve_s
+        self.now = measured_on(environment())  # (stored in each result timed here)
+        self.timed: Counter[str] = Counter()  # model results used, by the run that timed them
         self.rerank_id = {
             p: _key(_settings(r.config), format_heads(r.heads) if r.heads else "all", repr(getattr(r, "fused", None)))
             for p, r in rerankers.items()
@@ -159,16 +162,27 @@ class Runner:
                 "prompt_tokens": a.prompt_tokens,
                 "generated_tokens": a.tokens,
                 "seconds": time.perf_counter() - t,
+                "measured": self.now,
             }
-        return cache[key]
+        return self._used(cache[key])
+
+    def _used(self, entry: dict) -> dict:
+        """``entry`` (a cached model result), counted by the run that timed it."""
+        self.timed[entry.get("measured", "")] += 1
+        return entry
 
     def _rerank(self, preset: str, q: dict, cache: dict) -> dict:
         key = f"rerank:{preset}:" + _key(self.rerank_id[preset], [d.id for d in q["candidates"]])
         if key not in cache:
             t = time.perf_counter()
             res = self.rerankers[preset].rank(q["question"], q["candidates"], query_id=q["id"])
-            cache[key] = {"ids": res.ids, "scores": res.scores, "seconds": time.perf_counter() - t}
-        return cache[key]
+            cache[key] = {
+                "ids": res.ids,
+                "scores": res.scores,
+                "seconds": time.perf_counter() - t,
+                "measured": self.now,
+            }
+        return self._used(cache[key])
 
     def _prune(self, q: dict, docs: list[Document], cache: dict) -> dict:
         # (the ratio too: a run with another --keep-ratio read the pruned contexts of the first)
@@ -182,8 +196,9 @@ class Runner:
                 "kept_tokens": p.kept_tokens,
                 "budget_tokens": p.budget_tokens,
                 "seconds": time.perf_counter() - t,
+                "measured": self.now,
             }
-        return cache[key]
+        return self._used(cache[key])
 
     def _question(self, q: dict, cache: dict) -> dict:
         args, question = self.args, q["question"]
@@ -455,6 +470,7 @@ def main() -> None:
         results.append(runner.run(q))
         if i % 5 == 0 or i == len(questions):
             log.info("%d/%d questions (%.0f s)", i, len(questions), time.perf_counter() - start)
+    notes.append(timing_sources(runner.timed, runner.now))
     summary = summarise(results, args)
     args.wall = time.perf_counter() - start
     env = environment()

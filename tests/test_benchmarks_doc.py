@@ -334,3 +334,17 @@ def test_no_script_retypes_its_command_line():
         if re.search(rf"""["'`](flock |(python )?scripts/{re.escape(p.name)})""", line)  # (its own command)
     ]
     assert not retyped, retyped
+
+
+def test_seconds_read_from_an_earlier_runs_cache_are_said_to_be_that_runs():
+    """bench_locomo and bench_ask serve cached per-question results, seconds included: a table of
+    seconds must say which were timed in this run and which in another (on another machine)."""
+    from collections import Counter
+
+    import _common
+
+    now = "2026-12-07, Intel Xeon"
+    assert _common.timing_sources(Counter({now: 4}), now) == "Seconds: 4 of 4 model results were timed in this run."
+    line = _common.timing_sources(Counter({now: 1, "2026-12-03, AMD EPYC": 3, "": 2}), now, "questions")
+    assert line.startswith("Seconds: 1 of 6 questions were timed in this run")
+    assert "3 timed on 2026-12-03, AMD EPYC" in line and "2 timed in a run that recorded no date or CPU" in line
