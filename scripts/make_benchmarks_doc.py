@@ -265,9 +265,9 @@ token 22.5 to 22.8 on SciFact).
   correction of 2026-12-06 below; the no-reuse arm ran first before), and cannot be told apart here.
 - Issue 15's warm target (0.3 s at 20 candidates) stays missed on SciFact, by 0.141 s in this record,
   and LoCoMo's 0.315 s misses it by 0.015 s (0.248 s in "likelihood_states_forget", at a faster hour).
-  An ad hoc profile of ten warm SciFact queries the same day found the log-softmax over the
-  vocabulary (and its copy to float32) near 6 % of the pass beside the output layer's product; a
-  cross-entropy in its place timed the same once warmed up, and is not used.
+  An ad hoc profile of four warm SciFact queries the same day (before the change) put the
+  log-softmax over the vocabulary at 2.9 % of the pass, its copy to float32 apart; a cross-entropy
+  in its place timed the same once warmed up, and is not used.
 
 **Late on 2026-12-06 (no record re-run: this session's data folder held HotpotQA alone).** The
 query likelihood now computes a passage given twice in one call once also where no states are kept
