@@ -43,7 +43,7 @@ from attnrank.benchmarks import (
 )
 from attnrank.config import set_torch_threads
 from attnrank.eval import sign_test
-from attnrank.eval.crossval import Split, check_folds, labelled_splits
+from attnrank.eval.crossval import Split, check_folds, labelled_splits, qrels_links
 from attnrank.eval.datasets import data_root
 from attnrank.eval.fusion_report import fusion_markdown
 from attnrank.eval.metrics import per_query_ndcg_of_each
@@ -354,8 +354,7 @@ def in_domain(data: dict, args) -> list[dict]:
         ds = data[g]["ds"]
         # questions that share a relevant document in one fold (dealt one by one until 2026-12-07: 111 of
         # LoCoMo's 400 test questions shared an evidence turn with a training question)
-        links = lambda q, ds=ds: [d for d, label in ds.qrels.get(q, {}).items() if label >= ds.rel]  # noqa: E731
-        for split in labelled_splits(qids, args.folds, seed=0, links=links):
+        for split in labelled_splits(qids, args.folds, seed=0, links=qrels_links(ds.qrels, ds.rel)):
             idx = top_heads(data, [g], set(split.train))
             ex = {e.qid: e for e in examples(data, g, idx)}
             part = heldout_scores(

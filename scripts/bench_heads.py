@@ -34,7 +34,7 @@ from attnrank.benchmarks import (
 )
 from attnrank.config import set_torch_threads
 from attnrank.eval import evaluate
-from attnrank.eval.crossval import group_splits, labelled_splits, pool
+from attnrank.eval.crossval import group_splits, labelled_splits, pool, qrels_links
 from attnrank.eval.datasets import data_root
 from attnrank.eval.report import command_line, environment, md_table, write_outputs
 from attnrank.eval.rows import capture_all, first_stage_run
@@ -116,8 +116,7 @@ def heldout(name, ds, cands, cap, rr, args, feats, others) -> list[dict]:
         rows.setdefault(label, []).append({"n": n, **vals})
 
     # questions that share a relevant document in one fold (dealt one by one until 2026-12-07)
-    links = lambda q: [d for d, label in ds.qrels.get(q, {}).items() if label >= ds.rel]  # noqa: E731
-    for f, split in enumerate(labelled_splits(qids, args.folds, seed=0, links=links)):
+    for f, split in enumerate(labelled_splits(qids, args.folds, seed=0, links=qrels_links(ds.qrels, ds.rel))):
         train, test = split.train, split.test
         det = qr_detect(cap, cands, ds, train, rr)
         add(

@@ -49,15 +49,13 @@ def check_labelled(queries: dict, cands: dict, qrels: dict, rel: int, folds: int
     (label >= ``rel``) and a non-relevant document. A query without both cannot tell any weights
     apart: trained on none, the report ties every method at the same score and would register
     whatever was fitted."""
-    from ..eval.crossval import labelled_splits
+    from ..eval.crossval import labelled_splits, qrels_links
 
     check_folds(len(queries), folds)
 
     useful = {q for q in queries if 0 < sum(flags := relevant(q, cands, qrels, rel)) < len(flags)}
 
-    def links(q: str) -> list[str]:  # (the reports' relevant_links over the same judgements: the same folds)
-        return [d for d, label in qrels.get(q, {}).items() if label >= rel]
-
+    links = qrels_links(qrels, rel)  # (the reports' relevant_links over the same judgements: the same folds)
     starved = [
         s.name for s in labelled_splits(list(queries), folds, seed=seed, links=links) if not useful & set(s.train)
     ]

@@ -140,6 +140,16 @@ def relevant_links(rel: int = 1) -> Callable[[Any], list[Hashable]]:
     return keys
 
 
+def qrels_links(qrels: Mapping[str, Mapping[str, int]], rel: int = 1) -> Callable[[str], list[Hashable]]:
+    """:func:`labelled_splits`' ``links`` for query ids judged in ``qrels`` (``{query id: {doc id:
+    label}}``): each document judged relevant to the query (label >= ``rel``)."""
+
+    def keys(qid: str) -> list[Hashable]:
+        return [d for d, label in qrels.get(qid, {}).items() if label >= rel]
+
+    return keys
+
+
 def group_splits(
     items: Sequence[T], group: Callable[[T], Hashable], *, groups: Sequence[str] | None = None
 ) -> list[Split[T]]:

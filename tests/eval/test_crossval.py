@@ -124,6 +124,19 @@ def test_linked_items_stay_in_one_fold_and_unlinked_ones_are_dealt_as_before():
     assert relevant_links()(bare) == [("", "b")]
 
 
+def test_query_ids_judged_relevant_to_one_document_stay_in_one_fold():
+    """qrels_links: the links of query ids read from qrels (benchmarks, the train command's check)."""
+    from attnrank.eval.crossval import labelled_splits, qrels_links
+
+    qrels = {"q0": {"a": 2, "b": 0}, "q1": {"a": 1}, "q2": {"c": 1}, "q3": {"a": 0}}
+    assert (
+        qrels_links(qrels)("q0") == ["a"] and qrels_links(qrels, rel=2)("q1") == [] and qrels_links(qrels)("q9") == []
+    )
+    qids = ["q0", "q1", "q2", "q3"] + [f"x{i}" for i in range(8)]
+    for s in labelled_splits(qids, 4, seed=1, links=qrels_links(qrels)):
+        assert ("q0" in s.test) == ("q1" in s.test)  # both judged relevant to "a"
+
+
 def test_labelled_queries_sharing_few_relevant_documents_are_dealt_one_by_one_and_warned(caplog):
     """Where a few documents are relevant to many queries (a FAQ), keeping linked queries together
     would leave fewer sets than folds: they are dealt one by one, and that is said."""
