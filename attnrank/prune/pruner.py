@@ -225,16 +225,12 @@ class ContextPruner:
                 s.kept = True
             return result
         if min(s.tokens for s in scored) > target:  # (said before the attention pass, which could keep nothing)
-            note = f"no sentence fits the budget of {target} tokens: nothing kept"
-            logger.warning(note)
-            result.notes.append(note)
+            _nothing_kept(result, target)
             return result
         self._score(query, chunks, scored)
         skipped = select(scored, target, neighbours)
         if not result.kept:
-            note = f"no sentence fits the budget of {target} tokens: nothing kept"
-            logger.warning(note)
-            result.notes.append(note)
+            _nothing_kept(result, target)
         for note in skipped_note(skipped, result.kept, target, source):
             logger.info(note)
             result.notes.append(note)
@@ -432,3 +428,10 @@ class ContextPruner:
             mask = content_mask(self.llm.tokenizer.convert_ids_to_tokens(w.input_ids), spans, labelled=False)
             return sink_filtered_rows(w.real, w.null, mask), spans_without(mask, spans)
         return w.rows, [False] * len(spans)
+
+
+def _nothing_kept(result: PrunedContext, target: int) -> None:
+    """Say (logged, and in ``result``'s notes) that no sentence fits the budget of ``target`` tokens."""
+    note = f"no sentence fits the budget of {target} tokens: nothing kept"
+    logger.warning(note)
+    result.notes.append(note)
