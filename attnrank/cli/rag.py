@@ -288,18 +288,20 @@ def ask(
         budget = ratio = None
     begun: list[bool] = []
 
-    def stream(piece: str) -> None:  # (the answer's head once it begins: not before a refusal of its prompt)
+    def head() -> None:  # (once the answer begins or the run ends: not before a refusal of its prompt)
         if not begun:
             typer.echo(f"Q: {question}\nA: ", nl=False)
             begun.append(True)
+
+    def stream(piece: str) -> None:
+        head()
         typer.echo(piece, nl=False)
 
     try:
         res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=stream)
     except InputError as e:  # (named as ask's options: the library's advice names its arguments)
         raise InputError(_ask_names(str(e), no_prune)) from None
-    if not begun:
-        typer.echo(f"Q: {question}\nA: ", nl=False)
+    head()
     typer.echo("")
     if res.pruned is not None:
         p = res.pruned
