@@ -23,7 +23,7 @@ from . import (
     named_preset,
     option_errors,
 )
-from .options import Dtype, refuse_without_rerank
+from .options import INDEX_NAME_HELP, Dtype, refuse_without_rerank
 from .rerank_config import check_attention_computed
 
 logger = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ def batch(
         None,
         "--index",
         "-n",
-        help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR) (ordinary or sharded; as `attnrank index --index`).",
+        help=f"{INDEX_NAME_HELP} (ordinary or sharded; as `attnrank index --index`).",
     ),
     index_dir: Optional[Path] = typer.Option(
         None, "--index-dir", help="Or an explicit index folder, ordinary or sharded (every Ray worker reads it)."

@@ -11,7 +11,7 @@ import typer
 from ..errors import InputError
 from ..types import check_unicode
 from . import Quiet, Verbose, _check_heads, _index_path, _setup, app, option_errors
-from .options import Dtype, check_model_readable, check_registry_lookups
+from .options import INDEX_NAME_HELP, Dtype, check_model_readable, check_registry_lookups
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 @app.command()
 def explain(
     query: str = typer.Argument(..., help="The query to retrieve, rerank and explain."),
-    name: str | None = typer.Option(None, "--index", "-n", help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR)."),
+    name: str | None = typer.Option(None, "--index", "-n", help=f"{INDEX_NAME_HELP}."),
     index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
     k: int = typer.Option(5, "--top-k", "-k", help="First-stage hits reranked and explained."),
     model: str | None = typer.Option(None, help="LLM: HF id, local path or .gguf (default: packaged SmolLM2-135M)."),

@@ -32,6 +32,8 @@ DTYPE_HELP = (
 
 Dtype = typer.Option("auto", help=DTYPE_HELP)
 
+INDEX_NAME_HELP = "Index name under ./indexes (or $ATTNRANK_INDEX_DIR)"  # (--index of every command that reads one)
+
 # How the model runs: options of every command that loads it for reranking or pruning.
 MODEL_RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "device": (Optional[str], typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto.")),

@@ -27,6 +27,7 @@ from . import (
     app,
 )
 from .options import (
+    INDEX_NAME_HELP,
     check_k_within_depth,
     check_model_readable,
     check_pruner_lookups,
@@ -167,9 +168,7 @@ def prune(
 @rerank_and_prune_options
 def ask(
     question: str = typer.Argument(..., help="The question to answer."),
-    name: Optional[str] = typer.Option(
-        None, "--index", "-n", help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR)."
-    ),
+    name: Optional[str] = typer.Option(None, "--index", "-n", help=f"{INDEX_NAME_HELP}."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder."),
     depth: Optional[int] = typer.Option(
         None, "--depth", help=f"First-stage hits reranked (default {ASK_DEPTH}; none with --no-rerank)."

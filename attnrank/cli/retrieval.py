@@ -31,6 +31,7 @@ from . import (
     option_errors,
 )
 from .options import (
+    INDEX_NAME_HELP,
     check_model_readable,
     check_queries_fit,
     check_registry_lookups,
@@ -199,9 +200,7 @@ def index(
 @rerank_options
 def search(
     query: Optional[str] = typer.Argument(None, help="One query (or use --queries FILE)."),
-    name: Optional[str] = typer.Option(
-        None, "--index", "-n", help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR)."
-    ),
+    name: Optional[str] = typer.Option(None, "--index", "-n", help=f"{INDEX_NAME_HELP}."),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder."),
     queries: Optional[Path] = typer.Option(None, "--queries", help="BEIR queries.jsonl or TSV id<TAB>text."),
     k: int = typer.Option(10, "--top-k", "-k", help="Results per query."),

@@ -9,7 +9,13 @@ import typer
 
 from ..rerank.config import RerankConfig
 from . import Quiet, Verbose, _index_path, _setup, app
-from .options import check_model_readable, check_pruner_lookups, check_registry_lookups, rerank_and_prune_options
+from .options import (
+    INDEX_NAME_HELP,
+    check_model_readable,
+    check_pruner_lookups,
+    check_registry_lookups,
+    rerank_and_prune_options,
+)
 from .rerank_config import pruning_config
 
 logger = logging.getLogger(__name__)
@@ -22,7 +28,7 @@ def serve(
         None,
         "--index",
         "-n",
-        help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR) (enables /v1/search, /v1/prune over it, /v1/ask).",
+        help=f"{INDEX_NAME_HELP} (enables /v1/search, /v1/prune over it, /v1/ask).",
     ),
     index_dir: Path | None = typer.Option(None, "--index-dir", help="Or an explicit index folder."),
     host: str = typer.Option(

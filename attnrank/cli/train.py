@@ -60,7 +60,7 @@ from . import (
     option_errors,
 )
 from .labelled import check_labelled, check_saveable, check_training, labelled_set
-from .options import Dtype, check_model_readable
+from .options import INDEX_NAME_HELP, Dtype, check_model_readable
 
 METRICS = ("nDCG@10", "RR@10")
 PRESETS = (LIKELIHOOD_PRESET, SIGNALS_PRESET, ATTENTION_PRESET)  # the presets whose weights train fits
@@ -100,7 +100,7 @@ def train(
         None,
         "--index",
         "-n",
-        help="Index name under ./indexes (or $ATTNRANK_INDEX_DIR): its search's top --depth hits are the candidates.",
+        help=f"{INDEX_NAME_HELP}: its search's top --depth hits are the candidates.",
     ),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder instead of --index."),
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth)."),
