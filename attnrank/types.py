@@ -229,10 +229,12 @@ def stage_score_lists(previous: list[ScoredDocument] | None) -> dict[str, Sequen
 def with_stage(
     docs: list[Document], previous: list[ScoredDocument] | None, stage: str, scores: Iterable[float]
 ) -> list[ScoredDocument]:
-    """``docs`` (input order) as scored documents carrying ``stage``'s score beside the earlier ones."""
+    """``docs`` (input order) as scored documents carrying ``stage``'s score beside the earlier ones
+    (a NaN score: the stage did not score the document, and none is recorded for it)."""
     out = []
     for i, (d, s) in enumerate(zip(docs, scores)):
         prev = previous[i] if previous is not None else None
+        own = {} if math.isnan(s) else {stage: float(s)}
         out.append(
             ScoredDocument(
                 d.id,
@@ -240,7 +242,7 @@ def with_stage(
                 i + 1,
                 d.text,
                 d.title,
-                {**(prev.stage_scores if prev else {}), stage: float(s)},
+                {**(prev.stage_scores if prev else {}), **own},
                 dict(prev.evidence) if prev else {},
                 d.metadata,
             )

@@ -347,6 +347,10 @@ def test_ask_and_prune_options_checked_before_the_model(tmp_path, index_dir, dl1
         # signals only computes no attention: attention options would be ignored
         ([*ask, "--preset", "fused", "--signals", "only", "--heads", "all"], "--heads configure(s) attention, which "),
         ([*ask, "--signals", "likelihood", "--heads", "all"], "--heads configure(s) attention, which "),
+        # the likelihood's shortlist where no likelihood is fused without attention
+        ([*ask, "--preset", "signals", "--likelihood-depth", "5"], "likelihood_depth=5 shortlists candidates"),
+        ([*ask, "--preset", "fused", "--likelihood-depth", "5"], "likelihood_depth=5 shortlists candidates"),
+        ([*ask, "--likelihood-depth", "0"], "Invalid value for '--likelihood-depth'"),
         # a question that is not valid Unicode (undecodable bytes): a tokenizer's traceback after the model loaded
         (["ask", "capital \udcff", "--index-dir", str(index_dir), "--no-rerank"], "question #0"),
         (

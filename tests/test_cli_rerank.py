@@ -171,6 +171,17 @@ def test_preset_likelihood_reads_the_passage_cut_and_refuses_attention_flags(tmp
     assert r.exit_code == 2 and "--heads configure(s) attention" in r.output and not (tmp_path / "h.trec").exists()
 
 
+def test_likelihood_depth_reaches_the_reranker(tmp_path, dl19_mini, tiny_dir):
+    """--likelihood-depth N: the query likelihood scores the N candidates BM25 and dense rank
+    highest, as the library's reranker configured so does (the run written is its ranking)."""
+    args = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
+    args += ["--corpus", str(dl19_mini / "passages.jsonl"), "--model", str(tiny_dir), "--depth", "4"]
+    r = runner.invoke(app, [*args, "--likelihood-depth", "2", "-o", str(tmp_path / "o.trec"), "-q"])
+    assert r.exit_code == 0, r.output
+    run = read_run(tmp_path / "o.trec")
+    _assert_head_is_the_librarys(run, dl19_mini, 4, likelihood_depth=2, model=str(tiny_dir))
+
+
 def test_attention_flags_the_configuration_does_not_read_are_refused():
     """Before any model loads: --max-doc-words alone stays with the default (it reads it); an
     attention flag under a preset without attention is refused naming that preset, and naming

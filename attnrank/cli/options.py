@@ -175,6 +175,16 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             "likelihood weights) | none (attention alone).",
         ),
     ),
+    "likelihood_depth": (
+        Optional[int],
+        typer.Option(
+            None,
+            "--likelihood-depth",
+            min=1,
+            help="With the query likelihood (preset likelihood): score only this many candidates, those BM25 and "
+            "dense rank highest, the rest following in their order (default: every candidate).",
+        ),
+    ),
     **MODEL_RUN_OPTIONS,
 }
 

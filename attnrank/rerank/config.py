@@ -12,7 +12,7 @@ Presets (``RerankConfig.preset(name)``, CLI ``--preset NAME``):
   (``signals="likelihood"``; a user's weights trained by ``attnrank train`` replace the equal
   ones once registered).
   With the packaged 135M model it measured best of every configuration on the four datasets
-  (nDCG@10 mean 0.6997, +1.4 points over ``signals`` and above it on each; +1.3 over ``fused``'s
+  (nDCG@10 mean 0.6988, +1.4 points over ``signals`` and above it on each; +1.2 over ``fused``'s
   held-out mean; docs/results/likelihood.md), at one prompt per candidate through the whole model
   (0.9 s per query of 20 web passages, 2.9 s of 20 abstracts, on 2 CPU cores).
 - ``signals``: the same without the likelihood, BM25 and dense cosine alone (``signals="only"``;
@@ -63,6 +63,7 @@ from .config_checks import (
     check_fields,
     check_model_field,
     check_prompt_options,
+    checked_likelihood_depth,
     store_precision_names,
 )
 from .config_fields import (
@@ -120,6 +121,9 @@ class RerankConfig:
     :class:`~attnrank.rerank.fused.LikelihoodWeights`, else equal weights over BM25, dense and the
     likelihood, :func:`~attnrank.rerank.fused_resolve.likelihood_weights`) or a
     :class:`~attnrank.rerank.fused.FusedWeights` (one without the attention feature computes none).
+    ``likelihood_depth``: where the query likelihood is fused without attention, how many of the
+    candidates the other signals rank highest it scores (:mod:`attnrank.rerank.shortlist`; the
+    rest follow them in the signals' order; None: every candidate).
     """
 
     model: str | None = None
@@ -142,6 +146,7 @@ class RerankConfig:
     state_cache_mb: int = 1024
     passage_states: str | None = None
     signals: Any = None  # None, "auto", "only", "likelihood" or a FusedWeights
+    likelihood_depth: int | None = None
     name: str = field(default="custom", compare=False)  # the preset it came from
 
     def __post_init__(self) -> None:
@@ -173,6 +178,10 @@ class RerankConfig:
             )
         if not self.uses_attention:
             self._check_no_attention_options()
+        depth = checked_likelihood_depth(
+            self.likelihood_depth, self.uses_likelihood and not self.uses_attention, self.name
+        )
+        object.__setattr__(self, "likelihood_depth", depth)
         # 0, keep nothing, is always allowed (a batch's actors set it for every preset)
         if self.state_cache_mb not in (0, type(self).state_cache_mb) and not self.reads_state_cache:
             raise InputError(

@@ -12,6 +12,7 @@ from typing import Any
 from ..config import check_precision_names
 from ..errors import InputError
 from ..llm.headspec import parse_heads
+from ..types import is_count
 from .position import SlotProfile
 from .reweight import Reweighting
 
@@ -91,3 +92,19 @@ def store_precision_names(cfg: Any) -> None:
     check_precision_names(cfg.device, cfg.dtype)
     object.__setattr__(cfg, "device", str(cfg.device).strip().lower())
     object.__setattr__(cfg, "dtype", str(cfg.dtype).strip().lower())
+
+
+def checked_likelihood_depth(depth: Any, read: bool, name: str) -> int | None:
+    """``likelihood_depth`` as an int, or None (every candidate); :class:`InputError` unless it is
+    a positive integer, and where ``read`` is False (the query likelihood is not fused without
+    attention: nothing shortlists) unless it is None, the field's default."""
+    if depth is None:
+        return None
+    if not is_count(depth):
+        raise InputError(f"likelihood_depth={depth!r} must be a positive integer or None (every candidate)")
+    if not read:
+        raise InputError(
+            f"likelihood_depth={depth!r} shortlists candidates for the query likelihood fused without attention "
+            f"(preset likelihood), which this reranker ({name}) does not compute; drop it (--likelihood-depth)"
+        )
+    return int(depth)

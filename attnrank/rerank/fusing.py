@@ -22,6 +22,7 @@ from .config import RerankConfig
 from .fused import ATTENTION, LIKELIHOOD, FusedWeights
 from .inputs import check_query, check_texts
 from .likelihood import PromptIds, TextRoom, query_likelihood, text_room
+from .shortlist import fuse_shortlist, shortlist, signals_alone
 from .signals import SignalComputer
 
 
@@ -68,9 +69,27 @@ class FusedScoring:
         kept: dict[str, np.ndarray] = {}
         if attention is not None:
             kept[ATTENTION] = attention
+        depth = self.config.likelihood_depth
+        if LIKELIHOOD in self.fused.features and depth is not None and depth < len(docs):
+            return self._fuse_shortlist(query, docs, signals, depth, room)
         if LIKELIHOOD in self.fused.features:
             kept[LIKELIHOOD] = self._likelihood(query, docs, room)
         return self.fused.score({**signals, **kept}), kept
+
+    def _fuse_shortlist(
+        self, query: str, docs: list[Document], signals: dict[str, Any], depth: int, room: TextRoom | None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """:meth:`_fuse` with the likelihood read for the ``depth`` candidates the other signals
+        rank highest (:mod:`attnrank.rerank.shortlist`); the others' likelihood is NaN (not read)."""
+        assert self.fused is not None
+        base = signals_alone(self.fused, signals)
+        top = shortlist(base, depth)
+        if room is not None:  # (each document's title tokens, for the shortlist's alone)
+            room = (room[0], room[1], [room[2][i] for i in top])
+        scores = self._likelihood(query, [docs[i] for i in top], room)
+        likelihood = np.full(len(docs), np.nan)
+        likelihood[top] = scores
+        return fuse_shortlist(self.fused, base, top, scores), {LIKELIHOOD: likelihood}
 
     def _check_fits(self, query: str, docs: Sequence[Document]) -> TextRoom | None:
         """Where the query likelihood is read: :class:`InputError` unless the query and each
