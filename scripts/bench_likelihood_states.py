@@ -47,26 +47,34 @@ from attnrank.rerank.config import RerankConfig
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT_INDEX = REPO / "indexes" / "bench-scifact"
 ARMS = ("no reuse", "first visit", "all cached")
+EVERY_ARMS = ("first visit, every candidate", "all cached, every candidate")  # beside a --likelihood-depth
 SPEEDUP = "x faster than no reuse"
 
 
-def measure(llm, setting: str, ds, cands: dict) -> list[dict]:
-    """One row per arm: time, memory and nDCG@10 of the default preset on ``cands``."""
-    none = AttentionReranker(llm, config=RerankConfig.preset("likelihood", state_cache_mb=0))
-    reuse = AttentionReranker(llm, config="likelihood")
+def measure(llm, setting: str, ds, cands: dict, depth: int | None = None) -> list[dict]:
+    """One row per arm: time, memory and nDCG@10 of the default preset on ``cands``; with a
+    ``depth`` (its likelihood on a shortlist, ``likelihood_depth``), also its first visit and all
+    cached scoring every candidate (the default), in turn with the others."""
+    none = AttentionReranker(llm, config=RerankConfig.preset("likelihood", state_cache_mb=0, likelihood_depth=depth))
+    reuse = AttentionReranker(llm, config=RerankConfig.preset("likelihood", likelihood_depth=depth))
+    rerankers = [none, reuse, reuse]
+    if depth is not None:
+        whole = AttentionReranker(llm, config="likelihood")
+        rerankers += [whole, whole]
+    arms = (*ARMS, *EVERY_ARMS)[: len(rerankers)]
     first = next(iter(cands))
-    none.rank(ds.queries[first], cands[first])  # warm-up: embedder, model, allocator
-    reuse.rank(ds.queries[first], cands[first])
-    for rr in (none, reuse):  # (the first timed query is that one: its tokenization and vectors not kept either)
+    for rr in rerankers:  # warm-up: embedder, model, allocator
+        rr.rank(ds.queries[first], cands[first])
+    for rr in rerankers:  # (the first timed query is that one: its tokenization and vectors not kept either)
         rr.forget_passages()
     reuse.states.hits = reuse.states.misses = 0
-    runs: dict[str, dict] = {a: {} for a in ARMS}
-    secs: dict[str, list[float]] = {a: [] for a in ARMS}
-    peaks: dict[str, float] = {a: 0.0 for a in ARMS}
-    scores: dict[str, dict[str, dict[str, float]]] = {a: {} for a in ARMS}
+    runs: dict[str, dict] = {a: {} for a in arms}
+    secs: dict[str, list[float]] = {a: [] for a in arms}
+    peaks: dict[str, float] = {a: 0.0 for a in arms}
+    scores: dict[str, dict[str, dict[str, float]]] = {a: {} for a in arms}
     reused = seen = 0
     for n, (q, docs) in enumerate(cands.items()):
-        turns = list(zip(ARMS, (none, reuse, reuse)))
+        turns = list(zip(arms, rerankers))
         # "no reuse" first on one query, last on the next: the arm timed first met the caches the
         # previous query left, and the one after it the pages this query's first arm brought in
         for arm, rr in turns if n % 2 == 0 else turns[1:] + turns[:1]:
@@ -76,14 +84,17 @@ def measure(llm, setting: str, ds, cands: dict) -> list[dict]:
             secs[arm].append(s)
             peaks[arm] = max(peaks[arm], peak)
             runs[arm][q] = strictly_decreasing((d.id, d.score) for d in out[0])  # (ties in its order)
-            scores[arm][q] = {d.id: d.stage_scores["likelihood"] for d in out[0]}
+            scores[arm][q] = {d.id: d.stage_scores.get("likelihood", np.nan) for d in out[0]}
             if arm == "first visit":
                 reused += rr.states.hits - hits
                 seen += len(docs)
     per_token = reuse.states.nbytes / max(reuse.states.n_tokens, 1)
     rows = []
-    for arm in ARMS:
-        diff = max(abs(scores[arm][q][i] - scores["no reuse"][q][i]) for q in scores[arm] for i in scores[arm][q])
+    for arm in arms:
+        diffs = [
+            abs(scores[arm][q][i] - scores["no reuse"][q].get(i, np.nan)) for q in scores[arm] for i in scores[arm][q]
+        ]
+        diff = float(np.nanmax(diffs)) if not np.isnan(diffs).all() else float("nan")  # (read by both arms)
         rows.append(
             {
                 "set": setting,
@@ -144,7 +155,15 @@ def markdown(p: dict) -> str:
             "`no reuse`: every candidate's prompt computed in full (`state_cache_mb=0`); `first visit`: the default "
             "reranker (state cache 1024 MB) on the query's first time, reusing what earlier queries of the set "
             "brought; `all cached`: the same query again, every candidate's prompt states reused, so only the "
-            "query's tokens run. Each query runs the three in turn. The largest likelihood change is bfloat16 "
+            "query's tokens run. Each query runs the three in turn."
+            + (
+                f" The preset's likelihood scores the {p['likelihood_depth']} candidates BM25 and dense rank highest "
+                "(`likelihood_depth`); the arms `..., every candidate` run the same preset scoring every candidate "
+                "(the default), in turn with the others."
+                if p.get("likelihood_depth")
+                else ""
+            )
+            + " The largest likelihood change is bfloat16 "
             "rounding: reused states meet the query in other shapes than one full pass (in float32 the two agree "
             "to 1e-5, tests/llm/test_likelihood.py; batching the same prompts differently moves bfloat16 scores "
             "too); nDCG@10 shows what it does to the ranking. reused on first visit: the share of candidates "
@@ -164,6 +183,13 @@ def main() -> None:
     ap.add_argument("--dl19-queries", type=positive_int, default=None, help="the first N topics (default: all 43)")
     ap.add_argument("--scifact-queries", type=positive_int, default=100)
     ap.add_argument("--locomo-questions", type=positive_int, default=200)
+    ap.add_argument(
+        "--likelihood-depth",
+        type=positive_int,
+        default=None,
+        help="time the preset with its likelihood on this shortlist, beside every candidate (the default)",
+    )
+    ap.add_argument("--name", default="likelihood_states", help="the record's name in the output folder")
     ap.add_argument("--out", default=str(REPO / "docs" / "results"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -175,10 +201,16 @@ def main() -> None:
         by_conversation(*locomo_set(root, args.locomo_questions)),
     ]
     llm = load_llm()
-    rows = [row for setting, ds, cands in sets for row in measure(llm, setting, ds, cands)]
-    payload = {"environment": environment(), "dtype": str(llm.dtype).removeprefix("torch."), "rows": rows}
+    depth = args.likelihood_depth
+    rows = [row for setting, ds, cands in sets for row in measure(llm, setting, ds, cands, depth)]
+    payload = {
+        "environment": environment(),
+        "dtype": str(llm.dtype).removeprefix("torch."),
+        "likelihood_depth": depth,
+        "rows": rows,
+    }
     md = markdown(payload)
-    write_outputs("likelihood_states", payload, md, args.out)
+    write_outputs(args.name, payload, md, args.out)
     print(md)
 
 
