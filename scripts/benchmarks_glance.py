@@ -17,7 +17,7 @@ from attnrank.eval.metrics import sign_test
 from attnrank.eval.report import md_table
 
 DATASETS = ("DL19", "SciFact", "HotpotQA", "LoCoMo")
-LIKELIHOOD = "likelihood_avx512_bf16"  # the default preset's record on the machine of the latest runs
+LIKELIHOOD = "likelihood"  # the default preset's record, on the current code (re-run 2026-12-07; the AMD one: likelihood_avx512_bf16)
 ATTENTION = "fusion_bfloat16_block_block_positions-shared"  # the preset fused (block attention, shared positions)
 BESIDE = "fusion_bfloat16_block_block_positions-shared_likelihood"  # attention beside the likelihood
 FULL, BLOCK = "fusion_bfloat16", "fusion_bfloat16_block"  # fused retrained in full and block mode, same queries

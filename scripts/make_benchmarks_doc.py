@@ -26,6 +26,9 @@ ORDER = [
     "likelihood",
     "likelihood_avx512_bf16",
     "confirm",
+    "likelihood_depth",
+    "likelihood_states_depth12",
+    "likelihood_states_depth30",
     "likelihood_states_logits",
     "likelihood_states_forget",
     "likelihood_states_layered",
@@ -90,6 +93,15 @@ COMMANDS = {
     "slot_profiles": "python scripts/bench_slot_profiles.py --slots 5,20 --trials 40 --ship",
     "confirm": "python scripts/bench_confirm.py --offset 400 --locomo-questions 400 --scifact-queries 200",
     "likelihood_states": "python scripts/bench_likelihood_states.py",
+    "likelihood_depth": "python scripts/bench_likelihood_depth.py",
+    "likelihood_states_depth12": (
+        "python scripts/bench_likelihood_states.py --likelihood-depth 12 --dl19-depths 20 --dl19-queries 20 "
+        "--scifact-queries 40 --locomo-questions 60 --name likelihood_states_depth12"
+    ),
+    "likelihood_states_depth30": (
+        "python scripts/bench_likelihood_states.py --likelihood-depth 30 --dl19-depths 100 --dl19-queries 20 "
+        "--scifact-queries 2 --locomo-questions 2 --name likelihood_states_depth30"
+    ),
     "likelihood_states_logits": (
         "python scripts/bench_likelihood_states.py --dl19-depths 20 --scifact-queries 100 --locomo-questions 100 "
         "(files renamed to likelihood_states_logits.*)"
@@ -206,6 +218,35 @@ evidence turns relevant).
 """
 NOTES = """
 ## Notes on the records, by date
+
+**On 2026-12-07 the query likelihood on a shortlist was tried as the default, and kept as an
+option** ("likelihood_depth", "likelihood_states_depth12", "likelihood_states_depth30";
+`attnrank.rerank.shortlist`, `--likelihood-depth N`). The likelihood scores only the N candidates
+that z(BM25) + z(dense) rank highest (its z-score over those N), the rest following in the signals'
+order. On the four datasets of "likelihood" (from their cached likelihoods) the best depth of 5, 8,
+10, 12 and 15 was 12 of 20: +0.09 points on the mean against every candidate (DL19 +0.91, 19/5, p
+0.0066, still 0.29 under the dense cosine; SciFact −0.46; HotpotQA's 10 paragraphs unchanged; LoCoMo
+−0.09); the depth chosen on the other three datasets, for each, scored −0.17 on the mean. On
+candidates no choice looked at, 12 lost: −1.04 points on 200 new SciFact queries (7/11), −0.23 on
+303 new LoCoMo questions (7/11), −1.02 on DL19's BM25 top-100 (14/22). So the default still scores
+every candidate. Where 100 are reranked, a shortlist of 30 scored +0.60 over every candidate on
+DL19's top-100 (15/5, p 0.041; 20: −0.17, 50: +0.27), a figure read on the same 43 queries, and cost
+2.65 against 6.16 s per cold query and 0.27 against 0.72 s warm (20 topics, in turn in one
+process). Of 20 candidates, 12 ran 1.36x / 1.52x / 1.26x faster cold and 1.21x / 1.46x / 1.35x
+warm on DL19 / SciFact / LoCoMo (cold 1.18 against 1.61 s, 3.38 against 5.14 s, 1.01 against 1.28 s;
+warm 0.18 against 0.22 s, 0.43 against 0.62 s, 0.30 against 0.41 s; 20 / 40 / 60 queries, a slow
+hour of the shared machine). An earlier run of that command had tests running beside its DL19 rows:
+discarded.
+
+**On 2026-12-07 the default preset's records were re-run on the current code** ("likelihood",
+`python scripts/bench_likelihood.py`, Intel Xeon; "confirm", the command of its record). The
+glance and the targets table now read "likelihood" instead of "likelihood_avx512_bf16" (AMD EPYC,
+2026-12-04), which predates the LoCoMo loader's correction of 2026-12-05 and whose bfloat16 rounds
+otherwise. The default against the best first-stage signal: DL19 −1.20 (18/21; −0.83 in the AMD
+record), SciFact +3.78, HotpotQA +4.23, LoCoMo +3.45 (BM25 over the candidates 0.4903 with the
+corrected loader, 0.4935 before); trained in-domain (5-fold), DL19 +0.50. On the new queries of
+"confirm": SciFact +4.86 (40/20, p 0.013; +4.72 on the AMD EPYC), LoCoMo +4.53 (69/25; 303
+questions; +4.72 before). The SciFact likelihoods were computed again (they were no longer cached).
 
 **On 2026-12-07 block attention's interleaved timing was measured again** ("rerank_blocks_warmed":
 the command of "rerank_blocks_forget", on the current code, after two corrections: cold queries
