@@ -241,8 +241,11 @@ discarded.
 **On 2026-12-07 the default preset's records were re-run on the current code** ("likelihood",
 `python scripts/bench_likelihood.py`, Intel Xeon; "confirm", the command of its record). The
 glance and the targets table now read "likelihood" instead of "likelihood_avx512_bf16" (AMD EPYC,
-2026-12-04), which predates the LoCoMo loader's correction of 2026-12-05 and whose bfloat16 rounds
-otherwise. The default against the best first-stage signal: DL19 −1.20 (18/21; −0.83 in the AMD
+2026-12-04), which predates the LoCoMo loader's correction of 2026-12-05. The method is the same;
+bfloat16 rounds otherwise on the AMD EPYC (the Intel run of 2026-12-04 had the default at 0.5819 on
+DL19, the AMD one 0.5849), and since then a passage given twice is computed once (2026-12-05), which
+changes the batches' shapes and so bfloat16's rounding (DL19's likelihood alone 0.5703 -> 0.5731 on
+the Intel machine). The default against the best first-stage signal: DL19 −1.20 (18/21; −0.83 in the AMD
 record), SciFact +3.78, HotpotQA +4.23, LoCoMo +3.45 (BM25 over the candidates 0.4903 with the
 corrected loader, 0.4935 before); trained in-domain (5-fold), DL19 +0.50. On the new queries of
 "confirm": SciFact +4.86 (40/20, p 0.013; +4.72 on the AMD EPYC), LoCoMo +4.53 (69/25; 303
