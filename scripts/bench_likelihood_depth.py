@@ -43,7 +43,7 @@ from attnrank.llm.models import load_llm
 from attnrank.rerank.fused import LIKELIHOOD, LIKELIHOOD_FEATURES, equal_weights
 from attnrank.rerank.fused_features import FusionExample
 from attnrank.rerank.fusion_eval import compare
-from attnrank.rerank.shortlist import fuse_shortlist, shortlist, signals_alone
+from attnrank.rerank.shortlist import fused_on_shortlist
 
 log = logging.getLogger("bench_likelihood_depth")
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -61,9 +61,8 @@ def depth_scores(test: list[FusionExample], depth: int | None) -> dict[str, np.n
         if depth is None or depth >= len(e.doc_ids):
             out[e.qid] = weights.score(e.signals)
             continue
-        base = signals_alone(weights, e.signals)
-        top = shortlist(base, depth)
-        out[e.qid] = fuse_shortlist(weights, base, top, np.asarray(e.signals[LIKELIHOOD])[top])
+        cached = np.asarray(e.signals[LIKELIHOOD])
+        out[e.qid] = fused_on_shortlist(weights, e.signals, depth, cached.__getitem__)[0]
     return out
 
 

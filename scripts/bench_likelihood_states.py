@@ -57,11 +57,11 @@ def measure(llm, setting: str, ds, cands: dict, depth: int | None = None) -> lis
     cached scoring every candidate (the default), in turn with the others."""
     none = AttentionReranker(llm, config=RerankConfig.preset("likelihood", state_cache_mb=0, likelihood_depth=depth))
     reuse = AttentionReranker(llm, config=RerankConfig.preset("likelihood", likelihood_depth=depth))
-    rerankers = [none, reuse, reuse]
+    rerankers, turns = [none, reuse], list(zip(ARMS, (none, reuse, reuse)))
     if depth is not None:
         whole = AttentionReranker(llm, config="likelihood")
-        rerankers += [whole, whole]
-    arms = (*ARMS, *EVERY_ARMS)[: len(rerankers)]
+        rerankers, turns = [*rerankers, whole], [*turns, *zip(EVERY_ARMS, (whole, whole))]
+    arms = [arm for arm, _ in turns]
     first = next(iter(cands))
     for rr in rerankers:  # warm-up: embedder, model, allocator
         rr.rank(ds.queries[first], cands[first])
@@ -74,7 +74,6 @@ def measure(llm, setting: str, ds, cands: dict, depth: int | None = None) -> lis
     scores: dict[str, dict[str, dict[str, float]]] = {a: {} for a in arms}
     reused = seen = 0
     for n, (q, docs) in enumerate(cands.items()):
-        turns = list(zip(arms, rerankers))
         # "no reuse" first on one query, last on the next: the arm timed first met the caches the
         # previous query left, and the one after it the pages this query's first arm brought in
         for arm, rr in turns if n % 2 == 0 else turns[1:] + turns[:1]:

@@ -22,7 +22,7 @@ from .config import RerankConfig
 from .fused import ATTENTION, LIKELIHOOD, FusedWeights
 from .inputs import check_query, check_texts
 from .likelihood import PromptIds, TextRoom, query_likelihood, text_room
-from .shortlist import fuse_shortlist, shortlist, signals_alone
+from .shortlist import fused_on_shortlist
 from .signals import SignalComputer
 
 
@@ -82,14 +82,16 @@ class FusedScoring:
         """:meth:`_fuse` with the likelihood read for the ``depth`` candidates the other signals
         rank highest (:mod:`attnrank.rerank.shortlist`); the others' likelihood is NaN (not read)."""
         assert self.fused is not None
-        base = signals_alone(self.fused, signals)
-        top = shortlist(base, depth)
-        if room is not None:  # (each document's title tokens, for the shortlist's alone)
-            room = (room[0], room[1], [room[2][i] for i in top])
-        scores = self._likelihood(query, [docs[i] for i in top], room)
-        likelihood = np.full(len(docs), np.nan)
-        likelihood[top] = scores
-        return fuse_shortlist(self.fused, base, top, scores), {LIKELIHOOD: likelihood}
+
+        def read(top: np.ndarray) -> np.ndarray:
+            # (each document's title tokens, for the shortlist's alone)
+            part = None if room is None else (room[0], room[1], [room[2][i] for i in top])
+            return self._likelihood(query, [docs[i] for i in top], part)
+
+        scores, top, likelihood = fused_on_shortlist(self.fused, signals, depth, read)
+        kept = np.full(len(docs), np.nan)
+        kept[top] = likelihood
+        return scores, {LIKELIHOOD: kept}
 
     def _check_fits(self, query: str, docs: Sequence[Document]) -> TextRoom | None:
         """Where the query likelihood is read: :class:`InputError` unless the query and each

@@ -18,7 +18,7 @@ queries won, 5 lost) at 30 % of the prompts, a figure read on those same 43 quer
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -61,3 +61,17 @@ def fuse_shortlist(weights: FusedWeights, base: np.ndarray, top: np.ndarray, lik
     if rest.size:
         out[rest] = base[rest] - base[rest].max() + out[top].min() - 1.0
     return out
+
+
+def fused_on_shortlist(
+    weights: FusedWeights, signals: Mapping[str, Any], depth: int, likelihood: Callable[[np.ndarray], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every candidate's score by ``weights`` with the likelihood read for the ``depth`` candidates
+    the other ``signals`` rank highest (:func:`signals_alone`, :func:`shortlist`,
+    :func:`fuse_shortlist`): ``likelihood(top)`` gives theirs (``top``: their indices, best first).
+    Returns the scores (input order), ``top`` and the likelihoods read. The reranker and the
+    benchmark both score through it (scripts/bench_likelihood_depth.py, from cached likelihoods)."""
+    base = signals_alone(weights, signals)
+    top = shortlist(base, depth)
+    read = np.asarray(likelihood(top), dtype=np.float64)
+    return fuse_shortlist(weights, base, top, read), top, read
