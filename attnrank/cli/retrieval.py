@@ -18,6 +18,7 @@ from . import (
     SkipInvalid,
     Verbose,
     Verify,
+    _check_heads,
     _check_output,
     _index_name,
     _index_path,
@@ -41,6 +42,7 @@ from .options import (
 from .states import (
     PASSAGE_STATES,
     STATES_DTYPE,
+    STATES_HEADS,
     STATES_MODEL,
     STATES_PRESET,
     STATES_TOKENS,
@@ -107,6 +109,7 @@ def index(
     max_doc_words: Optional[int] = STATES_WORDS,
     max_doc_tokens: Optional[int] = STATES_TOKENS,
     dtype: Optional[str] = STATES_DTYPE,
+    heads: Optional[str] = STATES_HEADS,
     quiet: bool = Quiet,
     verbose: bool = Verbose,
     old_name: Optional[str] = OldName,
@@ -128,10 +131,16 @@ def index(
     target = _index_path(_index_name(name, old_name), index_dir)
     check_storage(passage_states)
     given = [f for f, v in (("--preset", preset), ("--model", model), ("--max-doc-words", max_doc_words),
-                            ("--max-doc-tokens", max_doc_tokens), ("--dtype", dtype)) if v is not None]  # fmt: skip
+                            ("--max-doc-tokens", max_doc_tokens), ("--dtype", dtype), ("--heads", heads))
+             if v is not None]  # fmt: skip
     if passage_states is None and given:
         raise typer.BadParameter(f"{', '.join(given)} configure(s) --passage-states; add --passage-states")
-    states = None if passage_states is None else states_config(preset, model, max_doc_words, max_doc_tokens, dtype)
+    states = (
+        None if passage_states is None else states_config(preset, model, max_doc_words, max_doc_tokens, dtype, heads)
+    )
+    if states is not None:  # a head list outside the model, or an `auto` set not registered: before the corpus is read
+        _check_heads(heads, model=states.model)
+        check_registry_lookups(states)
     if ray_address is not None and not shards:
         raise typer.BadParameter("--ray-address runs a sharded build; add --shards N (or drop --ray-address)")
     if num_cpus is not None and ray_address != "local":  # (a cluster's CPUs are its own)

@@ -42,6 +42,12 @@ STATES_TOKENS = typer.Option(
 STATES_DTYPE = typer.Option(
     None, "--dtype", help="With --passage-states: the LLM's precision they are computed in (default auto)."
 )
+STATES_HEADS = typer.Option(
+    None,
+    "--heads",
+    help="With --passage-states: the heads of the searches they serve, as search's --heads (default: the preset's); "
+    "the states keep the layers up to the deepest of them.",
+)
 
 
 def check_storage(storage: Optional[str]) -> None:
@@ -55,15 +61,22 @@ def states_config(
     max_doc_words: Optional[int],
     max_doc_tokens: Optional[int] = None,
     dtype: Optional[str] = None,
+    heads: Optional[str] = None,
 ) -> RerankConfig:
     """The block-attention reranker configuration whose passage states ``--passage-states`` stores,
     checked (exit 2 for a preset that is not one, or computes no attention) before the corpus is read.
-    (The token cut and the precision are the store's too: a search that sets them otherwise refuses
-    the store, and none could be built for them.)"""
+    (The token cut, the precision and the heads are the store's too: a search that sets them
+    otherwise refuses the store, and none could be built for them. The heads count by their deepest
+    layer, the last one the states keep.)"""
     overrides: dict[str, object] = {"attention": "block"}
     if model:
         overrides["model"] = model
-    for name, value in (("max_doc_words", max_doc_words), ("max_doc_tokens", max_doc_tokens), ("dtype", dtype)):
+    for name, value in (
+        ("max_doc_words", max_doc_words),
+        ("max_doc_tokens", max_doc_tokens),
+        ("dtype", dtype),
+        ("heads", heads),
+    ):
         if value is not None:
             overrides[name] = value
     name = preset or STATES_DEFAULT_PRESET

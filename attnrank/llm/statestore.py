@@ -190,8 +190,8 @@ def check_store_fits(folder: Path, fingerprint: str, max_doc_words: int | None, 
 
 _SETUP_MESSAGE = (
     "the passage states at {folder} were built for another setup ({diff}); rebuild them with `attnrank index "
-    "--passage-states` for this setup (its --model, --preset, --max-doc-words, --max-doc-tokens and --dtype; a "
-    "store for another head set cannot be built there yet), or rerank without them"
+    "--passage-states` for this setup (its --model, --preset, --heads, --max-doc-words, --max-doc-tokens and "
+    "--dtype), or rerank without them"
 )
 
 

@@ -118,6 +118,34 @@ def test_index_builds_passage_states_for_a_token_cut_and_a_precision(tmp_path, s
     assert r.exit_code == 2 and "--max-doc-tokens configure(s) --passage-states" in r.output
 
 
+def test_index_builds_passage_states_for_the_heads_a_search_reads(tmp_path, scifact_mini, tiny_dir, caplog):
+    """A search with --heads of shallower layers than the preset's refused the index's store (its
+    deepest layer is another), and index had no --heads to build one for them: the refusal's advice,
+    a rebuild, could not be followed."""
+    ix = tmp_path / "ix"
+    args = ["--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40"]
+    r = _index_with_states(scifact_mini, ix, "float16", [*args, "--heads", "0-0,1-1"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((ix / "passage_states" / "states.json").read_text())["deepest_layer"] == 1
+    search = ["search", "cell therapy", "--index-dir", str(ix), "--rerank", "3", "--attention", "block", *args, "-q"]
+    for heads, read in (("0-0,1-1", True), ("1-0", True), ("all", False)):  # (the tiny model has 3 layers)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="attnrank.rerank.over_index"):
+            r = runner.invoke(app, [*search, "--heads", heads])
+        assert r.exit_code == 0, r.output
+        assert ("not reading the index's passage states" not in caplog.text) is read, (heads, caplog.text)
+    assert "deepest_layer: store 1, reranker 2" in caplog.text
+    # refused before the corpus is read: a head outside the model, and --heads without --passage-states
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    r = _index_with_states(bad, tmp_path / "x", "float16", [*args, "--heads", "7-0"])
+    assert r.exit_code == 2 and "--heads '7-0'" in r.output, r.output
+    r = _index_with_states(bad, tmp_path / "x", "float16", [*args, "--heads", "auto"])  # (nothing registered)
+    assert r.exit_code == 1 and "no head set is registered" in r.output + str(r.exception), r.output
+    r = runner.invoke(app, ["index", str(bad), "--index-dir", str(tmp_path / "y"), "--heads", "0-0", "-q"])
+    assert r.exit_code == 2 and "--heads configure(s) --passage-states" in r.output, r.output
+
+
 def test_index_force_never_replaces_the_folder_of_the_states_model(tmp_path, scifact_mini):
     """`index --force --passage-states --model models/tiny --index-dir models` encoded the states,
     then replaced models/ (the model folder with it): exit 0, an index recording a deleted model."""
