@@ -219,6 +219,33 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**Later on 2026-12-07: four more tries, none kept** (ad hoc, not records; Intel Xeon, 2 cores).
+- *Corpus-statistics BM25 in the default's fusion.* The default's BM25 takes its statistics from
+  the candidates alone; the first stage's own BM25 (corpus statistics) ranks better alone on DL19
+  (0.5058 against 0.4805) and SciFact (0.7234 against 0.6796). In the default's place, z(BM25 with
+  corpus statistics) + z(dense) + z(likelihood), from the cached signals of "likelihood" (DL19: the
+  run's Pyserini BM25; the others: BM25 over each dataset's pooled documents): DL19 +0.85 points
+  (18/18), SciFact −0.29 (28/31), HotpotQA −3.84 (30/145), LoCoMo −0.92 (31/58); mean −1.05. Both
+  BM25s beside each other: +0.95 / −0.52 / −1.98 / +0.04. Not kept; DL19 stays 0.35 points under
+  the dense cosine even with it.
+- *Block attention's segments in one padded attention call* (the cold block pass runs one SDPA per
+  passage and layer): for twenty DL19-sized segments (45-150 tokens) after a 40-token prefix, one
+  call padded to the longest took 9.7-10.1 ms per layer against 5.4-6.8 ms for the per-segment
+  calls; the few-rows kernel 11 ms, query heads folded into rows 6.3-6.7 ms, plain matrix products
+  10.7-11.6 ms. The per-segment SDPA stays.
+- *Where a DL19 block-cold query goes* (preset qrhead, 20 candidates, blocks at shared positions;
+  profile of 4 queries): matrix products about 0.24 s per query, attention 0.14 s (483 SDPA calls;
+  the full prompt's 46 calls, real and calibration passes, took 0.24 s), and about 0.3 s of element-wise operations, copies and
+  Python (in cProfile the RMS norms about 0.09 s and the rotary embedding 0.06 s per query). Those
+  are the same in both modes: issue 15's 1.5x cold target on DL19's ~100-token passages needs the
+  full prompt's own operations made cheaper too, which would move the baseline with them.
+- *A fused RMS norm and the allocator.* transformers' RMS norm replaced by torch's `rms_norm` in
+  float32 (the weight applied after the cast, as transformers rounds): a warm SciFact query of the
+  default 0.4043 against 0.4048 s (20 queries, alternated in one process), and its scores not
+  identical to the last bit: not kept. glibc's malloc thresholds raised (`MALLOC_MMAP_THRESHOLD_`,
+  `MALLOC_TRIM_THRESHOLD_`): about 9,300-10,100 minor page faults per warm SciFact query either way,
+  no change in speed.
+
 **On 2026-12-07 the query likelihood on a shortlist was tried as the default, and kept as an
 option** ("likelihood_depth", "likelihood_states_depth12", "likelihood_states_depth30";
 `attnrank.rerank.shortlist`, `--likelihood-depth N`). The likelihood scores only the N candidates
