@@ -49,6 +49,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from ..prune.context import check_budget, check_neighbours
 from ..types import Document, ScoredDocument, has_text
 from .shared import (
+    DEPTH,
     check_depth,
     check_reranker_settings,
     check_top_n,
@@ -225,7 +226,7 @@ class AttnrankRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     k: int = 4
-    depth: int = 20
+    depth: int = DEPTH
     rerank: bool = True
     # The loaded index and reranker are fields (not private attributes) because LangChain
     # rebuilds a runnable from its fields alone (``configurable_fields``, ``with_config``).
@@ -234,10 +235,16 @@ class AttnrankRetriever(BaseRetriever):
 
     def __init__(self, *, index: Any, reranker: Any = None, **kwargs: Any):
         kwargs["depth"] = renamed(
-            kwargs, "first_stage_k", "depth", "AttnrankRetriever", kwargs.get("depth", 20), 20, given="depth" in kwargs
+            kwargs,
+            "first_stage_k",
+            "depth",
+            "AttnrankRetriever",
+            kwargs.get("depth", DEPTH),
+            DEPTH,
+            given="depth" in kwargs,
         )
         fields, settings = _split_settings(type(self), kwargs)
-        check_depth(fields.get("k", 4), fields.get("depth", 20), "k")
+        check_depth(fields.get("k", 4), fields.get("depth", DEPTH), "k")
         super().__init__(**fields)
         if not self.rerank and settings:
             # nothing would read them: a misspelt count (top_n=) would silently be ignored

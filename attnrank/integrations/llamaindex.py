@@ -48,6 +48,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 from ..prune.context import check_budget, check_neighbours, is_split
 from ..types import Document, ScoredDocument, has_text
 from .shared import (
+    DEPTH,
     built_settings,
     check_depth,
     check_reranker_settings,
@@ -66,6 +67,7 @@ from .shared import (
 
 __all__ = ["AttnrankPruner", "AttnrankRerank", "AttnrankRetriever"]
 
+SIMILARITY_TOP_K = 4  # nodes AttnrankRetriever returns by default
 _SCORE_KEYS = ["relevance_score", "rank", "stage_scores", "retrieval_score"]
 # A corpus's pre-split "sentences" (every sentence of the passage, pruned ones too): kept in the
 # metadata for the pruner, never in the text the LLM and the embedder read (a pruned node carried
@@ -333,8 +335,9 @@ class AttnrankPruner(BaseNodePostprocessor):
 
 
 class AttnrankRetriever(BaseRetriever):
-    """Retrieve ``depth`` passages from an attnrank index, rerank them with attnrank's reranker and return
-    the best ``similarity_top_k`` as nodes (``rerank=False``: the first-stage top ``similarity_top_k``).
+    """Retrieve ``depth`` (default 20) passages from an attnrank index, rerank them with attnrank's
+    reranker and return the best ``similarity_top_k`` (default 4) as nodes (``rerank=False``: the
+    first-stage top ``similarity_top_k``).
 
     ``index``: an index folder or a :class:`~attnrank.index.retriever.HybridRetriever`; other
     keyword arguments configure the reranker (or pass ``reranker=``).
@@ -344,15 +347,21 @@ class AttnrankRetriever(BaseRetriever):
         self,
         index: Any,
         *,
-        similarity_top_k: int = 4,
-        depth: int = 20,
+        similarity_top_k: int | None = None,
+        depth: int | None = None,
         rerank: bool = True,
         reranker: Any = None,
         callback_manager: Any = None,
         **settings: Any,
     ):
-        similarity_top_k = renamed(settings, "k", "similarity_top_k", "AttnrankRetriever", similarity_top_k, 4)
-        depth = renamed(settings, "first_stage_k", "depth", "AttnrankRetriever", depth, 20)
+        # (None: not given, so the default; a default given explicitly beside the old name let the old name win)
+        given_top, given_depth = similarity_top_k is not None, depth is not None
+        similarity_top_k = SIMILARITY_TOP_K if similarity_top_k is None else similarity_top_k
+        depth = DEPTH if depth is None else depth
+        similarity_top_k = renamed(
+            settings, "k", "similarity_top_k", "AttnrankRetriever", similarity_top_k, SIMILARITY_TOP_K, given=given_top
+        )
+        depth = renamed(settings, "first_stage_k", "depth", "AttnrankRetriever", depth, DEPTH, given=given_depth)
         check_depth(similarity_top_k, depth, "similarity_top_k")
         if not rerank and (reranker is not None or settings):
             # nothing would read them: a misspelt count (top_k=) would silently be ignored

@@ -298,6 +298,9 @@ def clear_shared() -> None:
         _HELD.clear()
 
 
+DEPTH = 20  # first-stage candidates an adapter's retriever reranks by default (``depth``, as ``ask``'s)
+
+
 def deprecated_name(old: str, new: str, where: str, stacklevel: int = 3) -> None:
     """Warn that keyword ``old`` of ``where`` is deprecated in favour of ``new`` (the warning points
     at the caller of the adapter's ``__init__``)."""

@@ -59,6 +59,10 @@ def test_retriever_depth_and_old_name(demo_index, query):
         AttnrankRetriever(str(demo_index), top_k=5, depth=4, rerank=False)
     with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="first_stage_k=6 .* contradicts depth=4"):
         AttnrankRetriever(str(demo_index), top_k=3, depth=4, first_stage_k=6, rerank=False)  # before: 6 won
+    # an explicit depth equal to its default counts as given (the old name won silently: depth 6)
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="first_stage_k=6 .* contradicts depth=20"):
+        AttnrankRetriever(str(demo_index), top_k=3, depth=20, first_stage_k=6, rerank=False)
+    assert AttnrankRetriever(str(demo_index), top_k=3, rerank=False).to_dict()["init_parameters"]["depth"] == 20
 
 
 def test_ranker_run_top_k_and_errors(settings):

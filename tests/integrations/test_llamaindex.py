@@ -153,6 +153,13 @@ def test_retriever_old_names_still_read(demo_index, query):
     assert [n.node.node_id for n in old.retrieve(query)] == [n.node.node_id for n in new.retrieve(query)]
     with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="k=3 .* contradicts similarity_top_k=2"):
         AttnrankRetriever(demo_index, similarity_top_k=2, k=3, rerank=False)  # before: k won silently
+    # explicit counts equal to their defaults count as given (the old names won silently)
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="k=3 .* contradicts similarity_top_k=4"):
+        AttnrankRetriever(demo_index, similarity_top_k=4, k=3, rerank=False)
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="first_stage_k=6 .* contradicts depth=20"):
+        AttnrankRetriever(demo_index, depth=20, first_stage_k=6, rerank=False)
+    plain = AttnrankRetriever(demo_index, rerank=False)
+    assert (plain.similarity_top_k, plain.depth) == (4, 20)
 
 
 def test_retriever_without_rerank_refuses_reranker_settings(demo_index, settings):

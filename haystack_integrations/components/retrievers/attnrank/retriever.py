@@ -14,6 +14,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from attnrank.integrations.haystack import check_top_k, from_index, legacy_scorer, reranker_settings
 from attnrank.integrations.shared import (
+    DEPTH,
     check_depth,
     model_lock,
     renamed,
@@ -29,8 +30,8 @@ class AttnrankRetriever:
     ``top_k`` (reranked with ``rerank=True``, else first-stage order) as Documents with
     ``score`` and ``meta`` (``title``, ``relevance_score``, ``rank``, ``stage_scores``).
 
-    ``top_k`` is Haystack's name for results returned; ``depth`` is attnrank's (``Pipeline``, the
-    CLI) for first-stage candidates. ``first_stage_k``, its old name, is still read (a pipeline
+    ``top_k`` is Haystack's name for results returned; ``depth`` (default 20) is attnrank's
+    (``Pipeline``, the CLI) for first-stage candidates. ``first_stage_k``, its old name, is still read (a pipeline
     saved before the rename loads), with a DeprecationWarning.
 
     Reranker settings as in :class:`~haystack_integrations.components.rankers.attnrank.AttnrankRanker`.
@@ -41,7 +42,7 @@ class AttnrankRetriever:
         self,
         index_path: str,
         top_k: int = 10,
-        depth: int = 20,
+        depth: int | None = None,
         rerank: bool = True,
         model: str | None = None,
         heads: str | list | None = None,
@@ -49,8 +50,18 @@ class AttnrankRetriever:
         reranker_kwargs: dict[str, Any] | None = None,
         first_stage_k: int | None = None,
     ):
+        # (depth None: not given, 20; an explicit depth=20 beside first_stage_k=10 let the old name win)
+        given_depth, depth = depth is not None, DEPTH if depth is None else depth
         if first_stage_k is not None:
-            depth = renamed({"first_stage_k": first_stage_k}, "first_stage_k", "depth", "AttnrankRetriever", depth, 20)
+            depth = renamed(
+                {"first_stage_k": first_stage_k},
+                "first_stage_k",
+                "depth",
+                "AttnrankRetriever",
+                depth,
+                DEPTH,
+                given=given_depth,
+            )
         check_depth(top_k, depth, "top_k")
         given = [n for n, v in (("model", model), ("heads", heads), ("reranker_kwargs", reranker_kwargs)) if v]
         if not rerank and (given or scorer is not None):  # nothing would read them (as the other retrievers say)
