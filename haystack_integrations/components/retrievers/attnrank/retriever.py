@@ -31,8 +31,8 @@ class AttnrankRetriever:
     ``score`` and ``meta`` (``title``, ``relevance_score``, ``rank``, ``stage_scores``).
 
     ``top_k`` is Haystack's name for results returned; ``depth`` (default 20) is attnrank's
-    (``Pipeline``, the CLI) for first-stage candidates. ``first_stage_k``, its old name, is still read (a pipeline
-    saved before the rename loads), with a DeprecationWarning.
+    (``Pipeline``, the CLI) for first-stage candidates. ``first_stage_k``, its old name, is still
+    read (a pipeline saved before the rename loads), with a DeprecationWarning.
 
     Reranker settings as in :class:`~haystack_integrations.components.rankers.attnrank.AttnrankRanker`.
     The index and the model load in :meth:`warm_up`.
