@@ -219,7 +219,27 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
-**Later on 2026-12-07: four more tries, none kept** (ad hoc, not records; Intel Xeon, 2 cores).
+**Later on 2026-12-07: five more tries, none kept** (ad hoc, not records; Intel Xeon, 2 cores).
+- *Attention inside the default's own likelihood prompt* (issue 14's attention contribution, at
+  no extra pass where the prompt's states are kept). Per candidate and head: the attention mass
+  the query's tokens put on the passage's tokens in UPR's prompt ("Passage: ... Question: <query>"),
+  mean over the query's tokens; calibrated = minus the same for the query "N/A". Fused as the
+  default plus its z-score, on the first queries of the candidate sets of "likelihood" (DL19 43,
+  SciFact 60, HotpotQA 100, LoCoMo 100; the default's own figures on them 0.5812 / 0.7797 /
+  0.9015 / 0.4931). Δ nDCG@10 points against the default, wins/losses:
+
+  | attention feature | DL19 | SciFact | HotpotQA | LoCoMo | mean |
+  |---|---|---|---|---|---|
+  | every head, calibrated (untrained) | +0.49 (18/18) | −0.59 (5/5) | −2.65 (13/37) | +2.07 (13/8) | −0.17 |
+  | 16 heads chosen on the other three datasets, calibrated | +1.27 (17/18) | −1.25 (4/6) | −1.98 (13/28) | +2.75 (16/2) | +0.20 |
+  | the same at half weight | +1.14 (18/16) | −0.34 (2/3) | −1.19 (11/23) | +2.02 (12/1) | +0.41 |
+  | 16 heads chosen on the other three, uncalibrated | +0.44 (17/20) | −0.68 (5/6) | −2.50 (13/36) | +2.39 (16/5) | −0.09 |
+
+  As with the listwise prompt's attention ("fusion_bfloat16_block_block_positions-shared"), it
+  helps on LoCoMo and loses on HotpotQA and SciFact, so the issue's +2 on average, positive on
+  three datasets, is not in reach this way either. Six variants were looked at on these queries,
+  so the best row is not a held-out figure. The pilot read every attention map of an eager pass
+  (`build/`, not in the repository); a kept feature would capture the query's rows alone.
 - *Corpus-statistics BM25 in the default's fusion.* The default's BM25 takes its statistics from
   the candidates alone; the first stage's own BM25 (corpus statistics) ranks better alone on DL19
   (0.5058 against 0.4805) and SciFact (0.7234 against 0.6796). In the default's place, z(BM25 with
