@@ -255,8 +255,9 @@ NOTES = """
   10.7-11.6 ms. The per-segment SDPA stays.
 - *Where a DL19 block-cold query goes* (preset qrhead, 20 candidates, blocks at shared positions;
   profile of 4 queries): matrix products about 0.24 s per query, attention 0.14 s (483 SDPA calls;
-  the full prompt's 46 calls, real and calibration passes, took 0.24 s), and about 0.3 s of element-wise operations, copies and
-  Python (in cProfile the RMS norms about 0.09 s and the rotary embedding 0.06 s per query). Those
+  the full prompt's 46 calls, real and calibration passes, took 0.24 s), and about 0.3 s of
+  element-wise operations, copies and Python (in cProfile the RMS norms about 0.09 s and the rotary
+  embedding 0.06 s per query). Those
   are the same in both modes: issue 15's 1.5x cold target on DL19's ~100-token passages needs the
   full prompt's own operations made cheaper too, which would move the baseline with them.
 - *A fused RMS norm and the allocator.* transformers' RMS norm replaced by torch's `rms_norm` in
