@@ -17,6 +17,9 @@ Rules (issue 12, "nothing lost"):
   container, whose PID is not visible here) is kept.
 - The new folder is swapped in with one ``renameat2(RENAME_EXCHANGE)`` on Linux, so the index
   path always holds a complete index; elsewhere (or on file systems without it) two renames.
+  What the swap took out is checked once more before it is removed: a folder that another
+  program wrote into in the moment between the last check and the swap is put back
+  (:func:`swap_back`), and the build is removed instead.
 """
 
 from __future__ import annotations
@@ -174,6 +177,20 @@ def _named(protect: Iterable[Protected]) -> list[tuple[str, Path]]:
     return [(x[0], Path(x[1])) if isinstance(x, tuple) else ("the corpus", Path(x)) for x in protect]
 
 
+def not_replaceable(folder: Path) -> str | None:
+    """Why a save may not replace the existing folder ``folder`` without ``force``; None where it
+    may: empty (or only a file manager's files and empty folders), or an attnrank index holding no
+    file its manifest does not list."""
+    if not _holds_files(folder):
+        return None
+    if not is_index_folder(folder):
+        return f"{folder} exists and is not an attnrank index (no valid {MANIFEST})"
+    if extra := unlisted_files(folder):
+        shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
+        return f"{folder} is an attnrank index but holds files its manifest does not list ({shown})"
+    return None
+
+
 def check_target(target: Path, *, force: bool = False, protect: Iterable[Protected] = ()) -> None:
     """Raise :class:`InputError` unless a save may replace ``target`` (see the module rules)."""
     target = Path(target)
@@ -195,14 +212,8 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
     if not target.is_dir():
         raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--index")
     check_no_mounts(target)
-    if not _holds_files(target):  # (empty, or only a file manager's files and empty folders)
-        return
-    if not is_index_folder(target):
-        what = f"{target} exists and is not an attnrank index (no valid {MANIFEST})"
-    elif extra := unlisted_files(target):
-        shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
-        what = f"{target} is an attnrank index but holds files its manifest does not list ({shown})"
-    else:
+    what = not_replaceable(target)
+    if what is None:
         return
     # (--force replaced a folder of a folder corpus's own documents: only an index may be replaced there)
     corpus = next(
@@ -284,6 +295,17 @@ def swap_in(tmp: Path, target: Path) -> Path | None:
         os.replace(old, target)  # put the previous index back
         raise
     return old
+
+
+def swap_back(old: Path, target: Path) -> Path:
+    """Undo :func:`swap_in`: the previous folder, now at ``old``, back at ``target``; return where
+    the folder swapped in now is (for the caller to remove)."""
+    if _exchange(old, target):
+        return old
+    new = sibling(target, "tmp")
+    os.replace(target, new)
+    os.replace(old, target)
+    return new
 
 
 def private_folder(tmp: Path) -> int:

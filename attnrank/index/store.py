@@ -34,7 +34,17 @@ from ..config import PASSAGE_STATES_FOLDER, fault_point
 from ..errors import IndexFormatError
 from ..files import file_sha256, fsync_folder, fsync_tree, hold_writer_lock, sibling
 from ..types import Document
-from .folders import SHARDED_FORMAT, Protected, carry_mode, check_target, private_folder, remove_stale, swap_in
+from .folders import (
+    SHARDED_FORMAT,
+    Protected,
+    carry_mode,
+    check_target,
+    not_replaceable,
+    private_folder,
+    remove_stale,
+    swap_back,
+    swap_in,
+)
 from .settings import INDEX_FILES
 
 T = TypeVar("T")
@@ -107,6 +117,13 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
             )
         old = swap_in(tmp, target)
         swapped = True
+        if old is not None and (_identity(old) != found or (not force and not_replaceable(old))):
+            # (written in the moment between the check above and the swap: put back, not removed)
+            shutil.rmtree(swap_back(old, target), ignore_errors=True)
+            raise IndexFormatError(
+                f"{target} changed while this build was swapping it in; nothing was replaced (the folder holds what "
+                "was written there): build again to replace it"
+            )
         fsync_folder(target.parent)
         fault_point("save-after-swap", target)
         if old is not None:

@@ -209,6 +209,43 @@ def test_of_two_builds_of_one_folder_the_later_is_refused_not_reported_built(tmp
     assert [p.name for p in tmp_path.iterdir()] == ["race"]  # (no temporary folder left)
 
 
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
+@pytest.mark.parametrize("before", ["index", "empty"])
+def test_a_file_written_between_the_last_check_and_the_swap_is_put_back(
+    tmp_path, monkeypatch, built_retriever, scifact_docs, before, exchange
+):
+    """The save checked the folder, then swapped its build in and removed what it swapped out: a
+    file another program wrote into the folder in that moment went with it (with either swap: one
+    atomic exchange, or two renames where the file system has none)."""
+    from attnrank.errors import IndexFormatError
+    from attnrank.index import folders, store
+    from attnrank.index.retriever import HybridRetriever
+
+    if not exchange:
+        monkeypatch.setattr(folders, "_exchange", lambda a, b: False)
+
+    target = tmp_path / "ix"
+    if before == "index":
+        HybridRetriever().index(scifact_docs[:3], show_progress=False).save(target)
+    else:
+        target.mkdir()
+    swap_in = store.swap_in
+
+    def late_writer(tmp, folder):  # another program writes into the folder just before the swap
+        (folder / "notes.txt").write_text("mine")
+        return swap_in(tmp, folder)
+
+    monkeypatch.setattr(store, "swap_in", late_writer)
+    with pytest.raises(IndexFormatError, match="changed while this build was swapping it in; nothing was replaced"):
+        built_retriever.save(target)
+    assert (target / "notes.txt").read_text() == "mine"
+    if before == "index":
+        assert HybridRetriever.load(target).num_docs == 3
+    else:
+        assert [p.name for p in target.iterdir()] == ["notes.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["ix"]  # (the build removed, no temporary folder left)
+
+
 def test_an_index_folder_under_a_file_is_refused_before_the_build(tmp_path):
     """`index --index-dir notes.jsonl/sub` built the whole index (the passage states too), then
     failed at the save: "File exists: notes.jsonl"."""
