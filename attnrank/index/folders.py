@@ -212,8 +212,8 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
     if not target.is_dir():
         raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--index")
     check_no_mounts(target)
-    what = not_replaceable(target)
-    if what is None:
+    why = not_replaceable(target)
+    if why is None:
         return
     # (--force replaced a folder of a folder corpus's own documents: only an index may be replaced there)
     corpus = next(
@@ -222,14 +222,14 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
     if corpus is not None:
         raise InputError(
             f"refusing to write an index at {target}: it lies inside the corpus folder {corpus} and holds files "
-            f"that are no attnrank index's ({what}; the corpus's own documents, perhaps); choose a new folder "
+            f"that are no attnrank index's ({why}; the corpus's own documents, perhaps); choose a new folder "
             "(--force does not override this)"
         )
     if force:
-        logger.warning("replacing %s because of --force: %s", target, what)
+        logger.warning("replacing %s because of --force: %s", target, why)
         return
     raise InputError(
-        f"{what}; refusing to replace it and lose its files; move them away, choose another "
+        f"{why}; refusing to replace it and lose its files; move them away, choose another "
         "folder, or pass --force to replace it"
     )
 
