@@ -156,8 +156,11 @@ def prune(
         docs = _load_index(name, index_dir, verify).search(query, k).documents()
     if not docs:  # (the pruner says so too, but after loading the model)
         raise InputError(f"the index found nothing for {query!r}: no passages to prune; try other words")
-    from ..prune.pruner import ContextPruner  # heavy (torch): only once the input is known good
+    from ..prune.precheck import check_budget_fits  # heavy (torch): only once the input is known good
+    from ..prune.pruner import ContextPruner
 
+    # (a budget below every sentence: refused before the model loads, with its tokenizer)
+    check_budget_fits(prune_config, query, docs, budget_tokens=budget, keep_ratio=ratio)
     pruner = ContextPruner(config=prune_config)
     pruned = pruner.prune(query, docs, budget_tokens=budget, keep_ratio=ratio, neighbours=neighbours)
     pruned.check_kept()  # (an empty context printed with exit 0 read as a pruned one; ask refused it)

@@ -98,6 +98,29 @@ def from_config(model_id: str, from_gguf: Callable[[Path], Any], from_text_confi
     return from_text_config(text_config(read_config(*config.model_source(model_id), model_id)))
 
 
+def prompt_length_floor(model: str | None = None) -> int | None:
+    """A floor, read from ``model``'s config alone, of the positions one attention prompt may span
+    by default: its context less 64 (:attr:`~attnrank.llm.models.LLM.prompt_budget`), and where
+    its config sets a sliding window or attention chunk, that less one (the most a head there
+    reads, :func:`~attnrank.llm.context.read_window`). None for a GGUF file, a config that cannot
+    be read here, or rotary frequencies that follow a pass's length (their budget needs the model)."""
+    name = _name(model)
+    if gguf_source(name) is not None:
+        return None
+    try:
+        cfg = text_config(read_config(*config.model_source(name), name))
+    except _UNREADABLE:
+        return None
+    rope = str(getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or "")
+    if "dynamic" in rope or "longrope" in rope:  # (also where rope parameters are given per layer type)
+        return None
+    floor = text_context_length(cfg) - 64
+    for window in (getattr(cfg, "sliding_window", None), getattr(cfg, "attention_chunk_size", None)):
+        if isinstance(window, int) and window > 0:
+            floor = min(floor, window - 1)
+    return floor
+
+
 def text_context_length(text_config: Any) -> int:
     """``max_position_embeddings`` of a text config; 4096 if unset."""
     return int(getattr(text_config, "max_position_embeddings", 0) or 4096)

@@ -93,7 +93,7 @@ from .context import (
 from .lookups import check_pruner_before_load
 from .planning import Chunk, PromptPlanner, Span, check_prune_frame, hint_ids, prompt_settings, scored_sentences
 from .probe import SentenceProbe, lexical_scores, probe_capture
-from .segment import Sentence, locate_sentences, segment
+from .segment import Sentence, document_sentences
 from .spans import make_piece
 
 logger = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ class ContextPruner:
             )
         if sentences is not None:  # an iterator was used up locating it, then kept as []: read once
             sentences = [list(pre) if isinstance(pre, Iterator) else pre for pre in sentences]
-        sents = self._sentences(documents, sentences)
+        sents = document_sentences(documents, sentences, self.max_sentence_words)
         if sentences is not None:  # kept_sentences numbers the given list: the metadata's own must not stand beside it
             documents = [
                 replace(d, metadata={**d.metadata, "sentences": list(pre)})
@@ -305,26 +305,6 @@ class ContextPruner:
         return documents, chunks, scored_sentences(documents, sents, chunks)
 
     # -- segmentation and prompt planning ----------------------------------------------------
-    def _sentences(self, docs: list[Document], given) -> list[list[Sentence]]:
-        out = []
-        for i, doc in enumerate(docs):
-            pre = given[i] if given is not None else None
-            if pre is not None:
-                try:
-                    out.append(locate_sentences(doc.text, pre))
-                except InputError as e:  # (which of the passages it means)
-                    raise InputError(f"document #{i} ({doc.id!r}): {e}") from None
-                continue
-            meta = doc.metadata.get("sentences") if doc.metadata else None
-            if meta is not None:
-                try:
-                    out.append(locate_sentences(doc.text, meta))
-                    continue
-                except InputError as e:
-                    logger.warning("document %s: metadata sentences unusable (%s); segmenting", doc.id, e)
-            out.append(segment(doc.text, max_words=self.max_sentence_words))
-        return out
-
     def _planner(self) -> PromptPlanner:
         return PromptPlanner(
             self.llm.tokenizer, self.prompt_kw, self.max_prompt_tokens, self.hint_ids, self.max_sentence_words

@@ -39,11 +39,15 @@ words where they can be, with :func:`locate_sentences`; :func:`segment` picks on
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InputError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_WORDS = 64
 WORD_CHARS = 32  # characters of a run without spaces counted as one word when sentences are cut to max_words
@@ -133,6 +137,30 @@ def segment(text: str, sentences: Sequence[str] | None = None, *, max_words: int
     if sentences is not None:
         return locate_sentences(text, sentences)
     return split_sentences(text, max_words=max_words)
+
+
+def document_sentences(docs: Sequence[Any], given: Sequence[Any] | None, max_words: int) -> list[list[Sentence]]:
+    """Each document's sentences: ``given[i]`` (pre-split, located in its text), else its
+    ``metadata["sentences"]`` where they can be located (a warning where not), else
+    :func:`split_sentences` (``max_words``)."""
+    out = []
+    for i, doc in enumerate(docs):
+        pre = given[i] if given is not None else None
+        if pre is not None:
+            try:
+                out.append(locate_sentences(doc.text, pre))
+            except InputError as e:  # (which of the passages it means)
+                raise InputError(f"document #{i} ({doc.id!r}): {e}") from None
+            continue
+        meta = doc.metadata.get("sentences") if doc.metadata else None
+        if meta is not None:
+            try:
+                out.append(locate_sentences(doc.text, meta))
+                continue
+            except InputError as e:
+                logger.warning("document %s: metadata sentences unusable (%s); segmenting", doc.id, e)
+        out.append(segment(doc.text, max_words=max_words))
+    return out
 
 
 def locate_sentences(text: str, sentences: Sequence[str]) -> list[Sentence]:

@@ -666,3 +666,24 @@ def test_a_pre_quantized_or_mismatched_model_is_one_line_not_a_traceback(tmp_pat
     (broken / "tokenizer.json").write_text(json.dumps(tok))
     with pytest.raises(ModelError, match="cannot load the tokenizer of"):
         load_llm(str(broken), dtype="float32")
+
+
+def test_the_prompt_length_floor_read_from_a_config(tmp_path):
+    """The pruner's early budget check plans one prompt only where the loaded pruner surely would:
+    below the context less 64, and below a sliding window or attention chunk where the config sets
+    one; rotary frequencies that follow a pass's length leave it to the model."""
+    from transformers import LlamaConfig, MistralConfig
+
+    from attnrank.llm.modelconfig import prompt_length_floor
+
+    def saved(name, cfg):
+        cfg.save_pretrained(tmp_path / name)
+        return str(tmp_path / name)
+
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=300)
+    assert prompt_length_floor(saved("plain", LlamaConfig(max_position_embeddings=2048, **small))) == 1984
+    sliding = MistralConfig(max_position_embeddings=4096, sliding_window=512, **small)
+    assert prompt_length_floor(saved("sliding", sliding)) == 511
+    dynamic = LlamaConfig(max_position_embeddings=2048, rope_scaling={"rope_type": "dynamic", "factor": 2.0}, **small)
+    assert prompt_length_floor(saved("dynamic", dynamic)) is None
+    assert prompt_length_floor(str(tmp_path / "missing")) is None
