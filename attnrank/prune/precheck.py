@@ -39,7 +39,7 @@ def check_budget_fits(
         return
     limit = floor if config.max_prompt_tokens is None else min(floor, config.max_prompt_tokens)
     documents = as_documents(docs)[0]
-    sents = document_sentences(documents, None, config.max_sentence_words)
+    sents = document_sentences(documents, None, config.max_sentence_words, warn=False)  # (the pruner warns)
     if not any(sents):
         return
     tok = load_tokenizer(config.model)

@@ -139,10 +139,13 @@ def segment(text: str, sentences: Sequence[str] | None = None, *, max_words: int
     return split_sentences(text, max_words=max_words)
 
 
-def document_sentences(docs: Sequence[Any], given: Sequence[Any] | None, max_words: int) -> list[list[Sentence]]:
+def document_sentences(
+    docs: Sequence[Any], given: Sequence[Any] | None, max_words: int, *, warn: bool = True
+) -> list[list[Sentence]]:
     """Each document's sentences: ``given[i]`` (pre-split, located in its text), else its
-    ``metadata["sentences"]`` where they can be located (a warning where not), else
-    :func:`split_sentences` (``max_words``)."""
+    ``metadata["sentences"]`` where they can be located (where not, a warning unless ``warn`` is
+    False: a check ahead of the pruner, which warns itself), else :func:`split_sentences`
+    (``max_words``)."""
     out = []
     for i, doc in enumerate(docs):
         pre = given[i] if given is not None else None
@@ -158,7 +161,8 @@ def document_sentences(docs: Sequence[Any], given: Sequence[Any] | None, max_wor
                 out.append(locate_sentences(doc.text, meta))
                 continue
             except InputError as e:
-                logger.warning("document %s: metadata sentences unusable (%s); segmenting", doc.id, e)
+                if warn:
+                    logger.warning("document %s: metadata sentences unusable (%s); segmenting", doc.id, e)
         out.append(segment(doc.text, max_words=max_words))
     return out
 

@@ -82,3 +82,17 @@ def test_prune_refuses_a_budget_below_every_sentence_before_the_model_loads(tmp_
         r.exception
     ), r.output
     assert loads == []
+
+
+def test_the_early_check_leaves_the_warning_of_unusable_sentences_to_the_pruner(tiny_dir, caplog):
+    """Metadata sentences not found in the text are warned of once, by the pruner, not twice."""
+    config = PruneConfig(model=str(tiny_dir), heads="all")
+    docs = [Document(id="m", text="One sentence here. Another one there.", metadata={"sentences": ["Not in it."]})]
+    with caplog.at_level("WARNING", logger="attnrank.prune.segment"):
+        check_budget_fits(config, QUERY, docs, budget_tokens=100, keep_ratio=None)
+    assert "metadata sentences unusable" not in caplog.text
+    from attnrank.prune.segment import document_sentences
+
+    with caplog.at_level("WARNING", logger="attnrank.prune.segment"):
+        document_sentences(docs, None, 64)
+    assert "metadata sentences unusable" in caplog.text
