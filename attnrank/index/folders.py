@@ -248,8 +248,9 @@ def remove_stale(target: Path) -> list[Path]:
         # container or on another machine of a shared file system, whose PID is not visible here
         if not (stale(p, int(m["pid"])) if m["kind"] == "tmp" else not process_alive(int(m["pid"]))):
             continue
-        if m["kind"] == "old" and not target.exists() and is_index_folder(p):
-            # killed between the two renames of the fallback swap: this is the only copy
+        if m["kind"] == "old" and not target.exists():
+            # killed between the two renames of the fallback swap (or of its undoing): this is the only copy
+            # of what the folder held (an index, or a folder a save put back or was forced to replace)
             os.rename(p, target)
             logger.warning("restored %s from %s, left by an index build killed mid-swap", target, p)
             continue
@@ -299,12 +300,19 @@ def swap_in(tmp: Path, target: Path) -> Path | None:
 
 def swap_back(old: Path, target: Path) -> Path:
     """Undo :func:`swap_in`: the previous folder, now at ``old``, back at ``target``; return where
-    the folder swapped in now is (for the caller to remove)."""
+    the folder swapped in now is (for the caller to remove). Without an atomic exchange, two
+    renames: a process killed between them leaves ``target`` missing and ``old`` an ``.old``
+    sibling, which the next save's :func:`remove_stale` puts back."""
     if _exchange(old, target):
         return old
     new = sibling(target, "tmp")
     os.replace(target, new)
-    os.replace(old, target)
+    try:
+        os.replace(old, target)
+    except OSError as e:  # (something was made at target in between: leave both where they are, and say so)
+        raise InputError(
+            f"could not put the previous content of {target} back ({e}); it is at {old}: move it back by hand"
+        ) from None
     return new
 
 

@@ -115,15 +115,10 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
                 f"{target} was written by another process during this build; nothing was replaced (it holds the "
                 "other build's index): build again to replace it"
             )
-        old = swap_in(tmp, target)
+        # (--force replaces what it was needed for; a folder a save could replace without it is checked again)
+        forced = force and target.is_dir() and not_replaceable(target) is not None
+        old = _swap_checked(tmp, target, found, forced)
         swapped = True
-        if old is not None and (_identity(old) != found or (not force and not_replaceable(old))):
-            # (written in the moment between the check above and the swap: put back, not removed)
-            shutil.rmtree(swap_back(old, target), ignore_errors=True)
-            raise IndexFormatError(
-                f"{target} changed while this build was swapping it in; nothing was replaced (the folder holds what "
-                "was written there): build again to replace it"
-            )
         fsync_folder(target.parent)
         fault_point("save-after-swap", target)
         if old is not None:
@@ -137,6 +132,28 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
     finally:
         if lock is not None:
             os.close(lock)
+
+
+def _swap_checked(tmp: Path, target: Path, found: str | None, forced: bool) -> Path | None:
+    """:func:`swap_in`, then what it took out checked once more: where another program wrote into the
+    folder in the moment since the last check (another manifest; unless ``forced``, anything a save
+    may not replace), or the check itself fails, the folder is put back (:func:`swap_back`) and the
+    build removed. Returns where the previous folder now is (None where there was none)."""
+    old = swap_in(tmp, target)
+    if old is None:
+        return None
+    try:
+        same = _identity(old) == found and (forced or not_replaceable(old) is None)
+    except BaseException:  # (a walk that failed, an interrupt: put back, then raise)
+        shutil.rmtree(swap_back(old, target), ignore_errors=True)
+        raise
+    if not same:
+        shutil.rmtree(swap_back(old, target), ignore_errors=True)
+        raise IndexFormatError(
+            f"{target} changed while this build was swapping it in; nothing was replaced (the folder holds what "
+            "was written there): build again to replace it"
+        )
+    return old
 
 
 def _identity(target: Path) -> str | None:

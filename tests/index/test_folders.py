@@ -209,14 +209,16 @@ def test_of_two_builds_of_one_folder_the_later_is_refused_not_reported_built(tmp
     assert [p.name for p in tmp_path.iterdir()] == ["race"]  # (no temporary folder left)
 
 
+@pytest.mark.parametrize("force", [False, True], ids=["", "force"])
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
 @pytest.mark.parametrize("before", ["index", "empty"])
 def test_a_file_written_between_the_last_check_and_the_swap_is_put_back(
-    tmp_path, monkeypatch, built_retriever, scifact_docs, before, exchange
+    tmp_path, monkeypatch, built_retriever, scifact_docs, before, exchange, force
 ):
     """The save checked the folder, then swapped its build in and removed what it swapped out: a
     file another program wrote into the folder in that moment went with it (with either swap: one
-    atomic exchange, or two renames where the file system has none)."""
+    atomic exchange, or two renames where the file system has none; and with --force, which this
+    folder did not need)."""
     from attnrank.errors import IndexFormatError
     from attnrank.index import folders, store
     from attnrank.index.retriever import HybridRetriever
@@ -237,13 +239,42 @@ def test_a_file_written_between_the_last_check_and_the_swap_is_put_back(
 
     monkeypatch.setattr(store, "swap_in", late_writer)
     with pytest.raises(IndexFormatError, match="changed while this build was swapping it in; nothing was replaced"):
-        built_retriever.save(target)
+        built_retriever.save(target, force=force)
     assert (target / "notes.txt").read_text() == "mine"
     if before == "index":
         assert HybridRetriever.load(target).num_docs == 3
     else:
         assert [p.name for p in target.iterdir()] == ["notes.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["ix"]  # (the build removed, no temporary folder left)
+
+
+def test_a_recheck_that_fails_puts_the_folder_back(tmp_path, monkeypatch, built_retriever, scifact_docs):
+    """An error (or an interrupt) in the check after the swap left the previous folder under the
+    build's temporary name, which the next save removed as a killed build's."""
+    from attnrank.index import store
+    from attnrank.index.retriever import HybridRetriever
+
+    target = HybridRetriever().index(scifact_docs[:3], show_progress=False).save(tmp_path / "ix")
+
+    def failing(folder):
+        raise OSError("a file vanished during the walk")
+
+    monkeypatch.setattr(store, "not_replaceable", failing)
+    with pytest.raises(OSError, match="vanished during the walk"):
+        built_retriever.save(target)
+    assert HybridRetriever.load(target).num_docs == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["ix"]
+
+
+def test_a_folder_put_back_by_two_renames_survives_a_kill_between_them(tmp_path):
+    """Killed between the two renames that put a folder back, it is left as an .old sibling with no
+    folder at the target: the next save restores it, index or not (it removed any but an index)."""
+    target = tmp_path / "ix"
+    orphan = tmp_path / f".ix.old-{_dead_pid()}-12345678"
+    orphan.mkdir()
+    (orphan / "notes.txt").write_text("mine")
+    remove_stale(target)
+    assert (target / "notes.txt").read_text() == "mine" and not orphan.exists()
 
 
 def test_an_index_folder_under_a_file_is_refused_before_the_build(tmp_path):
