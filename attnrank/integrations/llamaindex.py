@@ -337,7 +337,7 @@ class AttnrankPruner(BaseNodePostprocessor):
 class AttnrankRetriever(BaseRetriever):
     """Retrieve ``depth`` (default 20) passages from an attnrank index, rerank them with attnrank's
     reranker and return the best ``similarity_top_k`` (default 4) as nodes (``rerank=False``: the
-    first-stage top ``similarity_top_k``).
+    first-stage top ``similarity_top_k``). None for either is its default.
 
     ``index``: an index folder or a :class:`~attnrank.index.retriever.HybridRetriever`; other
     keyword arguments configure the reranker (or pass ``reranker=``).

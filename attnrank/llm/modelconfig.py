@@ -103,7 +103,8 @@ def prompt_length_floor(model: str | None = None) -> int | None:
     by default: its context less 64 (:attr:`~attnrank.llm.models.LLM.prompt_budget`), and where
     its config sets a sliding window or attention chunk, that less one (the most a head there
     reads, :func:`~attnrank.llm.context.read_window`). None for a GGUF file, a config that cannot
-    be read here, or rotary frequencies that follow a pass's length (their budget needs the model)."""
+    be read here or sets these per layer, or rotary frequencies that follow a pass's length (their
+    budget needs the model)."""
     name = _name(model)
     if gguf_source(name) is not None:
         return None
@@ -111,11 +112,16 @@ def prompt_length_floor(model: str | None = None) -> int | None:
         cfg = text_config(read_config(*config.model_source(name), name))
     except _UNREADABLE:
         return None
-    rope = str(getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or "")
+    try:  # (a field set per layer, transformers' per_layer_config: reading it whole raises a RuntimeError)
+        fields = {k: getattr(cfg, k, None) for k in ("rope_parameters", "rope_scaling")}
+        windows = [getattr(cfg, k, None) for k in ("sliding_window", "attention_chunk_size")]
+    except RuntimeError:
+        return None
+    rope = str(fields)
     if "dynamic" in rope or "longrope" in rope:  # (also where rope parameters are given per layer type)
         return None
     floor = text_context_length(cfg) - 64
-    for window in (getattr(cfg, "sliding_window", None), getattr(cfg, "attention_chunk_size", None)):
+    for window in windows:
         if isinstance(window, int) and window > 0:
             floor = min(floor, window - 1)
     return floor

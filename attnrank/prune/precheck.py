@@ -13,6 +13,7 @@ from ..llm.models import load_tokenizer
 from ..types import as_documents
 from .config import PruneConfig
 from .context import PrunedContext, resolve_budget
+from .lookups import check_pruner_before_load
 from .planning import PromptPlanner, hint_ids, prompt_settings, scored_sentences
 from .segment import document_sentences
 from .spans import make_piece
@@ -32,6 +33,7 @@ def check_budget_fits(
     a context past the floor of one prompt's length (scored in chunks, whose edges may count a
     sentence's tokens otherwise), or a model whose config alone does not give that floor
     (:func:`~attnrank.llm.modelconfig.prompt_length_floor`)."""
+    check_pruner_before_load(config)  # (what the pruner refuses before its load first, as it does)
     if config.attention != "full":
         return
     floor = prompt_length_floor(config.model)

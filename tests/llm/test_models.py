@@ -687,3 +687,6 @@ def test_the_prompt_length_floor_read_from_a_config(tmp_path):
     dynamic = LlamaConfig(max_position_embeddings=2048, rope_scaling={"rope_type": "dynamic", "factor": 2.0}, **small)
     assert prompt_length_floor(saved("dynamic", dynamic)) is None
     assert prompt_length_floor(str(tmp_path / "missing")) is None
+    # a window set per layer (transformers' per_layer_config, whose global field then raises): left to the model
+    per_layer = MistralConfig(max_position_embeddings=4096, per_layer_config={1: {"sliding_window": 256}}, **small)
+    assert prompt_length_floor(saved("per-layer", per_layer)) is None

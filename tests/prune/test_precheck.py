@@ -58,7 +58,7 @@ def test_the_early_refusal_is_the_loaded_pruners_to_the_token(tiny_dir, method):
 def test_what_the_pruner_would_plan_otherwise_is_left_to_it(tiny_dir):
     """Past one prompt (chunks may count a sentence otherwise) and block attention: no early refusal."""
     for config in (
-        PruneConfig(model=str(tiny_dir), heads="all", max_prompt_tokens=40),
+        PruneConfig(model=str(tiny_dir), heads="all", max_prompt_tokens=300),  # (scored in 2 chunks)
         PruneConfig(model=str(tiny_dir), heads="all", attention="block"),
     ):
         assert _early_refusal(config, 1, None) is None
@@ -96,3 +96,22 @@ def test_the_early_check_leaves_the_warning_of_unusable_sentences_to_the_pruner(
     with caplog.at_level("WARNING", logger="attnrank.prune.segment"):
         document_sentences(docs, None, 64)
     assert "metadata sentences unusable" in caplog.text
+
+
+def test_a_model_the_pruner_refuses_is_named_before_the_budget(tmp_path, tiny_dir):
+    """The early check said "raise the budget" for a model (GPT-2's layout) whose pruner would have
+    been refused anyway, before its load: the pruner's own refusals come first, as they do there."""
+    import shutil
+
+    from transformers import GPT2Config
+
+    from attnrank.errors import AttnrankError
+
+    gpt2 = tmp_path / "gpt2"
+    GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=300).save_pretrained(gpt2)
+    for name in tiny_dir.iterdir():
+        if name.name.startswith(("tokenizer", "special_tokens", "vocab", "merges")):
+            shutil.copy(name, gpt2 / name.name)
+    with pytest.raises(AttnrankError) as refused:
+        check_budget_fits(PruneConfig(model=str(gpt2), heads="all"), QUERY, DOCS, budget_tokens=1, keep_ratio=None)
+    assert "budget" not in str(refused.value), refused.value

@@ -30,8 +30,8 @@ class AttnrankRetriever:
     ``top_k`` (reranked with ``rerank=True``, else first-stage order) as Documents with
     ``score`` and ``meta`` (``title``, ``relevance_score``, ``rank``, ``stage_scores``).
 
-    ``top_k`` is Haystack's name for results returned; ``depth`` (default 20) is attnrank's
-    (``Pipeline``, the CLI) for first-stage candidates. ``first_stage_k``, its old name, is still
+    ``top_k`` is Haystack's name for results returned; ``depth`` (default 20; None too) is
+    attnrank's (``Pipeline``, the CLI) for first-stage candidates. ``first_stage_k``, its old name, is still
     read (a pipeline saved before the rename loads), with a DeprecationWarning.
 
     Reranker settings as in :class:`~haystack_integrations.components.rankers.attnrank.AttnrankRanker`.
