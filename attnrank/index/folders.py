@@ -191,8 +191,9 @@ def not_replaceable(folder: Path) -> str | None:
     return None
 
 
-def check_target(target: Path, *, force: bool = False, protect: Iterable[Protected] = ()) -> None:
-    """Raise :class:`InputError` unless a save may replace ``target`` (see the module rules)."""
+def check_target(target: Path, *, force: bool = False, protect: Iterable[Protected] = ()) -> bool:
+    """Raise :class:`InputError` unless a save may replace ``target`` (see the module rules);
+    return whether it may only because of ``force`` (a folder :func:`not_replaceable` names)."""
     target = Path(target)
     if target.is_symlink():
         raise InputError(f"index folder {target} is a symbolic link; give the folder it points to, or another path")
@@ -208,13 +209,13 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
     if target.name == "..":  # (its swap failed after the whole build: a folder cannot be renamed through "..")
         raise InputError(f"index folder {target} ends in '..'; give the folder's own path ({resolved})")
     if not target.exists():
-        return
+        return False
     if not target.is_dir():
         raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--index")
     check_no_mounts(target)
     why = not_replaceable(target)
     if why is None:
-        return
+        return False
     # (--force replaced a folder of a folder corpus's own documents: only an index may be replaced there)
     corpus = next(
         (p for what, p in named if what == "the corpus" and _real(p).is_dir() and contains(_real(p), resolved)), None
@@ -227,7 +228,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
         )
     if force:
         logger.warning("replacing %s because of --force: %s", target, why)
-        return
+        return True
     raise InputError(
         f"{why}; refusing to replace it and lose its files; move them away, choose another "
         "folder, or pass --force to replace it"

@@ -109,14 +109,14 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
         fault_point("save-before-swap", tmp)
         carry_mode(tmp, target, made)  # (a private index stays private)
         fsync_tree(tmp)  # (before the checks: what is slow, seconds for a large index, comes first)
-        check_target(target, force=force, protect=protect)  # it may have changed during the build
+        # it may have changed during the build (--force replaces what it was needed for; a folder a save could
+        # replace without it is checked again after the swap)
+        forced = check_target(target, force=force, protect=protect)
         if _identity(target) != found:  # (two builds of one folder: both said they had built it)
             raise IndexFormatError(
                 f"{target} was written by another process during this build; nothing was replaced (it holds the "
                 "other build's index): build again to replace it"
             )
-        # (--force replaces what it was needed for; a folder a save could replace without it is checked again)
-        forced = force and target.is_dir() and not_replaceable(target) is not None
         old = _swap_checked(tmp, target, found, forced)
         swapped = True
         fsync_folder(target.parent)
@@ -143,16 +143,14 @@ def _swap_checked(tmp: Path, target: Path, found: str | None, forced: bool) -> P
     if old is None:
         return None
     try:
-        same = _identity(old) == found and (forced or not_replaceable(old) is None)
-    except BaseException:  # (a walk that failed, an interrupt: put back, then raise)
+        if _identity(old) != found or (not forced and not_replaceable(old) is not None):
+            raise IndexFormatError(
+                f"{target} changed while this build was swapping it in; nothing was replaced (the folder holds what "
+                "was written there): build again to replace it"
+            )
+    except BaseException:  # (that, a walk that failed, an interrupt: put back, then raise)
         shutil.rmtree(swap_back(old, target), ignore_errors=True)
         raise
-    if not same:
-        shutil.rmtree(swap_back(old, target), ignore_errors=True)
-        raise IndexFormatError(
-            f"{target} changed while this build was swapping it in; nothing was replaced (the folder holds what "
-            "was written there): build again to replace it"
-        )
     return old
 
 

@@ -38,6 +38,8 @@ _ENCODER_TYPES = set(
     ]
 )
 
+# Positions an attention prompt leaves unused by default (LLM.prompt_budget: the context less this)
+PROMPT_MARGIN = 64
 # What reading a model's config or GGUF header raises when it cannot be read here (loading reports why)
 _UNREADABLE = (AttnrankError, OSError, ValueError, TypeError, AttributeError, struct.error)
 
@@ -120,7 +122,7 @@ def prompt_length_floor(model: str | None = None) -> int | None:
     rope = str(fields)
     if "dynamic" in rope or "longrope" in rope:  # (also where rope parameters are given per layer type)
         return None
-    floor = text_context_length(cfg) - 64
+    floor = text_context_length(cfg) - PROMPT_MARGIN
     for window in windows:
         if isinstance(window, int) and window > 0:
             floor = min(floor, window - 1)

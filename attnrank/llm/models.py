@@ -40,6 +40,7 @@ from .gguf import (
     load_gguf_uncached,
 )
 from .modelconfig import (
+    PROMPT_MARGIN,
     check_attention_modules,
     check_causal_lm_config,
     clear_config_cache,
@@ -99,7 +100,8 @@ class LLM:
         passes (its prefill and suffixes, or its blocks) then read the same frequencies, as one pass
         over the whole prompt does."""
         switch = rotary_switch(decoder_of(self.model))
-        return self.context_length - 64 if switch is None else min(self.context_length - 64, switch)
+        budget = self.context_length - PROMPT_MARGIN
+        return budget if switch is None else min(budget, switch)
 
     @property
     def short_key(self) -> str:
