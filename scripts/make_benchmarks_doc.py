@@ -262,10 +262,10 @@ NOTES = """
   full prompt's own operations made cheaper too, which would move the baseline with them.
 - *A fused RMS norm and the allocator.* transformers' RMS norm replaced by torch's `rms_norm` in
   float32 (the weight applied after the cast, as transformers rounds): a warm SciFact query of the
-  default 0.4043 against 0.4048 s (20 queries, alternated in one process), and its scores not
-  identical to the last bit: not kept. glibc's malloc thresholds raised (`MALLOC_MMAP_THRESHOLD_`,
-  `MALLOC_TRIM_THRESHOLD_`): about 9,300-10,100 minor page faults per warm SciFact query either way,
-  no change in speed.
+  default 0.4048 s with it against 0.4043 s without (20 queries, alternated in one process), and
+  its scores not identical to the last bit: not kept. glibc's malloc thresholds raised
+  (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`): about 9,300-10,100 minor page faults per
+  warm SciFact query either way, no change in speed.
 
 **On 2026-12-07 the query likelihood on a shortlist was tried as the default, and kept as an
 option** ("likelihood_depth", "likelihood_states_depth12", "likelihood_states_depth30";
