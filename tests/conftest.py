@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from attnrank.index.sharded.executor import start_local_ray
+
 sys.path.insert(0, str(Path(__file__).parent))  # shared test helpers (tests/_tiny.py)
 
 # The framework packages under test report usage from background threads (Haystack through
@@ -80,8 +82,8 @@ def tiny_dir(tmp_path_factory) -> Path:
 def ray_local():
     """A local Ray (2 logical CPUs, 200 MiB object store, no dashboard), shut down after the session."""
     ray = pytest.importorskip("ray")
-    ray.init(  # "local": not the cluster a RAY_ADDRESS of the environment names (refused with num_cpus)
-        address="local",
+    start_local_ray(  # (not the cluster a RAY_ADDRESS of the environment names; on the loopback alone)
+        ray,
         num_cpus=2,
         object_store_memory=200 << 20,
         include_dashboard=False,

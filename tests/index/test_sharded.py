@@ -639,6 +639,37 @@ def test_a_local_ray_is_started_even_where_ray_address_names_a_cluster(tmp_path)
     assert "owned True [3]" in r.stdout
 
 
+def test_a_local_ray_listens_on_the_loopback_address_alone(tmp_path):
+    """A local Ray bound its GCS, raylet and workers to the machine's network address (reachable
+    from other hosts; a _node_ip_address of 127.0.0.1 is resolved back to it). Every socket that
+    this process and the processes it started listen on is read once a task has run."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "import psutil\n"
+        "from attnrank.index.sharded.executor import RayExecutor\n"
+        "ex = RayExecutor(None, num_cpus=1, quiet=True)\n"
+        "assert ex.map(lambda x: -x, [(-3,)]) == [3]\n"
+        "me = psutil.Process()\n"
+        "ips = set()\n"
+        "for p in [me, *me.children(recursive=True)]:\n"
+        "    try:\n"
+        "        ips |= {c.laddr.ip for c in p.net_connections('inet') if c.status == psutil.CONN_LISTEN}\n"
+        "    except psutil.NoSuchProcess:\n"
+        "        pass\n"
+        "print('listening', json.dumps(sorted(ips)))\n"
+        "ex.close()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = next(s for s in r.stdout.splitlines() if s.startswith("listening"))
+    ips = set(json.loads(line.split(" ", 1)[1]))
+    assert ips and ips <= {"127.0.0.1", "::ffff:127.0.0.1"}, line
+
+
 def test_a_file_given_as_a_sharded_index_is_named_a_file(tmp_path):
     """merge-shards run.trec said "run.trec/manifest.json cannot be read (Not a directory);
     rebuild the sharded index"."""

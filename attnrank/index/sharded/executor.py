@@ -45,6 +45,33 @@ def task_cause(error: BaseException) -> BaseException:
     return cause if isinstance(cause, (AttnrankError, OSError)) else error
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def start_local_ray(ray: Any, **init_kwargs: Any) -> None:
+    """Start a new Ray in this process (``ray.init(address="local", **init_kwargs)``) whose servers
+    listen on the loopback address alone.
+
+    Why: a local Ray binds its GCS, raylet and workers to the machine's network address, reachable
+    from other hosts, and resolves a ``_node_ip_address`` of 127.0.0.1 back to that address. It
+    keeps to the loopback only where it believes it runs on a one-machine platform (its
+    ``ENABLE_RAY_CLUSTER``, read at the call: set off for the start alone). A Ray that still comes
+    up on another address is logged. ``"local"``, not None: None attaches to the cluster that
+    RAY_ADDRESS or ``ray start`` names."""
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    before = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    if before is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(address="local", _node_ip_address=LOOPBACK, **init_kwargs)
+    finally:
+        if before is not None:
+            constants.ENABLE_RAY_CLUSTER = before
+    address = ray.get_runtime_context().gcs_address
+    if not address.startswith(LOOPBACK + ":"):
+        logger.warning("the local Ray listens on %s, not on the loopback address alone", address)
+
+
 class RayExecutor:
     """Run tasks as Ray remote functions, on a running cluster (``address``) or a local one.
 
@@ -76,10 +103,10 @@ class RayExecutor:
                 kw.update(
                     num_cpus=num_cpus, object_store_memory=None if object_store_mb is None else object_store_mb << 20
                 )
-            # None to ray.init means "the cluster RAY_ADDRESS or `ray start` names, else a new one": a
-            # local build or batch attached to a cluster, and with num_cpus failed in a traceback.
-            # "local" always starts one in this process.
-            self.ray.init(address="local" if address is None else address, **kw)
+            if address is None:
+                start_local_ray(self.ray, **kw)
+            else:
+                self.ray.init(address=address, **kw)
             self.owned = True
         elif address is not None or num_cpus is not None or object_store_mb is not None:
             # (they were ignored without a word: a run meant for a cluster ran on this process's Ray)
