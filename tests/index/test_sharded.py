@@ -651,7 +651,7 @@ def test_a_local_ray_listens_on_the_loopback_address_alone(tmp_path):
         "import json\n"
         "import psutil\n"
         "from attnrank.index.sharded.executor import RayExecutor\n"
-        "ex = RayExecutor(None, num_cpus=1, quiet=True)\n"
+        "ex = RayExecutor('local', num_cpus=1, quiet=True)\n"
         "assert ex.map(lambda x: -x, [(-3,)]) == [3]\n"
         "me = psutil.Process()\n"
         "ips = set()\n"

@@ -75,7 +75,7 @@ def start_local_ray(ray: Any, **init_kwargs: Any) -> None:
 class RayExecutor:
     """Run tasks as Ray remote functions, on a running cluster (``address``) or a local one.
 
-    ``address=None`` starts a local Ray with ``num_cpus`` and an object store of
+    ``address=None`` (or ``"local"``) starts a local Ray with ``num_cpus`` and an object store of
     ``object_store_mb`` (shut down by :meth:`close`); ``"auto"`` or ``"ray://host:10001"``
     connects to an existing cluster (left running). ``quiet`` keeps Ray's INFO logs off.
     """
@@ -92,6 +92,7 @@ class RayExecutor:
     ):
         self.ray = require("ray", "ray", "distributed indexing and batch reranking")
         t0 = time.perf_counter()
+        address = None if address == "local" else address  # (ray.init's own name for a new local Ray)
         self.owned = False
         if not self.ray.is_initialized():
             kw: dict[str, Any] = {
