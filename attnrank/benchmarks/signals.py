@@ -20,6 +20,7 @@ from ..llm.prompts import DEFAULT_MAX_DOC_WORDS
 from ..rerank.fused import LIKELIHOOD
 from ..rerank.likelihood import query_likelihood, query_prior
 from ..rerank.signals import SignalComputer
+from ..rerank.versions import SCORING_VERSION
 from ..types import Document
 from .sets import scifact_retriever
 
@@ -122,7 +123,8 @@ def cached_likelihoods(
     passage (``TOKEN_PRIOR``, :func:`~attnrank.rerank.likelihood.query_prior`). Cached as JSON per model weights and
     precision; computed ``chunk`` queries at a time, each chunk saved (a long run that stops keeps
     what it computed)."""
-    key = f"query token likelihood {llm.short_key} words {max_doc_words} {setting}"
+    # (the scoring version: likelihoods of an earlier prompt are not read, SCORING_VERSION 2 stripped titles)
+    key = f"query token likelihood {llm.short_key} words {max_doc_words} scoring {SCORING_VERSION} {setting}"
     qids = list(cands)
 
     def compute(todo: list[str]) -> dict[str, dict[str, list]]:

@@ -44,10 +44,12 @@ UPR_INSTRUCTION = "Please write a question based on this passage."
 
 
 def passage_prompt(title: str | None, text: str) -> str:
-    """The prompt the query follows (UPR's, with the passage's title on its first line). The text's
-    leading whitespace is dropped, as the token cut (:func:`~attnrank.llm.truncation.truncate_texts`)
-    counts the text without it: kept, a cut text overran its limit by that whitespace's tokens."""
-    text = text.lstrip()
+    """The prompt the query follows (UPR's, with the passage's title on its first line). The title
+    and the text are read without their edge whitespace, as the attention prompts read them (a
+    title of spaces is none): a passage scores alike however its fields are padded. The text's
+    leading whitespace also mattered to the token cut (:func:`~attnrank.llm.truncation.truncate_texts`),
+    which counts the text without it: kept, a cut text overran its limit by that whitespace's tokens."""
+    title, text = (title or "").strip(), text.strip()
     passage = f"{title}\n{text}" if title else text
     return f"Passage: {passage}\n{UPR_INSTRUCTION}\nQuestion:"
 
@@ -161,7 +163,8 @@ def text_room(llm: LLM, query: str, docs: Sequence[Document]) -> TextRoom:
     tok = llm.tokenizer
     ids, room = query_room(tok, llm.context_length, llm.model_id, query)
     # each passage's own limit: its score must not depend on the other candidates' titles
-    title_tokens = [len(tokenize(tok, d.title)["input_ids"]) if d.title else 0 for d in docs]
+    titles = [(d.title or "").strip() for d in docs]  # (as passage_prompt reads them)
+    title_tokens = [len(tokenize(tok, t)["input_ids"]) if t else 0 for t in titles]
     for d, n in zip(docs, title_tokens):
         if room - n < 1:
             raise InputError(

@@ -217,6 +217,23 @@ def test_a_texts_leading_whitespace_is_not_in_its_prompt():
     assert passage_prompt("T", "  text") == passage_prompt("T", "text")
 
 
+def test_a_passages_fields_score_alike_however_their_edges_are_padded(llm):
+    """The prompt kept a title's whitespace (18 of SciFact's titles end in a space) and a text's
+    trailing whitespace (62 LoCoMo turns), which the attention prompts strip: a passage scored
+    otherwise for its padding, and a title of spaces was a title line of spaces."""
+    padded = [Document("a", "Paris is the capital of France. \n", title=" Paris "), Document("b", "Rome.", title="  ")]
+    bare = [Document("a", "Paris is the capital of France.", title="Paris"), Document("b", "Rome.")]
+    np.testing.assert_array_equal(
+        query_likelihood(llm, "a question?", padded), query_likelihood(llm, "a question?", bare)
+    )
+    assert (
+        passage_prompt(" T \n", "text \t")
+        == passage_prompt("T", "text")
+        == "Passage: T\ntext\n" + ("Please write a question based on this passage.\nQuestion:")
+    )
+    assert passage_prompt("   ", "text") == passage_prompt(None, "text")
+
+
 @pytest.mark.parametrize("query", ["   ", "", "capital \ud800?"])
 def test_the_likelihood_functions_refuse_a_query_with_no_text_or_bad_unicode(llm, query):
     with pytest.raises(InputError, match="query"):
