@@ -217,6 +217,16 @@ def _load_index(name: Optional[str], index_dir: Optional[Path], verify: bool = F
     return HybridRetriever.load(_index_path(name, index_dir), verify=verify)
 
 
+def _check_rerank_prompts(config, results: list, depth: int) -> None:
+    """What :func:`_rerank_heads` would refuse of an attention preset's prompts over the top
+    ``depth`` of each of ``results``, found with the tokenizer before the model loads."""
+    from ..rerank.precheck import check_prompts_before_load
+
+    check_prompts_before_load(
+        config, [r.query for r in results], [r.results[:depth] for r in results], [r.query_id for r in results]
+    )
+
+
 def _rerank_heads(reranker, results: list, depth: int, progress: bool) -> list:
     """Rerank the top ``depth`` of each of ``results`` (the rest keeps its order below them), every
     query checked first: a query the reranker refuses (too long for the likelihood, say) is named

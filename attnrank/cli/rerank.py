@@ -18,6 +18,7 @@ from . import (
     Verbose,
     Verify,
     _check_output,
+    _check_rerank_prompts,
     _index_path,
     _load_index,
     _positive,
@@ -79,15 +80,6 @@ def rerank(
     if index is None:  # (over an index it was checked before the index loaded)
         check_model_readable(rerank_config.model)  # (after the input files, as every command checks them first)
     check_queries_fit(rerank_config, {qid: qs[qid] for qid in ordered_runs})  # (the tokenizer's, before the model)
-    from ..rerank.attention import AttentionReranker
-    from ..rerank.over_index import index_reranker
-
-    # over an index, as search --rerank: its stored passage states and its vectors for the dense signal
-    reranker = (
-        AttentionReranker(config=rerank_config)
-        if index is None
-        else index_reranker(rerank_config, _index_path(name, index_dir), index)
-    )
     runs = [
         RankedResults(
             qs[qid],
@@ -99,6 +91,16 @@ def rerank(
         )
         for qid, ordered in ordered_runs.items()
     ]
+    _check_rerank_prompts(rerank_config, runs, depth)  # (the tokenizer's, before the model)
+    from ..rerank.attention import AttentionReranker
+    from ..rerank.over_index import index_reranker
+
+    # over an index, as search --rerank: its stored passage states and its vectors for the dense signal
+    reranker = (
+        AttentionReranker(config=rerank_config)
+        if index is None
+        else index_reranker(rerank_config, _index_path(name, index_dir), index)
+    )
     out = _rerank_heads(reranker, runs, depth, progress)
     # the run's tag names the preset that ranked it; the guard checks -o again, as it is replaced
     write_run(out, output, tag=f"attnrank-{rerank_config.name}", guard=RUN_GUARD)

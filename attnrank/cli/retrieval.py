@@ -20,6 +20,7 @@ from . import (
     Verify,
     _check_heads,
     _check_output,
+    _check_rerank_prompts,
     _index_name,
     _index_path,
     _load_index,
@@ -269,6 +270,7 @@ def search(
         )
     results = r.search_batch(qs, max(k, rerank), mode=mode, show_progress=progress and len(qs) > 1)
     if rerank > 0:
+        _check_rerank_prompts(rerank_config, results, rerank)  # (the tokenizer's, before the model)
         from ..rerank.over_index import index_reranker  # heavy (torch): only once the input is known good
 
         reranker = index_reranker(rerank_config, _index_path(name, index_dir), r)

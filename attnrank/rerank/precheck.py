@@ -1,0 +1,64 @@
+"""What an attention preset refuses of a run's prompts, found before the model loads with its
+tokenizer and config alone: a passage whose full prompt (query and instructions included) spans
+more than one prompt may even alone. :meth:`~attnrank.rerank.attention.AttentionReranker.check_batch`
+finds it too, but only once the model has loaded; its refusal is the one raised here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import InputError
+from ..llm.modelconfig import PROMPT_MARGIN, model_context_length, prompt_length_floor
+from ..llm.models import load_tokenizer
+from ..llm.prompts import build_rerank_prompts
+from ..types import Document, as_documents
+from .config import RerankConfig
+from .inputs import check_documents
+from .windows import check_fit_alone
+
+
+def check_prompts_before_load(
+    config: RerankConfig,
+    queries: Sequence[str],
+    docs_per_query: Sequence[Sequence[Any]],
+    query_ids: Sequence[str] | None = None,
+) -> None:
+    """Refuse, as the reranker of ``config`` would once loaded, a query of ``queries`` (named by its
+    id in ``query_ids``, else its number) one of whose documents ``docs_per_query`` does not fit a
+    full-attention prompt even alone (``max_prompt_tokens``, else the context less 64).
+
+    Left to the reranker where it may judge otherwise: no attention (signals, the likelihood, whose
+    queries :func:`~attnrank.rerank.likelihood.check_queries_fit` checks), block attention (its
+    blocks are cut and checked as they are built), and a model whose config alone does not give
+    its prompt budget (sliding windows, chunked attention, length-following rotary frequencies, a
+    GGUF file or an unreadable config: :func:`~attnrank.llm.modelconfig.prompt_length_floor`).
+    Each prompt is measured without its calibration twin, so nothing is refused here that the
+    reranker would accept (a one-word query's "N/A" prompt may be longer)."""
+    if not config.uses_attention or config.attention != "full":
+        return
+    floor, context = prompt_length_floor(config.model), model_context_length(config.model)
+    if floor is None or context is None or floor != context - PROMPT_MARGIN:
+        return
+    limit = config.max_prompt_tokens or floor
+    tok = load_tokenizer(config.model)
+    for i, (query, docs) in enumerate(zip(queries, docs_per_query)):
+        documents = as_documents(docs)[0]
+        if not documents or not query.strip():  # (the reranker's own refusals, or nothing to rank)
+            continue
+        try:
+            _check_query(tok, config, limit, query, documents)
+        except InputError as e:
+            raise InputError(f"query {'#' + str(i) if query_ids is None else repr(query_ids[i])}: {e}") from None
+
+
+def _check_query(tok: Any, config: RerankConfig, limit: int, query: str, documents: list[Document]) -> None:
+    """One query's documents, each in a prompt of its own where all of them do not fit ``limit``."""
+    check_documents(documents)
+    check_fit_alone(
+        len(documents),
+        lambda group: build_rerank_prompts(tok, query, [documents[j] for j in group], **config.prompt_kw),
+        lambda pair: len(pair.real.input_ids),
+        limit,
+        [d.id for d in documents],
+    )
