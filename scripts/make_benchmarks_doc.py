@@ -219,6 +219,25 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**Late on 2026-12-07 the likelihood prompt stopped reading edge whitespace** (attnrank's
+SCORING_VERSION 2). The default's prompt kept a title's leading and trailing whitespace (18 of
+SciFact's 5,183 titles end in a space) and a text's trailing whitespace (62 LoCoMo turns, 1
+HotpotQA paragraph; DL19's passages have neither), where the attention prompts strip both; now it
+strips them too. The benchmarks' likelihood cache is keyed by the scoring version. Its entries whose
+candidates' prompts are byte-identical under the new prompt were carried over (9 of them recomputed
+as a check, 3 each of SciFact, LoCoMo and HotpotQA: equal to the last bit, likelihoods and priors);
+the 128 others (42 SciFact, 85 LoCoMo, 1 HotpotQA queries, over the sets of bench_likelihood and
+bench_confirm) were computed again. Re-run on the new prompt (Intel Xeon, 2 cores): "likelihood",
+"confirm", "likelihood_tokens" (its record was the AMD EPYC run of 2026-12-04, before the LoCoMo
+loader's correction) and "likelihood_depth". The default moved on LoCoMo only: 0.5248 -> 0.5251
+(+3.45 -> +3.47 over BM25; 98/39 unchanged), and on its new queries +4.53 -> +4.51 (69/25 ->
+68/25); SciFact's default is 0.7678 as before (+3.78), and +4.86 (40/20) on its new queries. The
+likelihood alone: SciFact 0.7191 -> 0.7182, LoCoMo 0.5142 -> 0.5150. The mean of the four, 0.6988
+-> 0.6989. Records that read SciFact or LoCoMo likelihoods and were not re-run keep the old prompt's
+figures: "likelihood_avx512_bf16", "likelihood_cut_150", "fusion_bfloat16_block_block_positions-shared_likelihood"
+(its attention rows are no longer cached: hours to recompute) and the timing records (whose speed a
+space in 18 titles does not move).
+
 **Later on 2026-12-07: five more tries, none kept** (ad hoc, not records; Intel Xeon, 2 cores).
 - *Attention inside the default's own likelihood prompt* (issue 14's attention contribution, at
   no extra pass where the prompt's states are kept). Per candidate and head: the attention mass
