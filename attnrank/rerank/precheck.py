@@ -44,7 +44,7 @@ def check_prompts_before_load(
     tok = load_tokenizer(config.model)
     for i, (query, docs) in enumerate(zip(queries, docs_per_query)):
         documents = as_documents(docs)[0]
-        if not documents or not query.strip():  # (the reranker's own refusals, or nothing to rank)
+        if not documents or not isinstance(query, str) or not query.strip():  # (the reranker's own refusals)
             continue
         try:
             _check_query(tok, config, limit, query, documents)
