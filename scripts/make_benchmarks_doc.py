@@ -104,7 +104,7 @@ COMMANDS = {
     ),
     "likelihood_states_logits": (
         "python scripts/bench_likelihood_states.py --dl19-depths 20 --scifact-queries 100 --locomo-questions 100 "
-        "(files renamed to likelihood_states_logits.*)"
+        "--name likelihood_states_logits"
     ),
     "likelihood_states_forget": (
         "python scripts/bench_likelihood_states.py --dl19-depths 20 --scifact-queries 100 --locomo-questions 100 "
@@ -218,6 +218,20 @@ evidence turns relevant).
 """
 NOTES = """
 ## Notes on the records, by date
+
+**Late on 2026-12-07 the default's warm seconds were measured again** ("likelihood_states_logits",
+the same command with `--name`, on the new prompt below, at a quieter hour: no reuse 1.09 / 3.64 /
+0.99 s per DL19, SciFact and LoCoMo query, against 1.15 / 3.91 / 1.11 s in its first run). All
+cached: 0.135 / 0.399 / 0.272 s (0.153 / 0.441 / 0.315 s before), 8.1x / 9.1x / 3.7x faster than no
+reuse (7.5x / 8.9x / 3.5x). Issue 15's warm target (0.3 s at 20 candidates) is now met on LoCoMo
+and still missed on SciFact, by 0.099 s. Where a warm SciFact query goes (ad hoc profile, 4 of the
+first 8 SciFact queries, 20 candidates, that hour's warm mean 0.288 s over those 8): matrix products
+38 % (at 0.9-1.3 TFLOP/s in bfloat16, the rate a bare product of the same shapes reaches: 1.1-1.7
+TFLOP/s; the output layer over the 49,152-token vocabulary alone 11 %), attention 22 %, copies 11 %
+(the kept states assembled into one buffer a layer at a time, about 0.2 GB per query), element-wise
+work 13 % and the log-softmax 3 %; the rest is Python. Attention by matrix products and a softmax in
+place of SDPA's flash kernel timed 1.3x to 4.2x slower on the pass's shapes. The pass is near what
+these kernels do: 0.3 s on SciFact needs a quiet hour.
 
 **Late on 2026-12-07 the likelihood prompt stopped reading edge whitespace** (attnrank's
 SCORING_VERSION 2). The default's prompt kept a title's leading and trailing whitespace (18 of
