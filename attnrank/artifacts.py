@@ -16,15 +16,16 @@ from .registry_save import save_artifact
 logger = logging.getLogger(__name__)
 
 
-def warn_if_scored_otherwise(label: str, recorded: int | None, current: int, retrain: str) -> None:
-    """Log a warning where the ``label`` were fitted to scores of another version of attnrank's
-    scoring (``recorded``; ``current``: :data:`attnrank.rerank.versions.SCORING_VERSION`): they still
-    score, but not as they measured. Weights that record none (fitted before it was) are not checked."""
-    if recorded is None or recorded == current:
+def warn_if_scored_otherwise(label: str, recorded: int | None, moved: bool, current: int, retrain: str) -> None:
+    """Log a warning where the ``label`` were fitted to scores of version ``recorded`` of attnrank's
+    scoring, and the scores they read have ``moved`` since (:func:`attnrank.rerank.versions.scores_moved`;
+    ``current``: :data:`attnrank.rerank.versions.SCORING_VERSION`): they still score, but not as they measured."""
+    if not moved:
         return
     logger.warning(
         "the %s were fitted to scores of version %d of attnrank's scoring; this attnrank computes version %d "
-        "(attnrank.rerank.versions.SCORING_VERSION), so they do not score as they measured; retrain them with %s",
+        "(attnrank.rerank.versions.SCORING_VERSION), whose scores they read moved since, so they do not score as "
+        "they measured; retrain them with %s",
         label,
         recorded,
         current,

@@ -52,7 +52,7 @@ from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_
 from .aggregation import window_document_scores, without_attention_evidence
 from .capturing import WindowCapture
 from .config import RerankConfig
-from .fused import FUSED_STAGE, UNTRAINED
+from .fused import FUSED_STAGE, LIKELIHOOD, UNTRAINED
 from .fused_resolve import resolve_fused
 from .fusing import FusedScoring
 from .inputs import check_documents, check_k, check_query, check_texts
@@ -61,7 +61,7 @@ from .position import SlotProfile, load_profile
 from .resolve import check_before_load, learned_weights, resolve_config_heads
 from .reweight import check_setup, heads_label
 from .signals import VECTOR_CACHE, SignalComputer, signal_embedder_setup
-from .versions import SCORING_VERSION
+from .versions import SCORING_VERSION, scores_moved
 from .windows import check_frame
 
 logger = logging.getLogger(__name__)
@@ -124,9 +124,11 @@ class AttentionReranker(WindowCapture, FusedScoring):
         if self.fused is not None:
             self.fused.warn_if_cut_otherwise(cfg.max_doc_words, cfg.max_doc_tokens)
             if self.fused.uses_llm:
-                warn_if_scored_otherwise(
-                    self.fused.LABEL, self.fused.scoring_version, SCORING_VERSION, self.fused.TRAIN
+                recorded = self.fused.scoring_version
+                moved = scores_moved(
+                    recorded, attention=self.fused.uses_attention, likelihood=LIKELIHOOD in self.fused.features
                 )
+                warn_if_scored_otherwise(self.fused.LABEL, recorded, moved, SCORING_VERSION, self.fused.TRAIN)
             self.fused.warn_if_prompted_otherwise(cfg.prompt_settings())
         # the candidates' embedder runs in the model's precision: the config's, or a given model's
         dtype = cfg.dtype if self._llm is None else str(self._llm.dtype).removeprefix("torch.")
@@ -176,9 +178,9 @@ class AttentionReranker(WindowCapture, FusedScoring):
             self.learned.check_adapter(self._llm.adapter if self._llm is not None else "")
             self.learned.warn_if_captured_otherwise(cfg.capture)
             self.learned.warn_if_prompted_otherwise(cfg.prompt_settings())
-            warn_if_scored_otherwise(
-                self.learned.LABEL, self.learned.config.scoring_version, SCORING_VERSION, "attnrank heads train"
-            )
+            recorded = self.learned.config.scoring_version
+            moved = scores_moved(recorded, attention=True, likelihood=False)
+            warn_if_scored_otherwise(self.learned.LABEL, recorded, moved, SCORING_VERSION, "attnrank heads train")
             heads = self.learned.heads
             calibrate, token_filter = self.learned.fixed_options(calibrate, token_filter)
         elif not self.uses_attention:  # heads are never read: no registered set needed, none warned of

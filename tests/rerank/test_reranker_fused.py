@@ -370,6 +370,29 @@ def test_a_reweighting_that_applies_no_step_is_not_warned_of(llm, caplog):
     assert "re-weight" not in caplog.text
 
 
+def test_only_weights_whose_scores_moved_since_they_were_fitted_are_warned_of(llm, caplog, make_examples):
+    """Version 2 moved the likelihood alone (its prompt strips edge whitespace): weights fitted to
+    version 1's attention still read the scores they measured and were told to retrain all the same;
+    weights that read the likelihood were fitted to scores this attnrank no longer computes."""
+    from dataclasses import replace
+
+    from attnrank.rerank.fused_training import train_fused
+    from attnrank.rerank.versions import ATTENTION_SINCE, LIKELIHOOD_SINCE
+
+    assert ATTENTION_SINCE < LIKELIHOOD_SINCE
+    attention = train_fused(make_examples(20, "a", 0.5, 1), capture="full")
+    examples = make_examples(20, "a", 0.5, 1)
+    for e in examples:
+        e.signals["likelihood"] = e.signals.pop("attention")
+    likelihood = train_fused(examples, ["bm25", "dense", "rank", "likelihood"])
+    with caplog.at_level("WARNING"):
+        AttentionReranker(llm, signals=replace(attention, scoring_version=ATTENTION_SINCE))
+    assert "version" not in caplog.text
+    with caplog.at_level("WARNING"):
+        AttentionReranker(llm, signals=replace(likelihood, scoring_version=LIKELIHOOD_SINCE - 1))
+    assert f"fitted to scores of version {LIKELIHOOD_SINCE - 1} of attnrank's scoring" in caplog.text
+
+
 def test_weights_fitted_to_another_scoring_version_are_warned_of(llm, caplog, make_examples):
     """Weights record the version of the scoring their LLM feature was read with (it moves the
     attention and likelihood scores: a batch checkpoint refused to mix them, but registered weights
@@ -379,7 +402,7 @@ def test_weights_fitted_to_another_scoring_version_are_warned_of(llm, caplog, ma
     from attnrank.rerank.fused_training import train_fused
     from attnrank.rerank.learned import train_head_weights
     from attnrank.rerank.learned.features import QueryFeatures
-    from attnrank.rerank.versions import SCORING_VERSION
+    from attnrank.rerank.versions import ATTENTION_SINCE, SCORING_VERSION
 
     fitted = train_fused(make_examples(20, "a", 0.5, 1), capture="full")
     assert fitted.scoring_version == SCORING_VERSION
@@ -387,8 +410,8 @@ def test_weights_fitted_to_another_scoring_version_are_warned_of(llm, caplog, ma
         AttentionReranker(llm, signals=fitted)
         AttentionReranker(llm, signals=replace(fitted, scoring_version=None))
         assert "version" not in caplog.text
-        AttentionReranker(llm, signals=replace(fitted, scoring_version=SCORING_VERSION - 1))
-    assert f"fitted to scores of version {SCORING_VERSION - 1} of attnrank's scoring" in caplog.text
+        AttentionReranker(llm, signals=replace(fitted, scoring_version=ATTENTION_SINCE - 1))
+    assert f"fitted to scores of version {ATTENTION_SINCE - 1} of attnrank's scoring" in caplog.text
     heads = [(0, 2), (1, 1)]
     rng = np.random.default_rng(0)
     ex = [
