@@ -58,7 +58,7 @@ def start_local_ray(ray: Any, **init_kwargs: Any) -> None:
     ``ENABLE_RAY_CLUSTER``, read at the call: set off for the start alone). A Ray that still comes
     up on another address is logged. ``"local"``, not None: None attaches to the cluster that
     RAY_ADDRESS or ``ray start`` names."""
-    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    constants: Any = getattr(getattr(ray, "_private", None), "ray_constants", None)
     before = getattr(constants, "ENABLE_RAY_CLUSTER", None)
     if before is not None:
         constants.ENABLE_RAY_CLUSTER = False
