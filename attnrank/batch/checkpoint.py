@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..files import atomic_path, held_lock, is_batch_parquet
+from ..rerank.versions import scores_moved
 from .parts import FINISH_FILE
 from .sink import PART_FILE
 
@@ -63,9 +64,11 @@ def _unrecorded(theirs: dict[str, Any]) -> dict[str, Any]:
     return {"candidate_stemmer": "porter" if theirs.get("signals_version") is not None else None}
 
 
-def check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
+def check_checkpoint(parts_dir: Path, mine: dict[str, Any], reads: ScoresRead = (True, True)) -> None:
     """With the checkpoint locked (:func:`locked_checkpoint`: two runs starting at once never both write
-    settings): start it with the run's settings ``mine``, or accept it if written with the same."""
+    settings): start it with the run's settings ``mine``, or accept it if written with the same.
+    ``reads``: whether the run's scores read attention and the query likelihood; a checkpoint of
+    another scoring version is accepted where neither kind it reads moved since (:func:`same_scores`)."""
     path = parts_dir / SETTINGS
     if not path.exists():
         part = next(iter(sorted(parts_dir.glob("part-*.parquet"))), None)
@@ -86,7 +89,13 @@ def check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
     # Ray shows an actor its one GPU as cuda:0, so their rows are cpu's and cuda's
     theirs["device"] = _RENAMED_DEVICES.get(str(theirs["device"]), theirs["device"])
     mine = {**mine, "device": _RENAMED_DEVICES.get(str(mine["device"]), mine["device"])}
-    diff = sorted(k for k in mine if mine[k] != theirs.get(k) and not (k in _LATER and k not in theirs))
+    diff = sorted(
+        k
+        for k in mine
+        if mine[k] != theirs.get(k)
+        and not (k in _LATER and k not in theirs)
+        and not (k == "scoring_version" and same_scores(theirs.get(k), mine[k], reads))
+    )
     if diff and not any(parts_dir.glob("part-*.parquet")):  # no rows yet (a run that failed to start)
         logger.info("checkpoint %s holds no rows: its settings are replaced (%s)", parts_dir, ", ".join(diff))
         with atomic_path(path) as tmp:
@@ -97,6 +106,22 @@ def check_checkpoint(parts_dir: Path, mine: dict[str, Any]) -> None:
             f"checkpoint {parts_dir} holds a run with other settings ({', '.join(diff)}); "
             "delete it or give another --checkpoint"
         )
+
+
+# Whether a run's scores read (attention, the query likelihood).
+ScoresRead = tuple[bool, bool]
+
+
+def same_scores(theirs: Any, mine: Any, reads: ScoresRead) -> bool:
+    """Whether rows of scoring version ``theirs`` score as this attnrank's (``mine``) do for a run
+    whose scores read ``reads``: no kind it reads moved since (:func:`~attnrank.rerank.versions.scores_moved`).
+    Why: version 2 moved the likelihood alone, and an attention run begun at version 1 was refused a
+    resume, its hours of rows computed again. Either missing (no reranking, or a checkpoint written
+    before the version was recorded): only the same."""
+    if not isinstance(theirs, int) or not isinstance(mine, int):
+        return bool(theirs == mine)
+    attention, likelihood = reads
+    return not scores_moved(theirs, attention=attention, likelihood=likelihood)
 
 
 _RENAMED_DEVICES = {"auto": "cpu", "cuda:0": "cuda"}

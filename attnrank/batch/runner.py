@@ -243,7 +243,9 @@ def run_batch(
     mine = _settings(config, model, res)
     check_folder(parts_dir)
     with locked_checkpoint(parts_dir):
-        check_checkpoint(parts_dir, mine)
+        rerank = config.rerank_config() if config.rerank else None
+        reads = (False, False) if rerank is None else (rerank.uses_attention, rerank.uses_likelihood)
+        check_checkpoint(parts_dir, mine, reads)
         sink = CheckpointSink(parts_dir)
         sink.check_queries(qs)
         todo = [q for q in qs if q not in sink.done]

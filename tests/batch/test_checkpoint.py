@@ -980,6 +980,36 @@ def test_settings_no_rerank_actor_could_run_are_refused_before_ray_starts(
     assert fake_ray["calls"] == 0
 
 
+def _set_scoring_version(out: Path, version: int) -> None:
+    settings = out.with_name(out.name + ".parts") / "settings.json"
+    held = json.loads(settings.read_text())
+    settings.write_text(json.dumps({**held, "scoring_version": version}))
+
+
+def test_resume_accepts_rows_of_another_scoring_version_only_where_the_scores_it_reads_did_not_move(
+    fake_ray, tmp_path, index
+):
+    """Version 2 moved the likelihood alone: an attention run begun at version 1 was refused a
+    resume all the same, and its rows computed again; a likelihood run's rows of version 1 were
+    scored otherwise and must stay refused, as must rows of a later attnrank."""
+    from attnrank.rerank.versions import ATTENTION_SINCE, LIKELIHOOD_SINCE, SCORING_VERSION
+
+    model = save_tiny(tmp_path / "model")
+    for preset, heads, since in (("qrhead", "all", ATTENTION_SINCE), ("likelihood", None, LIKELIHOOD_SINCE)):
+        resumed, refused = [since], [since - 1, SCORING_VERSION + 1]
+        config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset=preset, heads=heads)
+        out = tmp_path / f"{preset}.trec"
+        run_batch({"q1": "apple"}, config, output=out, progress=False)
+        for version in refused:
+            _set_scoring_version(out, version)
+            with pytest.raises(InputError, match=r"other settings \(scoring_version\)"):
+                run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+        for version in resumed:
+            _set_scoring_version(out, version)
+            stats = run_batch({"q1": "apple", "q2": "pear"}, config, output=out, progress=False)
+            assert stats["resumed_skipped"] == 1, (preset, version)
+
+
 def test_resume_refuses_rows_scored_before_the_scoring_version_or_on_other_thread_counts(fake_ray, tmp_path, index):
     """Scores moved on 2026-12-06 (the likelihood prompt, sliding windows, sink filtering) with no
     stamp: a rerank checkpoint without the scoring version is refused. The actors' torch threads
