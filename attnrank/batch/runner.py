@@ -43,7 +43,7 @@ from ..llm.headspec import format_heads, parse_heads
 from ..llm.models import readable_model
 from ..registry import registry_digest
 from ..rerank.config import RerankConfig
-from ..rerank.fused import SIGNALS_LIKELIHOOD, SIGNALS_ONLY
+from ..rerank.fused import SIGNALS_AUTO, SIGNALS_LIKELIHOOD, SIGNALS_ONLY
 from ..rerank.fused_resolve import likelihood_weights, signals_only
 from ..rerank.signals import SIGNALS_VERSION, candidate_terms
 from ..rerank.versions import SCORING_VERSION
@@ -186,6 +186,16 @@ def _signals_model(
     return {"features": fused.features, "weights": fused.weights}
 
 
+def _scores_read(rerank: RerankConfig | None) -> tuple[bool, bool]:
+    """Whether the run's scores read attention and the query likelihood (what a checkpoint of another
+    scoring version is judged by: :func:`~attnrank.batch.checkpoint.same_scores`). ``"auto"``'s
+    weights are resolved by each actor from the registry (a user's may read the likelihood): both,
+    so that no resume mixes rows."""
+    if rerank is None:
+        return False, False
+    return rerank.uses_attention, rerank.uses_likelihood or rerank.signals == SIGNALS_AUTO
+
+
 def run_batch(
     queries: str | Path | dict[str, str],
     config: BatchConfig,
@@ -243,9 +253,7 @@ def run_batch(
     mine = _settings(config, model, res)
     check_folder(parts_dir)
     with locked_checkpoint(parts_dir):
-        rerank = config.rerank_config() if config.rerank else None
-        reads = (False, False) if rerank is None else (rerank.uses_attention, rerank.uses_likelihood)
-        check_checkpoint(parts_dir, mine, reads)
+        check_checkpoint(parts_dir, mine, _scores_read(config.rerank_config() if config.rerank else None))
         sink = CheckpointSink(parts_dir)
         sink.check_queries(qs)
         todo = [q for q in qs if q not in sink.done]

@@ -991,11 +991,17 @@ def test_resume_accepts_rows_of_another_scoring_version_only_where_the_scores_it
 ):
     """Version 2 moved the likelihood alone: an attention run begun at version 1 was refused a
     resume all the same, and its rows computed again; a likelihood run's rows of version 1 were
-    scored otherwise and must stay refused, as must rows of a later attnrank."""
+    scored otherwise and must stay refused, as must rows of a later attnrank. Preset fused's
+    weights come from the registry in each actor (a user's may read the likelihood): judged as
+    reading both."""
     from attnrank.rerank.versions import ATTENTION_SINCE, LIKELIHOOD_SINCE, SCORING_VERSION
 
     model = save_tiny(tmp_path / "model")
-    for preset, heads, since in (("qrhead", "all", ATTENTION_SINCE), ("likelihood", None, LIKELIHOOD_SINCE)):
+    for preset, heads, since in (
+        ("qrhead", "all", ATTENTION_SINCE),
+        ("likelihood", None, LIKELIHOOD_SINCE),
+        ("fused", "all", LIKELIHOOD_SINCE),
+    ):
         resumed, refused = [since], [since - 1, SCORING_VERSION + 1]
         config = BatchConfig(str(index), mode="bm25", rerank=5, model=str(model), preset=preset, heads=heads)
         out = tmp_path / f"{preset}.trec"
