@@ -270,6 +270,11 @@ def ask(
     if not no_rerank:
         check_registry_lookups(cfg)
     retriever = _load_index(name, index_dir, verify)
+    if not no_rerank:  # a passage no prompt holds, found with the tokenizer before the model loads
+        from ..rerank.precheck import check_query_before_load, early_prompt_limit
+
+        if early_prompt_limit(cfg) is not None:
+            check_query_before_load(cfg, question, retriever.search(question, depth).results)
     from ..pipeline import Pipeline  # heavy (torch): only once the input is known good
 
     pipe = Pipeline.from_model(

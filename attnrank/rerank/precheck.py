@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..llm.modelconfig import PROMPT_MARGIN, model_context_length, prompt_length_floor
 from ..llm.models import load_tokenizer
 from ..llm.prompts import build_rerank_prompts
-from ..types import Document, as_documents
+from ..types import as_documents
 from .config import RerankConfig
 from .inputs import check_documents
 from .windows import check_fit_alone
@@ -24,9 +24,11 @@ def check_prompts_before_load(
     docs_per_query: Sequence[Sequence[Any]],
     query_ids: Sequence[str] | None = None,
 ) -> None:
-    """Refuse, as the reranker of ``config`` would once loaded, a query of ``queries`` (named by its
-    id in ``query_ids``, else its number) one of whose documents ``docs_per_query`` does not fit a
-    full-attention prompt even alone (``max_prompt_tokens``, else the context less 64).
+    """Refuse, as the reranker of ``config`` would once loaded
+    (:meth:`~attnrank.rerank.attention.AttentionReranker.check_batch`), a query of
+    ``queries`` (named by its id in ``query_ids``, else its number) one of whose documents
+    ``docs_per_query`` does not fit a full-attention prompt even alone (``max_prompt_tokens``, else
+    the context less 64).
 
     Left to the reranker where it may judge otherwise: no attention (signals, the likelihood, whose
     queries :func:`~attnrank.rerank.likelihood.check_queries_fit` checks), block attention (its
@@ -35,25 +37,41 @@ def check_prompts_before_load(
     GGUF file or an unreadable config: :func:`~attnrank.llm.modelconfig.prompt_length_floor`).
     Each prompt is measured without its calibration twin, so nothing is refused here that the
     reranker would accept (a one-word query's "N/A" prompt may be longer)."""
-    if not config.uses_attention or config.attention != "full":
+    limit = early_prompt_limit(config)
+    if limit is None:
         return
-    floor, context = prompt_length_floor(config.model), model_context_length(config.model)
-    if floor is None or context is None or floor != context - PROMPT_MARGIN:
-        return
-    limit = config.max_prompt_tokens or floor
     tok = load_tokenizer(config.model)
     for i, (query, docs) in enumerate(zip(queries, docs_per_query)):
-        documents = as_documents(docs)[0]
-        if not documents or not isinstance(query, str) or not query.strip():  # (the reranker's own refusals)
-            continue
         try:
-            _check_query(tok, config, limit, query, documents)
+            _check_query(tok, config, limit, query, docs)
         except InputError as e:
             raise InputError(f"query {'#' + str(i) if query_ids is None else repr(query_ids[i])}: {e}") from None
 
 
-def _check_query(tok: Any, config: RerankConfig, limit: int, query: str, documents: list[Document]) -> None:
+def check_query_before_load(config: RerankConfig, query: str, docs: Sequence[Any]) -> None:
+    """:func:`check_prompts_before_load` of one query, refused as
+    :meth:`~attnrank.rerank.attention.AttentionReranker.rank` refuses it (no query named)."""
+    limit = early_prompt_limit(config)
+    if limit is not None:
+        _check_query(load_tokenizer(config.model), config, limit, query, docs)
+
+
+def early_prompt_limit(config: RerankConfig) -> int | None:
+    """The positions one prompt of ``config``'s reranker may span, where the model's config alone
+    gives them (None: the checks of this module are left to the loaded reranker)."""
+    if not config.uses_attention or config.attention != "full":
+        return None
+    floor, context = prompt_length_floor(config.model), model_context_length(config.model)
+    if floor is None or context is None or floor != context - PROMPT_MARGIN:
+        return None
+    return config.max_prompt_tokens or floor
+
+
+def _check_query(tok: Any, config: RerankConfig, limit: int, query: str, docs: Sequence[Any]) -> None:
     """One query's documents, each in a prompt of its own where all of them do not fit ``limit``."""
+    documents = as_documents(docs)[0]
+    if not documents or not isinstance(query, str) or not query.strip():  # (the reranker's own refusals)
+        return
     check_documents(documents)
     check_fit_alone(
         len(documents),

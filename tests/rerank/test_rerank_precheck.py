@@ -122,3 +122,36 @@ def test_search_refuses_a_passage_no_prompt_holds_before_the_model_loads(
     said = r.output + str(r.exception)
     assert r.exit_code == 1 and "query 'q1': " in said and "fits max_prompt_tokens=200 even alone" in said, said
     assert loads == []
+
+
+def test_ask_refuses_a_passage_no_prompt_holds_before_the_model_loads(tmp_path, tiny_dir, built_retriever, monkeypatch):
+    """ask's reranker found it only inside the pipeline, once the model had loaded; refused now in
+    the words of its rank()."""
+    from typer.testing import CliRunner
+
+    from attnrank.cli import app
+    from attnrank.llm import models
+
+    built_retriever.save(tmp_path / "ix")
+    loads = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    options = ["--model", str(tiny_dir), "--preset", "qrhead", "--heads", "all", "--attention", "full"]
+    r = CliRunner().invoke(
+        app,
+        [
+            "ask",
+            "vitamin D",
+            "--index-dir",
+            str(tmp_path / "ix"),
+            "--depth",
+            "3",
+            "-k",
+            "2",
+            *options,
+            "--max-prompt-tokens",
+            "200",
+        ],
+    )
+    said = r.output + str(r.exception)
+    assert r.exit_code == 1 and said.startswith("no document fits max_prompt_tokens=200 even alone"), said
+    assert loads == []
