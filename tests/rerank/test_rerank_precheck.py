@@ -91,67 +91,38 @@ def test_rerank_refuses_a_passage_no_prompt_holds_before_the_model_loads(tmp_pat
     assert loads == []
 
 
-def test_search_refuses_a_passage_no_prompt_holds_before_the_model_loads(
-    tmp_path, tiny_dir, built_retriever, monkeypatch
-):
-    """The same over an index's first-stage hits: refused once they are found, before the model loads."""
+def _over_an_index(monkeypatch, tmp_path, tiny_dir, built_retriever, command: list[str]) -> tuple[int, str, list]:
+    """``command`` over the saved SciFact slice with an attention preset whose 200-token prompts hold
+    no abstract: (exit code, what it said, the model loads it made)."""
     from typer.testing import CliRunner
 
     from attnrank.cli import app
     from attnrank.llm import models
 
     built_retriever.save(tmp_path / "ix")
-    loads = []
+    loads: list = []
     monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
     options = ["--model", str(tiny_dir), "--preset", "qrhead", "--heads", "all", "--attention", "full"]
-    r = CliRunner().invoke(
-        app,
-        [
-            "search",
-            "vitamin D",
-            "--index-dir",
-            str(tmp_path / "ix"),
-            "--rerank",
-            "3",
-            *options,
-            "--max-prompt-tokens",
-            "200",
-            "-q",
-        ],
+    index = ["--index-dir", str(tmp_path / "ix"), "--max-prompt-tokens", "200"]
+    r = CliRunner().invoke(app, [*command, *index, *options])
+    return r.exit_code, r.output + str(r.exception), loads
+
+
+def test_search_refuses_a_passage_no_prompt_holds_before_the_model_loads(
+    tmp_path, tiny_dir, built_retriever, monkeypatch
+):
+    """The same over an index's first-stage hits: refused once they are found, before the model loads."""
+    code, said, loads = _over_an_index(
+        monkeypatch, tmp_path, tiny_dir, built_retriever, ["search", "vitamin D", "--rerank", "3"]
     )
-    said = r.output + str(r.exception)
-    assert r.exit_code == 1 and "query 'q1': " in said and "fits max_prompt_tokens=200 even alone" in said, said
+    assert code == 1 and "query 'q1': " in said and "fits max_prompt_tokens=200 even alone" in said, said
     assert loads == []
 
 
 def test_ask_refuses_a_passage_no_prompt_holds_before_the_model_loads(tmp_path, tiny_dir, built_retriever, monkeypatch):
     """ask's reranker found it only inside the pipeline, once the model had loaded; refused now in
     the words of its rank()."""
-    from typer.testing import CliRunner
-
-    from attnrank.cli import app
-    from attnrank.llm import models
-
-    built_retriever.save(tmp_path / "ix")
-    loads = []
-    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
-    options = ["--model", str(tiny_dir), "--preset", "qrhead", "--heads", "all", "--attention", "full"]
-    r = CliRunner().invoke(
-        app,
-        [
-            "ask",
-            "vitamin D",
-            "--index-dir",
-            str(tmp_path / "ix"),
-            "--depth",
-            "3",
-            "-k",
-            "2",
-            *options,
-            "--max-prompt-tokens",
-            "200",
-        ],
-    )
-    said = r.output + str(r.exception)
-    assert r.exit_code == 1 and said.startswith("no document fits max_prompt_tokens=200 even alone"), said
+    ask = ["ask", "vitamin D", "--depth", "3", "-k", "2"]
+    code, said, loads = _over_an_index(monkeypatch, tmp_path, tiny_dir, built_retriever, ask)
+    assert code == 1 and said.startswith("no document fits max_prompt_tokens=200 even alone"), said
     assert loads == []
