@@ -148,10 +148,10 @@ class RayExecutor:
             # submissible_tasks_.end()", on a force-cancel of the task whose failure it had just
             # raised; twice it killed the test suite silently in CI)
             _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=0)
-            for ref in pending:
-                self.ray.cancel(ref, force=True)
             if not pending:
                 break
+            for ref in pending:
+                self.ray.cancel(ref, force=True)
             _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=0.5)
             if pending and time.monotonic() > warn_at:
                 logger.warning("waiting for %d cancelled Ray task(s) to end before cleaning up", len(pending))
