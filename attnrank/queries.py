@@ -15,8 +15,11 @@ from .types import encodable, is_blank
 logger = logging.getLogger(__name__)
 
 
-def load_queries(path: str | Path) -> dict[str, str]:
-    """Read queries from BEIR ``queries.jsonl`` (``_id``, ``text``) or TSV ``id<TAB>text``."""
+def load_queries(path: str | Path, *, run_ids: bool = False) -> dict[str, str]:
+    """Read queries from BEIR ``queries.jsonl`` (``_id``, ``text``) or TSV ``id<TAB>text``.
+
+    ``run_ids``: the queries' results go into a TREC run, whose lines cannot hold an id with
+    whitespace in it: such an id is refused at its line (a BEIR id may hold a space)."""
     p = Path(path)
     if p.is_dir():
         p = p / "queries.jsonl"
@@ -48,6 +51,11 @@ def load_queries(path: str | Path) -> dict[str, str]:
                 raise InputError(f"{where}: empty query id before the tab; give every query an id")
         if qid in queries:
             raise InputError(f"{where}: duplicate query id {qid!r}; query ids must be unique")
+        if run_ids and any(c.isspace() for c in qid):
+            raise InputError(
+                f"{where}: query id {qid!r} holds whitespace, which a TREC run cannot hold (one field per "
+                "column); give ids without whitespace"
+            )
         if is_blank(text):
             raise InputError(f"{where}: query {qid!r} is empty")
         if not encodable(qid, text):

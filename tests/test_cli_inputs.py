@@ -732,9 +732,11 @@ def test_search_refuses_ids_a_run_cannot_hold_before_reranking(tmp_path, no_mode
     docs = [Document("my notes.md", "vitamin D and bones"), Document("b", "cats sleep")]
     ix = HybridRetriever().index(docs, show_progress=False).save(tmp_path / "ix")
     queries, out = tmp_path / "q.tsv", tmp_path / "run.trec"
-    queries.write_text("q 1\tvitamin D\n")
+    queries.write_text("q0\tbones\nq 1\tvitamin D\n")
     r = runner.invoke(app, ["search", "--queries", str(queries), "--index-dir", str(tmp_path / "no"), "-o", str(out)])
-    assert r.exit_code == 1 and "query id 'q 1' is empty or holds whitespace" in _text(r)
+    assert r.exit_code == 1 and f"{queries}:2: query id 'q 1' holds whitespace" in _text(r)  # (named at its line)
+    r = runner.invoke(app, ["search", "--queries", str(queries), "--index-dir", str(ix), "-q"])
+    assert r.exit_code == 0, _text(r)  # (without -o no run holds the id: searched as given)
     queries.write_text("q1\tvitamin D\n")
     r = runner.invoke(
         app, ["search", "--queries", str(queries), "--index-dir", str(ix), "--rerank", "2", "-o", str(out), "-q"]

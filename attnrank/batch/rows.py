@@ -26,11 +26,12 @@ STAGES = ("bm25", "dense", "hybrid", "attention", LIKELIHOOD, FUSED_STAGE)
 TEXT_COLUMNS = ("titles", "texts")
 
 
-def read_queries(path: str | Path) -> dict[str, str]:
-    """``{query id: text}`` from JSONL, TSV or Parquet; ids unique, texts non-empty (checked)."""
+def read_queries(path: str | Path, *, run_ids: bool = False) -> dict[str, str]:
+    """``{query id: text}`` from JSONL, TSV or Parquet; ids unique, texts non-empty (checked);
+    ``run_ids``: a JSONL or TSV line whose id a TREC run cannot hold is refused, named by its line."""
     p = Path(path)
     if p.suffix.lower() != ".parquet":
-        return load_queries(p)
+        return load_queries(p, run_ids=run_ids)
     if not p.is_file():
         raise InputError(f"queries file {str(p)!r} does not exist; give JSONL, TSV or Parquet queries")
     import pyarrow.parquet as pq

@@ -219,7 +219,7 @@ def run_batch(
     if config.rerank:
         check_device(config.device, ray_address, res.rerank_gpus)
     _check_outputs(output, parquet, queries)
-    qs = queries if isinstance(queries, dict) else read_queries(queries)
+    qs = queries if isinstance(queries, dict) else read_queries(queries, run_ids=output is not None)
     if not qs:
         raise InputError("no queries given; give at least one query")
     for qid in qs:  # (a file's are read so; a dict's " q1" beside "q1" made two rows every reader trims to one)

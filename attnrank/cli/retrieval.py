@@ -242,15 +242,13 @@ def search(
     if rerank == 0:
         refuse_without_rerank(rerank_given)
     _check_output(output, {"--queries": queries})
-    qs = {"q1": query} if queries is None else load_queries(queries)
+    qs = {"q1": query} if queries is None else load_queries(queries, run_ids=output is not None)
     if query is not None:  # the QUERY argument: a usage error (exit 2), as prune's, ask's, explain's
         with option_errors():
             check_queries([query])
             check_unicode([query], "QUERY")  # (undecodable bytes: refused after the index loaded, exit 1)
     if queries is not None:  # (the QUERY argument was checked above)
         check_queries(list(qs.values()))  # said before the index loads
-    if output is not None:
-        check_run_ids("query", qs, f"give {queries} ids without whitespace")
     name = _index_name(name, old_name)
     if rerank > 0:  # what the reranker reads from the head registry: before the index and the model load
         # (every preset: signals reads the model's registered weights, keyed by its id and fingerprint)

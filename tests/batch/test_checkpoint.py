@@ -663,6 +663,9 @@ def test_ids_a_run_cannot_hold_and_a_checkpoint_at_an_output_are_refused_before_
     config, out = BatchConfig(str(index), mode="bm25"), tmp_path / "run.trec"
     with pytest.raises(InputError, match="query id 'q 1' is empty or holds whitespace"):
         run_batch({"q 1": "apple"}, config, output=out, progress=False)
+    (queries := tmp_path / "q.jsonl").write_text('{"_id": "q1", "text": "apple"}\n{"_id": "q 2", "text": "pear"}\n')
+    with pytest.raises(InputError, match=f"{queries}:2: query id 'q 2' holds whitespace"):  # a file's: at its line
+        run_batch(queries, config, output=out, progress=False)
     run_batch({"q 1": "apple"}, config, parquet=tmp_path / "rows.parquet", progress=False)  # Parquet holds it
     for checkpoint, what in ((out, "-o"), (tmp_path / "rows.parquet", "--parquet")):
         with pytest.raises(InputError, match=f"is {what}; give the checkpoint its own folder"):
