@@ -91,15 +91,16 @@ def candidate_vectors(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The query's unit vector and the texts' (``[n, dim]``): ``stored[i]`` where given, else
     embedded: as a query and as documents where the embedder has roles
-    (:func:`~attnrank.index.embed.uses_roles`: e5's prompts), else bare, with the query in one batch
-    (the packaged MiniLM)."""
+    (:func:`~attnrank.index.embed.uses_roles`: e5's prompts), else bare (the packaged MiniLM).
+
+    The query is embedded alone, never in one batch with the texts: in bfloat16 its vector moves
+    with the batch's padding (about 1e-3 in a cosine), so a repeated request, whose texts were
+    kept from the first, scored otherwise than the first (a server's ``/v1/rerank``)."""
     todo = [i for i in range(len(texts)) if stored is None or stored[i] is None]
-    if not uses_roles(embedder):
-        vecs = encode(embedder, [query, *(texts[i] for i in todo)])
-        query_vec, fresh = vecs[0], vecs[1:]
-    else:
-        query_vec = encode(embedder, [query], role="query")[0]
-        fresh = encode(embedder, [texts[i] for i in todo], role="document") if todo else np.empty((0, len(query_vec)))
+    roles = uses_roles(embedder)
+    query_vec = encode(embedder, [query], role="query" if roles else None)[0]
+    todo_texts = [texts[i] for i in todo]
+    fresh = encode(embedder, todo_texts, role="document" if roles else None) if todo else np.empty((0, len(query_vec)))
     docs = np.empty((len(texts), len(query_vec)), dtype=np.float32)
     docs[todo] = fresh
     for i, vec in enumerate(stored or ()):
