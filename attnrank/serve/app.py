@@ -167,7 +167,39 @@ def _invalid_message(request: Request, errors: Any) -> str:
             f"the body was sent with content-type {kind!r}, so it was not read as JSON; "
             "send a JSON object with the header 'content-type: application/json'"
         )
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+    first = _union_member_error(errors) or first
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and not _is_member_tag(p)) or "body"
     if first.get("type") == "extra_forbidden":
         return f"{where}: not a field of this request (or a second name of one given); remove or rename it"
+    if tuple(first.get("loc", ()))[-1:] == ("str",) and any(e.get("type") in _NOT_AN_OBJECT for e in errors):
+        return f"{where}: give a string or a JSON object with the document's fields"  # (neither: a number, a list)
     return f"{where}: {first.get('msg', 'invalid')}"
+
+
+# pydantic's error types for a value that is no JSON object where a model was a member of the union
+_NOT_AN_OBJECT = ("model_type", "model_attributes_type")
+
+
+def _is_member_tag(part: Any) -> bool:
+    """Whether a location part names a member of a union (``str``, or a model's class name such as
+    ``PruneDocument``), which pydantic puts in the path; the request's fields are snake_case."""
+    return isinstance(part, str) and (part == "str" or part[:1].isupper())
+
+
+def _union_member_error(errors: Any) -> dict[str, Any] | None:
+    """For a document given as a JSON object where a text or an object is accepted
+    (``str | PruneDocument``), the object's own error: pydantic lists the string member's first
+    ("Input should be a valid string"), which named the wrong fault."""
+    first = errors[0] if errors else {}
+    loc = tuple(first.get("loc", ()))
+    if not loc or loc[-1] != "str" or not isinstance(first.get("input"), dict):
+        return None
+    prefix = loc[:-1]
+    return next(
+        (
+            e
+            for e in errors[1:]
+            if tuple(e.get("loc", ()))[: len(prefix)] == prefix and e.get("type") not in _NOT_AN_OBJECT
+        ),
+        None,
+    )

@@ -990,3 +990,18 @@ def test_an_unexpected_error_mid_stream_sends_no_exception_text(llm, built_retri
     assert r.status_code == 200 and "event: error" in r.text
     assert "internal error; see the server log" in r.text and "secret" not in r.text
     assert "secret/weights.bin" in caplog.text  # (the server's log keeps it)
+
+
+def test_a_document_object_refused_names_its_own_fault_not_the_string_form(url):
+    """A document may be a text or an object; pydantic lists the text form's error first, and every
+    bad object was answered "documents.0.str: Input should be a valid string"."""
+    cases = [
+        ("/v1/prune", {"text": "Hello there.", "id": "a", "extra": 1}, "documents.0.extra: not a field"),
+        ("/v1/prune", {"id": "a"}, "documents.0.text: Field required"),
+        ("/v1/prune", {"text": "Hello there.", "id": 5}, "documents.0.id: Input should be a valid string"),
+        ("/v1/rerank", {"txt": "Hello"}, "documents.0.text: Field required"),
+        ("/v1/rerank", 5, "documents.0: give a string or a JSON object with the document's fields"),
+    ]
+    for path, document, message in cases:
+        r = httpx.post(f"{url}{path}", json={"query": QUERY, "documents": [document]})
+        assert r.status_code == 422 and r.json()["message"].startswith(message), (document, r.json()["message"])
