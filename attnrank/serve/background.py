@@ -28,13 +28,20 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
 def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address, or ``localhost``) is this machine's loopback interface alone."""
+    """Whether ``host`` (an address, or a name such as ``localhost``) is this machine's loopback
+    interface alone, read as :func:`bound_socket` binds it: through the system's resolver, so that
+    ``127.1``, ``2130706433`` or a name of 127.0.1.1 count (they bind loopback, and were served with
+    the warning of an exposed server and without the Host check), and ``::ffff:127.0.0.1`` too."""
     if host.strip().lower() == "localhost":
         return True
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        return ipaddress.ip_address(host.strip()).is_loopback
-    except ValueError:  # (a name: whatever it resolves to)
+        infos = socket.getaddrinfo(host.strip(), None, family, socket.SOCK_STREAM)
+        address = ipaddress.ip_address(str(infos[0][4][0]).split("%")[0])  # (an IPv6 scope: not an address part)
+    except (OSError, UnicodeError, ValueError, IndexError):  # (unresolvable: binding it fails as well)
         return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def allowed_hosts(host: str) -> tuple[str, ...] | None:

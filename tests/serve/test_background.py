@@ -24,7 +24,19 @@ def test_another_loopback_spelling_answers_its_own_url_too(host, own):
         assert httpx.get(f"{base}/hello", headers={"host": "attacker.example"}).status_code == 400
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1", "fe80::1", "example.org"])
+@pytest.mark.parametrize(
+    "host, own", [("127.1", "127.1"), ("2130706433", "2130706433"), ("::ffff:127.0.0.1", "[::ffff:127.0.0.1]")]
+)
+def test_a_spelling_the_system_reads_as_loopback_is_loopback(host, own):
+    """`--host 127.1` binds 127.0.0.1, as the system's resolver reads it, but was taken for an exposed
+    address: a warning that every route answers anyone, and no Host check (DNS rebinding)."""
+    assert is_loopback(host) and allowed_hosts(host) == (*LOOPBACK_HOSTS, own)
+    with background_server(_hello(), host=host) as base:
+        assert httpx.get(f"{base}/hello").json() == {"hello": "world"}
+        assert httpx.get(f"{base}/hello", headers={"host": "attacker.example"}).status_code == 400
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1", "fe80::1", "::ffff:10.0.0.1", "example.org"])
 def test_another_address_answers_any_host_name(host):
     assert not is_loopback(host) and allowed_hosts(host) is None
 
