@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import InputError
 from ..llm.models import check_model_arg
 from ..llm.recording import forward_lock
+from ..llm.statestore import ids_by_position
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from ..rerank.config_checks import check_fields
@@ -349,13 +350,15 @@ def rank_text_first(
     ``docs`` of those that hold none, which a framework's list gets after the ranked ones,
     unscored, as far as ``k`` leaves room. Why: one empty chunk (a PDF loader's, an image node's)
     failed the whole rerank, naming its position; the reranker refuses to score one (its slot
-    label alone would draw attention, :func:`~attnrank.types.check_texts`)."""
+    label alone would draw attention, :func:`~attnrank.types.check_texts`). The documents' ids are
+    their positions in the framework's list (:func:`~attnrank.llm.statestore.ids_by_position`)."""
     empty = [i for i, d in enumerate(docs) if not has_text(d)]
-    if not empty:
-        return reranker.rank(query, docs, k=k), []
     skip = set(empty)
     scorable = [d for i, d in enumerate(docs) if i not in skip]
-    res = reranker.rank(query, scorable, k=k) if scorable else RankedResults(query, [])
+    with ids_by_position():
+        if not empty:
+            return reranker.rank(query, docs, k=k), []
+        res = reranker.rank(query, scorable, k=k) if scorable else RankedResults(query, [])
     room = len(empty) if k is None else max(0, k - len(res))
     return res, empty[:room]
 

@@ -17,6 +17,8 @@ Arrays are memory-mapped on load. A store built for another model, dtype, head d
 settings or chat template is refused with an error naming the difference; a passage whose text
 changed since the build has another state key, so its stored states are never used (it is
 encoded afresh, with a warning naming the passage once; :attr:`PassageStateStore.stale` counts them).
+Passages named by their positions in a request (:func:`ids_by_position`) are looked up by their
+states alone: a stored passage under the same id is another passage, not a changed one.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,24 @@ FORMAT = "attnrank-passage-states"
 # are right only for a model none of those fixes touched (fixes to how kept keys are rotated when
 # blocks are assembled, as for EXAONE 4's layers without rotary, change no stored state).
 ENCODER = 2
+
+
+# Whether the passages being looked up are named by their positions in a request ("0", "1", ...:
+# plain texts, a server's /v1/rerank, a framework's documents) rather than by corpus ids.
+_BY_POSITION: ContextVar[bool] = ContextVar("attnrank_ids_by_position", default=False)
+
+
+@contextmanager
+def ids_by_position() -> Iterator[None]:
+    """Inside (this thread or task): the passages' ids are their positions in a request, not corpus
+    ids, so a lookup never takes a stored passage of the same id for a changed one. Why: a server's
+    ``/v1/rerank`` over an index with stored states warned that passage '0' had changed, and counted
+    it ``stale``, for any text sent first (the corpus's own text too, sent without its title)."""
+    token = _BY_POSITION.set(True)
+    try:
+        yield
+    finally:
+        _BY_POSITION.reset(token)
 
 
 def _hash_ids(ids: Sequence[int]) -> str:
@@ -314,7 +336,7 @@ class PassageStateStore:
         damaged: an :class:`InputError`, never states cut at other rows)."""
         row = self.by_key.get(key)
         if row is None:
-            if doc_id in self.key_of_id:
+            if doc_id in self.key_of_id and not _BY_POSITION.get():
                 with self._counting:
                     self.stale += 1
                 if doc_id not in self._warned:  # (once: a server's /v1/rerank may send other texts under these ids)

@@ -22,6 +22,7 @@ scores: :mod:`attnrank.rerank.fusing`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -47,7 +48,7 @@ from ..llm.models import (
 )
 from ..llm.prompts import CALIBRATION_QUERY
 from ..llm.states import StateCache
-from ..llm.statestore import PassageStateStore
+from ..llm.statestore import PassageStateStore, ids_by_position
 from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
 from .aggregation import window_document_scores, without_attention_evidence
 from .capturing import WindowCapture
@@ -286,7 +287,10 @@ class AttentionReranker(WindowCapture, FusedScoring):
             return RankedResults(query, [], query_id, stage="attention" if self.fused is None else FUSED_STAGE)
         attention, evidence = None, None
         if self.uses_attention:
-            attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
+            # a plain text's id is its position: not the stored passage of that id (ids_by_position)
+            texts_given = isinstance(docs, Sequence) and any(isinstance(d, str) for d in docs)
+            with ids_by_position() if texts_given else contextlib.nullcontext():
+                attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
             if previous is not None:  # an earlier attention stage's token scores are not this one's
                 previous = [without_attention_evidence(p) for p in previous]
         stage, scores = "attention", attention

@@ -19,7 +19,7 @@ from fastapi.responses import StreamingResponse
 from ..config import DEFAULT_BUDGET_TOKENS
 from ..explain import check_explainable, explain_results
 from ..llm.states import StateCache
-from ..llm.statestore import PassageStateStore
+from ..llm.statestore import PassageStateStore, ids_by_position
 from ..pipeline import Pipeline
 from ..prune.context import PrunedContext, check_budget
 from ..rerank.inputs import check_unique_ids
@@ -88,7 +88,8 @@ async def _rank(
 
     def work(job: Job) -> tuple[RankedResults, list[dict[str, Any]] | None]:
         job.check()
-        res = reranker.rank(query, docs, k=top_n, return_evidence=explain)
+        with ids_by_position():  # ("0", "1", ...: not the index's passages of those ids)
+            res = reranker.rank(query, docs, k=top_n, return_evidence=explain)
         job.check()  # the client left while the model ran: drop the rest
         return res, ([e.as_dict() for e in explain_results(reranker, res)] if explain else None)
 

@@ -17,6 +17,7 @@ from attnrank.llm.capture import capture_blocks
 from attnrank.llm.rows import document_scores, token_scores
 from attnrank.rerank.attention import AttentionReranker
 from attnrank.rerank.config import RerankConfig
+from attnrank.types import Document
 
 HEADS = [(1, 0), (2, 3), (3, 1)]
 QUERY = "What is the capital of France?"
@@ -220,6 +221,44 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
         r = runner.invoke(app, [*search, "--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40", "-q"])
     assert r.exit_code == 0, r.output
     assert "not reading the index's passage states" in caplog.text and "no readable" in caplog.text
+
+
+def test_texts_sent_to_rerank_are_not_taken_for_the_stored_passages_of_their_positions(tmp_path, tiny_dir, caplog):
+    """A server's /v1/rerank (and a plain text given to rank) names its texts "0", "1", ...; over an
+    index whose corpus numbers its ids so, every request warned that passage '0' had changed since
+    its states were stored, and /health counted it stale (the corpus's own text too, sent without
+    its title). A caller's own id with another text is still told."""
+    import httpx
+
+    from attnrank.rerank.config import RerankConfig
+    from attnrank.serve.app import create_app
+    from attnrank.serve.background import background_server
+    from attnrank.serve.engine import build_engine
+
+    texts = ["Paris is the capital of France.", "Berlin lies on the Spree.", "Bananas grow in the tropics."]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "title": "T", "text": t}) + "\n" for i, t in enumerate(texts)))
+    ix = tmp_path / "ix"
+    args = ["--preset", "fused", "--model", str(tiny_dir), "--heads", "all"]
+    assert _index_with_states(corpus, ix, "float16", args).exit_code == 0
+    config = RerankConfig.preset("fused", model=str(tiny_dir), heads="all")
+    engine = build_engine(config, index=ix, prune=False, generate=False)
+    store = engine.reranker.store
+    with caplog.at_level("WARNING", logger="attnrank.llm.statestore"), background_server(create_app(engine)) as base:
+        for body in (
+            {"query": "capital?", "documents": ["Madrid is in Spain.", "Rome is in Italy."]},
+            {"query": "capital?", "documents": texts},
+        ):
+            assert httpx.post(f"{base}/v1/rerank", json=body).status_code == 200
+        assert httpx.get(f"{base}/health").json()["passage_states"]["stored"]["stale"] == 0
+    engine.reranker.rank("capital?", ["Madrid is in Spain.", "Rome is in Italy."])  # plain texts: positions too
+    # a framework's documents (LangChain, LlamaIndex, Haystack) are named by their positions as well
+    from attnrank.integrations.shared import rank_text_first
+
+    rank_text_first(engine.reranker, "capital?", [Document("1", "Oslo is in Norway."), Document("2", "Bern.")], None)
+    assert store.stale == 0 and "changed since its states were stored" not in caplog.text
+    engine.reranker.rank("capital?", [Document("0", "Lisbon is in Portugal."), Document("x", "Rome.")])  # own ids
+    assert store.stale == 1 and "passage '0' changed" in caplog.text
 
 
 def test_index_rejects_state_options_without_states(tmp_path, scifact_mini):
