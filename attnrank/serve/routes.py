@@ -75,9 +75,10 @@ def _state_stats(server: Server) -> dict[str, Any]:
 
 
 async def _rank(
-    request: Request, query: str, texts: list[str], top_n: int | None, explain: bool
+    request: Request, query: str, texts: list[str], top_n: int | None, explain: bool, cut: str | None = None
 ) -> tuple[RankedResults, list[dict[str, Any]] | None]:
-    """Rerank ``texts`` (ids are their positions) and, if asked, explain each result."""
+    """Rerank ``texts`` (ids are their positions) and, if asked, explain each result; ``cut``: the
+    request's field that cuts its documents, named where one is too long for any prompt."""
     server = _server(request)
     reranker = server.engine.reranker
     if explain:  # refused now, not after the ranking (or a full queue's 503)
@@ -88,12 +89,33 @@ async def _rank(
 
     def work(job: Job) -> tuple[RankedResults, list[dict[str, Any]] | None]:
         job.check()
-        with ids_by_position():  # ("0", "1", ...: not the index's passages of those ids)
-            res = reranker.rank(query, docs, k=top_n, return_evidence=explain)
+        try:
+            with ids_by_position():  # ("0", "1", ...: not the index's passages of those ids)
+                res = reranker.rank(query, docs, k=top_n, return_evidence=explain)
+        except InputError as e:
+            raise _client_fix(e, cut) from None
         job.check()  # the client left while the model ran: drop the rest
         return res, ([e.as_dict() for e in explain_results(reranker, res)] if explain else None)
 
     return await server.run(request, work, len(texts))
+
+
+# the reranker's advice for a passage no prompt holds: its settings, which are the server's
+_SERVER_FIX = "; lower max_doc_words/max_doc_tokens or "
+
+
+def _client_fix(e: InputError, cut: str | None) -> InputError:
+    """``e`` with a fix the client can apply where it advised the reranker's settings (fixed when
+    the server started): a document no prompt holds is sent shorter, or cut by the request's
+    ``cut`` field (a text of one long "word", emoji or CJK, passes the server's word cut)."""
+    message = str(e)
+    if _SERVER_FIX not in message:
+        return e
+    fix = "send it shorter" + (f", or cut every document with {cut}" if cut else "")
+    return InputError(
+        f"{message.split(_SERVER_FIX, 1)[0]}; {fix} (the server's own cut is set when it starts: "
+        "attnrank serve --max-doc-tokens N)"
+    )
 
 
 @router.post("/v1/rerank")
@@ -105,7 +127,7 @@ async def rerank_cohere(body: CohereRerankRequest, request: Request) -> dict[str
     server.check_texts(body.query, given)  # the documents as sent: before tokenizing them all to truncate
     server.jobs.check_room()  # a full queue answers 503 before the documents are tokenized to cut them
     texts = await asyncio.to_thread(server.truncate, given, body.max_tokens_per_doc)
-    res, expl = await _rank(request, body.query, texts, body.top_n, body.explain)
+    res, expl = await _rank(request, body.query, texts, body.top_n, body.explain, "max_tokens_per_doc")
     results = []
     for j, r in enumerate(res):
         item: dict[str, Any] = {"index": int(r.id), "relevance_score": r.score}

@@ -1005,3 +1005,23 @@ def test_a_document_object_refused_names_its_own_fault_not_the_string_form(url):
     for path, document, message in cases:
         r = httpx.post(f"{url}{path}", json={"query": QUERY, "documents": [document]})
         assert r.status_code == 422 and r.json()["message"].startswith(message), (document, r.json()["message"])
+
+
+def test_a_document_no_prompt_holds_is_refused_with_a_fix_the_client_can_apply(llm, built_retriever):
+    """A text of one long "word" (emoji, CJK) passes the reranker's word cut and the server's limits,
+    and its 422 advised max_doc_words, max_doc_tokens or max_prompt_tokens: the server's settings,
+    which a request cannot set (a field of that name is refused as unknown)."""
+    reranker = AttentionReranker(llm, config="fused", max_doc_words=40, max_prompt_tokens=300)
+    engine = Engine(reranker, ContextPruner(llm), Generator(llm, 8), built_retriever, "tiny-llama")
+    limits = Limits(max_documents=6, max_document_chars=2_000, max_total_tokens=20_000)
+    with live_server(create_app(engine, limits=limits)) as base:
+        documents = ["\U0001f389" * 150, "Paris is the capital of France."]
+        r = httpx.post(f"{base}/v1/rerank", json={"query": QUERY, "documents": documents})
+        message = r.json()["message"]
+        assert r.status_code == 422 and message.startswith("document #0 ('0') does not fit max_prompt_tokens=300")
+        assert "send it shorter, or cut every document with max_tokens_per_doc" in message
+        assert "lower max_doc_words" not in message
+        cut = httpx.post(f"{base}/v1/rerank", json={"query": QUERY, "documents": documents, "max_tokens_per_doc": 100})
+        assert cut.status_code == 200 and len(cut.json()["results"]) == 2  # (the fix it names works)
+        r = httpx.post(f"{base}/rerank", json={"query": QUERY, "texts": documents})  # TEI's has no such field
+        assert r.status_code == 422 and "send it shorter (the server's own cut" in r.json()["message"]
