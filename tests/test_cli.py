@@ -118,6 +118,15 @@ def test_a_search_without_hits_says_so_and_writes_no_empty_run(tmp_path, scifact
     r = runner.invoke(app, ["search", "zzzz qqqq", "--index-dir", str(ix), "--mode", "bm25", "-o", str(run), "-q"])
     assert r.exit_code == 1 and "no query had a hit, so nothing was written" in r.output + str(r.exception)
     assert not run.exists()
+    # some queries without a hit: "wrote ... for 2 queries" counted them, though the run has no line of theirs
+    queries = tmp_path / "q.tsv"
+    queries.write_text("a\tvitamin D\nb\tzzzz qqqq\n")
+    r = runner.invoke(
+        app, ["search", "--queries", str(queries), "--index-dir", str(ix), "--mode", "bm25", "-o", str(run)]
+    )
+    assert r.exit_code == 0 and f"results for 1 queries to {run}" in r.output, r.output
+    assert "warning: 1 of 2 queries had no hit (no line in a TREC run), e.g. 'b'" in r.output
+    assert {line.split()[0] for line in run.read_text().splitlines()} == {"a"}
 
 
 def test_a_model_that_cannot_load_is_named_before_the_index_loads(tmp_path, scifact_mini, monkeypatch):

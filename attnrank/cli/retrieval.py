@@ -280,7 +280,14 @@ def search(
         # the run's tag says what ranked it: the reranking preset (as `attnrank rerank` writes), else the first stage
         tag = f"attnrank-{rerank_config.name}" if rerank else f"attnrank-{mode or r.mode}"
         write_run(results, output, tag=tag, guard=RUN_GUARD)
-        typer.echo(f"wrote {sum(len(x) for x in results)} results for {len(results)} queries to {output}")
+        hit = sum(1 for x in results if len(x))
+        typer.echo(f"wrote {sum(len(x) for x in results)} results for {hit} queries to {output}")
+        if hit < len(results):  # (a run holds no line for them: counted, they read as if written; as batch says)
+            missed = [x.query_id for x in results if not len(x)]
+            typer.echo(
+                f"warning: {len(missed)} of {len(results)} queries had no hit (no line in a TREC run), e.g. {missed[0]!r}",
+                err=True,
+            )
     elif query is not None:
         _print_results(results[0])
     else:
