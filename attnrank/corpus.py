@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .files import is_index_folder
 from .markdown import markdown_title
 from .records import (
     GZIP_ERRORS,
@@ -280,14 +281,25 @@ def _files(path: Path) -> list[Path]:
     files and folders (a name starting with ".") left out: Jupyter's checkpoints and an editor's
     trash hold copies, which became documents of their own. A folder reached both by its own path
     and through a link is read at its own path, so that its documents' ids do not depend on the
-    order the file system lists folders in (they did: ``alias/x.txt`` here, ``real/x.txt`` on a copy)."""
+    order the file system lists folders in (they did: ``alias/x.txt`` here, ``real/x.txt`` on a copy).
+    An attnrank index folder inside is left out too (``attnrank index . --index notes`` writes
+    ``./indexes/notes``): its ``docs.jsonl`` made the folder no corpus, so it could not be indexed again."""
+    skipped: set[str] = set()
 
-    def visible(dirs: list[str]) -> list[str]:  # (hidden: .ipynb_checkpoints, .trash, .git copies)
-        return sorted(d for d in dirs if not d.startswith("."))
+    def visible(root: str, dirs: list[str]) -> list[str]:  # (hidden: .ipynb_checkpoints, .trash, .git copies)
+        out = []
+        for d in sorted(dirs):
+            if d.startswith("."):
+                continue
+            if is_index_folder(os.path.join(root, d)):
+                skipped.add(os.path.join(root, d))
+                continue
+            out.append(d)
+        return out
 
     direct = set()  # the folders under path reached without a link
     for root, dirs, _ in os.walk(path):
-        dirs[:] = visible(dirs)
+        dirs[:] = visible(root, dirs)
         direct.add(os.path.realpath(root))
     seen: set[str] = set()
     found = []
@@ -297,8 +309,12 @@ def _files(path: Path) -> list[Path]:
             dirs[:] = []
             continue
         seen.add(real)
-        dirs[:] = [d for d in visible(dirs) if not (os.path.islink(os.path.join(root, d)) and _real(root, d) in direct)]
+        dirs[:] = [
+            d for d in visible(root, dirs) if not (os.path.islink(os.path.join(root, d)) and _real(root, d) in direct)
+        ]
         found += [Path(root) / n for n in names if not n.startswith(".")]
+    for folder in sorted(skipped):
+        logger.info("%s: left out %s, an attnrank index, not part of the corpus", path, folder)
     return sorted(found)
 
 

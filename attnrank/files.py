@@ -5,6 +5,7 @@ Parquet file), and hashed (:func:`file_sha256`) to verify what was written."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -13,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError
 
@@ -21,6 +23,28 @@ logger = logging.getLogger(__name__)
 # The siblings a write makes of ``NAME`` (:func:`sibling`): ``.NAME.tmp-PID-HEX`` while it writes
 # (:func:`atomic_path`, an index's folder), ``.NAME.old-PID-HEX`` for the index a swap replaced
 SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})$")
+
+
+# What makes a folder an attnrank index (:mod:`attnrank.index.store` writes it): its manifest, of
+# one of two formats. Here, below the corpus readers, so that a folder corpus can leave an index
+# inside it out of its documents.
+MANIFEST = "manifest.json"
+INDEX_FORMAT = "attnrank-index"
+SHARDED_FORMAT = "attnrank-sharded-index"
+
+
+def index_manifest(path: str | Path) -> dict[str, Any] | None:
+    """The attnrank manifest of folder ``path`` (ordinary or sharded, any version), else None."""
+    try:
+        m = json.loads((Path(path) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) and m.get("format") in (INDEX_FORMAT, SHARDED_FORMAT) else None
+
+
+def is_index_folder(path: str | Path) -> bool:
+    """True when ``path`` is a folder with a readable attnrank manifest (ordinary or sharded, any version)."""
+    return index_manifest(path) is not None
 
 
 def file_sha256(path: str | Path) -> str:

@@ -87,6 +87,25 @@ def test_a_text_folder_leaves_out_hidden_copies_and_takes_the_heading_out_of_the
     assert (docs["only.md"].title, docs["only.md"].text) == ("Just a heading", "")
 
 
+def test_a_text_folder_leaves_out_an_index_built_inside_it(tmp_path, caplog):
+    """`attnrank index notes --index-dir notes/idx` (or `attnrank index .` with ./indexes) built, and
+    then the folder was no corpus: the index's docs.jsonl was taken for a record file, refused. A
+    folder that only looks like one (a manifest.json of another format) is read as before."""
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    (tmp_path / "a.txt").write_text("fleas bite")
+    (tmp_path / "indexes").mkdir()
+    HybridRetriever().index([Document("a.txt", "fleas bite")], show_progress=False).save(tmp_path / "indexes" / "n")
+    with caplog.at_level(logging.INFO, logger="attnrank.corpus"):
+        docs = load_corpus(tmp_path)[0]
+    assert [d.id for d in docs] == ["a.txt"] and "an attnrank index, not part of the corpus" in caplog.text
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "manifest.json").write_text('{"format": "something else"}')
+    (tmp_path / "other" / "b.txt").write_text("ticks too")
+    assert [d.id for d in load_corpus(tmp_path)[0]] == ["a.txt", "other/b.txt"]
+
+
 def test_markdown_front_matter_is_metadata_and_names_the_title(tmp_path):
     """A Jekyll/Hugo post's YAML front matter was read as the text's first lines (its keys and
     dates ranked as passage words) and hid the heading below it from the title."""

@@ -103,7 +103,7 @@ def _check_demo_folder(target: Path, checksum: str) -> None:
     """The demo rebuilds its index at ``target`` on every run, so it may replace only an index of
     the demo corpus itself (or an empty folder): a user's own index saved under the name ``demo``
     is refused, naming the way out, before anything is built."""
-    from ..index.folders import index_manifest
+    from ..files import index_manifest
 
     if not target.exists() or (target.is_dir() and not any(target.iterdir())):
         return

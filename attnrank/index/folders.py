@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import logging
 import os
 import shutil
@@ -36,28 +35,22 @@ from typing import Any, TypeGuard
 
 from ..config import cache_dir
 from ..errors import InputError
-from ..files import SIBLING, check_writable, process_alive, sibling, stale
+from ..files import (
+    INDEX_FORMAT,
+    MANIFEST,
+    SHARDED_FORMAT,
+    SIBLING,
+    check_writable,
+    index_manifest,
+    is_index_folder,
+    process_alive,
+    sibling,
+    stale,
+)
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
-INDEX_FORMAT = "attnrank-index"
-SHARDED_FORMAT = "attnrank-sharded-index"
 _OS_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})  # file managers' own: nothing to lose
-
-
-def index_manifest(path: Path) -> dict[str, Any] | None:
-    """The attnrank manifest of folder ``path`` (ordinary or sharded, any version), else None."""
-    try:
-        m = json.loads((Path(path) / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return m if isinstance(m, dict) and m.get("format") in (INDEX_FORMAT, SHARDED_FORMAT) else None
-
-
-def is_index_folder(path: Path) -> bool:
-    """True when ``path`` is a folder with a readable attnrank manifest (ordinary or sharded, any version)."""
-    return index_manifest(path) is not None
 
 
 def _listed(root: Path, m: dict[str, Any]) -> set[str]:

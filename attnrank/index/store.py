@@ -32,10 +32,18 @@ from typing import Any, TypeVar
 
 from ..config import PASSAGE_STATES_FOLDER, fault_point
 from ..errors import IndexFormatError
-from ..files import file_sha256, fsync_folder, fsync_tree, hold_writer_lock, sibling
+from ..files import (
+    INDEX_FORMAT,
+    MANIFEST,
+    SHARDED_FORMAT,
+    file_sha256,
+    fsync_folder,
+    fsync_tree,
+    hold_writer_lock,
+    sibling,
+)
 from ..types import Document
 from .folders import (
-    SHARDED_FORMAT,
     Protected,
     carry_mode,
     check_target,
@@ -52,7 +60,6 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 
 
 def corpus_checksum(docs: Sequence[Document]) -> str:
@@ -230,7 +237,7 @@ def file_entries(root: Path, skip: Iterable[str] = ()) -> dict[str, dict[str, An
 def write_manifest(root: Path, info: dict[str, Any]) -> None:
     files = file_entries(root)
     manifest = {
-        "format": "attnrank-index",
+        "format": INDEX_FORMAT,
         "format_version": FORMAT_VERSION,
         "build_id": uuid.uuid4().hex,
         **info,
@@ -263,7 +270,7 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
             f"{root} is a sharded index: search it with `attnrank batch` (ShardedRetriever.load), or "
             "merge it into one ordinary index with `attnrank merge-shards`"
         )
-    if not isinstance(manifest, dict) or manifest.get("format") != "attnrank-index":
+    if not isinstance(manifest, dict) or manifest.get("format") != INDEX_FORMAT:
         raise IndexFormatError(f"{path} is not an attnrank index manifest; rebuild the index")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:

@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import IndexFormatError
-from ...files import file_sha256
+from ...files import INDEX_FORMAT, SHARDED_FORMAT, file_sha256
 from ..settings import INDEX_FILES as SHARD_FILES
 from ..settings import manifest_settings
 from ..store import MANIFEST, check_files, file_entries, read_manifest
 
-SHARDED_FORMAT = "attnrank-sharded-index"
 SHARDED_VERSION = 1
 
 
@@ -120,7 +119,7 @@ def _top_manifest(root: Path) -> dict[str, Any]:
         raise IndexFormatError(f"{root} has no {MANIFEST}: not an index or an incomplete build; rebuild it") from None
     except (OSError, ValueError) as e:
         raise IndexFormatError(f"{path} cannot be read ({e}); rebuild the sharded index") from None
-    if isinstance(m, dict) and m.get("format") == "attnrank-index":  # (merge-shards named no fix)
+    if isinstance(m, dict) and m.get("format") == INDEX_FORMAT:  # (merge-shards named no fix)
         raise IndexFormatError(
             f"{root} is an ordinary (single) attnrank index, not a sharded one: it needs no merging; "
             "load or search it as it is"
