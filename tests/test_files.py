@@ -56,6 +56,20 @@ def test_check_file_target_refuses_what_atomic_path_cannot_write(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "new").exists()
 
 
+def test_check_file_target_refuses_a_path_inside_an_index(tmp_path):
+    """`search -o indexes/sf/run.trec` wrote into the index folder: a file its manifest does not list,
+    after which `attnrank index` refused to rebuild that index without --force."""
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    ix = HybridRetriever().index([Document("a", "fleas bite")], show_progress=False).save(tmp_path / "ix")
+    for path in (ix / "run.trec", ix / "sub" / "run.trec"):
+        with pytest.raises(InputError, match=re.escape(f"-o {path} lies inside the attnrank index {ix}")):
+            check_file_target(path, "-o")
+    assert not (ix / "run.trec").exists() and not (ix / "sub").exists()
+    check_file_target(tmp_path / "run.trec", "-o")  # beside it is fine
+
+
 def test_check_file_target_refuses_a_folder_it_cannot_write_in(tmp_path, unwritable_dir):
     """The temporary file was first created after the work (a search, an index build): an
     unwritable folder failed only then, the work lost. os.access passes as root, so a file is tried."""
