@@ -219,6 +219,26 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**Session of 2026-12-07 (afternoon): no record re-run; one change to the scores, one try not kept.**
+- *The dense signal embeds the query alone* (attnrank.rerank.signals.candidate_vectors). It was
+  embedded in one batch with the candidates not yet embedded; in bfloat16 its vector moves with the
+  batch's padding (up to 1.2e-3 per component and in a cosine, over 12 short passages), so a
+  repeated request, whose candidates' vectors were kept from the first, scored otherwise than the
+  first (a server's /v1/rerank: 2.811432 then 2.814652 for one passage). The benchmarks compute the
+  candidate signals in float32 (`attnrank.benchmarks.candidate_signals`), where the two differ by
+  1e-7: no recorded figure moves.
+- *The query likelihood calibrated per passage* (ad hoc, `build/`, not in the repository; DL19 BM25
+  top-20, 43 topics): each candidate's mean log-probability of the query minus its mean
+  log-probability of a content-free question after the same passage prompt ("What is this passage
+  about?" or "N/A"; a pointwise mutual information against the passage's general question-friendliness,
+  where `likelihood_tokens`' PMI row took the query's prior after an empty passage). In the default's
+  place: −0.13 (15/19) and +0.38 points (18/15, p 0.73) against the default computed in the same
+  run; at half weight −0.05. Within noise, so it was not run on the other datasets. The default in
+  that run scored 0.5849 on DL19, against 0.5812 in "likelihood": the same method, its likelihoods
+  computed in other batches (states kept per query), which round otherwise in bfloat16. DL19's
+  shortfall against the dense cosine (−1.20 points in the record) is of the size of such rounding
+  and of a few of its 43 topics.
+
 **Late on 2026-12-07 the default's warm seconds were measured again** ("likelihood_states_logits",
 the same command with `--name`, on the new prompt below, at a quieter hour: no reuse 1.09 / 3.64 /
 0.99 s per DL19, SciFact and LoCoMo query, against 1.15 / 3.91 / 1.11 s in its first run). All
