@@ -84,7 +84,7 @@ def test_search_output_replaces_only_runs_attnrank_wrote(tmp_path, index_dir, sc
     r = runner.invoke(app, [*base, str(other)])
     assert r.exit_code == 2 and other.read_text() == "q1 Q0 d1 1 2.0 bm25\n"
     r = runner.invoke(app, [*base, str(index_dir / "docs.jsonl")])
-    assert r.exit_code == 2 and "exists and is not a TREC run" in _text(r)
+    assert r.exit_code == 2 and f"lies inside the attnrank index {index_dir}" in _text(r)
     r = runner.invoke(app, [*base, str(queries)])
     assert r.exit_code == 2 and "is also the --queries input" in _text(r)
     fifo = tmp_path / "pipe"  # like /dev/null: renaming the run over it would replace the device
