@@ -307,6 +307,25 @@ def test_prune_prints_no_score_where_everything_was_kept(tmp_path, tiny_dir):
     assert r.exit_code == 1 and "no sentence of the passages fits the budget of 1 tokens" in cli_text(r), cli_text(r)
 
 
+def test_prune_prints_a_passage_of_a_title_alone_as_the_pruned_context_holds_it(tmp_path, tiny_dir):
+    """PrunedContext.documents (what ask answers from) keeps a passage of a title alone; prune printed
+    the sentences alone, so it left the passage out, and where every passage was one it printed
+    "nothing kept" beside "kept everything"."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        '{"_id": "t", "title": "Only a title", "text": ""}\n'
+        '{"_id": "b", "title": "B", "text": "Paris is the capital of France. Lyon is a big city."}\n',
+        encoding="utf-8",
+    )
+    args = ["prune", "capital?", "--corpus", str(corpus), "--model", str(tiny_dir), "--budget-tokens", "100", "-q"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "\n[t] Only a title\n  (its title alone: no sentence to prune)\n" in r.output, r.output
+    assert r.output.index("[t] Only a title") < r.output.index("[b] B")  # (input order, as documents())
+    corpus.write_text('{"_id": "t", "title": "Only a title", "text": ""}\n', encoding="utf-8")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "(no sentence to prune;" in r.output and "nothing kept" not in r.output, r.output
+
+
 def test_block_positions_given_for_the_rerankers_blocks_do_not_reach_a_full_attention_pruner():
     """ask --preset fused --block-positions sequential: the positions are the reranker's blocks';
     handed to the pruner (full attention), its configuration refused them."""

@@ -80,7 +80,10 @@ def _no_prune_conflicts(
 
 
 def _compression(pruned) -> str:
-    """``12.3x compression``, or what keeping nothing is (it printed "infx")."""
+    """``12.3x compression``, or what keeping nothing is (it printed "infx"), or that the passages
+    had no sentence (titles alone: "nothing kept" beside "kept everything" contradicted itself)."""
+    if not pruned.original_tokens:
+        return "no sentence to prune"
     return "nothing kept" if not pruned.kept_tokens else f"{pruned.compression:.1f}x compression"
 
 
@@ -93,14 +96,19 @@ def _print_pruned(pruned) -> None:
     )
     for note in pruned.notes:
         typer.echo(f"note: {note}")
-    last = None
-    for s in kept:
-        if s.doc_index != last:
-            doc = pruned.docs[s.doc_index]
-            typer.echo(f"\n[{s.doc_id}] {doc.title}".rstrip())
-            last = s.doc_index
-        score = "    kept" if math.isnan(s.score) else f"{s.score:+.4f}"  # (NaN: everything kept, nothing scored)
-        typer.echo(f"  {score} ({s.tokens:>3} tok) #{s.source_index}: {s.text}")
+    # the passages the pruned context holds (PrunedContext.documents, which ask answers from): a
+    # passage of a title alone is one of them, and was left out here
+    shown = {d.id for d in pruned.documents()}
+    for i, doc in enumerate(pruned.docs):
+        mine = [s for s in kept if s.doc_index == i]
+        if not mine and doc.id not in shown:
+            continue
+        typer.echo(f"\n[{doc.id}] {doc.title}".rstrip())
+        if not mine:
+            typer.echo("  (its title alone: no sentence to prune)")
+        for s in mine:
+            score = "    kept" if math.isnan(s.score) else f"{s.score:+.4f}"  # (NaN: everything kept, nothing scored)
+            typer.echo(f"  {score} ({s.tokens:>3} tok) #{s.source_index}: {s.text}")
 
 
 @app.command()
