@@ -184,7 +184,8 @@ def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original
     if target < 1 and original > 0:  # a budget of 0 keeps nothing: refused, as budget_tokens=0 is
         raise InputError(
             f"keep_ratio={keep_ratio} of the context's {original} sentence tokens keeps 0 tokens; "
-            "raise keep_ratio, or give budget_tokens"
+            f"{_raise('keep_ratio')} to at least {math.ceil(1000 / original) / 1000:g}, or give budget_tokens "
+            "(--budget-tokens)"
         )
     return target, "keep_ratio"
 

@@ -12,8 +12,13 @@ def test_a_keep_ratio_that_keeps_no_token_is_refused_and_numpy_ratios_are_number
 
     from attnrank.prune.context import check_budget, resolve_budget
 
-    with pytest.raises(InputError, match="keep_ratio=0.05 of the context's 13 sentence tokens keeps 0 tokens"):
+    with pytest.raises(InputError, match="keep_ratio=0.05 of the context's 13 sentence tokens keeps 0 tokens") as e:
         resolve_budget(None, 0.05, 13)
+    # in the command line's words too (prune and ask printed "raise keep_ratio, or give budget_tokens")
+    assert str(e.value).endswith(
+        "raise keep_ratio (--keep-ratio) to at least 0.077, or give budget_tokens (--budget-tokens)"
+    )
+    assert resolve_budget(None, 0.077, 13) == (1, "keep_ratio")  # (the least it names keeps one token)
     check_budget(None, np.float32(0.5))  # "is outside (0, 1]" before
     assert resolve_budget(None, np.float32(0.5), 13) == (6, "keep_ratio")
 
