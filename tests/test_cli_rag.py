@@ -79,6 +79,24 @@ def test_ask_names_a_missing_profile_or_probe_before_any_model_loads(home, tmp_p
     assert loads == []
 
 
+def test_ask_refuses_a_budget_no_sentence_fits_before_any_model_loads(home, tmp_path, monkeypatch, built_retriever):
+    """The refusal came after the model had loaded and reranked (22 s with the default model):
+    reranking keeps some of the candidates, so a budget below every sentence of all of them is
+    refused before; without reranking, the first stage's top k are the passages pruned."""
+    from attnrank.llm import models
+
+    model = save_tiny(tmp_path / "model", layers=2, max_positions=16384)  # (room for whole abstracts)
+    built_retriever.save(tmp_path / "ix")
+    loads: list[object] = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
+    base = ["ask", "vitamin D?", "--index-dir", str(tmp_path / "ix"), "--model", str(model), "-k", "2", "-q"]
+    r = runner.invoke(app, [*base, "--depth", "4", "--budget-tokens", "1"])
+    assert r.exit_code == 1 and "no sentence of the 4 candidates fits the budget of 1 tokens" in str(r.exception)
+    r = runner.invoke(app, [*base, "--no-rerank", "--keep-ratio", "0.0001"])
+    assert r.exit_code == 1 and "keeps 0 tokens; raise keep_ratio (--keep-ratio)" in str(r.exception)
+    assert loads == []
+
+
 def test_ask_takes_neighbours_as_the_python_api_does(tmp_path, monkeypatch, built_retriever):
     """Pipeline(neighbours=...) had no CLI option in ask (prune had one)."""
     from attnrank.pipeline import Pipeline

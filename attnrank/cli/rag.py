@@ -278,11 +278,7 @@ def ask(
     if not no_rerank:
         check_registry_lookups(cfg)
     retriever = _load_index(name, index_dir, verify)
-    if not no_rerank:  # a passage no prompt holds, found with the tokenizer before the model loads
-        from ..rerank.precheck import check_query_before_load, early_prompt_limit
-
-        if early_prompt_limit(cfg) is not None:
-            check_query_before_load(cfg, question, retriever.search(question, depth).results)
+    _check_before_load(retriever, question, cfg, prune_cfg, depth, k, budget, ratio, no_rerank, no_prune)
     from ..pipeline import Pipeline  # heavy (torch): only once the input is known good
 
     pipe = Pipeline.from_model(
@@ -329,6 +325,30 @@ def ask(
     for i, d in enumerate(res.context, start=1):
         typer.echo(f"  {i}. {d.id}" + (f" ({d.title})" if d.title else "") + f": {d.text[:100]}")
     typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in res.timings.items()))
+
+
+def _check_before_load(retriever, question, cfg, prune_cfg, depth, k, budget, ratio, no_rerank, no_prune) -> None:
+    """What ask's stages would refuse of the first stage's candidates, found with the tokenizer
+    before the model loads: a passage no reranking prompt holds, and a budget that no sentence of
+    the passages pruned could fit (the top ``k`` where nothing reranks; else every candidate, of
+    which reranking keeps ``k``). The first stage searches once more for it, only where a check applies."""
+    from ..prune.precheck import check_budget_fits, check_budget_fits_any
+    from ..rerank.precheck import check_query_before_load, early_prompt_limit
+
+    rerank_check = not no_rerank and early_prompt_limit(cfg) is not None
+    prune_check = not no_prune and (budget is not None or no_rerank)
+    if not (rerank_check or prune_check):
+        return
+    found = retriever.search(question, depth).results
+    if rerank_check:  # a passage no prompt holds
+        check_query_before_load(cfg, question, found)
+    try:
+        if prune_check and no_rerank:  # the passages pruned are known: the first stage's top k
+            check_budget_fits(prune_cfg, question, found[:k], budget_tokens=budget, keep_ratio=ratio)
+        elif prune_check:
+            check_budget_fits_any(prune_cfg, question, found, budget_tokens=budget)
+    except InputError as e:  # (in ask's words, as its refusals after the load)
+        raise InputError(_ask_names(str(e), no_prune)) from None
 
 
 def _ask_names(message: str, no_prune: bool) -> str:

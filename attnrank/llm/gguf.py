@@ -235,6 +235,30 @@ def gguf_context_length(gguf: Path) -> int:
     return _read_header(gguf, ("context_length",))[0]
 
 
+def gguf_plain_context_length(gguf: Path) -> int | None:
+    """The context length from a GGUF's metadata where every position of it is one plain attention
+    window: None where the model's keys (read up to the tokenizer's, which follow them) set a
+    sliding window, an attention chunk or rotary scaling (then a prompt's room needs the model), or
+    where the keys come in another order."""
+    with open(gguf, "rb") as f:
+        magic, _version, _tensors, n_kv = struct.unpack("<4sIQQ", f.read(24))
+        if magic != b"GGUF":
+            raise ModelError(f"{gguf} is not a GGUF file")
+        found: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = _gguf_string(f)
+            if key.startswith("tokenizer."):
+                break
+            found[key] = _gguf_value(f, struct.unpack("<I", f.read(4))[0])
+    arch = found.get("general.architecture")
+    length = found.get(f"{arch}.context_length")
+    if not isinstance(arch, str) or not isinstance(length, int):
+        return None
+    own = [k for k in found if k.startswith(f"{arch}.")]
+    windowed = any(word in k for k in own for word in ("sliding_window", "chunk", "rope.scaling"))
+    return None if windowed else length
+
+
 def _read_header(gguf: Path, names: tuple[str, ...]) -> tuple[int, ...]:
     """The integer values of ``<arch>.NAME`` for ``names``, reading the header only up to them."""
     with open(gguf, "rb") as f:

@@ -14,7 +14,7 @@ from attnrank import config
 from attnrank.errors import AttnrankError, InputError, ModelError
 
 from .fingerprint import gguf_source
-from .gguf import gguf_context_length, gguf_shape
+from .gguf import gguf_context_length, gguf_plain_context_length, gguf_shape
 from .recording import decoder_of
 
 # Bidirectional encoders whose *LMHeadModel only becomes causal with is_decoder=True.
@@ -104,12 +104,18 @@ def prompt_length_floor(model: str | None = None) -> int | None:
     """A floor, read from ``model``'s config alone, of the positions one attention prompt may span
     by default: its context less 64 (:attr:`~attnrank.llm.models.LLM.prompt_budget`), and where
     its config sets a sliding window or attention chunk, that less one (the most a head there
-    reads, :func:`~attnrank.llm.context.read_window`). None for a GGUF file, a config that cannot
-    be read here or sets these per layer, or rotary frequencies that follow a pass's length (their
-    budget needs the model)."""
+    reads, :func:`~attnrank.llm.context.read_window`). A GGUF file's from its metadata, where that
+    sets no window, chunk or rotary scaling (:func:`~attnrank.llm.gguf.gguf_plain_context_length`).
+    None for a config that cannot be read here or sets these per layer, or rotary frequencies that
+    follow a pass's length (their budget needs the model)."""
     name = _name(model)
-    if gguf_source(name) is not None:
-        return None
+    gguf = gguf_source(name)
+    if gguf is not None:  # (the packaged model's: a prompt's room before it loads, where its metadata gives it)
+        try:
+            length = gguf_plain_context_length(gguf)
+        except (OSError, ModelError, struct.error):
+            return None
+        return None if length is None else length - PROMPT_MARGIN
     try:
         cfg = text_config(read_config(*config.model_source(name), name))
     except _UNREADABLE:

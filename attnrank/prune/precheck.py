@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import InputError
 from ..llm.modelconfig import prompt_length_floor
 from ..llm.models import load_tokenizer
-from ..types import as_documents
+from ..types import Document, as_documents
 from .config import PruneConfig
-from .context import PrunedContext, resolve_budget
+from .context import PrunedContext, ScoredSentence, resolve_budget
 from .lookups import check_pruner_before_load
 from .planning import PromptPlanner, hint_ids, prompt_settings, scored_sentences
 from .segment import document_sentences
@@ -34,23 +35,53 @@ def check_budget_fits(
     sentence's tokens otherwise), or a model whose config alone does not give that floor
     (:func:`~attnrank.llm.modelconfig.prompt_length_floor`)."""
     check_pruner_before_load(config)  # (what the pruner refuses before its load first, as it does)
-    if config.attention != "full":
+    documents = as_documents(docs)[0]
+    counted = _counted(config, query, documents)
+    if not counted:
         return
+    original = sum(s.tokens for s in counted)
+    target, source = resolve_budget(budget_tokens, keep_ratio, original)
+    if target < original and min(s.tokens for s in counted) > target:  # (as the pruner finds it before its pass)
+        PrunedContext(query.strip(), config.method, documents, counted, target, source, keep_ratio, True).check_kept()
+
+
+def check_budget_fits_any(config: PruneConfig, query: str, candidates: Sequence[Any], *, budget_tokens: int) -> None:
+    """Refuse a token budget below every sentence of every one of ``candidates``, of which the
+    passages pruned are some, known only once a model chose them (``attnrank ask`` reranks, then
+    prunes its top ``-k``): no choice of them could keep a sentence. Each is counted in a prompt of
+    its own (a sentence's tokens do not depend on the passages beside it); left to the pruner where
+    :func:`check_budget_fits` leaves it, or where a candidate has no sentence (titles alone: a
+    context of those keeps them with no sentence, and is not refused)."""
+    check_pruner_before_load(config)
+    shortest, documents = None, as_documents(candidates)[0]
+    for doc in documents:
+        counted = _counted(config, query, [doc])
+        if not counted:
+            return
+        least = min(s.tokens for s in counted)
+        shortest = least if shortest is None else min(shortest, least)
+    if shortest is not None and shortest > budget_tokens:
+        raise InputError(
+            f"no sentence of the {len(documents)} candidates fits the budget of {budget_tokens} tokens (the "
+            f"shortest has {shortest}), whichever of them are kept; raise the budget to at least {shortest} tokens"
+        )
+
+
+def _counted(config: PruneConfig, query: str, documents: list[Document]) -> list[ScoredSentence] | None:
+    """The sentences of ``documents`` with their tokens as the pruner counts them in one
+    full-attention prompt of them all; None where it may plan otherwise (see :func:`check_budget_fits`)."""
+    if config.attention != "full":
+        return None
     floor = prompt_length_floor(config.model)
     if floor is None:
-        return
+        return None
     limit = floor if config.max_prompt_tokens is None else min(floor, config.max_prompt_tokens)
-    documents = as_documents(docs)[0]
     sents = document_sentences(documents, None, config.max_sentence_words, warn=False)  # (the pruner warns)
     if not any(sents):
-        return
+        return None
     tok = load_tokenizer(config.model)
     planner = PromptPlanner(tok, prompt_settings(config), limit, hint_ids(tok, config), config.max_sentence_words)
     whole = planner.build(query, documents, sents, [make_piece(i, s, range(len(s))) for i, s in enumerate(sents) if s])
     if whole.length > limit:
-        return
-    scored = scored_sentences(documents, sents, [whole])
-    original = sum(s.tokens for s in scored)
-    target, source = resolve_budget(budget_tokens, keep_ratio, original)
-    if target < original and min(s.tokens for s in scored) > target:  # (as the pruner finds it before its pass)
-        PrunedContext(query.strip(), config.method, documents, scored, target, source, keep_ratio, True).check_kept()
+        return None
+    return scored_sentences(documents, sents, [whole])

@@ -33,8 +33,8 @@ def check_prompts_before_load(
     Left to the reranker where it may judge otherwise: no attention (signals, the likelihood, whose
     queries :func:`~attnrank.rerank.likelihood.check_queries_fit` checks), block attention (its
     blocks are cut and checked as they are built), and a model whose config alone does not give
-    its prompt budget (sliding windows, chunked attention, length-following rotary frequencies, a
-    GGUF file or an unreadable config: :func:`~attnrank.llm.modelconfig.prompt_length_floor`).
+    its prompt budget (sliding windows, chunked attention, length-following rotary frequencies, or
+    an unreadable config: :func:`~attnrank.llm.modelconfig.prompt_length_floor`).
     Each prompt is measured without its calibration twin, so nothing is refused here that the
     reranker would accept (a one-word query's "N/A" prompt may be longer)."""
     limit = early_prompt_limit(config)

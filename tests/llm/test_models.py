@@ -690,3 +690,30 @@ def test_the_prompt_length_floor_read_from_a_config(tmp_path):
     # a window set per layer (transformers' per_layer_config, whose global field then raises): left to the model
     per_layer = MistralConfig(max_position_embeddings=4096, per_layer_config={1: {"sliding_window": 256}}, **small)
     assert prompt_length_floor(saved("per-layer", per_layer)) is None
+
+
+def test_a_gguf_gives_its_prompt_room_from_its_metadata_where_no_window_sets_it(tmp_path):
+    """A GGUF's (the packaged model's) prompt room was unknown before it loaded, so prune and ask
+    checked their budget only after the model had loaded (30 s the first time: de-quantized)."""
+    gguf = pytest.importorskip("gguf")
+    from attnrank.llm.modelconfig import prompt_length_floor
+
+    def written(name: str, extra) -> Path:
+        w = gguf.GGUFWriter(str(tmp_path / name), "llama")
+        w.add_block_count(2)
+        w.add_context_length(4096)
+        w.add_head_count(4)
+        extra(w)
+        w.add_tokenizer_model("gpt2")
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return tmp_path / name
+
+    assert prompt_length_floor(str(written("plain.gguf", lambda w: None))) == 4096 - 64
+    assert prompt_length_floor(str(written("window.gguf", lambda w: w.add_sliding_window(512)))) is None
+    scaled = written("yarn.gguf", lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.YARN))
+    assert prompt_length_floor(str(scaled)) is None
+    (tmp_path / "broken.gguf").write_bytes(b"GGUF")  # (a cut file: left to the load, which names it)
+    assert prompt_length_floor(str(tmp_path / "broken.gguf")) is None
