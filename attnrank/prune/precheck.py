@@ -36,7 +36,7 @@ def check_budget_fits(
     (:func:`~attnrank.llm.modelconfig.prompt_length_floor`)."""
     check_pruner_before_load(config)  # (what the pruner refuses before its load first, as it does)
     documents = as_documents(docs)[0]
-    counted = _counted(config, query, documents)
+    counted = _counted(config, query, documents, _Tokenizer(config))
     if not counted:
         return
     original = sum(s.tokens for s in counted)
@@ -53,9 +53,12 @@ def check_budget_fits_any(config: PruneConfig, query: str, candidates: Sequence[
     :func:`check_budget_fits` leaves it, or where a candidate has no sentence (titles alone: a
     context of those keeps them with no sentence, and is not refused)."""
     check_pruner_before_load(config)
-    shortest, documents = None, as_documents(candidates)[0]
+    shortest, documents, tok = None, as_documents(candidates)[0], _Tokenizer(config)
+    sentences = document_sentences(documents, None, config.max_sentence_words, warn=False)
+    if any(len(s.text.encode("utf-8")) + _SLACK <= budget_tokens for each in sentences for s in each):
+        return  # (a sentence that fits, whatever the tokenizer: no tokenizer loaded, nothing counted)
     for doc in documents:
-        counted = _counted(config, query, [doc])
+        counted = _counted(config, query, [doc], tok)
         if not counted:
             return
         least = min(s.tokens for s in counted)
@@ -67,7 +70,26 @@ def check_budget_fits_any(config: PruneConfig, query: str, candidates: Sequence[
         )
 
 
-def _counted(config: PruneConfig, query: str, documents: list[Document]) -> list[ScoredSentence] | None:
+# Tokens a sentence of n UTF-8 bytes spans at most, beyond n: a byte-level or byte-fallback
+# tokenizer makes at most one token of a byte, and the prompt may add a marker or two before it.
+_SLACK = 8
+
+
+class _Tokenizer:
+    """The model's tokenizer, loaded on first use only (a check that finds nothing to count loads none)."""
+
+    def __init__(self, config: PruneConfig):
+        self.model, self._tok = config.model, None
+
+    def get(self) -> Any:
+        if self._tok is None:
+            self._tok = load_tokenizer(self.model)
+        return self._tok
+
+
+def _counted(
+    config: PruneConfig, query: str, documents: list[Document], tokenizer: _Tokenizer
+) -> list[ScoredSentence] | None:
     """The sentences of ``documents`` with their tokens as the pruner counts them in one
     full-attention prompt of them all; None where it may plan otherwise (see :func:`check_budget_fits`)."""
     if config.attention != "full":
@@ -79,7 +101,7 @@ def _counted(config: PruneConfig, query: str, documents: list[Document]) -> list
     sents = document_sentences(documents, None, config.max_sentence_words, warn=False)  # (the pruner warns)
     if not any(sents):
         return None
-    tok = load_tokenizer(config.model)
+    tok = tokenizer.get()
     planner = PromptPlanner(tok, prompt_settings(config), limit, hint_ids(tok, config), config.max_sentence_words)
     whole = planner.build(query, documents, sents, [make_piece(i, s, range(len(s))) for i, s in enumerate(sents) if s])
     if whole.length > limit:
