@@ -18,6 +18,7 @@ import os
 import shutil
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -240,16 +241,11 @@ def gguf_plain_context_length(gguf: Path) -> int | None:
     window: None where the model's keys (read up to the tokenizer's, which follow them) set a
     sliding window, an attention chunk or rotary scaling (then a prompt's room needs the model), or
     where the keys come in another order."""
-    with open(gguf, "rb") as f:
-        magic, _version, _tensors, n_kv = struct.unpack("<4sIQQ", f.read(24))
-        if magic != b"GGUF":
-            raise ModelError(f"{gguf} is not a GGUF file")
-        found: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = _gguf_string(f)
-            if key.startswith("tokenizer."):
-                break
-            found[key] = _gguf_value(f, struct.unpack("<I", f.read(4))[0])
+    found: dict[str, Any] = {}
+    for key, value in _header(gguf):
+        if key.startswith("tokenizer."):
+            break
+        found[key] = value
     arch = found.get("general.architecture")
     length = found.get(f"{arch}.context_length")
     if not isinstance(arch, str) or not isinstance(length, int):
@@ -261,19 +257,25 @@ def gguf_plain_context_length(gguf: Path) -> int | None:
 
 def _read_header(gguf: Path, names: tuple[str, ...]) -> tuple[int, ...]:
     """The integer values of ``<arch>.NAME`` for ``names``, reading the header only up to them."""
+    found: dict[str, Any] = {}
+    for key, value in _header(gguf):
+        found[key] = value
+        arch = found.get("general.architecture")
+        values = [found.get(f"{arch}.{name}") for name in names]
+        if all(isinstance(v, int) for v in values):
+            return tuple(values)  # type: ignore[arg-type]
+    raise ModelError(f"{gguf}: its metadata has no {' or '.join(names)}")
+
+
+def _header(gguf: Path) -> Iterator[tuple[str, Any]]:
+    """A GGUF's metadata, key by key (read only as far as the caller goes)."""
     with open(gguf, "rb") as f:
         magic, _version, _tensors, n_kv = struct.unpack("<4sIQQ", f.read(24))
         if magic != b"GGUF":
             raise ModelError(f"{gguf} is not a GGUF file")
-        found: dict[str, Any] = {}
         for _ in range(n_kv):
             key = _gguf_string(f)
-            found[key] = _gguf_value(f, struct.unpack("<I", f.read(4))[0])
-            arch = found.get("general.architecture")
-            values = [found.get(f"{arch}.{name}") for name in names]
-            if all(isinstance(v, int) for v in values):
-                return tuple(values)  # type: ignore[arg-type]
-    raise ModelError(f"{gguf}: its metadata has no {' or '.join(names)}")
+            yield key, _gguf_value(f, struct.unpack("<I", f.read(4))[0])
 
 
 def _gguf_string(f: Any) -> str:
