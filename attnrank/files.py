@@ -273,7 +273,9 @@ def check_file_target(path: str | Path, what: str) -> None:
     blocker = next((p for p in path.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise InputError(f"{what} {path}: {blocker} is a file, not a folder; choose another path")
-    index = next((p for p in path.absolute().parents if is_index_folder(p)), None)
+    index = next(
+        (p for p in Path(os.path.realpath(path)).parents if is_index_folder(p)), None
+    )  # (ix/../run: beside it)
     if index is not None:  # (a file its manifest does not list: a rebuild then refused to replace the index)
         raise InputError(
             f"{what} {path} lies inside the attnrank index {index}, which holds its own files only; "

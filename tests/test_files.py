@@ -68,6 +68,10 @@ def test_check_file_target_refuses_a_path_inside_an_index(tmp_path):
             check_file_target(path, "-o")
     assert not (ix / "run.trec").exists() and not (ix / "sub").exists()
     check_file_target(tmp_path / "run.trec", "-o")  # beside it is fine
+    check_file_target(ix / ".." / "run.trec", "-o")  # (by way of the index: beside it too)
+    (tmp_path / "link").symlink_to(ix)
+    with pytest.raises(InputError, match="lies inside the attnrank index"):  # (through a link: inside it)
+        check_file_target(tmp_path / "link" / "run.trec", "-o")
 
 
 def test_check_file_target_refuses_a_folder_it_cannot_write_in(tmp_path, unwritable_dir):

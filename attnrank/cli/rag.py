@@ -278,7 +278,18 @@ def ask(
     if not no_rerank:
         check_registry_lookups(cfg)
     retriever = _load_index(name, index_dir, verify)
-    _check_before_load(retriever, question, cfg, prune_cfg, depth, k, budget, ratio, no_rerank, no_prune)
+    _check_before_load(
+        retriever,
+        question,
+        cfg,
+        prune_cfg,
+        depth=depth,
+        k=k,
+        budget=budget,
+        ratio=ratio,
+        no_rerank=no_rerank,
+        no_prune=no_prune,
+    )
     from ..pipeline import Pipeline  # heavy (torch): only once the input is known good
 
     pipe = Pipeline.from_model(
@@ -327,7 +338,9 @@ def ask(
     typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in res.timings.items()))
 
 
-def _check_before_load(retriever, question, cfg, prune_cfg, depth, k, budget, ratio, no_rerank, no_prune) -> None:
+def _check_before_load(
+    retriever, question: str, cfg, prune_cfg, *, depth: int, k: int, budget, ratio, no_rerank: bool, no_prune: bool
+) -> None:
     """What ask's stages would refuse of the first stage's candidates, found with the tokenizer
     before the model loads: a passage no reranking prompt holds, and a budget that no sentence of
     the passages pruned could fit (the top ``k`` where nothing reranks; else every candidate, of

@@ -238,9 +238,11 @@ def gguf_context_length(gguf: Path) -> int:
 
 def gguf_plain_context_length(gguf: Path) -> int | None:
     """The context length from a GGUF's metadata where every position of it is one plain attention
-    window: None where the model's keys (read up to the tokenizer's, which follow them) set a
-    sliding window, an attention chunk or rotary scaling (then a prompt's room needs the model), or
-    where the keys come in another order."""
+    window: None where the model's keys, read up to the tokenizer's (llama.cpp writes them first),
+    set a sliding window, an attention chunk or rotary scaling (then a prompt's room needs the
+    model), or hold no context length. A key of those written after the tokenizer's is not seen:
+    the room is then the context's, which the loaded model narrows (a looser check, never a
+    refusal the model would not make)."""
     found: dict[str, Any] = {}
     for key, value in _header(gguf):
         if key.startswith("tokenizer."):

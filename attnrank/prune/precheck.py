@@ -36,7 +36,9 @@ def check_budget_fits(
     (:func:`~attnrank.llm.modelconfig.prompt_length_floor`)."""
     check_pruner_before_load(config)  # (what the pruner refuses before its load first, as it does)
     documents = as_documents(docs)[0]
-    counted = _counted(config, query, documents, _Tokenizer(config))
+    if budget_tokens is not None and _a_sentence_fits(config, documents, budget_tokens):
+        return
+    counted = _counted(config, query, documents, _LazyTokenizer(config))
     if not counted:
         return
     original = sum(s.tokens for s in counted)
@@ -53,10 +55,9 @@ def check_budget_fits_any(config: PruneConfig, query: str, candidates: Sequence[
     :func:`check_budget_fits` leaves it, or where a candidate has no sentence (titles alone: a
     context of those keeps them with no sentence, and is not refused)."""
     check_pruner_before_load(config)
-    shortest, documents, tok = None, as_documents(candidates)[0], _Tokenizer(config)
-    sentences = document_sentences(documents, None, config.max_sentence_words, warn=False)
-    if any(len(s.text.encode("utf-8")) + _SLACK <= budget_tokens for each in sentences for s in each):
-        return  # (a sentence that fits, whatever the tokenizer: no tokenizer loaded, nothing counted)
+    shortest, documents, tok = None, as_documents(candidates)[0], _LazyTokenizer(config)
+    if _a_sentence_fits(config, documents, budget_tokens):
+        return
     for doc in documents:
         counted = _counted(config, query, [doc], tok)
         if not counted:
@@ -75,7 +76,14 @@ def check_budget_fits_any(config: PruneConfig, query: str, candidates: Sequence[
 _SLACK = 8
 
 
-class _Tokenizer:
+def _a_sentence_fits(config: PruneConfig, documents: list[Document], budget_tokens: int) -> bool:
+    """Whether a sentence of ``documents`` fits ``budget_tokens`` whatever the tokenizer (its UTF-8
+    bytes and :data:`_SLACK`): then nothing is refused, and no tokenizer needs loading."""
+    sentences = document_sentences(documents, None, config.max_sentence_words, warn=False)
+    return any(len(s.text.encode("utf-8")) + _SLACK <= budget_tokens for each in sentences for s in each)
+
+
+class _LazyTokenizer:
     """The model's tokenizer, loaded on first use only (a check that finds nothing to count loads none)."""
 
     def __init__(self, config: PruneConfig):
@@ -88,7 +96,7 @@ class _Tokenizer:
 
 
 def _counted(
-    config: PruneConfig, query: str, documents: list[Document], tokenizer: _Tokenizer
+    config: PruneConfig, query: str, documents: list[Document], tokenizer: _LazyTokenizer
 ) -> list[ScoredSentence] | None:
     """The sentences of ``documents`` with their tokens as the pruner counts them in one
     full-attention prompt of them all; None where it may plan otherwise (see :func:`check_budget_fits`)."""

@@ -287,9 +287,7 @@ class AttentionReranker(WindowCapture, FusedScoring):
             return RankedResults(query, [], query_id, stage="attention" if self.fused is None else FUSED_STAGE)
         attention, evidence = None, None
         if self.uses_attention:
-            # a plain text's id is its position: not the stored passage of that id (ids_by_position)
-            texts_given = isinstance(docs, Sequence) and any(isinstance(d, str) for d in docs)
-            with ids_by_position() if texts_given else contextlib.nullcontext():
+            with _ids_of(docs):
                 attention, evidence = self._attention_scores(query, documents, return_evidence, previous)
             if previous is not None:  # an earlier attention stage's token scores are not this one's
                 previous = [without_attention_evidence(p) for p in previous]
@@ -369,7 +367,8 @@ class AttentionReranker(WindowCapture, FusedScoring):
         check_texts(documents)
         if not documents:  # as rank() gives no results, whatever the preset computes
             return np.zeros(0)
-        return self._score(query, documents, False, previous)[0]
+        with _ids_of(docs):
+            return self._score(query, documents, False, previous)[0]
 
     # -- internals ---------------------------------------------------------------------------
     def _score(self, query: str, docs: list[Document], evidence: bool, previous: list[ScoredDocument] | None = None):
@@ -411,3 +410,10 @@ class AttentionReranker(WindowCapture, FusedScoring):
             )
             self._profiles[n_slots] = profile
         return self._profiles[n_slots]
+
+
+def _ids_of(docs: Any) -> contextlib.AbstractContextManager[None]:
+    """Where ``docs`` were given as plain texts, their ids ("0", "1", ...) are their positions, not
+    the stored passages of those ids (:func:`~attnrank.llm.statestore.ids_by_position`)."""
+    texts = isinstance(docs, Sequence) and bool(docs) and all(isinstance(d, str) for d in docs)
+    return ids_by_position() if texts else contextlib.nullcontext()

@@ -32,7 +32,7 @@ from .engine import Engine
 from .jobs import Cancelled, QueueFull
 from .middleware import AccessLogMiddleware, BodyLimitMiddleware
 from .routes import router
-from .schemas import Limits
+from .schemas import Limits, PruneDocument, TextDocument
 from .server import CLIENT_CLOSED, ClientGone, LimitExceeded, NotAvailable, Server
 
 logger = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ def _invalid_message(request: Request, errors: Any) -> str:
             "send a JSON object with the header 'content-type: application/json'"
         )
     first = _union_member_error(errors) or first
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and not _is_member_tag(p)) or "body"
+    where = _where(tuple(first.get("loc", ())))
     if first.get("type") == "extra_forbidden":
         return f"{where}: not a field of this request (or a second name of one given); remove or rename it"
     if tuple(first.get("loc", ()))[-1:] == ("str",) and any(e.get("type") in _NOT_AN_OBJECT for e in errors):
@@ -180,10 +180,20 @@ def _invalid_message(request: Request, errors: Any) -> str:
 _NOT_AN_OBJECT = ("model_type", "model_attributes_type")
 
 
-def _is_member_tag(part: Any) -> bool:
-    """Whether a location part names a member of a union (``str``, or a model's class name such as
-    ``PruneDocument``), which pydantic puts in the path; the request's fields are snake_case."""
-    return isinstance(part, str) and (part == "str" or part[:1].isupper())
+# The members of the request's unions (a document given as a text or an object), whose names
+# pydantic puts in an error's location after the list index: not fields of the request.
+_MEMBER_TAGS = frozenset({"str", PruneDocument.__name__, TextDocument.__name__})
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    """An error's location as the request writes it (``documents.0.extra``): without ``body`` and
+    without a union member's name after a list index (a field of another name, ``TopK``, stays)."""
+    parts = [
+        p
+        for i, p in enumerate(loc)
+        if p != "body" and not (p in _MEMBER_TAGS and i > 0 and isinstance(loc[i - 1], int))
+    ]
+    return ".".join(map(str, parts)) or "body"
 
 
 def _union_member_error(errors: Any) -> dict[str, Any] | None:

@@ -34,25 +34,34 @@ def is_loopback(host: str) -> bool:
     the warning of an exposed server and without the Host check), and ``::ffff:127.0.0.1`` too."""
     if host.strip().lower() == "localhost":
         return True
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        infos = socket.getaddrinfo(host.strip(), None, family, socket.SOCK_STREAM)
-        address = ipaddress.ip_address(str(infos[0][4][0]).split("%")[0])  # (an IPv6 scope: not an address part)
-    except (OSError, UnicodeError, ValueError, IndexError):  # (unresolvable: binding it fails as well)
+    address = _resolved(host)
+    if address is None:  # (unresolvable: binding it fails as well)
         return False
     mapped = getattr(address, "ipv4_mapped", None)
     return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
+def _resolved(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address the system's resolver gives ``host`` in the family :func:`bound_socket` binds."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        infos = socket.getaddrinfo(host.strip(), None, family, socket.SOCK_STREAM)
+        return ipaddress.ip_address(str(infos[0][4][0]).split("%")[0])  # (an IPv6 scope: not an address part)
+    except (OSError, UnicodeError, ValueError, IndexError):
+        return None
+
+
 def allowed_hosts(host: str) -> tuple[str, ...] | None:
     """The Host headers a server bound to ``host`` answers: on loopback (:func:`is_loopback`),
-    :data:`LOOPBACK_HOSTS` and the address as its URL writes it (127.0.0.2, [0:0:0:0:0:0:0:1]:
-    the server's own URL was refused); any (None) on another address, which other machines reach
-    by names of their own."""
+    :data:`LOOPBACK_HOSTS`, the host as its URL writes it (127.0.0.2, [0:0:0:0:0:0:0:1]: the
+    server's own URL was refused) and the address it resolves to (a name of 127.0.1.1: its
+    clients may call the address); any (None) on another address, which other machines reach by
+    names of their own."""
     if not is_loopback(host):
         return None
-    own = url_host(host.strip()).lower()
-    return LOOPBACK_HOSTS if own in LOOPBACK_HOSTS else (*LOOPBACK_HOSTS, own)
+    address = _resolved(host)
+    own = [url_host(host.strip()).lower(), *([] if address is None else [url_host(str(address))])]
+    return (*LOOPBACK_HOSTS, *dict.fromkeys(h for h in own if h not in LOOPBACK_HOSTS))
 
 
 def url_host(host: str) -> str:

@@ -100,8 +100,9 @@ async def _rank(
     return await server.run(request, work, len(texts))
 
 
-# the reranker's advice for a passage no prompt holds: its settings, which are the server's
-_SERVER_FIX = "; lower max_doc_words/max_doc_tokens or "
+# the reranker's advice for documents no prompt holds (rerank.windows: one document, or none of
+# them): its settings, which are the server's
+_SERVER_FIX = "; lower max_doc_words/max_doc_tokens"
 
 
 def _client_fix(e: InputError, cut: str | None) -> InputError:
@@ -111,7 +112,7 @@ def _client_fix(e: InputError, cut: str | None) -> InputError:
     message = str(e)
     if _SERVER_FIX not in message:
         return e
-    fix = "send it shorter" + (f", or cut every document with {cut}" if cut else "")
+    fix = "send shorter documents" + (f", or cut every document with {cut}" if cut else "")
     return InputError(
         f"{message.split(_SERVER_FIX, 1)[0]}; {fix} (the server's own cut is set when it starts: "
         "attnrank serve --max-doc-tokens N)"

@@ -252,6 +252,7 @@ def test_texts_sent_to_rerank_are_not_taken_for_the_stored_passages_of_their_pos
             assert httpx.post(f"{base}/v1/rerank", json=body).status_code == 200
         assert httpx.get(f"{base}/health").json()["passage_states"]["stored"]["stale"] == 0
     engine.reranker.rank("capital?", ["Madrid is in Spain.", "Rome is in Italy."])  # plain texts: positions too
+    engine.reranker.score("capital?", ["Vienna is in Austria.", "Rome is in Italy."])  # (score as rank)
     # a framework's documents (LangChain, LlamaIndex, Haystack) are named by their positions as well
     from attnrank.integrations.shared import rank_text_first
 

@@ -151,6 +151,8 @@ def test_a_candidate_embedded_once_is_not_embedded_again(scifact_docs, embedded)
     none("q", texts[:2], ["dense"])
     none("q", texts[:2], ["dense"])
     assert embedded[-4:] == [1, 2, 1, 2] and not none.vectors
+    with pytest.raises(InputError, match="cache_vectors=-1"):
+        SignalComputer(cache_vectors=-1)
 
 
 def test_a_repeated_request_scores_as_the_first_though_its_texts_were_kept(scifact_docs):
@@ -162,8 +164,6 @@ def test_a_repeated_request_scores_as_the_first_though_its_texts_were_kept(scifa
     first = sc("Which vitamin protects bones?", texts, ["dense"])["dense"]
     again = sc("Which vitamin protects bones?", texts, ["dense"])["dense"]
     np.testing.assert_array_equal(again, first)
-    with pytest.raises(InputError, match="cache_vectors=-1"):
-        SignalComputer(cache_vectors=-1)
 
 
 def test_candidate_bm25_runs_without_pystemmer_and_says_so(monkeypatch, caplog):

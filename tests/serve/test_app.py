@@ -1001,10 +1001,13 @@ def test_a_document_object_refused_names_its_own_fault_not_the_string_form(url):
         ("/v1/prune", {"text": "Hello there.", "id": 5}, "documents.0.id: Input should be a valid string"),
         ("/v1/rerank", {"txt": "Hello"}, "documents.0.text: Field required"),
         ("/v1/rerank", 5, "documents.0: give a string or a JSON object with the document's fields"),
+        ("/v1/prune", {"text": "Hello there.", "Title": "T"}, "documents.0.Title: not a field"),
     ]
     for path, document, message in cases:
         r = httpx.post(f"{url}{path}", json={"query": QUERY, "documents": [document]})
         assert r.status_code == 422 and r.json()["message"].startswith(message), (document, r.json()["message"])
+    r = httpx.post(f"{url}/v1/prune", json={"query": QUERY, "documents": ["x"], "TopK": 3})  # (a capital: a field)
+    assert r.status_code == 422 and r.json()["message"].startswith("TopK: not a field"), r.json()
 
 
 def test_a_document_no_prompt_holds_is_refused_with_a_fix_the_client_can_apply(llm, built_retriever):
@@ -1019,9 +1022,13 @@ def test_a_document_no_prompt_holds_is_refused_with_a_fix_the_client_can_apply(l
         r = httpx.post(f"{base}/v1/rerank", json={"query": QUERY, "documents": documents})
         message = r.json()["message"]
         assert r.status_code == 422 and message.startswith("document #0 ('0') does not fit max_prompt_tokens=300")
-        assert "send it shorter, or cut every document with max_tokens_per_doc" in message
+        assert "send shorter documents, or cut every document with max_tokens_per_doc" in message
         assert "lower max_doc_words" not in message
         cut = httpx.post(f"{base}/v1/rerank", json={"query": QUERY, "documents": documents, "max_tokens_per_doc": 100})
         assert cut.status_code == 200 and len(cut.json()["results"]) == 2  # (the fix it names works)
         r = httpx.post(f"{base}/rerank", json={"query": QUERY, "texts": documents})  # TEI's has no such field
-        assert r.status_code == 422 and "send it shorter (the server's own cut" in r.json()["message"]
+        assert r.status_code == 422 and "send shorter documents (the server's own cut" in r.json()["message"]
+        r = httpx.post(f"{base}/v1/rerank", json={"query": QUERY, "documents": documents[:1]})  # (none fits)
+        message = r.json()["message"]
+        assert r.status_code == 422 and message.startswith("no document fits max_prompt_tokens=300 even alone")
+        assert "with max_tokens_per_doc" in message and "lower max_doc_words" not in message

@@ -25,18 +25,39 @@ def test_another_loopback_spelling_answers_its_own_url_too(host, own):
 
 
 @pytest.mark.parametrize(
-    "host, own", [("127.1", "127.1"), ("2130706433", "2130706433"), ("::ffff:127.0.0.1", "[::ffff:127.0.0.1]")]
+    "host, own",
+    [
+        ("127.1", ("127.1",)),
+        ("2130706433", ("2130706433",)),
+        ("::ffff:127.0.0.1", ("[::ffff:127.0.0.1]", "[::ffff:7f00:1]")),
+    ],
 )
 def test_a_spelling_the_system_reads_as_loopback_is_loopback(host, own):
     """`--host 127.1` binds 127.0.0.1, as the system's resolver reads it, but was taken for an exposed
     address: a warning that every route answers anyone, and no Host check (DNS rebinding)."""
-    assert is_loopback(host) and allowed_hosts(host) == (*LOOPBACK_HOSTS, own)
+    assert is_loopback(host) and allowed_hosts(host) == (*LOOPBACK_HOSTS, *own)
     with background_server(_hello(), host=host) as base:
         assert httpx.get(f"{base}/hello").json() == {"hello": "world"}
         assert httpx.get(f"{base}/hello", headers={"host": "attacker.example"}).status_code == 400
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1", "fe80::1", "::ffff:10.0.0.1", "example.org"])
+def test_a_name_of_a_loopback_address_answers_that_address_too(monkeypatch):
+    """A machine's name in /etc/hosts is often 127.0.1.1: served on loopback, and its clients may
+    call the address itself."""
+    import socket
+
+    real = socket.getaddrinfo
+    monkeypatch.setattr(
+        socket,
+        "getaddrinfo",
+        lambda host, *a, **k: (
+            [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.1.1", 0))] if host == "myhost" else real(host, *a, **k)
+        ),
+    )
+    assert is_loopback("myhost") and allowed_hosts("myhost") == (*LOOPBACK_HOSTS, "myhost", "127.0.1.1")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1", "fe80::1", "::ffff:10.0.0.1", "example.invalid"])
 def test_another_address_answers_any_host_name(host):
     assert not is_loopback(host) and allowed_hosts(host) is None
 
