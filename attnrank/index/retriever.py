@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -225,7 +226,10 @@ class HybridRetriever:
             per_stage = {name: vals[i] for name, vals in stage.items() if i in vals}
             if mode == "hybrid":
                 per_stage["hybrid"] = float(s)
-            results.append(ScoredDocument(d.id, float(s), r, d.text, d.title, per_stage, metadata=d.metadata))
+            # (a copy: the caller's changes to a result's metadata reached the index, every later
+            # query's results and a later save of it)
+            meta = copy.deepcopy(d.metadata) if d.metadata else {}
+            results.append(ScoredDocument(d.id, float(s), r, d.text, d.title, per_stage, metadata=meta))
         return RankedResults(query, results, qid, stage=mode)
 
     def _hybrid(self, sparse, dense, qi: int, k: int) -> tuple[np.ndarray, np.ndarray]:

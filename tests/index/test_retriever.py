@@ -520,3 +520,19 @@ def test_document_ids_are_strings(tmp_path):
         ShardedIndexer(HybridRetriever(), shards=2).build(docs, tmp_path / "ix")
     with pytest.raises(InputError, match="duplicate document id '1'"):
         HybridRetriever().index([Document("1", "a"), Document("1", "b")], show_progress=False)
+
+
+def test_a_results_metadata_is_its_own_not_the_indexs(tmp_path):
+    """Search results held the index's own metadata dicts: a caller's change to one (a framework
+    adapter's scores, a note) reached every later query's results and a later save of the index."""
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    docs = [Document("a", "Paris is the capital of France.", "", {"tags": ["city"]}), Document("b", "Berlin.")]
+    ix = HybridRetriever().index(docs, show_progress=False)
+    hit = ix.search("capital of France", 1)[0]
+    hit.metadata["note"] = "mine"
+    hit.metadata["tags"].append("changed")
+    assert ix.search("capital of France", 1)[0].metadata == {"tags": ["city"]}
+    ix.save(tmp_path / "ix")
+    assert HybridRetriever.load(tmp_path / "ix").search("capital of France", 1)[0].metadata == {"tags": ["city"]}
