@@ -273,13 +273,7 @@ def check_indexable(documents: Sequence[Document]) -> None:
     the save)."""
     check_ids(documents)
     for i, d in enumerate(documents):
-        for part, value in (("text", d.text), ("title", d.title)):
-            if not isinstance(value, str) and not (part == "title" and value is None):
-                # (NaN: a data frame's missing title, indexed as the word "nan"; or a traceback further on)
-                raise InputError(
-                    f"document #{i} ({d.id!r}) has a {part} that is not text ({value!r}, of type {type(value).__name__}); "
-                    f"give a string{' or None' if part == 'title' else ''}"
-                )
+        check_text_fields(i, d)
         if not has_text(d):
             raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before indexing")
         try:
@@ -309,10 +303,23 @@ def has_text(doc: Document | ScoredDocument) -> bool:
     return not is_blank(str(doc.text)) or not is_blank(doc.title or "")
 
 
+def check_text_fields(i: int, d: Document) -> None:
+    """Document #``i``'s text a string and its title a string or None. NaN (a data frame's missing
+    value) was indexed or scored as the word "nan", None as "None"; elsewhere a traceback."""
+    for part, value in (("text", d.text), ("title", d.title)):
+        if not isinstance(value, str) and not (part == "title" and value is None):
+            raise InputError(
+                f"document #{i} ({d.id!r}) has a {part} that is not text ({value!r}, of type {type(value).__name__}); "
+                f"give a string{' or None' if part == 'title' else ''}"
+            )
+
+
 def check_texts(documents: Sequence[Document]) -> None:
     """Some text in each document: an empty passage would be scored by the attention its bare
-    slot label draws, and could outrank real ones (and valid Unicode, :func:`check_unicode`)."""
+    slot label draws, and could outrank real ones (and text fields that are strings,
+    :func:`check_text_fields`, and valid Unicode, :func:`check_unicode`)."""
     for i, d in enumerate(documents):
+        check_text_fields(i, d)
         if not has_text(d):
             raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before reranking")
     check_unicode((f"{d.title or ''}\n{d.text}" for d in documents), "document")

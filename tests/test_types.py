@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -111,3 +112,24 @@ def test_text_of_only_invisible_characters_is_blank():
         assert is_blank(blank), repr(blank)
     for text in ("a", " x ", "\u200bword", "\u00e9", "...", "\u4e2d"):
         assert not is_blank(text), repr(text)
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        (Document("a", None), "document #0 ('a') has a text that is not text (None, of type NoneType)"),
+        (Document("a", math.nan), "has a text that is not text (nan, of type float)"),
+        (Document("a", "Paris", math.nan), "has a title that is not text (nan, of type float); give a string or None"),
+    ],
+)
+def test_a_reranked_or_pruned_document_needs_text_fields_that_are_strings(doc, message, llm):
+    """A text None crashed the reranker (AttributeError) and the pruner (TypeError); with a title,
+    it was scored as the word "None", and a data frame's missing title (NaN) as the word "nan"."""
+    from attnrank.prune.pruner import ContextPruner
+    from attnrank.types import check_texts
+
+    with pytest.raises(InputError, match=re.escape(message)):
+        check_texts([doc, Document("b", "Berlin.")])
+    with pytest.raises(InputError, match=re.escape(message)):
+        ContextPruner(llm).prune("capital?", [doc], budget_tokens=20)
+    check_texts([Document("a", "Paris", None)])  # (no title: None is one)

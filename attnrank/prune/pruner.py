@@ -78,7 +78,7 @@ from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
 from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_free_last, content_mask, sink_filtered_rows, spans_without
-from ..types import Document, as_documents, check_unicode, is_blank
+from ..types import Document, as_documents, check_text_fields, check_unicode, is_blank
 from .config import PruneConfig
 from .context import (
     PrunedContext,
@@ -276,6 +276,8 @@ class ContextPruner:
         documents = as_documents(docs)[0]
         if not documents:
             raise InputError("no documents to prune; pass at least one passage")
+        for i, d in enumerate(documents):  # (text None: a TypeError in the segmenter; a title NaN read as "nan")
+            check_text_fields(i, d)
         # by input position (the planner's own check counted its pieces)
         check_unicode((d.full_text for d in documents), "document")
         if sentences is not None and not isinstance(sentences, Sequence):  # (a generator: len() a TypeError)
