@@ -24,7 +24,15 @@ from haystack import Document as HSDocument
 
 from ..rerank.config import RerankConfig
 from ..types import Document, RankedResults, ScoredDocument
-from .shared import built_settings, check_top_n, keep_stages, resolved_settings, score_fields
+from .shared import (
+    built_settings,
+    check_top_n,
+    framework_documents,
+    keep_stages,
+    meta_title,
+    resolved_settings,
+    score_fields,
+)
 
 __all__ = ["from_index", "reranker_settings", "to_attnrank", "to_haystack"]
 
@@ -113,16 +121,18 @@ def check_top_k(top_k: Any) -> None:
 def to_attnrank(documents: list[HSDocument]) -> list[Document] | list[ScoredDocument]:
     """Haystack documents -> attnrank documents keyed by input position (``meta["title"]`` = title;
     documents from the attnrank retriever keep their earlier stages' scores)."""
+    documents = framework_documents(documents, HSDocument, "Haystack Document")
     out = []
     for i, d in enumerate(documents):  # (no content: no text, ranked after the others, rank_text_first)
-        out.append(Document(str(i), d.content or "", str(d.meta.get("title", "") or "")))
-    return keep_stages(out, [d.meta for d in documents])
+        out.append(Document(str(i), d.content or "", meta_title(d.meta)))
+    return keep_stages(out, [d.meta or {} for d in documents])
 
 
 def to_haystack(res: RankedResults, documents: list[HSDocument]) -> list[HSDocument]:
     """Reranked results as copies of the input documents with ``score`` and the score fields in ``meta``."""
     return [
-        replace(documents[int(r.id)], score=r.score, meta={**documents[int(r.id)].meta, **score_fields(r)}) for r in res
+        replace(documents[int(r.id)], score=r.score, meta={**(documents[int(r.id)].meta or {}), **score_fields(r)})
+        for r in res
     ]
 
 

@@ -53,7 +53,9 @@ from .shared import (
     check_depth,
     check_reranker_settings,
     check_top_n,
+    framework_documents,
     keep_stages,
+    meta_title,
     model_lock,
     rank_text_first,
     renamed,
@@ -76,17 +78,15 @@ def to_attnrank(docs: Sequence[LCDocument]) -> list[Document] | list[ScoredDocum
     ...; :func:`to_langchain` given the source gives a result back its ``id`` and metadata).
     ``metadata["title"]`` becomes the title; documents
     from :class:`AttnrankRetriever` keep their earlier stages' scores (:func:`keep_stages`)."""
-    plain = [
-        Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""), dict(d.metadata))
-        for i, d in enumerate(docs)
-    ]
+    docs = framework_documents(docs, LCDocument, "LangChain Document")
+    plain = [Document(str(i), d.page_content, meta_title(d.metadata), dict(d.metadata)) for i, d in enumerate(docs)]
     return keep_stages(plain, [d.metadata for d in docs])
 
 
 def to_langchain(d: ScoredDocument, source: LCDocument | None = None) -> LCDocument:
     """A ranked attnrank document as a LangChain document (the source's id and metadata kept)."""
     if source is None:
-        meta = {**d.metadata, "id": d.id, "title": d.title}
+        meta = {"id": d.id, **d.metadata, "title": d.title}  # (a corpus's own "id" field stays)
         return LCDocument(page_content=d.text, id=d.id, metadata={**meta, **score_fields(d)})
     return LCDocument(page_content=source.page_content, id=source.id, metadata={**source.metadata, **score_fields(d)})
 
@@ -171,8 +171,9 @@ class AttnrankPruner(BaseDocumentCompressor):
         if not documents:
             return []
         # (metadata: the pruner reads a corpus's pre-split "sentences" from it, as attnrank ask does)
+        documents = framework_documents(documents, LCDocument, "LangChain Document")
         docs = [
-            Document(str(i), d.page_content, str(d.metadata.get("title", "") or ""), metadata=dict(d.metadata))
+            Document(str(i), d.page_content, meta_title(d.metadata), metadata=dict(d.metadata))
             for i, d in enumerate(documents)
         ]
         if not any(map(has_text, docs)):  # (nothing to prune or return, as an empty one beside others; not an error)

@@ -53,7 +53,9 @@ from .shared import (
     check_depth,
     check_reranker_settings,
     check_top_n,
+    framework_documents,
     keep_stages,
+    meta_title,
     model_lock,
     rank_text_first,
     renamed,
@@ -84,8 +86,9 @@ def _documents(nodes: list[NodeWithScore]) -> list[Document] | list[ScoredDocume
     """Nodes -> attnrank documents keyed by input position; ``metadata["title"]`` is the title;
     nodes from :class:`AttnrankRetriever` keep their earlier stages' scores; the metadata goes
     along (the pruner reads a corpus's pre-split ``"sentences"`` from it, as ``attnrank ask`` does)."""
+    nodes = framework_documents(nodes, NodeWithScore, "LlamaIndex NodeWithScore")
     docs = [
-        Document(str(i), _text(n), str(n.node.metadata.get("title", "") or ""), metadata=dict(n.node.metadata))
+        Document(str(i), _text(n), meta_title(n.node.metadata), metadata=dict(n.node.metadata))
         for i, n in enumerate(nodes)
     ]
     return keep_stages(docs, [n.node.metadata for n in nodes])

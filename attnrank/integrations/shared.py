@@ -11,6 +11,7 @@ built with the same settings use the same object and one loaded model
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import warnings
@@ -29,7 +30,7 @@ from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from ..rerank.config_checks import check_fields
 from ..rerank.reweight import Reweighting
-from ..types import Document, RankedResults, ScoredDocument, has_text, is_count
+from ..types import Document, RankedResults, ScoredDocument, has_text, is_count, is_real
 
 _LOCK = threading.Lock()  # guards the three dicts below, never held while anything is built
 _CACHE: dict[tuple[str, str], Any] = {}
@@ -363,11 +364,33 @@ def rank_text_first(
     return res, empty[:room]
 
 
+def framework_documents(docs: Any, cls: type, what: str) -> list[Any]:
+    """``docs`` as a list of the framework's documents (``cls``, named ``what``, e.g. "LangChain
+    Document"), or one line saying what came instead (a text, one document alone), where a
+    traceback came from deep in the conversion."""
+    if isinstance(docs, (str, cls)):
+        raise InputError(f"the documents are one {type(docs).__name__}, not a list of them; pass a list")
+    docs = list(docs)
+    bad = next((i for i, d in enumerate(docs) if not isinstance(d, cls)), None)
+    if bad is not None:
+        raise InputError(f"document #{bad} is a {type(docs[bad]).__name__}, not a {what}; wrap each text in a {what}")
+    return docs
+
+
+def meta_title(meta: Mapping[str, Any] | None) -> str:
+    """A framework document's title, from its metadata's ``"title"``: none where that is missing
+    or a missing value (None, a data frame's NaN, which was read as the title "nan")."""
+    value = (meta or {}).get("title")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)
+
+
 def keep_stages(docs: list[Document], metadata: list[Mapping[str, Any]]) -> list[Document] | list[ScoredDocument]:
     """``docs`` as scored documents when every one carries ``stage_scores`` in its framework
     metadata (it came from an attnrank retriever), so that the reranker keeps the earlier
     stages' scores (and a learned scorer can read them); else ``docs`` unchanged."""
-    if not docs or not all(isinstance(m.get("stage_scores"), dict) for m in metadata):
+    if not docs or not all(isinstance((m or {}).get("stage_scores"), dict) for m in metadata):
         return docs
     return [
         ScoredDocument(
@@ -391,11 +414,15 @@ def _first_stage_score(m: Mapping[str, Any]) -> float:
     unless a reranker has scored it since (a stage other than the retriever's): then the
     retriever's own stage score (a learned scorer's first-stage feature read the reranker's)."""
     stages = m["stage_scores"]
+    score = m.get("relevance_score") or 0.0  # (None: no first-stage score was kept)
     if any(name not in _FIRST_STAGES for name in stages):
-        first = next((stages[name] for name in _FIRST_STAGES if name in stages), None)
-        if first is not None:
-            return float(first)
-    return float(m.get("relevance_score") or 0.0)  # None: no first-stage score was kept
+        score = next((stages[name] for name in _FIRST_STAGES if name in stages), score)
+    if not is_real(score):  # (a float() ValueError from deep in the reranking)
+        raise InputError(
+            f"a document's first-stage score {score!r} (its metadata's relevance_score or stage_scores) is not a "
+            "number; pass the documents an attnrank retriever returned, or drop their stage_scores"
+        )
+    return float(score)
 
 
 def score_fields(d: ScoredDocument) -> dict[str, Any]:

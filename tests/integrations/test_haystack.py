@@ -243,3 +243,19 @@ def test_a_retriever_reads_rerank_as_set_now(settings, demo_index, query):
     assert stages(comp.run(query)["documents"]) == stages(plain)
     comp.rerank = True
     assert stages(comp.run(query)["documents"]) == reranked
+
+
+def test_the_ranker_takes_documents_without_meta_and_refuses_texts_in_one_line(query):
+    """Document(meta=None) was an AttributeError; texts or one Document alone, tracebacks."""
+    ranker = AttnrankRanker(top_k=None, reranker_kwargs={"config": "signals"})
+    ranker.warm_up()
+    out = ranker.run(
+        query, [Document(content="Paris is the capital of France.", meta=None), Document(content="Bananas.")]
+    )
+    assert [d.content for d in out["documents"]][0] == "Paris is the capital of France."
+    for docs, message in [
+        (["Paris", "Berlin"], "document #0 is a str, not a Haystack Document"),
+        (Document(content="Paris"), "the documents are one Document, not a list of them"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            ranker.run(query, docs)

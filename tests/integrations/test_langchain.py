@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -282,3 +283,44 @@ def test_pruner_refuses_a_budget_no_sentence_fits(settings, demo_docs, query):
     """It returned [] (the warning aside): the chain answered from no passage as if pruned."""
     with pytest.raises(InputError, match="no sentence of the passages fits the budget of 1 tokens"):
         AttnrankPruner(budget_tokens=1, model=settings["model"]).compress_documents(_lc_docs(demo_docs, 2), query)
+
+
+def test_malformed_documents_are_refused_in_one_line_and_a_nan_title_is_no_title(query):
+    """Texts in place of Documents, one Document alone, and a retriever's non-numeric score were
+    tracebacks (AttributeError, ValueError); a data frame's missing title (NaN) was read as "nan"."""
+    rr = AttnrankReranker(config="signals", top_n=None)
+    for docs, message in [
+        (["Paris", "Berlin"], "document #0 is a str, not a LangChain Document; wrap each text"),
+        (LCDocument(page_content="Paris"), "the documents are one Document, not a list of them"),
+        (
+            [LCDocument(page_content=t, metadata={"stage_scores": {}, "relevance_score": "high"}) for t in "ab"],
+            "a document's first-stage score 'high'",
+        ),
+    ]:
+        with pytest.raises(InputError, match=re.escape(message)):
+            rr.compress_documents(docs, query)
+    texts = ["Paris is the capital of France.", "Berlin is in Germany.", "Bananas are yellow."]
+    scores = {
+        title: [
+            d.metadata["relevance_score"]
+            for d in rr.compress_documents(
+                [LCDocument(page_content=t, metadata={"title": title}) for t in texts], query
+            )
+        ]
+        for title in (math.nan, None)
+    }
+    assert scores[math.nan] == scores[None]
+
+
+def test_the_retriever_keeps_a_corpus_metadata_field_named_id(tmp_path, query):
+    """The LangChain retriever wrote the attnrank id over a corpus's own "id" field (the Document's
+    id carries attnrank's); the LlamaIndex and Haystack retrievers kept it."""
+    from attnrank.index.retriever import HybridRetriever
+
+    docs = [
+        Document("d1", "Rome is the capital of Italy.", "", {"id": "ext-42"}),
+        Document("d2", "Paris is in France."),
+    ]
+    HybridRetriever().index(docs, show_progress=False).save(tmp_path / "ix")
+    hit = AttnrankRetriever(index=str(tmp_path / "ix"), k=1, depth=2, rerank=False).invoke("capital of Italy")[0]
+    assert hit.id == "d1" and hit.metadata["id"] == "ext-42"

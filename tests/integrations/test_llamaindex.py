@@ -345,3 +345,10 @@ def test_pruner_refuses_a_budget_no_sentence_fits(settings, demo_docs, query):
         AttnrankPruner(budget_tokens=1, model=settings["model"]).postprocess_nodes(
             _nodes(demo_docs, 2), query_str=query
         )
+
+
+def test_nodes_that_are_not_nodes_with_scores_are_refused_in_one_line(query):
+    """A TextNode in place of a NodeWithScore was an AttributeError ('TextNode' has no 'node')."""
+    post = AttnrankRerank(config="signals", top_n=None)
+    with pytest.raises(InputError, match="document #0 is a TextNode, not a LlamaIndex NodeWithScore"):
+        post.postprocess_nodes([TextNode(text="Paris"), TextNode(text="Berlin")], query_str=query)
