@@ -256,6 +256,10 @@ def check_ids(documents: Sequence[Document]) -> None:
     text never matched an integer id (evaluation scored 0, without a word)."""
     seen: set[str] = set()
     for i, d in enumerate(documents):
+        if not isinstance(d, (Document, ScoredDocument)):  # (a text: an AttributeError on .id)
+            raise InputError(
+                f"document #{i} is a {type(d).__name__}, not a Document; pass Document(id, text) objects, or a corpus path"
+            )
         if not isinstance(d.id, str):
             raise InputError(
                 f"document #{i}'s id {d.id!r} is a {type(d.id).__name__}, not a string; give ids as strings (str(id))"

@@ -536,3 +536,14 @@ def test_a_results_metadata_is_its_own_not_the_indexs(tmp_path):
     assert ix.search("capital of France", 1)[0].metadata == {"tags": ["city"]}
     ix.save(tmp_path / "ix")
     assert HybridRetriever.load(tmp_path / "ix").search("capital of France", 1)[0].metadata == {"tags": ["city"]}
+
+
+def test_texts_in_place_of_documents_are_refused_in_one_line():
+    """HybridRetriever().index(["Paris is nice", ...]) was an AttributeError ('str' has no 'id')."""
+    import pytest
+
+    from attnrank.errors import InputError
+    from attnrank.index.retriever import HybridRetriever
+
+    with pytest.raises(InputError, match="document #0 is a str, not a Document; pass Document"):
+        HybridRetriever().index(["Paris is nice", "Berlin too"], show_progress=False)
