@@ -16,7 +16,7 @@ from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, resolve_budget
 from .lookups import check_pruner_before_load
 from .planning import PromptPlanner, hint_ids, prompt_settings, scored_sentences
-from .segment import document_sentences
+from .segment import Sentence, document_sentences
 from .spans import make_piece
 
 
@@ -36,9 +36,10 @@ def check_budget_fits(
     (:func:`~attnrank.llm.modelconfig.prompt_length_floor`)."""
     check_pruner_before_load(config)  # (what the pruner refuses before its load first, as it does)
     documents = as_documents(docs)[0]
-    if budget_tokens is not None and _a_sentence_fits(config, documents, budget_tokens):
+    sents = document_sentences(documents, None, config.max_sentence_words, warn=False)  # (the pruner warns)
+    if budget_tokens is not None and _a_sentence_fits(sents, budget_tokens):
         return
-    counted = _counted(config, query, documents, _LazyTokenizer(config))
+    counted = _SentenceCounter(config, query).count(documents, sents)
     if not counted:
         return
     original = sum(s.tokens for s in counted)
@@ -55,11 +56,13 @@ def check_budget_fits_any(config: PruneConfig, query: str, candidates: Sequence[
     :func:`check_budget_fits` leaves it, or where a candidate has no sentence (titles alone: a
     context of those keeps them with no sentence, and is not refused)."""
     check_pruner_before_load(config)
-    shortest, documents, tok = None, as_documents(candidates)[0], _LazyTokenizer(config)
-    if _a_sentence_fits(config, documents, budget_tokens):
+    documents = as_documents(candidates)[0]
+    sents = document_sentences(documents, None, config.max_sentence_words, warn=False)
+    if _a_sentence_fits(sents, budget_tokens):
         return
-    for doc in documents:
-        counted = _counted(config, query, [doc], tok)
+    counter, shortest = _SentenceCounter(config, query), None
+    for doc, own in zip(documents, sents):
+        counted = counter.count([doc], [own])
         if not counted:
             return
         least = min(s.tokens for s in counted)
@@ -76,42 +79,33 @@ def check_budget_fits_any(config: PruneConfig, query: str, candidates: Sequence[
 _SLACK = 8
 
 
-def _a_sentence_fits(config: PruneConfig, documents: list[Document], budget_tokens: int) -> bool:
-    """Whether a sentence of ``documents`` fits ``budget_tokens`` whatever the tokenizer (its UTF-8
-    bytes and :data:`_SLACK`): then nothing is refused, and no tokenizer needs loading."""
-    sentences = document_sentences(documents, None, config.max_sentence_words, warn=False)
-    return any(len(s.text.encode("utf-8")) + _SLACK <= budget_tokens for each in sentences for s in each)
+def _a_sentence_fits(sents: list[list[Sentence]], budget_tokens: int) -> bool:
+    """Whether one of the documents' sentences ``sents`` fits ``budget_tokens`` whatever the
+    tokenizer (its UTF-8 bytes and :data:`_SLACK`): then nothing is refused, and no tokenizer loads."""
+    return any(len(s.text.encode("utf-8")) + _SLACK <= budget_tokens for each in sents for s in each)
 
 
-class _LazyTokenizer:
-    """The model's tokenizer, loaded on first use only (a check that finds nothing to count loads none)."""
+class _SentenceCounter:
+    """Sentences' tokens as the pruner of ``config`` counts them in one full-attention prompt for
+    ``query``: the prompt's limit read once, the tokenizer and planner made at the first count (a
+    check that finds nothing to count loads none)."""
 
-    def __init__(self, config: PruneConfig):
-        self.model, self._tok = config.model, None
+    def __init__(self, config: PruneConfig, query: str):
+        self.config, self.query = config, query
+        floor = prompt_length_floor(config.model) if config.attention == "full" else None
+        self.limit = None if floor is None else min(floor, config.max_prompt_tokens or floor)
+        self._planner: PromptPlanner | None = None
 
-    def get(self) -> Any:
-        if self._tok is None:
-            self._tok = load_tokenizer(self.model)
-        return self._tok
-
-
-def _counted(
-    config: PruneConfig, query: str, documents: list[Document], tokenizer: _LazyTokenizer
-) -> list[ScoredSentence] | None:
-    """The sentences of ``documents`` with their tokens as the pruner counts them in one
-    full-attention prompt of them all; None where it may plan otherwise (see :func:`check_budget_fits`)."""
-    if config.attention != "full":
-        return None
-    floor = prompt_length_floor(config.model)
-    if floor is None:
-        return None
-    limit = floor if config.max_prompt_tokens is None else min(floor, config.max_prompt_tokens)
-    sents = document_sentences(documents, None, config.max_sentence_words, warn=False)  # (the pruner warns)
-    if not any(sents):
-        return None
-    tok = tokenizer.get()
-    planner = PromptPlanner(tok, prompt_settings(config), limit, hint_ids(tok, config), config.max_sentence_words)
-    whole = planner.build(query, documents, sents, [make_piece(i, s, range(len(s))) for i, s in enumerate(sents) if s])
-    if whole.length > limit:
-        return None
-    return scored_sentences(documents, sents, [whole])
+    def count(self, documents: list[Document], sents: list[list[Sentence]]) -> list[ScoredSentence] | None:
+        """The sentences ``sents`` of ``documents`` with their tokens in one prompt of them all;
+        None where the pruner may plan otherwise (see :func:`check_budget_fits`)."""
+        if self.limit is None or not any(sents):
+            return None
+        if self._planner is None:
+            cfg, tok = self.config, load_tokenizer(self.config.model)
+            self._planner = PromptPlanner(
+                tok, prompt_settings(cfg), self.limit, hint_ids(tok, cfg), cfg.max_sentence_words
+            )
+        pieces = [make_piece(i, s, range(len(s))) for i, s in enumerate(sents) if s]
+        whole = self._planner.build(self.query, documents, sents, pieces)
+        return None if whole.length > self.limit else scored_sentences(documents, sents, [whole])
