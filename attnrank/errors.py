@@ -11,6 +11,16 @@ class InputError(AttnrankError, ValueError):
     """Bad user input: a corpus, query, parameter or file that cannot be used as given."""
 
 
+class PromptTooLong(InputError):
+    """A document no prompt holds even alone. ``fault`` says which and how long; the message adds
+    ``fix``, the reranker's settings to change (a server, whose settings its clients cannot change,
+    gives its own advice beside ``fault``)."""
+
+    def __init__(self, fault: str, fix: str):
+        super().__init__(f"{fault}; {fix}")
+        self.fault = fault
+
+
 class IndexFormatError(AttnrankError):
     """An index folder that is missing, incomplete, corrupted, or of another format version."""
 

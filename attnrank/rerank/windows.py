@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from ..errors import InputError
+from ..errors import InputError, PromptTooLong
 from ..llm.blocks import BlockPrompt, build_block_prompts
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..types import Document
@@ -91,16 +91,16 @@ def _check_alone(sizes: list[int], max_prompt_tokens: int, ids: Sequence[str] | 
         else (f"max_prompt_tokens={max_prompt_tokens}", "raise max_prompt_tokens")
     )
     if not any(s <= max_prompt_tokens for s in sizes):
-        raise InputError(
+        raise PromptTooLong(
             f"no document fits {limit} even alone (the shortest one-document prompt, query and instructions "
-            f"included, spans {min(sizes)} positions); lower max_doc_words/max_doc_tokens, shorten the query, "
-            f"or {other}"
+            f"included, spans {min(sizes)} positions)",
+            f"lower max_doc_words/max_doc_tokens, shorten the query, or {other}",
         )
     worst = max(range(len(sizes)), key=sizes.__getitem__)
     name = f"#{worst}" + (f" ({ids[worst]!r})" if ids is not None else "")
-    raise InputError(
-        f"document {name} does not fit {limit} even alone ({sizes[worst]} positions with the query); lower "
-        f"max_doc_words/max_doc_tokens or {other}"
+    raise PromptTooLong(
+        f"document {name} does not fit {limit} even alone ({sizes[worst]} positions with the query)",
+        f"lower max_doc_words/max_doc_tokens or {other}",
     )
 
 

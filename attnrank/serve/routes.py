@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Any
 
-from ..errors import InputError, require
+from ..errors import InputError, PromptTooLong, require
 
 require("fastapi", "serve", "attnrank serve")
 
@@ -92,7 +92,7 @@ async def _rank(
         try:
             with ids_by_position():  # ("0", "1", ...: not the index's passages of those ids)
                 res = reranker.rank(query, docs, k=top_n, return_evidence=explain)
-        except InputError as e:
+        except PromptTooLong as e:  # (its fix names the server's settings, which no request changes)
             raise _client_fix(e, cut) from None
         job.check()  # the client left while the model ran: drop the rest
         return res, ([e.as_dict() for e in explain_results(reranker, res)] if explain else None)
@@ -100,22 +100,13 @@ async def _rank(
     return await server.run(request, work, len(texts))
 
 
-# the reranker's advice for documents no prompt holds (rerank.windows: one document, or none of
-# them): its settings, which are the server's
-_SERVER_FIX = "; lower max_doc_words/max_doc_tokens"
-
-
-def _client_fix(e: InputError, cut: str | None) -> InputError:
-    """``e`` with a fix the client can apply where it advised the reranker's settings (fixed when
-    the server started): a document no prompt holds is sent shorter, or cut by the request's
-    ``cut`` field (a text of one long "word", emoji or CJK, passes the server's word cut)."""
-    message = str(e)
-    if _SERVER_FIX not in message:
-        return e
+def _client_fix(e: PromptTooLong, cut: str | None) -> InputError:
+    """``e``'s fault with a fix the client can apply: a document no prompt holds is sent shorter, or
+    cut by the request's ``cut`` field (a text of one long "word", emoji or CJK, passes the server's
+    word cut)."""
     fix = "send shorter documents" + (f", or cut every document with {cut}" if cut else "")
     return InputError(
-        f"{message.split(_SERVER_FIX, 1)[0]}; {fix} (the server's own cut is set when it starts: "
-        "attnrank serve --max-doc-tokens N)"
+        f"{e.fault}; {fix} (the server's own cut is set when it starts: attnrank serve --max-doc-tokens N)"
     )
 
 
