@@ -354,11 +354,11 @@ def rank_text_first(
     label alone would draw attention, :func:`~attnrank.types.check_texts`). The documents' ids are
     their positions in the framework's list (:func:`~attnrank.llm.statestore.ids_by_position`)."""
     empty = [i for i, d in enumerate(docs) if not has_text(d)]
-    skip = set(empty)
-    scorable = [d for i, d in enumerate(docs) if i not in skip]
     with ids_by_position():
         if not empty:
             return reranker.rank(query, docs, k=k), []
+        skip = set(empty)
+        scorable = [d for i, d in enumerate(docs) if i not in skip]
         res = reranker.rank(query, scorable, k=k) if scorable else RankedResults(query, [])
     room = len(empty) if k is None else max(0, k - len(res))
     return res, empty[:room]
@@ -390,7 +390,7 @@ def keep_stages(docs: list[Document], metadata: list[Mapping[str, Any]]) -> list
     """``docs`` as scored documents when every one carries ``stage_scores`` in its framework
     metadata (it came from an attnrank retriever), so that the reranker keeps the earlier
     stages' scores (and a learned scorer can read them); else ``docs`` unchanged."""
-    if not docs or not all(isinstance((m or {}).get("stage_scores"), dict) for m in metadata):
+    if not docs or not all(isinstance(m.get("stage_scores"), dict) for m in metadata):
         return docs
     return [
         ScoredDocument(
