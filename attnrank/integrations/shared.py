@@ -345,14 +345,16 @@ def check_top_n(top_n: Any, name: str = "top_n") -> None:
 
 
 def rank_text_first(
-    reranker: Any, query: str, docs: Sequence[Document | ScoredDocument], k: int | None
+    reranker: Any, query: str, docs: Sequence[Document | ScoredDocument], k: int | None, k_name: str = "top_n"
 ) -> tuple[RankedResults, list[int]]:
     """``reranker.rank`` of the documents that hold some text (or a title), and the positions in
     ``docs`` of those that hold none, which a framework's list gets after the ranked ones,
     unscored, as far as ``k`` leaves room. Why: one empty chunk (a PDF loader's, an image node's)
     failed the whole rerank, naming its position; the reranker refuses to score one (its slot
     label alone would draw attention, :func:`~attnrank.types.check_texts`). The documents' ids are
-    their positions in the framework's list (:func:`~attnrank.llm.statestore.ids_by_position`)."""
+    their positions in the framework's list (:func:`~attnrank.llm.statestore.ids_by_position`).
+    ``k`` is checked as the adapter's field ``k_name``, which a caller may set after construction."""
+    check_top_n(k, k_name)  # (else the reranker refused it as "k=0", a name the caller never used)
     empty = [i for i, d in enumerate(docs) if not has_text(d)]
     with ids_by_position():
         if not empty:

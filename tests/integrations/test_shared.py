@@ -287,3 +287,22 @@ def test_documents_without_text_come_after_the_ranked_ones_in_every_adapter(sett
     assert [d.id for d in hs][2] == "d0" and hs[2].score is None and hs[2].meta == {"source": "a.pdf"}
     only_empty = AttnrankReranker(top_n=2, **settings).compress_documents([LCDocument(page_content=" ")], query)
     assert [d.page_content for d in only_empty] == [" "]
+
+
+def test_a_count_set_after_construction_is_refused_under_the_adapters_name(settings):
+    """top_n set on the object after construction (pydantic does not validate assignment) was
+    refused by the reranker as "k=0", a name the LangChain or LlamaIndex user never wrote."""
+    from langchain_core.documents import Document as LCDocument
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from attnrank.integrations.langchain import AttnrankReranker
+    from attnrank.integrations.llamaindex import AttnrankRerank
+
+    lc = AttnrankReranker(top_n=2, **settings)
+    lc.top_n = 0
+    with pytest.raises(InputError, match=r"^top_n=0 must be None"):
+        lc.compress_documents([LCDocument(page_content="Paris is in France.")], "France?")
+    li = AttnrankRerank(top_n=2, **settings)
+    li.top_n = -1
+    with pytest.raises(InputError, match=r"^top_n=-1 must be None"):
+        li.postprocess_nodes([NodeWithScore(node=TextNode(text="Paris is in France."))], query_str="France?")
