@@ -28,7 +28,7 @@ TEXT_COLUMNS = ("titles", "texts")
 
 def read_queries(path: str | Path, *, run_ids: bool = False) -> dict[str, str]:
     """``{query id: text}`` from JSONL, TSV or Parquet; ids unique, texts non-empty (checked);
-    ``run_ids``: a JSONL or TSV line whose id a TREC run cannot hold is refused, named by its line."""
+    ``run_ids``: a line or row whose id a TREC run cannot hold is refused, named by its line or row."""
     p = Path(path)
     if p.suffix.lower() != ".parquet":
         return load_queries(p, run_ids=run_ids)
@@ -61,6 +61,11 @@ def read_queries(path: str | Path, *, run_ids: bool = False) -> dict[str, str]:
         qid = text_id.strip()  # (trimmed, as JSONL and TSV queries, qrels and runs read ids)
         if qid in out:
             raise InputError(f"{p}: row {row}: duplicate query id {qid!r}; query ids must be unique")
+        if run_ids and any(c.isspace() for c in qid):  # (as load_queries names a JSONL or TSV line)
+            raise InputError(
+                f"{p}: row {row}: query id {qid!r} holds whitespace, which a TREC run cannot hold (one field "
+                "per column); give ids without whitespace"
+            )
         if text is not None and not isinstance(text, str):  # (a binary or list column: not an empty query)
             raise InputError(
                 f"{p}: column {textc!r} holds {table.schema.field(textc).type} values, not strings; "

@@ -666,6 +666,12 @@ def test_ids_a_run_cannot_hold_and_a_checkpoint_at_an_output_are_refused_before_
     (queries := tmp_path / "q.jsonl").write_text('{"_id": "q1", "text": "apple"}\n{"_id": "q 2", "text": "pear"}\n')
     with pytest.raises(InputError, match=f"{queries}:2: query id 'q 2' holds whitespace"):  # a file's: at its line
         run_batch(queries, config, output=out, progress=False)
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"id": ["q1", "q 2"], "text": ["apple", "pear"]}), rows := tmp_path / "q.parquet")
+    with pytest.raises(InputError, match=f"{rows}: row 2: query id 'q 2' holds whitespace"):  # at its row too
+        run_batch(rows, config, output=out, progress=False)
     run_batch({"q 1": "apple"}, config, parquet=tmp_path / "rows.parquet", progress=False)  # Parquet holds it
     for checkpoint, what in ((out, "-o"), (tmp_path / "rows.parquet", "--parquet")):
         with pytest.raises(InputError, match=f"is {what}; give the checkpoint its own folder"):
