@@ -285,14 +285,18 @@ def _files(path: Path) -> list[Path]:
     An attnrank index folder inside is left out too (``attnrank index . --index notes`` writes
     ``./indexes/notes``): its ``docs.jsonl`` made the folder no corpus, so it could not be indexed again."""
     skipped: set[str] = set()
+    indexes: dict[str, bool] = {}  # (both walks meet every folder: its manifest read once)
 
     def visible(root: str, dirs: list[str]) -> list[str]:  # (hidden: .ipynb_checkpoints, .trash, .git copies)
         out = []
         for d in sorted(dirs):
             if d.startswith("."):
                 continue
-            if is_index_folder(os.path.join(root, d)):
-                skipped.add(os.path.join(root, d))
+            folder = os.path.join(root, d)
+            if folder not in indexes:
+                indexes[folder] = is_index_folder(folder)
+            if indexes[folder]:
+                skipped.add(folder)
                 continue
             out.append(d)
         return out

@@ -106,6 +106,21 @@ def test_a_text_folder_leaves_out_an_index_built_inside_it(tmp_path, caplog):
     assert [d.id for d in load_corpus(tmp_path)[0]] == ["a.txt", "other/b.txt"]
 
 
+def test_a_text_folder_reads_each_subfolders_manifest_once(tmp_path, monkeypatch):
+    """The folder walk runs twice (once without links, once through them); each folder's check
+    for an index manifest ran in both."""
+    import attnrank.corpus as corpus
+
+    for name in ("a", "b", "a/c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.txt").write_text("fleas bite")
+    checked: list[str] = []
+    real = corpus.is_index_folder
+    monkeypatch.setattr(corpus, "is_index_folder", lambda p: checked.append(str(p)) or real(p))
+    assert len(load_corpus(tmp_path)[0]) == 3
+    assert sorted(checked) == sorted(str(tmp_path / n) for n in ("a", "b", "a/c"))
+
+
 def test_markdown_front_matter_is_metadata_and_names_the_title(tmp_path):
     """A Jekyll/Hugo post's YAML front matter was read as the text's first lines (its keys and
     dates ranked as passage words) and hid the heading below it from the title."""
