@@ -401,3 +401,27 @@ def test_an_answer_prompt_over_the_context_is_refused_in_asks_own_terms(tmp_path
     text = cli_text(r)
     assert r.exit_code == 1 and "with --max-new-tokens 8 it exceeds the model's 600-token context" in text, text
     assert text.rstrip().endswith("lower -k") and "budget" not in text and "Q: vitamin" not in r.output
+
+
+def test_ask_searches_once_where_its_checks_before_the_load_searched(tmp_path, monkeypatch, built_retriever):
+    """Its checks before the model loads searched the first stage, and the pipeline searched it
+    again after the load (one more BM25 and dense query per question); the hits are now handed on,
+    and their seconds still shown as the retrieve step."""
+    from _tiny import save_tiny
+
+    from attnrank.index.retriever import HybridRetriever
+
+    built_retriever.save(tmp_path / "ix")
+    model = save_tiny(tmp_path / "m", layers=2, max_positions=4096)
+    searched: list[str] = []
+    search = HybridRetriever.search
+
+    def counted(self, query, *args, **kwargs):
+        searched.append(query)
+        return search(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(HybridRetriever, "search", counted)
+    args = ["ask", "vitamin D?", "--index-dir", str(tmp_path / "ix"), "--model", str(model), "-q"]
+    r = runner.invoke(app, [*args, "--signals", "only", "--depth", "4", "-k", "2", "--max-new-tokens", "2"])
+    assert r.exit_code == 0, cli_text(r)
+    assert searched == ["vitamin D?"] and re.search(r"\[timings\] retrieve \d+\.\d\d s, rerank", r.output), r.output

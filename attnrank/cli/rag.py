@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +13,7 @@ from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
-from ..types import check_unicode
+from ..types import RankedResults, check_unicode
 from . import (
     Quiet,
     SkipInvalid,
@@ -278,7 +279,7 @@ def ask(
     if not no_rerank:
         check_registry_lookups(cfg)
     retriever = _load_index(name, index_dir, verify)
-    _check_before_load(
+    searched = _check_before_load(
         retriever,
         question,
         cfg,
@@ -319,10 +320,13 @@ def ask(
         head()
         typer.echo(piece, nl=False)
 
-    try:
-        res = pipe.run(question, budget_tokens=budget, keep_ratio=ratio, stream=stream)
+    found, retrieve_s = searched or (None, 0.0)
+    try:  # (the hits the checks searched for, if any: the first stage is not searched twice)
+        res = pipe.run(question, found, budget_tokens=budget, keep_ratio=ratio, stream=stream)
     except InputError as e:  # (named as ask's options: the library's advice names its arguments)
         raise InputError(_ask_names(str(e), no_prune)) from None
+    timings = res.timings if found is None else {"retrieve": retrieve_s, **res.timings}
+    timings["total"] += retrieve_s
     head()
     typer.echo("")
     if res.pruned is not None:
@@ -335,24 +339,28 @@ def ask(
     typer.echo("[sources]")
     for i, d in enumerate(res.context, start=1):
         typer.echo(f"  {i}. {d.id}" + (f" ({d.title})" if d.title else "") + f": {d.text[:100]}")
-    typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in res.timings.items()))
+    typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in timings.items()))
 
 
 def _check_before_load(
     retriever, question: str, cfg, prune_cfg, *, depth: int, k: int, budget, ratio, no_rerank: bool, no_prune: bool
-) -> None:
+) -> tuple[RankedResults, float] | None:
     """What ask's stages would refuse of the first stage's candidates, found with the tokenizer
     before the model loads: a passage no reranking prompt holds, and a budget that no sentence of
     the passages pruned could fit (the top ``k`` where nothing reranks; else every candidate, of
-    which reranking keeps ``k``). The first stage searches once more for it, only where a check applies."""
+    which reranking keeps ``k``). The first stage searches for it only where a check applies; its
+    hits and seconds are returned then, for the pipeline to use."""
     from ..prune.precheck import check_budget_fits, check_budget_fits_any
     from ..rerank.precheck import check_query_before_load, early_prompt_limit
 
     rerank_check = not no_rerank and early_prompt_limit(cfg) is not None
     prune_check = not no_prune and (budget is not None or no_rerank)
     if not (rerank_check or prune_check):
-        return
-    found = retriever.search(question, depth).results
+        return None
+    start = time.perf_counter()
+    hits = retriever.search(question, depth)
+    searched = hits, time.perf_counter() - start
+    found = hits.results
     if rerank_check:  # a passage no prompt holds
         check_query_before_load(cfg, question, found)
     try:
@@ -362,6 +370,7 @@ def _check_before_load(
             check_budget_fits_any(prune_cfg, question, found, budget_tokens=budget)
     except InputError as e:  # (in ask's words, as its refusals after the load)
         raise InputError(_ask_names(str(e), no_prune)) from None
+    return searched
 
 
 def _ask_names(message: str, no_prune: bool) -> str:
