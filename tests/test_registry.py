@@ -330,6 +330,16 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
         assert isinstance(plotted.exception, MissingExtraError) and "attnrank[plot]" in str(plotted.exception)
     else:
         assert plotted.exit_code == 0 and png.stat().st_size > 0
+    # a second detection replaced the first by name, with no way to keep both from the CLI: --name
+    named = runner.invoke(app, [*args, "--name", "mine"])
+    assert named.exit_code == 0 and "replaces" not in named.output, named.output
+    names = sorted(s.name for s in load_head_sets(model_id, fp))
+    assert names == sorted([*(s.name for s in sets), "mine-qr-ndcg", "mine-qr-score", "mine-contrastive"])
+    again = runner.invoke(app, args)  # and a replacement is said before the detection runs, not after
+    said = again.output.index("warning: this detection replaces the registered set 'qr-ndcg'")
+    assert again.exit_code == 0 and said < again.output.index("qr-ndcg:")
+    assert len(load_head_sets(model_id, fp)) == 6
+    assert runner.invoke(app, [*args, "--name", " "]).exit_code == 2
 
 
 def test_cli_detect_qr_cuts_passages_as_the_advice_it_gives_says(roots, tiny_dir, scifact_mini):

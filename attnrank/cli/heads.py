@@ -26,6 +26,7 @@ from . import (
     app,
     option_errors,
 )
+from ..heads.queryfocused import QR_METHODS
 from .labelled import check_saveable, labelled_set, relevant
 from .options import Dtype, MaxDocTokens, MaxDocWords, truncation
 
@@ -91,6 +92,11 @@ def heads_detect(
     device: str = Device,
     dtype: str = Dtype,
     save: bool = Save,
+    name: Optional[str] = typer.Option(
+        None,
+        "--name",
+        help="Register each set as NAME-METHOD (default: METHOD); a registered set of that name is replaced.",
+    ),
     quiet: bool = Quiet,
     verbose: bool = Verbose,
 ) -> None:
@@ -104,7 +110,15 @@ def heads_detect(
         raise typer.BadParameter(f"--method {method!r} is not qr or copy")
     if top < 1:
         raise typer.BadParameter(f"--top {top} must be at least 1 (heads registered)")
+    if name is not None and (not name.strip() or not save):
+        raise typer.BadParameter(
+            f"--name {name!r} names the registered sets: give a non-empty name, without --no-save"
+            if save
+            else "--name names the registered sets, but --no-save registers none; drop one"
+        )
     check_saveable(model, save)  # a registry file the save would refuse: named before the detection runs
+    if save:  # (a detection of hours replaced an earlier one of the same name, said only once it had run)
+        _say_replaced(model, [_set_name(name, m) for m in (QR_METHODS if method == "qr" else ("copy",))])
     qr_only = {
         "--dataset": dataset,
         "--queries": queries,
@@ -155,28 +169,29 @@ def heads_detect(
             skip_invalid,
             truncation(max_doc_words, max_doc_tokens),
         )
-    for name, res in results.items():  # every method's result shown before any is saved
+    for label, res in results.items():  # every method's result shown before any is saved
         ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])
-        typer.echo(f"{name}: {ranked or res.note}")
+        typer.echo(f"{label}: {ranked or res.note}")
     saved = None
-    for name, res in results.items() if save else ():
+    for label, res in results.items() if save else ():
         scored = [v for _, v in res.ranked()]
         if res.n_used and len(set(scored)) <= 1:  # every head alike: the "top" would be the first ones
-            typer.echo(f"{name}: not saved: every head scored the same")
+            typer.echo(f"{label}: not saved: every head scored the same")
         elif res.n_used and res.method == "copy":  # (a head that never copied is no retrieval head)
             from ..heads.scores import RETRIEVAL_THRESHOLD
 
             copied = res.top_positive(top)
             strong = len(set(copied) & set(res.above(RETRIEVAL_THRESHOLD)))
             typer.echo(
-                f"{name}: saved the {len(copied)} best heads that copied at all (of the top {top} asked; "
-                f"{strong} above Wu et al.'s retrieval-head threshold {RETRIEVAL_THRESHOLD}) to {res.save(heads=copied)}"
+                f"{label}: saved the {len(copied)} best heads that copied at all (of the top {top} asked; "
+                f"{strong} above Wu et al.'s retrieval-head threshold {RETRIEVAL_THRESHOLD}) to "
+                f"{res.save(heads=copied, name=_set_name(name, res.method))}"
                 if copied
-                else f"{name}: not saved: no head copied"
+                else f"{label}: not saved: no head copied"
             )
             saved = res if copied else saved
         elif res.n_used:
-            typer.echo(f"{name}: saved top {top} to {res.save(top)}")
+            typer.echo(f"{label}: saved top {top} to {res.save(top, name=_set_name(name, res.method))}")
             saved = res
     if saved is not None:  # the user's sets come first: a copy-paste set outranks a shipped query-focused one
         from ..registry import load_head_sets
@@ -191,6 +206,26 @@ def heads_detect(
             "no head set was saved (see above); --heads auto reads what it read before: detect with more queries "
             "or another --method, or pass --no-save to only look"
         )
+
+
+def _set_name(name: str | None, method: str) -> str:
+    """The registry name of ``method``'s set: ``NAME-METHOD`` with ``--name``, else the method's."""
+    return method if name is None else f"{name.strip()}-{method}"
+
+
+def _say_replaced(model: str | None, names: list[str]) -> None:
+    """Warn, before the detection runs, of the user's registered sets it will replace (by name)."""
+    from ..llm.models import unloaded_model
+    from ..registry import load_head_sets
+
+    model_id, fingerprint = unloaded_model(model)
+    for s in load_head_sets(model_id, fingerprint):
+        if s.source == "user" and s.fingerprint == fingerprint and s.name in names:
+            typer.echo(
+                f"warning: this detection replaces the registered set {s.name!r} of {model_id} (detected "
+                f"{s.date}{' on ' + s.data if s.data else ''}); give --name to keep it",
+                err=True,
+            )
 
 
 def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_tokens, qr_given=()) -> dict:
