@@ -9,6 +9,7 @@ import typer
 
 from ..config import COPY_DEPTHS, COPY_HAYSTACK, COPY_LENGTHS, COPY_MAX_NEW_TOKENS, check_precision_names
 from ..errors import AttnrankError
+from ..heads.queryfocused import QR_METHODS
 from . import (
     Corpus,
     Data,
@@ -26,7 +27,6 @@ from . import (
     app,
     option_errors,
 )
-from ..heads.queryfocused import QR_METHODS
 from .labelled import check_saveable, labelled_set, relevant
 from .options import Dtype, MaxDocTokens, MaxDocWords, truncation
 
