@@ -56,7 +56,7 @@ from .config import RerankConfig
 from .fused import FUSED_STAGE, LIKELIHOOD, UNTRAINED
 from .fused_resolve import resolve_fused
 from .fusing import FusedScoring
-from .inputs import check_documents, check_k, check_query, check_texts
+from .inputs import check_documents, check_id_types, check_k, check_query, check_query_list, check_texts
 from .likelihood import PromptIds
 from .position import SlotProfile, load_profile
 from .resolve import check_before_load, learned_weights, resolve_config_heads
@@ -319,6 +319,7 @@ class AttentionReranker(WindowCapture, FusedScoring):
         *,
         query_ids: Sequence[str] | None = None,
     ) -> list[RankedResults]:
+        check_query_list(queries, query_ids)
         if len(queries) != len(docs_per_query):
             raise InputError(
                 f"{len(queries)} queries but {len(docs_per_query)} document lists; give one list per query"
@@ -346,6 +347,7 @@ class AttentionReranker(WindowCapture, FusedScoring):
         """What :meth:`rank` would refuse in any of these queries, all named before any work (tokenizing
         only): :class:`InputError` naming the query (its id where given, else its number). A caller
         that ranks query by query (the CLI over a run) loses nothing to its last query's mistake."""
+        check_query_list(queries, query_ids)
         for i, (query, docs) in enumerate(zip(queries, docs_per_query)):
             try:
                 self._check_query(query)
@@ -364,6 +366,7 @@ class AttentionReranker(WindowCapture, FusedScoring):
         weights their first-stage and stage scores, as in :meth:`rank`."""
         self._check_query(query)  # (the calibration query scored all zeros here, where rank refused it)
         documents, previous = as_documents(docs)
+        check_id_types(documents)  # (the kept states are looked up by id)
         check_texts(documents)
         if not documents:  # as rank() gives no results, whatever the preset computes
             return np.zeros(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputError
@@ -31,9 +32,36 @@ def check_documents(documents: list[Document]) -> None:
 
 
 def check_unique_ids(documents: list[Document], noun: str = "document") -> None:
-    """No id twice among ``documents`` (``noun`` names them in the message)."""
+    """Every id a string, and no id twice among ``documents`` (``noun`` names them in the message).
+    Why strings, as an index requires (:func:`~attnrank.types.check_ids`): ids 1 and "1" were two
+    documents of one ranking, and None an id of the results."""
+    check_id_types(documents, noun)
     seen: set[str] = set()
     for i, d in enumerate(documents):
         if d.id in seen:
             raise InputError(f"{noun} #{i} repeats the id {d.id!r}; {noun} ids must be unique within a ranking")
         seen.add(d.id)
+
+
+def check_id_types(documents: list[Document], noun: str = "document") -> None:
+    """Every id of ``documents`` a string (``noun`` names them in the message)."""
+    for i, d in enumerate(documents):
+        if not isinstance(d.id, str):
+            raise InputError(
+                f"{noun} #{i}'s id {d.id!r} is a {type(d.id).__name__}, not a string; give ids as strings (str(id))"
+            )
+
+
+def check_query_list(queries: Any, query_ids: Any = None) -> None:
+    """``queries`` of a batch: a list of query texts, not one text (whose characters became the
+    queries: with as many document lists, wrong rankings without an error) nor a ``{id: text}``
+    dict (whose keys were read as the queries, or a KeyError)."""
+    if isinstance(queries, str):
+        raise InputError("queries is one str, not a list of queries; pass a list (e.g. [query]), or call rank()")
+    if isinstance(queries, Mapping):
+        raise InputError(
+            "queries is a dict; pass list(queries.values()) with query_ids=list(queries), and the document "
+            "lists in that order"
+        )
+    if isinstance(query_ids, (str, Mapping)):
+        raise InputError(f"query_ids is a {type(query_ids).__name__}, not a list of ids; pass one id per query")

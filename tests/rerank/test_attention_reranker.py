@@ -148,6 +148,28 @@ def test_plain_strings_and_batch(llm):
     assert [r.query_id for r in out] == ["a", "b"] and sorted(out[0].ids) == ["0", "1", "2", "3"]
 
 
+def test_a_batch_of_one_text_or_a_dict_is_refused_not_read_as_queries(llm):
+    """One str was split into a query per character (with as many document lists: wrong rankings,
+    no error); a {id: text} dict gave a KeyError, and check_batch took its keys for the queries."""
+    rr = AttentionReranker(llm, signals=None)
+    for call in (rr.rank_batch, rr.check_batch):
+        with pytest.raises(InputError, match="queries is one str, not a list"):
+            call("ab", [DOCS, DOCS])
+        with pytest.raises(InputError, match=r"queries is a dict; pass list\(queries.values\(\)\)"):
+            call({"q1": QUERY}, [DOCS])
+        with pytest.raises(InputError, match="query_ids is a str"):
+            call([QUERY], [DOCS], query_ids="q")
+
+
+def test_document_ids_must_be_strings_as_an_index_requires(llm):
+    """Ids 1 and "1" ranked as two documents, and None came back as a result's id."""
+    rr = AttentionReranker(llm, signals=None)
+    with pytest.raises(InputError, match=r"document #0's id 1 is a int, not a string"):
+        rr.rank(QUERY, [Document(1, "x y"), Document("1", "x z")])  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"document #1's id None is a NoneType"):
+        rr.score(QUERY, [Document("a", "x y"), Document(None, "x z")])  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("empty", ["", "  \n\t", "\u200b", "\ufeff \u00ad"])
 def test_an_empty_document_is_refused_not_scored(llm, empty):
     reranker = AttentionReranker(llm, heads="all", signals=None)
