@@ -48,6 +48,7 @@ read are refused.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -74,6 +75,7 @@ from .config_fields import (
     SIGNALS_SETTINGS,
     computes_attention,
     method_of,
+    plain_heads,
     reads_likelihood,
     signals_setting,
 )
@@ -96,7 +98,7 @@ class RerankConfig:
     ``scorer``: ``"sum"`` (sum over heads) or ``"learned"`` (registered weights; they fix heads,
     calibration and filter). ``calibrate``: subtract the content-free "N/A" query's attention.
     ``token_filter``: ICR's μ − 2σ token filter. ``query_span``: ``"full"`` or ``"last"``.
-    ``reweight``: re-weighting steps (sink, IDF, entropy, slot correction) or None;
+    ``reweight``: re-weighting steps (sink, IDF, entropy, slot correction; a Reweighting, or its fields as a dict) or None;
     ``slot_profile``: a profile JSON path or ``"auto"`` (needed by slot correction).
     ``instruction``: ``"ie"``, ``"qa"`` or custom text; ``order``: document order in the prompt.
     ``max_doc_words`` / ``max_doc_tokens``: per-passage truncation; ``max_prompt_tokens``: window
@@ -150,6 +152,10 @@ class RerankConfig:
     name: str = field(default="custom", compare=False)  # the preset it came from
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "heads", plain_heads(self.heads))
+        if isinstance(self.reweight, Mapping):  # (as dataclasses.asdict or a JSON file gives it)
+            check_fields(Reweighting, dict(self.reweight))
+            object.__setattr__(self, "reweight", Reweighting(**self.reweight))
         check_flags(self, ("calibrate", "token_filter"))
         if isinstance(self.scorer, str) and self.scorer not in SCORERS:
             raise InputError(f"scorer={self.scorer!r} is not one of {SCORERS}")
@@ -311,6 +317,8 @@ class RerankConfig:
         check_fields(type(self), overrides)
         if not overrides:
             return self
+        if "heads" in overrides:
+            overrides = {**overrides, "heads": plain_heads(overrides["heads"])}
         positions = overrides.get("block_positions")  # as the caller gave them, before any reset
         previous = self.name  # what the copy is named from (the preset it stands for)
         if "signals" in overrides and not computes_attention(overrides["signals"]):
@@ -381,6 +389,8 @@ def preset_for(name: str | None, overrides: dict[str, Any]) -> str:
             raise InputError(f"preset {chosen!r} is not one of {sorted(RERANK_PRESETS)}")
         return chosen
     read = LIKELIHOOD_FIELDS if RERANK_PRESETS[DEFAULT_PRESET].uses_likelihood else ()
+    if "heads" in overrides:
+        overrides = {**overrides, "heads": plain_heads(overrides["heads"])}
     defaults = field_defaults()  # a default spelled out chooses nothing
     given = [k for k in overrides if k in ATTENTION_FIELDS and k not in read and overrides[k] != defaults[k]]
     if "signals" in overrides:

@@ -46,6 +46,14 @@ def signals_setting(value: Any) -> Any:
     return None if isinstance(value, str) and value.strip().lower() == "none" else value
 
 
+def plain_heads(heads: Any) -> Any:
+    """``heads`` as the configuration holds it: a NumPy array of ``(layer, head)`` rows (or any
+    array with ``tolist``) as a list of lists, whose comparisons are plain truth values (an array's
+    ``!=`` is one per element, which raised deep in the choice of a preset); anything else as given."""
+    tolist = getattr(heads, "tolist", None)
+    return tolist() if callable(tolist) and not isinstance(heads, (str, bytes)) else heads
+
+
 def reads_likelihood(signals: Any) -> bool:
     """Whether ``signals`` (as the configuration holds it) reads the LLM's query likelihood."""
     if isinstance(signals, FusedWeights):

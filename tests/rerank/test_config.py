@@ -300,3 +300,26 @@ def test_slot_correction_is_refused_where_every_passage_has_the_same_positions()
         "icr", attention="block", block_positions="rotated", reweight=slot, slot_profile="auto"
     )
     assert rotated.reweight == slot
+
+
+def test_heads_given_as_a_numpy_array_choose_a_preset_as_a_list_does():
+    """RerankConfig(heads=array) worked, but choosing a preset compared the array with the default
+    ("truth value of an array ... is ambiguous"), as did RerankConfig.preset and with_options."""
+    import numpy as np
+
+    pairs = np.array([[0, 0], [0, 1]])
+    assert RerankConfig.preset(heads=pairs) == RerankConfig.preset(heads=[[0, 0], [0, 1]])
+    assert RerankConfig.preset("qrhead").with_options(heads=pairs).name == "qrhead+heads"
+    assert RerankConfig(heads=pairs).heads == [[0, 0], [0, 1]]
+
+
+def test_a_preset_survives_a_round_trip_through_a_dict_and_json():
+    """dataclasses.asdict turned qrhead-sink's Reweighting into a dict, which RerankConfig refused."""
+    import dataclasses
+    import json
+
+    for name, cfg in RERANK_PRESETS.items():
+        again = RerankConfig(**json.loads(json.dumps(dataclasses.asdict(cfg))))
+        assert again == cfg, name
+    with pytest.raises(InputError, match=r"unknown Reweighting option\(s\) \['sinks'\]"):
+        RerankConfig(reweight={"sinks": True})
