@@ -313,6 +313,12 @@ def check_precision_names(device: Any, dtype: Any) -> None:
         )
 
 
+# L2 penalty λ of learned head weights when none is given: the one scripts/bench_heads.py measured (its
+# learned rows), for `attnrank heads train` and train_head_weights alike (the function's 1.0 gave other
+# weights than the CLI on the same data)
+DEFAULT_HEAD_L2 = 10.0
+
+
 def check_l2(l2: Any) -> None:
     """An L2 penalty λ (sklearn's ``C = 1/λ``): a finite number > 0 (NaN passed ``l2 <= 0`` and
     failed inside sklearn, after the capture)."""

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from ..config import check_precision_names
+from ..config import DEFAULT_HEAD_L2, check_precision_names
 from . import (
     Corpus,
     Data,
@@ -114,7 +114,9 @@ def heads_train(
     ),
     heads: Optional[str] = typer.Option(None, "--heads", hidden=True, help="Old spelling of --top: all | topN."),
     learner: str = typer.Option("pointwise", "--learner", help="pointwise (logistic regression) | pairwise (RankNet)."),
-    l2: Optional[float] = typer.Option(None, "--l2", help="L2 penalty λ (sklearn C = 1/λ; default 10)."),
+    l2: Optional[float] = typer.Option(
+        None, "--l2", help=f"L2 penalty λ (sklearn C = 1/λ; default {DEFAULT_HEAD_L2:g})."
+    ),
     first_stage: bool = typer.Option(
         False,
         "--first-stage/--no-first-stage",
@@ -137,7 +139,7 @@ def heads_train(
     progress = _setup(quiet, verbose)
     require("sklearn", "train", "attnrank heads train")  # before any model is loaded
     n_top = _top_heads(top, heads)
-    l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=10.0)
+    l2 = check_training(learner, LEARNERS, l2, folds, depth, default_l2=DEFAULT_HEAD_L2)
     with option_errors():  # (found by load_llm, after the labelled set was read)
         check_precision_names(device, dtype)
     check_model_readable(model)  # (before the labelled set is read: a mistyped --model named at once)

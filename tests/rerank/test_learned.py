@@ -438,3 +438,18 @@ def test_configurations_holding_weights_compare_and_swap_them():
     assert swapped.scorer is w2 and swapped.name == first.name == "learned"
     assert first == RerankConfig.preset("learned", scorer=w1) and first != swapped
     assert w1 == w1 and w1 != w2
+
+
+def test_the_python_default_l2_is_the_one_heads_train_uses():
+    """train_head_weights defaulted to l2=1.0 and `attnrank heads train` to 10 (the measured
+    setting): the same labelled data gave other registered weights through each."""
+    import inspect
+
+    from typer.testing import CliRunner
+
+    from attnrank.cli import app
+    from attnrank.config import DEFAULT_HEAD_L2
+
+    assert inspect.signature(train_head_weights).parameters["l2"].default == DEFAULT_HEAD_L2 == 10.0
+    shown = CliRunner().invoke(app, ["heads", "train", "--help"], terminal_width=200).output
+    assert f"default {DEFAULT_HEAD_L2:g})" in " ".join(shown.split())

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...config import check_l2
+from ...config import DEFAULT_HEAD_L2, check_l2
 from ...errors import InputError, require
 from ...eval.crossval import check_unique_queries, group_splits, labelled_splits, relevant_links
 from ...eval.metrics import evaluate, evaluate_per_query, judged_queries
@@ -56,7 +56,7 @@ def train_head_weights(
     examples: Sequence[QueryFeatures],
     *,
     learner: str = "pointwise",
-    l2: float = 1.0,
+    l2: float = DEFAULT_HEAD_L2,
     rel: int = 1,
     first_stage: bool = False,
     stages: Sequence[str] = (),
@@ -70,7 +70,8 @@ def train_head_weights(
     adapter: str = "",
     prompt: dict[str, Any] | None = None,
 ) -> LearnedHeadWeights:
-    """Fit head weights on standardised per-query features (see the module doc for the learners);
+    """Fit head weights on standardised per-query features (see the module doc for the learners;
+    ``l2``: the penalty λ, :data:`DEFAULT_HEAD_L2` as `attnrank heads train` uses);
     ``first_stage``: add the first-stage rank; ``stages``: add these earlier stages' scores;
     ``calibrate``/``use_filter``: how the features were read, recorded with the weights (None: as
     the features record it, :func:`query_features`; True where they do not; given otherwise than
