@@ -251,8 +251,9 @@ def with_stage(
 
 
 def check_ids(documents: Sequence[Document]) -> None:
-    """Every document's id a string, and no id twice (the index keys its results, runs and qrels by
-    them). Why strings: ids 1 and "1" were two documents, a run wrote "1" twice, and qrels read as
+    """Every document's id a non-empty string without surrounding whitespace, and no id twice (the
+    index keys its results, runs and qrels by them; a corpus file's ids are read trimmed, and "" and
+    " a " beside "a" were indexed from Python, a result without an id). Why strings: ids 1 and "1" were two documents, a run wrote "1" twice, and qrels read as
     text never matched an integer id (evaluation scored 0, without a word)."""
     seen: set[str] = set()
     for i, d in enumerate(documents):
@@ -263,6 +264,11 @@ def check_ids(documents: Sequence[Document]) -> None:
         if not isinstance(d.id, str):
             raise InputError(
                 f"document #{i}'s id {d.id!r} is a {type(d.id).__name__}, not a string; give ids as strings (str(id))"
+            )
+        if d.id != d.id.strip() or not d.id:  # (as a corpus file's are read: trimmed, and none empty)
+            raise InputError(
+                f"document #{i}'s id {d.id!r} is empty or has whitespace around it, which runs and qrels trim "
+                "(another document's id, or none); give ids without surrounding whitespace (id.strip())"
             )
         if d.id in seen:
             raise InputError(f"duplicate document id {d.id!r}; document ids must be unique")

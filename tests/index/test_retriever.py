@@ -520,6 +520,13 @@ def test_document_ids_are_strings(tmp_path):
         ShardedIndexer(HybridRetriever(), shards=2).build(docs, tmp_path / "ix")
     with pytest.raises(InputError, match="duplicate document id '1'"):
         HybridRetriever().index([Document("1", "a"), Document("1", "b")], show_progress=False)
+    # as a corpus file's ids are read (trimmed, none empty): "" was a result without an id, " a " and
+    # "a" two documents that runs and qrels read as one
+    for bad in ("", " ", " a "):
+        with pytest.raises(InputError, match=rf"document #0's id {bad!r} is empty or has whitespace around it"):
+            HybridRetriever().index([Document(bad, "x y"), Document("a", "z")], show_progress=False)
+    with pytest.raises(InputError, match="is empty or has whitespace around it"):
+        ShardedIndexer(HybridRetriever(), shards=2).build([Document("a\n", "x"), Document("b", "y")], tmp_path / "ix")
 
 
 def test_a_results_metadata_is_its_own_not_the_indexs(tmp_path):
