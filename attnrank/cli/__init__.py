@@ -125,6 +125,12 @@ def _index_path(name: Optional[str], index_dir: Optional[Path]) -> Path:
         )
     if "/" in name or name.startswith("."):
         raise typer.BadParameter(f"index name {name!r} must be a plain name; use --index-dir for a path")
+    # (" " made a folder named by a space, "a\nb" one whose name holds a line break)
+    if name != name.strip() or not name.isprintable():
+        raise typer.BadParameter(
+            f"index name {name!r} is blank, has whitespace around it or holds a control character; give a plain "
+            "name such as 'scifact'"
+        )
     return index_root() / name
 
 

@@ -213,6 +213,15 @@ CASES = [
         ["index name '..' must be a plain name"],
         _write("c.jsonl", CORPUS),
     ),
+    Case(
+        "name-blank",
+        "index target",
+        "`--index ' '` (or a name holding a line break)",
+        ["index", "c.jsonl", "--index", " ", "-q"],
+        2,
+        ["index name ' ' is blank, has whitespace around it or holds a control character"],
+        _write("c.jsonl", CORPUS),
+    ),
     # -- corpus input -------------------------------------------------------------------------
     Case(
         "corpus-invalid-json",
