@@ -191,6 +191,12 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
     if target.is_symlink():
         raise InputError(f"index folder {target} is a symbolic link; give the folder it points to, or another path")
     resolved = _real(target)
+    inside = next((p for p in resolved.parents if is_index_folder(p)), None)
+    if inside is not None:  # (its files are not the outer manifest's: a rebuild of that one was refused)
+        raise InputError(
+            f"refusing to write an index at {target}: it lies inside the attnrank index {inside}, which holds its "
+            "own files only; choose a folder outside it (--force does not override this)"
+        )
     named = _named(protect)
     for what, p in [("the working directory", Path.cwd()), *_home(), *named]:
         if contains(resolved, _real(p)):

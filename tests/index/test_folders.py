@@ -489,3 +489,17 @@ def test_a_build_missing_a_file_never_replaces_the_index(tmp_path, built_retriev
     with caplog.at_level("WARNING", logger="attnrank.index.store"):
         built_retriever.save(target, force=True)
     assert "could not remove the previous index, kept at" in caplog.text
+
+
+def test_an_index_inside_another_index_is_refused(tmp_path, built_retriever):
+    """`attnrank index c --index-dir idx/sub` wrote a second index into the first, whose rebuild was
+    then refused (files its manifest does not list) until --force deleted the inner one."""
+    built_retriever.save(tmp_path / "idx")
+    for target in (tmp_path / "idx" / "sub", tmp_path / "idx" / "a" / "b"):
+        with pytest.raises(InputError, match=r"lies inside the attnrank index .*idx, which holds its own files only"):
+            check_target(target, force=True)
+    with pytest.raises(InputError, match="lies inside the attnrank index"):
+        built_retriever.save(tmp_path / "idx" / "sub")
+    assert not (tmp_path / "idx" / "sub").exists()
+    built_retriever.save(tmp_path / "idx")  # the index itself is replaced as before
+    check_target(tmp_path / "beside", force=False)
