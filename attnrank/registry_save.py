@@ -72,6 +72,7 @@ def _updated_user_doc(model_id: str, fingerprint: str, root: Path | None) -> Ite
     (``heads detect`` and ``train`` finishing together) each read the file and renamed their own
     version over it, and the first one's entry was lost."""
     path = user_file(model_id, fingerprint, root)
+    check_file_target(path, "the head registry file")  # (a root that is a file: FileExistsError at the lock)
     with held_lock(path.with_name(f".{path.name}.lock")):
         doc = _load_user_doc(path, model_id, fingerprint)
         yield path, doc

@@ -610,6 +610,16 @@ def test_a_head_set_naming_heads_the_model_lacks_is_not_saved(roots):
     save_head_set("org/m", FP, "qr-ndcg", ["1-3"], scores=scores)
 
 
+def test_a_registry_root_that_is_a_file_is_one_input_error(tmp_path):
+    """save(root=<a file>) raised FileExistsError from the lock beside the registry file."""
+    (root := tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match=r"the head registry file .*: .*notes.txt is a file, not a folder"):
+        save_head_set("org/m", FP, "qr-ndcg", ["0-1"], root=root)
+    with pytest.raises(InputError, match="is a file, not a folder"):
+        registry_save.save_artifact("head-weights", "org/m", FP, {"w": 1}, root=root)
+    assert root.read_text() == "mine"
+
+
 def test_two_saves_at_once_keep_each_others_entries(roots, monkeypatch):
     """Each save read the file and renamed its own version over it: a head set saved while an
     artifact was being saved was lost (both read before either wrote)."""
