@@ -47,7 +47,7 @@ from ..errors import InputError
 from ..files import atomic_path, check_file_target, refuse_replacing
 from ..registry import load_artifact, load_user_artifacts
 from ..registry_save import update_artifact
-from ..types import refuse_one_passage
+from ..types import is_count, refuse_one_passage
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,9 @@ class SlotProfile:
     heads: str = "all"
 
     def __post_init__(self) -> None:
+        for name in ("n_slots", "n_trials"):  # ("3" raised a TypeError at the comparison, -1 trials passed)
+            if not is_count(getattr(self, name)):
+                raise InputError(f"slot profile {name}={getattr(self, name)!r} must be an integer >= 1")
         object.__setattr__(self, "mean_score", tuple(float(x) for x in self.mean_score))
         object.__setattr__(self, "std", tuple(float(x) for x in self.std))
         if self.n_slots < 1 or len(self.mean_score) != self.n_slots or len(self.std) != self.n_slots:
@@ -93,6 +96,8 @@ class SlotProfile:
             raise InputError(f"slot profile calibrated={self.calibrated!r} is not true or false; measure it again")
         if not all(math.isfinite(x) for x in self.mean_score + self.std):
             raise InputError("slot profile holds non-finite values; measure it again")
+        if any(x < 0 for x in self.std):
+            raise InputError(f"slot profile std={self.std!r} holds a negative deviation; measure it again")
 
     def curve(self, k: int) -> np.ndarray:
         """The mean score per slot resampled to ``k`` slots (linear interpolation)."""
@@ -283,6 +288,11 @@ def reorder_for_generation(docs_best_first: Sequence[Any], profile: SlotProfile)
     second best at the next highest, and so on; returns the documents in prompt order.
     ``profile``: of raw attention (``calibrated`` False). Ties between slots go to the earlier slot.
     """
+    if not isinstance(profile, SlotProfile):  # (None: an AttributeError on .calibrated)
+        raise InputError(
+            f"profile is a {type(profile).__name__}, not a SlotProfile; pass one (load_profile, or "
+            "measure_slot_profile with calibrate=False)"
+        )
     check_basin(profile)
     refuse_one_passage(docs_best_first, "docs_best_first is", "passages")  # (a str was split into characters)
     docs = list(docs_best_first)

@@ -63,6 +63,22 @@ def test_reorder_for_generation_puts_best_at_highest_attention_slots():
         reorder_for_generation("Paris is the capital", p)
 
 
+def test_a_profile_that_is_none_or_malformed_is_one_input_error():
+    """reorder_for_generation(docs, None) raised an AttributeError, SlotProfile(n_slots="3") a
+    TypeError, and a negative std or count of trials was kept."""
+    with pytest.raises(InputError, match="profile is a NoneType, not a SlotProfile"):
+        reorder_for_generation(["a", "b"], None)  # type: ignore[arg-type]
+    for bad, match in (
+        (dict(n_slots="3"), "n_slots='3' must be an integer >= 1"),
+        (dict(n_trials=-1), "n_trials=-1 must be an integer >= 1"),
+        (dict(std=(-1.0, 0.1, 0.1)), "holds a negative deviation"),
+    ):
+        fields = dict(n_slots=3, mean_score=(1.0, 0.0, 1.0), std=(0.1,) * 3, model_id="m", fingerprint="f",
+                      n_trials=5, date=DATE)  # fmt: skip
+        with pytest.raises(InputError, match=match):
+            SlotProfile(**{**fields, **bad})
+
+
 def test_reorder_refuses_a_profile_of_calibrated_scores():
     """AttnRank places passages by the attention each slot receives; a calibrated profile holds
     what the "N/A" pass left of it (SmolLM2's ranked its 5 slots best-first: no basin at all)."""
