@@ -211,6 +211,8 @@ def _dict_reader(f: io.TextIOBase) -> csv.DictReader:
 
 def _csv_columns(path: Path, fieldnames: Sequence[str] | None) -> dict[str, str]:
     """The header's columns by lower-case name, ``id`` under its spelling (``_id``, ``doc_id``...)."""
+    if fieldnames is None:  # (an empty file: "header None lacks an 'id' and a 'text' column")
+        raise InputError(f"{path} is empty; give a header line naming the id and text columns, and a row per document")
     cols = {c.lower().strip(): c for c in fieldnames or []}
     if len(cols) != len(fieldnames or []):
         raise InputError(f"{path}:1: header {fieldnames} names a column twice; give every column its own name")
@@ -396,9 +398,15 @@ def _finish(docs: dict[str, Document], report: LoadReport) -> tuple[list[Documen
 
 
 def _beir_corpus_file(path: Path) -> Path | None:
+    """The folder's BEIR corpus file, if any; one that is a link leading nowhere is named (the folder
+    was read as text files, which called it a record file and the folder one with no corpus.jsonl)."""
     for name in _BEIR_CORPUS:
         if (path / name).exists():
             return path / name
+        if (path / name).is_symlink():
+            raise InputError(
+                f"{path / name} is a symbolic link that leads nowhere (broken, or a loop); give the real file"
+            )
     return None
 
 

@@ -586,3 +586,20 @@ def test_a_jsonl_document_of_invisible_characters_is_refused(tmp_path):
         load_corpus(p)
     docs, report = load_corpus(p, skip_invalid=True)
     assert [d.id for d in docs] == ["1"] and len(report.skipped) == 1
+
+
+@pytest.mark.parametrize("name", ["c.csv", "c.tsv"])
+def test_an_empty_csv_or_tsv_is_named_empty(tmp_path, name):
+    """A 0-byte file was refused as "header None lacks an 'id' and a 'text' column"."""
+    (path := tmp_path / name).write_text("")
+    with pytest.raises(InputError, match=rf"{name} is empty; give a header line"):
+        load_corpus(path)
+
+
+def test_a_beir_corpus_file_that_is_a_broken_link_is_named(tmp_path):
+    """The folder was read as text files instead, which refused the dead link as a record file and
+    the folder as one "with no corpus.jsonl of its own"."""
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n')
+    (tmp_path / "corpus.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    with pytest.raises(InputError, match=r"corpus.jsonl is a symbolic link that leads nowhere"):
+        load_corpus(tmp_path)

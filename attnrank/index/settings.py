@@ -78,7 +78,9 @@ def check_fusion(fusion: str | None, alpha: float | None = None, norm: str | Non
 def check_queries(queries: Sequence[Any]) -> None:
     """Each query a text with some non-space character (a search for nothing ranks nothing)."""
     for i, q in enumerate(queries):
-        if not isinstance(q, str) or is_blank(q):
+        if not isinstance(q, str):  # (5 and b"text" were called empty)
+            raise InputError(f"query #{i} ({q!r}) is a {type(q).__name__}, not a text; give the query as a string")
+        if is_blank(q):
             raise InputError(f"query #{i} is empty ({q!r}); give a non-empty query text")
 
 

@@ -128,7 +128,15 @@ def test_documents_without_a_query_term_get_no_rank_fusion_credit():
     assert hybrid == hybrid_rev and bm25 == bm25_rev == ["violin", "cello"]
 
 
-@pytest.mark.parametrize("bad,msg", [("", "query #0 is empty"), ("   ", "query #0 is empty")])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ("", "query #0 is empty"),
+        ("   ", "query #0 is empty"),
+        (5, r"query #0 \(5\) is a int, not a text"),  # (called empty)
+        (b"bytes", r"query #0 \(b'bytes'\) is a bytes, not a text"),
+    ],
+)
 def test_empty_query(built_retriever, bad, msg):
     with pytest.raises(InputError, match=msg):
         built_retriever.search(bad)
