@@ -299,8 +299,11 @@ def check_files(root: Path, files: dict[str, Any], manifest: Path, *, verify: bo
         ):
             raise IndexFormatError(f"{manifest}: entry {name!r} lacks its size or checksum; rebuild the index")
         if not f.is_file() or f.stat().st_size != meta["bytes"]:
+            # (the states are the part a user may delete to free disk: say that a rebuild may leave them out)
+            states = Path(name).parts[:1] == (PASSAGE_STATES_FOLDER,)
             raise IndexFormatError(
                 f"{f} is missing or has the wrong size (expected {meta['bytes']} bytes); rebuild the index"
+                + (" (without --passage-states to leave its passage states out)" if states else "")
             )
         if verify and file_sha256(f) != meta["sha256"]:
             raise IndexFormatError(f"{f} fails its SHA-256 check; the index is corrupted, rebuild it")

@@ -464,6 +464,21 @@ def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_d
     assert not (path / PASSAGE_STATES_FOLDER).exists()
 
 
+def test_deleted_passage_states_are_named_with_a_rebuild_that_leaves_them_out(tmp_path, scifact_docs):
+    """A user who deleted the (large) states to free disk was told to rebuild the index, and not
+    that a rebuild without --passage-states would do."""
+    from attnrank.config import PASSAGE_STATES_FOLDER
+
+    def states(folder):
+        (folder / PASSAGE_STATES_FOLDER).mkdir()
+        (folder / PASSAGE_STATES_FOLDER / "keys.npy").write_bytes(b"0" * 64)
+
+    path = HybridRetriever().index(scifact_docs, show_progress=False).save(tmp_path / "ix", extra=states)
+    (path / PASSAGE_STATES_FOLDER / "keys.npy").unlink()
+    with pytest.raises(IndexFormatError, match=r"keys.npy is missing .* \(without --passage-states to leave"):
+        HybridRetriever.load(path)
+
+
 def test_a_manifest_whose_dense_prompts_are_mangled_is_an_index_format_error(tmp_path, built_retriever):
     """recorded_prompts' ValueError came out bare, not as the "rebuild the index" error."""
     import json
