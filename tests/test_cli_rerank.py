@@ -289,3 +289,32 @@ def test_every_query_of_the_run_is_checked_before_the_first_is_reranked(tmp_path
     said = cli_text(r)
     assert r.exit_code != 0 and "query 'q2': query 'N/A' is the calibration query" in said, said
     assert not (tmp_path / "o.trec").exists()
+
+
+def test_every_reranker_setting_has_an_option_and_order_and_query_span_reach_it(tmp_path, dl19_mini, monkeypatch):
+    """RerankConfig's order and query_span had no option in rerank, search --rerank, ask or demo:
+    a setup with order='forward' made in Python could not be reproduced from the command line."""
+    import dataclasses
+
+    from attnrank.cli.options import _OPTIONS
+    from attnrank.rerank.attention import AttentionReranker
+    from attnrank.rerank.config import RerankConfig
+
+    assert {f.name for f in dataclasses.fields(RerankConfig)} - {"name"} <= set(_OPTIONS)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(self, *args, config=None, **kwargs):
+        seen.append(config)
+        raise Stop
+
+    monkeypatch.setattr(AttentionReranker, "__init__", capture)
+    args = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
+    args += ["--corpus", str(dl19_mini / "passages.jsonl"), "-o", str(tmp_path / "o.trec"), "-q"]
+    r = runner.invoke(app, [*args, "--preset", "icr", "--order", "forward", "--query-span", "last"])
+    assert isinstance(r.exception, Stop), r.output
+    assert (seen[0].name, seen[0].order, seen[0].query_span) == ("icr", "forward", "last")
+    r = runner.invoke(app, [*args, "--preset", "icr", "--order", "sideways"])
+    assert r.exit_code == 2 and "order='sideways' is not one of" in " ".join(r.output.split())

@@ -18,8 +18,10 @@ from typing import Any, Optional
 
 import typer
 
+from ..llm.rows import QUERY_SPANS
 from ..prune.config import PruneConfig
 from ..rerank.config import DEFAULT_PRESET, RERANK_PRESETS, SCORERS, RerankConfig
+from ..rerank.config_checks import ORDERS
 from . import _setup, named_preset
 from .rerank_config import REWEIGHT_STEPS, build_rerank_config
 
@@ -106,6 +108,23 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "instruction": (
         Optional[str],
         typer.Option(None, "--instruction", help="Late instruction: ie | qa | custom text."),
+    ),
+    "order": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--order",
+            help=f"Passage order in the attention prompt: {' | '.join(ORDERS)} (default reverse: the best "
+            "first-stage hit nearest the query).",
+        ),
+    ),
+    "query_span": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--query-span",
+            help=f"Query rows whose attention is read: {' | '.join(QUERY_SPANS)} (default full).",
+        ),
     ),
     "max_doc_words": (
         Optional[int],
