@@ -18,7 +18,7 @@ class PromptTooLong(InputError):
 
     def __init__(self, fault: str, fix: str):
         super().__init__(f"{fault}; {fix}")
-        self.fault = fault
+        self.fault, self.fix = fault, fix
 
 
 class IndexFormatError(AttnrankError):

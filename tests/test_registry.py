@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -342,15 +343,22 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
     assert runner.invoke(app, [*args, "--name", " "]).exit_code == 2
 
 
-def test_cli_detect_qr_cuts_passages_as_the_advice_it_gives_says(roots, tiny_dir, scifact_mini):
+def test_cli_detect_qr_cuts_passages_as_the_advice_it_gives_says(roots, tiny_dir, scifact_mini, monkeypatch):
     """A candidate too long for the model's window was refused with "lower
-    max_doc_words/max_doc_tokens", options heads detect did not have."""
+    max_doc_words/max_doc_tokens", options heads detect did not have; and then only after the
+    model had loaded, advising a max_prompt_tokens it has no option for, naming no query."""
+    from attnrank.llm import models
+
     small = save_tiny(roots / "small", layers=3, max_positions=640)
     data = ["--queries", str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv")]
     args = ["heads", "detect", "--model", str(small), *data, "--corpus", str(scifact_mini / "corpus.jsonl")]
     args += ["--max-queries", "2", "--depth", "4", "--no-save", "-q"]
+    loads, load = [], models.load_llm
+    monkeypatch.setattr(models, "load_llm", lambda *a, **k: loads.append(a) or load(*a, **k))
     r = runner.invoke(app, args)
-    assert r.exit_code != 0 and "lower max_doc_words/max_doc_tokens" in cli_text(r), cli_text(r)
+    text = cli_text(r)
+    assert r.exit_code == 2 and re.search(r"query '\d+': (no )?document .* even alone", text), text
+    assert "shorten the query, or lower --max-doc-words / --max-doc-tokens" in text and not loads
     r = runner.invoke(app, [*args, "--max-doc-words", "12"])
     assert r.exit_code == 0 and "qr-ndcg:" in r.output, cli_text(r)
     _niah(roots / "niah-data")

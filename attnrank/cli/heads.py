@@ -311,9 +311,25 @@ def _detect_qr(
     if len(found) < len(qs):
         typer.echo(f"{len(qs) - len(found)} of {len(qs)} queries have no relevant candidate; detecting on {len(found)}")
     qs = found
+    _check_prompts(model, qs, cands, cut)
     llm = load_llm(model, dtype=dtype, device=device)
     reranker = AttentionReranker(llm, None, signals=None, **cut)
     return detect_query_focused(reranker, qs, cands, qr, rel=rel, data=desc, show_progress=progress)
+
+
+def _check_prompts(model, qs: dict, cands: dict, cut: dict) -> None:
+    """A query whose candidate no detection prompt holds, found with the tokenizer before the model
+    loads (it failed after the load, advising a max_prompt_tokens that heads detect has no option for)."""
+    from ..errors import PromptTooLong
+    from ..rerank.config import RerankConfig
+    from ..rerank.precheck import check_prompts_before_load
+
+    ids = list(qs)
+    config = RerankConfig(model=model, heads="all", signals=None, **cut)  # (the detection's reranker)
+    try:
+        check_prompts_before_load(config, [qs[q] for q in ids], [cands[q] for q in ids], ids)
+    except PromptTooLong as e:
+        raise typer.BadParameter(f"{e.fault}; shorten the query, or lower --max-doc-words / --max-doc-tokens") from None
 
 
 @heads_app.command("show")

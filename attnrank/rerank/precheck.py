@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, PromptTooLong
 from ..llm.modelconfig import PROMPT_MARGIN, model_context_length, prompt_length_floor
 from ..llm.models import load_tokenizer
 from ..llm.prompts import build_rerank_prompts
@@ -45,7 +45,10 @@ def check_prompts_before_load(
         try:
             _check_query(tok, config, limit, query, docs)
         except InputError as e:
-            raise InputError(f"query {'#' + str(i) if query_ids is None else repr(query_ids[i])}: {e}") from None
+            name = f"query {'#' + str(i) if query_ids is None else repr(query_ids[i])}"
+            if isinstance(e, PromptTooLong):  # (its fault apart still: a caller may give its own advice)
+                raise PromptTooLong(f"{name}: {e.fault}", e.fix) from None
+            raise InputError(f"{name}: {e}") from None
 
 
 def check_query_before_load(config: RerankConfig, query: str, docs: Sequence[Any]) -> None:
