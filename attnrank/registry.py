@@ -313,6 +313,24 @@ def load_user_artifacts(
     return [payload for _, _, payload in sorted(found, key=lambda f: (f[0], f[1]))]
 
 
+def registered_artifacts(model_id: str, fingerprint: str, *, root: Path | None = None) -> list[dict[str, Any]]:
+    """Every artifact registered for this model (user and shipped, any kind), each as ``{"kind",
+    "source", "date", "trained_on"}``, by kind and then in :func:`load_artifact`'s preference (the
+    first of a kind is the one read): what ``attnrank heads show`` lists beside the head sets."""
+    found = []
+    for source, level, _, doc in _documents(model_id, fingerprint, root, holds=lambda d: bool(d.get("artifacts"))):
+        for kind, item in (doc.get("artifacts") or {}).items():
+            if not isinstance(item, dict) or "payload" not in item:
+                continue
+            payload = item["payload"]
+            trained = payload.get("trained_on", "") if isinstance(payload, dict) else ""
+            date = str(item.get("date", ""))
+            found.append(((str(kind), source != "user", -level), date, str(kind), source, str(trained or "")))
+    found.sort(key=lambda f: f[1], reverse=True)  # newest first within a key (a stable sort keeps it)
+    found.sort(key=lambda f: f[0])
+    return [{"kind": k, "source": src, "date": d, "trained_on": t} for _, d, k, src, t in found]
+
+
 def shipped_artifact(kind: str, model_id: str) -> dict[str, Any] | None:
     """The ``kind`` payload shipped with attnrank for a model named ``model_id`` (any weights),
     or None: a fallback for models that have none of their own."""

@@ -71,6 +71,8 @@ def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny
     # the registered weights are what scorer="learned" reranks with
     rr = AttentionReranker(str(tiny_dir), scorer="learned")
     assert rr.heads == w.heads
+    shown = runner.invoke(app, ["heads", "show", "--model", str(tiny_dir)])  # (listed nowhere before)
+    assert shown.exit_code == 0 and re.search(r"- head-weights \[user\] \d{4}-\d\d-\d\dT.*, trained on", shown.output)
 
 
 def test_heads_train_cuts_passages_as_the_reranker_its_advice_names(home, dl19_mini, tiny_dir):

@@ -339,9 +339,9 @@ def heads_show(
         None, "--png", help="Write a layer x head heat map of the best scored set (needs attnrank[plot])."
     ),
 ) -> None:
-    """List the head sets registered for a model (user registry first, then shipped sets)."""
+    """List the head sets registered for a model (user registry first, then shipped sets), and its weights and profiles."""
     from ..llm.models import unloaded_model
-    from ..registry import load_head_sets
+    from ..registry import load_head_sets, registered_artifacts
 
     _setup(True)
     if png is not None:
@@ -358,6 +358,12 @@ def heads_show(
             f"{i:>2}. {s.name} [{s.method}, {s.source}] {len(s.heads)} heads, {s.date}: {','.join(s.heads)}\n"
             f"    data: {s.data}"
         )
+    artifacts = registered_artifacts(model_id, fingerprint)  # (heads train's weights were listed nowhere)
+    if artifacts:
+        typer.echo(f"{len(artifacts)} registered weight file(s) and profile(s), the one read of each kind first:")
+    for a in artifacts:
+        trained = f", trained on {a['trained_on']}" if a["trained_on"] else ""
+        typer.echo(f"  - {a['kind']} [{a['source']}] {a['date'] or 'undated'}{trained}")
     if png is not None:
         scored = next((s for s in sets if s.scores), None)
         if scored is None:
