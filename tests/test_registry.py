@@ -422,6 +422,9 @@ def test_cli_detect_copy_refuses_lengths_past_the_models_context_before_it_loads
     r = runner.invoke(app, [*args, "--haystack", "essays", "--lengths", f"100,{context}", "-q"])
     assert r.exit_code == 2 and not loaded
     assert f"--lengths {context} plus --max-new-tokens 50 exceeds the {context}-token context" in cli_text(r)
+    for option, given in (("--lengths", "100,200,100"), ("--depths", "0,50,50.0")):  # (each trial ran twice)
+        r = runner.invoke(app, [*args, option, given, "-q"])
+        assert r.exit_code == 2 and not loaded and "twice; give each once" in cli_text(r), cli_text(r)
 
 
 def test_cli_detect_copy_reports_no_accepted_trial(roots, tiny_dir, tmp_path):

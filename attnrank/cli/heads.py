@@ -40,11 +40,15 @@ app.add_typer(heads_app, name="heads")
 
 def _numbers(text: str, what: str, kind: type = int) -> list:
     """Comma-separated ``kind`` values (``int`` token lengths, ``float`` depth percentages)."""
+    example = "1000,2000" if kind is int else "0,50,100"
     try:
-        return [kind(x) for x in text.split(",") if x.strip()]
+        values = [kind(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        example = "1000,2000" if kind is int else "0,50,100"
         raise typer.BadParameter(f"{what} {text!r} must be comma-separated {kind.__name__}s, e.g. {example}") from None
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:  # (each trial ran twice, counted twice in the scores)
+        raise typer.BadParameter(f"{what} {text!r} gives {', '.join(map(str, twice))} twice; give each once")
+    return values
 
 
 def _listed(values: tuple) -> str:
