@@ -343,6 +343,19 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
     assert runner.invoke(app, [*args, "--name", " "]).exit_code == 2
 
 
+def test_cli_detect_says_where_heads_tie_at_the_cut(roots, tiny_dir, scifact_mini):
+    """With one query, per-head nDCG takes few values: heads tied in and past the top N were
+    registered in layer order without a word."""
+    data = ["--queries", str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv")]
+    args = ["heads", "detect", "--model", str(tiny_dir), *data, "--corpus", str(scifact_mini / "corpus.jsonl")]
+    r = runner.invoke(app, [*args, "--max-queries", "1", "--depth", "6", "--top", "1", "-q"])
+    assert r.exit_code == 0, cli_text(r)
+    tied = re.search(r"qr-ndcg: (\d+-\d+) 1\.000\n", r.output)
+    assert tied and "qr-ndcg: note: heads scored 1.000 both in and past the top 1" in r.output, r.output
+    model_id, fp = model_fingerprint(str(tiny_dir))
+    assert sum(v == 1.0 for row in load_head_sets(model_id, fp)[0].scores for v in row) > 1  # (a tie indeed)
+
+
 def test_cli_detect_qr_cuts_passages_as_the_advice_it_gives_says(roots, tiny_dir, scifact_mini, monkeypatch):
     """A candidate too long for the model's window was refused with "lower
     max_doc_words/max_doc_tokens", options heads detect did not have; and then only after the

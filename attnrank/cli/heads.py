@@ -196,6 +196,11 @@ def heads_detect(
             saved = res if copied else saved
         elif res.n_used:
             typer.echo(f"{label}: saved top {top} to {res.save(top, name=_set_name(name, res.method))}")
+            if len(scored) > top and scored[top - 1] == scored[top]:  # (few queries: scores tie at the cut)
+                typer.echo(
+                    f"{label}: note: heads scored {scored[top]:.3f} both in and past the top {top}; the set breaks "
+                    "the tie by layer and head order: detect with more queries (--max-queries) to tell them apart"
+                )
             saved = res
     if saved is not None:  # the user's sets come first: a copy-paste set outranks a shipped query-focused one
         from ..registry import load_head_sets
