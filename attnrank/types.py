@@ -251,11 +251,14 @@ def with_stage(
 
 
 def check_ids(documents: Sequence[Document]) -> None:
-    """Every document's id a non-empty string without surrounding whitespace, and no id twice (the
-    index keys its results, runs and qrels by them; a corpus file's ids are read trimmed, and "" and
-    " a " beside "a" were indexed from Python, a result without an id). Why strings: ids 1 and "1" were two documents, a run wrote "1" twice, and qrels read as
-    text never matched an integer id (evaluation scored 0, without a word)."""
+    """Every document's id a string with some non-space character, and no id twice, nor two that
+    differ only by surrounding whitespace (the index keys its results, runs and qrels by them, which
+    read ids trimmed: "" was a result without an id, " a " beside "a" two documents that a run names
+    alike). Why strings: ids 1 and "1" were two documents, a run wrote "1" twice, and qrels read as
+    text never matched an integer id (evaluation scored 0, without a word). An id with whitespace
+    around it alone is kept (a folder corpus's file name), as one with whitespace inside is."""
     seen: set[str] = set()
+    trimmed: dict[str, str] = {}
     for i, d in enumerate(documents):
         if not isinstance(d, (Document, ScoredDocument)):  # (a text: an AttributeError on .id)
             raise InputError(
@@ -265,14 +268,17 @@ def check_ids(documents: Sequence[Document]) -> None:
             raise InputError(
                 f"document #{i}'s id {d.id!r} is a {type(d.id).__name__}, not a string; give ids as strings (str(id))"
             )
-        if d.id != d.id.strip() or not d.id:  # (as a corpus file's are read: trimmed, and none empty)
-            raise InputError(
-                f"document #{i}'s id {d.id!r} is empty or has whitespace around it, which runs and qrels trim "
-                "(another document's id, or none); give ids without surrounding whitespace (id.strip())"
-            )
+        if not d.id.strip():
+            raise InputError(f"document #{i}'s id {d.id!r} is empty; give every document an id")
         if d.id in seen:
             raise InputError(f"duplicate document id {d.id!r}; document ids must be unique")
         seen.add(d.id)
+        other = trimmed.setdefault(d.id.strip(), d.id)
+        if other != d.id:
+            raise InputError(
+                f"document ids {other!r} and {d.id!r} differ only by surrounding whitespace, which runs and qrels "
+                "trim (one id for two documents); give ids without surrounding whitespace (id.strip())"
+            )
 
 
 def check_indexable(documents: Sequence[Document]) -> None:
