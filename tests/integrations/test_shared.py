@@ -306,3 +306,11 @@ def test_a_count_set_after_construction_is_refused_under_the_adapters_name(setti
     li.top_n = -1
     with pytest.raises(InputError, match=r"^top_n=-1 must be None"):
         li.postprocess_nodes([NodeWithScore(node=TextNode(text="Paris is in France."))], query_str="France?")
+    from haystack import Document as HSDocument
+
+    from haystack_integrations.components.rankers.attnrank import AttnrankRanker
+
+    hs = AttnrankRanker(model=settings["model"], top_k=2)
+    hs.top_k = 0  # (Haystack's own name for it: top_k)
+    with pytest.raises(InputError, match=r"^top_k=0 must be None"):
+        hs.run("France?", [HSDocument(content="Paris is in France.")])

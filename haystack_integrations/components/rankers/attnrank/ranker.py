@@ -92,7 +92,7 @@ class AttnrankRanker:
             return {"documents": []}
         self.warm_up()
         with model_lock(self._reranker):
-            res, empty = rank_text_first(self._reranker, query, to_attnrank(documents), k)
+            res, empty = rank_text_first(self._reranker, query, to_attnrank(documents), k, "top_k")
         # (no text: after the ranked ones, without an earlier stage's scores)
         unscored = [replace(documents[i], score=None, meta=without_scores(documents[i].meta)) for i in empty]
         return {"documents": to_haystack(res, documents) + unscored}
