@@ -403,6 +403,7 @@ def _beir_corpus_file(path: Path) -> Path | None:
     for name in _BEIR_CORPUS:
         if (path / name).exists():
             return path / name
+    for name in _BEIR_CORPUS:  # (only where no other corpus file is there: a .gz beside it is read)
         if (path / name).is_symlink():
             raise InputError(
                 f"{path / name} is a symbolic link that leads nowhere (broken, or a loop); give the real file"

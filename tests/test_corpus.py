@@ -603,3 +603,6 @@ def test_a_beir_corpus_file_that_is_a_broken_link_is_named(tmp_path):
     (tmp_path / "corpus.jsonl").symlink_to(tmp_path / "gone.jsonl")
     with pytest.raises(InputError, match=r"corpus.jsonl is a symbolic link that leads nowhere"):
         load_corpus(tmp_path)
+    with gzip.open(tmp_path / "corpus.jsonl.gz", "wt") as f:  # beside a real one, as before: that one is read
+        f.write('{"_id": "d1", "text": "x"}\n')
+    assert [d.id for d in load_corpus(tmp_path)[0]] == ["d1"]
