@@ -339,6 +339,9 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
     again = runner.invoke(app, args)  # and a replacement is said before the detection runs, not after
     said = again.output.index("warning: this detection replaces the registered set 'qr-ndcg'")
     assert again.exit_code == 0 and said < again.output.index("qr-ndcg:")
+    assert "); give --name to keep it" in again.output
+    named = runner.invoke(app, [*args, "--name", "mine"])
+    assert "set 'mine-qr-ndcg'" in named.output and "); give another --name to keep it" in named.output
     assert len(load_head_sets(model_id, fp)) == 6
     assert runner.invoke(app, [*args, "--name", " "]).exit_code == 2
 
@@ -351,7 +354,7 @@ def test_cli_detect_says_where_heads_tie_at_the_cut(roots, tiny_dir, scifact_min
     r = runner.invoke(app, [*args, "--max-queries", "1", "--depth", "6", "--top", "1", "-q"])
     assert r.exit_code == 0, cli_text(r)
     tied = re.search(r"qr-ndcg: (\d+-\d+) 1\.000\n", r.output)
-    assert tied and "qr-ndcg: note: heads scored 1.000 both in and past the top 1" in r.output, r.output
+    assert tied and "qr-ndcg: note: heads scored 1.000 both in and past the 1 saved" in r.output, r.output
     model_id, fp = model_fingerprint(str(tiny_dir))
     assert sum(v == 1.0 for row in load_head_sets(model_id, fp)[0].scores for v in row) > 1  # (a tie indeed)
 

@@ -6,7 +6,7 @@ One module per concern; each registers its commands on :data:`app` when imported
 - :mod:`attnrank.cli.rerank`: ``rerank``
 - :mod:`attnrank.cli.demo`: ``demo``
 - :mod:`attnrank.cli.rag`: ``prune``, ``ask``
-- :mod:`attnrank.cli.heads`: the ``heads`` sub-app (``detect``, ``show``); ``train`` in :mod:`attnrank.cli.heads_train`
+- :mod:`attnrank.cli.heads`: the ``heads`` sub-app (``show``); ``detect`` in :mod:`attnrank.cli.heads_detect`, ``train`` in :mod:`attnrank.cli.heads_train`
 - :mod:`attnrank.cli.train`: ``train`` (the fusion weights of the default preset, or of ``fused``)
 - :mod:`attnrank.cli.batch`: ``batch`` (Ray Data) and ``merge-shards``
 
@@ -128,8 +128,8 @@ def _index_path(name: Optional[str], index_dir: Optional[Path]) -> Path:
     # (" " made a folder named by a space, "a\nb" one whose name holds a line break)
     if name != name.strip() or not name.isprintable():
         raise typer.BadParameter(
-            f"index name {name!r} is blank, has whitespace around it or holds a control character; give a plain "
-            "name such as 'scifact'"
+            f"index name {name!r} is blank, has whitespace around it or holds a character that does not print "
+            "(a control character, a line break, a space other than ' '); give a plain name such as 'scifact'"
         )
     return index_root() / name
 
@@ -318,7 +318,7 @@ def main() -> None:
 
 
 # Register the commands (after the shared names above exist: the modules import them from here).
-from . import batch, demo, explain, heads, heads_train, rag, rerank, retrieval, serve, train  # noqa: F401
+from . import batch, demo, explain, heads, heads_detect, heads_train, rag, rerank, retrieval, serve, train  # noqa: F401
 
 # `attnrank --help` lists the commands in workflow order, whatever the import order above (others last)
 _ORDER = ("index", "search", "rerank", "eval", "train", "demo", "prune", "ask")
