@@ -219,7 +219,7 @@ CASES = [
         "`--index ' '` (or a name holding a line break)",
         ["index", "c.jsonl", "--index", " ", "-q"],
         2,
-        ["index name ' ' is blank, has whitespace around it or holds a control character"],
+        ["index name ' ' is blank, has whitespace around it or holds a character that does not print"],
         _write("c.jsonl", CORPUS),
     ),
     # -- corpus input -------------------------------------------------------------------------
