@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -13,7 +12,7 @@ from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
-from ..types import RankedResults, check_unicode
+from ..types import check_unicode
 from . import (
     Quiet,
     SkipInvalid,
@@ -38,6 +37,7 @@ from .options import (
     rerank_and_prune_options,
 )
 from .prune_options import check_method, prune_options
+from .rag_checks import ask_names, check_before_load, check_prune_window
 from .rerank_config import SHARED_WITH_PRUNING, pruning_config
 
 ASK_DEPTH = 20  # first-stage hits `ask` reranks by default
@@ -160,7 +160,7 @@ def prune(
     else:
         _check_index(name, index_dir)
         check_model_readable(prune_config.model)  # (a mistyped --model: before the index loads and searches)
-    _check_prune_window(prune_config)
+    check_prune_window(prune_config)
     if corpus is None:
         docs = _load_index(name, index_dir, verify).search(query, k).documents()
     if not docs:  # (the pruner says so too, but after loading the model)
@@ -279,7 +279,7 @@ def ask(
     if not no_rerank:
         check_registry_lookups(cfg)
     retriever = _load_index(name, index_dir, verify)
-    searched = _check_before_load(
+    searched = check_before_load(
         retriever,
         question,
         cfg,
@@ -324,7 +324,7 @@ def ask(
     try:  # (the hits the checks searched for, if any: the first stage is not searched twice)
         res = pipe.run(question, found, budget_tokens=budget, keep_ratio=ratio, stream=stream)
     except InputError as e:  # (named as ask's options: the library's advice names its arguments)
-        raise InputError(_ask_names(str(e), no_prune)) from None
+        raise InputError(ask_names(str(e), no_prune)) from None
     timings = res.timings if found is None else {"retrieve": retrieve_s, **res.timings}
     timings["total"] += retrieve_s
     head()
@@ -340,63 +340,3 @@ def ask(
     for i, d in enumerate(res.context, start=1):
         typer.echo(f"  {i}. {d.id}" + (f" ({d.title})" if d.title else "") + f": {d.text[:100]}")
     typer.echo("[timings] " + ", ".join(f"{k_} {v:.2f} s" for k_, v in timings.items()))
-
-
-def _check_before_load(
-    retriever, question: str, cfg, prune_cfg, *, depth: int, k: int, budget, ratio, no_rerank: bool, no_prune: bool
-) -> tuple[RankedResults, float] | None:
-    """What ask's stages would refuse of the first stage's candidates, found with the tokenizer
-    before the model loads: a passage no reranking prompt holds, and a budget that no sentence of
-    the passages pruned could fit (the top ``k`` where nothing reranks; else every candidate, of
-    which reranking keeps ``k``). The first stage searches for it only where a check applies; its
-    hits and seconds are returned then, for the pipeline to use."""
-    from ..prune.precheck import check_budget_fits, check_budget_fits_any
-    from ..rerank.precheck import check_query_before_load, early_prompt_limit
-
-    rerank_check = not no_rerank and early_prompt_limit(cfg) is not None
-    prune_check = not no_prune and (budget is not None or no_rerank)
-    if not (rerank_check or prune_check):
-        return None
-    start = time.perf_counter()
-    hits = retriever.search(question, depth)
-    searched = hits, time.perf_counter() - start
-    found = hits.results
-    if rerank_check:  # a passage no prompt holds
-        check_query_before_load(cfg, question, found)
-    try:
-        if prune_check and no_rerank:  # the passages pruned are known: the first stage's top k
-            check_budget_fits(prune_cfg, question, found[:k], budget_tokens=budget, keep_ratio=ratio)
-        elif prune_check:
-            check_budget_fits_any(prune_cfg, question, found, budget_tokens=budget)
-    except InputError as e:  # (in ask's words, as its refusals after the load)
-        raise InputError(_ask_names(str(e), no_prune)) from None
-    return searched
-
-
-def _ask_names(message: str, no_prune: bool) -> str:
-    """``message`` (the generator's or the pruner's refusal) with ask's option names for the
-    library's arguments, and without advice to prune where ``--no-prune`` was given."""
-    if no_prune:
-        message = message.replace("prune the context harder (smaller budget_tokens) or pass fewer passages", "lower -k")
-    for name, option in (
-        ("max_new_tokens=", "--max-new-tokens "),
-        ("lower max_new_tokens", "lower --max-new-tokens"),
-        ("smaller budget_tokens", "a smaller --budget-tokens"),
-        ("pass fewer passages", "lower -k"),
-    ):
-        message = message.replace(name, option)
-    return message
-
-
-def _check_prune_window(config: PruneConfig) -> None:
-    """A ``--max-prompt-tokens`` that no pruning prompt fits, with the model's tokenizer alone
-    (before the index loads and searches, and the model loads)."""
-    if config.max_prompt_tokens is None:
-        return
-    from ..llm.models import load_tokenizer
-    from ..prune.planning import check_prune_frame
-
-    try:
-        check_prune_frame(load_tokenizer(config.model), config, config.max_prompt_tokens)
-    except InputError as e:
-        raise typer.BadParameter(str(e).replace("max_prompt_tokens=", "--max-prompt-tokens ", 1)) from None

@@ -1,0 +1,72 @@
+"""``ask``'s and ``prune``'s checks before the model loads, found with the tokenizer alone, and
+the library's refusals in ``ask``'s option names."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from ..errors import InputError
+from ..prune.config import PruneConfig
+from ..types import RankedResults
+
+
+def check_before_load(
+    retriever, question: str, cfg, prune_cfg, *, depth: int, k: int, budget, ratio, no_rerank: bool, no_prune: bool
+) -> tuple[RankedResults, float] | None:
+    """What ask's stages would refuse of the first stage's candidates, found with the tokenizer
+    before the model loads: a passage no reranking prompt holds, and a budget that no sentence of
+    the passages pruned could fit (the top ``k`` where nothing reranks; else every candidate, of
+    which reranking keeps ``k``). The first stage searches for it only where a check applies; its
+    hits and seconds are returned then, for the pipeline to use."""
+    from ..prune.precheck import check_budget_fits, check_budget_fits_any
+    from ..rerank.precheck import check_query_before_load, early_prompt_limit
+
+    rerank_check = not no_rerank and early_prompt_limit(cfg) is not None
+    prune_check = not no_prune and (budget is not None or no_rerank)
+    if not (rerank_check or prune_check):
+        return None
+    start = time.perf_counter()
+    hits = retriever.search(question, depth)
+    searched = hits, time.perf_counter() - start
+    found = hits.results
+    if rerank_check:  # a passage no prompt holds
+        check_query_before_load(cfg, question, found)
+    try:
+        if prune_check and no_rerank:  # the passages pruned are known: the first stage's top k
+            check_budget_fits(prune_cfg, question, found[:k], budget_tokens=budget, keep_ratio=ratio)
+        elif prune_check:
+            check_budget_fits_any(prune_cfg, question, found, budget_tokens=budget)
+    except InputError as e:  # (in ask's words, as its refusals after the load)
+        raise InputError(ask_names(str(e), no_prune)) from None
+    return searched
+
+
+def ask_names(message: str, no_prune: bool) -> str:
+    """``message`` (the generator's or the pruner's refusal) with ask's option names for the
+    library's arguments, and without advice to prune where ``--no-prune`` was given."""
+    if no_prune:
+        message = message.replace("prune the context harder (smaller budget_tokens) or pass fewer passages", "lower -k")
+    for name, option in (
+        ("max_new_tokens=", "--max-new-tokens "),
+        ("lower max_new_tokens", "lower --max-new-tokens"),
+        ("smaller budget_tokens", "a smaller --budget-tokens"),
+        ("pass fewer passages", "lower -k"),
+    ):
+        message = message.replace(name, option)
+    return message
+
+
+def check_prune_window(config: PruneConfig) -> None:
+    """A ``--max-prompt-tokens`` that no pruning prompt fits, with the model's tokenizer alone
+    (before the index loads and searches, and the model loads)."""
+    if config.max_prompt_tokens is None:
+        return
+    from ..llm.models import load_tokenizer
+    from ..prune.planning import check_prune_frame
+
+    try:
+        check_prune_frame(load_tokenizer(config.model), config, config.max_prompt_tokens)
+    except InputError as e:
+        raise typer.BadParameter(str(e).replace("max_prompt_tokens=", "--max-prompt-tokens ", 1)) from None
