@@ -425,3 +425,12 @@ def test_ask_searches_once_where_its_checks_before_the_load_searched(tmp_path, m
     r = runner.invoke(app, [*args, "--signals", "only", "--depth", "4", "-k", "2", "--max-new-tokens", "2"])
     assert r.exit_code == 0, cli_text(r)
     assert searched == ["vitamin D?"] and re.search(r"\[timings\] retrieve \d+\.\d\d s, rerank", r.output), r.output
+
+
+def test_prune_and_ask_refuse_a_question_of_invisible_characters_before_anything_loads(tmp_path, dl19_mini):
+    """`attnrank prune $'\\u200b'` loaded the model, then failed in the reranker's words."""
+    corpus = ["--corpus", str(dl19_mini / "passages.jsonl"), "--model", str(tmp_path / "no-model")]
+    r = runner.invoke(app, ["prune", "\u200b", *corpus, "--budget-tokens", "9"])
+    assert r.exit_code == 2 and "the QUERY is empty" in cli_text(r), cli_text(r)
+    r = runner.invoke(app, ["ask", "\u200b\u2060", "--index-dir", str(tmp_path / "no-index")])
+    assert r.exit_code == 2 and "the QUESTION is empty" in cli_text(r), cli_text(r)

@@ -12,7 +12,7 @@ from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
-from ..types import check_unicode
+from ..types import check_unicode, is_blank
 from . import (
     Quiet,
     SkipInvalid,
@@ -149,7 +149,7 @@ def prune(
         raise typer.BadParameter("--skip-invalid applies to --corpus; an index holds only valid records; drop it")
     k = _positive(5 if k is None else k, "-k", "hits taken from the index")
     _positive(neighbours, "--neighbours", "sentences kept on each side", minimum=0)
-    if not query.strip():
+    if is_blank(query):  # (a zero-width space alone was refused after the model load, in reranking words)
         raise typer.BadParameter("the QUERY is empty; give the question the context is pruned for")
     check_unicode([query], "query")  # before the corpus and the model load
     if (corpus is None) == (name is None and index_dir is None):
@@ -247,7 +247,7 @@ def ask(
         raise typer.BadParameter(str(e).replace("max_new_tokens=", "--max-new-tokens ", 1)) from None
     method = check_method(method or "query", {"--prune-heads": prune_heads})
     _check_heads(prune_heads, "--prune-heads", model=rerank_config.model)
-    if not question.strip():
+    if is_blank(question):
         raise typer.BadParameter("the QUESTION is empty; give a question")
     check_unicode([question], "question")
     cfg = rerank_config

@@ -76,6 +76,7 @@ from ..llm.models import (
 from ..llm.prompts import RerankPromptPair
 from ..llm.rows import document_scores, per_head_document_scores, token_scores
 from ..llm.states import StateCache
+from ..rerank.inputs import check_unique_ids
 from ..rerank.resolve import resolve_config_heads
 from ..rerank.reweight import content_free_last, content_mask, sink_filtered_rows, spans_without
 from ..types import Document, as_documents, check_text_fields, check_unicode, is_blank
@@ -270,7 +271,7 @@ class ContextPruner:
         self, query: str, docs: Sequence[Any], sentences
     ) -> tuple[list[Document], list[Chunk], list[ScoredSentence]]:
         """Check the input, segment, and plan the prompts (no model call)."""
-        if not isinstance(query, str) or not query.strip():
+        if not isinstance(query, str) or is_blank(query):  # (zero-width spaces alone: refused later, as a rerank's)
             raise InputError(f"query {query!r} is empty; give the question the context is pruned for")
         check_unicode([query], "query")  # (a tokenizer's TypeError otherwise, deep in the planning)
         documents = as_documents(docs)[0]
@@ -278,6 +279,7 @@ class ContextPruner:
             raise InputError("no documents to prune; pass at least one passage")
         for i, d in enumerate(documents):  # (text None: a TypeError in the segmenter; a title NaN read as "nan")
             check_text_fields(i, d)
+        check_unique_ids(documents)  # (two pruned passages came back under one id, as a reranker refuses it)
         # by input position (the planner's own check counted its pieces)
         check_unicode((d.full_text for d in documents), "document")
         if sentences is not None and not isinstance(sentences, Sequence):  # (a generator: len() a TypeError)

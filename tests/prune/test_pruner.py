@@ -747,3 +747,16 @@ def test_sink_filtering_drops_sentences_with_no_content_token_first(llm):
     real = [s.score for s in scored if s.text not in ("...", "!!!")]
     assert len(empty) == 2 and len(real) == 3
     assert max(empty) < min(real)
+
+
+def test_repeated_ids_and_an_invisible_query_are_refused_before_any_model_call(llm):
+    """Two passages under one id came back as two pruned passages of that id (a string's id is its
+    position: "0" beside Document("0") too); a query of zero-width spaces was refused only as the
+    reranking calibration's, after the planning."""
+    pruner = ContextPruner(llm)
+    with pytest.raises(InputError, match=r"document #1 repeats the id 'x'"):
+        pruner.prune("q?", [Document("x", "Paris is big."), Document("x", "Berlin is cold.")], budget_tokens=8)
+    with pytest.raises(InputError, match=r"document #1 repeats the id '0'"):
+        pruner.prune("q?", ["Paris is big.", Document("0", "Berlin is cold.")], budget_tokens=8)
+    with pytest.raises(InputError, match=r"query '\\u200b' is empty; give the question"):
+        pruner.prune("\u200b", ["Paris is big."], budget_tokens=8)
