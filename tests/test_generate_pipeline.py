@@ -728,3 +728,33 @@ def test_the_streamed_pieces_are_the_answer_word_for_word():
     pieces: list[str] = []
     answer = gen.answer("Where?", stream=pieces.append)
     assert answer.text == "Paris" and "".join(pieces).strip() == "Paris" and len(pieces) > 1
+
+
+def test_stage_objects_that_cannot_run_are_refused_when_the_pipeline_is_made(tmp_path, monkeypatch):
+    """A str path as the retriever, a PruneConfig as the pruner, a preset name as the reranker: each
+    an AttributeError at the first run (from_model's after loading the model); generate="no"
+    generated; a custom retriever returning a list failed deep in run()."""
+    from attnrank.llm import models
+
+    for stage, bad, match in (
+        ("retriever", "/tmp/idx", r"retriever is a str, which has no search\(\); pass HybridRetriever.load"),
+        ("reranker", "icr", r"reranker is a str, which has no rank\(\)"),
+        ("pruner", PruneConfig(), r"pruner is a PruneConfig, which has no prune\(\); pass ContextPruner"),
+        ("generator", "gen", r"generator is a str, which has no answer\(\)"),
+    ):
+        with pytest.raises(InputError, match=match):
+            Pipeline(**{"retriever": None, stage: bad})
+    loads: list = []
+    monkeypatch.setattr(models, "load_llm", lambda *a, **k: loads.append(a))
+    with pytest.raises(InputError, match="retriever is a str"):
+        Pipeline.from_model(str(tmp_path / "idx"), "any-model", rerank=False)
+    with pytest.raises(InputError, match="generate='no' is not True or False"):
+        Pipeline.from_model(None, "any-model", rerank=False, generate="no")  # type: ignore[arg-type]
+    assert not loads
+
+    class Listing:
+        def search(self, query, k, *, query_id=None):
+            return [Document("a", "x.")]
+
+    with pytest.raises(InputError, match=r"retriever.search\(\) returned a list, not RankedResults"):
+        Pipeline(Listing(), budget_tokens=None).run("q?")

@@ -41,7 +41,7 @@ from ..rerank.inputs import check_unique_ids
 from ..rerank.position import SlotProfile, load_profile, reorder_for_generation
 from ..rerank.resolve import check_before_load
 from ..types import RankedResults, ScoredDocument, as_documents, check_unicode, is_blank
-from .checks import check_counts, check_reorder, check_shared_model
+from .checks import check_counts, check_reorder, check_shared_model, check_stage_result, check_stages
 from .stages import PipelineResult, Pruner, Reranker, Retriever
 
 logger = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class Pipeline:
         neighbours: int = 0,
         reorder: SlotProfile | bool = False,
     ):
+        check_stages(retriever=retriever, reranker=reranker, pruner=pruner, generator=generator)
         check_counts(depth, top_k, budget_tokens, neighbours, pruner is not None)
         self.retriever, self.reranker, self.pruner, self.generator = retriever, reranker, pruner, generator
         self.depth, self.top_k = depth, top_k
@@ -147,6 +148,9 @@ class Pipeline:
         ``budget_tokens``, ``neighbours``, ``reorder``)."""
         check_model_arg(model)
         check_model_arg(generator_model)
+        check_stages(retriever=retriever)  # (before the model loads)
+        if not isinstance(generate, bool):  # ("no" generated; None read as False)
+            raise InputError(f"generate={generate!r} is not True or False")
         if isinstance(model, os.PathLike):  # a model folder given as a Path
             model = os.fspath(model)
         unknown = sorted(set(kw) - set(CONSTRUCTOR_OPTIONS))
@@ -260,6 +264,7 @@ class Pipeline:
             if self.retriever is None:
                 raise InputError("this pipeline has no retriever; pass candidates= to run()")
             first = self.retriever.search(question, self.depth, query_id=query_id)
+            check_stage_result(first, "retriever.search()")
             timings["retrieve"] = time.perf_counter() - start
         else:  # (no retrieval ran: timing the wrapping of given candidates as "retrieve" misled)
             first = _given(question, candidates, query_id)
@@ -269,6 +274,7 @@ class Pipeline:
             check("rerank")
             t = time.perf_counter()
             reranked = self.reranker.rank(question, first.top_k(self.depth), k=self.top_k)
+            check_stage_result(reranked, "reranker.rank()")
             top = reranked
             timings["rerank"] = time.perf_counter() - t
         context = top.documents()

@@ -1,7 +1,8 @@
 """The checks :class:`~attnrank.pipeline.Pipeline` makes of its options when it is made, before
 any model loads or any stage runs: its counts and budget (:func:`check_counts`), and that every
 stage's configuration asks for the one model :meth:`~attnrank.pipeline.Pipeline.from_model` (and
-the server) loads for all of them (:func:`check_shared_model`)."""
+the server) loads for all of them (:func:`check_shared_model`); that each stage object has the
+method the pipeline calls (:func:`check_stages`), and returns what it reads (:func:`check_stage_result`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ..prune.config import PruneConfig
 from ..prune.context import check_budget, check_neighbours
 from ..rerank.config import RerankConfig
 from ..rerank.position import SlotProfile, check_basin, load_profile
-from ..types import is_count
+from ..types import RankedResults, is_count
 
 
 def check_counts(depth: Any, top_k: Any, budget_tokens: Any, neighbours: Any, pruning: bool) -> None:
@@ -94,3 +95,31 @@ def check_reorder(reorder: Any, model: Any = None, top_k: int = 5) -> None:
         except ModelError:
             return
         load_profile("auto", *key, n_slots=top_k, calibrated=False)
+
+
+# What each stage object must have, and how one is made (a str path as the retriever, or a
+# PruneConfig as the pruner, was an AttributeError at the first run, after the model had loaded).
+_STAGES = {
+    "retriever": ("search", "HybridRetriever.load(path), or None with candidates= to run()"),
+    "reranker": ("rank", "AttentionReranker(...), or Pipeline.from_model(rerank=...)"),
+    "pruner": ("prune", "ContextPruner(llm, config=...), or Pipeline.from_model(prune=...)"),
+    "generator": ("answer", "Generator(llm), or Pipeline.from_model(generate=True)"),
+}
+
+
+def check_stages(**stages: Any) -> None:
+    """Each stage object given (``retriever=``, ``reranker=``, ``pruner=``, ``generator=``) has the
+    method the pipeline calls, or None."""
+    for name, stage in stages.items():
+        method, fix = _STAGES[name]
+        if stage is not None and not callable(getattr(stage, method, None)):
+            raise InputError(f"{name} is a {type(stage).__name__}, which has no {method}(); pass {fix}")
+
+
+def check_stage_result(result: Any, call: str) -> None:
+    """What a stage's ``call`` (e.g. ``"retriever.search()"``) returned is a RankedResults."""
+    if not isinstance(result, RankedResults):
+        raise InputError(
+            f"{call} returned a {type(result).__name__}, not RankedResults; a custom stage must return "
+            "RankedResults(query, [ScoredDocument(...), ...])"
+        )
