@@ -8,13 +8,14 @@ scores rank as trec_eval ranks them, by document id descending, for every metric
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InputError, require
 from ..types import is_count, is_real
-from .data import trec_order
+from .data import check_relevance_level, trec_order
 
 DEFAULT_METRICS = ("nDCG@10", "R@20", "R@100", "RR@10")
 
@@ -51,6 +52,17 @@ def _parse(metrics: Sequence[str], rel: int) -> dict[str, Any]:
         # the name a caller looks its figure up by
         out[m] = measure
     return out
+
+
+def check_metric_list(metrics: Any) -> list[str]:
+    """``metrics`` as a list of names: not one str (whose characters were read as names, "metric 'n'
+    is not an ir-measures name") and not empty."""
+    if isinstance(metrics, str):
+        raise InputError(f"metrics={metrics!r} is one str; pass a list of names, e.g. [{metrics!r}]")
+    names = list(metrics)
+    if not names:
+        raise InputError("metrics is empty; pass at least one name, e.g. ['nDCG@10']")
+    return names
 
 
 def _trec_order(docs: Mapping[str, float]) -> dict[str, float]:
@@ -129,7 +141,7 @@ def evaluate(
     """Mean of each metric over the queries that have judgments (a query the run lacks is an empty
     ranking, as trec_eval -c: 0 for every ranking metric); refused
     where no query has one (a mean over none read as a score of 0)."""
-    names = list(_parse(metrics, rel))
+    names = list(_parse(check_metric_list(metrics), rel))
     _check_input(run, qrels)  # here too: a run id 1 would not meet the qrels' "1" and score 0
     judged = judged_queries(qrels)
     if not judged:
@@ -137,6 +149,13 @@ def evaluate(
             f"the qrels judge no query ({len(qrels)} given, none with a judgment), so there is no mean to "
             "report; pass the qrels of the run's queries"
         )
+    if run and not any(q in judged for q in run):  # (a mean of 0 over the qrels' queries, as attnrank eval refuses)
+        raise InputError(
+            f"none of the run's {len(run)} queries has judgments in the qrels (e.g. {next(iter(run))!r}); pass "
+            "the qrels of the run's queries, or check that both spell the query ids alike"
+        )
+    if reads_rel(names):
+        check_relevance_level(judged, rel, "rel")  # (above every label: every binary metric 0, without a word)
     # queries with judgments but no run score 0, as trec_eval -c does
     full_run = {q: dict(run.get(q, {})) for q in judged}
     per = evaluate_per_query(full_run, judged, metrics, rel=rel)
@@ -154,7 +173,7 @@ def evaluate_per_query(
     as an empty ranking: 0 for every ranking metric, NumRel and NumQ as trec_eval -c gives them)."""
     irm = require("ir_measures", "eval", "Evaluation metrics")
     names_of: dict[Any, list[str]] = {}
-    for name, measure in _parse(metrics, rel).items():
+    for name, measure in _parse(check_metric_list(metrics), rel).items():
         names_of.setdefault(measure, []).append(name)
     _check_input(run, qrels)
     # (labels as Python ints, checked integers above: pytrec_eval refused numpy's, blamed on a metric)
@@ -187,8 +206,15 @@ _NOTHING = "\x00attnrank: no document"  # (no qrels can judge it: an id holds no
 
 
 def wins_losses(deltas: Iterable[float], eps: float = 1e-9) -> tuple[int, int]:
-    """How many per-query differences rose / fell by more than ``eps`` (ties not counted)."""
+    """How many per-query differences rose / fell by more than ``eps`` (ties not counted). A
+    negative ``eps`` (a tie counted as a win and a loss) and a difference that is no finite number
+    (a broken per-query metric, counted as a tie) are refused."""
+    if not is_real(eps) or not 0 <= eps < math.inf:
+        raise InputError(f"eps={eps!r} must be a finite number >= 0 (the smallest change counted)")
     values = list(deltas)
+    bad = next((d for d in values if not is_real(d) or not math.isfinite(d)), None)
+    if bad is not None:
+        raise InputError(f"a per-query difference is {bad!r}, not a finite number; check the per-query metrics")
     return sum(d > eps for d in values), sum(d < -eps for d in values)
 
 

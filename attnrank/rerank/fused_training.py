@@ -21,9 +21,9 @@ import numpy as np
 from ..config import check_l2
 from ..errors import InputError, require
 from ..eval.crossval import check_unique_queries
-from ..eval.metrics import evaluate_per_query
+from ..eval.metrics import evaluate_per_query, is_label
 from ..eval.rows import scores_by_id
-from ..types import Document
+from ..types import Document, is_count
 from .fused import ATTENTION, FEATURES, KNOWN_FEATURES, LLM_FEATURES, FusedWeights
 from .fused_features import FusionExample, attention_confidence, feature_matrix
 from .inputs import check_unique_ids
@@ -277,7 +277,8 @@ def fusion_examples(
     signals: SignalComputer | None = None,
     progress: bool = False,
 ) -> list[FusionExample]:
-    """Labelled :class:`FusionExample` per query of ``queries``: the first-stage signals of its
+    """Labelled :class:`FusionExample` per query of ``queries`` that has a label >= ``rel`` in
+    ``qrels`` (the others are left out, with a warning, as ``attnrank train`` leaves them): the first-stage signals of its
     ``candidates`` (first-stage order) and, for each ``{feature: score(query, docs)}`` of
     ``llm_scores``, that feature (e.g. ``{"attention": reranker.score}`` of an
     :class:`~attnrank.rerank.attention.AttentionReranker` without fusion, or
@@ -289,6 +290,29 @@ def fusion_examples(
             f"llm_scores is a {type(llm_scores).__name__}; give {{feature: score(query, docs)}}, "
             'e.g. {"attention": reranker.score}'
         )
+    if not is_count(rel):
+        raise InputError(f"rel={rel!r} must be a whole number >= 1: the lowest label that counts as relevant")
+    for qid, judged in qrels.items():  # (a grade 1.5 was cut to 1 in the labels, kept as 1.5 in the qrels)
+        bad = next((d for d, label in judged.items() if not is_label(label)), None)
+        if bad is not None:
+            raise InputError(f"qrels of query {qid!r}, document {bad!r}: label {judged[bad]!r} is not a whole number")
+    # a query without a relevant label trained as all negatives and scored 0 in every row of the report
+    # (attnrank train and evaluate leave it out)
+    unlabelled = [q for q in queries if not any(v >= rel for v in qrels.get(q, {}).values())]
+    if unlabelled:
+        logger.warning(
+            "%d of the %d queries have no label >= %d in the qrels (e.g. %r): left out, as attnrank train leaves them",
+            len(unlabelled),
+            len(queries),
+            rel,
+            unlabelled[0],
+        )
+        queries = {q: t for q, t in queries.items() if q not in set(unlabelled)}
+        if not queries:
+            raise InputError(
+                f"no query has a label >= {rel} in the qrels (e.g. {unlabelled[0]!r}); pass the qrels of these "
+                "queries, or a lower rel"
+            )
     missing = [q for q in queries if q not in candidates]
     if missing:
         raise InputError(

@@ -100,6 +100,14 @@ def heldout_scores(
     with_llm, features = TRAINED[llm_feature]
     methods: dict[str, Sequence[str]] = {NO_ATTENTION: SIGNALS, with_llm: features, **(variants or {})}
     alone = (*SIGNALS, *([] if llm_feature is None else [llm_feature]), *extra_signals)
+    needed = {*alone, *(f for feats in methods.values() for f in feats)}
+    for split in splits[:1]:  # (a KeyError deep in the scoring: signals-only examples, llm_feature left at its default)
+        lacking = sorted(needed - set(split.train[0].signals)) if split.train else []
+        if lacking:
+            raise InputError(
+                f"the examples lack the feature(s) {lacking}; compute them in fusion_examples, or pass "
+                f"llm_feature=None for examples of the first-stage signals alone"
+            )
     untrained = {label: equal_weights(feats) for label, feats in UNTRAINED[llm_feature].items()}
     out: dict[str, Scores] = {}
     for split in splits:

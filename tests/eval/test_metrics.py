@@ -10,7 +10,7 @@ import pytest
 
 from attnrank.errors import InputError
 from attnrank.eval import evaluate, evaluate_per_query, read_qrels, read_run, write_run
-from attnrank.eval.metrics import per_query_ndcg_of_each
+from attnrank.eval.metrics import per_query_ndcg_of_each, wins_losses
 
 
 def test_read_trec_and_beir_qrels(dl19_mini, scifact_mini):
@@ -495,3 +495,29 @@ def test_a_threshold_score_or_label_of_the_wrong_kind_is_one_line_naming_it(run,
 def test_numpy_labels_and_scores_are_numbers_like_any_other():
     got = evaluate({"q": {"a": np.float32(2.0), "b": 1}}, {"q": {"a": np.int64(1), "b": np.int32(0)}}, ["nDCG@10"])
     assert got == {"nDCG@10": 1.0}
+
+
+def test_evaluate_refuses_what_attnrank_eval_refuses():
+    """evaluate() returned 0.0 where none of the run's queries is judged, or where rel is above every
+    label (attnrank eval refused both); a str of metrics was read a character at a time, an empty
+    list failed inside ir-measures."""
+    run = {"q9": {"d1": 1.0}}
+    qrels = {"q1": {"d1": 2, "d2": 0}}
+    with pytest.raises(InputError, match=r"none of the run's 1 queries has judgments in the qrels \(e.g. 'q9'\)"):
+        evaluate(run, qrels, ["nDCG@10"])
+    with pytest.raises(InputError, match="rel 3 is above every label of the qrels"):
+        evaluate({"q1": {"d1": 1.0}}, qrels, ["R@10"], rel=3)
+    assert evaluate({"q1": {"d1": 1.0}}, qrels, ["nDCG@10"], rel=3)["nDCG@10"] == 1.0  # (graded: rel unread)
+    with pytest.raises(InputError, match=r"metrics='nDCG@10' is one str; pass a list"):
+        evaluate({"q1": {"d1": 1.0}}, qrels, "nDCG@10")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="metrics is empty"):
+        evaluate({"q1": {"d1": 1.0}}, qrels, [])
+
+
+def test_wins_losses_refuses_a_negative_eps_and_differences_that_are_no_numbers():
+    """eps=-1 counted each tie as a win and a loss; NaN differences passed as ties."""
+    assert wins_losses([0.1, -0.2, 0.0]) == (1, 1)
+    with pytest.raises(InputError, match="eps=-1 must be a finite number >= 0"):
+        wins_losses([0.0, 0.0], eps=-1)
+    with pytest.raises(InputError, match="a per-query difference is nan"):
+        wins_losses([0.1, float("nan")])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -133,7 +135,9 @@ def test_weights_record_the_embedder_of_their_dense_signal(make_examples):
 def test_one_line_error_for_a_query_without_candidates():
     """A query without a candidate list was a bare KeyError."""
     with pytest.raises(InputError, match="1 queries have no candidate list \\(first: 'q2'\\)"):
-        fusion_examples({"attention": lambda q, d: np.zeros(len(d))}, {"q1": "a", "q2": "b"}, {"q1": []}, {})
+        fusion_examples(
+            {"attention": lambda q, d: np.zeros(len(d))}, {"q1": "a", "q2": "b"}, {"q1": []}, {"q2": {"d": 1}}
+        )
 
 
 def test_one_line_errors_for_the_llm_scores_and_feature_given_otherwise():
@@ -143,6 +147,17 @@ def test_one_line_errors_for_the_llm_scores_and_feature_given_otherwise():
         heldout_scores([], llm_feature="bm25")
     with pytest.raises(InputError, match="llm_feature='attention' is not 'likelihood' or None"):
         fit_unless_worse([], "attention")  # fused weights are trained with a gate and base model: train_fused
+
+
+def test_signals_only_examples_with_the_default_llm_feature_are_one_line(make_examples):
+    """fit_unless_worse(examples of the signals alone) was a KeyError: 'likelihood' deep in the scoring."""
+    ex = make_examples(20, "a", 0.5, 1)
+    for e in ex:
+        e.signals.pop("likelihood", None)
+        e.signals.pop("attention", None)
+    with pytest.raises(InputError, match=r"the examples lack the feature\(s\) \['likelihood'\].*llm_feature=None"):
+        fit_unless_worse(ex, folds=2)
+    fit_unless_worse(ex, None, folds=2)  # (what the message advises runs)
 
 
 def test_fit_unless_worse_keeps_trained_weights_only_where_they_beat_equal_weights_held_out(make_examples):
@@ -216,7 +231,26 @@ def test_a_candidate_listed_twice_is_refused_for_training():
 
     docs = [Document("d1", "a"), Document("d2", "b"), Document("d1", "a")]
     with pytest.raises(InputError, match=r"candidate of query 'q1' #2 repeats the id 'd1'"):
-        fusion_examples({}, {"q1": "a"}, {"q1": docs}, {})
+        fusion_examples({}, {"q1": "a"}, {"q1": docs}, {"q1": {"d1": 1}})
+
+
+def test_queries_without_a_relevant_label_are_left_out_as_attnrank_train_leaves_them(caplog):
+    """They trained as all-negative examples and scored 0 in every row of fit_unless_worse's report
+    (equal weights 0.5815 where attnrank train, on the same data, reported 0.9692); bad rel and
+    labels that are no whole numbers are refused."""
+    from attnrank.types import Document
+
+    docs = [Document("d1", "apples and pears"), Document("d2", "bananas")]
+    qrels = {"q1": {"d1": 1}, "q2": {"d2": 0}}
+    with caplog.at_level(logging.WARNING, logger="attnrank.rerank.fused_training"):
+        ex = fusion_examples({}, {"q1": "apples", "q2": "pears", "q3": "x"}, {"q1": docs}, qrels)
+    assert [e.qid for e in ex] == ["q1"] and "2 of the 3 queries have no label >= 1" in caplog.text
+    with pytest.raises(InputError, match="no query has a label >= 2"):
+        fusion_examples({}, {"q1": "apples"}, {"q1": docs}, qrels, rel=2)
+    with pytest.raises(InputError, match="rel=0 must be a whole number >= 1"):
+        fusion_examples({}, {"q1": "apples"}, {"q1": docs}, qrels, rel=0)
+    with pytest.raises(InputError, match=r"label 1.5 is not a whole number"):
+        fusion_examples({}, {"q1": "apples"}, {"q1": docs}, {"q1": {"d1": 1.5}})  # type: ignore[dict-item]
 
 
 def test_a_gate_applied_to_lists_of_other_lengths_than_it_was_chosen_on_is_warned_of(make_examples, caplog):
