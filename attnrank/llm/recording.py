@@ -240,8 +240,19 @@ _LOCKS_GUARD = threading.Lock()
 
 
 def decoder_of(model: Any) -> Any:
-    """The decoder of a causal LM (``get_decoder()``), or ``model`` itself if it is one."""
-    return model.get_decoder() if hasattr(model, "get_decoder") else model
+    """The decoder of a causal LM (``get_decoder()``), or ``model`` itself if it is one. Where
+    ``get_decoder()`` gives the causal LM back but its ``model`` holds the ``layers`` (Llama 4's text
+    model, whose ``base_model_prefix`` names another attribute), that ``model``: every attention path
+    refused it, saying its layers were not in a ``layers`` list."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    inner = getattr(decoder, "model", None) if decoder is model else None
+    if not _holds_layers(decoder) and inner is not None and _holds_layers(inner):
+        return inner
+    return decoder
+
+
+def _holds_layers(module: Any) -> bool:
+    return isinstance(getattr(module, "layers", None), torch.nn.ModuleList)
 
 
 def forward_lock(model: Any) -> threading.RLock:

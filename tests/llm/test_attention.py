@@ -420,3 +420,17 @@ def test_a_model_attention_cannot_read_is_refused_before_its_weights_load(tmp_pa
     from attnrank.rerank.resolve import check_before_load
 
     check_before_load(RerankConfig.preset("likelihood", model=str(folder)), None)  # (no attention read)
+
+
+def test_llama4_text_whose_get_decoder_returns_the_causal_lm_is_captured():
+    """Llama4ForCausalLM.get_decoder() gives the model itself (its base_model_prefix names another
+    attribute): every attention path refused it as keeping its layers "elsewhere than in a layers
+    list", though they are in model.model.layers. Rows past its 64-token attention chunk included."""
+    model = tiny_model(
+        "Llama4Text", intermediate_size_mlp=64, num_local_experts=2, num_experts_per_tok=1,
+        no_rope_layers=[1, 0], attention_chunk_size=64, max_positions=512,
+    )  # fmt: skip
+    ids = _ids(150, seed=1)
+    torch.testing.assert_close(
+        AttentionCapturer(model).capture(ids, query_start=130), naive_attention_rows(model, ids, 130), atol=ATOL, rtol=0
+    )
