@@ -155,16 +155,23 @@ class PromptPlanner:
         scheme, its longer suffix and the focus hint."""
         return block_extent(cast(BlockPrompt, chunk.pair), positions) + len(self.hint_ids)
 
-    def check_frame(self, block_positions: str | None) -> None:
+    def check_frame(self, block_positions: str | None, window: bool = False) -> None:
         """Refuse a budget that no prompt fits: the prompt of a one-word query around a one-word
         passage (instructions, focus hint; block attention with ``block_positions``, else full)
-        spans more. Found when the pruner is built, rather than at its first call."""
+        spans more. Found when the pruner is built, rather than at its first call. ``window``: the
+        budget is what a sliding-window layer holding a head reads (not a setting to raise)."""
         docs, sents = [Document("frame", "x")], [[Sentence("x", 0, 1)]]
         pieces = [make_piece(0, sents[0], [0])]
         if block_positions is None:
             frame = self.build("x", docs, sents, pieces).length
         else:
             frame = self.block_reach(self.build_blocks("x", docs, sents, pieces), block_positions)
+        if frame > self.max_prompt_tokens and window:
+            raise InputError(
+                f"a sliding-window layer among the heads reads only the last {self.max_prompt_tokens} tokens, and "
+                f"the pruning prompt's instructions with a one-word query and passage already span {frame} "
+                "positions; choose heads of full-attention layers (heads=, --heads)"
+            )
         if frame > self.max_prompt_tokens:
             raise InputError(
                 f"max_prompt_tokens={self.max_prompt_tokens} leaves no room for a passage: the pruning prompt's "
@@ -184,13 +191,14 @@ def hint_ids(tokenizer: Any, cfg: PruneConfig) -> list[int]:
     return tokenize(tokenizer, cfg.focus_hint.strip())["input_ids"] if cfg.method == "focus" else []
 
 
-def check_prune_frame(tokenizer: Any, cfg: PruneConfig, max_prompt_tokens: int) -> None:
+def check_prune_frame(tokenizer: Any, cfg: PruneConfig, max_prompt_tokens: int, window: bool = False) -> None:
     """Refuse a ``max_prompt_tokens`` that not even a one-word passage's pruning prompt of ``cfg``
-    fits (:meth:`PromptPlanner.check_frame`), read with ``tokenizer`` alone: before a model loads."""
+    fits (:meth:`PromptPlanner.check_frame`; ``window``: it is a sliding window's), read with
+    ``tokenizer`` alone: before a model loads."""
     planner = PromptPlanner(
         tokenizer, prompt_settings(cfg), max_prompt_tokens, hint_ids(tokenizer, cfg), cfg.max_sentence_words
     )
-    planner.check_frame(cfg.block_positions if cfg.attention == "block" else None)
+    planner.check_frame(cfg.block_positions if cfg.attention == "block" else None, window)
 
 
 def consecutive_groups(weights: list[int], n: int) -> list[list[int]]:

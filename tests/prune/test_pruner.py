@@ -760,3 +760,17 @@ def test_repeated_ids_and_an_invisible_query_are_refused_before_any_model_call(l
         pruner.prune("q?", ["Paris is big.", Document("0", "Berlin is cold.")], budget_tokens=8)
     with pytest.raises(InputError, match=r"query '\\u200b' is empty; give the question"):
         pruner.prune("\u200b", ["Paris is big."], budget_tokens=8)
+
+
+def test_a_sliding_window_too_short_for_the_prompt_is_named_with_the_heads_to_choose():
+    """A pruner whose heads sit in a short sliding-window layer was told that max_prompt_tokens=N
+    (the window, which the user never set) left no room, and to raise it: raising it changed nothing."""
+    model = tiny_model(
+        "Gemma3Text", layers=2, layer_types=["sliding_attention", "full_attention"], sliding_window=48,
+        max_positions=4096,
+    )  # fmt: skip
+    llm = LLM(model=model, tokenizer=tiny_tokenizer(), model_id="tiny-gemma3", fingerprint="e" * 64)
+    for budget in (None, 400):
+        with pytest.raises(InputError, match=r"a sliding-window layer among the heads reads only the last \d+ tokens"):
+            ContextPruner(llm, config=PruneConfig(max_prompt_tokens=budget))
+    ContextPruner(llm, heads=[(1, 0), (1, 1)])  # heads of the full-attention layer: built
