@@ -99,8 +99,16 @@ class RegistryArtifact:
         """The object registered for this model (user before shipped, exact fingerprint first)."""
         data = load_artifact(cls.KIND, model_id, fingerprint, root=root)
         if data is None:
+            # (the 12 characters that file names and messages show were taken for the fingerprint)
+            short = len(fingerprint) < 64 and fingerprint != "*"
             raise InputError(
                 f"no {cls.LABEL} in the head registry for model {model_id!r} (fingerprint "
                 f"{fingerprint[:12]}); {cls.HINT}"
+                + (
+                    f" (a fingerprint is the 64 hex characters of LLM.fingerprint, not {fingerprint!r}, the start "
+                    "shown in file names)"
+                    if short
+                    else ""
+                )
             )
         return cls.from_json(data)  # type: ignore[attr-defined]

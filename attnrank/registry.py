@@ -105,7 +105,8 @@ def _base(model_id: str) -> str:
 
 
 def user_file(model_id: str, fingerprint: str, root: Path | None) -> Path:
-    return (root or user_dir()) / f"{_slug(model_id)}-{fingerprint[:12]}.json"
+    # (a fingerprint is hex; any other character is replaced, so that no "/.." leads out of the root)
+    return (root or user_dir()) / f"{_slug(model_id)}-{re.sub(r'[^0-9A-Za-z]', '_', fingerprint[:12])}.json"
 
 
 def _read_docs(path: Path) -> list[dict[str, Any]]:

@@ -856,3 +856,15 @@ def test_cli_detect_that_saves_nothing_exits_non_zero(roots, tmp_path, scifact_m
     r = runner.invoke(app, [*args, "--corpus", str(scifact_mini / "corpus.jsonl")])
     assert "not saved: every head scored the same" in r.output, cli_text(r)
     assert r.exit_code == 1 and "no head set was saved" in cli_text(r), cli_text(r)
+
+
+def test_a_fingerprint_cannot_lead_a_save_out_of_the_registry_and_a_short_one_is_named(tmp_path):
+    """save(fingerprint="/../../escaped") wrote outside the root; load(..., "b179c9523d0e"), the 12
+    characters file names show, found nothing and said so with the same 12 characters twice."""
+    from attnrank.rerank.fused import SignalsWeights
+
+    root = tmp_path / "reg"
+    path = save_head_set("org/m", "/../../escaped", "qr-ndcg", ["0-1"], root=root)
+    assert path.parent == root and not (tmp_path / "escap.json").exists()
+    with pytest.raises(InputError, match=r"a fingerprint is the 64 hex characters of LLM.fingerprint, not 'abcd'"):
+        SignalsWeights.load("org/m", "abcd", root=root)
