@@ -172,10 +172,10 @@ class ContextPruner:
         self.max_prompt_tokens = cfg.max_prompt_tokens or self.llm.prompt_budget
         self.read_window = read_window(self.capturer)  # heads of sliding layers read no further back
         window = self.read_window if cfg.attention != "block" else None  # (block: checked per prompt, _plan)
-        lowered = window is not None and window < self.max_prompt_tokens
-        if lowered:
+        lowered = False
+        if window is not None and window < self.max_prompt_tokens:
             logger.info("pruning prompts kept within %d tokens: a sliding-window layer holds a head", window)
-            self.max_prompt_tokens = window
+            self.max_prompt_tokens, lowered = window, True
         # (lowered: refused in the window's words; it advised raising a max_prompt_tokens the user never set)
         check_prune_frame(self.llm.tokenizer, cfg, self.max_prompt_tokens, window=lowered)
         self.states = StateCache(cfg.state_cache_mb << 20)  # block attention's reusable passage states
