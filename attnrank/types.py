@@ -264,10 +264,7 @@ def check_ids(documents: Sequence[Document]) -> None:
             raise InputError(
                 f"document #{i} is a {type(d).__name__}, not a Document; pass Document(id, text) objects, or a corpus path"
             )
-        if not isinstance(d.id, str):
-            raise InputError(
-                f"document #{i}'s id {d.id!r} is a {type(d.id).__name__}, not a string; give ids as strings (str(id))"
-            )
+        check_id_type(i, d)
         if not d.id.strip():
             raise InputError(f"document #{i}'s id {d.id!r} is empty; give every document an id")
         if d.id in seen:
@@ -279,6 +276,15 @@ def check_ids(documents: Sequence[Document]) -> None:
                 f"document ids {other!r} and {d.id!r} differ only by surrounding whitespace, which runs and qrels "
                 "trim (one id for two documents); give ids without surrounding whitespace (id.strip())"
             )
+
+
+def check_id_type(i: int, doc: Document | ScoredDocument, noun: str = "document") -> None:
+    """``doc`` (#``i`` of its list, a ``noun``) has a string id: as an index keys, and a reranker
+    ranks, documents by it (ids 1 and "1" were two documents)."""
+    if not isinstance(doc.id, str):
+        raise InputError(
+            f"{noun} #{i}'s id {doc.id!r} is a {type(doc.id).__name__}, not a string; give ids as strings (str(id))"
+        )
 
 
 def check_indexable(documents: Sequence[Document]) -> None:

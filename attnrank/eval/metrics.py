@@ -24,8 +24,7 @@ def _parse(metrics: Sequence[str], rel: int) -> dict[str, Any]:
     """``{name as given (without rel): measure with rel applied}`` for the names in ``metrics``;
     two names may share one measure (``R@5`` and ``R(rel=2)@5`` with ``rel=2``)."""
     irm = require("ir_measures", "eval", "Evaluation metrics")
-    if not is_count(rel):  # (rel=-1 counted a label 0 as relevant for RR but not for R or AP)
-        raise InputError(f"rel={rel!r} must be a whole number >= 1: the lowest label that counts as relevant")
+    check_rel(rel)
     out = {}
     for m in metrics:
         try:
@@ -95,9 +94,21 @@ def _check_input(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Map
                     f"query {q!r}, document {d!r} has score nan; a run needs numbers to rank by "
                     "(check the model's dtype and weights, or give unscored documents a low finite score)"
                 )
+    check_labels(qrels)  # (a label "1" or 1.7 failed inside ir-measures, blamed on a metric)
+
+
+def check_rel(rel: Any) -> None:
+    """``rel``, the lowest label that counts as relevant: a whole number >= 1 (rel=-1 counted a
+    label 0 as relevant for RR but not for R or AP)."""
+    if not is_count(rel):
+        raise InputError(f"rel={rel!r} must be a whole number >= 1: the lowest label that counts as relevant")
+
+
+def check_labels(qrels: Mapping[str, Mapping[str, Any]]) -> None:
+    """Every relevance label of ``qrels`` a whole number (:func:`is_label`)."""
     for q, docs in qrels.items():
         bad = next((d for d, label in docs.items() if not is_label(label)), None)
-        if bad is not None:  # (a label "1" or 1.7 failed inside ir-measures, blamed on a metric)
+        if bad is not None:
             raise InputError(
                 f"qrels of query {q!r}, document {bad!r}: label {docs[bad]!r} is not a whole number; "
                 "relevance labels are integers (0 = not relevant)"

@@ -317,8 +317,6 @@ class RerankConfig:
         check_fields(type(self), overrides)
         if not overrides:
             return self
-        if "heads" in overrides:
-            overrides = {**overrides, "heads": plain_heads(overrides["heads"])}
         positions = overrides.get("block_positions")  # as the caller gave them, before any reset
         previous = self.name  # what the copy is named from (the preset it stands for)
         if "signals" in overrides and not computes_attention(overrides["signals"]):

@@ -21,9 +21,9 @@ import numpy as np
 from ..config import check_l2
 from ..errors import InputError, require
 from ..eval.crossval import check_unique_queries
-from ..eval.metrics import evaluate_per_query, is_label
+from ..eval.metrics import check_labels, check_rel, evaluate_per_query
 from ..eval.rows import scores_by_id
-from ..types import Document, is_count
+from ..types import Document
 from .fused import ATTENTION, FEATURES, KNOWN_FEATURES, LLM_FEATURES, FusedWeights
 from .fused_features import FusionExample, attention_confidence, feature_matrix
 from .inputs import check_unique_ids
@@ -290,12 +290,8 @@ def fusion_examples(
             f"llm_scores is a {type(llm_scores).__name__}; give {{feature: score(query, docs)}}, "
             'e.g. {"attention": reranker.score}'
         )
-    if not is_count(rel):
-        raise InputError(f"rel={rel!r} must be a whole number >= 1: the lowest label that counts as relevant")
-    for qid, judged in qrels.items():  # (a grade 1.5 was cut to 1 in the labels, kept as 1.5 in the qrels)
-        bad = next((d for d, label in judged.items() if not is_label(label)), None)
-        if bad is not None:
-            raise InputError(f"qrels of query {qid!r}, document {bad!r}: label {judged[bad]!r} is not a whole number")
+    check_rel(rel)
+    check_labels(qrels)  # (a grade 1.5 was cut to 1 in the labels, kept as 1.5 in the qrels)
     # a query without a relevant label trained as all negatives and scored 0 in every row of the report
     # (attnrank train and evaluate leave it out)
     unlabelled = [q for q in queries if not any(v >= rel for v in qrels.get(q, {}).values())]

@@ -100,14 +100,16 @@ def heldout_scores(
     with_llm, features = TRAINED[llm_feature]
     methods: dict[str, Sequence[str]] = {NO_ATTENTION: SIGNALS, with_llm: features, **(variants or {})}
     alone = (*SIGNALS, *([] if llm_feature is None else [llm_feature]), *extra_signals)
-    needed = {*alone, *(f for feats in methods.values() for f in feats)}
-    for split in splits[:1]:  # (a KeyError deep in the scoring: signals-only examples, llm_feature left at its default)
-        lacking = sorted(needed - set(split.train[0].signals)) if split.train else []
-        if lacking:
-            raise InputError(
-                f"the examples lack the feature(s) {lacking}; compute them in fusion_examples, or pass "
-                f"llm_feature=None for examples of the first-stage signals alone"
-            )
+    # (a KeyError deep in the scoring: signals-only examples, llm_feature left at its default)
+    first = next((s.train[0] for s in splits if s.train), None)
+    lacking = (
+        [] if first is None else sorted({*alone, *(f for fs in methods.values() for f in fs)} - set(first.signals))
+    )
+    if lacking:
+        raise InputError(
+            f"the examples lack the feature(s) {lacking}; compute them in fusion_examples, or pass "
+            "llm_feature=None for examples of the first-stage signals alone"
+        )
     untrained = {label: equal_weights(feats) for label, feats in UNTRAINED[llm_feature].items()}
     out: dict[str, Scores] = {}
     for split in splits:

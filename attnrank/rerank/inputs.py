@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputError
-from ..types import Document, check_texts, check_unicode, is_blank, is_count
+from ..types import Document, check_id_type, check_texts, check_unicode, is_blank, is_count
 
 
 def check_query(query: Any) -> None:
@@ -46,10 +46,7 @@ def check_unique_ids(documents: list[Document], noun: str = "document") -> None:
 def check_id_types(documents: list[Document], noun: str = "document") -> None:
     """Every id of ``documents`` a string (``noun`` names them in the message)."""
     for i, d in enumerate(documents):
-        if not isinstance(d.id, str):
-            raise InputError(
-                f"{noun} #{i}'s id {d.id!r} is a {type(d.id).__name__}, not a string; give ids as strings (str(id))"
-            )
+        check_id_type(i, d, noun)
 
 
 def check_query_list(queries: Any, query_ids: Any = None) -> None:
