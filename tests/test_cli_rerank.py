@@ -325,7 +325,9 @@ def test_a_family_without_sdpa_reranks_under_the_default_and_an_attention_preset
     import pytest
     from _tiny import save_tiny
 
-    model = str(save_tiny(tmp_path / "gemma2", "Gemma2", max_positions=4096, sliding_window=4096, query_pre_attn_scalar=8))
+    model = str(
+        save_tiny(tmp_path / "gemma2", "Gemma2", max_positions=4096, sliding_window=4096, query_pre_attn_scalar=8)
+    )
     args = ["rerank", "--run", str(dl19_mini / "run.bm25.trec"), "--queries", str(dl19_mini / "topics.tsv")]
     args += ["--corpus", str(dl19_mini / "passages.jsonl"), "--depth", "3", "--model", model, "-q"]
     for preset in ("likelihood", "icr"):
