@@ -292,15 +292,17 @@ def check_prompt_budget(max_prompt_tokens: int | None, model: LLM | str | None) 
 
 
 def clear_llm_cache() -> None:
-    """Forget the models loaded in this process (frees them once no one else holds them) and
-    the shapes read from their configs."""
+    """Forget the models and tokenizers loaded in this process (frees them once no one else holds
+    them) and the shapes read from their configs."""
     _load_cached.cache_clear()
+    _folder_tokenizer.cache_clear()
     clear_config_cache()
 
 
 def load_tokenizer(model: str | None = None) -> Any:
     """Only the tokenizer of ``model`` (fast; a GGUF's comes from its de-quantized cache if any),
-    the model named as :func:`load_llm` reads it (a ``~`` path expanded, spaces stripped)."""
+    the model named as :func:`load_llm` reads it (a ``~`` path expanded, spaces stripped). A local
+    folder's is shared with later calls and with the model's :attr:`LLM.tokenizer`: do not change it."""
     model_id = checked_model_id(model)
     gguf = gguf_source(model_id)
     if gguf is None:
@@ -420,7 +422,39 @@ def _gguf_in_memory(gguf: Path, model_id: str, torch_dtype: torch.dtype, dev: to
 
 
 def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
-    """Load a tokenizer, insist on a fast one (offsets), and give it a pad token."""
+    """Load a tokenizer, insist on a fast one (offsets), and give it a pad token. A local folder's
+    is read once while its files (but for weights) keep their sizes and times, and shared.
+
+    Why: a command's checks before the model loads read the tokenizer, and the load again (``ask``:
+    three reads of SmolLM2's, 0.1-0.3 s each)."""
+    folder = Path(source)
+    if "gguf_file" in kwargs or not folder.is_dir():
+        return _read_tokenizer(source, model_id, **kwargs)
+    return _folder_tokenizer(str(folder.resolve()), model_id, _files_signature(folder), tuple(sorted(kwargs.items())))
+
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".msgpack", ".h5")
+
+
+def _files_signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
+    """Name, size and modification time of each file of ``folder`` but its weights."""
+    files = []
+    for path in folder.iterdir():
+        if not path.name.endswith(_WEIGHT_SUFFIXES):
+            try:
+                st = path.stat()
+            except OSError:  # (a dangling link: no file the tokenizer reads)
+                continue
+            files.append((path.name, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(files))
+
+
+@functools.lru_cache(maxsize=4)
+def _folder_tokenizer(folder: str, model_id: str, signature: tuple[Any, ...], kwargs: tuple[Any, ...]) -> Any:
+    return _read_tokenizer(folder, model_id, **dict(kwargs))
+
+
+def _read_tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
     from transformers import AutoTokenizer
 
     # (a GGUF's tokenizer is read from the file: what its reader raises for a truncated one too)

@@ -21,7 +21,7 @@ from attnrank.errors import InputError, ModelError
 from attnrank.llm import device as llm_device
 from attnrank.llm import fingerprint, modelconfig
 from attnrank.llm import gguf as llm_gguf
-from attnrank.llm.models import LLM, clear_llm_cache, load_llm
+from attnrank.llm.models import LLM, clear_llm_cache, load_llm, load_tokenizer
 
 _USER_HOME = os.environ.get("ATTNRANK_HOME")
 from _tiny import save_tiny, tiny_model, tiny_tokenizer
@@ -743,3 +743,17 @@ def test_a_gguf_gives_its_prompt_room_from_its_metadata_where_no_window_sets_it(
     assert prompt_length_floor(str(scaled)) is None
     (tmp_path / "broken.gguf").write_bytes(b"GGUF")  # (a cut file: left to the load, which names it)
     assert prompt_length_floor(str(tmp_path / "broken.gguf")) is None
+
+
+def test_a_folders_tokenizer_is_read_once_until_its_files_change(tmp_path):
+    """A command's checks and its model load read one tokenizer (``ask`` read SmolLM2's three times)."""
+    folder = save_tiny(tmp_path / "m", layers=1)
+    first = load_tokenizer(str(folder))
+    assert load_tokenizer(str(folder)) is first
+    assert load_llm(str(folder), dtype="float32").tokenizer is first
+    settings = folder / "tokenizer_config.json"
+    changed = {**json.loads(settings.read_text()), "model_max_length": 77}
+    settings.write_text(json.dumps(changed))
+    os.utime(settings, ns=(settings.stat().st_atime_ns, settings.stat().st_mtime_ns + 1_000_000))
+    again = load_tokenizer(str(folder))
+    assert again is not first and again.model_max_length == 77
