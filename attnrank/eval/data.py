@@ -298,7 +298,9 @@ def write_run(
     re-ranks tied scores by doc id, so rounding would change the ranking it evaluates. ``tag``: the
     last column (no whitespace). ``guard``: called on the path before writing and just before it is
     replaced (:func:`attnrank.files.atomic_path`); without one, a file is replaced only if empty, a
-    run attnrank wrote (every tag "attnrank...") or a run of this ``tag``, unless ``force``."""
+    run attnrank wrote (every tag "attnrank...") or a run of this ``tag``, unless ``force``. A
+    query without documents has no line; a run without any document is refused (:class:`InputError`),
+    and nothing is written."""
     if not isinstance(run, Mapping):
         run = results_to_run(run)
     _check_run(run)
@@ -330,4 +332,9 @@ def write_run(
                 text = [repr(float(score)) for _, score in ranked]
             for rank, ((did, _), score) in enumerate(zip(ranked, text), start=1):
                 f.write(f"{qid} Q0 {did} {rank} {score} {tag}\n")
+        if f.tell() == 0:  # (checked as written: a batch's run is read from its parts once)
+            raise InputError(
+                f"the run ranks no document, so nothing was written to {p}: an empty run file is no run to "
+                "read_run, `attnrank eval` or trec_eval; give at least one query with a ranked document"
+            )
         fault_point("run-write", p)

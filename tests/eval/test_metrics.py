@@ -457,6 +457,22 @@ def test_write_run_replaces_only_a_run_attnrank_wrote(tmp_path):
         write_run({"q": {"d": 1.0}}, tmp_path / "t.trec", tag="my run")
 
 
+def test_write_run_refuses_a_run_that_ranks_no_document_and_writes_nothing(tmp_path):
+    """write_run({}) wrote an empty file, which read_run and `attnrank eval` then refused as no run."""
+    for run in ({}, {"q": {}}, []):
+        with pytest.raises(InputError, match="the run ranks no document, so nothing was written to"):
+            write_run(run, tmp_path / "e.trec")
+        assert not (tmp_path / "e.trec").exists()
+    before = tmp_path / "kept.trec"
+    write_run({"q": {"d": 1.0}}, before)
+    with pytest.raises(InputError, match="ranks no document"):
+        write_run({}, before)
+    assert read_run(before) == {"q": {"d": 1.0}}  # (the earlier run is left as it was)
+    write_run({"q": {}, "r": {"d": 2.0}}, tmp_path / "one.trec")  # a query without documents has no line
+    assert read_run(tmp_path / "one.trec") == {"r": {"d": 2.0}}
+    assert sorted(tmp_path.iterdir()) == sorted([before, tmp_path / "one.trec"])  # (no temporary file left)
+
+
 def test_a_beir_folder_says_which_qrels_split_it_reads(tmp_path, caplog):
     (tmp_path / "qrels").mkdir()
     (tmp_path / "qrels" / "train.tsv").write_text("q1\td1\t1\n")
