@@ -142,6 +142,20 @@ def reads_rel(metrics: Sequence[str]) -> bool:
     return any(_takes_rel(m, irm.parse_measure(m)) for m in metrics)
 
 
+def _check_own_rels(metrics: Sequence[str], qrels: Mapping[str, Mapping[str, int]]) -> None:
+    """Refuse a metric that sets its own rel (``P(rel=3)@5``) above every label of ``qrels``: it
+    reads 0 with nothing said, as ``rel`` would (``attnrank eval`` takes no such name)."""
+    irm = require("ir_measures", "eval", "Evaluation metrics")
+    top = max((label for judged in qrels.values() for label in judged.values()), default=0)
+    for m in metrics:
+        own = irm.parse_measure(m).params.get("rel")
+        if own is not None and 1 <= top < own:
+            raise InputError(
+                f"metric {m!r} counts labels of {own} and above as relevant, and the highest label of the qrels "
+                f"is {top}, so it reads 0; give it a rel of {top} or lower"
+            )
+
+
 def evaluate(
     run: Mapping[str, Mapping[str, float]],
     qrels: Mapping[str, Mapping[str, int]],
@@ -167,6 +181,7 @@ def evaluate(
         )
     if reads_rel(names):
         check_relevance_level(judged, rel, "rel")  # (above every label: every binary metric 0, without a word)
+    _check_own_rels(names, judged)
     # queries with judgments but no run score 0, as trec_eval -c does
     full_run = {q: dict(run.get(q, {})) for q in judged}
     per = evaluate_per_query(full_run, judged, metrics, rel=rel)

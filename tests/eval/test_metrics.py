@@ -211,6 +211,15 @@ def test_rel_applies_to_every_metric_with_a_threshold():
     assert evaluate(run, qrels, ["Rprec", "SetP"]) == {"Rprec": 1.0, "SetP": 1.0}
 
 
+def test_a_metrics_own_rel_above_every_label_is_refused_as_rel_is():
+    """``P(rel=3)@5`` over labels 1-2 read 0 without a word, where ``rel=3`` was refused."""
+    qrels, run = {"q": {"a": 1, "b": 2}}, {"q": {"a": 2.0, "b": 1.0}}
+    assert evaluate(run, qrels, ["P(rel=2)@5"]) == {"P(rel=2)@5": pytest.approx(0.2)}
+    for name in ("P(rel=3)@5", "NumRelRet(rel=3)"):
+        with pytest.raises(InputError, match=rf"metric '{re.escape(name)}' counts labels of 3 and above .* is 2"):
+            evaluate(run, qrels, ["nDCG@10", name])
+
+
 def test_queries_without_judgments_are_not_averaged():
     qrels = {"q1": {"a": 1}, "q2": {}}  # q2 has no judgments: trec_eval would not know it
     assert evaluate({"q1": {"a": 1.0}, "q2": {"a": 1.0}}, qrels, ["nDCG@10"])["nDCG@10"] == 1.0
