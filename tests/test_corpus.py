@@ -109,7 +109,7 @@ def test_a_text_folder_leaves_out_an_index_built_inside_it(tmp_path, caplog):
 def test_a_text_folder_reads_each_subfolders_manifest_once(tmp_path, monkeypatch):
     """The folder walk runs twice (once without links, once through them); each folder's check
     for an index manifest ran in both."""
-    import attnrank.corpus as corpus
+    import attnrank.corpus.folders as corpus
 
     for name in ("a", "b", "a/c"):
         (tmp_path / name).mkdir()

@@ -18,7 +18,7 @@ def attention_implementation(cfg: Any, model_id: str) -> str:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     try:
-        cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
+        cls: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
     except (KeyError, ValueError, ImportError):  # (a remote-code or unmapped config: left to the load)
         return "sdpa"
     if getattr(cls, "_supports_sdpa", False):

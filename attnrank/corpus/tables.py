@@ -1,0 +1,187 @@
+"""Corpora of records: JSON Lines (``id``/``_id``, ``text``, optional ``title``) and CSV/TSV with a header."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..records import (
+    GZIP_ERRORS,
+    QUOTED_FIX,
+    field_text,
+    gzip_problem,
+    id_problem,
+    id_text,
+    json_id,
+    quoted_field,
+    text_lines,
+    tsv_fields,
+    tsv_lines,
+)
+from ..types import Document
+from .report import LoadReport, Problems, add_document, finish, open_text
+
+
+def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
+    """A JSON Lines corpus (``.gz`` too): one object a line, its other keys the document's metadata."""
+    report = LoadReport(str(path))
+    problem, docs = Problems(report, skip_invalid), dict[str, Document]()
+    for lineno, line in text_lines(path):
+        where = f"{path}:{lineno}"
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            problem(where, f"invalid JSON ({e.msg})")
+            continue
+        if not isinstance(obj, dict):
+            problem(where, "expected a JSON object with 'id' and 'text'")
+            continue
+        did, clash = json_id(obj)
+        if clash:
+            problem(where, clash)
+            continue
+        if did is None or "text" not in obj:
+            problem(where, f"missing 'id'/'_id' or 'text' (keys: {sorted(obj)[:6]})")
+            continue
+        raw = {"id": did, "text": obj["text"], "title": obj.get("title")}
+        fields = {k: (id_text if k == "id" else field_text)(v) for k, v in raw.items()}
+        bad = next((k for k, v in fields.items() if v is None), None)
+        if bad is not None:
+            kind = type(raw[bad]).__name__
+            problem(where, id_problem(raw[bad]) if bad == "id" else f"{bad!r} is a JSON {kind}, not a string or number")
+            continue
+        meta = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
+        # ids are trimmed, as in CSV and as TREC qrels and runs (split at whitespace) read them
+        doc = Document((fields["id"] or "").strip(), fields["text"] or "", fields["title"] or "", meta)
+        add_document(docs, doc, where, problem)
+    return finish(docs, report)
+
+
+def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
+    """A CSV (RFC 4180 quoting) or TSV (no quoting: one record a line, fields without tabs) corpus."""
+    report = LoadReport(str(path))
+    problem, docs = Problems(report, skip_invalid), dict[str, Document]()
+    tsv = path.name.lower().endswith((".tsv", ".tsv.gz"))
+    line = 1  # the line the next record starts on
+    try:
+        with contextlib.nullcontext(None) if tsv else open_text(path) as f:
+            reader: Any = _TsvReader(path, problem) if f is None else _dict_reader(f)
+            cols = _csv_columns(path, reader.fieldnames)
+            line = reader.line_num + 1
+            for row in reader:  # (a TSV record is its one line; a CSV one may span several)
+                where, line = f"{path}:{reader.line_num if tsv else line}", reader.line_num + 1
+                _add_row(docs, row, cols, where, problem, tsv)
+    except UnicodeDecodeError as e:
+        for _ in text_lines(path):  # (raises naming the line and column: the reader decodes ahead of its records)
+            pass
+        raise InputError(f"{path}: bytes that are not valid UTF-8 ({e.reason}); re-encode the file as UTF-8") from None
+    except GZIP_ERRORS as e:
+        raise gzip_problem(path, e) from None
+    except csv.Error as e:
+        raise InputError(
+            f"{path}:{line}: broken CSV quoting ({e}); a field that starts with a quote must end with one "
+            '(and double the quotes inside it: "say ""hi"""); fix the file'
+        ) from None
+    return finish(docs, report)
+
+
+_FIELD_LIMIT = 1 << 30  # documents can be far longer than the csv module's default 128 KiB field limit
+
+
+class _TsvReader:
+    """``csv.DictReader``'s rows of a TSV corpus (no quoting: one record a line), its lines split
+    at newlines only (:func:`tsv_lines`), as :func:`~attnrank.queries.load_queries` reads TSV: the csv module also
+    ends a record at a lone carriage return, which cut a text there (the rest taken for a record of
+    its own)."""
+
+    def __init__(self, path: Path, problem: Problems):
+        self.path, self.problem = path, problem
+        self._lines = tsv_lines(path)
+        self.line_num: int = 0
+        self.fieldnames: list[str] | None = None
+        for number, first in self._lines:
+            self.line_num, self.fieldnames = number, tsv_fields(first)
+            break
+
+    def __iter__(self) -> Iterator[dict]:
+        names = self.fieldnames or []
+        for number, line in self._lines:
+            self.line_num = number
+            fields = tsv_fields(line)
+            if not "".join(fields).strip():  # a blank line, or one of tabs and spaces (as query files skip them)
+                continue
+            quoted = quoted_field(fields)
+            if quoted:  # (a bad record as any other: skipped with --skip-invalid)
+                self.problem(f"{self.path}:{number}", quoted, QUOTED_FIX)
+                continue
+            row: dict = dict(zip(names, fields))
+            if len(fields) > len(names):
+                row[None] = fields[len(names) :]
+            row.update({name: None for name in names[len(fields) :]})
+            yield row
+
+
+def _dict_reader(f: io.TextIOBase) -> csv.DictReader:
+    """CSV quotes strictly (an unclosed quote is an error, not a record that swallows the rest of
+    the file)."""
+    csv.field_size_limit(max(csv.field_size_limit(), _FIELD_LIMIT))
+    return csv.DictReader(f, delimiter=",", strict=True)
+
+
+def _csv_columns(path: Path, fieldnames: Sequence[str] | None) -> dict[str, str]:
+    """The header's columns by lower-case name, ``id`` under its spelling (``_id``, ``doc_id``...)."""
+    if fieldnames is None:  # (an empty file: "header None lacks an 'id' and a 'text' column")
+        raise InputError(f"{path} is empty; give a header line naming the id and text columns, and a row per document")
+    cols = {c.lower().strip(): c for c in fieldnames or []}
+    if len(cols) != len(fieldnames or []):
+        raise InputError(f"{path}:1: header {fieldnames} names a column twice; give every column its own name")
+    ids = [cols[k] for k in ("id", "_id", "doc_id", "docid") if k in cols]
+    if len(ids) > 1:  # (JSON refuses an _id that differs from id; here the second went to metadata)
+        raise InputError(
+            f"{path}:1: header {fieldnames} names the document id twice ({', '.join(map(repr, ids))}); "
+            "keep one id column, or rename the other"
+        )
+    id_col = ids[0] if ids else None
+    if id_col is None or "text" not in cols:
+        raise InputError(
+            f"{path}:1: header {fieldnames} lacks an 'id' and a 'text' column; "
+            "the first row must name them (title is optional)"
+        )
+    return {**cols, "id": id_col}
+
+
+def _add_row(
+    docs: dict[str, Document], row: dict, cols: dict[str, str], where: str, problem: Problems, tsv: bool
+) -> None:
+    if None in row:  # more fields than the header names: a text would lose what follows its comma/tab
+        n = len(row) - 1  # the header's fields (names are unique), besides the extras under None
+        fix = "a TSV field cannot hold a tab" if tsv else 'quote a field that holds a comma ("like, this")'
+        problem(
+            where,
+            f"{n + len(row[None])} fields, the header names {n}",
+            f"{fix}; or pass skip_invalid=True (CLI: --skip-invalid) to skip such records",
+        )
+        return
+    if row[cols["text"]] is None:  # fewer fields than the header: what is there sits in the wrong columns
+        n = sum(v is not None for v in row.values())
+        problem(
+            where,
+            f"{n} fields, the header names {len(row)}: no {cols['text']!r} field",
+            "give every record the header's fields, an empty one as nothing between separators; "
+            "or pass skip_invalid=True (CLI: --skip-invalid) to skip such records",
+        )
+        return
+    title = row.get(cols["title"], "") if "title" in cols else ""
+    named = {cols["id"], cols["text"], cols.get("title")}
+    # other columns, as a JSONL record's other keys (as strings: a field a short row leaves out is "", not None)
+    meta = {k: "" if v is None else v for k, v in row.items() if k not in named}
+    doc = Document(str(row[cols["id"]] or "").strip(), row[cols["text"]] or "", title or "", meta)
+    add_document(docs, doc, where, problem)
