@@ -11,5 +11,6 @@ The LangChain and LlamaIndex adapters take either a built
 :class:`~attnrank.rerank.attention.AttentionReranker` / :class:`~attnrank.prune.pruner.ContextPruner`
 or the keyword arguments of its constructor; the Haystack components take settings only (a pipeline
 is saved as YAML of basic types). Adapters built from the same arguments share one object (and so
-one loaded model), see :mod:`attnrank.integrations.shared`.
+one loaded model), see :mod:`attnrank.integrations.shared`; what they do to the frameworks'
+documents and arguments is :mod:`attnrank.integrations.documents`.
 """

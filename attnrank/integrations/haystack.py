@@ -24,15 +24,8 @@ from haystack import Document as HSDocument
 
 from ..rerank.config import RerankConfig
 from ..types import Document, RankedResults, ScoredDocument
-from .shared import (
-    built_settings,
-    check_top_n,
-    framework_documents,
-    keep_stages,
-    meta_title,
-    resolved_settings,
-    score_fields,
-)
+from .documents import check_top_n, framework_documents, keep_stages, meta_title, score_fields
+from .shared import built_settings, resolved_settings
 
 __all__ = ["from_index", "reranker_settings", "to_attnrank", "to_haystack"]
 
@@ -114,7 +107,7 @@ def legacy_scorer(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_top_k(top_k: Any) -> None:
-    """``top_k``: None (keep all) or an integer >= 1 (:func:`~attnrank.integrations.shared.check_top_n`)."""
+    """``top_k``: None (keep all) or an integer >= 1 (:func:`~attnrank.integrations.documents.check_top_n`)."""
     check_top_n(top_k, "top_k")
 
 

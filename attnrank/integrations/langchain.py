@@ -48,23 +48,19 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..prune.context import check_budget, check_neighbours
 from ..types import Document, ScoredDocument, has_text
-from .shared import (
+from .documents import (
     DEPTH,
     check_depth,
-    check_reranker_settings,
     check_top_n,
     framework_documents,
     keep_stages,
     meta_title,
-    model_lock,
     rank_text_first,
     renamed,
     score_fields,
-    shared_index,
-    shared_pruner,
-    shared_reranker,
     without_scores,
 )
+from .shared import check_reranker_settings, model_lock, shared_index, shared_pruner, shared_reranker
 
 __all__ = ["AttnrankPruner", "AttnrankReranker", "AttnrankRetriever", "to_attnrank", "to_langchain"]
 

@@ -47,24 +47,26 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 
 from ..prune.context import check_budget, check_neighbours, is_split
 from ..types import Document, ScoredDocument, has_text
-from .shared import (
+from .documents import (
     DEPTH,
-    built_settings,
     check_depth,
-    check_reranker_settings,
     check_top_n,
     framework_documents,
     keep_stages,
     meta_title,
-    model_lock,
     rank_text_first,
     renamed,
     score_fields,
+    without_scores,
+)
+from .shared import (
+    built_settings,
+    check_reranker_settings,
+    model_lock,
     shared_index,
     shared_pruner,
     shared_reranker,
     stored_settings,
-    without_scores,
 )
 
 __all__ = ["AttnrankPruner", "AttnrankRerank", "AttnrankRetriever"]

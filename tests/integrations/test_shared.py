@@ -64,7 +64,7 @@ def test_a_model_path_loads_that_model(settings):
 
 def test_stage_scores_with_a_null_relevance_score_are_kept():
     """Metadata holding relevance_score=None (a framework's unscored document) was a TypeError."""
-    from attnrank.integrations.shared import keep_stages
+    from attnrank.integrations.documents import keep_stages
     from attnrank.types import Document
 
     docs = [Document("a", "x"), Document("b", "y")]
@@ -76,7 +76,7 @@ def test_stage_scores_with_a_null_relevance_score_are_kept():
 def test_reranked_documents_give_their_retrievers_score_as_the_first_stage():
     """Documents an attnrank retriever returned with rerank=True carry the reranker's score as
     relevance_score: a second reranker's learned scorer read it as the first-stage score."""
-    from attnrank.integrations.shared import keep_stages
+    from attnrank.integrations.documents import keep_stages
     from attnrank.types import Document
 
     docs = [Document("a", "x"), Document("b", "y"), Document("c", "z")]

@@ -254,7 +254,7 @@ def test_texts_sent_to_rerank_are_not_taken_for_the_stored_passages_of_their_pos
     engine.reranker.rank("capital?", ["Madrid is in Spain.", "Rome is in Italy."])  # plain texts: positions too
     engine.reranker.score("capital?", ["Vienna is in Austria.", "Rome is in Italy."])  # (score as rank)
     # a framework's documents (LangChain, LlamaIndex, Haystack) are named by their positions as well
-    from attnrank.integrations.shared import rank_text_first
+    from attnrank.integrations.documents import rank_text_first
 
     rank_text_first(engine.reranker, "capital?", [Document("1", "Oslo is in Norway."), Document("2", "Bern.")], None)
     assert store.stale == 0 and "changed since its states were stored" not in caplog.text

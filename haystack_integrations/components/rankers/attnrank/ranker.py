@@ -15,6 +15,7 @@ require("haystack", "haystack", "the attnrank Haystack ranker")  # before haysta
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from attnrank.integrations.documents import rank_text_first, without_scores
 from attnrank.integrations.haystack import (
     check_top_k,
     legacy_scorer,
@@ -22,7 +23,7 @@ from attnrank.integrations.haystack import (
     to_attnrank,
     to_haystack,
 )
-from attnrank.integrations.shared import model_lock, rank_text_first, shared_reranker, stored_settings, without_scores
+from attnrank.integrations.shared import model_lock, shared_reranker, stored_settings
 
 
 @component

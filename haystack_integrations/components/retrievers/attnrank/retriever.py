@@ -12,16 +12,9 @@ require("haystack", "haystack", "the attnrank Haystack retriever")  # before hay
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from attnrank.integrations.documents import DEPTH, check_depth, renamed
 from attnrank.integrations.haystack import check_top_k, from_index, legacy_scorer, reranker_settings
-from attnrank.integrations.shared import (
-    DEPTH,
-    check_depth,
-    model_lock,
-    renamed,
-    shared_index,
-    shared_reranker,
-    stored_settings,
-)
+from attnrank.integrations.shared import model_lock, shared_index, shared_reranker, stored_settings
 
 
 @component
