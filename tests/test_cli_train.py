@@ -359,11 +359,11 @@ def test_a_datasets_candidates_come_in_the_benchmarks_bm25_order(shared_mini):
     --dataset locomo` trained on a conversation's first turns, and HotpotQA's "first stage" was the
     file's paragraph order. They are ranked by BM25 now, as the benchmark sets rank them."""
     from attnrank.benchmarks.sets import bm25_order
-    from attnrank.cli.labelled import labelled_set
+    from attnrank.cli.labelled import LabelledSource, labelled_set
     from attnrank.eval.datasets import load_dataset
 
     for name in ("hotpotqa", "locomo"):
-        qs, cands, _, _, desc = labelled_set(name, shared_mini, None, None, None, None, 4, 0, None)
+        qs, cands, _, _, desc = labelled_set(LabelledSource(name, shared_mini, None, None, None, None, 4, 0, None))
         ds = load_dataset(name, shared_mini)
         order = bm25_order(ds)
         assert qs and all([d.id for d in cands[q]] == order[q][:4] for q in qs), name
@@ -374,7 +374,7 @@ def test_a_datasets_candidates_come_in_the_benchmarks_bm25_order(shared_mini):
 def test_labelled_queries_the_run_lacks_are_named_not_dropped_silently(scifact_mini, tmp_path, capsys):
     """A run that spells a query's id otherwise ("001" for "1"), or covers other queries, shrank
     the report without a word."""
-    from attnrank.cli.labelled import labelled_set
+    from attnrank.cli.labelled import LabelledSource, labelled_set
     from attnrank.eval import read_qrels
 
     qrels = read_qrels(scifact_mini / "qrels" / "train.tsv")
@@ -382,7 +382,7 @@ def test_labelled_queries_the_run_lacks_are_named_not_dropped_silently(scifact_m
     run = tmp_path / "run.trec"
     run.write_text("".join(f"{q} Q0 {next(iter(qrels[q]))} 1 1.0 r\n" for q in qids[1:]))
     args = (None, None, scifact_mini / "queries.jsonl", scifact_mini / "qrels" / "train.tsv", scifact_mini, run)
-    kept, *_ = labelled_set(*args, 5, 0, None)
+    kept, *_ = labelled_set(LabelledSource(*args, 5, 0, None))
     assert qids[0] not in kept and len(kept) == len(qids) - 1
     err = capsys.readouterr().err
     assert f"1 of the {len(qids)} labelled queries have no candidates in the run (e.g. {qids[0]!r})" in err
@@ -487,7 +487,7 @@ def test_the_fused_report_says_when_attention_lost_held_out_whatever_the_query_c
 def test_bm25_candidates_of_a_corpus_are_hits_only(tmp_path):
     """Documents that share no query term filled a short candidate list in corpus order, and were
     trained and reported on as BM25's candidates."""
-    from attnrank.cli.labelled import labelled_set
+    from attnrank.cli.labelled import LabelledSource, labelled_set
 
     (tmp_path / "c.jsonl").write_text(
         "".join(f'{{"id": "d{i}", "text": "{t}"}}\n' for i, t in enumerate(["zebra stripes", "a cat", "a dog"]))
@@ -495,6 +495,6 @@ def test_bm25_candidates_of_a_corpus_are_hits_only(tmp_path):
     (tmp_path / "q.tsv").write_text("q1\tzebra\n")
     (tmp_path / "qrels.txt").write_text("q1 0 d0 1\nq1 0 d1 0\n")
     qs, cands, *_ = labelled_set(
-        None, None, tmp_path / "q.tsv", tmp_path / "qrels.txt", tmp_path / "c.jsonl", None, 3, 0, None, False
+        LabelledSource(None, None, tmp_path / "q.tsv", tmp_path / "qrels.txt", tmp_path / "c.jsonl", None, 3, 0, None)
     )
     assert list(qs) == ["q1"] and [d.id for d in cands["q1"]] == ["d0"]

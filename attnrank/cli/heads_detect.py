@@ -28,7 +28,7 @@ from . import (
     option_errors,
 )
 from .heads import heads_app
-from .labelled import check_saveable, labelled_set, relevant
+from .labelled import LabelledSource, check_saveable, labelled_set, relevant
 from .options import Dtype, MaxDocTokens, MaxDocWords, truncation
 
 
@@ -150,11 +150,7 @@ def heads_detect(
             given,
         )
     else:
-        results = _detect_qr(
-            model,
-            device,
-            dtype,
-            progress,
+        source = LabelledSource(
             dataset,
             data,
             queries,
@@ -165,8 +161,8 @@ def heads_detect(
             128 if max_queries is None else max_queries,
             rel,
             skip_invalid,
-            truncation(max_doc_words, max_doc_tokens),
         )
+        results = _detect_qr(model, device, dtype, progress, source, truncation(max_doc_words, max_doc_tokens))
     for label, res in results.items():  # every method's result shown before any is saved
         ranked = ", ".join(f"{l}-{h} {v:.3f}" for (l, h), v in res.ranked()[:top])
         typer.echo(f"{label}: {ranked or res.note}")
@@ -284,34 +280,17 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
     return {"copy": result}
 
 
-def _detect_qr(
-    model,
-    device,
-    dtype,
-    progress,
-    dataset,
-    data,
-    queries,
-    qrels,
-    corpus,
-    run,
-    depth,
-    max_queries,
-    rel,
-    skip_invalid,
-    cut,
-):
-    """QRHead detection; the labelled queries and candidates are read before the model loads
-    (``cut``: the reranker's truncation options given)."""
+def _detect_qr(model, device, dtype, progress, source: LabelledSource, cut):
+    """QRHead detection; the labelled queries and candidates of ``source`` are read before the
+    model loads (``cut``: the reranker's truncation options given)."""
     from ..heads.queryfocused import detect_query_focused
     from ..llm.models import load_llm
     from ..rerank.attention import AttentionReranker
 
+    depth = source.depth
     if depth < 1:
         raise typer.BadParameter(f"--depth {depth} must be at least 1 (candidates per query)")
-    qs, cands, qr, rel, desc = labelled_set(
-        dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
-    )
+    qs, cands, qr, rel, desc = labelled_set(source)
     if not qs:
         raise AttnrankError(f"{desc}: no labelled query has candidates; give queries, qrels and a corpus that match")
     # a query without a judged candidate scores 0 on every head: it cannot rank them (dropping it

@@ -36,7 +36,7 @@ from . import (
     option_errors,
 )
 from .heads import heads_app
-from .labelled import check_labelled, check_saveable, check_training, labelled_set
+from .labelled import LabelledSource, check_labelled, check_saveable, check_training, labelled_set
 from .options import Dtype, MaxDocTokens, MaxDocWords, check_model_readable, truncation
 
 METRICS = ("nDCG@10", "RR@10")
@@ -144,7 +144,7 @@ def heads_train(
         check_precision_names(device, dtype)
     check_model_readable(model)  # (before the labelled set is read: a mistyped --model named at once)
     qs, cands, qr, rel, desc = labelled_set(
-        dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid
+        LabelledSource(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid)
     )
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
     check_saveable(model, save)

@@ -5,6 +5,7 @@ data set or an index) and the checks of it and of the training options, all befo
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -89,29 +90,51 @@ def check_saveable(model: str | None, save: bool) -> None:
         raise typer.BadParameter(f"{e} (or run with --no-save)") from None
 
 
-def labelled_set(
-    dataset,
-    data,
-    queries,
-    qrels,
-    corpus,
-    run,
-    depth: int,
-    max_queries: int,
-    rel,
-    skip_invalid: bool = False,
-    index=None,
-):
-    """(queries, candidate Documents per query, qrels, rel, description) for QR detection and
-    head-weight training (``max_queries`` 0: all labelled queries); ``index``: an index folder
-    whose search (its own mode and fusion, as ``search --rerank`` reranks) gives the candidates
-    and their documents, instead of a run or BM25 over a corpus."""
+@dataclass(frozen=True)
+class LabelledSource:
+    """Where the labelled queries of ``heads detect``, ``heads train`` and ``train`` come from: a
+    named ``dataset`` under ``data``, or ``queries`` + ``qrels`` with candidates from a ``run`` over
+    a ``corpus``, BM25 over the ``corpus``, or the search of an ``index`` folder (its own mode and
+    fusion, as ``search --rerank`` reranks); ``depth`` candidates per query, at most ``max_queries``
+    queries (0: all), ``rel`` the lowest label counted relevant (None: the dataset's)."""
+
+    dataset: str | None
+    data: Path | None
+    queries: Path | None
+    qrels: Path | None
+    corpus: Path | None
+    run: Path | None
+    depth: int
+    max_queries: int
+    rel: int | None
+    skip_invalid: bool = False
+    index: Path | None = None
+
+
+def labelled_set(source: LabelledSource):
+    """(queries, candidate Documents per query, qrels, rel, description) of ``source``, for QR
+    detection, head-weight training and fused-weight training."""
     import random
 
     from ..eval import read_qrels, read_run, trec_order
     from ..eval.data import check_relevance_level, qrels_splits
     from ..queries import load_queries
 
+    dataset, data, queries, qrels, corpus, run = (
+        source.dataset,
+        source.data,
+        source.queries,
+        source.qrels,
+        source.corpus,
+        source.run,
+    )
+    depth, max_queries, rel, skip_invalid, index = (
+        source.depth,
+        source.max_queries,
+        source.rel,
+        source.skip_invalid,
+        source.index,
+    )
     if max_queries < 0:
         raise typer.BadParameter(f"--max-queries {max_queries} must be at least 0 (0: all labelled queries)")
     if rel is not None and rel < 1:
@@ -125,10 +148,10 @@ def labelled_set(
                 "drop them, or the index"
             )
     if skip_invalid and corpus is None and (dataset is not None or index is not None):  # (it was ignored)
-        source = (
+        why = (
             f"--dataset {dataset} brings its own corpus" if dataset is not None else "an index holds only valid records"
         )
-        raise typer.BadParameter(f"--skip-invalid applies to --corpus; {source}; drop it")
+        raise typer.BadParameter(f"--skip-invalid applies to --corpus; {why}; drop it")
     if dataset is not None:
         mixed = [o for o, v in (("--queries", queries), ("--qrels", qrels), ("--corpus", corpus)) if v is not None]
         if mixed:
@@ -190,7 +213,7 @@ def labelled_set(
         idx, _ = bm25.retrieve([qs[q] for q in qids], depth, matched_only=True)
         cands = {q: [docs[i].id for i in row if i >= 0] for q, row in zip(qids, idx)}
     out = {q: [by_id[d] for d in cands.get(q, [])[:depth] if d in by_id] for q in qids}
-    source = f" of the index {Path(index).name}" if index is not None else ""
+    of_index = f" of the index {Path(index).name}" if index is not None else ""
     kept = {q: qs[q] for q in qids if out[q]}  # a query without candidates is not trained or reported on
     if len(kept) < len(qids):  # (a run of other queries, or one that spells their ids otherwise)
         lost = [q for q in qids if not out[q]]
@@ -202,8 +225,8 @@ def labelled_set(
         )
     longest = max((len(v) for v in out.values()), default=0)
     desc = (
-        f"{dataset or Path(queries).name}: {len(kept)} queries with relevant labels >= {rel}, "
-        f"top-{min(depth, longest)} candidates{source}"
+        f"{dataset or Path(str(queries)).name}: {len(kept)} queries with relevant labels >= {rel}, "
+        f"top-{min(depth, longest)} candidates{of_index}"
     )
     return kept, out, qr, rel, desc
 

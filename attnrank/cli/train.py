@@ -59,7 +59,7 @@ from . import (
     app,
     option_errors,
 )
-from .labelled import check_labelled, check_saveable, check_training, labelled_set
+from .labelled import LabelledSource, check_labelled, check_saveable, check_training, labelled_set
 from .options import INDEX_NAME_HELP, Dtype, check_model_readable
 
 METRICS = ("nDCG@10", "RR@10")
@@ -158,7 +158,7 @@ def train(
     if index is not None:  # the labelled set loads the index's embedder and searches every query: checked first
         check_registry()
     qs, cands, qr, rel, desc = labelled_set(
-        dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid, index=index
+        LabelledSource(dataset, data, queries, qrels, corpus, run, depth, max_queries, rel, skip_invalid, index)
     )
     check_labelled(qs, cands, qr, rel, folds, seed, depth)
     if index is None:  # (after the labelled set's own checks, as before: nothing hashed for a refused input)
