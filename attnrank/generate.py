@@ -52,16 +52,34 @@ class Answer:
     truncated: bool = False
 
 
-def _streamer(tokenizer: Any, callback: StreamCallback) -> Any:
-    """A transformers streamer that passes each finalized text piece to ``callback``."""
+def _streamer(tokenizer: Any, callback: StreamCallback, first_line_only: bool) -> Any:
+    """A transformers streamer that passes each finalized text piece to ``callback``, so that the
+    pieces joined are the answer's text: whitespace before the first word is left out, whitespace
+    is held back until a word follows it (the answer's end is stripped), and with
+    ``first_line_only`` (a prompt without a chat template) nothing after the first line's end.
+
+    Why: the pieces were the raw tokens, so a client joining ``/v1/ask``'s token events, or ``ask``
+    printing the stream, showed line breaks and a second line the answer itself leaves out."""
     from transformers import TextStreamer
 
     class _CallbackStreamer(TextStreamer):
+        started, ended, held = False, False, ""
+
         def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
             if stream_end:  # (the last flush: a character cut by max_new_tokens decodes to U+FFFD)
                 text = text.rstrip("\ufffd")
-            if text:
-                callback(text)
+            if self.ended:
+                return
+            if not self.started:
+                text = text.lstrip()
+                self.started = bool(text)
+            if first_line_only and "\n" in text:
+                text, self.ended = text.split("\n", 1)[0], True
+            text = self.held + text
+            body = text.rstrip()
+            self.held = "" if self.ended else text[len(body) :]
+            if body:
+                callback(body)
 
     return _CallbackStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
 
@@ -110,7 +128,8 @@ class Generator:
     ) -> Answer:
         """Answer ``question`` from ``context_docs`` (Document, ScoredDocument or str), greedily.
 
-        ``stream``: called with each decoded text piece while generating.
+        ``stream``: called with each decoded text piece while generating; the pieces joined are the
+        answer's text.
         """
         n_new = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         check_max_new_tokens(n_new)
@@ -139,7 +158,7 @@ class Generator:
                 input_ids=input_ids,
                 attention_mask=torch.ones_like(input_ids),
                 generation_config=self._config(n_new),
-                streamer=_streamer(tok, stream) if stream is not None else None,
+                streamer=_streamer(tok, stream, plain) if stream is not None else None,
                 stopping_criteria=[FirstLine(tok, len(ids))] if plain else None,
             )
         seconds = time.perf_counter() - start

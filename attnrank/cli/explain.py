@@ -111,10 +111,10 @@ def explain(
     if png:
         png_guard = replace_guard(is_explain_png, "an explain image", "--output")
         typer.echo(f"wrote {write_png(output / 'explain.png', query, explanations, guard=png_guard)}")
-    elif (output / "explain.png").is_file():  # (an earlier run's image of another query, beside this page)
+    elif is_explain_png(output / "explain.png"):  # (an earlier run's image of another query, beside this page)
         logger.warning(
             "%s is an earlier run's image, not this page's; remove it or run without --no-png", output / "explain.png"
-        )
+        )  # (a file of the name that attnrank did not write is the user's: said nothing of, as the page is)
 
 
 def _check_folder(output: Path, png: bool) -> None:

@@ -175,6 +175,12 @@ def test_cli_explain(tmp_path, built_retriever, caplog):
     with caplog.at_level("WARNING", logger="attnrank"):  # the image beside the new page is the last run's
         r = CliRunner().invoke(app, [*again, "--dtype", "float32", "--no-png", "-q"])
     assert r.exit_code == 0 and "explain.png is an earlier run's image, not this page's" in caplog.text
+    (out / "explain.png").write_bytes(b"my own plot")  # a user's file of that name: not called attnrank's
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank"):
+        r = CliRunner().invoke(app, [*again, "--dtype", "float32", "--no-png", "-q"])
+    assert r.exit_code == 0 and "earlier run's image" not in caplog.text
+    assert (out / "explain.png").read_bytes() == b"my own plot"
     r = CliRunner().invoke(app, ["explain", "q", "--index-dir", str(index), "-k", "0"])
     assert r.exit_code != 0 and "-k 0 must be at least 1" in r.output
     r = CliRunner().invoke(app, ["explain", "q", "--index-dir", str(index), "--dtype", "float64", "--no-png"])
