@@ -80,11 +80,11 @@ class CohereRerankRequest(BaseModel):
     query: str
     documents: list[str | TextDocument] = Field(min_length=1, description="At least one document.")
     top_n: int | None = Field(None, ge=1, strict=True)
-    return_documents: bool = False
+    return_documents: bool = Field(False, strict=True)
     max_tokens_per_doc: int | None = Field(
         None, ge=1, strict=True, description="Truncate each document to this many tokens."
     )
-    explain: bool = Field(False, description="Add per-token attention evidence to each result.")
+    explain: bool = Field(False, strict=True, description="Add per-token attention evidence to each result.")
     rank_fields: list[str] | None = Field(
         None, description="Cohere v1: the fields of object documents ranked on; only ['text'] is supported."
     )
@@ -131,16 +131,18 @@ class TEIRerankRequest(BaseModel):
     texts: list[str] = Field(min_length=1, description="At least one text.")
     truncate: bool = Field(
         False,
+        strict=True,
         description="Accepted for compatibility: the reranker cuts texts as it is configured (to max_doc_words "
         "in an LLM prompt; preset signals reads whole texts), and texts over the server's limits are refused "
         "either way.",
     )
     raw_scores: bool = Field(
         False,
+        strict=True,
         description="Accepted for compatibility: the scores are always the reranker's own (no sigmoid), "
         "whatever its preset (the default's is a sum of per-query z-scores).",
     )
-    return_text: bool = False
+    return_text: bool = Field(False, strict=True)
     truncation_direction: Literal["Left", "Right"] = Field(
         "Right",
         description="TEI's side a cut text keeps: the reranker keeps a text's start (Right); Left with truncate "
@@ -165,7 +167,8 @@ class TEIRerankRequest(BaseModel):
 # The CLI's and Pipeline's names: ``top_k`` results kept, ``depth`` first-stage candidates. The names
 # these bodies had before (``k``, ``first_stage_k``, ``rerank_k``) are still accepted. attnrank's own
 # bodies refuse unknown fields (a misspelt ``topk`` would otherwise be dropped and its default used).
-# Counts are strict: JSON ``true`` or ``2.5`` is refused, not read as 1 or 2 (the library refuses them too).
+# Counts are strict: JSON ``true`` or ``2.5`` is refused, not read as 1 or 2 (the library refuses them too);
+# so are switches: ``"yes"``, ``"false"`` or ``0`` is no JSON boolean (pydantic read "false" as False, 1 as True).
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str
@@ -179,7 +182,7 @@ class SearchRequest(BaseModel):
         description="First-stage candidates reranked; only with rerank true.",
         validation_alias=AliasChoices("depth", "first_stage_k"),
     )
-    rerank: bool = True
+    rerank: bool = Field(True, strict=True)
 
 
 class PruneRequest(BaseModel):

@@ -839,6 +839,22 @@ def test_counts_are_whole_numbers_not_booleans_or_fractions(url):
     assert r.status_code == 422
 
 
+def test_switches_are_json_booleans(url):
+    """Lax mode read "yes" and 1 as true, and "false" or 0 as false: a mistyped body ran otherwise
+    than its writer meant, where a count of the wrong kind is refused."""
+    for value in ("yes", 1, "false", 0):
+        for route, body in (
+            ("/v1/rerank", {"query": QUERY, "documents": DOCS, "return_documents": value}),
+            ("/rerank", {"query": QUERY, "texts": DOCS, "return_text": value}),
+            ("/rerank", {"query": QUERY, "texts": DOCS, "raw_scores": value}),
+            ("/v1/search", {"query": QUERY, "rerank": value}),
+        ):
+            r = httpx.post(f"{url}{route}", json=body)
+            assert r.status_code == 422 and "boolean" in r.text.lower(), (route, body, r.text)
+    r = httpx.post(f"{url}/v1/rerank", json={"query": QUERY, "documents": DOCS, "return_documents": True})
+    assert r.status_code == 200 and r.json()["results"][0]["document"]["text"]
+
+
 def test_any_object_with_rank_serves_as_the_reranker():
     """Engine says the reranker is any object with rank(); create_app read its .llm and failed."""
     from attnrank.types import RankedResults, ScoredDocument
