@@ -21,6 +21,17 @@ class PromptTooLong(InputError):
         self.fault, self.fix = fault, fix
 
 
+class SentenceTooLong(PromptTooLong):
+    """A sentence no pruning prompt holds even alone (or one whose prompt's query or title takes
+    the room). ``remedy``: the change to the input that would fit it (shorten the query or the
+    title, split a pre-split sentence), None where only the pruner's settings can (``fix`` names
+    them): a command without those settings gives its own advice."""
+
+    def __init__(self, fault: str, fix: str, remedy: str | None = None):
+        super().__init__(fault, fix)
+        self.remedy = remedy
+
+
 class IndexFormatError(AttnrankError):
     """An index folder that is missing, incomplete, corrupted, or of another format version."""
 

@@ -434,3 +434,46 @@ def test_prune_and_ask_refuse_a_question_of_invisible_characters_before_anything
     assert r.exit_code == 2 and "the QUERY is empty" in cli_text(r), cli_text(r)
     r = runner.invoke(app, ["ask", "\u200b\u2060", "--index-dir", str(tmp_path / "no-index")])
     assert r.exit_code == 2 and "the QUESTION is empty" in cli_text(r), cli_text(r)
+
+
+def test_ask_advises_only_what_ask_can_do_where_the_context_does_not_fit(tmp_path, built_retriever):
+    """With -k 1 and --no-prune the answer prompt's refusal said "lower -k"; a sentence no pruning
+    prompt held said "lower max_sentence_words ... or raise max_prompt_tokens", which ask has no
+    option for (its --max-prompt-tokens sizes the reranker's prompts)."""
+    model = save_tiny(tmp_path / "model", layers=1, max_positions=256)  # (a context no abstract fits)
+    built_retriever.save(tmp_path / "ix")
+    base = ["ask", "vitamin D?", "--index-dir", str(tmp_path / "ix"), "--model", str(model), "-q", "--no-rerank"]
+    base += ["--max-new-tokens", "4"]
+    r = runner.invoke(app, [*base, "-k", "1", "--no-prune"])
+    assert r.exit_code == 1, r.output
+    assert str(r.exception).endswith("prune the context (drop --no-prune) or use a model with a longer context")
+    r = runner.invoke(app, [*base, "-k", "2", "--no-prune"])
+    assert str(r.exception).endswith("prune the context (drop --no-prune) or lower -k")
+    r = runner.invoke(app, [*base, "-k", "1"])  # (an abstract's sentence of 64 words: hundreds of byte tokens)
+    message = str(r.exception)
+    assert r.exit_code == 1 and re.search(r"of the pruning prompt's \d+ tokens", message), message
+    assert message.endswith("or answer from whole passages (--no-prune)")
+    assert "max_sentence_words" not in message and "max_prompt_tokens" not in message
+
+
+def test_prune_names_its_own_flags_and_a_keep_ratio_that_keeps_a_sentence(tmp_path, scifact_mini):
+    """prune's refusals named the library's arguments (max_sentence_words, method='focus'), and a
+    ratio that kept 0 tokens was told the ratio of one token, which the next check refused again."""
+    model = save_tiny(tmp_path / "model", layers=1, max_positions=1024)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        '{"id": "a", "text": "The Moon was first walked on in 1969 by Neil Armstrong, an American astronaut."}\n'
+        '{"id": "b", "text": "Cats sleep for most of the day. They hunt at night."}\n'
+    )
+    base = ["prune", "Who walked on the Moon?", "--corpus", str(corpus), "--model", str(model), "-q"]
+    r = runner.invoke(app, [*base, "--keep-ratio", "0.001"])
+    ratio = re.search(r"raise keep_ratio \(--keep-ratio\) to at least ([0-9.]+)", str(r.exception))
+    assert r.exit_code == 1 and ratio, str(r.exception)
+    r = runner.invoke(app, [*base, "--keep-ratio", ratio.group(1)])
+    assert r.exit_code == 0, str(r.exception)  # (the ratio advised keeps a sentence)
+    r = runner.invoke(app, [*base, "--budget-tokens", "20", "--max-prompt-tokens", "220", "--max-sentence-words", "40"])
+    message = str(r.exception)
+    assert r.exit_code == 1 and "does not fit --max-prompt-tokens 220 even alone" in message, message
+    assert "lower --max-sentence-words (now 40) or raise --max-prompt-tokens" in message
+    r = runner.invoke(app, [*base, "--budget-tokens", "20", "--method", "focus", "--focus-hint", " "])
+    assert r.exit_code == 2 and "--focus-hint is empty; --method focus needs" in r.output

@@ -10,10 +10,11 @@ from typing import Any, Optional
 
 import typer
 
+from ..errors import InputError
 from ..prune.config import LENGTH_NORMS, PRUNE_METHODS, PruneConfig
 from ..prune.segment import DEFAULT_MAX_WORDS
 from ..rerank.config_checks import ORDERS
-from . import _check_heads, check_prompt_window, option_errors
+from . import _check_heads, check_prompt_window
 from .options import MODEL_RUN_OPTIONS, option_group, refuse_unread_block_options
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
@@ -118,6 +119,26 @@ def check_method(method: str, fixed: dict[str, Any]) -> str:
     return method
 
 
+# the pruner's Python names, as prune's (and ask's) flags
+_PRUNE_FLAGS = (
+    ("max_prompt_tokens=", "--max-prompt-tokens "),
+    ("max_prompt_tokens", "--max-prompt-tokens"),
+    ("max_sentence_words", "--max-sentence-words"),
+    ("method='query' or 'focus'", "--method query or focus"),
+    ("method='query'", "--method query"),
+    ("method='focus'", "--method focus"),
+    ("attention='full'", "--attention full"),
+    ("focus_hint", "--focus-hint"),
+)
+
+
+def prune_names(message: str) -> str:
+    """``message`` (the pruner's refusal) with prune's option names for the library's arguments."""
+    for name, option in _PRUNE_FLAGS:
+        message = message.replace(name, option)
+    return message
+
+
 def build_prune_config(**given: Any) -> PruneConfig:
     """The pruner's configuration with every option the user gave (not None); a value it refuses
     is an option error (exit 2), named before the model loads."""
@@ -140,8 +161,10 @@ def build_prune_config(**given: Any) -> PruneConfig:
     ]
     refuse_unread_block_options(block, str(overrides.get("attention", "full")).strip().lower() == "block")
     _check_heads(overrides.get("heads"), model=overrides.get("model"))
-    with option_errors():
+    try:
         config = PruneConfig(**overrides)
+    except InputError as e:  # (an option error, in prune's flags)
+        raise typer.BadParameter(prune_names(str(e))) from None
     check_prompt_window(config.max_prompt_tokens, config.model)
     return config
 

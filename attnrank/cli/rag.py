@@ -37,7 +37,7 @@ from .options import (
     rerank_and_prune_options,
 )
 from .prune_options import check_method, prune_options
-from .rag_checks import ask_names, check_before_load, check_prune_window
+from .rag_checks import ask_message, check_before_load, check_prune_window, prune_words
 from .rerank_config import SHARED_WITH_PRUNING, pruning_config
 
 ASK_DEPTH = 20  # first-stage hits `ask` reranks by default
@@ -154,7 +154,8 @@ def prune(
     check_unicode([query], "query")  # before the corpus and the model load
     if (corpus is None) == (name is None and index_dir is None):
         raise typer.BadParameter("give either --corpus PATH or --index NAME / --index-dir DIR")
-    check_pruner_lookups(prune_config)  # before the corpus or index loads, and the model
+    with prune_words():
+        check_pruner_lookups(prune_config)  # before the corpus or index loads, and the model
     if corpus is not None:  # the input first (the corpus; the index's manifest), then the model
         docs = _read_corpus(corpus, skip_invalid)
     else:
@@ -168,11 +169,12 @@ def prune(
     from ..prune.precheck import check_budget_fits  # heavy (torch): only once the input is known good
     from ..prune.pruner import ContextPruner
 
-    # (a budget below every sentence: refused before the model loads, with its tokenizer)
-    check_budget_fits(prune_config, query, docs, budget_tokens=budget, keep_ratio=ratio)
-    pruner = ContextPruner(config=prune_config)
-    pruned = pruner.prune(query, docs, budget_tokens=budget, keep_ratio=ratio, neighbours=neighbours)
-    pruned.check_kept()  # (an empty context printed with exit 0 read as a pruned one; ask refused it)
+    with prune_words():  # (the library's advice names its arguments: prune's flags instead)
+        # (a budget below every sentence: refused before the model loads, with its tokenizer)
+        check_budget_fits(prune_config, query, docs, budget_tokens=budget, keep_ratio=ratio)
+        pruner = ContextPruner(config=prune_config)
+        pruned = pruner.prune(query, docs, budget_tokens=budget, keep_ratio=ratio, neighbours=neighbours)
+        pruned.check_kept()  # (an empty context printed with exit 0 read as a pruned one; ask refused it)
     _print_pruned(pruned)
 
 
@@ -275,7 +277,8 @@ def ask(
     # the generator's model's registered slot profile (generation reads the passages in that order)
     check_reorder(reorder, generator_model or cfg.model, k)
     if not no_prune:
-        check_pruner_lookups(prune_cfg)
+        with prune_words():
+            check_pruner_lookups(prune_cfg)
     if not no_rerank:
         check_registry_lookups(cfg)
     retriever = _load_index(name, index_dir, verify)
@@ -324,7 +327,7 @@ def ask(
     try:  # (the hits the checks searched for, if any: the first stage is not searched twice)
         res = pipe.run(question, found, budget_tokens=budget, keep_ratio=ratio, stream=stream)
     except InputError as e:  # (named as ask's options: the library's advice names its arguments)
-        raise InputError(ask_names(str(e), no_prune)) from None
+        raise InputError(ask_message(e, no_prune, k)) from None
     timings = res.timings if found is None else {"retrieve": retrieve_s, **res.timings}
     timings["total"] += retrieve_s
     head()

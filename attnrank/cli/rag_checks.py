@@ -3,13 +3,17 @@ the library's refusals in ``ask``'s option names."""
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import typer
 
-from ..errors import InputError
+from ..errors import InputError, SentenceTooLong
 from ..prune.config import PruneConfig
 from ..types import RankedResults
+from .prune_options import prune_names
 
 
 def check_before_load(
@@ -39,23 +43,43 @@ def check_before_load(
         elif prune_check:
             check_budget_fits_any(prune_cfg, question, found, budget_tokens=budget)
     except InputError as e:  # (in ask's words, as its refusals after the load)
-        raise InputError(ask_names(str(e), no_prune)) from None
+        raise InputError(ask_message(e, no_prune, k)) from None
     return searched
 
 
-def ask_names(message: str, no_prune: bool) -> str:
-    """``message`` (the generator's or the pruner's refusal) with ask's option names for the
-    library's arguments, and without advice to prune where ``--no-prune`` was given."""
-    if no_prune:
-        message = message.replace("prune the context harder (smaller budget_tokens) or pass fewer passages", "lower -k")
-    for name, option in (
-        ("max_new_tokens=", "--max-new-tokens "),
-        ("lower max_new_tokens", "lower --max-new-tokens"),
-        ("smaller budget_tokens", "a smaller --budget-tokens"),
-        ("pass fewer passages", "lower -k"),
-    ):
-        message = message.replace(name, option)
-    return message
+@contextmanager
+def prune_words() -> Iterator[None]:
+    """The library's refusals inside, in prune's option names (:func:`prune_names`)."""
+    try:
+        yield
+    except InputError as e:
+        raise InputError(prune_names(str(e))) from None
+
+
+def ask_message(error: Exception, no_prune: bool, k: int) -> str:
+    """``error`` (the generator's, the pruner's or the reranker's refusal) in ``ask``'s words: its
+    option names for the library's arguments, and only advice ``ask`` can follow (``k``: its -k).
+
+    A sentence no pruning prompt holds: ask sets no pruning prompt size or sentence cut (``prune``
+    does), so the ways out are the input, whole passages (--no-prune) or another model."""
+    if isinstance(error, SentenceTooLong):
+        fault = re.sub(r"max_prompt_tokens=(\d+)", r"the pruning prompt's \1 tokens", error.fault)
+        ways = [error.remedy.replace("the query", "the question")] if error.remedy else []
+        ways.append("answer from whole passages (--no-prune)")
+        if not error.remedy:
+            ways.append("use a model with a longer context")
+        return f"{fault}; {', or '.join(ways)}"
+    message = str(error)
+    harder = "prune the context harder (smaller budget_tokens) or pass fewer passages"  # (the generator's advice)
+    prune = (
+        "prune the context (drop --no-prune)" if no_prune else "prune the context harder (a smaller --budget-tokens)"
+    )
+    fewer = "lower -k" if k > 1 else "use a model with a longer context" if no_prune else ""
+    message = message.replace(harder, f"{prune} or {fewer}" if fewer else prune)
+    message = message.replace("lower max_new_tokens", "lower --max-new-tokens").replace(
+        "max_new_tokens=", "--max-new-tokens "
+    )
+    return prune_names(message)
 
 
 def check_prune_window(config: PruneConfig) -> None:

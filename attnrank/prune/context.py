@@ -175,16 +175,22 @@ def check_neighbours(neighbours: int) -> None:
         )
 
 
-def resolve_budget(budget_tokens: int | None, keep_ratio: float | None, original: int) -> tuple[int, str]:
+def resolve_budget(
+    budget_tokens: int | None, keep_ratio: float | None, original: int, shortest: int = 1
+) -> tuple[int, str]:
+    """The token budget (and which argument gave it) of ``budget_tokens``, or of ``keep_ratio`` of
+    the context's ``original`` sentence tokens; a ratio that keeps 0 tokens is refused, with the
+    least ratio that keeps the ``shortest`` sentence (tokens), where the caller knows it."""
     if budget_tokens is not None:  # (check_budget refused both)
         return int(budget_tokens), "budget_tokens"
     if keep_ratio is None:
         raise InputError("give budget_tokens or keep_ratio")
     target = int(math.floor(keep_ratio * original + 1e-9))
     if target < 1 and original > 0:  # a budget of 0 keeps nothing: refused, as budget_tokens=0 is
+        need = min(max(shortest, 1), original)  # (the ratio of 1 token alone fitted no sentence: refused again)
         raise InputError(
             f"keep_ratio={keep_ratio} of the context's {original} sentence tokens keeps 0 tokens; "
-            f"{_raise('keep_ratio')} to at least {math.ceil(1000 / original) / 1000:g}, or give budget_tokens "
+            f"{_raise('keep_ratio')} to at least {math.ceil(1000 * need / original) / 1000:g}, or give budget_tokens "
             "(--budget-tokens)"
         )
     return target, "keep_ratio"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ..errors import InputError
+from ..errors import InputError, SentenceTooLong
 from ..llm.blocks import BlockPrompt, build_block_prompts
 from ..llm.prompts import RerankPromptPair, build_rerank_prompts
 from ..llm.texts import tokenize
@@ -100,7 +100,7 @@ class PromptPlanner:
         out.append(make_piece(piece.doc_index, doc_sents, run))
         return out
 
-    def misfit(self, query: str, docs, sents, piece: Piece) -> InputError:
+    def misfit(self, query: str, docs, sents, piece: Piece) -> SentenceTooLong:
         """The error for a one-sentence ``piece`` that does not fit a prompt, naming what takes
         the room: the sentence, or a long query (then every passage would fail the same way)."""
         alone = self.build(query, docs, sents, [piece])
@@ -108,26 +108,33 @@ class PromptPlanner:
         where = f"max_prompt_tokens={self.max_prompt_tokens}"
         n = len(tokenize(self.tokenizer, query.strip())["input_ids"])
         if 2 * n > self.max_prompt_tokens:
-            return InputError(
+            return SentenceTooLong(
                 f"the query ({n} tokens) and the prompt around it take {alone.length - (e - s)} tokens of "
-                f"{where}, leaving too little for the passages; shorten the query or raise max_prompt_tokens"
+                f"{where}, leaving too little for the passages",
+                "shorten the query or raise max_prompt_tokens",
+                "shorten the query",
             )
         sentence = sents[piece.doc_index][piece.sent_ids[0]]
         if sentence.given is not None:  # the caller's own sentence: max_sentence_words does not cut those
             name, fix = f"pre-split sentence #{sentence.given}", "split it in the sentences given"
+            remedy: str | None = fix
         else:
             name, fix = f"sentence {piece.sent_ids[0]}", f"lower max_sentence_words (now {self.max_sentence_words})"
+            remedy = None
         frame = alone.length - (e - s)
         if self.max_prompt_tokens - frame < MIN_ROOM:  # the frame (a long title, the instructions) took the room
-            return InputError(
+            return SentenceTooLong(
                 f"the prompt around {name} of document {docs[piece.doc_index].id!r} (the query, the instructions "
                 f"and the document's title) takes {frame} tokens of {where}, leaving "
-                f"{max(self.max_prompt_tokens - frame, 0)} for its {e - s}; shorten the title or raise "
-                "max_prompt_tokens (at most the model's context)"
+                f"{max(self.max_prompt_tokens - frame, 0)} for its {e - s}",
+                "shorten the title or raise max_prompt_tokens (at most the model's context)",
+                "shorten the title",
             )
-        return InputError(
+        return SentenceTooLong(
             f"{name} of document {docs[piece.doc_index].id!r} ({e - s} tokens) does not fit {where} even alone "
-            f"(the prompt around it takes {frame}); {fix} or raise max_prompt_tokens (at most the model's context)"
+            f"(the prompt around it takes {frame})",
+            f"{fix} or raise max_prompt_tokens (at most the model's context)",
+            remedy,
         )
 
     def fits(self, query: str, docs, sents, piece: Piece) -> bool:

@@ -43,7 +43,7 @@ def check_budget_fits(
     if not counted:
         return
     original = sum(s.tokens for s in counted)
-    target, source = resolve_budget(budget_tokens, keep_ratio, original)
+    target, source = resolve_budget(budget_tokens, keep_ratio, original, min(s.tokens for s in counted))
     if target < original and min(s.tokens for s in counted) > target:  # (as the pruner finds it before its pass)
         PrunedContext(query.strip(), config.method, documents, counted, target, source, keep_ratio, True).check_kept()
 

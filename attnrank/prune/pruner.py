@@ -213,7 +213,7 @@ class ContextPruner:
             raise InputError(f"keep_titles={keep_titles!r} is not True or False")
         documents, chunks, scored = self._prepare(query, docs, sentences)
         original = sum(s.tokens for s in scored)
-        target, source = resolve_budget(budget_tokens, keep_ratio, original)
+        target, source = resolve_budget(budget_tokens, keep_ratio, original, min((s.tokens for s in scored), default=1))
         result = PrunedContext(
             query.strip(), self.method, documents, scored, target, source, keep_ratio, keep_titles, chunks=len(chunks)
         )
