@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,10 +53,19 @@ class Answer:
     truncated: bool = False
 
 
+# the end an answer leaves out: whitespace, and U+FFFD, what the bytes of a character cut by
+# max_new_tokens (or by an end-of-turn token in the middle of one) decode to
+_LOOSE_END = re.compile(r"[\s\ufffd]+\Z")
+
+
+def _trim_end(text: str) -> str:
+    return _LOOSE_END.sub("", text)
+
+
 def _streamer(tokenizer: Any, callback: StreamCallback, first_line_only: bool) -> Any:
     """A transformers streamer that passes each finalized text piece to ``callback``, so that the
     pieces joined are the answer's text: whitespace before the first word is left out, whitespace
-    is held back until a word follows it (the answer's end is stripped), and with
+    and U+FFFD are held back until a word follows them (the answer's end is trimmed), and with
     ``first_line_only`` (a prompt without a chat template) nothing after the first line's end.
 
     Why: the pieces were the raw tokens, so a client joining ``/v1/ask``'s token events, or ``ask``
@@ -66,8 +76,6 @@ def _streamer(tokenizer: Any, callback: StreamCallback, first_line_only: bool) -
         started, ended, held = False, False, ""
 
         def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-            if stream_end:  # (the last flush: a character cut by max_new_tokens decodes to U+FFFD)
-                text = text.rstrip("\ufffd")
             if self.ended:
                 return
             if not self.started:
@@ -76,8 +84,8 @@ def _streamer(tokenizer: Any, callback: StreamCallback, first_line_only: bool) -
             if first_line_only and "\n" in text:
                 text, self.ended = text.split("\n", 1)[0], True
             text = self.held + text
-            body = text.rstrip()
-            self.held = "" if self.ended else text[len(body) :]
+            body = _trim_end(text)
+            self.held = "" if self.ended else text[len(body) :]  # (at the stream's end: left out)
             if body:
                 callback(body)
 
@@ -172,9 +180,9 @@ class Generator:
         if plain:  # its first line ended (a newline after some text, the last token's too): the answer is whole
             ended = ended or "\n" in raw.lstrip()
             text = first_line(text)
+        text = _trim_end(text)  # (a character cut by the limit: its bytes, not U+FFFD; as the stream ends)
         truncated = len(out[0]) - len(ids) >= n_new and not ended
         if truncated:  # (printed as a whole answer, exit 0)
-            text = text.rstrip("\ufffd").rstrip()  # a character cut by the limit: its bytes, not U+FFFD
             logger.warning("the answer reached max_new_tokens=%d before its end: it may be cut; raise it", n_new)
         logger.info("generated %d tokens in %.2f s (prompt %d tokens)", len(new), seconds, len(ids))
         return Answer(text, len(new), seconds, len(ids), self.llm.model_id, truncated)

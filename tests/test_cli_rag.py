@@ -452,7 +452,7 @@ def test_ask_advises_only_what_ask_can_do_where_the_context_does_not_fit(tmp_pat
     r = runner.invoke(app, [*base, "-k", "1"])  # (an abstract's sentence of 64 words: hundreds of byte tokens)
     message = str(r.exception)
     assert r.exit_code == 1 and re.search(r"of the pruning prompt's \d+ tokens", message), message
-    assert message.endswith("or answer from whole passages (--no-prune)")
+    assert message.endswith("or answer from whole passages (--no-prune), or use a model with a longer context")
     assert "max_sentence_words" not in message and "max_prompt_tokens" not in message
 
 

@@ -731,12 +731,28 @@ def test_the_streamed_pieces_are_the_answer_word_for_word():
     assert answer.text == "Paris" and "".join(pieces) == "Paris" and len(pieces) > 1
 
 
-@pytest.mark.parametrize(("chat", "expected"), [(False, "A B"), (True, "A B\n\tA")])
-def test_the_stream_leaves_out_what_the_answer_leaves_out(chat, expected):
+CHAINS = {  # (what each character is followed by; "é": its first byte alone, which decodes to U+FFFD)
+    "whitespace around a second line": {":": "\n", "\n": "\t", "\t": "A", "A": " ", " ": "B", "B": "\n"},
+    "half a character, then spaces to the limit": {":": "A", "\n": "A", "A": "é", "é": " ", " ": " "},
+    "half a character, then the end of the turn": {":": "A", "\n": "A", "A": "é", "é": "<|im_end|>"},
+}
+
+
+@pytest.mark.parametrize(
+    ("chain", "chat", "expected"),
+    [
+        ("whitespace around a second line", False, "A B"),
+        ("whitespace around a second line", True, "A B\n\tA"),
+        ("half a character, then spaces to the limit", False, "A"),
+        ("half a character, then spaces to the limit", True, "A"),
+        ("half a character, then the end of the turn", True, "A"),
+    ],
+)
+def test_the_stream_leaves_out_what_the_answer_leaves_out(chain, chat, expected):
     """The pieces were the raw tokens: a client joining /v1/ask's token events (and ``ask``, which
-    prints the stream) got the line breaks and tabs before the answer, and a base model's second
-    line, which the answer leaves out. Here a model that writes "\\n\\tA B\\n\\tA ..."."""
-    gen = _chain_generator({":": "\n", "\n": "\t", "\t": "A", "A": " ", " ": "B", "B": "\n"}, chat=chat)
+    prints the stream) got the line breaks and tabs before the answer, a base model's second line,
+    and a half character's U+FFFD, which the answer leaves out (or kept, where the turn ended)."""
+    gen = _chain_generator(CHAINS[chain], chat=chat)
     pieces: list[str] = []
     answer = gen.answer("Where?", stream=pieces.append)
     assert answer.text == expected and "".join(pieces) == expected, pieces

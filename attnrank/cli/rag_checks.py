@@ -65,9 +65,7 @@ def ask_message(error: Exception, no_prune: bool, k: int) -> str:
     if isinstance(error, SentenceTooLong):
         fault = re.sub(r"max_prompt_tokens=(\d+)", r"the pruning prompt's \1 tokens", error.fault)
         ways = [error.remedy.replace("the query", "the question")] if error.remedy else []
-        ways.append("answer from whole passages (--no-prune)")
-        if not error.remedy:
-            ways.append("use a model with a longer context")
+        ways += ["answer from whole passages (--no-prune)", "use a model with a longer context"]
         return f"{fault}; {', or '.join(ways)}"
     message = str(error)
     harder = "prune the context harder (smaller budget_tokens) or pass fewer passages"  # (the generator's advice)
@@ -79,12 +77,23 @@ def ask_message(error: Exception, no_prune: bool, k: int) -> str:
     message = message.replace("lower max_new_tokens", "lower --max-new-tokens").replace(
         "max_new_tokens=", "--max-new-tokens "
     )
-    return prune_names(message)
+    for name, option in _ASK_FLAGS:  # (not the pruner's max_prompt_tokens: ask's flag sizes the reranker's)
+        message = message.replace(name, option)
+    return message
+
+
+# the pruner's arguments that ask has flags for, as ask's flags
+_ASK_FLAGS = (
+    ("method='query' or 'focus'", "--method query or focus"),
+    ("method='query'", "--method query"),
+    ("method='focus'", "--method focus"),
+    ("attention='full'", "--attention full"),
+)
 
 
 def check_prune_window(config: PruneConfig) -> None:
-    """A ``--max-prompt-tokens`` that no pruning prompt fits, with the model's tokenizer alone
-    (before the index loads and searches, and the model loads)."""
+    """``prune``'s ``--max-prompt-tokens`` that no pruning prompt fits, with the model's tokenizer
+    alone (before the index loads and searches, and the model loads)."""
     if config.max_prompt_tokens is None:
         return
     from ..llm.models import load_tokenizer
@@ -93,4 +102,4 @@ def check_prune_window(config: PruneConfig) -> None:
     try:
         check_prune_frame(load_tokenizer(config.model), config, config.max_prompt_tokens)
     except InputError as e:
-        raise typer.BadParameter(str(e).replace("max_prompt_tokens=", "--max-prompt-tokens ", 1)) from None
+        raise typer.BadParameter(prune_names(str(e))) from None

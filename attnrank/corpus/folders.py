@@ -15,7 +15,7 @@ from ..records import (
 from ..types import Document, encodable
 from .report import LoadReport, Problems, add_document, finish
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("attnrank.corpus")  # (the corpus loader's own, as before the split)
 
 _RECORD_FILES = (
     ".jsonl",

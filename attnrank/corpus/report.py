@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..types import Document, encodable, is_blank
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("attnrank.corpus")  # (the corpus loader's own, as before the split)
 
 
 @dataclass
@@ -48,7 +48,7 @@ def open_text(path: Path) -> io.TextIOBase:
 
 def add_document(docs: dict[str, Document], doc: Document, where: str, problem: Problems) -> None:
     """``doc`` into ``docs`` under its id, or its problem (read at ``where``): an empty or repeated
-    id, no text, or a lone surrogate."""
+    id, neither text nor title, or a lone surrogate."""
     if not doc.id:
         problem(where, "empty document id")
     elif doc.id in docs:

@@ -13,7 +13,7 @@ def attention_implementation(cfg: Any, model_id: str) -> str:
     and VaultGemma, whose soft-capped logits SDPA cannot compute). attnrank's registered
     attention (:mod:`attnrank.llm.recording`) serves every pass it runs either way; the loaded one
     serves only what it leaves to the model (generation). A family that computes attention in its
-    own code (Bloom, MPT, GPT-Neo, ...) gives attnrank no attention to read: :class:`ModelError`,
+    own code (Bloom, MPT, GPT-Neo, ...), or has none (Mamba, RWKV), gives attnrank no attention to read: :class:`ModelError`,
     before any weight is read."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
@@ -26,7 +26,7 @@ def attention_implementation(cfg: Any, model_id: str) -> str:
     if getattr(cls, "_supports_attention_backend", False):
         return "eager"
     raise ModelError(
-        f"{model_id!r} ({cls.__name__}) computes attention in its own code rather than through transformers' "
-        "attention functions, which attnrank reads attention through; use a model of another family "
-        "(Llama, Qwen2, Mistral, Gemma, SmolLM, ...)"
+        f"{model_id!r} ({cls.__name__}) does not compute attention through transformers' attention functions "
+        "(it has code of its own for it, or no attention), which attnrank reads attention through; use a model "
+        "of another family (Llama, Qwen2, Mistral, Gemma, SmolLM, ...)"
     )

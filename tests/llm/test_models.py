@@ -166,7 +166,9 @@ def test_a_family_computing_attention_in_its_own_code_is_refused_before_its_weig
     import transformers
 
     getattr(transformers, f"{family}Config")(vocab_size=259, hidden_size=32).save_pretrained(tmp_path)  # no weights
-    with pytest.raises(ModelError, match=rf"\({family}ForCausalLM\) computes attention in its own code"):
+    with pytest.raises(
+        ModelError, match=rf"\({family}ForCausalLM\) does not compute attention through transformers' attention"
+    ):
         load_llm(str(tmp_path))
 
 
