@@ -102,22 +102,26 @@ def meta_title(meta: Mapping[str, Any] | None) -> str:
 
 
 def keep_stages(docs: list[Document], metadata: list[Mapping[str, Any]]) -> list[Document] | list[ScoredDocument]:
-    """``docs`` as scored documents when every one carries ``stage_scores`` in its framework
-    metadata (it came from an attnrank retriever), so that the reranker keeps the earlier
-    stages' scores (and a learned scorer can read them); else ``docs`` unchanged."""
-    if not docs or not all(isinstance(m.get("stage_scores"), dict) for m in metadata):
+    """``docs`` as scored documents when every one that holds text carries ``stage_scores`` in its
+    framework metadata (it came from an attnrank retriever), so that the reranker keeps the earlier
+    stages' scores (and a learned scorer can read them); else ``docs`` unchanged. A document
+    without text (set aside unscored, :func:`rank_text_first`) does not decide it: one empty chunk
+    among a retriever's hits dropped every hit's earlier scores."""
+    has_stages = [isinstance(m.get("stage_scores"), dict) for m in metadata]
+    texts = [h for d, h in zip(docs, has_stages) if has_text(d)]
+    if not texts or not all(texts):
         return docs
     return [
         ScoredDocument(
             d.id,
-            _first_stage_score(m),
+            _first_stage_score(m) if h else 0.0,
             i + 1,
             d.text,
             d.title,
-            dict(m["stage_scores"]),
+            dict(m["stage_scores"]) if h else {},
             metadata=d.metadata,
         )
-        for i, (d, m) in enumerate(zip(docs, metadata))
+        for i, (d, m, h) in enumerate(zip(docs, metadata, has_stages))
     ]
 
 

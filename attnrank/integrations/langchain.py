@@ -118,6 +118,7 @@ class AttnrankReranker(BaseDocumentCompressor):
     def compress_documents(
         self, documents: Sequence[LCDocument], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[LCDocument]:
+        documents = framework_documents(documents, LCDocument, "LangChain Document")  # (read once: any iterable)
         if not documents:
             return []
         with model_lock(self._reranker):

@@ -223,6 +223,7 @@ class AttnrankRerank(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         query = _query(query_bundle)
+        nodes = framework_documents(nodes, NodeWithScore, "LlamaIndex NodeWithScore")  # (read once: any iterable)
         if not nodes:
             return []
         payload = {
@@ -312,6 +313,7 @@ class AttnrankPruner(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         query = _query(query_bundle)
+        nodes = framework_documents(nodes, NodeWithScore, "LlamaIndex NodeWithScore")  # (read once: any iterable)
         docs = _documents(nodes)
         if not any(map(has_text, docs)):  # (nothing to prune or return, as an empty one beside others; not an error)
             return []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("haystack", reason="needs the 'haystack' extra")
@@ -134,6 +136,26 @@ def test_retriever_run_refuses_a_top_k_past_its_depth(demo_index):
         retriever.run("capital of France?", top_k=5)
 
 
+def test_retriever_fields_set_later_are_checked_with_or_without_reranking(demo_index):
+    """With rerank=False, top_k set to None or depth to None after construction was a TypeError,
+    top_k=0 returned nothing and -2 was refused as a "k"; run(top_k=21) past the depth was taken."""
+    for field, value, message in (
+        ("top_k", None, "top_k=None must be an integer >= 1"),
+        ("top_k", 0, "top_k=0 must be an integer >= 1"),
+        ("top_k", -2, "top_k=-2 must be an integer >= 1"),
+        ("depth", None, "depth=None must be an integer >= 1"),
+        ("depth", 0, "depth=0 must be an integer >= 1"),
+    ):
+        retriever = AttnrankRetriever(str(demo_index), top_k=3, depth=4, rerank=False)
+        setattr(retriever, field, value)
+        with pytest.raises(InputError, match=re.escape(message)):
+            retriever.run("capital of France?")
+    retriever = AttnrankRetriever(str(demo_index), top_k=3, depth=4, rerank=False)
+    with pytest.raises(InputError, match="top_k=5 exceeds depth=4"):
+        retriever.run("capital of France?", top_k=5)
+    assert len(retriever.run("capital of France?")["documents"]) == 3
+
+
 def test_numpy_counts_are_kept_as_ints(tmp_path):
     """A NumPy integer count is accepted (is_count), and was kept: serialising the pipeline failed."""
     import json
@@ -253,6 +275,10 @@ def test_the_ranker_takes_documents_without_meta_and_refuses_texts_in_one_line(q
         query, [Document(content="Paris is the capital of France.", meta=None), Document(content="Bananas.")]
     )
     assert [d.content for d in out["documents"]][0] == "Paris is the capital of France."
+    empty = Document(content=None, meta=None)  # (no text, and Haystack keeps its meta None: an AttributeError)
+    out = ranker.run(query, (d for d in [Document(content="Bananas."), empty]))  # (any iterable, read once)
+    assert [d.id for d in out["documents"]] == [Document(content="Bananas.").id, empty.id]
+    assert out["documents"][1].score is None and out["documents"][1].meta == {}
     for docs, message in [
         (["Paris", "Berlin"], "document #0 is a str, not a Haystack Document"),
         (Document(content="Paris"), "the documents are one Document, not a list of them"),

@@ -324,3 +324,20 @@ def test_the_retriever_keeps_a_corpus_metadata_field_named_id(tmp_path, query):
     HybridRetriever().index(docs, show_progress=False).save(tmp_path / "ix")
     hit = AttnrankRetriever(index=str(tmp_path / "ix"), k=1, depth=2, rerank=False).invoke("capital of Italy")[0]
     assert hit.id == "d1" and hit.metadata["id"] == "ext-42"
+
+
+def test_any_iterable_of_documents_is_ranked_and_a_wrong_stage_object_is_refused_when_made(query):
+    """A generator passed the input check and failed indexing (TypeError); reranker="icr" or a
+    pruner in the reranker's place was taken, and failed at the first query (AttributeError)."""
+    rr = AttnrankReranker(config="signals", top_n=None)
+    texts = ["Paris is the capital of France.", "Berlin is in Germany."]
+    listed = rr.compress_documents([LCDocument(page_content=t) for t in texts], query)
+    generated = rr.compress_documents((LCDocument(page_content=t) for t in texts), query)
+    assert [d.page_content for d in generated] == [d.page_content for d in listed]
+    for make, message in (
+        (lambda: AttnrankReranker(reranker="icr"), "reranker= is a str, which has no rank()"),
+        (lambda: AttnrankReranker(reranker=object()), "reranker= is a object, which has no rank()"),
+        (lambda: AttnrankPruner(pruner="query"), "pruner= is a str, which has no prune()"),
+    ):
+        with pytest.raises(InputError, match=re.escape(message)):
+            make()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("llama_index.core", reason="needs the 'llamaindex' extra")
@@ -9,7 +11,7 @@ pytest.importorskip("llama_index.core", reason="needs the 'llamaindex' extra")
 from llama_index.core import Settings
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from attnrank.errors import InputError
 from attnrank.integrations.llamaindex import (
@@ -352,3 +354,15 @@ def test_nodes_that_are_not_nodes_with_scores_are_refused_in_one_line(query):
     post = AttnrankRerank(config="signals", top_n=None)
     with pytest.raises(InputError, match="document #0 is a TextNode, not a LlamaIndex NodeWithScore"):
         post.postprocess_nodes([TextNode(text="Paris"), TextNode(text="Berlin")], query_str=query)
+
+
+def test_any_iterable_of_nodes_is_reranked_and_a_wrong_reranker_object_is_refused_when_made(query):
+    """A generator of nodes passed the input check and failed indexing (TypeError); reranker="icr"
+    was taken, and failed at the first query (AttributeError)."""
+    post = AttnrankRerank(config="signals", top_n=None)
+    texts = ["Paris is the capital of France.", "Berlin is in Germany."]
+    listed = post._postprocess_nodes([NodeWithScore(node=TextNode(text=t)) for t in texts], QueryBundle(query))
+    generated = post._postprocess_nodes((NodeWithScore(node=TextNode(text=t)) for t in texts), QueryBundle(query))
+    assert [n.node.get_content() for n in generated] == [n.node.get_content() for n in listed]
+    with pytest.raises(InputError, match=re.escape("reranker= is a str, which has no rank()")):
+        AttnrankRerank(reranker="icr")

@@ -73,6 +73,20 @@ def test_stage_scores_with_a_null_relevance_score_are_kept():
     assert [d.score for d in kept] == [0.0, 0.0] and [d.stage_scores for d in kept] == [{"bm25": 1.0}, {"bm25": 0.5}]
 
 
+def test_a_document_without_text_leaves_the_others_stage_scores_alone():
+    """One empty chunk among a retriever's hits (it carries no stage_scores) made every hit lose its
+    first-stage scores: the reranked documents came back with the reranker's alone."""
+    from attnrank.integrations.documents import keep_stages
+    from attnrank.types import Document
+
+    docs = [Document("a", "x"), Document("e", ""), Document("b", "y")]
+    meta = [{"stage_scores": {"bm25": 2.0}, "relevance_score": 2.0}, {}, {"stage_scores": {"bm25": 1.0}}]
+    kept = keep_stages(docs, meta)
+    assert [d.stage_scores for d in kept] == [{"bm25": 2.0}, {}, {"bm25": 1.0}]
+    assert [d.score for d in kept] == [2.0, 0.0, 0.0] and [d.rank for d in kept] == [1, 2, 3]
+    assert keep_stages(docs, [meta[0], {}, {}]) == docs  # (a hit with text but no stage scores: unchanged)
+
+
 def test_reranked_documents_give_their_retrievers_score_as_the_first_stage():
     """Documents an attnrank retriever returned with rerank=True carry the reranker's score as
     relevance_score: a second reranker's learned scorer read it as the first-stage score."""

@@ -15,7 +15,7 @@ require("haystack", "haystack", "the attnrank Haystack ranker")  # before haysta
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from attnrank.integrations.documents import rank_text_first, without_scores
+from attnrank.integrations.documents import framework_documents, rank_text_first, without_scores
 from attnrank.integrations.haystack import (
     check_top_k,
     legacy_scorer,
@@ -89,11 +89,12 @@ class AttnrankRanker:
         """Rerank ``documents``; ``top_k`` overrides the init value for this call."""
         check_top_k(top_k)
         k = self.top_k if top_k is None else top_k
+        documents = framework_documents(documents, Document, "Haystack Document")  # (read once: any iterable)
         if not documents:
             return {"documents": []}
         self.warm_up()
         with model_lock(self._reranker):
             res, empty = rank_text_first(self._reranker, query, to_attnrank(documents), k, "top_k")
-        # (no text: after the ranked ones, without an earlier stage's scores)
-        unscored = [replace(documents[i], score=None, meta=without_scores(documents[i].meta)) for i in empty]
+        # (no text: after the ranked ones, without an earlier stage's scores; Haystack keeps meta=None as None)
+        unscored = [replace(documents[i], score=None, meta=without_scores(documents[i].meta or {})) for i in empty]
         return {"documents": to_haystack(res, documents) + unscored}

@@ -102,8 +102,10 @@ class AttnrankRetriever:
         """The best ``top_k`` passages for ``query`` (``top_k`` overrides the init value)."""
         check_top_k(top_k)
         k = self.top_k if top_k is None else top_k
-        if self.rerank:  # (a top_k past depth searched and reranked top_k, not depth, without a word)
-            check_depth(k, self.depth, "top_k")
+        # (with or without reranking, as the constructor checks them and the other frameworks'
+        # retrievers do at every query: top_k or depth set to None, 0 or -2 after construction gave
+        # a TypeError, nothing, or an error naming a k this component does not have)
+        check_depth(k, self.depth, "top_k")
         self.warm_up()
         first = self._index.search(query, max(self.depth, k))
         if not self.rerank:  # (as set now: a reranker loaded before stays loaded, unread)
