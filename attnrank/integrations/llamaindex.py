@@ -39,12 +39,13 @@ from ..errors import InputError, require
 
 require("llama_index.core", "llamaindex", "attnrank.integrations.llamaindex")
 
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_serializer
 from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
+from ..llm.models import LLM
 from ..prune.context import check_budget, check_neighbours, is_split
 from ..types import Document, ScoredDocument, has_text
 from .documents import (
@@ -151,14 +152,33 @@ def _stage_fields(
     """The fields by which ``to_dict``/``from_dict`` rebuild the ``kind`` ("reranker" or "pruner")
     of postprocessor ``owner``: ``{kind}_settings`` (the ``saved`` settings updated by
     ``settings``) and ``custom_{kind}`` (built around the object ``given``). ``custom`` without
-    ``given`` (from_dict of a postprocessor saved with its own object, which to_dict cannot hold)
-    is an :class:`InputError`."""
+    ``given`` (from_dict of a postprocessor saved with its own object, which to_dict cannot hold),
+    or saved settings whose model was an :class:`~attnrank.llm.models.LLM` (:func:`_saved_settings`)
+    without a model given now, is an :class:`InputError`."""
     if custom and given is None:
         raise InputError(
             f"this {owner} was saved with its own {kind} object, which to_dict cannot hold; "
             f"rebuild it with {owner}.from_dict(data, {kind}=...)"
         )
-    return {f"{kind}_settings": {**(saved or {}), **stored_settings(settings)}, f"custom_{kind}": given is not None}
+    merged = {**(saved or {}), **stored_settings(settings)}
+    held = [k for k, v in merged.items() if isinstance(v, dict) and _LLM_OBJECT in v]
+    if held:
+        raise InputError(
+            f"this {owner} was saved with a loaded model as {held[0]}= ({merged[held[0]][_LLM_OBJECT]!r}), which "
+            f"to_dict cannot hold; rebuild it with {owner}.from_dict(data, {held[0]}=...)"
+        )
+    return {f"{kind}_settings": merged, f"custom_{kind}": given is not None}
+
+
+_LLM_OBJECT = "__attnrank_llm__"  # (to_dict's stand-in for a loaded model: its id)
+
+
+def _saved_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A stage's settings as ``to_dict`` writes them: a loaded model (``model=llm``) as a stand-in
+    naming it, which ``from_dict`` refuses unless given the model again. Why: pydantic wrote the
+    LLM's fields as a dict, which ``from_dict`` refused as "model is a dict", and ``to_json``
+    failed inside the JSON encoder on its weights."""
+    return {k: {_LLM_OBJECT: v.model_id} if isinstance(v, LLM) else v for k, v in settings.items()}
 
 
 def _to_node(d: ScoredDocument) -> NodeWithScore:
@@ -181,6 +201,10 @@ class AttnrankRerank(BaseNodePostprocessor):
     )
     custom_reranker: bool = Field(default=False, description="Built around a given reranker object.")
     _reranker: Any = PrivateAttr()
+
+    @field_serializer("reranker_settings")
+    def _dump_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        return _saved_settings(settings)
 
     def __init__(
         self,
@@ -273,6 +297,10 @@ class AttnrankPruner(BaseNodePostprocessor):
     custom_pruner: bool = Field(default=False, description="Built around a given pruner object.")
     _pruner: Any = PrivateAttr()
 
+    @field_serializer("pruner_settings")
+    def _dump_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        return _saved_settings(settings)
+
     def __init__(
         self,
         *,
@@ -300,6 +328,11 @@ class AttnrankPruner(BaseNodePostprocessor):
             **stage,
         )
         self._pruner = shared_pruner(pruner, **built_settings(self.pruner_settings))
+
+    @property
+    def pruner(self) -> Any:
+        """The :class:`~attnrank.prune.pruner.ContextPruner` (or given object) this postprocessor prunes with."""
+        return self._pruner
 
     @classmethod
     def class_name(cls) -> str:

@@ -366,3 +366,24 @@ def test_any_iterable_of_nodes_is_reranked_and_a_wrong_reranker_object_is_refuse
     assert [n.node.get_content() for n in generated] == [n.node.get_content() for n in listed]
     with pytest.raises(InputError, match=re.escape("reranker= is a str, which has no rank()")):
         AttnrankRerank(reranker="icr")
+
+
+def test_a_postprocessor_made_with_a_loaded_model_saves_a_stand_in_and_asks_for_the_model_back(tiny_path):
+    """to_dict wrote the LLM's fields as a dict, which from_dict refused as "model is a dict", and
+    to_json failed inside the JSON encoder on the model's weights."""
+    import json
+
+    from attnrank.llm.models import load_llm
+
+    llm = load_llm(tiny_path)
+    for cls in (AttnrankRerank, AttnrankPruner):
+        post = cls(model=llm)
+        assert json.loads(post.to_json())  # (JSON now)
+        data = post.to_dict()
+        with pytest.raises(
+            InputError, match=rf"saved with a loaded model as model= .*{cls.__name__}\.from_dict\(data, model="
+        ):
+            cls.from_dict(data)
+        again = cls.from_dict(data, model=llm)
+        stage = again.reranker if cls is AttnrankRerank else again.pruner
+        assert stage.llm is llm
