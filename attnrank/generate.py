@@ -137,7 +137,8 @@ class Generator:
         """Answer ``question`` from ``context_docs`` (Document, ScoredDocument or str), greedily.
 
         ``stream``: called with each decoded text piece while generating; the pieces joined are the
-        answer's text.
+        answer's text. An answer cut by ``max_new_tokens`` is ``truncated``, and said in a warning,
+        but to a ``stream`` caller, who prints the answer and says so itself, in an info line.
         """
         n_new = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         check_max_new_tokens(n_new)
@@ -183,7 +184,11 @@ class Generator:
         text = _trim_end(text)  # (a character cut by the limit: its bytes, not U+FFFD; as the stream ends)
         truncated = len(out[0]) - len(ids) >= n_new and not ended
         if truncated:  # (printed as a whole answer, exit 0)
-            logger.warning("the answer reached max_new_tokens=%d before its end: it may be cut; raise it", n_new)
+            # a streaming caller prints the answer as it comes and says so itself (ask's [note], the
+            # server's "truncated"): a warning landed in the middle of its printed line
+            (logger.info if stream is not None else logger.warning)(
+                "the answer reached max_new_tokens=%d before its end: it may be cut; raise it", n_new
+            )
         logger.info("generated %d tokens in %.2f s (prompt %d tokens)", len(new), seconds, len(ids))
         return Answer(text, len(new), seconds, len(ids), self.llm.model_id, truncated)
 

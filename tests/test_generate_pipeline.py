@@ -505,6 +505,10 @@ def test_an_answer_cut_at_max_new_tokens_says_so(llm, caplog):
         cut = Generator(llm, max_new_tokens=2).answer("What is the capital of France?", docs)
     assert cut.tokens == 2 and cut.truncated  # (the tiny random model ends no turn in two tokens)
     assert "reached max_new_tokens=2 before its end" in caplog.text
+    caplog.clear()  # a streaming caller prints the answer and says so itself: no warning inside its line
+    with caplog.at_level(logging.WARNING, logger="attnrank.generate"):
+        streamed = Generator(llm, max_new_tokens=2).answer("What is the capital of France?", docs, stream=print)
+    assert streamed.truncated and "reached max_new_tokens" not in caplog.text
     whole = Answer("Paris", 1, 0.1)
     assert not whole.truncated
 

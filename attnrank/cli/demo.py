@@ -134,4 +134,5 @@ def _demo_answers(llm, pairs, k: int, budget_tokens: int = 120) -> None:
         )
         typer.echo("   A: ", nl=False)
         ans = generator.answer(q["text"], docs, stream=lambda s: typer.echo(s, nl=False))
-        typer.echo(f"\n   gold: {' | '.join(q.get('answers', []))}  ({ans.tokens} tokens, {ans.seconds:.1f} s)")
+        cut = f", cut at the {generator.max_new_tokens}-token limit" if ans.truncated else ""
+        typer.echo(f"\n   gold: {' | '.join(q.get('answers', []))}  ({ans.tokens} tokens{cut}, {ans.seconds:.1f} s)")
