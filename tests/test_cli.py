@@ -169,3 +169,17 @@ def test_every_option_of_one_name_has_the_same_short_form():
     assert len(short) > 50 and short["--index"] == {("-n",)}
     mixed = {name: forms for name, forms in short.items() if len(forms) > 1}
     assert mixed == {"--index-dir": {(), ("-o",)}}, mixed  # (merge-shards: -o, as every command's output)
+
+
+def test_the_demos_answers_say_where_they_were_cut_and_no_warning_breaks_their_line(llm, capsys, caplog):
+    """The answer cut at the demo's 24-token limit logged a warning in the middle of its printed
+    line ("... Corliss ArcherWARNING attnrank.generate: the answer reached ...")."""
+    from attnrank.cli.demo import _demo_answers
+    from attnrank.types import RankedResults, ScoredDocument
+
+    hits = RankedResults("q", [ScoredDocument("a", 1.0, 1, "Paris is the capital of France. It is large.")])
+    with caplog.at_level("WARNING", logger="attnrank"):
+        _demo_answers(llm, [({"text": "What is the capital of France?", "answers": ["Paris"]}, hits)], k=1)
+    out = capsys.readouterr().out
+    assert "cut at the 24-token limit" in out  # (the tiny random model ends no turn in 24 tokens)
+    assert "reached max_new_tokens" not in caplog.text
