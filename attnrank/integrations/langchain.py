@@ -93,6 +93,22 @@ def _split_settings(cls: type, kwargs: dict[str, Any]) -> tuple[dict[str, Any], 
     return fields, {k: v for k, v in kwargs.items() if k not in fields}
 
 
+def _without_stage(adapter: Any, state: dict[Any, Any], kind: str) -> dict[Any, Any]:
+    """A compressor's pickled ``state`` without its ``kind`` object ("reranker" or "pruner"), which
+    holds locks and a model: the copy rebuilds it from the settings it was built from (shared, as
+    any adapter of those settings). One built around a given object is refused. Why: pickling
+    failed on a lock inside ("cannot pickle '_thread.lock' object"), so a chain holding one could
+    not be sent to a worker process."""
+    private = dict(state.get("__pydantic_private__") or {})
+    if private.get("_settings") is None:
+        raise InputError(
+            f"{type(adapter).__name__} built around a given {kind} object cannot be pickled (the {kind} and its model "
+            f"hold locks); build it from the {kind}'s settings (model=..., ...), which a copy rebuilds"
+        )
+    private[f"_{kind}"] = None
+    return {**state, "__pydantic_private__": private}
+
+
 class AttnrankReranker(BaseDocumentCompressor):
     """Rerank documents with attnrank's reranker (the default preset: BM25, dense and the LLM's query
     likelihood, fused) and keep the best ``top_n`` (None: all), best first.
@@ -104,12 +120,21 @@ class AttnrankReranker(BaseDocumentCompressor):
     model_config = ConfigDict(arbitrary_types_allowed=True)
     top_n: int | None = 3
     _reranker: Any = PrivateAttr()
+    _settings: dict[str, Any] | None = PrivateAttr(default=None)  # (None: built around a given object)
 
     def __init__(self, *, reranker: Any = None, **kwargs: Any):
         fields, settings = _split_settings(type(self), kwargs)
         check_top_n(fields.get("top_n", 3))
         super().__init__(**fields)
         self._reranker = shared_reranker(reranker, **settings)
+        self._settings = None if reranker is not None else settings
+
+    def __getstate__(self) -> dict[Any, Any]:
+        return _without_stage(self, super().__getstate__(), "reranker")
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        self._reranker = shared_reranker(**(self._settings or {}))
 
     @property
     def reranker(self) -> Any:
@@ -145,6 +170,7 @@ class AttnrankPruner(BaseDocumentCompressor):
     keep_ratio: float | None = None
     neighbours: int = 0
     _pruner: Any = PrivateAttr()
+    _settings: dict[str, Any] | None = PrivateAttr(default=None)  # (None: built around a given object)
 
     def __init__(self, *, pruner: Any = None, **kwargs: Any):
         fields, settings = _split_settings(type(self), kwargs)
@@ -157,6 +183,14 @@ class AttnrankPruner(BaseDocumentCompressor):
         check_neighbours(fields.get("neighbours", defaults["neighbours"].default))
         super().__init__(**fields)
         self._pruner = shared_pruner(pruner, **settings)
+        self._settings = None if pruner is not None else settings
+
+    def __getstate__(self) -> dict[Any, Any]:
+        return _without_stage(self, super().__getstate__(), "pruner")
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        self._pruner = shared_pruner(**(self._settings or {}))
 
     @property
     def pruner(self) -> Any:

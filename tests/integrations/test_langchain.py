@@ -341,3 +341,21 @@ def test_any_iterable_of_documents_is_ranked_and_a_wrong_stage_object_is_refused
     ):
         with pytest.raises(InputError, match=re.escape(message)):
             make()
+
+
+def test_the_compressors_pickle_and_come_back_sharing_their_stage(settings, query):
+    """Pickling failed on a lock inside ("cannot pickle '_thread.lock' object"): a chain holding a
+    compressor could not go to a worker process. One built around a given object is refused."""
+    import pickle
+
+    from attnrank.rerank.attention import AttentionReranker
+
+    docs = [LCDocument(page_content="Paris is the capital of France."), LCDocument(page_content="Bananas.")]
+    rr = AttnrankReranker(top_n=1, **settings)
+    copy = pickle.loads(pickle.dumps(rr))
+    assert copy.top_n == 1 and copy.reranker is rr.reranker  # (one shared reranker per settings)
+    assert copy.compress_documents(docs, query) == rr.compress_documents(docs, query)
+    pruner = AttnrankPruner(budget_tokens=8, model=settings["model"])
+    assert pickle.loads(pickle.dumps(pruner)).pruner is pruner.pruner
+    with pytest.raises(InputError, match="AttnrankReranker built around a given reranker object cannot be pickled"):
+        pickle.dumps(AttnrankReranker(reranker=AttentionReranker(**settings)))
