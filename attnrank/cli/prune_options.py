@@ -119,22 +119,27 @@ def check_method(method: str, fixed: dict[str, Any]) -> str:
     return method
 
 
-# the pruner's Python names, as prune's (and ask's) flags
-_PRUNE_FLAGS = (
-    ("max_prompt_tokens=", "--max-prompt-tokens "),
-    ("max_prompt_tokens", "--max-prompt-tokens"),
-    ("max_sentence_words", "--max-sentence-words"),
+# the pruner's Python names as flags: those ask has too (its --max-prompt-tokens sizes the
+# reranker's prompts, not the pruner's), then prune's own
+SHARED_PRUNE_FLAGS = (
     ("method='query' or 'focus'", "--method query or focus"),
     ("method='query'", "--method query"),
     ("method='focus'", "--method focus"),
     ("attention='full'", "--attention full"),
+)
+_PRUNE_FLAGS = (
+    ("max_prompt_tokens=", "--max-prompt-tokens "),
+    ("max_prompt_tokens", "--max-prompt-tokens"),
+    ("max_sentence_words", "--max-sentence-words"),
+    *SHARED_PRUNE_FLAGS,
     ("focus_hint", "--focus-hint"),
 )
 
 
-def prune_names(message: str) -> str:
-    """``message`` (the pruner's refusal) with prune's option names for the library's arguments."""
-    for name, option in _PRUNE_FLAGS:
+def prune_names(message: str, flags: tuple[tuple[str, str], ...] = _PRUNE_FLAGS) -> str:
+    """``message`` (the pruner's refusal) with the option names ``flags`` give (prune's) for the
+    library's arguments."""
+    for name, option in flags:
         message = message.replace(name, option)
     return message
 

@@ -13,7 +13,7 @@ import typer
 from ..errors import InputError, SentenceTooLong
 from ..prune.config import PruneConfig
 from ..types import RankedResults
-from .prune_options import prune_names
+from .prune_options import SHARED_PRUNE_FLAGS, prune_names
 
 
 def check_before_load(
@@ -77,18 +77,7 @@ def ask_message(error: Exception, no_prune: bool, k: int) -> str:
     message = message.replace("lower max_new_tokens", "lower --max-new-tokens").replace(
         "max_new_tokens=", "--max-new-tokens "
     )
-    for name, option in _ASK_FLAGS:  # (not the pruner's max_prompt_tokens: ask's flag sizes the reranker's)
-        message = message.replace(name, option)
-    return message
-
-
-# the pruner's arguments that ask has flags for, as ask's flags
-_ASK_FLAGS = (
-    ("method='query' or 'focus'", "--method query or focus"),
-    ("method='query'", "--method query"),
-    ("method='focus'", "--method focus"),
-    ("attention='full'", "--attention full"),
-)
+    return prune_names(message, SHARED_PRUNE_FLAGS)  # (the pruner's arguments ask has flags for)
 
 
 def check_prune_window(config: PruneConfig) -> None:

@@ -151,11 +151,16 @@ def read_run(path: str | Path) -> Run:
     return run
 
 
+def highest_label(qrels: Mapping[str, Mapping[str, int]]) -> int:
+    """The highest relevance label of ``qrels`` (0 where none is judged)."""
+    return max((label for judged in qrels.values() for label in judged.values()), default=0)
+
+
 def check_relevance_level(qrels: Qrels, rel: int, option: str = "--rel") -> None:
     """Refuse a relevance level ``rel`` above every label of ``qrels``: no document is relevant
     then, so every binary metric (recall, RR, P) reads 0 with nothing said (graded nDCG does not),
     and training finds no relevant candidate. The message names the highest label."""
-    top = max((label for judged in qrels.values() for label in judged.values()), default=0)
+    top = highest_label(qrels)
     if 1 <= top < rel:  # (qrels judging nothing relevant at any level are the user's to evaluate)
         raise InputError(
             f"{option} {rel} is above every label of the qrels (the highest is {top}), so no document counts as "

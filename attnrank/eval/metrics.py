@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import InputError, require
 from ..types import is_count, is_real
-from .data import check_relevance_level, trec_order
+from .data import check_relevance_level, highest_label, trec_order
 
 DEFAULT_METRICS = ("nDCG@10", "R@20", "R@100", "RR@10")
 
@@ -146,7 +146,7 @@ def _check_own_rels(metrics: Sequence[str], qrels: Mapping[str, Mapping[str, int
     """Refuse a metric that sets its own rel (``P(rel=3)@5``) above every label of ``qrels``: it
     reads 0 with nothing said, as ``rel`` would (``attnrank eval`` takes no such name)."""
     irm = require("ir_measures", "eval", "Evaluation metrics")
-    top = max((label for judged in qrels.values() for label in judged.values()), default=0)
+    top = highest_label(qrels)
     for m in metrics:
         own = irm.parse_measure(m).params.get("rel")
         if own is not None and 1 <= top < own:

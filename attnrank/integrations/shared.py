@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import InputError
 from ..llm.models import check_model_arg
 from ..llm.recording import forward_lock
+from ..pipeline.checks import check_stage
 from ..prune.config import PruneConfig
 from ..rerank.config import RerankConfig
 from ..rerank.config_checks import check_fields
@@ -125,17 +126,10 @@ def check_reranker_settings(reranker: Any = None, **kwargs: Any) -> dict[str, An
     if reranker is not None:
         if kwargs:
             raise InputError(f"got a reranker object and settings {sorted(kwargs)}; give one or the other")
-        _check_object("reranker", reranker, "rank", "an AttentionReranker, or its settings as keywords (config='icr')")
+        # (a preset name, or a pruner as the reranker, was taken, and failed at the first query)
+        check_stage("reranker=", reranker, "rank", "an AttentionReranker, or its settings as keywords (config='icr')")
         return None
     return resolved_settings(_preset_heads(kwargs), RerankConfig)
-
-
-def _check_object(name: str, stage: Any, method: str, fix: str) -> None:
-    """A given ``reranker=``/``pruner=`` object has the method the adapter calls. Why: a preset
-    name, or a pruner given as the reranker, was taken, and failed at the first query with an
-    AttributeError."""
-    if not callable(getattr(stage, method, None)):
-        raise InputError(f"{name}= is a {type(stage).__name__}, which has no {method}(); pass {fix}")
 
 
 def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
@@ -178,7 +172,7 @@ def shared_pruner(pruner: Any = None, **kwargs: Any):
     if pruner is not None:
         if kwargs:
             raise InputError(f"got a pruner object and settings {sorted(kwargs)}; give one or the other")
-        _check_object("pruner", pruner, "prune", "a ContextPruner, or its settings as keywords (method='query')")
+        check_stage("pruner=", pruner, "prune", "a ContextPruner, or its settings as keywords (method='query')")
         return pruner
     from ..prune.pruner import ContextPruner
 

@@ -111,9 +111,15 @@ def check_stages(**stages: Any) -> None:
     """Each stage object given (``retriever=``, ``reranker=``, ``pruner=``, ``generator=``) has the
     method the pipeline calls, or None."""
     for name, stage in stages.items():
-        method, fix = _STAGES[name]
-        if stage is not None and not callable(getattr(stage, method, None)):
-            raise InputError(f"{name} is a {type(stage).__name__}, which has no {method}(); pass {fix}")
+        if stage is not None:
+            check_stage(name, stage, *_STAGES[name])
+
+
+def check_stage(label: str, stage: Any, method: str, fix: str) -> None:
+    """``stage`` (named ``label`` in the message) has the callable ``method`` its caller calls (the
+    pipeline, a framework adapter), else an :class:`InputError` advising ``fix``."""
+    if not callable(getattr(stage, method, None)):
+        raise InputError(f"{label} is a {type(stage).__name__}, which has no {method}(); pass {fix}")
 
 
 def check_stage_result(result: Any, call: str) -> None:

@@ -42,9 +42,9 @@ def check_budget_fits(
     counted = _SentenceCounter(config, query).count(documents, sents)
     if not counted:
         return
-    original = sum(s.tokens for s in counted)
-    target, source = resolve_budget(budget_tokens, keep_ratio, original, min(s.tokens for s in counted))
-    if target < original and min(s.tokens for s in counted) > target:  # (as the pruner finds it before its pass)
+    original, shortest = sum(s.tokens for s in counted), min(s.tokens for s in counted)
+    target, source = resolve_budget(budget_tokens, keep_ratio, original, shortest)
+    if target < original and shortest > target:  # (as the pruner finds it before its pass)
         PrunedContext(query.strip(), config.method, documents, counted, target, source, keep_ratio, True).check_kept()
 
 
