@@ -40,6 +40,9 @@ _HELD: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDict
 # names no other object
 _INDEX_OF: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _BUILDING: dict[tuple[str, str], threading.Lock] = {}
+# what built each shared object: an index's folder, a reranker's keyword arguments (what a pickled
+# adapter holding them is rebuilt from, :func:`source_of`)
+_SOURCES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _key(kind: str, kwargs: Mapping[str, Any]) -> tuple[str, str]:
@@ -152,6 +155,8 @@ def shared_reranker(reranker: Any = None, *, index: Any = None, **kwargs: Any):
 
     def build() -> AttentionReranker:
         built = AttentionReranker(**kwargs)
+        with _LOCK:
+            _SOURCES[built] = (dict(kwargs), index)
         if index is not None:
             built.use_index(index)
             with _LOCK:
@@ -271,7 +276,26 @@ def shared_index(index: Any) -> Any:
     # not served from the earlier load without its new documents
     build = manifest_tag(Path(path))
     _forget_other_builds(path, build)
-    return _cached("HybridRetriever", {"path": path, "build": build}, lambda: HybridRetriever.load(path))
+
+    def load() -> HybridRetriever:
+        loaded = HybridRetriever.load(path)
+        with _LOCK:
+            _SOURCES[loaded] = path
+        return loaded
+
+    return _cached("HybridRetriever", {"path": path, "build": build}, load)
+
+
+def source_of(shared: Any) -> Any:
+    """What built ``shared``, where :func:`shared_index` or :func:`shared_reranker` built it: an
+    index's folder (str); a reranker's keyword arguments (a dict) and the index it was built
+    for (or None); else None (an object the caller built). A pickled adapter is rebuilt from it: the objects hold locks and a
+    model, which do not pickle."""
+    with _LOCK:
+        try:
+            return _SOURCES.get(shared)
+        except TypeError:  # not weakly referable
+            return None
 
 
 def _forget_other_builds(path: str, build: str | None) -> None:

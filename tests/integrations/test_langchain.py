@@ -359,3 +359,41 @@ def test_the_compressors_pickle_and_come_back_sharing_their_stage(settings, quer
     assert pickle.loads(pickle.dumps(pruner)).pruner is pruner.pruner
     with pytest.raises(InputError, match="AttnrankReranker built around a given reranker object cannot be pickled"):
         pickle.dumps(AttnrankReranker(reranker=AttentionReranker(**settings)))
+
+
+def test_the_retriever_pickles_and_comes_back_with_its_index_and_reranker(settings, demo_index, query):
+    """A retriever held locks (its index's and its reranker's): a chain holding it could not go to a
+    worker process. The copy loads both again from the folder and the settings, shared as any
+    adapter's; one built around an object it cannot load again is refused in one line."""
+    import pickle
+
+    from attnrank.index.retriever import HybridRetriever
+
+    retriever = AttnrankRetriever(index=demo_index, k=3, depth=5, **settings)
+    copy = pickle.loads(pickle.dumps(retriever))
+    assert (copy.k, copy.depth, copy.rerank) == (3, 5, True)
+    assert copy.index is retriever.index and copy.reranker is retriever.reranker
+    assert [d.id for d in copy.invoke(query)] == [d.id for d in retriever.invoke(query)]
+    plain = pickle.loads(pickle.dumps(AttnrankRetriever(index=demo_index, k=2, depth=5, rerank=False)))
+    assert plain.reranker is None and len(plain.invoke(query)) == 2
+    # LangChain rebuilds a configured retriever from its fields (the loaded objects): still picklable
+    configured = _configured(retriever, k=2)
+    assert type(configured) is AttnrankRetriever and configured is not retriever and configured.k == 2
+    assert pickle.loads(pickle.dumps(configured)).reranker is retriever.reranker
+    loaded = HybridRetriever.load(demo_index)
+    with pytest.raises(InputError, match="built around a given index object cannot be pickled"):
+        pickle.dumps(AttnrankRetriever(index=loaded, k=2, depth=5, rerank=False))
+    with pytest.raises(InputError, match="built around a given reranker object cannot be pickled"):
+        pickle.dumps(AttnrankRetriever(index=demo_index, reranker=_OwnReranker(), k=2, depth=5))
+
+
+class _OwnReranker:
+    def rank(self, query, docs, k=None):
+        raise AssertionError("not called")
+
+
+def _configured(retriever, k):
+    """The retriever as LangChain rebuilds it for a call configured with ``k`` (``configurable_fields``)."""
+    from langchain_core.runnables import ConfigurableField
+
+    return retriever.configurable_fields(k=ConfigurableField(id="k"))._prepare({"configurable": {"k": k}})[0]
