@@ -24,7 +24,7 @@ Counts, in LangChain's own names where it has them:
 - ``AttnrankReranker(top_n=3)``: documents kept (``top_n``, as LangChain's reranking
   compressors, e.g. ``CrossEncoderReranker``, name it); attnrank's ``top_k``.
 
-Every adapter pickles (a chain sent to a worker process): the copy loads its index and builds its
+Every adapter here pickles (a chain sent to a worker process): the copy loads its index and builds its
 reranker or pruner again from the folder and the settings it was made from. One made around an
 object the caller built is refused, in one line, when pickled.
 """
