@@ -45,6 +45,7 @@ from ..registry import registry_digest
 from ..rerank.config import RerankConfig
 from ..rerank.fused import SIGNALS_AUTO, SIGNALS_LIKELIHOOD, SIGNALS_ONLY
 from ..rerank.fused_resolve import likelihood_weights, signals_only
+from ..rerank.precheck import check_queries_before_load
 from ..rerank.signals import SIGNALS_VERSION, candidate_terms
 from ..rerank.versions import SCORING_VERSION
 from ..types import encodable, is_blank
@@ -250,6 +251,9 @@ def run_batch(
     model = _model(config)
     if ray_address is None and model[0] is not None and model[1] == name_fingerprint(model[0]):
         readable_model(model[0])  # (a model this machine cannot read: its actors could not either)
+    if config.rerank and ray_address is None:  # (a cluster's model may be on its machines alone)
+        # a query too long for the likelihood: refused by its actor, after Ray had started and the checkpoint begun
+        check_queries_before_load(config.rerank_config(), qs)
     mine = _settings(config, model, res)
     check_folder(parts_dir)
     with locked_checkpoint(parts_dir):

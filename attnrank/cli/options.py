@@ -253,18 +253,10 @@ def check_model_readable(model: str | None) -> None:
 
 
 def check_queries_fit(config: RerankConfig, queries: dict[str, str]) -> None:
-    """Where ``config`` reads the query likelihood: every query of ``queries`` (``{id: text}``)
-    leaves a passage room in the model's context, found with its tokenizer before the model loads
-    (a query of 25,000 tokens was refused only after the load)."""
-    if not config.uses_likelihood or not queries:
-        return
-    from ..llm.modelconfig import model_context_length
-    from ..llm.models import checked_model_id, load_tokenizer
-    from ..rerank.likelihood import check_queries_fit as fits
+    """:func:`attnrank.rerank.precheck.check_queries_before_load` (torch and the tokenizer: imported here only)."""
+    from ..rerank.precheck import check_queries_before_load
 
-    context = model_context_length(config.model)
-    if context is not None:  # (else found where the model has loaded, as before)
-        fits(load_tokenizer(config.model), context, checked_model_id(config.model), queries)
+    check_queries_before_load(config, queries)
 
 
 def check_pruner_lookups(config: PruneConfig) -> None:

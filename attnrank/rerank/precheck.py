@@ -10,11 +10,12 @@ from typing import Any
 
 from ..errors import InputError, PromptTooLong
 from ..llm.modelconfig import PROMPT_MARGIN, model_context_length, prompt_length_floor
-from ..llm.models import load_tokenizer
+from ..llm.models import checked_model_id, load_tokenizer
 from ..llm.prompts import build_rerank_prompts
 from ..types import as_documents
 from .config import RerankConfig
 from .inputs import check_documents
+from .likelihood import check_queries_fit
 from .windows import check_fit_alone
 
 
@@ -57,6 +58,19 @@ def check_query_before_load(config: RerankConfig, query: str, docs: Sequence[Any
     limit = early_prompt_limit(config)
     if limit is not None:
         _check_query(load_tokenizer(config.model), config, limit, query, docs)
+
+
+def check_queries_before_load(config: RerankConfig, queries: dict[str, str]) -> None:
+    """Where ``config`` reads the query likelihood: every query of ``queries`` (``{id: text}``)
+    leaves a passage room in the model's context (:func:`~attnrank.rerank.likelihood.check_queries_fit`),
+    found with its tokenizer and config before the model loads (a query of 25,000 tokens was
+    refused only after the load; in ``attnrank batch``, after Ray had started and a checkpoint
+    begun). A model whose config gives no context length is left to the loaded reranker."""
+    if not config.uses_likelihood or not queries:
+        return
+    context = model_context_length(config.model)
+    if context is not None:
+        check_queries_fit(load_tokenizer(config.model), context, checked_model_id(config.model), queries)
 
 
 def early_prompt_limit(config: RerankConfig) -> int | None:

@@ -224,6 +224,20 @@ def test_a_rerank_with_nothing_registered_is_refused_before_ray(
     assert not loaded and not (tmp_path / "o").exists()
 
 
+def test_a_query_too_long_for_the_likelihood_is_refused_before_ray(tmp_path, indexes, tiny_dir, monkeypatch):
+    """A query leaving no room for a passage in the default's likelihood prompt was refused by its
+    rerank actor: after Ray had started, the model loaded and the checkpoint folder begun."""
+    from attnrank.llm import models
+
+    loaded = []
+    monkeypatch.setattr(models, "_load_cached", lambda *a: loaded.append(a))
+    config = BatchConfig(str(indexes / "single"), k=3, rerank=3, model=str(tiny_dir))
+    queries = {"fine": "red apples", "long": "apples " * 20_000}
+    with pytest.raises(InputError, match=r"^query 'long': the query is \d+ tokens, too long for a passage beside it"):
+        run_batch(queries, config, output=tmp_path / "o")
+    assert not loaded and not (tmp_path / "o").exists() and not (tmp_path / "o.parts").exists()
+
+
 def test_a_cluster_lacking_what_an_actor_declares_is_named(ray_local, caplog):
     """The local Ray has 2 CPUs and no GPU: a GPU rerank actor or a 3-CPU actor would wait for a
     node to join; on a cluster the run says so instead of waiting in silence, and a local Ray,
