@@ -436,8 +436,11 @@ def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".msgpack", ".h5")
 
 
-def _files_signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
-    """Name, size and modification time of each file of ``folder`` but its weights."""
+def _files_signature(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
+    """Name, size, inode, modification and change times of each file of ``folder`` but its weights.
+    Why the last two beside the first: a file replaced by a rename is another inode, and one
+    rewritten in place at its size with its modification time set back (``cp -p``, ``rsync -t``,
+    or within a coarse clock's tick) has a new change time, which no user can set."""
     files = []
     for path in folder.iterdir():
         if not path.name.endswith(_WEIGHT_SUFFIXES):
@@ -445,7 +448,7 @@ def _files_signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
                 st = path.stat()
             except OSError:  # (a dangling link: no file the tokenizer reads)
                 continue
-            files.append((path.name, st.st_size, st.st_mtime_ns))
+            files.append((path.name, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
     return tuple(sorted(files))
 
 

@@ -759,3 +759,9 @@ def test_a_folders_tokenizer_is_read_once_until_its_files_change(tmp_path):
     os.utime(settings, ns=(settings.stat().st_atime_ns, settings.stat().st_mtime_ns + 1_000_000))
     again = load_tokenizer(str(folder))
     assert again is not first and again.model_max_length == 77
+    # rewritten at the same size with its modification time set back (cp -p, rsync -t): read again
+    before = settings.stat()
+    settings.write_text(json.dumps({**changed, "model_max_length": 78}))
+    os.utime(settings, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert settings.stat().st_size == before.st_size and settings.stat().st_mtime_ns == before.st_mtime_ns
+    assert load_tokenizer(str(folder)).model_max_length == 78
