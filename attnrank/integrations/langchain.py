@@ -65,12 +65,14 @@ from .documents import (
     without_scores,
 )
 from .shared import (
+    PICKLED_STAGES,
     check_reranker_settings,
     model_lock,
+    retriever_sources,
+    retriever_stages,
     shared_index,
     shared_pruner,
     shared_reranker,
-    source_of,
 )
 
 __all__ = ["AttnrankPruner", "AttnrankReranker", "AttnrankRetriever", "to_attnrank", "to_langchain"]
@@ -246,9 +248,6 @@ class AttnrankPruner(BaseDocumentCompressor):
         return out
 
 
-# where a pickled AttnrankRetriever keeps what its index and reranker were built from
-_STAGES = "attnrank_stages"
-
 # keywords of BaseRetriever.invoke that LangChain reads itself and passes on to the retriever too
 _LANGCHAIN_KEYWORDS = ("verbose",)
 
@@ -304,41 +303,16 @@ class AttnrankRetriever(BaseRetriever):
             self.reranker = shared_reranker(reranker, index=self.index, **settings)
 
     def __getstate__(self) -> dict[Any, Any]:
-        """The fields but the loaded index and reranker, which hold locks and a model: a copy
-        (another process's) loads them again from the index's folder and the reranker's settings,
-        shared as any adapter's. A retriever built around an index or reranker object is refused."""
+        """The fields but the loaded index and reranker, which a copy loads again (:func:`retriever_sources`)."""
         state = super().__getstate__()
-        folder, built = source_of(self.index), source_of(self.reranker)
-        # (a reranker is rebuilt for the index it was built for, by that index's folder)
-        settings, its_index = built if built is not None else (None, None)
-        its_folder = None if its_index is None else source_of(its_index)
-        given = [
-            kind
-            for kind, unknown in (
-                ("index", folder is None or (its_index is not None and its_folder is None)),
-                ("reranker", self.reranker is not None and built is None),
-            )
-            if unknown
-        ]
-        if given:
-            kind = given[0]
-            raise InputError(
-                f"AttnrankRetriever built around a given {kind} object cannot be pickled (it holds locks and a "
-                f"model); build it from the index's folder (index=path) and the reranker's settings (model=..., ...), "
-                "which a copy loads again"
-            )
-        stages = {"index": folder, "reranker": None if settings is None else (settings, its_folder)}
-        return {**state, "__dict__": {**state["__dict__"], "index": None, "reranker": None}, _STAGES: stages}
+        stages = retriever_sources(type(self).__name__, self.index, self.reranker)
+        return {**state, "__dict__": {**state["__dict__"], "index": None, "reranker": None}, PICKLED_STAGES: stages}
 
     def __setstate__(self, state: dict[Any, Any]) -> None:
         state = dict(state)
-        stages = state.pop(_STAGES)
+        stages = state.pop(PICKLED_STAGES)
         super().__setstate__(state)
-        self.index = shared_index(stages["index"])
-        if stages["reranker"] is not None:
-            settings, its_folder = stages["reranker"]
-            its_index = None if its_folder is None else shared_index(its_folder)
-            self.reranker = shared_reranker(index=its_index, **settings)
+        self.index, self.reranker = retriever_stages(stages)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **counts: Any

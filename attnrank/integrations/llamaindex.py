@@ -61,9 +61,12 @@ from .documents import (
     without_scores,
 )
 from .shared import (
+    PICKLED_STAGES,
     built_settings,
     check_reranker_settings,
     model_lock,
+    retriever_sources,
+    retriever_stages,
     shared_index,
     shared_pruner,
     shared_reranker,
@@ -412,6 +415,18 @@ class AttnrankRetriever(BaseRetriever):
             check_reranker_settings(reranker, **settings)  # (before the index loads)
         self._index = shared_index(index)
         self._reranker = shared_reranker(reranker, index=self._index, **settings) if rerank else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Its attributes but the loaded index and reranker, which a copy loads again
+        (:func:`~attnrank.integrations.shared.retriever_sources`)."""
+        stages = retriever_sources(type(self).__name__, self._index, self._reranker)
+        return {**self.__dict__, "_index": None, "_reranker": None, PICKLED_STAGES: stages}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        stages = state.pop(PICKLED_STAGES)
+        self.__dict__.update(state)
+        self._index, self._reranker = retriever_stages(stages)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = query_bundle.query_str

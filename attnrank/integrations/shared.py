@@ -289,13 +289,51 @@ def shared_index(index: Any) -> Any:
 def source_of(shared: Any) -> Any:
     """What built ``shared``, where :func:`shared_index` or :func:`shared_reranker` built it: an
     index's folder (str); a reranker's keyword arguments (a dict) and the index it was built
-    for (or None); else None (an object the caller built). A pickled adapter is rebuilt from it: the objects hold locks and a
-    model, which do not pickle."""
+    for (or None); else None (an object the caller built)."""
     with _LOCK:
         try:
             return _SOURCES.get(shared)
         except TypeError:  # not weakly referable
             return None
+
+
+# where a pickled retriever adapter keeps :func:`retriever_sources`
+PICKLED_STAGES = "attnrank_stages"
+
+
+def retriever_sources(adapter: str, index: Any, reranker: Any) -> dict[str, Any]:
+    """What a retriever adapter's pickled copy loads its ``index`` and ``reranker`` (or None) again
+    from (:func:`retriever_stages`): the index's folder, the reranker's settings and the folder of
+    the index it was built for. Why: the loaded objects hold locks and a model, which do not
+    pickle, so a chain holding the adapter could not go to a worker process. An object the caller
+    built (not by :func:`shared_index` / :func:`shared_reranker`) cannot be loaded again: refused."""
+    folder, built = source_of(index), source_of(reranker)
+    settings, its_index = built if built is not None else (None, None)
+    its_folder = None if its_index is None else source_of(its_index)
+    unknown = [
+        kind
+        for kind, missing in (
+            ("index", folder is None or (its_index is not None and its_folder is None)),
+            ("reranker", reranker is not None and built is None),
+        )
+        if missing
+    ]
+    if unknown:
+        raise InputError(
+            f"{adapter} built around a given {unknown[0]} object cannot be pickled (it holds locks and a model); "
+            "build it from the index's folder (index=path) and the reranker's settings (model=..., ...), which a "
+            "copy loads again"
+        )
+    return {"index": folder, "reranker": None if settings is None else (settings, its_folder)}
+
+
+def retriever_stages(sources: dict[str, Any]) -> tuple[Any, Any]:
+    """The index and reranker (or None) :func:`retriever_sources` describes, shared as any adapter's."""
+    index = shared_index(sources["index"])
+    if sources["reranker"] is None:
+        return index, None
+    settings, its_folder = sources["reranker"]
+    return index, shared_reranker(index=None if its_folder is None else shared_index(its_folder), **settings)
 
 
 def _forget_other_builds(path: str, build: str | None) -> None:

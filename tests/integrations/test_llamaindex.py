@@ -387,3 +387,22 @@ def test_a_postprocessor_made_with_a_loaded_model_saves_a_stand_in_and_asks_for_
         again = cls.from_dict(data, model=llm)
         stage = again.reranker if cls is AttnrankRerank else again.pruner
         assert stage.llm is llm
+
+
+def test_the_retriever_pickles_and_comes_back_with_its_index_and_reranker(settings, demo_index, query):
+    """Its index and reranker held locks: a query engine holding it could not go to a worker
+    process. The copy loads both again from the folder and the settings, shared as any adapter's;
+    one built around an index object it cannot load again is refused in one line."""
+    import pickle
+
+    from attnrank.index.retriever import HybridRetriever
+
+    retriever = AttnrankRetriever(demo_index, similarity_top_k=3, depth=5, **settings)
+    copy = pickle.loads(pickle.dumps(retriever))
+    assert (copy.similarity_top_k, copy.depth) == (3, 5)
+    assert copy._index is retriever._index and copy._reranker is retriever._reranker
+    assert [n.node.node_id for n in copy.retrieve(query)] == [n.node.node_id for n in retriever.retrieve(query)]
+    plain = pickle.loads(pickle.dumps(AttnrankRetriever(demo_index, similarity_top_k=2, depth=5, rerank=False)))
+    assert plain._reranker is None and len(plain.retrieve(query)) == 2
+    with pytest.raises(InputError, match="AttnrankRetriever built around a given index object cannot be pickled"):
+        pickle.dumps(AttnrankRetriever(HybridRetriever.load(demo_index), similarity_top_k=2, depth=5, rerank=False))
