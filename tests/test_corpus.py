@@ -350,8 +350,13 @@ def test_a_json_array_corpus_is_refused_with_the_conversion(tmp_path):
 
     p = tmp_path / "c.json"
     p.write_text('[\n {"_id": "a", "text": "x"},\n {"_id": "b", "text": "y"}\n]\n')
-    with pytest.raises(InputError, match=r"c.json is one JSON array; .* jq -c '\.\[\]' c.json > c.jsonl"):
+    with pytest.raises(InputError, match=r"c.json is one JSON array; .* jq -c '\.\[\]' c.json > c.lines.jsonl"):
         load_corpus(p, skip_invalid=True)
+    # a .jsonl one: the advice wrote over its input, which the shell empties before jq reads it
+    same = tmp_path / "my corpus.jsonl"
+    same.write_text('[{"_id": "a", "text": "x"}]\n')
+    with pytest.raises(InputError, match=r"jq -c '\.\[\]' 'my corpus.jsonl' > 'my corpus.lines.jsonl'"):
+        load_corpus(same)
 
 
 def test_a_record_with_both_ids_keeps_them_only_where_they_agree(tmp_path):

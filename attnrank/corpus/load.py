@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from ..errors import InputError
@@ -65,9 +66,11 @@ def _refuse_json_array(p: Path) -> None:
     with open(p, "rb") as f:
         head = f.read(4096).decode("utf-8-sig", errors="replace").lstrip()
     if head.startswith("["):
+        # (to a new name: "> {stem}.jsonl" of a .jsonl input was the input, which the shell empties before jq reads it)
+        target = f"{p.stem}.lines.jsonl"
         raise InputError(
-            f"{p} is one JSON array; a corpus is JSON Lines (one object per line): convert it, e.g. "
-            f"jq -c '.[]' {p.name} > {p.stem}.jsonl"
+            f"{p} is one JSON array; a corpus is JSON Lines (one object per line): convert it to a new file, e.g. "
+            f"jq -c '.[]' {shlex.quote(p.name)} > {shlex.quote(target)}"
         )
 
 
