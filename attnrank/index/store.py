@@ -62,6 +62,12 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 
 
+# A folder whose manifest is damaged is no longer known for an index, so a rebuild there must be forced.
+_REBUILD_DAMAGED = (
+    "rebuild the index with `attnrank index CORPUS --index-dir FOLDER --force` (force=True in Python): its "
+    "damaged manifest no longer marks the folder as an attnrank index, which a rebuild replaces only when forced"
+)
+
 def corpus_checksum(docs: Sequence[Document]) -> str:
     """SHA-256 of the documents' ids, titles, texts and (where there is any) metadata; a document
     without metadata hashes as before metadata was stored, so older indexes still verify."""
@@ -264,14 +270,14 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
     except FileNotFoundError:
         raise IndexFormatError(f"{root} has no {MANIFEST}: not an index or an incomplete save; rebuild it") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise IndexFormatError(f"{path} is corrupted ({e}); rebuild the index with `attnrank index`") from None
+        raise IndexFormatError(f"{path} is corrupted ({e}); {_REBUILD_DAMAGED}") from None
     if isinstance(manifest, dict) and manifest.get("format") == SHARDED_FORMAT:
         raise IndexFormatError(
             f"{root} is a sharded index: search it with `attnrank batch` (ShardedRetriever.load), or "
             "merge it into one ordinary index with `attnrank merge-shards`"
         )
     if not isinstance(manifest, dict) or manifest.get("format") != INDEX_FORMAT:
-        raise IndexFormatError(f"{path} is not an attnrank index manifest; rebuild the index")
+        raise IndexFormatError(f"{path} is not an attnrank index manifest; {_REBUILD_DAMAGED}")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise IndexFormatError(
@@ -281,7 +287,7 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
     files = manifest.get("files")
     if not isinstance(files, dict) or not set(required) <= set(files):
         missing = sorted(set(required) - set(files)) if isinstance(files, dict) else ["files"]
-        raise IndexFormatError(f"{path} does not list {missing}; the manifest is damaged, rebuild the index")
+        raise IndexFormatError(f"{path} does not list {missing}; the manifest is damaged: {_REBUILD_DAMAGED}")
     check_files(root, files, path, verify=verify)
     return manifest
 
@@ -358,7 +364,7 @@ def _confined(root: Path, inside: Path, name: object, manifest: Path) -> Path:
     if bad:
         raise IndexFormatError(
             f"{manifest} lists the file {str(name)[:80]!r}, which is outside the index folder; "
-            "the manifest is damaged or crafted, rebuild the index"
+            f"the manifest is damaged or crafted: {_REBUILD_DAMAGED}"
         )
     return f
 
