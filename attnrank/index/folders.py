@@ -184,9 +184,11 @@ def not_replaceable(folder: Path) -> str | None:
     return None
 
 
-def check_target(target: Path, *, force: bool = False, protect: Iterable[Protected] = ()) -> bool:
+def check_target(target: Path, *, force: bool = False, protect: Iterable[Protected] = ()) -> str | None:
     """Raise :class:`InputError` unless a save may replace ``target`` (see the module rules);
-    return whether it may only because of ``force`` (a folder :func:`not_replaceable` names)."""
+    return why, where it may only because of ``force`` (what :func:`not_replaceable` says of the
+    folder), else None. Nothing is logged: a build checks its target two or three times, and the
+    save that replaces it says so once (:func:`attnrank.index.store.atomic_dir`)."""
     target = Path(target)
     if target.is_symlink():
         raise InputError(f"index folder {target} is a symbolic link; give the folder it points to, or another path")
@@ -208,13 +210,13 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
     if target.name == "..":  # (its swap failed after the whole build: a folder cannot be renamed through "..")
         raise InputError(f"index folder {target} ends in '..'; give the folder's own path ({resolved})")
     if not target.exists():
-        return False
+        return None
     if not target.is_dir():
         raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--index")
     check_no_mounts(target)
     why = not_replaceable(target)
     if why is None:
-        return False
+        return None
     # (--force replaced a folder of a folder corpus's own documents: only an index may be replaced there)
     corpus = next(
         (p for what, p in named if what == "the corpus" and _real(p).is_dir() and contains(_real(p), resolved)), None
@@ -226,8 +228,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
             "(--force does not override this)"
         )
     if force:
-        logger.warning("replacing %s because of --force: %s", target, why)
-        return True
+        return why
     raise InputError(
         f"{why}; refusing to replace it and lose its files; move them away, choose another "
         "folder, or pass --force to replace it"

@@ -68,6 +68,7 @@ _REBUILD_DAMAGED = (
     "damaged manifest no longer marks the folder as an attnrank index, which a rebuild replaces only when forced"
 )
 
+
 def corpus_checksum(docs: Sequence[Document]) -> str:
     """SHA-256 of the documents' ids, titles, texts and (where there is any) metadata; a document
     without metadata hashes as before metadata was stored, so older indexes still verify."""
@@ -124,14 +125,16 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
         fsync_tree(tmp)  # (before the checks: what is slow, seconds for a large index, comes first)
         # it may have changed during the build (--force replaces what it was needed for; a folder a save could
         # replace without it is checked again after the swap)
-        forced = check_target(target, force=force, protect=protect)
+        forced = check_target(target, force=force, protect=protect)  # (why, where only force admits it)
         if _identity(target) != found:  # (two builds of one folder: both said they had built it)
             raise IndexFormatError(
                 f"{target} was written by another process during this build; nothing was replaced (it holds the "
                 "other build's index): build again to replace it"
             )
-        old = _swap_checked(tmp, target, found, forced)
+        old = _swap_checked(tmp, target, found, forced is not None)
         swapped = True
+        if forced is not None:
+            logger.warning("replaced %s because of --force: %s", target, forced)
         fsync_folder(target.parent)
         fault_point("save-after-swap", target)
         if old is not None:
