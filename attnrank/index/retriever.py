@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORM, RRF_K, fault_point
+from ..config import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORM, PASSAGE_STATES_FOLDER, RRF_K, fault_point
 from ..corpus import load_corpus
 from ..errors import IndexFormatError, InputError
 from ..types import Document, RankedResults, ScoredDocument, check_indexable, is_count
@@ -286,6 +286,8 @@ class HybridRetriever:
         protected: list[Protected] = list(protect)
         protected += [self.corpus_path] if self.corpus_path is not None else []
         protected += embedder_paths(self.embedder_folder())
+        loaded_here = self._loaded_from(path)  # (such a save keeps the states, or says why it cannot)
+        had_states = 0 if loaded_here else _states_bytes(path)
         with atomic_dir(path, force=force, protect=protected) as tmp:
             write_docs(tmp / "docs.jsonl", self.docs)
             fault_point("save-in-tmp", tmp / "bm25")
@@ -294,10 +296,18 @@ class HybridRetriever:
             if extra is not None:
                 extra(tmp)
             info = self._manifest_info()
-            if self._loaded_from(path):  # saved over itself
+            if loaded_here:  # saved over itself
                 keep_passage_states(path, tmp, info["corpus_sha256"])
             write_manifest(tmp, info)
             check_built(tmp)  # whole, before the swap
+        if had_states and not (path / PASSAGE_STATES_FOLDER).is_dir():
+            # (they cost a pass of the model over the corpus, hours on a large one: never dropped without a word)
+            logger.warning(
+                "dropped the passage states (%.1f MiB) of the index this build replaced at %s; build them again "
+                "with `attnrank index ... --passage-states float16` (or int8)",
+                had_states / 2**20,
+                path,
+            )
         logger.info("saved index with %d documents to %s", self.num_docs, path)
         return path
 
@@ -386,3 +396,11 @@ class HybridRetriever:
         self.build_info = m.get("build", {})
         self.loaded_from = path.resolve()
         return self
+
+
+def _states_bytes(path: Path) -> int:
+    """The bytes of the passage states stored in the index folder ``path`` (0: none there)."""
+    states = path / PASSAGE_STATES_FOLDER
+    if not states.is_dir() or states.is_symlink():
+        return 0
+    return sum(f.stat().st_size for f in states.rglob("*") if f.is_file() and not f.is_symlink())

@@ -435,8 +435,9 @@ def test_a_failed_rebuild_leaves_the_retriever_as_it_was(monkeypatch):
     assert hits.ids == ["a1"] and hits[0].text == "apples are red" and r.corpus_path is None
 
 
-def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_docs, monkeypatch):
-    """README's load -> set_fusion -> save replaced the folder without its passage states."""
+def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_docs, monkeypatch, caplog):
+    """README's load -> set_fusion -> save replaced the folder without its passage states; any
+    other save over them (`attnrank index` again, without --passage-states) drops them, and says so."""
     from attnrank.config import PASSAGE_STATES_FOLDER
 
     def states(folder):
@@ -453,9 +454,13 @@ def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_d
     loaded = HybridRetriever.load(path)
     loaded.save("ix")
     assert (path / PASSAGE_STATES_FOLDER / "states.json").is_file()
+    assert "dropped the passage states" not in caplog.text
     loaded.index(scifact_docs, show_progress=False)  # indexed anew since the load: the states go
-    loaded.save(path)
+    with caplog.at_level("WARNING", logger="attnrank.index.retriever"):
+        loaded.save(path)
     assert not (path / PASSAGE_STATES_FOLDER).exists()
+    assert caplog.text.count("dropped the passage states (0.0 MiB) of the index this build replaced") == 1
+    assert "--passage-states" in caplog.text
     # damaged since they were listed (same size, other bytes): not blessed by the new manifest's checksums
     path = HybridRetriever().index(scifact_docs, show_progress=False).save(tmp_path / "ix2", extra=states)
     (path / PASSAGE_STATES_FOLDER / "states.json").write_text('{"kept": fals}')
