@@ -148,6 +148,13 @@ def test_a_value_the_configuration_refuses_is_an_option_error(tmp_path, dl19_min
         (["--heads", "99-0"], "--heads '99-0'"),  # a head the model lacks
         (["--heads", "1-0,zz"], "--heads '1-0,zz'"),
         (["--verify"], "--verify applies to an index"),  # (it was ignored with --corpus)
+        # a preset the signals setting replaces whole: ranked and tagged as the other, icr never computed
+        (
+            ["--preset", "icr", "--signals", "likelihood"],
+            "--preset icr with --signals likelihood ranks as preset likelihood",
+        ),
+        (["--preset", "signals", "--signals", "auto"], "give --preset fused (without --signals)"),
+        (["--preset", "likelihood", "--signals", "none"], "ranks as preset qrhead, and reads nothing of likelihood"),
     ):
         r = runner.invoke(app, [*args, *bad])
         assert r.exit_code == 2 and said in r.output, (bad, r.output)

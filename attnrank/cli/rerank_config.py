@@ -75,6 +75,19 @@ def parse_reweight(text: str) -> Reweighting | None:
     )
 
 
+def _check_not_replaced(preset: str | None, signals: Any, config: RerankConfig) -> None:
+    """Refuse ``--preset A --signals S`` that ranks as another preset, B, alone: nothing of A is read
+    (``--preset icr --signals likelihood`` is preset ``likelihood``; the run was tagged so, but
+    nothing said that the icr attention asked for was never computed)."""
+    name = (preset or "").strip().lower()
+    if not name or signals is None or config.name not in RERANK_PRESETS or config.name == name:
+        return
+    raise typer.BadParameter(
+        f"--preset {name} with --signals {signals} ranks as preset {config.name}, and reads nothing of {name}; "
+        f"give --preset {config.name} (without --signals), or drop --signals to rank with {name}"
+    )
+
+
 def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False, **given: Any) -> RerankConfig:
     """The preset with every option the user gave (not None) applied; ``pruner_reads``: the
     command also prunes, and its pruner reads ``--attention``, ``--block-positions`` and
@@ -97,6 +110,7 @@ def build_rerank_config(preset: str | None = None, *, pruner_reads: bool = False
         chosen = preset_for(preset, overrides)  # (chosen with the positions: they select the attention preset)
         late = ("block_positions", "state_cache_mb")
         config = RerankConfig.preset(chosen, **{k: v for k, v in overrides.items() if k not in late})
+    _check_not_replaced(preset, given.get("signals"), config)
     defaults = field_defaults()  # a default spelled out changes nothing
     changed = {k for k in ("block_positions", "state_cache_mb") if k in overrides and overrides[k] != defaults[k]}
     unread = ["--block-positions"] if "block_positions" in changed and config.attention != "block" else []
