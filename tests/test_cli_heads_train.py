@@ -10,6 +10,7 @@ from _tiny import save_tiny
 from typer.testing import CliRunner
 
 from attnrank.cli import app
+from attnrank.errors import InputError
 
 runner = CliRunner()
 
@@ -43,7 +44,44 @@ def _args(dl, tiny_dir, *extra):
 _text = cli_text
 
 
-def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny_dir):
+@pytest.fixture
+def informative(monkeypatch):
+    """Head 0-0's feature made each candidate's relevance label, the other heads' left as the tiny
+    random model's attention gives them: weights learned from them can beat the untrained sum of
+    every head, which the random heads alone never do (below it, nothing is registered)."""
+    from attnrank.cli import heads_train
+
+    real = heads_train._capture
+
+    def capture(*args, **kwargs):
+        feats, llm, prompt = real(*args, **kwargs)
+        for q in feats:
+            q.features[:, 0] = q.labels
+        return feats, llm, prompt
+
+    monkeypatch.setattr(heads_train, "_capture", capture)
+
+
+def test_heads_train_does_not_register_weights_below_the_untrained_sum(home, dl19_mini, tiny_dir):
+    """They were registered whatever the report said, and put before the shipped weights: a user's
+    weights that lost held out became what preset learned reads."""
+    from attnrank.llm.fingerprint import model_fingerprint
+    from attnrank.rerank.learned import LearnedHeadWeights
+
+    r = runner.invoke(app, _args(dl19_mini, tiny_dir, "--folds", "3", "--top", "4", "--l2", "1", "--rel", "2"))
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    learned, summed = (
+        float(re.search(rf"^\s+{who}\b.*?nDCG@10 ([0-9.]+)", r.output, re.MULTILINE).group(1))
+        for who in ("learned", "sum of per-head scores")
+    )
+    assert learned < summed and "saved to" not in r.output
+    assert f"Not registered: held out, the learned weights ({learned:.4f}) score below the untrained sum" in r.output
+    assert "warning: 3 labelled queries are fewer than 80" in r.output
+    with pytest.raises(InputError, match="no learned head weights in the head registry"):
+        LearnedHeadWeights.load(*model_fingerprint(str(tiny_dir)))
+
+
+def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny_dir, informative):
     from attnrank.llm.fingerprint import model_fingerprint
     from attnrank.rerank.attention import AttentionReranker
     from attnrank.rerank.config import RerankConfig
@@ -75,7 +113,7 @@ def test_heads_train_reports_heldout_and_registers_weights(home, dl19_mini, tiny
     assert shown.exit_code == 0 and re.search(r"- head-weights \[user\] \d{4}-\d\d-\d\dT.*, trained on", shown.output)
 
 
-def test_heads_train_cuts_passages_as_the_reranker_its_advice_names(home, dl19_mini, tiny_dir):
+def test_heads_train_cuts_passages_as_the_reranker_its_advice_names(home, dl19_mini, tiny_dir, informative):
     """A passage too long for the model's window was refused with "lower max_doc_words/max_doc_tokens",
     options heads train did not have; it takes them now, and the weights record the cut they read."""
     from attnrank.llm.fingerprint import model_fingerprint

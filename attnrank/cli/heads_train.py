@@ -38,6 +38,7 @@ from . import (
 from .heads import heads_app
 from .labelled import LabelledSource, check_labelled, check_saveable, check_training, labelled_set
 from .options import Dtype, MaxDocTokens, MaxDocWords, check_model_readable, truncation
+from .train import FEW_QUERIES
 
 METRICS = ("nDCG@10", "RR@10")
 
@@ -152,8 +153,22 @@ def heads_train(
     feats, llm, prompt = _capture(model, device, dtype, qs, cands, qr, rel, progress, cut)
     report, weights = _train(feats, qr, rel, n_top, learner, l2, first_stage, folds, seed, desc, prompt)
     typer.echo(report)
+    if len(feats) < FEW_QUERIES:
+        typer.echo(
+            f"warning: {len(feats)} labelled queries are fewer than {FEW_QUERIES}; held-out figures over so few move "
+            "by points from one fold shuffle to the next (--seed), so read them as a rough guide"
+        )
     if save:
-        typer.echo(f"saved to {weights.save(llm.model_id, llm.fingerprint)}")
+        held = weights.metrics["heldout"]
+        learned, summed = held["learned nDCG@10"], held["sum of per-head scores nDCG@10"]
+        if learned < summed:  # (the rule of attnrank train: never registered below the untrained weights)
+            typer.echo(
+                f"Not registered: held out, the learned weights ({learned:.4f}) score below the untrained sum of "
+                f"per-head scores ({summed:.4f}), so scorer learned (preset learned) keeps what it reads now; "
+                "train on more labelled queries, or rank with preset icr, which reads that sum"
+            )
+        else:
+            typer.echo(f"saved to {weights.save(llm.model_id, llm.fingerprint)}")
 
 
 def _capture(model, device, dtype, qs, cands, qr, rel, progress, cut):
