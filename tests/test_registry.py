@@ -348,15 +348,27 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
 
 def test_cli_detect_says_where_heads_tie_at_the_cut(roots, tiny_dir, scifact_mini):
     """With one query, per-head nDCG takes few values: heads tied in and past the top N were
-    registered in layer order without a word."""
+    registered in layer order without a word; a set whose every head ties with one past it (the
+    first heads in layer order, which --heads auto then read) is not registered at all."""
     data = ["--queries", str(scifact_mini / "queries.jsonl"), "--qrels", str(scifact_mini / "qrels" / "train.tsv")]
     args = ["heads", "detect", "--model", str(tiny_dir), *data, "--corpus", str(scifact_mini / "corpus.jsonl")]
-    r = runner.invoke(app, [*args, "--max-queries", "1", "--depth", "6", "--top", "1", "-q"])
-    assert r.exit_code == 0, cli_text(r)
-    tied = re.search(r"qr-ndcg: (\d+-\d+) 1\.000\n", r.output)
-    assert tied and "qr-ndcg: note: heads scored 1.000 both in and past the 1 saved" in r.output, r.output
+    args += ["--method", "qr", "--max-queries", "1", "--depth", "6", "-q"]
+    looked = runner.invoke(app, [*args, "--top", "10000", "--no-save"])
+    assert looked.exit_code == 0, cli_text(looked)
+    scores = [float(v) for v in re.findall(r"\d+-\d+ ([0-9.]+)", re.search(r"qr-ndcg: (.*)", looked.output).group(1))]
+    assert len(scores) > 2 and scores[0] == scores[1] == 1.0  # (the best heads tie)
+    r = runner.invoke(app, [*args, "--top", "1"])
+    assert (
+        r.exit_code == 0 and "qr-ndcg: not saved: its best 1 heads all scored 1.000, as heads past them did" in r.output
+    )
     model_id, fp = model_fingerprint(str(tiny_dir))
-    assert sum(v == 1.0 for row in load_head_sets(model_id, fp)[0].scores for v in row) > 1  # (a tie indeed)
+    assert {s.method for s in load_head_sets(model_id, fp)} == {"qr-score", "contrastive"}
+    # a cut inside a tie below the best: registered, and said
+    cut = next(n for n in range(1, len(scores)) if scores[n - 1] == scores[n] and scores[0] > scores[n])
+    r = runner.invoke(app, [*args, "--top", str(cut)])
+    assert r.exit_code == 0, cli_text(r)
+    assert f"qr-ndcg: note: heads scored {scores[cut]:.3f} both in and past the {cut} saved" in r.output, r.output
+    assert "qr-ndcg" in {s.method for s in load_head_sets(model_id, fp)}
 
 
 def test_cli_detect_qr_cuts_passages_as_the_advice_it_gives_says(roots, tiny_dir, scifact_mini, monkeypatch):

@@ -188,6 +188,14 @@ def _save_results(results: dict, top: int, name: str | None) -> None:
         if not heads:
             typer.echo(f"{label}: not saved: no head copied")
             continue
+        if len(scored) > len(heads) and scored[0] == scored[len(heads)]:
+            # every head of the set ties with one left out: the set would be the first heads in layer order,
+            # and --heads auto would read it (2 queries: every qr-ndcg head 0.807, saved and read by auto)
+            typer.echo(
+                f"{label}: not saved: its best {len(heads)} heads all scored {scored[0]:.3f}, as heads past them did, "
+                "so the set would be the first heads in layer order; detect on more queries or trials"
+            )
+            continue
         path = res.save(heads=heads, name=_set_name(name, res.method))
         if res.method == "copy":
             strong = len(set(heads) & set(res.above(RETRIEVAL_THRESHOLD)))
