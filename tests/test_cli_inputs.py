@@ -253,6 +253,12 @@ def test_eval_checks_metrics_rel_and_query_overlap(tmp_path):
     r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path / "elsewhere.tsv"), "--metrics", "RR@10"])
     assert r.exit_code == 0 and r.stdout == "RR@10\t0.0000\n"
     assert "no document" in r.stderr and "the qrels judge 'doc-d1' for 'q1'" in r.stderr
+    # the run's queries the qrels do not judge: left out of every mean, unsaid
+    extra = tmp_path / "extra.trec"
+    extra.write_text((tmp_path / "r.trec").read_text() + "zz Q0 d1 1 9.0 x\n")
+    r = runner.invoke(app, ["eval", str(extra), str(tmp_path / "qrels.tsv"), "--metrics", "RR@10"])
+    assert r.exit_code == 0 and r.stdout == "RR@10\t1.0000\n"
+    assert "1 of the run's 2 queries (first: 'zz') have no judgments in the qrels; they are left out" in r.stderr
     # a folder with no qrels in it: it "did not exist"
     r = runner.invoke(app, ["eval", str(tmp_path / "r.trec"), str(tmp_path)])
     assert r.exit_code == 1 and "is a folder with no qrels/test.tsv, dev.tsv or train.tsv" in _text(r)

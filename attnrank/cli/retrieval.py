@@ -337,7 +337,7 @@ def eval_cmd(
     """Evaluate a run file against qrels (ir-measures)."""
     from ..eval import evaluate, read_qrels, read_run
     from ..eval.data import check_relevance_level
-    from ..eval.metrics import judged_queries, reads_rel
+    from ..eval.metrics import coverage_notes, reads_rel
 
     _setup(True)
     _positive(rel, "--rel", "the lowest label a binary metric counts as relevant")
@@ -350,27 +350,9 @@ def eval_cmd(
             f"none of the {len(first)} queries of {run} has judgments in {qrels} ({len(judged)} judged queries); "
             "give the qrels of the run's queries"
         )
-    ranked = [(q, d) for q, docs in first.items() for d in docs]
-    example = next(((q2, next(iter(v))) for q2, v in judged.items() if v), None)
-    # another corpus's ids (or ids spelled otherwise) read 0 in every metric, unsaid; said, not refused:
-    # a run that found none of the documents judged relevant scores 0 too
-    if ranked and example and not any(d in judged.get(q, {}) for q, d in ranked):
-        (q, d), (jq, jd) = ranked[0], example
-        typer.echo(
-            f"no document {run} ranks is judged in {qrels} (the run ranks {d!r} for {q!r}; the qrels judge {jd!r} "
-            f"for {jq!r}), so every metric reads 0; if the ids are another corpus's or spelled otherwise, give the "
-            "qrels of the run's corpus",
-            err=True,
-        )
-    scored = list(judged_queries(judged))
-    unranked = [q for q in scored if not first.get(q)]
-    if unranked:  # averaged in as 0, as trec_eval -c does: said, since it lowers every mean
-        typer.echo(
-            f"{len(unranked)} of the {len(scored)} judged queries (first: {unranked[0]!r}) have no ranking in "
-            f"{run}; they score 0 in every mean (as trec_eval -c); give qrels of the run's queries only to leave them out",
-            err=True,
-        )
-    for m, v in evaluate(first, judged, names, rel=rel).items():
+    for note in coverage_notes(first, judged):  # (what moves the means unseen; said, not refused: a run that
+        typer.echo(f"{run}: {note}", err=True)  # found no judged document scores 0 too)
+    for m, v in evaluate(first, judged, names, rel=rel, warn=False).items():
         typer.echo(f"{m}\t{v:.4f}")
 
 

@@ -8,6 +8,7 @@ scores rank as trec_eval ranks them, by document id descending, for every metric
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,6 +17,8 @@ from typing import Any
 from ..errors import InputError, require
 from ..types import is_count, is_real
 from .data import check_relevance_level, highest_label, trec_order
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_METRICS = ("nDCG@10", "R@20", "R@100", "RR@10")
 
@@ -120,6 +123,38 @@ def is_label(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def coverage_notes(run: Mapping[str, Mapping[str, Any]], qrels: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """What a mean over ``qrels``' judged queries reads otherwise than a reader of ``run`` may
+    expect, one line each: judged queries the run lacks (0 in every mean, as trec_eval -c), the
+    run's queries that have no judgment (left out of every mean), and a run none of whose ranked
+    documents is judged (every metric 0: ids of another corpus, or spelled otherwise). Why: an
+    evaluation said nothing of either, and returned plausible means."""
+    judged = judged_queries(qrels)
+    notes = []
+    unranked = [q for q in judged if not run.get(q)]
+    if unranked:
+        notes.append(
+            f"{len(unranked)} of the {len(judged)} judged queries (first: {unranked[0]!r}) have no ranking in the run; "
+            "they score 0 in every mean (as trec_eval -c); give qrels of the run's queries only to leave them out"
+        )
+    unjudged = [q for q in run if q not in judged]
+    if unjudged and len(unjudged) < len(run):  # (none judged at all: refused by the callers)
+        notes.append(
+            f"{len(unjudged)} of the run's {len(run)} queries (first: {unjudged[0]!r}) have no judgments in the qrels; "
+            "they are left out of every mean (as trec_eval leaves them)"
+        )
+    ranked = [(q, d) for q, docs in run.items() for d in docs]
+    example = next(((q, next(iter(v))) for q, v in judged.items() if v), None)
+    if ranked and example and not any(d in judged.get(q, {}) for q, d in ranked):
+        (q, d), (jq, jd) = ranked[0], example
+        notes.append(
+            f"no document the run ranks is judged (the run ranks {d!r} for {q!r}; the qrels judge {jd!r} for "
+            f"{jq!r}), so every metric reads 0; if the ids are another corpus's or spelled otherwise, give the "
+            "qrels of the run's corpus"
+        )
+    return notes
+
+
 def judged_queries(qrels: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
     """The queries of ``qrels`` with at least one judgment: an empty judgment set is one trec_eval
     never sees, so it is not averaged."""
@@ -162,10 +197,13 @@ def evaluate(
     metrics: Sequence[str] = DEFAULT_METRICS,
     *,
     rel: int = 1,
+    warn: bool = True,
 ) -> dict[str, float]:
     """Mean of each metric over the queries that have judgments (a query the run lacks is an empty
     ranking, as trec_eval -c: 0 for every ranking metric); refused
-    where no query has one (a mean over none read as a score of 0)."""
+    where no query has one (a mean over none read as a score of 0). With ``warn``, what moves the
+    means unseen is logged (:func:`coverage_notes`): judged queries the run lacks, run queries
+    left out, a run none of whose documents is judged."""
     names = list(_parse(check_metric_list(metrics), rel))
     _check_input(run, qrels)  # here too: a run id 1 would not meet the qrels' "1" and score 0
     judged = judged_queries(qrels)
@@ -182,6 +220,8 @@ def evaluate(
     if reads_rel(names):
         check_relevance_level(judged, rel, "rel")  # (above every label: every binary metric 0, without a word)
     _check_own_rels(names, judged)
+    for note in coverage_notes(run, judged) if warn else ():
+        logger.warning("%s", note)
     # queries with judgments but no run score 0, as trec_eval -c does
     full_run = {q: dict(run.get(q, {})) for q in judged}
     per = evaluate_per_query(full_run, judged, metrics, rel=rel)

@@ -126,6 +126,25 @@ def test_missing_query_counts_zero():
     assert evaluate_per_query({"q1": {"a": 1.0}}, qrels, ["nDCG@10"])["q2"]["nDCG@10"] == 0.0
 
 
+def test_what_moves_the_means_unseen_is_logged(caplog):
+    """evaluate() returned plausible means and said nothing of a run none of whose documents is
+    judged (another corpus's ids: every metric 0), nor of the run's queries left out."""
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}}
+    with caplog.at_level("WARNING", logger="attnrank.eval.metrics"):
+        assert evaluate({"q1": {"X-a": 1.0}, "q2": {"X-b": 1.0}}, qrels, ["nDCG@10"]) == {"nDCG@10": 0.0}
+    assert "no document the run ranks is judged (the run ranks 'X-a' for 'q1'" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank.eval.metrics"):
+        assert evaluate({"q1": {"a": 1.0}, "zz": {"a": 1.0}}, qrels, ["nDCG@10"])["nDCG@10"] == pytest.approx(0.5)
+    assert "1 of the run's 2 queries (first: 'zz') have no judgments in the qrels" in caplog.text
+    assert "1 of the 2 judged queries (first: 'q2') have no ranking in the run" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank.eval.metrics"):
+        evaluate({"q1": {"a": 1.0}, "q2": {"b": 1.0}}, qrels, ["nDCG@10"])
+        evaluate({"q1": {"X": 1.0}}, qrels, ["nDCG@10"], warn=False)
+    assert not caplog.records
+
+
 def test_a_query_the_run_lacks_is_evaluated_as_an_empty_ranking_for_every_metric():
     """Every metric of a judged query missing from the run was filled in as 0: NumRel (a count of
     the qrels) too, where trec_eval -c reports the query's relevant documents."""
