@@ -388,6 +388,22 @@ def test_labelled_queries_the_run_lacks_are_named_not_dropped_silently(scifact_m
     assert f"1 of the {len(qids)} labelled queries have no candidates in the run (e.g. {qids[0]!r})" in err
 
 
+def test_qrels_of_other_query_ids_are_named_not_blamed_on_the_folds(scifact_mini, tmp_path):
+    """Qrels whose query ids match none of the queries' ("ZZ1" for "1") were refused as "0 labelled
+    queries with candidates are fewer than --folds 5; ... lower --folds", a fix that could not work."""
+    from attnrank.cli.labelled import LabelledSource, labelled_set
+    from attnrank.errors import AttnrankError
+
+    qrels = tmp_path / "qrels.tsv"
+    lines = (scifact_mini / "qrels" / "train.tsv").read_text().splitlines()
+    qrels.write_text("\n".join([lines[0], *(f"ZZ{line}" for line in lines[1:])]) + "\n")
+    args = (None, None, scifact_mini / "queries.jsonl", qrels, scifact_mini / "corpus.jsonl", None)
+    with pytest.raises(
+        AttnrankError, match=r"none of the \d+ queries \(e.g. '\d+'\) is judged in the qrels, which judge"
+    ):
+        labelled_set(LabelledSource(*args, 5, 0, None))
+
+
 def test_training_embeds_the_candidates_as_the_trained_preset_will(tiny_dir):
     """train computed the dense signal with a float32 embedder, while the reranker that reads the
     weights embeds in bfloat16 where its model runs so: weights fitted to other signals."""

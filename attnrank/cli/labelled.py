@@ -196,6 +196,11 @@ def labelled_set(source: LabelledSource):
     if run is not None:
         cands = {q: [d for d, _ in trec_order(r)] for q, r in read_run(run).items()}
     qids = sorted(q for q in qs if any(v >= rel for v in qr.get(q, {}).values()))
+    if not qids and qs and qr and not qs.keys() & qr.keys():  # (else "0 labelled queries ... fewer than --folds")
+        raise AttnrankError(
+            f"none of the {len(qs)} queries (e.g. {next(iter(qs))!r}) is judged in the qrels, which judge "
+            f"{len(qr)} others (e.g. {next(iter(qr))!r}); give the qrels of these queries, with their ids spelled alike"
+        )
     random.Random(42).shuffle(qids)  # QRHead samples its detection queries with seed 42
     qids = sorted(qids[: max_queries or None])
     by_id = {d.id: d for d in docs}
