@@ -147,11 +147,21 @@ def store_settings(
     }
 
 
-class StoreSetupError(InputError):
+class StoreError(InputError):
+    """A passage-state store the reranker cannot read: ``fault`` is what is wrong without the fix
+    (the message's advice names ``--passage-states``, which an index's own store, attached unasked,
+    was not given with: :func:`~attnrank.rerank.over_index.index_reranker` says the fault alone)."""
+
+    def __init__(self, message: str, fault: str | None = None):
+        super().__init__(message)
+        self.fault = fault or message
+
+
+class StoreSetupError(StoreError):
     """A passage-state store built for another model or prompt settings than the reranker's."""
 
 
-class StoreDamagedError(InputError):
+class StoreDamagedError(StoreError):
     """A passage-state store that cannot be read as written (its header or arrays)."""
 
 
@@ -304,9 +314,9 @@ class PassageStateStore:
         try:
             header = json.loads((folder / "states.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
+            fault = f"no readable passage-state store at {path} ({e})"
             raise StoreDamagedError(
-                f"no readable passage-state store at {path} ({e}); build one with "
-                "`attnrank index CORPUS --passage-states float16`"
+                f"{fault}; build one with `attnrank index CORPUS --passage-states float16`", fault
             ) from None
         if (
             not isinstance(header, dict)
@@ -394,18 +404,20 @@ def check_encoder(folder: Path, header: dict[str, Any], capturer: AttentionCaptu
     sliding = {"layer_types", "sliding_window"} & set(_later_fields(capturer.decoder.config))
     touched = rows_share_the_pass(capturer.model, capturer.decoder) or bool(sliding)
     if encoder < ENCODER and touched:
-        raise StoreSetupError(
+        fault = (
             f"the passage states at {folder} were written by an earlier attnrank (encoder {encoder}, now {ENCODER}) "
             "that encoded this model's blocks otherwise (int8 linears, length-following rotary or sliding-window "
-            "layers); rebuild them with `attnrank index --passage-states`, or drop --passage-states"
+            "layers)"
         )
+        raise StoreSetupError(f"{fault}; {_REBUILD}, or drop --passage-states", fault)
+
+
+_REBUILD = "rebuild them with `attnrank index --passage-states`"
 
 
 def _damaged(folder: Path, what: str) -> StoreDamagedError:
-    return StoreDamagedError(
-        f"the passage states at {folder} are damaged ({what}); rebuild them with "
-        "`attnrank index --passage-states`, or drop --passage-states"
-    )
+    fault = f"the passage states at {folder} are damaged ({what})"
+    return StoreDamagedError(f"{fault}; {_REBUILD}, or drop --passage-states", fault)
 
 
 def _passages(folder: Path, header: dict[str, Any]) -> list[tuple[str, str]]:

@@ -30,10 +30,10 @@ def index_reranker(
     try:
         reranker = AttentionReranker(llm, config=config.with_options(passage_states=str(stored)) if found else config)
     except (StoreSetupError, StoreDamagedError) as e:  # the index's own store, attached unasked: not for this setup
-        # (or damaged: its advice to drop --passage-states named an option the user never gave)
         if not found:
             raise
-        logger.warning("not reading the index's passage states: %s", e)
+        # (the fault alone: the error's advice, to drop --passage-states, named an option the user never gave)
+        logger.warning("not reading the index's passage states: %s; the passages are encoded afresh", e.fault)
         reranker = AttentionReranker(llm, config=config)
     reranker.use_index(retriever)  # the hits' dense signal from the index's vectors, not a second embedding
     return reranker

@@ -221,6 +221,7 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
         r = runner.invoke(app, [*search, "--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40", "-q"])
     assert r.exit_code == 0, r.output
     assert "not reading the index's passage states" in caplog.text and "no readable" in caplog.text
+    assert "drop --passage-states" not in caplog.text  # (never given: the fault alone is said)
 
 
 def test_texts_sent_to_rerank_are_not_taken_for_the_stored_passages_of_their_positions(tmp_path, tiny_dir, caplog):
