@@ -214,6 +214,16 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
     assert stored["folder"] == str(ix / "passage_states") and stored["passages"] > 3
     # a damaged store the index holds, attached unasked, is skipped with a warning too: the search
     # failed, advising to drop a --passage-states that was never given
+    values = ix / "passage_states" / "values.npy"  # values zeroed past the array's header, its size kept
+    raw = bytearray(values.read_bytes())
+    raw[256:] = bytes(len(raw) - 256)
+    values.write_bytes(bytes(raw))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank.rerank.over_index"):
+        r = runner.invoke(app, [*search, "--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "not reading the index's passage states" in caplog.text and "are damaged" in caplog.text, caplog.text
+    assert "drop --passage-states" not in caplog.text  # (never given: the fault alone is said)
     header = ix / "passage_states" / "states.json"
     header.write_bytes(b"{" + b" " * (header.stat().st_size - 1))  # (its size kept: the index's own check passes)
     caplog.clear()
@@ -221,7 +231,6 @@ def test_index_passage_states_serve_block_search(tmp_path, scifact_mini, tiny_di
         r = runner.invoke(app, [*search, "--preset", "fused", "--model", str(tiny_dir), "--max-doc-words", "40", "-q"])
     assert r.exit_code == 0, r.output
     assert "not reading the index's passage states" in caplog.text and "no readable" in caplog.text
-    assert "drop --passage-states" not in caplog.text  # (never given: the fault alone is said)
 
 
 def test_texts_sent_to_rerank_are_not_taken_for_the_stored_passages_of_their_positions(tmp_path, tiny_dir, caplog):
