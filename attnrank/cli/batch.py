@@ -60,17 +60,44 @@ def build_sharded(
 
 @app.command("merge-shards")
 def merge_shards_cmd(
-    sharded: Path = typer.Argument(..., help="Sharded index folder (built with `attnrank index --shards N`)."),
-    output: Path = typer.Option(..., "--index-dir", "-o", help="Folder of the merged, ordinary index."),
+    sharded: Path = typer.Argument(
+        ...,
+        help="Sharded index (built with `attnrank index --shards N`): its folder, or the --index name it was built "
+        "under (./indexes/NAME, or $ATTNRANK_INDEX_DIR/NAME).",
+    ),
+    index: Optional[str] = typer.Option(None, "--index", "-n", help=f"{INDEX_NAME_HELP} of the merged index."),
+    output: Optional[Path] = typer.Option(None, "--index-dir", "-o", help="Folder of the merged, ordinary index."),
     force: bool = typer.Option(
         False, "--force", help="Replace a non-empty folder that is not an attnrank index (never the source)."
     ),
+    quiet: bool = Quiet,
+    verbose: bool = Verbose,
 ) -> None:
     """Merge a sharded index into one ordinary index (same scores, one machine)."""
     from ..index.sharded import merge_shards
 
-    _setup(True)
-    typer.echo(f"merged {sharded} into {merge_shards(sharded, output, force=force)}")
+    _setup(quiet, verbose)
+    target = _index_path(index, output)
+    source = _sharded_source(sharded)
+    typer.echo(f"merged {source} into {merge_shards(source, target, force=force)}")
+
+
+def _sharded_source(given: Path) -> Path:
+    """The sharded index ``given`` names: a folder, else a plain name as ``--index`` reads it
+    (``merge-shards shn`` looked for ./shn, not for ./indexes/shn, which ``index --index shn
+    --shards 2`` wrote, and said that ./shn had no manifest)."""
+    from ..config import index_root
+
+    if given.exists() or given.is_symlink():
+        return given
+    text = str(given)
+    named = index_root() / text if text == given.name and not text.startswith(".") else None
+    if named is not None and named.is_dir():
+        return named
+    where = f" nor an index named {text!r} ({named})" if named is not None else ""
+    raise typer.BadParameter(
+        f"{given} is no folder{where}; give the sharded index's folder, or the --index name it was built under"
+    )
 
 
 def _check_cpus(actor_cpus: float, num_cpus: Optional[int], ray_address: Optional[str]) -> None:

@@ -283,6 +283,23 @@ def test_merge_shards_command_replaces_a_user_folder_only_with_force(sharded, tm
     assert HybridRetriever.load(mine).num_docs == 55 and not (mine / "notes.txt").exists()
 
 
+def test_merge_shards_reads_index_names_as_index_and_search_do(sharded, tmp_path, monkeypatch):
+    """`merge-shards shn` looked for ./shn, not for the ./indexes/shn `index --index shn --shards 2`
+    wrote, and said ./shn had no manifest; the merged index could be named by a folder only."""
+    import shutil
+
+    monkeypatch.setenv("ATTNRANK_INDEX_DIR", str(tmp_path / "named"))
+    shutil.copytree(sharded, tmp_path / "named" / "shn")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["merge-shards", "shn", "--index", "merged", "-q"])
+    assert r.exit_code == 0, r.output
+    assert HybridRetriever.load(tmp_path / "named" / "merged").num_docs == 55
+    r = CliRunner().invoke(app, ["merge-shards", "nope", "-n", "other"])
+    assert r.exit_code == 2 and "nope is no folder nor an index named 'nope'" in r.output, r.output
+    r = CliRunner().invoke(app, ["merge-shards", "shn", "-n", "x", "-o", str(tmp_path / "y")])
+    assert r.exit_code == 2 and "give --index x or --index-dir" in r.output and not (tmp_path / "y").exists()
+
+
 def test_small_shards_with_global_idf_load(tmp_path):
     """A shard's weights use the whole corpus's idf, above the bound its own document count gives
     (log(2n + 2)): a valid build of many small shards must load and score as the single index."""
