@@ -113,14 +113,21 @@ class HybridRetriever:
         return mode
 
     # -- build -------------------------------------------------------------------------------
-    def index(self, docs: Sequence[Document] | str | Path, *, show_progress: bool = True) -> HybridRetriever:
-        """Index documents (or a corpus path, see :func:`attnrank.corpus.load_corpus`). The
+    def index(
+        self, docs: Sequence[Document] | str | Path, *, show_progress: bool = True, skip_invalid: bool = False
+    ) -> HybridRetriever:
+        """Index documents (or a corpus path, see :func:`attnrank.corpus.load_corpus`; with
+        ``skip_invalid`` its bad records are skipped, each logged, as the refusal of one advises). The
         retriever changes only once both indexes are built: a build that fails leaves it as it was
         (BM25 of the new corpus beside the old documents answered with the wrong ones)."""
         corpus_path = None
         if isinstance(docs, (str, Path)):
             corpus_path = Path(docs).resolve()  # never replaced by a save, whatever force says
-            docs, _ = load_corpus(docs)
+            docs, report = load_corpus(docs, skip_invalid=skip_invalid)
+            for where, why in report.skipped:
+                logger.warning("skipped an invalid record, %s: %s", where, why)
+        elif skip_invalid:  # (documents given as objects: there are no records to skip)
+            raise InputError("skip_invalid applies to a corpus path; documents given as objects are indexed as given")
         docs = list(docs)
         if not docs:
             raise InputError("cannot index an empty corpus (0 documents); give at least one document")

@@ -586,3 +586,16 @@ def test_texts_in_place_of_documents_are_refused_in_one_line():
 
     with pytest.raises(InputError, match="document #0 is a str, not a Document; pass Document"):
         HybridRetriever().index(["Paris is nice", "Berlin too"], show_progress=False)
+
+
+def test_index_of_a_path_skips_invalid_records_where_asked_as_its_refusal_advises(tmp_path, caplog):
+    """The refusal of a bad record advised skip_invalid=True, which index() did not take (TypeError)."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "a", "text": "alpha beta"}\n{"_id": "b", "text": ""}\n{"_id": "c", "text": "gamma"}\n')
+    with pytest.raises(InputError, match=r"skip_invalid=True"):
+        HybridRetriever().index(corpus, show_progress=False)
+    with caplog.at_level("WARNING", logger="attnrank.index.retriever"):
+        r = HybridRetriever().index(corpus, show_progress=False, skip_invalid=True)
+    assert [d.id for d in r.docs] == ["a", "c"] and "skipped an invalid record" in caplog.text and "'b'" in caplog.text
+    with pytest.raises(InputError, match="skip_invalid applies to a corpus path"):
+        HybridRetriever().index(r.docs, show_progress=False, skip_invalid=True)
