@@ -93,7 +93,7 @@ class ShardedRetriever(HybridRetriever):
     shard_dense: list[DenseIndex]
     _inner: dict[int, DenseIndex]  # per shard: its flat vectors in shard order (stored_vectors)
 
-    def index(self, docs, *, show_progress: bool = True):
+    def index(self, docs, *, show_progress: bool = True, skip_invalid: bool = False):
         raise InputError(
             "a ShardedRetriever is built with ShardedIndexer(...).build(docs, path) "
             "(or `attnrank index --shards N`), then loaded with ShardedRetriever.load(path)"
