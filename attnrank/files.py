@@ -56,6 +56,26 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+# Bytes read from each end of a file for its sample digest (:func:`file_sample_sha256`).
+SAMPLE_BYTES = 1 << 16
+
+
+def file_sample_sha256(path: str | Path) -> str:
+    """The SHA-256 (hex) of a file's size and its first and last :data:`SAMPLE_BYTES` bytes (the
+    whole file where it is shorter than both): read at every load of an index, where the full
+    checksum (``--verify``) reads everything. It tells a file replaced by another build's of the
+    same size (a FAISS index of as many vectors), or damaged at either end, from the one written."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        digest.update(str(size).encode())
+        digest.update(f.read(SAMPLE_BYTES))
+        if size > SAMPLE_BYTES:
+            f.seek(max(SAMPLE_BYTES, size - SAMPLE_BYTES))
+            digest.update(f.read(SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
 def sibling(target: Path, kind: str) -> Path:
     """A fresh ``.NAME.<kind>-PID-HEX`` path next to ``target`` (:data:`SIBLING`)."""
     return target.parent / f".{target.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"

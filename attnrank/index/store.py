@@ -35,7 +35,9 @@ from ..errors import IndexFormatError
 from ..files import (
     INDEX_FORMAT,
     MANIFEST,
+    SAMPLE_BYTES,
     SHARDED_FORMAT,
+    file_sample_sha256,
     file_sha256,
     fsync_folder,
     fsync_tree,
@@ -237,7 +239,11 @@ def file_entries(root: Path, skip: Iterable[str] = ()) -> dict[str, dict[str, An
     """Size and SHA-256 of every file under ``root`` but its manifest and the top folders ``skip``."""
     skip = set(skip)
     return {
-        p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
+        p.relative_to(root).as_posix(): {
+            "bytes": p.stat().st_size,
+            "sha256": file_sha256(p),
+            "sample_sha256": file_sample_sha256(p),
+        }
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.relative_to(root).parts[0] not in skip and p.relative_to(root).as_posix() != MANIFEST
     }
@@ -307,15 +313,24 @@ def check_files(root: Path, files: dict[str, Any], manifest: Path, *, verify: bo
             or not isinstance(meta.get("sha256"), str)
         ):
             raise IndexFormatError(f"{manifest}: entry {name!r} lacks its size or checksum; rebuild the index")
+        states = Path(name).parts[:1] == (PASSAGE_STATES_FOLDER,)
         if not f.is_file() or f.stat().st_size != meta["bytes"]:
             # (the states are the part a user may delete to free disk: say that a rebuild may leave them out)
-            states = Path(name).parts[:1] == (PASSAGE_STATES_FOLDER,)
             raise IndexFormatError(
                 f"{f} is missing or has the wrong size (expected {meta['bytes']} bytes); rebuild the index"
                 + (" (without --passage-states to leave its passage states out)" if states else "")
             )
         if verify and file_sha256(f) != meta["sha256"]:
             raise IndexFormatError(f"{f} fails its SHA-256 check; the index is corrupted, rebuild it")
+        # (manifests before 2026-12-07 have none: sizes alone, as then; passage states are checked by
+        # their store, which an index's reranker skips with a warning where they do not hold)
+        sample = meta.get("sample_sha256")
+        if not verify and not states and isinstance(sample, str) and file_sample_sha256(f) != sample:
+            # (a dense index swapped in from another build of as many vectors searched with exit 0)
+            raise IndexFormatError(
+                f"{f} is not the file this index was built with (its first and last {SAMPLE_BYTES // 1024} KiB "
+                "differ from the manifest's record: replaced or damaged since); rebuild the index"
+            )
 
 
 # Loads restarted because a save swapped the folder meanwhile (about 15 s in all).

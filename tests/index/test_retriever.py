@@ -5,6 +5,7 @@ import logging
 
 import numpy as np
 import pytest
+from _manifest import past_the_sample
 
 from attnrank.errors import IndexFormatError, InputError
 from attnrank.index.bm25 import BM25Params
@@ -200,6 +201,7 @@ def test_checksum_verification(saved):
     raw = bytearray(f.read_bytes())
     raw[-7] ^= 1  # same size, lowest mantissa bit of a vector component: structurally plausible
     f.write_bytes(bytes(raw))
+    past_the_sample(saved, "dense/index.faiss")  # (in the middle of a large file)
     HybridRetriever.load(saved)  # the cheap structural checks cannot see it
     with pytest.raises(IndexFormatError, match="fails its SHA-256 check"):
         HybridRetriever.load(saved, verify=True)
@@ -210,6 +212,9 @@ def test_same_size_docs_edit_is_caught_on_every_load(saved):
     raw = bytearray(f.read_bytes())
     raw[raw.index(b'"text": "') + 9] ^= 1  # same size, different text
     f.write_bytes(bytes(raw))
+    with pytest.raises(IndexFormatError, match="docs.jsonl is not the file this index was built with"):
+        HybridRetriever.load(saved)
+    past_the_sample(saved, "docs.jsonl")  # (in the middle of a large file)
     with pytest.raises(IndexFormatError, match="does not match the corpus checksum"):
         HybridRetriever.load(saved)
 
@@ -254,6 +259,7 @@ def test_metadata_survives_save_and_load_and_is_checksummed(tmp_path):
     assert corpus_checksum([plain]) == hashlib.sha256(b"b\0\0Bananas are yellow.\n").hexdigest()
     path = tmp_path / "idx" / "docs.jsonl"
     path.write_text(path.read_text().replace("http://x/a", "http://y/a"))  # same size
+    past_the_sample(path.parent, path.name)  # (in the middle of a large file)
     with pytest.raises(IndexFormatError, match="corpus checksum"):
         HybridRetriever.load(tmp_path / "idx")
 
@@ -599,3 +605,17 @@ def test_index_of_a_path_skips_invalid_records_where_asked_as_its_refusal_advise
     assert [d.id for d in r.docs] == ["a", "c"] and "skipped an invalid record" in caplog.text and "'b'" in caplog.text
     with pytest.raises(InputError, match="skip_invalid applies to a corpus path"):
         HybridRetriever().index(r.docs, show_progress=False, skip_invalid=True)
+
+
+def test_a_file_swapped_in_from_another_build_of_its_size_is_refused_on_load(tmp_path, scifact_docs):
+    """A dense index copied from another build of as many documents (the same size) was searched,
+    with the other corpus's vectors, exit 0, unless --verify read every byte."""
+    import shutil
+
+    one = HybridRetriever().index(scifact_docs[:10], show_progress=False).save(tmp_path / "one")
+    other = HybridRetriever().index(scifact_docs[10:20], show_progress=False).save(tmp_path / "other")
+    swapped = tmp_path / "one" / "dense" / "index.faiss"
+    assert swapped.stat().st_size == (other / "dense" / "index.faiss").stat().st_size
+    shutil.copyfile(other / "dense" / "index.faiss", swapped)
+    with pytest.raises(IndexFormatError, match=r"index.faiss is not the file this index was built with"):
+        HybridRetriever.load(one)

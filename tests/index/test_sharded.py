@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from _manifest import past_the_sample_of_shard
 from typer.testing import CliRunner
 
 from attnrank.cli import app
@@ -209,6 +210,7 @@ def test_edited_shard_documents_are_refused(sharded, tmp_path):
     raw = docs.read_bytes()
     i = raw.index(b'"text": "') + 9
     docs.write_bytes(raw[:i] + (b"X" if raw[i : i + 1] != b"X" else b"Y") + raw[i + 1 :])  # same size
+    past_the_sample_of_shard(copy, "shard-00001", "docs.jsonl")
     with pytest.raises(IndexFormatError, match="does not match the checksum"):
         ShardedRetriever.load(copy)
 
@@ -222,6 +224,7 @@ def test_shard_vector_ids_are_checked(sharded, tmp_path):
     at = raw.rfind(np.arange(start, start + n, dtype=np.int64).tobytes())
     raw[at : at + 8] = np.array([0], dtype=np.int64).tobytes()  # the shard's first vector now says "document 0"
     faiss_file.write_bytes(bytes(raw))
+    past_the_sample_of_shard(copy, "shard-00001", "dense/index.faiss")
     with pytest.raises(IndexFormatError, match="vector ids are not the global ids"):
         ShardedRetriever.load(copy)
 
@@ -232,6 +235,7 @@ def test_shard_tokenizer_is_checked(sharded, tmp_path):
     text = params.read_text()
     assert '"stemmer": "porter"' in text
     params.write_text(text.replace('"stemmer": "porter"', '"stemmer": "none"  '))  # same size
+    past_the_sample_of_shard(copy, "shard-00000", "bm25/params.json")
     with pytest.raises(IndexFormatError, match="tokenizer differs"):
         ShardedRetriever.load(copy)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _harness import cli, judge, snapshot
+from _manifest import past_the_sample
 
 SEARCH = ["search", "cancer", "--index", "a", "--mode", "bm25", "-k", "3"]
 FILES = [
@@ -198,7 +199,21 @@ def test_truncated_file(rel: str, work: Path, index_a: Path) -> None:
 @pytest.mark.parametrize("rel,given,mutate,err", FLIPS, ids=[f"{f[0]}-{i}" for i, f in enumerate(FLIPS)])
 def test_same_size_damage(rel, given, mutate, err, work: Path, index_a: Path) -> None:
     mutate(index_a)
+    if rel != "manifest.json":
+        past_the_sample(index_a, rel)
     _case(f"flip-{rel}-{FLIPS.index((rel, given, mutate, err))}", f"{rel}: {given}", work, SEARCH, 1, [err])
+
+
+@pytest.mark.parametrize("rel,given,mutate,err", FLIPS, ids=[f"{f[0]}-{i}" for i, f in enumerate(FLIPS)])
+def test_same_size_damage_at_a_files_ends_is_caught_by_its_sample(rel, given, mutate, err, work, index_a) -> None:
+    """Every load reads each file's ends against the manifest's sample digest: what the structural
+    checks cannot tell (a FAISS index swapped in from another build of as many vectors, which
+    searched with exit 0 unless --verify) is caught there."""
+    if rel == "manifest.json":
+        pytest.skip("the manifest holds the digests")
+    mutate(index_a)
+    said = f"{rel} is not the file this index was built with (its first and last 64 KiB differ"
+    _case(f"sample-{rel}-{FLIPS.index((rel, given, mutate, err))}", f"{rel}: {given}", work, SEARCH, 1, [said])
 
 
 @pytest.mark.parametrize("rel", ["bm25/data.npy", "dense/index.faiss", "bm25/indices.npy"])
@@ -233,6 +248,7 @@ def test_damaged_vectors_never_printed(work: Path, index_a: Path) -> None:
     for i in range(1, 40):  # the high byte of 39 vector components spread over the vectors
         raw[len(raw) - 4 * 384 * i + 3 - 4 * i] = 0x7F
     p.write_bytes(bytes(raw))
+    past_the_sample(index_a, "dense/index.faiss")  # (past the sampled ends of a large index: its search's checks)
     _case(
         "flip-dense-vectors",
         "dense/index.faiss: exponent bytes of vector components overwritten; hybrid search",
