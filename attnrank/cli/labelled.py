@@ -86,8 +86,8 @@ def check_saveable(model: str | None, save: bool) -> None:
     key = unloaded_model(model)  # a model that cannot load fails here, as loading it would
     try:
         registry_check(*key)
-    except InputError as e:
-        raise typer.BadParameter(f"{e} (or run with --no-save)") from None
+    except InputError as e:  # (a file's fault: exit 1, as the README says of a bad file, not an option's 2)
+        raise InputError(f"{e} (or run with --no-save)") from None
 
 
 @dataclass(frozen=True)
