@@ -73,7 +73,9 @@ def check_fields(cls: type, values: dict[str, Any]) -> None:
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise InputError(f"unknown {cls.__name__} option(s) {unknown}; known: {sorted(known - {'name'})}")
+        # (the command line's --preset is config= in Python: the one spelling a user brings from it)
+        hint = "; a preset is named by config='NAME' (the command line's --preset NAME)" if "preset" in unknown else ""
+        raise InputError(f"unknown {cls.__name__} option(s) {unknown}; known: {sorted(known - {'name'})}{hint}")
 
 
 def check_model_field(cfg: Any) -> None:

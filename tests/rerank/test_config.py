@@ -323,3 +323,11 @@ def test_a_preset_survives_a_round_trip_through_a_dict_and_json():
         assert again == cfg, name
     with pytest.raises(InputError, match=r"unknown Reweighting option\(s\) \['sinks'\]"):
         RerankConfig(reweight={"sinks": True})
+
+
+def test_a_preset_given_by_the_command_lines_name_is_pointed_to_config():
+    """AttentionReranker(preset="signals") was refused listing every option but the one it meant."""
+    with pytest.raises(
+        InputError, match=r"\['preset'\].*a preset is named by config='NAME' \(the command line's --preset"
+    ):
+        RerankConfig.preset(preset="signals")
