@@ -48,10 +48,14 @@ What a save may replace: an attnrank index (a folder with its `manifest.json`, o
 holding nothing its manifest does not list) or an empty folder. Any other folder, and an index
 folder the user has put files of their own into (a run file, notes), is refused; `--force` overrides that for a non-empty folder, never for one that is
 or contains the corpus or the working directory, nor for one inside a folder corpus that holds
-files other than an attnrank index's (the corpus's own documents, perhaps). Every load runs cheap structural checks (manifest
-paths confined to the folder, file sizes, BM25 CSC layout and weight bound, FAISS vector count and
-dimension, document count and corpus checksum); `--verify` also recomputes every file's SHA-256.
-A change that keeps every value plausible (the lowest bit of one number) is found only by `--verify`.
+files other than an attnrank index's (the corpus's own documents, perhaps). Every load runs cheap checks (manifest
+paths confined to the folder, file sizes, a digest of each file's first and last 64 KiB, BM25 CSC
+layout and weight bound, FAISS vector count and dimension, document count and corpus checksum);
+`--verify` also recomputes every file's SHA-256. The test index's files are shorter than 128 KiB,
+so the digest sees every byte of them: the cases of the structural checks damage a file "past the
+sampled ends" (its recorded digest made the damaged bytes', as damage in the middle of a large
+file would leave it). A change there that keeps every value plausible (the lowest bit of one
+number) is found only by `--verify`.
 """
 
 

@@ -344,3 +344,17 @@ def test_a_family_without_sdpa_reranks_under_the_default_and_an_attention_preset
         _assert_head_is_the_librarys(read_run(out), dl19_mini, 3, preset=preset, model=model)
     with pytest.raises(AssertionError):  # (the check can fail: another preset ranks otherwise)
         _assert_head_is_the_librarys(read_run(tmp_path / "icr.trec"), dl19_mini, 3, preset="likelihood", model=model)
+
+
+def test_a_presets_own_signals_spelled_out_beside_other_options_is_not_refused():
+    """--preset qrhead --signals none --heads all was refused as "ranks as preset icr ... drop
+    --signals", though none is qrhead's own setting and the command without it is accepted."""
+    from attnrank.cli.rerank_config import build_rerank_config
+
+    for preset, extra, name in (
+        ("qrhead", {"heads": "all"}, "icr"),
+        ("qrhead", {"reweight": "sink"}, "qrhead-sink"),
+        ("learned", {"scorer": "sum"}, "icr"),
+    ):
+        assert build_rerank_config(preset, signals="none", **extra).name == name
+        assert build_rerank_config(preset, **extra).name == name

@@ -60,7 +60,7 @@ def build_sharded(
 
 @app.command("merge-shards")
 def merge_shards_cmd(
-    sharded: Path = typer.Argument(
+    sharded: str = typer.Argument(
         ...,
         help="Sharded index (built with `attnrank index --shards N`): its folder, or the --index name it was built "
         "under (./indexes/NAME, or $ATTNRANK_INDEX_DIR/NAME).",
@@ -82,21 +82,22 @@ def merge_shards_cmd(
     typer.echo(f"merged {source} into {merge_shards(source, target, force=force)}")
 
 
-def _sharded_source(given: Path) -> Path:
-    """The sharded index ``given`` names: a folder, else a plain name as ``--index`` reads it
-    (``merge-shards shn`` looked for ./shn, not for ./indexes/shn, which ``index --index shn
-    --shards 2`` wrote, and said that ./shn had no manifest)."""
+def _sharded_source(text: str) -> Path:
+    """The sharded index ``text`` names: a folder, else a plain name (no ``/``, not starting with
+    ``.``: ``./shn`` is a path) as ``--index`` reads it (``merge-shards shn`` looked for ./shn, not
+    for ./indexes/shn, which ``index --index shn --shards 2`` wrote, and said ./shn had no manifest)."""
     from ..config import index_root
 
+    given = Path(text)
     if given.exists() or given.is_symlink():
         return given
-    text = str(given)
-    named = index_root() / text if text == given.name and not text.startswith(".") else None
+    plain = "/" not in text and os.sep not in text and not text.startswith((".", "~"))
+    named = index_root() / text if plain else None
     if named is not None and named.is_dir():
         return named
     where = f" nor an index named {text!r} ({named})" if named is not None else ""
     raise typer.BadParameter(
-        f"{given} is no folder{where}; give the sharded index's folder, or the --index name it was built under"
+        f"{text} is no folder{where}; give the sharded index's folder, or the --index name it was built under"
     )
 
 

@@ -1,5 +1,6 @@
 """``attnrank heads train``: learn head weights on your own labelled queries, report them on
-held-out folds, and register them (used by ``AttentionReranker(scorer="learned")``).
+held-out folds, and register them (used by ``AttentionReranker(scorer="learned")``) unless they
+score below the untrained sum of per-head scores held out, as ``attnrank train`` registers.
 
 The candidates and labels come as for ``heads detect --method qr``: BEIR/TREC qrels with queries
 and a corpus (candidates from a TREC run, else BM25 top-``--depth`` over the corpus), or a shared
@@ -91,7 +92,7 @@ def _scores_eval(feats: list[Any], scorer: Any, qrels: dict, rel: int) -> dict[s
     from ..eval.metrics import evaluate
 
     run = {q.qid: dict(zip(q.doc_ids, map(float, scorer(q)))) for q in feats}
-    return evaluate(run, {q.qid: qrels[q.qid] for q in feats}, METRICS, rel=rel)
+    return evaluate(run, {q.qid: qrels[q.qid] for q in feats}, METRICS, rel=rel, warn=False)  # (a fold: no run file)
 
 
 @heads_app.command("train")
@@ -133,7 +134,8 @@ def heads_train(
     quiet: bool = Quiet,
     verbose: bool = Verbose,
 ) -> None:
-    """Train learned head weights on labelled queries; print a held-out report, then register them."""
+    """Train learned head weights on labelled queries; print a held-out report, then register them (unless below
+    the heads' untrained sum held out)."""
     from ..errors import require
     from ..rerank.learned import LEARNERS
 

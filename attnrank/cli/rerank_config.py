@@ -82,6 +82,8 @@ def _check_not_replaced(preset: str | None, signals: Any, config: RerankConfig) 
     name = (preset or "").strip().lower()
     if not name or signals is None or config.name not in RERANK_PRESETS or config.name == name:
         return
+    if name in RERANK_PRESETS and signals_setting(signals) == RERANK_PRESETS[name].signals:
+        return  # (the preset's own setting, spelled out: another option made it the other preset, as without it)
     raise typer.BadParameter(
         f"--preset {name} with --signals {signals} ranks as preset {config.name}, and reads nothing of {name}; "
         f"give --preset {config.name} (without --signals), or drop --signals to rank with {name}"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORM, PASSAGE_STATES_FOLDER, RRF_K, fault_point
+from ..config import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORM, RRF_K, fault_point
 from ..corpus import load_corpus
 from ..errors import IndexFormatError, InputError
 from ..types import Document, RankedResults, ScoredDocument, check_indexable, is_count
@@ -120,15 +120,7 @@ class HybridRetriever:
         ``skip_invalid`` its bad records are skipped, each logged, as the refusal of one advises). The
         retriever changes only once both indexes are built: a build that fails leaves it as it was
         (BM25 of the new corpus beside the old documents answered with the wrong ones)."""
-        corpus_path = None
-        if isinstance(docs, (str, Path)):
-            corpus_path = Path(docs).resolve()  # never replaced by a save, whatever force says
-            docs, report = load_corpus(docs, skip_invalid=skip_invalid)
-            for where, why in report.skipped:
-                logger.warning("skipped an invalid record, %s: %s", where, why)
-        elif skip_invalid:  # (documents given as objects: there are no records to skip)
-            raise InputError("skip_invalid applies to a corpus path; documents given as objects are indexed as given")
-        docs = list(docs)
+        docs, corpus_path = corpus_documents(docs, skip_invalid)
         if not docs:
             raise InputError("cannot index an empty corpus (0 documents); give at least one document")
         check_indexable(docs)
@@ -294,7 +286,6 @@ class HybridRetriever:
         protected += [self.corpus_path] if self.corpus_path is not None else []
         protected += embedder_paths(self.embedder_folder())
         loaded_here = self._loaded_from(path)  # (such a save keeps the states, or says why it cannot)
-        had_states = 0 if loaded_here else _states_bytes(path)
         with atomic_dir(path, force=force, protect=protected) as tmp:
             write_docs(tmp / "docs.jsonl", self.docs)
             fault_point("save-in-tmp", tmp / "bm25")
@@ -307,14 +298,6 @@ class HybridRetriever:
                 keep_passage_states(path, tmp, info["corpus_sha256"])
             write_manifest(tmp, info)
             check_built(tmp)  # whole, before the swap
-        if had_states and not (path / PASSAGE_STATES_FOLDER).is_dir():
-            # (they cost a pass of the model over the corpus, hours on a large one: never dropped without a word)
-            logger.warning(
-                "dropped the passage states (%.1f MiB) of the index this build replaced at %s; build them again "
-                "with `attnrank index ... --passage-states float16` (or int8)",
-                had_states / 2**20,
-                path,
-            )
         logger.info("saved index with %d documents to %s", self.num_docs, path)
         return path
 
@@ -405,9 +388,17 @@ class HybridRetriever:
         return self
 
 
-def _states_bytes(path: Path) -> int:
-    """The bytes of the passage states stored in the index folder ``path`` (0: none there)."""
-    states = path / PASSAGE_STATES_FOLDER
-    if not states.is_dir() or states.is_symlink():
-        return 0
-    return sum(f.stat().st_size for f in states.rglob("*") if f.is_file() and not f.is_symlink())
+def corpus_documents(
+    docs: Sequence[Document] | str | Path, skip_invalid: bool = False
+) -> tuple[list[Document], Path | None]:
+    """The documents to index, and the corpus path they were read from (None: given as objects;
+    never replaced by a save, whatever ``force`` says). With ``skip_invalid`` a corpus's bad
+    records are skipped, each logged, as the refusal of one advises."""
+    if not isinstance(docs, (str, Path)):
+        if skip_invalid:  # (documents given as objects: there are no records to skip)
+            raise InputError("skip_invalid applies to a corpus path; documents given as objects are indexed as given")
+        return list(docs), None
+    loaded, report = load_corpus(docs, skip_invalid=skip_invalid)
+    for where, why in report.skipped:
+        logger.warning("skipped an invalid record, %s: %s", where, why)
+    return loaded, Path(docs).resolve()

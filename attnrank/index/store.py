@@ -111,6 +111,7 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
     target = Path(target)
     protect = list(protect)
     check_target(target, force=force, protect=protect)
+    had_states = states_bytes(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(target)
     found = _identity(target)
@@ -137,6 +138,14 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
         swapped = True
         if forced is not None:
             logger.warning("replaced %s because of --force: %s", target, forced)
+        if had_states and not (target / PASSAGE_STATES_FOLDER).is_dir():
+            # (they cost a pass of the model over the corpus, hours on a large one: never dropped without a word)
+            logger.warning(
+                "dropped the passage states (%.1f MiB) of the index this build replaced at %s; build them again "
+                "with `attnrank index ... --passage-states float16` (or int8)",
+                had_states / 2**20,
+                target,
+            )
         fsync_folder(target.parent)
         fault_point("save-after-swap", target)
         if old is not None:
@@ -150,6 +159,14 @@ def atomic_dir(target: Path, *, force: bool = False, protect: Iterable[Protected
     finally:
         if lock is not None:
             os.close(lock)
+
+
+def states_bytes(index: Path) -> int:
+    """The bytes of the passage states stored in the index folder ``index`` (0: none there)."""
+    states = Path(index) / PASSAGE_STATES_FOLDER
+    if not states.is_dir() or states.is_symlink():
+        return 0
+    return sum(f.stat().st_size for f in states.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def _swap_checked(tmp: Path, target: Path, found: str | None, forced: bool) -> Path | None:

@@ -86,7 +86,7 @@ def _grid(
         for a in alphas:
             retriever.set_fusion("convex", alpha=float(a), norm=norm)
             res = retriever.fuse(texts, cands, k, query_ids=qids)
-            value = evaluate(results_to_run(res), judged, [metric], rel=rel)[metric]
+            value = evaluate(results_to_run(res), judged, [metric], rel=rel, warn=False)[metric]
             table.append({"norm": norm, "alpha": float(a), metric: value})
             tie = best is not None and abs(value - best.score) <= 1e-12
             if best is None or value > best.score + 1e-12 or (tie and float(a) < best.alpha):

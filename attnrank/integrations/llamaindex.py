@@ -416,6 +416,13 @@ class AttnrankRetriever(BaseRetriever):
         self._index = shared_index(index)
         self._reranker = shared_reranker(reranker, index=self._index, **settings) if rerank else None
 
+    def __copy__(self) -> AttnrankRetriever:
+        """A shallow copy sharing the loaded index and reranker (as before pickling was taught:
+        ``copy.copy`` reads :meth:`__getstate__`, which refuses an index object the caller built)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
     def __getstate__(self) -> dict[str, Any]:
         """Its attributes but the loaded index and reranker, which a copy loads again
         (:func:`~attnrank.integrations.shared.retriever_sources`)."""

@@ -309,8 +309,9 @@ class RerankConfig:
         with no preset (:data:`ATTENTION_PRESET` for ``signals="auto"``).
         Overrides of what it computes
         (:data:`~attnrank.rerank.config_fields.METHOD_FIELDS`) name the copy for what it now
-        computes (run tags, ``repr``): the preset whose method it has (``--preset qrhead --heads all`` is ``icr``; ``--preset
-        likelihood --signals only`` is ``signals``), else this preset's name and the fields that
+        computes (run tags, ``repr``): the preset whose method it has (``--preset qrhead --heads all`` is ``icr``;
+        ``preset("likelihood", signals="only")`` is ``signals``, which the command line refuses as ``--preset
+        likelihood --signals only``: give ``--preset signals``), else this preset's name and the fields that
         differ from it (``fused+heads``), or ``custom`` (another ``signals``, no preset's). Other
         ``block_positions`` where attention is read from the full prompt are refused: nothing would
         read them."""

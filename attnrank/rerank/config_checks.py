@@ -74,7 +74,8 @@ def check_fields(cls: type, values: dict[str, Any]) -> None:
     unknown = sorted(set(values) - known)
     if unknown:
         # (the command line's --preset is config= in Python: the one spelling a user brings from it)
-        hint = "; a preset is named by config='NAME' (the command line's --preset NAME)" if "preset" in unknown else ""
+        named = "preset" in unknown and hasattr(cls, "preset")  # (PruneConfig has no presets)
+        hint = "; a preset is named by config='NAME' (the command line's --preset NAME)" if named else ""
         raise InputError(f"unknown {cls.__name__} option(s) {unknown}; known: {sorted(known - {'name'})}{hint}")
 
 

@@ -462,7 +462,7 @@ def test_an_index_saved_over_itself_keeps_its_passage_states(tmp_path, scifact_d
     assert (path / PASSAGE_STATES_FOLDER / "states.json").is_file()
     assert "dropped the passage states" not in caplog.text
     loaded.index(scifact_docs, show_progress=False)  # indexed anew since the load: the states go
-    with caplog.at_level("WARNING", logger="attnrank.index.retriever"):
+    with caplog.at_level("WARNING", logger="attnrank.index.store"):
         loaded.save(path)
     assert not (path / PASSAGE_STATES_FOLDER).exists()
     assert caplog.text.count("dropped the passage states (0.0 MiB) of the index this build replaced") == 1

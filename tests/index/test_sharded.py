@@ -300,6 +300,8 @@ def test_merge_shards_reads_index_names_as_index_and_search_do(sharded, tmp_path
     assert HybridRetriever.load(tmp_path / "named" / "merged").num_docs == 55
     r = CliRunner().invoke(app, ["merge-shards", "nope", "-n", "other"])
     assert r.exit_code == 2 and "nope is no folder nor an index named 'nope'" in r.output, r.output
+    r = CliRunner().invoke(app, ["merge-shards", "./shn", "-n", "other"])  # a path: never read as a name
+    assert r.exit_code == 2 and "./shn is no folder;" in r.output and not (tmp_path / "named" / "other").exists()
     r = CliRunner().invoke(app, ["merge-shards", "shn", "-n", "x", "-o", str(tmp_path / "y")])
     assert r.exit_code == 2 and "give --index x or --index-dir" in r.output and not (tmp_path / "y").exists()
 
@@ -723,3 +725,26 @@ def test_a_file_given_as_a_sharded_index_is_named_a_file(tmp_path):
     (tmp_path / "run.trec").write_text("q1 Q0 d1 1 1.0 x\n")
     with pytest.raises(IndexFormatError, match=r"run\.trec is a file, not a sharded index folder"):
         read_sharded(tmp_path / "run.trec")
+
+
+def test_a_sharded_build_skips_invalid_records_where_asked_and_says_it_drops_passage_states(tmp_path, caplog):
+    """ShardedIndexer.build(path) did not take the skip_invalid its refusal advises (TypeError), and
+    a sharded build over an index dropped its stored passage states without a word."""
+    from attnrank.config import PASSAGE_STATES_FOLDER
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        "".join(f'{{"_id": "d{i}", "text": "word{i} shared text"}}\n' for i in range(6)) + '{"_id": "x"}\n'
+    )
+
+    def states(folder):
+        (folder / PASSAGE_STATES_FOLDER).mkdir()
+        (folder / PASSAGE_STATES_FOLDER / "states.json").write_text('{"kept": true}')
+
+    target = HybridRetriever().index(corpus, show_progress=False, skip_invalid=True).save(tmp_path / "ix", extra=states)
+    with pytest.raises(InputError, match="skip_invalid=True"):
+        ShardedIndexer(HybridRetriever(), shards=2).build(corpus, target)
+    with caplog.at_level("WARNING", logger="attnrank.index.store"):
+        ShardedIndexer(HybridRetriever(), shards=2).build(corpus, target, skip_invalid=True)
+    assert ShardedRetriever.load(target).num_docs == 6 and not (target / PASSAGE_STATES_FOLDER).exists()
+    assert "dropped the passage states (0.0 MiB) of the index this build replaced" in caplog.text

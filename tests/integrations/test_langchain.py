@@ -380,6 +380,14 @@ def test_the_retriever_pickles_and_comes_back_with_its_index_and_reranker(settin
     configured = _configured(retriever, k=2)
     assert type(configured) is AttnrankRetriever and configured is not retriever and configured.k == 2
     assert pickle.loads(pickle.dumps(configured)).reranker is retriever.reranker
+    # in a fresh process (nothing shared yet) the copy loads the index and builds the reranker again
+    from attnrank.integrations.shared import clear_shared
+
+    pickled = pickle.dumps(retriever)
+    clear_shared()
+    fresh = pickle.loads(pickled)
+    assert fresh.index is not retriever.index and fresh.reranker is not retriever.reranker
+    assert [d.id for d in fresh.invoke(query)] == [d.id for d in retriever.invoke(query)]
     loaded = HybridRetriever.load(demo_index)
     with pytest.raises(InputError, match="built around a given index object cannot be pickled"):
         pickle.dumps(AttnrankRetriever(index=loaded, k=2, depth=5, rerank=False))

@@ -404,5 +404,18 @@ def test_the_retriever_pickles_and_comes_back_with_its_index_and_reranker(settin
     assert [n.node.node_id for n in copy.retrieve(query)] == [n.node.node_id for n in retriever.retrieve(query)]
     plain = pickle.loads(pickle.dumps(AttnrankRetriever(demo_index, similarity_top_k=2, depth=5, rerank=False)))
     assert plain._reranker is None and len(plain.retrieve(query)) == 2
+    given = AttnrankRetriever(HybridRetriever.load(demo_index), similarity_top_k=2, depth=5, rerank=False)
     with pytest.raises(InputError, match="AttnrankRetriever built around a given index object cannot be pickled"):
-        pickle.dumps(AttnrankRetriever(HybridRetriever.load(demo_index), similarity_top_k=2, depth=5, rerank=False))
+        pickle.dumps(given)
+    import copy as copying
+
+    shallow = copying.copy(given)  # (copy.copy went through __getstate__, and was refused too)
+    assert shallow._index is given._index and shallow.similarity_top_k == 2
+    # in a fresh process (nothing shared yet) the copy loads the index and builds the reranker again
+    from attnrank.integrations.shared import clear_shared
+
+    pickled = pickle.dumps(retriever)
+    clear_shared()
+    fresh = pickle.loads(pickled)
+    assert fresh._index is not retriever._index and fresh._reranker is not retriever._reranker
+    assert [n.node.node_id for n in fresh.retrieve(query)] == [n.node.node_id for n in retriever.retrieve(query)]

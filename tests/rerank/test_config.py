@@ -331,3 +331,8 @@ def test_a_preset_given_by_the_command_lines_name_is_pointed_to_config():
         InputError, match=r"\['preset'\].*a preset is named by config='NAME' \(the command line's --preset"
     ):
         RerankConfig.preset(preset="signals")
+    from attnrank.prune.config import PruneConfig
+
+    with pytest.raises(InputError, match=r"unknown PruneConfig option\(s\) \['preset'\]") as e:
+        PruneConfig().with_options(preset="icr")  # (a pruner has no presets: no hint)
+    assert "config='NAME'" not in str(e.value)

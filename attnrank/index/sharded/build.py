@@ -23,14 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from ...corpus import load_corpus
 from ...errors import InputError
 from ...types import Document, check_indexable, is_count
 from ..bm25 import BM25Index
 from ..components import dense_settings
 from ..embed import embedder_probe, encode, load_embedder, role_prompts
 from ..folders import Protected, check_target, embedder_paths
-from ..retriever import HybridRetriever
+from ..retriever import HybridRetriever, corpus_documents
 from ..settings import attnrank_version
 from ..store import atomic_dir, check_built, corpus_checksum, write_docs, write_manifest
 from ..tokenize import TokenizerConfig, resolve_config, tokenize_all
@@ -194,8 +193,10 @@ class ShardedIndexer:
         embeddings: np.ndarray | None = None,
         force: bool = False,
         protect: Sequence[str | Path] = (),
+        skip_invalid: bool = False,
     ) -> Path:
-        """Index ``docs`` (or a corpus path) into ``target`` (written atomically); returns ``target``.
+        """Index ``docs`` (or a corpus path; ``skip_invalid`` as :meth:`HybridRetriever.index`) into
+        ``target`` (written atomically); returns ``target``.
 
         ``target`` follows the rules of :meth:`HybridRetriever.save` (checked before any work):
         an existing index or an empty folder; ``force=True`` any other folder but one that holds
@@ -205,9 +206,7 @@ class ShardedIndexer:
             guard.append(Path(docs))
         guard += embedder_paths(self.r.embedder_folder())
         check_target(target, force=force, protect=guard)
-        if isinstance(docs, (str, Path)):
-            docs, _ = load_corpus(docs)
-        docs = list(docs)
+        docs = corpus_documents(docs, skip_invalid)[0]
         self._check(docs, embeddings)
         embedder = load_embedder(self.r.embedder, self.r.device, self.r.embed_backend)
         probe = embedder_probe(embedder)  # (first: a model that cannot embed it fails before the corpus)

@@ -108,6 +108,14 @@ def read_sharded(root: Path, *, verify: bool = False) -> tuple[dict[str, Any], l
     return m, shard_manifests
 
 
+# A folder whose manifest is damaged is no longer known for an index, so a rebuild there must be forced.
+_REBUILD_DAMAGED = (
+    "rebuild the sharded index with `attnrank index CORPUS --index-dir FOLDER --shards N --force` (force=True in "
+    "Python): its damaged manifest no longer marks the folder as an attnrank index, which a rebuild replaces only "
+    "when forced"
+)
+
+
 def _top_manifest(root: Path) -> dict[str, Any]:
     """The parsed top-level manifest, of the sharded format and version this attnrank reads."""
     path = root / MANIFEST
@@ -118,14 +126,14 @@ def _top_manifest(root: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise IndexFormatError(f"{root} has no {MANIFEST}: not an index or an incomplete build; rebuild it") from None
     except (OSError, ValueError) as e:
-        raise IndexFormatError(f"{path} cannot be read ({e}); rebuild the sharded index") from None
+        raise IndexFormatError(f"{path} cannot be read ({e}); {_REBUILD_DAMAGED}") from None
     if isinstance(m, dict) and m.get("format") == INDEX_FORMAT:  # (merge-shards named no fix)
         raise IndexFormatError(
             f"{root} is an ordinary (single) attnrank index, not a sharded one: it needs no merging; "
             "load or search it as it is"
         )
     if not isinstance(m, dict) or m.get("format") != SHARDED_FORMAT:
-        raise IndexFormatError(f"{path} is not a sharded attnrank index manifest")
+        raise IndexFormatError(f"{path} is not a sharded attnrank index manifest; {_REBUILD_DAMAGED}")
     if m.get("format_version") != SHARDED_VERSION:
         raise IndexFormatError(
             f"{root} has sharded format version {m.get('format_version')}, this attnrank reads "

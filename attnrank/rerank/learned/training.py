@@ -159,7 +159,7 @@ def evaluate_scores(
     """ir-measures metrics of ``scorer(query) -> scores [D]`` over ``examples``, against each
     query's ``qrels`` (all its judgments) where it has them, else its candidates' labels; the mean
     over the judged queries (one with judgments but no candidates counts 0, as trec_eval -c)."""
-    return evaluate(*_run_and_qrels(examples, scorer), metrics, rel=rel)
+    return evaluate(*_run_and_qrels(examples, scorer), metrics, rel=rel, warn=False)  # (folds: no run file to fix)
 
 
 def _run_and_qrels(
