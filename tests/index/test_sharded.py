@@ -748,3 +748,12 @@ def test_a_sharded_build_skips_invalid_records_where_asked_and_says_it_drops_pas
         ShardedIndexer(HybridRetriever(), shards=2).build(corpus, target, skip_invalid=True)
     assert ShardedRetriever.load(target).num_docs == 6 and not (target / PASSAGE_STATES_FOLDER).exists()
     assert "dropped the passage states (0.0 MiB) of the index this build replaced" in caplog.text
+
+
+def test_a_damaged_sharded_manifest_advises_the_forced_rebuild(sharded, tmp_path):
+    """It advised "rebuild the sharded index", which a plain rebuild refused: a folder whose manifest
+    is damaged is no longer known for an index."""
+    copy = _copy(sharded, tmp_path)
+    (copy / "manifest.json").write_text("{not json")
+    with pytest.raises(IndexFormatError, match=r"cannot be read .*--shards N --force"):
+        ShardedRetriever.load(copy)
