@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 from .errors import InputError
@@ -20,6 +21,8 @@ def load_queries(path: str | Path, *, run_ids: bool = False) -> dict[str, str]:
 
     ``run_ids``: the queries' results go into a TREC run, whose lines cannot hold an id with
     whitespace in it: such an id is refused at its line (a BEIR id may hold a space)."""
+    if not isinstance(path, (str, os.PathLike)):  # (a dict of queries failed as a bare TypeError)
+        raise InputError(f"load_queries takes a file's path, not a {type(path).__name__}; pass the queries file")
     p = Path(path)
     if p.is_dir():
         p = p / "queries.jsonl"

@@ -53,7 +53,8 @@ class ScoredDocument:
 
     @property
     def document(self) -> Document:
-        return Document(id=self.id, text=self.text, title=self.title, metadata=self.metadata)
+        # (a copy of the metadata: an edit of the document reached this result, and the results after it)
+        return Document(id=self.id, text=self.text, title=self.title, metadata=dict(self.metadata))
 
 
 @dataclass
@@ -69,6 +70,11 @@ class RankedResults:
         # Sorting here keeps the invariant in one place: every stage returns sorted lists. The
         # caller's list and entries are left as they were: the results are new, re-ranked copies.
         # A NaN score ranks last: compared as a number it breaks the sort and leaves better ones behind it.
+        bad = next((r for r in self.results if not _is_score(r.score)), None)
+        if bad is not None:  # ("0.5" or None failed as a bare TypeError inside the sort)
+            raise InputError(
+                f"result {bad.id!r} has the score {bad.score!r}, a {type(bad.score).__name__}; give each a number"
+            )
         ordered = sorted(
             self.results, key=lambda r: (math.isnan(r.score), 0.0 if math.isnan(r.score) else -r.score, r.rank)
         )
@@ -142,6 +148,11 @@ def refuse_one_passage(docs: Any, subject: str, noun: str) -> None:
         raise InputError(f"{subject} one {type(docs).__name__}, not a list of {noun}; pass a list (e.g. [passage])")
 
 
+def _is_score(value: Any) -> bool:
+    """A real number (numpy's too), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None]:
     """Candidates as :class:`Document` objects, plus the earlier stage's :class:`ScoredDocument`
     entries when every candidate is one (their scores feed learned and fused scorers).
@@ -164,6 +175,14 @@ def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None
     docs = list(docs)
     if docs and all(isinstance(d, ScoredDocument) for d in docs):
         return [d.document for d in docs], docs
+    scored = next((d for d in docs if isinstance(d, ScoredDocument)), None)
+    if scored is not None:  # (every candidate's earlier scores were dropped for one plain one beside them)
+        plain = next(i for i, d in enumerate(docs) if not isinstance(d, ScoredDocument))
+        raise InputError(
+            f"the candidates mix scored documents (e.g. {scored.id!r}) with unscored ones (e.g. #{plain}, a "
+            f"{type(docs[plain]).__name__}), whose scores would all be dropped; give every candidate as a "
+            "ScoredDocument, or none (ScoredDocument.document is its plain Document)"
+        )
     out = []
     for i, d in enumerate(docs):
         if isinstance(d, Document):
@@ -211,7 +230,7 @@ def rank_documents(
                 title=d.title,
                 stage_scores={**prev, stage: float(s)},
                 evidence=ev,
-                metadata=d.metadata,
+                metadata=dict(d.metadata),  # (the caller's dict: an edit of a result reached their documents)
             )
         )
     return RankedResults(query=query, results=out, query_id=query_id, stage=stage)

@@ -790,3 +790,30 @@ def test_stage_objects_that_cannot_run_are_refused_when_the_pipeline_is_made(tmp
 
     with pytest.raises(InputError, match=r"retriever.search\(\) returned a list, not RankedResults"):
         Pipeline(Listing(), budget_tokens=None).run("q?")
+
+
+def test_given_scored_candidates_whose_ranks_disagree_with_their_scores_are_said(caplog):
+    """They are ordered by score; the candidate ranked 1 was cut by depth without a word."""
+    from attnrank.types import ScoredDocument
+
+    given = [
+        ScoredDocument("a", 0.1, 1, "alpha"),
+        ScoredDocument("b", 0.9, 2, "beta"),
+        ScoredDocument("c", 0.5, 3, "c"),
+    ]
+    with caplog.at_level("WARNING", logger="attnrank.pipeline"):
+        res = Pipeline(None, None, depth=2, top_k=2).run("q", candidates=given)
+    assert res.first_stage.ids == ["b", "c", "a"]
+    assert "rank documents in another order by their scores than by their rank field" in caplog.text
+    assert "(first by score: 'b'; rank 1: 'a')" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="attnrank.pipeline"):
+        Pipeline(None, None, depth=2, top_k=2).run("q", candidates=sorted(given, key=lambda d: -d.score))
+    assert "another order" in caplog.text  # (their rank fields still disagree)
+    caplog.clear()
+    agreeing = [
+        ScoredDocument(d.id, d.score, r, d.text) for r, d in enumerate(sorted(given, key=lambda d: -d.score), 1)
+    ]
+    with caplog.at_level("WARNING", logger="attnrank.pipeline"):
+        Pipeline(None, None, depth=2, top_k=2).run("q", candidates=agreeing)
+    assert not caplog.records

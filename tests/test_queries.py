@@ -96,3 +96,8 @@ def test_a_truncated_gzip_queries_file_is_one_line_naming_it(tmp_path):
     cut.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(InputError, match=r"q.tsv.gz: not a complete gzip file"):
         load_queries(cut)
+
+
+def test_queries_given_as_a_dict_are_named_not_a_type_error():
+    with pytest.raises(InputError, match="load_queries takes a file's path, not a dict"):
+        load_queries({"q": "x"})

@@ -133,3 +133,29 @@ def test_a_reranked_or_pruned_document_needs_text_fields_that_are_strings(doc, m
     with pytest.raises(InputError, match=re.escape(message)):
         ContextPruner(llm).prune("capital?", [doc], budget_tokens=20)
     check_texts([Document("a", "Paris", None)])  # (no title: None is one)
+
+
+def test_a_score_that_is_no_number_is_one_line():
+    """RankedResults(...) with the score "0.5" (or None) failed as a bare TypeError inside its sort."""
+    for bad in ("0.5", None, True):
+        with pytest.raises(InputError, match=r"result 'a' has the score .* give each a number"):
+            RankedResults("q", [ScoredDocument("a", bad, 1)])
+    assert RankedResults("q", [ScoredDocument("a", np.float32(0.5), 1)]).scores == [0.5]
+
+
+def test_candidates_mixing_scored_and_plain_documents_are_refused():
+    """One plain document beside scored ones made every candidate unscored: their scores dropped."""
+    with pytest.raises(
+        InputError, match=r"mix scored documents \(e.g. 'b'\) with unscored ones \(e.g. #0, a Document\)"
+    ):
+        as_documents([Document("a", "x"), ScoredDocument("b", 5.0, 1, "y")])
+
+
+def test_results_do_not_share_metadata_with_the_documents_they_came_from():
+    """A result's metadata was the caller's own dict: an edit of one reached the other, and every later result."""
+    doc = Document("a", "Paris is the capital", metadata={"src": "x"})
+    ranked = rank_documents("q", [doc], [1.0], stage="s")
+    ranked[0].metadata["note"] = "edited"
+    assert doc.metadata == {"src": "x"}
+    ranked[0].document.metadata["more"] = 1
+    assert ranked[0].metadata == {"src": "x", "note": "edited"}

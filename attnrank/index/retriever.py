@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import time
@@ -124,6 +125,8 @@ class HybridRetriever:
         if not docs:
             raise InputError("cannot index an empty corpus (0 documents); give at least one document")
         check_indexable(docs)
+        # (the caller's metadata dicts: an edit of their list after indexing changed what searches returned)
+        docs = [dataclasses.replace(d, metadata=dict(d.metadata)) for d in docs]
         texts = [d.full_text for d in docs]
         t0 = time.perf_counter()
         bm25 = BM25Index(self.bm25_params, resolve_config(self.stopwords, self.stemmer)).index(texts)
@@ -160,6 +163,10 @@ class HybridRetriever:
         if isinstance(queries, str):  # (searched one character at a time, exit 0)
             raise InputError("search_batch takes a list of queries, not one string; use search(query) for one")
         if isinstance(queries, Mapping):
+            if query_ids is not None:  # (the given ids were dropped for the mapping's keys)
+                raise InputError(
+                    "the queries are a mapping, whose keys are their ids; give query_ids or a mapping, not both"
+                )
             query_ids, queries = list(queries.keys()), list(queries.values())
         queries = list(queries)
         if query_ids is not None and len(query_ids) != len(queries):

@@ -3,6 +3,7 @@ holds, the version stamps its manifest records, and the retriever arguments a ma
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -69,6 +70,9 @@ def check_fusion(fusion: str | None, alpha: float | None = None, norm: str | Non
     alone: before an index loads, and by it."""
     if fusion is not None and fusion not in FUSIONS:
         raise InputError(f"fusion {fusion!r} is not one of {FUSIONS}")
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, numbers.Real)):
+        # ("0.5" failed as a bare TypeError; True was taken as 1.0)
+        raise InputError(f"alpha={alpha!r} is a {type(alpha).__name__}; give a number in [0, 1] (the dense weight)")
     if alpha is not None and not 0 <= alpha <= 1:
         raise InputError(f"alpha={alpha} is outside [0, 1]; it is the weight of the dense scores")
     if norm is not None and norm not in hybrid.NORMS:

@@ -320,4 +320,14 @@ def _given(question: str, candidates: Any, query_id: str | None) -> RankedResult
     results = scored or [
         ScoredDocument(d.id, 0.0, i, d.text, d.title, metadata=d.metadata) for i, d in enumerate(docs, start=1)
     ]
-    return RankedResults(question, results, query_id, stage="given")
+    given = RankedResults(question, results, query_id, stage="given")
+    if scored and [d.id for d in sorted(scored, key=lambda d: d.rank)] != given.ids:
+        # (as read_run says of a run file: the candidate ranked 1 could be cut by depth without a word)
+        logger.warning(
+            "the given candidates rank documents in another order by their scores than by their rank field "
+            "(first by score: %r; rank 1: %r); they are ordered by score, highest first: give scores that order "
+            "them as their ranks do (higher is better), or plain Documents to keep the list's order",
+            given.ids[0],
+            min(scored, key=lambda d: d.rank).id,
+        )
+    return given

@@ -132,6 +132,11 @@ class ContextPruner:
             options["heads"] = heads
         if isinstance(model, (str, os.PathLike)):  # a Path is a model folder too
             options["model"] = os.fspath(model)
+        if config is not None and not isinstance(config, PruneConfig):  # ("query" failed as an AttributeError)
+            raise InputError(
+                f"config={config!r} is not a PruneConfig; a pruner has no presets: give PruneConfig(method=...) or "
+                "the options as keywords (method='query')"
+            )
         self.config = cfg = (config or PruneConfig()).with_options(**options)
         if probe is not None and cfg.method != "probe":
             raise InputError(f"a probe was given, but method={cfg.method!r} reads none; pass method='probe' too")

@@ -619,3 +619,17 @@ def test_a_file_swapped_in_from_another_build_of_its_size_is_refused_on_load(tmp
     shutil.copyfile(other / "dense" / "index.faiss", swapped)
     with pytest.raises(IndexFormatError, match=r"index.faiss is not the file this index was built with"):
         HybridRetriever.load(one)
+
+
+def test_alpha_that_is_no_number_and_ids_given_twice_are_refused(built_retriever, scifact_docs):
+    """alpha="0.5" failed as a bare TypeError and alpha=True was taken as 1.0; query_ids beside a
+    mapping of queries were dropped for its keys; the index read the caller's metadata dicts."""
+    for bad in ("0.5", True):
+        with pytest.raises(InputError, match=r"alpha=.* give a number in \[0, 1\]"):
+            HybridRetriever(alpha=bad)
+    with pytest.raises(InputError, match="give query_ids or a mapping, not both"):
+        built_retriever.search_batch({"q1": "cells"}, k=1, query_ids=["z"])
+    docs = [Document("a", "Paris is the capital", metadata={"src": "x"}), Document("b", "Berlin is cold")]
+    r = HybridRetriever().index(docs, show_progress=False)
+    docs[0].metadata["src"] = "CHANGED"
+    assert r.search("Paris capital", k=1)[0].metadata == {"src": "x"}

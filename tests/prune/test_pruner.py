@@ -774,3 +774,11 @@ def test_a_sliding_window_too_short_for_the_prompt_is_named_with_the_heads_to_ch
         with pytest.raises(InputError, match=r"a sliding-window layer among the heads reads only the last \d+ tokens"):
             ContextPruner(llm, config=PruneConfig(max_prompt_tokens=budget))
     ContextPruner(llm, heads=[(1, 0), (1, 1)])  # heads of the full-attention layer: built
+
+
+def test_a_preset_name_given_as_the_pruners_config_is_one_line():
+    """ContextPruner(config="query") failed as an AttributeError ('str' has no with_options)."""
+    from attnrank.prune.pruner import ContextPruner
+
+    with pytest.raises(InputError, match=r"config='query' is not a PruneConfig; a pruner has no presets"):
+        ContextPruner(config="query")
