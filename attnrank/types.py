@@ -148,6 +148,13 @@ def refuse_one_passage(docs: Any, subject: str, noun: str) -> None:
         raise InputError(f"{subject} one {type(docs).__name__}, not a list of {noun}; pass a list (e.g. [passage])")
 
 
+def check_query_id(query_id: Any) -> None:
+    """None, or a query's id as a run file holds it: a non-empty string (an int was kept as one,
+    and "" passed, for ``write_run`` to refuse after the work)."""
+    if query_id is not None and (not isinstance(query_id, str) or not query_id.strip()):
+        raise InputError(f"query_id={query_id!r} is not a non-empty string; give the query's id as text, or None")
+
+
 def _is_score(value: Any) -> bool:
     """A real number (numpy's too), not a bool."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -15,7 +15,7 @@ import numpy as np
 from ..config import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORM, RRF_K, fault_point
 from ..corpus import load_corpus
 from ..errors import IndexFormatError, InputError
-from ..types import Document, RankedResults, ScoredDocument, check_indexable, is_count
+from ..types import Document, RankedResults, ScoredDocument, check_indexable, check_query_id, is_count
 from . import hybrid
 from .bm25 import BM25Index, BM25Params
 from .components import mangled, manifest_info, read_components
@@ -171,6 +171,8 @@ class HybridRetriever:
         queries = list(queries)
         if query_ids is not None and len(query_ids) != len(queries):
             raise InputError(f"{len(queries)} queries but {len(query_ids)} query_ids; give one id per query")
+        for given in query_ids or ():
+            check_query_id(given)
         self._check_search(queries, k)
         mode = self._check_mode(mode or self.mode)
         if not queries:  # nothing to embed: the embedder would return no vectors at all

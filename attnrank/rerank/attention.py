@@ -49,7 +49,16 @@ from ..llm.models import (
 from ..llm.prompts import CALIBRATION_QUERY
 from ..llm.states import StateCache
 from ..llm.statestore import PassageStateStore, ids_by_position
-from ..types import Document, RankedResults, ScoredDocument, as_documents, rank_documents, stage_score_lists, with_stage
+from ..types import (
+    Document,
+    RankedResults,
+    ScoredDocument,
+    as_documents,
+    check_query_id,
+    rank_documents,
+    stage_score_lists,
+    with_stage,
+)
 from .aggregation import window_document_scores, without_attention_evidence
 from .capturing import WindowCapture
 from .config import RerankConfig
@@ -276,6 +285,11 @@ class AttentionReranker(WindowCapture, FusedScoring):
         ``k`` must be None or a positive integer; document ids must be unique."""
         self._check_query(query)
         check_k(k)
+        if not isinstance(return_evidence, (bool, np.bool_)):  # ("no" is truthy: evidence came back)
+            raise InputError(
+                f"return_evidence={return_evidence!r} is a {type(return_evidence).__name__}; give True or False"
+            )
+        check_query_id(query_id)
         if return_evidence and (self.learned is not None or not self.uses_attention):  # none would come, silently
             what = "the learned scorer has" if self.learned is not None else f"preset {self.config.name!r} computes"
             raise InputError(f"{what} no per-token attention evidence; use e.g. preset 'qrhead' to explain")

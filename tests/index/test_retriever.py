@@ -633,3 +633,11 @@ def test_alpha_that_is_no_number_and_ids_given_twice_are_refused(built_retriever
     r = HybridRetriever().index(docs, show_progress=False)
     docs[0].metadata["src"] = "CHANGED"
     assert r.search("Paris capital", k=1)[0].metadata == {"src": "x"}
+
+
+def test_a_query_id_that_is_no_text_is_refused(built_retriever):
+    """search(query_id=5) kept an int id, and "" passed, for write_run to refuse after the work."""
+    for bad in (5, ""):
+        with pytest.raises(InputError, match=r"query_id=.* is not a non-empty string"):
+            built_retriever.search("cells", k=1, query_id=bad)
+    assert built_retriever.search("cells", k=1, query_id="q1").query_id == "q1"

@@ -367,3 +367,18 @@ def test_heads_outside_the_model_are_refused_before_it_loads(tmp_path, monkeypat
     with pytest.raises(InputError, match=r"head pairs 99-0 are out of range"):  # the pruner's too
         ContextPruner(path, heads="99-0")
     assert loads == []
+
+
+def test_rank_refuses_an_evidence_flag_and_a_query_id_of_other_types():
+    """return_evidence="no" returned evidence (a truthy string); query_id=3 was kept as an int and
+    query_id="" passed, for write_run to refuse after the work."""
+    from attnrank.rerank.attention import AttentionReranker
+
+    rr = AttentionReranker(config="signals")
+    docs = ["Paris is the capital of France.", "Berlin is cold."]
+    with pytest.raises(InputError, match=r"return_evidence='no' is a str; give True or False"):
+        rr.rank("capital?", docs, return_evidence="no")
+    for bad in (3, "", "  "):
+        with pytest.raises(InputError, match=r"query_id=.* is not a non-empty string"):
+            rr.rank("capital?", docs, query_id=bad)
+    assert rr.rank("capital?", docs, query_id="q1").query_id == "q1"
