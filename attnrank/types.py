@@ -70,6 +70,11 @@ class RankedResults:
         # Sorting here keeps the invariant in one place: every stage returns sorted lists. The
         # caller's list and entries are left as they were: the results are new, re-ranked copies.
         # A NaN score ranks last: compared as a number it breaks the sort and leaves better ones behind it.
+        seen: set[Any] = set()
+        for r in self.results:  # (the reranker and write_run refused such a list; a ranking kept it)
+            if r.id in seen:
+                raise InputError(f"the results repeat the id {r.id!r}; ids must be unique within a ranking")
+            seen.add(r.id)
         bad = next((r for r in self.results if not _is_score(r.score)), None)
         if bad is not None:  # ("0.5" or None failed as a bare TypeError inside the sort)
             raise InputError(

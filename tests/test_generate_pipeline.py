@@ -183,7 +183,8 @@ def test_given_candidates_with_a_repeated_id_are_refused_without_a_reranker_too(
     docs = [Document("a", "Paris is in France."), Document("a", "Berlin is cold.")]
     with pytest.raises(InputError, match="candidate #1 repeats the id 'a'"):
         Pipeline(None, depth=2, top_k=2).run("capital?", docs)
-    ranked = RankedResults("capital?", [ScoredDocument("a", 2.0, 1, "x"), ScoredDocument("a", 1.0, 2, "y")])
+    ranked = RankedResults("capital?", [ScoredDocument("a", 2.0, 1, "x")])
+    ranked.results.append(ScoredDocument("a", 1.0, 2, "y"))  # (refused where made since; a list edited after)
     with pytest.raises(InputError, match="candidate #1 repeats the id 'a'"):  # as a RankedResults too
         Pipeline(None, depth=2, top_k=2).run("capital?", ranked)
     with pytest.raises(InputError, match="the candidates are 5, a int"):  # (list(5): a TypeError)

@@ -159,3 +159,9 @@ def test_results_do_not_share_metadata_with_the_documents_they_came_from():
     assert doc.metadata == {"src": "x"}
     ranked[0].document.metadata["more"] = 1
     assert ranked[0].metadata == {"src": "x", "note": "edited"}
+
+
+def test_results_that_repeat_an_id_are_refused():
+    """RankedResults kept ["a", "a"], which the reranker and write_run refuse."""
+    with pytest.raises(InputError, match="the results repeat the id 'a'"):
+        RankedResults("q", [ScoredDocument("a", 1.0, 1), ScoredDocument("a", 0.5, 2)])

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Union
 
+import numpy as np
+
 from ..errors import InputError
 
 HeadList = list[tuple[int, int]]
@@ -16,6 +18,8 @@ HeadsArg = Union[None, str, Path, Sequence[Union[tuple[int, int], Sequence[int],
 def _index(value) -> int:
     """A layer or head index: an int, digits, or a whole number of another type (13.0, numpy
     floats); 13.5 is refused, not cut to 13."""
+    if isinstance(value, (bool, np.bool_)):  # ((True, False) was read as head 1-0)
+        raise ValueError(value)
     if not isinstance(value, (str, int)) and not float(value).is_integer():
         raise ValueError(value)
     return int(value)

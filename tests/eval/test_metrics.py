@@ -445,9 +445,10 @@ def test_a_ranking_listing_a_document_twice_is_refused_not_written_with_its_last
     from attnrank.eval.data import results_to_run
     from attnrank.types import RankedResults, ScoredDocument
 
-    twice = RankedResults(
-        "q", [ScoredDocument("a", 3.0, 1, ""), ScoredDocument("b", 2.0, 2, ""), ScoredDocument("a", 1.0, 3, "")], "q1"
-    )
+    with pytest.raises(InputError, match="the results repeat the id 'a'"):  # (refused where made, since)
+        RankedResults("q", [ScoredDocument("a", 3.0, 1, ""), ScoredDocument("a", 1.0, 2, "")], "q1")
+    twice = RankedResults("q", [ScoredDocument("a", 3.0, 1, ""), ScoredDocument("b", 2.0, 2, "")], "q1")
+    twice.results.append(ScoredDocument("a", 1.0, 3, ""))  # (a list edited after it was made)
     with pytest.raises(InputError, match="results of query 'q1' list the document 'a' twice"):
         results_to_run([twice])
 

@@ -56,3 +56,13 @@ def test_the_capturer_refuses_head_indices_that_are_not_whole_numbers(llm):
     with pytest.raises(InputError, match=r"head \(1.7, 2.9\) is not a \(layer, head\) pair"):
         AttentionCapturer(llm.model, [(1.7, 2.9)])
     assert AttentionCapturer(llm.model, [(1.0, 2), "0-1"]).heads == [(0, 1), (1, 2)]
+
+
+def test_a_pair_of_booleans_is_no_head():
+    """heads=[(True, False)] was read as head 1-0."""
+    import numpy as np
+
+    for bad in ([(True, False)], [(np.bool_(True), 0)]):
+        with pytest.raises(InputError, match="is not a \\(layer, head\\) pair"):
+            parse_heads(bad)
+    assert parse_heads([(np.int64(1), 0)]) == [(1, 0)]
