@@ -7,6 +7,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -214,6 +215,29 @@ def results_to_run(results: Iterable[RankedResults]) -> Run:
     return run
 
 
+def as_run(run: Any) -> Run:
+    """``run`` as ``{query id: {doc id: score}}``: a mapping of that shape as it is, or
+    :class:`RankedResults` (one, or a list) through :func:`results_to_run`. Why one function:
+    ``write_run`` took a list of results and ``evaluate`` did not, and a wrong shape (one
+    ``RankedResults``, ``{qid: [doc ids]}``, a line of text) failed as an AttributeError."""
+    if isinstance(run, RankedResults):
+        run = [run]
+    if isinstance(run, Mapping):
+        bad = next(((q, v) for q, v in run.items() if not isinstance(v, Mapping)), None)
+        if bad is not None:
+            raise InputError(
+                f"the run's query {bad[0]!r} holds a {type(bad[1]).__name__}, not {{doc id: score}}; a run is "
+                "{query id: {doc id: score}}, or a list of RankedResults"
+            )
+        return run  # type: ignore[return-value]
+    items = list(run) if isinstance(run, Iterable) and not isinstance(run, (str, bytes)) else None
+    if items is None or not all(isinstance(r, RankedResults) for r in items):
+        raise InputError(
+            f"the run is a {type(run).__name__}; give {{query id: {{doc id: score}}}}, or a list of RankedResults"
+        )
+    return results_to_run(items)
+
+
 def _header_like(parts: list[str]) -> bool:
     """Whether a qrels line's three fields name columns (BEIR's ``query-id corpus-id score``), not a
     judgment whose label is mistyped (which is refused, not dropped as a header)."""
@@ -306,8 +330,7 @@ def write_run(
     run attnrank wrote (every tag "attnrank...") or a run of this ``tag``, unless ``force``. A
     query without documents has no line; a run without any document is refused (:class:`InputError`),
     and nothing is written."""
-    if not isinstance(run, Mapping):
-        run = results_to_run(run)
+    run = as_run(run)
     _check_run(run)
     if not isinstance(tag, str) or not tag or any(c.isspace() for c in tag):
         raise InputError(

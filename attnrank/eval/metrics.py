@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InputError, require
-from ..types import is_count, is_real
-from .data import check_relevance_level, highest_label, trec_order
+from ..types import RankedResults, is_count, is_real
+from .data import as_run, check_relevance_level, highest_label, trec_order
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ def _check_own_rels(metrics: Sequence[str], qrels: Mapping[str, Mapping[str, int
 
 
 def evaluate(
-    run: Mapping[str, Mapping[str, float]],
+    run: Mapping[str, Mapping[str, float]] | Iterable[RankedResults],
     qrels: Mapping[str, Mapping[str, int]],
     metrics: Sequence[str] = DEFAULT_METRICS,
     *,
@@ -205,6 +205,7 @@ def evaluate(
     means unseen is logged (:func:`coverage_notes`): judged queries the run lacks, run queries
     left out, a run none of whose documents is judged."""
     names = list(_parse(check_metric_list(metrics), rel))
+    run = as_run(run)  # (a list of RankedResults, as write_run takes; another shape: one line)
     _check_input(run, qrels)  # here too: a run id 1 would not meet the qrels' "1" and score 0
     judged = judged_queries(qrels)
     if not judged:

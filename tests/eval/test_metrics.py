@@ -566,3 +566,25 @@ def test_wins_losses_refuses_a_negative_eps_and_differences_that_are_no_numbers(
         wins_losses([0.0, 0.0], eps=-1)
     with pytest.raises(InputError, match="a per-query difference is nan"):
         wins_losses([0.1, float("nan")])
+
+
+def test_evaluate_and_write_run_take_the_same_run_shapes_and_refuse_others_in_one_line(tmp_path):
+    """write_run took a list of RankedResults and evaluate did not (AttributeError); one
+    RankedResults, {qid: [doc ids]} or a line of text failed as AttributeErrors in both."""
+    from attnrank.eval import write_run
+    from attnrank.types import RankedResults, ScoredDocument
+
+    qrels = {"q1": {"a": 1}}
+    ranked = RankedResults("x", [ScoredDocument("a", 1.0, 1), ScoredDocument("b", 0.5, 2)], query_id="q1")
+    assert evaluate([ranked], qrels, ["RR@10"]) == evaluate(ranked, qrels, ["RR@10"]) == {"RR@10": 1.0}
+    write_run(ranked, tmp_path / "one.trec")
+    assert read_run(tmp_path / "one.trec") == {"q1": {"a": 1.0, "b": 0.5}}
+    for bad, said in (
+        ({"q1": ["a", "b"]}, "the run's query 'q1' holds a list, not {doc id: score}"),
+        ("q1 Q0 a 1 1.0 x", "the run is a str"),
+        ([ranked, {"q2": {"a": 1.0}}], "the run is a list"),
+    ):
+        with pytest.raises(InputError, match=re.escape(said)):
+            evaluate(bad, qrels, ["RR@10"])
+        with pytest.raises(InputError, match=re.escape(said)):
+            write_run(bad, tmp_path / "bad.trec")
