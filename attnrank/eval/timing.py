@@ -43,12 +43,15 @@ def timed_peak(fn: Callable[[], Any]) -> tuple[float, float]:
 
     Why not always the sampler: its wake-ups take the GIL from the timed pass every ms, which
     made a warm default-preset query of 20 SciFact abstracts 11 % slower (0.328 -> 0.365 s)."""
-    start = _rss_mb()
     if _reset_peak_rss():
+        # (the baseline read after the reset: memory freed between a reading before it and the
+        # reset, by another thread, lowered the mark below that reading and hid the call's peak)
+        start = _peak_rss_mb()
         t = time.perf_counter()
         fn()
         secs = time.perf_counter() - t
         return secs, max(_peak_rss_mb() - start, 0.0)
+    start = _rss_mb()
     peak, done = [0.0], threading.Event()
 
     def sample() -> None:
