@@ -900,3 +900,16 @@ def test_a_query_too_long_for_the_likelihood_is_refused_before_the_model_loads(
     assert r.exit_code == 1 and f"query {first!r}: the query is" in _text(r) and "too long" in _text(r), _text(r)
     r = runner.invoke(app, ["search", long, "--index-dir", str(index_dir), "--rerank", "3", "--model", str(small)])
     assert r.exit_code == 1 and "query 'q1': the query is" in _text(r), _text(r)
+
+
+def test_a_bad_record_names_the_option_to_skip_it_not_the_keyword(tmp_path):
+    """The corpus reader's advice named the Python keyword first ("pass skip_invalid=True (CLI:
+    --skip-invalid)"); on the command line it names the option alone."""
+    (tmp_path / "c.jsonl").write_text('{"_id": "a", "text": "x"}\n{"_id": "b"}\n')
+    (tmp_path / "c.csv").write_text("id,text\na,x,y\n")
+    for corpus in ("c.jsonl", "c.csv"):
+        done = _cli("index", corpus, "--index-dir", "ix", "-q", cwd=tmp_path)
+        assert done.returncode == 1, done.stderr
+        assert "pass --skip-invalid to skip such records" in done.stderr
+        assert "skip_invalid=" not in done.stderr and "CLI:" not in done.stderr
+    assert not (tmp_path / "ix").exists()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -156,7 +157,18 @@ def option_errors() -> Iterator[None]:
     try:
         yield
     except InputError as e:
-        raise typer.BadParameter(str(e)) from None
+        raise typer.BadParameter(cli_words(str(e))) from None
+
+
+# The library names its keyword and the option beside it, "skip_invalid=True (CLI: --skip-invalid)":
+# on the command line the option alone is the one to pass.
+_BOTH_SPELLINGS = re.compile(r"\b\w+=\S+ \(CLI: (--[\w-]+)\)")
+
+
+def cli_words(message: str) -> str:
+    """``message`` as the command line says it: where the library names a keyword with its option
+    beside it, the option alone."""
+    return _BOTH_SPELLINGS.sub(r"\1", message)
 
 
 def check_prompt_window(max_prompt_tokens: Optional[int], model: Optional[str]) -> None:
@@ -300,7 +312,7 @@ def main() -> None:
     try:
         app()
     except AttnrankError as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {cli_words(str(e))}", err=True)
         sys.exit(1)
     except UnicodeDecodeError as e:
         typer.echo(
