@@ -278,12 +278,15 @@ def write_manifest(root: Path, info: dict[str, Any]) -> None:
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
 
-def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] = ()) -> dict[str, Any]:
+def read_manifest(
+    root: Path, *, verify: bool = False, required: Sequence[str] = (), rebuild: str = _REBUILD_DAMAGED
+) -> dict[str, Any]:
     """Read and check a manifest: format, version, and that every listed file is intact.
 
     Every listed path must stay inside ``root`` (no absolute paths, no ``..``, no symbolic link
     out), ``required`` files must be listed, sizes are always checked; ``verify=True`` also
-    recomputes SHA-256 checksums.
+    recomputes SHA-256 checksums. ``rebuild``: the advice where the manifest itself is damaged (a
+    shard's names the sharded index's rebuild).
     """
     root = Path(root)
     path = root / MANIFEST
@@ -296,14 +299,14 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
     except FileNotFoundError:
         raise IndexFormatError(f"{root} has no {MANIFEST}: not an index or an incomplete save; rebuild it") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise IndexFormatError(f"{path} is corrupted ({e}); {_REBUILD_DAMAGED}") from None
+        raise IndexFormatError(f"{path} is corrupted ({e}); {rebuild}") from None
     if isinstance(manifest, dict) and manifest.get("format") == SHARDED_FORMAT:
         raise IndexFormatError(
             f"{root} is a sharded index: search it with `attnrank batch` (ShardedRetriever.load), or "
             "merge it into one ordinary index with `attnrank merge-shards`"
         )
     if not isinstance(manifest, dict) or manifest.get("format") != INDEX_FORMAT:
-        raise IndexFormatError(f"{path} is not an attnrank index manifest; {_REBUILD_DAMAGED}")
+        raise IndexFormatError(f"{path} is not an attnrank index manifest; {rebuild}")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise IndexFormatError(
@@ -313,17 +316,20 @@ def read_manifest(root: Path, *, verify: bool = False, required: Sequence[str] =
     files = manifest.get("files")
     if not isinstance(files, dict) or not set(required) <= set(files):
         missing = sorted(set(required) - set(files)) if isinstance(files, dict) else ["files"]
-        raise IndexFormatError(f"{path} does not list {missing}; the manifest is damaged: {_REBUILD_DAMAGED}")
-    check_files(root, files, path, verify=verify)
+        raise IndexFormatError(f"{path} does not list {missing}; the manifest is damaged: {rebuild}")
+    check_files(root, files, path, verify=verify, rebuild=rebuild)
     return manifest
 
 
-def check_files(root: Path, files: dict[str, Any], manifest: Path, *, verify: bool = False) -> None:
+def check_files(
+    root: Path, files: dict[str, Any], manifest: Path, *, verify: bool = False, rebuild: str = _REBUILD_DAMAGED
+) -> None:
     """Every file ``files`` lists (``{path: {"bytes", "sha256"}}``, as written by :func:`write_manifest`)
-    is inside ``root`` and has its recorded size; ``verify=True`` also checks its SHA-256."""
+    is inside ``root`` and has its recorded size; ``verify=True`` also checks its SHA-256.
+    ``rebuild``: the advice where the manifest is damaged (as :func:`read_manifest`'s)."""
     inside = Path(os.path.realpath(root))
     for name, meta in files.items():
-        f = _confined(root, inside, name, manifest)
+        f = _confined(root, inside, name, manifest, rebuild)
         if (
             not isinstance(meta, dict)
             or not isinstance(meta.get("bytes"), int)
@@ -386,7 +392,7 @@ def manifest_tag(root: Path) -> str | None:
         return None
 
 
-def _confined(root: Path, inside: Path, name: object, manifest: Path) -> Path:
+def _confined(root: Path, inside: Path, name: object, manifest: Path, rebuild: str) -> Path:
     """``root / name`` if ``name`` is a relative path that stays inside the index folder."""
     rel = name if isinstance(name, str) else ""
     bad = not rel or "\\" in rel or rel.startswith("/")
@@ -399,7 +405,7 @@ def _confined(root: Path, inside: Path, name: object, manifest: Path) -> Path:
     if bad:
         raise IndexFormatError(
             f"{manifest} lists the file {str(name)[:80]!r}, which is outside the index folder; "
-            f"the manifest is damaged or crafted: {_REBUILD_DAMAGED}"
+            f"the manifest is damaged or crafted: {rebuild}"
         )
     return f
 

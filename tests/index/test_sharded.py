@@ -757,3 +757,13 @@ def test_a_damaged_sharded_manifest_advises_the_forced_rebuild(sharded, tmp_path
     (copy / "manifest.json").write_text("{not json")
     with pytest.raises(IndexFormatError, match=r"cannot be read .*--shards N --force"):
         ShardedRetriever.load(copy)
+
+
+@pytest.mark.parametrize("damage", ["{not json", '{"format": "something else"}'])
+def test_a_damaged_shard_manifest_advises_the_sharded_rebuild(sharded, tmp_path, damage):
+    """One shard's damaged manifest advised an ordinary index's rebuild (`attnrank index CORPUS
+    --index-dir FOLDER --force`, no --shards), which would have replaced the sharded index by one."""
+    copy = _copy(sharded, tmp_path)
+    (copy / "shard-00001" / "manifest.json").write_text(damage)
+    with pytest.raises(IndexFormatError, match=r"shard-00001.*--shards N --force"):
+        ShardedRetriever.load(copy)

@@ -57,6 +57,15 @@ def write_top_manifest(root: Path, info: dict[str, Any], shards: list[dict[str, 
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
 
+# A folder whose manifest is damaged (the sharded index's or a shard's) is no longer known for an index,
+# so a rebuild there must be forced.
+_REBUILD_DAMAGED = (
+    "rebuild the sharded index with `attnrank index CORPUS --index-dir FOLDER --shards N --force` (force=True in "
+    "Python): its damaged manifest no longer marks the folder as an attnrank index, which a rebuild replaces only "
+    "when forced"
+)
+
+
 def is_sharded(root: Path) -> bool:
     """Whether ``root`` holds a sharded index (its manifest says so)."""
     try:
@@ -86,11 +95,11 @@ def read_sharded(root: Path, *, verify: bool = False) -> tuple[dict[str, Any], l
             f"{root / MANIFEST} lacks its list of files (a sharded index built before 2026-12-01 has none); "
             "rebuild the sharded index"
         )
-    check_files(root, m["files"], root / MANIFEST, verify=verify)
+    check_files(root, m["files"], root / MANIFEST, verify=verify, rebuild=_REBUILD_DAMAGED)
     shard_manifests, expected = [], 0
     for i, s in enumerate(entries):
         folder = root / s["name"]
-        sm = read_manifest(folder, verify=verify, required=SHARD_FILES)
+        sm = read_manifest(folder, verify=verify, required=SHARD_FILES, rebuild=_REBUILD_DAMAGED)
         if file_sha256(folder / MANIFEST) != s["manifest_sha256"]:
             raise IndexFormatError(f"shard {folder} was replaced after the sharded index was built; rebuild it")
         if s["start"] != expected:
@@ -106,14 +115,6 @@ def read_sharded(root: Path, *, verify: bool = False) -> tuple[dict[str, Any], l
     if expected != m["num_docs"]:
         raise IndexFormatError(f"{root}: the shards hold {expected} documents, the manifest says {m['num_docs']}")
     return m, shard_manifests
-
-
-# A folder whose manifest is damaged is no longer known for an index, so a rebuild there must be forced.
-_REBUILD_DAMAGED = (
-    "rebuild the sharded index with `attnrank index CORPUS --index-dir FOLDER --shards N --force` (force=True in "
-    "Python): its damaged manifest no longer marks the folder as an attnrank index, which a rebuild replaces only "
-    "when forced"
-)
 
 
 def _top_manifest(root: Path) -> dict[str, Any]:
