@@ -346,6 +346,28 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
     assert runner.invoke(app, [*args, "--name", " "]).exit_code == 2
 
 
+def test_cli_detect_with_top_past_the_models_heads_says_it_saved_them_all(roots, tiny_dir, scifact_mini):
+    """``--top 999`` on a model of fewer heads saved every head and said "saved top 999"."""
+    args = [
+        "heads",
+        "detect",
+        "--method",
+        "qr",
+        "--model",
+        str(tiny_dir),
+        "--queries",
+        str(scifact_mini / "queries.jsonl"),
+    ]
+    args += ["--qrels", str(scifact_mini / "qrels" / "train.tsv"), "--corpus", str(scifact_mini / "corpus.jsonl")]
+    r = runner.invoke(app, [*args, "--max-queries", "2", "--depth", "6", "--top", "999", "-q"])
+    assert r.exit_code == 0, r.output
+    sets = load_head_sets(*model_fingerprint(str(tiny_dir)))
+    n = len(sets[0].heads)
+    assert n < 999 and all(len(s.heads) == n for s in sets)
+    assert r.output.count(f"saved all {n} heads of the model (--top 999 asks for more)") == 3
+    assert "saved top 999" not in r.output
+
+
 def test_cli_detect_says_where_heads_tie_at_the_cut(roots, tiny_dir, scifact_mini):
     """With one query, per-head nDCG takes few values: heads tied in and past the top N were
     registered in layer order without a word; a set whose every head ties with one past it (the

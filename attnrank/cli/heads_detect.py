@@ -203,6 +203,8 @@ def _save_results(results: dict, top: int, name: str | None) -> None:
                 f"{label}: saved the {len(heads)} best heads that copied at all (of the top {top} asked; "
                 f"{strong} above Wu et al.'s retrieval-head threshold {RETRIEVAL_THRESHOLD}) to {path}"
             )
+        elif len(heads) < top:  # (--top past the model's heads: every head, which "saved top 1000" hid)
+            typer.echo(f"{label}: saved all {len(heads)} heads of the model (--top {top} asks for more) to {path}")
         else:
             typer.echo(f"{label}: saved top {top} to {path}")
         cut = len(heads)
