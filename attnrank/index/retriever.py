@@ -8,6 +8,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import numpy as np
@@ -403,6 +404,11 @@ def corpus_documents(
     """The documents to index, and the corpus path they were read from (None: given as objects;
     never replaced by a save, whatever ``force`` says). With ``skip_invalid`` a corpus's bad
     records are skipped, each logged, as the refusal of one advises."""
+    if isinstance(docs, (Mapping, AbstractSet)):  # (a dict's keys were read as documents: "document #0 is a str")
+        raise InputError(
+            f"the documents are a {type(docs).__name__} of {len(docs)}; pass a list of Document objects, e.g. "
+            "[Document(i, t) for i, t in d.items()], or a corpus path"
+        )
     if not isinstance(docs, (str, Path)):
         if skip_invalid:  # (documents given as objects: there are no records to skip)
             raise InputError("skip_invalid applies to a corpus path; documents given as objects are indexed as given")

@@ -594,6 +594,25 @@ def test_texts_in_place_of_documents_are_refused_in_one_line():
         HybridRetriever().index(["Paris is nice", "Berlin too"], show_progress=False)
 
 
+def test_a_dict_of_texts_in_place_of_documents_is_named_as_such(tmp_path):
+    """A dict {id: text} was read by its keys: "document #0 is a str", of an input that held no str
+    where the user looked; a set was read in no order. Both say what they are, and how to pass them."""
+    import pytest
+
+    from attnrank.errors import InputError
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.index.sharded.build import ShardedIndexer
+
+    given = {"a": "Paris is nice", "b": "Berlin too"}
+    with pytest.raises(InputError, match=r"the documents are a dict of 2; .*for i, t in d.items\(\)"):
+        HybridRetriever().index(given, show_progress=False)
+    with pytest.raises(InputError, match=r"the documents are a set of 1"):
+        HybridRetriever().index({"Paris is nice"}, show_progress=False)
+    with pytest.raises(InputError, match=r"the documents are a dict of 2"):
+        ShardedIndexer(HybridRetriever(), shards=2).build(given, tmp_path / "ix")
+    assert not (tmp_path / "ix").exists()
+
+
 def test_index_of_a_path_skips_invalid_records_where_asked_as_its_refusal_advises(tmp_path, caplog):
     """The refusal of a bad record advised skip_invalid=True, which index() did not take (TypeError)."""
     corpus = tmp_path / "c.jsonl"
