@@ -65,7 +65,15 @@ from .config import RerankConfig
 from .fused import FUSED_STAGE, LIKELIHOOD, UNTRAINED
 from .fused_resolve import resolve_fused
 from .fusing import FusedScoring
-from .inputs import check_documents, check_id_types, check_k, check_query, check_query_list, check_texts
+from .inputs import (
+    check_document_lists,
+    check_documents,
+    check_id_types,
+    check_k,
+    check_query,
+    check_query_list,
+    check_texts,
+)
 from .likelihood import PromptIds
 from .position import SlotProfile, load_profile
 from .resolve import check_before_load, learned_weights, resolve_config_heads
@@ -334,10 +342,7 @@ class AttentionReranker(WindowCapture, FusedScoring):
         query_ids: Sequence[str] | None = None,
     ) -> list[RankedResults]:
         check_query_list(queries, query_ids)
-        if len(queries) != len(docs_per_query):
-            raise InputError(
-                f"{len(queries)} queries but {len(docs_per_query)} document lists; give one list per query"
-            )
+        check_document_lists(queries, docs_per_query)
         if query_ids is not None and len(query_ids) != len(queries):
             raise InputError(f"{len(queries)} queries but {len(query_ids)} query_ids; give one id per query")
         check_k(k)
@@ -362,6 +367,7 @@ class AttentionReranker(WindowCapture, FusedScoring):
         only): :class:`InputError` naming the query (its id where given, else its number). A caller
         that ranks query by query (the CLI over a run) loses nothing to its last query's mistake."""
         check_query_list(queries, query_ids)
+        check_document_lists(queries, docs_per_query)  # (zip below read as many as the shorter held)
         for i, (query, docs) in enumerate(zip(queries, docs_per_query)):
             try:
                 self._check_query(query)

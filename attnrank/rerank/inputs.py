@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputError
-from ..types import Document, check_id_type, check_texts, check_unicode, is_blank, is_count
+from ..types import Document, ScoredDocument, check_id_type, check_texts, check_unicode, is_blank, is_count
 
 
 def check_query(query: Any) -> None:
@@ -62,3 +62,22 @@ def check_query_list(queries: Any, query_ids: Any = None) -> None:
         )
     if isinstance(query_ids, (str, Mapping)):
         raise InputError(f"query_ids is a {type(query_ids).__name__}, not a list of ids; pass one id per query")
+
+
+def check_document_lists(queries: Any, docs_per_query: Any) -> None:
+    """``docs_per_query`` of a batch: one list of candidates per query, as many as ``queries``. One
+    flat list of candidates was named as "3 document lists" (its texts), or, as many as the
+    queries, refused query by query as one passage each."""
+    flat = (
+        isinstance(docs_per_query, (list, tuple))
+        and bool(docs_per_query)
+        and all(isinstance(d, (str, Document, ScoredDocument)) for d in docs_per_query)
+    )
+    if flat:
+        raise InputError(
+            f"docs_per_query is one list of {len(docs_per_query)} candidates, not one list per query; to rank the "
+            f"same candidates for each of the {len(queries)} queries pass [candidates] * {len(queries)}, or "
+            "call rank() for one query"
+        )
+    if len(queries) != len(docs_per_query):
+        raise InputError(f"{len(queries)} queries but {len(docs_per_query)} document lists; give one list per query")

@@ -161,6 +161,22 @@ def test_a_batch_of_one_text_or_a_dict_is_refused_not_read_as_queries(llm):
             call([QUERY], [DOCS], query_ids="q")
 
 
+def test_a_batch_of_one_flat_candidate_list_is_named_as_such(llm):
+    """One flat list of candidates for a batch was "2 queries but 3 document lists" (its texts), or,
+    as many as the queries, each text refused as one passage; check_batch read as many as the
+    shorter of the two held, and passed."""
+    rr = AttentionReranker(llm, signals=None)
+    texts = [d.text for d in DOCS]
+    for call in (rr.rank_batch, rr.check_batch):
+        for flat in (texts, DOCS, texts[:2]):
+            with pytest.raises(
+                InputError, match=rf"one list of {len(flat)} candidates, not one list per query; .*\[candidates\] \* 2"
+            ):
+                call([QUERY, "Italy"], flat)
+        with pytest.raises(InputError, match="2 queries but 1 document lists"):
+            call([QUERY, "Italy"], [DOCS])
+
+
 def test_document_ids_must_be_strings_as_an_index_requires(llm):
     """Ids 1 and "1" ranked as two documents, and None came back as a result's id."""
     rr = AttentionReranker(llm, signals=None)
