@@ -156,6 +156,8 @@ def test_pipeline_without_optional_stages(built_retriever):
         Pipeline(built_retriever, depth=5, top_k=6)
     with pytest.raises(InputError, match="question '' is empty"):
         Pipeline(built_retriever).run("")
+    with pytest.raises(InputError, match=r"question \['what\?'\] is a list, not a text"):  # (it was "empty")
+        Pipeline(built_retriever).run(["what?"])  # type: ignore[arg-type]
 
 
 def test_pipeline_with_plain_candidates(llm):

@@ -245,7 +245,11 @@ class Pipeline:
         each stage's name (``rerank``, ``prune``, ``generate``) before it runs; whatever it raises
         ends the run there (a server stops the work of a client that has gone)."""
         check = checkpoint or _no_checkpoint
-        if not isinstance(question, str) or is_blank(question):
+        if not isinstance(question, str):  # (a list was "empty")
+            raise InputError(
+                f"question {question!r} is a {type(question).__name__}, not a text; pass the question as a string"
+            )
+        if is_blank(question):
             raise InputError(f"question {question!r} is empty; pass the question to answer")
         check_unicode([question], "question")  # before any stage: the first tokenizer to meet it fails
         if self.pruner is None and (budget_tokens is not None or keep_ratio is not None):

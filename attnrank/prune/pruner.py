@@ -278,7 +278,9 @@ class ContextPruner:
         self, query: str, docs: Sequence[Any], sentences
     ) -> tuple[list[Document], list[Chunk], list[ScoredSentence]]:
         """Check the input, segment, and plan the prompts (no model call)."""
-        if not isinstance(query, str) or is_blank(query):  # (zero-width spaces alone: refused later, as a rerank's)
+        if not isinstance(query, str):  # (a list was "empty")
+            raise InputError(f"query {query!r} is a {type(query).__name__}, not a text; give the query as a string")
+        if is_blank(query):  # (zero-width spaces alone: refused later, as a rerank's)
             raise InputError(f"query {query!r} is empty; give the question the context is pruned for")
         check_unicode([query], "query")  # (a tokenizer's TypeError otherwise, deep in the planning)
         documents = as_documents(docs)[0]

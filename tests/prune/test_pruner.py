@@ -511,6 +511,8 @@ def test_bad_input(llm):
         pruner.prune(QUERY, DOCS)
     with pytest.raises(InputError, match="query ' ' is empty"):
         pruner.prune(" ", DOCS, budget_tokens=10)
+    with pytest.raises(InputError, match=r"query \['q'\] is a list, not a text"):  # (it was "empty")
+        pruner.prune(["q"], DOCS, budget_tokens=10)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="query #0 .* is not valid Unicode"):  # a tokenizer's TypeError before
         pruner.prune("capital \udcff?", DOCS, budget_tokens=10)
     with pytest.raises(InputError, match="neighbours=-1"):
