@@ -23,7 +23,7 @@ from ..errors import InputError, require
 from ..eval.crossval import check_unique_queries
 from ..eval.metrics import check_labels, check_rel, evaluate_per_query
 from ..eval.rows import scores_by_id
-from ..types import Document
+from ..types import Document, RankedResults, ScoredDocument, as_documents
 from .fused import ATTENTION, FEATURES, KNOWN_FEATURES, LLM_FEATURES, FusedWeights
 from .fused_features import FusionExample, attention_confidence, feature_matrix
 from .inputs import check_unique_ids
@@ -266,10 +266,28 @@ def train_fused(
 
 
 # -- examples ------------------------------------------------------------------------------------
+def _candidate_documents(qid: str, given: Any) -> list[Document]:
+    """One query's candidates as documents: :class:`Document` objects, search results
+    (:class:`RankedResults` or :class:`ScoredDocument` objects, an AttributeError on ``full_text``
+    before) in their order; texts are refused, their labels having no ids to be read by."""
+    texts = (
+        [] if isinstance(given, str) or not isinstance(given, Sequence) else [d for d in given if isinstance(d, str)]
+    )
+    if texts:
+        raise InputError(
+            f"candidates of query {qid!r} hold texts ({texts[0][:40]!r}); training reads each candidate's label by "
+            "its id: give Document(id, text) objects, or search results"
+        )
+    try:
+        return as_documents(given)[0]
+    except InputError as e:
+        raise InputError(f"candidates of query {qid!r}: {e}") from None
+
+
 def fusion_examples(
     llm_scores: Mapping[str, Callable[[str, list[Document]], np.ndarray]],
     queries: Mapping[str, str],
-    candidates: Mapping[str, list[Document]],
+    candidates: Mapping[str, Sequence[Document | ScoredDocument] | RankedResults],
     qrels: Mapping[str, Mapping[str, int]],
     *,
     rel: int = 1,
@@ -279,7 +297,7 @@ def fusion_examples(
 ) -> list[FusionExample]:
     """Labelled :class:`FusionExample` per query of ``queries`` that has a label >= ``rel`` in
     ``qrels`` (the others are left out, with a warning, as ``attnrank train`` leaves them): the first-stage signals of its
-    ``candidates`` (first-stage order) and, for each ``{feature: score(query, docs)}`` of
+    ``candidates`` (first-stage order: :class:`Document` objects, or search results as they come) and, for each ``{feature: score(query, docs)}`` of
     ``llm_scores``, that feature (e.g. ``{"attention": reranker.score}`` of an
     :class:`~attnrank.rerank.attention.AttentionReranker` without fusion, or
     ``{"likelihood": reranker.likelihood}``)."""
@@ -314,13 +332,14 @@ def fusion_examples(
         raise InputError(
             f"{len(missing)} queries have no candidate list (first: {missing[0]!r}); give candidates for every query"
         )
+    given = {qid: _candidate_documents(qid, candidates[qid]) for qid in queries}
     for qid in queries:  # (a repeated candidate's label counted twice, and one of its scores was lost)
-        check_unique_ids(candidates[qid], f"candidate of query {qid!r}")
+        check_unique_ids(given[qid], f"candidate of query {qid!r}")
     compute = signals or SignalComputer()
     out = []
     desc = f"{', '.join(llm_scores) or 'no LLM score'} and signals"
     for qid in tqdm(list(queries), desc=desc, unit="query", disable=not progress):
-        docs = candidates[qid]
+        docs = given[qid]
         sig = compute(queries[qid], [d.full_text for d in docs])
         for name, score in llm_scores.items():
             sig[name] = np.asarray(score(queries[qid], docs), dtype=np.float64)

@@ -234,6 +234,30 @@ def test_a_candidate_listed_twice_is_refused_for_training():
         fusion_examples({}, {"q1": "a"}, {"q1": docs}, {"q1": {"d1": 1}})
 
 
+def test_candidates_may_be_search_results_as_they_come_but_not_texts():
+    """Search results (a RankedResults, ScoredDocument lists), as README's training snippet invites,
+    were an AttributeError ('ScoredDocument' object has no attribute 'full_text'); texts, whose
+    labels no id can read, are refused."""
+    from attnrank.types import Document, RankedResults, ScoredDocument
+
+    docs = [Document("d1", "apples and pears", "Fruit"), Document("d2", "bananas")]
+    scored = [ScoredDocument(d.id, 2.0 - i, i + 1, d.text, d.title) for i, d in enumerate(docs)]
+    qrels = {"q1": {"d1": 1}}
+    want = fusion_examples(
+        {"n": lambda q, c: np.array([len(d.text) for d in c])}, {"q1": "apples"}, {"q1": docs}, qrels
+    )
+    for given in (scored, RankedResults("apples", scored)):
+        got = fusion_examples(
+            {"n": lambda q, c: np.array([len(d.text) for d in c])}, {"q1": "apples"}, {"q1": given}, qrels
+        )
+        assert got[0].doc_ids == want[0].doc_ids == ["d1", "d2"] and list(got[0].labels) == [1, 0]
+        assert {k: list(v) for k, v in got[0].signals.items()} == {k: list(v) for k, v in want[0].signals.items()}
+    with pytest.raises(InputError, match=r"candidates of query 'q1' hold texts \('apples and pears'\); .* by its id"):
+        fusion_examples({}, {"q1": "apples"}, {"q1": ["apples and pears", "bananas"]}, qrels)  # type: ignore[dict-item]
+    with pytest.raises(InputError, match=r"candidates of query 'q1': the candidates are one Document"):
+        fusion_examples({}, {"q1": "apples"}, {"q1": docs[0]}, qrels)  # type: ignore[dict-item]
+
+
 def test_queries_without_a_relevant_label_are_left_out_as_attnrank_train_leaves_them(caplog):
     """They trained as all-negative examples and scored 0 in every row of fit_unless_worse's report
     (equal weights 0.5815 where attnrank train, on the same data, reported 0.9692); bad rel and
