@@ -257,7 +257,8 @@ def _detect_copy(model, device, dtype, data, lengths, depths, haystack, max_new_
     from ..heads.scores import RETRIEVAL_THRESHOLD
     from ..llm.headspec import format_heads
     from ..llm.modelconfig import model_context_length
-    from ..llm.models import load_llm, load_tokenizer
+    from ..llm.models import load_llm
+    from ..llm.tokenizers import load_tokenizer
 
     lens, deps = _numbers(lengths, "--lengths"), _numbers(depths, "--depths", float)
     if not lens or min(lens) < 1:

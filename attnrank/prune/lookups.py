@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ..errors import ModelError
 from ..llm.modelconfig import check_attention_architecture
-from ..llm.models import load_tokenizer, unloaded_model
+from ..llm.models import unloaded_model
+from ..llm.tokenizers import load_tokenizer
 from ..rerank.resolve import check_head_list, check_registered_heads
 from .config import PruneConfig
 from .planning import check_prune_frame

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..llm.modelconfig import prompt_length_floor
-from ..llm.models import load_tokenizer
+from ..llm.tokenizers import load_tokenizer
 from ..types import Document, as_documents
 from .config import PruneConfig
 from .context import PrunedContext, ScoredSentence, resolve_budget

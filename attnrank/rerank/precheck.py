@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import InputError, PromptTooLong
 from ..llm.modelconfig import PROMPT_MARGIN, model_context_length, prompt_length_floor
-from ..llm.models import checked_model_id, load_tokenizer
 from ..llm.prompts import build_rerank_prompts
+from ..llm.tokenizers import checked_model_id, load_tokenizer
 from ..types import as_documents
 from .config import RerankConfig
 from .inputs import check_documents

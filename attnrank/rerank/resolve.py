@@ -10,8 +10,9 @@ from typing import Any
 from ..errors import InputError, ModelError
 from ..llm.headspec import HeadsArg, check_head_range, parse_heads
 from ..llm.modelconfig import check_attention_architecture, model_shape
-from ..llm.models import LLM, check_prompt_budget, load_tokenizer, unloaded_model
+from ..llm.models import LLM, check_prompt_budget, unloaded_model
 from ..llm.statestore import check_store_fits, store_folder
+from ..llm.tokenizers import load_tokenizer
 from ..registry import resolve_heads
 from .config import AUTO_OR_ALL, RerankConfig
 from .fused_resolve import resolve_fused

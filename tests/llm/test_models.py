@@ -21,7 +21,7 @@ from attnrank.errors import InputError, ModelError
 from attnrank.llm import device as llm_device
 from attnrank.llm import fingerprint, modelconfig
 from attnrank.llm import gguf as llm_gguf
-from attnrank.llm.models import LLM, clear_llm_cache, load_llm, load_tokenizer
+from attnrank.llm.models import LLM, clear_llm_cache, load_llm
 
 _USER_HOME = os.environ.get("ATTNRANK_HOME")
 from _tiny import save_tiny, tiny_model, tiny_tokenizer
@@ -29,13 +29,7 @@ from _tiny import save_tiny, tiny_model, tiny_tokenizer
 COMMIT = "0123abc000000000000000000000000000000000"  # a hub snapshot folder is named by its 40-hex commit
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    """Each test gets its own cache root and an empty process-level model cache."""
-    monkeypatch.setenv("ATTNRANK_HOME", str(tmp_path / "home"))
-    clear_llm_cache()
-    yield
-    clear_llm_cache()
+pytestmark = pytest.mark.usefixtures("isolated_home")
 
 
 def test_load_local_path(tiny_dir):
@@ -411,19 +405,6 @@ def test_gguf_cache_build_removes_what_killed_builds_left(tmp_path, monkeypatch)
         running.wait()
 
 
-def test_a_truncated_gguf_is_named_when_its_tokenizer_is_read_alone(tmp_path):
-    """The check of a prompt budget reads the tokenizer before the model: a GGUF cut short raised
-    struct.error there, where loading the model names the file and the fix."""
-    import struct
-
-    from attnrank.llm.models import load_tokenizer
-
-    cut = tmp_path / "cut.gguf"
-    cut.write_bytes(struct.pack("<4sIQQ", b"GGUF", 3, 0, 1) + struct.pack("<Q", 5) + b"ab")
-    with pytest.raises(ModelError, match="cannot load the tokenizer"):
-        load_tokenizer(str(cut))
-
-
 # --------------------------------------------------------------------------- the real default
 
 
@@ -593,19 +574,6 @@ def test_a_hub_snapshot_named_by_its_path_has_the_fingerprint_of_its_id(tiny_dir
     assert model_fingerprint(str(renamed))[1] not in ("my-finetune", "")
 
 
-def test_the_tokenizer_alone_reads_a_model_named_as_load_llm_reads_it(tmp_path, monkeypatch):
-    """load_tokenizer took "~/m" (and " ~/m ") as a hub id: the tokenizer of a model load_llm
-    loads failed to load alone."""
-    from _tiny import save_tiny
-
-    from attnrank.llm.models import load_tokenizer
-
-    monkeypatch.setenv("HOME", str(tmp_path))
-    save_tiny(tmp_path / "m", layers=1)
-    for name in ("~/m", " ~/m "):
-        assert load_tokenizer(name)("abc")["input_ids"]
-
-
 def test_a_gguf_whose_cache_cannot_be_written_is_de_quantized_in_memory(tmp_path, monkeypatch, caplog):
     """A read-only home (or ATTNRANK_HOME under a file): the cache's mkdir failed and the packaged
     default model could not load at all."""
@@ -745,23 +713,3 @@ def test_a_gguf_gives_its_prompt_room_from_its_metadata_where_no_window_sets_it(
     assert prompt_length_floor(str(scaled)) is None
     (tmp_path / "broken.gguf").write_bytes(b"GGUF")  # (a cut file: left to the load, which names it)
     assert prompt_length_floor(str(tmp_path / "broken.gguf")) is None
-
-
-def test_a_folders_tokenizer_is_read_once_until_its_files_change(tmp_path):
-    """A command's checks and its model load read one tokenizer (``ask`` read SmolLM2's three times)."""
-    folder = save_tiny(tmp_path / "m", layers=1)
-    first = load_tokenizer(str(folder))
-    assert load_tokenizer(str(folder)) is first
-    assert load_llm(str(folder), dtype="float32").tokenizer is first
-    settings = folder / "tokenizer_config.json"
-    changed = {**json.loads(settings.read_text()), "model_max_length": 77}
-    settings.write_text(json.dumps(changed))
-    os.utime(settings, ns=(settings.stat().st_atime_ns, settings.stat().st_mtime_ns + 1_000_000))
-    again = load_tokenizer(str(folder))
-    assert again is not first and again.model_max_length == 77
-    # rewritten at the same size with its modification time set back (cp -p, rsync -t): read again
-    before = settings.stat()
-    settings.write_text(json.dumps({**changed, "model_max_length": 78}))
-    os.utime(settings, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert settings.stat().st_size == before.st_size and settings.stat().st_mtime_ns == before.st_mtime_ns
-    assert load_tokenizer(str(folder)).model_max_length == 78

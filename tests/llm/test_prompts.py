@@ -287,7 +287,7 @@ def test_a_template_with_a_thinking_mode_renders_it_off():
 
 @pytest.fixture(scope="module")
 def smol():
-    from attnrank.llm.models import load_tokenizer
+    from attnrank.llm.tokenizers import load_tokenizer
 
     return load_tokenizer()
 

@@ -133,7 +133,7 @@ def test_spans_with_the_default_models_merging_tokenizer():
     """The same reference check with SmolLM2's byte-level BPE (merges, chat template with a system
     turn), on a tiny random model of its vocabulary size."""
     from attnrank.errors import ModelError
-    from attnrank.llm.models import load_tokenizer
+    from attnrank.llm.tokenizers import load_tokenizer
 
     try:
         tok = load_tokenizer()

@@ -56,7 +56,7 @@ def test_block_sentence_scores_equal_reference(llm, method):
 
 def test_block_spans_with_the_default_models_merging_tokenizer():
     from attnrank.errors import ModelError
-    from attnrank.llm.models import load_tokenizer
+    from attnrank.llm.tokenizers import load_tokenizer
 
     try:
         tok = load_tokenizer()

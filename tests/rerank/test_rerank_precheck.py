@@ -32,7 +32,8 @@ def test_the_early_refusal_is_the_loaded_rerankers_where_it_refuses(tiny_dir):
     """At every budget around the long passage's prompt the early check refuses what the loaded
     reranker refuses, in its words, and never what it accepts (it measures without the calibration
     prompt, which a query of several words makes the shorter)."""
-    from attnrank.llm.models import load_llm, load_tokenizer
+    from attnrank.llm.models import load_llm
+    from attnrank.llm.tokenizers import load_tokenizer
     from attnrank.rerank.attention import AttentionReranker
 
     tok = load_tokenizer(str(tiny_dir))
@@ -62,13 +63,15 @@ def test_rerank_refuses_a_passage_no_prompt_holds_before_the_model_loads(tmp_pat
     from typer.testing import CliRunner
 
     from attnrank.cli import app
-    from attnrank.llm import models
+    from attnrank.llm import models, tokenizers
 
     corpus, queries, run = tmp_path / "c.jsonl", tmp_path / "q.jsonl", tmp_path / "run.trec"
     corpus.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.text}) + "\n" for d in DOCS))
     queries.write_text(json.dumps({"_id": "q1", "text": RERANK_QUERY}) + "\n")
     run.write_text("".join(f"q1 Q0 {d.id} {i + 1} {10 - i} bm25\n" for i, d in enumerate(DOCS)))
-    budget = len(build_rerank_prompts(models.load_tokenizer(str(tiny_dir)), RERANK_QUERY, DOCS[-1:]).real.input_ids) - 1
+    budget = (
+        len(build_rerank_prompts(tokenizers.load_tokenizer(str(tiny_dir)), RERANK_QUERY, DOCS[-1:]).real.input_ids) - 1
+    )
     loads = []
     monkeypatch.setattr(models, "_load_cached", lambda *a: loads.append(a))
     args = [
