@@ -193,20 +193,22 @@ def _warn_ties_against_ranks(path: Path, run: Run, ranks: dict[str, dict[str, in
 
 
 def results_to_run(results: Iterable[RankedResults]) -> Run:
-    """``{query id: {doc id: score}}`` of ``results``; a result without a query id is numbered by
-    its position. A query id twice is refused (the later ranking replaced the earlier one, and
-    the run silently lacked a query). Tied scores are made strictly decreasing in the ranking's
+    """``{query id: {doc id: score}}`` of ``results``, each with its query id: a result without one
+    is refused (numbered by its position, a ranking was evaluated against the judgments of the
+    query whose id was that number: nDCG@10 0.048 for 0.821, exit 0). A query id twice is refused
+    (the later ranking replaced the earlier one, and the run silently lacked a query). Tied scores are made strictly decreasing in the ranking's
     own order (each the next float below the one before): trec_eval, and :func:`trec_order`,
     would break the tie by doc id, and evaluate (and write) another order than the ranking's."""
     run: Run = {}
     for i, res in enumerate(results):
-        qid = res.query_id if res.query_id is not None else str(i)
-        if qid in run:
+        qid = res.query_id
+        if qid is None:
             raise InputError(
-                f"results #{i} repeat the query id {qid!r}"
-                + (" (a result without a query id is numbered by its position)" if res.query_id is None else "")
-                + "; give each ranking its own query_id"
+                f"results #{i} (query {res.query[:60]!r}) have no query_id, by which qrels and run files key a "
+                "ranking; search with query_ids=[...] or a {query_id: text} mapping (rank(..., query_id=...))"
             )
+        if qid in run:
+            raise InputError(f"results #{i} repeat the query id {qid!r}; give each ranking its own query_id")
         seen = {r.id for r in res}
         if len(seen) < len(res):  # (the run keeps one score a document: the later, lower one was written)
             twice = next(d for d in (r.id for r in res) if sum(x.id == d for x in res) > 1)
