@@ -143,6 +143,22 @@ def coverage_notes(run: Mapping[str, Mapping[str, Any]], qrels: Mapping[str, Map
             f"{len(unjudged)} of the run's {len(run)} queries (first: {unjudged[0]!r}) have no judgments in the qrels; "
             "they are left out of every mean (as trec_eval leaves them)"
         )
+    run_queries = _by_spelling(run)
+    alike_q = [(q, run_queries[_spelling(q)]) for q in unranked if _spelling(q) in run_queries]
+    if alike_q:
+        (q, r), n = alike_q[0], len(alike_q)
+        notes.append(
+            f"{n} judged quer{'y' if n == 1 else 'ies'} the run lacks match{'es' if n == 1 else ''} one of its query ids but for leading "
+            f"zeros, case or spaces (the qrels' {q!r}, the run's {r!r}); give both files the same ids"
+        )
+    misspelt = [(q, d, r) for q in judged if run.get(q) for d, r in _ranked_otherwise(judged[q], run[q])]
+    if misspelt:
+        q, d, r = misspelt[0]
+        notes.append(
+            f"{len(misspelt)} judged document(s) are ranked under another spelling of their id, leading zeros, case "
+            f"or spaces (for {q!r} the run ranks {r!r}, the qrels judge {d!r}): they count as not retrieved, so the "
+            "metrics read low; give both files the same ids"
+        )
     ranked = [(q, d) for q, docs in run.items() for d in docs]
     example = next(((q, next(iter(v))) for q, v in judged.items() if v), None)
     if ranked and example and not any(d in judged.get(q, {}) for q, d in ranked):
@@ -153,6 +169,23 @@ def coverage_notes(run: Mapping[str, Mapping[str, Any]], qrels: Mapping[str, Map
             "qrels of the run's corpus"
         )
     return notes
+
+
+def _spelling(id_: str) -> str:
+    """An id as two tools may spell it otherwise: without surrounding spaces, leading zeros or case."""
+    return id_.strip().lower().lstrip("0") or "0"
+
+
+def _by_spelling(ids: Mapping[str, Any]) -> dict[str, str]:
+    """``{spelling: id}`` of a mapping's keys (:func:`_spelling`)."""
+    return {_spelling(i): i for i in ids}
+
+
+def _ranked_otherwise(labels: Mapping[str, Any], ranked: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(judged id, ranked id)`` of each judged document not ranked as it is spelt but ranked
+    under another spelling (:func:`_spelling`)."""
+    spelt = _by_spelling(ranked)
+    return [(d, spelt[_spelling(d)]) for d in labels if d not in ranked and _spelling(d) in spelt]
 
 
 def judged_queries(qrels: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
