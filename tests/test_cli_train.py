@@ -404,6 +404,39 @@ def test_qrels_of_other_query_ids_are_named_not_blamed_on_the_folds(scifact_mini
         labelled_set(LabelledSource(*args, 5, 0, None))
 
 
+def test_judged_documents_the_corpus_lacks_are_named_not_trained_as_never_retrieved(scifact_mini, tmp_path, capsys):
+    """Qrels that zero-pad the corpus's ids trained and reported their queries as if nothing relevant
+    had been retrieved (a user's report 0.46 for 0.81, weights registered), or, where no id matched,
+    blamed --depth, which no depth could fix."""
+    from attnrank.cli.labelled import LabelledSource, labelled_set
+    from attnrank.errors import AttnrankError
+
+    lines = (scifact_mini / "qrels" / "train.tsv").read_text().splitlines()
+    rows = [line.split("\t") for line in lines[1:]]
+    qrels = tmp_path / "qrels.tsv"
+
+    def write(padded: int) -> None:
+        qrels.write_text(
+            "\n".join(
+                [lines[0], *("\t".join([q, ("0" + d) if i < padded else d, v]) for i, (q, d, v) in enumerate(rows))]
+            )
+            + "\n"
+        )
+
+    args = (None, None, scifact_mini / "queries.jsonl", qrels, scifact_mini / "corpus.jsonl", None)
+    write(len(rows))
+    with pytest.raises(AttnrankError, match=r"none of the \d+ relevant documents the qrels judge .* is in the corpus"):
+        labelled_set(LabelledSource(*args, 5, 0, None))
+    write(1)
+    labelled_set(LabelledSource(*args, 5, 0, None))
+    err = capsys.readouterr().err
+    assert f"warning: 1 of the {len({d for _, d, _ in rows})} relevant documents the qrels judge" in err
+    assert f"(e.g. '0{rows[0][1]}'; the corpus holds e.g." in err
+    write(0)
+    labelled_set(LabelledSource(*args, 5, 0, None))
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_training_embeds_the_candidates_as_the_trained_preset_will(tiny_dir):
     """train computed the dense signal with a float32 embedder, while the reranker that reads the
     weights embeds in bfloat16 where its model runs so: weights fitted to other signals."""

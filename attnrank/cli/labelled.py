@@ -204,6 +204,8 @@ def labelled_set(source: LabelledSource):
     random.Random(42).shuffle(qids)  # QRHead samples its detection queries with seed 42
     qids = sorted(qids[: max_queries or None])
     by_id = {d.id: d for d in docs}
+    if corpus is not None:
+        _check_judged_in_corpus(qids, qr, rel, by_id, corpus, warn=run is None)
     if run is not None:
         _check_run_docs(cands, qids, by_id, run, depth)
     if index is not None:
@@ -243,6 +245,33 @@ def _index_candidates(index: Path, queries: dict, depth: int) -> tuple[dict, dic
     results = HybridRetriever.load(index).search_batch(queries, depth)
     by_id = {d.id: d.document for res in results for d in res}
     return {res.query_id: [d.id for d in res] for res in results}, by_id
+
+
+def _check_judged_in_corpus(qids: list, qrels: dict, rel: int, by_id: dict, corpus: Path, warn: bool) -> None:
+    """The relevant documents the qrels judge for the labelled queries ``qids`` are in the corpus:
+    none is an error, some a warning with ``warn`` (not beside a run, whose corpus may hold the
+    run's documents alone, as TREC DL's passages of a BM25 top-100 do). Why: ids spelt otherwise (zero-padded in the qrels) trained
+    and reported those queries as if nothing relevant had been retrieved (a user's report read
+    0.46 for 0.81, and registered its weights), or blamed --depth where no depth could help."""
+    wanted = sorted({d for q in qids for d, v in qrels.get(q, {}).items() if v >= rel})
+    absent = [d for d in wanted if d not in by_id]
+    if not absent:
+        return
+    held = next(iter(by_id), None)
+    example = f"e.g. {absent[0]!r}" + (f"; the corpus holds e.g. {held!r}" if held is not None else "")
+    if len(absent) == len(wanted):
+        raise AttnrankError(
+            f"none of the {len(wanted)} relevant documents the qrels judge for these queries is in the corpus "
+            f"{corpus} ({example}); give the qrels of this corpus, with ids spelled alike"
+        )
+    if not warn:
+        return
+    typer.echo(
+        f"warning: {len(absent)} of the {len(wanted)} relevant documents the qrels judge for these queries are not "
+        f"in the corpus {corpus} ({example}); their queries train and report as if those were never retrieved: "
+        "check that both spell the ids alike (leading zeros)",
+        err=True,
+    )
 
 
 def _check_run_docs(cands: dict, qids: list, by_id: dict, run: Path, depth: int) -> None:
