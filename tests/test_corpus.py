@@ -44,9 +44,44 @@ def test_csv_columns_besides_id_title_text_are_metadata(tmp_path):
 
 
 def test_csv_without_text_column(tmp_path):
-    (tmp_path / "c.csv").write_text("id,body\n1,x\n")
-    with pytest.raises(InputError, match=r"c\.csv:1: header .* lacks an 'id' and a 'text' column"):
+    (tmp_path / "c.csv").write_text("id,summary\n1,x\n")
+    with pytest.raises(InputError, match=r"c\.csv:1: header .* lacks an id column .* and a text column \('text'"):
         load_corpus(tmp_path / "c.csv")
+
+
+def test_the_names_other_tools_give_the_id_and_text_are_read(tmp_path):
+    """Pyserini's JsonCollection ({"id", "contents"}), MS MARCO's "docid", a CSV's "body" were
+    refused ("missing 'id'/'_id' or 'text'"), and the advice to skip such records skipped them all."""
+    (tmp_path / "p.jsonl").write_text('{"id": "a", "contents": "alpha"}\n{"docid": "b", "body": "beta", "url": "u"}\n')
+    docs, _ = load_corpus(tmp_path / "p.jsonl")
+    assert [(d.id, d.text, d.metadata) for d in docs] == [("a", "alpha", {}), ("b", "beta", {"url": "u"})]
+    (tmp_path / "c.csv").write_text("doc_id,title,Body\n1,T,one\n")
+    assert [(d.id, d.title, d.text) for d in load_corpus(tmp_path / "c.csv")[0]] == [("1", "T", "one")]
+    # "text" is the text beside another name (kept as metadata, as before); two others are refused
+    (tmp_path / "t.jsonl").write_text('{"id": "a", "text": "alpha", "contents": "c"}\n')
+    assert [(d.text, d.metadata) for d in load_corpus(tmp_path / "t.jsonl")[0]] == [("alpha", {"contents": "c"})]
+    (tmp_path / "two.jsonl").write_text('{"id": "a", "contents": "alpha", "body": "b"}\n')
+    with pytest.raises(InputError, match=r"two.jsonl:1: 'contents' and 'body' both name the text; keep one"):
+        load_corpus(tmp_path / "two.jsonl")
+    (tmp_path / "two.csv").write_text("id,body,passage\n1,a,b\n")
+    with pytest.raises(InputError, match=r"'body' and 'passage' both name the text"):
+        load_corpus(tmp_path / "two.csv")
+    (tmp_path / "ids.jsonl").write_text('{"doc_id": "a", "docid": "b", "text": "x"}\n')
+    with pytest.raises(InputError, match=r"'doc_id' and 'docid' both name the document id"):
+        load_corpus(tmp_path / "ids.jsonl")
+
+
+def test_a_header_that_is_no_header_or_uses_semicolons_is_named_as_such(tmp_path):
+    """MS MARCO's collection.tsv (no header: id, text) was refused with its first passage, 1,500
+    characters, printed as the "header"; an Excel CSV with ';' separators was said to lack the
+    columns its header plainly names."""
+    (tmp_path / "collection.tsv").write_text("0\t" + "word " * 300 + "\n1\tsecond\n")
+    with pytest.raises(InputError, match=r"without a header \(MS MARCO's collection.tsv: id, text\) needs one") as e:
+        load_corpus(tmp_path / "collection.tsv")
+    assert len(str(e.value)) < 500
+    (tmp_path / "excel.csv").write_text("id;title;text\n1;T;one\n")
+    with pytest.raises(InputError, match=r"its one column 'id;title;text' holds a ';': save it with ',' separators"):
+        load_corpus(tmp_path / "excel.csv")
 
 
 def test_text_directory(tmp_path):

@@ -8,6 +8,8 @@ Formats (chosen by :func:`load_corpus` from the path):
   optional ``title``; other keys go to ``metadata``.
 - CSV/TSV file with a header that names ``id`` and ``text`` columns (``title`` optional); other
   columns go to ``metadata`` (as strings).
+- In both, the names other tools write are read where attnrank's are absent: ``doc_id`` or
+  ``docid`` for the id, ``contents`` (Pyserini), ``body`` or ``passage`` for the text.
 - A directory of ``.txt`` / ``.md`` / ``.markdown`` files (hidden ones left out; other files are
   named in a warning): the relative path is the id; a Markdown file whose first line is a heading
   (``# Title``) has it as the title, out of the text; YAML front matter (``---`` lines) is left

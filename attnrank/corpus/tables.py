@@ -1,4 +1,5 @@
-"""Corpora of records: JSON Lines (``id``/``_id``, ``text``, optional ``title``) and CSV/TSV with a header."""
+"""Corpora of records: JSON Lines (``id``/``_id``, ``text``, optional ``title``; the names other tools
+give them too: :data:`ID_NAMES`, :data:`TEXT_NAMES`) and CSV/TSV with a header."""
 
 from __future__ import annotations
 
@@ -45,24 +46,51 @@ def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[D
             problem(where, "expected a JSON object with 'id' and 'text'")
             continue
         did, clash = json_id(obj)
-        if clash:
-            problem(where, clash)
+        id_key = next((k for k in ("_id", "id") if obj.get(k) is not None), None)
+        if did is None and not clash:  # (MS MARCO's "docid", others' "doc_id")
+            id_key, clash = _one_name([k for k, v in obj.items() if v is not None], ID_NAMES, "the document id")
+            did = None if id_key is None else obj[id_key]
+        text_key, text_clash = _one_name(obj, TEXT_NAMES, "the text")
+        if clash or text_clash:
+            problem(where, clash or text_clash or "")
             continue
-        if did is None or "text" not in obj:
-            problem(where, f"missing 'id'/'_id' or 'text' (keys: {sorted(obj)[:6]})")
+        if did is None or text_key is None:
+            problem(
+                where, f"missing an id ({_names(ID_NAMES)}) or a text ({_names(TEXT_NAMES)}) (keys: {sorted(obj)[:6]})"
+            )
             continue
-        raw = {"id": did, "text": obj["text"], "title": obj.get("title")}
+        raw = {"id": did, "text": obj[text_key], "title": obj.get("title")}
         fields = {k: (id_text if k == "id" else field_text)(v) for k, v in raw.items()}
         bad = next((k for k, v in fields.items() if v is None), None)
         if bad is not None:
             kind = type(raw[bad]).__name__
             problem(where, id_problem(raw[bad]) if bad == "id" else f"{bad!r} is a JSON {kind}, not a string or number")
             continue
-        meta = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
+        meta = {k: v for k, v in obj.items() if k not in ("_id", "id", id_key, text_key, "title")}
         # ids are trimmed, as in CSV and as TREC qrels and runs (split at whitespace) read them
         doc = Document((fields["id"] or "").strip(), fields["text"] or "", fields["title"] or "", meta)
         add_document(docs, doc, where, problem)
     return finish(docs, report)
+
+
+# The names other tools give a record's id and text (Pyserini's JsonCollection writes "contents",
+# MS MARCO's documents "docid"): read as attnrank's own "id" and "text" where those are absent.
+ID_NAMES = ("id", "_id", "doc_id", "docid")
+TEXT_NAMES = ("text", "contents", "body", "passage")
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(map(repr, names[:-1])) + f" or {names[-1]!r}"
+
+
+def _one_name(keys: Any, names: Sequence[str], what: str) -> tuple[str | None, str | None]:
+    """The first of ``names`` among ``keys`` (a record's keys, a header's lower-case names), and a
+    problem where two of them name ``what`` otherwise than the first (``text`` beside another
+    is the text, the other metadata, as before these names were read)."""
+    present = [n for n in names if n in keys]
+    if len(present) > 1 and present[0] != names[0]:
+        return None, f"{' and '.join(map(repr, present))} both name {what}; keep one of them, or name it {names[0]!r}"
+    return (present[0] if present else None), None
 
 
 def read_csv_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[Document], LoadReport]:
@@ -143,19 +171,36 @@ def _csv_columns(path: Path, fieldnames: Sequence[str] | None) -> dict[str, str]
     cols = {c.lower().strip(): c for c in fieldnames or []}
     if len(cols) != len(fieldnames or []):
         raise InputError(f"{path}:1: header {fieldnames} names a column twice; give every column its own name")
-    ids = [cols[k] for k in ("id", "_id", "doc_id", "docid") if k in cols]
+    shown = [f if len(f) <= 40 else f[:37] + "..." for f in fieldnames][
+        :8
+    ]  # (a text taken for a header: 1,500 characters)
+    ids = [cols[k] for k in ID_NAMES if k in cols]
     if len(ids) > 1:  # (JSON refuses an _id that differs from id; here the second went to metadata)
         raise InputError(
-            f"{path}:1: header {fieldnames} names the document id twice ({', '.join(map(repr, ids))}); "
+            f"{path}:1: header {shown} names the document id twice ({', '.join(map(repr, ids))}); "
             "keep one id column, or rename the other"
         )
+    text, clash = _one_name(cols, TEXT_NAMES, "the text")
+    if clash:
+        raise InputError(f"{path}:1: header {shown}: {clash}")
     id_col = ids[0] if ids else None
-    if id_col is None or "text" not in cols:
+    if id_col is None or text is None:
+        headerless = len(fieldnames) == 2 and " " not in fieldnames[0].strip()
         raise InputError(
-            f"{path}:1: header {fieldnames} lacks an 'id' and a 'text' column; "
+            f"{path}:1: header {shown} lacks an id column ({_names(ID_NAMES)}) and a text column ({_names(TEXT_NAMES)}); "
             "the first row must name them (title is optional)"
+            + (
+                "; a file without a header (MS MARCO's collection.tsv: id, text) needs one added first"
+                if headerless
+                else ""
+            )
+            + (
+                f"; its one column {fieldnames[0][:40]!r} holds a ';': save it with ',' separators"
+                if len(fieldnames) == 1 and ";" in fieldnames[0]
+                else ""
+            )
         )
-    return {**cols, "id": id_col}
+    return {**cols, "id": id_col, "text": cols[text]}
 
 
 def _add_row(

@@ -291,8 +291,10 @@ CASES = [
         "a record without 'text'",
         ["index", "c.jsonl", "--index", "n", "-q"],
         1,
-        ["c.jsonl:1: missing 'id'/'_id' or 'text'"],
-        _write("c.jsonl", '{"id": "a", "body": "x"}\n'),
+        [
+            "c.jsonl:1: missing an id ('id', '_id', 'doc_id' or 'docid') or a text ('text', 'contents', 'body' or 'passage')"
+        ],
+        _write("c.jsonl", '{"id": "a", "summary": "x"}\n'),
     ),
     # -- search options (defects 3, 4) ---------------------------------------------------------
     Case(
