@@ -72,8 +72,20 @@ def load_queries(path: str | Path, *, run_ids: bool = False) -> dict[str, str]:
     return queries
 
 
-_ID_HEADERS = {"id", "_id", "qid", "query-id", "query_id", "queryid"}
-_TEXT_HEADERS = {"text", "query", "query-text", "query_text", "title"}
+_ID_HEADERS = {
+    "id",
+    "_id",
+    "qid",
+    "query-id",
+    "query_id",
+    "queryid",
+    "topic",
+    "topic-id",
+    "topic_id",
+    "topicid",
+    "number",
+}
+_TEXT_HEADERS = {"text", "query", "query-text", "query_text", "title", "question", "description"}
 
 
 def _is_header(qid: str, text: str) -> bool:

@@ -59,7 +59,8 @@ def recoding_hint(start: bytes, *, decoded: bool = False) -> str:
         return "it is UTF-16: re-encode it as UTF-8 (e.g. iconv -f utf-16 -t utf-8)"
     if decoded:
         return "remove its NUL bytes (e.g. tr -d '\\000')"
-    return "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+    # (cp1252, not latin1: Windows' dashes and curly quotes are C1 control characters in latin1)
+    return "re-encode the file as UTF-8 (e.g. iconv -f cp1252 -t utf-8, for a file written on Windows)"
 
 
 def _utf16_like(head: bytes) -> bool:

@@ -615,6 +615,10 @@ def test_the_recoding_hint_tells_utf16_from_a_stray_nul():
     assert recoding_hint("第 1 章: 中文 文本, 没有 字节 顺序 标记.".encode("utf-16-le")).startswith("it is UTF-16")
     assert recoding_hint(b"caf\xe9 \x00").startswith("re-encode the file as UTF-8")  # (Latin-1, a stray NUL)
     assert recoding_hint(b"").startswith("re-encode the file as UTF-8")
+    # the hint followed: Windows' text read as cp1252, not as latin1 (whose "–" is the control character \x96)
+    hint = recoding_hint("Café – naïve".encode("cp1252"))
+    assert "iconv -f cp1252 -t utf-8" in hint
+    assert "Café – naïve".encode("cp1252").decode(hint.split("iconv -f ")[1].split()[0]) == "Café – naïve"
 
 
 def test_a_jsonl_document_of_invisible_characters_is_refused(tmp_path):

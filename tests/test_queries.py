@@ -88,6 +88,10 @@ def test_a_queries_header_with_another_column_name_is_not_a_query(tmp_path):
     assert load_queries(tmp_path / "q.tsv") == {"1": "what is x"}
     (tmp_path / "q2.tsv").write_text("qid\twhat is the id of x\n")  # a real query: more than one word
     assert load_queries(tmp_path / "q2.tsv") == {"qid": "what is the id of x"}
+    # TREC's and others' names: "topic_id<TAB>title" and "number<TAB>question" were searched as queries
+    for header in ("topic_id\ttitle", "number\tquestion", "topic\tdescription"):
+        (tmp_path / "q3.tsv").write_text(f"{header}\n1\twhat is x\n")
+        assert load_queries(tmp_path / "q3.tsv") == {"1": "what is x"}, header
 
 
 def test_a_truncated_gzip_queries_file_is_one_line_naming_it(tmp_path):
