@@ -373,6 +373,13 @@ def check_texts(documents: Sequence[Document]) -> None:
     :func:`check_text_fields`, and valid Unicode, :func:`check_unicode`)."""
     for i, d in enumerate(documents):
         check_text_fields(i, d)
-        if not has_text(d):
-            raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before reranking")
+    empty = [i for i, d in enumerate(documents) if not has_text(d)]
+    if empty and len(empty) == len(documents) > 1:  # (ids alone: a run's; "drop empty documents" left none)
+        raise InputError(
+            f"none of the {len(documents)} documents has text (e.g. {documents[0].id!r}); the reranker reads each "
+            "one's text: give the candidates with their texts (a run holds ids alone: look them up in the corpus)"
+        )
+    if empty:
+        i = empty[0]
+        raise InputError(f"document #{i} ({documents[i].id!r}) has no text; drop empty documents before reranking")
     check_unicode((f"{d.title or ''}\n{d.text}" for d in documents), "document")

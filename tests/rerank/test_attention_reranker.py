@@ -197,6 +197,17 @@ def test_an_empty_document_is_refused_not_scored(llm, empty):
     assert len(reranker.rank("capital of France?", [docs[0], Document("c", empty, "A title")])) == 2
 
 
+def test_candidates_of_ids_alone_are_told_to_bring_their_texts(llm):
+    """A run read back (ScoredDocuments of ids and scores) was told to "drop empty documents", which
+    leaves nothing to rerank."""
+    from attnrank.types import ScoredDocument
+
+    reranker = AttentionReranker(llm, signals=None)
+    run = [ScoredDocument(d, 2.0 - i, i + 1) for i, d in enumerate(("1065627", "20"))]
+    with pytest.raises(InputError, match=r"none of the 2 documents has text \(e.g. '1065627'\); .* look them up"):
+        reranker.rank("capital of France?", run)
+
+
 @pytest.mark.parametrize("mode", ["full", "block"])
 def test_a_lone_surrogate_in_the_query_or_a_document_is_one_input_error(llm, mode):
     """Tokenizers fail on a lone surrogate with a TypeError, block mode's hashing with a
