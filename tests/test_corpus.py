@@ -71,6 +71,31 @@ def test_the_names_other_tools_give_the_id_and_text_are_read(tmp_path):
         load_corpus(tmp_path / "ids.jsonl")
 
 
+def test_a_tsv_field_quoted_over_several_lines_is_one_bad_record_not_a_cut_text(tmp_path):
+    """A csv writer (or pandas) with a tab delimiter quotes a text that holds line breaks: the
+    refusal named its second line (too few fields), and --skip-invalid, as advised, then kept the
+    record cut at its first line (27 of a user's abstracts, one beginning with a quote), without a
+    word. A text that begins with a quote, of its own, stays read as it is."""
+    import csv
+
+    path = tmp_path / "c.tsv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, delimiter="\t")
+        w.writerows(
+            [["id", "title", "text"], ["1", "T1", "one"], ["2", "T2", "first\nsecond\nthird"], ["3", "T3", "x"]]
+        )
+    with pytest.raises(
+        InputError, match=r"c.tsv:3: the field '\"first' opens a quote that line 4 goes on with.*as \.csv"
+    ):
+        load_corpus(path)
+    docs, report = load_corpus(path, skip_invalid=True)
+    assert [(d.id, d.text) for d in docs] == [("1", "one"), ("3", "x")] and [w for w, _ in report.skipped] == [
+        f"{path}:3"
+    ]
+    (tmp_path / "plain.tsv").write_text('id\ttext\n1\t"Hello, he said\n2\tnormal\n')
+    assert [d.text for d in load_corpus(tmp_path / "plain.tsv")[0]] == ['"Hello, he said', "normal"]
+
+
 def test_a_header_that_is_no_header_or_uses_semicolons_is_named_as_such(tmp_path):
     """MS MARCO's collection.tsv (no header: id, text) was refused with its first passage, 1,500
     characters, printed as the "header"; an Excel CSV with ';' separators was said to lack the

@@ -141,20 +141,59 @@ class _TsvReader:
 
     def __iter__(self) -> Iterator[dict]:
         names = self.fieldnames or []
+        held: tuple[int, list[str]] | None = None  # a record whose last field opens a CSV quote on its line
+        spanning = False  # inside such a field, its lines skipped
         for number, line in self._lines:
-            self.line_num = number
             fields = tsv_fields(line)
             if not "".join(fields).strip():  # a blank line, or one of tabs and spaces (as query files skip them)
                 continue
-            quoted = quoted_field(fields)
-            if quoted:  # (a bad record as any other: skipped with --skip-invalid)
-                self.problem(f"{self.path}:{number}", quoted, QUOTED_FIX)
+            if spanning:
+                spanning = not _closes_quote(fields)
                 continue
-            row: dict = dict(zip(names, fields))
-            if len(fields) > len(names):
-                row[None] = fields[len(names) :]
-            row.update({name: None for name in names[len(fields) :]})
-            yield row
+            if held is not None:
+                start, opened = held
+                held = None
+                if len(fields) < len(names):  # its text goes on here: a CSV writer's quoted line break
+                    self.problem(
+                        f"{self.path}:{start}",
+                        f"the field {opened[-1].strip()[:40]!r} opens a quote that line {number} goes on with: a "
+                        "field with a line break written with CSV quoting, and a TSV is read a record a line",
+                        "save the file as .csv, whose quoting holds line breaks, or write the texts without them",
+                    )
+                    spanning = not _closes_quote(fields)
+                    continue
+                yield from self._row(start, opened, names)
+            if _opens_quote(fields):
+                held = (number, fields)
+                continue
+            yield from self._row(number, fields, names)
+        if held is not None:
+            yield from self._row(*held, names)
+
+    def _row(self, number: int, fields: list[str], names: list[str]) -> Iterator[dict]:
+        self.line_num = number
+        quoted = quoted_field(fields)
+        if quoted:  # (a bad record as any other: skipped with --skip-invalid)
+            self.problem(f"{self.path}:{number}", quoted, QUOTED_FIX)
+            return
+        row: dict = dict(zip(names, fields))
+        if len(fields) > len(names):
+            row[None] = fields[len(names) :]
+        row.update({name: None for name in names[len(fields) :]})
+        yield row
+
+
+def _opens_quote(fields: list[str]) -> bool:
+    """Whether a TSV line's last field opens a CSV quote it does not close (an odd number of quotes,
+    the first leading: inside CSV quotes a quote is doubled)."""
+    last = fields[-1].lstrip() if fields else ""
+    return last.startswith('"') and last.count('"') % 2 == 1
+
+
+def _closes_quote(fields: list[str]) -> bool:
+    """Whether a line within a field that a CSV quote opened closes it (its first field, the rest
+    of that field, holds an odd number of quotes)."""
+    return bool(fields) and fields[0].count('"') % 2 == 1
 
 
 def _dict_reader(f: io.TextIOBase) -> csv.DictReader:
