@@ -251,7 +251,8 @@ def test_train_signals_fits_the_fast_presets_weights_without_the_model(home, sci
 
 def test_train_takes_the_candidates_from_an_index_as_search_reranks_them(home, scifact_mini, tiny_dir, tmp_path):
     """--index-dir: the index's own search gives the candidates and their documents, the same
-    report as a run of that search with the corpus; a run or corpus beside it is refused."""
+    report as a run of that search with the corpus; beside a --run, the run gives the candidates
+    and the index their texts (as rerank reads them; it was refused); a corpus beside it is refused."""
     from attnrank import load_corpus
     from attnrank.eval import write_run
     from attnrank.index.retriever import HybridRetriever
@@ -269,9 +270,11 @@ def test_train_takes_the_candidates_from_an_index_as_search_reranks_them(home, s
     write_run(HybridRetriever.load(index).search_batch(load_queries(sf / "queries.jsonl"), 6), run)
     same = runner.invoke(app, [*labelled, "--run", str(run), "--corpus", str(sf / "corpus.jsonl"), "--no-save", "-q"])
     assert same.exit_code == 0 and same.output.split("\n")[1:] == r.output.split("\n")[1:], same.output
-    bad = runner.invoke(app, [*labelled, "--index-dir", str(index), "--run", str(run)])
+    both = runner.invoke(app, [*labelled, "--index-dir", str(index), "--run", str(run), "--no-save", "-q"])
+    assert both.exit_code == 0 and both.output.split("\n")[1:] == same.output.split("\n")[1:], both.output
+    bad = runner.invoke(app, [*labelled, "--index-dir", str(index), "--corpus", str(sf / "corpus.jsonl")])
     said = " ".join(re.sub("[│╭╮╰╯─]", " ", bad.output).split())  # the error box, unwrapped
-    assert bad.exit_code == 2 and "so --run would be ignored" in said, said
+    assert bad.exit_code == 2 and "so --corpus would be ignored" in said, said
 
 
 def test_train_likelihood_refuses_attention_options_before_loading_a_model(home, dl19_mini, tiny_dir):

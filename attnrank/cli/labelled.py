@@ -94,8 +94,9 @@ def check_saveable(model: str | None, save: bool) -> None:
 class LabelledSource:
     """Where the labelled queries of ``heads detect``, ``heads train`` and ``train`` come from: a
     named ``dataset`` under ``data``, or ``queries`` + ``qrels`` with candidates from a ``run`` over
-    a ``corpus``, BM25 over the ``corpus``, or the search of an ``index`` folder (its own mode and
-    fusion, as ``search --rerank`` reranks); ``depth`` candidates per query, at most ``max_queries``
+    a ``corpus`` (or over an ``index``'s documents, as ``rerank --run`` reads them), BM25 over the
+    ``corpus``, or the search of an ``index`` folder (its own mode and fusion, as ``search --rerank``
+    reranks); ``depth`` candidates per query, at most ``max_queries``
     queries (0: all), ``rel`` the lowest label counted relevant (None: the dataset's)."""
 
     dataset: str | None
@@ -140,13 +141,8 @@ def labelled_set(source: LabelledSource):
     if rel is not None and rel < 1:
         raise typer.BadParameter(f"--rel {rel} must be at least 1 (the lowest label counted relevant)")
     cands: dict = {}
-    if index is not None:
-        given = [o for o, v in (("--run", run), ("--corpus", corpus)) if v is not None]
-        if given:
-            raise typer.BadParameter(
-                f"the index gives the candidates and their documents, so {', '.join(given)} would be ignored; "
-                "drop them, or the index"
-            )
+    if index is not None and corpus is not None:  # (a --run's candidates read the index's texts, as rerank's do)
+        raise typer.BadParameter("the index gives the documents, so --corpus would be ignored; drop it, or the index")
     if skip_invalid and corpus is None and (dataset is not None or index is not None):  # (it was ignored)
         why = (
             f"--dataset {dataset} brings its own corpus" if dataset is not None else "an index holds only valid records"
@@ -191,6 +187,10 @@ def labelled_set(source: LabelledSource):
                 f"give the file of the split to train on, e.g. --qrels {qrels / 'qrels' / splits[-1].name}"
             )
         docs = [] if corpus is None else _read_corpus(corpus, skip_invalid)
+        if index is not None and run is not None:
+            from ..index.retriever import HybridRetriever
+
+            docs = HybridRetriever.load(index).docs
         qs, qr, rel = load_queries(queries), read_qrels(qrels), rel or 1
     check_relevance_level(qr, rel)  # (else: "0 labelled queries ... fewer than --folds", blaming --folds)
     if run is not None:
@@ -208,7 +208,7 @@ def labelled_set(source: LabelledSource):
         _check_judged_in_corpus(qids, qr, rel, by_id, corpus, warn=run is None)
     if run is not None:
         _check_run_docs(cands, qids, by_id, run, depth)
-    if index is not None:
+    if index is not None and run is None:
         cands, by_id = _index_candidates(index, {q: qs[q] for q in qids}, depth)
     elif not cands:
         from ..index.bm25 import BM25Index
@@ -220,7 +220,7 @@ def labelled_set(source: LabelledSource):
         idx, _ = bm25.retrieve([qs[q] for q in qids], depth, matched_only=True)
         cands = {q: [docs[i].id for i in row if i >= 0] for q, row in zip(qids, idx)}
     out = {q: [by_id[d] for d in cands.get(q, [])[:depth] if d in by_id] for q in qids}
-    of_index = f" of the index {Path(index).name}" if index is not None else ""
+    of_index = f" of the index {Path(index).name}" if index is not None and run is None else ""
     kept = {q: qs[q] for q in qids if out[q]}  # a query without candidates is not trained or reported on
     if len(kept) < len(qids):  # (a run of other queries, or one that spells their ids otherwise)
         lost = [q for q in qids if not out[q]]
