@@ -250,9 +250,10 @@ def _index_candidates(index: Path, queries: dict, depth: int) -> tuple[dict, dic
 def _check_judged_in_corpus(qids: list, qrels: dict, rel: int, by_id: dict, corpus: Path, warn: bool) -> None:
     """The relevant documents the qrels judge for the labelled queries ``qids`` are in the corpus:
     none is an error, some a warning with ``warn`` (not beside a run, whose corpus may hold the
-    run's documents alone, as TREC DL's passages of a BM25 top-100 do). Why: ids spelt otherwise (zero-padded in the qrels) trained
-    and reported those queries as if nothing relevant had been retrieved (a user's report read
-    0.46 for 0.81, and registered its weights), or blamed --depth where no depth could help."""
+    run's documents alone, as TREC DL's passages of a BM25 top-100 do). Why: ids spelt otherwise
+    (zero-padded in the qrels) trained and reported those queries as if nothing relevant had been
+    retrieved (a user's report read 0.46 for 0.81, and registered its weights), or blamed --depth
+    where no depth could help."""
     wanted = sorted({d for q in qids for d, v in qrels.get(q, {}).items() if v >= rel})
     absent = [d for d in wanted if d not in by_id]
     if not absent:

@@ -100,7 +100,8 @@ def train(
         None,
         "--index",
         "-n",
-        help=f"{INDEX_NAME_HELP}: its search's top --depth hits are the candidates (with --run: the run's, the texts the index's).",
+        help=f"{INDEX_NAME_HELP}: its search's top --depth hits are the candidates (with --run: the run's, "
+        "their texts the index's).",
     ),
     index_dir: Optional[Path] = typer.Option(None, "--index-dir", help="Explicit index folder instead of --index."),
     depth: int = typer.Option(20, "--depth", help="Candidates per query (the reranking depth)."),

@@ -210,9 +210,8 @@ def _csv_columns(path: Path, fieldnames: Sequence[str] | None) -> dict[str, str]
     cols = {c.lower().strip(): c for c in fieldnames or []}
     if len(cols) != len(fieldnames or []):
         raise InputError(f"{path}:1: header {fieldnames} names a column twice; give every column its own name")
-    shown = [f if len(f) <= 40 else f[:37] + "..." for f in fieldnames][
-        :8
-    ]  # (a text taken for a header: 1,500 characters)
+    # (names cut short: a passage taken for a header printed 1,500 characters)
+    shown = [f if len(f) <= 40 else f[:37] + "..." for f in fieldnames][:8]
     ids = [cols[k] for k in ID_NAMES if k in cols]
     if len(ids) > 1:  # (JSON refuses an _id that differs from id; here the second went to metadata)
         raise InputError(
@@ -226,8 +225,8 @@ def _csv_columns(path: Path, fieldnames: Sequence[str] | None) -> dict[str, str]
     if id_col is None or text is None:
         headerless = len(fieldnames) == 2 and " " not in fieldnames[0].strip()
         raise InputError(
-            f"{path}:1: header {shown} lacks an id column ({_names(ID_NAMES)}) and a text column ({_names(TEXT_NAMES)}); "
-            "the first row must name them (title is optional)"
+            f"{path}:1: header {shown} lacks an id column ({_names(ID_NAMES)}) and a text column "
+            f"({_names(TEXT_NAMES)}); the first row must name them (title is optional)"
             + (
                 "; a file without a header (MS MARCO's collection.tsv: id, text) needs one added first"
                 if headerless

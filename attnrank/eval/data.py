@@ -196,9 +196,10 @@ def results_to_run(results: Iterable[RankedResults]) -> Run:
     """``{query id: {doc id: score}}`` of ``results``, each with its query id: a result without one
     is refused (numbered by its position, a ranking was evaluated against the judgments of the
     query whose id was that number: nDCG@10 0.048 for 0.821, exit 0). A query id twice is refused
-    (the later ranking replaced the earlier one, and the run silently lacked a query). Tied scores are made strictly decreasing in the ranking's
-    own order (each the next float below the one before): trec_eval, and :func:`trec_order`,
-    would break the tie by doc id, and evaluate (and write) another order than the ranking's."""
+    (the later ranking replaced the earlier one, and the run silently lacked a query). Tied scores
+    are made strictly decreasing in the ranking's own order (each the next float below the one
+    before): trec_eval, and :func:`trec_order`, would break the tie by doc id, and evaluate (and
+    write) another order than the ranking's."""
     run: Run = {}
     for i, res in enumerate(results):
         qid = res.query_id

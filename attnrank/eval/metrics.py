@@ -147,9 +147,10 @@ def coverage_notes(run: Mapping[str, Mapping[str, Any]], qrels: Mapping[str, Map
     alike_q = [(q, run_queries[_spelling(q)]) for q in unranked if _spelling(q) in run_queries]
     if alike_q:
         (q, r), n = alike_q[0], len(alike_q)
+        verb = "query the run lacks matches" if n == 1 else "queries the run lacks match"
         notes.append(
-            f"{n} judged quer{'y' if n == 1 else 'ies'} the run lacks match{'es' if n == 1 else ''} one of its query ids but for leading "
-            f"zeros, case or spaces (the qrels' {q!r}, the run's {r!r}); give both files the same ids"
+            f"{n} judged {verb} one of its query ids but for leading zeros, case or spaces (the qrels' {q!r}, "
+            f"the run's {r!r}); give both files the same ids"
         )
     misspelt = [(q, d, r) for q in judged if run.get(q) for d, r in _ranked_otherwise(judged[q], run[q])]
     if misspelt:

