@@ -59,7 +59,9 @@ logger = logging.getLogger(__name__)
 @app.command()
 def index(
     corpus: Path = typer.Argument(
-        ..., help="BEIR folder, .jsonl, .csv/.tsv, or a folder of .txt/.md files (one such file alone: one document)."
+        ...,
+        help="BEIR folder, .jsonl, .csv/.tsv (records: id or _id/doc_id/docid, text or contents/body/passage, "
+        "optional title), or a folder of .txt/.md files (one such file alone: one document).",
     ),
     name: Optional[str] = typer.Option(
         None, "--index", "-n", help="Index name (stored in ./indexes/NAME, or $ATTNRANK_INDEX_DIR/NAME)."
