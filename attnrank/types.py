@@ -14,6 +14,31 @@ from typing import Any
 from .errors import InputError
 
 
+def kind_of(value: Any) -> str:
+    """``value``'s type as a message names it: with its module where it is another library's class
+    of one of attnrank's names (a LangChain or Haystack ``Document``: "a Document, not a Document")."""
+    kind = type(value)
+    own = kind.__module__.split(".")[0] == "attnrank"
+    return (
+        kind.__name__
+        if own or kind.__name__ not in ("Document", "ScoredDocument")
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+
+
+def _metadata(doc_id: Any, metadata: Any) -> Any:
+    """A document's metadata: None (a framework's "no metadata") as ``{}``; a value that is no
+    mapping refused, where a TypeError deep in an index or a ranking named nothing."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InputError(
+            f"document {doc_id!r}: metadata {metadata!r} is a {type(metadata).__name__}; give a dict "
+            "(e.g. {'source': 'x.md'}), or None"
+        )
+    return metadata
+
+
 @dataclass(frozen=True)
 class Document:
     """One passage of a corpus.
@@ -25,6 +50,9 @@ class Document:
     text: str
     title: str = ""
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metadata", _metadata(self.id, self.metadata))
 
     @property
     def full_text(self) -> str:
@@ -50,6 +78,9 @@ class ScoredDocument:
     stage_scores: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)  # carried over from the Document
+
+    def __post_init__(self) -> None:
+        self.metadata = _metadata(self.id, self.metadata)
 
     @property
     def document(self) -> Document:
@@ -204,7 +235,7 @@ def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None
         elif isinstance(d, ScoredDocument):
             out.append(d.document)
         else:
-            raise InputError(f"document #{i} is a {type(d).__name__}; pass Document, ScoredDocument or str")
+            raise InputError(f"document #{i} is a {kind_of(d)}; pass attnrank's Document, ScoredDocument or str")
     return out, None
 
 
@@ -293,7 +324,8 @@ def check_ids(documents: Sequence[Document]) -> None:
     for i, d in enumerate(documents):
         if not isinstance(d, (Document, ScoredDocument)):  # (a text: an AttributeError on .id)
             raise InputError(
-                f"document #{i} is a {type(d).__name__}, not a Document; pass Document(id, text) objects, or a corpus path"
+                f"document #{i} is a {kind_of(d)}, not attnrank's Document; pass attnrank.Document(id, text) objects, "
+                "or a corpus path"
             )
         check_id_type(i, d)
         if not d.id.strip():

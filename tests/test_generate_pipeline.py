@@ -461,7 +461,7 @@ def test_generator_refuses_a_passage_of_another_type_in_one_line(llm):
     gen = Generator(llm, max_new_tokens=2)
     for bad in ({"text": "Paris is the capital of France."}, 3):
         with pytest.raises(
-            InputError, match=f"document #1 is a {type(bad).__name__}; pass Document, ScoredDocument or str"
+            InputError, match=f"document #1 is a {type(bad).__name__}; pass attnrank.s Document, ScoredDocument or str"
         ):
             gen.answer("What is the capital of France?", [Document("d0", "France"), bad])
     texts = ["Paris is the capital of France.", "Lyon is a city."]

@@ -165,3 +165,28 @@ def test_results_that_repeat_an_id_are_refused():
     """RankedResults kept ["a", "a"], which the reranker and write_run refuse."""
     with pytest.raises(InputError, match="the results repeat the id 'a'"):
         RankedResults("q", [ScoredDocument("a", 1.0, 1), ScoredDocument("a", 0.5, 2)])
+
+
+def test_another_librarys_document_is_named_with_its_module():
+    """A LangChain or Haystack Document was "a Document, not a Document"."""
+    from attnrank.index.retriever import HybridRetriever
+
+    theirs = type("Document", (), {"__module__": "otherlib.documents", "page_content": "Paris."})()
+    with pytest.raises(InputError, match=r"document #0 is a otherlib.documents.Document, not attnrank's Document"):
+        HybridRetriever().index([theirs], show_progress=False)
+    with pytest.raises(InputError, match=r"document #0 is a otherlib.documents.Document; pass attnrank's Document"):
+        as_documents([theirs])
+
+
+def test_metadata_none_is_none_and_a_text_is_refused():
+    """metadata=None was a TypeError deep in an index or a ranking ('NoneType' object is not
+    iterable), a string a ValueError (dictionary update sequence)."""
+    from attnrank.index.retriever import HybridRetriever
+
+    Doc = Document
+    docs = [Doc("a", "Paris is in France.", metadata=None), Doc("b", "Berlin is in Germany.")]
+    assert docs[0].metadata == {} and ScoredDocument("a", 1.0, 1, metadata=None).document.metadata == {}
+    hits = HybridRetriever(fusion="rrf").index(docs, show_progress=False).search("Paris", 1)
+    assert hits[0].id == "a" and hits[0].metadata == {}
+    with pytest.raises(InputError, match=r"document 'a': metadata 'source=x.md' is a str; give a dict"):
+        Doc("a", "x", metadata="source=x.md")  # type: ignore[arg-type]

@@ -590,7 +590,7 @@ def test_texts_in_place_of_documents_are_refused_in_one_line():
     from attnrank.errors import InputError
     from attnrank.index.retriever import HybridRetriever
 
-    with pytest.raises(InputError, match="document #0 is a str, not a Document; pass Document"):
+    with pytest.raises(InputError, match="document #0 is a str, not attnrank's Document; pass attnrank.Document"):
         HybridRetriever().index(["Paris is nice", "Berlin too"], show_progress=False)
 
 
