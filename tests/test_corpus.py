@@ -675,3 +675,20 @@ def test_a_beir_corpus_file_that_is_a_broken_link_is_named(tmp_path):
     with gzip.open(tmp_path / "corpus.jsonl.gz", "wt") as f:  # beside a real one, as before: that one is read
         f.write('{"_id": "d1", "text": "x"}\n')
     assert [d.id for d in load_corpus(tmp_path)[0]] == ["d1"]
+
+
+def test_a_metadata_object_is_the_documents_metadata_as_an_index_writes_it(tmp_path):
+    """An index's own docs.jsonl ({"id", "title", "text", "metadata": {...}}) read back as a corpus
+    nested every record's metadata under "metadata"."""
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    docs = [Document("a", "Paris is in France.", "", {"path": "notes/a.md", "n": 3}), Document("b", "Berlin.")]
+    saved = HybridRetriever(fusion="rrf").index(docs, show_progress=False).save(tmp_path / "ix")
+    back, _ = load_corpus(saved / "docs.jsonl")
+    assert [(d.id, d.text, d.metadata) for d in back] == [(d.id, d.text, d.metadata) for d in docs]
+    (tmp_path / "m.jsonl").write_text('{"id": "a", "text": "x", "lang": "en", "metadata": {"lang": "de"}}\n')
+    with pytest.raises(InputError, match=r"m.jsonl:1: 'lang' is given beside 'metadata' and inside it"):
+        load_corpus(tmp_path / "m.jsonl")
+    (tmp_path / "s.jsonl").write_text('{"id": "a", "text": "x", "metadata": "not an object"}\n')
+    assert load_corpus(tmp_path / "s.jsonl")[0][0].metadata == {"metadata": "not an object"}

@@ -5,7 +5,8 @@ Formats (chosen by :func:`load_corpus` from the path):
 - BEIR folder: ``corpus.jsonl[.gz]`` (``_id``, ``title``, ``text``), ``queries.jsonl``,
   ``qrels/<split>.tsv``.
 - JSONL file (``.jsonl`` / ``.jsonl.gz``): one object a line with ``id`` or ``_id``, ``text``,
-  optional ``title``; other keys go to ``metadata``.
+  optional ``title``; other keys go to ``metadata``, and so do the keys of a ``metadata`` object
+  (as an index's ``docs.jsonl`` writes it).
 - CSV/TSV file with a header that names ``id`` and ``text`` columns (``title`` optional); other
   columns go to ``metadata`` (as strings).
 - In both, the names other tools write are read where attnrank's are absent: ``doc_id`` or

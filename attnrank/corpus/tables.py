@@ -67,6 +67,14 @@ def read_jsonl_corpus(path: Path, *, skip_invalid: bool = False) -> tuple[list[D
             problem(where, id_problem(raw[bad]) if bad == "id" else f"{bad!r} is a JSON {kind}, not a string or number")
             continue
         meta = {k: v for k, v in obj.items() if k not in ("_id", "id", id_key, text_key, "title")}
+        nested = meta.get("metadata")
+        if isinstance(nested, dict):  # (an index's own docs.jsonl, and others', keep it under "metadata")
+            del meta["metadata"]
+            both = next((k for k in nested if k in meta and meta[k] != nested[k]), None)
+            if both is not None:
+                problem(where, f"{both!r} is given beside 'metadata' and inside it, otherwise; keep one of them")
+                continue
+            meta.update(nested)
         # ids are trimmed, as in CSV and as TREC qrels and runs (split at whitespace) read them
         doc = Document((fields["id"] or "").strip(), fields["text"] or "", fields["title"] or "", meta)
         add_document(docs, doc, where, problem)
