@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import numbers
 import unicodedata
@@ -12,6 +13,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import InputError
+
+logger = logging.getLogger(__name__)
+
+
+def metadata_json(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for metadata: numpy's numbers and arrays as JSON numbers and
+    lists (written as their text, ``np.int64(211)`` read back as ``"211"``), any other value that
+    has no JSON form as its text."""
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
 
 
 def kind_of(value: Any) -> str:
@@ -357,12 +369,20 @@ def check_indexable(documents: Sequence[Document]) -> None:
     title or metadata that is not valid Unicode (found after the BM25 build, by the embedder or by
     the save)."""
     check_ids(documents)
+    as_text: list[tuple[str, Any]] = []  # (document id, a metadata value a save writes as its text)
+
+    def default(value: Any) -> Any:
+        out = metadata_json(value)
+        if isinstance(out, str):
+            as_text.append((d.id, value))
+        return out
+
     for i, d in enumerate(documents):
         check_text_fields(i, d)
         if not has_text(d):
             raise InputError(f"document #{i} ({d.id!r}) has no text; drop empty documents before indexing")
         try:
-            meta = json.dumps(d.metadata, ensure_ascii=False, default=str)
+            meta = json.dumps(d.metadata, ensure_ascii=False, default=default)
         except (TypeError, ValueError) as e:  # (keys that are not text, a circular reference)
             raise InputError(
                 f"document #{i} ({d.id!r}) has metadata that cannot be written as JSON ({e}); give a dict with "
@@ -373,6 +393,16 @@ def check_indexable(documents: Sequence[Document]) -> None:
                 f"document #{i} ({d.id!r}) holds a lone surrogate (a \\ud800-style escape or bytes that are not "
                 "UTF-8) in its id, title, text or metadata; fix or re-encode it as UTF-8"
             )
+    if as_text:  # (a filter on meta["size"] > 100 failed after a reload, without a word at the save)
+        doc_id, value = as_text[0]
+        logger.warning(
+            "%d metadata value(s) have no JSON form (e.g. a %s of document %r): searched before a save they are "
+            "what was given, and a save writes them as their text, read back as strings; give JSON values "
+            "(text, numbers, booleans, lists, dicts)",
+            len(as_text),
+            type(value).__name__,
+            doc_id,
+        )
 
 
 def is_blank(text: str) -> bool:

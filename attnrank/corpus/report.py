@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from ..types import Document, encodable, is_blank
+from ..types import Document, encodable, is_blank, metadata_json
 
 logger = logging.getLogger("attnrank.corpus")  # (the corpus loader's own, as before the split)
 
@@ -55,7 +55,9 @@ def add_document(docs: dict[str, Document], doc: Document, where: str, problem: 
         problem(where, f"duplicate document id {doc.id!r}", "document ids must be unique")
     elif is_blank(doc.text) and is_blank(doc.title):  # (U+200B alone: indexed, then refused by every reranker)
         problem(where, f"document {doc.id!r} has empty text")
-    elif not encodable(doc.id, doc.title, doc.text, json.dumps(doc.metadata, ensure_ascii=False, default=str)):
+    elif not encodable(
+        doc.id, doc.title, doc.text, json.dumps(doc.metadata, ensure_ascii=False, default=metadata_json)
+    ):
         # (else found after the BM25 build, by the embedder, or by the index save for metadata)
         problem(
             where,

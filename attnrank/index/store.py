@@ -44,7 +44,7 @@ from ..files import (
     hold_writer_lock,
     sibling,
 )
-from ..types import Document
+from ..types import Document, metadata_json
 from .folders import (
     Protected,
     carry_mode,
@@ -83,8 +83,9 @@ def corpus_checksum(docs: Sequence[Document]) -> str:
 
 
 def _jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
-    """``metadata`` as it reads back from ``docs.jsonl`` (string keys; values without a JSON form as text)."""
-    return json.loads(json.dumps(metadata, ensure_ascii=False, default=str))
+    """``metadata`` as it reads back from ``docs.jsonl`` (string keys; numpy's numbers as numbers,
+    other values without a JSON form as text: :func:`~attnrank.types.metadata_json`)."""
+    return json.loads(json.dumps(metadata, ensure_ascii=False, default=metadata_json))
 
 
 def check_built(tmp: Path, read: Callable[[Path], object] | None = None) -> None:

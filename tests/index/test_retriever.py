@@ -660,3 +660,28 @@ def test_a_query_id_that_is_no_text_is_refused(built_retriever):
         with pytest.raises(InputError, match=r"query_id=.* is not a non-empty string"):
             built_retriever.search("cells", k=1, query_id=bad)
     assert built_retriever.search("cells", k=1, query_id="q1").query_id == "q1"
+
+
+def test_metadata_of_numpy_numbers_saves_as_numbers_and_other_values_are_warned_of(tmp_path, caplog):
+    """np.int64(211) was saved as "211" (a filter meta["size"] > 100 failed after a reload), and a set
+    or a datetime as its text, without a word: searched before and after the save, the metadata
+    differed."""
+    import datetime
+
+    import numpy as np
+
+    from attnrank.index.retriever import HybridRetriever
+    from attnrank.types import Document
+
+    meta = {"size": np.int64(211), "score": np.float32(0.5), "vec": np.arange(2), "ok": [1, "x"]}
+    docs = [Document("a", "Paris is in France.", "", meta), Document("b", "Berlin is in Germany.")]
+    with caplog.at_level("WARNING", logger="attnrank.types"):
+        saved = HybridRetriever(fusion="rrf").index(docs, show_progress=False).save(tmp_path / "ix")
+    assert "have no JSON form" not in caplog.text
+    back = HybridRetriever.load(saved).search("Paris France", 1)[0].metadata
+    assert back == {"size": 211, "score": 0.5, "vec": [0, 1], "ok": [1, "x"]}
+    assert type(back["size"]) is int and type(back["score"]) is float
+    odd = [Document("c", "Rome.", "", {"tags": {"x"}, "when": datetime.date(2026, 12, 8)})]
+    with caplog.at_level("WARNING", logger="attnrank.types"):
+        HybridRetriever(fusion="rrf").index(odd, show_progress=False)
+    assert "2 metadata value(s) have no JSON form (e.g. a set of document 'c')" in caplog.text
