@@ -239,10 +239,16 @@ def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None
             "ScoredDocument, or none (ScoredDocument.document is its plain Document)"
         )
     out = []
+    claimed = {d.id: i for i, d in enumerate(docs) if isinstance(d, (Document, ScoredDocument))}
     for i, d in enumerate(docs):
         if isinstance(d, Document):
             out.append(d)
         elif isinstance(d, str):
+            if str(i) in claimed:  # ("document #1 repeats the id '1'", of ids the caller never gave twice)
+                raise InputError(
+                    f"document #{i} is a text, named by its position {str(i)!r}, which is the id of document "
+                    f"#{claimed[str(i)]}; give every candidate as a Document with its id, or every one as a text"
+                )
             out.append(Document(str(i), d))
         elif isinstance(d, ScoredDocument):
             out.append(d.document)

@@ -190,3 +190,13 @@ def test_metadata_none_is_none_and_a_text_is_refused():
     assert hits[0].id == "a" and hits[0].metadata == {}
     with pytest.raises(InputError, match=r"document 'a': metadata 'source=x.md' is a str; give a dict"):
         Doc("a", "x", metadata="source=x.md")  # type: ignore[arg-type]
+
+
+def test_a_text_whose_position_is_another_candidates_id_is_named_as_such():
+    """[Document("1", ...), "Berlin."] was refused as "document #1 repeats the id '1'", an id the
+    caller never gave twice (the server's /v1/prune said what happened)."""
+    with pytest.raises(
+        InputError, match=r"document #1 is a text, named by its position '1', which is the id of document #0"
+    ):
+        as_documents([Document("1", "Paris."), "Berlin."])
+    assert [d.id for d in as_documents([Document("x", "Paris."), "Berlin."])[0]] == ["x", "1"]
