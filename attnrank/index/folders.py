@@ -212,7 +212,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
     if not target.exists():
         return None
     if not target.is_dir():
-        raise InputError(f"{target} is a file, not an index folder; choose another --index-dir/--index")
+        raise InputError(f"{target} is a file, not an index folder; choose another folder")
     check_no_mounts(target)
     why = not_replaceable(target)
     if why is None:
@@ -231,7 +231,7 @@ def check_target(target: Path, *, force: bool = False, protect: Iterable[Protect
         return why
     raise InputError(
         f"{why}; refusing to replace it and lose its files; move them away, choose another "
-        "folder, or pass --force to replace it"
+        "folder, or pass force=True (CLI: --force) to replace it"
     )
 
 

@@ -503,3 +503,23 @@ def test_an_index_inside_another_index_is_refused(tmp_path, built_retriever):
     assert not (tmp_path / "idx" / "sub").exists()
     built_retriever.save(tmp_path / "idx")  # the index itself is replaced as before
     check_target(tmp_path / "beside", force=False)
+
+
+def test_refusals_name_the_python_argument_in_python_and_the_option_on_the_command_line(built_retriever, tmp_path):
+    """save() over a user's folder advised "pass --force", and over a file "choose another
+    --index-dir/--index": flags the Python API does not have."""
+    import subprocess
+    import sys
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.txt").write_text("mine")
+    (tmp_path / "report.pdf").write_text("pdf")
+    with pytest.raises(InputError, match=r"or pass force=True \(CLI: --force\) to replace it$"):
+        built_retriever.save(tmp_path / "mine")
+    with pytest.raises(InputError, match=r"report\.pdf is a file, not an index folder; choose another folder$"):
+        built_retriever.save(tmp_path / "report.pdf")
+    (tmp_path / "c.jsonl").write_text('{"_id": "a", "text": "alpha"}\n')
+    cli = [sys.executable, "-m", "attnrank.cli", "index", "c.jsonl", "--index-dir", "mine", "-q"]
+    done = subprocess.run(cli, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr.strip().endswith("or pass --force to replace it"), done.stderr
+    assert (tmp_path / "mine" / "thesis.txt").read_text() == "mine"
