@@ -66,6 +66,7 @@ from .documents import (
 )
 from .shared import (
     PICKLED_STAGES,
+    check_count_name,
     check_reranker_settings,
     model_lock,
     retriever_sources,
@@ -137,6 +138,7 @@ class AttnrankReranker(BaseDocumentCompressor):
 
     def __init__(self, *, reranker: Any = None, **kwargs: Any):
         fields, settings = _split_settings(type(self), kwargs)
+        check_count_name(settings, "AttnrankReranker", "top_n")
         check_top_n(fields.get("top_n", 3))
         super().__init__(**fields)
         self._reranker = shared_reranker(reranker, **settings)
@@ -289,6 +291,7 @@ class AttnrankRetriever(BaseRetriever):
             given="depth" in kwargs,
         )
         fields, settings = _split_settings(type(self), kwargs)
+        check_count_name(settings, "AttnrankRetriever", "k")
         check_depth(fields.get("k", 4), fields.get("depth", DEPTH), "k")
         super().__init__(**fields)
         if not self.rerank and settings:

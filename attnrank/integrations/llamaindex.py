@@ -63,6 +63,7 @@ from .documents import (
 from .shared import (
     PICKLED_STAGES,
     built_settings,
+    check_count_name,
     check_reranker_settings,
     model_lock,
     retriever_sources,
@@ -220,6 +221,7 @@ class AttnrankRerank(BaseNodePostprocessor):
         callback_manager: Any = None,
         **settings: Any,
     ):
+        check_count_name(settings, "AttnrankRerank", "top_n")
         check_top_n(top_n)
         stage = _stage_fields(
             "AttnrankRerank",
@@ -405,6 +407,7 @@ class AttnrankRetriever(BaseRetriever):
             settings, "k", "similarity_top_k", "AttnrankRetriever", similarity_top_k, SIMILARITY_TOP_K, given=given_top
         )
         depth = renamed(settings, "first_stage_k", "depth", "AttnrankRetriever", depth, DEPTH, given=given_depth)
+        check_count_name(settings, "AttnrankRetriever", "similarity_top_k")
         check_depth(similarity_top_k, depth, "similarity_top_k")
         if not rerank and (reranker is not None or settings):
             # nothing would read them: a misspelt count (top_k=) would silently be ignored

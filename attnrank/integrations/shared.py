@@ -121,6 +121,19 @@ def _cached(kind: str, kwargs: Mapping[str, Any], build, store: Any = _CACHE):
         return built
 
 
+# What other libraries call a count of results: given to an adapter whose count is named otherwise,
+# each was refused as an unknown reranker setting, in a list of RerankConfig fields without a count.
+_COUNT_NAMES = ("top_k", "top_n", "k", "similarity_top_k", "search_kwargs")
+
+
+def check_count_name(settings: Mapping[str, Any], adapter: str, count: str) -> None:
+    """Refuse another library's name of the number of results among an ``adapter``'s ``settings``
+    (its own is ``count``), naming the one it takes."""
+    other = next((n for n in _COUNT_NAMES if n in settings and n != count), None)
+    if other is not None:
+        raise InputError(f"{adapter} takes no {other}=; the number of results it returns is {count}=")
+
+
 def check_reranker_settings(reranker: Any = None, **kwargs: Any) -> dict[str, Any] | None:
     """What :func:`shared_reranker` refuses of its arguments (a reranker object beside settings; an
     unknown or invalid setting), found without loading anything: a retriever adapter checks them

@@ -253,8 +253,10 @@ def test_retriever_rerank_is_read_when_queried(settings, demo_index, query, monk
     monkeypatch.setattr(lc, "shared_reranker", lambda **kw: base.reranker if kw == {"index": plain.index} else None)
     plain.rerank = True
     assert [d.id for d in plain.invoke(query)] == reranked and plain.reranker is base.reranker
-    with pytest.raises(InputError, match=r"rerank=False.*top_n"):  # settings nothing would read: refused
+    with pytest.raises(InputError, match=r"takes no top_n=; the number of results it returns is k="):  # misspelt
         AttnrankRetriever(index=demo_index, k=2, depth=5, rerank=False, top_n=3)
+    with pytest.raises(InputError, match=r"rerank=False.*model"):  # settings nothing would read: refused
+        AttnrankRetriever(index=demo_index, k=2, depth=5, rerank=False, model="m")
 
 
 def test_retriever_takes_k_and_depth_per_call(settings, demo_index, query):
@@ -275,8 +277,10 @@ def test_retriever_takes_k_and_depth_per_call(settings, demo_index, query):
 
 def test_a_misspelt_reranker_setting_is_refused_before_the_index_loads(tmp_path):
     """The retriever loaded its index (kept in the process-wide cache) and only then found top_n."""
-    with pytest.raises(InputError, match=r"unknown RerankConfig option\(s\) \['top_n'\]"):
+    with pytest.raises(InputError, match=r"AttnrankRetriever takes no top_n=; the number of results it returns is k="):
         AttnrankRetriever(index=tmp_path / "no-index-here", k=2, top_n=3)
+    with pytest.raises(InputError, match=r"unknown RerankConfig option\(s\) \['heads_x'\]"):
+        AttnrankRetriever(index=tmp_path / "no-index-here", k=2, heads_x=3)
 
 
 def test_pruner_refuses_a_budget_no_sentence_fits(settings, demo_docs, query):
@@ -405,3 +409,14 @@ def _configured(retriever, k):
     from langchain_core.runnables import ConfigurableField
 
     return retriever.configurable_fields(k=ConfigurableField(id="k"))._prepare({"configurable": {"k": k}})[0]
+
+
+def test_another_librarys_count_name_is_named_with_the_adapters_own(tmp_path):
+    """top_k= (and LangChain's own search_kwargs={"k": 3}) was refused as an unknown RerankConfig
+    option, in a list of fields with no count in it."""
+    for bad in ({"top_k": 2}, {"k": 2}):
+        with pytest.raises(InputError, match=rf"AttnrankReranker takes no {next(iter(bad))}=; .* is top_n="):
+            AttnrankReranker(**bad)
+    for bad in ({"top_k": 3}, {"search_kwargs": {"k": 3}}):
+        with pytest.raises(InputError, match=rf"AttnrankRetriever takes no {next(iter(bad))}=; .* is k="):
+            AttnrankRetriever(index=str(tmp_path / "none"), **bad)

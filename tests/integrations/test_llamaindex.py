@@ -167,7 +167,7 @@ def test_retriever_old_names_still_read(demo_index, query):
 def test_retriever_without_rerank_refuses_reranker_settings(demo_index, settings):
     """With ``rerank=False`` nothing reranks: reranker settings (or a misspelt count such as
     ``top_k``) are an error naming them, as in the LangChain retriever, not silently dropped."""
-    with pytest.raises(InputError, match=r"rerank=False.*top_k"):
+    with pytest.raises(InputError, match=r"takes no top_k=; .* is similarity_top_k="):
         AttnrankRetriever(demo_index, similarity_top_k=2, depth=4, rerank=False, top_k=3)
     with pytest.raises(InputError, match=r"rerank=False.*model"):
         AttnrankRetriever(demo_index, similarity_top_k=2, depth=4, rerank=False, **settings)
@@ -320,7 +320,7 @@ def test_the_pre_split_sentences_stay_out_of_the_llm_and_embedding_text(settings
 
 def test_a_misspelt_reranker_setting_is_refused_before_the_index_loads(tmp_path):
     """The retriever loaded its index (kept in the process-wide cache) and only then found top_n."""
-    with pytest.raises(InputError, match=r"unknown RerankConfig option\(s\) \['top_n'\]"):
+    with pytest.raises(InputError, match=r"AttnrankRetriever takes no top_n=; .* is similarity_top_k="):
         AttnrankRetriever(tmp_path / "no-index-here", similarity_top_k=2, top_n=3)
     with pytest.raises(InputError, match=r"unknown RerankConfig option\(s\) \['probe'\]"):  # the pruner's
         AttnrankRetriever(tmp_path / "no-index-here", similarity_top_k=2, probe="x")
@@ -419,3 +419,11 @@ def test_the_retriever_pickles_and_comes_back_with_its_index_and_reranker(settin
     fresh = pickle.loads(pickled)
     assert fresh._index is not retriever._index and fresh._reranker is not retriever._reranker
     assert [n.node.node_id for n in fresh.retrieve(query)] == [n.node.node_id for n in retriever.retrieve(query)]
+
+
+def test_another_librarys_count_name_is_named_with_the_adapters_own(tmp_path):
+    """top_k= was refused as an unknown RerankConfig option, in a list of fields with no count in it."""
+    with pytest.raises(InputError, match=r"AttnrankRerank takes no top_k=; .* is top_n="):
+        AttnrankRerank(top_k=2)
+    with pytest.raises(InputError, match=r"AttnrankRetriever takes no top_k=; .* is similarity_top_k="):
+        AttnrankRetriever(index=str(tmp_path / "none"), top_k=3)
