@@ -290,7 +290,8 @@ def test_reranker_auto_heads(roots):
 runner = CliRunner()
 
 
-def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
+def _detect_qr(tiny_dir, scifact_mini, top: int) -> list[str]:
+    """``heads detect --method qr`` of the tiny model on 2 SciFact queries, 6 candidates each."""
     args = [
         "heads",
         "detect",
@@ -300,18 +301,13 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
         str(tiny_dir),
         "--queries",
         str(scifact_mini / "queries.jsonl"),
-        "--qrels",
-        str(scifact_mini / "qrels" / "train.tsv"),
-        "--corpus",
-        str(scifact_mini / "corpus.jsonl"),
-        "--max-queries",
-        "2",
-        "--depth",
-        "6",
-        "--top",
-        "3",
-        "-q",
     ]
+    args += ["--qrels", str(scifact_mini / "qrels" / "train.tsv"), "--corpus", str(scifact_mini / "corpus.jsonl")]
+    return [*args, "--max-queries", "2", "--depth", "6", "--top", str(top), "-q"]
+
+
+def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
+    args = _detect_qr(tiny_dir, scifact_mini, 3)
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     assert "qr-ndcg:" in r.output and r.output.count("saved top 3") == 3
@@ -348,18 +344,7 @@ def test_cli_detect_qr_and_show(roots, tiny_dir, scifact_mini):
 
 def test_cli_detect_with_top_past_the_models_heads_says_it_saved_them_all(roots, tiny_dir, scifact_mini):
     """``--top 999`` on a model of fewer heads saved every head and said "saved top 999"."""
-    args = [
-        "heads",
-        "detect",
-        "--method",
-        "qr",
-        "--model",
-        str(tiny_dir),
-        "--queries",
-        str(scifact_mini / "queries.jsonl"),
-    ]
-    args += ["--qrels", str(scifact_mini / "qrels" / "train.tsv"), "--corpus", str(scifact_mini / "corpus.jsonl")]
-    r = runner.invoke(app, [*args, "--max-queries", "2", "--depth", "6", "--top", "999", "-q"])
+    r = runner.invoke(app, _detect_qr(tiny_dir, scifact_mini, 999))
     assert r.exit_code == 0, r.output
     sets = load_head_sets(*model_fingerprint(str(tiny_dir)))
     n = len(sets[0].heads)
