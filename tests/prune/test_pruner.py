@@ -758,7 +758,9 @@ def test_repeated_ids_and_an_invisible_query_are_refused_before_any_model_call(l
     pruner = ContextPruner(llm)
     with pytest.raises(InputError, match=r"document #1 repeats the id 'x'"):
         pruner.prune("q?", [Document("x", "Paris is big."), Document("x", "Berlin is cold.")], budget_tokens=8)
-    with pytest.raises(InputError, match=r"document #1 repeats the id '0'"):
+    with pytest.raises(
+        InputError, match=r"document #0 is a text, named by its position '0', which is the id of document #1"
+    ):
         pruner.prune("q?", ["Paris is big.", Document("0", "Berlin is cold.")], budget_tokens=8)
     with pytest.raises(InputError, match=r"query '\\u200b' is empty; give the question"):
         pruner.prune("\u200b", ["Paris is big."], budget_tokens=8)
