@@ -118,7 +118,7 @@ class RankedResults:
             if r.id in seen:
                 raise InputError(f"the results repeat the id {r.id!r}; ids must be unique within a ranking")
             seen.add(r.id)
-        bad = next((r for r in self.results if not _is_score(r.score)), None)
+        bad = next((r for r in self.results if not is_real(r.score)), None)
         if bad is not None:  # ("0.5" or None failed as a bare TypeError inside the sort)
             raise InputError(
                 f"result {bad.id!r} has the score {bad.score!r}, a {type(bad.score).__name__}; give each a number"
@@ -203,11 +203,6 @@ def check_query_id(query_id: Any) -> None:
         raise InputError(f"query_id={query_id!r} is not a non-empty string; give the query's id as text, or None")
 
 
-def _is_score(value: Any) -> bool:
-    """A real number (numpy's too), not a bool."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None]:
     """Candidates as :class:`Document` objects, plus the earlier stage's :class:`ScoredDocument`
     entries when every candidate is one (their scores feed learned and fused scorers).
@@ -239,7 +234,7 @@ def as_documents(docs: Any) -> tuple[list[Document], list[ScoredDocument] | None
             "ScoredDocument, or none (ScoredDocument.document is its plain Document)"
         )
     out = []
-    claimed = {d.id: i for i, d in enumerate(docs) if isinstance(d, (Document, ScoredDocument))}
+    claimed = {d.id: i for i, d in enumerate(docs) if isinstance(d, Document)}  # (scored ones: refused above)
     for i, d in enumerate(docs):
         if isinstance(d, Document):
             out.append(d)

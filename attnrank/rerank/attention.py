@@ -342,7 +342,6 @@ class AttentionReranker(WindowCapture, FusedScoring):
         query_ids: Sequence[str] | None = None,
     ) -> list[RankedResults]:
         check_query_list(queries, query_ids)
-        check_document_lists(queries, docs_per_query)
         if query_ids is not None and len(query_ids) != len(queries):
             raise InputError(f"{len(queries)} queries but {len(query_ids)} query_ids; give one id per query")
         check_k(k)

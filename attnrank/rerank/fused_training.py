@@ -296,8 +296,9 @@ def fusion_examples(
     progress: bool = False,
 ) -> list[FusionExample]:
     """Labelled :class:`FusionExample` per query of ``queries`` that has a label >= ``rel`` in
-    ``qrels`` (the others are left out, with a warning, as ``attnrank train`` leaves them): the first-stage signals of its
-    ``candidates`` (first-stage order: :class:`Document` objects, or search results as they come) and, for each ``{feature: score(query, docs)}`` of
+    ``qrels`` (the others are left out, with a warning, as ``attnrank train`` leaves them): the
+    first-stage signals of its ``candidates`` (first-stage order: :class:`Document` objects, or
+    search results as they come) and, for each ``{feature: score(query, docs)}`` of
     ``llm_scores``, that feature (e.g. ``{"attention": reranker.score}`` of an
     :class:`~attnrank.rerank.attention.AttentionReranker` without fusion, or
     ``{"likelihood": reranker.likelihood}``)."""
